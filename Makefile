@@ -1,0 +1,48 @@
+# The two commands a user needs: `make run` and `make test`. Both set everything up first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+GATEWAY_CONFIG ?= config.yaml
+export HOST PORT GATEWAY_CONFIG
+# Offline by design: no model hub, no remote LiteLLM price map.
+export HF_HUB_OFFLINE := 1
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: run test setup install migrate ingest lock bench clean
+
+run: setup ingest
+	$(BIN)/python -m gateway serve --config $(GATEWAY_CONFIG) --host $(HOST) --port $(PORT)
+
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+setup: install migrate
+
+install: $(VENV)/.installed
+
+# Reinstall only when the lock changes. --require-hashes: every artifact is checked against the lock.
+$(VENV)/.installed: requirements-dev.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements-dev.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+migrate: install
+	$(BIN)/python -m gateway db upgrade --config $(GATEWAY_CONFIG)
+
+ingest: install
+	$(BIN)/python -m gateway ingest --config $(GATEWAY_CONFIG)
+
+# Regenerate the hash-pinned locks from requirements*.in (needs `uv` on PATH).
+lock:
+	uv pip compile --generate-hashes --python-version 3.11 requirements.in -o requirements.lock
+	uv pip compile --generate-hashes --python-version 3.11 requirements-dev.in -o requirements-dev.lock
+
+bench: setup
+	$(BIN)/python bench/retrieval.py
+
+clean:
+	rm -rf $(VENV) var/*.db var/qdrant

@@ -1,0 +1,54 @@
+"""Alembic environment: runs migrations on the async engine the gateway itself uses."""
+
+from __future__ import annotations
+
+import asyncio
+
+from alembic import context
+from sqlalchemy.engine import Connection
+
+from storage.engine import create_engine, is_sqlite
+from storage.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _url() -> str:
+    url = config.attributes.get("database_url") or config.get_main_option("sqlalchemy.url")
+    if not url:
+        from gateway.settings import load_settings
+
+        url = load_settings().database_url
+    return url
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=is_sqlite(_url()),  # SQLite alters tables by copying them
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_online() -> None:
+    engine = create_engine(_url())
+    async with engine.connect() as connection:
+        await connection.run_sync(_run)
+        await connection.commit()
+    await engine.dispose()
+
+
+if context.is_offline_mode():
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+    else:
+        asyncio.run(_run_online())

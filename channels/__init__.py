@@ -1,0 +1,1 @@
+"""Channel adapters: verify, parse, render and send for each messaging platform."""

@@ -1,0 +1,78 @@
+"""One exception tree for the whole gateway.
+
+    GatewayError
+    ├── ConfigError                 bad config.yaml or environment; names the key
+    ├── SignatureInvalid            a webhook whose signature is bad, missing or stale (HTTP 401)
+    ├── BadRequest                  input we refuse with a clear 4xx (empty, too long, malformed)
+    ├── NotFound                    unknown bot, session, escalation (HTTP 404)
+    ├── Conflict                    a state transition lost a race (HTTP 409)
+    ├── ChannelError
+    │   ├── ChannelSendError        the platform refused or failed a send; may carry retry_after
+    │   └── RecipientUnreachable    the recipient cannot be reached (blocked, outside a window)
+    ├── LLMError                    every model in the chain failed
+    ├── RetrievalError              the vector index is unavailable
+    └── IndexBusy                   the Qdrant folder is held by another process
+
+Adapters translate SDK exceptions into these at the boundary; only the top of the worker
+catches broadly.
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Root of every error the gateway raises on purpose."""
+
+
+class ConfigError(GatewayError):
+    """The configuration is invalid. `key` is the dotted path of the offending value."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{key}: {problem}" if key else problem)
+
+
+class SignatureInvalid(GatewayError):
+    """A webhook failed signature verification."""
+
+
+class BadRequest(GatewayError):
+    """Input that is refused with a clear client error."""
+
+
+class NotFound(GatewayError):
+    """The addressed resource does not exist (or is not visible to the caller)."""
+
+
+class Conflict(GatewayError):
+    """A concurrent actor won the race for this resource."""
+
+
+class ChannelError(GatewayError):
+    """A channel platform failed."""
+
+
+class ChannelSendError(ChannelError):
+    """A send failed; `retry_after` (seconds) is set when the platform asked us to wait."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.permanent = permanent
+
+
+class RecipientUnreachable(ChannelError):
+    """The recipient cannot be reached on this channel right now."""
+
+
+class LLMError(GatewayError):
+    """Every model in the fallback chain failed."""
+
+
+class RetrievalError(GatewayError):
+    """Search could not run (index unavailable)."""
+
+
+class IndexBusy(RetrievalError):
+    """Qdrant local mode: the storage folder is held by another process."""

@@ -1,0 +1,91 @@
+"""Normalized messages: what every channel turns its payloads into.
+
+They hold no live client, so they can be stored and replayed as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now, in UTC."""
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRef:
+    """Where a conversation lives on its platform. `thread` is empty when the platform has none."""
+
+    channel: str
+    workspace: str = ""
+    chat: str = ""
+    thread: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Sender:
+    """Who sent a message, by the platform's own id."""
+
+    external_id: str
+    display_name: str = ""
+    is_bot: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """Media metadata. We never download media; we record where it is."""
+
+    kind: Literal["image", "audio", "video", "document", "sticker", "location", "other"]
+    url: str | None = None
+    file_id: str | None = None
+    mime_type: str | None = None
+    caption: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """One message from a customer, normalized. Idempotency key: (channel, external_id)."""
+
+    channel: str
+    external_id: str
+    conversation: ConversationRef
+    sender: Sender
+    text: str
+    attachments: tuple[Attachment, ...] = ()
+    reply_to: str | None = None
+    sent_at: datetime = field(default_factory=utcnow)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def idempotency_key(self) -> tuple[str, str]:
+        """The platform's own identity of this delivery."""
+        return (self.channel, self.external_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """A source the answer actually cited."""
+
+    source: str
+    title: str
+    url: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        """The contract shape: `url` only when known."""
+        out = {"source": self.source, "title": self.title}
+        if self.url:
+            out["url"] = self.url
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """A reply to be rendered and sent by a channel adapter."""
+
+    conversation: ConversationRef
+    text: str
+    citations: tuple[Citation, ...] = ()
+    reply_to: str | None = None

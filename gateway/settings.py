@@ -1,0 +1,359 @@
+"""Configuration: config.yaml plus the environment, validated by pydantic-settings.
+
+Load order: the file named by `--config`, else `$GATEWAY_CONFIG`, else `./config.yaml`. Any value
+may be written `${ENV_VAR}` (or `${ENV_VAR:-default}`). Secret keys must be written that way: a
+literal secret in the file is refused, so secrets come from the environment only. Top-level
+scalars can also be overridden by the environment (`DATABASE_URL`, `REDIS_URL`, `ENVIRONMENT`).
+
+Nothing here runs at import time; `load_settings()` builds a fresh `Settings` each call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from gateway.errors import ConfigError
+
+OFFLINE_MODEL = "offline"
+"""The built-in extractive responder: needs no key, registered as a LiteLLM custom provider."""
+
+SECRET_KEYS = frozenset(
+    {"token", "webhook_secret", "bot_token", "signing_secret", "app_token", "auth_token", "api_key"}
+)
+PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "secret", "xxx", "todo", "placeholder", "test"})
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class QdrantSettings(_Strict):
+    """Local folder (embedded, default) or a server URL; same client code either way."""
+
+    path: str | None = "var/qdrant"
+    url: str | None = None
+    api_key: str | None = None
+    timeout: float = 10.0
+
+
+class EmbeddingSettings(_Strict):
+    """Dense model for search. `minilm-int8` is the offline model shipped in the repo."""
+
+    model: str = "minilm-int8"
+    batch_size: int = 64
+    max_chunk_tokens: int = 256
+
+
+class ModelEntry(_Strict):
+    """One LiteLLM Router `model_list` entry."""
+
+    model_name: str
+    litellm_params: dict[str, Any]
+
+
+class OperatorSettings(_Strict):
+    """A human operator: a bearer token, and the bots they may serve (`*` for all)."""
+
+    name: str
+    token: str
+    bots: list[str] = Field(default_factory=lambda: ["*"])
+
+
+class RetrievalSettings(_Strict):
+    """Hybrid search knobs. `min_dense_score` is gate 1 (see README, Knowledge base)."""
+
+    k: int = Field(default=5, ge=1, le=50)
+    prefetch: int = Field(default=40, ge=1, le=500)
+    min_dense_score: float = Field(default=0.35, ge=-1.0, le=1.0)
+    keyword_override_score: float = Field(default=0.0, ge=0.0)
+
+
+class SourceSettings(_Strict):
+    """A knowledge source, re-ingested on its own cron `schedule`."""
+
+    name: str
+    type: Literal["directory", "urls", "sitemap"]
+    path: str | None = None
+    urls: list[str] = Field(default_factory=list)
+    url: str | None = None
+    schedule: str = "0 * * * *"
+
+    @field_validator("schedule")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            CronTrigger.from_crontab(value)
+        except ValueError as exc:
+            raise ValueError(f"bad cron expression {value!r}: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _has_location(self) -> "SourceSettings":
+        if self.type == "directory" and not self.path:
+            raise ValueError("a directory source needs `path`")
+        if self.type == "urls" and not self.urls:
+            raise ValueError("a urls source needs `urls`")
+        if self.type == "sitemap" and not (self.url or self.urls):
+            raise ValueError("a sitemap source needs `url`")
+        return self
+
+
+class ToolSettings(_Strict):
+    """A tool the bot's model may call: built-in, a Python callable, or an HTTP endpoint."""
+
+    name: str
+    type: Literal["builtin", "python", "http"] = "python"
+    description: str = ""
+    import_path: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    method: str = "GET"
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = 10.0
+
+
+class EscalationSettings(_Strict):
+    """When and how a conversation is handed to a person."""
+
+    enabled: bool = True
+    phrases: list[str] = Field(default_factory=lambda: ["talk to a human", "human agent", "real person", "operator"])
+    max_unanswered_turns: int = 3
+    acknowledgement: str = "I've asked a person from our team to take over. They'll reply here shortly."
+
+
+class ChannelBase(_Strict):
+    """Settings shared by every channel."""
+
+    enabled: bool = True
+    api_base: str | None = None
+    respond_in_groups: Literal["mention", "always"] = "mention"
+    greeting: str | None = None
+
+
+class WebChannel(ChannelBase):
+    """The built-in web chat and widget."""
+
+    max_message_chars: int = 4000
+
+
+class TelegramChannel(ChannelBase):
+    token: str = ""
+    webhook_secret: str = ""
+    mode: Literal["webhook", "polling"] = "webhook"
+
+
+class SlackChannel(ChannelBase):
+    bot_token: str = ""
+    signing_secret: str = ""
+    app_token: str | None = None
+    operator_channel: str | None = None
+
+
+class DiscordChannel(ChannelBase):
+    token: str = ""
+    public_key: str | None = None
+    gateway_url: str | None = None
+
+
+class WhatsAppChannel(ChannelBase):
+    account_sid: str = ""
+    auth_token: str = ""
+    from_number: str = ""
+    public_url: str = ""
+    content_sid: str | None = None
+
+
+class ChannelsSettings(_Strict):
+    web: WebChannel | None = Field(default_factory=WebChannel)
+    telegram: TelegramChannel | None = None
+    slack: SlackChannel | None = None
+    discord: DiscordChannel | None = None
+    whatsapp: WhatsAppChannel | None = None
+
+    _REQUIRED = {
+        "telegram": ("token",),
+        "slack": ("bot_token", "signing_secret"),
+        "discord": ("token",),
+        "whatsapp": ("account_sid", "auth_token", "from_number", "public_url"),
+    }
+
+    @model_validator(mode="after")
+    def _secrets_present(self) -> "ChannelsSettings":
+        for channel, keys in self._REQUIRED.items():
+            cfg = getattr(self, channel)
+            if cfg is None or not cfg.enabled:
+                continue
+            for key in keys:
+                if not getattr(cfg, key):
+                    raise ValueError(f"{channel}.{key} is required when {channel} is enabled (set it from the environment)")
+        return self
+
+
+class BotSettings(_Strict):
+    """One bot: its prompt, models, knowledge, tools and channels."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    system_prompt: str = "You are a helpful support assistant."
+    fallback_text: str = "I don't know the answer to that from our help center."
+    model: str = OFFLINE_MODEL
+    fallbacks: list[str] = Field(default_factory=list)
+    max_tool_rounds: int = Field(default=6, ge=0, le=20)
+    daily_budget_usd: float | None = None
+    history_turns: int = 6
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    tools: list[ToolSettings] = Field(default_factory=list)
+    sources: list[SourceSettings] = Field(default_factory=list)
+    channels: ChannelsSettings = Field(default_factory=ChannelsSettings)
+    escalation: EscalationSettings = Field(default_factory=EscalationSettings)
+
+
+class Settings(BaseSettings):
+    """The whole gateway configuration."""
+
+    model_config = SettingsConfigDict(extra="forbid", frozen=True, env_prefix="", case_sensitive=False)
+
+    environment: Literal["development", "production"] = "development"
+    database_url: str = "sqlite+aiosqlite:///var/gateway.db"
+    redis_url: str | None = None
+    log_level: str = "INFO"
+    log_format: Literal["console", "json"] = "console"
+    qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    models: list[ModelEntry] = Field(default_factory=list)
+    operators: list[OperatorSettings] = Field(default_factory=list)
+    bots: list[BotSettings] = Field(default_factory=list)
+    config_path: str | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment overrides the file, so one config.yaml serves dev, CI and production.
+        return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "Settings":
+        known = {m.model_name for m in self.models} | {OFFLINE_MODEL}
+        names: set[str] = set()
+        for i, bot in enumerate(self.bots):
+            if bot.name in names:
+                raise ValueError(f"bots[{i}].name: duplicate bot name {bot.name!r}")
+            names.add(bot.name)
+            for key, model in [("model", bot.model)] + [(f"fallbacks[{j}]", m) for j, m in enumerate(bot.fallbacks)]:
+                if model not in known:
+                    raise ValueError(f"bots[{i}].{key}: unknown model {model!r}; known: {', '.join(sorted(known))}")
+        for i, op in enumerate(self.operators):
+            for bot in op.bots:
+                if bot != "*" and bot not in names:
+                    raise ValueError(f"operators[{i}].bots: unknown bot {bot!r}")
+        if self.environment == "production":
+            for path, value in _secret_values(self.model_dump()):
+                if value.strip().lower() in PLACEHOLDER_SECRETS:
+                    raise ValueError(f"{path}: placeholder secret refused in production")
+        return self
+
+    def bot(self, name: str) -> BotSettings:
+        """The bot called `name`; KeyError when unknown."""
+        for bot in self.bots:
+            if bot.name == name:
+                return bot
+        raise KeyError(name)
+
+
+def _secret_values(data: Any, path: str = "") -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key in SECRET_KEYS and isinstance(value, str):
+                found.append((sub, value))
+            else:
+                found.extend(_secret_values(value, sub))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            found.extend(_secret_values(value, f"{path}[{i}]"))
+    return found
+
+
+def _interpolate(data: Any, env: dict[str, str], path: str = "") -> Any:
+    """Replace `${VAR}` everywhere; refuse literal secrets; name the key on any problem."""
+    if isinstance(data, dict):
+        out = {}
+        for key, value in data.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key in SECRET_KEYS and isinstance(value, str) and value and not _ENV_REF.fullmatch(value.strip()):
+                raise ConfigError(sub, "secrets come from the environment only; write it as ${SOME_ENV_VAR}")
+            out[key] = _interpolate(value, env, sub)
+        return out
+    if isinstance(data, list):
+        return [_interpolate(v, env, f"{path}[{i}]") for i, v in enumerate(data)]
+    if isinstance(data, str):
+
+        def sub(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            # An unset variable becomes empty; required keys then fail with their own message.
+            return ""
+
+        return _ENV_REF.sub(sub, data)
+    return data
+
+
+def _format_location(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def resolve_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """`--config`, else `$GATEWAY_CONFIG`, else `./config.yaml`."""
+    return Path(explicit or os.environ.get("GATEWAY_CONFIG") or "config.yaml")
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """Read, interpolate and validate the configuration. Raises `ConfigError` naming the key."""
+    config_path = resolve_config_path(path)
+    environ = dict(os.environ)
+    try:
+        raw = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError("", f"config file not found: {config_path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"{config_path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("", f"{config_path} must hold a mapping at the top level")
+    data = _interpolate(raw, environ)
+    data["config_path"] = str(config_path)
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = _format_location(tuple(err["loc"]))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        if not key and ": " in msg and msg.split(": ", 1)[0].replace(".", "").replace("[", "").replace("]", "").replace("_", "").isalnum():
+            key, msg = msg.split(": ", 1)
+        raise ConfigError(key, msg) from None

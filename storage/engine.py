@@ -1,0 +1,51 @@
+"""Async engine and session factory for SQLite (default) and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+
+def async_url(url: str) -> str:
+    """Normalize a database URL to its async driver (aiosqlite or asyncpg)."""
+    parsed = make_url(url)
+    if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+    elif parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg"):
+        parsed = parsed.set(drivername="postgresql+asyncpg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def is_sqlite(url: str) -> bool:
+    """True for any SQLite URL."""
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+    """Build the async engine; on SQLite, make the folder and turn on WAL and a busy timeout."""
+    url = async_url(url)
+    if is_sqlite(url):
+        database = make_url(url).database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record) -> None:  # pragma: no cover - trivial
+            cursor = dbapi_connection.cursor()
+            # WAL lets the CLI ingest while the server reads; the timeout waits out short locks.
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        return engine
+    return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=10)
+
+
+def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """Sessions that keep loaded attributes after commit (we pass rows around after commits)."""
+    return async_sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,166 @@
+"""ORM models of the conversation store. Alembic migrations in `alembic/` mirror these exactly."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from gateway.models import utcnow
+
+
+class Base(DeclarativeBase):
+    """Declarative base; `metadata` is what Alembic compares against."""
+
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, datetime: DateTime(timezone=True)}
+
+
+class Contact(Base):
+    """A person's identity on one channel."""
+
+    __tablename__ = "contacts"
+    __table_args__ = (UniqueConstraint("channel", "external_id", name="uq_contacts_channel_external_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    channel: Mapped[str] = mapped_column(String(32))
+    external_id: Mapped[str] = mapped_column(String(255))
+    display_name: Mapped[str] = mapped_column(String(255), default="")
+    last_inbound_at: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Conversation(Base):
+    """One thread with one bot. `state` is bot, waiting or operator."""
+
+    __tablename__ = "conversations"
+    __table_args__ = (
+        UniqueConstraint("bot", "channel", "workspace", "chat", "thread", name="uq_conversations_ref"),
+        Index("ix_conversations_lease", "lease_until"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    bot: Mapped[str] = mapped_column(String(64))
+    channel: Mapped[str] = mapped_column(String(32))
+    workspace: Mapped[str] = mapped_column(String(255), default="")
+    chat: Mapped[str] = mapped_column(String(255))
+    thread: Mapped[str] = mapped_column(String(255), default="")
+    contact_id: Mapped[int | None] = mapped_column(ForeignKey("contacts.id", ondelete="SET NULL"), default=None)
+    state: Mapped[str] = mapped_column(String(16), default="bot")
+    assigned_operator: Mapped[str | None] = mapped_column(String(128), default=None)
+    unanswered_turns: Mapped[int] = mapped_column(Integer, default=0)
+    # A worker leases a conversation to process its messages in order; an expired lease is free.
+    lease_owner: Mapped[str | None] = mapped_column(String(128), default=None)
+    lease_until: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Message(Base):
+    """Every message in or out. Inbound is unique per (bot, channel, external_id).
+
+    Inbound status: pending → done | failed | ignored. Outbound status: pending → sent | failed
+    (then delivered/read from receipts).
+    """
+
+    __tablename__ = "messages"
+    __table_args__ = (
+        UniqueConstraint("bot", "channel", "direction", "external_id", name="uq_messages_delivery"),
+        Index("ix_messages_conversation", "conversation_id", "id"),
+        Index("ix_messages_status", "direction", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversations.id", ondelete="CASCADE"))
+    bot: Mapped[str] = mapped_column(String(64))
+    channel: Mapped[str] = mapped_column(String(32))
+    direction: Mapped[str] = mapped_column(String(8))  # in | out
+    author: Mapped[str] = mapped_column(String(16), default="contact")  # contact | bot | operator | system
+    external_id: Mapped[str | None] = mapped_column(String(255), default=None)
+    reply_to_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id", ondelete="SET NULL"), default=None)
+    text: Mapped[str] = mapped_column(Text, default="")
+    attachments: Mapped[list[Any]] = mapped_column(default=list)
+    citations: Mapped[list[Any]] = mapped_column(default=list)
+    tool_calls: Mapped[list[Any]] = mapped_column(default=list)
+    retrieved: Mapped[list[Any]] = mapped_column(default=list)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    provider_ids: Mapped[list[Any]] = mapped_column(default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Escalation(Base):
+    """A handoff to a person: open → claimed → resolved."""
+
+    __tablename__ = "escalations"
+    __table_args__ = (Index("ix_escalations_bot_state", "bot", "state"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversations.id", ondelete="CASCADE"))
+    bot: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), default="open")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    operator: Mapped[str | None] = mapped_column(String(128), default=None)
+    notes: Mapped[list[Any]] = mapped_column(default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    claimed_at: Mapped[datetime | None] = mapped_column(default=None)
+    resolved_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Usage(Base):
+    """LLM tokens and cost for one turn, from LiteLLM's own accounting."""
+
+    __tablename__ = "usage"
+    __table_args__ = (Index("ix_usage_bot_created", "bot", "created_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    bot: Mapped[str] = mapped_column(String(64))
+    conversation_id: Mapped[int | None] = mapped_column(ForeignKey("conversations.id", ondelete="SET NULL"), default=None)
+    message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id", ondelete="SET NULL"), default=None)
+    model: Mapped[str] = mapped_column(String(128))
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    partial: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Document(Base):
+    """An ingested document: its content hash lets re-ingest skip it without embedding."""
+
+    __tablename__ = "documents"
+    __table_args__ = (UniqueConstraint("bot", "source", "doc_id", name="uq_documents_doc"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    bot: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(String(128))
+    doc_id: Mapped[str] = mapped_column(String(1024))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    chunk_ids: Mapped[list[Any]] = mapped_column(default=list)
+    title: Mapped[str] = mapped_column(String(512), default="")
+    url: Mapped[str | None] = mapped_column(String(2048), default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class IngestRun(Base):
+    """One ingest of one source: counts, duration, errors."""
+
+    __tablename__ = "ingest_runs"
+    __table_args__ = (Index("ix_ingest_runs_source", "bot", "source", "started_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    bot: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(String(128))
+    trigger: Mapped[str] = mapped_column(String(16), default="manual")  # manual | schedule | startup
+    status: Mapped[str] = mapped_column(String(16), default="running")  # running | ok | partial | failed
+    added: Mapped[int] = mapped_column(Integer, default=0)
+    updated: Mapped[int] = mapped_column(Integer, default=0)
+    deleted: Mapped[int] = mapped_column(Integer, default=0)
+    unchanged: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[list[Any]] = mapped_column(default=list)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    duration_s: Mapped[float | None] = mapped_column(Float, default=None)
