@@ -89,3 +89,18 @@ class OutboundMessage:
     text: str
     citations: tuple[Citation, ...] = ()
     reply_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallerIdentity:
+    """The verified identity of the customer behind a conversation, given to every tool by the gateway.
+
+    It comes from the channel's verified webhook (or the web session), never from the model, so tools
+    can authorize in code.
+    """
+
+    bot: str
+    channel: str
+    contact_external_id: str
+    contact_id: int | None = None
+    conversation_id: int | None = None

@@ -126,7 +126,10 @@ class EscalationSettings(_Strict):
     """When and how a conversation is handed to a person."""
 
     enabled: bool = True
-    phrases: list[str] = Field(default_factory=lambda: ["talk to a human", "human agent", "real person", "operator"])
+    phrases: list[str] = Field(default_factory=lambda: [
+        "talk to a human", "speak to a human", "human agent", "real person", "talk to someone",
+        "speak to someone", "talk to an agent", "speak to an agent", "live agent", "talk to a person",
+    ])
     max_unanswered_turns: int = 3
     acknowledgement: str = "I've asked a person from our team to take over. They'll reply here shortly."
 
@@ -199,6 +202,15 @@ class ChannelsSettings(_Strict):
         return self
 
 
+class WorkerSettings(_Strict):
+    """The in-process worker. A dead worker's conversations are taken over after `lease_seconds`."""
+
+    lease_seconds: float = Field(default=30.0, ge=1.0)
+    concurrency: int = Field(default=8, ge=1, le=256)
+    poll_interval: float = Field(default=1.0, gt=0.0)
+    reply_timeout: float = Field(default=60.0, gt=0.0)
+
+
 class BotSettings(_Strict):
     """One bot: its prompt, models, knowledge, tools and channels."""
 
@@ -227,6 +239,7 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     models: list[ModelEntry] = Field(default_factory=list)

@@ -164,3 +164,18 @@ class IngestRun(Base):
     errors: Mapped[list[Any]] = mapped_column(default=list)
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     duration_s: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class Delivery(Base):
+    """One platform message id of a sent reply (a long reply may be split into several)."""
+
+    __tablename__ = "deliveries"
+    __table_args__ = (UniqueConstraint("channel", "provider_id", name="uq_deliveries_provider_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"), index=True)
+    channel: Mapped[str] = mapped_column(String(32))
+    provider_id: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16), default="sent")
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

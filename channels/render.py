@@ -1,0 +1,244 @@
+"""Splitting and citation footers shared by every channel.
+
+`split_text` cuts an answer into parts that each fit a platform's limit. It prefers, in order,
+paragraph, line, sentence and word boundaries, and never cuts inside a fenced code block or a URL
+(nor a Markdown link) unless that span alone is longer than the limit. A code block longer than the
+limit is cut between its lines, and each part closes and reopens the fence so it still renders as
+code. Only the whitespace at a cut is dropped: joining the parts gives back the text.
+
+Platform dialects (Telegram HTML, Slack mrkdwn, WhatsApp plain text...) live in each channel's module;
+this module knows nothing about any one platform.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Literal
+
+from gateway.models import Citation
+
+Unit = Literal["chars", "utf16"]
+CitationStyle = Literal["markdown", "html", "mrkdwn", "plain"]
+
+_PARAGRAPH = re.compile(r"[^\S\n]*\n(?:[^\S\n]*\n)+")
+_LINE = re.compile(r"[^\S\n]*\n")
+# Latin sentence ends need following space; CJK full stops are followed by no space at all. The cut is
+# group 1 or 2, so closing quotes stay with their sentence.
+_SENTENCE = re.compile(r"[.!?][\"'”’)\]]*([^\S\n]+)|[。！？]()(?=\S)")
+_WORD = re.compile(r"[^\S\n]+")
+_LEVELS = (_PARAGRAPH, _LINE, _SENTENCE, _WORD)
+_LINE_LEVEL = 1  # paragraph and line cuts are the only ones allowed inside a code block
+
+_URL = re.compile(r"(?:https?|ftp|mailto|tel):[^\s<>\"`]+|www\.[^\s<>\"`]+", re.IGNORECASE)
+_MD_LINK = re.compile(r"!?\[[^\]\n]*\]\([^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)")
+_FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})([^\n]*)$", re.MULTILINE)
+
+
+def utf16_len(text: str) -> int:
+    """Length in UTF-16 code units, the unit Telegram counts its limits in."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def text_length(text: str, *, unit: Unit = "chars") -> int:
+    """Length of `text` in the given unit."""
+    return utf16_len(text) if unit == "utf16" else len(text)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fence:
+    start: int  # start of the opening line
+    open_end: int  # index of the newline that ends the opening line
+    close_start: int  # start of the closing line (len(text) when unclosed)
+    end: int  # end of the closing line
+    opener: str  # the opening line as written, e.g. "```python"
+    closer: str  # the marker that closes it, e.g. "```"
+
+
+def _find_fences(text: str) -> list[_Fence]:
+    fences: list[_Fence] = []
+    pos = 0
+    while (match := _FENCE_OPEN.search(text, pos)) is not None:
+        marker = match.group(1)
+        if marker[0] == "`" and "`" in match.group(2):
+            pos = match.end() + 1  # an inline code span like ```a``` on one line, not a fence
+            continue
+        open_end = match.end()
+        closing = re.compile(rf"^ {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}[^\S\n]*$", re.MULTILINE)
+        close = closing.search(text, open_end + 1) if open_end < len(text) else None
+        if close is None:
+            fences.append(_Fence(match.start(), open_end, len(text), len(text), match.group(0).strip(), marker))
+            break
+        fences.append(_Fence(match.start(), open_end, close.start(), close.end(), match.group(0).strip(), marker))
+        pos = close.end()
+    return fences
+
+
+def _cut_span(match: re.Match[str]) -> tuple[int, int]:
+    """The whitespace to drop at a cut: the matched group if the pattern has one, else the match."""
+    for group in range(match.re.groups, 0, -1):
+        if match.start(group) >= 0:
+            return match.span(group)
+    return match.span()
+
+
+class _Splitter:
+    """One split of one text; holds the precomputed candidates and lengths."""
+
+    def __init__(self, text: str, limit: int, unit: Unit) -> None:
+        self.text = text
+        self.limit = limit
+        self.unit = unit
+        sizes = [2 if ord(ch) > 0xFFFF else 1 for ch in text] if unit == "utf16" else [1] * len(text)
+        self.cum = [0, *accumulate(sizes)]
+        self.cuts = [[_cut_span(m) for m in rx.finditer(text)] for rx in _LEVELS]
+        self.cut_ends = [[end for end, _ in level] for level in self.cuts]
+        fences = _find_fences(text)
+        overhead = max((self.measure(f.opener) + self.measure(f.closer) + 2 for f in fences), default=0)
+        # A fence that fits in one part is never cut; one that doesn't is cut between lines.
+        self.big_fences = [f for f in fences if self.span(f.start, f.end) > limit and overhead * 2 < limit]
+        links = [m.span() for rx in (_MD_LINK, _URL) for m in rx.finditer(text)]
+        self.protected = sorted(
+            [(f.start, f.end) for f in fences if f not in self.big_fences]
+            + [(s, e) for s, e in links if self.span(s, e) <= limit]
+        )
+
+    def measure(self, text: str) -> int:
+        return text_length(text, unit=self.unit)
+
+    def span(self, start: int, end: int) -> int:
+        return self.cum[end] - self.cum[start]
+
+    def furthest(self, start: int, budget: int) -> int:
+        """The largest index `end` with span(start, end) <= budget."""
+        return max(start, bisect_right(self.cum, self.cum[start] + budget) - 1)
+
+    def fence_at(self, pos: int) -> _Fence | None:
+        """The oversized fence whose body contains `pos`, if any."""
+        for fence in self.big_fences:
+            if fence.open_end < pos < fence.close_start:
+                return fence
+        return None
+
+    def allowed(self, end: int, nxt: int, level: int) -> bool:
+        for s, e in self.protected:
+            if s < end < e:
+                return False
+        for fence in self.big_fences:
+            if fence.start < end < fence.end:
+                inside = fence.open_end < end and nxt < fence.close_start
+                return inside and level <= _LINE_LEVEL
+        return True
+
+    def choose(self, start: int, hard: int, budget: int) -> tuple[int, int]:
+        """The best cut (end, next) in (start, hard]: a high-level boundary unless it comes too early."""
+        fallback: tuple[int, int] | None = None
+        for level, (cuts, ends) in enumerate(zip(self.cuts, self.cut_ends)):
+            i = bisect_right(ends, hard) - 1
+            while i >= 0 and ends[i] > start:
+                end, nxt = cuts[i]
+                if nxt > start and self.allowed(end, nxt, level):
+                    if self.span(start, end) * 2 >= budget:
+                        return end, nxt
+                    if fallback is None or end > fallback[0]:
+                        fallback = (end, nxt)
+                    break
+                i -= 1
+        if fallback is not None:
+            return fallback
+        # No boundary at all: cut hard, but before a protected span rather than inside it.
+        for s, e in self.protected:
+            if s < hard < e and s > start:
+                return s, s
+        for fence in self.big_fences:
+            if fence.start < hard <= fence.open_end and fence.start > start:
+                return fence.start, fence.start
+        return hard, hard
+
+    def run(self) -> list[str]:
+        text, parts, start = self.text, [], 0
+        prefix = ""
+        while start < len(text):
+            while start < len(text) and text[start] == "\n":
+                start += 1
+            rest = text[start:].rstrip()
+            if not rest:
+                break
+            if self.measure(prefix) + self.span(start, start + len(rest)) <= self.limit:
+                parts.append(prefix + rest)
+                break
+            budget = self.limit - self.measure(prefix)
+            hard = self.furthest(start, budget)
+            if any(f.start < hard and f.end > start for f in self.big_fences):
+                reserve = max(self.measure(f.closer) + 1 for f in self.big_fences)
+                budget -= reserve
+                hard = self.furthest(start, budget)
+            if hard <= start:
+                raise ValueError(f"limit {self.limit} is too small to make progress")
+            end, nxt = self.choose(start, hard, budget)
+            fence = self.fence_at(end)
+            body = text[start:end].rstrip()
+            if body:
+                parts.append(prefix + body + (f"\n{fence.closer}" if fence else ""))
+            prefix = f"{fence.opener}\n" if fence and self.fence_at(nxt) is fence else ""
+            start = nxt
+        return parts
+
+
+def split_text(text: str, *, limit: int, unit: Unit = "chars") -> list[str]:
+    """Split `text` into parts of at most `limit` units (chars, or UTF-16 code units).
+
+    Cuts on paragraph, then line, then sentence, then word boundaries; never inside a fenced code
+    block or a URL unless that span alone exceeds the limit. Empty or blank text gives no parts.
+    """
+    if limit < 1:
+        raise ValueError("limit must be positive")
+    if not text.strip():
+        return []
+    if text_length(text, unit=unit) <= limit:
+        return [text]
+    return _Splitter(text, limit, unit).run()
+
+
+def render_citations(
+    citations: Iterable[Citation], *, style: CitationStyle, heading: str = "Sources:"
+) -> str:
+    """A numbered "Sources:" footer, with each citation as a link in the given dialect.
+
+    `markdown` gives `[title](url)`, `html` an escaped `<a href>`, `mrkdwn` Slack's `<url|title>`,
+    and `plain` `title (url)`. Duplicates are dropped; citations without a URL are listed by title.
+    Returns "" when there is nothing to cite.
+    """
+    seen: set[tuple[str, str | None]] = set()
+    lines: list[str] = []
+    for citation in citations:
+        title = (citation.title or citation.source).strip() or citation.source
+        key = (title, citation.url)
+        if key in seen:
+            continue
+        seen.add(key)
+        lines.append(f"{len(lines) + 1}. {_link(title, citation.url, style)}")
+    if not lines:
+        return ""
+    head = f"<b>{html.escape(heading)}</b>" if style == "html" else heading
+    return "\n".join([head, *lines])
+
+
+def _link(title: str, url: str | None, style: CitationStyle) -> str:
+    if style == "html":
+        if not url:
+            return html.escape(title)
+        return f'<a href="{html.escape(url, quote=True)}">{html.escape(title)}</a>'
+    if style == "mrkdwn":
+        safe = title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        return f"<{url}|{safe.replace('|', '¦')}>" if url else safe
+    if style == "markdown":
+        if not url:
+            return title
+        safe = title.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+        return f"[{safe}](<{url}>)" if any(c in url for c in " ()") else f"[{safe}]({url})"
+    return f"{title} ({url})" if url else title

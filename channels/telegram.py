@@ -1,0 +1,309 @@
+"""Telegram, through aiogram 3: webhook or long polling in, HTML messages out.
+
+Inbound
+- Webhook: Telegram sends `X-Telegram-Bot-Api-Secret-Token` (the secret given to setWebhook); we
+  compare it in constant time. The header carries no timestamp, so there is no staleness check;
+  replays are absorbed by the inbox's dedupe on `update_id`.
+- Polling (`mode: polling`): aiogram's Dispatcher long-polls getUpdates; an outer middleware turns
+  each update into the same normalized messages and hands them to `deliver`.
+- `external_id` is the `update_id`, Telegram's own delivery id, so redeliveries dedupe.
+- Edits are ignored on purpose (the original question was already answered; answering an edit
+  would double-reply). Deletions never reach bots. Callback queries, inline queries and payments
+  are ignored with a reason, as are service messages, our own and other bots' messages.
+- In groups the bot answers only when @mentioned, replied to, or sent a command, unless
+  `respond_in_groups: always`. Forum topics become `ConversationRef.thread`.
+- `/start` and `/help` are flagged as `raw["command"]` so the pipeline sends the greeting; `/ask
+  question` works in groups where privacy mode hides plain messages.
+
+Outbound: Markdown → Telegram HTML (`telegram_render`), split at 4096 UTF-16 units, citations as
+links. 429 `retry_after` is honoured in place (bounded), 5xx is retried with backoff, and chunks that
+went through are remembered so a retried send resumes rather than repeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from aiogram import Bot, Dispatcher
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.session.base import BaseSession
+from aiogram.client.telegram import TelegramAPIServer
+from aiogram.exceptions import (
+    TelegramAPIError,
+    TelegramBadRequest,
+    TelegramForbiddenError,
+    TelegramMigrateToChat,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
+)
+from aiogram.types import LinkPreviewOptions, ReplyParameters, Update
+from aiogram.utils.token import TokenValidationError
+
+from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
+from channels.telegram_render import TELEGRAM_LIMIT, markdown_to_html, render_messages, visible_length, visible_text
+from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser, decode_update
+from gateway.errors import ChannelSendError, ConfigError, RecipientUnreachable, SignatureInvalid
+from gateway.models import ConversationRef, InboundMessage, OutboundMessage
+from gateway.settings import TelegramChannel
+
+log = structlog.get_logger(__name__)
+
+SECRET_HEADER = "x-telegram-bot-api-secret-token"
+_UNREACHABLE = ("chat not found", "user is deactivated", "bot was kicked", "have no rights to send",
+                "not enough rights", "need administrator rights", "chat_write_forbidden")
+
+
+def make_bot(settings: TelegramChannel, *, session: BaseSession | None = None) -> Bot:
+    """An aiogram Bot for these settings, pointed at `api_base` when it is set."""
+    if session is None:
+        session = AiohttpSession(api=TelegramAPIServer.from_base(settings.api_base)) if settings.api_base else AiohttpSession()
+    try:
+        return Bot(settings.token, session=session)
+    except TokenValidationError:
+        raise ConfigError("telegram.token", "not a Telegram bot token (expected <bot id>:<secret>)") from None
+
+
+async def set_webhook(settings: TelegramChannel, url: str) -> None:
+    """Register `url` (<public base>/webhooks/{bot}/telegram) with Telegram, with our secret token."""
+    secret = settings.webhook_secret
+    if not secret or not all(c.isascii() and (c.isalnum() or c in "_-") for c in secret) or len(secret) > 256:
+        raise ConfigError("telegram.webhook_secret", "1-256 characters of A-Z, a-z, 0-9, _ and - are required")
+    bot = make_bot(settings)
+    try:
+        await bot.set_webhook(url=url, secret_token=secret, allowed_updates=list(ALLOWED_UPDATES))
+    except TelegramAPIError as exc:
+        raise ChannelSendError(f"setWebhook failed: {exc.message}", permanent=True) from exc
+    finally:
+        await bot.session.close()
+
+
+class TelegramAdapter:
+    """The Telegram channel: verify, parse, send, edit, typing, and the polling loop."""
+
+    name = "telegram"
+    capabilities = Capabilities(
+        max_length=TELEGRAM_LIMIT, markdown="html", length_unit="utf16", threads=True, edits=True, typing=True
+    )
+
+    def __init__(
+        self,
+        bot: str,
+        settings: TelegramChannel,
+        *,
+        http: BaseSession | None = None,
+        username: str | None = None,
+        max_attempts: int = 4,
+        max_retry_wait: float = 30.0,
+        polling_timeout: int = 25,
+    ) -> None:
+        self.bot_name = bot
+        self.settings = settings
+        self.bot = make_bot(settings, session=http)
+        self.parser = UpdateParser(
+            bot_id=self.bot.id, username=username, respond_in_groups=settings.respond_in_groups
+        )
+        self.max_attempts = max_attempts
+        self.max_retry_wait = max_retry_wait
+        self.polling_timeout = polling_timeout
+        self._dispatcher: Dispatcher | None = None
+        self._polling: asyncio.Task[None] | None = None
+        # Chunks already delivered per outbound message, so a retried send never repeats them.
+        self._progress: OrderedDict[str, list[str]] = OrderedDict()
+
+    # Inbound
+    def verify(self, request: RawRequest) -> None:
+        """Check the secret token header in constant time; raise SignatureInvalid otherwise."""
+        expected = self.settings.webhook_secret
+        if not expected:
+            raise SignatureInvalid("telegram.webhook_secret is not configured; refusing unauthenticated webhooks")
+        got = request.header(SECRET_HEADER)
+        if not got:
+            raise SignatureInvalid("missing X-Telegram-Bot-Api-Secret-Token")
+        if not secrets.compare_digest(got.encode(), expected.encode()):
+            raise SignatureInvalid("wrong X-Telegram-Bot-Api-Secret-Token")
+
+    def parse(self, request: RawRequest) -> WebhookResult:
+        """A verified webhook body (one Update) → normalized messages or ignore reasons. Pure."""
+        return self.parser.parse(decode_update(request.body))
+
+    # Outbound
+    async def send(self, message: OutboundMessage) -> list[str]:
+        """Render, split and send a reply; return Telegram message ids, one per message sent."""
+        conv = message.conversation
+        chunks = render_messages(message.text, message.citations, limit=TELEGRAM_LIMIT)
+        key = _progress_key(message)
+        done = self._progress.setdefault(key, [])
+        self._progress.move_to_end(key)
+        while len(self._progress) > 1024:
+            self._progress.popitem(last=False)
+        chat: int | str = _chat_id(conv.chat)
+        thread = int(conv.thread) if conv.thread.lstrip("-").isdigit() else None
+        reply_to = int(message.reply_to) if message.reply_to and message.reply_to.isdigit() else None
+        for index, chunk in enumerate(chunks):
+            if index < len(done):
+                continue  # delivered by an earlier attempt of this same send
+            chat, message_id = await self._send_chunk(chat, chunk, thread=thread, reply_to=reply_to if index == 0 else None)
+            done.append(message_id)
+            log.info("telegram.sent", bot=self.bot_name, chat=conv.chat, message_id=message_id, part=index + 1, parts=len(chunks))
+        self._progress.pop(key, None)
+        return list(done)
+
+    async def _send_chunk(self, chat: int | str, html: str, *, thread: int | None, reply_to: int | None) -> tuple[int | str, str]:
+        parse_mode: str | None = "HTML"
+        text = html
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                sent = await self.bot.send_message(
+                    chat_id=chat,
+                    text=text,
+                    parse_mode=parse_mode,
+                    message_thread_id=thread,
+                    link_preview_options=LinkPreviewOptions(is_disabled=True),
+                    reply_parameters=ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None,
+                )
+                return chat, str(sent.message_id)
+            except TelegramRetryAfter as exc:
+                # A 429 means the message was not accepted, so sending again cannot duplicate it.
+                if exc.retry_after > self.max_retry_wait or attempt == self.max_attempts:
+                    raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after)) from exc
+                log.warning("telegram.rate_limited", bot=self.bot_name, chat=str(chat), retry_after=exc.retry_after)
+                await asyncio.sleep(exc.retry_after)
+            except TelegramMigrateToChat as exc:
+                chat = exc.migrate_to_chat_id  # the group became a supergroup with a new id
+            except TelegramBadRequest as exc:
+                reason = exc.message.lower()
+                if "can't parse entities" in reason and parse_mode:
+                    # Our renderer should never produce this; if it does, the words still get through.
+                    log.error("telegram.html_rejected", bot=self.bot_name, error=exc.message)
+                    parse_mode, text = None, visible_text(html)
+                elif "thread not found" in reason and thread is not None:
+                    thread = None  # the topic was closed or deleted; answer in the main chat
+                elif any(marker in reason for marker in _UNREACHABLE):
+                    raise RecipientUnreachable(f"telegram: {exc.message}") from exc
+                else:
+                    raise ChannelSendError(f"telegram refused the message: {exc.message}", permanent=True) from exc
+            except TelegramForbiddenError as exc:
+                raise RecipientUnreachable(f"telegram: {exc.message}") from exc
+            except TelegramServerError as exc:
+                if attempt == self.max_attempts:
+                    raise ChannelSendError(f"telegram server error: {exc.message}", retry_after=5.0) from exc
+                await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
+            except TelegramNetworkError as exc:
+                # The request may have reached Telegram: do not resend here, let the worker decide.
+                raise ChannelSendError(f"telegram unreachable: {exc.message}", retry_after=5.0) from exc
+            except TelegramAPIError as exc:
+                raise ChannelSendError(f"telegram error: {exc.message}", permanent=True) from exc
+        raise ChannelSendError("telegram: send attempts exhausted", retry_after=5.0)
+
+    async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str) -> None:
+        """Replace a sent message's text (streaming by edits). The caller rolls over past the limit."""
+        html = markdown_to_html(text)
+        if visible_length(html) > TELEGRAM_LIMIT:
+            raise ChannelSendError("edit longer than Telegram's 4096 limit; send a new message instead", permanent=True)
+        if not visible_text(html).strip():
+            return
+        try:
+            await self.bot.edit_message_text(
+                text=html,
+                chat_id=_chat_id(conversation.chat),
+                message_id=int(provider_message_id),
+                parse_mode="HTML",
+                link_preview_options=LinkPreviewOptions(is_disabled=True),
+            )
+        except TelegramRetryAfter as exc:
+            # Streaming edits are disposable: report the wait and let the streamer coalesce.
+            raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after)) from exc
+        except TelegramBadRequest as exc:
+            if "message is not modified" in exc.message:
+                return
+            raise ChannelSendError(f"telegram refused the edit: {exc.message}", permanent=True) from exc
+        except TelegramForbiddenError as exc:
+            raise RecipientUnreachable(f"telegram: {exc.message}") from exc
+        except TelegramAPIError as exc:
+            raise ChannelSendError(f"telegram edit failed: {exc.message}") from exc
+
+    async def send_typing(self, conversation: ConversationRef) -> None:
+        """Show "typing…" for about 5 s. Best effort: a failure here must not fail the answer."""
+        thread = int(conversation.thread) if conversation.thread.lstrip("-").isdigit() else None
+        try:
+            await self.bot.send_chat_action(chat_id=_chat_id(conversation.chat), action="typing", message_thread_id=thread)
+        except TelegramAPIError as exc:
+            log.warning("telegram.typing_failed", bot=self.bot_name, chat=conversation.chat, error=exc.message)
+
+    # Lifecycle
+    async def start(self, deliver: Deliver) -> None:
+        """Learn our username (for @mentions); in polling mode, start long-polling getUpdates."""
+        try:
+            me = await self.bot.get_me()
+            self.parser.username = me.username
+        except TelegramAPIError as exc:
+            log.warning("telegram.get_me_failed", bot=self.bot_name, error=exc.message)
+        if self.settings.mode != "polling" or self._polling is not None:
+            return
+        # getUpdates is refused while a webhook is set; polling mode means we own the updates.
+        await self.bot.delete_webhook(drop_pending_updates=False)
+        dispatcher = Dispatcher()
+        dispatcher.update.outer_middleware(self._polling_middleware(deliver))
+        self._dispatcher = dispatcher
+        self._polling = asyncio.create_task(
+            dispatcher.start_polling(
+                self.bot,
+                polling_timeout=self.polling_timeout,
+                handle_as_tasks=False,  # one update at a time keeps each chat's order
+                allowed_updates=list(ALLOWED_UPDATES),
+                handle_signals=False,
+                close_bot_session=False,
+            ),
+            name=f"telegram-polling-{self.bot_name}",
+        )
+        log.info("telegram.polling_started", bot=self.bot_name)
+
+    def _polling_middleware(self, deliver: Deliver) -> Callable[..., Awaitable[Any]]:
+        async def middleware(handler: Any, event: Update, data: dict[str, Any]) -> None:
+            update = event.model_dump(mode="json", exclude_none=True, by_alias=True)
+            result = self.parser.parse(update)
+            for reason in result.ignored:
+                log.info("telegram.ignored", bot=self.bot_name, update_id=event.update_id, reason=reason)
+            for message in result.messages:
+                await self._deliver_with_retry(deliver, message)
+
+        return middleware
+
+    async def _deliver_with_retry(self, deliver: Deliver, message: InboundMessage) -> None:
+        # The offset moves past an update once fetched, so a storage hiccup must not lose it.
+        for attempt in range(1, 4):
+            try:
+                await deliver(message)
+                return
+            except Exception:  # noqa: BLE001 - any storage failure; retried, then logged loudly
+                if attempt == 3:
+                    log.exception("telegram.deliver_failed", bot=self.bot_name, external_id=message.external_id)
+                    return
+                await asyncio.sleep(0.2 * attempt)
+
+    async def stop(self) -> None:
+        """Stop polling (if running) and close the HTTP session."""
+        if self._polling is not None and self._dispatcher is not None:
+            if not self._polling.done():
+                await self._dispatcher.stop_polling()
+            await asyncio.gather(self._polling, return_exceptions=True)
+            self._polling = self._dispatcher = None
+            log.info("telegram.polling_stopped", bot=self.bot_name)
+        await self.bot.session.close()
+
+
+def _chat_id(chat: str) -> int | str:
+    return int(chat) if chat.lstrip("-").isdigit() else chat
+
+
+def _progress_key(message: OutboundMessage) -> str:
+    conv = message.conversation
+    blob = repr((conv.chat, conv.thread, message.text, message.citations, message.reply_to))
+    return hashlib.sha256(blob.encode()).hexdigest()

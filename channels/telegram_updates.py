@@ -1,0 +1,191 @@
+"""Telegram Update dicts → normalized InboundMessages, or a reason to ignore them. Pure: no network.
+
+Works on plain dicts (the webhook body, or an aiogram Update dumped by alias) rather than aiogram's
+models, because real updates from older Bot API versions (no `file_unique_id`) fail aiogram's
+validation yet are perfectly answerable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from channels.base import WebhookResult
+from gateway.errors import BadRequest
+from gateway.models import Attachment, ConversationRef, InboundMessage, Sender
+
+CHANNEL = "telegram"
+ALLOWED_UPDATES = ("message", "edited_message", "channel_post", "edited_channel_post")
+"""What we ask Telegram for (setWebhook / getUpdates); anything else is ignored if it arrives."""
+
+GREETING_COMMANDS = frozenset({"start", "help"})
+QUESTION_COMMANDS = frozenset({"ask"})
+_MEDIA = (  # (field, kind); order matters: an animation also carries a `document` copy
+    ("photo", "image"), ("animation", "video"), ("video", "video"), ("video_note", "video"),
+    ("voice", "audio"), ("audio", "audio"), ("document", "document"), ("sticker", "sticker"),
+    ("location", "location"), ("venue", "location"), ("contact", "other"), ("poll", "other"),
+    ("dice", "other"), ("game", "other"), ("invoice", "other"), ("story", "other"),
+)
+
+
+def decode_update(body: bytes) -> dict[str, Any]:
+    """The JSON object of a webhook body; BadRequest when it is not one."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"telegram webhook body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("telegram webhook body is not a JSON object")
+    return data
+
+
+def _utf16_slice(text: str, offset: int, length: int) -> str:
+    """Entity offsets are in UTF-16 units; slice accordingly."""
+    raw = text.encode("utf-16-le")
+    return raw[offset * 2 : (offset + length) * 2].decode("utf-16-le", errors="replace")
+
+
+def _strip_utf16(text: str, spans: list[tuple[int, int]]) -> str:
+    raw = text.encode("utf-16-le")
+    for offset, length in sorted(spans, reverse=True):
+        raw = raw[: offset * 2] + raw[(offset + length) * 2 :]
+    return " ".join(raw.decode("utf-16-le", errors="replace").split())
+
+
+@dataclass
+class _Addressing:
+    """How a message addresses the bot: a command, @mentions of us, or a refusal reason."""
+
+    text: str
+    command: str | None = None
+    mention_spans: list[tuple[int, int]] = field(default_factory=list)
+    addressed: bool = False
+    refusal: str | None = None
+
+
+def _display_name(user: dict[str, Any]) -> str:
+    name = " ".join(p for p in (user.get("first_name"), user.get("last_name")) if p)
+    return name or user.get("title") or user.get("username") or str(user.get("id", ""))
+
+
+class UpdateParser:
+    """Parses updates for one bot. `username` is learned by the adapter's start() (getMe)."""
+
+    def __init__(self, *, bot_id: int, username: str | None = None, respond_in_groups: str = "mention") -> None:
+        self.bot_id = bot_id
+        self.username = username
+        self.respond_in_groups = respond_in_groups
+
+    def parse(self, update: dict[str, Any]) -> WebhookResult:
+        """One update → at most one message, else the reason it is ignored."""
+        update_id = update.get("update_id")
+        if not isinstance(update_id, int):
+            return WebhookResult(ignored=("not a Telegram update: no integer update_id",))
+        kinds = [k for k in update if k != "update_id"]
+        kind = kinds[0] if kinds else "empty"
+        if kind in ("message", "channel_post"):
+            return self._message(update_id, update[kind], update)
+        if kind in ("edited_message", "edited_channel_post"):
+            # Answering an edit would double-reply to a question already answered.
+            return WebhookResult(ignored=(f"update {update_id}: {kind} ignored (edits are not re-answered)",))
+        if kind == "callback_query":
+            return WebhookResult(ignored=(f"update {update_id}: callback_query ignored (this bot sends no inline keyboards)",))
+        return WebhookResult(ignored=(f"update {update_id}: unsupported update type {kind}",))
+
+    def _message(self, update_id: int, msg: dict[str, Any], update: dict[str, Any]) -> WebhookResult:
+        def ignore(reason: str) -> WebhookResult:
+            return WebhookResult(ignored=(f"update {update_id}: {reason}",))
+
+        chat = msg.get("chat") or {}
+        if "id" not in chat or "message_id" not in msg:
+            return ignore("message without chat or message_id")
+        user = msg.get("from") or msg.get("sender_chat") or chat
+        if user.get("is_bot"):
+            return ignore("our own message" if user.get("id") == self.bot_id else "message from another bot")
+
+        text = msg.get("text") or msg.get("caption") or ""
+        entities = msg.get("entities") or msg.get("caption_entities") or []
+        attachments = self._attachments(msg)
+        if not text and not attachments:
+            service = next((k for k in msg if k not in ("message_id", "from", "chat", "date", "sender_chat")), "empty")
+            return ignore(f"service message ({service}) ignored")
+
+        raw: dict[str, Any] = {"update_id": update_id, "message_id": msg["message_id"], "chat_type": chat.get("type")}
+        addr = self._addressing(text, entities)
+        if addr.refusal:
+            return ignore(addr.refusal)
+        is_group = chat.get("type") != "private"
+        replied_to_us = ((msg.get("reply_to_message") or {}).get("from") or {}).get("id") == self.bot_id
+        if is_group and self.respond_in_groups != "always" and not (addr.addressed or replied_to_us):
+            return ignore("group message not addressed to the bot (no mention, reply or command)")
+        text = addr.text
+        if addr.command:
+            raw["command"] = addr.command
+        elif is_group and addr.mention_spans:
+            text = _strip_utf16(text, addr.mention_spans)
+        if msg.get("forward_origin") or msg.get("forward_from") or msg.get("forward_date"):
+            raw["forwarded"] = True
+
+        thread = str(msg["message_thread_id"]) if msg.get("is_topic_message") and msg.get("message_thread_id") else ""
+        reply = msg.get("reply_to_message") or {}
+        sent_at = datetime.fromtimestamp(int(msg.get("date") or 0), tz=timezone.utc)
+        inbound = InboundMessage(
+            channel=CHANNEL,
+            external_id=str(update_id),
+            conversation=ConversationRef(channel=CHANNEL, chat=str(chat["id"]), thread=thread),
+            sender=Sender(external_id=str(user.get("id", "")), display_name=_display_name(user), is_bot=False),
+            text=text,
+            attachments=attachments,
+            reply_to=str(reply["message_id"]) if reply.get("message_id") else None,
+            sent_at=sent_at,
+            raw={**raw, "update": update},
+        )
+        return WebhookResult(messages=(inbound,))
+
+    def _addressing(self, text: str, entities: list[dict[str, Any]]) -> _Addressing:
+        """Find our @mentions and a leading /command; refuse commands that are not ours."""
+        me = (self.username or "").lower()
+        found = _Addressing(text=text)
+        for entity in entities:
+            kind, offset, length = entity.get("type"), int(entity.get("offset", 0)), int(entity.get("length", 0))
+            if kind == "mention" and me and _utf16_slice(text, offset, length).lower() == f"@{me}":
+                found.mention_spans.append((offset, length))
+                found.addressed = True
+            elif kind == "text_mention" and (entity.get("user") or {}).get("id") == self.bot_id:
+                found.mention_spans.append((offset, length))
+                found.addressed = True
+            elif kind == "bot_command" and offset == 0:
+                name, _, target = _utf16_slice(text, offset, length)[1:].partition("@")
+                name = name.lower()
+                if target and target.lower() != me:
+                    who = "another bot" if me else "a bot (our username is not known yet)"
+                    found.refusal = f"command /{name} addressed to {who} @{target}"
+                elif name not in GREETING_COMMANDS | QUESTION_COMMANDS:
+                    found.refusal = f"unsupported command /{name}"
+                else:
+                    found.command = name if name in GREETING_COMMANDS else None
+                    found.text = _utf16_slice(text, offset + length, 1 << 30).strip()
+                    found.addressed = True  # in groups, a command is how users address a bot
+        return found
+
+    @staticmethod
+    def _attachments(msg: dict[str, Any]) -> tuple[Attachment, ...]:
+        caption = msg.get("caption")
+        for field, kind in _MEDIA:
+            item = msg.get(field)
+            if not item:
+                continue
+            if field == "photo":
+                item = max(item, key=lambda p: (p.get("width", 0) * p.get("height", 0), p.get("file_size", 0)))
+            if field in ("location", "venue"):
+                loc = item.get("location", item)
+                url = f"geo:{loc.get('latitude')},{loc.get('longitude')}"
+                return (Attachment(kind="location", url=url, caption=caption or item.get("title")),)
+            file_id = item.get("file_id") if isinstance(item, dict) else None
+            if field == "game":
+                file_id = ((item.get("animation") or {}).get("file_id")) or None
+            label = caption or (item.get("title") if field in ("game", "invoice") else None) or (item.get("emoji") if field == "sticker" else None)
+            return (Attachment(kind=kind, file_id=file_id, mime_type=item.get("mime_type"), caption=label),)
+        return ()

@@ -1,0 +1,388 @@
+"""WhatsApp through Twilio: signed form webhooks in, the Messages API out.
+
+Inbound: Twilio posts `application/x-www-form-urlencoded` to `POST /webhooks/{bot}/whatsapp` and
+signs it with `X-Twilio-Signature` over `public_url + /webhooks/{bot}/whatsapp` (from config, never
+from the proxied request) plus the sorted form fields. The same URL receives status callbacks,
+which become `StatusUpdate`s. Twilio sends no timestamp, so there is no staleness check; retries are
+deduplicated by `MessageSid`.
+
+Outbound: the answer's Markdown becomes WhatsApp's light formatting (`*bold*`, `_italic_`,
+`~strike~`, ```` ``` ```` code; links as "title (url)"), split at Twilio's 1,600 characters. WhatsApp
+is one-to-one through Twilio, so there are no groups, threads, edits or typing indicators here.
+
+The 24-hour customer-service window: free-form text is only allowed within 24 h of the customer's
+last message. The adapter cannot see the database, so the worker calls `within_window()` with the
+contact's `last_inbound_at` and picks `send()`, `send_template()` (settings.content_sid), or reports the
+message undeliverable. `send()` raises `RecipientUnreachable` for error 63016 (outside the window)
+and the other "cannot reach this person" codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import aiohttp
+from markdown_it import MarkdownIt
+from markdown_it.tree import SyntaxTreeNode
+from twilio.base.exceptions import TwilioRestException
+from twilio.http.async_http_client import AsyncTwilioHttpClient
+from twilio.request_validator import RequestValidator
+from twilio.rest import Client
+
+from channels.base import Capabilities, Deliver, RawRequest, StatusUpdate, WebhookResult
+from channels.render import render_citations, split_text
+from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
+from gateway.models import Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender
+from gateway.settings import WhatsAppChannel
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "whatsapp"
+MAX_LENGTH = 1600  # Twilio refuses a longer Body
+WINDOW = timedelta(hours=24)
+OUTSIDE_WINDOW = 63016
+# Codes meaning "this person cannot be reached right now", not "try again": outside the window,
+# opted out (STOP), invalid or unknown WhatsApp address, not a WhatsApp user.
+UNREACHABLE_CODES = frozenset({OUTSIDE_WINDOW, 21211, 21610, 21614, 63003, 63024})
+_STATUSES = {"sent": "sent", "delivered": "delivered", "read": "read", "failed": "failed",
+             "undelivered": "failed", "canceled": "failed"}
+
+_retry_after: contextvars.ContextVar[float | None] = contextvars.ContextVar("twilio_retry_after", default=None)
+
+
+def within_window(last_inbound_at: datetime | None, now: datetime) -> bool:
+    """Whether free-form messages are allowed: the customer wrote within the last 24 hours.
+
+    Naive datetimes are taken as UTC (SQLite returns them naive).
+    """
+    if last_inbound_at is None:
+        return False
+    if last_inbound_at.tzinfo is None:
+        last_inbound_at = last_inbound_at.replace(tzinfo=timezone.utc)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=timezone.utc)
+    return timedelta(0) <= now - last_inbound_at < WINDOW
+
+
+class _HeaderAwareHttpClient(AsyncTwilioHttpClient):
+    """Twilio's async client, remembering `Retry-After`: TwilioRestException does not carry headers.
+
+    A context variable keeps concurrent sends apart: the request runs in the caller's task.
+    """
+
+    async def request(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+        response = await super().request(*args, **kwargs)
+        value = (response.headers or {}).get("Retry-After")
+        try:
+            _retry_after.set(float(value) if value is not None else None)
+        except ValueError:
+            _retry_after.set(None)
+        return response
+
+
+class WhatsAppAdapter:
+    """The WhatsApp channel, through Twilio's Messages API."""
+
+    name = CHANNEL
+    capabilities = Capabilities(max_length=MAX_LENGTH, markdown="plain", length_unit="chars")
+
+    def __init__(
+        self,
+        bot: str,
+        settings: WhatsAppChannel,
+        *,
+        http: Any | None = None,
+        max_attempts: int = 3,
+        backoff: float = 0.5,
+        max_wait: float = 30.0,
+    ) -> None:
+        self.bot = bot
+        self.settings = settings
+        self.webhook_url = settings.public_url.rstrip("/") + f"/webhooks/{bot}/whatsapp"
+        self._validator = RequestValidator(settings.auth_token)
+        self._http = http
+        self._client: Client | None = None
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.max_wait = max_wait
+        self._from = settings.from_number.removeprefix("whatsapp:")
+
+    # -- inbound ----------------------------------------------------------------------------
+
+    def verify(self, request: RawRequest) -> None:
+        """Check `X-Twilio-Signature` against the configured public URL; raise `SignatureInvalid`."""
+        signature = request.header("x-twilio-signature")
+        if not signature:
+            raise SignatureInvalid("missing X-Twilio-Signature")
+        query = urlsplit(request.url).query
+        url = f"{self.webhook_url}?{query}" if query else self.webhook_url
+        try:
+            params = dict(parse_qsl(request.body.decode("utf-8"), keep_blank_values=True))
+        except UnicodeDecodeError:
+            raise SignatureInvalid("body is not UTF-8 form data") from None
+        if not self._validator.validate(url, params, signature):
+            raise SignatureInvalid("X-Twilio-Signature does not match")
+
+    def parse(self, request: RawRequest) -> WebhookResult:
+        """Turn a verified webhook (inbound message or status callback) into a `WebhookResult`."""
+        try:
+            pairs = parse_qsl(request.body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+        except UnicodeDecodeError:
+            raise BadRequest("body is not UTF-8 form data") from None
+        # NUL bytes are legal in form data but not in PostgreSQL text; strip them everywhere.
+        return self.parse_form({k.replace("\x00", ""): v.replace("\x00", "") for k, v in pairs})
+
+    def parse_form(self, form: Mapping[str, str]) -> WebhookResult:
+        """Parse already-decoded Twilio form fields (also used for the JSON fixtures in tests)."""
+        sid = form.get("MessageSid") or form.get("SmsMessageSid") or form.get("SmsSid")
+        if not sid:
+            raise BadRequest("Twilio webhook without MessageSid")
+        if "MessageStatus" in form and form.get("SmsStatus") != "received":
+            return self._status(sid, form)
+        sender = form.get("From", "")
+        if not sender:
+            raise BadRequest("Twilio webhook without From")
+        if sender.removeprefix("whatsapp:") == self._from:
+            return WebhookResult(ignored=(f"own message {sid} echoed back",))
+        text = form.get("Body", "")
+        attachments = _attachments(form)
+        if not text.strip() and not attachments:
+            return WebhookResult(ignored=(f"message {sid} has no text and no media",))
+        message = InboundMessage(
+            channel=CHANNEL,
+            external_id=sid,
+            # Twilio WhatsApp is one-to-one: the chat is the customer's address as Twilio wrote it
+            # (with or without `whatsapp:`), so a reply goes back the same way.
+            conversation=ConversationRef(channel=CHANNEL, workspace=form.get("To", ""), chat=sender),
+            sender=Sender(
+                external_id=form.get("WaId") or sender.removeprefix("whatsapp:"),
+                display_name=form.get("ProfileName", ""),
+            ),
+            text=text,
+            attachments=attachments,
+            reply_to=form.get("OriginalRepliedMessageSid") or None,
+            raw=dict(form),
+        )
+        return WebhookResult(messages=(message,))
+
+    def _status(self, sid: str, form: Mapping[str, str]) -> WebhookResult:
+        raw_status = form.get("MessageStatus", "")
+        status = _STATUSES.get(raw_status)
+        if status is None:
+            return WebhookResult(ignored=(f"status {raw_status!r} for {sid} is not tracked",))
+        update = StatusUpdate(provider_message_id=sid, status=status, error_code=form.get("ErrorCode") or None)  # type: ignore[arg-type]
+        return WebhookResult(status_updates=(update,))
+
+    # -- outbound ---------------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> list[str]:
+        """Render, split at 1,600 chars and send; return the Twilio message SIDs in order.
+
+        On failure raises `ChannelSendError` or `RecipientUnreachable`; its `sent_ids` attribute lists
+        the parts that did go through, so a retry can resume without duplicating them.
+        """
+        text = to_whatsapp(message.text)
+        footer = render_citations(message.citations, style="plain")
+        if footer:
+            text = f"{text}\n\n{footer}" if text.strip() else footer
+        sent: list[str] = []
+        for part in split_text(text, limit=MAX_LENGTH):
+            try:
+                sent.append(await self._create(to=message.conversation.chat, body=part))
+            except (ChannelSendError, RecipientUnreachable) as exc:
+                exc.sent_ids = list(sent)  # type: ignore[attr-defined]
+                raise
+        return sent
+
+    async def send_template(
+        self, conversation: ConversationRef, *, content_sid: str, variables: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """Send an approved Content template: the only way to reach a customer outside the window."""
+        content = json.dumps({str(k): str(v) for k, v in (variables or {}).items()})
+        sid = await self._create(to=conversation.chat, content_sid=content_sid, content_variables=content)
+        return [sid]
+
+    async def send_typing(self, conversation: ConversationRef) -> None:
+        """No-op: Twilio's Messages API has no typing indicator for WhatsApp."""
+
+    async def start(self, deliver: Deliver) -> None:
+        """Nothing to start: Twilio only uses webhooks."""
+
+    async def stop(self) -> None:
+        """Close the HTTP session."""
+        if self._client is not None and isinstance(self._client.http_client, AsyncTwilioHttpClient):
+            await self._client.http_client.close()
+        self._client = None
+
+    def _rest(self) -> Client:
+        # Built lazily, inside the running loop: aiohttp sessions belong to the loop that made them.
+        if self._client is None:
+            http = self._http or _HeaderAwareHttpClient()
+            client = Client(self.settings.account_sid, self.settings.auth_token, http_client=http, environment={})
+            if self.settings.api_base:
+                client.api.base_url = self.settings.api_base.rstrip("/")
+            self._client = client
+        return self._client
+
+    async def _create(self, *, to: str, **fields: str) -> str:
+        """One Messages.create with bounded retries for 429/503, which Twilio did not process."""
+        sender = f"whatsapp:{self._from}" if to.startswith("whatsapp:") else self._from
+        params: dict[str, Any] = {"to": to, "from_": sender, **fields}
+        if self.settings.public_url:
+            params["status_callback"] = self.webhook_url
+        for attempt in range(1, self.max_attempts + 1):
+            _retry_after.set(None)
+            try:
+                created = await self._rest().messages.create_async(**params)
+                return str(created.sid)
+            except TwilioRestException as exc:
+                wait = self._retry_wait(exc, attempt)
+                if wait is None:
+                    raise _translate(exc) from exc
+            except aiohttp.ClientConnectorError as exc:
+                # The connection never opened, so nothing was sent: safe to retry.
+                wait = self.backoff * 2 ** (attempt - 1)
+                if attempt == self.max_attempts:
+                    raise ChannelSendError(f"Twilio unreachable: {exc}") from exc
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                # The request may have been processed; retrying could send the message twice.
+                raise ChannelSendError(f"Twilio request failed, delivery unknown: {exc!r}") from exc
+            log.warning("twilio send retry", extra={"bot": self.bot, "attempt": attempt, "wait": wait})
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _retry_wait(self, exc: TwilioRestException, attempt: int) -> float | None:
+        """Seconds to wait before retrying, or None when this error must not be retried here."""
+        if exc.status not in (429, 503) or attempt >= self.max_attempts:
+            return None
+        wait = _retry_after.get()
+        wait = self.backoff * 2 ** (attempt - 1) if wait is None else wait
+        return wait if wait <= self.max_wait else None
+
+
+def _translate(exc: TwilioRestException) -> ChannelSendError | RecipientUnreachable:
+    """Twilio's error into the gateway's tree, at the boundary."""
+    if exc.code in UNREACHABLE_CODES:
+        return RecipientUnreachable(f"Twilio {exc.code}: {exc.msg}")
+    retry_after = _retry_after.get()
+    if exc.status == 429 and retry_after is None:
+        retry_after = 1.0
+    transient = exc.status == 429 or exc.status >= 500
+    return ChannelSendError(f"Twilio {exc.status} ({exc.code}): {exc.msg}", retry_after=retry_after,
+                            permanent=not transient)
+
+
+def _attachments(form: Mapping[str, str]) -> tuple[Attachment, ...]:
+    """Media (`NumMedia`, `MediaUrl{i}`, `MediaContentType{i}`) and a shared location, as metadata."""
+    found: list[Attachment] = []
+    try:
+        count = int(form.get("NumMedia") or 0)
+    except ValueError:
+        count = 0
+    for i in range(min(count, 10)):  # Twilio delivers at most 10 media per message
+        url = form.get(f"MediaUrl{i}")
+        if url:
+            mime = form.get(f"MediaContentType{i}") or None
+            found.append(Attachment(kind=_kind(mime), url=url, mime_type=mime))
+    lat, lon = form.get("Latitude"), form.get("Longitude")
+    if lat and lon:
+        label = form.get("Address") or form.get("Label") or None
+        found.append(Attachment(kind="location", url=f"geo:{lat},{lon}", caption=label))
+    return tuple(found)
+
+
+def _kind(mime: str | None) -> str:
+    major = (mime or "").split("/", 1)[0]
+    if mime == "image/webp":
+        return "sticker"  # WhatsApp stickers arrive as WebP images
+    if major in ("image", "audio", "video"):
+        return major
+    if major in ("application", "text"):
+        return "document"
+    return "other"
+
+
+# -- Markdown to WhatsApp -------------------------------------------------------------------
+
+_md = MarkdownIt("commonmark").enable(["strikethrough", "table"])
+_TAG = re.compile(r"<[^>]+>")
+
+
+def to_whatsapp(markdown: str) -> str:
+    """Markdown to WhatsApp's light formatting; links become "title (url)"."""
+    if not markdown.strip():
+        return ""
+    root = SyntaxTreeNode(_md.parse(markdown))
+    return _blocks(root.children, tight=False).strip("\n")
+
+
+def _blocks(nodes: list[SyntaxTreeNode], *, tight: bool) -> str:
+    return ("\n" if tight else "\n\n").join(b for b in (_block(n) for n in nodes) if b)
+
+
+def _block(node: SyntaxTreeNode) -> str:
+    kind = node.type
+    if kind == "paragraph":
+        return _inline(node.children)
+    if kind == "heading":
+        title = _inline(node.children, plain_emphasis=True).strip()
+        return f"*{title}*" if title else ""
+    if kind in ("fence", "code_block"):
+        return "```\n" + node.content.rstrip("\n") + "\n```"
+    if kind in ("bullet_list", "ordered_list"):
+        start = int(node.attrs.get("start", 1)) if kind == "ordered_list" else 0
+        tight = all(p.hidden for item in node.children for p in item.children if p.type == "paragraph")
+        lines = []
+        for i, item in enumerate(node.children):
+            marker = f"{start + i}. " if kind == "ordered_list" else "- "
+            body = _blocks(item.children, tight=tight).replace("\n", "\n" + " " * len(marker))
+            lines.append(marker + body)
+        return ("\n" if tight else "\n\n").join(lines)
+    if kind == "blockquote":
+        return "\n".join("> " + line if line else ">" for line in _blocks(node.children, tight=False).split("\n"))
+    if kind == "hr":
+        return "———"
+    if kind == "table":
+        rows = [row for section in node.children for row in section.children]
+        return "\n".join(" | ".join(_inline(cell.children) for cell in row.children) for row in rows)
+    if kind == "html_block":
+        return _TAG.sub("", node.content).strip()
+    return _blocks(node.children, tight=False) if node.children else node.content
+
+
+def _inline(nodes: list[SyntaxTreeNode], *, plain_emphasis: bool = False) -> str:
+    out: list[str] = []
+    for node in nodes:
+        if node.type == "inline":
+            out.append(_inline(node.children, plain_emphasis=plain_emphasis))
+        elif node.type == "text":
+            out.append(node.content)
+        elif node.type in ("softbreak", "hardbreak"):
+            out.append("\n")
+        elif node.type == "code_inline":
+            out.append(f"`{node.content}`")
+        elif node.type in ("strong", "em", "s"):
+            inner = _inline(node.children, plain_emphasis=plain_emphasis)
+            mark = "" if plain_emphasis or not inner.strip() else {"strong": "*", "em": "_", "s": "~"}[node.type]
+            out.append(f"{mark}{inner}{mark}")
+        elif node.type in ("link", "image"):
+            url = str(node.attrs.get("href") or node.attrs.get("src") or "")
+            title = _inline(node.children, plain_emphasis=plain_emphasis) if node.type == "link" else node.content
+            title = title.strip()
+            if not url or title in (url, url.removeprefix("mailto:")):
+                out.append(title or url)
+            else:
+                out.append(f"{title} ({url})" if title else url)
+        elif node.type == "html_inline":
+            out.append("\n" if re.fullmatch(r"<br\s*/?>", node.content, re.IGNORECASE) else "")
+        else:
+            out.append(_inline(node.children, plain_emphasis=plain_emphasis) if node.children else node.content)
+    return "".join(out)

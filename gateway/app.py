@@ -1,0 +1,61 @@
+"""The composition root: `create_app(settings)` wires every service and the HTTP edge."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from gateway import __version__
+from gateway.http import admin, health, webchat, webhooks
+from gateway.http.webchat import STATIC_DIR
+from gateway.observability import configure_logging
+from gateway.services import Services, build_services
+from gateway.settings import Settings, _secret_values
+
+log = structlog.get_logger("gateway.app")
+
+
+def create_app(settings: Settings, *, services: Services | None = None, start_worker: bool = True,
+               start_scheduler: bool = True, start_channels: bool = True) -> FastAPI:
+    """Build the ASGI app. Services start in the lifespan and stop with it."""
+    configure_logging(level=settings.log_level, fmt=settings.log_format,
+                      secrets=[value for _, value in _secret_values(settings.model_dump())])
+    svc = services or build_services(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await svc.start(worker=start_worker, scheduler=start_scheduler, channels=start_channels)
+        log.info("gateway.started", bots=[b.name for b in settings.bots],
+                 channels=sorted(f"{b}/{c}" for b, c in svc.adapters))
+        try:
+            yield
+        finally:
+            await svc.stop()
+            log.info("gateway.stopped")
+
+    app = FastAPI(title="Bot gateway", version=__version__, lifespan=lifespan)
+    app.state.services = svc
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}" if where
+                             else first.get("msg", "invalid request")}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("http.unhandled", error_type=type(exc).__name__)
+        return JSONResponse({"error": "internal error"}, status_code=500)
+
+    app.include_router(health.router)
+    app.include_router(webchat.router)
+    app.include_router(webhooks.router)
+    app.include_router(admin.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app

@@ -1,0 +1,277 @@
+"""The command line: serve, ingest, eval, chat, db upgrade, telegram set-webhook."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+
+from gateway.errors import ConfigError, GatewayError, IndexBusy
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="Multi-channel bot gateway")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--config", help="config file (default: $GATEWAY_CONFIG or ./config.yaml)")
+        return p
+
+    serve = with_config(sub.add_parser("serve", help="run the HTTP server, worker, scheduler and channels"))
+    serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+
+    ingest = with_config(sub.add_parser("ingest", help="ingest the knowledge sources now"))
+    ingest.add_argument("--bot")
+    ingest.add_argument("--source")
+    ingest.add_argument("--json", action="store_true", help="print the counts as JSON")
+
+    ev = sub.add_parser("eval", help="retrieval metrics of a document folder against a question file")
+    ev.add_argument("--config", help="config file for the defaults (optional)")
+    ev.add_argument("--docs", required=True)
+    ev.add_argument("--questions", required=True)
+    ev.add_argument("--k", type=int, default=None, help="k of the hybrid search (default: the configured k)")
+    ev.add_argument("--json", action="store_true")
+
+    chat = with_config(sub.add_parser("chat", help="chat with a bot in the terminal"))
+    chat.add_argument("--bot")
+
+    db = sub.add_parser("db", help="database migrations")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    with_config(db_sub.add_parser("upgrade", help="apply every migration"))
+
+    tg = sub.add_parser("telegram", help="Telegram helpers")
+    tg_sub = tg.add_subparsers(dest="tg_command", required=True)
+    hook = with_config(tg_sub.add_parser("set-webhook", help="register <url>/webhooks/<bot>/telegram with Telegram"))
+    hook.add_argument("--bot", required=True)
+    hook.add_argument("--url", required=True, help="the gateway's public base URL, e.g. https://bots.example.com")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "db":
+            return _db_upgrade(args)
+        if args.command == "ingest":
+            return asyncio.run(_ingest(args))
+        if args.command == "eval":
+            return asyncio.run(_eval(args))
+        if args.command == "chat":
+            return asyncio.run(_chat(args))
+        if args.command == "telegram":
+            return asyncio.run(_set_webhook(args))
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    except GatewayError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 1
+
+
+def _settings(args):
+    from gateway.settings import load_settings
+
+    return load_settings(getattr(args, "config", None))
+
+
+def _serve(args) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    settings = _settings(args)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False)
+    return 0
+
+
+def _db_upgrade(args) -> int:
+    from alembic import command
+    from alembic.config import Config
+
+    settings = _settings(args)
+    root = Path(__file__).resolve().parent.parent
+    config = Config(str(root / "alembic.ini"))
+    config.set_main_option("script_location", str(root / "alembic"))
+    config.attributes["database_url"] = settings.database_url
+    command.upgrade(config, "head")
+    print(f"database is at the latest migration ({_safe_url(settings.database_url)})")
+    return 0
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+async def _ingest(args) -> int:
+    from gateway.knowledge import Knowledge
+    from gateway.observability import configure_logging
+    from storage.engine import create_engine, session_factory
+
+    settings = _settings(args)
+    configure_logging(level="WARNING")
+    engine = create_engine(settings.database_url)
+    knowledge = Knowledge(settings, sessions=session_factory(engine))
+    try:
+        try:
+            await knowledge.open()
+        except IndexBusy:
+            return await _ingest_via_server(args, settings)
+        progress = None if args.json or not sys.stderr.isatty() else _progress_bar()
+        try:
+            if progress is None:
+                reports = await knowledge.ingest(bot=args.bot, source=args.source, trigger="cli")
+            else:
+                with progress as bar:
+                    reports = await knowledge.ingest(bot=args.bot, source=args.source, trigger="cli",
+                                                     progress=bar.callback)
+        except KeyError as exc:
+            print(f"error: unknown {exc.args[0]}", file=sys.stderr)
+            return 2
+    finally:
+        await knowledge.close()
+        await engine.dispose()
+    return _print_reports([r.as_dict() for r in reports], as_json=args.json)
+
+
+def _print_reports(runs: list[dict], *, as_json: bool) -> int:
+    totals = {k: sum(r[k] for r in runs) for k in ("added", "updated", "deleted", "unchanged")}
+    if as_json:
+        print(json.dumps({**totals, "runs": runs}))
+    else:
+        for run in runs:
+            errors = f", {len(run['errors'])} error(s)" if run["errors"] else ""
+            print(f"{run['bot']}/{run['source']}: {run['added']} added, {run['updated']} updated, "
+                  f"{run['deleted']} deleted, {run['unchanged']} unchanged chunks in {run['duration_s']:.1f}s{errors}")
+            for err in run["errors"]:
+                print(f"  ! {err}", file=sys.stderr)
+    return 1 if any(r["status"] == "failed" for r in runs) else 0
+
+
+async def _ingest_via_server(args, settings) -> int:
+    import httpx
+
+    token_path = Path(settings.qdrant.path).parent / "admin.token"
+    host, port = os.environ.get("HOST", "127.0.0.1"), os.environ.get("PORT", "8000")
+    if not token_path.exists():
+        print(f"error: {settings.qdrant.path} is in use by another process, and no running gateway server "
+              f"was found to ingest through ({token_path} is missing). Stop the other process and retry.",
+              file=sys.stderr)
+        return 1
+    print(f"{settings.qdrant.path} is held by the running server; ingesting through it at {host}:{port}",
+          file=sys.stderr)
+    params = {k: v for k, v in (("bot", args.bot), ("source", args.source)) if v}
+    try:
+        async with httpx.AsyncClient(timeout=3600) as client:
+            response = await client.post(f"http://{host}:{port}/v1/admin/ingest", params=params,
+                                         headers={"Authorization": f"Bearer {token_path.read_text().strip()}"})
+    except httpx.HTTPError as exc:
+        print(f"error: the index is busy and the server at {host}:{port} did not answer ({exc}). "
+              "Set HOST/PORT to the running server, or stop it and retry.", file=sys.stderr)
+        return 1
+    if response.status_code != 200:
+        print(f"error: server refused the ingest: {response.status_code} {response.text}", file=sys.stderr)
+        return 1
+    return _print_reports(response.json()["runs"], as_json=args.json)
+
+
+class _progress_bar:
+    """A rich progress bar on the terminal, fed by the ingester's (done, total, label) callback."""
+
+    def __enter__(self):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), transient=False)
+        self._progress.__enter__()
+        self._tasks: dict[str, int] = {}
+        return self
+
+    def callback(self, done: int, total: int, label: str = "ingest") -> None:
+        if label not in self._tasks:
+            self._tasks[label] = self._progress.add_task(label, total=total)
+        self._progress.update(self._tasks[label], completed=done, total=total)
+
+    def __exit__(self, *exc):
+        return self._progress.__exit__(*exc)
+
+
+async def _eval(args) -> int:
+    from gateway.settings import Settings, load_settings
+    from rag.eval import evaluate
+
+    settings = load_settings(args.config) if args.config or Path(os.environ.get("GATEWAY_CONFIG", "config.yaml")).exists() else Settings()
+    result = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k=args.k)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:>20}: {value:.3f}" if isinstance(value, float) else f"{key:>20}: {value}")
+    return 0
+
+
+async def _chat(args) -> int:
+    from gateway.http.webchat import _reply_for, _wait_for_reply
+    from gateway.models import ConversationRef, InboundMessage, Sender
+    from gateway.observability import configure_logging
+    from gateway.services import build_services
+
+    settings = _settings(args)
+    configure_logging(level="WARNING")
+    bot = settings.bot(args.bot) if args.bot else (settings.bots[0] if settings.bots else None)
+    if bot is None:
+        print("error: no bots configured", file=sys.stderr)
+        return 2
+    svc = build_services(settings, with_scheduler=False, poll_interval=0.2)
+    session_id = f"terminal-{uuid.uuid4().hex[:12]}"
+    await svc.start(scheduler=False, channels=False)
+    print(f"Chatting with {bot.name!r}. Empty line or Ctrl-D to quit.")
+    try:
+        while True:
+            try:
+                text = await asyncio.to_thread(input, "you> ")
+            except EOFError:
+                break
+            if not text.strip():
+                break
+            message = InboundMessage(channel="web", external_id=uuid.uuid4().hex,
+                                     conversation=ConversationRef(channel="web", chat=session_id),
+                                     sender=Sender(external_id=session_id, display_name="Terminal"), text=text)
+            accepted = await svc.inbox.accept(bot.name, message)
+            reply = await _wait_for_reply(svc, accepted.message_id, timeout=120)
+            print(f"{bot.name}> {reply['reply'] if reply['reply'] is not None else '(a person will reply)'}")
+            for i, citation in enumerate(reply["citations"], 1):
+                print(f"    [{i}] {citation['title']} — {citation.get('url') or citation['source']}")
+    finally:
+        await svc.stop()
+    return 0
+
+
+async def _set_webhook(args) -> int:
+    from channels.telegram import set_webhook
+
+    settings = _settings(args)
+    bot = settings.bot(args.bot)
+    if bot.channels.telegram is None:
+        print(f"error: bot {bot.name!r} has no telegram channel", file=sys.stderr)
+        return 2
+    url = args.url.rstrip("/") + f"/webhooks/{bot.name}/telegram"
+    await set_webhook(bot.channels.telegram, url)
+    print(f"webhook set: {url}")
+    return 0

@@ -1,0 +1,54 @@
+"""An in-process publish/subscribe bus.
+
+It carries progress that callers wait on (a message was answered, a token was streamed, an
+escalation changed). It is an optimisation, never the source of truth: every waiter also polls
+the store, so a reply produced by another replica is still found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+
+class EventBus:
+    """Topic → subscriber queues. Publishing never blocks: a slow subscriber drops its oldest event."""
+
+    def __init__(self, *, max_queue: int = 1000) -> None:
+        self._subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = defaultdict(set)
+        self._max_queue = max_queue
+
+    def publish(self, topic: str, event: dict[str, Any]) -> None:
+        """Deliver `event` to everyone subscribed to `topic` right now."""
+        for queue in list(self._subscribers.get(topic, ())):
+            if queue.full():
+                queue.get_nowait()
+            queue.put_nowait(event)
+
+    @asynccontextmanager
+    async def subscribe(self, topic: str) -> AsyncIterator[asyncio.Queue[dict[str, Any]]]:
+        """A queue receiving the topic's events for the duration of the `async with`."""
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(self._max_queue)
+        self._subscribers[topic].add(queue)
+        try:
+            yield queue
+        finally:
+            self._subscribers[topic].discard(queue)
+            if not self._subscribers[topic]:
+                del self._subscribers[topic]
+
+
+def message_topic(message_id: int) -> str:
+    """The topic of one inbound message's progress (tokens, done)."""
+    return f"message:{message_id}"
+
+
+def conversation_topic(conversation_id: int) -> str:
+    """The topic of a conversation's new messages."""
+    return f"conversation:{conversation_id}"
+
+
+ESCALATIONS_TOPIC = "escalations"

@@ -1,0 +1,1 @@
+"""The HTTP edge: routers that translate requests into service calls. No business logic here."""

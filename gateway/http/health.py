@@ -1,0 +1,56 @@
+"""Liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from gateway.http.deps import services
+from storage import repositories as repo
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> JSONResponse:
+    """Ready when the database and the vector index answer; lists the next scheduled ingests."""
+    svc = services(request)
+    checks: dict[str, str] = {}
+    try:
+        async with asyncio.timeout(5):
+            async with svc.sessions() as session:
+                await session.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"error: {type(exc).__name__}"
+    try:
+        async with asyncio.timeout(5):
+            await svc.knowledge.ping()
+        checks["qdrant"] = "ok"
+    except Exception as exc:
+        checks["qdrant"] = f"error: {type(exc).__name__}: {exc}"[:200]
+    ready = all(v == "ok" for v in checks.values())
+    body = {"status": "ready" if ready else "not ready", "checks": checks,
+            "schedule": svc.scheduler.next_runs() if svc.scheduler else {}}
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """Prometheus exposition of the gateway's own registry."""
+    svc = services(request)
+    try:
+        async with svc.sessions() as session:
+            svc.metrics.queue_depth.set(await repo.queue_depth(session))
+    except Exception:  # metrics must render even when the database is down
+        pass
+    return Response(svc.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,179 @@
+"""The web chat API and widget: list bots, chat (JSON or SSE), read a session's transcript."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, JSONResponse
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+from sse_starlette.sse import EventSourceResponse
+
+from gateway.events import message_topic
+from gateway.http.deps import error, services
+from gateway.models import ConversationRef, InboundMessage, Sender
+from storage import repositories as repo
+from storage.models import Conversation, Message
+
+router = APIRouter(tags=["web chat"])
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+_SESSION_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+class ChatRequest(BaseModel):
+    """A web chat message. `message_id` makes a retried POST idempotent."""
+
+    session_id: str = Field(max_length=128)
+    text: str
+    message_id: str | None = Field(default=None, max_length=128)
+
+
+@router.get("/", include_in_schema=False)
+async def widget() -> FileResponse:
+    """The chat widget."""
+    return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+
+@router.get("/v1/bots")
+async def list_bots(request: Request) -> dict[str, Any]:
+    """The bots that have the web chat enabled."""
+    svc = services(request)
+    return {"bots": [{"name": b.name, "channels": [c for c in ("web", "telegram", "slack", "discord", "whatsapp")
+                                                   if getattr(b.channels, c) is not None]}
+                     for b in svc.settings.bots if b.channels.web is not None and b.channels.web.enabled]}
+
+
+def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | None:
+    svc = services(request)
+    try:
+        settings = svc.settings.bot(bot)
+    except KeyError:
+        return error(404, f"unknown bot {bot!r}")
+    if settings.channels.web is None or not settings.channels.web.enabled:
+        return error(404, f"bot {bot!r} has no web chat")
+    if not _SESSION_ID.match(body.session_id):
+        return error(422, "session_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'")
+    if not body.text.strip():
+        return error(422, "text is empty")
+    limit = settings.channels.web.max_message_chars
+    if len(body.text) > limit:
+        return error(413, f"text is {len(body.text)} characters; the limit is {limit}", limit=limit)
+    if "\x00" in body.text:
+        return error(422, "text contains a NUL byte")
+    return None
+
+
+@router.post("/v1/bots/{bot}/chat")
+async def chat(bot: str, body: ChatRequest, request: Request):
+    """Store the message, wait for the worker's answer, and return it (or stream it as SSE)."""
+    refused = _validate(request, bot, body)
+    if refused is not None:
+        return refused
+    svc = services(request)
+    message = InboundMessage(
+        channel="web", external_id=body.message_id or uuid.uuid4().hex,
+        conversation=ConversationRef(channel="web", chat=body.session_id),
+        sender=Sender(external_id=body.session_id, display_name="Web visitor"), text=body.text,
+    )
+    accepted = await svc.inbox.accept(bot, message)
+    if "text/event-stream" in request.headers.get("accept", ""):
+        return EventSourceResponse(_stream(svc, accepted.message_id), ping=15)
+    result = await _wait_for_reply(svc, accepted.message_id, timeout=svc.reply_timeout)
+    return JSONResponse(result, status_code=200 if not result.get("pending") else 202)
+
+
+async def _stream(svc, message_id: int):
+    async with svc.bus.subscribe(message_topic(message_id)) as queue:
+        deadline = asyncio.get_running_loop().time() + svc.reply_timeout
+        while True:
+            status = await _status(svc, message_id)
+            if status not in ("pending", None):
+                break
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            try:
+                event = await asyncio.wait_for(queue.get(), timeout=min(0.5, remaining))
+            except asyncio.TimeoutError:
+                continue
+            if event.get("type") == "token":
+                yield {"event": "token", "data": json.dumps({"text": event["text"]})}
+            elif event.get("type") == "done":
+                break
+    yield {"event": "done", "data": json.dumps(await _reply_for(svc, message_id))}
+
+
+async def _wait_for_reply(svc, message_id: int, *, timeout: float) -> dict[str, Any]:
+    """Wait on the bus, and poll the store too, so an answer written by another replica is found."""
+    async with svc.bus.subscribe(message_topic(message_id)) as queue:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while await _status(svc, message_id) == "pending":
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(queue.get(), timeout=min(0.5, remaining))
+            except asyncio.TimeoutError:
+                pass
+    return await _reply_for(svc, message_id)
+
+
+async def _status(svc, message_id: int) -> str | None:
+    async with svc.sessions() as session:
+        return (await session.execute(select(Message.status).where(Message.id == message_id))).scalar_one_or_none()
+
+
+async def _reply_for(svc, message_id: int) -> dict[str, Any]:
+    async with svc.sessions() as session:
+        inbound = await session.get(Message, message_id)
+        conversation = await session.get(Conversation, inbound.conversation_id)
+        replies = (await session.execute(
+            select(Message).where(Message.reply_to_id == message_id, Message.direction == "out")
+            .order_by(Message.id))).scalars().all()
+    bot_replies = [r for r in replies if r.author in ("bot", "system")]
+    citations: list[dict[str, Any]] = []
+    for reply in bot_replies:
+        for citation in reply.citations or []:
+            if citation not in citations:
+                citations.append(citation)
+    body: dict[str, Any] = {
+        "reply": "\n\n".join(r.text for r in bot_replies) if bot_replies else None,
+        "citations": citations,
+        "conversation_id": conversation.id,
+        "state": conversation.state,
+        "message_id": message_id,
+    }
+    if inbound.status == "pending":
+        body["pending"] = True
+    return body
+
+
+@router.get("/v1/bots/{bot}/sessions/{session_id}/messages")
+async def session_messages(bot: str, session_id: str, request: Request, after: int = 0) -> JSONResponse:
+    """The session's transcript after message `after`, operator replies included."""
+    svc = services(request)
+    try:
+        svc.settings.bot(bot)
+    except KeyError:
+        return error(404, f"unknown bot {bot!r}")
+    if not _SESSION_ID.match(session_id):
+        return error(422, "invalid session_id")
+    async with svc.sessions() as session:
+        conversation = await repo.find_conversation(session, bot=bot, ref=ConversationRef(channel="web", chat=session_id))
+        if conversation is None:
+            return JSONResponse({"messages": [], "conversation_id": None, "state": "bot"})
+        rows = await repo.transcript(session, conversation_id=conversation.id, after_id=after)
+    return JSONResponse({
+        "conversation_id": conversation.id,
+        "state": conversation.state,
+        "messages": [{
+            "id": m.id, "direction": m.direction, "author": m.author, "text": m.text,
+            "citations": m.citations or [], "status": m.status, "created_at": m.created_at.isoformat(),
+        } for m in rows if m.status != "ignored"],
+    })

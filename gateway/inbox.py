@@ -1,0 +1,42 @@
+"""The durable inbox: every inbound message is stored before its webhook or API call returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.models import InboundMessage
+from storage import repositories as repo
+
+log = structlog.get_logger("gateway.inbox")
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """What the caller needs to acknowledge, and to wait for the answer if it wants to."""
+
+    message_id: int
+    conversation_id: int
+    duplicate: bool
+
+
+class Inbox:
+    """Stores inbound messages idempotently and wakes the worker."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], *, on_stored=None) -> None:
+        self._sessions = sessions
+        self._on_stored = on_stored
+
+    async def accept(self, bot: str, message: InboundMessage) -> Accepted:
+        """Store `message` for `bot` once; a repeated delivery is acknowledged but not stored again."""
+        async with self._sessions() as session, session.begin():
+            stored = await repo.store_inbound(session, bot=bot, message=message)
+        log.info("inbound.duplicate" if stored.duplicate else "inbound.stored", bot=bot, channel=message.channel,
+                 external_id=message.external_id, message_id=stored.message_id,
+                 conversation_id=stored.conversation_id)
+        if not stored.duplicate and self._on_stored is not None:
+            self._on_stored(stored.conversation_id)
+        return Accepted(message_id=stored.message_id, conversation_id=stored.conversation_id,
+                        duplicate=stored.duplicate)

@@ -1,0 +1,132 @@
+"""The gateway's view of the knowledge base: search for the pipeline, ingest for the CLI and scheduler.
+
+It owns the embedders and the Qdrant index of one process, opened once in the lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.errors import RetrievalError
+from gateway.settings import RetrievalSettings, Settings
+
+log = structlog.get_logger("gateway.knowledge")
+
+
+@dataclass(slots=True)
+class RunReport:
+    """The outcome of ingesting one source, as the CLI and admin API print it."""
+
+    bot: str
+    source: str
+    status: str
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    errors: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    def counts(self) -> dict[str, int]:
+        """The chunk counts only."""
+        return {k: getattr(self, k) for k in ("added", "updated", "deleted", "unchanged")}
+
+
+class Knowledge:
+    """Embedders + index + hybrid search + incremental ingest, for one process."""
+
+    def __init__(self, settings: Settings, *, sessions: async_sessionmaker[AsyncSession], metrics=None) -> None:
+        self._settings = settings
+        self._sessions = sessions
+        self._metrics = metrics
+        self._index = None
+        self._search = None
+        self._ingestor = None
+        self._lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        """Open the index (raises `IndexBusy` if another process holds the folder) and load the models."""
+        from rag.embeddings import DenseEmbedder, SparseEmbedder
+        from rag.index import QdrantIndex
+        from rag.ingest import Ingestor
+        from rag.search import HybridSearch
+
+        if self._index is not None:
+            return
+        self._index = QdrantIndex.from_settings(self._settings.qdrant)
+        dense = await asyncio.to_thread(DenseEmbedder.from_settings, self._settings.embedding)
+        sparse = await asyncio.to_thread(SparseEmbedder)
+        self._search = HybridSearch(self._index, dense, sparse)
+        self._ingestor = Ingestor(self._index, dense, sparse, self._sessions,
+                                  max_chunk_tokens=self._settings.embedding.max_chunk_tokens)
+
+    async def close(self) -> None:
+        """Release the index (and its folder lock)."""
+        if self._index is not None:
+            await self._index.close()
+            self._index = None
+
+    async def ping(self) -> None:
+        """Raise unless the index answers."""
+        if self._index is None:
+            raise RetrievalError("index not open")
+        await self._index.client.get_collections()
+
+    async def search(self, bot: str, queries: list[str], retrieval: RetrievalSettings):
+        """Hybrid search with gate 1; raises `RetrievalError` when the index is unavailable."""
+        if self._search is None:
+            raise RetrievalError("index not open")
+        try:
+            result = await self._search.search(bot, queries, retrieval)
+        except RetrievalError:
+            raise
+        except Exception as exc:
+            raise RetrievalError(f"search failed: {type(exc).__name__}: {exc}") from exc
+        if result.refused and self._metrics:
+            self._metrics.refusals.labels(bot=bot).inc()
+        return result
+
+    async def ingest(self, *, bot: str | None = None, source: str | None = None, trigger: str = "manual",
+                     progress: Callable[..., None] | None = None) -> list[RunReport]:
+        """Ingest every source (or one bot, or one source). KeyError('bot …') for unknown names."""
+        bots = [self._settings.bot(bot)] if bot else list(self._settings.bots)
+        reports: list[RunReport] = []
+        for bot_settings in bots:
+            sources = [s for s in bot_settings.sources if source is None or s.name == source]
+            if source and not sources:
+                raise KeyError(f"source {source!r} of bot {bot_settings.name!r}")
+            for src in sources:
+                reports.append(await self.ingest_source(bot_settings.name, src.name, trigger=trigger,
+                                                        progress=progress))
+        return reports
+
+    async def ingest_source(self, bot: str, source: str, *, trigger: str = "manual",
+                            progress: Callable[..., None] | None = None) -> RunReport:
+        """Ingest one source; failures are recorded in the report, not raised."""
+        if self._ingestor is None:
+            await self.open()
+        bot_settings = self._settings.bot(bot)
+        src = next((s for s in bot_settings.sources if s.name == source), None)
+        if src is None:
+            raise KeyError(f"source {source!r} of bot {bot!r}")
+        label = f"{bot}/{source}"
+
+        def report_progress(done: int, total: int) -> None:
+            if progress is not None:
+                progress(done, total, label)
+
+        async with self._lock:  # one ingest at a time per process keeps the index writes simple
+            report = await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress)
+        return RunReport(bot=bot, source=source, status=getattr(report, "status", "ok"), added=report.added,
+                         updated=report.updated, deleted=report.deleted, unchanged=report.unchanged,
+                         errors=[str(e) for e in report.errors], duration_s=round(report.duration_s, 3))

@@ -1,0 +1,330 @@
+"""The LLM router: every model call goes through here, and through LiteLLM.
+
+`LLMRouter` wraps a LiteLLM `Router` built from the top-level `models:` list (the offline
+extractive responder is always there as `offline`). The LiteLLM Router picks a deployment within a
+model group; this module owns the policy around it, because streaming needs one LiteLLM cannot
+express: a retry or fallback is allowed only before the first token reached the customer.
+
+    for model in [model, *fallbacks]:
+        up to 1 + num_retries attempts, backing off exponentially (or as Retry-After says)
+        on 429, 5xx, timeouts and broken connections; other errors skip to the next model
+    every model failed → LLMError
+
+With `on_token`, the reply is streamed. A stream that breaks, or ends without a finish_reason,
+is a failure: before any token it is retried like any other; after one, `LLMError` is raised at
+once (never a retry, which would show the customer a second, different answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import litellm
+
+from gateway.errors import LLMError
+from gateway.offline_llm import MODEL as OFFLINE_LITELLM_MODEL
+from gateway.offline_llm import register_offline_provider
+from gateway.settings import OFFLINE_MODEL, Settings
+
+log = logging.getLogger(__name__)
+
+TokenCallback = Callable[[str], Awaitable[None]]
+
+_RETRYABLE = (
+    litellm.RateLimitError,
+    litellm.Timeout,
+    litellm.InternalServerError,
+    litellm.ServiceUnavailableError,
+    litellm.BadGatewayError,
+    litellm.APIConnectionError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens and cost of one call. `partial` when a count or the price was unknown."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    partial: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model asked for. `arguments` is the raw JSON string from the model."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class LLMResult:
+    """The outcome of `LLMRouter.complete`."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    model_used: str
+    usage: Usage
+    finish_reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Per-model retries: `1 + num_retries` attempts, exponential backoff with jitter, capped."""
+
+    num_retries: int = 2
+    backoff_base: float = 0.5
+    backoff_max: float = 8.0
+
+    def delay(self, attempt: int, error: BaseException) -> float:
+        """Seconds to wait before attempt `attempt + 1`; a Retry-After header wins when sooner than the cap."""
+        retry_after = _retry_after(error)
+        if retry_after is not None:
+            return min(retry_after, self.backoff_max)
+        return min(self.backoff_base * (2**attempt), self.backoff_max) * random.uniform(0.5, 1.0)
+
+
+class _StreamFailed(Exception):
+    """A stream broke or ended without a finish_reason; `emitted` tells whether tokens were shown."""
+
+    def __init__(self, message: str, *, emitted: bool) -> None:
+        super().__init__(message)
+        self.emitted = emitted
+
+
+@dataclass
+class _Accumulator:
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Any = None
+    emitted: bool = False
+
+
+def model_list_from_settings(settings: Settings) -> list[dict[str, Any]]:
+    """The LiteLLM Router `model_list`: the configured models plus the offline responder."""
+    models = [entry.model_dump() for entry in settings.models]
+    if not any(m["model_name"] == OFFLINE_MODEL for m in models):
+        models.append({"model_name": OFFLINE_MODEL, "litellm_params": {"model": OFFLINE_LITELLM_MODEL}})
+    return models
+
+
+class LLMRouter:
+    """Calls models by name with retries, fallbacks, streaming and usage accounting."""
+
+    def __init__(
+        self,
+        model_list: Sequence[dict[str, Any]],
+        *,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        register_offline_provider()
+        # LiteLLM prints a "Give Feedback" banner on every error; our logs carry the story instead.
+        litellm.suppress_debug_info = True
+        self._timeout = timeout
+        self._retry = retry or RetryPolicy()
+        model_list = list(model_list)
+        if not any(m["model_name"] == OFFLINE_MODEL for m in model_list):
+            # The keyless default is always there, so any chain can end on it.
+            model_list.append({"model_name": OFFLINE_MODEL, "litellm_params": {"model": OFFLINE_LITELLM_MODEL}})
+        self._names = {m["model_name"] for m in model_list}
+        self._deployments = {m["model_name"]: m["litellm_params"] for m in model_list}
+        # Retries and fallbacks are ours (see the module docstring), so the Router does neither.
+        self._router = litellm.Router(model_list=model_list, num_retries=0, timeout=timeout)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **kwargs: Any) -> "LLMRouter":
+        """Build from the top-level `models:` (see `model_list_from_settings`)."""
+        return cls(model_list_from_settings(settings), **kwargs)
+
+    @property
+    def model_names(self) -> frozenset[str]:
+        """Names a bot may use as `model` or in `fallbacks`."""
+        return frozenset(self._names)
+
+    async def complete(
+        self,
+        *,
+        model: str,
+        fallbacks: Sequence[str] = (),
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        on_token: TokenCallback | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> LLMResult:
+        """One answer from the first model in `[model, *fallbacks]` that works. Raises `LLMError`."""
+        chain = list(dict.fromkeys([model, *fallbacks]))
+        unknown = [name for name in chain if name not in self._names]
+        if unknown:
+            raise LLMError(f"unknown model(s): {', '.join(unknown)}")
+        errors: list[str] = []
+        for name in chain:
+            for attempt in range(self._retry.num_retries + 1):
+                try:
+                    return await self._call(name, messages, tools, tool_choice, on_token, metadata)
+                except _CallbackError as exc:
+                    raise exc.original from None
+                except _StreamFailed as exc:
+                    if exc.emitted:
+                        log.warning("llm.stream_failed_after_tokens", extra={"model": name, "error": str(exc)})
+                        raise LLMError(f"{name}: the stream failed after tokens were shown: {exc}") from exc
+                    error: Exception = exc
+                    retryable = True
+                except LLMError:
+                    raise
+                except Exception as exc:  # any provider failure: classify, then retry or fall back
+                    error, retryable = exc, isinstance(exc, _RETRYABLE)
+                errors.append(f"{name}: {type(error).__name__}: {_short(error)}")
+                log.warning(
+                    "llm.call_failed",
+                    extra={"model": name, "attempt": attempt + 1, "retryable": retryable, "error": errors[-1]},
+                )
+                if not retryable or attempt == self._retry.num_retries:
+                    break
+                await asyncio.sleep(self._retry.delay(attempt, error))
+        raise LLMError("every model failed: " + "; ".join(errors))
+
+    async def _call(
+        self,
+        name: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        tool_choice: str | dict[str, Any] | None,
+        on_token: TokenCallback | None,
+        metadata: dict[str, Any] | None,
+    ) -> LLMResult:
+        kwargs: dict[str, Any] = {"model": name, "messages": messages, "timeout": self._timeout, "max_retries": 0}
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
+        if metadata:
+            kwargs["metadata"] = dict(metadata)
+        if on_token is None:
+            response = await self._router.acompletion(**kwargs)
+            return self._result(name, response)
+        return await self._stream(name, kwargs, on_token)
+
+    def _result(self, name: str, response: Any) -> LLMResult:
+        choice = response.choices[0]
+        message = choice.message
+        calls = tuple(
+            ToolCall(id=c.id or f"call_{i}", name=c.function.name or "", arguments=c.function.arguments or "{}")
+            for i, c in enumerate(message.tool_calls or [])
+        )
+        return LLMResult(
+            text=message.content or "",
+            tool_calls=calls,
+            model_used=name,
+            usage=self._usage(name, getattr(response, "usage", None)),
+            finish_reason=choice.finish_reason or ("tool_calls" if calls else "stop"),
+        )
+
+    async def _stream(self, name: str, kwargs: dict[str, Any], on_token: TokenCallback) -> LLMResult:
+        acc = _Accumulator()
+        stream = await self._router.acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
+        iterator = stream.__aiter__()
+        while True:
+            try:
+                chunk = await iterator.__anext__()
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                raise _StreamFailed(f"{type(exc).__name__}: {_short(exc)}", emitted=acc.emitted) from exc
+            if getattr(chunk, "usage", None):
+                acc.usage = chunk.usage
+            if not chunk.choices:
+                continue
+            choice = chunk.choices[0]
+            delta = choice.delta
+            if delta is not None and delta.content:
+                acc.text.append(delta.content)
+                acc.emitted = True
+                try:
+                    await on_token(delta.content)
+                except Exception as exc:
+                    raise _CallbackError(exc) from exc
+            for call in (getattr(delta, "tool_calls", None) or []) if delta is not None else []:
+                slot = acc.calls.setdefault(call.index or 0, {"id": "", "name": "", "arguments": ""})
+                slot["id"] = call.id or slot["id"]
+                if call.function is not None:
+                    slot["name"] += call.function.name or ""
+                    slot["arguments"] += call.function.arguments or ""
+            if choice.finish_reason:
+                acc.finish_reason = choice.finish_reason
+        if not acc.finish_reason:
+            raise _StreamFailed("the stream ended without a finish_reason", emitted=acc.emitted)
+        calls = tuple(
+            ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}")
+            for i, c in sorted(acc.calls.items())
+        )
+        return LLMResult(
+            text="".join(acc.text),
+            tool_calls=calls,
+            model_used=name,
+            usage=self._usage(name, acc.usage),
+            finish_reason=acc.finish_reason,
+        )
+
+    def _usage(self, name: str, usage: Any) -> Usage:
+        prompt = getattr(usage, "prompt_tokens", None) if usage is not None else None
+        completion = getattr(usage, "completion_tokens", None) if usage is not None else None
+        if prompt is None or completion is None:
+            return Usage(prompt_tokens=prompt or 0, completion_tokens=completion or 0, cost_usd=None, partial=True)
+        cost = self._cost(name, prompt, completion)
+        return Usage(prompt_tokens=prompt, completion_tokens=completion, cost_usd=cost, partial=cost is None)
+
+    def _cost(self, name: str, prompt: int, completion: int) -> float | None:
+        params = self._deployments.get(name, {})
+        if params.get("model") == OFFLINE_LITELLM_MODEL:
+            return 0.0  # it runs here; it costs nothing
+        if "input_cost_per_token" in params or "output_cost_per_token" in params:
+            return prompt * float(params.get("input_cost_per_token", 0.0)) + completion * float(
+                params.get("output_cost_per_token", 0.0)
+            )
+        try:
+            # The Router registers every deployment with empty prices, and LiteLLM then reports 0.0:
+            # ask for a real price first, so an unknown cost stays unknown (and the usage partial).
+            info = litellm.get_model_info(params.get("model", name))
+            if not (info.get("input_cost_per_token") or info.get("output_cost_per_token")):
+                return None
+            in_cost, out_cost = litellm.cost_per_token(
+                model=params.get("model", name), prompt_tokens=prompt, completion_tokens=completion
+            )
+            return float(in_cost + out_cost)
+        except Exception:  # no price for this model: the tokens stay, the usage is marked partial
+            return None
+
+
+class _CallbackError(Exception):
+    """The caller's on_token failed (e.g. the client went away): not the model's fault, never retried."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+def _retry_after(error: BaseException) -> float | None:
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    try:
+        value = float(headers.get("retry-after", ""))
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def _short(error: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

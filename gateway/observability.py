@@ -1,0 +1,94 @@
+"""Structured logs (structlog) and Prometheus metrics, each owned by the app that creates them."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_SECRET_PATTERNS: list[re.Pattern[str]] = []
+
+
+def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: list[str] | tuple[str, ...] = ()) -> None:
+    """Route stdlib and structlog output through one renderer; redact configured secrets everywhere."""
+    global _SECRET_PATTERNS
+    _SECRET_PATTERNS = [re.compile(re.escape(s)) for s in secrets if s and len(s) >= 6]
+    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    shared = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.processors.format_exc_info, _redact, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(name)s] %(message)s"))
+    handler.addFilter(_RedactFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("httpx", "httpcore", "LiteLLM", "litellm", "aiosqlite", "asyncio", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def redact(text: str) -> str:
+    """Replace every configured secret in `text` with a marker."""
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub("[REDACTED]", text)
+    return text
+
+
+def _redact(_logger, _name, event_dict):
+    for key, value in list(event_dict.items()):
+        if isinstance(value, str):
+            event_dict[key] = redact(value)
+    return event_dict
+
+
+class _RedactFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact(record.getMessage())
+        record.args = ()
+        return True
+
+
+class Metrics:
+    """The gateway's Prometheus metrics, in a registry of its own (no globals)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.messages_in = Counter("gateway_messages_in_total", "Inbound messages stored", ["bot", "channel"], registry=r)
+        self.duplicates = Counter("gateway_duplicate_deliveries_total", "Deliveries acknowledged as duplicates",
+                                  ["bot", "channel"], registry=r)
+        self.messages_out = Counter("gateway_messages_out_total", "Outbound messages by final status",
+                                    ["bot", "channel", "status"], registry=r)
+        self.stage_seconds = Histogram("gateway_stage_seconds", "Latency per pipeline stage", ["stage"],
+                                       buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+                                       registry=r)
+        self.refusals = Counter("gateway_gate1_refusals_total", "Questions refused by gate 1", ["bot"], registry=r)
+        self.escalations = Counter("gateway_escalations_total", "Escalations opened", ["bot"], registry=r)
+        self.llm_tokens = Counter("gateway_llm_tokens_total", "LLM tokens", ["bot", "model", "kind"], registry=r)
+        self.llm_cost = Counter("gateway_llm_cost_usd_total", "LLM cost in USD", ["bot", "model"], registry=r)
+        self.queue_depth = Gauge("gateway_queue_depth", "Inbound messages waiting for an answer", registry=r)
+        self.signature_failures = Counter("gateway_signature_failures_total", "Webhooks refused for their signature",
+                                          ["bot", "channel"], registry=r)
+
+    def observe_stage(self, stage: str, seconds: float) -> None:
+        """Record the duration of one pipeline stage."""
+        self.stage_seconds.labels(stage=stage).observe(seconds)
+
+    def message_out(self, *, bot: str, channel: str, status: str) -> None:
+        """Count an outbound message by its final status."""
+        self.messages_out.labels(bot=bot, channel=channel, status=status).inc()
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition."""
+        return generate_latest(self.registry)

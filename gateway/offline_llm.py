@@ -1,0 +1,245 @@
+"""The offline extractive responder: the default "model", which needs no key and no network.
+
+It is a LiteLLM custom provider (`offline/extractive`), so the pipeline calls it exactly as it
+calls a hosted model. It reads the numbered extracts out of the system prompt (the format of
+`gateway.pipeline.prompts`), scores every sentence against the customer's last message (content
+words, stopwords removed, light stemming, rarer words weigh more, a matching heading helps), and
+answers by quoting the 1-3 best sentences with their [n] markers. Without extracts, or without a
+decent overlap, it answers with the bot's fallback text, which the rules carry in a <fallback> tag.
+
+It never calls tools, and it reports approximate token usage (about 4 characters a token).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import litellm
+from litellm.llms.custom_llm import CustomLLM
+from litellm.types.utils import GenericStreamingChunk, ModelResponse
+
+from gateway.pipeline.prompts import EXTRACT_TAG, FALLBACK_TAG
+
+PROVIDER = "offline"
+MODEL = "offline/extractive"
+"""The LiteLLM model string; `gateway.settings.OFFLINE_MODEL` is the name bots use for it."""
+
+DEFAULT_FALLBACK = "I don't know the answer to that."
+MIN_COVERAGE = 0.35
+MAX_SENTENCES = 3
+MAX_ANSWER_CHARS = 700
+
+_EXTRACT = re.compile(rf"<{EXTRACT_TAG}\s+([^>]*)>\n?(.*?)\n?</{EXTRACT_TAG}>", re.S)
+_ATTR = re.compile(r'(\w+)="([^"]*)"')
+_FALLBACK = re.compile(rf"<{FALLBACK_TAG}>(.*?)</{FALLBACK_TAG}>", re.S)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+_MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+_MD_PREFIX = re.compile(r"^\s*(?:#{1,6}\s+|[-*+]\s+|\d+[.)]\s+|>\s*)+")
+_STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing don down during each few for from further get got had
+    has have having he her here hers herself him himself his how i if in into is it its itself just let me
+    more most my myself no nor not now of off on once only or other our ours ourselves out over own please
+    same she should so some such than that the their theirs them themselves then there these they this
+    those through to too under until up very was we were what when where which while who whom why will
+    with would you your yours yourself yourselves tell know want need like also one us may might must
+    shall thing things way""".split()
+)
+
+
+def stem(word: str) -> str:
+    """A deliberately light stemmer: enough to match refund/refunds/refunded, charge/charges."""
+    for suffix, repl, min_len in (("ies", "y", 5), ("sses", "ss", 6), ("ing", "", 6), ("ed", "", 5),
+                                  ("ly", "", 5), ("s", "", 4)):
+        if word.endswith(suffix) and len(word) >= min_len and not word.endswith("ss"):
+            word = word[: len(word) - len(suffix)] + repl
+            break
+    return word[:-1] if len(word) > 4 and word.endswith("e") else word
+
+
+def terms(text: str) -> set[str]:
+    """Content terms of a text: lower-cased words minus stopwords, stemmed."""
+    return {stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS and len(w) > 1}
+
+
+@dataclass(frozen=True, slots=True)
+class Extract:
+    """One numbered extract parsed back from the system prompt."""
+
+    n: int
+    heading_terms: frozenset[str]
+    sentences: tuple[str, ...]
+
+
+def parse_extracts(system: str) -> list[Extract]:
+    """The numbered extracts of a system prompt built by `gateway.pipeline.prompts`."""
+    out = []
+    for match in _EXTRACT.finditer(system):
+        attrs = {k: html.unescape(v) for k, v in _ATTR.findall(match.group(1))}
+        if not attrs.get("n", "").isdigit():
+            continue
+        body = html.unescape(match.group(2))
+        out.append(Extract(int(attrs["n"]), frozenset(terms(f"{attrs.get('title', '')} {attrs.get('heading', '')}")),
+                           tuple(split_sentences(body))))
+    return out
+
+
+def parse_fallback(system: str) -> str:
+    """The bot's fallback text, as the rules embed it."""
+    match = _FALLBACK.search(system)
+    return html.unescape(match.group(1)).strip() if match else DEFAULT_FALLBACK
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of an extract, Markdown markers stripped; headings and fragments dropped."""
+    out = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        line = _MD_LINK.sub(r"\1", _MD_PREFIX.sub("", line)).replace("**", "").replace("`", "").strip()
+        for sentence in _SENTENCE_END.split(line):
+            sentence = sentence.strip()
+            if len(sentence.split()) >= 3:
+                out.append(sentence)
+    return out
+
+
+def _content(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):  # OpenAI content parts
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content or ""
+
+
+def answer(messages: list[dict[str, Any]]) -> str:
+    """The extractive answer to the last user message, or the fallback text."""
+    system = "\n".join(_content(m) for m in messages if m.get("role") == "system")
+    fallback = parse_fallback(system)
+    question = next((_content(m) for m in reversed(messages) if m.get("role") == "user"), "")
+    wanted = terms(question)
+    extracts = parse_extracts(system)
+    if not wanted or not extracts:
+        return fallback
+    sentences = [(e, i, s, terms(s)) for e in extracts for i, s in enumerate(e.sentences)]
+    if not sentences:
+        return fallback
+    df: dict[str, int] = {}
+    for _, _, _, words in sentences:
+        for w in words:
+            df[w] = df.get(w, 0) + 1
+    n = len(sentences)
+    # Rarer words weigh more. A word no extract uses weighs like the commonest one: it cannot be
+    # quoted, and letting it dominate would refuse "how long do refunds take?" over "long".
+    weight = {t: math.log(1 + n / ((df.get(t) or n) + 0.5)) for t in wanted}
+    total = sum(weight.values())
+    scored = []
+    for extract, pos, sentence, words in sentences:
+        direct = sum(weight[t] for t in wanted & words)
+        if not direct:
+            continue  # a heading alone is not an answer: the sentence itself must match
+        # The heading counts at half weight, so a sentence under a matching heading wins ties.
+        by_heading = sum(weight[t] for t in (wanted & extract.heading_terms) - words) * 0.5
+        scored.append(((direct + by_heading) / total, extract.n, pos, sentence))
+    scored.sort(key=lambda item: -item[0])
+    if not scored or scored[0][0] < MIN_COVERAGE:
+        return fallback
+    best = scored[0][0]
+    chosen, seen, length = [], set(), 0
+    for score, n, pos, sentence in scored:
+        key = sentence.lower()
+        if score < max(MIN_COVERAGE, 0.6 * best) or key in seen or length + len(sentence) > MAX_ANSWER_CHARS:
+            continue
+        chosen.append((n, pos, sentence))
+        seen.add(key)
+        length += len(sentence)
+        if len(chosen) == MAX_SENTENCES:
+            break
+    chosen.sort()
+    return " ".join(_cite(sentence, n) for n, _, sentence in chosen)
+
+
+def _cite(sentence: str, n: int) -> str:
+    """Put the marker before the closing punctuation: 'Refunds take 5 days [1].'"""
+    if sentence[-1] in ".!?":
+        return f"{sentence[:-1].rstrip()} [{n}]{sentence[-1]}"
+    return f"{sentence} [{n}]"
+
+
+def approx_tokens(text: str) -> int:
+    """About four characters a token; good enough for budgets of a free model."""
+    return max(1, math.ceil(len(text) / 4)) if text else 0
+
+
+def _usage(messages: list[dict[str, Any]], text: str) -> dict[str, int]:
+    prompt = sum(approx_tokens(_content(m)) for m in messages)
+    completion = approx_tokens(text)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _words(text: str) -> Iterator[str]:
+    for i, word in enumerate(text.split(" ")):
+        yield word if i == 0 else " " + word
+
+
+class OfflineExtractiveLLM(CustomLLM):
+    """The LiteLLM handler behind `offline/extractive`."""
+
+    def _fill(self, model_response: ModelResponse, messages: list[dict[str, Any]]) -> ModelResponse:
+        text = answer(messages)
+        model_response.choices[0].message.content = text  # type: ignore[union-attr]
+        model_response.choices[0].finish_reason = "stop"
+        model_response.model = MODEL
+        model_response.created = int(time.time())
+        setattr(model_response, "usage", litellm.Usage(**_usage(messages, text)))
+        return model_response
+
+    def completion(self, model: str, messages: list, api_base: str, custom_prompt_dict: dict,
+                   model_response: ModelResponse, *args: Any, **kwargs: Any) -> ModelResponse:
+        """Answer at once."""
+        return self._fill(model_response, messages)
+
+    async def acompletion(self, model: str, messages: list, api_base: str, custom_prompt_dict: dict,
+                          model_response: ModelResponse, *args: Any, **kwargs: Any) -> ModelResponse:
+        """Answer at once (async)."""
+        return self._fill(model_response, messages)
+
+    def streaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Iterator[GenericStreamingChunk]:
+        """Stream the answer word by word, then a final chunk with finish_reason "stop" and usage."""
+        text = answer(messages)
+        for word in _words(text):
+            yield _chunk(word)
+        yield _chunk("", finished=True, usage=_usage(messages, text))
+
+    async def astreaming(self, model: str, messages: list, *args: Any,
+                         **kwargs: Any) -> AsyncIterator[GenericStreamingChunk]:
+        """Async twin of `streaming`, as LiteLLM's custom-provider API requires."""
+        for chunk in self.streaming(model, messages):
+            yield chunk
+
+
+def _chunk(text: str, *, finished: bool = False, usage: dict[str, int] | None = None) -> GenericStreamingChunk:
+    return GenericStreamingChunk(
+        text=text,
+        tool_use=None,
+        is_finished=finished,
+        finish_reason="stop" if finished else "",
+        usage=usage,  # type: ignore[typeddict-item]
+        index=0,
+    )
+
+
+def register_offline_provider() -> None:
+    """Register the responder with LiteLLM (idempotent). Called from the composition root."""
+    if not any(item.get("provider") == PROVIDER for item in litellm.custom_provider_map):
+        litellm.custom_provider_map.append({"provider": PROVIDER, "custom_handler": OfflineExtractiveLLM()})
+    # LiteLLM reads the map into its provider lists lazily; refresh now so the first call routes.
+    from litellm.utils import custom_llm_setup
+
+    custom_llm_setup()

@@ -1,0 +1,92 @@
+"""The answer step: the bounded tool loop through the LLM router, then gate 2 on the citations."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from gateway.models import Citation
+from gateway.pipeline.citations import verify_citations
+from gateway.pipeline.prompts import build_messages, render_tool_result
+from gateway.pipeline.tools import BotTools
+
+log = structlog.get_logger("gateway.answer")
+
+
+@dataclass(slots=True)
+class Answer:
+    """The verified answer for one turn."""
+
+    text: str
+    citations: tuple[Citation, ...] = ()
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    escalate: str | None = None
+    answered: bool = True
+
+
+class Answerer:
+    """Runs the model with the bot's tools for at most `max_tool_rounds` rounds, then one last call
+    with tools off, and verifies the citations of what it wrote."""
+
+    def __init__(self, llm, *, tools: dict[str, BotTools]) -> None:
+        self._llm = llm
+        self._tools = tools
+
+    async def answer(self, turn, *, hits: list[Any]) -> Answer:
+        """Answer `turn` from `hits`. Raises `LLMError` when every model failed."""
+        bot = turn.bot
+        tools = self._tools.get(bot.name)
+        schemas = tools.schemas() if tools else []
+        messages = build_messages(bot, history=turn.history, user_text=turn.text, hits=hits)
+        calls: list[dict[str, Any]] = []
+        usage: list[dict[str, Any]] = []
+        escalate: str | None = None
+        rounds = 0
+        while True:
+            last_round = rounds >= bot.max_tool_rounds
+            kwargs: dict[str, Any] = {}
+            if schemas:
+                # After the last round the tools stay listed (the history refers to them) but are off.
+                kwargs = {"tools": schemas, "tool_choice": "none" if last_round else "auto"}
+            result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages,
+                                              on_token=turn.on_token, **kwargs)
+            usage.append(_usage_dict(result))
+            if not result.tool_calls or last_round or tools is None:
+                break
+            rounds += 1
+            messages.append({"role": "assistant", "content": result.text or None, "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
+                for c in result.tool_calls]})
+            for call in result.tool_calls:
+                outcome = await tools.call(call.name, call.arguments or "{}", identity=turn.identity)
+                escalate = escalate or outcome.escalate
+                payload = {"error": outcome.error} if outcome.error else outcome.result
+                calls.append({"round": rounds, "id": call.id, "name": outcome.name, "arguments": outcome.arguments,
+                              "result": payload})
+                log.info("tool.called", tool=outcome.name, error=outcome.error, message_id=turn.message_id)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": render_tool_result(
+                    name=outcome.name, content=json.dumps(payload, default=str))})
+            if escalate:
+                break
+        if escalate:
+            return Answer(text=bot.escalation.acknowledgement, tool_calls=calls, usage=usage, escalate=escalate,
+                          answered=False)
+        verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text)
+        answered = verified.text.strip() != bot.fallback_text.strip()
+        return Answer(text=verified.text, citations=verified.citations, tool_calls=calls, usage=usage,
+                      answered=answered)
+
+
+def _usage_dict(result: Any) -> dict[str, Any]:
+    usage = getattr(result, "usage", None)
+    return {
+        "model": getattr(result, "model_used", "") or "",
+        "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
+        "completion_tokens": getattr(usage, "completion_tokens", 0) or 0,
+        "cost_usd": getattr(usage, "cost_usd", 0.0) or 0.0,
+        "partial": bool(getattr(usage, "partial", usage is None)),
+    }

@@ -1,0 +1,117 @@
+"""Gate 2: check the answer's citations against what was actually retrieved.
+
+- A marker [n] whose n is not in 1..len(hits) is removed ([1][7] keeps [1]; [1, 7] becomes [1]).
+- An answer that claims something but keeps no valid citation becomes the bot's fallback text:
+  an uncited claim is exactly what a support bot must not pass off as knowledge.
+- A refusal ("I don't know…", or the fallback itself) stays as it is, with no citations.
+- `citations` lists the distinct sources actually cited, in the order first cited; a URL is
+  kept only when it is http(s), so no `javascript:` or `data:` link ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from gateway.models import Citation
+from gateway.pipeline.prompts import Hit
+
+# [3], [1, 2], [1,2 , 3]; adjacent [1][2] are simply two markers. Leading spaces go with the marker.
+_MARKER = re.compile(r"\s*\[\s*(\d{1,4}(?:\s*,\s*\d{1,4})*)\s*\]")
+_REFUSAL = re.compile(
+    r"\b(i\s+(?:do\s*n[o']?t|don't|didn't|did\s+not)\s+(?:know|have|find|see)"
+    r"|i(?:'m|\s+am)\s+(?:not\s+sure|unable|not\s+able)"
+    r"|i\s+(?:can(?:no|')t|could\s*n[o']?t|could\s+not)\s+(?:find|answer|help|tell)"
+    r"|no\s+information\s+(?:about|on)"
+    r"|(?:is|are)\s+not\s+(?:covered|mentioned)\s+in)",
+    re.IGNORECASE,
+)
+_MAX_REFUSAL_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """The answer after gate 2. `cited_indices` are the 1-based extract numbers that survived."""
+
+    text: str
+    citations: tuple[Citation, ...]
+    cited_indices: tuple[int, ...]
+    replaced: bool = False
+
+
+def _normalized(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def is_refusal(text: str, *, fallback_text: str) -> bool:
+    """Whether the text says "I don't know" (the fallback itself, or a short refusal like it)."""
+    plain = _normalized(_MARKER.sub("", text))
+    if not plain or plain == _normalized(fallback_text):
+        return True
+    return len(text) <= _MAX_REFUSAL_CHARS and bool(_REFUSAL.search(text.replace("\u2019", "'")))
+
+
+def safe_url(url: str | None) -> str | None:
+    """The URL when it is http(s) with a host, else None."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return None
+    return url.strip() if parts.scheme.lower() in ("http", "https") and parts.netloc else None
+
+
+def strip_invalid_markers(text: str, *, count: int) -> tuple[str, tuple[int, ...]]:
+    """Remove markers outside 1..count; returns the text and the surviving numbers, first-cited first."""
+    cited: list[int] = []
+
+    def keep(match: re.Match[str]) -> str:
+        lead = match.group(0)[: len(match.group(0)) - len(match.group(0).lstrip())]
+        numbers = []
+        for part in match.group(1).split(","):
+            n = int(part)
+            if 1 <= n <= count and n not in numbers:
+                numbers.append(n)
+        for n in numbers:
+            if n not in cited:
+                cited.append(n)
+        return lead + "".join(f"[{n}]" for n in numbers) if numbers else ""
+
+    out = _MARKER.sub(keep, text)
+    # A removed marker may leave "word ." or doubled spaces behind.
+    out = re.sub(r"[ \t]+([.,;:!?])", r"\1", out)
+    out = re.sub(r"[ \t]{2,}", " ", out).strip()
+    return out, tuple(cited)
+
+
+def citations_for(hits: Sequence[Hit], indices: Sequence[int]) -> tuple[Citation, ...]:
+    """Distinct sources behind `indices` (1-based), in order."""
+    seen: set[str] = set()
+    out = []
+    for n in indices:
+        hit = hits[n - 1]
+        if hit.source in seen:
+            continue
+        seen.add(hit.source)
+        out.append(Citation(source=hit.source, title=hit.title or hit.source, url=safe_url(hit.url)))
+    return tuple(out)
+
+
+def verify_citations(
+    text: str,
+    hits: Sequence[Hit],
+    *,
+    fallback_text: str,
+    allow_uncited: bool = False,
+) -> Verified:
+    """Gate 2. `allow_uncited` keeps an uncited answer (for one grounded in a tool result instead)."""
+    cleaned, cited = strip_invalid_markers(text, count=len(hits))
+    if is_refusal(cleaned, fallback_text=fallback_text):
+        plain, _ = strip_invalid_markers(cleaned, count=0)
+        return Verified(text=plain or fallback_text, citations=(), cited_indices=(), replaced=not plain)
+    if not cited and not allow_uncited:
+        return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)
+    return Verified(text=cleaned, citations=citations_for(hits, cited), cited_indices=cited)

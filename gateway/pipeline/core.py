@@ -1,0 +1,136 @@
+"""The pipeline proper. It knows nothing of channels beyond the normalized turn it is given."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from gateway.errors import LLMError, RetrievalError
+from gateway.models import CallerIdentity, Citation
+from gateway.settings import BotSettings
+
+log = structlog.get_logger("gateway.pipeline")
+
+TEXT_ONLY_REPLY = "I can only read text messages for now. Could you type your question?"
+LLM_DOWN_REPLY = ("Sorry, I can't answer right now because our assistant is unavailable. "
+                  "I've asked a person from our team to help you.")
+SEARCH_DOWN_REPLY = ("Sorry, I can't look that up right now. I've asked a person from our team to help you.")
+
+
+@dataclass(slots=True)
+class Turn:
+    """Everything the pipeline needs to answer one inbound message."""
+
+    bot: BotSettings
+    message_id: int
+    conversation_id: int
+    state: str
+    text: str
+    identity: CallerIdentity
+    history: list[dict[str, Any]] = field(default_factory=list)
+    attachments: list[dict[str, Any]] = field(default_factory=list)
+    unanswered_turns: int = 0
+    on_token: Callable[[str], Awaitable[None]] | None = None
+
+
+@dataclass(slots=True)
+class PipelineResult:
+    """What to store and send. `reply` is None when the bot must stay quiet (an operator holds the thread)."""
+
+    reply: str | None
+    citations: tuple[Citation, ...] = ()
+    retrieved: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    escalate: str | None = None
+    answered: bool = True
+    error: str | None = None
+    author: str = "bot"
+    queries: list[str] = field(default_factory=list)
+
+    def replies(self) -> list[str]:
+        """The texts to store as outbound messages, in order."""
+        return [self.reply] if self.reply is not None else []
+
+
+class Pipeline:
+    """Answers one turn. Built once in the composition root with its collaborators."""
+
+    def __init__(self, *, search, answerer, rewriter=None, metrics=None) -> None:
+        self._search = search
+        self._answerer = answerer
+        self._rewriter = rewriter
+        self._metrics = metrics
+
+    async def handle(self, turn: Turn) -> PipelineResult:
+        """Run the steps for one message; raises only on bugs (the worker turns those into a handoff)."""
+        bound = log.bind(message_id=turn.message_id, conversation_id=turn.conversation_id, bot=turn.bot.name)
+        if turn.state != "bot":
+            bound.info("pipeline.operator_holds_thread", state=turn.state)
+            return PipelineResult(reply=None, answered=False)
+        text = turn.text.strip()
+        if not text:
+            return PipelineResult(reply=TEXT_ONLY_REPLY, answered=False)
+        wanted = _asks_for_human(text, turn.bot)
+        if wanted:
+            return PipelineResult(reply=turn.bot.escalation.acknowledgement, escalate=f"customer asked: {wanted!r}",
+                                  answered=False)
+
+        queries = [text]
+        if self._rewriter is not None and turn.history:
+            queries = await self._rewriter.rewrite(turn.bot, history=turn.history, text=text)
+        started = time.monotonic()
+        try:
+            found = await self._search.search(turn.bot.name, queries, turn.bot.retrieval)
+        except RetrievalError as exc:
+            bound.error("retrieval.unavailable", error=str(exc))
+            return PipelineResult(reply=SEARCH_DOWN_REPLY, escalate="knowledge base unavailable", answered=False,
+                                  queries=queries)
+        self._observe("retrieve", started)
+        hits = list(found.hits)
+        bound.info("retrieval.done", queries=len(queries), hits=len(hits), refused=found.refused)
+
+        started = time.monotonic()
+        try:
+            answer = await self._answerer.answer(turn, hits=hits)
+        except LLMError as exc:
+            bound.error("llm.all_models_failed", error=str(exc))
+            return PipelineResult(reply=LLM_DOWN_REPLY, escalate="every model failed", answered=False,
+                                  queries=queries, retrieved=_retrieved(hits))
+        self._observe("llm", started)
+        escalate = answer.escalate
+        if not escalate and not answer.answered and turn.bot.escalation.enabled:
+            if turn.unanswered_turns + 1 >= turn.bot.escalation.max_unanswered_turns:
+                escalate = f"{turn.unanswered_turns + 1} consecutive turns without an answer"
+        return PipelineResult(
+            reply=answer.text, citations=answer.citations, retrieved=_retrieved(hits), tool_calls=answer.tool_calls,
+            usage=answer.usage, escalate=escalate, answered=answer.answered, queries=queries,
+        )
+
+    def _observe(self, stage: str, started: float) -> None:
+        if self._metrics:
+            self._metrics.observe_stage(stage, time.monotonic() - started)
+
+
+def _asks_for_human(text: str, bot: BotSettings) -> str | None:
+    if not bot.escalation.enabled:
+        return None
+    lowered = " ".join(text.lower().split())
+    for phrase in bot.escalation.phrases:
+        if phrase.lower() in lowered:
+            return phrase
+    return None
+
+
+def _retrieved(hits: list[Any]) -> list[dict[str, Any]]:
+    """What was retrieved, stored with the reply so operators can see what the bot saw."""
+    return [{
+        "chunk_id": str(getattr(h, "chunk_id", "")), "source": getattr(h, "source", ""),
+        "title": getattr(h, "title", ""), "heading_path": list(getattr(h, "heading_path", []) or []),
+        "url": getattr(h, "url", None), "text": (getattr(h, "text", "") or "")[:1000],
+        "dense_score": getattr(h, "dense_score", None), "sparse_score": getattr(h, "sparse_score", None),
+    } for h in hits]

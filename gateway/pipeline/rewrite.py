@@ -1,0 +1,94 @@
+"""Follow-up rewriting: turn "and on a monthly plan?" into standalone search queries.
+
+The rewrite is used only for retrieval; the answer model sees the customer's own words. It is
+skipped without history, and any failure or malformed output falls back to the raw message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import structlog
+
+from gateway.settings import OFFLINE_MODEL, BotSettings
+
+log = structlog.get_logger("gateway.rewrite")
+
+MAX_QUERIES = 4
+HISTORY_TOKEN_BUDGET = 1500  # about 4 characters a token; bounds what a rewrite call costs
+REWRITE_PROMPT = """You rewrite a customer's latest message into standalone search queries for a help-center search.
+Use the conversation only to resolve what the latest message refers to. Reply with JSON only:
+{"queries": ["...", "..."]} with 1 to 4 short queries. Do not answer the question."""
+_FOLLOW_UP = re.compile(r"^(and|but|what about|how about|also|or|so|then|same|that|this|it|they|those)\b", re.I)
+
+
+class Rewriter:
+    """Rewrites follow-ups with the bot's model; the offline model uses a context heuristic."""
+
+    def __init__(self, llm) -> None:
+        self._llm = llm
+
+    async def rewrite(self, bot: BotSettings, *, history: list[dict[str, Any]], text: str) -> list[str]:
+        """1–4 standalone queries, the raw message first when in doubt."""
+        turns = bounded_history(history, max_turns=bot.history_turns)
+        if not turns:
+            return [text]
+        if bot.model == OFFLINE_MODEL:
+            return _heuristic(turns, text)
+        transcript = "\n".join(f"{t['role']}: {t['content']}" for t in turns)
+        messages = [
+            {"role": "system", "content": REWRITE_PROMPT},
+            {"role": "user", "content": f"Conversation:\n{transcript}\n\nLatest message: {text}"},
+        ]
+        try:
+            result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages)
+            queries = parse_queries(result.text)
+        except Exception as exc:  # a failed rewrite must never block the answer
+            log.warning("rewrite.failed", error=f"{type(exc).__name__}: {exc}"[:200])
+            return [text]
+        if not queries:
+            log.info("rewrite.malformed", output=(result.text or "")[:200])
+            return [text]
+        return queries
+
+
+def parse_queries(output: str | None) -> list[str]:
+    """The `queries` of the model's JSON (code fences tolerated); [] when malformed."""
+    if not output:
+        return []
+    cleaned = output.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
+    try:
+        data = json.loads(cleaned)
+    except ValueError:
+        return []
+    queries = data.get("queries") if isinstance(data, dict) else None
+    if not isinstance(queries, list):
+        return []
+    out = [q.strip()[:300] for q in queries if isinstance(q, str) and q.strip()]
+    return list(dict.fromkeys(out))[:MAX_QUERIES]
+
+
+def bounded_history(history: list[dict[str, Any]], *, max_turns: int,
+                    token_budget: int = HISTORY_TOKEN_BUDGET) -> list[dict[str, Any]]:
+    """The most recent user/assistant turns that fit in `max_turns` and the token budget; no tool turns."""
+    kept: list[dict[str, Any]] = []
+    used = 0
+    for turn in reversed(history):
+        if turn.get("role") not in ("user", "assistant") or not turn.get("content"):
+            continue
+        cost = len(turn["content"]) // 4 + 4
+        if len(kept) >= max_turns * 2 or used + cost > token_budget:
+            break
+        kept.append({"role": turn["role"], "content": turn["content"]})
+        used += cost
+    return list(reversed(kept))
+
+
+def _heuristic(turns: list[dict[str, Any]], text: str) -> list[str]:
+    """Offline: a short or referring follow-up also searches with the previous question prepended."""
+    previous = next((t["content"] for t in reversed(turns) if t["role"] == "user"), None)
+    if previous and (len(text.split()) <= 6 or _FOLLOW_UP.match(text.strip())):
+        return [text, f"{previous} {text}"]
+    return [text]

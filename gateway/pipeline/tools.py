@@ -1,0 +1,138 @@
+"""Tools the model may call, declared per bot, and authorized in code.
+
+Every tool receives the conversation's verified `CallerIdentity` from the gateway as its first
+argument; the model only supplies the other arguments, so it cannot choose whose data it reads.
+
+Kinds:
+- `builtin`: `escalate_to_human(reason)` hands the conversation to a person.
+- `python`: an async or sync callable `module:function(identity, **arguments)`.
+- `http`: a request to a URL template filled with the arguments; headers may use `${ENV}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from gateway.errors import ConfigError
+from gateway.models import CallerIdentity
+from gateway.settings import BotSettings, ToolSettings
+
+ESCALATE_TOOL = "escalate_to_human"
+_ESCALATE_SCHEMA = {
+    "type": "object",
+    "properties": {"reason": {"type": "string", "description": "Why a person is needed, in one sentence."}},
+    "required": ["reason"],
+}
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """The result of one call, as stored with the turn and shown to the model."""
+
+    name: str
+    arguments: dict[str, Any]
+    result: Any
+    error: str | None = None
+    escalate: str | None = None
+
+
+class BotTools:
+    """The tools one bot allows, ready to describe to the model and to call."""
+
+    def __init__(self, bot: BotSettings, *, http: httpx.AsyncClient | None = None) -> None:
+        self.bot = bot
+        self._specs = {t.name: t for t in bot.tools}
+        self._http = http
+        self._callables: dict[str, Any] = {}
+        for spec in bot.tools:
+            if spec.type == "python":
+                self._callables[spec.name] = _import(spec, bot.name)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """OpenAI-style function declarations for exactly the tools this bot allows."""
+        out = []
+        for spec in self._specs.values():
+            if spec.type == "builtin" and spec.name == ESCALATE_TOOL:
+                description = spec.description or "Hand the conversation to a human operator."
+                parameters = _ESCALATE_SCHEMA
+            else:
+                fn = self._callables.get(spec.name)
+                module = inspect.getmodule(fn) if fn else None
+                description = spec.description or getattr(module, "DESCRIPTION", "") or (fn.__doc__ or "").strip()
+                parameters = spec.parameters
+                if parameters == {"type": "object", "properties": {}} and module is not None:
+                    parameters = getattr(module, "PARAMETERS", parameters)
+            out.append({"type": "function", "function": {"name": spec.name, "description": description,
+                                                         "parameters": parameters}})
+        return out
+
+    async def call(self, name: str, raw_arguments: str | dict[str, Any], *, identity: CallerIdentity) -> ToolOutcome:
+        """Run one tool call. Never raises: errors and timeouts become the tool's result."""
+        try:
+            arguments = json.loads(raw_arguments or "{}") if isinstance(raw_arguments, str) else dict(raw_arguments)
+            if not isinstance(arguments, dict):
+                raise ValueError("arguments must be a JSON object")
+        except (ValueError, TypeError) as exc:
+            return ToolOutcome(name, {}, None, error=f"invalid arguments: {exc}")
+        spec = self._specs.get(name)
+        if spec is None:  # the model named a tool this bot does not allow
+            return ToolOutcome(name, arguments, None, error=f"unknown tool {name!r}")
+        if spec.type == "builtin" and name == ESCALATE_TOOL:
+            reason = str(arguments.get("reason") or "the assistant asked for a person")[:500]
+            return ToolOutcome(name, arguments, {"status": "escalated"}, escalate=reason)
+        try:
+            async with asyncio.timeout(spec.timeout):
+                if spec.type == "python":
+                    result = await _invoke(self._callables[name], identity, arguments)
+                else:
+                    result = await self._http_call(spec, arguments)
+        except TimeoutError:
+            return ToolOutcome(name, arguments, None, error=f"tool timed out after {spec.timeout:g}s")
+        except Exception as exc:  # a tool's failure is data for the model, not a crash
+            return ToolOutcome(name, arguments, None, error=f"{type(exc).__name__}: {exc}"[:500])
+        return ToolOutcome(name, arguments, result)
+
+    async def _http_call(self, spec: ToolSettings, arguments: dict[str, Any]) -> Any:
+        url = spec.url.format(**{k: quote(str(v), safe="") for k, v in arguments.items()})
+        headers = {k: _ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), v) for k, v in spec.headers.items()}
+        client = self._http or httpx.AsyncClient(timeout=spec.timeout)
+        try:
+            if spec.method.upper() in ("GET", "DELETE"):
+                response = await client.request(spec.method.upper(), url, headers=headers)
+            else:
+                response = await client.request(spec.method.upper(), url, headers=headers, json=arguments)
+        finally:
+            if self._http is None:
+                await client.aclose()
+        response.raise_for_status()
+        try:
+            return response.json()
+        except ValueError:
+            return response.text[:4000]
+
+
+async def _invoke(fn: Any, identity: CallerIdentity, arguments: dict[str, Any]) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        return await fn(identity, **arguments)
+    return await asyncio.to_thread(fn, identity, **arguments)
+
+
+def _import(spec: ToolSettings, bot: str) -> Any:
+    if not spec.import_path or ":" not in spec.import_path:
+        raise ConfigError(f"bots.{bot}.tools.{spec.name}.import_path", "write it as 'package.module:function'")
+    module_name, _, attr = spec.import_path.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"bots.{bot}.tools.{spec.name}.import_path", f"cannot import {spec.import_path}: {exc}") from None

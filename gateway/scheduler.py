@@ -1,0 +1,66 @@
+"""Scheduled re-ingest: each knowledge source on its own cron, one run at a time per source."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+from gateway.settings import Settings
+
+log = structlog.get_logger("gateway.scheduler")
+
+
+class IngestScheduler:
+    """Runs `knowledge.ingest_source` for every configured source on its cron schedule.
+
+    Jobs come from config.yaml, so no job store is needed. `max_instances=1` keeps one run per source
+    at a time; a run that fails is recorded by the ingester and logged here, and never stops the
+    scheduler or the server.
+    """
+
+    def __init__(self, settings: Settings, *, knowledge: Any, timezone: str = "UTC") -> None:
+        self._settings = settings
+        self._knowledge = knowledge
+        self._scheduler = AsyncIOScheduler(timezone=timezone)
+        for bot in settings.bots:
+            for source in bot.sources:
+                self._scheduler.add_job(
+                    self._run, CronTrigger.from_crontab(source.schedule, timezone=timezone),
+                    args=[bot.name, source.name], id=f"{bot.name}/{source.name}", name=f"ingest {bot.name}/{source.name}",
+                    max_instances=1, coalesce=True, misfire_grace_time=300,
+                )
+
+    async def _run(self, bot: str, source: str) -> None:
+        log.info("ingest.scheduled_start", bot=bot, source=source)
+        try:
+            report = await self._knowledge.ingest_source(bot, source, trigger="schedule")
+            log.info("ingest.scheduled_done", bot=bot, source=source, **report.counts())
+        except Exception:  # recorded in ingest_runs by the ingester; the scheduler keeps going
+            log.exception("ingest.scheduled_failed", bot=bot, source=source)
+        self.log_next_runs()
+
+    def start(self) -> None:
+        """Start the cron clock inside the running event loop."""
+        self._scheduler.start()
+        self.log_next_runs()
+
+    def shutdown(self) -> None:
+        """Stop without waiting for running jobs (they are cancelled with the loop)."""
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+
+    def next_runs(self) -> dict[str, str | None]:
+        """Next run time of each source, ISO 8601, keyed `bot/source`."""
+        out: dict[str, str | None] = {}
+        for job in self._scheduler.get_jobs():
+            next_run = getattr(job, "next_run_time", None)
+            out[job.id] = next_run.isoformat() if next_run else None
+        return out
+
+    def log_next_runs(self) -> None:
+        """Log when each source runs next, so an operator can see the schedule."""
+        for job_id, when in self.next_runs().items():
+            log.info("ingest.next_run", job=job_id, next_run=when)

@@ -1,0 +1,154 @@
+"""The composed services of one gateway process, built from settings and started by the lifespan."""
+
+from __future__ import annotations
+
+import importlib
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from channels.base import ChannelAdapter
+from channels.web import WebAdapter
+from gateway.escalation import Escalations
+from gateway.events import EventBus
+from gateway.inbox import Inbox
+from gateway.knowledge import Knowledge
+from gateway.llm import LLMRouter
+from gateway.observability import Metrics
+from gateway.outbox import Outbox
+from gateway.pipeline import Pipeline
+from gateway.pipeline.answer import Answerer
+from gateway.pipeline.rewrite import Rewriter
+from gateway.pipeline.tools import BotTools
+from gateway.scheduler import IngestScheduler
+from gateway.settings import Settings
+from gateway.worker import Worker
+from storage.engine import create_engine, session_factory
+
+log = structlog.get_logger("gateway.services")
+
+ADAPTER_CLASSES = {
+    "telegram": "channels.telegram:TelegramAdapter",
+    "slack": "channels.slack:SlackAdapter",
+    "discord": "channels.discord:DiscordAdapter",
+    "whatsapp": "channels.whatsapp:WhatsAppAdapter",
+}
+
+
+def build_adapters(settings: Settings) -> dict[tuple[str, str], ChannelAdapter]:
+    """One adapter per enabled (bot, channel)."""
+    adapters: dict[tuple[str, str], ChannelAdapter] = {}
+    for bot in settings.bots:
+        for channel in ("web", *ADAPTER_CLASSES):
+            config = getattr(bot.channels, channel)
+            if config is None or not config.enabled:
+                continue
+            if channel == "web":
+                adapters[(bot.name, "web")] = WebAdapter(bot.name, config)
+                continue
+            module_name, _, cls_name = ADAPTER_CLASSES[channel].partition(":")
+            cls = getattr(importlib.import_module(module_name), cls_name)
+            adapters[(bot.name, channel)] = cls(bot.name, config)
+    return adapters
+
+
+@dataclass
+class Services:
+    """Everything a request handler or CLI command needs, built once per process."""
+
+    settings: Settings
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+    bus: EventBus
+    metrics: Metrics
+    adapters: dict[tuple[str, str], ChannelAdapter]
+    knowledge: Knowledge
+    llm: LLMRouter
+    pipeline: Pipeline
+    outbox: Outbox
+    inbox: Inbox
+    worker: Worker
+    escalations: Escalations
+    scheduler: IngestScheduler | None = None
+    reply_timeout: float = 60.0
+    admin_token_path: Path | None = None
+    admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    _started: list[Any] = field(default_factory=list)
+
+    async def start(self, *, worker: bool = True, scheduler: bool = True, channels: bool = True) -> None:
+        """Open the index, start the worker, the scheduler and the channels' long-lived connections."""
+        await self.knowledge.open()
+        if self.admin_token_path is not None:
+            # The CLI on this machine reads it to ingest through the running server (Qdrant local mode
+            # allows one process per folder). Only users who can read var/ can use it.
+            self.admin_token_path.parent.mkdir(parents=True, exist_ok=True)
+            self.admin_token_path.write_text(self.admin_token)
+            self.admin_token_path.chmod(0o600)
+        await self.outbox.recover()
+        if worker:
+            await self.worker.start()
+        if scheduler and self.scheduler is not None:
+            self.scheduler.start()
+        if channels:
+            for (bot, name), adapter in self.adapters.items():
+                try:
+                    await adapter.start(self._deliver_for(bot))
+                    self._started.append(adapter)
+                except Exception:
+                    log.exception("channel.start_failed", bot=bot, channel=name)
+
+    def _deliver_for(self, bot: str):
+        async def deliver(message) -> None:
+            accepted = await self.inbox.accept(bot, message)
+            counter = self.metrics.duplicates if accepted.duplicate else self.metrics.messages_in
+            counter.labels(bot=bot, channel=message.channel).inc()
+        return deliver
+
+    async def stop(self) -> None:
+        """Stop everything `start` started, in reverse order, then close the stores."""
+        for adapter in reversed(self._started):
+            try:
+                await adapter.stop()
+            except Exception:
+                log.exception("channel.stop_failed", channel=getattr(adapter, "name", "?"))
+        self._started.clear()
+        if self.scheduler is not None:
+            self.scheduler.shutdown()
+        await self.worker.stop()
+        await self.knowledge.close()
+        await self.engine.dispose()
+        if self.admin_token_path is not None and self.admin_token_path.exists():
+            self.admin_token_path.unlink(missing_ok=True)
+
+
+def build_services(settings: Settings, *, poll_interval: float | None = None,
+                   with_scheduler: bool = True) -> Services:
+    """Wire the whole gateway from settings. Nothing starts until `Services.start()`."""
+    engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
+    bus = EventBus()
+    metrics = Metrics()
+    adapters = build_adapters(settings)
+    knowledge = Knowledge(settings, sessions=sessions, metrics=metrics)
+    llm = LLMRouter.from_settings(settings)
+    tools = {bot.name: BotTools(bot) for bot in settings.bots}
+    pipeline = Pipeline(search=knowledge, answerer=Answerer(llm, tools=tools), rewriter=Rewriter(llm),
+                        metrics=metrics)
+    outbox = Outbox(sessions, adapters=adapters, bus=bus, metrics=metrics)
+    escalations = Escalations(sessions, settings=settings, bus=bus, metrics=metrics)
+    worker = Worker(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus, metrics=metrics,
+                    lease_seconds=settings.worker.lease_seconds, concurrency=settings.worker.concurrency,
+                    poll_interval=poll_interval or settings.worker.poll_interval, on_escalate=escalations.open_in)
+    inbox = Inbox(sessions, on_stored=worker.notify)
+    scheduler = IngestScheduler(settings, knowledge=knowledge) if with_scheduler else None
+    admin_path = None
+    if settings.qdrant.path and not settings.qdrant.url:
+        admin_path = Path(settings.qdrant.path).parent / "admin.token"
+    return Services(settings=settings, engine=engine, sessions=sessions, bus=bus, metrics=metrics, adapters=adapters,
+                    knowledge=knowledge, llm=llm, pipeline=pipeline, outbox=outbox, inbox=inbox, worker=worker,
+                    escalations=escalations, scheduler=scheduler, admin_token_path=admin_path,
+                    reply_timeout=settings.worker.reply_timeout)

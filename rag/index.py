@@ -1,0 +1,191 @@
+"""The Qdrant index: one collection per bot, a named dense vector and a named BM25 sparse vector.
+
+The same code runs against Qdrant local mode (`qdrant.path`, the embedded default) and a Qdrant
+server (`qdrant.url` + `api_key`). Because every bot has its own collection, a search for one bot
+cannot return another bot's chunks, whatever the filters say.
+
+Local mode holds an exclusive lock on its folder; a second process gets `IndexBusy` with a
+message that says what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qdrant_client import AsyncQdrantClient
+from qdrant_client import models as qm
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from gateway.errors import ConfigError, IndexBusy, RetrievalError
+from gateway.settings import QdrantSettings
+
+DENSE = "dense"
+SPARSE = "bm25"
+PAYLOAD_FIELDS = ("chunk_id", "source", "document", "title", "heading_path", "url", "text")
+
+
+@dataclass(frozen=True)
+class IndexPoint:
+    """One chunk ready for the index: its payload fields and both vectors."""
+
+    chunk_id: str
+    text: str
+    source: str
+    document: str
+    title: str
+    heading_path: tuple[str, ...]
+    url: str | None
+    dense: list[float]
+    sparse: qm.SparseVector
+
+
+@dataclass(frozen=True)
+class ArmResults:
+    """What one hybrid query returned: the RRF-fused list and each arm's own ranked list."""
+
+    fused: list[qm.ScoredPoint]
+    dense: list[qm.ScoredPoint]
+    sparse: list[qm.ScoredPoint]
+
+
+def collection_name(bot: str) -> str:
+    """The collection that holds one bot's knowledge base."""
+    return f"kb_{bot}"
+
+
+class QdrantIndex:
+    """Thin async wrapper over `AsyncQdrantClient` with the gateway's collection layout."""
+
+    def __init__(self, client: AsyncQdrantClient) -> None:
+        self.client = client
+        self._known: set[str] = set()
+
+    @classmethod
+    def from_settings(cls, settings: QdrantSettings) -> "QdrantIndex":
+        """Connect to a server when `url` is set, else open the local folder `path`."""
+        if settings.url:
+            return cls(AsyncQdrantClient(url=settings.url, api_key=settings.api_key, timeout=int(settings.timeout)))
+        if not settings.path:
+            raise ConfigError("qdrant", "set qdrant.path (local mode) or qdrant.url (server)")
+        try:
+            return cls(AsyncQdrantClient(path=settings.path))
+        except RuntimeError as exc:
+            if "already accessed" in str(exc):
+                raise IndexBusy(
+                    f"the Qdrant folder {settings.path} is in use by another process (probably the running "
+                    "server). Run ingest through the server's admin API, stop the server first, or use a "
+                    "Qdrant server (qdrant.url) for concurrent access."
+                ) from None
+            raise
+
+    async def close(self) -> None:
+        """Release the client (and local mode's folder lock)."""
+        await self.client.close()
+
+    async def ensure_collection(self, bot: str, dim: int) -> None:
+        """Create the bot's collection if missing; refuse a dense size that does not match."""
+        name = collection_name(bot)
+        if name in self._known:
+            return
+        if await self.client.collection_exists(name):
+            info = await self.client.get_collection(name)
+            vectors = info.config.params.vectors
+            existing = vectors[DENSE].size if isinstance(vectors, dict) and DENSE in vectors else None
+            if existing != dim:
+                raise ConfigError(
+                    "embedding.model",
+                    f"collection {name} holds {existing}-d vectors but the embedder gives {dim}-d; "
+                    "drop the collection (or use a new qdrant.path) and re-ingest",
+                )
+        else:
+            await self.client.create_collection(
+                name,
+                vectors_config={DENSE: qm.VectorParams(size=dim, distance=qm.Distance.COSINE)},
+                sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+            )
+        self._known.add(name)
+
+    async def drop(self, bot: str) -> None:
+        """Delete the bot's whole collection."""
+        self._known.discard(collection_name(bot))
+        await self.client.delete_collection(collection_name(bot))
+
+    async def upsert(self, bot: str, points: list[IndexPoint], *, batch: int = 256) -> None:
+        """Write points (id = chunk id), replacing any with the same id."""
+        name = collection_name(bot)
+        for start in range(0, len(points), batch):
+            structs = [
+                qm.PointStruct(
+                    id=p.chunk_id,
+                    vector={DENSE: p.dense, SPARSE: p.sparse},
+                    payload={
+                        "chunk_id": p.chunk_id,
+                        "source": p.source,
+                        "document": p.document,
+                        "title": p.title,
+                        "heading_path": list(p.heading_path),
+                        "url": p.url,
+                        "text": p.text,
+                    },
+                )
+                for p in points[start : start + batch]
+            ]
+            await self._call(self.client.upsert(name, points=structs, wait=True))
+
+    async def delete_points(self, bot: str, ids: list[str]) -> None:
+        """Remove points by chunk id; unknown ids are ignored."""
+        if ids and await self._exists(bot):
+            await self._call(
+                self.client.delete(collection_name(bot), points_selector=qm.PointIdsList(points=list(ids)), wait=True)
+            )
+
+    async def count(self, bot: str) -> int:
+        """Number of chunks in the bot's collection (0 when it does not exist)."""
+        if not await self._exists(bot):
+            return 0
+        return (await self._call(self.client.count(collection_name(bot), exact=True))).count
+
+    async def hybrid_query(
+        self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int
+    ) -> ArmResults:
+        """One RRF-fused query (dense + sparse prefetch) plus each arm's list, in one batch call."""
+        if not await self._exists(bot):
+            return ArmResults([], [], [])
+        arms = [
+            qm.Prefetch(query=dense, using=DENSE, limit=prefetch),
+            qm.Prefetch(query=sparse, using=SPARSE, limit=prefetch),
+        ]
+        requests = [
+            qm.QueryRequest(prefetch=arms, query=qm.FusionQuery(fusion=qm.Fusion.RRF), limit=limit, with_payload=True),
+            # The arms again on their own: RRF scores are ranks, and callers need the real scores.
+            qm.QueryRequest(query=dense, using=DENSE, limit=prefetch, with_payload=False),
+            qm.QueryRequest(query=sparse, using=SPARSE, limit=prefetch, with_payload=["heading_path", "text"]),
+        ]
+        fused, by_dense, by_sparse = await self._call(self.client.query_batch_points(collection_name(bot), requests))
+        return ArmResults(fused.points, by_dense.points, by_sparse.points)
+
+    async def document_frequency(self, bot: str, term: int, *, cap: int) -> int:
+        """How many chunks contain BM25 term id `term`, counted up to `cap`."""
+        if not await self._exists(bot):
+            return 0
+        vector = qm.SparseVector(indices=[term], values=[1.0])
+        result = await self._call(
+            self.client.query_points(collection_name(bot), query=vector, using=SPARSE, limit=cap, with_payload=False)
+        )
+        return len(result.points)
+
+    async def _exists(self, bot: str) -> bool:
+        name = collection_name(bot)
+        if name in self._known:
+            return True
+        if await self._call(self.client.collection_exists(name)):
+            self._known.add(name)
+            return True
+        return False
+
+    @staticmethod
+    async def _call(awaitable):  # type: ignore[no-untyped-def]
+        try:
+            return await awaitable
+        except (ResponseHandlingException, UnexpectedResponse, ConnectionError) as exc:
+            raise RetrievalError(f"Qdrant request failed: {exc}") from exc

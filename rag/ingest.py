@@ -1,0 +1,281 @@
+"""Incremental ingest: load a source, chunk, embed only what changed, keep Qdrant and the store in step.
+
+Per document, a content hash (text, title, URL, format, chunking settings and embedding model)
+is kept in `storage.models.Document`:
+- same hash → skipped without chunking or embedding;
+- new hash → re-chunked; chunks whose (stable) id already exists are kept, only new chunks are
+  embedded and written, and chunks no longer produced are deleted;
+- a document the source no longer yields has all its chunks deleted. A document whose fetch
+  failed this run keeps its chunks: a flaky page must not empty the knowledge base.
+
+Counts in `IngestReport` are in CHUNKS: `added` (chunks of new documents), `updated` (new chunks
+written for changed documents), `deleted` (chunks removed), `unchanged` (chunks kept as they were).
+Every run is recorded as a `storage.models.IngestRun`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.settings import BotSettings, SourceSettings
+from rag.chunking import Chunk, chunk_document
+from rag.embeddings import DenseEmbedder, SparseEmbedder
+from rag.index import IndexPoint, QdrantIndex
+from rag.sources import Document, load_source
+from storage.models import Document as DocumentRow
+from storage.models import IngestRun
+
+log = logging.getLogger(__name__)
+
+CHUNKER_VERSION = "1"
+"""Bump when chunking changes, so the next ingest re-chunks every document."""
+FLUSH_CHUNKS = 256
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class IngestReport:
+    """Outcome of one source's ingest; counts are chunks."""
+
+    bot: str
+    source: str
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    documents: int = 0
+    errors: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+    status: str = "ok"  # ok | partial | failed
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain dict for `ingest --json`."""
+        return asdict(self)
+
+
+@dataclass
+class _Pending:
+    doc: Document
+    content_hash: str
+    chunks: list[Chunk]
+    new: list[Chunk]
+    stale: list[str]
+    row: DocumentRow | None
+
+
+class Ingestor:
+    """Runs ingests for bots and sources against one index, embedder pair and store."""
+
+    def __init__(
+        self,
+        index: QdrantIndex,
+        dense: DenseEmbedder,
+        sparse: SparseEmbedder,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        max_chunk_tokens: int = 256,
+        base_dir: Path | None = None,
+    ) -> None:
+        self.index = index
+        self.dense = dense
+        self.sparse = sparse
+        self.sessions = sessions
+        self.max_tokens = min(max_chunk_tokens, dense.max_tokens)
+        self.base_dir = base_dir
+
+    async def ingest_bot(
+        self, bot: BotSettings, *, sources: list[str] | None = None, trigger: str = "manual", progress: Progress | None = None
+    ) -> list[IngestReport]:
+        """Ingest each of the bot's sources (or the named ones); one failing source never stops the rest."""
+        reports = []
+        for source in bot.sources:
+            if sources is None or source.name in sources:
+                reports.append(await self.ingest_source(bot.name, source, trigger=trigger, progress=progress))
+        return reports
+
+    async def ingest_source(
+        self, bot: str, source: SourceSettings, *, trigger: str = "manual", progress: Progress | None = None
+    ) -> IngestReport:
+        """Load one source and ingest it incrementally; failures are recorded, not raised."""
+        started = time.perf_counter()
+        run_id = await self._start_run(bot, source.name, trigger=trigger)
+        try:
+            loaded = await load_source(source, base_dir=self.base_dir)
+        except Exception as exc:  # a broken source is recorded and logged; the scheduler keeps running
+            log.warning("ingest source failed", extra={"bot": bot, "source": source.name, "error": str(exc)})
+            report = IngestReport(bot, source.name, errors=[f"{type(exc).__name__}: {exc}"], status="failed")
+            report.duration_s = time.perf_counter() - started
+            await self._record(report, trigger=trigger, run_id=run_id)
+            return report
+        errors = [f"{doc_id}: {message}" for doc_id, message in loaded.errors]
+        return await self.ingest_documents(
+            bot,
+            source.name,
+            loaded.documents,
+            failed_ids={doc_id for doc_id, _ in loaded.errors},
+            errors=errors,
+            trigger=trigger,
+            progress=progress,
+            started=started,
+            run_id=run_id,
+        )
+
+    async def ingest_documents(
+        self,
+        bot: str,
+        source: str,
+        documents: list[Document],
+        *,
+        failed_ids: set[str] | None = None,
+        errors: list[str] | None = None,
+        trigger: str = "manual",
+        progress: Progress | None = None,
+        started: float | None = None,
+        run_id: int | None = None,
+    ) -> IngestReport:
+        """Ingest already-loaded documents as the full content of `source` (others get deleted)."""
+        started = time.perf_counter() if started is None else started
+        if run_id is None:
+            run_id = await self._start_run(bot, source, trigger=trigger)
+        report = IngestReport(bot, source, documents=len(documents), errors=list(errors or []))
+        failed_ids = failed_ids or set()
+        await self.index.ensure_collection(bot, await self.dense.probe_dim())
+        async with self.sessions() as session:
+            rows = {
+                r.doc_id: r
+                for r in (
+                    await session.scalars(select(DocumentRow).where(DocumentRow.bot == bot, DocumentRow.source == source))
+                ).all()
+            }
+        pending: list[_Pending] = []
+        seen: set[str] = set()
+        for done, doc in enumerate(documents, start=1):
+            if doc.doc_id in seen:
+                continue
+            seen.add(doc.doc_id)
+            row = rows.get(doc.doc_id)
+            content_hash = self._hash(doc)
+            if row is not None and row.content_hash == content_hash:
+                report.unchanged += len(row.chunk_ids)
+            else:
+                chunks = chunk_document(
+                    doc.text,
+                    fmt=doc.format,
+                    title=doc.title,
+                    bot=bot,
+                    source=source,
+                    doc_id=doc.doc_id,
+                    count_tokens=self.dense.count_tokens,
+                    max_tokens=self.max_tokens,
+                )
+                old = set(row.chunk_ids) if row else set()
+                ids = {c.chunk_id for c in chunks}
+                pending.append(
+                    _Pending(doc, content_hash, chunks, [c for c in chunks if c.chunk_id not in old], sorted(old - ids), row)
+                )
+                if sum(len(p.new) for p in pending) >= FLUSH_CHUNKS:
+                    await self._flush(bot, source, pending, report)
+                    pending = []
+            if progress:
+                progress(done, len(documents))
+        await self._flush(bot, source, pending, report)
+        await self._delete_missing(bot, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
+        if report.errors:
+            report.status = "partial" if documents or not failed_ids else "failed"
+        report.duration_s = time.perf_counter() - started
+        await self._record(report, trigger=trigger, run_id=run_id)
+        log.info("ingest done", extra={"bot": bot, "source": source, **report.as_dict()})
+        return report
+
+    async def _flush(self, bot: str, source: str, pending: list[_Pending], report: IngestReport) -> None:
+        """Embed the new chunks of pending documents, write them, then update the store."""
+        if not pending:
+            return
+        new = [c for p in pending for c in p.new]
+        texts = [c.embed_text for c in new]
+        dense = await self.dense.aembed_documents(texts)
+        sparse = await self.sparse.aembed_documents(texts)
+        vectors = {c.chunk_id: (d, s) for c, d, s in zip(new, dense, sparse)}
+        points = [
+            IndexPoint(c.chunk_id, c.text, source, p.doc.doc_id, p.doc.title, c.heading_path, p.doc.url, *vectors[c.chunk_id])
+            for p in pending
+            for c in p.new
+        ]
+        # Points first, then the store: a crash in between only costs a re-embed next run.
+        await self.index.upsert(bot, points)
+        await self.index.delete_points(bot, [i for p in pending for i in p.stale])
+        async with self.sessions() as session:
+            for p in pending:
+                if p.row is None:
+                    report.added += len(p.chunks)
+                    session.add(
+                        DocumentRow(
+                            bot=bot,
+                            source=source,
+                            doc_id=p.doc.doc_id,
+                            content_hash=p.content_hash,
+                            chunk_ids=[c.chunk_id for c in p.chunks],
+                            title=p.doc.title[:512],
+                            url=p.doc.url,
+                        )
+                    )
+                    continue
+                report.updated += len(p.new)
+                report.unchanged += len(p.chunks) - len(p.new)
+                report.deleted += len(p.stale)
+                row = await session.merge(p.row)
+                row.content_hash = p.content_hash
+                row.chunk_ids = [c.chunk_id for c in p.chunks]
+                row.title = p.doc.title[:512]
+                row.url = p.doc.url
+            await session.commit()
+
+    async def _delete_missing(self, bot: str, gone: list[DocumentRow], report: IngestReport) -> None:
+        if not gone:
+            return
+        ids = [i for row in gone for i in row.chunk_ids]
+        await self.index.delete_points(bot, ids)
+        async with self.sessions() as session:
+            for row in gone:
+                await session.delete(await session.merge(row))
+            await session.commit()
+        report.deleted += len(ids)
+
+    async def _start_run(self, bot: str, source: str, *, trigger: str) -> int:
+        """Insert the run as `running`, so a long ingest is visible while it works."""
+        async with self.sessions() as session:
+            run = IngestRun(bot=bot, source=source, trigger=trigger, status="running")
+            session.add(run)
+            await session.commit()
+            return run.id
+
+    async def _record(self, report: IngestReport, *, trigger: str, run_id: int | None = None) -> None:
+        async with self.sessions() as session:
+            run = await session.get(IngestRun, run_id) if run_id is not None else None
+            if run is None:
+                run = IngestRun(bot=report.bot, source=report.source, trigger=trigger)
+                session.add(run)
+            run.status = report.status
+            run.added = report.added
+            run.updated = report.updated
+            run.deleted = report.deleted
+            run.unchanged = report.unchanged
+            run.errors = report.errors[:100]
+            run.duration_s = report.duration_s
+            await session.commit()
+
+    def _hash(self, doc: Document) -> str:
+        digest = hashlib.sha256()
+        for part in (CHUNKER_VERSION, self.dense.model, str(self.max_tokens), doc.format, doc.title, doc.url or "", doc.text):
+            digest.update(part.encode("utf-8", "surrogatepass"))
+            digest.update(b"\x1f")
+        return digest.hexdigest()

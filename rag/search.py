@@ -1,0 +1,181 @@
+"""Hybrid search (dense + BM25, fused by RRF in Qdrant) and gate 1, the relevance gate.
+
+Per query, one Qdrant call fuses a dense prefetch and a sparse prefetch with RRF; the arms' own
+lists come back in the same batch so each hit can say which arm found it and with what score.
+Several queries (a follow-up rewritten into standalone queries) are fused again client-side by
+RRF with the usual constant 60.
+
+Gate 1 (no relevant chunk → the answer step gets no chunks):
+- It looks at the BEST DENSE cosine across every hit of every query, not at the top fused hit,
+  because RRF scores are ranks and say nothing about relevance.
+- Below `retrieval.min_dense_score` the search is refused, unless a strong keyword hit overrides:
+  one chunk from the BM25 arm contains at least `KEYWORD_MIN_COVERAGE` of the query's content
+  terms (BM25 terms: stopwords dropped, stemmed) and at least one of those shared terms is rare in
+  the bot's collection (in at most `max(KEYWORD_RARE_MIN_DF, KEYWORD_RARE_RATIO × chunks)` chunks),
+  and its BM25 score is at least `retrieval.keyword_override_score`. An exact plan name, error
+  code or menu path is exactly that: a rare literal token, which MiniLM embeds poorly, while an
+  off-topic question shares at most common words with the knowledge base.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from qdrant_client import models as qm
+
+from gateway.settings import RetrievalSettings
+from rag.embeddings import DenseEmbedder, SparseEmbedder
+from rag.index import QdrantIndex
+
+DEFAULT_MIN_DENSE_SCORE = 0.35
+"""Gate-1 threshold for MiniLM int8 (cosine). See the calibration note in README / bench."""
+KEYWORD_MIN_COVERAGE = 0.75
+KEYWORD_RARE_MIN_DF = 3
+KEYWORD_RARE_RATIO = 0.02
+KEYWORD_CANDIDATES = 3
+MULTI_QUERY_RRF_K = 60
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved chunk, with the score each arm gave it (None where that arm missed it)."""
+
+    chunk_id: str
+    text: str
+    source: str
+    document: str
+    title: str
+    heading_path: tuple[str, ...]
+    url: str | None
+    dense_score: float | None
+    sparse_score: float | None
+    fused_score: float
+    arms: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Hits in fused order; when `refused`, `hits` is empty and `candidates` shows what was found."""
+
+    hits: tuple[Hit, ...]
+    refused: bool
+    reason: str
+    best_dense_score: float | None
+    keyword_override: bool = False
+    candidates: tuple[Hit, ...] = field(default=())
+
+
+class HybridSearch:
+    """Dense + BM25 retrieval over one bot's collection, with gate 1."""
+
+    def __init__(self, index: QdrantIndex, dense: DenseEmbedder, sparse: SparseEmbedder) -> None:
+        self.index = index
+        self.dense = dense
+        self.sparse = sparse
+
+    async def search(self, bot: str, queries: list[str], retrieval: RetrievalSettings) -> SearchResult:
+        """Top `retrieval.k` chunks for the queries, or a refusal when nothing is relevant."""
+        queries = list(dict.fromkeys(q.strip() for q in queries if q and q.strip()))
+        if not queries:
+            return SearchResult((), True, "empty query", None)
+        dense_vectors = await self.dense.aembed_queries(queries)
+        sparse_vectors = await self.sparse.aembed_queries(queries)
+        per_query_limit = max(retrieval.k, min(retrieval.prefetch, 3 * retrieval.k)) if len(queries) > 1 else retrieval.k
+
+        fused_lists: list[list[qm.ScoredPoint]] = []
+        dense_scores: dict[str, float] = {}
+        sparse_scores: dict[str, float] = {}
+        sparse_top: list[tuple[int, qm.ScoredPoint]] = []
+        for i, (dv, sv) in enumerate(zip(dense_vectors, sparse_vectors)):
+            arms = await self.index.hybrid_query(bot, dv, sv, prefetch=retrieval.prefetch, limit=per_query_limit)
+            fused_lists.append(arms.fused)
+            for p in arms.dense:
+                dense_scores[str(p.id)] = max(dense_scores.get(str(p.id), -1.0), p.score)
+            for p in arms.sparse:
+                sparse_scores[str(p.id)] = max(sparse_scores.get(str(p.id), 0.0), p.score)
+            sparse_top.extend((i, p) for p in arms.sparse[:KEYWORD_CANDIDATES])
+
+        hits = _fuse(fused_lists, dense_scores, sparse_scores, single=len(queries) == 1)[: retrieval.k]
+        best = max(dense_scores.values(), default=None)
+        if not hits:
+            return SearchResult((), True, "the knowledge base has no chunks for this bot", best)
+        if best is not None and best >= retrieval.min_dense_score:
+            return SearchResult(tuple(hits), False, f"best dense score {best:.3f} >= {retrieval.min_dense_score}", best)
+        override = await self._keyword_override(bot, queries, sparse_vectors, sparse_top, retrieval)
+        if override:
+            return SearchResult(tuple(hits), False, override, best, keyword_override=True)
+        reason = f"best dense score {best if best is None else round(best, 3)} < {retrieval.min_dense_score} and no strong keyword hit"
+        return SearchResult((), True, reason, best, candidates=tuple(hits))
+
+    async def _keyword_override(
+        self,
+        bot: str,
+        queries: list[str],
+        sparse_vectors: list[qm.SparseVector],
+        candidates: list[tuple[int, qm.ScoredPoint]],
+        retrieval: RetrievalSettings,
+    ) -> str | None:
+        """A reason string when some BM25 hit passes the keyword rule in the module docstring."""
+        if not candidates:
+            return None
+        total = await self.index.count(bot)
+        rare_cap = max(KEYWORD_RARE_MIN_DF, int(KEYWORD_RARE_RATIO * total))
+        df_cache: dict[int, int] = {}
+        for qi, point in candidates:
+            if point.score < retrieval.keyword_override_score:
+                continue
+            query_terms = set(sparse_vectors[qi].indices)
+            if not query_terms:
+                continue
+            payload = point.payload or {}
+            chunk_text = " ".join([*payload.get("heading_path", []), payload.get("text", "")])
+            shared = query_terms & self.sparse.terms(chunk_text)
+            if len(shared) < KEYWORD_MIN_COVERAGE * len(query_terms):
+                continue
+            for term in shared:
+                if term not in df_cache:
+                    df_cache[term] = await self.index.document_frequency(bot, term, cap=rare_cap + 1)
+                if df_cache[term] <= rare_cap:
+                    return (
+                        f"keyword override: a chunk holds {len(shared)}/{len(query_terms)} query terms of "
+                        f"{queries[qi]!r}, one of them in only {df_cache[term]} chunk(s)"
+                    )
+        return None
+
+
+def _fuse(
+    fused_lists: list[list[qm.ScoredPoint]],
+    dense_scores: dict[str, float],
+    sparse_scores: dict[str, float],
+    *,
+    single: bool,
+) -> list[Hit]:
+    """Hits in fused order: Qdrant's RRF for one query, client-side RRF across several."""
+    scores: dict[str, float] = {}
+    points: dict[str, qm.ScoredPoint] = {}
+    for ranked in fused_lists:
+        for rank, point in enumerate(ranked):
+            pid = str(point.id)
+            points.setdefault(pid, point)
+            scores[pid] = point.score if single else scores.get(pid, 0.0) + 1.0 / (MULTI_QUERY_RRF_K + rank + 1)
+    ordered = sorted(scores, key=lambda pid: scores[pid], reverse=True)
+    hits = []
+    for pid in ordered:
+        payload = points[pid].payload or {}
+        arms = tuple(arm for arm, table in (("dense", dense_scores), ("sparse", sparse_scores)) if pid in table)
+        hits.append(
+            Hit(
+                chunk_id=payload.get("chunk_id", pid),
+                text=payload.get("text", ""),
+                source=payload.get("source", ""),
+                document=payload.get("document", ""),
+                title=payload.get("title", ""),
+                heading_path=tuple(payload.get("heading_path", [])),
+                url=payload.get("url"),
+                dense_score=dense_scores.get(pid),
+                sparse_score=sparse_scores.get(pid),
+                fused_score=scores[pid],
+                arms=arms,
+            )
+        )
+    return hits

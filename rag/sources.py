@@ -1,0 +1,254 @@
+"""Knowledge sources: a directory, a list of URLs, or a sitemap, loaded into `Document`s.
+
+HTML is reduced to its main text by trafilatura, written as Markdown so that the chunker still
+sees headings, lists, code and tables. PDF text comes from pypdf. A source that cannot be read at
+all raises `SourceError`; a single page or file that fails is recorded in `LoadResult.errors`
+and the rest still load (ingest then keeps that document's previous chunks).
+
+Sitemaps honour robots.txt (user agent `USER_AGENT`). An explicit `urls` list is the owner's
+own choice of pages, so it is fetched as given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urljoin, urlsplit
+from urllib.robotparser import RobotFileParser
+
+import httpx
+from lxml import etree
+
+from gateway.errors import GatewayError
+from gateway.settings import SourceSettings
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "bot-gateway-ingest/0.1"
+TIMEOUT = httpx.Timeout(15.0, connect=5.0)
+MAX_SITEMAP_URLS = 5000
+MAX_CONCURRENCY = 4
+Format = Literal["markdown", "text", "html", "pdf"]
+_SUFFIXES: dict[str, Format] = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".html": "html", ".htm": "html", ".pdf": "pdf"}
+
+
+class SourceError(GatewayError):
+    """A whole source could not be loaded (missing folder, unreachable sitemap)."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """One loaded document. `text` is Markdown for markdown/html, plain text for text/pdf."""
+
+    doc_id: str
+    title: str
+    url: str | None
+    text: str
+    format: Format
+
+
+@dataclass
+class LoadResult:
+    """What a source yielded: documents, plus (doc_id, message) for each item that failed."""
+
+    documents: list[Document] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+
+
+async def load_source(
+    source: SourceSettings, *, client: httpx.AsyncClient | None = None, base_dir: Path | None = None
+) -> LoadResult:
+    """Load any configured source. Relative directory paths resolve against `base_dir`."""
+    if source.type == "directory":
+        path = Path(source.path or "")
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
+        return await load_directory(path)
+    async with _client(client) as http:
+        if source.type == "urls":
+            return await load_urls(source.urls, client=http)
+        return await load_sitemap(source.url or source.urls[0], client=http)
+
+
+async def load_directory(path: Path) -> LoadResult:
+    """Every .md/.txt/.html/.htm/.pdf file under `path`, recursively, with relative-path ids."""
+    if not path.is_dir():
+        raise SourceError(f"knowledge directory not found: {path}")
+    result = LoadResult()
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in _SUFFIXES):
+        doc_id = file.relative_to(path).as_posix()
+        try:
+            doc = await asyncio.to_thread(_read_file, file, doc_id)
+        except Exception as exc:  # one unreadable file must not stop the others
+            log.warning("source file failed", extra={"doc_id": doc_id, "error": str(exc)})
+            result.errors.append((doc_id, f"{type(exc).__name__}: {exc}"))
+            continue
+        if doc.text.strip():
+            result.documents.append(doc)
+    return result
+
+
+async def load_urls(urls: list[str], *, client: httpx.AsyncClient) -> LoadResult:
+    """Fetch each page (a few at a time); a failing URL is recorded and the others continue."""
+    result = LoadResult()
+    gate = asyncio.Semaphore(MAX_CONCURRENCY)
+
+    async def one(url: str) -> Document | tuple[str, str]:
+        async with gate:
+            try:
+                response = await client.get(url, follow_redirects=True)
+                response.raise_for_status()
+                return _from_response(url, response)
+            except (httpx.HTTPError, ValueError) as exc:
+                log.warning("source url failed", extra={"url": url, "error": str(exc)})
+                return (url, f"{type(exc).__name__}: {exc}")
+
+    for outcome in await asyncio.gather(*(one(u) for u in dict.fromkeys(urls))):
+        if isinstance(outcome, Document):
+            if outcome.text.strip():
+                result.documents.append(outcome)
+        else:
+            result.errors.append(outcome)
+    return result
+
+
+async def load_sitemap(url: str, *, client: httpx.AsyncClient) -> LoadResult:
+    """Pages listed by a sitemap (or sitemap index), minus those robots.txt disallows."""
+    robots = await _robots(url, client=client)
+    pages = await _sitemap_urls(url, client=client, depth=0)
+    allowed = [p for p in pages if robots is None or robots.can_fetch(USER_AGENT, p)]
+    skipped = len(pages) - len(allowed)
+    if skipped:
+        log.info("robots.txt disallows sitemap pages", extra={"sitemap": url, "skipped": skipped})
+    return await load_urls(allowed, client=client)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _client(client: httpx.AsyncClient | None) -> httpx.AsyncClient:
+    if client is not None:
+        return _Borrowed(client)  # type: ignore[return-value]
+    return httpx.AsyncClient(timeout=TIMEOUT, headers={"User-Agent": USER_AGENT})
+
+
+class _Borrowed:
+    """Async context manager that lends a caller's client without closing it."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def __aenter__(self) -> httpx.AsyncClient:
+        return self.client
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+async def _robots(url: str, *, client: httpx.AsyncClient) -> RobotFileParser | None:
+    parts = urlsplit(url)
+    robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
+    try:
+        response = await client.get(robots_url, follow_redirects=True)
+    except httpx.HTTPError:
+        return None  # unreachable robots.txt: treat as no restrictions, as crawlers do
+    parser = RobotFileParser(robots_url)
+    if response.status_code in (401, 403):
+        parser.disallow_all = True
+    elif response.status_code < 400:
+        parser.parse(response.text.splitlines())
+    else:
+        return None
+    return parser
+
+
+async def _sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int) -> list[str]:
+    try:
+        response = await client.get(url, follow_redirects=True)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise SourceError(f"sitemap {url} could not be fetched: {exc}") from None
+    body = response.content
+    if body[:2] == b"\x1f\x8b":
+        body = gzip.decompress(body)
+    try:
+        parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
+        root = etree.fromstring(body, parser=parser)
+    except etree.XMLSyntaxError as exc:
+        raise SourceError(f"sitemap {url} is not valid XML: {exc}") from None
+    locs = [urljoin(url, (el.text or "").strip()) for el in root.iter("{*}loc") if (el.text or "").strip()]
+    if etree.QName(root).localname != "sitemapindex":
+        return locs[:MAX_SITEMAP_URLS]
+    if depth >= 2:
+        return []
+    pages: list[str] = []
+    for child in locs:
+        pages.extend(await _sitemap_urls(child, client=client, depth=depth + 1))
+        if len(pages) >= MAX_SITEMAP_URLS:
+            break
+    return pages[:MAX_SITEMAP_URLS]
+
+
+def _read_file(file: Path, doc_id: str) -> Document:
+    fmt = _SUFFIXES[file.suffix.lower()]
+    if fmt == "pdf":
+        title, text = pdf_text(file.read_bytes())
+        return Document(doc_id, title or file.stem, None, text, "pdf")
+    raw = file.read_text(encoding="utf-8", errors="replace")
+    if fmt == "html":
+        title, text = html_to_markdown(raw)
+        return Document(doc_id, title or file.stem, None, text, "html")
+    title = _first_heading(raw) if fmt == "markdown" else None
+    return Document(doc_id, title or file.stem.replace("-", " ").replace("_", " "), None, raw, fmt)
+
+
+def _from_response(url: str, response: httpx.Response) -> Document:
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    path = urlsplit(url).path.lower()
+    fallback_title = path.rstrip("/").rsplit("/", 1)[-1] or urlsplit(url).netloc
+    if kind == "application/pdf" or path.endswith(".pdf"):
+        title, text = pdf_text(response.content)
+        return Document(url, title or fallback_title, url, text, "pdf")
+    if kind in ("text/plain",):
+        return Document(url, fallback_title, url, response.text, "text")
+    if kind in ("text/markdown", "text/x-markdown") or path.endswith((".md", ".markdown")):
+        return Document(url, _first_heading(response.text) or fallback_title, url, response.text, "markdown")
+    if kind and "html" not in kind and "xml" not in kind:
+        raise ValueError(f"unsupported content type {kind!r}")
+    title, text = html_to_markdown(response.text, url=url)
+    return Document(url, title or fallback_title, url, text, "html")
+
+
+def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, str]:
+    """(title, main text as Markdown) with navigation, header, footer and scripts dropped."""
+    import trafilatura
+
+    options = dict(output_format="markdown", include_tables=True, include_formatting=True, include_links=False)
+    text = trafilatura.extract(html, url=url, favor_recall=True, **options)
+    if not text:
+        # Very short pages fall under trafilatura's main-text heuristics; take the body as it is.
+        text = trafilatura.html2txt(html) or ""
+    meta = trafilatura.extract_metadata(html, default_url=url)
+    return (meta.title if meta and meta.title else None), text
+
+
+def pdf_text(data: bytes) -> tuple[str | None, str]:
+    """(title, text) of a PDF, pages separated by blank lines."""
+    from pypdf import PdfReader
+
+    reader = PdfReader(io.BytesIO(data))
+    pages = [(page.extract_text() or "").strip() for page in reader.pages]
+    title = reader.metadata.title if reader.metadata and reader.metadata.title else None
+    return title, "\n\n".join(p for p in pages if p)
+
+
+def _first_heading(markdown: str) -> str | None:
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip() or None
+    return None

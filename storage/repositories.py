@@ -1,0 +1,199 @@
+"""Data access for contacts, conversations and messages.
+
+Functions take an `AsyncSession` and never commit: the caller owns the transaction. Inserts that
+may race (two webhooks for one new conversation, a platform retrying a delivery) use the
+dialect's INSERT … ON CONFLICT DO NOTHING, so they are safe on SQLite and PostgreSQL alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.models import ConversationRef, InboundMessage, utcnow
+from storage.models import Contact, Conversation, Message
+
+
+def _insert_ignore(session: AsyncSession, model: type, values: dict[str, Any], conflict: list[str]):
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return insert(model).values(**values).on_conflict_do_nothing(index_elements=conflict)
+
+
+async def upsert_contact(session: AsyncSession, *, channel: str, external_id: str, display_name: str,
+                         seen_at: datetime | None = None) -> Contact:
+    """The contact for this channel identity, created on first sight; name and last-seen refreshed."""
+    now = seen_at or utcnow()
+    await session.execute(
+        _insert_ignore(session, Contact, {"channel": channel, "external_id": external_id,
+                                          "display_name": display_name, "created_at": now},
+                       ["channel", "external_id"])
+    )
+    contact = (await session.execute(
+        select(Contact).where(Contact.channel == channel, Contact.external_id == external_id)
+    )).scalar_one()
+    if display_name and contact.display_name != display_name:
+        contact.display_name = display_name
+    contact.last_inbound_at = now
+    return contact
+
+
+async def get_or_create_conversation(session: AsyncSession, *, bot: str, ref: ConversationRef,
+                                     contact_id: int | None) -> Conversation:
+    """The conversation for (bot, channel reference), created on first message."""
+    key = {"bot": bot, "channel": ref.channel, "workspace": ref.workspace, "chat": ref.chat, "thread": ref.thread}
+    now = utcnow()
+    await session.execute(
+        _insert_ignore(session, Conversation, {**key, "contact_id": contact_id, "state": "bot",
+                                               "unanswered_turns": 0, "created_at": now, "updated_at": now},
+                       list(key))
+    )
+    return (await session.execute(select(Conversation).filter_by(**key))).scalar_one()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredInbound:
+    """The outcome of storing an inbound delivery."""
+
+    message_id: int
+    conversation_id: int
+    contact_id: int
+    duplicate: bool
+
+
+async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMessage) -> StoredInbound:
+    """Store an inbound message exactly once per (bot, channel, external_id)."""
+    contact = await upsert_contact(session, channel=message.channel, external_id=message.sender.external_id,
+                                   display_name=message.sender.display_name)
+    conversation = await get_or_create_conversation(session, bot=bot, ref=message.conversation,
+                                                    contact_id=contact.id)
+    if conversation.contact_id is None:
+        conversation.contact_id = contact.id
+    now = utcnow()
+    result = await session.execute(
+        _insert_ignore(session, Message, {
+            "conversation_id": conversation.id, "bot": bot, "channel": message.channel, "direction": "in",
+            "author": "contact", "external_id": message.external_id, "text": message.text,
+            "attachments": [_attachment_dict(a) for a in message.attachments], "citations": [],
+            "tool_calls": [], "retrieved": [], "provider_ids": [], "status": "pending", "attempts": 0,
+            "created_at": now, "updated_at": now,
+        }, ["bot", "channel", "direction", "external_id"])
+    )
+    duplicate = result.rowcount == 0
+    stored = (await session.execute(select(Message.id, Message.conversation_id).where(
+        Message.bot == bot, Message.channel == message.channel, Message.direction == "in",
+        Message.external_id == message.external_id,
+    ))).one()
+    return StoredInbound(message_id=stored.id, conversation_id=stored.conversation_id,
+                         contact_id=contact.id, duplicate=duplicate)
+
+
+def _attachment_dict(attachment: Any) -> dict[str, Any]:
+    return {k: getattr(attachment, k) for k in ("kind", "url", "file_id", "mime_type", "caption")
+            if getattr(attachment, k) is not None}
+
+
+async def add_outbound(session: AsyncSession, *, conversation: Conversation, text: str, author: str = "bot",
+                       reply_to_id: int | None = None, citations: list[dict] | None = None,
+                       tool_calls: list[dict] | None = None, retrieved: list[dict] | None = None,
+                       status: str = "pending") -> Message:
+    """Store a reply before it is sent (the outbox)."""
+    now = utcnow()
+    message = Message(
+        conversation_id=conversation.id, bot=conversation.bot, channel=conversation.channel, direction="out",
+        author=author, text=text, reply_to_id=reply_to_id, citations=citations or [],
+        tool_calls=tool_calls or [], retrieved=retrieved or [], attachments=[], provider_ids=[],
+        status=status, attempts=0, created_at=now, updated_at=now,
+    )
+    session.add(message)
+    await session.flush()
+    return message
+
+
+async def history(session: AsyncSession, *, conversation_id: int, before_id: int, limit: int) -> list[Message]:
+    """The last `limit` messages before `before_id`, oldest first (ignored/failed inbound left out)."""
+    rows = (await session.execute(
+        select(Message).where(Message.conversation_id == conversation_id, Message.id < before_id,
+                              Message.status.not_in(("ignored",)))
+        .order_by(Message.id.desc()).limit(limit)
+    )).scalars().all()
+    return list(reversed(rows))
+
+
+async def transcript(session: AsyncSession, *, conversation_id: int, after_id: int = 0,
+                     limit: int = 200) -> list[Message]:
+    """Messages of a conversation after `after_id`, oldest first."""
+    return list((await session.execute(
+        select(Message).where(Message.conversation_id == conversation_id, Message.id > after_id)
+        .order_by(Message.id).limit(limit)
+    )).scalars().all())
+
+
+async def find_conversation(session: AsyncSession, *, bot: str, ref: ConversationRef) -> Conversation | None:
+    """The conversation for this reference, if it exists."""
+    return (await session.execute(select(Conversation).filter_by(
+        bot=bot, channel=ref.channel, workspace=ref.workspace, chat=ref.chat, thread=ref.thread))).scalar_one_or_none()
+
+
+# --- work claiming -------------------------------------------------------------------------------
+
+async def conversations_with_work(session: AsyncSession, *, now: datetime, limit: int = 50) -> list[int]:
+    """Conversations that have pending inbound or unsent outbound messages and no live lease."""
+    pending = select(Message.conversation_id).where(
+        or_(and_(Message.direction == "in", Message.status == "pending"),
+            and_(Message.direction == "out", Message.status == "pending"))
+    ).distinct().subquery()
+    rows = await session.execute(
+        select(Conversation.id).where(
+            Conversation.id.in_(select(pending.c.conversation_id)),
+            or_(Conversation.lease_until.is_(None), Conversation.lease_until < now),
+        ).order_by(Conversation.updated_at).limit(limit)
+    )
+    return [r[0] for r in rows]
+
+
+async def try_lease(session: AsyncSession, *, conversation_id: int, owner: str, seconds: float) -> bool:
+    """Atomically take (or extend) the conversation's lease; False when another worker holds it."""
+    now = utcnow()
+    result = await session.execute(
+        update(Conversation).where(
+            Conversation.id == conversation_id,
+            or_(Conversation.lease_until.is_(None), Conversation.lease_until < now, Conversation.lease_owner == owner),
+        ).values(lease_owner=owner, lease_until=now + timedelta(seconds=seconds))
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1
+
+
+async def release_lease(session: AsyncSession, *, conversation_id: int, owner: str) -> None:
+    """Give the lease back so the next message can be taken at once."""
+    await session.execute(
+        update(Conversation).where(Conversation.id == conversation_id, Conversation.lease_owner == owner)
+        .values(lease_owner=None, lease_until=None).execution_options(synchronize_session=False)
+    )
+
+
+async def next_pending(session: AsyncSession, *, conversation_id: int) -> Message | None:
+    """The oldest unfinished message of a conversation: unsent replies first, then inbound in order."""
+    outbound = (await session.execute(
+        select(Message).where(Message.conversation_id == conversation_id, Message.direction == "out",
+                              Message.status == "pending").order_by(Message.id).limit(1)
+    )).scalar_one_or_none()
+    if outbound is not None:
+        return outbound
+    return (await session.execute(
+        select(Message).where(Message.conversation_id == conversation_id, Message.direction == "in",
+                              Message.status == "pending").order_by(Message.id).limit(1)
+    )).scalar_one_or_none()
+
+
+async def queue_depth(session: AsyncSession) -> int:
+    """How many inbound messages wait for an answer."""
+    return (await session.execute(
+        select(func.count()).select_from(Message).where(Message.direction == "in", Message.status == "pending")
+    )).scalar_one()

@@ -1,0 +1,195 @@
+"""The shared splitter and citation footers: examples, properties (hypothesis), and naughty strings."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from channels.render import render_citations, split_text, text_length, utf16_len
+from gateway.models import Citation
+
+BLNS = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "badinput" / "blns.json"
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*$", re.MULTILINE)
+_URL = re.compile(r"https?://\S+")
+
+
+def _content(text: str) -> str:
+    """What must survive a split: everything but whitespace and the fence lines a split may add."""
+    return re.sub(r"\s+", "", _FENCE_LINE.sub("", text))
+
+
+def _fence_lines(part: str) -> int:
+    return len(_FENCE_LINE.findall(part))
+
+
+# -- examples ---------------------------------------------------------------------------------
+
+
+def test_split_text_short_text_is_one_part_unchanged() -> None:
+    assert split_text("Hello *world*\n\nBye.", limit=100) == ["Hello *world*\n\nBye."]
+
+
+def test_split_text_blank_text_gives_no_parts() -> None:
+    assert split_text("", limit=10) == []
+    assert split_text(" \n\n ", limit=10) == []
+
+
+def test_split_text_rejects_non_positive_limit() -> None:
+    with pytest.raises(ValueError):
+        split_text("abc", limit=0)
+
+
+def test_split_text_prefers_paragraph_boundaries() -> None:
+    first = "First paragraph. " * 3
+    second = "Second paragraph here. " * 3
+    parts = split_text(f"{first.strip()}\n\n{second.strip()}", limit=80)
+    assert parts == [first.strip(), second.strip()]
+
+
+def test_split_text_falls_back_to_lines_then_sentences_then_words() -> None:
+    lines = "\n".join(f"line number {i}" for i in range(10))
+    assert all("\n" not in p or p.count("line") > 1 for p in split_text(lines, limit=40))
+    assert split_text(lines, limit=40)[0] == "line number 0\nline number 1"
+    sentences = "One two three. Four five six. Seven eight nine."
+    assert split_text(sentences, limit=32) == ["One two three. Four five six.", "Seven eight nine."]
+    words = "alpha beta gamma delta epsilon"
+    assert split_text(words, limit=12) == ["alpha beta", "gamma delta", "epsilon"]
+
+
+def test_split_text_ignores_an_early_paragraph_break_in_favour_of_a_full_part() -> None:
+    text = "Hi.\n\n" + " ".join(f"w{i}" for i in range(40))
+    parts = split_text(text, limit=60)
+    assert len(parts[0]) > 30  # not just "Hi."
+    assert _content("\n".join(parts)) == _content(text)
+
+
+def test_split_text_never_cuts_inside_a_url() -> None:
+    url = "https://example.com/docs/a-long-path/with-many-segments?query=value&other=thing"
+    text = ("word " * 12) + url + (" tail" * 12)
+    for limit in range(len(url), len(url) + 40, 3):
+        parts = split_text(text, limit=limit)
+        assert sum(url in p for p in parts) == 1, limit
+        assert all(len(p) <= limit for p in parts)
+
+
+def test_split_text_keeps_markdown_link_whole() -> None:
+    link = "[the refund policy page](https://example.com/refunds)"
+    text = "Read " * 8 + link + " now" * 8
+    parts = split_text(text, limit=70)
+    assert sum(link in p for p in parts) == 1
+
+
+def test_split_text_keeps_a_fitting_code_block_whole() -> None:
+    code = "```python\nprint('a b c')\nprint('d e f')\n```"
+    text = "Intro sentence here. " * 3 + "\n\n" + code + "\n\nAfter the code."
+    parts = split_text(text, limit=70)
+    assert sum(code in p for p in parts) == 1
+    assert all(_fence_lines(p) % 2 == 0 for p in parts)
+
+
+def test_split_text_reopens_an_oversized_code_block_in_each_part() -> None:
+    body = "\n".join(f"value_{i} = compute({i})" for i in range(40))
+    text = f"Here:\n\n```python\n{body}\n```\n\nThat is all."
+    parts = split_text(text, limit=200)
+    assert len(parts) > 3
+    assert all(len(p) <= 200 for p in parts)
+    code_parts = [p for p in parts if "value_" in p]
+    assert all(p.count("```python") == 1 and _fence_lines(p) == 2 for p in code_parts)
+    assert _content("\n".join(parts)) == _content(text)
+    # every code line stays whole
+    joined = "\n".join(parts)
+    assert all(f"value_{i} = compute({i})" in joined for i in range(40))
+
+
+def test_split_text_counts_utf16_units() -> None:
+    text = "😀" * 100  # 200 UTF-16 units
+    parts = split_text(text, limit=50, unit="utf16")
+    assert [utf16_len(p) for p in parts] == [50, 50, 50, 50]
+    assert "".join(parts) == text
+    assert split_text(text, limit=150) == [text]  # 100 chars
+
+
+def test_utf16_len_counts_astral_characters_twice() -> None:
+    assert utf16_len("a😀é") == 4
+    assert text_length("a😀é", unit="chars") == 3
+
+
+def test_render_citations_styles() -> None:
+    cites = [
+        Citation(source="faq.md", title="Refunds & returns", url="https://ex.com/r?a=1&b=2"),
+        Citation(source="faq.md", title="Refunds & returns", url="https://ex.com/r?a=1&b=2"),
+        Citation(source="notes.txt", title="Internal notes"),
+    ]
+    assert render_citations(cites, style="plain") == (
+        "Sources:\n1. Refunds & returns (https://ex.com/r?a=1&b=2)\n2. Internal notes"
+    )
+    assert render_citations(cites, style="markdown").splitlines()[1] == "1. [Refunds & returns](https://ex.com/r?a=1&b=2)"
+    assert '<a href="https://ex.com/r?a=1&amp;b=2">Refunds &amp; returns</a>' in render_citations(cites, style="html")
+    assert "<https://ex.com/r?a=1&b=2|Refunds &amp; returns>" in render_citations(cites, style="mrkdwn")
+    assert render_citations([], style="plain") == ""
+
+
+# -- properties -------------------------------------------------------------------------------
+
+_word = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Cc"), blacklist_characters="`~"),
+                min_size=1, max_size=25)
+_url = st.builds(lambda path: f"https://example.com/{path}", st.from_regex(r"[a-z0-9/_\-]{0,40}", fullmatch=True))
+_sentence = st.lists(st.one_of(_word, _url), min_size=1, max_size=15).map(" ".join).map(lambda s: s + ".")
+_paragraph = st.lists(_sentence, min_size=1, max_size=6).map(lambda ss: " ".join(ss))
+_code = st.lists(st.from_regex(r"[ a-z0-9=()+]{0,60}", fullmatch=True), min_size=1, max_size=30).map(
+    lambda lines: "```\n" + "\n".join(lines) + "\n```"
+)
+_document = st.lists(st.one_of(_paragraph, _paragraph, _code), min_size=1, max_size=8).flatmap(
+    lambda blocks: st.sampled_from(["\n\n", "\n"]).map(lambda sep: sep.join(blocks))
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=_document, limit=st.integers(min_value=40, max_value=400), unit=st.sampled_from(["chars", "utf16"]))
+def test_split_text_property_parts_fit_nothing_lost_fences_balanced(text: str, limit: int, unit: str) -> None:
+    parts = split_text(text, limit=limit, unit=unit)
+    assert all(text_length(p, unit=unit) <= limit for p in parts)
+    assert all(p.strip() for p in parts)
+    assert _content("\n".join(parts)) == _content(text)
+    assert all(_fence_lines(p) % 2 == 0 for p in parts)
+    # A URL that fits the limit is never cut.
+    for url in _URL.findall(text):
+        if text_length(url, unit=unit) <= limit:
+            assert any(url in p for p in parts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="`~"), max_size=600),
+    limit=st.integers(min_value=2, max_value=120),
+    unit=st.sampled_from(["chars", "utf16"]),
+)
+def test_split_text_property_arbitrary_text_in_order(text: str, limit: int, unit: str) -> None:
+    parts = split_text(text, limit=limit, unit=unit)
+    assert all(text_length(p, unit=unit) <= limit for p in parts)
+    # Without fences a part is a verbatim slice of the text, and the parts come in order.
+    pos = 0
+    for part in parts:
+        found = text.find(part, pos)
+        assert found >= pos
+        pos = found + len(part)
+    assert re.sub(r"\s+", "", "".join(parts)) == re.sub(r"\s+", "", text)
+
+
+def _blns() -> list[str]:
+    return [s for s in json.loads(BLNS.read_text(encoding="utf-8")) if s.strip()]
+
+
+@pytest.mark.parametrize("unit", ["chars", "utf16"])
+def test_split_text_naughty_strings(unit: str) -> None:
+    for naughty in _blns():
+        text = " ".join([naughty] * 12) + "\n\n" + naughty
+        for limit in (17, 64):
+            parts = split_text(text, limit=limit, unit=unit)
+            assert all(text_length(p, unit=unit) <= limit for p in parts), naughty
+            assert _content("\n".join(parts)) == _content(text), naughty

@@ -1,0 +1,276 @@
+"""A fake Discord: the REST API under /api/v10 and a gateway websocket at /gateway, on 127.0.0.1.
+
+It speaks enough of the protocol for discord.py: login (users/@me, applications/@me), messages
+(create honouring `nonce` + `enforce_nonce`, edit), typing, interaction follow-ups, and a gateway
+that sends HELLO, answers IDENTIFY with READY, acks heartbeats and can dispatch events. Every REST
+request is recorded; `fail_next` scripts 429s (with Discord's headers) or any other error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+BOT_USER_ID = "1100000000000000001"
+APPLICATION_ID = "1100000000000000002"
+INTERACTION_CHANNEL_ID = "1100000000000000009"
+_snowflakes = itertools.count(1_200_000_000_000_000_000)
+
+
+@dataclass
+class Recorded:
+    """One REST request the SDK made."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    json: Any
+
+
+@dataclass
+class _Failure:
+    method: str
+    path_suffix: str
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+    remaining: int
+    skip: int = 0
+
+
+@dataclass
+class FakeDiscord:
+    """The fake platform. `url` is its root; `api_base` is what DiscordChannel.api_base should be."""
+
+    requests: list[Recorded] = field(default_factory=list)
+    messages: dict[str, dict[str, Any]] = field(default_factory=dict)  # id → message object
+    identifies: list[dict[str, Any]] = field(default_factory=list)
+    _failures: list[_Failure] = field(default_factory=list)
+    _nonces: dict[tuple[str, str], str] = field(default_factory=dict)
+    _sockets: list[web.WebSocketResponse] = field(default_factory=list)
+    _sequence: int = 0
+    _runner: web.AppRunner | None = None
+    url: str = ""
+    token: str = "fake-bot-token"  # the only bot token the fake accepts
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.url}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return self.url.replace("http://", "ws://") + "/gateway"
+
+    async def start(self) -> FakeDiscord:
+        app = web.Application()
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def close(self) -> None:
+        for ws in list(self._sockets):
+            await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- scripting and assertions --
+
+    def fail_next(
+        self,
+        method: str,
+        path_suffix: str,
+        *,
+        status: int,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        times: int = 1,
+        after: int = 0,
+    ) -> None:
+        """Let `after` matching requests through, then fail the next `times` with `status`."""
+        self._failures.append(_Failure(method, path_suffix, status, body or {}, headers or {}, times, after))
+
+    def rate_limit_next(self, method: str, path_suffix: str, *, retry_after: float = 0.05) -> None:
+        """One 429 exactly as Discord sends it: JSON retry_after, Retry-After and X-RateLimit headers."""
+        self.fail_next(
+            method,
+            path_suffix,
+            status=429,
+            body={"message": "You are being rate limited.", "retry_after": retry_after, "global": False},
+            headers={
+                "Retry-After": str(retry_after),
+                "X-RateLimit-Limit": "5",
+                "X-RateLimit-Remaining": "0",
+                "X-RateLimit-Reset-After": str(retry_after),
+                "X-RateLimit-Bucket": "fakebucket",
+                "X-RateLimit-Scope": "user",
+                "Via": "1.1 google",  # discord.py treats a 429 without Via as a Cloudflare ban
+            },
+        )
+
+    def received(self, method: str, path_suffix: str) -> list[Recorded]:
+        """The recorded requests whose path ends with `path_suffix`."""
+        return [r for r in self.requests if r.method == method and r.path.endswith(path_suffix)]
+
+    def channel_messages(self, channel_id: str) -> list[dict[str, Any]]:
+        """Messages that exist in a channel, in creation order."""
+        return [m for m in self.messages.values() if m["channel_id"] == channel_id]
+
+    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        """Send a gateway DISPATCH (op 0) to every connected client."""
+        self._sequence += 1
+        frame = {"op": 0, "t": event, "s": self._sequence, "d": data}
+        for ws in list(self._sockets):
+            await ws.send_str(json.dumps(frame))
+
+    async def wait_identified(self, timeout: float = 5.0) -> None:
+        """Until a client has sent IDENTIFY."""
+        async with asyncio.timeout(timeout):
+            while not self.identifies:
+                await asyncio.sleep(0.01)
+
+    # -- REST --
+
+    async def _rest(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        payload = json.loads(body) if body and request.content_type == "application/json" else None
+        path = request.path
+        self.requests.append(Recorded(request.method, path, dict(request.headers), payload))
+        for failure in self._failures:
+            if failure.remaining and failure.method == request.method and path.endswith(failure.path_suffix):
+                if failure.skip:
+                    failure.skip -= 1
+                    continue
+                failure.remaining -= 1
+                return _json(failure.body, status=failure.status, headers=failure.headers)
+        # Interaction follow-ups authenticate by the token in their URL, everything else by the bot token.
+        if request.headers.get("Authorization") != f"Bot {self.token}" and "/webhooks/" not in path:
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        parts = path.removeprefix("/api/v10/").split("/")
+        if request.method == "GET" and parts == ["users", "@me"]:
+            return _json(_user(BOT_USER_ID, "gatewaybot", bot=True))
+        if request.method == "GET" and parts == ["oauth2", "applications", "@me"]:
+            return _json(_application())
+        if parts[0] == "channels" and len(parts) == 3 and parts[2] == "typing" and request.method == "POST":
+            return web.Response(status=204)
+        if parts[0] == "channels" and len(parts) == 3 and parts[2] == "messages" and request.method == "POST":
+            return _json(self._create(parts[1], payload or {}))
+        if parts[0] == "channels" and len(parts) == 4 and request.method == "PATCH":
+            message = self.messages.get(parts[3])
+            if message is None or message["channel_id"] != parts[1]:
+                return _json({"message": "Unknown Message", "code": 10008}, status=404)
+            message["content"] = (payload or {}).get("content", message["content"])
+            message["edited_timestamp"] = _now()
+            return _json(message)
+        if parts[0] == "webhooks" and len(parts) == 3 and request.method == "POST":
+            # A follow-up lands in the interaction's channel, which the fake does not track.
+            message = self._create(INTERACTION_CHANNEL_ID, payload or {})
+            message["webhook_id"] = parts[1]
+            message["interaction_token"] = parts[2]
+            return _json(message)
+        return _json({"message": "404: Not Found", "code": 0}, status=404)
+
+    def _create(self, channel_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+        nonce = payload.get("nonce")
+        if nonce and payload.get("enforce_nonce") and (channel_id, nonce) in self._nonces:
+            return self.messages[self._nonces[(channel_id, nonce)]]  # Discord returns the original
+        message_id = str(next(_snowflakes))
+        message = {
+            "id": message_id,
+            "type": 19 if payload.get("message_reference") else 0,
+            "channel_id": channel_id,
+            "content": payload.get("content", ""),
+            "author": _user(BOT_USER_ID, "gatewaybot", bot=True),
+            "attachments": [],
+            "embeds": [],
+            "mentions": [],
+            "mention_roles": [],
+            "pinned": False,
+            "mention_everyone": False,
+            "tts": False,
+            "timestamp": _now(),
+            "edited_timestamp": None,
+            "flags": payload.get("flags", 0),
+        }
+        # Discord omits absent optional fields rather than sending null.
+        for key in ("nonce", "message_reference"):
+            if payload.get(key) is not None:
+                message[key] = payload[key]
+        self.messages[message_id] = message
+        if nonce:
+            self._nonces[(channel_id, nonce)] = message_id
+        return message
+
+    # -- gateway --
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self._sockets.append(ws)
+        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 45000}}))
+        try:
+            async for frame in ws:
+                if frame.type != WSMsgType.TEXT:
+                    continue
+                data = json.loads(frame.data)
+                if data.get("op") == 1:
+                    await ws.send_str(json.dumps({"op": 11}))
+                elif data.get("op") == 2:
+                    self.identifies.append(data["d"])
+                    await self._send_ready(ws)
+        finally:
+            self._sockets.remove(ws)
+        return ws
+
+    async def _send_ready(self, ws: web.WebSocketResponse) -> None:
+        self._sequence += 1
+        ready = {
+            "v": 10,
+            "user": _user(BOT_USER_ID, "gatewaybot", bot=True),
+            "guilds": [],
+            "session_id": "fake-session",
+            "resume_gateway_url": self.gateway_url,
+            "application": {"id": APPLICATION_ID, "flags": 0},
+        }
+        await ws.send_str(json.dumps({"op": 0, "t": "READY", "s": self._sequence, "d": ready}))
+
+
+def _json(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    # Exactly "application/json": discord.py compares the header verbatim, so a charset breaks it.
+    return web.Response(
+        body=json.dumps(body).encode(), status=status, headers={**(headers or {}), "Content-Type": "application/json"}
+    )
+
+
+def _user(user_id: str, name: str, *, bot: bool = False) -> dict[str, Any]:
+    return {"id": user_id, "username": name, "discriminator": "0", "avatar": None, "global_name": None, "bot": bot}
+
+
+def _application() -> dict[str, Any]:
+    return {
+        "id": APPLICATION_ID,
+        "name": "Fake App",
+        "description": "",
+        "icon": None,
+        "bot_public": False,
+        "bot_require_code_grant": False,
+        "owner": _user("1100000000000000003", "owner"),
+        "verify_key": "00" * 32,
+        "flags": 0,
+        "interactions_endpoint_url": None,
+    }
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()

@@ -1,0 +1,191 @@
+"""A local fake of Twilio's Messages API, for tests.
+
+The real `twilio` SDK talks to it through `client.api.base_url = fake.base_url`. It speaks the
+protocol: `POST /2010-04-01/Accounts/{AccountSid}/Messages.json` with a form body and HTTP Basic
+auth, answering 201 with a message resource, or Twilio's JSON error body. Every request is
+recorded; replies can be scripted (429 with `Retry-After`, 5xx, error 63016 outside the WhatsApp
+window...) and are consumed in order, after which requests succeed.
+
+    fake = FakeTwilio(account_sid="AC...", auth_token="...").start()
+    fake.script(Reply(status=429, code=20429, retry_after=0))
+    ...
+    assert len(fake.delivered) == 1
+    fake.stop()
+
+It runs a stdlib threading HTTP server, so it is independent of the test's event loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl
+
+_MESSAGES = re.compile(r"^/2010-04-01/Accounts/(?P<sid>[^/]+)/Messages\.json$")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A scripted answer: an error status with a Twilio error code, optionally `Retry-After`."""
+
+    status: int = 201
+    code: int | None = None
+    message: str = ""
+    retry_after: float | None = None
+
+
+@dataclass
+class RecordedRequest:
+    """One request the fake received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    form: dict[str, str]
+    authorized: bool
+    status: int = 0
+    sid: str | None = None
+
+
+@dataclass
+class _State:
+    account_sid: str
+    auth_token: str
+    replies: deque[Reply] = field(default_factory=deque)
+    requests: list[RecordedRequest] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class FakeTwilio:
+    """The fake server; `start()` binds 127.0.0.1 on an ephemeral port."""
+
+    def __init__(self, *, account_sid: str, auth_token: str) -> None:
+        self.state = _State(account_sid, auth_token)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "FakeTwilio":
+        """Serve in a background thread."""
+        state = self.state
+
+        class Handler(_Handler):
+            pass
+
+        Handler.state = state
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Shut the server down."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    @property
+    def base_url(self) -> str:
+        """What `api_base` should be set to."""
+        assert self._server is not None, "start() first"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies for the next requests, in order."""
+        with self.state.lock:
+            self.state.replies.extend(replies)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received, in order."""
+        with self.state.lock:
+            return list(self.state.requests)
+
+    @property
+    def delivered(self) -> list[RecordedRequest]:
+        """The requests that created a message (answered 201)."""
+        return [r for r in self.requests if r.status == 201]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state: _State
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass  # keep test output quiet
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode("utf-8")
+        form = dict(parse_qsl(body, keep_blank_values=True))
+        record = RecordedRequest(
+            method="POST",
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            form=form,
+            authorized=self._authorized(),
+        )
+        with self.state.lock:
+            self.state.requests.append(record)
+            reply = self.state.replies.popleft() if self.state.replies else Reply()
+        match = _MESSAGES.match(self.path.split("?", 1)[0])
+        if match is None:
+            return self._error(record, Reply(status=404, code=20404, message="The requested resource was not found"))
+        if not record.authorized or match.group("sid") != self.state.account_sid:
+            return self._error(record, Reply(status=401, code=20003, message="Authenticate"))
+        if "To" not in form or not ({"Body", "ContentSid", "MediaUrl"} & form.keys()):
+            return self._error(record, Reply(status=400, code=21602, message="Message body is required."))
+        if reply.status >= 300:
+            return self._error(record, reply)
+        record.sid = "SM" + uuid.uuid4().hex
+        record.status = 201
+        self._json(201, {
+            "sid": record.sid,
+            "account_sid": self.state.account_sid,
+            "to": form["To"],
+            "from": form.get("From"),
+            "body": form.get("Body", ""),
+            "status": "queued",
+            "num_segments": "1",
+            "num_media": "0",
+            "direction": "outbound-api",
+            "api_version": "2010-04-01",
+            "error_code": None,
+            "error_message": None,
+            "uri": f"/2010-04-01/Accounts/{self.state.account_sid}/Messages/{record.sid}.json",
+        })
+
+    def _authorized(self) -> bool:
+        header = self.headers.get("Authorization", "")
+        if not header.startswith("Basic "):
+            return False
+        try:
+            user, _, password = base64.b64decode(header[6:]).decode().partition(":")
+        except ValueError:
+            return False
+        return user == self.state.account_sid and password == self.state.auth_token
+
+    def _error(self, record: RecordedRequest, reply: Reply) -> None:
+        record.status = reply.status
+        headers = {"Retry-After": f"{reply.retry_after:g}"} if reply.retry_after is not None else {}
+        self._json(reply.status, {
+            "code": reply.code,
+            "message": reply.message or f"error {reply.code}",
+            "more_info": f"https://www.twilio.com/docs/errors/{reply.code}",
+            "status": reply.status,
+        }, headers)
+
+    def _json(self, status: int, payload: dict[str, object], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)

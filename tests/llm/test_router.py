@@ -1,0 +1,227 @@
+"""LLMRouter against the real LiteLLM talking to a local scripted OpenAI-compatible fake."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import LLMError
+from gateway.llm import LLMRouter, RetryPolicy
+from tests.fakes.openai_server import FakeOpenAI, ToolCallSpec, Turn
+from tests.llm.conftest import fake_model
+
+MESSAGES = [{"role": "system", "content": "Answer from the extracts."}, {"role": "user", "content": "How do refunds work?"}]
+FAST_RETRY = RetryPolicy(num_retries=1, backoff_base=0.01, backoff_max=0.05)
+
+
+def make_router(fake: FakeOpenAI, *names: str, timeout: float = 5.0, **params) -> LLMRouter:
+    return LLMRouter([fake_model(fake, n, **params) for n in names], timeout=timeout, retry=FAST_RETRY)
+
+
+class Collector:
+    """An on_token callback that remembers what the customer saw."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+
+    async def __call__(self, token: str) -> None:
+        self.tokens.append(token)
+
+
+async def test_complete_returns_text_usage_and_sends_messages(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(text="Refunds take 5 days [1].", usage=(40, 9)))
+    router = make_router(openai_fake, "primary")
+
+    result = await router.complete(model="primary", messages=MESSAGES)
+
+    assert result.text == "Refunds take 5 days [1]."
+    assert result.model_used == "primary"
+    assert result.finish_reason == "stop"
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (40, 9)
+    # The fake model has no price anywhere, so the cost is unknown and the usage partial.
+    assert result.usage.cost_usd is None and result.usage.partial
+    [request] = openai_fake.requests_for("primary")
+    assert request.messages == MESSAGES
+    assert request.headers["authorization"] == "Bearer sk-fake"
+
+
+async def test_complete_prices_usage_from_litellm_params(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("priced", Turn(text="ok [1]", usage=(1000, 100)))
+    router = make_router(openai_fake, "priced", input_cost_per_token=1e-6, output_cost_per_token=2e-6)
+
+    result = await router.complete(model="priced", messages=MESSAGES)
+
+    assert result.usage.cost_usd == pytest.approx(1000 * 1e-6 + 100 * 2e-6)
+    assert not result.usage.partial
+
+
+async def test_complete_returns_tool_calls(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("invoice_status", {"number": "INV-7"}, id="c1"),)))
+    router = make_router(openai_fake, "primary")
+    tools = [{"type": "function", "function": {"name": "invoice_status", "parameters": {"type": "object"}}}]
+
+    result = await router.complete(model="primary", messages=MESSAGES, tools=tools, tool_choice="auto")
+
+    assert result.finish_reason == "tool_calls"
+    assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [("c1", "invoice_status", '{"number": "INV-7"}')]
+    sent = openai_fake.requests_for("primary")[0].body
+    assert sent["tools"][0]["function"]["name"] == "invoice_status" and sent["tool_choice"] == "auto"
+
+
+async def test_complete_retries_429_then_falls_back(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(status=429, retry_after=0), Turn(status=429, retry_after=0))
+    openai_fake.script("backup", Turn(text="From the backup [1]."))
+    router = make_router(openai_fake, "primary", "backup")
+
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert result.text == "From the backup [1]." and result.model_used == "backup"
+    assert len(openai_fake.requests_for("primary")) == 2  # one try plus one retry, then the fallback
+
+
+async def test_complete_retry_on_500_recovers_on_same_model(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(status=500), Turn(text="Second time lucky [1]."))
+    router = make_router(openai_fake, "primary", "backup")
+
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert result.model_used == "primary" and result.text == "Second time lucky [1]."
+    assert openai_fake.requests_for("backup") == []
+
+
+async def test_complete_falls_back_on_persistent_500(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(status=500), Turn(status=503))
+    openai_fake.script("backup", Turn(text="Backup answer [1]."))
+    router = make_router(openai_fake, "primary", "backup")
+
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert result.model_used == "backup"
+    assert len(openai_fake.requests_for("primary")) == 2
+
+
+async def test_complete_falls_back_on_timeout(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(text="too late", delay=3), Turn(text="too late", delay=3))
+    openai_fake.script("backup", Turn(text="In time [1]."))
+    router = make_router(openai_fake, "primary", "backup", timeout=0.3)
+
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert result.model_used == "backup" and result.text == "In time [1]."
+
+
+async def test_complete_skips_retries_on_auth_error(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(status=401), Turn(text="never reached"))
+    openai_fake.script("backup", Turn(text="Backup [1]."))
+    router = make_router(openai_fake, "primary", "backup")
+
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert result.model_used == "backup"
+    assert len(openai_fake.requests_for("primary")) == 1  # a bad key does not get better by retrying
+
+
+async def test_complete_raises_llm_error_when_every_model_fails(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(status=500), Turn(status=500))
+    openai_fake.script("backup", Turn(status=429), Turn(status=429))
+    router = make_router(openai_fake, "primary", "backup")
+
+    with pytest.raises(LLMError) as caught:
+        await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert "primary" in str(caught.value) and "backup" in str(caught.value)
+    assert len(openai_fake.requests) == 4
+
+
+async def test_complete_can_fall_back_to_offline_model(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(status=500), Turn(status=500))
+    router = make_router(openai_fake, "primary")
+
+    result = await router.complete(model="primary", fallbacks=["offline"], messages=MESSAGES)
+
+    assert result.model_used == "offline"
+    assert result.usage.cost_usd == 0.0 and not result.usage.partial
+
+
+async def test_complete_rejects_unknown_model(openai_fake: FakeOpenAI) -> None:
+    router = make_router(openai_fake, "primary")
+
+    with pytest.raises(LLMError, match="unknown model"):
+        await router.complete(model="nope", messages=MESSAGES)
+    assert openai_fake.requests == []
+
+
+async def test_stream_emits_tokens_in_order(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(text="Refunds take five days [1].", usage=(30, 6)))
+    router = make_router(openai_fake, "primary")
+    seen = Collector()
+
+    result = await router.complete(model="primary", messages=MESSAGES, on_token=seen)
+
+    assert seen.tokens == ["Refunds", " take", " five", " days", " [1]."]
+    assert result.text == "Refunds take five days [1]." and result.finish_reason == "stop"
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (30, 6)
+    assert openai_fake.requests_for("primary")[0].stream
+
+
+async def test_stream_collects_tool_calls(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("escalate_to_human", {"reason": "angry"}, id="t1"),)))
+    router = make_router(openai_fake, "primary")
+    seen = Collector()
+
+    result = await router.complete(model="primary", messages=MESSAGES, on_token=seen)
+
+    assert seen.tokens == []
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [("escalate_to_human", '{"reason": "angry"}')]
+    assert result.finish_reason == "tool_calls"
+
+
+async def test_stream_retries_before_first_token(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(status=503), Turn(text="a b", break_after=0))
+    openai_fake.script("backup", Turn(text="Backup streams [1]."))
+    router = make_router(openai_fake, "primary", "backup")
+    seen = Collector()
+
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=seen)
+
+    # Both primary failures happened before any token, so falling back is still safe.
+    assert result.model_used == "backup"
+    assert "".join(seen.tokens) == "Backup streams [1]."
+
+
+async def test_stream_broken_after_tokens_raises_without_retry(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(text="one two three four five", break_after=2), Turn(text="never"))
+    openai_fake.script("backup", Turn(text="never either"))
+    router = make_router(openai_fake, "primary", "backup")
+    seen = Collector()
+
+    with pytest.raises(LLMError, match="after tokens"):
+        await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=seen)
+
+    assert seen.tokens == ["one", " two"]
+    assert len(openai_fake.requests_for("primary")) == 1
+    assert openai_fake.requests_for("backup") == []
+
+
+async def test_stream_without_finish_reason_is_a_failure(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(text="cut short", omit_finish_reason=True))
+    openai_fake.script("backup", Turn(text="never"))
+    router = make_router(openai_fake, "primary", "backup")
+    seen = Collector()
+
+    with pytest.raises(LLMError):
+        await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=seen)
+
+    assert seen.tokens == ["cut", " short"]
+    assert openai_fake.requests_for("backup") == []
+
+
+async def test_stream_callback_error_propagates_unretried(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(text="hello there"))
+    router = make_router(openai_fake, "primary", "backup")
+
+    async def gone(token: str) -> None:
+        raise ConnectionResetError("client went away")
+
+    with pytest.raises(ConnectionResetError):
+        await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=gone)
+    assert openai_fake.requests_for("backup") == []

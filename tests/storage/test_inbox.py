@@ -1,0 +1,65 @@
+"""The durable inbox: stored once per delivery, on both databases, even under concurrent retries."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import func, select
+
+from gateway.inbox import Inbox
+from gateway.models import Attachment, ConversationRef, InboundMessage, Sender
+from storage.engine import create_engine, session_factory
+from storage.models import Contact, Conversation, Message
+
+
+def _message(external_id: str, *, chat: str = "c1", text: str = "hello") -> InboundMessage:
+    return InboundMessage(channel="telegram", external_id=external_id,
+                          conversation=ConversationRef(channel="telegram", chat=chat),
+                          sender=Sender(external_id=f"user-{chat}", display_name="Ada"), text=text,
+                          attachments=(Attachment(kind="image", file_id="F1", caption="pic"),))
+
+
+async def _count(sessions, model, *where) -> int:
+    async with sessions() as session:
+        return (await session.execute(select(func.count()).select_from(model).where(*where))).scalar_one()
+
+
+async def test_inbox_duplicate_delivery_is_stored_once(migrated_url):
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    woken: list[int] = []
+    inbox = Inbox(sessions, on_stored=woken.append)
+    first = await inbox.accept("acme", _message("update-1"))
+    again = await inbox.accept("acme", _message("update-1"))
+    assert not first.duplicate and again.duplicate
+    assert again.message_id == first.message_id
+    assert woken == [first.conversation_id]  # a duplicate never wakes the worker
+    assert await _count(sessions, Message) == 1
+    async with sessions() as session:
+        stored = await session.get(Message, first.message_id)
+    assert stored.attachments == [{"kind": "image", "file_id": "F1", "caption": "pic"}]
+    await engine.dispose()
+
+
+async def test_inbox_same_id_for_another_bot_is_a_new_message(migrated_url):
+    engine = create_engine(migrated_url)
+    inbox = Inbox(session_factory(engine))
+    a = await inbox.accept("acme", _message("1"))
+    b = await inbox.accept("other", _message("1"))
+    assert not b.duplicate and a.message_id != b.message_id
+    await engine.dispose()
+
+
+async def test_inbox_concurrent_retries_store_one_row_and_one_conversation(migrated_url):
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    results = await asyncio.gather(*[inbox.accept("acme", _message("update-7", chat="new-chat")) for _ in range(8)],
+                                   return_exceptions=True)
+    errors = [r for r in results if isinstance(r, Exception)]
+    assert errors == []
+    assert sum(not r.duplicate for r in results) == 1
+    assert await _count(sessions, Message) == 1
+    assert await _count(sessions, Conversation) == 1
+    assert await _count(sessions, Contact) == 1
+    await engine.dispose()

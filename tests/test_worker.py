@@ -1,0 +1,166 @@
+"""The worker: per-conversation order, exactly-once answers, and recovery after a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from sqlalchemy import select
+
+from channels.base import Capabilities
+from gateway.events import EventBus
+from gateway.inbox import Inbox
+from gateway.models import ConversationRef, InboundMessage, Sender
+from gateway.outbox import Outbox
+from gateway.pipeline import PipelineResult
+from gateway.settings import BotSettings, Settings
+from gateway.worker import Worker
+from storage.engine import create_engine, session_factory
+from storage.models import Message
+
+
+class RecordingAdapter:
+    """A channel that records what it was asked to send."""
+
+    name = "web"
+    capabilities = Capabilities(max_length=4000, markdown="markdown")
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    async def send(self, message):
+        self.sent.append((message.conversation.chat, message.text))
+        return [f"p{len(self.sent)}"]
+
+
+class EchoPipeline:
+    """Answers 'echo: <text>' after a random delay, recording the order it saw messages in."""
+
+    def __init__(self, *, delay: float = 0.02, crash_on: str | None = None) -> None:
+        self.delay = delay
+        self.crash_on = crash_on
+        self.seen: list[tuple[int, str]] = []
+        self.active: set[int] = set()
+        self.overlap = False
+
+    async def handle(self, turn):
+        if turn.conversation_id in self.active:
+            self.overlap = True
+        self.active.add(turn.conversation_id)
+        try:
+            self.seen.append((turn.conversation_id, turn.text))
+            await asyncio.sleep(random.uniform(0, self.delay))
+            if turn.text == self.crash_on:
+                raise RuntimeError("boom")
+            return PipelineResult(reply=f"echo: {turn.text}")
+        finally:
+            self.active.discard(turn.conversation_id)
+
+
+def _settings() -> Settings:
+    return Settings(bots=[BotSettings(name="acme")])
+
+
+def _msg(chat: str, n: int) -> InboundMessage:
+    return InboundMessage(channel="web", external_id=f"{chat}-{n}", conversation=ConversationRef("web", chat=chat),
+                          sender=Sender(chat), text=f"{chat} #{n}")
+
+
+def _build(url: str, pipeline, *, lease: float = 5.0):
+    engine = create_engine(url)
+    sessions = session_factory(engine)
+    bus = EventBus()
+    adapter = RecordingAdapter()
+    outbox = Outbox(sessions, adapters={("acme", "web"): adapter}, bus=bus)
+    worker = Worker(sessions, _settings(), pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=lease,
+                    poll_interval=0.05, concurrency=4)
+    inbox = Inbox(sessions, on_stored=worker.notify)
+    return engine, sessions, inbox, worker, adapter
+
+
+async def test_worker_keeps_order_per_conversation_under_concurrency(migrated_url):
+    pipeline = EchoPipeline()
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, pipeline)
+    await worker.start()
+    chats = ["alice", "bob", "carol"]
+
+    async def customer(chat: str) -> None:  # each customer sends in order while the worker runs
+        for n in range(6):
+            await inbox.accept("acme", _msg(chat, n))
+            await asyncio.sleep(random.uniform(0, 0.01))
+
+    await asyncio.gather(*[customer(chat) for chat in chats])
+    await worker.run_until_idle(timeout=30)
+    await worker.stop()
+    assert not pipeline.overlap, "one conversation was processed by two tasks at once"
+    for chat in chats:
+        texts = [t for _, t in pipeline.seen if t.startswith(chat)]
+        assert texts == sorted(texts, key=lambda t: int(t.split("#")[1]))
+        replies = [t for c, t in adapter.sent if c == chat]
+        assert replies == [f"echo: {chat} #{n}" for n in range(6)]
+    await engine.dispose()
+
+
+async def test_worker_crash_in_pipeline_becomes_logged_failure_reply(migrated_url):
+    pipeline = EchoPipeline(crash_on="alice #1")
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, pipeline)
+    for n in range(3):
+        await inbox.accept("acme", _msg("alice", n))
+    await worker.run_until_idle(timeout=30)
+    async with sessions() as session:
+        inbound = (await session.execute(select(Message).where(Message.direction == "in").order_by(Message.id))).scalars().all()
+    assert [m.status for m in inbound] == ["done", "failed", "done"]
+    assert "something went wrong" in adapter.sent[1][1]  # never silence, never a stack trace
+    assert "boom" not in adapter.sent[1][1]
+    assert adapter.sent[2][1] == "echo: alice #2"  # the conversation kept going
+    await engine.dispose()
+
+
+async def test_worker_restart_answers_unanswered_messages_once(migrated_url):
+    # First "process": stores three messages, starts answering, and dies mid-answer (its task is
+    # cancelled while the pipeline sleeps, and its lease is left behind, as after SIGKILL).
+    slow = EchoPipeline(delay=0)
+    started = asyncio.Event()
+
+    async def hang(turn):
+        started.set()
+        await asyncio.sleep(3600)
+
+    slow.handle = hang
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, slow, lease=1.0)
+    for n in range(3):
+        await inbox.accept("acme", _msg("alice", n))
+    await worker.start()
+    await asyncio.wait_for(started.wait(), 10)
+    worker._stopping = True
+    for task in [worker._loop_task, *worker._active.values()]:
+        task.cancel()
+    await asyncio.sleep(0.05)
+    await engine.dispose()
+    assert adapter.sent == []
+
+    # Second process: a new worker (new owner) takes over once the dead lease expires.
+    pipeline = EchoPipeline()
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, pipeline, lease=1.0)
+    await worker.start()
+    await asyncio.sleep(1.2)
+    await worker.run_until_idle(timeout=30)
+    await worker.stop()
+    assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1", "echo: alice #2"]
+    async with sessions() as session:
+        outbound = (await session.execute(select(Message).where(Message.direction == "out"))).scalars().all()
+    assert len(outbound) == 3 and {m.status for m in outbound} == {"sent"}
+    await engine.dispose()
+
+
+@pytest.mark.parametrize("copies", [5])
+async def test_worker_concurrent_duplicate_deliveries_get_one_reply(migrated_url, copies):
+    pipeline = EchoPipeline()
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, pipeline)
+    await worker.start()
+    await asyncio.gather(*[inbox.accept("acme", _msg("dave", 1)) for _ in range(copies)])
+    await worker.run_until_idle(timeout=30)
+    await worker.stop()
+    assert adapter.sent == [("dave", "echo: dave #1")]
+    await engine.dispose()

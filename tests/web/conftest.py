@@ -1,0 +1,140 @@
+"""Fixtures for the web chat tests: the real app on a real port, and Debian's Chromium through Playwright.
+
+The app is started once per module (migrations, sample knowledge base ingest, uvicorn in a thread), so
+the browser tests pay for embeddings only once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HELP_CENTER = REPO / "examples" / "help-center"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> Path:
+    """Debian's Chromium. Outside CI a missing browser skips with the reason; under CI=true it fails."""
+    if CHROMIUM.exists() and os.access(CHROMIUM, os.X_OK):
+        return CHROMIUM
+    message = (f"{CHROMIUM} is not installed: `apt-get install -y chromium` to run the widget's browser tests"
+               " (.ci/run does this)")
+    if _in_ci():
+        pytest.fail(message + "; CI=true, so this is a failure, not a skip")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_path: Path):
+    """A headless Chromium for the module; Playwright's bundled driver needs no network."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=str(chromium_path), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    """The real gateway app served on 127.0.0.1 at an ephemeral port."""
+
+    url: str
+    config_path: Path
+    bot: str
+
+
+def write_config(root: Path, *, bot: str = "acme", docs: Path = HELP_CENTER) -> Path:
+    """A config.yaml with every store inside `root` and one bot answering from `docs` with the offline model."""
+    config = root / "config.yaml"
+    config.write_text(
+        f"""
+database_url: "sqlite+aiosqlite:///{root / 'gateway.db'}"
+qdrant:
+  path: "{root / 'qdrant'}"
+bots:
+  - name: {bot}
+    model: offline
+    sources:
+      - name: help-center
+        type: directory
+        path: "{docs}"
+        schedule: "0 3 * * *"
+    channels:
+      web: {{}}
+""",
+        encoding="utf-8",
+    )
+    return config
+
+
+def _prepare(config: Path) -> None:
+    """`db upgrade` then `ingest`, as `make run` does. In a thread of its own: the CLI calls asyncio.run,
+    which refuses to run where sync Playwright already drives an event loop."""
+    from gateway.cli import main as cli
+
+    codes: list[int] = []
+
+    def run() -> None:
+        codes.append(cli(["db", "upgrade", "--config", str(config)]))
+        codes.append(cli(["ingest", "--config", str(config)]))
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    assert codes == [0, 0], f"db upgrade / ingest exit codes: {codes}"
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """Migrate, ingest the sample help center, then serve `create_app(settings)` with uvicorn in a thread."""
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+
+    root = tmp_path_factory.mktemp("webchat")
+    docs = root / "help-center"
+    shutil.copytree(HELP_CENTER, docs)
+    config = write_config(root, docs=docs)
+    _prepare(config)
+    app = create_app(load_settings(config), start_scheduler=False)
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the gateway did not start; see the log above")
+        time.sleep(0.05)
+    try:
+        yield LiveServer(url=f"http://127.0.0.1:{port}", config_path=config, bot="acme")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

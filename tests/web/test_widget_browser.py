@@ -1,0 +1,208 @@
+"""The web chat widget in a real headless Chromium, against the real app on a real port.
+
+Where a test needs an answer the offline bot cannot give (hostile markup, an operator holding the
+thread), Playwright's request routing stands in for the server on that one endpoint; everything else
+(the page, the scripts, the other endpoints) is the real app.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+QUESTION = "How do I fix sync error E-SYNC-409?"
+ANSWER_WAIT_MS = 60_000
+
+
+@pytest.fixture()
+def page(browser, live_server):
+    """A fresh browser context per test: its own localStorage, so its own web chat session."""
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.errors = []
+    tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
+    tab.on("dialog", lambda dialog: (tab.errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    try:
+        yield tab
+    finally:
+        context.close()
+
+
+def _open(page, live_server) -> None:
+    page.goto(live_server.url + "/")
+    page.wait_for_selector("#gw-chat[data-ready='true']")
+
+
+def _ask(page, text: str) -> None:
+    page.fill("#gw-input", text)
+    page.press("#gw-input", "Enter")
+
+
+def _wait_bot_text(page, *, timeout: float = ANSWER_WAIT_MS) -> str:
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.gw-msg--bot .gw-bubble')].some(b => b.textContent.trim())",
+        timeout=timeout,
+    )
+    return page.locator(".gw-msg--bot .gw-bubble").last.inner_text()
+
+
+def _sse(*events: tuple[str, dict]) -> str:
+    return "".join(f"event: {name}\r\ndata: {json.dumps(data)}\r\n\r\n" for name, data in events)
+
+
+def test_widget_answers_with_citation_and_keeps_session_on_reload(page, live_server):
+    _open(page, live_server)
+    _ask(page, QUESTION)
+
+    answer = _wait_bot_text(page)
+    assert re.search(r"409|conflict", answer, re.IGNORECASE), answer
+    page.wait_for_selector(".gw-msg--bot .gw-source")
+    sources = page.locator(".gw-msg--bot .gw-source").all_inner_texts()
+    assert any(s.strip() for s in sources), sources
+    assert page.locator(".gw-msg--contact .gw-bubble").all_inner_texts() == [QUESTION]
+    session_id = page.evaluate("() => localStorage.getItem('gw.session.acme')")
+    assert session_id and session_id.startswith("web-")
+
+    # One polling round later the stored copies must not be shown a second time.
+    page.wait_for_timeout(3500)
+    assert page.locator(".gw-msg--contact").count() == 1
+    assert page.locator(".gw-msg--bot").count() == 1
+
+    page.reload()
+    page.wait_for_selector("#gw-chat[data-ready='true']")
+    assert page.evaluate("() => localStorage.getItem('gw.session.acme')") == session_id
+    assert page.locator(".gw-msg--contact .gw-bubble").all_inner_texts() == [QUESTION]
+    reloaded = page.locator(".gw-msg--bot .gw-bubble").all_inner_texts()
+    assert reloaded and answer.strip() in "\n\n".join(t.strip() for t in reloaded)
+    assert page.locator(".gw-msg--bot .gw-source").count() >= 1
+    assert page.errors == []
+
+
+HOSTILE_TEXT = (
+    "Click <a href=\"javascript:window.__pwned=1\">here</a> <script>window.__pwned=1</script>"
+    "<img src=x onerror=\"window.__pwned=1\"><svg onload=\"window.__pwned=1\"></svg>"
+    "<iframe src=\"javascript:window.__pwned=1\"></iframe>"
+)
+HOSTILE_CITATIONS = [
+    {"source": "a.md", "title": "<img src=x onerror=window.__pwned=1>", "url": "javascript:window.__pwned=1"},
+    {"source": "b.md", "title": "data url", "url": "data:text/html,<script>window.__pwned=1</script>"},
+    {"source": "c.md", "title": "spaced scheme", "url": "  JaVaScRiPt:window.__pwned=1"},
+    {"source": "d.md", "title": "vbscript", "url": "vbscript:msgbox(1)"},
+    {"source": "e.md", "title": "relative", "url": "/static/widget.js"},
+    {"source": "f.md", "title": "<b>Real page</b>", "url": "https://help.acme-notes.example/sync?x=<y>"},
+]
+
+
+def test_widget_renders_hostile_reply_and_citations_as_inert_text(page, live_server):
+    def hostile_chat(route):
+        done = {"reply": HOSTILE_TEXT, "citations": HOSTILE_CITATIONS, "conversation_id": 1, "state": "bot",
+                "message_id": 1}
+        route.fulfill(status=200, headers={"content-type": "text/event-stream"},
+                      body=_sse(("token", {"text": "<script>window.__pwned=1</script>"}), ("done", done)))
+
+    page.route("**/v1/bots/acme/chat", hostile_chat)
+    _open(page, live_server)
+    _ask(page, "<img src=x onerror=\"window.__pwned=1\">")
+    page.wait_for_selector(".gw-msg--bot .gw-sources")
+
+    transcript = page.locator("#gw-transcript")
+    assert transcript.locator("script, img, svg, iframe, b").count() == 0
+    assert page.locator(".gw-msg--bot .gw-bubble").inner_text() == HOSTILE_TEXT
+    assert page.locator(".gw-msg--contact .gw-bubble").inner_text() == "<img src=x onerror=\"window.__pwned=1\">"
+    hrefs = transcript.locator("a").evaluate_all("links => links.map(a => a.href)")
+    assert hrefs == ["https://help.acme-notes.example/sync?x=%3Cy%3E"]
+    titles = page.locator(".gw-msg--bot .gw-source").all_inner_texts()
+    assert "<img src=x onerror=window.__pwned=1>" in titles and "<b>Real page</b>" in titles
+
+    # The same rules through the public renderer, for an operator's message and tricky URL spellings.
+    page.evaluate("""() => window.GatewayWidget.appendMessage({id: 999, direction: 'out', author: 'operator',
+        text: '<img src=x onerror=window.__pwned=1>', citations: [{source: 's', title: 't', url: 'data:,x'}]})""")
+    assert transcript.locator("img, a[href^='data:']").count() == 0
+    verdicts = page.evaluate("""() => ['javascript:alert(1)', '\\tjavascript:alert(1)', 'data:text/html,x',
+        '//evil.example/x', 'http://ok.example/', 'HTTPS://OK.example/a'].map(window.GatewayWidget.safeHttpUrl)""")
+    assert verdicts == [None, None, None, None, "http://ok.example/", "https://ok.example/a"]
+    assert page.evaluate("() => window.__pwned") is None
+    assert page.errors == []
+
+
+def test_widget_refuses_empty_and_overlong_input_with_visible_message(page, live_server):
+    sent = []
+    page.on("request", lambda request: sent.append(request.url) if request.method == "POST" else None)
+    _open(page, live_server)
+
+    page.fill("#gw-input", "   ")
+    page.press("#gw-input", "Enter")
+    assert page.locator("#gw-error").is_visible()
+    assert "type a message" in page.locator("#gw-error").inner_text()
+
+    too_long = "x" * 4001
+    page.fill("#gw-input", too_long)
+    page.click("#gw-send")
+    error = page.locator("#gw-error").inner_text()
+    assert "too long" in error and "4001" in error and "4000" in error
+    assert page.locator("#gw-input").input_value() == too_long
+    assert page.locator("#gw-input").get_attribute("aria-invalid") == "true"
+    assert page.locator(".gw-msg").count() == 0
+    assert sent == []
+
+
+def test_widget_falls_back_to_json_when_streaming_fails(page, live_server):
+    accepts = []
+
+    def break_streaming(route):
+        accept = route.request.headers.get("accept", "")
+        accepts.append(accept)
+        if "text/event-stream" in accept:
+            route.abort("connectionreset")
+        else:
+            route.continue_()
+
+    page.route("**/v1/bots/acme/chat", break_streaming)
+    _open(page, live_server)
+    _ask(page, "How long is the password reset link valid?")
+
+    answer = _wait_bot_text(page)
+    assert answer.strip()
+    assert len(accepts) == 2
+    assert "text/event-stream" in accepts[0] and "application/json" in accepts[1]
+    page.wait_for_selector(".gw-msg--bot .gw-source")
+    assert not page.locator("#gw-error").is_visible()
+
+
+def test_widget_shows_handoff_notice_then_polls_in_operator_reply(page, live_server):
+    operator_text = "Hi, this is Sam from support <b>not bold</b>. Let me check your invoice."
+    operator_joined = []
+
+    def operator_holds(route):
+        route.fulfill(status=200, content_type="application/json",
+                      body=json.dumps({"reply": None, "citations": [], "conversation_id": 7, "state": "operator",
+                                       "message_id": 41}))
+
+    def transcript(route):
+        messages = []
+        if operator_joined:
+            messages = [{"id": 42, "direction": "out", "author": "operator", "text": operator_text,
+                         "citations": [], "created_at": "2026-11-29T10:00:00+00:00"}]
+        route.fulfill(status=200, content_type="application/json",
+                      body=json.dumps({"messages": messages, "conversation_id": 7, "state": "operator"}))
+
+    page.route("**/v1/bots/acme/chat", operator_holds)
+    page.route("**/v1/bots/acme/sessions/*/messages*", transcript)
+    _open(page, live_server)
+    _ask(page, "I want to talk to a person about my invoice")
+
+    page.wait_for_selector("#gw-handoff", state="visible")
+    assert "person" in page.locator("#gw-handoff").inner_text()
+    assert page.locator(".gw-msg--bot").count() == 0
+
+    operator_joined.append(True)
+    page.wait_for_selector(".gw-msg--operator", timeout=10_000)
+    assert page.locator(".gw-msg--operator .gw-bubble").inner_text() == operator_text
+    assert page.locator("#gw-transcript b").count() == 0
+    assert page.locator("#gw-handoff").is_hidden()
+    page.wait_for_timeout(3500)
+    assert page.locator(".gw-msg--operator").count() == 1
