@@ -24,6 +24,7 @@ import json
 import logging
 import re
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -240,6 +241,16 @@ def chunk_nonce(message: OutboundMessage, index: int) -> str:
 # ---- the adapter ---------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _PendingInteraction:
+    """An `/ask` that was deferred and still awaits its follow-up (in memory: the token is a credential)."""
+
+    application_id: int
+    token: str
+    expires: float  # time.monotonic()
+    conversation: ConversationRef
+
+
 class _GatewayClient(discord.Client):
     """A discord.Client that hands every message to its adapter."""
 
@@ -273,7 +284,7 @@ class DiscordAdapter:
         self._task: asyncio.Task[None] | None = None
         self._login_lock = asyncio.Lock()
         self._logged_in = False
-        self._interactions: dict[str, tuple[int, str, float]] = {}  # interaction id → (app id, token, expiry)
+        self._interactions: dict[str, _PendingInteraction] = {}  # unanswered `/ask`, by interaction id
 
     # -- webhooks (interactions endpoint) --
 
@@ -306,11 +317,11 @@ class DiscordAdapter:
             raise BadRequest("interaction body is not an object")
         result = parse_interaction(body)
         now = time.monotonic()
-        self._interactions = {k: v for k, v in self._interactions.items() if v[2] > now}
+        self._interactions = {k: v for k, v in self._interactions.items() if v.expires > now}
         for message in result.messages:
             if body.get("application_id") and body.get("token"):
-                self._interactions[message.external_id] = (
-                    int(body["application_id"]), str(body["token"]), now + INTERACTION_TTL
+                self._interactions[message.external_id] = _PendingInteraction(
+                    int(body["application_id"]), str(body["token"]), now + INTERACTION_TTL, message.conversation
                 )
         # The token is a 15-minute credential: keep it in memory, out of the stored raw payload.
         messages = tuple(_without_token(m) for m in result.messages)
@@ -324,9 +335,11 @@ class DiscordAdapter:
         if not chunks:
             return []
         await self._ensure_login()
-        interaction = self._interactions.get(message.reply_to or "")
-        if interaction and interaction[2] > time.monotonic():
-            return await self._send_followups(interaction, chunks)
+        key = self._interaction_for(message)
+        if key is not None:
+            ids = await self._send_followups(self._interactions[key], chunks)
+            self._interactions.pop(key, None)  # only once answered, so a failed send can retry it
+            return ids
         channel = self._channel(message.conversation)
         ids: list[str] = []
         for index, chunk in enumerate(chunks):
@@ -348,10 +361,20 @@ class DiscordAdapter:
             ids.append(str(sent.id))
         return ids
 
-    async def _send_followups(self, interaction: tuple[int, str, float], chunks: list[str]) -> list[str]:
+    def _interaction_for(self, message: OutboundMessage) -> str | None:
+        """The unanswered `/ask` this reply answers: by `reply_to`, else the conversation's oldest."""
+        now = time.monotonic()
+        live = {k: v for k, v in self._interactions.items() if v.expires > now}
+        if message.reply_to in live:
+            return message.reply_to
+        if message.reply_to is None:
+            # Without reply_to, a deferred "thinking..." would otherwise never resolve.
+            return next((k for k, v in live.items() if v.conversation == message.conversation), None)
+        return None
+
+    async def _send_followups(self, interaction: _PendingInteraction, chunks: list[str]) -> list[str]:
         # After a deferred response (type 5), the first follow-up replaces the "thinking..." state.
-        app_id, token, _ = interaction
-        webhook = discord.Webhook.partial(app_id, token, client=self.client)
+        webhook = discord.Webhook.partial(interaction.application_id, interaction.token, client=self.client)
         ids: list[str] = []
         for chunk in chunks:
             try:

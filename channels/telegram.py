@@ -241,14 +241,18 @@ class TelegramAdapter:
     async def start(self, deliver: Deliver) -> None:
         """Learn our username (for @mentions); in polling mode, start long-polling getUpdates."""
         try:
-            me = await self.bot.get_me()
+            # Bounded, so an unreachable Telegram cannot hold up the gateway's startup.
+            me = await self.bot.get_me(request_timeout=10)
             self.parser.username = me.username
         except TelegramAPIError as exc:
             log.warning("telegram.get_me_failed", bot=self.bot_name, error=exc.message)
         if self.settings.mode != "polling" or self._polling is not None:
             return
-        # getUpdates is refused while a webhook is set; polling mode means we own the updates.
-        await self.bot.delete_webhook(drop_pending_updates=False)
+        try:
+            # getUpdates is refused while a webhook is set; polling mode means we own the updates.
+            await self.bot.delete_webhook(drop_pending_updates=False, request_timeout=10)
+        except TelegramAPIError as exc:
+            log.warning("telegram.delete_webhook_failed", bot=self.bot_name, error=exc.message)
         dispatcher = Dispatcher()
         dispatcher.update.outer_middleware(self._polling_middleware(deliver))
         self._dispatcher = dispatcher

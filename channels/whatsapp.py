@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import json
-import logging
-import re
+from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import aiohttp
-from markdown_it import MarkdownIt
-from markdown_it.tree import SyntaxTreeNode
+import structlog
 from twilio.base.exceptions import TwilioRestException
 from twilio.http.async_http_client import AsyncTwilioHttpClient
 from twilio.request_validator import RequestValidator
@@ -39,11 +38,12 @@ from twilio.rest import Client
 
 from channels.base import Capabilities, Deliver, RawRequest, StatusUpdate, WebhookResult
 from channels.render import render_citations, split_text
+from channels.whatsapp_render import to_whatsapp
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
 from gateway.models import Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender
 from gateway.settings import WhatsAppChannel
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 CHANNEL = "whatsapp"
 MAX_LENGTH = 1600  # Twilio refuses a longer Body
@@ -114,6 +114,8 @@ class WhatsAppAdapter:
         self.backoff = backoff
         self.max_wait = max_wait
         self._from = settings.from_number.removeprefix("whatsapp:")
+        # Parts already delivered of a reply whose send failed later, by reply: a retry resumes after them.
+        self._progress: OrderedDict[str, list[str]] = OrderedDict()
 
     # -- inbound ----------------------------------------------------------------------------
 
@@ -187,19 +189,28 @@ class WhatsAppAdapter:
         """Render, split at 1,600 chars and send; return the Twilio message SIDs in order.
 
         On failure raises `ChannelSendError` or `RecipientUnreachable`; its `sent_ids` attribute lists
-        the parts that did go through, so a retry can resume without duplicating them.
+        the parts that did go through. The adapter also remembers them, so sending the same message
+        again resumes after them instead of repeating them.
         """
         text = to_whatsapp(message.text)
         footer = render_citations(message.citations, style="plain")
         if footer:
             text = f"{text}\n\n{footer}" if text.strip() else footer
-        sent: list[str] = []
-        for part in split_text(text, limit=MAX_LENGTH):
+        key = _progress_key(message)
+        sent = self._progress.pop(key, [])
+        for index, part in enumerate(split_text(text, limit=MAX_LENGTH)):
+            if index < len(sent):
+                continue  # delivered by an earlier attempt of this same reply
             try:
                 sent.append(await self._create(to=message.conversation.chat, body=part))
             except (ChannelSendError, RecipientUnreachable) as exc:
                 exc.sent_ids = list(sent)  # type: ignore[attr-defined]
+                if sent:
+                    self._progress[key] = sent
+                    while len(self._progress) > 1024:
+                        self._progress.popitem(last=False)
                 raise
+            log.info("whatsapp.sent", bot=self.bot, chat=message.conversation.chat, sid=sent[-1], part=index + 1)
         return sent
 
     async def send_template(
@@ -255,7 +266,7 @@ class WhatsAppAdapter:
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 # The request may have been processed; retrying could send the message twice.
                 raise ChannelSendError(f"Twilio request failed, delivery unknown: {exc!r}") from exc
-            log.warning("twilio send retry", extra={"bot": self.bot, "attempt": attempt, "wait": wait})
+            log.warning("whatsapp.send_retry", bot=self.bot, to=to, attempt=attempt, wait=wait)
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
@@ -266,6 +277,12 @@ class WhatsAppAdapter:
         wait = _retry_after.get()
         wait = self.backoff * 2 ** (attempt - 1) if wait is None else wait
         return wait if wait <= self.max_wait else None
+
+
+def _progress_key(message: OutboundMessage) -> str:
+    conv = message.conversation
+    blob = repr((conv.chat, message.text, message.citations, message.reply_to))
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _translate(exc: TwilioRestException) -> ChannelSendError | RecipientUnreachable:
@@ -308,81 +325,3 @@ def _kind(mime: str | None) -> str:
     if major in ("application", "text"):
         return "document"
     return "other"
-
-
-# -- Markdown to WhatsApp -------------------------------------------------------------------
-
-_md = MarkdownIt("commonmark").enable(["strikethrough", "table"])
-_TAG = re.compile(r"<[^>]+>")
-
-
-def to_whatsapp(markdown: str) -> str:
-    """Markdown to WhatsApp's light formatting; links become "title (url)"."""
-    if not markdown.strip():
-        return ""
-    root = SyntaxTreeNode(_md.parse(markdown))
-    return _blocks(root.children, tight=False).strip("\n")
-
-
-def _blocks(nodes: list[SyntaxTreeNode], *, tight: bool) -> str:
-    return ("\n" if tight else "\n\n").join(b for b in (_block(n) for n in nodes) if b)
-
-
-def _block(node: SyntaxTreeNode) -> str:
-    kind = node.type
-    if kind == "paragraph":
-        return _inline(node.children)
-    if kind == "heading":
-        title = _inline(node.children, plain_emphasis=True).strip()
-        return f"*{title}*" if title else ""
-    if kind in ("fence", "code_block"):
-        return "```\n" + node.content.rstrip("\n") + "\n```"
-    if kind in ("bullet_list", "ordered_list"):
-        start = int(node.attrs.get("start", 1)) if kind == "ordered_list" else 0
-        tight = all(p.hidden for item in node.children for p in item.children if p.type == "paragraph")
-        lines = []
-        for i, item in enumerate(node.children):
-            marker = f"{start + i}. " if kind == "ordered_list" else "- "
-            body = _blocks(item.children, tight=tight).replace("\n", "\n" + " " * len(marker))
-            lines.append(marker + body)
-        return ("\n" if tight else "\n\n").join(lines)
-    if kind == "blockquote":
-        return "\n".join("> " + line if line else ">" for line in _blocks(node.children, tight=False).split("\n"))
-    if kind == "hr":
-        return "———"
-    if kind == "table":
-        rows = [row for section in node.children for row in section.children]
-        return "\n".join(" | ".join(_inline(cell.children) for cell in row.children) for row in rows)
-    if kind == "html_block":
-        return _TAG.sub("", node.content).strip()
-    return _blocks(node.children, tight=False) if node.children else node.content
-
-
-def _inline(nodes: list[SyntaxTreeNode], *, plain_emphasis: bool = False) -> str:
-    out: list[str] = []
-    for node in nodes:
-        if node.type == "inline":
-            out.append(_inline(node.children, plain_emphasis=plain_emphasis))
-        elif node.type == "text":
-            out.append(node.content)
-        elif node.type in ("softbreak", "hardbreak"):
-            out.append("\n")
-        elif node.type == "code_inline":
-            out.append(f"`{node.content}`")
-        elif node.type in ("strong", "em", "s"):
-            inner = _inline(node.children, plain_emphasis=plain_emphasis)
-            mark = "" if plain_emphasis or not inner.strip() else {"strong": "*", "em": "_", "s": "~"}[node.type]
-            out.append(f"{mark}{inner}{mark}")
-        elif node.type in ("link", "image"):
-            url = str(node.attrs.get("href") or node.attrs.get("src") or "")
-            title = _inline(node.children, plain_emphasis=plain_emphasis) if node.type == "link" else node.content
-            title = title.strip()
-            if not url or title in (url, url.removeprefix("mailto:")):
-                out.append(title or url)
-            else:
-                out.append(f"{title} ({url})" if title else url)
-        elif node.type == "html_inline":
-            out.append("\n" if re.fullmatch(r"<br\s*/?>", node.content, re.IGNORECASE) else "")
-        else:
-            out.append(_inline(node.children, plain_emphasis=plain_emphasis) if node.children else node.content)
-    return "".join(out)

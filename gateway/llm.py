@@ -18,20 +18,20 @@ once (never a retry, which would show the customer a second, different answer).
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import litellm
+import structlog
 
 from gateway.errors import LLMError
 from gateway.offline_llm import MODEL as OFFLINE_LITELLM_MODEL
 from gateway.offline_llm import register_offline_provider
 from gateway.settings import OFFLINE_MODEL, Settings
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger("gateway.llm")
 
 TokenCallback = Callable[[str], Awaitable[None]]
 
@@ -109,11 +109,8 @@ class _Accumulator:
 
 
 def model_list_from_settings(settings: Settings) -> list[dict[str, Any]]:
-    """The LiteLLM Router `model_list`: the configured models plus the offline responder."""
-    models = [entry.model_dump() for entry in settings.models]
-    if not any(m["model_name"] == OFFLINE_MODEL for m in models):
-        models.append({"model_name": OFFLINE_MODEL, "litellm_params": {"model": OFFLINE_LITELLM_MODEL}})
-    return models
+    """The configured LiteLLM Router `model_list` (`LLMRouter` adds the offline responder)."""
+    return [entry.model_dump() for entry in settings.models]
 
 
 class LLMRouter:
@@ -160,8 +157,13 @@ class LLMRouter:
         tool_choice: str | dict[str, Any] | None = None,
         on_token: TokenCallback | None = None,
         metadata: dict[str, Any] | None = None,
+        response_format: dict[str, Any] | None = None,
     ) -> LLMResult:
-        """One answer from the first model in `[model, *fallbacks]` that works. Raises `LLMError`."""
+        """One answer from the first model in `[model, *fallbacks]` that works. Raises `LLMError`.
+
+        `metadata` goes to LiteLLM's callbacks and logs, never to the provider. `response_format`
+        (e.g. a JSON schema for structured output) is passed through; models without it ignore it.
+        """
         chain = list(dict.fromkeys([model, *fallbacks]))
         unknown = [name for name in chain if name not in self._names]
         if unknown:
@@ -170,12 +172,12 @@ class LLMRouter:
         for name in chain:
             for attempt in range(self._retry.num_retries + 1):
                 try:
-                    return await self._call(name, messages, tools, tool_choice, on_token, metadata)
+                    return await self._call(name, messages, tools, tool_choice, on_token, metadata, response_format)
                 except _CallbackError as exc:
                     raise exc.original from None
                 except _StreamFailed as exc:
                     if exc.emitted:
-                        log.warning("llm.stream_failed_after_tokens", extra={"model": name, "error": str(exc)})
+                        log.warning("llm.stream_failed_after_tokens", model=name, error=str(exc))
                         raise LLMError(f"{name}: the stream failed after tokens were shown: {exc}") from exc
                     error: Exception = exc
                     retryable = True
@@ -184,10 +186,7 @@ class LLMRouter:
                 except Exception as exc:  # any provider failure: classify, then retry or fall back
                     error, retryable = exc, isinstance(exc, _RETRYABLE)
                 errors.append(f"{name}: {type(error).__name__}: {_short(error)}")
-                log.warning(
-                    "llm.call_failed",
-                    extra={"model": name, "attempt": attempt + 1, "retryable": retryable, "error": errors[-1]},
-                )
+                log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
                 if not retryable or attempt == self._retry.num_retries:
                     break
                 await asyncio.sleep(self._retry.delay(attempt, error))
@@ -201,14 +200,20 @@ class LLMRouter:
         tool_choice: str | dict[str, Any] | None,
         on_token: TokenCallback | None,
         metadata: dict[str, Any] | None,
+        response_format: dict[str, Any] | None,
     ) -> LLMResult:
-        kwargs: dict[str, Any] = {"model": name, "messages": messages, "timeout": self._timeout, "max_retries": 0}
+        # A deployment's own `timeout` in litellm_params wins over the router-wide default.
+        timeout = self._deployments.get(name, {}).get("timeout", self._timeout)
+        # max_retries=0: the OpenAI SDK would otherwise retry on its own, under our retry loop.
+        kwargs: dict[str, Any] = {"model": name, "messages": messages, "timeout": timeout, "max_retries": 0}
         if tools:
             kwargs["tools"] = tools
             if tool_choice is not None:
                 kwargs["tool_choice"] = tool_choice
         if metadata:
             kwargs["metadata"] = dict(metadata)
+        if response_format is not None:
+            kwargs["response_format"] = response_format
         if on_token is None:
             response = await self._router.acompletion(**kwargs)
             return self._result(name, response)

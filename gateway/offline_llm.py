@@ -144,9 +144,11 @@ def answer(messages: list[dict[str, Any]]) -> str:
         direct = sum(weight[t] for t in wanted & words)
         if not direct:
             continue  # a heading alone is not an answer: the sentence itself must match
-        # The heading counts at half weight, so a sentence under a matching heading wins ties.
+        # A heading counts twice: its words stand in, at half weight, for ones the sentence lacks,
+        # and any match lifts the whole extract, so the section about the question wins ties.
         by_heading = sum(weight[t] for t in (wanted & extract.heading_terms) - words) * 0.5
-        scored.append(((direct + by_heading) / total, extract.n, pos, sentence))
+        heading_bonus = 1 + 0.25 * sum(weight[t] for t in wanted & extract.heading_terms) / total
+        scored.append(((direct + by_heading) / total * heading_bonus, extract.n, pos, sentence))
     scored.sort(key=lambda item: -item[0])
     if not scored or scored[0][0] < MIN_COVERAGE:
         return fallback
@@ -161,7 +163,9 @@ def answer(messages: list[dict[str, Any]]) -> str:
         length += len(sentence)
         if len(chosen) == MAX_SENTENCES:
             break
-    chosen.sort()
+    # Best extract first; within an extract, keep the text's own order so it reads naturally.
+    rank = {n: i for i, n in enumerate(dict.fromkeys(n for n, _, _ in chosen))}
+    chosen.sort(key=lambda item: (rank[item[0]], item[1]))
     return " ".join(_cite(sentence, n) for n, _, sentence in chosen)
 
 

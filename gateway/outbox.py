@@ -40,6 +40,7 @@ class Outbox:
                 return "skipped"
             message = await session.get(Message, message_id)
             conversation = await session.get(Conversation, message.conversation_id)
+            inbound = await session.get(Message, message.reply_to_id) if message.reply_to_id else None
         bound = log.bind(message_id=message.id, conversation_id=conversation.id, bot=message.bot,
                          channel=message.channel)
         adapter = self._adapters.get((message.bot, message.channel))
@@ -51,6 +52,7 @@ class Outbox:
                 conversation=ConversationRef(channel=conversation.channel, workspace=conversation.workspace,
                                              chat=conversation.chat, thread=conversation.thread),
                 text=message.text,
+                reply_to=(inbound.meta or {}).get("platform_message_id") if inbound is not None else None,
                 citations=tuple(Citation(source=c.get("source", ""), title=c.get("title", ""), url=c.get("url"))
                                 for c in message.citations or []),
             )

@@ -57,6 +57,7 @@ class Worker:
         self._slots = asyncio.Semaphore(concurrency)
         self._active: dict[int, asyncio.Task] = {}
         self._wake = asyncio.Event()
+        self._claim_lock = asyncio.Lock()
         self._loop_task: asyncio.Task | None = None
         self._stopping = False
 
@@ -110,6 +111,12 @@ class Worker:
             self._wake.clear()
 
     async def _claim_round(self) -> int:
+        # One claim round at a time: the lease is re-entrant for its owner, so two concurrent rounds
+        # of this worker could otherwise both start a task for the same conversation.
+        async with self._claim_lock:
+            return await self._claim_once()
+
+    async def _claim_once(self) -> int:
         async with self._sessions() as session:
             candidates = await repo.conversations_with_work(session, now=utcnow())
         claimed = 0
@@ -182,6 +189,8 @@ class Worker:
                                     contact_external_id=contact.external_id if contact else "",
                                     contact_id=contact.id if contact else None, conversation_id=conversation.id),
             unanswered_turns=conversation.unanswered_turns, on_token=on_token,
+            command=(inbound.meta or {}).get("command"),
+            greeting=getattr(getattr(bot.channels, inbound.channel, None), "greeting", None),
         )
         bound.info("pipeline.start")
         try:

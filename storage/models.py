@@ -81,6 +81,8 @@ class Message(Base):
     reply_to_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id", ondelete="SET NULL"), default=None)
     text: Mapped[str] = mapped_column(Text, default="")
     attachments: Mapped[list[Any]] = mapped_column(default=list)
+    # Small platform facts the reply needs: the platform's message id to reply to, a bot command.
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
     citations: Mapped[list[Any]] = mapped_column(default=list)
     tool_calls: Mapped[list[Any]] = mapped_column(default=list)
     retrieved: Mapped[list[Any]] = mapped_column(default=list)

@@ -80,6 +80,7 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
             "conversation_id": conversation.id, "bot": bot, "channel": message.channel, "direction": "in",
             "author": "contact", "external_id": message.external_id, "text": message.text,
             "attachments": [_attachment_dict(a) for a in message.attachments], "citations": [],
+            "meta": inbound_meta(message),
             "tool_calls": [], "retrieved": [], "provider_ids": [], "status": "pending", "attempts": 0,
             "created_at": now, "updated_at": now,
         }, ["bot", "channel", "direction", "external_id"])
@@ -91,6 +92,17 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
     ))).one()
     return StoredInbound(message_id=stored.id, conversation_id=stored.conversation_id,
                          contact_id=contact.id, duplicate=duplicate)
+
+
+def inbound_meta(message: InboundMessage) -> dict[str, Any]:
+    """What the reply needs from the raw payload: the platform message id to answer, and a command."""
+    meta: dict[str, Any] = {}
+    platform_id = message.raw.get("message_id") if isinstance(message.raw, dict) else None
+    meta["platform_message_id"] = str(platform_id) if platform_id is not None else message.external_id
+    command = message.raw.get("command") if isinstance(message.raw, dict) else None
+    if isinstance(command, str):
+        meta["command"] = command[:32]
+    return meta
 
 
 def _attachment_dict(attachment: Any) -> dict[str, Any]:
@@ -107,7 +119,7 @@ async def add_outbound(session: AsyncSession, *, conversation: Conversation, tex
     message = Message(
         conversation_id=conversation.id, bot=conversation.bot, channel=conversation.channel, direction="out",
         author=author, text=text, reply_to_id=reply_to_id, citations=citations or [],
-        tool_calls=tool_calls or [], retrieved=retrieved or [], attachments=[], provider_ids=[],
+        tool_calls=tool_calls or [], retrieved=retrieved or [], attachments=[], provider_ids=[], meta={},
         status=status, attempts=0, created_at=now, updated_at=now,
     )
     session.add(message)

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-11-29 23:41:05.459839
+Create Date: 2026-11-29 23:50:33.855512
 """
 from __future__ import annotations
 
@@ -108,6 +108,7 @@ def upgrade() -> None:
     sa.Column('reply_to_id', sa.Integer(), nullable=True),
     sa.Column('text', sa.Text(), nullable=False),
     sa.Column('attachments', sa.JSON(), nullable=False),
+    sa.Column('meta', sa.JSON(), nullable=False),
     sa.Column('citations', sa.JSON(), nullable=False),
     sa.Column('tool_calls', sa.JSON(), nullable=False),
     sa.Column('retrieved', sa.JSON(), nullable=False),

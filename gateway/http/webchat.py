@@ -82,6 +82,8 @@ async def chat(bot: str, body: ChatRequest, request: Request):
         sender=Sender(external_id=body.session_id, display_name="Web visitor"), text=body.text,
     )
     accepted = await svc.inbox.accept(bot, message)
+    counter = svc.metrics.duplicates if accepted.duplicate else svc.metrics.messages_in
+    counter.labels(bot=bot, channel="web").inc()
     if "text/event-stream" in request.headers.get("accept", ""):
         return EventSourceResponse(_stream(svc, accepted.message_id), ping=15)
     result = await _wait_for_reply(svc, accepted.message_id, timeout=svc.reply_timeout)

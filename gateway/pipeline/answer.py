@@ -75,7 +75,10 @@ class Answerer:
         if escalate:
             return Answer(text=bot.escalation.acknowledgement, tool_calls=calls, usage=usage, escalate=escalate,
                           answered=False)
-        verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text)
+        # An answer grounded in a tool result (an invoice's status) has nothing to cite from the extracts.
+        grounded_in_tools = any("error" not in (c["result"] or {}) for c in calls if isinstance(c["result"], dict))
+        verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text,
+                                    allow_uncited=grounded_in_tools)
         answered = verified.text.strip() != bot.fallback_text.strip()
         return Answer(text=verified.text, citations=verified.citations, tool_calls=calls, usage=usage,
                       answered=answered)

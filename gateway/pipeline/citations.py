@@ -4,8 +4,10 @@
 - An answer that claims something but keeps no valid citation becomes the bot's fallback text:
   an uncited claim is exactly what a support bot must not pass off as knowledge.
 - A refusal ("I don't know…", or the fallback itself) stays as it is, with no citations.
-- `citations` lists the distinct sources actually cited, in the order first cited; a URL is
-  kept only when it is http(s), so no `javascript:` or `data:` link ever reaches a client.
+- `citations` lists the distinct documents actually cited, in the order first cited, and the
+  markers are renumbered to match: [1] in the reply is `citations[0]`, whichever extract numbers
+  the model saw. A URL is kept only when it is http(s), so no `javascript:` or `data:` link ever
+  reaches a client.
 """
 
 from __future__ import annotations
@@ -87,17 +89,44 @@ def strip_invalid_markers(text: str, *, count: int) -> tuple[str, tuple[int, ...
     return out, tuple(cited)
 
 
+def _document_of(hit: Hit) -> str:
+    """`source/document` when the hit knows its document, else the source."""
+    document = getattr(hit, "document", "") or ""
+    return f"{hit.source}/{document}" if document else hit.source
+
+
 def citations_for(hits: Sequence[Hit], indices: Sequence[int]) -> tuple[Citation, ...]:
-    """Distinct sources behind `indices` (1-based), in order."""
+    """Distinct documents behind `indices` (1-based), in order."""
     seen: set[str] = set()
     out = []
     for n in indices:
         hit = hits[n - 1]
-        if hit.source in seen:
+        key = _document_of(hit)
+        if key in seen:
             continue
-        seen.add(hit.source)
-        out.append(Citation(source=hit.source, title=hit.title or hit.source, url=safe_url(hit.url)))
+        seen.add(key)
+        out.append(Citation(source=key, title=hit.title or hit.source, url=safe_url(hit.url)))
     return tuple(out)
+
+
+def renumber(text: str, hits: Sequence[Hit], cited: Sequence[int]) -> str:
+    """Rewrite valid markers so [k] points at the k-th distinct cited document."""
+    order: dict[str, int] = {}
+    for n in cited:
+        order.setdefault(_document_of(hits[n - 1]), len(order) + 1)
+
+    def replace(match: re.Match[str]) -> str:
+        lead = match.group(0)[: len(match.group(0)) - len(match.group(0).lstrip())]
+        numbers: list[int] = []
+        for part in match.group(1).split(","):
+            k = order[_document_of(hits[int(part) - 1])]
+            if k not in numbers:
+                numbers.append(k)
+        return lead + "".join(f"[{k}]" for k in numbers)
+
+    out = _MARKER.sub(replace, text)
+    # The same document cited twice in a row ("…[1] [1]") reads as a stutter: keep one.
+    return re.sub(r"(\[\d+\])(\s*\1)+", r"\1", out)
 
 
 def verify_citations(
@@ -114,4 +143,4 @@ def verify_citations(
         return Verified(text=plain or fallback_text, citations=(), cited_indices=(), replaced=not plain)
     if not cited and not allow_uncited:
         return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)
-    return Verified(text=cleaned, citations=citations_for(hits, cited), cited_indices=cited)
+    return Verified(text=renumber(cleaned, hits, cited), citations=citations_for(hits, cited), cited_indices=cited)

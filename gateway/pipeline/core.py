@@ -15,6 +15,7 @@ from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.pipeline")
 
+DEFAULT_GREETING = "Hi! Ask me anything about our product and I'll answer from our help center."
 TEXT_ONLY_REPLY = "I can only read text messages for now. Could you type your question?"
 LLM_DOWN_REPLY = ("Sorry, I can't answer right now because our assistant is unavailable. "
                   "I've asked a person from our team to help you.")
@@ -34,6 +35,8 @@ class Turn:
     history: list[dict[str, Any]] = field(default_factory=list)
     attachments: list[dict[str, Any]] = field(default_factory=list)
     unanswered_turns: int = 0
+    command: str | None = None
+    greeting: str | None = None
     on_token: Callable[[str], Awaitable[None]] | None = None
 
 
@@ -72,6 +75,8 @@ class Pipeline:
         if turn.state != "bot":
             bound.info("pipeline.operator_holds_thread", state=turn.state)
             return PipelineResult(reply=None, answered=False)
+        if turn.command in ("start", "help"):
+            return PipelineResult(reply=turn.greeting or DEFAULT_GREETING, answered=True)
         text = turn.text.strip()
         if not text:
             return PipelineResult(reply=TEXT_ONLY_REPLY, answered=False)

@@ -114,17 +114,20 @@
     return li;
   }
 
+  function scrollToEnd() { ui.transcript.scrollTop = ui.transcript.scrollHeight; }
+
   function appendMessage(li) {
     ui.transcript.appendChild(li);
-    ui.transcript.scrollTop = ui.transcript.scrollHeight;
+    scrollToEnd();
     return li;
   }
 
   // ---- notices ----
   function showError(text) { ui.error.textContent = text; ui.error.hidden = false; }
   function clearError() { ui.error.textContent = ""; ui.error.hidden = true; ui.input.removeAttribute("aria-invalid"); }
-  function showHandoff(on) { ui.handoff.hidden = !on; }
-  function showTyping(on) { ui.typing.hidden = !on; }
+  // Both notices take height from the transcript, so keep its newest message in view.
+  function showHandoff(on) { ui.handoff.hidden = !on; scrollToEnd(); }
+  function showTyping(on) { ui.typing.hidden = !on; scrollToEnd(); }
 
   function setBusy(on) {
     state.busy = on;
@@ -344,7 +347,7 @@
         }
         streamed += token;
         botLi.querySelector(".gw-bubble").textContent = streamed;
-        ui.transcript.scrollTop = ui.transcript.scrollHeight;
+        scrollToEnd();
       });
       finishReply(reply || {}, botLi);
     } catch (err) {
@@ -384,7 +387,7 @@
     }
     var li = renderMessage({ direction: "out", author: "bot", text: reply.reply, citations: reply.citations });
     if (botLi) ui.transcript.replaceChild(li, botLi); else appendMessage(li);
-    ui.transcript.scrollTop = ui.transcript.scrollHeight;
+    scrollToEnd();
     // Matched by text when the transcript poll returns the stored copies, so it is not shown twice.
     state.unconfirmed.push({ author: "bot", remaining: String(reply.reply).trim(), li: li });
     showHandoff(false);

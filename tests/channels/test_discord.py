@@ -284,6 +284,16 @@ async def test_send_ask_answer_goes_to_interaction_followup(fake: FakeDiscord, a
     assert not fake.received("POST", "/channels/645027906669510667/messages")
 
 
+async def test_send_without_reply_to_still_resolves_pending_ask(fake: FakeDiscord, adapter: DiscordAdapter):
+    (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
+    await adapter.send(OutboundMessage(conversation=question.conversation, text="First answer."))
+    await adapter.send(OutboundMessage(conversation=question.conversation, text="Second answer."))
+    (followup,) = fake.received("POST", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN")
+    assert followup.json["content"] == "First answer."
+    (later,) = fake.received("POST", "/channels/645027906669510667/messages")  # answered once: back to the channel
+    assert later.json["content"] == "Second answer."
+
+
 # ---- sending --------------------------------------------------------------------------------------------
 
 

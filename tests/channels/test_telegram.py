@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from aiogram.exceptions import TelegramBadRequest
 
 from channels.base import ChannelAdapter, RawRequest
@@ -236,6 +238,19 @@ def test_render_escapes_naughty_strings_into_valid_telegram_html() -> None:
         parse_telegram_html(html)  # raises on anything Telegram would refuse
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=400))
+def test_render_any_markdown_is_valid_telegram_html(text: str) -> None:
+    parse_telegram_html(markdown_to_html(text))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(["word", "😀", "**b**", "<x>", "&", "\n", "\n\n", "```\ncode\n```", "- item", "https://a.example/p"]), max_size=300))
+def test_render_messages_each_fit_the_limit(tokens: list[str]) -> None:
+    for message in render_messages(" ".join(tokens), limit=120):
+        assert parse_telegram_html(message) and visible_length(message) <= 120
+
+
 async def test_send_escaping_round_trips_through_telegram(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
     answer = ("# Plan & <pricing>\n\nUse **bold** or *it*; 1 < 2 > 0 & `a<b>&c`.\n\n"
               "- see [the docs](https://docs.example/a?b=1&c=\"2\")\n- <script>alert(1)</script>\n\n"
@@ -404,6 +419,7 @@ async def test_polling_delivers_updates_and_stops_cleanly(fake: FakeTelegramAPI)
     assert time.monotonic() - started < 3
     assert [m.external_id for m in received] == ["9001", "9003"]
     assert received[0].text == "first" and received[1].raw["command"] == "start"
+    assert received[0].sender.display_name == "Ann Lee"  # aiogram's `from_user` dumped back as `from`
     assert fake.calls("deleteWebhook") and not fake.webhook
     assert fake.calls("getUpdates")[0].params["allowed_updates"] == ["message", "edited_message", "channel_post", "edited_channel_post"]
 

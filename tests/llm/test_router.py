@@ -31,7 +31,7 @@ async def test_complete_returns_text_usage_and_sends_messages(openai_fake: FakeO
     openai_fake.script("primary", Turn(text="Refunds take 5 days [1].", usage=(40, 9)))
     router = make_router(openai_fake, "primary")
 
-    result = await router.complete(model="primary", messages=MESSAGES)
+    result = await router.complete(model="primary", messages=MESSAGES, metadata={"conversation_id": "c-1"})
 
     assert result.text == "Refunds take 5 days [1]."
     assert result.model_used == "primary"
@@ -42,6 +42,7 @@ async def test_complete_returns_text_usage_and_sends_messages(openai_fake: FakeO
     [request] = openai_fake.requests_for("primary")
     assert request.messages == MESSAGES
     assert request.headers["authorization"] == "Bearer sk-fake"
+    assert "metadata" not in request.body  # ours, for logging and callbacks; never sent to the provider
 
 
 async def test_complete_prices_usage_from_litellm_params(openai_fake: FakeOpenAI) -> None:
@@ -225,3 +226,39 @@ async def test_stream_callback_error_propagates_unretried(openai_fake: FakeOpenA
     with pytest.raises(ConnectionResetError):
         await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=gone)
     assert openai_fake.requests_for("backup") == []
+
+
+async def test_router_from_settings_adds_offline_and_answers(openai_fake: FakeOpenAI) -> None:
+    from gateway.settings import Settings
+
+    settings = Settings(
+        models=[fake_model(openai_fake, "primary")],
+        bots=[{"name": "demo", "model": "primary", "fallbacks": ["offline"]}],
+    )
+    openai_fake.script("primary", Turn(text="Configured model answers [1]."))
+    router = LLMRouter.from_settings(settings, retry=FAST_RETRY)
+    bot = settings.bot("demo")
+
+    result = await router.complete(model=bot.model, fallbacks=bot.fallbacks, messages=MESSAGES)
+
+    assert router.model_names == {"primary", "offline"}
+    assert result.model_used == "primary" and result.text == "Configured model answers [1]."
+
+
+async def test_deployment_timeout_overrides_router_default(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(text="late", delay=3), Turn(text="late", delay=3))
+    router = LLMRouter([fake_model(openai_fake, "primary", timeout=0.2)], timeout=30, retry=FAST_RETRY)
+
+    with pytest.raises(LLMError, match="Timeout"):
+        await router.complete(model="primary", messages=MESSAGES)
+
+
+async def test_complete_passes_response_format_through(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(text='{"queries": ["refund policy monthly plan"]}'))
+    router = make_router(openai_fake, "primary")
+    schema = {"type": "json_schema", "json_schema": {"name": "queries", "schema": {"type": "object"}}}
+
+    result = await router.complete(model="primary", messages=MESSAGES, response_format=schema)
+
+    assert result.text.startswith('{"queries"')
+    assert openai_fake.requests_for("primary")[0].body["response_format"] == schema

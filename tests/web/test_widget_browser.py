@@ -43,8 +43,10 @@ def _ask(page, text: str) -> None:
 
 
 def _wait_bot_text(page, *, timeout: float = ANSWER_WAIT_MS) -> str:
+    # Done means: the send finished (no longer busy) and a non-empty answer is on the page.
     page.wait_for_function(
-        "() => [...document.querySelectorAll('.gw-msg--bot .gw-bubble')].some(b => b.textContent.trim())",
+        """() => document.getElementById('gw-form').getAttribute('aria-busy') === 'false'
+                 && [...document.querySelectorAll('.gw-msg--bot .gw-bubble')].some(b => b.textContent.trim())""",
         timeout=timeout,
     )
     return page.locator(".gw-msg--bot .gw-bubble").last.inner_text()
@@ -174,30 +176,28 @@ def test_widget_falls_back_to_json_when_streaming_fails(page, live_server):
 
 
 def test_widget_shows_handoff_notice_then_polls_in_operator_reply(page, live_server):
+    """The real escalation path; only the operator's message is added to the real transcript response."""
     operator_text = "Hi, this is Sam from support <b>not bold</b>. Let me check your invoice."
-    operator_joined = []
+    operator_joined: list[bool] = []
 
-    def operator_holds(route):
-        route.fulfill(status=200, content_type="application/json",
-                      body=json.dumps({"reply": None, "citations": [], "conversation_id": 7, "state": "operator",
-                                       "message_id": 41}))
-
-    def transcript(route):
-        messages = []
+    def transcript_plus_operator(route):
+        response = route.fetch()
+        body = response.json()
+        # Always re-sent, as a server would on a retried poll: the widget must still show it once.
         if operator_joined:
-            messages = [{"id": 42, "direction": "out", "author": "operator", "text": operator_text,
-                         "citations": [], "created_at": "2026-11-29T10:00:00+00:00"}]
-        route.fulfill(status=200, content_type="application/json",
-                      body=json.dumps({"messages": messages, "conversation_id": 7, "state": "operator"}))
+            body["messages"].append({"id": 10**6, "direction": "out", "author": "operator", "text": operator_text,
+                                     "citations": [], "created_at": "2026-11-29T10:00:00+00:00"})
+        route.fulfill(response=response, body=json.dumps(body))
 
-    page.route("**/v1/bots/acme/chat", operator_holds)
-    page.route("**/v1/bots/acme/sessions/*/messages*", transcript)
+    page.route("**/v1/bots/acme/sessions/*/messages*", transcript_plus_operator)
     _open(page, live_server)
-    _ask(page, "I want to talk to a person about my invoice")
-
-    page.wait_for_selector("#gw-handoff", state="visible")
+    _ask(page, "I want to talk to a human")
+    acknowledgement = _wait_bot_text(page)
+    assert acknowledgement.strip()
+    _ask(page, "Are you there?")
+    page.wait_for_selector("#gw-handoff", state="visible", timeout=ANSWER_WAIT_MS)
     assert "person" in page.locator("#gw-handoff").inner_text()
-    assert page.locator(".gw-msg--bot").count() == 0
+    assert page.locator(".gw-msg--bot").count() == 1  # no answer from the bot while a person holds the thread
 
     operator_joined.append(True)
     page.wait_for_selector(".gw-msg--operator", timeout=10_000)
@@ -206,3 +206,5 @@ def test_widget_shows_handoff_notice_then_polls_in_operator_reply(page, live_ser
     assert page.locator("#gw-handoff").is_hidden()
     page.wait_for_timeout(3500)
     assert page.locator(".gw-msg--operator").count() == 1
+    assert page.locator(".gw-msg--contact").count() == 2
+    assert page.errors == []

@@ -1,0 +1,306 @@
+"""The WhatsApp (Twilio) adapter: real signatures, every fixture, the real SDK against a local fake."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from twilio.request_validator import RequestValidator
+
+from channels.base import ChannelAdapter, RawRequest
+from channels.whatsapp import MAX_LENGTH, WhatsAppAdapter, to_whatsapp, within_window
+from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
+from gateway.models import Citation, ConversationRef, OutboundMessage
+from gateway.settings import WhatsAppChannel
+from tests.fakes.twilio_api import FakeTwilio, Reply
+
+FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "payloads" / "whatsapp"
+FIXTURE_FILES = sorted(FIXTURES.rglob("*.json"))
+ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
+AUTH_TOKEN = "wa-test-auth-token-0123456789"
+PUBLIC_URL = "https://bots.example.org/"
+WEBHOOK_URL = "https://bots.example.org/webhooks/support/whatsapp"
+CUSTOMER = ConversationRef(channel="whatsapp", workspace="whatsapp:+15550001111", chat="whatsapp:+491511234567")
+
+
+def _settings(api_base: str | None = None, **overrides: str) -> WhatsAppChannel:
+    values = {"account_sid": ACCOUNT_SID, "auth_token": AUTH_TOKEN, "from_number": "+15550001111",
+              "public_url": PUBLIC_URL, "api_base": api_base, **overrides}
+    return WhatsAppChannel(**values)
+
+
+def _signed(form: dict[str, str], *, url: str = WEBHOOK_URL, token: str = AUTH_TOKEN, query: str = "") -> RawRequest:
+    """A webhook exactly as Twilio sends it: form-encoded and signed over the public URL."""
+    signed_url = f"{url}?{query}" if query else url
+    signature = RequestValidator(token).compute_signature(signed_url, form)
+    return RawRequest(
+        # The gateway sits behind a proxy: the URL it sees is not the one Twilio signed.
+        url=f"http://127.0.0.1:8000/webhooks/support/whatsapp{'?' + query if query else ''}",
+        headers={"content-type": "application/x-www-form-urlencoded", "x-twilio-signature": signature},
+        query=dict(pair.split("=", 1) for pair in query.split("&")) if query else {},
+        body=urlencode(form).encode(),
+    )
+
+
+@pytest.fixture
+def adapter() -> WhatsAppAdapter:
+    return WhatsAppAdapter("support", _settings())
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeTwilio]:
+    server = FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def live(fake: FakeTwilio) -> AsyncIterator[WhatsAppAdapter]:
+    adapter = WhatsAppAdapter("support", _settings(fake.base_url), backoff=0.01)
+    yield adapter
+    await adapter.stop()
+
+
+# -- verification ---------------------------------------------------------------------------
+
+
+def test_whatsapp_adapter_satisfies_the_contract(adapter: WhatsAppAdapter) -> None:
+    assert isinstance(adapter, ChannelAdapter)
+    assert adapter.capabilities.max_length == 1600
+
+
+def test_whatsapp_verify_accepts_a_real_signature(adapter: WhatsAppAdapter) -> None:
+    adapter.verify(_signed({"MessageSid": "SM1", "From": "whatsapp:+1", "Body": "hi"}))
+
+
+def test_whatsapp_verify_signs_the_query_string_too(adapter: WhatsAppAdapter) -> None:
+    adapter.verify(_signed({"MessageSid": "SM1", "Body": "hi"}, query="tenant=a"))
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        pytest.param(_signed({"MessageSid": "SM1", "Body": "hi"}, token="another-token"), id="wrong-token"),
+        pytest.param(_signed({"MessageSid": "SM1", "Body": "hi"}, url="https://evil.example/x"), id="wrong-url"),
+        pytest.param(
+            RawRequest(url=WEBHOOK_URL, headers={}, query={}, body=b"MessageSid=SM1&Body=hi"), id="missing"
+        ),
+    ],
+)
+def test_whatsapp_verify_rejects_bad_or_missing_signature(adapter: WhatsAppAdapter, request_: RawRequest) -> None:
+    with pytest.raises(SignatureInvalid):
+        adapter.verify(request_)
+
+
+def test_whatsapp_verify_rejects_a_tampered_body(adapter: WhatsAppAdapter) -> None:
+    good = _signed({"MessageSid": "SM1", "Body": "hi"})
+    tampered = RawRequest(url=good.url, headers=good.headers, query={}, body=b"MessageSid=SM1&Body=refund+me")
+    with pytest.raises(SignatureInvalid):
+        adapter.verify(tampered)
+
+
+# -- every fixture --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_whatsapp_parse_every_fixture(adapter: WhatsAppAdapter, path: Path) -> None:
+    form = json.loads(path.read_text(encoding="utf-8"))
+    request = _signed(form)
+    adapter.verify(request)  # the fixture survives a real signing round trip
+    result = adapter.parse(request)
+    handled = len(result.messages) + len(result.status_updates) + len(result.ignored)
+    assert handled == 1, result
+    sid = form.get("MessageSid") or form["SmsSid"]
+    for message in result.messages:
+        assert message.external_id == sid
+        assert message.conversation.chat == form["From"]
+        assert "\x00" not in message.text
+        assert message.text == form.get("Body", "").replace("\x00", "")
+        assert message.text.strip() or message.attachments
+        assert message.sender.display_name == form.get("ProfileName", "")
+    for update in result.status_updates:
+        assert update.provider_message_id == sid
+        assert update.status == form["MessageStatus"]
+        assert update.error_code == form.get("ErrorCode")
+    for reason in result.ignored:
+        assert sid in reason
+
+
+def test_whatsapp_parse_fixture_outcomes(adapter: WhatsAppAdapter) -> None:
+    def parse(name: str):
+        return adapter.parse(_signed(json.loads(next(FIXTURES.rglob(name)).read_text())))
+
+    assert parse("inbound_quote_reply.json").messages[0].reply_to == "someUniqueSid"
+    assert parse("inbound_text_message.json").messages[0].sender.external_id == "491511234567"
+    assert parse("null_bytes_in_body.json").messages[0].text == "remove null bytes"
+    assert parse("whatsapp_brazil_number_profile_name_nonascii.json").messages[0].sender.display_name == "João Silva"
+    failed = parse("status_callback_failed.json").status_updates[0]
+    assert (failed.status, failed.error_code) == ("failed", "60228")
+    assert parse("empty_body.json").ignored and not parse("empty_body.json").messages
+    media = parse("sms_with_multiple_media_attachments.json").messages[0].attachments
+    assert [(a.kind, a.mime_type, a.url) for a in media] == [
+        ("image", "image/png", "https://chatwoot-assets.local/sample.png"),
+        ("image", "image/jpeg", "https://chatwoot-assets.local/sample.jpg"),
+    ]
+    location = parse("location_message.json").messages[0]
+    assert location.text == ""
+    assert [(a.kind, a.url) for a in location.attachments] == [("location", "geo:12.160894393921,75.265205383301")]
+
+
+def test_whatsapp_parse_media_without_caption_is_a_message_with_empty_text(adapter: WhatsAppAdapter) -> None:
+    form = {"MessageSid": "SM9", "From": "whatsapp:+1555", "To": "whatsapp:+15550001111", "Body": "",
+            "NumMedia": "1", "MediaUrl0": "https://api.twilio.com/media/ME1", "MediaContentType0": "audio/ogg"}
+    (message,) = adapter.parse(_signed(form)).messages
+    assert message.text == ""
+    assert message.attachments[0].kind == "audio"
+
+
+def test_whatsapp_parse_ignores_our_own_number(adapter: WhatsAppAdapter) -> None:
+    result = adapter.parse(_signed({"MessageSid": "SM2", "From": "whatsapp:+15550001111", "Body": "echo"}))
+    assert not result.messages and "own message" in result.ignored[0]
+
+
+def test_whatsapp_parse_ignores_untracked_statuses(adapter: WhatsAppAdapter) -> None:
+    result = adapter.parse(_signed({"MessageSid": "SM3", "MessageStatus": "queued", "SmsStatus": "queued"}))
+    assert not result.status_updates and "queued" in result.ignored[0]
+    undelivered = adapter.parse(_signed({"MessageSid": "SM4", "MessageStatus": "undelivered", "ErrorCode": "63016"}))
+    assert undelivered.status_updates[0].status == "failed"
+    assert undelivered.status_updates[0].error_code == "63016"
+
+
+def test_whatsapp_parse_refuses_a_body_without_message_sid(adapter: WhatsAppAdapter) -> None:
+    with pytest.raises(BadRequest):
+        adapter.parse(_signed({"From": "whatsapp:+1", "Body": "hi"}))
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+
+def test_whatsapp_to_whatsapp_converts_markdown() -> None:
+    text = "# Title\n\nA **bold** and *soft* ~~old~~ word, see [the docs](https://ex.com/d).\n\n```py\nx = 1\n```"
+    assert to_whatsapp(text) == (
+        "*Title*\n\nA *bold* and _soft_ ~old~ word, see the docs (https://ex.com/d).\n\n```\nx = 1\n```"
+    )
+    assert to_whatsapp("- a\n- b\n\n1. c\n2. d") == "- a\n- b\n\n1. c\n2. d"
+
+
+def test_whatsapp_window_is_24_hours() -> None:
+    now = datetime(2026, 11, 29, 12, tzinfo=timezone.utc)
+    assert within_window(now - timedelta(hours=23, minutes=59), now)
+    assert not within_window(now - timedelta(hours=24), now)
+    assert not within_window(None, now)
+    assert within_window((now - timedelta(hours=1)).replace(tzinfo=None), now)  # SQLite gives naive UTC
+
+
+# -- sending through the real SDK -----------------------------------------------------------
+
+
+async def test_whatsapp_send_posts_to_the_messages_api(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    ids = await live.send(OutboundMessage(conversation=CUSTOMER, text="Hello **there**"))
+    (request,) = fake.requests
+    assert request.authorized
+    assert request.path == f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages.json"
+    assert request.form["To"] == "whatsapp:+491511234567"
+    assert request.form["From"] == "whatsapp:+15550001111"
+    assert request.form["Body"] == "Hello *there*"
+    assert request.form["StatusCallback"] == WEBHOOK_URL
+    assert ids == [request.sid]
+
+
+async def test_whatsapp_send_replies_by_sms_to_an_sms_sender(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    await live.send(OutboundMessage(conversation=ConversationRef(channel="whatsapp", chat="+12345"), text="hi"))
+    assert (fake.requests[0].form["To"], fake.requests[0].form["From"]) == ("+12345", "+15550001111")
+
+
+async def test_whatsapp_send_renders_citations_as_links(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    cites = (Citation(source="refunds.md", title="Refund policy", url="https://help.example.com/refunds"),
+             Citation(source="notes.md", title="Internal notes"))
+    await live.send(OutboundMessage(conversation=CUSTOMER, text="Within 30 days [1].", citations=cites))
+    body = fake.requests[0].form["Body"]
+    assert body.endswith("Sources:\n1. Refund policy (https://help.example.com/refunds)\n2. Internal notes")
+
+
+async def test_whatsapp_send_splits_long_answers_at_1600(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    paragraphs = [f"Paragraph {i}. " + "Some helpful sentence about refunds. " * 12 for i in range(12)]
+    ids = await live.send(OutboundMessage(conversation=CUSTOMER, text="\n\n".join(paragraphs)))
+    bodies = [r.form["Body"] for r in fake.delivered]
+    assert len(bodies) == len(ids) > 1
+    assert all(len(b) <= MAX_LENGTH for b in bodies)
+    assert all(b.startswith("Paragraph") for b in bodies)  # cut on paragraph boundaries
+    assert "".join(bodies).count("Paragraph") == 12
+
+
+async def test_whatsapp_send_retries_429_once_then_delivers_exactly_once(
+    live: WhatsAppAdapter, fake: FakeTwilio
+) -> None:
+    fake.script(Reply(status=429, code=20429, message="Too Many Requests", retry_after=0.05))
+    ids = await live.send(OutboundMessage(conversation=CUSTOMER, text="hello"))
+    assert [r.status for r in fake.requests] == [429, 201]
+    assert len(fake.delivered) == 1 and ids == [fake.delivered[0].sid]
+
+
+async def test_whatsapp_send_gives_up_after_bounded_retries(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    fake.script(*[Reply(status=429, code=20429, retry_after=0)] * 5)
+    with pytest.raises(ChannelSendError) as info:
+        await live.send(OutboundMessage(conversation=CUSTOMER, text="hello"))
+    assert len(fake.requests) == live.max_attempts
+    assert info.value.retry_after == 0 and not info.value.permanent
+    assert not fake.delivered
+
+
+async def test_whatsapp_send_does_not_resend_parts_that_went_through(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    long_text = "\n\n".join("Sentence number %d is here. " % i * 40 for i in range(3))
+    fake.script(Reply(), Reply(status=400, code=21617, message="body too long"))
+    with pytest.raises(ChannelSendError) as info:
+        await live.send(OutboundMessage(conversation=CUSTOMER, text=long_text))
+    assert info.value.permanent
+    assert info.value.sent_ids == [fake.delivered[0].sid]  # type: ignore[attr-defined]
+    assert len(fake.requests) == 2  # a 4xx is not retried
+    # The worker retries the same reply later: only the parts not yet delivered are sent.
+    ids = await live.send(OutboundMessage(conversation=CUSTOMER, text=long_text))
+    bodies = [r.form["Body"] for r in fake.delivered]
+    assert len(bodies) == len(set(bodies)) == len(ids)
+    assert ids[0] == fake.delivered[0].sid
+
+
+async def test_whatsapp_send_outside_window_is_unreachable(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    fake.script(Reply(status=400, code=63016, message="outside the allowed window"))
+    with pytest.raises(RecipientUnreachable):
+        await live.send(OutboundMessage(conversation=CUSTOMER, text="late answer"))
+    assert len(fake.requests) == 1
+
+
+async def test_whatsapp_send_template_uses_content_api(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    ids = await live.send_template(CUSTOMER, content_sid="HX" + "0" * 32, variables={"1": "Ana", 2: "refund"})
+    form = fake.delivered[0].form
+    assert form["ContentSid"] == "HX" + "0" * 32
+    assert json.loads(form["ContentVariables"]) == {"1": "Ana", "2": "refund"}
+    assert "Body" not in form and ids == [fake.delivered[0].sid]
+
+
+async def test_whatsapp_send_with_wrong_credentials_is_permanent(fake: FakeTwilio) -> None:
+    adapter = WhatsAppAdapter("support", _settings(fake.base_url, auth_token="not-the-token"))
+    try:
+        with pytest.raises(ChannelSendError) as info:
+            await adapter.send(OutboundMessage(conversation=CUSTOMER, text="hi"))
+    finally:
+        await adapter.stop()
+    assert info.value.permanent and not fake.requests[0].authorized
+
+
+async def test_whatsapp_send_retries_then_fails_when_twilio_is_unreachable() -> None:
+    with socket.socket() as sock:  # a port that was just free, so nothing listens on it
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    adapter = WhatsAppAdapter("support", _settings(f"http://127.0.0.1:{port}"), backoff=0.01)
+    try:
+        with pytest.raises(ChannelSendError) as info:
+            await adapter.send(OutboundMessage(conversation=CUSTOMER, text="hi"))
+    finally:
+        await adapter.stop()
+    assert "unreachable" in str(info.value) and not info.value.permanent

@@ -1,0 +1,81 @@
+"""Gate 2: citations checked against what was retrieved."""
+
+from __future__ import annotations
+
+from gateway.models import Citation
+from gateway.pipeline.citations import safe_url, strip_invalid_markers, verify_citations
+from tests.llm.hits import PASSWORD, PLANS, REFUNDS
+
+FALLBACK = "Sorry, our help center does not cover that."
+HITS = [REFUNDS, PASSWORD]
+
+
+def test_verify_citations_removes_invented_citation() -> None:
+    verified = verify_citations("Refunds take 5 days [1][7]. Also free pizza [9].", HITS, fallback_text=FALLBACK)
+
+    assert verified.text == "Refunds take 5 days [1]. Also free pizza."
+    assert verified.cited_indices == (1,)
+    assert verified.citations == (Citation("billing/refunds.md", "Refunds", "https://help.example.com/billing/refunds"),)
+    assert not verified.replaced
+
+
+def test_verify_citations_filters_comma_lists() -> None:
+    text, cited = strip_invalid_markers("See both [2, 0, 1] and [1,2] and [ 5 ].", count=2)
+
+    assert text == "See both [2][1] and [1][2] and."
+    assert cited == (2, 1)
+
+
+def test_verify_citations_turns_uncited_claim_into_fallback() -> None:
+    verified = verify_citations("Refunds are always instant [3].", HITS, fallback_text=FALLBACK)
+
+    assert verified.text == FALLBACK
+    assert verified.citations == () and verified.replaced
+
+
+def test_verify_citations_turns_claim_without_markers_into_fallback() -> None:
+    verified = verify_citations("You get a full refund any time.", HITS, fallback_text=FALLBACK)
+
+    assert verified.text == FALLBACK and verified.replaced
+
+
+def test_verify_citations_keeps_fallback_and_refusals() -> None:
+    assert verify_citations(FALLBACK, HITS, fallback_text=FALLBACK).text == FALLBACK
+    refusal = verify_citations("I don't know how to answer that from these documents [4].", HITS, fallback_text=FALLBACK)
+    assert refusal.text == "I don't know how to answer that from these documents."
+    assert refusal.citations == () and not refusal.replaced
+
+
+def test_verify_citations_without_hits_refuses_any_claim() -> None:
+    verified = verify_citations("The Team plan costs 29 dollars [1].", [], fallback_text=FALLBACK)
+
+    assert verified.text == FALLBACK
+
+
+def test_verify_citations_lists_distinct_sources_in_citation_order() -> None:
+    hits = [REFUNDS, PASSWORD, REFUNDS]
+    verified = verify_citations("Reset it [2]. Refunds [3] take days [1].", hits, fallback_text=FALLBACK)
+
+    assert [c.source for c in verified.citations] == ["account/password.md", "billing/refunds.md"]
+    assert verified.cited_indices == (2, 3, 1)
+
+
+def test_verify_citations_drops_non_http_urls() -> None:
+    verified = verify_citations("Starter is 9 dollars [1].", [PLANS], fallback_text=FALLBACK)
+
+    assert verified.citations == (Citation("plans.md", "Plans and pricing", None),)
+    assert verified.citations[0].as_dict() == {"source": "plans.md", "title": "Plans and pricing"}
+
+
+def test_verify_citations_allow_uncited_keeps_tool_grounded_answer() -> None:
+    verified = verify_citations("Invoice INV-7 is paid.", HITS, fallback_text=FALLBACK, allow_uncited=True)
+
+    assert verified.text == "Invoice INV-7 is paid." and not verified.replaced
+
+
+def test_safe_url_accepts_only_http_and_https() -> None:
+    assert safe_url("https://example.com/a") == "https://example.com/a"
+    assert safe_url("HTTP://example.com") == "HTTP://example.com"
+    for bad in ("javascript:alert(1)", "data:text/html,<b>x</b>", "JaVaScRiPt:alert(1)", "file:///etc/passwd",
+                "//example.com", "", None, "http:///nohost"):
+        assert safe_url(bad) is None, bad

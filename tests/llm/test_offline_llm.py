@@ -1,0 +1,124 @@
+"""The offline extractive responder, called through the real LiteLLM and the LLMRouter."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gateway.llm import LLMRouter
+from gateway.offline_llm import answer, split_sentences, stem
+from gateway.pipeline.citations import verify_citations
+from gateway.pipeline.prompts import build_messages
+from gateway.settings import BotSettings
+from tests.llm.hits import PASSWORD, PLANS, REFUNDS
+
+BOT = BotSettings(name="demo", fallback_text="Sorry, our help center does not cover that.")
+
+
+@pytest.fixture(scope="module")
+def router() -> LLMRouter:
+    return LLMRouter([])
+
+
+def markers(text: str) -> set[int]:
+    return {int(n) for n in re.findall(r"\[(\d+)\]", text)}
+
+
+async def test_offline_answers_from_extracts_with_valid_citation(router: LLMRouter) -> None:
+    hits = [PLANS, PASSWORD, REFUNDS]
+    messages = build_messages(BOT, history=[], user_text="How do I reset my password?", hits=hits)
+
+    result = await router.complete(model="offline", messages=messages)
+
+    assert "open Settings and choose Security" in result.text
+    assert markers(result.text) == {2}
+    verified = verify_citations(result.text, hits, fallback_text=BOT.fallback_text)
+    # Gate 2 renumbers markers to the citations list: extract 2 is the first (only) cited document.
+    assert verified.text == result.text.replace("[2]", "[1]")
+    assert [c.source for c in verified.citations] == ["account/password.md"]
+    assert result.usage.prompt_tokens > 50 and result.usage.completion_tokens > 5
+
+
+async def test_offline_falls_back_without_extracts(router: LLMRouter) -> None:
+    messages = build_messages(BOT, history=[], user_text="How do I reset my password?", hits=[])
+
+    result = await router.complete(model="offline", messages=messages)
+
+    assert result.text == BOT.fallback_text
+
+
+async def test_offline_falls_back_when_nothing_overlaps(router: LLMRouter) -> None:
+    messages = build_messages(BOT, history=[], user_text="Will it rain in Lisbon tomorrow?", hits=[REFUNDS, PLANS])
+
+    result = await router.complete(model="offline", messages=messages)
+
+    assert result.text == BOT.fallback_text
+
+
+async def test_offline_answers_the_last_user_message(router: LLMRouter) -> None:
+    history = [{"role": "user", "content": "How do I reset my password?"}, {"role": "assistant", "content": "..."}]
+    messages = build_messages(BOT, history=history, user_text="How long do refunds take?", hits=[PASSWORD, REFUNDS])
+
+    result = await router.complete(model="offline", messages=messages)
+
+    assert "5 business days" in result.text and markers(result.text) == {2}
+
+
+async def test_offline_stream_matches_completion_word_by_word(router: LLMRouter) -> None:
+    messages = build_messages(BOT, history=[], user_text="What does the Team plan cost?", hits=[PLANS])
+    tokens: list[str] = []
+
+    async def collect(token: str) -> None:
+        tokens.append(token)
+
+    streamed = await router.complete(model="offline", messages=messages, on_token=collect)
+    whole = await router.complete(model="offline", messages=messages)
+
+    assert streamed.finish_reason == "stop"
+    assert "".join(tokens) == streamed.text == whole.text
+    assert len(tokens) == len(whole.text.split(" ")) > 3
+    assert "29 dollars" in streamed.text
+    assert streamed.usage.completion_tokens > 0 and streamed.usage.cost_usd == 0.0
+
+
+async def test_offline_never_calls_tools(router: LLMRouter) -> None:
+    tools = [{"type": "function", "function": {"name": "escalate_to_human", "parameters": {"type": "object"}}}]
+    messages = build_messages(BOT, history=[], user_text="I want a refund", hits=[REFUNDS])
+
+    result = await router.complete(model="offline", messages=messages, tools=tools, tool_choice="auto")
+
+    assert result.tool_calls == () and result.finish_reason == "stop"
+    assert markers(result.text) == {1}
+
+
+def test_offline_prefers_extract_whose_heading_matches() -> None:
+    from tests.llm.hits import FakeHit
+
+    generic = FakeHit(text="Invoices list every charge on your account each month.", source="a.md", title="Invoices")
+    headed = FakeHit(text="Every charge on your account is listed here.", source="b.md", title="Charges",
+                     heading_path=("Billing", "Charges"))
+    messages = build_messages(BOT, history=[], user_text="charges on my account", hits=[generic, headed])
+
+    assert markers(answer(messages).split(". ")[0]) == {2}
+
+
+def test_offline_quotes_text_unescaped() -> None:
+    from tests.llm.hits import FakeHit
+
+    hit = FakeHit(text="Use the <Export> button & save the CSV file.", source="x.md", title="Export")
+    messages = build_messages(BOT, history=[], user_text="how to export csv", hits=[hit])
+
+    assert answer(messages) == "Use the <Export> button & save the CSV file [1]."
+
+
+def test_split_sentences_drops_headings_and_markdown() -> None:
+    assert split_sentences("# Title\n- Click **Save** now please.\nSee [the guide](https://x.y) for more. Ok.") == [
+        "Click Save now please.",
+        "See the guide for more.",
+    ]
+
+
+def test_stem_matches_inflections() -> None:
+    assert stem("refunds") == stem("refunded") == stem("refund")
+    assert stem("charges") == stem("charge") == stem("charged")

@@ -1,0 +1,97 @@
+"""Hybrid search over real Qdrant local mode: arms, RRF, gate 1 with its keyword override, isolation."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import IndexBusy
+from gateway.settings import QdrantSettings, RetrievalSettings
+from rag.index import QdrantIndex, collection_name
+from rag.ingest import Ingestor
+from rag.search import DEFAULT_MIN_DENSE_SCORE, HybridSearch
+from rag.sources import Document, load_directory
+from tests.rag.kb import TARGET_CODE, write_kb
+
+RETRIEVAL = RetrievalSettings(k=3, min_dense_score=DEFAULT_MIN_DENSE_SCORE)
+
+
+@pytest.fixture
+async def kb(tmp_path, index, dense, sparse, sessions):
+    """The sample knowledge base ingested for bot `acme`; yields the search."""
+    docs = (await load_directory(write_kb(tmp_path / "kb"))).documents
+    await Ingestor(index, dense, sparse, sessions).ingest_documents("acme", "kb", docs)
+    return HybridSearch(index, dense, sparse)
+
+
+async def test_hybrid_search_finds_exact_error_code_dense_alone_misses(kb, index, dense, sparse):
+    arms = await index.hybrid_query(
+        "acme", dense.embed_queries([TARGET_CODE])[0], sparse.embed_queries([TARGET_CODE])[0], prefetch=40, limit=3
+    )
+    dense_top = arms.dense[0].id
+    result = await kb.search("acme", [TARGET_CODE], RETRIEVAL.model_copy(update={"min_dense_score": -1.0}))
+    top = result.hits[0]
+    assert top.document == f"sync/{TARGET_CODE.lower()}.md"
+    assert top.chunk_id != dense_top  # the dense arm ranked another chunk first
+    assert "sparse" in top.arms and top.sparse_score and top.sparse_score > 0
+
+
+async def test_search_hit_reports_arms_and_scores(kb):
+    result = await kb.search("acme", ["What does the Business Plus plan cost?"], RETRIEVAL)
+    top = result.hits[0]
+    assert not result.refused
+    assert top.document == "billing.md" and top.heading_path == ("Billing", "Plans")
+    assert top.arms == ("dense", "sparse")
+    assert top.dense_score is not None and top.dense_score > 0.5
+    assert top.fused_score > 0 and result.best_dense_score == pytest.approx(top.dense_score)
+    assert len(result.hits) == RETRIEVAL.k
+
+
+async def test_gate_refuses_off_topic_query(kb):
+    result = await kb.search("acme", ["What is the capital of France?"], RETRIEVAL)
+    assert result.refused and result.hits == ()
+    assert result.candidates  # what was found is still visible for logs and eval
+    assert result.best_dense_score < RETRIEVAL.min_dense_score
+    assert "no strong keyword hit" in result.reason
+
+
+async def test_gate_keyword_override_lets_exact_code_through(kb):
+    strict = RETRIEVAL.model_copy(update={"min_dense_score": 0.5})
+    result = await kb.search("acme", [TARGET_CODE], strict)
+    assert result.best_dense_score < strict.min_dense_score
+    assert not result.refused and result.keyword_override
+    assert result.hits[0].document == f"sync/{TARGET_CODE.lower()}.md"
+    # A common word shared with the knowledge base is not enough to override.
+    common = await kb.search("acme", ["sync app banner"], strict.model_copy(update={"min_dense_score": 0.99}))
+    assert common.refused and not common.keyword_override
+
+
+async def test_search_fuses_several_queries(kb):
+    result = await kb.search("acme", ["how do I reset my password", "Business Plus plan price"], RETRIEVAL)
+    documents = [h.document for h in result.hits]
+    assert "account.txt" in documents and "billing.md" in documents
+
+
+async def test_search_one_collection_per_bot(kb, index, dense, sparse, sessions):
+    other = Document("rockets.md", "Rockets", None, "# Rockets\n\nGlobex ships rockets to the moon every week.", "markdown")
+    await Ingestor(index, dense, sparse, sessions).ingest_documents("globex", "kb", [other])
+    assert collection_name("acme") != collection_name("globex")
+    open_gate = RETRIEVAL.model_copy(update={"min_dense_score": -1.0, "k": 20})
+    acme = await kb.search("acme", ["Globex rockets to the moon"], open_gate)
+    assert acme.hits and all(h.document != "rockets.md" for h in acme.hits)
+    globex = await kb.search("globex", ["how do I reset my password"], open_gate)
+    assert [h.document for h in globex.hits] == ["rockets.md"]
+
+
+async def test_search_unknown_bot_is_refused_not_an_error(kb):
+    result = await kb.search("nobody", ["reset password"], RETRIEVAL)
+    assert result.refused and result.hits == ()
+
+
+async def test_index_busy_when_local_folder_is_held(tmp_path):
+    path = str(tmp_path / "held")
+    first = QdrantIndex.from_settings(QdrantSettings(path=path))
+    try:
+        with pytest.raises(IndexBusy, match="in use by another process"):
+            QdrantIndex.from_settings(QdrantSettings(path=path))
+    finally:
+        await first.close()

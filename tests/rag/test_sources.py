@@ -1,0 +1,123 @@
+"""Source loaders: a directory of md/txt/html/pdf, URL lists and sitemaps (robots.txt honoured)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from gateway.settings import SourceSettings
+from rag.sources import SourceError, load_directory, load_sitemap, load_source, load_urls, pdf_text
+
+HTML = """<html><head><title>Billing help</title></head><body>
+<nav><a href="/">Home</a> | <a href="/about">About us</a></nav>
+<header>Acme header banner</header>
+<main><h1>Billing</h1><p>You can pay every plan by card, bank transfer or invoice each month.</p>
+<h2>Refunds</h2><p>Refunds are processed within five business days of the request.</p></main>
+<footer>Copyright Acme footer text</footer><script>var tracking = 1;</script></body></html>"""
+
+
+def tiny_pdf(text: str) -> bytes:
+    """A one-page PDF with `text` in Helvetica, built by hand with a correct xref table."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+async def test_load_directory_reads_markdown_text_html_and_pdf(tmp_path):
+    (tmp_path / "guide.md").write_text("# Setup guide\n\nInstall it.\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "notes.txt").write_text("Plain notes.\n\nSecond paragraph.")
+    (tmp_path / "billing.html").write_text(HTML)
+    (tmp_path / "manual.pdf").write_bytes(tiny_pdf("Warranty covers two years of repairs"))
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")
+    result = await load_directory(tmp_path)
+    docs = {d.doc_id: d for d in result.documents}
+    assert set(docs) == {"guide.md", "sub/notes.txt", "billing.html", "manual.pdf"}
+    assert docs["guide.md"].title == "Setup guide" and docs["guide.md"].format == "markdown"
+    assert "Warranty covers two years" in docs["manual.pdf"].text
+    html = docs["billing.html"]
+    assert html.title == "Billing"  # trafilatura prefers the page heading to <title>
+    assert "## Refunds" in html.text  # headings kept as Markdown for the chunker
+    assert "footer" not in html.text and "tracking" not in html.text and "About us" not in html.text
+    assert result.errors == []
+
+
+async def test_load_directory_records_a_broken_file_and_keeps_the_rest(tmp_path):
+    (tmp_path / "ok.md").write_text("# Fine\n\ntext")
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
+    result = await load_directory(tmp_path)
+    assert [d.doc_id for d in result.documents] == ["ok.md"]
+    assert [doc_id for doc_id, _ in result.errors] == ["broken.pdf"]
+
+
+async def test_load_source_missing_directory_raises():
+    with pytest.raises(SourceError, match="not found"):
+        await load_source(SourceSettings(name="kb", type="directory", path="/nonexistent/kb"))
+
+
+def test_pdf_text_extracts_page_text():
+    _, text = pdf_text(tiny_pdf("Hello from a PDF"))
+    assert text == "Hello from a PDF"
+
+
+def fake_site(pages: dict[str, tuple[int, str, str]]):
+    """An httpx client whose transport serves `pages` (path -> status, content type, body) and logs requests."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        status, kind, body = pages.get(request.url.path, (404, "text/plain", "not found"))
+        return httpx.Response(status, headers={"content-type": kind}, text=body)
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler)), seen
+
+
+async def test_load_urls_failing_url_recorded_others_continue():
+    client, _ = fake_site({"/billing": (200, "text/html", HTML), "/notes.txt": (200, "text/plain", "Just notes.")})
+    async with client:
+        result = await load_urls(["https://help.example/billing", "https://help.example/gone", "https://help.example/notes.txt"], client=client)
+    assert sorted(d.doc_id for d in result.documents) == ["https://help.example/billing", "https://help.example/notes.txt"]
+    assert result.documents[0].url == result.documents[0].doc_id
+    assert [u for u, _ in result.errors] == ["https://help.example/gone"]
+    assert "404" in result.errors[0][1]
+
+
+async def test_load_sitemap_follows_index_and_honours_robots():
+    index = """<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+      <sitemap><loc>https://help.example/sitemap-docs.xml</loc></sitemap></sitemapindex>"""
+    urlset = """<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+      <url><loc>https://help.example/billing</loc></url>
+      <url><loc>https://help.example/private/salaries</loc></url></urlset>"""
+    client, seen = fake_site({
+        "/robots.txt": (200, "text/plain", "User-agent: *\nDisallow: /private/\n"),
+        "/sitemap.xml": (200, "application/xml", index),
+        "/sitemap-docs.xml": (200, "application/xml", urlset),
+        "/billing": (200, "text/html", HTML),
+        "/private/salaries": (200, "text/html", "<html><body><p>secret salary table for all staff</p></body></html>"),
+    })
+    async with client:
+        result = await load_sitemap("https://help.example/sitemap.xml", client=client)
+    assert [d.doc_id for d in result.documents] == ["https://help.example/billing"]
+    assert "/private/salaries" not in seen  # never fetched, not merely dropped
+
+
+async def test_load_sitemap_unreachable_raises_source_error():
+    client, _ = fake_site({})
+    async with client:
+        with pytest.raises(SourceError, match="sitemap"):
+            await load_sitemap("https://help.example/sitemap.xml", client=client)
