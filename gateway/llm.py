@@ -23,7 +23,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import litellm
+# LiteLLM fetches its price map from the network on import unless told otherwise; we run offline.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import litellm  # noqa: E402
 import structlog
 
 from gateway.errors import LLMError

@@ -211,6 +211,15 @@ class WorkerSettings(_Strict):
     reply_timeout: float = Field(default=60.0, gt=0.0)
 
 
+class LLMSettings(_Strict):
+    """Timeouts and retries of every model call (see `gateway.llm.RetryPolicy`)."""
+
+    timeout: float = Field(default=60.0, gt=0.0)
+    num_retries: int = Field(default=2, ge=0, le=10)
+    backoff_base: float = Field(default=0.5, ge=0.0)
+    backoff_max: float = Field(default=8.0, ge=0.0)
+
+
 class BotSettings(_Strict):
     """One bot: its prompt, models, knowledge, tools and channels."""
 
@@ -240,6 +249,7 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     models: list[ModelEntry] = Field(default_factory=list)

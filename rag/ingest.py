@@ -25,6 +25,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.errors import GatewayError
 from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
 from rag.embeddings import DenseEmbedder, SparseEmbedder
@@ -99,13 +100,20 @@ class Ingestor:
         reports = []
         for source in bot.sources:
             if sources is None or source.name in sources:
-                reports.append(await self.ingest_source(bot.name, source, trigger=trigger, progress=progress))
+                try:
+                    reports.append(await self.ingest_source(bot.name, source, trigger=trigger, progress=progress))
+                except GatewayError as exc:  # already recorded as a failed run
+                    reports.append(IngestReport(bot.name, source.name, errors=[str(exc)], status="failed"))
         return reports
 
     async def ingest_source(
         self, bot: str, source: SourceSettings, *, trigger: str = "manual", progress: Progress | None = None
     ) -> IngestReport:
-        """Load one source and ingest it incrementally; failures are recorded, not raised."""
+        """Load one source and ingest it incrementally.
+
+        A source that cannot be loaded gives a `failed` report (recorded, not raised). An index or
+        store failure is recorded as a failed run and re-raised.
+        """
         started = time.perf_counter()
         run_id = await self._start_run(bot, source.name, trigger=trigger)
         try:
@@ -117,17 +125,23 @@ class Ingestor:
             await self._record(report, trigger=trigger, run_id=run_id)
             return report
         errors = [f"{doc_id}: {message}" for doc_id, message in loaded.errors]
-        return await self.ingest_documents(
-            bot,
-            source.name,
-            loaded.documents,
-            failed_ids={doc_id for doc_id, _ in loaded.errors},
-            errors=errors,
-            trigger=trigger,
-            progress=progress,
-            started=started,
-            run_id=run_id,
-        )
+        try:
+            return await self.ingest_documents(
+                bot,
+                source.name,
+                loaded.documents,
+                failed_ids={doc_id for doc_id, _ in loaded.errors},
+                errors=errors,
+                trigger=trigger,
+                progress=progress,
+                started=started,
+                run_id=run_id,
+            )
+        except GatewayError as exc:  # index or store down: record the run as failed, then let the caller know
+            report = IngestReport(bot, source.name, errors=[*errors, f"{type(exc).__name__}: {exc}"], status="failed")
+            report.duration_s = time.perf_counter() - started
+            await self._record(report, trigger=trigger, run_id=run_id)
+            raise
 
     async def ingest_documents(
         self,

@@ -3,7 +3,7 @@
 Per query, one Qdrant call fuses a dense prefetch and a sparse prefetch with RRF; the arms' own
 lists come back in the same batch so each hit can say which arm found it and with what score.
 Several queries (a follow-up rewritten into standalone queries) are fused again client-side by
-RRF with the usual constant 60.
+RRF with the usual constant 60, after each query's own top hit, so no query is crowded out.
 
 Gate 1 (no relevant chunk → the answer step gets no chunks):
 - It looks at the BEST DENSE cosine across every hit of every query, not at the top fused hit,
@@ -159,6 +159,11 @@ def _fuse(
             points.setdefault(pid, point)
             scores[pid] = point.score if single else scores.get(pid, 0.0) + 1.0 / (MULTI_QUERY_RRF_K + rank + 1)
     ordered = sorted(scores, key=lambda pid: scores[pid], reverse=True)
+    if not single:
+        # RRF rewards chunks that sit mid-list for every query over one query's clear winner;
+        # each query's own top hit goes first so no query's answer is crowded out.
+        leaders = list(dict.fromkeys(str(ranked[0].id) for ranked in fused_lists if ranked))
+        ordered = leaders + [pid for pid in ordered if pid not in leaders]
     hits = []
     for pid in ordered:
         payload = points[pid].payload or {}

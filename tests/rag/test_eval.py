@@ -1,0 +1,42 @@
+"""evaluate(): the contract's keys, hit rule and refusal rates, on a tiny corpus."""
+
+from __future__ import annotations
+
+import json
+
+from gateway.settings import RetrievalSettings
+from rag.eval import evaluate, first_hit_rank, normalize
+from rag.search import Hit
+from tests.rag.kb import write_kb
+
+CONTRACT_KEYS = {
+    "recall@1", "recall@3", "recall@5", "recall@10", "mrr",
+    "refusal_rate", "false_refusal_rate", "n_answerable", "n_unanswerable",
+}
+
+
+def hit(text: str) -> Hit:
+    return Hit("id", text, "s", "d", "t", (), None, 0.5, None, 0.1, ("dense",))
+
+
+def test_eval_hit_rule_collapses_whitespace_and_case():
+    assert normalize("  Refunds  are\n processed ") == "refunds are processed"
+    hits = [hit("Nothing here."), hit("Refunds are\nprocessed within FIVE business days.")]
+    assert first_hit_rank(hits, ["refunds are processed   within five"]) == 2
+    assert first_hit_rank(hits, ["ten business days"]) is None
+
+
+async def test_evaluate_reports_contract_metrics(tmp_path, dense, sparse):
+    docs = write_kb(tmp_path / "kb")
+    questions = tmp_path / "q.jsonl"
+    lines = [
+        {"question": "How long do refunds take?", "gold_texts": ["Refunds are processed within five business days."]},
+        {"question": "What does the Business Plus plan cost?", "gold_texts": ["The Business Plus plan costs\n49 dollars"]},
+        {"question": "Who painted the Mona Lisa?", "answerable": False},
+    ]
+    questions.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    metrics = await evaluate(docs, questions, retrieval=RetrievalSettings(min_dense_score=0.3), dense=dense, sparse=sparse)
+    assert set(metrics) == CONTRACT_KEYS
+    assert metrics["n_answerable"] == 2 and metrics["n_unanswerable"] == 1
+    assert metrics["recall@1"] == 1.0 and metrics["mrr"] == 1.0
+    assert metrics["refusal_rate"] == 1.0 and metrics["false_refusal_rate"] == 0.0

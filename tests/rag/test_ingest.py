@@ -1,0 +1,108 @@
+"""Incremental ingest against real SQLite and Qdrant local mode; embed calls are counted."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from gateway.settings import BotSettings, SourceSettings
+from rag.index import collection_name
+from rag.ingest import Ingestor
+from storage.models import Document as DocumentRow
+from storage.models import IngestRun
+from tests.rag.kb import write_kb
+
+
+class CountingEmbedder:
+    """Wraps the real dense embedder and records every text it is asked to embed."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.embedded: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def aembed_documents(self, texts):
+        self.embedded.extend(texts)
+        return await self.inner.aembed_documents(texts)
+
+
+async def runs(sessions) -> list[IngestRun]:
+    async with sessions() as session:
+        return list((await session.scalars(select(IngestRun).order_by(IngestRun.id))).all())
+
+
+async def point_documents(index, bot) -> list[str]:
+    points, _ = await index.client.scroll(collection_name(bot), limit=1000, with_payload=True)
+    return sorted(p.payload["document"] for p in points)
+
+
+async def test_ingest_incremental_skips_unchanged_replaces_changed_removes_deleted(tmp_path, index, dense, sparse, sessions):
+    folder = write_kb(tmp_path / "kb")
+    counting = CountingEmbedder(dense)
+    ingestor = Ingestor(index, counting, sparse, sessions)
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+
+    first = await ingestor.ingest_source("acme", source)
+    total = await index.count("acme")
+    assert first.status == "ok" and first.added == total == len(counting.embedded) > 0
+    assert (first.updated, first.deleted, first.unchanged) == (0, 0, 0)
+
+    counting.embedded.clear()
+    second = await ingestor.ingest_source("acme", source, trigger="schedule")
+    assert counting.embedded == []  # nothing re-embedded
+    assert (second.added, second.updated, second.deleted, second.unchanged) == (0, 0, 0, total)
+
+    billing = folder / "billing.md"
+    billing.write_text(billing.read_text().replace("five business days", "ten business days"))
+    (folder / "account.txt").unlink()
+    third = await ingestor.ingest_source("acme", source)
+    assert len(counting.embedded) == 1 and "ten business days" in counting.embedded[0]  # only the edited chunk
+    assert third.updated == 1 and third.added == 0
+    assert third.deleted == 1 + 1  # the stale billing chunk and account.txt's one chunk
+    assert await index.count("acme") == total - 1
+    docs = await point_documents(index, "acme")
+    assert "account.txt" not in docs and docs.count("billing.md") == 2
+
+    recorded = await runs(sessions)
+    assert [r.status for r in recorded] == ["ok", "ok", "ok"]
+    assert [r.trigger for r in recorded] == ["manual", "schedule", "manual"]
+    assert (recorded[2].updated, recorded[2].deleted) == (1, 2) and recorded[2].duration_s >= 0
+    async with sessions() as session:
+        rows = (await session.scalars(select(DocumentRow).where(DocumentRow.bot == "acme"))).all()
+    assert "account.txt" not in {r.doc_id for r in rows}
+    assert sum(len(r.chunk_ids) for r in rows) == total - 1
+
+
+async def test_ingest_bot_failing_source_recorded_others_continue(tmp_path, index, dense, sparse, sessions):
+    folder = write_kb(tmp_path / "kb")
+    bot = BotSettings(
+        name="acme",
+        sources=[
+            SourceSettings(name="missing", type="directory", path=str(tmp_path / "nope")),
+            SourceSettings(name="docs", type="directory", path=str(folder)),
+        ],
+    )
+    reports = await Ingestor(index, dense, sparse, sessions).ingest_bot(bot)
+    assert [r.status for r in reports] == ["failed", "ok"]
+    assert "not found" in reports[0].errors[0]
+    assert reports[1].added == await index.count("acme") > 0
+    recorded = await runs(sessions)
+    assert [(r.source, r.status) for r in recorded] == [("missing", "failed"), ("docs", "ok")]
+    assert recorded[0].errors and "not found" in recorded[0].errors[0]
+
+
+async def test_ingest_failed_document_keeps_its_chunks(tmp_path, index, dense, sparse, sessions):
+    folder = write_kb(tmp_path / "kb")
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+    ingestor = Ingestor(index, dense, sparse, sessions)
+    await ingestor.ingest_source("acme", source)
+    before = await index.count("acme")
+    (folder / "billing.md").unlink()
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not a pdf")
+    progress: list[tuple[int, int]] = []
+    report = await ingestor.ingest_source("acme", source, progress=lambda done, total: progress.append((done, total)))
+    assert report.status == "partial" and report.errors[0].startswith("broken.pdf")
+    assert report.deleted == before - await index.count("acme") > 0  # billing.md removed, nothing else lost
+    assert progress[-1][0] == progress[-1][1] == report.documents
+
