@@ -13,6 +13,9 @@ from fastapi.staticfiles import StaticFiles
 from gateway import __version__
 from gateway.http import admin, health, webchat, webhooks
 from gateway.http.webchat import STATIC_DIR
+from gateway.operators import api as operator_api
+from gateway.operators import console as operator_console
+from gateway.operators import slack_operator
 from gateway.observability import configure_logging
 from gateway.services import Services, build_services
 from gateway.settings import Settings, _secret_values
@@ -55,6 +58,9 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
 
     app.include_router(health.router)
     app.include_router(webchat.router)
+    app.include_router(operator_api.router)
+    app.include_router(operator_console.router)
+    app.include_router(slack_operator.router)  # before the catch-all /webhooks/{bot}/{channel_path}
     app.include_router(webhooks.router)
     app.include_router(admin.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--config", help="config file for the defaults (optional)")
     ev.add_argument("--docs", required=True)
     ev.add_argument("--questions", required=True)
-    ev.add_argument("--k", type=int, default=None, help="k of the hybrid search (default: the configured k)")
+    ev.add_argument("--k", type=int, default=None, help="also report recall@N (recall@1/3/5/10 are always there)")
     ev.add_argument("--json", action="store_true")
 
     chat = with_config(sub.add_parser("chat", help="chat with a bot in the terminal"))
@@ -47,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="database migrations")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     with_config(db_sub.add_parser("upgrade", help="apply every migration"))
+
+    forget = with_config(sub.add_parser("forget", help="delete a contact's messages, conversations and escalations"))
+    forget.add_argument("--channel", required=True, help="telegram, slack, discord, whatsapp or web")
+    forget.add_argument("--user", required=True, help="the platform's user id (web: the session id)")
+    forget.add_argument("--json", action="store_true", help="print the counts as JSON")
 
     tg = sub.add_parser("telegram", help="Telegram helpers")
     tg_sub = tg.add_subparsers(dest="tg_command", required=True)
@@ -70,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_eval(args))
         if args.command == "chat":
             return asyncio.run(_chat(args))
+        if args.command == "forget":
+            return asyncio.run(_forget(args))
         if args.command == "telegram":
             return asyncio.run(_set_webhook(args))
     except ConfigError as exc:
@@ -217,7 +224,8 @@ async def _eval(args) -> int:
     from rag.eval import evaluate
 
     settings = load_settings(args.config) if args.config or Path(os.environ.get("GATEWAY_CONFIG", "config.yaml")).exists() else Settings()
-    result = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k=args.k)
+    k_values = tuple(sorted({1, 3, 5, 10, *([args.k] if args.k else [])}))
+    result = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values)
     if args.json:
         print(json.dumps(result))
     else:
@@ -227,7 +235,7 @@ async def _eval(args) -> int:
 
 
 async def _chat(args) -> int:
-    from gateway.http.webchat import _reply_for, _wait_for_reply
+    from gateway.http.webchat import _wait_for_reply
     from gateway.models import ConversationRef, InboundMessage, Sender
     from gateway.observability import configure_logging
     from gateway.services import build_services
@@ -274,4 +282,25 @@ async def _set_webhook(args) -> int:
     url = args.url.rstrip("/") + f"/webhooks/{bot.name}/telegram"
     await set_webhook(bot.channels.telegram, url)
     print(f"webhook set: {url}")
+    return 0
+
+
+async def _forget(args) -> int:
+    from gateway.observability import configure_logging
+    from gateway.retention import forget_contact
+    from storage.engine import create_engine, session_factory
+
+    settings = _settings(args)
+    configure_logging(level=settings.log_level, fmt=settings.log_format)  # logs to stderr, counts to stdout
+    engine = create_engine(settings.database_url)
+    try:
+        report = await forget_contact(session_factory(engine), channel=args.channel, user=args.user,
+                                      actor=f"cli:{os.environ.get('USER', 'unknown')}")
+    finally:
+        await engine.dispose()
+    counts = {k: getattr(report, k) for k in ("contacts", "conversations", "messages", "escalations")}
+    if args.json:
+        print(json.dumps(counts))
+    else:
+        print("deleted " + ", ".join(f"{v} {k}" for k, v in counts.items()) + " (recorded in data_deletions)")
     return 0

@@ -1,50 +1,323 @@
-"""Escalation to a human operator: the handoff state of a conversation.
+"""Escalation to a human operator: the handoff state machine of a conversation.
 
-States: `bot` → `waiting` (escalated, unclaimed) → `operator` (claimed) → `bot` (resolved).
-Transitions are conditional UPDATEs, so under concurrency exactly one actor wins.
+    conversation.state:  bot ──escalate──▶ waiting ──claim──▶ operator ──resolve──▶ bot
+                          └──────────── claim (never escalated) ───────▶┘
+    escalation.state:          open ─────────▶ claimed ─────────▶ resolved
+
+Every transition is a conditional UPDATE (`… WHERE state = <expected>`), so under concurrency exactly
+one actor wins and the loser gets `Conflict`; each stored with who, when and why in `escalation_events`.
+Side effects (bus events, the Slack operator post) run after the transaction commits, through
+`listeners`, so a rolled-back escalation never pings anyone.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
 import structlog
-from sqlalchemy import select
+from sqlalchemy import event as sa_event
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.events import ESCALATIONS_TOPIC, EventBus
 from gateway.models import utcnow
+from gateway.operators.notices import acknowledgement_extras
 from gateway.settings import Settings
-from storage.models import Conversation, Escalation
+from storage import repositories as repo
+from storage.models import Conversation, Escalation, EscalationEvent, Message
 
 log = structlog.get_logger("gateway.escalation")
 
+Listener = Callable[[dict[str, Any]], Awaitable[None]]
+MAX_OPERATOR_TEXT = 4000
+
 
 class Escalations:
-    """Opens, claims and resolves escalations."""
+    """Opens, claims, answers and resolves escalations; the one service behind every operator surface."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, settings: Settings, bus: EventBus,
-                 metrics=None) -> None:
+                 metrics=None, outbox=None) -> None:
         self._sessions = sessions
         self._settings = settings
         self._bus = bus
         self._metrics = metrics
+        self.outbox = outbox
+        self.listeners: list[Listener] = []
+        self._tasks: set[asyncio.Task] = set()
 
-    async def open_in(self, session: AsyncSession, *, conversation: Conversation, reason: str) -> Escalation:
+    # ---- bot side: open inside the worker's transaction ---------------------------------------
+
+    async def open_in(self, session: AsyncSession, *, conversation: Conversation, reason: str,
+                      actor: str = "bot") -> Escalation:
         """Escalate inside the caller's transaction; an already open escalation is reused."""
-        existing = (await session.execute(select(Escalation).where(
-            Escalation.conversation_id == conversation.id, Escalation.state.in_(("open", "claimed"))
-        ))).scalar_one_or_none()
-        if existing is not None:
-            return existing
+        moved = await session.execute(
+            update(Conversation).where(Conversation.id == conversation.id, Conversation.state == "bot")
+            .values(state="waiting", assigned_operator=None).execution_options(synchronize_session=False))
+        if moved.rowcount != 1:
+            existing = await _live_escalation(session, conversation.id)
+            if existing is not None:
+                return existing
+        conversation.state, conversation.assigned_operator = "waiting", None
+        now = utcnow()
         escalation = Escalation(conversation_id=conversation.id, bot=conversation.bot, state="open",
-                                reason=reason[:1000], notes=[], created_at=utcnow())
+                                reason=reason[:1000], notes=[], created_at=now)
         session.add(escalation)
-        conversation.state = "waiting"
-        conversation.assigned_operator = None
         await session.flush()
+        record_event(session, escalation, kind="opened", from_state="bot", to_state="waiting", actor=actor, reason=reason)
+        await self._acknowledge(session, conversation=conversation)
         log.info("escalation.opened", escalation_id=escalation.id, conversation_id=conversation.id,
                  bot=conversation.bot, reason=reason)
         if self._metrics:
             self._metrics.escalations.labels(bot=conversation.bot).inc()
-        self._bus.publish(ESCALATIONS_TOPIC, {"type": "opened", "escalation_id": escalation.id,
-                                              "bot": conversation.bot})
+        self._after_commit(session, {"type": "opened", "escalation_id": escalation.id, "bot": conversation.bot,
+                                     "conversation_id": conversation.id})
         return escalation
+
+    async def _acknowledge(self, session: AsyncSession, *, conversation: Conversation) -> None:
+        """One acknowledgement: added unless this turn's reply already says a person is coming."""
+        bot = self._settings.bot(conversation.bot)
+        last = (await session.execute(select(Message).where(
+            Message.conversation_id == conversation.id, Message.direction == "out")
+            .order_by(Message.id.desc()).limit(1))).scalar_one_or_none()
+        already = last is not None and last.status == "pending" and _says_person_is_coming(last.text, bot)
+        reply_to = last.reply_to_id if last is not None and last.status == "pending" else None
+        for text in acknowledgement_extras(bot.escalation, already_acknowledged=already, now=utcnow()):
+            await repo.add_outbound(session, conversation=conversation, text=text, author="system",
+                                    reply_to_id=reply_to)
+
+    # ---- operator side ---------------------------------------------------------------------------
+
+    async def find(self, *, bots: Iterable[str] | None, state: str | None = None,
+                   bot: str | None = None, limit: int = 200) -> list[Escalation]:
+        """Escalations the caller may see, newest first; `bots=None` means every bot."""
+        query = select(Escalation).order_by(Escalation.id.desc()).limit(limit)
+        if bots is not None:
+            query = query.where(Escalation.bot.in_(list(bots)))
+        if state:
+            query = query.where(Escalation.state.in_(state.split(",")))
+        if bot:
+            query = query.where(Escalation.bot == bot)
+        async with self._sessions() as session:
+            return list((await session.execute(query)).scalars().all())
+
+    async def get(self, escalation_id: int, *, bots: Iterable[str] | None) -> Escalation:
+        """One escalation; NotFound when it does not exist or belongs to a bot the caller may not serve."""
+        async with self._sessions() as session:
+            escalation = await session.get(Escalation, escalation_id)
+        if escalation is None or (bots is not None and escalation.bot not in set(bots)):
+            raise NotFound(f"no escalation {escalation_id}")
+        return escalation
+
+    async def events(self, escalation_id: int) -> list[EscalationEvent]:
+        """The stored transitions and notes of an escalation, oldest first."""
+        async with self._sessions() as session:
+            return list((await session.execute(select(EscalationEvent).where(
+                EscalationEvent.escalation_id == escalation_id).order_by(EscalationEvent.id))).scalars().all())
+
+    async def claim(self, escalation_id: int, *, operator: str, bots: Iterable[str] | None,
+                    reason: str = "") -> Escalation:
+        """open → claimed (conversation waiting → operator). Exactly one concurrent claim wins."""
+        escalation = await self.get(escalation_id, bots=bots)
+        async with self._sessions() as session, session.begin():
+            now = utcnow()
+            won = await session.execute(
+                update(Escalation).where(Escalation.id == escalation_id, Escalation.state == "open")
+                .values(state="claimed", operator=operator, claimed_at=now)
+                .execution_options(synchronize_session=False))
+            if won.rowcount != 1:
+                current = await session.get(Escalation, escalation_id)
+                if current.state == "claimed" and current.operator == operator:
+                    return current  # a retried claim by the holder is not a conflict
+                raise Conflict(_conflict_message(current))
+            await session.execute(
+                update(Conversation).where(Conversation.id == escalation.conversation_id)
+                .values(state="operator", assigned_operator=operator).execution_options(synchronize_session=False))
+            record_event(session, escalation, kind="claimed", from_state="waiting", to_state="operator", actor=operator,
+                    reason=reason)
+            self._after_commit(session, {"type": "claimed", "escalation_id": escalation_id, "bot": escalation.bot,
+                                         "conversation_id": escalation.conversation_id, "operator": operator})
+        if self._metrics:
+            self._metrics.observe_claim(escalation.bot, (now - _aware(escalation.created_at)).total_seconds())
+        log.info("escalation.claimed", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
+        return await self.get(escalation_id, bots=None)
+
+    async def claim_conversation(self, conversation_id: int, *, operator: str,
+                                 bots: Iterable[str] | None) -> Escalation:
+        """Take over a conversation, escalated or not: bot → operator directly, or claim its open escalation."""
+        async with self._sessions() as session, session.begin():
+            conversation = await session.get(Conversation, conversation_id)
+            if conversation is None or (bots is not None and conversation.bot not in set(bots)):
+                raise NotFound(f"no conversation {conversation_id}")
+            taken = await session.execute(
+                update(Conversation).where(Conversation.id == conversation_id, Conversation.state == "bot")
+                .values(state="operator", assigned_operator=operator).execution_options(synchronize_session=False))
+            if taken.rowcount == 1:
+                now = utcnow()
+                escalation = Escalation(conversation_id=conversation_id, bot=conversation.bot, state="claimed",
+                                        reason="taken over by an operator", operator=operator, notes=[],
+                                        created_at=now, claimed_at=now)
+                session.add(escalation)
+                await session.flush()
+                record_event(session, escalation, kind="claimed", from_state="bot", to_state="operator", actor=operator,
+                        reason="taken over without an escalation")
+                self._after_commit(session, {"type": "claimed", "escalation_id": escalation.id,
+                                             "bot": conversation.bot, "conversation_id": conversation_id,
+                                             "operator": operator})
+                return escalation
+            existing = await _live_escalation(session, conversation_id)
+        if existing is None:
+            raise Conflict(f"conversation {conversation_id} changed state while claiming; try again")
+        return await self.claim(existing.id, operator=operator, bots=bots)
+
+    async def reply(self, escalation_id: int, *, operator: str, text: str, bots: Iterable[str] | None,
+                    source: str = "api") -> Message:
+        """Send the operator's message to the customer on their own channel (claims an open escalation)."""
+        text = (text or "").strip()
+        if not text:
+            raise BadRequest("text must not be empty")
+        if len(text) > MAX_OPERATOR_TEXT:
+            raise BadRequest(f"text is longer than {MAX_OPERATOR_TEXT} characters")
+        escalation = await self.get(escalation_id, bots=bots)
+        if escalation.state == "open":
+            escalation = await self.claim(escalation_id, operator=operator, bots=bots, reason="replied")
+        if escalation.state != "claimed" or escalation.operator != operator:
+            raise Conflict(_conflict_message(escalation))
+        async with self._sessions() as session, session.begin():
+            conversation = await session.get(Conversation, escalation.conversation_id)
+            message = await repo.add_outbound(session, conversation=conversation, text=text, author="operator")
+            message.meta = {"operator": operator, "escalation_id": escalation_id}
+        log.info("escalation.reply", escalation_id=escalation_id, operator=operator, message_id=message.id)
+        await self._deliver(message.id)
+        await self.emit({"type": "reply", "escalation_id": escalation_id, "bot": escalation.bot,
+                          "conversation_id": escalation.conversation_id, "operator": operator, "text": text,
+                         "source": source})
+        return message
+
+    async def resolve(self, escalation_id: int, *, operator: str, bots: Iterable[str] | None,
+                      reason: str = "") -> Escalation:
+        """open|claimed → resolved, conversation → bot; the customer is told the bot is back."""
+        escalation = await self.get(escalation_id, bots=bots)
+        async with self._sessions() as session, session.begin():
+            now = utcnow()
+            done = await session.execute(
+                update(Escalation).where(
+                    Escalation.id == escalation_id, Escalation.state.in_(("open", "claimed")),
+                    (Escalation.operator.is_(None)) | (Escalation.operator == operator),
+                ).values(state="resolved", resolved_at=now, operator=operator)
+                .execution_options(synchronize_session=False))
+            if done.rowcount != 1:
+                raise Conflict(_conflict_message(await session.get(Escalation, escalation_id)))
+            conversation = await session.get(Conversation, escalation.conversation_id)
+            from_state = conversation.state
+            conversation.state, conversation.assigned_operator, conversation.unanswered_turns = "bot", None, 0
+            record_event(session, escalation, kind="resolved", from_state=from_state, to_state="bot", actor=operator,
+                    reason=reason)
+            notice = await repo.add_outbound(session, conversation=conversation, author="system",
+                                             text=self._settings.bot(escalation.bot).escalation.resolved_message)
+            self._after_commit(session, {"type": "resolved", "escalation_id": escalation_id, "bot": escalation.bot,
+                                         "conversation_id": escalation.conversation_id, "operator": operator})
+        if self._metrics:
+            self._metrics.observe_resolve(escalation.bot, (now - _aware(escalation.created_at)).total_seconds())
+        log.info("escalation.resolved", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
+        await self._deliver(notice.id)
+        return await self.get(escalation_id, bots=None)
+
+    async def add_note(self, escalation_id: int, *, operator: str, text: str,
+                       bots: Iterable[str] | None) -> dict[str, Any]:
+        """An internal note for other operators; never sent to the customer."""
+        text = (text or "").strip()
+        if not text or len(text) > MAX_OPERATOR_TEXT:
+            raise BadRequest(f"a note needs 1 to {MAX_OPERATOR_TEXT} characters")
+        escalation = await self.get(escalation_id, bots=bots)
+        note = {"author": operator, "text": text, "at": utcnow().isoformat()}
+        async with self._sessions() as session, session.begin():
+            row = (await session.execute(select(Escalation).where(Escalation.id == escalation_id)
+                                         .with_for_update())).scalar_one()
+            row.notes = [*(row.notes or []), note]
+            record_event(session, escalation, kind="note", actor=operator, reason=text)
+            self._after_commit(session, {"type": "note", "escalation_id": escalation_id, "bot": escalation.bot,
+                                         "conversation_id": escalation.conversation_id, "operator": operator})
+        return note
+
+    async def customer_message(self, message_id: int) -> None:
+        """A customer's message while a person holds the thread: tell every operator surface."""
+        async with self._sessions() as session:
+            message = await session.get(Message, message_id)
+            escalation = await _live_escalation(session, message.conversation_id) if message else None
+        if escalation is None:
+            return
+        await self.emit({"type": "customer_message", "escalation_id": escalation.id, "bot": escalation.bot,
+                          "conversation_id": escalation.conversation_id, "message_id": message_id,
+                          "text": message.text})
+
+    # ---- plumbing -------------------------------------------------------------------------------
+
+    async def _deliver(self, message_id: int) -> None:
+        if self.outbox is not None:
+            await self.outbox.deliver(message_id)
+
+    def _after_commit(self, session: AsyncSession, event: dict[str, Any]) -> None:
+        loop = asyncio.get_running_loop()
+
+        def fire(_session) -> None:
+            loop.call_soon(self._spawn, event)
+
+        sa_event.listen(session.sync_session, "after_commit", fire, once=True)
+
+    def _spawn(self, event: dict[str, Any]) -> None:
+        task = asyncio.ensure_future(self.emit(event))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def emit(self, event: dict[str, Any]) -> None:
+        """Publish on the bus, then let each listener (e.g. the Slack operator channel) react."""
+        self._bus.publish(ESCALATIONS_TOPIC, event)
+        for listener in list(self.listeners):
+            try:
+                await listener(event)
+            except Exception:  # one broken surface must not silence the others
+                log.exception("escalation.listener_failed", escalation_id=event.get("escalation_id"))
+
+    async def drain(self) -> None:
+        """Wait for pending side effects (tests and shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+async def _live_escalation(session: AsyncSession, conversation_id: int) -> Escalation | None:
+    return (await session.execute(select(Escalation).where(
+        Escalation.conversation_id == conversation_id, Escalation.state.in_(("open", "claimed")))
+        .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
+
+
+def record_event(session: AsyncSession, escalation: Escalation, *, kind: str, actor: str, reason: str = "",
+            from_state: str | None = None, to_state: str | None = None) -> None:
+    session.add(EscalationEvent(escalation_id=escalation.id, conversation_id=escalation.conversation_id, kind=kind,
+                                from_state=from_state, to_state=to_state, actor=actor, reason=(reason or "")[:2000],
+                                created_at=utcnow()))
+
+
+def _conflict_message(escalation: Escalation | None) -> str:
+    if escalation is None:
+        return "the escalation no longer exists"
+    if escalation.state == "claimed":
+        return f"escalation {escalation.id} is already claimed by {escalation.operator}"
+    if escalation.state == "resolved":
+        return f"escalation {escalation.id} is already resolved"
+    return f"escalation {escalation.id} is {escalation.state}; claim it first"
+
+
+def _says_person_is_coming(text: str, bot) -> bool:
+    from gateway.pipeline.core import LLM_DOWN_REPLY, SEARCH_DOWN_REPLY
+    from gateway.worker import FAILURE_REPLY
+
+    return text.strip() in {bot.escalation.acknowledgement.strip(), LLM_DOWN_REPLY, SEARCH_DOWN_REPLY, FAILURE_REPLY}
+
+
+def _aware(value):
+    from datetime import timezone
+
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)

@@ -18,6 +18,7 @@ once (never a retry, which would show the customer a second, different answer).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field

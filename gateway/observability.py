@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
+import time
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -36,6 +38,18 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     root.setLevel(level.upper())
     for noisy in ("httpx", "httpcore", "LiteLLM", "litellm", "aiosqlite", "asyncio", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def enable_langfuse(enabled: bool) -> bool:
+    """Turn LiteLLM's Langfuse callback on (keys from LANGFUSE_* in the environment). Returns whether it is on."""
+    import litellm
+
+    for attr in ("success_callback", "failure_callback"):
+        callbacks = [c for c in (getattr(litellm, attr, None) or []) if c != "langfuse"]
+        if enabled:
+            callbacks.append("langfuse")
+        setattr(litellm, attr, callbacks)
+    return enabled
 
 
 def redact(text: str) -> str:
@@ -75,9 +89,20 @@ class Metrics:
                                        registry=r)
         self.refusals = Counter("gateway_gate1_refusals_total", "Questions refused by gate 1", ["bot"], registry=r)
         self.escalations = Counter("gateway_escalations_total", "Escalations opened", ["bot"], registry=r)
+        handoff_buckets = (10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
+        self.time_to_claim = Histogram("gateway_escalation_time_to_claim_seconds", "Escalation opened → claimed",
+                                       ["bot"], buckets=handoff_buckets, registry=r)
+        self.time_to_resolve = Histogram("gateway_escalation_time_to_resolve_seconds",
+                                         "Escalation opened → resolved", ["bot"], buckets=handoff_buckets, registry=r)
         self.llm_tokens = Counter("gateway_llm_tokens_total", "LLM tokens", ["bot", "model", "kind"], registry=r)
         self.llm_cost = Counter("gateway_llm_cost_usd_total", "LLM cost in USD", ["bot", "model"], registry=r)
         self.queue_depth = Gauge("gateway_queue_depth", "Inbound messages waiting for an answer", registry=r)
+        self.queue_lag = Gauge("gateway_queue_lag_seconds", "Age of the oldest inbound message waiting", registry=r)
+        self.send_failures = Counter("gateway_send_failures_total", "Replies the channel refused or lost",
+                                     ["bot", "channel"], registry=r)
+        self.rate_limited = Counter("gateway_rate_limited_total", "Inbound messages over a rate limit",
+                                    ["bot", "scope"], registry=r)
+        self.is_leader = Gauge("gateway_scheduler_leader", "1 when this replica runs scheduled jobs", registry=r)
         self.signature_failures = Counter("gateway_signature_failures_total", "Webhooks refused for their signature",
                                           ["bot", "channel"], registry=r)
 
@@ -85,9 +110,38 @@ class Metrics:
         """Record the duration of one pipeline stage."""
         self.stage_seconds.labels(stage=stage).observe(seconds)
 
+    def observe_claim(self, bot: str, seconds: float) -> None:
+        """Record how long an escalation waited for an operator."""
+        self.time_to_claim.labels(bot=bot).observe(max(0.0, seconds))
+
+    def observe_resolve(self, bot: str, seconds: float) -> None:
+        """Record how long an escalation took from opening to hand-back."""
+        self.time_to_resolve.labels(bot=bot).observe(max(0.0, seconds))
+
     def message_out(self, *, bot: str, channel: str, status: str) -> None:
         """Count an outbound message by its final status."""
         self.messages_out.labels(bot=bot, channel=channel, status=status).inc()
+        if status == "failed":
+            self.send_failures.labels(bot=bot, channel=channel).inc()
+
+    def record_usage(self, bot: str, usage: list[dict]) -> None:
+        """Count LLM tokens and cost from a turn's usage records (LiteLLM's own accounting)."""
+        for item in usage:
+            model = str(item.get("model") or "unknown")
+            self.llm_tokens.labels(bot=bot, model=model, kind="prompt").inc(item.get("prompt_tokens") or 0)
+            self.llm_tokens.labels(bot=bot, model=model, kind="completion").inc(item.get("completion_tokens") or 0)
+            self.llm_cost.labels(bot=bot, model=model).inc(item.get("cost_usd") or 0.0)
+
+    def timed(self, stage: str, func):
+        """Wrap an async callable so each call is observed as `stage`."""
+        @functools.wraps(func)
+        async def wrapper(*args, **kwargs):
+            started = time.monotonic()
+            try:
+                return await func(*args, **kwargs)
+            finally:
+                self.observe_stage(stage, time.monotonic() - started)
+        return wrapper
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""

@@ -41,6 +41,14 @@ _FALLBACK = re.compile(rf"<{FALLBACK_TAG}>(.*?)</{FALLBACK_TAG}>", re.S)
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 _MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+_ITEM = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)")
+_TERMINAL = re.compile(r"[.!?:;][\"')\]*_]*$")
+# Words a sentence cannot end on: an extract whose last words are these was cut by the chunker.
+_DANGLING = frozenset(
+    """a an the and or but nor of to in on at by for from with without per as than into onto via see
+    your our their its his her my this that these those is are was were be can will would should may""".split()
+)
+_PRONOUN = re.compile(r"^(?:it|its|they|their|this|these|that|those|he|she)\b", re.I)
 _MD_PREFIX = re.compile(r"^\s*(?:#{1,6}\s+|[-*+]\s+|\d+[.)]\s+|>\s*)+")
 _STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below
@@ -76,6 +84,9 @@ class Extract:
     n: int
     heading_terms: frozenset[str]
     sentences: tuple[str, ...]
+    # Per sentence: the terms of the title and of the heading it sits under, when the extract itself
+    # holds a heading (a chunk may span sections: "## Plus … ## Team"); else None (use heading_terms).
+    section_terms: tuple[frozenset[str] | None, ...] = ()
 
 
 def parse_extracts(system: str) -> list[Extract]:
@@ -86,8 +97,11 @@ def parse_extracts(system: str) -> list[Extract]:
         if not attrs.get("n", "").isdigit():
             continue
         body = html.unescape(match.group(2))
+        pairs = sectioned_sentences(body)
         out.append(Extract(int(attrs["n"]), frozenset(terms(f"{attrs.get('title', '')} {attrs.get('heading', '')}")),
-                           tuple(split_sentences(body))))
+                           tuple(p for p, _ in pairs),
+                           tuple(None if h is None else frozenset(terms(f"{attrs.get('title', '')} {h}"))
+                                 for _, h in pairs)))
     return out
 
 
@@ -98,17 +112,69 @@ def parse_fallback(system: str) -> str:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of an extract, Markdown markers stripped; headings and fragments dropped."""
-    out = []
-    for line in text.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        line = _MD_LINK.sub(r"\1", _MD_PREFIX.sub("", line)).replace("**", "").replace("`", "").strip()
-        for sentence in _SENTENCE_END.split(line):
-            sentence = sentence.strip()
-            if len(sentence.split()) >= 3:
-                out.append(sentence)
+    """Whole sentences of an extract, Markdown stripped.
+
+    Lines are joined into their paragraph or list item first (Markdown wraps sentences across
+    lines), then split into sentences. Dropped: headings, table rows, code fences, and the
+    fragments a chunk boundary leaves: a paragraph that starts mid-sentence (lower-case) loses its
+    first piece, and a last piece without closing punctuation is kept only in a list item that
+    does not stop on a word that needs a continuation ("per", "the", "with", ...).
+    """
+    return [sentence for sentence, _ in sectioned_sentences(text)]
+
+
+def sectioned_sentences(text: str) -> list[tuple[str, str | None]]:
+    """`split_sentences` with the in-extract heading each sentence sits under (None before any)."""
+    out: list[tuple[str, str | None]] = []
+    for block, is_item, heading in _blocks(text):
+        block = _MD_LINK.sub(r"\1", _MD_PREFIX.sub("", block)).replace("**", "").replace("`", "").strip()
+        pieces = [p.strip() for p in _SENTENCE_END.split(block) if p.strip()]
+        if pieces and not is_item and not pieces[0][0].isupper() and not pieces[0][0].isdigit():
+            pieces = pieces[1:]  # starts mid-sentence: the chunk began after the sentence did
+        if pieces and not _TERMINAL.search(pieces[-1]) and (not is_item or _cut_short(pieces[-1])):
+            pieces = pieces[:-1]  # stops mid-sentence: the chunk ended before the sentence did
+        out.extend((p, heading) for p in pieces if len(p.split()) >= 3)
     return out
+
+
+def _blocks(text: str) -> list[tuple[str, bool, str | None]]:
+    """Paragraphs and list items with their wrapped lines joined: (text, is a list item, heading above)."""
+    blocks: list[tuple[str, bool, str | None]] = []
+    current: list[str] = []
+    is_item = False
+    in_code = False
+    heading: str | None = None
+
+    def flush() -> None:
+        nonlocal current, is_item
+        if current:
+            blocks.append((" ".join(current), is_item, heading))
+        current, is_item = [], False
+
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            in_code = not in_code
+            flush()
+            continue
+        if not in_code and stripped.startswith("#"):
+            flush()
+            heading = stripped.lstrip("#").strip()
+            continue
+        if in_code or not stripped or stripped.startswith("|"):
+            flush()  # a heading or table row is not a sentence, and it ends the paragraph before it
+            continue
+        if _ITEM.match(line):
+            flush()
+            is_item = True
+        current.append(stripped)
+    flush()
+    return blocks
+
+
+def _cut_short(piece: str) -> bool:
+    words = piece.lower().rstrip(",;").split()
+    return piece.rstrip().endswith((",", ";", "(", "-", "–")) or (bool(words) and words[-1] in _DANGLING)
 
 
 def _content(message: dict[str, Any]) -> str:
@@ -128,6 +194,8 @@ def answer(messages: list[dict[str, Any]]) -> str:
     if not wanted or not extracts:
         return fallback
     sentences = [(e, i, s, terms(s)) for e in extracts for i, s in enumerate(e.sentences)]
+    section = {(e.n, i): (e.section_terms[i] if i < len(e.section_terms) and e.section_terms[i] is not None
+                          else e.heading_terms) for e, i, _, _ in sentences}
     if not sentences:
         return fallback
     df: dict[str, int] = {}
@@ -146,18 +214,22 @@ def answer(messages: list[dict[str, Any]]) -> str:
             continue  # a heading alone is not an answer: the sentence itself must match
         # A heading counts twice: its words stand in, at half weight, for ones the sentence lacks,
         # and any match lifts the whole extract, so the section about the question wins ties.
-        by_heading = sum(weight[t] for t in (wanted & extract.heading_terms) - words) * 0.5
-        heading_bonus = 1 + 0.25 * sum(weight[t] for t in wanted & extract.heading_terms) / total
+        heading_terms = section[(extract.n, pos)]
+        by_heading = sum(weight[t] for t in (wanted & heading_terms) - words) * 0.5
+        heading_bonus = 1 + 0.25 * sum(weight[t] for t in wanted & heading_terms) / total
         scored.append(((direct + by_heading) / total * heading_bonus, extract.n, pos, sentence))
     scored.sort(key=lambda item: -item[0])
     if not scored or scored[0][0] < MIN_COVERAGE:
         return fallback
     best = scored[0][0]
+    best_section = (scored[0][1], section[(scored[0][1], scored[0][2])])
     chosen, seen, length = [], set(), 0
     for score, n, pos, sentence in scored:
         key = sentence.lower()
         if score < max(MIN_COVERAGE, 0.6 * best) or key in seen or length + len(sentence) > MAX_ANSWER_CHARS:
             continue
+        if _PRONOUN.match(sentence) and (n, section[(n, pos)]) != best_section:
+            continue  # "It costs $12" quoted from another section would be about something else
         chosen.append((n, pos, sentence))
         seen.add(key)
         length += len(sentence)

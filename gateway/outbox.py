@@ -1,9 +1,21 @@
-"""The outbox: replies are stored first, then sent through their channel and marked sent or failed."""
+"""The outbox: replies are stored first, then sent through their channel and marked sent or failed.
+
+A send that fails for a reason that may pass (a rate limit, a 5xx, a network error) is retried with
+backoff: the reply stays `pending` with `meta.next_attempt_at`, and `deliver` returns "retry". The
+worker then parks the conversation until that time, so later replies never overtake it. Adapters
+remember the parts of a reply that went through, so a retry resumes after them. After
+`max_attempts`, or on a permanent error, the reply is marked failed and surfaced: a warning log,
+`gateway_send_failures_total` (via `Metrics.message_out`), and the message's `error`
+with its reason.
+
+WhatsApp's 24-hour window is checked here, because only the gateway knows when the contact last
+wrote: outside it, the configured Content template is sent instead, or the reply fails visibly.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy import update
@@ -13,24 +25,49 @@ from channels.base import ChannelAdapter
 from gateway.errors import ChannelError, ChannelSendError, RecipientUnreachable
 from gateway.events import EventBus, conversation_topic
 from gateway.models import Citation, ConversationRef, OutboundMessage, utcnow
-from storage.models import Conversation, Delivery, Message
+from storage.models import Contact, Conversation, Delivery, Message
 
 log = structlog.get_logger("gateway.outbox")
+
+OUTSIDE_WINDOW = "outside the 24-hour window"
+RETRYING = ("retry", "deferred")
+"""`deliver` results that leave the reply pending for a later attempt."""
+
+
+class OutsideWindow(RecipientUnreachable):
+    """WhatsApp: the contact last wrote more than 24 h ago and no template is configured."""
+
+
+def next_attempt_at(message: Message) -> datetime | None:
+    """When a reply waiting for a retry may be sent again (None: now)."""
+    value = (message.meta or {}).get("next_attempt_at")
+    return datetime.fromisoformat(value) if value else None
 
 
 class Outbox:
     """Sends stored replies. `adapters` maps (bot, channel) to the adapter that delivers there."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, adapters: Mapping[tuple[str, str], ChannelAdapter],
-                 bus: EventBus, metrics=None) -> None:
+                 bus: EventBus, metrics=None, max_attempts: int = 5, backoff_s: float = 2.0,
+                 max_backoff_s: float = 300.0) -> None:
         self._sessions = sessions
         self._adapters = adapters
         self._bus = bus
         self._metrics = metrics
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
 
     async def deliver(self, message_id: int) -> str:
-        """Send one pending reply; returns its final status. Safe to call twice: only one caller sends."""
+        """Send one pending reply. Returns sent, failed, retry (failed now, will be retried),
+        deferred (its retry time has not come), or skipped. Safe to call twice: only one caller sends."""
         async with self._sessions() as session, session.begin():
+            message = await session.get(Message, message_id)
+            if message is None or message.status != "pending":
+                return "skipped"
+            due = next_attempt_at(message)
+            if due is not None and due > utcnow():
+                return "deferred"
             claimed = await session.execute(
                 update(Message).where(Message.id == message_id, Message.status == "pending")
                 .values(status="sending", attempts=Message.attempts + 1, updated_at=utcnow())
@@ -38,15 +75,18 @@ class Outbox:
             )
             if claimed.rowcount != 1:
                 return "skipped"
-            message = await session.get(Message, message_id)
+            await session.refresh(message)
             conversation = await session.get(Conversation, message.conversation_id)
+            contact = await session.get(Contact, conversation.contact_id) if conversation.contact_id else None
             inbound = await session.get(Message, message.reply_to_id) if message.reply_to_id else None
         bound = log.bind(message_id=message.id, conversation_id=conversation.id, bot=message.bot,
-                         channel=message.channel)
+                         channel=message.channel, attempt=message.attempts)
         adapter = self._adapters.get((message.bot, message.channel))
-        status, error, provider_ids = "sent", None, []
+        status, error, reason, provider_ids, meta = "sent", None, None, [], dict(message.meta or {})
+        meta.pop("next_attempt_at", None)
         if adapter is None:
-            status, error = "failed", f"channel {message.channel!r} is not enabled for bot {message.bot!r}"
+            status, reason = "failed", "no_adapter"
+            error = f"channel {message.channel!r} is not enabled for bot {message.bot!r}"
         else:
             outbound = OutboundMessage(
                 conversation=ConversationRef(channel=conversation.channel, workspace=conversation.workspace,
@@ -57,33 +97,73 @@ class Outbox:
                                 for c in message.citations or []),
             )
             try:
-                provider_ids = list(await adapter.send(outbound))
+                provider_ids, template = await self._send(
+                    adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None)
+                if template:
+                    meta["template"] = template
+                    bound.info("outbound.template_sent", content_sid=template, reason=OUTSIDE_WINDOW)
+            except OutsideWindow as exc:
+                status, reason, error = "failed", "outside_window", f"undeliverable: {exc}"
             except RecipientUnreachable as exc:
-                status, error = "failed", f"recipient unreachable: {exc}"
+                status, reason, error = "failed", "unreachable", f"recipient unreachable: {exc}"
             except ChannelSendError as exc:
-                status, error = "failed", f"send failed: {exc}"
+                provider_ids = [str(p) for p in getattr(exc, "sent_ids", None) or []]
+                if exc.permanent:
+                    status, reason, error = "failed", "permanent", f"send failed: {exc}"
+                elif message.attempts >= self.max_attempts:
+                    status, reason = "failed", "attempts_exhausted"
+                    error = f"send failed after {message.attempts} attempts: {exc}"
+                else:
+                    delay = self._backoff(message.attempts, exc.retry_after)
+                    status = "retry"
+                    error = f"attempt {message.attempts}/{self.max_attempts} failed, retrying in {delay:g}s: {exc}"
+                    meta["next_attempt_at"] = (utcnow() + timedelta(seconds=delay)).isoformat()
             except ChannelError as exc:
-                status, error = "failed", f"channel error: {exc}"
+                status, reason, error = "failed", "channel_error", f"channel error: {exc}"
             except Exception as exc:  # an adapter bug must not leave the reply in limbo
                 bound.exception("outbound.adapter_crashed")
-                status, error = "failed", f"adapter error: {type(exc).__name__}"
+                status, reason, error = "failed", "adapter_error", f"adapter error: {type(exc).__name__}"
         async with self._sessions() as session, session.begin():
             await session.execute(
                 update(Message).where(Message.id == message_id).values(
-                    status=status, error=error, provider_ids=provider_ids, updated_at=utcnow(),
+                    status="pending" if status == "retry" else status, error=error, meta=meta,
+                    provider_ids=provider_ids if status != "retry" else [], updated_at=utcnow(),
                     sent_at=utcnow() if status == "sent" else None,
                 ).execution_options(synchronize_session=False)
             )
-            for provider_id in dict.fromkeys(str(p) for p in provider_ids):
-                session.add(Delivery(message_id=message_id, channel=message.channel, provider_id=provider_id))
+            if status == "sent":
+                for provider_id in dict.fromkeys(str(p) for p in provider_ids):
+                    session.add(Delivery(message_id=message_id, channel=message.channel, provider_id=provider_id))
         if status == "sent":
             bound.info("outbound.sent", provider_ids=provider_ids)
+        elif status == "retry":
+            bound.warning("outbound.retry_scheduled", error=error, next_attempt_at=meta["next_attempt_at"])
         else:
-            bound.warning("outbound.failed", error=error)
-        if self._metrics:
+            # Surfaced three ways: this log line, the failure counter, and the message's error.
+            bound.warning("outbound.failed", error=error, reason=reason, delivered_parts=provider_ids)
+        if self._metrics and status != "retry":
             self._metrics.message_out(bot=message.bot, channel=message.channel, status=status)
         self._bus.publish(conversation_topic(conversation.id), {"type": "message", "status": status})
         return status
+
+    async def _send(self, adapter: ChannelAdapter, outbound: OutboundMessage, *,
+                    last_inbound_at: datetime | None) -> tuple[list[str], str | None]:
+        """Send through the adapter; on WhatsApp outside the window, the template or OutsideWindow."""
+        if outbound.conversation.channel == "whatsapp" and hasattr(adapter, "send_template"):
+            from channels.whatsapp import within_window  # Twilio is imported only where WhatsApp is used
+
+            if not within_window(last_inbound_at, utcnow()):
+                content_sid = getattr(getattr(adapter, "settings", None), "content_sid", None)
+                if not content_sid:
+                    raise OutsideWindow(f"{OUTSIDE_WINDOW} (the contact last wrote at {last_inbound_at}; "
+                                        "configure whatsapp.content_sid to reach them with a template)")
+                return list(await adapter.send_template(outbound.conversation, content_sid=content_sid)), content_sid
+        return list(await adapter.send(outbound)), None
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """The platform's own wait when it gave one, else exponential; capped either way."""
+        wait = retry_after if retry_after is not None else self.backoff_s * 2 ** (attempt - 1)
+        return round(min(max(wait, 0.0), self.max_backoff_s), 3)
 
     async def recover(self, *, older_than_s: float = 120.0) -> int:
         """Requeue replies left in `sending` by a crash.
@@ -100,3 +180,4 @@ class Outbox:
         if result.rowcount:
             log.warning("outbound.requeued_after_crash", count=result.rowcount)
         return result.rowcount
+

@@ -21,9 +21,11 @@ class IngestScheduler:
     scheduler or the server.
     """
 
-    def __init__(self, settings: Settings, *, knowledge: Any, timezone: str = "UTC") -> None:
+    def __init__(self, settings: Settings, *, knowledge: Any, timezone: str = "UTC", leader: Any = None) -> None:
         self._settings = settings
         self._knowledge = knowledge
+        # gateway.leader.LeaderElection: with several replicas, only the leader runs scheduled jobs.
+        self._leader = leader
         self._scheduler = AsyncIOScheduler(timezone=timezone)
         for bot in settings.bots:
             for source in bot.sources:
@@ -33,7 +35,25 @@ class IngestScheduler:
                     max_instances=1, coalesce=True, misfire_grace_time=300,
                 )
 
+    def add_job(self, job_id: str, func: Any, *, cron: str, timezone: str = "UTC") -> None:
+        """Schedule another leader-only periodic job (e.g. retention purges) on a cron expression."""
+
+        async def leader_only() -> None:
+            if await self._leads(job_id):
+                await func()
+
+        self._scheduler.add_job(leader_only, CronTrigger.from_crontab(cron, timezone=timezone), id=job_id,
+                                name=job_id, max_instances=1, coalesce=True, misfire_grace_time=300)
+
+    async def _leads(self, job: str) -> bool:
+        if self._leader is None or await self._leader.holds():
+            return True
+        log.info("scheduler.skipped_not_leader", job=job)
+        return False
+
     async def _run(self, bot: str, source: str) -> None:
+        if not await self._leads(f"{bot}/{source}"):
+            return
         log.info("ingest.scheduled_start", bot=bot, source=source)
         try:
             report = await self._knowledge.ingest_source(bot, source, trigger="schedule")

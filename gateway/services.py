@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import secrets
 from dataclasses import dataclass, field
@@ -13,17 +14,25 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from channels.base import ChannelAdapter
 from channels.web import WebAdapter
+from gateway.budget import DailyBudget
+from gateway.errors import GatewayError
 from gateway.escalation import Escalations
 from gateway.events import EventBus
 from gateway.inbox import Inbox
 from gateway.knowledge import Knowledge
-from gateway.llm import LLMRouter
-from gateway.observability import Metrics
+from gateway.llm import LLMRouter, RetryPolicy
+from gateway.leader import LeaderElection
+from gateway.observability import Metrics, enable_langfuse
+from gateway.operators.auth import OperatorAuth
+from gateway.operators.reminders import HandoffReminders
+from gateway.operators.slack_operator import SlackOperatorChannel
 from gateway.outbox import Outbox
 from gateway.pipeline import Pipeline
 from gateway.pipeline.answer import Answerer
 from gateway.pipeline.rewrite import Rewriter
 from gateway.pipeline.tools import BotTools
+from gateway.ratelimit import RateLimiter
+from gateway.retention import run_retention
 from gateway.scheduler import IngestScheduler
 from gateway.settings import Settings
 from gateway.worker import Worker
@@ -74,6 +83,10 @@ class Services:
     worker: Worker
     escalations: Escalations
     scheduler: IngestScheduler | None = None
+    leader: LeaderElection | None = None
+    operator_auth: OperatorAuth | None = None
+    slack_operator: SlackOperatorChannel | None = None
+    reminders: HandoffReminders | None = None
     reply_timeout: float = 60.0
     admin_token_path: Path | None = None
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
@@ -81,6 +94,7 @@ class Services:
 
     async def start(self, *, worker: bool = True, scheduler: bool = True, channels: bool = True) -> None:
         """Open the index, start the worker, the scheduler and the channels' long-lived connections."""
+        await self._check_migrated()
         await self.knowledge.open()
         if self.admin_token_path is not None:
             # The CLI on this machine reads it to ingest through the running server (Qdrant local mode
@@ -91,7 +105,11 @@ class Services:
         await self.outbox.recover()
         if worker:
             await self.worker.start()
+            if self.reminders is not None:
+                self.reminders.start()
         if scheduler and self.scheduler is not None:
+            if self.leader is not None:
+                await self.leader.start()
             self.scheduler.start()
         if channels:
             for (bot, name), adapter in self.adapters.items():
@@ -100,6 +118,16 @@ class Services:
                     self._started.append(adapter)
                 except Exception:
                     log.exception("channel.start_failed", bot=bot, channel=name)
+
+    async def _check_migrated(self) -> None:
+        from sqlalchemy import text
+
+        try:
+            async with self.sessions() as session:
+                await session.execute(text("SELECT version_num FROM alembic_version"))
+        except Exception as exc:
+            raise GatewayError(f"the database is not migrated ({type(exc).__name__}); "
+                               "run `python -m gateway db upgrade` first") from None
 
     def _deliver_for(self, bot: str):
         async def deliver(message) -> None:
@@ -118,7 +146,12 @@ class Services:
         self._started.clear()
         if self.scheduler is not None:
             self.scheduler.shutdown()
+        if self.leader is not None:
+            await self.leader.stop()
+        if self.reminders is not None:
+            await self.reminders.stop()
         await self.worker.stop()
+        await self.escalations.drain()
         await self.knowledge.close()
         await self.engine.dispose()
         if self.admin_token_path is not None and self.admin_token_path.exists():
@@ -134,21 +167,39 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     metrics = Metrics()
     adapters = build_adapters(settings)
     knowledge = Knowledge(settings, sessions=sessions, metrics=metrics)
-    llm = LLMRouter.from_settings(settings)
+    llm = LLMRouter.from_settings(settings, timeout=settings.llm.timeout, retry=RetryPolicy(
+        num_retries=settings.llm.num_retries, backoff_base=settings.llm.backoff_base,
+        backoff_max=settings.llm.backoff_max))
     tools = {bot.name: BotTools(bot) for bot in settings.bots}
     pipeline = Pipeline(search=knowledge, answerer=Answerer(llm, tools=tools), rewriter=Rewriter(llm),
-                        metrics=metrics)
+                        metrics=metrics, budget=DailyBudget(sessions))
     outbox = Outbox(sessions, adapters=adapters, bus=bus, metrics=metrics)
-    escalations = Escalations(sessions, settings=settings, bus=bus, metrics=metrics)
+    escalations = Escalations(sessions, settings=settings, bus=bus, metrics=metrics, outbox=outbox)
+    slack_operator = SlackOperatorChannel(sessions, settings=settings, escalations=escalations, adapters=adapters)
+    escalations.listeners.append(slack_operator.on_event)
+    reminders = HandoffReminders(sessions, settings=settings, escalations=escalations)
     worker = Worker(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus, metrics=metrics,
                     lease_seconds=settings.worker.lease_seconds, concurrency=settings.worker.concurrency,
-                    poll_interval=poll_interval or settings.worker.poll_interval, on_escalate=escalations.open_in)
+                    poll_interval=poll_interval or settings.worker.poll_interval, on_escalate=escalations.open_in,
+                    adapters=adapters, intercept=slack_operator.intercept,
+                    on_handoff_message=escalations.customer_message)
     inbox = Inbox(sessions, on_stored=worker.notify)
-    scheduler = IngestScheduler(settings, knowledge=knowledge) if with_scheduler else None
+    # Scale-out: rate limits before the pipeline, timed sends, and scheduled jobs only on the leader.
+    worker.rate_limiter = RateLimiter.from_settings(settings)
+    outbox.deliver = metrics.timed("send", outbox.deliver)
+    enable_langfuse(settings.langfuse)
+    leader = LeaderElection(settings.database_url) if with_scheduler else None
+    scheduler = IngestScheduler(settings, knowledge=knowledge, leader=leader) if with_scheduler else None
+    if scheduler is not None:
+        scheduler.add_job("retention", functools.partial(run_retention, sessions, settings, knowledge=knowledge),
+                          cron=settings.retention_schedule)
     admin_path = None
     if settings.qdrant.path and not settings.qdrant.url:
         admin_path = Path(settings.qdrant.path).parent / "admin.token"
-    return Services(settings=settings, engine=engine, sessions=sessions, bus=bus, metrics=metrics, adapters=adapters,
+    services = Services(settings=settings, engine=engine, sessions=sessions, bus=bus, metrics=metrics, adapters=adapters,
                     knowledge=knowledge, llm=llm, pipeline=pipeline, outbox=outbox, inbox=inbox, worker=worker,
-                    escalations=escalations, scheduler=scheduler, admin_token_path=admin_path,
+                    escalations=escalations, scheduler=scheduler, operator_auth=OperatorAuth(settings),
+                    slack_operator=slack_operator, reminders=reminders, admin_token_path=admin_path,
                     reply_timeout=settings.worker.reply_timeout)
+    services.leader = leader
+    return services

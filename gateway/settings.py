@@ -72,7 +72,8 @@ class RetrievalSettings(_Strict):
 
     k: int = Field(default=5, ge=1, le=50)
     prefetch: int = Field(default=40, ge=1, le=500)
-    min_dense_score: float = Field(default=0.35, ge=-1.0, le=1.0)
+    # Gate 1. 0.38 refuses >=95% of off-topic questions on two unrelated corpora (see README).
+    min_dense_score: float = Field(default=0.38, ge=-1.0, le=1.0)
     keyword_override_score: float = Field(default=0.0, ge=0.0)
 
 
@@ -132,6 +133,32 @@ class EscalationSettings(_Strict):
     ])
     max_unanswered_turns: int = 3
     acknowledgement: str = "I've asked a person from our team to take over. They'll reply here shortly."
+    # Unclaimed for this long: the customer is told honestly and operators are pinged again.
+    claim_timeout_seconds: float = Field(default=900.0, gt=0.0)
+    unclaimed_message: str = ("Sorry, everyone on our team is busy right now and nobody has picked up your "
+                              "conversation yet. It's still in the queue, and a person will reply here.")
+    resolved_message: str = "Our team has handed this conversation back to the assistant. Ask me anything."
+    business_hours: BusinessHours | None = None
+
+
+class BusinessHours(_Strict):
+    """When operators work. Outside these hours the acknowledgement says when to expect a reply."""
+
+    timezone: str = "UTC"
+    days: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])  # Monday = 0
+    start: str = Field(default="09:00", pattern=r"^\d{2}:\d{2}$")
+    end: str = Field(default="17:00", pattern=r"^\d{2}:\d{2}$")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(value)
+        except Exception:
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
 
 
 class ChannelBase(_Strict):
@@ -220,6 +247,18 @@ class LLMSettings(_Strict):
     backoff_max: float = Field(default=8.0, ge=0.0)
 
 
+class RateLimitSettings(_Strict):
+    """Messages per minute a bot answers: per contact and for the whole bot. None means unlimited.
+
+    Over the limit the message is still stored, no model is called, and the contact gets `notice`
+    once per window.
+    """
+
+    per_contact_per_minute: int | None = Field(default=None, ge=1)
+    per_bot_per_minute: int | None = Field(default=None, ge=1)
+    notice: str = "You're sending messages faster than I can answer. Please wait a minute and try again."
+
+
 class BotSettings(_Strict):
     """One bot: its prompt, models, knowledge, tools and channels."""
 
@@ -236,6 +275,9 @@ class BotSettings(_Strict):
     sources: list[SourceSettings] = Field(default_factory=list)
     channels: ChannelsSettings = Field(default_factory=ChannelsSettings)
     escalation: EscalationSettings = Field(default_factory=EscalationSettings)
+    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    # Conversations with no message for this many days are deleted on the retention schedule.
+    retention_days: int | None = Field(default=None, ge=1)
 
 
 class Settings(BaseSettings):
@@ -248,6 +290,10 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"
+    # LiteLLM's Langfuse callback (keys come from LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY / LANGFUSE_HOST).
+    langfuse: bool = False
+    # When the (leader-only) retention purge runs: expired conversations and removed sources' chunks.
+    retention_schedule: str = "17 4 * * *"
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)

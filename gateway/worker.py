@@ -9,6 +9,10 @@ Exactly-once answering: the reply is stored and the inbound message marked done 
 transaction; the reply is then sent and marked sent or failed. A crash before that transaction
 leaves the message pending (answered after restart); a crash after it leaves the reply pending
 (sent after restart).
+
+A reply whose send must be retried later (a rate limit) parks its conversation: the lease is handed
+to no one until the retry time, so nothing in that conversation overtakes it and no worker spins on
+it. While the pipeline runs, channels with a typing indicator show it, refreshed every few seconds.
 """
 
 from __future__ import annotations
@@ -18,21 +22,27 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from datetime import timedelta
 
 import structlog
-from sqlalchemy import select
+from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.events import EventBus, conversation_topic, message_topic
-from gateway.models import CallerIdentity, utcnow
-from gateway.outbox import Outbox
+from gateway.models import CallerIdentity, ConversationRef, utcnow
+from gateway.outbox import RETRYING, Outbox, next_attempt_at
 from gateway.pipeline import Pipeline, PipelineResult, Turn
 from gateway.settings import Settings
+from gateway.tracing import bind_message, unbind_message
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Message, Usage
 
 log = structlog.get_logger("gateway.worker")
+
+PARKED_OWNER = "outbox-backoff"
+"""Lease owner of a conversation parked until a reply's retry time; no worker matches it."""
+TYPING_REFRESH_S = 4.0  # Telegram's indicator lasts 5 s, Discord's 10 s
 
 FAILURE_REPLY = ("Sorry, something went wrong on our side while answering. "
                  "I've asked a person from our team to look at your message.")
@@ -43,14 +53,22 @@ class Worker:
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], settings: Settings, *, pipeline: Pipeline,
                  outbox: Outbox, bus: EventBus, lease_seconds: float = 30.0, concurrency: int = 8,
-                 poll_interval: float = 1.0, metrics=None, on_escalate: Callable | None = None) -> None:
+                 poll_interval: float = 1.0, metrics=None, on_escalate: Callable | None = None,
+                 adapters: Mapping | None = None, typing_refresh_s: float = TYPING_REFRESH_S,
+                 intercept: Callable | None = None, on_handoff_message: Callable | None = None) -> None:
         self._sessions = sessions
+        self._adapters = adapters or {}
+        self.typing_refresh_s = typing_refresh_s
         self._settings = settings
         self._pipeline = pipeline
         self._outbox = outbox
         self._bus = bus
         self._metrics = metrics
         self._on_escalate = on_escalate
+        # Relay hooks (gateway/operators): an operator's Slack thread reply is taken before the pipeline,
+        # and a customer's message while a person holds the thread goes to the operator surfaces.
+        self._intercept = intercept
+        self._on_handoff_message = on_handoff_message
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -60,6 +78,8 @@ class Worker:
         self._claim_lock = asyncio.Lock()
         self._loop_task: asyncio.Task | None = None
         self._stopping = False
+        self._last_requeue = 0.0
+        self.rate_limiter = None  # gateway.ratelimit.RateLimiter, set by the composition root
 
     def notify(self, conversation_id: int | None = None) -> None:
         """Wake the loop now instead of at the next poll."""
@@ -101,6 +121,7 @@ class Worker:
     async def _loop(self) -> None:
         while not self._stopping:
             try:
+                await self._requeue_stalled_sends()
                 await self._claim_round()
             except Exception:  # the loop must survive a database blip
                 log.exception("worker.claim_failed")
@@ -109,6 +130,29 @@ class Worker:
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
+
+    async def _requeue_stalled_sends(self) -> int:
+        """Replies left `sending` by a replica that died: requeue once their conversation's lease is gone.
+
+        Sends happen under the conversation lease, so a stale `sending` row with no live lease belongs
+        to a dead worker. At-least-once for that one reply: the dead replica may have reached the platform.
+        """
+        now = utcnow()
+        if now.timestamp() - self._last_requeue < self.lease_seconds:
+            return 0
+        self._last_requeue = now.timestamp()
+        unleased = select(Conversation.id).where(
+            or_(Conversation.lease_until.is_(None), Conversation.lease_until < now))
+        async with self._sessions() as session, session.begin():
+            result = await session.execute(
+                update(Message).where(Message.direction == "out", Message.status == "sending",
+                                      Message.updated_at < now - timedelta(seconds=2 * self.lease_seconds),
+                                      Message.conversation_id.in_(unleased))
+                .values(status="pending").execution_options(synchronize_session=False))
+        if result.rowcount:
+            log.warning("outbound.requeued_from_dead_worker", count=result.rowcount)
+            self._wake.set()
+        return result.rowcount
 
     async def _claim_round(self) -> int:
         # One claim round at a time: the lease is re-entrant for its owner, so two concurrent rounds
@@ -144,15 +188,54 @@ class Worker:
                     if message is None:
                         break
                     if message.direction == "out":
-                        await self._outbox.deliver(message.id)
+                        if await self._outbox.deliver(message.id) in RETRYING:
+                            await self._park(conversation_id, message.id)
+                            break
                     else:
-                        await self._answer(message)
+                        bind_message(message_id=message.id, conversation_id=conversation_id, bot=message.bot,
+                                     channel=message.channel)
+                        try:
+                            await self._answer(message)
+                        finally:
+                            unbind_message()
             finally:
                 heartbeat.cancel()
                 await asyncio.gather(heartbeat, return_exceptions=True)
                 async with self._sessions() as session, session.begin():
                     await repo.release_lease(session, conversation_id=conversation_id, owner=self.owner)
             self._wake.set()  # more may have arrived while we held the lease
+
+    async def _park(self, conversation_id: int, message_id: int) -> None:
+        """Hand the lease to no one until the reply's retry time; the poll picks it up after that."""
+        async with self._sessions() as session, session.begin():
+            message = await session.get(Message, message_id)
+            due = (next_attempt_at(message) if message is not None else None) or utcnow()
+            await session.execute(
+                update(Conversation).where(Conversation.id == conversation_id, Conversation.lease_owner == self.owner)
+                .values(lease_owner=PARKED_OWNER, lease_until=max(due, utcnow() + timedelta(milliseconds=100)))
+                .execution_options(synchronize_session=False)
+            )
+        log.info("conversation.parked", conversation_id=conversation_id, message_id=message_id, until=str(due))
+
+    def _start_typing(self, inbound: Message, conversation: Conversation) -> asyncio.Task | None:
+        """Show the channel's typing indicator until cancelled, if the channel has one."""
+        adapter = self._adapters.get((inbound.bot, inbound.channel))
+        send_typing = getattr(adapter, "send_typing", None)
+        if send_typing is None or not adapter.capabilities.typing or conversation.state != "bot":
+            return None
+        ref = ConversationRef(channel=conversation.channel, workspace=conversation.workspace,
+                              chat=conversation.chat, thread=conversation.thread)
+
+        async def keep_typing() -> None:
+            while True:
+                try:
+                    await send_typing(ref)
+                except Exception as exc:  # best effort: an indicator must never fail the answer
+                    log.warning("typing.failed", conversation_id=conversation.id, error=str(exc)[:200])
+                    return
+                await asyncio.sleep(self.typing_refresh_s)
+
+        return asyncio.create_task(keep_typing(), name=f"typing-{conversation.id}")
 
     async def _heartbeat(self, conversation_id: int) -> None:
         while True:
@@ -174,6 +257,9 @@ class Worker:
         if not self._has_bot(inbound.bot):
             await self._finish(inbound, None, status="ignored", error="bot no longer configured")
             return
+        if self._intercept is not None and await self._intercept(inbound, conversation):
+            await self._finish(inbound, None, status="done")
+            return
         bot = self._settings.bot(inbound.bot)
         topic = message_topic(inbound.id)
 
@@ -192,18 +278,47 @@ class Worker:
             command=(inbound.meta or {}).get("command"),
             greeting=getattr(getattr(bot.channels, inbound.channel, None), "greeting", None),
         )
+        if turn.state == "bot" and await self._rate_limited(inbound, turn):
+            return
         bound.info("pipeline.start")
+        typing = self._start_typing(inbound, conversation)
         try:
             result = await self._pipeline.handle(turn)
         except Exception as exc:  # the one broad catch: a crash becomes a logged failure and a handoff
             bound.exception("pipeline.failed")
             result = PipelineResult(reply=FAILURE_REPLY, escalate=f"pipeline error: {type(exc).__name__}",
                                     answered=False, error=str(exc)[:500])
+        finally:
+            if typing is not None:
+                typing.cancel()
+                await asyncio.gather(typing, return_exceptions=True)
         await self._finish(inbound, result, status="failed" if result.error else "done", error=result.error)
+        if turn.state != "bot" and self._on_handoff_message is not None:
+            await self._on_handoff_message(inbound.id)
         if self._metrics:
             self._metrics.observe_stage("pipeline", time.monotonic() - started)
+            self._metrics.record_usage(inbound.bot, result.usage)
         bound.info("pipeline.done", replied=result.reply is not None, escalate=result.escalate,
                    duration_ms=round((time.monotonic() - started) * 1000))
+
+    async def _rate_limited(self, inbound: Message, turn: Turn) -> bool:
+        """Over a limit: store the message as done with (once per window) the notice, and skip the model."""
+        limiter = self.rate_limiter
+        if limiter is None or not limiter.enabled_for(inbound.bot):
+            return False
+        try:
+            decision = await limiter.check(bot=inbound.bot, channel=inbound.channel,
+                                           contact=turn.identity.contact_external_id or str(turn.conversation_id))
+        except Exception:  # the limiter's store being down must not stop answering: fail open
+            log.exception("ratelimit.check_failed", bot=inbound.bot)
+            return False
+        if decision.allowed:
+            return False
+        if self._metrics:
+            self._metrics.rate_limited.labels(bot=inbound.bot, scope=decision.scope).inc()
+        result = PipelineResult(reply=limiter.notice(inbound.bot) if decision.notify else None, author="system")
+        await self._finish(inbound, result, status="done", error=f"rate limited ({decision.scope})")
+        return True
 
     def _has_bot(self, name: str) -> bool:
         return any(b.name == name for b in self._settings.bots)
@@ -213,7 +328,8 @@ class Worker:
         """Store the reply and mark the inbound message in one transaction, then deliver."""
         outbound_ids: list[int] = []
         async with self._sessions() as session, session.begin():
-            message = await session.get(Message, inbound.id, with_for_update=False)
+            # Row lock: a worker that lost its lease and this one cannot both see `pending` (PostgreSQL).
+            message = await session.get(Message, inbound.id, with_for_update=True)
             if message.status != "pending":  # another worker finished it (lease lost): do not answer twice
                 log.warning("inbound.already_finished", message_id=inbound.id)
                 return
@@ -240,4 +356,5 @@ class Worker:
         self._bus.publish(message_topic(inbound.id), {"type": "done", "status": status})
         self._bus.publish(conversation_topic(inbound.conversation_id), {"type": "message"})
         for out_id in outbound_ids:
-            await self._outbox.deliver(out_id)
+            if await self._outbox.deliver(out_id) in RETRYING:
+                break  # the drain loop parks the conversation; the rest wait their turn

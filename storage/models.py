@@ -111,6 +111,28 @@ class Escalation(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     claimed_at: Mapped[datetime | None] = mapped_column(default=None)
     resolved_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Set once when the claim timeout passed and the customer was told (one replica wins the UPDATE).
+    reminded_at: Mapped[datetime | None] = mapped_column(default=None)
+    # The Slack operator channel post for this escalation: its thread carries the relay.
+    slack_channel: Mapped[str | None] = mapped_column(String(255), default=None)
+    slack_ts: Mapped[str | None] = mapped_column(String(64), default=None, index=True)
+
+
+class EscalationEvent(Base):
+    """One stored transition or note of an escalation: who, when, why."""
+
+    __tablename__ = "escalation_events"
+    __table_args__ = (Index("ix_escalation_events_escalation", "escalation_id", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    escalation_id: Mapped[int] = mapped_column(ForeignKey("escalations.id", ondelete="CASCADE"))
+    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversations.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))  # opened | claimed | resolved | reminded | note | reply
+    from_state: Mapped[str | None] = mapped_column(String(16), default=None)
+    to_state: Mapped[str | None] = mapped_column(String(16), default=None)
+    actor: Mapped[str] = mapped_column(String(128))  # "bot", "system" or an operator's name
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Usage(Base):
@@ -181,3 +203,17 @@ class Delivery(Base):
     status: Mapped[str] = mapped_column(String(16), default="sent")
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class DataDeletion(Base):
+    """Audit of a deletion (`forget`, retention): what kind, where and how much; never whose data."""
+
+    __tablename__ = "data_deletions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # forget | retention | source
+    channel: Mapped[str | None] = mapped_column(String(32), default=None)
+    bot: Mapped[str | None] = mapped_column(String(64), default=None)
+    actor: Mapped[str] = mapped_column(String(128), default="system")
+    counts: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -8,9 +8,11 @@ from typing import Any
 
 import structlog
 
+from gateway.budget import usage_row
 from gateway.models import Citation
 from gateway.pipeline.citations import verify_citations
 from gateway.pipeline.prompts import build_messages, render_tool_result
+from gateway.pipeline.rewrite import bounded_history
 from gateway.pipeline.tools import BotTools
 
 log = structlog.get_logger("gateway.answer")
@@ -28,6 +30,17 @@ class Answer:
     answered: bool = True
 
 
+@dataclass(slots=True)
+class TurnRecord:
+    """What one turn spent and did, kept even when the turn fails half-way (stored by the worker)."""
+
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+NOT_RUN = "not run: the limit of tool rounds was reached"
+
+
 class Answerer:
     """Runs the model with the bot's tools for at most `max_tool_rounds` rounds, then one last call
     with tools off, and verifies the citations of what it wrote."""
@@ -36,14 +49,16 @@ class Answerer:
         self._llm = llm
         self._tools = tools
 
-    async def answer(self, turn, *, hits: list[Any]) -> Answer:
-        """Answer `turn` from `hits`. Raises `LLMError` when every model failed."""
+    async def answer(self, turn, *, hits: list[Any], record: TurnRecord | None = None) -> Answer:
+        """Answer `turn` from `hits`. Raises `LLMError` when every model failed; what was spent and
+        called until then is in `record`."""
         bot = turn.bot
+        record = record if record is not None else TurnRecord()
         tools = self._tools.get(bot.name)
         schemas = tools.schemas() if tools else []
-        messages = build_messages(bot, history=turn.history, user_text=turn.text, hits=hits)
-        calls: list[dict[str, Any]] = []
-        usage: list[dict[str, Any]] = []
+        history = bounded_history(turn.history, max_turns=bot.history_turns)
+        messages = build_messages(bot, history=history, user_text=turn.text, hits=hits)
+        calls, usage = record.tool_calls, record.usage
         escalate: str | None = None
         rounds = 0
         while True:
@@ -53,9 +68,14 @@ class Answerer:
                 # After the last round the tools stay listed (the history refers to them) but are off.
                 kwargs = {"tools": schemas, "tool_choice": "none" if last_round else "auto"}
             result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages,
-                                              on_token=turn.on_token, **kwargs)
-            usage.append(_usage_dict(result))
-            if not result.tool_calls or last_round or tools is None:
+                                              on_token=turn.on_token, metadata=_metadata(turn), **kwargs)
+            usage.append(usage_row(result))
+            if not result.tool_calls:
+                break
+            if last_round or tools is None:
+                # A model that ignores tool_choice="none": its calls are not run, but still answered.
+                calls.extend({"round": rounds + 1, "id": c.id, "name": c.name, "arguments": _loads(c.arguments),
+                              "result": {"error": NOT_RUN}} for c in result.tool_calls)
                 break
             rounds += 1
             messages.append({"role": "assistant", "content": result.text or None, "tool_calls": [
@@ -67,7 +87,8 @@ class Answerer:
                 payload = {"error": outcome.error} if outcome.error else outcome.result
                 calls.append({"round": rounds, "id": call.id, "name": outcome.name, "arguments": outcome.arguments,
                               "result": payload})
-                log.info("tool.called", tool=outcome.name, error=outcome.error, message_id=turn.message_id)
+                log.info("tool.called", tool=outcome.name, error=outcome.error, message_id=turn.message_id,
+                         conversation_id=turn.conversation_id)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": render_tool_result(
                     name=outcome.name, content=json.dumps(payload, default=str))})
             if escalate:
@@ -76,20 +97,23 @@ class Answerer:
             return Answer(text=bot.escalation.acknowledgement, tool_calls=calls, usage=usage, escalate=escalate,
                           answered=False)
         # An answer grounded in a tool result (an invoice's status) has nothing to cite from the extracts.
-        grounded_in_tools = any("error" not in (c["result"] or {}) for c in calls if isinstance(c["result"], dict))
+        grounded_in_tools = any(isinstance(c["result"], dict) and "error" not in c["result"] for c in calls)
         verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text,
                                     allow_uncited=grounded_in_tools)
+        if verified.replaced:
+            log.info("gate2.replaced", message_id=turn.message_id, conversation_id=turn.conversation_id)
         answered = verified.text.strip() != bot.fallback_text.strip()
         return Answer(text=verified.text, citations=verified.citations, tool_calls=calls, usage=usage,
                       answered=answered)
 
 
-def _usage_dict(result: Any) -> dict[str, Any]:
-    usage = getattr(result, "usage", None)
-    return {
-        "model": getattr(result, "model_used", "") or "",
-        "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
-        "completion_tokens": getattr(usage, "completion_tokens", 0) or 0,
-        "cost_usd": getattr(usage, "cost_usd", 0.0) or 0.0,
-        "partial": bool(getattr(usage, "partial", usage is None)),
-    }
+def _metadata(turn) -> dict[str, Any]:
+    """Ids for LiteLLM's callbacks and logs, so one message can be followed to its model calls."""
+    return {"bot": turn.bot.name, "conversation_id": turn.conversation_id, "message_id": turn.message_id}
+
+
+def _loads(arguments: str | None) -> Any:
+    try:
+        return json.loads(arguments or "{}")
+    except ValueError:
+        return arguments

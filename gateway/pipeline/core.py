@@ -9,8 +9,10 @@ from typing import Any
 
 import structlog
 
+from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
 from gateway.errors import LLMError, RetrievalError
 from gateway.models import CallerIdentity, Citation
+from gateway.pipeline.answer import TurnRecord
 from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.pipeline")
@@ -63,11 +65,12 @@ class PipelineResult:
 class Pipeline:
     """Answers one turn. Built once in the composition root with its collaborators."""
 
-    def __init__(self, *, search, answerer, rewriter=None, metrics=None) -> None:
+    def __init__(self, *, search, answerer, rewriter=None, metrics=None, budget=None) -> None:
         self._search = search
         self._answerer = answerer
         self._rewriter = rewriter
         self._metrics = metrics
+        self._budget = budget
 
     async def handle(self, turn: Turn) -> PipelineResult:
         """Run the steps for one message; raises only on bugs (the worker turns those into a handoff)."""
@@ -85,27 +88,33 @@ class Pipeline:
             return PipelineResult(reply=turn.bot.escalation.acknowledgement, escalate=f"customer asked: {wanted!r}",
                                   answered=False)
 
+        if self._budget is not None and await self._budget.exhausted(turn.bot):
+            # Checked before any model call (the rewrite is one): a spent budget means none at all today.
+            bound.warning("pipeline.budget_spent")
+            return PipelineResult(reply=BUDGET_REPLY, escalate=BUDGET_ESCALATION, answered=False)
+        record = TurnRecord()
         queries = [text]
         if self._rewriter is not None and turn.history:
-            queries = await self._rewriter.rewrite(turn.bot, history=turn.history, text=text)
+            queries = await self._rewriter.rewrite(turn.bot, history=turn.history, text=text, usage=record.usage)
         started = time.monotonic()
         try:
             found = await self._search.search(turn.bot.name, queries, turn.bot.retrieval)
         except RetrievalError as exc:
             bound.error("retrieval.unavailable", error=str(exc))
             return PipelineResult(reply=SEARCH_DOWN_REPLY, escalate="knowledge base unavailable", answered=False,
-                                  queries=queries)
+                                  queries=queries, usage=record.usage)
         self._observe("retrieve", started)
         hits = list(found.hits)
         bound.info("retrieval.done", queries=len(queries), hits=len(hits), refused=found.refused)
 
         started = time.monotonic()
         try:
-            answer = await self._answerer.answer(turn, hits=hits)
+            answer = await self._answerer.answer(turn, hits=hits, record=record)
         except LLMError as exc:
             bound.error("llm.all_models_failed", error=str(exc))
             return PipelineResult(reply=LLM_DOWN_REPLY, escalate="every model failed", answered=False,
-                                  queries=queries, retrieved=_retrieved(hits))
+                                  queries=queries, retrieved=_retrieved(hits), usage=record.usage,
+                                  tool_calls=record.tool_calls)
         self._observe("llm", started)
         escalate = answer.escalate
         if not escalate and not answer.answered and turn.bot.escalation.enabled:
@@ -113,7 +122,7 @@ class Pipeline:
                 escalate = f"{turn.unanswered_turns + 1} consecutive turns without an answer"
         return PipelineResult(
             reply=answer.text, citations=answer.citations, retrieved=_retrieved(hits), tool_calls=answer.tool_calls,
-            usage=answer.usage, escalate=escalate, answered=answer.answered, queries=queries,
+            usage=record.usage, escalate=escalate, answered=answer.answered, queries=queries,
         )
 
     def _observe(self, stage: str, started: float) -> None:

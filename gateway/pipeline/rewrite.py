@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from gateway.budget import usage_row
 from gateway.settings import OFFLINE_MODEL, BotSettings
 
 log = structlog.get_logger("gateway.rewrite")
@@ -24,14 +25,33 @@ Use the conversation only to resolve what the latest message refers to. Reply wi
 _FOLLOW_UP = re.compile(r"^(and|but|what about|how about|also|or|so|then|same|that|this|it|they|those)\b", re.I)
 
 
+# Structured output: providers that support JSON schemas return exactly this shape; the parser
+# below still checks it, because not every provider enforces the schema.
+RESPONSE_FORMAT: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "search_queries",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"queries": {"type": "array", "items": {"type": "string"},
+                                       "description": "1 to 4 standalone search queries"}},
+            "required": ["queries"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
 class Rewriter:
     """Rewrites follow-ups with the bot's model; the offline model uses a context heuristic."""
 
     def __init__(self, llm) -> None:
         self._llm = llm
 
-    async def rewrite(self, bot: BotSettings, *, history: list[dict[str, Any]], text: str) -> list[str]:
-        """1–4 standalone queries, the raw message first when in doubt."""
+    async def rewrite(self, bot: BotSettings, *, history: list[dict[str, Any]], text: str,
+                      usage: list[dict[str, Any]] | None = None) -> list[str]:
+        """1–4 standalone queries, or `[text]` when in doubt. The call's accounting is appended to `usage`."""
         turns = bounded_history(history, max_turns=bot.history_turns)
         if not turns:
             return [text]
@@ -43,13 +63,17 @@ class Rewriter:
             {"role": "user", "content": f"Conversation:\n{transcript}\n\nLatest message: {text}"},
         ]
         try:
-            result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages)
-            queries = parse_queries(result.text)
+            result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages,
+                                              response_format=RESPONSE_FORMAT,
+                                              metadata={"bot": bot.name, "purpose": "rewrite"})
         except Exception as exc:  # a failed rewrite must never block the answer
-            log.warning("rewrite.failed", error=f"{type(exc).__name__}: {exc}"[:200])
+            log.warning("rewrite.failed", bot=bot.name, error=f"{type(exc).__name__}: {exc}"[:200])
             return [text]
+        if usage is not None:
+            usage.append(usage_row(result))
+        queries = parse_queries(result.text)
         if not queries:
-            log.info("rewrite.malformed", output=(result.text or "")[:200])
+            log.info("rewrite.malformed", bot=bot.name, output=(result.text or "")[:200])
             return [text]
         return queries
 

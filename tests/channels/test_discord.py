@@ -25,7 +25,7 @@ from gateway.models import Citation, ConversationRef, InboundMessage, OutboundMe
 from gateway.settings import DiscordChannel
 from tests.fakes.discord_api import APPLICATION_ID, BOT_USER_ID, INTERACTION_CHANNEL_ID, FakeDiscord
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "payloads" / "discord"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "payloads" / "discord"
 REACTON = "344487830824943618"  # the bot that fixture MessageCreate.Type19 replies to
 CHANNEL = "900000000000000001"
 GUILD = "900000000000000002"

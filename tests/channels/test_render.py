@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from channels.render import render_citations, split_text, text_length, utf16_len
 from gateway.models import Citation
 
-BLNS = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "badinput" / "blns.json"
+BLNS = Path(__file__).resolve().parents[1] / "fixtures" / "badinput" / "blns.json"
 _FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*$", re.MULTILINE)
 _URL = re.compile(r"https?://\S+")
 

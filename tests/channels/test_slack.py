@@ -19,7 +19,7 @@ from gateway.models import Citation, ConversationRef, InboundMessage, OutboundMe
 from gateway.settings import SlackChannel
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, BOT_USER_ID, FakeSlack, sign
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SLACK_FIXTURES = FIXTURES / "payloads" / "slack"
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 

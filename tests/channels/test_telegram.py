@@ -24,7 +24,7 @@ from tests.fakes.telegram_api import FakeTelegramAPI, parse_telegram_html, utf16
 TOKEN = "723738643:AAH-fake-token_for-tests"
 BOT_ID = 723738643
 SECRET = "s3cret-Token_value"
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "payloads" / "telegram"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "payloads" / "telegram"
 FIXTURE_FILES = sorted(FIXTURES.glob("*/*.json"))
 DM = ConversationRef(channel="telegram", chat="367699112")
 

@@ -19,7 +19,7 @@ from gateway.models import Citation, ConversationRef, OutboundMessage
 from gateway.settings import WhatsAppChannel
 from tests.fakes.twilio_api import FakeTwilio, Reply
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "payloads" / "whatsapp"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "payloads" / "whatsapp"
 FIXTURE_FILES = sorted(FIXTURES.rglob("*.json"))
 ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
 AUTH_TOKEN = "wa-test-auth-token-0123456789"

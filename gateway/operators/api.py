@@ -1,0 +1,222 @@
+"""The operator REST API (bearer token per operator) and its live event stream.
+
+    GET  /v1/escalations?state=open,claimed&bot=acme     list
+    GET  /v1/escalations/stream                           server-sent events (opened, claimed, reply, …)
+    GET  /v1/escalations/{id}                             transcript, retrieved passages, summary, history
+    POST /v1/escalations/{id}/claim | /reply {"text"} | /resolve | /notes {"text"}
+    POST /v1/conversations/{id}/claim                     take over a conversation that never escalated
+
+A wrong or missing token gets 401; an escalation of a bot the operator may not serve gets 404, the
+same as one that does not exist, so ids of other teams' conversations leak nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+from sse_starlette.sse import EventSourceResponse
+
+from gateway.errors import BadRequest, Conflict, NotFound
+from gateway.events import ESCALATIONS_TOPIC
+from gateway.http.deps import error, services
+from gateway.operators.auth import Operator
+from gateway.operators.summary import summarize
+from storage import repositories as repo
+from storage.models import Contact, Conversation, Escalation
+
+router = APIRouter(tags=["operators"])
+
+
+class TextBody(BaseModel):
+    """A reply or a note."""
+
+    text: str = Field(min_length=1, max_length=4000)
+
+
+class ResolveBody(BaseModel):
+    """Why the thread is handed back (optional)."""
+
+    reason: str = Field(default="", max_length=1000)
+
+
+def _operator(request: Request) -> Operator | None:
+    auth = services(request).operator_auth
+    return auth.authenticate(request.headers.get("authorization")) if auth is not None else None
+
+
+async def _guarded(request: Request, action: Callable[[Operator], Awaitable[Any]], *, status: int = 200) -> Response:
+    operator = _operator(request)
+    if operator is None:
+        return error(401, "a valid operator token is required (Authorization: Bearer <token>)")
+    try:
+        return JSONResponse(await action(operator), status_code=status)
+    except NotFound as exc:
+        return error(404, str(exc))
+    except Conflict as exc:
+        return error(409, str(exc))
+    except BadRequest as exc:
+        return error(422, str(exc))
+
+
+def escalation_dict(escalation: Escalation, conversation: Conversation | None = None,
+                    contact: Contact | None = None) -> dict[str, Any]:
+    """The JSON shape of an escalation in lists and events."""
+    body = {
+        "id": escalation.id, "bot": escalation.bot, "state": escalation.state, "reason": escalation.reason,
+        "operator": escalation.operator, "conversation_id": escalation.conversation_id,
+        "notes": escalation.notes or [],
+        "created_at": escalation.created_at.isoformat(),
+        "claimed_at": escalation.claimed_at.isoformat() if escalation.claimed_at else None,
+        "resolved_at": escalation.resolved_at.isoformat() if escalation.resolved_at else None,
+    }
+    if conversation is not None:
+        body.update(channel=conversation.channel, conversation_state=conversation.state)
+    if contact is not None:
+        body["customer"] = contact.display_name or contact.external_id
+    return body
+
+
+@router.get("/v1/escalations")
+async def list_escalations(request: Request, state: str | None = None, bot: str | None = None) -> Response:
+    """Escalations the operator may serve, newest first; filter by `state` (comma-separated) and `bot`."""
+    svc = services(request)
+
+    async def action(op: Operator) -> dict[str, Any]:
+        rows = await svc.escalations.find(bots=op.bots, state=state, bot=bot)
+        async with svc.sessions() as session:
+            conversations = {c.id: c for c in (await session.execute(select(Conversation).where(
+                Conversation.id.in_([r.conversation_id for r in rows])))).scalars()}
+            contact_ids = [c.contact_id for c in conversations.values() if c.contact_id]
+            contacts = {c.id: c for c in (await session.execute(select(Contact).where(
+                Contact.id.in_(contact_ids)))).scalars()} if contact_ids else {}
+        out = []
+        for row in rows:
+            conversation = conversations.get(row.conversation_id)
+            contact = contacts.get(conversation.contact_id) if conversation and conversation.contact_id else None
+            out.append(escalation_dict(row, conversation, contact))
+        return {"escalations": out}
+
+    return await _guarded(request, action)
+
+
+@router.get("/v1/escalations/stream")
+async def stream_escalations(request: Request) -> Response:
+    """Server-sent events for the operator's bots: opened, claimed, reply, customer_message, note, resolved."""
+    operator = _operator(request)
+    if operator is None:
+        return error(401, "a valid operator token is required (Authorization: Bearer <token>)")
+    bus = services(request).bus
+
+    async def events():
+        async with bus.subscribe(ESCALATIONS_TOPIC) as queue:
+            yield {"event": "ready", "data": json.dumps({"operator": operator.name})}
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), timeout=15)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        return
+                    continue
+                if operator.may_serve(event.get("bot", "")):
+                    yield {"event": event.get("type", "update"), "data": json.dumps(event)}
+
+    return EventSourceResponse(events(), ping=15)
+
+
+@router.get("/v1/escalations/{escalation_id}")
+async def get_escalation(escalation_id: int, request: Request) -> Response:
+    """One escalation with its transcript (citations and retrieved passages), history and a summary."""
+    svc = services(request)
+
+    async def action(op: Operator) -> dict[str, Any]:
+        escalation = await svc.escalations.get(escalation_id, bots=op.bots)
+        async with svc.sessions() as session:
+            conversation = await session.get(Conversation, escalation.conversation_id)
+            contact = await session.get(Contact, conversation.contact_id) if conversation.contact_id else None
+            messages = await repo.transcript(session, conversation_id=conversation.id, limit=500)
+        messages = [m for m in messages if m.status != "ignored"]
+        events = await svc.escalations.events(escalation_id)
+        try:
+            bot = svc.settings.bot(escalation.bot)
+        except KeyError:
+            raise NotFound(f"no escalation {escalation_id}") from None
+        return {
+            **escalation_dict(escalation, conversation, contact),
+            "summary": await summarize(svc.llm, bot, messages, reason=escalation.reason),
+            "messages": [{
+                "id": m.id, "direction": m.direction, "author": m.author, "text": m.text, "status": m.status,
+                "citations": m.citations or [], "retrieved": m.retrieved or [],
+                "created_at": m.created_at.isoformat(),
+            } for m in messages],
+            "events": [{"kind": e.kind, "from_state": e.from_state, "to_state": e.to_state, "actor": e.actor,
+                        "reason": e.reason, "at": e.created_at.isoformat()} for e in events],
+        }
+
+    return await _guarded(request, action)
+
+
+@router.post("/v1/escalations/{escalation_id}/claim")
+async def claim(escalation_id: int, request: Request) -> Response:
+    """Take the escalation; 409 when another operator already holds it."""
+    svc = services(request)
+
+    async def action(op: Operator) -> dict[str, Any]:
+        return escalation_dict(await svc.escalations.claim(escalation_id, operator=op.name, bots=op.bots))
+
+    return await _guarded(request, action)
+
+
+@router.post("/v1/escalations/{escalation_id}/reply")
+async def reply(escalation_id: int, body: TextBody, request: Request) -> Response:
+    """Send `text` to the customer through their own channel."""
+    svc = services(request)
+
+    async def action(op: Operator) -> dict[str, Any]:
+        message = await svc.escalations.reply(escalation_id, operator=op.name, text=body.text, bots=op.bots)
+        async with svc.sessions() as session:
+            status = (await session.get(type(message), message.id)).status
+        return {"message_id": message.id, "status": status}
+
+    return await _guarded(request, action, status=201)
+
+
+@router.post("/v1/escalations/{escalation_id}/resolve")
+async def resolve(escalation_id: int, request: Request, body: ResolveBody | None = None) -> Response:
+    """Hand the conversation back to the bot; the customer is told."""
+    svc = services(request)
+
+    async def action(op: Operator) -> dict[str, Any]:
+        return escalation_dict(await svc.escalations.resolve(
+            escalation_id, operator=op.name, bots=op.bots, reason=body.reason if body else ""))
+
+    return await _guarded(request, action)
+
+
+@router.post("/v1/escalations/{escalation_id}/notes")
+async def add_note(escalation_id: int, body: TextBody, request: Request) -> Response:
+    """An internal note, visible to operators only."""
+    svc = services(request)
+
+    async def action(op: Operator) -> dict[str, Any]:
+        return await svc.escalations.add_note(escalation_id, operator=op.name, text=body.text, bots=op.bots)
+
+    return await _guarded(request, action, status=201)
+
+
+@router.post("/v1/conversations/{conversation_id}/claim")
+async def claim_conversation(conversation_id: int, request: Request) -> Response:
+    """Take over a conversation whether or not it escalated."""
+    svc = services(request)
+
+    async def action(op: Operator) -> dict[str, Any]:
+        return escalation_dict(await svc.escalations.claim_conversation(
+            conversation_id, operator=op.name, bots=op.bots))
+
+    return await _guarded(request, action)

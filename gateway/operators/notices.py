@@ -1,0 +1,56 @@
+"""What the customer is told around a handoff: the acknowledgement and, off hours, when to expect a reply."""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from gateway.settings import BusinessHours, EscalationSettings
+
+DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def _clock(value: str) -> time:
+    hours, minutes = value.split(":")
+    return time(int(hours), int(minutes))
+
+
+def is_open(hours: BusinessHours, now: datetime) -> bool:
+    """True when `now` falls inside the configured working hours."""
+    local = now.astimezone(ZoneInfo(hours.timezone))
+    return local.weekday() in hours.days and _clock(hours.start) <= local.time() < _clock(hours.end)
+
+
+def next_opening(hours: BusinessHours, now: datetime) -> datetime:
+    """The next moment operators start work, in the business's time zone."""
+    zone = ZoneInfo(hours.timezone)
+    local = now.astimezone(zone)
+    start = _clock(hours.start)
+    for offset in range(8):
+        day = (local + timedelta(days=offset)).date()
+        candidate = datetime.combine(day, start, tzinfo=zone)
+        if day.weekday() in hours.days and candidate > local:
+            return candidate
+    return datetime.combine(local.date() + timedelta(days=1), start, tzinfo=zone)
+
+
+def after_hours_message(hours: BusinessHours, now: datetime) -> str:
+    """An honest note on when a person will reply, e.g. 'Monday at 09:00 (Europe/Berlin)'."""
+    opening = next_opening(hours, now)
+    local_today = now.astimezone(ZoneInfo(hours.timezone)).date()
+    if opening.date() == local_today:
+        when = f"today at {opening:%H:%M}"
+    elif opening.date() == local_today + timedelta(days=1):
+        when = f"tomorrow at {opening:%H:%M}"
+    else:
+        when = f"{DAY_NAMES[opening.weekday()]} at {opening:%H:%M}"
+    return (f"Our team is offline right now (we work {hours.start}–{hours.end}, {hours.timezone}). "
+            f"Expect a reply from a person {when} ({hours.timezone}).")
+
+
+def acknowledgement_extras(settings: EscalationSettings, *, already_acknowledged: bool, now: datetime) -> list[str]:
+    """Messages to add on escalation: the acknowledgement unless already given, and the off-hours note."""
+    extras = [] if already_acknowledged else [settings.acknowledgement]
+    if settings.business_hours is not None and not is_open(settings.business_hours, now):
+        extras.append(after_hours_message(settings.business_hours, now))
+    return extras

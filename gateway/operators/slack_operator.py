@@ -1,0 +1,218 @@
+"""The Slack operator channel (optional per bot: `channels.slack.operator_channel`).
+
+- Each escalation posts one message to the channel with Claim and Resolve buttons; its thread is the
+  relay: the customer's new messages are posted there, and operators' thread replies go to the customer
+  on whatever channel the customer is on.
+- Button clicks arrive at `POST /webhooks/{bot}/slack/actions` (the Slack app's Interactivity URL),
+  signed with the bot's Slack signing secret and verified by its Slack adapter.
+- Thread replies arrive as ordinary Slack events, become inbound messages, and the worker hands them to
+  `intercept` before the pipeline sees them, so the bot never answers its own operators.
+The Slack user who acts is the operator, named `slack:<user>`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+import structlog
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from channels.base import RawRequest
+from gateway.errors import BadRequest, Conflict, GatewayError, NotFound, SignatureInvalid
+from gateway.escalation import Escalations
+from gateway.http.deps import error, services
+from gateway.settings import Settings
+from storage.models import Conversation, Escalation, Message
+
+log = structlog.get_logger("gateway.operators.slack")
+router = APIRouter(tags=["operators"])
+
+CLAIM_ACTION = "escalation_claim"
+RESOLVE_ACTION = "escalation_resolve"
+
+
+def _clip(text: str, limit: int = 500) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _plain(text: str) -> str:
+    """Escape Slack's control characters so customer text can never ping @channel or fake a link."""
+    return (text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class SlackOperatorChannel:
+    """Posts escalations to each bot's operator channel and relays its threads."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], *, settings: Settings, escalations: Escalations,
+                 adapters: dict) -> None:
+        self._sessions = sessions
+        self._settings = settings
+        self._escalations = escalations
+        self._adapters = adapters
+
+    def channel_for(self, bot: str) -> str | None:
+        """The bot's operator channel, when it has one and a Slack adapter to post with."""
+        try:
+            slack = self._settings.bot(bot).channels.slack
+        except KeyError:
+            return None
+        if slack is None or not slack.enabled or not slack.operator_channel or (bot, "slack") not in self._adapters:
+            return None
+        return slack.operator_channel
+
+    async def on_event(self, event: dict[str, Any]) -> None:
+        """An `Escalations` listener: mirror each change into the escalation's Slack thread."""
+        bot, kind = event.get("bot", ""), event.get("type")
+        channel = self.channel_for(bot)
+        if channel is None:
+            return
+        async with self._sessions() as session:
+            escalation = await session.get(Escalation, event["escalation_id"])
+        if escalation is None:
+            return
+        if kind == "opened":
+            await self._post_escalation(escalation, channel)
+            return
+        if not escalation.slack_ts:
+            return
+        if kind == "customer_message":
+            await self._post(bot, channel, f"*Customer:* {_plain(_clip(event.get('text', ''), 2000))}",
+                             thread_ts=escalation.slack_ts)
+        elif kind == "reply" and event.get("source") != "slack":
+            await self._post(bot, channel, f"*{_plain(event.get('operator', ''))} replied:* "
+                             f"{_plain(_clip(event.get('text', ''), 2000))}", thread_ts=escalation.slack_ts)
+        elif kind in ("claimed", "resolved"):
+            await self._update_header(escalation, channel)
+        elif kind == "reminder":
+            await self._post(bot, channel, "<!here> Still unclaimed: the customer has been told we're busy. "
+                             "Can someone take it?", thread_ts=escalation.slack_ts, reply_broadcast=True)
+
+    def _blocks(self, escalation: Escalation) -> tuple[str, list[dict[str, Any]]]:
+        status = {"open": "waiting for someone", "claimed": f"claimed by {escalation.operator}",
+                  "resolved": f"resolved by {escalation.operator}"}.get(escalation.state, escalation.state)
+        text = (f"Escalation #{escalation.id} ({escalation.bot}): {_plain(_clip(escalation.reason, 300))}. "
+                f"Status: {_plain(status)}. Reply in this thread to answer the customer.")
+        blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
+        buttons = []
+        if escalation.state == "open":
+            buttons.append({"type": "button", "action_id": CLAIM_ACTION, "value": str(escalation.id),
+                            "style": "primary", "text": {"type": "plain_text", "text": "Claim"}})
+        if escalation.state in ("open", "claimed"):
+            buttons.append({"type": "button", "action_id": RESOLVE_ACTION, "value": str(escalation.id),
+                            "text": {"type": "plain_text", "text": "Resolve"}})
+        if buttons:
+            blocks.append({"type": "actions", "elements": buttons})
+        return text, blocks
+
+    async def _post_escalation(self, escalation: Escalation, channel: str) -> None:
+        text, blocks = self._blocks(escalation)
+        ts = await self._post(escalation.bot, channel, text, blocks=blocks)
+        if ts is None:
+            return
+        async with self._sessions() as session, session.begin():
+            row = await session.get(Escalation, escalation.id)
+            row.slack_channel, row.slack_ts = channel, ts
+        log.info("slack_operator.posted", escalation_id=escalation.id, channel=channel, ts=ts)
+
+    async def _update_header(self, escalation: Escalation, channel: str) -> None:
+        text, blocks = self._blocks(escalation)
+        try:
+            await self._adapters[(escalation.bot, "slack")].client.chat_update(
+                channel=escalation.slack_channel or channel, ts=escalation.slack_ts, text=text, blocks=blocks)
+        except Exception as exc:
+            log.warning("slack_operator.update_failed", escalation_id=escalation.id, error=str(exc))
+
+    async def _post(self, bot: str, channel: str, text: str, **kwargs: Any) -> str | None:
+        try:
+            response = await self._adapters[(bot, "slack")].client.chat_postMessage(
+                channel=channel, text=text, unfurl_links=False, unfurl_media=False, **kwargs)
+        except Exception as exc:  # the operator channel is best effort; the console and API still work
+            log.warning("slack_operator.post_failed", bot=bot, channel=channel, error=str(exc))
+            return None
+        return str(response.get("ts"))
+
+    async def intercept(self, inbound: Message, conversation: Conversation) -> bool:
+        """A worker hook: True when `inbound` is an operator's reply in an escalation thread (relayed)."""
+        if inbound.channel != "slack" or conversation.chat != self.channel_for(inbound.bot):
+            return False
+        async with self._sessions() as session:
+            escalation = (await session.execute(select(Escalation).where(
+                Escalation.bot == inbound.bot, Escalation.slack_ts == conversation.thread))).scalar_one_or_none()
+            contact = None
+            if conversation.contact_id:
+                from storage.models import Contact
+
+                contact = await session.get(Contact, conversation.contact_id)
+        if escalation is None:
+            return True  # chatter in the operator channel is never answered by the bot
+        operator = f"slack:{contact.display_name or contact.external_id}" if contact else "slack:unknown"
+        try:
+            await self._escalations.reply(escalation.id, operator=operator, text=inbound.text, bots=None,
+                                          source="slack")
+        except (Conflict, BadRequest, NotFound) as exc:
+            await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {_plain(str(exc))}",
+                             thread_ts=conversation.thread)
+        return True
+
+    async def handle_action(self, bot: str, payload: dict[str, Any]) -> str:
+        """A Claim or Resolve click; returns what happened, for the log."""
+        user = payload.get("user") or {}
+        operator = f"slack:{user.get('username') or user.get('name') or user.get('id') or 'unknown'}"
+        for action in payload.get("actions") or ():
+            try:
+                escalation_id = int(action.get("value", ""))
+            except ValueError:
+                continue
+            try:
+                if action.get("action_id") == CLAIM_ACTION:
+                    await self._escalations.claim(escalation_id, operator=operator, bots=[bot])
+                elif action.get("action_id") == RESOLVE_ACTION:
+                    await self._escalations.resolve(escalation_id, operator=operator, bots=[bot])
+                else:
+                    continue
+            except (Conflict, NotFound) as exc:
+                channel = self.channel_for(bot)
+                async with self._sessions() as session:
+                    row = await session.get(Escalation, escalation_id)
+                if channel and row is not None and row.slack_ts:
+                    await self._post(bot, channel, f"{operator}: {_plain(str(exc))}", thread_ts=row.slack_ts)
+                return f"refused: {exc}"
+            return f"{action.get('action_id')} {escalation_id} by {operator}"
+        return "no action"
+
+
+@router.post("/webhooks/{bot}/slack/actions")
+async def slack_actions(bot: str, request: Request) -> Response:
+    """Slack interactivity (block_actions) for the operator channel's buttons."""
+    svc = services(request)
+    adapter = svc.adapters.get((bot, "slack"))
+    if adapter is None or svc.slack_operator is None:
+        return error(404, f"bot {bot!r} has no slack channel")
+    body = await request.body()
+    raw = RawRequest(url=str(request.url), headers={k.lower(): v for k, v in request.headers.items()},
+                     query=dict(request.query_params), body=body)
+    try:
+        adapter.verify(raw)
+    except SignatureInvalid as exc:
+        svc.metrics.signature_failures.labels(bot=bot, channel="slack").inc()
+        log.warning("slack_operator.signature_invalid", bot=bot, reason=str(exc))
+        return error(401, "invalid signature")
+    try:
+        form = {k: v[0] for k, v in parse_qs(body.decode("utf-8")).items()}
+        payload = json.loads(form["payload"])
+    except (UnicodeDecodeError, KeyError, json.JSONDecodeError):
+        return error(400, "expected a form post with a JSON `payload`")
+    if payload.get("type") != "block_actions":
+        return JSONResponse({"ok": True, "ignored": f"payload type {payload.get('type')!r}"})
+    try:
+        outcome = await svc.slack_operator.handle_action(bot, payload)
+    except GatewayError as exc:
+        outcome = f"failed: {exc}"
+    log.info("slack_operator.action", bot=bot, outcome=outcome)
+    return JSONResponse({"ok": True})

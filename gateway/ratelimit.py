@@ -1,0 +1,96 @@
+"""Rate limits per contact and per bot (messages per minute), with the `limits` package.
+
+Counters live in Redis when `redis_url` is set, so every replica shares them; otherwise in this
+process. The worker asks before the pipeline runs: over the limit, the message stays stored, no
+model is called, and the contact gets the bot's notice once per window (a third counter with a limit
+of one per minute makes "once" hold across replicas too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+from limits import RateLimitItemPerMinute
+from limits.errors import ConfigurationError
+from limits.aio.strategies import FixedWindowRateLimiter
+from limits.storage import storage_from_string
+
+from gateway.errors import ConfigError
+from gateway.settings import RateLimitSettings, Settings
+
+log = structlog.get_logger("gateway.ratelimit")
+
+_NOTICES_PER_WINDOW = RateLimitItemPerMinute(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """`allowed`: answer normally. Otherwise `notify` says whether this message gets the notice."""
+
+    allowed: bool
+    notify: bool = False
+    scope: str | None = None  # "contact" or "bot" when refused
+
+
+def storage_uri(redis_url: str | None) -> str:
+    """The `limits` storage for a redis URL (async Redis) or none (async memory)."""
+    if not redis_url:
+        return "async+memory://"
+    scheme, sep, rest = redis_url.partition("://")
+    if not sep or scheme not in ("redis", "rediss", "redis+unix"):
+        raise ValueError(f"redis_url must start with redis:// or rediss://, got {scheme!r}")
+    return f"async+{scheme}://{rest}"
+
+
+class RateLimiter:
+    """Checks and counts one message against its contact's and its bot's per-minute limits."""
+
+    def __init__(self, limits_by_bot: dict[str, RateLimitSettings], *, redis_url: str | None = None,
+                 namespace: str = "gw") -> None:
+        self._limits = limits_by_bot
+        try:
+            self._storage = storage_from_string(storage_uri(redis_url))
+        except ConfigurationError as exc:  # e.g. the Redis client library is not installed
+            raise ConfigError("redis_url", f"rate limit storage unavailable: {exc}") from None
+        self._strategy = FixedWindowRateLimiter(self._storage)
+        self._ns = namespace
+        self.backend = "redis" if redis_url else "memory"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "RateLimiter":
+        """One limiter for every bot of the config."""
+        return cls({bot.name: bot.rate_limit for bot in settings.bots}, redis_url=settings.redis_url)
+
+    def enabled_for(self, bot: str) -> bool:
+        """Whether the bot has any limit at all (no limit: no counter round trips)."""
+        config = self._limits.get(bot)
+        return bool(config and (config.per_contact_per_minute or config.per_bot_per_minute))
+
+    async def check(self, *, bot: str, channel: str, contact: str) -> Decision:
+        """Count this message; refuse it when a limit is exceeded."""
+        config = self._limits.get(bot)
+        if config is None or not self.enabled_for(bot):
+            return Decision(allowed=True)
+        scope = None
+        if config.per_contact_per_minute and not await self._strategy.hit(
+                RateLimitItemPerMinute(config.per_contact_per_minute), self._ns, "contact", bot, channel, contact):
+            scope = "contact"
+        # A contact already over its own limit does not use up the bot's budget for everyone else.
+        if scope is None and config.per_bot_per_minute and not await self._strategy.hit(
+                RateLimitItemPerMinute(config.per_bot_per_minute), self._ns, "bot", bot):
+            scope = "bot"
+        if scope is None:
+            return Decision(allowed=True)
+        notify = await self._strategy.hit(_NOTICES_PER_WINDOW, self._ns, "notice", bot, channel, contact)
+        log.info("ratelimit.refused", bot=bot, channel=channel, scope=scope, notify=notify)
+        return Decision(allowed=False, notify=notify, scope=scope)
+
+    def notice(self, bot: str) -> str:
+        """The polite text sent once per window to a contact over the limit."""
+        config = self._limits.get(bot)
+        return config.notice if config else RateLimitSettings().notice
+
+    async def reset(self) -> None:
+        """Forget every counter (tests, and an operator clearing a false alarm)."""
+        await self._storage.reset()

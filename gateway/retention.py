@@ -1,0 +1,148 @@
+"""Data lifecycle: forget a contact, purge expired conversations, drop the chunks of removed sources.
+
+Every deletion writes one `data_deletions` audit row with counts only: the audit proves that a
+request was carried out without keeping the personal data it was about.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy import delete, exists, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.models import utcnow
+from gateway.settings import Settings
+from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message
+
+log = structlog.get_logger("gateway.retention")
+
+
+@dataclass
+class DeletionReport:
+    """What one deletion removed."""
+
+    contacts: int = 0
+    conversations: int = 0
+    messages: int = 0
+    escalations: int = 0
+    chunks: int = 0
+    documents: int = 0
+    by_bot: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Counts only, as stored in the audit row and printed by the CLI."""
+        return {k: v for k, v in self.__dict__.items() if v}
+
+
+async def _count(session: AsyncSession, model: type, where) -> int:
+    return (await session.execute(select(func.count()).select_from(model).where(where))).scalar_one()
+
+
+async def _delete_conversations(session: AsyncSession, ids: list[int], report: DeletionReport) -> None:
+    """Delete conversations and count what goes with them (messages and escalations cascade)."""
+    if not ids:
+        return
+    report.messages += await _count(session, Message, Message.conversation_id.in_(ids))
+    report.escalations += await _count(session, Escalation, Escalation.conversation_id.in_(ids))
+    # Explicit deletes rather than trusting every backend's ON DELETE CASCADE to be enabled.
+    await session.execute(delete(Escalation).where(Escalation.conversation_id.in_(ids)))
+    await session.execute(delete(Message).where(Message.conversation_id.in_(ids)))
+    result = await session.execute(delete(Conversation).where(Conversation.id.in_(ids)))
+    report.conversations += result.rowcount
+
+
+async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel: str, user: str,
+                         actor: str = "cli") -> DeletionReport:
+    """Delete a contact (channel + platform user id), their conversations, messages and escalations.
+
+    Conversations are found by their contact, and by chat id for one-to-one channels where the chat is
+    the user (Telegram DMs, WhatsApp numbers, web chat sessions).
+    """
+    report = DeletionReport()
+    async with sessions() as session, session.begin():
+        contact_ids = list((await session.execute(
+            select(Contact.id).where(Contact.channel == channel, Contact.external_id == user))).scalars())
+        conditions = [Conversation.chat == user]
+        if contact_ids:
+            conditions.append(Conversation.contact_id.in_(contact_ids))
+
+        ids = list((await session.execute(select(Conversation.id).where(
+            Conversation.channel == channel, or_(*conditions)))).scalars())
+        await _delete_conversations(session, ids, report)
+        if contact_ids:
+            report.contacts = (await session.execute(delete(Contact).where(Contact.id.in_(contact_ids)))).rowcount
+        session.add(DataDeletion(kind="forget", channel=channel, actor=actor, counts=report.as_dict()))
+    log.info("retention.forgot_contact", channel=channel, **report.as_dict())
+    return report
+
+
+async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Settings, *,
+                        now: datetime | None = None) -> DeletionReport:
+    """Delete each bot's conversations with no message newer than its `retention_days`."""
+    now = now or utcnow()
+    report = DeletionReport()
+    for bot in settings.bots:
+        if not bot.retention_days:
+            continue
+        cutoff = now - timedelta(days=bot.retention_days)
+        recent = exists().where(Message.conversation_id == Conversation.id, Message.created_at >= cutoff)
+        async with sessions() as session, session.begin():
+            ids = list((await session.execute(select(Conversation.id).where(
+                Conversation.bot == bot.name, Conversation.created_at < cutoff, ~recent,
+                # A conversation being worked on right now is never purged from under its worker.
+                (Conversation.lease_until.is_(None)) | (Conversation.lease_until < now)))).scalars())
+            before = report.conversations
+            await _delete_conversations(session, ids, report)
+            # Contacts left with no conversation at all carry only personal data: remove them too.
+            orphans = delete(Contact).where(~exists().where(Conversation.contact_id == Contact.id),
+                                            Contact.created_at < cutoff)
+            report.contacts += (await session.execute(orphans)).rowcount
+            if ids:
+                report.by_bot[bot.name] = report.conversations - before
+                session.add(DataDeletion(kind="retention", bot=bot.name, counts={
+                    "conversations": report.conversations - before}))
+    if report.conversations:
+        log.info("retention.purged", **report.as_dict())
+    return report
+
+
+async def purge_removed_sources(sessions: async_sessionmaker[AsyncSession], settings: Settings, *,
+                                index: Any) -> DeletionReport:
+    """Delete the chunks (in Qdrant) and document rows of sources no longer in the config."""
+    configured = {(bot.name, source.name) for bot in settings.bots for source in bot.sources}
+    report = DeletionReport()
+    async with sessions() as session:
+        rows = list((await session.execute(select(Document))).scalars())
+    gone = [row for row in rows if (row.bot, row.source) not in configured]
+    for bot in sorted({row.bot for row in gone}):
+        mine = [row for row in gone if row.bot == bot]
+        chunk_ids = [str(c) for row in mine for c in row.chunk_ids or []]
+        if chunk_ids:
+            await index.delete_points(bot, chunk_ids)  # the index first: a crash here leaves rows to retry
+        async with sessions() as session, session.begin():
+            await session.execute(delete(Document).where(Document.id.in_([row.id for row in mine])))
+            session.add(DataDeletion(kind="source", bot=bot, counts={
+                "documents": len(mine), "chunks": len(chunk_ids),
+                "sources": len({row.source for row in mine})}))
+        report.documents += len(mine)
+        report.chunks += len(chunk_ids)
+        report.by_bot[bot] = len(chunk_ids)
+    if gone:
+        log.info("retention.removed_sources_purged", **report.as_dict())
+    return report
+
+
+async def run_retention(sessions: async_sessionmaker[AsyncSession], settings: Settings, *,
+                        knowledge: Any) -> DeletionReport:
+    """The scheduled (leader-only) job: expired conversations, then removed sources' chunks."""
+    report = await purge_expired(sessions, settings)
+    # Knowledge opens its index lazily; without an open index the sources wait for the next run.
+    index = getattr(knowledge, "index", None) or getattr(knowledge, "_index", None)
+    if index is not None:
+        sources = await purge_removed_sources(sessions, settings, index=index)
+        report.documents, report.chunks = sources.documents, sources.chunks
+    return report

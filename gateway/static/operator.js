@@ -1,0 +1,208 @@
+/* The operator console. Talks to /v1/escalations* with the operator's bearer token (sessionStorage).
+ * Safety: every string from customers, models, documents or operators goes in with textContent only.
+ * Live updates: a fetch()-read server-sent event stream, because EventSource cannot send the token. */
+(function () {
+  "use strict";
+  var KEY = "gw-operator-token";
+  var AUTHORS = { contact: "Customer", bot: "Bot", operator: "Operator", system: "Notice" };
+  var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null };
+  function $(id) { return document.getElementById(id); }
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+  function showError(id, message) { var n = $(id); n.textContent = message || ""; n.hidden = !message; }
+
+  async function api(path, options) {
+    options = options || {};
+    var headers = { Authorization: "Bearer " + state.token };
+    if (options.body) headers["Content-Type"] = "application/json";
+    var response = await fetch(path, { method: options.method || "GET", headers: headers,
+      body: options.body ? JSON.stringify(options.body) : undefined });
+    var body = null;
+    try { body = await response.json(); } catch (e) { body = null; }
+    if (response.status === 401) { signOut("That token was not accepted."); throw new Error("unauthorized"); }
+    if (!response.ok) throw new Error((body && body.error) || ("request failed: " + response.status));
+    return body;
+  }
+
+  async function loadList() {
+    var body = await api("/v1/escalations?state=" + encodeURIComponent($("op-filter").value));
+    var list = $("op-escalations");
+    list.replaceChildren();
+    body.escalations.forEach(function (e) {
+      var li = el("li");
+      var button = el("button", "op-item");
+      button.type = "button";
+      button.setAttribute("role", "option");
+      button.dataset.id = e.id;
+      button.setAttribute("aria-selected", String(e.id === state.selected));
+      button.appendChild(el("span", "op-state op-state--" + e.state, e.state));
+      button.appendChild(el("strong", null, "#" + e.id + " " + (e.customer || "customer")));
+      button.appendChild(el("span", "op-meta", " · " + e.bot + " · " + (e.channel || "") + " — " + e.reason));
+      button.addEventListener("click", function () { select(e.id); });
+      li.appendChild(button);
+      list.appendChild(li);
+    });
+  }
+
+  async function select(id) {
+    state.selected = id;
+    document.querySelectorAll(".op-item").forEach(function (b) {
+      b.setAttribute("aria-selected", String(Number(b.dataset.id) === id));
+    });
+    await loadDetail();
+  }
+
+  function renderMessage(m) {
+    var li = el("li", "op-msg op-msg--" + m.author);
+    li.dataset.id = m.id;
+    li.appendChild(el("span", "op-author", AUTHORS[m.author] || m.author));
+    li.appendChild(el("span", "op-text", m.text));
+    if (m.citations && m.citations.length) {
+      var cites = el("ul", "op-citations");
+      m.citations.forEach(function (c, i) {
+        cites.appendChild(el("li", null, "[" + (i + 1) + "] " + (c.title || c.source) + (c.url ? " — " + c.url : "")));
+      });
+      li.appendChild(cites);
+    }
+    if (m.retrieved && m.retrieved.length) {
+      var details = el("details", "op-passages");
+      details.appendChild(el("summary", null, "Retrieved passages (" + m.retrieved.length + ")"));
+      m.retrieved.forEach(function (p) {
+        var block = el("div", "op-passage");
+        block.appendChild(el("strong", null, (p.title || p.source) + " "));
+        block.appendChild(el("span", null, p.text));
+        details.appendChild(block);
+      });
+      li.appendChild(details);
+    }
+    return li;
+  }
+
+  async function loadDetail() {
+    if (state.selected === null) return;
+    var d = await api("/v1/escalations/" + state.selected);
+    state.detail = d;
+    $("op-detail").hidden = false;
+    $("op-title").textContent = "Escalation #" + d.id + " — " + d.state;
+    $("op-meta").textContent = [d.bot, d.channel, d.customer, d.operator ? "held by " + d.operator : "unclaimed",
+                                "reason: " + d.reason].filter(Boolean).join(" · ");
+    $("op-summary").textContent = d.summary.text;
+    $("op-transcript").replaceChildren.apply($("op-transcript"), d.messages.map(renderMessage));
+    $("op-notes").replaceChildren.apply($("op-notes"), d.notes.map(function (n) {
+      return el("li", null, n.author + ": " + n.text);
+    }));
+    $("op-events").replaceChildren.apply($("op-events"), d.events.map(function (e) {
+      return el("li", null, e.at + " · " + e.actor + " · " + e.kind +
+        (e.to_state ? " → " + e.to_state : "") + (e.reason ? " · " + e.reason : ""));
+    }));
+    $("op-claim").disabled = d.state !== "open";
+    $("op-resolve").disabled = d.state === "resolved";
+    $("op-reply").disabled = d.state === "resolved";
+    showError("op-error", "");
+  }
+
+  async function act(action, body) {
+    try {
+      await api("/v1/escalations/" + state.selected + "/" + action, { method: "POST", body: body });
+      await Promise.all([loadDetail(), loadList()]);
+      return true;
+    } catch (err) { showError("op-error", err.message); return false; }
+  }
+
+  async function stream() {
+    if (state.abort) state.abort.abort();
+    var controller = new AbortController();
+    state.abort = controller;
+    try {
+      var response = await fetch("/v1/escalations/stream", { headers: { Authorization: "Bearer " + state.token,
+        Accept: "text/event-stream" }, signal: controller.signal });
+      if (!response.ok || !response.body) throw new Error("stream refused");
+      $("op-live").hidden = false;
+      var reader = response.body.getReader(), decoder = new TextDecoder(), buffer = "";
+      for (;;) {
+        var chunk = await reader.read();
+        if (chunk.done) break;
+        buffer += decoder.decode(chunk.value, { stream: true }).replace(/\r\n/g, "\n");
+        var parts = buffer.split("\n\n");
+        buffer = parts.pop();
+        for (var i = 0; i < parts.length; i++) await onEvent(parts[i]);
+      }
+    } catch (err) { if (controller.signal.aborted) return; }
+    $("op-live").hidden = true;
+    if (state.token && !controller.signal.aborted) setTimeout(stream, 2000);  // reconnect
+  }
+
+  async function onEvent(raw) {
+    var data = raw.split("\n").filter(function (l) { return l.indexOf("data:") === 0; })
+      .map(function (l) { return l.slice(5).trim(); }).join("\n");
+    if (!data) return;
+    var event;
+    try { event = JSON.parse(data); } catch (e) { return; }
+    if (!event.escalation_id) return;
+    try {
+      await loadList();
+      if (event.escalation_id === state.selected) await loadDetail();
+    } catch (err) { showError("op-error", err.message); }
+  }
+
+  async function signIn(token) {
+    state.token = token;
+    try {
+      await loadList();
+    } catch (err) {
+      if (err.message !== "unauthorized") showError("op-login-error", err.message);
+      return;
+    }
+    sessionStorage.setItem(KEY, token);
+    $("op-login").hidden = true;
+    $("op-main").hidden = false;
+    $("op-signout").hidden = false;
+    $("op-who").textContent = "signed in";
+    showError("op-login-error", "");
+    document.body.dataset.ready = "true";
+    stream();
+  }
+
+  function signOut(message) {
+    state.token = "";
+    sessionStorage.removeItem(KEY);
+    if (state.abort) state.abort.abort();
+    $("op-login").hidden = false;
+    $("op-main").hidden = true;
+    $("op-signout").hidden = true;
+    $("op-who").textContent = "";
+    showError("op-login-error", message || "");
+  }
+
+  $("op-login").addEventListener("submit", function (e) { e.preventDefault(); signIn($("op-token").value.trim()); });
+  $("op-signout").addEventListener("click", function () { signOut(""); });
+  $("op-filter").addEventListener("change", function () { loadList(); });
+  $("op-claim").addEventListener("click", function () { act("claim"); });
+  $("op-resolve").addEventListener("click", function () { act("resolve"); });
+  $("op-reply-form").addEventListener("submit", async function (e) {
+    e.preventDefault();
+    var text = $("op-reply").value.trim();
+    if (!text) return;
+    if (await act("reply", { text: text })) $("op-reply").value = "";
+  });
+  $("op-reply").addEventListener("keydown", function (e) {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); $("op-reply-form").requestSubmit(); }
+  });
+  $("op-note-form").addEventListener("submit", async function (e) {
+    e.preventDefault();
+    var text = $("op-note").value.trim();
+    if (!text) return;
+    if (await act("notes", { text: text })) $("op-note").value = "";
+  });
+  $("op-escalations").addEventListener("keydown", function (e) {
+    if (e.key !== "ArrowDown" && e.key !== "ArrowUp") return;
+    var items = Array.prototype.slice.call(document.querySelectorAll(".op-item"));
+    var index = items.indexOf(document.activeElement) + (e.key === "ArrowDown" ? 1 : -1);
+    if (items[index]) { e.preventDefault(); items[index].focus(); }
+  });
+  if (state.token) signIn(state.token);
+})();

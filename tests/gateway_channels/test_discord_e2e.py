@@ -1,0 +1,151 @@
+"""Discord through the real app: Ed25519-signed interactions (PING, /ask) and gateway messages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from nacl.signing import SigningKey
+
+from channels.discord import classify_gateway_message
+from tests.fakes.discord_api import APPLICATION_ID, BOT_USER_ID, INTERACTION_CHANNEL_ID, FakeDiscord
+from tests.gateway_channels.conftest import (
+    QUESTION, count_messages, gateway_app, settle, settled_chat, store_reply, wait_until,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SIGNING_KEY = SigningKey(bytes(range(32)))
+URL = "/webhooks/acme/discord/interactions"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory):
+    fake = await FakeDiscord().start()
+    channels = {"discord": {"token": "${DISCORD_TOKEN}", "public_key": SIGNING_KEY.verify_key.encode().hex(),
+                            "api_base": fake.api_base, "gateway_url": fake.gateway_url}}
+    try:
+        async with gateway_app(tmp_path_factory.mktemp("discord"), channels=channels,
+                               env={"DISCORD_TOKEN": fake.token}) as app:
+            yield (*app, fake)
+    finally:
+        await fake.close()
+
+
+async def post(client, body: dict[str, Any], *, key: SigningKey = SIGNING_KEY, timestamp: int | None = None,
+               signed: bool = True):
+    raw = json.dumps(body).encode()
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    headers = {"content-type": "application/json"}
+    if signed:
+        headers.update({"X-Signature-Ed25519": key.sign(ts.encode() + raw).signature.hex(),
+                        "X-Signature-Timestamp": ts})
+    return await client.post(URL, content=raw, headers=headers)
+
+
+def ask(interaction_id: str, question: str = QUESTION, *, channel: str = "1300000000000000001") -> dict[str, Any]:
+    return {"id": interaction_id, "application_id": APPLICATION_ID, "type": 2, "token": f"tok-{interaction_id}",
+            "version": 1, "guild_id": "1300000000000000000", "channel_id": channel,
+            "member": {"user": {"id": "1300000000000000099", "username": "ann", "global_name": "Ann"}},
+            "data": {"id": "1300000000000000050", "name": "ask", "type": 1,
+                     "options": [{"name": "question", "type": 3, "value": question}]}}
+
+
+def followups(fake: FakeDiscord, interaction_id: str) -> list[dict[str, Any]]:
+    return [m for m in fake.channel_messages(INTERACTION_CHANNEL_ID)
+            if m.get("interaction_token") == f"tok-{interaction_id}"]
+
+
+async def test_discord_ping_gets_pong(env):
+    client, _, _ = env
+    response = await post(client, {"id": "1", "application_id": APPLICATION_ID, "type": 1, "token": "t", "version": 1})
+    assert response.status_code == 200 and response.json() == {"type": 1}
+
+
+async def test_discord_ask_is_deferred_then_answered_once_by_followup(env):
+    client, services, fake = env
+    response = await post(client, ask("1400000000000000001"))
+    assert response.status_code == 200 and response.json() == {"type": 5}
+    [reply] = await wait_until(lambda: followups(fake, "1400000000000000001"), what="the follow-up")
+    assert "$" in reply["content"] and "Sources:" in reply["content"]
+    stored = await settled_chat(services, channel="discord", chat="1300000000000000001")
+    assert [(m.direction, m.status) for m in stored][-2:] == [("in", "done"), ("out", "sent")]
+    assert "token" not in json.dumps(stored[0].meta)  # the interaction token is never stored
+
+
+async def test_discord_duplicate_and_concurrent_interactions_reply_once(env):
+    client, services, fake = env
+    body = ask("1400000000000000002", channel="1300000000000000002")
+    results = await asyncio.gather(*(post(client, body) for _ in range(4)))
+    assert all(r.status_code == 200 for r in results)
+    await wait_until(lambda: followups(fake, "1400000000000000002"), what="the follow-up")
+    await settle()
+    assert len(followups(fake, "1400000000000000002")) == 1
+    stored = await settled_chat(services, channel="discord", chat="1300000000000000002")
+    assert [m.direction for m in stored] == ["in", "out"]
+
+
+@pytest.mark.parametrize("case", ["wrong-key", "stale", "unsigned"])
+async def test_discord_bad_stale_or_missing_signature_is_401_and_stores_nothing(env, case):
+    client, services, fake = env
+    before = await count_messages(services, channel="discord")
+    kwargs = {"wrong-key": {"key": SigningKey(bytes(32))}, "stale": {"timestamp": int(time.time()) - 3600},
+              "unsigned": {"signed": False}}[case]
+    response = await post(client, ask("1400000000000000003", channel="1300000000000000003"), **kwargs)
+    assert response.status_code == 401
+    await settle(0.3)
+    assert await count_messages(services, channel="discord") == before
+    assert followups(fake, "1400000000000000003") == []
+
+
+def gateway_message(message_id: str, channel: str, content: str, *, guild: str | None = None) -> dict[str, Any]:
+    payload = {"id": message_id, "type": 0, "channel_id": channel, "content": content, "flags": 0,
+               "timestamp": "2026-11-29T10:00:00+00:00", "mentions": [], "attachments": [],
+               "author": {"id": "1300000000000000077", "username": "bob", "global_name": "Bob", "bot": False}}
+    if guild:
+        payload["guild_id"] = guild
+    return payload
+
+
+async def test_discord_gateway_dm_is_answered_as_a_reply_with_typing(env):
+    client, services, fake = env
+    deliver = services._deliver_for("acme")  # what the gateway client calls for each MESSAGE_CREATE
+    inbound = classify_gateway_message(gateway_message("1500000000000000001", "1600000000000000001", QUESTION),
+                                       bot_user_id=BOT_USER_ID)
+    await deliver(inbound)
+    await deliver(inbound)  # a gateway replay after a RESUME: deduplicated by message id
+    [reply] = await wait_until(lambda: fake.channel_messages("1600000000000000001"), what="the reply")
+    assert reply["message_reference"]["message_id"] == "1500000000000000001"  # (a) replies to the question
+    assert fake.received("POST", "/channels/1600000000000000001/typing")
+    await settle()
+    assert len(fake.channel_messages("1600000000000000001")) == 1
+
+
+async def test_discord_guild_message_without_mention_is_ignored(env):
+    client, services, fake = env
+    result = classify_gateway_message(gateway_message("1500000000000000002", "1600000000000000002",
+                                                      "what does it cost?", guild="1700000000000000001"),
+                                      bot_user_id=BOT_USER_ID)
+    assert isinstance(result, str) and "neither mentions nor replies" in result
+
+
+async def test_discord_long_reply_is_split_at_2000_without_repeats(env):
+    client, services, fake = env
+    deliver = services._deliver_for("acme")
+    await deliver(classify_gateway_message(gateway_message("1500000000000000003", "1600000000000000003", QUESTION),
+                                           bot_user_id=BOT_USER_ID))
+    await wait_until(lambda: fake.channel_messages("1600000000000000003"), what="the first answer")
+    conversation_id = (await settled_chat(services, channel="discord", chat="1600000000000000003"))[0].conversation_id
+    text = "\n\n".join(f"Note {i}: " + "notes sync across every device you own. " * 6 for i in range(14))
+    reply_id = await store_reply(services, conversation_id=conversation_id, text=text, citations=[
+        {"source": "help", "title": "Plans and pricing", "url": "https://help.example.com/plans"}])
+    assert await services.outbox.deliver(reply_id) == "sent"
+    parts = fake.channel_messages("1600000000000000003")[1:]
+    assert len(parts) >= 2 and all(len(p["content"]) <= 2000 for p in parts)
+    joined = "\n".join(p["content"] for p in parts)
+    assert all(joined.count(f"Note {i}:") == 1 for i in range(14))
+    assert "https://help.example.com/plans" in joined

@@ -1,0 +1,137 @@
+"""Slack through the real app: signed Events API deliveries → worker → fake Slack Web API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, FakeSlack, sign
+from tests.gateway_channels.conftest import (
+    QUESTION, count_messages, deliveries, gateway_app, settle, settled_chat, store_reply, wait_until,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+URL = "/webhooks/acme/slack/events"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory):
+    fake = await FakeSlack.start()
+    channels = {"slack": {"bot_token": "${SLACK_BOT_TOKEN}", "signing_secret": "${SLACK_SIGNING_SECRET}",
+                          "api_base": fake.api_base}}
+    try:
+        async with gateway_app(tmp_path_factory.mktemp("slack"), channels=channels,
+                               env={"SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_SIGNING_SECRET": SIGNING_SECRET}) as app:
+            yield (*app, fake)
+    finally:
+        await fake.stop()
+
+
+def envelope(event_id: str, channel: str, text: str, *, kind: str = "message", ts: str = "1700000001.000100",
+             channel_type: str = "im", **event: Any) -> dict[str, Any]:
+    return {"token": "legacy", "team_id": "T111", "api_app_id": "A111", "type": "event_callback",
+            "event_id": event_id, "event_time": 1700000001,
+            "authorizations": [{"team_id": "T111", "user_id": BOT_USER_ID, "is_bot": True}],
+            "event": {"type": kind, "channel": channel, "channel_type": channel_type, "user": "U0CUSTOMER",
+                      "text": text, "ts": ts, "team": "T111", **event}}
+
+
+async def post(client, body: dict[str, Any], *, secret: str = SIGNING_SECRET, timestamp: int | None = None,
+               signed: bool = True, retry: int | None = None):
+    raw = json.dumps(body).encode()
+    headers = {"content-type": "application/json"}
+    if signed:
+        headers.update(sign(raw, secret=secret, timestamp=timestamp))
+    if retry is not None:
+        headers.update({"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"})
+    return await client.post(URL, content=raw, headers=headers)
+
+
+def posted_to(fake: FakeSlack, channel: str) -> list[dict[str, Any]]:
+    return [p for p in fake.posted() if p["channel"] == channel]
+
+
+async def test_slack_url_verification_echoes_the_challenge(env):
+    client, _, _ = env
+    response = await post(client, {"token": "legacy", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P",
+                                   "type": "url_verification"})
+    assert response.status_code == 200
+    assert response.json() == {"challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}
+
+
+async def test_slack_dm_is_answered_once_with_sources(env):
+    client, services, fake = env
+    response = await post(client, envelope("Ev0001", "D0001", QUESTION))
+    assert response.status_code == 200
+    [reply] = await wait_until(lambda: posted_to(fake, "D0001"), what="the reply at the fake Slack")
+    assert "$" in reply["text"] and "*Sources:*" in reply["text"]
+    assert reply.get("thread_ts") in (None, "")  # a top-level DM is answered at top level
+    stored = await settled_chat(services, channel="slack", chat="D0001")
+    assert [(m.direction, m.status) for m in stored] == [("in", "done"), ("out", "sent")]
+    assert [d.provider_id for d in await deliveries(services, stored[1].id)] == [reply["ts"]]
+
+
+async def test_slack_retries_and_concurrent_deliveries_reply_once(env):
+    client, services, fake = env
+    body = envelope("Ev0002", "D0002", QUESTION)
+    results = await asyncio.gather(post(client, body), *(post(client, body, retry=n) for n in (1, 2, 3)))
+    assert all(r.status_code == 200 for r in results)
+    await wait_until(lambda: posted_to(fake, "D0002"), what="the reply")
+    await settle()
+    assert len(posted_to(fake, "D0002")) == 1
+    assert [m.direction for m in await settled_chat(services, channel="slack", chat="D0002")] == ["in", "out"]
+
+
+@pytest.mark.parametrize("case", ["bad-secret", "stale", "unsigned"])
+async def test_slack_bad_stale_or_missing_signature_is_401_and_stores_nothing(env, case):
+    client, services, fake = env
+    before = await count_messages(services, channel="slack")
+    kwargs = {"bad-secret": {"secret": "not-the-secret"}, "stale": {"timestamp": int(time.time()) - 3600},
+              "unsigned": {"signed": False}}[case]
+    response = await post(client, envelope("Ev0003", "D0003", QUESTION), **kwargs)
+    assert response.status_code == 401
+    await settle(0.3)
+    assert await count_messages(services, channel="slack") == before
+    assert posted_to(fake, "D0003") == []
+
+
+async def test_slack_channel_message_without_mention_is_ignored(env):
+    client, services, fake = env
+    before = await count_messages(services, channel="slack")
+    body = envelope("Ev0004", "C0004", "anyone know the price?", channel_type="channel")
+    assert (await post(client, body)).status_code == 200
+    await settle()
+    assert await count_messages(services, channel="slack") == before
+    assert posted_to(fake, "C0004") == []
+
+
+async def test_slack_app_mention_is_answered_in_its_thread(env):
+    client, services, fake = env
+    body = envelope("Ev0005", "C0005", f"<@{BOT_USER_ID}> {QUESTION}", kind="app_mention", channel_type="channel",
+                    ts="1700000005.000500")
+    assert (await post(client, body)).status_code == 200
+    [reply] = await wait_until(lambda: posted_to(fake, "C0005"), what="the threaded reply")
+    assert reply["thread_ts"] == "1700000005.000500"
+
+
+async def test_slack_long_reply_is_split_with_mrkdwn_links(env):
+    client, services, fake = env
+    await post(client, envelope("Ev0006", "D0006", QUESTION))
+    await wait_until(lambda: posted_to(fake, "D0006"), what="the first answer")
+    conversation_id = (await settled_chat(services, channel="slack", chat="D0006"))[0].conversation_id
+    text = "\n\n".join(f"Section {i}: " + "keep your workspace tidy and synced. " * 10 for i in range(16))
+    reply_id = await store_reply(services, conversation_id=conversation_id, text=text, citations=[
+        {"source": "help", "title": "Plans & pricing", "url": "https://help.example.com/plans"}])
+    assert await services.outbox.deliver(reply_id) == "sent"
+    parts = posted_to(fake, "D0006")[1:]
+    assert len(parts) >= 2 and all(len(p["text"]) <= 3000 for p in parts)
+    joined = "\n".join(p["text"] for p in parts)
+    assert all(joined.count(f"Section {i}:") == 1 for i in range(16))
+    assert "<https://help.example.com/plans|Plans &amp; pricing>" in joined

@@ -1,0 +1,208 @@
+"""Telegram through the real app: signed webhook → inbox → worker → offline model → fake Bot API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from gateway.pipeline.core import TEXT_ONLY_REPLY
+from tests.fakes.telegram_api import FakeTelegramAPI, utf16_len
+from tests.gateway_channels.conftest import (
+    GREETING, QUESTION, count_messages, deliveries, gateway_app, get_message, messages_in_chat, send_failures, settled_chat,
+    settle, store_reply, wait_until,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+TOKEN = "723738643:AAH-fake-token_for-tests"
+SECRET = "s3cret-Token_value"
+URL = "/webhooks/acme/telegram"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory):
+    async with FakeTelegramAPI(TOKEN) as fake:
+        channels = {"telegram": {"token": "${TG_TOKEN}", "webhook_secret": "${TG_SECRET}",
+                                 "api_base": fake.base_url, "greeting": GREETING}}
+        async with gateway_app(tmp_path_factory.mktemp("telegram"), channels=channels,
+                               env={"TG_TOKEN": TOKEN, "TG_SECRET": SECRET}) as (client, services):
+            yield client, services, fake
+
+
+def update(update_id: int, chat: int, text: str | None = None, *, chat_type: str = "private",
+           message_id: int = 42, **extra: Any) -> dict[str, Any]:
+    message = {"message_id": message_id, "date": 1700000000, "chat": {"id": chat, "type": chat_type},
+               "from": {"id": 5550001, "is_bot": False, "first_name": "Ann"}, **extra}
+    if text is not None:
+        message["text"] = text
+    return {"update_id": update_id, "message": message}
+
+
+async def post(client, body: dict[str, Any], secret: str | None = SECRET):
+    headers = {"content-type": "application/json"}
+    if secret is not None:
+        headers["X-Telegram-Bot-Api-Secret-Token"] = secret
+    return await client.post(URL, content=json.dumps(body).encode(), headers=headers)
+
+
+def sent_to(fake: FakeTelegramAPI, chat: int):
+    return [m for m in fake.sent if m.chat_id == chat]
+
+
+async def test_telegram_question_is_answered_once_with_citation_typing_and_reply_to(env):
+    client, services, fake = env
+    response = await post(client, update(9001, 1001, QUESTION, message_id=77))
+    assert response.status_code == 200 and response.json() == {"ok": True}
+    [reply] = await wait_until(lambda: sent_to(fake, 1001), what="the reply at the fake Bot API")
+    assert "$" in reply.text and "Sources:" in reply.text
+    assert reply.reply_to == 77  # (a) the inbound message_id became reply_parameters
+    typing = [c for c in fake.calls("sendChatAction") if str(c.params["chat_id"]) == "1001"]
+    assert typing and typing[0].params["action"] == "typing"  # (e) shown while the answer was produced
+    first_send = next(c for c in fake.calls("sendMessage") if str(c.params["chat_id"]) == "1001")
+    assert typing[0].at <= first_send.at
+    stored = await settled_chat(services, channel="telegram", chat="1001")
+    assert [(m.direction, m.status) for m in stored] == [("in", "done"), ("out", "sent")]
+    assert [d.provider_id for d in await deliveries(services, stored[1].id)] == [str(reply.message_id)]
+
+
+async def test_telegram_duplicate_and_concurrent_deliveries_reply_once(env):
+    client, services, fake = env
+    body = update(9002, 1002, QUESTION)
+    first = await post(client, body)
+    again = await asyncio.gather(*(post(client, body) for _ in range(5)))
+    assert first.status_code == 200 and all(r.status_code == 200 for r in again)
+    await wait_until(lambda: sent_to(fake, 1002), what="the reply")
+    await settle()
+    assert len(sent_to(fake, 1002)) == 1
+    stored = await settled_chat(services, channel="telegram", chat="1002")
+    assert [m.direction for m in stored] == ["in", "out"]
+    metrics = (await client.get("/metrics")).text
+    assert 'gateway_duplicate_deliveries_total{bot="acme",channel="telegram"} 5.0' in metrics
+
+
+@pytest.mark.parametrize("secret", ["wrong-secret", None, ""], ids=["bad", "missing", "empty"])
+async def test_telegram_bad_or_missing_secret_is_401_and_stores_nothing(env, secret):
+    client, services, fake = env
+    before = await count_messages(services, channel="telegram")
+    response = await post(client, update(9003, 1003, QUESTION), secret=secret)
+    assert response.status_code == 401
+    await settle(0.3)
+    assert await count_messages(services, channel="telegram") == before
+    assert sent_to(fake, 1003) == []
+
+
+async def test_telegram_start_command_gets_the_configured_greeting(env):
+    client, _, fake = env
+    body = update(9004, 1004, "/start", entities=[{"type": "bot_command", "offset": 0, "length": 6}])
+    assert (await post(client, body)).status_code == 200
+    [reply] = await wait_until(lambda: sent_to(fake, 1004), what="the greeting")
+    assert reply.text == GREETING
+
+
+async def test_telegram_photo_without_caption_gets_text_only_reply(env):
+    client, services, fake = env
+    photo = [{"file_id": "AgAD-small", "file_unique_id": "u1", "width": 90, "height": 90},
+             {"file_id": "AgAD-large", "file_unique_id": "u2", "width": 800, "height": 800}]
+    assert (await post(client, update(9005, 1005, photo=photo))).status_code == 200
+    [reply] = await wait_until(lambda: sent_to(fake, 1005), what="the text-only reply")
+    assert reply.text == TEXT_ONLY_REPLY
+    inbound = (await messages_in_chat(services, channel="telegram", chat="1005"))[0]
+    assert inbound.attachments == [{"kind": "image", "file_id": "AgAD-large"}]
+
+
+async def test_telegram_group_message_without_mention_is_ignored_and_not_stored(env):
+    client, services, fake = env
+    before = await count_messages(services, channel="telegram")
+    body = update(9006, -1001006, "does anyone know the price?", chat_type="supergroup")
+    assert (await post(client, body)).status_code == 200
+    await settle()
+    assert await count_messages(services, channel="telegram") == before
+    assert sent_to(fake, -1001006) == []
+
+
+async def _conversation_in(client, services, fake, update_id: int, chat: int) -> int:
+    """Open a conversation in `chat` (one answered question) and return its id."""
+    await post(client, update(update_id, chat, QUESTION))
+    await wait_until(lambda: sent_to(fake, chat), what="the first answer")
+    fake.sent[:] = [m for m in fake.sent if m.chat_id != chat]
+    return (await settled_chat(services, channel="telegram", chat=str(chat)))[0].conversation_id
+
+
+async def test_telegram_long_reply_is_split_and_citations_are_links(env):
+    client, services, fake = env
+    conversation_id = await _conversation_in(client, services, fake, 9007, 1007)
+    paragraphs = [f"Paragraph {i}: " + "the sync engine keeps your notes safe. " * 12 for i in range(20)]
+    text = "\n\n".join(paragraphs)
+    reply_id = await store_reply(services, conversation_id=conversation_id, text=text, citations=[
+        {"source": "help", "title": "Plans & pricing", "url": "https://help.example.com/plans?a=1&b=2"}])
+    assert await services.outbox.deliver(reply_id) == "sent"
+    parts = sent_to(fake, 1007)
+    assert len(parts) >= 2 and all(utf16_len(p.text) <= 4096 for p in parts)
+    visible = "\n".join(p.text for p in parts)
+    assert all(f"Paragraph {i}:" in visible for i in range(20))
+    assert sum(visible.count(f"Paragraph {i}:") for i in range(20)) == 20  # nothing shown twice
+    links = [e for p in parts for e in p.entities if e["type"] == "text_link"]
+    assert links == [{"type": "text_link", "offset": links[0]["offset"], "length": len("Plans & pricing"),
+                      "url": "https://help.example.com/plans?a=1&b=2"}]
+    assert len(await deliveries(services, reply_id)) == len(parts)
+
+
+async def test_telegram_rate_limited_send_is_retried_later_without_repeating_parts(env):
+    client, services, fake = env
+    conversation_id = await _conversation_in(client, services, fake, 9008, 1008)
+    text = "\n\n".join(f"Part {i}: " + "words to fill the message. " * 20 for i in range(12))
+    # The first part goes through; the second hits a 429 longer than the adapter waits in place.
+    fake.fail_next("sendMessage", status=429, retry_after=60, skip=1)
+    services.outbox.max_backoff_s = 0.3  # the platform asked for 60 s; the test cannot wait that long
+    try:
+        reply_id = await store_reply(services, conversation_id=conversation_id, text=text)
+        assert await services.outbox.deliver(reply_id) == "retry"
+        waiting = await get_message(services, reply_id)
+        assert waiting.status == "pending" and "retrying" in waiting.error and waiting.meta["next_attempt_at"]
+        services.worker.notify()
+        await wait_until(lambda: _status_is(services, reply_id, "sent"), what="the retried send")
+    finally:
+        services.outbox.max_backoff_s = 300.0
+    parts = sent_to(fake, 1008)
+    assert len(parts) >= 2
+    assert [p.text.split(":")[0] for p in parts].count("Part 0") == 1  # the delivered part was not repeated
+    done = await get_message(services, reply_id)
+    assert done.attempts == 2 and done.error is None
+    assert len(await deliveries(services, reply_id)) == len(parts)
+
+
+async def test_telegram_send_failing_every_attempt_is_marked_failed_and_counted(env):
+    client, services, fake = env
+    conversation_id = await _conversation_in(client, services, fake, 9009, 1009)
+    failures_before = await send_failures(client, "telegram")
+    fake.fail_next("sendMessage", status=429, retry_after=60, times=2)
+    services.outbox.max_backoff_s, services.outbox.max_attempts = 0.2, 2
+    try:
+        reply_id = await store_reply(services, conversation_id=conversation_id, text="Your refund is on its way.")
+        assert await services.outbox.deliver(reply_id) == "retry"
+        services.worker.notify()
+        await wait_until(lambda: _status_is(services, reply_id, "failed"), what="the reply to fail")
+    finally:
+        services.outbox.max_backoff_s, services.outbox.max_attempts = 300.0, 5
+    failed = await get_message(services, reply_id)
+    assert failed.error.startswith("send failed after 2 attempts") and failed.attempts == 2
+    assert sent_to(fake, 1009) == []
+    assert await send_failures(client, "telegram") == failures_before + 1
+
+
+async def test_telegram_permanent_refusal_fails_at_once(env):
+    client, services, fake = env
+    conversation_id = await _conversation_in(client, services, fake, 9010, 1010)
+    fake.fail_next("sendMessage", status=403, description="Forbidden: bot was blocked by the user")
+    reply_id = await store_reply(services, conversation_id=conversation_id, text="Are you still there?")
+    assert await services.outbox.deliver(reply_id) == "failed"
+    failed = await get_message(services, reply_id)
+    assert failed.attempts == 1 and "recipient unreachable" in failed.error and "blocked" in failed.error
+
+
+async def _status_is(services, message_id: int, status: str) -> bool:
+    return (await get_message(services, message_id)).status == status

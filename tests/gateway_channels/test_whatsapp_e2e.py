@@ -1,0 +1,226 @@
+"""WhatsApp (Twilio) through the real app: signed form webhooks, the 24-hour window, status callbacks."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from urllib.parse import urlencode
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import update
+from twilio.request_validator import RequestValidator
+
+from gateway.models import utcnow
+from gateway.pipeline.core import TEXT_ONLY_REPLY
+from storage.models import Contact, Conversation
+from tests.fakes.twilio_api import FakeTwilio, Reply
+from tests.gateway_channels.conftest import (
+    QUESTION, count_messages, deliveries, gateway_app, get_message, messages_in_chat, send_failures, settled_chat, settle,
+    store_reply, wait_until,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
+AUTH_TOKEN = "twilio-auth-token-for-tests"
+BOT_NUMBER = "+14155238886"
+PUBLIC_URL = "https://gw.example.com"
+URL = "/webhooks/acme/whatsapp"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory):
+    fake = FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
+    channels = {"whatsapp": {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": BOT_NUMBER,
+                             "public_url": PUBLIC_URL, "api_base": fake.base_url}}
+    try:
+        async with gateway_app(tmp_path_factory.mktemp("whatsapp"), channels=channels,
+                               env={"WA_SID": ACCOUNT_SID, "WA_TOKEN": AUTH_TOKEN}) as (client, services):
+            yield client, services, fake
+    finally:
+        fake.stop()
+
+
+def inbound(sid: str, phone: str, body: str = QUESTION, **extra: str) -> dict[str, str]:
+    return {"MessageSid": sid, "SmsMessageSid": sid, "AccountSid": ACCOUNT_SID, "From": f"whatsapp:{phone}",
+            "To": f"whatsapp:{BOT_NUMBER}", "Body": body, "NumMedia": "0", "WaId": phone.lstrip("+"),
+            "ProfileName": "Ann", "SmsStatus": "received", **extra}
+
+
+def status(sid: str, value: str, **extra: str) -> dict[str, str]:
+    return {"MessageSid": sid, "MessageStatus": value, "AccountSid": ACCOUNT_SID,
+            "To": "whatsapp:+15550000000", "From": f"whatsapp:{BOT_NUMBER}", **extra}
+
+
+async def post(client, form: dict[str, str], *, signature: str | None = "valid", token: str = AUTH_TOKEN):
+    headers = {"content-type": "application/x-www-form-urlencoded"}
+    if signature == "valid":
+        # Twilio signs the public URL from config, not the URL the proxy forwarded to us.
+        headers["X-Twilio-Signature"] = RequestValidator(token).compute_signature(PUBLIC_URL + URL, form)
+    elif signature is not None:
+        headers["X-Twilio-Signature"] = signature
+    return await client.post(URL, content=urlencode(form).encode(), headers=headers)
+
+
+def sent_to(fake: FakeTwilio, phone: str):
+    return [r for r in fake.delivered if r.form.get("To") == f"whatsapp:{phone}"]
+
+
+async def _status_is(services, message_id: int, value: str) -> bool:
+    return (await get_message(services, message_id)).status == value
+
+
+async def test_whatsapp_question_is_answered_once_with_citations(env):
+    client, services, fake = env
+    response = await post(client, inbound("SM" + "a" * 32, "+15550000001"))
+    assert response.status_code == 200
+    [sent] = await wait_until(lambda: sent_to(fake, "+15550000001"), what="the reply at the fake Twilio")
+    assert "$" in sent.form["Body"] and "Sources:" in sent.form["Body"]
+    assert sent.form["From"] == f"whatsapp:{BOT_NUMBER}"
+    assert sent.form["StatusCallback"] == PUBLIC_URL + URL
+    stored = await settled_chat(services, channel="whatsapp", chat="whatsapp:+15550000001")
+    assert [(m.direction, m.status) for m in stored] == [("in", "done"), ("out", "sent")]
+    assert [d.provider_id for d in await deliveries(services, stored[1].id)] == [sent.sid]
+
+
+async def test_whatsapp_duplicate_and_concurrent_deliveries_reply_once(env):
+    client, services, fake = env
+    form = inbound("SM" + "b" * 32, "+15550000002")
+    results = await asyncio.gather(*(post(client, form) for _ in range(6)))
+    assert all(r.status_code == 200 for r in results)
+    await wait_until(lambda: sent_to(fake, "+15550000002"), what="the reply")
+    await settle()
+    assert len(sent_to(fake, "+15550000002")) == 1
+    stored = await settled_chat(services, channel="whatsapp", chat="whatsapp:+15550000002")
+    assert [m.direction for m in stored] == ["in", "out"]
+
+
+@pytest.mark.parametrize("signature, token", [(None, AUTH_TOKEN), ("valid", "another-token"), ("bm90IGl0", AUTH_TOKEN)],
+                         ids=["missing", "wrong-key", "garbage"])
+async def test_whatsapp_bad_signature_is_401_and_stores_nothing(env, signature, token):
+    client, services, fake = env
+    before = await count_messages(services, channel="whatsapp")
+    response = await post(client, inbound("SM" + "c" * 32, "+15550000003"), signature=signature, token=token)
+    assert response.status_code == 401
+    await settle(0.3)
+    assert await count_messages(services, channel="whatsapp") == before
+    assert sent_to(fake, "+15550000003") == []
+
+
+async def test_whatsapp_media_without_text_gets_text_only_reply(env):
+    client, services, fake = env
+    form = inbound("SM" + "d" * 32, "+15550000004", body="", NumMedia="1",
+                   MediaUrl0="https://api.twilio.com/2010-04-01/Accounts/AC/Messages/MM1/Media/ME1",
+                   MediaContentType0="image/jpeg")
+    assert (await post(client, form)).status_code == 200
+    [sent] = await wait_until(lambda: sent_to(fake, "+15550000004"), what="the text-only reply")
+    assert sent.form["Body"] == TEXT_ONLY_REPLY
+    first = (await messages_in_chat(services, channel="whatsapp", chat="whatsapp:+15550000004"))[0]
+    assert first.attachments[0]["url"].endswith("/Media/ME1") and first.attachments[0]["kind"] == "image"
+
+
+async def _answered(client, services, fake, sid: str, phone: str) -> tuple[int, int, str]:
+    """One answered question: (conversation id, reply id, reply SID)."""
+    await post(client, inbound(sid, phone))
+    [sent] = await wait_until(lambda: sent_to(fake, phone), what="the answer")
+    reply = (await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}"))[1]
+    return reply.conversation_id, reply.id, sent.sid
+
+
+async def test_whatsapp_status_callbacks_update_the_reply_and_ignore_late_sent(env):
+    client, services, fake = env
+    _, reply_id, sid = await _answered(client, services, fake, "SM" + "e" * 32, "+15550000005")
+    assert (await post(client, status(sid, "delivered"))).status_code == 200
+    assert (await get_message(services, reply_id)).status == "delivered"
+    assert (await post(client, status(sid, "sent"))).status_code == 200  # late, out of order
+    assert (await get_message(services, reply_id)).status == "delivered"
+    assert [d.status for d in await deliveries(services, reply_id)] == ["delivered"]
+    await post(client, status(sid, "read"))
+    assert (await get_message(services, reply_id)).status == "read"
+
+
+async def test_whatsapp_failed_status_callback_records_the_error_code(env):
+    client, services, fake = env
+    _, reply_id, sid = await _answered(client, services, fake, "SM" + "f" * 32, "+15550000006")
+    await post(client, status(sid, "undelivered", ErrorCode="30008"))
+    failed = await get_message(services, reply_id)
+    assert failed.status == "failed" and failed.error == "provider error 30008"
+    [part] = await deliveries(services, reply_id)
+    assert (part.status, part.error_code) == ("failed", "30008")
+
+
+async def test_whatsapp_bad_signature_on_status_callback_changes_nothing(env):
+    client, services, fake = env
+    _, reply_id, sid = await _answered(client, services, fake, "SM" + "1" * 32, "+15550000007")
+    assert (await post(client, status(sid, "failed", ErrorCode="30008"), signature="bm9wZQ==")).status_code == 401
+    assert (await get_message(services, reply_id)).status == "sent"
+
+
+async def _leave_window(services, conversation_id: int) -> None:
+    async with services.sessions() as session, session.begin():
+        conversation = await session.get(Conversation, conversation_id)
+        await session.execute(update(Contact).where(Contact.id == conversation.contact_id)
+                              .values(last_inbound_at=utcnow() - timedelta(hours=25)))
+
+
+async def test_whatsapp_reply_outside_the_window_without_template_fails_visibly(env):
+    client, services, fake = env
+    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "2" * 32, "+15550000008")
+    failures_before = await send_failures(client, "whatsapp")
+    await _leave_window(services, conversation_id)
+    reply_id = await store_reply(services, conversation_id=conversation_id, text="Your order shipped.")
+    assert await services.outbox.deliver(reply_id) == "failed"
+    failed = await get_message(services, reply_id)
+    assert "outside the 24-hour window" in failed.error and failed.attempts == 1
+    assert len(sent_to(fake, "+15550000008")) == 1  # only the earlier in-window answer
+    assert await send_failures(client, "whatsapp") == failures_before + 1
+
+
+async def test_whatsapp_reply_outside_the_window_uses_the_content_template(env):
+    client, services, fake = env
+    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "3" * 32, "+15550000009")
+    await _leave_window(services, conversation_id)
+    adapter = services.adapters[("acme", "whatsapp")]
+    original = adapter.settings
+    adapter.settings = original.model_copy(update={"content_sid": "HX" + "9" * 32})
+    try:
+        reply_id = await store_reply(services, conversation_id=conversation_id, text="Your order shipped.")
+        assert await services.outbox.deliver(reply_id) == "sent"
+    finally:
+        adapter.settings = original
+    template = sent_to(fake, "+15550000009")[-1]
+    assert template.form["ContentSid"] == "HX" + "9" * 32 and "Body" not in template.form
+    sent = await get_message(services, reply_id)
+    assert sent.meta["template"] == "HX" + "9" * 32
+    assert [d.provider_id for d in await deliveries(services, reply_id)] == [template.sid]
+
+
+async def test_whatsapp_long_reply_is_split_at_1600_with_plain_links(env):
+    client, services, fake = env
+    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "4" * 32, "+15550000010")
+    text = "\n\n".join(f"Step {i}: " + "open the app and check the settings. " * 8 for i in range(14))
+    reply_id = await store_reply(services, conversation_id=conversation_id, text=text, citations=[
+        {"source": "help", "title": "Plans and pricing", "url": "https://help.example.com/plans"}])
+    assert await services.outbox.deliver(reply_id) == "sent"
+    parts = sent_to(fake, "+15550000010")[1:]
+    assert len(parts) >= 2 and all(len(p.form["Body"]) <= 1600 for p in parts)
+    body = "\n".join(p.form["Body"] for p in parts)
+    assert all(body.count(f"Step {i}:") == 1 for i in range(14))
+    assert "Plans and pricing (https://help.example.com/plans)" in body
+
+
+async def test_whatsapp_twilio_rate_limit_is_retried_by_the_outbox(env):
+    client, services, fake = env
+    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "5" * 32, "+15550000011")
+    # More 429s than the adapter retries in place: the outbox takes over with its own backoff.
+    fake.script(*[Reply(status=429, code=20429, message="Too Many Requests", retry_after=0)] * 3)
+    reply_id = await store_reply(services, conversation_id=conversation_id, text="One more thing.")
+    services.outbox.backoff_s = 0.1
+    try:
+        assert await services.outbox.deliver(reply_id) == "retry"
+        services.worker.notify()
+        await wait_until(lambda: _status_is(services, reply_id, "sent"), what="the retried send")
+    finally:
+        services.outbox.backoff_s = 2.0
+    assert [p.form["Body"] for p in sent_to(fake, "+15550000011")].count("One more thing.") == 1

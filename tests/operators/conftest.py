@@ -1,0 +1,54 @@
+"""Fixtures for the operator tests: one app per module with operators, the web channel and fake Slack."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import httpx
+import pytest_asyncio
+
+from gateway.app import create_app
+from gateway.settings import load_settings
+from tests.conftest import upgrade, write_config
+from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+
+SIGNING_SECRET = "ops-signing-secret-1234"
+TOKENS = {"sam": "sam-token-0123456789", "kim": "kim-token-9876543210"}
+OPS_CHANNEL = "COPS"
+
+
+def auth(name: str) -> dict[str, str]:
+    """The Authorization header of an operator."""
+    return {"Authorization": f"Bearer {TOKENS[name]}"}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def slack():
+    fake = await FakeSlack.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tmp_path_factory, slack):
+    tmp_path = tmp_path_factory.mktemp("operators")
+    os.environ.update(OPS_SAM_TOKEN=TOKENS["sam"], OPS_KIM_TOKEN=TOKENS["kim"], OPS_SLACK_BOT=BOT_TOKEN,
+                      OPS_SLACK_SECRET=SIGNING_SECRET)
+    escalation = {"max_unanswered_turns": 2}
+    bots = [
+        {"name": "acme", "fallback_text": "I couldn't find that.", "escalation": escalation,
+         "channels": {"web": {}, "slack": {"bot_token": "${OPS_SLACK_BOT}", "signing_secret": "${OPS_SLACK_SECRET}",
+                                            "api_base": slack.api_base, "operator_channel": OPS_CHANNEL}}},
+        {"name": "other", "channels": {"web": {}}},
+    ]
+    operators = [{"name": "sam", "token": "${OPS_SAM_TOKEN}", "bots": ["acme"]},
+                 {"name": "kim", "token": "${OPS_KIM_TOKEN}", "bots": ["acme", "other"]}]
+    settings = load_settings(write_config(tmp_path, bots=bots, operators=operators))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    app = create_app(settings, start_scheduler=False, start_channels=False)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=60) as http:
+            http.services = app.state.services
+            yield http

@@ -1,0 +1,108 @@
+"""The operator API end to end through the real app: authorization, triggers, silence, relay and hand-back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.pipeline.core import LLM_DOWN_REPLY  # noqa: F401  (the failure path is covered in test_triggers)
+from tests.operators.conftest import TOKENS, auth
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+ACK = "I've asked a person from our team to take over. They'll reply here shortly."
+
+
+async def _chat(client, session_id: str, text: str) -> dict:
+    response = await client.post("/v1/bots/acme/chat", json={"session_id": session_id, "text": text})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def _escalation_for(client, conversation_id: int, who: str = "sam") -> dict:
+    body = (await client.get("/v1/escalations?state=open,claimed", headers=auth(who))).json()
+    return next(e for e in body["escalations"] if e["conversation_id"] == conversation_id)
+
+
+async def test_api_without_or_with_wrong_token_is_401(client):
+    assert (await client.get("/v1/escalations")).status_code == 401
+    assert (await client.get("/v1/escalations", headers={"Authorization": "Bearer nope"})).status_code == 401
+    assert (await client.get("/v1/escalations", headers={"Authorization": TOKENS["sam"]})).status_code == 401
+    assert (await client.post("/v1/escalations/1/claim",
+                              headers={"Authorization": "Bearer " + TOKENS["sam"] + "x"})).status_code == 401
+    assert (await client.get("/v1/escalations", headers=auth("sam"))).status_code == 200
+
+
+async def test_api_escalation_of_another_bot_is_404(client):
+    response = await client.post("/v1/bots/other/chat", json={"session_id": "o-1", "text": "talk to a human please"})
+    conversation_id = response.json()["conversation_id"]
+    kims = (await client.get("/v1/escalations?bot=other", headers=auth("kim"))).json()["escalations"]
+    escalation_id = next(e["id"] for e in kims if e["conversation_id"] == conversation_id)
+    for path in ("", "/claim", "/resolve"):
+        method = client.get if not path else client.post
+        assert (await method(f"/v1/escalations/{escalation_id}{path}", headers=auth("sam"))).status_code == 404
+    reply = await client.post(f"/v1/escalations/{escalation_id}/reply", json={"text": "hi"}, headers=auth("sam"))
+    assert reply.status_code == 404
+    sams = (await client.get("/v1/escalations", headers=auth("sam"))).json()["escalations"]
+    assert all(e["bot"] == "acme" for e in sams)
+
+
+async def test_trigger_customer_phrase_escalates_and_bot_stays_silent(client):
+    first = await _chat(client, "w-1", "Can I speak to a human agent?")
+    assert first["reply"] == ACK and first["state"] == "waiting"
+    second = await _chat(client, "w-1", "Hello? Anyone there?")
+    assert second["reply"] is None and second["state"] == "waiting"
+    escalation = await _escalation_for(client, first["conversation_id"])
+    assert escalation["state"] == "open" and "customer asked" in escalation["reason"]
+    transcript = (await client.get("/v1/bots/acme/sessions/w-1/messages")).json()["messages"]
+    assert [(m["direction"], m["author"]) for m in transcript] == [("in", "contact"), ("out", "bot"),
+                                                                   ("in", "contact")]
+
+
+async def test_trigger_consecutive_unanswered_turns_escalates_with_one_acknowledgement(client):
+    first = await _chat(client, "w-2", "What is the airspeed of an unladen swallow?")
+    assert first["reply"] == "I couldn't find that." and first["state"] == "bot"
+    second = await _chat(client, "w-2", "Who painted the Mona Lisa?")
+    assert second["state"] == "waiting"
+    assert second["reply"].count(ACK) == 1 and second["reply"].startswith("I couldn't find that.")
+    escalation = await _escalation_for(client, second["conversation_id"])
+    assert "2 consecutive turns" in escalation["reason"]
+
+
+async def test_relay_round_trip_on_web_then_bot_resumes(client):
+    opened = await _chat(client, "w-3", "I want to talk to a real person")
+    escalation = await _escalation_for(client, opened["conversation_id"])
+    claimed = await client.post(f"/v1/escalations/{escalation['id']}/claim", headers=auth("sam"))
+    assert claimed.status_code == 200 and claimed.json()["operator"] == "sam"
+    other = await client.post(f"/v1/escalations/{escalation['id']}/claim", headers=auth("kim"))
+    assert other.status_code == 409 and "already claimed by sam" in other.json()["error"]
+    sent = await client.post(f"/v1/escalations/{escalation['id']}/reply", headers=auth("sam"),
+                             json={"text": "Hi, Sam here. Your refund is on its way."})
+    assert sent.status_code == 201 and sent.json()["status"] == "sent"
+    quiet = await _chat(client, "w-3", "Thanks! When will it arrive?")
+    assert quiet["reply"] is None and quiet["state"] == "operator"
+    note = await client.post(f"/v1/escalations/{escalation['id']}/notes", headers=auth("sam"),
+                             json={"text": "refund #123"})
+    assert note.status_code == 201
+    detail = (await client.get(f"/v1/escalations/{escalation['id']}", headers=auth("kim"))).json()
+    assert detail["summary"]["kind"] == "extractive" and "real person" in detail["summary"]["text"]
+    assert [m["author"] for m in detail["messages"]] == ["contact", "bot", "operator", "contact"]
+    resolved = await client.post(f"/v1/escalations/{escalation['id']}/resolve", headers=auth("sam"))
+    assert resolved.status_code == 200 and resolved.json()["state"] == "resolved"
+    transcript = (await client.get("/v1/bots/acme/sessions/w-3/messages")).json()
+    assert transcript["state"] == "bot"
+    authors = [(m["author"], m["text"]) for m in transcript["messages"] if m["direction"] == "out"]
+    assert ("operator", "Hi, Sam here. Your refund is on its way.") in authors
+    assert authors[-1][0] == "system" and "back to the assistant" in authors[-1][1]
+    after = await _chat(client, "w-3", "What is the capital of Atlantis?")
+    assert after["reply"] == "I couldn't find that." and after["state"] == "bot"
+    kinds = [e["kind"] for e in (await client.get(f"/v1/escalations/{escalation['id']}",
+                                                  headers=auth("sam"))).json()["events"]]
+    assert kinds == ["opened", "claimed", "note", "resolved"]
+
+
+async def test_metrics_count_escalations_and_handoff_times(client):
+    text = (await client.get("/metrics")).text
+    assert 'gateway_escalations_total{bot="acme"}' in text
+    assert 'gateway_escalation_time_to_claim_seconds_count{bot="acme"}' in text
+    assert 'gateway_escalation_time_to_resolve_seconds_count{bot="acme"}' in text

@@ -1,0 +1,128 @@
+"""The operator console in a real headless Chromium, against the real app on a real port.
+
+An operator opens /operator, sees a new escalation appear live (SSE), claims it and replies; the
+customer's web chat (a second browser tab) shows the reply; the operator resolves; the bot answers
+the customer's next question from the knowledge base.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+
+import pytest
+
+from tests.web.conftest import CHROMIUM_ARGS, HELP_CENTER, _prepare, browser, chromium_path  # noqa: F401
+
+pytestmark = pytest.mark.browser
+TOKEN = "console-operator-token-42"
+WAIT_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def live_url(tmp_path_factory):
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+
+    root = tmp_path_factory.mktemp("console")
+    docs = root / "docs"
+    docs.mkdir()
+    shutil.copy(HELP_CENTER / "account.md", docs / "account.md")
+    os.environ["CONSOLE_OPERATOR_TOKEN"] = TOKEN
+    config = root / "config.yaml"
+    config.write_text(f"""
+database_url: "sqlite+aiosqlite:///{root / 'gateway.db'}"
+qdrant:
+  path: "{root / 'qdrant'}"
+operators:
+  - name: sam
+    token: "${{CONSOLE_OPERATOR_TOKEN}}"
+    bots: [acme]
+bots:
+  - name: acme
+    model: offline
+    sources:
+      - name: help-center
+        type: directory
+        path: "{docs}"
+        schedule: "0 3 * * *"
+    channels:
+      web: {{}}
+""", encoding="utf-8")
+    _prepare(config)
+    app = create_app(load_settings(config), start_scheduler=False)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the gateway did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def test_console_claim_reply_resolve_round_trip(browser, live_url):  # noqa: F811
+    context = browser.new_context()
+    operator, customer = context.new_page(), browser.new_context().new_page()
+    errors: list[str] = []
+    for tab in (operator, customer):
+        tab.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    operator.goto(live_url + "/operator")
+    operator.fill("#op-token", "wrong-token")
+    operator.press("#op-token", "Enter")
+    operator.wait_for_selector("#op-login-error:not([hidden])")
+    operator.fill("#op-token", TOKEN)
+    operator.press("#op-token", "Enter")
+    operator.wait_for_selector("body[data-ready='true']")
+    operator.wait_for_selector("#op-live:not([hidden])", timeout=WAIT_MS)
+    assert operator.locator(".op-item").count() == 0
+
+    customer.goto(live_url + "/")
+    customer.wait_for_selector("#gw-chat[data-ready='true']")
+    customer.fill("#gw-input", "I want to talk to a human <img src=x onerror=alert(1)>")
+    customer.press("#gw-input", "Enter")
+
+    # It appears in the console without a reload (server-sent events).
+    operator.wait_for_selector(".op-item", timeout=WAIT_MS)
+    operator.locator(".op-item").first.click()
+    operator.wait_for_selector("#op-transcript .op-msg--contact")
+    assert "<img" in operator.locator("#op-transcript .op-msg--contact .op-text").first.inner_text()
+    assert operator.locator("#op-transcript img").count() == 0
+    assert "Asked first" in operator.locator("#op-summary").inner_text()
+
+    operator.click("#op-claim")
+    operator.wait_for_function("document.getElementById('op-title').textContent.includes('claimed')")
+    operator.fill("#op-reply", "Hi, Sam from support here. How can I help?")
+    operator.click("#op-reply-form button[type=submit]")
+    customer.wait_for_selector(".gw-msg--operator", timeout=WAIT_MS)
+    assert "Sam from support" in customer.locator(".gw-msg--operator .gw-bubble").inner_text()
+
+    operator.click("#op-resolve")
+    operator.wait_for_function("document.getElementById('op-title').textContent.includes('resolved')")
+    customer.wait_for_function(
+        "[...document.querySelectorAll('.gw-bubble')].some(b => b.textContent.includes('back to the assistant'))",
+        timeout=WAIT_MS)
+    bot_count = customer.locator(".gw-msg--bot").count()
+    customer.fill("#gw-input", "How do I reset my password?")
+    customer.press("#gw-input", "Enter")
+    customer.wait_for_function(
+        f"""() => document.getElementById('gw-form').getAttribute('aria-busy') === 'false'
+                 && document.querySelectorAll('.gw-msg--bot').length > {bot_count}""", timeout=WAIT_MS)
+    answer = customer.locator(".gw-msg--bot .gw-bubble").last.inner_text().lower()
+    assert "password" in answer
+    assert errors == []
+    context.close()

@@ -1,0 +1,87 @@
+"""The Slack operator channel against the fake Slack Web API, with really signed events and button clicks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from urllib.parse import urlencode
+
+import pytest
+
+from tests.fakes.slack_api import BOT_USER_ID, sign
+from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+def _event(event: dict, event_id: str) -> bytes:
+    return json.dumps({"type": "event_callback", "team_id": "T111", "event_id": event_id,
+                       "authorizations": [{"user_id": BOT_USER_ID, "is_bot": True}], "event": event}).encode()
+
+
+async def _post_event(client, body: bytes):
+    headers = {"content-type": "application/json", **sign(body, secret=SIGNING_SECRET)}
+    return await client.post("/webhooks/acme/slack/events", content=body, headers=headers)
+
+
+async def _until(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+async def test_slack_operator_thread_relays_both_ways(client, slack):
+    # A customer on Slack (DM) asks for a person.
+    ask = _event({"type": "message", "channel_type": "im", "channel": "DCUST", "user": "UCUST",
+                  "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, "EvAsk")
+    assert (await _post_event(client, ask)).status_code == 200
+    header = await _until(lambda: next((c for c in slack.calls_to("chat.postMessage")
+                                        if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")), None))
+    blocks = header.params["blocks"] if isinstance(header.params["blocks"], list) else json.loads(header.params["blocks"])
+    actions = [e["action_id"] for b in blocks if b["type"] == "actions" for e in b["elements"]]
+    assert actions == ["escalation_claim", "escalation_resolve"]
+    thread_ts = header.params["_ts"]
+    escalation_id = int(blocks[1]["elements"][0]["value"])
+
+    # The customer writes again: it appears in the operator thread, and the bot stays quiet.
+    more = _event({"type": "message", "channel_type": "im", "channel": "DCUST", "user": "UCUST",
+                   "text": "My order <!channel> is #42", "ts": f"{time.time():.6f}"}, "EvMore")
+    await _post_event(client, more)
+    relayed = await _until(lambda: next((c for c in slack.calls_to("chat.postMessage")
+                                         if c.params.get("thread_ts") == thread_ts), None))
+    assert "#42" in relayed.params["text"] and "<!channel>" not in relayed.params["text"]
+
+    # A bad signature on the button endpoint is refused; a signed click claims.
+    form = urlencode({"payload": json.dumps({"type": "block_actions", "user": {"id": "UOPS", "username": "dana"},
+                                             "actions": [{"action_id": "escalation_claim",
+                                                          "value": str(escalation_id)}]})}).encode()
+    bad = await client.post("/webhooks/acme/slack/actions", content=form,
+                            headers={"content-type": "application/x-www-form-urlencoded",
+                                     **sign(form, secret="wrong-secret")})
+    assert bad.status_code == 401
+    ok = await client.post("/webhooks/acme/slack/actions", content=form,
+                           headers={"content-type": "application/x-www-form-urlencoded",
+                                    **sign(form, secret=SIGNING_SECRET)})
+    assert ok.status_code == 200
+    escalation = await client.services.escalations.get(escalation_id, bots=None)
+    assert escalation.state == "claimed" and escalation.operator == "slack:dana"
+    await _until(lambda: slack.count("chat.update") >= 1)
+
+    # The operator replies in the thread: the customer gets it in their DM.
+    before = len([c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == "DCUST"])
+    reply = _event({"type": "message", "channel": OPS_CHANNEL, "channel_type": "channel", "user": "UOPS",
+                    "user_profile": {"display_name": "dana"}, "text": "Hi, Dana here. Refund issued.",
+                    "ts": f"{time.time():.6f}", "thread_ts": thread_ts, "parent_user_id": BOT_USER_ID}, "EvReply")
+    await _post_event(client, reply)
+    to_customer = await _until(lambda: [c for c in slack.calls_to("chat.postMessage")
+                                        if c.params.get("channel") == "DCUST"][before:])
+    assert to_customer[0].params["text"] == "Hi, Dana here. Refund issued."
+    # No echo of the operator's own reply back into the thread.
+    await asyncio.sleep(0.3)
+    assert not [c for c in slack.calls_to("chat.postMessage")
+                if c.params.get("thread_ts") == thread_ts and "Refund issued" in c.params.get("text", "")]

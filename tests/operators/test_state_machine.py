@@ -1,0 +1,145 @@
+"""The handoff state machine on SQLite and PostgreSQL: transitions, their history, and claim races."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import select
+
+from gateway.errors import Conflict, NotFound
+from gateway.escalation import Escalations
+from gateway.events import ESCALATIONS_TOPIC, EventBus
+from gateway.models import ConversationRef
+from gateway.observability import Metrics
+from gateway.settings import Settings
+from storage import repositories as repo
+from storage.engine import create_engine, session_factory
+from storage.models import Conversation, EscalationEvent, Message
+
+
+@pytest.fixture
+async def world(migrated_url):
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(bots=[{"name": "acme"}, {"name": "other"}])
+    bus = EventBus()
+    metrics = Metrics()
+    escalations = Escalations(sessions, settings=settings, bus=bus, metrics=metrics)
+    yield sessions, escalations, bus, metrics
+    await escalations.drain()
+    await engine.dispose()
+
+
+async def _conversation(sessions, *, bot: str = "acme", chat: str = "c1") -> int:
+    async with sessions() as session, session.begin():
+        conversation = await repo.get_or_create_conversation(
+            session, bot=bot, ref=ConversationRef(channel="web", chat=chat), contact_id=None)
+        return conversation.id
+
+
+async def _open(sessions, escalations, conversation_id: int, reason: str = "customer asked"):
+    async with sessions() as session, session.begin():
+        conversation = await session.get(Conversation, conversation_id)
+        return (await escalations.open_in(session, conversation=conversation, reason=reason)).id
+
+
+async def _state(sessions, conversation_id: int) -> tuple[str, str | None]:
+    async with sessions() as session:
+        c = await session.get(Conversation, conversation_id)
+        return c.state, c.assigned_operator
+
+
+async def test_escalation_full_cycle_stores_every_transition(world):
+    sessions, escalations, bus, metrics = world
+    cid = await _conversation(sessions)
+    async with bus.subscribe(ESCALATIONS_TOPIC) as queue:
+        eid = await _open(sessions, escalations, cid)
+        assert (await asyncio.wait_for(queue.get(), 5))["type"] == "opened"
+    assert await _state(sessions, cid) == ("waiting", None)
+    await escalations.claim(eid, operator="sam", bots=None)
+    assert await _state(sessions, cid) == ("operator", "sam")
+    resolved = await escalations.resolve(eid, operator="sam", bots=None, reason="answered the invoice question")
+    assert resolved.state == "resolved" and resolved.resolved_at is not None
+    assert await _state(sessions, cid) == ("bot", None)
+    async with sessions() as session:
+        events = (await session.execute(select(EscalationEvent).where(EscalationEvent.escalation_id == eid)
+                                        .order_by(EscalationEvent.id))).scalars().all()
+        notices = (await session.execute(select(Message.text).where(
+            Message.conversation_id == cid, Message.author == "system"))).scalars().all()
+    assert [(e.kind, e.from_state, e.to_state, e.actor) for e in events] == [
+        ("opened", "bot", "waiting", "bot"), ("claimed", "waiting", "operator", "sam"),
+        ("resolved", "operator", "bot", "sam")]
+    assert events[2].reason == "answered the invoice question" and all(e.created_at for e in events)
+    # one acknowledgement when opened (no reply said it this turn), one notice on hand-back
+    assert len(notices) == 2 and "back to the assistant" in notices[1]
+    assert metrics.time_to_claim.labels(bot="acme")._sum.get() >= 0
+    assert metrics.escalations.labels(bot="acme")._value.get() == 1
+
+
+async def test_escalation_open_twice_reuses_the_open_one(world):
+    sessions, escalations, _, _ = world
+    cid = await _conversation(sessions)
+    assert await _open(sessions, escalations, cid) == await _open(sessions, escalations, cid, reason="again")
+
+
+async def test_escalation_concurrent_claims_exactly_one_wins(world):
+    sessions, escalations, _, _ = world
+    cid = await _conversation(sessions)
+    eid = await _open(sessions, escalations, cid)
+    operators = [f"op{i}" for i in range(6)]
+    results = await asyncio.gather(*(escalations.claim(eid, operator=o, bots=None) for o in operators),
+                                   return_exceptions=True)
+    winners = [r for r in results if not isinstance(r, Exception)]
+    losers = [r for r in results if isinstance(r, Conflict)]
+    assert len(winners) == 1 and len(losers) == 5
+    holder = winners[0].operator
+    assert all(f"already claimed by {holder}" in str(e) for e in losers)
+    assert await _state(sessions, cid) == ("operator", holder)
+    async with sessions() as session:
+        claims = (await session.execute(select(EscalationEvent).where(
+            EscalationEvent.escalation_id == eid, EscalationEvent.kind == "claimed"))).scalars().all()
+    assert len(claims) == 1
+
+
+async def test_escalation_claim_of_never_escalated_conversation(world):
+    sessions, escalations, _, _ = world
+    cid = await _conversation(sessions)
+    results = await asyncio.gather(*(escalations.claim_conversation(cid, operator=o, bots=None)
+                                     for o in ("ana", "ben", "cy")), return_exceptions=True)
+    winners = [r for r in results if not isinstance(r, Exception)]
+    assert len(winners) == 1 and all(isinstance(r, Conflict) for r in results if r not in winners)
+    assert winners[0].state == "claimed" and winners[0].reason == "taken over by an operator"
+    assert await _state(sessions, cid) == ("operator", winners[0].operator)
+
+
+async def test_escalation_holder_only_may_reply_or_resolve(world):
+    sessions, escalations, _, _ = world
+    cid = await _conversation(sessions)
+    eid = await _open(sessions, escalations, cid)
+    await escalations.claim(eid, operator="sam", bots=None)
+    with pytest.raises(Conflict, match="already claimed by sam"):
+        await escalations.reply(eid, operator="kim", text="hello", bots=None)
+    with pytest.raises(Conflict):
+        await escalations.resolve(eid, operator="kim", bots=None)
+    await escalations.resolve(eid, operator="sam", bots=None)
+    with pytest.raises(Conflict, match="already resolved"):
+        await escalations.claim(eid, operator="sam", bots=None)
+
+
+async def test_escalation_of_another_bot_is_not_found(world):
+    sessions, escalations, _, _ = world
+    eid = await _open(sessions, escalations, await _conversation(sessions, bot="other"))
+    with pytest.raises(NotFound):
+        await escalations.claim(eid, operator="sam", bots=["acme"])
+    assert [e.id for e in await escalations.find(bots=["acme"])] == []
+    assert [e.id for e in await escalations.find(bots=["other"], state="open")] == [eid]
+
+
+async def test_escalation_notes_are_kept_in_order(world):
+    sessions, escalations, _, _ = world
+    eid = await _open(sessions, escalations, await _conversation(sessions))
+    await escalations.add_note(eid, operator="sam", text="VIP customer", bots=None)
+    await escalations.add_note(eid, operator="kim", text="refund approved", bots=None)
+    escalation = await escalations.get(eid, bots=None)
+    assert [(n["author"], n["text"]) for n in escalation.notes] == [("sam", "VIP customer"), ("kim", "refund approved")]

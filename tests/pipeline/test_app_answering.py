@@ -1,0 +1,143 @@
+"""Answering through the whole app: web chat → inbox → worker → pipeline → store, with the models on
+the local scripted OpenAI fake and a one-document knowledge base."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+
+import httpx
+import pytest
+import pytest_asyncio
+from sqlalchemy import select
+
+from gateway.app import create_app
+from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
+from gateway.pipeline.core import LLM_DOWN_REPLY
+from gateway.settings import load_settings
+from storage.models import Escalation, Message, Usage
+from tests.conftest import ROOT, upgrade, write_config
+from tests.fakes.openai_server import FakeOpenAI, ToolCallSpec, Turn
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+PLUS_QUESTION = "How much does the Plus plan cost?"
+
+
+def _model(fake: FakeOpenAI, name: str, **params) -> dict:
+    return {"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_base": fake.base_url,
+                                                   "api_key": "${PIPELINE_FAKE_KEY:-sk-fake}", **params}}
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tmp_path_factory, fake):
+    tmp_path = tmp_path_factory.mktemp("answering")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copy(ROOT / "examples" / "help-center" / "plans-and-pricing.md", docs)
+    source = [{"name": "help", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}]
+    bots = [
+        {"name": "acme", "model": "primary", "fallbacks": ["backup"], "sources": source, "channels": {"web": {}},
+         "tools": [{"name": "invoice_status", "type": "python", "import_path": "examples.tools.invoice:invoice_status"},
+                   {"name": "escalate_to_human", "type": "builtin"}]},
+        # About $0.0019 a call with the fake's usage (12 + 7 tokens): one answer spends the budget.
+        {"name": "thrifty", "model": "priced", "daily_budget_usd": 0.001, "sources": source,
+         "channels": {"web": {}}},
+    ]
+    models = [_model(fake, "primary"), _model(fake, "backup"),
+              _model(fake, "priced", input_cost_per_token=1e-4, output_cost_per_token=1e-4)]
+    settings = load_settings(write_config(tmp_path, bots=bots, models=models,
+                                          llm={"timeout": 5, "num_retries": 0}))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    app = create_app(settings, start_scheduler=False, start_channels=False)
+    async with app.router.lifespan_context(app):
+        await app.state.services.knowledge.ingest()
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=60) as http:
+            http.services = app.state.services
+            yield http
+
+
+@pytest.fixture(autouse=True)
+def _fresh_script(fake):
+    fake.reset()
+
+
+async def _rows(client, model, *where):
+    async with client.services.sessions() as session:
+        return (await session.execute(select(model).where(*where))).scalars().all()
+
+
+async def test_app_every_model_failing_gives_honest_reply_and_escalation(client, fake):
+    fake.script("primary", Turn(status=500))
+    fake.script("backup", Turn(status=429, retry_after=0))
+
+    body = (await client.post("/v1/bots/acme/chat", json={"session_id": "down-1", "text": PLUS_QUESTION})).json()
+
+    assert body["reply"] == LLM_DOWN_REPLY and body["citations"] == []
+    assert body["state"] == "waiting"
+    [escalation] = await _rows(client, Escalation, Escalation.conversation_id == body["conversation_id"])
+    assert escalation.reason == "every model failed"
+    [inbound] = await _rows(client, Message, Message.id == body["message_id"])
+    assert inbound.status == "done"
+    assert len(fake.requests_for("primary")) == 1 and len(fake.requests_for("backup")) == 1
+
+
+async def test_app_sse_stream_broken_after_tokens_ends_with_honest_done(client, fake):
+    fake.script("primary", Turn(text="The Plus plan costs six dollars and then some more [1].", break_after=4))
+    fake.script("backup", Turn(text="A second answer must never follow [1]."))
+
+    events, current = [], None
+    async with client.stream("POST", "/v1/bots/acme/chat", headers={"Accept": "text/event-stream"},
+                             json={"session_id": "sse-1", "text": PLUS_QUESTION}) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("event:"):
+                current = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and current:
+                events.append((current, json.loads(line.split(":", 1)[1])))
+
+    tokens = "".join(data["text"] for kind, data in events if kind == "token")
+    assert tokens == "The Plus plan costs"
+    kind, done = events[-1]
+    assert kind == "done" and done["reply"] == LLM_DOWN_REPLY and done["state"] == "waiting"
+    assert fake.requests_for("backup") == []
+
+
+async def test_app_tool_calls_and_usage_stored_with_the_turn(client, fake):
+    ask = ToolCallSpec("invoice_status", {"invoice_number": "INV-2025-005530"}, id="call-bob")
+    fake.script("primary", Turn(tool_calls=(ask,), usage=(30, 5)),
+                Turn(text="I couldn't find invoice INV-2025-005530 on your account.", usage=(50, 9)))
+
+    body = (await client.post("/v1/bots/acme/chat", json={
+        "session_id": "demo-alice", "text": "What's the status of invoice INV-2025-005530?"})).json()
+
+    assert body["reply"] == "I couldn't find invoice INV-2025-005530 on your account."
+    [reply] = await _rows(client, Message, Message.reply_to_id == body["message_id"])
+    [call] = reply.tool_calls
+    assert call["id"] == "call-bob" and call["name"] == "invoice_status"
+    assert call["arguments"] == {"invoice_number": "INV-2025-005530"} and call["result"]["found"] is False
+    usage = await _rows(client, Usage, Usage.message_id == body["message_id"])
+    assert [(u.model, u.prompt_tokens, u.completion_tokens) for u in usage] == [("primary", 30, 5), ("primary", 50, 9)]
+    assert all(u.partial and u.cost_usd == 0.0 for u in usage)  # the fake model has no known price
+
+
+async def test_app_daily_budget_spent_stops_model_calls(client, fake):
+    fake.script("priced", Turn(text="Plus costs $6 per month [1]."), Turn(text="never sent [1]."))
+
+    first = (await client.post("/v1/bots/thrifty/chat", json={"session_id": "b-1", "text": PLUS_QUESTION})).json()
+    [spent] = await _rows(client, Usage, Usage.message_id == first["message_id"])
+    second = (await client.post("/v1/bots/thrifty/chat", json={"session_id": "b-2", "text": PLUS_QUESTION})).json()
+
+    assert first["reply"] == "Plus costs $6 per month [1]."
+    assert spent.cost_usd == pytest.approx((12 + 7) * 1e-4) and not spent.partial
+    # The escalation service may add its own acknowledgement after ours.
+    assert second["reply"].startswith(BUDGET_REPLY) and second["state"] == "waiting"
+    assert len(fake.requests_for("priced")) == 1  # no model call once the budget is spent
+    [escalation] = await _rows(client, Escalation, Escalation.conversation_id == second["conversation_id"])
+    assert escalation.reason == BUDGET_ESCALATION

@@ -1,0 +1,91 @@
+"""Follow-up rewriting: standalone queries for the search, the customer's own words for the answer."""
+
+from __future__ import annotations
+
+import json
+
+from gateway.pipeline.rewrite import bounded_history
+from tests.fakes.openai_server import Turn
+
+HISTORY = [
+    {"role": "user", "content": "How much is the Team plan?"},
+    {"role": "assistant", "content": "Team costs $12 per user per month [1]."},
+]
+FOLLOW_UP = "and on a yearly plan?"
+REWRITES = ["Team plan price billed yearly", "Team plan annual cost per user"]
+
+
+async def test_rewrite_queries_go_to_search_and_customer_words_to_answer(rig, openai_fake) -> None:
+    openai_fake.script("primary", Turn(text=json.dumps({"queries": REWRITES})),
+                       Turn(text="Team costs $120 per user per year [2]."))
+
+    result = await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=HISTORY))
+
+    rewrite_request, answer_request = openai_fake.requests_for("primary")
+    assert rewrite_request.body["response_format"]["type"] == "json_schema"
+    assert FOLLOW_UP in rewrite_request.messages[-1]["content"]
+    assert rig.search.calls == [REWRITES]
+    assert answer_request.messages[-1] == {"role": "user", "content": FOLLOW_UP}
+    sent = json.dumps(answer_request.messages)
+    assert not any(q in sent for q in REWRITES)
+    assert "response_format" not in answer_request.body
+    assert result.queries == REWRITES and result.reply == "Team costs $120 per user per year [1]."
+    assert [u["model"] for u in result.usage] == ["primary", "primary"]  # the rewrite is paid for too
+
+
+async def test_rewrite_skipped_without_history(rig, openai_fake) -> None:
+    openai_fake.script("primary", Turn(text="Plus costs $6 per month [1]."))
+
+    await rig.pipeline.handle(rig.turn("How much is Plus?"))
+
+    assert rig.search.calls == [["How much is Plus?"]]
+    assert len(openai_fake.requests_for("primary")) == 1
+
+
+async def test_rewrite_malformed_output_falls_back_to_raw_message(rig, openai_fake) -> None:
+    openai_fake.script("primary", Turn(text="Sure! Here are some queries: yearly team price"),
+                       Turn(text="Team costs $120 per user per year [2]."))
+
+    result = await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=HISTORY))
+
+    assert rig.search.calls == [[FOLLOW_UP]] and result.reply.endswith("[1].")
+
+
+async def test_rewrite_failure_falls_back_to_raw_message(rig, openai_fake) -> None:
+    # A 400 is not retried and backup has no script left: the rewrite fails, the answer still comes.
+    openai_fake.script("primary", Turn(status=400), Turn(text="Team costs $120 per user per year [2]."))
+    openai_fake.script("backup", Turn(status=400))
+
+    result = await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=HISTORY))
+
+    assert rig.search.calls == [[FOLLOW_UP]] and result.answered
+
+
+async def test_rewrite_history_bounded_by_turns_and_tokens_without_tool_turns(rig, openai_fake) -> None:
+    history = []
+    for i in range(20):
+        history += [{"role": "user", "content": f"question number {i}"},
+                    {"role": "tool", "content": f"tool output {i}"},
+                    {"role": "assistant", "content": f"answer number {i}"}]
+    openai_fake.script("primary", Turn(text=json.dumps({"queries": ["a", "b", "c", "d", "e"]})), Turn(text="x [1]."))
+
+    await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=history))
+
+    transcript = openai_fake.requests_for("primary")[0].messages[-1]["content"]
+    assert "answer number 19" in transcript and "question number 14" in transcript
+    assert "question number 13" not in transcript  # history_turns=6 → the last 6 exchanges only
+    assert "tool output" not in transcript
+    assert rig.search.calls == [["a", "b", "c", "d"]]  # at most four queries
+    long = [{"role": "user", "content": "word " * 2000}, {"role": "user", "content": "short"}]
+    assert bounded_history(long, max_turns=6) == [{"role": "user", "content": "short"}]
+
+
+async def test_rewrite_offline_model_uses_heuristic_without_model_call(openai_fake) -> None:
+    from tests.pipeline.conftest import make_rig
+
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "model": "offline", "fallbacks": []}])
+
+    await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=HISTORY))
+
+    assert rig.search.calls == [[FOLLOW_UP, f"How much is the Team plan? {FOLLOW_UP}"]]
+    assert openai_fake.requests == []

@@ -1,0 +1,48 @@
+"""Routing through the real pipeline: the bot's model, then its fallbacks, then an honest handoff."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.pipeline.core import LLM_DOWN_REPLY
+from tests.fakes.openai_server import Turn
+from tests.pipeline.conftest import make_rig
+
+
+@pytest.mark.parametrize("failure", [Turn(status=429, retry_after=0), Turn(status=500), Turn(text="late", delay=3)],
+                         ids=["429", "500", "timeout"])
+async def test_pipeline_primary_failure_falls_back(openai_fake, failure) -> None:
+    rig = make_rig(openai_fake, timeout=0.5)
+    openai_fake.script("primary", failure, failure)
+    openai_fake.script("backup", Turn(text="Plus costs $6 per month [1]."))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+
+    assert result.reply == "Plus costs $6 per month [1]." and result.answered and result.escalate is None
+    assert [c.title for c in result.citations] == ["Plans and pricing"]
+    assert len(openai_fake.requests_for("primary")) == 2  # a try and a retry, then the next model
+    assert [u["model"] for u in result.usage] == ["backup"]
+
+
+async def test_pipeline_every_model_failing_gives_honest_reply_and_escalates(openai_fake) -> None:
+    rig = make_rig(openai_fake)
+    openai_fake.script("primary", Turn(status=500), Turn(status=503))
+    openai_fake.script("backup", Turn(status=429, retry_after=0), Turn(status=500))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+
+    assert result.reply == LLM_DOWN_REPLY
+    assert result.escalate == "every model failed" and not result.answered
+    assert "Error" not in result.reply and "500" not in result.reply  # nothing technical reaches the customer
+    assert len(openai_fake.requests) == 4
+    assert result.retrieved and result.retrieved[0]["source"] == "help"  # operators see what the bot found
+
+
+async def test_pipeline_chain_can_end_on_offline_model(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallbacks": ["offline"]}])
+    openai_fake.script("primary", Turn(status=500), Turn(status=500))
+
+    result = await rig.pipeline.handle(rig.turn("How much does the Plus plan cost per month?"))
+
+    assert "$6 per month" in result.reply and "[1]" in result.reply
+    assert result.usage[-1]["model"] == "offline" and result.usage[-1]["cost_usd"] == 0.0

@@ -1,0 +1,45 @@
+"""Streaming through the real pipeline: retries only before the first token."""
+
+from __future__ import annotations
+
+from gateway.pipeline.core import LLM_DOWN_REPLY
+from tests.fakes.openai_server import Turn
+
+
+async def test_streaming_tokens_reach_the_callback(rig, openai_fake) -> None:
+    openai_fake.script("primary", Turn(text="Plus costs $6 per month [1]."))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?", stream=True))
+
+    assert "".join(rig.tokens) == "Plus costs $6 per month [1]."
+    assert result.reply == "Plus costs $6 per month [1]."
+    assert openai_fake.requests_for("primary")[0].stream
+
+
+async def test_streaming_failure_before_first_token_falls_back(rig, openai_fake) -> None:
+    openai_fake.script("primary", Turn(status=500), Turn(text="never", omit_finish_reason=True, break_after=0))
+    openai_fake.script("backup", Turn(text="Plus costs $6 per month [1]."))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?", stream=True))
+
+    assert "".join(rig.tokens) == "Plus costs $6 per month [1]." and result.reply == "Plus costs $6 per month [1]."
+
+
+async def test_streaming_broken_after_tokens_is_honest_and_never_retried(rig, openai_fake) -> None:
+    openai_fake.script("primary", Turn(text="Plus costs $6 per month or maybe less [1].", break_after=3))
+    openai_fake.script("backup", Turn(text="A second, different answer [1]."))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?", stream=True))
+
+    assert "".join(rig.tokens) == "Plus costs $6"  # what the customer saw before the break
+    assert result.reply == LLM_DOWN_REPLY and result.escalate == "every model failed"
+    assert len(openai_fake.requests_for("primary")) == 1 and openai_fake.requests_for("backup") == []
+
+
+async def test_streaming_without_finish_reason_counts_as_failure(rig, openai_fake) -> None:
+    openai_fake.script("primary", Turn(text="Plus costs $6 [1].", omit_finish_reason=True))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?", stream=True))
+
+    assert result.reply == LLM_DOWN_REPLY and result.escalate
+    assert openai_fake.requests_for("backup") == []

@@ -1,0 +1,148 @@
+"""The tool loop through the real pipeline: per-bot tools, injected identity, bounded rounds."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from gateway.pipeline.answer import NOT_RUN
+from tests.fakes.openai_server import ToolCallSpec, Turn
+from tests.pipeline.conftest import make_rig
+from tests.pipeline.sample_tools import injection_strings
+
+INVOICE = {"name": "invoice_status", "type": "python", "import_path": "examples.tools.invoice:invoice_status"}
+ESCALATE = {"name": "escalate_to_human", "type": "builtin"}
+
+
+def _tool(name: str, **extra) -> dict:
+    return {"name": name, "type": "python", "import_path": f"tests.pipeline.sample_tools:{name}", **extra}
+
+
+def _names(request) -> list[str]:
+    return [t["function"]["name"] for t in request.body.get("tools", [])]
+
+
+async def test_tools_model_sees_only_its_bots_tools(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [INVOICE, ESCALATE]},
+                                      {"name": "other", "tools": [_tool("whoami")]},
+                                      {"name": "bare"}])
+    openai_fake.script("primary", Turn(text="a [1]."), Turn(text="b [1]."), Turn(text="c [1]."))
+
+    for bot in rig.bots:
+        await rig.pipeline.handle(rig.turn("How much is Plus?", bot=bot))
+
+    acme, other, bare = openai_fake.requests_for("primary")
+    assert _names(acme) == ["invoice_status", "escalate_to_human"]
+    assert _names(other) == ["whoami"]
+    assert "tools" not in bare.body and "tool_choice" not in bare.body
+    assert acme.body["tools"][0]["function"]["parameters"]["required"] == ["invoice_number"]
+
+
+async def test_tools_invoice_of_another_customer_is_not_found(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [INVOICE]}])
+    # Bob's invoice, asked for in Alice's conversation; the model even claims to be Bob.
+    ask = ToolCallSpec("invoice_status", {"invoice_number": "INV-2025-005530", "contact_external_id": "demo-bob"},
+                       id="c1")
+    retry = ToolCallSpec("invoice_status", {"invoice_number": "INV-2025-005530"}, id="c2")
+    openai_fake.script("primary", Turn(tool_calls=(ask,)), Turn(tool_calls=(retry,)),
+                       Turn(text="I couldn't find invoice INV-2025-005530 on your account."))
+
+    result = await rig.pipeline.handle(rig.turn("What's the status of invoice INV-2025-005530?"))
+
+    first, second = result.tool_calls
+    assert "error" in first["result"]  # an identity argument from the model is refused outright
+    assert second["result"]["found"] is False and "No invoice" in second["result"]["message"]
+    last = openai_fake.requests_for("primary")[-1]
+    sent = json.dumps(last.messages)
+    assert "1440" not in sent and "refunded" not in sent.lower().replace("refunded or void", "")
+    assert result.reply == "I couldn't find invoice INV-2025-005530 on your account."
+
+
+async def test_tools_own_invoice_is_found_with_identity_injected(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [INVOICE, _tool("whoami")]}])
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("invoice_status", {"invoice_number": "inv 2025 004217"}),
+                                                   ToolCallSpec("whoami", {}))),
+                       Turn(text="Invoice INV-2025-004217 is paid."))
+
+    result = await rig.pipeline.handle(rig.turn("Is INV-2025-004217 paid?", contact="demo-alice"))
+
+    invoice, who = result.tool_calls
+    assert invoice["result"]["found"] is True and invoice["result"]["invoice"]["status"] == "paid"
+    assert who["result"] == {"channel": "web", "contact": "demo-alice"}
+    # Grounded in a tool result: kept although it cites no extract.
+    assert result.reply == "Invoice INV-2025-004217 is paid." and result.answered
+
+
+async def test_tools_round_limit_then_one_call_with_tool_choice_none(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("whoami")], "max_tool_rounds": 2}])
+    again = Turn(tool_calls=(ToolCallSpec("whoami", {}),))
+    openai_fake.script("primary", again, again, again)  # the last one ignores tool_choice="none"
+
+    result = await rig.pipeline.handle(rig.turn("Who am I?"))
+
+    requests = openai_fake.requests_for("primary")
+    assert [r.body["tool_choice"] for r in requests] == ["auto", "auto", "none"]
+    assert all(_names(r) == ["whoami"] for r in requests)  # still listed: the history refers to them
+    assert [c["round"] for c in result.tool_calls] == [1, 2, 3]
+    assert result.tool_calls[-1]["result"] == {"error": NOT_RUN}
+    assert result.reply == rig.bot.fallback_text and not result.answered
+
+
+async def test_tools_default_round_limit_is_six(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("whoami")]}])
+    again = Turn(tool_calls=(ToolCallSpec("whoami", {}),))
+    openai_fake.script("primary", *[again] * 6, Turn(text="You are Alice [1]."))
+
+    await rig.pipeline.handle(rig.turn("Who am I?"))
+
+    assert [r.body["tool_choice"] for r in openai_fake.requests_for("primary")] == ["auto"] * 6 + ["none"]
+
+
+async def test_tools_error_and_timeout_become_results_for_every_call(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("boom"), _tool("slow", timeout=0.2),
+                                                                  _tool("whoami")]}])
+    calls = (ToolCallSpec("boom", {}, id="t1"), ToolCallSpec("slow", {}, id="t2"),
+             ToolCallSpec("nope", {}, id="t3"), ToolCallSpec("whoami", {}, id="t4"))
+    openai_fake.script("primary", Turn(tool_calls=calls), Turn(text="Plus costs $6 per month [1]."))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+
+    by_id = {c["id"]: c["result"] for c in result.tool_calls}
+    assert by_id["t1"] == {"error": "RuntimeError: backend exploded"}
+    assert by_id["t2"] == {"error": "tool timed out after 0.2s"}
+    assert by_id["t3"] == {"error": "unknown tool 'nope'"}
+    assert by_id["t4"] == {"channel": "web", "contact": "demo-alice"}
+    answered = [m for m in openai_fake.requests_for("primary")[1].messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in answered] == ["t1", "t2", "t3", "t4"]
+    assert "backend exploded" in answered[0]["content"]
+    assert result.reply == "Plus costs $6 per month [1]."
+
+
+async def test_tools_escalate_tool_hands_over(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [ESCALATE]}])
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("escalate_to_human", {"reason": "refund dispute"}),)))
+
+    result = await rig.pipeline.handle(rig.turn("I want my money back now"))
+
+    assert result.escalate == "refund dispute" and result.reply == rig.bot.escalation.acknowledgement
+    assert len(openai_fake.requests_for("primary")) == 1
+
+
+async def test_tools_injection_in_result_stays_inside_tool_result_block(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("poisoned")]}])
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("poisoned", {}, id="p1"),)),
+                       Turn(text="Plus costs $6 per month [1]."))
+
+    await rig.pipeline.handle(rig.turn("How much is Plus?"))
+
+    messages = openai_fake.requests_for("primary")[1].messages
+    [tool] = [m for m in messages if m["role"] == "tool"]
+    body = tool["content"]
+    assert body.startswith('<tool_result name="poisoned">\n') and body.endswith("\n</tool_result>")
+    inner = body[body.index("\n") + 1: -len("\n</tool_result>")]
+    assert "<" not in inner  # planted tags are escaped, so the block ends only where we end it
+    decoded = html.unescape(inner)
+    others = [m.get("content") or "" for m in messages if m is not tool]
+    for planted in injection_strings():
+        assert json.dumps(planted)[1:-1] in decoded
+        assert not any(planted in text for text in others)

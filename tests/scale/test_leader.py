@@ -1,0 +1,91 @@
+"""Scheduler leader election over a PostgreSQL advisory lock; SQLite is always its own leader."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from gateway.leader import LeaderElection, lock_key
+from gateway.scheduler import IngestScheduler
+from gateway.settings import Settings
+
+
+async def test_leader_exactly_one_of_two_candidates_then_moves_when_its_connection_dies(postgres_url) -> None:
+    a = LeaderElection(postgres_url, name="test-scheduler", retry_seconds=3600)
+    b = LeaderElection(postgres_url, name="test-scheduler", retry_seconds=3600)
+    await a.start()
+    await b.start()
+    try:
+        assert (a.is_leader, b.is_leader) == (True, False)
+        assert await a.holds() and not await b.holds()
+        assert await b.campaign() is False  # still held by a
+        # Kill the leader's session from outside, as a crashed replica or a network cut would.
+        admin = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_locks "
+                "WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()")
+        finally:
+            await admin.close()
+        assert killed == 1
+        assert await a.holds() is False and a.is_leader is False
+        assert await b.campaign() is True and b.is_leader
+        assert await a.campaign() is False  # the old leader comes back as a follower
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_leader_moves_when_the_leader_stops(postgres_url) -> None:
+    a = LeaderElection(postgres_url, name="stop-test", retry_seconds=3600)
+    b = LeaderElection(postgres_url, name="stop-test", retry_seconds=3600)
+    await a.start()
+    await b.start()
+    try:
+        assert a.is_leader and not b.is_leader
+        await a.stop()
+        assert await b.campaign() is True
+    finally:
+        await b.stop()
+
+
+async def test_leader_sqlite_single_process_always_leads(tmp_path) -> None:
+    election = LeaderElection(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
+    await election.start()
+    assert election.is_leader and await election.holds()
+    await election.stop()
+
+
+def test_leader_lock_key_is_stable_and_distinct() -> None:
+    assert lock_key("gateway-scheduler") == lock_key("gateway-scheduler")
+    assert lock_key("gateway-scheduler") != lock_key("other")
+    assert -(2**63) <= lock_key("gateway-scheduler") < 2**63
+
+
+class _Knowledge:
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, str]] = []
+
+    async def ingest_source(self, bot: str, source: str, *, trigger: str):
+        self.runs.append((bot, source))
+
+        class _Report:
+            def counts(self) -> dict:
+                return {}
+        return _Report()
+
+
+class _Follower:
+    is_leader = False
+
+    async def holds(self) -> bool:
+        return False
+
+
+async def test_scheduler_runs_ingest_only_on_the_leader(tmp_path) -> None:
+    settings = Settings(bots=[{"name": "acme", "sources": [
+        {"name": "docs", "type": "directory", "path": str(tmp_path), "schedule": "0 3 * * *"}]}])
+    follower_kb, leader_kb = _Knowledge(), _Knowledge()
+    sqlite_leader = LeaderElection(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
+    await IngestScheduler(settings, knowledge=follower_kb, leader=_Follower())._run("acme", "docs")
+    await IngestScheduler(settings, knowledge=leader_kb, leader=sqlite_leader)._run("acme", "docs")
+    assert follower_kb.runs == [] and leader_kb.runs == [("acme", "docs")]

@@ -1,0 +1,92 @@
+"""Several real server processes on one PostgreSQL: every webhook answered exactly once, in order, despite
+duplicate deliveries to different replicas and one replica SIGKILLed mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import defaultdict
+
+import httpx
+import pytest
+
+from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.scale.replicas import SECRET, TOKEN, Replica, db_upgrade, replica_config, telegram_update
+
+CHATS = 6
+PER_CHAT = 5
+
+
+async def _post(client: httpx.AsyncClient, replicas: list[Replica], update: dict, *, copies: int) -> int:
+    """Deliver one update to `copies` live replicas at once, like Telegram retrying on another node.
+
+    Returns how many replicas acknowledged it; a replica that is being killed may refuse the connection,
+    and then the update goes to another one (Telegram keeps retrying until some replica answers 200).
+    """
+    acked = 0
+    while acked == 0:
+        live = [r for r in replicas if r.proc.poll() is None]
+        targets = random.sample(live, min(copies, len(live)))
+        results = await asyncio.gather(*[
+            client.post(f"{r.url}/webhooks/shop/telegram", json=update, timeout=10,
+                        headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}) for r in targets],
+            return_exceptions=True)
+        acked = sum(1 for res in results if isinstance(res, httpx.Response) and res.status_code == 200)
+        if acked == 0:
+            await asyncio.sleep(0.1)
+    return acked
+
+
+async def test_replicas_answer_each_message_once_in_order_with_a_replica_killed(postgres_url, tmp_path) -> None:
+    async with FakeTelegramAPI(TOKEN) as fake:
+        configs = [replica_config(tmp_path, database_url=postgres_url, telegram_api=fake.base_url, index=i)
+                   for i in range(3)]
+        await asyncio.to_thread(db_upgrade, configs[0])
+        replicas = [Replica(c) for c in configs]
+        for replica in replicas:
+            replica.start()
+        try:
+            await asyncio.gather(*(r.wait_ready() for r in replicas))
+            victim = replicas[0]
+            expected: dict[int, list[int]] = defaultdict(list)
+            acked_total = 0
+
+            async def chat(client: httpx.AsyncClient, chat_id: int) -> None:
+                nonlocal acked_total
+                for k in range(PER_CHAT):
+                    update_id = chat_id * 100 + k
+                    expected[chat_id].append(update_id)
+                    update = telegram_update(update_id, chat_id=chat_id, text=f"question {k} from {chat_id}")
+                    # In order within a chat: the next message is sent only once this one is acknowledged.
+                    await _post(client, replicas, update, copies=2)
+                    acked_total += 1
+                    await asyncio.sleep(random.uniform(0, 0.15))
+                # A late redelivery of every update of the chat, to any replica: must be a no-op.
+                for update_id in expected[chat_id]:
+                    await _post(client, replicas, telegram_update(update_id, chat_id=chat_id, text="again"), copies=1)
+
+            async def killer() -> None:
+                while acked_total < CHATS * PER_CHAT // 3:
+                    await asyncio.sleep(0.02)
+                victim.kill()
+
+            async with httpx.AsyncClient() as client:
+                await asyncio.gather(killer(), *(chat(client, 9000 + c) for c in range(CHATS)))
+            assert victim.proc.returncode is not None and victim.proc.returncode < 0  # really SIGKILLed
+
+            total = CHATS * PER_CHAT
+            deadline = time.monotonic() + 30
+            while len(fake.sent) < total and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(2 * 2 + 1)  # past a lease expiry: a double answer would show up now
+        finally:
+            for replica in replicas:
+                replica.stop()
+
+        replies: dict[int, list[int]] = defaultdict(list)
+        for sent in fake.sent:
+            replies[int(sent.chat_id)].append(sent.reply_to)
+        logs = "\n".join(r.log() for r in replicas[1:])
+        assert sum(len(v) for v in replies.values()) == total, (dict(replies), logs)
+        assert dict(replies) == dict(expected), logs

@@ -1,0 +1,116 @@
+"""Data lifecycle: `gateway forget`, per-bot retention, and removed sources' chunks leaving the index."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
+
+from gateway.cli import main
+from gateway.models import ConversationRef, InboundMessage, Sender, utcnow
+from gateway.retention import purge_expired, purge_removed_sources
+from gateway.settings import Settings
+from storage import repositories as repo
+from storage.engine import create_engine, session_factory
+from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message
+from tests.conftest import write_config
+
+
+async def _store(sessions, *, bot: str, channel: str, user: str, chat: str, n: int = 2) -> int:
+    async with sessions() as session, session.begin():
+        for i in range(n):
+            stored = await repo.store_inbound(session, bot=bot, message=InboundMessage(
+                channel=channel, external_id=f"{chat}-{user}-{i}", conversation=ConversationRef(channel=channel, chat=chat),
+                sender=Sender(external_id=user, display_name="Ada Lovelace"), text=f"my secret {i}"))
+        conversation = await session.get(Conversation, stored.conversation_id)
+        await repo.add_outbound(session, conversation=conversation, text="an answer", reply_to_id=stored.message_id)
+        session.add(Escalation(conversation_id=conversation.id, bot=bot, reason="asked for a human"))
+    return stored.conversation_id
+
+
+async def _count(sessions, model, *where) -> int:
+    async with sessions() as session:
+        return (await session.execute(select(func.count()).select_from(model).where(*where))).scalar_one()
+
+
+async def test_forget_cli_deletes_the_contact_and_audits_without_personal_data(migrated_url, tmp_path, capsys) -> None:
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        gone = await _store(sessions, bot="acme", channel="telegram", user="4242", chat="4242")
+        kept = await _store(sessions, bot="acme", channel="telegram", user="777", chat="777")
+        also_kept = await _store(sessions, bot="acme", channel="whatsapp", user="4242", chat="4242")
+        config = write_config(tmp_path, database_url=migrated_url)
+        code = await __import__("asyncio").to_thread(
+            main, ["forget", "--config", str(config), "--channel", "telegram", "--user", "4242", "--json"])
+        assert code == 0
+        assert json.loads(capsys.readouterr().out) == {"contacts": 1, "conversations": 1, "messages": 3,
+                                                       "escalations": 1}
+        assert await _count(sessions, Message, Message.conversation_id == gone) == 0
+        assert await _count(sessions, Conversation, Conversation.id == gone) == 0
+        assert await _count(sessions, Escalation, Escalation.conversation_id == gone) == 0
+        assert await _count(sessions, Contact, Contact.channel == "telegram", Contact.external_id == "4242") == 0
+        assert await _count(sessions, Message, Message.conversation_id.in_([kept, also_kept])) == 6
+        async with sessions() as session:
+            audit = (await session.execute(select(DataDeletion))).scalars().one()
+        assert audit.kind == "forget" and audit.channel == "telegram" and audit.counts["messages"] == 3
+        assert "4242" not in json.dumps(audit.counts) + audit.actor and "Ada" not in json.dumps(audit.counts)
+    finally:
+        await engine.dispose()
+
+
+async def test_retention_purges_only_old_conversations_of_bots_with_a_period(migrated_url) -> None:
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 30}, {"name": "keep"}])
+    try:
+        old = await _store(sessions, bot="acme", channel="web", user="s-old", chat="s-old")
+        fresh = await _store(sessions, bot="acme", channel="web", user="s-new", chat="s-new")
+        other = await _store(sessions, bot="keep", channel="web", user="s-keep", chat="s-keep")
+        long_ago = utcnow() - timedelta(days=45)
+        async with sessions() as session, session.begin():
+            for cid in (old, other):
+                await session.execute(update(Conversation).where(Conversation.id == cid).values(created_at=long_ago))
+                await session.execute(update(Message).where(Message.conversation_id == cid).values(created_at=long_ago))
+            await session.execute(update(Contact).where(Contact.external_id.in_(["s-old", "s-keep"]))
+                                  .values(created_at=long_ago))
+        report = await purge_expired(sessions, settings)
+        assert report.conversations == 1 and report.by_bot == {"acme": 1} and report.contacts == 1
+        assert await _count(sessions, Conversation, Conversation.id == old) == 0
+        assert await _count(sessions, Conversation, Conversation.id.in_([fresh, other])) == 2
+        assert await _count(sessions, DataDeletion, DataDeletion.kind == "retention") == 1
+        assert (await purge_expired(sessions, settings)).conversations == 0  # idempotent
+    finally:
+        await engine.dispose()
+
+
+class _Index:
+    """Records deletions the way QdrantIndex.delete_points receives them."""
+
+    def __init__(self) -> None:
+        self.deleted: dict[str, list[str]] = {}
+
+    async def delete_points(self, bot: str, ids: list[str]) -> None:
+        self.deleted.setdefault(bot, []).extend(ids)
+
+
+async def test_retention_removed_source_chunks_are_deleted(migrated_url, tmp_path) -> None:
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "sources": [
+        {"name": "faq", "type": "directory", "path": str(tmp_path), "schedule": "0 3 * * *"}]}])
+    try:
+        async with sessions() as session, session.begin():
+            session.add(Document(bot="acme", source="faq", doc_id="a.md", content_hash="1", chunk_ids=["c1"]))
+            session.add(Document(bot="acme", source="old-blog", doc_id="b.md", content_hash="2", chunk_ids=["c2", "c3"]))
+            session.add(Document(bot="gone-bot", source="x", doc_id="c.md", content_hash="3", chunk_ids=["c4"]))
+        index = _Index()
+        report = await purge_removed_sources(sessions, settings, index=index)
+        assert index.deleted == {"acme": ["c2", "c3"], "gone-bot": ["c4"]}
+        assert report.documents == 2 and report.chunks == 3
+        async with sessions() as session:
+            left = [(d.bot, d.source) for d in (await session.execute(select(Document))).scalars()]
+        assert left == [("acme", "faq")]
+    finally:
+        await engine.dispose()

@@ -1,0 +1,123 @@
+"""A real server process is SIGKILLed mid-answer; after restart every stored message is answered once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, select
+
+from storage.models import Message
+from tests.conftest import ROOT, upgrade, write_config
+from tests.fakes.openai_server import FakeOpenAI, Turn
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(config, port: int) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    log = open(config.parent / f"server-{port}-{time.monotonic_ns()}.log", "wb")  # a pipe could fill and block
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port)],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc.log_path = log.name
+    return proc
+
+
+def _started(server: subprocess.Popen, port: int) -> bool:
+    if server.poll() is not None:
+        raise AssertionError(f"server exited with {server.returncode}:\n{open(server.log_path).read()[-3000:]}")
+    return _healthy(port)
+
+
+def _wait_until(predicate, *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _post(port: int, message_id: str, text: str) -> None:
+    """Send a chat message and do not wait for the answer (the server stores it before answering)."""
+    try:
+        httpx.post(f"http://127.0.0.1:{port}/v1/bots/acme/chat", timeout=1.5,
+                   json={"session_id": "crash", "text": text, "message_id": message_id})
+    except httpx.ReadTimeout:
+        pass
+
+
+@pytest.mark.timeout(600)  # generous: a loaded 2-core machine takes long to import a server
+def test_crash_restart_answers_every_stored_message_exactly_once(tmp_path):
+    with FakeOpenAI() as fake:
+        # The first answer hangs, so the process is killed in the middle of the LLM call.
+        fake.script("slow", Turn(text="never delivered", delay=60), Turn(text="I don't know."),
+                    Turn(text="I don't know."), Turn(text="I don't know."))
+        db = tmp_path / "gateway.db"
+        config = write_config(tmp_path, database_url=f"sqlite+aiosqlite:///{db}",
+                              models=[{"model_name": "slow", "litellm_params": {
+                                  "model": "openai/slow", "api_base": fake.base_url, "api_key": "${FAKE_KEY:-sk-fake}",
+                                  "timeout": 90}}],
+                              bots=[{"name": "acme", "model": "slow", "channels": {"web": {}}}],
+                              worker={"lease_seconds": 2, "poll_interval": 0.2, "reply_timeout": 30})
+        upgrade(f"sqlite+aiosqlite:///{db}")
+        port = _free_port()
+        server = _serve(config, port)
+        try:
+            _wait_until(lambda: _started(server, port), timeout=240, what="the first server")
+            _post(port, "m1", "first question")
+            _wait_until(lambda: len(fake.requests_for("slow")) == 1, timeout=60, what="the model call")
+            _post(port, "m2", "second question")
+            _post(port, "m1", "first question")  # a client retry of m1: must not become a third message
+            server.send_signal(signal.SIGKILL)
+            server.wait(10)
+        finally:
+            if server.poll() is None:
+                server.kill()
+
+        engine = create_engine(f"sqlite:///{db}")
+        with engine.connect() as conn:
+            stored = conn.execute(select(Message.external_id, Message.status).where(Message.direction == "in")
+                                  .order_by(Message.id)).all()
+        assert [tuple(r) for r in stored] == [("m1", "pending"), ("m2", "pending")]
+
+        server = _serve(config, port)
+        try:
+            _wait_until(lambda: _started(server, port), timeout=240, what="the restarted server")
+
+            def answered() -> bool:
+                with engine.connect() as conn:
+                    return conn.execute(select(Message.id).where(Message.direction == "out",
+                                                                 Message.status == "sent")).all().__len__() >= 2
+            _wait_until(answered, timeout=120, what="both answers after restart")
+            time.sleep(1.0)  # give a duplicate, if any, the time to appear
+        finally:
+            server.terminate()
+            server.wait(10)
+
+        with engine.connect() as conn:
+            inbound = conn.execute(select(Message.id, Message.status).where(Message.direction == "in")
+                                   .order_by(Message.id)).all()
+            replies = conn.execute(select(Message.reply_to_id, Message.status).where(Message.direction == "out")
+                                   .order_by(Message.id)).all()
+        assert [s for _, s in inbound] == ["done", "done"]
+        assert [r for r, _ in replies] == [inbound[0].id, inbound[1].id]  # once each, in order
+        assert {s for _, s in replies} == {"sent"}
+        engine.dispose()
