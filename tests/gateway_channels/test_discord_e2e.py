@@ -119,7 +119,7 @@ async def test_discord_gateway_dm_is_answered_as_a_reply_with_typing(env):
     await deliver(inbound)
     await deliver(inbound)  # a gateway replay after a RESUME: deduplicated by message id
     [reply] = await wait_until(lambda: fake.channel_messages("1600000000000000001"), what="the reply")
-    assert reply["message_reference"]["message_id"] == "1500000000000000001"  # (a) replies to the question
+    assert str(reply["message_reference"]["message_id"]) == "1500000000000000001"  # (a) replies to the question
     assert fake.received("POST", "/channels/1600000000000000001/typing")
     await settle()
     assert len(fake.channel_messages("1600000000000000001")) == 1

@@ -105,16 +105,16 @@ def test_console_claim_reply_resolve_round_trip(browser, live_url):  # noqa: F81
     assert "Asked first" in operator.locator("#op-summary").inner_text()
 
     operator.click("#op-claim")
-    operator.wait_for_function("document.getElementById('op-title').textContent.includes('claimed')")
+    operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('claimed')")
     operator.fill("#op-reply", "Hi, Sam from support here. How can I help?")
     operator.click("#op-reply-form button[type=submit]")
     customer.wait_for_selector(".gw-msg--operator", timeout=WAIT_MS)
     assert "Sam from support" in customer.locator(".gw-msg--operator .gw-bubble").inner_text()
 
     operator.click("#op-resolve")
-    operator.wait_for_function("document.getElementById('op-title').textContent.includes('resolved')")
+    operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('resolved')")
     customer.wait_for_function(
-        "[...document.querySelectorAll('.gw-bubble')].some(b => b.textContent.includes('back to the assistant'))",
+        "() => [...document.querySelectorAll('.gw-bubble')].some(b => b.textContent.includes('back to the assistant'))",
         timeout=WAIT_MS)
     bot_count = customer.locator(".gw-msg--bot").count()
     customer.fill("#gw-input", "How do I reset my password?")

@@ -31,7 +31,8 @@ def replica_config(tmp: Path, *, database_url: str, telegram_api: str, index: in
                    models: list[dict] | None = None, model: str | None = None, extra_bot: dict | None = None,
                    **top) -> Path:
     """A config for one replica: one Telegram bot, no knowledge sources, its own Qdrant folder."""
-    bot = {"name": "shop", "channels": {"web": None, "telegram": {
+    # No escalation: with no knowledge every answer is a refusal, and three in a row would hand off.
+    bot = {"name": "shop", "escalation": {"enabled": False}, "channels": {"web": None, "telegram": {
         "token": "${GW_REPLICA_TG_TOKEN}", "webhook_secret": "${GW_REPLICA_TG_SECRET}", "api_base": telegram_api}}}
     if model:
         bot["model"] = model

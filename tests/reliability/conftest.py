@@ -1,0 +1,186 @@
+"""Shared helpers for the reliability suite: fixtures on disk, validly signed requests per channel,
+the real app for a bot with every channel, and row counts by external id.
+
+Each test module builds ONE app (module scope): the worker, the embedding model and the stores are
+the slow part. Bots here have no knowledge sources unless a test needs one (then one tiny document).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+from nacl.signing import SigningKey
+from sqlalchemy import func, select
+from twilio.request_validator import RequestValidator
+
+from gateway.app import create_app
+from gateway.services import Services
+from gateway.settings import load_settings
+from storage.models import Message
+from tests.conftest import FIXTURES, IN_CI, POSTGRES_ADMIN_URL, _pg_admin_dsn, _pg_exec, upgrade, write_config
+from tests.fakes.slack_api import sign as slack_sign
+
+# Secrets the suite configures through the environment; test_secrets greps every output for them.
+TG_TOKEN = "723738643:AAH-reliability-TOKEN-7f3k"
+TG_SECRET = "tg-webhook-SECRET-q8w9e0"
+SLACK_BOT_TOKEN = "xoxb-test-token"  # the only token tests/fakes/slack_api.py accepts
+SLACK_SIGNING_SECRET = "slack-signing-SECRET-a1b2c3d4"
+DISCORD_KEY = SigningKey(bytes(range(1, 33)))
+WA_SID = "AC" + "fedcba9876543210" * 2
+WA_TOKEN = "twilio-auth-TOKEN-z9y8x7"
+WA_PUBLIC_URL = "https://gw.example.com"
+BOT_NUMBER = "+14155238886"
+
+SECRET_ENV = {"REL_TG_TOKEN": TG_TOKEN, "REL_TG_SECRET": TG_SECRET, "REL_SLACK_BOT_TOKEN": SLACK_BOT_TOKEN,
+              "REL_SLACK_SIGNING": SLACK_SIGNING_SECRET, "REL_WA_SID": WA_SID, "REL_WA_TOKEN": WA_TOKEN}
+
+
+def blns() -> list[str]:
+    """The Big List of Naughty Strings (tests/fixtures/badinput, MIT, see SOURCES.md)."""
+    return json.loads((FIXTURES / "badinput" / "blns.json").read_text(encoding="utf-8"))
+
+
+def injection_strings() -> list[str]:
+    """Prompt-injection strings (tests/fixtures/injection, provenance per line)."""
+    lines = (FIXTURES / "injection" / "prompt_injection_strings.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["text"] for line in lines if line.strip()]
+
+
+def channels_config(*, telegram_api: str, slack_api: str, discord_api: str, twilio_api: str) -> dict[str, Any]:
+    """Every channel, with secrets as ${VAR} references (SECRET_ENV) and APIs at the given fakes."""
+    return {
+        "web": {},
+        "telegram": {"token": "${REL_TG_TOKEN}", "webhook_secret": "${REL_TG_SECRET}", "api_base": telegram_api},
+        "slack": {"bot_token": "${REL_SLACK_BOT_TOKEN}", "signing_secret": "${REL_SLACK_SIGNING}",
+                  "api_base": slack_api},
+        "discord": {"token": "fake-bot-token", "public_key": DISCORD_KEY.verify_key.encode().hex(),
+                    "api_base": discord_api},
+        "whatsapp": {"account_sid": "${REL_WA_SID}", "auth_token": "${REL_WA_TOKEN}", "from_number": BOT_NUMBER,
+                     "public_url": WA_PUBLIC_URL, "api_base": twilio_api},
+    }
+
+
+def fresh_postgres_url() -> str | None:
+    """A new empty PostgreSQL database (None when the server is not reachable outside CI)."""
+    name = f"gw_rel_{uuid.uuid4().hex[:10]}"
+    try:
+        asyncio.run(_pg_exec(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required under CI=true but unreachable at {POSTGRES_ADMIN_URL}: {exc}")
+        return None
+    base = _pg_admin_dsn().rsplit("/", 1)[0]
+    return f"{base.replace('postgresql://', 'postgresql+asyncpg://')}/{name}"
+
+
+def drop_postgres(url: str) -> None:
+    """Drop a database made by fresh_postgres_url."""
+    name = url.rsplit("/", 1)[1]
+    asyncio.run(_pg_exec(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@asynccontextmanager
+async def running_app(tmp_path: Path, *, bots: list[dict[str, Any]], env: dict[str, str] | None = None,
+                      start_worker: bool = True, ingest: bool = False, database_url: str | None = None,
+                      **top: Any) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
+    """The real app (lifespan and all) behind an in-process httpx client."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in {**SECRET_ENV, **(env or {})}.items():
+            patch.setenv(key, value)
+        settings = load_settings(write_config(tmp_path, bots=bots, database_url=database_url, **top))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    app = create_app(settings, start_worker=start_worker, start_scheduler=False, start_channels=False)
+    services: Services = app.state.services
+    async with app.router.lifespan_context(app):
+        if ingest:
+            await services.knowledge.ingest()
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=60) as client:
+            yield client, services
+
+
+# --- validly signed requests, one builder per channel --------------------------------------------------
+
+def telegram_request(body: bytes, *, secret: str = TG_SECRET) -> dict[str, Any]:
+    """Telegram: the secret token header (compared in constant time by the adapter)."""
+    return {"content": body, "headers": {"content-type": "application/json",
+                                         "X-Telegram-Bot-Api-Secret-Token": secret}}
+
+
+def slack_request(body: bytes, *, content_type: str = "application/json",
+                  secret: str = SLACK_SIGNING_SECRET) -> dict[str, Any]:
+    """Slack: v0 HMAC-SHA256 over `v0:{ts}:{body}` with the signing secret."""
+    return {"content": body, "headers": {"content-type": content_type, **slack_sign(body, secret=secret)}}
+
+
+def discord_request(body: bytes, *, key: SigningKey = DISCORD_KEY, content_type: str = "application/json") -> dict:
+    """Discord: Ed25519 over timestamp + body."""
+    ts = str(int(time.time()))
+    return {"content": body, "headers": {"content-type": content_type,
+                                         "X-Signature-Ed25519": key.sign(ts.encode() + body).signature.hex(),
+                                         "X-Signature-Timestamp": ts}}
+
+
+def whatsapp_request(form: dict[str, str], *, token: str = WA_TOKEN,
+                     path: str = "/webhooks/acme/whatsapp") -> dict[str, Any]:
+    """Twilio: RequestValidator's signature of the configured public URL + path and the form."""
+    signature = RequestValidator(token).compute_signature(WA_PUBLIC_URL + path, form)
+    return {"content": urlencode(form).encode(), "headers": {
+        "content-type": "application/x-www-form-urlencoded", "X-Twilio-Signature": signature}}
+
+
+def telegram_update(update_id: int, text: str, *, chat: int = 7001) -> bytes:
+    """A private-chat text message update."""
+    return json.dumps({"update_id": update_id, "message": {
+        "message_id": update_id, "date": 1700000000, "chat": {"id": chat, "type": "private"},
+        "from": {"id": chat, "is_bot": False, "first_name": "Ann"}, "text": text}}).encode()
+
+
+def slack_event(event_id: str, text: str, *, channel: str = "D0RELIAB") -> bytes:
+    """A direct-message event_callback."""
+    return json.dumps({"token": "legacy", "team_id": "T111", "api_app_id": "A111", "type": "event_callback",
+                       "event_id": event_id, "event_time": 1700000001,
+                       "authorizations": [{"team_id": "T111", "user_id": "UBOT", "is_bot": True}],
+                       "event": {"type": "message", "channel": channel, "channel_type": "im", "user": "U0CUSTOMER",
+                                 "text": text, "ts": f"1700000001.{event_id[-6:]}", "team": "T111"}}).encode()
+
+
+def discord_ask(interaction_id: str, text: str, *, channel: str = "1300000000000000101") -> bytes:
+    """An /ask slash-command interaction."""
+    return json.dumps({"id": interaction_id, "application_id": "1100000000000000002", "type": 2,
+                       "token": f"tok-{interaction_id}", "version": 1, "guild_id": "1300000000000000000",
+                       "channel_id": channel, "member": {"user": {"id": "1300000000000000099", "username": "ann"}},
+                       "data": {"id": "1300000000000000050", "name": "ask", "type": 1,
+                                "options": [{"name": "question", "type": 3, "value": text}]}}).encode()
+
+
+def whatsapp_form(sid: str, text: str, *, phone: str = "+15550007001") -> dict[str, str]:
+    """An inbound WhatsApp message as Twilio posts it."""
+    return {"MessageSid": sid, "SmsMessageSid": sid, "AccountSid": WA_SID, "From": f"whatsapp:{phone}",
+            "To": f"whatsapp:{BOT_NUMBER}", "Body": text, "NumMedia": "0", "WaId": phone.lstrip("+"),
+            "ProfileName": "Ann", "SmsStatus": "received"}
+
+
+async def count_by_external_id(services: Services, *, channel: str, external_id: str) -> int:
+    """Inbound rows stored for one (channel, external id): the idempotency key."""
+    async with services.sessions() as session:
+        return (await session.execute(select(func.count()).select_from(Message).where(
+            Message.channel == channel, Message.direction == "in", Message.external_id == external_id))).scalar_one()
+
+
+async def inbound_counts(services: Services, *, channel: str) -> dict[str, int]:
+    """Inbound rows per external id for a whole channel, in one query."""
+    async with services.sessions() as session:
+        rows = (await session.execute(select(Message.external_id, func.count()).where(
+            Message.channel == channel, Message.direction == "in").group_by(Message.external_id))).all()
+    return {external_id: n for external_id, n in rows}

@@ -1,0 +1,273 @@
+"""Bad input at every entry point: naughty strings, broken bodies, wrong types, oversize, NUL bytes.
+
+Every request is validly signed, so it reaches the parser and the store. The worker is off: this is
+about what the edge accepts and stores (exactly once), not about answering; test_bad_input_worker
+runs answers over a sample. The module runs on PostgreSQL when it is reachable (always under
+CI=true), because PostgreSQL is the stricter store (no NUL in text, real length limits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import pytest_asyncio
+
+from tests.conftest import FIXTURES
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.slack_api import FakeSlack
+from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.fakes.twilio_api import FakeTwilio
+from tests.reliability.conftest import (
+    TG_TOKEN, WA_SID, WA_TOKEN, blns, channels_config, count_by_external_id, discord_ask, discord_request,
+    drop_postgres, fresh_postgres_url, inbound_counts, running_app, slack_event, slack_request, telegram_request,
+    telegram_update, whatsapp_form, whatsapp_request,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+STRINGS = blns()
+TG, SLACK, DISCORD, WA, WEB = ("/webhooks/acme/telegram", "/webhooks/acme/slack/events",
+                               "/webhooks/acme/discord/interactions", "/webhooks/acme/whatsapp", "/v1/bots/acme/chat")
+WEBHOOKS = {"telegram": TG, "slack": SLACK, "discord": DISCORD, "whatsapp": WA}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("badinput")
+    database_url = await asyncio.to_thread(fresh_postgres_url)
+    twilio = FakeTwilio(account_sid=WA_SID, auth_token=WA_TOKEN).start()
+    discord = await FakeDiscord().start()
+    slack = await FakeSlack.start()
+    try:
+        async with FakeTelegramAPI(TG_TOKEN) as telegram:
+            channels = channels_config(telegram_api=telegram.base_url, slack_api=slack.api_base,
+                                       discord_api=discord.api_base, twilio_api=twilio.base_url)
+            bots = [{"name": "acme", "channels": channels}]
+            # The worker is off: the web chat answers 202 (pending) after this short wait.
+            async with running_app(tmp_path, bots=bots, start_worker=False, database_url=database_url,
+                                   worker={"reply_timeout": 0.05, "poll_interval": 0.2}) as (client, services):
+                yield client, services
+    finally:
+        await slack.stop()
+        await discord.close()
+        twilio.stop()
+        if database_url:
+            await asyncio.to_thread(drop_postgres, database_url)
+
+
+async def _post_everywhere(client, index: int, text: str) -> dict[str, int]:
+    """One naughty string through every entry point at once; returns the status per channel."""
+    requests = {
+        "telegram": client.post(TG, **telegram_request(telegram_update(100000 + index, text))),
+        "slack": client.post(SLACK, **slack_request(slack_event(f"Ev{index:06d}", text))),
+        "discord": client.post(DISCORD, **discord_request(discord_ask(f"14{index:017d}", text))),
+        "whatsapp": client.post(WA, **whatsapp_request(whatsapp_form(f"SM{index:032d}", text))),
+        "web": client.post(WEB, json={"session_id": f"blns-{index}", "text": text, "message_id": f"blns-{index}"}),
+    }
+    responses = await asyncio.gather(*requests.values())
+    return {name: r.status_code for name, r in zip(requests, responses)}
+
+
+def _external_ids(index: int) -> dict[str, str]:
+    return {"telegram": str(100000 + index), "slack": f"Ev{index:06d}", "discord": f"14{index:017d}",
+            "whatsapp": f"SM{index:032d}", "web": f"blns-{index}"}
+
+
+async def test_blns_every_string_through_every_entry_point_is_stored_once_and_never_5xx(env):
+    client, services = env
+    statuses = [await _post_everywhere(client, i, text) for i, text in enumerate(STRINGS)]
+    # A second delivery of a sample (platforms retry): still stored once.
+    for i in range(0, len(STRINGS), 17):
+        statuses[i] |= {f"{k}-again": v for k, v in (await _post_everywhere(client, i, STRINGS[i])).items()}
+
+    server_errors = [(STRINGS[i], s) for i, s in enumerate(statuses) if any(v >= 500 for v in s.values())]
+    assert server_errors == []
+    counts = {channel: await inbound_counts(services, channel=channel) for channel in (*WEBHOOKS, "web")}
+    for i, text in enumerate(STRINGS):
+        ids = _external_ids(i)
+        for channel in WEBHOOKS:
+            assert statuses[i][channel] == 200, (channel, text)
+            stored = counts[channel].get(ids[channel], 0)
+            # A text with visible content is a message; an empty one may be stored or ignored, never twice.
+            assert stored == 1 if text.strip() else stored <= 1, (channel, text, stored)
+        web = statuses[i]["web"]
+        if text.strip():
+            assert web in (200, 202), (text, web)
+            assert counts["web"].get(ids["web"], 0) == 1, text
+        else:
+            assert web == 422 and counts["web"].get(ids["web"], 0) == 0  # refused clearly, nothing stored
+    assert (await client.get("/healthz")).status_code == 200  # and the service kept running
+
+
+@pytest.mark.parametrize("channel", ["telegram", "slack", "discord"])
+@pytest.mark.parametrize("body", [b"{not json", b"", b"[1, 2, 3]", b'"a string"', b"\xff\xfe\x00garbage", b"null"],
+                         ids=["truncated", "empty", "array", "string", "binary", "null"])
+async def test_webhook_malformed_json_is_400_and_stores_nothing(env, channel, body):
+    client, services = env
+    before = await inbound_counts(services, channel=channel)
+    signed = {"telegram": telegram_request, "slack": slack_request, "discord": discord_request}[channel](body)
+    response = await client.post(WEBHOOKS[channel], **signed)
+    assert response.status_code == 400 and response.json()["error"]
+    assert await inbound_counts(services, channel=channel) == before
+
+
+@pytest.mark.parametrize("body", [b"MessageSid=SMx&%%%&=&&From", b"\xff\xfe\xfd=\x80", b"Body=hello+without+sid", b""],
+                         ids=["mangled", "not-utf8", "no-sid", "empty"])
+async def test_whatsapp_malformed_form_is_400_and_stores_nothing(env, body):
+    from urllib.parse import parse_qsl
+
+    from twilio.request_validator import RequestValidator
+
+    from tests.reliability.conftest import WA_PUBLIC_URL
+
+    client, services = env
+    before = await inbound_counts(services, channel="whatsapp")
+    try:
+        params = dict(parse_qsl(body.decode(), keep_blank_values=True))
+    except UnicodeDecodeError:
+        params = {}
+    signature = RequestValidator(WA_TOKEN).compute_signature(WA_PUBLIC_URL + WA, params)
+    response = await client.post(WA, content=body, headers={
+        "content-type": "application/x-www-form-urlencoded", "X-Twilio-Signature": signature})
+    assert 400 <= response.status_code < 500
+    assert await inbound_counts(services, channel="whatsapp") == before
+
+
+@pytest.mark.parametrize("body, content_type", [
+    (b"{not json", "application/json"),
+    (b"session_id=a&text=hello", "application/x-www-form-urlencoded"),
+    (b'{"session_id": "a", "text": "hi"}', "text/plain"),
+    (b'{"session_id": 12, "text": ["x"]}', "application/json"),
+    (b'{"session_id": "../../etc/passwd", "text": "hi"}', "application/json"),
+    (b'{"session_id": "nul", "text": "a\\u0000b"}', "application/json"),
+], ids=["malformed", "form", "text-plain", "wrong-types", "bad-session", "nul"])
+async def test_webchat_malformed_or_wrong_type_is_4xx_and_stores_nothing(env, body, content_type):
+    client, services = env
+    before = await inbound_counts(services, channel="web")
+    response = await client.post(WEB, content=body, headers={"content-type": content_type})
+    assert 400 <= response.status_code < 500 and response.json()["error"]
+    assert await inbound_counts(services, channel="web") == before
+
+
+async def test_webhook_wrong_content_type_is_4xx_and_stores_nothing(env):
+    client, services = env
+    form = b"update_id=1&message=hello"
+    tg = await client.post(TG, **telegram_request(form) | {"headers": {
+        "content-type": "application/x-www-form-urlencoded", "X-Telegram-Bot-Api-Secret-Token":
+        telegram_request(b"")["headers"]["X-Telegram-Bot-Api-Secret-Token"]}})
+    slack = await client.post(SLACK, **slack_request(b"--b\r\ncontent\r\n--b--", content_type="multipart/form-data"))
+    discord = await client.post(DISCORD, **discord_request(form, content_type="application/x-www-form-urlencoded"))
+    wa = await client.post(WA, **whatsapp_request({}) | {"content": json.dumps(whatsapp_form("SMjson", "hi")).encode(),
+                                                         })
+    for response in (tg, slack, discord, wa):
+        assert 400 <= response.status_code < 500, response.text
+    for channel in WEBHOOKS:
+        assert (await inbound_counts(services, channel=channel)).get("SMjson") is None
+
+
+class _Counting:
+    """A request body that records how much of it the server pulled."""
+
+    def __init__(self, total: int, chunk: int = 64 * 1024) -> None:
+        self.total, self.chunk, self.pulled = total, chunk, 0
+
+    async def __aiter__(self):
+        while self.pulled < self.total:
+            self.pulled += self.chunk
+            yield b"x" * self.chunk
+
+
+@pytest.mark.parametrize("channel", list(WEBHOOKS))
+async def test_webhook_oversized_body_is_413_before_it_is_read_whole(env, channel):
+    client, services = env
+    # Declared length over the cap: refused on the header alone.
+    big = b"{" + b" " * 1_100_000 + b"}"
+    declared = await client.post(WEBHOOKS[channel], content=big, headers={"content-type": "application/json"})
+    assert declared.status_code == 413
+    # Chunked (no length): refused once the cap is passed, long before the 20 MB end.
+    body = _Counting(20 * 1024 * 1024)
+    streamed = await client.post(WEBHOOKS[channel], content=body, headers={"content-type": "application/json"})
+    assert streamed.status_code == 413
+    assert body.pulled <= 2 * 1024 * 1024
+
+
+async def test_webchat_oversized_body_is_413_before_it_is_read_whole(env):
+    client, services = env
+    before = await inbound_counts(services, channel="web")
+    text = "x" * 1_200_000
+    declared = await client.post(WEB, json={"session_id": "big-1", "text": text})
+    assert declared.status_code == 413
+    body = _Counting(20 * 1024 * 1024)
+    streamed = await client.post(WEB, content=body, headers={"content-type": "application/json"})
+    assert streamed.status_code == 413
+    assert body.pulled <= 2 * 1024 * 1024
+    assert await inbound_counts(services, channel="web") == before
+
+
+async def test_webhook_unknown_update_and_event_types_are_acknowledged_and_not_stored(env):
+    client, services = env
+    tg_before = await inbound_counts(services, channel="telegram")
+    tg = await client.post(TG, **telegram_request(json.dumps(
+        {"update_id": 990001, "business_connection_v99": {"id": "x", "whatever": [1, 2]}}).encode()))
+    tg_no_id = await client.post(TG, **telegram_request(b'{"message": {"text": "no update id"}}'))
+    slack_before = await inbound_counts(services, channel="slack")
+    slack_event_kind = await client.post(SLACK, **slack_request(json.dumps({
+        "type": "event_callback", "event_id": "EvUNKNOWN1", "team_id": "T111",
+        "event": {"type": "hologram_projected", "channel": "D0RELIAB", "user": "U0CUSTOMER"}}).encode()))
+    slack_envelope = await client.post(SLACK, **slack_request(b'{"type": "app_rate_limited_v42", "team_id": "T1"}'))
+    discord_before = await inbound_counts(services, channel="discord")
+    discord = await client.post(DISCORD, **discord_request(json.dumps(
+        {"id": "1499999999999999999", "type": 99, "token": "t", "version": 1}).encode()))
+    wa_before = await inbound_counts(services, channel="whatsapp")
+    wa = await client.post(WA, **whatsapp_request({"MessageSid": "SMunknown", "MessageStatus": "teleported",
+                                                   "AccountSid": WA_SID}))
+    for response in (tg, slack_event_kind, slack_envelope, discord, wa):
+        assert response.status_code in (200, 400), response.text  # acknowledged, or clearly refused
+    assert tg.status_code == 200 and slack_event_kind.status_code == 200  # platforms must not retry these
+    assert 400 <= tg_no_id.status_code < 500 or tg_no_id.status_code == 200
+    assert await inbound_counts(services, channel="telegram") == tg_before
+    assert await inbound_counts(services, channel="slack") == slack_before
+    assert await inbound_counts(services, channel="discord") == discord_before
+    assert await inbound_counts(services, channel="whatsapp") == wa_before
+
+
+async def test_whatsapp_twilio_nul_byte_fixture_is_stored_once_without_the_nul(env):
+    client, services = env
+    form = json.loads((FIXTURES / "payloads/whatsapp/twilio_chatwoot/null_bytes_in_body.json").read_text())
+    form = {**form, "MessageSid": "SMnulbytes0001", "From": "whatsapp:" + form["From"], "AccountSid": WA_SID}
+    for _ in range(2):
+        response = await client.post(WA, **whatsapp_request(form))
+        assert response.status_code == 200
+    assert await count_by_external_id(services, channel="whatsapp", external_id="SMnulbytes0001") == 1
+    texts = await _texts(services, "whatsapp", "SMnulbytes0001")
+    assert texts == ["remove null bytes"]
+
+
+@pytest.mark.parametrize("channel", ["telegram", "slack", "discord"])
+async def test_webhook_nul_byte_in_json_text_is_never_5xx_and_stored_at_most_once(env, channel):
+    client, services = env
+    text = "before\u0000after"
+    request, external_id = {
+        "telegram": (telegram_request(telegram_update(880001, text)), "880001"),
+        "slack": (slack_request(slack_event("EvNUL00001", text)), "EvNUL00001"),
+        "discord": (discord_request(discord_ask("1488000000000000001", text)), "1488000000000000001"),
+    }[channel]
+    for _ in range(2):
+        response = await client.post(WEBHOOKS[channel], **request)
+        assert response.status_code < 500
+    stored = await count_by_external_id(services, channel=channel, external_id=external_id)
+    assert stored == (1 if response.status_code == 200 else 0)
+    if stored:
+        assert all("\x00" not in t for t in await _texts(services, channel, external_id))
+
+
+async def _texts(services, channel: str, external_id: str) -> list[str]:
+    from sqlalchemy import select
+
+    from storage.models import Message
+
+    async with services.sessions() as session:
+        return list((await session.execute(select(Message.text).where(
+            Message.channel == channel, Message.external_id == external_id))).scalars().all())

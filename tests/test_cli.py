@@ -1,0 +1,122 @@
+"""The command line as a user runs it: ingest (also while a server holds the index), eval, db upgrade."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from gateway.app import create_app
+from gateway.settings import load_settings
+from tests.conftest import ROOT, write_config
+
+PLANS = """# Plans
+
+## Plus plan
+
+The Plus plan costs $12 per month and includes 50 GB of storage.
+
+## Team plan
+
+The Team plan costs $20 per user per month.
+"""
+SYNC = """# Sync errors
+
+## E-SYNC-409
+
+Error E-SYNC-409 means two devices edited the same note at once; a conflicted copy is kept.
+"""
+
+
+def _run(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=ROOT, env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture
+def kb_config(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "plans.md").write_text(PLANS)
+    (docs / "sync.md").write_text(SYNC)
+    bot = {"name": "acme", "sources": [{"name": "docs", "type": "directory", "path": str(docs),
+                                        "schedule": "0 3 * * *"}], "channels": {"web": {}}}
+    config = write_config(tmp_path, bots=[bot])
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    return config, docs
+
+
+def test_cli_ingest_json_counts_then_unchanged_then_deleted(kb_config):
+    config, docs = kb_config
+    first = _run("ingest", "--config", str(config), "--json")
+    assert first.returncode == 0, first.stderr
+    counts = json.loads(first.stdout)
+    assert counts["added"] >= 2 and counts["updated"] == counts["deleted"] == counts["unchanged"] == 0
+    second = json.loads(_run("ingest", "--config", str(config), "--json").stdout)
+    assert second["added"] == 0 and second["unchanged"] == counts["added"]
+    (docs / "sync.md").unlink()
+    third = json.loads(_run("ingest", "--config", str(config), "--json").stdout)
+    assert third["deleted"] >= 1 and third["unchanged"] >= 1
+
+
+def test_cli_ingest_unknown_source_is_a_clear_error(kb_config):
+    config, _ = kb_config
+    proc = _run("ingest", "--config", str(config), "--source", "nope")
+    assert proc.returncode == 2 and "unknown source 'nope'" in proc.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cli_ingest_goes_through_running_server_that_holds_the_index(kb_config):
+    config, _ = kb_config
+    settings = load_settings(config)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, start_scheduler=False), host="127.0.0.1",
+                                           port=port, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        proc = _run("ingest", "--config", str(config), "--json", env={"HOST": "127.0.0.1", "PORT": str(port)})
+        assert proc.returncode == 0, proc.stderr
+        assert "held by the running server" in proc.stderr
+        assert json.loads(proc.stdout)["added"] >= 2
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def test_cli_eval_prints_contract_keys(tmp_path, kb_config):
+    _, docs = kb_config
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("\n".join(json.dumps(q) for q in [
+        {"question": "How much is the Plus plan?", "gold_texts": ["The Plus plan costs $12 per month"]},
+        {"question": "What is E-SYNC-409?", "gold_texts": ["two devices edited the same note"]},
+        {"question": "What is the capital of Peru?", "answerable": False},
+    ]) + "\n")
+    proc = _run("eval", "--docs", str(docs), "--questions", str(questions), "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert set(result) == {"recall@1", "recall@3", "recall@5", "recall@10", "mrr", "refusal_rate",
+                           "false_refusal_rate", "n_answerable", "n_unanswerable"}
+    assert result["n_answerable"] == 2 and result["n_unanswerable"] == 1
+    assert result["recall@5"] == 1.0 and result["refusal_rate"] == 1.0
