@@ -35,6 +35,7 @@ TG_TOKEN = "723738643:AAH-reliability-TOKEN-7f3k"
 TG_SECRET = "tg-webhook-SECRET-q8w9e0"
 SLACK_BOT_TOKEN = "xoxb-test-token"  # the only token tests/fakes/slack_api.py accepts
 SLACK_SIGNING_SECRET = "slack-signing-SECRET-a1b2c3d4"
+DISCORD_TOKEN = "fake-bot-token"  # the only token tests/fakes/discord_api.py accepts
 DISCORD_KEY = SigningKey(bytes(range(1, 33)))
 WA_SID = "AC" + "fedcba9876543210" * 2
 WA_TOKEN = "twilio-auth-TOKEN-z9y8x7"
@@ -42,7 +43,8 @@ WA_PUBLIC_URL = "https://gw.example.com"
 BOT_NUMBER = "+14155238886"
 
 SECRET_ENV = {"REL_TG_TOKEN": TG_TOKEN, "REL_TG_SECRET": TG_SECRET, "REL_SLACK_BOT_TOKEN": SLACK_BOT_TOKEN,
-              "REL_SLACK_SIGNING": SLACK_SIGNING_SECRET, "REL_WA_SID": WA_SID, "REL_WA_TOKEN": WA_TOKEN}
+              "REL_SLACK_SIGNING": SLACK_SIGNING_SECRET, "REL_WA_SID": WA_SID, "REL_WA_TOKEN": WA_TOKEN,
+              "REL_DISCORD_TOKEN": DISCORD_TOKEN}
 
 
 def blns() -> list[str]:
@@ -63,7 +65,7 @@ def channels_config(*, telegram_api: str, slack_api: str, discord_api: str, twil
         "telegram": {"token": "${REL_TG_TOKEN}", "webhook_secret": "${REL_TG_SECRET}", "api_base": telegram_api},
         "slack": {"bot_token": "${REL_SLACK_BOT_TOKEN}", "signing_secret": "${REL_SLACK_SIGNING}",
                   "api_base": slack_api},
-        "discord": {"token": "fake-bot-token", "public_key": DISCORD_KEY.verify_key.encode().hex(),
+        "discord": {"token": "${REL_DISCORD_TOKEN}", "public_key": DISCORD_KEY.verify_key.encode().hex(),
                     "api_base": discord_api},
         "whatsapp": {"account_sid": "${REL_WA_SID}", "auth_token": "${REL_WA_TOKEN}", "from_number": BOT_NUMBER,
                      "public_url": WA_PUBLIC_URL, "api_base": twilio_api},

@@ -1,0 +1,47 @@
+"""Scheduled re-ingest: runs on cron inside serve, records failures, never takes the server down."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import select
+
+from gateway.knowledge import Knowledge
+from gateway.scheduler import IngestScheduler
+from gateway.settings import load_settings
+from storage.engine import create_engine, session_factory
+from storage.models import IngestRun
+from tests.conftest import upgrade, write_config
+
+
+async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nThe answer is forty-two.\n")
+    bot = {"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "missing", "type": "directory", "path": str(tmp_path / "does-not-exist"), "schedule": "*/5 * * * *"},
+        {"name": "good", "type": "directory", "path": str(docs), "schedule": "0 4 * * 1"},
+    ]}
+    settings = load_settings(write_config(tmp_path, bots=[bot]))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
+    knowledge = Knowledge(settings, sessions=sessions)
+    await knowledge.open()
+    scheduler = IngestScheduler(settings, knowledge=knowledge)
+    scheduler.start()
+    try:
+        runs = scheduler.next_runs()
+        assert set(runs) == {"acme/missing", "acme/good"} and all(runs.values())
+        await scheduler._run("acme", "missing")  # the cron job body: must not raise
+        await scheduler._run("acme", "good")
+        assert scheduler.next_runs()["acme/good"] == runs["acme/good"]  # the scheduler is still running
+    finally:
+        scheduler.shutdown()
+        await knowledge.close()
+    async with sessions() as session:
+        recorded = {r.source: r for r in (await session.execute(select(IngestRun))).scalars()}
+    assert recorded["missing"].status == "failed" and recorded["missing"].errors
+    assert recorded["missing"].trigger == "schedule"
+    assert recorded["good"].status == "ok" and recorded["good"].added >= 1
+    await engine.dispose()
