@@ -223,7 +223,7 @@ class SlackAdapter:
                 text=text,
                 attachments=attachments,
                 reply_to=thread_ts if thread_ts and thread_ts != ts else None,
-                sent_at=datetime.fromtimestamp(float(ts), tz=timezone.utc),
+                sent_at=_sent_at(ts),
                 raw=body,
             ),
             "",
@@ -469,3 +469,11 @@ def slack_to_plain(text: str) -> str:
 
     text = re.sub(r"<([^<>\n]+)>", control, text)
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def _sent_at(ts: Any) -> datetime:
+    """The event time from Slack's `ts`; now when it is malformed (a signed body must never cause a 500)."""
+    try:
+        return datetime.fromtimestamp(float(ts), tz=timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return datetime.now(timezone.utc)

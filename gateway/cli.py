@@ -102,7 +102,9 @@ def _serve(args) -> int:
     from gateway.app import create_app
 
     settings = _settings(args)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False)
+    # Open SSE streams (console, widget) must not hold a shutdown for long.
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False,
+                timeout_graceful_shutdown=5)
     return 0
 
 

@@ -17,11 +17,12 @@ from sse_starlette.sse import EventSourceResponse
 
 from gateway.events import message_topic
 from gateway.http.deps import error, services
+from gateway.http.webhooks import CappedRoute
 from gateway.models import ConversationRef, InboundMessage, Sender
 from storage import repositories as repo
 from storage.models import Conversation, Message
 
-router = APIRouter(tags=["web chat"])
+router = APIRouter(tags=["web chat"], route_class=CappedRoute)  # bodies capped before parsing
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 

@@ -6,15 +6,18 @@ oversized request is refused before it is read whole.
 
 from __future__ import annotations
 
+import dataclasses
+
 import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from sqlalchemy import select, update
 
 from channels.base import RawRequest
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.http.deps import error, services
-from gateway.models import utcnow
+from gateway.models import InboundMessage, utcnow
 from storage.models import Delivery, Message
 
 log = structlog.get_logger("gateway.webhooks")
@@ -45,6 +48,40 @@ async def read_capped(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
             raise BodyTooLarge()
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def without_nul(message: InboundMessage) -> InboundMessage:
+    """NUL is valid in JSON strings but PostgreSQL text refuses it (a 500 on a signed request): drop it."""
+    if "\x00" not in message.text and "\x00" not in message.sender.display_name:
+        return message
+    sender = dataclasses.replace(message.sender, display_name=message.sender.display_name.replace("\x00", ""))
+    return dataclasses.replace(message, text=message.text.replace("\x00", ""), sender=sender)
+
+
+class CappedRequest(Request):
+    """A request whose body is read through `read_capped`, so FastAPI's own body parsing is capped too."""
+
+    async def body(self) -> bytes:
+        if not hasattr(self, "_body"):
+            self._body = await read_capped(self)
+        return self._body
+
+
+class CappedRoute(APIRoute):
+    """Route class for JSON APIs: a body over MAX_BODY_BYTES gets 413 before it is read whole."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def capped(request: Request) -> Response:
+            request = CappedRequest(request.scope, request.receive)
+            try:
+                await request.body()
+            except BodyTooLarge:
+                return error(413, f"body larger than {MAX_BODY_BYTES} bytes")
+            return await handler(request)
+
+        return capped
 
 
 @router.post("/webhooks/{bot}/{channel_path:path}")
@@ -78,7 +115,7 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
     for reason in result.ignored:
         bound.info("webhook.ignored", reason=reason)
     for message in result.messages:
-        accepted = await svc.inbox.accept(bot, message)
+        accepted = await svc.inbox.accept(bot, without_nul(message))
         counter = svc.metrics.duplicates if accepted.duplicate else svc.metrics.messages_in
         counter.labels(bot=bot, channel=channel).inc()
     for update_ in result.status_updates:

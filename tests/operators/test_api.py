@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from gateway.pipeline.core import LLM_DOWN_REPLY  # noqa: F401  (the failure path is covered in test_triggers)
 from tests.operators.conftest import TOKENS, auth
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -109,7 +109,9 @@ async def test_webhook_malformed_json_is_400_and_stores_nothing(env, channel, bo
     before = await inbound_counts(services, channel=channel)
     signed = {"telegram": telegram_request, "slack": slack_request, "discord": discord_request}[channel](body)
     response = await client.post(WEBHOOKS[channel], **signed)
-    assert response.status_code == 400 and response.json()["error"]
+    # Slack's verifier signs text, so a non-UTF-8 body fails verification (401) before parsing (400).
+    assert response.status_code in ((400, 401) if body.startswith(b"\xff") and channel == "slack" else (400,))
+    assert response.json()["error"]
     assert await inbound_counts(services, channel=channel) == before
 
 
