@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import structlog
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
@@ -196,8 +197,14 @@ class TelegramAdapter:
                     raise ChannelSendError(f"telegram server error: {exc.message}", retry_after=5.0) from exc
                 await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
             except TelegramNetworkError as exc:
-                # The request may have reached Telegram: do not resend here, let the worker decide.
-                raise ChannelSendError(f"telegram unreachable: {exc.message}", retry_after=5.0) from exc
+                if isinstance(exc.__cause__, aiohttp.ClientConnectorError):
+                    # The connection never opened, so Telegram never saw it: safe to send again later.
+                    raise ChannelSendError(f"telegram unreachable: {exc.message}", retry_after=5.0) from exc
+                # A timeout or a dropped connection after the request went out: Telegram may have
+                # delivered it, and sendMessage has no idempotency key, so resending could show the
+                # customer the reply twice. Fail it visibly instead (at most once).
+                raise ChannelSendError(f"telegram send outcome unknown ({exc.message}); not resent to avoid "
+                                       "a duplicate", permanent=True) from exc
             except TelegramAPIError as exc:
                 raise ChannelSendError(f"telegram error: {exc.message}", permanent=True) from exc
         raise ChannelSendError("telegram: send attempts exhausted", retry_after=5.0)

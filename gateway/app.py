@@ -19,6 +19,7 @@ from gateway.operators import slack_operator
 from gateway.observability import configure_logging
 from gateway.services import Services, build_services
 from gateway.settings import Settings, _secret_values
+from gateway.tracing import RequestContextMiddleware
 
 log = structlog.get_logger("gateway.app")
 
@@ -43,6 +44,7 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
 
     app = FastAPI(title="Bot gateway", version=__version__, lifespan=lifespan)
     app.state.services = svc
+    app.add_middleware(RequestContextMiddleware, metrics=svc.metrics)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

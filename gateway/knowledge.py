@@ -70,6 +70,11 @@ class Knowledge:
         self._ingestor = Ingestor(self._index, dense, sparse, self._sessions,
                                   max_chunk_tokens=self._settings.embedding.max_chunk_tokens)
 
+    @property
+    def index(self):
+        """The open Qdrant index, or None before `open()`."""
+        return self._index
+
     async def close(self) -> None:
         """Release the index (and its folder lock)."""
         if self._index is not None:

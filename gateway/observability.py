@@ -27,10 +27,10 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, _redact, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),
         cache_logger_on_first_use=False,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _CurrentStderrHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(name)s] %(message)s"))
     handler.addFilter(_RedactFilter())
     root = logging.getLogger()
@@ -50,6 +50,23 @@ def enable_langfuse(enabled: bool) -> bool:
             callbacks.append("langfuse")
         setattr(litellm, attr, callbacks)
     return enabled
+
+
+class _CurrentStderr:
+    """Writes to whatever `sys.stderr` is now (test capture and daemons swap it after configuration)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+class _CurrentStderrHandler(logging.StreamHandler):
+    """A stream handler bound to the current `sys.stderr`, not the one at configuration time."""
+
+    def __init__(self) -> None:
+        super().__init__(_CurrentStderr())
 
 
 def redact(text: str) -> str:

@@ -14,7 +14,7 @@ wrote: outside it, the configured Content template is sent instead, or the reply
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 
 import structlog
@@ -58,9 +58,13 @@ class Outbox:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
 
-    async def deliver(self, message_id: int) -> str:
+    async def deliver(self, message_id: int, *,
+                      via: Callable[[OutboundMessage], Awaitable[list[str]]] | None = None) -> str:
         """Send one pending reply. Returns sent, failed, retry (failed now, will be retried),
-        deferred (its retry time has not come), or skipped. Safe to call twice: only one caller sends."""
+        deferred (its retry time has not come), or skipped. Safe to call twice: only one caller sends.
+
+        `via` replaces `adapter.send` for this attempt only (gateway/streaming.py: the reply was
+        streamed, so it is edited into place); its errors are handled like the adapter's."""
         async with self._sessions() as session, session.begin():
             message = await session.get(Message, message_id)
             if message is None or message.status != "pending":
@@ -97,8 +101,11 @@ class Outbox:
                                 for c in message.citations or []),
             )
             try:
-                provider_ids, template = await self._send(
-                    adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None)
+                if via is not None:
+                    provider_ids, template = list(await via(outbound)), None
+                else:
+                    provider_ids, template = await self._send(
+                        adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None)
                 if template:
                     meta["template"] = template
                     bound.info("outbound.template_sent", content_sid=template, reason=OUTSIDE_WINDOW)

@@ -141,7 +141,7 @@ async def run_retention(sessions: async_sessionmaker[AsyncSession], settings: Se
     """The scheduled (leader-only) job: expired conversations, then removed sources' chunks."""
     report = await purge_expired(sessions, settings)
     # Knowledge opens its index lazily; without an open index the sources wait for the next run.
-    index = getattr(knowledge, "index", None) or getattr(knowledge, "_index", None)
+    index = getattr(knowledge, "index", None)
     if index is not None:
         sources = await purge_removed_sources(sessions, settings, index=index)
         report.documents, report.chunks = sources.documents, sources.chunks

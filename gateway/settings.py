@@ -168,6 +168,9 @@ class ChannelBase(_Strict):
     api_base: str | None = None
     respond_in_groups: Literal["mention", "always"] = "mention"
     greeting: str | None = None
+    # Show the reply while it is generated, by editing a message (channels that can edit: Telegram,
+    # Slack, Discord). See gateway/streaming.py.
+    stream: bool = False
 
 
 class WebChannel(ChannelBase):

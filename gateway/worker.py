@@ -13,6 +13,14 @@ leaves the message pending (answered after restart); a crash after it leaves the
 A reply whose send must be retried later (a rate limit) parks its conversation: the lease is handed
 to no one until the retry time, so nothing in that conversation overtakes it and no worker spins on
 it. While the pipeline runs, channels with a typing indicator show it, refreshed every few seconds.
+
+Channels with `stream: true` that can edit messages (gateway/streaming.py) show the reply while it is
+generated, by sending a message and editing it; the outbox then edits the streamed messages into the
+final reply instead of sending it again, and records their ids as the reply's deliveries. A streamed
+partial is not part of the exactly-once guarantee: a crash mid-stream (or between the store and the
+final edit) leaves the partial message as it was, and after restart the answer is sent again as a
+new message. Streamed messages of an answer that is not sent (another worker answered, no reply) are
+edited to "—".
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from gateway.models import CallerIdentity, ConversationRef, utcnow
 from gateway.outbox import RETRYING, Outbox, next_attempt_at
 from gateway.pipeline import Pipeline, PipelineResult, Turn
 from gateway.settings import Settings
+from gateway.streaming import EditStreamer, streamer_for
 from gateway.tracing import bind_message, unbind_message
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Message, Usage
@@ -262,9 +271,16 @@ class Worker:
             return
         bot = self._settings.bot(inbound.bot)
         topic = message_topic(inbound.id)
+        streamer = streamer_for(
+            self._adapters.get((inbound.bot, inbound.channel)), getattr(bot.channels, inbound.channel, None),
+            ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,
+                            thread=conversation.thread),
+            reply_to=(inbound.meta or {}).get("platform_message_id")) if conversation.state == "bot" else None
 
         async def on_token(text: str) -> None:
             self._bus.publish(topic, {"type": "token", "text": text})
+            if streamer is not None:
+                await streamer.feed(text)
 
         turn = Turn(
             bot=bot, message_id=inbound.id, conversation_id=conversation.id, state=conversation.state,
@@ -292,7 +308,15 @@ class Worker:
             if typing is not None:
                 typing.cancel()
                 await asyncio.gather(typing, return_exceptions=True)
-        await self._finish(inbound, result, status="failed" if result.error else "done", error=result.error)
+            if streamer is not None:
+                await streamer.close()  # no flush may race the final reply's edits
+        try:
+            await self._finish(inbound, result, status="failed" if result.error else "done", error=result.error,
+                               streamer=streamer)
+        finally:
+            # The final reply did not replace the streamed text (not stored, or no reply): blank it.
+            if streamer is not None and streamer.started and not streamer.finished:
+                await streamer.discard()
         if turn.state != "bot" and self._on_handoff_message is not None:
             await self._on_handoff_message(inbound.id)
         if self._metrics:
@@ -324,7 +348,7 @@ class Worker:
         return any(b.name == name for b in self._settings.bots)
 
     async def _finish(self, inbound: Message, result: PipelineResult | None, *, status: str,
-                      error: str | None = None) -> None:
+                      error: str | None = None, streamer: EditStreamer | None = None) -> None:
         """Store the reply and mark the inbound message in one transaction, then deliver."""
         outbound_ids: list[int] = []
         async with self._sessions() as session, session.begin():
@@ -334,6 +358,13 @@ class Worker:
                 log.warning("inbound.already_finished", message_id=inbound.id)
                 return
             conversation = await session.get(Conversation, inbound.conversation_id)
+            if result is not None and result.author == "bot" and result.reply is not None \
+                    and conversation.state != "bot":
+                # An operator took the thread while the model was answering: the bot must not talk over them.
+                log.info("reply.dropped_operator_took_over", message_id=inbound.id,
+                         conversation_id=conversation.id, state=conversation.state)
+                result.reply = None
+                result.escalate = None
             if result is not None:
                 for text in result.replies():
                     out = await repo.add_outbound(
@@ -355,6 +386,8 @@ class Worker:
             message.updated_at = utcnow()
         self._bus.publish(message_topic(inbound.id), {"type": "done", "status": status})
         self._bus.publish(conversation_topic(inbound.conversation_id), {"type": "message"})
-        for out_id in outbound_ids:
-            if await self._outbox.deliver(out_id) in RETRYING:
+        for index, out_id in enumerate(outbound_ids):
+            # The first reply is the streamed one: the streamer edits it into place instead of a new send.
+            via = streamer.finish if streamer is not None and streamer.started and index == 0 else None
+            if await self._outbox.deliver(out_id, via=via) in RETRYING:
                 break  # the drain loop parks the conversation; the rest wait their turn

@@ -164,3 +164,28 @@ async def test_worker_concurrent_duplicate_deliveries_get_one_reply(migrated_url
     await worker.stop()
     assert adapter.sent == [("dave", "echo: dave #1")]
     await engine.dispose()
+
+
+async def test_worker_drops_bot_reply_when_operator_takes_over_mid_answer(migrated_url):
+    from sqlalchemy import update
+
+    from storage.models import Conversation
+
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, EchoPipeline())
+
+    class TakenOver(EchoPipeline):
+        async def handle(self, turn):
+            async with sessions() as session, session.begin():  # an operator claims while the model runs
+                await session.execute(update(Conversation).where(Conversation.id == turn.conversation_id)
+                                      .values(state="operator", assigned_operator="sam"))
+            return await super().handle(turn)
+
+    worker._pipeline = TakenOver()
+    await inbox.accept("acme", _msg("erin", 1))
+    await worker.run_until_idle(timeout=30)
+    assert adapter.sent == []
+    async with sessions() as session:
+        inbound = (await session.execute(select(Message).where(Message.direction == "in"))).scalar_one()
+        outbound = (await session.execute(select(Message).where(Message.direction == "out"))).scalars().all()
+    assert inbound.status == "done" and outbound == []
+    await engine.dispose()

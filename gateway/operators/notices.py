@@ -18,7 +18,13 @@ def _clock(value: str) -> time:
 def is_open(hours: BusinessHours, now: datetime) -> bool:
     """True when `now` falls inside the configured working hours."""
     local = now.astimezone(ZoneInfo(hours.timezone))
-    return local.weekday() in hours.days and _clock(hours.start) <= local.time() < _clock(hours.end)
+    start, end, clock = _clock(hours.start), _clock(hours.end), local.time()
+    if start <= end:
+        return local.weekday() in hours.days and start <= clock < end
+    # An overnight shift (22:00–06:00) belongs to the day it starts on.
+    if clock >= start:
+        return local.weekday() in hours.days
+    return clock < end and (local.weekday() - 1) % 7 in hours.days
 
 
 def next_opening(hours: BusinessHours, now: datetime) -> datetime:

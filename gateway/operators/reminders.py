@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.escalation import Escalations, record_event
 from gateway.models import utcnow
+from gateway.operators.notices import is_open, next_opening
 from gateway.settings import Settings
 from storage import repositories as repo
 from storage.models import Conversation, Escalation
@@ -39,6 +40,11 @@ class HandoffReminders:
         reminded: list[int] = []
         for bot in self._settings.bots:
             deadline = now - timedelta(seconds=bot.escalation.claim_timeout_seconds)
+            hours = bot.escalation.business_hours
+            # Off hours the customer was already told when a person replies, and "everyone is busy" would
+            # not be true; the clock starts again when the team starts work (the current shift's opening).
+            if hours is not None and (not is_open(hours, now) or next_opening(hours, now - timedelta(days=1)) > deadline):
+                continue
             async with self._sessions() as session:
                 overdue = (await session.execute(select(Escalation.id).where(
                     Escalation.bot == bot.name, Escalation.state == "open", Escalation.reminded_at.is_(None),

@@ -23,7 +23,9 @@ async def test_leader_exactly_one_of_two_candidates_then_moves_when_its_connecti
         try:
             killed = await admin.fetchval(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_locks "
-                "WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()")
+                "WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid() "
+                # Only this test's database: other databases on the server may hold advisory locks too.
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
         finally:
             await admin.close()
         assert killed == 1

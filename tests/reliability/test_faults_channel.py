@@ -1,0 +1,111 @@
+"""Channel API faults after the answer is stored: 429, 5xx, and a timeout after the platform accepted.
+
+Through the real app and the real aiogram client against the fake Bot API. The customer must get
+each reply exactly once at the fake: a refused send (429, 5xx) is resent, a send whose outcome is
+unknown (the platform took it, then the connection timed out) is never resent blindly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import select
+
+from storage.models import Message
+from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.gateway_channels.conftest import get_message, settle, wait_until
+from tests.reliability.conftest import TG_TOKEN, running_app, telegram_request, telegram_update
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+_ids = itertools.count(300000)
+
+
+class StallingTelegramAPI(FakeTelegramAPI):
+    """The fake Bot API, able to accept a sendMessage and then not answer (the client times out)."""
+
+    stall_next_sends = 0
+    stall_seconds = 5.0
+
+    async def _m_sendmessage(self, params):
+        result = await super()._m_sendmessage(params)  # recorded as delivered, like Telegram would
+        if self.stall_next_sends:
+            self.stall_next_sends -= 1
+            await asyncio.sleep(self.stall_seconds)
+        return result
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("faults-channel")
+    async with StallingTelegramAPI(TG_TOKEN) as telegram:
+        bots = [{"name": "acme", "channels": {"web": {}, "telegram": {
+            "token": "${REL_TG_TOKEN}", "webhook_secret": "${REL_TG_SECRET}", "api_base": telegram.base_url}}}]
+        async with running_app(tmp_path, bots=bots) as (client, services):
+            adapter = services.adapters[("acme", "telegram")]
+            adapter.bot.session.timeout = 1.0  # the client gives up long before the stalled reply
+            services.outbox.max_backoff_s = 0.3  # retries come quickly in a test
+            yield client, services, telegram
+
+
+def sent_to(fake, chat: int):
+    return [m for m in fake.sent if m.chat_id == chat]
+
+
+async def _ask(client, chat: int, text: str = "Do you have a student discount?") -> None:
+    response = await client.post("/webhooks/acme/telegram", **telegram_request(telegram_update(next(_ids), text,
+                                                                                               chat=chat)))
+    assert response.status_code == 200
+
+
+async def _reply_row(services, chat: int) -> Message:
+    from storage.models import Conversation
+
+    async def settled():
+        async with services.sessions() as session:
+            rows = (await session.execute(select(Message).join(Conversation, Message.conversation_id == Conversation.id)
+                                          .where(Conversation.chat == str(chat), Message.direction == "out"))).scalars().all()
+        return rows[0] if rows and rows[0].status not in ("pending", "sending") else None
+
+    return await wait_until(settled, timeout=30, what=f"the reply in chat {chat} to settle")
+
+
+@pytest.mark.parametrize("status", [429, 500, 502])
+async def test_channel_refused_send_is_resent_and_delivered_once(env, status):
+    client, services, fake = env
+    chat = 9100 + status
+    fake.fail_next("sendMessage", status=status, retry_after=1 if status == 429 else None)
+    await _ask(client, chat)
+    reply = await _reply_row(services, chat)
+    await settle()
+    assert reply.status == "sent"
+    assert len(sent_to(fake, chat)) == 1
+    failed_calls = [c for c in fake.calls("sendMessage") if str(c.params.get("chat_id")) == str(chat)]
+    assert len(failed_calls) == 2  # the refused call, then the one that went through
+
+
+async def test_channel_rate_limit_longer_than_the_adapter_waits_is_retried_later_once(env):
+    client, services, fake = env
+    chat = 9200
+    fake.fail_next("sendMessage", status=429, retry_after=120)  # far past the adapter's in-place wait
+    await _ask(client, chat)
+    reply = await _reply_row(services, chat)
+    await settle()
+    assert reply.status == "sent" and reply.attempts == 2
+    assert len(sent_to(fake, chat)) == 1
+
+
+async def test_channel_timeout_after_the_platform_accepted_never_sends_twice(env):
+    client, services, fake = env
+    chat = 9300
+    fake.stall_next_sends = 1
+    await _ask(client, chat)
+    reply = await _reply_row(services, chat)
+    await asyncio.sleep(fake.stall_seconds)  # past the stall, and several retry windows
+    await settle(1.0)
+    assert len(sent_to(fake, chat)) == 1  # the customer got it once
+    final = await get_message(services, reply.id)
+    # At most once: the outcome is unknown, so it is surfaced as failed (log, counter, error), never resent.
+    assert final.status == "failed" and "outcome unknown" in final.error and final.attempts == 1

@@ -1,0 +1,102 @@
+"""LLM provider faults through the whole app: timeout, 429, 500, a broken stream, everything down.
+
+The models are on the local scripted OpenAI fake. Each case checks what the customer got (the
+fallback's answer or the honest message), that exactly one reply was stored, and that the models
+were asked exactly as often as the fallback chain allows (nothing answered twice).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import select
+
+from gateway.pipeline.core import LLM_DOWN_REPLY
+from storage.models import Escalation, Message
+from tests.conftest import ROOT
+from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.reliability.conftest import running_app
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+QUESTION = "How much does the Plus plan cost?"
+BACKUP_ANSWER = "The Plus plan costs $6 per month [1]."
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tmp_path_factory, fake):
+    tmp_path = tmp_path_factory.mktemp("faults-llm")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copy(ROOT / "examples" / "help-center" / "plans-and-pricing.md", docs)
+    models = [{"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_base": fake.base_url,
+                                                      "api_key": "${REL_LLM_KEY}"}} for name in ("primary", "backup")]
+    bots = [{"name": "acme", "model": "primary", "fallbacks": ["backup"], "channels": {"web": {}},
+             "sources": [{"name": "help", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}]}]
+    # A 2 s client timeout, no in-model retries: the fallback chain is what is under test.
+    async with running_app(tmp_path, bots=bots, models=models, ingest=True,
+                           llm={"timeout": 2, "num_retries": 0}) as (http, services):
+        http.services = services
+        yield http
+
+
+@pytest.fixture(autouse=True)
+def _fresh(fake):
+    fake.reset()
+
+
+async def _replies(client, message_id: int) -> list[Message]:
+    async with client.services.sessions() as session:
+        return list((await session.execute(select(Message).where(
+            Message.reply_to_id == message_id, Message.direction == "out"))).scalars().all())
+
+
+@pytest.mark.parametrize("failure", [Turn(delay=4, text="too late [1]."), Turn(status=429, retry_after=0),
+                                     Turn(status=500), Turn(status=503)],
+                         ids=["timeout", "429", "500", "503"])
+async def test_llm_primary_failing_is_answered_once_by_the_fallback(client, fake, failure):
+    fake.script("primary", failure)
+    fake.script("backup", Turn(text=BACKUP_ANSWER))
+    body = (await client.post("/v1/bots/acme/chat", json={"session_id": f"llm-{id(failure)}", "text": QUESTION})).json()
+    assert body["reply"] == BACKUP_ANSWER and body["state"] == "bot"
+    assert [r.text for r in await _replies(client, body["message_id"])] == [BACKUP_ANSWER]
+    assert len(fake.requests_for("primary")) == 1 and len(fake.requests_for("backup")) == 1
+
+
+async def test_llm_every_model_failing_gives_the_honest_reply_once_and_a_person(client, fake):
+    fake.script("primary", Turn(delay=4, text="too late"))
+    fake.script("backup", Turn(status=500))
+    body = (await client.post("/v1/bots/acme/chat", json={"session_id": "llm-down", "text": QUESTION})).json()
+    assert body["reply"].startswith(LLM_DOWN_REPLY) and body["state"] == "waiting"
+    replies = await _replies(client, body["message_id"])
+    assert [r.text for r in replies if r.author == "bot"] == [LLM_DOWN_REPLY]
+    async with client.services.sessions() as session:
+        escalations = (await session.execute(select(Escalation).where(
+            Escalation.conversation_id == body["conversation_id"]))).scalars().all()
+    assert len(escalations) == 1
+
+
+async def test_llm_stream_broken_mid_answer_ends_honestly_and_is_not_answered_twice(client, fake):
+    fake.script("primary", Turn(text="The Plus plan costs six dollars a month for everyone [1].", break_after=3))
+    fake.script("backup", Turn(text="A second, different answer [1]."))
+    events, current = [], None
+    async with client.stream("POST", "/v1/bots/acme/chat", headers={"Accept": "text/event-stream"},
+                             json={"session_id": "llm-stream", "text": QUESTION}) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("event:"):
+                current = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and current:
+                events.append((current, json.loads(line.split(":", 1)[1])))
+    kind, done = events[-1]
+    assert kind == "done" and done["reply"].startswith(LLM_DOWN_REPLY)
+    # The customer already saw part of the first answer: a second, different one must not follow.
+    assert fake.requests_for("backup") == []
+    assert len([r for r in await _replies(client, done["message_id"]) if r.author == "bot"]) == 1

@@ -1,0 +1,52 @@
+"""EditStreamer with the real DiscordAdapter (discord.py) against the local fake Discord REST API."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from channels.discord import DiscordAdapter
+from gateway.models import ConversationRef, OutboundMessage
+from gateway.settings import DiscordChannel
+from gateway.streaming import EditStreamer
+from tests.fakes.discord_api import FakeDiscord
+from tests.streaming.conftest import numbered_words, words
+
+CHANNEL = "900000000000000101"
+
+
+@pytest.fixture
+async def fake() -> Any:
+    server = await FakeDiscord().start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def adapter(fake: FakeDiscord) -> Any:
+    instance = DiscordAdapter("support", DiscordChannel(token="fake-bot-token", api_base=fake.api_base,
+                                                        gateway_url=fake.gateway_url, stream=True))
+    yield instance
+    await instance.stop()
+
+
+async def test_discord_streamer_rolls_over_at_2000_chars_and_edits_into_the_final_reply(fake, adapter):
+    conversation = ConversationRef(channel="discord", chat=CHANNEL)
+    streamer = EditStreamer(adapter, conversation, min_interval=0.02)
+    tokens = numbered_words(450)  # about 2,700 characters: two Discord messages
+    for token in tokens:
+        await streamer.feed(token)
+        await asyncio.sleep(0.002)
+    await streamer.close()
+    streamed = fake.channel_messages(CHANNEL)
+    assert len(streamed) == 2 and fake.received("PATCH", streamed[0]["id"])  # frozen by an edit
+    assert not set(words(streamed[0]["content"])) & set(words(streamed[1]["content"]))
+    final = "".join(tokens) + "\n\nThat is all."
+    ids = await streamer.finish(OutboundMessage(conversation, final))
+    messages = fake.channel_messages(CHANNEL)
+    assert ids == [m["id"] for m in messages] and len(messages) == 2  # edited in place, nothing re-sent
+    assert [w for m in messages for w in words(m["content"])] == words(final)
+    assert messages[-1]["content"].endswith("That is all.")
+    assert all(len(m["content"]) <= 2000 for m in messages)

@@ -1,0 +1,155 @@
+"""Streaming by edits through the real app: signed webhook → worker → slowly streaming model → edits at the
+fake Telegram Bot API and fake Slack Web API → the final, verified reply edited into place, sent once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from gateway.app import create_app
+from gateway.settings import load_settings
+from gateway.streaming import EditStreamer
+from tests.conftest import upgrade, write_config
+from tests.fakes.openai_server import Turn
+from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, FakeSlack, sign
+from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.gateway_channels.conftest import QUESTION, bot_config, deliveries, settled_chat, wait_until
+from tests.streaming.conftest import SlowStreamOpenAI, numbered_words, shown_twice, telegram_timeline, words
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+TG_TOKEN = "723738643:AAH-fake-token_for-tests"
+TG_SECRET = "s3cret-Token_value"
+SLACK_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+INTERVAL = 0.2
+ANSWER = "The Plus plan costs $6 per month or $60 per year, and it is meant for individuals [1]."
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("streaming")
+    llm = SlowStreamOpenAI(word_delay=0.04).start()
+    slack = await FakeSlack.start()
+    patch = pytest.MonkeyPatch()
+    patch.setattr(EditStreamer, "INTERVALS", {"telegram": INTERVAL, "slack": INTERVAL, "discord": INTERVAL})
+    try:
+        async with FakeTelegramAPI(TG_TOKEN) as telegram:
+            channels = {"telegram": {"token": "${STREAM_TG_TOKEN}", "webhook_secret": "${STREAM_TG_SECRET}",
+                                     "api_base": telegram.base_url, "stream": True},
+                        "slack": {"bot_token": "${STREAM_SLACK_TOKEN}", "signing_secret": "${STREAM_SLACK_SECRET}",
+                                  "api_base": slack.api_base, "stream": True}}
+            bot = bot_config(tmp_path, channels) | {"model": "streamer"}
+            models = [{"model_name": "streamer", "litellm_params": {
+                "model": "openai/streamer", "api_base": llm.base_url, "api_key": "${STREAM_LLM_KEY:-sk-fake}"}}]
+            for key, value in {"STREAM_TG_TOKEN": TG_TOKEN, "STREAM_TG_SECRET": TG_SECRET,
+                               "STREAM_SLACK_TOKEN": BOT_TOKEN, "STREAM_SLACK_SECRET": SLACK_SECRET}.items():
+                patch.setenv(key, value)
+            settings = load_settings(write_config(tmp_path, bots=[bot], models=models,
+                                                  llm={"timeout": 20, "num_retries": 0}))
+            await asyncio.to_thread(upgrade, settings.database_url)
+            app = create_app(settings, start_scheduler=False, start_channels=False)
+            async with app.router.lifespan_context(app):
+                services = app.state.services
+                await services.knowledge.ingest()
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=60) as client:
+                    yield client, services, llm, telegram, slack
+    finally:
+        patch.undo()
+        await slack.stop()
+        llm.stop()
+
+
+async def post_telegram(client, update_id: int, chat: int, text: str, *, message_id: int = 42):
+    body = {"update_id": update_id, "message": {
+        "message_id": message_id, "date": 1700000000, "chat": {"id": chat, "type": "private"},
+        "from": {"id": 5550001, "is_bot": False, "first_name": "Ann"}, "text": text}}
+    response = await client.post("/webhooks/acme/telegram", content=json.dumps(body).encode(),
+                                  headers={"content-type": "application/json",
+                                           "X-Telegram-Bot-Api-Secret-Token": TG_SECRET})
+    assert response.status_code == 200
+
+
+def tg_calls(fake: FakeTelegramAPI, chat: int, method: str | None = None) -> list[Any]:
+    methods = {method.lower()} if method else {"sendmessage", "editmessagetext"}
+    return [c for c in fake.requests if c.method.lower() in methods and str(c.params.get("chat_id")) == str(chat)]
+
+
+async def test_telegram_stream_sends_once_edits_at_the_interval_and_ends_with_the_verified_reply(env):
+    client, services, llm, telegram, _ = env
+    llm.script("streamer", Turn(text=ANSWER))
+    await post_telegram(client, 7001, 3001, QUESTION, message_id=91)
+    stored = await settled_chat(services, channel="telegram", chat="3001")
+    inbound, reply = stored
+    assert (inbound.status, reply.status) == ("done", "sent")
+    calls = tg_calls(telegram, 3001)
+    assert [c.method.lower() for c in calls].count("sendmessage") == 1  # the outbox sent nothing extra
+    assert calls[0].method.lower() == "sendmessage" and calls[0].params["reply_parameters"]["message_id"] == 91
+    assert len(calls) >= 3 and all(c.method.lower() == "editmessagetext" for c in calls[1:])
+    assert all(b.at - a.at >= INTERVAL for a, b in zip(calls, calls[1:]))
+    [message] = [m for m in telegram.sent if m.chat_id == 3001]
+    # The final edit shows the gate-2-verified reply (citation renumbered) with its sources.
+    assert message.text.startswith(reply.text) and "Sources:" in message.text and reply.citations
+    assert len(message.edits) == len(calls) - 1
+    assert [d.provider_id for d in await deliveries(services, reply.id)] == [str(message.message_id)]
+
+
+async def test_telegram_long_stream_rolls_over_and_never_shows_text_twice(env):
+    client, services, llm, telegram, _ = env
+    tokens = numbered_words(900)
+    llm.word_delay = 0.002
+    try:
+        llm.script("streamer", Turn(text="".join(tokens) + " [1]"))
+        await post_telegram(client, 7002, 3002, QUESTION)
+        inbound, reply = await settled_chat(services, channel="telegram", chat="3002")
+    finally:
+        llm.word_delay = 0.04
+    assert reply.status == "sent" and words(reply.text) == words("".join(tokens))
+    messages = [m for m in telegram.sent if m.chat_id == 3002]
+    assert len(messages) == 2 and len(tg_calls(telegram, 3002, "sendMessage")) == 2
+    assert [w for m in messages for w in words(m.text)] == words("".join(tokens))
+    assert "Sources:" in messages[-1].text
+    timeline = telegram_timeline(telegram, 3002)
+    assert [shown_twice(state) for state in timeline if shown_twice(state)] == []
+    assert [d.provider_id for d in await deliveries(services, reply.id)] == [str(m.message_id) for m in messages]
+
+
+async def test_telegram_greeting_without_tokens_is_sent_normally(env):
+    client, services, llm, telegram, _ = env
+    body = {"update_id": 7003, "message": {
+        "message_id": 5, "date": 1700000000, "chat": {"id": 3003, "type": "private"},
+        "from": {"id": 5550001, "is_bot": False, "first_name": "Ann"}, "text": "/start",
+        "entities": [{"type": "bot_command", "offset": 0, "length": 6}]}}
+    await client.post("/webhooks/acme/telegram", content=json.dumps(body).encode(),
+                      headers={"content-type": "application/json", "X-Telegram-Bot-Api-Secret-Token": TG_SECRET})
+    _, reply = await settled_chat(services, channel="telegram", chat="3003")
+    assert reply.status == "sent"
+    assert [c.method.lower() for c in tg_calls(telegram, 3003)] == ["sendmessage"]
+
+
+async def test_slack_stream_posts_once_then_updates_into_the_final_reply(env):
+    client, services, llm, _, slack = env
+    llm.script("streamer", Turn(text=ANSWER))
+    body = {"token": "legacy", "team_id": "T111", "api_app_id": "A111", "type": "event_callback",
+            "event_id": "EvStream1", "event_time": 1700000001,
+            "authorizations": [{"team_id": "T111", "user_id": BOT_USER_ID, "is_bot": True}],
+            "event": {"type": "message", "channel": "D0STREAM", "channel_type": "im", "user": "U0CUSTOMER",
+                      "text": QUESTION, "ts": "1700000001.000100", "team": "T111"}}
+    raw = json.dumps(body).encode()
+    response = await client.post("/webhooks/acme/slack/events", content=raw,
+                                 headers={"content-type": "application/json", **sign(raw, secret=SLACK_SECRET)})
+    assert response.status_code == 200
+    _, reply = await settled_chat(services, channel="slack", chat="D0STREAM")
+    posts = [c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == "D0STREAM"]
+    updates = [c for c in slack.calls_to("chat.update") if c.params.get("channel") == "D0STREAM"]
+    assert len(posts) == 1 and len(updates) >= 1
+    ts = posts[0].params["_ts"]
+    assert all(u.params["ts"] == ts for u in updates)
+    assert "*Sources:*" in updates[-1].params["text"] and "$6 per month" in updates[-1].params["text"]
+    assert reply.status == "sent"
+    assert [d.provider_id for d in await deliveries(services, reply.id)] == [ts]
