@@ -12,6 +12,8 @@ It never calls tools, and it reports approximate token usage (about 4 characters
 
 from __future__ import annotations
 
+import asyncio
+
 import html
 import math
 import re
@@ -283,8 +285,8 @@ class OfflineExtractiveLLM(CustomLLM):
 
     async def acompletion(self, model: str, messages: list, api_base: str, custom_prompt_dict: dict,
                           model_response: ModelResponse, *args: Any, **kwargs: Any) -> ModelResponse:
-        """Answer at once (async)."""
-        return self._fill(model_response, messages)
+        """Answer in a worker thread: scoring is CPU work, and the event loop must keep acknowledging webhooks."""
+        return await asyncio.to_thread(self._fill, model_response, messages)
 
     def streaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Iterator[GenericStreamingChunk]:
         """Stream the answer word by word, then a final chunk with finish_reason "stop" and usage."""
@@ -295,9 +297,11 @@ class OfflineExtractiveLLM(CustomLLM):
 
     async def astreaming(self, model: str, messages: list, *args: Any,
                          **kwargs: Any) -> AsyncIterator[GenericStreamingChunk]:
-        """Async twin of `streaming`, as LiteLLM's custom-provider API requires."""
-        for chunk in self.streaming(model, messages):
-            yield chunk
+        """Async twin of `streaming`; the answer is computed in a worker thread (see `acompletion`)."""
+        text = await asyncio.to_thread(answer, messages)
+        for word in _words(text):
+            yield _chunk(word)
+        yield _chunk("", finished=True, usage=_usage(messages, text))
 
 
 def _chunk(text: str, *, finished: bool = False, usage: dict[str, int] | None = None) -> GenericStreamingChunk:

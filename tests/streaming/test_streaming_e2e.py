@@ -13,12 +13,12 @@ import pytest_asyncio
 
 from gateway.app import create_app
 from gateway.settings import load_settings
-from gateway.streaming import EditStreamer
+from gateway.streaming import SURPLUS_TEXT, EditStreamer
 from tests.conftest import upgrade, write_config
 from tests.fakes.openai_server import Turn
 from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, FakeSlack, sign
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.gateway_channels.conftest import QUESTION, bot_config, deliveries, settled_chat, wait_until
+from tests.gateway_channels.conftest import FALLBACK, QUESTION, bot_config, deliveries, settled_chat, wait_until
 from tests.streaming.conftest import SlowStreamOpenAI, numbered_words, shown_twice, telegram_timeline, words
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -153,3 +153,19 @@ async def test_slack_stream_posts_once_then_updates_into_the_final_reply(env):
     assert "*Sources:*" in updates[-1].params["text"] and "$6 per month" in updates[-1].params["text"]
     assert reply.status == "sent"
     assert [d.provider_id for d in await deliveries(services, reply.id)] == [ts]
+
+
+async def test_telegram_draft_failing_gate_2_is_replaced_by_the_fallback_and_surplus_blanked(env):
+    client, services, llm, telegram, _ = env
+    llm.word_delay = 0.002
+    try:
+        llm.script("streamer", Turn(text="".join(numbered_words(900))))  # long, and cites nothing
+        await post_telegram(client, 7004, 3004, QUESTION)
+        _, reply = await settled_chat(services, channel="telegram", chat="3004")
+    finally:
+        llm.word_delay = 0.04
+    assert reply.status == "sent" and reply.text == FALLBACK
+    first, second = [m for m in telegram.sent if m.chat_id == 3004]
+    assert first.text == FALLBACK and second.text == SURPLUS_TEXT
+    assert len(tg_calls(telegram, 3004, "sendMessage")) == 2
+    assert [d.provider_id for d in await deliveries(services, reply.id)] == [str(first.message_id)]
