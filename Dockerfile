@@ -38,5 +38,5 @@ USER gateway
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=60s --retries=3 \
   CMD python -c "import os,urllib.request; urllib.request.urlopen(f'http://127.0.0.1:{os.environ.get(\"PORT\",\"8000\")}/healthz', timeout=2)" || exit 1
-# Migrations are idempotent: every replica may run them at start (Alembic takes a lock on PostgreSQL).
+# Migrations are idempotent: every replica may run them at start (alembic/env.py takes an advisory lock on PostgreSQL).
 CMD ["sh", "-c", "python -m gateway db upgrade && exec python -m gateway serve --host \"$HOST\" --port \"$PORT\""]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from alembic import context
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from storage.engine import create_engine, is_sqlite
@@ -31,6 +32,9 @@ def _run(connection: Connection) -> None:
         compare_type=True,
     )
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            # Replicas may all run `db upgrade` at start: one migrates, the others wait, then find nothing to do.
+            connection.execute(text("SELECT pg_advisory_xact_lock(7418265)"))
         context.run_migrations()
 
 

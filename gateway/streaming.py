@@ -56,6 +56,8 @@ class EditStreamer:
     INTERVALS: ClassVar[Mapping[str, float]] = {"telegram": 1.0, "slack": 1.0, "discord": 1.0}
     """Seconds between two platform calls, per channel. Telegram allows about one message a second per
     chat, Slack's chat.update is Tier 3 (about 50 a minute), Discord allows 5 edits per 5 s per channel."""
+    GROUP_INTERVALS: ClassVar[Mapping[str, float]] = {"telegram": 3.0}
+    """Slower in group chats where the platform says so: Telegram allows 20 messages a minute in a group."""
     DEFAULT_INTERVAL: ClassVar[float] = 1.0
     MAX_FINISH_ATTEMPTS: ClassVar[int] = 3
     MAX_RETRY_WAIT: ClassVar[float] = 10.0
@@ -65,8 +67,11 @@ class EditStreamer:
         self.adapter = adapter
         self.conversation = conversation
         self.reply_to = reply_to
-        self.min_interval = self.INTERVALS.get(adapter.name, self.DEFAULT_INTERVAL) if min_interval is None \
-            else min_interval
+        if min_interval is None:
+            min_interval = self.INTERVALS.get(adapter.name, self.DEFAULT_INTERVAL)
+            if adapter.name == "telegram" and conversation.chat.startswith("-"):  # groups have negative ids
+                min_interval = max(min_interval, self.GROUP_INTERVALS["telegram"])
+        self.min_interval = min_interval
         caps = adapter.capabilities
         self.unit = caps.length_unit
         # Rendering (escaping, list bullets) can lengthen the Markdown a little: keep headroom.

@@ -122,3 +122,50 @@ def test_split_sentences_drops_headings_and_markdown() -> None:
 def test_stem_matches_inflections() -> None:
     assert stem("refunds") == stem("refunded") == stem("refund")
     assert stem("charges") == stem("charge") == stem("charged")
+
+
+def test_offline_introduces_a_pronoun_sentence_with_its_section() -> None:
+    from tests.llm.hits import FakeHit
+
+    plus = FakeHit(text="It costs $6 per month or $60 per year.", source="p.md", title="Plans", heading_path=("Plans", "Plus"))
+    overview = FakeHit(text="There are three plans: Free, Plus and Team.", source="o.md", title="Plans")
+    messages = build_messages(BOT, history=[], user_text="How much does the Plus plan cost?", hits=[plus, overview])
+
+    assert answer(messages) == "Plus: It costs $6 per month or $60 per year [1]."
+
+
+def test_offline_ignores_addresses_and_the_bots_own_domain_words() -> None:
+    from tests.llm.hits import FakeHit
+
+    bot = BotSettings(name="acme", system_prompt="You are the support assistant of Acme Notes.",
+                      fallback_text=BOT.fallback_text)
+    contact = FakeHit(text="Email: support@acme.example for everything, or see https://acme.example/help.",
+                      source="c.md", title="Contact")
+    apps = FakeHit(text="Install Acme Notes from the App Store.", source="m.md", title="Mobile")
+    messages = build_messages(bot, history=[], user_text="Does Acme support SSO?", hits=[contact, apps])
+
+    assert answer(messages) == BOT.fallback_text
+
+
+def test_offline_prefers_instructions_over_a_page_summary() -> None:
+    from tests.llm.hits import FakeHit
+
+    intro = FakeHit(text="How to create an account, reset a forgotten password and turn on 2FA.", source="a.md",
+                    title="Your account")
+    steps = FakeHit(text="To reset a password, choose Forgot password on the sign-in page.", source="a.md",
+                    title="Your account", heading_path=("Your account", "Passwords"))
+    messages = build_messages(BOT, history=[], user_text="How do I reset my password?", hits=[intro, steps])
+
+    assert answer(messages) == "To reset a password, choose Forgot password on the sign-in page [2]."
+
+
+def test_split_sentences_keeps_a_list_with_the_sentence_that_introduces_it() -> None:
+    text = "Data is stored in one of two regions:\n\n- **EU:** Frankfurt.\n- **US:** Oregon.\n\nAnother line here."
+
+    assert split_sentences(text) == ["Data is stored in one of two regions: EU: Frankfurt; US: Oregon.",
+                                     "Another line here."]
+    assert split_sentences("We accept these cards:") == []
+
+
+def test_stem_undoubles_after_suffix() -> None:
+    assert stem("resetting") == stem("reset") and stem("planned") == stem("plan")

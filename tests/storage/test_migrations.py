@@ -27,3 +27,23 @@ async def test_migrations_match_models_without_autogenerate_diff(migrated_url):
                                           Base.metadata))
     await engine.dispose()
     assert diff == []
+
+
+def test_migrations_concurrent_upgrades_on_postgres_all_succeed(postgres_url, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    # Every replica runs `db upgrade` at start; the advisory lock in alembic/env.py serializes them.
+    # (Separate processes: Alembic's migration context is process-global.)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"database_url": postgres_url}))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "gateway", "db", "upgrade", "--config", str(config)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+    outcomes = [(p.wait(timeout=120), p.stderr.read().decode()[-500:]) for p in procs]
+    assert [code for code, _ in outcomes] == [0, 0, 0], outcomes

@@ -60,7 +60,8 @@ async def test_streamer_sends_once_then_edits_at_most_once_per_interval(fake, ad
     assert all(b.at - a.at >= INTERVAL for a, b in zip(calls, calls[1:]))
     assert calls[0].params["reply_parameters"]["message_id"] == 77  # the partial answers the question
     final = "".join(tokens) + " [1]"
-    ids = await streamer.finish(OutboundMessage(ref(11), final, citations=(Citation("help", "Plans", "https://x.test/p"),)))
+    cited = (Citation("help", "Plans", "https://x.test/p"),)
+    ids = await streamer.finish(OutboundMessage(ref(11), final, citations=cited))
     [message] = [m for m in fake.sent if m.chat_id == 11]
     assert ids == [str(message.message_id)]
     assert words(message.text) == words(final)
@@ -156,7 +157,9 @@ def test_streamer_for_needs_edits_and_stream_setting():
     assert isinstance(streamer_for(tg, settings_on, ref(1)), EditStreamer)
     assert streamer_for(tg, settings_off, ref(1)) is None
     assert streamer_for(NoEdits(), settings_on, ref(1)) is None
-    assert EditStreamer.INTERVALS["telegram"] == EditStreamer.INTERVALS["slack"] == EditStreamer.INTERVALS["discord"] == 1.0
+    assert [EditStreamer.INTERVALS[name] for name in ("telegram", "slack", "discord")] == [1.0, 1.0, 1.0]
+    assert EditStreamer(tg, ref(-100123)).min_interval == 3.0  # Telegram: 20 messages a minute in a group
+    assert EditStreamer(tg, ref(123)).min_interval == 1.0
 
 
 def test_compose_appends_a_markdown_sources_footer():

@@ -10,15 +10,19 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+from sqlalchemy import select
 
 from gateway.app import create_app
 from gateway.settings import load_settings
 from gateway.streaming import SURPLUS_TEXT, EditStreamer
+from storage.models import Conversation
 from tests.conftest import upgrade, write_config
 from tests.fakes.openai_server import Turn
 from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, FakeSlack, sign
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.gateway_channels.conftest import FALLBACK, QUESTION, bot_config, deliveries, settled_chat, wait_until
+from tests.gateway_channels.conftest import (
+    FALLBACK, QUESTION, bot_config, deliveries, messages_in_chat, settled_chat, wait_until,
+)
 from tests.streaming.conftest import SlowStreamOpenAI, numbered_words, shown_twice, telegram_timeline, words
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -169,3 +173,24 @@ async def test_telegram_draft_failing_gate_2_is_replaced_by_the_fallback_and_sur
     assert first.text == FALLBACK and second.text == SURPLUS_TEXT
     assert len(tg_calls(telegram, 3004, "sendMessage")) == 2
     assert [d.provider_id for d in await deliveries(services, reply.id)] == [str(first.message_id)]
+
+
+async def test_telegram_operator_takeover_mid_stream_blanks_the_draft(env):
+    client, services, llm, telegram, _ = env
+    llm.script("streamer", Turn(text=ANSWER + " " + ANSWER))
+    await post_telegram(client, 7005, 3005, QUESTION)
+    [draft] = await wait_until(lambda: [m for m in telegram.sent if m.chat_id == 3005], what="the streamed draft")
+    async with services.sessions() as session, session.begin():
+        conversation = (await session.execute(select(Conversation).where(
+            Conversation.channel == "telegram", Conversation.chat == "3005"))).scalar_one()
+        conversation.state = "operator"  # a person took the thread while the model was still writing
+    [inbound] = await wait_until(
+        lambda: _done(services, "3005"), what="the question marked done without a reply")
+    assert inbound.direction == "in"
+    await wait_until(lambda: draft.text == SURPLUS_TEXT, what="the draft blanked")
+    assert len([m for m in telegram.sent if m.chat_id == 3005]) == 1
+
+
+async def _done(services, chat: str):
+    found = await messages_in_chat(services, channel="telegram", chat=chat)
+    return found if found and all(m.status == "done" for m in found) else None

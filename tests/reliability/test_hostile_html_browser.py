@@ -1,0 +1,157 @@
+"""A knowledge-base document with active HTML, answered by the real app (offline model, no stand-ins),
+shown in the widget and in the operator console in a real headless Chromium: it must stay inert text.
+
+tests/web/test_widget_browser.py covers a hostile *model* reply by routing, and
+tests/operators/test_console_browser.py hostile *customer* text in the console; this covers the path
+from a hostile *document* through ingest, retrieval, the answer and the transcript to both pages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from tests.web.conftest import _prepare, browser, chromium_path  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.browser
+
+HOSTILE_DOC = """# Sync troubleshooting
+
+If sync stops, open the reset page <script>window.__pwned=1</script> and sign in again.
+Sync reset instructions: <img src=x onerror="window.__pwned=1"> then press the reset button.
+For the sync reset form, follow [this sync reset link](javascript:window.__pwned=1) and confirm.
+"""
+QUESTION = "How do I reset sync?"
+OPERATOR_TOKEN = "hostile-console-operator-token"
+ACTIVE = ".gw-msg--bot script, .gw-msg--bot img, .gw-msg--bot iframe, .gw-msg--bot svg"
+
+
+@pytest.fixture(scope="module")
+def hostile_server(tmp_path_factory):
+    """The real app on a real port, answering from one hostile document with the offline model."""
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+
+    root = tmp_path_factory.mktemp("hostile-widget")
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "sync.md").write_text(HOSTILE_DOC, encoding="utf-8")
+    os.environ["REL_CONSOLE_OPERATOR_TOKEN"] = OPERATOR_TOKEN
+    config = root / "config.yaml"
+    config.write_text(f"""
+database_url: "sqlite+aiosqlite:///{root / 'gateway.db'}"
+qdrant:
+  path: "{root / 'qdrant'}"
+operators:
+  - name: sam
+    token: "${{REL_CONSOLE_OPERATOR_TOKEN}}"
+    bots: [acme]
+bots:
+  - name: acme
+    model: offline
+    sources:
+      - name: help-center
+        type: directory
+        path: "{docs}"
+        schedule: "0 3 * * *"
+    channels:
+      web: {{}}
+""", encoding="utf-8")
+    _prepare(config)
+    app = create_app(load_settings(config), start_scheduler=False)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the gateway did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def test_widget_hostile_document_answer_renders_as_inert_text(browser, hostile_server):  # noqa: F811
+    # The API's reply really carries markup from the document, so the page has something to defuse.
+    request = urllib.request.Request(hostile_server + "/v1/bots/acme/chat", method="POST",
+                                     data=json.dumps({"session_id": "probe", "text": QUESTION}).encode(),
+                                     headers={"content-type": "application/json"})
+    reply = json.load(urllib.request.urlopen(request, timeout=60))["reply"] or ""
+    assert any(marker in reply for marker in ("<script", "onerror", "javascript:")), reply
+
+    context = browser.new_context()
+    page = context.new_page()
+    events: list[str] = []
+    page.on("pageerror", lambda exc: events.append(f"error: {exc}"))
+    page.on("dialog", lambda dialog: (events.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    try:
+        page.goto(hostile_server + "/")
+        page.wait_for_selector("#gw-chat[data-ready='true']")
+        page.fill("#gw-input", QUESTION)
+        page.press("#gw-input", "Enter")
+        page.wait_for_function(
+            """() => document.getElementById('gw-form').getAttribute('aria-busy') === 'false'
+                     && [...document.querySelectorAll('.gw-msg--bot .gw-bubble')].some(b => b.textContent.trim())""",
+            timeout=60_000)
+        page.wait_for_timeout(500)
+        shown = page.locator(".gw-msg--bot .gw-bubble").last.inner_text()
+        assert any(marker in shown for marker in ("<script", "onerror", "javascript:")), shown  # shown as text
+        assert page.evaluate("() => window.__pwned") is None
+        assert page.locator(ACTIVE).count() == 0
+        hrefs = page.eval_on_selector_all(".gw-msg--bot a", "els => els.map(a => a.getAttribute('href') || '')")
+        assert not [h for h in hrefs if h.strip().lower().startswith(("javascript:", "data:", "vbscript:"))], hrefs
+        assert events == []
+    finally:
+        context.close()
+
+
+def test_console_hostile_document_answer_renders_as_inert_text(browser, hostile_server):  # noqa: F811
+    context = browser.new_context()
+    customer, operator = context.new_page(), browser.new_context().new_page()
+    events: list[str] = []
+    for tab in (customer, operator):
+        tab.on("pageerror", lambda exc: events.append(f"error: {exc}"))
+        tab.on("dialog", lambda dialog: (events.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    try:
+        customer.goto(hostile_server + "/")
+        customer.wait_for_selector("#gw-chat[data-ready='true']")
+        customer.fill("#gw-input", QUESTION)
+        customer.press("#gw-input", "Enter")
+        customer.wait_for_function(
+            "() => document.getElementById('gw-form').getAttribute('aria-busy') === 'false'"
+            " && document.querySelectorAll('.gw-msg--bot').length >= 1", timeout=60_000)
+        customer.fill("#gw-input", "I want to talk to a human")
+        customer.press("#gw-input", "Enter")
+
+        operator.goto(hostile_server + "/operator")
+        operator.fill("#op-token", OPERATOR_TOKEN)
+        operator.press("#op-token", "Enter")
+        operator.wait_for_selector("body[data-ready='true']")
+        operator.wait_for_selector(".op-item", timeout=60_000)
+        operator.locator(".op-item").first.click()
+        operator.wait_for_selector("#op-transcript .op-msg", timeout=60_000)
+        operator.wait_for_timeout(500)
+        transcript = operator.locator("#op-transcript").inner_text()
+        assert any(marker in transcript for marker in ("<script", "onerror", "javascript:")), transcript
+        assert operator.evaluate("() => window.__pwned") is None
+        assert operator.locator("#op-transcript script, #op-transcript img, #op-transcript iframe, "
+                                "#op-transcript svg").count() == 0
+        hrefs = operator.eval_on_selector_all("#op-transcript a", "els => els.map(a => a.getAttribute('href') || '')")
+        assert not [h for h in hrefs if h.strip().lower().startswith(("javascript:", "data:", "vbscript:"))], hrefs
+        assert events == []
+    finally:
+        context.close()
