@@ -301,6 +301,11 @@ class SlackAdapter:
                     raise ChannelSendError(f"slack {method}: cannot connect ({exc})") from exc
                 await self._sleep(min(2 ** (attempt - 1), self._max_wait_s))
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                if method == "chat_postMessage":
+                    # Sent, but no answer: Slack may have posted it, and a post has no idempotency
+                    # key, so posting again could show it twice. Fail visibly (at most once).
+                    raise ChannelSendError(f"slack {method}: outcome unknown ({type(exc).__name__}); not "
+                                           "resent to avoid a duplicate", permanent=True) from exc
                 raise ChannelSendError(f"slack {method}: {type(exc).__name__}") from exc
         raise AssertionError("unreachable")  # the loop always returns or raises
 

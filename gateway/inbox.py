@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import structlog
@@ -11,6 +12,14 @@ from gateway.models import InboundMessage
 from storage import repositories as repo
 
 log = structlog.get_logger("gateway.inbox")
+
+
+def without_nul(message: InboundMessage) -> InboundMessage:
+    """NUL is valid in JSON strings but PostgreSQL text refuses it: drop it from what we store."""
+    if "\x00" not in message.text and "\x00" not in message.sender.display_name:
+        return message
+    sender = dataclasses.replace(message.sender, display_name=message.sender.display_name.replace("\x00", ""))
+    return dataclasses.replace(message, text=message.text.replace("\x00", ""), sender=sender)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +40,7 @@ class Inbox:
 
     async def accept(self, bot: str, message: InboundMessage) -> Accepted:
         """Store `message` for `bot` once; a repeated delivery is acknowledged but not stored again."""
+        message = without_nul(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
         async with self._sessions() as session, session.begin():
             stored = await repo.store_inbound(session, bot=bot, message=message)
         log.info("inbound.duplicate" if stored.duplicate else "inbound.stored", bot=bot, channel=message.channel,

@@ -14,11 +14,13 @@ wrote: outside it, the configured Content template is sent instead, or the reply
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy import update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from channels.base import ChannelAdapter
@@ -30,6 +32,7 @@ from storage.models import Contact, Conversation, Delivery, Message
 log = structlog.get_logger("gateway.outbox")
 
 OUTSIDE_WINDOW = "outside the 24-hour window"
+RECORD_ATTEMPTS = 15  # about a minute of backoff: longer than a database restart or failover
 RETRYING = ("retry", "deferred")
 """`deliver` results that leave the reply pending for a later attempt."""
 
@@ -130,17 +133,30 @@ class Outbox:
             except Exception as exc:  # an adapter bug must not leave the reply in limbo
                 bound.exception("outbound.adapter_crashed")
                 status, reason, error = "failed", "adapter_error", f"adapter error: {type(exc).__name__}"
-        async with self._sessions() as session, session.begin():
-            await session.execute(
-                update(Message).where(Message.id == message_id).values(
-                    status="pending" if status == "retry" else status, error=error, meta=meta,
-                    provider_ids=provider_ids if status != "retry" else [], updated_at=utcnow(),
-                    sent_at=utcnow() if status == "sent" else None,
-                ).execution_options(synchronize_session=False)
-            )
-            if status == "sent":
-                for provider_id in dict.fromkeys(str(p) for p in provider_ids):
-                    session.add(Delivery(message_id=message_id, channel=message.channel, provider_id=provider_id))
+        # The platform has the outcome now; if the database is briefly away (a restart, a failover),
+        # keep trying to record it. Giving up would leave the row `sending`, and the requeue of
+        # stalled sends would then send the reply a second time.
+        for record_attempt in range(1, RECORD_ATTEMPTS + 1):
+            try:
+                async with self._sessions() as session, session.begin():
+                    await session.execute(
+                        update(Message).where(Message.id == message_id).values(
+                            status="pending" if status == "retry" else status, error=error, meta=meta,
+                            provider_ids=provider_ids if status != "retry" else [], updated_at=utcnow(),
+                            sent_at=utcnow() if status == "sent" else None,
+                        ).execution_options(synchronize_session=False)
+                    )
+                    if status == "sent":
+                        for provider_id in dict.fromkeys(str(p) for p in provider_ids):
+                            session.add(Delivery(message_id=message_id, channel=message.channel,
+                                                 provider_id=provider_id))
+                break
+            except (DBAPIError, OSError) as exc:
+                if record_attempt == RECORD_ATTEMPTS:
+                    raise
+                bound.warning("outbound.record_retry", status=status, error=type(exc).__name__,
+                              attempt=record_attempt)
+                await asyncio.sleep(min(0.25 * 2 ** record_attempt, 5.0))
         if status == "sent":
             bound.info("outbound.sent", provider_ids=provider_ids)
         elif status == "retry":

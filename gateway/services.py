@@ -138,7 +138,8 @@ class Services:
 
     async def stop(self) -> None:
         """Stop everything `start` started, in reverse order, then close the stores."""
-        for adapter in reversed(self._started):
+        # Every adapter, started or not: stop() also closes the HTTP sessions that sends opened.
+        for adapter in reversed(list(self.adapters.values())):
             try:
                 await adapter.stop()
             except Exception:

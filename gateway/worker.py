@@ -156,7 +156,10 @@ class Worker:
             result = await session.execute(
                 update(Message).where(Message.direction == "out", Message.status == "sending",
                                       Message.updated_at < now - timedelta(seconds=2 * self.lease_seconds),
-                                      Message.conversation_id.in_(unleased))
+                                      Message.conversation_id.in_(unleased),
+                                      # Ours and still being drained: this process is alive, and its
+                                      # outbox is still recording the outcome (the database was away).
+                                      Message.conversation_id.not_in(list(self._active)))
                 .values(status="pending").execution_options(synchronize_session=False))
         if result.rowcount:
             log.warning("outbound.requeued_from_dead_worker", count=result.rowcount)
@@ -249,9 +252,12 @@ class Worker:
     async def _heartbeat(self, conversation_id: int) -> None:
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
-            async with self._sessions() as session, session.begin():
-                await repo.try_lease(session, conversation_id=conversation_id, owner=self.owner,
-                                     seconds=self.lease_seconds)
+            try:
+                async with self._sessions() as session, session.begin():
+                    await repo.try_lease(session, conversation_id=conversation_id, owner=self.owner,
+                                         seconds=self.lease_seconds)
+            except Exception:  # a database blip must not end the heartbeat: renew once it is back
+                log.warning("worker.heartbeat_failed", conversation_id=conversation_id, exc_info=True)
 
     async def _answer(self, inbound: Message) -> None:
         bound = log.bind(message_id=inbound.id, conversation_id=inbound.conversation_id, bot=inbound.bot,

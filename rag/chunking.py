@@ -4,9 +4,15 @@ Rules (each has a test in tests/rag/test_chunking.py):
 - Markdown (and HTML, which arrives as Markdown) is parsed with markdown-it-py into blocks:
   paragraphs, list items, fenced or indented code, tables, block quotes. Plain text and PDF text
   are split into paragraphs at blank lines.
-- Blocks are packed in order up to `max_tokens`, counted with the embedder's own tokenizer on the
-  *embedded* text (heading path + content, special tokens included), so no chunk is ever truncated
-  by the encoder.
+- Blocks are packed in order up to `text_tokens` (heading path + content, special tokens
+  included), counted with the embedder's own tokenizer. The chunk's `text` (what a hit returns and
+  what BM25 indexes) may be longer than the encoder's `max_tokens`; its `embed_text` (what the dense
+  encoder sees) is the heading path plus the start of the text cut at a word boundary to fit
+  `max_tokens`, so no embedded text is ever truncated by the encoder. The rest of the text is cut
+  into further windows (`embed_windows`, each heading path + piece, each within `max_tokens`);
+  ingest embeds every window and stores their token-weighted mean as the chunk's one dense vector.
+  Why: a multi-sentence answer split across two small chunks is found by neither; BM25 has no
+  length limit and indexes it all (`sparse_text`).
 - A heading change always starts a new chunk, and each chunk carries its heading path. The
   document title is the root of the path unless the document has its own level-1 heading.
 - Overlap: a new chunk in the same section may repeat the previous chunk's last block, if that
@@ -38,13 +44,21 @@ TokenCounter = Callable[[str], int]
 
 @dataclass(frozen=True)
 class Chunk:
-    """One retrievable unit. `embed_text` (heading path + text) is what the encoders see."""
+    """One retrievable unit. `embed_text` (heading path + start of text, within the encoder limit)
+    is what the dense encoder sees; `sparse_text` (heading path + all of text) what BM25 indexes."""
 
     chunk_id: str
     text: str
     heading_path: tuple[str, ...]
     embed_text: str
     position: int
+    sparse_text: str = ""
+    embed_windows: tuple[str, ...] = ()
+
+    @property
+    def windows(self) -> tuple[str, ...]:
+        """Every text the dense encoder sees for this chunk (each within its limit)."""
+        return self.embed_windows or (self.embed_text,)
 
 
 @dataclass(frozen=True)
@@ -64,9 +78,12 @@ def chunk_document(
     doc_id: str,
     count_tokens: TokenCounter,
     max_tokens: int = 256,
+    text_tokens: int | None = None,
     overlap: bool = True,
 ) -> list[Chunk]:
-    """Split one document into chunks whose embedded text never exceeds `max_tokens`."""
+    """Split one document into chunks of up to `text_tokens` (default `max_tokens`) whose embedded
+    text never exceeds `max_tokens`."""
+    text_tokens = max(text_tokens or max_tokens, max_tokens)
     if fmt in _MARKDOWN_FORMATS:
         sections = _markdown_sections(text)
     else:
@@ -80,13 +97,42 @@ def chunk_document(
         if prefix and count_tokens(prefix) > max_tokens // 2:
             # A pathological heading path would starve the content: embed only its last part.
             prefix = _split_words(prefix, budget=max_tokens // 4, size=count_tokens)[0]
-        for body in _pack(blocks, prefix=prefix, count_tokens=count_tokens, max_tokens=max_tokens, overlap=overlap):
+        for body in _pack(blocks, prefix=prefix, count_tokens=count_tokens, max_tokens=text_tokens, overlap=overlap):
             key = "\x1f".join((bot, source, doc_id, prefix, body))
             seen[key] = seen.get(key, 0) + 1
             chunk_id = str(uuid.uuid5(CHUNK_NAMESPACE, f"{key}\x1f{seen[key]}"))
-            embed_text = f"{prefix}\n\n{body}" if prefix else body
-            chunks.append(Chunk(chunk_id, body, heading_path, embed_text, len(chunks)))
+            sparse_text = f"{prefix}\n\n{body}" if prefix else body
+            embed_text, windows = sparse_text, ()
+            if text_tokens > max_tokens and count_tokens(embed_text) > max_tokens:
+                head = _fit_head(body, prefix=prefix, count_tokens=count_tokens, max_tokens=max_tokens)
+                embed_text = f"{prefix}\n\n{head}" if prefix else head
+                overhead = count_tokens("")
+                budget = max(max_tokens - (count_tokens(prefix) if prefix else overhead), 1)
+                tail = _split_words(body[len(head) :], budget=budget, size=lambda p: count_tokens(p) - overhead)
+                windows = (embed_text, *(f"{prefix}\n\n{t}" if prefix else t for t in tail if t.strip()))
+            chunks.append(Chunk(chunk_id, body, heading_path, embed_text, len(chunks), sparse_text, windows))
     return chunks
+
+
+def _fit_head(body: str, *, prefix: str, count_tokens: TokenCounter, max_tokens: int) -> str:
+    """The longest start of `body` cut at whitespace that fits the encoder with the prefix."""
+
+    def fits(piece: str) -> bool:
+        return count_tokens(f"{prefix}\n\n{piece}" if prefix else piece) <= max_tokens
+
+    cuts = [m.start() for m in re.finditer(r"\s+", body)] + [len(body)]
+    lo, hi = 0, len(cuts) - 1  # binary search for the last cut that fits
+    if not fits(body[: cuts[0]]):
+        # A first word longer than the whole budget: fall back to the word splitter.
+        budget = max_tokens - (count_tokens(prefix) if prefix else count_tokens(""))
+        return _split_words(body, budget=max(budget, 1), size=lambda p: count_tokens(p) - count_tokens(""))[0]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(body[: cuts[mid]]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return body[: cuts[lo]].rstrip()
 
 
 def _markdown_sections(text: str) -> list[tuple[tuple[tuple[int, str], ...], list[_Block]]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -82,16 +83,21 @@ def _assemble_minilm(onnx_path: Path, cache_root: Path) -> Path:
     """Lay out the folder fastembed expects: the ONNX file beside our tokenizer files."""
     target = cache_root / f"minilm-int8-{MINILM_SHA256[:12]}"
     target.mkdir(parents=True, exist_ok=True)
-    link = target / "model.onnx"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(onnx_path.resolve())
+    # Several processes may assemble the folder at once (replicas starting together): every file is
+    # written under a private name and renamed into place, which is atomic.
+    suffix = f".{os.getpid()}.tmp"
+    link_tmp = target / f"model.onnx{suffix}"
+    link_tmp.unlink(missing_ok=True)
+    link_tmp.symlink_to(onnx_path.resolve())
+    os.replace(link_tmp, target / "model.onnx")
     for name in _MINILM_FILES:
-        shutil.copyfile(MINILM_DIR / name, target / name)
+        shutil.copyfile(MINILM_DIR / name, target / f"{name}{suffix}")
+        os.replace(target / f"{name}{suffix}", target / name)
     # fastembed truncates at model_max_length; the shipped 512 exceeds what MiniLM was trained on.
     config = json.loads((MINILM_DIR / "tokenizer_config.json").read_text())
     config["model_max_length"] = ENCODER_MAX_TOKENS
-    (target / "tokenizer_config.json").write_text(json.dumps(config))
+    (target / f"tokenizer_config.json{suffix}").write_text(json.dumps(config))
+    os.replace(target / f"tokenizer_config.json{suffix}", target / "tokenizer_config.json")
     return target
 
 

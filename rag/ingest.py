@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -36,9 +37,13 @@ from storage.models import IngestRun
 
 log = logging.getLogger(__name__)
 
-CHUNKER_VERSION = "1"
+CHUNKER_VERSION = "2"
 """Bump when chunking changes, so the next ingest re-chunks every document."""
 FLUSH_CHUNKS = 256
+TEXT_TOKENS = 512
+"""Default chunk size (heading path + text, MiniLM word pieces), twice the encoder's 256: the
+dense vector is the mean of the chunk's ≤256-token windows, BM25 and the answer step get all of
+it. Chosen on bench/ (s10, stici) among 256/384/512 × first-window/mean: see bench/README.md."""
 
 Progress = Callable[[int, int], None]
 
@@ -84,6 +89,7 @@ class Ingestor:
         sessions: async_sessionmaker[AsyncSession],
         *,
         max_chunk_tokens: int = 256,
+        text_tokens: int = TEXT_TOKENS,
         base_dir: Path | None = None,
     ) -> None:
         self.index = index
@@ -91,6 +97,7 @@ class Ingestor:
         self.sparse = sparse
         self.sessions = sessions
         self.max_tokens = min(max_chunk_tokens, dense.max_tokens)
+        self.text_tokens = max(text_tokens, self.max_tokens)
         self.base_dir = base_dir
 
     async def ingest_bot(
@@ -190,6 +197,7 @@ class Ingestor:
                     doc_id=doc.doc_id,
                     count_tokens=self.dense.count_tokens,
                     max_tokens=self.max_tokens,
+                    text_tokens=self.text_tokens,
                 )
                 old = set(row.chunk_ids) if row else set()
                 ids = {c.chunk_id for c in chunks}
@@ -215,9 +223,10 @@ class Ingestor:
         if not pending:
             return
         new = [c for p in pending for c in p.new]
-        texts = [c.embed_text for c in new]
-        dense = await self.dense.aembed_documents(texts)
-        sparse = await self.sparse.aembed_documents(texts)
+        windows = [w for c in new for w in c.windows]
+        window_vectors = iter(await self.dense.aembed_documents(windows))
+        dense = [_weighted_mean([next(window_vectors) for _ in c.windows], [self.dense.count_tokens(w) for w in c.windows]) for c in new]
+        sparse = await self.sparse.aembed_documents([c.sparse_text or c.embed_text for c in new])
         vectors = {c.chunk_id: (d, s) for c, d, s in zip(new, dense, sparse)}
         points = [
             IndexPoint(c.chunk_id, c.text, source, p.doc.doc_id, p.doc.title, c.heading_path, p.doc.url, *vectors[c.chunk_id])
@@ -289,7 +298,15 @@ class Ingestor:
 
     def _hash(self, doc: Document) -> str:
         digest = hashlib.sha256()
-        for part in (CHUNKER_VERSION, self.dense.model, str(self.max_tokens), doc.format, doc.title, doc.url or "", doc.text):
+        for part in (CHUNKER_VERSION, self.dense.model, str(self.max_tokens), str(self.text_tokens), doc.format, doc.title, doc.url or "", doc.text):
             digest.update(part.encode("utf-8", "surrogatepass"))
             digest.update(b"\x1f")
         return digest.hexdigest()
+
+
+def _weighted_mean(vectors: list[list[float]], weights: list[int]) -> list[float]:
+    """Unit-length mean of a chunk's window vectors, weighted by their token counts."""
+    if len(vectors) == 1:
+        return vectors[0]
+    total = np.average(np.asarray(vectors, dtype=np.float64), axis=0, weights=weights)
+    return (total / (np.linalg.norm(total) or 1.0)).tolist()

@@ -1,7 +1,8 @@
 """Hybrid search (dense + BM25, fused by RRF in Qdrant) and gate 1, the relevance gate.
 
-Per query, one Qdrant call fuses a dense prefetch and a sparse prefetch with RRF; the arms' own
-lists come back in the same batch so each hit can say which arm found it and with what score.
+Per query, one Qdrant batch call returns the dense arm's and the sparse arm's top `prefetch`,
+fused client-side by RRF exactly as Qdrant's `Fusion.RRF` (`rag.index.rrf`); the arms' lists
+carry the real scores, so each hit says which arm found it and with what score.
 Several queries (a follow-up rewritten into standalone queries) are fused again client-side by
 RRF with the usual constant 60, after each query's own top hit, so no query is crowded out.
 
@@ -137,11 +138,9 @@ class HybridSearch:
         retrieval: RetrievalSettings,
     ) -> str | None:
         """A reason string when some BM25 hit passes the keyword rule in the module docstring."""
-        if not candidates:
-            return None
-        total = await self.index.count(bot)
-        rare_cap = max(KEYWORD_RARE_MIN_DF, int(KEYWORD_RARE_RATIO * total))
-        df_cache: dict[int, int] = {}
+        # First the cheap checks on the candidates' payloads, then every document frequency that
+        # could decide in one batch call (each is a scan of the collection in local mode).
+        passing: list[tuple[int, set[int], set[int]]] = []
         for qi, point in candidates:
             if point.score < retrieval.keyword_override_score:
                 continue
@@ -153,13 +152,20 @@ class HybridSearch:
             shared = query_terms & self.sparse.terms(chunk_text)
             if len(shared) < KEYWORD_MIN_COVERAGE * len(query_terms):
                 continue
-            for term in shared & _literal_terms(queries[qi], self.sparse):
-                if term not in df_cache:
-                    df_cache[term] = await self.index.document_frequency(bot, term, cap=rare_cap + 1)
-                if df_cache[term] <= rare_cap:
+            literal = shared & _literal_terms(queries[qi], self.sparse)
+            if literal:
+                passing.append((qi, shared, literal))
+        if not passing:
+            return None
+        total = await self.index.count(bot)
+        rare_cap = max(KEYWORD_RARE_MIN_DF, int(KEYWORD_RARE_RATIO * total))
+        dfs = await self.index.document_frequencies(bot, sorted({t for *_, lit in passing for t in lit}), cap=rare_cap + 1)
+        for qi, shared, literal in passing:
+            for term in sorted(literal):
+                if dfs[term] <= rare_cap:
                     return (
-                        f"keyword override: a chunk holds {len(shared)}/{len(query_terms)} query terms of "
-                        f"{queries[qi]!r}, one of them in only {df_cache[term]} chunk(s)"
+                        f"keyword override: a chunk holds {len(shared)}/{len(sparse_vectors[qi].indices)} query terms "
+                        f"of {queries[qi]!r}, one of them in only {dfs[term]} chunk(s)"
                     )
         return None
 

@@ -6,7 +6,6 @@ oversized request is refused before it is read whole.
 
 from __future__ import annotations
 
-import dataclasses
 
 import structlog
 from fastapi import APIRouter, Request
@@ -17,7 +16,8 @@ from sqlalchemy import select, update
 from channels.base import RawRequest
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.http.deps import error, services
-from gateway.models import InboundMessage, utcnow
+from gateway.inbox import without_nul
+from gateway.models import utcnow
 from storage.models import Delivery, Message
 
 log = structlog.get_logger("gateway.webhooks")
@@ -48,14 +48,6 @@ async def read_capped(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
             raise BodyTooLarge()
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def without_nul(message: InboundMessage) -> InboundMessage:
-    """NUL is valid in JSON strings but PostgreSQL text refuses it (a 500 on a signed request): drop it."""
-    if "\x00" not in message.text and "\x00" not in message.sender.display_name:
-        return message
-    sender = dataclasses.replace(message.sender, display_name=message.sender.display_name.replace("\x00", ""))
-    return dataclasses.replace(message, text=message.text.replace("\x00", ""), sender=sender)
 
 
 class CappedRequest(Request):

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
+from gateway.http.webhooks import CappedRoute
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.events import ESCALATIONS_TOPIC
 from gateway.http.deps import error, services
@@ -31,7 +32,7 @@ from gateway.operators.summary import summarize
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Escalation
 
-router = APIRouter(tags=["operators"])
+router = APIRouter(tags=["operators"], route_class=CappedRoute)  # bodies capped like webhooks
 
 
 class TextBody(BaseModel):

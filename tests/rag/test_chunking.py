@@ -37,10 +37,10 @@ Refunds take five days.
 """
 
 
-def chunks_of(text, dense, *, fmt="markdown", title="Handbook", doc_id="handbook.md", max_tokens=256):
+def chunks_of(text, dense, *, fmt="markdown", title="Handbook", doc_id="handbook.md", max_tokens=256, text_tokens=None):
     return chunk_document(
         text, fmt=fmt, title=title, bot="acme", source="docs", doc_id=doc_id,
-        count_tokens=dense.count_tokens, max_tokens=max_tokens,
+        count_tokens=dense.count_tokens, max_tokens=max_tokens, text_tokens=text_tokens,
     )
 
 
@@ -137,10 +137,27 @@ _block = st.one_of(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(blocks=st.lists(_block, min_size=1, max_size=12), budget=st.sampled_from([64, 256]))
-def test_chunk_embedded_text_never_exceeds_encoder_limit(dense, blocks, budget):
+@given(blocks=st.lists(_block, min_size=1, max_size=12), budget=st.sampled_from([64, 256]), text_tokens=st.sampled_from([None, 384]))
+def test_chunk_embedded_text_never_exceeds_encoder_limit(dense, blocks, budget, text_tokens):
     text = "\n\n".join(blocks)
     for fmt in ("markdown", "text"):
-        for chunk in chunks_of(text, dense, fmt=fmt, title="A fairly long document title", max_tokens=budget):
-            assert dense.count_tokens(chunk.embed_text) <= budget
+        for chunk in chunks_of(text, dense, fmt=fmt, title="A fairly long document title", max_tokens=budget, text_tokens=text_tokens):
+            assert max(dense.count_tokens(w) for w in chunk.windows) <= budget
             assert chunk.text.strip()
+            assert dense.count_tokens(chunk.sparse_text) <= max(budget, text_tokens or budget)
+
+
+def test_chunk_text_may_exceed_encoder_while_embedded_start_fits(dense):
+    text = "# Guide\n\n## Setup\n\n" + "\n\n".join(f"Step {i} connects the unit to port {i} and waits." for i in range(60))
+    chunks = chunks_of(text, dense, max_tokens=128, text_tokens=384)
+    long = [c for c in chunks if dense.count_tokens(c.sparse_text) > 128]
+    assert long, "the text budget allows chunks longer than the encoder limit"
+    for c in chunks:
+        assert dense.count_tokens(c.embed_text) <= 128
+        assert c.embed_text.startswith("Guide > Setup\n\n")
+        assert c.sparse_text == "Guide > Setup\n\n" + c.text  # BM25 sees every word
+        head = c.embed_text.removeprefix("Guide > Setup\n\n")
+        assert c.text.startswith(head) and len(head) > 0
+        assert c.windows[0] == c.embed_text and all(dense.count_tokens(w) <= 128 for w in c.windows)
+    assert any(len(c.windows) > 1 for c in long)  # the tail is embedded too, in its own windows
+    assert len(chunks) < len(chunks_of(text, dense, max_tokens=128))  # fewer, larger chunks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from qdrant_client import models as qm
 
 from gateway.errors import IndexBusy
 from gateway.settings import QdrantSettings, RetrievalSettings
@@ -33,6 +34,21 @@ async def test_hybrid_search_finds_exact_error_code_dense_alone_misses(kb, index
     assert top.document == f"sync/{TARGET_CODE.lower()}.md"
     assert top.chunk_id != dense_top  # the dense arm ranked another chunk first
     assert "sparse" in top.arms and top.sparse_score and top.sparse_score > 0
+
+
+async def test_hybrid_query_client_rrf_ranks_like_qdrant_fusion(kb, index, dense, sparse):
+    for question in ["What does the Business Plus plan cost?", TARGET_CODE, "how do I reset my password"]:
+        dv, sv = dense.embed_queries([question])[0], sparse.embed_queries([question])[0]
+        arms = await index.hybrid_query("acme", dv, sv, prefetch=8, limit=6)
+        qdrant = await index.client.query_points(
+            collection_name("acme"),
+            prefetch=[qm.Prefetch(query=dv, using="dense", limit=8), qm.Prefetch(query=sv, using="bm25", limit=8)],
+            query=qm.FusionQuery(fusion=qm.Fusion.RRF),
+            limit=6,
+        )
+        assert [str(p.id) for p in arms.fused] == [str(p.id) for p in qdrant.points]
+        assert [p.score for p in arms.fused] == pytest.approx([p.score for p in qdrant.points])
+        assert all(p.score <= 1.0 for p in arms.dense) and arms.fused[0].payload["text"]
 
 
 async def test_search_hit_reports_arms_and_scores(kb):

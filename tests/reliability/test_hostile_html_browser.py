@@ -120,8 +120,8 @@ def test_widget_hostile_document_answer_renders_as_inert_text(browser, hostile_s
 
 
 def test_console_hostile_document_answer_renders_as_inert_text(browser, hostile_server):  # noqa: F811
-    context = browser.new_context()
-    customer, operator = context.new_page(), browser.new_context().new_page()
+    context, console = browser.new_context(), browser.new_context()
+    customer, operator = context.new_page(), console.new_page()
     events: list[str] = []
     for tab in (customer, operator):
         tab.on("pageerror", lambda exc: events.append(f"error: {exc}"))
@@ -155,3 +155,4 @@ def test_console_hostile_document_answer_renders_as_inert_text(browser, hostile_
         assert events == []
     finally:
         context.close()
+        console.close()  # its live event stream would otherwise hold the server open at shutdown

@@ -24,7 +24,7 @@ from tests.fakes.twilio_api import FakeTwilio, Reply
 from tests.gateway_channels.conftest import wait_until
 from tests.reliability.conftest import (
     LLM_KEY, SLACK_SIGNING_SECRET, TG_SECRET, TG_TOKEN, WA_SID, WA_TOKEN, channels_config,
-    discord_ask, discord_request, running_app, slack_event, slack_request, telegram_request, telegram_update,
+    discord_ask, running_app, slack_event, slack_request, telegram_request, telegram_update,
     whatsapp_form, whatsapp_request,
 )
 
