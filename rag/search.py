@@ -36,16 +36,19 @@ DEFAULT_MIN_DENSE_SCORE = 0.38
 
 Chosen 2026-11-29 on ../shared/fixtures/rag as the lowest value that refuses >= 95% of
 off-topic questions. Off-topic = each corpus asked the other's questions (50 S10 questions
-against the 20 single_topic_rag_eval documents, 120 single_topic questions against the S10
-manual). Swept 0.25-0.40 in steps of 0.02 (0.35 included), chunks of 256 tokens:
+against the 20 single_topic_rag_eval documents, 119 single_topic questions against the S10
+manual). Re-checked 2026-11-30 with the current chunks (<=512 tokens, dense = mean of the
+<=256-token windows), full gate incl. keyword override:
 
-    threshold                        0.30   0.35   0.38   0.40
-    off-topic refused (S10 q → STICI) 0.82   0.88   0.98   0.98
-    off-topic refused (STICI q → S10) 0.88   0.93   0.97   0.98
-    answerable refused, S10 (50)     0.00   0.00   0.00   0.02
-    answerable refused, STICI (80)   0.11   0.19   0.24   0.29
-    STICI's 40 on-topic unanswerable  0.20   0.33   0.38   0.48
+    threshold                        0.30   0.34   0.36   0.38   0.40
+    off-topic refused (S10 q → STICI) 0.84   0.98   0.98   0.98   0.98
+    off-topic refused (STICI q → S10) 0.88   0.94   0.96   0.97   0.97
+    answerable refused, S10 (50)     0.00   0.02   0.02   0.04   0.04
+    answerable refused, STICI (79)   0.15   0.20   0.28   0.32   0.37
+    STICI's 40 on-topic unanswerable  0.30   0.40   0.47   0.47   0.53
 
+0.36 would now pass the rule too, with one point of margin on two corpora; 0.38 is kept for
+the margin on corpora we have not seen.
 A dense threshold cannot meet the 3% false-refusal target on STICI: its questions are vague
 ("What are the key topics of this article?") and score 0.17-0.35 against the right chunk,
 the same band as off-topic questions. Its own 40 unanswerables are on-topic (same documents)
