@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 
 import pytest
 
-from tests.web.conftest import CHROMIUM_ARGS, HELP_CENTER, _prepare, browser, chromium_path  # noqa: F401
+from tests.web.conftest import CHROMIUM_ARGS, HELP_CENTER, _prepare, browser, chromium_path, serving  # noqa: F401
 
 pytestmark = pytest.mark.browser
 TOKEN = "console-operator-token-42"
@@ -24,8 +21,6 @@ WAIT_MS = 60_000
 
 @pytest.fixture(scope="module")
 def live_url(tmp_path_factory):
-    import uvicorn
-
     from gateway.app import create_app
     from gateway.settings import load_settings
 
@@ -56,22 +51,8 @@ bots:
 """, encoding="utf-8")
     _prepare(config)
     app = create_app(load_settings(config), start_scheduler=False)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the gateway did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
+    with serving(app) as url:
+        yield url
 
 
 def test_console_claim_reply_resolve_round_trip(browser, live_url):  # noqa: F811

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
-import time
 import urllib.request
 
 import pytest
 
-from tests.web.conftest import _prepare, browser, chromium_path  # noqa: F401 - fixtures
+from tests.web.conftest import _prepare, browser, chromium_path, serving  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.browser
 
@@ -35,8 +32,6 @@ ACTIVE = ".gw-msg--bot script, .gw-msg--bot img, .gw-msg--bot iframe, .gw-msg--b
 @pytest.fixture(scope="module")
 def hostile_server(tmp_path_factory):
     """The real app on a real port, answering from one hostile document with the offline model."""
-    import uvicorn
-
     from gateway.app import create_app
     from gateway.settings import load_settings
 
@@ -67,22 +62,8 @@ bots:
 """, encoding="utf-8")
     _prepare(config)
     app = create_app(load_settings(config), start_scheduler=False)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the gateway did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
+    with serving(app) as url:
+        yield url
 
 
 def test_widget_hostile_document_answer_renders_as_inert_text(browser, hostile_server):  # noqa: F811

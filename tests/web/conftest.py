@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,11 +106,33 @@ def _prepare(config: Path) -> None:
     assert codes == [0, 0], f"db upgrade / ingest exit codes: {codes}"
 
 
+@contextmanager
+def serving(app) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn in a thread on an ephemeral port; yields its base URL."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the gateway did not start; see the log above")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """Migrate, ingest the sample help center, then serve `create_app(settings)` with uvicorn in a thread."""
-    import uvicorn
-
     from gateway.app import create_app
     from gateway.settings import load_settings
 
@@ -120,21 +143,5 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     _prepare(config)
     app = create_app(load_settings(config), start_scheduler=False)
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the gateway did not start; see the log above")
-        time.sleep(0.05)
-    try:
-        yield LiveServer(url=f"http://127.0.0.1:{port}", config_path=config, bot="acme")
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
+    with serving(app) as url:
+        yield LiveServer(url=url, config_path=config, bot="acme")
