@@ -120,3 +120,45 @@ def test_cli_eval_prints_contract_keys(tmp_path, kb_config):
                            "false_refusal_rate", "n_answerable", "n_unanswerable"}
     assert result["n_answerable"] == 2 and result["n_unanswerable"] == 1
     assert result["recall@5"] == 1.0 and result["refusal_rate"] == 1.0
+
+
+async def _arun(*args: str, env: dict | None = None, stdin: str = "", timeout: float = 300):
+    import asyncio
+
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", *args, cwd=ROOT, env=full_env, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_cli_telegram_set_webhook_registers_url_and_secret(tmp_path):
+    from tests.fakes.telegram_api import FakeTelegramAPI
+
+    token = "123456:cli-test-token"
+    async with FakeTelegramAPI(token) as fake:
+        bot = {"name": "acme", "channels": {"telegram": {
+            "token": "${CLI_TG_TOKEN}", "webhook_secret": "${CLI_TG_SECRET}", "api_base": fake.base_url}}}
+        config = write_config(tmp_path, bots=[bot])
+        code, out, err = await _arun("telegram", "set-webhook", "--config", str(config), "--bot", "acme",
+                                     "--url", "https://bots.example.com/",
+                                     env={"CLI_TG_TOKEN": token, "CLI_TG_SECRET": "s3cret-Value_1"})
+        assert code == 0, err
+        assert "https://bots.example.com/webhooks/acme/telegram" in out
+        call = fake.calls("setWebhook")[-1]
+        assert call.params["url"] == "https://bots.example.com/webhooks/acme/telegram"
+        assert call.params["secret_token"] == "s3cret-Value_1"
+
+
+def test_cli_chat_answers_in_the_terminal(kb_config):
+    config, _ = kb_config
+    assert _run("ingest", "--config", str(config)).returncode == 0
+    proc = subprocess.run([sys.executable, "-m", "gateway", "chat", "--config", str(config)], cwd=ROOT,
+                          input="How much does the Plus plan cost?\n\n", capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1",
+                                            "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert proc.returncode == 0, proc.stderr
+    answer = next(line for line in proc.stdout.splitlines() if "acme>" in line)
+    assert "$12" in answer and "[1]" in answer
+    assert "[1] Plans" in proc.stdout  # the citation, listed under the answer
