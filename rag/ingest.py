@@ -225,7 +225,10 @@ class Ingestor:
         new = [c for p in pending for c in p.new]
         windows = [w for c in new for w in c.windows]
         window_vectors = iter(await self.dense.aembed_documents(windows))
-        dense = [_weighted_mean([next(window_vectors) for _ in c.windows], [self.dense.count_tokens(w) for w in c.windows]) for c in new]
+        dense = [
+            _weighted_mean([next(window_vectors) for _ in c.windows], [self.dense.count_tokens(w) for w in c.windows])
+            for c in new
+        ]
         sparse = await self.sparse.aembed_documents([c.sparse_text or c.embed_text for c in new])
         vectors = {c.chunk_id: (d, s) for c, d, s in zip(new, dense, sparse)}
         points = [
