@@ -68,7 +68,8 @@ class Knowledge:
         sparse = await asyncio.to_thread(SparseEmbedder)
         self._search = HybridSearch(self._index, dense, sparse)
         self._ingestor = Ingestor(self._index, dense, sparse, self._sessions,
-                                  max_chunk_tokens=self._settings.embedding.max_chunk_tokens)
+                                  max_chunk_tokens=self._settings.embedding.max_chunk_tokens,
+                                  text_tokens=self._settings.embedding.chunk_text_tokens)
 
     @property
     def index(self):

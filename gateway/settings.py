@@ -49,7 +49,10 @@ class EmbeddingSettings(_Strict):
 
     model: str = "minilm-int8"
     batch_size: int = 64
-    max_chunk_tokens: int = 256
+    # The encoder's window: no embedded text is longer (MiniLM reads 256 word pieces).
+    max_chunk_tokens: int = Field(default=256, ge=32, le=8192)
+    # A chunk's text budget: BM25 and the answer see all of it; the dense vector averages its windows.
+    chunk_text_tokens: int = Field(default=512, ge=32, le=8192)
 
 
 class ModelEntry(_Strict):

@@ -104,7 +104,8 @@ async def evaluate(
         index = QdrantIndex.from_settings(QdrantSettings(path=f"{tmp}/qdrant"))
         try:
             ingestor = Ingestor(
-                index, dense, sparse, session_factory(engine), max_chunk_tokens=settings.embedding.max_chunk_tokens
+                index, dense, sparse, session_factory(engine), max_chunk_tokens=settings.embedding.max_chunk_tokens,
+                text_tokens=settings.embedding.chunk_text_tokens,
             )
             loaded = await load_directory(Path(docs_dir))
             await ingestor.ingest_documents(EVAL_BOT, "eval", loaded.documents)
