@@ -9,7 +9,7 @@ from gateway.errors import IndexBusy
 from gateway.settings import QdrantSettings, RetrievalSettings
 from rag.index import QdrantIndex, collection_name
 from rag.ingest import Ingestor
-from rag.search import DEFAULT_MIN_DENSE_SCORE, HybridSearch
+from rag.search import DEFAULT_MIN_DENSE_SCORE, SHORT_CONTENT_WORDS, HybridSearch, _fuse, length_prior
 from rag.sources import Document, load_directory
 from tests.rag.kb import TARGET_CODE, write_kb
 
@@ -111,3 +111,31 @@ async def test_index_busy_when_local_folder_is_held(tmp_path):
             QdrantIndex.from_settings(QdrantSettings(path=path))
     finally:
         await first.close()
+
+
+def _point(pid: int, score: float, words: int) -> qm.ScoredPoint:
+    text = " ".join(["word"] * words)
+    return qm.ScoredPoint(id=pid, version=0, score=score, payload={"text": text, "heading_path": ["Doc", str(pid)]})
+
+
+def test_length_prior_penalises_only_short_content_mildly():
+    assert length_prior({"text": " ".join(["w"] * SHORT_CONTENT_WORDS)}) == 1.0
+    assert length_prior({"text": " ".join(["w"] * 300)}) == 1.0
+    short = length_prior({"text": "Configure the display."})
+    assert 0.5 < short < 0.8
+    assert length_prior({"text": ""}) > 0
+
+
+def test_fuse_ranks_sub_section_above_near_tied_short_intro():
+    # RRF (k=2): a short parent intro first by dense, second by BM25; its sub-section first by BM25,
+    # third by dense. Unweighted the intro wins (1.5 vs 1.33).
+    intro, sub = _point(1, 1.0 + 1 / 2, words=12), _point(2, 1.0 + 1 / 3, words=60)
+    hits = _fuse([[intro, sub]], {"1": 0.65, "2": 0.60}, {"1": 9.4, "2": 10.5}, single=True)
+    assert [h.heading_path[-1] for h in hits] == ["2", "1"]
+    assert hits[1].dense_score == 0.65 and hits[0].fused_score == pytest.approx(4 / 3)
+
+
+def test_fuse_keeps_a_clearly_stronger_short_chunk_first():
+    short, long = _point(1, 2.0, words=12), _point(2, 1 / 3 + 1 / 5, words=60)
+    hits = _fuse([[short, long]], {"1": 0.7}, {"2": 5.0}, single=True)
+    assert [h.heading_path[-1] for h in hits] == ["1", "2"]
