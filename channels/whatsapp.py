@@ -264,8 +264,9 @@ class WhatsAppAdapter:
                 if attempt == self.max_attempts:
                     raise ChannelSendError(f"Twilio unreachable: {exc}") from exc
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                # The request may have been processed; retrying could send the message twice.
-                raise ChannelSendError(f"Twilio request failed, delivery unknown: {exc!r}") from exc
+                # The request may have been processed; retrying (here or in the outbox) could send the
+                # message twice, so the outcome is reported as unknown and never resent.
+                raise ChannelSendError(f"Twilio request failed, outcome unknown: {exc!r}", permanent=True) from exc
             log.warning("whatsapp.send_retry", bot=self.bot, to=to, attempt=attempt, wait=wait)
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises

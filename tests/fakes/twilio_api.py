@@ -32,12 +32,17 @@ _MESSAGES = re.compile(r"^/2010-04-01/Accounts/(?P<sid>[^/]+)/Messages\.json$")
 
 @dataclass(frozen=True)
 class Reply:
-    """A scripted answer: an error status with a Twilio error code, optionally `Retry-After`."""
+    """A scripted answer: an error status with a Twilio error code, optionally `Retry-After`.
+
+    `drop=True` accepts the message (it counts as delivered) and then closes the connection without
+    answering, as a timeout after Twilio processed the request looks to the client.
+    """
 
     status: int = 201
     code: int | None = None
     message: str = ""
     retry_after: float | None = None
+    drop: bool = False
 
 
 @dataclass
@@ -144,6 +149,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(record, reply)
         record.sid = "SM" + uuid.uuid4().hex
         record.status = 201
+        if reply.drop:
+            self.close_connection = True
+            return
         self._json(201, {
             "sid": record.sid,
             "account_sid": self.state.account_sid,
