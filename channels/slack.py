@@ -21,28 +21,35 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs
 
 import aiohttp
 import structlog
-from markdown_to_mrkdwn import SlackMarkdownConverter
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
-from slack_sdk.socket_mode.aiohttp import SocketModeClient
-from slack_sdk.socket_mode.request import SocketModeRequest
-from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, WebhookResult
 from channels.render import render_citations, split_text
+from channels.slack_events import bot_ids, parse_event
+from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_url, slack_to_plain
+from channels.slack_socket import open_socket_mode as _open_socket_mode
 from gateway.errors import BadRequest, ChannelSendError, GatewayError, RecipientUnreachable, SignatureInvalid
-from gateway.models import Attachment, Citation, ConversationRef, InboundMessage, OutboundMessage, Sender
+from gateway.models import Citation, ConversationRef, InboundMessage, OutboundMessage
 from gateway.settings import SlackChannel
+
+__all__ = [
+    "SLACK_MESSAGE_LIMIT",
+    "STALE_AFTER_S",
+    "SlackAdapter",
+    "escape_mrkdwn",
+    "markdown_to_mrkdwn",
+    "safe_link_url",
+    "slack_to_plain",
+]
 
 log = structlog.get_logger("channels.slack")
 
@@ -50,7 +57,6 @@ log = structlog.get_logger("channels.slack")
 # collapsed behind "Show more"; 3,000 keeps every part readable and block-compatible.
 SLACK_MESSAGE_LIMIT = 3000
 STALE_AFTER_S = 5 * 60
-_ANSWERED_SUBTYPES = {None, "file_share", "thread_broadcast", "me_message"}
 _UNREACHABLE = {
     "channel_not_found", "not_in_channel", "is_archived", "account_inactive", "user_not_found",
     "user_disabled", "cannot_dm_bot", "restricted_action", "team_access_not_granted", "ekm_access_denied",
@@ -159,74 +165,12 @@ class SlackAdapter:
         return WebhookResult(messages=(message,), extra={"event_id": body.get("event_id")})
 
     def _bot_ids(self, body: dict[str, Any]) -> set[str]:
-        ids = {a["user_id"] for a in body.get("authorizations") or () if a.get("is_bot") and a.get("user_id")}
-        if not ids:
-            ids = set(body.get("authed_users") or ())  # older envelopes list the bot user here
-        if self.bot_user_id:
-            ids.add(self.bot_user_id)
-        return ids
+        return bot_ids(body, bot_user_id=self.bot_user_id)
 
     def _parse_event(self, body: dict[str, Any]) -> tuple[InboundMessage | None, str]:
-        event = body.get("event") or {}
-        kind, subtype = event.get("type"), event.get("subtype")
-        if kind not in ("message", "app_mention"):
-            return None, f"event type {kind!r} is not handled"
-        if subtype == "message_changed":
-            return None, "message_changed: edits are not answered again (the original was)"
-        if subtype == "message_deleted":
-            return None, "message_deleted: nothing to answer"
-        if subtype == "bot_message" or event.get("bot_id"):
-            return None, f"from a bot (bot_id={event.get('bot_id')})"
-        if subtype not in _ANSWERED_SUBTYPES:
-            return None, f"message subtype {subtype!r} is not handled"
-        user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
-        if not user or not channel or not ts:
-            return None, "event without user, channel or ts"
-        bot_ids = self._bot_ids(body)
-        if user in bot_ids:
-            return None, "the bot's own message"
-        channel_type = event.get("channel_type") or ("im" if channel.startswith("D") else "channel")
-        is_dm = channel_type == "im"
-        raw_text = event.get("text") or ""
-        mentions = {m for m in re.findall(r"<@([A-Z0-9]+)(?:\|[^>]*)?>", raw_text)}
-        thread_ts = event.get("thread_ts")
-        if kind == "app_mention":
-            if is_dm:
-                return None, "app_mention in a DM: the message.im event answers it"
-            if self.settings.respond_in_groups == "always":
-                return None, "app_mention duplicates the channel message event (respond_in_groups=always)"
-        elif not is_dm and self.settings.respond_in_groups == "mention":
-            if mentions & bot_ids:
-                return None, "channel message mentioning the bot: answered from its app_mention event"
-            replied = thread_ts and thread_ts != ts and event.get("parent_user_id") in bot_ids
-            if not replied:
-                return None, "channel message without a mention of the bot"
-        text = raw_text
-        for bot_id in bot_ids:
-            text = re.sub(rf"<@{bot_id}(?:\|[^>]*)?>", "", text)
-        text = slack_to_plain(text).strip()
-        attachments = tuple(_attachment(f, text) for f in event.get("files") or ())
-        profile = event.get("user_profile") or {}
-        return (
-            InboundMessage(
-                channel=self.name,
-                external_id=str(body.get("event_id") or f"{channel}:{ts}"),
-                conversation=ConversationRef(
-                    channel=self.name,
-                    workspace=str(body.get("team_id") or event.get("team") or ""),
-                    chat=channel,
-                    thread=thread_ts or ("" if is_dm else ts),
-                ),
-                sender=Sender(
-                    external_id=user, display_name=profile.get("display_name") or profile.get("real_name") or ""
-                ),
-                text=text,
-                attachments=attachments,
-                reply_to=thread_ts if thread_ts and thread_ts != ts else None,
-                sent_at=_sent_at(ts),
-                raw=body,
-            ),
-            "",
+        return parse_event(
+            body, bot_ids=self._bot_ids(body), respond_in_groups=self.settings.respond_in_groups,
+            channel_name=self.name,
         )
 
     # ---- outbound ----------------------------------------------------------------------------
@@ -326,159 +270,3 @@ class SlackAdapter:
         if self._socket is not None:
             await self._socket.close()
             self._socket = None
-
-
-def _attachment(file: dict[str, Any], caption: str) -> Attachment:
-    mime = file.get("mimetype") or ""
-    major = mime.split("/", 1)[0]
-    kind = major if major in ("image", "audio", "video") else "document"
-    return Attachment(
-        kind=kind, url=file.get("url_private"), file_id=file.get("id"), mime_type=mime or None, caption=caption or None
-    )
-
-
-# ---- Socket Mode -------------------------------------------------------------------------------
-
-
-async def _open_socket_mode(adapter: SlackAdapter, deliver: Deliver) -> SocketModeClient:
-    """Connect Socket Mode with the app token; every events_api envelope goes through `parse_payload`."""
-
-    async def on_request(client: SocketModeClient, request: SocketModeRequest) -> None:
-        if request.type == "events_api":
-            result = adapter.parse_payload(request.payload)
-            for reason in result.ignored:
-                log.info("slack.ignored", bot=adapter.bot, reason=reason, event_id=result.extra.get("event_id"))
-            # Stored before the ack: if storing fails, Slack redelivers and the inbox deduplicates.
-            for message in result.messages:
-                await deliver(message)
-        else:
-            log.info("slack.ignored", bot=adapter.bot, reason=f"socket mode {request.type!r} is not handled")
-        await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
-
-    web = AsyncWebClient(base_url=adapter.api_base, session=adapter._http, retry_handlers=[])
-    client = SocketModeClient(app_token=adapter.settings.app_token, web_client=web)
-    client.socket_mode_request_listeners.append(on_request)
-    try:
-        # Fetched here, not inside connect(), which would retry a bad app token forever.
-        client.wss_uri = await client.issue_new_wss_url()
-    except SlackApiError as exc:
-        await client.close()
-        raise ChannelSendError(f"slack socket mode: apps.connections.open failed: {exc.response.get('error')}",
-                               permanent=True) from exc
-    await client.connect()
-    log.info("slack.socket_mode_connected", bot=adapter.bot)
-    return client
-
-
-# ---- Markdown ⇄ mrkdwn ---------------------------------------------------------------------------
-
-_HOLD = re.compile("\ue000(\\d+)\ue001")
-_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
-_INLINE_CODE = re.compile(r"(`+)(.+?)\1")
-_MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~>])")
-_MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-_AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
-_BARE_URL = re.compile(r"https?://[^\s<>\"`]+")
-
-
-def escape_mrkdwn(text: str) -> str:
-    """Escape the three characters Slack treats as control: & < >."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def safe_link_url(url: str | None) -> str | None:
-    """A URL safe inside `<url|label>`: http(s)/mailto only, with & < > | escaped; else None."""
-    if not url or not re.match(r"(?i)^(https?://|mailto:)\S+$", url.strip()):
-        return None
-    return quote(url.strip(), safe="/:?#[]@!$&'()*+,;=%~-._").replace("&", "&amp;")
-
-
-def markdown_to_mrkdwn(markdown: str) -> str:
-    """Convert the LLM's Markdown to Slack mrkdwn, escaping & < > everywhere except in real links."""
-    pieces: list[str] = []
-    prose: list[str] = []
-    code: list[str] | None = None
-    marker = ""
-    for line in markdown.splitlines():
-        if code is None:
-            fence = _FENCE_LINE.match(line)
-            if fence and not (fence.group(1)[0] == "`" and "`" in fence.group(2)):
-                pieces.append(_prose_to_mrkdwn("\n".join(prose)))
-                prose, code, marker = [], [], fence.group(1)
-            else:
-                prose.append(line)
-        elif re.match(rf"^ {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}\s*$", line):
-            pieces.append("```\n" + escape_mrkdwn("\n".join(code)) + "\n```")  # Slack shows no language tag
-            code = None
-        else:
-            code.append(line)
-    if code is not None:  # an unclosed fence still renders as code
-        pieces.append("```\n" + escape_mrkdwn("\n".join(code)) + "\n```")
-    pieces.append(_prose_to_mrkdwn("\n".join(prose)))
-    return "\n".join(p for p in pieces if p is not None).strip("\n")
-
-
-def _prose_to_mrkdwn(text: str) -> str | None:
-    if not text:
-        return None
-    held: list[str] = []
-
-    def hold(value: str) -> str:
-        held.append(value)
-        return f"\ue000{len(held) - 1}\ue001"
-
-    def link(match: re.Match[str]) -> str:
-        label, url = match.group(1).strip(), safe_link_url(match.group(2))
-        label = escape_mrkdwn(re.sub(r"[*_~`]", "", label)).replace("|", "¦")
-        if not url:
-            return hold(label)
-        return hold(f"<{url}|{label}>" if label else f"<{url}>")
-
-    def bare(match: re.Match[str]) -> str:
-        url = match.group(0)
-        trail = re.search(r"[.,;:!?'\"]*$", url).group(0)
-        if url.endswith(")") and "(" not in url:
-            trail = url[-1:]
-        url = url[: len(url) - len(trail)] if trail else url
-        safe = safe_link_url(url)
-        return (hold(f"<{safe}>") if safe else escape_mrkdwn(url)) + escape_mrkdwn(trail)
-
-    text = _INLINE_CODE.sub(lambda m: hold("`" + escape_mrkdwn(m.group(2)) + "`"), text)
-    text = _MD_ESCAPE.sub(lambda m: hold(escape_mrkdwn(m.group(1))), text)
-    text = _MD_LINK.sub(link, text)
-    text = _AUTOLINK.sub(lambda m: hold(f"<{safe_link_url(m.group(1)) or escape_mrkdwn(m.group(1))}>"), text)
-    text = _BARE_URL.sub(bare, text)
-    text = escape_mrkdwn(text)
-    text = re.sub(r"^(\s*)&gt; (?=\S)", r"\1> ", text, flags=re.MULTILINE)  # keep Markdown quotes as Slack quotes
-    lead = len(text) - len(text.lstrip("\n"))
-    trail = len(text) - len(text.rstrip("\n"))
-    converted = SlackMarkdownConverter().convert(text)
-    for _ in range(3):  # held values may hold others (inline code inside a link label)
-        converted = _HOLD.sub(lambda m: held[int(m.group(1))], converted)
-    return "\n" * lead + converted + "\n" * trail
-
-
-def slack_to_plain(text: str) -> str:
-    """Slack's inbound markup → plain text for the model: links, mentions and entities decoded."""
-
-    def control(match: re.Match[str]) -> str:
-        inner = match.group(1)
-        target, _, label = inner.partition("|")
-        if target.startswith(("@U", "@W", "@B")):
-            return "@" + (label or target[1:])
-        if target.startswith("#C") or target.startswith("#G"):
-            return "#" + (label or target[1:])
-        if target.startswith("!"):
-            return label or "@" + target[1:].split("^")[0]
-        return f"{label} ({target})" if label and label != target else target
-
-    text = re.sub(r"<([^<>\n]+)>", control, text)
-    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-
-
-def _sent_at(ts: Any) -> datetime:
-    """The event time from Slack's `ts`; now when it is malformed (a signed body must never cause a 500)."""
-    try:
-        return datetime.fromtimestamp(float(ts), tz=timezone.utc)
-    except (TypeError, ValueError, OverflowError, OSError):
-        return datetime.now(timezone.utc)

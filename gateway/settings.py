@@ -11,28 +11,42 @@ Nothing here runs at import time; `load_settings()` builds a fresh `Settings` ea
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gateway.channel_settings import (
+    ChannelBase,
+    ChannelsSettings,
+    DiscordChannel,
+    SlackChannel,
+    TelegramChannel,
+    WebChannel,
+    WhatsAppChannel,
+    _Strict,
+)
+from gateway.config_file import (
+    PLACEHOLDER_SECRETS,
+    SECRET_KEYS,
+    _secret_values,
+    config_error,
+    read_config,
+    resolve_config_path,
+)
 from gateway.errors import ConfigError
+
+__all__ = [
+    "OFFLINE_MODEL", "SECRET_KEYS", "PLACEHOLDER_SECRETS",
+    "QdrantSettings", "EmbeddingSettings", "ModelEntry", "OperatorSettings", "RetrievalSettings",
+    "SourceSettings", "ToolSettings", "EscalationSettings", "BusinessHours",
+    "ChannelBase", "WebChannel", "TelegramChannel", "SlackChannel", "DiscordChannel", "WhatsAppChannel",
+    "ChannelsSettings", "WorkerSettings", "LLMSettings", "RateLimitSettings", "BotSettings", "Settings",
+    "ConfigError", "resolve_config_path", "load_settings",
+]
 
 OFFLINE_MODEL = "offline"
 """The built-in extractive responder: needs no key, registered as a LiteLLM custom provider."""
-
-SECRET_KEYS = frozenset(
-    {"token", "webhook_secret", "bot_token", "signing_secret", "app_token", "auth_token", "api_key"}
-)
-PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "secret", "xxx", "todo", "placeholder", "test"})
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class QdrantSettings(_Strict):
@@ -164,77 +178,6 @@ class BusinessHours(_Strict):
         return value
 
 
-class ChannelBase(_Strict):
-    """Settings shared by every channel."""
-
-    enabled: bool = True
-    api_base: str | None = None
-    respond_in_groups: Literal["mention", "always"] = "mention"
-    greeting: str | None = None
-    # Show the reply while it is generated, by editing a message (channels that can edit: Telegram,
-    # Slack, Discord). See gateway/streaming.py.
-    stream: bool = False
-
-
-class WebChannel(ChannelBase):
-    """The built-in web chat and widget."""
-
-    max_message_chars: int = 4000
-
-
-class TelegramChannel(ChannelBase):
-    token: str = ""
-    webhook_secret: str = ""
-    mode: Literal["webhook", "polling"] = "webhook"
-
-
-class SlackChannel(ChannelBase):
-    bot_token: str = ""
-    signing_secret: str = ""
-    app_token: str | None = None
-    operator_channel: str | None = None
-
-
-class DiscordChannel(ChannelBase):
-    token: str = ""
-    public_key: str | None = None
-    gateway_url: str | None = None
-
-
-class WhatsAppChannel(ChannelBase):
-    account_sid: str = ""
-    auth_token: str = ""
-    from_number: str = ""
-    public_url: str = ""
-    content_sid: str | None = None
-
-
-class ChannelsSettings(_Strict):
-    web: WebChannel | None = Field(default_factory=WebChannel)
-    telegram: TelegramChannel | None = None
-    slack: SlackChannel | None = None
-    discord: DiscordChannel | None = None
-    whatsapp: WhatsAppChannel | None = None
-
-    _REQUIRED = {
-        "telegram": ("token",),
-        "slack": ("bot_token", "signing_secret"),
-        "discord": ("token",),
-        "whatsapp": ("account_sid", "auth_token", "from_number", "public_url"),
-    }
-
-    @model_validator(mode="after")
-    def _secrets_present(self) -> "ChannelsSettings":
-        for channel, keys in self._REQUIRED.items():
-            cfg = getattr(self, channel)
-            if cfg is None or not cfg.enabled:
-                continue
-            for key in keys:
-                if not getattr(cfg, key):
-                    raise ValueError(f"{channel}.{key} is required when {channel} is enabled (set it from the environment)")
-        return self
-
-
 class WorkerSettings(_Strict):
     """The in-process worker. A dead worker's conversations are taken over after `lease_seconds`."""
 
@@ -350,85 +293,10 @@ class Settings(BaseSettings):
         raise KeyError(name)
 
 
-def _secret_values(data: Any, path: str = "") -> list[tuple[str, str]]:
-    found: list[tuple[str, str]] = []
-    if isinstance(data, dict):
-        for key, value in data.items():
-            sub = f"{path}.{key}" if path else str(key)
-            if key in SECRET_KEYS and isinstance(value, str):
-                found.append((sub, value))
-            else:
-                found.extend(_secret_values(value, sub))
-    elif isinstance(data, list):
-        for i, value in enumerate(data):
-            found.extend(_secret_values(value, f"{path}[{i}]"))
-    return found
-
-
-def _interpolate(data: Any, env: dict[str, str], path: str = "") -> Any:
-    """Replace `${VAR}` everywhere; refuse literal secrets; name the key on any problem."""
-    if isinstance(data, dict):
-        out = {}
-        for key, value in data.items():
-            sub = f"{path}.{key}" if path else str(key)
-            if key in SECRET_KEYS and isinstance(value, str) and value and not _ENV_REF.fullmatch(value.strip()):
-                raise ConfigError(sub, "secrets come from the environment only; write it as ${SOME_ENV_VAR}")
-            out[key] = _interpolate(value, env, sub)
-        return out
-    if isinstance(data, list):
-        return [_interpolate(v, env, f"{path}[{i}]") for i, v in enumerate(data)]
-    if isinstance(data, str):
-
-        def sub(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in env:
-                return env[name]
-            if default is not None:
-                return default
-            # An unset variable becomes empty; required keys then fail with their own message.
-            return ""
-
-        return _ENV_REF.sub(sub, data)
-    return data
-
-
-def _format_location(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def resolve_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """`--config`, else `$GATEWAY_CONFIG`, else `./config.yaml`."""
-    return Path(explicit or os.environ.get("GATEWAY_CONFIG") or "config.yaml")
-
-
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     """Read, interpolate and validate the configuration. Raises `ConfigError` naming the key."""
-    config_path = resolve_config_path(path)
-    environ = dict(os.environ)
-    try:
-        raw = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError("", f"config file not found: {config_path}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError("", f"{config_path} is not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError("", f"{config_path} must hold a mapping at the top level")
-    data = _interpolate(raw, environ)
-    data["config_path"] = str(config_path)
+    data = read_config(path)
     try:
         return Settings(**data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        key = _format_location(tuple(err["loc"]))
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        if not key and ": " in msg and msg.split(": ", 1)[0].replace(".", "").replace("[", "").replace("]", "").replace("_", "").isalnum():
-            key, msg = msg.split(": ", 1)
-        raise ConfigError(key, msg) from None
+        raise config_error(exc) from None

@@ -1,0 +1,221 @@
+"""Discord gateway messages and HTTP interactions → normalized InboundMessages, or a reason to ignore them.
+
+Pure: no network. Works on plain MESSAGE_CREATE / interaction dicts; `payload_of` rebuilds that dict
+from a discord.Message so the gateway path and the fixtures share one classifier.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from datetime import datetime
+from typing import Any
+
+import discord
+
+from channels.base import ImmediateResponse, WebhookResult
+from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, utcnow
+
+# The adapter's logger name, so "discord.ignored" records keep their source after the split.
+log = logging.getLogger("channels.discord")
+
+_ANSWERED_TYPES = {0: "default", 19: "reply"}  # every other message type is a system notice
+_CROSSPOST_FLAG = 1 << 1
+_ATTACHMENT_KINDS = {"image": "image", "audio": "audio", "video": "video"}
+
+
+def classify_gateway_message(
+    payload: dict[str, Any], *, bot_user_id: str, respond_in_groups: str = "mention", in_thread: bool = False
+) -> InboundMessage | str:
+    """A MESSAGE_CREATE message object → an InboundMessage, or the reason it is ignored."""
+    author = payload.get("author") or {}
+    author_id = str(author.get("id", ""))
+    kind = payload.get("type", 0)
+    if author_id and author_id == bot_user_id:
+        return "own message"
+    if author.get("bot") or author.get("system"):
+        return f"message from another bot ({author_id})"
+    if payload.get("webhook_id"):
+        return "message posted by a webhook"
+    if kind not in _ANSWERED_TYPES:
+        return f"system message type {kind}"
+    if int(payload.get("flags") or 0) & _CROSSPOST_FLAG:
+        return "crossposted announcement from another server"
+
+    guild_id = str(payload.get("guild_id") or "")
+    content = payload.get("content") or ""
+    mentioned = _mentions_bot(payload, content, bot_user_id)
+    reference = payload.get("message_reference") or {}
+    replied = str(((payload.get("referenced_message") or {}).get("author") or {}).get("id", "")) == bot_user_id
+    if guild_id and respond_in_groups == "mention" and not (mentioned or replied):
+        return "guild message that neither mentions nor replies to the bot"
+
+    text = re.sub(rf"<@!?{re.escape(bot_user_id)}>", "", content).strip() if bot_user_id else content.strip()
+    attachments = tuple(_attachment(a, caption=text or None) for a in payload.get("attachments") or ())
+    attachments += tuple(
+        Attachment(kind="sticker", file_id=str(s.get("id")), caption=s.get("name"))
+        for s in payload.get("sticker_items") or ()
+    )
+    channel_id = str(payload.get("channel_id", ""))
+    return InboundMessage(
+        channel="discord",
+        external_id=str(payload["id"]),
+        conversation=ConversationRef(
+            channel="discord", workspace=guild_id, chat=channel_id, thread=channel_id if in_thread else ""
+        ),
+        sender=Sender(
+            external_id=author_id,
+            display_name=author.get("global_name") or author.get("username") or "",
+            is_bot=False,
+        ),
+        text=text,
+        attachments=attachments,
+        reply_to=str(reference["message_id"]) if kind == 19 and reference.get("message_id") else None,
+        sent_at=_timestamp(payload.get("timestamp")),
+        raw=payload,
+    )
+
+
+def parse_gateway_message(
+    payload: dict[str, Any], *, bot_user_id: str, respond_in_groups: str = "mention", in_thread: bool = False
+) -> InboundMessage | None:
+    """A MESSAGE_CREATE message object → an InboundMessage, or None when it is ignored (reason logged)."""
+    result = classify_gateway_message(
+        payload, bot_user_id=bot_user_id, respond_in_groups=respond_in_groups, in_thread=in_thread
+    )
+    if isinstance(result, str):
+        log.info("discord.ignored", extra={"message_id": payload.get("id"), "reason": result})
+        return None
+    return result
+
+
+def parse_gateway_event(
+    envelope: dict[str, Any], *, bot_user_id: str, respond_in_groups: str = "mention"
+) -> WebhookResult:
+    """A raw gateway frame ({op, t, s, d}) → the messages it holds, or why it is ignored."""
+    op, event, data = envelope.get("op"), envelope.get("t"), envelope.get("d")
+    if op != 0:
+        return WebhookResult(ignored=(f"gateway control frame op {op} (handled by discord.py)",))
+    if event == "MESSAGE_CREATE" and isinstance(data, dict):
+        result = classify_gateway_message(data, bot_user_id=bot_user_id, respond_in_groups=respond_in_groups)
+        return WebhookResult(ignored=(result,)) if isinstance(result, str) else WebhookResult(messages=(result,))
+    reasons = {
+        "MESSAGE_UPDATE": "message edit: the first version was already answered",
+        "MESSAGE_DELETE": "message deletion",
+        "MESSAGE_REACTION_ADD": "reaction",
+        "INTERACTION_CREATE": "interaction over the gateway: answered on the interactions endpoint",
+    }
+    return WebhookResult(ignored=(reasons.get(event or "", f"gateway event {event} is not a message"),))
+
+
+def parse_interaction(body: dict[str, Any]) -> WebhookResult:
+    """A verified HTTP interaction → PING pong, an `/ask` question (deferred), or a polite refusal."""
+    kind = body.get("type")
+    if kind == 1:
+        return WebhookResult(response=_interaction_response({"type": 1}), ignored=("PING",))
+    data = body.get("data") or {}
+    if kind == 2 and data.get("name") == "ask" and data.get("type", 1) == 1:
+        question = next((str(o.get("value", "")) for o in data.get("options") or () if o.get("name") == "question"), "")
+        user = (body.get("member") or {}).get("user") or body.get("user") or {}
+        message = InboundMessage(
+            channel="discord",
+            external_id=str(body["id"]),
+            conversation=ConversationRef(
+                channel="discord",
+                workspace=str(body.get("guild_id") or ""),
+                chat=str(body.get("channel_id") or (body.get("channel") or {}).get("id") or ""),
+            ),
+            sender=Sender(
+                external_id=str(user.get("id", "")), display_name=user.get("global_name") or user.get("username") or ""
+            ),
+            text=question.strip(),
+            raw=body,
+        )
+        return WebhookResult(messages=(message,), response=_interaction_response({"type": 5}))
+    if kind == 4:  # autocomplete must be answered synchronously; we offer no suggestions
+        return WebhookResult(
+            response=_interaction_response({"type": 8, "data": {"choices": []}}), ignored=("autocomplete",)
+        )
+    name = data.get("name") or data.get("custom_id") or "?"
+    refusal = {"type": 4, "data": {"content": "Please use /ask.", "flags": 64, "allowed_mentions": {"parse": []}}}
+    return WebhookResult(
+        response=_interaction_response(refusal), ignored=(f"interaction type {kind} ({name}) is not /ask",)
+    )
+
+
+def _interaction_response(body: dict[str, Any]) -> ImmediateResponse:
+    return ImmediateResponse(body=json.dumps(body).encode())
+
+
+def _mentions_bot(payload: dict[str, Any], content: str, bot_user_id: str) -> bool:
+    if not bot_user_id:
+        return False
+    if any(str(m.get("id")) == bot_user_id for m in payload.get("mentions") or ()):
+        return True
+    return f"<@{bot_user_id}>" in content or f"<@!{bot_user_id}>" in content
+
+
+def _attachment(item: dict[str, Any], *, caption: str | None) -> Attachment:
+    mime = item.get("content_type")
+    kind = _ATTACHMENT_KINDS.get((mime or "").split("/")[0], "document")
+    return Attachment(kind=kind, url=item.get("url"), file_id=str(item.get("id")), mime_type=mime, caption=caption)
+
+
+def _timestamp(value: str | None) -> datetime:
+    try:
+        return datetime.fromisoformat(value) if value else utcnow()
+    except ValueError:
+        return utcnow()
+
+
+def payload_of(message: discord.Message) -> dict[str, Any]:
+    """The MESSAGE_CREATE fields `classify_gateway_message` reads, rebuilt from a discord.Message."""
+    guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
+    reference = message.reference
+    resolved = reference.resolved if reference else None
+    payload: dict[str, Any] = {
+        "id": str(message.id),
+        "type": message.type.value,
+        "flags": message.flags.value,
+        "channel_id": str(message.channel.id),
+        "content": message.content,
+        "timestamp": message.created_at.isoformat(),
+        "webhook_id": str(message.webhook_id) if message.webhook_id else None,
+        "author": {
+            "id": str(message.author.id),
+            "username": message.author.name,
+            "global_name": message.author.global_name,
+            "bot": message.author.bot,
+            "system": message.author.system,
+        },
+        "mentions": [{"id": str(user.id)} for user in message.mentions],
+        "attachments": [
+            {"id": str(a.id), "url": a.url, "content_type": a.content_type, "filename": a.filename}
+            for a in message.attachments
+        ],
+        "sticker_items": [{"id": str(s.id), "name": s.name} for s in message.stickers],
+    }
+    if guild_id:
+        payload["guild_id"] = str(guild_id)
+    if reference and reference.message_id:
+        payload["message_reference"] = {"message_id": str(reference.message_id)}
+    if isinstance(resolved, discord.Message):
+        payload["referenced_message"] = {"author": {"id": str(resolved.author.id)}}
+    return payload
+
+
+def without_token(message: InboundMessage) -> InboundMessage:
+    """A copy of `message` whose raw payload no longer holds the interaction token."""
+    raw = {k: v for k, v in message.raw.items() if k != "token"}
+    return InboundMessage(
+        channel=message.channel,
+        external_id=message.external_id,
+        conversation=message.conversation,
+        sender=message.sender,
+        text=message.text,
+        attachments=message.attachments,
+        reply_to=message.reply_to,
+        sent_at=message.sent_at,
+        raw=raw,
+    )

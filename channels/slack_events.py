@@ -1,0 +1,112 @@
+"""Slack Events API `event_callback` envelopes → normalized InboundMessages, or a reason to ignore them.
+
+Pure: no network. The rules for which events are answered are in `channels.slack`'s docstring.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from channels.slack_render import slack_to_plain
+from gateway.models import Attachment, ConversationRef, InboundMessage, Sender
+
+_ANSWERED_SUBTYPES = {None, "file_share", "thread_broadcast", "me_message"}
+
+
+def bot_ids(body: dict[str, Any], *, bot_user_id: str | None = None) -> set[str]:
+    """The bot's own user ids, from the envelope's authorizations plus the one learned by auth.test."""
+    ids = {a["user_id"] for a in body.get("authorizations") or () if a.get("is_bot") and a.get("user_id")}
+    if not ids:
+        ids = set(body.get("authed_users") or ())  # older envelopes list the bot user here
+    if bot_user_id:
+        ids.add(bot_user_id)
+    return ids
+
+
+def parse_event(
+    body: dict[str, Any],
+    *,
+    bot_ids: set[str],
+    respond_in_groups: str,
+    channel_name: str = "slack",
+) -> tuple[InboundMessage | None, str]:
+    """One `event_callback` envelope → (message, "") or (None, why it is ignored)."""
+    event = body.get("event") or {}
+    kind, subtype = event.get("type"), event.get("subtype")
+    if kind not in ("message", "app_mention"):
+        return None, f"event type {kind!r} is not handled"
+    if subtype == "message_changed":
+        return None, "message_changed: edits are not answered again (the original was)"
+    if subtype == "message_deleted":
+        return None, "message_deleted: nothing to answer"
+    if subtype == "bot_message" or event.get("bot_id"):
+        return None, f"from a bot (bot_id={event.get('bot_id')})"
+    if subtype not in _ANSWERED_SUBTYPES:
+        return None, f"message subtype {subtype!r} is not handled"
+    user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
+    if not user or not channel or not ts:
+        return None, "event without user, channel or ts"
+    if user in bot_ids:
+        return None, "the bot's own message"
+    channel_type = event.get("channel_type") or ("im" if channel.startswith("D") else "channel")
+    is_dm = channel_type == "im"
+    raw_text = event.get("text") or ""
+    mentions = {m for m in re.findall(r"<@([A-Z0-9]+)(?:\|[^>]*)?>", raw_text)}
+    thread_ts = event.get("thread_ts")
+    if kind == "app_mention":
+        if is_dm:
+            return None, "app_mention in a DM: the message.im event answers it"
+        if respond_in_groups == "always":
+            return None, "app_mention duplicates the channel message event (respond_in_groups=always)"
+    elif not is_dm and respond_in_groups == "mention":
+        if mentions & bot_ids:
+            return None, "channel message mentioning the bot: answered from its app_mention event"
+        replied = thread_ts and thread_ts != ts and event.get("parent_user_id") in bot_ids
+        if not replied:
+            return None, "channel message without a mention of the bot"
+    text = raw_text
+    for bot_id in bot_ids:
+        text = re.sub(rf"<@{bot_id}(?:\|[^>]*)?>", "", text)
+    text = slack_to_plain(text).strip()
+    attachments = tuple(_attachment(f, text) for f in event.get("files") or ())
+    profile = event.get("user_profile") or {}
+    return (
+        InboundMessage(
+            channel=channel_name,
+            external_id=str(body.get("event_id") or f"{channel}:{ts}"),
+            conversation=ConversationRef(
+                channel=channel_name,
+                workspace=str(body.get("team_id") or event.get("team") or ""),
+                chat=channel,
+                thread=thread_ts or ("" if is_dm else ts),
+            ),
+            sender=Sender(
+                external_id=user, display_name=profile.get("display_name") or profile.get("real_name") or ""
+            ),
+            text=text,
+            attachments=attachments,
+            reply_to=thread_ts if thread_ts and thread_ts != ts else None,
+            sent_at=_sent_at(ts),
+            raw=body,
+        ),
+        "",
+    )
+
+
+def _attachment(file: dict[str, Any], caption: str) -> Attachment:
+    mime = file.get("mimetype") or ""
+    major = mime.split("/", 1)[0]
+    kind = major if major in ("image", "audio", "video") else "document"
+    return Attachment(
+        kind=kind, url=file.get("url_private"), file_id=file.get("id"), mime_type=mime or None, caption=caption or None
+    )
+
+
+def _sent_at(ts: Any) -> datetime:
+    """The event time from Slack's `ts`; now when it is malformed (a signed body must never cause a 500)."""
+    try:
+        return datetime.fromtimestamp(float(ts), tz=timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return datetime.now(timezone.utc)

@@ -1,0 +1,115 @@
+"""Markdown ⇄ Slack mrkdwn: the LLM's Markdown out as mrkdwn, Slack's inbound markup in as plain text.
+
+Slack treats only & < > as control characters, so everything is escaped except real links, which
+become `<url|label>` with the URL vetted by `safe_link_url`.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+from markdown_to_mrkdwn import SlackMarkdownConverter
+
+_HOLD = re.compile("\ue000(\\d+)\ue001")
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+_INLINE_CODE = re.compile(r"(`+)(.+?)\1")
+_MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~>])")
+_MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
+_BARE_URL = re.compile(r"https?://[^\s<>\"`]+")
+
+
+def escape_mrkdwn(text: str) -> str:
+    """Escape the three characters Slack treats as control: & < >."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def safe_link_url(url: str | None) -> str | None:
+    """A URL safe inside `<url|label>`: http(s)/mailto only, with & < > | escaped; else None."""
+    if not url or not re.match(r"(?i)^(https?://|mailto:)\S+$", url.strip()):
+        return None
+    return quote(url.strip(), safe="/:?#[]@!$&'()*+,;=%~-._").replace("&", "&amp;")
+
+
+def markdown_to_mrkdwn(markdown: str) -> str:
+    """Convert the LLM's Markdown to Slack mrkdwn, escaping & < > everywhere except in real links."""
+    pieces: list[str] = []
+    prose: list[str] = []
+    code: list[str] | None = None
+    marker = ""
+    for line in markdown.splitlines():
+        if code is None:
+            fence = _FENCE_LINE.match(line)
+            if fence and not (fence.group(1)[0] == "`" and "`" in fence.group(2)):
+                pieces.append(_prose_to_mrkdwn("\n".join(prose)))
+                prose, code, marker = [], [], fence.group(1)
+            else:
+                prose.append(line)
+        elif re.match(rf"^ {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}\s*$", line):
+            pieces.append("```\n" + escape_mrkdwn("\n".join(code)) + "\n```")  # Slack shows no language tag
+            code = None
+        else:
+            code.append(line)
+    if code is not None:  # an unclosed fence still renders as code
+        pieces.append("```\n" + escape_mrkdwn("\n".join(code)) + "\n```")
+    pieces.append(_prose_to_mrkdwn("\n".join(prose)))
+    return "\n".join(p for p in pieces if p is not None).strip("\n")
+
+
+def _prose_to_mrkdwn(text: str) -> str | None:
+    if not text:
+        return None
+    held: list[str] = []
+
+    def hold(value: str) -> str:
+        held.append(value)
+        return f"\ue000{len(held) - 1}\ue001"
+
+    def link(match: re.Match[str]) -> str:
+        label, url = match.group(1).strip(), safe_link_url(match.group(2))
+        label = escape_mrkdwn(re.sub(r"[*_~`]", "", label)).replace("|", "¦")
+        if not url:
+            return hold(label)
+        return hold(f"<{url}|{label}>" if label else f"<{url}>")
+
+    def bare(match: re.Match[str]) -> str:
+        url = match.group(0)
+        trail = re.search(r"[.,;:!?'\"]*$", url).group(0)
+        if url.endswith(")") and "(" not in url:
+            trail = url[-1:]
+        url = url[: len(url) - len(trail)] if trail else url
+        safe = safe_link_url(url)
+        return (hold(f"<{safe}>") if safe else escape_mrkdwn(url)) + escape_mrkdwn(trail)
+
+    text = _INLINE_CODE.sub(lambda m: hold("`" + escape_mrkdwn(m.group(2)) + "`"), text)
+    text = _MD_ESCAPE.sub(lambda m: hold(escape_mrkdwn(m.group(1))), text)
+    text = _MD_LINK.sub(link, text)
+    text = _AUTOLINK.sub(lambda m: hold(f"<{safe_link_url(m.group(1)) or escape_mrkdwn(m.group(1))}>"), text)
+    text = _BARE_URL.sub(bare, text)
+    text = escape_mrkdwn(text)
+    text = re.sub(r"^(\s*)&gt; (?=\S)", r"\1> ", text, flags=re.MULTILINE)  # keep Markdown quotes as Slack quotes
+    lead = len(text) - len(text.lstrip("\n"))
+    trail = len(text) - len(text.rstrip("\n"))
+    converted = SlackMarkdownConverter().convert(text)
+    for _ in range(3):  # held values may hold others (inline code inside a link label)
+        converted = _HOLD.sub(lambda m: held[int(m.group(1))], converted)
+    return "\n" * lead + converted + "\n" * trail
+
+
+def slack_to_plain(text: str) -> str:
+    """Slack's inbound markup → plain text for the model: links, mentions and entities decoded."""
+
+    def control(match: re.Match[str]) -> str:
+        inner = match.group(1)
+        target, _, label = inner.partition("|")
+        if target.startswith(("@U", "@W", "@B")):
+            return "@" + (label or target[1:])
+        if target.startswith("#C") or target.startswith("#G"):
+            return "#" + (label or target[1:])
+        if target.startswith("!"):
+            return label or "@" + target[1:].split("^")[0]
+        return f"{label} ({target})" if label and label != target else target
+
+    text = re.sub(r"<([^<>\n]+)>", control, text)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")

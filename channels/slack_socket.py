@@ -1,0 +1,51 @@
+"""Slack Socket Mode (for development): a websocket whose events_api envelopes go through `parse_payload`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+from slack_sdk.errors import SlackApiError
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from channels.base import Deliver
+from gateway.errors import ChannelSendError
+
+if TYPE_CHECKING:
+    from channels.slack import SlackAdapter
+
+# Same logger name as the adapter: these events are the Slack channel's, wherever the code lives.
+log = structlog.get_logger("channels.slack")
+
+
+async def open_socket_mode(adapter: SlackAdapter, deliver: Deliver) -> SocketModeClient:
+    """Connect Socket Mode with the app token; every events_api envelope goes through `parse_payload`."""
+
+    async def on_request(client: SocketModeClient, request: SocketModeRequest) -> None:
+        if request.type == "events_api":
+            result = adapter.parse_payload(request.payload)
+            for reason in result.ignored:
+                log.info("slack.ignored", bot=adapter.bot, reason=reason, event_id=result.extra.get("event_id"))
+            # Stored before the ack: if storing fails, Slack redelivers and the inbox deduplicates.
+            for message in result.messages:
+                await deliver(message)
+        else:
+            log.info("slack.ignored", bot=adapter.bot, reason=f"socket mode {request.type!r} is not handled")
+        await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
+
+    web = AsyncWebClient(base_url=adapter.api_base, session=adapter._http, retry_handlers=[])
+    client = SocketModeClient(app_token=adapter.settings.app_token, web_client=web)
+    client.socket_mode_request_listeners.append(on_request)
+    try:
+        # Fetched here, not inside connect(), which would retry a bad app token forever.
+        client.wss_uri = await client.issue_new_wss_url()
+    except SlackApiError as exc:
+        await client.close()
+        raise ChannelSendError(f"slack socket mode: apps.connections.open failed: {exc.response.get('error')}",
+                               permanent=True) from exc
+    await client.connect()
+    log.info("slack.socket_mode_connected", bot=adapter.bot)
+    return client

@@ -1,0 +1,83 @@
+"""Per-channel settings: what each channel (web, Telegram, Slack, Discord, WhatsApp) is configured with."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ChannelBase(_Strict):
+    """Settings shared by every channel."""
+
+    enabled: bool = True
+    api_base: str | None = None
+    respond_in_groups: Literal["mention", "always"] = "mention"
+    greeting: str | None = None
+    # Show the reply while it is generated, by editing a message (channels that can edit: Telegram,
+    # Slack, Discord). See gateway/streaming.py.
+    stream: bool = False
+
+
+class WebChannel(ChannelBase):
+    """The built-in web chat and widget."""
+
+    max_message_chars: int = 4000
+
+
+class TelegramChannel(ChannelBase):
+    token: str = ""
+    webhook_secret: str = ""
+    mode: Literal["webhook", "polling"] = "webhook"
+
+
+class SlackChannel(ChannelBase):
+    bot_token: str = ""
+    signing_secret: str = ""
+    app_token: str | None = None
+    operator_channel: str | None = None
+
+
+class DiscordChannel(ChannelBase):
+    token: str = ""
+    public_key: str | None = None
+    gateway_url: str | None = None
+
+
+class WhatsAppChannel(ChannelBase):
+    account_sid: str = ""
+    auth_token: str = ""
+    from_number: str = ""
+    public_url: str = ""
+    content_sid: str | None = None
+
+
+class ChannelsSettings(_Strict):
+    web: WebChannel | None = Field(default_factory=WebChannel)
+    telegram: TelegramChannel | None = None
+    slack: SlackChannel | None = None
+    discord: DiscordChannel | None = None
+    whatsapp: WhatsAppChannel | None = None
+
+    _REQUIRED = {
+        "telegram": ("token",),
+        "slack": ("bot_token", "signing_secret"),
+        "discord": ("token",),
+        "whatsapp": ("account_sid", "auth_token", "from_number", "public_url"),
+    }
+
+    @model_validator(mode="after")
+    def _secrets_present(self) -> "ChannelsSettings":
+        for channel, keys in self._REQUIRED.items():
+            cfg = getattr(self, channel)
+            if cfg is None or not cfg.enabled:
+                continue
+            for key in keys:
+                if not getattr(cfg, key):
+                    raise ValueError(f"{channel}.{key} is required when {channel} is enabled (set it from the environment)")
+        return self
+

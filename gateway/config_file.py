@@ -1,0 +1,105 @@
+"""Reading config.yaml: `${VAR}` interpolation, the secrets-from-the-environment rule, error locations."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from gateway.errors import ConfigError
+
+SECRET_KEYS = frozenset(
+    {"token", "webhook_secret", "bot_token", "signing_secret", "app_token", "auth_token", "api_key"}
+)
+PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "secret", "xxx", "todo", "placeholder", "test"})
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _secret_values(data: Any, path: str = "") -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key in SECRET_KEYS and isinstance(value, str):
+                found.append((sub, value))
+            else:
+                found.extend(_secret_values(value, sub))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            found.extend(_secret_values(value, f"{path}[{i}]"))
+    return found
+
+
+def _interpolate(data: Any, env: dict[str, str], path: str = "") -> Any:
+    """Replace `${VAR}` everywhere; refuse literal secrets; name the key on any problem."""
+    if isinstance(data, dict):
+        out = {}
+        for key, value in data.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key in SECRET_KEYS and isinstance(value, str) and value and not _ENV_REF.fullmatch(value.strip()):
+                raise ConfigError(sub, "secrets come from the environment only; write it as ${SOME_ENV_VAR}")
+            out[key] = _interpolate(value, env, sub)
+        return out
+    if isinstance(data, list):
+        return [_interpolate(v, env, f"{path}[{i}]") for i, v in enumerate(data)]
+    if isinstance(data, str):
+
+        def sub(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            # An unset variable becomes empty; required keys then fail with their own message.
+            return ""
+
+        return _ENV_REF.sub(sub, data)
+    return data
+
+
+def _format_location(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def resolve_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """`--config`, else `$GATEWAY_CONFIG`, else `./config.yaml`."""
+    return Path(explicit or os.environ.get("GATEWAY_CONFIG") or "config.yaml")
+
+
+def read_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The config file's mapping, interpolated, with `config_path` set. Raises `ConfigError`."""
+    config_path = resolve_config_path(path)
+    environ = dict(os.environ)
+    try:
+        raw = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError("", f"config file not found: {config_path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"{config_path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("", f"{config_path} must hold a mapping at the top level")
+    data = _interpolate(raw, environ)
+    data["config_path"] = str(config_path)
+    return data
+
+
+def config_error(exc: ValidationError) -> ConfigError:
+    """The `ConfigError` naming the key of the first validation error."""
+    err = exc.errors()[0]
+    key = _format_location(tuple(err["loc"]))
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    if not key and ": " in msg and msg.split(": ", 1)[0].replace(".", "").replace("[", "").replace("]", "").replace("_", "").isalnum():
+        key, msg = msg.split(": ", 1)
+    return ConfigError(key, msg)

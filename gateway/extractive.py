@@ -1,0 +1,196 @@
+"""Pick the sentences of the extracts that answer a question: scoring, selection and citation markers.
+
+Pure text work on OpenAI-style messages; the LiteLLM provider around it is `gateway.offline_llm`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.extracts import Extract, parse_extracts, parse_fallback, terms
+
+MIN_COVERAGE = 0.35
+MAX_SENTENCES = 3
+MAX_ANSWER_CHARS = 700
+FOLLOW_RATIO = 0.75  # a further sentence must score this close to the best one, or it adds noise
+ABOUT_PAGE_FACTOR = 0.4
+UBIQUITOUS_FACTOR = 0.15
+MIN_DIRECT = 0.2
+
+_PRONOUN = re.compile(r"^(?:it|its|they|their|this|these|that|those|he|she)\b", re.I)
+# A line that describes its page ("How to create an account…", "This page explains…") is a table
+# of contents, not an answer: it names every topic and answers none.
+_ABOUT_PAGE = re.compile(
+    r"^(?:how to\b|learn (?:how|about)\b|find out\b|(?:this|the following) (?:page|article|guide|section|document|"
+    r"chapter|faq)\b|here (?:you|we)\b|(?:on|in) this (?:page|article|guide|section)\b)", re.I)
+_QUESTION_WORDS = frozenset("how what why when where which who whom whose can do does is are should".split())
+
+
+def _content(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):  # OpenAI content parts
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content or ""
+
+
+def answer(messages: list[dict[str, Any]]) -> str:
+    """The extractive answer to the last user message, or the fallback text."""
+    system = "\n".join(_content(m) for m in messages if m.get("role") == "system")
+    fallback = parse_fallback(system)
+    question = next((_content(m) for m in reversed(messages) if m.get("role") == "user"), "")
+    wanted = terms(question)
+    extracts = parse_extracts(system)
+    candidates = [Candidate(e, i, terms(s)) for e in extracts for i, s in enumerate(e.sentences)]
+    if not wanted or not candidates:
+        return fallback
+    # The bot's own instructions name its product and domain ("the assistant of Acme Notes"): every
+    # question is about those words, so they are no evidence that a sentence answers this one.
+    domain = terms(system.split("\n\nRules:", 1)[0]) if "\n\nRules:" in system else set()
+    weight = _weights(wanted, extracts, candidates, domain=domain)
+    total = sum(weight.values())
+    scored = []
+    for c in candidates:
+        direct = sum(weight[t] for t in wanted & c.terms)
+        if direct < MIN_DIRECT * total:
+            continue  # a heading alone is not an answer: the sentence itself must carry some of the question
+        # A heading counts twice: its words stand in, at half weight, for ones the sentence lacks,
+        # and any match lifts the whole extract, so the section about the question wins ties.
+        by_heading = sum(weight[t] for t in (wanted & c.section) - c.terms) * 0.5
+        heading_bonus = 1 + 0.25 * sum(weight[t] for t in wanted & c.section) / total
+        score = (direct + by_heading) / total * heading_bonus
+        if _ABOUT_PAGE.match(c.text):
+            score *= ABOUT_PAGE_FACTOR
+        scored.append((score, c))
+    scored.sort(key=lambda item: -item[0])
+    if not scored or scored[0][0] < MIN_COVERAGE:
+        return fallback
+    return " ".join(_cite(text, n) for n, text in _select(scored, wanted))
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A sentence being scored, with the terms of its text and of the section it sits in."""
+
+    extract: Extract
+    pos: int
+    terms: set[str]
+
+    @property
+    def text(self) -> str:
+        """The sentence."""
+        return self.extract.sentences[self.pos]
+
+    @property
+    def section(self) -> frozenset[str]:
+        """The terms of its title and heading."""
+        e, i = self.extract, self.pos
+        own = e.section_terms[i] if i < len(e.section_terms) else None
+        return e.heading_terms if own is None else own
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Which extract and where in it."""
+        return (self.extract.n, self.pos)
+
+
+def _weights(wanted: set[str], extracts: list[Extract], candidates: list[Candidate], *,
+             domain: set[str] = frozenset()) -> dict[str, float]:
+    """How much each question term is worth as evidence.
+
+    Rarer words weigh more (an IDF over the sentences given). A word no extract uses weighs like the
+    commonest one: it cannot be quoted, and letting it dominate would refuse "how long do refunds
+    take?" over "long". A word found in most extracts (the product's name, the topic every hit
+    shares) tells the extracts apart no better than a stopword, so it is down-weighted again, as is
+    a word of the bot's own instructions (`domain`).
+    """
+    df: dict[str, int] = {}
+    for c in candidates:
+        for t in c.terms & wanted:
+            df[t] = df.get(t, 0) + 1
+    n = len(candidates)
+    extract_terms = [set(e.heading_terms).union(*(c.terms for c in candidates if c.extract is e)) for e in extracts]
+    out = {}
+    for t in wanted:
+        w = math.log(1 + n / ((df.get(t) or n) + 0.5))
+        spread = sum(t in ts for ts in extract_terms)
+        half = len(extracts) / 2
+        if len(extracts) >= 3 and spread > half:
+            w *= max(UBIQUITOUS_FACTOR, (len(extracts) - spread) / half)
+        if t in domain:
+            w *= UBIQUITOUS_FACTOR
+        out[t] = w
+    return out
+
+
+def _select(scored: list[tuple[float, Candidate]], wanted: set[str]) -> list[tuple[int, str]]:
+    """The answer's sentences: the best one, and the next ones only if they score nearly as well.
+
+    A sentence from another extract must also bring a question word that the quoted ones (with
+    their headings) do not cover yet: else it repeats the topic without answering anything more.
+
+    A sentence that opens with a pronoun ("It costs $6") gets its subject: the sentence before it
+    when that is quoted too, else the section's name ("Plus: It costs $6"), else it is left out.
+    """
+    best = scored[0][0]
+    covered: set[str] = set()
+    chosen: dict[tuple[int, int], str] = {}
+    seen: set[str] = set()
+    length = 0
+    for rank, (score, c) in enumerate(scored):
+        if rank and (score < max(MIN_COVERAGE, FOLLOW_RATIO * best) or len(chosen) >= MAX_SENTENCES):
+            break
+        text = c.text
+        if text.lower() in seen:
+            continue
+        if rank and c.extract.n != scored[0][1].extract.n and not (wanted & c.terms) - covered:
+            continue
+        if _PRONOUN.match(text) and (c.extract.n, c.pos - 1) not in chosen:
+            if rank and (c.extract.n, _subject(c)) != (scored[0][1].extract.n, _subject(scored[0][1])):
+                continue  # "It costs $12" from another section is about something else
+            subject = _subject(c)
+            before = _previous_in_block(c)
+            if subject:
+                text = f"{subject}: {text}"
+            elif before is not None and not rank:
+                chosen[(c.extract.n, c.pos - 1)] = before  # "Refunds go back to … They take 5 days."
+                length += len(before)
+            elif rank:
+                continue  # "They take 5 days" from another section would be about something else
+        if length + len(text) > MAX_ANSWER_CHARS:
+            continue
+        chosen[c.key] = text
+        covered |= wanted & (c.terms | c.section)
+        seen.add(c.text.lower())
+        length += len(text)
+    # Best extract first; within an extract, keep the text's own order so it reads naturally.
+    order = {n: i for i, n in enumerate(dict.fromkeys(n for n, _ in chosen))}
+    return [(n, chosen[(n, pos)]) for n, pos in sorted(chosen, key=lambda k: (order[k[0]], k[1]))]
+
+
+def _previous_in_block(c: Candidate) -> str | None:
+    """The sentence before `c` in its paragraph, which a leading pronoun refers to."""
+    e, i = c.extract, c.pos
+    if i and i < len(e.blocks) and e.blocks[i - 1] == e.blocks[i]:
+        return e.sentences[i - 1]
+    return None
+
+
+def _subject(c: Candidate) -> str | None:
+    """The section's name, when it reads as a subject ("Plus", "Team seats"), not as a title or question."""
+    e, i = c.extract, c.pos
+    name = (e.subjects[i] if i < len(e.subjects) else "").strip()
+    words = name.split()
+    if not words or len(words) > 4 or name.endswith("?") or words[0].lower() in _QUESTION_WORDS:
+        return None
+    return name
+
+
+def _cite(sentence: str, n: int) -> str:
+    """Put the marker before the closing punctuation: 'Refunds take 5 days [1].'"""
+    if sentence[-1] in ".!?":
+        return f"{sentence[:-1].rstrip()} [{n}]{sentence[-1]}"
+    return f"{sentence} [{n}]"
+

@@ -1,0 +1,200 @@
+"""Reading the system prompt back: its numbered extracts as quotable sentences, and its fallback text.
+
+Also the term analysis the scoring shares: lower-cased content words, stopwords removed, light stemming.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+
+from gateway.pipeline.prompts import EXTRACT_TAG, FALLBACK_TAG
+
+DEFAULT_FALLBACK = "I don't know the answer to that."
+MAX_LIST_CHARS = 400  # a sentence ending in ":" takes its list along only if the two stay readable
+
+_EXTRACT = re.compile(rf"<{EXTRACT_TAG}\s+([^>]*)>\n?(.*?)\n?</{EXTRACT_TAG}>", re.S)
+_ATTR = re.compile(r'(\w+)="([^"]*)"')
+_FALLBACK = re.compile(rf"<{FALLBACK_TAG}>(.*?)</{FALLBACK_TAG}>", re.S)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+_MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+_ITEM = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)")
+_TERMINAL = re.compile(r"[.!?:;][\"')\]*_]*$")
+# Words a sentence cannot end on: an extract whose last words are these was cut by the chunker.
+_DANGLING = frozenset(
+    """a an the and or but nor of to in on at by for from with without per as than into onto via see
+    your our their its his her my this that these those is are was were be can will would should may""".split()
+)
+# Addresses are not words: "support@acme.example" must not match a question about support.
+_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b[a-z][a-z0-9+.-]*://\S+|\b(?:[a-z0-9-]+\.)+[a-z]{2,}(?:/\S*)?")
+_MD_PREFIX = re.compile(r"^\s*(?:#{1,6}\s+|[-*+]\s+|\d+[.)]\s+|>\s*)+")
+_STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing don down during each few for from further get got had
+    has have having he her here hers herself him himself his how i if in into is it its itself just let me
+    more most my myself no nor not now of off on once only or other our ours ourselves out over own please
+    same she should so some such than that the their theirs them themselves then there these they this
+    those through to too under until up very was we were what when where which while who whom why will
+    with would you your yours yourself yourselves tell know want need like also one us may might must
+    shall thing things way much many""".split()
+)
+
+
+def stem(word: str) -> str:
+    """A deliberately light stemmer: enough to match refund/refunds/refunded, charge/charges."""
+    for suffix, repl, min_len in (("ies", "y", 5), ("sses", "ss", 6), ("ing", "", 6), ("ed", "", 5),
+                                  ("ly", "", 5), ("s", "", 4)):
+        if word.endswith(suffix) and len(word) >= min_len and not word.endswith("ss"):
+            word = word[: len(word) - len(suffix)] + repl
+            if suffix in ("ing", "ed") and len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
+                word = word[:-1]  # resetting -> reset, planned -> plan
+            break
+    return word[:-1] if len(word) > 4 and word.endswith("e") else word
+
+
+def terms(text: str) -> set[str]:
+    """Content terms of a text: lower-cased words minus stopwords, stemmed; emails and URLs are skipped."""
+    text = _ADDRESS.sub(" ", text.lower())
+    return {stem(w) for w in _WORD.findall(text) if w not in _STOPWORDS and len(w) > 1}
+
+
+@dataclass(frozen=True, slots=True)
+class Sentence:
+    """One quotable sentence of an extract, with where it sits."""
+
+    text: str
+    block: int  # the paragraph or list item it came from: a pronoun refers back within it
+    heading: str | None  # the heading above it inside the extract, if the extract holds one
+
+
+@dataclass(frozen=True, slots=True)
+class Extract:
+    """One numbered extract parsed back from the system prompt."""
+
+    n: int
+    heading_terms: frozenset[str]
+    sentences: tuple[str, ...]
+    # Per sentence: the terms of the title and of the heading it sits under, when the extract itself
+    # holds a heading (a chunk may span sections: "## Plus … ## Team"); else None (use heading_terms).
+    section_terms: tuple[frozenset[str] | None, ...] = ()
+    # Per sentence: its block number and the name of the section it sits in ("Plus" for "Plans > Plus").
+    blocks: tuple[int, ...] = ()
+    subjects: tuple[str, ...] = ()
+
+
+def parse_extracts(system: str) -> list[Extract]:
+    """The numbered extracts of a system prompt built by `gateway.pipeline.prompts`."""
+    out = []
+    for match in _EXTRACT.finditer(system):
+        attrs = {k: html.unescape(v) for k, v in _ATTR.findall(match.group(1))}
+        if not attrs.get("n", "").isdigit():
+            continue
+        title, heading = attrs.get("title", ""), attrs.get("heading", "")
+        section = heading.split(" > ")[-1].strip() or title
+        units = sentence_units(html.unescape(match.group(2)))
+        out.append(Extract(
+            int(attrs["n"]), frozenset(terms(f"{title} {heading}")), tuple(u.text for u in units),
+            tuple(None if u.heading is None else frozenset(terms(f"{title} {u.heading}")) for u in units),
+            tuple(u.block for u in units), tuple(u.heading or section for u in units),
+        ))
+    return out
+
+
+def parse_fallback(system: str) -> str:
+    """The bot's fallback text, as the rules embed it."""
+    match = _FALLBACK.search(system)
+    return html.unescape(match.group(1)).strip() if match else DEFAULT_FALLBACK
+
+
+def split_sentences(text: str) -> list[str]:
+    """Whole sentences of an extract, Markdown stripped.
+
+    Lines are joined into their paragraph or list item first (Markdown wraps sentences across
+    lines), then split into sentences. Dropped: headings, table rows, code fences, and the
+    fragments a chunk boundary leaves: a paragraph that starts mid-sentence (lower-case) loses its
+    first piece, and a last piece without closing punctuation is kept only in a list item that
+    does not stop on a word that needs a continuation ("per", "the", "with", ...). A sentence that
+    introduces a list ("We accept:") takes the list's items along, or is dropped if they are missing.
+    """
+    return [u.text for u in sentence_units(text)]
+
+
+def sectioned_sentences(text: str) -> list[tuple[str, str | None]]:
+    """`split_sentences` with the in-extract heading each sentence sits under (None before any)."""
+    return [(u.text, u.heading) for u in sentence_units(text)]
+
+
+def sentence_units(text: str) -> list[Sentence]:
+    """`split_sentences` as `Sentence` records."""
+    cleaned = []
+    for block, is_item, heading in _blocks(text):
+        block = _MD_LINK.sub(r"\1", _MD_PREFIX.sub("", block)).replace("**", "").replace("`", "").strip()
+        pieces = [p.strip() for p in _SENTENCE_END.split(block) if p.strip()]
+        if pieces and not is_item and not pieces[0][0].isupper() and not pieces[0][0].isdigit():
+            pieces = pieces[1:]  # starts mid-sentence: the chunk began after the sentence did
+        if pieces and not _TERMINAL.search(pieces[-1]) and (not is_item or _cut_short(pieces[-1])):
+            pieces = pieces[:-1]  # stops mid-sentence: the chunk ended before the sentence did
+        cleaned.append((pieces, is_item, heading))
+    out: list[Sentence] = []
+    absorbed: set[int] = set()
+    for b, (pieces, is_item, heading) in enumerate(cleaned):
+        if b in absorbed:
+            continue
+        if pieces and pieces[-1].endswith(":"):
+            # "Data is stored in one of two regions:" says nothing without the list that follows.
+            items = []
+            for k in range(b + 1, len(cleaned)):
+                if not cleaned[k][1] or cleaned[k][2] != heading or not cleaned[k][0]:
+                    break
+                items.append(k)
+            listed = "; ".join(" ".join(cleaned[k][0]).rstrip(".;,") for k in items)
+            if items and len(pieces[-1]) + len(listed) <= MAX_LIST_CHARS:
+                pieces = pieces[:-1] + [f"{pieces[-1]} {listed}."]
+                absorbed.update(items)
+            else:
+                pieces = pieces[:-1]
+        out.extend(Sentence(p, b, heading) for p in pieces if len(p.split()) >= 3)
+    return out
+
+
+def _blocks(text: str) -> list[tuple[str, bool, str | None]]:
+    """Paragraphs and list items with their wrapped lines joined: (text, is a list item, heading above)."""
+    blocks: list[tuple[str, bool, str | None]] = []
+    current: list[str] = []
+    is_item = False
+    in_code = False
+    heading: str | None = None
+
+    def flush() -> None:
+        nonlocal current, is_item
+        if current:
+            blocks.append((" ".join(current), is_item, heading))
+        current, is_item = [], False
+
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            in_code = not in_code
+            flush()
+            continue
+        if not in_code and stripped.startswith("#"):
+            flush()
+            heading = stripped.lstrip("#").strip()
+            continue
+        if in_code or not stripped or stripped.startswith("|"):
+            flush()  # a heading or table row is not a sentence, and it ends the paragraph before it
+            continue
+        if _ITEM.match(line):
+            flush()
+            is_item = True
+        current.append(stripped)
+    flush()
+    return blocks
+
+
+def _cut_short(piece: str) -> bool:
+    words = piece.lower().rstrip(",;").split()
+    return piece.rstrip().endswith((",", ";", "(", "-", "–")) or (bool(words) and words[-1] in _DANGLING)
+
