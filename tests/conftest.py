@@ -103,3 +103,12 @@ def help_center_bot() -> dict:
         "tools": [{"name": "escalate_to_human", "type": "builtin"}],
         "channels": {"web": {}},
     }
+
+
+@pytest.fixture(scope="module")
+def openai_fake_module():
+    """One scripted OpenAI-compatible fake for a whole module (app-level tests share one app)."""
+    from tests.fakes.openai_server import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        yield server

@@ -256,3 +256,13 @@ async def _sse(model: str, turn: Turn, include_usage: bool):
                    "choices": [], "usage": usage}
         yield f"data: {json.dumps(payload)}\n\n"
     yield "data: [DONE]\n\n"
+
+
+def model_entry(fake: "FakeOpenAI", name: str, *, api_key: str = "${FAKE_OPENAI_KEY:-sk-fake}",
+                **params: Any) -> dict[str, Any]:
+    """A config.yaml `models:` entry that sends `name` to the fake through the real LiteLLM client.
+
+    The key is an environment reference because config loading refuses literal secrets.
+    """
+    return {"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_base": fake.base_url,
+                                                   "api_key": api_key, **params}}

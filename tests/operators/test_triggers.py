@@ -20,7 +20,7 @@ from gateway.pipeline.core import LLM_DOWN_REPLY
 from gateway.settings import BusinessHours, EscalationSettings, load_settings
 from storage.models import Escalation, Message
 from tests.conftest import upgrade, write_config
-from tests.fakes.openai_server import FakeOpenAI, ToolCallSpec, Turn
+from tests.fakes.openai_server import ToolCallSpec, Turn, model_entry
 
 module_loop = pytest.mark.asyncio(loop_scope="module")  # the app is shared by the module
 ACK = "I've asked a person from our team to take over. They'll reply here shortly."
@@ -31,15 +31,9 @@ _TODAY = datetime.now(timezone.utc).weekday()
 LATE_DAYS = [d for d in range(7) if d not in (_TODAY, (_TODAY + 1) % 7)]
 
 
-def _model(fake: FakeOpenAI, name: str) -> dict:
-    return {"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_base": fake.base_url,
-                                                   "api_key": "${TRIGGERS_FAKE_KEY:-sk-fake}"}}
-
-
 @pytest.fixture(scope="module")
-def fake():
-    with FakeOpenAI() as server:
-        yield server
+def fake(openai_fake_module):
+    return openai_fake_module
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -53,7 +47,7 @@ async def client(tmp_path_factory, fake):
          "escalation": {"business_hours": {"timezone": "UTC", "days": LATE_DAYS, "start": "09:00", "end": "17:00"}}},
     ]
     settings = load_settings(write_config(
-        tmp_path, bots=bots, models=[_model(fake, "primary"), _model(fake, "backup")],
+        tmp_path, bots=bots, models=[model_entry(fake, "primary"), model_entry(fake, "backup")],
         llm={"timeout": 5, "num_retries": 0},
         operators=[{"name": "ops", "token": "${TRIGGERS_OPS_TOKEN}", "bots": ["*"]}]))
     await asyncio.to_thread(upgrade, settings.database_url)

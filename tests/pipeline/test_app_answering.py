@@ -18,21 +18,15 @@ from gateway.pipeline.core import LLM_DOWN_REPLY
 from gateway.settings import load_settings
 from storage.models import Escalation, Message, Usage
 from tests.conftest import ROOT, upgrade, write_config
-from tests.fakes.openai_server import FakeOpenAI, ToolCallSpec, Turn
+from tests.fakes.openai_server import ToolCallSpec, Turn, model_entry
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 PLUS_QUESTION = "How much does the Plus plan cost?"
 
 
-def _model(fake: FakeOpenAI, name: str, **params) -> dict:
-    return {"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_base": fake.base_url,
-                                                   "api_key": "${PIPELINE_FAKE_KEY:-sk-fake}", **params}}
-
-
 @pytest.fixture(scope="module")
-def fake():
-    with FakeOpenAI() as server:
-        yield server
+def fake(openai_fake_module):
+    return openai_fake_module
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -50,8 +44,8 @@ async def client(tmp_path_factory, fake):
         {"name": "thrifty", "model": "priced", "daily_budget_usd": 0.001, "sources": source,
          "channels": {"web": {}}},
     ]
-    models = [_model(fake, "primary"), _model(fake, "backup"),
-              _model(fake, "priced", input_cost_per_token=1e-4, output_cost_per_token=1e-4)]
+    models = [model_entry(fake, "primary"), model_entry(fake, "backup"),
+              model_entry(fake, "priced", input_cost_per_token=1e-4, output_cost_per_token=1e-4)]
     settings = load_settings(write_config(tmp_path, bots=bots, models=models,
                                           llm={"timeout": 5, "num_retries": 0}))
     await asyncio.to_thread(upgrade, settings.database_url)

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from gateway.pipeline.core import LLM_DOWN_REPLY
 from storage.models import Escalation, Message
 from tests.conftest import ROOT
-from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.fakes.openai_server import Turn, model_entry
 from tests.reliability.conftest import running_app
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -26,9 +26,8 @@ BACKUP_ANSWER = "The Plus plan costs $6 per month [1]."
 
 
 @pytest.fixture(scope="module")
-def fake():
-    with FakeOpenAI() as server:
-        yield server
+def fake(openai_fake_module):
+    return openai_fake_module
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -37,8 +36,7 @@ async def client(tmp_path_factory, fake):
     docs = tmp_path / "docs"
     docs.mkdir()
     shutil.copy(ROOT / "examples" / "help-center" / "plans-and-pricing.md", docs)
-    models = [{"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_base": fake.base_url,
-                                                      "api_key": "${REL_LLM_KEY}"}} for name in ("primary", "backup")]
+    models = [model_entry(fake, name, api_key="${REL_LLM_KEY}") for name in ("primary", "backup")]
     bots = [{"name": "acme", "model": "primary", "fallbacks": ["backup"], "channels": {"web": {}},
              "sources": [{"name": "help", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}]}]
     # A 2 s client timeout, no in-model retries: the fallback chain is what is under test.

@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from gateway.pipeline.prompts import EXTRACT_TAG, TOOL_RESULT_TAG
 from storage.models import Message
-from tests.fakes.openai_server import FakeOpenAI, ToolCallSpec, Turn
+from tests.fakes.openai_server import ToolCallSpec, Turn, model_entry
 from tests.reliability.conftest import injection_strings, running_app
 from tests.reliability.hostile_tool import CLOSING_TAG_ATTACK, planted
 
@@ -38,9 +38,8 @@ def _doc() -> str:
 
 
 @pytest.fixture(scope="module")
-def fake():
-    with FakeOpenAI() as server:
-        yield server
+def fake(openai_fake_module):
+    return openai_fake_module
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -49,8 +48,7 @@ async def client(tmp_path_factory, fake):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "plus-pricing.md").write_text(_doc(), encoding="utf-8")
-    models = [{"model_name": "primary", "litellm_params": {"model": "openai/primary", "api_base": fake.base_url,
-                                                           "api_key": "${REL_LLM_KEY}"}}]
+    models = [model_entry(fake, "primary", api_key="${REL_LLM_KEY}")]
     bots = [{"name": "acme", "model": "primary", "channels": {"web": {}},
              "sources": [{"name": "help", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}],
              "tools": [{"name": "invoice_status", "type": "python",
