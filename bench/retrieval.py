@@ -8,8 +8,10 @@ and false-refusal rates, chunk count, ingest chunks/s and query p50/p95 (questio
 chunks, query embedding included) at the corpus size and with the collection padded to `--pad`
 chunks. Padding = the reserved smart_tv manual (never used for tuning, only as filler) plus
 jittered copies of its vectors; quality is measured before padding, latency after too.
-Recipes have no gate: the same dense rule as gate 1 (best dense cosine of the returned chunks below
-`min_dense_score`) is applied to them, without gate 1's keyword override.
+Off-topic refusal: each set's collection is also asked every other set's questions (a different
+domain), and the share that gate 1 refuses is reported.
+Recipes have no gate: a dense-only rule (best dense cosine of the returned chunks below
+`RECIPE_MIN_DENSE_SCORE`, the dense-only bar calibrated the same way as gate 1) is applied to them.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from rag.sources import load_directory
 DATA = Path(__file__).parent / "data"
 SMART_TV = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rag" / "emanual_samsung" / "smart_tv_remote_manual_corpus.json"
 K_VALUES = (1, 3, 5, 10)
+RECIPE_MIN_DENSE_SCORE = 0.38
+"""Dense cosine alone (no lexical credit, no keyword override): the lowest bar that refuses >= 95%
+of off-topic questions on both sets, which is how gate 1 was calibrated before it had lexical credit."""
 
 
 @dataclass
@@ -54,6 +59,8 @@ class Row:
     false_refusals: int = 0
     refusals: int = 0
     n_unanswerable: int = 0
+    offtopic_refusals: int = 0
+    n_offtopic: int = 0
     latency_ms: list[float] = field(default_factory=list)
     latency_pad_ms: list[float] = field(default_factory=list)
     padded_to: int = 0
@@ -67,6 +74,7 @@ class Row:
         out["mrr"] = round(sum(1 / r for r in self.ranks if r) / n, 3)
         out["refusal_rate"] = round(self.refusals / self.n_unanswerable, 3) if self.n_unanswerable else None
         out["false_refusal_rate"] = round(self.false_refusals / n, 3)
+        out["offtopic_refusal_rate"] = round(self.offtopic_refusals / self.n_offtopic, 3) if self.n_offtopic else None
         out["chunks"] = self.chunks
         out["ingest_chunks_per_s"] = round(self.chunks / self.ingest_s, 1) if self.ingest_s else None
         out["reingest_pct"] = round(100 * self.reingest_s / self.ingest_s, 2) if self.reingest_s is not None else None
@@ -132,7 +140,7 @@ def _jitter(vector: list[float], rng: random.Random, sigma: float = 0.03) -> lis
     return [x / norm for x in noisy]
 
 
-async def bench_ours(index, sessions, dense, sparse, name, docs, questions, retrieval, padding) -> Row:
+async def bench_ours(index, sessions, dense, sparse, name, docs, questions, retrieval, padding, offtopic=()) -> Row:
     """Our pipeline: rag ingest (incremental), hybrid search, gate 1."""
     from rag.ingest import Ingestor
 
@@ -159,6 +167,9 @@ async def bench_ours(index, sessions, dense, sparse, name, docs, questions, retr
         else:
             row.n_unanswerable += 1
             row.refusals += result.refused
+    for question in offtopic:
+        row.n_offtopic += 1
+        row.offtopic_refusals += (await search.search(bot, [question], retrieval)).refused
     if padding:
         await index.upsert(bot, padding[: max(0, len(padding) - row.chunks)])
         row.padded_to = await index.count(bot)
@@ -170,7 +181,7 @@ async def bench_ours(index, sessions, dense, sparse, name, docs, questions, retr
     return row
 
 
-async def bench_recipe(index, dense, sparse, recipe: Recipe, name, docs, questions, retrieval, padding) -> Row:
+async def bench_recipe(index, dense, sparse, recipe: Recipe, name, docs, questions, retrieval, padding, offtopic=()) -> Row:
     """One baseline recipe: chunk, embed, write, then search with the shared dense gate rule."""
     row = Row(f"recipe {recipe.name}", name)
     bot = f"recipe{recipe.name.lower()}-{name}"
@@ -198,19 +209,24 @@ async def bench_recipe(index, dense, sparse, recipe: Recipe, name, docs, questio
         sv = (await sparse.aembed_queries([question]))[0] if recipe.mode == "rrf" else None
         return await search.search(bot, dv, sv, k=k)
 
+    def refused(hits) -> bool:
+        best = max((h.dense_score for h in hits if h.dense_score is not None), default=None)
+        return best is None or best < RECIPE_MIN_DENSE_SCORE
+
     await one("warm up")
     for q in questions:
         t = time.perf_counter()
         hits = await one(q.question)
         row.latency_ms.append(1000 * (time.perf_counter() - t))
-        best = max((h.dense_score for h in hits if h.dense_score is not None), default=None)
-        refused = best is None or best < retrieval.min_dense_score
         if q.answerable:
             row.ranks.append(_rank([h.text for h in hits], q.gold_texts))
-            row.false_refusals += refused
+            row.false_refusals += refused(hits)
         else:
             row.n_unanswerable += 1
-            row.refusals += refused
+            row.refusals += refused(hits)
+    for question in offtopic:
+        row.n_offtopic += 1
+        row.offtopic_refusals += refused(await one(question))
     if padding:
         await index.upsert(bot, padding[: max(0, len(padding) - row.chunks)])
         row.padded_to = await index.count(bot)
@@ -251,24 +267,27 @@ async def run(sets: list[str], *, pad: int, pad_base: int = 200, data: Path = DA
         async with engine.begin() as conn:
             await conn.run_sync(Base.metadata.create_all)
         index = QdrantIndex(AsyncQdrantClient(path=f"{tmp}/qdrant"))
+        questions_by_set = {name: load_questions(data / name / "questions.jsonl") for name in sets}
         try:
             for name in sets:
                 docs = (await load_directory(data / name / "docs")).documents
-                questions = load_questions(data / name / "questions.jsonl")
+                questions = questions_by_set[name]
+                offtopic = [q.question for other, qs in questions_by_set.items() if other != name for q in qs]
                 counts[name] = {"documents": len(docs), "questions": len(questions), "unanswerable": sum(not q.answerable for q in questions)}
                 if systems is None or "ours" in systems:
-                    rows.append(await bench_ours(index, session_factory(engine), dense, sparse, name, docs, questions, retrieval, padding))
+                    rows.append(await bench_ours(index, session_factory(engine), dense, sparse, name, docs, questions, retrieval, padding, offtopic))
                     _progress(rows[-1])
                 for recipe in RECIPES:
                     if systems is None or recipe.name in systems:
-                        rows.append(await bench_recipe(index, dense, sparse, recipe, name, docs, questions, retrieval, padding))
+                        rows.append(await bench_recipe(index, dense, sparse, recipe, name, docs, questions, retrieval, padding, offtopic))
                         _progress(rows[-1])
         finally:
             await index.close()
             await engine.dispose()
     return {
         "machine": info,
-        "settings": {"k": retrieval.k, "prefetch": retrieval.prefetch, "min_dense_score": retrieval.min_dense_score, "pad_to": pad},
+        "settings": {"k": retrieval.k, "prefetch": retrieval.prefetch, "min_dense_score": retrieval.min_dense_score,
+                     "lexical_credit": retrieval.lexical_credit, "pad_to": pad},
         "sets": counts,
         "rows": [r.metrics() for r in rows],
         "ranks": {f"{r.system}/{r.set}": r.ranks for r in rows},
@@ -282,6 +301,7 @@ def _progress(row: Row) -> None:
 COLUMNS = (
     ("set", "set"), ("system", "system"), ("recall@1", "R@1"), ("recall@3", "R@3"), ("recall@5", "R@5"),
     ("recall@10", "R@10"), ("mrr", "MRR"), ("refusal_rate", "refuse"), ("false_refusal_rate", "false ref."),
+    ("offtopic_refusal_rate", "off-topic refused"),
     ("chunks", "chunks"), ("ingest_chunks_per_s", "chunks/s"), ("reingest_pct", "re-ingest %"),
     ("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"), ("p50_pad_ms", "p50 ms @pad"), ("p95_pad_ms", "p95 ms @pad"),
 )
@@ -293,7 +313,8 @@ def render(result: dict) -> str:
     lines = [
         f"Measured {m['date']} on {m['nproc']} CPU(s), {m['cpu']}, Python {m['python']}; Qdrant local mode.",
         f"Sets: " + ", ".join(f"{k} ({v['documents']} docs, {v['questions']} questions, {v['unanswerable']} unanswerable)" for k, v in result["sets"].items()),
-        f"k={s['k']}, prefetch={s['prefetch']}, gate-1 min_dense_score={s['min_dense_score']} (applied to recipes as a dense-only rule); "
+        f"k={s['k']}, prefetch={s['prefetch']}, gate 1 min_dense_score={s['min_dense_score']} lexical_credit={s['lexical_credit']} "
+        f"(recipes: dense-only bar {RECIPE_MIN_DENSE_SCORE}); off-topic = the other sets' questions; "
         f"each question run once per size; '@pad' = collection padded to {s['pad_to']} chunks.",
         "",
         "| " + " | ".join(h for _, h in COLUMNS) + " |",

@@ -10,6 +10,8 @@ message that says what to do.
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 
 from qdrant_client import AsyncQdrantClient
@@ -24,6 +26,9 @@ SPARSE = "bm25"
 RRF_K = 2
 """Qdrant's own RRF constant; a sweep (bench/README.md) showed 2, 10 and 60 rank alike."""
 PAYLOAD_FIELDS = ("chunk_id", "source", "document", "title", "heading_path", "url", "text")
+TERM_STATS_TTL_S = 300.0
+"""How long a bot's BM25 term statistics are trusted when another process could have written
+(a Qdrant server shared by replicas); this process's own writes refresh them at once."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,19 @@ class ArmResults:
     fused: list[qm.ScoredPoint]
     dense: list[qm.ScoredPoint]
     sparse: list[qm.ScoredPoint]
+
+
+@dataclass(frozen=True)
+class TermStats:
+    """Document frequencies of the BM25 term ids in one bot's collection."""
+
+    chunks: int
+    df: dict[int, int]
+
+    def idf(self, term: int) -> float:
+        """BM25's idf, as Qdrant's IDF modifier computes it; a term the collection lacks gets the maximum."""
+        df = self.df.get(term, 0)
+        return math.log((self.chunks - df + 0.5) / (df + 0.5) + 1.0)
 
 
 def rrf(ranked: list[list[qm.ScoredPoint]], *, limit: int, k: int = RRF_K) -> list[qm.ScoredPoint]:
@@ -75,6 +93,7 @@ class QdrantIndex:
     def __init__(self, client: AsyncQdrantClient) -> None:
         self.client = client
         self._known: set[str] = set()
+        self._term_stats: dict[str, tuple[float, TermStats]] = {}
 
     @classmethod
     def from_settings(cls, settings: QdrantSettings) -> "QdrantIndex":
@@ -124,11 +143,13 @@ class QdrantIndex:
     async def drop(self, bot: str) -> None:
         """Delete the bot's whole collection."""
         self._known.discard(collection_name(bot))
+        self._term_stats.pop(bot, None)
         await self.client.delete_collection(collection_name(bot))
 
     async def upsert(self, bot: str, points: list[IndexPoint], *, batch: int = 256) -> None:
         """Write points (id = chunk id), replacing any with the same id."""
         name = collection_name(bot)
+        self._term_stats.pop(bot, None)
         for start in range(0, len(points), batch):
             structs = [
                 qm.PointStruct(
@@ -151,6 +172,7 @@ class QdrantIndex:
     async def delete_points(self, bot: str, ids: list[str]) -> None:
         """Remove points by chunk id; unknown ids are ignored."""
         if ids and await self._exists(bot):
+            self._term_stats.pop(bot, None)
             await self._call(
                 self.client.delete(collection_name(bot), points_selector=qm.PointIdsList(points=list(ids)), wait=True)
             )
@@ -165,6 +187,7 @@ class QdrantIndex:
         self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int
     ) -> ArmResults:
         """Each arm's top `prefetch` in one batch call, fused client-side by RRF into the top `limit`.
+        Points carry their payload and their BM25 vector (gate 1 reads which query terms they hold).
 
         Why not Qdrant's own `FusionQuery`: it returns ranks only, so the arms' real scores needed a
         second pass over the collection. One batch of the two arms is one scan of each (half the
@@ -173,27 +196,37 @@ class QdrantIndex:
         if not await self._exists(bot):
             return ArmResults([], [], [])
         requests = [
-            qm.QueryRequest(query=dense, using=DENSE, limit=prefetch, with_payload=True),
-            qm.QueryRequest(query=sparse, using=SPARSE, limit=prefetch, with_payload=True),
+            qm.QueryRequest(query=dense, using=DENSE, limit=prefetch, with_payload=True, with_vector=[SPARSE]),
+            qm.QueryRequest(query=sparse, using=SPARSE, limit=prefetch, with_payload=True, with_vector=[SPARSE]),
         ]
         by_dense, by_sparse = await self._call(self.client.query_batch_points(collection_name(bot), requests))
         return ArmResults(rrf([by_dense.points, by_sparse.points], limit=limit), by_dense.points, by_sparse.points)
 
-    async def document_frequency(self, bot: str, term: int, *, cap: int) -> int:
-        """How many chunks contain BM25 term id `term`, counted up to `cap`."""
-        return (await self.document_frequencies(bot, [term], cap=cap)).get(term, 0)
-
-    async def document_frequencies(self, bot: str, terms: list[int], *, cap: int) -> dict[int, int]:
-        """Per BM25 term id, how many chunks contain it (counted up to `cap`), in one batch call."""
-        terms = list(dict.fromkeys(terms))
-        if not terms or not await self._exists(bot):
-            return {t: 0 for t in terms}
-        requests = [
-            qm.QueryRequest(query=qm.SparseVector(indices=[t], values=[1.0]), using=SPARSE, limit=cap, with_payload=False)
-            for t in terms
-        ]
-        results = await self._call(self.client.query_batch_points(collection_name(bot), requests))
-        return {t: len(r.points) for t, r in zip(terms, results)}
+    async def term_stats(self, bot: str) -> TermStats:
+        """Per BM25 term id, how many chunks hold it. Read once by scrolling the sparse vectors (about a
+        second at 10k chunks in local mode), then cached until this index writes to the bot or
+        `TERM_STATS_TTL_S` passes: a per-query count would scan the whole collection once per term."""
+        cached = self._term_stats.get(bot)
+        if cached and time.monotonic() - cached[0] < TERM_STATS_TTL_S:
+            return cached[1]
+        df: dict[int, int] = {}
+        chunks = 0
+        if await self._exists(bot):
+            offset = None
+            while True:
+                points, offset = await self._call(
+                    self.client.scroll(collection_name(bot), limit=1024, offset=offset, with_payload=False, with_vectors=[SPARSE])
+                )
+                for point in points:
+                    chunks += 1
+                    vector = (point.vector or {}).get(SPARSE) if isinstance(point.vector, dict) else None
+                    for term in getattr(vector, "indices", ()):
+                        df[term] = df.get(term, 0) + 1
+                if offset is None:
+                    break
+        stats = TermStats(chunks, df)
+        self._term_stats[bot] = (time.monotonic(), stats)
+        return stats
 
     async def _exists(self, bot: str) -> bool:
         name = collection_name(bot)

@@ -3,21 +3,36 @@
 Per query, one Qdrant batch call returns the dense arm's and the sparse arm's top `prefetch`,
 fused client-side by RRF exactly as Qdrant's `Fusion.RRF` (`rag.index.rrf`); the arms' lists
 carry the real scores, so each hit says which arm found it and with what score.
-Each query's fused list is then re-weighted by a mild length prior (`length_prior`): a chunk whose
+Each query's fused top k is then re-weighted by two priors and re-sorted.
+- A mild length prior (`length_prior`): a chunk whose
 content (heading path excluded) is under `SHORT_CONTENT_WORDS` words has its fused score scaled by
 (words / SHORT_CONTENT_WORDS) ** `SHORT_CONTENT_EXPONENT`. Why: a parent section's intro (heading
 path + a line) gets an inflated cosine from its matching heading and a BM25 boost from length
 normalisation, so it outranks the sub-section that holds the answer. On the S10 set this moves
 three answers from rank 2 to rank 1 (MRR 0.855 -> 0.885) and changes no STICI rank; any value in
-20-40 words and exponents 0.1-0.5 gave 0.867-0.885 (bench/README.md). Gate 1 is unaffected: it
-reads the arms' dense scores, not the fused ones.
+20-40 words and exponents 0.1-0.5 gave 0.867-0.885 (bench/README.md).
+- A coverage prior (`coverage_prior`): the fused score is scaled by
+  ((COVERAGE_PRIOR_FLOOR + c) / (COVERAGE_PRIOR_FLOOR + 1)) ** COVERAGE_PRIOR_EXPONENT, where c is
+  the share of the query's BM25 idf mass the chunk holds (`term_coverage`). Why: RRF only sees
+  ranks, so a chunk that holds one rare query word high in BM25 and sits mid-list in dense ties
+  with the chunk that holds all of them. On S10 this moves MRR 0.885 -> 0.907 and STICI
+  0.623 -> 0.638; floors 0.05-0.2 with exponents 0.5-1 gave 0.905-0.909 / 0.628-0.638 (bench/README.md).
+Gate 1 is unaffected by both: it reads the arms' dense scores and the coverage, not the fused scores.
 Several queries (a follow-up rewritten into standalone queries) are fused again client-side by
 RRF with the usual constant 60, after each query's own top hit, so no query is crowded out.
 
 Gate 1 (no relevant chunk → the answer step gets no chunks):
-- It looks at the BEST DENSE cosine across every hit of every query, not at the top fused hit,
+- It looks at the BEST DENSE cosine across every hit of a query, not at the top fused hit,
   because RRF scores are ranks and say nothing about relevance.
-- Below `retrieval.min_dense_score` the search is refused, unless a strong keyword hit overrides:
+- The bar is `retrieval.min_dense_score`, lowered by `retrieval.lexical_credit` × the query's
+  LEXICAL COVERAGE: the largest share of the query's BM25 idf mass that one candidate chunk (each
+  arm's top `COVERAGE_CANDIDATES`) holds; a query term the knowledge base lacks has the highest
+  idf, so an off-topic question's foreign words pull its coverage down. Why: MiniLM gives short or
+  vague on-topic questions ("Who was Duke Stelmane?", "What can moss be used for?") cosines as low
+  as off-topic ones, but their words are all in one chunk; off-topic questions share only some
+  common words with the knowledge base. A query passes when
+  `best dense + lexical_credit × coverage >= min_dense_score`; with several queries, when any does.
+- Below the bar the search is refused, unless a strong keyword hit overrides:
   one chunk from the BM25 arm contains at least `KEYWORD_MIN_COVERAGE` of the query's content
   terms (BM25 terms: stopwords dropped, stemmed), at least one of those shared terms is written
   like a literal in the query (has a digit or inner punctuation such as `E-1043` or `mo.ui.text`,
@@ -37,31 +52,41 @@ from qdrant_client import models as qm
 
 from gateway.settings import RetrievalSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.index import QdrantIndex
+from rag.index import SPARSE, QdrantIndex, TermStats
 
-DEFAULT_MIN_DENSE_SCORE = 0.38
-"""Gate-1 threshold for MiniLM int8 (cosine), with the keyword override below.
+DEFAULT_MIN_DENSE_SCORE = 0.46
+"""Gate-1 bar for MiniLM int8 (cosine) when no chunk holds the query's words; see the calibration
+in `DEFAULT_LEXICAL_CREDIT`."""
+DEFAULT_LEXICAL_CREDIT = 0.20
+"""How far full lexical coverage lowers the gate-1 bar (to 0.46 - 0.20 = 0.26).
 
-Chosen 2026-11-29 on ../shared/fixtures/rag as the lowest value that refuses >= 95% of
-off-topic questions. Off-topic = each corpus asked the other's questions (50 S10 questions
-against the 20 single_topic_rag_eval documents, 119 single_topic questions against the S10
-manual). Re-checked 2026-11-30 with the current chunks (<=512 tokens, dense = mean of the
-<=256-token windows), full gate incl. keyword override:
+Calibrated 2026-11-30 on ../shared/fixtures/rag, full gate incl. keyword override. Off-topic =
+each corpus asked the other's questions (50 S10 questions against the 20 single_topic_rag_eval
+documents, 119 single_topic questions against the S10 manual); the prompt-injection fixture
+strings are shown for information (they are not questions about anything):
 
-    threshold                        0.30   0.34   0.36   0.38   0.40
-    off-topic refused (S10 q → STICI) 0.84   0.98   0.98   0.98   0.98
-    off-topic refused (STICI q → S10) 0.88   0.94   0.96   0.97   0.97
-    answerable refused, S10 (50)     0.00   0.02   0.02   0.04   0.04
-    answerable refused, STICI (79)   0.15   0.20   0.28   0.32   0.37
-    STICI's 40 on-topic unanswerable  0.30   0.40   0.47   0.47   0.53
+    min_dense_score (lexical_credit 0.20)   0.40   0.42   0.44   0.46   0.48   0.50 | 0.38, credit 0 (before)
+    off-topic refused (S10 q → STICI)       0.86   0.90   0.96   0.98   0.98   0.98 | 0.98
+    off-topic refused (STICI q → S10)       0.93   0.96   0.97   0.97   0.97   0.98 | 0.97
+    answerable refused, S10 (50)            0.00   0.00   0.00   0.00   0.00   0.00 | 0.04
+    answerable refused, STICI (79)          0.11   0.15   0.16   0.16   0.22   0.27 | 0.32
+    STICI's 40 on-topic unanswerable        0.20   0.30   0.33   0.35   0.38   0.47 | 0.47
+    injection strings (124) → S10           0.72   0.77   0.79   0.83   0.85   0.89 | 0.81
+    injection strings (124) → STICI         0.72   0.79   0.83   0.85   0.90   0.94 | 0.85
 
-0.36 would now pass the rule too, with one point of margin on two corpora; 0.38 is kept for
-the margin on corpora we have not seen.
-A dense threshold cannot meet the 3% false-refusal target on STICI: its questions are vague
-("What are the key topics of this article?") and score 0.17-0.35 against the right chunk,
-the same band as off-topic questions. Its own 40 unanswerables are on-topic (same documents)
-and no similarity gate can separate them; they are for gate 2 / the answer step.
+Rule: the lowest false refusals that keep >= 95% off-topic refusals on both corpora, with a point
+of margin. For each credit, the best bar: 0.10 → 0.39 (STICI false refusals 19%), 0.15 → 0.42
+(16.5%), 0.20 → 0.44-0.46 (16.5%), 0.25 → 0.47 (16.5%), 0.30 → 0.52 (16.5%); 0.20 with 0.46 is
+the middle of that plateau with 97-98% off-topic refusals (0.44 would leave 96%).
+Still above the 3% target on STICI: its questions are vague ("What are the key topics of this
+article?", "Where is broadcasting used?") and score 0.13-0.35 against the right chunk, the band of
+off-topic questions, and some of their words sit in different chunks. Its own 40 unanswerables
+are on-topic (same documents); no similarity gate can separate them, they are for gate 2 and the
+answer step.
 """
+COVERAGE_CANDIDATES = 10
+COVERAGE_PRIOR_FLOOR = 0.1
+COVERAGE_PRIOR_EXPONENT = 0.75
 KEYWORD_MIN_COVERAGE = 0.6
 KEYWORD_RARE_MIN_DF = 3
 KEYWORD_RARE_RATIO = 0.02
@@ -90,7 +115,8 @@ class Hit:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """Hits in fused order; when `refused`, `hits` is empty and `candidates` shows what was found."""
+    """Hits in fused order; when `refused`, `hits` is empty and `candidates` shows what was found.
+    `best_dense_score` and `lexical_coverage` are the gate-1 inputs of the query that came closest."""
 
     hits: tuple[Hit, ...]
     refused: bool
@@ -98,6 +124,7 @@ class SearchResult:
     best_dense_score: float | None
     keyword_override: bool = False
     candidates: tuple[Hit, ...] = field(default=())
+    lexical_coverage: float | None = None
 
 
 class HybridSearch:
@@ -121,66 +148,83 @@ class HybridSearch:
         dense_scores: dict[str, float] = {}
         sparse_scores: dict[str, float] = {}
         sparse_top: list[tuple[int, qm.ScoredPoint]] = []
+        evidence: list[tuple[float, float]] = []  # per query: (best dense cosine, lexical coverage)
+        stats = await self.index.term_stats(bot)
         for i, (dv, sv) in enumerate(zip(dense_vectors, sparse_vectors)):
+            # The priors only re-order RRF's top hits: lifting candidates from further down cost STICI
+            # recall@10 (0.873 -> 0.848) and bought nothing (bench/README.md).
             arms = await self.index.hybrid_query(bot, dv, sv, prefetch=retrieval.prefetch, limit=per_query_limit)
-            fused_lists.append(arms.fused)
+            gate_candidates = arms.dense[:COVERAGE_CANDIDATES] + arms.sparse[:COVERAGE_CANDIDATES]
+            coverage_of = {str(p.id): term_coverage(sv, p, stats) for p in arms.fused + gate_candidates}
+            fused_lists.append(_weigh(arms.fused, coverage_of))
             for p in arms.dense:
                 dense_scores[str(p.id)] = max(dense_scores.get(str(p.id), -1.0), p.score)
             for p in arms.sparse:
                 sparse_scores[str(p.id)] = max(sparse_scores.get(str(p.id), 0.0), p.score)
             sparse_top.extend((i, p) for p in arms.sparse[:KEYWORD_CANDIDATES])
+            if arms.dense:
+                evidence.append((arms.dense[0].score, max(coverage_of[str(p.id)] for p in gate_candidates)))
 
         hits = _fuse(fused_lists, dense_scores, sparse_scores, single=len(queries) == 1)[: retrieval.k]
         best = max(dense_scores.values(), default=None)
         if not hits:
             return SearchResult((), True, "the knowledge base has no chunks for this bot", best)
-        if best is not None and best >= retrieval.min_dense_score:
-            return SearchResult(tuple(hits), False, f"best dense score {best:.3f} >= {retrieval.min_dense_score}", best)
-        override = await self._keyword_override(bot, queries, sparse_vectors, sparse_top, retrieval)
+        # The query that came closest to the bar speaks for the search.
+        dense_best, coverage = max(evidence, key=lambda e: e[0] + retrieval.lexical_credit * e[1])
+        bar = f"{dense_best:.3f} + {retrieval.lexical_credit} x coverage {coverage:.2f}"
+        if dense_best + retrieval.lexical_credit * coverage >= retrieval.min_dense_score:
+            return SearchResult(tuple(hits), False, f"best dense {bar} >= {retrieval.min_dense_score}", best, lexical_coverage=coverage)
+        override = await self._keyword_override(queries, sparse_vectors, sparse_top, stats, retrieval)
         if override:
-            return SearchResult(tuple(hits), False, override, best, keyword_override=True)
-        reason = f"best dense score {best if best is None else round(best, 3)} < {retrieval.min_dense_score} and no strong keyword hit"
-        return SearchResult((), True, reason, best, candidates=tuple(hits))
+            return SearchResult(tuple(hits), False, override, best, keyword_override=True, lexical_coverage=coverage)
+        reason = f"best dense {bar} < {retrieval.min_dense_score} and no strong keyword hit"
+        return SearchResult((), True, reason, best, candidates=tuple(hits), lexical_coverage=coverage)
 
     async def _keyword_override(
         self,
-        bot: str,
         queries: list[str],
         sparse_vectors: list[qm.SparseVector],
         candidates: list[tuple[int, qm.ScoredPoint]],
+        stats: TermStats,
         retrieval: RetrievalSettings,
     ) -> str | None:
         """A reason string when some BM25 hit passes the keyword rule in the module docstring."""
-        # First the cheap checks on the candidates' payloads, then every document frequency that
-        # could decide in one batch call (each is a scan of the collection in local mode).
-        passing: list[tuple[int, set[int], set[int]]] = []
+        rare_cap = max(KEYWORD_RARE_MIN_DF, int(KEYWORD_RARE_RATIO * stats.chunks))
         for qi, point in candidates:
             if point.score < retrieval.keyword_override_score:
                 continue
             query_terms = set(sparse_vectors[qi].indices)
             if not query_terms:
                 continue
-            payload = point.payload or {}
-            chunk_text = " ".join([*payload.get("heading_path", []), payload.get("text", "")])
-            shared = query_terms & self.sparse.terms(chunk_text)
+            shared = query_terms & _chunk_terms(point)
             if len(shared) < KEYWORD_MIN_COVERAGE * len(query_terms):
                 continue
-            literal = shared & _literal_terms(queries[qi], self.sparse)
-            if literal:
-                passing.append((qi, shared, literal))
-        if not passing:
-            return None
-        total = await self.index.count(bot)
-        rare_cap = max(KEYWORD_RARE_MIN_DF, int(KEYWORD_RARE_RATIO * total))
-        dfs = await self.index.document_frequencies(bot, sorted({t for *_, lit in passing for t in lit}), cap=rare_cap + 1)
-        for qi, shared, literal in passing:
-            for term in sorted(literal):
-                if dfs[term] <= rare_cap:
+            for term in sorted(shared & _literal_terms(queries[qi], self.sparse)):
+                if stats.df.get(term, 0) <= rare_cap:
                     return (
-                        f"keyword override: a chunk holds {len(shared)}/{len(sparse_vectors[qi].indices)} query terms "
-                        f"of {queries[qi]!r}, one of them in only {dfs[term]} chunk(s)"
+                        f"keyword override: a chunk holds {len(shared)}/{len(query_terms)} query terms "
+                        f"of {queries[qi]!r}, one of them in only {stats.df.get(term, 0)} chunk(s)"
                     )
         return None
+
+
+def term_coverage(query: qm.SparseVector, point: qm.ScoredPoint, stats: TermStats) -> float:
+    """The share of the query's BM25 idf mass that the chunk holds (0 for a query without terms)."""
+    weights = [(term, stats.idf(term)) for term in query.indices]
+    total = sum(w for _, w in weights)
+    held = _chunk_terms(point)
+    return sum(w for term, w in weights if term in held) / total if total else 0.0
+
+
+def lexical_coverage(query: qm.SparseVector, candidates: list[qm.ScoredPoint], stats: TermStats) -> float:
+    """Gate 1's lexical coverage: the largest share of the query's idf mass that ONE candidate holds."""
+    return max((term_coverage(query, point, stats) for point in candidates), default=0.0)
+
+
+def _chunk_terms(point: qm.ScoredPoint) -> set[int]:
+    """The BM25 term ids of a chunk, from the sparse vector the arms return with each point."""
+    vector = point.vector.get(SPARSE) if isinstance(point.vector, dict) else None
+    return set(getattr(vector, "indices", ()))
 
 
 _WORD = re.compile(r"[^\s?!,;:()\"']+")
@@ -209,6 +253,20 @@ def length_prior(payload: dict) -> float:
 _CONTENT_WORD = re.compile(r"\w+")
 
 
+def _weigh(fused: list[qm.ScoredPoint], coverage_of: dict[str, float]) -> list[qm.ScoredPoint]:
+    """One query's RRF list re-weighted by the two priors (module docstring) and re-sorted."""
+    weighted = (
+        p.model_copy(update={"score": p.score * length_prior(p.payload or {}) * coverage_prior(coverage_of.get(str(p.id), 0.0))})
+        for p in fused
+    )
+    return sorted(weighted, key=lambda p: p.score, reverse=True)
+
+
+def coverage_prior(coverage: float) -> float:
+    """Weight in (0, 1] for a chunk's fused score from its query-term coverage (module docstring)."""
+    return ((COVERAGE_PRIOR_FLOOR + coverage) / (COVERAGE_PRIOR_FLOOR + 1.0)) ** COVERAGE_PRIOR_EXPONENT
+
+
 def _fuse(
     fused_lists: list[list[qm.ScoredPoint]],
     dense_scores: dict[str, float],
@@ -216,19 +274,10 @@ def _fuse(
     *,
     single: bool,
 ) -> list[Hit]:
-    """Hits in fused order: Qdrant's RRF times the length prior for one query, client-side RRF
-    across several (each query's list weighted first)."""
+    """Hits in fused order: each query's weighted list (`_weigh`) as is for one query, client-side
+    RRF across several."""
     scores: dict[str, float] = {}
     points: dict[str, qm.ScoredPoint] = {}
-    # The length prior re-weights each query's fused list before anything else reads its order.
-    fused_lists = [
-        sorted(
-            (p.model_copy(update={"score": p.score * length_prior(p.payload or {})}) for p in ranked),
-            key=lambda p: p.score,
-            reverse=True,
-        )
-        for ranked in fused_lists
-    ]
     for ranked in fused_lists:
         for rank, point in enumerate(ranked):
             pid = str(point.id)

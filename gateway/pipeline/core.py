@@ -105,7 +105,7 @@ class Pipeline:
                                   queries=queries, usage=record.usage)
         self._observe("retrieve", started)
         hits = list(found.hits)
-        bound.info("retrieval.done", queries=len(queries), hits=len(hits), refused=found.refused)
+        bound.info("retrieval.done", queries=len(queries), hits=len(hits), refused=found.refused, gate=found.reason)
 
         started = time.monotonic()
         try:

@@ -7,13 +7,27 @@ from qdrant_client import models as qm
 
 from gateway.errors import IndexBusy
 from gateway.settings import QdrantSettings, RetrievalSettings
-from rag.index import QdrantIndex, collection_name
+from rag.index import QdrantIndex, TermStats, collection_name
 from rag.ingest import Ingestor
-from rag.search import DEFAULT_MIN_DENSE_SCORE, SHORT_CONTENT_WORDS, HybridSearch, _fuse, length_prior
+from rag.search import (
+    DEFAULT_LEXICAL_CREDIT,
+    DEFAULT_MIN_DENSE_SCORE,
+    SHORT_CONTENT_WORDS,
+    HybridSearch,
+    _fuse,
+    _weigh,
+    coverage_prior,
+    length_prior,
+    lexical_coverage,
+)
 from rag.sources import Document, load_directory
 from tests.rag.kb import TARGET_CODE, write_kb
 
-RETRIEVAL = RetrievalSettings(k=3, min_dense_score=DEFAULT_MIN_DENSE_SCORE)
+RETRIEVAL = RetrievalSettings(k=3)
+
+
+def test_gate_defaults_are_the_calibrated_values():
+    assert (RETRIEVAL.min_dense_score, RETRIEVAL.lexical_credit) == (DEFAULT_MIN_DENSE_SCORE, DEFAULT_LEXICAL_CREDIT)
 
 
 @pytest.fixture
@@ -67,11 +81,48 @@ async def test_gate_refuses_off_topic_query(kb):
     assert result.refused and result.hits == ()
     assert result.candidates  # what was found is still visible for logs and eval
     assert result.best_dense_score < RETRIEVAL.min_dense_score
+    assert result.lexical_coverage == 0.0  # none of its words is in the knowledge base
     assert "no strong keyword hit" in result.reason
 
 
+async def test_gate_lexical_coverage_lowers_the_bar_for_a_terse_on_topic_question(kb):
+    # MiniLM scores a two-word question low even against the chunk that holds both words.
+    terse = await kb.search("acme", ["Starter seats"], RETRIEVAL)
+    assert terse.best_dense_score < RETRIEVAL.min_dense_score
+    assert terse.lexical_coverage == 1.0 and not terse.refused and not terse.keyword_override
+    assert terse.hits[0].heading_path == ("Billing", "Plans")
+    dense_only = await kb.search("acme", ["Starter seats"], RETRIEVAL.model_copy(update={"lexical_credit": 0.0}))
+    assert dense_only.refused
+
+
+def test_lexical_coverage_weighs_query_terms_by_idf_and_counts_unknown_terms():
+    stats = TermStats(chunks=100, df={1: 90, 2: 2})  # term 1 common, term 2 rare, term 3 not in the KB
+
+    def chunk(*terms: int) -> qm.ScoredPoint:
+        return qm.ScoredPoint(id=1, version=0, score=1.0, vector={"bm25": qm.SparseVector(indices=list(terms), values=[1.0] * len(terms))})
+
+    query = qm.SparseVector(indices=[1, 2], values=[1.0, 1.0])
+    assert lexical_coverage(query, [chunk(1, 2)], stats) == pytest.approx(1.0)
+    rare_only, common_only = lexical_coverage(query, [chunk(2)], stats), lexical_coverage(query, [chunk(1)], stats)
+    assert rare_only > 0.8 > 0.2 > common_only > 0
+    assert lexical_coverage(query, [chunk(1), chunk(2)], stats) == rare_only  # one chunk must hold the words
+    foreign = qm.SparseVector(indices=[1, 3], values=[1.0, 1.0])
+    assert lexical_coverage(foreign, [chunk(1)], stats) < common_only * 1.5  # the unknown word weighs most
+    assert lexical_coverage(qm.SparseVector(indices=[], values=[]), [chunk(1)], stats) == 0.0
+
+
+async def test_term_stats_follow_the_index_writes(kb, index, dense, sparse, sessions):
+    before = await index.term_stats("acme")
+    term = next(iter(sparse.embed_queries(["zeppelin"])[0].indices))
+    assert before.chunks > 0 and term not in before.df
+    extra = Document("zeppelin.md", "Zeppelin", None, "# Zeppelin\n\nThe zeppelin add-on syncs airship logs.", "markdown")
+    await Ingestor(index, dense, sparse, sessions).ingest_documents("acme", "extra", [extra])
+    after = await index.term_stats("acme")
+    assert after.chunks == before.chunks + 1 and after.df[term] == 1
+
+
 async def test_gate_keyword_override_lets_exact_code_through(kb):
-    strict = RETRIEVAL.model_copy(update={"min_dense_score": 0.5})
+    strict = RETRIEVAL.model_copy(update={"min_dense_score": 0.5, "lexical_credit": 0.0})
     result = await kb.search("acme", [TARGET_CODE], strict)
     assert result.best_dense_score < strict.min_dense_score
     assert not result.refused and result.keyword_override
@@ -130,12 +181,24 @@ def test_fuse_ranks_sub_section_above_near_tied_short_intro():
     # RRF (k=2): a short parent intro first by dense, second by BM25; its sub-section first by BM25,
     # third by dense. Unweighted the intro wins (1.5 vs 1.33).
     intro, sub = _point(1, 1.0 + 1 / 2, words=12), _point(2, 1.0 + 1 / 3, words=60)
-    hits = _fuse([[intro, sub]], {"1": 0.65, "2": 0.60}, {"1": 9.4, "2": 10.5}, single=True)
+    hits = _fuse([_weigh([intro, sub], {"1": 1.0, "2": 1.0})], {"1": 0.65, "2": 0.60}, {"1": 9.4, "2": 10.5}, single=True)
     assert [h.heading_path[-1] for h in hits] == ["2", "1"]
     assert hits[1].dense_score == 0.65 and hits[0].fused_score == pytest.approx(4 / 3)
 
 
 def test_fuse_keeps_a_clearly_stronger_short_chunk_first():
     short, long = _point(1, 2.0, words=12), _point(2, 1 / 3 + 1 / 5, words=60)
-    hits = _fuse([[short, long]], {"1": 0.7}, {"2": 5.0}, single=True)
+    hits = _fuse([_weigh([short, long], {"1": 1.0, "2": 1.0})], {"1": 0.7}, {"2": 5.0}, single=True)
+    assert [h.heading_path[-1] for h in hits] == ["1", "2"]
+
+
+def test_coverage_prior_ranks_the_chunk_holding_all_query_words_above_a_near_tie():
+    # Near-tied in RRF; the second holds every query term, the first half of the idf mass.
+    partial, full = _point(1, 1.0 + 1 / 3, words=60), _point(2, 1.0 + 1 / 4, words=60)
+    hits = _fuse([_weigh([partial, full], {"1": 0.5, "2": 1.0})], {"1": 0.6, "2": 0.55}, {"1": 8.0, "2": 9.0}, single=True)
+    assert [h.heading_path[-1] for h in hits] == ["2", "1"]
+    assert coverage_prior(1.0) == 1.0 and 0 < coverage_prior(0.0) < coverage_prior(0.5) < 1.0
+    # A clearly stronger chunk keeps its place.
+    strong = _point(1, 2.5, words=60)
+    hits = _fuse([_weigh([strong, full], {"1": 0.5, "2": 1.0})], {"1": 0.7}, {"2": 9.0}, single=True)
     assert [h.heading_path[-1] for h in hits] == ["1", "2"]
