@@ -1,6 +1,6 @@
 """Retrieval benchmark: our pipeline against recipes A, B and C, side by side in one run.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.retrieval [--sets s10 stici] [--pad 10000] [--json FILE]
+    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.retrieval [--sets s10 stici] [--pad 10000] [--engine local|edge] [--json FILE]
 
 Same corpora (bench/data/<set>/docs), same questions, same embedders (MiniLM int8 + BM25), Qdrant
 local mode in a temporary folder. Per system and set it prints recall@1/3/5/10, MRR, gate-1 refusal
@@ -8,6 +8,8 @@ and false-refusal rates, chunk count, ingest chunks/s and query p50/p95 (questio
 chunks, query embedding included) at the corpus size and with the collection padded to `--pad`
 chunks. Padding = the reserved smart_tv manual (never used for tuning, only as filler) plus
 jittered copies of its vectors; quality is measured before padding, latency after too.
+`--engine edge` runs our pipeline on qdrant-edge (`qdrant.engine: edge`) instead of Qdrant local mode;
+the recipes always run on local mode.
 Off-topic refusal: each set's collection is also asked every other set's questions (a different
 domain), and the share that gate 1 refuses is reported.
 Recipes have no gate: a dense-only rule (best dense cosine of the returned chunks below
@@ -30,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.recipes import RECIPES, Recipe, RecipeSearch, recipe_points
-from gateway.settings import RetrievalSettings
+from gateway.settings import QdrantSettings, RetrievalSettings
 from rag.chunking import chunk_document
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.eval import first_hit_rank, load_questions
-from rag.index import IndexPoint, QdrantIndex
+from rag.index import IndexPoint, QdrantIndex, open_index
 from rag.search import HybridSearch
 from rag.sources import load_directory
 
@@ -140,11 +142,11 @@ def _jitter(vector: list[float], rng: random.Random, sigma: float = 0.03) -> lis
     return [x / norm for x in noisy]
 
 
-async def bench_ours(index, sessions, dense, sparse, name, docs, questions, retrieval, padding, offtopic=()) -> Row:
+async def bench_ours(index, sessions, dense, sparse, name, docs, questions, retrieval, padding, offtopic=(), system="ours") -> Row:
     """Our pipeline: rag ingest (incremental), hybrid search, gate 1."""
     from rag.ingest import Ingestor
 
-    row = Row("ours", name)
+    row = Row(system, name)
     bot = f"ours-{name}"
     ingestor = Ingestor(index, dense, sparse, sessions)
     started = time.perf_counter()
@@ -248,7 +250,9 @@ def _rank(texts: list[str], golds) -> int | None:
     return None
 
 
-async def run(sets: list[str], *, pad: int, pad_base: int = 200, data: Path = DATA, systems: list[str] | None = None) -> dict:
+async def run(
+    sets: list[str], *, pad: int, pad_base: int = 200, data: Path = DATA, systems: list[str] | None = None, engine: str = "local"
+) -> dict:
     """Run every system on every set; returns machine info, settings and one row per (system, set)."""
     from qdrant_client import AsyncQdrantClient
     from sqlalchemy.ext.asyncio import create_async_engine
@@ -263,10 +267,12 @@ async def run(sets: list[str], *, pad: int, pad_base: int = 200, data: Path = DA
     rows: list[Row] = []
     counts = {}
     with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
-        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp}/bench.db")
-        async with engine.begin() as conn:
+        store = create_async_engine(f"sqlite+aiosqlite:///{tmp}/bench.db")
+        async with store.begin() as conn:
             await conn.run_sync(Base.metadata.create_all)
         index = QdrantIndex(AsyncQdrantClient(path=f"{tmp}/qdrant"))
+        ours_index = index if engine == "local" else open_index(QdrantSettings(path=f"{tmp}/ours", engine=engine))
+        ours_name = "ours" if engine == "local" else f"ours ({engine})"
         questions_by_set = {name: load_questions(data / name / "questions.jsonl") for name in sets}
         try:
             for name in sets:
@@ -275,7 +281,7 @@ async def run(sets: list[str], *, pad: int, pad_base: int = 200, data: Path = DA
                 offtopic = [q.question for other, qs in questions_by_set.items() if other != name for q in qs]
                 counts[name] = {"documents": len(docs), "questions": len(questions), "unanswerable": sum(not q.answerable for q in questions)}
                 if systems is None or "ours" in systems:
-                    rows.append(await bench_ours(index, session_factory(engine), dense, sparse, name, docs, questions, retrieval, padding, offtopic))
+                    rows.append(await bench_ours(ours_index, session_factory(store), dense, sparse, name, docs, questions, retrieval, padding, offtopic, ours_name))
                     _progress(rows[-1])
                 for recipe in RECIPES:
                     if systems is None or recipe.name in systems:
@@ -283,11 +289,13 @@ async def run(sets: list[str], *, pad: int, pad_base: int = 200, data: Path = DA
                         _progress(rows[-1])
         finally:
             await index.close()
-            await engine.dispose()
+            if ours_index is not index:
+                await ours_index.close()
+            await store.dispose()
     return {
         "machine": info,
         "settings": {"k": retrieval.k, "prefetch": retrieval.prefetch, "min_dense_score": retrieval.min_dense_score,
-                     "lexical_credit": retrieval.lexical_credit, "pad_to": pad},
+                     "lexical_credit": retrieval.lexical_credit, "pad_to": pad, "engine": engine},
         "sets": counts,
         "rows": [r.metrics() for r in rows],
         "ranks": {f"{r.system}/{r.set}": r.ranks for r in rows},
@@ -311,7 +319,7 @@ def render(result: dict) -> str:
     """The result as a Markdown table with its header lines."""
     m, s = result["machine"], result["settings"]
     lines = [
-        f"Measured {m['date']} on {m['nproc']} CPU(s), {m['cpu']}, Python {m['python']}; Qdrant local mode.",
+        f"Measured {m['date']} on {m['nproc']} CPU(s), {m['cpu']}, Python {m['python']}; ours on {s.get('engine', 'local')}, recipes on Qdrant local mode.",
         f"Sets: " + ", ".join(f"{k} ({v['documents']} docs, {v['questions']} questions, {v['unanswerable']} unanswerable)" for k, v in result["sets"].items()),
         f"k={s['k']}, prefetch={s['prefetch']}, gate 1 min_dense_score={s['min_dense_score']} lexical_credit={s['lexical_credit']} "
         f"(recipes: dense-only bar {RECIPE_MIN_DENSE_SCORE}); off-topic = the other sets' questions; "
@@ -332,11 +340,12 @@ def main() -> None:
     parser.add_argument("--pad", type=int, default=10_000, help="pad each collection to this many chunks for latency (0: skip)")
     parser.add_argument("--pad-base", type=int, default=200, help="real smart_tv chunks embedded for padding; the rest are jittered copies")
     parser.add_argument("--systems", nargs="+", help="subset of: ours A B C")
+    parser.add_argument("--engine", choices=["local", "edge"], default="local", help="our pipeline's index engine")
     parser.add_argument("--json", type=Path, help="also write the full result (with per-question ranks) here")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     started = time.perf_counter()
-    result = asyncio.run(run(args.sets, pad=args.pad, pad_base=args.pad_base, systems=args.systems))
+    result = asyncio.run(run(args.sets, pad=args.pad, pad_base=args.pad_base, systems=args.systems, engine=args.engine))
     result["wall_s"] = round(time.perf_counter() - started, 1)
     print(render(result))
     print(f"\nwall time {result['wall_s']} s")

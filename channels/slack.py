@@ -62,6 +62,8 @@ _UNREACHABLE = {
     "user_disabled", "cannot_dm_bot", "restricted_action", "team_access_not_granted", "ekm_access_denied",
 }
 _TRANSIENT = {"internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+REPLY_EVENT = "gateway_reply"
+"""Message metadata event type on every part the gateway posts: {"reply": key, "part": n}."""
 
 
 class SlackAdapter:
@@ -184,16 +186,28 @@ class SlackAdapter:
         return split_text(full, limit=SLACK_MESSAGE_LIMIT)
 
     async def send(self, message: OutboundMessage) -> list[str]:
-        """Post the reply (in its thread), part by part; return the message timestamps."""
+        """Post the reply (in its thread), part by part; return the message timestamps.
+
+        Each part carries message metadata naming the reply and the part. A retry first asks Slack
+        which parts already landed (a 5xx or a timeout can hide a successful post) and posts only
+        the rest, so an interrupted reply is finished without a duplicate, even after a restart.
+        """
         conv = message.conversation
         parts = self.render(message.text, message.citations)
         key = (conv.chat, conv.thread, tuple(parts))
         sent = self._progress.pop(key, [])
+        if message.idempotency_key and message.attempt > 1:
+            landed = await self._landed_parts(conv, message.idempotency_key)
+            while len(sent) < len(parts) and len(sent) in landed:
+                sent.append(landed[len(sent)])
         try:
-            for part in parts[len(sent):]:
+            for index in range(len(sent), len(parts)):
+                metadata = {"event_type": REPLY_EVENT, "event_payload": {"reply": message.idempotency_key, "part": index}}
                 response = await self._call(
-                    "chat_postMessage", channel=conv.chat, text=part, thread_ts=conv.thread or None,
+                    "chat_postMessage", channel=conv.chat, text=parts[index], thread_ts=conv.thread or None,
                     unfurl_links=False, unfurl_media=False,
+                    **({"metadata": metadata} if message.idempotency_key else {}),
+                    reconcilable=bool(message.idempotency_key),
                 )
                 sent.append(str(response.get("ts")))
         except GatewayError:
@@ -204,6 +218,30 @@ class SlackAdapter:
             raise
         log.info("slack.sent", bot=self.bot, chat=conv.chat, thread=conv.thread, parts=len(sent))
         return sent
+
+    async def _landed_parts(self, conv: ConversationRef, reply: str) -> dict[int, str]:
+        """Part number → ts of this reply's parts Slack already holds (from their metadata).
+
+        Read from the thread, or from the latest 200 messages of an unthreaded chat. When Slack cannot
+        be asked (a missing history scope, an outage), nothing is known and the parts are posted again."""
+        try:
+            if conv.thread:
+                response = await self.client.conversations_replies(
+                    channel=conv.chat, ts=conv.thread, include_all_metadata=True, limit=200)
+            else:
+                response = await self.client.conversations_history(channel=conv.chat, include_all_metadata=True, limit=200)
+        except (SlackApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            log.warning("slack.reconcile_failed", bot=self.bot, chat=conv.chat, reply=reply, error=str(exc)[:200])
+            return {}
+        landed: dict[int, str] = {}
+        for posted in response.get("messages") or []:
+            metadata = posted.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            if metadata.get("event_type") == REPLY_EVENT and payload.get("reply") == reply:
+                landed[int(payload.get("part", -1))] = str(posted.get("ts"))
+        if landed:
+            log.info("slack.reconciled", bot=self.bot, chat=conv.chat, reply=reply, parts=sorted(landed))
+        return landed
 
     async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str) -> None:
         """Replace a posted message's text (streaming by edits). The text must fit in one message.
@@ -218,8 +256,9 @@ class SlackAdapter:
     async def send_typing(self, conversation: ConversationRef) -> None:
         """Slack has no typing indicator for bot tokens over the Web API, so this does nothing."""
 
-    async def _call(self, method: str, **kwargs: Any) -> Any:
-        """One Web API call with bounded retries, only where the call surely did not go through."""
+    async def _call(self, method: str, *, reconcilable: bool = False, **kwargs: Any) -> Any:
+        """One Web API call with bounded retries, only where the call surely did not go through.
+        `reconcilable`: a post whose retry can ask Slack whether it landed (see `send`)."""
         for attempt in range(1, self._max_attempts + 1):
             try:
                 return await getattr(self.client, method)(**kwargs)
@@ -236,7 +275,7 @@ class SlackAdapter:
                 if error in _UNREACHABLE:
                     raise RecipientUnreachable(f"slack {method}: {error}") from exc
                 if status >= 500 or error in _TRANSIENT:
-                    # The post may have landed: not retried here, the worker decides.
+                    # The post may have landed: not retried here; the worker's retry reconciles first.
                     raise ChannelSendError(f"slack {method}: {error or status}") from exc
                 raise ChannelSendError(f"slack {method}: {error or status}", permanent=True) from exc
             except aiohttp.ClientConnectorError as exc:
@@ -245,9 +284,9 @@ class SlackAdapter:
                     raise ChannelSendError(f"slack {method}: cannot connect ({exc})") from exc
                 await self._sleep(min(2 ** (attempt - 1), self._max_wait_s))
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                if method == "chat_postMessage":
-                    # Sent, but no answer: Slack may have posted it, and a post has no idempotency
-                    # key, so posting again could show it twice. Fail visibly (at most once).
+                if method == "chat_postMessage" and not reconcilable:
+                    # Sent, but no answer: Slack may have posted it, and without metadata to look it up
+                    # posting again could show it twice. Fail visibly (at most once).
                     raise ChannelSendError(f"slack {method}: outcome unknown ({type(exc).__name__}); not "
                                            "resent to avoid a duplicate", permanent=True) from exc
                 raise ChannelSendError(f"slack {method}: {type(exc).__name__}") from exc

@@ -57,13 +57,13 @@ class Knowledge:
     async def open(self) -> None:
         """Open the index (raises `IndexBusy` if another process holds the folder) and load the models."""
         from rag.embeddings import DenseEmbedder, SparseEmbedder
-        from rag.index import QdrantIndex
+        from rag.index import open_index
         from rag.ingest import Ingestor
         from rag.search import HybridSearch
 
         if self._index is not None:
             return
-        self._index = QdrantIndex.from_settings(self._settings.qdrant)
+        self._index = open_index(self._settings.qdrant)
         dense = await asyncio.to_thread(DenseEmbedder.from_settings, self._settings.embedding)
         sparse = await asyncio.to_thread(SparseEmbedder)
         self._search = HybridSearch(self._index, dense, sparse)
@@ -86,7 +86,7 @@ class Knowledge:
         """Raise unless the index answers."""
         if self._index is None:
             raise RetrievalError("index not open")
-        await self._index.client.get_collections()
+        await self._index.ping()
 
     async def search(self, bot: str, queries: list[str], retrieval: RetrievalSettings):
         """Hybrid search with gate 1; raises `RetrievalError` when the index is unavailable."""

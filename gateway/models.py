@@ -89,6 +89,10 @@ class OutboundMessage:
     text: str
     citations: tuple[Citation, ...] = ()
     reply_to: str | None = None
+    # The outbox's message id and send attempt: an adapter whose platform can be asked what it
+    # already holds (Slack) uses them to finish an interrupted reply without posting a part twice.
+    idempotency_key: str | None = None
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from channels.base import ChannelAdapter
 from gateway.errors import ChannelError, ChannelSendError, RecipientUnreachable
 from gateway.events import EventBus, conversation_topic
 from gateway.models import Citation, ConversationRef, OutboundMessage, utcnow
+from gateway.receipts import adopt_early_receipts
 from storage.models import Contact, Conversation, Delivery, Message
 
 log = structlog.get_logger("gateway.outbox")
@@ -102,6 +103,8 @@ class Outbox:
                 reply_to=(inbound.meta or {}).get("platform_message_id") if inbound is not None else None,
                 citations=tuple(Citation(source=c.get("source", ""), title=c.get("title", ""), url=c.get("url"))
                                 for c in message.citations or []),
+                idempotency_key=f"m{message.id}",
+                attempt=message.attempts,
             )
             try:
                 if via is not None:
@@ -159,6 +162,9 @@ class Outbox:
                 await asyncio.sleep(min(0.25 * 2 ** record_attempt, 5.0))
         if status == "sent":
             bound.info("outbound.sent", provider_ids=provider_ids)
+            # A receipt that raced ahead of this record was parked; adopt it now that both are committed.
+            await adopt_early_receipts(self._sessions, bot=message.bot, channel=message.channel,
+                                       provider_ids=[str(p) for p in provider_ids])
         elif status == "retry":
             bound.warning("outbound.retry_scheduled", error=error, next_attempt_at=meta["next_attempt_at"])
         else:

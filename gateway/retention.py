@@ -15,6 +15,7 @@ from sqlalchemy import delete, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.models import utcnow
+from gateway.receipts import purge_early_receipts
 from gateway.settings import Settings
 from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message
 
@@ -140,6 +141,8 @@ async def run_retention(sessions: async_sessionmaker[AsyncSession], settings: Se
                         knowledge: Any) -> DeletionReport:
     """The scheduled (leader-only) job: expired conversations, then removed sources' chunks."""
     report = await purge_expired(sessions, settings)
+    async with sessions() as session, session.begin():
+        await purge_early_receipts(session)  # receipts whose send was never recorded: nothing to attach to
     # Knowledge opens its index lazily; without an open index the sources wait for the next run.
     index = getattr(knowledge, "index", None)
     if index is not None:

@@ -50,12 +50,20 @@ OFFLINE_MODEL = "offline"
 
 
 class QdrantSettings(_Strict):
-    """Local folder (embedded, default) or a server URL; same client code either way."""
+    """Local folder (embedded, default) or a server URL; same client code either way.
+    `engine: edge` swaps the embedded engine for qdrant-edge (same layout, ~10x faster search at 10k chunks)."""
 
     path: str | None = "var/qdrant"
     url: str | None = None
     api_key: str | None = None
     timeout: float = 10.0
+    engine: Literal["local", "edge"] = "local"
+
+    @model_validator(mode="after")
+    def _edge_is_embedded(self) -> "QdrantSettings":
+        if self.engine == "edge" and (self.url or not self.path):
+            raise ValueError("engine 'edge' is embedded: set qdrant.path and leave qdrant.url unset")
+        return self
 
 
 class EmbeddingSettings(_Strict):

@@ -4,7 +4,9 @@ search with a relevance gate, ingest incrementally, and evaluate retrieval.
     sources.py     directory / urls / sitemap  → Document
     chunking.py    Document                    → Chunk (heading path, token budget, stable id)
     embeddings.py  DenseEmbedder (MiniLM int8 offline, fastembed, litellm/) and SparseEmbedder (BM25)
-    index.py       QdrantIndex: one collection per bot, named vectors "dense" and "bm25"
+    index.py       QdrantIndex (Qdrant local mode or server): one collection per bot, named vectors
+                   "dense" and "bm25"; open_index(settings) picks the engine
+    edge_index.py  EdgeIndex: the same on qdrant-edge, one shard per bot (`qdrant.engine: edge`)
     search.py      HybridSearch.search(bot, queries, retrieval) → SearchResult (gate 1)
     ingest.py      Ingestor.ingest_bot / ingest_source → IngestReport (counts in chunks)
     eval.py        evaluate(docs_dir, questions_path) → recall@k, MRR, refusal rates

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gateway.settings import QdrantSettings, RetrievalSettings, Settings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.index import QdrantIndex
+from rag.index import open_index
 from rag.ingest import Ingestor
 from rag.search import Hit, HybridSearch
 from rag.sources import load_directory
@@ -101,7 +101,7 @@ async def evaluate(
         engine = create_async_engine(f"sqlite+aiosqlite:///{tmp}/eval.db")
         async with engine.begin() as conn:
             await conn.run_sync(Base.metadata.create_all)
-        index = QdrantIndex.from_settings(QdrantSettings(path=f"{tmp}/qdrant"))
+        index = open_index(QdrantSettings(path=f"{tmp}/qdrant", engine=settings.qdrant.engine))
         try:
             ingestor = Ingestor(
                 index, dense, sparse, session_factory(engine), max_chunk_tokens=settings.embedding.max_chunk_tokens,

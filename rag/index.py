@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from qdrant_client import AsyncQdrantClient
 from qdrant_client import models as qm
@@ -82,6 +83,31 @@ def rrf(ranked: list[list[qm.ScoredPoint]], *, limit: int, k: int = RRF_K) -> li
     return [first[pid].model_copy(update={"score": scores[pid]}) for pid in ordered]
 
 
+class KnowledgeIndex(Protocol):
+    """What ingest and search need from an index; `QdrantIndex` and `rag.edge_index.EdgeIndex` provide it."""
+
+    async def close(self) -> None: ...
+    async def ping(self) -> None: ...
+    async def ensure_collection(self, bot: str, dim: int) -> None: ...
+    async def drop(self, bot: str) -> None: ...
+    async def upsert(self, bot: str, points: list[IndexPoint], *, batch: int = 256) -> None: ...
+    async def delete_points(self, bot: str, ids: list[str]) -> None: ...
+    async def count(self, bot: str) -> int: ...
+    async def hybrid_query(
+        self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int
+    ) -> ArmResults: ...
+    async def term_stats(self, bot: str) -> TermStats: ...
+
+
+def open_index(settings: QdrantSettings) -> KnowledgeIndex:
+    """The index `settings` describe: a Qdrant server, Qdrant local mode, or qdrant-edge in the folder."""
+    if settings.engine == "edge":
+        from rag.edge_index import EdgeIndex  # imported here: it builds on this module
+
+        return EdgeIndex(settings.path or "")
+    return QdrantIndex.from_settings(settings)
+
+
 def collection_name(bot: str) -> str:
     """The collection that holds one bot's knowledge base."""
     return f"kb_{bot}"
@@ -116,6 +142,10 @@ class QdrantIndex:
     async def close(self) -> None:
         """Release the client (and local mode's folder lock)."""
         await self.client.close()
+
+    async def ping(self) -> None:
+        """Raise `RetrievalError` unless Qdrant answers."""
+        await self._call(self.client.get_collections())
 
     async def ensure_collection(self, bot: str, dim: int) -> None:
         """Create the bot's collection if missing; refuse a dense size that does not match."""

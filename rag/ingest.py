@@ -30,7 +30,7 @@ from gateway.errors import GatewayError
 from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.index import IndexPoint, QdrantIndex
+from rag.index import IndexPoint, KnowledgeIndex
 from rag.sources import Document, load_source
 from storage.models import Document as DocumentRow
 from storage.models import IngestRun
@@ -83,7 +83,7 @@ class Ingestor:
 
     def __init__(
         self,
-        index: QdrantIndex,
+        index: KnowledgeIndex,
         dense: DenseEmbedder,
         sparse: SparseEmbedder,
         sessions: async_sessionmaker[AsyncSession],
@@ -177,6 +177,11 @@ class Ingestor:
                     await session.scalars(select(DocumentRow).where(DocumentRow.bot == bot, DocumentRow.source == source))
                 ).all()
             }
+        # Documents the store calls indexed but an empty index lacks (the folder was deleted, or the
+        # engine switched): embed them again instead of skipping them as unchanged.
+        rebuild = bool(rows) and await self.index.count(bot) == 0
+        if rebuild:
+            log.warning("index empty, re-embedding recorded documents", extra={"bot": bot, "source": source, "documents": len(rows)})
         pending: list[_Pending] = []
         seen: set[str] = set()
         for done, doc in enumerate(documents, start=1):
@@ -185,7 +190,7 @@ class Ingestor:
             seen.add(doc.doc_id)
             row = rows.get(doc.doc_id)
             content_hash = self._hash(doc)
-            if row is not None and row.content_hash == content_hash:
+            if row is not None and row.content_hash == content_hash and not rebuild:
                 report.unchanged += len(row.chunk_ids)
             else:
                 chunks = chunk_document(
@@ -199,7 +204,7 @@ class Ingestor:
                     max_tokens=self.max_tokens,
                     text_tokens=self.text_tokens,
                 )
-                old = set(row.chunk_ids) if row else set()
+                old = set(row.chunk_ids) if row and not rebuild else set()
                 ids = {c.chunk_id for c in chunks}
                 pending.append(
                     _Pending(doc, content_hash, chunks, [c for c in chunks if c.chunk_id not in old], sorted(old - ids), row)

@@ -52,7 +52,7 @@ from qdrant_client import models as qm
 
 from gateway.settings import RetrievalSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.index import SPARSE, QdrantIndex, TermStats
+from rag.index import SPARSE, KnowledgeIndex, TermStats
 
 DEFAULT_MIN_DENSE_SCORE = 0.46
 """Gate-1 bar for MiniLM int8 (cosine) when no chunk holds the query's words; see the calibration
@@ -130,7 +130,7 @@ class SearchResult:
 class HybridSearch:
     """Dense + BM25 retrieval over one bot's collection, with gate 1."""
 
-    def __init__(self, index: QdrantIndex, dense: DenseEmbedder, sparse: SparseEmbedder) -> None:
+    def __init__(self, index: KnowledgeIndex, dense: DenseEmbedder, sparse: SparseEmbedder) -> None:
         self.index = index
         self.dense = dense
         self.sparse = sparse

@@ -205,6 +205,20 @@ class Delivery(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
+class EarlyReceipt(Base):
+    """A delivery receipt that arrived before the outbox recorded the part it names (gateway/receipts.py)."""
+
+    __tablename__ = "early_receipts"
+    __table_args__ = (UniqueConstraint("channel", "provider_id", name="uq_early_receipts_provider_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    channel: Mapped[str] = mapped_column(String(32))
+    provider_id: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16))
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    received_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
 class DataDeletion(Base):
     """Audit of a deletion (`forget`, retention): what kind, where and how much; never whose data."""
 

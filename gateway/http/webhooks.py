@@ -11,14 +11,12 @@ import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from sqlalchemy import select, update
 
 from channels.base import RawRequest
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.http.deps import error, services
 from gateway.inbox import without_nul
-from gateway.models import utcnow
-from storage.models import Delivery, Message
+from gateway.receipts import record_receipt
 
 log = structlog.get_logger("gateway.webhooks")
 router = APIRouter(tags=["webhooks"])
@@ -111,45 +109,9 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         counter = svc.metrics.duplicates if accepted.duplicate else svc.metrics.messages_in
         counter.labels(bot=bot, channel=channel).inc()
     for update_ in result.status_updates:
-        await _apply_status(svc, bot=bot, channel=channel, update_=update_)
+        await record_receipt(svc.sessions, bot=bot, channel=channel, provider_id=update_.provider_message_id,
+                             status=update_.status, error_code=update_.error_code)
     if result.response is not None:
         return Response(result.response.body, status_code=result.response.status,
                         media_type=result.response.content_type)
     return JSONResponse({"ok": True})
-
-
-# Receipts can arrive out of order (a late "sent" after "delivered"): a status only ever moves up.
-STATUS_RANK = {"pending": 0, "sending": 0, "sent": 1, "delivered": 2, "read": 3, "failed": 3}
-
-
-def _overall(statuses: list[str]) -> str:
-    """A split reply's status: failed if any part failed, else its least advanced part."""
-    if "failed" in statuses:
-        return "failed"
-    return min(statuses, key=lambda s: STATUS_RANK.get(s, 0))
-
-
-async def _apply_status(svc, *, bot: str, channel: str, update_) -> None:
-    """Record a delivery receipt on the reply part that carries this provider id, then on the reply."""
-    async with svc.sessions() as session, session.begin():
-        delivery = (await session.execute(select(Delivery).where(
-            Delivery.channel == channel, Delivery.provider_id == update_.provider_message_id)
-            .with_for_update())).scalar_one_or_none()  # two receipts for one part must not interleave
-        if delivery is None:
-            log.info("outbound.status_unmatched", bot=bot, provider_message_id=update_.provider_message_id)
-            return
-        if STATUS_RANK.get(update_.status, 0) <= STATUS_RANK.get(delivery.status, 0):
-            log.info("outbound.status_stale", bot=bot, message_id=delivery.message_id, status=update_.status,
-                     current=delivery.status)
-            return
-        delivery.status = update_.status
-        delivery.error_code = update_.error_code
-        await session.flush()
-        parts = (await session.execute(select(Delivery.status).where(
-            Delivery.message_id == delivery.message_id))).scalars().all()
-        values = {"status": _overall(list(parts)), "updated_at": utcnow()}
-        if update_.error_code:
-            values["error"] = f"provider error {update_.error_code}"
-        await session.execute(update(Message).where(Message.id == delivery.message_id).values(**values))
-    log.info("outbound.status", bot=bot, message_id=delivery.message_id, status=update_.status,
-             error_code=update_.error_code)

@@ -468,3 +468,35 @@ async def test_slack_socket_mode_bad_app_token_fails_fast(fake: FakeSlack):
     adapter = make_adapter(fake, app_token="xapp-wrong")
     with pytest.raises(ChannelSendError, match="invalid_auth"):
         await asyncio.wait_for(adapter.start(_collector([])), timeout=5)
+
+
+async def test_slack_retry_after_a_landed_5xx_finishes_the_reply_without_a_duplicate(fake: FakeSlack):
+    text = "\n\n".join(f"Part {i}. " + "x " * 1400 for i in range(3))
+    # Slack posts part 2, then answers 500: the adapter cannot tell it landed.
+    fake.fail_call("chat.postMessage", 2, status=500, landed=True)
+    with pytest.raises(ChannelSendError) as info:
+        await make_adapter(fake).send(OutboundMessage(CONV, text, idempotency_key="m41", attempt=1))
+    assert not info.value.permanent and len(fake.posted()) == 2
+    # The outbox retries after a restart (a new adapter, nothing in memory): Slack is asked first.
+    ids = await make_adapter(fake).send(OutboundMessage(CONV, text, idempotency_key="m41", attempt=2))
+    posted = fake.posted()
+    assert [p["text"].split(".")[0] for p in posted] == ["Part 0", "Part 1", "Part 2"]
+    assert ids == [p["ts"] for p in posted]
+    assert [p["metadata"]["event_payload"] for p in posted] == [{"reply": "m41", "part": i} for i in range(3)]
+    (lookup,) = fake.calls_to("conversations.replies")
+    assert lookup.params["ts"] == CONV.thread and lookup.params["include_all_metadata"] in ("true", "1", True)
+
+
+async def test_slack_retry_posts_again_when_history_cannot_be_read(fake: FakeSlack):
+    fake.fail("conversations.replies", error="missing_scope")
+    fake.fail_call("chat.postMessage", 1, status=500, landed=True)
+    with pytest.raises(ChannelSendError):
+        await make_adapter(fake).send(OutboundMessage(CONV, "hello", idempotency_key="m7", attempt=1))
+    # Without the history scope nothing is known: at-least-once beats losing the reply.
+    await make_adapter(fake).send(OutboundMessage(CONV, "hello", idempotency_key="m7", attempt=2))
+    assert [p["text"] for p in fake.posted()] == ["hello", "hello"]
+
+
+async def test_slack_first_attempt_does_not_read_history(fake: FakeSlack):
+    await make_adapter(fake).send(OutboundMessage(CONV, "hello", idempotency_key="m8", attempt=1))
+    assert fake.count("conversations.replies") == fake.count("conversations.history") == 0

@@ -47,6 +47,7 @@ class Failure:
     status: int = 200
     error: str = "internal_error"
     retry_after: int | None = None
+    landed: bool = False  # the call took effect (a message was posted) before the error came back
 
 
 @dataclass
@@ -68,6 +69,7 @@ class FakeSlack:
         fake = cls()
         app = web.Application()
         app.router.add_post("/api/{method}", fake._api)
+        app.router.add_get("/api/{method}", fake._api)  # slack_sdk reads history with GET
         app.router.add_get("/link", fake._socket)
         fake.runner = web.AppRunner(app)
         await fake.runner.setup()
@@ -94,9 +96,11 @@ class FakeSlack:
         for _ in range(times):
             self.failures[method].append(Failure(status=status, error=error, retry_after=retry_after))
 
-    def fail_call(self, method: str, number: int, *, status: int = 500, error: str = "internal_error") -> None:
-        """Make the `number`-th call (1-based, counting every call) of `method` fail."""
-        self.scheduled[(method, number)] = Failure(status=status, error=error)
+    def fail_call(self, method: str, number: int, *, status: int = 500, error: str = "internal_error",
+                  landed: bool = False) -> None:
+        """Make the `number`-th call (1-based, counting every call) of `method` fail; with `landed`, after
+        it took effect (Slack posted the message, then answered with the error)."""
+        self.scheduled[(method, number)] = Failure(status=status, error=error, landed=landed)
 
     def calls_to(self, method: str) -> list[Call]:
         """Recorded calls of one method (failed ones included)."""
@@ -133,6 +137,7 @@ class FakeSlack:
             params = json.loads(raw)
         else:
             params = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+        params = {**request.query, **params}
         auth = request.headers.get("Authorization", "")
         token = auth.removeprefix("Bearer ") if auth else params.get("token")
         call = Call(method, params, token)
@@ -141,6 +146,8 @@ class FakeSlack:
         if failure is None and self.failures[method]:
             failure = self.failures[method].popleft()
         if failure is not None:
+            if failure.landed:
+                self._answer(method, call)
             headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after is not None else {}
             error = "ratelimited" if failure.status == 429 else failure.error
             return web.json_response({"ok": False, "error": error}, status=failure.status, headers=headers)
@@ -164,10 +171,26 @@ class FakeSlack:
             call.params["_ts"] = ts
             return {"ok": True, "channel": call.params["channel"], "ts": ts,
                     "message": {"text": call.params.get("text"), "ts": ts, "thread_ts": call.params.get("thread_ts")}}
+        if method in ("conversations.replies", "conversations.history"):
+            return {"ok": True, "has_more": False, "messages": self._history(call.params)}
         if method == "chat.update":
             return {"ok": True, "channel": call.params.get("channel"), "ts": call.params.get("ts"),
                     "text": call.params.get("text")}
         return {"ok": False, "error": "unknown_method"}
+
+    def _history(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Posted messages of a channel (or of one thread), newest first as Slack lists them; metadata
+        only with include_all_metadata."""
+        thread = params.get("ts") if "ts" in params else None
+        out = []
+        for posted in reversed(self.posted()):
+            if posted.get("channel") != params.get("channel") or (thread and posted.get("thread_ts") != thread):
+                continue
+            message = {"type": "message", "text": posted.get("text"), "ts": posted["ts"], "thread_ts": posted.get("thread_ts")}
+            if posted.get("metadata") and str(params.get("include_all_metadata")).lower() in ("true", "1"):
+                message["metadata"] = posted["metadata"]
+            out.append(message)
+        return out[: int(params.get("limit") or 100)]
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(autoping=True)

@@ -35,7 +35,8 @@ class Reply:
     """A scripted answer: an error status with a Twilio error code, optionally `Retry-After`.
 
     `drop=True` accepts the message (it counts as delivered) and then closes the connection without
-    answering, as a timeout after Twilio processed the request looks to the client.
+    answering, as a timeout after Twilio processed the request looks to the client. `sid` fixes the
+    SID the accepted message gets (default: a random one).
     """
 
     status: int = 201
@@ -43,6 +44,7 @@ class Reply:
     message: str = ""
     retry_after: float | None = None
     drop: bool = False
+    sid: str | None = None
 
 
 @dataclass
@@ -147,7 +149,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(record, Reply(status=400, code=21602, message="Message body is required."))
         if reply.status >= 300:
             return self._error(record, reply)
-        record.sid = "SM" + uuid.uuid4().hex
+        record.sid = reply.sid or "SM" + uuid.uuid4().hex
         record.status = 201
         if reply.drop:
             self.close_connection = True

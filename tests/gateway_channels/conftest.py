@@ -23,7 +23,7 @@ from gateway.app import create_app
 from gateway.services import Services
 from gateway.settings import load_settings
 from storage import repositories as repo
-from storage.models import Conversation, Delivery, Message
+from storage.models import Conversation, Delivery, EarlyReceipt, Message
 from tests.conftest import ROOT, upgrade, write_config
 
 KB_FILES = ("plans-and-pricing.md",)
@@ -109,6 +109,13 @@ async def deliveries(services: Services, message_id: int) -> list[Delivery]:
     async with services.sessions() as session:
         return list((await session.execute(select(Delivery).where(Delivery.message_id == message_id)
                                            .order_by(Delivery.id))).scalars().all())
+
+
+async def early_receipts(services: Services) -> list[tuple[str, str]]:
+    """Parked delivery receipts: (provider id, status)."""
+    async with services.sessions() as session:
+        rows = (await session.execute(select(EarlyReceipt).order_by(EarlyReceipt.id))).scalars().all()
+        return [(r.provider_id, r.status) for r in rows]
 
 
 async def get_message(services: Services, message_id: int) -> Message:

@@ -16,7 +16,7 @@ from gateway.pipeline.core import TEXT_ONLY_REPLY
 from storage.models import Contact, Conversation
 from tests.fakes.twilio_api import FakeTwilio, Reply
 from tests.gateway_channels.conftest import (
-    QUESTION, count_messages, deliveries, gateway_app, get_message, messages_in_chat, send_failures, settled_chat, settle,
+    QUESTION, count_messages, deliveries, early_receipts, gateway_app, get_message, messages_in_chat, send_failures, settled_chat, settle,
     store_reply, wait_until,
 )
 
@@ -148,6 +148,21 @@ async def test_whatsapp_failed_status_callback_records_the_error_code(env):
     assert failed.status == "failed" and failed.error == "provider error 30008"
     [part] = await deliveries(services, reply_id)
     assert (part.status, part.error_code) == ("failed", "30008")
+
+
+async def test_whatsapp_status_callback_before_the_send_is_recorded_is_kept_and_applied(env):
+    client, services, fake = env
+    sid = "SM" + "9" * 32
+    fake.script(Reply(sid=sid))  # the reply will get this SID
+    # Twilio can call back before the outbox has written down the send: the receipt is parked...
+    assert (await post(client, status(sid, "delivered"))).status_code == 200
+    assert await early_receipts(services) == [(sid, "delivered")]
+    _, reply_id, sent_sid = await _answered(client, services, fake, "SM" + "8" * 32, "+15550000088")
+    assert sent_sid == sid
+    # ...and adopted once the send is recorded.
+    await wait_until(lambda: _status_is(services, reply_id, "delivered"), what="the parked receipt applied")
+    assert [d.status for d in await deliveries(services, reply_id)] == ["delivered"]
+    assert await early_receipts(services) == []
 
 
 async def test_whatsapp_bad_signature_on_status_callback_changes_nothing(env):

@@ -1,4 +1,5 @@
-"""Shared fixtures: the real embedders (loaded once per session), a temp SQLite store, a local Qdrant."""
+"""Shared fixtures: the real embedders (loaded once per session), a temp SQLite store, an embedded index
+(Qdrant local mode and qdrant-edge: every test that takes `index` runs on both)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from gateway.settings import QdrantSettings  # noqa: E402
 from rag.embeddings import DenseEmbedder, SparseEmbedder  # noqa: E402
-from rag.index import QdrantIndex  # noqa: E402
+from rag.index import open_index  # noqa: E402
 from storage.engine import session_factory  # noqa: E402
 from storage.models import Base  # noqa: E402
 
@@ -38,9 +39,9 @@ async def sessions(tmp_path):
     await engine.dispose()
 
 
-@pytest.fixture
-async def index(tmp_path):
-    """Qdrant local mode in a temp folder."""
-    idx = QdrantIndex.from_settings(QdrantSettings(path=str(tmp_path / "qdrant")))
+@pytest.fixture(params=["local", "edge"])
+async def index(request, tmp_path):
+    """The embedded index in a temp folder, once per engine."""
+    idx = open_index(QdrantSettings(path=str(tmp_path / "qdrant"), engine=request.param))
     yield idx
     await idx.close()

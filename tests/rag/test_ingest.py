@@ -1,7 +1,8 @@
-"""Incremental ingest against real SQLite and Qdrant local mode; embed calls are counted."""
+"""Incremental ingest against real SQLite and both embedded engines; embed calls are counted."""
 
 from __future__ import annotations
 
+from qdrant_client import models as qm
 from sqlalchemy import select
 
 from gateway.settings import BotSettings, SourceSettings
@@ -33,8 +34,9 @@ async def runs(sessions) -> list[IngestRun]:
 
 
 async def point_documents(index, bot) -> list[str]:
-    points, _ = await index.client.scroll(collection_name(bot), limit=1000, with_payload=True)
-    return sorted(p.payload["document"] for p in points)
+    """Every indexed chunk's document, read through the engine-neutral query (exact dense: all points)."""
+    arms = await index.hybrid_query(bot, [1.0] * 384, qm.SparseVector(indices=[1], values=[1.0]), prefetch=1000, limit=1)
+    return sorted(p.payload["document"] for p in arms.dense)
 
 
 async def test_ingest_incremental_skips_unchanged_replaces_changed_removes_deleted(tmp_path, index, dense, sparse, sessions):
@@ -106,3 +108,17 @@ async def test_ingest_failed_document_keeps_its_chunks(tmp_path, index, dense, s
     assert report.deleted == before - await index.count("acme") > 0  # billing.md removed, nothing else lost
     assert progress[-1][0] == progress[-1][1] == report.documents
 
+
+
+async def test_ingest_re_embeds_when_the_index_lost_its_points(tmp_path, index, dense, sparse, sessions):
+    # The store still records every document as indexed (a deleted folder, a switched engine).
+    source = SourceSettings(name="docs", type="directory", path=str(write_kb(tmp_path / "kb")))
+    counting = CountingEmbedder(dense)
+    ingestor = Ingestor(index, counting, sparse, sessions)
+    first = await ingestor.ingest_source("acme", source)
+    await index.drop("acme")
+    counting.embedded.clear()
+    again = await ingestor.ingest_source("acme", source)
+    assert again.status == "ok" and again.unchanged == 0 and again.deleted == 0
+    assert await index.count("acme") == first.added == len(counting.embedded)
+    assert "billing.md" in await point_documents(index, "acme")

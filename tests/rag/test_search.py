@@ -7,7 +7,7 @@ from qdrant_client import models as qm
 
 from gateway.errors import IndexBusy
 from gateway.settings import QdrantSettings, RetrievalSettings
-from rag.index import QdrantIndex, TermStats, collection_name
+from rag.index import TermStats, collection_name, open_index
 from rag.ingest import Ingestor
 from rag.search import (
     DEFAULT_LEXICAL_CREDIT,
@@ -50,6 +50,7 @@ async def test_hybrid_search_finds_exact_error_code_dense_alone_misses(kb, index
     assert "sparse" in top.arms and top.sparse_score and top.sparse_score > 0
 
 
+@pytest.mark.parametrize("index", ["local"], indirect=True)  # compares with qdrant-client's own fusion
 async def test_hybrid_query_client_rrf_ranks_like_qdrant_fusion(kb, index, dense, sparse):
     for question in ["What does the Business Plus plan cost?", TARGET_CODE, "how do I reset my password"]:
         dv, sv = dense.embed_queries([question])[0], sparse.embed_queries([question])[0]
@@ -154,14 +155,16 @@ async def test_search_unknown_bot_is_refused_not_an_error(kb):
     assert result.refused and result.hits == ()
 
 
-async def test_index_busy_when_local_folder_is_held(tmp_path):
-    path = str(tmp_path / "held")
-    first = QdrantIndex.from_settings(QdrantSettings(path=path))
+@pytest.mark.parametrize("engine", ["local", "edge"])
+async def test_index_busy_when_local_folder_is_held(tmp_path, engine):
+    settings = QdrantSettings(path=str(tmp_path / "held"), engine=engine)
+    first = open_index(settings)
     try:
         with pytest.raises(IndexBusy, match="in use by another process"):
-            QdrantIndex.from_settings(QdrantSettings(path=path))
+            open_index(settings)
     finally:
         await first.close()
+    await (open_index(settings)).close()  # released on close
 
 
 def _point(pid: int, score: float, words: int) -> qm.ScoredPoint:

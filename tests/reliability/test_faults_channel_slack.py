@@ -1,4 +1,5 @@
-"""Slack: a chat.postMessage that Slack accepted but whose answer never came back is not posted again.
+"""Slack: a chat.postMessage that Slack accepted but whose answer never came back is not posted again:
+the retry reads the thread's message metadata, finds the part, and records the reply as sent.
 
 The real slack_sdk client against the fake Web API, through the real app; see test_faults_channel
 for the same guarantee on Telegram.
@@ -49,7 +50,7 @@ async def env(tmp_path_factory):
         await slack.stop()
 
 
-async def test_slack_timeout_after_slack_accepted_never_posts_twice(env):
+async def test_slack_timeout_after_slack_accepted_is_reconciled_not_posted_twice(env):
     client, services, slack = env
     slack.stall_next_posts = 1
     response = await client.post("/webhooks/acme/slack/events", **slack_request(slack_event("EvSTALL001", "Hello?")))
@@ -64,6 +65,9 @@ async def test_slack_timeout_after_slack_accepted_never_posts_twice(env):
     await settle(5.0)  # past the stall and several retry windows
     posts = [c for c in slack.calls_to("chat.postMessage")]
     assert len(posts) == 1, json.dumps([c.params for c in posts])[:500]  # posted once, never again
+    lookups = slack.calls_to("conversations.replies") + slack.calls_to("conversations.history")
+    assert len(lookups) == 1  # the retry asked Slack what landed instead of posting blindly
     async with services.sessions() as session:
         final = await session.get(Message, reply.id)
-    assert final.status == "failed" and "outcome unknown" in final.error
+    assert final.status == "sent" and final.attempts == 2
+    assert final.provider_ids == [posts[0].params["_ts"]]

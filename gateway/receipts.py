@@ -1,0 +1,107 @@
+"""Delivery receipts (Twilio status callbacks): recorded on the reply part they name, then on the reply.
+
+A receipt can arrive before the outbox has recorded the send it names (Twilio answers the send,
+then calls back at once, while the outbox is still writing). Such a receipt is parked in
+`early_receipts` and adopted when the outbox records the part. Each side commits its own row
+first and then looks for the other's, so whichever commits second always finds the first.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import structlog
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.models import utcnow
+from storage.models import Delivery, EarlyReceipt, Message
+
+log = structlog.get_logger("gateway.receipts")
+
+# Receipts can arrive out of order (a late "sent" after "delivered"): a status only ever moves up.
+STATUS_RANK = {"pending": 0, "sending": 0, "sent": 1, "delivered": 2, "read": 3, "failed": 3}
+EARLY_RECEIPT_TTL = timedelta(days=2)
+"""A parked receipt nobody adopts (its send was never recorded) is dropped by the retention job after this."""
+
+
+def overall(statuses: list[str]) -> str:
+    """A split reply's status: failed if any part failed, else its least advanced part."""
+    if "failed" in statuses:
+        return "failed"
+    return min(statuses, key=lambda s: STATUS_RANK.get(s, 0))
+
+
+async def record_receipt(sessions: async_sessionmaker[AsyncSession], *, bot: str, channel: str, provider_id: str,
+                         status: str, error_code: str | None) -> None:
+    """Apply a receipt to the part it names, or park it until the outbox records that part."""
+    if await _apply(sessions, bot=bot, channel=channel, provider_id=provider_id, status=status, error_code=error_code):
+        return
+    await _park(sessions, channel=channel, provider_id=provider_id, status=status, error_code=error_code)
+    log.info("outbound.status_early", bot=bot, provider_message_id=provider_id, status=status)
+    await adopt_early_receipts(sessions, bot=bot, channel=channel, provider_ids=[provider_id])
+
+
+async def adopt_early_receipts(sessions: async_sessionmaker[AsyncSession], *, bot: str, channel: str,
+                               provider_ids: list[str]) -> None:
+    """Apply and drop the parked receipts of parts that are now recorded (called once both are committed)."""
+    async with sessions() as session:
+        parked = (await session.execute(select(EarlyReceipt).where(
+            EarlyReceipt.channel == channel, EarlyReceipt.provider_id.in_(provider_ids)))).scalars().all()
+    for receipt in parked:
+        if await _apply(sessions, bot=bot, channel=channel, provider_id=receipt.provider_id, status=receipt.status,
+                        error_code=receipt.error_code):
+            async with sessions() as session, session.begin():
+                await session.execute(delete(EarlyReceipt).where(EarlyReceipt.id == receipt.id))
+
+
+async def purge_early_receipts(session: AsyncSession) -> int:
+    """Drop parked receipts older than `EARLY_RECEIPT_TTL`; returns how many."""
+    result = await session.execute(delete(EarlyReceipt).where(EarlyReceipt.received_at < utcnow() - EARLY_RECEIPT_TTL))
+    return result.rowcount or 0
+
+
+async def _apply(sessions: async_sessionmaker[AsyncSession], *, bot: str, channel: str, provider_id: str, status: str,
+                 error_code: str | None) -> bool:
+    """Record the receipt on its part and the reply; False when no part carries `provider_id` yet."""
+    async with sessions() as session, session.begin():
+        delivery = (await session.execute(select(Delivery).where(
+            Delivery.channel == channel, Delivery.provider_id == provider_id)
+            .with_for_update())).scalar_one_or_none()  # two receipts for one part must not interleave
+        if delivery is None:
+            return False
+        if STATUS_RANK.get(status, 0) <= STATUS_RANK.get(delivery.status, 0):
+            log.info("outbound.status_stale", bot=bot, message_id=delivery.message_id, status=status,
+                     current=delivery.status)
+            return True
+        delivery.status = status
+        delivery.error_code = error_code
+        await session.flush()
+        parts = (await session.execute(select(Delivery.status).where(
+            Delivery.message_id == delivery.message_id))).scalars().all()
+        values = {"status": overall(list(parts)), "updated_at": utcnow()}
+        if error_code:
+            values["error"] = f"provider error {error_code}"
+        await session.execute(update(Message).where(Message.id == delivery.message_id).values(**values))
+    log.info("outbound.status", bot=bot, message_id=delivery.message_id, status=status, error_code=error_code)
+    return True
+
+
+async def _park(sessions: async_sessionmaker[AsyncSession], *, channel: str, provider_id: str, status: str,
+                error_code: str | None) -> None:
+    """Store (or advance) the parked receipt for `provider_id`."""
+    for _ in range(2):  # a concurrent first receipt for the same part wins the insert; then advance it
+        try:
+            async with sessions() as session, session.begin():
+                parked = (await session.execute(select(EarlyReceipt).where(
+                    EarlyReceipt.channel == channel, EarlyReceipt.provider_id == provider_id)
+                    .with_for_update())).scalar_one_or_none()
+                if parked is None:
+                    session.add(EarlyReceipt(channel=channel, provider_id=provider_id, status=status,
+                                             error_code=error_code))
+                elif STATUS_RANK.get(status, 0) > STATUS_RANK.get(parked.status, 0):
+                    parked.status, parked.error_code = status, error_code
+            return
+        except IntegrityError:
+            continue

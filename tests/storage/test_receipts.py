@@ -1,0 +1,71 @@
+"""Delivery receipts on both databases: applied to their part, parked when they race ahead of the
+outbox's record, adopted afterwards, and never moved backwards."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from sqlalchemy import select, update
+
+from gateway.inbox import Inbox
+from gateway.models import ConversationRef, InboundMessage, Sender, utcnow
+from gateway.receipts import EARLY_RECEIPT_TTL, adopt_early_receipts, purge_early_receipts, record_receipt
+from storage.engine import create_engine, session_factory
+from storage.models import Delivery, EarlyReceipt, Message
+
+
+async def _reply_with_parts(sessions, provider_ids: list[str]) -> int:
+    """A stored conversation with one sent reply of `provider_ids` parts; returns the reply's id."""
+    inbound = await Inbox(sessions).accept("acme", InboundMessage(
+        channel="whatsapp", external_id="SM-in", conversation=ConversationRef(channel="whatsapp", chat="whatsapp:+1"),
+        sender=Sender(external_id="+1"), text="hi"))
+    async with sessions() as session, session.begin():
+        reply = Message(conversation_id=inbound.conversation_id, bot="acme", channel="whatsapp", direction="out",
+                        author="bot", text="hello", status="sent")
+        session.add(reply)
+        await session.flush()
+        session.add_all(Delivery(message_id=reply.id, channel="whatsapp", provider_id=p) for p in provider_ids)
+        return reply.id
+
+
+async def _parked(sessions) -> list[tuple[str, str]]:
+    async with sessions() as session:
+        return [(r.provider_id, r.status) for r in (await session.execute(select(EarlyReceipt))).scalars()]
+
+
+async def _status(sessions, message_id: int) -> str:
+    async with sessions() as session:
+        return (await session.get(Message, message_id)).status
+
+
+async def test_receipt_before_the_send_is_parked_then_adopted(migrated_url):
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    # Two receipts race ahead of the record, concurrently and out of order: one parked row, the higher status.
+    await asyncio.gather(
+        record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-2", status="delivered", error_code=None),
+        record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-2", status="sent", error_code=None),
+    )
+    assert await _parked(sessions) == [("SM-2", "delivered")]
+    reply_id = await _reply_with_parts(sessions, ["SM-1", "SM-2"])
+    await adopt_early_receipts(sessions, bot="acme", channel="whatsapp", provider_ids=["SM-1", "SM-2"])
+    assert await _parked(sessions) == []
+    assert await _status(sessions, reply_id) == "sent"  # SM-1 has no receipt yet: the reply is as far as its least part
+    await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-1", status="read", error_code=None)
+    assert await _status(sessions, reply_id) == "delivered"
+    await engine.dispose()
+
+
+async def test_unadopted_receipts_are_purged_after_their_ttl(migrated_url):
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    for sid in ("SM-old", "SM-new"):
+        await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id=sid, status="failed", error_code="30008")
+    async with sessions() as session, session.begin():
+        await session.execute(update(EarlyReceipt).where(EarlyReceipt.provider_id == "SM-old")
+                              .values(received_at=utcnow() - EARLY_RECEIPT_TTL - timedelta(minutes=1)))
+    async with sessions() as session, session.begin():
+        assert await purge_early_receipts(session) == 1
+    assert await _parked(sessions) == [("SM-new", "failed")]
+    await engine.dispose()
