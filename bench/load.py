@@ -1,8 +1,8 @@
 """Load benchmark: N signed Telegram webhooks at a concurrency against real server processes on PostgreSQL.
 
 Prints acknowledgement latency p50/p99 and end-to-end replies/s (webhook in → sendMessage observed at a
-fake Telegram API) for 1 and 2 replicas, and, side by side, a bare FastAPI endpoint that only
-acknowledges, with the ratio. The LLM is the offline responder (in process, no network: zero model
+fake Telegram API) for 1 and 2 replicas, for one `serve --role web` receiver in front of one worker
+process, and, side by side, a bare FastAPI endpoint that only acknowledges, with the ratio. The LLM is the offline responder (in process, no network: zero model
 latency), the knowledge base is empty, so this measures the gateway's own overhead.
 
     HF_HUB_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/python -m bench.load --n 300 --concurrency 20
@@ -65,7 +65,8 @@ async def _fire(urls: list[str], n: int, concurrency: int, chat_base: int) -> tu
     return latencies, started
 
 
-async def _gateway_run(replicas_n: int, n: int, concurrency: int, tmp: Path) -> dict:
+async def _gateway_run(replicas_n: int, n: int, concurrency: int, tmp: Path, *, web_n: int = 0) -> dict:
+    """`replicas_n` full processes plus `web_n` receive-only ones; webhooks go to the receivers if any."""
     name = f"gw_bench_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(ADMIN_DSN)
     await admin.execute(f'CREATE DATABASE "{name}"')
@@ -74,17 +75,19 @@ async def _gateway_run(replicas_n: int, n: int, concurrency: int, tmp: Path) -> 
     try:
         async with FakeTelegramAPI(TOKEN) as fake:
             configs = [replica_config(tmp, database_url=url, telegram_api=fake.base_url, index=i, lease_seconds=10)
-                       for i in range(replicas_n)]
+                       for i in range(replicas_n + web_n)]
             await asyncio.to_thread(db_upgrade, configs[0])
-            replicas = [Replica(c) for c in configs]
+            replicas = [Replica(c, role="all" if i < replicas_n else "web") for i, c in enumerate(configs)]
             for replica in replicas:
                 replica.start()
             await asyncio.gather(*(r.wait_ready() for r in replicas))
-            latencies, started = await _fire([r.url for r in replicas], n, concurrency, chat_base=1_000_000)
+            receivers = replicas[replicas_n:] or replicas
+            latencies, started = await _fire([r.url for r in receivers], n, concurrency, chat_base=1_000_000)
             while len(fake.sent) < n and time.monotonic() - started < 300:
                 await asyncio.sleep(0.05)
             elapsed = time.monotonic() - started
-            return {"setup": f"gateway x{replicas_n} (PostgreSQL)", "p50": _pct(latencies, 0.5),
+            setup = f"gateway x{replicas_n}" + (f" + web x{web_n}" if web_n else "") + " (PostgreSQL)"
+            return {"setup": setup, "p50": _pct(latencies, 0.5),
                     "p99": _pct(latencies, 0.99), "replies_s": len(fake.sent) / elapsed, "replies": len(fake.sent)}
     finally:
         for replica in replicas:
@@ -116,12 +119,14 @@ async def _bare_run(n: int, concurrency: int, tmp: Path) -> dict:
 
 
 async def main(n: int, concurrency: int) -> None:
-    """Run the three setups and print the table."""
+    """Run the four setups and print the table."""
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         bare = await _bare_run(n, concurrency, tmp)
-        rows = [await _gateway_run(k, n, concurrency, tmp / f"r{k}") for k in (1, 2)
-                if (tmp / f"r{k}").mkdir() is None]
+        rows = []
+        for full, web in ((1, 0), (2, 0), (1, 1)):
+            (tmp / f"r{full}{web}").mkdir()
+            rows.append(await _gateway_run(full, n, concurrency, tmp / f"r{full}{web}", web_n=web))
     print(f"\nN={n} webhooks, concurrency={concurrency}, offline LLM, fake Telegram API\n")
     print("| setup | ack p50 ms | ack p99 ms | p50 vs bare | end-to-end replies/s |")
     print("|---|---:|---:|---:|---:|")

@@ -25,11 +25,12 @@ log = structlog.get_logger("gateway.app")
 
 
 def create_app(settings: Settings, *, services: Services | None = None, start_worker: bool = True,
-               start_scheduler: bool = True, start_channels: bool = True) -> FastAPI:
-    """Build the ASGI app. Services start in the lifespan and stop with it."""
+               start_scheduler: bool = True, start_channels: bool = True, role: str = "all") -> FastAPI:
+    """Build the ASGI app. Services start in the lifespan and stop with it. `role="web"`: receive only."""
     configure_logging(level=settings.log_level, fmt=settings.log_format,
                       secrets=[value for _, value in _secret_values(settings.model_dump())])
     svc = services or build_services(settings)
+    svc.role = role
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     serve = with_config(sub.add_parser("serve", help="run the HTTP server, worker, scheduler and channels"))
     serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    serve.add_argument("--role", choices=["all", "web"], default="all",
+                       help="all: everything (default); web: only receive webhooks, web chat and operators, "
+                            "while one `all` process runs the worker, scheduler and index")
 
     ingest = with_config(sub.add_parser("ingest", help="ingest the knowledge sources now"))
     ingest.add_argument("--bot")
@@ -103,8 +106,8 @@ def _serve(args) -> int:
 
     settings = _settings(args)
     # Open SSE streams (console, widget) must not hold a shutdown for long.
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False,
-                timeout_graceful_shutdown=5)
+    uvicorn.run(create_app(settings, role=args.role), host=args.host, port=args.port, log_config=None,
+                access_log=False, timeout_graceful_shutdown=5)
     return 0
 
 

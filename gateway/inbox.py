@@ -9,6 +9,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.models import InboundMessage
+from gateway.wakeup import announce
 from storage import repositories as repo
 
 log = structlog.get_logger("gateway.inbox")
@@ -43,6 +44,8 @@ class Inbox:
         message = without_nul(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
         async with self._sessions() as session, session.begin():
             stored = await repo.store_inbound(session, bot=bot, message=message)
+            if not stored.duplicate:
+                await announce(session)  # wakes workers in other processes when this commits
         log.info("inbound.duplicate" if stored.duplicate else "inbound.stored", bot=bot, channel=message.channel,
                  external_id=message.external_id, message_id=stored.message_id,
                  conversation_id=stored.conversation_id)

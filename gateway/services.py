@@ -35,6 +35,7 @@ from gateway.ratelimit import RateLimiter
 from gateway.retention import run_retention
 from gateway.scheduler import IngestScheduler
 from gateway.settings import Settings
+from gateway.wakeup import InboxListener
 from gateway.worker import Worker
 from storage.engine import create_engine, session_factory
 
@@ -89,12 +90,18 @@ class Services:
     reminders: HandoffReminders | None = None
     reply_timeout: float = 60.0
     admin_token_path: Path | None = None
+    role: str = "all"  # "web": receive only (webhooks, web chat, operators); the worker runs elsewhere
+    inbox_listener: InboxListener | None = None
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     _started: list[Any] = field(default_factory=list)
 
     async def start(self, *, worker: bool = True, scheduler: bool = True, channels: bool = True) -> None:
-        """Open the index, start the worker, the scheduler and the channels' long-lived connections."""
+        """Open the index, start the worker, the scheduler and the channels' long-lived connections.
+        With `role == "web"` only the receiving side runs: webhooks, web chat, operators (README)."""
         await self._check_migrated()
+        if self.role == "web":
+            log.info("gateway.role", role="web", note="no worker, scheduler, index or channel connections here")
+            return
         await self.knowledge.open()
         if self.admin_token_path is not None:
             # The CLI on this machine reads it to ingest through the running server (Qdrant local mode
@@ -105,6 +112,9 @@ class Services:
         await self.outbox.recover()
         if worker:
             await self.worker.start()
+            if InboxListener.applies_to(self.settings.database_url):
+                self.inbox_listener = InboxListener(self.settings.database_url, self.worker.notify)
+                self.inbox_listener.start()
             if self.reminders is not None:
                 self.reminders.start()
         if scheduler and self.scheduler is not None:
@@ -151,12 +161,14 @@ class Services:
             await self.leader.stop()
         if self.reminders is not None:
             await self.reminders.stop()
+        if self.inbox_listener is not None:
+            await self.inbox_listener.stop()
         await self.worker.stop()
         await self.escalations.drain()
         await self.knowledge.close()
         await self.engine.dispose()
-        if self.admin_token_path is not None and self.admin_token_path.exists():
-            self.admin_token_path.unlink(missing_ok=True)
+        if self.role != "web" and self.admin_token_path is not None and self.admin_token_path.exists():
+            self.admin_token_path.unlink(missing_ok=True)  # a web process never wrote it: it is the worker's
 
 
 def build_services(settings: Settings, *, poll_interval: float | None = None,

@@ -198,16 +198,7 @@ def _sparse(vector: qm.SparseVector) -> qe.SparseVector:
 
 
 def _point(p: IndexPoint) -> qe.Point:
-    payload = {
-        "chunk_id": p.chunk_id,
-        "source": p.source,
-        "document": p.document,
-        "title": p.title,
-        "heading_path": list(p.heading_path),
-        "url": p.url,
-        "text": p.text,
-    }
-    return qe.Point(p.chunk_id, {DENSE: list(p.dense), SPARSE: _sparse(p.sparse)}, payload)
+    return qe.Point(p.chunk_id, {DENSE: list(p.dense), SPARSE: _sparse(p.sparse)}, p.payload())
 
 
 def _scored(p: Any) -> qm.ScoredPoint:

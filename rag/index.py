@@ -46,6 +46,18 @@ class IndexPoint:
     dense: list[float]
     sparse: qm.SparseVector
 
+    def payload(self) -> dict[str, object]:
+        """What the index stores beside the vectors (`PAYLOAD_FIELDS`)."""
+        return {
+            "chunk_id": self.chunk_id,
+            "source": self.source,
+            "document": self.document,
+            "title": self.title,
+            "heading_path": list(self.heading_path),
+            "url": self.url,
+            "text": self.text,
+        }
+
 
 @dataclass(frozen=True)
 class ArmResults:
@@ -182,19 +194,7 @@ class QdrantIndex:
         self._term_stats.pop(bot, None)
         for start in range(0, len(points), batch):
             structs = [
-                qm.PointStruct(
-                    id=p.chunk_id,
-                    vector={DENSE: p.dense, SPARSE: p.sparse},
-                    payload={
-                        "chunk_id": p.chunk_id,
-                        "source": p.source,
-                        "document": p.document,
-                        "title": p.title,
-                        "heading_path": list(p.heading_path),
-                        "url": p.url,
-                        "text": p.text,
-                    },
-                )
+                qm.PointStruct(id=p.chunk_id, vector={DENSE: p.dense, SPARSE: p.sparse}, payload=p.payload())
                 for p in points[start : start + batch]
             ]
             await self._call(self.client.upsert(name, points=structs, wait=True))

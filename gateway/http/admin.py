@@ -21,6 +21,9 @@ async def ingest(request: Request, bot: str | None = None, source: str | None = 
                  authorization: str = Header(default="")) -> JSONResponse:
     """Run an ingest now and return its counts."""
     svc = services(request)
+    if svc.role == "web":
+        return error(503, "this process only receives (serve --role web); ingest through the process that "
+                          "runs the worker and holds the index")
     supplied = authorization.removeprefix("Bearer ").strip()
     if not supplied or not secrets.compare_digest(supplied.encode(), svc.admin_token.encode()):
         return error(401, "admin token required")

@@ -35,15 +35,16 @@ async def readyz(request: Request) -> JSONResponse:
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"error: {type(exc).__name__}"
-    try:
-        async with asyncio.timeout(5):
-            await svc.knowledge.ping()
-        checks["qdrant"] = "ok"
-    except Exception as exc:
-        checks["qdrant"] = f"error: {type(exc).__name__}: {exc}"[:200]
+    if svc.role != "web":  # a receiving-only process has no index
+        try:
+            async with asyncio.timeout(5):
+                await svc.knowledge.ping()
+            checks["qdrant"] = "ok"
+        except Exception as exc:
+            checks["qdrant"] = f"error: {type(exc).__name__}: {exc}"[:200]
     ready = all(v == "ok" for v in checks.values())
-    body = {"status": "ready" if ready else "not ready", "checks": checks,
-            "schedule": svc.scheduler.next_runs() if svc.scheduler else {}}
+    body = {"status": "ready" if ready else "not ready", "role": svc.role, "checks": checks,
+            "schedule": svc.scheduler.next_runs() if svc.scheduler and svc.role != "web" else {}}
     return JSONResponse(body, status_code=200 if ready else 503)
 
 

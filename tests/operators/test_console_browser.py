@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from tests.web.conftest import CHROMIUM_ARGS, HELP_CENTER, _prepare, browser, chromium_path, serving  # noqa: F401
+from tests.web.conftest import CHROMIUM_ARGS, HELP_CENTER, _prepare, browser, chromium_path, serving, write_config  # noqa: F401
 
 pytestmark = pytest.mark.browser
 TOKEN = "console-operator-token-42"
@@ -29,26 +29,7 @@ def live_url(tmp_path_factory):
     docs.mkdir()
     shutil.copy(HELP_CENTER / "account.md", docs / "account.md")
     os.environ["CONSOLE_OPERATOR_TOKEN"] = TOKEN
-    config = root / "config.yaml"
-    config.write_text(f"""
-database_url: "sqlite+aiosqlite:///{root / 'gateway.db'}"
-qdrant:
-  path: "{root / 'qdrant'}"
-operators:
-  - name: sam
-    token: "${{CONSOLE_OPERATOR_TOKEN}}"
-    bots: [acme]
-bots:
-  - name: acme
-    model: offline
-    sources:
-      - name: help-center
-        type: directory
-        path: "{docs}"
-        schedule: "0 3 * * *"
-    channels:
-      web: {{}}
-""", encoding="utf-8")
+    config = write_config(root, docs=docs, operator_token_env="CONSOLE_OPERATOR_TOKEN")
     _prepare(config)
     app = create_app(load_settings(config), start_scheduler=False)
     with serving(app) as url:

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from tests.web.conftest import _prepare, browser, chromium_path, serving  # noqa: F401 - fixtures
+from tests.web.conftest import _prepare, browser, chromium_path, serving, write_config  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.browser
 
@@ -40,26 +40,7 @@ def hostile_server(tmp_path_factory):
     docs.mkdir()
     (docs / "sync.md").write_text(HOSTILE_DOC, encoding="utf-8")
     os.environ["REL_CONSOLE_OPERATOR_TOKEN"] = OPERATOR_TOKEN
-    config = root / "config.yaml"
-    config.write_text(f"""
-database_url: "sqlite+aiosqlite:///{root / 'gateway.db'}"
-qdrant:
-  path: "{root / 'qdrant'}"
-operators:
-  - name: sam
-    token: "${{REL_CONSOLE_OPERATOR_TOKEN}}"
-    bots: [acme]
-bots:
-  - name: acme
-    model: offline
-    sources:
-      - name: help-center
-        type: directory
-        path: "{docs}"
-        schedule: "0 3 * * *"
-    channels:
-      web: {{}}
-""", encoding="utf-8")
+    config = write_config(root, docs=docs, operator_token_env="REL_CONSOLE_OPERATOR_TOKEN")
     _prepare(config)
     app = create_app(load_settings(config), start_scheduler=False)
     with serving(app) as url:

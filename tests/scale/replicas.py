@@ -74,6 +74,7 @@ class Replica:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    role: str = "all"
 
     @property
     def url(self) -> str:
@@ -85,7 +86,8 @@ class Replica:
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "gateway", "serve", "--config", str(self.config), "--host", "127.0.0.1",
-                 "--port", str(self.port)], cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+                 "--port", str(self.port), "--role", self.role], cwd=ROOT, env=_env(), stdout=out,
+                stderr=subprocess.STDOUT)
 
     async def wait_ready(self, timeout: float = 180.0) -> None:
         """Poll /healthz until it answers (importing LiteLLM alone takes 5-25 s on a busy machine)."""

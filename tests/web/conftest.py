@@ -65,15 +65,22 @@ class LiveServer:
     bot: str
 
 
-def write_config(root: Path, *, bot: str = "acme", docs: Path = HELP_CENTER) -> Path:
-    """A config.yaml with every store inside `root` and one bot answering from `docs` with the offline model."""
+def write_config(root: Path, *, bot: str = "acme", docs: Path = HELP_CENTER,
+                 operator_token_env: str | None = None) -> Path:
+    """A config.yaml with every store inside `root` and one bot answering from `docs` with the offline model;
+    with `operator_token_env`, operator `sam` for that bot, whose token is read from that variable."""
+    operators = (f"""operators:
+  - name: sam
+    token: "${{{operator_token_env}}}"
+    bots: [{bot}]
+""" if operator_token_env else "")
     config = root / "config.yaml"
     config.write_text(
         f"""
 database_url: "sqlite+aiosqlite:///{root / 'gateway.db'}"
 qdrant:
   path: "{root / 'qdrant'}"
-bots:
+{operators}bots:
   - name: {bot}
     model: offline
     sources:

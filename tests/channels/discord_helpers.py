@@ -1,0 +1,75 @@
+"""Shared by the Discord adapter tests: the fake Discord fixture, signed interactions, settings and payload builders."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nacl.signing import SigningKey
+
+from channels.base import RawRequest
+from gateway.settings import DiscordChannel
+from tests.fakes.discord_api import APPLICATION_ID, FakeDiscord
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "payloads" / "discord"
+CHANNEL = "900000000000000001"
+GUILD = "900000000000000002"
+SIGNING_KEY = SigningKey.generate()
+
+
+def signed(body: bytes, *, timestamp: int | None = None, key: SigningKey = SIGNING_KEY) -> RawRequest:
+    """A request signed exactly as Discord signs interactions: Ed25519 over timestamp + body."""
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    signature = key.sign(ts.encode() + body).signature.hex()
+    headers = {"x-signature-ed25519": signature, "x-signature-timestamp": ts, "content-type": "application/json"}
+    return RawRequest(url="http://gw/webhooks/b/discord/interactions", headers=headers, query={}, body=body)
+
+
+def settings_for(fake: FakeDiscord | None = None, **extra: Any) -> DiscordChannel:
+    return DiscordChannel(
+        token="fake-bot-token",
+        public_key=SIGNING_KEY.verify_key.encode().hex(),
+        api_base=fake.api_base if fake else None,
+        gateway_url=fake.gateway_url if fake else None,
+        **extra,
+    )
+
+
+def guild_message(content: str, *, message_id: str = "900000000000000010", **extra: Any) -> dict[str, Any]:
+    return {
+        "id": message_id,
+        "type": 0,
+        "channel_id": CHANNEL,
+        "guild_id": GUILD,
+        "content": content,
+        "author": {"id": "900000000000000003", "username": "alice", "discriminator": "0", "avatar": None},
+        "attachments": [],
+        "embeds": [],
+        "mentions": [],
+        "mention_roles": [],
+        "pinned": False,
+        "mention_everyone": False,
+        "tts": False,
+        "timestamp": "2026-11-29T10:00:00+00:00",
+        "edited_timestamp": None,
+        "flags": 0,
+        **extra,
+    }
+
+
+def ask_interaction(question: str) -> dict[str, Any]:
+    body = json.loads((FIXTURES / "discord_api_docs/interaction_application_command_slash_chat_input.json").read_text())
+    option = {"type": 3, "name": "question", "value": question}
+    body["data"] = {"type": 1, "name": "ask", "id": "1", "options": [option]}
+    body["application_id"] = APPLICATION_ID
+    return body
+
+
+@pytest.fixture(name="fake")
+async def fake_fixture():
+    server = await FakeDiscord().start()
+    yield server
+    await server.close()

@@ -1,0 +1,206 @@
+"""Discord adapter: gateway messages and fixture payloads parsed, interactions verified and parsed."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from nacl.signing import SigningKey
+
+from channels.base import RawRequest
+from channels.discord import DiscordAdapter, classify_gateway_message, parse_gateway_event, parse_gateway_message
+from gateway.errors import BadRequest, SignatureInvalid
+from gateway.models import ConversationRef
+from gateway.settings import DiscordChannel
+from tests.channels.discord_helpers import (
+    CHANNEL,
+    FIXTURES,
+    GUILD,
+    ask_interaction,
+    guild_message,
+    settings_for,
+    signed,
+)
+from tests.fakes.discord_api import BOT_USER_ID
+
+REACTON = "344487830824943618"  # the bot that fixture MessageCreate.Type19 replies to
+
+# Every fixture, and what it must become. ("message", text) or ("ignored", reason fragment).
+EXPECTED: dict[str, tuple[str, str]] = {
+    "discord4j_discord_json/Hello.json": ("ignored", "control frame op 10"),
+    "discord4j_discord_json/InteractionCreate.SubCommandGroup.json": ("ignored", "interactions endpoint"),
+    "discord4j_discord_json/InteractionCreate.json": ("ignored", "interactions endpoint"),
+    "discord4j_discord_json/MessageCreate.Type0.json": ("ignored", "neither mentions nor replies"),
+    "discord4j_discord_json/MessageCreate.Type19.json": ("message", "cool."),
+    "discord4j_discord_json/MessageCreate.Type6.json": ("ignored", "neither mentions nor replies"),
+    "discord4j_discord_json/MessageDelete.json": ("ignored", "deletion"),
+    "discord4j_discord_json/MessageReactionAdd.json": ("ignored", "reaction"),
+    "discord4j_discord_json/MessageUpdate.Embeds.json": ("ignored", "message edit"),
+    "discord4j_discord_json/MessageUpdate.NoEmbeds.json": ("ignored", "message edit"),
+    "discord4j_discord_json/rest_Message.Reply.json": ("message", "cool."),
+    "discord_api_docs/gateway_event_payload_envelope.json": ("ignored", "GATEWAY_EVENT_NAME is not a message"),
+    "discord_api_docs/gateway_hello.json": ("ignored", "control frame op 10"),
+    "discord_api_docs/gateway_invalid_session.json": ("ignored", "control frame op 9"),
+    "discord_api_docs/gateway_reconnect.json": ("ignored", "control frame op 7"),
+    "discord_api_docs/interaction_application_command_message_context_menu.json": ("ignored", "not /ask"),
+    "discord_api_docs/interaction_application_command_slash_chat_input.json": ("ignored", "cardsearch"),
+    "discord_api_docs/interaction_application_command_user_context_menu.json": ("ignored", "not /ask"),
+    "discord_api_docs/interaction_autocomplete_partial.json": ("ignored", "autocomplete"),
+    "discord_api_docs/message_object_example.json": ("message", "Supa Hot"),
+    "discord_api_docs/message_object_example_crossposted.json": ("ignored", "crossposted"),
+    "discord_interactions_js/interaction_application_command_minimal.json": ("ignored", "(test) is not /ask"),
+    "discord_interactions_js/interaction_autocomplete_minimal.json": ("ignored", "autocomplete"),
+    "discord_interactions_js/interaction_message_component_button_minimal.json": ("ignored", "type 3 (test)"),
+    "discord_interactions_js/interaction_ping.json": ("ignored", "PING"),
+}
+FIXTURE_FILES = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.json"))
+
+
+# ---- fixtures from the shared corpus -----------------------------------------------------------------
+
+
+def test_fixtures_all_have_an_expectation():
+    assert FIXTURE_FILES and set(FIXTURE_FILES) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", FIXTURE_FILES)
+def test_parse_fixture_is_normalized_or_ignored_with_reason(name: str):
+    payload = json.loads((FIXTURES / name).read_text())
+    adapter = DiscordAdapter("support", settings_for())
+    if "op" in payload:  # a gateway frame
+        result = parse_gateway_event(payload, bot_user_id=REACTON)
+    elif "author" in payload:  # a bare message object (REST shape)
+        result = parse_gateway_event({"op": 0, "t": "MESSAGE_CREATE", "d": payload}, bot_user_id=REACTON)
+    else:  # an HTTP interaction, signed for real
+        request = signed(json.dumps(payload).encode())
+        adapter.verify(request)
+        result = adapter.parse(request)
+        assert result.response is not None and json.loads(result.response.body)["type"] in (1, 4, 5, 8)
+    kind, detail = EXPECTED[name]
+    if kind == "message":
+        assert len(result.messages) == 1 and not result.ignored
+        message = result.messages[0]
+        assert message.text == detail and message.channel == "discord"
+        assert message.external_id == str((payload.get("d") or payload)["id"])
+        assert message.conversation.chat == str((payload.get("d") or payload)["channel_id"])
+    else:
+        assert not result.messages
+        assert len(result.ignored) == 1 and detail in result.ignored[0]
+
+
+def test_parse_fixture_reply_to_bot_keeps_reference_and_guild():
+    payload = json.loads((FIXTURES / "discord4j_discord_json/MessageCreate.Type19.json").read_text())["d"]
+    message = parse_gateway_message(payload, bot_user_id=REACTON)
+    assert message is not None
+    assert message.reply_to == "775214933398782002"
+    assert message.conversation.workspace == "185949590652977152"
+    assert message.sender.external_id == "134127815531560960" and not message.sender.is_bot
+    assert message.sent_at.year == 2020
+
+
+# ---- group behaviour, bots, media ------------------------------------------------------------------------
+
+
+def test_parse_gateway_message_mention_answered_and_stripped():
+    payload = guild_message(f"<@{BOT_USER_ID}> how do I reset?", mentions=[{"id": BOT_USER_ID}])
+    message = parse_gateway_message(payload, bot_user_id=BOT_USER_ID)
+    assert message is not None and message.text == "how do I reset?"
+    assert message.conversation == ConversationRef(channel="discord", workspace=GUILD, chat=CHANNEL)
+
+
+def test_parse_gateway_message_guild_always_answers_when_configured():
+    payload = guild_message("no mention here")
+    assert parse_gateway_message(payload, bot_user_id=BOT_USER_ID) is None
+    message = parse_gateway_message(payload, bot_user_id=BOT_USER_ID, respond_in_groups="always")
+    assert message is not None and message.text == "no mention here"
+
+
+def test_parse_gateway_message_dm_answered_without_mention():
+    payload = guild_message("hello")
+    del payload["guild_id"]
+    message = parse_gateway_message(payload, bot_user_id=BOT_USER_ID)
+    assert message is not None and message.conversation.workspace == ""
+
+
+def test_parse_gateway_message_own_and_other_bots_ignored_with_reason():
+    own = guild_message("hi", author={"id": BOT_USER_ID, "username": "me", "bot": True})
+    other = guild_message(f"<@{BOT_USER_ID}>", author={"id": "5", "username": "other", "bot": True})
+    assert classify_gateway_message(own, bot_user_id=BOT_USER_ID) == "own message"
+    assert "another bot" in classify_gateway_message(other, bot_user_id=BOT_USER_ID)
+
+
+def test_parse_gateway_message_media_without_text_yields_attachment():
+    attachment = {"id": "77", "filename": "a.png", "content_type": "image/png", "url": "https://cdn.example/a.png"}
+    payload = guild_message(f"<@{BOT_USER_ID}>", mentions=[{"id": BOT_USER_ID}], attachments=[attachment])
+    message = parse_gateway_message(payload, bot_user_id=BOT_USER_ID)
+    assert message is not None and message.text == ""
+    assert message.attachments[0].kind == "image"
+    assert message.attachments[0].url == "https://cdn.example/a.png" and message.attachments[0].file_id == "77"
+
+
+def test_parse_gateway_message_caption_used_as_text():
+    attachment = {"id": "78", "filename": "r.pdf", "content_type": "application/pdf"}
+    attachment["url"] = "https://cdn.example/r.pdf"
+    payload = guild_message(f"<@{BOT_USER_ID}> what is this?", mentions=[{"id": BOT_USER_ID}], attachments=[attachment])
+    message = parse_gateway_message(payload, bot_user_id=BOT_USER_ID)
+    assert message is not None and message.text == "what is this?"
+    assert message.attachments[0].kind == "document" and message.attachments[0].caption == "what is this?"
+
+
+# ---- interactions endpoint ----------------------------------------------------------------------------
+
+
+def test_verify_bad_signature_raises():
+    adapter = DiscordAdapter("support", settings_for())
+    request = signed(b'{"type":1}', key=SigningKey.generate())
+    with pytest.raises(SignatureInvalid):
+        adapter.verify(request)
+
+
+def test_verify_tampered_body_raises():
+    adapter = DiscordAdapter("support", settings_for())
+    request = signed(b'{"type":1}')
+    with pytest.raises(SignatureInvalid):
+        adapter.verify(RawRequest(request.url, request.headers, {}, b'{"type":2}'))
+
+
+def test_verify_missing_signature_raises():
+    adapter = DiscordAdapter("support", settings_for())
+    with pytest.raises(SignatureInvalid):
+        adapter.verify(RawRequest("http://gw/x", {}, {}, b'{"type":1}'))
+
+
+def test_verify_stale_timestamp_raises():
+    adapter = DiscordAdapter("support", settings_for())
+    with pytest.raises(SignatureInvalid, match="stale"):
+        adapter.verify(signed(b'{"type":1}', timestamp=int(time.time()) - 3600))
+
+
+def test_verify_without_public_key_refuses():
+    adapter = DiscordAdapter("support", DiscordChannel(token="fake-bot-token"))
+    with pytest.raises(SignatureInvalid):
+        adapter.verify(signed(b'{"type":1}'))
+
+
+def test_parse_ping_answers_pong():
+    adapter = DiscordAdapter("support", settings_for())
+    result = adapter.parse(signed(b'{"type":1,"id":"1","token":"t","version":1}'))
+    assert result.response is not None and json.loads(result.response.body) == {"type": 1}
+    assert not result.messages
+
+
+def test_parse_ask_defers_and_keeps_token_out_of_raw():
+    adapter = DiscordAdapter("support", settings_for())
+    result = adapter.parse(signed(json.dumps(ask_interaction("  Where is my order? ")).encode()))
+    assert json.loads(result.response.body) == {"type": 5}
+    (message,) = result.messages
+    assert message.external_id == "786008729715212338" and message.text == "Where is my order?"
+    assert message.conversation.chat == "645027906669510667" and message.sender.display_name == "Mason"
+    assert "token" not in message.raw
+
+
+def test_parse_garbage_body_is_bad_request():
+    adapter = DiscordAdapter("support", settings_for())
+    with pytest.raises(BadRequest):
+        adapter.parse(signed(b"not json"))

@@ -1,0 +1,160 @@
+"""Discord adapter against a local fake Discord REST API: sending, interaction follow-ups, rate limits, edits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from channels.discord import MAX_LENGTH, DiscordAdapter
+from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable
+from gateway.models import Citation, ConversationRef, OutboundMessage
+from tests.channels.discord_helpers import (  # noqa: F401 - `fake` fixture
+    CHANNEL,
+    GUILD,
+    ask_interaction,
+    fake_fixture,
+    settings_for,
+    signed,
+)
+from tests.fakes.discord_api import APPLICATION_ID, INTERACTION_CHANNEL_ID, FakeDiscord
+
+
+@pytest.fixture
+async def adapter(fake: FakeDiscord):
+    instance = DiscordAdapter("support", settings_for(fake))
+    yield instance
+    await instance.stop()
+
+
+def conversation() -> ConversationRef:
+    return ConversationRef(channel="discord", workspace=GUILD, chat=CHANNEL)
+
+
+# ---- interaction follow-ups ---------------------------------------------------------------------------
+
+
+async def test_send_ask_answer_goes_to_interaction_followup(fake: FakeDiscord, adapter: DiscordAdapter):
+    (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
+    ids = await adapter.send(
+        OutboundMessage(conversation=question.conversation, text="9 to 5.", reply_to=question.external_id)
+    )
+    (followup,) = fake.received("POST", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN")
+    assert followup.json["content"] == "9 to 5." and followup.json["allowed_mentions"]["parse"] == []
+    assert ids == [fake.channel_messages(INTERACTION_CHANNEL_ID)[0]["id"]]
+    assert not fake.received("POST", "/channels/645027906669510667/messages")
+
+
+async def test_send_without_reply_to_still_resolves_pending_ask(fake: FakeDiscord, adapter: DiscordAdapter):
+    (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
+    await adapter.send(OutboundMessage(conversation=question.conversation, text="First answer."))
+    await adapter.send(OutboundMessage(conversation=question.conversation, text="Second answer."))
+    (followup,) = fake.received("POST", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN")
+    assert followup.json["content"] == "First answer."
+    (later,) = fake.received("POST", "/channels/645027906669510667/messages")  # answered once: back to the channel
+    assert later.json["content"] == "Second answer."
+
+
+# ---- sending --------------------------------------------------------------------------------------------
+
+
+async def test_send_long_answer_split_at_limit(fake: FakeDiscord, adapter: DiscordAdapter):
+    paragraphs = [f"Paragraph {i}: " + "word " * 60 for i in range(30)]
+    text = "\n\n".join(p.strip() for p in paragraphs)
+    ids = await adapter.send(OutboundMessage(conversation=conversation(), text=text, reply_to="900000000000000010"))
+    sent = fake.channel_messages(CHANNEL)
+    assert len(sent) == len(ids) >= 5
+    assert all(len(m["content"]) <= MAX_LENGTH for m in sent)
+    assert all(m["content"].startswith("Paragraph") for m in sent)  # cut on paragraph boundaries
+    assert "\n\n".join(m["content"] for m in sent) == text
+    assert str(sent[0]["message_reference"]["message_id"]) == "900000000000000010"
+    assert all("message_reference" not in m for m in sent[1:])
+
+
+async def test_send_never_pings_everyone(fake: FakeDiscord, adapter: DiscordAdapter):
+    await adapter.send(OutboundMessage(conversation=conversation(), text="Hey @everyone and @here"))
+    (request,) = fake.received("POST", f"/channels/{CHANNEL}/messages")
+    assert request.json["allowed_mentions"] == {"parse": []}
+    assert request.json["content"] == "Hey @everyone and @here"
+
+
+async def test_send_citations_rendered_as_links(fake: FakeDiscord, adapter: DiscordAdapter):
+    citations = (
+        Citation(source="docs/returns.md", title="Returns policy", url="https://shop.example/returns"),
+        Citation(source="faq.md", title="FAQ"),
+    )
+    await adapter.send(OutboundMessage(conversation=conversation(), text="30 days [1].", citations=citations))
+    (message,) = fake.channel_messages(CHANNEL)
+    assert "[Returns policy](https://shop.example/returns)" in message["content"]
+    assert "2. FAQ" in message["content"]
+    assert message["flags"] & 4  # SUPPRESS_EMBEDS: no link previews under an answer
+
+
+async def test_send_rate_limited_once_delivers_exactly_once(fake: FakeDiscord, adapter: DiscordAdapter):
+    fake.rate_limit_next("POST", f"/channels/{CHANNEL}/messages", retry_after=0.05)
+    ids = await adapter.send(OutboundMessage(conversation=conversation(), text="Hello"))
+    assert len(fake.received("POST", f"/channels/{CHANNEL}/messages")) == 2
+    assert [m["id"] for m in fake.channel_messages(CHANNEL)] == ids and len(ids) == 1
+
+
+async def test_send_long_rate_limit_surfaces_retry_after(fake: FakeDiscord, adapter: DiscordAdapter):
+    fake.rate_limit_next("POST", f"/channels/{CHANNEL}/messages", retry_after=120.0)
+    with pytest.raises(ChannelSendError) as info:
+        await adapter.send(OutboundMessage(conversation=conversation(), text="Hello"))
+    assert info.value.retry_after == 120.0 and not info.value.permanent
+    assert fake.channel_messages(CHANNEL) == []
+
+
+async def test_send_retry_after_partial_failure_does_not_duplicate(fake: FakeDiscord, adapter: DiscordAdapter):
+    text = "\n\n".join(f"Part {i}. " + "x" * 1500 for i in range(3))
+    outbound = OutboundMessage(conversation=conversation(), text=text, reply_to="900000000000000010")
+    busy = {"message": "Service Unavailable", "code": 0}
+    fake.fail_next("POST", f"/channels/{CHANNEL}/messages", status=503, body=busy, after=1)  # chunk 2 fails once
+    with pytest.raises(ChannelSendError) as info:
+        await adapter.send(outbound)
+    assert not info.value.permanent and len(fake.channel_messages(CHANNEL)) == 1
+    ids = await adapter.send(outbound)  # the worker retries the whole reply
+    sent = fake.channel_messages(CHANNEL)
+    assert [m["id"] for m in sent] == ids and len(ids) == 3  # chunk 1 deduplicated by its nonce
+    assert len(fake.received("POST", f"/channels/{CHANNEL}/messages")) == 5
+
+
+async def test_send_forbidden_is_recipient_unreachable(fake: FakeDiscord, adapter: DiscordAdapter):
+    body = {"message": "Cannot send messages to this user", "code": 50007}
+    fake.fail_next("POST", f"/channels/{CHANNEL}/messages", status=403, body=body)
+    with pytest.raises(RecipientUnreachable, match="50007"):
+        await adapter.send(OutboundMessage(conversation=conversation(), text="Hello"))
+
+
+async def test_send_with_rejected_token_is_permanent_failure(fake: FakeDiscord):
+    adapter = DiscordAdapter("support", settings_for(fake).model_copy(update={"token": "wrong-token"}))
+    try:
+        with pytest.raises(ChannelSendError) as info:
+            await adapter.send(OutboundMessage(conversation=conversation(), text="Hello"))
+    finally:
+        await adapter.stop()
+    assert info.value.permanent and fake.channel_messages(CHANNEL) == []
+
+
+async def test_send_typing_posts_typing(fake: FakeDiscord, adapter: DiscordAdapter):
+    await adapter.send_typing(conversation())
+    assert len(fake.received("POST", f"/channels/{CHANNEL}/typing")) == 1
+
+
+async def test_edit_replaces_content(fake: FakeDiscord, adapter: DiscordAdapter):
+    (message_id,) = await adapter.send(OutboundMessage(conversation=conversation(), text="Draft"))
+    await adapter.edit(conversation(), message_id, "Final answer")
+    assert fake.messages[message_id]["content"] == "Final answer"
+    (patch,) = fake.received("PATCH", f"/channels/{CHANNEL}/messages/{message_id}")
+    assert patch.json["allowed_mentions"] == {"parse": []}
+
+
+async def test_edit_over_limit_is_refused(adapter: DiscordAdapter):
+    with pytest.raises(BadRequest):
+        await adapter.edit(conversation(), "1", "x" * (MAX_LENGTH + 1))
+
+
+async def test_send_thread_posts_into_thread(fake: FakeDiscord, adapter: DiscordAdapter):
+    thread = ConversationRef(channel="discord", workspace=GUILD, chat="900000000000000077", thread="900000000000000077")
+    await adapter.send(OutboundMessage(conversation=thread, text="In the thread"))
+    assert len(fake.channel_messages("900000000000000077")) == 1

@@ -1,0 +1,231 @@
+"""Slack adapter: request signature verification and parsing of every fixture payload and event shape."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+from channels.base import ChannelAdapter, RawRequest
+from channels.slack import slack_to_plain
+from gateway.errors import BadRequest, SignatureInvalid
+from gateway.models import ConversationRef, InboundMessage
+from tests.channels.slack_helpers import SECRET, SLACK_FIXTURES, make_adapter
+from tests.fakes.slack_api import sign
+
+
+def signed(body: bytes, *, content_type: str = "application/json", timestamp: int | None = None,
+           extra: dict[str, str] | None = None) -> RawRequest:
+    headers = {"content-type": content_type, **sign(body, secret=SECRET, timestamp=timestamp), **(extra or {})}
+    return RawRequest(url="https://bots.example.com/webhooks/demo/slack/events", headers=headers, query={}, body=body)
+
+
+def fixture_request(path: Path) -> RawRequest:
+    """Build the body exactly as Slack would post it for this fixture."""
+    if path.name.startswith("interactive_"):
+        body = urlencode({"payload": path.read_text()}).encode()
+        return signed(body, content_type="application/x-www-form-urlencoded")
+    if path.name == "slash_command.parsed.json":
+        form = urlencode(json.loads(path.read_text())).encode()
+        return signed(form, content_type="application/x-www-form-urlencoded")
+    if path.suffix == ".txt":
+        return signed(path.read_bytes().strip(), content_type="application/x-www-form-urlencoded")
+    return signed(path.read_bytes())
+
+
+def envelope(event: dict, *, event_id: str = "EvX", bot_user: str = "W111") -> dict:
+    return {
+        "type": "event_callback", "team_id": "T111", "event_id": event_id, "event_time": 1,
+        "authorizations": [{"team_id": "T111", "user_id": bot_user, "is_bot": True}], "event": event,
+    }
+
+
+# Every fixture file is listed: a new one fails here until someone decides what it means.
+EXPECTED = {
+    "url_verification.json": ("response", "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"),
+    "event_callback_app_mention.json": ("message", "Hi there!"),
+    "event_callback_message_in_thread_im_assistant.json": ("message", "When Slack was released?"),
+    "event_callback_assistant_thread_started.json": ("ignored", "event type 'assistant_thread_started'"),
+    "event_callback_bot_message_via_response_url.json": ("ignored", "from a bot"),
+    "event_callback_member_joined_channel.json": ("ignored", "event type 'member_joined_channel'"),
+    "event_callback_message_changed.json": ("ignored", "message_changed"),
+    "event_callback_message_deleted.json": ("ignored", "message_deleted"),
+    "event_callback_message_file_share.json": ("ignored", "the bot's own message"),
+    "event_callback_message_from_bot_user.json": ("ignored", "from a bot"),
+    "event_callback_message_in_thread_channel.json": ("ignored", "without a mention"),
+    "event_callback_message_subtype_bot_message.json": ("ignored", "from a bot"),
+    "event_callback_message_text_with_blocks.json": ("ignored", "the bot's own message"),
+    "event_callback_message_thread_broadcast.json": ("ignored", "without a mention"),
+    "event_callback_message_user.json": ("ignored", "the bot's own message"),
+    "event_callback_reaction_added.json": ("ignored", "event type 'reaction_added'"),
+    "interactive_block_actions.json": ("ignored", "interactive payload 'block_actions'"),
+    "interactive_global_shortcut.json": ("ignored", "interactive payload 'shortcut'"),
+    "interactive_message_action.json": ("ignored", "interactive payload 'message_action'"),
+    "interactive_view_submission.json": ("ignored", "interactive payload 'view_submission'"),
+    "slash_command.form-urlencoded.txt": ("ignored", "slash command '/hello-world'"),
+    "slash_command.parsed.json": ("ignored", "slash command '/hello-world'"),
+}
+FIXTURE_FILES = sorted(p for p in SLACK_FIXTURES.iterdir() if p.is_file())
+
+
+def test_slack_fixture_table_covers_every_file():
+    assert {p.name for p in FIXTURE_FILES} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.name)
+def test_slack_parse_fixture(path: Path):
+    adapter = make_adapter()
+    request = fixture_request(path)
+    adapter.verify(request)
+    result = adapter.parse(request)
+    kind, expected = EXPECTED[path.name]
+    if kind == "response":
+        assert result.response is not None and json.loads(result.response.body) == {"challenge": expected}
+        assert not result.messages
+    elif kind == "message":
+        (message,) = result.messages
+        assert isinstance(message, InboundMessage) and message.text == expected
+        assert message.external_id == json.loads(path.read_text())["event_id"]
+        assert message.sender.external_id == "W222" and not message.sender.is_bot
+        assert not result.ignored
+    else:
+        assert not result.messages and len(result.ignored) == 1
+        assert expected in result.ignored[0]
+
+
+def test_slack_app_mention_replies_in_thread_of_the_mention():
+    path = SLACK_FIXTURES / "event_callback_app_mention.json"
+    (message,) = make_adapter().parse(fixture_request(path)).messages
+    assert message.conversation == ConversationRef("slack", "T111", "C111", "1595926230.009600")
+    assert message.reply_to is None
+    assert message.sent_at.timestamp() == pytest.approx(1595926230.0096)
+
+
+def test_slack_dm_thread_reply_keeps_thread():
+    path = SLACK_FIXTURES / "event_callback_message_in_thread_im_assistant.json"
+    (message,) = make_adapter().parse(fixture_request(path)).messages
+    assert message.conversation.chat == "D111" and message.conversation.thread == "1726133698.626339"
+    assert message.reply_to == "1726133698.626339"
+
+
+def test_slack_top_level_dm_stays_one_conversation():
+    event = {"type": "message", "user": "U9", "text": "hi", "ts": "1.5", "channel": "D1", "channel_type": "im"}
+    (message,) = make_adapter().parse_payload(envelope(event)).messages
+    assert message.conversation.thread == ""
+
+
+def test_slack_mention_in_channel_answered_once():
+    text = "<@W111> what are your hours?"
+    as_message = {"type": "message", "user": "U9", "text": text, "ts": "2.0", "channel": "C1",
+                  "channel_type": "channel"}
+    as_mention = {"type": "app_mention", "user": "U9", "text": text, "ts": "2.0", "channel": "C1"}
+    adapter = make_adapter()
+    first = adapter.parse_payload(envelope(as_message, event_id="Ev1"))
+    second = adapter.parse_payload(envelope(as_mention, event_id="Ev2"))
+    assert not first.messages and "app_mention" in first.ignored[0]
+    (message,) = second.messages
+    assert message.text == "what are your hours?" and message.conversation.thread == "2.0"
+
+
+def test_slack_respond_always_answers_channel_messages_not_mentions():
+    adapter = make_adapter(respond_in_groups="always")
+    plain = {"type": "message", "user": "U9", "text": "hello all", "ts": "3.0", "channel": "C1",
+             "channel_type": "channel"}
+    mention = {"type": "app_mention", "user": "U9", "text": "<@W111> hi", "ts": "3.1", "channel": "C1"}
+    assert adapter.parse_payload(envelope(plain)).messages[0].text == "hello all"
+    assert "respond_in_groups=always" in adapter.parse_payload(envelope(mention)).ignored[0]
+
+
+def test_slack_thread_reply_to_bot_is_answered_without_mention():
+    event = {"type": "message", "user": "U9", "text": "and on Sundays?", "ts": "5.0", "thread_ts": "4.0",
+             "parent_user_id": "W111", "channel": "C1", "channel_type": "channel"}
+    (message,) = make_adapter().parse_payload(envelope(event)).messages
+    assert message.conversation.thread == "4.0" and message.reply_to == "4.0"
+
+
+def test_slack_file_share_in_dm_becomes_attachment_with_caption():
+    body = json.loads((SLACK_FIXTURES / "event_callback_message_file_share.json").read_text())
+    body["event"].update(channel="D111", channel_type="im", user="U999")
+    (message,) = make_adapter().parse_payload(body).messages
+    (attachment,) = message.attachments
+    assert message.text == "Here is your file!"
+    assert attachment.kind == "image" and attachment.file_id == "F111" and attachment.mime_type == "image/png"
+    assert attachment.url == "https://files.slack.com/files-pri/T111-F111/test.png"
+    assert attachment.caption == "Here is your file!"
+
+
+def test_slack_media_without_text_yields_empty_text_message():
+    body = json.loads((SLACK_FIXTURES / "event_callback_message_file_share.json").read_text())
+    body["event"].update(channel="D111", channel_type="im", user="U999", text="")
+    (message,) = make_adapter().parse_payload(body).messages
+    assert message.text == "" and message.attachments[0].kind == "image"
+
+
+def test_slack_retry_delivery_keeps_event_id_and_reports_retry():
+    body = (SLACK_FIXTURES / "event_callback_app_mention.json").read_bytes()
+    first = make_adapter().parse(signed(body))
+    retry = make_adapter().parse(signed(body, extra={"x-slack-retry-num": "1", "x-slack-retry-reason": "http_timeout"}))
+    assert first.messages[0].idempotency_key == retry.messages[0].idempotency_key == ("slack", "Ev111")
+    assert retry.extra["retry_num"] == "1"
+
+
+def test_slack_inbound_markup_decoded_for_the_model():
+    assert slack_to_plain("<@U1|bob> see <https://a.io/?x=1&amp;y=2|docs> &lt;3 <!here>") == (
+        "@bob see docs (https://a.io/?x=1&y=2) <3 @here"
+    )
+
+
+def test_slack_parse_rejects_garbage():
+    with pytest.raises(BadRequest):
+        make_adapter().parse(signed(b"not json"))
+
+
+# ---- signatures ------------------------------------------------------------------------------
+
+
+def test_slack_verify_accepts_real_signature():
+    make_adapter().verify(signed(b'{"type":"url_verification","challenge":"c"}'))
+
+
+def test_slack_verify_bad_signature_rejected():
+    request = signed(b'{"a":1}')
+    tampered = RawRequest(request.url, request.headers, request.query, b'{"a":2}')
+    with pytest.raises(SignatureInvalid):
+        make_adapter().verify(tampered)
+
+
+def test_slack_verify_wrong_secret_rejected():
+    body = b'{"a":1}'
+    headers = {"content-type": "application/json", **sign(body, secret="another-secret")}
+    with pytest.raises(SignatureInvalid):
+        make_adapter().verify(RawRequest("u", headers, {}, body))
+
+
+@pytest.mark.parametrize("drop", ["x-slack-signature", "x-slack-request-timestamp"])
+def test_slack_verify_missing_signature_rejected(drop: str):
+    request = signed(b'{"a":1}')
+    headers = {k: v for k, v in request.headers.items() if k != drop}
+    with pytest.raises(SignatureInvalid, match="missing"):
+        make_adapter().verify(RawRequest(request.url, headers, {}, request.body))
+
+
+def test_slack_verify_stale_signature_rejected():
+    with pytest.raises(SignatureInvalid, match="stale"):
+        make_adapter().verify(signed(b'{"a":1}', timestamp=int(time.time()) - 6 * 60))
+
+
+def test_slack_verify_malformed_timestamp_rejected():
+    request = signed(b"{}")
+    headers = dict(request.headers) | {"x-slack-request-timestamp": "yesterday"}
+    with pytest.raises(SignatureInvalid):
+        make_adapter().verify(RawRequest(request.url, headers, {}, request.body))
+
+
+def test_slack_adapter_satisfies_protocol():
+    adapter = make_adapter()
+    assert isinstance(adapter, ChannelAdapter)
+    assert adapter.capabilities.max_length == 3000 and adapter.capabilities.markdown == "mrkdwn"
+    assert adapter.capabilities.threads and adapter.capabilities.edits and not adapter.capabilities.typing

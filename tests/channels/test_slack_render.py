@@ -1,0 +1,57 @@
+"""Slack adapter: Markdown to mrkdwn rendering, escaping and link safety."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from hypothesis import given, settings as hsettings, strategies as st
+
+from channels.slack import markdown_to_mrkdwn
+from tests.channels.slack_helpers import FIXTURES
+
+
+def test_slack_markdown_converted_and_escaped():
+    out = markdown_to_mrkdwn("# Hours\n**Open** 9 & 5 <b>not html</b>\n> quote\n- see [docs](https://x.io/?a=1&b=2)")
+    assert out.splitlines() == [
+        "*Hours*",
+        "*Open* 9 &amp; 5 &lt;b&gt;not html&lt;/b&gt;",
+        "> quote",
+        "• see <https://x.io/?a=1&amp;b=2|docs>",
+    ]
+
+
+def test_slack_code_block_escaped_not_formatted():
+    out = markdown_to_mrkdwn("Run:\n```python\nif a < b and *x*:\n    pass\n```\nDone")
+    assert out == "Run:\n```\nif a &lt; b and *x*:\n    pass\n```\nDone"
+
+
+def test_slack_unsafe_link_scheme_not_linked():
+    out = markdown_to_mrkdwn("[click](javascript:alert(1))")
+    assert "<javascript" not in out and "click" in out
+
+
+_CONTROL = re.compile(r"<(?:https?://|mailto:)[^<>\s|]+(?:\|[^<>]*)?>")
+
+
+def _raw_angles(mrkdwn: str) -> str:
+    """What is left after removing real link controls and line-leading quote markers."""
+    stripped = _CONTROL.sub("", mrkdwn)
+    return re.sub(r"^(\s*)> ", r"\1", stripped, flags=re.MULTILINE)
+
+
+_PIECES = list("ab <>&*_`[]()\n:/.|#-~") + ["https://x.io/", "```\n", "> "]
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=60).map("".join))
+def test_slack_mrkdwn_never_leaks_raw_control_characters(text: str):
+    out = _raw_angles(markdown_to_mrkdwn(text))
+    assert "<" not in out and ">" not in out
+
+
+def test_slack_naughty_strings_render_safely():
+    strings = json.loads((FIXTURES / "badinput" / "blns.json").read_text())
+    for text in strings:
+        out = _raw_angles(markdown_to_mrkdwn(text))
+        assert "<" not in out and ">" not in out, text

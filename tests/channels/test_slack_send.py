@@ -1,0 +1,158 @@
+"""Slack adapter against a local fake Slack: sending, splitting, rate limits, retries, edits and reconciliation."""
+
+from __future__ import annotations
+
+import pytest
+
+from channels.slack import SLACK_MESSAGE_LIMIT, SlackAdapter
+from gateway.errors import ChannelSendError, RecipientUnreachable
+from gateway.models import Citation, ConversationRef, OutboundMessage
+from gateway.settings import SlackChannel
+from tests.channels.slack_helpers import SECRET, Sleeps, fake_fixture, make_adapter  # noqa: F401 - `fake` fixture
+from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+
+CONV = ConversationRef("slack", "T111", "C111", "1595926230.009600")
+
+
+async def test_slack_send_posts_in_thread_with_citation_links(fake: FakeSlack):
+    adapter = make_adapter(fake)
+    citations = (Citation("kb/hours.md", "Opening hours", "https://kb.example.com/hours?a=1&b=2"),
+                 Citation("kb/faq.md", "FAQ <internal>"))
+    ids = await adapter.send(OutboundMessage(CONV, "We open at **9**.", citations=citations))
+    (call,) = fake.calls_to("chat.postMessage")
+    assert ids == [call.params["_ts"]]
+    assert call.token == BOT_TOKEN
+    assert call.params["channel"] == "C111" and call.params["thread_ts"] == "1595926230.009600"
+    assert call.params["text"] == (
+        "We open at *9*.\n\n*Sources:*\n1. <https://kb.example.com/hours?a=1&amp;b=2|Opening hours>\n"
+        "2. FAQ &lt;internal&gt;"
+    )
+
+
+async def test_slack_send_splits_long_answer_at_limit(fake: FakeSlack):
+    paragraphs = [f"Paragraph {i}. " + "word " * 150 for i in range(12)]
+    text = "\n\n".join(paragraphs)
+    ids = await make_adapter(fake).send(OutboundMessage(CONV, text, citations=(Citation("s", "T", "https://t.io"),)))
+    posted = [c.params["text"] for c in fake.calls_to("chat.postMessage")]
+    assert len(ids) == len(posted) > 1
+    assert all(len(p) <= SLACK_MESSAGE_LIMIT for p in posted)
+    assert all(p.startswith("Paragraph") for p in posted[:-1])  # cut on paragraph boundaries
+    assert " ".join(" ".join(posted).split()).startswith(" ".join(text.split()))
+    assert posted[-1].endswith("<https://t.io|T>")
+
+
+async def test_slack_send_honours_retry_after_once(fake: FakeSlack):
+    sleeps = Sleeps()
+    fake.fail("chat.postMessage", status=429, retry_after=2)
+    ids = await make_adapter(fake, sleeps=sleeps).send(OutboundMessage(CONV, "hello"))
+    assert fake.count("chat.postMessage") == 2 and len(fake.posted()) == 1
+    assert ids == [fake.posted()[0]["ts"]]
+    assert sleeps == [2.0]
+
+
+async def test_slack_send_long_retry_after_surfaces_to_worker(fake: FakeSlack):
+    fake.fail("chat.postMessage", status=429, retry_after=120)
+    with pytest.raises(ChannelSendError) as info:
+        await make_adapter(fake).send(OutboundMessage(CONV, "hello"))
+    assert info.value.retry_after == 120 and not info.value.permanent
+    assert fake.posted() == []
+
+
+async def test_slack_send_gives_up_after_bounded_rate_limits(fake: FakeSlack):
+    sleeps = Sleeps()
+    fake.fail("chat.postMessage", status=429, retry_after=1, times=10)
+    with pytest.raises(ChannelSendError) as info:
+        await make_adapter(fake, sleeps=sleeps).send(OutboundMessage(CONV, "hello"))
+    assert fake.count("chat.postMessage") == 4 and len(sleeps) == 3 and info.value.retry_after == 1
+
+
+async def test_slack_send_unreachable_channel(fake: FakeSlack):
+    fake.fail("chat.postMessage", error="channel_not_found")
+    with pytest.raises(RecipientUnreachable):
+        await make_adapter(fake).send(OutboundMessage(CONV, "hello"))
+
+
+async def test_slack_api_base_without_trailing_slash_works(fake: FakeSlack):
+    adapter = make_adapter(api_base=fake.api_base.rstrip("/"))
+    assert await adapter.send(OutboundMessage(CONV, "hi")) == [fake.posted()[0]["ts"]]
+
+
+async def test_slack_send_bad_token_is_permanent(fake: FakeSlack):
+    adapter = SlackAdapter("demo", SlackChannel(bot_token="xoxb-wrong", signing_secret=SECRET, api_base=fake.api_base))
+    with pytest.raises(ChannelSendError) as info:
+        await adapter.send(OutboundMessage(CONV, "hello"))
+    assert info.value.permanent
+
+
+async def test_slack_send_resumes_without_duplicating_parts(fake: FakeSlack):
+    adapter = make_adapter(fake)
+    text = "\n\n".join(f"Part {i}. " + "x " * 1400 for i in range(3))
+    # The second part hits a 500: it may or may not have landed, so the adapter does not retry blindly.
+    fake.fail_call("chat.postMessage", 2, status=500)
+    with pytest.raises(ChannelSendError) as info:
+        await adapter.send(OutboundMessage(CONV, text))
+    assert not info.value.permanent and len(fake.posted()) == 1
+    ids = await adapter.send(OutboundMessage(CONV, text))  # the worker's retry resumes after part 1
+    texts = [p["text"] for p in fake.posted()]
+    assert len(ids) == 3 and ids == [p["ts"] for p in fake.posted()]
+    assert [t.split(".")[0] for t in texts] == ["Part 0", "Part 1", "Part 2"]
+
+
+async def test_slack_send_connection_refused_retried_then_surfaced():
+    sleeps = Sleeps()
+    adapter = make_adapter(sleeps=sleeps, api_base="http://127.0.0.1:9/api/")  # discard port: nothing listens
+    with pytest.raises(ChannelSendError, match="cannot connect") as info:
+        await adapter.send(OutboundMessage(CONV, "hello"))
+    assert not info.value.permanent and sleeps == [1, 2, 4]
+
+
+async def test_slack_edit_uses_chat_update(fake: FakeSlack):
+    await make_adapter(fake).edit(CONV, "1700000000.000001", "Now **done** & dusted")
+    (call,) = fake.calls_to("chat.update")
+    assert call.params == {"channel": "C111", "ts": "1700000000.000001", "text": "Now *done* &amp; dusted"}
+
+
+async def test_slack_edit_too_long_refused(fake: FakeSlack):
+    with pytest.raises(ChannelSendError):
+        await make_adapter(fake).edit(CONV, "1.0", "y" * (SLACK_MESSAGE_LIMIT + 1))
+    assert fake.count("chat.update") == 0
+
+
+async def test_slack_send_typing_is_a_no_op(fake: FakeSlack):
+    await make_adapter(fake).send_typing(CONV)
+    assert fake.calls == []
+
+
+# ---- reconciling a retry with what Slack already shows -----------------------------------------
+
+
+async def test_slack_retry_after_a_landed_5xx_finishes_the_reply_without_a_duplicate(fake: FakeSlack):
+    text = "\n\n".join(f"Part {i}. " + "x " * 1400 for i in range(3))
+    # Slack posts part 2, then answers 500: the adapter cannot tell it landed.
+    fake.fail_call("chat.postMessage", 2, status=500, landed=True)
+    with pytest.raises(ChannelSendError) as info:
+        await make_adapter(fake).send(OutboundMessage(CONV, text, idempotency_key="m41", attempt=1))
+    assert not info.value.permanent and len(fake.posted()) == 2
+    # The outbox retries after a restart (a new adapter, nothing in memory): Slack is asked first.
+    ids = await make_adapter(fake).send(OutboundMessage(CONV, text, idempotency_key="m41", attempt=2))
+    posted = fake.posted()
+    assert [p["text"].split(".")[0] for p in posted] == ["Part 0", "Part 1", "Part 2"]
+    assert ids == [p["ts"] for p in posted]
+    assert [p["metadata"]["event_payload"] for p in posted] == [{"reply": "m41", "part": i} for i in range(3)]
+    (lookup,) = fake.calls_to("conversations.replies")
+    assert lookup.params["ts"] == CONV.thread and lookup.params["include_all_metadata"] in ("true", "1", True)
+
+
+async def test_slack_retry_posts_again_when_history_cannot_be_read(fake: FakeSlack):
+    fake.fail("conversations.replies", error="missing_scope")
+    fake.fail_call("chat.postMessage", 1, status=500, landed=True)
+    with pytest.raises(ChannelSendError):
+        await make_adapter(fake).send(OutboundMessage(CONV, "hello", idempotency_key="m7", attempt=1))
+    # Without the history scope nothing is known: at-least-once beats losing the reply.
+    await make_adapter(fake).send(OutboundMessage(CONV, "hello", idempotency_key="m7", attempt=2))
+    assert [p["text"] for p in fake.posted()] == ["hello", "hello"]
+
+
+async def test_slack_first_attempt_does_not_read_history(fake: FakeSlack):
+    await make_adapter(fake).send(OutboundMessage(CONV, "hello", idempotency_key="m8", attempt=1))
+    assert fake.count("conversations.replies") == fake.count("conversations.history") == 0

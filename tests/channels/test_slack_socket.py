@@ -1,0 +1,58 @@
+"""Slack adapter start-up against a local fake Slack: learning the bot user and Socket Mode delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from gateway.errors import ChannelSendError
+from gateway.models import InboundMessage
+from tests.channels.slack_helpers import SLACK_FIXTURES, fake_fixture, make_adapter  # noqa: F401 - `fake` fixture
+from tests.fakes.slack_api import APP_TOKEN, BOT_USER_ID, FakeSlack
+
+
+async def test_slack_start_learns_bot_user_for_mentions(fake: FakeSlack):
+    adapter = make_adapter(fake)
+    await adapter.start(_collector([]))
+    body = {"type": "event_callback", "team_id": "T1", "event_id": "Ev9",
+            "event": {"type": "message", "user": BOT_USER_ID, "text": "echo", "ts": "1.0", "channel": "D1",
+                      "channel_type": "im"}}
+    assert adapter.bot_user_id == BOT_USER_ID
+    assert "own message" in adapter.parse_payload(body).ignored[0]
+    await adapter.stop()
+
+
+def _collector(into: list):
+    async def deliver(message: InboundMessage) -> None:
+        into.append(message)
+
+    return deliver
+
+
+async def test_slack_socket_mode_delivers_and_acks(fake: FakeSlack):
+    adapter = make_adapter(fake, app_token=APP_TOKEN)
+    delivered: list[InboundMessage] = []
+    await adapter.start(_collector(delivered))
+    try:
+        assert fake.calls_to("apps.connections.open")[0].token == APP_TOKEN
+        for _ in range(100):
+            if fake.sockets:
+                break
+            await asyncio.sleep(0.01)
+        payload = json.loads((SLACK_FIXTURES / "event_callback_app_mention.json").read_text())
+        first = await fake.push(payload)
+        ignored = await fake.push(json.loads((SLACK_FIXTURES / "event_callback_reaction_added.json").read_text()))
+        await fake.wait_for_ack(first)
+        await fake.wait_for_ack(ignored)
+        assert [m.text for m in delivered] == ["Hi there!"] and delivered[0].external_id == "Ev111"
+    finally:
+        await adapter.stop()
+    assert adapter._socket is None
+
+
+async def test_slack_socket_mode_bad_app_token_fails_fast(fake: FakeSlack):
+    adapter = make_adapter(fake, app_token="xapp-wrong")
+    with pytest.raises(ChannelSendError, match="invalid_auth"):
+        await asyncio.wait_for(adapter.start(_collector([])), timeout=5)

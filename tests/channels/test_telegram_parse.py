@@ -1,0 +1,166 @@
+"""TelegramAdapter: the adapter contract, webhook secret verification and parsing of every fixture update."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from channels.base import ChannelAdapter
+from channels.telegram import TelegramAdapter
+from gateway.errors import BadRequest, ConfigError, SignatureInvalid
+from gateway.settings import TelegramChannel
+from tests.channels.telegram_helpers import FIXTURES, SECRET, _request, _settings, _update
+
+BOT_ID = 723738643
+FIXTURE_FILES = sorted(FIXTURES.glob("*/*.json"))
+
+
+# Contract and verification
+
+
+def test_adapter_satisfies_channel_protocol() -> None:
+    tg = TelegramAdapter("demo", _settings())
+    assert isinstance(tg, ChannelAdapter)
+    assert (tg.capabilities.max_length, tg.capabilities.length_unit, tg.capabilities.markdown) == (4096, "utf16", "html")
+    assert tg.capabilities.edits and tg.capabilities.typing and tg.capabilities.threads
+
+
+def test_verify_accepts_the_configured_secret() -> None:
+    TelegramAdapter("demo", _settings()).verify(_request(_update("hi")))
+
+
+@pytest.mark.parametrize("secret", ["wrong-secret", "", None, SECRET + "x", SECRET[:-1]], ids=["bad", "empty", "missing", "longer", "prefix"])
+def test_verify_rejects_bad_or_missing_secret(secret: str | None) -> None:
+    with pytest.raises(SignatureInvalid):
+        TelegramAdapter("demo", _settings()).verify(_request(_update("hi"), secret=secret))
+
+
+def test_verify_refuses_everything_when_no_secret_is_configured() -> None:
+    tg = TelegramAdapter("demo", _settings(webhook_secret=""))
+    with pytest.raises(SignatureInvalid):
+        tg.verify(_request(_update("hi"), secret=""))
+
+
+def test_constructor_rejects_malformed_token() -> None:
+    with pytest.raises(ConfigError):
+        TelegramAdapter("demo", TelegramChannel(token="not-a-token", webhook_secret=SECRET))
+
+
+# Parsing
+
+EXPECTED = {  # file name -> ("message", text) or ("ignored", reason fragment)
+    "callback_query_with_message_inline_keyboard.json": ("ignored", "callback_query"),
+    "group_message_bot_command.json": ("ignored", "unsupported command /echo"),
+    "group_message_bot_command_with_botname.json": ("ignored", "another bot @bot"),
+    "message_text_private.json": ("message", "message"),
+    "edited_message.json": ("ignored", "edited_message"),
+    "forwarded_message.json": ("message", "message text"),
+    "inline_query.json": ("ignored", "no integer update_id"),
+    "message.json": ("message", "Hi, world!"),
+    "message_with_audio.json": ("message", ""),
+    "message_with_document.json": ("message", "doc description"),
+    "message_with_game.json": ("message", ""),
+    "message_with_invoice.json": ("ignored", "no integer update_id"),
+    "message_with_location.json": ("message", ""),
+    "message_with_photo.json": ("message", "photo description"),
+    "message_with_sticker.json": ("message", ""),
+    "message_with_successful_payment.json": ("ignored", "service message (successful_payment)"),
+    "message_with_video.json": ("message", "description"),
+    "message_with_voice.json": ("message", ""),
+    "pre_checkout_query.json": ("ignored", "pre_checkout_query"),
+    "reply_message.json": ("message", "Reply to quoted message"),
+    "shipping_query.json": ("ignored", "shipping_query"),
+}
+
+
+def test_parse_fixture_table_covers_every_fixture_file() -> None:
+    assert FIXTURE_FILES, f"no fixtures found under {FIXTURES}"
+    assert {f.name for f in FIXTURE_FILES} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.name)
+def test_parse_fixture_is_normalized_or_ignored_with_reason(path: Path) -> None:
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    raw = _request(path.read_bytes())
+    tg.verify(raw)
+    result = tg.parse(raw)
+    kind, expected = EXPECTED[path.name]
+    if kind == "ignored":
+        assert not result.messages
+        assert any(expected in reason for reason in result.ignored), result.ignored
+        return
+    (msg,) = result.messages
+    update = json.loads(path.read_bytes())
+    assert msg.channel == "telegram" and msg.external_id == str(update["update_id"])
+    assert msg.text == expected
+    assert msg.conversation.chat == str(update["message"]["chat"]["id"])
+    assert msg.sender.external_id == str(update["message"]["from"]["id"]) and not msg.sender.is_bot
+    assert msg.sent_at.timestamp() == update["message"]["date"]
+    if not expected:  # media without a caption still arrives, as attachments
+        assert msg.attachments and (msg.attachments[0].file_id or msg.attachments[0].url)
+
+
+def test_parse_media_caption_becomes_text_and_attachment_metadata() -> None:
+    result = TelegramAdapter("demo", _settings()).parse(_request((FIXTURES / "illemius_telegram_types" / "message_with_photo.json").read_bytes()))
+    (att,) = result.messages[0].attachments
+    assert att.kind == "image" and att.caption == "photo description"
+    assert att.file_id == "AgADAgADOagxG8vyeUvsltCem_XPv5A6Sw0ABNXULc5u7jny5VkRAAEC"  # the largest size
+
+
+def test_parse_garbage_body_raises_bad_request() -> None:
+    tg = TelegramAdapter("demo", _settings())
+    for body in (b"not json", b"[1, 2]", b"\xff\xfe"):
+        with pytest.raises(BadRequest):
+            tg.parse(_request(body))
+
+
+def test_parse_group_message_needs_mention_reply_or_command() -> None:
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    plain = tg.parse(_request(_update("what are your hours?", chat_type="supergroup")))
+    assert not plain.messages and "not addressed" in plain.ignored[0]
+
+    text = "@Support_Bot what are your hours?"
+    mention = tg.parse(_request(_update(text, chat_type="supergroup", entities=[{"type": "mention", "offset": 0, "length": 12}])))
+    assert mention.messages[0].text == "what are your hours?"
+
+    reply = _update("and on Sunday?", chat_type="group", reply_to_message={
+        "message_id": 7, "date": 1700000000, "chat": {"id": -100777, "type": "group"},
+        "from": {"id": BOT_ID, "is_bot": True, "first_name": "Support"}, "text": "9 to 5"})
+    parsed = tg.parse(_request(reply))
+    assert parsed.messages[0].text == "and on Sunday?" and parsed.messages[0].reply_to == "7"
+
+    always = TelegramAdapter("demo", _settings(respond_in_groups="always"))
+    assert always.parse(_request(_update("what are your hours?", chat_type="group"))).messages
+
+
+def test_parse_mention_offsets_are_utf16_units() -> None:
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    text = "😀😀 @support_bot price?"  # each emoji is 2 UTF-16 units
+    result = tg.parse(_request(_update(text, chat_type="group", entities=[{"type": "mention", "offset": 5, "length": 12}])))
+    assert result.messages[0].text == "😀😀 price?"
+
+
+def test_parse_start_and_help_are_flagged_for_the_greeting() -> None:
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    start = tg.parse(_request(_update("/start", entities=[{"type": "bot_command", "offset": 0, "length": 6}])))
+    assert start.messages[0].raw["command"] == "start" and start.messages[0].text == ""
+    group_help = tg.parse(_request(_update("/help@support_bot", chat_type="group", entities=[{"type": "bot_command", "offset": 0, "length": 17}])))
+    assert group_help.messages[0].raw["command"] == "help"
+    ask = tg.parse(_request(_update("/ask where is my order?", chat_type="group", entities=[{"type": "bot_command", "offset": 0, "length": 4}])))
+    assert ask.messages[0].text == "where is my order?" and "command" not in ask.messages[0].raw
+
+
+def test_parse_ignores_own_and_other_bots_messages() -> None:
+    tg = TelegramAdapter("demo", _settings())
+    own = tg.parse(_request(_update("echo", **{"from": {"id": BOT_ID, "is_bot": True, "first_name": "Me"}})))
+    other = tg.parse(_request(_update("spam", **{"from": {"id": 99, "is_bot": True, "first_name": "Other"}})))
+    assert not own.messages and "our own message" in own.ignored[0]
+    assert not other.messages and "another bot" in other.ignored[0]
+
+
+def test_parse_forum_topic_sets_thread() -> None:
+    tg = TelegramAdapter("demo", _settings(respond_in_groups="always"))
+    result = tg.parse(_request(_update("hi", chat_type="supergroup", message_thread_id=77, is_topic_message=True)))
+    assert result.messages[0].conversation.thread == "77"

@@ -1,0 +1,96 @@
+"""TelegramAdapter against a local fake Bot API: rate limits, failures, fallbacks, edits and typing."""
+
+from __future__ import annotations
+
+import pytest
+
+from channels.telegram import TelegramAdapter
+from gateway.errors import ChannelSendError, RecipientUnreachable
+from gateway.models import ConversationRef, OutboundMessage
+from tests.channels.telegram_helpers import DM, adapter_fixture, fake_fixture  # noqa: F401 - `fake`, `adapter` fixtures
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+
+# Rate limits and failures
+
+
+async def test_send_honours_retry_after_and_delivers_exactly_once(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    fake.fail_next("sendMessage", status=429, retry_after=1)
+    ids = await adapter.send(OutboundMessage(conversation=DM, text="hello"))
+    calls = fake.calls("sendMessage")
+    assert len(ids) == 1 and len(fake.sent) == 1 and len(calls) == 2
+    assert calls[1].at - calls[0].at >= 0.95
+
+
+async def test_send_long_retry_after_surfaces_as_channel_send_error(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    fake.fail_next("sendMessage", status=429, retry_after=60)
+    with pytest.raises(ChannelSendError) as err:
+        await adapter.send(OutboundMessage(conversation=DM, text="hello"))
+    assert err.value.retry_after == 60 and not err.value.permanent and not fake.sent
+
+
+async def test_send_retry_resumes_without_repeating_delivered_parts(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    message = OutboundMessage(conversation=DM, text="\n\n".join(["part " * 700] * 3))
+    fake.fail_next("sendMessage", status=429, retry_after=60, skip=1)
+    with pytest.raises(ChannelSendError):
+        await adapter.send(message)
+    assert len(fake.sent) == 1
+    ids = await adapter.send(message)  # the worker's retry
+    assert len(ids) == len(fake.sent) == 3 and ids[0] == str(fake.sent[0].message_id)
+
+
+async def test_send_retries_server_errors_with_backoff(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    fake.fail_next("sendMessage", status=502)
+    assert len(await adapter.send(OutboundMessage(conversation=DM, text="hi"))) == 1
+    assert len(fake.sent) == 1
+
+
+async def test_send_to_blocked_user_raises_recipient_unreachable(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    fake.fail_next("sendMessage", status=403)
+    with pytest.raises(RecipientUnreachable):
+        await adapter.send(OutboundMessage(conversation=DM, text="hi"))
+
+
+async def test_send_falls_back_to_plain_text_when_html_is_refused(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    fake.fail_next("sendMessage", status=400, description="Bad Request: can't parse entities: test")
+    await adapter.send(OutboundMessage(conversation=DM, text="**important** & true"))
+    (msg,) = fake.sent
+    assert msg.parse_mode is None and msg.text == "important & true"
+
+
+async def test_send_follows_group_migration_to_supergroup(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    fake.fail_next("sendMessage", status=400, description="Bad Request: group chat was upgraded", migrate_to_chat_id=-1009)
+    await adapter.send(OutboundMessage(conversation=ConversationRef(channel="telegram", chat="-55"), text="hi"))
+    assert fake.sent[0].chat_id == -1009
+
+
+async def test_send_replies_in_the_forum_topic(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    topic = ConversationRef(channel="telegram", chat="-100777", thread="77")
+    await adapter.send(OutboundMessage(conversation=topic, text="answer", reply_to="42"))
+    assert fake.sent[0].thread_id == 77 and fake.sent[0].reply_to == 42
+
+
+# Edits and typing
+
+
+async def test_edit_replaces_text_and_tolerates_not_modified(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    (mid,) = await adapter.send(OutboundMessage(conversation=DM, text="Thinking"))
+    await adapter.edit(DM, mid, "Thinking **harder**")
+    await adapter.edit(DM, mid, "Thinking **harder**")  # Telegram: "message is not modified"
+    assert fake.sent[0].text == "Thinking harder" and fake.sent[0].edits == ["Thinking"]
+    assert len(fake.calls("editMessageText")) == 2
+
+
+async def test_edit_rate_limit_reports_retry_after(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    (mid,) = await adapter.send(OutboundMessage(conversation=DM, text="a"))
+    fake.fail_next("editMessageText", status=429, retry_after=3)
+    with pytest.raises(ChannelSendError) as err:
+        await adapter.edit(DM, mid, "ab")
+    assert err.value.retry_after == 3
+
+
+async def test_send_typing_sends_chat_action(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    await adapter.send_typing(ConversationRef(channel="telegram", chat="-100777", thread="5"))
+    (call,) = fake.calls("sendChatAction")
+    assert call.params["action"] == "typing" and call.params["chat_id"] == "-100777"
+    assert call.params["message_thread_id"] == "5"
