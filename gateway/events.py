@@ -1,15 +1,15 @@
 """An in-process publish/subscribe bus.
 
 It carries progress that callers wait on (a message was answered, a token was streamed, an
-escalation changed). It is an optimisation, never the source of truth: every waiter also polls
-the store, so a reply produced by another replica is still found.
+escalation changed). On PostgreSQL `gateway.pg_bridge` carries events between processes too. It is
+an optimisation for replies, never the source of truth: a reply waiter also polls the store.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,9 +20,13 @@ class EventBus:
     def __init__(self, *, max_queue: int = 1000) -> None:
         self._subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = defaultdict(set)
         self._max_queue = max_queue
+        # Set by `gateway.pg_bridge.PgBridge` on PostgreSQL: also hands each event to the other processes.
+        self.forwarder: Callable[[str, dict[str, Any]], None] | None = None
 
-    def publish(self, topic: str, event: dict[str, Any]) -> None:
-        """Deliver `event` to everyone subscribed to `topic` right now."""
+    def publish(self, topic: str, event: dict[str, Any], *, forward: bool = True) -> None:
+        """Deliver `event` to everyone subscribed to `topic` right now, here and (`forward`) in other processes."""
+        if forward and self.forwarder is not None:
+            self.forwarder(topic, event)
         for queue in list(self._subscribers.get(topic, ())):
             if queue.full():
                 queue.get_nowait()

@@ -9,7 +9,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.models import InboundMessage
-from gateway.wakeup import announce
+from gateway.pg_bridge import announce
 from storage import repositories as repo
 
 log = structlog.get_logger("gateway.inbox")

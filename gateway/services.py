@@ -35,7 +35,7 @@ from gateway.ratelimit import RateLimiter
 from gateway.retention import run_retention
 from gateway.scheduler import IngestScheduler
 from gateway.settings import Settings
-from gateway.wakeup import InboxListener
+from gateway.pg_bridge import PgBridge
 from gateway.worker import Worker
 from storage.engine import create_engine, session_factory
 
@@ -91,7 +91,7 @@ class Services:
     reply_timeout: float = 60.0
     admin_token_path: Path | None = None
     role: str = "all"  # "web": receive only (webhooks, web chat, operators); the worker runs elsewhere
-    inbox_listener: InboxListener | None = None
+    pg_bridge: PgBridge | None = None
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     _started: list[Any] = field(default_factory=list)
 
@@ -99,6 +99,10 @@ class Services:
         """Open the index, start the worker, the scheduler and the channels' long-lived connections.
         With `role == "web"` only the receiving side runs: webhooks, web chat, operators (README)."""
         await self._check_migrated()
+        if PgBridge.applies_to(self.settings.database_url):
+            wake = self.worker.notify if worker and self.role != "web" else None
+            self.pg_bridge = PgBridge(self.settings.database_url, sessions=self.sessions, bus=self.bus, wake=wake)
+            self.pg_bridge.start()
         if self.role == "web":
             log.info("gateway.role", role="web", note="no worker, scheduler, index or channel connections here")
             return
@@ -112,9 +116,6 @@ class Services:
         await self.outbox.recover()
         if worker:
             await self.worker.start()
-            if InboxListener.applies_to(self.settings.database_url):
-                self.inbox_listener = InboxListener(self.settings.database_url, self.worker.notify)
-                self.inbox_listener.start()
             if self.reminders is not None:
                 self.reminders.start()
         if scheduler and self.scheduler is not None:
@@ -161,8 +162,8 @@ class Services:
             await self.leader.stop()
         if self.reminders is not None:
             await self.reminders.stop()
-        if self.inbox_listener is not None:
-            await self.inbox_listener.stop()
+        if self.pg_bridge is not None:
+            await self.pg_bridge.stop()
         await self.worker.stop()
         await self.escalations.drain()
         await self.knowledge.close()

@@ -18,6 +18,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "123456:TEST-replica-token"
 SECRET = "replica-secret_1"
+OPERATOR_TOKEN = "replica-operator-token-1"
 
 
 def free_port() -> int:
@@ -55,7 +56,8 @@ def replica_config(tmp: Path, *, database_url: str, telegram_api: str, index: in
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True", TOKENIZERS_PARALLELISM="false",
-               PYTHONUNBUFFERED="1", GW_REPLICA_TG_TOKEN=TOKEN, GW_REPLICA_TG_SECRET=SECRET)
+               PYTHONUNBUFFERED="1", GW_REPLICA_TG_TOKEN=TOKEN, GW_REPLICA_TG_SECRET=SECRET,
+               GW_REPLICA_OP_TOKEN=OPERATOR_TOKEN)
     env.pop("DATABASE_URL", None)
     return env
 

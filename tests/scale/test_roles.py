@@ -1,15 +1,16 @@
 """`serve --role web` beside one `serve` process on PostgreSQL: the web process only receives, the other
-answers, and LISTEN/NOTIFY wakes it at once instead of on its next poll."""
+answers; LISTEN/NOTIFY wakes it at once instead of on its next poll, and carries the bus's events back."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
 
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.scale.replicas import SECRET, TOKEN, Replica, db_upgrade, replica_config, telegram_update
+from tests.scale.replicas import OPERATOR_TOKEN, SECRET, TOKEN, Replica, db_upgrade, replica_config, telegram_update
 
 SLOW_POLL_S = 30.0  # so a reply within seconds can only come from the notification
 
@@ -46,3 +47,44 @@ async def test_web_role_receives_and_the_worker_process_answers_at_once(postgres
             worker.stop()
         assert [s.reply_to for s in fake.sent] == [700, 701, 702], worker.log() + web.log()
         assert elapsed < SLOW_POLL_S / 3, f"replies took {elapsed:.1f}s: woken by polling, not by NOTIFY"
+
+
+async def test_operator_stream_on_a_web_process_sees_an_escalation_opened_by_the_worker(postgres_url, tmp_path) -> None:
+    """The console's live stream is fed by the bus; on PostgreSQL the bus spans processes."""
+    operators = [{"name": "ann", "token": "${GW_REPLICA_OP_TOKEN}", "bots": ["shop"]}]
+    async with FakeTelegramAPI(TOKEN) as fake:
+        worker_cfg, web_cfg = (
+            replica_config(tmp_path, database_url=postgres_url, telegram_api=fake.base_url, index=i,
+                           operators=operators, extra_bot={"escalation": {"enabled": True}})
+            for i in range(2))
+        await asyncio.to_thread(db_upgrade, worker_cfg)
+        worker, web = Replica(worker_cfg), Replica(web_cfg, role="web")
+        for process in (worker, web):
+            process.start()
+        events: list[tuple[str, dict]] = []
+        try:
+            await asyncio.gather(worker.wait_ready(), web.wait_ready())
+            async with httpx.AsyncClient(timeout=30) as client:
+                async with client.stream("GET", f"{web.url}/v1/escalations/stream",
+                                         headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"}) as stream:
+                    lines = stream.aiter_lines()
+
+                    async def next_event() -> tuple[str, dict]:
+                        name = None
+                        async for line in lines:
+                            if line.startswith("event:"):
+                                name = line.split(":", 1)[1].strip()
+                            elif line.startswith("data:") and name:
+                                return name, json.loads(line.split(":", 1)[1])
+                        raise AssertionError("stream ended")
+
+                    events.append(await asyncio.wait_for(next_event(), 10))  # ready
+                    await client.post(f"{web.url}/webhooks/shop/telegram",
+                                      json=telegram_update(800, chat_id=88, text="Can I talk to a human please?"),
+                                      headers={"X-Telegram-Bot-Api-Secret-Token": SECRET})
+                    events.append(await asyncio.wait_for(next_event(), 20))
+        finally:
+            web.stop()
+            worker.stop()
+        assert [name for name, _ in events] == ["ready", "opened"], (events, worker.log(), web.log())
+        assert events[1][1]["bot"] == "shop"

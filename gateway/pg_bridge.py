@@ -1,0 +1,133 @@
+"""Signals between gateway processes on PostgreSQL (LISTEN/NOTIFY): inbox wake-ups and bus events.
+
+- Wake-ups: a receiver (`serve --role web`, or another replica) stores a message and wakes its own
+  worker directly; a worker in another process would only find it on its next poll
+  (`worker.poll_interval`). The inbox sends `NOTIFY gateway_inbox` in the storing transaction
+  (delivered at commit) and every worker process LISTENs, so the first free worker starts at once.
+- Bus events: the in-process `EventBus` carries "answered", "escalation opened/claimed/…" to the
+  web chat and the operator console's live stream. Each event (but streamed tokens, too many and
+  too small) is also sent on `gateway_events`, and every other process republishes it on its own
+  bus, so an operator connected to one replica sees an escalation opened on another.
+
+Polling stays the fallback everywhere: a lost connection costs at most one poll interval, and
+SQLite (one process) needs none of this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.events import EventBus
+
+log = structlog.get_logger("gateway.pg_bridge")
+
+INBOX_CHANNEL = "gateway_inbox"
+EVENTS_CHANNEL = "gateway_events"
+LOCAL_ONLY_EVENTS = {"token"}
+MAX_PAYLOAD = 7900  # PostgreSQL refuses NOTIFY payloads of 8000 bytes and more
+RECONNECT_S = 5.0
+
+
+async def announce(session: AsyncSession) -> None:
+    """Queue a wake-up in the current transaction (PostgreSQL only; delivered when it commits)."""
+    if session.get_bind().dialect.name == "postgresql":
+        await session.execute(text(f"SELECT pg_notify('{INBOX_CHANNEL}', '')"))
+
+
+class PgBridge:
+    """LISTEN for wake-ups and other processes' bus events; NOTIFY this process's bus events."""
+
+    def __init__(self, database_url: str, *, sessions: async_sessionmaker[AsyncSession], bus: EventBus,
+                 wake: Callable[[], None] | None) -> None:
+        self.dsn = database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+        self.sessions = sessions
+        self.bus = bus
+        self.wake = wake
+        self.origin = uuid.uuid4().hex  # this process: its own events come back and are skipped
+        self._outgoing: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(maxsize=10_000)
+        self._tasks: list[asyncio.Task] = []
+
+    @staticmethod
+    def applies_to(database_url: str) -> bool:
+        """Only PostgreSQL (through asyncpg) has LISTEN/NOTIFY."""
+        return database_url.startswith("postgresql+asyncpg://")
+
+    def start(self) -> None:
+        """Listen and forward in the background until `stop`."""
+        self.bus.forwarder = self._forward
+        self._tasks = [asyncio.create_task(self._listen(), name="pg-bridge-listen"),
+                       asyncio.create_task(self._send(), name="pg-bridge-send")]
+
+    async def stop(self) -> None:
+        """Stop both loops and close the connection."""
+        self.bus.forwarder = None
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    def _forward(self, topic: str, event: dict[str, Any]) -> None:
+        if event.get("type") in LOCAL_ONLY_EVENTS:
+            return
+        try:
+            self._outgoing.put_nowait((topic, event))
+        except asyncio.QueueFull:  # the database is away; waiters poll the store meanwhile
+            log.warning("pg_bridge.dropped", topic=topic)
+
+    async def _send(self) -> None:
+        """NOTIFY each outgoing event, in order, one short transaction each."""
+        while True:
+            topic, event = await self._outgoing.get()
+            payload = json.dumps({"o": self.origin, "t": topic, "e": event}, default=str)
+            if len(payload.encode()) > MAX_PAYLOAD:
+                log.warning("pg_bridge.too_large", topic=topic, size=len(payload))
+                continue
+            try:
+                async with self.sessions() as session, session.begin():
+                    await session.execute(text("SELECT pg_notify(:channel, :payload)"),
+                                          {"channel": EVENTS_CHANNEL, "payload": payload})
+            except Exception as exc:  # never take the process down; waiters poll the store
+                log.warning("pg_bridge.notify_failed", error=f"{type(exc).__name__}: {exc}"[:200])
+
+    def _received(self, _connection: Any, _pid: int, channel: str, payload: str) -> None:
+        if channel == INBOX_CHANNEL:
+            if self.wake is not None:
+                self.wake()
+            return
+        try:
+            message = json.loads(payload)
+        except ValueError:
+            return
+        if message.get("o") != self.origin:
+            self.bus.publish(message["t"], message["e"], forward=False)
+
+    async def _listen(self) -> None:
+        import asyncpg
+
+        while True:
+            connection = None
+            try:
+                connection = await asyncpg.connect(self.dsn)
+                for channel in (INBOX_CHANNEL, EVENTS_CHANNEL):
+                    await connection.add_listener(channel, self._received)
+                log.info("pg_bridge.listening")
+                if self.wake is not None:
+                    self.wake()  # anything stored while we were not listening
+                while not connection.is_closed():
+                    await asyncio.sleep(RECONNECT_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database restarting: poll until it is back
+                log.warning("pg_bridge.disconnected", error=f"{type(exc).__name__}: {exc}"[:200])
+            finally:
+                if connection is not None and not connection.is_closed():
+                    await connection.close()
+            await asyncio.sleep(RECONNECT_S)
