@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from gateway import __version__
+from gateway import __version__, otel
 from gateway.http import admin, health, webchat, webhooks
 from gateway.http.webchat import STATIC_DIR
 from gateway.operators import api as operator_api
@@ -31,6 +31,9 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
                       secrets=[value for _, value in _secret_values(settings.model_dump())])
     svc = services or build_services(settings)
     svc.role = role
+    if settings.tracing.otlp_endpoint:
+        otel.configure(otlp_endpoint=settings.tracing.otlp_endpoint, service_name=settings.tracing.service_name,
+                       sample_ratio=settings.tracing.sample_ratio)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -41,6 +44,8 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
             yield
         finally:
             await svc.stop()
+            if settings.tracing.otlp_endpoint:
+                otel.shutdown()  # flushes the last spans
             log.info("gateway.stopped")
 
     app = FastAPI(title="Bot gateway", version=__version__, lifespan=lifespan)

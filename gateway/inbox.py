@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway import otel
 from gateway.models import InboundMessage
 from gateway.pg_bridge import announce
 from storage import repositories as repo
@@ -43,7 +44,8 @@ class Inbox:
         """Store `message` for `bot` once; a repeated delivery is acknowledged but not stored again."""
         message = without_nul(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
         async with self._sessions() as session, session.begin():
-            stored = await repo.store_inbound(session, bot=bot, message=message)
+            stored = await repo.store_inbound(session, bot=bot, message=message,
+                                              traceparent=otel.current_traceparent())
             if not stored.duplicate:
                 await announce(session)  # wakes workers in other processes when this commits
         log.info("inbound.duplicate" if stored.duplicate else "inbound.stored", bot=bot, channel=message.channel,

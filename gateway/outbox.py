@@ -19,11 +19,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 
 import structlog
+from opentelemetry.trace import SpanKind
 from sqlalchemy import update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from channels.base import ChannelAdapter
+from gateway import otel
 from gateway.errors import ChannelError, ChannelSendError, RecipientUnreachable
 from gateway.events import EventBus, conversation_topic
 from gateway.models import Citation, ConversationRef, OutboundMessage, utcnow
@@ -107,11 +109,14 @@ class Outbox:
                 attempt=message.attempts,
             )
             try:
-                if via is not None:
-                    provider_ids, template = list(await via(outbound)), None
-                else:
-                    provider_ids, template = await self._send(
-                        adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None)
+                with otel.span("outbox.send", kind=SpanKind.PRODUCER, attributes={
+                        "gateway.message_id": message.id, "gateway.channel": message.channel,
+                        "gateway.attempt": message.attempts}):
+                    if via is not None:
+                        provider_ids, template = list(await via(outbound)), None
+                    else:
+                        provider_ids, template = await self._send(
+                            adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None)
                 if template:
                     meta["template"] = template
                     bound.info("outbound.template_sent", content_sid=template, reason=OUTSIDE_WINDOW)

@@ -239,6 +239,14 @@ class BotSettings(_Strict):
     retention_days: int | None = Field(default=None, ge=1)
 
 
+class TracingSettings(_Strict):
+    """Optional OpenTelemetry export (gateway/otel.py); off while `otlp_endpoint` is unset."""
+
+    otlp_endpoint: str | None = None
+    service_name: str = "bot-gateway"
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+
+
 class Settings(BaseSettings):
     """The whole gateway configuration."""
 
@@ -251,6 +259,7 @@ class Settings(BaseSettings):
     log_format: Literal["console", "json"] = "console"
     # LiteLLM's Langfuse callback (keys come from LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY / LANGFUSE_HOST).
     langfuse: bool = False
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
     # When the (leader-only) retention purge runs: expired conversations and removed sources' chunks.
     retention_schedule: str = "17 4 * * *"
     worker: WorkerSettings = Field(default_factory=WorkerSettings)

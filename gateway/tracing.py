@@ -1,10 +1,9 @@
 """Request and message context for logs: a trace id per webhook request and per processed message.
 
-OpenTelemetry is optional and not installed in this environment (only `opentelemetry-api`, which
-records nothing without an SDK), so tracing here is correlation through structlog context variables:
-every log line of a request or of a message's processing carries `trace_id`, and message lines also
+Every log line of a request or of a message's processing carries `trace_id`, and message lines also
 carry `message_id` and `conversation_id`. An incoming W3C `traceparent` header is honoured, so a proxy's
-trace id shows up in our logs.
+trace id shows up in our logs. The worker reuses the trace id of the request that stored the message.
+With `tracing.otlp_endpoint` set, the same ids are real OpenTelemetry spans (`gateway/otel.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +13,9 @@ import secrets
 import time
 
 import structlog
+from opentelemetry.trace import SpanKind
+
+from gateway import otel
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
@@ -25,13 +27,19 @@ def new_trace_id() -> str:
 
 def trace_id_from_headers(headers: dict[str, str]) -> str:
     """The trace id of an incoming `traceparent` header, or a new one."""
-    match = _TRACEPARENT.match(headers.get("traceparent", "").strip().lower())
-    return match.group(1) if match and match.group(1) != "0" * 32 else new_trace_id()
+    return trace_id_of_traceparent(headers.get("traceparent")) or new_trace_id()
 
 
-def bind_message(*, message_id: int, conversation_id: int, bot: str, channel: str) -> str:
-    """Bind a message's ids (and a fresh trace id) to every log line of the current task."""
-    trace_id = new_trace_id()
+def trace_id_of_traceparent(traceparent: str | None) -> str | None:
+    """The trace id inside a W3C traceparent, or None."""
+    match = _TRACEPARENT.match((traceparent or "").strip().lower())
+    return match.group(1) if match and match.group(1) != "0" * 32 else None
+
+
+def bind_message(*, message_id: int, conversation_id: int, bot: str, channel: str, trace_id: str | None = None) -> str:
+    """Bind a message's ids and its trace id (the webhook's, when known; else a fresh one) to every log
+    line of the current task."""
+    trace_id = trace_id or new_trace_id()
     structlog.contextvars.bind_contextvars(trace_id=trace_id, message_id=message_id,
                                            conversation_id=conversation_id, bot=bot, channel=channel)
     return trace_id
@@ -55,18 +63,22 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        trace_id = trace_id_from_headers(headers)
         started = time.monotonic()
-        is_webhook = scope.get("path", "").startswith("/webhooks/")
+        path = scope.get("path", "")
+        is_webhook = path.startswith("/webhooks/")
+        with otel.span(f"{scope.get('method', 'GET')} {path}", parent=headers.get("traceparent"), kind=SpanKind.SERVER,
+                       attributes={"http.request.method": scope.get("method", ""), "url.path": path}) as span:
+            trace_id = otel.trace_id_of(span) or trace_id_from_headers(headers)
+            span_id = format(span.get_span_context().span_id, "016x") if otel.trace_id_of(span) else secrets.token_hex(8)
 
-        async def send_with_trace(message) -> None:
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"],
-                                      (b"traceparent", f"00-{trace_id}-{secrets.token_hex(8)}-01".encode())]
-                if is_webhook and self.metrics is not None:
-                    self.metrics.observe_stage("ack", time.monotonic() - started)
-            await send(message)
+            async def send_with_trace(message) -> None:
+                if message["type"] == "http.response.start":
+                    span.set_attribute("http.response.status_code", message.get("status", 0))
+                    message.setdefault("headers", [])
+                    message["headers"] = [*message["headers"], (b"traceparent", f"00-{trace_id}-{span_id}-01".encode())]
+                    if is_webhook and self.metrics is not None:
+                        self.metrics.observe_stage("ack", time.monotonic() - started)
+                await send(message)
 
-        with structlog.contextvars.bound_contextvars(trace_id=trace_id):
-            await self.app(scope, receive, send_with_trace)
+            with structlog.contextvars.bound_contextvars(trace_id=trace_id):
+                await self.app(scope, receive, send_with_trace)

@@ -66,8 +66,10 @@ class StoredInbound:
     duplicate: bool
 
 
-async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMessage) -> StoredInbound:
-    """Store an inbound message exactly once per (bot, channel, external_id)."""
+async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMessage,
+                        traceparent: str | None = None) -> StoredInbound:
+    """Store an inbound message exactly once per (bot, channel, external_id); `traceparent` lets the
+    worker continue the receiving request's trace."""
     contact = await upsert_contact(session, channel=message.channel, external_id=message.sender.external_id,
                                    display_name=message.sender.display_name)
     conversation = await get_or_create_conversation(session, bot=bot, ref=message.conversation,
@@ -80,7 +82,7 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
             "conversation_id": conversation.id, "bot": bot, "channel": message.channel, "direction": "in",
             "author": "contact", "external_id": message.external_id, "text": message.text,
             "attachments": [_attachment_dict(a) for a in message.attachments], "citations": [],
-            "meta": inbound_meta(message),
+            "meta": inbound_meta(message) | ({"traceparent": traceparent} if traceparent else {}),
             "tool_calls": [], "retrieved": [], "provider_ids": [], "status": "pending", "attempts": 0,
             "created_at": now, "updated_at": now,
         }, ["bot", "channel", "direction", "external_id"])

@@ -9,6 +9,7 @@ from typing import Any
 
 import structlog
 
+from gateway import otel
 from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
 from gateway.errors import LLMError, RetrievalError
 from gateway.models import CallerIdentity, Citation
@@ -95,10 +96,13 @@ class Pipeline:
         record = TurnRecord()
         queries = [text]
         if self._rewriter is not None and turn.history:
-            queries = await self._rewriter.rewrite(turn.bot, history=turn.history, text=text, usage=record.usage)
+            with otel.span("pipeline.rewrite"):
+                queries = await self._rewriter.rewrite(turn.bot, history=turn.history, text=text, usage=record.usage)
         started = time.monotonic()
         try:
-            found = await self._search.search(turn.bot.name, queries, turn.bot.retrieval)
+            with otel.span("pipeline.retrieve", attributes={"gateway.queries": len(queries)}) as span:
+                found = await self._search.search(turn.bot.name, queries, turn.bot.retrieval)
+                span.set_attributes({"gateway.hits": len(found.hits), "gateway.gate_refused": found.refused})
         except RetrievalError as exc:
             bound.error("retrieval.unavailable", error=str(exc))
             return PipelineResult(reply=SEARCH_DOWN_REPLY, escalate="knowledge base unavailable", answered=False,
@@ -109,7 +113,10 @@ class Pipeline:
 
         started = time.monotonic()
         try:
-            answer = await self._answerer.answer(turn, hits=hits, record=record)
+            with otel.span("pipeline.answer") as span:
+                answer = await self._answerer.answer(turn, hits=hits, record=record)
+                span.set_attributes({"gateway.answered": answer.answered, "gateway.citations": len(answer.citations),
+                                     "gateway.tool_calls": len(answer.tool_calls)})
         except LLMError as exc:
             bound.error("llm.all_models_failed", error=str(exc))
             return PipelineResult(reply=LLM_DOWN_REPLY, escalate="every model failed", answered=False,
