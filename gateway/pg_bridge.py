@@ -4,10 +4,11 @@
   worker directly; a worker in another process would only find it on its next poll
   (`worker.poll_interval`). The inbox sends `NOTIFY gateway_inbox` in the storing transaction
   (delivered at commit) and every worker process LISTENs, so the first free worker starts at once.
-- Bus events: the in-process `EventBus` carries "answered", "escalation opened/claimed/…" to the
-  web chat and the operator console's live stream. Each event (but streamed tokens, too many and
-  too small) is also sent on `gateway_events`, and every other process republishes it on its own
-  bus, so an operator connected to one replica sees an escalation opened on another.
+- Bus events: the in-process `EventBus` carries "answered", streamed tokens and "escalation
+  opened/claimed/…" to the web chat and the operator console's live stream. Each event is also sent
+  on `gateway_events` (tokens waiting together joined into one), and every other process
+  republishes it on its own bus, so an operator connected to one replica sees an escalation opened
+  on another, and a web chat served by one process streams the answer another one writes.
 
 Polling stays the fallback everywhere: a lost connection costs at most one poll interval, and
 SQLite (one process) needs none of this.
@@ -23,16 +24,18 @@ from typing import Any
 
 import structlog
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.events import EventBus
+from storage.engine import async_url
 
 log = structlog.get_logger("gateway.pg_bridge")
 
 INBOX_CHANNEL = "gateway_inbox"
 EVENTS_CHANNEL = "gateway_events"
-LOCAL_ONLY_EVENTS = {"token"}
 MAX_PAYLOAD = 7900  # PostgreSQL refuses NOTIFY payloads of 8000 bytes and more
+TOKEN_BATCH_CHARS = 1500  # streamed tokens waiting together go as one NOTIFY (≤ 6 kB of UTF-8)
 RECONNECT_S = 5.0
 
 
@@ -47,7 +50,7 @@ class PgBridge:
 
     def __init__(self, database_url: str, *, sessions: async_sessionmaker[AsyncSession], bus: EventBus,
                  wake: Callable[[], None] | None) -> None:
-        self.dsn = database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+        self.dsn = make_url(async_url(database_url)).set(drivername="postgresql").render_as_string(hide_password=False)
         self.sessions = sessions
         self.bus = bus
         self.wake = wake
@@ -57,8 +60,8 @@ class PgBridge:
 
     @staticmethod
     def applies_to(database_url: str) -> bool:
-        """Only PostgreSQL (through asyncpg) has LISTEN/NOTIFY."""
-        return database_url.startswith("postgresql+asyncpg://")
+        """Only PostgreSQL has LISTEN/NOTIFY (any spelling of its URL; the gateway drives it with asyncpg)."""
+        return make_url(async_url(database_url)).drivername == "postgresql+asyncpg"
 
     def start(self) -> None:
         """Listen and forward in the background until `stop`."""
@@ -75,27 +78,41 @@ class PgBridge:
         self._tasks = []
 
     def _forward(self, topic: str, event: dict[str, Any]) -> None:
-        if event.get("type") in LOCAL_ONLY_EVENTS:
-            return
         try:
             self._outgoing.put_nowait((topic, event))
         except asyncio.QueueFull:  # the database is away; waiters poll the store meanwhile
             log.warning("pg_bridge.dropped", topic=topic)
 
     async def _send(self) -> None:
-        """NOTIFY each outgoing event, in order, one short transaction each."""
+        """NOTIFY each outgoing event, in order, one short transaction each; streamed tokens that are
+        already waiting for the same topic are joined into one."""
+        carry: tuple[str, dict[str, Any]] | None = None
         while True:
-            topic, event = await self._outgoing.get()
-            payload = json.dumps({"o": self.origin, "t": topic, "e": event}, default=str)
-            if len(payload.encode()) > MAX_PAYLOAD:
-                log.warning("pg_bridge.too_large", topic=topic, size=len(payload))
-                continue
-            try:
-                async with self.sessions() as session, session.begin():
-                    await session.execute(text("SELECT pg_notify(:channel, :payload)"),
-                                          {"channel": EVENTS_CHANNEL, "payload": payload})
-            except Exception as exc:  # never take the process down; waiters poll the store
-                log.warning("pg_bridge.notify_failed", error=f"{type(exc).__name__}: {exc}"[:200])
+            topic, event = carry or await self._outgoing.get()
+            carry = None
+            if event.get("type") == "token":
+                text = str(event.get("text", ""))
+                while len(text) < TOKEN_BATCH_CHARS and not self._outgoing.empty():
+                    next_topic, next_event = self._outgoing.get_nowait()
+                    if next_topic == topic and next_event.get("type") == "token":
+                        text += str(next_event.get("text", ""))
+                    else:
+                        carry = (next_topic, next_event)
+                        break
+                event = {**event, "text": text}
+            await self._notify(topic, event)
+
+    async def _notify(self, topic: str, event: dict[str, Any]) -> None:
+        payload = json.dumps({"o": self.origin, "t": topic, "e": event}, default=str, ensure_ascii=False)
+        if len(payload.encode()) > MAX_PAYLOAD:
+            log.warning("pg_bridge.too_large", topic=topic, size=len(payload))
+            return
+        try:
+            async with self.sessions() as session, session.begin():
+                await session.execute(text("SELECT pg_notify(:channel, :payload)"),
+                                      {"channel": EVENTS_CHANNEL, "payload": payload})
+        except Exception as exc:  # never take the process down; waiters poll the store
+            log.warning("pg_bridge.notify_failed", error=f"{type(exc).__name__}: {exc}"[:200])
 
     def _received(self, _connection: Any, _pid: int, channel: str, payload: str) -> None:
         if channel == INBOX_CHANNEL:

@@ -30,11 +30,12 @@ def free_port() -> int:
 
 def replica_config(tmp: Path, *, database_url: str, telegram_api: str, index: int, lease_seconds: float = 2,
                    models: list[dict] | None = None, model: str | None = None, extra_bot: dict | None = None,
-                   **top) -> Path:
+                   web_chat: bool = False, **top) -> Path:
     """A config for one replica: one Telegram bot, no knowledge sources, its own Qdrant folder."""
     # No escalation: with no knowledge every answer is a refusal, and three in a row would hand off.
-    bot = {"name": "shop", "escalation": {"enabled": False}, "channels": {"web": None, "telegram": {
-        "token": "${GW_REPLICA_TG_TOKEN}", "webhook_secret": "${GW_REPLICA_TG_SECRET}", "api_base": telegram_api}}}
+    telegram = {"token": "${GW_REPLICA_TG_TOKEN}", "webhook_secret": "${GW_REPLICA_TG_SECRET}", "api_base": telegram_api}
+    bot = {"name": "shop", "escalation": {"enabled": False},
+           "channels": {"web": {} if web_chat else None, "telegram": telegram}}
     if model:
         bot["model"] = model
     bot.update(extra_bot or {})

@@ -10,7 +10,8 @@ import time
 import httpx
 
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.scale.replicas import OPERATOR_TOKEN, SECRET, TOKEN, Replica, db_upgrade, replica_config, telegram_update
+from tests.scale.replicas import (OPERATOR_TOKEN, ROOT, SECRET, TOKEN, Replica, db_upgrade, replica_config,
+                                  telegram_update)
 
 SLOW_POLL_S = 30.0  # so a reply within seconds can only come from the notification
 
@@ -49,13 +50,17 @@ async def test_web_role_receives_and_the_worker_process_answers_at_once(postgres
         assert elapsed < SLOW_POLL_S / 3, f"replies took {elapsed:.1f}s: woken by polling, not by NOTIFY"
 
 
-async def test_operator_stream_on_a_web_process_sees_an_escalation_opened_by_the_worker(postgres_url, tmp_path) -> None:
-    """The console's live stream is fed by the bus; on PostgreSQL the bus spans processes."""
+async def test_live_events_cross_processes_operator_stream_and_web_chat_tokens(postgres_url, tmp_path) -> None:
+    """The console's live stream and the web chat's token stream are fed by the bus; on PostgreSQL the
+    bus spans processes, so both work on a web process while another process answers."""
     operators = [{"name": "ann", "token": "${GW_REPLICA_OP_TOKEN}", "bots": ["shop"]}]
+    help_center = {"name": "help", "type": "directory", "path": str(ROOT / "examples" / "help-center"),
+                   "schedule": "0 3 * * *"}
     async with FakeTelegramAPI(TOKEN) as fake:
         worker_cfg, web_cfg = (
             replica_config(tmp_path, database_url=postgres_url, telegram_api=fake.base_url, index=i,
-                           operators=operators, extra_bot={"escalation": {"enabled": True}})
+                           operators=operators, extra_bot={"escalation": {"enabled": True}, "sources": [help_center]},
+                           web_chat=True)
             for i in range(2))
         await asyncio.to_thread(db_upgrade, worker_cfg)
         worker, web = Replica(worker_cfg), Replica(web_cfg, role="web")
@@ -83,8 +88,21 @@ async def test_operator_stream_on_a_web_process_sees_an_escalation_opened_by_the
                                       json=telegram_update(800, chat_id=88, text="Can I talk to a human please?"),
                                       headers={"X-Telegram-Bot-Api-Secret-Token": SECRET})
                     events.append(await asyncio.wait_for(next_event(), 20))
+                # The worker process holds the index: ingest through it, then ask the web process, streaming.
+                token = (tmp_path / "admin.token").read_text().strip()
+                ingested = await client.post(f"{worker.url}/v1/admin/ingest", headers={"Authorization": f"Bearer {token}"},
+                                             timeout=300)
+                assert ingested.status_code == 200, ingested.text
+                names = []
+                async with client.stream("POST", f"{web.url}/v1/bots/shop/chat", headers={"Accept": "text/event-stream"},
+                                         json={"session_id": "sse-1", "text": "How much does the Plus plan cost?"}) as sse:
+                    assert sse.status_code == 200, (sse.status_code, await sse.aread())
+                    async for line in sse.aiter_lines():
+                        if line.startswith("event:"):
+                            names.append(line.split(":", 1)[1].strip())
         finally:
             web.stop()
             worker.stop()
         assert [name for name, _ in events] == ["ready", "opened"], (events, worker.log(), web.log())
         assert events[1][1]["bot"] == "shop"
+        assert names[-1] == "done" and names.count("token") >= 1, names
