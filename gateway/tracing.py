@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import structlog
 from opentelemetry.trace import SpanKind
@@ -48,6 +50,22 @@ def bind_message(*, message_id: int, conversation_id: int, bot: str, channel: st
 def unbind_message() -> None:
     """Drop the message context bound by `bind_message`."""
     structlog.contextvars.unbind_contextvars("trace_id", "message_id", "conversation_id", "bot", "channel")
+
+
+@contextmanager
+def message_context(*, message_id: int, conversation_id: int, bot: str, channel: str,
+                    traceparent: str | None) -> Iterator[None]:
+    """Processing one message: the `message.process` span, continuing the trace of the request that stored
+    it (`traceparent`), and the same ids on every log line meanwhile."""
+    with otel.span("message.process", parent=traceparent, kind=SpanKind.CONSUMER, attributes={
+            "gateway.message_id": message_id, "gateway.conversation_id": conversation_id,
+            "gateway.bot": bot, "gateway.channel": channel}) as span:
+        bind_message(message_id=message_id, conversation_id=conversation_id, bot=bot, channel=channel,
+                     trace_id=otel.trace_id_of(span) or trace_id_of_traceparent(traceparent))
+        try:
+            yield
+        finally:
+            unbind_message()
 
 
 class RequestContextMiddleware:

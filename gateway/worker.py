@@ -34,18 +34,16 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import structlog
-from opentelemetry.trace import SpanKind
 from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway import otel
 from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import CallerIdentity, ConversationRef, utcnow
 from gateway.outbox import RETRYING, Outbox, next_attempt_at
 from gateway.pipeline import Pipeline, PipelineResult, Turn
 from gateway.settings import Settings
 from gateway.streaming import EditStreamer, streamer_for
-from gateway.tracing import bind_message, trace_id_of_traceparent as _trace_id, unbind_message
+from gateway.tracing import message_context
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Message, Usage
 
@@ -206,18 +204,10 @@ class Worker:
                             await self._park(conversation_id, message.id)
                             break
                     else:
-                        # Continues the trace the webhook started when it stored the message.
-                        with otel.span("message.process", parent=(message.meta or {}).get("traceparent"),
-                                       kind=SpanKind.CONSUMER, attributes={
-                                           "gateway.message_id": message.id, "gateway.conversation_id": conversation_id,
-                                           "gateway.bot": message.bot, "gateway.channel": message.channel}) as span:
-                            bind_message(message_id=message.id, conversation_id=conversation_id, bot=message.bot,
-                                         channel=message.channel, trace_id=otel.trace_id_of(span)
-                                         or _trace_id((message.meta or {}).get("traceparent")))
-                            try:
-                                await self._answer(message)
-                            finally:
-                                unbind_message()
+                        with message_context(message_id=message.id, conversation_id=conversation_id,
+                                             bot=message.bot, channel=message.channel,
+                                             traceparent=(message.meta or {}).get("traceparent")):
+                            await self._answer(message)
             finally:
                 heartbeat.cancel()
                 await asyncio.gather(heartbeat, return_exceptions=True)
