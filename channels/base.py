@@ -37,6 +37,7 @@ class Capabilities:
     threads: bool = False
     edits: bool = False
     typing: bool = False
+    delivery_receipts: bool = False  # the platform calls back with sent/delivered/read per message
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,7 @@ class WhatsAppAdapter:
     """The WhatsApp channel, through Twilio's Messages API."""
 
     name = CHANNEL
-    capabilities = Capabilities(max_length=MAX_LENGTH, markdown="plain", length_unit="chars")
+    capabilities = Capabilities(max_length=MAX_LENGTH, markdown="plain", length_unit="chars", delivery_receipts=True)
 
     def __init__(
         self,

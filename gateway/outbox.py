@@ -167,9 +167,10 @@ class Outbox:
                 await asyncio.sleep(min(0.25 * 2 ** record_attempt, 5.0))
         if status == "sent":
             bound.info("outbound.sent", provider_ids=provider_ids)
-            # A receipt that raced ahead of this record was parked; adopt it now that both are committed.
-            await adopt_early_receipts(self._sessions, bot=message.bot, channel=message.channel,
-                                       provider_ids=[str(p) for p in provider_ids])
+            if adapter is not None and adapter.capabilities.delivery_receipts:
+                # A receipt that raced ahead of this record was parked; adopt it now that both are committed.
+                await adopt_early_receipts(self._sessions, bot=message.bot, channel=message.channel,
+                                           provider_ids=[str(p) for p in provider_ids])
         elif status == "retry":
             bound.warning("outbound.retry_scheduled", error=error, next_attempt_at=meta["next_attempt_at"])
         else:

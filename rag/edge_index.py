@@ -17,7 +17,6 @@ import asyncio
 import fcntl
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -25,7 +24,7 @@ import qdrant_edge as qe
 from qdrant_client import models as qm
 
 from gateway.errors import ConfigError, IndexBusy, RetrievalError
-from rag.index import DENSE, SPARSE, TERM_STATS_TTL_S, ArmResults, IndexPoint, TermStats, collection_name, rrf
+from rag.index import DENSE, SPARSE, ArmResults, IndexPoint, TermStats, TermStatsCache, collection_name, rrf
 
 EXACT = qe.SearchParams(exact=True)
 """Exact dense search: about 1 ms at 10k chunks, and no HNSW recall loss (bench/README.md)."""
@@ -49,7 +48,7 @@ class EdgeIndex:
                 "(qdrant.url) for concurrent access."
             ) from None
         self._shards: dict[str, qe.EdgeShard] = {}
-        self._term_stats: dict[str, tuple[float, TermStats]] = {}
+        self._term_stats = TermStatsCache()
         self._serial = threading.Lock()
 
     async def close(self) -> None:
@@ -69,12 +68,12 @@ class EdgeIndex:
 
     async def drop(self, bot: str) -> None:
         """Delete the bot's whole shard."""
-        self._term_stats.pop(bot, None)
+        self._term_stats.invalidate(bot)
         await self._run(self._drop, bot)
 
     async def upsert(self, bot: str, points: list[IndexPoint], *, batch: int = 256) -> None:
         """Write points (id = chunk id), replacing any with the same id."""
-        self._term_stats.pop(bot, None)
+        self._term_stats.invalidate(bot)
         for start in range(0, len(points), batch):
             operation = qe.UpdateOperation.upsert_points([_point(p) for p in points[start : start + batch]])
             await self._run(self._update, bot, operation)
@@ -82,7 +81,7 @@ class EdgeIndex:
     async def delete_points(self, bot: str, ids: list[str]) -> None:
         """Remove points by chunk id; unknown ids are ignored."""
         if ids and await self._exists(bot):
-            self._term_stats.pop(bot, None)
+            self._term_stats.invalidate(bot)
             await self._run(self._update, bot, qe.UpdateOperation.delete_points(list(ids)))
 
     async def count(self, bot: str) -> int:
@@ -109,13 +108,11 @@ class EdgeIndex:
         return ArmResults(rrf([by_dense, by_sparse], limit=limit), by_dense, by_sparse)
 
     async def term_stats(self, bot: str) -> TermStats:
-        """Per BM25 term id, how many chunks hold it; cached until this index writes to the bot."""
-        cached = self._term_stats.get(bot)
-        if cached and time.monotonic() - cached[0] < TERM_STATS_TTL_S:
-            return cached[1]
-        stats = await self._run(self._scan_terms, bot) if await self._exists(bot) else TermStats(0, {})
-        self._term_stats[bot] = (time.monotonic(), stats)
-        return stats
+        """Per BM25 term id, how many chunks hold it (`TermStatsCache`)."""
+        return await self._term_stats.get(bot, lambda: self._scan(bot))
+
+    async def _scan(self, bot: str) -> TermStats:
+        return await self._run(self._scan_terms, bot) if await self._exists(bot) else TermStats.count([])
 
     # -- in the worker thread -------------------------------------------------------------------
 
@@ -169,16 +166,13 @@ class EdgeIndex:
         shutil.rmtree(self._folder(bot), ignore_errors=True)
 
     def _scan_terms(self, bot: str) -> TermStats:
-        df: dict[int, int] = {}
-        chunks, offset = 0, None
+        terms: list[list[int]] = []
+        offset = None
         while True:
             records, offset = self._shards[bot].scroll(qe.ScrollRequest(offset=offset, limit=1024, with_vector=[SPARSE]))
-            for record in records:
-                chunks += 1
-                for term in record.vector[SPARSE].indices:
-                    df[term] = df.get(term, 0) + 1
+            terms += [record.vector[SPARSE].indices for record in records]
             if offset is None:
-                return TermStats(chunks, df)
+                return TermStats.count(terms)
 
     def _close_all(self) -> None:
         for shard in self._shards.values():

@@ -154,16 +154,15 @@ class HybridSearch:
             # The priors only re-order RRF's top hits: lifting candidates from further down cost STICI
             # recall@10 (0.873 -> 0.848) and bought nothing (bench/README.md).
             arms = await self.index.hybrid_query(bot, dv, sv, prefetch=retrieval.prefetch, limit=per_query_limit)
-            gate_candidates = arms.dense[:COVERAGE_CANDIDATES] + arms.sparse[:COVERAGE_CANDIDATES]
-            coverage_of = {str(p.id): term_coverage(sv, p, stats) for p in arms.fused + gate_candidates}
-            fused_lists.append(_weigh(arms.fused, coverage_of))
+            fused_lists.append(_weigh(arms.fused, {str(p.id): term_coverage(sv, p, stats) for p in arms.fused}))
             for p in arms.dense:
                 dense_scores[str(p.id)] = max(dense_scores.get(str(p.id), -1.0), p.score)
             for p in arms.sparse:
                 sparse_scores[str(p.id)] = max(sparse_scores.get(str(p.id), 0.0), p.score)
             sparse_top.extend((i, p) for p in arms.sparse[:KEYWORD_CANDIDATES])
             if arms.dense:
-                evidence.append((arms.dense[0].score, max(coverage_of[str(p.id)] for p in gate_candidates)))
+                gate_candidates = arms.dense[:COVERAGE_CANDIDATES] + arms.sparse[:COVERAGE_CANDIDATES]
+                evidence.append((arms.dense[0].score, lexical_coverage(sv, gate_candidates, stats)))
 
         hits = _fuse(fused_lists, dense_scores, sparse_scores, single=len(queries) == 1)[: retrieval.k]
         best = max(dense_scores.values(), default=None)

@@ -205,3 +205,25 @@ def test_coverage_prior_ranks_the_chunk_holding_all_query_words_above_a_near_tie
     strong = _point(1, 2.5, words=60)
     hits = _fuse([_weigh([strong, full], {"1": 0.5, "2": 1.0})], {"1": 0.7}, {"2": 9.0}, single=True)
     assert [h.heading_path[-1] for h in hits] == ["1", "2"]
+
+
+async def test_term_stats_cache_rescans_after_a_write_or_its_ttl():
+    from rag.index import TERM_STATS_TTL_S, TermStatsCache
+
+    scans: list[int] = []
+
+    async def scan() -> TermStats:
+        scans.append(1)
+        return TermStats.count([[1, 2], [2]])
+
+    clock = [1000.0]
+    cache = TermStatsCache(clock=lambda: clock[0])
+    first = await cache.get("acme", scan)
+    assert (first.chunks, first.df) == (2, {1: 1, 2: 2})
+    await cache.get("acme", scan)
+    assert len(scans) == 1  # cached
+    cache.invalidate("acme")  # this process wrote to the bot
+    await cache.get("acme", scan)
+    clock[0] += TERM_STATS_TTL_S + 1  # another process may have written
+    await cache.get("acme", scan)
+    assert len(scans) == 3
