@@ -118,21 +118,23 @@ async def padding_points(
     if total <= 0:
         return []
     sections = json.loads(SMART_TV.read_text(encoding="utf-8"))
-    base: list[tuple[str, str]] = []
+    base = []
     for sid, s in sections.items():
         text = " ".join(" ".join(s["text"][1:]).split())
         if text:
-            for c in chunk_document(text, fmt="text", title=s["title"], bot="pad", source="pad", doc_id=sid, count_tokens=dense.count_tokens):
-                base.append((c.text, c.embed_text))
+            base += chunk_document(text, fmt="text", title=s["title"], bot="pad", source="pad", doc_id=sid, count_tokens=dense.count_tokens)
     base = base[: min(total, base_limit)]
-    dvs = await dense.aembed_documents([e for _, e in base])
-    svs = await sparse.aembed_documents([e for _, e in base])
+    dvs = await dense.aembed_documents([c.embed_text for c in base])
+    svs = await sparse.aembed_documents([c.embed_text for c in base])
+    flat = iter(await dense.aembed_documents([t for c in base for t in c.sentences]))
+    sentence_vectors = [[next(flat) for _ in c.sentences] for c in base]
     rng = random.Random(seed)
     points = []
     for i in range(total):
         j = i % len(base)
         vector = dvs[j] if i < len(base) else _jitter(dvs[j], rng)
-        points.append(IndexPoint(f"00000000-0000-4000-8000-{i:012d}", base[j][0], "padding", "smart_tv", "padding", (), None, vector, svs[j]))
+        points.append(IndexPoint(f"00000000-0000-4000-8000-{i:012d}", base[j].text, "padding", "smart_tv", "padding", (), None,
+                                 vector, svs[j], sentence_vectors[j]))
     return points
 
 

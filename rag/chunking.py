@@ -22,6 +22,9 @@ Rules (each has a test in tests/rag/test_chunking.py):
   header repeated. So no chunk ever holds half a code fence or half a table row.
 - Chunk ids are uuid5 of bot, source, document, heading path and content: re-ingesting the same
   content gives the same ids.
+- Each chunk also lists its `sentences` (`split_sentences`): sentence ends, list items and lines,
+  each of at least `MIN_SENTENCE_WORDS` words and within `max_tokens`. Ingest embeds each one;
+  search reads the best sentence's cosine as a ranking prior (`rag.search`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,13 @@ from markdown_it import MarkdownIt
 
 CHUNK_NAMESPACE = uuid.UUID("6f6c1a52-3c1e-4d44-9b1f-2a7e5d0c9e11")
 _SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?:])\s+(?=[A-Z0-9])|\n+")
+_SOFT_WRAP = re.compile(r"(?<![.!?:\n])[ \t]*\n(?![ \t]*(?:[-*+>|#]|\d+[.)]|\n))[ \t]*")
+"""A line break inside a paragraph (hard-wrapped text): not after a sentence end, not before a
+blank line, list item, quote, table row or heading."""
+MIN_SENTENCE_WORDS = 3
+MAX_SENTENCES = 64
+"""Per chunk; past it, neighbouring sentences are joined in pairs (a ≤512-token chunk rarely has 40)."""
 _PARSER = MarkdownIt("commonmark").enable("table")
 _BLOCK_OPENERS = {"paragraph_open", "blockquote_open", "table_open", "html_block"}
 _MARKDOWN_FORMATS = {"markdown", "html"}
@@ -54,6 +64,7 @@ class Chunk:
     position: int
     sparse_text: str = ""
     embed_windows: tuple[str, ...] = ()
+    sentences: tuple[str, ...] = ()
 
     @property
     def windows(self) -> tuple[str, ...]:
@@ -110,8 +121,33 @@ def chunk_document(
                 budget = max(max_tokens - (count_tokens(prefix) if prefix else overhead), 1)
                 tail = _split_words(body[len(head) :], budget=budget, size=lambda p: count_tokens(p) - overhead)
                 windows = (embed_text, *(f"{prefix}\n\n{t}" if prefix else t for t in tail if t.strip()))
-            chunks.append(Chunk(chunk_id, body, heading_path, embed_text, len(chunks), sparse_text, windows))
+            sentences = split_sentences(body, count_tokens=count_tokens, max_tokens=max_tokens)
+            chunks.append(Chunk(chunk_id, body, heading_path, embed_text, len(chunks), sparse_text, windows, sentences))
     return chunks
+
+
+def split_sentences(text: str, *, count_tokens: TokenCounter, max_tokens: int) -> tuple[str, ...]:
+    """The chunk text's sentences, list items and lines, for sentence-level matching.
+
+    Pieces under `MIN_SENTENCE_WORDS` words are dropped (a lone label such as "Note:" is close to
+    everything), longer ones are cut to fit the encoder, and past `MAX_SENTENCES` neighbours are
+    packed together up to the encoder limit. A text with no such piece gives itself, cut to fit."""
+    overhead = count_tokens("")
+    budget = max(max_tokens - overhead, 1)
+
+    def size(piece: str) -> int:
+        return count_tokens(piece) - overhead
+
+    pieces: list[str] = []
+    for part in _SENTENCE_BREAK.split(_SOFT_WRAP.sub(" ", text)):
+        part = " ".join(part.split())
+        if len(part.split()) >= MIN_SENTENCE_WORDS:
+            pieces += [part] if size(part) <= budget else _split_words(part, budget=budget, size=size)
+    if not pieces and text.strip():
+        pieces = _split_words(" ".join(text.split()), budget=budget, size=size)
+    if len(pieces) > MAX_SENTENCES:
+        pieces = _merge(pieces, budget=budget, size=size, sep=" ")
+    return tuple(pieces[:MAX_SENTENCES])
 
 
 def _fit_head(body: str, *, prefix: str, count_tokens: TokenCounter, max_tokens: int) -> str:

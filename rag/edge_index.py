@@ -15,16 +15,31 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import logging
 import shutil
 import threading
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+import numpy as np
 import qdrant_edge as qe
 from qdrant_client import models as qm
 
 from gateway.errors import ConfigError, IndexBusy, RetrievalError
-from rag.index import DENSE, SPARSE, ArmResults, IndexPoint, TermStats, TermStatsCache, collection_name, rrf
+from rag.index import (
+    DENSE,
+    SENTENCES,
+    SPARSE,
+    ArmResults,
+    IndexPoint,
+    TermStats,
+    TermStatsCache,
+    collection_name,
+    rrf,
+    sentence_matrices,
+)
+
+log = logging.getLogger(__name__)
 
 EXACT = qe.SearchParams(exact=True)
 """Exact dense search: about 1 ms at 10k chunks, and no HNSW recall loss (bench/README.md)."""
@@ -107,6 +122,13 @@ class EdgeIndex:
         )
         return ArmResults(rrf([by_dense, by_sparse], limit=limit), by_dense, by_sparse)
 
+    async def sentence_vectors(self, bot: str, ids: list[str]) -> dict[str, np.ndarray]:
+        """Each listed chunk's sentence vectors (rows of unit vectors); chunks without any are left out."""
+        if not ids or not await self._exists(bot):
+            return {}
+        records = await self._run(lambda: self._shards[bot].retrieve(list(ids), False, [SENTENCES]))
+        return sentence_matrices((str(r.id), r.vector) for r in records)
+
     async def term_stats(self, bot: str) -> TermStats:
         """Per BM25 term id, how many chunks hold it (`TermStatsCache`)."""
         return await self._term_stats.get(bot, lambda: self._scan(bot))
@@ -147,13 +169,19 @@ class EdgeIndex:
         try:
             self._shards[bot] = qe.EdgeShard.load(str(folder), _config(dim) if dim is not None else None)
         except Exception as exc:
-            if dim is not None and "incompatible" in str(exc).lower():
+            if dim is None or "incompatible" not in str(exc).lower():
+                raise
+            if not _loads(folder, _config(dim, sentences=False)):
                 raise ConfigError(
                     "embedding.model",
                     f"shard {folder} does not match the embedder's {dim}-d vectors ({exc}); "
                     "drop it (or use a new qdrant.path) and re-ingest",
                 ) from None
-            raise
+            # A shard from before sentence vectors: start it again, empty, for a full re-ingest
+            # (ingest embeds every recorded document again when the index is empty).
+            log.warning("shard has no sentence vectors; recreating it for a full re-ingest", extra={"bot": bot})
+            shutil.rmtree(folder)
+            self._shards[bot] = qe.EdgeShard.create(str(folder), _config(dim))
         return True
 
     def _update(self, bot: str, operation: qe.UpdateOperation) -> None:
@@ -180,11 +208,22 @@ class EdgeIndex:
         self._shards.clear()
 
 
-def _config(dim: int) -> qe.EdgeConfig:
-    return qe.EdgeConfig(
-        vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
-        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-    )
+def _config(dim: int, *, sentences: bool = True) -> qe.EdgeConfig:
+    vectors = {DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)}
+    if sentences:
+        vectors[SENTENCES] = qe.EdgeVectorParams(
+            size=dim, distance=qe.Distance.Cosine, multivector_config=qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
+        )
+    return qe.EdgeConfig(vectors=vectors, sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)})
+
+
+def _loads(folder: Path, config: qe.EdgeConfig) -> bool:
+    """Whether the shard in `folder` opens with `config` (it is closed again at once)."""
+    try:
+        qe.EdgeShard.load(str(folder), config).close()
+    except Exception:
+        return False
+    return True
 
 
 def _sparse(vector: qm.SparseVector) -> qe.SparseVector:
@@ -192,7 +231,9 @@ def _sparse(vector: qm.SparseVector) -> qe.SparseVector:
 
 
 def _point(p: IndexPoint) -> qe.Point:
-    return qe.Point(p.chunk_id, {DENSE: list(p.dense), SPARSE: _sparse(p.sparse)}, p.payload())
+    vectors = p.vectors()
+    vectors[DENSE], vectors[SPARSE] = list(p.dense), _sparse(p.sparse)
+    return qe.Point(p.chunk_id, vectors, p.payload())
 
 
 def _scored(p: Any) -> qm.ScoredPoint:

@@ -1,4 +1,5 @@
-"""The Qdrant index: one collection per bot, a named dense vector and a named BM25 sparse vector.
+"""The Qdrant index: one collection per bot, a named dense vector, a named BM25 sparse vector and a
+named multivector of the chunk's sentence vectors (MaxSim), read back for the top hits only.
 
 The same code runs against Qdrant local mode (`qdrant.path`, the embedded default) and a Qdrant
 server (`qdrant.url` + `api_key`). Because every bot has its own collection, a search for one bot
@@ -10,12 +11,14 @@ message that says what to do.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
+import numpy as np
 from qdrant_client import AsyncQdrantClient
 from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
@@ -23,8 +26,11 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from gateway.errors import ConfigError, IndexBusy, RetrievalError
 from gateway.settings import QdrantSettings
 
+log = logging.getLogger(__name__)
+
 DENSE = "dense"
 SPARSE = "bm25"
+SENTENCES = "sentences"
 RRF_K = 2
 """Qdrant's own RRF constant; a sweep (bench/README.md) showed 2, 10 and 60 rank alike."""
 PAYLOAD_FIELDS = ("chunk_id", "source", "document", "title", "heading_path", "url", "text")
@@ -46,6 +52,14 @@ class IndexPoint:
     url: str | None
     dense: list[float]
     sparse: qm.SparseVector
+    sentences: Sequence[Sequence[float]] = ()  # one unit vector per sentence of the chunk
+
+    def vectors(self) -> dict[str, object]:
+        """The named vectors to write; a point without sentence vectors has no `SENTENCES` entry."""
+        out: dict[str, object] = {DENSE: self.dense, SPARSE: self.sparse}
+        if len(self.sentences):
+            out[SENTENCES] = [list(v) for v in self.sentences]
+        return out
 
     def payload(self) -> dict[str, object]:
         """What the index stores beside the vectors (`PAYLOAD_FIELDS`)."""
@@ -130,6 +144,16 @@ def rrf(ranked: list[list[qm.ScoredPoint]], *, limit: int, k: int = RRF_K) -> li
     return [first[pid].model_copy(update={"score": scores[pid]}) for pid in ordered]
 
 
+def sentence_matrices(records: Iterable[tuple[str, object]]) -> dict[str, np.ndarray]:
+    """(id, named vectors) pairs as id → matrix of the point's sentence vectors, skipping points without."""
+    out: dict[str, np.ndarray] = {}
+    for pid, vectors in records:
+        rows = vectors.get(SENTENCES) if isinstance(vectors, dict) else None
+        if rows:
+            out[pid] = np.asarray(rows, dtype=np.float32)
+    return out
+
+
 class KnowledgeIndex(Protocol):
     """What ingest and search need from an index; `QdrantIndex` and `rag.edge_index.EdgeIndex` provide it."""
 
@@ -144,6 +168,7 @@ class KnowledgeIndex(Protocol):
         self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int
     ) -> ArmResults: ...
     async def term_stats(self, bot: str) -> TermStats: ...
+    async def sentence_vectors(self, bot: str, ids: list[str]) -> dict[str, np.ndarray]: ...
 
 
 def open_index(settings: QdrantSettings) -> KnowledgeIndex:
@@ -195,7 +220,10 @@ class QdrantIndex:
         await self._call(self.client.get_collections())
 
     async def ensure_collection(self, bot: str, dim: int) -> None:
-        """Create the bot's collection if missing; refuse a dense size that does not match."""
+        """Create the bot's collection if missing; refuse a dense size that does not match.
+
+        A collection from before sentence vectors is dropped and created again, empty: ingest then
+        sees an empty index and embeds every recorded document again (`rag.ingest`)."""
         name = collection_name(bot)
         if name in self._known:
             return
@@ -209,12 +237,24 @@ class QdrantIndex:
                     f"collection {name} holds {existing}-d vectors but the embedder gives {dim}-d; "
                     "drop the collection (or use a new qdrant.path) and re-ingest",
                 )
-        else:
-            await self.client.create_collection(
-                name,
-                vectors_config={DENSE: qm.VectorParams(size=dim, distance=qm.Distance.COSINE)},
-                sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
-            )
+            if SENTENCES in vectors:
+                self._known.add(name)
+                return
+            log.warning("collection has no sentence vectors; recreating it for a full re-ingest", extra={"bot": bot})
+            await self.drop(bot)
+        await self.client.create_collection(
+            name,
+            vectors_config={
+                DENSE: qm.VectorParams(size=dim, distance=qm.Distance.COSINE),
+                SENTENCES: qm.VectorParams(
+                    size=dim,
+                    distance=qm.Distance.COSINE,
+                    multivector_config=qm.MultiVectorConfig(comparator=qm.MultiVectorComparator.MAX_SIM),
+                    hnsw_config=qm.HnswConfigDiff(m=0),  # only read back by id, never searched: no graph
+                ),
+            },
+            sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+        )
         self._known.add(name)
 
     async def drop(self, bot: str) -> None:
@@ -229,7 +269,7 @@ class QdrantIndex:
         self._term_stats.invalidate(bot)
         for start in range(0, len(points), batch):
             structs = [
-                qm.PointStruct(id=p.chunk_id, vector={DENSE: p.dense, SPARSE: p.sparse}, payload=p.payload())
+                qm.PointStruct(id=p.chunk_id, vector=p.vectors(), payload=p.payload())
                 for p in points[start : start + batch]
             ]
             await self._call(self.client.upsert(name, points=structs, wait=True))
@@ -271,6 +311,15 @@ class QdrantIndex:
         """Per BM25 term id, how many chunks hold it (`TermStatsCache`; a scan takes about a second at
         10k chunks in local mode)."""
         return await self._term_stats.get(bot, lambda: self._scan_terms(bot))
+
+    async def sentence_vectors(self, bot: str, ids: list[str]) -> dict[str, np.ndarray]:
+        """Each listed chunk's sentence vectors (rows of unit vectors); chunks without any are left out."""
+        if not ids or not await self._exists(bot):
+            return {}
+        records = await self._call(
+            self.client.retrieve(collection_name(bot), ids=list(ids), with_payload=False, with_vectors=[SENTENCES])
+        )
+        return sentence_matrices((str(r.id), r.vector) for r in records)
 
     async def _scan_terms(self, bot: str) -> TermStats:
         vectors: list[qm.SparseVector] = []

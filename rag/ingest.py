@@ -8,6 +8,10 @@ is kept in `storage.models.Document`:
 - a document the source no longer yields has all its chunks deleted. A document whose fetch
   failed this run keeps its chunks: a flaky page must not empty the knowledge base.
 
+A new chunk is embedded as its windows (averaged into its one dense vector), its BM25 text, and
+each of its sentences (`Chunk.sentences`, stored as the `sentences` multivector for the ranking
+prior in `rag.search`).
+
 Counts in `IngestReport` are in CHUNKS: `added` (chunks of new documents), `updated` (new chunks
 written for changed documents), `deleted` (chunks removed), `unchanged` (chunks kept as they were).
 Every run is recorded as a `storage.models.IngestRun`.
@@ -235,7 +239,9 @@ class Ingestor:
             for c in new
         ]
         sparse = await self.sparse.aembed_documents([c.sparse_text or c.embed_text for c in new])
-        vectors = {c.chunk_id: (d, s) for c, d, s in zip(new, dense, sparse)}
+        sentence_vectors = iter(await self.dense.aembed_documents([t for c in new for t in c.sentences]))
+        sentences = [[next(sentence_vectors) for _ in c.sentences] for c in new]
+        vectors = {c.chunk_id: (d, s, sv) for c, d, s, sv in zip(new, dense, sparse, sentences)}
         points = [
             IndexPoint(c.chunk_id, c.text, source, p.doc.doc_id, p.doc.title, c.heading_path, p.doc.url, *vectors[c.chunk_id])
             for p in pending

@@ -17,7 +17,17 @@ three answers from rank 2 to rank 1 (MRR 0.855 -> 0.885) and changes no STICI ra
   ranks, so a chunk that holds one rare query word high in BM25 and sits mid-list in dense ties
   with the chunk that holds all of them. On S10 this moves MRR 0.885 -> 0.907 and STICI
   0.623 -> 0.638; floors 0.05-0.2 with exponents 0.5-1 gave 0.905-0.909 / 0.628-0.638 (bench/README.md).
-Gate 1 is unaffected by both: it reads the arms' dense scores and the coverage, not the fused scores.
+- A sentence prior (`sentence_prior`): the fused score is scaled by
+  exp(SENTENCE_PRIOR_WEIGHT × (s − 1)), where s is the best cosine between the query and one of the
+  chunk's sentences (their vectors are stored at ingest as a Qdrant multivector and read back for
+  the top k only). Why: a chunk's one dense vector averages all of its sentences, so the section whose
+  one sentence says exactly what was asked ("Launch the Email app") loses to one that mentions the
+  query's words throughout. On S10 this moves MRR 0.907 -> 0.927 and STICI 0.638 -> 0.659;
+  weights 2-5 gave 0.917-0.928 / 0.652-0.660 (bench/README.md). A chunk without sentence vectors
+  (written by an older version, before its re-ingest) gets 1.
+Gate 1 is unaffected by all three: it reads the arms' dense scores and the coverage, not the fused
+scores. (The best sentence cosine did not separate answerable from off-topic questions better than
+the chunk cosine: bench/README.md.)
 Several queries (a follow-up rewritten into standalone queries) are fused again client-side by
 RRF with the usual constant 60, after each query's own top hit, so no query is crowded out.
 
@@ -45,9 +55,11 @@ Gate 1 (no relevant chunk → the answer step gets no chunks):
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
 from qdrant_client import models as qm
 
 from gateway.settings import RetrievalSettings
@@ -94,6 +106,7 @@ KEYWORD_CANDIDATES = 3
 MULTI_QUERY_RRF_K = 60
 SHORT_CONTENT_WORDS = 30
 SHORT_CONTENT_EXPONENT = 0.25
+SENTENCE_PRIOR_WEIGHT = 4.0
 
 
 @dataclass(frozen=True)
@@ -154,7 +167,12 @@ class HybridSearch:
             # The priors only re-order RRF's top hits: lifting candidates from further down cost STICI
             # recall@10 (0.873 -> 0.848) and bought nothing (bench/README.md).
             arms = await self.index.hybrid_query(bot, dv, sv, prefetch=retrieval.prefetch, limit=per_query_limit)
-            fused_lists.append(_weigh(arms.fused, {str(p.id): term_coverage(sv, p, stats) for p in arms.fused}))
+            sentences = await self.index.sentence_vectors(bot, [str(p.id) for p in arms.fused])
+            fused_lists.append(_weigh(
+                arms.fused,
+                coverage_of={str(p.id): term_coverage(sv, p, stats) for p in arms.fused},
+                sentence_of=best_sentence_scores(dv, sentences),
+            ))
             for p in arms.dense:
                 dense_scores[str(p.id)] = max(dense_scores.get(str(p.id), -1.0), p.score)
             for p in arms.sparse:
@@ -252,13 +270,29 @@ def length_prior(payload: dict) -> float:
 _CONTENT_WORD = re.compile(r"\w+")
 
 
-def _weigh(fused: list[qm.ScoredPoint], coverage_of: dict[str, float]) -> list[qm.ScoredPoint]:
-    """One query's RRF list re-weighted by the two priors (module docstring) and re-sorted."""
-    weighted = (
-        p.model_copy(update={"score": p.score * length_prior(p.payload or {}) * coverage_prior(coverage_of.get(str(p.id), 0.0))})
-        for p in fused
-    )
+def _weigh(
+    fused: list[qm.ScoredPoint], *, coverage_of: dict[str, float], sentence_of: dict[str, float]
+) -> list[qm.ScoredPoint]:
+    """One query's RRF list re-weighted by the three priors (module docstring) and re-sorted."""
+
+    def weight(p: qm.ScoredPoint) -> float:
+        pid = str(p.id)
+        sentence = sentence_prior(sentence_of[pid]) if pid in sentence_of else 1.0
+        return length_prior(p.payload or {}) * coverage_prior(coverage_of.get(pid, 0.0)) * sentence
+
+    weighted = (p.model_copy(update={"score": p.score * weight(p)}) for p in fused)
     return sorted(weighted, key=lambda p: p.score, reverse=True)
+
+
+def best_sentence_scores(query: list[float], sentences: dict[str, np.ndarray]) -> dict[str, float]:
+    """Per chunk, the best cosine between the (unit) query vector and one of its (unit) sentence vectors."""
+    q = np.asarray(query, dtype=np.float32)
+    return {pid: float((matrix @ q).max()) for pid, matrix in sentences.items() if len(matrix)}
+
+
+def sentence_prior(best_sentence: float) -> float:
+    """Weight in (0, 1] for a chunk's fused score from its best sentence's cosine (module docstring)."""
+    return math.exp(SENTENCE_PRIOR_WEIGHT * (min(best_sentence, 1.0) - 1.0))
 
 
 def coverage_prior(coverage: float) -> float:

@@ -14,17 +14,22 @@ from tests.rag.kb import write_kb
 
 
 class CountingEmbedder:
-    """Wraps the real dense embedder and records every text it is asked to embed."""
+    """Wraps the real dense embedder and records every batch of texts it is asked to embed (ingest
+    sends two per flush: the chunks' windows, then their sentences)."""
 
     def __init__(self, inner):
         self.inner = inner
-        self.embedded: list[str] = []
+        self.calls: list[list[str]] = []
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
+    @property
+    def embedded(self) -> list[str]:
+        return [text for call in self.calls for text in call]
+
     async def aembed_documents(self, texts):
-        self.embedded.extend(texts)
+        self.calls.append(list(texts))
         return await self.inner.aembed_documents(texts)
 
 
@@ -47,10 +52,11 @@ async def test_ingest_incremental_skips_unchanged_replaces_changed_removes_delet
 
     first = await ingestor.ingest_source("acme", source)
     total = await index.count("acme")
-    assert first.status == "ok" and first.added == total == len(counting.embedded) > 0
+    windows, sentences = counting.calls  # one flush: the small kb's chunks are one window each
+    assert first.status == "ok" and first.added == total == len(windows) > 0 and len(sentences) >= total
     assert (first.updated, first.deleted, first.unchanged) == (0, 0, 0)
 
-    counting.embedded.clear()
+    counting.calls.clear()
     second = await ingestor.ingest_source("acme", source, trigger="schedule")
     assert counting.embedded == []  # nothing re-embedded
     assert (second.added, second.updated, second.deleted, second.unchanged) == (0, 0, 0, total)
@@ -59,7 +65,9 @@ async def test_ingest_incremental_skips_unchanged_replaces_changed_removes_delet
     billing.write_text(billing.read_text().replace("five business days", "ten business days"))
     (folder / "account.txt").unlink()
     third = await ingestor.ingest_source("acme", source)
-    assert len(counting.embedded) == 1 and "ten business days" in counting.embedded[0]  # only the edited chunk
+    [window], sentences = counting.calls  # only the edited chunk, and its sentences
+    assert "ten business days" in window and any("ten business days" in s for s in sentences)
+    assert all(s in " ".join(window.split()) for s in sentences)
     assert third.updated == 1 and third.added == 0
     assert third.deleted == 1 + 1  # the stale billing chunk and account.txt's one chunk
     assert await index.count("acme") == total - 1
@@ -117,8 +125,8 @@ async def test_ingest_re_embeds_when_the_index_lost_its_points(tmp_path, index, 
     ingestor = Ingestor(index, counting, sparse, sessions)
     first = await ingestor.ingest_source("acme", source)
     await index.drop("acme")
-    counting.embedded.clear()
+    counting.calls.clear()
     again = await ingestor.ingest_source("acme", source)
     assert again.status == "ok" and again.unchanged == 0 and again.deleted == 0
-    assert await index.count("acme") == first.added == len(counting.embedded)
+    assert await index.count("acme") == first.added == len(counting.calls[0])
     assert "billing.md" in await point_documents(index, "acme")

@@ -184,26 +184,26 @@ def test_fuse_ranks_sub_section_above_near_tied_short_intro():
     # RRF (k=2): a short parent intro first by dense, second by BM25; its sub-section first by BM25,
     # third by dense. Unweighted the intro wins (1.5 vs 1.33).
     intro, sub = _point(1, 1.0 + 1 / 2, words=12), _point(2, 1.0 + 1 / 3, words=60)
-    hits = _fuse([_weigh([intro, sub], {"1": 1.0, "2": 1.0})], {"1": 0.65, "2": 0.60}, {"1": 9.4, "2": 10.5}, single=True)
+    hits = _fuse([_weigh([intro, sub], coverage_of={"1": 1.0, "2": 1.0}, sentence_of={})], {"1": 0.65, "2": 0.60}, {"1": 9.4, "2": 10.5}, single=True)
     assert [h.heading_path[-1] for h in hits] == ["2", "1"]
     assert hits[1].dense_score == 0.65 and hits[0].fused_score == pytest.approx(4 / 3)
 
 
 def test_fuse_keeps_a_clearly_stronger_short_chunk_first():
     short, long = _point(1, 2.0, words=12), _point(2, 1 / 3 + 1 / 5, words=60)
-    hits = _fuse([_weigh([short, long], {"1": 1.0, "2": 1.0})], {"1": 0.7}, {"2": 5.0}, single=True)
+    hits = _fuse([_weigh([short, long], coverage_of={"1": 1.0, "2": 1.0}, sentence_of={})], {"1": 0.7}, {"2": 5.0}, single=True)
     assert [h.heading_path[-1] for h in hits] == ["1", "2"]
 
 
 def test_coverage_prior_ranks_the_chunk_holding_all_query_words_above_a_near_tie():
     # Near-tied in RRF; the second holds every query term, the first half of the idf mass.
     partial, full = _point(1, 1.0 + 1 / 3, words=60), _point(2, 1.0 + 1 / 4, words=60)
-    hits = _fuse([_weigh([partial, full], {"1": 0.5, "2": 1.0})], {"1": 0.6, "2": 0.55}, {"1": 8.0, "2": 9.0}, single=True)
+    hits = _fuse([_weigh([partial, full], coverage_of={"1": 0.5, "2": 1.0}, sentence_of={})], {"1": 0.6, "2": 0.55}, {"1": 8.0, "2": 9.0}, single=True)
     assert [h.heading_path[-1] for h in hits] == ["2", "1"]
     assert coverage_prior(1.0) == 1.0 and 0 < coverage_prior(0.0) < coverage_prior(0.5) < 1.0
     # A clearly stronger chunk keeps its place.
     strong = _point(1, 2.5, words=60)
-    hits = _fuse([_weigh([strong, full], {"1": 0.5, "2": 1.0})], {"1": 0.7}, {"2": 9.0}, single=True)
+    hits = _fuse([_weigh([strong, full], coverage_of={"1": 0.5, "2": 1.0}, sentence_of={})], {"1": 0.7}, {"2": 9.0}, single=True)
     assert [h.heading_path[-1] for h in hits] == ["1", "2"]
 
 
