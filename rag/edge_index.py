@@ -68,6 +68,7 @@ class EdgeIndex:
 
     async def close(self) -> None:
         """Flush and close every shard, then release the folder."""
+        await self._term_stats.close()
         await self._run(self._close_all)
         self._lock_file.close()
 
