@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from qdrant_client import models as qm
 from tokenizers import Tokenizer
 
@@ -226,19 +227,35 @@ class DenseEmbedder:
     def _litellm_sync(self, texts: list[str]) -> list[list[float]]:
         import litellm
 
-        response = litellm.embedding(model=self._litellm_model, input=texts)
-        return [item["embedding"] for item in response.data]
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            response = litellm.embedding(model=self._litellm_model, input=texts[start : start + self.batch_size])
+            vectors += _unit_rows(response.data)
+        return vectors
 
     async def _litellm_async(self, texts: list[str]) -> list[list[float]]:
         import litellm
 
-        if not texts:
-            return []
-        response = await litellm.aembedding(model=self._litellm_model, input=texts)
-        vectors = [item["embedding"] for item in response.data]
+        vectors: list[list[float]] = []
+        # In batches of `batch_size`: providers cap the inputs per request (OpenAI at 2048), and one
+        # ingest flush can hold thousands of sentences.
+        for start in range(0, len(texts), self.batch_size):
+            response = await litellm.aembedding(model=self._litellm_model, input=texts[start : start + self.batch_size])
+            vectors += _unit_rows(response.data)
         if not self.dim and vectors:
             self.dim = len(vectors[0])
         return vectors
+
+
+def _unit_rows(data: list[Any]) -> list[list[float]]:
+    """An embeddings response's vectors in input order, scaled to unit length: search reads a dot
+    product of query and sentence vectors as their cosine, and not every provider normalises."""
+    rows = sorted(data, key=lambda item: item["index"]) if all("index" in item for item in data) else data
+    out = []
+    for item in rows:
+        vector = np.asarray(item["embedding"], dtype=np.float64)
+        out.append((vector / (np.linalg.norm(vector) or 1.0)).tolist())
+    return out
 
 
 class SparseEmbedder:

@@ -1,4 +1,4 @@
-"""A local OpenAI-compatible chat server with scripted turns, for tests.
+"""A local OpenAI-compatible chat server with scripted turns (and an embeddings endpoint), for tests.
 
 The real LiteLLM (and the real OpenAI SDK under it) talks to it through
 `model="openai/<name>", api_base=fake.base_url`. Each model name has a queue of `Turn`s; every
@@ -19,7 +19,10 @@ The server runs uvicorn in its own thread and event loop, so it is independent o
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
+import struct
 import threading
 import time
 import uuid
@@ -134,7 +137,10 @@ class FakeOpenAI:
 
     def start(self) -> "FakeOpenAI":
         """Serve in a background thread; returns once the port is bound."""
-        app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
+        app = Starlette(routes=[
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/embeddings", self._embeddings, methods=["POST"]),
+        ])
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical", lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="fake-openai", daemon=True)
@@ -181,6 +187,41 @@ class FakeOpenAI:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return StreamingResponse(_sse(model, turn, include_usage), media_type="text/event-stream")
         return JSONResponse(_completion(model, turn))
+
+
+    async def _embeddings(self, request: Request) -> Response:
+        """Unscripted: every input gets `embedding_vector(text)`, as floats or base64 float32 (the
+        OpenAI SDK asks for base64 unless told otherwise)."""
+        body = await request.json()
+        model = str(body.get("model", ""))
+        with self._lock:
+            self.requests.append(RecordedRequest(model, body, dict(request.headers), time.monotonic()))
+        inputs = body.get("input")
+        inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        as_base64 = body.get("encoding_format") == "base64"
+        data = []
+        for i, text in enumerate(inputs):
+            vector = embedding_vector(str(text))
+            encoded: Any = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode() if as_base64 else vector
+            data.append({"object": "embedding", "index": i, "embedding": encoded})
+        tokens = sum(len(str(t).split()) for t in inputs)
+        return JSONResponse({"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+EMBEDDING_DIM = 48
+
+
+def embedding_vector(text: str) -> list[float]:
+    """A deterministic bag-of-words vector (each lower-cased word hashed to a dimension), deliberately
+    NOT unit length, so a client that assumes unit vectors is caught."""
+    vector = [0.0] * EMBEDDING_DIM
+    for word in text.lower().split():
+        word = word.strip(".,;:!?()[]\"'")
+        if word:
+            vector[int(hashlib.sha256(word.encode()).hexdigest(), 16) % EMBEDDING_DIM] += 3.0
+    if not any(vector):
+        vector[0] = 3.0
+    return vector
 
 
 def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:

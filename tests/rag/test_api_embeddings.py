@@ -1,0 +1,49 @@
+"""`embedding.model: litellm/<model>`: an API embedding model through the real LiteLLM, against the
+local OpenAI-compatible fake (tests/fakes/openai_server.py), end to end through ingest and search."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gateway.settings import RetrievalSettings
+from rag.embeddings import DenseEmbedder
+from rag.ingest import Ingestor
+from rag.search import HybridSearch
+from rag.sources import load_directory
+from tests.fakes.openai_server import EMBEDDING_DIM, FakeOpenAI
+from tests.rag.kb import TARGET_CODE, write_kb
+
+
+@pytest.fixture
+def api_embedder(monkeypatch):
+    """A DenseEmbedder on `litellm/openai/fake-embed`, the base URL from LiteLLM's usual environment."""
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_API_BASE", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
+        yield server, DenseEmbedder("litellm/openai/fake-embed", batch_size=8)
+
+
+async def test_api_embedder_batches_requests_and_returns_unit_vectors(api_embedder):
+    server, embedder = api_embedder
+    texts = [f"text number {i} about refunds" for i in range(21)]
+    vectors = await embedder.aembed_documents(texts)
+    assert len(vectors) == 21 and embedder.dim == EMBEDDING_DIM
+    assert np.allclose(np.linalg.norm(np.asarray(vectors), axis=1), 1.0)  # the fake's are 3x too long
+    sizes = [len(r.body["input"]) for r in server.requests_for("fake-embed")]
+    assert sizes == [8, 8, 5]
+    # Input order is kept: the same text gives the same vector wherever it sits in a batch.
+    again = await embedder.aembed_documents([texts[20], texts[0]])
+    assert np.allclose(again, [vectors[20], vectors[0]])
+    assert np.allclose(embedder.embed_queries(["text number 3 about refunds"]), [vectors[3]])
+
+
+async def test_ingest_and_search_with_an_api_embedding_model(tmp_path, api_embedder, index, sparse, sessions):
+    server, embedder = api_embedder
+    docs = (await load_directory(write_kb(tmp_path / "kb"))).documents
+    report = await Ingestor(index, embedder, sparse, sessions).ingest_documents("acme", "kb", docs)
+    assert report.added > 0 and server.requests_for("fake-embed")
+    hits = (await HybridSearch(index, embedder, sparse).search("acme", [f"What does {TARGET_CODE} mean?"], RetrievalSettings(k=3))).hits
+    assert hits and TARGET_CODE in hits[0].text
+    stored = await index.sentence_vectors("acme", [hits[0].chunk_id])
+    assert stored[hits[0].chunk_id].shape[1] == EMBEDDING_DIM
