@@ -3,7 +3,8 @@
 Per query, one Qdrant batch call returns the dense arm's and the sparse arm's top `prefetch`,
 fused client-side by RRF exactly as Qdrant's `Fusion.RRF` (`rag.index.rrf`); the arms' lists
 carry the real scores, so each hit says which arm found it and with what score.
-Each query's fused top k is then re-weighted by two priors and re-sorted.
+Each query's fused top max(k, RERANK_DEPTH) is then re-weighted by three priors and re-sorted, and the
+top k kept.
 - A mild length prior (`length_prior`): a chunk whose
 content (heading path excluded) is under `SHORT_CONTENT_WORDS` words has its fused score scaled by
 (words / SHORT_CONTENT_WORDS) ** `SHORT_CONTENT_EXPONENT`. Why: a parent section's intro (heading
@@ -107,6 +108,9 @@ MULTI_QUERY_RRF_K = 60
 SHORT_CONTENT_WORDS = 30
 SHORT_CONTENT_EXPONENT = 0.25
 SENTENCE_PRIOR_WEIGHT = 4.0
+RERANK_DEPTH = 10
+"""How many fused hits per query the priors re-order before the top k is kept. With the default k=5
+and a depth of 5 instead, recall@5 fell from 0.98 to 0.96 on S10 and from 0.81 to 0.785 on STICI."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,10 @@ class HybridSearch:
             return SearchResult((), True, "empty query", None)
         dense_vectors = await self.dense.aembed_queries(queries)
         sparse_vectors = await self.sparse.aembed_queries(queries)
-        per_query_limit = max(retrieval.k, min(retrieval.prefetch, 3 * retrieval.k)) if len(queries) > 1 else retrieval.k
+        # The priors re-order at least the fused top RERANK_DEPTH even when k is smaller, so a
+        # bot's top 5 is the benchmark's top 5 (measured at k=10), not a re-ordered RRF top 5.
+        depth = max(retrieval.k, RERANK_DEPTH)
+        per_query_limit = max(depth, min(retrieval.prefetch, 3 * retrieval.k)) if len(queries) > 1 else depth
 
         fused_lists: list[list[qm.ScoredPoint]] = []
         dense_scores: dict[str, float] = {}

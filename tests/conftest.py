@@ -1,22 +1,30 @@
-"""Shared fixtures: offline environment, the two databases, and config files written per test."""
+"""Shared fixtures: offline environment, the two databases, config files written per test, and the
+real app behind an in-process client with its models on the scripted OpenAI fake."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 # Offline by design; set before any test module imports LiteLLM or fastembed.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import httpx  # noqa: E402
 import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"  # third-party material, copied with its provenance (SOURCES.md)
+HELP_CENTER = ROOT / "examples" / "help-center"  # the sample bot's knowledge base
 POSTGRES_ADMIN_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -98,7 +106,7 @@ def help_center_bot() -> dict:
     return {
         "name": "acme",
         "fallback_text": "I couldn't find that in the Acme help center.",
-        "sources": [{"name": "help-center", "type": "directory", "path": str(ROOT / "examples" / "help-center"),
+        "sources": [{"name": "help-center", "type": "directory", "path": str(HELP_CENTER),
                      "schedule": "0 3 * * *"}],
         "tools": [{"name": "escalate_to_human", "type": "builtin"}],
         "channels": {"web": {}},
@@ -112,3 +120,72 @@ def openai_fake_module():
 
     with FakeOpenAI() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def fake(openai_fake_module):
+    """The module's OpenAI fake under the short name app-level tests use (modules may override `fake`)."""
+    return openai_fake_module
+
+
+@pytest.fixture
+def fresh_fake(fake):
+    """The fake with no scripts or requests left by an earlier test of the module.
+
+    Apply to a whole module with `pytest.mark.usefixtures("fresh_fake")`: tests that never script the
+    fake must not see another test's leftover turns either."""
+    fake.reset()
+    return fake
+
+
+def docs_source(tmp_path: Path, files: dict[str, str] | None = None) -> dict[str, Any]:
+    """A `help` directory source in tmp_path/docs holding `files` (name → text).
+
+    Without `files` it holds the help center's plans-and-pricing page, enough to answer the Plus price."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    if files is None:
+        shutil.copy(HELP_CENTER / "plans-and-pricing.md", docs)
+    for name, text in (files or {}).items():
+        (docs / name).write_text(text, encoding="utf-8")
+    return {"name": "help", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}
+
+
+@asynccontextmanager
+async def app_client(tmp_path: Path, *, bots: list[dict[str, Any]], env: dict[str, str] | None = None,
+                     ingest: bool = False, start_worker: bool = True, raise_app_exceptions: bool = True,
+                     database_url: str | None = None, **top: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The real app (lifespan and all; no scheduler or channel loops) behind an in-process httpx client.
+
+    The config is written from `bots` and `top`; `env` holds the values its ${VAR} references need and
+    is set only while the config is read. `ingest` indexes the bots' sources before the first request.
+    The client carries the app's services as `client.services`."""
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in (env or {}).items():
+            patch.setenv(key, value)
+        settings = load_settings(write_config(tmp_path, bots=bots, database_url=database_url, **top))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    app = create_app(settings, start_worker=start_worker, start_scheduler=False, start_channels=False)
+    async with app.router.lifespan_context(app):
+        if ingest:
+            await app.state.services.knowledge.ingest()
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=60) as client:
+            client.services = app.state.services
+            yield client
+
+
+async def chat_events(client: httpx.AsyncClient, bot: str, session_id: str, text: str) -> list[tuple[str, dict]]:
+    """Send `text` to a bot's web chat as an SSE request; the (event, data) pairs it streamed, in order."""
+    events, current = [], None
+    async with client.stream("POST", f"/v1/bots/{bot}/chat", headers={"Accept": "text/event-stream"},
+                             json={"session_id": session_id, "text": text}) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("event:"):
+                current = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and current:
+                events.append((current, json.loads(line.split(":", 1)[1])))
+    return events

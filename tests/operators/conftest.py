@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-
-import httpx
 import pytest_asyncio
 
-from gateway.app import create_app
-from gateway.settings import load_settings
-from tests.conftest import upgrade, write_config
+from tests.conftest import app_client
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 
 SIGNING_SECRET = "ops-signing-secret-1234"
@@ -33,8 +27,6 @@ async def slack():
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(tmp_path_factory, slack):
     tmp_path = tmp_path_factory.mktemp("operators")
-    os.environ.update(OPS_SAM_TOKEN=TOKENS["sam"], OPS_KIM_TOKEN=TOKENS["kim"], OPS_SLACK_BOT=BOT_TOKEN,
-                      OPS_SLACK_SECRET=SIGNING_SECRET)
     escalation = {"max_unanswered_turns": 2}
     bots = [
         {"name": "acme", "fallback_text": "I couldn't find that.", "escalation": escalation,
@@ -44,11 +36,7 @@ async def client(tmp_path_factory, slack):
     ]
     operators = [{"name": "sam", "token": "${OPS_SAM_TOKEN}", "bots": ["acme"]},
                  {"name": "kim", "token": "${OPS_KIM_TOKEN}", "bots": ["acme", "other"]}]
-    settings = load_settings(write_config(tmp_path, bots=bots, operators=operators))
-    await asyncio.to_thread(upgrade, settings.database_url)
-    app = create_app(settings, start_scheduler=False, start_channels=False)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=60) as http:
-            http.services = app.state.services
-            yield http
+    env = {"OPS_SAM_TOKEN": TOKENS["sam"], "OPS_KIM_TOKEN": TOKENS["kim"], "OPS_SLACK_BOT": BOT_TOKEN,
+           "OPS_SLACK_SECRET": SIGNING_SECRET}
+    async with app_client(tmp_path, bots=bots, operators=operators, env=env) as http:
+        yield http

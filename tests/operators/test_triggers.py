@@ -3,26 +3,23 @@ the model's `escalate_to_human` tool call, every model failing, and the off-hour
 
 from __future__ import annotations
 
-import asyncio
-import os
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
-import httpx
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
-from gateway.app import create_app
 from gateway.operators.notices import DAY_NAMES, acknowledgement_extras, after_hours_message, is_open, next_opening
 from gateway.operators.summary import SUMMARY_PROMPT
 from gateway.pipeline.core import LLM_DOWN_REPLY
-from gateway.settings import BusinessHours, EscalationSettings, load_settings
+from gateway.settings import BusinessHours, EscalationSettings
 from storage.models import Escalation, Message
-from tests.conftest import upgrade, write_config
+from tests.conftest import app_client
 from tests.fakes.openai_server import ToolCallSpec, Turn, model_entry
 
 module_loop = pytest.mark.asyncio(loop_scope="module")  # the app is shared by the module
+pytestmark = pytest.mark.usefixtures("fresh_fake")
 ACK = "I've asked a person from our team to take over. They'll reply here shortly."
 OPS_TOKEN = "trig-ops-token-0123456789"
 OPS = {"Authorization": f"Bearer {OPS_TOKEN}"}
@@ -31,37 +28,20 @@ _TODAY = datetime.now(timezone.utc).weekday()
 LATE_DAYS = [d for d in range(7) if d not in (_TODAY, (_TODAY + 1) % 7)]
 
 
-@pytest.fixture(scope="module")
-def fake(openai_fake_module):
-    return openai_fake_module
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(tmp_path_factory, fake):
     tmp_path = tmp_path_factory.mktemp("triggers")
-    os.environ["TRIGGERS_OPS_TOKEN"] = OPS_TOKEN
     bots = [
         {"name": "acme", "model": "primary", "fallbacks": ["backup"], "channels": {"web": {}},
          "tools": [{"name": "escalate_to_human", "type": "builtin"}]},
         {"name": "late", "channels": {"web": {}},
          "escalation": {"business_hours": {"timezone": "UTC", "days": LATE_DAYS, "start": "09:00", "end": "17:00"}}},
     ]
-    settings = load_settings(write_config(
-        tmp_path, bots=bots, models=[model_entry(fake, "primary"), model_entry(fake, "backup")],
-        llm={"timeout": 5, "num_retries": 0},
-        operators=[{"name": "ops", "token": "${TRIGGERS_OPS_TOKEN}", "bots": ["*"]}]))
-    await asyncio.to_thread(upgrade, settings.database_url)
-    app = create_app(settings, start_scheduler=False, start_channels=False)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=60) as http:
-            http.services = app.state.services
-            yield http
-
-
-@pytest.fixture(autouse=True)
-def _fresh_script(fake):
-    fake.reset()
+    async with app_client(tmp_path, bots=bots, models=[model_entry(fake, "primary"), model_entry(fake, "backup")],
+                          llm={"timeout": 5, "num_retries": 0},
+                          operators=[{"name": "ops", "token": "${TRIGGERS_OPS_TOKEN}", "bots": ["*"]}],
+                          env={"TRIGGERS_OPS_TOKEN": OPS_TOKEN}) as http:
+        yield http
 
 
 async def _chat(client, bot: str, session_id: str, text: str) -> dict:

@@ -3,39 +3,24 @@ the local scripted OpenAI fake and a one-document knowledge base."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import shutil
-
-import httpx
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
-from gateway.app import create_app
 from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
 from gateway.pipeline.core import LLM_DOWN_REPLY
-from gateway.settings import load_settings
 from storage.models import Escalation, Message, Usage
-from tests.conftest import ROOT, upgrade, write_config
+from tests.conftest import app_client, chat_events, docs_source
 from tests.fakes.openai_server import ToolCallSpec, Turn, model_entry
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.usefixtures("fresh_fake")]
 PLUS_QUESTION = "How much does the Plus plan cost?"
-
-
-@pytest.fixture(scope="module")
-def fake(openai_fake_module):
-    return openai_fake_module
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(tmp_path_factory, fake):
     tmp_path = tmp_path_factory.mktemp("answering")
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    shutil.copy(ROOT / "examples" / "help-center" / "plans-and-pricing.md", docs)
-    source = [{"name": "help", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}]
+    source = [docs_source(tmp_path)]
     bots = [
         {"name": "acme", "model": "primary", "fallbacks": ["backup"], "sources": source, "channels": {"web": {}},
          "tools": [{"name": "invoice_status", "type": "python", "import_path": "examples.tools.invoice:invoice_status"},
@@ -46,21 +31,9 @@ async def client(tmp_path_factory, fake):
     ]
     models = [model_entry(fake, "primary"), model_entry(fake, "backup"),
               model_entry(fake, "priced", input_cost_per_token=1e-4, output_cost_per_token=1e-4)]
-    settings = load_settings(write_config(tmp_path, bots=bots, models=models,
-                                          llm={"timeout": 5, "num_retries": 0}))
-    await asyncio.to_thread(upgrade, settings.database_url)
-    app = create_app(settings, start_scheduler=False, start_channels=False)
-    async with app.router.lifespan_context(app):
-        await app.state.services.knowledge.ingest()
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=60) as http:
-            http.services = app.state.services
-            yield http
-
-
-@pytest.fixture(autouse=True)
-def _fresh_script(fake):
-    fake.reset()
+    async with app_client(tmp_path, bots=bots, models=models, ingest=True,
+                          llm={"timeout": 5, "num_retries": 0}) as http:
+        yield http
 
 
 async def _rows(client, model, *where):
@@ -87,14 +60,7 @@ async def test_app_sse_stream_broken_after_tokens_ends_with_honest_done(client, 
     fake.script("primary", Turn(text="The Plus plan costs six dollars and then some more [1].", break_after=4))
     fake.script("backup", Turn(text="A second answer must never follow [1]."))
 
-    events, current = [], None
-    async with client.stream("POST", "/v1/bots/acme/chat", headers={"Accept": "text/event-stream"},
-                             json={"session_id": "sse-1", "text": PLUS_QUESTION}) as response:
-        async for line in response.aiter_lines():
-            if line.startswith("event:"):
-                current = line.split(":", 1)[1].strip()
-            elif line.startswith("data:") and current:
-                events.append((current, json.loads(line.split(":", 1)[1])))
+    events = await chat_events(client, "acme", "sse-1", PLUS_QUESTION)
 
     tokens = "".join(data["text"] for kind, data in events if kind == "token")
     assert tokens == "The Plus plan costs"

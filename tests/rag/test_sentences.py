@@ -163,3 +163,23 @@ async def _replace_with_old_layout(settings: QdrantSettings, dim: int) -> None:
     )
     await client.upsert(name, [qm.PointStruct(id=point_id, vector={DENSE: dense, SPARSE: qm.SparseVector(indices=sparse[0], values=sparse[1])})])
     await client.close()
+
+
+async def test_a_small_k_keeps_the_top_of_the_re_ordered_list_not_of_rrf(index, dense, sparse, sessions):
+    # The priors re-order the fused top RERANK_DEPTH, then k are kept: k=3 gives k=10's first three.
+    docs = [Document("guide.md", "Phone guide", None, EMAIL_GUIDE, "markdown")]
+    await Ingestor(index, dense, sparse, sessions).ingest_documents("acme", "kb", docs)
+    limits: list[int] = []
+    original = index.hybrid_query
+
+    async def recording(*args, **kwargs):
+        limits.append(kwargs["limit"])
+        return await original(*args, **kwargs)
+
+    index.hybrid_query = recording
+    search = HybridSearch(index, dense, sparse)
+    for question in ("open email", "add an account", "email a group of contacts"):
+        top3 = (await search.search("acme", [question], RetrievalSettings(k=3))).hits
+        top10 = (await search.search("acme", [question], RetrievalSettings(k=10))).hits
+        assert [h.chunk_id for h in top3] == [h.chunk_id for h in top10[:3]]
+    assert set(limits) == {rag.search.RERANK_DEPTH}

@@ -23,11 +23,9 @@ from nacl.signing import SigningKey
 from sqlalchemy import func, select
 from twilio.request_validator import RequestValidator
 
-from gateway.app import create_app
 from gateway.services import Services
-from gateway.settings import load_settings
 from storage.models import Message
-from tests.conftest import FIXTURES, IN_CI, POSTGRES_ADMIN_URL, _pg_admin_dsn, _pg_exec, upgrade, write_config
+from tests.conftest import FIXTURES, IN_CI, POSTGRES_ADMIN_URL, _pg_admin_dsn, _pg_exec, app_client
 from tests.fakes.slack_api import sign as slack_sign
 
 # Secrets the suite configures through the environment; test_secrets greps every output for them.
@@ -94,22 +92,13 @@ def drop_postgres(url: str) -> None:
 
 @asynccontextmanager
 async def running_app(tmp_path: Path, *, bots: list[dict[str, Any]], env: dict[str, str] | None = None,
-                      start_worker: bool = True, ingest: bool = False, database_url: str | None = None,
-                      **top: Any) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
-    """The real app (lifespan and all) behind an in-process httpx client."""
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**SECRET_ENV, **(env or {})}.items():
-            patch.setenv(key, value)
-        settings = load_settings(write_config(tmp_path, bots=bots, database_url=database_url, **top))
-    await asyncio.to_thread(upgrade, settings.database_url)
-    app = create_app(settings, start_worker=start_worker, start_scheduler=False, start_channels=False)
-    services: Services = app.state.services
-    async with app.router.lifespan_context(app):
-        if ingest:
-            await services.knowledge.ingest()
-        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=60) as client:
-            yield client, services
+                      **options: Any) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
+    """The real app behind an in-process client (tests.conftest.app_client), with the suite's secrets
+    (SECRET_ENV) for its ${VAR} references. App exceptions become 500 responses, as in production,
+    because these tests check what a client gets when something breaks."""
+    async with app_client(tmp_path, bots=bots, env={**SECRET_ENV, **(env or {})}, raise_app_exceptions=False,
+                          **options) as client:
+        yield client, client.services
 
 
 # --- validly signed requests, one builder per channel --------------------------------------------------

@@ -7,48 +7,31 @@ were asked exactly as often as the fallback chain allows (nothing answered twice
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
 from gateway.pipeline.core import LLM_DOWN_REPLY
 from storage.models import Escalation, Message
-from tests.conftest import ROOT
+from tests.conftest import chat_events, docs_source
 from tests.fakes.openai_server import Turn, model_entry
 from tests.reliability.conftest import running_app
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.usefixtures("fresh_fake")]
 QUESTION = "How much does the Plus plan cost?"
 BACKUP_ANSWER = "The Plus plan costs $6 per month [1]."
-
-
-@pytest.fixture(scope="module")
-def fake(openai_fake_module):
-    return openai_fake_module
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(tmp_path_factory, fake):
     tmp_path = tmp_path_factory.mktemp("faults-llm")
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    shutil.copy(ROOT / "examples" / "help-center" / "plans-and-pricing.md", docs)
     models = [model_entry(fake, name, api_key="${REL_LLM_KEY}") for name in ("primary", "backup")]
     bots = [{"name": "acme", "model": "primary", "fallbacks": ["backup"], "channels": {"web": {}},
-             "sources": [{"name": "help", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}]}]
+             "sources": [docs_source(tmp_path)]}]
     # A 2 s client timeout, no in-model retries: the fallback chain is what is under test.
     async with running_app(tmp_path, bots=bots, models=models, ingest=True,
-                           llm={"timeout": 2, "num_retries": 0}) as (http, services):
-        http.services = services
+                           llm={"timeout": 2, "num_retries": 0}) as (http, _):
         yield http
-
-
-@pytest.fixture(autouse=True)
-def _fresh(fake):
-    fake.reset()
 
 
 async def _replies(client, message_id: int) -> list[Message]:
@@ -85,14 +68,7 @@ async def test_llm_every_model_failing_gives_the_honest_reply_once_and_a_person(
 async def test_llm_stream_broken_mid_answer_ends_honestly_and_is_not_answered_twice(client, fake):
     fake.script("primary", Turn(text="The Plus plan costs six dollars a month for everyone [1].", break_after=3))
     fake.script("backup", Turn(text="A second, different answer [1]."))
-    events, current = [], None
-    async with client.stream("POST", "/v1/bots/acme/chat", headers={"Accept": "text/event-stream"},
-                             json={"session_id": "llm-stream", "text": QUESTION}) as response:
-        async for line in response.aiter_lines():
-            if line.startswith("event:"):
-                current = line.split(":", 1)[1].strip()
-            elif line.startswith("data:") and current:
-                events.append((current, json.loads(line.split(":", 1)[1])))
+    events = await chat_events(client, "acme", "llm-stream", QUESTION)
     kind, done = events[-1]
     assert kind == "done" and done["reply"].startswith(LLM_DOWN_REPLY)
     # The customer already saw part of the first answer: a second, different one must not follow.
