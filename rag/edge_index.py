@@ -35,6 +35,7 @@ from rag.index import (
     TermStats,
     TermStatsCache,
     collection_name,
+    lacks_sentences,
     rrf,
     sentence_matrices,
 )
@@ -63,6 +64,8 @@ class EdgeIndex:
                 "(qdrant.url) for concurrent access."
             ) from None
         self._shards: dict[str, qe.EdgeShard] = {}
+        self._checked: set[str] = set()  # shards opened with a config (dense size and layout checked)
+        self._without_sentences: set[str] = set()
         self._term_stats = TermStatsCache()
         self._serial = threading.Lock()
 
@@ -125,9 +128,15 @@ class EdgeIndex:
 
     async def sentence_vectors(self, bot: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Each listed chunk's sentence vectors (rows of unit vectors); chunks without any are left out."""
-        if not ids or not await self._exists(bot):
+        if not ids or bot in self._without_sentences or not await self._exists(bot):
             return {}
-        records = await self._run(lambda: self._shards[bot].retrieve(list(ids), False, [SENTENCES]))
+        try:
+            records = await self._run(lambda: self._shards[bot].retrieve(list(ids), False, [SENTENCES]))
+        except RetrievalError as exc:
+            if not lacks_sentences(exc, bot):
+                raise
+            self._without_sentences.add(bot)  # a shard from before sentence vectors, until its re-ingest
+            return {}
         return sentence_matrices((str(r.id), r.vector) for r in records)
 
     async def term_stats(self, bot: str) -> TermStats:
@@ -158,14 +167,18 @@ class EdgeIndex:
         return self.root / collection_name(bot)
 
     def _open(self, bot: str, dim: int | None) -> bool:
-        """Load or create the bot's shard; with `dim` None only an existing one is loaded."""
-        if bot in self._shards:
+        """Load or create the bot's shard; with `dim` None only an existing one is loaded. With `dim`,
+        the shard is checked against the embedder's size and the current layout."""
+        if bot in self._shards and (dim is None or bot in self._checked):
             return True
+        if bot in self._shards:  # loaded by a search, without a config: check it now
+            self._shards.pop(bot).close()
         folder = self._folder(bot)
         if not folder.exists():
             if dim is None:
                 return False
             self._shards[bot] = qe.EdgeShard.create(str(folder), _config(dim))
+            self._checked.add(bot)
             return True
         try:
             self._shards[bot] = qe.EdgeShard.load(str(folder), _config(dim) if dim is not None else None)
@@ -182,13 +195,18 @@ class EdgeIndex:
             # (ingest embeds every recorded document again when the index is empty).
             log.warning("shard has no sentence vectors; recreating it for a full re-ingest", extra={"bot": bot})
             shutil.rmtree(folder)
+            self._without_sentences.discard(bot)
             self._shards[bot] = qe.EdgeShard.create(str(folder), _config(dim))
+        if dim is not None:
+            self._checked.add(bot)
         return True
 
     def _update(self, bot: str, operation: qe.UpdateOperation) -> None:
         self._shards[bot].update(operation)  # durable once it returns: edge writes its WAL first
 
     def _drop(self, bot: str) -> None:
+        self._checked.discard(bot)
+        self._without_sentences.discard(bot)
         shard = self._shards.pop(bot, None)
         if shard is not None:
             shard.close()

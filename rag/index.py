@@ -177,6 +177,15 @@ def rrf(ranked: list[list[qm.ScoredPoint]], *, limit: int, k: int = RRF_K) -> li
     return [first[pid].model_copy(update={"score": scores[pid]}) for pid in ordered]
 
 
+def lacks_sentences(exc: Exception, bot: str) -> bool:
+    """Whether `exc` says the collection has no `SENTENCES` vector (written by an older version);
+    logged once per bot, since search then ranks without the sentence prior until a re-ingest."""
+    if "not existing vector name" not in str(exc).lower():
+        return False
+    log.warning("the index has no sentence vectors; run `gateway ingest` to rebuild it", extra={"bot": bot})
+    return True
+
+
 def sentence_matrices(records: Iterable[tuple[str, object]]) -> dict[str, np.ndarray]:
     """(id, named vectors) pairs as id → matrix of the point's sentence vectors, skipping points without."""
     out: dict[str, np.ndarray] = {}
@@ -223,7 +232,9 @@ class QdrantIndex:
 
     def __init__(self, client: AsyncQdrantClient) -> None:
         self.client = client
-        self._known: set[str] = set()
+        self._known: set[str] = set()  # collections seen to exist
+        self._checked: set[str] = set()  # ... and checked against the embedder and the layout
+        self._without_sentences: set[str] = set()  # bots whose collection predates sentence vectors
         self._term_stats = TermStatsCache()
 
     @classmethod
@@ -259,7 +270,7 @@ class QdrantIndex:
         A collection from before sentence vectors is dropped and created again, empty: ingest then
         sees an empty index and embeds every recorded document again (`rag.ingest`)."""
         name = collection_name(bot)
-        if name in self._known:
+        if name in self._checked:  # not `_known`: a search may have seen it exist without checking it
             return
         if await self.client.collection_exists(name):
             info = await self.client.get_collection(name)
@@ -273,6 +284,7 @@ class QdrantIndex:
                 )
             if SENTENCES in vectors:
                 self._known.add(name)
+                self._checked.add(name)
                 return
             log.warning("collection has no sentence vectors; recreating it for a full re-ingest", extra={"bot": bot})
             await self.drop(bot)
@@ -290,10 +302,13 @@ class QdrantIndex:
             sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
         )
         self._known.add(name)
+        self._checked.add(name)
 
     async def drop(self, bot: str) -> None:
         """Delete the bot's whole collection."""
         self._known.discard(collection_name(bot))
+        self._checked.discard(collection_name(bot))
+        self._without_sentences.discard(bot)
         self._term_stats.invalidate(bot)
         await self.client.delete_collection(collection_name(bot))
 
@@ -347,12 +362,19 @@ class QdrantIndex:
         return await self._term_stats.get(bot, lambda: self._scan_terms(bot))
 
     async def sentence_vectors(self, bot: str, ids: list[str]) -> dict[str, np.ndarray]:
-        """Each listed chunk's sentence vectors (rows of unit vectors); chunks without any are left out."""
-        if not ids or not await self._exists(bot):
+        """Each listed chunk's sentence vectors (rows of unit vectors); chunks without any are left out,
+        and so is a collection from before sentence vectors (until its re-ingest)."""
+        if not ids or bot in self._without_sentences or not await self._exists(bot):
             return {}
-        records = await self._call(
-            self.client.retrieve(collection_name(bot), ids=list(ids), with_payload=False, with_vectors=[SENTENCES])
-        )
+        try:
+            records = await self.client.retrieve(collection_name(bot), ids=list(ids), with_payload=False, with_vectors=[SENTENCES])
+        except UnexpectedResponse as exc:
+            if not lacks_sentences(exc, bot):
+                raise RetrievalError(f"Qdrant request failed: {exc}") from exc
+            self._without_sentences.add(bot)
+            return {}
+        except (ResponseHandlingException, ConnectionError) as exc:
+            raise RetrievalError(f"Qdrant request failed: {exc}") from exc
         return sentence_matrices((str(r.id), r.vector) for r in records)
 
     async def _scan_terms(self, bot: str) -> TermStats:

@@ -133,6 +133,10 @@ async def test_an_index_from_before_sentence_vectors_is_rebuilt_by_the_next_inge
 
     index = open_index(settings)
     try:
+        # Upgraded code, old index: search still answers (without the sentence prior) ...
+        before = await HybridSearch(index, dense, sparse).search("acme", ["refund"], RetrievalSettings(k=3))
+        assert before.hits or before.refused
+        # ... and the next ingest, even after that search opened the index, rebuilds it.
         again = await Ingestor(index, dense, sparse, sessions).ingest_source("acme", source)
         assert again.status == "ok" and again.unchanged == 0
         assert await index.count("acme") == first.added
