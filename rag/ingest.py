@@ -231,24 +231,12 @@ class Ingestor:
         """Embed the new chunks of pending documents, write them, then update the store."""
         if not pending:
             return
-        new = [c for p in pending for c in p.new]
-        windows = [w for c in new for w in c.windows]
-        window_vectors = iter(await self.dense.aembed_documents(windows))
-        dense = [
-            _weighted_mean([next(window_vectors) for _ in c.windows], [self.dense.count_tokens(w) for w in c.windows])
-            for c in new
-        ]
-        sparse = await self.sparse.aembed_documents([c.sparse_text or c.embed_text for c in new])
-        sentence_vectors = iter(await self.dense.aembed_documents([t for c in new for t in c.sentences]))
-        sentences = [[next(sentence_vectors) for _ in c.sentences] for c in new]
-        vectors = {c.chunk_id: (d, s, sv) for c, d, s, sv in zip(new, dense, sparse, sentences)}
-        points = [
-            IndexPoint(c.chunk_id, c.text, source, p.doc.doc_id, p.doc.title, c.heading_path, p.doc.url, *vectors[c.chunk_id])
-            for p in pending
-            for c in p.new
-        ]
-        # Points first, then the store: a crash in between only costs a re-embed next run.
-        await self.index.upsert(bot, points)
+        # Points first, then the store: a crash in between only costs a re-embed next run. Embedded and
+        # written FLUSH_CHUNKS at a time: one long document (a manual of thousands of chunks, each with
+        # its sentence vectors) never holds all its vectors in memory at once.
+        new = [(p.doc, c) for p in pending for c in p.new]
+        for start in range(0, len(new), FLUSH_CHUNKS):
+            await self.index.upsert(bot, await self._points(source, new[start : start + FLUSH_CHUNKS]))
         await self.index.delete_points(bot, [i for p in pending for i in p.stale])
         async with self.sessions() as session:
             for p in pending:
@@ -275,6 +263,23 @@ class Ingestor:
                 row.title = p.doc.title[:512]
                 row.url = p.doc.url
             await session.commit()
+
+    async def _points(self, source: str, chunks: list[tuple[Document, Chunk]]) -> list[IndexPoint]:
+        """Index points for chunks: the dense vector (token-weighted mean of the windows), BM25, and
+        one vector per sentence."""
+        windows = [w for _, c in chunks for w in c.windows]
+        window_vectors = iter(await self.dense.aembed_documents(windows))
+        dense = [
+            _weighted_mean([next(window_vectors) for _ in c.windows], [self.dense.count_tokens(w) for w in c.windows])
+            for _, c in chunks
+        ]
+        sparse = await self.sparse.aembed_documents([c.sparse_text or c.embed_text for _, c in chunks])
+        sentence_vectors = iter(await self.dense.aembed_documents([t for _, c in chunks for t in c.sentences]))
+        return [
+            IndexPoint(c.chunk_id, c.text, source, doc.doc_id, doc.title, c.heading_path, doc.url, d, sv,
+                       [next(sentence_vectors) for _ in c.sentences])
+            for (doc, c), d, sv in zip(chunks, dense, sparse)
+        ]
 
     async def _delete_missing(self, bot: str, gone: list[DocumentRow], report: IngestReport) -> None:
         if not gone:

@@ -130,3 +130,18 @@ async def test_ingest_re_embeds_when_the_index_lost_its_points(tmp_path, index, 
     assert again.status == "ok" and again.unchanged == 0 and again.deleted == 0
     assert await index.count("acme") == first.added == len(counting.calls[0])
     assert "billing.md" in await point_documents(index, "acme")
+
+
+async def test_a_long_document_is_embedded_and_written_a_slice_at_a_time(index, dense, sparse, sessions, monkeypatch):
+    # Memory stays bounded by the slice, not by the document: five sections, slices of two.
+    import rag.ingest
+    from rag.sources import Document
+
+    monkeypatch.setattr(rag.ingest, "FLUSH_CHUNKS", 2)
+    text = "\n\n".join(f"# Section {i}\n\nSection {i} explains setting number {i} in plain words." for i in range(5))
+    counting = CountingEmbedder(dense)
+    report = await Ingestor(index, counting, sparse, sessions).ingest_documents("acme", "kb", [Document("long.md", "Long", None, text, "markdown")])
+    assert report.added == 5 and await index.count("acme") == 5
+    window_calls = counting.calls[0::2]  # each slice: its windows, then its sentences
+    assert [len(call) for call in window_calls] == [2, 2, 1]
+    assert [s for call in counting.calls[1::2] for s in call] == [f"Section {i} explains setting number {i} in plain words." for i in range(5)]
