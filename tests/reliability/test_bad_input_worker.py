@@ -7,14 +7,12 @@ knowledge base. No crash, every inbound message done (or failed with a reply), o
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
 from storage.models import Message
-from tests.conftest import ROOT
+from tests.conftest import docs_source
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.gateway_channels.conftest import wait_until
 from tests.reliability.conftest import TG_TOKEN, blns, running_app, telegram_request, telegram_update
@@ -28,12 +26,9 @@ SAMPLE = [s for s in blns()[::16] if s.strip()][:30]
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def env(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("badinput-worker")
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    shutil.copy(ROOT / "examples" / "help-center" / "plans-and-pricing.md", docs)
     async with FakeTelegramAPI(TG_TOKEN) as telegram:
         bots = [{"name": "acme", "fallback_text": "I couldn't find that in the Acme help center.",
-                 "sources": [{"name": "help", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}],
+                 "sources": [docs_source(tmp_path)],
                  "channels": {"web": {}, "telegram": {"token": "${REL_TG_TOKEN}", "webhook_secret": "${REL_TG_SECRET}",
                                                       "api_base": telegram.base_url}}}]
         async with running_app(tmp_path, bots=bots, ingest=True) as (client, services):

@@ -22,7 +22,7 @@ import pytest_asyncio
 from sqlalchemy import select
 
 from storage.models import Conversation, Message
-from tests.conftest import IN_CI, ROOT
+from tests.conftest import IN_CI, docs_source
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.gateway_channels.conftest import settle, wait_until
 from tests.reliability.conftest import (
@@ -57,14 +57,12 @@ async def env(tmp_path_factory):
     database_url = await asyncio.to_thread(fresh_postgres_url)
     if database_url is None:
         pytest.skip("PostgreSQL is not reachable")
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    shutil.copy(ROOT / "examples" / "help-center" / "plans-and-pricing.md", docs)
+    source = docs_source(tmp_path)
     try:
         async with FakeTelegramAPI(TG_TOKEN) as telegram:
             bots = [{"name": "acme", "channels": {"web": {}, "telegram": {
                 "token": "${REL_TG_TOKEN}", "webhook_secret": "${REL_TG_SECRET}", "api_base": telegram.base_url}},
-                "sources": [{"name": "help", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}]}]
+                "sources": [source]}]
             async with running_app(tmp_path, bots=bots, ingest=True, database_url=database_url) as (client, services):
                 yield client, services, telegram
     finally:
