@@ -31,7 +31,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import structlog
 from sqlalchemy import or_, select, update
@@ -203,6 +203,8 @@ class Worker:
                         if await self._outbox.deliver(message.id) in RETRYING:
                             await self._park(conversation_id, message.id)
                             break
+                    elif await self._wait_for_stalled_reply(conversation_id):
+                        break
                     else:
                         with message_context(message_id=message.id, conversation_id=conversation_id,
                                              bot=message.bot, channel=message.channel,
@@ -217,15 +219,34 @@ class Worker:
 
     async def _park(self, conversation_id: int, message_id: int) -> None:
         """Hand the lease to no one until the reply's retry time; the poll picks it up after that."""
-        async with self._sessions() as session, session.begin():
+        async with self._sessions() as session:
             message = await session.get(Message, message_id)
             due = (next_attempt_at(message) if message is not None else None) or utcnow()
+        await self._park_until(conversation_id, due)
+        log.info("conversation.parked", conversation_id=conversation_id, message_id=message_id, until=str(due))
+
+    async def _park_until(self, conversation_id: int, due: datetime) -> None:
+        async with self._sessions() as session, session.begin():
             await session.execute(
                 update(Conversation).where(Conversation.id == conversation_id, Conversation.lease_owner == self.owner)
                 .values(lease_owner=PARKED_OWNER, lease_until=max(due, utcnow() + timedelta(milliseconds=100)))
                 .execution_options(synchronize_session=False)
             )
-        log.info("conversation.parked", conversation_id=conversation_id, message_id=message_id, until=str(due))
+
+    async def _wait_for_stalled_reply(self, conversation_id: int) -> bool:
+        """Whether a reply a dead replica left `sending` blocks this conversation; if so, it is parked
+        until `_requeue_stalled_sends` may requeue that reply. Why: answering the next message first
+        would deliver its reply before the earlier one, out of order."""
+        async with self._sessions() as session:
+            stalled = await repo.stalled_reply(session, conversation_id=conversation_id)
+        if stalled is None:
+            return False
+        since = stalled.updated_at if stalled.updated_at.tzinfo else stalled.updated_at.replace(tzinfo=timezone.utc)  # SQLite
+        due = since + timedelta(seconds=2 * self.lease_seconds)
+        await self._park_until(conversation_id, due)
+        log.warning("conversation.waiting_for_stalled_reply", conversation_id=conversation_id, message_id=stalled.id,
+                    until=str(due))
+        return True
 
     def _start_typing(self, inbound: Message, conversation: Conversation) -> asyncio.Task | None:
         """Show the channel's typing indicator until cancelled, if the channel has one."""

@@ -206,6 +206,16 @@ async def next_pending(session: AsyncSession, *, conversation_id: int) -> Messag
     )).scalar_one_or_none()
 
 
+async def stalled_reply(session: AsyncSession, *, conversation_id: int) -> Message | None:
+    """The oldest reply of the conversation still marked `sending`. Sends run under the conversation's
+    lease and record their outcome before the lease is released, so a new lease holder that finds
+    one is looking at a reply a dead (or cut-off) replica was sending."""
+    return (await session.execute(
+        select(Message).where(Message.conversation_id == conversation_id, Message.direction == "out",
+                              Message.status == "sending").order_by(Message.id).limit(1)
+    )).scalar_one_or_none()
+
+
 async def queue_depth(session: AsyncSession) -> int:
     """How many inbound messages wait for an answer."""
     return (await session.execute(

@@ -189,3 +189,37 @@ async def test_worker_drops_bot_reply_when_operator_takes_over_mid_answer(migrat
         outbound = (await session.execute(select(Message).where(Message.direction == "out"))).scalars().all()
     assert inbound.status == "done" and outbound == []
     await engine.dispose()
+
+
+async def test_a_reply_a_dead_replica_left_sending_goes_out_before_the_next_answer(migrated_url):
+    # First "process": answers alice #0 and dies while sending the reply (left `sending`, lease
+    # behind), with alice #1 waiting. The next replica must not let #1's reply overtake #0's.
+    sending = asyncio.Event()
+
+    class HangingAdapter(RecordingAdapter):
+        async def send(self, message):
+            sending.set()
+            await asyncio.sleep(3600)
+
+    engine, sessions, inbox, worker, _ = _build(migrated_url, EchoPipeline(delay=0), lease=0.5)
+    worker._outbox = Outbox(sessions, adapters={("acme", "web"): HangingAdapter()}, bus=EventBus())
+    for n in range(2):
+        await inbox.accept("acme", _msg("alice", n))
+    await worker.start()
+    await asyncio.wait_for(sending.wait(), 10)
+    worker._stopping = True
+    for task in [worker._loop_task, *worker._active.values()]:
+        task.cancel()
+    await asyncio.sleep(0.05)
+    await engine.dispose()
+
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, EchoPipeline(delay=0), lease=0.5)
+    await worker.start()
+    for _ in range(100):
+        if len(adapter.sent) >= 2:
+            break
+        await asyncio.sleep(0.1)
+    await worker.stop()
+    # At least once for the interrupted reply (the dead replica may have reached the platform), and in order.
+    assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1"]
+    await engine.dispose()
