@@ -1,10 +1,12 @@
-"""Several real server processes on one PostgreSQL: every webhook answered exactly once, in order, despite
-duplicate deliveries to different replicas and one replica SIGKILLed mid-run."""
+"""Several real server processes on one PostgreSQL: every webhook answered once, in order, despite
+duplicate deliveries to different replicas and one replica SIGKILLed mid-run (a reply in flight at the
+kill may be sent twice: the documented at-least-once window)."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from collections import defaultdict
 
@@ -88,5 +90,12 @@ async def test_replicas_answer_each_message_once_in_order_with_a_replica_killed(
         for sent in fake.sent:
             replies[int(sent.chat_id)].append(sent.reply_to)
         logs = "\n".join(r.log() for r in replicas[1:])
-        assert sum(len(v) for v in replies.values()) == total, (dict(replies), logs)
-        assert dict(replies) == dict(expected), logs
+        # Exactly once, except the one documented window (README, "Exactly once"): a reply the victim was
+        # sending when it was killed may have reached the platform, and is sent again once requeued. Such
+        # a repeat comes right after itself (the next reply waits for it), and there are at most as many
+        # as the replies requeued from the dead worker. Nothing else may repeat, and order must hold.
+        requeued = sum(int(n) for n in re.findall(r"requeued_from_dead_worker count=(\d+)", logs))
+        once = {chat: [u for i, u in enumerate(us) if i == 0 or us[i - 1] != u] for chat, us in replies.items()}
+        repeats = sum(len(v) for v in replies.values()) - sum(len(v) for v in once.values())
+        assert once == dict(expected), (dict(replies), logs)
+        assert repeats <= requeued, (dict(replies), logs)
