@@ -25,7 +25,7 @@ import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -40,7 +40,7 @@ from channels.base import Capabilities, Deliver, RawRequest, StatusUpdate, Webho
 from channels.render import render_citations, split_text
 from channels.whatsapp_render import to_whatsapp
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
-from gateway.models import Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender
+from gateway.models import Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender, as_utc
 from gateway.settings import WhatsAppChannel
 
 log = structlog.get_logger(__name__)
@@ -65,11 +65,7 @@ def within_window(last_inbound_at: datetime | None, now: datetime) -> bool:
     """
     if last_inbound_at is None:
         return False
-    if last_inbound_at.tzinfo is None:
-        last_inbound_at = last_inbound_at.replace(tzinfo=timezone.utc)
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=timezone.utc)
-    return timedelta(0) <= now - last_inbound_at < WINDOW
+    return timedelta(0) <= as_utc(now) - as_utc(last_inbound_at) < WINDOW
 
 
 class _HeaderAwareHttpClient(AsyncTwilioHttpClient):

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.events import ESCALATIONS_TOPIC, EventBus
-from gateway.models import utcnow
+from gateway.models import as_utc, utcnow
 from gateway.operators.notices import acknowledgement_extras
 from gateway.settings import Settings
 from storage import repositories as repo
@@ -140,7 +140,7 @@ class Escalations:
             self._after_commit(session, {"type": "claimed", "escalation_id": escalation_id, "bot": escalation.bot,
                                          "conversation_id": escalation.conversation_id, "operator": operator})
         if self._metrics:
-            self._metrics.observe_claim(escalation.bot, (now - _aware(escalation.created_at)).total_seconds())
+            self._metrics.observe_claim(escalation.bot, (now - as_utc(escalation.created_at)).total_seconds())
         log.info("escalation.claimed", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
         return await self.get(escalation_id, bots=None)
 
@@ -220,7 +220,7 @@ class Escalations:
             self._after_commit(session, {"type": "resolved", "escalation_id": escalation_id, "bot": escalation.bot,
                                          "conversation_id": escalation.conversation_id, "operator": operator})
         if self._metrics:
-            self._metrics.observe_resolve(escalation.bot, (now - _aware(escalation.created_at)).total_seconds())
+            self._metrics.observe_resolve(escalation.bot, (now - as_utc(escalation.created_at)).total_seconds())
         log.info("escalation.resolved", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
         await self._deliver(notice.id)
         return await self.get(escalation_id, bots=None)
@@ -317,9 +317,3 @@ def _says_person_is_coming(text: str, bot) -> bool:
 
     known = {bot.escalation.acknowledgement.strip(), LLM_DOWN_REPLY, SEARCH_DOWN_REPLY, FAILURE_REPLY, BUDGET_REPLY}
     return text.strip() in known
-
-
-def _aware(value):
-    from datetime import timezone
-
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)

@@ -15,6 +15,11 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def as_utc(value: datetime) -> datetime:
+    """`value` as an aware UTC datetime: SQLite returns stored timestamps naive (they are UTC)."""
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
 @dataclass(frozen=True, slots=True)
 class ConversationRef:
     """Where a conversation lives on its platform. `thread` is empty when the platform has none."""

@@ -31,19 +31,19 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.events import EventBus, conversation_topic, message_topic
-from gateway.models import CallerIdentity, ConversationRef, utcnow
+from gateway.models import CallerIdentity, ConversationRef, as_utc, utcnow
 from gateway.outbox import RETRYING, Outbox, next_attempt_at
 from gateway.pipeline import Pipeline, PipelineResult, Turn
 from gateway.settings import Settings
 from gateway.streaming import EditStreamer, streamer_for
 from gateway.tracing import message_context
+from gateway.typing_indicator import TYPING_REFRESH_S, start_typing
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Message, Usage
 
@@ -51,7 +51,6 @@ log = structlog.get_logger("gateway.worker")
 
 PARKED_OWNER = "outbox-backoff"
 """Lease owner of a conversation parked until a reply's retry time; no worker matches it."""
-TYPING_REFRESH_S = 4.0  # Telegram's indicator lasts 5 s, Discord's 10 s
 
 FAILURE_REPLY = ("Sorry, something went wrong on our side while answering. "
                  "I've asked a person from our team to look at your message.")
@@ -150,21 +149,15 @@ class Worker:
         if now.timestamp() - self._last_requeue < self.lease_seconds:
             return 0
         self._last_requeue = now.timestamp()
-        unleased = select(Conversation.id).where(
-            or_(Conversation.lease_until.is_(None), Conversation.lease_until < now))
         async with self._sessions() as session, session.begin():
-            result = await session.execute(
-                update(Message).where(Message.direction == "out", Message.status == "sending",
-                                      Message.updated_at < now - timedelta(seconds=2 * self.lease_seconds),
-                                      Message.conversation_id.in_(unleased),
-                                      # Ours and still being drained: this process is alive, and its
-                                      # outbox is still recording the outcome (the database was away).
-                                      Message.conversation_id.not_in(list(self._active)))
-                .values(status="pending").execution_options(synchronize_session=False))
-        if result.rowcount:
-            log.warning("outbound.requeued_from_dead_worker", count=result.rowcount)
+            # Ours and still being drained are kept: this process is alive, and its outbox is still
+            # recording the outcome (the database was away).
+            requeued = await repo.requeue_stalled_sends(session, now=now, older_than=timedelta(seconds=2 * self.lease_seconds),
+                                                        keep=list(self._active))
+        if requeued:
+            log.warning("outbound.requeued_from_dead_worker", count=requeued)
             self._wake.set()
-        return result.rowcount
+        return requeued
 
     async def _claim_round(self) -> int:
         # One claim round at a time: the lease is re-entrant for its owner, so two concurrent rounds
@@ -199,12 +192,13 @@ class Worker:
                         message = await repo.next_pending(session, conversation_id=conversation_id)
                     if message is None:
                         break
+                    if message.status == "sending":
+                        await self._wait_for_stalled_reply(message)
+                        break
                     if message.direction == "out":
                         if await self._outbox.deliver(message.id) in RETRYING:
                             await self._park(conversation_id, message.id)
                             break
-                    elif await self._wait_for_stalled_reply(conversation_id):
-                        break
                     else:
                         with message_context(message_id=message.id, conversation_id=conversation_id,
                                              bot=message.bot, channel=message.channel,
@@ -227,46 +221,16 @@ class Worker:
 
     async def _park_until(self, conversation_id: int, due: datetime) -> None:
         async with self._sessions() as session, session.begin():
-            await session.execute(
-                update(Conversation).where(Conversation.id == conversation_id, Conversation.lease_owner == self.owner)
-                .values(lease_owner=PARKED_OWNER, lease_until=max(due, utcnow() + timedelta(milliseconds=100)))
-                .execution_options(synchronize_session=False)
-            )
+            await repo.park_lease(session, conversation_id=conversation_id, owner=self.owner, parked_owner=PARKED_OWNER,
+                                  until=max(due, utcnow() + timedelta(milliseconds=100)))
 
-    async def _wait_for_stalled_reply(self, conversation_id: int) -> bool:
-        """Whether a reply a dead replica left `sending` blocks this conversation; if so, it is parked
-        until `_requeue_stalled_sends` may requeue that reply. Why: answering the next message first
-        would deliver its reply before the earlier one, out of order."""
-        async with self._sessions() as session:
-            stalled = await repo.stalled_reply(session, conversation_id=conversation_id)
-        if stalled is None:
-            return False
-        since = stalled.updated_at if stalled.updated_at.tzinfo else stalled.updated_at.replace(tzinfo=timezone.utc)  # SQLite
-        due = since + timedelta(seconds=2 * self.lease_seconds)
-        await self._park_until(conversation_id, due)
-        log.warning("conversation.waiting_for_stalled_reply", conversation_id=conversation_id, message_id=stalled.id,
-                    until=str(due))
-        return True
-
-    def _start_typing(self, inbound: Message, conversation: Conversation) -> asyncio.Task | None:
-        """Show the channel's typing indicator until cancelled, if the channel has one."""
-        adapter = self._adapters.get((inbound.bot, inbound.channel))
-        send_typing = getattr(adapter, "send_typing", None)
-        if send_typing is None or not adapter.capabilities.typing or conversation.state != "bot":
-            return None
-        ref = ConversationRef(channel=conversation.channel, workspace=conversation.workspace,
-                              chat=conversation.chat, thread=conversation.thread)
-
-        async def keep_typing() -> None:
-            while True:
-                try:
-                    await send_typing(ref)
-                except Exception as exc:  # best effort: an indicator must never fail the answer
-                    log.warning("typing.failed", conversation_id=conversation.id, error=str(exc)[:200])
-                    return
-                await asyncio.sleep(self.typing_refresh_s)
-
-        return asyncio.create_task(keep_typing(), name=f"typing-{conversation.id}")
+    async def _wait_for_stalled_reply(self, stalled: Message) -> None:
+        """Park the conversation of a reply a dead replica left `sending` until `_requeue_stalled_sends`
+        may requeue it. Why: answering the next message first would deliver its reply before this one."""
+        due = as_utc(stalled.updated_at) + timedelta(seconds=2 * self.lease_seconds)
+        await self._park_until(stalled.conversation_id, due)
+        log.warning("conversation.waiting_for_stalled_reply", conversation_id=stalled.conversation_id,
+                    message_id=stalled.id, until=str(due))
 
     async def _heartbeat(self, conversation_id: int) -> None:
         while True:
@@ -322,7 +286,8 @@ class Worker:
         if turn.state == "bot" and await self._rate_limited(inbound, turn):
             return
         bound.info("pipeline.start")
-        typing = self._start_typing(inbound, conversation)
+        typing = start_typing(self._adapters.get((inbound.bot, inbound.channel)), conversation,
+                              refresh_s=self.typing_refresh_s)
         try:
             result = await self._pipeline.handle(turn)
         except Exception as exc:  # the one broad catch: a crash becomes a logged failure and a handoff

@@ -32,13 +32,12 @@ from rag.index import (
     SPARSE,
     ArmResults,
     IndexPoint,
-    TermStats,
-    TermStatsCache,
     collection_name,
     lacks_sentences,
     rrf,
     sentence_matrices,
 )
+from rag.term_stats import TermStats, TermStatsCache
 
 log = logging.getLogger(__name__)
 

@@ -65,7 +65,8 @@ from qdrant_client import models as qm
 
 from gateway.settings import RetrievalSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.index import SPARSE, KnowledgeIndex, TermStats
+from rag.index import SPARSE, KnowledgeIndex
+from rag.term_stats import TermStats
 
 DEFAULT_MIN_DENSE_SCORE = 0.46
 """Gate-1 bar for MiniLM int8 (cosine) when no chunk holds the query's words; see the calibration

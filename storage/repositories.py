@@ -192,27 +192,45 @@ async def release_lease(session: AsyncSession, *, conversation_id: int, owner: s
     )
 
 
+async def park_lease(session: AsyncSession, *, conversation_id: int, owner: str, parked_owner: str,
+                     until: datetime) -> None:
+    """Hand the owner's lease to `parked_owner`, whom no worker matches, until `until`: nothing in the
+    conversation moves before then, and no worker spins on it."""
+    await session.execute(
+        update(Conversation).where(Conversation.id == conversation_id, Conversation.lease_owner == owner)
+        .values(lease_owner=parked_owner, lease_until=until).execution_options(synchronize_session=False)
+    )
+
+
+async def requeue_stalled_sends(session: AsyncSession, *, now: datetime, older_than: timedelta,
+                                keep: list[int]) -> int:
+    """Put back to `pending` the replies left `sending` for longer than `older_than` in conversations
+    nobody holds a lease on, except those in `keep`; returns how many."""
+    unleased = select(Conversation.id).where(or_(Conversation.lease_until.is_(None), Conversation.lease_until < now))
+    result = await session.execute(
+        update(Message).where(Message.direction == "out", Message.status == "sending",
+                              Message.updated_at < now - older_than, Message.conversation_id.in_(unleased),
+                              Message.conversation_id.not_in(keep))
+        .values(status="pending").execution_options(synchronize_session=False))
+    return result.rowcount
+
+
 async def next_pending(session: AsyncSession, *, conversation_id: int) -> Message | None:
-    """The oldest unfinished message of a conversation: unsent replies first, then inbound in order."""
+    """The oldest unfinished message of a conversation: unsettled replies first, then inbound in order.
+
+    An unsettled reply is `pending` (to send) or `sending`. Sends run under the conversation's lease
+    and record their outcome before the lease is released, so a `sending` reply seen by a new lease
+    holder is one a dead (or cut-off) replica was sending; it is returned so the caller waits for it
+    instead of letting a later reply overtake it."""
     outbound = (await session.execute(
         select(Message).where(Message.conversation_id == conversation_id, Message.direction == "out",
-                              Message.status == "pending").order_by(Message.id).limit(1)
+                              Message.status.in_(("pending", "sending"))).order_by(Message.id).limit(1)
     )).scalar_one_or_none()
     if outbound is not None:
         return outbound
     return (await session.execute(
         select(Message).where(Message.conversation_id == conversation_id, Message.direction == "in",
                               Message.status == "pending").order_by(Message.id).limit(1)
-    )).scalar_one_or_none()
-
-
-async def stalled_reply(session: AsyncSession, *, conversation_id: int) -> Message | None:
-    """The oldest reply of the conversation still marked `sending`. Sends run under the conversation's
-    lease and record their outcome before the lease is released, so a new lease holder that finds
-    one is looking at a reply a dead (or cut-off) replica was sending."""
-    return (await session.execute(
-        select(Message).where(Message.conversation_id == conversation_id, Message.direction == "out",
-                              Message.status == "sending").order_by(Message.id).limit(1)
     )).scalar_one_or_none()
 
 

@@ -79,6 +79,15 @@ def _build(url: str, pipeline, *, lease: float = 5.0):
     return engine, sessions, inbox, worker, adapter
 
 
+async def _die(worker: Worker, engine) -> None:
+    """End a worker as SIGKILL would: its tasks stop mid-step, its leases and `sending` rows stay behind."""
+    worker._stopping = True
+    for task in [worker._loop_task, *worker._active.values()]:
+        task.cancel()
+    await asyncio.sleep(0.05)
+    await engine.dispose()
+
+
 async def test_worker_keeps_order_per_conversation_under_concurrency(migrated_url):
     pipeline = EchoPipeline()
     engine, sessions, inbox, worker, adapter = _build(migrated_url, pipeline)
@@ -133,11 +142,7 @@ async def test_worker_restart_answers_unanswered_messages_once(migrated_url):
         await inbox.accept("acme", _msg("alice", n))
     await worker.start()
     await asyncio.wait_for(started.wait(), 10)
-    worker._stopping = True
-    for task in [worker._loop_task, *worker._active.values()]:
-        task.cancel()
-    await asyncio.sleep(0.05)
-    await engine.dispose()
+    await _die(worker, engine)
     assert adapter.sent == []
 
     # Second process: a new worker (new owner) takes over once the dead lease expires.
@@ -207,11 +212,7 @@ async def test_a_reply_a_dead_replica_left_sending_goes_out_before_the_next_answ
         await inbox.accept("acme", _msg("alice", n))
     await worker.start()
     await asyncio.wait_for(sending.wait(), 10)
-    worker._stopping = True
-    for task in [worker._loop_task, *worker._active.values()]:
-        task.cancel()
-    await asyncio.sleep(0.05)
-    await engine.dispose()
+    await _die(worker, engine)
 
     engine, sessions, inbox, worker, adapter = _build(migrated_url, EchoPipeline(delay=0), lease=0.5)
     await worker.start()

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timezone
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import func, select, text
 
 from gateway.http.deps import services
-from gateway.models import utcnow
+from gateway.models import as_utc, utcnow
 from storage import repositories as repo
 from storage.models import Message
 
@@ -57,9 +56,7 @@ async def metrics(request: Request) -> Response:
             svc.metrics.queue_depth.set(await repo.queue_depth(session))
             oldest = (await session.execute(select(func.min(Message.created_at)).where(
                 Message.direction == "in", Message.status == "pending"))).scalar_one_or_none()
-        if oldest is not None and oldest.tzinfo is None:  # SQLite returns naive UTC
-            oldest = oldest.replace(tzinfo=timezone.utc)
-        svc.metrics.queue_lag.set((utcnow() - oldest).total_seconds() if oldest else 0.0)
+        svc.metrics.queue_lag.set((utcnow() - as_utc(oldest)).total_seconds() if oldest else 0.0)
         leader = getattr(svc, "leader", None)
         leads = svc.scheduler is not None and (leader is None or leader.is_leader)
         svc.metrics.is_leader.set(1 if leads else 0)

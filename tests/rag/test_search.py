@@ -7,7 +7,8 @@ from qdrant_client import models as qm
 
 from gateway.errors import IndexBusy
 from gateway.settings import QdrantSettings, RetrievalSettings
-from rag.index import TermStats, collection_name, open_index
+from rag.index import collection_name, open_index
+from rag.term_stats import TermStats
 from rag.ingest import Ingestor
 from rag.search import (
     DEFAULT_LEXICAL_CREDIT,
@@ -210,7 +211,7 @@ def test_coverage_prior_ranks_the_chunk_holding_all_query_words_above_a_near_tie
 async def test_term_stats_cache_rescans_after_a_write_and_refreshes_in_the_background_after_its_ttl():
     import asyncio
 
-    from rag.index import TERM_STATS_TTL_S, TermStatsCache
+    from rag.term_stats import TERM_STATS_TTL_S, TermStatsCache
 
     scans: list[int] = []
     release = asyncio.Event()
@@ -254,7 +255,7 @@ async def test_term_stats_cache_rescans_after_a_write_and_refreshes_in_the_backg
 
 
 async def test_term_stats_cache_keeps_serving_when_a_refresh_fails():
-    from rag.index import TERM_STATS_TTL_S, TermStatsCache
+    from rag.term_stats import TERM_STATS_TTL_S, TermStatsCache
 
     calls: list[int] = []
 

@@ -1,0 +1,96 @@
+"""BM25 term statistics of one bot's collection: how many chunks hold each term id, and a per-bot
+cache of them. Gate 1's lexical coverage, the coverage prior and the keyword override read them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+TERM_STATS_TTL_S = 300.0
+"""How long a bot's BM25 term statistics are trusted when another process could have written
+(a Qdrant server shared by replicas); this process's own writes refresh them at once."""
+
+
+@dataclass(frozen=True)
+class TermStats:
+    """Document frequencies of the BM25 term ids in one bot's collection."""
+
+    chunks: int
+    df: dict[int, int]
+
+    def idf(self, term: int) -> float:
+        """BM25's idf, as Qdrant's IDF modifier computes it; a term the collection lacks gets the maximum."""
+        df = self.df.get(term, 0)
+        return math.log((self.chunks - df + 0.5) / (df + 0.5) + 1.0)
+
+    @classmethod
+    def count(cls, chunks_terms: Iterable[Iterable[int]]) -> "TermStats":
+        """Document frequencies from each chunk's BM25 term ids."""
+        df: dict[int, int] = {}
+        chunks = 0
+        for terms in chunks_terms:
+            chunks += 1
+            for term in terms:
+                df[term] = df.get(term, 0) + 1
+        return cls(chunks, df)
+
+
+class TermStatsCache:
+    """Per-bot `TermStats`, read by a full scan and kept until the index writes to that bot or
+    `TERM_STATS_TTL_S` passes (another process may write to a shared server). Why cached: a
+    per-query count would scan the whole collection once per query term.
+
+    Past the TTL, queries keep getting the old statistics while one background scan refreshes them,
+    so no query waits for a rescan of a large collection; only a bot's first query (or the first
+    after this process wrote to it) scans inline. A failed refresh is logged and tried again by
+    the next query."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._entries: dict[str, tuple[float, TermStats]] = {}
+        self._refreshing: dict[str, asyncio.Task[None]] = {}
+        self._clock = clock
+
+    def invalidate(self, bot: str) -> None:
+        """Forget the bot's statistics (call on every write); a refresh under way is dropped, since
+        it may have read the collection before the write."""
+        self._entries.pop(bot, None)
+        task = self._refreshing.pop(bot, None)
+        if task is not None:
+            task.cancel()
+
+    async def get(self, bot: str, scan: Callable[[], Awaitable[TermStats]]) -> TermStats:
+        """The cached statistics (refreshed in the background once stale), or `scan()`'s fresh ones."""
+        cached = self._entries.get(bot)
+        if cached is None:
+            stats = await scan()
+            self._entries[bot] = (self._clock(), stats)
+            return stats
+        if self._clock() - cached[0] >= TERM_STATS_TTL_S and bot not in self._refreshing:
+            self._refreshing[bot] = asyncio.create_task(self._refresh(bot, scan))
+        return cached[1]
+
+    async def close(self) -> None:
+        """Stop refreshes under way (before the index they read is closed)."""
+        tasks = list(self._refreshing.values())
+        self._refreshing.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _refresh(self, bot: str, scan: Callable[[], Awaitable[TermStats]]) -> None:
+        me = asyncio.current_task()
+        try:
+            stats = await scan()
+            if self._refreshing.get(bot) is me:  # not invalidated meanwhile
+                self._entries[bot] = (self._clock(), stats)
+        except Exception as exc:  # keep serving the old statistics; the next query tries again
+            log.warning("term statistics refresh failed", extra={"bot": bot, "error": str(exc)})
+        finally:
+            if self._refreshing.get(bot) is me:
+                del self._refreshing[bot]
