@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,8 @@ import pytest
 from nacl.signing import SigningKey
 
 from channels.base import RawRequest
+from channels.discord import DiscordAdapter
+from gateway.models import InboundMessage
 from gateway.settings import DiscordChannel
 from tests.fakes.discord_api import APPLICATION_ID, FakeDiscord
 
@@ -18,6 +23,30 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "payloads" / "disc
 CHANNEL = "900000000000000001"
 GUILD = "900000000000000002"
 SIGNING_KEY = SigningKey.generate()
+
+
+@asynccontextmanager
+async def connected(adapter: DiscordAdapter, fake: FakeDiscord) -> AsyncIterator[list[InboundMessage]]:
+    """The adapter started on the fake gateway (identified); yields the list it delivers into, and stops it."""
+    delivered: list[InboundMessage] = []
+
+    async def deliver(message: InboundMessage) -> None:
+        delivered.append(message)
+
+    await adapter.start(deliver)
+    try:
+        await fake.wait_identified()
+        yield delivered
+    finally:
+        await adapter.stop()
+
+
+async def wait_for(delivered: list[InboundMessage], count: int) -> None:
+    """Until `count` messages arrived (5 s at most), plus a moment for any unexpected extra one."""
+    async with asyncio.timeout(5):
+        while len(delivered) < count:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
 
 
 def signed(body: bytes, *, timestamp: int | None = None, key: SigningKey = SIGNING_KEY) -> RawRequest:

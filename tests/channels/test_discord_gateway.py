@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 from channels.discord import DiscordAdapter
-from gateway.models import InboundMessage
 from tests.channels.discord_helpers import (  # noqa: F401 - `fake` fixture
     FIXTURES,
     GUILD,
+    connected,
     fake_fixture,
     guild_message,
     settings_for,
+    wait_for,
 )
 from tests.fakes.discord_api import BOT_USER_ID, FakeDiscord
 
 
 async def test_start_connects_gateway_with_message_content_intent_and_delivers(fake: FakeDiscord):
     adapter = DiscordAdapter("support", settings_for(fake))
-    delivered: list[InboundMessage] = []
-
-    async def deliver(message: InboundMessage) -> None:
-        delivered.append(message)
-
-    await adapter.start(deliver)
-    try:
-        await fake.wait_identified()
+    async with connected(adapter, fake) as delivered:
         assert fake.identifies[0]["token"] == "fake-bot-token"
         assert fake.identifies[0]["intents"] & (1 << 15)  # MESSAGE_CONTENT
         await fake.dispatch("MESSAGE_CREATE", guild_message("not for me", message_id="900000000000000020"))
@@ -34,27 +27,15 @@ async def test_start_connects_gateway_with_message_content_intent_and_delivers(f
             f"<@{BOT_USER_ID}> opening hours?", message_id="900000000000000021", mentions=[{"id": BOT_USER_ID}]
         )
         await fake.dispatch("MESSAGE_CREATE", mention)
-        async with asyncio.timeout(5):
-            while not delivered:
-                await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
+        await wait_for(delivered, 1)
         assert [m.external_id for m in delivered] == ["900000000000000021"]
         assert delivered[0].text == "opening hours?" and delivered[0].conversation.workspace == GUILD
-    finally:
-        await adapter.stop()
     assert adapter.client.is_closed()
 
 
 async def test_on_message_fixture_payloads_via_parse_message_create(fake: FakeDiscord):
     adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
-    delivered: list[InboundMessage] = []
-
-    async def deliver(message: InboundMessage) -> None:
-        delivered.append(message)
-
-    await adapter.start(deliver)
-    try:
-        await fake.wait_identified()
+    async with connected(adapter, fake) as delivered:
         names = ["MessageCreate.Type0.json", "MessageCreate.Type19.json", "MessageCreate.Type6.json"]
         for name in names:
             payload = json.loads((FIXTURES / "discord4j_discord_json" / name).read_text())["d"]
@@ -62,12 +43,7 @@ async def test_on_message_fixture_payloads_via_parse_message_create(fake: FakeDi
         me = {"id": BOT_USER_ID, "username": "me", "bot": True, "discriminator": "0", "avatar": None}
         own = guild_message("echo", message_id="900000000000000030", author=me)
         adapter.client._connection.parse_message_create(own)
-        async with asyncio.timeout(5):
-            while len(delivered) < 3:
-                await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
-    finally:
-        await adapter.stop()
+        await wait_for(delivered, 3)
     assert [m.text for m in delivered] == [".ping", "cool.", "different message"]
     assert delivered[1].reply_to == "775214933398782002"
     assert {m.external_id for m in delivered} == {"732582724170285086", "779520963116400721", "123456789012345678"}
