@@ -193,7 +193,7 @@ class Worker:
                     if message is None:
                         break
                     if message.status == "sending":
-                        await self._wait_for_stalled_reply(message)
+                        await self._wait_for_unsettled_reply(message)
                         break
                     if message.direction == "out":
                         if await self._outbox.deliver(message.id) in RETRYING:
@@ -224,13 +224,15 @@ class Worker:
             await repo.park_lease(session, conversation_id=conversation_id, owner=self.owner, parked_owner=PARKED_OWNER,
                                   until=max(due, utcnow() + timedelta(milliseconds=100)))
 
-    async def _wait_for_stalled_reply(self, stalled: Message) -> None:
-        """Park the conversation of a reply a dead replica left `sending` until `_requeue_stalled_sends`
-        may requeue it. Why: answering the next message first would deliver its reply before this one."""
-        due = as_utc(stalled.updated_at) + timedelta(seconds=2 * self.lease_seconds)
-        await self._park_until(stalled.conversation_id, due)
-        log.warning("conversation.waiting_for_stalled_reply", conversation_id=stalled.conversation_id,
-                    message_id=stalled.id, until=str(due))
+    async def _wait_for_unsettled_reply(self, reply: Message) -> None:
+        """Park the conversation while an earlier reply is still `sending`, looking again every poll
+        interval. Why: answering the next message first would deliver its reply before that one. The
+        sender is either alive (escalation and operator messages are sent outside the worker's lease)
+        and done in a moment, or dead, and then `_requeue_stalled_sends` requeues the reply two lease
+        periods after it started."""
+        await self._park_until(reply.conversation_id, utcnow() + timedelta(seconds=self.poll_interval))
+        log.info("conversation.waiting_for_unsettled_reply", conversation_id=reply.conversation_id,
+                 message_id=reply.id, sending_since=str(as_utc(reply.updated_at)))
 
     async def _heartbeat(self, conversation_id: int) -> None:
         while True:

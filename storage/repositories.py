@@ -218,10 +218,9 @@ async def requeue_stalled_sends(session: AsyncSession, *, now: datetime, older_t
 async def next_pending(session: AsyncSession, *, conversation_id: int) -> Message | None:
     """The oldest unfinished message of a conversation: unsettled replies first, then inbound in order.
 
-    An unsettled reply is `pending` (to send) or `sending`. Sends run under the conversation's lease
-    and record their outcome before the lease is released, so a `sending` reply seen by a new lease
-    holder is one a dead (or cut-off) replica was sending; it is returned so the caller waits for it
-    instead of letting a later reply overtake it."""
+    An unsettled reply is `pending` (to send) or `sending`: being sent right now (an escalation or
+    operator message, sent outside the worker's lease) or left so by a dead replica. It is returned so
+    the caller waits for it instead of letting a later reply overtake it."""
     outbound = (await session.execute(
         select(Message).where(Message.conversation_id == conversation_id, Message.direction == "out",
                               Message.status.in_(("pending", "sending"))).order_by(Message.id).limit(1)
