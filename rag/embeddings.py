@@ -191,6 +191,10 @@ class DenseEmbedder:
         """Word pieces the encoder sees for `text`, special tokens ([CLS], [SEP]) included."""
         return len(self._tokenizer.encode(text).ids)
 
+    def word_pieces(self, word: str) -> int:
+        """Word pieces the encoder's vocabulary splits `word` into (1 for a word it knows whole)."""
+        return len(self._tokenizer.encode(word, add_special_tokens=False).ids)
+
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Vectors for passages (sync; for the CLI and benchmarks)."""
         if not texts:

@@ -52,6 +52,14 @@ Gate 1 (no relevant chunk → the answer step gets no chunks):
   and the chunk's BM25 score is at least `retrieval.keyword_override_score`. An exact plan name, error
   code or menu path is exactly that: a rare literal token, which MiniLM embeds poorly, while an
   off-topic question shares at most common words with the knowledge base.
+- A name the encoder does not know also overrides, however few of the query's other words the chunk
+  holds: a literal-looking word that is one BM25 term, that the encoder's vocabulary splits into at
+  least `UNKNOWN_WORD_MIN_PIECES` word pieces (`Karpathy` → ka ##rp ##athy, `BM25` → b ##m ##25; the
+  vocabulary holds common English words whole), and that a BM25 top hit holds while it is rare in
+  the bot's collection. Why: "What is Karpathy known for?" shares only the name with its chunk
+  (coverage 1 of 2 terms) and MiniLM scores it 0.21, yet a word that is rare in English and present
+  in this knowledge base says the question is about it. Names shared by chance are common words
+  ("Alan Wake 2", "step 5") or several terms ("version 1.5.7"), which this rule skips.
 """
 
 from __future__ import annotations
@@ -74,7 +82,8 @@ in `DEFAULT_LEXICAL_CREDIT`."""
 DEFAULT_LEXICAL_CREDIT = 0.20
 """How far full lexical coverage lowers the gate-1 bar (to 0.46 - 0.20 = 0.26).
 
-Calibrated 2026-11-30 on ../shared/fixtures/rag, full gate incl. keyword override. Off-topic =
+Calibrated 2026-11-30 on ../shared/fixtures/rag, full gate incl. keyword override (re-measured at
+07:55 UTC with the unknown-word override, which moved only the two STICI rows). Off-topic =
 each corpus asked the other's questions (50 S10 questions against the 20 single_topic_rag_eval
 documents, 119 single_topic questions against the S10 manual); the prompt-injection fixture
 strings are shown for information (they are not questions about anything):
@@ -83,16 +92,18 @@ strings are shown for information (they are not questions about anything):
     off-topic refused (S10 q → STICI)       0.86   0.90   0.96   0.98   0.98   0.98 | 0.98
     off-topic refused (STICI q → S10)       0.93   0.96   0.97   0.97   0.97   0.98 | 0.97
     answerable refused, S10 (50)            0.00   0.00   0.00   0.00   0.00   0.00 | 0.04
-    answerable refused, STICI (79)          0.11   0.15   0.16   0.16   0.22   0.27 | 0.32
-    STICI's 40 on-topic unanswerable        0.20   0.30   0.33   0.35   0.38   0.47 | 0.47
+    answerable refused, STICI (79)          0.09   0.13   0.14   0.14   0.19   0.24 | 0.32
+    STICI's 40 on-topic unanswerable        0.18   0.28   0.30   0.33   0.35   0.45 | 0.47
     injection strings (124) → S10           0.72   0.77   0.79   0.83   0.85   0.89 | 0.81
     injection strings (124) → STICI         0.72   0.79   0.83   0.85   0.90   0.94 | 0.85
 
 Rule: the lowest false refusals that keep >= 95% off-topic refusals on both corpora, with a point
-of margin. For each credit, the best bar: 0.10 → 0.39 (STICI false refusals 19%), 0.15 → 0.42
-(16.5%), 0.20 → 0.44-0.46 (16.5%), 0.25 → 0.47 (16.5%), 0.30 → 0.52 (16.5%); 0.20 with 0.46 is
-the middle of that plateau with 97-98% off-topic refusals (0.44 would leave 96%).
-Still above the 3% target on STICI: its questions are vague ("What are the key topics of this
+of margin. For each credit, the best bar (before the unknown-word override): 0.10 → 0.39 (STICI
+false refusals 19%), 0.15 → 0.42 (16.5%), 0.20 → 0.44-0.46 (16.5%), 0.25 → 0.47 (16.5%), 0.30 →
+0.52 (16.5%); 0.20 with 0.46 is the middle of that plateau with 97-98% off-topic refusals (0.44
+would leave 96%). With that override: 0.15 → 0.42 (13.9%), 0.20 → 0.44-0.46 (13.9%), 0.25 → 0.48
+(13.9%, 96% off-topic): the same plateau, so the values stay.
+Still above the 3% target on STICI (11 of 79): its questions are vague ("What are the key topics of this
 article?", "Where is broadcasting used?") and score 0.13-0.35 against the right chunk, the band of
 off-topic questions, and some of their words sit in different chunks. Its own 40 unanswerables
 are on-topic (same documents); no similarity gate can separate them, they are for gate 2 and the
@@ -105,6 +116,10 @@ KEYWORD_MIN_COVERAGE = 0.6
 KEYWORD_RARE_MIN_DF = 3
 KEYWORD_RARE_RATIO = 0.02
 KEYWORD_CANDIDATES = 3
+UNKNOWN_WORD_MIN_PIECES = 3
+"""On 2026-11-30 this let through 2 more of STICI's 79 answerable questions and no off-topic one
+(2 pieces: the same; without the literal-looking condition, a lowercase word such as "opacity" let
+an off-topic question through): bench/README.md."""
 MULTI_QUERY_RRF_K = 60
 SHORT_CONTENT_WORDS = 30
 SHORT_CONTENT_EXPONENT = 0.25
@@ -215,6 +230,8 @@ class HybridSearch:
     ) -> str | None:
         """A reason string when some BM25 hit passes the keyword rule in the module docstring."""
         rare_cap = max(KEYWORD_RARE_MIN_DF, int(KEYWORD_RARE_RATIO * stats.chunks))
+        literal = [_literal_terms(query, self.sparse) for query in queries]
+        unknown = [_unknown_words(query, self.sparse, self.dense) for query in queries]
         for qi, point in candidates:
             if point.score < retrieval.keyword_override_score:
                 continue
@@ -222,13 +239,18 @@ class HybridSearch:
             if not query_terms:
                 continue
             shared = query_terms & _chunk_terms(point)
-            if len(shared) < KEYWORD_MIN_COVERAGE * len(query_terms):
-                continue
-            for term in sorted(shared & _literal_terms(queries[qi], self.sparse)):
-                if stats.df.get(term, 0) <= rare_cap:
+            if len(shared) >= KEYWORD_MIN_COVERAGE * len(query_terms):
+                for term in sorted(shared & literal[qi]):
+                    if stats.df.get(term, 0) <= rare_cap:
+                        return (
+                            f"keyword override: a chunk holds {len(shared)}/{len(query_terms)} query terms "
+                            f"of {queries[qi]!r}, one of them in only {stats.df.get(term, 0)} chunk(s)"
+                        )
+            for term, word in sorted(unknown[qi].items()):
+                if term in shared and stats.df.get(term, 0) <= rare_cap:
                     return (
-                        f"keyword override: a chunk holds {len(shared)}/{len(query_terms)} query terms "
-                        f"of {queries[qi]!r}, one of them in only {stats.df.get(term, 0)} chunk(s)"
+                        f"keyword override: {word!r}, a word the encoder does not know, "
+                        f"is in a top BM25 hit and in only {stats.df.get(term, 0)} chunk(s)"
                     )
         return None
 
@@ -255,16 +277,32 @@ def _chunk_terms(point: qm.ScoredPoint) -> set[int]:
 _WORD = re.compile(r"[^\s?!,;:()\"']+")
 
 
-def _literal_terms(query: str, sparse: SparseEmbedder) -> set[int]:
-    """BM25 term ids of the query's literal-looking words: a digit, inner punctuation, or a capital
-    letter anywhere but the first word (plan names, error codes, product and menu names)."""
-    out: set[int] = set()
+def _literal_words(query: str) -> list[str]:
+    """The query's literal-looking words: a digit, inner punctuation, or a capital letter anywhere
+    but the first word (plan names, error codes, product and menu names)."""
+    out: list[str] = []
     for position, word in enumerate(_WORD.findall(query)):
         inner = word.strip(".-_/")
         if any(ch.isdigit() for ch in inner) or any(ch in ".-_/" for ch in inner) or (position and word[:1].isupper()) or (
             any(ch.isupper() for ch in word[1:])
         ):
-            out |= sparse.terms(inner)
+            out.append(inner)
+    return out
+
+
+def _literal_terms(query: str, sparse: SparseEmbedder) -> set[int]:
+    """BM25 term ids of the query's literal-looking words."""
+    return set().union(*(sparse.terms(word) for word in _literal_words(query)))
+
+
+def _unknown_words(query: str, sparse: SparseEmbedder, dense: DenseEmbedder) -> dict[int, str]:
+    """BM25 term id → word, for the query's literal-looking words that are one BM25 term and that the
+    encoder's vocabulary splits into at least `UNKNOWN_WORD_MIN_PIECES` word pieces."""
+    out: dict[int, str] = {}
+    for word in _literal_words(query):
+        terms = sparse.terms(word)
+        if len(terms) == 1 and dense.word_pieces(word) >= UNKNOWN_WORD_MIN_PIECES:
+            out[next(iter(terms))] = word
     return out
 
 

@@ -134,6 +134,24 @@ async def test_gate_keyword_override_lets_exact_code_through(kb):
     assert common.refused and not common.keyword_override
 
 
+async def test_gate_keyword_override_lets_a_name_the_encoder_does_not_know_through(kb, index, dense, sparse, sessions):
+    founders = Document(
+        "team.md", "Team", None,
+        "# Team\n\n## Founders\n\nThe sync engine was first written by Wrzesniewski, over one long winter.", "markdown",
+    )
+    await Ingestor(index, dense, sparse, sessions).ingest_documents("acme", "team", [founders])
+    strict = RETRIEVAL.model_copy(update={"min_dense_score": 0.99, "lexical_credit": 0.0})
+    assert dense.word_pieces("Wrzesniewski") >= 3 and dense.word_pieces("Starter") == 1
+    # The chunk holds only the name, not "known": too little of the query for the coverage rule.
+    name = await kb.search("acme", ["What is Wrzesniewski known for?"], strict)
+    assert not name.refused and name.keyword_override and "does not know" in name.reason
+    assert name.hits[0].document == "team.md"
+    # A word the encoder knows whole, or a name the knowledge base lacks, is no such evidence.
+    for question in ["What is Starter known for?", "What is Przybylski known for?"]:
+        result = await kb.search("acme", [question], strict)
+        assert result.refused and not result.keyword_override, question
+
+
 async def test_search_fuses_several_queries(kb):
     result = await kb.search("acme", ["how do I reset my password", "Business Plus plan price"], RETRIEVAL)
     documents = [h.document for h in result.hits]
