@@ -12,7 +12,9 @@ The Slack user who acts is the operator, named `slack:<user>`.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -26,6 +28,7 @@ from channels.base import RawRequest
 from gateway.errors import BadRequest, Conflict, GatewayError, NotFound, SignatureInvalid
 from gateway.escalation import Escalations
 from gateway.http.deps import error, services
+from gateway.models import as_utc, utcnow
 from gateway.settings import Settings
 from storage.models import Conversation, Escalation, Message
 
@@ -33,6 +36,9 @@ log = structlog.get_logger("gateway.operators.slack")
 router = APIRouter(tags=["operators"])
 
 CLAIM_ACTION = "escalation_claim"
+THREAD_WAIT_SECONDS = 10.0
+"""How long after an escalation opens a thread event waits for the header post that names the thread."""
+THREAD_POLL_SECONDS = 0.1
 RESOLVE_ACTION = "escalation_resolve"
 
 
@@ -80,7 +86,10 @@ class SlackOperatorChannel:
             await self._post_escalation(escalation, channel)
             return
         if not escalation.slack_ts:
-            return
+            escalation = await self._wait_for_thread(escalation)
+            if not escalation.slack_ts:
+                log.warning("slack_operator.no_thread", escalation_id=escalation.id, event=kind)
+                return
         if kind == "customer_message":
             await self._post(bot, channel, f"*Customer:* {_plain(_clip(event.get('text', ''), 2000))}",
                              thread_ts=escalation.slack_ts)
@@ -92,6 +101,18 @@ class SlackOperatorChannel:
         elif kind == "reminder":
             await self._post(bot, channel, "<!here> Still unclaimed: the customer has been told we're busy. "
                              "Can someone take it?", thread_ts=escalation.slack_ts, reply_broadcast=True)
+
+    async def _wait_for_thread(self, escalation: Escalation) -> Escalation:
+        """The escalation once its header post has stored the thread's ts, or as it is after
+        `THREAD_WAIT_SECONDS` from its creation. Why: the header is posted after the escalation
+        commits, in a task of its own (or by another replica), so a customer message or a claim that
+        comes right after can find no thread yet; dropping it would lose it from the relay."""
+        deadline = as_utc(escalation.created_at) + timedelta(seconds=THREAD_WAIT_SECONDS)
+        while not escalation.slack_ts and utcnow() < deadline:
+            await asyncio.sleep(THREAD_POLL_SECONDS)
+            async with self._sessions() as session:
+                escalation = await session.get(Escalation, escalation.id) or escalation
+        return escalation
 
     def _blocks(self, escalation: Escalation) -> tuple[str, list[dict[str, Any]]]:
         status = {"open": "waiting for someone", "claimed": f"claimed by {escalation.operator}",

@@ -61,6 +61,8 @@ class FakeSlack:
     scheduled: dict[tuple[str, int], Failure] = field(default_factory=dict)
     acks: list[str] = field(default_factory=list)
     sockets: list[web.WebSocketResponse] = field(default_factory=list)
+    # Seconds between recording a call and answering it, by "method" or "method:channel".
+    delays: dict[str, float] = field(default_factory=dict)
     _ts: int = 0
 
     @classmethod
@@ -142,6 +144,9 @@ class FakeSlack:
         token = auth.removeprefix("Bearer ") if auth else params.get("token")
         call = Call(method, params, token)
         self.calls.append(call)
+        pause = self.delays.get(f"{method}:{params.get('channel')}", self.delays.get(method))
+        if pause:  # a slow Slack: the call is visible here before the client has its answer
+            await asyncio.sleep(pause)
         failure = self.scheduled.pop((method, self.count(method)), None)
         if failure is None and self.failures[method]:
             failure = self.failures[method].popleft()

@@ -85,3 +85,26 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
     await asyncio.sleep(0.3)
     assert not [c for c in slack.calls_to("chat.postMessage")
                 if c.params.get("thread_ts") == thread_ts and "Refund issued" in c.params.get("text", "")]
+
+
+async def test_a_message_right_after_the_escalation_reaches_the_thread_while_slack_is_slow(client, slack):
+    # Slack answers the operator channel's posts only after 1.5 s: the header is visible at Slack, but its ts (the
+    # thread) is not stored yet when the customer's next message is handled. It must wait, not drop.
+    def headers():
+        return [c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")]
+
+    before = len(headers())
+    slack.delays[f"chat.postMessage:{OPS_CHANNEL}"] = 1.5
+    try:
+        ask = _event({"type": "message", "channel_type": "im", "channel": "DSLOW", "user": "USLOW",
+                      "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, "EvSlowAsk")
+        assert (await _post_event(client, ask)).status_code == 200
+        header = (await _until(lambda: headers()[before:]))[0]
+        more = _event({"type": "message", "channel_type": "im", "channel": "DSLOW", "user": "USLOW",
+                       "text": "Order #77 never arrived", "ts": f"{time.time():.6f}"}, "EvSlowMore")
+        await _post_event(client, more)
+        relayed = await _until(lambda: next((c for c in slack.calls_to("chat.postMessage")
+                                             if c.params.get("thread_ts") and c.params.get("thread_ts") == header.params.get("_ts")), None))
+        assert "#77" in relayed.params["text"]
+    finally:
+        slack.delays.clear()
