@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag.chunking import chunk_document
+from rag.chunking import _split_words, chunk_document
 from rag.embeddings import ENCODER_MAX_TOKENS
 
 LONG_FENCE = "```python\n" + "\n".join(f"value_{i} = compute(alpha, beta, gamma, {i})" for i in range(90)) + "\n```"
@@ -123,6 +123,16 @@ def test_chunk_oversize_paragraph_and_long_word_fit_the_encoder(dense):
         chunks = chunks_of(text, dense, fmt=fmt)
         assert len(chunks) > 5
         assert max(dense.count_tokens(c.embed_text) for c in chunks) <= ENCODER_MAX_TOKENS
+
+
+def test_split_words_sums_word_counts_and_still_fits_a_counter_that_is_not_additive(dense):
+    words = " ".join(f"word{i} alpha-beta" for i in range(300))
+    pieces = _split_words(words, budget=50, size=lambda p: dense.count_tokens(p) - 2)
+    assert " ".join(pieces) == words and all(dense.count_tokens(p) - 2 <= 50 for p in pieces)
+    assert dense.count_tokens(pieces[0]) - 2 > 45  # packed, not one word per piece
+    # Characters are not additive over words (the spaces count too): the exact cut takes over.
+    pieces = _split_words("aa " * 20, budget=8, size=len)
+    assert pieces and all(len(p) <= 8 for p in pieces) and " ".join(pieces).split() == ["aa"] * 20
 
 
 _word = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=30)
