@@ -191,7 +191,8 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     escalations = Escalations(sessions, settings=settings, bus=bus, metrics=metrics, outbox=outbox)
     slack_operator = SlackOperatorChannel(sessions, settings=settings, escalations=escalations, adapters=adapters)
     escalations.listeners.append(slack_operator.on_event)
-    reminders = HandoffReminders(sessions, settings=settings, escalations=escalations)
+    reminders = HandoffReminders(sessions, settings=settings, escalations=escalations,
+                                 checks=[slack_operator.post_missing_headers])
     worker = Worker(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus, metrics=metrics,
                     lease_seconds=settings.worker.lease_seconds, concurrency=settings.worker.concurrency,
                     poll_interval=poll_interval or settings.worker.poll_interval, on_escalate=escalations.open_in,

@@ -7,6 +7,7 @@ replicas running it, each escalation is reminded exactly once.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 
 import structlog
@@ -24,14 +25,16 @@ log = structlog.get_logger("gateway.operators.reminders")
 
 
 class HandoffReminders:
-    """Checks open escalations every `interval` seconds."""
+    """Checks open escalations every `interval` seconds; also runs `checks`, other periodic repairs of
+    the handoff (the Slack operator channel's missing headers), each given the same `now`."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, settings: Settings, escalations: Escalations,
-                 interval: float = 30.0) -> None:
+                 interval: float = 30.0, checks: Iterable[Callable[[datetime], Awaitable[object]]] = ()) -> None:
         self._sessions = sessions
         self._settings = settings
         self._escalations = escalations
         self.interval = interval
+        self.checks = list(checks)
         self._task: asyncio.Task | None = None
 
     async def run_once(self, *, now: datetime | None = None) -> list[int]:
@@ -56,6 +59,11 @@ class HandoffReminders:
                 reminded.append(escalation_id)
                 if self._escalations.outbox is not None:
                     await self._escalations.outbox.deliver(message_id)
+        for check in self.checks:
+            try:
+                await check(now)
+            except Exception:  # one broken repair must not stop the reminders
+                log.exception("reminders.check_failed", check=getattr(check, "__qualname__", repr(check)))
         return reminded
 
     async def _remind(self, escalation_id: int, *, text: str, now: datetime) -> int | None:

@@ -13,15 +13,16 @@ The Slack user who acts is the operator, named `slack:<user>`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
 import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from channels.base import RawRequest
@@ -131,15 +132,46 @@ class SlackOperatorChannel:
             blocks.append({"type": "actions", "elements": buttons})
         return text, blocks
 
-    async def _post_escalation(self, escalation: Escalation, channel: str) -> None:
+    async def _post_escalation(self, escalation: Escalation, channel: str) -> bool:
+        """Post the header and store its ts, unless another replica stored one first (then ours is
+        deleted, so the channel keeps one thread per escalation). True when this post became the thread."""
         text, blocks = self._blocks(escalation)
         ts = await self._post(escalation.bot, channel, text, blocks=blocks)
         if ts is None:
-            return
+            return False
         async with self._sessions() as session, session.begin():
-            row = await session.get(Escalation, escalation.id)
-            row.slack_channel, row.slack_ts = channel, ts
+            stored = await session.execute(
+                update(Escalation).where(Escalation.id == escalation.id, Escalation.slack_ts.is_(None))
+                .values(slack_channel=channel, slack_ts=ts).execution_options(synchronize_session=False))
+        if stored.rowcount != 1:
+            log.info("slack_operator.duplicate_header_deleted", escalation_id=escalation.id, ts=ts)
+            with contextlib.suppress(Exception):
+                await self._adapters[(escalation.bot, "slack")].client.chat_delete(channel=channel, ts=ts)
+            return False
         log.info("slack_operator.posted", escalation_id=escalation.id, channel=channel, ts=ts)
+        return True
+
+    async def post_missing_headers(self, now: datetime | None = None) -> list[int]:
+        """Post the header of every live escalation whose first post failed (Slack was down or refused
+        it); returns their ids. A periodic check (`HandoffReminders`): without it, a Slack outage at the
+        moment of the handoff would hide the escalation from the channel for good. Escalations younger
+        than `THREAD_WAIT_SECONDS` are left alone: their first post may still be in flight."""
+        now = now or utcnow()
+        posted: list[int] = []
+        for bot in self._settings.bots:
+            channel = self.channel_for(bot.name)
+            if channel is None:
+                continue
+            async with self._sessions() as session:
+                missing = (await session.execute(select(Escalation).where(
+                    Escalation.bot == bot.name, Escalation.state.in_(("open", "claimed")), Escalation.slack_ts.is_(None),
+                    Escalation.created_at < now - timedelta(seconds=THREAD_WAIT_SECONDS)))).scalars().all()
+            for escalation in missing:
+                if await self._post_escalation(escalation, channel):
+                    posted.append(escalation.id)
+        if posted:
+            log.warning("slack_operator.headers_posted_late", escalations=posted)
+        return posted
 
     async def _update_header(self, escalation: Escalation, channel: str) -> None:
         text, blocks = self._blocks(escalation)

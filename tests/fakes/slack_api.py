@@ -63,6 +63,7 @@ class FakeSlack:
     sockets: list[web.WebSocketResponse] = field(default_factory=list)
     # Seconds between recording a call and answering it, by "method" or "method:channel".
     delays: dict[str, float] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)  # ts of messages removed with chat.delete
     _ts: int = 0
 
     @classmethod
@@ -93,10 +94,11 @@ class FakeSlack:
         return f"http://127.0.0.1:{self.port}/api/"
 
     def fail(self, method: str, *, status: int = 200, error: str = "internal_error", retry_after: int | None = None,
-             times: int = 1) -> None:
-        """Make the next `times` calls of `method` fail this way."""
+             times: int = 1, channel: str | None = None) -> None:
+        """Make the next `times` calls of `method` (to `channel` only, when given) fail this way."""
         for _ in range(times):
-            self.failures[method].append(Failure(status=status, error=error, retry_after=retry_after))
+            self.failures[f"{method}:{channel}" if channel else method].append(
+                Failure(status=status, error=error, retry_after=retry_after))
 
     def fail_call(self, method: str, number: int, *, status: int = 500, error: str = "internal_error",
                   landed: bool = False) -> None:
@@ -148,8 +150,9 @@ class FakeSlack:
         if pause:  # a slow Slack: the call is visible here before the client has its answer
             await asyncio.sleep(pause)
         failure = self.scheduled.pop((method, self.count(method)), None)
-        if failure is None and self.failures[method]:
-            failure = self.failures[method].popleft()
+        for key in (f"{method}:{params.get('channel')}", method):
+            if failure is None and self.failures[key]:
+                failure = self.failures[key].popleft()
         if failure is not None:
             if failure.landed:
                 self._answer(method, call)
@@ -178,6 +181,9 @@ class FakeSlack:
                     "message": {"text": call.params.get("text"), "ts": ts, "thread_ts": call.params.get("thread_ts")}}
         if method in ("conversations.replies", "conversations.history"):
             return {"ok": True, "has_more": False, "messages": self._history(call.params)}
+        if method == "chat.delete":
+            self.deleted.append(str(call.params.get("ts")))
+            return {"ok": True, "channel": call.params.get("channel"), "ts": call.params.get("ts")}
         if method == "chat.update":
             return {"ok": True, "channel": call.params.get("channel"), "ts": call.params.get("ts"),
                     "text": call.params.get("text")}

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import timedelta
 from urllib.parse import urlencode
 
 import pytest
 
+from gateway.models import utcnow
+from gateway.operators.slack_operator import THREAD_WAIT_SECONDS
 from tests.fakes.slack_api import BOT_USER_ID, sign
 from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET
 
@@ -108,3 +111,37 @@ async def test_a_message_right_after_the_escalation_reaches_the_thread_while_sla
         assert "#77" in relayed.params["text"]
     finally:
         slack.delays.clear()
+
+
+async def test_a_header_slack_refused_is_posted_later_by_the_periodic_check_once(client, slack):
+    # Slack refuses the header at the handoff: the periodic check posts it once the first post had its
+    # chance, exactly once, and a second header for the same escalation is deleted again.
+    def headers():
+        return [c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")]
+
+    before = len(headers())
+    slack.fail("chat.postMessage", channel=OPS_CHANNEL, error="service_unavailable")
+    ask = _event({"type": "message", "channel_type": "im", "channel": "DDOWN", "user": "UDOWN",
+                  "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, "EvDownAsk")
+    assert (await _post_event(client, ask)).status_code == 200
+    refused = (await _until(lambda: headers()[before:]))[0]
+    assert "_ts" not in refused.params
+    blocks = refused.params["blocks"] if isinstance(refused.params["blocks"], list) else json.loads(refused.params["blocks"])
+    escalation_id = int(blocks[1]["elements"][0]["value"])
+    services = client.services
+    await services.escalations.drain()
+    assert (await services.escalations.get(escalation_id, bots=None)).slack_ts is None
+
+    # Too young: its first post may still be in flight.
+    assert escalation_id not in await services.slack_operator.post_missing_headers(utcnow())
+    later = utcnow() + timedelta(seconds=THREAD_WAIT_SECONDS + 1)
+    await services.reminders.run_once(now=later)
+    escalation = await services.escalations.get(escalation_id, bots=None)
+    late = headers()[before + 1:]
+    assert len(late) == 1 and escalation.slack_ts == late[0].params["_ts"]
+    assert escalation_id not in await services.slack_operator.post_missing_headers(later)
+
+    # Another replica's header that lost the race is deleted, and the thread stays the first one.
+    assert not await services.slack_operator._post_escalation(escalation, OPS_CHANNEL)
+    assert slack.deleted[-1] == headers()[-1].params["_ts"] != escalation.slack_ts
+    assert (await services.escalations.get(escalation_id, bots=None)).slack_ts == escalation.slack_ts
