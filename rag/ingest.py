@@ -274,10 +274,13 @@ class Ingestor:
             for _, c in chunks
         ]
         sparse = await self.sparse.aembed_documents([c.sparse_text or c.embed_text for _, c in chunks])
-        sentence_vectors = iter(await self.dense.aembed_documents([t for _, c in chunks for t in c.sentences]))
+        # Each distinct sentence once: the overlap block repeats its sentences in the next chunk
+        # (7% of STICI's sentences, 7% of S10's).
+        distinct = list(dict.fromkeys(t for _, c in chunks for t in c.sentences))
+        sentence_vector = dict(zip(distinct, await self.dense.aembed_documents(distinct)))
         return [
             IndexPoint(c.chunk_id, c.text, source, doc.doc_id, doc.title, c.heading_path, doc.url, d, sv,
-                       [next(sentence_vectors) for _ in c.sentences])
+                       [sentence_vector[t] for t in c.sentences])
             for (doc, c), d, sv in zip(chunks, dense, sparse)
         ]
 
