@@ -269,7 +269,8 @@ class Worker:
             reply_to=(inbound.meta or {}).get("platform_message_id")) if conversation.state == "bot" else None
 
         async def on_token(text: str) -> None:
-            self._bus.publish(topic, {"type": "token", "text": text})
+            # Only a web chat request waits on a message's topic, maybe in another process.
+            self._bus.publish(topic, {"type": "token", "text": text}, forward=inbound.channel == "web")
             if streamer is not None:
                 await streamer.feed(text)
 

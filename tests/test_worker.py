@@ -67,12 +67,12 @@ def _msg(chat: str, n: int) -> InboundMessage:
                           sender=Sender(chat), text=f"{chat} #{n}")
 
 
-def _build(url: str, pipeline, *, lease: float = 5.0):
+def _build(url: str, pipeline, *, lease: float = 5.0, channels: tuple[str, ...] = ("web",)):
     engine = create_engine(url)
     sessions = session_factory(engine)
     bus = EventBus()
     adapter = RecordingAdapter()
-    outbox = Outbox(sessions, adapters={("acme", "web"): adapter}, bus=bus)
+    outbox = Outbox(sessions, adapters={("acme", channel): adapter for channel in channels}, bus=bus)
     worker = Worker(sessions, _settings(), pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=lease,
                     poll_interval=0.05, concurrency=4)
     inbox = Inbox(sessions, on_stored=worker.notify)
@@ -223,4 +223,31 @@ async def test_a_reply_a_dead_replica_left_sending_goes_out_before_the_next_answ
     await worker.stop()
     # At least once for the interrupted reply (the dead replica may have reached the platform), and in order.
     assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1"]
+    await engine.dispose()
+
+
+class StreamingPipeline(EchoPipeline):
+    """Streams one token before answering, as the LLM step does."""
+
+    async def handle(self, turn):
+        await turn.on_token("echo")
+        return await super().handle(turn)
+
+
+async def test_streamed_tokens_go_to_other_processes_only_for_web_chat(migrated_url):
+    # Only a web chat request waits on a message's tokens, perhaps in another process: a Telegram
+    # answer's tokens stay in this process (on PostgreSQL each forwarded event is a NOTIFY).
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, StreamingPipeline(delay=0), channels=("web", "telegram"))
+    forwarded: list[tuple[str, dict]] = []
+    worker._bus.forwarder = lambda topic, event: forwarded.append((topic, event))
+    await inbox.accept("acme", _msg("alice", 0))
+    await inbox.accept("acme", InboundMessage(channel="telegram", external_id="tg-1", conversation=ConversationRef("telegram", chat="42"),
+                                              sender=Sender("42"), text="hello from telegram"))
+    await worker.run_until_idle(timeout=30)
+    async with sessions() as session:
+        web, telegram = (await session.execute(select(Message.id).where(Message.direction == "in").order_by(Message.id))).scalars().all()
+    tokens = [topic for topic, event in forwarded if event["type"] == "token"]
+    assert tokens == [f"message:{web}"]
+    assert {topic for topic, event in forwarded if event["type"] == "done"} == {f"message:{web}", f"message:{telegram}"}
+    assert sorted(text for _, text in adapter.sent) == ["echo: alice #0", "echo: hello from telegram"]
     await engine.dispose()
