@@ -99,8 +99,13 @@ def lacks_sentences(exc: Exception, bot: str) -> bool:
     logged once per bot, since search then ranks without the sentence prior until a re-ingest."""
     if "not existing vector name" not in str(exc).lower():
         return False
-    log.warning("the index has no sentence vectors; run `gateway ingest` to rebuild it", extra={"bot": bot})
+    warn_without_sentences(bot)
     return True
+
+
+def warn_without_sentences(bot: str) -> None:
+    """Say once per bot that its index predates sentence vectors (search ranks without that prior)."""
+    log.warning("the index has no sentence vectors; run `gateway ingest` to rebuild it", extra={"bot": bot})
 
 
 def sentence_matrices(records: Iterable[tuple[str, object]]) -> dict[str, np.ndarray]:
@@ -151,7 +156,7 @@ class QdrantIndex:
         self.client = client
         self._known: set[str] = set()  # collections seen to exist
         self._checked: set[str] = set()  # ... and checked against the embedder and the layout
-        self._without_sentences: set[str] = set()  # bots whose collection predates sentence vectors
+        self._has_sentences: dict[str, bool] = {}  # bot -> its collection's layout has sentence vectors
         self._term_stats = TermStatsCache()
 
     @classmethod
@@ -225,7 +230,7 @@ class QdrantIndex:
         """Delete the bot's whole collection."""
         self._known.discard(collection_name(bot))
         self._checked.discard(collection_name(bot))
-        self._without_sentences.discard(bot)
+        self._has_sentences.pop(bot, None)
         self._term_stats.invalidate(bot)
         await self.client.delete_collection(collection_name(bot))
 
@@ -281,14 +286,22 @@ class QdrantIndex:
     async def sentence_vectors(self, bot: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Each listed chunk's sentence vectors (rows of unit vectors); chunks without any are left out,
         and so is a collection from before sentence vectors (until its re-ingest)."""
-        if not ids or bot in self._without_sentences or not await self._exists(bot):
+        if not ids or not await self._exists(bot):
             return {}
         try:
+            if bot not in self._has_sentences:
+                # Read the layout once: local mode returns points without the missing vector, silently.
+                vectors = (await self.client.get_collection(collection_name(bot))).config.params.vectors
+                self._has_sentences[bot] = isinstance(vectors, dict) and SENTENCES in vectors
+                if not self._has_sentences[bot]:
+                    warn_without_sentences(bot)
+            if not self._has_sentences[bot]:
+                return {}
             records = await self.client.retrieve(collection_name(bot), ids=list(ids), with_payload=False, with_vectors=[SENTENCES])
         except UnexpectedResponse as exc:
             if not lacks_sentences(exc, bot):
                 raise RetrievalError(f"Qdrant request failed: {exc}") from exc
-            self._without_sentences.add(bot)
+            self._has_sentences[bot] = False
             return {}
         except (ResponseHandlingException, ConnectionError) as exc:
             raise RetrievalError(f"Qdrant request failed: {exc}") from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 
 import numpy as np
@@ -123,7 +124,7 @@ async def test_sentence_prior_lifts_the_section_whose_one_sentence_answers(index
 
 
 @pytest.mark.parametrize("engine", ["local", "edge"])
-async def test_an_index_from_before_sentence_vectors_is_rebuilt_by_the_next_ingest(tmp_path, engine, dense, sparse, sessions):
+async def test_an_index_from_before_sentence_vectors_is_rebuilt_by_the_next_ingest(tmp_path, engine, dense, sparse, sessions, caplog):
     settings = QdrantSettings(path=str(tmp_path / "qdrant"), engine=engine)
     source = SourceSettings(name="docs", type="directory", path=str(write_kb(tmp_path / "kb")))
     index = open_index(settings)
@@ -134,8 +135,10 @@ async def test_an_index_from_before_sentence_vectors_is_rebuilt_by_the_next_inge
     index = open_index(settings)
     try:
         # Upgraded code, old index: search still answers (without the sentence prior) ...
-        before = await HybridSearch(index, dense, sparse).search("acme", ["refund"], RetrievalSettings(k=3))
+        with caplog.at_level(logging.WARNING):
+            before = await HybridSearch(index, dense, sparse).search("acme", ["refund"], RetrievalSettings(k=3))
         assert before.hits or before.refused
+        assert "the index has no sentence vectors; run `gateway ingest`" in caplog.text  # the operator is told
         # ... and the next ingest, even after that search opened the index, rebuilds it.
         again = await Ingestor(index, dense, sparse, sessions).ingest_source("acme", source)
         assert again.status == "ok" and again.unchanged == 0
