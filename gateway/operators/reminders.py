@@ -40,6 +40,12 @@ class HandoffReminders:
     async def run_once(self, *, now: datetime | None = None) -> list[int]:
         """Remind every overdue open escalation once; returns their ids."""
         now = now or utcnow()
+        # Repairs first: a Slack header posted late is then there for the reminder's ping.
+        for check in self.checks:
+            try:
+                await check(now)
+            except Exception:  # one broken repair must not stop the reminders
+                log.exception("reminders.check_failed", check=getattr(check, "__qualname__", repr(check)))
         reminded: list[int] = []
         for bot in self._settings.bots:
             deadline = now - timedelta(seconds=bot.escalation.claim_timeout_seconds)
@@ -59,11 +65,6 @@ class HandoffReminders:
                 reminded.append(escalation_id)
                 if self._escalations.outbox is not None:
                     await self._escalations.outbox.deliver(message_id)
-        for check in self.checks:
-            try:
-                await check(now)
-            except Exception:  # one broken repair must not stop the reminders
-                log.exception("reminders.check_failed", check=getattr(check, "__qualname__", repr(check)))
         return reminded
 
     async def _remind(self, escalation_id: int, *, text: str, now: datetime) -> int | None:
