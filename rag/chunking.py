@@ -330,7 +330,10 @@ def _split_words(text: str, *, budget: int, size: Callable[[str], int]) -> list[
         used += n
     if current:
         out.append(" ".join(current))
-    return [fitted for piece in out for fitted in ([piece] if size(piece) <= budget else _split_words_exact(piece, budget=budget, size=size))]
+    fitted: list[str] = []
+    for piece in out:
+        fitted += [piece] if size(piece) <= budget else _split_words_exact(piece, budget=budget, size=size)
+    return fitted
 
 
 def _split_words_exact(text: str, *, budget: int, size: Callable[[str], int]) -> list[str]:
