@@ -40,6 +40,7 @@ CLAIM_ACTION = "escalation_claim"
 THREAD_WAIT_SECONDS = 10.0
 """How long after an escalation opens a thread event waits for the header post that names the thread."""
 THREAD_POLL_SECONDS = 0.1
+LATE_THREAD_MESSAGES = 20
 RESOLVE_ACTION = "escalation_resolve"
 
 
@@ -115,6 +116,18 @@ class SlackOperatorChannel:
                 escalation = await session.get(Escalation, escalation.id) or escalation
         return escalation
 
+    async def _relay_earlier_messages(self, escalation: Escalation, channel: str) -> None:
+        """Post into a late thread what the customer wrote since the handoff (the last
+        `LATE_THREAD_MESSAGES`), so the Slack operators read the same story as the console."""
+        async with self._sessions() as session:
+            row = await session.get(Escalation, escalation.id)
+            earlier = (await session.execute(select(Message).where(
+                Message.conversation_id == escalation.conversation_id, Message.direction == "in",
+                Message.created_at >= escalation.created_at).order_by(Message.id.desc()).limit(LATE_THREAD_MESSAGES))).scalars().all()
+        for message in reversed(earlier):
+            await self._post(escalation.bot, channel, f"*Customer (earlier):* {_plain(_clip(message.text or '', 2000))}",
+                             thread_ts=row.slack_ts)
+
     def _blocks(self, escalation: Escalation) -> tuple[str, list[dict[str, Any]]]:
         status = {"open": "waiting for someone", "claimed": f"claimed by {escalation.operator}",
                   "resolved": f"resolved by {escalation.operator}"}.get(escalation.state, escalation.state)
@@ -169,6 +182,7 @@ class SlackOperatorChannel:
             for escalation in missing:
                 if await self._post_escalation(escalation, channel):
                     posted.append(escalation.id)
+                    await self._relay_earlier_messages(escalation, channel)
         if posted:
             log.warning("slack_operator.headers_posted_late", escalations=posted)
         return posted

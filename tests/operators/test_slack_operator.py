@@ -126,6 +126,9 @@ async def test_a_header_slack_refused_is_posted_later_by_the_periodic_check_once
     assert (await _post_event(client, ask)).status_code == 200
     refused = (await _until(lambda: headers()[before:]))[0]
     assert "_ts" not in refused.params
+    more = _event({"type": "message", "channel_type": "im", "channel": "DDOWN", "user": "UDOWN",
+                   "text": "Still waiting for order #88", "ts": f"{time.time():.6f}"}, "EvDownMore")
+    await _post_event(client, more)
     blocks = refused.params["blocks"] if isinstance(refused.params["blocks"], list) else json.loads(refused.params["blocks"])
     escalation_id = int(blocks[1]["elements"][0]["value"])
     services = client.services
@@ -139,6 +142,9 @@ async def test_a_header_slack_refused_is_posted_later_by_the_periodic_check_once
     escalation = await services.escalations.get(escalation_id, bots=None)
     late = headers()[before + 1:]
     assert len(late) == 1 and escalation.slack_ts == late[0].params["_ts"]
+    # What the customer wrote meanwhile follows into the late thread.
+    thread = [c.params["text"] for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == escalation.slack_ts]
+    assert any("#88" in text and "earlier" in text for text in thread)
     assert escalation_id not in await services.slack_operator.post_missing_headers(later)
 
     # Another replica's header that lost the race is deleted, and the thread stays the first one.
