@@ -116,6 +116,36 @@ class SlackOperatorChannel:
                 escalation = await session.get(Escalation, escalation.id) or escalation
         return escalation
 
+    async def _find_header(self, escalation: Escalation, channel: str) -> str | None:
+        """The ts of this escalation's header if Slack took the first post though its answer was lost
+        (a timeout), read from the channel's recent history; None when there is none or the app may
+        not read the history (then a second header is the lesser harm)."""
+        marker = f"Escalation #{escalation.id} ({escalation.bot})"
+        try:
+            response = await self._adapters[(escalation.bot, "slack")].client.conversations_history(
+                channel=channel, oldest=f"{as_utc(escalation.created_at).timestamp() - 60:.6f}", limit=200)
+        except Exception as exc:
+            log.info("slack_operator.history_unavailable", escalation_id=escalation.id, error=str(exc))
+            return None
+        for message in response.get("messages") or []:
+            if (message.get("text") or "").startswith(marker) and message.get("thread_ts") in (None, message.get("ts")):
+                return str(message["ts"])
+        return None
+
+    async def _adopt_header(self, escalation: Escalation, channel: str, ts: str) -> bool:
+        """Store a header found in the channel as the escalation's thread (unless one is stored already)."""
+        async with self._sessions() as session, session.begin():
+            stored = await session.execute(
+                update(Escalation).where(Escalation.id == escalation.id, Escalation.slack_ts.is_(None))
+                .values(slack_channel=channel, slack_ts=ts).execution_options(synchronize_session=False))
+        log.info("slack_operator.header_found", escalation_id=escalation.id, ts=ts, stored=stored.rowcount == 1)
+        if stored.rowcount != 1:
+            return False
+        async with self._sessions() as session:
+            current = await session.get(Escalation, escalation.id)
+        await self._update_header(current, channel)  # a claim since then did not reach it
+        return True
+
     async def _relay_earlier_messages(self, escalation: Escalation, channel: str) -> None:
         """Post into a late thread what the customer wrote since the handoff (the last
         `LATE_THREAD_MESSAGES`), so the Slack operators read the same story as the console."""
@@ -180,7 +210,12 @@ class SlackOperatorChannel:
                     Escalation.bot == bot.name, Escalation.state.in_(("open", "claimed")), Escalation.slack_ts.is_(None),
                     Escalation.created_at < now - timedelta(seconds=THREAD_WAIT_SECONDS)))).scalars().all()
             for escalation in missing:
-                if await self._post_escalation(escalation, channel):
+                landed = await self._find_header(escalation, channel)
+                if landed:
+                    became_thread = await self._adopt_header(escalation, channel, landed)
+                else:
+                    became_thread = await self._post_escalation(escalation, channel)
+                if became_thread:
                     posted.append(escalation.id)
                     await self._relay_earlier_messages(escalation, channel)
         if posted:

@@ -94,11 +94,12 @@ class FakeSlack:
         return f"http://127.0.0.1:{self.port}/api/"
 
     def fail(self, method: str, *, status: int = 200, error: str = "internal_error", retry_after: int | None = None,
-             times: int = 1, channel: str | None = None) -> None:
-        """Make the next `times` calls of `method` (to `channel` only, when given) fail this way."""
+             times: int = 1, channel: str | None = None, landed: bool = False) -> None:
+        """Make the next `times` calls of `method` (to `channel` only, when given) fail this way; with
+        `landed`, after taking effect."""
         for _ in range(times):
             self.failures[f"{method}:{channel}" if channel else method].append(
-                Failure(status=status, error=error, retry_after=retry_after))
+                Failure(status=status, error=error, retry_after=retry_after, landed=landed))
 
     def fail_call(self, method: str, number: int, *, status: int = 500, error: str = "internal_error",
                   landed: bool = False) -> None:

@@ -151,3 +151,25 @@ async def test_a_header_slack_refused_is_posted_later_by_the_periodic_check_once
     assert not await services.slack_operator._post_escalation(escalation, OPS_CHANNEL)
     assert slack.deleted[-1] == headers()[-1].params["_ts"] != escalation.slack_ts
     assert (await services.escalations.get(escalation_id, bots=None)).slack_ts == escalation.slack_ts
+
+
+async def test_a_header_slack_took_without_answering_is_found_not_posted_twice(client, slack):
+    # Slack posted the header but the answer was lost: the periodic check finds it in the channel's
+    # history and makes it the thread, instead of posting a second header.
+    def headers():
+        return [c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")]
+
+    before = len(headers())
+    slack.fail("chat.postMessage", channel=OPS_CHANNEL, status=500, error="internal_error", landed=True)
+    ask = _event({"type": "message", "channel_type": "im", "channel": "DLOST", "user": "ULOST",
+                  "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, "EvLostAsk")
+    assert (await _post_event(client, ask)).status_code == 200
+    landed = (await _until(lambda: headers()[before:]))[0]
+    await client.services.escalations.drain()
+    blocks = landed.params["blocks"] if isinstance(landed.params["blocks"], list) else json.loads(landed.params["blocks"])
+    escalation_id = int(blocks[1]["elements"][0]["value"])
+    assert (await client.services.escalations.get(escalation_id, bots=None)).slack_ts is None
+
+    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=THREAD_WAIT_SECONDS + 1))
+    assert len(headers()) == before + 1  # no second header
+    assert (await client.services.escalations.get(escalation_id, bots=None)).slack_ts == landed.params["_ts"]
