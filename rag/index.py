@@ -207,6 +207,7 @@ class QdrantIndex:
             if SENTENCES in vectors:
                 self._known.add(name)
                 self._checked.add(name)
+                self._has_sentences[bot] = True
                 return
             log.warning("collection has no sentence vectors; recreating it for a full re-ingest", extra={"bot": bot})
             await self.drop(bot)
@@ -225,6 +226,7 @@ class QdrantIndex:
         )
         self._known.add(name)
         self._checked.add(name)
+        self._has_sentences[bot] = True
 
     async def drop(self, bot: str) -> None:
         """Delete the bot's whole collection."""
@@ -286,26 +288,23 @@ class QdrantIndex:
     async def sentence_vectors(self, bot: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Each listed chunk's sentence vectors (rows of unit vectors); chunks without any are left out,
         and so is a collection from before sentence vectors (until its re-ingest)."""
-        if not ids or not await self._exists(bot):
+        if not ids or not await self._exists(bot) or not await self._has_sentence_vectors(bot):
             return {}
-        try:
-            if bot not in self._has_sentences:
-                # Read the layout once: local mode returns points without the missing vector, silently.
-                vectors = (await self.client.get_collection(collection_name(bot))).config.params.vectors
-                self._has_sentences[bot] = isinstance(vectors, dict) and SENTENCES in vectors
-                if not self._has_sentences[bot]:
-                    warn_without_sentences(bot)
-            if not self._has_sentences[bot]:
-                return {}
-            records = await self.client.retrieve(collection_name(bot), ids=list(ids), with_payload=False, with_vectors=[SENTENCES])
-        except UnexpectedResponse as exc:
-            if not lacks_sentences(exc, bot):
-                raise RetrievalError(f"Qdrant request failed: {exc}") from exc
-            self._has_sentences[bot] = False
-            return {}
-        except (ResponseHandlingException, ConnectionError) as exc:
-            raise RetrievalError(f"Qdrant request failed: {exc}") from exc
+        records = await self._call(
+            self.client.retrieve(collection_name(bot), ids=list(ids), with_payload=False, with_vectors=[SENTENCES])
+        )
         return sentence_matrices((str(r.id), r.vector) for r in records)
+
+    async def _has_sentence_vectors(self, bot: str) -> bool:
+        """Whether the bot's collection has the `SENTENCES` vector, read from its layout once per
+        process (`ensure_collection` records it too). Why read: local mode silently returns points
+        without a vector the collection lacks, and a server refuses the request."""
+        if bot not in self._has_sentences:
+            vectors = (await self._call(self.client.get_collection(collection_name(bot)))).config.params.vectors
+            self._has_sentences[bot] = isinstance(vectors, dict) and SENTENCES in vectors
+            if not self._has_sentences[bot]:
+                warn_without_sentences(bot)
+        return self._has_sentences[bot]
 
     async def _scan_terms(self, bot: str) -> TermStats:
         vectors: list[qm.SparseVector] = []
