@@ -37,11 +37,11 @@ log = structlog.get_logger("gateway.operators.slack")
 router = APIRouter(tags=["operators"])
 
 CLAIM_ACTION = "escalation_claim"
+RESOLVE_ACTION = "escalation_resolve"
 THREAD_WAIT_SECONDS = 10.0
 """How long after an escalation opens a thread event waits for the header post that names the thread."""
 THREAD_POLL_SECONDS = 0.1
 LATE_THREAD_MESSAGES = 20
-RESOLVE_ACTION = "escalation_resolve"
 
 
 def _clip(text: str, limit: int = 500) -> str:
@@ -52,6 +52,11 @@ def _clip(text: str, limit: int = 500) -> str:
 def _plain(text: str) -> str:
     """Escape Slack's control characters so customer text can never ping @channel or fake a link."""
     return (text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _header_title(escalation: Escalation) -> str:
+    """How an escalation's header starts; also how a header is found in the channel's history."""
+    return f"Escalation #{escalation.id} ({escalation.bot})"
 
 
 class SlackOperatorChannel:
@@ -120,7 +125,7 @@ class SlackOperatorChannel:
         """The ts of this escalation's header if Slack took the first post though its answer was lost
         (a timeout), read from the channel's recent history; None when there is none or the app may
         not read the history (then a second header is the lesser harm)."""
-        marker = f"Escalation #{escalation.id} ({escalation.bot})"
+        marker = _header_title(escalation)
         try:
             response = await self._adapters[(escalation.bot, "slack")].client.conversations_history(
                 channel=channel, oldest=f"{as_utc(escalation.created_at).timestamp() - 60:.6f}", limit=200)
@@ -132,14 +137,20 @@ class SlackOperatorChannel:
                 return str(message["ts"])
         return None
 
-    async def _adopt_header(self, escalation: Escalation, channel: str, ts: str) -> bool:
-        """Store a header found in the channel as the escalation's thread (unless one is stored already)."""
+    async def _store_thread(self, escalation_id: int, channel: str, ts: str) -> bool:
+        """Make `ts` the escalation's thread unless one is stored already (another replica's post, or
+        a header found late); True when it became the thread."""
         async with self._sessions() as session, session.begin():
             stored = await session.execute(
-                update(Escalation).where(Escalation.id == escalation.id, Escalation.slack_ts.is_(None))
+                update(Escalation).where(Escalation.id == escalation_id, Escalation.slack_ts.is_(None))
                 .values(slack_channel=channel, slack_ts=ts).execution_options(synchronize_session=False))
-        log.info("slack_operator.header_found", escalation_id=escalation.id, ts=ts, stored=stored.rowcount == 1)
-        if stored.rowcount != 1:
+        return stored.rowcount == 1
+
+    async def _adopt_header(self, escalation: Escalation, channel: str, ts: str) -> bool:
+        """Store a header found in the channel as the escalation's thread (unless one is stored already)."""
+        stored = await self._store_thread(escalation.id, channel, ts)
+        log.info("slack_operator.header_found", escalation_id=escalation.id, ts=ts, stored=stored)
+        if not stored:
             return False
         async with self._sessions() as session:
             current = await session.get(Escalation, escalation.id)
@@ -150,18 +161,18 @@ class SlackOperatorChannel:
         """Post into a late thread what the customer wrote since the handoff (the last
         `LATE_THREAD_MESSAGES`), so the Slack operators read the same story as the console."""
         async with self._sessions() as session:
-            row = await session.get(Escalation, escalation.id)
+            thread_ts = (await session.get(Escalation, escalation.id)).slack_ts
             earlier = (await session.execute(select(Message).where(
                 Message.conversation_id == escalation.conversation_id, Message.direction == "in",
                 Message.created_at >= escalation.created_at).order_by(Message.id.desc()).limit(LATE_THREAD_MESSAGES))).scalars().all()
         for message in reversed(earlier):
             await self._post(escalation.bot, channel, f"*Customer (earlier):* {_plain(_clip(message.text or '', 2000))}",
-                             thread_ts=row.slack_ts)
+                             thread_ts=thread_ts)
 
     def _blocks(self, escalation: Escalation) -> tuple[str, list[dict[str, Any]]]:
         status = {"open": "waiting for someone", "claimed": f"claimed by {escalation.operator}",
                   "resolved": f"resolved by {escalation.operator}"}.get(escalation.state, escalation.state)
-        text = (f"Escalation #{escalation.id} ({escalation.bot}): {_plain(_clip(escalation.reason, 300))}. "
+        text = (f"{_header_title(escalation)}: {_plain(_clip(escalation.reason, 300))}. "
                 f"Status: {_plain(status)}. Reply in this thread to answer the customer.")
         blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
         buttons = []
@@ -182,11 +193,7 @@ class SlackOperatorChannel:
         ts = await self._post(escalation.bot, channel, text, blocks=blocks)
         if ts is None:
             return False
-        async with self._sessions() as session, session.begin():
-            stored = await session.execute(
-                update(Escalation).where(Escalation.id == escalation.id, Escalation.slack_ts.is_(None))
-                .values(slack_channel=channel, slack_ts=ts).execution_options(synchronize_session=False))
-        if stored.rowcount != 1:
+        if not await self._store_thread(escalation.id, channel, ts):
             log.info("slack_operator.duplicate_header_deleted", escalation_id=escalation.id, ts=ts)
             with contextlib.suppress(Exception):
                 await self._adapters[(escalation.bot, "slack")].client.chat_delete(channel=channel, ts=ts)
