@@ -7,7 +7,9 @@ from sqlalchemy import select
 
 from gateway.settings import BotSettings, SourceSettings
 from rag.index import collection_name
+import rag.ingest
 from rag.ingest import Ingestor
+from rag.sources import Document
 from storage.models import Document as DocumentRow
 from storage.models import IngestRun
 from tests.rag.kb import write_kb
@@ -134,9 +136,6 @@ async def test_ingest_re_embeds_when_the_index_lost_its_points(tmp_path, index, 
 
 async def test_a_long_document_is_embedded_and_written_a_slice_at_a_time(index, dense, sparse, sessions, monkeypatch):
     # Memory stays bounded by the slice, not by the document: five sections, slices of two.
-    import rag.ingest
-    from rag.sources import Document
-
     monkeypatch.setattr(rag.ingest, "FLUSH_CHUNKS", 2)
     text = "\n\n".join(f"# Section {i}\n\nSection {i} explains setting number {i} in plain words." for i in range(5))
     counting = CountingEmbedder(dense)
