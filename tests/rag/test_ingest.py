@@ -144,3 +144,20 @@ async def test_a_long_document_is_embedded_and_written_a_slice_at_a_time(index, 
     window_calls = counting.calls[0::2]  # each slice: its windows, then its sentences
     assert [len(call) for call in window_calls] == [2, 2, 1]
     assert [s for call in counting.calls[1::2] for s in call] == [f"Section {i} explains setting number {i} in plain words." for i in range(5)]
+
+
+async def test_a_sentence_two_chunks_share_is_embedded_once_and_stored_with_both(index, dense, sparse, sessions):
+    shared = "Refunds reach the original card within five business days."
+    docs = [Document(f"{name}.md", name.title(), None, f"# {name.title()}\n\n{shared}\n\nThe {name} page says more about {name}.", "markdown")
+            for name in ("billing", "returns")]
+    counting = CountingEmbedder(dense)
+    report = await Ingestor(index, counting, sparse, sessions).ingest_documents("acme", "kb", docs)
+    assert report.added == 2
+    sentence_calls = counting.calls[1::2]
+    assert [text for call in sentence_calls for text in call].count(shared) == 1
+    async with sessions() as session:
+        ids = [i for row in (await session.scalars(select(DocumentRow))).all() for i in row.chunk_ids]
+    stored = await index.sentence_vectors("acme", ids)
+    (expected,) = dense.embed_documents([shared])
+    for chunk_id in ids:  # both chunks carry the shared sentence's vector
+        assert max(float(row @ expected) for row in stored[chunk_id]) > 0.999
