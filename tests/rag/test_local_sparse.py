@@ -1,0 +1,83 @@
+"""Local mode's faster BM25 scoring gives exactly qdrant-client's scores, and local mode uses it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from qdrant_client import AsyncQdrantClient
+from qdrant_client import models as qm
+from qdrant_client.local import local_collection
+
+from rag import local_sparse
+from rag.index import SPARSE, QdrantIndex
+
+S10_MANUAL = Path(__file__).parents[2] / "bench" / "data" / "s10" / "docs" / "03-apps.md"
+QUERIES = [
+    "How do I open the Email app?",
+    "Where are the notifications on the always on display?",
+    "NFC payment settings",
+    "zebra quantum kettle",  # shares no term with the manual: every score is the no-overlap value
+    "settings settings settings apps",
+]
+
+
+def _bm25_vectors(sparse) -> list[qm.SparseVector]:
+    paragraphs = [p for p in S10_MANUAL.read_text(encoding="utf-8").split("\n\n") if p.strip()][:400]
+    # Stored vectors are sorted by term, as qdrant-client keeps them.
+    return [qm.SparseVector(indices=sorted(v.indices), values=[dict(zip(v.indices, v.values))[i] for i in sorted(v.indices)])
+            for v in sparse.embed_documents(paragraphs)]
+
+
+def test_scores_are_bit_identical_to_qdrant_clients_on_real_bm25_vectors(sparse):
+    vectors = _bm25_vectors(sparse)
+    assert len(vectors) > 100
+    for query in sparse.embed_queries(QUERIES):
+        order = np.argsort(query.indices)
+        query = qm.SparseVector(indices=[query.indices[i] for i in order], values=[query.values[i] for i in order])
+        for empty_is_zero in (False, True):
+            ours = local_sparse.calculate_distance_sparse(query, vectors, empty_is_zero=empty_is_zero)
+            theirs = local_sparse.original()(query, vectors, empty_is_zero=empty_is_zero)
+            assert ours.dtype == theirs.dtype == np.float32
+            assert np.array_equal(ours, theirs)
+    overlapping = local_sparse.calculate_distance_sparse(query, vectors)  # the last query repeats a common term
+    assert np.isfinite(overlapping).sum() > 10
+
+
+def test_a_term_past_the_end_of_a_vector_and_an_empty_vector():
+    query = qm.SparseVector(indices=[2, 9, 40], values=[1.0, 2.0, 4.0])
+    vectors = [
+        qm.SparseVector(indices=[1, 2, 3], values=[1.5, 0.5, 9.0]),  # 2 matches, then every term is past the end
+        qm.SparseVector(indices=[9, 40], values=[1.0, 0.25]),
+        qm.SparseVector(indices=[], values=[]),
+        qm.SparseVector(indices=[41], values=[3.0]),
+    ]
+    scores = local_sparse.calculate_distance_sparse(query, vectors)
+    assert scores.tolist() == [0.5, 3.0, float("-inf"), float("-inf")]
+    assert np.array_equal(scores, local_sparse.original()(query, vectors))
+
+
+async def test_local_mode_scores_with_it_and_ranks_as_before(tmp_path, sparse):
+    index = QdrantIndex(AsyncQdrantClient(path=str(tmp_path / "q")))
+    try:
+        assert local_collection.calculate_distance_sparse is local_sparse.calculate_distance_sparse
+        await index.client.create_collection(
+            "c", vectors_config={}, sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)}
+        )
+        vectors = _bm25_vectors(sparse)
+        await index.client.upsert("c", [qm.PointStruct(id=i, vector={SPARSE: v}) for i, v in enumerate(vectors)])
+        query = sparse.embed_queries(["How do I open the Email app?"])[0]
+
+        async def top() -> list[tuple[int, float]]:
+            found = await index.client.query_points("c", query=query, using=SPARSE, limit=20)
+            return [(p.id, p.score) for p in found.points]
+
+        fast = await top()
+        local_collection.calculate_distance_sparse = local_sparse.original()
+        try:
+            assert await top() == fast
+        finally:
+            local_sparse.install()
+        assert len(fast) == 20
+    finally:
+        await index.close()
