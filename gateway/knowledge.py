@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -16,30 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.errors import RetrievalError
 from gateway.settings import RetrievalSettings, Settings
 
+if TYPE_CHECKING:  # the models and Qdrant load in `open`, not when the CLI starts
+    from rag.ingest import IngestReport
+
 log = structlog.get_logger("gateway.knowledge")
-
-
-@dataclass(slots=True)
-class RunReport:
-    """The outcome of ingesting one source, as the CLI and admin API print it."""
-
-    bot: str
-    source: str
-    status: str
-    added: int = 0
-    updated: int = 0
-    deleted: int = 0
-    unchanged: int = 0
-    errors: list[str] = field(default_factory=list)
-    duration_s: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    def counts(self) -> dict[str, int]:
-        """The chunk counts only."""
-        return {k: getattr(self, k) for k in ("added", "updated", "deleted", "unchanged")}
 
 
 class Knowledge:
@@ -103,10 +82,10 @@ class Knowledge:
         return result
 
     async def ingest(self, *, bot: str | None = None, source: str | None = None, trigger: str = "manual",
-                     progress: Callable[..., None] | None = None) -> list[RunReport]:
+                     progress: Callable[..., None] | None = None) -> list[IngestReport]:
         """Ingest every source (or one bot, or one source). KeyError('bot …') for unknown names."""
         bots = [self._settings.bot(bot)] if bot else list(self._settings.bots)
-        reports: list[RunReport] = []
+        reports: list[IngestReport] = []
         for bot_settings in bots:
             sources = [s for s in bot_settings.sources if source is None or s.name == source]
             if source and not sources:
@@ -117,7 +96,7 @@ class Knowledge:
         return reports
 
     async def ingest_source(self, bot: str, source: str, *, trigger: str = "manual",
-                            progress: Callable[..., None] | None = None) -> RunReport:
+                            progress: Callable[..., None] | None = None) -> IngestReport:
         """Ingest one source; failures are recorded in the report, not raised."""
         if self._ingestor is None:
             await self.open()
@@ -132,7 +111,4 @@ class Knowledge:
                 progress(done, total, label)
 
         async with self._lock:  # one ingest at a time per process keeps the index writes simple
-            report = await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress)
-        return RunReport(bot=bot, source=source, status=getattr(report, "status", "ok"), added=report.added,
-                         updated=report.updated, deleted=report.deleted, unchanged=report.unchanged,
-                         errors=[str(e) for e in report.errors], duration_s=round(report.duration_s, 3))
+            return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress)

@@ -68,8 +68,12 @@ class IngestReport:
     status: str = "ok"  # ok | partial | failed
 
     def as_dict(self) -> dict[str, object]:
-        """Plain dict for `ingest --json`."""
-        return asdict(self)
+        """Plain dict for `ingest --json` and the admin API."""
+        return {**asdict(self), "duration_s": round(self.duration_s, 3)}
+
+    def counts(self) -> dict[str, int]:
+        """The chunk counts only."""
+        return {k: getattr(self, k) for k in ("added", "updated", "deleted", "unchanged")}
 
 
 @dataclass
