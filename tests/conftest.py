@@ -43,19 +43,34 @@ async def _pg_exec(sql: str) -> None:
         await conn.close()
 
 
-@pytest.fixture
-def postgres_url():
-    """A fresh, empty PostgreSQL database for one test. Under CI=true an unreachable server fails."""
-    name = f"gw_test_{uuid.uuid4().hex[:10]}"
+def fresh_postgres_url(prefix: str = "gw_test") -> str | None:
+    """A new empty PostgreSQL database (None when the server is unreachable outside CI; under CI=true
+    an unreachable server fails the test)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     try:
         asyncio.run(_pg_exec(f'CREATE DATABASE "{name}"'))
     except Exception as exc:
         if IN_CI:
             pytest.fail(f"PostgreSQL is required under CI=true but unreachable at {POSTGRES_ADMIN_URL}: {exc}")
-        pytest.skip(f"PostgreSQL unreachable at {POSTGRES_ADMIN_URL}: {exc}")
+        return None
     base = _pg_admin_dsn().rsplit("/", 1)[0]
-    yield f"{base.replace('postgresql://', 'postgresql+asyncpg://')}/{name}"
+    return f"{base.replace('postgresql://', 'postgresql+asyncpg://')}/{name}"
+
+
+def drop_postgres(url: str) -> None:
+    """Drop a database made by fresh_postgres_url."""
+    name = url.rsplit("/", 1)[1]
     asyncio.run(_pg_exec(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh, empty PostgreSQL database for one test, dropped after it."""
+    url = fresh_postgres_url()
+    if url is None:
+        pytest.skip(f"PostgreSQL unreachable at {POSTGRES_ADMIN_URL}")
+    yield url
+    drop_postgres(url)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -7,10 +7,8 @@ the slow part. Bots here have no knowledge sources unless a test needs one (then
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,14 +16,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
-import pytest
 from nacl.signing import SigningKey
 from sqlalchemy import func, select
 from twilio.request_validator import RequestValidator
 
 from gateway.services import Services
 from storage.models import Message
-from tests.conftest import FIXTURES, IN_CI, POSTGRES_ADMIN_URL, _pg_admin_dsn, _pg_exec, app_client
+from tests.conftest import FIXTURES, app_client
 from tests.fakes.slack_api import sign as slack_sign
 
 # Secrets the suite configures through the environment; test_secrets greps every output for them.
@@ -69,25 +66,6 @@ def channels_config(*, telegram_api: str, slack_api: str, discord_api: str, twil
         "whatsapp": {"account_sid": "${REL_WA_SID}", "auth_token": "${REL_WA_TOKEN}", "from_number": BOT_NUMBER,
                      "public_url": WA_PUBLIC_URL, "api_base": twilio_api},
     }
-
-
-def fresh_postgres_url() -> str | None:
-    """A new empty PostgreSQL database (None when the server is not reachable outside CI)."""
-    name = f"gw_rel_{uuid.uuid4().hex[:10]}"
-    try:
-        asyncio.run(_pg_exec(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        if IN_CI:
-            pytest.fail(f"PostgreSQL is required under CI=true but unreachable at {POSTGRES_ADMIN_URL}: {exc}")
-        return None
-    base = _pg_admin_dsn().rsplit("/", 1)[0]
-    return f"{base.replace('postgresql://', 'postgresql+asyncpg://')}/{name}"
-
-
-def drop_postgres(url: str) -> None:
-    """Drop a database made by fresh_postgres_url."""
-    name = url.rsplit("/", 1)[1]
-    asyncio.run(_pg_exec(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @asynccontextmanager

@@ -19,9 +19,10 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.fakes.twilio_api import FakeTwilio
+from tests.conftest import drop_postgres, fresh_postgres_url
 from tests.reliability.conftest import (
     TG_TOKEN, WA_SID, WA_TOKEN, blns, channels_config, count_by_external_id, discord_ask, discord_request,
-    drop_postgres, fresh_postgres_url, inbound_counts, running_app, slack_event, slack_request, telegram_request,
+    inbound_counts, running_app, slack_event, slack_request, telegram_request,
     telegram_update, whatsapp_form, whatsapp_request,
 )
 

@@ -25,8 +25,9 @@ from storage.models import Conversation, Message
 from tests.conftest import IN_CI, docs_source
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.gateway_channels.conftest import settle, wait_until
+from tests.conftest import drop_postgres, fresh_postgres_url
 from tests.reliability.conftest import (
-    TG_TOKEN, drop_postgres, fresh_postgres_url, running_app, telegram_request, telegram_update,
+    TG_TOKEN, running_app, telegram_request, telegram_update,
 )
 
 pytestmark = [
