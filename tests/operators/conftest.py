@@ -39,4 +39,8 @@ async def client(tmp_path_factory, slack):
     env = {"OPS_SAM_TOKEN": TOKENS["sam"], "OPS_KIM_TOKEN": TOKENS["kim"], "OPS_SLACK_BOT": BOT_TOKEN,
            "OPS_SLACK_SECRET": SIGNING_SECRET}
     async with app_client(tmp_path, bots=bots, operators=operators, env=env) as http:
+        # The tests run reminders and repairs themselves (`run_once(now=...)`, their own clock); the app's
+        # 30-second loop on the real clock would race them (it once adopted a lost Slack header between
+        # a test's two steps).
+        await http.services.reminders.stop()
         yield http
