@@ -47,7 +47,7 @@ MAX_SENTENCES = 64
 """Per chunk; past it, neighbouring sentences are joined in pairs (a ≤512-token chunk rarely has 40)."""
 _PARSER = MarkdownIt("commonmark").enable("table")
 _BLOCK_OPENERS = {"paragraph_open", "blockquote_open", "table_open", "html_block"}
-_MARKDOWN_FORMATS = {"markdown", "html"}
+_MARKDOWN_FORMATS = {"markdown", "html", "pdf"}  # HTML and PDF are loaded as Markdown (rag.sources)
 
 TokenCounter = Callable[[str], int]
 

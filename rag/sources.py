@@ -1,7 +1,8 @@
 """Knowledge sources: a directory, a list of URLs, or a sitemap, loaded into `Document`s.
 
 HTML is reduced to its main text by trafilatura, written as Markdown so that the chunker still
-sees headings, lists, code and tables. PDF text comes from pypdf. A source that cannot be read at
+sees headings, lists, code and tables. PDF text comes from pypdf, with headings and paragraphs
+recovered from font sizes and line gaps (`rag.pdf`), also as Markdown. A source that cannot be read at
 all raises `SourceError`; a single page or file that fails is recorded in `LoadResult.errors`
 and the rest still load (ingest then keeps that document's previous chunks).
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import io
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +43,7 @@ class SourceError(GatewayError):
 
 @dataclass(frozen=True)
 class Document:
-    """One loaded document. `text` is Markdown for markdown/html, plain text for text/pdf."""
+    """One loaded document. `text` is Markdown for markdown/html/pdf, plain text for text."""
 
     doc_id: str
     title: str
@@ -238,13 +238,10 @@ def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, 
 
 
 def pdf_text(data: bytes) -> tuple[str | None, str]:
-    """(title, text) of a PDF, pages separated by blank lines."""
-    from pypdf import PdfReader
+    """(title, text as Markdown) of a PDF: headings and paragraphs recovered from its layout (`rag.pdf`)."""
+    from rag.pdf import pdf_markdown
 
-    reader = PdfReader(io.BytesIO(data))
-    pages = [(page.extract_text() or "").strip() for page in reader.pages]
-    title = reader.metadata.title if reader.metadata and reader.metadata.title else None
-    return title, "\n\n".join(p for p in pages if p)
+    return pdf_markdown(data)
 
 
 def _first_heading(markdown: str) -> str | None:

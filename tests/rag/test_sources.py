@@ -7,6 +7,7 @@ import pytest
 
 from gateway.settings import SourceSettings
 from rag.sources import SourceError, load_directory, load_sitemap, load_source, load_urls, pdf_text
+from tests.rag.pdfs import tiny_pdf
 
 HTML = """<html><head><title>Billing help</title></head><body>
 <nav><a href="/">Home</a> | <a href="/about">About us</a></nav>
@@ -14,28 +15,6 @@ HTML = """<html><head><title>Billing help</title></head><body>
 <main><h1>Billing</h1><p>You can pay every plan by card, bank transfer or invoice each month.</p>
 <h2>Refunds</h2><p>Refunds are processed within five business days of the request.</p></main>
 <footer>Copyright Acme footer text</footer><script>var tracking = 1;</script></body></html>"""
-
-
-def tiny_pdf(text: str) -> bytes:
-    """A one-page PDF with `text` in Helvetica, built by hand with a correct xref table."""
-    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
 
 
 async def test_load_directory_reads_markdown_text_html_and_pdf(tmp_path):

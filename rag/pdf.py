@@ -1,0 +1,160 @@
+"""A PDF's text as Markdown, with its headings and paragraphs recovered from the layout.
+
+pypdf's plain text is one run of lines per page: no headings, no paragraphs. The chunker splits on
+both (a new chunk at every heading, which also goes into the chunk's heading path), so a manual or a
+policy in PDF would be packed by size alone. pypdf reports each text run's font size and position,
+and that is enough for the common case:
+
+- the body size is the font size that carries the most characters;
+- a short line set at least `HEADING_SIZE_RATIO` times larger is a heading; the largest heading size
+  is `#`, the next `##`, the rest `###`; a heading wrapped over two lines is joined;
+- a vertical gap wider than `PARAGRAPH_GAP` line heights (or a jump back up, as at a new column)
+  starts a paragraph, and so does a new page;
+- a running header or footer (a line among the first or last `RUNNING_LINES` of a page whose text,
+  digits aside, and size recur there on at least half the pages, and at least `RUNNING_MIN_PAGES`, and
+  that is not a heading) is dropped:
+  page numbers and a repeated title would otherwise land in every chunk;
+- a table-of-contents entry (dot leaders and a page number) is text, however large.
+
+A PDF set in one size throughout (or bold-only headings) comes out as paragraphs, as before.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+HEADING_SIZE_RATIO = 1.15
+HEADING_MAX_CHARS = 150
+HEADING_LEVELS = 3
+PARAGRAPH_GAP = 1.5
+RUNNING_LINES = 2
+RUNNING_MIN_PAGES = 3
+_TOC_ENTRY = re.compile(r"(\.\s*){4,}\S*\d+$")
+
+
+@dataclass
+class _Line:
+    """One line of text as pypdf laid it out: its text, the size of most of its characters, its height."""
+
+    sizes: Counter = field(default_factory=Counter)  # font size -> characters in it
+    parts: list[str] = field(default_factory=list)
+    y: float | None = None
+    page: int = 0
+
+    @property
+    def text(self) -> str:
+        return " ".join("".join(self.parts).split())
+
+    @property
+    def size(self) -> float:
+        return self.sizes.most_common(1)[0][0] if self.sizes else 0.0
+
+
+def pdf_markdown(data: bytes) -> tuple[str | None, str]:
+    """(title from the PDF's metadata, the text as Markdown)."""
+    from pypdf import PdfReader
+
+    reader = PdfReader(io.BytesIO(data))
+    pages = [[line for line in _page_lines(page, number) if line.text] for number, page in enumerate(reader.pages)]
+    title = reader.metadata.title if reader.metadata and reader.metadata.title else None
+    lines = [line for page_lines in pages for line in page_lines]
+    if not lines:
+        return title, ""
+    body = _body_size(lines)
+    return title, _markdown(_without_running_lines(pages, body), body)
+
+
+def _body_size(lines: list[_Line]) -> float:
+    """The font size that carries the most characters."""
+    chars: Counter = Counter()
+    for line in lines:
+        chars.update(line.sizes)
+    return chars.most_common(1)[0][0]
+
+
+def _without_running_lines(pages: list[list[_Line]], body: float) -> list[_Line]:
+    """Every page's lines in order, less its running header and footer. A heading is never one: a
+    chapter title may open every page ("Section 1", "Section 2", ...)."""
+    def key(line: _Line) -> tuple[str, float]:  # the size too: page 1's large title is not the running header
+        return re.sub(r"\d+", "#", line.text.lower()), line.size
+
+    def edges(lines: list[_Line]) -> list[_Line]:
+        return lines[:RUNNING_LINES] + lines[RUNNING_LINES:][-RUNNING_LINES:]
+
+    seen = Counter(k for lines in pages for k in {key(line) for line in edges(lines)})
+    bar = max(RUNNING_MIN_PAGES, len(pages) / 2)
+    running = {k for k, count in seen.items() if count >= bar}
+    return [line for lines in pages for line in lines
+            if _is_heading(line, body) or not (key(line) in running and any(line is edge for edge in edges(lines)))]
+
+
+def _page_lines(page, number: int) -> list[_Line]:
+    """The page's lines, from pypdf's text runs (a run may end a line, or hold several)."""
+    lines = [_Line(page=number)]
+
+    def visit(text: str, cm: list[float], tm: list[float], font: object, font_size: float) -> None:
+        # The size a reader sees: the font size scaled by the text and page matrices (many producers
+        # set `1 Tf` and scale with the matrix).
+        scale = math.sqrt(abs(tm[0] * tm[3] - tm[1] * tm[2])) * math.sqrt(abs(cm[0] * cm[3] - cm[1] * cm[2]))
+        size = round(font_size * scale * 2) / 2
+        for i, piece in enumerate(text.split("\n")):
+            if i:
+                lines.append(_Line(page=number))
+            if piece.strip():
+                line = lines[-1]
+                line.parts.append(piece)
+                line.sizes[size] += len(piece.strip())
+                if line.y is None:
+                    line.y = tm[5] * cm[3] + cm[5]
+
+    page.extract_text(visitor_text=visit)
+    return lines
+
+
+def _markdown(lines: list[_Line], body: float) -> str:
+    """Headings by size, paragraphs by gaps (see the module docstring)."""
+    heading_sizes = sorted({line.size for line in lines if _is_heading(line, body)}, reverse=True)
+    level_of = {size: min(i + 1, HEADING_LEVELS) for i, size in enumerate(heading_sizes)}
+
+    blocks: list[str] = []
+    paragraph: list[str] = []
+    previous: _Line | None = None
+    for line in lines:
+        heading = _is_heading(line, body)
+        if heading and previous is not None and _is_heading(previous, body) and previous.size == line.size \
+                and blocks and not paragraph and _close(previous, line):
+            blocks[-1] += " " + line.text  # a heading wrapped over two lines
+        elif heading:
+            _flush(paragraph, blocks)
+            blocks.append("#" * level_of[line.size] + " " + line.text)
+        else:
+            if previous is not None and (previous.page != line.page or not _close(previous, line)):
+                _flush(paragraph, blocks)
+            # A body line that begins like Markdown syntax for a heading stays text.
+            paragraph.append("\\" + line.text if line.text.startswith("#") else line.text)
+        previous = line
+    _flush(paragraph, blocks)
+    return "\n\n".join(blocks)
+
+
+def _is_heading(line: _Line, body: float) -> bool:
+    return (line.size >= body * HEADING_SIZE_RATIO and len(line.text) <= HEADING_MAX_CHARS
+            and any(c.isalpha() for c in line.text) and not _TOC_ENTRY.search(line.text))
+
+
+def _close(upper: _Line, lower: _Line) -> bool:
+    """True when `lower` follows `upper` within a paragraph's line spacing on the same page."""
+    if upper.y is None or lower.y is None or upper.page != lower.page:
+        return upper.page == lower.page
+    gap = upper.y - lower.y
+    return 0 < gap <= PARAGRAPH_GAP * max(upper.size, lower.size, 1.0)
+
+
+def _flush(paragraph: list[str], blocks: list[str]) -> None:
+    if paragraph:
+        blocks.append("\n".join(paragraph))
+        paragraph.clear()

@@ -1,0 +1,66 @@
+"""PDF structure: headings from font sizes, paragraphs from line gaps, running headers dropped, and the
+chunker then splitting a PDF at its headings."""
+
+from __future__ import annotations
+
+from rag.chunking import chunk_document
+from rag.pdf import pdf_markdown
+from rag.sources import load_directory
+from tests.rag.pdfs import build_pdf, text_at
+
+MANUAL_PAGE = " ".join([
+    text_at("Getting started", size=20, y=740),
+    text_at("Plug in the charger and wait until the light turns green.", size=11, y=710),
+    text_at("Then hold the power key for three seconds.", size=11, y=696),
+    text_at("# is the key that opens the menu.", size=11, y=660),  # a new paragraph, not a heading
+    text_at("Battery care and", size=14, y=620, scaled=True),
+    text_at("storage", size=14, y=604, scaled=True),  # the same heading, wrapped
+    text_at("Keep the battery between 10 and 35 degrees.", size=11, y=580),
+])
+
+
+def test_headings_come_from_font_sizes_and_paragraphs_from_gaps():
+    _, markdown = pdf_markdown(build_pdf([MANUAL_PAGE]))
+    assert markdown.split("\n\n") == [
+        "# Getting started",
+        "Plug in the charger and wait until the light turns green.\nThen hold the power key for three seconds.",
+        "\\# is the key that opens the menu.",
+        "## Battery care and storage",
+        "Keep the battery between 10 and 35 degrees.",
+    ]
+
+
+def test_a_pdf_in_one_size_is_paragraphs_without_headings():
+    page = " ".join([text_at("Warranty", size=11, y=700), text_at("It covers two years.", size=11, y=686),
+                     text_at("Repairs are free.", size=11, y=650)])
+    _, markdown = pdf_markdown(build_pdf([page]))
+    assert markdown == "Warranty\nIt covers two years.\n\nRepairs are free."
+
+
+def test_running_headers_page_numbers_and_contents_entries():
+    pages = []
+    for number in range(1, 5):
+        lines = [text_at("Acme Router Manual", size=9, y=770)]  # running header, body-size-ish
+        if number == 1:
+            lines += [text_at("Acme Router Manual", size=24, y=720),  # the real title: kept
+                      text_at("Contents . . . . . . . . 2", size=14, y=690)]
+        lines += [text_at(f"Section {number}", size=16, y=650),
+                  text_at(f"Body text of section {number} explains one feature in detail.", size=10, y=620),
+                  text_at(f"Page {number}", size=9, y=40)]  # running footer, its number changing
+        pages.append(" ".join(lines))
+    _, markdown = pdf_markdown(build_pdf(pages))
+    blocks = markdown.split("\n\n")
+    assert blocks[0] == "# Acme Router Manual"
+    assert "Contents . . . . . . . . 2" in blocks  # large, but a contents entry: text
+    assert [b for b in blocks if b.startswith("#")] == ["# Acme Router Manual"] + [f"## Section {n}" for n in range(1, 5)]
+    assert not any("Page " in b for b in blocks) and blocks.count("Acme Router Manual") == 0
+
+
+async def test_a_pdf_is_chunked_at_its_headings(tmp_path, dense):
+    (tmp_path / "manual.pdf").write_bytes(build_pdf([MANUAL_PAGE]))
+    document = (await load_directory(tmp_path)).documents[0]
+    chunks = chunk_document(document.text, fmt=document.format, title=document.title, bot="b", source="s",
+                            doc_id=document.doc_id, count_tokens=dense.count_tokens)
+    paths = [c.heading_path for c in chunks]
+    assert paths == [("Getting started",), ("Getting started", "Battery care and storage")]
+    assert "10 and 35 degrees" in chunks[1].text and "charger" in chunks[0].text
