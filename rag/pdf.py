@@ -16,7 +16,9 @@ and that is enough for the common case:
   page numbers and a repeated title would otherwise land in every chunk;
 - a table-of-contents entry (dot leaders and a page number) is text, however large.
 
-A PDF set in one size throughout (or bold-only headings) comes out as paragraphs, as before.
+A PDF set in one size throughout (or bold-only headings) comes out as paragraphs, as before. A PDF
+with pages but no text (a scan) raises `PdfWithoutText`, so the source records it as an error and
+keeps the document's previous chunks, instead of the document silently vanishing.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ PARAGRAPH_GAP = 1.5
 RUNNING_LINES = 2
 RUNNING_MIN_PAGES = 3
 _TOC_ENTRY = re.compile(r"(\.\s*){4,}\S*\d+$")
+
+
+class PdfWithoutText(ValueError):
+    """A PDF whose pages hold no text layer (a scan): recorded as the file's error, not skipped silently."""
 
 
 @dataclass
@@ -63,6 +69,9 @@ def pdf_markdown(data: bytes) -> tuple[str | None, str]:
     title = reader.metadata.title if reader.metadata and reader.metadata.title else None
     lines = [line for page_lines in pages for line in page_lines]
     if not lines:
+        if pages:
+            raise PdfWithoutText(f"no text on its {len(pages)} page(s): a scanned PDF? OCR is not supported, "
+                                 "so export it with its text (or as Markdown/HTML)")
         return title, ""
     body = _body_size(lines)
     return title, _markdown(_without_running_lines(pages, body), body)

@@ -64,3 +64,12 @@ async def test_a_pdf_is_chunked_at_its_headings(tmp_path, dense):
     paths = [c.heading_path for c in chunks]
     assert paths == [("Getting started",), ("Getting started", "Battery care and storage")]
     assert "10 and 35 degrees" in chunks[1].text and "charger" in chunks[0].text
+
+
+async def test_a_scanned_pdf_without_text_is_recorded_as_an_error_not_skipped(tmp_path):
+    (tmp_path / "scan.pdf").write_bytes(build_pdf(["0 0 1 rg 72 72 200 200 re f", "0 0 1 rg 10 10 50 50 re f"]))
+    (tmp_path / "notes.md").write_text("# Notes\n\nStill loaded.")
+    result = await load_directory(tmp_path)
+    assert [d.doc_id for d in result.documents] == ["notes.md"]
+    [(doc_id, error)] = result.errors
+    assert doc_id == "scan.pdf" and error.startswith("PdfWithoutText: no text on its 2 page(s)")
