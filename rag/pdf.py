@@ -35,6 +35,7 @@ HEADING_LEVELS = 3
 PARAGRAPH_GAP = 1.5
 RUNNING_LINES = 2
 RUNNING_MIN_PAGES = 3
+_MARKDOWN_OPENERS = ("#", "```", "~~~")
 _TOC_ENTRY = re.compile(r"(\.\s*){4,}\S*\d+$")
 
 
@@ -97,8 +98,11 @@ def _without_running_lines(pages: list[list[_Line]], body: float) -> list[_Line]
     seen = Counter(k for lines in pages for k in {key(line) for line in edges(lines)})
     bar = max(RUNNING_MIN_PAGES, len(pages) / 2)
     running = {k for k, count in seen.items() if count >= bar}
-    return [line for lines in pages for line in lines
-            if _is_heading(line, body) or not (key(line) in running and any(line is edge for edge in edges(lines)))]
+    kept: list[_Line] = []
+    for lines in pages:
+        edge_ids = {id(line) for line in edges(lines)}
+        kept += [line for line in lines if id(line) not in edge_ids or key(line) not in running or _is_heading(line, body)]
+    return kept
 
 
 def _page_lines(page, number: int) -> list[_Line]:
@@ -135,16 +139,16 @@ def _markdown(lines: list[_Line], body: float) -> str:
     for line in lines:
         heading = _is_heading(line, body)
         if heading and previous is not None and _is_heading(previous, body) and previous.size == line.size \
-                and blocks and not paragraph and _close(previous, line):
-            blocks[-1] += " " + line.text  # a heading wrapped over two lines
+                and _close(previous, line):
+            blocks[-1] += " " + line.text  # a heading wrapped over two lines (the last block is its start)
         elif heading:
             _flush(paragraph, blocks)
             blocks.append("#" * level_of[line.size] + " " + line.text)
         else:
             if previous is not None and (previous.page != line.page or not _close(previous, line)):
                 _flush(paragraph, blocks)
-            # A body line that begins like Markdown syntax for a heading stays text.
-            paragraph.append("\\" + line.text if line.text.startswith("#") else line.text)
+            # A body line that begins like a Markdown heading or code fence stays text.
+            paragraph.append("\\" + line.text if line.text.startswith(_MARKDOWN_OPENERS) else line.text)
         previous = line
     _flush(paragraph, blocks)
     return "\n\n".join(blocks)

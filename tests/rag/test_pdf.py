@@ -32,9 +32,10 @@ def test_headings_come_from_font_sizes_and_paragraphs_from_gaps():
 
 def test_a_pdf_in_one_size_is_paragraphs_without_headings():
     page = " ".join([text_at("Warranty", size=11, y=700), text_at("It covers two years.", size=11, y=686),
-                     text_at("Repairs are free.", size=11, y=650)])
+                     text_at("Repairs are free.", size=11, y=650),
+                     text_at("~~~ marks a code sample in the editor.", size=11, y=636)])  # text, not a fence
     _, markdown = pdf_markdown(build_pdf([page]))
-    assert markdown == "Warranty\nIt covers two years.\n\nRepairs are free."
+    assert markdown == "Warranty\nIt covers two years.\n\nRepairs are free.\n\\~~~ marks a code sample in the editor."
 
 
 def test_running_headers_page_numbers_and_contents_entries():
