@@ -16,6 +16,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+EVAL_MISSES_SHOWN = 20
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="Multi-channel bot gateway")
@@ -226,17 +228,39 @@ class _progress_bar:
 
 async def _eval(args) -> int:
     from gateway.settings import Settings, load_settings
-    from rag.eval import evaluate
+    from rag.eval import evaluate_report
 
     settings = load_settings(args.config) if args.config or Path(os.environ.get("GATEWAY_CONFIG", "config.yaml")).exists() else Settings()
     k_values = tuple(sorted({1, 3, 5, 10, *([args.k] if args.k else [])}))
-    result = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values)
+    report = await evaluate_report(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values)
+    for file, error in report.load_errors:  # on stderr, so --json stays one object
+        print(f"warning: {file} was not loaded: {error}", file=sys.stderr)
     if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:>20}: {value:.3f}" if isinstance(value, float) else f"{key:>20}: {value}")
+        print(json.dumps(report.metrics))
+        return 0
+    for key, value in report.metrics.items():
+        print(f"{key:>20}: {value:.3f}" if isinstance(value, float) else f"{key:>20}: {value}")
+    _print_misses(report.outcomes, k=max(k_values))
     return 0
+
+
+def _print_misses(outcomes, *, k: int, limit: int = EVAL_MISSES_SHOWN) -> None:
+    """The questions to look at, with what the search saw (gate 1's inputs and its first chunk)."""
+    misses = [o for o in outcomes if o.wrong]
+    if not misses:
+        return
+    print(f"\n{len(misses)} question(s) to look at" + (f" (first {limit})" if len(misses) > limit else "") + ":")
+    for o in misses[:limit]:
+        if not o.question.answerable:
+            verdict = "unanswerable, not refused"
+        elif o.refused:
+            verdict = "refused by gate 1" + (f" (gold at rank {o.rank})" if o.rank else "")
+        else:
+            verdict = f"no gold text in the top {k}"
+        dense = f"{o.best_dense_score:.2f}" if o.best_dense_score is not None else "-"
+        coverage = f"{o.lexical_coverage:.2f}" if o.lexical_coverage is not None else "-"
+        print(f"- {o.question.question!r}: {verdict}; best dense {dense}, coverage {coverage}, "
+              f"first chunk from {o.top_title or '-'!r}")
 
 
 async def _chat(args) -> int:

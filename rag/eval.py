@@ -14,6 +14,10 @@ Metrics (keys exactly as the contract names them):
 Recall and MRR rank what the search found before gate 1 (`SearchResult.candidates` when it
 refused), so they measure retrieval; the gate is measured by the two refusal rates.
 DIR is ingested into a throwaway Qdrant folder and SQLite file, removed afterwards.
+
+`evaluate_report` also keeps each question's outcome (rank, refused, the gate's inputs) and the files
+that failed to load, so `gateway eval` can show which questions to look at; `evaluate` returns the
+metrics alone.
 """
 
 from __future__ import annotations
@@ -41,6 +45,31 @@ class Question:
     question: str
     gold_texts: tuple[str, ...]
     answerable: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the search did with one question."""
+
+    question: Question
+    rank: int | None  # of the first chunk holding a gold text (answerable questions), before the gate
+    refused: bool
+    best_dense_score: float | None
+    lexical_coverage: float | None
+    top_title: str | None  # where the search's first chunk comes from
+
+    @property
+    def wrong(self) -> bool:
+        """A miss worth a look: an answerable question refused or without a hit, or an unanswerable
+        one let through."""
+        return (self.refused or self.rank is None) if self.question.answerable else not self.refused
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    metrics: dict[str, float | int]
+    outcomes: list[Outcome]
+    load_errors: list[tuple[str, str]]  # (file, error) of documents that did not load
 
 
 def normalize(text: str) -> str:
@@ -84,6 +113,22 @@ async def evaluate(
     sparse: SparseEmbedder | None = None,
 ) -> dict[str, float | int]:
     """Ingest `docs_dir` into a throwaway index, run every question, return the contract's metrics."""
+    report = await evaluate_report(docs_dir, questions_path, k_values=k_values, settings=settings,
+                                   retrieval=retrieval, dense=dense, sparse=sparse)
+    return report.metrics
+
+
+async def evaluate_report(
+    docs_dir: Path,
+    questions_path: Path,
+    *,
+    k_values: Sequence[int] = (1, 3, 5, 10),
+    settings: Settings | None = None,
+    retrieval: RetrievalSettings | None = None,
+    dense: DenseEmbedder | None = None,
+    sparse: SparseEmbedder | None = None,
+) -> EvalReport:
+    """`evaluate`, with each question's outcome and the files that failed to load."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from storage.engine import session_factory
@@ -110,18 +155,19 @@ async def evaluate(
             loaded = await load_directory(Path(docs_dir))
             await ingestor.ingest_documents(EVAL_BOT, "eval", loaded.documents)
             search = HybridSearch(index, dense, sparse)
-            ranks: list[int | None] = []
-            false_refusals = refusals = 0
+            outcomes: list[Outcome] = []
             for q in questions:
                 result = await search.search(EVAL_BOT, [q.question], retrieval)
-                if q.answerable:
-                    ranks.append(first_hit_rank(result.hits or result.candidates, q.gold_texts))
-                    false_refusals += result.refused
-                else:
-                    refusals += result.refused
+                ranked = result.hits or result.candidates
+                rank = first_hit_rank(ranked, q.gold_texts) if q.answerable else None
+                outcomes.append(Outcome(q, rank, result.refused, result.best_dense_score, result.lexical_coverage,
+                                        ranked[0].title if ranked else None))
         finally:
             await index.close()
             await engine.dispose()
+    ranks = [o.rank for o in outcomes if o.question.answerable]
+    false_refusals = sum(o.refused for o in outcomes if o.question.answerable)
+    refusals = sum(o.refused for o in outcomes if not o.question.answerable)
     n_answerable = len(ranks)
     n_unanswerable = len(questions) - n_answerable
     metrics: dict[str, float | int] = {}
@@ -132,7 +178,7 @@ async def evaluate(
     metrics["false_refusal_rate"] = _share(false_refusals, n_answerable)
     metrics["n_answerable"] = n_answerable
     metrics["n_unanswerable"] = n_unanswerable
-    return metrics
+    return EvalReport(metrics, outcomes, list(loaded.errors))
 
 
 def _share(part: float, whole: int) -> float:

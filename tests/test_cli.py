@@ -105,8 +105,9 @@ def test_cli_ingest_goes_through_running_server_that_holds_the_index(kb_config):
         thread.join(30)
 
 
-def test_cli_eval_prints_contract_keys(tmp_path, kb_config):
+def test_cli_eval_prints_contract_keys_and_the_questions_to_look_at(tmp_path, kb_config):
     _, docs = kb_config
+    (docs / "scan.pdf").write_bytes(b"%PDF-1.4 not a real pdf")
     questions = tmp_path / "q.jsonl"
     questions.write_text("\n".join(json.dumps(q) for q in [
         {"question": "How much is the Plus plan?", "gold_texts": ["The Plus plan costs $12 per month"]},
@@ -115,11 +116,27 @@ def test_cli_eval_prints_contract_keys(tmp_path, kb_config):
     ]) + "\n")
     proc = _run("eval", "--docs", str(docs), "--questions", str(questions), "--json")
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    result = json.loads(proc.stdout)  # one object: the warning below went to stderr
     assert set(result) == {"recall@1", "recall@3", "recall@5", "recall@10", "mrr", "refusal_rate",
                            "false_refusal_rate", "n_answerable", "n_unanswerable"}
     assert result["n_answerable"] == 2 and result["n_unanswerable"] == 1
     assert result["recall@5"] == 1.0 and result["refusal_rate"] == 1.0
+    assert "warning: scan.pdf was not loaded" in proc.stderr
+
+    # Text mode lists what went wrong: here a gold text the documents lack, and an unanswerable the
+    # documents do answer.
+    questions.write_text("\n".join(json.dumps(q) for q in [
+        {"question": "How much is the Plus plan?", "gold_texts": ["The Plus plan is free forever"]},
+        {"question": "What is E-SYNC-409?", "answerable": False},
+        {"question": "What is the capital of Peru?", "answerable": False},
+    ]) + "\n")
+    proc = _run("eval", "--docs", str(docs), "--questions", str(questions))
+    assert proc.returncode == 0, proc.stderr
+    misses = proc.stdout.split("question(s) to look at:")[1].strip().splitlines()
+    assert len(misses) == 2, proc.stdout
+    assert misses[0].startswith("- 'How much is the Plus plan?': no gold text in the top 10; best dense ")
+    assert misses[1].startswith("- 'What is E-SYNC-409?': unanswerable, not refused; best dense ")
+    assert misses[1].endswith("first chunk from 'Sync errors'")
 
 
 async def _arun(*args: str, env: dict | None = None, stdin: str = "", timeout: float = 300):
