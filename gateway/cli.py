@@ -228,11 +228,11 @@ class _progress_bar:
 
 async def _eval(args) -> int:
     from gateway.settings import Settings, load_settings
-    from rag.eval import evaluate_report
+    from rag.eval import evaluate
 
     settings = load_settings(args.config) if args.config or Path(os.environ.get("GATEWAY_CONFIG", "config.yaml")).exists() else Settings()
     k_values = tuple(sorted({1, 3, 5, 10, *([args.k] if args.k else [])}))
-    report = await evaluate_report(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values)
+    report = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values)
     for file, error in report.load_errors:  # on stderr, so --json stays one object
         print(f"warning: {file} was not loaded: {error}", file=sys.stderr)
     if args.json:

@@ -11,6 +11,6 @@ search with a relevance gate, ingest incrementally, and evaluate retrieval.
     edge_index.py  EdgeIndex: the same on qdrant-edge, one shard per bot (`qdrant.engine: edge`)
     search.py      HybridSearch.search(bot, queries, retrieval) → SearchResult (gate 1)
     ingest.py      Ingestor.ingest_bot / ingest_source → IngestReport (counts in chunks)
-    eval.py        evaluate(docs_dir, questions_path) → recall@k, MRR, refusal rates (evaluate_report: per question)
+    eval.py        evaluate(docs_dir, questions_path) → recall@k, MRR, refusal rates, per-question outcomes
     term_stats.py  BM25 document frequencies per bot: the idf behind lexical coverage (gate 1, ranking)
 """

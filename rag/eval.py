@@ -15,9 +15,8 @@ Recall and MRR rank what the search found before gate 1 (`SearchResult.candidate
 refused), so they measure retrieval; the gate is measured by the two refusal rates.
 DIR is ingested into a throwaway Qdrant folder and SQLite file, removed afterwards.
 
-`evaluate_report` also keeps each question's outcome (rank, refused, the gate's inputs) and the files
-that failed to load, so `gateway eval` can show which questions to look at; `evaluate` returns the
-metrics alone.
+`evaluate` also keeps each question's outcome (rank, refused, the gate's inputs) and the files that
+failed to load, so `gateway eval` can show which questions to look at.
 """
 
 from __future__ import annotations
@@ -111,24 +110,9 @@ async def evaluate(
     retrieval: RetrievalSettings | None = None,
     dense: DenseEmbedder | None = None,
     sparse: SparseEmbedder | None = None,
-) -> dict[str, float | int]:
-    """Ingest `docs_dir` into a throwaway index, run every question, return the contract's metrics."""
-    report = await evaluate_report(docs_dir, questions_path, k_values=k_values, settings=settings,
-                                   retrieval=retrieval, dense=dense, sparse=sparse)
-    return report.metrics
-
-
-async def evaluate_report(
-    docs_dir: Path,
-    questions_path: Path,
-    *,
-    k_values: Sequence[int] = (1, 3, 5, 10),
-    settings: Settings | None = None,
-    retrieval: RetrievalSettings | None = None,
-    dense: DenseEmbedder | None = None,
-    sparse: SparseEmbedder | None = None,
 ) -> EvalReport:
-    """`evaluate`, with each question's outcome and the files that failed to load."""
+    """Ingest `docs_dir` into a throwaway index and run every question: the contract's metrics, each
+    question's outcome and the files that failed to load."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from storage.engine import session_factory

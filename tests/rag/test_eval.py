@@ -1,4 +1,4 @@
-"""evaluate(): the contract's keys, hit rule and refusal rates, on a tiny corpus."""
+"""evaluate(): the contract's keys, hit rule, refusal rates and per-question outcomes, on a tiny corpus."""
 
 from __future__ import annotations
 
@@ -35,8 +35,15 @@ async def test_evaluate_reports_contract_metrics(tmp_path, dense, sparse):
         {"question": "Who painted the Mona Lisa?", "answerable": False},
     ]
     questions.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    metrics = await evaluate(docs, questions, retrieval=RetrievalSettings(min_dense_score=0.3), dense=dense, sparse=sparse)
+    report = await evaluate(docs, questions, retrieval=RetrievalSettings(min_dense_score=0.3), dense=dense, sparse=sparse)
+    metrics = report.metrics
     assert set(metrics) == CONTRACT_KEYS
     assert metrics["n_answerable"] == 2 and metrics["n_unanswerable"] == 1
     assert metrics["recall@1"] == 1.0 and metrics["mrr"] == 1.0
     assert metrics["refusal_rate"] == 1.0 and metrics["false_refusal_rate"] == 0.0
+    assert [(o.question.question, o.rank, o.refused, o.wrong) for o in report.outcomes] == [
+        ("How long do refunds take?", 1, False, False),
+        ("What does the Business Plus plan cost?", 1, False, False),
+        ("Who painted the Mona Lisa?", None, True, False),
+    ]
+    assert report.load_errors == []
