@@ -6,7 +6,10 @@ is kept in `storage.models.Document`:
 - new hash → re-chunked; chunks whose (stable) id already exists are kept, only new chunks are
   embedded and written, and chunks no longer produced are deleted;
 - a document the source no longer yields has all its chunks deleted. A document whose fetch
-  failed this run keeps its chunks: a flaky page must not empty the knowledge base.
+  failed this run keeps its chunks: a flaky page must not empty the knowledge base;
+- a fetched page also keeps its HTTP validators (ETag, Last-Modified); the next run fetches it
+  conditionally, and a 304 keeps its chunks without downloading it (not when the index is empty:
+  then every page is needed in full, to embed it again).
 
 A new chunk is embedded as its windows (averaged into its one dense vector), its BM25 text, and
 each of its sentences (`Chunk.sentences`, stored as the `sentences` multivector for the ranking
@@ -35,7 +38,7 @@ from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.index import IndexPoint, KnowledgeIndex
-from rag.sources import Document, load_source
+from rag.sources import Document, Validators, load_source
 from storage.models import Document as DocumentRow
 from storage.models import IngestRun
 
@@ -132,7 +135,8 @@ class Ingestor:
         started = time.perf_counter()
         run_id = await self._start_run(bot, source.name, trigger=trigger)
         try:
-            loaded = await load_source(source, base_dir=self.base_dir)
+            validators = await self._validators(bot, source.name) if source.type != "directory" else {}
+            loaded = await load_source(source, base_dir=self.base_dir, validators=validators)
         except Exception as exc:  # a broken source is recorded and logged; the scheduler keeps running
             log.warning("ingest source failed", extra={"bot": bot, "source": source.name, "error": str(exc)})
             report = IngestReport(bot, source.name, errors=[f"{type(exc).__name__}: {exc}"], status="failed")
@@ -146,6 +150,7 @@ class Ingestor:
                 source.name,
                 loaded.documents,
                 failed_ids={doc_id for doc_id, _ in loaded.errors},
+                not_modified=set(loaded.not_modified),
                 errors=errors,
                 trigger=trigger,
                 progress=progress,
@@ -165,17 +170,20 @@ class Ingestor:
         documents: list[Document],
         *,
         failed_ids: set[str] | None = None,
+        not_modified: set[str] | None = None,
         errors: list[str] | None = None,
         trigger: str = "manual",
         progress: Progress | None = None,
         started: float | None = None,
         run_id: int | None = None,
     ) -> IngestReport:
-        """Ingest already-loaded documents as the full content of `source` (others get deleted)."""
+        """Ingest already-loaded documents as the full content of `source` (others get deleted).
+        `not_modified` pages (a 304 to a conditional fetch) keep their chunks and count as unchanged."""
         started = time.perf_counter() if started is None else started
         if run_id is None:
             run_id = await self._start_run(bot, source, trigger=trigger)
-        report = IngestReport(bot, source, documents=len(documents), errors=list(errors or []))
+        not_modified = not_modified or set()
+        report = IngestReport(bot, source, documents=len(documents) + len(not_modified), errors=list(errors or []))
         failed_ids = failed_ids or set()
         await self.index.ensure_collection(bot, await self.dense.probe_dim())
         async with self.sessions() as session:
@@ -191,7 +199,9 @@ class Ingestor:
         if rebuild:
             log.warning("index empty, re-embedding recorded documents", extra={"bot": bot, "source": source, "documents": len(rows)})
         pending: list[_Pending] = []
-        seen: set[str] = set()
+        seen = {doc_id for doc_id in not_modified if doc_id in rows}
+        report.unchanged += sum(len(rows[doc_id].chunk_ids) for doc_id in seen)
+        revalidated: list[tuple[DocumentRow, Document]] = []  # unchanged content, new HTTP validators
         for done, doc in enumerate(documents, start=1):
             if doc.doc_id in seen:
                 continue
@@ -200,6 +210,8 @@ class Ingestor:
             content_hash = self._hash(doc)
             if row is not None and row.content_hash == content_hash and not rebuild:
                 report.unchanged += len(row.chunk_ids)
+                if (row.etag, row.last_modified) != _validators_of(doc):
+                    revalidated.append((row, doc))
             else:
                 chunks = chunk_document(
                     doc.text,
@@ -223,6 +235,7 @@ class Ingestor:
             if progress:
                 progress(done, len(documents))
         await self._flush(bot, source, pending, report)
+        await self._store_validators(revalidated)
         await self._delete_missing(bot, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
         if report.errors:
             report.status = "partial" if documents or not failed_ids else "failed"
@@ -255,6 +268,8 @@ class Ingestor:
                             chunk_ids=[c.chunk_id for c in p.chunks],
                             title=p.doc.title[:512],
                             url=p.doc.url,
+                            etag=_validators_of(p.doc)[0],
+                            last_modified=_validators_of(p.doc)[1],
                         )
                     )
                     continue
@@ -266,6 +281,27 @@ class Ingestor:
                 row.chunk_ids = [c.chunk_id for c in p.chunks]
                 row.title = p.doc.title[:512]
                 row.url = p.doc.url
+                row.etag, row.last_modified = _validators_of(p.doc)
+            await session.commit()
+
+    async def _validators(self, bot: str, source: str) -> Validators:
+        """The HTTP validators of this source's fetched pages, for conditional fetches. None when the
+        index is empty: those pages must be downloaded again to be re-embedded."""
+        if await self.index.count(bot) == 0:
+            return {}
+        async with self.sessions() as session:
+            found = await session.execute(select(DocumentRow.doc_id, DocumentRow.etag, DocumentRow.last_modified).where(
+                DocumentRow.bot == bot, DocumentRow.source == source,
+                (DocumentRow.etag.is_not(None)) | (DocumentRow.last_modified.is_not(None))))
+            return {doc_id: (etag, last_modified) for doc_id, etag, last_modified in found}
+
+    async def _store_validators(self, revalidated: list[tuple[DocumentRow, Document]]) -> None:
+        if not revalidated:
+            return
+        async with self.sessions() as session:
+            for row, doc in revalidated:
+                row = await session.merge(row)
+                row.etag, row.last_modified = _validators_of(doc)
             await session.commit()
 
     async def _points(self, source: str, chunks: list[tuple[Document, Chunk]]) -> list[IndexPoint]:
@@ -328,6 +364,14 @@ class Ingestor:
             digest.update(part.encode("utf-8", "surrogatepass"))
             digest.update(b"\x1f")
         return digest.hexdigest()
+
+
+def _validators_of(doc: Document) -> tuple[str | None, str | None]:
+    """A document's HTTP validators as stored: one too long for its column is dropped (that page is
+    then fetched in full each time)."""
+    etag = doc.etag if doc.etag and len(doc.etag) <= 512 else None
+    last_modified = doc.last_modified if doc.last_modified and len(doc.last_modified) <= 64 else None
+    return etag, last_modified
 
 
 def _weighted_mean(vectors: list[list[float]], weights: list[int]) -> list[float]:

@@ -8,6 +8,10 @@ and the rest still load (ingest then keeps that document's previous chunks).
 
 Sitemaps honour robots.txt (user agent `USER_AGENT`). An explicit `urls` list is the owner's
 own choice of pages, so it is fetched as given.
+
+Pages are fetched conditionally when the last fetch left validators (`ETag`, `Last-Modified`): a
+`304 Not Modified` lands in `LoadResult.not_modified` and ingest keeps that page's chunks, so a
+scheduled run over an unchanged site downloads almost nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urljoin, urlsplit
@@ -50,20 +54,30 @@ class Document:
     url: str | None
     text: str
     format: Format
+    etag: str | None = None  # HTTP validators of a fetched page, for the next conditional fetch
+    last_modified: str | None = None
+
+
+Validators = dict[str, tuple[str | None, str | None]]
+"""URL -> (ETag, Last-Modified) from the page's last fetch."""
 
 
 @dataclass
 class LoadResult:
-    """What a source yielded: documents, plus (doc_id, message) for each item that failed."""
+    """What a source yielded: documents, (doc_id, message) for each item that failed, and the pages
+    the server said are unchanged since the validators given (304)."""
 
     documents: list[Document] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    not_modified: list[str] = field(default_factory=list)
 
 
 async def load_source(
-    source: SourceSettings, *, client: httpx.AsyncClient | None = None, base_dir: Path | None = None
+    source: SourceSettings, *, client: httpx.AsyncClient | None = None, base_dir: Path | None = None,
+    validators: Validators | None = None,
 ) -> LoadResult:
-    """Load any configured source. Relative directory paths resolve against `base_dir`."""
+    """Load any configured source. Relative directory paths resolve against `base_dir`; pages with
+    `validators` are fetched conditionally."""
     if source.type == "directory":
         path = Path(source.path or "")
         if base_dir is not None and not path.is_absolute():
@@ -71,8 +85,8 @@ async def load_source(
         return await load_directory(path)
     async with _client(client) as http:
         if source.type == "urls":
-            return await load_urls(source.urls, client=http)
-        return await load_sitemap(source.url or source.urls[0], client=http)
+            return await load_urls(source.urls, client=http, validators=validators)
+        return await load_sitemap(source.url or source.urls[0], client=http, validators=validators)
 
 
 async def load_directory(path: Path) -> LoadResult:
@@ -93,17 +107,22 @@ async def load_directory(path: Path) -> LoadResult:
     return result
 
 
-async def load_urls(urls: list[str], *, client: httpx.AsyncClient) -> LoadResult:
+async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None) -> LoadResult:
     """Fetch each page (a few at a time); a failing URL is recorded and the others continue."""
     result = LoadResult()
     gate = asyncio.Semaphore(MAX_CONCURRENCY)
+    validators = validators or {}
 
-    async def one(url: str) -> Document | tuple[str, str]:
+    async def one(url: str) -> Document | tuple[str, str] | str:
         async with gate:
             try:
-                response = await client.get(url, follow_redirects=True)
+                conditional = _conditional_headers(validators.get(url))
+                response = await client.get(url, follow_redirects=True, headers=conditional)
+                if response.status_code == 304 and conditional:
+                    return url
                 response.raise_for_status()
-                return _from_response(url, response)
+                return replace(_from_response(url, response), etag=response.headers.get("etag"),
+                               last_modified=response.headers.get("last-modified"))
             except (httpx.HTTPError, ValueError) as exc:
                 log.warning("source url failed", extra={"url": url, "error": str(exc)})
                 return (url, f"{type(exc).__name__}: {exc}")
@@ -112,12 +131,25 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient) -> LoadResult
         if isinstance(outcome, Document):
             if outcome.text.strip():
                 result.documents.append(outcome)
+        elif isinstance(outcome, str):
+            result.not_modified.append(outcome)
         else:
             result.errors.append(outcome)
     return result
 
 
-async def load_sitemap(url: str, *, client: httpx.AsyncClient) -> LoadResult:
+def _conditional_headers(validators: tuple[str | None, str | None] | None) -> dict[str, str]:
+    """If-None-Match / If-Modified-Since from a page's last validators (none: a plain GET)."""
+    etag, last_modified = validators or (None, None)
+    headers = {}
+    if etag:
+        headers["If-None-Match"] = etag
+    if last_modified:
+        headers["If-Modified-Since"] = last_modified
+    return headers
+
+
+async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Validators | None = None) -> LoadResult:
     """Pages listed by a sitemap (or sitemap index), minus those robots.txt disallows."""
     robots = await _robots(url, client=client)
     pages = await _sitemap_urls(url, client=client, depth=0)
@@ -125,7 +157,7 @@ async def load_sitemap(url: str, *, client: httpx.AsyncClient) -> LoadResult:
     skipped = len(pages) - len(allowed)
     if skipped:
         log.info("robots.txt disallows sitemap pages", extra={"sitemap": url, "skipped": skipped})
-    return await load_urls(allowed, client=client)
+    return await load_urls(allowed, client=client, validators=validators)
 
 
 # -- helpers ---------------------------------------------------------------------------------

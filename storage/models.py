@@ -167,6 +167,10 @@ class Document(Base):
     chunk_ids: Mapped[list[Any]] = mapped_column(default=list)
     title: Mapped[str] = mapped_column(String(512), default="")
     url: Mapped[str | None] = mapped_column(String(2048), default=None)
+    # A fetched page's HTTP validators (urls/sitemap sources): the next fetch asks "changed since?"
+    # and a 304 skips the download too, not only the embedding.
+    etag: Mapped[str | None] = mapped_column(String(512), default=None)
+    last_modified: Mapped[str | None] = mapped_column(String(64), default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 

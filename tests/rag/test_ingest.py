@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aiohttp import web
 from qdrant_client import models as qm
 from sqlalchemy import select
 
@@ -161,3 +162,78 @@ async def test_a_sentence_two_chunks_share_is_embedded_once_and_stored_with_both
     (expected,) = dense.embed_documents([shared])
     for chunk_id in ids:  # both chunks carry the shared sentence's vector
         assert max(float(row @ expected) for row in stored[chunk_id]) > 0.999
+
+
+class Site:
+    """A real HTTP server whose pages carry validators (ETag and/or Last-Modified) and which answers a
+    matching conditional GET with 304, as a web server does; it logs (path, status) per request."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, tuple[str | None, str | None, str]] = {}  # path -> (etag, last-modified, html)
+        self.log: list[tuple[str, int]] = []
+        self.conditional: list[str] = []  # paths requested with a validator
+
+    async def handle(self, request: web.Request) -> web.Response:
+        etag, last_modified, html = self.pages[request.path]
+        if request.headers.get("If-None-Match") or request.headers.get("If-Modified-Since"):
+            self.conditional.append(request.path)
+        unchanged = (request.headers.get("If-None-Match") == etag) if etag else \
+            bool(last_modified) and request.headers.get("If-Modified-Since") == last_modified
+        self.log.append((request.path, 304 if unchanged else 200))
+        if unchanged:
+            return web.Response(status=304)
+        headers = {k: v for k, v in (("ETag", etag), ("Last-Modified", last_modified)) if v}
+        return web.Response(text=html, content_type="text/html", headers=headers)
+
+
+def _page(title: str, body: str) -> str:
+    paragraphs = "".join(f"<p>{body} Section {i} explains {title.lower()} in more detail for every plan.</p>" for i in range(3))
+    return f"<html><head><title>{title}</title></head><body><main><h1>{title}</h1>{paragraphs}</main></body></html>"
+
+
+async def test_url_pages_are_fetched_conditionally_and_a_304_keeps_their_chunks(index, dense, sparse, sessions):
+    site = Site()
+    app = web.Application()
+    app.router.add_get("/{page}", site.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    server = web.TCPSite(runner, "127.0.0.1", 0)
+    await server.start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        site.pages = {
+            "/billing": ('"v1"', None, _page("Billing", "Invoices are sent on the first day of the month.")),
+            "/refunds": (None, "Mon, 30 Nov 2026 09:00:00 GMT", _page("Refunds", "Refunds reach the card in five days.")),
+            "/news": (None, None, _page("News", "The office is closed on public holidays.")),
+        }
+        source = SourceSettings(name="site", type="urls", urls=[f"{base}/billing", f"{base}/refunds", f"{base}/news"])
+        counting = CountingEmbedder(dense)
+        ingestor = Ingestor(index, counting, sparse, sessions)
+        first = await ingestor.ingest_source("acme", source)
+        assert first.status == "ok" and first.added > 0 and site.conditional == []
+
+        site.log.clear()
+        counting.calls.clear()
+        again = await ingestor.ingest_source("acme", source)
+        assert sorted(site.log) == [("/billing", 304), ("/news", 200), ("/refunds", 304)]
+        assert (again.added, again.updated, again.deleted, again.unchanged) == (0, 0, 0, first.added)
+        assert again.documents == 3 and counting.calls == [] and await index.count("acme") == first.added
+
+        # A changed page is downloaded and re-embedded; its new ETag is what the next fetch sends.
+        site.pages["/billing"] = ('"v2"', None, _page("Billing", "Invoices are now sent on the fifth day."))
+        site.log.clear()
+        changed = await ingestor.ingest_source("acme", source)
+        assert ("/billing", 200) in site.log and changed.updated > 0 and changed.deleted > 0
+        site.log.clear()
+        await ingestor.ingest_source("acme", source)
+        assert ("/billing", 304) in site.log
+
+        # An index that lost its points needs the pages themselves: no conditional fetch then.
+        await index.drop("acme")
+        site.log.clear()
+        site.conditional.clear()
+        rebuilt = await ingestor.ingest_source("acme", source)
+        assert site.conditional == [] and all(status == 200 for _, status in site.log)
+        assert rebuilt.unchanged == 0 and await index.count("acme") > 0
+    finally:
+        await runner.cleanup()
