@@ -238,7 +238,7 @@ class Ingestor:
         await self._store_validators(revalidated)
         await self._delete_missing(bot, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
         if report.errors:
-            report.status = "partial" if documents or not failed_ids else "failed"
+            report.status = "partial" if documents or not_modified or not failed_ids else "failed"
         report.duration_s = time.perf_counter() - started
         await self._record(report, trigger=trigger, run_id=run_id)
         log.info("ingest done", extra={"bot": bot, "source": source, **report.as_dict()})
@@ -259,6 +259,7 @@ class Ingestor:
             for p in pending:
                 if p.row is None:
                     report.added += len(p.chunks)
+                    etag, last_modified = _validators_of(p.doc)
                     session.add(
                         DocumentRow(
                             bot=bot,
@@ -268,8 +269,8 @@ class Ingestor:
                             chunk_ids=[c.chunk_id for c in p.chunks],
                             title=p.doc.title[:512],
                             url=p.doc.url,
-                            etag=_validators_of(p.doc)[0],
-                            last_modified=_validators_of(p.doc)[1],
+                            etag=etag,
+                            last_modified=last_modified,
                         )
                     )
                     continue
