@@ -259,8 +259,9 @@ def _print_misses(outcomes, *, k: int, limit: int = EVAL_MISSES_SHOWN) -> None:
             verdict = f"no gold text in the top {k}"
         dense = f"{o.best_dense_score:.2f}" if o.best_dense_score is not None else "-"
         coverage = f"{o.lexical_coverage:.2f}" if o.lexical_coverage is not None else "-"
-        print(f"- {o.question.question!r}: {verdict}; best dense {dense}, coverage {coverage}, "
-              f"first chunk from {o.top_title or '-'!r}")
+        title = o.top_title or "-"
+        title = title if len(title) <= 60 else title[:59] + "…"  # some titles are a whole first paragraph
+        print(f"- {o.question.question!r}: {verdict}; best dense {dense}, coverage {coverage}, first chunk from {title!r}")
 
 
 async def _chat(args) -> int:
