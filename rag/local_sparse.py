@@ -16,6 +16,7 @@ caller that scores a query against a whole collection; a server or qdrant-edge n
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 
 import numpy as np
 from qdrant_client.http.models import SparseVector
@@ -54,6 +55,6 @@ def install() -> None:
     local_collection.calculate_distance_sparse = calculate_distance_sparse
 
 
-def original() -> object:
+def original() -> Callable[..., np.ndarray]:
     """qdrant-client's own function, for the equivalence test and the benchmark."""
     return _original

@@ -22,19 +22,21 @@ QUERIES = [
 ]
 
 
+def _sorted(vector: qm.SparseVector) -> qm.SparseVector:
+    """The vector with its terms in ascending order, as qdrant-client stores and queries them."""
+    pairs = sorted(zip(vector.indices, vector.values))
+    return qm.SparseVector(indices=[i for i, _ in pairs], values=[v for _, v in pairs])
+
+
 def _bm25_vectors(sparse) -> list[qm.SparseVector]:
     paragraphs = [p for p in S10_MANUAL.read_text(encoding="utf-8").split("\n\n") if p.strip()][:400]
-    # Stored vectors are sorted by term, as qdrant-client keeps them.
-    return [qm.SparseVector(indices=sorted(v.indices), values=[dict(zip(v.indices, v.values))[i] for i in sorted(v.indices)])
-            for v in sparse.embed_documents(paragraphs)]
+    return [_sorted(v) for v in sparse.embed_documents(paragraphs)]
 
 
 def test_scores_are_bit_identical_to_qdrant_clients_on_real_bm25_vectors(sparse):
     vectors = _bm25_vectors(sparse)
     assert len(vectors) > 100
-    for query in sparse.embed_queries(QUERIES):
-        order = np.argsort(query.indices)
-        query = qm.SparseVector(indices=[query.indices[i] for i in order], values=[query.values[i] for i in order])
+    for query in map(_sorted, sparse.embed_queries(QUERIES)):
         for empty_is_zero in (False, True):
             ours = local_sparse.calculate_distance_sparse(query, vectors, empty_is_zero=empty_is_zero)
             theirs = local_sparse.original()(query, vectors, empty_is_zero=empty_is_zero)
