@@ -1,9 +1,9 @@
 """Structure-aware chunking: split on the document's own blocks, pack them to a token budget.
 
 Rules (each has a test in tests/rag/test_chunking.py):
-- Markdown (and HTML, which arrives as Markdown) is parsed with markdown-it-py into blocks:
-  paragraphs, list items, fenced or indented code, tables, block quotes. Plain text and PDF text
-  are split into paragraphs at blank lines.
+- Markdown (and HTML and PDF, which arrive as Markdown: `rag.sources`, `rag.pdf`) is parsed with
+  markdown-it-py into blocks: paragraphs, list items, fenced or indented code, tables, block quotes.
+  Plain text is split into paragraphs at blank lines.
 - Blocks are packed in order up to `text_tokens` (heading path + content, special tokens
   included), counted with the embedder's own tokenizer. The chunk's `text` (what a hit returns and
   what BM25 indexes) may be longer than the encoder's `max_tokens`; its `embed_text` (what the dense

@@ -113,13 +113,13 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
     gate = asyncio.Semaphore(MAX_CONCURRENCY)
     validators = validators or {}
 
-    async def one(url: str) -> Document | tuple[str, str] | str:
+    async def one(url: str) -> Document | tuple[str, str] | str:  # a page, (url, error), or a 304's url
         async with gate:
             try:
                 conditional = _conditional_headers(validators.get(url))
                 response = await client.get(url, follow_redirects=True, headers=conditional)
                 if response.status_code == 304 and conditional:
-                    return url
+                    return url  # unchanged since its validators: ingest keeps its chunks
                 response.raise_for_status()
                 return replace(_from_response(url, response), etag=response.headers.get("etag"),
                                last_modified=response.headers.get("last-modified"))
