@@ -7,7 +7,8 @@ express: a retry or fallback is allowed only before the first token reached the 
 
     for model in [model, *fallbacks]:
         up to 1 + num_retries attempts, backing off exponentially (or as Retry-After says)
-        on 429, 5xx, timeouts and broken connections; other errors skip to the next model
+        on 429, 5xx, timeouts, broken connections and faults inside the client libraries;
+        other errors (the provider said no: bad key, bad request) skip to the next model
     every model failed → LLMError
 
 With `on_token`, the reply is streamed. A stream that breaks, or ends without a finish_reason,
@@ -46,6 +47,9 @@ _RETRYABLE = (
     litellm.BadGatewayError,
     litellm.APIConnectionError,
 )
+# Where a provider's answer (or a failure to reach it) is turned into an exception. Anything raised from
+# elsewhere is a fault inside the client libraries, not the provider's verdict.
+_API_ERROR_MODULES = ("litellm.exceptions", "openai")
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +191,7 @@ class LLMRouter:
                 except LLMError:
                     raise
                 except Exception as exc:  # any provider failure: classify, then retry or fall back
-                    error, retryable = exc, isinstance(exc, _RETRYABLE)
+                    error, retryable = exc, _is_retryable(exc, name)
                 errors.append(f"{name}: {type(error).__name__}: {_short(error)}")
                 log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
                 if not retryable or attempt == self._retry.num_retries:
@@ -331,6 +335,21 @@ def _retry_after(error: BaseException) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if value >= 0 else None
+
+
+def _is_retryable(error: Exception, model: str) -> bool:
+    """Retry 429s, 5xx, timeouts and broken connections, and faults inside the client libraries.
+
+    The second kind is not the provider saying no: LiteLLM 1.110 can raise a bare `LookupError` from
+    its own context-variable bookkeeping, now and then, on a call that would have worked. Its
+    traceback is logged, because it is a bug to report, not a provider outage.
+    """
+    if isinstance(error, _RETRYABLE):
+        return True
+    if type(error).__module__.startswith(_API_ERROR_MODULES):
+        return False
+    log.error("llm.client_fault", model=model, error=f"{type(error).__name__}: {_short(error)}", exc_info=error)
+    return True
 
 
 def _short(error: BaseException, limit: int = 200) -> str:
