@@ -70,11 +70,19 @@ class EmbeddingSettings(_Strict):
     """Dense model for search. `minilm-int8` is the offline model shipped in the repo."""
 
     model: str = "minilm-int8"
+    # A folder holding a fastembed model's files (its ONNX file and tokenizer), to load it offline.
+    model_path: str | None = None
     batch_size: int = 64
     # The encoder's window: no embedded text is longer (MiniLM reads 256 word pieces).
     max_chunk_tokens: int = Field(default=256, ge=32, le=8192)
     # A chunk's text budget: BM25 and the answer see all of it; the dense vector averages its windows.
     chunk_text_tokens: int = Field(default=512, ge=32, le=8192)
+
+    @model_validator(mode="after")
+    def _path_is_for_fastembed(self) -> "EmbeddingSettings":
+        if self.model_path and (self.model == "minilm-int8" or self.model.startswith("litellm/")):
+            raise ValueError("model_path is for a fastembed model name; minilm-int8 ships with the project, an API model has no files")
+        return self
 
 
 class ModelEntry(_Strict):

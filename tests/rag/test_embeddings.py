@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 
 import pytest
+from pydantic import ValidationError
 
+from gateway.errors import ConfigError
+from gateway.settings import EmbeddingSettings
+from rag.chunking import chunk_document
 from rag.embeddings import (
     ENCODER_MAX_TOKENS,
     MINILM_DIM,
+    MINILM_DIR,
     MINILM_SHA256,
     DenseEmbedder,
     ModelIntegrityError,
@@ -64,3 +71,56 @@ def test_dense_embedder_keeps_input_order_when_it_batches_by_length(dense):
     reversed_queries = dense.embed_queries(texts[::-1])[::-1]
     for a, b in zip(reversed_queries, dense.embed_queries(texts)):
         assert math.isclose(sum(x * y for x, y in zip(a, b)), 1.0, abs_tol=1e-4)
+
+
+def _fastembed_folder(tmp_path, *, window: int, forget: tuple[str, ...]):
+    """A fastembed model folder for `sentence-transformers/all-MiniLM-L6-v2`: the shipped ONNX file,
+    with a tokenizer that truncates at `window` and lacks the whole words `forget` (it splits them
+    into word pieces, where MiniLM's own tokenizer has one token each)."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.onnx").symlink_to(minilm_onnx_path())
+    for name in ("config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(MINILM_DIR / name, folder / name)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["model_max_length"] = window
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    for word in forget:
+        del tokenizer["model"]["vocab"][word]
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return folder
+
+
+def test_a_fastembed_model_counts_with_its_own_tokenizer_and_window(tmp_path, dense):
+    settings = EmbeddingSettings(
+        model="sentence-transformers/all-MiniLM-L6-v2", model_path=str(_fastembed_folder(tmp_path, window=128, forget=("business", "plus", "settings")))
+    )
+    other = DenseEmbedder.from_settings(settings)
+
+    assert other.max_tokens == 128 and other.dim == MINILM_DIM
+    text = "Reset the Business Plus plan from Settings"
+    assert other.count_tokens(text) > dense.count_tokens(text)
+    assert other.word_pieces("settings") > 1 == dense.word_pieces("settings")
+    text = "# Guide\n\n" + "\n\n".join("Business Plus Settings Karpathy. " * 12 for _ in range(20))
+    chunks = chunk_document(
+        text, fmt="markdown", title="A", bot="b", source="s", doc_id="a.md",
+        count_tokens=other.count_tokens, max_tokens=other.max_tokens,
+    )
+    assert len(chunks) > 1
+    windows = [window for chunk in chunks for window in (*chunk.windows, *chunk.sentences)]
+    assert max(other.count_tokens(window) for window in windows) <= 128
+    assert max(dense.count_tokens(window) for window in windows) < 128  # so MiniLM's count would not have caught it
+
+
+def test_a_missing_or_broken_model_folder_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="embedding.model_path: .* is not a folder"):
+        DenseEmbedder("sentence-transformers/all-MiniLM-L6-v2", model_path=tmp_path / "absent")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="embedding.model_path: cannot load"):
+        DenseEmbedder("sentence-transformers/all-MiniLM-L6-v2", model_path=tmp_path / "empty")
+
+
+def test_model_path_is_refused_for_models_that_have_no_folder():
+    with pytest.raises(ValidationError, match="model_path is for a fastembed model"):
+        EmbeddingSettings(model="minilm-int8", model_path="/models/x")
