@@ -13,7 +13,9 @@ from gateway.errors import ConfigError
 from gateway.settings import EmbeddingSettings
 from rag.chunking import chunk_document
 from rag.embeddings import (
+    API_BATCH_SIZE,
     ENCODER_MAX_TOKENS,
+    LOCAL_BATCH_SIZE,
     MINILM_DIM,
     MINILM_DIR,
     MINILM_SHA256,
@@ -124,3 +126,11 @@ def test_a_missing_or_broken_model_folder_is_a_config_error(tmp_path):
 def test_model_path_is_refused_for_models_that_have_no_folder():
     with pytest.raises(ValidationError, match="model_path is for a fastembed model"):
         EmbeddingSettings(model="minilm-int8", model_path="/models/x")
+
+
+def test_batch_size_defaults_to_small_batches_locally_and_larger_requests_for_an_api_model(dense):
+    assert dense.batch_size == LOCAL_BATCH_SIZE == 8
+    assert DenseEmbedder("litellm/openai/any").batch_size == API_BATCH_SIZE
+    assert DenseEmbedder("litellm/openai/any", batch_size=16).batch_size == 16
+    with pytest.raises(ValidationError):
+        EmbeddingSettings(batch_size=0)
