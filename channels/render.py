@@ -78,6 +78,16 @@ def _find_fences(text: str) -> list[_Fence]:
     return fences
 
 
+def fence_open_at(text: str, pos: int) -> str | None:
+    """The opening line (e.g. "```python") of the fenced code block that `text` is inside at `pos`,
+    or None. A block still unclosed at the end of `text` counts up to and including its end."""
+    for fence in _find_fences(text):
+        unclosed = fence.close_start == fence.end
+        if fence.open_end < pos and (pos < fence.close_start or (unclosed and pos <= fence.end)):
+            return fence.opener
+    return None
+
+
 def _cut_span(match: re.Match[str]) -> tuple[int, int]:
     """The whitespace to drop at a cut: the matched group if the pattern has one, else the match."""
     for group in range(match.re.groups, 0, -1):

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import structlog
 
-from channels.render import render_citations, split_text, text_length
+from channels.render import fence_open_at, render_citations, split_text, text_length
 from gateway.errors import ChannelSendError
 from gateway.models import Citation, ConversationRef, OutboundMessage
 
@@ -168,10 +168,13 @@ class EditStreamer:
         consumed = _consumed(display, head)
         if consumed <= len(self._carry):  # no progress: never loop sending the same part
             raise RuntimeError("rollover made no progress")
+        # Cut inside a code block: the next message reopens it. Read from the text, not from the next
+        # part: when the cut falls at the very end of what has arrived, there is no next part yet.
+        fence = fence_open_at(display, consumed)
         rest = display[consumed:]
-        remaining = rest.lstrip()
+        remaining = rest.lstrip("\n") if fence else rest.lstrip()  # code keeps its indentation
         self._start += consumed - len(self._carry) + len(rest) - len(remaining)
-        self._carry = _reopened_fence(parts[1], remaining) if len(parts) > 1 else ""
+        self._carry = f"{fence}\n" if fence else ""
         return True
 
     async def _show(self, text: str) -> bool:
@@ -298,10 +301,3 @@ def _consumed(display: str, head: str) -> int:
     return common
 
 
-def _reopened_fence(next_part: str, remaining: str) -> str:
-    """The fence opener the splitter put in front of the next part, if it cut inside a code block."""
-    probe = remaining[:32]
-    if not probe or next_part.startswith(probe):
-        return ""
-    at = next_part.find(probe)
-    return next_part[:at] if at > 0 else ""

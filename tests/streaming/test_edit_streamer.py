@@ -138,13 +138,39 @@ async def test_streamer_without_tokens_sends_the_reply_normally(fake, adapter):
 async def test_streamer_code_block_rollover_reopens_the_fence(fake, adapter):
     streamer = EditStreamer(adapter, ref(17), min_interval=0.02)
     code = "".join(f"\nline_{i:04d} = {i}" for i in range(400))  # about 6,000 characters of code
-    tokens = ["Run this:\n\n```python", *code.splitlines(keepends=True), "\n```\n\nDone."]
+    # The reply opens with the code block: with a paragraph before it, the first cut falls between
+    # the two while the block alone still fits, and whether it does depends on when a flush happens.
+    tokens = ["```python", *code.splitlines(keepends=True), "\n```\n\nDone."]
     await stream(streamer, tokens, delay=0.001)
     streamed = [m for m in fake.sent if m.chat_id == 17]
     assert len(streamed) == 2
     assert any(e["type"] == "pre" for e in streamed[1].entities)  # still rendered as code after the cut
     lines = [set(re.findall(r"line_\d{4}", m.text)) for m in streamed]
     assert lines[0] and lines[1] and not lines[0] & lines[1]
+
+
+async def test_a_cut_at_the_end_of_what_arrived_still_reopens_the_fence(fake, adapter):
+    # The first flush sees a code block just over the limit that ends with a newline: the cut leaves
+    # nothing but that newline, so the fence must be read from the text, not from a next part.
+    streamer = EditStreamer(adapter, ref(18), min_interval=0.02)
+    lines = [f"line_{i:04d} = {i}\n" for i in range(1000)]
+    n = next(n for n in range(len(lines)) if len("```python\n" + "".join(lines[:n])) > streamer.budget)
+    async def sent(count: int) -> list[Any]:
+        for _ in range(300):
+            if len(streamed := [m for m in fake.sent if m.chat_id == 18]) >= count:
+                return streamed
+            await asyncio.sleep(0.01)
+        return streamed
+
+    await streamer.feed("```python\n" + "".join(lines[:n]))
+    await sent(1)
+    await streamer.feed("".join(lines[n : n + 20]))
+    streamed = await sent(2)
+    await stream(streamer, ["```\n\nDone."])
+    assert len(streamed) == 2
+    assert all(any(e["type"] == "pre" for e in m.entities) for m in streamed)
+    shown = [set(re.findall(r"line_\d{4}", m.text)) for m in streamed]
+    assert shown[0] and shown[1] and not shown[0] & shown[1]
 
 
 def test_streamer_for_needs_edits_and_stream_setting():
