@@ -209,10 +209,12 @@ class _progress_bar:
     """A rich progress bar on the terminal, fed by the ingester's (done, total, label) callback."""
 
     def __enter__(self):
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        # On stderr, the terminal the caller checked: stdout carries the results (and may be a pipe).
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), transient=False)
+                                  TimeElapsedColumn(), transient=False, console=Console(stderr=True))
         self._progress.__enter__()
         self._tasks: dict[str, int] = {}
         return self
@@ -232,7 +234,12 @@ async def _eval(args) -> int:
 
     settings = load_settings(args.config) if args.config or Path(os.environ.get("GATEWAY_CONFIG", "config.yaml")).exists() else Settings()
     k_values = tuple(sorted({1, 3, 5, 10, *([args.k] if args.k else [])}))
-    report = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values)
+    if args.json or not sys.stderr.isatty():
+        report = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values)
+    else:
+        with _progress_bar() as bar:
+            report = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values,
+                                    progress=bar.callback)
     for file, error in report.load_errors:  # on stderr, so --json stays one object
         print(f"warning: {file} was not loaded: {error}", file=sys.stderr)
     if args.json:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,9 +110,11 @@ async def evaluate(
     retrieval: RetrievalSettings | None = None,
     dense: DenseEmbedder | None = None,
     sparse: SparseEmbedder | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> EvalReport:
     """Ingest `docs_dir` into a throwaway index and run every question: the contract's metrics, each
-    question's outcome and the files that failed to load."""
+    question's outcome and the files that failed to load. `progress(done, total, stage)` is told
+    about each document ingested ("documents") and each question asked ("questions")."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from storage.engine import session_factory
@@ -137,7 +139,8 @@ async def evaluate(
                 text_tokens=settings.embedding.chunk_text_tokens,
             )
             loaded = await load_directory(Path(docs_dir))
-            await ingestor.ingest_documents(EVAL_BOT, "eval", loaded.documents)
+            documents_done = (lambda done, total: progress(done, total, "documents")) if progress else None
+            await ingestor.ingest_documents(EVAL_BOT, "eval", loaded.documents, progress=documents_done)
             search = HybridSearch(index, dense, sparse)
             outcomes: list[Outcome] = []
             for q in questions:
@@ -146,6 +149,8 @@ async def evaluate(
                 rank = first_hit_rank(ranked, q.gold_texts) if q.answerable else None
                 outcomes.append(Outcome(q, rank, result.refused, result.best_dense_score, result.lexical_coverage,
                                         ranked[0].title if ranked else None))
+                if progress:
+                    progress(len(outcomes), len(questions), "questions")
         finally:
             await index.close()
             await engine.dispose()

@@ -179,3 +179,42 @@ def test_cli_chat_answers_in_the_terminal(kb_config):
     answer = next(line for line in proc.stdout.splitlines() if "acme>" in line)
     assert "$12" in answer and "[1]" in answer
     assert "[1] Plans" in proc.stdout  # the citation, listed under the answer
+
+
+def _run_on_a_terminal(*args: str, timeout: float = 300) -> tuple[int, str, str]:
+    """The CLI with stderr on a pseudo-terminal, as a user at a shell sees it: (code, stdout, terminal)."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "COLUMNS": "120"}
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=slave, text=True)
+    os.close(slave)
+    shown = bytearray()
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal (EIO)
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    stdout = proc.stdout.read() if proc.stdout else ""
+    return proc.wait(timeout), stdout, shown.decode(errors="replace")
+
+
+def test_cli_ingest_and_eval_show_progress_on_a_terminal(tmp_path, kb_config):
+    config, docs = kb_config
+    code, stdout, terminal = _run_on_a_terminal("ingest", "--config", str(config))
+    assert code == 0 and "acme/docs: " in stdout
+    assert "2/2" in terminal  # the bar counted both documents
+
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("\n".join(json.dumps(q) for q in [
+        {"question": "How much is the Plus plan?", "gold_texts": ["The Plus plan costs $12 per month"]},
+        {"question": "What is the capital of Peru?", "answerable": False},
+    ]) + "\n")
+    code, stdout, terminal = _run_on_a_terminal("eval", "--docs", str(docs), "--questions", str(questions))
+    assert code == 0 and "recall@1" in stdout
+    assert "documents" in terminal and "questions" in terminal and "2/2" in terminal

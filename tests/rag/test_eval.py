@@ -35,7 +35,12 @@ async def test_evaluate_reports_contract_metrics(tmp_path, dense, sparse):
         {"question": "Who painted the Mona Lisa?", "answerable": False},
     ]
     questions.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    report = await evaluate(docs, questions, retrieval=RetrievalSettings(min_dense_score=0.3), dense=dense, sparse=sparse)
+    seen: list[tuple[int, int, str]] = []
+    report = await evaluate(docs, questions, retrieval=RetrievalSettings(min_dense_score=0.3), dense=dense, sparse=sparse,
+                            progress=lambda done, total, stage: seen.append((done, total, stage)))
+    assert [s for s in seen if s[2] == "questions"] == [(1, 3, "questions"), (2, 3, "questions"), (3, 3, "questions")]
+    documents = [s for s in seen if s[2] == "documents"]
+    assert documents and documents[-1][0] == documents[-1][1] > 0
     metrics = report.metrics
     assert set(metrics) == CONTRACT_KEYS
     assert metrics["n_answerable"] == 2 and metrics["n_unanswerable"] == 1
