@@ -184,6 +184,7 @@ def test_cli_chat_answers_in_the_terminal(kb_config):
 def _run_on_a_terminal(*args: str, timeout: float = 300) -> tuple[int, str, str]:
     """The CLI with stderr on a pseudo-terminal, as a user at a shell sees it: (code, stdout, terminal)."""
     import pty
+    import select
 
     master, slave = pty.openpty()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "COLUMNS": "120"}
@@ -191,15 +192,23 @@ def _run_on_a_terminal(*args: str, timeout: float = 300) -> tuple[int, str, str]
                             stderr=slave, text=True)
     os.close(slave)
     shown = bytearray()
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the child closed the terminal (EIO)
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(master)
+    deadline = time.monotonic() + timeout
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            if not select.select([master], [], [], left)[0]:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed the terminal (EIO)
+                break
+            if not chunk:
+                break
+            shown += chunk
+        else:
+            proc.kill()
+            pytest.fail(f"gateway {' '.join(args)} did not finish in {timeout} s")
+    finally:
+        os.close(master)
     stdout = proc.stdout.read() if proc.stdout else ""
     return proc.wait(timeout), stdout, shown.decode(errors="replace")
 
