@@ -147,14 +147,9 @@ async def _ingest(args) -> int:
             await knowledge.open()
         except IndexBusy:
             return await _ingest_via_server(args, settings)
-        progress = None if args.json or not sys.stderr.isatty() else _progress_bar()
         try:
-            if progress is None:
-                reports = await knowledge.ingest(bot=args.bot, source=args.source, trigger="cli")
-            else:
-                with progress as bar:
-                    reports = await knowledge.ingest(bot=args.bot, source=args.source, trigger="cli",
-                                                     progress=bar.callback)
+            with _progress_bar(as_json=args.json) as bar:
+                reports = await knowledge.ingest(bot=args.bot, source=args.source, trigger="cli", progress=bar.callback)
         except KeyError as exc:
             print(f"error: unknown {exc.args[0]}", file=sys.stderr)
             return 2
@@ -206,26 +201,31 @@ async def _ingest_via_server(args, settings) -> int:
 
 
 class _progress_bar:
-    """A rich progress bar on the terminal, fed by the ingester's (done, total, label) callback."""
+    """A rich progress bar on stderr, fed by a (done, total, label) callback; `callback` is None
+    with `--json` or when stderr is not a terminal (stdout carries the results, and may be a pipe)."""
+
+    def __init__(self, *, as_json: bool) -> None:
+        self._progress = None
+        self._tasks: dict[str, int] = {}
+        self.callback = None if as_json or not sys.stderr.isatty() else self._update
 
     def __enter__(self):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        if self.callback is not None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        # On stderr, the terminal the caller checked: stdout carries the results (and may be a pipe).
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), transient=False, console=Console(stderr=True))
-        self._progress.__enter__()
-        self._tasks: dict[str, int] = {}
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), transient=False, console=Console(stderr=True))
+            self._progress.__enter__()
         return self
 
-    def callback(self, done: int, total: int, label: str = "ingest") -> None:
+    def _update(self, done: int, total: int, label: str = "ingest") -> None:
         if label not in self._tasks:
             self._tasks[label] = self._progress.add_task(label, total=total)
         self._progress.update(self._tasks[label], completed=done, total=total)
 
     def __exit__(self, *exc):
-        return self._progress.__exit__(*exc)
+        return self._progress.__exit__(*exc) if self._progress is not None else None
 
 
 async def _eval(args) -> int:
@@ -234,12 +234,9 @@ async def _eval(args) -> int:
 
     settings = load_settings(args.config) if args.config or Path(os.environ.get("GATEWAY_CONFIG", "config.yaml")).exists() else Settings()
     k_values = tuple(sorted({1, 3, 5, 10, *([args.k] if args.k else [])}))
-    if args.json or not sys.stderr.isatty():
-        report = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values)
-    else:
-        with _progress_bar() as bar:
-            report = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values,
-                                    progress=bar.callback)
+    with _progress_bar(as_json=args.json) as bar:
+        report = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values,
+                                progress=bar.callback)
     for file, error in report.load_errors:  # on stderr, so --json stays one object
         print(f"warning: {file} was not loaded: {error}", file=sys.stderr)
     if args.json:

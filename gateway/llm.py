@@ -191,7 +191,10 @@ class LLMRouter:
                 except LLMError:
                     raise
                 except Exception as exc:  # any provider failure: classify, then retry or fall back
-                    error, retryable = exc, _is_retryable(exc, name)
+                    fault = _client_fault(exc)
+                    if fault:  # a bug to report, with its traceback, not a provider outage
+                        log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {_short(exc)}", exc_info=exc)
+                    error, retryable = exc, fault or isinstance(exc, _RETRYABLE)
                 errors.append(f"{name}: {type(error).__name__}: {_short(error)}")
                 log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
                 if not retryable or attempt == self._retry.num_retries:
@@ -337,19 +340,13 @@ def _retry_after(error: BaseException) -> float | None:
     return value if value >= 0 else None
 
 
-def _is_retryable(error: Exception, model: str) -> bool:
-    """Retry 429s, 5xx, timeouts and broken connections, and faults inside the client libraries.
+def _client_fault(error: Exception) -> bool:
+    """Whether `error` came from inside the client libraries rather than from the provider (retried).
 
-    The second kind is not the provider saying no: LiteLLM 1.110 can raise a bare `LookupError` from
-    its own context-variable bookkeeping, now and then, on a call that would have worked. Its
-    traceback is logged, because it is a bug to report, not a provider outage.
+    LiteLLM 1.110 can raise a bare `LookupError` from its own context-variable bookkeeping, now and
+    then, on a call that would have worked.
     """
-    if isinstance(error, _RETRYABLE):
-        return True
-    if type(error).__module__.startswith(_API_ERROR_MODULES):
-        return False
-    log.error("llm.client_fault", model=model, error=f"{type(error).__name__}: {_short(error)}", exc_info=error)
-    return True
+    return not type(error).__module__.startswith(_API_ERROR_MODULES)
 
 
 def _short(error: BaseException, limit: int = 200) -> str:

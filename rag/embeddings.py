@@ -202,7 +202,6 @@ class DenseEmbedder:
         self.batch_size = batch_size or (API_BATCH_SIZE if model.startswith("litellm/") else LOCAL_BATCH_SIZE)
         self._litellm_model: str | None = None
         self._fastembed: Any = None
-        self.max_tokens = ENCODER_MAX_TOKENS
         if model == MINILM_NAME:
             cache_root = cache_dir or Path(tempfile.gettempdir()) / "bot-gateway-models"
             path = onnx_path or minilm_onnx_path()
@@ -216,8 +215,8 @@ class DenseEmbedder:
             self.dim = int(self._fastembed.embedding_size)
         if self._fastembed is not None:
             self._tokenizer, self.max_tokens = _counting_tokenizer(self._fastembed)
-        else:
-            self._tokenizer = _load_tokenizer(str(MINILM_DIR / "tokenizer.json"))
+        else:  # an API model: MiniLM's tokenizer and window stand in (module docstring)
+            self._tokenizer, self.max_tokens = _load_tokenizer(str(MINILM_DIR / "tokenizer.json")), ENCODER_MAX_TOKENS
 
     @classmethod
     def from_settings(cls, settings: EmbeddingSettings, **kwargs: Any) -> "DenseEmbedder":
