@@ -14,9 +14,9 @@ three answers from rank 2 to rank 1 (MRR 0.855 -> 0.885) and changes no STICI ra
 20-40 words and exponents 0.1-0.5 gave 0.867-0.885 (bench/README.md).
 - A coverage prior (`coverage_prior`): the fused score is scaled by
   ((COVERAGE_PRIOR_FLOOR + c) / (COVERAGE_PRIOR_FLOOR + 1)) ** COVERAGE_PRIOR_EXPONENT, where c is
-  the share of the query's BM25 idf mass the chunk holds (`term_coverage`). Why: RRF only sees
-  ranks, so a chunk that holds one rare query word high in BM25 and sits mid-list in dense ties
-  with the chunk that holds all of them. On S10 this moves MRR 0.885 -> 0.907 and STICI
+  the share of the query's BM25 idf mass the chunk holds (`term_coverage`, framing words left
+  out). Why: RRF only sees ranks, so a chunk that holds one rare query word high in BM25 and sits
+  mid-list in dense ties with the chunk that holds all of them. On S10 this moves MRR 0.885 -> 0.907 and STICI
   0.623 -> 0.638; floors 0.05-0.2 with exponents 0.5-1 gave 0.905-0.909 / 0.628-0.638 (bench/README.md).
 - A sentence prior (`sentence_prior`): the fused score is scaled by
   exp(SENTENCE_PRIOR_WEIGHT × (s − 1)), where s is the best cosine between the query and one of the
@@ -41,12 +41,14 @@ Gate 1 (no relevant chunk → the answer step gets no chunks):
   idf, so an off-topic question's foreign words pull its coverage down. Why: MiniLM gives short or
   vague on-topic questions ("Who was Duke Stelmane?", "What can moss be used for?") cosines as low
   as off-topic ones, but their words are all in one chunk; off-topic questions share only some
-  common words with the knowledge base. A query passes when
-  `best dense + lexical_credit × coverage >= min_dense_score`; with several queries, when any does.
+  common words with the knowledge base. Words that frame the question rather than name its subject
+  (`FRAMING_WORDS`: "mentioned", "references", "compare") are left out of the coverage. A query
+  passes when `best dense + lexical_credit × coverage >= min_dense_score`; with several queries,
+  when any does.
 - Below the bar the search is refused, unless a strong keyword hit overrides:
-  one chunk from the BM25 arm contains at least `KEYWORD_MIN_COVERAGE` of the query's content
-  terms (BM25 terms: stopwords dropped, stemmed), at least one of those shared terms is written
-  like a literal in the query (has a digit or inner punctuation such as `E-1043` or `mo.ui.text`,
+  one chunk from the BM25 arm contains at least `KEYWORD_MIN_COVERAGE` of the query's subject
+  terms (BM25 terms: stopwords and framing words dropped, stemmed), at least one of those shared
+  terms is written like a literal in the query (has a digit or inner punctuation such as `E-1043` or `mo.ui.text`,
   or is capitalised other than as the first word, such as `Business Plus`) AND is rare in the
   bot's collection (in at most `max(KEYWORD_RARE_MIN_DF, KEYWORD_RARE_RATIO × chunks)` chunks),
   and the chunk's BM25 score is at least `retrieval.keyword_override_score`. An exact plan name, error
@@ -82,32 +84,34 @@ in `DEFAULT_LEXICAL_CREDIT`."""
 DEFAULT_LEXICAL_CREDIT = 0.20
 """How far full lexical coverage lowers the gate-1 bar (to 0.46 - 0.20 = 0.26).
 
-Calibrated 2026-11-30 on ../shared/fixtures/rag, full gate incl. keyword override (re-measured at
-07:55 UTC with the unknown-word override, which moved only the two STICI rows). Off-topic =
-each corpus asked the other's questions (50 S10 questions against the 20 single_topic_rag_eval
-documents, 119 single_topic questions against the S10 manual); the prompt-injection fixture
-strings are shown for information (they are not questions about anything):
+Calibrated 2026-11-30 on ../shared/fixtures/rag, full gate incl. keyword override and framing words
+(re-measured at 15:50 UTC with `FRAMING_WORDS`, which moved only the STICI and injection rows).
+Off-topic = each corpus asked the other's questions (50 S10 questions against the 20
+single_topic_rag_eval documents, 119 single_topic questions against the S10 manual); the
+prompt-injection fixture strings are shown for information (they are not questions about anything):
 
     min_dense_score (lexical_credit 0.20)   0.40   0.42   0.44   0.46   0.48   0.50 | 0.38, credit 0 (before)
     off-topic refused (S10 q → STICI)       0.86   0.90   0.96   0.98   0.98   0.98 | 0.98
     off-topic refused (STICI q → S10)       0.93   0.96   0.97   0.97   0.97   0.98 | 0.97
     answerable refused, S10 (50)            0.00   0.00   0.00   0.00   0.00   0.00 | 0.04
-    answerable refused, STICI (79)          0.09   0.13   0.14   0.14   0.19   0.24 | 0.32
-    STICI's 40 on-topic unanswerable        0.18   0.28   0.30   0.33   0.35   0.45 | 0.47
-    injection strings (124) → S10           0.72   0.77   0.79   0.83   0.85   0.89 | 0.81
-    injection strings (124) → STICI         0.72   0.79   0.83   0.85   0.90   0.94 | 0.85
+    answerable refused, STICI (79)          0.06   0.09   0.10   0.10   0.16   0.22 | 0.32
+    STICI's 40 on-topic unanswerable        0.18   0.28   0.30   0.33   0.35   0.43 | 0.47
+    injection strings (124) → S10           0.72   0.76   0.80   0.82   0.85   0.89 | 0.81
+    injection strings (124) → STICI         0.71   0.78   0.81   0.85   0.90   0.94 | 0.85
 
 Rule: the lowest false refusals that keep >= 95% off-topic refusals on both corpora, with a point
 of margin. For each credit, the best bar (before the unknown-word override): 0.10 → 0.39 (STICI
 false refusals 19%), 0.15 → 0.42 (16.5%), 0.20 → 0.44-0.46 (16.5%), 0.25 → 0.47 (16.5%), 0.30 →
 0.52 (16.5%); 0.20 with 0.46 is the middle of that plateau with 97-98% off-topic refusals (0.44
 would leave 96%). With that override: 0.15 → 0.42 (13.9%), 0.20 → 0.44-0.46 (13.9%), 0.25 → 0.48
-(13.9%, 96% off-topic): the same plateau, so the values stay.
-Still above the 3% target on STICI (11 of 79): its questions are vague ("What are the key topics of this
-article?", "Where is broadcasting used?") and score 0.13-0.35 against the right chunk, the band of
-off-topic questions, and some of their words sit in different chunks. Its own 40 unanswerables
-are on-topic (same documents); no similarity gate can separate them, they are for gate 2 and the
-answer step.
+(13.9%, 96% off-topic). With framing words too: 0.15 → 0.42 (11.4%, 96%), 0.20 → 0.44-0.46
+(10.1%), 0.25 → 0.48 (10.1%, 96%), 0.30 → 0.52 (10.1%, 96%): the same plateau, so the values stay.
+Still above the 3% target on STICI (8 of 79): its questions are vague ("Where is broadcasting
+used?", "Do I have to do something all by myself to be acknowledged for it?") and score 0.13-0.35
+against the right chunk, the band of off-topic questions; four of them score under 0.22, below even
+the 0.26 the bar comes down to when one chunk holds all of a question's words. Its own
+40 unanswerables are on-topic (same documents); no similarity gate can separate them, they are for
+gate 2 and the answer step.
 """
 COVERAGE_CANDIDATES = 10
 COVERAGE_PRIOR_FLOOR = 0.1
@@ -120,6 +124,20 @@ UNKNOWN_WORD_MIN_PIECES = 3
 """On 2026-11-30 this let through 2 more of STICI's 79 answerable questions and no off-topic one
 (2 pieces: the same; without the literal-looking condition, a lowercase word such as "opacity" let
 an off-topic question through): bench/README.md."""
+FRAMING_WORDS = frozenset("""
+    mention mentioned mentions refer reference references referenced context contexts
+    say says said talk discuss describe explain tell information info detail details example examples
+    topic topics article document text passage section page
+    compare comparison difference differences differ similar versus
+""".split())
+"""Words that frame a question rather than name its subject ("In what contexts is BERT mentioned?",
+"What references to alcohol are there?", "How do the plans compare?"): left out of lexical coverage
+and of the keyword rule's share, because a chunk that answers such a question rarely repeats them,
+and a knowledge base that lacks them gives them the highest idf. Kept to words about documents and
+comparison, which name no subject in any domain. On 2026-11-30 this let through 3 more of STICI's 79
+answerable questions and no off-topic one; adding generic nouns (option, form, kind, type, way,
+source) let through 2 more and one off-topic question ("What forms of exercise did we do?" against
+the S10 manual): bench/README.md."""
 MULTI_QUERY_RRF_K = 60
 SHORT_CONTENT_WORDS = 30
 SHORT_CONTENT_EXPONENT = 0.25
@@ -167,6 +185,7 @@ class HybridSearch:
         self.index = index
         self.dense = dense
         self.sparse = sparse
+        self._framing_terms = frozenset().union(*(sparse.terms(word) for word in FRAMING_WORDS))
 
     async def search(self, bot: str, queries: list[str], retrieval: RetrievalSettings) -> SearchResult:
         """Top `retrieval.k` chunks for the queries, or a refusal when nothing is relevant."""
@@ -175,6 +194,8 @@ class HybridSearch:
             return SearchResult((), True, "empty query", None)
         dense_vectors = await self.dense.aembed_queries(queries)
         sparse_vectors = await self.sparse.aembed_queries(queries)
+        # The BM25 arm searches with every term; coverage and the keyword rule weigh only the subject's.
+        subject_vectors = [subject_terms(sv, self._framing_terms) for sv in sparse_vectors]
         # The priors re-order at least the fused top RERANK_DEPTH even when k is smaller, so a
         # bot's top 5 is the benchmark's top 5 (measured at k=10), not a re-ordered RRF top 5.
         depth = max(retrieval.k, RERANK_DEPTH)
@@ -186,14 +207,14 @@ class HybridSearch:
         sparse_top: list[tuple[int, qm.ScoredPoint]] = []
         evidence: list[tuple[float, float]] = []  # per query: (best dense cosine, lexical coverage)
         stats = await self.index.term_stats(bot)
-        for i, (dv, sv) in enumerate(zip(dense_vectors, sparse_vectors)):
+        for i, (dv, sv, subject) in enumerate(zip(dense_vectors, sparse_vectors, subject_vectors)):
             # The priors only re-order RRF's top hits: lifting candidates from further down cost STICI
             # recall@10 (0.873 -> 0.848) and bought nothing (bench/README.md).
             arms = await self.index.hybrid_query(bot, dv, sv, prefetch=retrieval.prefetch, limit=per_query_limit)
             sentences = await self.index.sentence_vectors(bot, [str(p.id) for p in arms.fused])
             fused_lists.append(_weigh(
                 arms.fused,
-                coverage_of={str(p.id): term_coverage(sv, p, stats) for p in arms.fused},
+                coverage_of={str(p.id): term_coverage(subject, p, stats) for p in arms.fused},
                 sentence_of=best_sentence_scores(dv, sentences),
             ))
             for p in arms.dense:
@@ -203,7 +224,7 @@ class HybridSearch:
             sparse_top.extend((i, p) for p in arms.sparse[:KEYWORD_CANDIDATES])
             if arms.dense:
                 gate_candidates = arms.dense[:COVERAGE_CANDIDATES] + arms.sparse[:COVERAGE_CANDIDATES]
-                evidence.append((arms.dense[0].score, lexical_coverage(sv, gate_candidates, stats)))
+                evidence.append((arms.dense[0].score, lexical_coverage(subject, gate_candidates, stats)))
 
         hits = _fuse(fused_lists, dense_scores, sparse_scores, single=len(queries) == 1)[: retrieval.k]
         best = max(dense_scores.values(), default=None)
@@ -214,7 +235,7 @@ class HybridSearch:
         bar = f"{dense_best:.3f} + {retrieval.lexical_credit} x coverage {coverage:.2f}"
         if dense_best + retrieval.lexical_credit * coverage >= retrieval.min_dense_score:
             return SearchResult(tuple(hits), False, f"best dense {bar} >= {retrieval.min_dense_score}", best, lexical_coverage=coverage)
-        override = await self._keyword_override(queries, sparse_vectors, sparse_top, stats, retrieval)
+        override = await self._keyword_override(queries, subject_vectors, sparse_top, stats, retrieval)
         if override:
             return SearchResult(tuple(hits), False, override, best, keyword_override=True, lexical_coverage=coverage)
         reason = f"best dense {bar} < {retrieval.min_dense_score} and no strong keyword hit"
@@ -223,7 +244,7 @@ class HybridSearch:
     async def _keyword_override(
         self,
         queries: list[str],
-        sparse_vectors: list[qm.SparseVector],
+        subject_vectors: list[qm.SparseVector],
         candidates: list[tuple[int, qm.ScoredPoint]],
         stats: TermStats,
         retrieval: RetrievalSettings,
@@ -235,7 +256,7 @@ class HybridSearch:
         for qi, point in candidates:
             if point.score < retrieval.keyword_override_score:
                 continue
-            query_terms = set(sparse_vectors[qi].indices)
+            query_terms = set(subject_vectors[qi].indices)
             if not query_terms:
                 continue
             shared = query_terms & _chunk_terms(point)
@@ -253,6 +274,14 @@ class HybridSearch:
                         f"is in a top BM25 hit and in only {stats.df.get(term, 0)} chunk(s)"
                     )
         return None
+
+
+def subject_terms(query: qm.SparseVector, framing: frozenset[int]) -> qm.SparseVector:
+    """The query's BM25 vector without its `FRAMING_WORDS` terms; the whole query when nothing else is left."""
+    kept = [(term, weight) for term, weight in zip(query.indices, query.values) if term not in framing]
+    if not kept or len(kept) == len(query.indices):
+        return query
+    return qm.SparseVector(indices=[t for t, _ in kept], values=[w for _, w in kept])
 
 
 def term_coverage(query: qm.SparseVector, point: qm.ScoredPoint, stats: TermStats) -> float:

@@ -20,6 +20,7 @@ from rag.search import (
     coverage_prior,
     length_prior,
     lexical_coverage,
+    subject_terms,
 )
 from rag.sources import Document, load_directory
 from tests.rag.kb import TARGET_CODE, write_kb
@@ -111,6 +112,24 @@ def test_lexical_coverage_weighs_query_terms_by_idf_and_counts_unknown_terms():
     foreign = qm.SparseVector(indices=[1, 3], values=[1.0, 1.0])
     assert lexical_coverage(foreign, [chunk(1)], stats) < common_only * 1.5  # the unknown word weighs most
     assert lexical_coverage(qm.SparseVector(indices=[], values=[]), [chunk(1)], stats) == 0.0
+
+
+async def test_gate_coverage_leaves_out_the_words_that_frame_a_question(kb):
+    # "references" is in no chunk, so it would weigh most and pull the coverage of a question about
+    # refunds down; it frames the question and names nothing the answer must hold.
+    framed = await kb.search("acme", ["What references to refunds are there?"], RETRIEVAL)
+    assert framed.lexical_coverage == 1.0 and not framed.refused
+    assert framed.hits[0].heading_path == ("Billing", "Refunds")
+    # Framing words lend nothing to an off-topic subject.
+    off_topic = await kb.search("acme", ["What does the article say about the Eiffel Tower?"], RETRIEVAL)
+    assert off_topic.refused and off_topic.lexical_coverage == 0.0
+
+
+def test_subject_terms_drop_framing_terms_but_never_the_whole_query():
+    query = qm.SparseVector(indices=[1, 2, 3], values=[0.5, 1.0, 1.5])
+    assert subject_terms(query, frozenset({2})) == qm.SparseVector(indices=[1, 3], values=[0.5, 1.5])
+    assert subject_terms(query, frozenset({1, 2, 3})) is query  # a question made only of framing words
+    assert subject_terms(query, frozenset()) is query
 
 
 async def test_term_stats_follow_the_index_writes(kb, index, dense, sparse, sessions):
