@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag.chunking import _split_words, chunk_document
+from rag.chunking import _fit_head, _split_words, chunk_document
 from rag.embeddings import ENCODER_MAX_TOKENS
 
 LONG_FENCE = "```python\n" + "\n".join(f"value_{i} = compute(alpha, beta, gamma, {i})" for i in range(90)) + "\n```"
@@ -133,6 +134,38 @@ def test_split_words_sums_word_counts_and_still_fits_a_counter_that_is_not_addit
     # Characters are not additive over words (the spaces count too): the exact cut takes over.
     pieces = _split_words("aa " * 20, budget=8, size=len)
     assert pieces and all(len(p) <= 8 for p in pieces) and " ".join(pieces).split() == ["aa"] * 20
+
+
+@pytest.mark.parametrize("prefix", ["", "Guide > Setup"])
+def test_fit_head_takes_the_longest_start_that_fits_with_summed_or_exact_counts(dense, prefix):
+    body = " ".join(f"Step {i} connects unit-{i} to port {i}." for i in range(80))
+
+    def fits(head: str, count) -> bool:
+        return count(f"{prefix}\n\n{head}" if prefix else head) <= 100
+
+    def next_word_end(head: str) -> int:
+        rest = body[len(head):].lstrip()
+        return len(body) - len(rest) + len(rest.split()[0])
+
+    # A word-piece counter: the summed word counts find the cut.
+    head = _fit_head(body, prefix=prefix, count_tokens=dense.count_tokens, max_tokens=100)
+    assert body.startswith(head) and fits(head, dense.count_tokens)
+    assert not fits(body[: next_word_end(head)], dense.count_tokens)
+    # Characters do not add up over words (the spaces count too): the binary search answers.
+    head = _fit_head(body, prefix=prefix, count_tokens=len, max_tokens=100)
+    assert body.startswith(head) and fits(head, len) and not fits(body[: next_word_end(head)], len)
+
+
+def test_chunk_document_counts_each_distinct_text_once(dense):
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return dense.count_tokens(text)
+
+    text = "# Guide\n\n" + "\n\n".join(f"Step {i} connects the unit to port {i} and waits. " * 12 for i in range(20))
+    chunks = chunk_document(text, fmt="markdown", title="Guide", bot="b", source="s", doc_id="d", count_tokens=count, max_tokens=128, text_tokens=384)
+    assert chunks and len(counted) == len(set(counted))
 
 
 _word = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=30)
