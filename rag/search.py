@@ -16,8 +16,8 @@ three answers from rank 2 to rank 1 (MRR 0.855 -> 0.885) and changes no STICI ra
   ((COVERAGE_PRIOR_FLOOR + c) / (COVERAGE_PRIOR_FLOOR + 1)) ** COVERAGE_PRIOR_EXPONENT, where c is
   the share of the query's BM25 idf mass the chunk holds (`term_coverage`, framing words left
   out). Why: RRF only sees ranks, so a chunk that holds one rare query word high in BM25 and sits
-  mid-list in dense ties with the chunk that holds all of them. On S10 this moves MRR 0.885 -> 0.907 and STICI
-  0.623 -> 0.638; floors 0.05-0.2 with exponents 0.5-1 gave 0.905-0.909 / 0.628-0.638 (bench/README.md).
+  mid-list in dense ties with the chunk that holds all of them. On S10 this moves MRR 0.885 ->
+  0.907 and STICI 0.623 -> 0.638; floors 0.05-0.2 with exponents 0.5-1 gave 0.905-0.909 / 0.628-0.638 (bench/README.md).
 - A sentence prior (`sentence_prior`): the fused score is scaled by
   exp(SENTENCE_PRIOR_WEIGHT × (s − 1)), where s is the best cosine between the query and one of the
   chunk's sentences (their vectors are stored at ingest as a Qdrant multivector and read back for
@@ -48,12 +48,12 @@ Gate 1 (no relevant chunk → the answer step gets no chunks):
 - Below the bar the search is refused, unless a strong keyword hit overrides:
   one chunk from the BM25 arm contains at least `KEYWORD_MIN_COVERAGE` of the query's subject
   terms (BM25 terms: stopwords and framing words dropped, stemmed), at least one of those shared
-  terms is written like a literal in the query (has a digit or inner punctuation such as `E-1043` or `mo.ui.text`,
-  or is capitalised other than as the first word, such as `Business Plus`) AND is rare in the
-  bot's collection (in at most `max(KEYWORD_RARE_MIN_DF, KEYWORD_RARE_RATIO × chunks)` chunks),
-  and the chunk's BM25 score is at least `retrieval.keyword_override_score`. An exact plan name, error
-  code or menu path is exactly that: a rare literal token, which MiniLM embeds poorly, while an
-  off-topic question shares at most common words with the knowledge base.
+  terms is written like a literal in the query (has a digit or inner punctuation such as `E-1043`
+  or `mo.ui.text`, or is capitalised other than as the first word, such as `Business Plus`) AND is
+  rare in the bot's collection (in at most `max(KEYWORD_RARE_MIN_DF, KEYWORD_RARE_RATIO × chunks)`
+  chunks), and the chunk's BM25 score is at least `retrieval.keyword_override_score`. An exact
+  plan name, error code or menu path is exactly that: a rare literal token, which MiniLM embeds
+  poorly, while an off-topic question shares at most common words with the knowledge base.
 - A name the encoder does not know also overrides, however few of the query's other words the chunk
   holds: a literal-looking word that is one BM25 term, that the encoder's vocabulary splits into at
   least `UNKNOWN_WORD_MIN_PIECES` word pieces (`Karpathy` → ka ##rp ##athy, `BM25` → b ##m ##25; the
@@ -85,7 +85,7 @@ DEFAULT_LEXICAL_CREDIT = 0.20
 """How far full lexical coverage lowers the gate-1 bar (to 0.46 - 0.20 = 0.26).
 
 Calibrated 2026-11-30 on ../shared/fixtures/rag, full gate incl. keyword override and framing words
-(re-measured at 15:50 UTC with `FRAMING_WORDS`, which moved only the STICI and injection rows).
+(re-measured at 15:05 UTC with `FRAMING_WORDS`, which moved only the STICI and injection rows).
 Off-topic = each corpus asked the other's questions (50 S10 questions against the 20
 single_topic_rag_eval documents, 119 single_topic questions against the S10 manual); the
 prompt-injection fixture strings are shown for information (they are not questions about anything):
