@@ -12,6 +12,7 @@ message that says what to do.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from collections.abc import Iterable, Sequence
 from typing import Protocol
@@ -33,6 +34,10 @@ SPARSE = "bm25"
 SENTENCES = "sentences"
 RRF_K = 2
 """Qdrant's own RRF constant; a sweep (bench/README.md) showed 2, 10 and 60 rank alike."""
+LAYOUT_RECHECK_S = 300.0
+"""How long a collection read without sentence vectors is taken at its word. Why not for good: with a
+shared server another replica's ingest rebuilds the collection, and this process should then rank
+with the sentence prior again without a restart (the same period as the term statistics)."""
 PAYLOAD_FIELDS = ("chunk_id", "source", "document", "title", "heading_path", "url", "text")
 
 
@@ -104,7 +109,8 @@ def lacks_sentences(exc: Exception, bot: str) -> bool:
 
 
 def warn_without_sentences(bot: str) -> None:
-    """Say once per bot that its index predates sentence vectors (search ranks without that prior)."""
+    """Tell the operator that the bot's index predates sentence vectors (search ranks without that
+    prior); each index says it when it reads such a layout, not on every search."""
     log.warning("the index has no sentence vectors; run `gateway ingest` to rebuild it", extra={"bot": bot})
 
 
@@ -158,6 +164,8 @@ class QdrantIndex:
         self._known: set[str] = set()  # collections seen to exist
         self._checked: set[str] = set()  # ... and checked against the embedder and the layout
         self._has_sentences: dict[str, bool] = {}  # bot -> its collection's layout has sentence vectors
+        self._layout_read_at: dict[str, float] = {}  # bot -> when that was read, by `clock`
+        self.clock = time.monotonic  # a test moves it past LAYOUT_RECHECK_S
         self._term_stats = TermStatsCache()
 
     @classmethod
@@ -297,14 +305,18 @@ class QdrantIndex:
         return sentence_matrices((str(r.id), r.vector) for r in records)
 
     async def _has_sentence_vectors(self, bot: str) -> bool:
-        """Whether the bot's collection has the `SENTENCES` vector, read from its layout once per
-        process (`ensure_collection` records it too). Why read: local mode silently returns points
-        without a vector the collection lacks, and a server refuses the request."""
-        if bot not in self._has_sentences:
-            vectors = (await self._call(self.client.get_collection(collection_name(bot)))).config.params.vectors
-            self._has_sentences[bot] = isinstance(vectors, dict) and SENTENCES in vectors
-            if not self._has_sentences[bot]:
-                warn_without_sentences(bot)
+        """Whether the bot's collection has the `SENTENCES` vector, read from its layout
+        (`ensure_collection` records it too); a "no" is read again after `LAYOUT_RECHECK_S`. Why
+        read: local mode silently returns points without a vector the collection lacks, and a server
+        refuses the request."""
+        known = self._has_sentences.get(bot)
+        if known or (known is False and self.clock() - self._layout_read_at[bot] < LAYOUT_RECHECK_S):
+            return known
+        vectors = (await self._call(self.client.get_collection(collection_name(bot)))).config.params.vectors
+        self._has_sentences[bot] = isinstance(vectors, dict) and SENTENCES in vectors
+        self._layout_read_at[bot] = self.clock()
+        if not self._has_sentences[bot]:
+            warn_without_sentences(bot)
         return self._has_sentences[bot]
 
     async def _scan_terms(self, bot: str) -> TermStats:

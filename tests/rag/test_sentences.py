@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ import rag.search
 from gateway.settings import QdrantSettings, RetrievalSettings, SourceSettings
 from rag.chunking import MAX_SENTENCES, chunk_document, split_sentences
 from rag.edge_index import _config
-from rag.index import DENSE, SPARSE, collection_name, open_index
+from rag.index import DENSE, LAYOUT_RECHECK_S, SPARSE, QdrantIndex, collection_name, open_index
 from rag.ingest import Ingestor
 from rag.search import HybridSearch, _weigh, best_sentence_scores, sentence_prior
 from rag.sources import Document
@@ -148,6 +149,29 @@ async def test_an_index_from_before_sentence_vectors_is_rebuilt_by_the_next_inge
         assert set(await index.sentence_vectors("acme", ids)) == set(ids)
     finally:
         await index.close()
+
+
+async def test_a_layout_without_sentence_vectors_is_read_again_after_a_while(tmp_path, dense, sparse, sessions):
+    # Two processes on one shared server, here two indexes on one client: the first reads the old
+    # layout, then the second's ingest rebuilds the collection.
+    settings = QdrantSettings(path=str(tmp_path / "qdrant"))
+    source = SourceSettings(name="docs", type="directory", path=str(write_kb(tmp_path / "kb")))
+    first = open_index(settings)
+    await Ingestor(first, dense, sparse, sessions).ingest_source("acme", source)
+    await first.close()
+    await _replace_with_old_layout(settings, dense.dim)
+    client = AsyncQdrantClient(path=settings.path)
+    reader, writer = QdrantIndex(client), QdrantIndex(client)
+    try:
+        assert await reader.sentence_vectors("acme", ["00000000-0000-4000-8000-000000000001"]) == {}
+        await Ingestor(writer, dense, sparse, sessions).ingest_source("acme", source)
+        ids = [str(p.id) for p in (await client.scroll(collection_name("acme"), limit=3))[0]]
+        assert await reader.sentence_vectors("acme", ids) == {}  # its answer holds for a while ...
+        now = time.monotonic()
+        reader.clock = lambda: now + LAYOUT_RECHECK_S + 1
+        assert set(await reader.sentence_vectors("acme", ids)) == set(ids)  # ... then it reads again
+    finally:
+        await client.close()
 
 
 async def _replace_with_old_layout(settings: QdrantSettings, dim: int) -> None:
