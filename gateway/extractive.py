@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.extracts import Extract, parse_extracts, parse_fallback, terms
+from rag.framing import FRAMING_WORDS
 
 MIN_COVERAGE = 0.35
 MAX_SENTENCES = 3
@@ -27,6 +28,7 @@ _ABOUT_PAGE = re.compile(
     r"^(?:how to\b|learn (?:how|about)\b|find out\b|(?:this|the following) (?:page|article|guide|section|document|"
     r"chapter|faq)\b|here (?:you|we)\b|(?:on|in) this (?:page|article|guide|section)\b)", re.I)
 _QUESTION_WORDS = frozenset("how what why when where which who whom whose can do does is are should".split())
+_FRAMING_TERMS = frozenset(terms(" ".join(FRAMING_WORDS)))
 
 
 def _content(message: dict[str, Any]) -> str:
@@ -41,7 +43,8 @@ def answer(messages: list[dict[str, Any]]) -> str:
     system = "\n".join(_content(m) for m in messages if m.get("role") == "system")
     fallback = parse_fallback(system)
     question = next((_content(m) for m in reversed(messages) if m.get("role") == "user"), "")
-    wanted = terms(question)
+    # "What references to refunds are there?" asks about refunds: no sentence need say "references".
+    wanted = terms(question) - _FRAMING_TERMS or terms(question)
     extracts = parse_extracts(system)
     candidates = [Candidate(e, i, terms(s)) for e in extracts for i, s in enumerate(e.sentences)]
     if not wanted or not candidates:

@@ -75,6 +75,7 @@ from qdrant_client import models as qm
 
 from gateway.settings import RetrievalSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
+from rag.framing import FRAMING_WORDS
 from rag.index import SPARSE, KnowledgeIndex
 from rag.term_stats import TermStats
 
@@ -124,20 +125,6 @@ UNKNOWN_WORD_MIN_PIECES = 3
 """On 2026-11-30 this let through 2 more of STICI's 79 answerable questions and no off-topic one
 (2 pieces: the same; without the literal-looking condition, a lowercase word such as "opacity" let
 an off-topic question through): bench/README.md."""
-FRAMING_WORDS = frozenset("""
-    mention mentioned mentions refer reference references referenced context contexts
-    say says said talk discuss describe explain tell information info detail details example examples
-    topic topics article document text passage section page
-    compare comparison difference differences differ similar versus
-""".split())
-"""Words that frame a question rather than name its subject ("In what contexts is BERT mentioned?",
-"What references to alcohol are there?", "How do the plans compare?"): left out of lexical coverage
-and of the keyword rule's share, because a chunk that answers such a question rarely repeats them,
-and a knowledge base that lacks them gives them the highest idf. Kept to words about documents and
-comparison, which name no subject in any domain. On 2026-11-30 this let through 3 more of STICI's 79
-answerable questions and no off-topic one; adding generic nouns (option, form, kind, type, way,
-source) let through 2 more and one off-topic question ("What forms of exercise did we do?" against
-the S10 manual): bench/README.md."""
 MULTI_QUERY_RRF_K = 60
 SHORT_CONTENT_WORDS = 30
 SHORT_CONTENT_EXPONENT = 0.25

@@ -11,7 +11,7 @@ from gateway.offline_llm import answer, split_sentences, stem
 from gateway.pipeline.citations import verify_citations
 from gateway.pipeline.prompts import build_messages
 from gateway.settings import BotSettings
-from tests.llm.hits import PASSWORD, PLANS, REFUNDS
+from tests.llm.hits import PASSWORD, PLANS, REFUNDS, FakeHit
 
 BOT = BotSettings(name="demo", fallback_text="Sorry, our help center does not cover that.")
 
@@ -54,6 +54,20 @@ async def test_offline_falls_back_when_nothing_overlaps(router: LLMRouter) -> No
     result = await router.complete(model="offline", messages=messages)
 
     assert result.text == BOT.fallback_text
+
+
+async def test_offline_looks_for_the_subject_not_the_words_that_frame_the_question(router: LLMRouter) -> None:
+    # Every extract mentions refunds, so that word alone weighs little; "references", which none
+    # holds, weighed as much again and left no sentence enough of the question.
+    billing = FakeHit("## Billing\nWe charge your card monthly. Refunds and credits show on the next invoice.",
+                      "billing/index.md", "Billing", ("Billing",))
+    contact = FakeHit("## Contact\nWrite to support about refunds, invoices or login problems.", "contact.md", "Contact")
+    hits = [billing, contact, REFUNDS]
+    messages = build_messages(BOT, history=[], user_text="What references to refunds are there?", hits=hits)
+
+    result = await router.complete(model="offline", messages=messages)
+
+    assert "refund within 30 days" in result.text and markers(result.text) == {3}
 
 
 async def test_offline_answers_the_last_user_message(router: LLMRouter) -> None:
