@@ -27,6 +27,8 @@ _PRONOUN = re.compile(r"^(?:it|its|they|their|this|these|that|those|he|she)\b", 
 _ABOUT_PAGE = re.compile(
     r"^(?:how to\b|learn (?:how|about)\b|find out\b|(?:this|the following) (?:page|article|guide|section|document|"
     r"chapter|faq)\b|here (?:you|we)\b|(?:on|in) this (?:page|article|guide|section)\b)", re.I)
+# "How do I reset my password?" asks for a procedure: its answer is the numbered steps.
+_HOW_TO = re.compile(r"^\s*(?:how (?:do|can|should|would|may) (?:i|we|you|one)\b|how to\b|what are the steps\b)", re.I)
 _QUESTION_WORDS = frozenset("how what why when where which who whom whose can do does is are should".split())
 _FRAMING_TERMS = frozenset(terms(" ".join(FRAMING_WORDS)))
 
@@ -70,7 +72,8 @@ def answer(messages: list[dict[str, Any]]) -> str:
     scored.sort(key=lambda item: -item[0])
     if not scored or scored[0][0] < MIN_COVERAGE:
         return fallback
-    return " ".join(_cite(text, n) for n, text in _select(scored, wanted))
+    steps = _steps(scored[0][1], wanted) if _HOW_TO.match(question) else []
+    return " ".join(_cite(text, n) for n, text in steps or _select(scored, wanted))
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +174,33 @@ def _select(scored: list[tuple[float, Candidate]], wanted: set[str]) -> list[tup
     # Best extract first; within an extract, keep the text's own order so it reads naturally.
     order = {n: i for i, n in enumerate(dict.fromkeys(n for n, _ in chosen))}
     return [(n, chosen[(n, pos)]) for n, pos in sorted(chosen, key=lambda k: (order[k[0]], k[1]))]
+
+
+def _steps(best: Candidate, wanted: set[str]) -> list[tuple[int, str]]:
+    """The numbered steps of the best sentence's section, when its title and heading name every word
+    of a how-to question ("Resetting a forgotten password"); else none. Why: steps rarely repeat the
+    question's words ("Choose Forgot password?"), so a side remark in the same section that does
+    ("Resetting your password signs you out") would be quoted instead of the procedure."""
+    e = best.extract
+    if not wanted <= best.section:
+        return []
+    section = _section_of(e, best.pos)
+    picked = [i for i, is_step in enumerate(e.steps) if is_step and _section_of(e, i) == section]
+    if len({e.blocks[i] for i in picked}) < 2:
+        return []  # one numbered item is not a procedure
+    out: list[tuple[int, str]] = []
+    length = 0
+    for i in picked:
+        length += len(e.sentences[i])
+        if length > MAX_ANSWER_CHARS:
+            break
+        out.append((e.n, e.sentences[i]))
+    return out
+
+
+def _section_of(e: Extract, i: int) -> str:
+    """The name of the section sentence `i` of `e` sits in."""
+    return e.subjects[i] if i < len(e.subjects) else ""
 
 
 def _previous_in_block(c: Candidate) -> str | None:

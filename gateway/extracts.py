@@ -21,6 +21,7 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 _MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
 _ITEM = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)")
+_STEP = re.compile(r"^\s*\d+[.)]\s+")  # a numbered list item: one step of a procedure
 _TERMINAL = re.compile(r"[.!?:;][\"')\]*_]*$")
 # Words a sentence cannot end on: an extract whose last words are these was cut by the chunker.
 _DANGLING = frozenset(
@@ -67,6 +68,7 @@ class Sentence:
     text: str
     block: int  # the paragraph or list item it came from: a pronoun refers back within it
     heading: str | None  # the heading above it inside the extract, if the extract holds one
+    step: bool = False  # it sits in a numbered list item
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,7 @@ class Extract:
     # Per sentence: its block number and the name of the section it sits in ("Plus" for "Plans > Plus").
     blocks: tuple[int, ...] = ()
     subjects: tuple[str, ...] = ()
+    steps: tuple[bool, ...] = ()  # per sentence: it sits in a numbered list item
 
 
 def parse_extracts(system: str) -> list[Extract]:
@@ -98,6 +101,7 @@ def parse_extracts(system: str) -> list[Extract]:
             int(attrs["n"]), frozenset(terms(f"{title} {heading}")), tuple(u.text for u in units),
             tuple(None if u.heading is None else frozenset(terms(f"{title} {u.heading}")) for u in units),
             tuple(u.block for u in units), tuple(u.heading or section for u in units),
+            tuple(u.step for u in units),
         ))
     return out
 
@@ -129,17 +133,17 @@ def sectioned_sentences(text: str) -> list[tuple[str, str | None]]:
 def sentence_units(text: str) -> list[Sentence]:
     """`split_sentences` as `Sentence` records."""
     cleaned = []
-    for block, is_item, heading in _blocks(text):
+    for block, is_item, heading, is_step in _blocks(text):
         block = _MD_LINK.sub(r"\1", _MD_PREFIX.sub("", block)).replace("**", "").replace("`", "").strip()
         pieces = [p.strip() for p in _SENTENCE_END.split(block) if p.strip()]
         if pieces and not is_item and not pieces[0][0].isupper() and not pieces[0][0].isdigit():
             pieces = pieces[1:]  # starts mid-sentence: the chunk began after the sentence did
         if pieces and not _TERMINAL.search(pieces[-1]) and (not is_item or _cut_short(pieces[-1])):
             pieces = pieces[:-1]  # stops mid-sentence: the chunk ended before the sentence did
-        cleaned.append((pieces, is_item, heading))
+        cleaned.append((pieces, is_item, heading, is_step))
     out: list[Sentence] = []
     absorbed: set[int] = set()
-    for b, (pieces, is_item, heading) in enumerate(cleaned):
+    for b, (pieces, is_item, heading, is_step) in enumerate(cleaned):
         if b in absorbed:
             continue
         if pieces and pieces[-1].endswith(":"):
@@ -155,23 +159,24 @@ def sentence_units(text: str) -> list[Sentence]:
                 absorbed.update(items)
             else:
                 pieces = pieces[:-1]
-        out.extend(Sentence(p, b, heading) for p in pieces if len(p.split()) >= 3)
+        out.extend(Sentence(p, b, heading, is_step) for p in pieces if len(p.split()) >= 3)
     return out
 
 
-def _blocks(text: str) -> list[tuple[str, bool, str | None]]:
-    """Paragraphs and list items with their wrapped lines joined: (text, is a list item, heading above)."""
-    blocks: list[tuple[str, bool, str | None]] = []
+def _blocks(text: str) -> list[tuple[str, bool, str | None, bool]]:
+    """Paragraphs and list items with their wrapped lines joined: (text, is a list item, heading
+    above, is a numbered list item)."""
+    blocks: list[tuple[str, bool, str | None, bool]] = []
     current: list[str] = []
-    is_item = False
+    is_item = is_step = False
     in_code = False
     heading: str | None = None
 
     def flush() -> None:
-        nonlocal current, is_item
+        nonlocal current, is_item, is_step
         if current:
-            blocks.append((" ".join(current), is_item, heading))
-        current, is_item = [], False
+            blocks.append((" ".join(current), is_item, heading, is_step))
+        current, is_item, is_step = [], False, False
 
     for line in text.splitlines():
         stripped = line.strip()
@@ -188,7 +193,7 @@ def _blocks(text: str) -> list[tuple[str, bool, str | None]]:
             continue
         if _ITEM.match(line):
             flush()
-            is_item = True
+            is_item, is_step = True, bool(_STEP.match(line))
         current.append(stripped)
     flush()
     return blocks

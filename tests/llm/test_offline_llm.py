@@ -70,6 +70,22 @@ async def test_offline_looks_for_the_subject_not_the_words_that_frame_the_questi
     assert "refund within 30 days" in result.text and markers(result.text) == {3}
 
 
+def test_offline_answers_a_how_to_question_with_the_steps_of_its_section() -> None:
+    reset = FakeHit(
+        "## Resetting a forgotten password\n\n1. On the sign-in page, choose **Forgot password?**.\n"
+        "2. Enter the email address of your account.\n3. Choose a new password.\n\n"
+        "Resetting your password signs you out on every other device.",
+        "account.md", "Your account", ("Your account", "Resetting a forgotten password"))
+    # The side remark holds both words of the question; the steps hold one at most.
+    messages = build_messages(BOT, history=[], user_text="How do I reset my password?", hits=[reset, PLANS])
+    assert answer(messages) == (
+        "On the sign-in page, choose Forgot password? [1]. Enter the email address of your account [1]. "
+        "Choose a new password [1].")
+    # Not a how-to question: the best sentence.
+    messages = build_messages(BOT, history=[], user_text="What happens when I reset my password?", hits=[reset, PLANS])
+    assert answer(messages).startswith("Resetting your password signs you out")
+
+
 async def test_offline_answers_the_last_user_message(router: LLMRouter) -> None:
     history = [{"role": "user", "content": "How do I reset my password?"}, {"role": "assistant", "content": "..."}]
     messages = build_messages(BOT, history=history, user_text="How long do refunds take?", hits=[PASSWORD, REFUNDS])
