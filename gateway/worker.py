@@ -193,6 +193,8 @@ class Worker:
                     if message is None:
                         break
                     if message.status == "sending":
+                        if await self._requeue_if_stalled(message):
+                            continue
                         await self._wait_for_unsettled_reply(message)
                         break
                     if message.direction == "out":
@@ -223,6 +225,19 @@ class Worker:
         async with self._sessions() as session, session.begin():
             await repo.park_lease(session, conversation_id=conversation_id, owner=self.owner, parked_owner=PARKED_OWNER,
                                   until=max(due, utcnow() + timedelta(milliseconds=100)))
+
+    async def _requeue_if_stalled(self, reply: Message) -> bool:
+        """`_requeue_stalled_sends`' rule for a reply in the conversation this worker holds: left
+        `sending` for two lease periods, it was a dead replica's; back to `pending`, to send now. Why
+        here too: while this worker waits for that reply it keeps the conversation leased or parked,
+        so the sweep, which only takes unleased conversations, could miss it for a long time."""
+        now = utcnow()
+        async with self._sessions() as session, session.begin():
+            requeued = await repo.requeue_stalled_send(session, message_id=reply.id, now=now,
+                                                       older_than=timedelta(seconds=2 * self.lease_seconds))
+        if requeued:
+            log.warning("outbound.requeued_from_dead_worker", count=1, message_id=reply.id)
+        return requeued
 
     async def _wait_for_unsettled_reply(self, reply: Message) -> None:
         """Park the conversation while an earlier reply is still `sending`, looking again every poll

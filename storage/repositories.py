@@ -215,6 +215,15 @@ async def requeue_stalled_sends(session: AsyncSession, *, now: datetime, older_t
     return result.rowcount
 
 
+async def requeue_stalled_send(session: AsyncSession, *, message_id: int, now: datetime, older_than: timedelta) -> bool:
+    """Put one reply left `sending` for longer than `older_than` back to `pending`; True when it was."""
+    result = await session.execute(
+        update(Message).where(Message.id == message_id, Message.status == "sending",
+                              Message.updated_at < now - older_than)
+        .values(status="pending").execution_options(synchronize_session=False))
+    return result.rowcount == 1
+
+
 async def next_pending(session: AsyncSession, *, conversation_id: int) -> Message | None:
     """The oldest unfinished message of a conversation: unsettled replies first, then inbound in order.
 

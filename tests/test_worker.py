@@ -226,6 +226,37 @@ async def test_a_reply_a_dead_replica_left_sending_goes_out_before_the_next_answ
     await engine.dispose()
 
 
+async def test_the_drain_requeues_a_dead_replicas_reply_without_waiting_for_the_sweep(migrated_url):
+    # While the live worker waits for the dead one's reply, it keeps the conversation leased or
+    # parked; the periodic sweep takes only unleased conversations and could miss it for long. With
+    # the sweep off, the drain itself must requeue the reply once it is two lease periods old.
+    sending = asyncio.Event()
+
+    class HangingAdapter(RecordingAdapter):
+        async def send(self, message):
+            sending.set()
+            await asyncio.sleep(3600)
+
+    engine, sessions, inbox, worker, _ = _build(migrated_url, EchoPipeline(delay=0), lease=0.5)
+    worker._outbox = Outbox(sessions, adapters={("acme", "web"): HangingAdapter()}, bus=EventBus())
+    for n in range(2):
+        await inbox.accept("acme", _msg("alice", n))
+    await worker.start()
+    await asyncio.wait_for(sending.wait(), 10)
+    await _die(worker, engine)
+
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, EchoPipeline(delay=0), lease=0.5)
+    worker._last_requeue = float("inf")  # the sweep never runs
+    await worker.start()
+    for _ in range(100):
+        if len(adapter.sent) >= 2:
+            break
+        await asyncio.sleep(0.1)
+    await worker.stop()
+    assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1"]
+    await engine.dispose()
+
+
 class StreamingPipeline(EchoPipeline):
     """Streams one token before answering, as the LLM step does."""
 
