@@ -197,39 +197,20 @@ async def test_worker_drops_bot_reply_when_operator_takes_over_mid_answer(migrat
 
 
 async def test_a_reply_a_dead_replica_left_sending_goes_out_before_the_next_answer(migrated_url):
-    # First "process": answers alice #0 and dies while sending the reply (left `sending`, lease
-    # behind), with alice #1 waiting. The next replica must not let #1's reply overtake #0's.
-    sending = asyncio.Event()
-
-    class HangingAdapter(RecordingAdapter):
-        async def send(self, message):
-            sending.set()
-            await asyncio.sleep(3600)
-
-    engine, sessions, inbox, worker, _ = _build(migrated_url, EchoPipeline(delay=0), lease=0.5)
-    worker._outbox = Outbox(sessions, adapters={("acme", "web"): HangingAdapter()}, bus=EventBus())
-    for n in range(2):
-        await inbox.accept("acme", _msg("alice", n))
-    await worker.start()
-    await asyncio.wait_for(sending.wait(), 10)
-    await _die(worker, engine)
-
-    engine, sessions, inbox, worker, adapter = _build(migrated_url, EchoPipeline(delay=0), lease=0.5)
-    await worker.start()
-    for _ in range(100):
-        if len(adapter.sent) >= 2:
-            break
-        await asyncio.sleep(0.1)
-    await worker.stop()
     # At least once for the interrupted reply (the dead replica may have reached the platform), and in order.
-    assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1"]
-    await engine.dispose()
+    assert await _replies_after_a_dead_replica(migrated_url, sweep=True) == ["echo: alice #0", "echo: alice #1"]
 
 
 async def test_the_drain_requeues_a_dead_replicas_reply_without_waiting_for_the_sweep(migrated_url):
     # While the live worker waits for the dead one's reply, it keeps the conversation leased or
     # parked; the periodic sweep takes only unleased conversations and could miss it for long. With
     # the sweep off, the drain itself must requeue the reply once it is two lease periods old.
+    assert await _replies_after_a_dead_replica(migrated_url, sweep=False) == ["echo: alice #0", "echo: alice #1"]
+
+
+async def _replies_after_a_dead_replica(url: str, *, sweep: bool) -> list[str]:
+    """A first "process" answers alice #0 and dies while sending the reply (left `sending`, lease
+    behind), with alice #1 waiting; what the next replica then sends, in order."""
     sending = asyncio.Event()
 
     class HangingAdapter(RecordingAdapter):
@@ -237,7 +218,7 @@ async def test_the_drain_requeues_a_dead_replicas_reply_without_waiting_for_the_
             sending.set()
             await asyncio.sleep(3600)
 
-    engine, sessions, inbox, worker, _ = _build(migrated_url, EchoPipeline(delay=0), lease=0.5)
+    engine, sessions, inbox, worker, _ = _build(url, EchoPipeline(delay=0), lease=0.5)
     worker._outbox = Outbox(sessions, adapters={("acme", "web"): HangingAdapter()}, bus=EventBus())
     for n in range(2):
         await inbox.accept("acme", _msg("alice", n))
@@ -245,16 +226,17 @@ async def test_the_drain_requeues_a_dead_replicas_reply_without_waiting_for_the_
     await asyncio.wait_for(sending.wait(), 10)
     await _die(worker, engine)
 
-    engine, sessions, inbox, worker, adapter = _build(migrated_url, EchoPipeline(delay=0), lease=0.5)
-    worker._last_requeue = float("inf")  # the sweep never runs
+    engine, sessions, inbox, worker, adapter = _build(url, EchoPipeline(delay=0), lease=0.5)
+    if not sweep:
+        worker._last_requeue = float("inf")  # the periodic sweep never runs
     await worker.start()
     for _ in range(100):
         if len(adapter.sent) >= 2:
             break
         await asyncio.sleep(0.1)
     await worker.stop()
-    assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1"]
     await engine.dispose()
+    return [t for _, t in adapter.sent]
 
 
 class StreamingPipeline(EchoPipeline):
