@@ -108,7 +108,7 @@ class RetrievalSettings(_Strict):
     k: int = Field(default=5, ge=1, le=50)
     prefetch: int = Field(default=40, ge=1, le=500)
     # Gate 1: refuse when best dense cosine + lexical_credit x lexical coverage < min_dense_score.
-    # Calibrated on two unrelated corpora (rag/search.py, README).
+    # Calibrated on two unrelated corpora (rag/gate.py, README).
     min_dense_score: float = Field(default=0.46, ge=-1.0, le=1.0)
     lexical_credit: float = Field(default=0.20, ge=0.0, le=1.0)
     keyword_override_score: float = Field(default=0.0, ge=0.0)

@@ -10,18 +10,8 @@ from gateway.settings import QdrantSettings, RetrievalSettings
 from rag.index import collection_name, open_index
 from rag.term_stats import TermStats
 from rag.ingest import Ingestor
-from rag.search import (
-    DEFAULT_LEXICAL_CREDIT,
-    DEFAULT_MIN_DENSE_SCORE,
-    SHORT_CONTENT_WORDS,
-    HybridSearch,
-    _fuse,
-    _weigh,
-    coverage_prior,
-    length_prior,
-    lexical_coverage,
-    subject_terms,
-)
+from rag.gate import DEFAULT_LEXICAL_CREDIT, DEFAULT_MIN_DENSE_SCORE, lexical_coverage, subject_terms
+from rag.search import SHORT_CONTENT_WORDS, HybridSearch, _fuse, _weigh, coverage_prior, length_prior
 from rag.sources import Document, load_directory
 from tests.rag.kb import TARGET_CODE, write_kb
 
