@@ -29,6 +29,7 @@ _ABOUT_PAGE = re.compile(
     r"chapter|faq)\b|here (?:you|we)\b|(?:on|in) this (?:page|article|guide|section)\b)", re.I)
 # "How do I reset my password?" asks for a procedure: its answer is the numbered steps.
 _HOW_TO = re.compile(r"^\s*(?:how (?:do|can|should|would|may) (?:i|we|you|one)\b|how to\b|what are the steps\b)", re.I)
+_OPPOSITE = {"on": "off", "off": "on", "up": "down", "down": "up", "in": "out", "out": "in"}
 _QUESTION_WORDS = frozenset("how what why when where which who whom whose can do does is are should".split())
 _FRAMING_TERMS = frozenset(terms(" ".join(FRAMING_WORDS)))
 
@@ -70,10 +71,14 @@ def answer(messages: list[dict[str, Any]]) -> str:
             score *= ABOUT_PAGE_FACTOR
         scored.append((score, c))
     scored.sort(key=lambda item: -item[0])
+    # A section need not be named after the product ("Exporting your data" answers "export my notes").
+    named = wanted - domain or wanted
+    steps = _procedure([c for _, c in scored[:1]] + candidates, named, question) if _HOW_TO.match(question) else []
+    if steps:
+        return " ".join(_cite(text, n) for n, text in steps)
     if not scored or scored[0][0] < MIN_COVERAGE:
         return fallback
-    steps = _steps(scored[0][1], wanted) if _HOW_TO.match(question) else []
-    return " ".join(_cite(text, n) for n, text in steps or _select(scored, wanted))
+    return " ".join(_cite(text, n) for n, text in _select(scored, wanted))
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,15 +181,28 @@ def _select(scored: list[tuple[float, Candidate]], wanted: set[str]) -> list[tup
     return [(n, chosen[(n, pos)]) for n, pos in sorted(chosen, key=lambda k: (order[k[0]], k[1]))]
 
 
-def _steps(best: Candidate, wanted: set[str]) -> list[tuple[int, str]]:
+def _procedure(candidates: list[Candidate], wanted: set[str], question: str) -> list[tuple[int, str]]:
+    """The steps of the first section (best sentence's first, then in retrieval order) whose title and
+    heading name every word of a how-to question; else none. Why: the steps of "Turning on 2FA" may
+    hold none of the question's words ("Go to Settings → Security"), while a side remark in another
+    section ("support can never turn off 2FA") holds them all and would be the best sentence."""
+    for c in candidates:
+        steps = _steps(c, wanted, question)
+        if steps:
+            return steps
+    return []
+
+
+def _steps(best: Candidate, wanted: set[str], question: str) -> list[tuple[int, str]]:
     """The numbered steps of the best sentence's section, when its title and heading name every word
-    of a how-to question ("Resetting a forgotten password"); else none. Why: steps rarely repeat the
+    of a how-to question ("Resetting a forgotten password") and does not flip one of its particles
+    ("turn off" is not "Turning on", though both particles are stopwords); else none. Why: steps rarely repeat the
     question's words ("Choose Forgot password?"), so a side remark in the same section that does
     ("Resetting your password signs you out") would be quoted instead of the procedure."""
     e = best.extract
-    if not wanted <= best.section:
-        return []
     section = _section_of(e, best.pos)
+    if not wanted <= best.section or _contradicts(question, section):
+        return []
     picked = [i for i, is_step in enumerate(e.steps) if is_step and _section_of(e, i) == section]
     if len({e.blocks[i] for i in picked}) < 2:
         return []  # one numbered item is not a procedure
@@ -196,6 +214,13 @@ def _steps(best: Candidate, wanted: set[str]) -> list[tuple[int, str]]:
             break
         out.append((e.n, e.sentences[i]))
     return out
+
+
+def _contradicts(question: str, heading: str) -> bool:
+    """True when the heading has the opposite particle of one in the question and not that one
+    ("turn off 2FA" against "Turning on 2FA"); the term sets drop both as stopwords."""
+    asked, named = (set(re.findall(r"[a-z]+", text.lower())) for text in (question, heading))
+    return any(_OPPOSITE[word] in named and word not in named for word in asked & _OPPOSITE.keys())
 
 
 def _section_of(e: Extract, i: int) -> str:

@@ -150,8 +150,8 @@ def sentence_units(text: str) -> list[Sentence]:
             # "Data is stored in one of two regions:" says nothing without the list that follows.
             items = []
             for k in range(b + 1, len(cleaned)):
-                if not cleaned[k][1] or cleaned[k][2] != heading or not cleaned[k][0]:
-                    break
+                if not cleaned[k][1] or cleaned[k][2] != heading or not cleaned[k][0] or (is_step and cleaned[k][3]):
+                    break  # a step's list ends at the next step ("3. Choose a format: …" then "4. …")
                 items.append(k)
             listed = "; ".join(" ".join(cleaned[k][0]).rstrip(".;,") for k in items)
             if items and len(pieces[-1]) + len(listed) <= MAX_LIST_CHARS:

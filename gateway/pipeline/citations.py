@@ -84,7 +84,7 @@ def strip_invalid_markers(text: str, *, count: int) -> tuple[str, tuple[int, ...
 
     out = _MARKER.sub(keep, text)
     # A removed marker may leave "word ." or doubled spaces behind.
-    out = re.sub(r"[ \t]+([.,;:!?])", r"\1", out)
+    out = re.sub(r"[ \t]+([.,;:!?])(?=\s|$)", r"\1", out)  # not ".md" or ".NET" mid-sentence
     out = re.sub(r"[ \t]{2,}", " ", out).strip()
     return out, tuple(cited)
 

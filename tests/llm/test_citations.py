@@ -79,3 +79,8 @@ def test_safe_url_accepts_only_http_and_https() -> None:
     for bad in ("javascript:alert(1)", "data:text/html,<b>x</b>", "JaVaScRiPt:alert(1)", "file:///etc/passwd",
                 "//example.com", "", None, "http:///nohost"):
         assert safe_url(bad) is None, bad
+
+
+def test_strip_invalid_markers_keeps_the_space_before_a_file_extension() -> None:
+    text, cited = strip_invalid_markers("One .md file per note [1] and the rest [7] .", count=1)
+    assert (text, cited) == ("One .md file per note [1] and the rest.", (1,))

@@ -195,7 +195,41 @@ def test_split_sentences_keeps_a_list_with_the_sentence_that_introduces_it() -> 
     assert split_sentences(text) == ["Data is stored in one of two regions: EU: Frankfurt; US: Oregon.",
                                      "Another line here."]
     assert split_sentences("We accept these cards:") == []
+    # A step's own list ends where the next step starts.
+    steps = "1. Choose a format:\n   - **Markdown**: one `.md` file per note.\n   - **HTML**: one page per note.\n2. Choose **Start export**."
+    assert split_sentences(steps) == ["Choose a format: Markdown: one .md file per note; HTML: one page per note.",
+                                      "Choose Start export."]
 
 
 def test_stem_undoubles_after_suffix() -> None:
     assert stem("resetting") == stem("reset") and stem("planned") == stem("plan")
+
+
+def test_offline_finds_the_steps_of_a_section_named_by_a_how_to_question() -> None:
+    # The steps hold neither "turn" nor "2FA"; a side remark in the next section holds both.
+    twofa = FakeHit(
+        "## Two-factor authentication (2FA)\n\n### Turning on 2FA\n\n"
+        "1. Go to **Settings → Security → Two-factor authentication**.\n"
+        "2. Scan the QR code with an authenticator app.\n3. Enter the 6-digit code shown by the app.\n\n"
+        "### Lost your phone or authenticator?\n\n"
+        "- If you have no backup codes left, contact support. For your security, support can never turn off 2FA over chat.",
+        "account.md", "Your account", ("Your account", "Two-factor authentication (2FA)"))
+    messages = build_messages(BOT, history=[], user_text="How do I turn on 2FA?", hits=[PLANS, twofa])
+    assert answer(messages) == (
+        "Go to Settings → Security → Two-factor authentication [2]. Scan the QR code with an authenticator app [2]. "
+        "Enter the 6-digit code shown by the app [2].")
+    # A how-to question that no section is named after: the best sentence, as before.
+    messages = build_messages(BOT, history=[], user_text="How do I turn off 2FA?", hits=[PLANS, twofa])
+    assert "never turn off 2FA" in answer(messages)
+
+
+def test_offline_steps_need_not_name_the_product() -> None:
+    # "notes" is the product's word (the bot's instructions name it): "Exporting your data" answers it.
+    bot = BotSettings(name="demo", fallback_text="Sorry.", system_prompt="You are the assistant of Acme Notes.")
+    export = FakeHit(
+        "## Exporting your data\n\n1. Sign in on the web app.\n2. Go to **Settings → Account → Export data**.\n"
+        "3. Choose **Start export**.\n\nWe email you a download link for your notes when the export is ready.",
+        "export.md", "Exporting your data", ("Exporting your data",))
+    messages = build_messages(bot, history=[], user_text="How do I export my notes?", hits=[export, PLANS])
+    assert answer(messages) == (
+        "Sign in on the web app [1]. Go to Settings → Account → Export data [1]. Choose Start export [1].")
