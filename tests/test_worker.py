@@ -67,11 +67,12 @@ def _msg(chat: str, n: int) -> InboundMessage:
                           sender=Sender(chat), text=f"{chat} #{n}")
 
 
-def _build(url: str, pipeline, *, lease: float = 5.0, channels: tuple[str, ...] = ("web",)):
+def _build(url: str, pipeline, *, lease: float = 5.0, channels: tuple[str, ...] = ("web",),
+           adapter: RecordingAdapter | None = None):
     engine = create_engine(url)
     sessions = session_factory(engine)
     bus = EventBus()
-    adapter = RecordingAdapter()
+    adapter = adapter or RecordingAdapter()
     outbox = Outbox(sessions, adapters={("acme", channel): adapter for channel in channels}, bus=bus)
     worker = Worker(sessions, _settings(), pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=lease,
                     poll_interval=0.05, concurrency=4)
@@ -185,7 +186,7 @@ async def test_worker_drops_bot_reply_when_operator_takes_over_mid_answer(migrat
                                       .values(state="operator", assigned_operator="sam"))
             return await super().handle(turn)
 
-    worker._pipeline = TakenOver()
+    worker.answerer._pipeline = TakenOver()
     await inbox.accept("acme", _msg("erin", 1))
     await worker.run_until_idle(timeout=30)
     assert adapter.sent == []
@@ -218,8 +219,7 @@ async def _replies_after_a_dead_replica(url: str, *, sweep: bool) -> list[str]:
             sending.set()
             await asyncio.sleep(3600)
 
-    engine, sessions, inbox, worker, _ = _build(url, EchoPipeline(delay=0), lease=0.5)
-    worker._outbox = Outbox(sessions, adapters={("acme", "web"): HangingAdapter()}, bus=EventBus())
+    engine, sessions, inbox, worker, _ = _build(url, EchoPipeline(delay=0), lease=0.5, adapter=HangingAdapter())
     for n in range(2):
         await inbox.accept("acme", _msg("alice", n))
     await worker.start()
@@ -252,7 +252,7 @@ async def test_streamed_tokens_go_to_other_processes_only_for_web_chat(migrated_
     # answer's tokens stay in this process (on PostgreSQL each forwarded event is a NOTIFY).
     engine, sessions, inbox, worker, adapter = _build(migrated_url, StreamingPipeline(delay=0), channels=("web", "telegram"))
     forwarded: list[tuple[str, dict]] = []
-    worker._bus.forwarder = lambda topic, event: forwarded.append((topic, event))
+    worker.answerer._bus.forwarder = lambda topic, event: forwarded.append((topic, event))
     await inbox.accept("acme", _msg("alice", 0))
     await inbox.accept("acme", InboundMessage(channel="telegram", external_id="tg-1", conversation=ConversationRef("telegram", chat="42"),
                                               sender=Sender("42"), text="hello from telegram"))

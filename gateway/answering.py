@@ -1,0 +1,211 @@
+"""Answering one inbound message: run the pipeline on it, store the reply, and send it.
+
+Exactly-once answering: the reply is stored and the inbound message marked done in one
+transaction; the reply is then sent and marked sent or failed. A crash before that transaction
+leaves the message pending (answered after restart); a crash after it leaves the reply pending
+(sent after restart).
+
+While the pipeline runs, channels with a typing indicator show it, refreshed every few seconds.
+
+Channels with `stream: true` that can edit messages (gateway/streaming.py) show the reply while it is
+generated, by sending a message and editing it; the outbox then edits the streamed messages into the
+final reply instead of sending it again, and records their ids as the reply's deliveries. A streamed
+partial is not part of the exactly-once guarantee: a crash mid-stream (or between the store and the
+final edit) leaves the partial message as it was, and after restart the answer is sent again as a
+new message. Streamed messages of an answer that is not sent (another worker answered, no reply) are
+edited to "—".
+
+The worker (gateway/worker.py) calls `MessageAnswerer.answer` for each inbound message of a
+conversation it holds the lease of, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.events import EventBus, conversation_topic, message_topic
+from gateway.models import CallerIdentity, ConversationRef, utcnow
+from gateway.outbox import RETRYING, Outbox
+from gateway.pipeline import Pipeline, PipelineResult, Turn
+from gateway.settings import Settings
+from gateway.streaming import EditStreamer, streamer_for
+from gateway.typing_indicator import TYPING_REFRESH_S, start_typing
+from storage import repositories as repo
+from storage.models import Contact, Conversation, Message, Usage
+
+log = structlog.get_logger("gateway.answering")
+
+FAILURE_REPLY = ("Sorry, something went wrong on our side while answering. "
+                 "I've asked a person from our team to look at your message.")
+
+
+class MessageAnswerer:
+    """Answers one inbound message at a time; the caller holds its conversation's lease."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], settings: Settings, *, pipeline: Pipeline,
+                 outbox: Outbox, bus: EventBus, metrics=None, adapters: Mapping | None = None,
+                 typing_refresh_s: float = TYPING_REFRESH_S, intercept: Callable | None = None,
+                 on_handoff_message: Callable | None = None, on_escalate: Callable | None = None,
+                 rate_limiter=None) -> None:
+        self._sessions = sessions
+        self._settings = settings
+        self._pipeline = pipeline
+        self._outbox = outbox
+        self._bus = bus
+        self._metrics = metrics
+        self._adapters = adapters or {}
+        self.typing_refresh_s = typing_refresh_s
+        # Relay hooks (gateway/operators): an operator's Slack thread reply is taken before the pipeline,
+        # and a customer's message while a person holds the thread goes to the operator surfaces.
+        self._intercept = intercept
+        self._on_handoff_message = on_handoff_message
+        self._on_escalate = on_escalate
+        self.rate_limiter = rate_limiter  # gateway.ratelimit.RateLimiter, set by the composition root
+
+    async def answer(self, inbound: Message) -> None:
+        """Run the pipeline on `inbound` (or relay it, or refuse it over a rate limit), store the
+        reply with the message marked done, and send it."""
+        bound = log.bind(message_id=inbound.id, conversation_id=inbound.conversation_id, bot=inbound.bot,
+                         channel=inbound.channel)
+        started = time.monotonic()
+        async with self._sessions() as session:
+            conversation = await session.get(Conversation, inbound.conversation_id)
+            contact = await session.get(Contact, conversation.contact_id) if conversation.contact_id else None
+            past = await repo.history(session, conversation_id=conversation.id, before_id=inbound.id,
+                                      limit=self._settings.bot(inbound.bot).history_turns * 2
+                                      if self._has_bot(inbound.bot) else 0)
+        if not self._has_bot(inbound.bot):
+            await self._finish(inbound, None, status="ignored", error="bot no longer configured")
+            return
+        if self._intercept is not None and await self._intercept(inbound, conversation):
+            await self._finish(inbound, None, status="done")
+            return
+        bot = self._settings.bot(inbound.bot)
+        topic = message_topic(inbound.id)
+        streamer = streamer_for(
+            self._adapters.get((inbound.bot, inbound.channel)), getattr(bot.channels, inbound.channel, None),
+            ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,
+                            thread=conversation.thread),
+            reply_to=(inbound.meta or {}).get("platform_message_id")) if conversation.state == "bot" else None
+
+        async def on_token(text: str) -> None:
+            # Only a web chat request waits on a message's topic, maybe in another process.
+            self._bus.publish(topic, {"type": "token", "text": text}, forward=inbound.channel == "web")
+            if streamer is not None:
+                await streamer.feed(text)
+
+        turn = Turn(
+            bot=bot, message_id=inbound.id, conversation_id=conversation.id, state=conversation.state,
+            text=inbound.text, attachments=list(inbound.attachments or []),
+            history=[{"role": "user" if m.direction == "in" else "assistant", "content": m.text,
+                      "author": m.author} for m in past if m.text],
+            identity=CallerIdentity(bot=bot.name, channel=inbound.channel,
+                                    contact_external_id=contact.external_id if contact else "",
+                                    contact_id=contact.id if contact else None, conversation_id=conversation.id),
+            unanswered_turns=conversation.unanswered_turns, on_token=on_token,
+            command=(inbound.meta or {}).get("command"),
+            greeting=getattr(getattr(bot.channels, inbound.channel, None), "greeting", None),
+        )
+        if turn.state == "bot" and await self._rate_limited(inbound, turn):
+            return
+        bound.info("pipeline.start")
+        typing = start_typing(self._adapters.get((inbound.bot, inbound.channel)), conversation,
+                              refresh_s=self.typing_refresh_s)
+        try:
+            result = await self._pipeline.handle(turn)
+        except Exception as exc:  # the one broad catch: a crash becomes a logged failure and a handoff
+            bound.exception("pipeline.failed")
+            result = PipelineResult(reply=FAILURE_REPLY, escalate=f"pipeline error: {type(exc).__name__}",
+                                    answered=False, error=str(exc)[:500])
+        finally:
+            if typing is not None:
+                typing.cancel()
+                await asyncio.gather(typing, return_exceptions=True)
+            if streamer is not None:
+                await streamer.close()  # no flush may race the final reply's edits
+        try:
+            await self._finish(inbound, result, status="failed" if result.error else "done", error=result.error,
+                               streamer=streamer)
+        finally:
+            # The final reply did not replace the streamed text (not stored, or no reply): blank it.
+            if streamer is not None and streamer.started and not streamer.finished:
+                await streamer.discard()
+        if turn.state != "bot" and self._on_handoff_message is not None:
+            await self._on_handoff_message(inbound.id)
+        if self._metrics:
+            self._metrics.observe_stage("pipeline", time.monotonic() - started)
+            self._metrics.record_usage(inbound.bot, result.usage)
+        bound.info("pipeline.done", replied=result.reply is not None, escalate=result.escalate,
+                   duration_ms=round((time.monotonic() - started) * 1000))
+
+    async def _rate_limited(self, inbound: Message, turn: Turn) -> bool:
+        """Over a limit: store the message as done with (once per window) the notice, and skip the model."""
+        limiter = self.rate_limiter
+        if limiter is None or not limiter.enabled_for(inbound.bot):
+            return False
+        try:
+            decision = await limiter.check(bot=inbound.bot, channel=inbound.channel,
+                                           contact=turn.identity.contact_external_id or str(turn.conversation_id))
+        except Exception:  # the limiter's store being down must not stop answering: fail open
+            log.exception("ratelimit.check_failed", bot=inbound.bot)
+            return False
+        if decision.allowed:
+            return False
+        if self._metrics:
+            self._metrics.rate_limited.labels(bot=inbound.bot, scope=decision.scope).inc()
+        result = PipelineResult(reply=limiter.notice(inbound.bot) if decision.notify else None, author="system")
+        await self._finish(inbound, result, status="done", error=f"rate limited ({decision.scope})")
+        return True
+
+    def _has_bot(self, name: str) -> bool:
+        return any(b.name == name for b in self._settings.bots)
+
+    async def _finish(self, inbound: Message, result: PipelineResult | None, *, status: str,
+                      error: str | None = None, streamer: EditStreamer | None = None) -> None:
+        """Store the reply and mark the inbound message in one transaction, then deliver."""
+        outbound_ids: list[int] = []
+        async with self._sessions() as session, session.begin():
+            # Row lock: a worker that lost its lease and this one cannot both see `pending` (PostgreSQL).
+            message = await session.get(Message, inbound.id, with_for_update=True)
+            if message.status != "pending":  # another worker finished it (lease lost): do not answer twice
+                log.warning("inbound.already_finished", message_id=inbound.id)
+                return
+            conversation = await session.get(Conversation, inbound.conversation_id)
+            if result is not None and result.author == "bot" and result.reply is not None \
+                    and conversation.state != "bot":
+                # An operator took the thread while the model was answering: the bot must not talk over them.
+                log.info("reply.dropped_operator_took_over", message_id=inbound.id,
+                         conversation_id=conversation.id, state=conversation.state)
+                result.reply = None
+                result.escalate = None
+            if result is not None:
+                for text in result.replies():
+                    out = await repo.add_outbound(
+                        session, conversation=conversation, text=text, reply_to_id=inbound.id,
+                        author=result.author, citations=[c.as_dict() for c in result.citations],
+                        tool_calls=result.tool_calls, retrieved=result.retrieved)
+                    outbound_ids.append(out.id)
+                if result.reply is not None:
+                    conversation.unanswered_turns = 0 if result.answered else conversation.unanswered_turns + 1
+                for usage in result.usage:
+                    session.add(Usage(bot=inbound.bot, conversation_id=conversation.id, message_id=inbound.id,
+                                      model=usage["model"], prompt_tokens=usage["prompt_tokens"],
+                                      completion_tokens=usage["completion_tokens"],
+                                      cost_usd=usage["cost_usd"] or 0.0, partial=usage["partial"]))
+                if result.escalate and self._on_escalate is not None:
+                    await self._on_escalate(session, conversation=conversation, reason=result.escalate)
+            message.status = status
+            message.error = error
+            message.updated_at = utcnow()
+        self._bus.publish(message_topic(inbound.id), {"type": "done", "status": status})
+        self._bus.publish(conversation_topic(inbound.conversation_id), {"type": "message"})
+        for index, out_id in enumerate(outbound_ids):
+            # The first reply is the streamed one: the streamer edits it into place instead of a new send.
+            via = streamer.finish if streamer is not None and streamer.started and index == 0 else None
+            if await self._outbox.deliver(out_id, via=via) in RETRYING:
+                break  # the drain loop parks the conversation; the rest wait their turn
