@@ -32,6 +32,9 @@ _HOW_TO = re.compile(r"^\s*(?:how (?:do|can|should|would|may) (?:i|we|you|one)\b
 _OPPOSITE = {"on": "off", "off": "on", "up": "down", "down": "up", "in": "out", "out": "in"}
 _QUESTION_WORDS = frozenset("how what why when where which who whom whose can do does is are should".split())
 _FRAMING_TERMS = frozenset(terms(" ".join(FRAMING_WORDS)))
+# "How do refunds work?" asks about refunds: "work" frames it, and no answer need say it.
+_HOW_IT_WORKS = re.compile(r"^\s*how (?:do|does|did|would|will)\b.*\bwork(?:s|ed)?\s*\??\s*$", re.I)
+_WORK = frozenset(terms("work"))
 
 
 def _content(message: dict[str, Any]) -> str:
@@ -47,7 +50,8 @@ def answer(messages: list[dict[str, Any]]) -> str:
     fallback = parse_fallback(system)
     question = next((_content(m) for m in reversed(messages) if m.get("role") == "user"), "")
     # "What references to refunds are there?" asks about refunds: no sentence need say "references".
-    wanted = terms(question) - _FRAMING_TERMS or terms(question)
+    framing = _FRAMING_TERMS | (_WORK if _HOW_IT_WORKS.match(question) else frozenset())
+    wanted = terms(question) - framing or terms(question)
     extracts = parse_extracts(system)
     candidates = [Candidate(e, i, terms(s)) for e in extracts for i, s in enumerate(e.sentences)]
     if not wanted or not candidates:

@@ -233,3 +233,16 @@ def test_offline_steps_need_not_name_the_product() -> None:
     messages = build_messages(bot, history=[], user_text="How do I export my notes?", hits=[export, PLANS])
     assert answer(messages) == (
         "Sign in on the web app [1]. Go to Settings → Account → Export data [1]. Choose Start export [1].")
+
+
+def test_offline_how_does_it_work_asks_about_its_subject() -> None:
+    # Every extract is about refunds, so "work" would be the rarer, decisive word: the billing page's
+    # table of contents ("how taxes work") would be quoted.
+    billing = FakeHit("# Billing and payments\n\nThis page explains how we charge you and how taxes work. "
+                      "For refunds, see the Refunds page.", "billing.md", "Billing and payments", ("Billing and payments",))
+    renewals = FakeHit("# Refunds\n\n## Renewals\n\nYearly renewals are refunded in full within 30 days.",
+                       "refunds.md", "Refunds", ("Refunds", "Renewals"))
+    deletion = FakeHit("# Deleting your account\n\nA deletion cancels the plan but does not refund it.",
+                       "delete.md", "Deleting your account", ("Deleting your account",))
+    messages = build_messages(BOT, history=[], user_text="How do refunds work?", hits=[billing, renewals, deletion])
+    assert answer(messages).startswith("Yearly renewals are refunded in full within 30 days [2].")
