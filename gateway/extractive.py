@@ -32,9 +32,11 @@ _HOW_TO = re.compile(r"^\s*(?:how (?:do|can|should|would|may) (?:i|we|you|one)\b
 _OPPOSITE = {"on": "off", "off": "on", "up": "down", "down": "up", "in": "out", "out": "in"}
 _QUESTION_WORDS = frozenset("how what why when where which who whom whose can do does is are should".split())
 _FRAMING_TERMS = frozenset(terms(" ".join(FRAMING_WORDS)))
-# "How do refunds work?" asks about refunds: "work" frames it, and no answer need say it.
+# "How do refunds work?" asks about refunds, and "How long do refunds take?" about their duration:
+# "work" and "long" frame the question, and an answer need not say them ("5 to 10 business days").
 _HOW_IT_WORKS = re.compile(r"^\s*how (?:do|does|did|would|will)\b.*\bwork(?:s|ed)?\s*\??\s*$", re.I)
-_WORK = frozenset(terms("work"))
+_HOW_LONG = re.compile(r"^\s*how (?:long|often|soon)\b", re.I)
+_WORK, _LONG = frozenset(terms("work")), frozenset(terms("long often soon"))
 
 
 def _content(message: dict[str, Any]) -> str:
@@ -50,7 +52,8 @@ def answer(messages: list[dict[str, Any]]) -> str:
     fallback = parse_fallback(system)
     question = next((_content(m) for m in reversed(messages) if m.get("role") == "user"), "")
     # "What references to refunds are there?" asks about refunds: no sentence need say "references".
-    framing = _FRAMING_TERMS | (_WORK if _HOW_IT_WORKS.match(question) else frozenset())
+    framing = _FRAMING_TERMS | (_WORK if _HOW_IT_WORKS.match(question) else frozenset()) \
+        | (_LONG if _HOW_LONG.match(question) else frozenset())
     wanted = terms(question) - framing or terms(question)
     extracts = parse_extracts(system)
     candidates = [Candidate(e, i, terms(s)) for e in extracts for i, s in enumerate(e.sentences)]
@@ -119,7 +122,8 @@ def _weights(wanted: set[str], extracts: list[Extract], candidates: list[Candida
     commonest one: it cannot be quoted, and letting it dominate would refuse "how long do refunds
     take?" over "long". A word found in most extracts (the product's name, the topic every hit
     shares) tells the extracts apart no better than a stopword, so it is down-weighted again, as is
-    a word of the bot's own instructions (`domain`).
+    a word of the bot's own instructions (`domain`). A word found in most extracts keeps its weight
+    when no other word of the question (outside `domain`) is in them.
     """
     df: dict[str, int] = {}
     for c in candidates:
@@ -127,13 +131,19 @@ def _weights(wanted: set[str], extracts: list[Extract], candidates: list[Candida
             df[t] = df.get(t, 0) + 1
     n = len(candidates)
     extract_terms = [set(e.heading_terms).union(*(c.terms for c in candidates if c.extract is e)) for e in extracts]
+    half = len(extracts) / 2
+    spread = {t: sum(t in ts for ts in extract_terms) for t in wanted}
+    ubiquitous = {t for t in wanted if len(extracts) >= 3 and spread[t] > half}
+    # Down-weighting only helps to tell the extracts apart by another word; when no other word of
+    # the question is in them ("Explain the refund policy": no extract says "policy"), the common
+    # word is all the evidence there is.
+    if not any(df.get(t) and t not in ubiquitous and t not in domain for t in wanted):
+        ubiquitous = set()
     out = {}
     for t in wanted:
         w = math.log(1 + n / ((df.get(t) or n) + 0.5))
-        spread = sum(t in ts for ts in extract_terms)
-        half = len(extracts) / 2
-        if len(extracts) >= 3 and spread > half:
-            w *= max(UBIQUITOUS_FACTOR, (len(extracts) - spread) / half)
+        if t in ubiquitous:
+            w *= max(UBIQUITOUS_FACTOR, (len(extracts) - spread[t]) / half)
         if t in domain:
             w *= UBIQUITOUS_FACTOR
         out[t] = w

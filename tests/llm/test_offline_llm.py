@@ -246,3 +246,23 @@ def test_offline_how_does_it_work_asks_about_its_subject() -> None:
                        "delete.md", "Deleting your account", ("Deleting your account",))
     messages = build_messages(BOT, history=[], user_text="How do refunds work?", hits=[billing, renewals, deletion])
     assert answer(messages).startswith("Yearly renewals are refunded in full within 30 days [2].")
+
+
+def test_offline_how_long_asks_for_a_duration_not_the_word_long() -> None:
+    refunds = FakeHit("# Refunds\n\n## Timing\n\nRefunds take 5 to 10 business days to appear on a card statement.",
+                      "refunds.md", "Refunds", ("Refunds", "Timing"))
+    education = FakeHit("# Plans\n\n## Education\n\nStudents get Plus for free for as long as they remain eligible, "
+                        "and their refunds follow the same rules.", "plans.md", "Plans", ("Plans", "Education"))
+    messages = build_messages(BOT, history=[], user_text="How long do refunds take?", hits=[refunds, education])
+    assert answer(messages) == "Refunds take 5 to 10 business days to appear on a card statement [1]."
+
+
+def test_offline_a_word_every_extract_shares_counts_when_it_is_all_the_question_has() -> None:
+    # No extract says "policy": "refund", in all of them, is the only evidence, so it keeps its weight.
+    hits = [FakeHit(f"# Refunds\n\n## {title}\n\n{text}", "refunds.md", "Refunds", ("Refunds", title)) for title, text in [
+        ("Guarantee", "Your first payment is fully refundable within 14 days of the charge."),
+        ("Renewals", "Yearly renewals are refunded in full within 30 days of the renewal date."),
+        ("Team seats", "Removing seats does not give a cash refund but a credit."),
+    ]]
+    messages = build_messages(BOT, history=[], user_text="Explain the refund policy", hits=hits)
+    assert answer(messages) != BOT.fallback_text and "[" in answer(messages)
