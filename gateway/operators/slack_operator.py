@@ -115,8 +115,10 @@ class SlackOperatorChannel:
         commits, in a task of its own (or by another replica), so a customer message or a claim that
         comes right after can find no thread yet; dropping it would lose it from the relay."""
         deadline = as_utc(escalation.created_at) + timedelta(seconds=THREAD_WAIT_SECONDS)
-        while not escalation.slack_ts and utcnow() < deadline:
-            await asyncio.sleep(THREAD_POLL_SECONDS)
+        while not escalation.slack_ts and (left := (deadline - utcnow()).total_seconds()) > 0:
+            # The last look is at the deadline, not a poll after it: from then on `post_missing_headers`
+            # owns a missing header and relays the earlier messages itself, so none is relayed twice.
+            await asyncio.sleep(min(THREAD_POLL_SECONDS, left))
             async with self._sessions() as session:
                 escalation = await session.get(Escalation, escalation.id) or escalation
         return escalation
