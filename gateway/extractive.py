@@ -52,9 +52,7 @@ def answer(messages: list[dict[str, Any]]) -> str:
     fallback = parse_fallback(system)
     question = next((_content(m) for m in reversed(messages) if m.get("role") == "user"), "")
     # "What references to refunds are there?" asks about refunds: no sentence need say "references".
-    framing = _FRAMING_TERMS | (_WORK if _HOW_IT_WORKS.match(question) else frozenset()) \
-        | (_LONG if _HOW_LONG.match(question) else frozenset())
-    wanted = terms(question) - framing or terms(question)
+    wanted = terms(question) - _framing_of(question) or terms(question)
     extracts = parse_extracts(system)
     candidates = [Candidate(e, i, terms(s)) for e in extracts for i, s in enumerate(e.sentences)]
     if not wanted or not candidates:
@@ -86,6 +84,16 @@ def answer(messages: list[dict[str, Any]]) -> str:
     if not scored or scored[0][0] < MIN_COVERAGE:
         return fallback
     return " ".join(_cite(text, n) for n, text in _select(scored, wanted))
+
+
+def _framing_of(question: str) -> frozenset[str]:
+    """The question's terms that frame it rather than name what it asks about."""
+    framing = _FRAMING_TERMS
+    if _HOW_IT_WORKS.match(question):
+        framing |= _WORK
+    if _HOW_LONG.match(question):
+        framing |= _LONG
+    return framing
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,10 +217,10 @@ def _procedure(candidates: list[Candidate], wanted: set[str], question: str) -> 
 
 def _steps(best: Candidate, wanted: set[str], question: str) -> list[tuple[int, str]]:
     """The numbered steps of the best sentence's section, when its title and heading name every word
-    of a how-to question ("Resetting a forgotten password") and does not flip one of its particles
-    ("turn off" is not "Turning on", though both particles are stopwords); else none. Why: steps rarely repeat the
-    question's words ("Choose Forgot password?"), so a side remark in the same section that does
-    ("Resetting your password signs you out") would be quoted instead of the procedure."""
+    of a how-to question ("Resetting a forgotten password") and do not flip one of its particles
+    ("turn off" is not "Turning on", though both particles are stopwords); else none. Why: steps
+    rarely repeat the question's words ("Choose Forgot password?"), so a side remark in the same
+    section that does ("Resetting your password signs you out") would be quoted instead."""
     e = best.extract
     section = _section_of(e, best.pos)
     if not wanted <= best.section or _contradicts(question, section):
