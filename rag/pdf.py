@@ -8,17 +8,21 @@ and that is enough for the common case:
 - the body size is the font size that carries the most characters;
 - a short line set at least `HEADING_SIZE_RATIO` times larger is a heading; the largest heading size
   is `#`, the next `##`, the rest `###`; a heading wrapped over two lines is joined;
+- a short line at body size set wholly in a bold face (`Helvetica-Bold`, `Arial,Bold`, `...-Black`),
+  that does not end like a sentence, is a heading one level below the sized ones, as Word documents
+  and policies often mark their sections; unless bold carries more than `BOLD_BODY_SHARE` of the
+  text, where it marks nothing;
 - a vertical gap wider than `PARAGRAPH_GAP` line heights (or a jump back up, as at a new column)
   starts a paragraph, and so does a new page;
 - a running header or footer (a line among the first or last `RUNNING_LINES` of a page whose text,
   digits aside, and size recur there on at least half the pages, and at least `RUNNING_MIN_PAGES`, and
-  that is not a heading) is dropped:
+  that is not a heading set larger) is dropped:
   page numbers and a repeated title would otherwise land in every chunk;
 - a table-of-contents entry (dot leaders and a page number) is text, however large.
 
-A PDF set in one size throughout (or bold-only headings) comes out as paragraphs, as before. A PDF
-with pages but no text (a scan) raises `PdfWithoutText`, so the source records it as an error and
-keeps the document's previous chunks, instead of the document silently vanishing.
+A PDF set in one size and face throughout comes out as paragraphs. A PDF with pages but no text (a
+scan) raises `PdfWithoutText`, so the source records it as an error and keeps the document's previous
+chunks, instead of the document silently vanishing.
 """
 
 from __future__ import annotations
@@ -31,12 +35,17 @@ from dataclasses import dataclass, field
 
 HEADING_SIZE_RATIO = 1.15
 HEADING_MAX_CHARS = 150
+BOLD_HEADING_MAX_CHARS = 80
+BOLD_LINE_SHARE = 0.9
+BOLD_BODY_SHARE = 0.3
 HEADING_LEVELS = 3
 PARAGRAPH_GAP = 1.5
 RUNNING_LINES = 2
 RUNNING_MIN_PAGES = 3
 _MARKDOWN_OPENERS = ("#", "```", "~~~")
 _TOC_ENTRY = re.compile(r"(\.\s*){4,}\S*\d+$")
+_BOLD_FACE = re.compile(r"bold|black|heavy", re.I)
+_SENTENCE_END = (".", ",", ";", ":", "!", "?")
 
 
 class PdfWithoutText(ValueError):
@@ -48,6 +57,7 @@ class _Line:
     """One line of text as pypdf laid it out: its text, the size of most of its characters, its height."""
 
     sizes: Counter = field(default_factory=Counter)  # font size -> characters in it
+    bold: int = 0  # characters set in a bold face
     parts: list[str] = field(default_factory=list)
     y: float | None = None
     page: int = 0
@@ -59,6 +69,10 @@ class _Line:
     @property
     def size(self) -> float:
         return self.sizes.most_common(1)[0][0] if self.sizes else 0.0
+
+    @property
+    def is_bold(self) -> bool:
+        return self.bold >= BOLD_LINE_SHARE * max(1, sum(self.sizes.values()))
 
 
 def pdf_markdown(data: bytes) -> tuple[str | None, str]:
@@ -74,8 +88,32 @@ def pdf_markdown(data: bytes) -> tuple[str | None, str]:
             raise PdfWithoutText(f"no text on its {len(pages)} page(s): a scanned PDF? OCR is not supported, "
                                  "so export it with its text (or as Markdown/HTML)")
         return title, ""
-    body = _body_size(lines)
-    return title, _markdown(_without_running_lines(pages, body), body)
+    style = _Style(_body_size(lines), _bold_marks_headings(lines))
+    return title, _markdown(_without_running_lines(pages, style), style)
+
+
+@dataclass(frozen=True)
+class _Style:
+    """What marks a heading in this document: a size above the body's, and bold if bold is rare."""
+
+    body: float
+    bold_marks: bool
+
+    def is_heading(self, line: _Line) -> bool:
+        if not any(c.isalpha() for c in line.text) or _TOC_ENTRY.search(line.text):
+            return False
+        if self.is_sized_heading(line):
+            return True
+        return (self.bold_marks and line.is_bold and len(line.text) <= BOLD_HEADING_MAX_CHARS
+                and not line.text.endswith(_SENTENCE_END))
+
+    def is_sized_heading(self, line: _Line) -> bool:
+        return line.size >= self.body * HEADING_SIZE_RATIO and len(line.text) <= HEADING_MAX_CHARS
+
+
+def _bold_marks_headings(lines: list[_Line]) -> bool:
+    """True when bold carries at most `BOLD_BODY_SHARE` of the characters (else it marks nothing)."""
+    return sum(line.bold for line in lines) <= BOLD_BODY_SHARE * sum(sum(line.sizes.values()) for line in lines)
 
 
 def _body_size(lines: list[_Line]) -> float:
@@ -86,9 +124,10 @@ def _body_size(lines: list[_Line]) -> float:
     return chars.most_common(1)[0][0]
 
 
-def _without_running_lines(pages: list[list[_Line]], body: float) -> list[_Line]:
-    """Every page's lines in order, less its running header and footer. A heading is never one: a
-    chapter title may open every page ("Section 1", "Section 2", ...)."""
+def _without_running_lines(pages: list[list[_Line]], style: _Style) -> list[_Line]:
+    """Every page's lines in order, less its running header and footer. A heading set larger is never
+    one: a chapter title may open every page ("Section 1", "Section 2", ...); a bold line at body size
+    ("Acme confidential") may be."""
     def key(line: _Line) -> tuple[str, float]:  # the size too: page 1's large title is not the running header
         return re.sub(r"\d+", "#", line.text.lower()), line.size
 
@@ -101,7 +140,8 @@ def _without_running_lines(pages: list[list[_Line]], body: float) -> list[_Line]
     kept: list[_Line] = []
     for lines in pages:
         edge_ids = {id(line) for line in edges(lines)}
-        kept += [line for line in lines if id(line) not in edge_ids or key(line) not in running or _is_heading(line, body)]
+        kept += [line for line in lines if id(line) not in edge_ids or key(line) not in running
+                 or (style.is_heading(line) and style.is_sized_heading(line))]
     return kept
 
 
@@ -114,6 +154,7 @@ def _page_lines(page, number: int) -> list[_Line]:
         # set `1 Tf` and scale with the matrix).
         scale = math.sqrt(abs(tm[0] * tm[3] - tm[1] * tm[2])) * math.sqrt(abs(cm[0] * cm[3] - cm[1] * cm[2]))
         size = round(font_size * scale * 2) / 2
+        bold = bool(_BOLD_FACE.search(str(font.get("/BaseFont", "")) if hasattr(font, "get") else ""))
         for i, piece in enumerate(text.split("\n")):
             if i:
                 lines.append(_Line(page=number))
@@ -121,6 +162,8 @@ def _page_lines(page, number: int) -> list[_Line]:
                 line = lines[-1]
                 line.parts.append(piece)
                 line.sizes[size] += len(piece.strip())
+                if bold:
+                    line.bold += len(piece.strip())
                 if line.y is None:
                     line.y = tm[5] * cm[3] + cm[5]
 
@@ -128,22 +171,25 @@ def _page_lines(page, number: int) -> list[_Line]:
     return lines
 
 
-def _markdown(lines: list[_Line], body: float) -> str:
-    """Headings by size, paragraphs by gaps (see the module docstring)."""
-    heading_sizes = sorted({line.size for line in lines if _is_heading(line, body)}, reverse=True)
+def _markdown(lines: list[_Line], style: _Style) -> str:
+    """Headings by size (and bold), paragraphs by gaps (see the module docstring)."""
+    heading_sizes = sorted({line.size for line in lines if style.is_heading(line) and style.is_sized_heading(line)},
+                           reverse=True)
     level_of = {size: min(i + 1, HEADING_LEVELS) for i, size in enumerate(heading_sizes)}
+    bold_level = min(len(heading_sizes) + 1, HEADING_LEVELS)
 
     blocks: list[str] = []
     paragraph: list[str] = []
     previous: _Line | None = None
     for line in lines:
-        heading = _is_heading(line, body)
-        if heading and previous is not None and _is_heading(previous, body) and previous.size == line.size \
+        heading = style.is_heading(line)
+        if heading and previous is not None and style.is_heading(previous) and previous.size == line.size \
                 and _close(previous, line):
             blocks[-1] += " " + line.text  # a heading wrapped over two lines (the last block is its start)
         elif heading:
             _flush(paragraph, blocks)
-            blocks.append("#" * level_of[line.size] + " " + line.text)
+            level = level_of[line.size] if style.is_sized_heading(line) else bold_level
+            blocks.append("#" * level + " " + line.text)
         else:
             if previous is not None and (previous.page != line.page or not _close(previous, line)):
                 _flush(paragraph, blocks)
@@ -152,11 +198,6 @@ def _markdown(lines: list[_Line], body: float) -> str:
         previous = line
     _flush(paragraph, blocks)
     return "\n\n".join(blocks)
-
-
-def _is_heading(line: _Line, body: float) -> bool:
-    return (line.size >= body * HEADING_SIZE_RATIO and len(line.text) <= HEADING_MAX_CHARS
-            and any(c.isalpha() for c in line.text) and not _TOC_ENTRY.search(line.text))
 
 
 def _close(upper: _Line, lower: _Line) -> bool:

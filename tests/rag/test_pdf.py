@@ -30,6 +30,33 @@ def test_headings_come_from_font_sizes_and_paragraphs_from_gaps():
     ]
 
 
+def test_bold_lines_at_body_size_are_headings_below_the_sized_ones():
+    page = " ".join([
+        text_at("Privacy policy", size=18, y=740),
+        text_at("Data we keep", size=11, y=710, bold=True),
+        text_at("We keep your notes, your email address and the devices you sign in on.", size=11, y=696),
+        text_at("Important: we never sell them.", size=11, y=660, bold=True),  # ends like a sentence: text
+        text_at("How long we keep it", size=11, y=620, bold=True),
+        text_at("Until you delete your account, and backups for thirty days after that.", size=11, y=606),
+    ])
+    _, markdown = pdf_markdown(build_pdf([page]))
+    assert markdown.split("\n\n") == [
+        "# Privacy policy",
+        "## Data we keep",
+        "We keep your notes, your email address and the devices you sign in on.",
+        "Important: we never sell them.",
+        "## How long we keep it",
+        "Until you delete your account, and backups for thirty days after that.",
+    ]
+
+
+def test_bold_marks_nothing_where_most_text_is_bold():
+    lines = ["Terms", "These terms apply to every plan.", "Fees", "Fees are due monthly."]
+    page = " ".join(text_at(text, size=11, y=700 - 30 * i, bold=True) for i, text in enumerate(lines))
+    _, markdown = pdf_markdown(build_pdf([page]))
+    assert "#" not in markdown and markdown.split("\n\n") == lines
+
+
 def test_a_pdf_in_one_size_is_paragraphs_without_headings():
     page = " ".join([text_at("Warranty", size=11, y=700), text_at("It covers two years.", size=11, y=686),
                      text_at("Repairs are free.", size=11, y=650),
@@ -47,6 +74,7 @@ def test_running_headers_page_numbers_and_contents_entries():
                       text_at("Contents . . . . . . . . 2", size=14, y=690)]
         lines += [text_at(f"Section {number}", size=16, y=650),
                   text_at(f"Body text of section {number} explains one feature in detail.", size=10, y=620),
+                  text_at("Acme confidential", size=10, y=55, bold=True),  # a bold running footer: dropped too
                   text_at(f"Page {number}", size=9, y=40)]  # running footer, its number changing
         pages.append(" ".join(lines))
     _, markdown = pdf_markdown(build_pdf(pages))
@@ -54,7 +82,7 @@ def test_running_headers_page_numbers_and_contents_entries():
     assert blocks[0] == "# Acme Router Manual"
     assert "Contents . . . . . . . . 2" in blocks  # large, but a contents entry: text
     assert [b for b in blocks if b.startswith("#")] == ["# Acme Router Manual"] + [f"## Section {n}" for n in range(1, 5)]
-    assert not any("Page " in b for b in blocks) and blocks.count("Acme Router Manual") == 0
+    assert not any("Page " in b or "confidential" in b for b in blocks) and blocks.count("Acme Router Manual") == 0
 
 
 async def test_a_pdf_is_chunked_at_its_headings(tmp_path, dense):
