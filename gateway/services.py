@@ -200,7 +200,7 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
                     on_handoff_message=escalations.customer_message)
     inbox = Inbox(sessions, on_stored=worker.notify)
     # Scale-out: rate limits before the pipeline, timed sends, and scheduled jobs only on the leader.
-    worker.answerer.rate_limiter = RateLimiter.from_settings(settings)
+    worker.handler.rate_limiter = RateLimiter.from_settings(settings)
     outbox.deliver = metrics.timed("send", outbox.deliver)
     enable_langfuse(settings.langfuse)
     leader = LeaderElection(settings.database_url) if with_scheduler else None

@@ -8,7 +8,7 @@ unsent replies go out first, then inbound messages are answered oldest first.
 A reply whose send must be retried later (a rate limit) parks its conversation: the lease is handed
 to no one until the retry time, so nothing in that conversation overtakes it and no worker spins on it.
 
-Answering one inbound message (exactly-once store-then-send, typing, streaming) is gateway/answering.py.
+Handling one inbound message (exactly-once store-then-send, typing, streaming) is gateway/message_handler.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.answering import MessageAnswerer
+from gateway.message_handler import MessageHandler
 from gateway.events import EventBus
 from gateway.models import as_utc, utcnow
 from gateway.outbox import RETRYING, Outbox, next_attempt_at
@@ -51,10 +51,10 @@ class Worker:
                  intercept: Callable | None = None, on_handoff_message: Callable | None = None) -> None:
         self._sessions = sessions
         self._outbox = outbox
-        self.answerer = MessageAnswerer(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus,
-                                        metrics=metrics, adapters=adapters, typing_refresh_s=typing_refresh_s,
-                                        intercept=intercept, on_handoff_message=on_handoff_message,
-                                        on_escalate=on_escalate)
+        self.handler = MessageHandler(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus,
+                                      metrics=metrics, adapters=adapters, typing_refresh_s=typing_refresh_s,
+                                      intercept=intercept, on_handoff_message=on_handoff_message,
+                                      on_escalate=on_escalate)
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -182,7 +182,7 @@ class Worker:
                         with message_context(message_id=message.id, conversation_id=conversation_id,
                                              bot=message.bot, channel=message.channel,
                                              traceparent=(message.meta or {}).get("traceparent")):
-                            await self.answerer.answer(message)
+                            await self.handler.handle(message)
             finally:
                 heartbeat.cancel()
                 await asyncio.gather(heartbeat, return_exceptions=True)

@@ -186,7 +186,7 @@ async def test_worker_drops_bot_reply_when_operator_takes_over_mid_answer(migrat
                                       .values(state="operator", assigned_operator="sam"))
             return await super().handle(turn)
 
-    worker.answerer._pipeline = TakenOver()
+    worker.handler._pipeline = TakenOver()
     await inbox.accept("acme", _msg("erin", 1))
     await worker.run_until_idle(timeout=30)
     assert adapter.sent == []
@@ -252,7 +252,7 @@ async def test_streamed_tokens_go_to_other_processes_only_for_web_chat(migrated_
     # answer's tokens stay in this process (on PostgreSQL each forwarded event is a NOTIFY).
     engine, sessions, inbox, worker, adapter = _build(migrated_url, StreamingPipeline(delay=0), channels=("web", "telegram"))
     forwarded: list[tuple[str, dict]] = []
-    worker.answerer._bus.forwarder = lambda topic, event: forwarded.append((topic, event))
+    worker.handler._bus.forwarder = lambda topic, event: forwarded.append((topic, event))
     await inbox.accept("acme", _msg("alice", 0))
     await inbox.accept("acme", InboundMessage(channel="telegram", external_id="tg-1", conversation=ConversationRef("telegram", chat="42"),
                                               sender=Sender("42"), text="hello from telegram"))

@@ -1,4 +1,4 @@
-"""Answering one inbound message: run the pipeline on it, store the reply, and send it.
+"""Handling one inbound message: run the pipeline on it, store the reply, and send it.
 
 Exactly-once answering: the reply is stored and the inbound message marked done in one
 transaction; the reply is then sent and marked sent or failed. A crash before that transaction
@@ -15,7 +15,7 @@ final edit) leaves the partial message as it was, and after restart the answer i
 new message. Streamed messages of an answer that is not sent (another worker answered, no reply) are
 edited to "—".
 
-The worker (gateway/worker.py) calls `MessageAnswerer.answer` for each inbound message of a
+The worker (gateway/worker.py) calls `MessageHandler.handle` for each inbound message of a
 conversation it holds the lease of, in order.
 """
 
@@ -38,13 +38,13 @@ from gateway.typing_indicator import TYPING_REFRESH_S, start_typing
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Message, Usage
 
-log = structlog.get_logger("gateway.answering")
+log = structlog.get_logger("gateway.message_handler")
 
 FAILURE_REPLY = ("Sorry, something went wrong on our side while answering. "
                  "I've asked a person from our team to look at your message.")
 
 
-class MessageAnswerer:
+class MessageHandler:
     """Answers one inbound message at a time; the caller holds its conversation's lease."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], settings: Settings, *, pipeline: Pipeline,
@@ -67,7 +67,7 @@ class MessageAnswerer:
         self._on_escalate = on_escalate
         self.rate_limiter = rate_limiter  # gateway.ratelimit.RateLimiter, set by the composition root
 
-    async def answer(self, inbound: Message) -> None:
+    async def handle(self, inbound: Message) -> None:
         """Run the pipeline on `inbound` (or relay it, or refuse it over a rate limit), store the
         reply with the message marked done, and send it."""
         bound = log.bind(message_id=inbound.id, conversation_id=inbound.conversation_id, bot=inbound.bot,
