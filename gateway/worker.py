@@ -116,6 +116,11 @@ class Worker:
                 pass
             self._wake.clear()
 
+    @property
+    def _stalled_after(self) -> timedelta:
+        """How long a reply may stay `sending` before it counts as a dead replica's: two lease periods."""
+        return timedelta(seconds=2 * self.lease_seconds)
+
     async def _requeue_stalled_sends(self) -> int:
         """Replies left `sending` by a replica that died: requeue once their conversation's lease is gone.
 
@@ -129,7 +134,7 @@ class Worker:
         async with self._sessions() as session, session.begin():
             # Ours and still being drained are kept: this process is alive, and its outbox is still
             # recording the outcome (the database was away).
-            requeued = await repo.requeue_stalled_sends(session, now=now, older_than=timedelta(seconds=2 * self.lease_seconds),
+            requeued = await repo.requeue_stalled_sends(session, now=now, older_than=self._stalled_after,
                                                         keep=list(self._active))
         if requeued:
             log.warning("outbound.requeued_from_dead_worker", count=requeued)
@@ -211,7 +216,7 @@ class Worker:
         now = utcnow()
         async with self._sessions() as session, session.begin():
             requeued = await repo.requeue_stalled_send(session, message_id=reply.id, now=now,
-                                                       older_than=timedelta(seconds=2 * self.lease_seconds))
+                                                       older_than=self._stalled_after)
         if requeued:
             log.warning("outbound.requeued_from_dead_worker", count=1, message_id=reply.id)
         return requeued
@@ -220,8 +225,8 @@ class Worker:
         """Park the conversation while an earlier reply is still `sending`, looking again every poll
         interval. Why: answering the next message first would deliver its reply before that one. The
         sender is either alive (escalation and operator messages are sent outside the worker's lease)
-        and done in a moment, or dead, and then `_requeue_stalled_sends` requeues the reply two lease
-        periods after it started."""
+        and done in a moment, or dead, and then `_requeue_if_stalled` (or the sweep,
+        `_requeue_stalled_sends`) requeues the reply two lease periods after it started."""
         await self._park_until(reply.conversation_id, utcnow() + timedelta(seconds=self.poll_interval))
         log.info("conversation.waiting_for_unsettled_reply", conversation_id=reply.conversation_id,
                  message_id=reply.id, sending_since=str(as_utc(reply.updated_at)))

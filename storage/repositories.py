@@ -207,21 +207,22 @@ async def requeue_stalled_sends(session: AsyncSession, *, now: datetime, older_t
     """Put back to `pending` the replies left `sending` for longer than `older_than` in conversations
     nobody holds a lease on, except those in `keep`; returns how many."""
     unleased = select(Conversation.id).where(or_(Conversation.lease_until.is_(None), Conversation.lease_until < now))
-    result = await session.execute(
-        update(Message).where(Message.direction == "out", Message.status == "sending",
-                              Message.updated_at < now - older_than, Message.conversation_id.in_(unleased),
-                              Message.conversation_id.not_in(keep))
-        .values(status="pending").execution_options(synchronize_session=False))
-    return result.rowcount
+    return await _requeue_sending(session, now=now, older_than=older_than,
+                                  where=(Message.conversation_id.in_(unleased), Message.conversation_id.not_in(keep)))
 
 
 async def requeue_stalled_send(session: AsyncSession, *, message_id: int, now: datetime, older_than: timedelta) -> bool:
     """Put one reply left `sending` for longer than `older_than` back to `pending`; True when it was."""
+    return await _requeue_sending(session, now=now, older_than=older_than, where=(Message.id == message_id,)) == 1
+
+
+async def _requeue_sending(session: AsyncSession, *, now: datetime, older_than: timedelta, where: tuple) -> int:
+    """Replies left `sending` for longer than `older_than` (and matching `where`) back to `pending`."""
     result = await session.execute(
-        update(Message).where(Message.id == message_id, Message.status == "sending",
-                              Message.updated_at < now - older_than)
+        update(Message).where(Message.direction == "out", Message.status == "sending",
+                              Message.updated_at < now - older_than, *where)
         .values(status="pending").execution_options(synchronize_session=False))
-    return result.rowcount == 1
+    return result.rowcount
 
 
 async def next_pending(session: AsyncSession, *, conversation_id: int) -> Message | None:
