@@ -208,9 +208,13 @@ def _procedure(candidates: list[Candidate], wanted: set[str], question: str) -> 
     heading name every word of a how-to question; else none. Why: the steps of "Turning on 2FA" may
     hold none of the question's words ("Go to Settings → Security"), while a side remark in another
     section ("support can never turn off 2FA") holds them all and would be the best sentence."""
+    tried: set[tuple[int, str]] = set()
     for c in candidates:
-        steps = _steps(c, wanted, question)
-        if steps:
+        section = (c.extract.n, _section_of(c.extract, c.pos))
+        if section in tried:
+            continue  # every sentence of a section leads to the same steps
+        tried.add(section)
+        if steps := _steps(c, wanted, question):
             return steps
     return []
 

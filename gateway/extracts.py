@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gateway.pipeline.prompts import EXTRACT_TAG, FALLBACK_TAG
 
@@ -20,8 +21,7 @@ _FALLBACK = re.compile(rf"<{FALLBACK_TAG}>(.*?)</{FALLBACK_TAG}>", re.S)
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 _MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
-_ITEM = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)")
-_STEP = re.compile(r"^\s*\d+[.)]\s+")  # a numbered list item: one step of a procedure
+_ITEM = re.compile(r"^\s*(?:[-*+]\s+|(?P<step>\d+[.)])\s+)")  # a numbered item is one step of a procedure
 _TERMINAL = re.compile(r"[.!?:;][\"')\]*_]*$")
 # Words a sentence cannot end on: an extract whose last words are these was cut by the chunker.
 _DANGLING = frozenset(
@@ -132,41 +132,58 @@ def sectioned_sentences(text: str) -> list[tuple[str, str | None]]:
 
 def sentence_units(text: str) -> list[Sentence]:
     """`split_sentences` as `Sentence` records."""
-    cleaned = []
-    for block, is_item, heading, is_step in _blocks(text):
-        block = _MD_LINK.sub(r"\1", _MD_PREFIX.sub("", block)).replace("**", "").replace("`", "").strip()
-        pieces = [p.strip() for p in _SENTENCE_END.split(block) if p.strip()]
-        if pieces and not is_item and not pieces[0][0].isupper() and not pieces[0][0].isdigit():
+    cleaned: list[_Piece] = []
+    for block in _blocks(text):
+        plain = _MD_LINK.sub(r"\1", _MD_PREFIX.sub("", block.text)).replace("**", "").replace("`", "").strip()
+        pieces = [p.strip() for p in _SENTENCE_END.split(plain) if p.strip()]
+        if pieces and not block.is_item and not pieces[0][0].isupper() and not pieces[0][0].isdigit():
             pieces = pieces[1:]  # starts mid-sentence: the chunk began after the sentence did
-        if pieces and not _TERMINAL.search(pieces[-1]) and (not is_item or _cut_short(pieces[-1])):
+        if pieces and not _TERMINAL.search(pieces[-1]) and (not block.is_item or _cut_short(pieces[-1])):
             pieces = pieces[:-1]  # stops mid-sentence: the chunk ended before the sentence did
-        cleaned.append((pieces, is_item, heading, is_step))
+        cleaned.append(_Piece(pieces, block))
     out: list[Sentence] = []
     absorbed: set[int] = set()
-    for b, (pieces, is_item, heading, is_step) in enumerate(cleaned):
+    for b, (pieces, block) in enumerate(cleaned):
         if b in absorbed:
             continue
         if pieces and pieces[-1].endswith(":"):
             # "Data is stored in one of two regions:" says nothing without the list that follows.
             items = []
             for k in range(b + 1, len(cleaned)):
-                if not cleaned[k][1] or cleaned[k][2] != heading or not cleaned[k][0] or (is_step and cleaned[k][3]):
+                item = cleaned[k].block
+                if not item.is_item or item.heading != block.heading or not cleaned[k].pieces \
+                        or (block.is_step and item.is_step):
                     break  # a step's list ends at the next step ("3. Choose a format: …" then "4. …")
                 items.append(k)
-            listed = "; ".join(" ".join(cleaned[k][0]).rstrip(".;,") for k in items)
+            listed = "; ".join(" ".join(cleaned[k].pieces).rstrip(".;,") for k in items)
             if items and len(pieces[-1]) + len(listed) <= MAX_LIST_CHARS:
                 pieces = pieces[:-1] + [f"{pieces[-1]} {listed}."]
                 absorbed.update(items)
             else:
                 pieces = pieces[:-1]
-        out.extend(Sentence(p, b, heading, is_step) for p in pieces if len(p.split()) >= 3)
+        out.extend(Sentence(p, b, block.heading, block.is_step) for p in pieces if len(p.split()) >= 3)
     return out
 
 
-def _blocks(text: str) -> list[tuple[str, bool, str | None, bool]]:
-    """Paragraphs and list items with their wrapped lines joined: (text, is a list item, heading
-    above, is a numbered list item)."""
-    blocks: list[tuple[str, bool, str | None, bool]] = []
+class _Block(NamedTuple):
+    """A paragraph or list item with its wrapped lines joined."""
+
+    text: str
+    is_item: bool
+    heading: str | None  # the heading above it
+    is_step: bool  # a numbered list item
+
+
+class _Piece(NamedTuple):
+    """A block's sentences, trimmed where the chunk cut one."""
+
+    pieces: list[str]
+    block: _Block
+
+
+def _blocks(text: str) -> list[_Block]:
+    """Paragraphs and list items, in order (code and table rows left out)."""
+    blocks: list[_Block] = []
     current: list[str] = []
     is_item = is_step = False
     in_code = False
@@ -175,7 +192,7 @@ def _blocks(text: str) -> list[tuple[str, bool, str | None, bool]]:
     def flush() -> None:
         nonlocal current, is_item, is_step
         if current:
-            blocks.append((" ".join(current), is_item, heading, is_step))
+            blocks.append(_Block(" ".join(current), is_item, heading, is_step))
         current, is_item, is_step = [], False, False
 
     for line in text.splitlines():
@@ -191,9 +208,9 @@ def _blocks(text: str) -> list[tuple[str, bool, str | None, bool]]:
         if in_code or not stripped or stripped.startswith("|"):
             flush()  # a heading or table row is not a sentence, and it ends the paragraph before it
             continue
-        if _ITEM.match(line):
+        if item := _ITEM.match(line):
             flush()
-            is_item, is_step = True, bool(_STEP.match(line))
+            is_item, is_step = True, item.group("step") is not None
         current.append(stripped)
     flush()
     return blocks

@@ -71,8 +71,12 @@ class _Line:
         return self.sizes.most_common(1)[0][0] if self.sizes else 0.0
 
     @property
+    def chars(self) -> int:
+        return sum(self.sizes.values())
+
+    @property
     def is_bold(self) -> bool:
-        return self.bold >= BOLD_LINE_SHARE * max(1, sum(self.sizes.values()))
+        return self.bold >= BOLD_LINE_SHARE * max(1, self.chars)
 
 
 def pdf_markdown(data: bytes) -> tuple[str | None, str]:
@@ -100,20 +104,27 @@ class _Style:
     bold_marks: bool
 
     def is_heading(self, line: _Line) -> bool:
-        if not any(c.isalpha() for c in line.text) or _TOC_ENTRY.search(line.text):
-            return False
-        if self.is_sized_heading(line):
-            return True
-        return (self.bold_marks and line.is_bold and len(line.text) <= BOLD_HEADING_MAX_CHARS
-                and not line.text.endswith(_SENTENCE_END))
+        return self.is_large_heading(line) or self.is_bold_heading(line)
 
-    def is_sized_heading(self, line: _Line) -> bool:
-        return line.size >= self.body * HEADING_SIZE_RATIO and len(line.text) <= HEADING_MAX_CHARS
+    def is_large_heading(self, line: _Line) -> bool:
+        """A short line set at least `HEADING_SIZE_RATIO` times larger than the body."""
+        return (line.size >= self.body * HEADING_SIZE_RATIO and len(line.text) <= HEADING_MAX_CHARS
+                and _reads_as_heading(line))
+
+    def is_bold_heading(self, line: _Line) -> bool:
+        """A short line wholly in bold that does not end like a sentence, where bold is rare."""
+        return (self.bold_marks and line.is_bold and len(line.text) <= BOLD_HEADING_MAX_CHARS
+                and not line.text.endswith(_SENTENCE_END) and _reads_as_heading(line))
+
+
+def _reads_as_heading(line: _Line) -> bool:
+    """Has letters and is not a table-of-contents entry."""
+    return any(c.isalpha() for c in line.text) and not _TOC_ENTRY.search(line.text)
 
 
 def _bold_marks_headings(lines: list[_Line]) -> bool:
     """True when bold carries at most `BOLD_BODY_SHARE` of the characters (else it marks nothing)."""
-    return sum(line.bold for line in lines) <= BOLD_BODY_SHARE * sum(sum(line.sizes.values()) for line in lines)
+    return sum(line.bold for line in lines) <= BOLD_BODY_SHARE * sum(line.chars for line in lines)
 
 
 def _body_size(lines: list[_Line]) -> float:
@@ -141,7 +152,7 @@ def _without_running_lines(pages: list[list[_Line]], style: _Style) -> list[_Lin
     for lines in pages:
         edge_ids = {id(line) for line in edges(lines)}
         kept += [line for line in lines if id(line) not in edge_ids or key(line) not in running
-                 or (style.is_heading(line) and style.is_sized_heading(line))]
+                 or style.is_large_heading(line)]
     return kept
 
 
@@ -173,8 +184,7 @@ def _page_lines(page, number: int) -> list[_Line]:
 
 def _markdown(lines: list[_Line], style: _Style) -> str:
     """Headings by size (and bold), paragraphs by gaps (see the module docstring)."""
-    heading_sizes = sorted({line.size for line in lines if style.is_heading(line) and style.is_sized_heading(line)},
-                           reverse=True)
+    heading_sizes = sorted({line.size for line in lines if style.is_large_heading(line)}, reverse=True)
     level_of = {size: min(i + 1, HEADING_LEVELS) for i, size in enumerate(heading_sizes)}
     bold_level = min(len(heading_sizes) + 1, HEADING_LEVELS)
 
@@ -188,7 +198,7 @@ def _markdown(lines: list[_Line], style: _Style) -> str:
             blocks[-1] += " " + line.text  # a heading wrapped over two lines (the last block is its start)
         elif heading:
             _flush(paragraph, blocks)
-            level = level_of[line.size] if style.is_sized_heading(line) else bold_level
+            level = level_of[line.size] if style.is_large_heading(line) else bold_level
             blocks.append("#" * level + " " + line.text)
         else:
             if previous is not None and (previous.page != line.page or not _close(previous, line)):
