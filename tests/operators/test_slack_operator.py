@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import time
 from datetime import timedelta
@@ -31,9 +32,12 @@ async def _post_event(client, body: bytes):
 
 
 async def _until(predicate, timeout: float = 20.0):
+    """The predicate's first truthy answer (it may be a coroutine function), polled until `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = predicate()
+        if inspect.isawaitable(found):
+            found = await found
         if found:
             return found
         await asyncio.sleep(0.05)
@@ -47,10 +51,7 @@ async def _until_handled(client, text: str) -> None:
             status = (await session.execute(select(Message.status).where(Message.text == text))).scalar_one_or_none()
         return status not in (None, "pending")
 
-    deadline = time.monotonic() + 20.0
-    while not await handled():
-        assert time.monotonic() < deadline, f"the worker did not finish with {text!r} in time"
-        await asyncio.sleep(0.05)
+    await _until(handled)
 
 
 async def test_slack_operator_thread_relays_both_ways(client, slack):
