@@ -90,12 +90,18 @@ async def load_source(
 
 
 async def load_directory(path: Path) -> LoadResult:
-    """Every .md/.txt/.html/.htm/.pdf file under `path`, recursively, with relative-path ids."""
+    """Every .md/.txt/.html/.htm/.pdf file under `path`, recursively, with relative-path ids.
+
+    Hidden files and folders (`.git/`, `.obsidian/`, `.~draft.md`) are skipped: they are tool state and
+    editor leftovers, not knowledge, and a `.git/` folder can hold old copies of every page.
+    """
     if not path.is_dir():
         raise SourceError(f"knowledge directory not found: {path}")
     result = LoadResult()
-    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in _SUFFIXES):
+    for file in sorted(path.rglob("*")):
         doc_id = file.relative_to(path).as_posix()
+        if not (file.is_file() and file.suffix.lower() in _SUFFIXES) or _is_hidden(doc_id):
+            continue
         try:
             doc = await asyncio.to_thread(_read_file, file, doc_id)
         except Exception as exc:  # one unreadable file must not stop the others
@@ -105,6 +111,10 @@ async def load_directory(path: Path) -> LoadResult:
         if doc.text.strip():
             result.documents.append(doc)
     return result
+
+
+def _is_hidden(relative_path: str) -> bool:
+    return any(part.startswith(".") for part in relative_path.split("/"))
 
 
 async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None) -> LoadResult:

@@ -36,6 +36,17 @@ async def test_load_directory_reads_markdown_text_html_and_pdf(tmp_path):
     assert result.errors == []
 
 
+async def test_load_directory_skips_hidden_files_and_folders(tmp_path):
+    (tmp_path / "faq.md").write_text("# FAQ\n\nAnswers.")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "old-faq.md").write_text("# FAQ\n\nAn old answer from history.")
+    (tmp_path / "drafts").mkdir()
+    (tmp_path / "drafts" / ".~faq.md").write_text("an editor's lock file")
+    (tmp_path / "drafts" / "next.md").write_text("# Next\n\nComing soon.")
+    result = await load_directory(tmp_path)
+    assert sorted(d.doc_id for d in result.documents) == ["drafts/next.md", "faq.md"]
+
+
 async def test_load_directory_records_a_broken_file_and_keeps_the_rest(tmp_path):
     (tmp_path / "ok.md").write_text("# Fine\n\ntext")
     (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
