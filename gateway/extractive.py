@@ -11,13 +11,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.extracts import Extract, parse_extracts, parse_fallback, terms
-from rag.framing import FRAMING_WORDS
+from gateway.question_form import answer_kind, contradicts, framing_of, is_how, is_how_to
 
 MIN_COVERAGE = 0.35
 MAX_SENTENCES = 3
 MAX_ANSWER_CHARS = 700
 FOLLOW_RATIO = 0.75  # a further sentence must score this close to the best one, or it adds noise
 ABOUT_PAGE_FACTOR = 0.4
+# A sentence that gives the kind of answer asked for ("every few seconds" to "how often") outweighs
+# one that only shares more of the question's words: the question's words name its subject, which
+# the whole section shares.
+ANSWER_KIND_FACTOR = 2.5
 UBIQUITOUS_FACTOR = 0.15
 MIN_DIRECT = 0.2
 
@@ -27,16 +31,7 @@ _PRONOUN = re.compile(r"^(?:it|its|they|their|this|these|that|those|he|she)\b", 
 _ABOUT_PAGE = re.compile(
     r"^(?:how to\b|learn (?:how|about)\b|find out\b|(?:this|the following) (?:page|article|guide|section|document|"
     r"chapter|faq)\b|here (?:you|we)\b|(?:on|in) this (?:page|article|guide|section)\b)", re.I)
-# "How do I reset my password?" asks for a procedure: its answer is the numbered steps.
-_HOW_TO = re.compile(r"^\s*(?:how (?:do|can|should|would|may) (?:i|we|you|one)\b|how to\b|what are the steps\b)", re.I)
-_OPPOSITE = {"on": "off", "off": "on", "up": "down", "down": "up", "in": "out", "out": "in"}
 _QUESTION_WORDS = frozenset("how what why when where which who whom whose can do does is are should".split())
-_FRAMING_TERMS = frozenset(terms(" ".join(FRAMING_WORDS)))
-# "How do refunds work?" asks about refunds, and "How long do refunds take?" about their duration:
-# "work" and "long" frame the question, and an answer need not say them ("5 to 10 business days").
-_HOW_IT_WORKS = re.compile(r"^\s*how (?:do|does|did|would|will)\b.*\bwork(?:s|ed)?\s*\??\s*$", re.I)
-_HOW_LONG = re.compile(r"^\s*how (?:long|often|soon)\b", re.I)
-_WORK, _LONG = frozenset(terms("work")), frozenset(terms("long often soon"))
 
 
 def _content(message: dict[str, Any]) -> str:
@@ -52,9 +47,9 @@ def answer(messages: list[dict[str, Any]]) -> str:
     fallback = parse_fallback(system)
     question = next((_content(m) for m in reversed(messages) if m.get("role") == "user"), "")
     # "What references to refunds are there?" asks about refunds: no sentence need say "references".
-    wanted = terms(question) - _framing_of(question) or terms(question)
+    wanted = terms(question) - framing_of(question) or terms(question)
     extracts = parse_extracts(system)
-    candidates = [Candidate(e, i, terms(s)) for e in extracts for i, s in enumerate(e.sentences)]
+    candidates = [Candidate(e, i, terms(s), _referent_terms(e, i)) for e in extracts for i, s in enumerate(e.sentences)]
     if not wanted or not candidates:
         return fallback
     # The bot's own instructions name its product and domain ("the assistant of Acme Notes"): every
@@ -62,38 +57,49 @@ def answer(messages: list[dict[str, Any]]) -> str:
     domain = terms(system.split("\n\nRules:", 1)[0]) if "\n\nRules:" in system else set()
     weight = _weights(wanted, extracts, candidates, domain=domain)
     total = sum(weight.values())
+    kind = answer_kind(question)
     scored = []
     for c in candidates:
-        direct = sum(weight[t] for t in wanted & c.terms)
-        if direct < MIN_DIRECT * total:
-            continue  # a heading alone is not an answer: the sentence itself must carry some of the question
+        direct = sum(weight[t] for t in wanted & (c.terms | c.referent))
+        gives_kind = kind is not None and bool(kind.search(c.text))
+        # A heading alone is not an answer: the sentence itself must carry some of the question, or,
+        # in a section named after all of it, the kind of answer asked for ("Exporting your data":
+        # "… ready within 24 hours").
+        if direct < MIN_DIRECT * total and not (gives_kind and wanted <= c.section):
+            continue
         # A heading counts twice: its words stand in, at half weight, for ones the sentence lacks,
         # and any match lifts the whole extract, so the section about the question wins ties.
-        by_heading = sum(weight[t] for t in (wanted & c.section) - c.terms) * 0.5
+        by_heading = sum(weight[t] for t in (wanted & c.section) - c.terms - c.referent) * 0.5
         heading_bonus = 1 + 0.25 * sum(weight[t] for t in wanted & c.section) / total
         score = (direct + by_heading) / total * heading_bonus
         if _ABOUT_PAGE.match(c.text):
             score *= ABOUT_PAGE_FACTOR
+        if gives_kind:
+            score *= ANSWER_KIND_FACTOR
         scored.append((score, c))
     scored.sort(key=lambda item: -item[0])
     # A section need not be named after the product ("Exporting your data" answers "export my notes").
     named = wanted - domain or wanted
-    steps = _procedure([c for _, c in scored[:1]] + candidates, named, question) if _HOW_TO.match(question) else []
-    if steps:
+    in_order = [c for _, c in scored[:1]] + candidates  # the best sentence's section first, then retrieval order
+    steps = _procedure(in_order, named, question) if is_how_to(question) else []
+    # A "how" question asks for steps, a duration or a frequency, or how something works: a detail
+    # of its section, not the section's opening.
+    if steps or (not is_how(question) and (steps := _section_opening(in_order, named, question))):
         return " ".join(_cite(text, n) for n, text in steps)
     if not scored or scored[0][0] < MIN_COVERAGE:
         return fallback
+    if kind is not None and kind.search(scored[0][1].text):
+        # "How long does an export take?" is answered by durations; the steps beside them are not.
+        scored = scored[:1] + [(score, c) for score, c in scored[1:] if kind.search(c.text)]
     return " ".join(_cite(text, n) for n, text in _select(scored, wanted))
 
 
-def _framing_of(question: str) -> frozenset[str]:
-    """The question's terms that frame it rather than name what it asks about."""
-    framing = _FRAMING_TERMS
-    if _HOW_IT_WORKS.match(question):
-        framing |= _WORK
-    if _HOW_LONG.match(question):
-        framing |= _LONG
-    return framing
+def _referent_terms(e: Extract, i: int) -> frozenset[str]:
+    """When the sentence opens with a pronoun, the terms of the sentence before it in its paragraph:
+    "They take 5 to 10 business days" is about the refunds the sentence before names."""
+    if _PRONOUN.match(e.sentences[i]) and i and i < len(e.blocks) and e.blocks[i - 1] == e.blocks[i]:
+        return frozenset(terms(e.sentences[i - 1]))
+    return frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +109,7 @@ class Candidate:
     extract: Extract
     pos: int
     terms: set[str]
+    referent: frozenset[str] = frozenset()  # what a leading pronoun stands for (`_referent_terms`)
 
     @property
     def text(self) -> str:
@@ -185,11 +192,11 @@ def _select(scored: list[tuple[float, Candidate]], wanted: set[str]) -> list[tup
                 continue  # "It costs $12" from another section is about something else
             subject = _subject(c)
             before = _previous_in_block(c)
-            if subject:
-                text = f"{subject}: {text}"
-            elif before is not None and not rank:
+            if before is not None and not rank:
                 chosen[(c.extract.n, c.pos - 1)] = before  # "Refunds go back to … They take 5 days."
                 length += len(before)
+            elif subject:
+                text = f"{subject}: {text}"
             elif rank:
                 continue  # "They take 5 days" from another section would be about something else
         if length + len(text) > MAX_ANSWER_CHARS:
@@ -219,6 +226,36 @@ def _procedure(candidates: list[Candidate], wanted: set[str], question: str) -> 
     return []
 
 
+def _section_opening(candidates: list[Candidate], wanted: set[str], question: str) -> list[tuple[int, str]]:
+    """The first sentences of the first section whose own heading names a word of the question and
+    whose title and heading name all of them ("What are your support hours?" → "Support hours");
+    else none. Why: such a question asks for the section as a whole, and its opening answers it
+    ("Monday to Friday, 08:00 to 20:00") while holding none of the question's words; the sentence
+    that does ("messages sent outside these hours…") is a side remark."""
+    tried: set[tuple[int, str]] = set()
+    for c in candidates:
+        e, name = c.extract, _section_of(c.extract, c.pos)
+        if (e.n, name) in tried:
+            continue
+        tried.add((e.n, name))
+        if not wanted <= c.section or not wanted & terms(name) or contradicts(question, name):
+            continue
+        out: list[tuple[int, str]] = []
+        length = 0
+        for i, text in enumerate(e.sentences):
+            if _section_of(e, i) != name:
+                continue
+            if len(out) >= MAX_SENTENCES or length + len(text) > MAX_ANSWER_CHARS:
+                break
+            if not out and _PRONOUN.match(text):
+                text = f"{name}: {text}"  # "Plus: It costs $6 per month"
+            out.append((e.n, text))
+            length += len(text)
+        if out:
+            return out
+    return []
+
+
 def _steps(best: Candidate, wanted: set[str], question: str) -> list[tuple[int, str]]:
     """The numbered steps of the best sentence's section, when its title and heading name every word
     of a how-to question ("Resetting a forgotten password") and do not flip one of its particles
@@ -227,7 +264,7 @@ def _steps(best: Candidate, wanted: set[str], question: str) -> list[tuple[int, 
     section that does ("Resetting your password signs you out") would be quoted instead."""
     e = best.extract
     section = _section_of(e, best.pos)
-    if not wanted <= best.section or _contradicts(question, section):
+    if not wanted <= best.section or contradicts(question, section):
         return []
     picked = [i for i, is_step in enumerate(e.steps) if is_step and _section_of(e, i) == section]
     if len({e.blocks[i] for i in picked}) < 2:
@@ -240,13 +277,6 @@ def _steps(best: Candidate, wanted: set[str], question: str) -> list[tuple[int, 
             break
         out.append((e.n, e.sentences[i]))
     return out
-
-
-def _contradicts(question: str, heading: str) -> bool:
-    """True when the heading has the opposite particle of one in the question and not that one
-    ("turn off 2FA" against "Turning on 2FA"); the term sets drop both as stopwords."""
-    asked, named = (set(re.findall(r"[a-z]+", text.lower())) for text in (question, heading))
-    return any(_OPPOSITE[word] in named and word not in named for word in asked & _OPPOSITE.keys())
 
 
 def _section_of(e: Extract, i: int) -> str:

@@ -135,6 +135,9 @@ def sentence_units(text: str) -> list[Sentence]:
     cleaned: list[_Piece] = []
     for block in _blocks(text):
         plain = _MD_LINK.sub(r"\1", _MD_PREFIX.sub("", block.text)).replace("**", "").replace("`", "").strip()
+        if block.is_row:  # a row is one statement, whatever punctuation its cells hold
+            cleaned.append(_Piece([plain if _TERMINAL.search(plain) else f"{plain}."], block))
+            continue
         pieces = [p.strip() for p in _SENTENCE_END.split(plain) if p.strip()]
         if pieces and not block.is_item and not pieces[0][0].isupper() and not pieces[0][0].isdigit():
             pieces = pieces[1:]  # starts mid-sentence: the chunk began after the sentence did
@@ -151,7 +154,7 @@ def sentence_units(text: str) -> list[Sentence]:
             items = []
             for k in range(b + 1, len(cleaned)):
                 item = cleaned[k].block
-                if not item.is_item or item.heading != block.heading or not cleaned[k].pieces \
+                if not item.is_item or item.is_row or item.heading != block.heading or not cleaned[k].pieces \
                         or (block.is_step and item.is_step):
                     break  # a step's list ends at the next step ("3. Choose a format: …" then "4. …")
                 items.append(k)
@@ -166,12 +169,13 @@ def sentence_units(text: str) -> list[Sentence]:
 
 
 class _Block(NamedTuple):
-    """A paragraph or list item with its wrapped lines joined."""
+    """A paragraph, list item or table row, with its wrapped lines joined."""
 
     text: str
     is_item: bool
     heading: str | None  # the heading above it
     is_step: bool  # a numbered list item
+    is_row: bool = False  # a table row, read as "Header: cell; Header: cell"
 
 
 class _Piece(NamedTuple):
@@ -182,21 +186,31 @@ class _Piece(NamedTuple):
 
 
 def _blocks(text: str) -> list[_Block]:
-    """Paragraphs and list items, in order (code and table rows left out)."""
+    """Paragraphs, list items and table rows, in order (code left out)."""
     blocks: list[_Block] = []
     current: list[str] = []
     is_item = is_step = False
     in_code = False
     heading: str | None = None
 
+    table: list[str] = []
+
     def flush() -> None:
         nonlocal current, is_item, is_step
         if current:
             blocks.append(_Block(" ".join(current), is_item, heading, is_step))
         current, is_item, is_step = [], False, False
+        if table:
+            blocks.extend(_Block(row, True, heading, False, is_row=True) for row in _table_rows(table))
+            table.clear()
 
     for line in text.splitlines():
         stripped = line.strip()
+        if not in_code and stripped.startswith("|"):
+            if not table:
+                flush()
+            table.append(stripped)
+            continue
         if stripped.startswith("```"):
             in_code = not in_code
             flush()
@@ -205,15 +219,33 @@ def _blocks(text: str) -> list[_Block]:
             flush()
             heading = stripped.lstrip("#").strip()
             continue
-        if in_code or not stripped or stripped.startswith("|"):
-            flush()  # a heading or table row is not a sentence, and it ends the paragraph before it
+        if in_code or not stripped:
+            flush()
             continue
+        if table:
+            flush()  # the table ended
         if item := _ITEM.match(line):
             flush()
             is_item, is_step = True, item.group("step") is not None
         current.append(stripped)
     flush()
     return blocks
+
+
+def _table_rows(lines: list[str]) -> list[str]:
+    """A Markdown table's body rows as "Header: cell; Header: cell" (cells alone without a header row).
+    Why: "| Free | email | 3 business days |" answers "how fast does support reply?" only with the
+    header's words beside each cell."""
+    rows = [[cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))] for line in lines]
+    header: list[str] = []
+    if len(rows) >= 2 and all(set(cell) <= set("-: ") and cell for cell in rows[1]):
+        header, rows = rows[0], rows[2:]
+    out = []
+    for cells in rows:
+        pairs = [f"{name}: {cell}" if name else cell for name, cell in zip(header or [""] * len(cells), cells) if cell]
+        if pairs:
+            out.append("; ".join(pairs))
+    return out
 
 
 def _cut_short(piece: str) -> bool:

@@ -266,3 +266,79 @@ def test_offline_a_word_every_extract_shares_counts_when_it_is_all_the_question_
     ]]
     messages = build_messages(BOT, history=[], user_text="Explain the refund policy", hits=hits)
     assert answer(messages) != BOT.fallback_text and "[" in answer(messages)
+
+
+SUPPORT = FakeHit(
+    "## Support hours\n\nMonday to Friday, **08:00 to 20:00 CET**, except public holidays in Germany. "
+    "Email and chat messages sent outside these hours are answered on the next business day.\n\n"
+    "## Response times\n\nFree plans get a first reply within 3 business days.",
+    "contact.md", "Contacting support", ("Contacting support",))
+
+
+def test_offline_a_question_named_after_a_section_gets_its_opening() -> None:
+    # The opening holds no word of the question; the side remark after it holds "hours".
+    messages = build_messages(BOT, history=[], user_text="What are your support hours?", hits=[PLANS, SUPPORT])
+    assert answer(messages) == (
+        "Monday to Friday, 08:00 to 20:00 CET, except public holidays in Germany [2]. "
+        "Email and chat messages sent outside these hours are answered on the next business day [2].")
+    # A word no heading names ("messages") makes it a question about a detail: the best sentence.
+    messages = build_messages(BOT, history=[], user_text="Are messages sent outside support hours answered?",
+                              hits=[PLANS, SUPPORT])
+    assert answer(messages) == "Email and chat messages sent outside these hours are answered on the next business day [2]."
+
+
+def test_offline_what_does_a_code_mean_gets_the_section_about_the_code() -> None:
+    # "mean" frames the question; without dropping it, the side remark that names the code would win.
+    mobile = FakeHit("## Offline notes\n\nChanges made offline sync later. If the note changed elsewhere, "
+                     "you get a conflicted copy (error `E-SYNC-409`).", "mobile.md", "Mobile apps", ("Mobile apps",))
+    sync = FakeHit("## Error codes\n\n### E-SYNC-409: conflicting edits\n\nThe same note was changed on two "
+                   "devices while one of them was offline. Nothing is lost: the app keeps both versions.",
+                   "sync.md", "Troubleshooting sync errors", ("Troubleshooting sync errors",))
+    messages = build_messages(BOT, history=[], user_text="What does E-SYNC-409 mean?", hits=[mobile, sync])
+    assert answer(messages) == ("The same note was changed on two devices while one of them was offline [2]. "
+                                "Nothing is lost: the app keeps both versions [2].")
+
+
+def test_table_rows_read_as_header_cell_pairs() -> None:
+    table = ("Intro line one here.\n\n| Plan | First reply within |\n|---|:---:|\n| Free | 3 business days |\n"
+             "| Team | 4 hours. Priority queue |\n\nAfter the table.")
+    assert split_sentences(table) == ["Intro line one here.", "Plan: Free; First reply within: 3 business days.",
+                                      "Plan: Team; First reply within: 4 hours. Priority queue.", "After the table."]
+
+
+def test_offline_how_often_prefers_a_sentence_that_gives_a_frequency() -> None:
+    # "sync" is in every extract, so "run", which only the exports sentence holds, used to decide.
+    sync = FakeHit("# Sync\n\nAcme syncs your notes every few seconds while you are online. Sync errors show a red icon.",
+                   "sync.md", "Troubleshooting sync", ("Troubleshooting sync",))
+    mobile = FakeHit("# Mobile\n\nNotes sync when the phone is online again.", "mobile.md", "Mobile apps", ("Mobile apps",))
+    export = FakeHit("# Export\n\nYou can run up to 3 exports per day. Exports include synced notes only.",
+                     "export.md", "Export", ("Export",))
+    messages = build_messages(BOT, history=[], user_text="How often does sync run?", hits=[export, mobile, sync])
+    assert answer(messages) == "Acme syncs your notes every few seconds while you are online [3]."
+
+
+def test_offline_how_long_finds_the_duration_in_the_section_it_names() -> None:
+    # The duration never says "export" (the section's heading does); the steps and the limit do.
+    export = FakeHit(
+        "## Exporting your data\n\n1. Go to **Settings → Export data**.\n2. Choose **Start export**.\n\n"
+        "We email you a download link when it is ready, usually within 24 hours. You can run up to 3 exports a day.",
+        "export.md", "Export and delete", ("Export and delete", "Exporting your data"))
+    messages = build_messages(BOT, history=[], user_text="How long does an export take?", hits=[export, PLANS])
+    assert answer(messages).startswith("We email you a download link when it is ready, usually within 24 hours [1].")
+
+
+def test_offline_a_sentence_opening_with_a_pronoun_is_about_the_one_before() -> None:
+    # "They take 5 to 10 business days" never says "refunds"; the sentence before it does.
+    refunds = FakeHit("# Refunds\n\n## Timing\n\nRefunds go back to the original payment method. They take 5 to 10 "
+                      "business days to appear.\n\nWe refund bank transfers by bank transfer.",
+                      "refunds.md", "Refunds", ("Refunds", "Timing"))
+    messages = build_messages(BOT, history=[], user_text="How long do refunds take?", hits=[refunds])
+    assert answer(messages) == ("Refunds go back to the original payment method [1]. "
+                                "They take 5 to 10 business days to appear [1].")
+
+
+def test_offline_does_it_work_asks_about_its_subject() -> None:
+    mobile = FakeHit("# Mobile apps\n\n## Offline notes\n\nBy default the apps keep the notes you opened recently on "
+                     "the device. Reminders work offline too.", "mobile.md", "Mobile apps", ("Mobile apps", "Offline notes"))
+    messages = build_messages(BOT, history=[], user_text="Does the mobile app work offline?", hits=[mobile, PLANS])
+    assert answer(messages).startswith("By default the apps keep the notes you opened recently on the device [1].")

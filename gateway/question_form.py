@@ -1,0 +1,73 @@
+"""What a question asks for, read from its form: a procedure, a duration or a frequency, or a subject
+(the words that only frame it left out).
+
+Pure text work shared by the offline responder's scoring (`gateway.extractive`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from gateway.extracts import terms
+from rag.framing import FRAMING_WORDS
+
+# "How do I reset my password?" asks for a procedure: its answer is the numbered steps.
+_HOW_TO = re.compile(r"^\s*(?:how (?:do|can|should|would|may) (?:i|we|you|one)\b|how to\b|what are the steps\b)", re.I)
+_HOW = re.compile(r"^\s*how\b", re.I)
+_OPPOSITE = {"on": "off", "off": "on", "up": "down", "down": "up", "in": "out", "out": "in"}
+_FRAMING_TERMS = frozenset(terms(" ".join(FRAMING_WORDS)))
+# "How do refunds work?" and "Does the app work offline?" ask about refunds and the app, and "How long
+# do refunds take?" or "How often does sync run?" about a duration or a frequency: "work", "long",
+# "take" and "run" frame the question, and an answer need not say them ("5 to 10 business days").
+_DOES_IT_WORK = re.compile(r"^\s*(?:how\s+)?(?:do|does|did|would|will|can|could)\b.*\bwork(?:s|ed)?\b", re.I)
+_HOW_LONG = re.compile(r"^\s*how (?:long|often|soon)\b", re.I)
+# "What does E-SYNC-409 mean?" asks what it is: the section about it need not say "mean".
+_WHAT_MEANS = re.compile(r"^\s*what (?:does|do|did|would)\b.*\bmean\s*\??\s*$", re.I)
+# What kind of answer a question asks for, and how a sentence that gives one looks.
+_UNIT = r"(?:second|minute|hour|day|week|month|year)s?"
+_ANSWER_KINDS = (
+    (re.compile(r"^\s*how often\b", re.I),
+     re.compile(rf"\bevery\b|\bper {_UNIT}\b|\b(?:hourly|daily|weekly|monthly|yearly|annually)\b|"
+                r"\b(?:once|twice|\d+ times) (?:a|an|per)\b", re.I)),
+    (re.compile(r"^\s*how (?:long|soon)\b", re.I),  # "within 24 hours", not "3 exports a day"
+     re.compile(r"\b(?:within|for|in|after|take|takes|took|up to|about|around|under|over|least|most|than)\s+"
+                rf"(?:a|an|one|a few|\d+(?:\s*(?:-|–|to)\s*\d+)?)\s*(?:business |working |calendar )?{_UNIT}\b|"
+                r"\bat once\b|\bright away\b|\bimmediately\b|\binstantly\b", re.I)),
+)
+_WORK, _MEAN = frozenset(terms("work")), frozenset(terms("mean"))
+_HOW_LONG_WORDS = frozenset(terms("long often soon take takes last lasts run runs happen happens occur occurs"))
+
+
+def is_how_to(question: str) -> bool:
+    """A "how do I …?" question ("How do I reset my password?"): its answer is a section's numbered steps."""
+    return bool(_HOW_TO.match(question))
+
+
+def is_how(question: str) -> bool:
+    """Any "how" question: it asks for steps, a duration, a frequency or how something works."""
+    return bool(_HOW.match(question))
+
+
+def answer_kind(question: str) -> re.Pattern[str] | None:
+    """How a sentence that gives the kind of answer asked for looks ("every few seconds" to "how
+    often"), or None when the question's form asks for no particular kind."""
+    return next((looks for asks, looks in _ANSWER_KINDS if asks.match(question)), None)
+
+
+def framing_of(question: str) -> frozenset[str]:
+    """The question's terms that frame it rather than name what it asks about."""
+    framing = _FRAMING_TERMS
+    if _DOES_IT_WORK.match(question):
+        framing |= _WORK
+    if _HOW_LONG.match(question):
+        framing |= _HOW_LONG_WORDS
+    if _WHAT_MEANS.match(question):
+        framing |= _MEAN
+    return framing
+
+
+def contradicts(question: str, heading: str) -> bool:
+    """True when the heading has the opposite particle of one in the question and not that one
+    ("turn off 2FA" against "Turning on 2FA"); the term sets drop both as stopwords."""
+    asked, named = (set(re.findall(r"[a-z]+", text.lower())) for text in (question, heading))
+    return any(_OPPOSITE[word] in named and word not in named for word in asked & _OPPOSITE.keys())
