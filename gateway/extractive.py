@@ -84,10 +84,17 @@ def answer(messages: list[dict[str, Any]]) -> str:
     steps = _procedure(in_order, named, question) if is_how_to(question) else []
     # A "how" question asks for steps, a duration or a frequency, or how something works: a detail
     # of its section, not the section's opening.
-    if steps or (not is_how(question) and (steps := _section_opening(in_order, named, question))):
+    if steps or ((is_how_to(question) or not is_how(question))
+                 and (steps := _section_opening(in_order, named, question))):
         return " ".join(_cite(text, n) for n, text in steps)
     if not scored or scored[0][0] < MIN_COVERAGE:
         return fallback
+    best = scored[0][1]
+    # "I forgot my password": the best sentence is step 1 of "Resetting a forgotten password", and one
+    # step is half an answer. A step of a procedure about something else ("Deleting your account" for
+    # "cancel my subscription") is quoted alone.
+    if named & terms(_section_of(best.extract, best.pos)) and len(steps := _steps_of(best)) > 1:
+        return " ".join(_cite(text, n) for n, text in steps)
     if kind is not None and kind.search(scored[0][1].text):
         # "How long does an export take?" is answered by durations; the steps beside them are not.
         scored = scored[:1] + [(score, c) for score, c in scored[1:] if kind.search(c.text)]
@@ -262,9 +269,17 @@ def _steps(best: Candidate, wanted: set[str], question: str) -> list[tuple[int, 
     ("turn off" is not "Turning on", though both particles are stopwords); else none. Why: steps
     rarely repeat the question's words ("Choose Forgot password?"), so a side remark in the same
     section that does ("Resetting your password signs you out") would be quoted instead."""
-    e = best.extract
-    section = _section_of(e, best.pos)
-    if not wanted <= best.section or contradicts(question, section):
+    if not wanted <= best.section or contradicts(question, _section_of(best.extract, best.pos)):
+        return []
+    return _steps_of(best, anywhere=True)
+
+
+def _steps_of(c: Candidate, *, anywhere: bool = False) -> list[tuple[int, str]]:
+    """The numbered steps of `c`'s section, when `c` is one of them (or `anywhere` in the section) and
+    there are at least two; else none."""
+    e = c.extract
+    section = _section_of(e, c.pos)
+    if not anywhere and not (c.pos < len(e.steps) and e.steps[c.pos]):
         return []
     picked = [i for i, is_step in enumerate(e.steps) if is_step and _section_of(e, i) == section]
     if len({e.blocks[i] for i in picked}) < 2:

@@ -21,8 +21,12 @@ _FRAMING_TERMS = frozenset(terms(" ".join(FRAMING_WORDS)))
 # "take" and "run" frame the question, and an answer need not say them ("5 to 10 business days").
 _DOES_IT_WORK = re.compile(r"^\s*(?:how\s+)?(?:do|does|did|would|will|can|could)\b.*\bwork(?:s|ed)?\b", re.I)
 _HOW_LONG = re.compile(r"^\s*how (?:long|often|soon)\b", re.I)
-# "What does E-SYNC-409 mean?" asks what it is: the section about it need not say "mean".
+# "What does E-SYNC-409 mean?" asks what it is, "How do I fix E-SYNC-413?" what to do about it, and
+# "Where can I see my invoices?" where they are: the section that answers need not say "mean", "fix"
+# or "see". ("What happens …" is not one of them: "What happens next" names its own section.)
 _WHAT_MEANS = re.compile(r"^\s*what (?:does|do|did|would)\b.*\bmean\s*\??\s*$", re.I)
+_HOW_TO_FIX = re.compile(r"^\s*how (?:do|can|should) (?:i|we|you)\s+(?:fix|solve|resolve|troubleshoot|get rid of)\b", re.I)
+_WHERE_CAN = re.compile(r"^\s*where (?:can|do|does|should|would|will) (?:i|we|you|one)\b", re.I)
 # What kind of answer a question asks for, and how a sentence that gives one looks.
 _UNIT = r"(?:second|minute|hour|day|week|month|year)s?"
 _ANSWER_KINDS = (
@@ -35,6 +39,8 @@ _ANSWER_KINDS = (
                 r"\bat once\b|\bright away\b|\bimmediately\b|\binstantly\b", re.I)),
 )
 _WORK, _MEAN = frozenset(terms("work")), frozenset(terms("mean"))
+_FIX = frozenset(terms("fix solve resolve troubleshoot rid"))
+_SEE = frozenset(terms("see find view get look access"))
 _HOW_LONG_WORDS = frozenset(terms("long often soon take takes last lasts run runs happen happens occur occurs"))
 
 
@@ -61,8 +67,9 @@ def framing_of(question: str) -> frozenset[str]:
         framing |= _WORK
     if _HOW_LONG.match(question):
         framing |= _HOW_LONG_WORDS
-    if _WHAT_MEANS.match(question):
-        framing |= _MEAN
+    for form, words in ((_WHAT_MEANS, _MEAN), (_HOW_TO_FIX, _FIX), (_WHERE_CAN, _SEE)):
+        if form.match(question):
+            framing |= words
     return framing
 
 

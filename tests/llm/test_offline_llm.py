@@ -342,3 +342,38 @@ def test_offline_does_it_work_asks_about_its_subject() -> None:
                      "the device. Reminders work offline too.", "mobile.md", "Mobile apps", ("Mobile apps", "Offline notes"))
     messages = build_messages(BOT, history=[], user_text="Does the mobile app work offline?", hits=[mobile, PLANS])
     assert answer(messages).startswith("By default the apps keep the notes you opened recently on the device [1].")
+
+
+RESET = FakeHit("## Resetting a forgotten password\n\n1. On the sign-in page, choose **Forgot password?**.\n"
+                "2. Open the link we email you.\n3. Choose a new password.",
+                "account.md", "Your account", ("Your account", "Resetting a forgotten password"))
+DELETE = FakeHit("## Deleting your account\n\n1. Cancel any paid subscription first in **Settings → Billing**.\n"
+                 "2. Go to **Settings → Account → Delete account**.", "delete.md", "Your data", ("Your data", "Deleting your account"))
+
+
+def test_offline_a_step_comes_with_its_procedure_when_the_section_is_about_the_question() -> None:
+    # Not a "how do I" question, but its best sentence is step 1 of the procedure it asks about.
+    messages = build_messages(BOT, history=[], user_text="I forgot my password", hits=[RESET, DELETE])
+    assert answer(messages) == ("On the sign-in page, choose Forgot password? [1]. Open the link we email you [1]. "
+                                "Choose a new password [1].")
+    # Step 1 of deleting an account answers "cancel my subscription"; the rest of that procedure does not.
+    messages = build_messages(BOT, history=[], user_text="I want to cancel my subscription", hits=[RESET, DELETE])
+    assert answer(messages) == "Cancel any paid subscription first in Settings → Billing [2]."
+
+
+def test_offline_how_do_i_fix_a_code_gets_the_section_about_the_code() -> None:
+    status = FakeHit("## E-SYNC-500: server error\n\nCheck the status page; your changes sync once the problem is fixed.",
+                     "sync.md", "Sync errors", ("Sync errors",))
+    large = FakeHit("## E-SYNC-413: attachment too large\n\nThe file is bigger than your plan allows. "
+                    "Compress the file, split it, or upgrade.", "sync.md", "Sync errors", ("Sync errors",))
+    messages = build_messages(BOT, history=[], user_text="How do I fix E-SYNC-413?", hits=[status, large])
+    assert answer(messages) == ("The file is bigger than your plan allows [2]. "
+                                "Compress the file, split it, or upgrade [2].")
+
+
+def test_offline_where_can_i_see_asks_where_the_thing_is() -> None:
+    billing = FakeHit("# Billing\n\nFor refunds, see the Refunds page.", "billing.md", "Billing", ("Billing",))
+    invoices = FakeHit("# Billing\n\n## Invoices\n\nEvery charge creates an invoice. Download it in "
+                       "**Settings → Billing → Invoices**.", "billing.md", "Billing", ("Billing", "Invoices"))
+    messages = build_messages(BOT, history=[], user_text="Where can I see my invoices?", hits=[billing, invoices])
+    assert answer(messages) == ("Every charge creates an invoice [2]. Download it in Settings → Billing → Invoices [2].")
