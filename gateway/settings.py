@@ -234,6 +234,9 @@ class BotSettings(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
     system_prompt: str = "You are a helpful support assistant."
     fallback_text: str = "I don't know the answer to that from our help center."
+    # The reply to a message that is only thanks or goodbye ("thanks!", "ok bye"); a greeting alone
+    # gets the channel's `greeting` (`gateway.pipeline.small_talk`).
+    thanks_text: str = "You're welcome! Ask me any time if you have another question."
     model: str = OFFLINE_MODEL
     fallbacks: list[str] = Field(default_factory=list)
     max_tool_rounds: int = Field(default=6, ge=0, le=20)

@@ -14,6 +14,7 @@ from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
 from gateway.errors import LLMError, RetrievalError
 from gateway.models import CallerIdentity, Citation
 from gateway.pipeline.answer import TurnRecord
+from gateway.pipeline.small_talk import small_talk
 from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.pipeline")
@@ -88,6 +89,11 @@ class Pipeline:
         if wanted:
             return PipelineResult(reply=turn.bot.escalation.acknowledgement, escalate=f"customer asked: {wanted!r}",
                                   answered=False)
+        kind = small_talk(text)
+        if kind is not None:
+            bound.info("pipeline.small_talk", kind=kind)
+            return PipelineResult(reply=turn.bot.thanks_text if kind == "thanks" else turn.greeting or DEFAULT_GREETING,
+                                  answered=True)
 
         if self._budget is not None and await self._budget.exhausted(turn.bot):
             # Checked before any model call (the rewrite is one): a spent budget means none at all today.

@@ -1,0 +1,36 @@
+"""Greetings and thanks: answered without a search or a model call.
+
+"hi" or "thanks!" is not a question. Searched for, it finds nothing, so the customer would get the
+fallback text ("I couldn't find that…") and the turn would count towards the unanswered-turns
+escalation: "hi", "thanks", "ok bye" would page an operator. Only a message that is nothing but
+small talk is caught: "Hi, how do I reset my password?" goes through the pipeline as usual.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+MAX_SMALL_TALK_CHARS = 60
+
+_GREETING = (r"(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening|day)|greetings|"
+             r"hallo|hola|bonjour|ciao|salut|ola)")
+_THANKS = (r"(?:thanks?(?: you)?(?: (?:so|very) much| a lot| again)?|thx|ty|cheers|(?:much )?appreciated|"
+           r"appreciate it|bye|goodbye|bye bye|see you|have a (?:good|nice|great) (?:day|one)|"
+           r"merci|gracias|danke|grazie|obrigad[oa])")
+_FILLER = r"(?:ok|okay|great|perfect|awesome|cool|nice|got it|that helps|that helped|there|all|everyone|team|bot|folks)"
+_SMALL_TALK = re.compile(rf"(?:{_FILLER} )*(?:{_GREETING}|{_THANKS})(?: (?:{_FILLER}|{_GREETING}|{_THANKS}))*")
+_THANKS_ONLY = re.compile(rf"\b{_THANKS}\b")
+_NOT_A_WORD = re.compile(r"[^\w\s]+|_")
+
+SmallTalk = Literal["greeting", "thanks"]
+
+
+def small_talk(text: str) -> SmallTalk | None:
+    """"greeting" for "Hi there!", "thanks" for "ok, thanks a lot 🙏" or "bye", None for anything else."""
+    if len(text) > MAX_SMALL_TALK_CHARS:
+        return None
+    words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())
+    if not words or not _SMALL_TALK.fullmatch(words):
+        return None
+    return "thanks" if _THANKS_ONLY.search(words) else "greeting"
