@@ -55,9 +55,19 @@ def answer(messages: list[dict[str, Any]]) -> str:
     # The bot's own instructions name its product and domain ("the assistant of Acme Notes"): every
     # question is about those words, so they are no evidence that a sentence answers this one.
     domain = terms(system.split("\n\nRules:", 1)[0]) if "\n\nRules:" in system else set()
-    weight = _weights(wanted, extracts, candidates, domain=domain)
-    total = sum(weight.values())
     kind = answer_kind(question)
+    scored = _score(candidates, wanted, _weights(wanted, extracts, candidates, domain=domain), kind)
+    # A section need not be named after the product ("Exporting your data" answers "export my notes").
+    named = wanted - domain or wanted
+    in_order = [c for _, c in scored[:1]] + candidates  # the best sentence's section first, then retrieval order
+    picked = _whole_section(in_order, named, question) or _best_sentences(scored, wanted, named, kind)
+    return " ".join(_cite(text, n) for n, text in picked) if picked else fallback
+
+
+def _score(candidates: list[Candidate], wanted: set[str], weight: dict[str, float],
+           kind: re.Pattern[str] | None) -> list[tuple[float, Candidate]]:
+    """The sentences that carry some of the question, best first, with their scores."""
+    total = sum(weight.values())
     scored = []
     for c in candidates:
         direct = sum(weight[t] for t in wanted & (c.terms | c.referent))
@@ -78,27 +88,35 @@ def answer(messages: list[dict[str, Any]]) -> str:
             score *= ANSWER_KIND_FACTOR
         scored.append((score, c))
     scored.sort(key=lambda item: -item[0])
-    # A section need not be named after the product ("Exporting your data" answers "export my notes").
-    named = wanted - domain or wanted
-    in_order = [c for _, c in scored[:1]] + candidates  # the best sentence's section first, then retrieval order
-    steps = _procedure(in_order, named, question) if is_how_to(question) else []
-    # A "how" question asks for steps, a duration or a frequency, or how something works: a detail
-    # of its section, not the section's opening.
-    if steps or ((is_how_to(question) or not is_how(question))
-                 and (steps := _section_opening(in_order, named, question))):
-        return " ".join(_cite(text, n) for n, text in steps)
+    return scored
+
+
+def _whole_section(in_order: list[Candidate], named: set[str], question: str) -> list[tuple[int, str]]:
+    """A section that answers the question as a whole: the steps of the one a how-to question is named
+    after, else the opening of the one the question is named after. A "how long / often / does it
+    work" question asks for a detail of its section, not its opening."""
+    if is_how_to(question) and (steps := _procedure(in_order, named, question)):
+        return steps
+    if is_how_to(question) or not is_how(question):
+        return _section_opening(in_order, named, question)
+    return []
+
+
+def _best_sentences(scored: list[tuple[float, Candidate]], wanted: set[str], named: set[str],
+                    kind: re.Pattern[str] | None) -> list[tuple[int, str]]:
+    """The best-scoring sentences (none when even the best carries too little of the question)."""
     if not scored or scored[0][0] < MIN_COVERAGE:
-        return fallback
+        return []
     best = scored[0][1]
     # "I forgot my password": the best sentence is step 1 of "Resetting a forgotten password", and one
     # step is half an answer. A step of a procedure about something else ("Deleting your account" for
     # "cancel my subscription") is quoted alone.
     if named & terms(_section_of(best.extract, best.pos)) and len(steps := _steps_of(best)) > 1:
-        return " ".join(_cite(text, n) for n, text in steps)
-    if kind is not None and kind.search(scored[0][1].text):
+        return steps
+    if kind is not None and kind.search(best.text):
         # "How long does an export take?" is answered by durations; the steps beside them are not.
         scored = scored[:1] + [(score, c) for score, c in scored[1:] if kind.search(c.text)]
-    return " ".join(_cite(text, n) for n, text in _select(scored, wanted))
+    return _select(scored, wanted)
 
 
 def _referent_terms(e: Extract, i: int) -> frozenset[str]:
