@@ -19,6 +19,7 @@ _EXTRACT = re.compile(rf"<{EXTRACT_TAG}\s+([^>]*)>\n?(.*?)\n?</{EXTRACT_TAG}>", 
 _ATTR = re.compile(r'(\w+)="([^"]*)"')
 _FALLBACK = re.compile(rf"<{FALLBACK_TAG}>(.*?)</{FALLBACK_TAG}>", re.S)
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_HYPHENATED = re.compile(r"[^\W_]+(?:-[^\W_]+)+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 _MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
 _ITEM = re.compile(r"^\s*(?:[-*+]\s+|(?P<step>\d+[.)])\s+)")  # a numbered item is one step of a procedure
@@ -56,9 +57,11 @@ def stem(word: str) -> str:
 
 
 def terms(text: str) -> set[str]:
-    """Content terms of a text: lower-cased words minus stopwords, stemmed; emails and URLs are skipped."""
+    """Content terms of a text: lower-cased words minus stopwords, stemmed; emails and URLs are skipped.
+    A hyphenated word also counts joined ("non-profits" is "nonprofits" too, "e-mail" is "email")."""
     text = _ADDRESS.sub(" ", text.lower())
-    return {stem(w) for w in _WORD.findall(text) if w not in _STOPWORDS and len(w) > 1}
+    words = _WORD.findall(text) + [w.replace("-", "") for w in _HYPHENATED.findall(text)]
+    return {stem(w) for w in words if w not in _STOPWORDS and len(w) > 1}
 
 
 @dataclass(frozen=True, slots=True)

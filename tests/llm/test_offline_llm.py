@@ -377,3 +377,11 @@ def test_offline_where_can_i_see_asks_where_the_thing_is() -> None:
                        "**Settings → Billing → Invoices**.", "billing.md", "Billing", ("Billing", "Invoices"))
     messages = build_messages(BOT, history=[], user_text="Where can I see my invoices?", hits=[billing, invoices])
     assert answer(messages) == ("Every charge creates an invoice [2]. Download it in Settings → Billing → Invoices [2].")
+
+
+def test_offline_a_hyphenated_word_matches_its_joined_spelling() -> None:
+    discounts = FakeHit("# Plans\n\n## Discounts\n\n- **Education:** students get Plus for free.\n"
+                        "- **Non-profits:** registered non-profit organisations get 50% off the Team plan.",
+                        "plans.md", "Plans", ("Plans", "Discounts"))
+    messages = build_messages(BOT, history=[], user_text="Do nonprofits get a discount?", hits=[discounts, PLANS])
+    assert answer(messages) == "Non-profits: registered non-profit organisations get 50% off the Team plan [1]."
