@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -52,6 +52,15 @@ __all__ = [
 ]
 
 log = structlog.get_logger("channels.slack")
+
+# Scopes the bot token should hold, and what goes wrong without each. Only `chat:write` is needed to
+# answer; the history scopes let a post whose answer was lost (a timeout) be found instead of repeated.
+SCOPE_EFFECTS = {
+    "chat:write": "no reply can be posted",
+    "channels:history": "a reply or operator header in a public channel whose post timed out may be posted twice",
+    "groups:history": "the same in private channels",
+    "im:history": "the same in direct messages",
+}
 
 # Slack accepts 40k chars in `text`, but a section block stops at 3,000 and long messages are
 # collapsed behind "Show more"; 3,000 keeps every part readable and block-compatible.
@@ -297,9 +306,13 @@ class SlackAdapter:
     async def start(self, deliver: Deliver) -> None:
         """Learn the bot's user id; with an app token, also open Socket Mode and deliver its events."""
         try:
-            self.bot_user_id = (await self.client.auth_test()).get("user_id")
+            identity = await self.client.auth_test()
         except (SlackApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
             log.warning("slack.auth_test_failed", bot=self.bot, error=str(exc))
+        else:
+            self.bot_user_id = identity.get("user_id")
+            for scope, effect in missing_scopes(identity.headers).items():
+                log.warning("slack.missing_scope", bot=self.bot, scope=scope, effect=effect)
         if not self.settings.app_token:
             return
         self._socket = await _open_socket_mode(self, deliver)
@@ -309,3 +322,11 @@ class SlackAdapter:
         if self._socket is not None:
             await self._socket.close()
             self._socket = None
+
+
+def missing_scopes(headers: Mapping[str, Any]) -> dict[str, str]:
+    """`SCOPE_EFFECTS` entries the token lacks, read from Slack's `x-oauth-scopes` response header;
+    none when the header is absent (a proxy dropped it, or another token type): unknown is not missing."""
+    header = next((str(value) for name, value in headers.items() if name.lower() == "x-oauth-scopes"), "")
+    granted = {scope.strip() for scope in header.split(",") if scope.strip()}
+    return {scope: effect for scope, effect in SCOPE_EFFECTS.items() if granted and scope not in granted}

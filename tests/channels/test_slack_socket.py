@@ -6,7 +6,9 @@ import asyncio
 import json
 
 import pytest
+from structlog.testing import capture_logs
 
+from channels.slack import SCOPE_EFFECTS, missing_scopes
 from gateway.errors import ChannelSendError
 from gateway.models import InboundMessage
 from tests.channels.slack_helpers import SLACK_FIXTURES, fake_fixture, make_adapter  # noqa: F401 - `fake` fixture
@@ -21,6 +23,19 @@ async def test_slack_start_learns_bot_user_for_mentions(fake: FakeSlack):
                       "channel_type": "im"}}
     assert adapter.bot_user_id == BOT_USER_ID
     assert "own message" in adapter.parse_payload(body).ignored[0]
+    await adapter.stop()
+
+
+async def test_slack_start_names_each_missing_scope_and_what_it_costs(fake: FakeSlack):
+    fake.scopes = ["chat:write", "groups:history", "im:history"]  # an app installed without channels:history
+    adapter = make_adapter(fake)
+    with capture_logs() as logs:
+        await adapter.start(_collector([]))
+    missing = [(entry["scope"], entry["effect"]) for entry in logs if entry["event"] == "slack.missing_scope"]
+    assert missing == [("channels:history", SCOPE_EFFECTS["channels:history"])]
+    assert "posted twice" in missing[0][1] and adapter.bot_user_id == BOT_USER_ID
+    # Every scope granted: nothing to say. No header (a proxy dropped it): unknown is not missing.
+    assert missing_scopes({"X-OAuth-Scopes": ",".join(SCOPE_EFFECTS)}) == {} and missing_scopes({}) == {}
     await adapter.stop()
 
 

@@ -64,6 +64,9 @@ class FakeSlack:
     # Seconds between recording a call and answering it, by "method" or "method:channel".
     delays: dict[str, float] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)  # ts of messages removed with chat.delete
+    # What auth.test reports in `x-oauth-scopes`, as Slack does on every Web API answer.
+    scopes: list[str] = field(default_factory=lambda: ["chat:write", "channels:history", "groups:history", "im:history",
+                                                       "app_mentions:read", "channels:read"])
     _ts: int = 0
 
     @classmethod
@@ -163,7 +166,8 @@ class FakeSlack:
         expected = APP_TOKEN if method == "apps.connections.open" else BOT_TOKEN
         if token != expected:
             return web.json_response({"ok": False, "error": "invalid_auth"})
-        return web.json_response(self._answer(method, call))
+        headers = {"x-oauth-scopes": ",".join(self.scopes)} if method == "auth.test" else {}
+        return web.json_response(self._answer(method, call), headers=headers)
 
     def _answer(self, method: str, call: Call) -> dict[str, Any]:
         if method == "auth.test":
