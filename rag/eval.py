@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.errors import GatewayError
 from gateway.settings import QdrantSettings, RetrievalSettings, Settings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.index import open_index
@@ -76,19 +77,41 @@ def normalize(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+class EvalFileError(GatewayError):
+    """The eval questions file is missing or a line breaks DESIGN.md's format."""
+
+
 def load_questions(path: Path) -> list[Question]:
-    """Parse the JSONL eval file; blank lines are skipped, bad lines name their number."""
-    questions = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-            answerable = bool(item.get("answerable", True)) and bool(item.get("gold_texts"))
-            questions.append(Question(str(item["question"]), tuple(item.get("gold_texts") or ()), answerable))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{number}: not a valid eval line ({exc})") from None
+    """Parse the JSONL eval file; blank lines are skipped, a bad line names its number and what is wrong.
+
+    A question is answerable with a non-empty `gold_texts`, or unanswerable with `"answerable": false`;
+    a line with neither is an error rather than a guess, since either guess skews the metrics.
+    """
+    try:
+        # utf-8-sig: a file saved by a Windows editor starts with a byte-order mark.
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvalFileError(f"cannot read the questions file {path}: {exc}") from None
+    questions = [_question(line, f"{path}:{number}") for number, line in enumerate(lines, start=1) if line.strip()]
+    if not questions:
+        raise EvalFileError(f"{path}: no questions in it")
     return questions
+
+
+def _question(line: str, where: str) -> Question:
+    try:
+        item = json.loads(line)
+    except ValueError as exc:
+        raise EvalFileError(f"{where}: not a JSON object ({exc})") from None
+    if not isinstance(item, dict) or not isinstance(item.get("question"), str) or not item["question"].strip():
+        raise EvalFileError(f'{where}: needs a "question" string')
+    if item.get("answerable", True) is False:
+        return Question(item["question"], (), False)
+    golds = item.get("gold_texts")
+    if not isinstance(golds, list) or not golds or not all(isinstance(g, str) and g.strip() for g in golds):
+        raise EvalFileError(f'{where}: an answerable question needs "gold_texts" (a non-empty list of texts); '
+                            'mark one without an answer "answerable": false')
+    return Question(item["question"], tuple(golds), True)
 
 
 def first_hit_rank(hits: Sequence[Hit], gold_texts: Iterable[str]) -> int | None:

@@ -88,7 +88,7 @@ async def test_otlp_endpoint_in_config_exports_spans_over_http(tmp_path):
         app = create_app(settings, start_scheduler=False)
         async with app.router.lifespan_context(app):
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw.test") as http_:
-                assert (await http_.post("/v1/bots/acme/chat", json={"session_id": "o", "text": "hi"})).status_code == 200
+                assert (await http_.post("/v1/bots/acme/chat", json={"session_id": "o", "text": "How do refunds work?"})).status_code == 200
         # Leaving the lifespan shut the provider down, which flushed the batch.
     finally:
         server.shutdown()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gateway.settings import RetrievalSettings
-from rag.eval import evaluate, first_hit_rank, normalize
+from rag.eval import EvalFileError, evaluate, first_hit_rank, load_questions, normalize
 from rag.search import Hit
 from tests.rag.kb import write_kb
 
@@ -24,6 +26,38 @@ def test_eval_hit_rule_collapses_whitespace_and_case():
     hits = [hit("Nothing here."), hit("Refunds are\nprocessed within FIVE business days.")]
     assert first_hit_rank(hits, ["refunds are processed   within five"]) == 2
     assert first_hit_rank(hits, ["ten business days"]) is None
+
+
+def test_eval_file_with_a_byte_order_mark_and_blank_lines_loads(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_bytes('\ufeff{"question": "Refunds?", "gold_texts": ["five days"]}\n\n'
+                     '{"question": "Weather?", "answerable": false, "gold_texts": []}\n'.encode("utf-8"))
+    questions = load_questions(path)
+    assert [(q.question, q.gold_texts, q.answerable) for q in questions] == [
+        ("Refunds?", ("five days",), True), ("Weather?", (), False)]
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ('{"question": "Refunds?"}', '"gold_texts"'),  # neither gold texts nor answerable: false
+    ('{"question": "Refunds?", "gold_texts": []}', '"gold_texts"'),
+    ('{"question": "Refunds?", "gold_texts": "five days"}', '"gold_texts"'),  # a string, not a list
+    ('{"gold_texts": ["five days"]}', '"question"'),
+    ('["Refunds?"]', '"question"'),
+    ("Refunds?", "not a JSON object"),
+])
+def test_eval_file_bad_line_is_named_with_what_is_wrong(tmp_path, line, says):
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"question": "Fine?", "answerable": false}\n' + line + "\n")
+    with pytest.raises(EvalFileError, match=rf"q.jsonl:2: .*{says}"):
+        load_questions(path)
+
+
+def test_eval_file_missing_or_empty_is_a_clear_error(tmp_path):
+    with pytest.raises(EvalFileError, match="cannot read the questions file"):
+        load_questions(tmp_path / "missing.jsonl")
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    with pytest.raises(EvalFileError, match="no questions"):
+        load_questions(tmp_path / "empty.jsonl")
 
 
 async def test_evaluate_reports_contract_metrics(tmp_path, dense, sparse):
