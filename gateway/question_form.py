@@ -22,11 +22,13 @@ _FRAMING_TERMS = frozenset(terms(" ".join(FRAMING_WORDS)))
 _DOES_IT_WORK = re.compile(r"^\s*(?:how\s+)?(?:do|does|did|would|will|can|could)\b.*\bwork(?:s|ed)?\b", re.I)
 _HOW_LONG = re.compile(r"^\s*how (?:long|often|soon)\b", re.I)
 # "What does E-SYNC-409 mean?" asks what it is, "How do I fix E-SYNC-413?" what to do about it, and
-# "Where can I see my invoices?" where they are: the section that answers need not say "mean", "fix"
-# or "see". ("What happens …" is not one of them: "What happens next" names its own section.)
+# "Where can I see my invoices?" or "Who can see my notes?" where they are and who has them: the section
+# that answers need not say "mean", "fix" or "see". ("What happens …" is not one of them: "What happens next" names its own section.)
 _WHAT_MEANS = re.compile(r"^\s*what (?:does|do|did|would)\b.*\bmean\s*\??\s*$", re.I)
 _HOW_TO_FIX = re.compile(r"^\s*how (?:do|can|should) (?:i|we|you)\s+(?:fix|solve|resolve|troubleshoot|get rid of)\b", re.I)
-_WHERE_CAN = re.compile(r"^\s*where (?:can|do|does|should|would|will) (?:i|we|you|one)\b", re.I)
+_WHERE_CAN = re.compile(r"^\s*(?:where (?:can|do|does|should|would|will) (?:i|we|you|one)|who (?:can|could|will|would))\b", re.I)
+# "What's included in the free plan?" asks about the plan: its section lists, and need not say "include".
+_WHAT_INCLUDED = re.compile(r"^\s*what(?:'s|\s+is|\s+are|\s+does|\s+do|\s+comes)?\b.*\b(?:includ\w*|come\w* with)\b", re.I)
 # What kind of answer a question asks for, and how a sentence that gives one looks.
 _UNIT = r"(?:second|minute|hour|day|week|month|year)s?"
 _ANSWER_KINDS = (
@@ -41,6 +43,7 @@ _ANSWER_KINDS = (
 _WORK, _MEAN = frozenset(terms("work")), frozenset(terms("mean"))
 _FIX = frozenset(terms("fix solve resolve troubleshoot rid"))
 _SEE = frozenset(terms("see find view get look access"))
+_INCLUDE = frozenset(terms("include includes included including come comes"))
 _HOW_LONG_WORDS = frozenset(terms("long often soon take takes last lasts run runs happen happens occur occurs"))
 
 
@@ -67,7 +70,8 @@ def framing_of(question: str) -> frozenset[str]:
         framing |= _WORK
     if _HOW_LONG.match(question):
         framing |= _HOW_LONG_WORDS
-    for form, words in ((_WHAT_MEANS, _MEAN), (_HOW_TO_FIX, _FIX), (_WHERE_CAN, _SEE)):
+    for form, words in ((_WHAT_MEANS, _MEAN), (_HOW_TO_FIX, _FIX), (_WHERE_CAN, _SEE),
+                        (_WHAT_INCLUDED, _INCLUDE)):
         if form.match(question):
             framing |= words
     return framing

@@ -385,3 +385,13 @@ def test_offline_a_hyphenated_word_matches_its_joined_spelling() -> None:
                         "plans.md", "Plans", ("Plans", "Discounts"))
     messages = build_messages(BOT, history=[], user_text="Do nonprofits get a discount?", hits=[discounts, PLANS])
     assert answer(messages) == "Non-profits: registered non-profit organisations get 50% off the Team plan [1]."
+
+
+def test_offline_whats_included_asks_about_the_plan() -> None:
+    # "including Free" holds both words; the section named after the plan holds neither "include" nor a list word.
+    export = FakeHit("# Export\n\nYou can take a full copy at any time, on every plan, including Free.",
+                     "export.md", "Export", ("Export",))
+    free = FakeHit("# Plans\n\n## Free\n\nThe Free plan is free forever and needs no payment card. "
+                   "It is meant for personal use on up to two devices.", "plans.md", "Plans", ("Plans", "Free"))
+    messages = build_messages(BOT, history=[], user_text="What's included in the free plan?", hits=[export, free])
+    assert answer(messages).startswith("The Free plan is free forever and needs no payment card [2].")
