@@ -14,7 +14,7 @@ from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
 from gateway.errors import LLMError, RetrievalError
 from gateway.models import CallerIdentity, Citation
 from gateway.pipeline.answer import TurnRecord
-from gateway.pipeline.small_talk import small_talk
+from gateway.pipeline.small_talk import is_yes, small_talk
 from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.pipeline")
@@ -89,6 +89,9 @@ class Pipeline:
         if wanted:
             return PipelineResult(reply=turn.bot.escalation.acknowledgement, escalate=f"customer asked: {wanted!r}",
                                   answered=False)
+        if _accepts_offer_of_a_person(text, turn):
+            return PipelineResult(reply=turn.bot.escalation.acknowledgement,
+                                  escalate="customer said yes to the offer of a person", answered=False)
         kind = small_talk(text)
         if kind is not None:
             bound.info("pipeline.small_talk", kind=kind)
@@ -151,6 +154,17 @@ def _asks_for_human(text: str, bot: BotSettings) -> str | None:
         if phrase.lower() in lowered:
             return phrase
     return None
+
+
+def _accepts_offer_of_a_person(text: str, turn: Turn) -> bool:
+    """ "yes" right after the fallback text, when that text is a question ("… Would you like me to get a
+    person from our team?"): without this, the "yes" is searched, finds nothing, and gets the same
+    offer again."""
+    fallback = turn.bot.fallback_text.strip()
+    if not turn.bot.escalation.enabled or not fallback.endswith("?") or not is_yes(text):
+        return False
+    last_reply = next((m.get("content") for m in reversed(turn.history) if m.get("role") == "assistant"), None)
+    return (last_reply or "").strip() == fallback
 
 
 def _retrieved(hits: list[Any]) -> list[dict[str, Any]]:

@@ -1,9 +1,12 @@
-"""Greetings and thanks: answered without a search or a model call.
+"""Greetings, thanks and a plain "yes": answered without a search or a model call.
 
 "hi" or "thanks!" is not a question. Searched for, it finds nothing, so the customer would get the
 fallback text ("I couldn't find that…") and the turn would count towards the unanswered-turns
 escalation: "hi", "thanks", "ok bye" would page an operator. Only a message that is nothing but
 small talk is caught: "Hi, how do I reset my password?" goes through the pipeline as usual.
+
+"yes" answers the bot's last question: after a fallback text that offers a person ("Would you like me
+to get a person from our team?"), it is the customer accepting (`gateway.pipeline.core`).
 """
 
 from __future__ import annotations
@@ -18,10 +21,15 @@ _GREETING = (r"(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening|day)
 _THANKS = (r"(?:thanks?(?: you)?(?: (?:so|very) much| a lot| again)?|thx|ty|cheers|(?:much )?appreciated|"
            r"appreciate it|bye|goodbye|bye bye|see you|have a (?:good|nice|great) (?:day|one)|"
            r"merci|gracias|danke|grazie|obrigad[oa])")
-_FILLER = r"(?:ok|okay|great|perfect|awesome|cool|nice|got it|that helps|that helped|there|all|everyone|team|bot|folks)"
+_FILLER = r"(?:ok|okay|yes|yeah|no|nope|great|perfect|awesome|cool|nice|got it|that helps|that helped|there|all|everyone|team|bot|folks)"
 _SMALL_TALK = re.compile(rf"(?:{_FILLER} )*(?:{_GREETING}|{_THANKS})(?: (?:{_FILLER}|{_GREETING}|{_THANKS}))*")
 _THANKS_ONLY = re.compile(rf"\b{_THANKS}\b")
 _NOT_A_WORD = re.compile(r"[^\w\s]+|_")
+
+# "ok thanks" after an offer is a polite no as often as a yes, so "ok" says yes only alone or with "sure".
+_YES = re.compile(r"(?:(?:oh |ok |okay )?(?:yes|yeah|yep|yup|sure|please|y|si|oui|ja)"
+                  r"(?: (?:please|sure|yes|thanks|thank you|do|please do|go ahead|that would be great))*"
+                  r"|ok(?:ay)?(?: (?:sure|please|go ahead|please do))?|please do|go ahead|do it|that would be great)")
 
 SmallTalk = Literal["greeting", "thanks"]
 
@@ -34,3 +42,9 @@ def small_talk(text: str) -> SmallTalk | None:
     if not words or not _SMALL_TALK.fullmatch(words):
         return None
     return "thanks" if _THANKS_ONLY.search(words) else "greeting"
+
+
+def is_yes(text: str) -> bool:
+    """ "yes", "Yes please!", "sure, go ahead": a message that only says yes."""
+    words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())
+    return len(text) <= MAX_SMALL_TALK_CHARS and bool(_YES.fullmatch(words))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gateway.pipeline.core import DEFAULT_GREETING
-from gateway.pipeline.small_talk import small_talk
+from gateway.pipeline.small_talk import is_yes, small_talk
 from tests.fakes.openai_server import Turn as Scripted
 from tests.pipeline.conftest import make_rig
 
@@ -51,3 +51,44 @@ async def test_pipeline_answers_small_talk_without_searching_or_calling_a_model(
     openai_fake.script("primary", Scripted(text="Plus costs $6 per month [1]."))
     asked = await rig.pipeline.handle(rig.turn("Hi, how much is Plus?"))
     assert asked.reply == "Plus costs $6 per month [1]." and rig.search.calls == [["Hi, how much is Plus?"]]
+
+
+@pytest.mark.parametrize(("text", "yes"), [
+    ("yes", True), ("Yes please!", True), ("sure, go ahead", True), ("ok", True), ("yeah sure", True),
+    ("ok thanks", False), ("no thanks", False), ("no", False), ("yes, how do I reset my password?", False),
+])
+def test_is_yes_only_for_a_message_that_only_says_yes(text, yes) -> None:
+    assert is_yes(text) is yes
+
+
+OFFER = "I couldn't find that. Would you like me to get a person from our team?"
+
+
+async def test_yes_after_the_fallbacks_offer_of_a_person_escalates(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallback_text": OFFER}])
+    after_offer = [{"role": "user", "content": "Can I pay in bitcoin?"}, {"role": "assistant", "content": OFFER}]
+
+    accepted = await rig.pipeline.handle(rig.turn("Yes please", history=after_offer))
+
+    assert accepted.escalate == "customer said yes to the offer of a person"
+    assert accepted.reply == rig.bot.escalation.acknowledgement and not accepted.answered
+    assert rig.search.calls == [] and openai_fake.requests == []
+    # "no thanks" is a polite close, not a question.
+    declined = await rig.pipeline.handle(rig.turn("no thanks", history=after_offer))
+    assert declined.reply == rig.bot.thanks_text and declined.escalate is None
+
+
+async def test_yes_is_only_an_answer_to_the_offer(openai_fake) -> None:
+    # After an ordinary answer, or when the fallback text asks nothing, "yes" goes through the pipeline.
+    # Each turn has history, so each is a rewrite call and then an answer call.
+    openai_fake.script("primary", *[Scripted(text=t) for t in ("yes", "Plus costs $6 [1].") * 2])
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallback_text": OFFER},
+                                      {"name": "plain", "fallback_text": "I don't know."}])
+    answered = [{"role": "user", "content": "How much is Plus?"}, {"role": "assistant", "content": "Plus costs $6 [1]."}]
+    after_statement = [{"role": "user", "content": "Bitcoin?"}, {"role": "assistant", "content": "I don't know."}]
+
+    first = await rig.pipeline.handle(rig.turn("yes", history=answered))
+    second = await rig.pipeline.handle(rig.turn("yes", history=after_statement, bot=rig.bots[1]))
+
+    assert (first.reply, second.reply) == ("Plus costs $6 [1].", "Plus costs $6 [1].")
+    assert first.escalate is None and second.escalate is None and len(rig.search.calls) == 2
