@@ -157,9 +157,9 @@ def _asks_for_human(text: str, bot: BotSettings) -> str | None:
 
 
 def _accepts_offer_of_a_person(text: str, turn: Turn) -> bool:
-    """ "yes" right after the fallback text, when that text is a question ("… Would you like me to get a
-    person from our team?"): without this, the "yes" is searched, finds nothing, and gets the same
-    offer again."""
+    """True for a plain "yes" right after the fallback text, when that text is a question ("… Would you
+    like me to get a person from our team?"). Without this, the "yes" is searched, finds nothing, and
+    gets the same offer again."""
     fallback = turn.bot.fallback_text.strip()
     if not turn.bot.escalation.enabled or not fallback.endswith("?") or not is_yes(text):
         return False

@@ -35,7 +35,8 @@ SmallTalk = Literal["greeting", "thanks"]
 
 
 def small_talk(text: str) -> SmallTalk | None:
-    """"greeting" for "Hi there!", "thanks" for "ok, thanks a lot 🙏" or "bye", None for anything else."""
+    """The kind of small talk a message is: "greeting" for "Hi there!", "thanks" for "ok, thanks a lot 🙏"
+    or "bye", None for anything else."""
     if len(text) > MAX_SMALL_TALK_CHARS:
         return None
     words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())
@@ -45,6 +46,6 @@ def small_talk(text: str) -> SmallTalk | None:
 
 
 def is_yes(text: str) -> bool:
-    """ "yes", "Yes please!", "sure, go ahead": a message that only says yes."""
+    """True for a message that only says yes: "yes", "Yes please!", "sure, go ahead"."""
     words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())
     return len(text) <= MAX_SMALL_TALK_CHARS and bool(_YES.fullmatch(words))
