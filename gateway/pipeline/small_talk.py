@@ -21,9 +21,13 @@ _GREETING = (r"(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening|day)
 _THANKS = (r"(?:thanks?(?: you)?(?: (?:so|very) much| a lot| again)?|thx|ty|cheers|(?:much )?appreciated|"
            r"appreciate it|bye|goodbye|bye bye|see you|have a (?:good|nice|great) (?:day|one)|"
            r"merci|gracias|danke|grazie|obrigad[oa])")
-_FILLER = r"(?:ok|okay|yes|yeah|no|nope|great|perfect|awesome|cool|nice|got it|that helps|that helped|there|all|everyone|team|bot|folks)"
-_SMALL_TALK = re.compile(rf"(?:{_FILLER} )*(?:{_GREETING}|{_THANKS})(?: (?:{_FILLER}|{_GREETING}|{_THANKS}))*")
+# "ok", "great, got it": an acknowledgement closes a turn the way thanks do.
+_ACK = r"(?:ok|okay|alright|all right|great|perfect|awesome|cool|nice|got it|understood|that helps|that helped)"
+_FILLER = rf"(?:{_ACK}|yes|yeah|no|nope|there|all|everyone|team|bot|folks)"
+_SMALL_TALK = re.compile(rf"(?:{_FILLER} )*(?:{_GREETING}|{_THANKS})(?: (?:{_FILLER}|{_GREETING}|{_THANKS}))*"
+                         rf"|{_ACK}(?: {_ACK})*")
 _THANKS_ONLY = re.compile(rf"\b{_THANKS}\b")
+_GREETING_ONLY = re.compile(rf"\b{_GREETING}\b")
 _NOT_A_WORD = re.compile(r"[^\w\s]+|_")
 
 # "ok thanks" after an offer is a polite no as often as a yes, so "ok" says yes only alone or with "sure".
@@ -35,14 +39,14 @@ SmallTalk = Literal["greeting", "thanks"]
 
 
 def small_talk(text: str) -> SmallTalk | None:
-    """The kind of small talk a message is: "greeting" for "Hi there!", "thanks" for "ok, thanks a lot 🙏"
-    or "bye", None for anything else."""
+    """The kind of small talk a message is: "greeting" for "Hi there!", "thanks" for "ok, thanks a lot 🙏",
+    "bye" or "great, got it", None for anything else."""
     if len(text) > MAX_SMALL_TALK_CHARS:
         return None
     words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())
     if not words or not _SMALL_TALK.fullmatch(words):
         return None
-    return "thanks" if _THANKS_ONLY.search(words) else "greeting"
+    return "greeting" if _GREETING_ONLY.search(words) and not _THANKS_ONLY.search(words) else "thanks"
 
 
 def is_yes(text: str) -> bool:

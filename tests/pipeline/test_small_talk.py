@@ -21,7 +21,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "data"
     ("thanks!", "thanks"), ("Thank you so much 🙏", "thanks"), ("ok, thanks a lot", "thanks"), ("bye", "thanks"),
     ("Hey, thanks!", "thanks"), ("cheers", "thanks"),
     ("Hi, how do I reset my password?", None), ("thanks but that did not help", None), ("hello world", None),
-    ("Thanks for nothing", None), ("ok", None), ("", None), ("hi " * 30, None),
+    ("ok", "thanks"), ("Great, got it!", "thanks"), ("perfect", "thanks"),
+    ("Thanks for nothing", None), ("no", None), ("yes", None), ("ok but why?", None), ("", None), ("hi " * 30, None),
 ])
 def test_small_talk_is_only_a_message_that_is_nothing_else(text, kind) -> None:
     assert small_talk(text) == kind
