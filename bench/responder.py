@@ -1,0 +1,98 @@
+"""How often the offline extractive responder (the model `make run` answers with) quotes the answer.
+
+    HF_HUB_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/python -m bench.responder [--sets s10 stici] [--json FILE]
+
+Per set: the documents are ingested by `rag.ingest.Ingestor` into a temporary local-mode index, and each
+answerable question goes through `HybridSearch` (the bot defaults, k=5), `build_messages` and
+`gateway.extractive.answer`, as in the pipeline. An answer "quotes the gold" when it holds a run of six
+words of a gold text (the whole gold text when shorter), markers and case aside: the gold texts are spans of
+the right chunk, and a quoted sentence that answers usually shares six words with them. `fallback` = the
+fallback text (gate 1 refused, or no sentence carried enough of the question). Deterministic: one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import tempfile
+
+from qdrant_client import AsyncQdrantClient
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from bench.retrieval import DATA, machine
+from gateway.extractive import answer
+from gateway.pipeline.prompts import build_messages
+from gateway.settings import BotSettings
+from rag.embeddings import DenseEmbedder, SparseEmbedder
+from rag.eval import load_questions, normalize
+from rag.index import QdrantIndex
+from rag.ingest import Ingestor
+from rag.search import HybridSearch
+from rag.sources import load_directory
+from storage.engine import session_factory
+from storage.models import Base
+
+RUN = 6
+_MARKER = re.compile(r"\s*\[\d+\]")
+BOT = BotSettings(name="bench", fallback_text="FALLBACK")
+
+
+def quotes(answer_text: str, gold: str) -> bool:
+    """True when the answer holds a run of `RUN` words of the gold text (all of it when shorter)."""
+    said = normalize(_MARKER.sub("", answer_text))
+    words = normalize(gold).split()
+    runs = [words] if len(words) <= RUN else [words[i : i + RUN] for i in range(len(words) - RUN + 1)]
+    return any(" ".join(run) in said for run in runs)
+
+
+async def run(sets: list[str]) -> dict:
+    """One row per set: answerable questions, answers that quote a gold text, fallbacks."""
+    dense, sparse = DenseEmbedder(), SparseEmbedder()
+    rows, answers = [], {}
+    with tempfile.TemporaryDirectory(prefix="bench-responder-") as tmp:
+        store = create_async_engine(f"sqlite+aiosqlite:///{tmp}/bench.db")
+        async with store.begin() as conn:
+            await conn.run_sync(Base.metadata.create_all)
+        index = QdrantIndex(AsyncQdrantClient(path=f"{tmp}/qdrant"))
+        try:
+            for name in sets:
+                docs = (await load_directory(DATA / name / "docs")).documents
+                await Ingestor(index, dense, sparse, session_factory(store)).ingest_documents(name, "bench", docs)
+                search = HybridSearch(index, dense, sparse)
+                questions = [q for q in load_questions(DATA / name / "questions.jsonl") if q.answerable]
+                answers[name] = []
+                for q in questions:
+                    found = await search.search(name, [q.question], BOT.retrieval)
+                    text = answer(build_messages(BOT, history=[], user_text=q.question, hits=list(found.hits)))
+                    answers[name].append({"question": q.question, "answer": text,
+                                          "quotes_gold": any(quotes(text, g) for g in q.gold_texts)})
+                rows.append({"set": name, "answerable": len(questions),
+                             "quotes_gold": sum(a["quotes_gold"] for a in answers[name]),
+                             "fallback": sum(a["answer"] == BOT.fallback_text for a in answers[name])})
+        finally:
+            await index.close()
+            await store.dispose()
+    return {"machine": machine(), "rows": rows, "answers": answers}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sets", nargs="+", default=["s10", "stici"])
+    parser.add_argument("--json", help="also write every answer to this file")
+    args = parser.parse_args()
+    result = asyncio.run(run(args.sets))
+    info = result["machine"]
+    print(f"{info['date']}, {info['cpu']}, {info['nproc']} CPUs, Python {info['python']}")
+    print("| set | answerable | answer quotes a gold text | fallback |\n|---|---|---|---|")
+    for row in result["rows"]:
+        print(f"| {row['set']} | {row['answerable']} | {row['quotes_gold']} ({row['quotes_gold'] / row['answerable']:.0%})"
+              f" | {row['fallback']} |")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(result, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
