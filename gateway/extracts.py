@@ -19,6 +19,14 @@ _EXTRACT = re.compile(rf"<{EXTRACT_TAG}\s+([^>]*)>\n?(.*?)\n?</{EXTRACT_TAG}>", 
 _ATTR = re.compile(r'(\w+)="([^"]*)"')
 _FALLBACK = re.compile(rf"<{FALLBACK_TAG}>(.*?)</{FALLBACK_TAG}>", re.S)
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# Help centers write "turn on" and "sign in"; customers ask "enable" and "log in". Each phrase of a
+# pair becomes one word, so either spelling finds the other (the particles alone are stopwords).
+_SYNONYMS = tuple((re.compile(pattern), word) for pattern, word in (
+    (r"\b(?:turn|switch)(?:s|ed|ing)? off\b|\bdisabl\w*|\bdeactivat\w*", " disable "),
+    (r"\b(?:turn|switch)(?:s|ed|ing)? on\b|\benabl\w*|\bactivat\w*", " enable "),
+    (r"\b(?:log|sign)(?:s|ged|ed|ging|ing)?[ -]?out\b", " signout "),
+    (r"\b(?:log|sign)(?:s|ged|ed|ging|ing)?[ -]?in\b|\blogins?\b|\bsignins?\b", " signin "),
+))
 _HYPHENATED = re.compile(r"[^\W_]+(?:-[^\W_]+)+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 _MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
@@ -60,6 +68,8 @@ def terms(text: str) -> set[str]:
     """Content terms of a text: lower-cased words minus stopwords, stemmed; emails and URLs are skipped.
     A hyphenated word also counts joined ("non-profits" is "nonprofits" too, "e-mail" is "email")."""
     text = _ADDRESS.sub(" ", text.lower())
+    for phrase, word in _SYNONYMS:
+        text = phrase.sub(word, text)
     words = _WORD.findall(text) + [w.replace("-", "") for w in _HYPHENATED.findall(text)]
     return {stem(w) for w in words if w not in _STOPWORDS and len(w) > 1}
 

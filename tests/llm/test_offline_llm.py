@@ -395,3 +395,14 @@ def test_offline_whats_included_asks_about_the_plan() -> None:
                    "It is meant for personal use on up to two devices.", "plans.md", "Plans", ("Plans", "Free"))
     messages = build_messages(BOT, history=[], user_text="What's included in the free plan?", hits=[export, free])
     assert answer(messages).startswith("The Free plan is free forever and needs no payment card [2].")
+
+
+def test_offline_enable_and_log_in_find_turn_on_and_sign_in() -> None:
+    twofa = FakeHit("## Turning on 2FA\n\n1. Go to **Settings → Security**.\n2. Scan the QR code.\n",
+                    "account.md", "Your account", ("Your account", "Turning on 2FA"))
+    locked = FakeHit("## Account temporarily locked\n\nAfter 10 failed sign-in attempts the account is locked "
+                     "for 15 minutes.", "login.md", "Sign-in problems", ("Sign-in problems",))
+    messages = build_messages(BOT, history=[], user_text="How do I enable 2FA?", hits=[locked, twofa])
+    assert answer(messages) == "Go to Settings → Security [2]. Scan the QR code [2]."
+    messages = build_messages(BOT, history=[], user_text="Why does it say locked when I log in?", hits=[twofa, locked])
+    assert answer(messages) == "After 10 failed sign-in attempts the account is locked for 15 minutes [2]."
