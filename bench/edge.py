@@ -21,23 +21,18 @@ import argparse
 import asyncio
 import inspect
 import os
-import tempfile
 import time
 from importlib.metadata import version
 
 import qdrant_edge as qe
-from qdrant_client import AsyncQdrantClient
 from qdrant_client import models as qm
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from bench.retrieval import DATA, _percentiles, machine, padding_points
+from bench.retrieval import DATA, _percentiles, machine, padding_points, scratch
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.eval import load_questions
 from rag.index import DENSE, RRF_K, SPARSE, QdrantIndex, collection_name, rrf
 from rag.ingest import Ingestor
 from rag.sources import load_directory
-from storage.engine import session_factory
-from storage.models import Base
 
 PREFETCH, LIMIT = 40, 10
 EXACT = qe.SearchParams(exact=True)
@@ -116,31 +111,23 @@ async def run(sets: list[str], pad: int) -> list[dict]:
         sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
     )
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-edge-") as tmp:
-        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp}/bench.db")
-        async with engine.begin() as conn:
-            await conn.run_sync(Base.metadata.create_all)
-        index = QdrantIndex(AsyncQdrantClient(path=f"{tmp}/qdrant"))
-        try:
-            for name in sets:
-                bot, docs = f"edge-{name}", (await load_directory(DATA / name / "docs")).documents
-                ingestor = Ingestor(index, dense, sparse, session_factory(engine))
-                chunks = (await ingestor.ingest_documents(bot, "bench", docs)).added
-                questions = [q.question for q in load_questions(DATA / name / "questions.jsonl")]
-                dvs, svs = await dense.aembed_queries(questions), await sparse.aembed_queries(questions)
-                shard = qe.EdgeShard.create(f"{tmp}/edge-{name}", edge_config)
+    async with scratch("bench-edge-") as work:
+        index = work.index
+        for name in sets:
+            bot, docs = f"edge-{name}", (await load_directory(DATA / name / "docs")).documents
+            chunks = (await Ingestor(index, dense, sparse, work.sessions).ingest_documents(bot, "bench", docs)).added
+            questions = [q.question for q in load_questions(DATA / name / "questions.jsonl")]
+            dvs, svs = await dense.aembed_queries(questions), await sparse.aembed_queries(questions)
+            shard = qe.EdgeShard.create(f"{work.folder}/edge-{name}", edge_config)
+            rows += await measure(index, bot, shard, dvs, svs, name, await copy_to_edge(index, bot, shard))
+            if pad > chunks:
+                await index.upsert(bot, padding[: pad - chunks])
                 rows += await measure(index, bot, shard, dvs, svs, name, await copy_to_edge(index, bot, shard))
-                if pad > chunks:
-                    await index.upsert(bot, padding[: pad - chunks])
-                    rows += await measure(index, bot, shard, dvs, svs, name, await copy_to_edge(index, bot, shard))
-                info = shard.info()
-                print(f"  {name}: edge shard {info.points_count} points in {info.segments_count} segment(s), "
-                      f"{info.indexed_vectors_count} vectors indexed", flush=True)
-                shard.close()
-                await index.drop(bot)
-        finally:
-            await index.close()
-            await engine.dispose()
+            info = shard.info()
+            print(f"  {name}: edge shard {info.points_count} points in {info.segments_count} segment(s), "
+                  f"{info.indexed_vectors_count} vectors indexed", flush=True)
+            shard.close()
+            await index.drop(bot)
     return rows
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from qdrant_client import models as qm
 
 from rag.chunking import chunk_document
-from rag.embeddings import DenseEmbedder, SparseEmbedder
+from rag.embeddings import DenseEmbedder
 from rag.index import DENSE, SPARSE, IndexPoint, QdrantIndex, collection_name
 from rag.sources import Document
 

@@ -16,23 +16,16 @@ import argparse
 import asyncio
 import json
 import re
-import tempfile
 
-from qdrant_client import AsyncQdrantClient
-from sqlalchemy.ext.asyncio import create_async_engine
-
-from bench.retrieval import DATA, machine
+from bench.retrieval import DATA, machine, scratch
 from gateway.extractive import answer
 from gateway.pipeline.prompts import build_messages
 from gateway.settings import BotSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.eval import load_questions, normalize
-from rag.index import QdrantIndex
 from rag.ingest import Ingestor
 from rag.search import HybridSearch
 from rag.sources import load_directory
-from storage.engine import session_factory
-from storage.models import Base
 
 RUN = 6
 _MARKER = re.compile(r"\s*\[\d+\]")
@@ -51,29 +44,21 @@ async def run(sets: list[str]) -> dict:
     """One row per set: answerable questions, answers that quote a gold text, fallbacks."""
     dense, sparse = DenseEmbedder(), SparseEmbedder()
     rows, answers = [], {}
-    with tempfile.TemporaryDirectory(prefix="bench-responder-") as tmp:
-        store = create_async_engine(f"sqlite+aiosqlite:///{tmp}/bench.db")
-        async with store.begin() as conn:
-            await conn.run_sync(Base.metadata.create_all)
-        index = QdrantIndex(AsyncQdrantClient(path=f"{tmp}/qdrant"))
-        try:
-            for name in sets:
-                docs = (await load_directory(DATA / name / "docs")).documents
-                await Ingestor(index, dense, sparse, session_factory(store)).ingest_documents(name, "bench", docs)
-                search = HybridSearch(index, dense, sparse)
-                questions = [q for q in load_questions(DATA / name / "questions.jsonl") if q.answerable]
-                answers[name] = []
-                for q in questions:
-                    found = await search.search(name, [q.question], BOT.retrieval)
-                    text = answer(build_messages(BOT, history=[], user_text=q.question, hits=list(found.hits)))
-                    answers[name].append({"question": q.question, "answer": text,
-                                          "quotes_gold": any(quotes(text, g) for g in q.gold_texts)})
-                rows.append({"set": name, "answerable": len(questions),
-                             "quotes_gold": sum(a["quotes_gold"] for a in answers[name]),
-                             "fallback": sum(a["answer"] == BOT.fallback_text for a in answers[name])})
-        finally:
-            await index.close()
-            await store.dispose()
+    async with scratch("bench-responder-") as work:
+        for name in sets:
+            docs = (await load_directory(DATA / name / "docs")).documents
+            await Ingestor(work.index, dense, sparse, work.sessions).ingest_documents(name, "bench", docs)
+            search = HybridSearch(work.index, dense, sparse)
+            questions = [q for q in load_questions(DATA / name / "questions.jsonl") if q.answerable]
+            answers[name] = []
+            for q in questions:
+                found = await search.search(name, [q.question], BOT.retrieval)
+                text = answer(build_messages(BOT, history=[], user_text=q.question, hits=list(found.hits)))
+                answers[name].append({"question": q.question, "answer": text,
+                                      "quotes_gold": any(quotes(text, g) for g in q.gold_texts)})
+            rows.append({"set": name, "answerable": len(questions),
+                         "quotes_gold": sum(a["quotes_gold"] for a in answers[name]),
+                         "fallback": sum(a["answer"] == BOT.fallback_text for a in answers[name])})
     return {"machine": machine(), "rows": rows, "answers": answers}
 
 

@@ -28,8 +28,11 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.recipes import RECIPES, Recipe, RecipeSearch, recipe_points
 from gateway.settings import QdrantSettings, RetrievalSettings
@@ -252,28 +255,49 @@ def _rank(texts: list[str], golds) -> int | None:
     return None
 
 
-async def run(
-    sets: list[str], *, pad: int, pad_base: int = 200, data: Path = DATA, systems: list[str] | None = None, engine: str = "local"
-) -> dict:
-    """Run every system on every set; returns machine info, settings and one row per (system, set)."""
+@dataclass
+class Scratch:
+    """A throwaway workspace: its folder, a conversation store with the schema, and a local-mode index."""
+
+    folder: str
+    sessions: Any
+    index: QdrantIndex
+
+
+@asynccontextmanager
+async def scratch(prefix: str) -> AsyncIterator[Scratch]:
+    """A `Scratch` in a temporary folder, closed and removed afterwards (what every benchmark ingests into)."""
     from qdrant_client import AsyncQdrantClient
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from storage.engine import session_factory
     from storage.models import Base
 
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        store = create_async_engine(f"sqlite+aiosqlite:///{folder}/bench.db")
+        async with store.begin() as conn:
+            await conn.run_sync(Base.metadata.create_all)
+        index = QdrantIndex(AsyncQdrantClient(path=f"{folder}/qdrant"))
+        try:
+            yield Scratch(folder, session_factory(store), index)
+        finally:
+            await index.close()
+            await store.dispose()
+
+
+async def run(
+    sets: list[str], *, pad: int, pad_base: int = 200, data: Path = DATA, systems: list[str] | None = None, engine: str = "local"
+) -> dict:
+    """Run every system on every set; returns machine info, settings and one row per (system, set)."""
     info = machine()
     retrieval = RetrievalSettings(k=max(K_VALUES))
     dense, sparse = DenseEmbedder(), SparseEmbedder()
     padding = await padding_points(dense, sparse, total=pad, base_limit=pad_base)
     rows: list[Row] = []
     counts = {}
-    with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
-        store = create_async_engine(f"sqlite+aiosqlite:///{tmp}/bench.db")
-        async with store.begin() as conn:
-            await conn.run_sync(Base.metadata.create_all)
-        index = QdrantIndex(AsyncQdrantClient(path=f"{tmp}/qdrant"))
-        ours_index = index if engine == "local" else open_index(QdrantSettings(path=f"{tmp}/ours", engine=engine))
+    async with scratch("bench-retrieval-") as work:
+        index = work.index
+        ours_index = index if engine == "local" else open_index(QdrantSettings(path=f"{work.folder}/ours", engine=engine))
         ours_name = "ours" if engine == "local" else f"ours ({engine})"
         questions_by_set = {name: load_questions(data / name / "questions.jsonl") for name in sets}
         try:
@@ -283,17 +307,15 @@ async def run(
                 offtopic = [q.question for other, qs in questions_by_set.items() if other != name for q in qs]
                 counts[name] = {"documents": len(docs), "questions": len(questions), "unanswerable": sum(not q.answerable for q in questions)}
                 if systems is None or "ours" in systems:
-                    rows.append(await bench_ours(ours_index, session_factory(store), dense, sparse, name, docs, questions, retrieval, padding, offtopic, ours_name))
+                    rows.append(await bench_ours(ours_index, work.sessions, dense, sparse, name, docs, questions, retrieval, padding, offtopic, ours_name))
                     _progress(rows[-1])
                 for recipe in RECIPES:
                     if systems is None or recipe.name in systems:
                         rows.append(await bench_recipe(index, dense, sparse, recipe, name, docs, questions, retrieval, padding, offtopic))
                         _progress(rows[-1])
         finally:
-            await index.close()
             if ours_index is not index:
                 await ours_index.close()
-            await store.dispose()
     return {
         "machine": info,
         "settings": {"k": retrieval.k, "prefetch": retrieval.prefetch, "min_dense_score": retrieval.min_dense_score,
@@ -322,7 +344,7 @@ def render(result: dict) -> str:
     m, s = result["machine"], result["settings"]
     lines = [
         f"Measured {m['date']} on {m['nproc']} CPU(s), {m['cpu']}, Python {m['python']}; ours on {s.get('engine', 'local')}, recipes on Qdrant local mode.",
-        f"Sets: " + ", ".join(f"{k} ({v['documents']} docs, {v['questions']} questions, {v['unanswerable']} unanswerable)" for k, v in result["sets"].items()),
+        "Sets: " + ", ".join(f"{k} ({v['documents']} docs, {v['questions']} questions, {v['unanswerable']} unanswerable)" for k, v in result["sets"].items()),
         f"k={s['k']}, prefetch={s['prefetch']}, gate 1 min_dense_score={s['min_dense_score']} lexical_credit={s['lexical_credit']} "
         f"(recipes: dense-only bar {RECIPE_MIN_DENSE_SCORE}); off-topic = the other sets' questions; "
         f"each question run once per size; '@pad' = collection padded to {s['pad_to']} chunks.",
