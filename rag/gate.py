@@ -42,10 +42,11 @@ from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.index import SPARSE
 from rag.term_stats import TermStats
 
-DEFAULT_MIN_DENSE_SCORE = 0.46
-"""Gate-1 bar for MiniLM int8 (cosine) when no chunk holds the query's words; see the calibration
+# The defaults live in `RetrievalSettings` (the config schema); they are named here to carry their calibration.
+DEFAULT_MIN_DENSE_SCORE: float = RetrievalSettings.model_fields["min_dense_score"].default
+"""Gate-1 bar for MiniLM int8 (cosine), 0.46, when no chunk holds the query's words; see the calibration
 in `DEFAULT_LEXICAL_CREDIT`."""
-DEFAULT_LEXICAL_CREDIT = 0.20
+DEFAULT_LEXICAL_CREDIT: float = RetrievalSettings.model_fields["lexical_credit"].default
 """How far full lexical coverage lowers the gate-1 bar (to 0.46 - 0.20 = 0.26).
 
 Calibrated 2026-11-30 on ../shared/fixtures/rag, full gate incl. keyword override and framing words
