@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
@@ -14,7 +14,7 @@ from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
 from gateway.errors import LLMError, RetrievalError
 from gateway.models import CallerIdentity, Citation
 from gateway.pipeline.answer import TurnRecord
-from gateway.pipeline.small_talk import is_yes, small_talk
+from gateway.pipeline.small_talk import is_no, is_yes, small_talk
 from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.pipeline")
@@ -89,10 +89,11 @@ class Pipeline:
         if wanted:
             return PipelineResult(reply=turn.bot.escalation.acknowledgement, escalate=f"customer asked: {wanted!r}",
                                   answered=False)
-        if _accepts_offer_of_a_person(text, turn):
+        meaning = _yes_or_no(text, turn)
+        if meaning == "accepts_offer":
             return PipelineResult(reply=turn.bot.escalation.acknowledgement,
                                   escalate="customer said yes to the offer of a person", answered=False)
-        kind = small_talk(text)
+        kind = small_talk(text) or meaning
         if kind is not None:
             bound.info("pipeline.small_talk", kind=kind)
             return PipelineResult(reply=turn.bot.thanks_text if kind == "thanks" else turn.greeting or DEFAULT_GREETING,
@@ -156,15 +157,29 @@ def _asks_for_human(text: str, bot: BotSettings) -> str | None:
     return None
 
 
-def _accepts_offer_of_a_person(text: str, turn: Turn) -> bool:
-    """True for a plain "yes" right after the fallback text, when that text is a question ("… Would you
-    like me to get a person from our team?"). Without this, the "yes" is searched, finds nothing, and
-    gets the same offer again."""
-    fallback = turn.bot.fallback_text.strip()
-    if not turn.bot.escalation.enabled or not fallback.endswith("?") or not is_yes(text):
-        return False
-    last_reply = next((m.get("content") for m in reversed(turn.history) if m.get("role") == "assistant"), None)
-    return (last_reply or "").strip() == fallback
+def _yes_or_no(text: str, turn: Turn) -> Literal["accepts_offer", "thanks", "greeting"] | None:
+    """What a bare "yes" or "no" means, read from the bot's last reply (`small_talk` module docstring):
+    - "yes" right after a fallback text that offers a person ("… Would you like me to get a person from our
+      team?") accepts it; "no" there closes the turn ("thanks");
+    - after another question of the bot's it answers it, so the pipeline goes on (None) and the model
+      reads it with the history;
+    - after a statement or a canned reply (the greeting, `thanks_text`) it only closes the turn ("thanks"),
+      and as the first message it gets the greeting.
+    None for anything that is not a bare yes or no."""
+    yes = is_yes(text)
+    if not yes and not is_no(text):
+        return None
+    last = next((str(m.get("content") or "") for m in reversed(turn.history) if m.get("role") == "assistant"), None)
+    if last is None:
+        return "greeting"
+    last, fallback = last.strip(), turn.bot.fallback_text.strip()
+    if last == fallback and fallback.endswith("?"):
+        if not yes:
+            return "thanks"
+        return "accepts_offer" if turn.bot.escalation.enabled else None
+    canned = {turn.bot.thanks_text.strip(), (turn.greeting or DEFAULT_GREETING).strip()}
+    # "?" anywhere: "Are you on Android? Then I can give you its steps." asks too.
+    return None if "?" in last and last not in canned else "thanks"
 
 
 def _retrieved(hits: list[Any]) -> list[dict[str, Any]]:

@@ -5,8 +5,11 @@ fallback text ("I couldn't find that…") and the turn would count towards the u
 escalation: "hi", "thanks", "ok bye" would page an operator. Only a message that is nothing but
 small talk is caught: "Hi, how do I reset my password?" goes through the pipeline as usual.
 
-"yes" answers the bot's last question: after a fallback text that offers a person ("Would you like me
-to get a person from our team?"), it is the customer accepting (`gateway.pipeline.core`).
+A bare "yes" or "no" means what the bot's last reply makes it mean (`gateway.pipeline.core`): after a
+fallback text that offers a person ("Would you like me to get a person from our team?"), "yes" is the
+customer accepting; after another question of the bot's it is an answer for the model, with the
+history; after a statement it only closes the turn. Searched for, "yes please" finds table cells that
+say "yes".
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ _YES = re.compile(r"(?:(?:oh |ok |okay )?(?:yes|yeah|yep|yup|sure|please|y|si|ou
                   r"(?: (?:please|sure|yes|thanks|thank you|do|please do|go ahead|that would be great))*"
                   r"|ok(?:ay)?(?: (?:sure|please|go ahead|please do))?|please do|go ahead|do it|that would be great)")
 
+_NO = re.compile(r"(?:no|nope|nah|not now|no (?:that s all|that s it|i m good|i m fine|all good|need))"
+                 r"(?: (?:thanks|thank you))?|that s all|that s it|nothing else")
+
 SmallTalk = Literal["greeting", "thanks"]
 
 
@@ -53,3 +59,9 @@ def is_yes(text: str) -> bool:
     """True for a message that only says yes: "yes", "Yes please!", "sure, go ahead"."""
     words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())
     return len(text) <= MAX_SMALL_TALK_CHARS and bool(_YES.fullmatch(words))
+
+
+def is_no(text: str) -> bool:
+    """True for a message that only says no: "no", "Nope.", "no, that's all"."""
+    words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())
+    return len(text) <= MAX_SMALL_TALK_CHARS and bool(_NO.fullmatch(words))

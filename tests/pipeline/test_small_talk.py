@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gateway.pipeline.core import DEFAULT_GREETING
-from gateway.pipeline.small_talk import is_yes, small_talk
+from gateway.pipeline.small_talk import is_no, is_yes, small_talk
 from tests.fakes.openai_server import Turn as Scripted
 from tests.pipeline.conftest import make_rig
 
@@ -79,17 +79,44 @@ async def test_yes_after_the_fallbacks_offer_of_a_person_escalates(openai_fake) 
     assert declined.reply == rig.bot.thanks_text and declined.escalate is None
 
 
-async def test_yes_is_only_an_answer_to_the_offer(openai_fake) -> None:
-    # After an ordinary answer, or when the fallback text asks nothing, "yes" goes through the pipeline.
-    # Each turn has history, so each is a rewrite call and then an answer call.
-    openai_fake.script("primary", *[Scripted(text=t) for t in ("yes", "Plus costs $6 [1].") * 2])
-    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallback_text": OFFER},
-                                      {"name": "plain", "fallback_text": "I don't know."}])
+async def test_yes_after_another_question_of_the_bots_goes_to_the_model(openai_fake) -> None:
+    # With history, a turn is a rewrite call and then an answer call.
+    openai_fake.script("primary", Scripted(text="the Android steps"), Scripted(text="On Android, open Settings [1]."))
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallback_text": OFFER}])
+    asked = [{"role": "user", "content": "How do I turn on 2FA?"},
+             {"role": "assistant", "content": "Are you on Android? Then I can give you its steps."}]
+
+    reply = await rig.pipeline.handle(rig.turn("yes", history=asked))
+
+    assert reply.reply == "On Android, open Settings [1]." and reply.escalate is None
+    assert len(rig.search.calls) == 1
+
+
+async def test_yes_or_no_after_a_statement_only_closes_the_turn(openai_fake) -> None:
+    # After an answer, "yes please" used to be searched and matched table cells that say "yes".
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallback_text": OFFER, "thanks_text": "Glad to help!"},
+                                      {"name": "plain", "fallback_text": "I don't know."},
+                                      {"name": "asks", "thanks_text": "Anything else?"}])
     answered = [{"role": "user", "content": "How much is Plus?"}, {"role": "assistant", "content": "Plus costs $6 [1]."}]
     after_statement = [{"role": "user", "content": "Bitcoin?"}, {"role": "assistant", "content": "I don't know."}]
+    after_thanks = answered + [{"role": "user", "content": "thanks"}, {"role": "assistant", "content": "Anything else?"}]
 
-    first = await rig.pipeline.handle(rig.turn("yes", history=answered))
-    second = await rig.pipeline.handle(rig.turn("yes", history=after_statement, bot=rig.bots[1]))
+    replies = [await rig.pipeline.handle(rig.turn("yes please", history=answered)),
+               await rig.pipeline.handle(rig.turn("Nope.", history=answered)),
+               await rig.pipeline.handle(rig.turn("yes", history=after_statement, bot=rig.bots[1])),
+               await rig.pipeline.handle(rig.turn("yes", history=[]))]
 
-    assert (first.reply, second.reply) == ("Plus costs $6 [1].", "Plus costs $6 [1].")
-    assert first.escalate is None and second.escalate is None and len(rig.search.calls) == 2
+    assert [r.reply for r in replies] == ["Glad to help!", "Glad to help!", rig.bots[1].thanks_text, DEFAULT_GREETING]
+    assert all(r.answered and r.escalate is None for r in replies)
+    assert rig.search.calls == [] and openai_fake.requests == []
+    # A question in the bot's own canned text asks nothing the model needs to read.
+    assert (await rig.pipeline.handle(rig.turn("no", history=after_thanks, bot=rig.bots[2]))).reply == "Anything else?"
+    assert rig.search.calls == []
+
+
+@pytest.mark.parametrize(("text", "no"), [
+    ("no", True), ("Nope.", True), ("no, that's all", True), ("no thanks", True), ("nothing else", True),
+    ("no I can't log in", False), ("yes", False), ("not working", False),
+])
+def test_is_no_only_for_a_message_that_only_says_no(text, no) -> None:
+    assert is_no(text) is no
