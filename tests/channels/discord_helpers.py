@@ -17,7 +17,7 @@ from channels.base import RawRequest
 from channels.discord import DiscordAdapter
 from gateway.models import InboundMessage
 from gateway.settings import DiscordChannel
-from tests.fakes.discord_api import APPLICATION_ID, FakeDiscord
+from tests.fakes.discord_api import APPLICATION_ID, FakeDiscord, message_object
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "payloads" / "discord"
 CHANNEL = "900000000000000001"
@@ -68,25 +68,9 @@ def settings_for(fake: FakeDiscord | None = None, **extra: Any) -> DiscordChanne
 
 
 def guild_message(content: str, *, message_id: str = "900000000000000010", **extra: Any) -> dict[str, Any]:
-    return {
-        "id": message_id,
-        "type": 0,
-        "channel_id": CHANNEL,
-        "guild_id": GUILD,
-        "content": content,
-        "author": {"id": "900000000000000003", "username": "alice", "discriminator": "0", "avatar": None},
-        "attachments": [],
-        "embeds": [],
-        "mentions": [],
-        "mention_roles": [],
-        "pinned": False,
-        "mention_everyone": False,
-        "tts": False,
-        "timestamp": "2026-11-29T10:00:00+00:00",
-        "edited_timestamp": None,
-        "flags": 0,
-        **extra,
-    }
+    author = extra.pop("author", {"id": "900000000000000003", "username": "alice", "discriminator": "0", "avatar": None})
+    return message_object(message_id=message_id, channel_id=CHANNEL, content=content, author=author,
+                          timestamp="2026-11-29T10:00:00+00:00", guild_id=GUILD, **extra)
 
 
 def ask_interaction(question: str) -> dict[str, Any]:

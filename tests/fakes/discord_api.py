@@ -186,23 +186,9 @@ class FakeDiscord:
         if nonce and payload.get("enforce_nonce") and (channel_id, nonce) in self._nonces:
             return self.messages[self._nonces[(channel_id, nonce)]]  # Discord returns the original
         message_id = str(next(_snowflakes))
-        message = {
-            "id": message_id,
-            "type": 19 if payload.get("message_reference") else 0,
-            "channel_id": channel_id,
-            "content": payload.get("content", ""),
-            "author": _user(BOT_USER_ID, "gatewaybot", bot=True),
-            "attachments": [],
-            "embeds": [],
-            "mentions": [],
-            "mention_roles": [],
-            "pinned": False,
-            "mention_everyone": False,
-            "tts": False,
-            "timestamp": _now(),
-            "edited_timestamp": None,
-            "flags": payload.get("flags", 0),
-        }
+        message = message_object(message_id=message_id, channel_id=channel_id, content=payload.get("content", ""),
+                                 author=_user(BOT_USER_ID, "gatewaybot", bot=True), timestamp=_now(),
+                                 type=19 if payload.get("message_reference") else 0, flags=payload.get("flags", 0))
         # Discord omits absent optional fields rather than sending null.
         for key in ("nonce", "message_reference"):
             if payload.get(key) is not None:
@@ -244,6 +230,29 @@ class FakeDiscord:
             "application": {"id": APPLICATION_ID, "flags": 0},
         }
         await ws.send_str(json.dumps({"op": 0, "t": "READY", "s": self._sequence, "d": ready}))
+
+
+def message_object(*, message_id: str, channel_id: str, content: str, author: dict[str, Any], timestamp: str,
+                   **extra: Any) -> dict[str, Any]:
+    """A Discord message object as the API and the gateway send it (the fields discord.py reads)."""
+    return {
+        "id": message_id,
+        "type": 0,
+        "channel_id": channel_id,
+        "content": content,
+        "author": author,
+        "attachments": [],
+        "embeds": [],
+        "mentions": [],
+        "mention_roles": [],
+        "pinned": False,
+        "mention_everyone": False,
+        "tts": False,
+        "timestamp": timestamp,
+        "edited_timestamp": None,
+        "flags": 0,
+        **extra,
+    }
 
 
 def _json(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
