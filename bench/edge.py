@@ -10,7 +10,7 @@ point for point (dense, BM25 with the IDF modifier, payload) into an edge shard,
 after a warm-up, at corpus size and padded; hits carry payload and BM25 vector, as `hybrid_query`'s do.
 Edge runs as one `query` with two prefetches fused in-engine by `Fusion.Rrf(k=2)`, dense by HNSW (its default
 once `optimize()` indexed the shard) or exact (brute force, as local mode), and as one `query_batch` of the two
-arms + `rag.index.rrf` (what `HybridSearch` needs: each arm's own scores). `parity` = questions whose top 10
+arms + `rag.knowledge_index.rrf` (what `HybridSearch` needs: each arm's own scores). `parity` = questions whose top 10
 matches local mode's: same ids in order / that or the same RRF score at every rank (the engines order tied
 points differently, and the padding repeats each BM25 vector ~50 times).
 """
@@ -30,8 +30,9 @@ from qdrant_client import models as qm
 from bench.retrieval import DATA, _percentiles, machine, padding_points, scratch
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.eval import load_questions
-from rag.index import DENSE, RRF_K, SPARSE, QdrantIndex, collection_name, rrf
+from rag.index import QdrantIndex
 from rag.ingest import Ingestor
+from rag.knowledge_index import DENSE, RRF_K, SPARSE, collection_name, rrf
 from rag.sources import load_directory
 
 PREFETCH, LIMIT = 40, 10
@@ -62,7 +63,8 @@ def edge_fused(shard: qe.EdgeShard, dv: list[float], sv: qe.SparseVector, *, exa
 
 
 def edge_batch(shard: qe.EdgeShard, dv: list[float], sv: qe.SparseVector) -> Hits:
-    """Both arms (dense exact) in one edge batch, converted to qdrant-client points and fused by `rag.index.rrf`."""
+    """Both arms (dense exact) in one edge batch, converted to qdrant-client points and fused by
+    `rag.knowledge_index.rrf`."""
     arms = shard.query_batch(qe.QueryBatchRequest([
         qe.QueryRequest(limit=PREFETCH, query=qe.Query.Nearest(dv, using=DENSE), params=EXACT, **OUT),
         qe.QueryRequest(limit=PREFETCH, query=qe.Query.Nearest(sv, using=SPARSE), **OUT),

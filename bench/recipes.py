@@ -20,7 +20,8 @@ from qdrant_client import models as qm
 
 from rag.chunking import chunk_document
 from rag.embeddings import DenseEmbedder
-from rag.index import DENSE, SPARSE, IndexPoint, QdrantIndex, collection_name
+from rag.index import QdrantIndex
+from rag.knowledge_index import DENSE, SPARSE, IndexPoint, collection_name
 from rag.sources import Document
 
 RECIPE_NAMESPACE = uuid.UUID("0b7d2f6e-5a0c-4f1e-9d55-3c2b1a0e9f42")

@@ -39,7 +39,8 @@ from gateway.settings import QdrantSettings, RetrievalSettings
 from rag.chunking import chunk_document
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.eval import first_hit_rank, load_questions
-from rag.index import IndexPoint, QdrantIndex, open_index
+from rag.index import QdrantIndex, open_index
+from rag.knowledge_index import IndexPoint
 from rag.search import HybridSearch
 from rag.sources import load_directory
 

@@ -10,13 +10,12 @@ import sys
 import uuid
 from pathlib import Path
 
+from gateway.cli_output import print_misses, print_reports, progress_bar
 from gateway.errors import ConfigError, GatewayError, IndexBusy
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-EVAL_MISSES_SHOWN = 20
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -148,7 +147,7 @@ async def _ingest(args) -> int:
         except IndexBusy:
             return await _ingest_via_server(args, settings)
         try:
-            with _progress_bar(as_json=args.json) as bar:
+            with progress_bar(as_json=args.json) as bar:
                 reports = await knowledge.ingest(bot=args.bot, source=args.source, trigger="cli", progress=bar.callback)
         except KeyError as exc:
             print(f"error: unknown {exc.args[0]}", file=sys.stderr)
@@ -156,21 +155,7 @@ async def _ingest(args) -> int:
     finally:
         await knowledge.close()
         await engine.dispose()
-    return _print_reports([r.as_dict() for r in reports], as_json=args.json)
-
-
-def _print_reports(runs: list[dict], *, as_json: bool) -> int:
-    totals = {k: sum(r[k] for r in runs) for k in ("added", "updated", "deleted", "unchanged")}
-    if as_json:
-        print(json.dumps({**totals, "runs": runs}))
-    else:
-        for run in runs:
-            errors = f", {len(run['errors'])} error(s)" if run["errors"] else ""
-            print(f"{run['bot']}/{run['source']}: {run['added']} added, {run['updated']} updated, "
-                  f"{run['deleted']} deleted, {run['unchanged']} unchanged chunks in {run['duration_s']:.1f}s{errors}")
-            for err in run["errors"]:
-                print(f"  ! {err}", file=sys.stderr)
-    return 1 if any(r["status"] == "failed" for r in runs) else 0
+    return print_reports([r.as_dict() for r in reports], as_json=args.json)
 
 
 async def _ingest_via_server(args, settings) -> int:
@@ -197,35 +182,7 @@ async def _ingest_via_server(args, settings) -> int:
     if response.status_code != 200:
         print(f"error: server refused the ingest: {response.status_code} {response.text}", file=sys.stderr)
         return 1
-    return _print_reports(response.json()["runs"], as_json=args.json)
-
-
-class _progress_bar:
-    """A rich progress bar on stderr, fed by a (done, total, label) callback; `callback` is None
-    with `--json` or when stderr is not a terminal (stdout carries the results, and may be a pipe)."""
-
-    def __init__(self, *, as_json: bool) -> None:
-        self._progress = None
-        self._tasks: dict[str, int] = {}
-        self.callback = None if as_json or not sys.stderr.isatty() else self._update
-
-    def __enter__(self):
-        if self.callback is not None:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TimeElapsedColumn(), transient=False, console=Console(stderr=True))
-            self._progress.__enter__()
-        return self
-
-    def _update(self, done: int, total: int, label: str = "ingest") -> None:
-        if label not in self._tasks:
-            self._tasks[label] = self._progress.add_task(label, total=total)
-        self._progress.update(self._tasks[label], completed=done, total=total)
-
-    def __exit__(self, *exc):
-        return self._progress.__exit__(*exc) if self._progress is not None else None
+    return print_reports(response.json()["runs"], as_json=args.json)
 
 
 async def _eval(args) -> int:
@@ -234,7 +191,7 @@ async def _eval(args) -> int:
 
     settings = load_settings(args.config) if args.config or Path(os.environ.get("GATEWAY_CONFIG", "config.yaml")).exists() else Settings()
     k_values = tuple(sorted({1, 3, 5, 10, *([args.k] if args.k else [])}))
-    with _progress_bar(as_json=args.json) as bar:
+    with progress_bar(as_json=args.json) as bar:
         report = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values,
                                 progress=bar.callback)
     for file, error in report.load_errors:  # on stderr, so --json stays one object
@@ -244,28 +201,8 @@ async def _eval(args) -> int:
         return 0
     for key, value in report.metrics.items():
         print(f"{key:>20}: {value:.3f}" if isinstance(value, float) else f"{key:>20}: {value}")
-    _print_misses(report.outcomes, k=max(k_values))
+    print_misses(report.outcomes, k=max(k_values))
     return 0
-
-
-def _print_misses(outcomes, *, k: int, limit: int = EVAL_MISSES_SHOWN) -> None:
-    """The questions to look at, with what the search saw (gate 1's inputs and its first chunk)."""
-    misses = [o for o in outcomes if o.wrong]
-    if not misses:
-        return
-    print(f"\n{len(misses)} question(s) to look at" + (f" (first {limit})" if len(misses) > limit else "") + ":")
-    for o in misses[:limit]:
-        if not o.question.answerable:
-            verdict = "unanswerable, not refused"
-        elif o.refused:
-            verdict = "refused by gate 1" + (f" (gold at rank {o.rank})" if o.rank else "")
-        else:
-            verdict = f"no gold text in the top {k}"
-        dense = f"{o.best_dense_score:.2f}" if o.best_dense_score is not None else "-"
-        coverage = f"{o.lexical_coverage:.2f}" if o.lexical_coverage is not None else "-"
-        title = o.top_title or "-"
-        title = title if len(title) <= 60 else title[:59] + "…"  # some titles are a whole first paragraph
-        print(f"- {o.question.question!r}: {verdict}; best dense {dense}, coverage {coverage}, first chunk from {title!r}")
 
 
 async def _chat(args) -> int:

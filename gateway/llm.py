@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,7 @@ import litellm  # noqa: E402
 import structlog
 
 from gateway.errors import LLMError
+from gateway.llm_retry import RETRYABLE, RetryPolicy, client_fault, short
 from gateway.offline_llm import MODEL as OFFLINE_LITELLM_MODEL
 from gateway.offline_llm import register_offline_provider
 from gateway.settings import OFFLINE_MODEL, Settings
@@ -38,18 +38,6 @@ from gateway.settings import OFFLINE_MODEL, Settings
 log = structlog.get_logger("gateway.llm")
 
 TokenCallback = Callable[[str], Awaitable[None]]
-
-_RETRYABLE = (
-    litellm.RateLimitError,
-    litellm.Timeout,
-    litellm.InternalServerError,
-    litellm.ServiceUnavailableError,
-    litellm.BadGatewayError,
-    litellm.APIConnectionError,
-)
-# Where a provider's answer (or a failure to reach it) is turned into an exception. Anything raised from
-# elsewhere is a fault inside the client libraries, not the provider's verdict.
-_API_ERROR_MODULES = ("litellm.exceptions", "openai")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,22 +68,6 @@ class LLMResult:
     model_used: str
     usage: Usage
     finish_reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Per-model retries: `1 + num_retries` attempts, exponential backoff with jitter, capped."""
-
-    num_retries: int = 2
-    backoff_base: float = 0.5
-    backoff_max: float = 8.0
-
-    def delay(self, attempt: int, error: BaseException) -> float:
-        """Seconds to wait before attempt `attempt + 1`; a Retry-After header wins when sooner than the cap."""
-        retry_after = _retry_after(error)
-        if retry_after is not None:
-            return min(retry_after, self.backoff_max)
-        return min(self.backoff_base * (2**attempt), self.backoff_max) * random.uniform(0.5, 1.0)
 
 
 class _StreamFailed(Exception):
@@ -191,11 +163,11 @@ class LLMRouter:
                 except LLMError:
                     raise
                 except Exception as exc:  # any provider failure: classify, then retry or fall back
-                    fault = _client_fault(exc)
+                    fault = client_fault(exc)
                     if fault:  # a bug to report, with its traceback, not a provider outage
-                        log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {_short(exc)}", exc_info=exc)
-                    error, retryable = exc, fault or isinstance(exc, _RETRYABLE)
-                errors.append(f"{name}: {type(error).__name__}: {_short(error)}")
+                        log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {short(exc)}", exc_info=exc)
+                    error, retryable = exc, fault or isinstance(exc, RETRYABLE)
+                errors.append(f"{name}: {type(error).__name__}: {short(error)}")
                 log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
                 if not retryable or attempt == self._retry.num_retries:
                     break
@@ -254,7 +226,7 @@ class LLMRouter:
             except StopAsyncIteration:
                 break
             except Exception as exc:
-                raise _StreamFailed(f"{type(exc).__name__}: {_short(exc)}", emitted=acc.emitted) from exc
+                raise _StreamFailed(f"{type(exc).__name__}: {short(exc)}", emitted=acc.emitted) from exc
             if getattr(chunk, "usage", None):
                 acc.usage = chunk.usage
             if not chunk.choices:
@@ -326,29 +298,3 @@ class _CallbackError(Exception):
     def __init__(self, original: BaseException) -> None:
         super().__init__(str(original))
         self.original = original
-
-
-def _retry_after(error: BaseException) -> float | None:
-    response = getattr(error, "response", None)
-    headers = getattr(response, "headers", None)
-    if not headers:
-        return None
-    try:
-        value = float(headers.get("retry-after", ""))
-    except (TypeError, ValueError):
-        return None
-    return value if value >= 0 else None
-
-
-def _client_fault(error: Exception) -> bool:
-    """Whether `error` came from inside the client libraries rather than from the provider (retried).
-
-    LiteLLM 1.110 can raise a bare `LookupError` from its own context-variable bookkeeping, now and
-    then, on a call that would have worked.
-    """
-    return not type(error).__module__.startswith(_API_ERROR_MODULES)
-
-
-def _short(error: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -20,7 +20,8 @@ from gateway.escalation import Escalations
 from gateway.events import EventBus
 from gateway.inbox import Inbox
 from gateway.knowledge import Knowledge
-from gateway.llm import LLMRouter, RetryPolicy
+from gateway.llm import LLMRouter
+from gateway.llm_retry import RetryPolicy
 from gateway.leader import LeaderElection
 from gateway.observability import Metrics, enable_langfuse
 from gateway.operators.auth import OperatorAuth

@@ -208,7 +208,7 @@ class WorkerSettings(_Strict):
 
 
 class LLMSettings(_Strict):
-    """Timeouts and retries of every model call (see `gateway.llm.RetryPolicy`)."""
+    """Timeouts and retries of every model call (see `gateway.llm_retry.RetryPolicy`)."""
 
     timeout: float = Field(default=60.0, gt=0.0)
     num_retries: int = Field(default=2, ge=0, le=10)

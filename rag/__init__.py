@@ -4,13 +4,19 @@ search with a relevance gate, ingest incrementally, and evaluate retrieval.
     sources.py     directory / urls / sitemap  → Document (HTML and PDF as Markdown)
     pdf.py         a PDF's headings and paragraphs from its layout (font sizes, line gaps)
     chunking.py    Document                    → Chunk (heading path, token budget, stable id)
+    blocks.py      a document's blocks: headings, paragraphs, list items, code fences, tables
+    splitting.py   one block over the token budget → pieces that fit (lines, sentences, words)
     embeddings.py  DenseEmbedder (MiniLM int8 offline, fastembed, litellm/) and SparseEmbedder (BM25)
+    model_files.py  the model folders in models/, and MiniLM's ONNX file checked against its pinned sha256
+    knowledge_index.py  what both engines share: IndexPoint, ArmResults, the KnowledgeIndex protocol, rrf
     index.py       QdrantIndex (Qdrant local mode or server): one collection per bot, named vectors
                    "dense" and "bm25"; open_index(settings) picks the engine
     local_sparse.py  local mode's BM25 scoring by term lookups (same scores, 10× faster)
     edge_index.py  EdgeIndex: the same on qdrant-edge, one shard per bot (`qdrant.engine: edge`)
     search.py      HybridSearch.search(bot, queries, retrieval) → SearchResult (gate 1)
     ingest.py      Ingestor.ingest_bot / ingest_source → IngestReport (counts in chunks)
+    points.py      chunks → IndexPoints (window vectors averaged, sentence vectors, BM25)
+    ingest_runs.py IngestReport, and each run recorded in the store
     eval.py        evaluate(docs_dir, questions_path) → recall@k, MRR, refusal rates, per-question outcomes
     term_stats.py  BM25 document frequencies per bot: the idf behind lexical coverage (gate 1, ranking)
 """

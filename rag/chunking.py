@@ -3,7 +3,7 @@
 Rules (each has a test in tests/rag/test_chunking.py):
 - Markdown (and HTML and PDF, which arrive as Markdown: `rag.sources`, `rag.pdf`) is parsed with
   markdown-it-py into blocks: paragraphs, list items, fenced or indented code, tables, block quotes.
-  Plain text is split into paragraphs at blank lines.
+  Plain text is split into paragraphs at blank lines (`rag.blocks`).
 - Blocks are packed in order up to `text_tokens` (heading path + content, special tokens
   included), counted with the embedder's own tokenizer. The chunk's `text` (what a hit returns and
   what BM25 indexes) may be longer than the encoder's `max_tokens`; its `embed_text` (what the dense
@@ -19,7 +19,7 @@ Rules (each has a test in tests/rag/test_chunking.py):
   block is small (at most a quarter of the budget). Never across a heading.
 - A block that alone exceeds the budget is split: prose at sentence ends (then words), code at
   line ends with each piece re-wrapped in its own complete fence, tables between rows with the
-  header repeated. So no chunk ever holds half a code fence or half a table row.
+  header repeated. So no chunk ever holds half a code fence or half a table row (`rag.splitting`).
 - Chunk ids are uuid5 of bot, source, document, heading path and content: re-ingesting the same
   content gives the same ids.
 - Each chunk also lists its `sentences` (`split_sentences`): sentence ends, list items and lines,
@@ -34,10 +34,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from markdown_it import MarkdownIt
+from rag.blocks import Block, markdown_sections, paragraph_blocks
+from rag.splitting import merge, split_block, split_words
 
 CHUNK_NAMESPACE = uuid.UUID("6f6c1a52-3c1e-4d44-9b1f-2a7e5d0c9e11")
-_SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?:])\s+(?=[A-Z0-9])|\n+")
 _SOFT_WRAP = re.compile(r"(?<![.!?:\n])[ \t]*\n(?![ \t]*(?:[-*+>|#]|\d+[.)]|\n))[ \t]*")
 """A line break inside a paragraph (hard-wrapped text): not after a sentence end, not before a
@@ -45,8 +45,6 @@ blank line, list item, quote, table row or heading."""
 MIN_SENTENCE_WORDS = 3
 MAX_SENTENCES = 64
 """Per chunk; past it, neighbouring sentences are joined in pairs (a ≤512-token chunk rarely has 40)."""
-_PARSER = MarkdownIt("commonmark").enable("table")
-_BLOCK_OPENERS = {"paragraph_open", "blockquote_open", "table_open", "html_block"}
 _MARKDOWN_FORMATS = {"markdown", "html", "pdf"}  # HTML and PDF are loaded as Markdown (rag.sources)
 
 TokenCounter = Callable[[str], int]
@@ -72,13 +70,6 @@ class Chunk:
         return self.embed_windows or (self.embed_text,)
 
 
-@dataclass(frozen=True)
-class _Block:
-    text: str
-    kind: str  # prose | code | table
-    fence: tuple[str, str] = ("", "")  # opening and closing fence lines of a code block
-
-
 def chunk_document(
     text: str,
     *,
@@ -97,9 +88,9 @@ def chunk_document(
     text_tokens = max(text_tokens or max_tokens, max_tokens)
     count_tokens = _remembered(count_tokens)
     if fmt in _MARKDOWN_FORMATS:
-        sections = _markdown_sections(text)
+        sections = markdown_sections(text)
     else:
-        sections = [((), _paragraph_blocks(text))]
+        sections = [((), paragraph_blocks(text))]
     chunks: list[Chunk] = []
     seen: dict[str, int] = {}
     for headings, blocks in sections:
@@ -108,7 +99,7 @@ def chunk_document(
         prefix = " > ".join(heading_path)
         if prefix and count_tokens(prefix) > max_tokens // 2:
             # A pathological heading path would starve the content: embed only its last part.
-            prefix = _split_words(prefix, budget=max_tokens // 4, size=count_tokens)[0]
+            prefix = split_words(prefix, budget=max_tokens // 4, size=count_tokens)[0]
         for body in _pack(blocks, prefix=prefix, count_tokens=count_tokens, max_tokens=text_tokens, overlap=overlap):
             key = "\x1f".join((bot, source, doc_id, prefix, body))
             seen[key] = seen.get(key, 0) + 1
@@ -120,7 +111,7 @@ def chunk_document(
                 embed_text = f"{prefix}\n\n{head}" if prefix else head
                 overhead = count_tokens("")
                 budget = max(max_tokens - (count_tokens(prefix) if prefix else overhead), 1)
-                tail = _split_words(body[len(head) :], budget=budget, size=lambda p: count_tokens(p) - overhead)
+                tail = split_words(body[len(head) :], budget=budget, size=lambda p: count_tokens(p) - overhead)
                 windows = (embed_text, *(f"{prefix}\n\n{t}" if prefix else t for t in tail if t.strip()))
             sentences = split_sentences(body, count_tokens=count_tokens, max_tokens=max_tokens)
             chunks.append(Chunk(chunk_id, body, heading_path, embed_text, len(chunks), sparse_text, windows, sentences))
@@ -156,11 +147,11 @@ def split_sentences(text: str, *, count_tokens: TokenCounter, max_tokens: int) -
     for part in _SENTENCE_BREAK.split(_SOFT_WRAP.sub(" ", text)):
         part = " ".join(part.split())
         if len(part.split()) >= MIN_SENTENCE_WORDS:
-            pieces += [part] if size(part) <= budget else _split_words(part, budget=budget, size=size)
+            pieces += [part] if size(part) <= budget else split_words(part, budget=budget, size=size)
     if not pieces and text.strip():
-        pieces = _split_words(" ".join(text.split()), budget=budget, size=size)
+        pieces = split_words(" ".join(text.split()), budget=budget, size=size)
     if len(pieces) > MAX_SENTENCES:
-        pieces = _merge(pieces, budget=budget, size=size, sep=" ")
+        pieces = merge(pieces, budget=budget, size=size, sep=" ")
     return tuple(pieces[:MAX_SENTENCES])
 
 
@@ -174,7 +165,7 @@ def _fit_head(body: str, *, prefix: str, count_tokens: TokenCounter, max_tokens:
     if not fits(body[: cuts[0]]):
         # A first word longer than the whole budget: fall back to the word splitter.
         budget = max_tokens - (count_tokens(prefix) if prefix else count_tokens(""))
-        return _split_words(body, budget=max(budget, 1), size=lambda p: count_tokens(p) - count_tokens(""))[0]
+        return split_words(body, budget=max(budget, 1), size=lambda p: count_tokens(p) - count_tokens(""))[0]
     # Summed word counts say where the cut falls for a word-piece encoder (no piece spans a space);
     # two exact counts confirm it. Binary search over whole prefixes counted 3.5M characters for
     # STICI's 403 chunks; it stays the answer for an encoder whose counts do not add up.
@@ -208,56 +199,8 @@ def _last_cut_by_words(body: str, cuts: list[int], *, prefix: str, count_tokens:
     return last
 
 
-def _markdown_sections(text: str) -> list[tuple[tuple[tuple[int, str], ...], list[_Block]]]:
-    """(heading stack, blocks) per section, in document order; empty sections dropped."""
-    lines = text.splitlines()
-    tokens = _PARSER.parse(text)
-    stack: list[tuple[int, str]] = []
-    sections: list[tuple[tuple[tuple[int, str], ...], list[_Block]]] = [((), [])]
-
-    def source(start: int, end: int) -> str:
-        return "\n".join(lines[start:end]).strip("\n")
-
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok.level != 0 or tok.map is None:
-            i += 1
-            continue
-        if tok.type == "heading_open":
-            level = int(tok.tag[1:])
-            heading = " ".join(tokens[i + 1].content.split())
-            stack = [h for h in stack if h[0] < level] + [(level, heading)]
-            sections.append((tuple(stack), []))
-        elif tok.type in ("bullet_list_open", "ordered_list_open"):
-            j = i + 1
-            while tokens[j].type not in ("bullet_list_close", "ordered_list_close") or tokens[j].level != 0:
-                if tokens[j].type == "list_item_open" and tokens[j].level == 1 and tokens[j].map:
-                    sections[-1][1].append(_Block(source(*tokens[j].map), "prose"))
-                j += 1
-            i = j
-        elif tok.type in ("fence", "code_block"):
-            body = source(*tok.map)
-            if tok.type == "fence":
-                block_lines = body.splitlines()
-                closing = block_lines[-1] if len(block_lines) > 1 and block_lines[-1].strip().startswith(tok.markup) else tok.markup
-                sections[-1][1].append(_Block(body, "code", (block_lines[0], closing)))
-            else:
-                sections[-1][1].append(_Block(body, "code"))
-        elif tok.type == "table_open":
-            sections[-1][1].append(_Block(source(*tok.map), "table"))
-        elif tok.type in _BLOCK_OPENERS:
-            sections[-1][1].append(_Block(source(*tok.map), "prose"))
-        i += 1
-    return [(h, [b for b in blocks if b.text.strip()]) for h, blocks in sections if any(b.text.strip() for b in blocks)]
-
-
-def _paragraph_blocks(text: str) -> list[_Block]:
-    return [_Block(p.strip(), "prose") for p in re.split(r"\n\s*\n", text) if p.strip()]
-
-
 def _pack(
-    blocks: list[_Block], *, prefix: str, count_tokens: TokenCounter, max_tokens: int, overlap: bool
+    blocks: list[Block], *, prefix: str, count_tokens: TokenCounter, max_tokens: int, overlap: bool
 ) -> list[str]:
     """Greedy packing of one section's blocks into chunk bodies within the token budget."""
     overhead = count_tokens("")  # special tokens, e.g. [CLS] and [SEP]
@@ -273,7 +216,7 @@ def _pack(
         if n <= budget:
             pieces.append((block.text, n))
         else:
-            pieces.extend((p, size(p)) for p in _split_block(block, budget=budget, size=size))
+            pieces.extend((p, size(p)) for p in split_block(block, budget=budget, size=size))
 
     bodies: list[str] = []
     current: list[tuple[str, int]] = []
@@ -289,99 +232,3 @@ def _pack(
     if current:
         bodies.append("\n\n".join(p for p, _ in current))
     return bodies
-
-
-def _split_block(block: _Block, *, budget: int, size: Callable[[str], int]) -> list[str]:
-    """Split one oversize block at safe places so every piece fits the budget."""
-    if block.kind == "table":
-        rows = block.text.splitlines()
-        header = rows[:2] if len(rows) > 2 and set(rows[1].replace("|", "").strip()) <= set("-: ") else []
-        body_rows = rows[len(header) :]
-        return _greedy_lines(body_rows, budget=budget, size=size, head=header)
-    if block.kind == "code":
-        opening, closing = block.fence
-        inner = block.text.splitlines()
-        if opening:
-            inner = inner[1:-1] if len(inner) > 1 and inner[-1].strip() == closing.strip() else inner[1:]
-        return _greedy_lines(inner, budget=budget, size=size, head=[opening] if opening else [], tail=[closing] if closing else [])
-    sentences = [s for s in _SENTENCE_END.split(block.text) if s.strip()]
-    out: list[str] = []
-    for sentence in sentences:
-        out.extend([sentence] if size(sentence) <= budget else _split_words(sentence, budget=budget, size=size))
-    return _merge(out, budget=budget, size=size, sep=" ")
-
-
-def _greedy_lines(
-    lines: list[str], *, budget: int, size: Callable[[str], int], head: list[str], tail: list[str] | None = None
-) -> list[str]:
-    """Pack lines into pieces of at most `budget`, each wrapped in `head`/`tail` lines."""
-    tail = tail or []
-    frame = size("\n".join(head + tail)) if head or tail else 0
-    room = max(budget - frame, 1)
-    fitted: list[str] = []
-    for line in lines:
-        fitted.extend([line] if size(line) <= room else _split_words(line, budget=room, size=size))
-    groups = _merge(fitted, budget=room, size=size, sep="\n")
-    return ["\n".join(head + [g] + tail) for g in groups]
-
-
-def _merge(parts: list[str], *, budget: int, size: Callable[[str], int], sep: str) -> list[str]:
-    out: list[str] = []
-    current: list[str] = []
-    used = 0
-    for part in parts:
-        n = size(part)
-        if current and used + n > budget:
-            out.append(sep.join(current))
-            current, used = [], 0
-        current.append(part)
-        used += n
-    if current:
-        out.append(sep.join(current))
-    return out
-
-
-def _split_words(text: str, *, budget: int, size: Callable[[str], int]) -> list[str]:
-    """Last resort for a run-on sentence or line: cut between words, then inside a long word.
-
-    Each word is counted once and the counts are summed: a word-piece count is additive over
-    whitespace-separated words (no piece spans a space). Counting the growing piece instead made
-    this quadratic: 17 of 155 s of a STICI ingest. Each piece is still counted whole once, and a
-    counter that is not additive gets the exact cut."""
-    empty = size("")
-    out: list[str] = []
-    current: list[str] = []
-    used = empty
-    for word in text.split():
-        while size(word) > budget:
-            cut = max(1, len(word) // 2)
-            while cut > 1 and size(word[:cut]) > budget:
-                cut //= 2
-            out.append(word[:cut])
-            word = word[cut:]
-        n = size(word) - empty
-        if current and used + n > budget:
-            out.append(" ".join(current))
-            current, used = [], empty
-        current.append(word)
-        used += n
-    if current:
-        out.append(" ".join(current))
-    fitted: list[str] = []
-    for piece in out:
-        fitted += [piece] if size(piece) <= budget else _split_words_exact(piece, budget=budget, size=size)
-    return fitted
-
-
-def _split_words_exact(text: str, *, budget: int, size: Callable[[str], int]) -> list[str]:
-    """`_split_words` counting every candidate piece whole, for a counter that is not additive."""
-    out: list[str] = []
-    current: list[str] = []
-    for word in text.split():
-        if current and size(" ".join(current + [word])) > budget:
-            out.append(" ".join(current))
-            current = []
-        current.append(word)
-    if current:
-        out.append(" ".join(current))
-    return out

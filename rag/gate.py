@@ -39,7 +39,7 @@ from qdrant_client import models as qm
 
 from gateway.settings import RetrievalSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.index import SPARSE
+from rag.knowledge_index import SPARSE
 from rag.term_stats import TermStats
 
 # The defaults live in `RetrievalSettings` (the config schema); they are named here to carry their calibration.

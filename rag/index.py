@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from collections.abc import Iterable, Sequence
-from typing import Protocol
 
 import numpy as np
 from qdrant_client import AsyncQdrantClient
@@ -25,134 +22,35 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from gateway.errors import ConfigError, IndexBusy, RetrievalError
 from gateway.settings import QdrantSettings
 from rag import local_sparse
+from rag.knowledge_index import (
+    DENSE,
+    SENTENCES,
+    SPARSE,
+    ArmResults,
+    IndexPoint,
+    KnowledgeIndex,
+    collection_name,
+    rrf,
+    sentence_matrices,
+    warn_without_sentences,
+)
 from rag.term_stats import TermStats, TermStatsCache
 
 log = logging.getLogger(__name__)
 
-DENSE = "dense"
-SPARSE = "bm25"
-SENTENCES = "sentences"
-RRF_K = 2
-"""Qdrant's own RRF constant; a sweep (bench/README.md) showed 2, 10 and 60 rank alike."""
 LAYOUT_RECHECK_S = 300.0
 """How long a collection read without sentence vectors is taken at its word. Why not for good: with a
 shared server another replica's ingest rebuilds the collection, and this process should then rank
 with the sentence prior again without a restart (the same period as the term statistics)."""
-PAYLOAD_FIELDS = ("chunk_id", "source", "document", "title", "heading_path", "url", "text")
-
-
-@dataclass(frozen=True)
-class IndexPoint:
-    """One chunk ready for the index: its payload fields and both vectors."""
-
-    chunk_id: str
-    text: str
-    source: str
-    document: str
-    title: str
-    heading_path: tuple[str, ...]
-    url: str | None
-    dense: list[float]
-    sparse: qm.SparseVector
-    sentences: Sequence[Sequence[float]] = ()  # one unit vector per sentence of the chunk
-
-    def vectors(self) -> dict[str, object]:
-        """The named vectors to write; a point without sentence vectors has no `SENTENCES` entry."""
-        out: dict[str, object] = {DENSE: self.dense, SPARSE: self.sparse}
-        if len(self.sentences):
-            out[SENTENCES] = [list(v) for v in self.sentences]
-        return out
-
-    def payload(self) -> dict[str, object]:
-        """What the index stores beside the vectors (`PAYLOAD_FIELDS`)."""
-        return {
-            "chunk_id": self.chunk_id,
-            "source": self.source,
-            "document": self.document,
-            "title": self.title,
-            "heading_path": list(self.heading_path),
-            "url": self.url,
-            "text": self.text,
-        }
-
-
-@dataclass(frozen=True)
-class ArmResults:
-    """What one hybrid query returned: the RRF-fused list and each arm's own ranked list."""
-
-    fused: list[qm.ScoredPoint]
-    dense: list[qm.ScoredPoint]
-    sparse: list[qm.ScoredPoint]
-
-
-def rrf(ranked: list[list[qm.ScoredPoint]], *, limit: int, k: int = RRF_K) -> list[qm.ScoredPoint]:
-    """Reciprocal rank fusion, exactly as Qdrant's `Fusion.RRF`: score = sum of 1 / (rank + k - 1)
-    over the lists (rank from 1); ties keep first-seen order. Returns new points, arms untouched."""
-    scores: dict[str, float] = {}
-    first: dict[str, qm.ScoredPoint] = {}
-    for points in ranked:
-        for rank, point in enumerate(points, start=1):
-            pid = str(point.id)
-            first.setdefault(pid, point)
-            scores[pid] = scores.get(pid, 0.0) + 1.0 / (rank + k - 1)
-    ordered = sorted(scores, key=scores.__getitem__, reverse=True)[:limit]
-    return [first[pid].model_copy(update={"score": scores[pid]}) for pid in ordered]
-
-
-def lacks_sentences(exc: Exception, bot: str) -> bool:
-    """Whether `exc` says the collection has no `SENTENCES` vector (written by an older version);
-    logged once per bot, since search then ranks without the sentence prior until a re-ingest."""
-    if "not existing vector name" not in str(exc).lower():
-        return False
-    warn_without_sentences(bot)
-    return True
-
-
-def warn_without_sentences(bot: str) -> None:
-    """Tell the operator that the bot's index predates sentence vectors (search ranks without that
-    prior); each index says it when it reads such a layout, not on every search."""
-    log.warning("the index has no sentence vectors; run `gateway ingest` to rebuild it", extra={"bot": bot})
-
-
-def sentence_matrices(records: Iterable[tuple[str, object]]) -> dict[str, np.ndarray]:
-    """(id, named vectors) pairs as id → matrix of the point's sentence vectors, skipping points without."""
-    out: dict[str, np.ndarray] = {}
-    for pid, vectors in records:
-        rows = vectors.get(SENTENCES) if isinstance(vectors, dict) else None
-        if rows:
-            out[pid] = np.asarray(rows, dtype=np.float32)
-    return out
-
-
-class KnowledgeIndex(Protocol):
-    """What ingest and search need from an index; `QdrantIndex` and `rag.edge_index.EdgeIndex` provide it."""
-
-    async def close(self) -> None: ...
-    async def ping(self) -> None: ...
-    async def ensure_collection(self, bot: str, dim: int) -> None: ...
-    async def drop(self, bot: str) -> None: ...
-    async def upsert(self, bot: str, points: list[IndexPoint], *, batch: int = 256) -> None: ...
-    async def delete_points(self, bot: str, ids: list[str]) -> None: ...
-    async def count(self, bot: str) -> int: ...
-    async def hybrid_query(
-        self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int
-    ) -> ArmResults: ...
-    async def term_stats(self, bot: str) -> TermStats: ...
-    async def sentence_vectors(self, bot: str, ids: list[str]) -> dict[str, np.ndarray]: ...
 
 
 def open_index(settings: QdrantSettings) -> KnowledgeIndex:
     """The index `settings` describe: a Qdrant server, Qdrant local mode, or qdrant-edge in the folder."""
     if settings.engine == "edge":
-        from rag.edge_index import EdgeIndex  # imported here: it builds on this module
+        from rag.edge_index import EdgeIndex  # imported here: qdrant-edge loads only for the edge engine
 
         return EdgeIndex(settings.path or "")
     return QdrantIndex.from_settings(settings)
-
-
-def collection_name(bot: str) -> str:
-    """The collection that holds one bot's knowledge base."""
-    return f"kb_{bot}"
 
 
 class QdrantIndex:

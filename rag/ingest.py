@@ -13,11 +13,11 @@ is kept in `storage.models.Document`:
 
 A new chunk is embedded as its windows (averaged into its one dense vector), its BM25 text, and
 each of its sentences (`Chunk.sentences`, stored as the `sentences` multivector for the ranking
-prior in `rag.search`).
+prior in `rag.search`): see `rag.points`.
 
 Counts in `IngestReport` are in CHUNKS: `added` (chunks of new documents), `updated` (new chunks
 written for changed documents), `deleted` (chunks removed), `unchanged` (chunks kept as they were).
-Every run is recorded as a `storage.models.IngestRun`.
+Every run is recorded as a `storage.models.IngestRun` (`rag.ingest_runs`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -37,10 +36,11 @@ from gateway.errors import GatewayError
 from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.index import IndexPoint, KnowledgeIndex
+from rag.ingest_runs import IngestReport, record_run, start_run
+from rag.knowledge_index import KnowledgeIndex
+from rag.points import index_points
 from rag.sources import Document, Validators, load_source
 from storage.models import Document as DocumentRow
-from storage.models import IngestRun
 
 log = logging.getLogger(__name__)
 
@@ -53,30 +53,6 @@ dense vector is the mean of the chunk's ≤256-token windows, BM25 and the answe
 it. Chosen on bench/ (s10, stici) among 256/384/512 × first-window/mean: see bench/README.md."""
 
 Progress = Callable[[int, int], None]
-
-
-@dataclass
-class IngestReport:
-    """Outcome of one source's ingest; counts are chunks."""
-
-    bot: str
-    source: str
-    added: int = 0
-    updated: int = 0
-    deleted: int = 0
-    unchanged: int = 0
-    documents: int = 0
-    errors: list[str] = field(default_factory=list)
-    duration_s: float = 0.0
-    status: str = "ok"  # ok | partial | failed
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain dict for `ingest --json` and the admin API."""
-        return {**asdict(self), "duration_s": round(self.duration_s, 3)}
-
-    def counts(self) -> dict[str, int]:
-        """The chunk counts only."""
-        return {k: getattr(self, k) for k in ("added", "updated", "deleted", "unchanged")}
 
 
 @dataclass
@@ -133,7 +109,7 @@ class Ingestor:
         store failure is recorded as a failed run and re-raised.
         """
         started = time.perf_counter()
-        run_id = await self._start_run(bot, source.name, trigger=trigger)
+        run_id = await start_run(self.sessions, bot, source.name, trigger=trigger)
         try:
             validators = await self._validators(bot, source.name) if source.type != "directory" else {}
             loaded = await load_source(source, base_dir=self.base_dir, validators=validators)
@@ -141,7 +117,7 @@ class Ingestor:
             log.warning("ingest source failed", extra={"bot": bot, "source": source.name, "error": str(exc)})
             report = IngestReport(bot, source.name, errors=[f"{type(exc).__name__}: {exc}"], status="failed")
             report.duration_s = time.perf_counter() - started
-            await self._record(report, trigger=trigger, run_id=run_id)
+            await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
             return report
         errors = [f"{doc_id}: {message}" for doc_id, message in loaded.errors]
         try:
@@ -160,7 +136,7 @@ class Ingestor:
         except GatewayError as exc:  # index or store down: record the run as failed, then let the caller know
             report = IngestReport(bot, source.name, errors=[*errors, f"{type(exc).__name__}: {exc}"], status="failed")
             report.duration_s = time.perf_counter() - started
-            await self._record(report, trigger=trigger, run_id=run_id)
+            await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
             raise
 
     async def ingest_documents(
@@ -181,7 +157,7 @@ class Ingestor:
         `not_modified` pages (a 304 to a conditional fetch) keep their chunks and count as unchanged."""
         started = time.perf_counter() if started is None else started
         if run_id is None:
-            run_id = await self._start_run(bot, source, trigger=trigger)
+            run_id = await start_run(self.sessions, bot, source, trigger=trigger)
         not_modified = not_modified or set()
         report = IngestReport(bot, source, documents=len(documents) + len(not_modified), errors=list(errors or []))
         failed_ids = failed_ids or set()
@@ -240,7 +216,7 @@ class Ingestor:
         if report.errors:
             report.status = "partial" if documents or not_modified or not failed_ids else "failed"
         report.duration_s = time.perf_counter() - started
-        await self._record(report, trigger=trigger, run_id=run_id)
+        await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
         log.info("ingest done", extra={"bot": bot, "source": source, **report.as_dict()})
         return report
 
@@ -253,7 +229,8 @@ class Ingestor:
         # its sentence vectors) never holds all its vectors in memory at once.
         new = [(p.doc, c) for p in pending for c in p.new]
         for start in range(0, len(new), FLUSH_CHUNKS):
-            await self.index.upsert(bot, await self._points(source, new[start : start + FLUSH_CHUNKS]))
+            points = await index_points(self.dense, self.sparse, source, new[start : start + FLUSH_CHUNKS])
+            await self.index.upsert(bot, points)
         await self.index.delete_points(bot, [i for p in pending for i in p.stale])
         async with self.sessions() as session:
             for p in pending:
@@ -305,26 +282,6 @@ class Ingestor:
                 row.etag, row.last_modified = _validators_of(doc)
             await session.commit()
 
-    async def _points(self, source: str, chunks: list[tuple[Document, Chunk]]) -> list[IndexPoint]:
-        """Index points for chunks: the dense vector (token-weighted mean of the windows), BM25, and
-        one vector per sentence."""
-        windows = [w for _, c in chunks for w in c.windows]
-        window_vectors = iter(await self.dense.aembed_documents(windows))
-        dense = [
-            _weighted_mean([next(window_vectors) for _ in c.windows], [self.dense.count_tokens(w) for w in c.windows])
-            for _, c in chunks
-        ]
-        sparse = await self.sparse.aembed_documents([c.sparse_text or c.embed_text for _, c in chunks])
-        # Each distinct sentence once: the overlap block repeats its sentences in the next chunk
-        # (7% of STICI's sentences, 7% of S10's).
-        distinct = list(dict.fromkeys(t for _, c in chunks for t in c.sentences))
-        sentence_vector = dict(zip(distinct, await self.dense.aembed_documents(distinct)))
-        return [
-            IndexPoint(c.chunk_id, c.text, source, doc.doc_id, doc.title, c.heading_path, doc.url, d, sv,
-                       [sentence_vector[t] for t in c.sentences])
-            for (doc, c), d, sv in zip(chunks, dense, sparse)
-        ]
-
     async def _delete_missing(self, bot: str, gone: list[DocumentRow], report: IngestReport) -> None:
         if not gone:
             return
@@ -335,29 +292,6 @@ class Ingestor:
                 await session.delete(await session.merge(row))
             await session.commit()
         report.deleted += len(ids)
-
-    async def _start_run(self, bot: str, source: str, *, trigger: str) -> int:
-        """Insert the run as `running`, so a long ingest is visible while it works."""
-        async with self.sessions() as session:
-            run = IngestRun(bot=bot, source=source, trigger=trigger, status="running")
-            session.add(run)
-            await session.commit()
-            return run.id
-
-    async def _record(self, report: IngestReport, *, trigger: str, run_id: int | None = None) -> None:
-        async with self.sessions() as session:
-            run = await session.get(IngestRun, run_id) if run_id is not None else None
-            if run is None:
-                run = IngestRun(bot=report.bot, source=report.source, trigger=trigger)
-                session.add(run)
-            run.status = report.status
-            run.added = report.added
-            run.updated = report.updated
-            run.deleted = report.deleted
-            run.unchanged = report.unchanged
-            run.errors = report.errors[:100]
-            run.duration_s = report.duration_s
-            await session.commit()
 
     def _hash(self, doc: Document) -> str:
         digest = hashlib.sha256()
@@ -374,10 +308,3 @@ def _validators_of(doc: Document) -> tuple[str | None, str | None]:
     last_modified = doc.last_modified if doc.last_modified and len(doc.last_modified) <= 64 else None
     return etag, last_modified
 
-
-def _weighted_mean(vectors: list[list[float]], weights: list[int]) -> list[float]:
-    """Unit-length mean of a chunk's window vectors, weighted by their token counts."""
-    if len(vectors) == 1:
-        return vectors[0]
-    total = np.average(np.asarray(vectors, dtype=np.float64), axis=0, weights=weights)
-    return (total / (np.linalg.norm(total) or 1.0)).tolist()

@@ -1,7 +1,7 @@
 """Hybrid search (dense + BM25, fused by RRF in Qdrant) and gate 1, the relevance gate.
 
 Per query, one Qdrant batch call returns the dense arm's and the sparse arm's top `prefetch`,
-fused client-side by RRF exactly as Qdrant's `Fusion.RRF` (`rag.index.rrf`); the arms' lists
+fused client-side by RRF exactly as Qdrant's `Fusion.RRF` (`rag.knowledge_index.rrf`); the arms' lists
 carry the real scores, so each hit says which arm found it and with what score.
 Each query's fused top max(k, RERANK_DEPTH) is then re-weighted by three priors and re-sorted, and the
 top k kept.
@@ -53,7 +53,7 @@ from rag.gate import (
     subject_terms,
     term_coverage,
 )
-from rag.index import KnowledgeIndex
+from rag.knowledge_index import KnowledgeIndex
 
 COVERAGE_PRIOR_FLOOR = 0.1
 COVERAGE_PRIOR_EXPONENT = 0.75

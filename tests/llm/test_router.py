@@ -8,7 +8,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway.errors import LLMError
-from gateway.llm import LLMRouter, RetryPolicy
+from gateway.llm import LLMRouter
+from gateway.llm_retry import RetryPolicy
 from tests.fakes.openai_server import FakeOpenAI, ToolCallSpec, Turn
 from tests.llm.conftest import fake_model
 

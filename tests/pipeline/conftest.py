@@ -12,7 +12,8 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from gateway.llm import LLMRouter, RetryPolicy  # noqa: E402
+from gateway.llm import LLMRouter  # noqa: E402
+from gateway.llm_retry import RetryPolicy  # noqa: E402
 from gateway.models import CallerIdentity  # noqa: E402
 from gateway.pipeline import Pipeline, Turn  # noqa: E402
 from gateway.pipeline.answer import Answerer  # noqa: E402

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag.chunking import _fit_head, _split_words, chunk_document
-from rag.embeddings import ENCODER_MAX_TOKENS
+from rag.chunking import _fit_head, chunk_document
+from rag.model_files import ENCODER_MAX_TOKENS
+from rag.splitting import split_words
 
 LONG_FENCE = "```python\n" + "\n".join(f"value_{i} = compute(alpha, beta, gamma, {i})" for i in range(90)) + "\n```"
 SMALL_FENCE = "```bash\npip install gateway\ngateway serve --port 8000\n```"
@@ -128,11 +129,11 @@ def test_chunk_oversize_paragraph_and_long_word_fit_the_encoder(dense):
 
 def test_split_words_sums_word_counts_and_still_fits_a_counter_that_is_not_additive(dense):
     words = " ".join(f"word{i} alpha-beta" for i in range(300))
-    pieces = _split_words(words, budget=50, size=lambda p: dense.count_tokens(p) - 2)
+    pieces = split_words(words, budget=50, size=lambda p: dense.count_tokens(p) - 2)
     assert " ".join(pieces) == words and all(dense.count_tokens(p) - 2 <= 50 for p in pieces)
     assert dense.count_tokens(pieces[0]) - 2 > 45  # packed, not one word per piece
     # Characters are not additive over words (the spaces count too): the exact cut takes over.
-    pieces = _split_words("aa " * 20, budget=8, size=len)
+    pieces = split_words("aa " * 20, budget=8, size=len)
     assert pieces and all(len(p) <= 8 for p in pieces) and " ".join(pieces).split() == ["aa"] * 20
 
 

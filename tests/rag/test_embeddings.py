@@ -12,14 +12,12 @@ from pydantic import ValidationError
 from gateway.errors import ConfigError
 from gateway.settings import EmbeddingSettings
 from rag.chunking import chunk_document
-from rag.embeddings import (
-    API_BATCH_SIZE,
+from rag.embeddings import API_BATCH_SIZE, LOCAL_BATCH_SIZE, DenseEmbedder
+from rag.model_files import (
     ENCODER_MAX_TOKENS,
-    LOCAL_BATCH_SIZE,
     MINILM_DIM,
     MINILM_DIR,
     MINILM_SHA256,
-    DenseEmbedder,
     ModelIntegrityError,
     minilm_onnx_path,
     sha256_file,

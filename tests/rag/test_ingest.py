@@ -7,7 +7,7 @@ from qdrant_client import models as qm
 from sqlalchemy import select
 
 from gateway.settings import BotSettings, SourceSettings
-from rag.index import collection_name
+from rag.knowledge_index import collection_name
 import rag.ingest
 from rag.ingest import Ingestor
 from rag.sources import Document

@@ -10,7 +10,8 @@ from qdrant_client import models as qm
 from qdrant_client.local import local_collection
 
 from rag import local_sparse
-from rag.index import SPARSE, QdrantIndex
+from rag.index import QdrantIndex
+from rag.knowledge_index import SPARSE
 
 S10_MANUAL = Path(__file__).parents[2] / "bench" / "data" / "s10" / "docs" / "03-apps.md"
 QUERIES = [

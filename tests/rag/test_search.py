@@ -7,7 +7,8 @@ from qdrant_client import models as qm
 
 from gateway.errors import IndexBusy
 from gateway.settings import QdrantSettings, RetrievalSettings
-from rag.index import collection_name, open_index
+from rag.index import open_index
+from rag.knowledge_index import collection_name
 from rag.term_stats import TermStats
 from rag.ingest import Ingestor
 from rag.gate import DEFAULT_LEXICAL_CREDIT, DEFAULT_MIN_DENSE_SCORE, lexical_coverage, subject_terms

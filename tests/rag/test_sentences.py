@@ -17,8 +17,9 @@ import rag.search
 from gateway.settings import QdrantSettings, RetrievalSettings, SourceSettings
 from rag.chunking import MAX_SENTENCES, chunk_document, split_sentences
 from rag.edge_index import _config
-from rag.index import DENSE, LAYOUT_RECHECK_S, SPARSE, QdrantIndex, collection_name, open_index
+from rag.index import LAYOUT_RECHECK_S, QdrantIndex, open_index
 from rag.ingest import Ingestor
+from rag.knowledge_index import DENSE, SPARSE, collection_name
 from rag.search import HybridSearch, _weigh, best_sentence_scores, sentence_prior
 from rag.sources import Document
 from storage.models import Document as DocumentRow

@@ -1,0 +1,74 @@
+"""How `gateway ingest` and `gateway eval` show their work in a terminal.
+
+Results go to stdout (one JSON object with `--json`) and everything else to stderr: the progress
+bar, per-source errors, so the results can be piped while a person still sees what is going on.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+EVAL_MISSES_SHOWN = 20
+
+
+def print_reports(runs: list[dict], *, as_json: bool) -> int:
+    totals = {k: sum(r[k] for r in runs) for k in ("added", "updated", "deleted", "unchanged")}
+    if as_json:
+        print(json.dumps({**totals, "runs": runs}))
+    else:
+        for run in runs:
+            errors = f", {len(run['errors'])} error(s)" if run["errors"] else ""
+            print(f"{run['bot']}/{run['source']}: {run['added']} added, {run['updated']} updated, "
+                  f"{run['deleted']} deleted, {run['unchanged']} unchanged chunks in {run['duration_s']:.1f}s{errors}")
+            for err in run["errors"]:
+                print(f"  ! {err}", file=sys.stderr)
+    return 1 if any(r["status"] == "failed" for r in runs) else 0
+
+
+class progress_bar:
+    """A rich progress bar on stderr, fed by a (done, total, label) callback; `callback` is None
+    with `--json` or when stderr is not a terminal (stdout carries the results, and may be a pipe)."""
+
+    def __init__(self, *, as_json: bool) -> None:
+        self._progress = None
+        self._tasks: dict[str, int] = {}
+        self.callback = None if as_json or not sys.stderr.isatty() else self._update
+
+    def __enter__(self):
+        if self.callback is not None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), transient=False, console=Console(stderr=True))
+            self._progress.__enter__()
+        return self
+
+    def _update(self, done: int, total: int, label: str = "ingest") -> None:
+        if label not in self._tasks:
+            self._tasks[label] = self._progress.add_task(label, total=total)
+        self._progress.update(self._tasks[label], completed=done, total=total)
+
+    def __exit__(self, *exc):
+        return self._progress.__exit__(*exc) if self._progress is not None else None
+
+
+def print_misses(outcomes, *, k: int, limit: int = EVAL_MISSES_SHOWN) -> None:
+    """The questions to look at, with what the search saw (gate 1's inputs and its first chunk)."""
+    misses = [o for o in outcomes if o.wrong]
+    if not misses:
+        return
+    print(f"\n{len(misses)} question(s) to look at" + (f" (first {limit})" if len(misses) > limit else "") + ":")
+    for o in misses[:limit]:
+        if not o.question.answerable:
+            verdict = "unanswerable, not refused"
+        elif o.refused:
+            verdict = "refused by gate 1" + (f" (gold at rank {o.rank})" if o.rank else "")
+        else:
+            verdict = f"no gold text in the top {k}"
+        dense = f"{o.best_dense_score:.2f}" if o.best_dense_score is not None else "-"
+        coverage = f"{o.lexical_coverage:.2f}" if o.lexical_coverage is not None else "-"
+        title = o.top_title or "-"
+        title = title if len(title) <= 60 else title[:59] + "…"  # some titles are a whole first paragraph
+        print(f"- {o.question.question!r}: {verdict}; best dense {dense}, coverage {coverage}, first chunk from {title!r}")

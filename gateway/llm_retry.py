@@ -1,0 +1,71 @@
+"""Which failed model calls are worth another try, and how long to wait before it.
+
+`LLMRouter` (gateway/llm.py) runs the retry and fallback loop; this module holds the policy it
+follows: what counts as a passing failure (429, 5xx, timeouts, broken connections, faults inside
+the client libraries) rather than the provider saying no, the backoff between attempts, and the
+short one-line form in which a failure is logged and reported.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+
+# LiteLLM fetches its price map from the network on import unless told otherwise; we run offline.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import litellm  # noqa: E402
+
+RETRYABLE = (
+    litellm.RateLimitError,
+    litellm.Timeout,
+    litellm.InternalServerError,
+    litellm.ServiceUnavailableError,
+    litellm.BadGatewayError,
+    litellm.APIConnectionError,
+)
+# Where a provider's answer (or a failure to reach it) is turned into an exception. Anything raised from
+# elsewhere is a fault inside the client libraries, not the provider's verdict.
+_API_ERROR_MODULES = ("litellm.exceptions", "openai")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Per-model retries: `1 + num_retries` attempts, exponential backoff with jitter, capped."""
+
+    num_retries: int = 2
+    backoff_base: float = 0.5
+    backoff_max: float = 8.0
+
+    def delay(self, attempt: int, error: BaseException) -> float:
+        """Seconds to wait before attempt `attempt + 1`; a Retry-After header wins when sooner than the cap."""
+        retry_after = _retry_after(error)
+        if retry_after is not None:
+            return min(retry_after, self.backoff_max)
+        return min(self.backoff_base * (2**attempt), self.backoff_max) * random.uniform(0.5, 1.0)
+
+
+def _retry_after(error: BaseException) -> float | None:
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    try:
+        value = float(headers.get("retry-after", ""))
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def client_fault(error: Exception) -> bool:
+    """Whether `error` came from inside the client libraries rather than from the provider (retried).
+
+    LiteLLM 1.110 can raise a bare `LookupError` from its own context-variable bookkeeping, now and
+    then, on a call that would have worked.
+    """
+    return not type(error).__module__.startswith(_API_ERROR_MODULES)
+
+
+def short(error: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,65 @@
+"""Ingest outcomes: the `IngestReport` a run returns and its `storage.models.IngestRun` row.
+
+A run's row is inserted as `running` when it starts, so a long ingest is visible while it works,
+and is filled in with the report's counts and status when it ends: ok, partial or failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from storage.models import IngestRun
+
+
+@dataclass
+class IngestReport:
+    """Outcome of one source's ingest; counts are chunks."""
+
+    bot: str
+    source: str
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    documents: int = 0
+    errors: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+    status: str = "ok"  # ok | partial | failed
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain dict for `ingest --json` and the admin API."""
+        return {**asdict(self), "duration_s": round(self.duration_s, 3)}
+
+    def counts(self) -> dict[str, int]:
+        """The chunk counts only."""
+        return {k: getattr(self, k) for k in ("added", "updated", "deleted", "unchanged")}
+
+
+async def start_run(sessions: async_sessionmaker[AsyncSession], bot: str, source: str, *, trigger: str) -> int:
+    """Insert the run as `running`, so a long ingest is visible while it works."""
+    async with sessions() as session:
+        run = IngestRun(bot=bot, source=source, trigger=trigger, status="running")
+        session.add(run)
+        await session.commit()
+        return run.id
+
+
+async def record_run(
+    sessions: async_sessionmaker[AsyncSession], report: IngestReport, *, trigger: str, run_id: int | None = None
+) -> None:
+    """Write the report into the run's row (a new row when there is none, e.g. no `start_run`)."""
+    async with sessions() as session:
+        run = await session.get(IngestRun, run_id) if run_id is not None else None
+        if run is None:
+            run = IngestRun(bot=report.bot, source=report.source, trigger=trigger)
+            session.add(run)
+        run.status = report.status
+        run.added = report.added
+        run.updated = report.updated
+        run.deleted = report.deleted
+        run.unchanged = report.unchanged
+        run.errors = report.errors[:100]
+        run.duration_s = report.duration_s
+        await session.commit()
