@@ -1,5 +1,5 @@
-"""What a question asks for, read from its form: a procedure, a duration or a frequency, or a subject
-(the words that only frame it left out).
+"""What a question asks for, read from its form: a procedure, a duration, a frequency, a number or an
+amount, or a subject (the words that only frame it left out).
 
 Pure text work shared by the offline responder's scoring (`gateway.extractive`).
 """
@@ -29,6 +29,9 @@ _HOW_TO_FIX = re.compile(r"^\s*how (?:do|can|should) (?:i|we|you)\s+(?:fix|solve
 _WHERE_CAN = re.compile(r"^\s*(?:where (?:can|do|does|should|would|will) (?:i|we|you|one)|who (?:can|could|will|would))\b", re.I)
 # "What's included in the free plan?" asks about the plan: its section lists, and need not say "include".
 _WHAT_INCLUDED = re.compile(r"^\s*what(?:'s|\s+is|\s+are|\s+does|\s+do|\s+comes)?\b.*\b(?:includ\w*|come\w* with)\b", re.I)
+# "How many devices can I use?" asks about devices: "use", "have", "get" and "need" only carry the question.
+_HOW_MANY = re.compile(r"^\s*how many\b", re.I)
+_HOW_MUCH = re.compile(r"^\s*how much\b", re.I)
 # What kind of answer a question asks for, and how a sentence that gives one looks.
 _UNIT = r"(?:second|minute|hour|day|week|month|year)s?"
 _ANSWER_KINDS = (
@@ -39,11 +42,19 @@ _ANSWER_KINDS = (
      re.compile(r"\b(?:within|for|in|after|take|takes|took|up to|about|around|under|over|least|most|than)\s+"
                 rf"(?:a|an|one|a few|\d+(?:\s*(?:-|–|to)\s*\d+)?)\s*(?:business |working |calendar )?{_UNIT}\b|"
                 r"\bat once\b|\bright away\b|\bimmediately\b|\binstantly\b", re.I)),
+    # "How many devices?" wants "2 devices" or "no device limit"; "How much is Team?" an amount, not "50% off".
+    (_HOW_MANY,
+     re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|hundred|"
+                r"thousand|dozen|unlimited|any number)\b|\bno (?:\w+ )?limits?\b", re.I)),
+    (_HOW_MUCH,
+     re.compile(r"[$€£¥]\s?\d|\d\s?(?:USD|EUR|GBP|KB|MB|GB|TB)\b|\b(?:for free|free of charge|no charge|unlimited)\b|"
+                r"\bno (?:\w+ )?limits?\b", re.I)),
 )
 _WORK, _MEAN = frozenset(terms("work")), frozenset(terms("mean"))
 _FIX = frozenset(terms("fix solve resolve troubleshoot rid"))
 _SEE = frozenset(terms("see find view get look access"))
 _INCLUDE = frozenset(terms("include includes included including come comes"))
+_QUANTITY_VERBS = frozenset(terms("use have get need"))
 _HOW_LONG_WORDS = frozenset(terms("long often soon take takes last lasts run runs happen happens occur occurs"))
 
 
@@ -70,6 +81,8 @@ def framing_of(question: str) -> frozenset[str]:
         framing |= _WORK
     if _HOW_LONG.match(question):
         framing |= _HOW_LONG_WORDS
+    if _HOW_MANY.match(question) or _HOW_MUCH.match(question):
+        framing |= _QUANTITY_VERBS
     for form, words in ((_WHAT_MEANS, _MEAN), (_HOW_TO_FIX, _FIX), (_WHERE_CAN, _SEE),
                         (_WHAT_INCLUDED, _INCLUDE)):
         if form.match(question):

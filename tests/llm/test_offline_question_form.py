@@ -208,3 +208,25 @@ def test_offline_enable_and_log_in_find_turn_on_and_sign_in() -> None:
     assert answer(messages) == "Go to Settings → Security [2]. Scan the QR code [2]."
     messages = build_messages(BOT, history=[], user_text="Why does it say locked when I log in?", hits=[twofa, locked])
     assert answer(messages) == "After 10 failed sign-in attempts the account is locked for 15 minutes [2]."
+
+
+def test_offline_how_many_asks_for_a_number_not_the_word_use() -> None:
+    # "use" is the rarest word of the question and "Active sessions" the only sentence that says it.
+    devices = FakeHit("# Your account\n\n## Signed in on too many devices\n\nFree accounts sync on **2 devices**. "
+                      "Plus and Team have no device limit.", "account.md", "Your account",
+                      ("Your account", "Signed in on too many devices"))
+    sessions = FakeHit("# Security\n\n## Suspicious activity\n\n**Settings → Security → Active sessions** lists every "
+                       "device signed in to your account, with its location and last use.", "security.md", "Security",
+                       ("Security", "Suspicious activity"))
+    messages = build_messages(BOT, history=[], user_text="How many devices can I use?", hits=[devices, sessions])
+    assert answer(messages).startswith("Free accounts sync on 2 devices [1].")
+
+
+def test_offline_how_much_asks_for_an_amount_not_a_discount() -> None:
+    team = FakeHit("# Plans and pricing\n\n## Team\n\nTeam is for companies and groups of 3 users or more. It costs "
+                   "**$12 per user per month**.", "plans.md", "Plans and pricing", ("Plans and pricing", "Team"))
+    discounts = FakeHit("# Plans and pricing\n\n## Discounts\n\nNon-profits get 50% off the Team plan.",
+                        "plans.md", "Plans and pricing", ("Plans and pricing", "Discounts"))
+    messages = build_messages(BOT, history=[], user_text="How much is the Team plan?", hits=[discounts, team])
+    assert "It costs $12 per user per month [2]." in answer(messages)
+    assert "50%" not in answer(messages)
