@@ -29,6 +29,9 @@ _HOW_TO_FIX = re.compile(r"^\s*how (?:do|can|should) (?:i|we|you)\s+(?:fix|solve
 _WHERE_CAN = re.compile(r"^\s*(?:where (?:can|do|does|should|would|will) (?:i|we|you|one)|who (?:can|could|will|would))\b", re.I)
 # "What's included in the free plan?" asks about the plan: its section lists, and need not say "include".
 _WHAT_INCLUDED = re.compile(r"^\s*what(?:'s|\s+is|\s+are|\s+does|\s+do|\s+comes)?\b.*\b(?:includ\w*|come\w* with)\b", re.I)
+# "Can I use the app offline?" asks whether the app works offline, and "How do I use tags?" about tags:
+# the sentence that answers need not say "use" ("… make a whole notebook available offline").
+_CAN_I_USE = re.compile(r"^\s*(?:(?:can|could|may) (?:i|we|you)|how (?:do|can|should) (?:i|we|you)) use\b", re.I)
 # "How many devices can I use?" asks about devices: "use", "have", "get" and "need" only carry the question.
 _HOW_MANY = re.compile(r"^\s*how many\b", re.I)
 _HOW_MUCH = re.compile(r"^\s*how much\b", re.I)
@@ -81,7 +84,7 @@ def framing_of(question: str) -> frozenset[str]:
         framing |= _WORK
     if _HOW_LONG.match(question):
         framing |= _HOW_LONG_WORDS
-    if _HOW_MANY.match(question) or _HOW_MUCH.match(question):
+    if _HOW_MANY.match(question) or _HOW_MUCH.match(question) or _CAN_I_USE.match(question):
         framing |= _QUANTITY_VERBS
     for form, words in ((_WHAT_MEANS, _MEAN), (_HOW_TO_FIX, _FIX), (_WHERE_CAN, _SEE),
                         (_WHAT_INCLUDED, _INCLUDE)):

@@ -230,3 +230,12 @@ def test_offline_how_much_asks_for_an_amount_not_a_discount() -> None:
     messages = build_messages(BOT, history=[], user_text="How much is the Team plan?", hits=[discounts, team])
     assert "It costs $12 per user per month [2]." in answer(messages)
     assert "50%" not in answer(messages)
+
+
+def test_offline_can_i_use_asks_about_what_follows_use() -> None:
+    # Only the side remark says "use"; the section's opening answers.
+    offline = FakeHit("# Mobile apps\n\n## Offline notes\n\nOn Plus and Team, you can make a whole notebook available "
+                      "offline. Offline notebooks use space on the device.", "mobile.md", "Mobile apps",
+                      ("Mobile apps", "Offline notes"))
+    messages = build_messages(BOT, history=[], user_text="Can I use the app offline?", hits=[offline, PLANS])
+    assert answer(messages).startswith("On Plus and Team, you can make a whole notebook available offline [1].")
