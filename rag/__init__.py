@@ -8,7 +8,7 @@ search with a relevance gate, ingest incrementally, and evaluate retrieval.
     splitting.py   one block over the token budget → pieces that fit (lines, sentences, words)
     embeddings.py  DenseEmbedder (MiniLM int8 offline, fastembed, litellm/) and SparseEmbedder (BM25)
     model_files.py  the model folders in models/, and MiniLM's ONNX file checked against its pinned sha256
-    knowledge_index.py  what both engines share: IndexPoint, ArmResults, the KnowledgeIndex protocol, rrf
+    knowledge_index.py  what both engines share: ChunkPayload, IndexPoint, ArmResults, KnowledgeIndex, rrf
     index.py       QdrantIndex (Qdrant local mode or server): one collection per bot, named vectors
                    "dense" and "bm25"; open_index(settings) picks the engine
     local_sparse.py  local mode's BM25 scoring by term lookups (same scores, 10× faster)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
 
 import numpy as np
 from qdrant_client import models as qm
@@ -25,12 +25,11 @@ SPARSE = "bm25"
 SENTENCES = "sentences"
 RRF_K = 2
 """Qdrant's own RRF constant; a sweep (bench/README.md) showed 2, 10 and 60 rank alike."""
-PAYLOAD_FIELDS = ("chunk_id", "source", "document", "title", "heading_path", "url", "text")
 
 
 @dataclass(frozen=True)
-class IndexPoint:
-    """One chunk ready for the index: its payload fields and both vectors."""
+class ChunkPayload:
+    """What the index stores beside a chunk's vectors, and so what a search hit carries back."""
 
     chunk_id: str
     text: str
@@ -39,6 +38,31 @@ class IndexPoint:
     title: str
     heading_path: tuple[str, ...]
     url: str | None
+
+    def payload(self) -> dict[str, object]:
+        """The stored form: these fields, the heading path as a list."""
+        stored: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(ChunkPayload)}
+        stored["heading_path"] = list(self.heading_path)
+        return stored
+
+    @staticmethod
+    def fields_from(payload: dict[str, Any], point_id: str) -> dict[str, Any]:
+        """The fields as keyword arguments, read back from a stored payload (point id for a missing chunk id)."""
+        return {
+            "chunk_id": payload.get("chunk_id", point_id),
+            "text": payload.get("text", ""),
+            "source": payload.get("source", ""),
+            "document": payload.get("document", ""),
+            "title": payload.get("title", ""),
+            "heading_path": tuple(payload.get("heading_path", [])),
+            "url": payload.get("url"),
+        }
+
+
+@dataclass(frozen=True)
+class IndexPoint(ChunkPayload):
+    """One chunk ready for the index: its payload fields and both vectors."""
+
     dense: list[float]
     sparse: qm.SparseVector
     sentences: Sequence[Sequence[float]] = ()  # one unit vector per sentence of the chunk
@@ -49,18 +73,6 @@ class IndexPoint:
         if len(self.sentences):
             out[SENTENCES] = [list(v) for v in self.sentences]
         return out
-
-    def payload(self) -> dict[str, object]:
-        """What the index stores beside the vectors (`PAYLOAD_FIELDS`)."""
-        return {
-            "chunk_id": self.chunk_id,
-            "source": self.source,
-            "document": self.document,
-            "title": self.title,
-            "heading_path": list(self.heading_path),
-            "url": self.url,
-            "text": self.text,
-        }
 
 
 @dataclass(frozen=True)

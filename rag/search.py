@@ -53,7 +53,7 @@ from rag.gate import (
     subject_terms,
     term_coverage,
 )
-from rag.knowledge_index import KnowledgeIndex
+from rag.knowledge_index import ChunkPayload, KnowledgeIndex
 
 COVERAGE_PRIOR_FLOOR = 0.1
 COVERAGE_PRIOR_EXPONENT = 0.75
@@ -67,16 +67,9 @@ and a depth of 5 instead, recall@5 fell from 0.98 to 0.96 on S10 and from 0.81 t
 
 
 @dataclass(frozen=True)
-class Hit:
+class Hit(ChunkPayload):
     """One retrieved chunk, with the score each arm gave it (None where that arm missed it)."""
 
-    chunk_id: str
-    text: str
-    source: str
-    document: str
-    title: str
-    heading_path: tuple[str, ...]
-    url: str | None
     dense_score: float | None
     sparse_score: float | None
     fused_score: float
@@ -229,13 +222,7 @@ def _fuse(
         arms = tuple(arm for arm, table in (("dense", dense_scores), ("sparse", sparse_scores)) if pid in table)
         hits.append(
             Hit(
-                chunk_id=payload.get("chunk_id", pid),
-                text=payload.get("text", ""),
-                source=payload.get("source", ""),
-                document=payload.get("document", ""),
-                title=payload.get("title", ""),
-                heading_path=tuple(payload.get("heading_path", [])),
-                url=payload.get("url"),
+                **ChunkPayload.fields_from(payload, pid),
                 dense_score=dense_scores.get(pid),
                 sparse_score=sparse_scores.get(pid),
                 fused_score=scores[pid],
