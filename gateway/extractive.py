@@ -1,4 +1,5 @@
-"""Pick the sentences of the extracts that answer a question: scoring, selection and citation markers.
+"""Pick the sentences of the extracts that answer a question: scoring, selection and citation markers
+(a whole section's steps or opening when the question asks for one: `gateway.sections`).
 
 Pure text work on OpenAI-style messages; the LiteLLM provider around it is `gateway.offline_llm`.
 """
@@ -7,15 +8,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from gateway.extracts import Extract, parse_extracts, parse_fallback, terms
-from gateway.question_form import answer_kind, contradicts, framing_of, is_how, is_how_to
+from gateway.extracts import PRONOUN, Candidate, Extract, parse_extracts, parse_fallback, terms
+from gateway.question_form import answer_kind, framing_of
+from gateway.sections import MAX_ANSWER_CHARS, MAX_SENTENCES, section_of, steps_of, whole_section
 
 MIN_COVERAGE = 0.35
-MAX_SENTENCES = 3
-MAX_ANSWER_CHARS = 700
 FOLLOW_RATIO = 0.75  # a further sentence must score this close to the best one, or it adds noise
 ABOUT_PAGE_FACTOR = 0.4
 # A sentence that gives the kind of answer asked for ("every few seconds" to "how often") outweighs
@@ -25,7 +24,6 @@ ANSWER_KIND_FACTOR = 2.5
 UBIQUITOUS_FACTOR = 0.15
 MIN_DIRECT = 0.2
 
-_PRONOUN = re.compile(r"^(?:it|its|they|their|this|these|that|those|he|she)\b", re.I)
 # A line that describes its page ("How to create an account…", "This page explains…") is a table
 # of contents, not an answer: it names every topic and answers none.
 _ABOUT_PAGE = re.compile(
@@ -60,7 +58,7 @@ def answer(messages: list[dict[str, Any]]) -> str:
     # A section need not be named after the product ("Exporting your data" answers "export my notes").
     named = wanted - domain or wanted
     in_order = [c for _, c in scored[:1]] + candidates  # the best sentence's section first, then retrieval order
-    picked = _whole_section(in_order, named, question) or _best_sentences(scored, wanted, named, kind)
+    picked = whole_section(in_order, named, question) or _best_sentences(scored, wanted, named, kind)
     return " ".join(_cite(text, n) for n, text in picked) if picked else fallback
 
 
@@ -91,17 +89,6 @@ def _score(candidates: list[Candidate], wanted: set[str], weight: dict[str, floa
     return scored
 
 
-def _whole_section(in_order: list[Candidate], named: set[str], question: str) -> list[tuple[int, str]]:
-    """A section that answers the question as a whole: the steps of the one a how-to question is named
-    after, else the opening of the one the question is named after. A "how long / often / does it
-    work" question asks for a detail of its section, not its opening."""
-    if is_how_to(question) and (steps := _procedure(in_order, named, question)):
-        return steps
-    if is_how_to(question) or not is_how(question):
-        return _section_opening(in_order, named, question)
-    return []
-
-
 def _best_sentences(scored: list[tuple[float, Candidate]], wanted: set[str], named: set[str],
                     kind: re.Pattern[str] | None) -> list[tuple[int, str]]:
     """The best-scoring sentences (none when even the best carries too little of the question)."""
@@ -111,7 +98,7 @@ def _best_sentences(scored: list[tuple[float, Candidate]], wanted: set[str], nam
     # "I forgot my password": the best sentence is step 1 of "Resetting a forgotten password", and one
     # step is half an answer. A step of a procedure about something else ("Deleting your account" for
     # "cancel my subscription") is quoted alone.
-    if named & terms(_section_of(best.extract, best.pos)) and len(steps := _steps_of(best)) > 1:
+    if named & terms(section_of(best.extract, best.pos)) and len(steps := steps_of(best)) > 1:
         return steps
     if kind is not None and kind.search(best.text):
         # "How long does an export take?" is answered by durations; the steps beside them are not.
@@ -122,36 +109,9 @@ def _best_sentences(scored: list[tuple[float, Candidate]], wanted: set[str], nam
 def _referent_terms(e: Extract, i: int) -> frozenset[str]:
     """When the sentence opens with a pronoun, the terms of the sentence before it in its paragraph:
     "They take 5 to 10 business days" is about the refunds the sentence before names."""
-    if _PRONOUN.match(e.sentences[i]) and i and i < len(e.blocks) and e.blocks[i - 1] == e.blocks[i]:
+    if PRONOUN.match(e.sentences[i]) and i and i < len(e.blocks) and e.blocks[i - 1] == e.blocks[i]:
         return frozenset(terms(e.sentences[i - 1]))
     return frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A sentence being scored, with the terms of its text and of the section it sits in."""
-
-    extract: Extract
-    pos: int
-    terms: set[str]
-    referent: frozenset[str] = frozenset()  # what a leading pronoun stands for (`_referent_terms`)
-
-    @property
-    def text(self) -> str:
-        """The sentence."""
-        return self.extract.sentences[self.pos]
-
-    @property
-    def section(self) -> frozenset[str]:
-        """The terms of its title and heading."""
-        e, i = self.extract, self.pos
-        own = e.section_terms[i] if i < len(e.section_terms) else None
-        return e.heading_terms if own is None else own
-
-    @property
-    def key(self) -> tuple[int, int]:
-        """Which extract and where in it."""
-        return (self.extract.n, self.pos)
 
 
 def _weights(wanted: set[str], extracts: list[Extract], candidates: list[Candidate], *,
@@ -212,7 +172,7 @@ def _select(scored: list[tuple[float, Candidate]], wanted: set[str]) -> list[tup
             continue
         if rank and c.extract.n != scored[0][1].extract.n and not (wanted & c.terms) - covered:
             continue
-        if _PRONOUN.match(text) and (c.extract.n, c.pos - 1) not in chosen:
+        if PRONOUN.match(text) and (c.extract.n, c.pos - 1) not in chosen:
             if rank and (c.extract.n, _subject(c)) != (scored[0][1].extract.n, _subject(scored[0][1])):
                 continue  # "It costs $12" from another section is about something else
             subject = _subject(c)
@@ -233,88 +193,6 @@ def _select(scored: list[tuple[float, Candidate]], wanted: set[str]) -> list[tup
     # Best extract first; within an extract, keep the text's own order so it reads naturally.
     order = {n: i for i, n in enumerate(dict.fromkeys(n for n, _ in chosen))}
     return [(n, chosen[(n, pos)]) for n, pos in sorted(chosen, key=lambda k: (order[k[0]], k[1]))]
-
-
-def _procedure(candidates: list[Candidate], wanted: set[str], question: str) -> list[tuple[int, str]]:
-    """The steps of the first section (best sentence's first, then in retrieval order) whose title and
-    heading name every word of a how-to question; else none. Why: the steps of "Turning on 2FA" may
-    hold none of the question's words ("Go to Settings → Security"), while a side remark in another
-    section ("support can never turn off 2FA") holds them all and would be the best sentence."""
-    tried: set[tuple[int, str]] = set()
-    for c in candidates:
-        section = (c.extract.n, _section_of(c.extract, c.pos))
-        if section in tried:
-            continue  # every sentence of a section leads to the same steps
-        tried.add(section)
-        if steps := _steps(c, wanted, question):
-            return steps
-    return []
-
-
-def _section_opening(candidates: list[Candidate], wanted: set[str], question: str) -> list[tuple[int, str]]:
-    """The first sentences of the first section whose own heading names a word of the question and
-    whose title and heading name all of them ("What are your support hours?" → "Support hours");
-    else none. Why: such a question asks for the section as a whole, and its opening answers it
-    ("Monday to Friday, 08:00 to 20:00") while holding none of the question's words; the sentence
-    that does ("messages sent outside these hours…") is a side remark."""
-    tried: set[tuple[int, str]] = set()
-    for c in candidates:
-        e, name = c.extract, _section_of(c.extract, c.pos)
-        if (e.n, name) in tried:
-            continue
-        tried.add((e.n, name))
-        if not wanted <= c.section or not wanted & terms(name) or contradicts(question, name):
-            continue
-        out: list[tuple[int, str]] = []
-        length = 0
-        for i, text in enumerate(e.sentences):
-            if _section_of(e, i) != name:
-                continue
-            if len(out) >= MAX_SENTENCES or length + len(text) > MAX_ANSWER_CHARS:
-                break
-            if not out and _PRONOUN.match(text):
-                text = f"{name}: {text}"  # "Plus: It costs $6 per month"
-            out.append((e.n, text))
-            length += len(text)
-        if out:
-            return out
-    return []
-
-
-def _steps(best: Candidate, wanted: set[str], question: str) -> list[tuple[int, str]]:
-    """The numbered steps of the best sentence's section, when its title and heading name every word
-    of a how-to question ("Resetting a forgotten password") and do not flip one of its particles
-    ("turn off" is not "Turning on", though both particles are stopwords); else none. Why: steps
-    rarely repeat the question's words ("Choose Forgot password?"), so a side remark in the same
-    section that does ("Resetting your password signs you out") would be quoted instead."""
-    if not wanted <= best.section or contradicts(question, _section_of(best.extract, best.pos)):
-        return []
-    return _steps_of(best, anywhere=True)
-
-
-def _steps_of(c: Candidate, *, anywhere: bool = False) -> list[tuple[int, str]]:
-    """The numbered steps of `c`'s section, when `c` is one of them (or `anywhere` in the section) and
-    there are at least two; else none."""
-    e = c.extract
-    section = _section_of(e, c.pos)
-    if not anywhere and not (c.pos < len(e.steps) and e.steps[c.pos]):
-        return []
-    picked = [i for i, is_step in enumerate(e.steps) if is_step and _section_of(e, i) == section]
-    if len({e.blocks[i] for i in picked}) < 2:
-        return []  # one numbered item is not a procedure
-    out: list[tuple[int, str]] = []
-    length = 0
-    for i in picked:
-        length += len(e.sentences[i])
-        if length > MAX_ANSWER_CHARS:
-            break
-        out.append((e.n, e.sentences[i]))
-    return out
-
-
-def _section_of(e: Extract, i: int) -> str:
-    """The name of the section sentence `i` of `e` sits in."""
-    return e.subjects[i] if i < len(e.subjects) else ""
 
 
 def _previous_in_block(c: Candidate) -> str | None:

@@ -37,6 +37,8 @@ _DANGLING = frozenset(
     """a an the and or but nor of to in on at by for from with without per as than into onto via see
     your our their its his her my this that these those is are was were be can will would should may""".split()
 )
+# A sentence that opens with a pronoun is about what the sentence before it names.
+PRONOUN = re.compile(r"^(?:it|its|they|their|this|these|that|those|he|she)\b", re.I)
 # Addresses are not words: "support@acme.example" must not match a question about support.
 _ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b[a-z][a-z0-9+.-]*://\S+|\b(?:[a-z0-9-]+\.)+[a-z]{2,}(?:/\S*)?")
 _MD_PREFIX = re.compile(r"^\s*(?:#{1,6}\s+|[-*+]\s+|\d+[.)]\s+|>\s*)+")
@@ -98,6 +100,33 @@ class Extract:
     blocks: tuple[int, ...] = ()
     subjects: tuple[str, ...] = ()
     steps: tuple[bool, ...] = ()  # per sentence: it sits in a numbered list item
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A sentence being scored, with the terms of its text and of the section it sits in."""
+
+    extract: Extract
+    pos: int
+    terms: set[str]
+    referent: frozenset[str] = frozenset()  # what a leading pronoun stands for (`gateway.extractive`)
+
+    @property
+    def text(self) -> str:
+        """The sentence."""
+        return self.extract.sentences[self.pos]
+
+    @property
+    def section(self) -> frozenset[str]:
+        """The terms of its title and heading."""
+        e, i = self.extract, self.pos
+        own = e.section_terms[i] if i < len(e.section_terms) else None
+        return e.heading_terms if own is None else own
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Which extract and where in it."""
+        return (self.extract.n, self.pos)
 
 
 def parse_extracts(system: str) -> list[Extract]:
