@@ -11,13 +11,16 @@ export HF_HUB_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test setup install migrate ingest lock bench clean
+.PHONY: run test lint setup install migrate ingest lock bench clean
 
 run: setup ingest
 	$(BIN)/python -m gateway serve --config $(GATEWAY_CONFIG) --host $(HOST) --port $(PORT)
 
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
 
 setup: install migrate
 

@@ -25,8 +25,7 @@ import asyncpg
 import httpx
 
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.scale.replicas import (SECRET, TOKEN, Replica, _env, db_upgrade, free_port, replica_config,
-                                  telegram_update)
+from tests.scale.replicas import SECRET, TOKEN, Replica, _env, db_upgrade, free_port, replica_config, telegram_update
 
 ADMIN_DSN = "postgresql://root@127.0.0.1:5432/test"
 BARE_APP = ("from fastapi import FastAPI, Request\napp = FastAPI()\n"

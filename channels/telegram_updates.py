@@ -173,19 +173,19 @@ class UpdateParser:
     @staticmethod
     def _attachments(msg: dict[str, Any]) -> tuple[Attachment, ...]:
         caption = msg.get("caption")
-        for field, kind in _MEDIA:
-            item = msg.get(field)
+        for key, kind in _MEDIA:
+            item = msg.get(key)
             if not item:
                 continue
-            if field == "photo":
+            if key == "photo":
                 item = max(item, key=lambda p: (p.get("width", 0) * p.get("height", 0), p.get("file_size", 0)))
-            if field in ("location", "venue"):
+            if key in ("location", "venue"):
                 loc = item.get("location", item)
                 url = f"geo:{loc.get('latitude')},{loc.get('longitude')}"
                 return (Attachment(kind="location", url=url, caption=caption or item.get("title")),)
             file_id = item.get("file_id") if isinstance(item, dict) else None
-            if field == "game":
+            if key == "game":
                 file_id = ((item.get("animation") or {}).get("file_id")) or None
-            label = caption or (item.get("title") if field in ("game", "invoice") else None) or (item.get("emoji") if field == "sticker" else None)
+            label = caption or (item.get("title") if key in ("game", "invoice") else None) or (item.get("emoji") if key == "sticker" else None)
             return (Attachment(kind=kind, file_id=file_id, mime_type=item.get("mime_type"), caption=label),)
         return ()

@@ -13,10 +13,10 @@ from fastapi.staticfiles import StaticFiles
 from gateway import __version__, otel
 from gateway.http import admin, health, webchat, webhooks
 from gateway.http.webchat import STATIC_DIR
+from gateway.observability import configure_logging
 from gateway.operators import api as operator_api
 from gateway.operators import console as operator_console
 from gateway.operators import slack_operator
-from gateway.observability import configure_logging
 from gateway.services import Services, build_services
 from gateway.settings import Settings, _secret_values
 from gateway.tracing import RequestContextMiddleware

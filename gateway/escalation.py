@@ -312,8 +312,8 @@ def _conflict_message(escalation: Escalation | None) -> str:
 
 def _says_person_is_coming(text: str, bot) -> bool:
     from gateway.budget import BUDGET_REPLY
-    from gateway.pipeline.core import LLM_DOWN_REPLY, SEARCH_DOWN_REPLY
     from gateway.message_handler import FAILURE_REPLY
+    from gateway.pipeline.core import LLM_DOWN_REPLY, SEARCH_DOWN_REPLY
 
     known = {bot.escalation.acknowledgement.strip(), LLM_DOWN_REPLY, SEARCH_DOWN_REPLY, FAILURE_REPLY, BUDGET_REPLY}
     return text.strip() in known

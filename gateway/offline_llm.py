@@ -13,7 +13,6 @@ It never calls tools, and it reports approximate token usage (about 4 characters
 from __future__ import annotations
 
 import asyncio
-
 import math
 import time
 from collections.abc import AsyncIterator, Iterator

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import structlog
 from limits import RateLimitItemPerMinute
-from limits.errors import ConfigurationError
 from limits.aio.strategies import FixedWindowRateLimiter
+from limits.errors import ConfigurationError
 from limits.storage import storage_from_string
 
 from gateway.errors import ConfigError

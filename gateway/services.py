@@ -20,14 +20,15 @@ from gateway.escalation import Escalations
 from gateway.events import EventBus
 from gateway.inbox import Inbox
 from gateway.knowledge import Knowledge
+from gateway.leader import LeaderElection
 from gateway.llm import LLMRouter
 from gateway.llm_retry import RetryPolicy
-from gateway.leader import LeaderElection
 from gateway.observability import Metrics, enable_langfuse
 from gateway.operators.auth import OperatorAuth
 from gateway.operators.reminders import HandoffReminders
 from gateway.operators.slack_operator import SlackOperatorChannel
 from gateway.outbox import Outbox
+from gateway.pg_bridge import PgBridge
 from gateway.pipeline import Pipeline
 from gateway.pipeline.answer import Answerer
 from gateway.pipeline.rewrite import Rewriter
@@ -36,7 +37,6 @@ from gateway.ratelimit import RateLimiter
 from gateway.retention import run_retention
 from gateway.scheduler import IngestScheduler
 from gateway.settings import Settings
-from gateway.pg_bridge import PgBridge
 from gateway.worker import Worker
 from storage.engine import create_engine, session_factory
 

@@ -24,8 +24,8 @@ from datetime import datetime, timedelta
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.message_handler import MessageHandler
 from gateway.events import EventBus
+from gateway.message_handler import MessageHandler
 from gateway.models import as_utc, utcnow
 from gateway.outbox import RETRYING, Outbox, next_attempt_at
 from gateway.pipeline import Pipeline

@@ -6,9 +6,8 @@ Create Date: 2026-11-29 23:50:33.855512
 """
 from __future__ import annotations
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0001'
 down_revision = None

@@ -6,9 +6,8 @@ Create Date: 2026-11-30 11:00:00
 """
 from __future__ import annotations
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0005'
 down_revision = '0004'

@@ -6,7 +6,6 @@ oversized request is refused before it is read whole.
 
 from __future__ import annotations
 
-
 import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response

@@ -23,10 +23,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
-from gateway.http.webhooks import CappedRoute
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.events import ESCALATIONS_TOPIC
 from gateway.http.deps import error, services
+from gateway.http.webhooks import CappedRoute
 from gateway.operators.auth import Operator
 from gateway.operators.summary import summarize
 from storage import repositories as repo

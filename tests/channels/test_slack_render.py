@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from channels.slack import markdown_to_mrkdwn
 from tests.channels.slack_helpers import FIXTURES

@@ -10,7 +10,6 @@ from gateway.models import ConversationRef, OutboundMessage
 from tests.channels.telegram_helpers import DM, adapter_fixture, fake_fixture  # noqa: F401 - `fake`, `adapter` fixtures
 from tests.fakes.telegram_api import FakeTelegramAPI
 
-
 # Rate limits and failures
 
 

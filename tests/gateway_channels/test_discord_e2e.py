@@ -14,7 +14,13 @@ from nacl.signing import SigningKey
 from channels.discord import classify_gateway_message
 from tests.fakes.discord_api import APPLICATION_ID, BOT_USER_ID, INTERACTION_CHANNEL_ID, FakeDiscord
 from tests.gateway_channels.conftest import (
-    QUESTION, count_messages, gateway_app, settle, settled_chat, store_reply, wait_until,
+    QUESTION,
+    count_messages,
+    gateway_app,
+    settle,
+    settled_chat,
+    store_reply,
+    wait_until,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

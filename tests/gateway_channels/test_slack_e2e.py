@@ -12,7 +12,14 @@ import pytest_asyncio
 
 from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, FakeSlack, sign
 from tests.gateway_channels.conftest import (
-    QUESTION, count_messages, deliveries, gateway_app, settle, settled_chat, store_reply, wait_until,
+    QUESTION,
+    count_messages,
+    deliveries,
+    gateway_app,
+    settle,
+    settled_chat,
+    store_reply,
+    wait_until,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -12,8 +12,18 @@ import pytest_asyncio
 from gateway.pipeline.core import TEXT_ONLY_REPLY
 from tests.fakes.telegram_api import FakeTelegramAPI, utf16_len
 from tests.gateway_channels.conftest import (
-    GREETING, QUESTION, count_messages, deliveries, gateway_app, get_message, messages_in_chat, send_failures, settled_chat,
-    settle, store_reply, wait_until,
+    GREETING,
+    QUESTION,
+    count_messages,
+    deliveries,
+    gateway_app,
+    get_message,
+    messages_in_chat,
+    send_failures,
+    settle,
+    settled_chat,
+    store_reply,
+    wait_until,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -16,8 +16,18 @@ from gateway.pipeline.core import TEXT_ONLY_REPLY
 from storage.models import Contact, Conversation
 from tests.fakes.twilio_api import FakeTwilio, Reply
 from tests.gateway_channels.conftest import (
-    QUESTION, count_messages, deliveries, early_receipts, gateway_app, get_message, messages_in_chat, send_failures, settled_chat, settle,
-    store_reply, wait_until,
+    QUESTION,
+    count_messages,
+    deliveries,
+    early_receipts,
+    gateway_app,
+    get_message,
+    messages_in_chat,
+    send_failures,
+    settle,
+    settled_chat,
+    store_reply,
+    wait_until,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -92,6 +92,6 @@ def make_rig(fake: FakeOpenAI, *, bots: list[dict[str, Any]] | None = None, hits
 
 
 @pytest.fixture
-def rig(openai_fake: FakeOpenAI) -> Rig:
+def rig(openai_fake: FakeOpenAI) -> Rig:  # noqa: F811 - pytest passes the fixture by its name
     """The default rig: bot `acme` on primary → backup, no tools, two hits."""
     return make_rig(openai_fake)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY, DailyBudget, usage_row
-from gateway.llm import LLMResult, Usage as CallUsage
+from gateway.llm import LLMResult
+from gateway.llm import Usage as CallUsage
 from gateway.settings import BotSettings
 from storage.engine import create_engine, session_factory
 from storage.models import Usage

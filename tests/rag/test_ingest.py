@@ -6,9 +6,8 @@ from aiohttp import web
 from qdrant_client import models as qm
 from sqlalchemy import select
 
-from gateway.settings import BotSettings, SourceSettings
-from rag.knowledge_index import collection_name
 import rag.ingest
+from gateway.settings import BotSettings, SourceSettings
 from rag.ingest import Ingestor
 from rag.sources import Document
 from storage.models import Document as DocumentRow

@@ -7,13 +7,13 @@ from qdrant_client import models as qm
 
 from gateway.errors import IndexBusy
 from gateway.settings import QdrantSettings, RetrievalSettings
-from rag.index import open_index
-from rag.knowledge_index import collection_name
-from rag.term_stats import TermStats
-from rag.ingest import Ingestor
 from rag.gate import DEFAULT_LEXICAL_CREDIT, DEFAULT_MIN_DENSE_SCORE, lexical_coverage, subject_terms
+from rag.index import open_index
+from rag.ingest import Ingestor
+from rag.knowledge_index import collection_name
 from rag.search import SHORT_CONTENT_WORDS, HybridSearch, _fuse, _weigh, coverage_prior, length_prior
 from rag.sources import Document, load_directory
+from rag.term_stats import TermStats
 from tests.rag.kb import TARGET_CODE, write_kb
 
 RETRIEVAL = RetrievalSettings(k=3)

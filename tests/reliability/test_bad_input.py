@@ -14,16 +14,28 @@ import json
 import pytest
 import pytest_asyncio
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, drop_postgres, fresh_postgres_url
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.fakes.twilio_api import FakeTwilio
-from tests.conftest import drop_postgres, fresh_postgres_url
 from tests.reliability.conftest import (
-    TG_TOKEN, WA_SID, WA_TOKEN, blns, channels_config, count_by_external_id, discord_ask, discord_request,
-    inbound_counts, running_app, slack_event, slack_request, telegram_request,
-    telegram_update, whatsapp_form, whatsapp_request,
+    TG_TOKEN,
+    WA_SID,
+    WA_TOKEN,
+    blns,
+    channels_config,
+    count_by_external_id,
+    discord_ask,
+    discord_request,
+    inbound_counts,
+    running_app,
+    slack_event,
+    slack_request,
+    telegram_request,
+    telegram_update,
+    whatsapp_form,
+    whatsapp_request,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

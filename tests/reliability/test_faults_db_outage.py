@@ -16,12 +16,14 @@ import pytest_asyncio
 from sqlalchemy import select
 
 from storage.models import Message
-from tests.conftest import _pg_admin_dsn
+from tests.conftest import _pg_admin_dsn, drop_postgres, fresh_postgres_url
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.gateway_channels.conftest import settle, wait_until
-from tests.conftest import drop_postgres, fresh_postgres_url
 from tests.reliability.conftest import (
-    TG_TOKEN, running_app, telegram_request, telegram_update,
+    TG_TOKEN,
+    running_app,
+    telegram_request,
+    telegram_update,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

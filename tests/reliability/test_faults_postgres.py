@@ -22,12 +22,14 @@ import pytest_asyncio
 from sqlalchemy import select
 
 from storage.models import Conversation, Message
-from tests.conftest import IN_CI, docs_source
+from tests.conftest import IN_CI, docs_source, drop_postgres, fresh_postgres_url
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.gateway_channels.conftest import settle, wait_until
-from tests.conftest import drop_postgres, fresh_postgres_url
 from tests.reliability.conftest import (
-    TG_TOKEN, running_app, telegram_request, telegram_update,
+    TG_TOKEN,
+    running_app,
+    telegram_request,
+    telegram_update,
 )
 
 pytestmark = [

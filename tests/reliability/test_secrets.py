@@ -23,9 +23,21 @@ from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.fakes.twilio_api import FakeTwilio, Reply
 from tests.gateway_channels.conftest import wait_until
 from tests.reliability.conftest import (
-    LLM_KEY, SLACK_SIGNING_SECRET, TG_SECRET, TG_TOKEN, WA_SID, WA_TOKEN, channels_config,
-    discord_ask, running_app, slack_event, slack_request, telegram_request, telegram_update,
-    whatsapp_form, whatsapp_request,
+    LLM_KEY,
+    SLACK_SIGNING_SECRET,
+    TG_SECRET,
+    TG_TOKEN,
+    WA_SID,
+    WA_TOKEN,
+    channels_config,
+    discord_ask,
+    running_app,
+    slack_event,
+    slack_request,
+    telegram_request,
+    telegram_update,
+    whatsapp_form,
+    whatsapp_request,
 )
 
 OPERATOR_TOKEN = "op-token-reliability-H7j8K9"

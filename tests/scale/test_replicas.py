@@ -11,7 +11,6 @@ import time
 from collections import defaultdict
 
 import httpx
-import pytest
 
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.scale.replicas import SECRET, TOKEN, Replica, db_upgrade, replica_config, telegram_update

@@ -10,8 +10,16 @@ import time
 import httpx
 
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.scale.replicas import (OPERATOR_TOKEN, ROOT, SECRET, TOKEN, Replica, db_upgrade, replica_config,
-                                  telegram_update)
+from tests.scale.replicas import (
+    OPERATOR_TOKEN,
+    ROOT,
+    SECRET,
+    TOKEN,
+    Replica,
+    db_upgrade,
+    replica_config,
+    telegram_update,
+)
 
 SLOW_POLL_S = 30.0  # so a reply within seconds can only come from the notification
 

@@ -21,7 +21,13 @@ from tests.fakes.openai_server import Turn
 from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, FakeSlack, sign
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.gateway_channels.conftest import (
-    FALLBACK, QUESTION, bot_config, deliveries, messages_in_chat, settled_chat, wait_until,
+    FALLBACK,
+    QUESTION,
+    bot_config,
+    deliveries,
+    messages_in_chat,
+    settled_chat,
+    wait_until,
 )
 from tests.streaming.conftest import SlowStreamOpenAI, numbered_words, shown_twice, telegram_timeline, words
 
