@@ -6,7 +6,10 @@ Per set: the documents are ingested by `rag.ingest.Ingestor` into a temporary lo
 answerable question goes through `HybridSearch` (the bot defaults, k=5), `build_messages` and
 `gateway.extractive.answer`, as in the pipeline. An answer "quotes the gold" when it holds a run of six
 words of a gold text (the whole gold text when shorter), markers and case aside: the gold texts are spans of
-the right chunk, and a quoted sentence that answers usually shares six words with them. `fallback` = the
+the right chunk, and a quoted sentence that answers usually shares six words with them. It "cites a chunk
+holding one" when a chunk its markers point to holds a gold text: drawn from the right place, though the
+gold span may be the chunk's opening rather than the answer ("Pitch: Set the pitch of the speech" against
+"configure your text-to-speech (tts) options"). `fallback` = the
 fallback text (gate 1 refused, or no sentence carried enough of the question). Deterministic: one run.
 """
 
@@ -40,6 +43,14 @@ def quotes(answer_text: str, gold: str) -> bool:
     return any(" ".join(run) in said for run in runs)
 
 
+def cites_gold_chunk(answer_text: str, hits, golds) -> bool:
+    """True when a chunk the answer cites holds a gold text: the answer was drawn from the right place,
+    whether or not it quotes the gold span itself (a gold text often marks the chunk by its opening)."""
+    cited = {int(n) for n in re.findall(r"\[(\d+)\]", answer_text)}
+    texts = [normalize(hits[n - 1].text) for n in cited if 0 < n <= len(hits)]
+    return any(normalize(g) in t for g in golds for t in texts)
+
+
 async def run(sets: list[str]) -> dict:
     """One row per set: answerable questions, answers that quote a gold text, fallbacks."""
     dense, sparse = DenseEmbedder(), SparseEmbedder()
@@ -55,9 +66,11 @@ async def run(sets: list[str]) -> dict:
                 found = await search.search(name, [q.question], BOT.retrieval)
                 text = answer(build_messages(BOT, history=[], user_text=q.question, hits=list(found.hits)))
                 answers[name].append({"question": q.question, "answer": text,
-                                      "quotes_gold": any(quotes(text, g) for g in q.gold_texts)})
+                                      "quotes_gold": any(quotes(text, g) for g in q.gold_texts),
+                                      "cites_gold_chunk": cites_gold_chunk(text, found.hits, q.gold_texts)})
             rows.append({"set": name, "answerable": len(questions),
                          "quotes_gold": sum(a["quotes_gold"] for a in answers[name]),
+                         "cites_gold_chunk": sum(a["cites_gold_chunk"] for a in answers[name]),
                          "fallback": sum(a["answer"] == BOT.fallback_text for a in answers[name])})
     return {"machine": machine(), "rows": rows, "answers": answers}
 
@@ -70,10 +83,12 @@ def main() -> None:
     result = asyncio.run(run(args.sets))
     info = result["machine"]
     print(f"{info['date']}, {info['cpu']}, {info['nproc']} CPUs, Python {info['python']}")
-    print("| set | answerable | answer quotes a gold text | fallback |\n|---|---|---|---|")
+    print("| set | answerable | answer quotes a gold text | answer cites a chunk holding one | fallback |\n"
+          "|---|---|---|---|---|")
     for row in result["rows"]:
-        print(f"| {row['set']} | {row['answerable']} | {row['quotes_gold']} ({row['quotes_gold'] / row['answerable']:.0%})"
-              f" | {row['fallback']} |")
+        n = row["answerable"]
+        print(f"| {row['set']} | {n} | {row['quotes_gold']} ({row['quotes_gold'] / n:.0%}) | "
+              f"{row['cites_gold_chunk']} ({row['cites_gold_chunk'] / n:.0%}) | {row['fallback']} |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(result, out, indent=1)

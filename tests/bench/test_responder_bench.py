@@ -1,8 +1,10 @@
-"""The responder benchmark's rule for "the answer quotes the gold text"."""
+"""The responder benchmark's rules for "the answer quotes the gold text" and "cites a chunk holding one"."""
 
 from __future__ import annotations
 
-from bench.responder import quotes
+from types import SimpleNamespace
+
+from bench.responder import cites_gold_chunk, quotes
 
 GOLD = "Refunds take 5 to 10 business days to appear on a card statement."
 
@@ -17,3 +19,13 @@ def test_an_answer_quotes_the_gold_when_it_holds_six_of_its_words_in_a_row() -> 
 def test_a_short_gold_text_must_be_quoted_whole() -> None:
     assert quotes("Plus costs $6 per month [1].", "$6 per month")
     assert not quotes("Plus costs $6 [1].", "$6 per month")
+
+
+def test_an_answer_cites_the_gold_chunk_when_a_marker_points_to_a_chunk_holding_a_gold_text() -> None:
+    hits = [SimpleNamespace(text="## Speech\n\nConfigure your Text-to-speech (TTS) options.\n\n- Pitch: Set the pitch."),
+            SimpleNamespace(text="## Keyboard\n\nAdjust the size of the keyboard.")]
+    gold = ["configure your text-to-speech (tts) options"]
+    assert cites_gold_chunk("Pitch: Set the pitch [1].", hits, gold)
+    assert not cites_gold_chunk("Adjust the size of the keyboard [2].", hits, gold)
+    assert not cites_gold_chunk("No marker at all.", hits, gold)
+    assert not cites_gold_chunk("A marker past the hits [7].", hits, gold)
