@@ -23,6 +23,10 @@ ABOUT_PAGE_FACTOR = 0.4
 ANSWER_KIND_FACTOR = 2.5
 UBIQUITOUS_FACTOR = 0.15
 MIN_DIRECT = 0.2
+# Between sentences that carry the question about equally, the one from the better-ranked extract goes
+# first: retrieval ranked the extracts on more than shared words (meaning, BM25, the priors). Each rank
+# down costs 10% in the ordering only; the thresholds still read the sentence's own score.
+RANK_DECAY = 0.9
 
 # A line that describes its page ("How to create an account…", "This page explains…") is a table
 # of contents, not an answer: it names every topic and answers none.
@@ -85,7 +89,7 @@ def _score(candidates: list[Candidate], wanted: set[str], weight: dict[str, floa
         if gives_kind:
             score *= ANSWER_KIND_FACTOR
         scored.append((score, c))
-    scored.sort(key=lambda item: -item[0])
+    scored.sort(key=lambda item: -item[0] * RANK_DECAY ** (item[1].extract.n - 1))  # see `RANK_DECAY`
     return scored
 
 

@@ -210,3 +210,18 @@ def test_table_rows_read_as_header_cell_pairs() -> None:
              "| Team | 4 hours. Priority queue |\n\nAfter the table.")
     assert split_sentences(table) == ["Intro line one here.", "Plan: Free; First reply within: 3 business days.",
                                       "Plan: Team; First reply within: 4 hours. Priority queue.", "After the table."]
+
+
+def test_offline_prefers_the_better_ranked_extract_when_sentences_carry_the_question_alike() -> None:
+    # Both sentences hold "pay" and "PayPal"; the second extract's heading ("Paying …") lifts its sentence
+    # by 11%, less than the one rank retrieval put between them.
+    billing = FakeHit("# Billing\n\nYou can pay with PayPal or a card in every country.", "a.md", "Billing", ("Billing",))
+    in_app = FakeHit("# Paying in the app\n\nIn the mobile app you pay with PayPal through the store.", "b.md",
+                     "Paying in the app", ("Paying in the app",))
+    receipts = FakeHit("# Receipts\n\nReceipts are emailed after each charge. You pay by invoice on Team.", "c.md",
+                       "Receipts", ("Receipts",))
+    messages = build_messages(BOT, history=[], user_text="Can I pay with PayPal?", hits=[billing, in_app, receipts])
+    assert answer(messages).startswith("You can pay with PayPal or a card in every country [1].")
+    # Ranked the other way round, the app's sentence comes first.
+    messages = build_messages(BOT, history=[], user_text="Can I pay with PayPal?", hits=[in_app, billing, receipts])
+    assert answer(messages).startswith("In the mobile app you pay with PayPal through the store [1].")
