@@ -93,7 +93,8 @@ class Pipeline:
         if meaning == "accepts_offer":
             return PipelineResult(reply=turn.bot.escalation.acknowledgement,
                                   escalate="customer said yes to the offer of a person", answered=False)
-        kind = small_talk(text) or meaning
+        # "ok" answering the bot's own question is for the model, not an acknowledgement.
+        kind = None if meaning == "answers_bot" else small_talk(text) or meaning
         if kind is not None:
             bound.info("pipeline.small_talk", kind=kind)
             return PipelineResult(reply=turn.bot.thanks_text if kind == "thanks" else turn.greeting or DEFAULT_GREETING,
@@ -157,12 +158,12 @@ def _asks_for_human(text: str, bot: BotSettings) -> str | None:
     return None
 
 
-def _yes_or_no(text: str, turn: Turn) -> Literal["accepts_offer", "thanks", "greeting"] | None:
+def _yes_or_no(text: str, turn: Turn) -> Literal["accepts_offer", "answers_bot", "thanks", "greeting"] | None:
     """What a bare "yes" or "no" means, read from the bot's last reply (`small_talk` module docstring):
     - "yes" right after a fallback text that offers a person ("… Would you like me to get a person from our
       team?") accepts it; "no" there closes the turn ("thanks");
-    - after another question of the bot's it answers it, so the pipeline goes on (None) and the model
-      reads it with the history;
+    - after another question of the bot's it answers it ("answers_bot"): the pipeline goes on and the
+      model reads it with the history;
     - after a statement or a canned reply (the greeting, `thanks_text`) it only closes the turn ("thanks"),
       and as the first message it gets the greeting.
     None for anything that is not a bare yes or no."""
@@ -176,10 +177,10 @@ def _yes_or_no(text: str, turn: Turn) -> Literal["accepts_offer", "thanks", "gre
     if last == fallback and fallback.endswith("?"):
         if not yes:
             return "thanks"
-        return "accepts_offer" if turn.bot.escalation.enabled else None
+        return "accepts_offer" if turn.bot.escalation.enabled else "answers_bot"
     canned = {turn.bot.thanks_text.strip(), (turn.greeting or DEFAULT_GREETING).strip()}
     # "?" anywhere: "Are you on Android? Then I can give you its steps." asks too.
-    return None if "?" in last and last not in canned else "thanks"
+    return "answers_bot" if "?" in last and last not in canned else "thanks"
 
 
 def _retrieved(hits: list[Any]) -> list[dict[str, Any]]:

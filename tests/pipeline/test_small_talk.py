@@ -90,6 +90,10 @@ async def test_yes_after_another_question_of_the_bots_goes_to_the_model(openai_f
 
     assert reply.reply == "On Android, open Settings [1]." and reply.escalate is None
     assert len(rig.search.calls) == 1
+    # "ok" there is a yes too, not an acknowledgement.
+    openai_fake.script("primary", Scripted(text="the Android steps"), Scripted(text="On Android, open Settings [1]."))
+    assert (await rig.pipeline.handle(rig.turn("ok", history=asked))).reply == "On Android, open Settings [1]."
+    assert len(rig.search.calls) == 2
 
 
 async def test_yes_or_no_after_a_statement_only_closes_the_turn(openai_fake) -> None:
