@@ -93,8 +93,11 @@ class Pipeline:
         if meaning == "accepts_offer":
             return PipelineResult(reply=turn.bot.escalation.acknowledgement,
                                   escalate="customer said yes to the offer of a person", answered=False)
-        # "ok" answering the bot's own question is for the model, not an acknowledgement.
-        kind = None if meaning == "answers_bot" else small_talk(text) or meaning
+        if meaning == "answers_bot":
+            # "ok" answering the bot's own question is a yes for the model; "no thanks" still closes the turn.
+            kind = None if is_yes(text) else small_talk(text)
+        else:
+            kind = small_talk(text) or meaning
         if kind is not None:
             bound.info("pipeline.small_talk", kind=kind)
             return PipelineResult(reply=turn.bot.thanks_text if kind == "thanks" else turn.greeting or DEFAULT_GREETING,

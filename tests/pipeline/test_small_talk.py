@@ -94,6 +94,12 @@ async def test_yes_after_another_question_of_the_bots_goes_to_the_model(openai_f
     openai_fake.script("primary", Scripted(text="the Android steps"), Scripted(text="On Android, open Settings [1]."))
     assert (await rig.pipeline.handle(rig.turn("ok", history=asked))).reply == "On Android, open Settings [1]."
     assert len(rig.search.calls) == 2
+    # "no thanks" there closes the turn, as it does anywhere; a bare "no" is the model's to read.
+    assert (await rig.pipeline.handle(rig.turn("no thanks", history=asked))).reply == rig.bot.thanks_text
+    assert len(rig.search.calls) == 2
+    openai_fake.script("primary", Scripted(text="not Android"), Scripted(text="On iOS, open Settings [1]."))
+    assert (await rig.pipeline.handle(rig.turn("no", history=asked))).reply == "On iOS, open Settings [1]."
+    assert len(rig.search.calls) == 3
 
 
 async def test_yes_or_no_after_a_statement_only_closes_the_turn(openai_fake) -> None:
