@@ -89,15 +89,10 @@ class Pipeline:
         if wanted:
             return PipelineResult(reply=turn.bot.escalation.acknowledgement, escalate=f"customer asked: {wanted!r}",
                                   answered=False)
-        meaning = _yes_or_no(text, turn)
-        if meaning == "accepts_offer":
+        kind = _small_talk_in_context(text, turn)
+        if kind == "accepts_offer":
             return PipelineResult(reply=turn.bot.escalation.acknowledgement,
                                   escalate="customer said yes to the offer of a person", answered=False)
-        if meaning == "answers_bot":
-            # "ok" answering the bot's own question is a yes for the model; "no thanks" still closes the turn.
-            kind = None if is_yes(text) else small_talk(text)
-        else:
-            kind = small_talk(text) or meaning
         if kind is not None:
             bound.info("pipeline.small_talk", kind=kind)
             return PipelineResult(reply=turn.bot.thanks_text if kind == "thanks" else turn.greeting or DEFAULT_GREETING,
@@ -161,29 +156,33 @@ def _asks_for_human(text: str, bot: BotSettings) -> str | None:
     return None
 
 
-def _yes_or_no(text: str, turn: Turn) -> Literal["accepts_offer", "answers_bot", "thanks", "greeting"] | None:
-    """What a bare "yes" or "no" means, read from the bot's last reply (`small_talk` module docstring):
-    - "yes" right after a fallback text that offers a person ("… Would you like me to get a person from our
-      team?") accepts it; "no" there closes the turn ("thanks");
-    - after another question of the bot's it answers it ("answers_bot"): the pipeline goes on and the
-      model reads it with the history;
-    - after a statement or a canned reply (the greeting, `thanks_text`) it only closes the turn ("thanks"),
-      and as the first message it gets the greeting.
-    None for anything that is not a bare yes or no."""
+def _small_talk_in_context(text: str, turn: Turn) -> Literal["accepts_offer", "thanks", "greeting"] | None:
+    """What a message that is only small talk, a "yes" or a "no" calls for; None when the pipeline goes on.
+
+    A bare "yes" or "no" means what the bot's last reply makes it mean (`small_talk` module docstring):
+    - right after a fallback text that offers a person ("… Would you like me to get a person from our
+      team?"), "yes" accepts it and "no" closes the turn;
+    - after another question of the bot's, "yes" (or "ok") and a bare "no" answer it: the model reads them
+      with the history; "no thanks" still closes the turn;
+    - after a statement or a canned reply (the greeting, `thanks_text`) it only closes the turn, and as
+      the first message it gets the greeting."""
+    talk = small_talk(text)
     yes = is_yes(text)
     if not yes and not is_no(text):
-        return None
+        return talk
     last = next((str(m.get("content") or "") for m in reversed(turn.history) if m.get("role") == "assistant"), None)
     if last is None:
-        return "greeting"
+        return talk or "greeting"
     last, fallback = last.strip(), turn.bot.fallback_text.strip()
     if last == fallback and fallback.endswith("?"):
         if not yes:
             return "thanks"
-        return "accepts_offer" if turn.bot.escalation.enabled else "answers_bot"
+        return "accepts_offer" if turn.bot.escalation.enabled else None
     canned = {turn.bot.thanks_text.strip(), (turn.greeting or DEFAULT_GREETING).strip()}
     # "?" anywhere: "Are you on Android? Then I can give you its steps." asks too.
-    return "answers_bot" if "?" in last and last not in canned else "thanks"
+    if "?" in last and last not in canned:
+        return None if yes else talk
+    return "thanks"
 
 
 def _retrieved(hits: list[Any]) -> list[dict[str, Any]]:
