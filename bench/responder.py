@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 
 from bench.retrieval import DATA, machine, scratch
 from gateway.extractive import answer
+from gateway.pipeline.citations import strip_invalid_markers
 from gateway.pipeline.prompts import build_messages
 from gateway.settings import BotSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
@@ -31,13 +31,12 @@ from rag.search import HybridSearch
 from rag.sources import load_directory
 
 RUN = 6
-_MARKER = re.compile(r"\s*\[\d+\]")
 BOT = BotSettings(name="bench", fallback_text="FALLBACK")
 
 
 def quotes(answer_text: str, gold: str) -> bool:
     """True when the answer holds a run of `RUN` words of the gold text (all of it when shorter)."""
-    said = normalize(_MARKER.sub("", answer_text))
+    said = normalize(strip_invalid_markers(answer_text, count=0)[0])
     words = normalize(gold).split()
     runs = [words] if len(words) <= RUN else [words[i : i + RUN] for i in range(len(words) - RUN + 1)]
     return any(" ".join(run) in said for run in runs)
@@ -46,8 +45,8 @@ def quotes(answer_text: str, gold: str) -> bool:
 def cites_gold_chunk(answer_text: str, hits, golds) -> bool:
     """True when a chunk the answer cites holds a gold text: the answer was drawn from the right place,
     whether or not it quotes the gold span itself (a gold text often marks the chunk by its opening)."""
-    cited = {int(n) for n in re.findall(r"\[(\d+)\]", answer_text)}
-    texts = [normalize(hits[n - 1].text) for n in cited if 0 < n <= len(hits)]
+    _, cited = strip_invalid_markers(answer_text, count=len(hits))
+    texts = [normalize(hits[n - 1].text) for n in cited]
     return any(normalize(g) in t for g in golds for t in texts)
 
 
