@@ -45,7 +45,7 @@ lock:
 	uv pip compile --generate-hashes --python-version 3.11 requirements-dev.in -o requirements-dev.lock
 
 bench: setup
-	$(BIN)/python bench/retrieval.py
+	$(BIN)/python -m bench.retrieval $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var/*.db var/qdrant

@@ -25,12 +25,15 @@ log = structlog.get_logger("gateway.app")
 
 
 def create_app(settings: Settings, *, services: Services | None = None, start_worker: bool = True,
-               start_scheduler: bool = True, start_channels: bool = True, role: str = "all") -> FastAPI:
-    """Build the ASGI app. Services start in the lifespan and stop with it. `role="web"`: receive only."""
+               start_scheduler: bool = True, start_channels: bool = True, role: str = "all",
+               url: str | None = None) -> FastAPI:
+    """Build the ASGI app. Services start in the lifespan and stop with it. `role="web"`: receive only.
+    `url`: where it will listen, recorded beside the admin token for `gateway ingest`."""
     configure_logging(level=settings.log_level, fmt=settings.log_format,
                       secrets=[value for _, value in _secret_values(settings.model_dump())])
     svc = services or build_services(settings)
     svc.role = role
+    svc.admin_url = url
     if settings.tracing.otlp_endpoint:
         otel.configure(otlp_endpoint=settings.tracing.otlp_endpoint, service_name=settings.tracing.service_name,
                        sample_ratio=settings.tracing.sample_ratio)

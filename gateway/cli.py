@@ -107,8 +107,8 @@ def _serve(args) -> int:
 
     settings = _settings(args)
     # Open SSE streams (console, widget) must not hold a shutdown for long.
-    uvicorn.run(create_app(settings, role=args.role), host=args.host, port=args.port, log_config=None,
-                access_log=False, timeout_graceful_shutdown=5)
+    app = create_app(settings, role=args.role, url=local_url(args.host, args.port))
+    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False, timeout_graceful_shutdown=5)
     return 0
 
 
@@ -124,6 +124,13 @@ def _db_upgrade(args) -> int:
     command.upgrade(config, "head")
     print(f"database is at the latest migration ({_safe_url(settings.database_url)})")
     return 0
+
+
+def local_url(host: str, port: int) -> str:
+    """The URL a client on this machine reaches a server bound to `host:port` at (a wildcard bind
+    is reached on loopback)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def _safe_url(url: str) -> str:
@@ -162,22 +169,25 @@ async def _ingest_via_server(args, settings) -> int:
     import httpx
 
     token_path = Path(settings.qdrant.path).parent / "admin.token"
-    host, port = os.environ.get("HOST", "127.0.0.1"), os.environ.get("PORT", "8000")
+    url_path = token_path.with_name("admin.url")
     if not token_path.exists():
         print(f"error: {settings.qdrant.path} is in use by another process, and no running gateway server "
               f"was found to ingest through ({token_path} is missing). Stop the other process and retry.",
               file=sys.stderr)
         return 1
-    print(f"{settings.qdrant.path} is held by the running server; ingesting through it at {host}:{port}",
-          file=sys.stderr)
+    # The server records where it listens; a server started without `gateway serve` (tests, a custom
+    # ASGI runner) does not, and then HOST/PORT say where it is.
+    url = url_path.read_text().strip() if url_path.exists() else local_url(
+        os.environ.get("HOST", "127.0.0.1"), int(os.environ.get("PORT", "8000")))
+    print(f"{settings.qdrant.path} is held by the running server; ingesting through it at {url}", file=sys.stderr)
     params = {k: v for k, v in (("bot", args.bot), ("source", args.source)) if v}
     try:
         async with httpx.AsyncClient(timeout=3600) as client:
-            response = await client.post(f"http://{host}:{port}/v1/admin/ingest", params=params,
+            response = await client.post(f"{url}/v1/admin/ingest", params=params,
                                          headers={"Authorization": f"Bearer {token_path.read_text().strip()}"})
     except httpx.HTTPError as exc:
-        print(f"error: the index is busy and the server at {host}:{port} did not answer ({exc}). "
-              "Set HOST/PORT to the running server, or stop it and retry.", file=sys.stderr)
+        print(f"error: the index is busy and the server at {url} did not answer ({exc or type(exc).__name__}). "
+              "Stop the process that holds the index and retry.", file=sys.stderr)
         return 1
     if response.status_code != 200:
         print(f"error: server refused the ingest: {response.status_code} {response.text}", file=sys.stderr)

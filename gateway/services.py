@@ -91,6 +91,7 @@ class Services:
     reminders: HandoffReminders | None = None
     reply_timeout: float = 60.0
     admin_token_path: Path | None = None
+    admin_url: str | None = None  # where this process listens, for the CLI beside it (`admin.url`)
     role: str = "all"  # "web": receive only (webhooks, web chat, operators); the worker runs elsewhere
     pg_bridge: PgBridge | None = None
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
@@ -114,6 +115,9 @@ class Services:
             self.admin_token_path.parent.mkdir(parents=True, exist_ok=True)
             self.admin_token_path.write_text(self.admin_token)
             self.admin_token_path.chmod(0o600)
+            if self.admin_url:
+                # So `gateway ingest` finds this server on whatever port it was started with.
+                self.admin_token_path.with_name("admin.url").write_text(self.admin_url)
         await self.outbox.recover()
         if worker:
             await self.worker.start()
@@ -171,6 +175,7 @@ class Services:
         await self.engine.dispose()
         if self.role != "web" and self.admin_token_path is not None and self.admin_token_path.exists():
             self.admin_token_path.unlink(missing_ok=True)  # a web process never wrote it: it is the worker's
+            self.admin_token_path.with_name("admin.url").unlink(missing_ok=True)
 
 
 def build_services(settings: Settings, *, poll_interval: float | None = None,

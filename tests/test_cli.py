@@ -15,6 +15,7 @@ import pytest
 import uvicorn
 
 from gateway.app import create_app
+from gateway.cli import local_url
 from gateway.settings import load_settings
 from tests.conftest import ROOT, write_config
 
@@ -80,12 +81,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_local_url_reaches_a_wildcard_bind_on_loopback():
+    assert local_url("0.0.0.0", 8100) == "http://127.0.0.1:8100"
+    assert local_url("::", 8100) == "http://[::1]:8100"
+    assert local_url("10.0.0.5", 80) == "http://10.0.0.5:80"
+
+
 def test_cli_ingest_goes_through_running_server_that_holds_the_index(kb_config):
+    """It finds the server where `admin.url` says, whatever HOST/PORT say, and the file goes with the server."""
     config, _ = kb_config
     settings = load_settings(config)
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, start_scheduler=False), host="127.0.0.1",
-                                           port=port, log_config=None))
+    url_file = config.parent / "admin.url"
+    app = create_app(settings, start_scheduler=False, url=local_url("0.0.0.0", port))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -96,13 +105,15 @@ def test_cli_ingest_goes_through_running_server_that_holds_the_index(kb_config):
                     break
             except httpx.HTTPError:
                 time.sleep(0.2)
-        proc = _run("ingest", "--config", str(config), "--json", env={"HOST": "127.0.0.1", "PORT": str(port)})
+        assert url_file.read_text() == f"http://127.0.0.1:{port}"
+        proc = _run("ingest", "--config", str(config), "--json", env={"HOST": "127.0.0.1", "PORT": "1"})
         assert proc.returncode == 0, proc.stderr
-        assert "held by the running server" in proc.stderr
+        assert f"held by the running server; ingesting through it at http://127.0.0.1:{port}" in proc.stderr
         assert json.loads(proc.stdout)["added"] >= 2
     finally:
         server.should_exit = True
         thread.join(30)
+    assert not url_file.exists() and not url_file.with_name("admin.token").exists()
 
 
 def test_cli_eval_prints_contract_keys_and_the_questions_to_look_at(tmp_path, kb_config):
