@@ -105,6 +105,17 @@ async def test_webchat_retried_post_with_same_message_id_is_answered_once(client
     assert await _stored_messages(client.services, "s-5") == 2  # one question, one answer
 
 
+async def test_webchat_same_message_id_in_another_session_is_its_own_message(client):
+    """Ids like "m-1" are unique per visitor only: another session's reply must never come back."""
+    alice = (await client.post("/v1/bots/acme/chat", json={"session_id": "s-alice", "text": "What does E-SYNC-409 mean?",
+                                                          "message_id": "m-1"})).json()
+    bob = (await client.post("/v1/bots/acme/chat", json={"session_id": "s-bob", "text": "How do I enable 2FA?",
+                                                        "message_id": "m-1"})).json()
+    assert bob["message_id"] != alice["message_id"] and bob["conversation_id"] != alice["conversation_id"]
+    assert "2FA" in bob["reply"] or "two-factor" in bob["reply"].lower(), bob
+    assert await _stored_messages(client.services, "s-bob") == 2
+
+
 async def test_webchat_unknown_bot_and_operations_endpoints(client):
     assert (await client.post("/v1/bots/nope/chat", json={"session_id": "s", "text": "hi"})).status_code == 404
     assert (await client.get("/healthz")).json() == {"status": "ok"}

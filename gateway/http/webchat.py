@@ -35,6 +35,12 @@ class ChatRequest(BaseModel):
     message_id: str | None = Field(default=None, max_length=128)
 
 
+def _delivery_id(body: ChatRequest) -> str:
+    """The inbound message's dedupe key: `message_id` within its session. Why the session: ids such as
+    "1", "2" are only unique per visitor, and a repeated id must never return another session's reply."""
+    return f"{body.session_id}:{body.message_id}" if body.message_id else uuid.uuid4().hex
+
+
 @router.get("/", include_in_schema=False)
 async def widget() -> FileResponse:
     """The chat widget."""
@@ -78,7 +84,7 @@ async def chat(bot: str, body: ChatRequest, request: Request):
         return refused
     svc = services(request)
     message = InboundMessage(
-        channel="web", external_id=body.message_id or uuid.uuid4().hex,
+        channel="web", external_id=_delivery_id(body),
         conversation=ConversationRef(channel="web", chat=body.session_id),
         sender=Sender(external_id=body.session_id, display_name="Web visitor"), text=body.text,
     )

@@ -10,7 +10,7 @@ import structlog
 
 from gateway.budget import usage_row
 from gateway.models import Citation
-from gateway.pipeline.citations import verify_citations
+from gateway.pipeline.citations import is_refusal, verify_citations
 from gateway.pipeline.prompts import build_messages, render_tool_result
 from gateway.pipeline.rewrite import bounded_history
 from gateway.pipeline.tools import BotTools
@@ -102,7 +102,8 @@ class Answerer:
                                     allow_uncited=grounded_in_tools)
         if verified.replaced:
             log.info("gate2.replaced", message_id=turn.message_id, conversation_id=turn.conversation_id)
-        answered = verified.text.strip() != bot.fallback_text.strip()
+        # A refusal in the model's own words is no answer either: it counts towards escalation.
+        answered = bool(verified.citations) or not is_refusal(verified.text, fallback_text=bot.fallback_text)
         return Answer(text=verified.text, citations=verified.citations, tool_calls=calls, usage=usage,
                       answered=answered)
 

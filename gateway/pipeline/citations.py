@@ -3,7 +3,9 @@
 - A marker [n] whose n is not in 1..len(hits) is removed ([1][7] keeps [1]; [1, 7] becomes [1]).
 - An answer that claims something but keeps no valid citation becomes the bot's fallback text:
   an uncited claim is exactly what a support bot must not pass off as knowledge.
-- A refusal ("I don't know…", or the fallback itself) stays as it is, with no citations.
+- A refusal ("I don't know…", or the fallback itself) without a valid citation stays as it is, with no
+  citations; with one it is a partial answer and is kept as an answer. The prompt
+  shows the fallback inside `<fallback>` tags; a model that copies them gets them removed.
 - `citations` lists the distinct documents actually cited, in the order first cited, and the
   markers are renumbered to match: [1] in the reply is `citations[0]`, whichever extract numbers
   the model saw. A URL is kept only when it is http(s), so no `javascript:` or `data:` link ever
@@ -31,6 +33,7 @@ _REFUSAL = re.compile(
     re.IGNORECASE,
 )
 _MAX_REFUSAL_CHARS = 300
+_FALLBACK_TAG = re.compile(r"</?\s*fallback\s*>", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +140,12 @@ def verify_citations(
     allow_uncited: bool = False,
 ) -> Verified:
     """Gate 2. `allow_uncited` keeps an uncited answer (for one grounded in a tool result instead)."""
-    cleaned, cited = strip_invalid_markers(text, count=len(hits))
-    if is_refusal(cleaned, fallback_text=fallback_text):
+    cleaned, cited = strip_invalid_markers(_FALLBACK_TAG.sub("", text).strip(), count=len(hits))
+    # With a valid citation it is a partial answer ("Plus costs $6 [1]; I don't know about discounts.").
+    if not cited and is_refusal(cleaned, fallback_text=fallback_text):
         plain, _ = strip_invalid_markers(cleaned, count=0)
+        if _normalized(plain) == _normalized(fallback_text):
+            plain = fallback_text  # the bot's own words exactly, so "yes" to its offer is recognised
         return Verified(text=plain or fallback_text, citations=(), cited_indices=(), replaced=not plain)
     if not cited and not allow_uncited:
         return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)

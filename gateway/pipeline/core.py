@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
 from gateway.errors import LLMError, RetrievalError
 from gateway.models import CallerIdentity, Citation
 from gateway.pipeline.answer import TurnRecord
+from gateway.pipeline.human_request import asks_for_human
 from gateway.pipeline.small_talk import is_no, is_yes, small_talk
 from gateway.settings import BotSettings
 
@@ -132,12 +134,15 @@ class Pipeline:
                                   queries=queries, retrieved=_retrieved(hits), usage=record.usage,
                                   tool_calls=record.tool_calls)
         self._observe("llm", started)
-        escalate = answer.escalate
+        escalate, reply = answer.escalate, answer.text
         if not escalate and not answer.answered and turn.bot.escalation.enabled:
             if turn.unanswered_turns + 1 >= turn.bot.escalation.max_unanswered_turns:
                 escalate = f"{turn.unanswered_turns + 1} consecutive turns without an answer"
+                # The escalation's acknowledgement follows this reply: an offer of a person in it
+                # ("Would you like me to get a person?") would ask what is already decided.
+                reply = _without_closing_question(reply) or turn.bot.escalation.acknowledgement
         return PipelineResult(
-            reply=answer.text, citations=answer.citations, retrieved=_retrieved(hits), tool_calls=answer.tool_calls,
+            reply=reply, citations=answer.citations, retrieved=_retrieved(hits), tool_calls=answer.tool_calls,
             usage=record.usage, escalate=escalate, answered=answer.answered, queries=queries,
         )
 
@@ -146,14 +151,14 @@ class Pipeline:
             self._metrics.observe_stage(stage, time.monotonic() - started)
 
 
+def _without_closing_question(text: str) -> str:
+    """`text` without its last sentence when that one is a question; "" when it is the only one."""
+    sentences = re.split(r"(?<=[.!?])\s+", text.strip())
+    return " ".join(sentences[:-1]) if sentences[-1].endswith("?") else text.strip()
+
+
 def _asks_for_human(text: str, bot: BotSettings) -> str | None:
-    if not bot.escalation.enabled:
-        return None
-    lowered = " ".join(text.lower().split())
-    for phrase in bot.escalation.phrases:
-        if phrase.lower() in lowered:
-            return phrase
-    return None
+    return asks_for_human(text, bot.escalation.phrases) if bot.escalation.enabled else None
 
 
 def _small_talk_in_context(text: str, turn: Turn) -> Literal["accepts_offer", "thanks", "greeting"] | None:

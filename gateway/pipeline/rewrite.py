@@ -22,6 +22,8 @@ HISTORY_TOKEN_BUDGET = 1500  # about 4 characters a token; bounds what a rewrite
 REWRITE_PROMPT = """You rewrite a customer's latest message into standalone search queries for a help-center search.
 Use the conversation only to resolve what the latest message refers to. Reply with JSON only:
 {"queries": ["...", "..."]} with 1 to 4 short queries. Do not answer the question."""
+FRAGMENT_WORDS = 3
+_REFERS_BACK = re.compile(r"\b(?:it|its|that|this|these|those|they|them|their|one|ones|same|else)\b", re.I)
 _FOLLOW_UP = re.compile(r"^(and|but|what about|how about|also|or|so|then|same|that|this|it|they|those)\b", re.I)
 
 
@@ -111,8 +113,15 @@ def bounded_history(history: list[dict[str, Any]], *, max_turns: int,
 
 
 def _heuristic(turns: list[dict[str, Any]], text: str) -> list[str]:
-    """Offline: a short or referring follow-up also searches with the previous question prepended."""
+    """Offline: a follow-up also searches with the previous question prepended.
+
+    A follow-up starts like one ("and on a yearly plan?"), refers back ("Is it free?"), or is a
+    fragment of at most `FRAGMENT_WORDS` words ("Team plan?"). A short question complete in itself
+    ("How often does sync run?") is searched alone: with the previous question prepended, that query
+    won the fusion and the answer was about the previous question."""
     previous = next((t["content"] for t in reversed(turns) if t["role"] == "user"), None)
-    if previous and (len(text.split()) <= 6 or _FOLLOW_UP.match(text.strip())):
+    stripped = text.strip()
+    if previous and (len(stripped.split()) <= FRAGMENT_WORDS or _FOLLOW_UP.match(stripped)
+                     or _REFERS_BACK.search(stripped)):
         return [text, f"{previous} {text}"]
     return [text]

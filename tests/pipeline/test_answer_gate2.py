@@ -27,6 +27,32 @@ async def test_gate2_uncited_claim_becomes_fallback(rig, openai_fake) -> None:
     assert result.reply == rig.bot.fallback_text and result.citations == () and not result.answered
 
 
+async def test_a_refusal_in_the_models_own_words_counts_as_unanswered(rig, openai_fake) -> None:
+    """So the unanswered-turns escalation fires on an LLM bot too (it compared with the fallback exactly)."""
+    openai_fake.script("primary", Turn(text="I don't have information about that in the help center."),
+                       Turn(text="Plus costs $6 per month [1], I don't know about discounts."))
+
+    refusal = await rig.pipeline.handle(rig.turn("Can I pay in bitcoin?"))
+    cited = await rig.pipeline.handle(rig.turn("How much is Plus, and are there discounts?"))
+
+    assert refusal.reply == "I don't have information about that in the help center." and not refusal.answered
+    assert cited.answered and cited.citations
+
+
+async def test_the_fallback_copied_with_its_prompt_tags_reaches_the_customer_without_them(openai_fake) -> None:
+    offer = "I couldn't find that. Would you like me to get a person from our team?"
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallback_text": offer}])
+    openai_fake.script("primary", Turn(text=f"<fallback>{offer}</fallback>"))
+
+    result = await rig.pipeline.handle(rig.turn("Can I pay in bitcoin?"))
+
+    assert result.reply == offer and not result.answered
+    # …so a "yes" to it is recognised as accepting the offer.
+    history = [{"role": "user", "content": "Can I pay in bitcoin?"}, {"role": "assistant", "content": result.reply}]
+    accepted = await rig.pipeline.handle(rig.turn("yes", history=history))
+    assert accepted.escalate == "customer said yes to the offer of a person"
+
+
 async def test_gate2_only_invented_citations_become_fallback(rig, openai_fake) -> None:
     openai_fake.script("primary", Turn(text="Plus costs $4 per month [3]."))
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gateway.pipeline.rewrite import bounded_history
 from tests.fakes.openai_server import Turn
 
@@ -89,3 +91,17 @@ async def test_rewrite_offline_model_uses_heuristic_without_model_call(openai_fa
 
     assert rig.search.calls == [[FOLLOW_UP, f"How much is the Team plan? {FOLLOW_UP}"]]
     assert openai_fake.requests == []
+
+
+@pytest.mark.parametrize(("text", "follow_up"), [
+    ("and on a yearly plan?", True), ("What about Team?", True), ("Is it free?", True), ("Team plan?", True),
+    ("How much?", True), ("Which one is cheaper?", True),
+    ("How often does sync run?", False), ("Can I get a refund?", False), ("How do I turn on 2FA?", False),
+])
+def test_offline_heuristic_prepends_the_previous_question_only_to_a_follow_up(text, follow_up) -> None:
+    """A short question complete in itself used to get the previous question prepended, and that query
+    won the fusion: "How often does sync run?" after "How do I turn on 2FA?" was answered about 2FA steps."""
+    from gateway.pipeline.rewrite import _heuristic
+
+    queries = _heuristic(HISTORY, text)
+    assert queries == ([text, f"How much is the Team plan? {text}"] if follow_up else [text])

@@ -130,3 +130,22 @@ async def test_yes_or_no_after_a_statement_only_closes_the_turn(openai_fake) -> 
 ])
 def test_is_no_only_for_a_message_that_only_says_no(text, no) -> None:
     assert is_no(text) is no
+
+
+async def test_the_turn_that_escalates_for_unanswered_turns_does_not_also_offer_a_person(openai_fake) -> None:
+    """Its acknowledgement follows: asking "Would you like me to get a person?" then would ask what is decided."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallback_text": OFFER}, {"name": "asks", "fallback_text": "Want a person?"}],
+                   hits=[])
+    # Uncited, so gate 2 replaces each answer with the bot's fallback text.
+    openai_fake.script("primary", *[Scripted(text="Use San Marzano tomatoes.") for _ in range(3)])
+    turn = rig.turn("Best pizza recipe?")
+
+    before_the_limit = await rig.pipeline.handle(turn)
+    turn.unanswered_turns = rig.bot.escalation.max_unanswered_turns - 1
+    at_the_limit = await rig.pipeline.handle(turn)
+    only_a_question = rig.turn("Best pizza recipe?", bot=rig.bots[1])
+    only_a_question.unanswered_turns = 2
+
+    assert before_the_limit.reply == OFFER and before_the_limit.escalate is None
+    assert at_the_limit.reply == "I couldn't find that." and at_the_limit.escalate == "3 consecutive turns without an answer"
+    assert (await rig.pipeline.handle(only_a_question)).reply == rig.bots[1].escalation.acknowledgement

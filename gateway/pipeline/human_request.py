@@ -1,0 +1,54 @@
+"""Is the customer asking for a person? `escalation.phrases` read as requests, not as substrings.
+
+A phrase found anywhere used to hand the chat to an operator, and from then on the bot stays silent:
+"I don't want to talk to a human, just tell me…", "Is there a live agent chat on the Team plan?" and
+"How do I share a note with a real person who has no account?" all escalated. So a phrase counts
+only as a request:
+- whole words, in its own clause (split at punctuation and "but"), with no negation before it
+  there ("don't", "not", "never", "no need", "without", "rather than"). "can't" is not one: "I can't
+  reach a live agent" wants one;
+- a phrase that is a verb phrase ("talk to a human") counts wherever it stands in its clause;
+- a phrase that only names a person ("real person", "live agent") counts when a verb of wanting or
+  reaching comes before it in the clause ("I need a real person", "connect me to a live agent"), or
+  when it ends the clause ("Is there a live agent?", "real person please"). Inside a question about
+  something else it is only a noun.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CLAUSES = re.compile(r"[.,;:!?()\n]+|\bbut\b")
+_NEGATION = re.compile(r"\b(?:don'?t|do not|doesn'?t|does not|not|never|no need|without|rather than|instead of)\b")
+# Verbs a request for a person starts with; a phrase that starts with one of them is a verb phrase.
+_REACH = re.compile(r"\b(?:talk|speak|chat|connect|transfer|put|get|give|want|wanna|need|reach|contact|call|"
+                    r"see|escalate|prefer|like|request)\w*\b")
+_TRAILING_POLITENESS = re.compile(r"(?:\s+(?:please|pls|plz|now|asap|thanks|thank you|right now|here))*\s*$")
+
+
+def asks_for_human(text: str, phrases: list[str]) -> str | None:
+    """The configured phrase with which `text` asks for a person, or None (module docstring)."""
+    for clause in _CLAUSES.split(_normalize(text)):
+        clause = " ".join(clause.split())
+        for phrase in phrases:
+            wanted = " ".join(_normalize(phrase).split())
+            if wanted and _is_request(clause, wanted):
+                return phrase
+    return None
+
+
+def _is_request(clause: str, phrase: str) -> bool:
+    match = re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", clause)
+    if match is None:
+        return False
+    before, after = clause[: match.start()], clause[match.end():]
+    if _NEGATION.search(before):
+        return False
+    if _REACH.match(phrase):
+        return True
+    return bool(_REACH.search(before)) or _TRAILING_POLITENESS.fullmatch(after) is not None
+
+
+def _normalize(text: str) -> str:
+    """Lower case with typographic apostrophes made plain, so "don’t" reads as "don't"."""
+    return text.lower().replace("\u2019", "'")

@@ -1,0 +1,49 @@
+"""`asks_for_human`: the escalation phrases count as requests for a person, not as substrings."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.pipeline.human_request import asks_for_human
+from gateway.settings import EscalationSettings
+
+PHRASES = EscalationSettings().phrases
+
+
+@pytest.mark.parametrize("text", [
+    "I want to talk to a human",
+    "talk to a human please",
+    "Can I talk to a human please?",
+    "Please let me speak to someone.",
+    "I need a real person",
+    "Can I get a live agent?",
+    "connect me to a human agent",
+    "Is there a live agent?",
+    "real person please!",
+    "No, I want to talk to a human",
+    "This bot is useless. Real person!",
+    "I don’t know how this works, can I talk to a person?",
+    "I can't reach a live agent",
+    "I want to talk to a human <img src=x onerror=alert(1)>",
+])
+def test_requests_for_a_person_are_recognised(text):
+    assert asks_for_human(text, PHRASES) is not None
+
+
+@pytest.mark.parametrize("text", [
+    "I don't want to talk to a human, just tell me how to reset my password",
+    "I do not need to speak to someone, thanks",
+    "Is there a live agent chat on the Team plan?",
+    "How do I share a note with a real person who has no account?",
+    "Is the human agent feature included in Plus?",
+    "I never asked to talk to someone",
+    "without a live agent, how do I export my notes?",
+    "humans are great",
+])
+def test_the_phrases_inside_other_questions_or_negated_are_not_requests(text):
+    assert asks_for_human(text, PHRASES) is None
+
+
+def test_custom_phrases_are_matched_as_whole_words():
+    assert asks_for_human("I want an operator now", ["operator"]) == "operator"
+    assert asks_for_human("Which cooperators use it?", ["operator"]) is None
