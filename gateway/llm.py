@@ -3,7 +3,7 @@
 `LLMRouter` wraps a LiteLLM `Router` built from the top-level `models:` list (the offline
 extractive responder is always there as `offline`). The LiteLLM Router picks a deployment within a
 model group; this module owns the policy around it, because streaming needs one LiteLLM cannot
-express: a retry or fallback is allowed only before the first token reached the customer.
+express: after a stream broke mid-answer, the retry or fallback runs unstreamed.
 
     for model in [model, *fallbacks]:
         up to 1 + num_retries attempts, backing off exponentially (or as Retry-After says)
@@ -12,8 +12,10 @@ express: a retry or fallback is allowed only before the first token reached the 
     every model failed → LLMError
 
 With `on_token`, the reply is streamed. A stream that breaks, or ends without a finish_reason,
-is a failure: before any token it is retried like any other; after one, `LLMError` is raised at
-once (never a retry, which would show the customer a second, different answer).
+is a failure, retried like any other. After tokens were shown, the next attempts run without
+`on_token`: their tokens would follow the broken ones, and every surface replaces the streamed
+text with the final reply anyway (the widget on `done`, chat apps by editing their message), so
+the customer sees one answer, not "assistant unavailable" and a handoff for one dropped connection.
 """
 
 from __future__ import annotations
@@ -155,9 +157,12 @@ class LLMRouter:
                 except _CallbackError as exc:
                     raise exc.original from None
                 except _StreamFailed as exc:
-                    if exc.emitted:
+                    if exc.emitted and on_token is not None:
+                        # Every surface replaces the streamed text with the final reply (the widget on
+                        # `done`, chat apps by editing), so a retry or a fallback may still answer. It
+                        # runs unstreamed: its tokens would otherwise follow the broken ones.
                         log.warning("llm.stream_failed_after_tokens", model=name, error=str(exc))
-                        raise LLMError(f"{name}: the stream failed after tokens were shown: {exc}") from exc
+                        on_token = None
                     error: Exception = exc
                     retryable = True
                 except LLMError:

@@ -220,31 +220,41 @@ async def test_stream_retries_before_first_token(openai_fake: FakeOpenAI) -> Non
     assert "".join(seen.tokens) == "Backup streams [1]."
 
 
-async def test_stream_broken_after_tokens_raises_without_retry(openai_fake: FakeOpenAI) -> None:
-    openai_fake.script("primary", Turn(text="one two three four five", break_after=2), Turn(text="never"))
-    openai_fake.script("backup", Turn(text="never either"))
+async def test_stream_broken_after_tokens_is_retried_unstreamed(openai_fake: FakeOpenAI) -> None:
+    """The final reply replaces the partial on every surface, so a retry may answer; its tokens must not
+    follow the broken ones."""
+    openai_fake.script("primary", Turn(text="one two three four five", break_after=2), Turn(text="whole answer [1]."))
     router = make_router(openai_fake, "primary", "backup")
     seen = Collector()
 
-    with pytest.raises(LLMError, match="after tokens"):
-        await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=seen)
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=seen)
 
-    assert seen.tokens == ["one", " two"]
-    assert len(openai_fake.requests_for("primary")) == 1
-    assert openai_fake.requests_for("backup") == []
+    assert seen.tokens == ["one", " two"] and result.text == "whole answer [1]." and result.model_used == "primary"
+    assert [r.stream for r in openai_fake.requests_for("primary")] == [True, False]
+
+
+async def test_stream_broken_after_tokens_falls_back_when_retries_fail(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(text="one two three", break_after=1), Turn(status=503))
+    openai_fake.script("backup", Turn(text="Backup answer [1]."))
+    router = make_router(openai_fake, "primary", "backup")
+    seen = Collector()
+
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=seen)
+
+    assert seen.tokens == ["one"] and result.model_used == "backup" and result.text == "Backup answer [1]."
 
 
 async def test_stream_without_finish_reason_is_a_failure(openai_fake: FakeOpenAI) -> None:
-    openai_fake.script("primary", Turn(text="cut short", omit_finish_reason=True))
-    openai_fake.script("backup", Turn(text="never"))
+    openai_fake.script("primary", Turn(text="cut short", omit_finish_reason=True), Turn(status=503))
+    openai_fake.script("backup", Turn(text="Backup answer [1]."))
     router = make_router(openai_fake, "primary", "backup")
     seen = Collector()
 
-    with pytest.raises(LLMError):
-        await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=seen)
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=seen)
 
-    assert seen.tokens == ["cut", " short"]
-    assert openai_fake.requests_for("backup") == []
+    # A stream cut short is no answer, though every token arrived: the next attempt answers, unstreamed.
+    assert seen.tokens == ["cut", " short"] and result.text == "Backup answer [1]."
+    assert [r.stream for r in openai_fake.requests_for("backup")] == [False]
 
 
 async def test_stream_callback_error_propagates_unretried(openai_fake: FakeOpenAI) -> None:
