@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 
 from gateway import __version__, otel
 from gateway.http import admin, health, webchat, webhooks
+from gateway.http.unhandled import UnhandledErrors
 from gateway.http.webchat import STATIC_DIR
 from gateway.observability import configure_logging
 from gateway.operators import api as operator_api
@@ -53,6 +54,7 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
 
     app = FastAPI(title="Bot gateway", version=__version__, lifespan=lifespan)
     app.state.services = svc
+    app.add_middleware(UnhandledErrors)  # added first, so inside the next one: its log lines carry the trace id
     app.add_middleware(RequestContextMiddleware, metrics=svc.metrics)
 
     @app.exception_handler(RequestValidationError)
@@ -61,11 +63,6 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}" if where
                              else first.get("msg", "invalid request")}, status_code=422)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        log.exception("http.unhandled", error_type=type(exc).__name__)
-        return JSONResponse({"error": "internal error"}, status_code=500)
 
     app.include_router(health.router)
     app.include_router(webchat.router)

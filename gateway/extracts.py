@@ -27,7 +27,10 @@ _SYNONYMS = tuple((re.compile(pattern), word) for pattern, word in (
     (r"\b(?:log|sign)(?:s|ged|ed|ging|ing)?[ -]?out\b", " signout "),
     (r"\b(?:log|sign)(?:s|ged|ed|ging|ing)?[ -]?in\b|\blogins?\b|\bsignins?\b", " signin "),
 ))
-_HYPHENATED = re.compile(r"[^\W_]+(?:-[^\W_]+)+", re.UNICODE)
+# Both patterns start only where a word (or an address) starts, and never give back what a run
+# consumed: unanchored, each scanned a long run of letters from every position in it (quadratic:
+# 16,000 letters took 14 s, holding the event loop).
+_HYPHENATED = re.compile(r"(?<![^\W_])[^\W_]++(?:-[^\W_]++)+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 _MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
 _ITEM = re.compile(r"^\s*(?:[-*+]\s+|(?P<step>\d+[.)])\s+)")  # a numbered item is one step of a procedure
@@ -40,7 +43,8 @@ _DANGLING = frozenset(
 # A sentence that opens with a pronoun is about what the sentence before it names.
 PRONOUN = re.compile(r"^(?:it|its|they|their|this|these|that|those|he|she)\b", re.I)
 # Addresses are not words: "support@acme.example" must not match a question about support.
-_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b[a-z][a-z0-9+.-]*://\S+|\b(?:[a-z0-9-]+\.)+[a-z]{2,}(?:/\S*)?")
+_ADDRESS = re.compile(r"(?<![\w.+-])[\w.+-]++@[\w-]++(?:\.[\w-]++)+|(?<![\w.+-])[a-z][a-z0-9+.-]*+://\S+"
+                      r"|(?<![\w.-])(?:[a-z0-9-]++\.)+[a-z]{2,}(?:/\S*)?")
 _MD_PREFIX = re.compile(r"^\s*(?:#{1,6}\s+|[-*+]\s+|\d+[.)]\s+|>\s*)+")
 _STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -17,11 +19,25 @@ log = structlog.get_logger("gateway.inbox")
 
 
 def without_nul(message: InboundMessage) -> InboundMessage:
-    """NUL is valid in JSON strings but PostgreSQL text refuses it: drop it from what we store."""
-    if "\x00" not in message.text and "\x00" not in message.sender.display_name:
-        return message
-    sender = dataclasses.replace(message.sender, display_name=message.sender.display_name.replace("\x00", ""))
-    return dataclasses.replace(message, text=message.text.replace("\x00", ""), sender=sender)
+    """The message as the database can store it: NUL dropped (valid in JSON strings, refused by
+    PostgreSQL text) and lone surrogates made U+FFFD ("\\ud800" is valid JSON, but not UTF-8: the
+    insert failed with a 500, and the platform retried it forever). Every string field, nested ones too."""
+    return _storable(message)
+
+
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, str):
+        return _UNSTORABLE.sub(lambda m: "" if m.group() == "\x00" else "\ufffd", value) if _UNSTORABLE.search(value) else value
+    if isinstance(value, tuple):
+        return tuple(_storable(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _storable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "raw"}
+        changed = {k: v for k, v in changes.items() if v is not getattr(value, k)}
+        return dataclasses.replace(value, **changed) if changed else value
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,11 +3,14 @@
 HTML is reduced to its main text by trafilatura, written as Markdown so that the chunker still
 sees headings, lists, code and tables. PDF text comes from pypdf, with headings and paragraphs
 recovered from font sizes and line gaps (`rag.pdf`), also as Markdown. A source that cannot be read at
-all raises `SourceError`; a single page or file that fails is recorded in `LoadResult.errors`
-and the rest still load (ingest then keeps that document's previous chunks).
+all raises `SourceError`; a single page, file or child sitemap that fails (HTTP error, malformed
+URL, broken PDF, binary content) is recorded in `LoadResult.errors` with its URL or path and the
+rest still load (ingest then keeps that document's previous chunks). Text is decoded by
+`rag.decoding`: BOM, declared charset, UTF-8, then a legacy charset.
 
-Sitemaps honour robots.txt (user agent `USER_AGENT`). An explicit `urls` list is the owner's
-own choice of pages, so it is fetched as given.
+Sitemaps (XML, gzipped XML or plain text, one URL a line) honour robots.txt (user agent
+`USER_AGENT`) as RFC 9309 says: a 4xx robots.txt means no rules, a 5xx or no answer means
+disallow all. An explicit `urls` list is the owner's own choice of pages, so it is fetched as given.
 
 Pages are fetched conditionally when the last fetch left validators (`ETag`, `Last-Modified`): a
 `304 Not Modified` lands in `LoadResult.not_modified` and ingest keeps that page's chunks, so a
@@ -30,6 +33,7 @@ from lxml import etree
 
 from gateway.errors import GatewayError
 from gateway.settings import SourceSettings
+from rag.decoding import decode_text
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +109,9 @@ async def load_directory(path: Path) -> LoadResult:
         try:
             doc = await asyncio.to_thread(_read_file, file, doc_id)
         except Exception as exc:  # one unreadable file must not stop the others
-            log.warning("source file failed", extra={"doc_id": doc_id, "error": str(exc)})
-            result.errors.append((doc_id, f"{type(exc).__name__}: {exc}"))
+            message = _describe(exc)
+            log.warning("source file failed: %s: %s", doc_id, message, extra={"doc_id": doc_id, "error": message})
+            result.errors.append((doc_id, message))
             continue
         if doc.text.strip():
             result.documents.append(doc)
@@ -133,9 +138,10 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                 response.raise_for_status()
                 return replace(_from_response(url, response), etag=response.headers.get("etag"),
                                last_modified=response.headers.get("last-modified"))
-            except (httpx.HTTPError, ValueError) as exc:
-                log.warning("source url failed", extra={"url": url, "error": str(exc)})
-                return (url, f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # HTTP error, malformed URL, broken PDF, binary body: this page only
+                message = _describe(exc, client.timeout)
+                log.warning("source url failed: %s: %s", url, message, extra={"url": url, "error": message})
+                return (url, message)
 
     for outcome in await asyncio.gather(*(one(u) for u in dict.fromkeys(urls))):
         if isinstance(outcome, Document):
@@ -160,14 +166,18 @@ def _conditional_headers(validators: tuple[str | None, str | None] | None) -> di
 
 
 async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Validators | None = None) -> LoadResult:
-    """Pages listed by a sitemap (or sitemap index), minus those robots.txt disallows."""
+    """Pages listed by a sitemap (or sitemap index), minus those robots.txt disallows. A child
+    sitemap that fails is recorded as an error and the pages of the others still load."""
     robots = await _robots(url, client=client)
-    pages = await _sitemap_urls(url, client=client, depth=0)
+    sitemap_errors: list[tuple[str, str]] = []
+    pages = await _sitemap_urls(url, client=client, depth=0, errors=sitemap_errors)
     allowed = [p for p in pages if robots is None or robots.can_fetch(USER_AGENT, p)]
     skipped = len(pages) - len(allowed)
     if skipped:
         log.info("robots.txt disallows sitemap pages", extra={"sitemap": url, "skipped": skipped})
-    return await load_urls(allowed, client=client, validators=validators)
+    result = await load_urls(allowed, client=client, validators=validators)
+    result.errors[:0] = sitemap_errors
+    return result
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -193,47 +203,92 @@ class _Borrowed:
 
 
 async def _robots(url: str, *, client: httpx.AsyncClient) -> RobotFileParser | None:
+    """The site's robots.txt rules; None when it has none (any 4xx, RFC 9309 §2.3.1.3).
+
+    A 5xx or no answer means disallow all (§2.3.1.4). That raises `SourceError` rather than returning
+    an empty crawl, so that a passing outage fails the run and ingest keeps the pages it has.
+    """
     parts = urlsplit(url)
     robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
+    refusal = f"not crawling sitemap {url}: RFC 9309 reads this as disallow all"
     try:
         response = await client.get(robots_url, follow_redirects=True)
-    except httpx.HTTPError:
-        return None  # unreachable robots.txt: treat as no restrictions, as crawlers do
-    parser = RobotFileParser(robots_url)
-    if response.status_code in (401, 403):
-        parser.disallow_all = True
-    elif response.status_code < 400:
-        parser.parse(response.text.splitlines())
-    else:
+    except httpx.HTTPError as exc:
+        raise SourceError(f"robots.txt {robots_url} could not be fetched ({_describe(exc, client.timeout)}); {refusal}") from None
+    if response.status_code >= 500:
+        raise SourceError(f"robots.txt {robots_url} answered {response.status_code}; {refusal}")
+    if response.status_code >= 400:
         return None
+    parser = RobotFileParser(robots_url)
+    parser.parse(response.text.splitlines())
     return parser
 
 
-async def _sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int) -> list[str]:
+async def _sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, errors: list[tuple[str, str]]) -> list[str]:
+    """Page URLs of a sitemap, following an index. The top sitemap failing raises `SourceError`; a
+    child that fails lands in `errors` so the healthy children's pages still load."""
+    is_index, locs = await _fetch_sitemap(url, client=client)
+    if not is_index:
+        return locs[:MAX_SITEMAP_URLS]
+    if depth >= 2:
+        return []
+    pages: list[str] = []
+    for child in locs:
+        try:
+            pages.extend(await _sitemap_urls(child, client=client, depth=depth + 1, errors=errors))
+        except SourceError as exc:
+            log.warning("child sitemap failed: %s: %s", child, exc, extra={"sitemap": child, "error": str(exc)})
+            errors.append((child, str(exc)))
+        if len(pages) >= MAX_SITEMAP_URLS:
+            break
+    return pages[:MAX_SITEMAP_URLS]
+
+
+async def _fetch_sitemap(url: str, *, client: httpx.AsyncClient) -> tuple[bool, list[str]]:
+    """(is a sitemap index, the URLs it lists) of one sitemap file."""
     try:
         response = await client.get(url, follow_redirects=True)
         response.raise_for_status()
-    except httpx.HTTPError as exc:
-        raise SourceError(f"sitemap {url} could not be fetched: {exc}") from None
-    body = response.content
-    if body[:2] == b"\x1f\x8b":
-        body = gzip.decompress(body)
+        body = response.content
+        if body[:2] == b"\x1f\x8b":
+            body = gzip.decompress(body)
+    except (httpx.HTTPError, httpx.InvalidURL, OSError, EOFError) as exc:  # OSError, EOFError: bad gzip
+        raise SourceError(f"sitemap {url} could not be fetched: {_describe(exc, client.timeout)}") from None
+    if not body.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+        return False, _text_sitemap(url, body)
     try:
         parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
         root = etree.fromstring(body, parser=parser)
     except etree.XMLSyntaxError as exc:
         raise SourceError(f"sitemap {url} is not valid XML: {exc}") from None
     locs = [urljoin(url, (el.text or "").strip()) for el in root.iter("{*}loc") if (el.text or "").strip()]
-    if etree.QName(root).localname != "sitemapindex":
-        return locs[:MAX_SITEMAP_URLS]
-    if depth >= 2:
-        return []
-    pages: list[str] = []
-    for child in locs:
-        pages.extend(await _sitemap_urls(child, client=client, depth=depth + 1))
-        if len(pages) >= MAX_SITEMAP_URLS:
-            break
-    return pages[:MAX_SITEMAP_URLS]
+    return etree.QName(root).localname == "sitemapindex", locs
+
+
+def _text_sitemap(url: str, body: bytes) -> list[str]:
+    """The URLs of a plain-text sitemap: one absolute http(s) URL a line (sitemaps.org)."""
+    lines = [line.strip() for line in body.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()]
+    urls = [line for line in lines if line]
+    if not urls or not all(u.startswith(("http://", "https://")) for u in urls):
+        raise SourceError(f"sitemap {url} is neither XML nor a plain-text list of URLs")
+    return urls
+
+
+def _describe(exc: BaseException, timeout: httpx.Timeout | None = None) -> str:
+    """`Type: message` of an error. A timeout names the limit it hit: httpx's own message is often empty."""
+    name = type(exc).__name__
+    limit = _timeout_limit(exc, timeout)
+    if limit is not None:
+        return f"{name} after {limit:g}s"
+    return f"{name}: {exc}" if str(exc) else name
+
+
+def _timeout_limit(exc: BaseException, timeout: httpx.Timeout | None) -> float | None:
+    if timeout is None or not isinstance(exc, httpx.TimeoutException):
+        return None
+    limits = {httpx.ConnectTimeout: timeout.connect, httpx.ReadTimeout: timeout.read,
+              httpx.WriteTimeout: timeout.write, httpx.PoolTimeout: timeout.pool}
+    return next((value for kind, value in limits.items() if isinstance(exc, kind)), None)
 
 
 def _read_file(file: Path, doc_id: str) -> Document:
@@ -241,7 +296,7 @@ def _read_file(file: Path, doc_id: str) -> Document:
     if fmt == "pdf":
         title, text = pdf_text(file.read_bytes())
         return Document(doc_id, title or file.stem, None, text, "pdf")
-    raw = file.read_text(encoding="utf-8", errors="replace")
+    raw = decode_text(file.read_bytes(), markup=fmt == "html")
     if fmt == "html":
         title, text = html_to_markdown(raw)
         return Document(doc_id, title or file.stem, None, text, "html")
@@ -257,13 +312,20 @@ def _from_response(url: str, response: httpx.Response) -> Document:
         title, text = pdf_text(response.content)
         return Document(url, title or fallback_title, url, text, "pdf")
     if kind in ("text/plain",):
-        return Document(url, fallback_title, url, response.text, "text")
+        return Document(url, fallback_title, url, _body_text(response), "text")
     if kind in ("text/markdown", "text/x-markdown") or path.endswith((".md", ".markdown")):
-        return Document(url, _first_heading(response.text) or fallback_title, url, response.text, "markdown")
+        text = _body_text(response)
+        return Document(url, _first_heading(text) or fallback_title, url, text, "markdown")
     if kind and "html" not in kind and "xml" not in kind:
         raise ValueError(f"unsupported content type {kind!r}")
-    title, text = html_to_markdown(response.text, url=url)
+    title, text = html_to_markdown(_body_text(response, markup=True), url=url)
     return Document(url, title or fallback_title, url, text, "html")
+
+
+def _body_text(response: httpx.Response, *, markup: bool = False) -> str:
+    # Not `response.text`: with no charset in Content-Type httpx assumes UTF-8, which misreads a page
+    # that declares its charset only in <meta>, and it keeps a BOM.
+    return decode_text(response.content, declared=response.charset_encoding, markup=markup)
 
 
 def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, str]:

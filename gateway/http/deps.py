@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from fastapi import Request
+from fastapi import Path, Query, Request
 from fastapi.responses import JSONResponse
 
 if TYPE_CHECKING:
     from gateway.services import Services
+
+# Ids are 64-bit integers in the database: a larger number in a URL is a 422, not an overflow (500).
+MAX_ID = 2**63 - 1
+RowId = Annotated[int, Path(ge=1, le=MAX_ID)]
+AfterId = Annotated[int, Query(ge=0, le=MAX_ID)]
 
 
 def services(request: Request) -> "Services":

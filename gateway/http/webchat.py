@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
 from gateway.events import message_topic
-from gateway.http.deps import error, services
+from gateway.http.deps import AfterId, error, services
 from gateway.http.webhooks import CappedRoute
 from gateway.models import ConversationRef, InboundMessage, Sender
 from storage import repositories as repo
@@ -38,7 +38,8 @@ class ChatRequest(BaseModel):
 def _delivery_id(body: ChatRequest) -> str:
     """The inbound message's dedupe key: `message_id` within its session. Why the session: ids such as
     "1", "2" are only unique per visitor, and a repeated id must never return another session's reply."""
-    return f"{body.session_id}:{body.message_id}" if body.message_id else uuid.uuid4().hex
+    # "/" is not allowed in a session id, so the first one ends it: no two pairs make the same key.
+    return f"{body.session_id}/{body.message_id}" if body.message_id else uuid.uuid4().hex
 
 
 @router.get("/", include_in_schema=False)
@@ -64,7 +65,7 @@ def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | N
         return error(404, f"unknown bot {bot!r}")
     if settings.channels.web is None or not settings.channels.web.enabled:
         return error(404, f"bot {bot!r} has no web chat")
-    if not _SESSION_ID.match(body.session_id):
+    if not _SESSION_ID.fullmatch(body.session_id):
         return error(422, "session_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'")
     if not body.text.strip():
         return error(422, "text is empty")
@@ -164,14 +165,14 @@ async def _reply_for(svc, message_id: int) -> dict[str, Any]:
 
 
 @router.get("/v1/bots/{bot}/sessions/{session_id}/messages")
-async def session_messages(bot: str, session_id: str, request: Request, after: int = 0) -> JSONResponse:
+async def session_messages(bot: str, session_id: str, request: Request, after: AfterId = 0) -> JSONResponse:
     """The session's transcript after message `after`, operator replies included."""
     svc = services(request)
     try:
         svc.settings.bot(bot)
     except KeyError:
         return error(404, f"unknown bot {bot!r}")
-    if not _SESSION_ID.match(session_id):
+    if not _SESSION_ID.fullmatch(session_id):
         return error(422, "invalid session_id")
     async with svc.sessions() as session:
         conversation = await repo.find_conversation(session, bot=bot, ref=ConversationRef(channel="web", chat=session_id))

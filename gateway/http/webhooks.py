@@ -101,6 +101,15 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
     except BadRequest as exc:
         bound.warning("webhook.bad_request", reason=str(exc))
         return error(400, str(exc))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError) as exc:
+        # Signed, so from the platform (or whoever holds the secret), but not in a shape its adapter
+        # knows ("message": "hello", a date out of range): a clear 400, not a 500 it would retry.
+        bound.warning("webhook.unexpected_shape", error=f"{type(exc).__name__}: {str(exc)[:200]}")
+        return error(400, f"unexpected {channel} payload: {type(exc).__name__}")
+    malformed = next((problem for m in result.messages if (problem := _malformed(m))), None)
+    if malformed:
+        bound.warning("webhook.unexpected_shape", error=malformed)
+        return error(400, f"unexpected {channel} payload: {malformed}")
     for reason in result.ignored:
         bound.info("webhook.ignored", reason=reason)
     for message in result.messages:
@@ -114,3 +123,11 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         return Response(result.response.body, status_code=result.response.status,
                         media_type=result.response.content_type)
     return JSONResponse({"ok": True})
+
+
+def _malformed(message) -> str | None:
+    """What is not text in a parsed message that must be (`"text": 12345` parses, then fails to store)."""
+    fields = {"text": message.text, "id": message.external_id, "sender": message.sender.external_id,
+              "chat": message.conversation.chat}
+    return next((f"{name} is {type(value).__name__}, not text" for name, value in fields.items()
+                 if not isinstance(value, str)), None)

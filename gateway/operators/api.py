@@ -25,7 +25,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.events import ESCALATIONS_TOPIC
-from gateway.http.deps import error, services
+from gateway.http.deps import RowId, error, services
 from gateway.http.webhooks import CappedRoute
 from gateway.operators.auth import Operator
 from gateway.operators.summary import summarize
@@ -132,7 +132,7 @@ async def stream_escalations(request: Request) -> Response:
 
 
 @router.get("/v1/escalations/{escalation_id}")
-async def get_escalation(escalation_id: int, request: Request) -> Response:
+async def get_escalation(escalation_id: RowId, request: Request) -> Response:
     """One escalation with its transcript (citations and retrieved passages), history and a summary."""
     svc = services(request)
 
@@ -164,7 +164,7 @@ async def get_escalation(escalation_id: int, request: Request) -> Response:
 
 
 @router.post("/v1/escalations/{escalation_id}/claim")
-async def claim(escalation_id: int, request: Request) -> Response:
+async def claim(escalation_id: RowId, request: Request) -> Response:
     """Take the escalation; 409 when another operator already holds it."""
     svc = services(request)
 
@@ -175,7 +175,7 @@ async def claim(escalation_id: int, request: Request) -> Response:
 
 
 @router.post("/v1/escalations/{escalation_id}/reply")
-async def reply(escalation_id: int, body: TextBody, request: Request) -> Response:
+async def reply(escalation_id: RowId, body: TextBody, request: Request) -> Response:
     """Send `text` to the customer through their own channel."""
     svc = services(request)
 
@@ -189,7 +189,7 @@ async def reply(escalation_id: int, body: TextBody, request: Request) -> Respons
 
 
 @router.post("/v1/escalations/{escalation_id}/resolve")
-async def resolve(escalation_id: int, request: Request, body: ResolveBody | None = None) -> Response:
+async def resolve(escalation_id: RowId, request: Request, body: ResolveBody | None = None) -> Response:
     """Hand the conversation back to the bot; the customer is told."""
     svc = services(request)
 
@@ -201,7 +201,7 @@ async def resolve(escalation_id: int, request: Request, body: ResolveBody | None
 
 
 @router.post("/v1/escalations/{escalation_id}/notes")
-async def add_note(escalation_id: int, body: TextBody, request: Request) -> Response:
+async def add_note(escalation_id: RowId, body: TextBody, request: Request) -> Response:
     """An internal note, visible to operators only."""
     svc = services(request)
 
@@ -212,7 +212,7 @@ async def add_note(escalation_id: int, body: TextBody, request: Request) -> Resp
 
 
 @router.post("/v1/conversations/{conversation_id}/claim")
-async def claim_conversation(conversation_id: int, request: Request) -> Response:
+async def claim_conversation(conversation_id: RowId, request: Request) -> Response:
     """Take over a conversation whether or not it escalated."""
     svc = services(request)
 

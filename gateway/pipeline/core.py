@@ -26,6 +26,12 @@ TEXT_ONLY_REPLY = "I can only read text messages for now. Could you type your qu
 LLM_DOWN_REPLY = ("Sorry, I can't answer right now because our assistant is unavailable. "
                   "I've asked a person from our team to help you.")
 SEARCH_DOWN_REPLY = ("Sorry, I can't look that up right now. I've asked a person from our team to help you.")
+# The web chat refuses longer texts with 413; chat platforms allow more (Slack 40,000 characters), and a
+# webhook must be acknowledged, so a longer message is stored whole and answered with this instead of
+# being searched: a question is never that long, and the text matchers need not scan megabytes.
+MAX_QUESTION_CHARS = 4000
+TOO_LONG_REPLY = ("That message is too long for me to read ({chars:,} characters). Could you ask your question "
+                  "in fewer than {limit:,} characters?")
 
 
 @dataclass(slots=True)
@@ -87,6 +93,10 @@ class Pipeline:
         text = turn.text.strip()
         if not text:
             return PipelineResult(reply=TEXT_ONLY_REPLY, answered=False)
+        if len(text) > MAX_QUESTION_CHARS:
+            bound.info("pipeline.too_long", chars=len(text))
+            return PipelineResult(reply=TOO_LONG_REPLY.format(chars=len(text), limit=MAX_QUESTION_CHARS),
+                                  answered=False)
         wanted = _asks_for_human(text, turn.bot)
         if wanted:
             return PipelineResult(reply=turn.bot.escalation.acknowledgement, escalate=f"customer asked: {wanted!r}",

@@ -85,7 +85,7 @@ async def _post_everywhere(client, index: int, text: str) -> dict[str, int]:
 
 def _external_ids(index: int) -> dict[str, str]:
     return {"telegram": str(100000 + index), "slack": f"Ev{index:06d}", "discord": f"14{index:017d}",
-            "whatsapp": f"SM{index:032d}", "web": f"blns-{index}"}
+            "whatsapp": f"SM{index:032d}", "web": f"blns-{index}/blns-{index}"}
 
 
 async def test_blns_every_string_through_every_entry_point_is_stored_once_and_never_5xx(env):
@@ -297,3 +297,57 @@ async def _texts(services, channel: str, external_id: str) -> list[str]:
     async with services.sessions() as session:
         return list((await session.execute(select(Message.text).where(
             Message.channel == channel, Message.external_id == external_id))).scalars().all())
+
+
+@pytest.mark.parametrize("channel", ["telegram", "slack", "discord", "web"])
+async def test_a_lone_surrogate_is_stored_as_a_replacement_character_not_a_500(env, channel):
+    """"\\ud800" is valid JSON but not UTF-8: the insert failed with a 500, and platforms retry a 5xx."""
+    client, services = env
+    text = "bad \ud800 surrogate"
+    request, external_id = {
+        "telegram": (telegram_request(telegram_update(880101, text)), "880101"),
+        "slack": (slack_request(slack_event("EvSUR00001", text)), "EvSUR00001"),
+        "discord": (discord_request(discord_ask("1488000000000000101", text)), "1488000000000000101"),
+        "web": ({"content": json.dumps({"session_id": "surrogate", "text": text, "message_id": "s-1"}).encode(),
+                 "headers": {"content-type": "application/json"}}, "surrogate/s-1"),
+    }[channel]
+    response = await client.post(WEB if channel == "web" else WEBHOOKS[channel], **request)
+    assert response.status_code in (200, 202), response.text
+    assert await _texts(services, channel, external_id) == ["bad \ufffd surrogate"]
+
+
+def _telegram_message(**changes) -> bytes:
+    update = json.loads(telegram_update(880200, "hello"))
+    update["message"].update(changes)
+    return json.dumps(update).encode()
+
+
+@pytest.mark.parametrize(("channel", "body"), [
+    ("telegram", b'{"update_id": 880201, "message": "hello"}'),
+    ("telegram", _telegram_message(text=12345)),
+    ("telegram", _telegram_message(date=1e20)),
+    ("telegram", _telegram_message(chat=5)),
+    ("telegram", b"[" * 100_000 + b"]" * 100_000),
+    ("slack", json.dumps({**json.loads(slack_event("EvSHAPE001", "hi")), "event": "hi"}).encode()),
+    ("discord", json.dumps({k: v for k, v in json.loads(discord_ask("1", "hi")).items() if k != "id"}).encode()),
+], ids=["tg-message-string", "tg-text-number", "tg-date-huge", "tg-chat-number", "tg-deep", "slack-event-string",
+        "discord-no-id"])
+async def test_a_signed_webhook_in_an_unexpected_shape_is_400_and_stores_nothing(env, channel, body):
+    client, services = env
+    before = await inbound_counts(services, channel=channel)
+    signed = {"telegram": telegram_request, "slack": slack_request, "discord": discord_request}[channel](body)
+    response = await client.post(WEBHOOKS[channel], **signed)
+    assert response.status_code == 400 and "unexpected" in response.json()["error"], response.text
+    assert await inbound_counts(services, channel=channel) == before
+    # The connection stays usable, and so does the service.
+    assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_web_session_ids_and_message_ids_never_collide_or_overflow(env):
+    client, services = env
+    carol = await client.post(WEB, json={"session_id": "carol", "text": "first question", "message_id": "x:1"})
+    carol_x = await client.post(WEB, json={"session_id": "carol:x", "text": "second question", "message_id": "1"})
+    assert carol.json()["message_id"] != carol_x.json()["message_id"]
+    assert (await client.post(WEB, json={"session_id": "carol\n", "text": "hi"})).status_code == 422
+    huge = 2**63
+    assert (await client.get(f"/v1/bots/acme/sessions/carol/messages?after={huge}")).status_code == 422

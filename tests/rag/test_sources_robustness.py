@@ -1,0 +1,183 @@
+"""Source loaders on hostile input: one bad page, child sitemap or file never fails the whole source,
+text in any common encoding decodes, binary content is refused, and robots.txt follows RFC 9309."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from rag.sources import SourceError, load_directory, load_sitemap, load_urls
+from tests.rag.pdfs import tiny_pdf
+
+SITE = "https://help.example"
+PAGE = "<html><head><title>{0}</title></head><body><h1>{0}</h1><p>Plenty of text about {0}.</p></body></html>"
+
+
+def fake_site(pages: dict[str, tuple[int, str, bytes | str] | Exception], *, timeout: float = 5.0):
+    """A client whose transport serves `pages` (path -> status, content type, body) or raises the
+    exception given for a path, and logs the paths requested. Bodies may be bytes, in any encoding."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        page = pages.get(request.url.path, (404, "text/plain", "not found"))
+        if isinstance(page, Exception):
+            raise type(page)(str(page), request=request)
+        status, kind, body = page
+        content = body if isinstance(body, bytes) else body.encode("utf-8")
+        return httpx.Response(status, headers={"content-type": kind}, content=content)
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler), timeout=timeout), seen
+
+
+def urlset(*paths: str) -> str:
+    urls = "".join(f"<url><loc>{SITE}{p}</loc></url>" for p in paths)
+    return f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>'
+
+
+# -- finding 1: one bad page --------------------------------------------------------------------
+
+
+async def test_broken_pdf_and_malformed_url_are_recorded_and_the_good_pages_load():
+    client, _ = fake_site({
+        "/a.html": (200, "text/html", PAGE.format("Seals")),
+        "/good.pdf": (200, "application/pdf", tiny_pdf("Walruses sleep on ice floes")),
+        "/broken.pdf": (200, "application/pdf", b"%PDF-1.4\nthis is not really a pdf at all"),
+    })
+    bad_url = "http://[::1:bad/x.html"
+    async with client:
+        result = await load_urls([f"{SITE}/a.html", bad_url, f"{SITE}/good.pdf", f"{SITE}/broken.pdf"], client=client)
+    assert sorted(d.doc_id for d in result.documents) == [f"{SITE}/a.html", f"{SITE}/good.pdf"]
+    errors = dict(result.errors)
+    assert set(errors) == {bad_url, f"{SITE}/broken.pdf"}
+    assert errors[bad_url].startswith("InvalidURL:")
+    assert errors[f"{SITE}/broken.pdf"].startswith("Pdf")  # PdfStreamError or PdfReadError, with pypdf's reason
+
+
+async def test_a_timeout_says_which_limit_it_hit(caplog):
+    client, _ = fake_site({"/slow": httpx.ReadTimeout(""), "/ok": (200, "text/plain", "fine")}, timeout=10.0)
+    async with client:
+        result = await load_urls([f"{SITE}/slow", f"{SITE}/ok"], client=client)
+    assert result.errors == [(f"{SITE}/slow", "ReadTimeout after 10s")]
+    assert f"{SITE}/slow: ReadTimeout after 10s" in caplog.text  # the log line names the URL and the reason
+
+
+async def test_a_failing_child_sitemap_is_recorded_and_the_healthy_ones_load():
+    index = f"""<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+      <sitemap><loc>{SITE}/sm1.xml</loc></sitemap><sitemap><loc>{SITE}/gone.xml</loc></sitemap>
+      <sitemap><loc>{SITE}/junk.xml</loc></sitemap></sitemapindex>"""
+    client, _ = fake_site({
+        "/sitemap.xml": (200, "application/xml", index),
+        "/sm1.xml": (200, "application/xml", urlset("/a.html")),
+        "/junk.xml": (200, "application/xml", "<urlset><url>"),
+        "/a.html": (200, "text/html", PAGE.format("Seals")),
+    })
+    async with client:
+        result = await load_sitemap(f"{SITE}/sitemap.xml", client=client)
+    assert [d.doc_id for d in result.documents] == [f"{SITE}/a.html"]
+    errors = dict(result.errors)
+    assert set(errors) == {f"{SITE}/gone.xml", f"{SITE}/junk.xml"}
+    assert "404" in errors[f"{SITE}/gone.xml"] and "not valid XML" in errors[f"{SITE}/junk.xml"]
+
+
+async def test_a_plain_text_sitemap_lists_one_url_a_line():
+    client, _ = fake_site({
+        "/sitemap.txt": (200, "text/plain", f"{SITE}/a.html\r\n\r\n{SITE}/b.html\n"),
+        "/a.html": (200, "text/html", PAGE.format("Seals")),
+        "/b.html": (200, "text/html", PAGE.format("Otters")),
+    })
+    async with client:
+        result = await load_sitemap(f"{SITE}/sitemap.txt", client=client)
+    assert sorted(d.doc_id for d in result.documents) == [f"{SITE}/a.html", f"{SITE}/b.html"]
+    assert result.errors == []
+
+
+# -- finding 6: encodings -----------------------------------------------------------------------
+
+
+async def test_a_utf8_bom_is_dropped_and_the_heading_kept(tmp_path):
+    (tmp_path / "bom.md").write_bytes(b"\xef\xbb\xbf# BOM heading\n\nText after a byte order mark.\n")
+    [doc] = (await load_directory(tmp_path)).documents
+    assert doc.title == "BOM heading" and doc.text.startswith("# BOM heading")
+
+
+async def test_legacy_encoded_files_decode(tmp_path):
+    (tmp_path / "latin1.md").write_bytes("# Café menu\n\nOur café serves crème brûlée.\n".encode("latin-1"))
+    (tmp_path / "cp1252.txt").write_bytes("Windows-1252 “smart quotes” and € euro sign.".encode("cp1252"))
+    (tmp_path / "ru.txt").write_bytes("Привет! Это тестовый документ о тюленях и моржах на льду.".encode("cp1251"))
+    (tmp_path / "page.html").write_bytes(
+        '<html><head><meta charset="iso-8859-1"></head><body><h1>Café menu</h1></body></html>'.encode("latin-1"))
+    result = await load_directory(tmp_path)
+    docs = {d.doc_id: d for d in result.documents}
+    assert docs["latin1.md"].title == "Café menu" and "crème brûlée" in docs["latin1.md"].text
+    assert docs["cp1252.txt"].text == "Windows-1252 “smart quotes” and € euro sign."
+    assert docs["ru.txt"].text.startswith("Привет! Это тестовый документ")
+    assert "Café menu" in docs["page.html"].text
+    assert result.errors == []
+
+
+async def test_binary_and_utf16_files_are_refused_with_a_reason(tmp_path):
+    (tmp_path / "ok.md").write_text("# Fine\n\ntext")
+    (tmp_path / "utf16.md").write_bytes("# UTF16 notes\n\nAbout seals.".encode("utf-16"))
+    (tmp_path / "junk.md").write_bytes(bytes(range(1, 256)) * 8)  # no NUL byte, still binary
+    result = await load_directory(tmp_path)
+    assert [d.doc_id for d in result.documents] == ["ok.md"]
+    errors = dict(result.errors)
+    assert set(errors) == {"utf16.md", "junk.md"}
+    assert "NUL bytes" in errors["utf16.md"] and "not text" in errors["junk.md"]
+
+
+async def test_pages_decode_by_meta_charset_or_content_type_or_fallback():
+    client, _ = fake_site({
+        "/meta.html": (200, "text/html", '<html><head><meta charset="iso-8859-1"><title>Café menu</title></head>'
+                       "<body><h1>Café menu</h1><p>Our café serves crème brûlée.</p></body></html>".encode("latin-1")),
+        "/header.txt": (200, "text/plain; charset=windows-1252", "Smart “quotes” cost 5 €.".encode("cp1252")),
+        "/bare.txt": (200, "text/plain", "Grüße aus München.".encode("cp1252")),
+        "/bom.md": (200, "text/markdown", "\ufeff# Título\n\nTexto.".encode("utf-8")),
+        "/blob.md": (200, "text/markdown", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"),
+    })
+    async with client:
+        result = await load_urls([f"{SITE}/meta.html", f"{SITE}/header.txt", f"{SITE}/bare.txt", f"{SITE}/bom.md",
+                                  f"{SITE}/blob.md"], client=client)
+    docs = {d.doc_id.removeprefix(SITE): d for d in result.documents}
+    assert docs["/meta.html"].title == "Café menu" and "crème brûlée" in docs["/meta.html"].text
+    assert docs["/header.txt"].text == "Smart “quotes” cost 5 €."
+    assert docs["/bare.txt"].text == "Grüße aus München."
+    assert docs["/bom.md"].title == "Título"
+    assert [(u.removeprefix(SITE), "not text" in m) for u, m in result.errors] == [("/blob.md", True)]
+
+
+async def test_a_page_labelled_latin1_reads_as_windows_1252():
+    # Browsers do the same: pages labelled ISO-8859-1 are nearly always windows-1252 (curly quotes, €).
+    client, _ = fake_site({"/p.txt": (200, "text/plain; charset=ISO-8859-1", "“5 €”".encode("cp1252"))})
+    async with client:
+        result = await load_urls([f"{SITE}/p.txt"], client=client)
+    assert result.documents[0].text == "“5 €”"
+
+
+# -- finding 14: robots.txt ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("robots", [(503, "text/plain", "User-agent: *\nDisallow:\n"), httpx.ConnectError("refused")])
+async def test_robots_txt_server_error_or_no_answer_means_disallow_all(robots):
+    client, seen = fake_site({
+        "/robots.txt": robots,
+        "/sitemap.xml": (200, "application/xml", urlset("/a.html")),
+        "/a.html": (200, "text/html", PAGE.format("Seals")),
+    })
+    async with client:
+        with pytest.raises(SourceError, match="robots.txt .*disallow all"):
+            await load_sitemap(f"{SITE}/sitemap.xml", client=client)
+    assert seen == ["/robots.txt"]  # neither the sitemap nor any page was fetched
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_robots_txt_client_error_means_allow_all(status):
+    client, seen = fake_site({
+        "/robots.txt": (status, "text/plain", "User-agent: *\nDisallow: /\n"),
+        "/sitemap.xml": (200, "application/xml", urlset("/a.html")),
+        "/a.html": (200, "text/html", PAGE.format("Seals")),
+    })
+    async with client:
+        result = await load_sitemap(f"{SITE}/sitemap.xml", client=client)
+    assert [d.doc_id for d in result.documents] == [f"{SITE}/a.html"]
