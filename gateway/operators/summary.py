@@ -1,12 +1,17 @@
 """A short summary of a conversation for the operator who picks it up.
 
 With the offline model it is extractive: the customer's first question, why it was escalated, and the
-last few messages. With a real model configured for the bot, the model writes it (and the extractive
-summary is the fallback when the model fails).
+last few messages. With a real model configured for the bot, the model writes it, and the extractive
+summary is the fallback when the model fails, takes longer than `SUMMARY_DEADLINE_SECONDS` (opening an
+escalation must not wait out a provider outage's retries), or only the `offline` fallback answered (it
+answers questions from the knowledge base, so it would reply "I don't know the answer to that."). A
+summary is kept per conversation state (its last message), so reopening an escalation costs no call.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +21,10 @@ from gateway.errors import LLMError
 from gateway.settings import OFFLINE_MODEL, BotSettings
 
 log = structlog.get_logger("gateway.operators.summary")
+
+SUMMARY_DEADLINE_SECONDS = 10.0
+CACHE_SIZE = 512
+_cache: OrderedDict[tuple, dict[str, str]] = OrderedDict()
 
 SPEAKERS = {"contact": "Customer", "bot": "Bot", "operator": "Operator", "system": "Notice"}
 SUMMARY_PROMPT = ("Summarize this customer support conversation for the human operator taking it over, in at "
@@ -46,18 +55,26 @@ def extractive_summary(messages: Sequence[Any], *, reason: str = "", last: int =
 
 async def summarize(llm, bot: BotSettings, messages: Sequence[Any], *, reason: str = "") -> dict[str, str]:
     """`{"text", "kind"}` where kind is `llm` or `extractive`."""
-    fallback = extractive_summary(messages, reason=reason)
-    if llm is None or bot.model == OFFLINE_MODEL:
-        return {"text": fallback, "kind": "extractive"}
+    fallback = {"text": extractive_summary(messages, reason=reason), "kind": "extractive"}
+    models = [name for name in (bot.model, *bot.fallbacks) if name != OFFLINE_MODEL]
+    if llm is None or not models:
+        return fallback
+    key = (bot.name, reason, *(getattr(m, "id", None) for m in list(messages)[:1] + list(messages)[-1:]))
+    if key in _cache:
+        return _cache[key]
     transcript = "\n".join(f"{SPEAKERS.get(m.author, m.author)}: {_clip(m.text, 500)}"
                            for m in list(messages)[-30:] if (m.text or "").strip())
     try:
-        result = await llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=[
+        result = await asyncio.wait_for(llm.complete(model=models[0], fallbacks=models[1:], messages=[
             {"role": "system", "content": SUMMARY_PROMPT},
             {"role": "user", "content": f"Escalation reason: {reason}\n\n{transcript}"},
-        ], metadata={"purpose": "operator_summary", "bot": bot.name})
-    except LLMError as exc:
-        log.warning("summary.llm_failed", bot=bot.name, error=str(exc))
-        return {"text": fallback, "kind": "extractive"}
+        ], metadata={"purpose": "operator_summary", "bot": bot.name}), SUMMARY_DEADLINE_SECONDS)
+    except (LLMError, TimeoutError) as exc:
+        log.warning("summary.llm_failed", bot=bot.name, error=str(exc) or type(exc).__name__)
+        return fallback  # not cached: the next look tries the model again
     text = (getattr(result, "text", "") or "").strip()
-    return {"text": _clip(text, 800), "kind": "llm"} if text else {"text": fallback, "kind": "extractive"}
+    summary = {"text": _clip(text, 800), "kind": "llm"} if text else fallback
+    _cache[key] = summary
+    while len(_cache) > CACHE_SIZE:
+        _cache.popitem(last=False)
+    return summary
