@@ -11,6 +11,7 @@ import structlog
 from gateway.budget import usage_row
 from gateway.models import Citation
 from gateway.pipeline.citations import is_refusal, verify_citations
+from gateway.pipeline.held_stream import HeldStream
 from gateway.pipeline.prompts import build_messages, render_tool_result
 from gateway.pipeline.rewrite import bounded_history
 from gateway.pipeline.tools import BotTools
@@ -67,8 +68,10 @@ class Answerer:
             if schemas:
                 # After the last round the tools stay listed (the history refers to them) but are off.
                 kwargs = {"tools": schemas, "tool_choice": "none" if last_round else "auto"}
+            # Held until it cites (`held_stream`): gate 2 would replace an uncited text after it was shown.
+            on_token = HeldStream(turn.on_token, extracts=len(hits)) if turn.on_token else None
             result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages,
-                                              on_token=turn.on_token, metadata=_metadata(turn), **kwargs)
+                                              on_token=on_token, metadata=_metadata(turn), **kwargs)
             usage.append(usage_row(result))
             if not result.tool_calls:
                 break

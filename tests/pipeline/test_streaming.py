@@ -27,12 +27,12 @@ async def test_streaming_failure_before_first_token_falls_back(rig, openai_fake)
 
 async def test_streaming_broken_after_tokens_is_answered_by_the_fallback_unstreamed(rig, openai_fake) -> None:
     """The final reply replaces the partial text on every surface: one dropped connection is no handoff."""
-    openai_fake.script("primary", Turn(text="Plus costs $6 per month or maybe less [1].", break_after=3))
+    openai_fake.script("primary", Turn(text="Plus costs $6 [1] per month or maybe less.", break_after=5))
     openai_fake.script("backup", Turn(text="Plus costs $6 per month [1]."))
 
     result = await rig.pipeline.handle(rig.turn("How much is Plus?", stream=True))
 
-    assert "".join(rig.tokens) == "Plus costs $6"  # what the customer saw before the break, then replaced
+    assert "".join(rig.tokens) == "Plus costs $6 [1] per"  # what the customer saw before the break, then replaced
     assert result.reply == "Plus costs $6 per month [1]." and result.escalate is None and result.answered
     assert [r.stream for r in openai_fake.requests_for("backup")] == [False]
 
@@ -44,3 +44,21 @@ async def test_streaming_without_finish_reason_counts_as_failure(rig, openai_fak
 
     # Every model failed (nothing else is scripted): the cut-short text is not passed off as the answer.
     assert result.reply == LLM_DOWN_REPLY and result.escalate
+
+
+async def test_an_uncited_answer_is_never_streamed(rig, openai_fake) -> None:
+    """Gate 2 replaces it with the fallback; it used to be shown word by word first."""
+    openai_fake.script("primary", Turn(text="Our CEO says Plus is free forever, no citation needed."))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?", stream=True))
+
+    assert rig.tokens == [] and result.reply == rig.bot.fallback_text
+
+
+async def test_tokens_are_held_until_the_text_cites_an_extract_it_was_given(rig, openai_fake) -> None:
+    openai_fake.script("primary", Turn(text="Plus [9] costs $6 [1] per month."))
+
+    await rig.pipeline.handle(rig.turn("How much is Plus?", stream=True))
+
+    # [9] is not an extract (two hits): nothing goes out until [1], then all of it, then the rest as it comes.
+    assert rig.tokens[0] == "Plus [9] costs $6 [1]" and "".join(rig.tokens) == "Plus [9] costs $6 [1] per month."
