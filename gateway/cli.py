@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--config", help="config file for the defaults (optional)")
     ev.add_argument("--docs", required=True)
     ev.add_argument("--questions", required=True)
-    ev.add_argument("--k", type=int, default=None, help="also report recall@N (recall@1/3/5/10 are always there)")
+    ev.add_argument("--k", type=_positive_int, default=None,
+                    help="also report recall@N, N >= 1 (recall@1/3/5/10 are always there)")
     ev.add_argument("--json", action="store_true")
 
     chat = with_config(sub.add_parser("chat", help="chat with a bot in the terminal"))
@@ -63,6 +64,17 @@ def _parser() -> argparse.ArgumentParser:
     hook.add_argument("--bot", required=True)
     hook.add_argument("--url", required=True, help="the gateway's public base URL, e.g. https://bots.example.com")
     return parser
+
+
+def _positive_int(value: str) -> int:
+    """argparse type of a count that must be at least 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +118,7 @@ def _serve(args) -> int:
     from gateway.app import create_app
 
     settings = _settings(args)
+    asyncio.run(_require_schema(settings))
     # Open SSE streams (console, widget) must not hold a shutdown for long.
     app = create_app(settings, role=args.role, url=local_url(args.host, args.port))
     uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False, timeout_graceful_shutdown=5)
@@ -139,6 +152,29 @@ def _safe_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+async def _require_schema(settings, engine=None) -> None:
+    """Raise a one-line `GatewayError` saying what to run when the database was never migrated (or
+    cannot be reached), instead of the driver's traceback at the first query."""
+    from sqlalchemy import inspect
+
+    from storage.engine import create_engine
+
+    own = engine is None
+    engine = create_engine(settings.database_url) if own else engine
+    try:
+        async with engine.connect() as conn:
+            migrated = await conn.run_sync(lambda sync: inspect(sync).has_table("alembic_version"))
+    except Exception as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise GatewayError(f"cannot reach the database {_safe_url(settings.database_url)}: {reason}") from None
+    finally:
+        if own:
+            await engine.dispose()
+    if not migrated:
+        config = settings.config_path or "config.yaml"
+        raise GatewayError(f"the database has no schema: run `gateway db upgrade --config {config}` (or `make run`)")
+
+
 async def _ingest(args) -> int:
     from gateway.knowledge import Knowledge
     from gateway.observability import configure_logging
@@ -149,6 +185,7 @@ async def _ingest(args) -> int:
     engine = create_engine(settings.database_url)
     knowledge = Knowledge(settings, sessions=session_factory(engine))
     try:
+        await _require_schema(settings, engine)
         try:
             await knowledge.open()
         except IndexBusy:
@@ -189,10 +226,21 @@ async def _ingest_via_server(args, settings) -> int:
         print(f"error: the index is busy and the server at {url} did not answer ({exc or type(exc).__name__}). "
               "Stop the process that holds the index and retry.", file=sys.stderr)
         return 1
+    if response.status_code == 404:  # an unknown bot or source: the same message and code as without a server
+        print(f"error: {_error_of(response)}", file=sys.stderr)
+        return 2
     if response.status_code != 200:
         print(f"error: server refused the ingest: {response.status_code} {response.text}", file=sys.stderr)
         return 1
     return print_reports(response.json()["runs"], as_json=args.json)
+
+
+def _error_of(response) -> str:
+    """The message of a JSON error body ({"error": ...}), else the body as it is."""
+    try:
+        return str(response.json()["error"])
+    except (ValueError, KeyError, TypeError):
+        return response.text
 
 
 async def _eval(args) -> int:
@@ -201,11 +249,23 @@ async def _eval(args) -> int:
 
     settings = load_settings(args.config) if args.config or Path(os.environ.get("GATEWAY_CONFIG", "config.yaml")).exists() else Settings()
     k_values = tuple(sorted({1, 3, 5, 10, *([args.k] if args.k else [])}))
+    documents = 0
+
+    def progress(done: int, total: int, stage: str) -> None:
+        nonlocal documents
+        if stage == "documents":  # told once per document ingested: none at all means an empty folder
+            documents = total
+        if bar.callback is not None:
+            bar.callback(done, total, stage)
+
     with progress_bar(as_json=args.json) as bar:
         report = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values,
-                                progress=bar.callback)
+                                progress=progress)
     for file, error in report.load_errors:  # on stderr, so --json stays one object
         print(f"warning: {file} was not loaded: {error}", file=sys.stderr)
+    if not documents:
+        print(f"warning: no documents were ingested from {args.docs}: every question misses, so the "
+              "metrics say nothing about retrieval", file=sys.stderr)
     if args.json:
         print(json.dumps(report.metrics))
         return 0
@@ -223,6 +283,7 @@ async def _chat(args) -> int:
 
     settings = _settings(args)
     configure_logging(level="WARNING")
+    await _require_schema(settings)
     bot = settings.bot(args.bot) if args.bot else (settings.bots[0] if settings.bots else None)
     if bot is None:
         print("error: no bots configured", file=sys.stderr)
@@ -275,6 +336,7 @@ async def _forget(args) -> int:
     configure_logging(level=settings.log_level, fmt=settings.log_format)  # logs to stderr, counts to stdout
     engine = create_engine(settings.database_url)
     try:
+        await _require_schema(settings, engine)
         report = await forget_contact(session_factory(engine), channel=args.channel, user=args.user,
                                       actor=f"cli:{os.environ.get('USER', 'unknown')}")
     finally:

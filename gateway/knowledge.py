@@ -13,7 +13,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.errors import RetrievalError
-from gateway.settings import RetrievalSettings, Settings
+from gateway.settings import BotSettings, RetrievalSettings, Settings
 
 if TYPE_CHECKING:  # the models and Qdrant load in `open`, not when the CLI starts
     from rag.ingest import IngestReport
@@ -83,24 +83,22 @@ class Knowledge:
 
     async def ingest(self, *, bot: str | None = None, source: str | None = None, trigger: str = "manual",
                      progress: Callable[..., None] | None = None) -> list[IngestReport]:
-        """Ingest every source (or one bot, or one source). KeyError('bot …') for unknown names."""
-        bots = [self._settings.bot(bot)] if bot else list(self._settings.bots)
-        reports: list[IngestReport] = []
-        for bot_settings in bots:
-            sources = [s for s in bot_settings.sources if source is None or s.name == source]
-            if source and not sources:
-                raise KeyError(f"source {source!r} of bot {bot_settings.name!r}")
-            for src in sources:
-                reports.append(await self.ingest_source(bot_settings.name, src.name, trigger=trigger,
-                                                        progress=progress))
-        return reports
+        """Ingest every source, or one bot's, or every bot's source named `source`.
+
+        KeyError("bot 'x'") for an unknown bot and KeyError("source 'y' …") when no bot in scope has
+        the source; nothing is ingested then. A failing source is in its report, never raised."""
+        bots = [self._bot(bot)] if bot else list(self._settings.bots)
+        targets = [(b.name, s.name) for b in bots for s in b.sources if source is None or s.name == source]
+        if source and not targets:
+            raise KeyError(f"source {source!r} of bot {bot!r}" if bot else f"source {source!r}: no bot has it")
+        return [await self.ingest_source(name, src, trigger=trigger, progress=progress) for name, src in targets]
 
     async def ingest_source(self, bot: str, source: str, *, trigger: str = "manual",
                             progress: Callable[..., None] | None = None) -> IngestReport:
         """Ingest one source; failures are recorded in the report, not raised."""
         if self._ingestor is None:
             await self.open()
-        bot_settings = self._settings.bot(bot)
+        bot_settings = self._bot(bot)
         src = next((s for s in bot_settings.sources if s.name == source), None)
         if src is None:
             raise KeyError(f"source {source!r} of bot {bot!r}")
@@ -112,3 +110,10 @@ class Knowledge:
 
         async with self._lock:  # one ingest at a time per process keeps the index writes simple
             return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress)
+
+    def _bot(self, name: str) -> BotSettings:
+        """The bot's settings; KeyError("bot 'name'"), which callers show as "unknown bot 'name'"."""
+        try:
+            return self._settings.bot(name)
+        except KeyError:
+            raise KeyError(f"bot {name!r}") from None

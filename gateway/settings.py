@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gateway.channel_settings import (
@@ -117,7 +117,8 @@ class RetrievalSettings(_Strict):
 class SourceSettings(_Strict):
     """A knowledge source, re-ingested on its own cron `schedule`."""
 
-    name: str
+    # Unique within its bot: the store keys documents by (bot, source, doc_id). 128 is the column's size.
+    name: str = Field(min_length=1, max_length=128)
     type: Literal["directory", "urls", "sitemap"]
     path: str | None = None
     urls: list[str] = Field(default_factory=list)
@@ -250,6 +251,18 @@ class BotSettings(_Strict):
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     # Conversations with no message for this many days are deleted on the retention schedule.
     retention_days: int | None = Field(default=None, ge=1)
+
+    @field_validator("sources")
+    @classmethod
+    def _unique_source_names(cls, sources: list[SourceSettings], info: ValidationInfo) -> list[SourceSettings]:
+        # Two sources of one name would share their documents: each run would delete the other's.
+        first: dict[str, int] = {}
+        for j, source in enumerate(sources):
+            if source.name in first:
+                raise ValueError(f"bot {info.data.get('name', '?')!r} has two sources named {source.name!r} "
+                                 f"(sources[{first[source.name]}] and sources[{j}]); source names must be unique")
+            first[source.name] = j
+        return sources
 
 
 class TracingSettings(_Strict):

@@ -17,26 +17,32 @@ prior in `rag.search`): see `rag.points`.
 
 Counts in `IngestReport` are in CHUNKS: `added` (chunks of new documents), `updated` (new chunks
 written for changed documents), `deleted` (chunks removed), `unchanged` (chunks kept as they were).
-Every run is recorded as a `storage.models.IngestRun` (`rag.ingest_runs`).
+Every run is recorded as a `storage.models.IngestRun` (`rag.ingest_runs`), and always ends as ok,
+partial or failed, whatever went wrong.
+
+One bad document fails alone: what the store cannot hold is cleaned first (NUL bytes, which
+PostgreSQL refuses; an id, title or URL longer than its column), and a document that still cannot
+be chunked or written is that run's error, keeps its old chunks and leaves no new points behind.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.errors import GatewayError
 from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.ingest_runs import IngestReport, record_run, start_run
+from rag.ingest_runs import IngestReport, clean_text, record_run, start_run
 from rag.knowledge_index import KnowledgeIndex
 from rag.points import index_points
 from rag.sources import Document, Validators, load_source
@@ -53,6 +59,12 @@ dense vector is the mean of the chunk's ≤256-token windows, BM25 and the answe
 it. Chosen on bench/ (s10, stici) among 256/384/512 × first-window/mean: see bench/README.md."""
 
 Progress = Callable[[int, int], None]
+
+# Column sizes of `storage.models.Document`, read from the model so the two cannot drift apart.
+_DOC_ID_MAX = DocumentRow.__table__.c.doc_id.type.length
+_TITLE_MAX = DocumentRow.__table__.c.title.type.length
+_URL_MAX = DocumentRow.__table__.c.url.type.length
+ERROR_MAX_CHARS = 500
 
 
 @dataclass
@@ -91,34 +103,31 @@ class Ingestor:
         self, bot: BotSettings, *, sources: list[str] | None = None, trigger: str = "manual", progress: Progress | None = None
     ) -> list[IngestReport]:
         """Ingest each of the bot's sources (or the named ones); one failing source never stops the rest."""
-        reports = []
-        for source in bot.sources:
-            if sources is None or source.name in sources:
-                try:
-                    reports.append(await self.ingest_source(bot.name, source, trigger=trigger, progress=progress))
-                except GatewayError as exc:  # already recorded as a failed run
-                    reports.append(IngestReport(bot.name, source.name, errors=[str(exc)], status="failed"))
-        return reports
+        return [
+            await self.ingest_source(bot.name, source, trigger=trigger, progress=progress)
+            for source in bot.sources
+            if sources is None or source.name in sources
+        ]
 
     async def ingest_source(
         self, bot: str, source: SourceSettings, *, trigger: str = "manual", progress: Progress | None = None
     ) -> IngestReport:
         """Load one source and ingest it incrementally.
 
-        A source that cannot be loaded gives a `failed` report (recorded, not raised). An index or
-        store failure is recorded as a failed run and re-raised.
+        Never raises for a failure of the source, the index or the store: the run is recorded and
+        reported as `failed` with its error, so the caller goes on with its next source. A
+        cancellation is recorded the same way, then re-raised.
         """
         started = time.perf_counter()
-        run_id = await start_run(self.sessions, bot, source.name, trigger=trigger)
+        try:
+            run_id = await start_run(self.sessions, bot, source.name, trigger=trigger)
+        except Exception as exc:  # the store refuses even the run row: nothing to record it in
+            return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=None, record=False)
         try:
             validators = await self._validators(bot, source.name) if source.type != "directory" else {}
             loaded = await load_source(source, base_dir=self.base_dir, validators=validators)
-        except Exception as exc:  # a broken source is recorded and logged; the scheduler keeps running
-            log.warning("ingest source failed", extra={"bot": bot, "source": source.name, "error": str(exc)})
-            report = IngestReport(bot, source.name, errors=[f"{type(exc).__name__}: {exc}"], status="failed")
-            report.duration_s = time.perf_counter() - started
-            await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
-            return report
+        except BaseException as exc:  # a broken source is recorded and logged; the scheduler keeps running
+            return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=run_id)
         errors = [f"{doc_id}: {message}" for doc_id, message in loaded.errors]
         try:
             return await self.ingest_documents(
@@ -127,17 +136,33 @@ class Ingestor:
                 loaded.documents,
                 failed_ids={doc_id for doc_id, _ in loaded.errors},
                 not_modified=set(loaded.not_modified),
+                delete_missing=not loaded.listing_incomplete,
                 errors=errors,
                 trigger=trigger,
                 progress=progress,
                 started=started,
                 run_id=run_id,
             )
-        except GatewayError as exc:  # index or store down: record the run as failed, then let the caller know
-            report = IngestReport(bot, source.name, errors=[*errors, f"{type(exc).__name__}: {exc}"], status="failed")
-            report.duration_s = time.perf_counter() - started
-            await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
-            raise
+        except BaseException as exc:  # index or store down, or a bug: the run must not stay `running`
+            return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=run_id,
+                                      errors=errors)
+
+    async def _failed(
+        self, bot: str, source: str, exc: BaseException, *, trigger: str, started: float, run_id: int | None,
+        errors: list[str] | None = None, record: bool = True,
+    ) -> IngestReport:
+        """Record a run that `exc` ended as failed and return its report; re-raise a cancellation."""
+        report = IngestReport(bot, source, errors=[*(errors or []), describe(exc)], status="failed")
+        report.duration_s = time.perf_counter() - started
+        log.warning("ingest source failed", extra={"bot": bot, "source": source, "error": report.errors[-1]})
+        if record:
+            try:
+                await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
+            except Exception:  # the store itself is down; the log line above is all that is left
+                log.exception("ingest run could not be recorded", extra={"bot": bot, "source": source})
+        if not isinstance(exc, Exception):  # cancelled (shutdown, Ctrl-C): recorded, and still cancelled
+            raise exc
+        return report
 
     async def ingest_documents(
         self,
@@ -146,6 +171,7 @@ class Ingestor:
         documents: list[Document],
         *,
         failed_ids: set[str] | None = None,
+        delete_missing: bool = True,
         not_modified: set[str] | None = None,
         errors: list[str] | None = None,
         trigger: str = "manual",
@@ -153,14 +179,18 @@ class Ingestor:
         started: float | None = None,
         run_id: int | None = None,
     ) -> IngestReport:
-        """Ingest already-loaded documents as the full content of `source` (others get deleted).
-        `not_modified` pages (a 304 to a conditional fetch) keep their chunks and count as unchanged."""
+        """Ingest already-loaded documents as the full content of `source` (others get deleted, unless
+        `delete_missing` is False: the listing is known to be incomplete).
+        `not_modified` pages (a 304 to a conditional fetch) keep their chunks and count as unchanged.
+        A document that cannot be chunked or stored is an error of the run and keeps its old chunks."""
         started = time.perf_counter() if started is None else started
         if run_id is None:
             run_id = await start_run(self.sessions, bot, source, trigger=trigger)
-        not_modified = not_modified or set()
+        documents = [storable(doc) for doc in documents]
+        not_modified = {store_key(doc_id) for doc_id in not_modified or ()}
         report = IngestReport(bot, source, documents=len(documents) + len(not_modified), errors=list(errors or []))
-        failed_ids = failed_ids or set()
+        failed_ids = {store_key(doc_id) for doc_id in failed_ids or ()}
+        loader_failures = bool(failed_ids)
         await self.index.ensure_collection(bot, await self.dense.probe_dim())
         async with self.sessions() as session:
             rows = {
@@ -178,6 +208,7 @@ class Ingestor:
         seen = {doc_id for doc_id in not_modified if doc_id in rows}
         report.unchanged += sum(len(rows[doc_id].chunk_ids) for doc_id in seen)
         revalidated: list[tuple[DocumentRow, Document]] = []  # unchanged content, new HTTP validators
+        bad: set[str] = set()  # documents of this run that could not be chunked or stored
         for done, doc in enumerate(documents, start=1):
             if doc.doc_id in seen:
                 continue
@@ -188,42 +219,56 @@ class Ingestor:
                 report.unchanged += len(row.chunk_ids)
                 if (row.etag, row.last_modified) != _validators_of(doc):
                     revalidated.append((row, doc))
+            elif (chunks := self._chunk(bot, source, doc, report)) is None:
+                bad.add(doc.doc_id)
             else:
-                chunks = chunk_document(
-                    doc.text,
-                    fmt=doc.format,
-                    title=doc.title,
-                    bot=bot,
-                    source=source,
-                    doc_id=doc.doc_id,
-                    count_tokens=self.dense.count_tokens,
-                    max_tokens=self.max_tokens,
-                    text_tokens=self.text_tokens,
-                )
                 old = set(row.chunk_ids) if row and not rebuild else set()
                 ids = {c.chunk_id for c in chunks}
                 pending.append(
                     _Pending(doc, content_hash, chunks, [c for c in chunks if c.chunk_id not in old], sorted(old - ids), row)
                 )
                 if sum(len(p.new) for p in pending) >= FLUSH_CHUNKS:
-                    await self._flush(bot, source, pending, report)
+                    bad |= await self._flush(bot, source, pending, report)
                     pending = []
             if progress:
                 progress(done, len(documents))
-        await self._flush(bot, source, pending, report)
+        bad |= await self._flush(bot, source, pending, report)
         await self._store_validators(revalidated)
-        await self._delete_missing(bot, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
+        if delete_missing:
+            await self._delete_missing(bot, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
+        else:
+            log.warning("ingest kept pages missing from an incomplete listing", extra={"bot": bot, "source": source})
         if report.errors:
-            report.status = "partial" if documents or not_modified or not failed_ids else "failed"
+            stored = len(documents) > len(bad) or not_modified
+            report.status = "partial" if stored or not (loader_failures or bad) else "failed"
         report.duration_s = time.perf_counter() - started
         await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
         log.info("ingest done", extra={"bot": bot, "source": source, **report.as_dict()})
         return report
 
-    async def _flush(self, bot: str, source: str, pending: list[_Pending], report: IngestReport) -> None:
-        """Embed the new chunks of pending documents, write them, then update the store."""
+    def _chunk(self, bot: str, source: str, doc: Document, report: IngestReport) -> list[Chunk] | None:
+        """The document's chunks, or None (recorded as its error) when chunking fails on it."""
+        try:
+            return chunk_document(
+                doc.text,
+                fmt=doc.format,
+                title=doc.title,
+                bot=bot,
+                source=source,
+                doc_id=doc.doc_id,
+                count_tokens=self.dense.count_tokens,
+                max_tokens=self.max_tokens,
+                text_tokens=self.text_tokens,
+            )
+        except Exception as exc:  # one odd document must not cost the rest of its source
+            _document_failed(bot, source, doc.doc_id, exc, report)
+            return None
+
+    async def _flush(self, bot: str, source: str, pending: list[_Pending], report: IngestReport) -> set[str]:
+        """Embed the new chunks of pending documents, write them, then update the store. Returns the
+        ids of the documents the store refused (each recorded as an error, its new points removed)."""
         if not pending:
-            return
+            return set()
         # Points first, then the store: a crash in between only costs a re-embed next run. Embedded and
         # written FLUSH_CHUNKS at a time: one long document (a manual of thousands of chunks, each with
         # its sentence vectors) never holds all its vectors in memory at once.
@@ -232,11 +277,45 @@ class Ingestor:
             points = await index_points(self.dense, self.sparse, source, new[start : start + FLUSH_CHUNKS])
             await self.index.upsert(bot, points)
         await self.index.delete_points(bot, [i for p in pending for i in p.stale])
+        refused = await self._store_rows(bot, source, pending)
+        for p, exc in refused:
+            _document_failed(bot, source, p.doc.doc_id, exc, report)
+        # A refused document keeps its old row: its new points would be orphans nothing deletes.
+        await self.index.delete_points(bot, [c.chunk_id for p, _ in refused for c in p.new])
+        failed = {p.doc.doc_id for p, _ in refused}
+        for p in pending:
+            if p.doc.doc_id in failed:
+                continue
+            if p.row is None:
+                report.added += len(p.chunks)
+            else:
+                report.updated += len(p.new)
+                report.unchanged += len(p.chunks) - len(p.new)
+                report.deleted += len(p.stale)
+        return failed
+
+    async def _store_rows(self, bot: str, source: str, pending: list[_Pending]) -> list[tuple[_Pending, Exception]]:
+        """Write the documents' rows in one transaction; if the store refuses it, again one document
+        at a time, so only the rows it refuses fail. Returns those, with why."""
+        try:
+            await self._write_rows(bot, source, pending)
+            return []
+        except Exception as exc:
+            if len(pending) == 1:
+                return [(pending[0], exc)]
+        refused = []
+        for p in pending:
+            try:
+                await self._write_rows(bot, source, [p])
+            except Exception as exc:
+                refused.append((p, exc))
+        return refused
+
+    async def _write_rows(self, bot: str, source: str, pending: list[_Pending]) -> None:
         async with self.sessions() as session:
             for p in pending:
+                etag, last_modified = _validators_of(p.doc)
                 if p.row is None:
-                    report.added += len(p.chunks)
-                    etag, last_modified = _validators_of(p.doc)
                     session.add(
                         DocumentRow(
                             bot=bot,
@@ -244,22 +323,19 @@ class Ingestor:
                             doc_id=p.doc.doc_id,
                             content_hash=p.content_hash,
                             chunk_ids=[c.chunk_id for c in p.chunks],
-                            title=p.doc.title[:512],
-                            url=p.doc.url,
+                            title=p.doc.title[:_TITLE_MAX],
+                            url=_url_of(p.doc),
                             etag=etag,
                             last_modified=last_modified,
                         )
                     )
                     continue
-                report.updated += len(p.new)
-                report.unchanged += len(p.chunks) - len(p.new)
-                report.deleted += len(p.stale)
                 row = await session.merge(p.row)
                 row.content_hash = p.content_hash
                 row.chunk_ids = [c.chunk_id for c in p.chunks]
-                row.title = p.doc.title[:512]
-                row.url = p.doc.url
-                row.etag, row.last_modified = _validators_of(p.doc)
+                row.title = p.doc.title[:_TITLE_MAX]
+                row.url = _url_of(p.doc)
+                row.etag, row.last_modified = etag, last_modified
             await session.commit()
 
     async def _validators(self, bot: str, source: str) -> Validators:
@@ -308,3 +384,44 @@ def _validators_of(doc: Document) -> tuple[str | None, str | None]:
     last_modified = doc.last_modified if doc.last_modified and len(doc.last_modified) <= 64 else None
     return etag, last_modified
 
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message` of an error, short enough for a run's error list. A database error gives the
+    driver's message, not SQLAlchemy's, which repeats the whole statement and its parameters."""
+    if isinstance(exc, StatementError) and exc.orig is not None:
+        exc = exc.orig
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled before it finished"
+    message = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"
+
+
+def _document_failed(bot: str, source: str, doc_id: str, exc: Exception, report: IngestReport) -> None:
+    """Record one document's failure as an error of the run, and log it with the document's id."""
+    error = describe(exc)
+    report.errors.append(f"{doc_id}: {error}")
+    log.warning("ingest document failed", extra={"bot": bot, "source": source, "document": doc_id, "error": error})
+
+
+def store_key(doc_id: str) -> str:
+    """The id a document is stored under: its own when it fits the column, else a prefix of it and
+    its hash (stable from run to run, so the document is still found, updated and deleted)."""
+    doc_id = clean_text(doc_id)
+    if len(doc_id) <= _DOC_ID_MAX:
+        return doc_id
+    digest = hashlib.sha256(doc_id.encode("utf-8")).hexdigest()
+    return f"{doc_id[: _DOC_ID_MAX - len(digest) - 1]}#{digest}"
+
+
+def storable(doc: Document) -> Document:
+    """The document with what goes to the store (and to the chunks) cleaned: see `clean_text`."""
+    return replace(doc, doc_id=store_key(doc.doc_id), title=clean_text(doc.title), text=doc.text.replace("\x00", ""),
+                   url=clean_text(doc.url) if doc.url else doc.url)
+
+
+def _url_of(doc: Document) -> str | None:
+    """The URL as stored: one too long for its column is left out (a cut URL would be a wrong one;
+    the chunks keep the whole URL for citations)."""
+    return doc.url if doc.url and len(doc.url) <= _URL_MAX else None

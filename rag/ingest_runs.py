@@ -60,6 +60,15 @@ async def record_run(
         run.updated = report.updated
         run.deleted = report.deleted
         run.unchanged = report.unchanged
-        run.errors = report.errors[:100]
+        run.errors = [clean_text(error) for error in report.errors[:100]]
         run.duration_s = report.duration_s
         await session.commit()
+
+
+def clean_text(text: str) -> str:
+    """`text` as a database can hold it: without NUL bytes (PostgreSQL refuses them in text) and
+    without lone surrogates (no UTF-8 for them; a file name that is not UTF-8 decodes to some)."""
+    text = text.replace("\x00", "")
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")

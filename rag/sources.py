@@ -74,6 +74,8 @@ class LoadResult:
     documents: list[Document] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
     not_modified: list[str] = field(default_factory=list)
+    # A child sitemap failed: pages missing from this listing may still exist, so none is deleted.
+    listing_incomplete: bool = False
 
 
 async def load_source(
@@ -177,6 +179,7 @@ async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Valid
         log.info("robots.txt disallows sitemap pages", extra={"sitemap": url, "skipped": skipped})
     result = await load_urls(allowed, client=client, validators=validators)
     result.errors[:0] = sitemap_errors
+    result.listing_incomplete = bool(sitemap_errors)
     return result
 
 

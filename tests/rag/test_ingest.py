@@ -236,3 +236,56 @@ async def test_url_pages_are_fetched_conditionally_and_a_304_keeps_their_chunks(
         assert rebuilt.unchanged == 0 and await index.count("acme") > 0
     finally:
         await runner.cleanup()
+
+
+async def test_a_page_or_child_sitemap_that_fails_keeps_the_chunks_it_had(index, dense, sparse, sessions):
+    """A failing page is missing from the run, and a failing child sitemap hides which pages exist:
+    neither may cost the chunks indexed before (they come back only when the page loads again)."""
+    pages: dict[str, tuple[int, str, str]] = {}  # path -> (status, content type, body)
+
+    async def handle(request: web.Request) -> web.Response:
+        status, content_type, body = pages.get(request.path, (404, "text/plain", "not found"))
+        return web.Response(status=status, text=body, content_type=content_type)
+
+    app = web.Application()
+    app.router.add_get("/{page}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    server = web.TCPSite(runner, "127.0.0.1", 0)
+    await server.start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    def urlset(*paths: str) -> str:
+        locs = "".join(f"<url><loc>{base}{p}</loc></url>" for p in paths)
+        return f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{locs}</urlset>'
+
+    try:
+        pages.update({
+            "/sitemap.xml": (200, "application/xml", '<?xml version="1.0"?><sitemapindex xmlns="http://www.'
+                             f'sitemaps.org/schemas/sitemap/0.9"><sitemap><loc>{base}/one.xml</loc></sitemap>'
+                             f'<sitemap><loc>{base}/two.xml</loc></sitemap></sitemapindex>'),
+            "/one.xml": (200, "application/xml", urlset("/billing")),
+            "/two.xml": (200, "application/xml", urlset("/refunds")),
+            "/billing": (200, "text/html", _page("Billing", "Invoices are sent on the first day of the month.")),
+            "/refunds": (200, "text/html", _page("Refunds", "Refunds reach the card in five days.")),
+        })
+        source = SourceSettings(name="site", type="sitemap", url=f"{base}/sitemap.xml")
+        ingestor = Ingestor(index, dense, sparse, sessions)
+        first = await ingestor.ingest_source("acme", source)
+        assert first.status == "ok" and first.documents == 2
+        total = await index.count("acme")
+
+        pages["/two.xml"] = (503, "text/plain", "down")
+        child_down = await ingestor.ingest_source("acme", source)
+        assert child_down.status == "partial" and child_down.deleted == 0 and await index.count("acme") == total
+
+        pages["/two.xml"] = (200, "application/xml", urlset("/refunds"))
+        pages["/refunds"] = (500, "text/plain", "oops")
+        page_down = await ingestor.ingest_source("acme", source)
+        assert page_down.status == "partial" and page_down.deleted == 0 and await index.count("acme") == total
+
+        pages["/two.xml"] = (200, "application/xml", urlset())  # the page is really gone: now it goes
+        gone = await ingestor.ingest_source("acme", source)
+        assert gone.status == "ok" and gone.deleted > 0 and await index.count("acme") < total
+    finally:
+        await runner.cleanup()

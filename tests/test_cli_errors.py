@@ -1,0 +1,110 @@
+"""The CLI's answers to a user's mistakes: one clear line and a fitting exit code, never a traceback
+(review findings 4, 9, 16 and 18)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from gateway.app import create_app
+from gateway.cli import local_url
+from gateway.settings import load_settings
+from tests.conftest import write_config
+from tests.test_cli import PLANS, _free_port, _run
+
+
+def _docs(tmp_path, name: str = "docs"):
+    docs = tmp_path / name
+    docs.mkdir()
+    (docs / "plans.md").write_text(PLANS)
+    return docs
+
+
+def _bot(name: str, *sources: str, docs) -> dict:
+    return {"name": name, "channels": {"web": {}}, "sources": [
+        {"name": s, "type": "directory", "path": str(docs), "schedule": "0 3 * * *"} for s in sources]}
+
+
+@pytest.mark.parametrize("command", [["ingest"], ["forget", "--channel", "web", "--user", "u1"]])
+def test_a_command_before_db_upgrade_says_to_run_it(tmp_path, command):
+    config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=_docs(tmp_path))])
+    proc = _run(command[0], "--config", str(config), *command[1:])
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"error: the database has no schema: run `gateway db upgrade --config {config}` "
+                                   "(or `make run`)")
+
+
+def test_ingest_source_without_bot_ingests_it_for_every_bot_that_has_it(tmp_path):
+    docs = _docs(tmp_path)
+    config = write_config(tmp_path, bots=[_bot("alpha", "help", docs=docs), _bot("beta", "manual", docs=docs),
+                                          _bot("gamma", "manual", "help", docs=docs)])
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+
+    proc = _run("ingest", "--config", str(config), "--source", "help", "--json")
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads(proc.stdout)["runs"]
+    assert [(r["bot"], r["source"], r["status"]) for r in runs] == [("alpha", "help", "ok"), ("gamma", "help", "ok")]
+
+    proc = _run("ingest", "--config", str(config), "--source", "nope")
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: unknown source 'nope': no bot has it"
+    proc = _run("ingest", "--config", str(config), "--bot", "alpha", "--source", "manual")
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: unknown source 'manual' of bot 'alpha'"
+
+
+def test_an_unknown_bot_is_the_same_error_locally_and_through_the_server(tmp_path):
+    config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=_docs(tmp_path))])
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    local = _run("ingest", "--config", str(config), "--bot", "nope")
+    assert local.returncode == 2 and local.stderr.strip() == "error: unknown bot 'nope'"
+
+    port = _free_port()
+    app = create_app(load_settings(config), start_scheduler=False, url=local_url("127.0.0.1", port))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        _wait_healthy(port)
+        remote = _run("ingest", "--config", str(config), "--bot", "nope")
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    assert "held by the running server" in remote.stderr  # it really went through the server
+    assert remote.returncode == 2 and remote.stderr.strip().splitlines()[-1] == "error: unknown bot 'nope'"
+
+
+def _wait_healthy(port: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"the server on port {port} did not become healthy")
+
+
+@pytest.mark.parametrize("k", ["0", "-3"])
+def test_eval_refuses_k_below_one(tmp_path, k):
+    proc = _run("eval", "--docs", str(tmp_path), "--questions", str(tmp_path / "q.jsonl"), "--k", k)
+    assert proc.returncode == 2 and f"argument --k: must be at least 1, got {int(k)}" in proc.stderr
+
+
+def test_eval_on_an_empty_folder_warns_that_nothing_was_ingested(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question": "How much is the Plus plan?", "gold_texts": ["$12 per month"]}) + "\n")
+    proc = _run("eval", "--docs", str(empty), "--questions", str(questions), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["recall@5"] == 0.0
+    assert f"warning: no documents were ingested from {empty}" in proc.stderr
+
+    (empty / "plans.md").write_text(PLANS)  # and no warning once there is something to ingest
+    proc = _run("eval", "--docs", str(empty), "--questions", str(questions), "--json")
+    assert proc.returncode == 0 and "warning" not in proc.stderr

@@ -1,0 +1,32 @@
+"""Source names are checked when the config loads (review finding 5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import ConfigError
+from gateway.settings import load_settings
+from tests.conftest import write_config
+
+
+def _bot(*sources: dict) -> dict:
+    return {"name": "alpha", "sources": list(sources), "channels": {"web": {}}}
+
+
+def test_a_source_name_twice_in_one_bot_is_a_config_error_but_fine_across_bots(tmp_path):
+    source = {"name": "s", "type": "directory", "path": str(tmp_path)}
+    config = write_config(tmp_path, bots=[_bot(source), {**_bot(source), "name": "beta"}])
+    assert [b.sources[0].name for b in load_settings(config).bots] == ["s", "s"]
+
+    config = write_config(tmp_path, bots=[_bot(source, {"name": "s", "type": "urls", "urls": ["http://example.test/a"]})])
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config)
+    assert str(caught.value) == ("bots[0].sources: bot 'alpha' has two sources named 's' (sources[0] and sources[1]); "
+                                 "source names must be unique")
+
+
+@pytest.mark.parametrize("name", ["", "x" * 129])
+def test_an_empty_or_overlong_source_name_is_a_config_error(tmp_path, name):
+    config = write_config(tmp_path, bots=[_bot({"name": name, "type": "directory", "path": str(tmp_path)})])
+    with pytest.raises(ConfigError, match=r"^bots\[0\]\.sources\[0\]\.name: String should have at (least 1|most 128)"):
+        load_settings(config)
