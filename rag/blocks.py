@@ -4,6 +4,10 @@ Markdown (and HTML and PDF, which arrive as Markdown) is parsed with markdown-it
 or a table is one block and is never cut by a blank line inside it; plain text is split into
 paragraphs at blank lines. Each Markdown block is kept as its source lines, under the heading stack
 of its section. A block's `kind` tells `rag.splitting` where it may be cut if it is over budget.
+A list item or block quote that holds a fence or a table also lists its `parts` (prose runs, code,
+tables), so an oversize one is cut at those and never inside a fence or a table row.
+HTML comments and base64 `data:` URIs are dropped from prose: they are invisible when rendered
+(an editor's note, an inlined image) and carry no words to find.
 """
 
 from __future__ import annotations
@@ -12,9 +16,19 @@ import re
 from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 _PARSER = MarkdownIt("commonmark").enable("table")
-_BLOCK_OPENERS = {"paragraph_open", "blockquote_open", "table_open", "html_block"}
+_BLOCK_OPENERS = {"paragraph_open", "table_open", "html_block"}
+_VERBATIM = {"fence", "code_block", "table_open"}  # never cut inside, never cleaned
+_HIDDEN = re.compile(
+    r"(`+)[\s\S]*?(?<!`)\1(?!`)"  # a code span: kept as it is, so its comment or URI is kept too
+    r"|<!--[\s\S]*?-->"
+    r"|\bdata:[a-z]+/[\w.+-]+(?:;[\w.+-]+=[\w.+-]+)*;base64,[A-Za-z0-9+/]*=*",
+    re.IGNORECASE,
+)
+_QUOTE_MARK = re.compile(r"^[ \t]*>[ \t]?")
+_ITEM_MARK = re.compile(r"^[ \t]*(?:[-*+]|\d{1,9}[.)])(?:[ \t]+|$)")
 
 
 @dataclass(frozen=True)
@@ -22,6 +36,7 @@ class Block:
     text: str
     kind: str  # prose | code | table
     fence: tuple[str, str] = ("", "")  # opening and closing fence lines of a code block
+    parts: tuple[Block, ...] = ()  # a list item's or quote's prose, code and tables, if it holds code or a table
 
 
 def markdown_sections(text: str) -> list[tuple[tuple[tuple[int, str], ...], list[Block]]]:
@@ -42,31 +57,119 @@ def markdown_sections(text: str) -> list[tuple[tuple[tuple[int, str], ...], list
             continue
         if tok.type == "heading_open":
             level = int(tok.tag[1:])
-            heading = " ".join(tokens[i + 1].content.split())
-            stack = [h for h in stack if h[0] < level] + [(level, heading)]
+            stack = [h for h in stack if h[0] < level] + [(level, _heading_text(tokens[i + 1].content))]
             sections.append((tuple(stack), []))
-        elif tok.type in ("bullet_list_open", "ordered_list_open"):
-            j = i + 1
-            while tokens[j].type not in ("bullet_list_close", "ordered_list_close") or tokens[j].level != 0:
-                if tokens[j].type == "list_item_open" and tokens[j].level == 1 and tokens[j].map:
-                    sections[-1][1].append(Block(source(*tokens[j].map), "prose"))
-                j += 1
-            i = j
+        elif tok.type in ("bullet_list_open", "ordered_list_open", "blockquote_open"):
+            end = _closing(tokens, i)
+            items = [i] if tok.type == "blockquote_open" else [
+                j for j in range(i + 1, end) if tokens[j].type == "list_item_open" and tokens[j].level == 1
+            ]
+            for j in items:
+                if tokens[j].map:
+                    sections[-1][1].append(_container(tokens[j : _closing(tokens, j) + 1], lines))
+            i = end
         elif tok.type in ("fence", "code_block"):
-            body = source(*tok.map)
-            if tok.type == "fence":
-                block_lines = body.splitlines()
-                closing = block_lines[-1] if len(block_lines) > 1 and block_lines[-1].strip().startswith(tok.markup) else tok.markup
-                sections[-1][1].append(Block(body, "code", (block_lines[0], closing)))
-            else:
-                sections[-1][1].append(Block(body, "code"))
+            sections[-1][1].append(_code(tok, source(*tok.map)))
         elif tok.type == "table_open":
             sections[-1][1].append(Block(source(*tok.map), "table"))
         elif tok.type in _BLOCK_OPENERS:
-            sections[-1][1].append(Block(source(*tok.map), "prose"))
+            sections[-1][1].append(Block(clean_prose(source(*tok.map)), "prose"))
         i += 1
     return [(h, [b for b in blocks if b.text.strip()]) for h, blocks in sections if any(b.text.strip() for b in blocks)]
 
 
+def first_heading(markdown: str) -> str | None:
+    """The text of the document's first top-level heading, ATX or setext, as CommonMark parses it:
+    a `# comment` inside a code fence and a `#hashtag` line (no space) are not headings."""
+    tokens = _PARSER.parse(markdown)
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open" and tok.level == 0:
+            return _heading_text(tokens[i + 1].content) or None
+    return None
+
+
+def clean_prose(text: str) -> str:
+    """`text` without HTML comments and base64 `data:` URIs (code spans kept as they are)."""
+    if "<!--" not in text and "data:" not in text.lower():
+        return text  # the common case, and ordinary documents stay byte for byte as they were
+    return _HIDDEN.sub(lambda m: m.group() if m.group(1) else "", text)
+
+
 def paragraph_blocks(text: str) -> list[Block]:
     return [Block(p.strip(), "prose") for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def _heading_text(content: str) -> str:
+    return " ".join(clean_prose(content).split())
+
+
+def _closing(tokens: list[Token], start: int) -> int:
+    """Index of the token that closes the container opened at `start`."""
+    close = tokens[start].type.replace("_open", "_close")
+    j = start + 1
+    while tokens[j].type != close or tokens[j].level != tokens[start].level:
+        j += 1
+    return j
+
+
+def _code(tok: Token, body: str) -> Block:
+    """A top-level fence or indented code block, as its source lines."""
+    if tok.type != "fence":
+        return Block(body, "code")
+    lines = body.splitlines()
+    closing = lines[-1] if len(lines) > 1 and lines[-1].strip().startswith(tok.markup) else tok.markup
+    return Block(body, "code", (lines[0], closing))
+
+
+def _container(tokens: list[Token], lines: list[str]) -> Block:
+    """A list item or block quote (`tokens` from its opener to its closer) as one prose block.
+
+    If it holds a fence or a table, that becomes a part of its own kind, and the source lines
+    around it prose parts: an oversize item is then cut at those parts, never inside one."""
+    start, end = tokens[0].map or (0, 0)
+    texts: list[str] = []  # the item's source, cleaned outside its code and tables
+    parts: list[Block] = []
+    cursor, quotes = start, 0
+    item_starts = {t.map[0] for t in tokens if t.type == "list_item_open" and t.map}
+    for tok in tokens:
+        quotes += {"blockquote_open": 1, "blockquote_close": -1}.get(tok.type, 0)
+        if tok.type in _VERBATIM and tok.map:
+            first, last = tok.map
+            if cursor < first:
+                texts.append(clean_prose("\n".join(lines[cursor:first])))
+                parts.append(Block(texts[-1].strip("\n"), "prose"))
+            parts.append(_nested(tok, lines[first:last], quotes=quotes, item=first in item_starts))
+            texts.append("\n".join(lines[first:last]))
+            cursor = last
+    if cursor < end or not parts:
+        texts.append(clean_prose("\n".join(lines[cursor:end])))
+        parts.append(Block(texts[-1].strip("\n"), "prose"))
+    text = "\n".join(texts).strip("\n")
+    if not _ITEM_MARK.sub("", text).replace(">", "").strip():
+        return Block("", "prose")  # an item that held only a comment, not a bare "-" to index
+    if all(p.kind == "prose" for p in parts):
+        return Block(text, "prose")
+    return Block(text, "prose", parts=tuple(p for p in parts if p.text.replace(">", "").strip()))
+
+
+def _nested(tok: Token, lines: list[str], *, quotes: int, item: bool) -> Block:
+    """A fence, indented code or table inside a list item or quote, freed of the markers and
+    indentation of its containers, so it is cut and re-wrapped like a top-level one."""
+    if tok.type == "fence":
+        opening = tok.markup + tok.info
+        return Block("\n".join([opening, *tok.content.splitlines(), tok.markup]), "code", (opening, tok.markup))
+    if tok.type == "code_block":
+        return Block("\n".join("    " + line for line in tok.content.splitlines()), "code")
+    return Block("\n".join(_unmark(line, quotes=quotes, item=item and n == 0) for n, line in enumerate(lines)), "table")
+
+
+def _unmark(line: str, *, quotes: int, item: bool) -> str:
+    """A table row without its containers' quote markers and, on an item's first line
+    ("1. | a | b |"), list markers, in whichever order they nest."""
+    while True:
+        if quotes and _QUOTE_MARK.match(line):
+            line, quotes = _QUOTE_MARK.sub("", line, count=1), quotes - 1
+        elif item and _ITEM_MARK.match(line):
+            line = _ITEM_MARK.sub("", line, count=1)
+        else:
+            return line.strip()

@@ -19,7 +19,10 @@ Rules (each has a test in tests/rag/test_chunking.py):
   block is small (at most a quarter of the budget). Never across a heading.
 - A block that alone exceeds the budget is split: prose at sentence ends (then words), code at
   line ends with each piece re-wrapped in its own complete fence, tables between rows with the
-  header repeated. So no chunk ever holds half a code fence or half a table row (`rag.splitting`).
+  header repeated; a list item or quote holding a fence or a table is first cut at those. So no chunk
+  ever holds half a code fence or half a table row, however deeply it is nested (`rag.splitting`).
+- HTML comments and base64 `data:` URIs are dropped from prose (`rag.blocks`): an editor's note
+  must not reach users, and an inlined image carries no words.
 - Chunk ids are uuid5 of bot, source, document, heading path and content: re-ingesting the same
   content gives the same ids.
 - Each chunk also lists its `sentences` (`split_sentences`): sentence ends, list items and lines,

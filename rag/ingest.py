@@ -50,7 +50,7 @@ from storage.models import Document as DocumentRow
 
 log = logging.getLogger(__name__)
 
-CHUNKER_VERSION = "2"
+CHUNKER_VERSION = "3"  # 3: HTML comments and data: URIs dropped, fences nested in list items and quotes kept whole
 """Bump when chunking changes, so the next ingest re-chunks every document."""
 FLUSH_CHUNKS = 256
 TEXT_TOKENS = 512
@@ -219,7 +219,9 @@ class Ingestor:
                 report.unchanged += len(row.chunk_ids)
                 if (row.etag, row.last_modified) != _validators_of(doc):
                     revalidated.append((row, doc))
-            elif (chunks := self._chunk(bot, source, doc, report)) is None:
+            # In a thread: a long document takes a while to chunk (its tokens are counted), and ingest
+            # runs inside the server, whose event loop must keep answering meanwhile.
+            elif (chunks := await asyncio.to_thread(self._chunk, bot, source, doc, report)) is None:
                 bad.add(doc.doc_id)
             else:
                 old = set(row.chunk_ids) if row and not rebuild else set()

@@ -33,6 +33,7 @@ from lxml import etree
 
 from gateway.errors import GatewayError
 from gateway.settings import SourceSettings
+from rag.blocks import first_heading
 from rag.decoding import decode_text
 
 log = logging.getLogger(__name__)
@@ -303,7 +304,7 @@ def _read_file(file: Path, doc_id: str) -> Document:
     if fmt == "html":
         title, text = html_to_markdown(raw)
         return Document(doc_id, title or file.stem, None, text, "html")
-    title = _first_heading(raw) if fmt == "markdown" else None
+    title = first_heading(raw) if fmt == "markdown" else None
     return Document(doc_id, title or file.stem.replace("-", " ").replace("_", " "), None, raw, fmt)
 
 
@@ -318,7 +319,7 @@ def _from_response(url: str, response: httpx.Response) -> Document:
         return Document(url, fallback_title, url, _body_text(response), "text")
     if kind in ("text/markdown", "text/x-markdown") or path.endswith((".md", ".markdown")):
         text = _body_text(response)
-        return Document(url, _first_heading(text) or fallback_title, url, text, "markdown")
+        return Document(url, first_heading(text) or fallback_title, url, text, "markdown")
     if kind and "html" not in kind and "xml" not in kind:
         raise ValueError(f"unsupported content type {kind!r}")
     title, text = html_to_markdown(_body_text(response, markup=True), url=url)
@@ -351,8 +352,3 @@ def pdf_text(data: bytes) -> tuple[str | None, str]:
     return pdf_markdown(data)
 
 
-def _first_heading(markdown: str) -> str | None:
-    for line in markdown.splitlines():
-        if line.startswith("#"):
-            return line.lstrip("#").strip() or None
-    return None

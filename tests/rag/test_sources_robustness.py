@@ -181,3 +181,11 @@ async def test_robots_txt_client_error_means_allow_all(status):
     async with client:
         result = await load_sitemap(f"{SITE}/sitemap.xml", client=client)
     assert [d.doc_id for d in result.documents] == [f"{SITE}/a.html"]
+
+
+async def test_a_markdown_title_is_its_first_real_heading(tmp_path):
+    """A `# comment` in a code fence and a `#hashtag` line are not headings (they became the title)."""
+    (tmp_path / "setup.md").write_text("#setup\n\n```bash\n# install first\npip install x\n```\n\n# Setting up\n\nText.\n")
+    (tmp_path / "plain.md").write_text("Reset the password\n==================\n\nOpen Settings.\n")
+    result = await load_directory(tmp_path)
+    assert {d.doc_id: d.title for d in result.documents} == {"setup.md": "Setting up", "plain.md": "Reset the password"}
