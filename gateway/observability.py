@@ -31,7 +31,14 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
         cache_logger_on_first_use=False,
     )
     handler = _CurrentStderrHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(name)s] %(message)s"))
+    # Standard-library records (rag/, uvicorn, libraries) go through the same renderer, with their
+    # `extra=` fields: a plain Formatter dropped them ("ingest done" without its counts) and wrote
+    # text lines into a JSON log.
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder()],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.format_exc_info,
+                    _redact, renderer],
+    ))
     handler.addFilter(_RedactFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
