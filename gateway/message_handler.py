@@ -129,13 +129,15 @@ class MessageHandler:
             if streamer is not None:
                 await streamer.close()  # no flush may race the final reply's edits
         try:
-            await self._finish(inbound, result, status="failed" if result.error else "done", error=result.error,
-                               streamer=streamer)
+            taken_over = await self._finish(inbound, result, status="failed" if result.error else "done",
+                                            error=result.error, streamer=streamer)
         finally:
             # The final reply did not replace the streamed text (not stored, or no reply): blank it.
             if streamer is not None and streamer.started and not streamer.finished:
                 await streamer.discard()
-        if turn.state != "bot" and self._on_handoff_message is not None:
+        # Also when a person took the thread while the model was answering: the draft was dropped, so
+        # the question is theirs to see.
+        if (turn.state != "bot" or taken_over) and self._on_handoff_message is not None:
             await self._on_handoff_message(inbound.id)
         if self._metrics:
             self._metrics.observe_stage("pipeline", time.monotonic() - started)
@@ -166,15 +168,17 @@ class MessageHandler:
         return any(b.name == name for b in self._settings.bots)
 
     async def _finish(self, inbound: Message, result: PipelineResult | None, *, status: str,
-                      error: str | None = None, streamer: EditStreamer | None = None) -> None:
-        """Store the reply and mark the inbound message in one transaction, then deliver."""
+                      error: str | None = None, streamer: EditStreamer | None = None) -> bool:
+        """Store the reply and mark the inbound message in one transaction, then deliver. True when
+        the bot's reply was dropped because an operator took the thread meanwhile."""
         outbound_ids: list[int] = []
+        taken_over = False
         async with self._sessions() as session, session.begin():
             # Row lock: a worker that lost its lease and this one cannot both see `pending` (PostgreSQL).
             message = await session.get(Message, inbound.id, with_for_update=True)
             if message.status != "pending":  # another worker finished it (lease lost): do not answer twice
                 log.warning("inbound.already_finished", message_id=inbound.id)
-                return
+                return False
             conversation = await session.get(Conversation, inbound.conversation_id)
             if result is not None and result.author == "bot" and result.reply is not None \
                     and conversation.state != "bot":
@@ -183,6 +187,7 @@ class MessageHandler:
                          conversation_id=conversation.id, state=conversation.state)
                 result.reply = None
                 result.escalate = None
+                taken_over = True
             if result is not None:
                 for text in result.replies():
                     out = await repo.add_outbound(
@@ -209,3 +214,4 @@ class MessageHandler:
             via = streamer.finish if streamer is not None and streamer.started and index == 0 else None
             if await self._outbox.deliver(out_id, via=via) in RETRYING:
                 break  # the drain loop parks the conversation; the rest wait their turn
+        return taken_over

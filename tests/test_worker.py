@@ -186,7 +186,13 @@ async def test_worker_drops_bot_reply_when_operator_takes_over_mid_answer(migrat
                                       .values(state="operator", assigned_operator="sam"))
             return await super().handle(turn)
 
+    relayed: list[int] = []
+
+    async def relay(message_id: int) -> None:
+        relayed.append(message_id)
+
     worker.handler._pipeline = TakenOver()
+    worker.handler._on_handoff_message = relay
     await inbox.accept("acme", _msg("erin", 1))
     await worker.run_until_idle(timeout=30)
     assert adapter.sent == []
@@ -194,6 +200,8 @@ async def test_worker_drops_bot_reply_when_operator_takes_over_mid_answer(migrat
         inbound = (await session.execute(select(Message).where(Message.direction == "in"))).scalar_one()
         outbound = (await session.execute(select(Message).where(Message.direction == "out"))).scalars().all()
     assert inbound.status == "done" and outbound == []
+    # The question the bot no longer answers reaches the operator who took the thread.
+    assert relayed == [inbound.id]
     await engine.dispose()
 
 
