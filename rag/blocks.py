@@ -78,6 +78,22 @@ def markdown_sections(text: str) -> list[tuple[tuple[tuple[int, str], ...], list
     return [(h, [b for b in blocks if b.text.strip()]) for h, blocks in sections if any(b.text.strip() for b in blocks)]
 
 
+_FRONT_MATTER = re.compile(r"\A(?:\ufeff)?---[ \t]*\n(.*?\n)(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
+_FRONT_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+
+
+def split_front_matter(markdown: str) -> tuple[str | None, str]:
+    """(its `title:`, the rest) of a Markdown file that opens with YAML front matter (Jekyll, Hugo,
+    Docusaurus); (None, the text) otherwise. Unstripped, its closing `---` made the block above it a
+    setext heading, so every chunk's heading path held the metadata."""
+    match = _FRONT_MATTER.match(markdown)
+    if match is None:
+        return None, markdown
+    title = _FRONT_TITLE.search(match.group(1))
+    value = title.group(1).strip().strip("\"'").strip() if title else ""
+    return value or None, markdown[match.end():]
+
+
 def first_heading(markdown: str) -> str | None:
     """The text of the document's first top-level heading, ATX or setext, as CommonMark parses it:
     a `# comment` inside a code fence and a `#hashtag` line (no space) are not headings."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -33,7 +34,7 @@ from lxml import etree
 
 from gateway.errors import GatewayError
 from gateway.settings import SourceSettings
-from rag.blocks import first_heading
+from rag.blocks import first_heading, split_front_matter
 from rag.decoding import decode_text
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ async def load_directory(path: Path) -> LoadResult:
     if not path.is_dir():
         raise SourceError(f"knowledge directory not found: {path}")
     result = LoadResult()
-    for file in sorted(path.rglob("*")):
+    for file in _files_under(path):
         doc_id = file.relative_to(path).as_posix()
         if not (file.is_file() and file.suffix.lower() in _SUFFIXES) or _is_hidden(doc_id):
             continue
@@ -119,6 +120,21 @@ async def load_directory(path: Path) -> LoadResult:
         if doc.text.strip():
             result.documents.append(doc)
     return result
+
+
+def _files_under(root: Path) -> list[Path]:
+    """Every file under `root`, sorted, following symlinked folders too (`rglob` skips them, while it
+    follows symlinked files), each real folder once, so a link back up cannot loop."""
+    seen: set[str] = set()
+    files: list[Path] = []
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        files.extend(Path(folder) / name for name in names)
+    return sorted(files)
 
 
 def _is_hidden(relative_path: str) -> bool:
@@ -304,7 +320,10 @@ def _read_file(file: Path, doc_id: str) -> Document:
     if fmt == "html":
         title, text = html_to_markdown(raw)
         return Document(doc_id, title or file.stem, None, text, "html")
-    title = first_heading(raw) if fmt == "markdown" else None
+    title = None
+    if fmt == "markdown":
+        title, raw = split_front_matter(raw)
+        title = title or first_heading(raw)
     return Document(doc_id, title or file.stem.replace("-", " ").replace("_", " "), None, raw, fmt)
 
 
@@ -318,8 +337,8 @@ def _from_response(url: str, response: httpx.Response) -> Document:
     if kind in ("text/plain",):
         return Document(url, fallback_title, url, _body_text(response), "text")
     if kind in ("text/markdown", "text/x-markdown") or path.endswith((".md", ".markdown")):
-        text = _body_text(response)
-        return Document(url, first_heading(text) or fallback_title, url, text, "markdown")
+        title, text = split_front_matter(_body_text(response))
+        return Document(url, title or first_heading(text) or fallback_title, url, text, "markdown")
     if kind and "html" not in kind and "xml" not in kind:
         raise ValueError(f"unsupported content type {kind!r}")
     title, text = html_to_markdown(_body_text(response, markup=True), url=url)

@@ -189,3 +189,21 @@ async def test_a_markdown_title_is_its_first_real_heading(tmp_path):
     (tmp_path / "plain.md").write_text("Reset the password\n==================\n\nOpen Settings.\n")
     result = await load_directory(tmp_path)
     assert {d.doc_id: d.title for d in result.documents} == {"setup.md": "Setting up", "plain.md": "Reset the password"}
+
+
+async def test_front_matter_gives_the_title_and_is_not_indexed(tmp_path):
+    (tmp_path / "reset.md").write_text('---\ntitle: "Reset your password"\nsidebar_position: 2\n---\n\nOpen Settings.\n')
+    [doc] = (await load_directory(tmp_path)).documents
+    assert doc.title == "Reset your password" and "sidebar_position" not in doc.text
+
+
+async def test_a_symlinked_folder_is_read_once_even_with_a_link_back_up(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "faq.md").write_text("# FAQ\n\nAnswers.\n")
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "linked").symlink_to(shared, target_is_directory=True)
+    (shared / "loop").symlink_to(kb, target_is_directory=True)  # a link back up must not loop
+    ids = sorted(d.doc_id for d in (await load_directory(kb)).documents)
+    assert ids == ["linked/faq.md"]
