@@ -139,8 +139,10 @@ class LLMRouter:
         on_token: TokenCallback | None = None,
         metadata: dict[str, Any] | None = None,
         response_format: dict[str, Any] | None = None,
+        retries: int | None = None,
     ) -> LLMResult:
         """One answer from the first model in `[model, *fallbacks]` that works. Raises `LLMError`.
+        `retries` overrides the retry policy's count for this call (0: one attempt per model).
 
         `metadata` goes to LiteLLM's callbacks and logs, never to the provider. `response_format`
         (e.g. a JSON schema for structured output) is passed through; models without it ignore it.
@@ -151,7 +153,8 @@ class LLMRouter:
             raise LLMError(f"unknown model(s): {', '.join(unknown)}")
         errors: list[str] = []
         for name in chain:
-            for attempt in range(self._retry.num_retries + 1):
+            attempts = (self._retry.num_retries if retries is None else retries) + 1
+            for attempt in range(attempts):
                 try:
                     return await self._call(name, messages, tools, tool_choice, on_token, metadata, response_format)
                 except _CallbackError as exc:
@@ -174,7 +177,7 @@ class LLMRouter:
                     error, retryable = exc, fault or isinstance(exc, RETRYABLE)
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
                 log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
-                if not retryable or attempt == self._retry.num_retries:
+                if not retryable or attempt == attempts - 1:
                     break
                 await asyncio.sleep(self._retry.delay(attempt, error))
         raise LLMError("every model failed: " + "; ".join(errors))

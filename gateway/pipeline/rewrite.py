@@ -6,6 +6,7 @@ skipped without history, and any failure or malformed output falls back to the r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import Any
@@ -18,6 +19,7 @@ from gateway.settings import OFFLINE_MODEL, BotSettings
 log = structlog.get_logger("gateway.rewrite")
 
 MAX_QUERIES = 4
+REWRITE_DEADLINE_SECONDS = 10.0
 HISTORY_TOKEN_BUDGET = 1500  # about 4 characters a token; bounds what a rewrite call costs
 REWRITE_PROMPT = """You rewrite a customer's latest message into standalone search queries for a help-center search.
 Use the conversation only to resolve what the latest message refers to. Reply with JSON only:
@@ -64,10 +66,14 @@ class Rewriter:
             {"role": "system", "content": REWRITE_PROMPT},
             {"role": "user", "content": f"Conversation:\n{transcript}\n\nLatest message: {text}"},
         ]
+        # Offline cannot rewrite (it answers from the knowledge base), and a rewrite only improves the
+        # search: one attempt per model within REWRITE_DEADLINE_SECONDS, so a provider outage is paid
+        # by the answer call alone, not by both.
+        models = [name for name in (bot.model, *bot.fallbacks) if name != OFFLINE_MODEL]
         try:
-            result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages,
-                                              response_format=RESPONSE_FORMAT,
-                                              metadata={"bot": bot.name, "purpose": "rewrite"})
+            result = await asyncio.wait_for(self._llm.complete(
+                model=models[0], fallbacks=models[1:], messages=messages, response_format=RESPONSE_FORMAT,
+                metadata={"bot": bot.name, "purpose": "rewrite"}, retries=0), REWRITE_DEADLINE_SECONDS)
         except Exception as exc:  # a failed rewrite must never block the answer
             log.warning("rewrite.failed", bot=bot.name, error=f"{type(exc).__name__}: {exc}"[:200])
             return [text]

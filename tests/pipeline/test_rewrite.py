@@ -63,6 +63,21 @@ async def test_rewrite_failure_falls_back_to_raw_message(rig, openai_fake) -> No
     assert rig.search.calls == [[FOLLOW_UP]] and result.answered
 
 
+async def test_rewrite_makes_one_attempt_per_model_and_never_asks_offline(openai_fake) -> None:
+    """An outage is paid by the answer call, not twice: the rewrite neither retries nor falls back to
+    `offline` (which answers "I don't know…" to a rewrite prompt)."""
+    from tests.pipeline.conftest import make_rig
+
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "model": "primary", "fallbacks": ["offline"]}])
+    openai_fake.script("primary", Turn(status=503), Turn(text="Team costs $120 per user per year [2]."))
+
+    result = await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=HISTORY))
+
+    # One rewrite attempt (503, retryable, not retried), then the answer on the next scripted turn.
+    assert len(openai_fake.requests_for("primary")) == 2 and rig.search.calls == [[FOLLOW_UP]]
+    assert result.reply == "Team costs $120 per user per year [1]."
+
+
 async def test_rewrite_history_bounded_by_turns_and_tokens_without_tool_turns(rig, openai_fake) -> None:
     history = []
     for i in range(20):
