@@ -99,18 +99,20 @@ async def chat(bot: str, body: ChatRequest, request: Request):
 
 
 async def _stream(svc, message_id: int):
+    # Events first, the store only when none came for 0.5 s (an answer another replica wrote sends no
+    # event here): reading the status before each event cost a query per token, and once the answer
+    # was stored the tokens still queued were dropped.
     async with svc.bus.subscribe(message_topic(message_id)) as queue:
         deadline = asyncio.get_running_loop().time() + svc.reply_timeout
-        while True:
-            status = await _status(svc, message_id)
-            if status not in ("pending", None):
-                break
+        finished = await _status(svc, message_id) not in ("pending", None)
+        while not finished:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 break
             try:
                 event = await asyncio.wait_for(queue.get(), timeout=min(0.5, remaining))
             except asyncio.TimeoutError:
+                finished = await _status(svc, message_id) not in ("pending", None)
                 continue
             if event.get("type") == "token":
                 yield {"event": "token", "data": json.dumps({"text": event["text"]})}

@@ -100,3 +100,14 @@ async def test_app_daily_budget_spent_stops_model_calls(client, fake):
     assert len(fake.requests_for("priced")) == 1  # no model call once the budget is spent
     [escalation] = await _rows(client, Escalation, Escalation.conversation_id == second["conversation_id"])
     assert escalation.reason == BUDGET_ESCALATION
+
+
+async def test_app_sse_delivers_every_token_of_a_fast_answer(client, fake):
+    """Tokens still queued when the answer was stored were dropped (the status was read before each)."""
+    text = "The Plus plan costs $6 per month [1] or $60 per year, for one person, on every device they use."
+    fake.script("primary", Turn(text=text))
+
+    events = await chat_events(client, "acme", "sse-all", PLUS_QUESTION)
+
+    assert "".join(data["text"] for kind, data in events if kind == "token") == text
+    assert events[-1][0] == "done"
