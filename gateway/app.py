@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__, otel
 from gateway.http import admin, health, webchat, webhooks
@@ -58,11 +59,22 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     app.add_middleware(RequestContextMiddleware, metrics=svc.metrics)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if first.get("loc", ())[:1] == ("body",) and content_type not in ("application/json", ""):
+            return JSONResponse({"error": f"send JSON (Content-Type: application/json), not {content_type!r}"},
+                                status_code=415)
+        if first.get("type") == "missing" and not where:
+            return JSONResponse({"error": "a JSON body is required"}, status_code=422)
         return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}" if where
                              else first.get("msg", "invalid request")}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # The same {"error": …} shape as every other error ("There was an error parsing the body").
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     app.include_router(health.router)
     app.include_router(webchat.router)

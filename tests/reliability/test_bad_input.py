@@ -351,3 +351,15 @@ async def test_web_session_ids_and_message_ids_never_collide_or_overflow(env):
     assert (await client.post(WEB, json={"session_id": "carol\n", "text": "hi"})).status_code == 422
     huge = 2**63
     assert (await client.get(f"/v1/bots/acme/sessions/carol/messages?after={huge}")).status_code == 422
+
+
+@pytest.mark.parametrize(("body", "content_type", "status", "says"), [
+    (b"session_id=a&text=hello", "application/x-www-form-urlencoded", 415, "Content-Type: application/json"),
+    (b'{"session_id": "a", "text": "hi"}', "text/plain", 415, "Content-Type: application/json"),
+    (b"", "application/json", 422, "a JSON body is required"),
+    (b'{"session_id": "a", "text": "\xff\xfe"}', "application/json", 400, "parsing the body"),
+], ids=["form", "text-plain", "empty", "not-utf8"])
+async def test_webchat_bad_bodies_say_what_is_wrong_in_the_usual_shape(env, body, content_type, status, says):
+    client, _ = env
+    response = await client.post(WEB, content=body, headers={"content-type": content_type})
+    assert response.status_code == status and says in response.json()["error"], response.text
