@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 from gateway.cli_output import print_misses, print_reports, progress_bar
-from gateway.errors import ConfigError, GatewayError, IndexBusy
+from gateway.errors import ConfigError, GatewayError, IndexBusy, UnknownBot
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_set_webhook(args))
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    except UnknownBot as exc:  # `chat --bot`, `telegram set-webhook --bot`: a typo, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     except GatewayError as exc:
         print(f"error: {exc}", file=sys.stderr)

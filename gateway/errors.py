@@ -12,6 +12,7 @@
     ├── LLMError                    every model in the chain failed
     ├── RetrievalError              the vector index is unavailable
     └── IndexBusy                   the Qdrant folder is held by another process
+    UnknownBot (a KeyError)         no bot of that name in the config
 
 Adapters translate SDK exceptions into these at the boundary; only the top of the worker
 catches broadly.
@@ -76,3 +77,14 @@ class RetrievalError(GatewayError):
 
 class IndexBusy(RetrievalError):
     """Qdrant local mode: the storage folder is held by another process."""
+
+
+class UnknownBot(KeyError):
+    """No bot of that name is configured; `str()` says which ones are."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(name)
+        self.name, self.known = name, known
+
+    def __str__(self) -> str:
+        return f"unknown bot {self.name!r} (configured: {', '.join(self.known) or 'none'})"

@@ -34,7 +34,7 @@ from gateway.config_file import (
     read_config,
     resolve_config_path,
 )
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, UnknownBot
 
 __all__ = [
     "OFFLINE_MODEL", "SECRET_KEYS", "PLACEHOLDER_SECRETS",
@@ -331,11 +331,11 @@ class Settings(BaseSettings):
         return self
 
     def bot(self, name: str) -> BotSettings:
-        """The bot called `name`; KeyError when unknown."""
+        """The bot called `name`; `UnknownBot` (a KeyError) when there is none."""
         for bot in self.bots:
             if bot.name == name:
                 return bot
-        raise KeyError(name)
+        raise UnknownBot(name, [b.name for b in self.bots])
 
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:

@@ -75,6 +75,9 @@ def test_an_unknown_bot_is_the_same_error_locally_and_through_the_server(tmp_pat
         thread.join(30)
     assert "held by the running server" in remote.stderr  # it really went through the server
     assert remote.returncode == 2 and remote.stderr.strip().splitlines()[-1] == "error: unknown bot 'nope'"
+    # Other commands that take --bot say it as plainly (chat printed a KeyError traceback).
+    chat = _run("chat", "--config", str(config), "--bot", "nope")
+    assert chat.returncode == 2 and chat.stderr.strip() == "error: unknown bot 'nope' (configured: acme)"
 
 
 def _wait_healthy(port: int, timeout: float = 120) -> None:
