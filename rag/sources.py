@@ -249,8 +249,13 @@ async def _sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, erro
     child that fails lands in `errors` so the healthy children's pages still load."""
     is_index, locs = await _fetch_sitemap(url, client=client)
     if not is_index:
+        if len(locs) > MAX_SITEMAP_URLS:
+            log.warning("sitemap %s lists %d pages; only the first %d are ingested", url, len(locs), MAX_SITEMAP_URLS,
+                        extra={"sitemap": url, "pages": len(locs), "cap": MAX_SITEMAP_URLS})
         return locs[:MAX_SITEMAP_URLS]
     if depth >= 2:
+        log.warning("sitemap index %s is nested more than two deep; its sitemaps are not read", url,
+                    extra={"sitemap": url})
         return []
     pages: list[str] = []
     for child in locs:
@@ -260,6 +265,8 @@ async def _sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, erro
             log.warning("child sitemap failed: %s: %s", child, exc, extra={"sitemap": child, "error": str(exc)})
             errors.append((child, str(exc)))
         if len(pages) >= MAX_SITEMAP_URLS:
+            log.warning("sitemap index %s reached %d pages; the rest are not ingested", url, MAX_SITEMAP_URLS,
+                        extra={"sitemap": url, "cap": MAX_SITEMAP_URLS})
             break
     return pages[:MAX_SITEMAP_URLS]
 
