@@ -11,7 +11,8 @@
     │   └── RecipientUnreachable    the recipient cannot be reached (blocked, outside a window)
     ├── LLMError                    every model in the chain failed
     ├── RetrievalError              the vector index is unavailable
-    └── IndexBusy                   the Qdrant folder is held by another process
+    ├── IndexBusy                   the Qdrant folder is held by another process
+    └── SourceError                 a whole knowledge source could not be loaded
     UnknownBot (a KeyError)         no bot of that name in the config
 
 Adapters translate SDK exceptions into these at the boundary; only the top of the worker
@@ -88,3 +89,7 @@ class UnknownBot(KeyError):
 
     def __str__(self) -> str:
         return f"unknown bot {self.name!r} (configured: {', '.join(self.known) or 'none'})"
+
+
+class SourceError(GatewayError):
+    """A whole source could not be loaded (missing folder, unreachable sitemap)."""

@@ -2,6 +2,8 @@
 search with a relevance gate, ingest incrementally, and evaluate retrieval.
 
     sources.py     directory / urls / sitemap  → Document (HTML and PDF as Markdown)
+    crawl.py       robots.txt (RFC 9309), sitemap listings, what a failed fetch says
+    decoding.py    bytes → text: BOM, declared charset, UTF-8, a legacy charset; binary refused
     pdf.py         a PDF's headings and paragraphs from its layout (font sizes, line gaps)
     chunking.py    Document                    → Chunk (heading path, token budget, stable id)
     blocks.py      a document's blocks: headings, paragraphs, list items, code fences, tables

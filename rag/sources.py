@@ -8,9 +8,8 @@ URL, broken PDF, binary content) is recorded in `LoadResult.errors` with its URL
 rest still load (ingest then keeps that document's previous chunks). Text is decoded by
 `rag.decoding`: BOM, declared charset, UTF-8, then a legacy charset.
 
-Sitemaps (XML, gzipped XML or plain text, one URL a line) honour robots.txt (user agent
-`USER_AGENT`) as RFC 9309 says: a 4xx robots.txt means no rules, a 5xx or no answer means
-disallow all. An explicit `urls` list is the owner's own choice of pages, so it is fetched as given.
+Sitemaps honour robots.txt (`rag.crawl`, which lists their pages). An explicit `urls` list is the
+owner's own choice of pages, so it is fetched as given.
 
 Pages are fetched conditionally when the last fetch left validators (`ETag`, `Last-Modified`): a
 `304 Not Modified` lands in `LoadResult.not_modified` and ingest keeps that page's chunks, so a
@@ -20,35 +19,27 @@ scheduled run over an unchanged site downloads almost nothing.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urljoin, urlsplit
-from urllib.robotparser import RobotFileParser
+from urllib.parse import urlsplit
 
 import httpx
-from lxml import etree
 
-from gateway.errors import GatewayError
+from gateway.errors import SourceError
 from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
+from rag.crawl import USER_AGENT, describe, robots_rules, sitemap_urls
 from rag.decoding import decode_text
 
 log = logging.getLogger(__name__)
 
-USER_AGENT = "bot-gateway-ingest/0.1"
 TIMEOUT = httpx.Timeout(15.0, connect=5.0)
-MAX_SITEMAP_URLS = 5000
 MAX_CONCURRENCY = 4
 Format = Literal["markdown", "text", "html", "pdf"]
 _SUFFIXES: dict[str, Format] = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".html": "html", ".htm": "html", ".pdf": "pdf"}
-
-
-class SourceError(GatewayError):
-    """A whole source could not be loaded (missing folder, unreachable sitemap)."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +104,7 @@ async def load_directory(path: Path) -> LoadResult:
         try:
             doc = await asyncio.to_thread(_read_file, file, doc_id)
         except Exception as exc:  # one unreadable file must not stop the others
-            message = _describe(exc)
+            message = describe(exc)
             log.warning("source file failed: %s: %s", doc_id, message, extra={"doc_id": doc_id, "error": message})
             result.errors.append((doc_id, message))
             continue
@@ -158,7 +149,7 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                 return replace(_from_response(url, response), etag=response.headers.get("etag"),
                                last_modified=response.headers.get("last-modified"))
             except Exception as exc:  # HTTP error, malformed URL, broken PDF, binary body: this page only
-                message = _describe(exc, client.timeout)
+                message = describe(exc, client.timeout)
                 log.warning("source url failed: %s: %s", url, message, extra={"url": url, "error": message})
                 return (url, message)
 
@@ -187,9 +178,9 @@ def _conditional_headers(validators: tuple[str | None, str | None] | None) -> di
 async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Validators | None = None) -> LoadResult:
     """Pages listed by a sitemap (or sitemap index), minus those robots.txt disallows. A child
     sitemap that fails is recorded as an error and the pages of the others still load."""
-    robots = await _robots(url, client=client)
+    robots = await robots_rules(url, client=client)
     sitemap_errors: list[tuple[str, str]] = []
-    pages = await _sitemap_urls(url, client=client, depth=0, errors=sitemap_errors)
+    pages = await sitemap_urls(url, client=client, depth=0, errors=sitemap_errors)
     allowed = [p for p in pages if robots is None or robots.can_fetch(USER_AGENT, p)]
     skipped = len(pages) - len(allowed)
     if skipped:
@@ -220,102 +211,6 @@ class _Borrowed:
 
     async def __aexit__(self, *exc: object) -> None:
         return None
-
-
-async def _robots(url: str, *, client: httpx.AsyncClient) -> RobotFileParser | None:
-    """The site's robots.txt rules; None when it has none (any 4xx, RFC 9309 §2.3.1.3).
-
-    A 5xx or no answer means disallow all (§2.3.1.4). That raises `SourceError` rather than returning
-    an empty crawl, so that a passing outage fails the run and ingest keeps the pages it has.
-    """
-    parts = urlsplit(url)
-    robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
-    refusal = f"not crawling sitemap {url}: RFC 9309 reads this as disallow all"
-    try:
-        response = await client.get(robots_url, follow_redirects=True)
-    except httpx.HTTPError as exc:
-        raise SourceError(f"robots.txt {robots_url} could not be fetched ({_describe(exc, client.timeout)}); {refusal}") from None
-    if response.status_code >= 500:
-        raise SourceError(f"robots.txt {robots_url} answered {response.status_code}; {refusal}")
-    if response.status_code >= 400:
-        return None
-    parser = RobotFileParser(robots_url)
-    parser.parse(response.text.splitlines())
-    return parser
-
-
-async def _sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, errors: list[tuple[str, str]]) -> list[str]:
-    """Page URLs of a sitemap, following an index. The top sitemap failing raises `SourceError`; a
-    child that fails lands in `errors` so the healthy children's pages still load."""
-    is_index, locs = await _fetch_sitemap(url, client=client)
-    if not is_index:
-        if len(locs) > MAX_SITEMAP_URLS:
-            log.warning("sitemap %s lists %d pages; only the first %d are ingested", url, len(locs), MAX_SITEMAP_URLS,
-                        extra={"sitemap": url, "pages": len(locs), "cap": MAX_SITEMAP_URLS})
-        return locs[:MAX_SITEMAP_URLS]
-    if depth >= 2:
-        log.warning("sitemap index %s is nested more than two deep; its sitemaps are not read", url,
-                    extra={"sitemap": url})
-        return []
-    pages: list[str] = []
-    for child in locs:
-        try:
-            pages.extend(await _sitemap_urls(child, client=client, depth=depth + 1, errors=errors))
-        except SourceError as exc:
-            log.warning("child sitemap failed: %s: %s", child, exc, extra={"sitemap": child, "error": str(exc)})
-            errors.append((child, str(exc)))
-        if len(pages) >= MAX_SITEMAP_URLS:
-            log.warning("sitemap index %s reached %d pages; the rest are not ingested", url, MAX_SITEMAP_URLS,
-                        extra={"sitemap": url, "cap": MAX_SITEMAP_URLS})
-            break
-    return pages[:MAX_SITEMAP_URLS]
-
-
-async def _fetch_sitemap(url: str, *, client: httpx.AsyncClient) -> tuple[bool, list[str]]:
-    """(is a sitemap index, the URLs it lists) of one sitemap file."""
-    try:
-        response = await client.get(url, follow_redirects=True)
-        response.raise_for_status()
-        body = response.content
-        if body[:2] == b"\x1f\x8b":
-            body = gzip.decompress(body)
-    except (httpx.HTTPError, httpx.InvalidURL, OSError, EOFError) as exc:  # OSError, EOFError: bad gzip
-        raise SourceError(f"sitemap {url} could not be fetched: {_describe(exc, client.timeout)}") from None
-    if not body.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
-        return False, _text_sitemap(url, body)
-    try:
-        parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
-        root = etree.fromstring(body, parser=parser)
-    except etree.XMLSyntaxError as exc:
-        raise SourceError(f"sitemap {url} is not valid XML: {exc}") from None
-    locs = [urljoin(url, (el.text or "").strip()) for el in root.iter("{*}loc") if (el.text or "").strip()]
-    return etree.QName(root).localname == "sitemapindex", locs
-
-
-def _text_sitemap(url: str, body: bytes) -> list[str]:
-    """The URLs of a plain-text sitemap: one absolute http(s) URL a line (sitemaps.org)."""
-    lines = [line.strip() for line in body.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()]
-    urls = [line for line in lines if line]
-    if not urls or not all(u.startswith(("http://", "https://")) for u in urls):
-        raise SourceError(f"sitemap {url} is neither XML nor a plain-text list of URLs")
-    return urls
-
-
-def _describe(exc: BaseException, timeout: httpx.Timeout | None = None) -> str:
-    """`Type: message` of an error. A timeout names the limit it hit: httpx's own message is often empty."""
-    name = type(exc).__name__
-    limit = _timeout_limit(exc, timeout)
-    if limit is not None:
-        return f"{name} after {limit:g}s"
-    return f"{name}: {exc}" if str(exc) else name
-
-
-def _timeout_limit(exc: BaseException, timeout: httpx.Timeout | None) -> float | None:
-    if timeout is None or not isinstance(exc, httpx.TimeoutException):
-        return None
-    limits = {httpx.ConnectTimeout: timeout.connect, httpx.ReadTimeout: timeout.read,
-              httpx.WriteTimeout: timeout.write, httpx.PoolTimeout: timeout.pool}
-    return next((value for kind, value in limits.items() if isinstance(exc, kind)), None)
 
 
 def _read_file(file: Path, doc_id: str) -> Document:
