@@ -32,17 +32,17 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import select
-from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
+from rag.document_rows import TITLE_MAX, storable, store_key, url_of, validators_of
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.ingest_runs import IngestReport, clean_text, record_run, start_run
+from rag.ingest_runs import IngestReport, describe, record_run, start_run
 from rag.knowledge_index import KnowledgeIndex
 from rag.points import index_points
 from rag.sources import Document, Validators, load_source
@@ -60,11 +60,6 @@ it. Chosen on bench/ (s10, stici) among 256/384/512 × first-window/mean: see be
 
 Progress = Callable[[int, int], None]
 
-# Column sizes of `storage.models.Document`, read from the model so the two cannot drift apart.
-_DOC_ID_MAX = DocumentRow.__table__.c.doc_id.type.length
-_TITLE_MAX = DocumentRow.__table__.c.title.type.length
-_URL_MAX = DocumentRow.__table__.c.url.type.length
-ERROR_MAX_CHARS = 500
 
 
 @dataclass
@@ -217,7 +212,7 @@ class Ingestor:
             content_hash = self._hash(doc)
             if row is not None and row.content_hash == content_hash and not rebuild:
                 report.unchanged += len(row.chunk_ids)
-                if (row.etag, row.last_modified) != _validators_of(doc):
+                if (row.etag, row.last_modified) != validators_of(doc):
                     revalidated.append((row, doc))
             # In a thread: a long document takes a while to chunk (its tokens are counted), and ingest
             # runs inside the server, whose event loop must keep answering meanwhile.
@@ -316,7 +311,7 @@ class Ingestor:
     async def _write_rows(self, bot: str, source: str, pending: list[_Pending]) -> None:
         async with self.sessions() as session:
             for p in pending:
-                etag, last_modified = _validators_of(p.doc)
+                etag, last_modified = validators_of(p.doc)
                 if p.row is None:
                     session.add(
                         DocumentRow(
@@ -325,8 +320,8 @@ class Ingestor:
                             doc_id=p.doc.doc_id,
                             content_hash=p.content_hash,
                             chunk_ids=[c.chunk_id for c in p.chunks],
-                            title=p.doc.title[:_TITLE_MAX],
-                            url=_url_of(p.doc),
+                            title=p.doc.title[:TITLE_MAX],
+                            url=url_of(p.doc),
                             etag=etag,
                             last_modified=last_modified,
                         )
@@ -335,8 +330,8 @@ class Ingestor:
                 row = await session.merge(p.row)
                 row.content_hash = p.content_hash
                 row.chunk_ids = [c.chunk_id for c in p.chunks]
-                row.title = p.doc.title[:_TITLE_MAX]
-                row.url = _url_of(p.doc)
+                row.title = p.doc.title[:TITLE_MAX]
+                row.url = url_of(p.doc)
                 row.etag, row.last_modified = etag, last_modified
             await session.commit()
 
@@ -357,7 +352,7 @@ class Ingestor:
         async with self.sessions() as session:
             for row, doc in revalidated:
                 row = await session.merge(row)
-                row.etag, row.last_modified = _validators_of(doc)
+                row.etag, row.last_modified = validators_of(doc)
             await session.commit()
 
     async def _delete_missing(self, bot: str, gone: list[DocumentRow], report: IngestReport) -> None:
@@ -379,51 +374,8 @@ class Ingestor:
         return digest.hexdigest()
 
 
-def _validators_of(doc: Document) -> tuple[str | None, str | None]:
-    """A document's HTTP validators as stored: one too long for its column is dropped (that page is
-    then fetched in full each time)."""
-    etag = doc.etag if doc.etag and len(doc.etag) <= 512 else None
-    last_modified = doc.last_modified if doc.last_modified and len(doc.last_modified) <= 64 else None
-    return etag, last_modified
-
-
-
-def describe(exc: BaseException) -> str:
-    """`Type: message` of an error, short enough for a run's error list. A database error gives the
-    driver's message, not SQLAlchemy's, which repeats the whole statement and its parameters."""
-    if isinstance(exc, StatementError) and exc.orig is not None:
-        exc = exc.orig
-    if isinstance(exc, asyncio.CancelledError):
-        return "cancelled before it finished"
-    message = " ".join(str(exc).split())
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"
-
-
 def _document_failed(bot: str, source: str, doc_id: str, exc: Exception, report: IngestReport) -> None:
     """Record one document's failure as an error of the run, and log it with the document's id."""
     error = describe(exc)
     report.errors.append(f"{doc_id}: {error}")
     log.warning("ingest document failed", extra={"bot": bot, "source": source, "document": doc_id, "error": error})
-
-
-def store_key(doc_id: str) -> str:
-    """The id a document is stored under: its own when it fits the column, else a prefix of it and
-    its hash (stable from run to run, so the document is still found, updated and deleted)."""
-    doc_id = clean_text(doc_id)
-    if len(doc_id) <= _DOC_ID_MAX:
-        return doc_id
-    digest = hashlib.sha256(doc_id.encode("utf-8")).hexdigest()
-    return f"{doc_id[: _DOC_ID_MAX - len(digest) - 1]}#{digest}"
-
-
-def storable(doc: Document) -> Document:
-    """The document with what goes to the store (and to the chunks) cleaned: see `clean_text`."""
-    return replace(doc, doc_id=store_key(doc.doc_id), title=clean_text(doc.title), text=doc.text.replace("\x00", ""),
-                   url=clean_text(doc.url) if doc.url else doc.url)
-
-
-def _url_of(doc: Document) -> str | None:
-    """The URL as stored: one too long for its column is left out (a cut URL would be a wrong one;
-    the chunks keep the whole URL for citations)."""
-    return doc.url if doc.url and len(doc.url) <= _URL_MAX else None

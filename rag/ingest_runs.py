@@ -6,11 +6,16 @@ and is filled in with the report's counts and status when it ends: ok, partial o
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import asdict, dataclass, field
 
+from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from rag.document_rows import clean_text
 from storage.models import IngestRun
+
+ERROR_MAX_CHARS = 500
 
 
 @dataclass
@@ -65,10 +70,13 @@ async def record_run(
         await session.commit()
 
 
-def clean_text(text: str) -> str:
-    """`text` as a database can hold it: without NUL bytes (PostgreSQL refuses them in text) and
-    without lone surrogates (no UTF-8 for them; a file name that is not UTF-8 decodes to some)."""
-    text = text.replace("\x00", "")
-    if text.isascii():
-        return text
-    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+def describe(exc: BaseException) -> str:
+    """`Type: message` of an error, short enough for a run's error list. A database error gives the
+    driver's message, not SQLAlchemy's, which repeats the whole statement and its parameters."""
+    if isinstance(exc, StatementError) and exc.orig is not None:
+        exc = exc.orig
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled before it finished"
+    message = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"

@@ -96,7 +96,7 @@ def test_crash_restart_answers_every_stored_message_exactly_once(tmp_path):
         with engine.connect() as conn:
             stored = conn.execute(select(Message.external_id, Message.status).where(Message.direction == "in")
                                   .order_by(Message.id)).all()
-        assert [tuple(r) for r in stored] == [("m1", "pending"), ("m2", "pending")]
+        assert [tuple(r) for r in stored] == [("crash/m1", "pending"), ("crash/m2", "pending")]  # web ids are session/message_id
 
         server = _serve(config, port)
         try:
