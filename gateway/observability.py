@@ -35,7 +35,7 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     # `extra=` fields: a plain Formatter dropped them ("ingest done" without its counts) and wrote
     # text lines into a JSON log.
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder()],
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder(), _drop_record_noise],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.format_exc_info,
                     _redact, renderer],
     ))
@@ -87,6 +87,17 @@ def _redact(_logger, _name, event_dict):
     for key, value in list(event_dict.items()):
         if isinstance(value, str):
             event_dict[key] = redact(value)
+    return event_dict
+
+
+# Attributes libraries set on every record, not fields of the line: uvicorn's ANSI-coloured copy of
+# the message, and LiteLLM's marker object.
+_RECORD_NOISE = frozenset({"color_message", "litellm_redacted"})
+
+
+def _drop_record_noise(_logger, _name, event_dict):
+    for key in _RECORD_NOISE & event_dict.keys():
+        del event_dict[key]
     return event_dict
 
 
