@@ -19,6 +19,7 @@ scheduled run over an unchanged site downloads almost nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from dataclasses import dataclass, field, replace
@@ -258,12 +259,25 @@ def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, 
     import trafilatura
 
     options = dict(output_format="markdown", include_tables=True, include_formatting=True, include_links=False)
-    text = trafilatura.extract(html, url=url, favor_recall=True, **options)
+    text = trafilatura.extract(html, url=url, favor_recall=True, config=_short_pages_config(), **options)
     if not text:
         # Very short pages fall under trafilatura's main-text heuristics; take the body as it is.
         text = trafilatura.html2txt(html) or ""
     meta = trafilatura.extract_metadata(html, default_url=url)
     return (meta.title if meta and meta.title else None), text
+
+
+@functools.cache
+def _short_pages_config():
+    """trafilatura's settings with its minimum sizes at 1. Under its defaults a short page (opening
+    hours, a contact page: typical support content) is below the minimum, and trafilatura falls
+    back to the whole body: header and navigation text kept, headings lost."""
+    from trafilatura.settings import use_config
+
+    config = use_config()
+    for key in ("MIN_EXTRACTED_SIZE", "MIN_OUTPUT_SIZE", "MIN_EXTRACTED_COMM_SIZE", "MIN_OUTPUT_COMM_SIZE"):
+        config.set("DEFAULT", key, "1")
+    return config
 
 
 def pdf_text(data: bytes) -> tuple[str | None, str]:

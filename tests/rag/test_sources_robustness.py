@@ -207,3 +207,13 @@ async def test_a_symlinked_folder_is_read_once_even_with_a_link_back_up(tmp_path
     (shared / "loop").symlink_to(kb, target_is_directory=True)  # a link back up must not loop
     ids = sorted(d.doc_id for d in (await load_directory(kb)).documents)
     assert ids == ["linked/faq.md"]
+
+
+async def test_a_short_html_page_keeps_its_heading_and_drops_the_navigation(tmp_path):
+    """Under trafilatura's minimum size the whole body came back: header and menu in, heading lost."""
+    (tmp_path / "hours.html").write_text(
+        "<html><head><title>Opening hours - Acme</title></head><body><header>Acme Store</header>"
+        '<nav><a href="/">Home</a> | <a href="/shop">Shop</a></nav><main><h1>Opening hours</h1>'
+        "<p>Mon-Fri 9-17.</p></main><footer>Imprint</footer></body></html>")
+    [doc] = (await load_directory(tmp_path)).documents
+    assert doc.text.strip() == "# Opening hours\n\nMon-Fri 9-17."
