@@ -275,11 +275,7 @@ async def test_whatsapp_twilio_nul_byte_fixture_is_stored_once_without_the_nul(e
 async def test_webhook_nul_byte_in_json_text_is_never_5xx_and_stored_at_most_once(env, channel):
     client, services = env
     text = "before\u0000after"
-    request, external_id = {
-        "telegram": (telegram_request(telegram_update(880001, text)), "880001"),
-        "slack": (slack_request(slack_event("EvNUL00001", text)), "EvNUL00001"),
-        "discord": (discord_request(discord_ask("1488000000000000001", text)), "1488000000000000001"),
-    }[channel]
+    request, external_id = _signed_text(channel, text, 1)
     for _ in range(2):
         response = await client.post(WEBHOOKS[channel], **request)
         assert response.status_code < 500
@@ -287,6 +283,15 @@ async def test_webhook_nul_byte_in_json_text_is_never_5xx_and_stored_at_most_onc
     assert stored == (1 if response.status_code == 200 else 0)
     if stored:
         assert all("\x00" not in t for t in await _texts(services, channel, external_id))
+
+
+def _signed_text(channel: str, text: str, n: int) -> tuple[dict, str]:
+    """A validly signed text message on a webhook channel, as request kwargs, and its external id."""
+    return {
+        "telegram": (telegram_request(telegram_update(880000 + n, text)), str(880000 + n)),
+        "slack": (slack_request(slack_event(f"EvTXT{n:05d}", text)), f"EvTXT{n:05d}"),
+        "discord": (discord_request(discord_ask(f"14880000000000{n:05d}", text)), f"14880000000000{n:05d}"),
+    }[channel]
 
 
 async def _texts(services, channel: str, external_id: str) -> list[str]:
@@ -304,13 +309,12 @@ async def test_a_lone_surrogate_is_stored_as_a_replacement_character_not_a_500(e
     """"\\ud800" is valid JSON but not UTF-8: the insert failed with a 500, and platforms retry a 5xx."""
     client, services = env
     text = "bad \ud800 surrogate"
-    request, external_id = {
-        "telegram": (telegram_request(telegram_update(880101, text)), "880101"),
-        "slack": (slack_request(slack_event("EvSUR00001", text)), "EvSUR00001"),
-        "discord": (discord_request(discord_ask("1488000000000000101", text)), "1488000000000000101"),
-        "web": ({"content": json.dumps({"session_id": "surrogate", "text": text, "message_id": "s-1"}).encode(),
-                 "headers": {"content-type": "application/json"}}, "surrogate/s-1"),
-    }[channel]
+    if channel == "web":
+        request = {"content": json.dumps({"session_id": "surrogate", "text": text, "message_id": "s-1"}).encode(),
+                   "headers": {"content-type": "application/json"}}
+        external_id = "surrogate/s-1"
+    else:
+        request, external_id = _signed_text(channel, text, 101)
     response = await client.post(WEB if channel == "web" else WEBHOOKS[channel], **request)
     assert response.status_code in (200, 202), response.text
     assert await _texts(services, channel, external_id) == ["bad \ufffd surrogate"]
