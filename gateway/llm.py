@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,12 +104,15 @@ class LLMRouter:
         *,
         timeout: float = 60.0,
         retry: RetryPolicy | None = None,
+        cooldown: float = 0.0,
     ) -> None:
         register_offline_provider()
         # LiteLLM prints a "Give Feedback" banner on every error; our logs carry the story instead.
         litellm.suppress_debug_info = True
         self._timeout = timeout
         self._retry = retry or RetryPolicy()
+        self._cooldown = cooldown
+        self._cooling_until: dict[str, float] = {}  # model -> monotonic time it may be tried first again
         model_list = list(model_list)
         if not any(m["model_name"] == OFFLINE_MODEL for m in model_list):
             # The keyless default is always there, so any chain can end on it.
@@ -152,11 +156,13 @@ class LLMRouter:
         if unknown:
             raise LLMError(f"unknown model(s): {', '.join(unknown)}")
         errors: list[str] = []
-        for name in chain:
+        for name in self._order(chain):
             attempts = (self._retry.num_retries if retries is None else retries) + 1
             for attempt in range(attempts):
                 try:
-                    return await self._call(name, messages, tools, tool_choice, on_token, metadata, response_format)
+                    result = await self._call(name, messages, tools, tool_choice, on_token, metadata, response_format)
+                    self._cooling_until.pop(name, None)
+                    return result
                 except _CallbackError as exc:
                     raise exc.original from None
                 except _StreamFailed as exc:
@@ -178,9 +184,21 @@ class LLMRouter:
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
                 log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
                 if not retryable or attempt == attempts - 1:
+                    if retryable and self._cooldown > 0:  # the provider is failing, not this request
+                        self._cooling_until[name] = time.monotonic() + self._cooldown
+                        log.warning("llm.cooling_down", model=name, seconds=self._cooldown)
                     break
                 await asyncio.sleep(self._retry.delay(attempt, error))
         raise LLMError("every model failed: " + "; ".join(errors))
+
+    def _order(self, chain: list[str]) -> list[str]:
+        """The chain with models that are cooling down after a failure moved to its end: tried only
+        when every other model failed too, so an outage is not waited out on every message."""
+        now = time.monotonic()
+        cooling = [name for name in chain if self._cooling_until.get(name, 0.0) > now]
+        if cooling:
+            log.info("llm.skipping_cooling_models", models=cooling)
+        return [name for name in chain if name not in cooling] + cooling
 
     async def _call(
         self,

@@ -215,6 +215,9 @@ class LLMSettings(_Strict):
     num_retries: int = Field(default=2, ge=0, le=10)
     backoff_base: float = Field(default=0.5, ge=0.0)
     backoff_max: float = Field(default=8.0, ge=0.0)
+    # After a model failed every attempt of a call (timeouts, 429, 5xx), calls in the next this many
+    # seconds start at the next model of their chain instead of waiting out its retries again. 0: off.
+    cooldown_seconds: float = Field(default=30.0, ge=0.0)
 
 
 class RateLimitSettings(_Strict):

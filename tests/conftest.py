@@ -102,11 +102,15 @@ async def migrated_url(database_url):
 def write_config(tmp_path: Path, *, database_url: str | None = None, bots: list[dict] | None = None,
                  **top) -> Path:
     """Write a config.yaml for a test and return its path."""
+    # No model cooldown unless a test sets one: tests that share an app script a failing model in
+    # one test and a working one in the next (the cooldown has tests of its own).
+    llm = {"cooldown_seconds": 0, **top.pop("llm", {})}
     data = {
         "database_url": database_url or f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}",
         "qdrant": {"path": str(tmp_path / "qdrant")},
         "worker": {"lease_seconds": 3, "poll_interval": 0.2, "reply_timeout": 30},
         "log_level": "WARNING",
+        "llm": llm,
         "bots": bots if bots is not None else [{"name": "acme", "channels": {"web": {}}}],
         **top,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -303,3 +304,31 @@ async def test_complete_passes_response_format_through(openai_fake: FakeOpenAI) 
 
     assert result.text.startswith('{"queries"')
     assert openai_fake.requests_for("primary")[0].body["response_format"] == schema
+
+
+async def test_a_failing_model_cools_down_so_the_next_call_starts_at_the_fallback(openai_fake: FakeOpenAI) -> None:
+    """During an outage each message waited out the primary's retries again before the fallback answered."""
+    openai_fake.script("primary", Turn(status=503), Turn(status=503), Turn(text="primary is back [1]."))
+    openai_fake.script("backup", Turn(text="first [1]."), Turn(text="second [1]."))
+    router = LLMRouter([fake_model(openai_fake, n) for n in ("primary", "backup")], timeout=5, retry=FAST_RETRY,
+                       cooldown=0.5)
+
+    first = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+    second = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert (first.text, second.text) == ("first [1].", "second [1].")
+    assert len(openai_fake.requests_for("primary")) == 2  # both attempts of the first call, none of the second
+    await asyncio.sleep(0.6)
+    again = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+    assert again.model_used == "primary" and again.text == "primary is back [1]."
+
+
+async def test_a_chain_that_is_all_cooling_down_is_still_tried(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(status=503), Turn(status=503), Turn(text="recovered [1]."))
+    router = LLMRouter([fake_model(openai_fake, "primary")], timeout=5, retry=FAST_RETRY, cooldown=60)
+
+    with pytest.raises(LLMError):
+        await router.complete(model="primary", messages=MESSAGES)
+    recovered = await router.complete(model="primary", messages=MESSAGES)
+
+    assert recovered.text == "recovered [1]."
