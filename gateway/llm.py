@@ -184,7 +184,9 @@ class LLMRouter:
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
                 log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
                 if not retryable or attempt == attempts - 1:
-                    if retryable and self._cooldown > 0:  # the provider is failing, not this request
+                    # The provider is failing, not this request. Only after the policy's full retries:
+                    # one 503 to a single-attempt call (the rewrite) is no outage.
+                    if retryable and self._cooldown > 0 and retries is None:
                         self._cooling_until[name] = time.monotonic() + self._cooldown
                         log.warning("llm.cooling_down", model=name, seconds=self._cooldown)
                     break

@@ -332,3 +332,16 @@ async def test_a_chain_that_is_all_cooling_down_is_still_tried(openai_fake: Fake
     recovered = await router.complete(model="primary", messages=MESSAGES)
 
     assert recovered.text == "recovered [1]."
+
+
+async def test_a_single_attempt_call_that_fails_does_not_cool_the_model_down(openai_fake: FakeOpenAI) -> None:
+    """One 503 to the rewrite (one attempt, no retries) is no outage: the answer still starts at the primary."""
+    openai_fake.script("primary", Turn(status=503), Turn(text="the answer [1]."))
+    router = LLMRouter([fake_model(openai_fake, n) for n in ("primary", "backup")], timeout=5, retry=FAST_RETRY,
+                       cooldown=60)
+
+    with pytest.raises(LLMError):
+        await router.complete(model="primary", messages=MESSAGES, retries=0)
+    answer = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert answer.model_used == "primary" and openai_fake.requests_for("backup") == []
