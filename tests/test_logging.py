@@ -23,6 +23,6 @@ def test_stdlib_records_keep_their_extra_fields_in_console_and_json(capsys) -> N
 
 def test_attributes_libraries_put_on_every_record_are_not_printed(capsys) -> None:
     configure_logging(level="INFO")
-    logging.getLogger("uvicorn.error").info("Started server process [%d]", 7, extra={"color_message": "\x1b[36m7\x1b[0m"})
+    logging.getLogger("tests.logging.uvicorn_like").info("Started server process [%d]", 7, extra={"color_message": "\x1b[36m7\x1b[0m"})
     line = capsys.readouterr().err
     assert "Started server process [7]" in line and "color_message" not in line
