@@ -69,6 +69,11 @@ def safe_url(url: str | None) -> str | None:
     return url.strip() if parts.scheme.lower() in ("http", "https") and parts.netloc else None
 
 
+def cites_an_extract(text: str, *, count: int) -> bool:
+    """Whether `text` holds a marker gate 2 keeps: a number in 1..count, alone or in a list ("[2, 9]")."""
+    return any(1 <= int(part) <= count for match in _MARKER.finditer(text) for part in match.group(1).split(","))
+
+
 def strip_invalid_markers(text: str, *, count: int) -> tuple[str, tuple[int, ...]]:
     """Remove markers outside 1..count; returns the text and the surviving numbers, first-cited first."""
     cited: list[int] = []

@@ -10,11 +10,14 @@ cost is that the first sentence appears at once rather than word by word.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 
+from gateway.pipeline.citations import cites_an_extract
+
 TokenCallback = Callable[[str], Awaitable[None]]
-_MARKER = re.compile(r"\[\s*(\d{1,4})(?:\s*,\s*\d{1,4})*\s*\]")
+MARKER_REACH = 40
+"""How much of the held text a new token is searched with: a marker may span tokens ("[1" then "]"),
+and a list ("[1, 2, 3]") is longer than one."""
 
 
 class HeldStream:
@@ -24,15 +27,19 @@ class HeldStream:
         self._on_token = on_token
         self._extracts = extracts
         self._held: list[str] = []
+        self._tail = ""  # the end of the held text, where a marker the next token completes begins
         self._released = False
 
     async def __call__(self, token: str) -> None:
         if self._released:
             await self._on_token(token)
             return
+        # Only the tail and the new token are searched: an answer that never cites costs linear time.
         self._held.append(token)
-        text = "".join(self._held)
-        if any(1 <= int(m.group(1)) <= self._extracts for m in _MARKER.finditer(text)):
+        window = self._tail + token
+        if cites_an_extract(window, count=self._extracts):
             self._released = True
-            self._held.clear()
-            await self._on_token(text)
+            held, self._held = "".join(self._held), []
+            await self._on_token(held)
+            return
+        self._tail = window[-MARKER_REACH:]

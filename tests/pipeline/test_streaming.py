@@ -62,3 +62,18 @@ async def test_tokens_are_held_until_the_text_cites_an_extract_it_was_given(rig,
 
     # [9] is not an extract (two hits): nothing goes out until [1], then all of it, then the rest as it comes.
     assert rig.tokens[0] == "Plus [9] costs $6 [1]" and "".join(rig.tokens) == "Plus [9] costs $6 [1] per month."
+
+
+async def test_a_marker_split_across_tokens_releases_the_held_text() -> None:
+    from gateway.pipeline.held_stream import HeldStream
+
+    shown: list[str] = []
+
+    async def show(token: str) -> None:
+        shown.append(token)
+
+    stream = HeldStream(show, extracts=2)
+    for token in ["Plus costs ", "$6 [", "1", "] per", " month."]:
+        await stream(token)
+
+    assert shown == ["Plus costs $6 [1] per", " month."]
