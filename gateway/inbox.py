@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,23 +13,21 @@ from gateway import otel
 from gateway.models import InboundMessage
 from gateway.pg_bridge import announce
 from storage import repositories as repo
+from storage.text import storable_text
 
 log = structlog.get_logger("gateway.inbox")
 
 
-def without_nul(message: InboundMessage) -> InboundMessage:
-    """The message as the database can store it: NUL dropped (valid in JSON strings, refused by
-    PostgreSQL text) and lone surrogates made U+FFFD ("\\ud800" is valid JSON, but not UTF-8: the
-    insert failed with a 500, and the platform retried it forever). Every string field, nested ones too."""
+def storable(message: InboundMessage) -> InboundMessage:
+    """The message as the database can store it: `storable_text` applied to every string field,
+    nested ones too (the raw payload is not stored). NUL and lone surrogates are valid JSON, and the
+    insert failed on them with a 500 that the platform retried forever."""
     return _storable(message)
-
-
-_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
 
 
 def _storable(value: Any) -> Any:
     if isinstance(value, str):
-        return _UNSTORABLE.sub(lambda m: "" if m.group() == "\x00" else "\ufffd", value) if _UNSTORABLE.search(value) else value
+        return storable_text(value)
     if isinstance(value, tuple):
         return tuple(_storable(v) for v in value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -58,7 +55,7 @@ class Inbox:
 
     async def accept(self, bot: str, message: InboundMessage) -> Accepted:
         """Store `message` for `bot` once; a repeated delivery is acknowledged but not stored again."""
-        message = without_nul(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
+        message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
         async with self._sessions() as session, session.begin():
             stored = await repo.store_inbound(session, bot=bot, message=message,
                                               traceparent=otel.current_traceparent())

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from rag.sources import Document
 from storage.models import Document as DocumentRow
+from storage.text import storable_text
 
 # Column sizes of `storage.models.Document`, read from the model so the two cannot drift apart.
 DOC_ID_MAX = DocumentRow.__table__.c.doc_id.type.length
@@ -19,19 +20,10 @@ TITLE_MAX = DocumentRow.__table__.c.title.type.length
 URL_MAX = DocumentRow.__table__.c.url.type.length
 
 
-def clean_text(text: str) -> str:
-    """`text` as a database can hold it: without NUL bytes (PostgreSQL refuses them in text) and
-    without lone surrogates (no UTF-8 for them; a file name that is not UTF-8 decodes to some)."""
-    text = text.replace("\x00", "")
-    if text.isascii():
-        return text
-    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-
-
 def store_key(doc_id: str) -> str:
     """The id a document is stored under: its own when it fits the column, else a prefix of it and
     its hash (stable from run to run, so the document is still found, updated and deleted)."""
-    doc_id = clean_text(doc_id)
+    doc_id = storable_text(doc_id)
     if len(doc_id) <= DOC_ID_MAX:
         return doc_id
     digest = hashlib.sha256(doc_id.encode("utf-8")).hexdigest()
@@ -40,8 +32,8 @@ def store_key(doc_id: str) -> str:
 
 def storable(doc: Document) -> Document:
     """The document with what goes to the store (and to the chunks) cleaned: see `clean_text`."""
-    return replace(doc, doc_id=store_key(doc.doc_id), title=clean_text(doc.title), text=doc.text.replace("\x00", ""),
-                   url=clean_text(doc.url) if doc.url else doc.url)
+    return replace(doc, doc_id=store_key(doc.doc_id), title=storable_text(doc.title), text=storable_text(doc.text),
+                   url=storable_text(doc.url) if doc.url else doc.url)
 
 
 def url_of(doc: Document) -> str | None:

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from rag.document_rows import clean_text
 from storage.models import IngestRun
+from storage.text import storable_text
 
 ERROR_MAX_CHARS = 500
 
@@ -65,7 +65,7 @@ async def record_run(
         run.updated = report.updated
         run.deleted = report.deleted
         run.unchanged = report.unchanged
-        run.errors = [clean_text(error) for error in report.errors[:100]]
+        run.errors = [storable_text(error) for error in report.errors[:100]]
         run.duration_s = report.duration_s
         await session.commit()
 

@@ -14,7 +14,6 @@ from fastapi.routing import APIRoute
 from channels.base import RawRequest
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.http.deps import error, services
-from gateway.inbox import without_nul
 from gateway.receipts import record_receipt
 
 log = structlog.get_logger("gateway.webhooks")
@@ -113,7 +112,7 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
     for reason in result.ignored:
         bound.info("webhook.ignored", reason=reason)
     for message in result.messages:
-        accepted = await svc.inbox.accept(bot, without_nul(message))
+        accepted = await svc.inbox.accept(bot, message)  # the inbox makes it storable
         counter = svc.metrics.duplicates if accepted.duplicate else svc.metrics.messages_in
         counter.labels(bot=bot, channel=channel).inc()
     for update_ in result.status_updates:
