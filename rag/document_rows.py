@@ -31,7 +31,7 @@ def store_key(doc_id: str) -> str:
 
 
 def storable(doc: Document) -> Document:
-    """The document with what goes to the store (and to the chunks) cleaned: see `clean_text`."""
+    """The document with what goes to the store (and to the chunks) cleaned: see `storage.text.storable_text`."""
     return replace(doc, doc_id=store_key(doc.doc_id), title=storable_text(doc.title), text=storable_text(doc.text),
                    url=storable_text(doc.url) if doc.url else doc.url)
 
