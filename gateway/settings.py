@@ -267,6 +267,11 @@ class BotSettings(_Strict):
             first[source.name] = j
         return sources
 
+    def language_models(self) -> list[str]:
+        """`model` and `fallbacks` without `offline`: for calls only a language model can make (a
+        rewrite, a summary), where the offline responder would answer "I don't know …"."""
+        return [name for name in dict.fromkeys((self.model, *self.fallbacks)) if name != OFFLINE_MODEL]
+
 
 class TracingSettings(_Strict):
     """Optional OpenTelemetry export (gateway/otel.py); off while `otlp_endpoint` is unset."""

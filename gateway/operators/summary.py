@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from gateway.errors import LLMError
-from gateway.settings import OFFLINE_MODEL, BotSettings
+from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.operators.summary")
 
@@ -56,7 +56,7 @@ def extractive_summary(messages: Sequence[Any], *, reason: str = "", last: int =
 async def summarize(llm, bot: BotSettings, messages: Sequence[Any], *, reason: str = "") -> dict[str, str]:
     """`{"text", "kind"}` where kind is `llm` or `extractive`."""
     fallback = {"text": extractive_summary(messages, reason=reason), "kind": "extractive"}
-    models = [name for name in (bot.model, *bot.fallbacks) if name != OFFLINE_MODEL]
+    models = bot.language_models()
     if llm is None or not models:
         return fallback
     key = (bot.name, reason, *(getattr(m, "id", None) for m in list(messages)[:1] + list(messages)[-1:]))

@@ -69,7 +69,7 @@ class Rewriter:
         # Offline cannot rewrite (it answers from the knowledge base), and a rewrite only improves the
         # search: one attempt per model within REWRITE_DEADLINE_SECONDS, so a provider outage is paid
         # by the answer call alone, not by both.
-        models = [name for name in (bot.model, *bot.fallbacks) if name != OFFLINE_MODEL]
+        models = bot.language_models()
         try:
             result = await asyncio.wait_for(self._llm.complete(
                 model=models[0], fallbacks=models[1:], messages=messages, response_format=RESPONSE_FORMAT,
