@@ -36,7 +36,7 @@ async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotFileParse
     try:
         response = await client.get(robots_url, follow_redirects=True)
     except httpx.HTTPError as exc:
-        raise SourceError(f"robots.txt {robots_url} could not be fetched ({describe(exc, client.timeout)}); {refusal}") from None
+        raise SourceError(f"robots.txt {robots_url} could not be fetched ({describe_fetch_error(exc, client.timeout)}); {refusal}") from None
     if response.status_code >= 500:
         raise SourceError(f"robots.txt {robots_url} answered {response.status_code}; {refusal}")
     if response.status_code >= 400:
@@ -82,7 +82,7 @@ async def _fetch_sitemap(url: str, *, client: httpx.AsyncClient) -> tuple[bool, 
         if body[:2] == b"\x1f\x8b":
             body = gzip.decompress(body)
     except (httpx.HTTPError, httpx.InvalidURL, OSError, EOFError) as exc:  # OSError, EOFError: bad gzip
-        raise SourceError(f"sitemap {url} could not be fetched: {describe(exc, client.timeout)}") from None
+        raise SourceError(f"sitemap {url} could not be fetched: {describe_fetch_error(exc, client.timeout)}") from None
     if not body.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
         return False, _text_sitemap(url, body)
     try:
@@ -103,7 +103,7 @@ def _text_sitemap(url: str, body: bytes) -> list[str]:
     return urls
 
 
-def describe(exc: BaseException, timeout: httpx.Timeout | None = None) -> str:
+def describe_fetch_error(exc: BaseException, timeout: httpx.Timeout | None = None) -> str:
     """`Type: message` of an error. A timeout names the limit it hit: httpx's own message is often empty."""
     name = type(exc).__name__
     limit = _timeout_limit(exc, timeout)

@@ -32,7 +32,7 @@ import httpx
 from gateway.errors import SourceError
 from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
-from rag.crawl import USER_AGENT, describe, robots_rules, sitemap_urls
+from rag.crawl import USER_AGENT, describe_fetch_error, robots_rules, sitemap_urls
 from rag.decoding import decode_text
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ async def load_directory(path: Path) -> LoadResult:
         try:
             doc = await asyncio.to_thread(_read_file, file, doc_id)
         except Exception as exc:  # one unreadable file must not stop the others
-            message = describe(exc)
+            message = describe_fetch_error(exc)
             log.warning("source file failed: %s: %s", doc_id, message, extra={"doc_id": doc_id, "error": message})
             result.errors.append((doc_id, message))
             continue
@@ -150,7 +150,7 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                 return replace(_from_response(url, response), etag=response.headers.get("etag"),
                                last_modified=response.headers.get("last-modified"))
             except Exception as exc:  # HTTP error, malformed URL, broken PDF, binary body: this page only
-                message = describe(exc, client.timeout)
+                message = describe_fetch_error(exc, client.timeout)
                 log.warning("source url failed: %s: %s", url, message, extra={"url": url, "error": message})
                 return (url, message)
 
