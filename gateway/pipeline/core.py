@@ -26,9 +26,10 @@ TEXT_ONLY_REPLY = "I can only read text messages for now. Could you type your qu
 LLM_DOWN_REPLY = ("Sorry, I can't answer right now because our assistant is unavailable. "
                   "I've asked a person from our team to help you.")
 SEARCH_DOWN_REPLY = ("Sorry, I can't look that up right now. I've asked a person from our team to help you.")
-# The web chat refuses longer texts with 413; chat platforms allow more (Slack 40,000 characters), and a
-# webhook must be acknowledged, so a longer message is stored whole and answered with this instead of
-# being searched: a question is never that long, and the text matchers need not scan megabytes.
+# The web chat refuses longer texts with 413 (`channels.web.max_message_chars`, 4,000 by default);
+# chat platforms allow more (Slack 40,000 characters), and a webhook must be acknowledged, so a longer
+# message is stored whole and answered with this instead of being searched: a question is never that
+# long. A bot whose web chat allows more gets the same limit on every channel (`_question_limit`).
 MAX_QUESTION_CHARS = 4000
 TOO_LONG_REPLY = ("That message is too long for me to read ({chars:,} characters). Could you ask your question "
                   "in fewer than {limit:,} characters?")
@@ -93,10 +94,10 @@ class Pipeline:
         text = turn.text.strip()
         if not text:
             return PipelineResult(reply=TEXT_ONLY_REPLY, answered=False)
-        if len(text) > MAX_QUESTION_CHARS:
+        limit = _question_limit(turn.bot)
+        if len(text) > limit:
             bound.info("pipeline.too_long", chars=len(text))
-            return PipelineResult(reply=TOO_LONG_REPLY.format(chars=len(text), limit=MAX_QUESTION_CHARS),
-                                  answered=False)
+            return PipelineResult(reply=TOO_LONG_REPLY.format(chars=len(text), limit=limit), answered=False)
         wanted = _asks_for_human(text, turn.bot)
         if wanted:
             return PipelineResult(reply=turn.bot.escalation.acknowledgement, escalate=f"customer asked: {wanted!r}",
@@ -159,6 +160,12 @@ class Pipeline:
     def _observe(self, stage: str, started: float) -> None:
         if self._metrics:
             self._metrics.observe_stage(stage, time.monotonic() - started)
+
+
+def _question_limit(bot: BotSettings) -> int:
+    """The longest message answered: what the bot's web chat accepts, and at least `MAX_QUESTION_CHARS`."""
+    web = bot.channels.web
+    return max(MAX_QUESTION_CHARS, web.max_message_chars) if web is not None else MAX_QUESTION_CHARS
 
 
 def _without_closing_question(text: str) -> str:

@@ -6,6 +6,7 @@ import pytest
 
 from gateway.extracts import terms
 from gateway.pipeline.core import MAX_QUESTION_CHARS
+from tests.fakes.openai_server import Turn
 from tests.pipeline.conftest import make_rig
 
 
@@ -25,3 +26,13 @@ async def test_a_message_over_the_limit_gets_a_clear_reply_without_search_or_mod
 
     assert "too long" in result.reply and f"{MAX_QUESTION_CHARS + 1:,} characters" in result.reply
     assert rig.search.calls == [] and openai_fake.requests == []
+
+
+async def test_a_web_chat_that_accepts_longer_texts_raises_the_limit_everywhere(openai_fake) -> None:
+    """The web chat let 6,000 characters in, and the pipeline then called them too long."""
+    openai_fake.script("primary", Turn(text="Plus costs $6 per month [1]."))
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "channels": {"web": {"max_message_chars": 6000}}}])
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus? " + "x" * 5000))
+
+    assert result.reply == "Plus costs $6 per month [1]." and len(rig.search.calls) == 1
