@@ -61,7 +61,6 @@ it. Chosen on bench/ (s10, stici) among 256/384/512 × first-window/mean: see be
 Progress = Callable[[int, int], None]
 
 
-
 @dataclass
 class _Pending:
     doc: Document

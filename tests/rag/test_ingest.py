@@ -119,7 +119,6 @@ async def test_ingest_failed_document_keeps_its_chunks(tmp_path, index, dense, s
     assert progress[-1][0] == progress[-1][1] == report.documents
 
 
-
 async def test_ingest_re_embeds_when_the_index_lost_its_points(tmp_path, index, dense, sparse, sessions):
     # The store still records every document as indexed (a deleted folder, a switched engine).
     source = SourceSettings(name="docs", type="directory", path=str(write_kb(tmp_path / "kb")))
