@@ -92,6 +92,9 @@ class Ingestor:
         self.max_tokens = min(max_chunk_tokens, dense.max_tokens)
         self.text_tokens = max(text_tokens, self.max_tokens)
         self.base_dir = base_dir
+        self._settings = (CHUNKER_VERSION, dense.model, str(self.max_tokens), str(self.text_tokens))
+        self.settings_hash = _digest(self._settings)
+        """What a document's chunks depend on besides its content; stored per document."""
 
     async def ingest_bot(
         self, bot: BotSettings, *, sources: list[str] | None = None, trigger: str = "manual", progress: Progress | None = None
@@ -201,7 +204,7 @@ class Ingestor:
         pending: list[_Pending] = []
         seen = {doc_id for doc_id in not_modified if doc_id in rows}
         report.unchanged += sum(len(rows[doc_id].chunk_ids) for doc_id in seen)
-        revalidated: list[tuple[DocumentRow, Document]] = []  # unchanged content, new HTTP validators
+        revalidated: list[tuple[DocumentRow, Document]] = []  # unchanged content, new validators or settings stamp
         bad: set[str] = set()  # documents of this run that could not be chunked or stored
         for done, doc in enumerate(documents, start=1):
             if doc.doc_id in seen:
@@ -211,7 +214,7 @@ class Ingestor:
             content_hash = self._hash(doc)
             if row is not None and row.content_hash == content_hash and not rebuild:
                 report.unchanged += len(row.chunk_ids)
-                if (row.etag, row.last_modified) != validators_of(doc):
+                if (row.etag, row.last_modified) != validators_of(doc) or row.settings_hash != self.settings_hash:
                     revalidated.append((row, doc))
             # In a thread: a long document takes a while to chunk (its tokens are counted), and ingest
             # runs inside the server, whose event loop must keep answering meanwhile.
@@ -323,6 +326,7 @@ class Ingestor:
                             url=url_of(p.doc),
                             etag=etag,
                             last_modified=last_modified,
+                            settings_hash=self.settings_hash,
                         )
                     )
                     continue
@@ -332,16 +336,18 @@ class Ingestor:
                 row.title = p.doc.title[:TITLE_MAX]
                 row.url = url_of(p.doc)
                 row.etag, row.last_modified = etag, last_modified
+                row.settings_hash = self.settings_hash
             await session.commit()
 
     async def _validators(self, bot: str, source: str) -> Validators:
         """The HTTP validators of this source's fetched pages, for conditional fetches. None when the
-        index is empty: those pages must be downloaded again to be re-embedded."""
+        index is empty, and none for a page chunked under other settings: those pages must be
+        downloaded again to be re-embedded."""
         if await self.index.count(bot) == 0:
             return {}
         async with self.sessions() as session:
             found = await session.execute(select(DocumentRow.doc_id, DocumentRow.etag, DocumentRow.last_modified).where(
-                DocumentRow.bot == bot, DocumentRow.source == source,
+                DocumentRow.bot == bot, DocumentRow.source == source, DocumentRow.settings_hash == self.settings_hash,
                 (DocumentRow.etag.is_not(None)) | (DocumentRow.last_modified.is_not(None))))
             return {doc_id: (etag, last_modified) for doc_id, etag, last_modified in found}
 
@@ -352,6 +358,7 @@ class Ingestor:
             for row, doc in revalidated:
                 row = await session.merge(row)
                 row.etag, row.last_modified = validators_of(doc)
+                row.settings_hash = self.settings_hash  # same content hash: made under these settings
             await session.commit()
 
     async def _delete_missing(self, bot: str, gone: list[DocumentRow], report: IngestReport) -> None:
@@ -366,11 +373,16 @@ class Ingestor:
         report.deleted += len(ids)
 
     def _hash(self, doc: Document) -> str:
-        digest = hashlib.sha256()
-        for part in (CHUNKER_VERSION, self.dense.model, str(self.max_tokens), str(self.text_tokens), doc.format, doc.title, doc.url or "", doc.text):
-            digest.update(part.encode("utf-8", "surrogatepass"))
-            digest.update(b"\x1f")
-        return digest.hexdigest()
+        return _digest((*self._settings, doc.format, doc.title, doc.url or "", doc.text))
+
+
+def _digest(parts: tuple[str, ...]) -> str:
+    """sha256 over the parts, each ended by a unit separator (so no two splits of one text collide)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x1f")
+    return digest.hexdigest()
 
 
 def _document_failed(bot: str, source: str, doc_id: str, exc: Exception, report: IngestReport) -> None:

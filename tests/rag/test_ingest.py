@@ -226,6 +226,18 @@ async def test_url_pages_are_fetched_conditionally_and_a_304_keeps_their_chunks(
         await ingestor.ingest_source("acme", source)
         assert ("/billing", 304) in site.log
 
+        # Other chunk settings: the pages' chunks were made otherwise, so a 304 must not keep them.
+        resized = Ingestor(index, counting, sparse, sessions, max_chunk_tokens=64, text_tokens=64)
+        site.log.clear()
+        site.conditional.clear()
+        counting.calls.clear()
+        rechunked = await resized.ingest_source("acme", source)
+        assert site.conditional == [] and sorted(site.log) == [("/billing", 200), ("/news", 200), ("/refunds", 200)]
+        assert rechunked.status == "ok" and counting.calls and rechunked.updated > 0
+        site.log.clear()
+        await resized.ingest_source("acme", source)  # its own validators are good again under its settings
+        assert sorted(site.log) == [("/billing", 304), ("/news", 200), ("/refunds", 304)]
+
         # An index that lost its points needs the pages themselves: no conditional fetch then.
         await index.drop("acme")
         site.log.clear()
