@@ -1,6 +1,7 @@
 """Bytes to text for knowledge files and fetched pages.
 
-A UTF-8 BOM wins and is dropped; then the declared charset (HTTP header, `<meta charset>`, XML
+A byte order mark wins and is dropped (UTF-8, or UTF-16/32 as Windows Notepad saves "Unicode" text);
+then the declared charset (HTTP header, `<meta charset>`, XML
 declaration), then UTF-8, then a legacy charset. Binary content (NUL bytes, many control or
 undecodable characters) raises `NotTextError` instead of being indexed as garbage.
 """
@@ -18,20 +19,32 @@ _XML_ENCODING = re.compile(rb"""^\s*<\?xml[^>]*encoding\s*=\s*["']([A-Za-z0-9_.:
 _JUNK = re.compile("[\x01-\x08\x0e-\x1f\x7f-\x9f\ufffd]")  # controls other than whitespace, and U+FFFD
 MAX_JUNK_RATIO = 0.02
 SNIFF_BYTES = 4096
+# UTF-32 LE's mark begins with UTF-16 LE's, so it is looked for first.
+_BOMS = (
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
 
 
 class NotTextError(ValueError):
-    """The bytes are not text in any charset we can tell (a binary file, or UTF-16/32)."""
+    """The bytes are not text in any charset we can tell (a binary file, or UTF-16/32 without a BOM)."""
 
 
 def decode_text(data: bytes, *, declared: str | None = None, markup: bool = False) -> str:
     """Text of `data`. `declared` is a charset from outside (Content-Type); `markup` also looks for
     `<meta charset>` and an XML declaration in the first bytes."""
-    if data.startswith(codecs.BOM_UTF8):  # a BOM overrides any declaration, as in browsers
-        return _checked(data[len(codecs.BOM_UTF8):].decode("utf-8", errors="replace"))
+    for bom, charset in _BOMS:  # a BOM overrides any declaration, as in browsers
+        if data.startswith(bom):
+            return _checked(data[len(bom):].decode(charset, errors="replace"))
     if b"\x00" in data:
         # ASCII text never holds NUL; UTF-16/32 text is full of them, and binary files nearly always.
-        raise NotTextError("not text: contains NUL bytes (a binary file, or UTF-16/32 text: save it as UTF-8)")
+        wide = _strict(data, declared) if declared and declared.lower().startswith(("utf-16", "utf-32", "utf16", "utf32")) else None
+        if wide is not None:
+            return _checked(wide)
+        raise NotTextError("not text: contains NUL bytes (a binary file, or UTF-16/32 text without a BOM: save it as UTF-8)")
     candidates = [declared, _sniffed_charset(data) if markup else None, "utf-8"]
     for charset in candidates:
         text = _strict(data, charset)

@@ -3,9 +3,12 @@ text in any common encoding decodes, binary content is refused, and robots.txt f
 
 from __future__ import annotations
 
+import codecs
+
 import httpx
 import pytest
 
+from rag.decoding import decode_text
 from rag.sources import SourceError, load_directory, load_sitemap, load_urls
 from tests.rag.pdfs import tiny_pdf
 
@@ -116,15 +119,29 @@ async def test_legacy_encoded_files_decode(tmp_path):
     assert result.errors == []
 
 
-async def test_binary_and_utf16_files_are_refused_with_a_reason(tmp_path):
+async def test_binary_and_unmarked_utf16_files_are_refused_with_a_reason(tmp_path):
     (tmp_path / "ok.md").write_text("# Fine\n\ntext")
-    (tmp_path / "utf16.md").write_bytes("# UTF16 notes\n\nAbout seals.".encode("utf-16"))
+    (tmp_path / "utf16.md").write_bytes("# UTF16 notes\n\nAbout seals.".encode("utf-16-le"))  # no BOM
     (tmp_path / "junk.md").write_bytes(bytes(range(1, 256)) * 8)  # no NUL byte, still binary
     result = await load_directory(tmp_path)
     assert [d.doc_id for d in result.documents] == ["ok.md"]
     errors = dict(result.errors)
     assert set(errors) == {"utf16.md", "junk.md"}
     assert "NUL bytes" in errors["utf16.md"] and "not text" in errors["junk.md"]
+
+
+async def test_utf16_and_utf32_files_with_a_bom_decode(tmp_path):
+    """Windows Notepad saves "Unicode" text as UTF-16 LE with a BOM."""
+    text = "# Seal notes\n\nSeals haul out on the ice; the café is closed.\n"
+    for name, charset in (("le.md", "utf-16"), ("be.txt", "utf-16-be"), ("wide.md", "utf-32")):
+        data = text.encode(charset)
+        if charset == "utf-16-be":
+            data = codecs.BOM_UTF16_BE + data
+        (tmp_path / name).write_bytes(data)
+    result = await load_directory(tmp_path)
+    assert result.errors == []
+    assert {d.doc_id: d.text for d in result.documents} == dict.fromkeys(["be.txt", "le.md", "wide.md"], text)
+    assert decode_text("Hi".encode("utf-16-le"), declared="utf-16le") == "Hi"  # declared by a Content-Type
 
 
 async def test_pages_decode_by_meta_charset_or_content_type_or_fallback():
