@@ -19,7 +19,7 @@ search with a relevance gate, ingest incrementally, and evaluate retrieval.
     ingest.py      Ingestor.ingest_bot / ingest_source → IngestReport (counts in chunks)
     points.py      chunks → IndexPoints (window vectors averaged, sentence vectors, BM25)
     ingest_runs.py IngestReport, and each run recorded in the store
-    document_rows.py  what a document's row can hold: its key, cleaned text, URL, HTTP validators
+    document_rows.py  DocumentRows: a source's rows in the store (key, cleaned text, URL, validators, settings)
     eval.py        evaluate(docs_dir, questions_path) → recall@k, MRR, refusal rates, per-question outcomes
     term_stats.py  BM25 document frequencies per bot: the idf behind lexical coverage (gate 1, ranking)
 """

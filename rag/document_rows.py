@@ -1,16 +1,24 @@
-"""What a document's row in the store can hold: its key, cleaned text, URL and HTTP validators.
+"""A source's document rows in the store, and what a row can hold: its key, cleaned text, URL, HTTP
+validators and the settings its chunks were made with.
 
 One odd document must not fail its source: NUL bytes (PostgreSQL refuses them) and lone surrogates
 are cleaned, an id too long for its column becomes a stable prefix and hash, and a URL or validator
-too long for its column is left out rather than cut into a wrong one.
+too long for its column is left out rather than cut into a wrong one. Rows are written in one
+transaction, or one at a time when the store refuses that, so only the row it refuses fails.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Protocol, TypeVar
 
-from rag.sources import Document
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from rag.chunking import Chunk
+from rag.sources import Document, Validators
 from storage.models import Document as DocumentRow
 from storage.text import storable_text
 
@@ -48,3 +56,92 @@ def validators_of(doc: Document) -> tuple[str | None, str | None]:
     etag = doc.etag if doc.etag and len(doc.etag) <= 512 else None
     last_modified = doc.last_modified if doc.last_modified and len(doc.last_modified) <= 64 else None
     return etag, last_modified
+
+
+class RowWrite(Protocol):
+    """What a document's row is written from: the document, its hash, its chunks, its row if any."""
+
+    doc: Document
+    content_hash: str
+    chunks: list[Chunk]
+    row: DocumentRow | None
+
+
+W = TypeVar("W", bound=RowWrite)
+
+
+class DocumentRows:
+    """The rows of one bot's source, as one ingest run reads, writes and deletes them."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], bot: str, source: str, settings_hash: str) -> None:
+        self.sessions = sessions
+        self.bot = bot
+        self.source = source
+        self.settings_hash = settings_hash
+
+    async def load(self) -> dict[str, DocumentRow]:
+        """doc_id -> row, for every document of the source."""
+        async with self.sessions() as session:
+            found = await session.scalars(
+                select(DocumentRow).where(DocumentRow.bot == self.bot, DocumentRow.source == self.source))
+            return {row.doc_id: row for row in found.all()}
+
+    async def validators(self) -> Validators:
+        """The HTTP validators of the pages chunked under the current settings (any other page must be
+        downloaded again to be re-chunked)."""
+        async with self.sessions() as session:
+            found = await session.execute(select(DocumentRow.doc_id, DocumentRow.etag, DocumentRow.last_modified).where(
+                DocumentRow.bot == self.bot, DocumentRow.source == self.source,
+                DocumentRow.settings_hash == self.settings_hash,
+                (DocumentRow.etag.is_not(None)) | (DocumentRow.last_modified.is_not(None))))
+            return {doc_id: (etag, last_modified) for doc_id, etag, last_modified in found}
+
+    async def write(self, writes: Sequence[W]) -> list[tuple[W, Exception]]:
+        """Write the rows in one transaction; if the store refuses it, again one at a time. Returns the
+        writes it refused, with why."""
+        try:
+            await self._write(writes)
+            return []
+        except Exception as exc:
+            if len(writes) == 1:
+                return [(writes[0], exc)]
+        refused = []
+        for w in writes:
+            try:
+                await self._write([w])
+            except Exception as exc:
+                refused.append((w, exc))
+        return refused
+
+    async def restamp(self, unchanged: list[tuple[DocumentRow, Document]]) -> None:
+        """Unchanged documents with new HTTP validators, or no settings stamp yet (an older row): the
+        same content hash means their chunks were made under the current settings."""
+        if not unchanged:
+            return
+        async with self.sessions() as session:
+            for row, doc in unchanged:
+                row = await session.merge(row)
+                row.etag, row.last_modified = validators_of(doc)
+                row.settings_hash = self.settings_hash
+            await session.commit()
+
+    async def delete(self, rows: list[DocumentRow]) -> None:
+        async with self.sessions() as session:
+            for row in rows:
+                await session.delete(await session.merge(row))
+            await session.commit()
+
+    async def _write(self, writes: Sequence[RowWrite]) -> None:
+        async with self.sessions() as session:
+            for w in writes:
+                row = await session.merge(w.row) if w.row is not None else DocumentRow(
+                    bot=self.bot, source=self.source, doc_id=w.doc.doc_id)
+                row.content_hash = w.content_hash
+                row.chunk_ids = [c.chunk_id for c in w.chunks]
+                row.title = w.doc.title[:TITLE_MAX]
+                row.url = url_of(w.doc)
+                row.etag, row.last_modified = validators_of(w.doc)
+                row.settings_hash = self.settings_hash
+                if w.row is None:
+                    session.add(row)
+            await session.commit()

@@ -35,12 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
-from rag.document_rows import TITLE_MAX, storable, store_key, url_of, validators_of
+from rag.document_rows import DocumentRows, storable, store_key, validators_of
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.ingest_runs import IngestReport, describe, record_run, start_run
 from rag.knowledge_index import KnowledgeIndex
@@ -189,13 +188,7 @@ class Ingestor:
         failed_ids = {store_key(doc_id) for doc_id in failed_ids or ()}
         loader_failures = bool(failed_ids)
         await self.index.ensure_collection(bot, await self.dense.probe_dim())
-        async with self.sessions() as session:
-            rows = {
-                r.doc_id: r
-                for r in (
-                    await session.scalars(select(DocumentRow).where(DocumentRow.bot == bot, DocumentRow.source == source))
-                ).all()
-            }
+        rows = await self._rows(bot, source).load()
         # Documents the store calls indexed but an empty index lacks (the folder was deleted, or the
         # engine switched): embed them again instead of skipping them as unchanged.
         rebuild = bool(rows) and await self.index.count(bot) == 0
@@ -232,9 +225,9 @@ class Ingestor:
             if progress:
                 progress(done, len(documents))
         bad |= await self._flush(bot, source, pending, report)
-        await self._store_validators(revalidated)
+        await self._rows(bot, source).restamp(revalidated)
         if delete_missing:
-            await self._delete_missing(bot, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
+            await self._delete_missing(bot, source, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
         else:
             log.warning("ingest kept pages missing from an incomplete listing", extra={"bot": bot, "source": source})
         if report.errors:
@@ -276,7 +269,7 @@ class Ingestor:
             points = await index_points(self.dense, self.sparse, source, new[start : start + FLUSH_CHUNKS])
             await self.index.upsert(bot, points)
         await self.index.delete_points(bot, [i for p in pending for i in p.stale])
-        refused = await self._store_rows(bot, source, pending)
+        refused = await self._rows(bot, source).write(pending)
         for p, exc in refused:
             _document_failed(bot, source, p.doc.doc_id, exc, report)
         # A refused document keeps its old row: its new points would be orphans nothing deletes.
@@ -293,51 +286,8 @@ class Ingestor:
                 report.deleted += len(p.stale)
         return failed
 
-    async def _store_rows(self, bot: str, source: str, pending: list[_Pending]) -> list[tuple[_Pending, Exception]]:
-        """Write the documents' rows in one transaction; if the store refuses it, again one document
-        at a time, so only the rows it refuses fail. Returns those, with why."""
-        try:
-            await self._write_rows(bot, source, pending)
-            return []
-        except Exception as exc:
-            if len(pending) == 1:
-                return [(pending[0], exc)]
-        refused = []
-        for p in pending:
-            try:
-                await self._write_rows(bot, source, [p])
-            except Exception as exc:
-                refused.append((p, exc))
-        return refused
-
-    async def _write_rows(self, bot: str, source: str, pending: list[_Pending]) -> None:
-        async with self.sessions() as session:
-            for p in pending:
-                etag, last_modified = validators_of(p.doc)
-                if p.row is None:
-                    session.add(
-                        DocumentRow(
-                            bot=bot,
-                            source=source,
-                            doc_id=p.doc.doc_id,
-                            content_hash=p.content_hash,
-                            chunk_ids=[c.chunk_id for c in p.chunks],
-                            title=p.doc.title[:TITLE_MAX],
-                            url=url_of(p.doc),
-                            etag=etag,
-                            last_modified=last_modified,
-                            settings_hash=self.settings_hash,
-                        )
-                    )
-                    continue
-                row = await session.merge(p.row)
-                row.content_hash = p.content_hash
-                row.chunk_ids = [c.chunk_id for c in p.chunks]
-                row.title = p.doc.title[:TITLE_MAX]
-                row.url = url_of(p.doc)
-                row.etag, row.last_modified = etag, last_modified
-                row.settings_hash = self.settings_hash
-            await session.commit()
+    def _rows(self, bot: str, source: str) -> DocumentRows:
+        return DocumentRows(self.sessions, bot, source, self.settings_hash)
 
     async def _validators(self, bot: str, source: str) -> Validators:
         """The HTTP validators of this source's fetched pages, for conditional fetches. None when the
@@ -345,31 +295,14 @@ class Ingestor:
         downloaded again to be re-embedded."""
         if await self.index.count(bot) == 0:
             return {}
-        async with self.sessions() as session:
-            found = await session.execute(select(DocumentRow.doc_id, DocumentRow.etag, DocumentRow.last_modified).where(
-                DocumentRow.bot == bot, DocumentRow.source == source, DocumentRow.settings_hash == self.settings_hash,
-                (DocumentRow.etag.is_not(None)) | (DocumentRow.last_modified.is_not(None))))
-            return {doc_id: (etag, last_modified) for doc_id, etag, last_modified in found}
+        return await self._rows(bot, source).validators()
 
-    async def _store_validators(self, revalidated: list[tuple[DocumentRow, Document]]) -> None:
-        if not revalidated:
-            return
-        async with self.sessions() as session:
-            for row, doc in revalidated:
-                row = await session.merge(row)
-                row.etag, row.last_modified = validators_of(doc)
-                row.settings_hash = self.settings_hash  # same content hash: made under these settings
-            await session.commit()
-
-    async def _delete_missing(self, bot: str, gone: list[DocumentRow], report: IngestReport) -> None:
+    async def _delete_missing(self, bot: str, source: str, gone: list[DocumentRow], report: IngestReport) -> None:
         if not gone:
             return
         ids = [i for row in gone for i in row.chunk_ids]
         await self.index.delete_points(bot, ids)
-        async with self.sessions() as session:
-            for row in gone:
-                await session.delete(await session.merge(row))
-            await session.commit()
+        await self._rows(bot, source).delete(gone)
         report.deleted += len(ids)
 
     def _hash(self, doc: Document) -> str:
