@@ -10,6 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from gateway.admin_client import ingest_via_server, local_url
 from gateway.cli_output import print_misses, print_reports, progress_bar
 from gateway.errors import ConfigError, GatewayError, IndexBusy, UnknownBot
 
@@ -142,13 +143,6 @@ def _db_upgrade(args) -> int:
     return 0
 
 
-def local_url(host: str, port: int) -> str:
-    """The URL a client on this machine reaches a server bound to `host:port` at (a wildcard bind
-    is reached on loopback)."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 def _safe_url(url: str) -> str:
     from sqlalchemy.engine import make_url
 
@@ -192,7 +186,7 @@ async def _ingest(args) -> int:
         try:
             await knowledge.open()
         except IndexBusy:
-            return await _ingest_via_server(args, settings)
+            return await ingest_via_server(settings, bot=args.bot, source=args.source, as_json=args.json)
         try:
             with progress_bar(as_json=args.json) as bar:
                 reports = await knowledge.ingest(bot=args.bot, source=args.source, trigger="cli", progress=bar.callback)
@@ -203,47 +197,6 @@ async def _ingest(args) -> int:
         await knowledge.close()
         await engine.dispose()
     return print_reports([r.as_dict() for r in reports], as_json=args.json)
-
-
-async def _ingest_via_server(args, settings) -> int:
-    import httpx
-
-    token_path = Path(settings.qdrant.path).parent / "admin.token"
-    url_path = token_path.with_name("admin.url")
-    if not token_path.exists():
-        print(f"error: {settings.qdrant.path} is in use by another process, and no running gateway server "
-              f"was found to ingest through ({token_path} is missing). Stop the other process and retry.",
-              file=sys.stderr)
-        return 1
-    # The server records where it listens; a server started without `gateway serve` (tests, a custom
-    # ASGI runner) does not, and then HOST/PORT say where it is.
-    url = url_path.read_text().strip() if url_path.exists() else local_url(
-        os.environ.get("HOST", "127.0.0.1"), int(os.environ.get("PORT", "8000")))
-    print(f"{settings.qdrant.path} is held by the running server; ingesting through it at {url}", file=sys.stderr)
-    params = {k: v for k, v in (("bot", args.bot), ("source", args.source)) if v}
-    try:
-        async with httpx.AsyncClient(timeout=3600) as client:
-            response = await client.post(f"{url}/v1/admin/ingest", params=params,
-                                         headers={"Authorization": f"Bearer {token_path.read_text().strip()}"})
-    except httpx.HTTPError as exc:
-        print(f"error: the index is busy and the server at {url} did not answer ({exc or type(exc).__name__}). "
-              "Stop the process that holds the index and retry.", file=sys.stderr)
-        return 1
-    if response.status_code == 404:  # an unknown bot or source: the same message and code as without a server
-        print(f"error: {_error_of(response)}", file=sys.stderr)
-        return 2
-    if response.status_code != 200:
-        print(f"error: server refused the ingest: {response.status_code} {response.text}", file=sys.stderr)
-        return 1
-    return print_reports(response.json()["runs"], as_json=args.json)
-
-
-def _error_of(response) -> str:
-    """The message of a JSON error body ({"error": ...}), else the body as it is."""
-    try:
-        return str(response.json()["error"])
-    except (ValueError, KeyError, TypeError):
-        return response.text
 
 
 async def _eval(args) -> int:
