@@ -13,8 +13,9 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: run test lint setup install migrate ingest lock bench clean
 
+# The demo operator's token, for this local run only (config.yaml reads it from the environment).
 run: setup ingest
-	$(BIN)/python -m gateway serve --config $(GATEWAY_CONFIG) --host $(HOST) --port $(PORT)
+	OPERATOR_TOKEN="$${OPERATOR_TOKEN:-dev-operator-token}" $(BIN)/python -m gateway serve --config $(GATEWAY_CONFIG) --host $(HOST) --port $(PORT)
 
 test: setup lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

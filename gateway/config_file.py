@@ -34,18 +34,23 @@ def _secret_values(data: Any, path: str = "") -> list[tuple[str, str]]:
     return found
 
 
-def _interpolate(data: Any, env: dict[str, str], path: str = "") -> Any:
-    """Replace `${VAR}` everywhere; refuse literal secrets; name the key on any problem."""
+def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list[str] | None = None) -> Any:
+    """Replace `${VAR}` everywhere; refuse literal secrets; name the key on any problem. The paths of
+    secrets that took the default of `${VAR:-default}` (VAR unset) are added to `defaulted`."""
     if isinstance(data, dict):
         out = {}
         for key, value in data.items():
             sub = f"{path}.{key}" if path else str(key)
-            if key in SECRET_KEYS and isinstance(value, str) and value and not _ENV_REF.fullmatch(value.strip()):
-                raise ConfigError(sub, "secrets come from the environment only; write it as ${SOME_ENV_VAR}")
-            out[key] = _interpolate(value, env, sub)
+            if key in SECRET_KEYS and isinstance(value, str) and value:
+                ref = _ENV_REF.fullmatch(value.strip())
+                if ref is None:
+                    raise ConfigError(sub, "secrets come from the environment only; write it as ${SOME_ENV_VAR}")
+                if ref.group(1) not in env and ref.group(2) and defaulted is not None:
+                    defaulted.append(f"{sub} (${{{ref.group(1)}}} is not set)")
+            out[key] = _interpolate(value, env, sub, defaulted)
         return out
     if isinstance(data, list):
-        return [_interpolate(v, env, f"{path}[{i}]") for i, v in enumerate(data)]
+        return [_interpolate(v, env, f"{path}[{i}]", defaulted) for i, v in enumerate(data)]
     if isinstance(data, str):
 
         def sub(match: re.Match[str]) -> str:
@@ -88,7 +93,13 @@ def read_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         raise ConfigError("", f"{config_path} is not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError("", f"{config_path} must hold a mapping at the top level")
-    data = _interpolate(raw, environ)
+    defaulted: list[str] = []
+    data = _interpolate(raw, environ, defaulted=defaulted)
+    # `${VAR:-default}` under a secret key is a development convenience: in production the default
+    # would be a secret written in the file (and often shared, as in an example config).
+    if defaulted and (environ.get("ENVIRONMENT") or data.get("environment")) == "production":
+        raise ConfigError(defaulted[0].split(" ", 1)[0],
+                          f"a secret's default is for development only; {defaulted[0].split(' ', 1)[1][1:-1]} in production")
     data["config_path"] = str(config_path)
     return data
 

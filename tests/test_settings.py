@@ -74,6 +74,40 @@ def test_settings_production_refuses_placeholder_secret(tmp_path, monkeypatch):
         load_settings(path)
 
 
+@pytest.mark.parametrize("environment", ["file", "env"])
+def test_settings_production_refuses_a_secret_that_fell_back_to_its_default(tmp_path, monkeypatch, environment):
+    """`${VAR:-literal}` would be a secret written in the file: a development convenience only."""
+    monkeypatch.delenv("OP_TOKEN", raising=False)
+    monkeypatch.delenv("ENVIRONMENT", raising=False)
+    data = {"operators": [{"name": "o", "token": "${OP_TOKEN:-written-in-the-file}"}]}
+    if environment == "file":
+        data["environment"] = "production"
+    else:
+        monkeypatch.setenv("ENVIRONMENT", "production")
+    path = _write(tmp_path, data)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert info.value.key == "operators[0].token" and "${OP_TOKEN} is not set" in str(info.value)
+    monkeypatch.setenv("OP_TOKEN", "from-the-environment-7f3a")  # set: the default plays no part
+    assert load_settings(path).operators[0].token == "from-the-environment-7f3a"
+    monkeypatch.setenv("ENVIRONMENT", "development")
+    monkeypatch.delenv("OP_TOKEN")
+    if environment == "env":
+        assert load_settings(path).operators[0].token == "written-in-the-file"
+
+
+def test_settings_shipped_config_has_no_operator_token_of_its_own(monkeypatch):
+    """Without OPERATOR_TOKEN the demo operator is disabled: no known token opens the console."""
+    from gateway.operators.auth import OperatorAuth
+
+    monkeypatch.delenv("OPERATOR_TOKEN", raising=False)
+    settings = load_settings(ROOT / "config.yaml")
+    assert settings.operators[0].token == ""
+    assert OperatorAuth(settings).authenticate("Bearer dev-operator-token") is None
+    monkeypatch.setenv("OPERATOR_TOKEN", "dev-operator-token")  # what `make run` sets for the local demo
+    assert OperatorAuth(load_settings(ROOT / "config.yaml")).authenticate("Bearer dev-operator-token") is not None
+
+
 def test_settings_cli_exits_nonzero_with_message(tmp_path):
     path = _write(tmp_path, {"bots": [{"name": "b", "model": "missing-model"}]})
     proc = subprocess.run([sys.executable, "-m", "gateway", "db", "upgrade", "--config", str(path)],

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from dataclasses import dataclass
 
 from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +35,9 @@ class OperatorAuth:
         # Only digests are kept, so a memory dump or a debug print never shows a usable token.
         self._entries: list[tuple[bytes, Operator]] = []
         for op in settings.operators:
-            if not op.token.strip():
-                continue  # an unset ${ENV} must never become "the empty token works"
+            if not op.token.strip():  # an unset ${ENV} must never become "the empty token works"
+                log.warning("operator has no token and cannot sign in", extra={"operator": op.name})
+                continue
             bots = None if "*" in op.bots else frozenset(op.bots)
             self._entries.append((_digest(op.token), Operator(name=op.name, bots=bots)))
 
