@@ -29,12 +29,13 @@ from channels.base import RawRequest
 from gateway.errors import BadRequest, Conflict, GatewayError, NotFound, SignatureInvalid
 from gateway.escalation import Escalations
 from gateway.http.deps import error, services
+from gateway.http.webhooks import CappedRoute
 from gateway.models import as_utc, utcnow
 from gateway.settings import Settings
 from storage.models import Conversation, Escalation, Message
 
 log = structlog.get_logger("gateway.operators.slack")
-router = APIRouter(tags=["operators"])
+router = APIRouter(tags=["operators"], route_class=CappedRoute)  # read capped, like every webhook, before its signature
 
 CLAIM_ACTION = "escalation_claim"
 RESOLVE_ACTION = "escalation_resolve"
