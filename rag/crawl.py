@@ -1,15 +1,21 @@
-"""Fetching a site politely: robots.txt, sitemaps, and what a failed fetch says.
+"""Fetching a site politely and safely: robots.txt, sitemaps, bounded reads, what a failed fetch says.
 
 robots.txt is read as RFC 9309 says: a 4xx means no rules, a 5xx or no answer means disallow all
 (then `SourceError`, so a passing outage fails the run and ingest keeps the pages it has). A
 sitemap is XML, gzipped XML or plain text (one URL a line); an index is followed two levels deep,
 and a child sitemap that fails is recorded while the others still list their pages.
+
+The configured URL may point anywhere; what the fetched content points to may not leave its site.
+A sitemap lists only its own site's pages (sitemaps.org), and a redirect is followed only within the
+site of the URL asked for. Otherwise whoever edits a listed page or the sitemap could make the
+gateway fetch an internal address (a cloud metadata service, an admin port) and put the answer in
+the knowledge base that customers read. Bodies are read up to a cap, gzip included.
 """
 
 from __future__ import annotations
 
-import gzip
 import logging
+import zlib
 from urllib.parse import urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
 
@@ -22,6 +28,79 @@ log = logging.getLogger(__name__)
 
 USER_AGENT = "bot-gateway-ingest/0.1"
 MAX_SITEMAP_URLS = 5000
+MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # sitemaps.org's limit, uncompressed
+MAX_PAGE_BYTES = 20 * 1024 * 1024
+MAX_ROBOTS_BYTES = 512 * 1024  # RFC 9309 §2.5: at least 500 KiB is parsed
+MAX_REDIRECTS = 5
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def same_site(url: str, other: str) -> bool:
+    """True when `other` is on `url`'s site: the same host (a `www.` prefix aside) and the same port,
+    or each on its scheme's default port (so http → https stays on the site)."""
+    a, b = urlsplit(url), urlsplit(other)
+    if b.scheme not in _DEFAULT_PORTS or not a.hostname or not b.hostname:
+        return False
+    if a.hostname.removeprefix("www.") != b.hostname.removeprefix("www."):
+        return False
+    try:
+        port_a, port_b = a.port or _DEFAULT_PORTS.get(a.scheme), b.port or _DEFAULT_PORTS[b.scheme]
+    except ValueError:  # a port that is not a number
+        return False
+    return port_a == port_b or (port_a == _DEFAULT_PORTS.get(a.scheme) and port_b == _DEFAULT_PORTS[b.scheme])
+
+
+async def fetch(
+    url: str, *, client: httpx.AsyncClient, headers: dict[str, str] | None = None, max_bytes: int | None = None,
+) -> httpx.Response:
+    """GET `url` with its body read (at most `max_bytes`, default `MAX_PAGE_BYTES`, else `SourceError`),
+    following redirects only within its site (`same_site`); a redirect elsewhere raises `SourceError`.
+    The response's `url` is where the body came from."""
+    max_bytes = MAX_PAGE_BYTES if max_bytes is None else max_bytes
+    target = url
+    for _ in range(MAX_REDIRECTS + 1):
+        request = client.build_request("GET", target, headers=headers)
+        response = await client.send(request, stream=True, follow_redirects=False)
+        try:
+            if response.next_request is not None:  # a redirect, which the client did not follow
+                location = str(response.next_request.url)
+                if not same_site(url, location):
+                    raise SourceError(f"{target} redirects to another site ({location}); not followed")
+                target = location
+                continue
+            body = await _read_capped(response, max_bytes, what=target)
+        finally:
+            await response.aclose()
+        # Built again with the body as read (already decoded: so without its encoding and length).
+        kept = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in ("content-encoding", "content-length")]
+        return httpx.Response(response.status_code, headers=kept, content=body, request=response.request)
+    raise SourceError(f"{url}: more than {MAX_REDIRECTS} redirects")
+
+
+async def _read_capped(response: httpx.Response, max_bytes: int, *, what: str) -> bytes:
+    chunks, size = [], 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > max_bytes:
+            raise SourceError(f"{what} is larger than {_megabytes(max_bytes)}; not read")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _gunzip(body: bytes, *, what: str) -> bytes:
+    """A gzipped sitemap, inflated up to `MAX_SITEMAP_BYTES` (a small file can inflate to gigabytes)."""
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(body, MAX_SITEMAP_BYTES + 1)
+    except zlib.error as exc:
+        raise SourceError(f"sitemap {what} is not valid gzip: {exc}") from None
+    if len(out) > MAX_SITEMAP_BYTES:
+        raise SourceError(f"sitemap {what} is larger than {_megabytes(MAX_SITEMAP_BYTES)} uncompressed; not read")
+    return out
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / (1024 * 1024):g} MB"
 
 
 async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotFileParser | None:
@@ -34,7 +113,9 @@ async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotFileParse
     robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
     refusal = f"not crawling sitemap {url}: RFC 9309 reads this as disallow all"
     try:
-        response = await client.get(robots_url, follow_redirects=True)
+        response = await fetch(robots_url, client=client, max_bytes=MAX_ROBOTS_BYTES)
+    except SourceError as exc:  # too large, or sent elsewhere: no rules we can read, so none we can honour
+        raise SourceError(f"{exc}; {refusal}") from None
     except httpx.HTTPError as exc:
         raise SourceError(f"robots.txt {robots_url} could not be fetched ({describe_fetch_error(exc, client.timeout)}); {refusal}") from None
     if response.status_code >= 500:
@@ -49,7 +130,12 @@ async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotFileParse
 async def sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, errors: list[tuple[str, str]]) -> list[str]:
     """Page URLs of a sitemap, following an index. The top sitemap failing raises `SourceError`; a
     child that fails lands in `errors` so the healthy children's pages still load."""
-    is_index, locs = await _fetch_sitemap(url, client=client)
+    is_index, listed = await _fetch_sitemap(url, client=client)
+    locs = [loc for loc in listed if same_site(url, loc)]
+    if len(locs) < len(listed):
+        log.warning("sitemap %s lists %d URLs on other sites; they are not fetched", url, len(listed) - len(locs),
+                    extra={"sitemap": url, "skipped": len(listed) - len(locs),
+                           "example": next(loc for loc in listed if not same_site(url, loc))})
     if not is_index:
         if len(locs) > MAX_SITEMAP_URLS:
             log.warning("sitemap %s lists %d pages; only the first %d are ingested", url, len(locs), MAX_SITEMAP_URLS,
@@ -76,13 +162,15 @@ async def sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, error
 async def _fetch_sitemap(url: str, *, client: httpx.AsyncClient) -> tuple[bool, list[str]]:
     """(is a sitemap index, the URLs it lists) of one sitemap file."""
     try:
-        response = await client.get(url, follow_redirects=True)
+        response = await fetch(url, client=client, max_bytes=MAX_SITEMAP_BYTES)
         response.raise_for_status()
-        body = response.content
-        if body[:2] == b"\x1f\x8b":
-            body = gzip.decompress(body)
-    except (httpx.HTTPError, httpx.InvalidURL, OSError, EOFError) as exc:  # OSError, EOFError: bad gzip
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise SourceError(f"sitemap {url} could not be fetched: {describe_fetch_error(exc, client.timeout)}") from None
+    except SourceError as exc:
+        raise SourceError(f"sitemap {url} could not be fetched: {exc}") from None
+    body = response.content
+    if body[:2] == b"\x1f\x8b":
+        body = _gunzip(body, what=url)
     if not body.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
         return False, _text_sitemap(url, body)
     try:

@@ -9,7 +9,8 @@ rest still load (ingest then keeps that document's previous chunks). Text is dec
 `rag.decoding`: BOM, declared charset, UTF-8, then a legacy charset.
 
 Sitemaps honour robots.txt (`rag.crawl`, which lists their pages). An explicit `urls` list is the
-owner's own choice of pages, so it is fetched as given.
+owner's own choice of pages, so it is fetched as given. Every fetch goes through `rag.crawl.fetch`:
+redirects only within the page's own site, and bodies read up to a cap.
 
 Pages are fetched conditionally when the last fetch left validators (`ETag`, `Last-Modified`): a
 `304 Not Modified` lands in `LoadResult.not_modified` and ingest keeps that page's chunks, so a
@@ -32,7 +33,7 @@ import httpx
 from gateway.errors import SourceError
 from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
-from rag.crawl import USER_AGENT, describe_fetch_error, robots_rules, sitemap_urls
+from rag.crawl import USER_AGENT, describe_fetch_error, fetch, robots_rules, sitemap_urls
 from rag.decoding import decode_text
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
         async with gate:
             try:
                 conditional = _conditional_headers(validators.get(url))
-                response = await client.get(url, follow_redirects=True, headers=conditional)
+                response = await fetch(url, client=client, headers=conditional)
                 if response.status_code == 304 and conditional:
                     return url  # unchanged since its validators: ingest keeps its chunks
                 response.raise_for_status()

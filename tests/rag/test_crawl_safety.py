@@ -1,0 +1,125 @@
+"""What fetched content points to may not leave its site, and no body is read without a bound.
+
+Two real HTTP servers on loopback: the "public" site a source is configured with, and an "internal"
+service on another port that nothing may reach through the public site's sitemap or redirects.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+from aiohttp import web
+
+import rag.crawl
+from gateway.errors import SourceError
+from rag.crawl import same_site
+from rag.sources import load_sitemap, load_urls
+
+PAGE = "<html><head><title>{0}</title></head><body><main><h1>{0}</h1><p>All about {0} for customers.</p></main></body></html>"
+
+
+@asynccontextmanager
+async def server(routes: dict[str, web.Response | tuple[int, str] | Callable[[str], web.Response]]):
+    """A real server answering `routes` (path -> response, a function of the server's base URL giving
+    one, or (status, Location) for a redirect); yields (base URL, the paths it was asked for)."""
+    asked: list[str] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        asked.append(request.path)
+        route = routes.get(request.path)
+        if route is None:
+            return web.Response(status=404, text="not found")
+        if isinstance(route, tuple):
+            status, location = route
+            return web.Response(status=status, headers={"Location": location.format(base=base)})
+        return route(base) if callable(route) else route
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        yield base, asked
+    finally:
+        await runner.cleanup()
+
+
+def html(title: str) -> web.Response:
+    return web.Response(text=PAGE.format(title), content_type="text/html")
+
+
+def sitemap(*urls: str) -> web.Response:
+    locs = "".join(f"<url><loc>{u}</loc></url>" for u in urls)
+    return web.Response(text=f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{locs}</urlset>',
+                        content_type="application/xml")
+
+
+async def test_a_sitemap_cannot_send_the_crawler_to_another_site(caplog):
+    async with server({"/latest/meta-data/keys": html("Internal keys")}) as (internal, internal_asked):
+        routes = {
+            "/sitemap.xml": lambda base: sitemap(f"{base}/faq", f"{internal}/latest/meta-data/keys"),
+            "/faq": html("Billing FAQ"),
+        }
+        async with server(routes) as (site, asked), httpx.AsyncClient(timeout=5) as client:
+            result = await load_sitemap(f"{site}/sitemap.xml", client=client)
+    assert [d.doc_id for d in result.documents] == [f"{site}/faq"] and "/faq" in asked
+    assert internal_asked == []  # another port of the same host is another site
+    assert "lists 1 URLs on other sites" in caplog.text
+
+
+async def test_a_page_may_redirect_within_its_site_but_not_elsewhere():
+    async with server({"/admin": html("Internal admin password")}) as (internal, internal_asked):
+        routes = {
+            "/old-faq": (301, "{base}/faq"),
+            "/faq": html("Billing FAQ"),
+            "/promo": (302, internal + "/admin"),
+            "/loop": (302, "{base}/loop"),
+        }
+        async with server(routes) as (site, asked), httpx.AsyncClient(timeout=5) as client:
+            result = await load_urls([f"{site}/old-faq", f"{site}/promo", f"{site}/loop"], client=client)
+    assert [d.doc_id for d in result.documents] == [f"{site}/old-faq"]
+    assert "Billing FAQ" in result.documents[0].text and asked.count("/faq") == 1
+    errors = dict(result.errors)
+    assert f"redirects to another site ({internal}/admin); not followed" in errors[f"{site}/promo"]
+    assert "more than 5 redirects" in errors[f"{site}/loop"]
+    assert internal_asked == []
+
+
+async def test_an_oversized_page_is_refused_without_reading_it_all(monkeypatch):
+    monkeypatch.setattr(rag.crawl, "MAX_PAGE_BYTES", 64 * 1024)
+    big = web.Response(text=PAGE.format("x" * 200_000), content_type="text/html")
+    async with server({"/big": big, "/small": html("Small")}) as (site, _), httpx.AsyncClient(timeout=5) as client:
+        result = await load_urls([f"{site}/big", f"{site}/small"], client=client)
+    assert [d.doc_id for d in result.documents] == [f"{site}/small"]
+    assert dict(result.errors)[f"{site}/big"].endswith(f"{site}/big is larger than 0.0625 MB; not read")
+
+
+async def test_a_gzip_bomb_sitemap_fails_its_source_instead_of_filling_memory(monkeypatch):
+    monkeypatch.setattr(rag.crawl, "MAX_SITEMAP_BYTES", 1024 * 1024)
+    bomb = gzip.compress(b"<" + b" " * (8 * 1024 * 1024))  # 8 MB of markup from about 8 kB
+    assert len(bomb) < 20_000
+    routes = {"/sitemap.xml.gz": web.Response(body=bomb, content_type="application/octet-stream")}
+    async with server(routes) as (site, _), httpx.AsyncClient(timeout=5) as client:
+        with pytest.raises(SourceError, match="larger than 1 MB uncompressed"):
+            await load_sitemap(f"{site}/sitemap.xml.gz", client=client)
+
+
+@pytest.mark.parametrize(("url", "other", "same"), [
+    ("https://help.example/sitemap.xml", "https://help.example/a", True),
+    ("https://help.example/sitemap.xml", "https://www.help.example/a", True),
+    ("http://help.example/a", "https://help.example/a", True),  # the usual upgrade to https
+    ("https://help.example/a", "https://help.example:8443/a", False),
+    ("http://127.0.0.1:8330/a", "http://127.0.0.1:8331/a", False),
+    ("https://help.example/a", "http://169.254.169.254/latest/meta-data/", False),
+    ("https://help.example/a", "https://help.example.evil.test/a", False),
+    ("https://help.example/a", "file:///etc/passwd", False),
+])
+def test_same_site(url, other, same):
+    assert same_site(url, other) is same
