@@ -19,6 +19,7 @@ from gateway.observability import configure_logging
 from gateway.operators import api as operator_api
 from gateway.operators import console as operator_console
 from gateway.operators import slack_operator
+from gateway.pipeline.tools import http_tool_secrets
 from gateway.services import Services, build_services
 from gateway.settings import Settings, _secret_values
 from gateway.tracing import RequestContextMiddleware
@@ -32,7 +33,7 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     """Build the ASGI app. Services start in the lifespan and stop with it. `role="web"`: receive only.
     `url`: where it will listen, recorded beside the admin token for `gateway ingest`."""
     configure_logging(level=settings.log_level, fmt=settings.log_format,
-                      secrets=[value for _, value in _secret_values(settings.model_dump())])
+                      secrets=[value for _, value in _secret_values(settings.model_dump())] + http_tool_secrets(settings))
     svc = services or build_services(settings)
     svc.role = role
     svc.admin_url = url

@@ -6,7 +6,9 @@ argument; the model only supplies the other arguments, so it cannot choose whose
 Kinds:
 - `builtin`: `escalate_to_human(reason)` hands the conversation to a person.
 - `python`: an async or sync callable `module:function(identity, **arguments)`.
-- `http`: a request to a URL template filled with the arguments; headers may use `${ENV}`.
+- `http`: a request to a URL template filled with the arguments; headers may use `${ENV}`. Only the
+  declared `parameters` are sent, an argument can only fill its own path segment (`..` included),
+  and an error names the status, never the URL (its query may hold an API key).
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import httpx
 
 from gateway.errors import ConfigError
 from gateway.models import CallerIdentity
-from gateway.settings import BotSettings, ToolSettings
+from gateway.settings import BotSettings, Settings, ToolSettings
 
 ESCALATE_TOOL = "escalate_to_human"
 _ESCALATE_SCHEMA = {
@@ -34,6 +36,8 @@ _ESCALATE_SCHEMA = {
     "required": ["reason"],
 }
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SECRET_QUERY_NAME = re.compile(r"key|token|secret|pass|auth|sig|credential", re.IGNORECASE)
+MIN_SECRET_CHARS = 6  # shorter values would redact ordinary words out of every log line
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +103,26 @@ class BotTools:
                     result = await self._http_call(spec, arguments)
         except TimeoutError:
             return ToolOutcome(name, arguments, None, error=f"tool timed out after {spec.timeout:g}s")
+        except httpx.HTTPStatusError as exc:  # its text holds the URL, and the URL may hold a key
+            return ToolOutcome(name, arguments, None, error=f"the service answered HTTP {exc.response.status_code}")
+        except httpx.HTTPError as exc:
+            return ToolOutcome(name, arguments, None, error=f"{type(exc).__name__}: the service could not be reached")
         except Exception as exc:  # a tool's failure is data for the model, not a crash
             return ToolOutcome(name, arguments, None, error=f"{type(exc).__name__}: {exc}"[:500])
         return ToolOutcome(name, arguments, result)
 
     async def _http_call(self, spec: ToolSettings, arguments: dict[str, Any]) -> Any:
-        url = spec.url.format(**{k: quote(str(v), safe="") for k, v in arguments.items()})
+        url = spec.url.format(**{k: _path_segment(v) for k, v in arguments.items()})
         headers = {k: _ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), v) for k, v in spec.headers.items()}
+        declared = spec.parameters.get("properties")
+        # The body carries the declared parameters only: an extra `"role": "admin"` is the model's invention.
+        body = {k: v for k, v in arguments.items() if k in declared} if isinstance(declared, dict) else arguments
         client = self._http or httpx.AsyncClient(timeout=spec.timeout)
         try:
             if spec.method.upper() in ("GET", "DELETE"):
                 response = await client.request(spec.method.upper(), url, headers=headers)
             else:
-                response = await client.request(spec.method.upper(), url, headers=headers, json=arguments)
+                response = await client.request(spec.method.upper(), url, headers=headers, json=body)
         finally:
             if self._http is None:
                 await client.aclose()
@@ -120,6 +131,28 @@ class BotTools:
             return response.json()
         except ValueError:
             return response.text[:4000]
+
+
+def _path_segment(value: Any) -> str:
+    """An argument as one URL segment: `/`, `?`, `#` percent-encoded, and a bare `.` or `..` too,
+    which would otherwise climb the configured path (httpx removes dot segments)."""
+    text = quote(str(value), safe="")
+    return text.replace(".", "%2E") if text.strip(".") == "" else text
+
+
+def http_tool_secrets(settings: Settings) -> list[str]:
+    """Values of http tools' config that are secrets in all but name, for log redaction: header
+    values (and their credential after `Bearer`), and query values named like a key or a token."""
+    found: list[str] = []
+    for bot in settings.bots:
+        for spec in bot.tools:
+            if spec.type != "http":
+                continue
+            for value in spec.headers.values():
+                found += [value, value.split()[-1]] if value.split() else []
+            query = urlsplit(spec.url or "").query
+            found += [v for k, v in parse_qsl(query) if _SECRET_QUERY_NAME.search(k) and "{" not in v]
+    return sorted({v for v in found if len(v) >= MIN_SECRET_CHARS})
 
 
 async def _invoke(fn: Any, identity: CallerIdentity, arguments: dict[str, Any]) -> Any:

@@ -1,0 +1,83 @@
+"""`http` tools against a real HTTP server: what the model's arguments can and cannot reach."""
+
+from __future__ import annotations
+
+import json
+from contextlib import asynccontextmanager
+
+from aiohttp import web
+
+from gateway.models import CallerIdentity
+from gateway.pipeline.tools import BotTools, http_tool_secrets
+from gateway.settings import BotSettings, Settings
+
+ALICE = CallerIdentity(bot="acme", channel="web", contact_external_id="alice")
+STOCK_KEY = "stock-key-SECRET-123456"
+WEATHER_KEY = "weather-key-SECRET-987654"
+
+
+@asynccontextmanager
+async def api():
+    """A real server that records (method, raw path, Authorization, JSON body) and answers /broken with 500."""
+    seen: list[tuple[str, str, str | None, object]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.json() if request.can_read_body else None
+        seen.append((request.method, request.raw_path, request.headers.get("Authorization"), body))
+        if request.path.startswith("/broken"):
+            return web.Response(status=500, text="upstream exploded")
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
+    finally:
+        await runner.cleanup()
+
+
+def bot(*tools: dict) -> BotSettings:
+    return BotSettings(name="acme", tools=list(tools))
+
+
+async def test_an_argument_fills_its_own_path_segment_and_cannot_climb_the_path():
+    async with api() as (base, seen):
+        tools = BotTools(bot({"name": "stock", "type": "http", "url": base + "/v1/public/products/{sku}/{field}",
+                              "headers": {"Authorization": f"Bearer {STOCK_KEY}"}}))
+        for sku, field in (("..", ".."), ("a/../../admin", "."), ("A-1.2", "price")):
+            outcome = await tools.call("stock", {"sku": sku, "field": field}, identity=ALICE)
+            assert outcome.error is None
+    paths = [path for _, path, _, _ in seen]
+    assert paths == ["/v1/public/products/%2E%2E/%2E%2E", "/v1/public/products/a%2F..%2F..%2Fadmin/%2E",
+                     "/v1/public/products/A-1.2/price"]
+
+
+async def test_a_post_sends_only_the_declared_parameters():
+    async with api() as (base, seen):
+        tools = BotTools(bot({"name": "ticket", "type": "http", "method": "POST", "url": base + "/tickets",
+                              "parameters": {"type": "object", "properties": {"subject": {"type": "string"}}}}))
+        outcome = await tools.call("ticket", json.dumps({"subject": "Refund", "role": "admin"}), identity=ALICE)
+    assert outcome.error is None and seen[0][3] == {"subject": "Refund"}
+
+
+async def test_an_error_names_the_status_and_never_the_url_with_its_key():
+    async with api() as (base, _):
+        tools = BotTools(bot(
+            {"name": "weather", "type": "http", "url": base + "/broken/weather?city={city}&apikey=" + WEATHER_KEY},
+            {"name": "down", "type": "http", "url": "http://127.0.0.1:9/x?token=" + WEATHER_KEY},
+        ))
+        failed = await tools.call("weather", {"city": "Berlin"}, identity=ALICE)
+        unreachable = await tools.call("down", {}, identity=ALICE)
+    assert failed.error == "the service answered HTTP 500"
+    assert unreachable.error == "ConnectError: the service could not be reached"
+
+
+def test_http_tool_credentials_are_redacted_from_logs():
+    settings = Settings(bots=[bot(
+        {"name": "stock", "type": "http", "url": "https://api.example/v1/{sku}", "headers": {"Authorization": f"Bearer {STOCK_KEY}"}},
+        {"name": "weather", "type": "http", "url": "https://api.example/w?city={city}&apikey=" + WEATHER_KEY + "&units=metric"},
+    )])
+    assert http_tool_secrets(settings) == sorted([f"Bearer {STOCK_KEY}", STOCK_KEY, WEATHER_KEY])
