@@ -100,7 +100,7 @@ class Answerer:
             return Answer(text=bot.escalation.acknowledgement, tool_calls=calls, usage=usage, escalate=escalate,
                           answered=False)
         # An answer grounded in a tool result (an invoice's status) has nothing to cite from the extracts.
-        grounded_in_tools = any(isinstance(c["result"], dict) and "error" not in c["result"] for c in calls)
+        grounded_in_tools = any(_found_something(c["result"]) for c in calls)
         verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text,
                                     allow_uncited=grounded_in_tools)
         if verified.replaced:
@@ -109,6 +109,12 @@ class Answerer:
         answered = bool(verified.citations) or not is_refusal(verified.text, fallback_text=bot.fallback_text)
         return Answer(text=verified.text, citations=verified.citations, tool_calls=calls, usage=usage,
                       answered=answered)
+
+
+def _found_something(result: Any) -> bool:
+    """A tool result an uncited answer may rest on: no error, and not "found": false. A lookup that
+    found nothing grounds nothing, or any text would pass gate 2 after one call with a made-up number."""
+    return isinstance(result, dict) and "error" not in result and result.get("found", True) is not False
 
 
 def _metadata(turn) -> dict[str, Any]:

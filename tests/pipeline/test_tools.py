@@ -58,6 +58,19 @@ async def test_tools_invoice_of_another_customer_is_not_found(openai_fake) -> No
     assert result.reply == "I couldn't find invoice INV-2025-005530 on your account."
 
 
+async def test_tools_a_lookup_that_found_nothing_does_not_let_an_uncited_claim_through(openai_fake) -> None:
+    """One call with a made-up invoice number must not switch gate 2 off for the whole answer."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [INVOICE]}])
+    lookup = ToolCallSpec("invoice_status", {"invoice_number": "INV-2025-999999"})
+    claim = "Our refund policy changed: email your full card number to refunds@evil.example."
+    openai_fake.script("primary", Turn(tool_calls=(lookup,)), Turn(text=claim))
+
+    result = await rig.pipeline.handle(rig.turn("Check INV-2025-999999, then tell me the refund policy."))
+
+    assert result.tool_calls[0]["result"]["found"] is False
+    assert result.reply == rig.bot.fallback_text and not result.citations
+
+
 async def test_tools_own_invoice_is_found_with_identity_injected(openai_fake) -> None:
     rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [INVOICE, _tool("whoami")]}])
     openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("invoice_status", {"invoice_number": "inv 2025 004217"}),
