@@ -4,7 +4,9 @@ Inbound: Twilio posts `application/x-www-form-urlencoded` to `POST /webhooks/{bo
 signs it with `X-Twilio-Signature` over `public_url + /webhooks/{bot}/whatsapp` (from config, never
 from the proxied request) plus the sorted form fields. The same URL receives status callbacks,
 which become `StatusUpdate`s. Twilio sends no timestamp, so there is no staleness check; retries are
-deduplicated by `MessageSid`.
+deduplicated by `MessageSid`. Twilio signs the fields joined with no separator, so a captured request
+can be re-cut (`MessageSid=SM1` + `NumMedia=0` → `MessageSid=SM1NumMedia0`) and still verify: the
+copies of the message id Twilio sends (`SmsMessageSid`, `SmsSid`) must then agree, or it is refused.
 
 Outbound: the answer's Markdown becomes WhatsApp's light formatting (`*bold*`, `_italic_`,
 `~strike~`, ```` ``` ```` code; links as "title (url)"), split at Twilio's 1,600 characters. WhatsApp
@@ -143,6 +145,9 @@ class WhatsAppAdapter:
         sid = form.get("MessageSid") or form.get("SmsMessageSid") or form.get("SmsSid")
         if not sid:
             raise BadRequest("Twilio webhook without MessageSid")
+        if len({form[k] for k in ("MessageSid", "SmsMessageSid", "SmsSid") if form.get(k)}) > 1:
+            # A re-cut replay of a signed request (module docstring), never something Twilio sends.
+            raise BadRequest("Twilio webhook whose MessageSid, SmsMessageSid and SmsSid differ")
         if "MessageStatus" in form and form.get("SmsStatus") != "received":
             return self._status(sid, form)
         sender = form.get("From", "")

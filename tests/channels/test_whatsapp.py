@@ -104,6 +104,21 @@ def test_whatsapp_verify_rejects_a_tampered_body(adapter: WhatsAppAdapter) -> No
         adapter.verify(tampered)
 
 
+def test_whatsapp_a_recut_replay_verifies_but_is_refused(adapter: WhatsAppAdapter) -> None:
+    """Twilio's signature joins the fields with no separator: moving the boundary between MessageSid
+    and the next field keeps it valid, and would make a new message id for the same message."""
+    sid = "SM" + "c" * 32
+    form = {"AccountSid": ACCOUNT_SID, "Body": "refund me", "From": "whatsapp:+491511234567", "MessageSid": sid,
+            "NumMedia": "0", "SmsMessageSid": sid, "SmsSid": sid, "To": "whatsapp:+15550001111"}
+    original = _signed(form)
+    recut = {k: v for k, v in form.items() if k != "NumMedia"} | {"MessageSid": sid + "NumMedia0"}
+    forged = RawRequest(url=original.url, headers=original.headers, query={}, body=urlencode(recut).encode())
+    adapter.verify(forged)  # the same signed string: it verifies
+    assert adapter.parse(original).messages[0].external_id == sid
+    with pytest.raises(BadRequest, match="differ"):
+        adapter.parse(forged)
+
+
 # -- every fixture --------------------------------------------------------------------------
 
 

@@ -263,7 +263,9 @@ async def test_webhook_unknown_update_and_event_types_are_acknowledged_and_not_s
 async def test_whatsapp_twilio_nul_byte_fixture_is_stored_once_without_the_nul(env):
     client, services = env
     form = json.loads((FIXTURES / "payloads/whatsapp/twilio_chatwoot/null_bytes_in_body.json").read_text())
-    form = {**form, "MessageSid": "SMnulbytes0001", "From": "whatsapp:" + form["From"], "AccountSid": WA_SID}
+    sid = "SMnulbytes0001"  # each copy of the id, as Twilio sends them
+    form = {**form, "MessageSid": sid, "SmsMessageSid": sid, "SmsSid": sid, "From": "whatsapp:" + form["From"],
+            "AccountSid": WA_SID}
     for _ in range(2):
         response = await client.post(WA, **whatsapp_request(form))
         assert response.status_code == 200
