@@ -27,6 +27,9 @@ class WebChannel(ChannelBase):
     """The built-in web chat and widget."""
 
     max_message_chars: int = 4000
+    # Messages one client address may send to this bot's web chat per minute (None: no limit). The
+    # web chat's contact is a session id the caller picks, so a per-contact limit alone bounds nobody.
+    per_address_per_minute: int | None = Field(default=60, ge=1)
 
 
 class TelegramChannel(ChannelBase):

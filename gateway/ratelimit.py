@@ -1,4 +1,5 @@
-"""Rate limits per contact and per bot (messages per minute), with the `limits` package.
+"""Rate limits per contact and per bot (messages per minute), and per client address on the web
+chat, with the `limits` package.
 
 Counters live in Redis when `redis_url` is set, so every replica shares them; otherwise in this
 process. The worker asks before the pipeline runs: over the limit, the message stays stored, no
@@ -85,6 +86,11 @@ class RateLimiter:
         notify = await self._strategy.hit(_NOTICES_PER_WINDOW, self._ns, "notice", bot, channel, contact)
         log.info("ratelimit.refused", bot=bot, channel=channel, scope=scope, notify=notify)
         return Decision(allowed=False, notify=notify, scope=scope)
+
+    async def allow_address(self, *, bot: str, address: str, per_minute: int) -> bool:
+        """Count one web chat message from a client address; False once it is over `per_minute`. The
+        web chat's contact is a session id the caller chooses, so only the address bounds a caller."""
+        return await self._strategy.hit(RateLimitItemPerMinute(per_minute), self._ns, "address", bot, address)
 
     def notice(self, bot: str) -> str:
         """The polite text sent once per window to a contact over the limit."""

@@ -89,6 +89,7 @@ class Services:
     operator_auth: OperatorAuth | None = None
     slack_operator: SlackOperatorChannel | None = None
     reminders: HandoffReminders | None = None
+    rate_limiter: RateLimiter | None = None
     reply_timeout: float = 60.0
     admin_token_path: Path | None = None
     admin_url: str | None = None  # where this process listens, for the CLI beside it (`admin.url`)
@@ -206,7 +207,8 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
                     on_handoff_message=escalations.customer_message)
     inbox = Inbox(sessions, on_stored=worker.notify)
     # Scale-out: rate limits before the pipeline, timed sends, and scheduled jobs only on the leader.
-    worker.handler.rate_limiter = RateLimiter.from_settings(settings)
+    rate_limiter = RateLimiter.from_settings(settings)
+    worker.handler.rate_limiter = rate_limiter
     outbox.deliver = metrics.timed("send", outbox.deliver)
     enable_langfuse(settings.langfuse)
     leader = LeaderElection(settings.database_url) if with_scheduler else None
@@ -221,6 +223,6 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
                     knowledge=knowledge, llm=llm, pipeline=pipeline, outbox=outbox, inbox=inbox, worker=worker,
                     escalations=escalations, scheduler=scheduler, operator_auth=OperatorAuth(settings),
                     slack_operator=slack_operator, reminders=reminders, admin_token_path=admin_path,
-                    reply_timeout=settings.worker.reply_timeout)
+                    reply_timeout=settings.worker.reply_timeout, rate_limiter=rate_limiter)
     services.leader = leader
     return services

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, Field
@@ -22,6 +23,7 @@ from gateway.models import ConversationRef, InboundMessage, Sender
 from storage import repositories as repo
 from storage.models import Conversation, Message
 
+log = structlog.get_logger("gateway.webchat")
 router = APIRouter(tags=["web chat"], route_class=CappedRoute)  # bodies capped before parsing
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -77,10 +79,30 @@ def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | N
     return None
 
 
+async def _over_address_limit(request: Request, bot: str) -> JSONResponse | None:
+    """429 (nothing stored) once the client's address passed the bot's `per_address_per_minute`.
+    Behind a reverse proxy the address is the one it forwards (uvicorn's `--forwarded-allow-ips`)."""
+    svc = services(request)
+    per_minute = svc.settings.bot(bot).channels.web.per_address_per_minute
+    if not per_minute or svc.rate_limiter is None or request.client is None:
+        return None
+    try:
+        allowed = await svc.rate_limiter.allow_address(bot=bot, address=request.client.host, per_minute=per_minute)
+    except Exception:  # the limiter's store being down must not stop the chat: fail open
+        log.exception("ratelimit.address_check_failed", bot=bot)
+        return None
+    if allowed:
+        return None
+    svc.metrics.rate_limited.labels(bot=bot, scope="address").inc()
+    response = error(429, f"more than {per_minute} messages a minute from this address; wait a minute")
+    response.headers["Retry-After"] = "60"
+    return response
+
+
 @router.post("/v1/bots/{bot}/chat")
 async def chat(bot: str, body: ChatRequest, request: Request):
     """Store the message, wait for the worker's answer, and return it (or stream it as SSE)."""
-    refused = _validate(request, bot, body)
+    refused = _validate(request, bot, body) or await _over_address_limit(request, bot)
     if refused is not None:
         return refused
     svc = services(request)

@@ -1,0 +1,44 @@
+"""The web chat's per-address limit: a caller who picks a new session id for every message is still bounded."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from sqlalchemy import func, select
+
+from gateway.app import create_app
+from gateway.settings import load_settings
+from storage.models import Message
+from tests.conftest import upgrade, write_config
+
+
+async def _inbound(services) -> int:
+    async with services.sessions() as session:
+        return (await session.execute(select(func.count()).select_from(Message).where(Message.direction == "in"))).scalar_one()
+
+
+async def test_a_client_address_over_its_limit_gets_429_and_nothing_is_stored(tmp_path):
+    bot = {"name": "acme", "channels": {"web": {"per_address_per_minute": 3}}}
+    settings = load_settings(write_config(tmp_path, bots=[bot]))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    app = create_app(settings, start_scheduler=False)
+    async with app.router.lifespan_context(app):
+        services = app.state.services
+
+        def client(address: str) -> httpx.AsyncClient:
+            transport = httpx.ASGITransport(app=app, client=(address, 40000))
+            return httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30)
+
+        async with client("203.0.113.5") as rotating, client("198.51.100.7") as neighbour:
+            statuses = []
+            for i in range(4):  # a fresh session id each time: the per-contact limit never sees a repeat
+                response = await rotating.post("/v1/bots/acme/chat", json={"session_id": f"rot-{i}", "text": "Hello?"})
+                statuses.append(response.status_code)
+            assert statuses == [200, 200, 200, 429]
+            assert response.headers["Retry-After"] == "60" and "3 messages a minute" in response.json()["error"]
+            assert await _inbound(services) == 3  # the refused one was not stored
+            other = await neighbour.post("/v1/bots/acme/chat", json={"session_id": "n-1", "text": "Hello?"})
+            assert other.status_code == 200
+        metrics = (await httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://g").get("/metrics")).text
+        assert 'gateway_rate_limited_total{bot="acme",scope="address"} 1.0' in metrics
