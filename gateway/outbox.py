@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 import structlog
 from opentelemetry.trace import SpanKind
 from sqlalchemy import update
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from channels.base import ChannelAdapter
@@ -144,6 +144,7 @@ class Outbox:
         # The platform has the outcome now; if the database is briefly away (a restart, a failover),
         # keep trying to record it. Giving up would leave the row `sending`, and the requeue of
         # stalled sends would then send the reply a second time.
+        with_parts = status == "sent"
         for record_attempt in range(1, RECORD_ATTEMPTS + 1):
             try:
                 async with self._sessions() as session, session.begin():
@@ -154,11 +155,16 @@ class Outbox:
                             sent_at=utcnow() if status == "sent" else None,
                         ).execution_options(synchronize_session=False)
                     )
-                    if status == "sent":
+                    if with_parts:
                         for provider_id in dict.fromkeys(str(p) for p in provider_ids):
                             session.add(Delivery(message_id=message_id, channel=message.channel,
                                                  provider_id=provider_id))
                 break
+            except IntegrityError:
+                # No retry makes a constraint pass. The reply is out: record that (its ids stay on the
+                # message) rather than leave it `sending`, which would send it again.
+                bound.error("outbound.parts_not_recorded", provider_ids=provider_ids)
+                with_parts = False
             except (DBAPIError, OSError) as exc:
                 if record_attempt == RECORD_ATTEMPTS:
                     raise

@@ -67,8 +67,8 @@ async def _apply(sessions: async_sessionmaker[AsyncSession], *, bot: str, channe
     """Record the receipt on its part and the reply; False when no part carries `provider_id` yet."""
     async with sessions() as session, session.begin():
         delivery = (await session.execute(select(Delivery).where(
-            Delivery.channel == channel, Delivery.provider_id == provider_id)
-            .with_for_update())).scalar_one_or_none()  # two receipts for one part must not interleave
+            Delivery.channel == channel, Delivery.provider_id == provider_id).order_by(Delivery.id.desc()).limit(1)
+            .with_for_update())).scalars().first()  # two receipts for one part must not interleave
         if delivery is None:
             return False
         if STATUS_RANK.get(status, 0) <= STATUS_RANK.get(delivery.status, 0):

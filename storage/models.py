@@ -198,10 +198,17 @@ class IngestRun(Base):
 
 
 class Delivery(Base):
-    """One platform message id of a sent reply (a long reply may be split into several)."""
+    """One platform message id of a sent reply (a long reply may be split into several).
+
+    Unique per reply, not per channel: Telegram numbers messages per chat and Slack's `ts` is per
+    channel, so two chats' replies can carry the same id. Receipts (Twilio, whose ids are global)
+    look a part up by (channel, provider_id)."""
 
     __tablename__ = "deliveries"
-    __table_args__ = (UniqueConstraint("channel", "provider_id", name="uq_deliveries_provider_id"),)
+    __table_args__ = (
+        UniqueConstraint("message_id", "provider_id", name="uq_deliveries_message_part"),
+        Index("ix_deliveries_provider_id", "channel", "provider_id"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     message_id: Mapped[int] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"), index=True)

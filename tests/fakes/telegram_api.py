@@ -10,6 +10,7 @@ What makes it useful:
   &quot;` and numeric entities, balanced tags, and a bare `<` is refused with
   400 "Bad Request: can't parse entities: ...". The visible text and entities are kept per message,
   and the 4096-unit limit is checked on that visible text in UTF-16 units.
+- Message ids are numbered per chat, as Telegram does: two chats' replies share ids.
 - `fail_next(method, ...)` scripts the next replies: 429 with `parameters.retry_after`, 5xx, 403...
 - `push_update(update)` queues an update for `getUpdates` long polling.
 
@@ -163,7 +164,8 @@ class FakeTelegramAPI:
         self._scripts: dict[str, deque[_Scripted | None]] = defaultdict(deque)  # None: let one call through
         self._updates: list[dict[str, Any]] = []
         self._updates_event = asyncio.Event()
-        self._ids = itertools.count(1000)
+        # Per chat, as Telegram numbers them: two chats' messages routinely share an id.
+        self._ids: dict[int | str, itertools.count] = defaultdict(lambda: itertools.count(1000))
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
@@ -299,7 +301,7 @@ class FakeTelegramAPI:
         chat_id: int | str = int(chat) if re.fullmatch(r"-?\d+", str(chat)) else str(chat)
         reply = params.get("reply_parameters") or {}
         thread = params.get("message_thread_id")
-        msg = SentMessage(next(self._ids), chat_id, text, entities, str(params.get("text", "")),
+        msg = SentMessage(next(self._ids[chat_id]), chat_id, text, entities, str(params.get("text", "")),
                           params.get("parse_mode"), int(thread) if thread else None,
                           int(reply["message_id"]) if isinstance(reply, dict) and reply.get("message_id") else None)
         self.sent.append(msg)
@@ -307,7 +309,9 @@ class FakeTelegramAPI:
 
     async def _m_editmessagetext(self, params: dict[str, Any]) -> dict[str, Any]:
         text, entities = self._render(params)
-        target = next((m for m in self.sent if m.message_id == int(params.get("message_id", 0))), None)
+        chat = str(params.get("chat_id", ""))
+        target = next((m for m in self.sent if m.message_id == int(params.get("message_id", 0))
+                       and str(m.chat_id) == chat), None)
         if target is None:
             raise _ApiError(400, "Bad Request: message to edit not found")
         if target.text == text and target.entities == entities:

@@ -63,6 +63,23 @@ def sent_to(fake: FakeTelegramAPI, chat: int):
     return [m for m in fake.sent if m.chat_id == chat]
 
 
+async def test_telegram_replies_in_two_chats_with_the_same_message_id_are_each_sent_once(env):
+    """Telegram numbers messages per chat: two chats' first replies both get id 1000, and recording
+    the second must not fail (it left the row `sending`, and the reply was sent again)."""
+    client, services, fake = env
+    for update_id, chat in ((9701, 7001), (9702, 7002)):
+        assert (await post(client, update(update_id, chat, QUESTION))).status_code == 200
+    first = await wait_until(lambda: sent_to(fake, 7001), what="chat A's reply")
+    second = await wait_until(lambda: sent_to(fake, 7002), what="chat B's reply")
+    assert first[0].message_id == second[0].message_id == 1000
+    for chat in ("7001", "7002"):
+        stored = await settled_chat(services, channel="telegram", chat=chat)
+        assert [(m.direction, m.status) for m in stored] == [("in", "done"), ("out", "sent")] and stored[1].attempts == 1
+        assert [d.provider_id for d in await deliveries(services, stored[1].id)] == ["1000"]
+    await settle()
+    assert len(sent_to(fake, 7001)) == len(sent_to(fake, 7002)) == 1
+
+
 async def test_telegram_question_is_answered_once_with_citation_typing_and_reply_to(env):
     client, services, fake = env
     response = await post(client, update(9001, 1001, QUESTION, message_id=77))
