@@ -140,6 +140,11 @@ class Metrics:
         self.is_leader = Gauge("gateway_scheduler_leader", "1 when this replica runs scheduled jobs", registry=r)
         self.signature_failures = Counter("gateway_signature_failures_total", "Webhooks refused for their signature",
                                           ["bot", "channel"], registry=r)
+        # Read from the store at each scrape, so every replica reports the same (the leader ingests).
+        self.ingest_last_ok = Gauge("gateway_ingest_last_run_ok", "1 when the source's last ingest ended ok",
+                                    ["bot", "source"], registry=r)
+        self.ingest_last_end = Gauge("gateway_ingest_last_run_end_timestamp_seconds",
+                                     "When the source's last ingest ended (Unix time)", ["bot", "source"], registry=r)
 
     def observe_stage(self, stage: str, seconds: float) -> None:
         """Record the duration of one pipeline stage."""

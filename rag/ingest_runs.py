@@ -1,7 +1,9 @@
 """Ingest outcomes: the `IngestReport` a run returns and its `storage.models.IngestRun` row.
 
 A run's row is inserted as `running` when it starts, so a long ingest is visible while it works,
-and is filled in with the report's counts and status when it ends: ok, partial or failed.
+and is filled in with the report's counts and status when it ends: ok, partial or failed. A process
+killed mid-run cannot do that; the next run of the same source to end marks such a row
+`interrupted` (a run truly still going writes its own status over it when it ends).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import asdict, dataclass, field
 
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -16,6 +19,7 @@ from storage.models import IngestRun
 from storage.text import storable_text
 
 ERROR_MAX_CHARS = 500
+INTERRUPTED = "the process stopped before this run ended"
 
 
 @dataclass
@@ -67,7 +71,20 @@ async def record_run(
         run.unchanged = report.unchanged
         run.errors = [storable_text(error) for error in report.errors[:100]]
         run.duration_s = report.duration_s
+        await session.flush()
+        await session.execute(update(IngestRun).where(
+            IngestRun.bot == report.bot, IngestRun.source == report.source, IngestRun.status == "running",
+            IngestRun.id < run.id).values(status="interrupted", errors=[INTERRUPTED]))
         await session.commit()
+
+
+async def latest_runs(sessions: async_sessionmaker[AsyncSession]) -> dict[tuple[str, str], IngestRun]:
+    """(bot, source) -> its latest run that ended (not `running`), for health and metrics."""
+    async with sessions() as session:
+        latest = (select(func.max(IngestRun.id)).where(IngestRun.status != "running")
+                  .group_by(IngestRun.bot, IngestRun.source))
+        runs = (await session.scalars(select(IngestRun).where(IngestRun.id.in_(latest)))).all()
+        return {(run.bot, run.source): run for run in runs}
 
 
 def describe(exc: BaseException) -> str:

@@ -122,8 +122,10 @@ async def test_webchat_unknown_bot_and_operations_endpoints(client):
     ready = await client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok", "qdrant": "ok"}
     assert "acme/help" in ready.json()["schedule"]
+    assert ready.json()["ingest"]["acme/help"]["status"] == "ok"  # the module's ingest
     await client.post("/v1/bots/acme/chat", json={"session_id": "s-6", "text": "How do I enable 2FA?"})
     metrics = (await client.get("/metrics")).text
+    assert 'gateway_ingest_last_run_ok{bot="acme",source="help"} 1.0' in metrics
     assert 'gateway_messages_in_total{bot="acme",channel="web"}' in metrics
     assert "gateway_stage_seconds_bucket" in metrics
     bots = (await client.get("/v1/bots")).json()

@@ -10,6 +10,7 @@ from sqlalchemy import func, select, text
 
 from gateway.http.deps import services
 from gateway.models import as_utc, utcnow
+from rag.ingest_runs import latest_runs
 from storage import repositories as repo
 from storage.models import Message
 
@@ -24,7 +25,8 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """Ready when the database and the vector index answer; lists the next scheduled ingests."""
+    """Ready when the database and the vector index answer; lists the next scheduled ingests and how
+    each source's last ingest ended (a failing source is reported, not a reason to stop traffic)."""
     svc = services(request)
     checks: dict[str, str] = {}
     try:
@@ -43,8 +45,25 @@ async def readyz(request: Request) -> JSONResponse:
             checks["qdrant"] = f"error: {type(exc).__name__}: {exc}"[:200]
     ready = all(v == "ok" for v in checks.values())
     body = {"status": "ready" if ready else "not ready", "role": svc.role, "checks": checks,
-            "schedule": svc.scheduler.next_runs() if svc.scheduler and svc.role != "web" else {}}
+            "schedule": svc.scheduler.next_runs() if svc.scheduler and svc.role != "web" else {},
+            "ingest": await _last_ingests(svc) if checks["database"] == "ok" else {}}
     return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def _last_ingests(svc) -> dict[str, dict[str, object]]:
+    """"bot/source" -> how its last finished ingest ended, for every configured source."""
+    try:
+        runs = await latest_runs(svc.sessions)
+    except Exception:  # the database answered SELECT 1 a moment ago; this is detail, not readiness
+        return {}
+    out: dict[str, dict[str, object]] = {}
+    for bot in svc.settings.bots:
+        for source in bot.sources:
+            run = runs.get((bot.name, source.name))
+            out[f"{bot.name}/{source.name}"] = {"status": "never run"} if run is None else {
+                "status": run.status, "started_at": as_utc(run.started_at).isoformat(),
+                **({"error": run.errors[-1]} if run.errors and run.status != "ok" else {})}
+    return out
 
 
 @router.get("/metrics")
@@ -60,6 +79,11 @@ async def metrics(request: Request) -> Response:
         leader = getattr(svc, "leader", None)
         leads = svc.scheduler is not None and (leader is None or leader.is_leader)
         svc.metrics.is_leader.set(1 if leads else 0)
+        for (bot, source), run in (await latest_runs(svc.sessions)).items():
+            if any(s.name == source for b in svc.settings.bots if b.name == bot for s in b.sources):
+                svc.metrics.ingest_last_ok.labels(bot=bot, source=source).set(1 if run.status == "ok" else 0)
+                ended = as_utc(run.started_at).timestamp() + (run.duration_s or 0.0)
+                svc.metrics.ingest_last_end.labels(bot=bot, source=source).set(ended)
     except Exception:  # metrics must render even when the database is down
         pass
     return Response(svc.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
