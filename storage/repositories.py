@@ -97,8 +97,9 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
 
 
 def inbound_meta(message: InboundMessage) -> dict[str, Any]:
-    """What the reply needs from the raw payload: the platform message id to answer, and a command."""
-    meta: dict[str, Any] = {}
+    """What the reply needs from the raw payload: the platform message id to answer, a command, and
+    who sent it (a conversation's contact is its first sender; in a shared thread others write too)."""
+    meta: dict[str, Any] = {"sender": message.sender.external_id}
     platform_id = message.raw.get("message_id") if isinstance(message.raw, dict) else None
     meta["platform_message_id"] = str(platform_id) if platform_id is not None else message.external_id
     command = message.raw.get("command") if isinstance(message.raw, dict) else None

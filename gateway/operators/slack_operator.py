@@ -7,7 +7,8 @@
   signed with the bot's Slack signing secret and verified by its Slack adapter.
 - Thread replies arrive as ordinary Slack events, become inbound messages, and the worker hands them to
   `intercept` before the pipeline sees them, so the bot never answers its own operators.
-The Slack user who acts is the operator, named `slack:<user>`.
+The Slack user who acts is the operator, named `slack:<user id>`: a display name is the user's to
+change, and two members may share one, so it cannot say who holds a claim.
 """
 
 from __future__ import annotations
@@ -256,14 +257,15 @@ class SlackOperatorChannel:
         async with self._sessions() as session:
             escalation = (await session.execute(select(Escalation).where(
                 Escalation.bot == inbound.bot, Escalation.slack_ts == conversation.thread))).scalar_one_or_none()
-            contact = None
-            if conversation.contact_id:
-                from storage.models import Contact
-
-                contact = await session.get(Contact, conversation.contact_id)
         if escalation is None:
             return True  # chatter in the operator channel is never answered by the bot
-        operator = f"slack:{contact.display_name or contact.external_id}" if contact else "slack:unknown"
+        # The message's own sender: the thread's conversation belongs to whoever wrote in it first.
+        sender = (inbound.meta or {}).get("sender")
+        if not sender:  # stored before senders were recorded: it cannot be attributed to anyone
+            await self._post(inbound.bot, conversation.chat, "Not sent to the customer: send it again, please.",
+                             thread_ts=conversation.thread)
+            return True
+        operator = f"slack:{sender}"
         try:
             await self._escalations.reply(escalation.id, operator=operator, text=inbound.text, bots=None,
                                           source="slack")
@@ -275,7 +277,9 @@ class SlackOperatorChannel:
     async def handle_action(self, bot: str, payload: dict[str, Any]) -> str:
         """A Claim or Resolve click; returns what happened, for the log."""
         user = payload.get("user") or {}
-        operator = f"slack:{user.get('username') or user.get('name') or user.get('id') or 'unknown'}"
+        if not user.get("id"):
+            return "refused: no user id"
+        operator = f"slack:{user['id']}"
         for action in payload.get("actions") or ():
             try:
                 escalation_id = int(action.get("value", ""))

@@ -88,11 +88,23 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
                                     **sign(form, secret=SIGNING_SECRET)})
     assert ok.status_code == 200
     escalation = await client.services.escalations.get(escalation_id, bots=None)
-    assert escalation.state == "claimed" and escalation.operator == "slack:dana"
+    assert escalation.state == "claimed" and escalation.operator == "slack:UOPS"  # the user id, not a name
     await _until(lambda: slack.count("chat.update") >= 1)
 
-    # The operator replies in the thread: the customer gets it in their DM.
+    # Another member of the channel, who set the same display name, writes first in the thread: not
+    # the claimer, so it does not reach the customer (a display name is anyone's to choose).
     before = len([c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == "DCUST"])
+    impostor = _event({"type": "message", "channel": OPS_CHANNEL, "channel_type": "channel", "user": "UIMP",
+                       "user_profile": {"display_name": "dana"}, "text": "Send your card number here.",
+                       "ts": f"{time.time():.6f}", "thread_ts": thread_ts, "parent_user_id": BOT_USER_ID}, "EvImp")
+    await _post_event(client, impostor)
+    refused = await _until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == thread_ts
+                                    and "Not sent to the customer" in c.params.get("text", "")])
+    assert "slack:UOPS" in refused[0].params["text"]
+    assert not [c for c in slack.calls_to("chat.postMessage")
+                if c.params.get("channel") == "DCUST" and "card number" in c.params.get("text", "")]
+
+    # The operator replies in the thread: the customer gets it in their DM.
     reply = _event({"type": "message", "channel": OPS_CHANNEL, "channel_type": "channel", "user": "UOPS",
                     "user_profile": {"display_name": "dana"}, "text": "Hi, Dana here. Refund issued.",
                     "ts": f"{time.time():.6f}", "thread_ts": thread_ts, "parent_user_id": BOT_USER_ID}, "EvReply")
