@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,8 +115,10 @@ class Services:
             # The CLI on this machine reads it to ingest through the running server (Qdrant local mode
             # allows one process per folder). Only users who can read var/ can use it.
             self.admin_token_path.parent.mkdir(parents=True, exist_ok=True)
-            self.admin_token_path.write_text(self.admin_token)
-            self.admin_token_path.chmod(0o600)
+            self.admin_token_path.unlink(missing_ok=True)  # created anew below, never readable by others
+            fd = os.open(self.admin_token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as token_file:
+                token_file.write(self.admin_token)
             if self.admin_url:
                 # So `gateway ingest` finds this server on whatever port it was started with.
                 self.admin_token_path.with_name("admin.url").write_text(self.admin_url)

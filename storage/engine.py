@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 from sqlalchemy import event
@@ -29,8 +31,11 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     url = async_url(url)
     if is_sqlite(url):
         database = make_url(url).database
-        if database and database != ":memory:":
+        if database and database != ":memory:" and not database.startswith("file:"):
             Path(database).parent.mkdir(parents=True, exist_ok=True)
+            # It holds every transcript: a new file is readable by its owner only, whatever the umask.
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
 
         @event.listens_for(engine.sync_engine, "connect")
