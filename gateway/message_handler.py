@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 
 import structlog
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.events import EventBus, conversation_topic, message_topic
@@ -75,7 +76,7 @@ class MessageHandler:
         started = time.monotonic()
         async with self._sessions() as session:
             conversation = await session.get(Conversation, inbound.conversation_id)
-            contact = await session.get(Contact, conversation.contact_id) if conversation.contact_id else None
+            contact = await _sender(session, inbound, conversation)
             past = await repo.history(session, conversation_id=conversation.id, before_id=inbound.id,
                                       limit=self._settings.bot(inbound.bot).history_turns * 2
                                       if self._has_bot(inbound.bot) else 0)
@@ -215,3 +216,15 @@ class MessageHandler:
             if await self._outbox.deliver(out_id, via=via) in RETRYING:
                 break  # the drain loop parks the conversation; the rest wait their turn
         return taken_over
+
+
+async def _sender(session: AsyncSession, inbound: Message, conversation: Conversation) -> Contact | None:
+    """Who sent this message: the identity tools authorize against. In a group chat or a shared thread
+    the conversation's contact is only whoever wrote first; the message records its own sender."""
+    sender = (inbound.meta or {}).get("sender")
+    if sender:
+        found = (await session.execute(select(Contact).where(
+            Contact.channel == inbound.channel, Contact.external_id == sender))).scalar_one_or_none()
+        if found is not None:
+            return found
+    return await session.get(Contact, conversation.contact_id) if conversation.contact_id else None
