@@ -9,11 +9,11 @@ While the pipeline runs, channels with a typing indicator show it, refreshed eve
 
 Channels with `stream: true` that can edit messages (gateway/streaming.py) show the reply while it is
 generated, by sending a message and editing it; the outbox then edits the streamed messages into the
-final reply instead of sending it again, and records their ids as the reply's deliveries. A streamed
-partial is not part of the exactly-once guarantee: a crash mid-stream (or between the store and the
-final edit) leaves the partial message as it was, and after restart the answer is sent again as a
-new message. Streamed messages of an answer that is not sent (another worker answered, no reply) are
-edited to "—".
+final reply instead of sending it again, and records their ids as the reply's deliveries. The ids of
+streamed messages are also recorded on the question as they are sent (`meta.streamed`): after a
+crash mid-stream the next attempt deletes that partial (or edits it to "—") before it answers, so the
+customer is not left with a cut-off message beside the answer. Streamed messages of an answer that is
+not sent (another worker answered, no reply) are edited to "—".
 
 The worker (gateway/worker.py) calls `MessageHandler.handle` for each inbound message of a
 conversation it holds the lease of, in order.
@@ -22,11 +22,12 @@ conversation it holds the lease of, in order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Mapping
 
 import structlog
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.events import EventBus, conversation_topic, message_topic
@@ -34,7 +35,7 @@ from gateway.models import CallerIdentity, ConversationRef, utcnow
 from gateway.outbox import RETRYING, Outbox
 from gateway.pipeline import Pipeline, PipelineResult, Turn
 from gateway.settings import Settings
-from gateway.streaming import EditStreamer, streamer_for
+from gateway.streaming import EditStreamer, blank_leftovers, streamer_for
 from gateway.typing_indicator import TYPING_REFRESH_S, start_typing
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Message, Usage
@@ -88,11 +89,15 @@ class MessageHandler:
             return
         bot = self._settings.bot(inbound.bot)
         topic = message_topic(inbound.id)
+        adapter = self._adapters.get((inbound.bot, inbound.channel))
+        ref = ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,
+                              thread=conversation.thread)
+        await self._remove_interrupted_stream(inbound, adapter, ref)
         streamer = streamer_for(
-            self._adapters.get((inbound.bot, inbound.channel)), getattr(bot.channels, inbound.channel, None),
-            ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,
-                            thread=conversation.thread),
+            adapter, getattr(bot.channels, inbound.channel, None), ref,
             reply_to=(inbound.meta or {}).get("platform_message_id")) if conversation.state == "bot" else None
+        if streamer is not None:
+            streamer.on_sent = functools.partial(self._record_streamed, inbound)
 
         async def on_token(text: str) -> None:
             # Only a web chat request waits on a message's topic, maybe in another process.
@@ -145,6 +150,22 @@ class MessageHandler:
             self._metrics.record_usage(inbound.bot, result.usage)
         bound.info("pipeline.done", replied=result.reply is not None, escalate=result.escalate,
                    duration_ms=round((time.monotonic() - started) * 1000))
+
+    async def _record_streamed(self, inbound: Message, provider_ids: list[str]) -> None:
+        """Keep the ids of the messages streamed for `inbound` on it, for `_remove_interrupted_stream`."""
+        inbound.meta = {**(inbound.meta or {}), "streamed": provider_ids}
+        async with self._sessions() as session, session.begin():
+            await session.execute(update(Message).where(Message.id == inbound.id).values(meta=inbound.meta))
+
+    async def _remove_interrupted_stream(self, inbound: Message, adapter, ref: ConversationRef) -> None:
+        """An earlier attempt at `inbound` streamed messages and never finished (the process died):
+        remove them before answering again, and forget them."""
+        leftover = (inbound.meta or {}).get("streamed")
+        if not leftover or adapter is None:
+            return
+        log.warning("stream.interrupted_attempt", message_id=inbound.id, provider_ids=leftover)
+        await blank_leftovers(adapter, ref, [str(i) for i in leftover])
+        await self._record_streamed(inbound, [])
 
     async def _rate_limited(self, inbound: Message, turn: Turn) -> bool:
         """Over a limit: store the message as done with (once per window) the notice, and skip the model."""

@@ -13,6 +13,9 @@ text's parts, extra parts are sent as new messages, and streamed messages left o
 shorter) are deleted when the adapter can delete, else edited to `SURPLUS_TEXT`. A streamer that never
 sent anything (the reply came without tokens, e.g. a greeting) just sends the reply normally.
 
+A process killed mid-stream cannot finish: each streamed message's id is recorded on the question
+(`on_sent`), and the next attempt at it removes those messages before answering (`blank_leftovers`).
+
 Failure policy: a streaming flush that fails is never fatal. A rate limit postpones the next flush by
 the platform's `retry_after`; any other error stops streaming and the final reply fixes the text. If
 `finish` fails, the streamed messages are blanked (best effort) before the error reaches the outbox,
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
 import structlog
@@ -63,8 +66,12 @@ class EditStreamer:
     MAX_RETRY_WAIT: ClassVar[float] = 10.0
 
     def __init__(self, adapter: Any, conversation: ConversationRef, *, reply_to: str | None = None,
-                 min_interval: float | None = None) -> None:
+                 min_interval: float | None = None,
+                 on_sent: Callable[[list[str]], Awaitable[None]] | None = None) -> None:
         self.adapter = adapter
+        # Told the ids each time a message is sent, so a process killed mid-stream leaves a record of
+        # what it showed: the next attempt removes it before answering (`blank_leftovers`).
+        self.on_sent = on_sent
         self.conversation = conversation
         self.reply_to = reply_to
         if min_interval is None:
@@ -199,6 +206,11 @@ class EditStreamer:
             self._disabled = True
             self._stop.set()
             log.warning("stream.render_overflow", chat=self.conversation.chat, parts=len(ids))
+        if self.on_sent is not None:
+            try:
+                await self.on_sent(self.provider_ids + self._surplus)
+            except Exception as exc:  # the record is a safety net; the stream goes on without it
+                log.warning("stream.record_failed", chat=self.conversation.chat, error=f"{type(exc).__name__}")
         return True
 
     async def _call(self, call: Any) -> Any:
@@ -278,6 +290,21 @@ class EditStreamer:
                 await self._paced(lambda pid=provider_id: delete(self.conversation, pid))
             else:
                 await self._paced(lambda pid=provider_id: self.adapter.edit(self.conversation, pid, SURPLUS_TEXT))
+
+
+async def blank_leftovers(adapter: Any, conversation: ConversationRef, provider_ids: list[str]) -> None:
+    """Remove messages an earlier, interrupted attempt streamed (deleted, or edited to `SURPLUS_TEXT`
+    where the platform cannot delete), best effort: the answer is about to be sent again in full."""
+    delete = getattr(adapter, "delete", None)
+    for provider_id in provider_ids:
+        try:
+            if delete is not None:
+                await delete(conversation, provider_id)
+            else:
+                await adapter.edit(conversation, provider_id, SURPLUS_TEXT)
+        except Exception as exc:  # gone already, or too old to edit: nothing more to do
+            log.warning("stream.leftover_kept", chat=conversation.chat, provider_id=provider_id,
+                        error=f"{type(exc).__name__}: {exc}"[:200])
 
 
 def compose(text: str, citations: tuple[Citation, ...] = ()) -> str:

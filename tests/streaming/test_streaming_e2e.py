@@ -201,3 +201,24 @@ async def test_telegram_operator_takeover_mid_stream_blanks_the_draft(env):
 async def _done(services, chat: str):
     found = await messages_in_chat(services, channel="telegram", chat=chat)
     return found if found and all(m.status == "done" for m in found) else None
+
+
+async def test_telegram_stream_cut_by_a_crash_is_removed_when_the_question_is_answered_again(env):
+    """The worker dies mid-stream (its tasks cancelled, as at a kill): the partial message stays in the
+    chat and the question stays pending. The next attempt edits the partial to "—" before answering, so
+    the customer is not left with a cut-off message beside the full answer."""
+    client, services, llm, telegram, _ = env
+    llm.script("streamer", Turn(text=ANSWER + " " + ANSWER + " " + ANSWER), Turn(text=ANSWER))
+    await post_telegram(client, 7006, 3006, QUESTION)
+    [partial] = await wait_until(lambda: [m for m in telegram.sent if m.chat_id == 3006], what="the streamed partial")
+    await services.worker.stop(timeout=0)  # the process dies here
+    try:
+        [inbound] = await messages_in_chat(services, channel="telegram", chat="3006")
+        assert inbound.status == "pending" and inbound.meta["streamed"] == [str(partial.message_id)]
+    finally:
+        await services.worker.start()
+    inbound, reply = await settled_chat(services, channel="telegram", chat="3006")
+    assert (inbound.status, reply.status) == ("done", "sent") and inbound.meta["streamed"] != [str(partial.message_id)]
+    assert partial.text == SURPLUS_TEXT
+    answers = [m for m in telegram.sent if m.chat_id == 3006 and m.text != SURPLUS_TEXT]
+    assert len(answers) == 1 and "$6 per month" in answers[0].text
