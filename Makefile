@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 
 # The demo operator's token, for this local run only (config.yaml reads it from the environment).
 run: setup ingest
-	OPERATOR_TOKEN="$${OPERATOR_TOKEN:-dev-operator-token}" $(BIN)/python -m gateway serve --config $(GATEWAY_CONFIG) --host $(HOST) --port $(PORT)
+	OPERATOR_TOKEN="$${OPERATOR_TOKEN:-dev-operator-token}" $(BIN)/python -m gateway serve --config "$(GATEWAY_CONFIG)" --host "$(HOST)" --port "$(PORT)"
 
 test: setup lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -35,10 +35,10 @@ $(VENV)/.installed: requirements-dev.lock pyproject.toml
 	touch $@
 
 migrate: install
-	$(BIN)/python -m gateway db upgrade --config $(GATEWAY_CONFIG)
+	$(BIN)/python -m gateway db upgrade --config "$(GATEWAY_CONFIG)"
 
 ingest: install
-	$(BIN)/python -m gateway ingest --config $(GATEWAY_CONFIG)
+	$(BIN)/python -m gateway ingest --config "$(GATEWAY_CONFIG)"
 
 # Regenerate the hash-pinned locks from requirements*.in (needs `uv` on PATH).
 lock:

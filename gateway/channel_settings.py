@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_ED25519_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 
 class _Strict(BaseModel):
@@ -50,6 +53,15 @@ class DiscordChannel(ChannelBase):
     public_key: str | None = None
     gateway_url: str | None = None
 
+    @field_validator("public_key")
+    @classmethod
+    def _ed25519_hex(cls, value: str | None) -> str | None:
+        # The adapter decodes it at start; a typo would otherwise crash `serve` there.
+        if value and not _ED25519_HEX.fullmatch(value):
+            raise ValueError("an Ed25519 public key is 64 hex characters (the application's Public Key "
+                             "in the Discord developer portal)")
+        return value
+
 
 class WhatsAppChannel(ChannelBase):
     account_sid: str = ""
@@ -82,5 +94,10 @@ class ChannelsSettings(_Strict):
             for key in keys:
                 if not getattr(cfg, key):
                     raise ValueError(f"{channel}.{key} is required when {channel} is enabled (set it from the environment)")
+        # Telegram sends the secret with every webhook update; without one every update gets 401.
+        telegram = self.telegram
+        if telegram is not None and telegram.enabled and telegram.mode == "webhook" and not telegram.webhook_secret:
+            raise ValueError("telegram.webhook_secret is required when telegram is enabled in webhook mode "
+                             "(set it from the environment, or use mode: polling)")
         return self
 

@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from gateway.admin_client import ingest_via_server, local_url
+from gateway.admin_client import chat_via_server, ingest_via_server, local_url
 from gateway.cli_output import print_misses, print_reports, progress_bar
 from gateway.errors import ConfigError, GatewayError, IndexBusy, UnknownBot
 
@@ -117,12 +117,13 @@ def _settings(args):
 
 
 def _serve(args) -> int:
-    import uvicorn
+    settings = _settings(args)
+    _check_embedding_model(settings)
+    asyncio.run(_require_schema(settings))
+    import uvicorn  # after the checks: importing the app takes seconds, a config error should not
 
     from gateway.app import create_app
 
-    settings = _settings(args)
-    asyncio.run(_require_schema(settings))
     # Open SSE streams (console, widget) must not hold a shutdown for long.
     app = create_app(settings, role=args.role, url=local_url(args.host, args.port))
     uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False, timeout_graceful_shutdown=5)
@@ -134,6 +135,7 @@ def _db_upgrade(args) -> int:
     from alembic.config import Config
 
     settings = _settings(args)
+    asyncio.run(_database_has_schema(settings))  # unreachable: one line, not Alembic's traceback
     root = Path(__file__).resolve().parent.parent
     config = Config(str(root / "alembic.ini"))
     config.set_main_option("script_location", str(root / "alembic"))
@@ -143,15 +145,32 @@ def _db_upgrade(args) -> int:
     return 0
 
 
+def _check_embedding_model(settings) -> None:
+    """Find a bad `embedding.model` before uvicorn starts, as `ingest` does, instead of an
+    "Application startup failed" traceback: the name is checked against fastembed's list, and the
+    model is not loaded (the app loads it at start)."""
+    embedding = settings.embedding
+    if embedding.model == "minilm-int8" or embedding.model.startswith("litellm/"):
+        return  # shipped with the project, or an API model: no name list to check against
+    if embedding.model_path and not Path(embedding.model_path).is_dir():
+        raise ConfigError("embedding.model_path", f"{embedding.model_path} is not a folder")
+    from fastembed import TextEmbedding
+
+    # fastembed's own test, with its message (rag/embeddings.py turns its ValueError into the same error).
+    if not any(embedding.model.lower() == m["model"].lower() for m in TextEmbedding.list_supported_models()):
+        raise ConfigError("embedding.model", f"Model {embedding.model} is not supported in TextEmbedding. Please "
+                                             "check the supported models using `TextEmbedding.list_supported_models()`")
+
+
 def _safe_url(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
 
 
-async def _require_schema(settings, engine=None) -> None:
-    """Raise a one-line `GatewayError` saying what to run when the database was never migrated (or
-    cannot be reached), instead of the driver's traceback at the first query."""
+async def _database_has_schema(settings, engine=None) -> bool:
+    """Whether the database was ever migrated; a one-line `GatewayError` when it cannot be reached,
+    instead of the driver's traceback at the first query."""
     from sqlalchemy import inspect
 
     from storage.engine import create_engine
@@ -160,14 +179,19 @@ async def _require_schema(settings, engine=None) -> None:
     engine = create_engine(settings.database_url) if own else engine
     try:
         async with engine.connect() as conn:
-            migrated = await conn.run_sync(lambda sync: inspect(sync).has_table("alembic_version"))
+            return await conn.run_sync(lambda sync: inspect(sync).has_table("alembic_version"))
     except Exception as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise GatewayError(f"cannot reach the database {_safe_url(settings.database_url)}: {reason}") from None
     finally:
         if own:
             await engine.dispose()
-    if not migrated:
+
+
+async def _require_schema(settings, engine=None) -> None:
+    """Raise a one-line `GatewayError` saying what to run when the database was never migrated (or
+    cannot be reached)."""
+    if not await _database_has_schema(settings, engine):
         config = settings.config_path or "config.yaml"
         raise GatewayError(f"the database has no schema: run `gateway db upgrade --config {config}` (or `make run`)")
 
@@ -246,26 +270,42 @@ async def _chat(args) -> int:
         return 2
     svc = build_services(settings, with_scheduler=False, poll_interval=0.2)
     session_id = f"terminal-{uuid.uuid4().hex[:12]}"
-    await svc.start(scheduler=False, channels=False)
-    print(f"Chatting with {bot.name!r}. Empty line or Ctrl-D to quit.")
     try:
-        while True:
-            try:
-                text = await asyncio.to_thread(input, "you> ")
-            except EOFError:
-                break
-            if not text.strip():
-                break
-            message = InboundMessage(channel="web", external_id=uuid.uuid4().hex,
-                                     conversation=ConversationRef(channel="web", chat=session_id),
-                                     sender=Sender(external_id=session_id, display_name="Terminal"), text=text)
-            accepted = await svc.inbox.accept(bot.name, message)
-            reply = await _wait_for_reply(svc, accepted.message_id, timeout=120)
-            print(f"{bot.name}> {reply['reply'] if reply['reply'] is not None else '(a person will reply)'}")
-            for i, citation in enumerate(reply["citations"], 1):
-                print(f"    [{i}] {citation['title']} — {citation.get('url') or citation['source']}")
+        await svc.start(scheduler=False, channels=False)
+    except IndexBusy:
+        await svc.stop()
+        # The running server holds the index: chat through its web chat instead, as a browser would.
+        return await chat_via_server(settings, bot.name, session_id=session_id, converse=_converse)
+
+    async def ask(text: str) -> dict:
+        message = InboundMessage(channel="web", external_id=uuid.uuid4().hex,
+                                 conversation=ConversationRef(channel="web", chat=session_id),
+                                 sender=Sender(external_id=session_id, display_name="Terminal"), text=text)
+        accepted = await svc.inbox.accept(bot.name, message)
+        return await _wait_for_reply(svc, accepted.message_id, timeout=120)
+
+    try:
+        return await _converse(bot.name, ask)
     finally:
         await svc.stop()
+
+
+async def _converse(bot: str, ask) -> int:
+    """The terminal loop: read a line, print the bot's reply and its sources, until an empty line."""
+    print(f"Chatting with {bot!r}. Empty line or Ctrl-D to quit.")
+    while True:
+        try:
+            text = await asyncio.to_thread(input, "you> ")
+        except EOFError:
+            break
+        if not text.strip():
+            break
+        reply = await ask(text)
+        shown = reply["reply"] if reply["reply"] is not None else (
+            "(still working on it; no answer yet)" if reply.get("pending") else "(a person will reply)")
+        print(f"{bot}> {shown}")
+        for i, citation in enumerate(reply["citations"], 1):
+            print(f"    [{i}] {citation['title']} — {citation.get('url') or citation['source']}")
     return 0
 
 

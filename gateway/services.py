@@ -97,6 +97,7 @@ class Services:
     role: str = "all"  # "web": receive only (webhooks, web chat, operators); the worker runs elsewhere
     pg_bridge: PgBridge | None = None
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    _wrote_admin_files: bool = False
     _started: list[Any] = field(default_factory=list)
 
     async def start(self, *, worker: bool = True, scheduler: bool = True, channels: bool = True) -> None:
@@ -119,6 +120,7 @@ class Services:
             fd = os.open(self.admin_token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as token_file:
                 token_file.write(self.admin_token)
+            self._wrote_admin_files = True
             if self.admin_url:
                 # So `gateway ingest` finds this server on whatever port it was started with.
                 self.admin_token_path.with_name("admin.url").write_text(self.admin_url)
@@ -177,8 +179,9 @@ class Services:
         await self.escalations.drain()
         await self.knowledge.close()
         await self.engine.dispose()
-        if self.role != "web" and self.admin_token_path is not None and self.admin_token_path.exists():
-            self.admin_token_path.unlink(missing_ok=True)  # a web process never wrote it: it is the worker's
+        # Only files this process wrote: a CLI that found the index busy must not remove the server's.
+        if self._wrote_admin_files and self.admin_token_path is not None and self.admin_token_path.exists():
+            self.admin_token_path.unlink(missing_ok=True)
             self.admin_token_path.with_name("admin.url").unlink(missing_ok=True)
 
 

@@ -2,19 +2,22 @@
 
 Load order: the file named by `--config`, else `$GATEWAY_CONFIG`, else `./config.yaml`. Any value
 may be written `${ENV_VAR}` (or `${ENV_VAR:-default}`). Secret keys must be written that way: a
-literal secret in the file is refused, so secrets come from the environment only. Top-level
-scalars can also be overridden by the environment (`DATABASE_URL`, `REDIS_URL`, `ENVIRONMENT`).
+literal secret in the file is refused, so secrets come from the environment only. Only the keys in
+`ENV_OVERRIDES` can also be overridden by the environment (`DATABASE_URL`, `LOG_LEVEL`, …).
 
 Nothing here runs at import time; `load_settings()` builds a fresh `Settings` each call.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gateway.channel_settings import (
     ChannelBase,
@@ -37,7 +40,7 @@ from gateway.config_file import (
 from gateway.errors import ConfigError, UnknownBot
 
 __all__ = [
-    "OFFLINE_MODEL", "SECRET_KEYS", "PLACEHOLDER_SECRETS",
+    "OFFLINE_MODEL", "SECRET_KEYS", "PLACEHOLDER_SECRETS", "ENV_OVERRIDES",
     "QdrantSettings", "EmbeddingSettings", "ModelEntry", "OperatorSettings", "RetrievalSettings",
     "SourceSettings", "ToolSettings", "EscalationSettings", "BusinessHours",
     "ChannelBase", "WebChannel", "TelegramChannel", "SlackChannel", "DiscordChannel", "WhatsAppChannel",
@@ -47,6 +50,14 @@ __all__ = [
 
 OFFLINE_MODEL = "offline"
 """The built-in extractive responder: needs no key, registered as a LiteLLM custom provider."""
+
+ENV_OVERRIDES = frozenset({"database_url", "redis_url", "environment", "log_level", "log_format"})
+"""The top-level keys an environment variable of the same name (any case) overrides. Only these:
+a stray `WORKER=1` or `BOTS=...` from a process manager must not replace a correct file."""
+
+DATABASE_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
+"""The async drivers the gateway runs on; `storage.engine.async_url` maps `sqlite://`,
+`postgresql://` and the like onto them."""
 
 
 class QdrantSettings(_Strict):
@@ -92,6 +103,8 @@ class ModelEntry(_Strict):
 
     model_name: str
     litellm_params: dict[str, Any]
+    # LiteLLM's own per-deployment metadata (id, base_model, costs, …), passed to the Router as it is.
+    model_info: dict[str, Any] = Field(default_factory=dict)
 
 
 class OperatorSettings(_Strict):
@@ -305,6 +318,26 @@ class Settings(BaseSettings):
     bots: list[BotSettings] = Field(default_factory=list)
     config_path: str | None = None
 
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, value: str) -> str:
+        # Checked here so a bad URL is a config error, not a SQLAlchemy traceback in the first command.
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        from storage.engine import async_url
+
+        if not value.strip():
+            raise ValueError("is empty (an unset ${VAR}?); use sqlite+aiosqlite:///path/to.db or postgresql://user@host/db")
+        try:
+            driver = make_url(async_url(value)).drivername
+        except ArgumentError:  # its message would not say which part is wrong, and the URL may hold a password
+            raise ValueError("not a database URL; use sqlite+aiosqlite:///path/to.db or postgresql://user@host/db") from None
+        if driver not in DATABASE_DRIVERS:
+            raise ValueError(f"unsupported database driver {make_url(value).drivername!r}; use SQLite "
+                             "(sqlite:// or sqlite+aiosqlite://) or PostgreSQL (postgresql:// or postgresql+asyncpg://)")
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -314,8 +347,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The environment overrides the file, so one config.yaml serves dev, CI and production.
-        return (env_settings, init_settings)
+        # The environment overrides the file, so one config.yaml serves dev, CI and production; but
+        # only for the documented keys (ENV_OVERRIDES).
+        return (_EnvOverrides(settings_cls), init_settings)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "Settings":
@@ -344,6 +378,25 @@ class Settings(BaseSettings):
             if bot.name == name:
                 return bot
         raise UnknownBot(name, [b.name for b in self.bots])
+
+    def ingest_fingerprint(self) -> str:
+        """A hash of what an ingest depends on: the embedding settings and each bot's sources.
+
+        `gateway ingest` sends it to the running server that holds the index, which refuses a job it
+        would run with another configuration. Other keys are left out on purpose: a different log
+        level or operator token in the CLI's environment does not change what an ingest does.
+        """
+        relevant = self.model_dump(mode="json", include={"embedding": True, "bots": {"__all__": {"name", "sources"}}})
+        return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
+
+
+class _EnvOverrides(EnvSettingsSource):
+    """The environment source, limited to the keys in `ENV_OVERRIDES`."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        if field_name not in ENV_OVERRIDES:
+            return None, field_name, False
+        return super().get_field_value(field, field_name)
 
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:

@@ -88,7 +88,8 @@ def test_local_url_reaches_a_wildcard_bind_on_loopback():
 
 
 def test_cli_ingest_goes_through_running_server_that_holds_the_index(kb_config):
-    """It finds the server where `admin.url` says, whatever HOST/PORT say, and the file goes with the server."""
+    """It finds the server where `admin.url` says, whatever HOST/PORT say, and the file goes with the server;
+    `chat` does the same through the server's web chat."""
     config, _ = kb_config
     settings = load_settings(config)
     port = _free_port()
@@ -110,6 +111,15 @@ def test_cli_ingest_goes_through_running_server_that_holds_the_index(kb_config):
         assert proc.returncode == 0, proc.stderr
         assert f"held by the running server; ingesting through it at http://127.0.0.1:{port}" in proc.stderr
         assert json.loads(proc.stdout)["added"] >= 2
+        # `chat` beside the server talks to its web chat, and leaves the server's files alone.
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        chat = subprocess.run([sys.executable, "-m", "gateway", "chat", "--config", str(config)], cwd=ROOT, env=env,
+                              input="How much does the Plus plan cost?\n\n", capture_output=True, text=True,
+                              timeout=120)
+        assert chat.returncode == 0, chat.stderr
+        assert f"chatting through its web chat at http://127.0.0.1:{port}" in chat.stderr
+        assert "$12" in chat.stdout and "[1]" in chat.stdout
+        assert url_file.exists() and url_file.with_name("admin.token").exists()
     finally:
         server.should_exit = True
         thread.join(30)

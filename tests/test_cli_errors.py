@@ -111,3 +111,59 @@ def test_eval_on_an_empty_folder_warns_that_nothing_was_ingested(tmp_path):
     (empty / "plans.md").write_text(PLANS)  # and no warning once there is something to ingest
     proc = _run("eval", "--docs", str(empty), "--questions", str(questions), "--json")
     assert proc.returncode == 0 and "warning" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["db", "upgrade"], ["ingest"], ["serve"]])
+def test_an_empty_or_unsupported_database_url_is_a_config_error_in_every_command(tmp_path, command):
+    config = write_config(tmp_path, database_url="${UNSET_DATABASE_URL_FOR_TEST}")
+    proc = _run(*command, "--config", str(config))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("config error: database_url: is empty") and "Traceback" not in proc.stderr
+    config.write_text(config.read_text().replace("${UNSET_DATABASE_URL_FOR_TEST}", "foo://bar"))
+    proc = _run(*command, "--config", str(config))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "config error: database_url: unsupported database driver 'foo'; use SQLite (sqlite:// or sqlite+aiosqlite://) "
+        "or PostgreSQL (postgresql:// or postgresql+asyncpg://)"]
+
+
+def test_db_upgrade_against_an_unreachable_database_is_one_line(tmp_path):
+    url = f"postgresql://nouser@127.0.0.1:{_free_port()}/x"  # nothing listens there
+    proc = _run("db", "upgrade", "--config", str(write_config(tmp_path, database_url=url)))
+    assert proc.returncode == 1
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: cannot reach the database {url}: ")
+
+
+def test_serve_with_an_unknown_embedding_model_is_a_config_error_before_start(tmp_path):
+    config = write_config(tmp_path, embedding={"model": "no-such-model"})
+    proc = _run("serve", "--config", str(config), "--port", str(_free_port()), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "config error: embedding.model: Model no-such-model is not supported in TextEmbedding. Please check the "
+        "supported models using `TextEmbedding.list_supported_models()`"]
+
+
+def test_ingest_with_a_changed_config_while_a_server_holds_the_index_is_refused(tmp_path):
+    """The server ingests with the configuration it loaded: a source added to the file since would be
+    silently left out, so the CLI's configuration must match the server's."""
+    docs = _docs(tmp_path)
+    config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=docs)])
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    port = _free_port()
+    app = create_app(load_settings(config), start_scheduler=False, url=local_url("127.0.0.1", port))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        _wait_healthy(port)
+        write_config(tmp_path, bots=[_bot("acme", "docs", "more", docs=docs)])
+        changed = _run("ingest", "--config", str(config), "--json")
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    assert "held by the running server" in changed.stderr
+    assert changed.returncode == 1 and changed.stdout == ""
+    assert changed.stderr.strip().splitlines()[-1] == (
+        f"error: the running server loaded {config} as it was at start; restart it to use the changed "
+        "configuration, or stop it and run ingest again")

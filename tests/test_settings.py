@@ -114,3 +114,98 @@ def test_settings_cli_exits_nonzero_with_message(tmp_path):
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 2
     assert "bots[0].model" in proc.stderr and "unknown model 'missing-model'" in proc.stderr
+
+
+@pytest.mark.parametrize("url, words", [
+    ("${UNSET_DATABASE_URL_VAR}", "is empty"),
+    ("foo://bar", "unsupported database driver 'foo'"),
+    ("mysql://u@h/db", "unsupported database driver 'mysql'"),
+    ("not a url", "not a database URL"),
+])
+def test_settings_bad_database_url_is_a_config_error(tmp_path, monkeypatch, url, words):
+    monkeypatch.delenv("UNSET_DATABASE_URL_VAR", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    with pytest.raises(ConfigError) as info:
+        load_settings(_write(tmp_path, {"database_url": url}))
+    assert info.value.key == "database_url" and words in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["sqlite:///var/a.db", "sqlite+aiosqlite:///var/a.db", "postgresql://u@h/db",
+                                 "postgres://u@h/db", "postgresql+psycopg2://u@h/db", "postgresql+asyncpg://u:p@h/db"])
+def test_settings_database_url_accepts_what_the_engine_drives(tmp_path, monkeypatch, url):
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    assert load_settings(_write(tmp_path, {"database_url": url})).database_url == url
+
+
+def test_settings_discord_public_key_must_be_64_hex_characters(tmp_path, monkeypatch):
+    monkeypatch.setenv("DC_TOKEN", "discord-token-value")
+
+    def config(public_key: str) -> Path:
+        return _write(tmp_path, {"bots": [{"name": "b", "channels": {"discord": {
+            "token": "${DC_TOKEN}", "public_key": public_key}}}]})
+
+    for bad in ("zz", "ab" * 31, "g" * 64):
+        with pytest.raises(ConfigError) as info:
+            load_settings(config(bad))
+        assert info.value.key == "bots[0].channels.discord.public_key" and "64 hex characters" in str(info.value)
+    assert load_settings(config("aB" * 32)).bots[0].channels.discord.public_key == "aB" * 32
+
+
+def test_settings_telegram_webhook_mode_needs_a_webhook_secret(tmp_path, monkeypatch):
+    monkeypatch.setenv("TG_TOKEN", "123:abc")
+    monkeypatch.delenv("UNSET_TG_SECRET", raising=False)
+
+    def config(**telegram) -> Path:
+        return _write(tmp_path, {"bots": [{"name": "b", "channels": {"telegram": {"token": "${TG_TOKEN}", **telegram}}}]})
+
+    for telegram in ({}, {"mode": "webhook", "webhook_secret": "${UNSET_TG_SECRET}"}):
+        with pytest.raises(ConfigError) as info:
+            load_settings(config(**telegram))
+        assert str(info.value) == ("bots[0].channels: telegram.webhook_secret is required when telegram is enabled in "
+                                   "webhook mode (set it from the environment, or use mode: polling)")
+    assert load_settings(config(mode="polling")).bots[0].channels.telegram.mode == "polling"
+    assert load_settings(config(enabled=False)).bots[0].channels.telegram.enabled is False
+
+
+def test_settings_model_info_reaches_the_litellm_router(tmp_path, monkeypatch):
+    from gateway.llm import LLMRouter, model_list_from_settings
+
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    settings = load_settings(_write(tmp_path, {"models": [{
+        "model_name": "main", "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1"},
+        "model_info": {"id": "main-1", "base_model": "gpt-4o-mini"}}]}))
+    assert model_list_from_settings(settings)[0]["model_info"] == {"id": "main-1", "base_model": "gpt-4o-mini"}
+    deployment = LLMRouter.from_settings(settings)._router.registry().deployment("main-1")
+    assert deployment.model_name == "main" and deployment.model_info.base_model == "gpt-4o-mini"
+
+
+def test_settings_environment_overrides_only_the_documented_keys(tmp_path, monkeypatch):
+    """A stray `WORKER=1` or `BOTS=[]` from a process manager leaves a correct file as it is."""
+    for name, value in {"BOTS": "[]", "WORKER": "1", "bots": "[]", "QDRANT": "{}", "CONFIG_PATH": "/elsewhere.yaml",
+                        "MODELS": "not json", "LOG_LEVEL": "DEBUG", "LOG_FORMAT": "json"}.items():
+        monkeypatch.setenv(name, value)
+    path = _write(tmp_path, {"bots": [{"name": "b", "system_prompt": "Hi ${WHO:-there}"}],
+                             "worker": {"concurrency": 3}, "log_level": "WARNING"})
+    settings = load_settings(path)
+    assert [b.name for b in settings.bots] == ["b"] and settings.bots[0].system_prompt == "Hi there"
+    assert settings.worker.concurrency == 3 and settings.config_path == str(path)
+    assert (settings.log_level, settings.log_format) == ("DEBUG", "json")
+
+
+def test_settings_ingest_fingerprint_follows_what_an_ingest_uses(tmp_path, monkeypatch):
+    monkeypatch.setenv("OP_TOKEN", "first-token-7f3a")
+    source = {"name": "s", "type": "directory", "path": "docs"}
+    data = {"bots": [{"name": "b", "sources": [source]}], "operators": [{"name": "o", "token": "${OP_TOKEN}"}]}
+    first = load_settings(_write(tmp_path, data)).ingest_fingerprint()
+    assert len(first) == 64 and "first-token" not in first
+    # What an ingest does not use: the environment's log level, another operator token, a prompt.
+    monkeypatch.setenv("OP_TOKEN", "second-token-9c2e")
+    monkeypatch.setenv("LOG_LEVEL", "DEBUG")
+    data["bots"][0]["system_prompt"] = "Be brief."
+    assert load_settings(_write(tmp_path, data)).ingest_fingerprint() == first
+    # What it does use: the sources, the embedding settings.
+    data["bots"][0]["sources"].append({"name": "t", "type": "urls", "urls": ["http://example.test/a"]})
+    second = load_settings(_write(tmp_path, data)).ingest_fingerprint()
+    assert second != first
+    data["embedding"] = {"chunk_text_tokens": 256}
+    assert load_settings(_write(tmp_path, data)).ingest_fingerprint() not in (first, second)

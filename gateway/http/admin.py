@@ -18,8 +18,13 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"], include_in_schema=False)
 
 @router.post("/ingest")
 async def ingest(request: Request, bot: str | None = None, source: str | None = None,
-                 authorization: str = Header(default="")) -> JSONResponse:
-    """Run an ingest now and return its counts."""
+                 config_fingerprint: str | None = None, authorization: str = Header(default="")) -> JSONResponse:
+    """Run an ingest now and return its counts.
+
+    `config_fingerprint` is the caller's `Settings.ingest_fingerprint()`: when it differs from this
+    server's, the job would silently run with another configuration, so it is refused (409). A
+    caller that sends none (an older CLI) gets the ingest as before.
+    """
     svc = services(request)
     if svc.role == "web":
         return error(503, "this process only receives (serve --role web); ingest through the process that "
@@ -27,6 +32,11 @@ async def ingest(request: Request, bot: str | None = None, source: str | None = 
     supplied = authorization.removeprefix("Bearer ").strip()
     if not supplied or not secrets.compare_digest(supplied.encode(), svc.admin_token.encode()):
         return error(401, "admin token required")
+    # The settings are frozen at start, so this is the fingerprint of the configuration the server loaded.
+    if config_fingerprint is not None and config_fingerprint != svc.settings.ingest_fingerprint():
+        loaded = svc.settings.config_path or "its configuration"
+        return error(409, f"the running server loaded {loaded} as it was at start; restart it to use the changed "
+                          "configuration, or stop it and run ingest again")
     try:
         reports = await svc.knowledge.ingest(bot=bot, source=source, trigger="cli")
     except KeyError as exc:
