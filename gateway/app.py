@@ -67,6 +67,10 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
         if first.get("loc", ())[:1] == ("body",) and content_type not in ("application/json", ""):
             return JSONResponse({"error": f"send JSON (Content-Type: application/json), not {content_type!r}"},
                                 status_code=415)
+        if first.get("type") == "json_invalid":  # a syntax error in the body is the client's, not a bad field: 400
+            reason = first.get("ctx", {}).get("error", "decode error")
+            return JSONResponse({"error": f"the body is not valid JSON: {reason} at character {first['loc'][-1]}"},
+                                status_code=400)
         if first.get("type") == "missing" and not where:
             return JSONResponse({"error": "a JSON body is required"}, status_code=422)
         return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}" if where

@@ -1,13 +1,20 @@
-"""A bug in a route is a JSON 500 on a connection that stays usable (Starlette's own handler re-raised)."""
+"""A bug in a route is a JSON 500 on a connection that stays usable (Starlette's own handler re-raised);
+a database that cannot be reached is a 503 with Retry-After."""
 
 from __future__ import annotations
 
+import shutil
+import socket
+
 import httpx
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from gateway.http.unhandled import UnhandledErrors
+from tests.conftest import app_client
 
 
 async def _boom(_request):
@@ -28,3 +35,58 @@ async def test_a_bug_is_a_json_500_and_is_not_raised_to_the_server() -> None:
         fine = await client.get("/fine")
     assert boom.status_code == 500 and boom.json() == {"error": "internal error"}
     assert fine.text == "ok"
+
+
+async def test_a_database_gone_away_is_a_503_with_retry_after(tmp_path) -> None:
+    """The SQLite file's folder disappears while the app runs: every new connection fails to open it."""
+    database = tmp_path / "db" / "gateway.db"
+    bots = [{"name": "acme", "channels": {"web": {}}}]
+    async with app_client(tmp_path, bots=bots, start_worker=False, database_url=f"sqlite+aiosqlite:///{database}",
+                          raise_app_exceptions=True) as client:
+        ok = await client.get("/v1/bots/acme/sessions/s-1/messages")
+        assert ok.status_code == 200
+        await client.services.engine.dispose()  # no pooled connection keeps the old file open
+        shutil.move(database.parent, tmp_path / "gone")
+
+        chat = await client.post("/v1/bots/acme/chat", json={"session_id": "s-1", "text": "Hello?"})
+        transcript = await client.get("/v1/bots/acme/sessions/s-1/messages")
+
+        shutil.move(tmp_path / "gone", database.parent)  # the lifespan's shutdown needs it back
+    for response in (chat, transcript):
+        assert response.status_code == 503, response.text
+        assert response.json() == {"error": "the database is unavailable; try again shortly"}
+        assert response.headers["Retry-After"] == "5"
+
+
+async def test_a_refused_database_connection_is_a_503() -> None:
+    """asyncpg's ConnectionRefusedError reaches the route unwrapped: the port has nothing listening."""
+    with socket.socket() as probe:  # a port that was free a moment ago: connecting to it is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    engine = create_async_engine(f"postgresql+asyncpg://gateway@127.0.0.1:{port}/gateway")
+
+    async def _query(_request):
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/query", _query)])
+    app.add_middleware(UnhandledErrors)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            response = await client.get("/query")
+    finally:
+        await engine.dispose()
+    assert response.status_code == 503 and response.headers["Retry-After"] == "5"
+
+
+async def test_an_os_error_outside_the_database_is_still_a_500() -> None:
+    async def _missing_file(_request):
+        raise FileNotFoundError("templates/missing.html")
+
+    app = Starlette(routes=[Route("/file", _missing_file)])
+    app.add_middleware(UnhandledErrors)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        response = await client.get("/file")
+    assert response.status_code == 500 and response.json() == {"error": "internal error"}

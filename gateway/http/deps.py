@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Path, Query, Request
 from fastapi.responses import JSONResponse
+
+from gateway.models import as_utc
 
 if TYPE_CHECKING:
     from gateway.services import Services
@@ -24,3 +27,8 @@ def services(request: Request) -> "Services":
 def error(status: int, message: str, **extra) -> JSONResponse:
     """A JSON error body: {"error": message, ...}."""
     return JSONResponse({"error": message, **extra}, status_code=status)
+
+
+def utc_iso(value: datetime | None) -> str | None:
+    """ISO 8601 with an explicit "+00:00": SQLite gives back naive datetimes, which clients read as local time."""
+    return as_utc(value).isoformat() if value is not None else None

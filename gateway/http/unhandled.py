@@ -1,4 +1,8 @@
-"""The last catch for a bug in a route: a JSON 500, logged once, and the connection kept.
+"""The last catch for an error in a route: a JSON answer, logged once, and the connection kept.
+
+- A database that cannot be reached is temporary: 503 `{"error": …}` with `Retry-After`, so clients
+  (and load balancers) retry rather than report a bug.
+- Anything else is a bug: `{"error": "internal error"}`, 500, logged with its traceback.
 
 Starlette's `exception_handler(Exception)` runs in its outermost middleware, which sends the 500
 and then raises the exception again, so uvicorn logged every such bug a second time and closed
@@ -9,13 +13,41 @@ middleware inside it answers and stops there.
 from __future__ import annotations
 
 import structlog
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.responses import JSONResponse
 
 log = structlog.get_logger("gateway.http")
 
+DATABASE_UNAVAILABLE = "the database is unavailable; try again shortly"
+RETRY_AFTER_SECONDS = 5
+# Where a raw OSError comes from when the database is down: asyncpg's connect() raises
+# ConnectionRefusedError and the like as they are, without SQLAlchemy's wrapping.
+_DATABASE_MODULES = ("sqlalchemy", "asyncpg", "aiosqlite", "psycopg", "sqlite3")
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` says the database cannot be reached now (rather than that a query is wrong)."""
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return True
+    if isinstance(exc, DBAPIError):
+        return exc.connection_invalidated
+    # Only an OSError raised inside a database driver: a missing file in a route is still a bug.
+    return isinstance(exc, OSError) and _raised_in_database_code(exc)
+
+
+def _raised_in_database_code(exc: BaseException) -> bool:
+    frame = exc.__traceback__
+    while frame is not None:
+        module = frame.tb_frame.f_globals.get("__name__", "")
+        if module.split(".")[0] in _DATABASE_MODULES:
+            return True
+        frame = frame.tb_next
+    return False
+
 
 class UnhandledErrors:
-    """Pure ASGI middleware: an exception out of the app becomes `{"error": "internal error"}`, 500."""
+    """Pure ASGI middleware: an exception out of the app becomes a 503 (database unreachable) or a
+    500 `{"error": "internal error"}`."""
 
     def __init__(self, app) -> None:
         self.app = app
@@ -34,7 +66,16 @@ class UnhandledErrors:
         try:
             await self.app(scope, receive, tracked)
         except Exception as exc:
-            log.exception("http.unhandled", error_type=type(exc).__name__, path=scope.get("path", ""))
+            path = scope.get("path", "")
+            if database_unavailable(exc):
+                # An outage, not a bug: one line without a traceback, which would only show our own frames.
+                reason = str(getattr(exc, "orig", None) or exc)[:300]  # the driver's words, without SQL or parameters
+                log.error("http.database_unavailable", error_type=type(exc).__name__, error=reason, path=path)
+                response = JSONResponse({"error": DATABASE_UNAVAILABLE}, status_code=503,
+                                        headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+            else:
+                log.exception("http.unhandled", error_type=type(exc).__name__, path=path)
+                response = JSONResponse({"error": "internal error"}, status_code=500)
             if started:  # part of a response went out: only closing the connection can say it failed
                 raise
-            await JSONResponse({"error": "internal error"}, status_code=500)(scope, receive, send)
+            await response(scope, receive, send)

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
 from gateway.events import message_topic
-from gateway.http.deps import AfterId, error, services
+from gateway.http.deps import AfterId, error, services, utc_iso
 from gateway.http.webhooks import CappedRoute
 from gateway.models import ConversationRef, InboundMessage, Sender
 from storage import repositories as repo
@@ -208,6 +208,6 @@ async def session_messages(bot: str, session_id: str, request: Request, after: A
         "state": conversation.state,
         "messages": [{
             "id": m.id, "direction": m.direction, "author": m.author, "text": m.text,
-            "citations": m.citations or [], "status": m.status, "created_at": m.created_at.isoformat(),
+            "citations": m.citations or [], "status": m.status, "created_at": utc_iso(m.created_at),
         } for m in rows if m.status != "ignored"],
     })

@@ -25,7 +25,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.events import ESCALATIONS_TOPIC
-from gateway.http.deps import RowId, error, services
+from gateway.http.deps import RowId, error, services, utc_iso
 from gateway.http.webhooks import CappedRoute
 from gateway.operators.auth import Operator
 from gateway.operators.summary import summarize
@@ -73,9 +73,9 @@ def escalation_dict(escalation: Escalation, conversation: Conversation | None = 
         "id": escalation.id, "bot": escalation.bot, "state": escalation.state, "reason": escalation.reason,
         "operator": escalation.operator, "conversation_id": escalation.conversation_id,
         "notes": escalation.notes or [],
-        "created_at": escalation.created_at.isoformat(),
-        "claimed_at": escalation.claimed_at.isoformat() if escalation.claimed_at else None,
-        "resolved_at": escalation.resolved_at.isoformat() if escalation.resolved_at else None,
+        "created_at": utc_iso(escalation.created_at),
+        "claimed_at": utc_iso(escalation.claimed_at),
+        "resolved_at": utc_iso(escalation.resolved_at),
     }
     if conversation is not None:
         body.update(channel=conversation.channel, conversation_state=conversation.state)
@@ -154,10 +154,10 @@ async def get_escalation(escalation_id: RowId, request: Request) -> Response:
             "messages": [{
                 "id": m.id, "direction": m.direction, "author": m.author, "text": m.text, "status": m.status,
                 "citations": m.citations or [], "retrieved": m.retrieved or [],
-                "created_at": m.created_at.isoformat(),
+                "created_at": utc_iso(m.created_at),
             } for m in messages],
             "events": [{"kind": e.kind, "from_state": e.from_state, "to_state": e.to_state, "actor": e.actor,
-                        "reason": e.reason, "at": e.created_at.isoformat()} for e in events],
+                        "reason": e.reason, "at": utc_iso(e.created_at)} for e in events],
         }
 
     return await _guarded(request, action)

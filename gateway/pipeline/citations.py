@@ -9,13 +9,14 @@
 - `citations` lists the distinct documents actually cited, in the order first cited, and the
   markers are renumbered to match: [1] in the reply is `citations[0]`, whichever extract numbers
   the model saw. A URL is kept only when it is http(s), so no `javascript:` or `data:` link ever
-  reaches a client.
+  reaches a client. `CitationNumbers` and `number_markers` give the same numbering piece by piece, so
+  streamed tokens (`held_stream`) show the numbers the reply will have.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -34,6 +35,7 @@ _REFUSAL = re.compile(
 )
 _MAX_REFUSAL_CHARS = 300
 _FALLBACK_TAG = re.compile(r"</?\s*fallback\s*>", re.IGNORECASE)
+_STUTTER = re.compile(r"(\[\d+\])(\s*\1)+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,27 +76,73 @@ def cites_an_extract(text: str, *, count: int) -> bool:
     return any(1 <= int(part) <= count for match in _MARKER.finditer(text) for part in match.group(1).split(","))
 
 
+def _rewrite_markers(text: str, number: Callable[[int], int | None]) -> str:
+    """Each marker's numbers passed through `number`, repeats dropped ([1, 7] → [1] when 7 is None; a list
+    becomes adjacent markers); a marker with no number left is removed with its leading spaces."""
+
+    def replace(match: re.Match[str]) -> str:
+        lead = match.group(0)[: len(match.group(0)) - len(match.group(0).lstrip())]
+        numbers: list[int] = []
+        for part in match.group(1).split(","):
+            k = number(int(part))
+            if k is not None and k not in numbers:
+                numbers.append(k)
+        return lead + "".join(f"[{k}]" for k in numbers) if numbers else ""
+
+    return _MARKER.sub(replace, text)
+
+
+def _tidy_spacing(text: str) -> str:
+    # A removed marker may leave "word ." or doubled spaces behind.
+    out = re.sub(r"[ \t]+([.,;:!?])(?=\s|$)", r"\1", text)  # not ".md" or ".NET" mid-sentence
+    return re.sub(r"[ \t]{2,}", " ", out)
+
+
 def strip_invalid_markers(text: str, *, count: int) -> tuple[str, tuple[int, ...]]:
     """Remove markers outside 1..count; returns the text and the surviving numbers, first-cited first."""
     cited: list[int] = []
 
-    def keep(match: re.Match[str]) -> str:
-        lead = match.group(0)[: len(match.group(0)) - len(match.group(0).lstrip())]
-        numbers = []
-        for part in match.group(1).split(","):
-            n = int(part)
-            if 1 <= n <= count and n not in numbers:
-                numbers.append(n)
-        for n in numbers:
-            if n not in cited:
-                cited.append(n)
-        return lead + "".join(f"[{n}]" for n in numbers) if numbers else ""
+    def keep(n: int) -> int | None:
+        if not 1 <= n <= count:
+            return None
+        if n not in cited:
+            cited.append(n)
+        return n
 
-    out = _MARKER.sub(keep, text)
-    # A removed marker may leave "word ." or doubled spaces behind.
-    out = re.sub(r"[ \t]+([.,;:!?])(?=\s|$)", r"\1", out)  # not ".md" or ".NET" mid-sentence
-    out = re.sub(r"[ \t]{2,}", " ", out).strip()
-    return out, tuple(cited)
+    return _tidy_spacing(_rewrite_markers(text, keep)).strip(), tuple(cited)
+
+
+class CitationNumbers:
+    """Gate 2's numbering, given as markers are read: the first document cited is [1], the next new one
+    [2], and so on. `documents[n - 1]` identifies extract n's document; extracts of one document share
+    its number. Streaming uses it to show the numbers the final reply will have."""
+
+    def __init__(self, documents: Sequence[object]) -> None:
+        self._documents = documents
+        self._numbers: dict[object, int] = {}
+
+    @classmethod
+    def for_hits(cls, hits: Sequence[Hit]) -> CitationNumbers:
+        """The numbering of an answer written from `hits`."""
+        return cls([_document_of(hit) for hit in hits])
+
+    def __call__(self, extract: int) -> int | None:
+        """The reply's number for extract `extract` (1-based); None when there is no such extract."""
+        if not 1 <= extract <= len(self._documents):
+            return None
+        return self._numbers.setdefault(self._documents[extract - 1], len(self._numbers) + 1)
+
+
+def without_fallback_tags(text: str) -> str:
+    """The text without `<fallback>` tags, which a model may copy from the prompt."""
+    return _FALLBACK_TAG.sub("", text)
+
+
+def number_markers(text: str, numbers: CitationNumbers) -> str:
+    """Gate 2's rewrite of a cited answer (tags already removed), for a piece of it read in order: invalid
+    markers removed, valid ones renumbered by `numbers` (which remembers earlier pieces), spacing tidied;
+    not stripped."""
+    return _STUTTER.sub(r"\1", _tidy_spacing(_rewrite_markers(text, numbers)))
 
 
 def _document_of(hit: Hit) -> str:
@@ -119,22 +167,11 @@ def citations_for(hits: Sequence[Hit], indices: Sequence[int]) -> tuple[Citation
 
 def renumber(text: str, hits: Sequence[Hit], cited: Sequence[int]) -> str:
     """Rewrite valid markers so [k] points at the k-th distinct cited document."""
-    order: dict[str, int] = {}
-    for n in cited:
-        order.setdefault(_document_of(hits[n - 1]), len(order) + 1)
-
-    def replace(match: re.Match[str]) -> str:
-        lead = match.group(0)[: len(match.group(0)) - len(match.group(0).lstrip())]
-        numbers: list[int] = []
-        for part in match.group(1).split(","):
-            k = order[_document_of(hits[int(part) - 1])]
-            if k not in numbers:
-                numbers.append(k)
-        return lead + "".join(f"[{k}]" for k in numbers)
-
-    out = _MARKER.sub(replace, text)
+    numbers = CitationNumbers.for_hits(hits)
+    for n in cited:  # the order of first citation, as `strip_invalid_markers` found it
+        numbers(n)
     # The same document cited twice in a row ("…[1] [1]") reads as a stutter: keep one.
-    return re.sub(r"(\[\d+\])(\s*\1)+", r"\1", out)
+    return _STUTTER.sub(r"\1", _rewrite_markers(text, numbers))
 
 
 def verify_citations(
@@ -145,7 +182,7 @@ def verify_citations(
     allow_uncited: bool = False,
 ) -> Verified:
     """Gate 2. `allow_uncited` keeps an uncited answer (for one grounded in a tool result instead)."""
-    cleaned, cited = strip_invalid_markers(_FALLBACK_TAG.sub("", text).strip(), count=len(hits))
+    cleaned, cited = strip_invalid_markers(without_fallback_tags(text).strip(), count=len(hits))
     # With a valid citation it is a partial answer ("Plus costs $6 [1]; I don't know about discounts.").
     if not cited and is_refusal(cleaned, fallback_text=fallback_text):
         plain, _ = strip_invalid_markers(cleaned, count=0)

@@ -6,40 +6,78 @@ only then replaced. So the tokens of one model call are held until the text so f
 [n] of an extract the model was given; then everything held goes out at once and the rest streams
 as it comes. A refusal or an uncited answer is never streamed: the final reply shows it whole. The
 cost is that the first sentence appears at once rather than word by word.
+
+What goes out is rewritten as gate 2 rewrites the final reply, so the streamed text and the reply
+read the same: the first document cited is [1], the next new one [2] (the model's [3] then [1]
+stream as [1] then [2]), and markers of extracts the model was not given are dropped. A piece is
+rewritten only once nothing after it can change it: trailing spaces, a marker not yet closed ("[1"),
+and a " ." that gate 2 may join to the word before it wait for the next token.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Sequence
 
-from gateway.pipeline.citations import cites_an_extract
+from gateway.pipeline.citations import CitationNumbers, cites_an_extract, number_markers, without_fallback_tags
+from gateway.pipeline.prompts import Hit
 
 TokenCallback = Callable[[str], Awaitable[None]]
 MARKER_REACH = 40
 """How much of the held text a new token is searched with: a marker may span tokens ("[1" then "]"),
 and a list ("[1, 2, 3]") is longer than one."""
+_UNSETTLED = re.compile(r"(?:[ \t]+[.,;:!?]+(?:\s*\[[\d\s,]*\]?)*)?(?:\s*(?:\[[\d\s,]*|<[^<>]{0,20}))?\s*$")
+"""The end of the text that the next token may still change: a " ." waiting to see what follows it
+(markers after it may yet be removed), an open marker or `<fallback>` tag, and trailing whitespace
+(a marker's leading spaces go with it)."""
+_LAST_MARKER = re.compile(r"\[\d+\]$")
 
 
 class HeldStream:
-    """Wraps `on_token` for one model call that was given `extracts` numbered extracts."""
+    """Wraps `on_token` for one model call that was given `extracts` numbered extracts. With `hits`,
+    extracts of one document share a number, as in the final reply."""
 
-    def __init__(self, on_token: TokenCallback, *, extracts: int) -> None:
+    def __init__(self, on_token: TokenCallback, *, extracts: int, hits: Sequence[Hit] | None = None) -> None:
         self._on_token = on_token
         self._extracts = extracts
+        self._numbers = CitationNumbers.for_hits(hits) if hits is not None else CitationNumbers(range(extracts))
         self._held: list[str] = []
         self._tail = ""  # the end of the held text, where a marker the next token completes begins
         self._released = False
+        self._pending = ""  # released text the next token may still change
+        self._shown = False
+        self._last_marker = ""  # the marker the shown text ends with: gate 2 drops a repeat right after it
 
     async def __call__(self, token: str) -> None:
         if self._released:
-            await self._on_token(token)
+            self._pending += token
+            await self._show_settled()
             return
         # Only the tail and the new token are searched: an answer that never cites costs linear time.
         self._held.append(token)
         window = self._tail + token
         if cites_an_extract(window, count=self._extracts):
             self._released = True
-            held, self._held = "".join(self._held), []
-            await self._on_token(held)
+            self._pending, self._held = "".join(self._held), []
+            await self._show_settled()
             return
         self._tail = window[-MARKER_REACH:]
+
+    async def _show_settled(self) -> None:
+        # A whole tag goes first, as in gate 2: cut out of the middle of a piece it would leave a double space.
+        self._pending = without_fallback_tags(self._pending)
+        cut = _UNSETTLED.search(self._pending).start()
+        if cut == 0:
+            return
+        piece = number_markers(self._pending[:cut], self._numbers)
+        self._pending = self._pending[cut:]
+        if self._last_marker:  # "[1] [1]" reads as a stutter, also when the two came in different pieces
+            piece = re.sub(rf"^(?:\s*{re.escape(self._last_marker)})+", "", piece)
+        if not self._shown:
+            piece = piece.lstrip()  # the final reply is stripped
+        if not piece:
+            return
+        self._shown = True
+        ends_with = _LAST_MARKER.search(piece)
+        self._last_marker = ends_with.group(0) if ends_with else ""
+        await self._on_token(piece)

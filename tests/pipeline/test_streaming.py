@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from gateway.pipeline.citations import verify_citations
 from gateway.pipeline.core import LLM_DOWN_REPLY
+from gateway.pipeline.held_stream import HeldStream
 from tests.fakes.openai_server import Turn
+from tests.pipeline.conftest import PLUS, TEAM, hit, make_rig
+
+ENTERPRISE = hit("Enterprise plans are priced per contract; talk to sales.", n=2, document="enterprise.md",
+                 title="Enterprise")
 
 
 async def test_streaming_tokens_reach_the_callback(rig, openai_fake) -> None:
@@ -58,15 +64,14 @@ async def test_an_uncited_answer_is_never_streamed(rig, openai_fake) -> None:
 async def test_tokens_are_held_until_the_text_cites_an_extract_it_was_given(rig, openai_fake) -> None:
     openai_fake.script("primary", Turn(text="Plus [9] costs $6 [1] per month."))
 
-    await rig.pipeline.handle(rig.turn("How much is Plus?", stream=True))
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?", stream=True))
 
-    # [9] is not an extract (two hits): nothing goes out until [1], then all of it, then the rest as it comes.
-    assert rig.tokens[0] == "Plus [9] costs $6 [1]" and "".join(rig.tokens) == "Plus [9] costs $6 [1] per month."
+    # [9] is not an extract (two hits): nothing goes out until [1], then all of it, then the rest as it comes;
+    # gate 2 drops [9] from the reply, so the stream never shows it either.
+    assert rig.tokens[0] == "Plus costs $6 [1]" and "".join(rig.tokens) == result.reply == "Plus costs $6 [1] per month."
 
 
 async def test_a_marker_split_across_tokens_releases_the_held_text() -> None:
-    from gateway.pipeline.held_stream import HeldStream
-
     shown: list[str] = []
 
     async def show(token: str) -> None:
@@ -77,3 +82,36 @@ async def test_a_marker_split_across_tokens_releases_the_held_text() -> None:
         await stream(token)
 
     assert shown == ["Plus costs $6 [1] per", " month."]
+
+
+async def test_streamed_tokens_carry_the_citation_numbers_of_the_final_reply(openai_fake) -> None:
+    """The model cites extract 3 first, then 1: the reply renumbers them [1], [2], and so must the stream."""
+    rig = make_rig(openai_fake, hits=[PLUS, TEAM, ENTERPRISE])
+    openai_fake.script("primary", Turn(text="Enterprise is priced per contract [3]. Plus costs $6 per month [1]. "
+                                            "Talk to sales for Enterprise [3] [3]."))
+
+    result = await rig.pipeline.handle(rig.turn("What do the plans cost?", stream=True))
+
+    assert result.reply == ("Enterprise is priced per contract [1]. Plus costs $6 per month [2]. "
+                            "Talk to sales for Enterprise [1].")
+    assert "".join(rig.tokens) == result.reply
+    assert [c.source for c in result.citations] == ["help/enterprise.md", "help/plans.md"]
+
+
+async def test_held_stream_numbers_extracts_of_one_document_alike_across_tokens() -> None:
+    """Extracts 1 and 3 are one document: one number, as gate 2 gives; a marker split across tokens,
+    a repeat in the next token and a marker of no extract are rewritten the same way."""
+    shown: list[str] = []
+
+    async def show(token: str) -> None:
+        shown.append(token)
+
+    same_document = hit("Plus can be paid yearly.", n=5)  # plans.md, like PLUS
+    hits = [PLUS, TEAM, same_document]
+    tokens = ["Team costs $12 [", "2", "]. Plus", " is yearly [3", "] [1", "] or monthly [7] [1", "]."]
+    stream = HeldStream(show, extracts=3, hits=hits)
+    for token in tokens:
+        await stream(token)
+
+    final = verify_citations("".join(tokens), hits, fallback_text="I don't know.")
+    assert "".join(shown) == final.text == "Team costs $12 [1]. Plus is yearly [2] or monthly [2]."

@@ -1,0 +1,46 @@
+"""Two documented chat outcomes besides an answer: 202 pending after `worker.reply_timeout`, and a
+rate-limited message (the notice once per window, then no reply)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.conftest import app_client
+
+NOTICE = "Slow down, please."
+
+
+async def _transcript_replies(client, session_id: str) -> list[dict]:
+    body = (await client.get(f"/v1/bots/acme/sessions/{session_id}/messages")).json()
+    return [m for m in body["messages"] if m["direction"] == "out"]
+
+
+async def test_chat_past_the_reply_timeout_is_202_pending_and_the_answer_lands_in_the_transcript(tmp_path) -> None:
+    worker = {"lease_seconds": 3, "poll_interval": 0.2, "reply_timeout": 0.001}  # no answer is that fast
+    async with app_client(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}], worker=worker) as client:
+        response = await client.post("/v1/bots/acme/chat",
+                                     json={"session_id": "slow-1", "text": "Hello?", "message_id": "m-1"})
+        body = response.json()
+        assert response.status_code == 202
+        assert body["pending"] is True and body["reply"] is None and body["state"] == "bot"
+        for _ in range(150):  # the worker still answers it
+            replies = await _transcript_replies(client, "slow-1")
+            if replies:
+                break
+            await asyncio.sleep(0.2)
+        assert replies and replies[0]["author"] == "bot" and replies[0]["text"]
+        again = await client.post("/v1/bots/acme/chat",
+                                  json={"session_id": "slow-1", "text": "Hello?", "message_id": "m-1"})
+        assert again.status_code == 200 and again.json()["reply"] == replies[0]["text"]
+
+
+async def test_chat_over_the_contact_rate_limit_gets_the_notice_once_then_no_reply(tmp_path) -> None:
+    bot = {"name": "acme", "channels": {"web": {}}, "rate_limit": {"per_contact_per_minute": 1, "notice": NOTICE}}
+    async with app_client(tmp_path, bots=[bot]) as client:
+        bodies = []
+        for i in range(3):
+            response = await client.post("/v1/bots/acme/chat", json={"session_id": "busy-1", "text": f"Question {i}?"})
+            assert response.status_code == 200, response.text
+            bodies.append(response.json())
+    assert bodies[0]["reply"] not in (None, NOTICE)
+    assert [(b["reply"], b["state"], b["citations"]) for b in bodies[1:]] == [(NOTICE, "bot", []), (None, "bot", [])]
