@@ -54,7 +54,10 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
                 otel.shutdown()  # flushes the last spans
             log.info("gateway.stopped")
 
-    app = FastAPI(title="Bot gateway", version=__version__, lifespan=lifespan)
+    # The interactive API docs list every route and bot-facing schema: handy in development, not to publish.
+    docs = settings.environment != "production"
+    app = FastAPI(title="Bot gateway", version=__version__, lifespan=lifespan, docs_url="/docs" if docs else None,
+                  redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
     app.state.services = svc
     app.add_middleware(UnhandledErrors)  # added first, so inside the next one: its log lines carry the trace id
     app.add_middleware(RequestContextMiddleware, metrics=svc.metrics)

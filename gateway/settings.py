@@ -362,7 +362,12 @@ class Settings(BaseSettings):
             for key, model in [("model", bot.model)] + [(f"fallbacks[{j}]", m) for j, m in enumerate(bot.fallbacks)]:
                 if model not in known:
                     raise ValueError(f"bots[{i}].{key}: unknown model {model!r}; known: {', '.join(sorted(known))}")
+        operator_names: set[str] = set()
         for i, op in enumerate(self.operators):
+            # A claim is held by an operator's name: two operators of one name could act on each other's.
+            if op.name in operator_names:
+                raise ValueError(f"operators[{i}].name: duplicate operator name {op.name!r}")
+            operator_names.add(op.name)
             for bot in op.bots:
                 if bot != "*" and bot not in names:
                     raise ValueError(f"operators[{i}].bots: unknown bot {bot!r}")

@@ -57,6 +57,8 @@ def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
     ({"bots": [{"name": "b", "channels": {"slack": {"bot_token": "xoxb-literal", "signing_secret": "${X}"}}}]},
      "bots.channels.slack.bot_token", "environment only"),
     ({"bots": [{"name": "b"}, {"name": "b"}]}, "bots[1].name", "duplicate"),
+    ({"operators": [{"name": "sam", "token": "${OP_A}"}, {"name": "sam", "token": "${OP_B}"}]},
+     "operators[1].name", "duplicate operator name"),
 ])
 def test_settings_bad_config_names_key(tmp_path, monkeypatch, data, key, words):
     monkeypatch.delenv("UNSET_TOKEN_VAR", raising=False)

@@ -90,3 +90,17 @@ async def test_an_os_error_outside_the_database_is_still_a_500() -> None:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
         response = await client.get("/file")
     assert response.status_code == 500 and response.json() == {"error": "internal error"}
+
+
+async def test_the_api_docs_are_not_published_in_production(tmp_path, monkeypatch):
+    """/docs, /redoc and /openapi.json list every route: served in development only."""
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+    from tests.conftest import write_config
+
+    for environment, expected in (("development", 200), ("production", 404)):
+        monkeypatch.setenv("ENVIRONMENT", environment)
+        app = create_app(load_settings(write_config(tmp_path, bots=[{"name": "acme"}])), start_worker=False,
+                         start_scheduler=False, start_channels=False)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://g") as client:
+            assert [(await client.get(path)).status_code for path in ("/docs", "/redoc", "/openapi.json")] == [expected] * 3
