@@ -13,6 +13,7 @@ from pathlib import Path
 from gateway.admin_client import chat_via_server, ingest_via_server, local_url
 from gateway.cli_output import print_misses, print_reports, progress_bar
 from gateway.errors import ConfigError, GatewayError, IndexBusy, UnknownBot
+from gateway.preflight import check_embedding_model, database_has_schema, require_schema, safe_url
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -118,8 +119,8 @@ def _settings(args):
 
 def _serve(args) -> int:
     settings = _settings(args)
-    _check_embedding_model(settings)
-    asyncio.run(_require_schema(settings))
+    check_embedding_model(settings)
+    asyncio.run(require_schema(settings))
     import uvicorn  # after the checks: importing the app takes seconds, a config error should not
 
     from gateway.app import create_app
@@ -135,65 +136,14 @@ def _db_upgrade(args) -> int:
     from alembic.config import Config
 
     settings = _settings(args)
-    asyncio.run(_database_has_schema(settings))  # unreachable: one line, not Alembic's traceback
+    asyncio.run(database_has_schema(settings))  # unreachable: one line, not Alembic's traceback
     root = Path(__file__).resolve().parent.parent
     config = Config(str(root / "alembic.ini"))
     config.set_main_option("script_location", str(root / "alembic"))
     config.attributes["database_url"] = settings.database_url
     command.upgrade(config, "head")
-    print(f"database is at the latest migration ({_safe_url(settings.database_url)})")
+    print(f"database is at the latest migration ({safe_url(settings.database_url)})")
     return 0
-
-
-def _check_embedding_model(settings) -> None:
-    """Find a bad `embedding.model` before uvicorn starts, as `ingest` does, instead of an
-    "Application startup failed" traceback: the name is checked against fastembed's list, and the
-    model is not loaded (the app loads it at start)."""
-    embedding = settings.embedding
-    if embedding.model == "minilm-int8" or embedding.model.startswith("litellm/"):
-        return  # shipped with the project, or an API model: no name list to check against
-    if embedding.model_path and not Path(embedding.model_path).is_dir():
-        raise ConfigError("embedding.model_path", f"{embedding.model_path} is not a folder")
-    from fastembed import TextEmbedding
-
-    # fastembed's own test, with its message (rag/embeddings.py turns its ValueError into the same error).
-    if not any(embedding.model.lower() == m["model"].lower() for m in TextEmbedding.list_supported_models()):
-        raise ConfigError("embedding.model", f"Model {embedding.model} is not supported in TextEmbedding. Please "
-                                             "check the supported models using `TextEmbedding.list_supported_models()`")
-
-
-def _safe_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
-async def _database_has_schema(settings, engine=None) -> bool:
-    """Whether the database was ever migrated; a one-line `GatewayError` when it cannot be reached,
-    instead of the driver's traceback at the first query."""
-    from sqlalchemy import inspect
-
-    from storage.engine import create_engine
-
-    own = engine is None
-    engine = create_engine(settings.database_url) if own else engine
-    try:
-        async with engine.connect() as conn:
-            return await conn.run_sync(lambda sync: inspect(sync).has_table("alembic_version"))
-    except Exception as exc:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise GatewayError(f"cannot reach the database {_safe_url(settings.database_url)}: {reason}") from None
-    finally:
-        if own:
-            await engine.dispose()
-
-
-async def _require_schema(settings, engine=None) -> None:
-    """Raise a one-line `GatewayError` saying what to run when the database was never migrated (or
-    cannot be reached)."""
-    if not await _database_has_schema(settings, engine):
-        config = settings.config_path or "config.yaml"
-        raise GatewayError(f"the database has no schema: run `gateway db upgrade --config {config}` (or `make run`)")
 
 
 async def _ingest(args) -> int:
@@ -206,7 +156,7 @@ async def _ingest(args) -> int:
     engine = create_engine(settings.database_url)
     knowledge = Knowledge(settings, sessions=session_factory(engine))
     try:
-        await _require_schema(settings, engine)
+        await require_schema(settings, engine)
         try:
             await knowledge.open()
         except IndexBusy:
@@ -263,7 +213,7 @@ async def _chat(args) -> int:
 
     settings = _settings(args)
     configure_logging(level="WARNING")
-    await _require_schema(settings)
+    await require_schema(settings)
     bot = settings.bot(args.bot) if args.bot else (settings.bots[0] if settings.bots else None)
     if bot is None:
         print("error: no bots configured", file=sys.stderr)
@@ -332,7 +282,7 @@ async def _forget(args) -> int:
     configure_logging(level=settings.log_level, fmt=settings.log_format)  # logs to stderr, counts to stdout
     engine = create_engine(settings.database_url)
     try:
-        await _require_schema(settings, engine)
+        await require_schema(settings, engine)
         report = await forget_contact(session_factory(engine), channel=args.channel, user=args.user,
                                       actor=f"cli:{os.environ.get('USER', 'unknown')}")
     finally:

@@ -1,0 +1,59 @@
+"""Checks a command makes before it starts, so that a missing schema, an unreachable database or an
+unknown embedding model is one line saying what to do, not a traceback from deep inside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gateway.errors import ConfigError, GatewayError
+
+
+def check_embedding_model(settings) -> None:
+    """Find a bad `embedding.model` before uvicorn starts, as `ingest` does, instead of an
+    "Application startup failed" traceback: the name is checked against fastembed's list, and the
+    model is not loaded (the app loads it at start)."""
+    embedding = settings.embedding
+    if embedding.model == "minilm-int8" or embedding.model.startswith("litellm/"):
+        return  # shipped with the project, or an API model: no name list to check against
+    if embedding.model_path and not Path(embedding.model_path).is_dir():
+        raise ConfigError("embedding.model_path", f"{embedding.model_path} is not a folder")
+    from fastembed import TextEmbedding
+
+    # fastembed's own test, with its message (rag/embeddings.py turns its ValueError into the same error).
+    if not any(embedding.model.lower() == m["model"].lower() for m in TextEmbedding.list_supported_models()):
+        raise ConfigError("embedding.model", f"Model {embedding.model} is not supported in TextEmbedding. Please "
+                                             "check the supported models using `TextEmbedding.list_supported_models()`")
+
+
+def safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+async def database_has_schema(settings, engine=None) -> bool:
+    """Whether the database was ever migrated; a one-line `GatewayError` when it cannot be reached,
+    instead of the driver's traceback at the first query."""
+    from sqlalchemy import inspect
+
+    from storage.engine import create_engine
+
+    own = engine is None
+    engine = create_engine(settings.database_url) if own else engine
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(lambda sync: inspect(sync).has_table("alembic_version"))
+    except Exception as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise GatewayError(f"cannot reach the database {safe_url(settings.database_url)}: {reason}") from None
+    finally:
+        if own:
+            await engine.dispose()
+
+
+async def require_schema(settings, engine=None) -> None:
+    """Raise a one-line `GatewayError` saying what to run when the database was never migrated (or
+    cannot be reached)."""
+    if not await database_has_schema(settings, engine):
+        config = settings.config_path or "config.yaml"
+        raise GatewayError(f"the database has no schema: run `gateway db upgrade --config {config}` (or `make run`)")
