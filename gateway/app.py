@@ -36,6 +36,8 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
                       secrets=[value for _, value in _secret_values(settings.model_dump())] + http_tool_secrets(settings))
     svc = services or build_services(settings)
     svc.role = role
+    for name in svc.operator_auth.disabled if svc.operator_auth else ():
+        log.warning("operator.disabled", operator=name, reason="no token: its ${VAR} is unset")
     svc.admin_url = url
     if settings.tracing.otlp_endpoint:
         otel.configure(otlp_endpoint=settings.tracing.otlp_endpoint, service_name=settings.tracing.service_name,

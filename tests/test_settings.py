@@ -106,6 +106,7 @@ def test_settings_shipped_config_has_no_operator_token_of_its_own(monkeypatch):
     settings = load_settings(ROOT / "config.yaml")
     assert settings.operators[0].token == ""
     assert OperatorAuth(settings).authenticate("Bearer dev-operator-token") is None
+    assert OperatorAuth(settings).disabled == ["demo-operator"]  # `serve` logs it as disabled
     monkeypatch.setenv("OPERATOR_TOKEN", "dev-operator-token")  # what `make run` sets for the local demo
     assert OperatorAuth(load_settings(ROOT / "config.yaml")).authenticate("Bearer dev-operator-token") is not None
 

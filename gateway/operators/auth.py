@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 from dataclasses import dataclass
 
 from gateway.settings import Settings
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +31,10 @@ class OperatorAuth:
     def __init__(self, settings: Settings) -> None:
         # Only digests are kept, so a memory dump or a debug print never shows a usable token.
         self._entries: list[tuple[bytes, Operator]] = []
+        self.disabled: list[str] = []  # operators without a token, who cannot sign in (the server says so)
         for op in settings.operators:
             if not op.token.strip():  # an unset ${ENV} must never become "the empty token works"
-                log.warning("operator has no token and cannot sign in", extra={"operator": op.name})
+                self.disabled.append(op.name)
                 continue
             bots = None if "*" in op.bots else frozenset(op.bots)
             self._entries.append((_digest(op.token), Operator(name=op.name, bots=bots)))
