@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -56,12 +57,9 @@ def test_ingest_source_without_bot_ingests_it_for_every_bot_that_has_it(tmp_path
     assert proc.returncode == 2 and proc.stderr.strip() == "error: unknown source 'manual' of bot 'alpha'"
 
 
-def test_an_unknown_bot_is_the_same_error_locally_and_through_the_server(tmp_path):
-    config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=_docs(tmp_path))])
-    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
-    local = _run("ingest", "--config", str(config), "--bot", "nope")
-    assert local.returncode == 2 and local.stderr.strip() == "error: unknown bot 'nope'"
-
+@contextmanager
+def serving(config):
+    """The real app on a free port in a thread, as `gateway serve` runs it (it writes admin.url)."""
     port = _free_port()
     app = create_app(load_settings(config), start_scheduler=False, url=local_url("127.0.0.1", port))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
@@ -69,10 +67,20 @@ def test_an_unknown_bot_is_the_same_error_locally_and_through_the_server(tmp_pat
     thread.start()
     try:
         _wait_healthy(port)
-        remote = _run("ingest", "--config", str(config), "--bot", "nope")
+        yield port
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def test_an_unknown_bot_is_the_same_error_locally_and_through_the_server(tmp_path):
+    config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=_docs(tmp_path))])
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    local = _run("ingest", "--config", str(config), "--bot", "nope")
+    assert local.returncode == 2 and local.stderr.strip() == "error: unknown bot 'nope'"
+
+    with serving(config):
+        remote = _run("ingest", "--config", str(config), "--bot", "nope")
     assert "held by the running server" in remote.stderr  # it really went through the server
     assert remote.returncode == 2 and remote.stderr.strip().splitlines()[-1] == "error: unknown bot 'nope'"
     # Other commands that take --bot say it as plainly (chat printed a KeyError traceback).
@@ -150,18 +158,9 @@ def test_ingest_with_a_changed_config_while_a_server_holds_the_index_is_refused(
     docs = _docs(tmp_path)
     config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=docs)])
     assert _run("db", "upgrade", "--config", str(config)).returncode == 0
-    port = _free_port()
-    app = create_app(load_settings(config), start_scheduler=False, url=local_url("127.0.0.1", port))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        _wait_healthy(port)
+    with serving(config):
         write_config(tmp_path, bots=[_bot("acme", "docs", "more", docs=docs)])
         changed = _run("ingest", "--config", str(config), "--json")
-    finally:
-        server.should_exit = True
-        thread.join(30)
     assert "held by the running server" in changed.stderr
     assert changed.returncode == 1 and changed.stdout == ""
     assert changed.stderr.strip().splitlines()[-1] == (
