@@ -26,10 +26,16 @@ TokenCallback = Callable[[str], Awaitable[None]]
 MARKER_REACH = 40
 """How much of the held text a new token is searched with: a marker may span tokens ("[1" then "]"),
 and a list ("[1, 2, 3]") is longer than one."""
-_UNSETTLED = re.compile(r"(?:[ \t]+[.,;:!?]+(?:\s*\[[\d\s,]*\]?)*)?(?:\s*(?:\[[\d\s,]*|<[^<>]{0,20}))?\s*$")
+# No part can match the same characters as its neighbour (a marker inside the repeat is closed, an
+# open one cannot end in whitespace), so a failing match backtracks linearly, not exponentially.
+_UNSETTLED = re.compile(
+    r"(?:[ \t]+[.,;:!?]+(?:\s*\[[\d\s,]*\])*)?(?:\s*(?:\[[\d,]*(?:\s+[\d,]+)*|<[^<>]{0,20}))?\s*$")
 """The end of the text that the next token may still change: a " ." waiting to see what follows it
 (markers after it may yet be removed), an open marker or `<fallback>` tag, and trailing whitespace
 (a marker's leading spaces go with it)."""
+UNSETTLED_REACH = 80
+"""How far back the unsettled end is looked for: what lies before it is released, so the text held
+(and searched on every token) stays this short even when a model streams a long run of spaces."""
 _LAST_MARKER = re.compile(r"\[\d+\]$")
 
 
@@ -66,7 +72,7 @@ class HeldStream:
     async def _show_settled(self) -> None:
         # A whole tag goes first, as in gate 2: cut out of the middle of a piece it would leave a double space.
         self._pending = without_fallback_tags(self._pending)
-        cut = _UNSETTLED.search(self._pending).start()
+        cut = _UNSETTLED.search(self._pending, max(0, len(self._pending) - UNSETTLED_REACH)).start()
         if cut == 0:
             return
         piece = number_markers(self._pending[:cut], self._numbers)

@@ -115,3 +115,18 @@ async def test_held_stream_numbers_extracts_of_one_document_alike_across_tokens(
 
     final = verify_citations("".join(tokens), hits, fallback_text="I don't know.")
     assert "".join(shown) == final.text == "Team costs $12 [1]. Plus is yearly [2] or monthly [2]."
+
+
+async def test_held_stream_stays_fast_on_markers_left_open_and_long_runs_of_spaces() -> None:
+    """Its check of the text's unsettled end once backtracked exponentially on open markers ("[1  [1  …":
+    20 of them took minutes on one token, blocking every channel) and rescanned all held spaces: on
+    this input the old check never finished. No time is asserted (timings belong in bench/)."""
+    shown: list[str] = []
+
+    async def collect(text: str) -> None:
+        shown.append(text)
+
+    stream = HeldStream(collect, extracts=2)
+    for token in ["The answer is in [1] .", *[" [1  "] * 40, " next", " word", *[" "] * 20_000, "end."]:
+        await stream(token)
+    assert "".join(shown).startswith("The answer is in [1].") and "next word" in "".join(shown)
