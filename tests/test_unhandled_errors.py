@@ -104,3 +104,50 @@ async def test_the_api_docs_are_not_published_in_production(tmp_path, monkeypatc
                          start_scheduler=False, start_channels=False)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://g") as client:
             assert [(await client.get(path)).status_code for path in ("/docs", "/redoc", "/openapi.json")] == [expected] * 3
+
+
+async def _error_of(url: str, statement: str) -> Exception:
+    """The exception a real engine raises for `statement`."""
+    from sqlalchemy import text
+
+    from storage.engine import create_engine
+
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text(statement))
+    except Exception as exc:
+        return exc
+    finally:
+        await engine.dispose()
+    raise AssertionError(f"{statement!r} did not fail")
+
+
+async def test_a_query_that_is_wrong_stays_a_500_on_sqlite_and_postgres(tmp_path, postgres_url) -> None:
+    """SQLite reports a missing table or a syntax error as OperationalError too: that is a bug or a
+    missing migration, which retrying never fixes, so it must not be a 503."""
+    from gateway.http.unhandled import database_unavailable
+
+    sqlite = f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
+    for statement in ("SELECT * FROM no_such_table", "SELEC 1"):
+        assert not database_unavailable(await _error_of(sqlite, statement))
+    for statement in ("SELECT * FROM no_such_table", "SELECT 1 / 0"):
+        assert not database_unavailable(await _error_of(postgres_url, statement))
+
+
+def test_postgres_states_of_a_server_that_cannot_take_queries_now_are_503() -> None:
+    """asyncpg gives the SQLSTATE as `sqlstate` (SQLAlchemy keeps the driver's error as `orig`)."""
+    from sqlalchemy.exc import DBAPIError
+
+    from gateway.http.unhandled import database_unavailable
+
+    class PostgresError(Exception):
+        def __init__(self, sqlstate: str) -> None:
+            super().__init__(sqlstate)
+            self.sqlstate = sqlstate
+
+    def wrapped(sqlstate: str) -> DBAPIError:
+        return DBAPIError("SELECT 1", {}, PostgresError(sqlstate))
+
+    assert all(database_unavailable(wrapped(s)) for s in ("57P03", "53300", "08006", "57P01"))
+    assert not any(database_unavailable(wrapped(s)) for s in ("42P01", "22012", "23505"))

@@ -25,14 +25,32 @@ RETRY_AFTER_SECONDS = 5
 _DATABASE_MODULES = ("sqlalchemy", "asyncpg", "aiosqlite", "psycopg", "sqlite3")
 
 
+# SQLite raises OperationalError for a missing table or a syntax error too: only these say "not now".
+_SQLITE_UNAVAILABLE = ("database is locked", "unable to open database file", "disk i/o error",
+                       "database or disk is full")
+# PostgreSQL SQLSTATEs of a server that cannot take the query now: class 08 (connection exceptions),
+# 57P01-57P03 (shutting down, crashed, starting up), 53300 (too many connections).
+_PG_UNAVAILABLE = ("57P01", "57P02", "57P03", "53300")
+
+
 def database_unavailable(exc: BaseException) -> bool:
     """Whether `exc` says the database cannot be reached now (rather than that a query is wrong)."""
-    if isinstance(exc, (OperationalError, InterfaceError)):
-        return True
     if isinstance(exc, DBAPIError):
-        return exc.connection_invalidated
+        if exc.connection_invalidated or isinstance(exc, InterfaceError):
+            return True
+        orig = exc.orig
+        state = str(getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or "")
+        if state:
+            return state.startswith("08") or state in _PG_UNAVAILABLE
+        if _is_sqlite(orig):
+            return any(words in str(orig).lower() for words in _SQLITE_UNAVAILABLE)
+        return isinstance(exc, OperationalError)
     # Only an OSError raised inside a database driver: a missing file in a route is still a bug.
     return isinstance(exc, OSError) and _raised_in_database_code(exc)
+
+
+def _is_sqlite(error: BaseException | None) -> bool:
+    return type(error).__module__.split(".")[0] in ("sqlite3", "aiosqlite")
 
 
 def _raised_in_database_code(exc: BaseException) -> bool:
