@@ -79,15 +79,19 @@ def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | N
     return None
 
 
-async def _over_address_limit(request: Request, bot: str) -> JSONResponse | None:
-    """429 (nothing stored) once the client's address passed the bot's `per_address_per_minute`.
-    Behind a reverse proxy the address is the one it forwards (uvicorn's `--forwarded-allow-ips`)."""
+async def _over_address_limit(request: Request, bot: str, body: ChatRequest) -> JSONResponse | None:
+    """429 (nothing stored) once the client's address passed the bot's `per_address_per_minute`. A
+    retry of a message already stored (same `message_id`) is not counted: it adds nothing, and a 429
+    would tell the widget "not stored" about a message that will be answered."""
     svc = services(request)
     per_minute = svc.settings.bot(bot).channels.web.per_address_per_minute
     if not per_minute or svc.rate_limiter is None or request.client is None:
         return None
+    if body.message_id and await _stored(svc, bot, _delivery_id(body)):
+        return None
     try:
-        allowed = await svc.rate_limiter.allow_address(bot=bot, address=request.client.host, per_minute=per_minute)
+        allowed = await svc.rate_limiter.allow_address(bot=bot, address=_client_address(request),
+                                                       per_minute=per_minute)
     except Exception:  # the limiter's store being down must not stop the chat: fail open
         log.exception("ratelimit.address_check_failed", bot=bot)
         return None
@@ -99,10 +103,29 @@ async def _over_address_limit(request: Request, bot: str) -> JSONResponse | None
     return response
 
 
+def _client_address(request: Request) -> str:
+    """Who is asking, for the per-address limit: the peer, and the address the nearest proxy saw when
+    one forwarded the request. uvicorn trusts `X-Forwarded-For` only from `--forwarded-allow-ips`
+    (127.0.0.1 by default); a proxy elsewhere would otherwise put every visitor on one budget. The
+    last hop is the one that proxy appended, so a client cannot choose it through the proxy. A client
+    that reaches the server directly can send a header of its own each time and so escape the limit:
+    expose the web chat through a proxy (docs/deployment.md)."""
+    forwarded = request.headers.get("x-forwarded-for", "")
+    last_hop = forwarded.rsplit(",", 1)[-1].strip()[:64]
+    return f"{request.client.host}|{last_hop}" if last_hop else request.client.host
+
+
+async def _stored(svc, bot: str, external_id: str) -> bool:
+    async with svc.sessions() as session:
+        return (await session.execute(select(Message.id).where(
+            Message.bot == bot, Message.channel == "web", Message.direction == "in",
+            Message.external_id == external_id).limit(1))).scalar_one_or_none() is not None
+
+
 @router.post("/v1/bots/{bot}/chat")
 async def chat(bot: str, body: ChatRequest, request: Request):
     """Store the message, wait for the worker's answer, and return it (or stream it as SSE)."""
-    refused = _validate(request, bot, body) or await _over_address_limit(request, bot)
+    refused = _validate(request, bot, body) or await _over_address_limit(request, bot, body)
     if refused is not None:
         return refused
     svc = services(request)

@@ -42,3 +42,27 @@ async def test_a_client_address_over_its_limit_gets_429_and_nothing_is_stored(tm
             assert other.status_code == 200
         metrics = (await httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://g").get("/metrics")).text
         assert 'gateway_rate_limited_total{bot="acme",scope="address"} 1.0' in metrics
+
+
+async def test_retries_are_not_counted_and_visitors_behind_a_proxy_each_have_a_budget(tmp_path):
+    bot = {"name": "acme", "channels": {"web": {"per_address_per_minute": 2}}}
+    settings = load_settings(write_config(tmp_path, bots=[bot]))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    app = create_app(settings, start_scheduler=False)
+    async with app.router.lifespan_context(app):
+        services = app.state.services
+        transport = httpx.ASGITransport(app=app, client=("10.0.0.2", 40000))  # the proxy's address
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as proxy:
+
+            async def post(visitor: str, message_id: str) -> int:
+                response = await proxy.post("/v1/bots/acme/chat", headers={"X-Forwarded-For": visitor},
+                                            json={"session_id": "s-" + visitor.replace(".", "-"), "text": "Hello?",
+                                                  "message_id": message_id})
+                return response.status_code
+
+            # The widget re-posts a message with the same id when its stream fails: stored once, never a 429.
+            assert [await post("203.0.113.5", "m-1") for _ in range(4)] == [200, 200, 200, 200]
+            assert await _inbound(services) == 1
+            assert [await post("203.0.113.5", f"m-{i}") for i in (2, 3)] == [200, 429]
+            # Another visitor behind the same proxy has a budget of their own.
+            assert await post("198.51.100.7", "m-1") == 200
