@@ -97,7 +97,9 @@ def read_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     data = _interpolate(raw, environ, defaulted=defaulted)
     # `${VAR:-default}` under a secret key is a development convenience: in production the default
     # would be a secret written in the file (and often shared, as in an example config).
-    if defaulted and (environ.get("ENVIRONMENT") or data.get("environment")) == "production":
+    # Read as pydantic-settings reads it: the variable's name in any case, and the value as written.
+    environment = next((v for k, v in environ.items() if k.lower() == "environment"), None) or data.get("environment")
+    if defaulted and environment == "production":
         raise ConfigError(defaulted[0].split(" ", 1)[0],
                           f"a secret's default is for development only; {defaulted[0].split(' ', 1)[1][1:-1]} in production")
     data["config_path"] = str(config_path)

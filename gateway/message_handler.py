@@ -246,6 +246,6 @@ async def _sender(session: AsyncSession, inbound: Message, conversation: Convers
     if sender:
         found = (await session.execute(select(Contact).where(
             Contact.channel == inbound.channel, Contact.external_id == sender))).scalar_one_or_none()
-        if found is not None:
-            return found
+        # Its row may be gone (retention, a deletion request): still this sender, never the first writer.
+        return found if found is not None else Contact(channel=inbound.channel, external_id=sender, display_name="")
     return await session.get(Contact, conversation.contact_id) if conversation.contact_id else None

@@ -145,7 +145,8 @@ class Outbox:
         # keep trying to record it. Giving up would leave the row `sending`, and the requeue of
         # stalled sends would then send the reply a second time.
         with_parts = status == "sent"
-        for record_attempt in range(1, RECORD_ATTEMPTS + 1):
+        record_attempt = 0
+        while True:
             try:
                 async with self._sessions() as session, session.begin():
                     await session.execute(
@@ -161,11 +162,14 @@ class Outbox:
                                                  provider_id=provider_id))
                 break
             except IntegrityError:
-                # No retry makes a constraint pass. The reply is out: record that (its ids stay on the
-                # message) rather than leave it `sending`, which would send it again.
+                # No retry makes a constraint pass. The reply is out: record that at once, without its
+                # parts (its ids stay on the message), rather than leave it `sending` to be sent again.
+                if not with_parts:
+                    raise
                 bound.error("outbound.parts_not_recorded", provider_ids=provider_ids)
                 with_parts = False
             except (DBAPIError, OSError) as exc:
+                record_attempt += 1
                 if record_attempt == RECORD_ATTEMPTS:
                     raise
                 bound.warning("outbound.record_retry", status=status, error=type(exc).__name__,

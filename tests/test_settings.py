@@ -76,22 +76,24 @@ def test_settings_production_refuses_placeholder_secret(tmp_path, monkeypatch):
         load_settings(path)
 
 
-@pytest.mark.parametrize("environment", ["file", "env"])
+@pytest.mark.parametrize("environment", ["file", "env", "env-lowercase"])
 def test_settings_production_refuses_a_secret_that_fell_back_to_its_default(tmp_path, monkeypatch, environment):
     """`${VAR:-literal}` would be a secret written in the file: a development convenience only."""
     monkeypatch.delenv("OP_TOKEN", raising=False)
     monkeypatch.delenv("ENVIRONMENT", raising=False)
     data = {"operators": [{"name": "o", "token": "${OP_TOKEN:-written-in-the-file}"}]}
+    monkeypatch.delenv("environment", raising=False)
     if environment == "file":
         data["environment"] = "production"
-    else:
-        monkeypatch.setenv("ENVIRONMENT", "production")
+    else:  # pydantic-settings reads the variable's name in any case; so must this check
+        monkeypatch.setenv("ENVIRONMENT" if environment == "env" else "environment", "production")
     path = _write(tmp_path, data)
     with pytest.raises(ConfigError) as info:
         load_settings(path)
     assert info.value.key == "operators[0].token" and "${OP_TOKEN} is not set" in str(info.value)
     monkeypatch.setenv("OP_TOKEN", "from-the-environment-7f3a")  # set: the default plays no part
     assert load_settings(path).operators[0].token == "from-the-environment-7f3a"
+    monkeypatch.delenv("environment", raising=False)
     monkeypatch.setenv("ENVIRONMENT", "development")
     monkeypatch.delenv("OP_TOKEN")
     if environment == "env":

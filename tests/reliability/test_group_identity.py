@@ -56,3 +56,23 @@ async def test_a_tool_gets_the_sender_of_each_group_message(tmp_path, fake):
                     await asyncio.sleep(0.05)
             results = await _tool_results(services)
     assert results == [{"channel": "telegram", "contact": "111"}, {"channel": "telegram", "contact": "222"}]
+
+
+async def test_a_sender_whose_contact_row_is_gone_is_still_the_sender(tmp_path):
+    """Retention or a deletion request may remove a member's contact row while their message waits:
+    the tool must still get that member, never fall back to the group's first writer."""
+    from gateway.message_handler import _sender
+    from storage.engine import create_engine, session_factory
+    from storage.models import Base, Contact, Conversation
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
+    async with engine.begin() as conn:
+        await conn.run_sync(Base.metadata.create_all)
+    async with session_factory(engine)() as session:
+        first = Contact(channel="telegram", external_id="111", display_name="Ann")
+        session.add(first)
+        await session.flush()
+        inbound = Message(channel="telegram", meta={"sender": "222"})
+        sender = await _sender(session, inbound, Conversation(contact_id=first.id))
+    await engine.dispose()
+    assert (sender.external_id, sender.id) == ("222", None)
