@@ -52,10 +52,12 @@ def same_site(url: str, other: str) -> bool:
 
 async def fetch(
     url: str, *, client: httpx.AsyncClient, headers: dict[str, str] | None = None, max_bytes: int | None = None,
+    any_site: bool = False,
 ) -> httpx.Response:
     """GET `url` with its body read (at most `max_bytes`, default `MAX_PAGE_BYTES`, else `SourceError`),
-    following redirects only within its site (`same_site`); a redirect elsewhere raises `SourceError`.
-    The response's `url` is where the body came from."""
+    following redirects only within its site (`same_site`; `any_site` for robots.txt, whose body never
+    reaches the knowledge base and which RFC 9309 redirects across hosts); a redirect elsewhere raises
+    `SourceError`. The response's `url` is where the body came from."""
     max_bytes = MAX_PAGE_BYTES if max_bytes is None else max_bytes
     target = url
     for _ in range(MAX_REDIRECTS + 1):
@@ -64,7 +66,7 @@ async def fetch(
         try:
             if response.next_request is not None:  # a redirect, which the client did not follow
                 location = str(response.next_request.url)
-                if not same_site(url, location):
+                if not any_site and not same_site(url, location):
                     raise SourceError(f"{target} redirects to another site ({location}); not followed")
                 target = location
                 continue
@@ -113,7 +115,7 @@ async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotFileParse
     robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
     refusal = f"not crawling sitemap {url}: RFC 9309 reads this as disallow all"
     try:
-        response = await fetch(robots_url, client=client, max_bytes=MAX_ROBOTS_BYTES)
+        response = await fetch(robots_url, client=client, max_bytes=MAX_ROBOTS_BYTES, any_site=True)
     except SourceError as exc:  # too large, or sent elsewhere: no rules we can read, so none we can honour
         raise SourceError(f"{exc}; {refusal}") from None
     except httpx.HTTPError as exc:

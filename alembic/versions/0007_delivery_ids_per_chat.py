@@ -26,6 +26,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # The old key cannot hold two chats' parts with one id: keep the first of each, as before 0007.
+    op.execute(
+        "DELETE FROM deliveries WHERE id NOT IN (SELECT MIN(id) FROM deliveries GROUP BY channel, provider_id)")
     with op.batch_alter_table('deliveries', schema=None) as batch_op:
         batch_op.drop_index('ix_deliveries_provider_id')
         batch_op.drop_constraint('uq_deliveries_message_part', type_='unique')

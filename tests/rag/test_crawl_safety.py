@@ -123,3 +123,18 @@ async def test_a_gzip_bomb_sitemap_fails_its_source_instead_of_filling_memory(mo
 ])
 def test_same_site(url, other, same):
     assert same_site(url, other) is same
+
+
+async def test_robots_txt_may_redirect_to_another_host(caplog):
+    """RFC 9309 follows a robots.txt redirect across hosts (a CDN), and its body never reaches the knowledge
+    base: its rules apply, while the pages themselves stay on the sitemap's site."""
+    async with server({"/robots.txt": web.Response(text="User-agent: *\nDisallow: /private\n")}) as (cdn, _):
+        routes = {
+            "/robots.txt": (301, cdn + "/robots.txt"),
+            "/sitemap.xml": lambda base: sitemap(f"{base}/faq", f"{base}/private"),
+            "/faq": html("Billing FAQ"),
+            "/private": html("Private"),
+        }
+        async with server(routes) as (site, asked), httpx.AsyncClient(timeout=5) as client:
+            result = await load_sitemap(f"{site}/sitemap.xml", client=client)
+    assert [d.doc_id for d in result.documents] == [f"{site}/faq"] and "/private" not in asked
