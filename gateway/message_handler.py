@@ -11,8 +11,9 @@ Channels with `stream: true` that can edit messages (gateway/streaming.py) show 
 generated, by sending a message and editing it; the outbox then edits the streamed messages into the
 final reply instead of sending it again, and records their ids as the reply's deliveries. The ids of
 streamed messages are also recorded on the question as they are sent (`meta.streamed`): after a
-crash mid-stream the next attempt deletes that partial (or edits it to "—") before it answers, so the
-customer is not left with a cut-off message beside the answer. Streamed messages of an answer that is
+crash mid-stream the next attempt deletes that partial (or edits it to "—") before it answers, and a
+reply the outbox sends whole after a crash (stored, but not yet edited into place) does the same, so
+the customer is not left with a cut-off message beside the answer. Streamed messages of an answer that is
 not sent (another worker answered, no reply) are edited to "—".
 
 The worker (gateway/worker.py) calls `MessageHandler.handle` for each inbound message of a
@@ -141,6 +142,10 @@ class MessageHandler:
             # The final reply did not replace the streamed text (not stored, or no reply): blank it.
             if streamer is not None and streamer.started and not streamer.finished:
                 await streamer.discard()
+                try:  # blanked already: no later send needs to blank them again
+                    await self._record_streamed(inbound, [])
+                except Exception:  # only a repeat edit to "—" is at stake
+                    bound.warning("stream.record_failed")
         # Also when a person took the thread while the model was answering: the draft was dropped, so
         # the question is theirs to see.
         if (turn.state != "bot" or taken_over) and self._on_handoff_message is not None:

@@ -30,6 +30,7 @@ from gateway.errors import ChannelError, ChannelSendError, RecipientUnreachable
 from gateway.events import EventBus, conversation_topic
 from gateway.models import Citation, ConversationRef, OutboundMessage, utcnow
 from gateway.receipts import adopt_early_receipts
+from gateway.streaming import blank_leftovers
 from storage.models import Contact, Conversation, Delivery, Message
 
 log = structlog.get_logger("gateway.outbox")
@@ -115,6 +116,7 @@ class Outbox:
                     if via is not None:
                         provider_ids, template = list(await via(outbound)), None
                     else:
+                        await self._remove_streamed(adapter, outbound, inbound)
                         provider_ids, template = await self._send(
                             adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None)
                 if template:
@@ -209,6 +211,18 @@ class Outbox:
         """The platform's own wait when it gave one, else exponential; capped either way."""
         wait = retry_after if retry_after is not None else self.backoff_s * 2 ** (attempt - 1)
         return round(min(max(wait, 0.0), self.max_backoff_s), 3)
+
+    async def _remove_streamed(self, adapter, outbound: OutboundMessage, inbound: Message | None) -> None:
+        """Sent whole (not edited into place), a reply must not leave what was streamed for it in the
+        chat: a process that died between storing the reply and its final edit left it there."""
+        leftover = (inbound.meta or {}).get("streamed") if inbound is not None else None
+        if not leftover or not getattr(adapter.capabilities, "edits", False):
+            return
+        await blank_leftovers(adapter, outbound.conversation, [str(i) for i in leftover])
+        inbound.meta = {**inbound.meta, "streamed": []}
+        async with self._sessions() as session, session.begin():
+            await session.execute(update(Message).where(Message.id == inbound.id).values(meta=inbound.meta)
+                                  .execution_options(synchronize_session=False))
 
     async def recover(self, *, older_than_s: float = 120.0) -> int:
         """Requeue replies left in `sending` by a crash.

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from gateway.app import create_app
 from gateway.settings import load_settings
 from gateway.streaming import SURPLUS_TEXT, EditStreamer
-from storage.models import Conversation
+from storage.models import Conversation, Message
 from tests.conftest import upgrade, write_config
 from tests.fakes.openai_server import Turn
 from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, FakeSlack, sign
@@ -221,4 +221,26 @@ async def test_telegram_stream_cut_by_a_crash_is_removed_when_the_question_is_an
     assert (inbound.status, reply.status) == ("done", "sent") and inbound.meta["streamed"] != [str(partial.message_id)]
     assert partial.text == SURPLUS_TEXT
     answers = [m for m in telegram.sent if m.chat_id == 3006 and m.text != SURPLUS_TEXT]
+    assert len(answers) == 1 and "$6 per month" in answers[0].text
+
+
+async def test_a_reply_sent_whole_after_a_crash_removes_what_was_streamed_for_it(env):
+    """The process died after storing the reply and before editing the stream into it: the inbound is
+    done and the reply pending, so the outbox sends it whole after restart. The streamed message must
+    not stay beside it."""
+    client, services, llm, telegram, _ = env
+    llm.script("streamer", Turn(text=ANSWER))
+    await post_telegram(client, 7007, 3007, QUESTION)
+    inbound, reply = await settled_chat(services, channel="telegram", chat="3007")
+    [streamed] = [m for m in telegram.sent if m.chat_id == 3007]
+    assert inbound.meta["streamed"] == [str(streamed.message_id)]
+    # The state such a crash leaves: the reply stored but not sent, the stream as it was.
+    async with services.sessions() as session, session.begin():
+        row = await session.get(Message, reply.id)
+        row.status, row.provider_ids = "pending", []
+    services.worker.notify()
+    inbound, reply = await settled_chat(services, channel="telegram", chat="3007")
+    assert reply.status == "sent" and inbound.meta["streamed"] == []
+    assert streamed.text == SURPLUS_TEXT
+    answers = [m for m in telegram.sent if m.chat_id == 3007 and m.text != SURPLUS_TEXT]
     assert len(answers) == 1 and "$6 per month" in answers[0].text
