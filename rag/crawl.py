@@ -47,7 +47,8 @@ def same_site(url: str, other: str) -> bool:
         port_a, port_b = a.port or _DEFAULT_PORTS.get(a.scheme), b.port or _DEFAULT_PORTS[b.scheme]
     except ValueError:  # a port that is not a number
         return False
-    return port_a == port_b or (port_a == _DEFAULT_PORTS.get(a.scheme) and port_b == _DEFAULT_PORTS[b.scheme])
+    same_port = a.scheme == b.scheme and port_a == port_b  # not https → http on port 443
+    return same_port or (port_a == _DEFAULT_PORTS.get(a.scheme) and port_b == _DEFAULT_PORTS[b.scheme])
 
 
 async def fetch(

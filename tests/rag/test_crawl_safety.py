@@ -116,6 +116,8 @@ async def test_a_gzip_bomb_sitemap_fails_its_source_instead_of_filling_memory(mo
     ("https://help.example/sitemap.xml", "https://www.help.example/a", True),
     ("http://help.example/a", "https://help.example/a", True),  # the usual upgrade to https
     ("https://help.example/a", "https://help.example:8443/a", False),
+    ("https://help.example/a", "http://help.example:443/a", False),
+    ("https://help.example:8443/a", "https://help.example:8443/b", True),
     ("http://127.0.0.1:8330/a", "http://127.0.0.1:8331/a", False),
     ("https://help.example/a", "http://169.254.169.254/latest/meta-data/", False),
     ("https://help.example/a", "https://help.example.evil.test/a", False),
