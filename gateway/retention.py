@@ -98,9 +98,11 @@ async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Se
                 (Conversation.lease_until.is_(None)) | (Conversation.lease_until < now)))).scalars())
             before = report.conversations
             await _delete_conversations(session, ids, report)
-            # Contacts left with no conversation at all carry only personal data: remove them too.
+            # Contacts left with no conversation at all carry only personal data: remove them too. Not one
+            # who wrote within the period: in a group only the first writer is a conversation's contact.
             orphans = delete(Contact).where(~exists().where(Conversation.contact_id == Contact.id),
-                                            Contact.created_at < cutoff)
+                                            Contact.created_at < cutoff,
+                                            Contact.last_inbound_at.is_(None) | (Contact.last_inbound_at < cutoff))
             report.contacts += (await session.execute(orphans)).rowcount
             if ids:
                 report.by_bot[bot.name] = report.conversations - before

@@ -74,11 +74,15 @@ async def test_retention_purges_only_old_conversations_of_bots_with_a_period(mig
                 await session.execute(update(Conversation).where(Conversation.id == cid).values(created_at=long_ago))
                 await session.execute(update(Message).where(Message.conversation_id == cid).values(created_at=long_ago))
             await session.execute(update(Contact).where(Contact.external_id.in_(["s-old", "s-keep"]))
-                                  .values(created_at=long_ago))
+                                  .values(created_at=long_ago, last_inbound_at=long_ago))
+            # A group member: no conversation's contact (the group's first writer is), but wrote today.
+            session.add(Contact(channel="telegram", external_id="member", display_name="Ben", created_at=long_ago,
+                                last_inbound_at=utcnow()))
         report = await purge_expired(sessions, settings)
         assert report.conversations == 1 and report.by_bot == {"acme": 1} and report.contacts == 1
         assert await _count(sessions, Conversation, Conversation.id == old) == 0
         assert await _count(sessions, Conversation, Conversation.id.in_([fresh, other])) == 2
+        assert await _count(sessions, Contact, Contact.external_id == "member") == 1
         assert await _count(sessions, DataDeletion, DataDeletion.kind == "retention") == 1
         assert (await purge_expired(sessions, settings)).conversations == 0  # idempotent
     finally:
