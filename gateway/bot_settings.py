@@ -1,0 +1,163 @@
+"""One bot's settings: its prompt and models, knowledge sources, retrieval, tools, escalation and
+rate limits (its channels are in `gateway.channel_settings`). Re-exported by `gateway.settings`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from gateway.channel_settings import ChannelsSettings, _Strict
+
+OFFLINE_MODEL = "offline"
+"""The built-in extractive responder: needs no key, registered as a LiteLLM custom provider."""
+
+
+class RetrievalSettings(_Strict):
+    """Hybrid search knobs. `min_dense_score` and `lexical_credit` are gate 1 (README, Knowledge base)."""
+
+    k: int = Field(default=5, ge=1, le=50)
+    prefetch: int = Field(default=40, ge=1, le=500)
+    # Gate 1: refuse when best dense cosine + lexical_credit x lexical coverage < min_dense_score.
+    # Calibrated on two unrelated corpora (rag/gate.py, README).
+    min_dense_score: float = Field(default=0.46, ge=-1.0, le=1.0)
+    lexical_credit: float = Field(default=0.20, ge=0.0, le=1.0)
+    keyword_override_score: float = Field(default=0.0, ge=0.0)
+
+
+class SourceSettings(_Strict):
+    """A knowledge source, re-ingested on its own cron `schedule`."""
+
+    # Unique within its bot: the store keys documents by (bot, source, doc_id). 128 is the column's size.
+    name: str = Field(min_length=1, max_length=128)
+    type: Literal["directory", "urls", "sitemap"]
+    path: str | None = None
+    urls: list[str] = Field(default_factory=list)
+    url: str | None = None
+    schedule: str = "0 * * * *"
+
+    @field_validator("schedule")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            CronTrigger.from_crontab(value)
+        except ValueError as exc:
+            raise ValueError(f"bad cron expression {value!r}: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _has_location(self) -> "SourceSettings":
+        if self.type == "directory" and not self.path:
+            raise ValueError("a directory source needs `path`")
+        if self.type == "urls" and not self.urls:
+            raise ValueError("a urls source needs `urls`")
+        if self.type == "sitemap" and not (self.url or self.urls):
+            raise ValueError("a sitemap source needs `url`")
+        return self
+
+
+class ToolSettings(_Strict):
+    """A tool the bot's model may call: built-in, a Python callable, or an HTTP endpoint."""
+
+    name: str
+    type: Literal["builtin", "python", "http"] = "python"
+    description: str = ""
+    import_path: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    method: str = "GET"
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = 10.0
+
+
+class EscalationSettings(_Strict):
+    """When and how a conversation is handed to a person."""
+
+    enabled: bool = True
+    phrases: list[str] = Field(default_factory=lambda: [
+        "talk to a human", "speak to a human", "human agent", "real person", "talk to someone",
+        "speak to someone", "talk to an agent", "speak to an agent", "live agent", "talk to a person",
+    ])
+    max_unanswered_turns: int = 3
+    acknowledgement: str = "I've asked a person from our team to take over. They'll reply here shortly."
+    # Unclaimed for this long: the customer is told honestly and operators are pinged again.
+    claim_timeout_seconds: float = Field(default=900.0, gt=0.0)
+    unclaimed_message: str = ("Sorry, everyone on our team is busy right now and nobody has picked up your "
+                              "conversation yet. It's still in the queue, and a person will reply here.")
+    resolved_message: str = "Our team has handed this conversation back to the assistant. Ask me anything."
+    business_hours: BusinessHours | None = None
+
+
+class BusinessHours(_Strict):
+    """When operators work. Outside these hours the acknowledgement says when to expect a reply."""
+
+    timezone: str = "UTC"
+    days: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])  # Monday = 0
+    start: str = Field(default="09:00", pattern=r"^\d{2}:\d{2}$")
+    end: str = Field(default="17:00", pattern=r"^\d{2}:\d{2}$")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(value)
+        except Exception:
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+
+class RateLimitSettings(_Strict):
+    """Messages per minute a bot answers: per contact and for the whole bot. None means unlimited.
+
+    Over the limit the message is still stored, no model is called, and the contact gets `notice`
+    once per window.
+    """
+
+    per_contact_per_minute: int | None = Field(default=None, ge=1)
+    per_bot_per_minute: int | None = Field(default=None, ge=1)
+    notice: str = "You're sending messages faster than I can answer. Please wait a minute and try again."
+
+
+class BotSettings(_Strict):
+    """One bot: its prompt, models, knowledge, tools and channels."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    system_prompt: str = "You are a helpful support assistant."
+    fallback_text: str = "I don't know the answer to that from our help center."
+    # The reply to a message that is only thanks or goodbye ("thanks!", "ok bye"); a greeting alone
+    # gets the channel's `greeting` (`gateway.pipeline.small_talk`).
+    thanks_text: str = "You're welcome! Ask me any time if you have another question."
+    model: str = OFFLINE_MODEL
+    fallbacks: list[str] = Field(default_factory=list)
+    max_tool_rounds: int = Field(default=6, ge=0, le=20)
+    daily_budget_usd: float | None = None
+    history_turns: int = 6
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    tools: list[ToolSettings] = Field(default_factory=list)
+    sources: list[SourceSettings] = Field(default_factory=list)
+    channels: ChannelsSettings = Field(default_factory=ChannelsSettings)
+    escalation: EscalationSettings = Field(default_factory=EscalationSettings)
+    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    # Conversations with no message for this many days are deleted on the retention schedule.
+    retention_days: int | None = Field(default=None, ge=1)
+
+    @field_validator("sources")
+    @classmethod
+    def _unique_source_names(cls, sources: list[SourceSettings], info: ValidationInfo) -> list[SourceSettings]:
+        # Two sources of one name would share their documents: each run would delete the other's.
+        first: dict[str, int] = {}
+        for j, source in enumerate(sources):
+            if source.name in first:
+                raise ValueError(f"bot {info.data.get('name', '?')!r} has two sources named {source.name!r} "
+                                 f"(sources[{first[source.name]}] and sources[{j}]); source names must be unique")
+            first[source.name] = j
+        return sources
+
+    def language_models(self) -> list[str]:
+        """`model` and `fallbacks` without `offline`: for calls only a language model can make (a
+        rewrite, a summary), where the offline responder would answer "I don't know …"."""
+        return [name for name in dict.fromkeys((self.model, *self.fallbacks)) if name != OFFLINE_MODEL]
