@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import func, select, text
 
-from gateway.http.deps import services
+from gateway.http.deps import services, utc_iso
 from gateway.models import as_utc, utcnow
 from rag.ingest_runs import latest_runs
 from storage import repositories as repo
@@ -61,7 +61,7 @@ async def _last_ingests(svc) -> dict[str, dict[str, object]]:
         for source in bot.sources:
             run = runs.get((bot.name, source.name))
             out[f"{bot.name}/{source.name}"] = {"status": "never run"} if run is None else {
-                "status": run.status, "started_at": as_utc(run.started_at).isoformat(),
+                "status": run.status, "started_at": utc_iso(run.started_at),
                 **({"error": run.errors[-1]} if run.errors and run.status != "ok" else {})}
     return out
 

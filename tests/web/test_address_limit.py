@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 
 import httpx
 from sqlalchemy import func, select
@@ -18,12 +19,19 @@ async def _inbound(services) -> int:
         return (await session.execute(select(func.count()).select_from(Message).where(Message.direction == "in"))).scalar_one()
 
 
-async def test_a_client_address_over_its_limit_gets_429_and_nothing_is_stored(tmp_path):
-    bot = {"name": "acme", "channels": {"web": {"per_address_per_minute": 3}}}
+@asynccontextmanager
+async def limited_app(tmp_path, per_minute: int):
+    """The real app with bot `acme`'s web chat limited to `per_minute` messages per address."""
+    bot = {"name": "acme", "channels": {"web": {"per_address_per_minute": per_minute}}}
     settings = load_settings(write_config(tmp_path, bots=[bot]))
     await asyncio.to_thread(upgrade, settings.database_url)
     app = create_app(settings, start_scheduler=False)
     async with app.router.lifespan_context(app):
+        yield app
+
+
+async def test_a_client_address_over_its_limit_gets_429_and_nothing_is_stored(tmp_path):
+    async with limited_app(tmp_path, 3) as app:
         services = app.state.services
 
         def client(address: str) -> httpx.AsyncClient:
@@ -45,11 +53,7 @@ async def test_a_client_address_over_its_limit_gets_429_and_nothing_is_stored(tm
 
 
 async def test_retries_are_not_counted_and_visitors_behind_a_proxy_each_have_a_budget(tmp_path):
-    bot = {"name": "acme", "channels": {"web": {"per_address_per_minute": 2}}}
-    settings = load_settings(write_config(tmp_path, bots=[bot]))
-    await asyncio.to_thread(upgrade, settings.database_url)
-    app = create_app(settings, start_scheduler=False)
-    async with app.router.lifespan_context(app):
+    async with limited_app(tmp_path, 2) as app:
         services = app.state.services
         transport = httpx.ASGITransport(app=app, client=("10.0.0.2", 40000))  # the proxy's address
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as proxy:
