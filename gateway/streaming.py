@@ -284,27 +284,28 @@ class EditStreamer:
             log.warning("stream.discard_failed", chat=self.conversation.chat, error=str(exc)[:300])
 
     async def _blank(self, provider_ids: list[str]) -> None:
-        delete = getattr(self.adapter, "delete", None)
         for provider_id in provider_ids:
-            if delete is not None:
-                await self._paced(lambda pid=provider_id: delete(self.conversation, pid))
-            else:
-                await self._paced(lambda pid=provider_id: self.adapter.edit(self.conversation, pid, SURPLUS_TEXT))
+            await self._paced(lambda pid=provider_id: remove_message(self.adapter, self.conversation, pid))
 
 
 async def blank_leftovers(adapter: Any, conversation: ConversationRef, provider_ids: list[str]) -> None:
     """Remove messages an earlier, interrupted attempt streamed (deleted, or edited to `SURPLUS_TEXT`
     where the platform cannot delete), best effort: the answer is about to be sent again in full."""
-    delete = getattr(adapter, "delete", None)
     for provider_id in provider_ids:
         try:
-            if delete is not None:
-                await delete(conversation, provider_id)
-            else:
-                await adapter.edit(conversation, provider_id, SURPLUS_TEXT)
+            await remove_message(adapter, conversation, provider_id)
         except Exception as exc:  # gone already, or too old to edit: nothing more to do
             log.warning("stream.leftover_kept", chat=conversation.chat, provider_id=provider_id,
                         error=f"{type(exc).__name__}: {exc}"[:200])
+
+
+async def remove_message(adapter: Any, conversation: ConversationRef, provider_id: str) -> None:
+    """Delete one sent message, or edit it to `SURPLUS_TEXT` where the platform cannot delete."""
+    delete = getattr(adapter, "delete", None)
+    if delete is not None:
+        await delete(conversation, provider_id)
+    else:
+        await adapter.edit(conversation, provider_id, SURPLUS_TEXT)
 
 
 def compose(text: str, citations: tuple[Citation, ...] = ()) -> str:
