@@ -4,8 +4,8 @@ Inbound
 - Webhook: Telegram sends `X-Telegram-Bot-Api-Secret-Token` (the secret given to setWebhook); we
   compare it in constant time. The header carries no timestamp, so there is no staleness check;
   replays are absorbed by the inbox's dedupe on `update_id`.
-- Polling (`mode: polling`): aiogram's Dispatcher long-polls getUpdates; an outer middleware turns
-  each update into the same normalized messages and hands them to `deliver`.
+- Polling (`mode: polling`): `telegram_polling.TelegramPoller` long-polls getUpdates through the bot's
+  session, reads each update as the webhook body is read, and moves the offset past it only once stored.
 - `external_id` is the `update_id`, Telegram's own delivery id, so redeliveries dedupe.
 - Edits are ignored on purpose (the original question was already answered; answering an edit
   would double-reply). Deletions never reach bots. Callback queries, inline queries and payments
@@ -17,7 +17,8 @@ Inbound
 
 Outbound: Markdown → Telegram HTML (`telegram_render`), split at 4096 UTF-16 units, citations as
 links. 429 `retry_after` is honoured in place (bounded), 5xx is retried with backoff, and chunks that
-went through are remembered so a retried send resumes rather than repeats.
+went through are remembered so a retried send resumes rather than repeats. An error page that is not
+JSON (Telegram's proxies answer 502/504 in HTML during outages) counts as a server error.
 """
 
 from __future__ import annotations
@@ -26,16 +27,16 @@ import asyncio
 import hashlib
 import secrets
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import aiohttp
 import structlog
-from aiogram import Bot, Dispatcher
+from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.session.base import BaseSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
+    AiogramError,
+    ClientDecodeError,
     TelegramAPIError,
     TelegramBadRequest,
     TelegramForbiddenError,
@@ -44,14 +45,15 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.types import LinkPreviewOptions, ReplyParameters, Update
+from aiogram.types import LinkPreviewOptions, ReplyParameters
 from aiogram.utils.token import TokenValidationError
 
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
+from channels.telegram_polling import TelegramPoller
 from channels.telegram_render import TELEGRAM_LIMIT, markdown_to_html, render_messages, visible_length, visible_text
 from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser, decode_update
 from gateway.errors import ChannelSendError, ConfigError, RecipientUnreachable, SignatureInvalid
-from gateway.models import ConversationRef, InboundMessage, OutboundMessage
+from gateway.models import ConversationRef, OutboundMessage
 from gateway.settings import TelegramChannel
 
 log = structlog.get_logger(__name__)
@@ -113,7 +115,6 @@ class TelegramAdapter:
         self.max_attempts = max_attempts
         self.max_retry_wait = max_retry_wait
         self.polling_timeout = polling_timeout
-        self._dispatcher: Dispatcher | None = None
         self._polling: asyncio.Task[None] | None = None
         # Chunks already delivered per outbound message, so a retried send never repeats them.
         self._progress: OrderedDict[str, list[str]] = OrderedDict()
@@ -196,6 +197,15 @@ class TelegramAdapter:
                 if attempt == self.max_attempts:
                     raise ChannelSendError(f"telegram server error: {exc.message}", retry_after=5.0) from exc
                 await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
+            except ClientDecodeError as exc:
+                if not _is_error_page(exc):
+                    # JSON we could not read as a Message: Telegram may well have delivered it.
+                    raise ChannelSendError("telegram send outcome unknown (unreadable answer); not resent to "
+                                           "avoid a duplicate", permanent=True) from exc
+                # Not JSON at all: a proxy's 502/504 page, as a JSON 5xx is a server error.
+                if attempt == self.max_attempts:
+                    raise ChannelSendError("telegram server error (an error page, not JSON)", retry_after=5.0) from exc
+                await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
             except TelegramNetworkError as exc:
                 if isinstance(exc.__cause__, aiohttp.ClientConnectorError):
                     # The connection never opened, so Telegram never saw it: safe to send again later.
@@ -235,14 +245,16 @@ class TelegramAdapter:
             raise RecipientUnreachable(f"telegram: {exc.message}") from exc
         except TelegramAPIError as exc:
             raise ChannelSendError(f"telegram edit failed: {exc.message}") from exc
+        except ClientDecodeError as exc:
+            raise ChannelSendError(f"telegram edit failed: {exc.message}") from exc
 
     async def send_typing(self, conversation: ConversationRef) -> None:
         """Show "typing…" for about 5 s. Best effort: a failure here must not fail the answer."""
         thread = int(conversation.thread) if conversation.thread.lstrip("-").isdigit() else None
         try:
             await self.bot.send_chat_action(chat_id=_chat_id(conversation.chat), action="typing", message_thread_id=thread)
-        except TelegramAPIError as exc:
-            log.warning("telegram.typing_failed", bot=self.bot_name, chat=conversation.chat, error=exc.message)
+        except AiogramError as exc:
+            log.warning("telegram.typing_failed", bot=self.bot_name, chat=conversation.chat, error=str(exc)[:200])
 
     # Lifecycle
     async def start(self, deliver: Deliver) -> None:
@@ -251,63 +263,33 @@ class TelegramAdapter:
             # Bounded, so an unreachable Telegram cannot hold up the gateway's startup.
             me = await self.bot.get_me(request_timeout=10)
             self.parser.username = me.username
-        except TelegramAPIError as exc:
-            log.warning("telegram.get_me_failed", bot=self.bot_name, error=exc.message)
+        except AiogramError as exc:
+            log.warning("telegram.get_me_failed", bot=self.bot_name, error=str(exc)[:200])
         if self.settings.mode != "polling" or self._polling is not None:
             return
         try:
             # getUpdates is refused while a webhook is set; polling mode means we own the updates.
             await self.bot.delete_webhook(drop_pending_updates=False, request_timeout=10)
-        except TelegramAPIError as exc:
-            log.warning("telegram.delete_webhook_failed", bot=self.bot_name, error=exc.message)
-        dispatcher = Dispatcher()
-        dispatcher.update.outer_middleware(self._polling_middleware(deliver))
-        self._dispatcher = dispatcher
-        self._polling = asyncio.create_task(
-            dispatcher.start_polling(
-                self.bot,
-                polling_timeout=self.polling_timeout,
-                handle_as_tasks=False,  # one update at a time keeps each chat's order
-                allowed_updates=list(ALLOWED_UPDATES),
-                handle_signals=False,
-                close_bot_session=False,
-            ),
-            name=f"telegram-polling-{self.bot_name}",
-        )
+        except AiogramError as exc:
+            log.warning("telegram.delete_webhook_failed", bot=self.bot_name, error=str(exc)[:200])
+        poller = TelegramPoller(self.bot, self.parser, deliver, bot_name=self.bot_name, timeout=self.polling_timeout)
+        self._polling = asyncio.create_task(poller.run(), name=f"telegram-polling-{self.bot_name}")
         log.info("telegram.polling_started", bot=self.bot_name)
-
-    def _polling_middleware(self, deliver: Deliver) -> Callable[..., Awaitable[Any]]:
-        async def middleware(handler: Any, event: Update, data: dict[str, Any]) -> None:
-            update = event.model_dump(mode="json", exclude_none=True, by_alias=True)
-            result = self.parser.parse(update)
-            for reason in result.ignored:
-                log.info("telegram.ignored", bot=self.bot_name, update_id=event.update_id, reason=reason)
-            for message in result.messages:
-                await self._deliver_with_retry(deliver, message)
-
-        return middleware
-
-    async def _deliver_with_retry(self, deliver: Deliver, message: InboundMessage) -> None:
-        # The offset moves past an update once fetched, so a storage hiccup must not lose it.
-        for attempt in range(1, 4):
-            try:
-                await deliver(message)
-                return
-            except Exception:  # noqa: BLE001 - any storage failure; retried, then logged loudly
-                if attempt == 3:
-                    log.exception("telegram.deliver_failed", bot=self.bot_name, external_id=message.external_id)
-                    return
-                await asyncio.sleep(0.2 * attempt)
 
     async def stop(self) -> None:
         """Stop polling (if running) and close the HTTP session."""
-        if self._polling is not None and self._dispatcher is not None:
-            if not self._polling.done():
-                await self._dispatcher.stop_polling()
+        if self._polling is not None:
+            # Safe at any point: the offset only passes stored updates, so an interrupted one comes again.
+            self._polling.cancel()
             await asyncio.gather(self._polling, return_exceptions=True)
-            self._polling = self._dispatcher = None
+            self._polling = None
             log.info("telegram.polling_stopped", bot=self.bot_name)
         await self.bot.session.close()
+
+
+def _is_error_page(exc: ClientDecodeError) -> bool:
+    """Whether the answer was not JSON at all (an HTML error page), rather than JSON of another shape."""
+    return isinstance(exc.data, (str, bytes))
 
 
 def _chat_id(chat: str) -> int | str:

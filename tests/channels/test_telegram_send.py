@@ -44,6 +44,26 @@ async def test_send_retries_server_errors_with_backoff(adapter: TelegramAdapter,
     assert len(fake.sent) == 1
 
 
+async def test_send_retries_an_html_error_page_as_a_server_error(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    # Telegram's proxies answer 502/504 with an nginx page during outages; aiogram cannot decode it.
+    fake.fail_next("sendMessage", status=502, description="Bad Gateway", html=True, times=2)
+    assert len(await adapter.send(OutboundMessage(conversation=DM, text="hi"))) == 1
+    assert len(fake.sent) == 1 and len(fake.calls("sendMessage")) == 3
+
+
+async def test_send_gives_an_html_error_page_back_as_retryable_when_it_persists(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    fake.fail_next("sendMessage", status=504, description="Gateway Time-out", html=True, times=10)
+    with pytest.raises(ChannelSendError) as err:
+        await adapter.send(OutboundMessage(conversation=DM, text="hi"))
+    assert not err.value.permanent and err.value.retry_after and not fake.sent
+
+
+async def test_typing_survives_an_html_error_page(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    fake.fail_next("sendChatAction", status=502, description="Bad Gateway", html=True)
+    await adapter.send_typing(DM)  # best effort: must not raise into the answer
+    assert fake.calls("sendChatAction")
+
+
 async def test_send_to_blocked_user_raises_recipient_unreachable(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
     fake.fail_next("sendMessage", status=403)
     with pytest.raises(RecipientUnreachable):

@@ -11,7 +11,8 @@ What makes it useful:
   400 "Bad Request: can't parse entities: ...". The visible text and entities are kept per message,
   and the 4096-unit limit is checked on that visible text in UTF-16 units.
 - Message ids are numbered per chat, as Telegram does: two chats' replies share ids.
-- `fail_next(method, ...)` scripts the next replies: 429 with `parameters.retry_after`, 5xx, 403...
+- `fail_next(method, ...)` scripts the next replies: 429 with `parameters.retry_after`, 5xx, 403...,
+  or (`html=True`) the HTML error page Telegram's proxies answer 502/504 with during an outage.
 - `push_update(update)` queues an update for `getUpdates` long polling.
 
     async with FakeTelegramAPI(token) as fake:
@@ -148,6 +149,7 @@ class _Scripted:
     description: str
     retry_after: int | None = None
     migrate_to_chat_id: int | None = None
+    html: bool = False
 
 
 class FakeTelegramAPI:
@@ -189,6 +191,7 @@ class FakeTelegramAPI:
     def fail_next(
         self, method: str, *, status: int = 429, description: str | None = None,
         retry_after: int | None = None, migrate_to_chat_id: int | None = None, times: int = 1, skip: int = 0,
+        html: bool = False,
     ) -> None:
         """Let `skip` calls of `method` through, then fail the next `times` with this status.
 
@@ -200,7 +203,7 @@ class FakeTelegramAPI:
         queue = self._scripts[method.lower()]
         queue.extend([None] * skip)
         for _ in range(times):
-            self._scripts[method.lower()].append(_Scripted(status, text, retry_after, migrate_to_chat_id))
+            self._scripts[method.lower()].append(_Scripted(status, text, retry_after, migrate_to_chat_id, html))
 
     def push_update(self, update: dict[str, Any]) -> None:
         """Queue an update for the next getUpdates."""
@@ -220,6 +223,10 @@ class FakeTelegramAPI:
             return self._error(401, "Unauthorized")
         scripted = self._scripts[method.lower()]
         fail = scripted.popleft() if scripted else None
+        if fail is not None and fail.html:
+            page = f"<html><head><title>{fail.status} {fail.description}</title></head><body><center><h1>" \
+                   f"{fail.status} {fail.description}</h1></center><hr><center>nginx</center></body></html>"
+            return web.Response(status=fail.status, text=page, content_type="text/html")
         if fail is not None:
             extra: dict[str, Any] = {}
             if fail.retry_after is not None:
