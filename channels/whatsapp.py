@@ -9,14 +9,17 @@ can be re-cut (`MessageSid=SM1` + `NumMedia=0` → `MessageSid=SM1NumMedia0`) an
 copies of the message id Twilio sends (`SmsMessageSid`, `SmsSid`) must then agree, or it is refused.
 
 Outbound: the answer's Markdown becomes WhatsApp's light formatting (`*bold*`, `_italic_`,
-`~strike~`, ```` ``` ```` code; links as "title (url)"), split at Twilio's 1,600 characters. WhatsApp
+`~strike~`, ```` ``` ```` code; links as "title (url)"), split at Twilio's 1,600 characters, counted in
+UTF-16 units (an emoji counts twice, and a longer Body is refused with 21617). WhatsApp
 is one-to-one through Twilio, so there are no groups, threads, edits or typing indicators here.
 
 The 24-hour customer-service window: free-form text is only allowed within 24 h of the customer's
 last message. The adapter cannot see the database, so the worker calls `within_window()` with the
 contact's `last_inbound_at` and picks `send()`, `send_template()` (settings.content_sid), or reports the
-message undeliverable. `send()` raises `RecipientUnreachable` for error 63016 (outside the window)
-and the other "cannot reach this person" codes.
+message undeliverable; `WINDOW_MARGIN` keeps a reply computed in the window's last minutes from landing
+after it closes. `send()` raises `RecipientUnreachable` for error 63016 (outside the window) and the
+other "cannot reach this person" codes; 63016 mostly comes later, in a failed status callback, and
+`gateway/receipts.py` then queues the reply again for the template.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ log = structlog.get_logger(__name__)
 CHANNEL = "whatsapp"
 MAX_LENGTH = 1600  # Twilio refuses a longer Body
 WINDOW = timedelta(hours=24)
+WINDOW_MARGIN = timedelta(minutes=10)
+"""Free-form text stops this long before the window closes: the send is queued at Twilio and reaches
+WhatsApp a little later, which judges it by when it arrives."""
 OUTSIDE_WINDOW = 63016
 # Codes meaning "this person cannot be reached right now", not "try again": outside the window,
 # opted out (STOP), invalid or unknown WhatsApp address, not a WhatsApp user.
@@ -67,7 +73,7 @@ def within_window(last_inbound_at: datetime | None, now: datetime) -> bool:
     """
     if last_inbound_at is None:
         return False
-    return timedelta(0) <= as_utc(now) - as_utc(last_inbound_at) < WINDOW
+    return timedelta(0) <= as_utc(now) - as_utc(last_inbound_at) < WINDOW - WINDOW_MARGIN
 
 
 class _HeaderAwareHttpClient(AsyncTwilioHttpClient):
@@ -90,7 +96,7 @@ class WhatsAppAdapter:
     """The WhatsApp channel, through Twilio's Messages API."""
 
     name = CHANNEL
-    capabilities = Capabilities(max_length=MAX_LENGTH, markdown="plain", length_unit="chars", delivery_receipts=True)
+    capabilities = Capabilities(max_length=MAX_LENGTH, markdown="plain", length_unit="utf16", delivery_receipts=True)
 
     def __init__(
         self,
@@ -187,7 +193,7 @@ class WhatsAppAdapter:
     # -- outbound ---------------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage) -> list[str]:
-        """Render, split at 1,600 chars and send; return the Twilio message SIDs in order.
+        """Render, split at 1,600 UTF-16 units and send; return the Twilio message SIDs in order.
 
         On failure raises `ChannelSendError` or `RecipientUnreachable`; its `sent_ids` attribute lists
         the parts that did go through. The adapter also remembers them, so sending the same message
@@ -199,7 +205,7 @@ class WhatsAppAdapter:
             text = f"{text}\n\n{footer}" if text.strip() else footer
         key = _progress_key(message)
         sent = self._progress.pop(key, [])
-        for index, part in enumerate(split_text(text, limit=MAX_LENGTH)):
+        for index, part in enumerate(split_text(text, limit=MAX_LENGTH, unit="utf16")):
             if index < len(sent):
                 continue  # delivered by an earlier attempt of this same reply
             try:

@@ -9,7 +9,9 @@ remember the parts of a reply that went through, so a retry resumes after them. 
 with its reason.
 
 WhatsApp's 24-hour window is checked here, because only the gateway knows when the contact last
-wrote: outside it, the configured Content template is sent instead, or the reply fails visibly.
+wrote: outside it, the configured Content template is sent instead, or the reply fails visibly. A reply
+WhatsApp refused later as outside the window (a 63016 receipt, `gateway/receipts.py`) comes back with
+`meta.window_closed` and gets the same treatment.
 """
 
 from __future__ import annotations
@@ -118,7 +120,8 @@ class Outbox:
                     else:
                         await self._remove_streamed(adapter, outbound, inbound)
                         provider_ids, template = await self._send(
-                            adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None)
+                            adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None,
+                            window_closed="window_closed" in meta)
                 if template:
                     meta["template"] = template
                     bound.info("outbound.template_sent", content_sid=template, reason=OUTSIDE_WINDOW)
@@ -194,12 +197,12 @@ class Outbox:
         return status
 
     async def _send(self, adapter: ChannelAdapter, outbound: OutboundMessage, *,
-                    last_inbound_at: datetime | None) -> tuple[list[str], str | None]:
+                    last_inbound_at: datetime | None, window_closed: bool = False) -> tuple[list[str], str | None]:
         """Send through the adapter; on WhatsApp outside the window, the template or OutsideWindow."""
         if outbound.conversation.channel == "whatsapp" and hasattr(adapter, "send_template"):
             from channels.whatsapp import within_window  # Twilio is imported only where WhatsApp is used
 
-            if not within_window(last_inbound_at, utcnow()):
+            if window_closed or not within_window(last_inbound_at, utcnow()):
                 content_sid = getattr(getattr(adapter, "settings", None), "content_sid", None)
                 if not content_sid:
                     raise OutsideWindow(f"{OUTSIDE_WINDOW} (the contact last wrote at {last_inbound_at}; "

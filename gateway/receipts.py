@@ -4,6 +4,11 @@ A receipt can arrive before the outbox has recorded the send it names (Twilio an
 then calls back at once, while the outbox is still writing). Such a receipt is parked in
 `early_receipts` and adopted when the outbox records the part. Each side commits its own row
 first and then looks for the other's, so whichever commits second always finds the first.
+
+WhatsApp's "outside the 24-hour window" (Twilio error 63016) mostly arrives here, in a failed receipt,
+rather than as an error of the send: Twilio accepts the message and WhatsApp refuses it later. The reply
+is then queued again with `meta.window_closed`, and the outbox sends the configured Content template in
+its place (or fails it as undeliverable, saying so), once.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from storage.models import Delivery, EarlyReceipt, Message
 log = structlog.get_logger("gateway.receipts")
 
 # Receipts can arrive out of order (a late "sent" after "delivered"): a status only ever moves up.
+WINDOW_CLOSED_CODE = "63016"
+"""Twilio's "outside the allowed window" error code."""
 STATUS_RANK = {"pending": 0, "sending": 0, "sent": 1, "delivered": 2, "read": 3, "failed": 3}
 EARLY_RECEIPT_TTL = timedelta(days=2)
 """A parked receipt nobody adopts (its send was never recorded) is dropped by the retention job after this."""
@@ -84,7 +91,30 @@ async def _apply(sessions: async_sessionmaker[AsyncSession], *, bot: str, channe
         if error_code:
             values["error"] = f"provider error {error_code}"
         await session.execute(update(Message).where(Message.id == delivery.message_id).values(**values))
+        requeued = status == "failed" and error_code == WINDOW_CLOSED_CODE and channel == "whatsapp" \
+            and await _requeue_for_template(session, delivery.message_id)
     log.info("outbound.status", bot=bot, message_id=delivery.message_id, status=status, error_code=error_code)
+    if requeued:
+        log.warning("outbound.window_closed_requeued", bot=bot, message_id=delivery.message_id,
+                    action="the template goes out in its place")
+    return True
+
+
+async def _requeue_for_template(session: AsyncSession, message_id: int) -> bool:
+    """Queue a reply WhatsApp refused as outside the window again, marked for the template; once.
+
+    Its parts' rows go (their ids stay in `meta.window_closed`), so the template's own receipts decide
+    the reply's status rather than the refused part's `failed`."""
+    message = await session.get(Message, message_id, with_for_update=True)
+    meta = dict(message.meta or {}) if message is not None else {}
+    if message is None or message.direction != "out" or meta.get("template") or meta.get("window_closed"):
+        return False
+    meta["window_closed"] = list(message.provider_ids or [])
+    meta.pop("next_attempt_at", None)
+    await session.execute(delete(Delivery).where(Delivery.message_id == message_id))
+    await session.execute(update(Message).where(Message.id == message_id).values(
+        status="pending", meta=meta, error=f"provider error {WINDOW_CLOSED_CODE}: outside the 24-hour window",
+        updated_at=utcnow()).execution_options(synchronize_session=False))
     return True
 
 

@@ -204,9 +204,11 @@ def test_whatsapp_to_whatsapp_converts_markdown() -> None:
     assert to_whatsapp("- a\n- b\n\n1. c\n2. d") == "- a\n- b\n\n1. c\n2. d"
 
 
-def test_whatsapp_window_is_24_hours() -> None:
+def test_whatsapp_window_is_24_hours_less_a_margin() -> None:
     now = datetime(2026, 11, 29, 12, tzinfo=timezone.utc)
-    assert within_window(now - timedelta(hours=23, minutes=59), now)
+    assert within_window(now - timedelta(hours=23, minutes=49), now)
+    # A reply computed in the last minutes would reach WhatsApp after the window closed.
+    assert not within_window(now - timedelta(hours=23, minutes=51), now)
     assert not within_window(now - timedelta(hours=24), now)
     assert not within_window(None, now)
     assert within_window((now - timedelta(hours=1)).replace(tzinfo=None), now)  # SQLite gives naive UTC

@@ -4,7 +4,8 @@ The real `twilio` SDK talks to it through `client.api.base_url = fake.base_url`.
 protocol: `POST /2010-04-01/Accounts/{AccountSid}/Messages.json` with a form body and HTTP Basic
 auth, answering 201 with a message resource, or Twilio's JSON error body. Every request is
 recorded; replies can be scripted (429 with `Retry-After`, 5xx, error 63016 outside the WhatsApp
-window...) and are consumed in order, after which requests succeed.
+window...) and are consumed in order, after which requests succeed. A Body over 1,600 UTF-16 units is
+refused with 21617, as Twilio does.
 
     fake = FakeTwilio(account_sid="AC...", auth_token="...").start()
     fake.script(Reply(status=429, code=20429, retry_after=0))
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl
 
+BODY_LIMIT = 1600
+"""Twilio refuses a longer Body (21617). Counted in UTF-16 units: an emoji counts twice."""
 _MESSAGES = re.compile(r"^/2010-04-01/Accounts/(?P<sid>[^/]+)/Messages\.json$")
 
 
@@ -147,6 +150,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(record, Reply(status=401, code=20003, message="Authenticate"))
         if "To" not in form or not ({"Body", "ContentSid", "MediaUrl"} & form.keys()):
             return self._error(record, Reply(status=400, code=21602, message="Message body is required."))
+        if len(form.get("Body", "").encode("utf-16-le")) // 2 > BODY_LIMIT:
+            return self._error(record, Reply(status=400, code=21617,
+                                             message="The concatenated message body exceeds the 1600 character limit."))
         if reply.status >= 300:
             return self._error(record, reply)
         record.sid = reply.sid or "SM" + uuid.uuid4().hex

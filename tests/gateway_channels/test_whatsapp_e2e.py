@@ -221,6 +221,55 @@ async def test_whatsapp_reply_outside_the_window_uses_the_content_template(env):
     assert [d.provider_id for d in await deliveries(services, reply_id)] == [template.sid]
 
 
+async def test_whatsapp_63016_receipt_sends_the_template_once_in_the_replys_place(env):
+    # Twilio accepts a free-form message and WhatsApp refuses it later: 63016 comes in a status callback.
+    client, services, fake = env
+    _, reply_id, sid = await _answered(client, services, fake, "SM" + "6" * 32, "+15550000012")
+    adapter = services.adapters[("acme", "whatsapp")]
+    original = adapter.settings
+    adapter.settings = original.model_copy(update={"content_sid": "HX" + "7" * 32})
+    try:
+        assert (await post(client, status(sid, "undelivered", ErrorCode="63016"))).status_code == 200
+        services.worker.notify()
+        template = (await wait_until(lambda: [r for r in sent_to(fake, "+15550000012") if "ContentSid" in r.form],
+                                     what="the template"))[0]
+        await wait_until(lambda: _status_is(services, reply_id, "sent"), what="the reply recorded as sent")
+        # A second refusal (a late copy of the callback) sends nothing more.
+        await post(client, status(sid, "failed", ErrorCode="63016"))
+        await settle()
+    finally:
+        adapter.settings = original
+    assert [r.form.get("ContentSid") for r in sent_to(fake, "+15550000012")] == [None, "HX" + "7" * 32]
+    reply = await get_message(services, reply_id)
+    assert reply.meta["template"] == "HX" + "7" * 32 and reply.meta["window_closed"] == [sid]
+    assert [d.provider_id for d in await deliveries(services, reply_id)] == [template.sid]
+    await post(client, status(template.sid, "delivered"))
+    assert (await get_message(services, reply_id)).status == "delivered"
+
+
+async def test_whatsapp_63016_receipt_without_a_template_fails_saying_why(env):
+    client, services, fake = env
+    _, reply_id, sid = await _answered(client, services, fake, "SM" + "7" * 32, "+15550000013")
+    await post(client, status(sid, "undelivered", ErrorCode="63016"))
+    services.worker.notify()
+    await wait_until(lambda: _status_is(services, reply_id, "failed"), what="the reply failed")
+    await settle()
+    failed = await get_message(services, reply_id)
+    assert "outside the 24-hour window" in failed.error and "content_sid" in failed.error
+    assert len(sent_to(fake, "+15550000013")) == 1  # nothing resent free-form
+
+
+async def test_whatsapp_emoji_reply_is_split_within_twilios_utf16_limit(env):
+    client, services, fake = env
+    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "0" * 32, "+15550000014")
+    text = " ".join(["Great news 🎉🎉"] * 400)  # an emoji is two UTF-16 units: Twilio counts it twice
+    reply_id = await store_reply(services, conversation_id=conversation_id, text=text)
+    assert await services.outbox.deliver(reply_id) == "sent"
+    parts = sent_to(fake, "+15550000014")[1:]
+    assert len(parts) >= 4 and all(len(p.form["Body"].encode("utf-16-le")) // 2 <= 1600 for p in parts)
+    assert sum(p.form["Body"].count("🎉") for p in parts) == 800
+
+
 async def test_whatsapp_long_reply_is_split_at_1600_with_plain_links(env):
     client, services, fake = env
     conversation_id, _, _ = await _answered(client, services, fake, "SM" + "4" * 32, "+15550000010")
