@@ -30,6 +30,7 @@ import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -41,7 +42,7 @@ from twilio.http.async_http_client import AsyncTwilioHttpClient
 from twilio.request_validator import RequestValidator
 from twilio.rest import Client
 
-from channels.base import Capabilities, Deliver, RawRequest, StatusUpdate, WebhookResult
+from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, StatusUpdate, WebhookResult
 from channels.render import render_citations, split_text
 from channels.whatsapp_render import to_whatsapp
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
@@ -60,6 +61,9 @@ OUTSIDE_WINDOW = 63016
 # Codes meaning "this person cannot be reached right now", not "try again": outside the window,
 # opted out (STOP), invalid or unknown WhatsApp address, not a WhatsApp user.
 UNREACHABLE_CODES = frozenset({OUTSIDE_WINDOW, 21211, 21610, 21614, 63003, 63024})
+EMPTY_TWIML = ImmediateResponse(status=200, body=b'<?xml version="1.0" encoding="UTF-8"?><Response/>',
+                                content_type="text/xml")
+"""The acknowledgement: TwiML that tells Twilio to send nothing back (the answer comes later, by the API)."""
 _STATUSES = {"sent": "sent", "delivered": "delivered", "read": "read", "failed": "failed",
              "undelivered": "failed", "canceled": "failed"}
 
@@ -144,7 +148,9 @@ class WhatsAppAdapter:
         except UnicodeDecodeError:
             raise BadRequest("body is not UTF-8 form data") from None
         # NUL bytes are legal in form data but not in PostgreSQL text; strip them everywhere.
-        return self.parse_form({k.replace("\x00", ""): v.replace("\x00", "") for k, v in pairs})
+        result = self.parse_form({k.replace("\x00", ""): v.replace("\x00", "") for k, v in pairs})
+        # Twilio reads the answer as TwiML: anything else is logged as error 12300 in its debugger.
+        return replace(result, response=EMPTY_TWIML) if result.response is None else result
 
     def parse_form(self, form: Mapping[str, str]) -> WebhookResult:
         """Parse already-decoded Twilio form fields (also used for the JSON fixtures in tests)."""

@@ -1,7 +1,8 @@
 """Platform webhooks: verify → parse → store in the inbox → acknowledge at once.
 
 Nothing is stored unless the signature verifies. The body is read with a size cap, so an
-oversized request is refused before it is read whole.
+oversized request is refused before it is read whole. A payload we cannot use gets 400, which a retry
+would not change: Slack, which retries any non-2xx, is told so with `X-Slack-No-Retry: 1`.
 """
 
 from __future__ import annotations
@@ -99,16 +100,16 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         result = adapter.parse(raw)
     except BadRequest as exc:
         bound.warning("webhook.bad_request", reason=str(exc))
-        return error(400, str(exc))
+        return _unusable(channel, str(exc))
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError) as exc:
         # Signed, so from the platform (or whoever holds the secret), but not in a shape its adapter
         # knows ("message": "hello", a date out of range): a clear 400, not a 500 it would retry.
         bound.warning("webhook.unexpected_shape", error=f"{type(exc).__name__}: {str(exc)[:200]}")
-        return error(400, f"unexpected {channel} payload: {type(exc).__name__}")
+        return _unusable(channel, f"unexpected {channel} payload: {type(exc).__name__}")
     malformed = next((problem for m in result.messages if (problem := _malformed(m))), None)
     if malformed:
         bound.warning("webhook.unexpected_shape", error=malformed)
-        return error(400, f"unexpected {channel} payload: {malformed}")
+        return _unusable(channel, f"unexpected {channel} payload: {malformed}")
     for reason in result.ignored:
         bound.info("webhook.ignored", reason=reason)
     for message in result.messages:
@@ -122,6 +123,14 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         return Response(result.response.body, status_code=result.response.status,
                         media_type=result.response.content_type)
     return JSONResponse({"ok": True})
+
+
+def _unusable(channel: str, detail: str) -> Response:
+    """400 for a verified payload we cannot use; Slack would otherwise send it three more times."""
+    response = error(400, detail)
+    if channel == "slack":
+        response.headers["X-Slack-No-Retry"] = "1"
+    return response
 
 
 def _malformed(message) -> str | None:

@@ -109,6 +109,17 @@ async def test_slack_bad_stale_or_missing_signature_is_401_and_stores_nothing(en
     assert posted_to(fake, "D0003") == []
 
 
+async def test_slack_signed_but_unusable_payload_is_400_that_slack_will_not_retry(env):
+    client, services, _ = env
+    before = await count_messages(services, channel="slack")
+    response = await post(client, {"type": "event_callback", "event_id": "Ev0BAD", "event": {"type": "message",
+                                   "channel": "D0BAD", "user": "U0CUSTOMER", "text": 12345, "ts": "1700000009.1"}})
+    assert response.status_code == 400 and "payload" in response.json()["error"]
+    # Slack retries every non-2xx three times unless told not to; a retry could not fix this.
+    assert response.headers["X-Slack-No-Retry"] == "1"
+    assert await count_messages(services, channel="slack") == before
+
+
 async def test_slack_channel_message_without_mention_is_ignored(env):
     client, services, fake = env
     before = await count_messages(services, channel="slack")
