@@ -7,7 +7,13 @@ Inbound arrives two ways:
 
 Outbound goes through discord.py's HTTP client, which owns Discord's 429 buckets (it sleeps
 `retry_after` and retries). Every chunk carries a deterministic nonce with `enforce_nonce`, so a send
-retried after a lost response is deduplicated by Discord instead of posted twice.
+retried after a lost response is deduplicated by Discord instead of posted twice; Discord only checks
+nonces for a few minutes, so the adapter also remembers which chunks of a reply went through, and a
+retry resumes after them. `/ask` follow-ups (webhook messages) take no nonce: one whose answer was lost
+(a timeout after the request went out) is reported as "outcome unknown" and not resent.
+
+A gateway message the inbox cannot store (the database is away) is retried with backoff for up to
+`DELIVER_PATIENCE` seconds: Discord never sends a MESSAGE_CREATE again.
 
 `discord.http.Route.BASE` and `DiscordWebSocket.DEFAULT_GATEWAY` are class attributes, so one process
 talks to one Discord API base and one gateway: the last adapter constructed sets them.
@@ -19,9 +25,12 @@ already been queued, and re-answering every typo fix would spam the channel.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import itertools
 import json
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +77,8 @@ DEFAULT_API_BASE = "https://discord.com/api/v10"
 DEFAULT_GATEWAY = "wss://gateway.discord.gg/"
 SIGNATURE_MAX_AGE = 300  # seconds; Discord does not replay, so an old timestamp means a captured request
 INTERACTION_TTL = 15 * 60  # an interaction token accepts follow-ups for 15 minutes
+DELIVER_PATIENCE = 600.0
+"""Seconds a gateway message is retried into the inbox before it is logged as lost."""
 
 
 # ---- the adapter ---------------------------------------------------------------------------------------
@@ -117,6 +128,8 @@ class DiscordAdapter:
         self._login_lock = asyncio.Lock()
         self._logged_in = False
         self._interactions: dict[str, _PendingInteraction] = {}  # unanswered `/ask`, by interaction id
+        # Ids of the chunks already delivered per reply, so a retried send never posts them again.
+        self._progress: OrderedDict[str, list[str]] = OrderedDict()
 
     # -- webhooks (interactions endpoint) --
 
@@ -167,14 +180,21 @@ class DiscordAdapter:
         if not chunks:
             return []
         await self._ensure_login()
+        progress = _progress_key(message)
+        ids = self._progress.setdefault(progress, [])
+        self._progress.move_to_end(progress)
+        while len(self._progress) > 1024:
+            self._progress.popitem(last=False)
         key = self._interaction_for(message)
         if key is not None:
-            ids = await self._send_followups(self._interactions[key], chunks)
+            await self._send_followups(self._interactions[key], chunks, ids)
             self._interactions.pop(key, None)  # only once answered, so a failed send can retry it
-            return ids
+            self._progress.pop(progress, None)
+            return list(ids)
         channel = self._channel(message.conversation)
-        ids: list[str] = []
         for index, chunk in enumerate(chunks):
+            if index < len(ids):
+                continue  # delivered by an earlier attempt of this same reply
             reference = None
             if index == 0 and message.reply_to and message.reply_to.isdigit():
                 reference = discord.MessageReference(
@@ -189,9 +209,10 @@ class DiscordAdapter:
                     suppress_embeds=True,
                 )
             except Exception as exc:  # translated at the boundary, re-raised as our own tree
-                raise _translate(exc, sent=len(ids)) from exc
+                raise _translate(exc, sent=ids) from exc
             ids.append(str(sent.id))
-        return ids
+        self._progress.pop(progress, None)
+        return list(ids)
 
     def _interaction_for(self, message: OutboundMessage) -> str | None:
         """The unanswered `/ask` this reply answers: by `reply_to`, else the conversation's oldest."""
@@ -204,19 +225,24 @@ class DiscordAdapter:
             return next((k for k, v in live.items() if v.conversation == message.conversation), None)
         return None
 
-    async def _send_followups(self, interaction: _PendingInteraction, chunks: list[str]) -> list[str]:
+    async def _send_followups(self, interaction: _PendingInteraction, chunks: list[str], ids: list[str]) -> None:
+        """Post the chunks not yet in `ids` as follow-ups, appending each one's id as it lands."""
         # After a deferred response (type 5), the first follow-up replaces the "thinking..." state.
         webhook = discord.Webhook.partial(interaction.application_id, interaction.token, client=self.client)
-        ids: list[str] = []
-        for chunk in chunks:
+        for chunk in chunks[len(ids):]:
             try:
                 sent = await webhook.send(
                     chunk, wait=True, allowed_mentions=discord.AllowedMentions.none(), suppress_embeds=True
                 )
             except Exception as exc:
-                raise _translate(exc, sent=len(ids)) from exc
+                if _outcome_unknown(exc):
+                    # The request went out and its answer was lost; a follow-up has no nonce to dedupe it.
+                    error = ChannelSendError(f"discord follow-up outcome unknown ({exc!r}); not resent to avoid "
+                                             "a duplicate", permanent=True)
+                    error.sent_ids = list(ids)  # type: ignore[attr-defined]
+                    raise error from exc
+                raise _translate(exc, sent=ids) from exc
             ids.append(str(sent.id))
-        return ids
 
     async def send_typing(self, conversation: ConversationRef) -> None:
         """Show "bot is typing..." for about 10 seconds."""
@@ -224,7 +250,7 @@ class DiscordAdapter:
         try:
             await self._channel(conversation).typing()
         except Exception as exc:
-            raise _translate(exc, sent=0) from exc
+            raise _translate(exc) from exc
 
     async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str) -> None:
         """Replace a message's text (streaming by edits). `text` must fit in 2000 characters."""
@@ -236,7 +262,7 @@ class DiscordAdapter:
         try:
             await partial.edit(content=content, allowed_mentions=discord.AllowedMentions.none())
         except Exception as exc:
-            raise _translate(exc, sent=0) from exc
+            raise _translate(exc) from exc
 
     def _channel(self, conversation: ConversationRef) -> discord.PartialMessageable:
         # A thread is a channel on Discord: posting to its id replies inside the thread.
@@ -255,7 +281,7 @@ class DiscordAdapter:
             except discord.LoginFailure as exc:
                 raise ChannelSendError("discord token rejected", permanent=True) from exc
             except Exception as exc:
-                raise _translate(exc, sent=0) from exc
+                raise _translate(exc) from exc
             self._logged_in = True
 
     # -- gateway --
@@ -288,14 +314,47 @@ class DiscordAdapter:
         if self._deliver is None:
             log.warning("discord.undelivered", extra={"bot": self.bot, "message_id": message.id})
             return
-        try:
-            await self._deliver(result)
-        except Exception:  # the gateway must keep running; the message is logged for replay
-            log.exception("discord.deliver_failed", extra={"bot": self.bot, "message_id": message.id})
+        deadline = time.monotonic() + DELIVER_PATIENCE
+        for attempt in itertools.count(1):
+            try:
+                await self._deliver(result)
+                return
+            except Exception:  # the database is away: Discord will not send this message again
+                if time.monotonic() >= deadline:
+                    log.exception("discord.deliver_failed", extra={"bot": self.bot, "message_id": message.id,
+                                                                   "attempts": attempt})
+                    return
+                log.warning("discord.deliver_retry", extra={"bot": self.bot, "message_id": message.id,
+                                                            "attempt": attempt}, exc_info=True)
+                await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), 30.0))
 
 
-def _translate(exc: BaseException, *, sent: int) -> Exception:
-    """discord.py / network exceptions → the gateway's error tree. `sent`: chunks already delivered."""
+def _progress_key(message: OutboundMessage) -> str:
+    if message.idempotency_key:
+        return message.idempotency_key
+    conv = message.conversation
+    blob = repr((conv.chat, conv.thread, message.text, message.citations, message.reply_to))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _outcome_unknown(exc: BaseException) -> bool:
+    """A network failure after the request may have reached Discord (not a refused connection)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return False
+    return isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
+                            aiohttp.ClientOSError))
+
+
+def _translate(exc: BaseException, *, sent: list[str] | None = None) -> Exception:
+    """discord.py / network exceptions → the gateway's error tree. `sent`: ids of the chunks delivered,
+    carried as `sent_ids` (the outbox records them)."""
+    translated = _translated(exc, sent=len(sent or ()))
+    if sent and isinstance(translated, (ChannelSendError, RecipientUnreachable)):
+        translated.sent_ids = list(sent)  # type: ignore[attr-defined]
+    return translated
+
+
+def _translated(exc: BaseException, *, sent: int) -> Exception:
     note = f" after {sent} chunk(s) were delivered" if sent else ""
     if isinstance(exc, discord.RateLimited):
         return ChannelSendError(f"discord rate limit{note}", retry_after=exc.retry_after)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from channels.discord import DiscordAdapter
+from gateway.models import InboundMessage
 from tests.channels.discord_helpers import (  # noqa: F401 - `fake` fixture
     FIXTURES,
     GUILD,
@@ -47,3 +49,25 @@ async def test_on_message_fixture_payloads_via_parse_message_create(fake: FakeDi
     assert [m.text for m in delivered] == [".ping", "cool.", "different message"]
     assert delivered[1].reply_to == "775214933398782002"
     assert {m.external_id for m in delivered} == {"732582724170285086", "779520963116400721", "123456789012345678"}
+
+
+async def test_message_is_retried_into_the_inbox_while_storage_is_down(fake: FakeDiscord):
+    # Discord never sends a MESSAGE_CREATE again: a storage outage must be waited out, not logged away.
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    attempts: list[str] = []
+    stored = asyncio.Event()
+
+    async def deliver(message: InboundMessage) -> None:
+        attempts.append(message.external_id)
+        if len(attempts) < 3:
+            raise ConnectionError("database is down")
+        stored.set()
+
+    await adapter.start(deliver)
+    try:
+        await fake.wait_identified()
+        await fake.dispatch("MESSAGE_CREATE", guild_message("still there?", message_id="900000000000000040"))
+        await asyncio.wait_for(stored.wait(), timeout=10)
+    finally:
+        await adapter.stop()
+    assert attempts == ["900000000000000040"] * 3

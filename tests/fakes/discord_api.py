@@ -3,7 +3,10 @@
 It speaks enough of the protocol for discord.py: login (users/@me, applications/@me), messages
 (create honouring `nonce` + `enforce_nonce`, edit), typing, interaction follow-ups, and a gateway
 that sends HELLO, answers IDENTIFY with READY, acks heartbeats and can dispatch events. Every REST
-request is recorded; `fail_next` scripts 429s (with Discord's headers) or any other error.
+request is recorded; `fail_next` scripts 429s (with Discord's headers) or any other error, and
+`drop_next` accepts a request and then closes the connection unanswered (a timeout after Discord acted).
+As Discord does, content over 2,000 characters is refused (400, code 50035), and a nonce dedupes a
+create only for `nonce_ttl` seconds ("in the past few minutes").
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -21,6 +25,7 @@ BOT_USER_ID = "1100000000000000001"
 APPLICATION_ID = "1100000000000000002"
 INTERACTION_CHANNEL_ID = "1100000000000000009"
 _snowflakes = itertools.count(1_200_000_000_000_000_000)
+CONTENT_LIMIT = 2000
 
 
 @dataclass
@@ -42,6 +47,7 @@ class _Failure:
     headers: dict[str, str]
     remaining: int
     skip: int = 0
+    drop: bool = False  # process the request, then close the connection without an answer
 
 
 @dataclass
@@ -52,7 +58,8 @@ class FakeDiscord:
     messages: dict[str, dict[str, Any]] = field(default_factory=dict)  # id → message object
     identifies: list[dict[str, Any]] = field(default_factory=list)
     _failures: list[_Failure] = field(default_factory=list)
-    _nonces: dict[tuple[str, str], str] = field(default_factory=dict)
+    _nonces: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)  # → (message id, at)
+    nonce_ttl: float = 300.0
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
     _sequence: int = 0
     _runner: web.AppRunner | None = None
@@ -100,6 +107,10 @@ class FakeDiscord:
     ) -> None:
         """Let `after` matching requests through, then fail the next `times` with `status`."""
         self._failures.append(_Failure(method, path_suffix, status, body or {}, headers or {}, times, after))
+
+    def drop_next(self, method: str, path_suffix: str, *, after: int = 0) -> None:
+        """Let `after` matching requests through, then act on the next one and close the connection unanswered."""
+        self._failures.append(_Failure(method, path_suffix, 0, {}, {}, 1, after, drop=True))
 
     def rate_limit_next(self, method: str, path_suffix: str, *, retry_after: float = 0.05) -> None:
         """One 429 exactly as Discord sends it: JSON retry_after, Retry-After and X-RateLimit headers."""
@@ -153,7 +164,15 @@ class FakeDiscord:
                     failure.skip -= 1
                     continue
                 failure.remaining -= 1
+                if failure.drop:
+                    await self._answer(request, path, payload)  # Discord acted; the answer is lost
+                    assert request.transport is not None
+                    request.transport.close()
+                    raise asyncio.CancelledError
                 return _json(failure.body, status=failure.status, headers=failure.headers)
+        return await self._answer(request, path, payload)
+
+    async def _answer(self, request: web.Request, path: str, payload: Any) -> web.Response:
         # Interaction follow-ups authenticate by the token in their URL, everything else by the bot token.
         if request.headers.get("Authorization") != f"Bot {self.token}" and "/webhooks/" not in path:
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
@@ -165,15 +184,19 @@ class FakeDiscord:
         if parts[0] == "channels" and len(parts) == 3 and parts[2] == "typing" and request.method == "POST":
             return web.Response(status=204)
         if parts[0] == "channels" and len(parts) == 3 and parts[2] == "messages" and request.method == "POST":
-            return _json(self._create(parts[1], payload or {}))
+            return _too_long(payload) or _json(self._create(parts[1], payload or {}))
         if parts[0] == "channels" and len(parts) == 4 and request.method == "PATCH":
             message = self.messages.get(parts[3])
             if message is None or message["channel_id"] != parts[1]:
                 return _json({"message": "Unknown Message", "code": 10008}, status=404)
+            if too_long := _too_long(payload):
+                return too_long
             message["content"] = (payload or {}).get("content", message["content"])
             message["edited_timestamp"] = _now()
             return _json(message)
         if parts[0] == "webhooks" and len(parts) == 3 and request.method == "POST":
+            if too_long := _too_long(payload):
+                return too_long
             # A follow-up lands in the interaction's channel, which the fake does not track.
             message = self._create(INTERACTION_CHANNEL_ID, payload or {})
             message["webhook_id"] = parts[1]
@@ -183,8 +206,9 @@ class FakeDiscord:
 
     def _create(self, channel_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         nonce = payload.get("nonce")
-        if nonce and payload.get("enforce_nonce") and (channel_id, nonce) in self._nonces:
-            return self.messages[self._nonces[(channel_id, nonce)]]  # Discord returns the original
+        seen = self._nonces.get((channel_id, nonce)) if nonce and payload.get("enforce_nonce") else None
+        if seen is not None and time.monotonic() - seen[1] < self.nonce_ttl:
+            return self.messages[seen[0]]  # Discord returns the original
         message_id = str(next(_snowflakes))
         message = message_object(message_id=message_id, channel_id=channel_id, content=payload.get("content", ""),
                                  author=_user(BOT_USER_ID, "gatewaybot", bot=True), timestamp=_now(),
@@ -195,7 +219,7 @@ class FakeDiscord:
                 message[key] = payload[key]
         self.messages[message_id] = message
         if nonce:
-            self._nonces[(channel_id, nonce)] = message_id
+            self._nonces[(channel_id, nonce)] = (message_id, time.monotonic())
         return message
 
     # -- gateway --
@@ -230,6 +254,15 @@ class FakeDiscord:
             "application": {"id": APPLICATION_ID, "flags": 0},
         }
         await ws.send_str(json.dumps({"op": 0, "t": "READY", "s": self._sequence, "d": ready}))
+
+
+def _too_long(payload: Any) -> web.Response | None:
+    """Discord's answer to content over the limit, or None."""
+    content = (payload or {}).get("content") or ""
+    if len(content) <= CONTENT_LIMIT:
+        return None
+    return _json({"message": "Invalid Form Body", "code": 50035, "errors": {"content": {"_errors": [
+        {"code": "BASE_TYPE_MAX_LENGTH", "message": f"Must be {CONTENT_LIMIT} or fewer in length."}]}}}, status=400)
 
 
 def message_object(*, message_id: str, channel_id: str, content: str, author: dict[str, Any], timestamp: str,
