@@ -58,7 +58,7 @@ class Outbox:
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, adapters: Mapping[tuple[str, str], ChannelAdapter],
                  bus: EventBus, metrics=None, max_attempts: int = 5, backoff_s: float = 2.0,
-                 max_backoff_s: float = 300.0) -> None:
+                 max_backoff_s: float = 300.0, max_platform_wait_s: float = 3600.0) -> None:
         self._sessions = sessions
         self._adapters = adapters
         self._bus = bus
@@ -66,6 +66,7 @@ class Outbox:
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self.max_platform_wait_s = max_platform_wait_s  # the longest `retry_after` a platform may impose
 
     async def deliver(self, message_id: int, *,
                       via: Callable[[OutboundMessage], Awaitable[list[str]]] | None = None) -> str:
@@ -211,9 +212,13 @@ class Outbox:
         return list(await adapter.send(outbound)), None
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        """The platform's own wait when it gave one, else exponential; capped either way."""
-        wait = retry_after if retry_after is not None else self.backoff_s * 2 ** (attempt - 1)
-        return round(min(max(wait, 0.0), self.max_backoff_s), 3)
+        """The platform's own wait when it gave one (up to an hour), else exponential up to `max_backoff_s`.
+
+        Why the platform's wait may pass `max_backoff_s`: a send retried before a long flood wait ends
+        (Telegram can ask for many minutes) is refused again and only uses up the attempts."""
+        if retry_after is not None:
+            return round(min(max(retry_after, 0.0), max(self.max_backoff_s, self.max_platform_wait_s)), 3)
+        return round(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s), 3)
 
     async def _remove_streamed(self, adapter, outbound: OutboundMessage, inbound: Message | None) -> None:
         """Sent whole (not edited into place), a reply must not leave what was streamed for it in the

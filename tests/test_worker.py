@@ -272,3 +272,11 @@ async def test_streamed_tokens_go_to_other_processes_only_for_web_chat(migrated_
     assert {topic for topic, event in forwarded if event["type"] == "done"} == {f"message:{web}", f"message:{telegram}"}
     assert sorted(text for _, text in adapter.sent) == ["echo: alice #0", "echo: hello from telegram"]
     await engine.dispose()
+
+
+def test_outbox_waits_as_long_as_the_platform_asks_up_to_an_hour() -> None:
+    # A Telegram flood wait of 10 minutes retried after the 5-minute cap is refused again: it only burns attempts.
+    outbox = Outbox(None, adapters={}, bus=None)  # type: ignore[arg-type]
+    assert outbox._backoff(1, retry_after=600.0) == 600.0
+    assert outbox._backoff(1, retry_after=86_400.0) == 3600.0
+    assert outbox._backoff(10, retry_after=None) == 300.0  # our own exponential backoff keeps its cap

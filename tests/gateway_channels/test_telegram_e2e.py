@@ -184,7 +184,7 @@ async def test_telegram_rate_limited_send_is_retried_later_without_repeating_par
     text = "\n\n".join(f"Part {i}: " + "words to fill the message. " * 20 for i in range(12))
     # The first part goes through; the second hits a 429 longer than the adapter waits in place.
     fake.fail_next("sendMessage", status=429, retry_after=60, skip=1)
-    services.outbox.max_backoff_s = 0.3  # the platform asked for 60 s; the test cannot wait that long
+    services.outbox.max_backoff_s = services.outbox.max_platform_wait_s = 0.3  # the platform asked for 60 s
     try:
         reply_id = await store_reply(services, conversation_id=conversation_id, text=text)
         assert await services.outbox.deliver(reply_id) == "retry"
@@ -193,7 +193,7 @@ async def test_telegram_rate_limited_send_is_retried_later_without_repeating_par
         services.worker.notify()
         await wait_until(lambda: _status_is(services, reply_id, "sent"), what="the retried send")
     finally:
-        services.outbox.max_backoff_s = 300.0
+        services.outbox.max_backoff_s, services.outbox.max_platform_wait_s = 300.0, 3600.0
     parts = sent_to(fake, 1008)
     assert len(parts) >= 2
     assert [p.text.split(":")[0] for p in parts].count("Part 0") == 1  # the delivered part was not repeated
@@ -207,14 +207,14 @@ async def test_telegram_send_failing_every_attempt_is_marked_failed_and_counted(
     conversation_id = await _conversation_in(client, services, fake, 9009, 1009)
     failures_before = await send_failures(client, "telegram")
     fake.fail_next("sendMessage", status=429, retry_after=60, times=2)
-    services.outbox.max_backoff_s, services.outbox.max_attempts = 0.2, 2
+    services.outbox.max_backoff_s, services.outbox.max_platform_wait_s, services.outbox.max_attempts = 0.2, 0.2, 2
     try:
         reply_id = await store_reply(services, conversation_id=conversation_id, text="Your refund is on its way.")
         assert await services.outbox.deliver(reply_id) == "retry"
         services.worker.notify()
         await wait_until(lambda: _status_is(services, reply_id, "failed"), what="the reply to fail")
     finally:
-        services.outbox.max_backoff_s, services.outbox.max_attempts = 300.0, 5
+        services.outbox.max_backoff_s, services.outbox.max_platform_wait_s, services.outbox.max_attempts = 300.0, 3600.0, 5
     failed = await get_message(services, reply_id)
     assert failed.error.startswith("send failed after 2 attempts") and failed.attempts == 2
     assert sent_to(fake, 1009) == []

@@ -46,7 +46,7 @@ async def env(tmp_path_factory):
         async with running_app(tmp_path, bots=bots) as (client, services):
             adapter = services.adapters[("acme", "telegram")]
             adapter.bot.session.timeout = 1.0  # the client gives up long before the stalled reply
-            services.outbox.max_backoff_s = 0.3  # retries come quickly in a test
+            services.outbox.max_backoff_s = services.outbox.max_platform_wait_s = 0.3  # retries come quickly
             yield client, services, telegram
 
 

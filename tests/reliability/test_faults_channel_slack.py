@@ -44,7 +44,7 @@ async def env(tmp_path_factory):
             "api_base": slack.api_base}}}]
         async with running_app(tmp_path_factory.mktemp("faults-slack"), bots=bots) as (client, services):
             services.adapters[("acme", "slack")].client.timeout = 1  # gives up long before the stalled answer
-            services.outbox.max_backoff_s = 0.3
+            services.outbox.max_backoff_s = services.outbox.max_platform_wait_s = 0.3
             yield client, services, slack
     finally:
         await slack.stop()

@@ -93,7 +93,8 @@ async def test_secrets_never_in_logs_errors_or_metrics(tmp_path, capfd, caplog):
                 llm.script("primary", Turn(status=500), Turn(status=401))
                 telegram.fail_next("sendMessage", status=500, times=10)
                 twilio.script(*[Reply(status=500)] * 10)
-                services.outbox.max_backoff_s, services.outbox.max_attempts = 0.1, 2
+                services.outbox.max_backoff_s = services.outbox.max_platform_wait_s = 0.1
+                services.outbox.max_attempts = 2
                 assert (await client.post("/webhooks/acme/telegram",
                                           **telegram_request(telegram_update(2, "Where is my order?")))).status_code == 200
                 assert (await client.post("/webhooks/acme/whatsapp",
