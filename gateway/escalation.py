@@ -1,11 +1,15 @@
 """Escalation to a human operator: the handoff state machine of a conversation.
 
     conversation.state:  bot ──escalate──▶ waiting ──claim──▶ operator ──resolve──▶ bot
+                          │                 ◀──release──   ⟲ take over     ▲
                           └──────────── claim (never escalated) ───────▶┘
     escalation.state:          open ─────────▶ claimed ─────────▶ resolved
 
 Every transition is a conditional UPDATE (`… WHERE state = <expected>`), so under concurrency exactly
 one actor wins and the loser gets `Conflict`; each stored with who, when and why in `escalation_events`.
+A claim is released by its holder (back to open) or taken over, explicitly, by another operator of the
+bot, so an absent holder never strands a thread. On resolve, a customer message that came after the
+operator's last reply and that nobody answered goes back to the worker, so the bot answers it.
 Side effects (bus events, the Slack operator post) run after the transaction commits, through
 `listeners`, so a rolled-back escalation never pings anyone.
 """
@@ -18,8 +22,9 @@ from typing import Any
 
 import structlog
 from sqlalchemy import event as sa_event
-from sqlalchemy import select, update
+from sqlalchemy import exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import aliased
 
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.events import ESCALATIONS_TOPIC, EventBus
@@ -118,9 +123,12 @@ class Escalations:
                 EscalationEvent.escalation_id == escalation_id).order_by(EscalationEvent.id))).scalars().all())
 
     async def claim(self, escalation_id: int, *, operator: str, bots: Iterable[str] | None,
-                    reason: str = "") -> Escalation:
-        """open → claimed (conversation waiting → operator). Exactly one concurrent claim wins."""
+                    reason: str = "", take_over: bool = False) -> Escalation:
+        """open → claimed (conversation waiting → operator). Exactly one concurrent claim wins.
+        With `take_over`, a claim another operator holds passes to `operator` (recorded, announced)."""
         escalation = await self.get(escalation_id, bots=bots)
+        if take_over and escalation.state == "claimed" and escalation.operator != operator:
+            return await self._take_over(escalation, operator=operator, reason=reason)
         async with self._sessions() as session, session.begin():
             now = utcnow()
             won = await session.execute(
@@ -142,6 +150,55 @@ class Escalations:
         if self._metrics:
             self._metrics.observe_claim(escalation.bot, (now - as_utc(escalation.created_at)).total_seconds())
         log.info("escalation.claimed", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
+        return await self.get(escalation_id, bots=None)
+
+    async def _take_over(self, escalation: Escalation, *, operator: str, reason: str) -> Escalation:
+        """claimed by someone else → claimed by `operator`; only if the holder is still the one we saw."""
+        previous = escalation.operator
+        async with self._sessions() as session, session.begin():
+            won = await session.execute(
+                update(Escalation).where(Escalation.id == escalation.id, Escalation.state == "claimed",
+                                         Escalation.operator == previous)
+                .values(operator=operator, claimed_at=utcnow()).execution_options(synchronize_session=False))
+            if won.rowcount != 1:  # resolved, released or taken by a third operator meanwhile
+                raise Conflict(_conflict_message(await session.get(Escalation, escalation.id)))
+            await session.execute(
+                update(Conversation).where(Conversation.id == escalation.conversation_id)
+                .values(state="operator", assigned_operator=operator).execution_options(synchronize_session=False))
+            record_event(session, escalation, kind="taken_over", from_state="operator", to_state="operator",
+                         actor=operator, reason=reason or f"taken over from {previous}")
+            self._after_commit(session, {"type": "taken_over", "escalation_id": escalation.id, "bot": escalation.bot,
+                                         "conversation_id": escalation.conversation_id, "operator": operator,
+                                         "previous_operator": previous})
+        log.info("escalation.taken_over", escalation_id=escalation.id, operator=operator, previous=previous,
+                 bot=escalation.bot)
+        return await self.get(escalation.id, bots=None)
+
+    async def release(self, escalation_id: int, *, operator: str, bots: Iterable[str] | None,
+                      reason: str = "") -> Escalation:
+        """claimed → open (conversation operator → waiting), by the holder: any operator may claim it
+        again, and the claim timeout (with its reminder) counts again from now."""
+        escalation = await self.get(escalation_id, bots=bots)
+        async with self._sessions() as session, session.begin():
+            now = utcnow()
+            done = await session.execute(
+                update(Escalation).where(Escalation.id == escalation_id, Escalation.state == "claimed",
+                                         Escalation.operator == operator)
+                .values(state="open", operator=None, claimed_at=None, waiting_since=now)
+                .execution_options(synchronize_session=False))
+            if done.rowcount != 1:
+                current = await session.get(Escalation, escalation_id)
+                if current is not None and current.state == "open":
+                    raise Conflict(f"escalation {escalation_id} is not claimed")
+                raise Conflict(_conflict_message(current))
+            await session.execute(
+                update(Conversation).where(Conversation.id == escalation.conversation_id)
+                .values(state="waiting", assigned_operator=None).execution_options(synchronize_session=False))
+            record_event(session, escalation, kind="released", from_state="operator", to_state="waiting",
+                         actor=operator, reason=reason)
+            self._after_commit(session, {"type": "released", "escalation_id": escalation_id, "bot": escalation.bot,
+                                         "conversation_id": escalation.conversation_id, "operator": operator})
+        log.info("escalation.released", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
         return await self.get(escalation_id, bots=None)
 
     async def claim_conversation(self, conversation_id: int, *, operator: str,
@@ -217,11 +274,14 @@ class Escalations:
                     reason=reason)
             notice = await repo.add_outbound(session, conversation=conversation, author="system",
                                              text=self._settings.bot(escalation.bot).escalation.resolved_message)
+            # Stored before the hand-back and answered by nobody: the bot answers it now (the worker polls).
+            requeued = await requeue_unanswered(session, conversation_id=conversation.id, since=escalation.created_at)
             self._after_commit(session, {"type": "resolved", "escalation_id": escalation_id, "bot": escalation.bot,
                                          "conversation_id": escalation.conversation_id, "operator": operator})
         if self._metrics:
             self._metrics.observe_resolve(escalation.bot, (now - as_utc(escalation.created_at)).total_seconds())
-        log.info("escalation.resolved", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
+        log.info("escalation.resolved", escalation_id=escalation_id, operator=operator, bot=escalation.bot,
+                 requeued_message_id=requeued)
         await self._deliver(notice.id)
         return await self.get(escalation_id, bots=None)
 
@@ -243,15 +303,30 @@ class Escalations:
         return note
 
     async def customer_message(self, message_id: int) -> None:
-        """A customer's message while a person holds the thread: tell every operator surface."""
+        """A customer's message while a person holds the thread: tell every operator surface. When
+        the thread was handed back while it was being held (nobody answered it), the bot answers it."""
         async with self._sessions() as session:
             message = await session.get(Message, message_id)
             escalation = await _live_escalation(session, message.conversation_id) if message else None
         if escalation is None:
+            if message is not None:
+                await self._answer_if_handed_back(message)
             return
         await self.emit({"type": "customer_message", "escalation_id": escalation.id, "bot": escalation.bot,
                           "conversation_id": escalation.conversation_id, "message_id": message_id,
                           "text": message.text})
+
+    async def _answer_if_handed_back(self, message: Message) -> None:
+        async with self._sessions() as session, session.begin():
+            conversation = await session.get(Conversation, message.conversation_id)
+            last = (await session.execute(select(Escalation).where(
+                Escalation.conversation_id == message.conversation_id, Escalation.state == "resolved")
+                .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
+            if conversation is None or conversation.state != "bot" or last is None:
+                return
+            requeued = await requeue_unanswered(session, conversation_id=conversation.id, since=last.created_at)
+        if requeued is not None:
+            log.info("escalation.requeued_after_handback", message_id=requeued, escalation_id=last.id)
 
     # ---- plumbing -------------------------------------------------------------------------------
 
@@ -291,6 +366,28 @@ async def _live_escalation(session: AsyncSession, conversation_id: int) -> Escal
     return (await session.execute(select(Escalation).where(
         Escalation.conversation_id == conversation_id, Escalation.state.in_(("open", "claimed")))
         .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
+
+
+async def requeue_unanswered(session: AsyncSession, *, conversation_id: int, since) -> int | None:
+    """Put the customer's last message back to `pending` when it came during the hold (after `since`)
+    and after the operator's last reply, and nothing answered it; returns its id. Conditional on
+    `done` with no reply, so of two callers (resolve and the worker's hook) only one requeues it."""
+    last = (await session.execute(select(Message).where(
+        Message.conversation_id == conversation_id, Message.direction == "in", Message.status != "ignored")
+        .order_by(Message.id.desc()).limit(1))).scalar_one_or_none()
+    if last is None or last.status != "done" or as_utc(last.created_at) < as_utc(since):
+        return None  # still pending: the worker answers it after the hand-back anyway
+    operator_reply = (await session.execute(select(func.max(Message.id)).where(
+        Message.conversation_id == conversation_id, Message.direction == "out",
+        Message.author == "operator"))).scalar_one_or_none()
+    if operator_reply is not None and operator_reply > last.id:
+        return None
+    reply = aliased(Message)
+    answered = exists().where(reply.reply_to_id == last.id, reply.direction == "out")
+    moved = await session.execute(
+        update(Message).where(Message.id == last.id, Message.status == "done", ~answered)
+        .values(status="pending", updated_at=utcnow()).execution_options(synchronize_session=False))
+    return last.id if moved.rowcount == 1 else None
 
 
 def record_event(session: AsyncSession, escalation: Escalation, *, kind: str, actor: str, reason: str = "",

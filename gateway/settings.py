@@ -220,11 +220,23 @@ class Settings(BaseSettings):
                 if model not in known:
                     raise ValueError(f"bots[{i}].{key}: unknown model {model!r}; known: {', '.join(sorted(known))}")
         operator_names: set[str] = set()
+        operator_tokens: dict[str, str] = {}
         for i, op in enumerate(self.operators):
             # A claim is held by an operator's name: two operators of one name could act on each other's.
             if op.name in operator_names:
                 raise ValueError(f"operators[{i}].name: duplicate operator name {op.name!r}")
             operator_names.add(op.name)
+            # Claims made in the Slack operator channel are held as "slack:<user id>".
+            if op.name.strip().lower().startswith("slack:"):
+                raise ValueError(f"operators[{i}].name: {op.name!r}: the prefix 'slack:' is reserved for "
+                                 "operators in the Slack operator channel")
+            # One token, two operators: a sign-in would be either of them. The token itself is never printed.
+            token = op.token.strip()
+            if token and token in operator_tokens:
+                raise ValueError(f"operators[{i}].token: the same token as operator {operator_tokens[token]!r}; "
+                                 "give each operator their own")
+            if token:
+                operator_tokens[token] = op.name
             for bot in op.bots:
                 if bot != "*" and bot not in names:
                     raise ValueError(f"operators[{i}].bots: unknown bot {bot!r}")

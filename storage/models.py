@@ -111,8 +111,10 @@ class Escalation(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     claimed_at: Mapped[datetime | None] = mapped_column(default=None)
     resolved_at: Mapped[datetime | None] = mapped_column(default=None)
-    # Set once when the claim timeout passed and the customer was told (one replica wins the UPDATE).
+    # When the last reminder went out (one replica wins the UPDATE): once per wait for a person.
     reminded_at: Mapped[datetime | None] = mapped_column(default=None)
+    # When the current wait for a claim began: the release of a claim starts it again (None: `created_at`).
+    waiting_since: Mapped[datetime | None] = mapped_column(default=None)
     # The Slack operator channel post for this escalation: its thread carries the relay.
     slack_channel: Mapped[str | None] = mapped_column(String(255), default=None)
     slack_ts: Mapped[str | None] = mapped_column(String(64), default=None, index=True)

@@ -140,6 +140,15 @@ async def history(session: AsyncSession, *, conversation_id: int, before_id: int
     return list(reversed(rows))
 
 
+async def first_customer_message(session: AsyncSession, *, conversation_id: int) -> Message | None:
+    """The customer's first message in a conversation (what they came for), ignored ones left out."""
+    return (await session.execute(
+        select(Message).where(Message.conversation_id == conversation_id, Message.direction == "in",
+                              Message.status.not_in(("ignored",)))
+        .order_by(Message.id).limit(1)
+    )).scalar_one_or_none()
+
+
 async def transcript(session: AsyncSession, *, conversation_id: int, after_id: int = 0,
                      limit: int = 200) -> list[Message]:
     """Messages of a conversation after `after_id`, oldest first."""

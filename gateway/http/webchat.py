@@ -18,13 +18,13 @@ from sse_starlette.sse import EventSourceResponse
 
 from gateway.events import message_topic
 from gateway.http.deps import AfterId, error, services, utc_iso
-from gateway.http.webhooks import CappedRoute
+from gateway.http.json_body import JsonRoute
 from gateway.models import ConversationRef, InboundMessage, Sender
 from storage import repositories as repo
 from storage.models import Conversation, Message
 
 log = structlog.get_logger("gateway.webchat")
-router = APIRouter(tags=["web chat"], route_class=CappedRoute)  # bodies capped before parsing
+router = APIRouter(tags=["web chat"], route_class=JsonRoute)  # bodies capped before parsing, JSON by default
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 

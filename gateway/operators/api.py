@@ -2,12 +2,14 @@
 
     GET  /v1/escalations?state=open,claimed&bot=acme     list
     GET  /v1/escalations/stream                           server-sent events (opened, claimed, reply, …)
-    GET  /v1/escalations/{id}                             transcript, retrieved passages, summary, history
-    POST /v1/escalations/{id}/claim | /reply {"text"} | /resolve | /notes {"text"}
+    GET  /v1/escalations/{id}?before=&limit=              newest messages, passages, summary, history
+    POST /v1/escalations/{id}/claim {"take_over"?} | /release | /reply {"text"} | /resolve | /notes {"text"}
     POST /v1/conversations/{id}/claim                     take over a conversation that never escalated
+    GET  /v1/operators/me                                 who this token signs in as
 
-A wrong or missing token gets 401; an escalation of a bot the operator may not serve gets 404, the
-same as one that does not exist, so ids of other teams' conversations leak nothing.
+A wrong or missing token gets 401, before anything else about the request is looked at (its body
+included); an escalation of a bot the operator may not serve gets 404, the same as one that does not
+exist, so ids of other teams' conversations leak nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from sqlalchemy import select
@@ -25,14 +27,36 @@ from sse_starlette.sse import EventSourceResponse
 
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.events import ESCALATIONS_TOPIC
-from gateway.http.deps import RowId, error, services, utc_iso
-from gateway.http.webhooks import CappedRoute
+from gateway.http.deps import MAX_ID, RowId, error, services, utc_iso
+from gateway.http.json_body import JsonRoute
 from gateway.operators.auth import Operator
 from gateway.operators.summary import summarize
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Escalation
 
-router = APIRouter(tags=["operators"], route_class=CappedRoute)  # bodies capped like webhooks
+UNAUTHORIZED = "a valid operator token is required (Authorization: Bearer <token>)"
+TRANSCRIPT_PAGE = 200  # messages per page of GET /v1/escalations/{id}, newest first
+SUMMARY_TAIL = 29  # the newest messages the summary reads, with the customer's first question: 30 turns
+
+
+class OperatorRoute(JsonRoute):
+    """Authenticates before anything else: a request without a valid token gets 401, whatever its
+    path parameters or body (no 422 telling a stranger what a valid body looks like)."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def authenticated(request: Request) -> Response:
+            operator = _operator(request)
+            if operator is None:
+                return error(401, UNAUTHORIZED)
+            request.state.operator = operator
+            return await handler(request)
+
+        return authenticated
+
+
+router = APIRouter(tags=["operators"], route_class=OperatorRoute)  # token first, then bodies capped
 
 
 class TextBody(BaseModel):
@@ -42,8 +66,15 @@ class TextBody(BaseModel):
 
 
 class ResolveBody(BaseModel):
-    """Why the thread is handed back (optional)."""
+    """Why the thread is handed back or released (optional)."""
 
+    reason: str = Field(default="", max_length=1000)
+
+
+class ClaimBody(BaseModel):
+    """`take_over`: take a claim another operator holds (without it, that is a 409 naming the holder)."""
+
+    take_over: bool = False
     reason: str = Field(default="", max_length=1000)
 
 
@@ -53,9 +84,9 @@ def _operator(request: Request) -> Operator | None:
 
 
 async def _guarded(request: Request, action: Callable[[Operator], Awaitable[Any]], *, status: int = 200) -> Response:
-    operator = _operator(request)
+    operator = getattr(request.state, "operator", None) or _operator(request)
     if operator is None:
-        return error(401, "a valid operator token is required (Authorization: Bearer <token>)")
+        return error(401, UNAUTHORIZED)
     try:
         return JSONResponse(await action(operator), status_code=status)
     except NotFound as exc:
@@ -110,9 +141,9 @@ async def list_escalations(request: Request, state: str | None = None, bot: str 
 @router.get("/v1/escalations/stream")
 async def stream_escalations(request: Request) -> Response:
     """Server-sent events for the operator's bots: opened, claimed, reply, customer_message, note, resolved."""
-    operator = _operator(request)
+    operator = getattr(request.state, "operator", None) or _operator(request)
     if operator is None:
-        return error(401, "a valid operator token is required (Authorization: Bearer <token>)")
+        return error(401, UNAUTHORIZED)
     bus = services(request).bus
 
     async def events():
@@ -131,9 +162,22 @@ async def stream_escalations(request: Request) -> Response:
     return EventSourceResponse(events(), ping=15)
 
 
+@router.get("/v1/operators/me")
+async def whoami(request: Request) -> Response:
+    """The operator this token signs in as, and the bots they serve (`["*"]`: every bot)."""
+
+    async def action(op: Operator) -> dict[str, Any]:
+        return {"name": op.name, "bots": ["*"] if op.bots is None else sorted(op.bots)}
+
+    return await _guarded(request, action)
+
+
 @router.get("/v1/escalations/{escalation_id}")
-async def get_escalation(escalation_id: RowId, request: Request) -> Response:
-    """One escalation with its transcript (citations and retrieved passages), history and a summary."""
+async def get_escalation(escalation_id: RowId, request: Request,
+                         before: int | None = Query(default=None, ge=1, le=MAX_ID),
+                         limit: int = Query(default=TRANSCRIPT_PAGE, ge=1, le=500)) -> Response:
+    """One escalation with its newest `limit` messages (before message `before`, to page back; with
+    citations and retrieved passages), `has_more` when older ones exist, its history and a summary."""
     svc = services(request)
 
     async def action(op: Operator) -> dict[str, Any]:
@@ -141,8 +185,18 @@ async def get_escalation(escalation_id: RowId, request: Request) -> Response:
         async with svc.sessions() as session:
             conversation = await session.get(Conversation, escalation.conversation_id)
             contact = await session.get(Contact, conversation.contact_id) if conversation.contact_id else None
-            messages = await repo.transcript(session, conversation_id=conversation.id, limit=500)
-        messages = [m for m in messages if m.status != "ignored"]
+            # `history` leaves out ignored messages and returns the newest, oldest first; one more tells
+            # whether an older page exists.
+            messages = await repo.history(session, conversation_id=conversation.id, before_id=before or MAX_ID,
+                                          limit=limit + 1)
+            has_more = len(messages) > limit
+            messages = messages[-limit:] if has_more else messages
+            # The summary always reads the newest messages, whichever page is shown.
+            recent = await repo.history(session, conversation_id=conversation.id, before_id=MAX_ID,
+                                        limit=SUMMARY_TAIL)
+            first = await repo.first_customer_message(session, conversation_id=conversation.id)
+        if first is not None and all(m.id != first.id for m in recent):
+            recent = [first, *recent]
         events = await svc.escalations.events(escalation_id)
         try:
             bot = svc.settings.bot(escalation.bot)
@@ -150,7 +204,8 @@ async def get_escalation(escalation_id: RowId, request: Request) -> Response:
             raise NotFound(f"no escalation {escalation_id}") from None
         return {
             **escalation_dict(escalation, conversation, contact),
-            "summary": await summarize(svc.llm, bot, messages, reason=escalation.reason),
+            "summary": await summarize(svc.llm, bot, recent, reason=escalation.reason),
+            "has_more": has_more,
             "messages": [{
                 "id": m.id, "direction": m.direction, "author": m.author, "text": m.text, "status": m.status,
                 "citations": m.citations or [], "retrieved": m.retrieved or [],
@@ -164,12 +219,27 @@ async def get_escalation(escalation_id: RowId, request: Request) -> Response:
 
 
 @router.post("/v1/escalations/{escalation_id}/claim")
-async def claim(escalation_id: RowId, request: Request) -> Response:
-    """Take the escalation; 409 when another operator already holds it."""
+async def claim(escalation_id: RowId, request: Request, body: ClaimBody | None = None) -> Response:
+    """Take the escalation; 409 naming the holder when another operator holds it, unless
+    `{"take_over": true}`: then the claim passes to you (recorded, and the holder's console is told)."""
     svc = services(request)
 
     async def action(op: Operator) -> dict[str, Any]:
-        return escalation_dict(await svc.escalations.claim(escalation_id, operator=op.name, bots=op.bots))
+        return escalation_dict(await svc.escalations.claim(
+            escalation_id, operator=op.name, bots=op.bots, take_over=bool(body and body.take_over),
+            reason=body.reason if body else ""))
+
+    return await _guarded(request, action)
+
+
+@router.post("/v1/escalations/{escalation_id}/release")
+async def release(escalation_id: RowId, request: Request, body: ResolveBody | None = None) -> Response:
+    """Give your claim back: the escalation is open again for any operator; 409 when you do not hold it."""
+    svc = services(request)
+
+    async def action(op: Operator) -> dict[str, Any]:
+        return escalation_dict(await svc.escalations.release(
+            escalation_id, operator=op.name, bots=op.bots, reason=body.reason if body else ""))
 
     return await _guarded(request, action)
 

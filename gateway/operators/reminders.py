@@ -1,7 +1,10 @@
 """Unclaimed escalations: after the claim timeout the customer is told honestly and operators pinged again.
+Claimed ones where the customer has waited as long for the holder's reply: operators are pinged (the
+customer is not told again), so a holder who went home is noticed and the claim taken over.
 
-A periodic task. The reminder is set with a conditional UPDATE (`reminded_at IS NULL`), so with several
-replicas running it, each escalation is reminded exactly once.
+A periodic task. The reminder is set with a conditional UPDATE (`reminded_at` unset or older than the
+start of the current wait), so with several replicas running it, each wait is reminded exactly once. A
+released claim starts a new wait (`waiting_since`).
 """
 
 from __future__ import annotations
@@ -11,15 +14,15 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy import select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.escalation import Escalations, record_event
-from gateway.models import utcnow
+from gateway.models import as_utc, utcnow
 from gateway.operators.notices import is_open, next_opening
 from gateway.settings import Settings
 from storage import repositories as repo
-from storage.models import Conversation, Escalation
+from storage.models import Conversation, Escalation, Message
 
 log = structlog.get_logger("gateway.operators.reminders")
 
@@ -56,8 +59,8 @@ class HandoffReminders:
                 continue
             async with self._sessions() as session:
                 overdue = (await session.execute(select(Escalation.id).where(
-                    Escalation.bot == bot.name, Escalation.state == "open", Escalation.reminded_at.is_(None),
-                    Escalation.created_at < deadline))).scalars().all()
+                    Escalation.bot == bot.name, Escalation.state == "open", _not_reminded_since(_WAIT_START),
+                    _WAIT_START < deadline))).scalars().all()
             for escalation_id in overdue:
                 message_id = await self._remind(escalation_id, text=bot.escalation.unclaimed_message, now=now)
                 if message_id is None:
@@ -65,13 +68,42 @@ class HandoffReminders:
                 reminded.append(escalation_id)
                 if self._escalations.outbox is not None:
                     await self._escalations.outbox.deliver(message_id)
+            reminded += await self._remind_stale_claims(bot.name, deadline=deadline, now=now)
+        return reminded
+
+    async def _remind_stale_claims(self, bot: str, *, deadline: datetime, now: datetime) -> list[int]:
+        """Claimed escalations whose customer wrote before `deadline` and got no operator reply since:
+        ping the operators once per such wait."""
+        reminded: list[int] = []
+        async with self._sessions() as session:
+            claimed = (await session.execute(select(Escalation).where(
+                Escalation.bot == bot, Escalation.state == "claimed"))).scalars().all()
+            waits = [(e, await _customer_waiting_since(session, e)) for e in claimed]
+        for escalation, since in waits:
+            if since is None or since >= deadline:
+                continue
+            async with self._sessions() as session, session.begin():
+                won = await session.execute(
+                    update(Escalation).where(Escalation.id == escalation.id, Escalation.state == "claimed",
+                                             Escalation.operator == escalation.operator, _not_reminded_since(since))
+                    .values(reminded_at=now).execution_options(synchronize_session=False))
+                if won.rowcount != 1:
+                    continue  # released, taken over or resolved meanwhile, or another replica reminded it
+                minutes = max(1, int((now - since).total_seconds() // 60))
+                record_event(session, escalation, kind="reminded", actor="system",
+                             reason=f"the customer has waited {minutes} min for {escalation.operator}'s reply")
+            log.warning("escalation.claim_stale", escalation_id=escalation.id, bot=bot, operator=escalation.operator)
+            await self._escalations.emit({"type": "stale_claim", "escalation_id": escalation.id, "bot": bot,
+                                          "conversation_id": escalation.conversation_id,
+                                          "operator": escalation.operator, "waiting_minutes": minutes})
+            reminded.append(escalation.id)
         return reminded
 
     async def _remind(self, escalation_id: int, *, text: str, now: datetime) -> int | None:
         async with self._sessions() as session, session.begin():
             won = await session.execute(
                 update(Escalation).where(Escalation.id == escalation_id, Escalation.state == "open",
-                                         Escalation.reminded_at.is_(None))
+                                         _not_reminded_since(_WAIT_START))
                 .values(reminded_at=now).execution_options(synchronize_session=False))
             if won.rowcount != 1:
                 return None  # claimed meanwhile, or another replica reminded it
@@ -105,3 +137,23 @@ class HandoffReminders:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+
+
+_WAIT_START = func.coalesce(Escalation.waiting_since, Escalation.created_at)
+
+
+def _not_reminded_since(start):
+    """No reminder yet for the wait that began at `start` (a column expression or a datetime)."""
+    return or_(Escalation.reminded_at.is_(None), Escalation.reminded_at < start)
+
+
+async def _customer_waiting_since(session: AsyncSession, escalation: Escalation) -> datetime | None:
+    """When the customer's first message still waiting for the holder's reply was written, or None."""
+    operator_reply = (await session.execute(select(func.max(Message.id)).where(
+        Message.conversation_id == escalation.conversation_id, Message.direction == "out",
+        Message.author == "operator"))).scalar_one_or_none() or 0
+    first = (await session.execute(select(Message.created_at).where(
+        Message.conversation_id == escalation.conversation_id, Message.direction == "in",
+        Message.id > operator_reply, Message.created_at >= escalation.claimed_at)
+        .order_by(Message.id).limit(1))).scalar_one_or_none()
+    return as_utc(first) if first is not None else None

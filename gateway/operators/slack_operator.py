@@ -105,8 +105,18 @@ class SlackOperatorChannel:
         elif kind == "reply" and event.get("source") != "slack":
             await self._post(bot, channel, f"*{_plain(event.get('operator', ''))} replied:* "
                              f"{_plain(_clip(event.get('text', ''), 2000))}", thread_ts=escalation.slack_ts)
-        elif kind in ("claimed", "resolved"):
+        elif kind in ("claimed", "resolved", "released", "taken_over"):
             await self._update_header(escalation, channel)
+            if kind == "released":
+                await self._post(bot, channel, f"<!here> {_plain(event.get('operator', ''))} released this thread: "
+                                 "can someone take it?", thread_ts=escalation.slack_ts, reply_broadcast=True)
+            elif kind == "taken_over":
+                await self._post(bot, channel, f"{_plain(event.get('operator', ''))} took this thread over from "
+                                 f"{_plain(event.get('previous_operator', ''))}.", thread_ts=escalation.slack_ts)
+        elif kind == "stale_claim":
+            await self._post(bot, channel, f"<!here> The customer has waited {event.get('waiting_minutes')} min for "
+                             f"{_plain(event.get('operator', ''))}'s reply; another operator can take it over in "
+                             "the console.", thread_ts=escalation.slack_ts, reply_broadcast=True)
         elif kind == "reminder":
             await self._post(bot, channel, "<!here> Still unclaimed: the customer has been told we're busy. "
                              "Can someone take it?", thread_ts=escalation.slack_ts, reply_broadcast=True)

@@ -5,7 +5,7 @@
   "use strict";
   var KEY = "gw-operator-token";
   var AUTHORS = { contact: "Customer", bot: "Bot", operator: "Operator", system: "Notice" };
-  var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null };
+  var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null };
   function $(id) { return document.getElementById(id); }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -92,6 +92,7 @@
                                 "reason: " + d.reason].filter(Boolean).join(" · ");
     $("op-summary").textContent = d.summary.text;
     $("op-transcript").replaceChildren.apply($("op-transcript"), d.messages.map(renderMessage));
+    $("op-older").hidden = !d.has_more;
     $("op-notes").replaceChildren.apply($("op-notes"), d.notes.map(function (n) {
       return el("li", null, n.author + ": " + n.text);
     }));
@@ -99,11 +100,28 @@
       return el("li", null, e.at + " · " + e.actor + " · " + e.kind +
         (e.to_state ? " → " + e.to_state : "") + (e.reason ? " · " + e.reason : ""));
     }));
+    var mine = d.state === "claimed" && d.operator === state.me;
     $("op-claim").disabled = d.state !== "open";
+    $("op-release").hidden = !mine;
+    $("op-takeover").hidden = !(d.state === "claimed" && !mine);
     $("op-resolve").disabled = d.state === "resolved";
     $("op-reply").disabled = d.state === "resolved";
     showError("op-error", "");
   }
+
+  /** The page of messages before the oldest one shown, put above it. */
+  async function loadOlder() {
+    var first = $("op-transcript").firstElementChild;
+    if (state.selected === null || !first) return;
+    try {
+      var d = await api("/v1/escalations/" + state.selected + "?before=" + encodeURIComponent(first.dataset.id));
+      var list = $("op-transcript");
+      d.messages.forEach(function (m, i) { list.insertBefore(renderMessage(m), list.children[i]); });
+      $("op-older").hidden = !d.has_more;
+    } catch (err) { showError("op-error", err.message); }
+  }
+
+  function notice(message) { var n = $("op-notice"); n.textContent = message || ""; n.hidden = !message; }
 
   async function act(action, body) {
     try {
@@ -143,6 +161,14 @@
     var event;
     try { event = JSON.parse(data); } catch (e) { return; }
     if (!event.escalation_id) return;
+    if (event.type === "taken_over" && event.previous_operator === state.me) {
+      notice(event.operator + " took over escalation #" + event.escalation_id + " from you.");
+    } else if (event.type === "released" && event.operator !== state.me) {
+      notice(event.operator + " released escalation #" + event.escalation_id + ": it is open again.");
+    } else if (event.type === "stale_claim") {
+      notice("Escalation #" + event.escalation_id + ": the customer has waited " + event.waiting_minutes +
+        " min for " + event.operator + "'s reply.");
+    }
     try {
       await loadList();
       if (event.escalation_id === state.selected) await loadDetail();
@@ -153,6 +179,7 @@
     state.token = token;
     try {
       await loadList();
+      state.me = (await api("/v1/operators/me")).name;
     } catch (err) {
       if (err.message !== "unauthorized") showError("op-login-error", err.message);
       return;
@@ -161,7 +188,7 @@
     $("op-login").hidden = true;
     $("op-main").hidden = false;
     $("op-signout").hidden = false;
-    $("op-who").textContent = "signed in";
+    $("op-who").textContent = "signed in as " + state.me;
     showError("op-login-error", "");
     document.body.dataset.ready = "true";
     stream();
@@ -169,6 +196,7 @@
 
   function signOut(message) {
     state.token = "";
+    state.me = null;
     sessionStorage.removeItem(KEY);
     if (state.abort) state.abort.abort();
     $("op-login").hidden = false;
@@ -183,6 +211,9 @@
   $("op-filter").addEventListener("change", function () { loadList(); });
   $("op-claim").addEventListener("click", function () { act("claim"); });
   $("op-resolve").addEventListener("click", function () { act("resolve"); });
+  $("op-release").addEventListener("click", function () { act("release"); });
+  $("op-takeover").addEventListener("click", function () { act("claim", { take_over: true }); });
+  $("op-older").addEventListener("click", function () { loadOlder(); });
   $("op-reply-form").addEventListener("submit", async function (e) {
     e.preventDefault();
     var text = $("op-reply").value.trim();

@@ -268,6 +268,7 @@
       var data = await res.json();
       if (generation !== state.generation) return;
       ingest(Array.isArray(data) ? data : data.messages || []);
+      if (data && data.state === "bot") showHandoff(false);  // handed back: the bot answers again
     } catch (e) {
       /* offline for a moment: the next tick tries again */
     } finally {
@@ -379,10 +380,11 @@
       if (reply.pending) {
         // Still being worked on after the server stopped waiting: the transcript poll brings it.
         showError("This is taking longer than usual; the answer will appear here.");
-      } else {
+      } else if (reply.state === "waiting" || reply.state === "operator") {
         // An operator holds the thread: their answer arrives through the transcript poll.
         showHandoff(true);
       }
+      // Otherwise (state "bot": rate limited, or handed back just now) no person is coming: no banner.
       return;
     }
     var li = renderMessage({ direction: "out", author: "bot", text: reply.reply, citations: reply.citations });

@@ -66,6 +66,16 @@ def test_console_claim_reply_resolve_round_trip(browser, live_url):  # noqa: F81
     assert operator.locator("#op-transcript img").count() == 0
     assert "Asked first" in operator.locator("#op-summary").inner_text()
 
+    assert operator.locator("#op-who").inner_text() == "signed in as sam"
+    operator.click("#op-claim")
+    operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('claimed')")
+    assert operator.locator("#op-takeover").is_hidden()  # it is sam's own claim
+    # Release hands the claim back (open again); claiming again takes it back.
+    operator.click("#op-release")
+    operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('open')")
+    assert operator.locator("#op-release").is_hidden()
+    operator.wait_for_function("() => [...document.querySelectorAll('#op-events li')].some(li => "
+                               "li.textContent.includes('released'))")
     operator.click("#op-claim")
     operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('claimed')")
     operator.fill("#op-reply", "Hi, Sam from support here. How can I help?")

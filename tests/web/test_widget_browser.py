@@ -208,3 +208,22 @@ def test_widget_shows_handoff_notice_then_polls_in_operator_reply(page, live_ser
     assert page.locator(".gw-msg--operator").count() == 1
     assert page.locator(".gw-msg--contact").count() == 2
     assert page.errors == []
+
+
+def test_widget_shows_no_handoff_banner_when_reply_is_null_but_bot_holds_the_thread(page, live_server):
+    """A null reply with state "bot" (rate limited, or handed back just now): no person is coming."""
+    served: list[bool] = []
+
+    def null_reply_as_bot(route):
+        served.append(True)
+        route.fulfill(status=200, headers={"content-type": "application/json"},
+                      body=json.dumps({"reply": None, "citations": [], "conversation_id": 1, "state": "bot",
+                                       "message_id": 1}))
+
+    page.route("**/v1/bots/acme/chat", null_reply_as_bot)
+    _open(page, live_server)
+    _ask(page, "one more question: how do I export?")
+    page.wait_for_function("() => document.getElementById('gw-form').getAttribute('aria-busy') === 'false'",
+                           timeout=ANSWER_WAIT_MS)
+    assert served and page.locator("#gw-handoff").is_hidden()
+    assert page.errors == []

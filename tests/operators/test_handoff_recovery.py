@@ -1,0 +1,160 @@
+"""A claim never strands a thread: release, explicit take-over, the stale-claim ping; and the operator
+API's edges (auth before the body, JSON without a content type, who am I, newest messages first)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import update
+
+from gateway.events import ESCALATIONS_TOPIC
+from gateway.models import utcnow
+from storage.models import Escalation, Message
+from tests.operators.conftest import auth
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+TIMEOUT = timedelta(seconds=900)  # the bots' default claim_timeout_seconds
+
+
+async def _open(client, session_id: str) -> tuple[int, int]:
+    """A new escalation (the customer asks for a person); its id and conversation id."""
+    response = await client.post("/v1/bots/acme/chat", json={"session_id": session_id, "text": "talk to a human"})
+    conversation_id = response.json()["conversation_id"]
+    rows = (await client.get("/v1/escalations?state=open", headers=auth("sam"))).json()["escalations"]
+    return next(e["id"] for e in rows if e["conversation_id"] == conversation_id), conversation_id
+
+
+async def _next_event(queue, kind: str) -> dict:
+    while True:
+        event = await asyncio.wait_for(queue.get(), 10)
+        if event.get("type") == kind:
+            return event
+
+
+async def _kinds(client, escalation_id: int) -> list[str]:
+    detail = (await client.get(f"/v1/escalations/{escalation_id}", headers=auth("sam"))).json()
+    return [e["kind"] for e in detail["events"]]
+
+
+async def test_claim_of_a_held_escalation_is_409_unless_take_over_then_announced(client):
+    eid, _ = await _open(client, "rec-1")
+    assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))).status_code == 200
+    plain = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"))
+    assert plain.status_code == 409 and "already claimed by sam" in plain.json()["error"]
+    explicit_no = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"), json={"take_over": False})
+    assert explicit_no.status_code == 409
+
+    async with client.services.bus.subscribe(ESCALATIONS_TOPIC) as queue:
+        taken = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"), json={"take_over": True})
+        event = await _next_event(queue, "taken_over")
+    assert taken.status_code == 200 and taken.json()["operator"] == "kim" and taken.json()["state"] == "claimed"
+    assert event["operator"] == "kim" and event["previous_operator"] == "sam" and event["escalation_id"] == eid
+
+    # The previous holder is out; the new one answers and hands back.
+    late = await client.post(f"/v1/escalations/{eid}/reply", headers=auth("sam"), json={"text": "still here"})
+    assert late.status_code == 409 and "claimed by kim" in late.json()["error"]
+    assert (await client.post(f"/v1/escalations/{eid}/reply", headers=auth("kim"),
+                              json={"text": "Kim here, I've got this."})).status_code == 201
+    assert (await client.post(f"/v1/escalations/{eid}/resolve", headers=auth("kim"))).status_code == 200
+    detail = (await client.get(f"/v1/escalations/{eid}", headers=auth("kim"))).json()
+    taken_over = next(e for e in detail["events"] if e["kind"] == "taken_over")
+    assert taken_over["actor"] == "kim" and "from sam" in taken_over["reason"]
+    assert [e["kind"] for e in detail["events"]] == ["opened", "claimed", "taken_over", "resolved"]
+
+
+async def test_release_by_the_holder_reopens_and_the_claim_timeout_counts_again(client):
+    eid, conversation_id = await _open(client, "rec-2")
+    async with client.services.sessions() as session, session.begin():
+        await session.execute(update(Escalation).where(Escalation.id == eid)
+                              .values(created_at=utcnow() - 2 * TIMEOUT))
+    reminders = client.services.reminders
+    assert eid in await reminders.run_once()  # unclaimed for too long: reminded once
+
+    assert (await client.post(f"/v1/escalations/{eid}/release", headers=auth("sam"))).status_code == 409  # open
+    assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))).status_code == 200
+    not_holder = await client.post(f"/v1/escalations/{eid}/release", headers=auth("kim"))
+    assert not_holder.status_code == 409 and "claimed by sam" in not_holder.json()["error"]
+    async with client.services.bus.subscribe(ESCALATIONS_TOPIC) as queue:
+        released = await client.post(f"/v1/escalations/{eid}/release", headers=auth("sam"),
+                                     json={"reason": "end of my shift"})
+        event = await _next_event(queue, "released")
+    assert released.status_code == 200
+    assert released.json()["state"] == "open" and released.json()["operator"] is None
+    assert event["operator"] == "sam"
+    detail = (await client.get(f"/v1/escalations/{eid}", headers=auth("kim"))).json()
+    assert detail["conversation_state"] == "waiting"
+    assert detail["events"][-1]["kind"] == "released" and detail["events"][-1]["reason"] == "end of my shift"
+
+    # A new wait: not overdue now, reminded once when it is.
+    assert eid not in await reminders.run_once()
+    later = utcnow() + TIMEOUT + timedelta(seconds=5)
+    assert eid in await reminders.run_once(now=later)
+    assert eid not in await reminders.run_once(now=later + timedelta(seconds=1))
+    assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"))).status_code == 200
+
+
+async def test_stale_claim_pings_the_operators_once(client):
+    eid, _ = await _open(client, "rec-3")
+    assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))).status_code == 200
+    reminders = client.services.reminders
+    later = utcnow() + TIMEOUT + timedelta(seconds=5)
+    assert eid not in await reminders.run_once(now=later)  # the customer has not written since the claim
+    held = await client.post("/v1/bots/acme/chat", json={"session_id": "rec-3", "text": "Hello? Anyone?"})
+    assert held.json()["reply"] is None
+    assert eid not in await reminders.run_once()  # not waiting long yet
+    async with client.services.bus.subscribe(ESCALATIONS_TOPIC) as queue:
+        assert eid in await reminders.run_once(now=later)
+        event = await _next_event(queue, "stale_claim")
+    assert event["operator"] == "sam" and event["escalation_id"] == eid
+    assert eid not in await reminders.run_once(now=later + timedelta(seconds=1))
+    assert (await _kinds(client, eid))[-1] == "reminded"
+
+
+async def test_api_operator_token_is_checked_before_the_body(client):
+    assert (await client.post("/v1/escalations/1/reply", json={})).status_code == 401
+    assert (await client.post("/v1/escalations/1/reply", content=b"{bad")).status_code == 401
+    assert (await client.post("/v1/escalations/abc/claim", json={"take_over": "x"})).status_code == 401
+    assert (await client.post("/v1/escalations/1/reply", json={}, headers=auth("sam"))).status_code == 422
+
+
+async def test_api_json_without_content_type_is_read_as_json(client):
+    eid, _ = await _open(client, "rec-4")
+    bad = await client.post(f"/v1/escalations/{eid}/reply", content=b"{bad", headers=auth("sam"))
+    assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]
+    bad_chat = await client.post("/v1/bots/acme/chat", content=b"{bad")
+    assert bad_chat.status_code == 400 and "not valid JSON" in bad_chat.json()["error"]
+    typed = await client.post(f"/v1/escalations/{eid}/reply", content=b'{"text": "hi"}',
+                              headers={**auth("sam"), "Content-Type": "text/plain"})
+    assert typed.status_code == 415
+    untyped = await client.post("/v1/bots/acme/chat", content=b'{"session_id": "rec-4", "text": "Hello?"}')
+    assert untyped.status_code == 200 and untyped.json()["state"] == "waiting"
+    sent = await client.post(f"/v1/escalations/{eid}/reply", content=b'{"text": "Hi from Sam"}', headers=auth("sam"))
+    assert sent.status_code == 201
+
+
+async def test_api_operators_me_names_the_signed_in_operator(client):
+    assert (await client.get("/v1/operators/me")).status_code == 401
+    assert (await client.get("/v1/operators/me", headers=auth("sam"))).json() == {"name": "sam", "bots": ["acme"]}
+    assert (await client.get("/v1/operators/me", headers=auth("kim"))).json()["bots"] == ["acme", "other"]
+
+
+async def test_api_escalation_detail_shows_the_newest_messages_and_pages_back(client):
+    eid, conversation_id = await _open(client, "rec-5")
+    async with client.services.sessions() as session, session.begin():
+        for i in range(260):
+            session.add(Message(conversation_id=conversation_id, bot="acme", channel="web", direction="in",
+                                author="contact", external_id=f"rec-5-{i}", text=f"message number {i}",
+                                status="done"))
+    page = (await client.get(f"/v1/escalations/{eid}", headers=auth("sam"))).json()
+    assert len(page["messages"]) == 200 and page["has_more"] is True
+    assert page["messages"][-1]["text"] == "message number 259"
+    assert "message number 259" in page["summary"]["text"]
+    assert page["summary"]["text"].startswith("Asked first: talk to a human")
+    older = (await client.get(f"/v1/escalations/{eid}?before={page['messages'][0]['id']}",
+                              headers=auth("sam"))).json()
+    assert older["has_more"] is False
+    texts = [m["text"] for m in older["messages"]]
+    assert texts[0] == "talk to a human" and texts[-1] == "message number 59" and len(texts) == 62
+    assert older["summary"] == page["summary"]
