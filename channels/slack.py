@@ -127,7 +127,7 @@ class SlackAdapter:
             raise SignatureInvalid(f"stale Slack request ({int(age)} s old)")
         try:
             valid = self._verifier.is_valid(body=request.body, timestamp=timestamp, signature=signature)
-        except UnicodeDecodeError:
+        except (UnicodeDecodeError, TypeError):  # compare_digest refuses a non-ASCII header with TypeError
             valid = False
         if not valid:
             raise SignatureInvalid("bad Slack signature")

@@ -30,6 +30,31 @@ _MEDIA = (  # (field, kind); order matters: an animation also carries a `documen
 )
 
 
+_SERVICE_FIELDS = frozenset({
+    "new_chat_members", "left_chat_member", "new_chat_title", "new_chat_photo", "delete_chat_photo",
+    "group_chat_created", "supergroup_chat_created", "channel_chat_created", "message_auto_delete_timer_changed",
+    "migrate_to_chat_id", "migrate_from_chat_id", "pinned_message", "successful_payment", "refunded_payment",
+    "users_shared", "chat_shared", "connected_website", "write_access_allowed", "passport_data",
+    "proximity_alert_triggered", "boost_added", "chat_background_set", "forum_topic_created", "forum_topic_edited",
+    "forum_topic_closed", "forum_topic_reopened", "general_forum_topic_hidden", "general_forum_topic_unhidden",
+    "giveaway_created", "giveaway_winners", "giveaway_completed", "video_chat_scheduled", "video_chat_started",
+    "video_chat_ended", "video_chat_participants_invited", "web_app_data", "gift", "unique_gift",
+    "paid_message_price_changed", "checklist_tasks_done", "checklist_tasks_added", "direct_message_price_changed",
+})
+"""Message fields of Bot API service messages: events in the chat, nothing a customer asked."""
+_ABOUT_FIELDS = frozenset({
+    "message_id", "message_thread_id", "from", "sender_chat", "sender_boost_count", "sender_business_bot",
+    "date", "business_connection_id", "chat", "forward_origin", "forward_from", "forward_from_chat",
+    "forward_from_message_id", "forward_signature", "forward_sender_name", "forward_date", "is_topic_message",
+    "is_automatic_forward", "reply_to_message", "external_reply", "quote", "reply_to_story", "via_bot",
+    "edit_date", "has_protected_content", "is_from_offline", "media_group_id", "author_signature",
+    "paid_star_count", "text", "entities", "link_preview_options", "effect_id", "caption", "caption_entities",
+    "show_caption_above_media", "has_media_spoiler", "reply_markup", "direct_messages_topic", "reply_to_checklist_task_id",
+    "is_paid_post", "suggested_post_info",
+})
+"""Message fields that describe a message rather than carry its content."""
+
+
 def decode_update(body: bytes) -> dict[str, Any]:
     """The JSON object of a webhook body; BadRequest when it is not one."""
     try:
@@ -109,8 +134,13 @@ class UpdateParser:
         entities = msg.get("entities") or msg.get("caption_entities") or []
         attachments = self._attachments(msg)
         if not text and not attachments:
-            service = next((k for k in msg if k not in ("message_id", "from", "chat", "date", "sender_chat")), "empty")
-            return ignore(f"service message ({service}) ignored")
+            content = [k for k in msg if k not in _ABOUT_FIELDS]
+            service = next((k for k in content if k in _SERVICE_FIELDS), None)
+            if service is not None or not content:
+                return ignore(f"service message ({service or 'empty'}) ignored")
+            # Content of a kind newer than this parser (paid media, a checklist...): the customer sent
+            # something, so it gets the text-only reply rather than silence.
+            attachments = (Attachment(kind="other", caption=content[0]),)
 
         raw: dict[str, Any] = {"update_id": update_id, "message_id": msg["message_id"], "chat_type": chat.get("type")}
         addr = self._addressing(text, entities)

@@ -136,6 +136,7 @@ def _unusable(channel: str, detail: str) -> Response:
 def _malformed(message) -> str | None:
     """What is not text in a parsed message that must be (`"text": 12345` parses, then fails to store)."""
     fields = {"text": message.text, "id": message.external_id, "sender": message.sender.external_id,
-              "chat": message.conversation.chat}
+              "chat": message.conversation.chat, "thread": message.conversation.thread,
+              "workspace": message.conversation.workspace, "reply_to": message.reply_to}
     return next((f"{name} is {type(value).__name__}, not text" for name, value in fields.items()
-                 if not isinstance(value, str)), None)
+                 if not isinstance(value, str) and not (name == "reply_to" and value is None)), None)

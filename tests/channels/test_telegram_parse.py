@@ -102,6 +102,20 @@ def test_parse_fixture_is_normalized_or_ignored_with_reason(path: Path) -> None:
         assert msg.attachments and (msg.attachments[0].file_id or msg.attachments[0].url)
 
 
+def test_parse_content_newer_than_the_parser_is_unknown_media_not_silence() -> None:
+    # Bot API 7.6 `paid_media`: not in our media table, yet the customer sent something and gets the
+    # text-only reply; a real service message (a pinned message) is still ignored.
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    paid = _update("", paid_media={"star_count": 5, "paid_media": [{"type": "preview"}]})
+    del paid["message"]["text"]
+    (msg,) = tg.parse(_request(paid)).messages
+    assert msg.text == "" and msg.attachments[0].kind == "other" and msg.attachments[0].caption == "paid_media"
+    pinned = _update("", pinned_message={"message_id": 1, "date": 1700000000, "chat": {"id": 1, "type": "private"}})
+    del pinned["message"]["text"]
+    result = tg.parse(_request(pinned))
+    assert not result.messages and result.ignored == ("update 5001: service message (pinned_message) ignored",)
+
+
 def test_parse_media_caption_becomes_text_and_attachment_metadata() -> None:
     result = TelegramAdapter("demo", _settings()).parse(_request((FIXTURES / "illemius_telegram_types" / "message_with_photo.json").read_bytes()))
     (att,) = result.messages[0].attachments

@@ -120,6 +120,24 @@ async def test_slack_signed_but_unusable_payload_is_400_that_slack_will_not_retr
     assert await count_messages(services, channel="slack") == before
 
 
+@pytest.mark.parametrize("thread_ts", [{"ts": "1"}, ["1700000001.000100"], 1700000001.0001], ids=["dict", "list", "number"])
+async def test_slack_signed_event_with_a_thread_ts_that_is_not_text_is_400(env, thread_ts):
+    client, services, _ = env
+    before = await count_messages(services, channel="slack")
+    response = await post(client, envelope("Ev0BADTS", "D0BADTS", "hello", thread_ts=thread_ts))
+    assert response.status_code == 400 and "thread" in response.json()["error"]
+    assert await count_messages(services, channel="slack") == before
+
+
+async def test_slack_non_ascii_signature_is_401_not_500(env):
+    client, services, _ = env
+    raw = json.dumps(envelope("Ev0NONASCII", "D0NONASCII", "hello")).encode()
+    headers = {"content-type": "application/json", "X-Slack-Request-Timestamp": str(int(time.time())),
+               "X-Slack-Signature": "v0=\u00e9"}
+    response = await client.post(URL, content=raw, headers={k: v.encode("latin-1") for k, v in headers.items()})
+    assert response.status_code == 401
+
+
 async def test_slack_channel_message_without_mention_is_ignored(env):
     client, services, fake = env
     before = await count_messages(services, channel="slack")
