@@ -15,6 +15,12 @@ retry resumes after them. `/ask` follow-ups (webhook messages) take no nonce: on
 A gateway message the inbox cannot store (the database is away) is retried with backoff for up to
 `DELIVER_PATIENCE` seconds: Discord never sends a MESSAGE_CREATE again.
 
+The gateway connection is kept alive two ways. discord.py reconnects after network errors itself, but
+an event its models cannot read (a captured embed-only MESSAGE_UPDATE lacks `type`) raised out of its
+connect loop and ended it for good, the socket left open and every later message lost. So each event
+parser is wrapped to log and skip what it cannot read (`discord.event_unreadable`), and `_run_gateway`
+reconnects, with backoff, after anything else that ends the loop; `connection_status` tells `/readyz`.
+
 `discord.http.Route.BASE` and `DiscordWebSocket.DEFAULT_GATEWAY` are class attributes, so one process
 talks to one Discord API base and one gateway: the last adapter constructed sets them.
 
@@ -25,6 +31,7 @@ already been queued, and re-answering every typo fix would spam the channel.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import json
@@ -34,7 +41,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import discord
 import yarl
 from discord.gateway import DiscordWebSocket
@@ -42,6 +48,8 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
+from channels.discord_client import GatewayClient
+from channels.discord_errors import outcome_unknown, translate
 from channels.discord_parse import (
     classify_gateway_message,
     parse_gateway_event,
@@ -51,7 +59,7 @@ from channels.discord_parse import (
     without_token,
 )
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
-from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
+from gateway.errors import BadRequest, ChannelSendError, SignatureInvalid
 from gateway.models import ConversationRef, OutboundMessage
 from gateway.settings import DiscordChannel
 
@@ -94,18 +102,6 @@ class _PendingInteraction:
     conversation: ConversationRef
 
 
-class _GatewayClient(discord.Client):
-    """A discord.Client that hands every message to its adapter."""
-
-    def __init__(self, adapter: DiscordAdapter, **options: Any) -> None:
-        super().__init__(**options)
-        self._adapter = adapter
-
-    async def on_message(self, message: discord.Message) -> None:
-        """Gateway MESSAGE_CREATE, after discord.py has parsed it."""
-        await self._adapter._on_message(message)
-
-
 class DiscordAdapter:
     """Discord over discord.py: gateway inbound, `/ask` interactions, REST outbound."""
 
@@ -121,7 +117,7 @@ class DiscordAdapter:
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.gateway_url or DEFAULT_GATEWAY)
         intents = discord.Intents.default()
         intents.message_content = True  # privileged: enable it in the Developer Portal too
-        self.client = _GatewayClient(self, intents=intents, max_ratelimit_timeout=60.0)
+        self.client = GatewayClient(self._on_message, intents=intents, max_ratelimit_timeout=60.0)
         self._verify_key = VerifyKey(bytes.fromhex(settings.public_key)) if settings.public_key else None
         self._deliver: Deliver | None = None
         self._task: asyncio.Task[None] | None = None
@@ -130,6 +126,8 @@ class DiscordAdapter:
         self._interactions: dict[str, _PendingInteraction] = {}  # unanswered `/ask`, by interaction id
         # Ids of the chunks already delivered per reply, so a retried send never posts them again.
         self._progress: OrderedDict[str, list[str]] = OrderedDict()
+        self.connection_status = "not started"
+        """The gateway connection, for `/readyz`: not started, connected, or reconnecting after an error."""
 
     # -- webhooks (interactions endpoint) --
 
@@ -209,7 +207,7 @@ class DiscordAdapter:
                     suppress_embeds=True,
                 )
             except Exception as exc:  # translated at the boundary, re-raised as our own tree
-                raise _translate(exc, sent=ids) from exc
+                raise translate(exc, sent=ids) from exc
             ids.append(str(sent.id))
         self._progress.pop(progress, None)
         return list(ids)
@@ -235,13 +233,13 @@ class DiscordAdapter:
                     chunk, wait=True, allowed_mentions=discord.AllowedMentions.none(), suppress_embeds=True
                 )
             except Exception as exc:
-                if _outcome_unknown(exc):
+                if outcome_unknown(exc):
                     # The request went out and its answer was lost; a follow-up has no nonce to dedupe it.
                     error = ChannelSendError(f"discord follow-up outcome unknown ({exc!r}); not resent to avoid "
                                              "a duplicate", permanent=True)
                     error.sent_ids = list(ids)  # type: ignore[attr-defined]
                     raise error from exc
-                raise _translate(exc, sent=ids) from exc
+                raise translate(exc, sent=ids) from exc
             ids.append(str(sent.id))
 
     async def send_typing(self, conversation: ConversationRef) -> None:
@@ -250,7 +248,7 @@ class DiscordAdapter:
         try:
             await self._channel(conversation).typing()
         except Exception as exc:
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
 
     async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str) -> None:
         """Replace a message's text (streaming by edits). `text` must fit in 2000 characters."""
@@ -262,7 +260,7 @@ class DiscordAdapter:
         try:
             await partial.edit(content=content, allowed_mentions=discord.AllowedMentions.none())
         except Exception as exc:
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
 
     def _channel(self, conversation: ConversationRef) -> discord.PartialMessageable:
         # A thread is a channel on Discord: posting to its id replies inside the thread.
@@ -281,7 +279,7 @@ class DiscordAdapter:
             except discord.LoginFailure as exc:
                 raise ChannelSendError("discord token rejected", permanent=True) from exc
             except Exception as exc:
-                raise _translate(exc) from exc
+                raise translate(exc) from exc
             self._logged_in = True
 
     # -- gateway --
@@ -290,7 +288,29 @@ class DiscordAdapter:
         """Log in and run the gateway connection in the background (reconnects are discord.py's job)."""
         self._deliver = deliver
         await self._ensure_login()
-        self._task = asyncio.create_task(self.client.connect(reconnect=True), name=f"discord-gateway:{self.bot}")
+        self._task = asyncio.create_task(self._run_gateway(), name=f"discord-gateway:{self.bot}")
+
+    async def _run_gateway(self) -> None:
+        """discord.py's connect loop, started again (with backoff) whenever an error ends it."""
+        failures = 0
+        while not self.client.is_closed():
+            started = time.monotonic()
+            self.connection_status = "connected"
+            try:
+                await self.client.connect(reconnect=True)
+                return  # closed on purpose
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self.client.is_closed():
+                    return
+                failures = 1 if time.monotonic() - started > 60 else failures + 1
+                self.connection_status = f"reconnecting after {type(exc).__name__}"
+                log.exception("discord.gateway_failed", extra={"bot": self.bot, "failures": failures})
+                if self.client.ws is not None:  # the loop ended but left its socket open
+                    with contextlib.suppress(Exception):
+                        await self.client.ws.close(code=1000)
+                await asyncio.sleep(min(2.0 ** failures, 60.0))
 
     async def stop(self) -> None:
         """Close the gateway connection and the HTTP session."""
@@ -335,40 +355,3 @@ def _progress_key(message: OutboundMessage) -> str:
     conv = message.conversation
     blob = repr((conv.chat, conv.thread, message.text, message.citations, message.reply_to))
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _outcome_unknown(exc: BaseException) -> bool:
-    """A network failure after the request may have reached Discord (not a refused connection)."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return False
-    return isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
-                            aiohttp.ClientOSError))
-
-
-def _translate(exc: BaseException, *, sent: list[str] | None = None) -> Exception:
-    """discord.py / network exceptions → the gateway's error tree. `sent`: ids of the chunks delivered,
-    carried as `sent_ids` (the outbox records them)."""
-    translated = _translated(exc, sent=len(sent or ()))
-    if sent and isinstance(translated, (ChannelSendError, RecipientUnreachable)):
-        translated.sent_ids = list(sent)  # type: ignore[attr-defined]
-    return translated
-
-
-def _translated(exc: BaseException, *, sent: int) -> Exception:
-    note = f" after {sent} chunk(s) were delivered" if sent else ""
-    if isinstance(exc, discord.RateLimited):
-        return ChannelSendError(f"discord rate limit{note}", retry_after=exc.retry_after)
-    if isinstance(exc, (discord.Forbidden, discord.NotFound)):
-        return RecipientUnreachable(f"discord {exc.status} ({exc.code}): {exc.text}{note}")
-    if isinstance(exc, discord.DiscordServerError):
-        return ChannelSendError(f"discord server error {exc.status}{note}")
-    if isinstance(exc, discord.HTTPException):
-        if exc.status == 429:
-            retry = exc.response.headers.get("Retry-After") if exc.response is not None else None
-            return ChannelSendError(f"discord 429{note}", retry_after=float(retry) if retry else None)
-        return ChannelSendError(f"discord {exc.status} ({exc.code}): {exc.text}{note}", permanent=True)
-    if isinstance(exc, (OSError, asyncio.TimeoutError, aiohttp.ClientError, discord.ConnectionClosed)):
-        return ChannelSendError(f"discord unreachable: {exc!r}{note}")
-    if isinstance(exc, (ChannelSendError, RecipientUnreachable)):
-        return exc
-    return ChannelSendError(f"discord send failed: {exc!r}{note}")

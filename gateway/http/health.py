@@ -45,6 +45,10 @@ async def readyz(request: Request) -> JSONResponse:
             checks["qdrant"] = f"error: {type(exc).__name__}: {exc}"[:200]
     ready = all(v == "ok" for v in checks.values())
     body = {"status": "ready" if ready else "not ready", "role": svc.role, "checks": checks,
+            # Long-lived platform connections (the Discord gateway), reported without failing readiness.
+            "connections": {f"{bot}/{channel}": adapter.connection_status
+                            for (bot, channel), adapter in svc.adapters.items()
+                            if isinstance(getattr(adapter, "connection_status", None), str)},
             "schedule": svc.scheduler.next_runs() if svc.scheduler and svc.role != "web" else {},
             "ingest": await _last_ingests(svc) if checks["database"] == "ok" else {}}
     return JSONResponse(body, status_code=200 if ready else 503)

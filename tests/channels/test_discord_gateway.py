@@ -71,3 +71,34 @@ async def test_message_is_retried_into_the_inbox_while_storage_is_down(fake: Fak
     finally:
         await adapter.stop()
     assert attempts == ["900000000000000040"] * 3
+
+
+async def test_an_event_discord_py_cannot_read_is_skipped_and_the_gateway_goes_on(fake: FakeDiscord):
+    # A captured embed-only MESSAGE_UPDATE (no `type`): discord.py's parser raises KeyError, which used to
+    # end the connect loop for good, leaving the socket open and every later message lost.
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    async with connected(adapter, fake) as delivered:
+        update = json.loads((FIXTURES / "discord4j_discord_json" / "MessageUpdate.Embeds.json").read_text())["d"]
+        await fake.dispatch("MESSAGE_UPDATE", update)
+        await fake.dispatch("MESSAGE_CREATE", guild_message("after the odd event", message_id="900000000000000050"))
+        await wait_for(delivered, 1)
+        assert [m.text for m in delivered] == ["after the odd event"]
+        assert adapter.connection_status == "connected" and not adapter._task.done()
+
+
+async def test_gateway_loop_that_ends_with_an_error_is_started_again(fake: FakeDiscord):
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    real_connect = adapter.client.connect
+    calls: list[int] = []
+
+    async def connect_failing_once(**kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("attachment_size_limit")  # what an unreadable READY did
+        await real_connect(**kwargs)
+
+    adapter.client.connect = connect_failing_once
+    async with connected(adapter, fake) as delivered:
+        await fake.dispatch("MESSAGE_CREATE", guild_message("back again", message_id="900000000000000051"))
+        await wait_for(delivered, 1)
+    assert len(calls) == 2 and [m.text for m in delivered] == ["back again"]

@@ -155,3 +155,16 @@ async def test_discord_long_reply_is_split_at_2000_without_repeats(env):
     joined = "\n".join(p["content"] for p in parts)
     assert all(joined.count(f"Note {i}:") == 1 for i in range(14))
     assert "https://help.example.com/plans" in joined
+
+
+async def test_discord_gateway_connection_is_reported_by_readyz(env):
+    client, services, fake = env
+    adapter = services.adapters[("acme", "discord")]
+    assert (await client.get("/readyz")).json()["connections"] == {"acme/discord": "not started"}
+    await adapter.start(services._deliver_for("acme"))
+    try:
+        await fake.wait_identified()
+        body = (await client.get("/readyz")).json()
+    finally:
+        await adapter.stop()
+    assert body["status"] == "ready" and body["connections"] == {"acme/discord": "connected"}

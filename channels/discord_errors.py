@@ -1,0 +1,47 @@
+"""Discord's send failures in the gateway's error tree: what may be retried, what must not be resent."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import discord
+
+from gateway.errors import ChannelSendError, RecipientUnreachable
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """A network failure after the request may have reached Discord (not a refused connection)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return False
+    return isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
+                            aiohttp.ClientOSError))
+
+
+def translate(exc: BaseException, *, sent: list[str] | None = None) -> Exception:
+    """discord.py / network exceptions → the gateway's error tree. `sent`: ids of the chunks delivered,
+    carried as `sent_ids` (the outbox records them)."""
+    translated = _translated(exc, sent=len(sent or ()))
+    if sent and isinstance(translated, (ChannelSendError, RecipientUnreachable)):
+        translated.sent_ids = list(sent)  # type: ignore[attr-defined]
+    return translated
+
+
+def _translated(exc: BaseException, *, sent: int) -> Exception:
+    note = f" after {sent} chunk(s) were delivered" if sent else ""
+    if isinstance(exc, discord.RateLimited):
+        return ChannelSendError(f"discord rate limit{note}", retry_after=exc.retry_after)
+    if isinstance(exc, (discord.Forbidden, discord.NotFound)):
+        return RecipientUnreachable(f"discord {exc.status} ({exc.code}): {exc.text}{note}")
+    if isinstance(exc, discord.DiscordServerError):
+        return ChannelSendError(f"discord server error {exc.status}{note}")
+    if isinstance(exc, discord.HTTPException):
+        if exc.status == 429:
+            retry = exc.response.headers.get("Retry-After") if exc.response is not None else None
+            return ChannelSendError(f"discord 429{note}", retry_after=float(retry) if retry else None)
+        return ChannelSendError(f"discord {exc.status} ({exc.code}): {exc.text}{note}", permanent=True)
+    if isinstance(exc, (OSError, asyncio.TimeoutError, aiohttp.ClientError, discord.ConnectionClosed)):
+        return ChannelSendError(f"discord unreachable: {exc!r}{note}")
+    if isinstance(exc, (ChannelSendError, RecipientUnreachable)):
+        return exc
+    return ChannelSendError(f"discord send failed: {exc!r}{note}")
