@@ -22,12 +22,12 @@ from typing import Any
 
 import structlog
 from sqlalchemy import event as sa_event
-from sqlalchemy import exists, func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import aliased
 
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.events import ESCALATIONS_TOPIC, EventBus
+from gateway.handback import answer_if_handed_back, requeue_unanswered
 from gateway.models import as_utc, utcnow
 from gateway.operators.notices import acknowledgement_extras
 from gateway.settings import Settings
@@ -310,23 +310,11 @@ class Escalations:
             escalation = await _live_escalation(session, message.conversation_id) if message else None
         if escalation is None:
             if message is not None:
-                await self._answer_if_handed_back(message)
+                await answer_if_handed_back(self._sessions, message)
             return
         await self.emit({"type": "customer_message", "escalation_id": escalation.id, "bot": escalation.bot,
                           "conversation_id": escalation.conversation_id, "message_id": message_id,
                           "text": message.text})
-
-    async def _answer_if_handed_back(self, message: Message) -> None:
-        async with self._sessions() as session, session.begin():
-            conversation = await session.get(Conversation, message.conversation_id)
-            last = (await session.execute(select(Escalation).where(
-                Escalation.conversation_id == message.conversation_id, Escalation.state == "resolved")
-                .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
-            if conversation is None or conversation.state != "bot" or last is None:
-                return
-            requeued = await requeue_unanswered(session, conversation_id=conversation.id, since=last.created_at)
-        if requeued is not None:
-            log.info("escalation.requeued_after_handback", message_id=requeued, escalation_id=last.id)
 
     # ---- plumbing -------------------------------------------------------------------------------
 
@@ -366,28 +354,6 @@ async def _live_escalation(session: AsyncSession, conversation_id: int) -> Escal
     return (await session.execute(select(Escalation).where(
         Escalation.conversation_id == conversation_id, Escalation.state.in_(("open", "claimed")))
         .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
-
-
-async def requeue_unanswered(session: AsyncSession, *, conversation_id: int, since) -> int | None:
-    """Put the customer's last message back to `pending` when it came during the hold (after `since`)
-    and after the operator's last reply, and nothing answered it; returns its id. Conditional on
-    `done` with no reply, so of two callers (resolve and the worker's hook) only one requeues it."""
-    last = (await session.execute(select(Message).where(
-        Message.conversation_id == conversation_id, Message.direction == "in", Message.status != "ignored")
-        .order_by(Message.id.desc()).limit(1))).scalar_one_or_none()
-    if last is None or last.status != "done" or as_utc(last.created_at) < as_utc(since):
-        return None  # still pending: the worker answers it after the hand-back anyway
-    operator_reply = (await session.execute(select(func.max(Message.id)).where(
-        Message.conversation_id == conversation_id, Message.direction == "out",
-        Message.author == "operator"))).scalar_one_or_none()
-    if operator_reply is not None and operator_reply > last.id:
-        return None
-    reply = aliased(Message)
-    answered = exists().where(reply.reply_to_id == last.id, reply.direction == "out")
-    moved = await session.execute(
-        update(Message).where(Message.id == last.id, Message.status == "done", ~answered)
-        .values(status="pending", updated_at=utcnow()).execution_options(synchronize_session=False))
-    return last.id if moved.rowcount == 1 else None
 
 
 def record_event(session: AsyncSession, escalation: Escalation, *, kind: str, actor: str, reason: str = "",

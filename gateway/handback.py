@@ -1,0 +1,58 @@
+"""Hand-back: a customer's message that came while a person held the thread, and that nobody answered.
+
+Resolving hands the thread back to the bot. A message the customer sent after the operator's last reply
+(even one stored in the instant before the hand-back, which the worker then saw as the operator's) would
+otherwise stay unanswered. It goes back to `pending`, so the worker answers it, once: the update is
+conditional on the message being `done` with no reply, so of the two callers (`Escalations.resolve` and
+the worker's hook, `answer_if_handed_back`) only one moves it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+from sqlalchemy import exists, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import aliased
+
+from gateway.models import as_utc, utcnow
+from storage.models import Conversation, Escalation, Message
+
+log = structlog.get_logger("gateway.escalation")
+
+
+async def answer_if_handed_back(sessions: async_sessionmaker[AsyncSession], message: Message) -> None:
+    """After the worker set `message` aside for an operator: if the thread is the bot's again, requeue it."""
+    async with sessions() as session, session.begin():
+        conversation = await session.get(Conversation, message.conversation_id)
+        last = (await session.execute(select(Escalation).where(
+            Escalation.conversation_id == message.conversation_id, Escalation.state == "resolved")
+            .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
+        if conversation is None or conversation.state != "bot" or last is None:
+            return
+        requeued = await requeue_unanswered(session, conversation_id=conversation.id, since=last.created_at)
+    if requeued is not None:
+        log.info("escalation.requeued_after_handback", message_id=requeued, escalation_id=last.id)
+
+
+async def requeue_unanswered(session: AsyncSession, *, conversation_id: int, since: datetime) -> int | None:
+    """Put the customer's last message back to `pending` when it came during the hold (after `since`)
+    and after the operator's last reply, and nothing answered it; returns its id. Conditional on
+    `done` with no reply, so of two callers (resolve and the worker's hook) only one requeues it."""
+    last = (await session.execute(select(Message).where(
+        Message.conversation_id == conversation_id, Message.direction == "in", Message.status != "ignored")
+        .order_by(Message.id.desc()).limit(1))).scalar_one_or_none()
+    if last is None or last.status != "done" or as_utc(last.created_at) < as_utc(since):
+        return None  # still pending: the worker answers it after the hand-back anyway
+    operator_reply = (await session.execute(select(func.max(Message.id)).where(
+        Message.conversation_id == conversation_id, Message.direction == "out",
+        Message.author == "operator"))).scalar_one_or_none()
+    if operator_reply is not None and operator_reply > last.id:
+        return None
+    reply = aliased(Message)
+    answered = exists().where(reply.reply_to_id == last.id, reply.direction == "out")
+    moved = await session.execute(
+        update(Message).where(Message.id == last.id, Message.status == "done", ~answered)
+        .values(status="pending", updated_at=utcnow()).execution_options(synchronize_session=False))
+    return last.id if moved.rowcount == 1 else None
