@@ -86,6 +86,8 @@ class EscalationSettings(_Strict):
     claim_timeout_seconds: float = Field(default=900.0, gt=0.0)
     unclaimed_message: str = ("Sorry, everyone on our team is busy right now and nobody has picked up your "
                               "conversation yet. It's still in the queue, and a person will reply here.")
+    claimed_message: str = "A person from our team has joined this conversation and will reply here."
+    """Told to the customer when an operator claims the thread ("" says nothing)."""
     resolved_message: str = "Our team has handed this conversation back to the assistant. Ask me anything."
     business_hours: BusinessHours | None = None
 

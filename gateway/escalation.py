@@ -145,12 +145,23 @@ class Escalations:
                 .values(state="operator", assigned_operator=operator).execution_options(synchronize_session=False))
             record_event(session, escalation, kind="claimed", from_state="waiting", to_state="operator", actor=operator,
                     reason=reason)
+            notice = await self._tell_claimed(session, escalation.conversation_id)
             self._after_commit(session, {"type": "claimed", "escalation_id": escalation_id, "bot": escalation.bot,
                                          "conversation_id": escalation.conversation_id, "operator": operator})
         if self._metrics:
             self._metrics.observe_claim(escalation.bot, (now - as_utc(escalation.created_at)).total_seconds())
         log.info("escalation.claimed", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
+        if notice is not None:
+            await self._deliver(notice.id)
         return await self.get(escalation_id, bots=None)
+
+    async def _tell_claimed(self, session: AsyncSession, conversation_id: int) -> Message | None:
+        """Store `escalation.claimed_message` for the customer (None when the bot's is empty)."""
+        conversation = await session.get(Conversation, conversation_id)
+        text = self._settings.bot(conversation.bot).escalation.claimed_message if conversation else ""
+        if not text.strip():
+            return None
+        return await repo.add_outbound(session, conversation=conversation, author="system", text=text)
 
     async def _take_over(self, escalation: Escalation, *, operator: str, reason: str) -> Escalation:
         """claimed by someone else → claimed by `operator`; only if the holder is still the one we saw."""
@@ -220,11 +231,16 @@ class Escalations:
                 await session.flush()
                 record_event(session, escalation, kind="claimed", from_state="bot", to_state="operator", actor=operator,
                         reason="taken over without an escalation")
+                notice = await self._tell_claimed(session, conversation_id)
                 self._after_commit(session, {"type": "claimed", "escalation_id": escalation.id,
                                              "bot": conversation.bot, "conversation_id": conversation_id,
                                              "operator": operator})
-                return escalation
-            existing = await _live_escalation(session, conversation_id)
+            else:
+                existing = await _live_escalation(session, conversation_id)
+        if taken.rowcount == 1:
+            if notice is not None:
+                await self._deliver(notice.id)
+            return escalation
         if existing is None:
             raise Conflict(f"conversation {conversation_id} changed state while claiming; try again")
         return await self.claim(existing.id, operator=operator, bots=bots)

@@ -97,7 +97,9 @@ async def test_relay_round_trip_on_web_then_bot_resumes(client):
     assert note.status_code == 201
     detail = (await client.get(f"/v1/escalations/{escalation['id']}", headers=auth("kim"))).json()
     assert detail["summary"]["kind"] == "extractive" and "real person" in detail["summary"]["text"]
-    assert [m["author"] for m in detail["messages"]] == ["contact", "bot", "operator", "contact"]
+    # The claim told the customer a person joined ("system"), then the operator replied.
+    assert [m["author"] for m in detail["messages"]] == ["contact", "bot", "system", "operator", "contact"]
+    assert "joined this conversation" in detail["messages"][2]["text"]
     resolved = await client.post(f"/v1/escalations/{escalation['id']}/resolve", headers=auth("sam"))
     assert resolved.status_code == 200 and resolved.json()["state"] == "resolved"
     transcript = (await client.get("/v1/bots/acme/sessions/w-3/messages")).json()

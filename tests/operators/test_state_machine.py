@@ -71,8 +71,8 @@ async def test_escalation_full_cycle_stores_every_transition(world):
         ("opened", "bot", "waiting", "bot"), ("claimed", "waiting", "operator", "sam"),
         ("resolved", "operator", "bot", "sam")]
     assert events[2].reason == "answered the invoice question" and all(e.created_at for e in events)
-    # one acknowledgement when opened (no reply said it this turn), one notice on hand-back
-    assert len(notices) == 2 and "back to the assistant" in notices[1]
+    # one acknowledgement when opened (no reply said it this turn), one on the claim, one on hand-back
+    assert len(notices) == 3 and "joined this conversation" in notices[1] and "back to the assistant" in notices[2]
     assert metrics.time_to_claim.labels(bot="acme")._sum.get() >= 0
     assert metrics.escalations.labels(bot="acme")._value.get() == 1
 
@@ -143,3 +143,23 @@ async def test_escalation_notes_are_kept_in_order(world):
     await escalations.add_note(eid, operator="kim", text="refund approved", bots=None)
     escalation = await escalations.get(eid, bots=None)
     assert [(n["author"], n["text"]) for n in escalation.notes] == [("sam", "VIP customer"), ("kim", "refund approved")]
+
+
+async def test_taking_over_a_bot_conversation_tells_the_customer_unless_switched_off(migrated_url):
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(bots=[{"name": "acme"}, {"name": "quiet", "escalation": {"claimed_message": ""}}])
+    escalations = Escalations(sessions, settings=settings, bus=EventBus())
+    try:
+        told = await _conversation(sessions, bot="acme", chat="t1")
+        silent = await _conversation(sessions, bot="quiet", chat="t2")
+        for cid in (told, silent):
+            await escalations.claim_conversation(cid, operator="sam", bots=None)
+        async with sessions() as session:
+            notices = {cid: (await session.execute(select(Message.text).where(
+                Message.conversation_id == cid, Message.author == "system"))).scalars().all() for cid in (told, silent)}
+    finally:
+        await escalations.drain()
+        await engine.dispose()
+    assert notices[told] == ["A person from our team has joined this conversation and will reply here."]
+    assert notices[silent] == []
