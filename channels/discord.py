@@ -126,8 +126,8 @@ class DiscordAdapter:
         self._interactions: dict[str, _PendingInteraction] = {}  # unanswered `/ask`, by interaction id
         # Ids of the chunks already delivered per reply, so a retried send never posts them again.
         self._progress: OrderedDict[str, list[str]] = OrderedDict()
-        self.connection_status = "not started"
-        """The gateway connection, for `/readyz`: not started, connected, or reconnecting after an error."""
+        self._gateway_problem: str | None = None  # why the connection is down, while it is
+        self._stopping = False
 
     # -- webhooks (interactions endpoint) --
 
@@ -290,30 +290,49 @@ class DiscordAdapter:
         await self._ensure_login()
         self._task = asyncio.create_task(self._run_gateway(), name=f"discord-gateway:{self.bot}")
 
+    @property
+    def connection_status(self) -> str:
+        """The gateway connection, for `/readyz`: not started, connecting, connected, reconnecting after
+        an error, or stopped (by `stop()`, or by Discord: a rejected token or intents)."""
+        if self._task is None:
+            return "not started"
+        if self._gateway_problem is not None:
+            return self._gateway_problem
+        if self.client.is_closed() or self._task.done():
+            return "stopped"
+        return "connected" if self.client.is_ready() else "connecting"
+
     async def _run_gateway(self) -> None:
         """discord.py's connect loop, started again (with backoff) whenever an error ends it."""
         failures = 0
         while not self.client.is_closed():
             started = time.monotonic()
-            self.connection_status = "connected"
             try:
                 await self.client.connect(reconnect=True)
                 return  # closed on purpose
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if self._stopping:
+                    return
                 if self.client.is_closed():
+                    # discord.py closed the client itself: a fatal close code (4004 bad token, 4010-4013
+                    # bad shard or intents) that no retry fixes.
+                    self._gateway_problem = f"stopped by Discord: {type(exc).__name__}: {exc}"[:200]
+                    log.error("discord.gateway_stopped", extra={"bot": self.bot, "error": self._gateway_problem})
                     return
                 failures = 1 if time.monotonic() - started > 60 else failures + 1
-                self.connection_status = f"reconnecting after {type(exc).__name__}"
+                self._gateway_problem = f"reconnecting after {type(exc).__name__}"
                 log.exception("discord.gateway_failed", extra={"bot": self.bot, "failures": failures})
                 if self.client.ws is not None:  # the loop ended but left its socket open
                     with contextlib.suppress(Exception):
                         await self.client.ws.close(code=1000)
                 await asyncio.sleep(min(2.0 ** failures, 60.0))
+                self._gateway_problem = None
 
     async def stop(self) -> None:
         """Close the gateway connection and the HTTP session."""
+        self._stopping = True
         await self.client.close()
         if self._task is not None:
             self._task.cancel()

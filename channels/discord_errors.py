@@ -12,8 +12,8 @@ from gateway.errors import ChannelSendError, RecipientUnreachable
 
 def outcome_unknown(exc: BaseException) -> bool:
     """A network failure after the request may have reached Discord (not a refused connection)."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return False
+    if isinstance(exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
+        return False  # the connection never opened: Discord saw nothing
     return isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
                             aiohttp.ClientOSError))
 

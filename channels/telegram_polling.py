@@ -10,7 +10,9 @@ Why not aiogram's `Dispatcher.start_polling`:
 Here updates stay dicts, read by `UpdateParser` exactly as a webhook body is. An update that cannot be
 read is logged and skipped. The offset moves past an update only once its messages are stored, so a
 storage outage holds polling up (Telegram keeps unconfirmed updates for 24 hours) and the inbox's
-dedupe on `update_id` absorbs what is fetched twice.
+dedupe on `update_id` absorbs what is fetched twice. Only an outage does: an update whose storing fails
+for another reason (a bug, a value the database refuses) is tried `MAX_DELIVER_ATTEMPTS` times, then
+logged with its id and skipped, so it cannot hold up every later message.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import structlog
 from aiogram import Bot
 from aiogram.exceptions import AiogramError, TelegramConflictError, TelegramRetryAfter, TelegramUnauthorizedError
 from aiogram.methods.base import TelegramMethod
+from sqlalchemy.exc import DBAPIError
 
 from channels.base import Deliver
 from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser
@@ -30,6 +33,11 @@ log = structlog.get_logger("channels.telegram")
 
 MAX_BACKOFF = 30.0
 """Seconds, at most, between two attempts while Telegram or our storage keeps failing."""
+MAX_DELIVER_ATTEMPTS = 3
+"""Attempts at storing an update that fails for a reason other than an outage, before it is skipped."""
+OUTAGE_ERRORS = (DBAPIError, OSError, asyncio.TimeoutError)
+"""Storage failures that pass: polling waits them out instead of skipping the update. (`deliver` is the
+inbox's, so its outage is the database driver's error; only the exception type is imported here.)"""
 
 
 class GetRawUpdates(TelegramMethod[list[dict[str, Any]]]):
@@ -54,6 +62,7 @@ class TelegramPoller:
         self.bot_name = bot_name
         self.timeout = timeout
         self.offset: int | None = None  # the next update_id wanted; None until the first batch
+        self._failed: tuple[int, int] = (0, 0)  # (update_id, attempts) of an update whose storing keeps failing
 
     async def run(self) -> None:
         failures = 0
@@ -72,14 +81,15 @@ class TelegramPoller:
                 self._log_poll_failure(exc, failures)
                 await asyncio.sleep(_backoff(failures))
                 continue
+            before = self.offset
             stored_all = True
             for update in updates:
                 if not await self._handle(update):
                     stored_all = False
                     break
-            if stored_all:
+            if stored_all and (not updates or self.offset != before):
                 failures = 0
-            else:
+            else:  # storing failed, or a batch moved the offset nowhere: never ask again at once
                 failures += 1
                 await asyncio.sleep(_backoff(failures))
 
@@ -100,10 +110,18 @@ class TelegramPoller:
         for message in result.messages:
             try:
                 await self.deliver(message)
-            except Exception:  # noqa: BLE001 - storage is down: keep the update on Telegram's side
+            except OUTAGE_ERRORS:  # storage is away: keep the update on Telegram's side
                 log.exception("telegram.deliver_failed", bot=self.bot_name, update_id=update_id,
                               action="polling paused; this update is fetched again")
                 return False
+            except Exception:  # noqa: BLE001 - not an outage: a few tries, then skip it, loudly
+                attempts = self._failed[1] + 1 if self._failed[0] == update_id else 1
+                self._failed = (update_id, attempts)
+                if attempts < MAX_DELIVER_ATTEMPTS:
+                    log.exception("telegram.deliver_failed", bot=self.bot_name, update_id=update_id, attempt=attempts)
+                    return False
+                log.exception("telegram.update_dropped", bot=self.bot_name, update_id=update_id,
+                              text=message.text[:200], attempts=attempts)
         self.offset = update_id + 1
         return True
 

@@ -259,6 +259,11 @@ class Escalations:
         if escalation.state != "claimed" or escalation.operator != operator:
             raise Conflict(_conflict_message(escalation))
         async with self._sessions() as session, session.begin():
+            # Checked again under a row lock: a take-over between the check above and this insert must
+            # not let the previous holder's reply through.
+            current = await session.get(Escalation, escalation_id, with_for_update=True)
+            if current is None or current.state != "claimed" or current.operator != operator:
+                raise Conflict(_conflict_message(current))
             conversation = await session.get(Conversation, escalation.conversation_id)
             message = await repo.add_outbound(session, conversation=conversation, text=text, author="operator")
             message.meta = {"operator": operator, "escalation_id": escalation_id}

@@ -83,6 +83,7 @@ async def test_an_event_discord_py_cannot_read_is_skipped_and_the_gateway_goes_o
         await fake.dispatch("MESSAGE_CREATE", guild_message("after the odd event", message_id="900000000000000050"))
         await wait_for(delivered, 1)
         assert [m.text for m in delivered] == ["after the odd event"]
+        await asyncio.wait_for(adapter.client.wait_until_ready(), timeout=10)
         assert adapter.connection_status == "connected" and not adapter._task.done()
 
 
@@ -102,3 +103,17 @@ async def test_gateway_loop_that_ends_with_an_error_is_started_again(fake: FakeD
         await fake.dispatch("MESSAGE_CREATE", guild_message("back again", message_id="900000000000000051"))
         await wait_for(delivered, 1)
     assert len(calls) == 2 and [m.text for m in delivered] == ["back again"]
+
+
+async def test_a_fatal_close_is_logged_and_reported_not_taken_for_connected(fake: FakeDiscord):
+    # 4004 (authentication failed): discord.py closes the client itself, and no reconnect can help.
+    fake.identify_close_code = 4004
+    adapter = DiscordAdapter("support", settings_for(fake))
+    await adapter.start(lambda m: asyncio.sleep(0))
+    try:
+        async with asyncio.timeout(10):
+            while not adapter._task.done():
+                await asyncio.sleep(0.05)
+        assert adapter.connection_status.startswith("stopped by Discord")
+    finally:
+        await adapter.stop()

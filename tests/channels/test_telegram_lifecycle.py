@@ -111,6 +111,40 @@ async def test_polling_holds_an_update_until_it_is_stored(fake: FakeTelegramAPI)
     assert attempts.count("9201") == 3 and attempts.count("9202") == 1
 
 
+async def test_polling_skips_an_update_that_fails_for_another_reason_after_a_few_tries(fake: FakeTelegramAPI) -> None:
+    # Not an outage (a bug, a value the database refuses): it must not hold up every later message.
+    tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling"), polling_timeout=1)
+    attempts: list[str] = []
+    stored: list[str] = []
+    done = asyncio.Event()
+
+    async def deliver(message: InboundMessage) -> None:
+        attempts.append(message.external_id)
+        if message.text == "poison":
+            raise ValueError("a value the database refuses")
+        stored.append(message.external_id)
+        done.set()
+
+    await tg.start(deliver)
+    try:
+        fake.push_update(_update("poison", update_id=9401))
+        fake.push_update(_update("next", update_id=9402))
+        await asyncio.wait_for(done.wait(), timeout=15)
+    finally:
+        await tg.stop()
+    assert attempts.count("9401") == 3 and stored == ["9402"]
+
+
+async def test_polling_backs_off_when_a_batch_moves_nothing(fake: FakeTelegramAPI) -> None:
+    # An update without update_id cannot be confirmed; asking again at once would spin against Telegram.
+    fake.push_update({"message": _update("no id")["message"], "update_id": None})
+    tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling"), polling_timeout=1)
+    await tg.start(lambda m: asyncio.sleep(0))
+    await asyncio.sleep(1.5)
+    await tg.stop()
+    assert len(fake.calls("getUpdates")) <= 4
+
+
 async def test_polling_survives_telegram_error_pages(fake: FakeTelegramAPI) -> None:
     fake.fail_next("getUpdates", status=502, description="Bad Gateway", html=True, times=2)
     tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling"), polling_timeout=1)

@@ -60,6 +60,7 @@ class FakeDiscord:
     _failures: list[_Failure] = field(default_factory=list)
     _nonces: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)  # → (message id, at)
     nonce_ttl: float = 300.0
+    identify_close_code: int | None = None  # answer IDENTIFY by closing with this code (4004: bad token)
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
     _sequence: int = 0
     _runner: web.AppRunner | None = None
@@ -238,6 +239,9 @@ class FakeDiscord:
                     await ws.send_str(json.dumps({"op": 11}))
                 elif data.get("op") == 2:
                     self.identifies.append(data["d"])
+                    if self.identify_close_code is not None:
+                        await ws.close(code=self.identify_close_code, message=b"Authentication failed.")
+                        break
                     await self._send_ready(ws)
         finally:
             self._sockets.remove(ws)

@@ -349,7 +349,7 @@ class FakeTelegramAPI:
             raise _ApiError(409, "Conflict: can't use getUpdates method while webhook is active")
         offset = int(params.get("offset", 0) or 0)
         # Confirming by offset drops older updates, exactly as Telegram does.
-        self._updates = [u for u in self._updates if u["update_id"] >= offset]
+        self._updates = [u for u in self._updates if not isinstance(u.get("update_id"), int) or u["update_id"] >= offset]
         if not self._updates:
             self._updates_event.clear()
             wait = min(float(params.get("timeout", 0) or 0), self.poll_wait)

@@ -164,6 +164,7 @@ async def test_discord_gateway_connection_is_reported_by_readyz(env):
     await adapter.start(services._deliver_for("acme"))
     try:
         await fake.wait_identified()
+        await asyncio.wait_for(adapter.client.wait_until_ready(), timeout=10)
         body = (await client.get("/readyz")).json()
     finally:
         await adapter.stop()
