@@ -5,7 +5,9 @@ when that connection ends, so a replica that dies (or loses its connection) lose
 next candidate to retry takes it. On SQLite there is only one process by design, so it always leads.
 
 Leadership is checked again (`holds()`, one round trip) right before each scheduled job, so a replica
-whose connection was cut never runs a job it no longer owns.
+whose connection was cut never runs a job it no longer owns. Jobs due in the same second check at the
+same moment: the lock's one connection takes one statement at a time (`_conn_lock`), or asyncpg refuses
+the second ("another operation is in progress") and leadership was dropped, skipping every such job.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class LeaderElection:
         self._conn: AsyncConnection | None = None
         self._task: asyncio.Task | None = None
         self._leader = self._sqlite
+        self._conn_lock = asyncio.Lock()  # one statement at a time on the lock's connection
 
     @property
     def is_leader(self) -> bool:
@@ -75,17 +78,18 @@ class LeaderElection:
         """Verify right now that we still hold the lock (a round trip on the lock's connection)."""
         if self._sqlite:
             return True
-        if not self._leader or self._conn is None:
-            return False
-        try:
-            # A session-level advisory lock lasts as long as its connection: alive connection, lock held.
-            await self._conn.execute(text("SELECT 1"))
-            await self._conn.commit()
-        except Exception as exc:  # the connection is gone, and the lock with it
-            log.warning("leader.connection_lost", name=self.name, error=type(exc).__name__)
-            await self._drop()
-            return False
-        return True
+        async with self._conn_lock:
+            if not self._leader or self._conn is None:
+                return False
+            try:
+                # A session-level advisory lock lasts as long as its connection: alive connection, lock held.
+                await self._conn.execute(text("SELECT 1"))
+                await self._conn.commit()
+            except Exception as exc:  # the connection is gone, and the lock with it
+                log.warning("leader.connection_lost", name=self.name, error=type(exc).__name__)
+                await self._drop()
+                return False
+            return True
 
     async def campaign(self) -> bool:
         """One attempt: take the lock if free, or confirm we still hold it. Returns `is_leader`."""
@@ -93,16 +97,18 @@ class LeaderElection:
             return True
         if self._leader:
             return await self.holds()
-        try:
-            if self._conn is None:
-                self._conn = await self._engine.connect()
-            got = (await self._conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key})).scalar_one()
-            # Autocommit-like: end the implicit transaction, the session-level lock stays.
-            await self._conn.commit()
-        except Exception as exc:
-            log.warning("leader.campaign_failed", name=self.name, error=type(exc).__name__)
-            await self._drop()
-            return False
+        async with self._conn_lock:
+            try:
+                if self._conn is None:
+                    self._conn = await self._engine.connect()
+                got = (await self._conn.execute(text("SELECT pg_try_advisory_lock(:key)"),
+                                                {"key": self.key})).scalar_one()
+                # Autocommit-like: end the implicit transaction, the session-level lock stays.
+                await self._conn.commit()
+            except Exception as exc:
+                log.warning("leader.campaign_failed", name=self.name, error=type(exc).__name__)
+                await self._drop()
+                return False
         if got:
             self._leader = True
             log.info("leader.elected", name=self.name, identity=self.identity)

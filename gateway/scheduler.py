@@ -1,7 +1,13 @@
-"""Scheduled re-ingest: each knowledge source on its own cron, one run at a time per source."""
+"""Scheduled re-ingest: each knowledge source on its own cron, one run at a time per source.
+
+At start, a bot whose collection is empty (a first deploy that skipped `gateway ingest`, a lost Qdrant
+volume) has its sources ingested at once, on the leader: otherwise it would answer every question with
+its fallback text until its cron comes round, often the next night.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import structlog
@@ -27,6 +33,7 @@ class IngestScheduler:
         # gateway.leader.LeaderElection: with several replicas, only the leader runs scheduled jobs.
         self._leader = leader
         self._scheduler = AsyncIOScheduler(timezone=timezone)
+        self._first_ingest: asyncio.Task | None = None
         for bot in settings.bots:
             for source in bot.sources:
                 self._scheduler.add_job(
@@ -63,12 +70,36 @@ class IngestScheduler:
         self.log_next_runs()
 
     def start(self) -> None:
-        """Start the cron clock inside the running event loop."""
+        """Start the cron clock inside the running event loop, and fill empty collections now."""
         self._scheduler.start()
         self.log_next_runs()
+        self._first_ingest = asyncio.get_running_loop().create_task(self.ingest_empty(), name="ingest-empty-at-start")
+
+    async def ingest_empty(self) -> None:
+        """Ingest, once, the sources of every bot whose collection holds no chunk (leader only)."""
+        for bot in self._settings.bots:
+            if not bot.sources:
+                continue
+            try:
+                if await self._knowledge.index.count(bot.name) > 0:
+                    continue
+            except Exception as exc:  # the index is checked by /readyz; the cron still runs
+                log.warning("ingest.startup_check_failed", bot=bot.name, error=f"{type(exc).__name__}: {exc}"[:200])
+                continue
+            for source in bot.sources:
+                if not await self._leads(f"{bot.name}/{source.name}"):
+                    return
+                log.info("ingest.startup_start", bot=bot.name, source=source.name, reason="the collection is empty")
+                try:
+                    report = await self._knowledge.ingest_source(bot.name, source.name, trigger="startup")
+                    log.info("ingest.startup_done", bot=bot.name, source=source.name, **report.counts())
+                except Exception:  # recorded in ingest_runs by the ingester
+                    log.exception("ingest.startup_failed", bot=bot.name, source=source.name)
 
     def shutdown(self) -> None:
         """Stop without waiting for running jobs (they are cancelled with the loop)."""
+        if self._first_ingest is not None and not self._first_ingest.done():
+            self._first_ingest.cancel()
         if self._scheduler.running:
             self._scheduler.shutdown(wait=False)
 

@@ -30,6 +30,7 @@ async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
     await knowledge.open()
     scheduler = IngestScheduler(settings, knowledge=knowledge)
     scheduler.start()
+    await scheduler._first_ingest  # the empty collection's ingest at start (its own test below)
     try:
         runs = scheduler.next_runs()
         assert set(runs) == {"acme/missing", "acme/good"} and all(runs.values())
@@ -40,8 +41,37 @@ async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
         scheduler.shutdown()
         await knowledge.close()
     async with sessions() as session:
-        recorded = {r.source: r for r in (await session.execute(select(IngestRun))).scalars()}
+        recorded = {r.source: r for r in (await session.execute(select(IngestRun).order_by(IngestRun.id))).scalars()}
     assert recorded["missing"].status == "failed" and recorded["missing"].errors
     assert recorded["missing"].trigger == "schedule"
-    assert recorded["good"].status == "ok" and recorded["good"].added >= 1
+    assert recorded["good"].status == "ok" and recorded["good"].unchanged >= 1  # the start filled it
+    await engine.dispose()
+
+
+async def test_an_empty_collection_is_ingested_at_start_and_a_filled_one_is_not(tmp_path):
+    # A first deploy that skipped `gateway ingest`, or a lost Qdrant volume: without this, every question
+    # gets the fallback until the source's cron comes round (here: Mondays at 04:00).
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nThe answer is forty-two.\n")
+    bot = {"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "good", "type": "directory", "path": str(docs), "schedule": "0 4 * * 1"}]}
+    settings = load_settings(write_config(tmp_path, bots=[bot]))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
+    knowledge = Knowledge(settings, sessions=sessions)
+    await knowledge.open()
+    try:
+        for _ in range(2):  # the second start finds the collection filled
+            scheduler = IngestScheduler(settings, knowledge=knowledge)
+            scheduler.start()
+            await scheduler._first_ingest
+            scheduler.shutdown()
+        assert await knowledge.index.count("acme") >= 1
+    finally:
+        await knowledge.close()
+    async with sessions() as session:
+        runs = (await session.execute(select(IngestRun))).scalars().all()
+    assert [(r.trigger, r.status) for r in runs] == [("startup", "ok")]
     await engine.dispose()

@@ -123,6 +123,7 @@ async def test_webchat_unknown_bot_and_operations_endpoints(client):
     assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok", "qdrant": "ok"}
     assert "acme/help" in ready.json()["schedule"]
     assert ready.json()["ingest"]["acme/help"]["status"] == "ok"  # the module's ingest
+    assert ready.json()["chunks"]["acme"] > 0
     await client.post("/v1/bots/acme/chat", json={"session_id": "s-6", "text": "How do I enable 2FA?"})
     metrics = (await client.get("/metrics")).text
     assert 'gateway_ingest_last_run_ok{bot="acme",source="help"} 1.0' in metrics

@@ -25,8 +25,9 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """Ready when the database and the vector index answer; lists the next scheduled ingests and how
-    each source's last ingest ended (a failing source is reported, not a reason to stop traffic)."""
+    """Ready when the database and the vector index answer; lists the next scheduled ingests, how
+    each source's last ingest ended and each bot's chunk count (a failing source or an empty collection
+    is reported, not a reason to stop traffic: the start ingests an empty collection)."""
     svc = services(request)
     checks: dict[str, str] = {}
     try:
@@ -50,8 +51,18 @@ async def readyz(request: Request) -> JSONResponse:
                             for (bot, channel), adapter in svc.adapters.items()
                             if isinstance(getattr(adapter, "connection_status", None), str)},
             "schedule": svc.scheduler.next_runs() if svc.scheduler and svc.role != "web" else {},
-            "ingest": await _last_ingests(svc) if checks["database"] == "ok" else {}}
+            "ingest": await _last_ingests(svc) if checks["database"] == "ok" else {},
+            "chunks": await _chunk_counts(svc) if checks.get("qdrant") == "ok" else {}}
     return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def _chunk_counts(svc) -> dict[str, int]:
+    """bot -> chunks in its collection, for bots with sources: 0 means every question gets the fallback."""
+    try:
+        async with asyncio.timeout(5):
+            return {bot.name: await svc.knowledge.index.count(bot.name) for bot in svc.settings.bots if bot.sources}
+    except Exception:  # the index answered a moment ago; this is detail, not readiness
+        return {}
 
 
 async def _last_ingests(svc) -> dict[str, dict[str, object]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 
 from gateway.leader import LeaderElection, lock_key
@@ -35,6 +37,20 @@ async def test_leader_exactly_one_of_two_candidates_then_moves_when_its_connecti
     finally:
         await a.stop()
         await b.stop()
+
+
+async def test_leader_keeps_the_lock_when_jobs_due_together_check_at_once(postgres_url) -> None:
+    # Two sources on the same cron (or an ingest and retention in the same minute) call holds() at the
+    # same moment on the lock's one connection: asyncpg refused the second, leadership was dropped, and
+    # every such job was skipped.
+    leader = LeaderElection(postgres_url, name="test-scheduler-together", retry_seconds=3600)
+    await leader.start()
+    try:
+        assert leader.is_leader
+        assert await asyncio.gather(*(leader.holds() for _ in range(5))) == [True] * 5
+        assert leader.is_leader
+    finally:
+        await leader.stop()
 
 
 async def test_leader_moves_when_the_leader_stops(postgres_url) -> None:
