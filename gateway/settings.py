@@ -195,6 +195,17 @@ class Settings(BaseSettings):
                              "(sqlite:// or sqlite+aiosqlite://) or PostgreSQL (postgresql:// or postgresql+asyncpg://)")
         return value
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        # Checked here so `localhost:6379` is a config error at load, not a traceback when `serve` starts.
+        if value is None or not value.strip():
+            return None
+        scheme, sep, _ = value.partition("://")
+        if not sep or scheme not in ("redis", "rediss", "redis+unix"):
+            raise ValueError("not a Redis URL; use redis://host:6379/0 (or rediss:// for TLS)")
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,

@@ -135,6 +135,14 @@ def test_an_empty_or_unsupported_database_url_is_a_config_error_in_every_command
         "or PostgreSQL (postgresql:// or postgresql+asyncpg://)"]
 
 
+def test_a_redis_url_without_its_scheme_is_a_config_error_not_a_traceback_at_serve(tmp_path):
+    config = write_config(tmp_path)
+    proc = _run("serve", "--config", str(config), env={"REDIS_URL": "localhost:6379"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "config error: redis_url: not a Redis URL; use redis://host:6379/0 (or rediss:// for TLS)"]
+
+
 def test_db_upgrade_against_an_unreachable_database_is_one_line(tmp_path):
     url = f"postgresql://nouser@127.0.0.1:{_free_port()}/x"  # nothing listens there
     proc = _run("db", "upgrade", "--config", str(write_config(tmp_path, database_url=url)))
