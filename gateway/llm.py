@@ -34,9 +34,12 @@ import structlog
 
 from gateway.errors import LLMError
 from gateway.llm_retry import RETRYABLE, RetryPolicy, client_fault, short
+from gateway.observability import adopt_litellm_loggers
 from gateway.offline_llm import MODEL as OFFLINE_LITELLM_MODEL
 from gateway.offline_llm import register_offline_provider
 from gateway.settings import OFFLINE_MODEL, Settings
+
+adopt_litellm_loggers()  # LiteLLM just attached its own text handlers; ours render its records
 
 log = structlog.get_logger("gateway.llm")
 

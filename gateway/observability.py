@@ -43,8 +43,25 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "httpcore", "LiteLLM", "litellm", "aiosqlite", "asyncio", "urllib3"):
+    for noisy in ("httpx", "httpcore", "litellm", "aiosqlite", "asyncio", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    adopt_litellm_loggers()
+
+
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+def adopt_litellm_loggers() -> None:
+    """Route LiteLLM's loggers through our handler only, at WARNING.
+
+    Why: LiteLLM attaches a colored text handler to each of its loggers when it is imported, so every
+    record came out twice, once as a raw text line inside a JSON log. Called by `configure_logging` and
+    again where LiteLLM is imported (`gateway.llm`), whichever comes first."""
+    for name in LITELLM_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = True
+        logger.setLevel(logging.WARNING)
 
 
 def enable_langfuse(enabled: bool) -> bool:

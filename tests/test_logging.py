@@ -26,3 +26,15 @@ def test_attributes_libraries_put_on_every_record_are_not_printed(capsys) -> Non
     logging.getLogger("tests.logging.uvicorn_like").info("Started server process [%d]", 7, extra={"color_message": "\x1b[36m7\x1b[0m"})
     line = capsys.readouterr().err
     assert "Started server process [7]" in line and "color_message" not in line
+
+
+def test_litellm_records_come_out_once_as_json(capfd) -> None:
+    # LiteLLM attaches a colored text handler to its loggers on import: each record came out twice,
+    # once as a raw text line inside the JSON log.
+    import gateway.llm  # noqa: F401 - imports LiteLLM, as serve does
+
+    configure_logging(level="INFO", fmt="json")
+    logging.getLogger("LiteLLM Router").warning("deployment cooled down")
+    logging.getLogger("LiteLLM Router").info("litellm.acompletion(model=offline/extractive) 200 OK")
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and json.loads(lines[0])["event"] == "deployment cooled down"
