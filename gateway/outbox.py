@@ -57,7 +57,7 @@ class Outbox:
     """Sends stored replies. `adapters` maps (bot, channel) to the adapter that delivers there."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, adapters: Mapping[tuple[str, str], ChannelAdapter],
-                 bus: EventBus, metrics=None, max_attempts: int = 5, backoff_s: float = 2.0,
+                 bus: EventBus, metrics=None, max_attempts: int = 10, backoff_s: float = 2.0,
                  max_backoff_s: float = 300.0, max_platform_wait_s: float = 3600.0) -> None:
         self._sessions = sessions
         self._adapters = adapters
@@ -212,13 +212,17 @@ class Outbox:
         return list(await adapter.send(outbound)), None
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        """The platform's own wait when it gave one (up to an hour), else exponential up to `max_backoff_s`.
+        """Exponential up to `max_backoff_s`, and never sooner than the platform's own wait (up to an hour).
 
-        Why the platform's wait may pass `max_backoff_s`: a send retried before a long flood wait ends
-        (Telegram can ask for many minutes) is refused again and only uses up the attempts."""
+        With the defaults, 10 attempts span about 13 minutes: a platform outage of that length delays the
+        reply rather than losing it. Why the platform's wait may pass `max_backoff_s`: a send retried before
+        a long flood wait ends (Telegram can ask for many minutes) is refused again and only uses up the
+        attempts. Why it is only a floor: an adapter's fixed wait for a 5xx (5 s) would spend every
+        attempt within half a minute."""
+        wait = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
         if retry_after is not None:
-            return round(min(max(retry_after, 0.0), max(self.max_backoff_s, self.max_platform_wait_s)), 3)
-        return round(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s), 3)
+            wait = max(wait, min(max(retry_after, 0.0), max(self.max_backoff_s, self.max_platform_wait_s)))
+        return round(wait, 3)
 
     async def _remove_streamed(self, adapter, outbound: OutboundMessage, inbound: Message | None) -> None:
         """Sent whole (not edited into place), a reply must not leave what was streamed for it in the

@@ -280,3 +280,7 @@ def test_outbox_waits_as_long_as_the_platform_asks_up_to_an_hour() -> None:
     assert outbox._backoff(1, retry_after=600.0) == 600.0
     assert outbox._backoff(1, retry_after=86_400.0) == 3600.0
     assert outbox._backoff(10, retry_after=None) == 300.0  # our own exponential backoff keeps its cap
+    # A platform's short fixed wait (an adapter's 5 s for a 5xx) is a floor, not the schedule: ten
+    # attempts then span minutes, and an outage of that length delays replies instead of losing them.
+    waits = [outbox._backoff(attempt, retry_after=5.0) for attempt in range(1, outbox.max_attempts)]
+    assert waits[:3] == [5.0, 5.0, 8.0] and sum(waits) > 600
