@@ -125,9 +125,19 @@ def _serve(args) -> int:
 
     from gateway.app import create_app
 
-    # Open SSE streams (console, widget) must not hold a shutdown for long.
     app = create_app(settings, role=args.role, url=local_url(args.host, args.port))
-    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False, timeout_graceful_shutdown=5)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            # Before uvicorn's graceful wait: requests waiting for an answer return `pending` now,
+            # where the end of that wait would have cut them off with a 500.
+            app.state.services.stopping.set()
+            super().handle_exit(sig, frame)
+
+    # Open SSE streams (console, widget) must not hold a shutdown for long.
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False,
+                            timeout_graceful_shutdown=5)
+    Server(config).run()
     return 0
 
 

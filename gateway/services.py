@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
 import os
@@ -97,6 +98,9 @@ class Services:
     role: str = "all"  # "web": receive only (webhooks, web chat, operators); the worker runs elsewhere
     pg_bridge: PgBridge | None = None
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the process is asked to stop: requests waiting for an answer return `pending` at once
+    (the answer is stored and read later) rather than be cut off by the server's shutdown."""
     _wrote_admin_files: bool = False
     _started: list[Any] = field(default_factory=list)
 

@@ -152,7 +152,7 @@ async def _stream(svc, message_id: int):
         finished = await _status(svc, message_id) not in ("pending", None)
         while not finished:
             remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
+            if remaining <= 0 or svc.stopping.is_set():
                 break
             try:
                 event = await asyncio.wait_for(queue.get(), timeout=min(0.5, remaining))
@@ -172,7 +172,7 @@ async def _wait_for_reply(svc, message_id: int, *, timeout: float) -> dict[str, 
         deadline = asyncio.get_running_loop().time() + timeout
         while await _status(svc, message_id) == "pending":
             remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
+            if remaining <= 0 or svc.stopping.is_set():  # shutting down: `pending`, not a cut-off 500
                 break
             try:
                 await asyncio.wait_for(queue.get(), timeout=min(0.5, remaining))

@@ -44,3 +44,19 @@ async def test_chat_over_the_contact_rate_limit_gets_the_notice_once_then_no_rep
             bodies.append(response.json())
     assert bodies[0]["reply"] not in (None, NOTICE)
     assert [(b["reply"], b["state"], b["citations"]) for b in bodies[1:]] == [(NOTICE, "bot", []), (None, "bot", [])]
+
+
+async def test_chat_waiting_when_the_process_is_asked_to_stop_is_202_pending_not_a_cut_off_500(tmp_path) -> None:
+    # SIGTERM: uvicorn waits 5 s for open requests, then cancels them (a plain-text 500). A request
+    # waiting for its answer returns `pending` at once instead; the answer is given after the restart.
+    worker = {"lease_seconds": 3, "poll_interval": 0.2, "reply_timeout": 60}
+    async with app_client(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}], worker=worker) as client:
+        await client.services.worker.stop()  # this process answers nothing more: it is stopping
+        client.services.stopping.set()
+        response = await asyncio.wait_for(client.post(
+            "/v1/bots/acme/chat", json={"session_id": "stop-1", "text": "Hello?", "message_id": "m-1"}), timeout=20)
+        assert response.status_code == 202 and response.json()["pending"] is True
+        streamed = await asyncio.wait_for(client.post(
+            "/v1/bots/acme/chat", headers={"accept": "text/event-stream"},
+            json={"session_id": "stop-1", "text": "Still there?", "message_id": "m-2"}), timeout=20)
+        assert streamed.status_code == 200 and '"pending": true' in streamed.text
