@@ -1,15 +1,23 @@
 """The gateway's view of the knowledge base: search for the pipeline, ingest for the CLI and scheduler.
 
 It owns the embedders and the Qdrant index of one process, opened once in the lifespan.
+
+One run of a source at a time: within a process by `_lock`, and across processes sharing PostgreSQL by
+an advisory lock per source (`_source_lock`). Why across processes: with a Qdrant server (`qdrant.url`)
+`gateway ingest` does not go through the running server, so it could run beside the leader's scheduled
+run of the same source, both writing its chunks and document rows. The second run waits, then finds
+everything unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import structlog
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.errors import RetrievalError
@@ -108,8 +116,28 @@ class Knowledge:
             if progress is not None:
                 progress(done, total, label)
 
-        async with self._lock:  # one ingest at a time per process keeps the index writes simple
+        async with self._lock, self._source_lock(bot, source):  # one ingest at a time keeps the writes simple
             return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress)
+
+    @contextlib.asynccontextmanager
+    async def _source_lock(self, bot: str, source: str) -> AsyncIterator[None]:
+        """On PostgreSQL, hold the source's advisory lock (on a connection of its own) while it ingests."""
+        from gateway.leader import lock_key
+
+        engine = self._sessions.kw.get("bind")
+        if engine is None or engine.dialect.name != "postgresql":
+            yield  # SQLite: one process by design
+            return
+        key = lock_key(f"ingest:{bot}/{source}")
+        async with engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            if not (await conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key})).scalar_one():
+                log.info("ingest.waiting_for_other_run", bot=bot, source=source)
+                await conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            try:
+                yield
+            finally:
+                await conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
 
     def _bot(self, name: str) -> BotSettings:
         """The bot's settings; KeyError("bot 'name'"), which callers show as "unknown bot 'name'"."""

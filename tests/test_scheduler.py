@@ -75,3 +75,36 @@ async def test_an_empty_collection_is_ingested_at_start_and_a_filled_one_is_not(
         runs = (await session.execute(select(IngestRun))).scalars().all()
     assert [(r.trigger, r.status) for r in runs] == [("startup", "ok")]
     await engine.dispose()
+
+
+async def test_two_processes_ingesting_one_source_take_turns_on_postgres(tmp_path, postgres_url):
+    # With a Qdrant server, `gateway ingest` runs beside the leader's scheduled run of the same source.
+    # Two Knowledge objects (two processes' worth, each with its own index here) share one PostgreSQL.
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(8):
+        (docs / f"d{i}.md").write_text(f"# Topic {i}\n\n" + f"Paragraph about topic {i}. " * 40)
+    bot = {"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "docs", "type": "directory", "path": str(docs), "schedule": "0 4 * * 1"}]}
+    configs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        configs.append(load_settings(write_config(tmp_path / name, database_url=postgres_url, bots=[bot])))
+    await asyncio.to_thread(upgrade, postgres_url)
+    engines = [create_engine(postgres_url) for _ in configs]
+    knowledges = [Knowledge(settings, sessions=session_factory(engine)) for settings, engine in zip(configs, engines)]
+    for knowledge in knowledges:
+        await knowledge.open()
+    try:
+        reports = await asyncio.gather(*(k.ingest_source("acme", "docs", trigger="cli") for k in knowledges))
+    finally:
+        for knowledge in knowledges:
+            await knowledge.close()
+    async with session_factory(engines[0])() as session:
+        runs = (await session.execute(select(IngestRun).order_by(IngestRun.started_at))).scalars().all()
+    for engine in engines:
+        await engine.dispose()
+    assert [r.status for r in reports] == ["ok", "ok"] and [r.status for r in runs] == ["ok", "ok"]
+    first, second = runs
+    # The second run started only after the first had finished.
+    assert (second.started_at - first.started_at).total_seconds() >= first.duration_s * 0.9
