@@ -108,8 +108,10 @@ class LLMRouter:
         timeout: float = 60.0,
         retry: RetryPolicy | None = None,
         cooldown: float = 0.0,
+        metrics=None,
     ) -> None:
         register_offline_provider()
+        self._metrics = metrics  # gateway.observability.Metrics: failed calls, for an alert on an outage
         # LiteLLM prints a "Give Feedback" banner on every error; our logs carry the story instead.
         litellm.suppress_debug_info = True
         self._timeout = timeout
@@ -185,6 +187,8 @@ class LLMRouter:
                         log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {short(exc)}", exc_info=exc)
                     error, retryable = exc, fault or isinstance(exc, RETRYABLE)
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
+                if self._metrics is not None:
+                    self._metrics.llm_failures.labels(model=name, retryable=str(retryable).lower()).inc()
                 log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
                 if not retryable or attempt == attempts - 1:
                     # The provider is failing, not this request. Only after the policy's full retries:

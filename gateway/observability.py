@@ -148,6 +148,8 @@ class Metrics:
                                          "Escalation opened → resolved", ["bot"], buckets=handoff_buckets, registry=r)
         self.llm_tokens = Counter("gateway_llm_tokens_total", "LLM tokens", ["bot", "model", "kind"], registry=r)
         self.llm_cost = Counter("gateway_llm_cost_usd_total", "LLM cost in USD", ["bot", "model"], registry=r)
+        self.llm_failures = Counter("gateway_llm_failures_total", "Model calls that failed (each attempt)",
+                                    ["model", "retryable"], registry=r)
         self.queue_depth = Gauge("gateway_queue_depth", "Inbound messages waiting for an answer", registry=r)
         self.queue_lag = Gauge("gateway_queue_lag_seconds", "Age of the oldest inbound message waiting", registry=r)
         self.send_failures = Counter("gateway_send_failures_total", "Replies the channel refused or lost",

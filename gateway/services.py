@@ -200,7 +200,7 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     knowledge = Knowledge(settings, sessions=sessions, metrics=metrics)
     llm = LLMRouter.from_settings(settings, timeout=settings.llm.timeout, retry=RetryPolicy(
         num_retries=settings.llm.num_retries, backoff_base=settings.llm.backoff_base,
-        backoff_max=settings.llm.backoff_max), cooldown=settings.llm.cooldown_seconds)
+        backoff_max=settings.llm.backoff_max), cooldown=settings.llm.cooldown_seconds, metrics=metrics)
     tools = {bot.name: BotTools(bot) for bot in settings.bots}
     pipeline = Pipeline(search=knowledge, answerer=Answerer(llm, tools=tools), rewriter=Rewriter(llm),
                         metrics=metrics, budget=DailyBudget(sessions))

@@ -105,6 +105,20 @@ async def test_complete_falls_back_on_persistent_500(openai_fake: FakeOpenAI) ->
     assert len(openai_fake.requests_for("primary")) == 2
 
 
+async def test_failed_calls_are_counted_for_an_outage_alert(openai_fake: FakeOpenAI) -> None:
+    # Without it an outage showed only as the offline model's tokens going up.
+    from gateway.observability import Metrics
+
+    metrics = Metrics()
+    openai_fake.script("primary", Turn(status=500), Turn(status=503))
+    openai_fake.script("backup", Turn(text="Backup answer [1]."))
+    router = LLMRouter([fake_model(openai_fake, n) for n in ("primary", "backup")], timeout=5, retry=FAST_RETRY,
+                       metrics=metrics)
+    await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+    assert metrics.llm_failures.labels(model="primary", retryable="true")._value.get() == 2
+    assert metrics.llm_failures.labels(model="backup", retryable="true")._value.get() == 0
+
+
 async def test_complete_falls_back_on_timeout(openai_fake: FakeOpenAI) -> None:
     openai_fake.script("primary", Turn(text="too late", delay=3), Turn(text="too late", delay=3))
     openai_fake.script("backup", Turn(text="In time [1]."))
