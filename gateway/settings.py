@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -58,6 +59,9 @@ __all__ = [
     "ConfigError", "resolve_config_path", "load_settings",
 ]
 
+MIN_PRODUCTION_TOKEN = 16
+"""An operator token shorter than this is refused in production: it is the whole of the operator's login."""
+_OPERATOR_TOKEN = re.compile(r"operators\[\d+\]\.token")
 ENV_OVERRIDES = frozenset({"database_url", "redis_url", "environment", "log_level", "log_format"})
 """The top-level keys an environment variable of the same name (any case) overrides. Only these:
 a stray `WORKER=1` or `BOTS=...` from a process manager must not replace a correct file."""
@@ -253,8 +257,16 @@ class Settings(BaseSettings):
                     raise ValueError(f"operators[{i}].bots: unknown bot {bot!r}")
         if self.environment == "production":
             for path, value in _secret_values(self.model_dump()):
+                if not value.strip():
+                    if _OPERATOR_TOKEN.fullmatch(path):
+                        continue  # an operator without a token is disabled (logged at start), as config.yaml says
+                    raise ValueError(f"{path}: empty in production (an unset ${{VAR}}?)")
                 if value.strip().lower() in PLACEHOLDER_SECRETS:
                     raise ValueError(f"{path}: placeholder secret refused in production")
+            for i, op in enumerate(self.operators):
+                if 0 < len(op.token.strip()) < MIN_PRODUCTION_TOKEN:
+                    raise ValueError(f"operators[{i}].token: shorter than {MIN_PRODUCTION_TOKEN} characters in "
+                                     "production; make one with `openssl rand -hex 24`")
         return self
 
     def bot(self, name: str) -> BotSettings:

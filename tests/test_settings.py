@@ -76,6 +76,19 @@ def test_settings_production_refuses_placeholder_secret(tmp_path, monkeypatch):
         load_settings(path)
 
 
+def test_settings_production_operator_tokens_empty_is_disabled_short_is_refused(tmp_path, monkeypatch):
+    # config.yaml's demo operator reads ${OPERATOR_TOKEN}: unset, that operator is disabled (not a
+    # "placeholder secret" error); set, it must be long enough to be the operator's whole login.
+    monkeypatch.delenv("OP_TOKEN", raising=False)
+    data = {"environment": "production", "operators": [{"name": "o", "token": "${OP_TOKEN}"}]}
+    assert load_settings(_write(tmp_path, data)).operators[0].token == ""
+    monkeypatch.setenv("OP_TOKEN", "abc123")
+    with pytest.raises(ConfigError, match="shorter than 16 characters in production"):
+        load_settings(_write(tmp_path, data))
+    monkeypatch.setenv("OP_TOKEN", "9f2c4e7a1b3d5f60a8c2e4f6")
+    assert load_settings(_write(tmp_path, data)).operators[0].token
+
+
 @pytest.mark.parametrize("environment", ["file", "env", "env-lowercase"])
 def test_settings_production_refuses_a_secret_that_fell_back_to_its_default(tmp_path, monkeypatch, environment):
     """`${VAR:-literal}` would be a secret written in the file: a development convenience only."""
