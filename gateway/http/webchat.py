@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import select
@@ -51,9 +51,12 @@ async def widget() -> FileResponse:
 
 
 @router.get("/v1/bots")
-async def list_bots(request: Request) -> dict[str, Any]:
-    """The bots that have the web chat enabled."""
+async def list_bots(request: Request, response: Response) -> dict[str, Any]:
+    """The bots that have the web chat enabled. The `Gateway-Reply-Timeout` header gives
+    `worker.reply_timeout` (seconds a chat request waits for its answer), so the widget knows when a
+    request that has not ended is lost."""
     svc = services(request)
+    response.headers["Gateway-Reply-Timeout"] = f"{svc.reply_timeout:g}"
     return {"bots": [{"name": b.name, "channels": [c for c in ("web", "telegram", "slack", "discord", "whatsapp")
                                                    if getattr(b.channels, c) is not None]}
                      for b in svc.settings.bots if b.channels.web is not None and b.channels.web.enabled]}

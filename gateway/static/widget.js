@@ -6,23 +6,39 @@
  *   GET  /v1/bots/{bot}/sessions/{session}/messages?after=ID   the transcript, polled for operator replies
  *
  * Safety rules: every text that came from a model, an operator or a document is put in the page with
- * textContent (never innerHTML), and a citation becomes a link only when its URL parses as http(s).
+ * textContent or as text nodes (never innerHTML). Replies are Markdown, rendered by widget-render.js
+ * (loaded first): a small subset becomes DOM nodes, everything else stays text, and a link is made only
+ * when its URL parses as http(s).
  */
 (function () {
   "use strict";
 
   var API = "/v1/bots";
   var POLL_MS = 3000;
-  var DEFAULT_MAX_CHARS = 4000;
+  var DEFAULT_MAX_CHARS = 4000;  // channels.web.max_message_chars; a 413 tells the bot's own (its `limit`)
+  // The server ends a chat request after worker.reply_timeout (GET /v1/bots says it in the
+  // Gateway-Reply-Timeout header; 60 s by default). A request silent for that long plus some slack is
+  // given up on, and the transcript followed instead.
+  var DEFAULT_REPLY_TIMEOUT_MS = 60000;
+  var TIMEOUT_SLACK_MS = 5000;
   var STORE_PREFIX = "gw.";
   var AUTHORS = { contact: "You", bot: "Assistant", operator: "Support team", system: "" };
+  var HANDOFF_TEXT = {
+    waiting: "A person from our team will reply here. You can keep this page open or come back later.",
+    operator: "A person from our team has joined the conversation and will reply here.",
+  };
+  var SLOW_TEXT = "This is taking longer than usual; the answer will appear here.";
+  var INTERRUPTED_TEXT = "The connection was interrupted; the answer will appear here shortly.";
+  var UNREACHABLE_TEXT = "Could not reach the server, so your message was not sent. Please try again.";
 
   var $ = function (id) { return document.getElementById(id); };
   var ui = {};
   var state = {
-    bots: [], bot: null, sessionId: null, maxChars: DEFAULT_MAX_CHARS,
+    bots: [], bot: null, sessionId: null, maxChars: DEFAULT_MAX_CHARS, replyTimeoutMs: DEFAULT_REPLY_TIMEOUT_MS,
     lastId: null, rendered: new Set(), unconfirmed: [],
-    busy: false, polling: false, pollTimer: null, generation: 0,
+    busy: false, polling: false, pollTimer: null, generation: 0, sends: 0,
+    // An answer the server still works on (slow, or its stream broke): {userLi, botLi, inboundId, done}.
+    awaiting: null,
   };
 
   // ---- storage: localStorage when allowed (private modes may refuse), else this page's memory ----
@@ -42,56 +58,19 @@
     return "web-" + Array.prototype.map.call(bytes, function (b) { return b.toString(16).padStart(2, "0"); }).join("");
   }
 
-  /** The normalized URL when `raw` is an absolute http(s) URL, else null (javascript:, data:, relative…). */
-  function safeHttpUrl(raw) {
-    if (typeof raw !== "string" || raw.trim() === "") return null;
-    var parsed;
-    try { parsed = new URL(raw.trim()); } catch (e) { return null; }
-    return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
-  }
-
-  function el(tag, className, text) {
-    var node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    return node;
-  }
-
-  /** A "Sources" block: links for http(s) URLs, plain text for anything else. */
-  function renderCitations(citations) {
-    var list = Array.isArray(citations) ? citations.filter(function (c) { return c && typeof c === "object"; }) : [];
-    if (!list.length) return null;
-    var box = el("div", "gw-sources");
-    box.appendChild(el("span", "gw-sources-label", "Sources"));
-    var ul = el("ul");
-    var seen = new Set();
-    list.forEach(function (c) {
-      var label = String(c.title || c.source || "source");
-      var href = safeHttpUrl(c.url);
-      var key = (href || "") + "\u0000" + label;
-      if (seen.has(key)) return;
-      seen.add(key);
-      var li = el("li");
-      var item;
-      if (href) {
-        item = el("a", "gw-source", label);
-        item.href = href;
-        item.target = "_blank";
-        item.rel = "noopener noreferrer nofollow";
-      } else {
-        item = el("span", "gw-source", label);
-      }
-      if (c.source) item.title = String(c.source);
-      li.appendChild(item);
-      ul.appendChild(li);
-    });
-    box.appendChild(ul);
-    return box;
-  }
+  // Rendering untrusted text into elements (links, sources, the Markdown subset): widget-render.js.
+  var render = window.GatewayWidgetRender;
+  var el = render.el, renderCitations = render.renderCitations, renderMarkdown = render.renderMarkdown;
 
   function authorOf(msg) {
     if (Object.prototype.hasOwnProperty.call(AUTHORS, msg.author)) return msg.author;
     return msg.direction === "in" ? "contact" : "bot";
+  }
+
+  /** The bubble's content: a visitor's text exactly as typed; a reply as (safe) Markdown. */
+  function fillBubble(bubble, author, text, citations) {
+    if (author === "contact") bubble.textContent = text === null || text === undefined ? "" : String(text);
+    else bubble.replaceChildren(renderMarkdown(text, citations));
   }
 
   /** One transcript entry as an <li>; `msg` has the messages-endpoint shape. */
@@ -100,7 +79,9 @@
     var li = el("li", "gw-msg gw-msg--" + author);
     if (msg.id !== undefined && msg.id !== null) li.dataset.id = String(msg.id);
     if (author !== "system") li.appendChild(el("span", "gw-who", AUTHORS[author]));
-    li.appendChild(el("div", "gw-bubble", msg.text === null || msg.text === undefined ? "" : msg.text));
+    var bubble = el("div", "gw-bubble");
+    fillBubble(bubble, author, msg.text, msg.citations);
+    li.appendChild(bubble);
     var sources = author === "contact" ? null : renderCitations(msg.citations);
     if (sources) li.appendChild(sources);
     if (msg.created_at) {
@@ -122,17 +103,77 @@
     return li;
   }
 
+  /** Put a stored message where its id belongs: two tabs on one session see answers in their order.
+   * Bubbles of this page still in flight (no id yet) stay last. */
+  function placeMessage(li, id) {
+    var n = Number(id);
+    var before = null;
+    for (var node = ui.transcript.lastElementChild; node; node = node.previousElementSibling) {
+      var known = node.dataset.id !== undefined && node.dataset.id !== "" ? Number(node.dataset.id) : NaN;
+      if ((!isNaN(known) && known > n) || (isNaN(known) && node.dataset.local === "pending")) before = node;
+      else break;
+    }
+    if (isNaN(n) || !before) return appendMessage(li);
+    ui.transcript.insertBefore(li, before);
+    return li;
+  }
+
   // ---- notices ----
   function showError(text) { ui.error.textContent = text; ui.error.hidden = false; }
   function clearError() { ui.error.textContent = ""; ui.error.hidden = true; ui.input.removeAttribute("aria-invalid"); }
-  // Both notices take height from the transcript, so keep its newest message in view.
-  function showHandoff(on) { ui.handoff.hidden = !on; scrollToEnd(); }
+  // Neutral progress news (slow answer, broken connection): not an error, and gone when the answer comes.
+  function showStatus(text) { if (ui.status.textContent !== text) ui.status.textContent = text; ui.status.hidden = false; }
+  function clearStatus() { ui.status.textContent = ""; ui.status.hidden = true; }
+  // The notices take height from the transcript, so keep its newest message in view.
+  /** The banner follows the conversation's state: "waiting" (a person was asked for), "operator"
+   * (a person has the thread); any other state hides it. */
+  function showHandoff(conversationState) {
+    var text = Object.prototype.hasOwnProperty.call(HANDOFF_TEXT, conversationState) ? HANDOFF_TEXT[conversationState] : "";
+    if (text && ui.handoff.textContent !== text) ui.handoff.textContent = text;
+    ui.handoff.dataset.state = text ? conversationState : "";
+    ui.handoff.hidden = !text;
+    scrollToEnd();
+  }
   function showTyping(on) { ui.typing.hidden = !on; scrollToEnd(); }
 
   function setBusy(on) {
     state.busy = on;
     ui.send.disabled = on;
     ui.form.setAttribute("aria-busy", on ? "true" : "false");
+  }
+
+  // ---- waiting for an answer the request did not bring (slow, interrupted, or a reload mid-answer) ----
+  function startAwaiting(opts) {
+    var botLi = opts.botLi && opts.botLi.parentNode ? opts.botLi : null;
+    if (botLi) {
+      botLi.classList.add("gw-msg--partial");  // what streamed so far stays, shown as still in progress
+      botLi.setAttribute("aria-busy", "true");
+      botLi.dataset.local = "pending";
+    }
+    if (opts.userLi) opts.userLi.dataset.local = "pending";
+    state.awaiting = { userLi: opts.userLi || null, botLi: botLi, inboundId: opts.inboundId, done: false,
+                       unsure: opts.unsure || null, polls: 0 };
+    showTyping(true);
+    if (opts.message) showStatus(opts.message);
+  }
+
+  /** The stored id of the message being answered, once known. */
+  function awaitedId() {
+    var a = state.awaiting;
+    if (!a) return null;
+    if (a.inboundId !== undefined && a.inboundId !== null && !isNaN(Number(a.inboundId))) return Number(a.inboundId);
+    return a.userLi && a.userLi.dataset.id ? Number(a.userLi.dataset.id) : null;
+  }
+
+  /** The answer came (or the server finished without one): drop the partial text and the progress news. */
+  function settleAwaiting() {
+    var a = state.awaiting;
+    if (!a) return;
+    state.awaiting = null;
+    if (a.botLi) a.botLi.remove();
+    if (a.userLi) delete a.userLi.dataset.local;
+    clearStatus();
+    showTyping(state.busy);
   }
 
   // ---- API ----
@@ -142,34 +183,63 @@
     var text = "";
     try { text = await res.text(); } catch (e) { /* body unreadable: the status is enough */ }
     var message = "";
+    var data = null;
     try {
-      var data = JSON.parse(text);
+      data = JSON.parse(text);
       var detail = data.error || data.detail || data.message;
       if (Array.isArray(detail)) detail = detail.map(function (d) { return d && d.msg ? d.msg : String(d); }).join("; ");
       message = typeof detail === "string" ? detail : detail ? JSON.stringify(detail) : "";
-    } catch (e) { /* not JSON */ }
+    } catch (e) { /* not JSON (a proxy's HTML page, say) */ }
+    if (res.status === 413 && data && data.limit > 0) {
+      state.maxChars = data.limit;  // the bot's own limit: the next text over it is caught before sending
+      updateCount();
+    }
     var err = new Error(message || "The server answered " + res.status + ". Please try again.");
     err.status = res.status;
     return err;
   }
 
-  function postChat(text, clientId, streaming) {
+  function tagged(message, flag) {
+    var err = new Error(message);
+    err[flag] = true;
+    return err;
+  }
+
+  /** An AbortSignal that fires once a request has been silent past the server's wait and some slack;
+   * `touch` when bytes come (a stream's tokens and pings). */
+  function deadline() {
+    var controller = new AbortController();
+    var timer = null;
+    function touch() {
+      clearTimeout(timer);
+      timer = setTimeout(function () { controller.abort(); }, state.replyTimeoutMs + TIMEOUT_SLACK_MS);
+    }
+    touch();
+    return { signal: controller.signal, touch: touch, clear: function () { clearTimeout(timer); } };
+  }
+
+  function postChat(text, clientId, streaming, signal) {
     return fetch(botUrl("/chat"), {
       method: "POST",
       headers: { "Content-Type": "application/json", Accept: streaming ? "text/event-stream" : "application/json" },
-      // message_id makes the JSON fallback of a failed stream the same message, not a second one.
+      // message_id makes a retry (the JSON fallback, the Retry button) the same message, not a second one.
       body: JSON.stringify({ session_id: state.sessionId, text: text, message_id: clientId }),
+      signal: signal,
     });
   }
 
-  /** Read an SSE body: calls onToken(text) per `token`, resolves with the `done` object, rejects on `error`. */
-  async function readEvents(res, onToken) {
+  /** Read an SSE body: calls onToken(text) per `token`, resolves with the `done` object, rejects on `error`.
+   * A body that ends or breaks before `done` (restart, network drop, timeout) rejects as `interrupted`:
+   * the message is stored, so its answer will come through the transcript. */
+  async function readEvents(res, onToken, limit) {
     var reader = res.body.getReader();
     var decoder = new TextDecoder();
     var buffer = "";
     for (;;) {
-      var chunk = await reader.read();
+      var chunk;
+      try { chunk = await reader.read(); } catch (e) { break; }
       if (chunk.done) break;
+      limit.touch();
       buffer += decoder.decode(chunk.value, { stream: true });
       var blocks = buffer.split(/\r\n\r\n|\n\n|\r\r/);
       buffer = blocks.pop();
@@ -184,9 +254,8 @@
         }
       }
     }
-    var interrupted = new Error("The connection was interrupted; the answer will appear here shortly.");
-    interrupted.interrupted = true;
-    throw interrupted;
+    reader.cancel().catch(function () {});
+    throw tagged(INTERRUPTED_TEXT, "interrupted");
   }
 
   function parseEvent(block) {
@@ -204,38 +273,78 @@
     try { return { type: type, data: JSON.parse(data.join("\n")) }; } catch (e) { return null; }
   }
 
-  /** Send `text`: stream when the server can, else (or when streaming fails to start) plain JSON. */
-  async function chat(text, onToken) {
-    var clientId = newSessionId().replace("web-", "m-");
+  /** A 2xx JSON body; one that breaks off means the message was stored but the answer got lost on the way. */
+  async function readJson(res) {
+    try { return await res.json(); } catch (e) { throw tagged(INTERRUPTED_TEXT, "interrupted"); }
+  }
+
+  /** Send `text`: stream when the server can, else (or when streaming fails to start) plain JSON.
+   * Errors: `status` (the server answered), `interrupted` (stored, answer pending), `timedOut` (no answer
+   * to the request in time), `unreachable` (no answer at all: not sent). */
+  async function chat(text, clientId, onToken) {
     var res = null;
-    try { res = await postChat(text, clientId, true); } catch (e) { res = null; }
-    if (res && res.ok) {
-      var type = res.headers.get("content-type") || "";
-      if (type.indexOf("text/event-stream") === 0 && res.body) return readEvents(res, onToken);
-      if (type.indexOf("application/json") === 0) return res.json();
-    } else if (res && [404, 405, 406, 415, 501].indexOf(res.status) < 0) {
-      // The server understood and refused (a 4xx about the text, say): the same POST would fail again.
-      throw await errorFrom(res);
+    var limit = deadline();
+    try {
+      try { res = await postChat(text, clientId, true, limit.signal); } catch (e) {
+        if (limit.signal.aborted) throw tagged(SLOW_TEXT, "timedOut");
+        res = null;
+      }
+      if (res && res.ok) {
+        var type = res.headers.get("content-type") || "";
+        if (type.indexOf("text/event-stream") === 0 && res.body) return await readEvents(res, onToken, limit);
+        if (type.indexOf("application/json") === 0) return await readJson(res);
+      } else if (res && [404, 405, 406, 415, 501].indexOf(res.status) < 0) {
+        // The server understood and refused (a 4xx about the text, say): the same POST would fail again.
+        throw await errorFrom(res);
+      }
+    } finally {
+      limit.clear();
     }
-    var plain = await postChat(text, clientId, false);
-    if (!plain.ok) throw await errorFrom(plain);
-    return plain.json();
+    limit = deadline();
+    try {
+      var plain;
+      try { plain = await postChat(text, clientId, false, limit.signal); } catch (e) {
+        throw tagged(limit.signal.aborted ? SLOW_TEXT : UNREACHABLE_TEXT, limit.signal.aborted ? "timedOut" : "unreachable");
+      }
+      if (!plain.ok) throw await errorFrom(plain);
+      return await readJson(plain);
+    } finally {
+      limit.clear();
+    }
   }
 
   // ---- transcript ----
   function ingest(messages) {
+    var fresh = [];
+    // First recognise this page's own bubbles, so each gets its stored id before others are placed by id.
     messages.forEach(function (msg) {
       if (!msg || typeof msg !== "object") return;
       var key = msg.id === undefined || msg.id === null ? null : String(msg.id);
       if (key !== null && state.rendered.has(key)) return;
       var text = typeof msg.text === "string" ? msg.text.trim() : "";
-      var author = authorOf(msg);
-      if (!adopt(author, text, key)) appendMessage(renderMessage(msg));
+      if (!adopt(authorOf(msg), text, key)) fresh.push(msg);
       if (key !== null) state.rendered.add(key);
-      if (author === "operator") showHandoff(false);
     });
-    if (messages.length && messages[messages.length - 1] && messages[messages.length - 1].id != null) {
-      state.lastId = messages[messages.length - 1].id;
+    fresh.forEach(function (msg) {
+      var author = authorOf(msg);
+      var waitedFor = awaitedId();
+      if (author !== "contact" && state.awaiting && (waitedFor === null || Number(msg.id) > waitedFor)) settleAwaiting();
+      placeMessage(renderMessage(msg), msg.id);
+    });
+    messages.forEach(function (msg) {
+      if (!msg || typeof msg !== "object" || msg.id === undefined || msg.id === null) return;
+      if (state.lastId === null || Number(msg.id) > Number(state.lastId)) state.lastId = msg.id;
+      if (state.awaiting && Number(msg.id) === awaitedId() && msg.status && msg.status !== "pending") {
+        state.awaiting.done = true;  // answered; its answer (if any) came in this batch or earlier
+      }
+    });
+    if (state.awaiting && state.awaiting.done) settleAwaiting();
+    // A reload while the newest question is still being answered: show that an answer is coming.
+    var last = null;
+    messages.forEach(function (msg) { if (msg && typeof msg === "object") last = msg; });
+    if (last && !state.busy && !state.awaiting && authorOf(last) === "contact" && last.status === "pending") {
+      var shown = ui.transcript.querySelector("[data-id='" + String(Number(last.id)) + "']");
+      startAwaiting({ userLi: shown, inboundId: last.id });
     }
   }
 
@@ -249,6 +358,7 @@
       var at = local.remaining.indexOf(text);
       if (at < 0 || (author === "contact" && local.remaining !== text)) continue;
       if (key !== null && !local.li.dataset.id) local.li.dataset.id = key;
+      if (author === "contact") confirmStored(local.li);
       local.remaining = (local.remaining.slice(0, at) + local.remaining.slice(at + text.length)).trim();
       if (!local.remaining) state.unconfirmed.splice(i, 1);
       return true;
@@ -256,19 +366,49 @@
     return false;
   }
 
+  /** A request that hung without any answer may never have reached the server: when two transcript reads
+   * later the message is still not there, offer the retry (same message_id, so it is never doubled). */
+  function notStoredAfterAll() {
+    var a = state.awaiting;
+    if (!a || !a.unsure || !a.userLi || a.userLi.dataset.id) return;
+    a.polls += 1;
+    if (a.polls < 2) return;
+    var userLi = a.userLi;
+    settleAwaiting();
+    markNotSent(userLi, a.unsure.text, a.unsure.clientId);
+    showError(UNREACHABLE_TEXT);
+  }
+
+  /** The server has this bubble's message after all (a 5xx after storing it, say): no "Not sent" any more. */
+  function confirmStored(li) {
+    delete li.dataset.local;
+    var failed = li.querySelector(".gw-failed");
+    if (!failed) return;
+    li.classList.remove("gw-msg--failed");
+    failed.remove();
+    if (!ui.error.hidden) clearError();  // the send's error was about this message
+  }
+
   async function poll() {
     if (state.polling || !state.bot) return;
     state.polling = true;
     var generation = state.generation;
+    var sends = state.sends;
     try {
       var url = botUrl("/sessions/" + encodeURIComponent(state.sessionId) + "/messages");
-      if (state.lastId !== null) url += "?after=" + encodeURIComponent(state.lastId);
+      var after = state.lastId;
+      var waitedFor = awaitedId();
+      // Ask again from the awaited message, to learn when it is answered (its status leaves "pending").
+      if (waitedFor !== null && (after === null || waitedFor - 1 < Number(after))) after = waitedFor - 1;
+      if (after !== null) url += "?after=" + encodeURIComponent(after);
       var res = await fetch(url, { headers: { Accept: "application/json" } });
       if (!res.ok || generation !== state.generation) return;
       var data = await res.json();
       if (generation !== state.generation) return;
       ingest(Array.isArray(data) ? data : data.messages || []);
-      if (data && data.state === "bot") showHandoff(false);  // handed back: the bot answers again
+      notStoredAfterAll();
+      // A reply that came while this poll was out is newer news about the state than the poll.
+      if (data && typeof data.state === "string" && sends === state.sends) showHandoff(data.state);
     } catch (e) {
       /* offline for a moment: the next tick tries again */
     } finally {
@@ -289,10 +429,7 @@
     state.generation += 1;
     state.bot = name;
     store.set("bot", name);
-    var info = state.bots.find(function (b) { return b.name === name; }) || {};
-    state.maxChars = info.max_message_chars > 0 ? info.max_message_chars : DEFAULT_MAX_CHARS;
-    ui.title.textContent = info.title || info.display_name || "Help chat";
-    if (info.description) ui.subtitle.textContent = info.description;
+    state.maxChars = DEFAULT_MAX_CHARS;  // /v1/bots gives names only; a 413 corrects it
     var sessionKey = "session." + name;
     state.sessionId = store.get(sessionKey);
     if (!state.sessionId) {
@@ -302,8 +439,11 @@
     state.lastId = null;
     state.rendered = new Set();
     state.unconfirmed = [];
+    state.awaiting = null;
     ui.transcript.replaceChildren();
-    showHandoff(false);
+    showHandoff("bot");
+    showTyping(false);
+    clearStatus();
     clearError();
     updateCount();
     await poll();
@@ -314,8 +454,11 @@
   // ---- sending ----
   function charCount(text) { return Array.from(text).length; }  // code points, as the server counts
 
+  /** Nothing a reader would see: whitespace and invisible format characters (zero-width space, BOM…). */
+  function isBlank(text) { return !text.replace(/[\s\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]/g, ""); }
+
   function validate(text) {
-    if (!text) return "Please type a message first.";
+    if (!text || isBlank(text)) return "Please type a message first.";
     var n = charCount(text);
     if (n > state.maxChars) {
       return "Your message is too long: " + n + " characters, and the limit is " + state.maxChars + ". Please shorten it.";
@@ -330,61 +473,98 @@
     ui.count.classList.toggle("gw-count--over", n > state.maxChars);
   }
 
-  async function send(text) {
+  /** A bubble the server never got (5xx, proxy error page, no connection): say so and offer a retry
+   * that sends the same message_id, so a copy the server did store is not answered twice. */
+  function markNotSent(userLi, text, clientId) {
+    userLi.classList.add("gw-msg--failed");
+    userLi.dataset.local = "pending";
+    var row = el("div", "gw-failed");
+    row.appendChild(el("span", "gw-failed-label", "Not sent"));
+    row.appendChild(document.createTextNode(" – "));
+    var retry = el("button", "gw-retry", "Retry");
+    retry.type = "button";
+    retry.setAttribute("aria-label", "Retry sending this message");
+    retry.addEventListener("click", function () {
+      if (state.busy) return;
+      row.remove();
+      userLi.classList.remove("gw-msg--failed");
+      send(text, { userLi: userLi, clientId: clientId });
+    });
+    row.appendChild(retry);
+    userLi.appendChild(row);
+  }
+
+  async function send(text, again) {
     setBusy(true);
     clearError();
-    var userLi = appendMessage(renderMessage({ direction: "in", author: "contact", text: text }));
-    var pendingUser = { author: "contact", remaining: text, li: userLi };
-    state.unconfirmed.push(pendingUser);
+    var clientId = again ? again.clientId : newSessionId().replace("web-", "m-");
+    var userLi = again ? again.userLi : appendMessage(renderMessage({ direction: "in", author: "contact", text: text }));
+    userLi.dataset.local = "pending";
+    var pendingUser = null;
+    for (var k = 0; k < state.unconfirmed.length; k++) if (state.unconfirmed[k].li === userLi) pendingUser = state.unconfirmed[k];
+    if (!pendingUser) {
+      pendingUser = { author: "contact", remaining: text, li: userLi };
+      state.unconfirmed.push(pendingUser);
+    }
     showTyping(true);
     var botLi = null;
     var streamed = "";
     try {
-      var reply = await chat(text, function (token) {
+      var reply = await chat(text, clientId, function (token) {
         if (!botLi) {
           showTyping(false);
           botLi = appendMessage(renderMessage({ direction: "out", author: "bot", text: "" }));
           botLi.setAttribute("aria-busy", "true");  // announce the whole answer once, not every token
+          botLi.dataset.local = "pending";
         }
         streamed += token;
-        botLi.querySelector(".gw-bubble").textContent = streamed;
+        fillBubble(botLi.querySelector(".gw-bubble"), "bot", streamed, null);
         scrollToEnd();
       });
-      finishReply(reply || {}, botLi);
+      delete userLi.dataset.local;
+      finishReply(reply || {}, userLi, botLi);
     } catch (err) {
-      if (botLi) botLi.remove();
-      if (err.interrupted) {
-        showError(err.message);
+      if (err.interrupted || err.timedOut) {
+        // Stored (or perhaps stored, when the request hung): keep what streamed and follow the transcript.
+        if (state.awaiting) settleAwaiting();
+        startAwaiting({ userLi: userLi, botLi: botLi, inboundId: null, message: err.message,
+                        unsure: err.timedOut && !botLi ? { text: text, clientId: clientId } : null });
       } else {
+        if (botLi) botLi.remove();
         if (err.status && err.status < 500) {
           // Refused, so not stored: take the bubble back and give the text back to edit.
           userLi.remove();
           state.unconfirmed.splice(state.unconfirmed.indexOf(pendingUser), 1);
           if (!ui.input.value) ui.input.value = text;
           ui.input.setAttribute("aria-invalid", "true");
+          showError(err.message || "Something went wrong. Please try again.");
+        } else {
+          markNotSent(userLi, text, clientId);
+          showError(err.status ? err.message : UNREACHABLE_TEXT);
         }
-        showError(err.message || "Something went wrong. Please try again.");
       }
     } finally {
-      showTyping(false);
+      state.sends += 1;
       setBusy(false);
+      showTyping(!!state.awaiting);
       updateCount();
       ui.input.focus();
       schedulePoll(300);
     }
   }
 
-  function finishReply(reply, botLi) {
+  function finishReply(reply, userLi, botLi) {
     if (reply.reply === null || reply.reply === undefined) {
-      if (botLi) botLi.remove();
       if (reply.pending) {
         // Still being worked on after the server stopped waiting: the transcript poll brings it.
-        showError("This is taking longer than usual; the answer will appear here.");
-      } else if (reply.state === "waiting" || reply.state === "operator") {
-        // An operator holds the thread: their answer arrives through the transcript poll.
-        showHandoff(true);
+        if (state.awaiting) settleAwaiting();
+        startAwaiting({ userLi: userLi, botLi: botLi, inboundId: reply.message_id, message: SLOW_TEXT });
+      } else if (botLi) {
+        botLi.remove();
       }
-      // Otherwise (state "bot": rate limited, or handed back just now) no person is coming: no banner.
+      // A person holds the thread ("waiting", "operator"): the banner says so, their answer comes by poll.
+      // State "bot" (rate limited, or handed back just now): no person is coming, no banner.
+      showHandoff(reply.state);
       return;
     }
     var li = renderMessage({ direction: "out", author: "bot", text: reply.reply, citations: reply.citations });
@@ -392,7 +572,7 @@
     scrollToEnd();
     // Matched by text when the transcript poll returns the stored copies, so it is not shown twice.
     state.unconfirmed.push({ author: "bot", remaining: String(reply.reply).trim(), li: li });
-    showHandoff(false);
+    showHandoff(reply.state);
   }
 
   function onSubmit(event) {
@@ -428,6 +608,8 @@
     try {
       var res = await fetch(API, { headers: { Accept: "application/json" } });
       if (!res.ok) throw await errorFrom(res);
+      var seconds = parseFloat(res.headers.get("Gateway-Reply-Timeout") || "");
+      if (seconds > 0 && isFinite(seconds)) state.replyTimeoutMs = seconds * 1000;
       state.bots = normalizeBots(await res.json());
     } catch (err) {
       showError("The chat is not available right now. Retrying…");
@@ -435,13 +617,14 @@
       return;
     }
     if (!state.bots.length) { showError("No assistant is configured on this server."); return; }
+    clearError();
     var names = state.bots.map(function (b) { return b.name; });
     var wanted = new URLSearchParams(window.location.search).get("bot") || store.get("bot");
     var chosen = names.indexOf(wanted) >= 0 ? wanted : names[0];
     if (state.bots.length > 1) {
       ui.botSelect.replaceChildren();
       state.bots.forEach(function (b) {
-        var option = el("option", null, b.title || b.display_name || b.name);
+        var option = el("option", null, b.name);
         option.value = b.name;
         ui.botSelect.appendChild(option);
       });
@@ -456,6 +639,7 @@
       root: $("gw-chat"), title: $("gw-title"), subtitle: $("gw-subtitle"), transcript: $("gw-transcript"),
       form: $("gw-form"), input: $("gw-input"), send: $("gw-send"), error: $("gw-error"), count: $("gw-count"),
       handoff: $("gw-handoff"), typing: $("gw-typing"), botPicker: $("gw-bot-picker"), botSelect: $("gw-bot"),
+      status: $("gw-status"),
     };
     ui.form.addEventListener("submit", onSubmit);
     ui.input.addEventListener("keydown", onKeyDown);
@@ -467,11 +651,12 @@
     start();
   }
 
-  // For tests and embedders: the pure renderers, which never interpret text as markup.
+  // For tests and embedders: the pure renderers, which never interpret text as HTML.
   window.GatewayWidget = Object.freeze({
-    safeHttpUrl: safeHttpUrl,
+    safeHttpUrl: render.safeHttpUrl,
     renderMessage: renderMessage,
     renderCitations: renderCitations,
+    renderMarkdown: renderMarkdown,
     appendMessage: function (msg) { return appendMessage(renderMessage(msg)); },
   });
 

@@ -176,7 +176,9 @@ def test_widget_falls_back_to_json_when_streaming_fails(page, live_server):
 
 
 def test_widget_shows_handoff_notice_then_polls_in_operator_reply(page, live_server):
-    """The real escalation path; only the operator's message is added to the real transcript response."""
+    """The real escalation path; only the operator's claim (state "operator") and message are added to the
+    real transcript response. The banner follows `state`: in the `done` reply, in the transcript, after a
+    reload."""
     operator_text = "Hi, this is Sam from support <b>not bold</b>. Let me check your invoice."
     operator_joined: list[bool] = []
 
@@ -185,6 +187,7 @@ def test_widget_shows_handoff_notice_then_polls_in_operator_reply(page, live_ser
         body = response.json()
         # Always re-sent, as a server would on a retried poll: the widget must still show it once.
         if operator_joined:
+            body["state"] = "operator"
             body["messages"].append({"id": 10**6, "direction": "out", "author": "operator", "text": operator_text,
                                      "citations": [], "created_at": "2026-11-29T10:00:00+00:00"})
         route.fulfill(response=response, body=json.dumps(body))
@@ -194,19 +197,35 @@ def test_widget_shows_handoff_notice_then_polls_in_operator_reply(page, live_ser
     _ask(page, "I want to talk to a human")
     acknowledgement = _wait_bot_text(page)
     assert acknowledgement.strip()
+    # The acknowledgement's own `done` says "waiting": the banner shows at once, not only after a poll.
+    assert page.locator("#gw-handoff").is_visible()
+    assert "will reply here" in page.locator("#gw-handoff").inner_text()
     _ask(page, "Are you there?")
-    page.wait_for_selector("#gw-handoff", state="visible", timeout=ANSWER_WAIT_MS)
-    assert "person" in page.locator("#gw-handoff").inner_text()
+    page.wait_for_function("() => document.getElementById('gw-form').getAttribute('aria-busy') === 'false'"
+                           " && document.querySelectorAll('.gw-msg--contact').length === 2", timeout=ANSWER_WAIT_MS)
+    assert page.locator("#gw-handoff").is_visible()
+    assert page.locator("#gw-handoff").get_attribute("data-state") == "waiting"
     assert page.locator(".gw-msg--bot").count() == 1  # no answer from the bot while a person holds the thread
+
+    page.reload()
+    page.wait_for_selector("#gw-chat[data-ready='true']")
+    assert page.locator("#gw-handoff").is_visible()
+    assert "will reply here" in page.locator("#gw-handoff").inner_text()
 
     operator_joined.append(True)
     page.wait_for_selector(".gw-msg--operator", timeout=10_000)
     assert page.locator(".gw-msg--operator .gw-bubble").inner_text() == operator_text
     assert page.locator("#gw-transcript b").count() == 0
-    assert page.locator("#gw-handoff").is_hidden()
+    assert page.locator("#gw-handoff").is_visible()
+    assert "joined" in page.locator("#gw-handoff").inner_text()
     page.wait_for_timeout(3500)
     assert page.locator(".gw-msg--operator").count() == 1
     assert page.locator(".gw-msg--contact").count() == 2
+
+    page.reload()
+    page.wait_for_selector("#gw-chat[data-ready='true']")
+    assert "joined" in page.locator("#gw-handoff").inner_text()
+    assert page.locator(".gw-msg--operator").count() == 1
     assert page.errors == []
 
 

@@ -1,0 +1,228 @@
+/* Rendering for the web chat widget: untrusted text into elements, never through innerHTML.
+ *
+ * A reply is Markdown. A small subset becomes DOM nodes built here: paragraphs, **bold**, *italic*,
+ * `code`, fenced code, lists, [text](url) and citation markers [n]. Everything else stays text, and a
+ * link is made only when its URL parses as http(s), opened with rel="noopener noreferrer nofollow".
+ * Loaded before widget.js, which reads window.GatewayWidgetRender.
+ */
+(function () {
+  "use strict";
+
+  var LINK_REL = "noopener noreferrer nofollow";
+
+  /** The normalized URL when `raw` is an absolute http(s) URL, else null (javascript:, data:, relative…). */
+  function safeHttpUrl(raw) {
+    if (typeof raw !== "string" || raw.trim() === "") return null;
+    var parsed;
+    try { parsed = new URL(raw.trim()); } catch (e) { return null; }
+    return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
+  }
+
+  function el(tag, className, text) {
+    var node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function link(href, className, text) {
+    var a = el("a", className, text);
+    a.href = href;
+    a.target = "_blank";
+    a.rel = LINK_REL;
+    return a;
+  }
+
+  /** Citations as given, with their 1-based numbers (a reply's [n] is the n-th); non-objects dropped. */
+  function numberedCitations(citations) {
+    if (!Array.isArray(citations)) return [];
+    return citations.map(function (c, i) { return { n: i + 1, c: c }; })
+      .filter(function (x) { return x.c && typeof x.c === "object"; });
+  }
+
+  /** A "Sources" block: links for http(s) URLs, plain text for anything else. */
+  function renderCitations(citations) {
+    var list = numberedCitations(citations);
+    if (!list.length) return null;
+    var box = el("div", "gw-sources");
+    box.appendChild(el("span", "gw-sources-label", "Sources"));
+    var ul = el("ul");
+    var seen = new Set();
+    list.forEach(function (x) {
+      var c = x.c;
+      var label = String(c.title || c.source || "source");
+      var href = safeHttpUrl(c.url);
+      var key = (href || "") + "\u0000" + label;
+      if (seen.has(key)) return;
+      seen.add(key);
+      var li = el("li");
+      li.dataset.n = String(x.n);
+      li.appendChild(el("span", "gw-source-n", x.n));
+      var item = href ? link(href, "gw-source", label) : el("span", "gw-source", label);
+      if (c.source) item.title = String(c.source);
+      li.appendChild(item);
+      ul.appendChild(li);
+    });
+    box.appendChild(ul);
+    return box;
+  }
+
+  // ---- Markdown: a safe subset, built as DOM nodes; what is not recognised stays text ----
+  var LIST_ITEM = /^ {0,3}([-*+]|\d{1,9}[.)])[ \t]+(.*)$/;
+  var FENCE = /^ {0,3}(`{3,}|~{3,})/;
+
+  /** `text` as a fragment of <p>, <ul>/<ol>, <pre><code>; inline marks inside. Never parses HTML. */
+  function renderMarkdown(text, citations) {
+    var frag = document.createDocumentFragment();
+    var lines = String(text === null || text === undefined ? "" : text).replace(/\r\n?/g, "\n").split("\n");
+    var para = [];
+    function flush() {
+      if (!para.length) return;
+      var p = el("p");
+      appendInline(p, para.join("\n"), citations);
+      frag.appendChild(p);
+      para = [];
+    }
+    var i = 0;
+    while (i < lines.length) {
+      var line = lines[i];
+      var fence = FENCE.exec(line);
+      if (fence) {
+        flush();
+        var marker = fence[1];
+        var body = [];
+        i += 1;
+        while (i < lines.length) {
+          var close = lines[i].trim();
+          if (close.length >= marker.length && close.split(marker.charAt(0)).join("") === "") break;
+          body.push(lines[i]);
+          i += 1;
+        }
+        i += 1;  // the closing fence (or the end of an unclosed block)
+        var pre = el("pre", "gw-code");
+        pre.appendChild(el("code", null, body.join("\n")));
+        frag.appendChild(pre);
+        continue;
+      }
+      var item = LIST_ITEM.exec(line);
+      if (item) {
+        flush();
+        var ordered = /\d/.test(item[1]);
+        var list = el(ordered ? "ol" : "ul");
+        var start = parseInt(item[1], 10);
+        if (ordered && start !== 1 && start < 1e6) list.start = start;
+        while (i < lines.length) {
+          var m = LIST_ITEM.exec(lines[i]);
+          if (m && /\d/.test(m[1]) === ordered) {
+            var li = el("li");
+            appendInline(li, m[2], citations);
+            list.appendChild(li);
+          } else if (!m && /^[ \t]{2,}\S/.test(lines[i])) {
+            appendInline(list.lastChild, "\n" + lines[i].trim(), citations);  // an item's indented next line
+          } else {
+            break;
+          }
+          i += 1;
+        }
+        frag.appendChild(list);
+        continue;
+      }
+      if (!line.trim()) flush(); else para.push(line);
+      i += 1;
+    }
+    flush();
+    return frag;
+  }
+
+  var MD_LINK = /^\[([^\[\]\n]{1,500})\]\(([^()\s]{1,2000})\)/;
+  var MD_CITE = /^\[(\d{1,3})\](?!\()/;
+
+  /** Inline marks into `parent`: `code`, **bold**, *italic*, [text](http url), [n]. Text nodes otherwise. */
+  function appendInline(parent, text, citations) {
+    var plain = "";
+    function flushText() { if (plain) { parent.appendChild(document.createTextNode(plain)); plain = ""; } }
+    var i = 0;
+    while (i < text.length) {
+      var ch = text.charAt(i);
+      var rest = ch === "`" || ch === "[" ? text.slice(i) : "";  // only where a pattern is tried
+      var end, m;
+      if (ch === "`") {
+        var ticks = /^`+/.exec(rest)[0];
+        end = text.indexOf(ticks, i + ticks.length);
+        if (end > i + ticks.length) {
+          flushText();
+          parent.appendChild(el("code", null, text.slice(i + ticks.length, end)));
+          i = end + ticks.length;
+          continue;
+        }
+        plain += ticks;
+        i += ticks.length;
+        continue;
+      }
+      if (ch === "*" && text.charAt(i + 1) === "*") {
+        end = text.indexOf("**", i + 2);
+        if (end > i + 2 && /\S/.test(text.charAt(i + 2)) && /\S/.test(text.charAt(end - 1))) {
+          flushText();
+          var strong = el("strong");
+          appendInline(strong, text.slice(i + 2, end), citations);
+          parent.appendChild(strong);
+          i = end + 2;
+          continue;
+        }
+        plain += "**";
+        i += 2;
+        continue;
+      }
+      if (ch === "*") {
+        end = text.indexOf("*", i + 1);
+        if (end > i + 1 && /\S/.test(text.charAt(i + 1)) && /\S/.test(text.charAt(end - 1))
+            && text.charAt(end + 1) !== "*") {
+          flushText();
+          var em = el("em");
+          appendInline(em, text.slice(i + 1, end), citations);
+          parent.appendChild(em);
+          i = end + 1;
+          continue;
+        }
+        plain += ch;
+        i += 1;
+        continue;
+      }
+      if (ch === "[") {
+        m = MD_LINK.exec(rest);
+        var href = m && safeHttpUrl(m[2]);
+        if (href) {
+          flushText();
+          parent.appendChild(link(href, "gw-link", m[1]));
+          i += m[0].length;
+          continue;
+        }
+        if (m) {  // a link to anything but http(s): the whole of it as text
+          plain += m[0];
+          i += m[0].length;
+          continue;
+        }
+        m = MD_CITE.exec(rest);
+        var cited = m && Array.isArray(citations) ? citations[Number(m[1]) - 1] : null;
+        if (cited && typeof cited === "object") {
+          flushText();
+          var sup = el("sup", "gw-cite");
+          var url = safeHttpUrl(cited.url);
+          var marker = url ? link(url, "gw-cite-link", m[0]) : el("span", null, m[0]);
+          marker.title = String(cited.title || cited.source || "source");
+          sup.appendChild(marker);
+          parent.appendChild(sup);
+          i += m[0].length;
+          continue;
+        }
+      }
+      plain += ch;
+      i += 1;
+    }
+    flushText();
+  }
+
+  window.GatewayWidgetRender = Object.freeze({
+    el: el, link: link, safeHttpUrl: safeHttpUrl, renderCitations: renderCitations, renderMarkdown: renderMarkdown,
+  });
+})();

@@ -1,0 +1,131 @@
+"""Replies are Markdown (channels/web.py): the widget renders a safe subset as DOM nodes it builds, and
+everything else, hostile or naughty, as text. In a real headless Chromium against the real app."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.web.test_widget_browser import _ask, _open, _sse, _wait_bot_text
+
+pytestmark = pytest.mark.browser
+
+BLNS = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "badinput" / "blns.json").read_text("utf-8"))
+ALLOWED = {"P", "STRONG", "EM", "CODE", "PRE", "UL", "OL", "LI", "A", "SUP", "SPAN"}
+REL = "noopener noreferrer nofollow"
+
+MARKDOWN_REPLY = """**Reset** the *sync token* with `gw sync --reset` [1].
+
+1. Open **Settings**
+2. Press *Sync now* [2]
+
+- see [the guide](https://help.acme.example/sync)
+- not [this](javascript:window.__pwned=1) nor [that](data:text/html,x)
+
+```
+<script>window.__pwned=1</script> **not bold**
+```
+Unknown marker [9] and 2 * 3 * 4 and **unclosed"""
+CITATIONS = [{"source": "sync.md", "title": "Sync", "url": "https://help.acme.example/sync#token"},
+             {"source": "app.md", "title": "<img src=x onerror=window.__pwned=1>", "url": "javascript:window.__pwned=1"}]
+
+
+@pytest.fixture()
+def page(browser, live_server):
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.errors = []
+    tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
+    tab.on("dialog", lambda dialog: (tab.errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    try:
+        yield tab
+    finally:
+        context.close()
+
+
+def test_widget_renders_markdown_subset_as_built_nodes(page, live_server):
+    done = {"reply": MARKDOWN_REPLY, "citations": CITATIONS, "conversation_id": 1, "state": "bot", "message_id": 1}
+    page.route("**/v1/bots/acme/chat", lambda route: route.fulfill(
+        status=200, headers={"content-type": "text/event-stream"},
+        body=_sse(("token", {"text": "**Reset** the"}), ("done", done))))
+    _open(page, live_server)
+    _ask(page, "How do I reset sync?")
+    _wait_bot_text(page)
+    bubble = page.locator(".gw-msg--bot .gw-bubble")
+
+    assert bubble.locator("strong").all_inner_texts()[:2] == ["Reset", "Settings"]
+    assert bubble.locator("em").all_inner_texts()[:2] == ["sync token", "Sync now"]
+    assert bubble.locator("p code").inner_text() == "gw sync --reset"
+    assert bubble.locator("ol > li").count() == 2 and bubble.locator("ul > li").count() == 2
+    assert bubble.locator("pre code").inner_text() == "<script>window.__pwned=1</script> **not bold**"
+    links = bubble.locator("a").evaluate_all(
+        "as => as.map(a => [a.className, a.getAttribute('href'), a.rel, a.target, a.textContent])")
+    assert links == [
+        ["gw-cite-link", "https://help.acme.example/sync#token", REL, "_blank", "[1]"],
+        ["gw-link", "https://help.acme.example/sync", REL, "_blank", "the guide"],
+    ]
+    text = bubble.inner_text()
+    for literal in ("[this](javascript:window.__pwned=1)", "[that](data:text/html,x)", "[9]", "2 * 3 * 4",
+                    "**unclosed"):
+        assert literal in text, literal
+    # [2]'s source has no http(s) URL: a marker with the title as a tooltip, not a link.
+    assert bubble.locator("sup.gw-cite span").inner_text() == "[2]"
+    assert bubble.locator("sup.gw-cite span").get_attribute("title") == "<img src=x onerror=window.__pwned=1>"
+    assert page.locator(".gw-msg--bot .gw-source-n").all_inner_texts() == ["1", "2"]
+    assert page.locator("#gw-transcript script, #gw-transcript img").count() == 0
+    assert page.evaluate("() => window.__pwned") is None
+    assert page.errors == []
+
+
+INJECTIONS = [
+    "[x](javascript:window.__pwned=1)", "[x](JaVaScRiPt:window.__pwned=1)", "[x]( javascript:window.__pwned=1)",
+    "[x](data:text/html;base64,PHNjcmlwdD53aW5kb3cuX19wd25lZD0xPC9zY3JpcHQ+)", "[x](vbscript:msgbox(1))",
+    "[x](//evil.example/)", "[x](/relative)", "[<img src=x onerror=window.__pwned=1>](https://ok.example/)",
+    "[a](https://ok.example/\"onmouseover=\"window.__pwned=1)", "**<img src=x onerror=window.__pwned=1>**",
+    "*<svg onload=window.__pwned=1>*", "`<iframe src=javascript:window.__pwned=1>`",
+    "```\n</code></pre><script>window.__pwned=1</script>\n```", "- <a href=javascript:window.__pwned=1>x</a>",
+    "1. <style>*{display:none}</style>", "[1]", "[[x](javascript:1)](https://ok.example/)",
+    "<!--", "]]>", "&lt;script&gt;window.__pwned=1&lt;/script&gt;", "**" * 2000, "[" * 3000 + "]" * 3000,
+    "*a" * 2000, "`" * 5000, "- " * 1000, "\n".join(["```"] * 300),
+]
+
+CHECK_ALL = """({texts, allowed, rel}) => {
+  const problems = [];
+  const citations = [{source: 's', title: '<b>t</b>', url: 'javascript:window.__pwned=1'},
+                     {source: 'u', title: 'ok', url: 'https://ok.example/source'}];
+  texts.forEach((text, i) => {
+    let li;
+    try {
+      li = window.GatewayWidget.appendMessage({id: 100000 + i, direction: 'out', author: 'bot', text, citations});
+    } catch (e) { problems.push([i, 'threw ' + e]); return; }
+    const bubble = li.querySelector('.gw-bubble');
+    bubble.querySelectorAll('*').forEach(node => {
+      if (!allowed.includes(node.tagName)) problems.push([i, 'tag ' + node.tagName]);
+      for (const attr of node.attributes) {
+        if (!['class', 'href', 'target', 'rel', 'title', 'start'].includes(attr.name)) problems.push([i, 'attr ' + attr.name]);
+      }
+      if (node.tagName === 'A') {
+        if (!/^https?:\\/\\//.test(node.getAttribute('href'))) problems.push([i, 'href ' + node.getAttribute('href')]);
+        if (node.rel !== rel) problems.push([i, 'rel ' + node.rel]);
+      }
+    });
+    // With no Markdown syntax in it, a text is shown exactly.
+    const plain = !/[*`\\[~\\r\\n]/.test(text) && !/^\\s*([-*+]|\\d+[.)])\\s/.test(text) && text.trim() !== '';
+    if (plain && bubble.textContent !== text) problems.push([i, 'text ' + JSON.stringify(bubble.textContent)]);
+  });
+  return problems;
+}"""
+
+
+def test_widget_markdown_renderer_keeps_blns_and_injections_inert(page, live_server):
+    _open(page, live_server)
+    texts = [t for t in BLNS if isinstance(t, str)] + INJECTIONS
+    problems = page.evaluate(CHECK_ALL, {"texts": texts, "allowed": sorted(ALLOWED), "rel": REL})
+    assert problems == []
+    transcript = page.locator("#gw-transcript")
+    assert transcript.locator("script, img, svg, iframe, style, b").count() == 0
+    page.wait_for_timeout(300)  # an onerror would fire by now
+    assert page.evaluate("() => window.__pwned") is None
+    assert page.errors == []
