@@ -152,3 +152,17 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
 
     with serving(app) as url:
         yield LiveServer(url=url, config_path=config, bot="acme")
+
+
+@pytest.fixture()
+def page(browser, live_server):
+    """A fresh browser context per test: its own localStorage, so its own web chat session."""
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.errors = []
+    tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
+    tab.on("dialog", lambda dialog: (tab.errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    try:
+        yield tab
+    finally:
+        context.close()

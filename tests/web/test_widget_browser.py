@@ -18,20 +18,6 @@ QUESTION = "How do I fix sync error E-SYNC-409?"
 ANSWER_WAIT_MS = 60_000
 
 
-@pytest.fixture()
-def page(browser, live_server):
-    """A fresh browser context per test: its own localStorage, so its own web chat session."""
-    context = browser.new_context()
-    tab = context.new_page()
-    tab.errors = []
-    tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
-    tab.on("dialog", lambda dialog: (tab.errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
-    try:
-        yield tab
-    finally:
-        context.close()
-
-
 def _open(page, live_server) -> None:
     page.goto(live_server.url + "/")
     page.wait_for_selector("#gw-chat[data-ready='true']")

@@ -32,19 +32,6 @@ CITATIONS = [{"source": "sync.md", "title": "Sync", "url": "https://help.acme.ex
              {"source": "app.md", "title": "<img src=x onerror=window.__pwned=1>", "url": "javascript:window.__pwned=1"}]
 
 
-@pytest.fixture()
-def page(browser, live_server):
-    context = browser.new_context()
-    tab = context.new_page()
-    tab.errors = []
-    tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
-    tab.on("dialog", lambda dialog: (tab.errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
-    try:
-        yield tab
-    finally:
-        context.close()
-
-
 def test_widget_renders_markdown_subset_as_built_nodes(page, live_server):
     done = {"reply": MARKDOWN_REPLY, "citations": CITATIONS, "conversation_id": 1, "state": "bot", "message_id": 1}
     page.route("**/v1/bots/acme/chat", lambda route: route.fulfill(

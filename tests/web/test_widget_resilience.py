@@ -21,20 +21,6 @@ pytestmark = pytest.mark.browser
 POLL_WAIT_MS = 15_000  # a few polling rounds (every 3 s)
 
 
-@pytest.fixture()
-def page(browser, live_server):
-    """A fresh browser context per test: its own localStorage, so its own web chat session."""
-    context = browser.new_context()
-    tab = context.new_page()
-    tab.errors = []
-    tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
-    tab.on("dialog", lambda dialog: (tab.errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
-    try:
-        yield tab
-    finally:
-        context.close()
-
-
 class FakeTranscript:
     """Stands in for GET …/messages: serves `messages` after the `after` id, with `state`."""
 
