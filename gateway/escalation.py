@@ -11,7 +11,8 @@ A claim is released by its holder (back to open) or taken over, explicitly, by a
 bot, so an absent holder never strands a thread. On resolve, a customer message that came after the
 operator's last reply and that nobody answered goes back to the worker, so the bot answers it.
 Side effects (bus events, the Slack operator post) run after the transaction commits, through
-`listeners`, so a rolled-back escalation never pings anyone.
+`listeners`, so a rolled-back escalation never pings anyone. The claim transitions (claim, take over,
+release) are in `gateway.escalation_claims`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.errors import BadRequest, Conflict, NotFound
+from gateway.escalation_claims import ClaimTransitions
+from gateway.escalation_records import conflict_message, live_escalation, record_event
 from gateway.events import ESCALATIONS_TOPIC, EventBus
 from gateway.handback import answer_if_handed_back, requeue_unanswered
 from gateway.models import as_utc, utcnow
@@ -40,7 +43,7 @@ Listener = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_OPERATOR_TEXT = 4000
 
 
-class Escalations:
+class Escalations(ClaimTransitions):
     """Opens, claims, answers and resolves escalations; the one service behind every operator surface."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, settings: Settings, bus: EventBus,
@@ -62,7 +65,7 @@ class Escalations:
             update(Conversation).where(Conversation.id == conversation.id, Conversation.state == "bot")
             .values(state="waiting", assigned_operator=None).execution_options(synchronize_session=False))
         if moved.rowcount != 1:
-            existing = await _live_escalation(session, conversation.id)
+            existing = await live_escalation(session, conversation.id)
             if existing is not None:
                 return existing
         conversation.state, conversation.assigned_operator = "waiting", None
@@ -122,129 +125,6 @@ class Escalations:
             return list((await session.execute(select(EscalationEvent).where(
                 EscalationEvent.escalation_id == escalation_id).order_by(EscalationEvent.id))).scalars().all())
 
-    async def claim(self, escalation_id: int, *, operator: str, bots: Iterable[str] | None,
-                    reason: str = "", take_over: bool = False) -> Escalation:
-        """open → claimed (conversation waiting → operator). Exactly one concurrent claim wins.
-        With `take_over`, a claim another operator holds passes to `operator` (recorded, announced)."""
-        escalation = await self.get(escalation_id, bots=bots)
-        if take_over and escalation.state == "claimed" and escalation.operator != operator:
-            return await self._take_over(escalation, operator=operator, reason=reason)
-        async with self._sessions() as session, session.begin():
-            now = utcnow()
-            won = await session.execute(
-                update(Escalation).where(Escalation.id == escalation_id, Escalation.state == "open")
-                .values(state="claimed", operator=operator, claimed_at=now)
-                .execution_options(synchronize_session=False))
-            if won.rowcount != 1:
-                current = await session.get(Escalation, escalation_id)
-                if current.state == "claimed" and current.operator == operator:
-                    return current  # a retried claim by the holder is not a conflict
-                raise Conflict(_conflict_message(current))
-            await session.execute(
-                update(Conversation).where(Conversation.id == escalation.conversation_id)
-                .values(state="operator", assigned_operator=operator).execution_options(synchronize_session=False))
-            record_event(session, escalation, kind="claimed", from_state="waiting", to_state="operator", actor=operator,
-                    reason=reason)
-            notice = await self._tell_claimed(session, escalation.conversation_id)
-            self._after_commit(session, {"type": "claimed", "escalation_id": escalation_id, "bot": escalation.bot,
-                                         "conversation_id": escalation.conversation_id, "operator": operator})
-        if self._metrics:
-            self._metrics.observe_claim(escalation.bot, (now - as_utc(escalation.created_at)).total_seconds())
-        log.info("escalation.claimed", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
-        if notice is not None:
-            await self._deliver(notice.id)
-        return await self.get(escalation_id, bots=None)
-
-    async def _tell_claimed(self, session: AsyncSession, conversation_id: int) -> Message | None:
-        """Store `escalation.claimed_message` for the customer (None when the bot's is empty)."""
-        conversation = await session.get(Conversation, conversation_id)
-        text = self._settings.bot(conversation.bot).escalation.claimed_message if conversation else ""
-        if not text.strip():
-            return None
-        return await repo.add_outbound(session, conversation=conversation, author="system", text=text)
-
-    async def _take_over(self, escalation: Escalation, *, operator: str, reason: str) -> Escalation:
-        """claimed by someone else → claimed by `operator`; only if the holder is still the one we saw."""
-        previous = escalation.operator
-        async with self._sessions() as session, session.begin():
-            won = await session.execute(
-                update(Escalation).where(Escalation.id == escalation.id, Escalation.state == "claimed",
-                                         Escalation.operator == previous)
-                .values(operator=operator, claimed_at=utcnow()).execution_options(synchronize_session=False))
-            if won.rowcount != 1:  # resolved, released or taken by a third operator meanwhile
-                raise Conflict(_conflict_message(await session.get(Escalation, escalation.id)))
-            await session.execute(
-                update(Conversation).where(Conversation.id == escalation.conversation_id)
-                .values(state="operator", assigned_operator=operator).execution_options(synchronize_session=False))
-            record_event(session, escalation, kind="taken_over", from_state="operator", to_state="operator",
-                         actor=operator, reason=reason or f"taken over from {previous}")
-            self._after_commit(session, {"type": "taken_over", "escalation_id": escalation.id, "bot": escalation.bot,
-                                         "conversation_id": escalation.conversation_id, "operator": operator,
-                                         "previous_operator": previous})
-        log.info("escalation.taken_over", escalation_id=escalation.id, operator=operator, previous=previous,
-                 bot=escalation.bot)
-        return await self.get(escalation.id, bots=None)
-
-    async def release(self, escalation_id: int, *, operator: str, bots: Iterable[str] | None,
-                      reason: str = "") -> Escalation:
-        """claimed → open (conversation operator → waiting), by the holder: any operator may claim it
-        again, and the claim timeout (with its reminder) counts again from now."""
-        escalation = await self.get(escalation_id, bots=bots)
-        async with self._sessions() as session, session.begin():
-            now = utcnow()
-            done = await session.execute(
-                update(Escalation).where(Escalation.id == escalation_id, Escalation.state == "claimed",
-                                         Escalation.operator == operator)
-                .values(state="open", operator=None, claimed_at=None, waiting_since=now)
-                .execution_options(synchronize_session=False))
-            if done.rowcount != 1:
-                current = await session.get(Escalation, escalation_id)
-                if current is not None and current.state == "open":
-                    raise Conflict(f"escalation {escalation_id} is not claimed")
-                raise Conflict(_conflict_message(current))
-            await session.execute(
-                update(Conversation).where(Conversation.id == escalation.conversation_id)
-                .values(state="waiting", assigned_operator=None).execution_options(synchronize_session=False))
-            record_event(session, escalation, kind="released", from_state="operator", to_state="waiting",
-                         actor=operator, reason=reason)
-            self._after_commit(session, {"type": "released", "escalation_id": escalation_id, "bot": escalation.bot,
-                                         "conversation_id": escalation.conversation_id, "operator": operator})
-        log.info("escalation.released", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
-        return await self.get(escalation_id, bots=None)
-
-    async def claim_conversation(self, conversation_id: int, *, operator: str,
-                                 bots: Iterable[str] | None) -> Escalation:
-        """Take over a conversation, escalated or not: bot → operator directly, or claim its open escalation."""
-        async with self._sessions() as session, session.begin():
-            conversation = await session.get(Conversation, conversation_id)
-            if conversation is None or (bots is not None and conversation.bot not in set(bots)):
-                raise NotFound(f"no conversation {conversation_id}")
-            taken = await session.execute(
-                update(Conversation).where(Conversation.id == conversation_id, Conversation.state == "bot")
-                .values(state="operator", assigned_operator=operator).execution_options(synchronize_session=False))
-            if taken.rowcount == 1:
-                now = utcnow()
-                escalation = Escalation(conversation_id=conversation_id, bot=conversation.bot, state="claimed",
-                                        reason="taken over by an operator", operator=operator, notes=[],
-                                        created_at=now, claimed_at=now)
-                session.add(escalation)
-                await session.flush()
-                record_event(session, escalation, kind="claimed", from_state="bot", to_state="operator", actor=operator,
-                        reason="taken over without an escalation")
-                notice = await self._tell_claimed(session, conversation_id)
-                self._after_commit(session, {"type": "claimed", "escalation_id": escalation.id,
-                                             "bot": conversation.bot, "conversation_id": conversation_id,
-                                             "operator": operator})
-            else:
-                existing = await _live_escalation(session, conversation_id)
-        if taken.rowcount == 1:
-            if notice is not None:
-                await self._deliver(notice.id)
-            return escalation
-        if existing is None:
-            raise Conflict(f"conversation {conversation_id} changed state while claiming; try again")
-        return await self.claim(existing.id, operator=operator, bots=bots)
-
     async def reply(self, escalation_id: int, *, operator: str, text: str, bots: Iterable[str] | None,
                     source: str = "api") -> Message:
         """Send the operator's message to the customer on their own channel (claims an open escalation)."""
@@ -257,13 +137,13 @@ class Escalations:
         if escalation.state == "open":
             escalation = await self.claim(escalation_id, operator=operator, bots=bots, reason="replied")
         if escalation.state != "claimed" or escalation.operator != operator:
-            raise Conflict(_conflict_message(escalation))
+            raise Conflict(conflict_message(escalation))
         async with self._sessions() as session, session.begin():
             # Checked again under a row lock: a take-over between the check above and this insert must
             # not let the previous holder's reply through.
             current = await session.get(Escalation, escalation_id, with_for_update=True)
             if current is None or current.state != "claimed" or current.operator != operator:
-                raise Conflict(_conflict_message(current))
+                raise Conflict(conflict_message(current))
             conversation = await session.get(Conversation, escalation.conversation_id)
             message = await repo.add_outbound(session, conversation=conversation, text=text, author="operator")
             message.meta = {"operator": operator, "escalation_id": escalation_id}
@@ -287,7 +167,7 @@ class Escalations:
                 ).values(state="resolved", resolved_at=now, operator=operator)
                 .execution_options(synchronize_session=False))
             if done.rowcount != 1:
-                raise Conflict(_conflict_message(await session.get(Escalation, escalation_id)))
+                raise Conflict(conflict_message(await session.get(Escalation, escalation_id)))
             conversation = await session.get(Conversation, escalation.conversation_id)
             from_state = conversation.state
             conversation.state, conversation.assigned_operator, conversation.unanswered_turns = "bot", None, 0
@@ -328,7 +208,7 @@ class Escalations:
         the thread was handed back while it was being held (nobody answered it), the bot answers it."""
         async with self._sessions() as session:
             message = await session.get(Message, message_id)
-            escalation = await _live_escalation(session, message.conversation_id) if message else None
+            escalation = await live_escalation(session, message.conversation_id) if message else None
         if escalation is None:
             if message is not None:
                 await answer_if_handed_back(self._sessions, message)
@@ -369,29 +249,6 @@ class Escalations:
         """Wait for pending side effects (tests and shutdown)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-
-async def _live_escalation(session: AsyncSession, conversation_id: int) -> Escalation | None:
-    return (await session.execute(select(Escalation).where(
-        Escalation.conversation_id == conversation_id, Escalation.state.in_(("open", "claimed")))
-        .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
-
-
-def record_event(session: AsyncSession, escalation: Escalation, *, kind: str, actor: str, reason: str = "",
-            from_state: str | None = None, to_state: str | None = None) -> None:
-    session.add(EscalationEvent(escalation_id=escalation.id, conversation_id=escalation.conversation_id, kind=kind,
-                                from_state=from_state, to_state=to_state, actor=actor, reason=(reason or "")[:2000],
-                                created_at=utcnow()))
-
-
-def _conflict_message(escalation: Escalation | None) -> str:
-    if escalation is None:
-        return "the escalation no longer exists"
-    if escalation.state == "claimed":
-        return f"escalation {escalation.id} is already claimed by {escalation.operator}"
-    if escalation.state == "resolved":
-        return f"escalation {escalation.id} is already resolved"
-    return f"escalation {escalation.id} is {escalation.state}; claim it first"
 
 
 def _says_person_is_coming(text: str, bot) -> bool:

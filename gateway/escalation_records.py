@@ -1,0 +1,37 @@
+"""The escalation rows every transition shares: finding a thread's live escalation, writing the audit
+trail (`escalation_events`) and saying why a transition lost its race. Both `gateway.escalation` and
+`gateway.escalation_claims` use them, so they live below both."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.models import utcnow
+from storage.models import Escalation, EscalationEvent
+
+
+async def live_escalation(session: AsyncSession, conversation_id: int) -> Escalation | None:
+    """The conversation's open or claimed escalation, newest first; None when there is none."""
+    return (await session.execute(select(Escalation).where(
+        Escalation.conversation_id == conversation_id, Escalation.state.in_(("open", "claimed")))
+        .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
+
+
+def record_event(session: AsyncSession, escalation: Escalation, *, kind: str, actor: str, reason: str = "",
+                 from_state: str | None = None, to_state: str | None = None) -> None:
+    """Add one row to the audit trail of an escalation, inside the caller's transaction."""
+    session.add(EscalationEvent(escalation_id=escalation.id, conversation_id=escalation.conversation_id, kind=kind,
+                                from_state=from_state, to_state=to_state, actor=actor, reason=(reason or "")[:2000],
+                                created_at=utcnow()))
+
+
+def conflict_message(escalation: Escalation | None) -> str:
+    """Why a conditional transition found the escalation in another state (the 409's text)."""
+    if escalation is None:
+        return "the escalation no longer exists"
+    if escalation.state == "claimed":
+        return f"escalation {escalation.id} is already claimed by {escalation.operator}"
+    if escalation.state == "resolved":
+        return f"escalation {escalation.id} is already resolved"
+    return f"escalation {escalation.id} is {escalation.state}; claim it first"
