@@ -20,6 +20,23 @@ from tests.channels.telegram_helpers import (  # noqa: F401 - `fake` fixture
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 
+class Received:
+    """A `deliver` callback that keeps what the adapter hands over; `wait` until `expect` messages came."""
+
+    def __init__(self, *, expect: int) -> None:
+        self.messages: list[InboundMessage] = []
+        self._expect = expect
+        self._enough = asyncio.Event()
+
+    async def deliver(self, message: InboundMessage) -> None:
+        self.messages.append(message)
+        if len(self.messages) >= self._expect:
+            self._enough.set()
+
+    async def wait(self, *, timeout: float) -> None:
+        await asyncio.wait_for(self._enough.wait(), timeout=timeout)
+
+
 async def test_start_learns_username_so_group_mentions_work(fake: FakeTelegramAPI) -> None:
     tg = TelegramAdapter("demo", _settings(fake.base_url))
     text = "@support_bot hi"
@@ -36,25 +53,18 @@ async def test_start_learns_username_so_group_mentions_work(fake: FakeTelegramAP
 async def test_polling_delivers_updates_and_stops_cleanly(fake: FakeTelegramAPI) -> None:
     fake.webhook = {"url": "https://old.example/hook"}
     tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling"), polling_timeout=1)
-    received: list[InboundMessage] = []
-    got_two = asyncio.Event()
-
-    async def deliver(message: InboundMessage) -> None:
-        received.append(message)
-        if len(received) == 2:
-            got_two.set()
-
-    await tg.start(deliver)
+    received = Received(expect=2)
+    await tg.start(received.deliver)
     fake.push_update(_update("first", update_id=9001))
     fake.push_update({"update_id": 9002, "edited_message": _update("x")["message"]})
     fake.push_update(_update("/start", update_id=9003, entities=[{"type": "bot_command", "offset": 0, "length": 6}]))
-    await asyncio.wait_for(got_two.wait(), timeout=5)
+    await received.wait(timeout=5)
     started = time.monotonic()
     await tg.stop()
     assert time.monotonic() - started < 3
-    assert [m.external_id for m in received] == ["9001", "9003"]
-    assert received[0].text == "first" and received[1].raw["command"] == "start"
-    assert received[0].sender.display_name == "Ann Lee"
+    assert [m.external_id for m in received.messages] == ["9001", "9003"]
+    assert received.messages[0].text == "first" and received.messages[1].raw["command"] == "start"
+    assert received.messages[0].sender.display_name == "Ann Lee"
     assert fake.calls("deleteWebhook") and not fake.webhook
     assert fake.calls("getUpdates")[0].params["allowed_updates"] == ["message", "edited_message", "channel_post", "edited_channel_post"]
 
@@ -65,22 +75,15 @@ async def test_polling_reads_an_update_aiogram_cannot_validate_and_goes_on(fake:
     odd = _update("what about this story?", update_id=9101, external_reply={"origin": {"type": "hidden_user",
                   "sender_user_name": "X", "date": 1700000000}, "story": {}})
     tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling"), polling_timeout=1)
-    received: list[InboundMessage] = []
-    got_two = asyncio.Event()
-
-    async def deliver(message: InboundMessage) -> None:
-        received.append(message)
-        if len(received) == 2:
-            got_two.set()
-
-    await tg.start(deliver)
+    received = Received(expect=2)
+    await tg.start(received.deliver)
     try:
         fake.push_update(odd)
         fake.push_update(_update("hello", update_id=9102))
-        await asyncio.wait_for(got_two.wait(), timeout=5)
+        await received.wait(timeout=5)
     finally:
         await tg.stop()
-    assert [(m.external_id, m.text) for m in received] == [("9101", "what about this story?"), ("9102", "hello")]
+    assert [(m.external_id, m.text) for m in received.messages] == [("9101", "what about this story?"), ("9102", "hello")]
 
 
 async def test_polling_holds_an_update_until_it_is_stored(fake: FakeTelegramAPI) -> None:
