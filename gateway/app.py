@@ -15,7 +15,7 @@ from gateway import __version__, otel
 from gateway.http import admin, health, webchat, webhooks
 from gateway.http.unhandled import UnhandledErrors
 from gateway.http.webchat import STATIC_DIR
-from gateway.observability import configure_logging
+from gateway.observability import HttpMetricsMiddleware, configure_logging
 from gateway.operators import api as operator_api
 from gateway.operators import console as operator_console
 from gateway.operators import slack_operator
@@ -63,6 +63,7 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     app.state.services = svc
     app.add_middleware(UnhandledErrors)  # added first, so inside the next one: its log lines carry the trace id
     app.add_middleware(RequestContextMiddleware, metrics=svc.metrics)
+    app.add_middleware(HttpMetricsMiddleware, metrics=svc.metrics)  # outermost of ours: sees every answer, 500s too
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

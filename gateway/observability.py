@@ -10,6 +10,7 @@ import time
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.routing import Mount
 
 _SECRET_PATTERNS: list[re.Pattern[str]] = []
 
@@ -156,6 +157,16 @@ class Metrics:
                                      ["bot", "channel"], registry=r)
         self.rate_limited = Counter("gateway_rate_limited_total", "Inbound messages over a rate limit",
                                     ["bot", "scope"], registry=r)
+        self.ratelimit_errors = Counter("gateway_ratelimit_errors_total",
+                                        "Rate limit checks let through uncounted because the counter storage failed",
+                                        registry=r)
+        # Labelled by route template ("/v1/bots/{bot}/chat"), never the raw path, so the series stay bounded.
+        self.http_requests = Counter("gateway_http_requests_total", "HTTP responses by route, method and status",
+                                     ["route", "method", "status"], registry=r)
+        self.http_seconds = Histogram("gateway_http_request_seconds",
+                                      "Time from an HTTP request to its response start (a stream's body excluded)",
+                                      ["route"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+                                      registry=r)
         self.is_leader = Gauge("gateway_scheduler_leader", "1 when this replica runs scheduled jobs", registry=r)
         self.signature_failures = Counter("gateway_signature_failures_total", "Webhooks refused for their signature",
                                           ["bot", "channel"], registry=r)
@@ -202,6 +213,69 @@ class Metrics:
                 self.observe_stage(stage, time.monotonic() - started)
         return wrapper
 
+    def observe_http(self, *, route: str, method: str, status: int, seconds: float) -> None:
+        """Count one HTTP response and observe the time to its start."""
+        self.http_requests.labels(route=route, method=method, status=str(status)).inc()
+        self.http_seconds.labels(route=route).observe(seconds)
+
     def render(self) -> bytes:
         """The Prometheus text exposition."""
         return generate_latest(self.registry)
+
+
+UNMATCHED_ROUTE = "unmatched"
+# Any other method a client sends is counted as "other": the label must stay bounded too.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def route_template(scope) -> str:
+    """The template of the route that answered ("/webhooks/{bot}/{channel_path}"), or "unmatched".
+
+    The router records its match in the scope it was given (the same dict every middleware holds), so
+    this is known by the time the response starts. A mount (`/static`) reports its prefix + "/{path}"."""
+    route = scope.get("route")
+    if route is None and scope.get("endpoint") is not None:  # FastAPI records a mount's app, not the Mount
+        route = next((r for r in getattr(scope.get("router"), "routes", ())
+                      if isinstance(r, Mount) and r.app is scope["endpoint"]), None)
+    template = getattr(route, "path_format", None) or getattr(route, "path", None)
+    if not isinstance(template, str) or not template:
+        return UNMATCHED_ROUTE
+    return template
+
+
+class HttpMetricsMiddleware:
+    """Pure ASGI middleware: `gateway_http_requests_total{route,method,status}` and
+    `gateway_http_request_seconds{route}` for every HTTP response, /metrics included.
+
+    Recorded when the response starts, so a server-sent event stream is counted once its headers are
+    out and its body passes through untouched (nothing is buffered). An exception before any response
+    counts as a 500 (the server's last handler answers that) and is raised again."""
+
+    def __init__(self, app, *, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        method = scope.get("method", "GET")
+        method = method if method in _METHODS else "other"
+        responded = False
+
+        async def send_counted(message) -> None:
+            nonlocal responded
+            if message["type"] == "http.response.start" and not responded:
+                responded = True
+                self.metrics.observe_http(route=route_template(scope), method=method, status=message["status"],
+                                          seconds=time.monotonic() - started)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_counted)
+        except Exception:
+            if not responded:
+                self.metrics.observe_http(route=route_template(scope), method=method, status=500,
+                                          seconds=time.monotonic() - started)
+            raise

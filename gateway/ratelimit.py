@@ -5,10 +5,17 @@ Counters live in Redis when `redis_url` is set, so every replica shares them; ot
 process. The worker asks before the pipeline runs: over the limit, the message stays stored, no
 model is called, and the contact gets the bot's notice once per window (a third counter with a limit
 of one per minute makes "once" hold across replicas too).
+
+A rate limiter outage never loses or holds a customer's message: when the storage fails or does not
+answer within `timeout`, the check fails open (the message is let through uncounted), the failure is
+counted in `gateway_ratelimit_errors_total`, and `ratelimit.unavailable` is logged once per
+`LOG_EVERY_S`, not once per message.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 
 import structlog
@@ -23,6 +30,9 @@ from gateway.settings import RateLimitSettings, Settings
 log = structlog.get_logger("gateway.ratelimit")
 
 _NOTICES_PER_WINDOW = RateLimitItemPerMinute(1)
+# A local or same-network Redis answers in milliseconds; past this the message goes on uncounted.
+TIMEOUT_S = 0.5
+LOG_EVERY_S = 60.0  # one `ratelimit.unavailable` line per minute of outage, whatever the message rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +58,11 @@ class RateLimiter:
     """Checks and counts one message against its contact's and its bot's per-minute limits."""
 
     def __init__(self, limits_by_bot: dict[str, RateLimitSettings], *, redis_url: str | None = None,
-                 namespace: str = "gw") -> None:
+                 namespace: str = "gw", timeout: float = TIMEOUT_S, metrics=None) -> None:
         self._limits = limits_by_bot
+        self.timeout = timeout
+        self.metrics = metrics  # gateway.observability.Metrics, for gateway_ratelimit_errors_total
+        self._last_unavailable_log: float | None = None  # when `ratelimit.unavailable` was last logged
         try:
             self._storage = storage_from_string(storage_uri(redis_url))
         except ConfigurationError as exc:  # e.g. the Redis client library is not installed
@@ -59,9 +72,9 @@ class RateLimiter:
         self.backend = "redis" if redis_url else "memory"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "RateLimiter":
+    def from_settings(cls, settings: Settings, *, metrics=None) -> "RateLimiter":
         """One limiter for every bot of the config."""
-        return cls({bot.name: bot.rate_limit for bot in settings.bots}, redis_url=settings.redis_url)
+        return cls({bot.name: bot.rate_limit for bot in settings.bots}, redis_url=settings.redis_url, metrics=metrics)
 
     def enabled_for(self, bot: str) -> bool:
         """Whether the bot has any limit at all (no limit: no counter round trips)."""
@@ -69,10 +82,20 @@ class RateLimiter:
         return bool(config and (config.per_contact_per_minute or config.per_bot_per_minute))
 
     async def check(self, *, bot: str, channel: str, contact: str) -> Decision:
-        """Count this message; refuse it when a limit is exceeded."""
+        """Count this message; refuse it when a limit is exceeded. Allowed when the storage fails."""
         config = self._limits.get(bot)
         if config is None or not self.enabled_for(bot):
             return Decision(allowed=True)
+        try:
+            async with asyncio.timeout(self.timeout):
+                decision = await self._check(config, bot=bot, channel=channel, contact=contact)
+        except Exception as exc:
+            self._unavailable(exc, bot=bot)
+            return Decision(allowed=True)
+        self._available()
+        return decision
+
+    async def _check(self, config: RateLimitSettings, *, bot: str, channel: str, contact: str) -> Decision:
         scope = None
         if config.per_contact_per_minute and not await self._strategy.hit(
                 RateLimitItemPerMinute(config.per_contact_per_minute), self._ns, "contact", bot, channel, contact):
@@ -89,8 +112,36 @@ class RateLimiter:
 
     async def allow_address(self, *, bot: str, address: str, per_minute: int) -> bool:
         """Count one web chat message from a client address; False once it is over `per_minute`. The
-        web chat's contact is a session id the caller chooses, so only the address bounds a caller."""
-        return await self._strategy.hit(RateLimitItemPerMinute(per_minute), self._ns, "address", bot, address)
+        web chat's contact is a session id the caller chooses, so only the address bounds a caller.
+        True when the storage fails."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                allowed = await self._strategy.hit(RateLimitItemPerMinute(per_minute), self._ns, "address", bot, address)
+        except Exception as exc:
+            self._unavailable(exc, bot=bot)
+            return True
+        self._available()
+        return allowed
+
+    async def ping(self) -> None:
+        """Raise when the counter storage does not answer within the timeout (for /readyz)."""
+        async with asyncio.timeout(self.timeout):
+            await self._storage.get(f"{self._ns}/ping")  # a plain read: raises as the client does
+
+    def _unavailable(self, exc: Exception, *, bot: str) -> None:
+        """Count a check that failed open; log it at most once per LOG_EVERY_S."""
+        if self.metrics is not None:
+            self.metrics.ratelimit_errors.inc()
+        now = time.monotonic()
+        if self._last_unavailable_log is None or now - self._last_unavailable_log >= LOG_EVERY_S:
+            self._last_unavailable_log = now
+            log.warning("ratelimit.unavailable", backend=self.backend, bot=bot, error=type(exc).__name__,
+                        detail=str(exc)[:200], action="messages pass uncounted until the storage answers")
+
+    def _available(self) -> None:
+        if self._last_unavailable_log is not None:
+            self._last_unavailable_log = None
+            log.info("ratelimit.recovered", backend=self.backend)
 
     def notice(self, bot: str) -> str:
         """The polite text sent once per window to a contact over the limit."""

@@ -217,7 +217,7 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
                     on_handoff_message=escalations.customer_message)
     inbox = Inbox(sessions, on_stored=worker.notify)
     # Scale-out: rate limits before the pipeline, timed sends, and scheduled jobs only on the leader.
-    rate_limiter = RateLimiter.from_settings(settings)
+    rate_limiter = RateLimiter.from_settings(settings, metrics=metrics)
     worker.handler.rate_limiter = rate_limiter
     outbox.deliver = metrics.timed("send", outbox.deliver)
     enable_langfuse(settings.langfuse)

@@ -27,8 +27,13 @@ async def healthz() -> dict[str, str]:
 async def readyz(request: Request) -> JSONResponse:
     """Ready when the database and the vector index answer; lists the next scheduled ingests, how
     each source's last ingest ended and each bot's chunk count (a failing source or an empty collection
-    is reported, not a reason to stop traffic: the start ingests an empty collection)."""
+    is reported, not a reason to stop traffic: the start ingests an empty collection). With `redis_url`
+    set, `redis` says whether the shared rate limit counters answer: reported, not readiness either,
+    because the limiter fails open (every replica shares that Redis; failing them all would stop every
+    message over a limiter outage). It is asked alongside the other checks, within its own short timeout."""
     svc = services(request)
+    limiter = getattr(svc, "rate_limiter", None)
+    redis = asyncio.create_task(_redis_status(limiter)) if limiter is not None and limiter.backend == "redis" else None
     checks: dict[str, str] = {}
     try:
         async with asyncio.timeout(5):
@@ -50,10 +55,20 @@ async def readyz(request: Request) -> JSONResponse:
             "connections": {f"{bot}/{channel}": adapter.connection_status
                             for (bot, channel), adapter in svc.adapters.items()
                             if isinstance(getattr(adapter, "connection_status", None), str)},
+            **({"redis": await redis} if redis is not None else {}),
             "schedule": svc.scheduler.next_runs() if svc.scheduler and svc.role != "web" else {},
             "ingest": await _last_ingests(svc) if checks["database"] == "ok" else {},
             "chunks": await _chunk_counts(svc) if checks.get("qdrant") == "ok" else {}}
     return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def _redis_status(limiter) -> str:
+    """"ok", or "error: <Type>" when the rate limiter's Redis fails or does not answer in time."""
+    try:
+        await limiter.ping()
+        return "ok"
+    except Exception as exc:
+        return f"error: {type(exc).__name__}"
 
 
 async def _chunk_counts(svc) -> dict[str, int]:

@@ -1,0 +1,103 @@
+"""Redis (the shared rate limit counters) unavailable: every message still gets through, the outage is
+logged once and counted, and /readyz names it without taking the replica out of service.
+
+A refused port stands for Redis being down; a server that accepts and never answers stands for a hung
+one (a dead network path), which used to hold the message until the worker gave up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+import structlog
+
+from gateway.observability import Metrics
+from gateway.ratelimit import RateLimiter
+from gateway.settings import RateLimitSettings
+from tests.conftest import IN_CI
+from tests.reliability.conftest import running_app
+
+DOWN_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+LIVE_REDIS = "redis://127.0.0.1:6379/15"
+LIMITED_BOT = {"name": "acme", "channels": {"web": {"per_address_per_minute": 30}},
+               "rate_limit": {"per_contact_per_minute": 5, "per_bot_per_minute": 50}}
+
+
+def _errors(metrics: Metrics) -> float:
+    return metrics.registry.get_sample_value("gateway_ratelimit_errors_total") or 0.0
+
+
+def _limiter(redis_url: str, **options) -> tuple[RateLimiter, Metrics]:
+    metrics = Metrics()
+    limiter = RateLimiter({"acme": RateLimitSettings(per_contact_per_minute=2)}, redis_url=redis_url,
+                          namespace="test-rl-outage", metrics=metrics, **options)
+    return limiter, metrics
+
+
+async def test_ratelimit_redis_down_lets_messages_through_and_counts_errors() -> None:
+    limiter, metrics = _limiter(DOWN_REDIS)
+    decisions = [await limiter.check(bot="acme", channel="web", contact="u1") for _ in range(4)]
+    assert [d.allowed for d in decisions] == [True] * 4  # over the limit of 2, but nothing can count: fail open
+    assert await limiter.allow_address(bot="acme", address="203.0.113.5", per_minute=1)
+    assert _errors(metrics) == 5
+
+
+async def test_ratelimit_redis_outage_is_logged_once_not_per_message() -> None:
+    limiter, _ = _limiter(DOWN_REDIS)
+    with structlog.testing.capture_logs() as logs:
+        for i in range(20):
+            await limiter.check(bot="acme", channel="web", contact=f"u{i}")
+    unavailable = [entry for entry in logs if entry["event"] == "ratelimit.unavailable"]
+    assert len(unavailable) == 1
+    assert unavailable[0]["error"] == "ConnectionError" and unavailable[0]["backend"] == "redis"
+
+
+async def test_ratelimit_hung_redis_fails_open_after_its_timeout() -> None:
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # keep the connection open, say nothing
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        limiter, metrics = _limiter(f"redis://127.0.0.1:{port}/0", timeout=0.2)
+        # The outer bound only turns a regression (a check that hangs) into a failure instead of a stuck run.
+        decision = await asyncio.wait_for(limiter.check(bot="acme", channel="web", contact="u1"), 30)
+        assert decision.allowed and _errors(metrics) == 1
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(limiter.ping(), 30)
+    finally:
+        server.close()
+
+
+async def test_readyz_reports_redis_down_without_failing_readiness(tmp_path) -> None:
+    async with running_app(tmp_path, bots=[LIMITED_BOT], redis_url=DOWN_REDIS) as (client, _):
+        reply = await client.post("/v1/bots/acme/chat", json={"session_id": "redis-down-1", "text": "Hello?"})
+        assert reply.status_code == 200 and reply.json()["reply"]  # answered, not lost or held
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200
+        body = ready.json()
+        assert body["status"] == "ready" and body["redis"] == "error: ConnectionError"
+        assert "redis" not in body["checks"]  # reported, not a reason to stop traffic
+        metrics = (await client.get("/metrics")).text
+        # The web chat's address check and the worker's contact/bot check each failed open once.
+        assert "gateway_ratelimit_errors_total 2.0" in metrics
+
+
+async def test_readyz_reports_redis_ok(tmp_path) -> None:
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=2).close()
+    except OSError:
+        if IN_CI:
+            raise
+        pytest.skip("no Redis at 127.0.0.1:6379")
+    async with running_app(tmp_path, bots=[LIMITED_BOT], redis_url=LIVE_REDIS) as (client, _):
+        body = (await client.get("/readyz")).json()
+        assert body["status"] == "ready" and body["redis"] == "ok"
+
+
+async def test_readyz_without_redis_url_has_no_redis_field(tmp_path) -> None:
+    async with running_app(tmp_path, bots=[LIMITED_BOT]) as (client, _):
+        body = (await client.get("/readyz")).json()
+        assert body["status"] == "ready" and "redis" not in body
