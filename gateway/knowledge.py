@@ -69,6 +69,12 @@ class Knowledge:
             await self._index.close()
             self._index = None
 
+    async def recorded_chunks(self, bot: str) -> int:
+        """How many chunks the store records as indexed for the bot (compared with the index's count)."""
+        from rag.document_rows import recorded_chunk_count
+
+        return await recorded_chunk_count(self._sessions, bot)
+
     async def ping(self) -> None:
         """Raise unless the index answers."""
         if self._index is None:

@@ -12,12 +12,19 @@ WhatsApp's 24-hour window is checked here, because only the gateway knows when t
 wrote: outside it, the configured Content template is sent instead, or the reply fails visibly. A reply
 WhatsApp refused later as outside the window (a 63016 receipt, `gateway/receipts.py`) comes back with
 `meta.window_closed` and gets the same treatment.
+
+While a send is in flight its row is `sending`, and its `updated_at` is refreshed every `heartbeat_s`.
+Why: a `sending` row that has not moved for two lease periods is taken for a dead replica's and
+requeued (`Worker._requeue_stalled_sends`, `recover`). A send that waits on the platform (Telegram's
+flood wait, a slow API) is alive, and an escalation or operator message is sent outside any
+conversation lease, so without the heartbeat it would be requeued and sent a second time.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 
 import structlog
@@ -39,6 +46,9 @@ log = structlog.get_logger("gateway.outbox")
 
 OUTSIDE_WINDOW = "outside the 24-hour window"
 RECORD_ATTEMPTS = 15  # about a minute of backoff: longer than a database restart or failover
+HEARTBEAT_S = 10.0
+"""How often an in-flight send refreshes its row; well under the two lease periods (60 s by default)
+after which a `sending` row counts as a dead replica's."""
 RETRYING = ("retry", "deferred")
 """`deliver` results that leave the reply pending for a later attempt."""
 
@@ -58,7 +68,8 @@ class Outbox:
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, adapters: Mapping[tuple[str, str], ChannelAdapter],
                  bus: EventBus, metrics=None, max_attempts: int = 10, backoff_s: float = 2.0,
-                 max_backoff_s: float = 300.0, max_platform_wait_s: float = 3600.0) -> None:
+                 max_backoff_s: float = 300.0, max_platform_wait_s: float = 3600.0,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
         self._sessions = sessions
         self._adapters = adapters
         self._bus = bus
@@ -67,6 +78,7 @@ class Outbox:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.max_platform_wait_s = max_platform_wait_s  # the longest `retry_after` a platform may impose
+        self.heartbeat_s = heartbeat_s
 
     async def deliver(self, message_id: int, *,
                       via: Callable[[OutboundMessage], Awaitable[list[str]]] | None = None) -> str:
@@ -113,16 +125,17 @@ class Outbox:
                 attempt=message.attempts,
             )
             try:
-                with otel.span("outbox.send", kind=SpanKind.PRODUCER, attributes={
-                        "gateway.message_id": message.id, "gateway.channel": message.channel,
-                        "gateway.attempt": message.attempts}):
-                    if via is not None:
-                        provider_ids, template = list(await via(outbound)), None
-                    else:
-                        await self._remove_streamed(adapter, outbound, inbound)
-                        provider_ids, template = await self._send(
-                            adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None,
-                            window_closed="window_closed" in meta)
+                async with self._heartbeat(message.id, bound):
+                    with otel.span("outbox.send", kind=SpanKind.PRODUCER, attributes={
+                            "gateway.message_id": message.id, "gateway.channel": message.channel,
+                            "gateway.attempt": message.attempts}):
+                        if via is not None:
+                            provider_ids, template = list(await via(outbound)), None
+                        else:
+                            await self._remove_streamed(adapter, outbound, inbound)
+                            provider_ids, template = await self._send(
+                                adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None,
+                                window_closed="window_closed" in meta)
                 if template:
                     meta["template"] = template
                     bound.info("outbound.template_sent", content_sid=template, reason=OUTSIDE_WINDOW)
@@ -196,6 +209,29 @@ class Outbox:
             self._metrics.message_out(bot=message.bot, channel=message.channel, status=status)
         self._bus.publish(conversation_topic(conversation.id), {"type": "message", "status": status})
         return status
+
+    @contextlib.asynccontextmanager
+    async def _heartbeat(self, message_id: int, bound) -> AsyncIterator[None]:
+        """Refresh the `sending` row's `updated_at` every `heartbeat_s` while the body runs (module docstring)."""
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(self.heartbeat_s)
+                try:
+                    async with self._sessions() as session, session.begin():
+                        await session.execute(
+                            update(Message).where(Message.id == message_id, Message.status == "sending")
+                            .values(updated_at=utcnow()).execution_options(synchronize_session=False))
+                except Exception as exc:  # a database blip: the next beat tries again
+                    bound.warning("outbound.heartbeat_failed", error=type(exc).__name__)
+
+        task = asyncio.create_task(beat(), name=f"outbox-heartbeat-{message_id}")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _send(self, adapter: ChannelAdapter, outbound: OutboundMessage, *,
                     last_inbound_at: datetime | None, window_closed: bool = False) -> tuple[list[str], str | None]:

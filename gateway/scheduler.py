@@ -2,7 +2,9 @@
 
 At start, a bot whose collection is empty (a first deploy that skipped `gateway ingest`, a lost Qdrant
 volume) has its sources ingested at once, on the leader: otherwise it would answer every question with
-its fallback text until its cron comes round, often the next night.
+its fallback text until its cron comes round, often the next night. So has a bot whose collection holds
+fewer points than the store records chunks (a rebuild killed midway): that ingest embeds only the
+missing ones (`rag.ingest`).
 """
 
 from __future__ import annotations
@@ -76,20 +78,26 @@ class IngestScheduler:
         self._first_ingest = asyncio.get_running_loop().create_task(self.ingest_empty(), name="ingest-empty-at-start")
 
     async def ingest_empty(self) -> None:
-        """Ingest, once, the sources of every bot whose collection holds no chunk (leader only)."""
+        """Ingest, once, the sources of every bot whose collection holds no chunk, or fewer than the
+        store records (leader only)."""
         for bot in self._settings.bots:
             if not bot.sources:
                 continue
             try:
-                if await self._knowledge.index.count(bot.name) > 0:
-                    continue
+                why: dict[str, Any] = {"reason": "the collection is empty"}
+                if (indexed := await self._knowledge.index.count(bot.name)) > 0:
+                    # A rebuild killed midway leaves fewer points than recorded chunks: the ingest
+                    # embeds only the missing ones, so resuming it now is cheap.
+                    if indexed >= (recorded := await self._knowledge.recorded_chunks(bot.name)):
+                        continue
+                    why = {"reason": "the collection lacks recorded chunks", "indexed": indexed, "recorded": recorded}
             except Exception as exc:  # the index is checked by /readyz; the cron still runs
                 log.warning("ingest.startup_check_failed", bot=bot.name, error=f"{type(exc).__name__}: {exc}"[:200])
                 continue
             for source in bot.sources:
                 if not await self._leads(f"{bot.name}/{source.name}"):
                     return
-                log.info("ingest.startup_start", bot=bot.name, source=source.name, reason="the collection is empty")
+                log.info("ingest.startup_start", bot=bot.name, source=source.name, **why)
                 try:
                     report = await self._knowledge.ingest_source(bot.name, source.name, trigger="startup")
                     log.info("ingest.startup_done", bot=bot.name, source=source.name, **report.counts())

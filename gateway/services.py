@@ -29,7 +29,7 @@ from gateway.observability import Metrics, enable_langfuse
 from gateway.operators.auth import OperatorAuth
 from gateway.operators.reminders import HandoffReminders
 from gateway.operators.slack_operator import SlackOperatorChannel
-from gateway.outbox import Outbox
+from gateway.outbox import HEARTBEAT_S, Outbox
 from gateway.pg_bridge import PgBridge
 from gateway.pipeline import Pipeline
 from gateway.pipeline.answer import Answerer
@@ -204,7 +204,9 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     tools = {bot.name: BotTools(bot) for bot in settings.bots}
     pipeline = Pipeline(search=knowledge, answerer=Answerer(llm, tools=tools), rewriter=Rewriter(llm),
                         metrics=metrics, budget=DailyBudget(sessions))
-    outbox = Outbox(sessions, adapters=adapters, bus=bus, metrics=metrics)
+    # A live send must refresh its row well inside the two lease periods after which it counts as dead.
+    outbox = Outbox(sessions, adapters=adapters, bus=bus, metrics=metrics,
+                    heartbeat_s=min(HEARTBEAT_S, settings.worker.lease_seconds / 2))
     escalations = Escalations(sessions, settings=settings, bus=bus, metrics=metrics, outbox=outbox)
     slack_operator = SlackOperatorChannel(sessions, settings=settings, escalations=escalations, adapters=adapters)
     escalations.listeners.append(slack_operator.on_event)

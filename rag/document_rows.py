@@ -58,6 +58,14 @@ def validators_of(doc: Document) -> tuple[str | None, str | None]:
     return etag, last_modified
 
 
+async def recorded_chunk_count(sessions: async_sessionmaker[AsyncSession], bot: str) -> int:
+    """How many distinct chunk ids the store records for the bot, over all its sources: the points
+    its index should hold (ingest and the startup check compare it with the index's count)."""
+    async with sessions() as session:
+        found = await session.scalars(select(DocumentRow.chunk_ids).where(DocumentRow.bot == bot))
+        return len({chunk_id for ids in found for chunk_id in ids or ()})
+
+
 class RowWrite(Protocol):
     """What a document's row is written from: the document, its hash, its chunks, its row if any."""
 

@@ -108,6 +108,17 @@ class EdgeIndex:
             return 0
         return await self._run(lambda: self._shards[bot].count(qe.CountRequest(exact=True)))
 
+    async def present_ids(self, bot: str, ids: list[str], *, batch: int = 1024) -> set[str]:
+        """Which of these chunk ids have a point, looked up by id `batch` at a time (ids only)."""
+        if not ids or not await self._exists(bot):
+            return set()
+        found: set[str] = set()
+        for start in range(0, len(ids), batch):
+            part = list(ids[start : start + batch])
+            records = await self._run(lambda part=part: self._shards[bot].retrieve(part, False, False))
+            found.update(str(r.id) for r in records)  # edge gives UUID objects back
+        return found
+
     async def hybrid_query(
         self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int
     ) -> ArmResults:

@@ -168,6 +168,18 @@ class QdrantIndex:
             return 0
         return (await self._call(self.client.count(collection_name(bot), exact=True))).count
 
+    async def present_ids(self, bot: str, ids: list[str], *, batch: int = 1024) -> set[str]:
+        """Which of these chunk ids have a point, looked up by id `batch` at a time (ids only: no
+        payload, no vectors). Ingest asks when the point count says recorded chunks are missing."""
+        if not ids or not await self._exists(bot):
+            return set()
+        found: set[str] = set()
+        for start in range(0, len(ids), batch):
+            records = await self._call(self.client.retrieve(
+                collection_name(bot), ids=list(ids[start : start + batch]), with_payload=False, with_vectors=False))
+            found.update(str(r.id) for r in records)
+        return found
+
     async def hybrid_query(
         self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int
     ) -> ArmResults:

@@ -8,8 +8,15 @@ is kept in `storage.models.Document`:
 - a document the source no longer yields has all its chunks deleted. A document whose fetch
   failed this run keeps its chunks: a flaky page must not empty the knowledge base;
 - a fetched page also keeps its HTTP validators (ETag, Last-Modified); the next run fetches it
-  conditionally, and a 304 keeps its chunks without downloading it (not when the index is empty:
-  then every page is needed in full, to embed it again).
+  conditionally, and a 304 keeps its chunks without downloading it (not when its chunks are missing
+  from the index: then the page is needed in full, to embed it again).
+
+A document counts as unchanged only if its hash matches AND its recorded chunks are in the index.
+The index can lack them: its folder was lost or the engine switched (an empty index), or a run was
+killed midway through embedding them again (a partly rebuilt one). Such a document is re-chunked and
+its missing chunks embedded and written again (counted as `updated`), the ones present are kept.
+The check costs one point count while nothing is missing: the ids are looked up only when the
+index holds another number of points than the store records chunks for the bot (`_missing`).
 
 A new chunk is embedded as its windows (averaged into its one dense vector), its BM25 text, and
 each of its sentences (`Chunk.sentences`, stored as the `sentences` multivector for the ranking
@@ -39,7 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
-from rag.document_rows import DocumentRows, storable, store_key, validators_of
+from rag.document_rows import DocumentRows, recorded_chunk_count, storable, store_key, validators_of
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.ingest_runs import IngestReport, describe, record_run, start_run
 from rag.knowledge_index import KnowledgeIndex
@@ -189,12 +196,19 @@ class Ingestor:
         loader_failures = bool(failed_ids)
         await self.index.ensure_collection(bot, await self.dense.probe_dim())
         rows = await self._rows(bot, source).load()
-        # Documents the store calls indexed but an empty index lacks (the folder was deleted, or the
-        # engine switched): embed them again instead of skipping them as unchanged.
-        rebuild = bool(rows) and await self.index.count(bot) == 0
-        if rebuild:
+        # Chunks the store calls indexed but the index lacks (the folder was deleted, the engine
+        # switched, a rebuild was killed midway): their documents are embedded again, not skipped.
+        absent, indexed = await self._missing(bot, rows)
+        lost = {doc_id for doc_id, row in rows.items() if not absent.isdisjoint(row.chunk_ids)}
+        if absent and not indexed:
             log.warning("index empty, re-embedding recorded documents", extra={"bot": bot, "source": source, "documents": len(rows)})
+        elif absent:
+            log.warning("ingest.points_missing", extra={
+                "bot": bot, "source": source, "missing": len(absent), "documents": len(lost), "indexed": indexed,
+                "recorded": sum(len(row.chunk_ids) for row in rows.values())})
         pending: list[_Pending] = []
+        # A 304 page keeps its chunks as they are. `_validators` sends none for a page with missing
+        # chunks, so such a page comes back in full and is embedded again below.
         seen = {doc_id for doc_id in not_modified if doc_id in rows}
         report.unchanged += sum(len(rows[doc_id].chunk_ids) for doc_id in seen)
         revalidated: list[tuple[DocumentRow, Document]] = []  # unchanged content, new validators or settings stamp
@@ -205,7 +219,7 @@ class Ingestor:
             seen.add(doc.doc_id)
             row = rows.get(doc.doc_id)
             content_hash = self._hash(doc)
-            if row is not None and row.content_hash == content_hash and not rebuild:
+            if row is not None and row.content_hash == content_hash and doc.doc_id not in lost:
                 report.unchanged += len(row.chunk_ids)
                 if (row.etag, row.last_modified) != validators_of(doc) or row.settings_hash != self.settings_hash:
                     revalidated.append((row, doc))
@@ -214,7 +228,7 @@ class Ingestor:
             elif (chunks := await asyncio.to_thread(self._chunk, bot, source, doc, report)) is None:
                 bad.add(doc.doc_id)
             else:
-                old = set(row.chunk_ids) if row and not rebuild else set()
+                old = set(row.chunk_ids) - absent if row else set()  # what the index holds of the document
                 ids = {c.chunk_id for c in chunks}
                 pending.append(
                     _Pending(doc, content_hash, chunks, [c for c in chunks if c.chunk_id not in old], sorted(old - ids), row)
@@ -290,12 +304,32 @@ class Ingestor:
         return DocumentRows(self.sessions, bot, source, self.settings_hash)
 
     async def _validators(self, bot: str, source: str) -> Validators:
-        """The HTTP validators of this source's fetched pages, for conditional fetches. None when the
-        index is empty, and none for a page chunked under other settings: those pages must be
-        downloaded again to be re-embedded."""
-        if await self.index.count(bot) == 0:
+        """The HTTP validators of this source's fetched pages, for conditional fetches. None for a
+        page whose chunks the index lacks (none at all when it is empty), and none for a page chunked
+        under other settings: those pages must be downloaded again to be re-embedded."""
+        rows = self._rows(bot, source)
+        validators = await rows.validators()
+        if not validators:
             return {}
-        return await self._rows(bot, source).validators()
+        stored = await rows.load()
+        absent, _ = await self._missing(bot, stored)
+        return {doc_id: pair for doc_id, pair in validators.items()
+                if doc_id not in stored or absent.isdisjoint(stored[doc_id].chunk_ids)}
+
+    async def _missing(self, bot: str, rows: dict[str, DocumentRow]) -> tuple[set[str], int]:
+        """The chunk ids these rows record that the index has no point for, and the index's point
+        count. Cheap while nothing is missing: the count is compared with the distinct chunk ids the
+        store records for the bot (all its sources), and only when the two differ are this source's
+        ids looked up (by id, without payload or vectors). An empty index lacks them all."""
+        recorded = {chunk_id for row in rows.values() for chunk_id in row.chunk_ids}
+        if not recorded:
+            return set(), 0
+        indexed = await self.index.count(bot)
+        if indexed == 0:
+            return recorded, 0
+        if indexed == await recorded_chunk_count(self.sessions, bot):
+            return set(), indexed
+        return recorded - await self.index.present_ids(bot, sorted(recorded)), indexed
 
     async def _delete_missing(self, bot: str, source: str, gone: list[DocumentRow], report: IngestReport) -> None:
         if not gone:

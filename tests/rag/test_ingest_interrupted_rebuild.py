@@ -1,0 +1,250 @@
+"""Recorded chunks the index lacks are embedded again: after a rebuild killed midway, after points lost
+from a complete index, for unchanged and changed documents, for conditionally fetched pages, and at
+start. A complete index costs no embedding and no lookup by id. Real SQLite and both embedded engines."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+from sqlalchemy import select
+
+import rag.ingest
+from gateway.knowledge import Knowledge
+from gateway.scheduler import IngestScheduler
+from gateway.settings import SourceSettings, load_settings
+from rag.ingest import Ingestor
+from rag.ingest_runs import INTERRUPTED, start_run
+from storage.engine import create_engine, session_factory
+from storage.models import Document as DocumentRow
+from storage.models import IngestRun
+from tests.conftest import upgrade, write_config
+from tests.rag.kb import TARGET_CODE, write_kb
+from tests.rag.test_ingest import CountingEmbedder, Site, _page, point_documents
+
+
+async def recorded(sessions, bot: str = "acme") -> dict[str, list[str]]:
+    """doc_id -> the chunk ids the store records for it."""
+    async with sessions() as session:
+        rows = (await session.scalars(select(DocumentRow).where(DocumentRow.bot == bot))).all()
+    return {row.doc_id: list(row.chunk_ids) for row in rows}
+
+
+async def assert_all_indexed(index, sessions) -> int:
+    """Every recorded chunk has its point, and the index holds nothing else; returns how many."""
+    ids = {i for chunk_ids in (await recorded(sessions)).values() for i in chunk_ids}
+    assert await index.present_ids("acme", sorted(ids)) == ids
+    assert await index.count("acme") == len(ids)
+    return len(ids)
+
+
+def embedded_windows(counting: CountingEmbedder) -> list[str]:
+    """The chunk texts embedded (each flush sends its windows, then its sentences; the sample kb's chunks
+    are one window each)."""
+    return [text for call in counting.calls[0::2] for text in call]
+
+
+class DiesAfter:
+    """Lets the index's first `n` upserts through, then fails like a process killed mid-rebuild."""
+
+    def __init__(self, index, n: int) -> None:
+        self.index, self.left, self.upsert = index, n, index.upsert
+
+    async def __call__(self, bot, points, **kwargs):
+        if self.left == 0:
+            raise RuntimeError("killed")
+        self.left -= 1
+        await self.upsert(bot, points, **kwargs)
+
+
+class CountingLookups:
+    """Counts the index's lookups by id (`present_ids`)."""
+
+    def __init__(self, index) -> None:
+        self.calls: list[int] = []
+        self.inner = index.present_ids
+
+    async def __call__(self, bot, ids, **kwargs):
+        self.calls.append(len(ids))
+        return await self.inner(bot, ids, **kwargs)
+
+
+async def test_a_rebuild_killed_midway_is_finished_by_the_next_ingest(tmp_path, index, dense, sparse, sessions, monkeypatch, caplog):
+    # The reviewer's case: a full KB, the index folder lost, the rebuild killed after its first flush.
+    monkeypatch.setattr(rag.ingest, "FLUSH_CHUNKS", 2)  # several flushes from the small sample kb
+    source = SourceSettings(name="docs", type="directory", path=str(write_kb(tmp_path / "kb")))
+    counting = CountingEmbedder(dense)
+    ingestor = Ingestor(index, counting, sparse, sessions)
+    first = await ingestor.ingest_source("acme", source)
+    total = first.added
+    assert first.status == "ok" and total > 4
+
+    await index.drop("acme")  # a lost volume: the store still records every document
+    monkeypatch.setattr(index, "upsert", DiesAfter(index, 1))
+    killed = await ingestor.ingest_source("acme", source)
+    assert killed.status == "failed" and "killed" in killed.errors[-1]
+    written = await index.count("acme")
+    assert 0 < written < total  # a partly rebuilt index
+    await start_run(sessions, "acme", "docs", trigger="manual")  # and the row a kill -9 leaves `running`
+    monkeypatch.undo()  # the real upsert, and the normal flush size
+
+    counting.calls.clear()
+    with caplog.at_level(logging.WARNING, logger="rag.ingest"):
+        resumed = await ingestor.ingest_source("acme", source)
+    assert resumed.status == "ok"
+    assert (resumed.added, resumed.updated, resumed.deleted, resumed.unchanged) == (0, total - written, 0, written)
+    assert len(embedded_windows(counting)) == total - written  # only the missing chunks are embedded
+    assert await assert_all_indexed(index, sessions) == total
+    [missing] = [r for r in caplog.records if r.getMessage() == "ingest.points_missing"]
+    assert (missing.missing, missing.indexed, missing.recorded) == (total - written, written, total)
+
+    # Searchable again: every document is back, and the error-code page a search needs is found.
+    assert sorted(set(await point_documents(index, "acme"))) == sorted(await recorded(sessions))
+    [dense_query], [sparse_query] = dense.embed_queries([TARGET_CODE]), sparse.embed_queries([TARGET_CODE])
+    arms = await index.hybrid_query("acme", dense_query, sparse_query, prefetch=40, limit=3)
+    target = f"sync/{TARGET_CODE.lower()}.md"
+    assert arms.sparse[0].payload["document"] == target and target in [p.payload["document"] for p in arms.fused]
+
+    statuses = [(r.status, r.errors) for r in (await _runs(sessions))]
+    assert statuses[-2] == ("interrupted", [INTERRUPTED]) and statuses[-1][0] == "ok"
+
+    counting.calls.clear()
+    again = await ingestor.ingest_source("acme", source)
+    assert counting.calls == [] and (again.updated, again.unchanged) == (0, total)
+
+
+async def test_points_lost_from_unchanged_and_changed_documents_are_written_again(tmp_path, index, dense, sparse, sessions, caplog):
+    # Not only a rebuild: any recorded chunk without its point makes its document count as changed,
+    # and a changed document's kept chunks are written again when the index lacks them.
+    folder = write_kb(tmp_path / "kb")
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+    counting = CountingEmbedder(dense)
+    ingestor = Ingestor(index, counting, sparse, sessions)
+    total = (await ingestor.ingest_source("acme", source)).added
+    chunks = await recorded(sessions)
+    plans, _refunds = chunks["billing.md"]
+    [account] = chunks["account.txt"]
+    await index.delete_points("acme", [plans, account])
+    billing = folder / "billing.md"
+    billing.write_text(billing.read_text().replace("five business days", "ten business days"))
+
+    counting.calls.clear()
+    with caplog.at_level(logging.WARNING, logger="rag.ingest"):
+        report = await ingestor.ingest_source("acme", source)
+    # billing.md: its edited chunk and its lost one; account.txt: its lost one. The old refunds chunk goes.
+    assert (report.added, report.updated, report.deleted, report.unchanged) == (0, 3, 1, total - 3)
+    windows = embedded_windows(counting)
+    assert len(windows) == 3 and any("ten business days" in w for w in windows)
+    assert any("Starter plan" in w for w in windows) and any("reset your password" in w for w in windows)
+    assert await assert_all_indexed(index, sessions) == total
+    [missing] = [r for r in caplog.records if r.getMessage() == "ingest.points_missing"]
+    assert (missing.missing, missing.documents) == (2, 2)
+
+
+async def test_an_unchanged_complete_corpus_embeds_nothing_and_looks_nothing_up(tmp_path, index, dense, sparse, sessions, monkeypatch):
+    # The check must stay cheap: one point count against the store's chunk ids, no lookup by id.
+    source = SourceSettings(name="docs", type="directory", path=str(write_kb(tmp_path / "kb")))
+    counting = CountingEmbedder(dense)
+    ingestor = Ingestor(index, counting, sparse, sessions)
+    total = (await ingestor.ingest_source("acme", source)).added
+    lookups = CountingLookups(index)
+    monkeypatch.setattr(index, "present_ids", lookups)
+    counting.calls.clear()
+    for _ in range(2):
+        report = await ingestor.ingest_source("acme", source)
+        assert report.status == "ok" and (report.added, report.updated, report.deleted, report.unchanged) == (0, 0, 0, total)
+    assert counting.calls == [] and lookups.calls == []
+
+
+async def test_another_sources_missing_points_cost_this_source_nothing(tmp_path, index, dense, sparse, sessions, monkeypatch):
+    # The count is per bot, the lookup per source: a gap in one source re-embeds that source's chunks only.
+    kb = write_kb(tmp_path / "kb")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "shipping.md").write_text("# Shipping\n\nParcels leave the warehouse within two days.\n")
+    docs = SourceSettings(name="docs", type="directory", path=str(kb))
+    extra = SourceSettings(name="extra", type="directory", path=str(other))
+    counting = CountingEmbedder(dense)
+    ingestor = Ingestor(index, counting, sparse, sessions)
+    total = (await ingestor.ingest_source("acme", docs)).added + (await ingestor.ingest_source("acme", extra)).added
+    await index.delete_points("acme", (await recorded(sessions))["shipping.md"])
+    lookups = CountingLookups(index)
+    monkeypatch.setattr(index, "present_ids", lookups)
+
+    counting.calls.clear()
+    unaffected = await ingestor.ingest_source("acme", docs)
+    assert counting.calls == [] and unaffected.unchanged == total - 1 and unaffected.updated == 0
+    restored = await ingestor.ingest_source("acme", extra)
+    assert (restored.updated, restored.unchanged) == (1, 0) and len(embedded_windows(counting)) == 1
+    assert await assert_all_indexed(index, sessions) == total
+
+
+async def test_a_page_whose_points_are_missing_is_fetched_in_full_not_conditionally(index, dense, sparse, sessions):
+    # A 304 would keep chunks that are not there: such a page's validators are not sent.
+    site = Site()
+    app = web.Application()
+    app.router.add_get("/{page}", site.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    server = web.TCPSite(runner, "127.0.0.1", 0)
+    await server.start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        site.pages = {
+            "/billing": ('"v1"', None, _page("Billing", "Invoices are sent on the first day of the month.")),
+            "/refunds": ('"r1"', None, _page("Refunds", "Refunds reach the card in five days.")),
+        }
+        source = SourceSettings(name="site", type="urls", urls=[f"{base}/billing", f"{base}/refunds"])
+        counting = CountingEmbedder(dense)
+        ingestor = Ingestor(index, counting, sparse, sessions)
+        first = await ingestor.ingest_source("acme", source)
+        billing = (await recorded(sessions))[f"{base}/billing"]
+        await index.delete_points("acme", billing[:1])
+
+        site.log.clear()
+        counting.calls.clear()
+        again = await ingestor.ingest_source("acme", source)
+        assert sorted(site.log) == [("/billing", 200), ("/refunds", 304)] and site.conditional == ["/refunds"]
+        assert again.status == "ok" and (again.updated, again.unchanged) == (1, first.added - 1)
+        assert len(embedded_windows(counting)) == 1
+        assert await assert_all_indexed(index, sessions) == first.added
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_startup_ingest_resumes_a_partly_rebuilt_collection(tmp_path):
+    # A rebuild killed midway, then a restart: the bot would answer from part of its knowledge base
+    # until its cron (Mondays at 04:00). A complete collection is left alone.
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a", "b", "c"):
+        (docs / f"{name}.md").write_text(f"# {name.upper()}\n\nThe answer to {name} is forty-two.\n")
+    bot = {"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "good", "type": "directory", "path": str(docs), "schedule": "0 4 * * 1"}]}
+    settings = load_settings(write_config(tmp_path, bots=[bot]))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
+    knowledge = Knowledge(settings, sessions=sessions)
+    await knowledge.open()
+    try:
+        await knowledge.ingest_source("acme", "good", trigger="cli")
+        await knowledge.index.delete_points("acme", (await recorded(sessions))["b.md"])
+        assert await knowledge.index.count("acme") == 2
+        for _ in range(2):  # the second start finds the collection complete
+            scheduler = IngestScheduler(settings, knowledge=knowledge)
+            scheduler.start()
+            await scheduler._first_ingest
+            scheduler.shutdown()
+        assert await assert_all_indexed(knowledge.index, sessions) == 3
+    finally:
+        await knowledge.close()
+    runs = await _runs(sessions)
+    assert [(r.trigger, r.status, r.updated) for r in runs] == [("cli", "ok", 0), ("startup", "ok", 1)]
+    await engine.dispose()
+
+
+async def _runs(sessions) -> list[IngestRun]:
+    async with sessions() as session:
+        return list((await session.scalars(select(IngestRun).order_by(IngestRun.id))).all())
