@@ -18,12 +18,16 @@ release) are in `gateway.escalation_claims`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import re
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from sqlalchemy import event as sa_event
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.errors import BadRequest, Conflict, NotFound
@@ -41,6 +45,25 @@ log = structlog.get_logger("gateway.escalation")
 
 Listener = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_OPERATOR_TEXT = 4000
+# An operator reply's `message_id`, chosen by the client: the characters of a web chat session id.
+CLIENT_MESSAGE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+@dataclass(frozen=True, slots=True)
+class SentReply:
+    """An operator's reply: the stored message, and whether this call stored it (False: a repeated
+    `message_id`, answered with the reply stored before, which is not sent again)."""
+
+    message: Message
+    created: bool
+
+
+def reply_key(escalation_id: int, operator: str, message_id: str) -> str:
+    """The reply row's `external_id` for a client's `message_id`: scoped to the escalation and the operator,
+    so another thread's or another operator's "1" is a reply of its own. The operator is a digest (a name
+    has no length limit), so the key stays within the column's 255 characters (at most 174)."""
+    who = hashlib.sha256(operator.encode()).hexdigest()[:16]
+    return f"operator:{escalation_id}:{who}:{message_id}"
 
 
 class Escalations(ClaimTransitions):
@@ -126,33 +149,65 @@ class Escalations(ClaimTransitions):
                 EscalationEvent.escalation_id == escalation_id).order_by(EscalationEvent.id))).scalars().all())
 
     async def reply(self, escalation_id: int, *, operator: str, text: str, bots: Iterable[str] | None,
-                    source: str = "api") -> Message:
-        """Send the operator's message to the customer on their own channel (claims an open escalation)."""
+                    source: str = "api", message_id: str | None = None) -> Message:
+        """Send the operator's message to the customer on their own channel (claims an open escalation);
+        the stored message (see `send_reply` for `message_id`)."""
+        return (await self.send_reply(escalation_id, operator=operator, text=text, bots=bots, source=source,
+                                      message_id=message_id)).message
+
+    async def send_reply(self, escalation_id: int, *, operator: str, text: str, bots: Iterable[str] | None,
+                         source: str = "api", message_id: str | None = None) -> SentReply:
+        """`reply`, telling a new reply from a repeated one.
+
+        `message_id` is the client's idempotency key (as in the web chat): the reply is stored under
+        `reply_key`, and a repeat of it returns the stored reply, sent once, whatever the thread's state is
+        now; the same id with another text is a Conflict. Two requests racing with one id may both pass
+        the lookup: the unique delivery key (`uq_messages_delivery`) lets one insert in, the other returns
+        that row. Without `message_id` every call is a new reply."""
         text = (text or "").strip()
         if not text:
             raise BadRequest("text must not be empty")
         if len(text) > MAX_OPERATOR_TEXT:
             raise BadRequest(f"text is longer than {MAX_OPERATOR_TEXT} characters")
+        if message_id is not None and not CLIENT_MESSAGE_ID.fullmatch(message_id):
+            raise BadRequest("message_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'")
         escalation = await self.get(escalation_id, bots=bots)
+        key = reply_key(escalation_id, operator, message_id) if message_id is not None else None
+        if key is not None and (stored := await self._stored_reply(escalation, key)) is not None:
+            return _repeated(stored, text=text, message_id=message_id)
         if escalation.state == "open":
             escalation = await self.claim(escalation_id, operator=operator, bots=bots, reason="replied")
         if escalation.state != "claimed" or escalation.operator != operator:
             raise Conflict(conflict_message(escalation))
-        async with self._sessions() as session, session.begin():
-            # Checked again under a row lock: a take-over between the check above and this insert must
-            # not let the previous holder's reply through.
-            current = await session.get(Escalation, escalation_id, with_for_update=True)
-            if current is None or current.state != "claimed" or current.operator != operator:
-                raise Conflict(conflict_message(current))
-            conversation = await session.get(Conversation, escalation.conversation_id)
-            message = await repo.add_outbound(session, conversation=conversation, text=text, author="operator")
-            message.meta = {"operator": operator, "escalation_id": escalation_id}
+        try:
+            async with self._sessions() as session, session.begin():
+                # Checked again under a row lock: a take-over between the check above and this insert must
+                # not let the previous holder's reply through.
+                current = await session.get(Escalation, escalation_id, with_for_update=True)
+                if current is None or current.state != "claimed" or current.operator != operator:
+                    raise Conflict(conflict_message(current))
+                conversation = await session.get(Conversation, escalation.conversation_id)
+                message = await repo.add_outbound(session, conversation=conversation, text=text, author="operator",
+                                                  external_id=key)
+                message.meta = {"operator": operator, "escalation_id": escalation_id}
+        except IntegrityError:
+            # A concurrent request with the same key stored it first: answer with that reply, send nothing.
+            stored = await self._stored_reply(escalation, key) if key is not None else None
+            if stored is None:
+                raise
+            return _repeated(stored, text=text, message_id=message_id)
         log.info("escalation.reply", escalation_id=escalation_id, operator=operator, message_id=message.id)
         await self._deliver(message.id)
         await self.emit({"type": "reply", "escalation_id": escalation_id, "bot": escalation.bot,
                           "conversation_id": escalation.conversation_id, "operator": operator, "text": text,
                          "source": source})
-        return message
+        return SentReply(message=message, created=True)
+
+    async def _stored_reply(self, escalation: Escalation, key: str) -> Message | None:
+        """The reply stored under an idempotency key in the escalation's conversation, as it is now."""
+        async with self._sessions() as session:
+            conversation = await session.get(Conversation, escalation.conversation_id)
+            return await repo.outbound_by_external_id(session, conversation=conversation, external_id=key)
 
     async def resolve(self, escalation_id: int, *, operator: str, bots: Iterable[str] | None,
                       reason: str = "") -> Escalation:
@@ -249,6 +304,15 @@ class Escalations(ClaimTransitions):
         """Wait for pending side effects (tests and shutdown)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _repeated(stored: Message, *, text: str, message_id: str | None) -> SentReply:
+    """A repeated `message_id`: the reply stored under it, or a Conflict when that reply said something else."""
+    if stored.text != text:
+        raise Conflict(f"message_id {message_id!r} was already used for another reply (message {stored.id}); "
+                       "send a new reply with a new message_id")
+    log.info("escalation.reply_repeated", message_id=stored.id, status=stored.status)
+    return SentReply(message=stored, created=False)
 
 
 def _says_person_is_coming(text: str, bot) -> bool:

@@ -116,18 +116,27 @@ def _attachment_dict(attachment: Any) -> dict[str, Any]:
 async def add_outbound(session: AsyncSession, *, conversation: Conversation, text: str, author: str = "bot",
                        reply_to_id: int | None = None, citations: list[dict] | None = None,
                        tool_calls: list[dict] | None = None, retrieved: list[dict] | None = None,
-                       status: str = "pending") -> Message:
-    """Store a reply before it is sent (the outbox)."""
+                       status: str = "pending", external_id: str | None = None) -> Message:
+    """Store a reply before it is sent (the outbox). `external_id` (an operator reply's idempotency key)
+    is unique per (bot, channel, direction): a second row with it fails the flush (IntegrityError)."""
     now = utcnow()
     message = Message(
         conversation_id=conversation.id, bot=conversation.bot, channel=conversation.channel, direction="out",
-        author=author, text=text, reply_to_id=reply_to_id, citations=citations or [],
+        author=author, text=text, reply_to_id=reply_to_id, citations=citations or [], external_id=external_id,
         tool_calls=tool_calls or [], retrieved=retrieved or [], attachments=[], provider_ids=[], meta={},
         status=status, attempts=0, created_at=now, updated_at=now,
     )
     session.add(message)
     await session.flush()
     return message
+
+
+async def outbound_by_external_id(session: AsyncSession, *, conversation: Conversation,
+                                  external_id: str) -> Message | None:
+    """The reply stored under `external_id` in this conversation's bot and channel, if there is one."""
+    return (await session.execute(select(Message).where(
+        Message.bot == conversation.bot, Message.channel == conversation.channel, Message.direction == "out",
+        Message.external_id == external_id))).scalar_one_or_none()
 
 
 async def history(session: AsyncSession, *, conversation_id: int, before_id: int, limit: int) -> list[Message]:

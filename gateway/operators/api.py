@@ -3,7 +3,8 @@
     GET  /v1/escalations?state=open,claimed&bot=acme     list
     GET  /v1/escalations/stream                           server-sent events (opened, claimed, reply, …)
     GET  /v1/escalations/{id}?before=&limit=              newest messages, passages, summary, history
-    POST /v1/escalations/{id}/claim {"take_over"?} | /release | /reply {"text"} | /resolve | /notes {"text"}
+    POST /v1/escalations/{id}/claim {"take_over"?} | /release | /resolve | /notes {"text"}
+    POST /v1/escalations/{id}/reply {"text", "message_id"?}   201; a repeated message_id: 200, sent once
     POST /v1/conversations/{id}/claim                     take over a conversation that never escalated
     GET  /v1/operators/me                                 who this token signs in as
 
@@ -65,6 +66,13 @@ class TextBody(BaseModel):
     text: str = Field(min_length=1, max_length=4000)
 
 
+class ReplyBody(TextBody):
+    """A reply to the customer. `message_id` (chosen by the client, as in the web chat) makes a retried
+    POST idempotent: a repeated id is stored and sent once."""
+
+    message_id: str | None = None
+
+
 class ResolveBody(BaseModel):
     """Why the thread is handed back or released (optional)."""
 
@@ -88,7 +96,8 @@ async def _guarded(request: Request, action: Callable[[Operator], Awaitable[Any]
     if operator is None:
         return error(401, UNAUTHORIZED)
     try:
-        return JSONResponse(await action(operator), status_code=status)
+        result = await action(operator)
+        return result if isinstance(result, Response) else JSONResponse(result, status_code=status)
     except NotFound as exc:
         return error(404, str(exc))
     except Conflict as exc:
@@ -245,17 +254,20 @@ async def release(escalation_id: RowId, request: Request, body: ResolveBody | No
 
 
 @router.post("/v1/escalations/{escalation_id}/reply")
-async def reply(escalation_id: RowId, body: TextBody, request: Request) -> Response:
-    """Send `text` to the customer through their own channel."""
+async def reply(escalation_id: RowId, body: ReplyBody, request: Request) -> Response:
+    """Send `text` to the customer through their own channel: 201 `{"message_id", "status"}`. With
+    `message_id`, a repeat of it answers 200 with the reply stored the first time (its status now), sent
+    once; the same `message_id` with another text is 409."""
     svc = services(request)
 
-    async def action(op: Operator) -> dict[str, Any]:
-        message = await svc.escalations.reply(escalation_id, operator=op.name, text=body.text, bots=op.bots)
+    async def action(op: Operator) -> Response:
+        sent = await svc.escalations.send_reply(escalation_id, operator=op.name, text=body.text, bots=op.bots,
+                                                message_id=body.message_id)
         async with svc.sessions() as session:
-            status = (await session.get(type(message), message.id)).status
-        return {"message_id": message.id, "status": status}
+            status = (await session.get(type(sent.message), sent.message.id)).status
+        return JSONResponse({"message_id": sent.message.id, "status": status}, status_code=201 if sent.created else 200)
 
-    return await _guarded(request, action, status=201)
+    return await _guarded(request, action)
 
 
 @router.post("/v1/escalations/{escalation_id}/resolve")

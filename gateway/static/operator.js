@@ -1,11 +1,15 @@
 /* The operator console. Talks to /v1/escalations* with the operator's bearer token (sessionStorage).
  * Safety: every string from customers, models, documents or operators goes in with textContent only.
- * Live updates: a fetch()-read server-sent event stream, because EventSource cannot send the token. */
+ * Live updates: a fetch()-read server-sent event stream, because EventSource cannot send the token.
+ * Replies carry a message_id: one per reply, reused when the same reply is sent again after no answer came,
+ * so the server stores and sends it once. */
 (function () {
   "use strict";
   var KEY = "gw-operator-token";
   var AUTHORS = { contact: "Customer", bot: "Bot", operator: "Operator", system: "Notice" };
-  var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null };
+  var REPLY_TIMEOUT_MS = 30000;
+  var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null,
+                unsent: {} };  // escalation id → the reply not yet confirmed: { text, messageId, phase }
   function $(id) { return document.getElementById(id); }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -15,15 +19,26 @@
   }
   function showError(id, message) { var n = $(id); n.textContent = message || ""; n.hidden = !message; }
 
+  /** An error whose request may have taken effect: no answer came (connection lost, timed out) or a 5xx. */
+  function unknownOutcome(message) { var err = new Error(message); err.unknown = true; return err; }
+
   async function api(path, options) {
     options = options || {};
     var headers = { Authorization: "Bearer " + state.token };
     if (options.body) headers["Content-Type"] = "application/json";
-    var response = await fetch(path, { method: options.method || "GET", headers: headers,
-      body: options.body ? JSON.stringify(options.body) : undefined });
+    var limit = options.timeout ? AbortSignal.timeout(options.timeout) : undefined;
+    var response;
+    try {
+      response = await fetch(path, { method: options.method || "GET", headers: headers,
+        body: options.body ? JSON.stringify(options.body) : undefined, signal: limit });
+    } catch (err) {
+      var why = err.name === "TimeoutError" ? "timed out" : "connection failed";
+      throw unknownOutcome("no answer from the server (" + why + ")");
+    }
     var body = null;
     try { body = await response.json(); } catch (e) { body = null; }
     if (response.status === 401) { signOut("That token was not accepted."); throw new Error("unauthorized"); }
+    if (response.status >= 500) throw unknownOutcome((body && body.error) || ("server error " + response.status));
     if (!response.ok) throw new Error((body && body.error) || ("request failed: " + response.status));
     return body;
   }
@@ -107,6 +122,7 @@
     $("op-resolve").disabled = d.state === "resolved";
     $("op-reply").disabled = d.state === "resolved";
     showError("op-error", "");
+    showReplyState();
   }
 
   /** The page of messages before the oldest one shown, put above it. */
@@ -129,6 +145,49 @@
       await Promise.all([loadDetail(), loadList()]);
       return true;
     } catch (err) { showError("op-error", err.message); return false; }
+  }
+
+  function newMessageId() {
+    var bytes = new Uint8Array(12);
+    window.crypto.getRandomValues(bytes);
+    return "op-" + Array.prototype.map.call(bytes, function (b) { return b.toString(16).padStart(2, "0"); }).join("");
+  }
+
+  /** The selected escalation's unconfirmed reply, under the reply box: sending, or outcome unknown. */
+  function showReplyState() {
+    var pending = state.unsent[state.selected], line = $("op-reply-state");
+    var phase = pending ? pending.phase : "";
+    $("op-reply-form").dataset.state = phase || "idle";
+    line.textContent = phase === "sending" ? "Sending…" : phase === "unknown" ?
+      "Not confirmed: no answer came from the server, so this reply may or may not have reached the customer. " +
+      "Check the transcript, or press Send reply again without changing it: it is delivered at most once." : "";
+    line.hidden = !phase;
+  }
+
+  function forget(id, pending) { if (state.unsent[id] === pending) delete state.unsent[id]; }
+
+  /** Send the reply in the box. The same text sent again while unconfirmed keeps its message_id, so a
+   * retry after a dropped connection is answered with the reply already stored, not sent twice. */
+  async function sendReply() {
+    var id = state.selected, text = $("op-reply").value.trim();
+    if (!text || id === null) return;
+    var pending = state.unsent[id];
+    if (!pending || pending.text !== text) pending = state.unsent[id] = { text: text, messageId: newMessageId() };
+    pending.phase = "sending";
+    showReplyState();
+    try {
+      await api("/v1/escalations/" + id + "/reply", { method: "POST", timeout: REPLY_TIMEOUT_MS,
+        body: { text: text, message_id: pending.messageId } });
+    } catch (err) {
+      if (err.unknown) pending.phase = "unknown";
+      else { forget(id, pending); showError("op-error", err.message); }  // refused: nothing was sent
+      showReplyState();
+      return;
+    }
+    forget(id, pending);
+    if ($("op-reply").value.trim() === text) $("op-reply").value = "";
+    showReplyState();
+    try { await Promise.all([loadDetail(), loadList()]); } catch (err) { showError("op-error", err.message); }
   }
 
   async function stream() {
@@ -214,12 +273,7 @@
   $("op-release").addEventListener("click", function () { act("release"); });
   $("op-takeover").addEventListener("click", function () { act("claim", { take_over: true }); });
   $("op-older").addEventListener("click", function () { loadOlder(); });
-  $("op-reply-form").addEventListener("submit", async function (e) {
-    e.preventDefault();
-    var text = $("op-reply").value.trim();
-    if (!text) return;
-    if (await act("reply", { text: text })) $("op-reply").value = "";
-  });
+  $("op-reply-form").addEventListener("submit", function (e) { e.preventDefault(); sendReply(); });
   $("op-reply").addEventListener("keydown", function (e) {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); $("op-reply-form").requestSubmit(); }
   });

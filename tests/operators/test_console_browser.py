@@ -7,6 +7,7 @@ the customer's next question from the knowledge base.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -98,3 +99,66 @@ def test_console_claim_reply_resolve_round_trip(browser, live_url):  # noqa: F81
     assert "password" in answer
     assert errors == []
     context.close()
+
+
+def test_console_reply_resent_after_a_dropped_connection_keeps_its_message_id(browser, live_url):  # noqa: F811
+    """The reply reaches the server, which stores and sends it, but the connection drops before the answer:
+    the console says the outcome is unknown, and sending again reuses the message_id, so it is stored once."""
+    operator, customer = browser.new_context().new_page(), browser.new_context().new_page()
+    errors: list[str] = []
+    for tab in (operator, customer):
+        tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    sent: list[tuple[str, dict]] = []  # (url, body) of every reply the console sent
+
+    def drop_the_first_answer(route):
+        sent.append((route.request.url, json.loads(route.request.post_data)))
+        if len(sent) == 1:
+            route.fetch()  # the server stores the reply and sends it to the customer…
+            route.abort("connectionreset")  # …and the console never hears back
+        else:
+            route.continue_()
+
+    operator.route("**/v1/escalations/*/reply", drop_the_first_answer)
+    operator.goto(live_url + "/operator")
+    operator.fill("#op-token", TOKEN)
+    operator.press("#op-token", "Enter")
+    operator.wait_for_selector("#op-live:not([hidden])", timeout=WAIT_MS)
+    customer.goto(live_url + "/")
+    customer.wait_for_selector("#gw-chat[data-ready='true']")
+    customer.fill("#gw-input", "Can I talk to a human about my parcel?")
+    customer.press("#gw-input", "Enter")
+    operator.wait_for_selector(".op-item", timeout=WAIT_MS)
+    operator.locator(".op-item").first.click()
+    operator.wait_for_selector("#op-transcript .op-msg--contact")
+
+    text = "Your parcel left the warehouse this morning."
+    operator.fill("#op-reply", text)
+    operator.click("#op-reply-form button[type=submit]")
+    operator.wait_for_selector("#op-reply-form[data-state='unknown']", timeout=WAIT_MS)
+    assert "may or may not have reached the customer" in operator.locator("#op-reply-state").inner_text()
+    assert operator.locator("#op-reply").input_value() == text  # kept, to be sent again
+
+    with operator.expect_response(lambda r: r.url.endswith("/reply")) as answered:
+        operator.click("#op-reply-form button[type=submit]")
+    assert answered.value.status == 200  # the reply stored the first time, not a new one
+    operator.wait_for_selector("#op-reply-form[data-state='idle']")
+    assert operator.locator("#op-reply-state").is_hidden() and operator.locator("#op-reply").input_value() == ""
+    (url, first), (_, again) = sent
+    assert first["message_id"].startswith("op-") and again == first
+
+    escalation = url.rsplit("/", 2)[-2]
+    detail = operator.request.get(f"{live_url}/v1/escalations/{escalation}",
+                                  headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    assert [m["text"] for m in detail["messages"] if m["author"] == "operator"] == [text]
+    customer.wait_for_selector(".gw-msg--operator", timeout=WAIT_MS)
+
+    # The next reply is a new message: a new message_id.
+    operator.fill("#op-reply", "Anything else I can help with?")
+    with operator.expect_response(lambda r: r.url.endswith("/reply")) as answered:
+        operator.click("#op-reply-form button[type=submit]")
+    assert answered.value.status == 201
+    assert sent[2][1]["message_id"] not in (first["message_id"], None)
+
+    operator.click("#op-resolve")
+    operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('resolved')")
+    assert errors == []
