@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import uuid
@@ -26,6 +27,7 @@ from storage.models import Conversation, Message
 log = structlog.get_logger("gateway.webchat")
 router = APIRouter(tags=["web chat"], route_class=JsonRoute)  # bodies capped before parsing, JSON by default
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+MAX_DELIVERY_ID = 255  # messages.external_id is a VARCHAR(255) on PostgreSQL
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
@@ -41,7 +43,12 @@ def _delivery_id(body: ChatRequest) -> str:
     """The inbound message's dedupe key: `message_id` within its session. Why the session: ids such as
     "1", "2" are only unique per visitor, and a repeated id must never return another session's reply."""
     # "/" is not allowed in a session id, so the first one ends it: no two pairs make the same key.
-    return f"{body.session_id}/{body.message_id}" if body.message_id else uuid.uuid4().hex
+    if not body.message_id:
+        return uuid.uuid4().hex
+    key = f"{body.session_id}/{body.message_id}"
+    if len(key) > MAX_DELIVERY_ID:  # both at their 128-character limit: 257, over the column's 255
+        key = f"{body.session_id}/sha256:{hashlib.sha256(body.message_id.encode()).hexdigest()}"
+    return key
 
 
 @router.get("/", include_in_schema=False)
