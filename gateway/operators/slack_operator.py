@@ -277,8 +277,10 @@ class SlackOperatorChannel:
             return True
         operator = f"slack:{sender}"
         try:
+            # Keyed by the operator's own stored message: a worker that died after relaying it and before
+            # marking it done handles it again, and must not send the customer a second copy.
             await self._escalations.reply(escalation.id, operator=operator, text=inbound.text, bots=None,
-                                          source="slack")
+                                          source="slack", message_id=f"slack-in-{inbound.id}")
         except (Conflict, BadRequest, NotFound) as exc:
             await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {_plain(str(exc))}",
                              thread_ts=conversation.thread)

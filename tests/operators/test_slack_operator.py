@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from gateway.models import utcnow
 from gateway.operators.slack_operator import THREAD_WAIT_SECONDS
-from storage.models import Message
+from storage.models import Conversation, Message
 from tests.fakes.slack_api import BOT_USER_ID, sign
 from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET
 
@@ -116,6 +116,17 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
     await asyncio.sleep(0.3)
     assert not [c for c in slack.calls_to("chat.postMessage")
                 if c.params.get("thread_ts") == thread_ts and "Refund issued" in c.params.get("text", "")]
+
+    # A worker that died after the relay and before marking the operator's message done handles it
+    # again after the restart: the customer must not get a second copy.
+    async with client.services.sessions() as session:
+        operator_message = (await session.execute(select(Message).where(
+            Message.direction == "in", Message.text == "Hi, Dana here. Refund issued."))).scalar_one()
+        conversation = await session.get(Conversation, operator_message.conversation_id)
+    assert await client.services.slack_operator.intercept(operator_message, conversation)
+    await asyncio.sleep(0.3)
+    assert [c.params["text"] for c in slack.calls_to("chat.postMessage")
+            if c.params.get("channel") == "DCUST"][before:] == ["Hi, Dana here. Refund issued."]
 
 
 async def test_a_message_right_after_the_escalation_reaches_the_thread_while_slack_is_slow(client, slack):
