@@ -126,6 +126,7 @@ class DiscordAdapter:
         self._interactions: dict[str, _PendingInteraction] = {}  # unanswered `/ask`, by interaction id
         # Ids of the chunks already delivered per reply, so a retried send never posts them again.
         self._progress: OrderedDict[str, list[str]] = OrderedDict()
+        self._deliver_in_order = asyncio.Lock()  # gateway messages reach the inbox one at a time (`_on_message`)
         self._gateway_problem: str | None = None  # why the connection is down, while it is
         self._stopping = False
 
@@ -353,19 +354,24 @@ class DiscordAdapter:
         if self._deliver is None:
             log.warning("discord.undelivered", extra={"bot": self.bot, "message_id": message.id})
             return
-        deadline = time.monotonic() + DELIVER_PATIENCE
-        for attempt in itertools.count(1):
-            try:
-                await self._deliver(result)
-                return
-            except Exception:  # the database is away: Discord will not send this message again
-                if time.monotonic() >= deadline:
-                    log.exception("discord.deliver_failed", extra={"bot": self.bot, "message_id": message.id,
-                                                                   "attempts": attempt})
+        # discord.py runs each event in its own task, so two messages would race into the inbox and be
+        # stored (and answered) in whichever order their inserts finished. The tasks start in the order
+        # Discord sent the events, and reach this lock before their first await: its FIFO queue keeps
+        # that order.
+        async with self._deliver_in_order:
+            deadline = time.monotonic() + DELIVER_PATIENCE
+            for attempt in itertools.count(1):
+                try:
+                    await self._deliver(result)
                     return
-                log.warning("discord.deliver_retry", extra={"bot": self.bot, "message_id": message.id,
-                                                            "attempt": attempt}, exc_info=True)
-                await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), 30.0))
+                except Exception:  # the database is away: Discord will not send this message again
+                    if time.monotonic() >= deadline:
+                        log.exception("discord.deliver_failed", extra={"bot": self.bot, "message_id": message.id,
+                                                                       "attempts": attempt})
+                        return
+                    log.warning("discord.deliver_retry", extra={"bot": self.bot, "message_id": message.id,
+                                                                "attempt": attempt}, exc_info=True)
+                    await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), 30.0))
 
 
 def _progress_key(message: OutboundMessage) -> str:

@@ -73,6 +73,29 @@ async def test_message_is_retried_into_the_inbox_while_storage_is_down(fake: Fak
     assert attempts == ["900000000000000040"] * 3
 
 
+async def test_messages_reach_the_inbox_in_the_order_discord_sent_them(fake: FakeDiscord):
+    # discord.py runs each event in its own task. An inbox insert that takes longer for an earlier
+    # message (a busy database) must not let a later one be stored, and so answered, first.
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    stored: list[str] = []
+
+    async def deliver(message: InboundMessage) -> None:
+        await asyncio.sleep(0.05 * (5 - int(message.text[-1])))  # the first insert is the slowest
+        stored.append(message.text)
+
+    await adapter.start(deliver)
+    try:
+        await fake.wait_identified()
+        for i in range(5):
+            await fake.dispatch("MESSAGE_CREATE", guild_message(f"question {i}", message_id=f"90000000000000006{i}"))
+        async with asyncio.timeout(10):
+            while len(stored) < 5:
+                await asyncio.sleep(0.01)
+    finally:
+        await adapter.stop()
+    assert stored == [f"question {i}" for i in range(5)]
+
+
 async def test_an_event_discord_py_cannot_read_is_skipped_and_the_gateway_goes_on(fake: FakeDiscord):
     # A captured embed-only MESSAGE_UPDATE (no `type`): discord.py's parser raises KeyError, which used to
     # end the connect loop for good, leaving the socket open and every later message lost.
