@@ -40,6 +40,7 @@ from gateway.operators.notices import acknowledgement_extras
 from gateway.settings import Settings
 from storage import repositories as repo
 from storage.models import Conversation, Escalation, EscalationEvent, Message
+from storage.text import storable_text
 
 log = structlog.get_logger("gateway.escalation")
 
@@ -164,7 +165,7 @@ class Escalations(ClaimTransitions):
         now; the same id with another text is a Conflict. Two requests racing with one id may both pass
         the lookup: the unique delivery key (`uq_messages_delivery`) lets one insert in, the other returns
         that row. Without `message_id` every call is a new reply."""
-        text = (text or "").strip()
+        text = storable_text((text or "").strip())  # NUL would be refused by PostgreSQL: a 500
         if not text:
             raise BadRequest("text must not be empty")
         if len(text) > MAX_OPERATOR_TEXT:
@@ -244,7 +245,7 @@ class Escalations(ClaimTransitions):
     async def add_note(self, escalation_id: int, *, operator: str, text: str,
                        bots: Iterable[str] | None) -> dict[str, Any]:
         """An internal note for other operators; never sent to the customer."""
-        text = (text or "").strip()
+        text = storable_text((text or "").strip())  # NUL would be refused by PostgreSQL: a 500
         if not text or len(text) > MAX_OPERATOR_TEXT:
             raise BadRequest(f"a note needs 1 to {MAX_OPERATOR_TEXT} characters")
         escalation = await self.get(escalation_id, bots=bots)

@@ -63,6 +63,7 @@ class RateLimiter:
         self.timeout = timeout
         self.metrics = metrics  # gateway.observability.Metrics, for gateway_ratelimit_errors_total
         self._last_unavailable_log: float | None = None  # when `ratelimit.unavailable` was last logged
+        self._outage_logged = False  # `ratelimit.unavailable` was logged and `ratelimit.recovered` not yet
         try:
             self._storage = storage_from_string(storage_uri(redis_url))
         except ConfigurationError as exc:  # e.g. the Redis client library is not installed
@@ -129,18 +130,21 @@ class RateLimiter:
             await self._storage.get(f"{self._ns}/ping")  # a plain read: raises as the client does
 
     def _unavailable(self, exc: Exception, *, bot: str) -> None:
-        """Count a check that failed open; log it at most once per LOG_EVERY_S."""
+        """Count a check that failed open; log it at most once per LOG_EVERY_S, also while the storage
+        flaps (fails one call, answers the next): a success does not reset the clock."""
         if self.metrics is not None:
             self.metrics.ratelimit_errors.inc()
         now = time.monotonic()
         if self._last_unavailable_log is None or now - self._last_unavailable_log >= LOG_EVERY_S:
             self._last_unavailable_log = now
+            self._outage_logged = True
             log.warning("ratelimit.unavailable", backend=self.backend, bot=bot, error=type(exc).__name__,
                         detail=str(exc)[:200], action="messages pass uncounted until the storage answers")
 
     def _available(self) -> None:
-        if self._last_unavailable_log is not None:
-            self._last_unavailable_log = None
+        """After a logged outage, say once that the storage answers again."""
+        if self._outage_logged:
+            self._outage_logged = False
             log.info("ratelimit.recovered", backend=self.backend)
 
     def notice(self, bot: str) -> str:

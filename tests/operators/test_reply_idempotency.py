@@ -188,3 +188,13 @@ async def test_reply_race_past_the_lookup_is_settled_by_the_unique_key(app, slac
     assert clash.status_code == 409
     assert await _operator_texts(app, eid) == ["Raced."]
     assert _sent(slack, chat, "Raced.") == 1
+
+
+async def test_reply_and_note_with_a_nul_character_are_stored_without_it(app, slack):
+    # Valid in JSON, refused by PostgreSQL's text type: it was a 500 there.
+    eid, chat = await _escalation(app)
+    reply = await _reply(app, eid, {"text": "Refund\u0000 issued."})
+    note = await app.post(f"/v1/escalations/{eid}/notes", json={"text": "checked\u0000"}, headers=auth("sam"))
+    assert (reply.status_code, note.status_code) == (201, 201), (reply.text, note.text)
+    assert await _operator_texts(app, eid) == ["Refund issued."]
+    assert _sent(slack, chat, "Refund issued.") == 1

@@ -54,6 +54,29 @@ async def test_ratelimit_redis_outage_is_logged_once_not_per_message() -> None:
     assert unavailable[0]["error"] == "ConnectionError" and unavailable[0]["backend"] == "redis"
 
 
+async def test_a_flapping_redis_is_logged_once_not_per_failure() -> None:
+    # An overloaded Redis fails some calls and answers others: one `unavailable` and one `recovered`
+    # line, not a pair per message. Every other call goes to the live Redis, the rest to a dead port.
+    flapping, _ = _limiter(LIVE_REDIS)
+    down, _ = _limiter(DOWN_REDIS)
+    live_strategy, down_strategy = flapping._strategy, down._strategy
+
+    class EveryOtherCallFails:
+        calls = 0
+
+        async def hit(self, *args, **kwargs):
+            EveryOtherCallFails.calls += 1
+            strategy = down_strategy if EveryOtherCallFails.calls % 2 else live_strategy
+            return await strategy.hit(*args, **kwargs)
+
+    flapping._strategy = EveryOtherCallFails()
+    with structlog.testing.capture_logs() as logs:
+        for i in range(20):
+            await flapping.check(bot="acme", channel="web", contact=f"flap{i}")
+    events = [entry["event"] for entry in logs if entry["event"].startswith("ratelimit.")]
+    assert events == ["ratelimit.unavailable", "ratelimit.recovered"]
+
+
 async def test_ratelimit_hung_redis_fails_open_after_its_timeout() -> None:
     async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read()  # keep the connection open, say nothing
