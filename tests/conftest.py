@@ -20,6 +20,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import httpx  # noqa: E402
 import pytest  # noqa: E402
+import structlog  # noqa: E402
 import yaml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +62,16 @@ def drop_postgres(url: str) -> None:
     """Drop a database made by fresh_postgres_url."""
     name = url.rsplit("/", 1)[1]
     asyncio.run(_pg_exec(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(autouse=True)
+def _default_structlog():
+    """Every test starts with structlog's defaults (all levels). An app started by an earlier test
+    leaves its `log_level` (WARNING here) configured process-wide, which silently hid INFO lines from
+    a later test's `capture_logs`: such a test passed alone and failed in the full run."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture
