@@ -9,8 +9,9 @@ Outbound goes through discord.py's HTTP client, which owns Discord's 429 buckets
 `retry_after` and retries). Every chunk carries a deterministic nonce with `enforce_nonce`, so a send
 retried after a lost response is deduplicated by Discord instead of posted twice; Discord only checks
 nonces for a few minutes, so the adapter also remembers which chunks of a reply went through, and a
-retry resumes after them. `/ask` follow-ups (webhook messages) take no nonce: one whose answer was lost
-(a timeout after the request went out) is reported as "outcome unknown" and not resent.
+retry resumes after them (after a restart, from the ids the outbox kept: `delivered_parts`). `/ask`
+follow-ups (webhook messages) take no nonce: one whose answer was lost (a timeout after the request
+went out) is reported as "outcome unknown" and not resent.
 
 A gateway message the inbox cannot store (the database is away) is retried with backoff for up to
 `DELIVER_PATIENCE` seconds: Discord never sends a MESSAGE_CREATE again.
@@ -181,6 +182,9 @@ class DiscordAdapter:
         await self._ensure_login()
         progress = _progress_key(message)
         ids = self._progress.setdefault(progress, [])
+        if len(ids) < len(message.delivered_parts):
+            # The outbox's record is newer: another process (a restart, another replica) sent more of it.
+            ids[:] = message.delivered_parts
         self._progress.move_to_end(progress)
         while len(self._progress) > 1024:
             self._progress.popitem(last=False)

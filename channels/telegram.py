@@ -137,11 +137,17 @@ class TelegramAdapter:
 
     # Outbound
     async def send(self, message: OutboundMessage) -> list[str]:
-        """Render, split and send a reply; return Telegram message ids, one per message sent."""
+        """Render, split and send a reply; return Telegram message ids, one per message sent.
+
+        A failure carries the ids of the chunks that went through as `sent_ids` (the outbox stores them);
+        a retry resumes after them: from memory, or in a new process from `message.delivered_parts`."""
         conv = message.conversation
         chunks = render_messages(message.text, message.citations, limit=TELEGRAM_LIMIT)
         key = _progress_key(message)
         done = self._progress.setdefault(key, [])
+        if len(done) < len(message.delivered_parts):
+            # The outbox's record is newer: another process (a restart, another replica) sent more of it.
+            done[:] = message.delivered_parts
         self._progress.move_to_end(key)
         while len(self._progress) > 1024:
             self._progress.popitem(last=False)
@@ -151,7 +157,12 @@ class TelegramAdapter:
         for index, chunk in enumerate(chunks):
             if index < len(done):
                 continue  # delivered by an earlier attempt of this same send
-            chat, message_id = await self._send_chunk(chat, chunk, thread=thread, reply_to=reply_to if index == 0 else None)
+            try:
+                chat, message_id = await self._send_chunk(chat, chunk, thread=thread,
+                                                          reply_to=reply_to if index == 0 else None)
+            except (ChannelSendError, RecipientUnreachable) as exc:
+                exc.sent_ids = list(done)  # type: ignore[attr-defined]
+                raise
             done.append(message_id)
             log.info("telegram.sent", bot=self.bot_name, chat=conv.chat, message_id=message_id, part=index + 1, parts=len(chunks))
         self._progress.pop(key, None)

@@ -203,7 +203,8 @@ class WhatsAppAdapter:
 
         On failure raises `ChannelSendError` or `RecipientUnreachable`; its `sent_ids` attribute lists
         the parts that did go through. The adapter also remembers them, so sending the same message
-        again resumes after them instead of repeating them.
+        again resumes after them instead of repeating them; in a new process, whose memory is empty,
+        the outbox hands them back in `message.delivered_parts`.
         """
         text = to_whatsapp(message.text)
         footer = render_citations(message.citations, style="plain")
@@ -211,6 +212,9 @@ class WhatsAppAdapter:
             text = f"{text}\n\n{footer}" if text.strip() else footer
         key = _progress_key(message)
         sent = self._progress.pop(key, [])
+        if len(sent) < len(message.delivered_parts):
+            # The outbox's record is newer: another process (a restart, another replica) sent more of it.
+            sent = list(message.delivered_parts)
         for index, part in enumerate(split_text(text, limit=MAX_LENGTH, unit="utf16")):
             if index < len(sent):
                 continue  # delivered by an earlier attempt of this same reply

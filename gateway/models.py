@@ -98,6 +98,11 @@ class OutboundMessage:
     # already holds (Slack) uses them to finish an interrupted reply without posting a part twice.
     idempotency_key: str | None = None
     attempt: int = 1
+    # Platform ids of the parts an earlier attempt of this same reply delivered, in order, as the outbox
+    # recorded them (`meta.delivered_parts`): an adapter that sends a reply in parts resumes after them
+    # (or after what it remembers itself, when that is more), also in a new process whose memory is
+    # empty. The stored text and citations split the same way again.
+    delivered_parts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

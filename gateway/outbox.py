@@ -2,8 +2,11 @@
 
 A send that fails for a reason that may pass (a rate limit, a 5xx, a network error) is retried with
 backoff: the reply stays `pending` with `meta.next_attempt_at`, and `deliver` returns "retry". The
-worker then parks the conversation until that time, so later replies never overtake it. Adapters
-remember the parts of a reply that went through, so a retry resumes after them. After
+worker then parks the conversation until that time, so later replies never overtake it. The parts of a
+split reply that went through before the failure are stored with it (`meta.delivered_parts`, their
+platform ids) and handed to the next attempt (`OutboundMessage.delivered_parts`), so it resumes after
+them even in a new process: the customer never gets part 1 twice, and its id is recorded with the
+reply's others, where its delivery receipt finds it. After
 `max_attempts`, or on a permanent error, the reply is marked failed and surfaced: a warning log,
 `gateway_send_failures_total` (via `Metrics.message_out`), and the message's `error`
 with its reason.
@@ -63,6 +66,16 @@ def next_attempt_at(message: Message) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
+def _sent_ids(exc: Exception) -> list[str]:
+    """The platform ids of the parts a failed send delivered (adapters set `sent_ids`)."""
+    return [str(p) for p in getattr(exc, "sent_ids", None) or []]
+
+
+def _merged(earlier: list[str], current: list[str]) -> list[str]:
+    """`earlier` parts, then `current` ones not among them, in order (an adapter that resumed returns both)."""
+    return list(dict.fromkeys([*earlier, *(str(p) for p in current)]))
+
+
 class Outbox:
     """Sends stored replies. `adapters` maps (bot, channel) to the adapter that delivers there."""
 
@@ -110,6 +123,8 @@ class Outbox:
         adapter = self._adapters.get((message.bot, message.channel))
         status, error, reason, provider_ids, meta = "sent", None, None, [], dict(message.meta or {})
         meta.pop("next_attempt_at", None)
+        # Parts an earlier attempt delivered (module docstring); kept in `meta` only while a retry is due.
+        delivered = [str(p) for p in meta.pop("delivered_parts", None) or []]
         if adapter is None:
             status, reason = "failed", "no_adapter"
             error = f"channel {message.channel!r} is not enabled for bot {message.bot!r}"
@@ -123,6 +138,7 @@ class Outbox:
                                 for c in message.citations or []),
                 idempotency_key=f"m{message.id}",
                 attempt=message.attempts,
+                delivered_parts=tuple(delivered),
             )
             try:
                 async with self._heartbeat(message.id, bound):
@@ -142,9 +158,10 @@ class Outbox:
             except OutsideWindow as exc:
                 status, reason, error = "failed", "outside_window", f"undeliverable: {exc}"
             except RecipientUnreachable as exc:
+                provider_ids = _sent_ids(exc)
                 status, reason, error = "failed", "unreachable", f"recipient unreachable: {exc}"
             except ChannelSendError as exc:
-                provider_ids = [str(p) for p in getattr(exc, "sent_ids", None) or []]
+                provider_ids = _sent_ids(exc)
                 if exc.permanent:
                     status, reason, error = "failed", "permanent", f"send failed: {exc}"
                 elif message.attempts >= self.max_attempts:
@@ -155,11 +172,19 @@ class Outbox:
                     status = "retry"
                     error = f"attempt {message.attempts}/{self.max_attempts} failed, retrying in {delay:g}s: {exc}"
                     meta["next_attempt_at"] = (utcnow() + timedelta(seconds=delay)).isoformat()
+                    # Stored in the same UPDATE that schedules the retry. Not after a failed `via`: the
+                    # streamer's ids are of streamed messages it blanks, not parts of a whole send.
+                    landed = _merged(delivered, provider_ids) if via is None else delivered
+                    if landed:
+                        meta["delivered_parts"] = landed
             except ChannelError as exc:
                 status, reason, error = "failed", "channel_error", f"channel error: {exc}"
             except Exception as exc:  # an adapter bug must not leave the reply in limbo
                 bound.exception("outbound.adapter_crashed")
                 status, reason, error = "failed", "adapter_error", f"adapter error: {type(exc).__name__}"
+        if status != "retry":
+            # The reply is settled: every part that reached the customer, this attempt's and earlier ones'.
+            provider_ids = _merged(delivered, provider_ids)
         # The platform has the outcome now; if the database is briefly away (a restart, a failover),
         # keep trying to record it. Giving up would leave the row `sending`, and the requeue of
         # stalled sends would then send the reply a second time.
