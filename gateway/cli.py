@@ -187,7 +187,10 @@ async def _eval(args) -> int:
     from gateway.settings import Settings, load_settings
     from rag.eval import evaluate
 
-    settings = load_settings(args.config) if args.config or Path(os.environ.get("GATEWAY_CONFIG", "config.yaml")).exists() else Settings()
+    # The configured defaults when there is a config to read; a --config or $GATEWAY_CONFIG naming a
+    # missing file is an error, as in every other command, not a silent run on built-in defaults.
+    explicit = args.config or os.environ.get("GATEWAY_CONFIG")
+    settings = load_settings(args.config) if explicit or Path("config.yaml").exists() else Settings()
     k_values = tuple(sorted({1, 3, 5, 10, *([args.k] if args.k else [])}))
     documents = 0
 
@@ -204,8 +207,10 @@ async def _eval(args) -> int:
     for file, error in report.load_errors:  # on stderr, so --json stays one object
         print(f"warning: {file} was not loaded: {error}", file=sys.stderr)
     if not documents:
-        print(f"warning: no documents were ingested from {args.docs}: every question misses, so the "
-              "metrics say nothing about retrieval", file=sys.stderr)
+        # Metrics of an empty index are all misses: printed, they would read as a retrieval result.
+        print(f"error: no documents were ingested from {args.docs} (Markdown, text, HTML or PDF files); "
+              "there is nothing to evaluate", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(report.metrics))
         return 0

@@ -78,7 +78,8 @@ def markdown_sections(text: str) -> list[tuple[tuple[tuple[int, str], ...], list
     return [(h, [b for b in blocks if b.text.strip()]) for h, blocks in sections if any(b.text.strip() for b in blocks)]
 
 
-_FRONT_MATTER = re.compile(r"\A(?:\ufeff)?---[ \t]*\n(.*?\n)(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
+# CRLF too: a file saved on Windows kept its metadata as the title and in every heading path.
+_FRONT_MATTER = re.compile(r"\A(?:\ufeff)?---[ \t]*\r?\n(.*?\r?\n)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 _FRONT_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
 
 
@@ -95,11 +96,13 @@ def split_front_matter(markdown: str) -> tuple[str | None, str]:
 
 
 def first_heading(markdown: str) -> str | None:
-    """The text of the document's first top-level heading, ATX or setext, as CommonMark parses it:
-    a `# comment` inside a code fence and a `#hashtag` line (no space) are not headings."""
+    """The text of the document's first level-1 heading, ATX or setext, as CommonMark parses it:
+    a `# comment` inside a code fence and a `#hashtag` line (no space) are not headings. Only level 1:
+    a document that opens at `## Install` has no title of its own (the file name serves), else every
+    heading path started `Install > Install`."""
     tokens = _PARSER.parse(markdown)
     for i, tok in enumerate(tokens):
-        if tok.type == "heading_open" and tok.level == 0:
+        if tok.type == "heading_open" and tok.level == 0 and tok.tag == "h1":
             return _heading_text(tokens[i + 1].content) or None
     return None
 
@@ -116,7 +119,16 @@ def paragraph_blocks(text: str) -> list[Block]:
 
 
 def _heading_text(content: str) -> str:
-    return " ".join(clean_prose(content).split())
+    """A heading's words as a reader sees them: `**Bold** [link](url) `code`` is `Bold link code`
+    (the path becomes a citation's title and the embedded prefix); inline HTML is dropped."""
+    words: list[str] = []
+    for token in _PARSER.parseInline(clean_prose(content)):
+        for child in token.children or ():
+            if child.type in ("text", "code_inline"):
+                words.append(child.content)
+            elif child.type in ("softbreak", "hardbreak"):
+                words.append(" ")
+    return " ".join("".join(words).split())
 
 
 def _closing(tokens: list[Token], start: int) -> int:

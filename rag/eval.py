@@ -105,6 +105,8 @@ def _question(line: str, where: str) -> Question:
         raise EvalFileError(f"{where}: not a JSON object ({exc})") from None
     if not isinstance(item, dict) or not isinstance(item.get("question"), str) or not item["question"].strip():
         raise EvalFileError(f'{where}: needs a "question" string')
+    if not isinstance(item.get("answerable", True), bool):
+        raise EvalFileError(f'{where}: "answerable" must be true or false (JSON booleans, not text or numbers)')
     if item.get("answerable", True) is False:
         return Question(item["question"], (), False)
     golds = item.get("gold_texts")

@@ -56,7 +56,9 @@ from storage.models import Document as DocumentRow
 
 log = logging.getLogger(__name__)
 
-CHUNKER_VERSION = "3"  # 3: HTML comments and data: URIs dropped, fences nested in list items and quotes kept whole
+# 4: a token count has a length floor (`rag.chunking.MAX_CHARS_PER_TOKEN`);
+# 3: HTML comments and data: URIs dropped, fences nested in list items and quotes kept whole.
+CHUNKER_VERSION = "4"
 """Bump when chunking changes, so the next ingest re-chunks every document."""
 FLUSH_CHUNKS = 256
 TEXT_TOKENS = 512

@@ -54,6 +54,7 @@ from rag.gate import (
     term_coverage,
 )
 from rag.knowledge_index import ChunkPayload, KnowledgeIndex
+from storage.text import storable_text
 
 COVERAGE_PRIOR_FLOOR = 0.1
 COVERAGE_PRIOR_EXPONENT = 0.75
@@ -101,7 +102,9 @@ class HybridSearch:
 
     async def search(self, bot: str, queries: list[str], retrieval: RetrievalSettings) -> SearchResult:
         """Top `retrieval.k` chunks for the queries, or a refusal when nothing is relevant."""
-        queries = list(dict.fromkeys(q.strip() for q in queries if q and q.strip()))
+        # A lone surrogate (valid in JSON: an eval file, an API caller) has no UTF-8 form, and the
+        # tokenizer raised a TypeError on it; `storable_text` makes it U+FFFD, as the inbox does.
+        queries = list(dict.fromkeys(storable_text(q).strip() for q in queries if q and q.strip()))
         if not queries:
             return SearchResult((), True, "empty query", None)
         dense_vectors = await self.dense.aembed_queries(queries)

@@ -23,6 +23,7 @@ import asyncio
 import functools
 import logging
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -259,6 +260,7 @@ def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, 
     """(title, main text as Markdown) with navigation, header, footer and scripts dropped."""
     import trafilatura
 
+    html = _xml_safe(html)
     options = dict(output_format="markdown", include_tables=True, include_formatting=True, include_links=False)
     text = trafilatura.extract(html, url=url, favor_recall=True, config=_short_pages_config(), **options)
     if not text:
@@ -266,6 +268,22 @@ def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, 
         text = trafilatura.html2txt(html) or ""
     meta = trafilatura.extract_metadata(html, default_url=url)
     return (meta.title if meta and meta.title else None), text
+
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CHARACTER_REF = re.compile(r"&#(?:[xX]([0-9a-fA-F]{1,8})|([0-9]{1,10}));")
+
+
+def _xml_safe(html: str) -> str:
+    """`html` without the characters XML cannot hold (control characters, raw or as `&#14;`, and
+    surrogates). lxml refuses them inside trafilatura with a ValueError, and the whole page was
+    skipped: one XSS sample on a security page lost all of its text."""
+    def keep(match: re.Match[str]) -> str:
+        code = int(match.group(1), 16) if match.group(1) else int(match.group(2))
+        unsafe = (code < 0x20 and code not in (0x9, 0xA, 0xD)) or code == 0x7F or 0xD800 <= code <= 0xDFFF
+        return "" if unsafe or code > 0x10FFFF else match.group()
+
+    return _CHARACTER_REF.sub(keep, _CONTROL_CHARS.sub("", html))
 
 
 @functools.cache

@@ -106,15 +106,15 @@ def test_eval_refuses_k_below_one(tmp_path, k):
     assert proc.returncode == 2 and f"argument --k: must be at least 1, got {int(k)}" in proc.stderr
 
 
-def test_eval_on_an_empty_folder_warns_that_nothing_was_ingested(tmp_path):
+def test_eval_on_an_empty_folder_is_an_error_not_a_row_of_zeros(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps({"question": "How much is the Plus plan?", "gold_texts": ["$12 per month"]}) + "\n")
     proc = _run("eval", "--docs", str(empty), "--questions", str(questions), "--json")
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["recall@5"] == 0.0
-    assert f"warning: no documents were ingested from {empty}" in proc.stderr
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"error: no documents were ingested from {empty}" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
     (empty / "plans.md").write_text(PLANS)  # and no warning once there is something to ingest
     proc = _run("eval", "--docs", str(empty), "--questions", str(questions), "--json")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import random
 
-from rag.chunking import chunk_document
+import pytest
+
+from rag.chunking import MAX_CHARS_PER_TOKEN, chunk_document
 from rag.splitting import split_words
 
 CODE = [f"echo 'step number {i} of the long installation script' && run_step --id {i}" for i in range(60)]
@@ -112,8 +114,30 @@ def test_split_words_keeps_the_words_before_a_long_word_before_it(dense):
 def test_first_heading_follows_commonmark():
     from rag.blocks import first_heading
 
-    fenced = "Use this script.\n\n```bash\n# reset the password\nacme reset\n```\n\n## Troubleshooting\n\nAsk.\n"
+    fenced = "Use this script.\n\n```bash\n# reset the password\nacme reset\n```\n\n# Troubleshooting\n\nAsk.\n"
     assert first_heading(fenced) == "Troubleshooting"
+    assert first_heading("## Install\n\nRun it.\n\n# Later\n") == "Later"  # level 1 only
+    assert first_heading("## Install\n\nRun it.\n") is None
     assert first_heading("#hashtag #support\n\nNo heading here.\n") is None
     assert first_heading("#release\n\nWalrus Care\n===========\n\n# Later\n") == "Walrus Care"
     assert first_heading("# Pricing <!-- draft -->\n") == "Pricing"
+
+
+def test_heading_path_is_the_words_a_reader_sees(dense):
+    text = "# **Acme** `sync` [guide](https://acme.example/sync) <span>v2</span>\n\nRun `acme sync`.\n"
+    [chunk] = chunk_document(text, fmt="markdown", title="file", bot="b", source="s", doc_id="d",
+                             count_tokens=dense.count_tokens)
+    assert chunk.heading_path == ("Acme sync guide v2",)
+    assert chunk.embed_text.startswith("Acme sync guide v2\n\n")
+
+
+@pytest.mark.parametrize("text", [
+    "x" * 100_000,  # one 'word' over 100 characters is a single [UNK] to WordPiece
+    "ภาษาไทยเป็นภาษาที่สวยงามมาก " * 2000,  # a script the vocabulary lacks: a word is one [UNK]
+])
+def test_a_chunk_is_bounded_in_characters_even_where_the_tokenizer_sees_one_token(dense, text):
+    chunks = chunk_document(f"# Notes\n\n{text}", fmt="markdown", title="t", bot="b", source="s", doc_id="d",
+                            count_tokens=dense.count_tokens, max_tokens=256, text_tokens=512)
+    assert len(chunks) > 5
+    assert max(len(c.text) for c in chunks) <= 512 * MAX_CHARS_PER_TOKEN
+    assert "".join("".join(c.text.split()) for c in chunks) == "".join(text.split())  # nothing lost

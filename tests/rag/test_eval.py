@@ -44,6 +44,8 @@ def test_eval_file_with_a_byte_order_mark_and_blank_lines_loads(tmp_path):
     ('{"gold_texts": ["five days"]}', '"question"'),
     ('["Refunds?"]', '"question"'),
     ("Refunds?", "not a JSON object"),
+    ('{"question": "Weather?", "answerable": "false"}', '"answerable" must be true or false'),  # text, not false
+    ('{"question": "Weather?", "answerable": 0}', '"answerable" must be true or false'),
 ])
 def test_eval_file_bad_line_is_named_with_what_is_wrong(tmp_path, line, says):
     path = tmp_path / "q.jsonl"

@@ -72,6 +72,13 @@ async def test_search_hit_reports_arms_and_scores(kb):
     assert len(result.hits) == RETRIEVAL.k
 
 
+async def test_a_query_with_a_lone_surrogate_is_searched_not_a_crash(kb):
+    # "\ud800" is valid JSON (an eval file, an API caller); the tokenizer raised a TypeError on it.
+    result = await kb.search("acme", ["What does the Business Plus plan cost?\ud800"], RETRIEVAL)
+    assert not result.refused and result.hits[0].document == "billing.md"
+    assert (await kb.search("acme", ["\ud800\x00"], RETRIEVAL)).refused
+
+
 async def test_gate_refuses_off_topic_query(kb):
     result = await kb.search("acme", ["What is the capital of France?"], RETRIEVAL)
     assert result.refused and result.hits == ()

@@ -8,6 +8,7 @@ import codecs
 import httpx
 import pytest
 
+from rag.chunking import chunk_document
 from rag.decoding import decode_text
 from rag.sources import SourceError, load_directory, load_sitemap, load_urls
 from tests.rag.pdfs import tiny_pdf
@@ -212,6 +213,35 @@ async def test_front_matter_gives_the_title_and_is_not_indexed(tmp_path):
     (tmp_path / "reset.md").write_text('---\ntitle: "Reset your password"\nsidebar_position: 2\n---\n\nOpen Settings.\n')
     [doc] = (await load_directory(tmp_path)).documents
     assert doc.title == "Reset your password" and "sidebar_position" not in doc.text
+
+
+async def test_front_matter_saved_with_crlf_line_endings_is_stripped_too(tmp_path):
+    (tmp_path / "reset.md").write_bytes(b"---\r\ntitle: Reset your password\r\nsidebar_position: 2\r\n---\r\n\r\n"
+                                        b"## Steps\r\n\r\nOpen Settings.\r\n")
+    [doc] = (await load_directory(tmp_path)).documents
+    assert doc.title == "Reset your password" and "sidebar_position" not in doc.text
+
+
+async def test_a_document_without_a_level_one_heading_is_titled_by_its_file_name(tmp_path, dense):
+    # Its first `##` used to be the title, so every heading path began "Install > Install".
+    (tmp_path / "setup-guide.md").write_text("## Install\n\nRun the installer.\n\n## Configure\n\nEdit acme.toml.\n")
+    [doc] = (await load_directory(tmp_path)).documents
+    assert doc.title == "setup guide"
+    chunks = chunk_document(doc.text, fmt=doc.format, title=doc.title, bot="b", source="s", doc_id=doc.doc_id,
+                            count_tokens=dense.count_tokens)
+    assert [c.heading_path for c in chunks] == [("setup guide", "Install"), ("setup guide", "Configure")]
+
+
+async def test_an_html_page_with_control_characters_keeps_its_text(tmp_path):
+    # `&#14;` (an XSS sample from the naughty strings) made lxml refuse the page inside trafilatura.
+    (tmp_path / "security.html").write_text(
+        "<html><head><title>Security</title></head><body><h1>Filtering input</h1>"
+        "<p>Block script URLs before they reach the router page.</p>"
+        "<p><IMG SRC=\" &#14;  javascript:alert('XSS');\"> and a raw \x0b control.</p></body></html>")
+    result = await load_directory(tmp_path)
+    assert result.errors == []
+    [doc] = result.documents
+    assert "Block script URLs before they reach the router page." in doc.text
 
 
 async def test_a_symlinked_folder_is_read_once_even_with_a_link_back_up(tmp_path):
