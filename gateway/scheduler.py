@@ -66,7 +66,7 @@ class IngestScheduler:
         log.info("ingest.scheduled_start", bot=bot, source=source)
         try:
             report = await self._knowledge.ingest_source(bot, source, trigger="schedule")
-            log.info("ingest.scheduled_done", bot=bot, source=source, **report.counts())
+            _log_run("ingest.scheduled_done", report)
         except Exception:  # recorded in ingest_runs by the ingester; the scheduler keeps going
             log.exception("ingest.scheduled_failed", bot=bot, source=source)
         self.log_next_runs()
@@ -100,7 +100,7 @@ class IngestScheduler:
                 log.info("ingest.startup_start", bot=bot.name, source=source.name, **why)
                 try:
                     report = await self._knowledge.ingest_source(bot.name, source.name, trigger="startup")
-                    log.info("ingest.startup_done", bot=bot.name, source=source.name, **report.counts())
+                    _log_run("ingest.startup_done", report)
                 except Exception:  # recorded in ingest_runs by the ingester
                     log.exception("ingest.startup_failed", bot=bot.name, source=source.name)
 
@@ -123,3 +123,13 @@ class IngestScheduler:
         """Log when each source runs next, so an operator can see the schedule."""
         for job_id, when in self.next_runs().items():
             log.info("ingest.next_run", job=job_id, next_run=when)
+
+
+def _log_run(event: str, report) -> None:
+    """One line per finished run, with how it ended: a failed or partial run is a warning with its
+    first errors (the ingester never raises, so a failure used to read as a run of zero counts)."""
+    fields = dict(bot=report.bot, source=report.source, status=report.status, **report.counts())
+    if report.status == "ok":
+        log.info(event, **fields)
+    else:
+        log.warning(event, errors=report.errors[:3], error_count=len(report.errors), **fields)

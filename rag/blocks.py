@@ -95,6 +95,13 @@ def split_front_matter(markdown: str) -> tuple[str | None, str]:
     return value or None, markdown[match.end():]
 
 
+def heading_texts(markdown: str) -> list[str]:
+    """Every heading's text, in document order (a page that is only headings is its outline)."""
+    tokens = _PARSER.parse(markdown)
+    texts = (_heading_text(tokens[i + 1].content) for i, tok in enumerate(tokens) if tok.type == "heading_open")
+    return [text for text in texts if text]
+
+
 def first_heading(markdown: str) -> str | None:
     """The text of the document's first level-1 heading, ATX or setext, as CommonMark parses it:
     a `# comment` inside a code fence and a `#hashtag` line (no space) are not headings. Only level 1:

@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rag.blocks import Block, markdown_sections, paragraph_blocks
+from rag.blocks import Block, heading_texts, markdown_sections, paragraph_blocks
 from rag.splitting import merge, split_block, split_words
 
 CHUNK_NAMESPACE = uuid.UUID("6f6c1a52-3c1e-4d44-9b1f-2a7e5d0c9e11")
@@ -120,6 +120,12 @@ def chunk_document(
                 windows = (embed_text, *(f"{prefix}\n\n{t}" if prefix else t for t in tail if t.strip()))
             sentences = split_sentences(body, count_tokens=count_tokens, max_tokens=max_tokens)
             chunks.append(Chunk(chunk_id, body, heading_path, embed_text, len(chunks), sparse_text, windows, sentences))
+    if not chunks and fmt in _MARKDOWN_FORMATS and (outline := "\n".join(dict.fromkeys(heading_texts(text)))):
+        # Headings and nothing else ("# Contact" / "## Phone: 555-0100"): the headings are the content.
+        # Such a page gave no chunk at all, and vanished from the knowledge base without an error.
+        return chunk_document(outline, fmt="text", title=title, bot=bot, source=source, doc_id=doc_id,
+                              count_tokens=count_tokens, max_tokens=max_tokens, text_tokens=text_tokens,
+                              overlap=overlap)
     return chunks
 
 

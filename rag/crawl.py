@@ -14,13 +14,16 @@ the knowledge base that customers read. Bodies are read up to a cap, gzip includ
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
-from urllib.robotparser import RobotFileParser
 
 import httpx
 from lxml import etree
+from protego import Protego
 
 from gateway.errors import SourceError
 
@@ -32,6 +35,10 @@ MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # sitemaps.org's limit, uncompressed
 MAX_PAGE_BYTES = 20 * 1024 * 1024
 MAX_ROBOTS_BYTES = 512 * 1024  # RFC 9309 §2.5: at least 500 KiB is parsed
 MAX_REDIRECTS = 5
+FETCH_DEADLINE_S = 60.0
+"""The whole of one fetch, redirects and body included. httpx's read timeout restarts with every byte,
+so a server sending one byte a second held a run (and every other source's, which wait their turn)
+for as long as it liked."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -53,13 +60,24 @@ def same_site(url: str, other: str) -> bool:
 
 async def fetch(
     url: str, *, client: httpx.AsyncClient, headers: dict[str, str] | None = None, max_bytes: int | None = None,
-    any_site: bool = False,
+    any_site: bool = False, allowed: Callable[[str], bool] | None = None, deadline: float | None = None,
 ) -> httpx.Response:
     """GET `url` with its body read (at most `max_bytes`, default `MAX_PAGE_BYTES`, else `SourceError`),
     following redirects only within its site (`same_site`; `any_site` for robots.txt, whose body never
-    reaches the knowledge base and which RFC 9309 redirects across hosts); a redirect elsewhere raises
-    `SourceError`. The response's `url` is where the body came from."""
-    max_bytes = MAX_PAGE_BYTES if max_bytes is None else max_bytes
+    reaches the knowledge base and which RFC 9309 redirects across hosts); a redirect elsewhere, or to a
+    URL `allowed` refuses (robots.txt), raises `SourceError`, and so does a fetch that has not finished
+    within `deadline` seconds (`FETCH_DEADLINE_S`). The response's `url` is where the body came from."""
+    deadline = FETCH_DEADLINE_S if deadline is None else deadline
+    try:
+        async with asyncio.timeout(deadline):
+            return await _fetch(url, client=client, headers=headers, any_site=any_site, allowed=allowed,
+                                max_bytes=MAX_PAGE_BYTES if max_bytes is None else max_bytes)
+    except TimeoutError:
+        raise SourceError(f"{url}: not fully received within {deadline:g}s; not read") from None
+
+
+async def _fetch(url: str, *, client: httpx.AsyncClient, headers: dict[str, str] | None, max_bytes: int,
+                 any_site: bool, allowed: Callable[[str], bool] | None) -> httpx.Response:
     target = url
     for _ in range(MAX_REDIRECTS + 1):
         request = client.build_request("GET", target, headers=headers)
@@ -69,6 +87,8 @@ async def fetch(
                 location = str(response.next_request.url)
                 if not any_site and not same_site(url, location):
                     raise SourceError(f"{target} redirects to another site ({location}); not followed")
+                if allowed is not None and not allowed(location):
+                    raise SourceError(f"{target} redirects to {location}, which robots.txt disallows; not followed")
                 target = location
                 continue
             body = await _read_capped(response, max_bytes, what=target)
@@ -106,7 +126,19 @@ def _megabytes(size: int) -> str:
     return f"{size / (1024 * 1024):g} MB"
 
 
-async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotFileParser | None:
+@dataclass(frozen=True)
+class RobotsRules:
+    """A site's robots.txt as RFC 9309 reads it (protego: `*` and `$` patterns, the longest match wins,
+    an `Allow` wins a tie); `urllib.robotparser` matched plain prefixes, first rule first, so
+    `Disallow: /*.pdf$` let every PDF through."""
+
+    parser: Protego
+
+    def allows(self, url: str) -> bool:
+        return self.parser.can_fetch(url, USER_AGENT)
+
+
+async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotsRules | None:
     """The site's robots.txt rules; None when it has none (any 4xx, RFC 9309 §2.3.1.3).
 
     A 5xx or no answer means disallow all (§2.3.1.4). That raises `SourceError` rather than returning
@@ -125,9 +157,7 @@ async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotFileParse
         raise SourceError(f"robots.txt {robots_url} answered {response.status_code}; {refusal}")
     if response.status_code >= 400:
         return None
-    parser = RobotFileParser(robots_url)
-    parser.parse(response.text.splitlines())
-    return parser
+    return RobotsRules(Protego.parse(response.text))
 
 
 async def sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, errors: list[tuple[str, str]]) -> list[str]:
@@ -181,8 +211,13 @@ async def _fetch_sitemap(url: str, *, client: httpx.AsyncClient) -> tuple[bool, 
         root = etree.fromstring(body, parser=parser)
     except etree.XMLSyntaxError as exc:
         raise SourceError(f"sitemap {url} is not valid XML: {exc}") from None
+    kind = etree.QName(root).localname
+    if kind not in ("urlset", "sitemapindex"):
+        # An error page served with 200 (a CMS's "Not found") listed no pages, and the run then
+        # deleted every page of the source as gone.
+        raise SourceError(f"sitemap {url} is not a sitemap: its root element is <{kind}>, not <urlset> or <sitemapindex>")
     locs = [urljoin(url, (el.text or "").strip()) for el in root.iter("{*}loc") if (el.text or "").strip()]
-    return etree.QName(root).localname == "sitemapindex", locs
+    return kind == "sitemapindex", locs
 
 
 def _text_sitemap(url: str, body: bytes) -> list[str]:
@@ -200,7 +235,9 @@ def describe_fetch_error(exc: BaseException, timeout: httpx.Timeout | None = Non
     limit = _timeout_limit(exc, timeout)
     if limit is not None:
         return f"{name} after {limit:g}s"
-    return f"{name}: {exc}" if str(exc) else name
+    # The first line only: httpx adds "For more information check: <a web page>" to every status error.
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{name}: {message}" if message else name
 
 
 def _timeout_limit(exc: BaseException, timeout: httpx.Timeout | None) -> float | None:

@@ -24,6 +24,7 @@ import functools
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -135,19 +136,25 @@ def _is_hidden(relative_path: str) -> bool:
     return any(part.startswith(".") for part in relative_path.split("/"))
 
 
-async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None) -> LoadResult:
-    """Fetch each page (a few at a time); a failing URL is recorded and the others continue."""
+async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None,
+                    allowed: Callable[[str], bool] | None = None) -> LoadResult:
+    """Fetch each page (a few at a time); a failing URL is recorded and the others continue. A page
+    that answers `410 Gone` is left out, so ingest removes its chunks (a 404 may be a passing
+    mistake, so it is an error that keeps them). `allowed` (robots.txt) is asked at every redirect."""
     result = LoadResult()
     gate = asyncio.Semaphore(MAX_CONCURRENCY)
     validators = validators or {}
 
-    async def one(url: str) -> Document | tuple[str, str] | str:  # a page, (url, error), or a 304's url
+    async def one(url: str) -> Document | tuple[str, str] | str | None:  # a page, (url, error), a 304's url, gone
         async with gate:
             try:
                 conditional = _conditional_headers(validators.get(url))
-                response = await fetch(url, client=client, headers=conditional)
+                response = await fetch(url, client=client, headers=conditional, allowed=allowed)
                 if response.status_code == 304 and conditional:
                     return url  # unchanged since its validators: ingest keeps its chunks
+                if response.status_code == 410:
+                    log.info("source url gone (410): its chunks are removed", extra={"url": url})
+                    return None
                 response.raise_for_status()
                 return replace(_from_response(url, response), etag=response.headers.get("etag"),
                                last_modified=response.headers.get("last-modified"))
@@ -162,7 +169,7 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                 result.documents.append(outcome)
         elif isinstance(outcome, str):
             result.not_modified.append(outcome)
-        else:
+        elif outcome is not None:
             result.errors.append(outcome)
     return result
 
@@ -184,11 +191,12 @@ async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Valid
     robots = await robots_rules(url, client=client)
     sitemap_errors: list[tuple[str, str]] = []
     pages = await sitemap_urls(url, client=client, depth=0, errors=sitemap_errors)
-    allowed = [p for p in pages if robots is None or robots.can_fetch(USER_AGENT, p)]
+    allowed = [p for p in pages if robots is None or robots.allows(p)]
     skipped = len(pages) - len(allowed)
     if skipped:
         log.info("robots.txt disallows sitemap pages", extra={"sitemap": url, "skipped": skipped})
-    result = await load_urls(allowed, client=client, validators=validators)
+    result = await load_urls(allowed, client=client, validators=validators,
+                             allowed=robots.allows if robots is not None else None)
     result.errors[:0] = sitemap_errors
     result.listing_incomplete = bool(sitemap_errors)
     return result
@@ -261,13 +269,40 @@ def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, 
     import trafilatura
 
     html = _xml_safe(html)
+    meta = trafilatura.extract_metadata(html, default_url=url)
+    html = _without_page_furniture(html)
     options = dict(output_format="markdown", include_tables=True, include_formatting=True, include_links=False)
     text = trafilatura.extract(html, url=url, favor_recall=True, config=_short_pages_config(), **options)
     if not text:
         # Very short pages fall under trafilatura's main-text heuristics; take the body as it is.
         text = trafilatura.html2txt(html) or ""
-    meta = trafilatura.extract_metadata(html, default_url=url)
+    if not text.strip():
+        raise ValueError("no main text: the page holds only navigation, header, footer or scripts "
+                         "(a page built by JavaScript has its text only in the browser)")
     return (meta.title if meta and meta.title else None), text
+
+
+# Never a page's main text. A header or footer inside <article> or <main>, or holding the <h1>, is
+# the content's own (its title, its byline) and stays.
+_FURNITURE = ("//nav | //aside | //script | //style | //noscript | //template"
+              " | //header[not(ancestor::article or ancestor::main or .//h1)]"
+              " | //footer[not(ancestor::article or ancestor::main)]")
+
+
+def _without_page_furniture(html: str) -> str:
+    """`html` without navigation, sidebars, scripts, `<noscript>` notices and the site's header and
+    footer. trafilatura keeps them when nothing else is on the page: a page of links only was indexed
+    as "Home About Contact", and a JavaScript app as its "Please enable JavaScript"."""
+    from lxml import etree
+    from lxml import html as lxml_html
+
+    try:
+        tree = lxml_html.document_fromstring(html)
+    except (etree.ParserError, ValueError):  # empty or unparseable: trafilatura says what it can
+        return html
+    for element in tree.xpath(_FURNITURE):
+        element.drop_tree()  # keeps the text that follows the element
+    return lxml_html.tostring(tree, encoding="unicode")
 
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")

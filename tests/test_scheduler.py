@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import structlog
 from sqlalchemy import select
 
 from gateway.knowledge import Knowledge
@@ -34,8 +35,14 @@ async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
     try:
         runs = scheduler.next_runs()
         assert set(runs) == {"acme/missing", "acme/good"} and all(runs.values())
-        await scheduler._run("acme", "missing")  # the cron job body: must not raise
-        await scheduler._run("acme", "good")
+        with structlog.testing.capture_logs() as logs:
+            await scheduler._run("acme", "missing")  # the cron job body: must not raise
+            await scheduler._run("acme", "good")
+        done = {e["source"]: e for e in logs if e["event"] == "ingest.scheduled_done"}
+        # A failed run says so, with its error; it used to be an info line of zero counts.
+        assert done["missing"]["log_level"] == "warning" and done["missing"]["status"] == "failed"
+        assert "does-not-exist" in done["missing"]["errors"][0]
+        assert done["good"]["log_level"] == "info" and done["good"]["status"] == "ok"
         assert scheduler.next_runs()["acme/good"] == runs["acme/good"]  # the scheduler is still running
     finally:
         scheduler.shutdown()

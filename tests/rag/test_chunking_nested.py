@@ -141,3 +141,10 @@ def test_a_chunk_is_bounded_in_characters_even_where_the_tokenizer_sees_one_toke
     assert len(chunks) > 5
     assert max(len(c.text) for c in chunks) <= 512 * MAX_CHARS_PER_TOKEN
     assert "".join("".join(c.text.split()) for c in chunks) == "".join(text.split())  # nothing lost
+
+
+def test_a_document_of_headings_only_is_indexed_as_its_outline(dense):
+    # It gave no chunk at all: the contact page vanished from the knowledge base without an error.
+    [chunk] = chunks_of("# Contact\n\n## Phone: 555-0100\n\n## Email: help@acme.example\n", dense, title="Contact")
+    assert chunk.text == "Contact\nPhone: 555-0100\nEmail: help@acme.example"
+    assert chunks_of("", dense) == [] and chunks_of("   \n", dense) == []

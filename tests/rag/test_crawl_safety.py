@@ -6,6 +6,7 @@ service on another port that nothing may reach through the public site's sitemap
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -140,3 +141,72 @@ async def test_robots_txt_may_redirect_to_another_host(caplog):
         async with server(routes) as (site, asked), httpx.AsyncClient(timeout=5) as client:
             result = await load_sitemap(f"{site}/sitemap.xml", client=client)
     assert [d.doc_id for d in result.documents] == [f"{site}/faq"] and "/private" not in asked
+
+
+async def test_robots_txt_wildcards_and_redirects_are_honoured():
+    robots = web.Response(text="User-agent: *\nDisallow: /*.pdf$\nDisallow: /priv*\nAllow: /private/press\n")
+    routes = {
+        "/robots.txt": robots,
+        "/sitemap.xml": lambda base: sitemap(*(f"{base}{p}" for p in ("/faq", "/manual.pdf", "/private/salaries",
+                                                                          "/private/press", "/go"))),
+        "/faq": html("Billing FAQ"),
+        "/manual.pdf": html("PDF manual"),
+        "/private/salaries": html("Salaries"),
+        "/private/press": html("Press kit"),
+        "/go": (302, "{base}/private/salaries"),  # allowed itself, but it leads somewhere disallowed
+    }
+    async with server(routes) as (site, asked), httpx.AsyncClient(timeout=5) as client:
+        result = await load_sitemap(f"{site}/sitemap.xml", client=client)
+    assert sorted(d.doc_id for d in result.documents) == [f"{site}/faq", f"{site}/private/press"]
+    assert "robots.txt disallows" in dict(result.errors)[f"{site}/go"]
+    assert "/manual.pdf" not in asked and "/private/salaries" not in asked
+
+
+async def test_a_sitemap_url_answering_with_a_web_page_fails_the_source_instead_of_listing_nothing():
+    not_found = web.Response(text="<html><body><h1>Not found</h1><p>Try the search.</p></body></html>",
+                             content_type="text/html")
+    async with server({"/robots.txt": web.Response(text=""), "/sitemap.xml": not_found}) as (site, _), \
+            httpx.AsyncClient(timeout=5) as client:
+        with pytest.raises(SourceError, match="not a sitemap: its root element is <html>"):
+            await load_sitemap(f"{site}/sitemap.xml", client=client)
+
+
+async def test_a_page_sending_a_byte_at_a_time_is_stopped_at_the_fetch_deadline(monkeypatch):
+    # httpx's read timeout restarts with every byte; only a deadline on the whole fetch ends this.
+    monkeypatch.setattr(rag.crawl, "FETCH_DEADLINE_S", 1.0)
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/html"})
+        await response.prepare(request)
+        for _ in range(100):
+            await response.write(b" ")
+            await asyncio.sleep(0.1)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/trickle", trickle)
+    app.router.add_get("/faq", lambda request: html("Billing FAQ"))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with httpx.AsyncClient(timeout=5) as client:
+            started = asyncio.get_running_loop().time()
+            result = await load_urls([f"{base}/trickle", f"{base}/faq"], client=client)
+            took = asyncio.get_running_loop().time() - started
+    finally:
+        await runner.cleanup()
+    assert [d.doc_id for d in result.documents] == [f"{base}/faq"]
+    assert "not fully received within 1s" in dict(result.errors)[f"{base}/trickle"]
+    assert took < 5  # not the 10 s the trickle would take
+
+
+async def test_a_page_gone_for_good_is_left_out_and_a_missing_one_is_an_error():
+    routes = {"/faq": html("Billing FAQ"), "/old": web.Response(status=410, text="gone")}
+    async with server(routes) as (site, _), httpx.AsyncClient(timeout=5) as client:
+        result = await load_urls([f"{site}/faq", f"{site}/old", f"{site}/typo"], client=client)
+    assert [d.doc_id for d in result.documents] == [f"{site}/faq"]
+    assert [u for u, _ in result.errors] == [f"{site}/typo"]  # 404: kept, with its error
+    assert "For more information" not in result.errors[0][1]

@@ -244,6 +244,20 @@ async def test_an_html_page_with_control_characters_keeps_its_text(tmp_path):
     assert "Block script URLs before they reach the router page." in doc.text
 
 
+async def test_an_html_page_without_main_text_is_an_error_not_its_navigation(tmp_path):
+    (tmp_path / "links.html").write_text("<html><body><nav><a href='/'>Home</a> <a href='/about'>About</a></nav>"
+                                         "<footer>Imprint</footer></body></html>")
+    (tmp_path / "app.html").write_text("<html><body><noscript>You need to enable JavaScript to run this app."
+                                       "</noscript><div id='root'></div><script src='app.js'></script></body></html>")
+    (tmp_path / "faq.html").write_text("<html><body><header><h1>FAQ</h1></header><div>Refunds take five days."
+                                       "</div><footer>Imprint</footer></body></html>")
+    result = await load_directory(tmp_path)
+    assert [d.doc_id for d in result.documents] == ["faq.html"]
+    assert "Refunds take five days." in result.documents[0].text and "Imprint" not in result.documents[0].text
+    assert sorted(f for f, _ in result.errors) == ["app.html", "links.html"]
+    assert all("no main text" in message for _, message in result.errors)
+
+
 async def test_a_symlinked_folder_is_read_once_even_with_a_link_back_up(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
