@@ -40,6 +40,7 @@ class Knowledge:
         self._search = None
         self._ingestor = None
         self._lock = asyncio.Lock()
+        self._running: set[asyncio.Task] = set()  # tasks inside `ingest_source`, for `close`
 
     async def open(self) -> None:
         """Open the index (raises `IndexBusy` if another process holds the folder) and load the models."""
@@ -63,8 +64,18 @@ class Knowledge:
         """The open Qdrant index, or None before `open()`."""
         return self._index
 
-    async def close(self) -> None:
-        """Release the index (and its folder lock)."""
+    async def close(self, *, patience: float = 5.0) -> None:
+        """Stop the ingests still running, then release the index (and its folder lock).
+
+        A running ingest is cancelled and given `patience` seconds to record itself as failed
+        ("cancelled before it finished"). Left to be cancelled with the event loop, it came to that
+        after the database was closed, and its run stayed `running` until the next run of its source."""
+        running = [t for t in self._running if t is not asyncio.current_task() and not t.done()]
+        for task in running:
+            if not task.cancelling():  # cancelled once already (the scheduler's shutdown): let it record
+                task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=patience)
         if self._index is not None:
             await self._index.close()
             self._index = None
@@ -122,8 +133,13 @@ class Knowledge:
             if progress is not None:
                 progress(done, total, label)
 
-        async with self._lock, self._source_lock(bot, source):  # one ingest at a time keeps the writes simple
-            return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress)
+        task = asyncio.current_task()
+        self._running.add(task)
+        try:
+            async with self._lock, self._source_lock(bot, source):  # one ingest at a time keeps the writes simple
+                return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress)
+        finally:
+            self._running.discard(task)
 
     @contextlib.asynccontextmanager
     async def _source_lock(self, bot: str, source: str) -> AsyncIterator[None]:

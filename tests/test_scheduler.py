@@ -115,3 +115,38 @@ async def test_two_processes_ingesting_one_source_take_turns_on_postgres(tmp_pat
     first, second = runs
     # The second run started only after the first had finished.
     assert (second.started_at - first.started_at).total_seconds() >= first.duration_s * 0.9
+
+
+async def test_shutdown_records_a_running_ingest_as_cancelled_not_running(tmp_path):
+    # Left to be cancelled with the event loop, the run came to record itself after the database was
+    # closed and stayed `running`; `Knowledge.close` now cancels it and lets it record the end.
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # a web server that accepts the request and says nothing
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/slow"
+    bot = {"name": "acme", "channels": {"web": {}},
+           "sources": [{"name": "site", "type": "urls", "urls": [url], "schedule": "0 4 * * 1"}]}
+    settings = load_settings(write_config(tmp_path, bots=[bot]))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
+    knowledge = Knowledge(settings, sessions=sessions)
+    await knowledge.open()
+    try:
+        ingest = asyncio.create_task(knowledge.ingest_source("acme", "site"))
+        for _ in range(100):  # until the run is recorded as started and the fetch is waiting
+            async with sessions() as session:
+                if (await session.execute(select(IngestRun))).scalars().first() is not None:
+                    break
+            await asyncio.sleep(0.05)
+        ingest.cancel()  # what the scheduler's shutdown does
+        await knowledge.close()
+        assert ingest.done()
+        async with sessions() as session:
+            [run] = (await session.execute(select(IngestRun))).scalars().all()
+        assert run.status == "failed" and run.errors == ["cancelled before it finished"]
+    finally:
+        await knowledge.close()
+        await engine.dispose()
+        server.close()
