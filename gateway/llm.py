@@ -124,8 +124,10 @@ class LLMRouter:
             model_list.append({"model_name": OFFLINE_MODEL, "litellm_params": {"model": OFFLINE_LITELLM_MODEL}})
         self._names = {m["model_name"] for m in model_list}
         self._deployments = {m["model_name"]: m["litellm_params"] for m in model_list}
-        # Retries and fallbacks are ours (see the module docstring), so the Router does neither.
-        self._router = litellm.Router(model_list=model_list, num_retries=0, timeout=timeout)
+        # Retries, fallbacks and cooldowns are ours (see the module docstring), so the Router does none:
+        # its own cooldown, after one 401 or 404, refused the next conversations a provider that was
+        # healthy again ("No deployments available"), whatever `llm.cooldown_seconds` said.
+        self._router = litellm.Router(model_list=model_list, num_retries=0, timeout=timeout, disable_cooldowns=True)
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> "LLMRouter":
@@ -285,6 +287,10 @@ class LLMRouter:
                 acc.finish_reason = choice.finish_reason
         if not acc.finish_reason:
             raise _StreamFailed("the stream ended without a finish_reason", emitted=acc.emitted)
+        if not acc.text and not acc.calls:
+            # A 200 whose body is no stream (an HTML error page, an empty body) comes out of LiteLLM as
+            # an empty answer with a finish_reason it made up; it was taken as the model's answer.
+            raise _StreamFailed("the stream carried no text and no tool call", emitted=False)
         calls = tuple(
             ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}")
             for i, c in sorted(acc.calls.items())

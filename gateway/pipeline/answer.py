@@ -40,6 +40,10 @@ class TurnRecord:
 
 
 NOT_RUN = "not run: the limit of tool rounds was reached"
+MAX_CALLS_PER_ROUND = 8
+"""Tool calls run per round; the rest are answered "not run". A model asking for 25 calls in one round,
+each waiting out its timeout, held the customer's turn for 50 s."""
+TOO_MANY = f"not run: at most {MAX_CALLS_PER_ROUND} tool calls are run per round"
 
 
 class Answerer:
@@ -84,7 +88,13 @@ class Answerer:
             messages.append({"role": "assistant", "content": result.text or None, "tool_calls": [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
                 for c in result.tool_calls]})
-            for call in result.tool_calls:
+            for index, call in enumerate(result.tool_calls):
+                if index >= MAX_CALLS_PER_ROUND:
+                    calls.append({"round": rounds, "id": call.id, "name": call.name, "arguments": _loads(call.arguments),
+                                  "result": {"error": TOO_MANY}})
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": render_tool_result(
+                        name=call.name, content=json.dumps({"error": TOO_MANY}))})
+                    continue
                 outcome = await tools.call(call.name, call.arguments or "{}", identity=turn.identity)
                 escalate = escalate or outcome.escalate
                 payload = {"error": outcome.error} if outcome.error else outcome.result
@@ -102,7 +112,9 @@ class Answerer:
         # An answer grounded in a tool result (an invoice's status) has nothing to cite from the extracts.
         grounded_in_tools = any(_found_something(c["result"]) for c in calls)
         verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text,
-                                    allow_uncited=grounded_in_tools)
+                                    allow_uncited=grounded_in_tools,
+                                    vouched="\n".join([bot.system_prompt or "", json.dumps(calls, default=str)]),
+                                    question=turn.text)
         if verified.replaced:
             log.info("gate2.replaced", message_id=turn.message_id, conversation_id=turn.conversation_id)
         # A refusal in the model's own words is no answer either: it counts towards escalation.

@@ -4,12 +4,15 @@
 - An answer that claims something but keeps no valid citation becomes the bot's fallback text:
   an uncited claim is exactly what a support bot must not pass off as knowledge.
 - A refusal ("I don't know…", or the fallback itself) without a valid citation stays as it is, with no
-  citations; with one it is a partial answer and is kept as an answer. The prompt
+  citations, unless it also holds a "but…" or a number that neither the question, the extracts nor a
+  tool gave (`_claims_something`): a refusal that goes on to claim something is an uncited claim, and
+  becomes the fallback text. With a valid citation it
+  is a partial answer and is kept as an answer. The prompt
   shows the fallback inside `<fallback>` tags; a model that copies them gets them removed.
 - `citations` lists the distinct documents actually cited, in the order first cited, and the
   markers are renumbered to match: [1] in the reply is `citations[0]`, whichever extract numbers
   the model saw. A URL is kept only when it is http(s), so no `javascript:` or `data:` link ever
-  reaches a client. `CitationNumbers` and `number_markers` give the same numbering piece by piece, so
+  reaches a client, and a link in the answer only when an extract or a tool result holds it. `CitationNumbers` and `number_markers` give the same numbering piece by piece, so
   streamed tokens (`held_stream`) show the numbers the reply will have.
 """
 
@@ -34,6 +37,15 @@ _REFUSAL = re.compile(
     re.IGNORECASE,
 )
 _MAX_REFUSAL_CHARS = 300
+# What a bare "I don't know" never holds: a turn to something else ("I'm not sure about discounts, but
+# Plus costs $99…"), or a number that neither the question, the extracts nor a tool gave. A refusal
+# holding one of them is not passed on.
+_TURN_WORDS = re.compile(r"\b(?:but|however|although|though|anyway|instead)\b", re.IGNORECASE)
+_NUMBER = re.compile(r"\d+")
+
+
+def _claims_something(refusal: str, known: str) -> bool:
+    return bool(_TURN_WORDS.search(refusal)) or any(n not in known for n in _NUMBER.findall(refusal))
 _FALLBACK_TAG = re.compile(r"</?\s*fallback\s*>", re.IGNORECASE)
 _STUTTER = re.compile(r"(\[\d+\])(\s*\1)+")
 
@@ -174,20 +186,59 @@ def renumber(text: str, hits: Sequence[Hit], cited: Sequence[int]) -> str:
     return _STUTTER.sub(r"\1", _rewrite_markers(text, numbers))
 
 
+_MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
+_BARE_URL = re.compile(r"(?:https?://|www\.)[^\s<>()\[\]\"']+", re.IGNORECASE)
+
+
+def _url_key(url: str) -> str:
+    return url.lower().rstrip(".,;:!?/").removeprefix("https://").removeprefix("http://").removeprefix("www.")
+
+
+def without_unknown_links(text: str, known: str) -> str:
+    """`text` with every link that `known` (the extracts, their URLs, the tool results) does not hold
+    taken out: a Markdown link keeps its label, a bare URL goes. A model's answer may cite [1] and still
+    send the customer to `https://acme-pay.example/card`, and the widget renders a link's label only."""
+    known_keys = {_url_key(m.group(0)) for m in _BARE_URL.finditer(known)}
+
+    def known_url(url: str) -> bool:
+        return bool(url) and _url_key(url) in known_keys
+
+    def link(match: re.Match[str]) -> str:
+        label, url = match.group(1), match.group(2)
+        return match.group(0) if known_url(url) else label
+
+    def bare(match: re.Match[str]) -> str:
+        return match.group(0) if known_url(match.group(0)) else ""
+
+    out = _MARKDOWN_LINK.sub(link, text)
+    if out == text and not _BARE_URL.search(text):
+        return text
+    return _tidy_spacing(_BARE_URL.sub(bare, out)).strip()
+
+
 def verify_citations(
     text: str,
     hits: Sequence[Hit],
     *,
     fallback_text: str,
     allow_uncited: bool = False,
+    vouched: str = "",
+    question: str = "",
 ) -> Verified:
-    """Gate 2. `allow_uncited` keeps an uncited answer (for one grounded in a tool result instead)."""
+    """Gate 2. `allow_uncited` keeps an uncited answer (for one grounded in a tool result instead).
+    Links that neither the extracts nor `vouched` (the tool results, the bot's own configured texts)
+    hold are taken out (`without_unknown_links`)."""
+    known = "\n".join([*(getattr(h, "text", "") or "" for h in hits), *(h.url or "" for h in hits),
+                        fallback_text, vouched])
+    text = without_unknown_links(text, known)
     cleaned, cited = strip_invalid_markers(without_fallback_tags(text).strip(), count=len(hits))
     # With a valid citation it is a partial answer ("Plus costs $6 [1]; I don't know about discounts.").
     if not cited and is_refusal(cleaned, fallback_text=fallback_text):
         plain, _ = strip_invalid_markers(cleaned, count=0)
         if _normalized(plain) == _normalized(fallback_text):
             plain = fallback_text  # the bot's own words exactly, so "yes" to its offer is recognised
+        elif _claims_something(plain, f"{known}\n{question}"):
+            plain = ""  # a refusal that goes on to claim something uncited: the fallback says it safely
         return Verified(text=plain or fallback_text, citations=(), cited_indices=(), replaced=not plain)
     if not cited and not allow_uncited:
         return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)

@@ -56,6 +56,8 @@ class Turn:
     - `break_after`: streaming only; drop the connection after this many content chunks.
     - `omit_finish_reason`: streaming only; end with `[DONE]` but never send a finish_reason.
     - `usage`: (prompt_tokens, completion_tokens); omitted from the reply when None.
+    - `raw_body`: answer HTTP 200 with exactly this body (`raw_type`), stream or not: a proxy's HTML
+      error page, an empty body.
     """
 
     text: str | None = None
@@ -66,6 +68,8 @@ class Turn:
     break_after: int | None = None
     omit_finish_reason: bool = False
     usage: tuple[int, int] | None = (12, 7)
+    raw_body: str | None = None
+    raw_type: str = "text/html"
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,8 @@ class FakeOpenAI:
         if turn.status is not None:
             headers = {"retry-after": str(turn.retry_after)} if turn.retry_after is not None else {}
             return _error(turn.status, f"fake: scripted HTTP {turn.status}", "server_error", headers)
+        if turn.raw_body is not None:
+            return Response(turn.raw_body, media_type=turn.raw_type)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return StreamingResponse(_sse(model, turn, include_usage), media_type="text/event-stream")

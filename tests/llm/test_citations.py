@@ -84,3 +84,27 @@ def test_safe_url_accepts_only_http_and_https() -> None:
 def test_strip_invalid_markers_keeps_the_space_before_a_file_extension() -> None:
     text, cited = strip_invalid_markers("One .md file per note [1] and the rest [7] .", count=1)
     assert (text, cited) == ("One .md file per note [1] and the rest.", (1,))
+
+
+def test_a_refusal_that_goes_on_to_claim_something_becomes_the_fallback() -> None:
+    # "I'm not sure" was enough to pass any uncited text on, price and payment link included.
+    for text in ("I'm not sure about discounts, but the Plus plan costs $99 a month.",
+                 "I don't know. Anyway, support is open 24/7 on +1-555-0100.",
+                 "I don't have that, however the Team plan is free for life."):
+        verified = verify_citations(text, HITS, fallback_text=FALLBACK)
+        assert verified.text == FALLBACK and verified.replaced, text
+    plain = verify_citations("I don't have information about that in the help center.", HITS, fallback_text=FALLBACK)
+    assert plain.text == "I don't have information about that in the help center." and not plain.replaced
+
+
+def test_a_link_no_extract_or_tool_holds_is_taken_out_of_a_cited_answer() -> None:
+    text = ("Refunds take 5 days [1]. Pay at https://evil.example/pay?card=1 or [click here](javascript:alert(1)); "
+            "details: [refund policy](https://help.example.com/billing/refunds).")
+    verified = verify_citations(text, HITS, fallback_text=FALLBACK)
+    assert "evil.example" not in verified.text and "javascript:" not in verified.text
+    assert "click here" in verified.text  # the label stays, the link goes
+    assert "[refund policy](https://help.example.com/billing/refunds)" in verified.text  # the extract's own URL
+    assert verified.cited_indices == (1,)
+    vouched = verify_citations("Your invoice is at https://billing.acme.example/inv/7", HITS, fallback_text=FALLBACK,
+                               allow_uncited=True, vouched='[{"url": "https://billing.acme.example/inv/7"}]')
+    assert vouched.text == "Your invoice is at https://billing.acme.example/inv/7"

@@ -359,3 +359,32 @@ async def test_a_single_attempt_call_that_fails_does_not_cool_the_model_down(ope
     answer = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
 
     assert answer.model_used == "primary" and openai_fake.requests_for("backup") == []
+
+
+@pytest.mark.parametrize("body", ["<html><body><h1>502 Bad Gateway</h1></body></html>", ""])
+async def test_a_stream_that_is_not_a_stream_fails_over_instead_of_answering_nothing(openai_fake, body) -> None:
+    # LiteLLM turns a 200 whose body is no event stream into an empty answer with a made-up
+    # finish_reason; the customer got the fallback text and the backup model was never asked.
+    openai_fake.script("primary", *[Turn(raw_body=body)] * 2)
+    openai_fake.script("backup", Turn(text="Refunds take 5 days [1]."))
+    router = make_router(openai_fake, "primary", "backup")
+    seen = Collector()
+
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=seen)
+
+    assert result.model_used == "backup" and result.text == "Refunds take 5 days [1]."
+    assert "".join(seen.tokens) == result.text
+    assert len(openai_fake.requests_for("primary")) == 2  # retried once, then the fallback
+
+
+async def test_litellms_own_cooldown_never_refuses_a_provider_after_one_auth_error(openai_fake) -> None:
+    # The gateway owns cooldowns (`llm.cooldown_seconds`, 0 here); LiteLLM's Router cooled the only
+    # deployment down after one 401 and refused the next conversations without asking it.
+    openai_fake.script("primary", Turn(status=401), Turn(text="Back again [1]."))
+    router = make_router(openai_fake, "primary")
+    with pytest.raises(LLMError):
+        await router.complete(model="primary", messages=MESSAGES)
+
+    result = await router.complete(model="primary", messages=MESSAGES)
+
+    assert result.text == "Back again [1]." and len(openai_fake.requests_for("primary")) == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import json
 
-from gateway.pipeline.answer import NOT_RUN
+from gateway.pipeline.answer import MAX_CALLS_PER_ROUND, NOT_RUN, TOO_MANY
 from tests.fakes.openai_server import ToolCallSpec, Turn
 from tests.pipeline.conftest import make_rig
 from tests.pipeline.sample_tools import injection_strings
@@ -128,6 +128,21 @@ async def test_tools_error_and_timeout_become_results_for_every_call(openai_fake
     answered = [m for m in openai_fake.requests_for("primary")[1].messages if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in answered] == ["t1", "t2", "t3", "t4"]
     assert "backend exploded" in answered[0]["content"]
+    assert result.reply == "Plus costs $6 per month [1]."
+
+
+async def test_tools_past_the_per_round_limit_are_answered_not_run(openai_fake) -> None:
+    # 25 calls in one round, each waiting out its timeout, held the turn for 50 s.
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("whoami")]}])
+    many = tuple(ToolCallSpec("whoami", {}, id=f"t{i}") for i in range(25))
+    openai_fake.script("primary", Turn(tool_calls=many), Turn(text="Plus costs $6 per month [1]."))
+
+    result = await rig.pipeline.handle(rig.turn("Who am I?"))
+
+    run = [c for c in result.tool_calls if c["result"] != {"error": TOO_MANY}]
+    assert len(run) == MAX_CALLS_PER_ROUND and len(result.tool_calls) == 25
+    answered = [m for m in openai_fake.requests_for("primary")[1].messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in answered] == [f"t{i}" for i in range(25)]  # every call has its answer
     assert result.reply == "Plus costs $6 per month [1]."
 
 
