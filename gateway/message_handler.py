@@ -35,6 +35,7 @@ from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import CallerIdentity, ConversationRef, utcnow
 from gateway.outbox import RETRYING, Outbox
 from gateway.pipeline import Pipeline, PipelineResult, Turn
+from gateway.pipeline.core import PERSON_PROMISES, no_person_promises, without_handoff
 from gateway.settings import Settings
 from gateway.streaming import EditStreamer, blank_leftovers, streamer_for
 from gateway.typing_indicator import TYPING_REFRESH_S, start_typing
@@ -45,6 +46,7 @@ log = structlog.get_logger("gateway.message_handler")
 
 FAILURE_REPLY = ("Sorry, something went wrong on our side while answering. "
                  "I've asked a person from our team to look at your message.")
+_PERSON_PROMISES = {**PERSON_PROMISES, **no_person_promises(FAILURE_REPLY)}  # for a bot without escalation
 
 
 class MessageHandler:
@@ -135,6 +137,7 @@ class MessageHandler:
                 await asyncio.gather(typing, return_exceptions=True)
             if streamer is not None:
                 await streamer.close()  # no flush may race the final reply's edits
+        result = without_handoff(result, turn.bot, promises=_PERSON_PROMISES)
         try:
             taken_over = await self._finish(inbound, result, status="failed" if result.error else "done",
                                             error=result.error, streamer=streamer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ log = structlog.get_logger("gateway.pipeline")
 
 DEFAULT_GREETING = "Hi! Ask me anything about our product and I'll answer from our help center."
 TEXT_ONLY_REPLY = "I can only read text messages for now. Could you type your question?"
+TRY_AGAIN = "Please try again in a little while."
 LLM_DOWN_REPLY = ("Sorry, I can't answer right now because our assistant is unavailable. "
                   "I've asked a person from our team to help you.")
 SEARCH_DOWN_REPLY = ("Sorry, I can't look that up right now. I've asked a person from our team to help you.")
@@ -215,3 +217,23 @@ def _retrieved(hits: list[Any]) -> list[dict[str, Any]]:
         "url": getattr(h, "url", None), "text": (getattr(h, "text", "") or "")[:1000],
         "dense_score": getattr(h, "dense_score", None), "sparse_score": getattr(h, "sparse_score", None),
     } for h in hits]
+
+
+def without_handoff(result: PipelineResult, bot: BotSettings, *, promises: dict[str, str]) -> PipelineResult:
+    """`result` for a bot whose `escalation.enabled` is false: no escalation is opened, and a reply that
+    promises a person says something true instead (`promises`: such replies and what to say instead;
+    the acknowledgement becomes the fallback text). An outage or the model's escalation tool used to
+    hand the conversation to operators who, by this setting, do not exist: the bot then stayed silent."""
+    if not result.escalate or bot.escalation.enabled:
+        return result
+    replacements = {**promises, bot.escalation.acknowledgement: bot.fallback_text}
+    return dataclasses.replace(result, escalate=None, reply=replacements.get(result.reply, result.reply))
+
+
+def no_person_promises(*replies: str) -> dict[str, str]:
+    """Each fixed reply that says "I've asked a person…", mapped to the same reply without that sentence."""
+    return {reply: " ".join([*(s for s in re.split(r"(?<=[.!?])\s+", reply) if "a person" not in s), TRY_AGAIN])
+            for reply in replies}
+
+
+PERSON_PROMISES = no_person_promises(LLM_DOWN_REPLY, SEARCH_DOWN_REPLY, BUDGET_REPLY)

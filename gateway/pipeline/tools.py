@@ -56,7 +56,9 @@ class BotTools:
 
     def __init__(self, bot: BotSettings, *, http: httpx.AsyncClient | None = None) -> None:
         self.bot = bot
-        self._specs = {t.name: t for t in bot.tools}
+        # With escalation off there is nobody to hand over to: the model is not offered the tool.
+        self._specs = {t.name: t for t in bot.tools
+                       if bot.escalation.enabled or not (t.type == "builtin" and t.name == ESCALATE_TOOL)}
         self._http = http
         self._callables: dict[str, Any] = {}
         for spec in bot.tools:

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from gateway.operators.notices import DAY_NAMES, acknowledgement_extras, after_hours_message, is_open, next_opening
 from gateway.operators.summary import SUMMARY_PROMPT
-from gateway.pipeline.core import LLM_DOWN_REPLY
+from gateway.pipeline.core import LLM_DOWN_REPLY, PERSON_PROMISES
 from gateway.settings import BusinessHours, EscalationSettings
 from storage.models import Escalation, Message
 from tests.conftest import app_client
@@ -34,6 +34,8 @@ async def client(tmp_path_factory, fake):
     bots = [
         {"name": "acme", "model": "primary", "fallbacks": ["backup"], "channels": {"web": {}},
          "tools": [{"name": "escalate_to_human", "type": "builtin"}]},
+        {"name": "solo", "model": "primary", "fallbacks": ["backup"], "channels": {"web": {}},
+         "tools": [{"name": "escalate_to_human", "type": "builtin"}], "escalation": {"enabled": False}},
         {"name": "late", "channels": {"web": {}},
          "escalation": {"business_hours": {"timezone": "UTC", "days": LATE_DAYS, "start": "09:00", "end": "17:00"}}},
     ]
@@ -198,3 +200,18 @@ def test_notices_acknowledgement_extras_in_and_out_of_hours():
     assert closed == [after_hours_message(BERLIN, closed_now)] and "Monday at 09:00" in closed[0]
     assert acknowledgement_extras(EscalationSettings(), already_acknowledged=False, now=closed_now) == [
         SETTINGS.acknowledgement]
+
+
+@module_loop
+async def test_a_bot_without_escalation_opens_none_and_promises_no_person(client, fake):
+    # Its model was offered the escalation tool, and an outage handed the conversation to operators
+    # who, by `escalation.enabled: false`, do not exist: the customer was told a person was coming.
+    fake.script("primary", Turn(status=500))
+    fake.script("backup", Turn(status=500))
+
+    body = await _chat(client, "solo", "t-solo", "How do I export my invoices?")
+
+    assert body["reply"] == PERSON_PROMISES[LLM_DOWN_REPLY] and "a person" not in body["reply"]
+    assert body["state"] == "bot" and await _escalations(client, body["conversation_id"]) == []
+    [request, *_] = fake.requests_for("primary")
+    assert "escalate_to_human" not in [t["function"]["name"] for t in request.body.get("tools", [])]
