@@ -14,6 +14,9 @@ Kinds:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
+import functools
 import importlib
 import inspect
 import json
@@ -157,10 +160,18 @@ def http_tool_secrets(settings: Settings) -> list[str]:
     return sorted({v for v in found if len(v) >= MIN_SECRET_CHARS})
 
 
+SYNC_TOOL_THREADS = 8
+# Plain-function tools run on threads of their own. A thread cannot be stopped, so one that outlives its
+# timeout keeps its thread; on asyncio's default pool (6 threads on 2 cores) six of them stalled query
+# embedding and every model call, for every bot. Here they can only hold up other sync tools.
+_SYNC_TOOLS = concurrent.futures.ThreadPoolExecutor(max_workers=SYNC_TOOL_THREADS, thread_name_prefix="tool")
+
+
 async def _invoke(fn: Any, identity: CallerIdentity, arguments: dict[str, Any]) -> Any:
     if inspect.iscoroutinefunction(fn):
         return await fn(identity, **arguments)
-    return await asyncio.to_thread(fn, identity, **arguments)
+    call = functools.partial(contextvars.copy_context().run, fn, identity, **arguments)
+    return await asyncio.get_running_loop().run_in_executor(_SYNC_TOOLS, call)
 
 
 def _import(spec: ToolSettings, bot: str) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +39,12 @@ async def poisoned(identity: CallerIdentity) -> dict:
 def whoami(identity: CallerIdentity) -> dict:
     """The identity the gateway injected (sync on purpose: sync tools run in a thread)."""
     return {"channel": identity.channel, "contact": identity.contact_external_id}
+
+
+SLEEPY_RELEASE = threading.Event()
+
+
+def sleepy(identity: CallerIdentity) -> dict:
+    """A plain-function tool stuck in a blocking call until the test lets it go (at most 30 s)."""
+    SLEEPY_RELEASE.wait(30)
+    return {"awake": True}

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
+import time
 
 from gateway.pipeline.answer import MAX_CALLS_PER_ROUND, NOT_RUN, TOO_MANY
 from tests.fakes.openai_server import ToolCallSpec, Turn
+from tests.pipeline import sample_tools
 from tests.pipeline.conftest import make_rig
 from tests.pipeline.sample_tools import injection_strings
 
@@ -174,3 +177,23 @@ async def test_tools_injection_in_result_stays_inside_tool_result_block(openai_f
     for planted in injection_strings():
         assert json.dumps(planted)[1:-1] in decoded
         assert not any(planted in text for text in others)
+
+
+async def test_sync_tools_past_their_timeout_do_not_stall_the_default_thread_pool(openai_fake) -> None:
+    # Each timed-out call keeps its thread (threads cannot be stopped). On asyncio's default pool, six
+    # of them blocked query embedding and model calls for every bot until they returned.
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("sleepy", timeout=0.2)]}])
+    calls = tuple(ToolCallSpec("sleepy", {}, id=f"s{i}") for i in range(MAX_CALLS_PER_ROUND))
+    openai_fake.script("primary", Turn(tool_calls=calls), Turn(text="Plus costs $6 per month [1]."))
+    sample_tools.SLEEPY_RELEASE.clear()
+    try:
+        started = time.monotonic()
+        result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+        # The turn goes on after its timed-out calls (it waited ~30 s for the threads before).
+        assert time.monotonic() - started < 10
+        assert all(c["result"] == {"error": "tool timed out after 0.2s"} for c in result.tool_calls)
+        assert result.reply == "Plus costs $6 per month [1]."
+        # The default pool still runs work at once, with every tool thread still asleep.
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 2) == "free"
+    finally:
+        sample_tools.SLEEPY_RELEASE.set()
