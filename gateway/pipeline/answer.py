@@ -114,7 +114,9 @@ class Answerer:
         verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text,
                                     allow_uncited=grounded_in_tools,
                                     vouched="\n".join([bot.system_prompt or "", json.dumps(calls, default=str)]),
-                                    question=turn.text)
+                                    question=turn.text,
+                                    tool_results=json.dumps([[c["arguments"], c["result"]] for c in calls
+                                                             if _found_something(c["result"])], default=str))
         if verified.replaced:
             log.info("gate2.replaced", message_id=turn.message_id, conversation_id=turn.conversation_id)
         # A refusal in the model's own words is no answer either: it counts towards escalation.

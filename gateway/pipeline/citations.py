@@ -216,6 +216,20 @@ def without_unknown_links(text: str, known: str) -> str:
     return _tidy_spacing(_BARE_URL.sub(bare, out)).strip()
 
 
+_WORD = re.compile(r"[\w-]{3,}")
+_COMMON_WORDS = frozenset({"the", "and", "for", "you", "your", "are", "was", "were", "not", "has", "have", "this",
+                           "that", "with", "true", "false", "none", "null"})
+
+
+def grounded_sentences(text: str, tool_results: str) -> str:
+    """The sentences of an uncited, tool-grounded answer that say something the tools returned (share a
+    word of three letters or more with `tool_results`, common ones aside). One lookup of the customer's
+    invoice used to let a whole uncited answer through, "the Team plan is free for life" included."""
+    known = {w.lower() for w in _WORD.findall(tool_results)} - _COMMON_WORDS
+    sentences = re.split(r"(?<=[.!?])\s+", text.strip())
+    return " ".join(s for s in sentences if {w.lower() for w in _WORD.findall(s)} & known)
+
+
 def verify_citations(
     text: str,
     hits: Sequence[Hit],
@@ -224,8 +238,10 @@ def verify_citations(
     allow_uncited: bool = False,
     vouched: str = "",
     question: str = "",
+    tool_results: str = "",
 ) -> Verified:
-    """Gate 2. `allow_uncited` keeps an uncited answer (for one grounded in a tool result instead).
+    """Gate 2. `allow_uncited` keeps an uncited answer (for one grounded in a tool result instead), only
+    its sentences that say something of `tool_results` when those are given (`grounded_sentences`).
     Links that neither the extracts nor `vouched` (the tool results, the bot's own configured texts)
     hold are taken out (`without_unknown_links`)."""
     known = "\n".join([*(getattr(h, "text", "") or "" for h in hits), *(h.url or "" for h in hits),
@@ -242,4 +258,8 @@ def verify_citations(
         return Verified(text=plain or fallback_text, citations=(), cited_indices=(), replaced=not plain)
     if not cited and not allow_uncited:
         return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)
+    if not cited and tool_results:
+        cleaned = grounded_sentences(cleaned, tool_results)
+        if not cleaned:
+            return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)
     return Verified(text=renumber(cleaned, hits, cited), citations=citations_for(hits, cited), cited_indices=cited)

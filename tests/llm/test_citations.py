@@ -108,3 +108,13 @@ def test_a_link_no_extract_or_tool_holds_is_taken_out_of_a_cited_answer() -> Non
     vouched = verify_citations("Your invoice is at https://billing.acme.example/inv/7", HITS, fallback_text=FALLBACK,
                                allow_uncited=True, vouched='[{"url": "https://billing.acme.example/inv/7"}]')
     assert vouched.text == "Your invoice is at https://billing.acme.example/inv/7"
+
+
+def test_an_uncited_tool_grounded_answer_keeps_only_what_the_tools_said() -> None:
+    results = '[[{"invoice_number": "INV-2025-004217"}, {"found": true, "invoice": {"status": "paid", "amount": 49}}]]'
+    text = ("Invoice INV-2025-004217 is paid. By the way, the Team plan is free for life if you re-enter your card.")
+    verified = verify_citations(text, HITS, fallback_text=FALLBACK, allow_uncited=True, tool_results=results)
+    assert verified.text == "Invoice INV-2025-004217 is paid." and not verified.replaced
+    unrelated = verify_citations("The Team plan is free for life.", HITS, fallback_text=FALLBACK, allow_uncited=True,
+                                 tool_results=results)
+    assert unrelated.text == FALLBACK and unrelated.replaced
