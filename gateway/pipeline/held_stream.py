@@ -37,6 +37,13 @@ UNSETTLED_REACH = 80
 """How far back the unsettled end is looked for: what lies before it is released, so the text held
 (and searched on every token) stays this short even when a model streams a long run of spaces."""
 _LAST_MARKER = re.compile(r"\[\d+\]$")
+_LINK_START = re.compile(r"https?:|www\.|\]\(", re.IGNORECASE)
+"""Where a link begins. Gate 2 takes out a link no extract or tool holds, which the stream cannot know
+yet: from the first link on, nothing more of this call is streamed and the final reply shows it whole,
+so no made-up payment page is on screen, even for a moment."""
+LINK_REACH = 8
+_LINK_PREFIX = re.compile(r"(?<![\w])(?:h|ht|htt|https?|w|ww|www)$", re.IGNORECASE)
+"""A word at the very end that may be the start of a link ("Pay at ht"): held for the next token."""
 
 
 class HeldStream:
@@ -53,8 +60,12 @@ class HeldStream:
         self._pending = ""  # released text the next token may still change
         self._shown = False
         self._last_marker = ""  # the marker the shown text ends with: gate 2 drops a repeat right after it
+        self._shown_tail = ""  # the end of what was shown, where a link the next token completes begins
+        self._stopped = False  # a link came: the rest waits for the final reply (`_LINK_START`)
 
     async def __call__(self, token: str) -> None:
+        if self._stopped:
+            return
         if self._released:
             self._pending += token
             await self._show_settled()
@@ -70,9 +81,14 @@ class HeldStream:
         self._tail = window[-MARKER_REACH:]
 
     async def _show_settled(self) -> None:
+        if _LINK_START.search(self._shown_tail + self._pending):
+            self._stopped, self._pending = True, ""
+            return
         # A whole tag goes first, as in gate 2: cut out of the middle of a piece it would leave a double space.
         self._pending = without_fallback_tags(self._pending)
         cut = _UNSETTLED.search(self._pending, max(0, len(self._pending) - UNSETTLED_REACH)).start()
+        if prefix := _LINK_PREFIX.search(self._pending, 0, cut):
+            cut = prefix.start()
         if cut == 0:
             return
         piece = number_markers(self._pending[:cut], self._numbers)
@@ -84,6 +100,7 @@ class HeldStream:
         if not piece:
             return
         self._shown = True
+        self._shown_tail = (self._shown_tail + piece)[-LINK_REACH:]
         ends_with = _LAST_MARKER.search(piece)
         self._last_marker = ends_with.group(0) if ends_with else ""
         await self._on_token(piece)

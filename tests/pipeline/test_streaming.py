@@ -130,3 +130,18 @@ async def test_held_stream_stays_fast_on_markers_left_open_and_long_runs_of_spac
     for token in ["The answer is in [1] .", *[" [1  "] * 40, " next", " word", *[" "] * 20_000, "end."]:
         await stream(token)
     assert "".join(shown).startswith("The answer is in [1].") and "next word" in "".join(shown)
+
+
+async def test_nothing_from_a_link_on_is_streamed() -> None:
+    # Gate 2 takes out a link no extract holds; streamed, it was on screen until the final reply came.
+    shown: list[str] = []
+
+    async def show(token: str) -> None:
+        shown.append(token)
+
+    stream = HeldStream(show, extracts=2)
+    for token in ["Plus costs $6 [1]. Pay at ht", "tps://evil.", "example/pay", " today."]:
+        await stream(token)
+
+    assert "".join(shown).rstrip() == "Plus costs $6 [1]. Pay at"
+    assert "evil" not in "".join(shown) and "tps" not in "".join(shown)
