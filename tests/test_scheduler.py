@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 
 import structlog
 from sqlalchemy import select
@@ -15,6 +16,21 @@ from storage.models import IngestRun
 from tests.conftest import upgrade, write_config
 
 
+@asynccontextmanager
+async def open_knowledge(tmp_path, bot: dict):
+    """(settings, store sessions, an open Knowledge) for `bot` over a migrated SQLite store; closed after."""
+    settings = load_settings(write_config(tmp_path, bots=[bot]))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
+    knowledge = Knowledge(settings, sessions=sessions)
+    await knowledge.open()
+    try:
+        yield settings, sessions, knowledge
+    finally:
+        await knowledge.close()
+        await engine.dispose()
+
 async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -23,36 +39,29 @@ async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
         {"name": "missing", "type": "directory", "path": str(tmp_path / "does-not-exist"), "schedule": "*/5 * * * *"},
         {"name": "good", "type": "directory", "path": str(docs), "schedule": "0 4 * * 1"},
     ]}
-    settings = load_settings(write_config(tmp_path, bots=[bot]))
-    await asyncio.to_thread(upgrade, settings.database_url)
-    engine = create_engine(settings.database_url)
-    sessions = session_factory(engine)
-    knowledge = Knowledge(settings, sessions=sessions)
-    await knowledge.open()
-    scheduler = IngestScheduler(settings, knowledge=knowledge)
-    scheduler.start()
-    await scheduler._first_ingest  # the empty collection's ingest at start (its own test below)
-    try:
-        runs = scheduler.next_runs()
-        assert set(runs) == {"acme/missing", "acme/good"} and all(runs.values())
-        with structlog.testing.capture_logs() as logs:
-            await scheduler._run("acme", "missing")  # the cron job body: must not raise
-            await scheduler._run("acme", "good")
-        done = {e["source"]: e for e in logs if e["event"] == "ingest.scheduled_done"}
-        # A failed run says so, with its error; it used to be an info line of zero counts.
-        assert done["missing"]["log_level"] == "warning" and done["missing"]["status"] == "failed"
-        assert "does-not-exist" in done["missing"]["errors"][0]
-        assert done["good"]["log_level"] == "info" and done["good"]["status"] == "ok"
-        assert scheduler.next_runs()["acme/good"] == runs["acme/good"]  # the scheduler is still running
-    finally:
-        scheduler.shutdown()
-        await knowledge.close()
-    async with sessions() as session:
-        recorded = {r.source: r for r in (await session.execute(select(IngestRun).order_by(IngestRun.id))).scalars()}
+    async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
+        scheduler = IngestScheduler(settings, knowledge=knowledge)
+        scheduler.start()
+        await scheduler._first_ingest  # the empty collection's ingest at start (its own test below)
+        try:
+            runs = scheduler.next_runs()
+            assert set(runs) == {"acme/missing", "acme/good"} and all(runs.values())
+            with structlog.testing.capture_logs() as logs:
+                await scheduler._run("acme", "missing")  # the cron job body: must not raise
+                await scheduler._run("acme", "good")
+            done = {e["source"]: e for e in logs if e["event"] == "ingest.scheduled_done"}
+            # A failed run says so, with its error; it used to be an info line of zero counts.
+            assert done["missing"]["log_level"] == "warning" and done["missing"]["status"] == "failed"
+            assert "does-not-exist" in done["missing"]["errors"][0]
+            assert done["good"]["log_level"] == "info" and done["good"]["status"] == "ok"
+            assert scheduler.next_runs()["acme/good"] == runs["acme/good"]  # the scheduler is still running
+        finally:
+            scheduler.shutdown()
+        async with sessions() as session:
+            recorded = {r.source: r for r in (await session.execute(select(IngestRun).order_by(IngestRun.id))).scalars()}
     assert recorded["missing"].status == "failed" and recorded["missing"].errors
     assert recorded["missing"].trigger == "schedule"
     assert recorded["good"].status == "ok" and recorded["good"].unchanged >= 1  # the start filled it
-    await engine.dispose()
 
 
 async def test_an_empty_collection_is_ingested_at_start_and_a_filled_one_is_not(tmp_path):
@@ -63,25 +72,16 @@ async def test_an_empty_collection_is_ingested_at_start_and_a_filled_one_is_not(
     (docs / "a.md").write_text("# A\n\nThe answer is forty-two.\n")
     bot = {"name": "acme", "channels": {"web": {}}, "sources": [
         {"name": "good", "type": "directory", "path": str(docs), "schedule": "0 4 * * 1"}]}
-    settings = load_settings(write_config(tmp_path, bots=[bot]))
-    await asyncio.to_thread(upgrade, settings.database_url)
-    engine = create_engine(settings.database_url)
-    sessions = session_factory(engine)
-    knowledge = Knowledge(settings, sessions=sessions)
-    await knowledge.open()
-    try:
+    async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
         for _ in range(2):  # the second start finds the collection filled
             scheduler = IngestScheduler(settings, knowledge=knowledge)
             scheduler.start()
             await scheduler._first_ingest
             scheduler.shutdown()
         assert await knowledge.index.count("acme") >= 1
-    finally:
-        await knowledge.close()
-    async with sessions() as session:
-        runs = (await session.execute(select(IngestRun))).scalars().all()
+        async with sessions() as session:
+            runs = (await session.execute(select(IngestRun))).scalars().all()
     assert [(r.trigger, r.status) for r in runs] == [("startup", "ok")]
-    await engine.dispose()
 
 
 async def test_two_processes_ingesting_one_source_take_turns_on_postgres(tmp_path, postgres_url):
@@ -127,26 +127,19 @@ async def test_shutdown_records_a_running_ingest_as_cancelled_not_running(tmp_pa
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/slow"
     bot = {"name": "acme", "channels": {"web": {}},
            "sources": [{"name": "site", "type": "urls", "urls": [url], "schedule": "0 4 * * 1"}]}
-    settings = load_settings(write_config(tmp_path, bots=[bot]))
-    await asyncio.to_thread(upgrade, settings.database_url)
-    engine = create_engine(settings.database_url)
-    sessions = session_factory(engine)
-    knowledge = Knowledge(settings, sessions=sessions)
-    await knowledge.open()
     try:
-        ingest = asyncio.create_task(knowledge.ingest_source("acme", "site"))
-        for _ in range(100):  # until the run is recorded as started and the fetch is waiting
+        async with open_knowledge(tmp_path, bot) as (_, sessions, knowledge):
+            ingest = asyncio.create_task(knowledge.ingest_source("acme", "site"))
+            for _ in range(100):  # until the run is recorded as started and the fetch is waiting
+                async with sessions() as session:
+                    if (await session.execute(select(IngestRun))).scalars().first() is not None:
+                        break
+                await asyncio.sleep(0.05)
+            ingest.cancel()  # what the scheduler's shutdown does
+            await knowledge.close()
+            assert ingest.done()
             async with sessions() as session:
-                if (await session.execute(select(IngestRun))).scalars().first() is not None:
-                    break
-            await asyncio.sleep(0.05)
-        ingest.cancel()  # what the scheduler's shutdown does
-        await knowledge.close()
-        assert ingest.done()
-        async with sessions() as session:
-            [run] = (await session.execute(select(IngestRun))).scalars().all()
-        assert run.status == "failed" and run.errors == ["cancelled before it finished"]
+                [run] = (await session.execute(select(IngestRun))).scalars().all()
     finally:
-        await knowledge.close()
-        await engine.dispose()
         server.close()
+    assert run.status == "failed" and run.errors == ["cancelled before it finished"]

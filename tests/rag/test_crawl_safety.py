@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import inspect
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 
@@ -26,7 +27,8 @@ PAGE = "<html><head><title>{0}</title></head><body><main><h1>{0}</h1><p>All abou
 @asynccontextmanager
 async def server(routes: dict[str, web.Response | tuple[int, str] | Callable[[str], web.Response]]):
     """A real server answering `routes` (path -> response, a function of the server's base URL giving
-    one, or (status, Location) for a redirect); yields (base URL, the paths it was asked for)."""
+    one, an async handler of the request, or (status, Location) for a redirect); yields (base URL, the
+    paths it was asked for)."""
     asked: list[str] = []
 
     async def handle(request: web.Request) -> web.StreamResponse:
@@ -37,6 +39,8 @@ async def server(routes: dict[str, web.Response | tuple[int, str] | Callable[[st
         if isinstance(route, tuple):
             status, location = route
             return web.Response(status=status, headers={"Location": location.format(base=base)})
+        if inspect.iscoroutinefunction(route):  # a handler of its own (a page that trickles, say)
+            return await route(request)
         return route(base) if callable(route) else route
 
     app = web.Application()
@@ -183,21 +187,11 @@ async def test_a_page_sending_a_byte_at_a_time_is_stopped_at_the_fetch_deadline(
             await asyncio.sleep(0.1)
         return response
 
-    app = web.Application()
-    app.router.add_get("/trickle", trickle)
-    app.router.add_get("/faq", lambda request: html("Billing FAQ"))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        async with httpx.AsyncClient(timeout=5) as client:
-            started = asyncio.get_running_loop().time()
-            result = await load_urls([f"{base}/trickle", f"{base}/faq"], client=client)
-            took = asyncio.get_running_loop().time() - started
-    finally:
-        await runner.cleanup()
+    async with server({"/trickle": trickle, "/faq": html("Billing FAQ")}) as (base, _), \
+            httpx.AsyncClient(timeout=5) as client:
+        started = asyncio.get_running_loop().time()
+        result = await load_urls([f"{base}/trickle", f"{base}/faq"], client=client)
+        took = asyncio.get_running_loop().time() - started
     assert [d.doc_id for d in result.documents] == [f"{base}/faq"]
     assert "not fully received within 1s" in dict(result.errors)[f"{base}/trickle"]
     assert took < 5  # not the 10 s the trickle would take
