@@ -35,7 +35,7 @@ from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import CallerIdentity, ConversationRef, utcnow
 from gateway.outbox import RETRYING, Outbox
 from gateway.pipeline import Pipeline, PipelineResult, Turn
-from gateway.pipeline.core import PERSON_PROMISES, no_person_promises, without_handoff
+from gateway.pipeline.core import PERSON_PROMISES, TRY_AGAIN, without_handoff
 from gateway.settings import Settings
 from gateway.streaming import EditStreamer, blank_leftovers, streamer_for
 from gateway.typing_indicator import TYPING_REFRESH_S, start_typing
@@ -46,7 +46,8 @@ log = structlog.get_logger("gateway.message_handler")
 
 FAILURE_REPLY = ("Sorry, something went wrong on our side while answering. "
                  "I've asked a person from our team to look at your message.")
-_PERSON_PROMISES = {**PERSON_PROMISES, **no_person_promises(FAILURE_REPLY)}  # for a bot without escalation
+# For a bot without escalation: its replies say nothing of a person.
+_PERSON_PROMISES = {**PERSON_PROMISES, FAILURE_REPLY: f"Sorry, something went wrong on our side while answering. {TRY_AGAIN}"}
 
 
 class MessageHandler:

@@ -10,13 +10,16 @@ missing ones (`rag.ingest`).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from gateway.settings import Settings
+
+if TYPE_CHECKING:  # rag imports the embedders; the scheduler needs only the report's shape
+    from rag.ingest_runs import IngestReport
 
 log = structlog.get_logger("gateway.scheduler")
 
@@ -125,7 +128,7 @@ class IngestScheduler:
             log.info("ingest.next_run", job=job_id, next_run=when)
 
 
-def _log_run(event: str, report) -> None:
+def _log_run(event: str, report: IngestReport) -> None:
     """One line per finished run, with how it ended: a failed or partial run is a warning with its
     first errors (the ingester never raises, so a failure used to read as a run of zero counts)."""
     fields = dict(bot=report.bot, source=report.source, status=report.status, **report.counts())

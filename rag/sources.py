@@ -310,8 +310,8 @@ _CHARACTER_REF = re.compile(r"&#(?:[xX]([0-9a-fA-F]{1,8})|([0-9]{1,10}));")
 
 
 def _xml_safe(html: str) -> str:
-    """`html` without the characters XML cannot hold (control characters, raw or as `&#14;`, and
-    surrogates). lxml refuses them inside trafilatura with a ValueError, and the whole page was
+    """`html` without the characters XML cannot hold: control characters, raw or as `&#14;`, and
+    surrogates written as references (decoded text holds no raw ones). lxml refuses them inside trafilatura with a ValueError, and the whole page was
     skipped: one XSS sample on a security page lost all of its text."""
     def keep(match: re.Match[str]) -> str:
         code = int(match.group(1), 16) if match.group(1) else int(match.group(2))

@@ -110,13 +110,9 @@ class Answerer:
             return Answer(text=bot.escalation.acknowledgement, tool_calls=calls, usage=usage, escalate=escalate,
                           answered=False)
         # An answer grounded in a tool result (an invoice's status) has nothing to cite from the extracts.
-        grounded_in_tools = any(_found_something(c["result"]) for c in calls)
-        verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text,
-                                    allow_uncited=grounded_in_tools,
-                                    vouched="\n".join([bot.system_prompt or "", json.dumps(calls, default=str)]),
-                                    question=turn.text,
-                                    tool_results=json.dumps([[c["arguments"], c["result"]] for c in calls
-                                                             if _found_something(c["result"])], default=str))
+        grounding = [[c["arguments"], c["result"]] for c in calls if _found_something(c["result"])]
+        verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text, grounding=grounding,
+                                    vouched=bot.system_prompt or "", question=turn.text)
         if verified.replaced:
             log.info("gate2.replaced", message_id=turn.message_id, conversation_id=turn.conversation_id)
         # A refusal in the model's own words is no answer either: it counts towards escalation.

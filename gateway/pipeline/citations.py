@@ -6,21 +6,25 @@
 - A refusal ("I don't know…", or the fallback itself) without a valid citation stays as it is, with no
   citations, unless it also holds a "but…" or a number that neither the question, the extracts nor a
   tool gave (`_claims_something`): a refusal that goes on to claim something is an uncited claim, and
-  becomes the fallback text. With a valid citation it
-  is a partial answer and is kept as an answer. The prompt
+  becomes the fallback text. With a valid citation it is a partial answer and is kept as an answer. The prompt
   shows the fallback inside `<fallback>` tags; a model that copies them gets them removed.
 - `citations` lists the distinct documents actually cited, in the order first cited, and the
   markers are renumbered to match: [1] in the reply is `citations[0]`, whichever extract numbers
   the model saw. A URL is kept only when it is http(s), so no `javascript:` or `data:` link ever
-  reaches a client, and a link in the answer only when an extract or a tool result holds it. `CitationNumbers` and `number_markers` give the same numbering piece by piece, so
-  streamed tokens (`held_stream`) show the numbers the reply will have.
+  reaches a client, and a link in the answer only when an extract or a tool result holds it.
+  `CitationNumbers` and `number_markers` give the same numbering piece by piece, so streamed tokens
+  (`held_stream`) show the numbers the reply will have.
+- An answer resting on tool results (`grounding`) needs no citation, but keeps only its sentences
+  that say something those results hold (`grounded_sentences`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.models import Citation
@@ -42,10 +46,6 @@ _MAX_REFUSAL_CHARS = 300
 # holding one of them is not passed on.
 _TURN_WORDS = re.compile(r"\b(?:but|however|although|though|anyway|instead)\b", re.IGNORECASE)
 _NUMBER = re.compile(r"\d+")
-
-
-def _claims_something(refusal: str, known: str) -> bool:
-    return bool(_TURN_WORDS.search(refusal)) or any(n not in known for n in _NUMBER.findall(refusal))
 _FALLBACK_TAG = re.compile(r"</?\s*fallback\s*>", re.IGNORECASE)
 _STUTTER = re.compile(r"(\[\d+\])(\s*\1)+")
 
@@ -58,6 +58,11 @@ class Verified:
     citations: tuple[Citation, ...]
     cited_indices: tuple[int, ...]
     replaced: bool = False
+
+
+def _claims_something(refusal: str, known: str) -> bool:
+    """Whether a refusal goes on to say something: a turn to another point, or a number `known` lacks."""
+    return bool(_TURN_WORDS.search(refusal)) or any(n not in known for n in _NUMBER.findall(refusal))
 
 
 def _normalized(text: str) -> str:
@@ -235,17 +240,17 @@ def verify_citations(
     hits: Sequence[Hit],
     *,
     fallback_text: str,
-    allow_uncited: bool = False,
+    grounding: Sequence[Any] = (),
     vouched: str = "",
     question: str = "",
-    tool_results: str = "",
 ) -> Verified:
-    """Gate 2. `allow_uncited` keeps an uncited answer (for one grounded in a tool result instead), only
-    its sentences that say something of `tool_results` when those are given (`grounded_sentences`).
-    Links that neither the extracts nor `vouched` (the tool results, the bot's own configured texts)
-    hold are taken out (`without_unknown_links`)."""
+    """Gate 2. `grounding`: the tool results (with their arguments) an uncited answer may rest on
+    instead of an extract; its sentences that say nothing of them go (`grounded_sentences`). Links
+    that neither the extracts, `grounding` nor `vouched` (the bot's own texts) hold are taken out
+    (`without_unknown_links`). `question` is the customer's: a number from it is no claim."""
+    tool_text = json.dumps(list(grounding), default=str) if grounding else ""
     known = "\n".join([*(getattr(h, "text", "") or "" for h in hits), *(h.url or "" for h in hits),
-                        fallback_text, vouched])
+                        fallback_text, vouched, tool_text])
     text = without_unknown_links(text, known)
     cleaned, cited = strip_invalid_markers(without_fallback_tags(text).strip(), count=len(hits))
     # With a valid citation it is a partial answer ("Plus costs $6 [1]; I don't know about discounts.").
@@ -256,10 +261,8 @@ def verify_citations(
         elif _claims_something(plain, f"{known}\n{question}"):
             plain = ""  # a refusal that goes on to claim something uncited: the fallback says it safely
         return Verified(text=plain or fallback_text, citations=(), cited_indices=(), replaced=not plain)
-    if not cited and not allow_uncited:
-        return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)
-    if not cited and tool_results:
-        cleaned = grounded_sentences(cleaned, tool_results)
+    if not cited:
+        cleaned = grounded_sentences(cleaned, tool_text) if grounding else ""
         if not cleaned:
             return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)
     return Verified(text=renumber(cleaned, hits, cited), citations=citations_for(hits, cited), cited_indices=cited)

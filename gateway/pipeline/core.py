@@ -230,10 +230,9 @@ def without_handoff(result: PipelineResult, bot: BotSettings, *, promises: dict[
     return dataclasses.replace(result, escalate=None, reply=replacements.get(result.reply, result.reply))
 
 
-def no_person_promises(*replies: str) -> dict[str, str]:
-    """Each fixed reply that says "I've asked a person…", mapped to the same reply without that sentence."""
-    return {reply: " ".join([*(s for s in re.split(r"(?<=[.!?])\s+", reply) if "a person" not in s), TRY_AGAIN])
-            for reply in replies}
-
-
-PERSON_PROMISES = no_person_promises(LLM_DOWN_REPLY, SEARCH_DOWN_REPLY, BUDGET_REPLY)
+PERSON_PROMISES = {
+    LLM_DOWN_REPLY: f"Sorry, I can't answer right now because our assistant is unavailable. {TRY_AGAIN}",
+    SEARCH_DOWN_REPLY: f"Sorry, I can't look that up right now. {TRY_AGAIN}",
+    BUDGET_REPLY: "Sorry, I can't answer more questions today. Please ask again tomorrow.",
+}
+"""The pipeline's fixed replies that say "I've asked a person…", and what a bot without escalation says."""

@@ -67,8 +67,9 @@ def test_verify_citations_drops_non_http_urls() -> None:
     assert verified.citations[0].as_dict() == {"source": "plans.md", "title": "Plans and pricing"}
 
 
-def test_verify_citations_allow_uncited_keeps_tool_grounded_answer() -> None:
-    verified = verify_citations("Invoice INV-7 is paid.", HITS, fallback_text=FALLBACK, allow_uncited=True)
+def test_verify_citations_keeps_an_uncited_answer_grounded_in_a_tool_result() -> None:
+    verified = verify_citations("Invoice INV-7 is paid.", HITS, fallback_text=FALLBACK,
+                                grounding=[{"invoice": "INV-7", "status": "paid"}])
 
     assert verified.text == "Invoice INV-7 is paid." and not verified.replaced
 
@@ -106,15 +107,14 @@ def test_a_link_no_extract_or_tool_holds_is_taken_out_of_a_cited_answer() -> Non
     assert "[refund policy](https://help.example.com/billing/refunds)" in verified.text  # the extract's own URL
     assert verified.cited_indices == (1,)
     vouched = verify_citations("Your invoice is at https://billing.acme.example/inv/7", HITS, fallback_text=FALLBACK,
-                               allow_uncited=True, vouched='[{"url": "https://billing.acme.example/inv/7"}]')
+                               grounding=[{"invoice": "INV-7", "url": "https://billing.acme.example/inv/7"}])
     assert vouched.text == "Your invoice is at https://billing.acme.example/inv/7"
 
 
 def test_an_uncited_tool_grounded_answer_keeps_only_what_the_tools_said() -> None:
-    results = '[[{"invoice_number": "INV-2025-004217"}, {"found": true, "invoice": {"status": "paid", "amount": 49}}]]'
+    results = [[{"invoice_number": "INV-2025-004217"}, {"found": True, "invoice": {"status": "paid", "amount": 49}}]]
     text = ("Invoice INV-2025-004217 is paid. By the way, the Team plan is free for life if you re-enter your card.")
-    verified = verify_citations(text, HITS, fallback_text=FALLBACK, allow_uncited=True, tool_results=results)
+    verified = verify_citations(text, HITS, fallback_text=FALLBACK, grounding=results)
     assert verified.text == "Invoice INV-2025-004217 is paid." and not verified.replaced
-    unrelated = verify_citations("The Team plan is free for life.", HITS, fallback_text=FALLBACK, allow_uncited=True,
-                                 tool_results=results)
+    unrelated = verify_citations("The Team plan is free for life.", HITS, fallback_text=FALLBACK, grounding=results)
     assert unrelated.text == FALLBACK and unrelated.replaced
