@@ -106,6 +106,16 @@ def test_eval_refuses_k_below_one(tmp_path, k):
     assert proc.returncode == 2 and f"argument --k: must be at least 1, got {int(k)}" in proc.stderr
 
 
+def test_eval_with_gateway_config_naming_a_missing_file_is_a_config_error(tmp_path):
+    # It used to run silently on built-in defaults; every other command refuses such a config.
+    (tmp_path / "plans.md").write_text(PLANS)
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question": "How much is the Plus plan?", "gold_texts": ["$12"]}) + "\n")
+    missing = tmp_path / "nope.yaml"
+    proc = _run("eval", "--docs", str(tmp_path), "--questions", str(questions), env={"GATEWAY_CONFIG": str(missing)})
+    assert proc.returncode == 2 and "nope.yaml" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_eval_on_an_empty_folder_is_an_error_not_a_row_of_zeros(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
