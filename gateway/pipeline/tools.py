@@ -5,7 +5,9 @@ argument; the model only supplies the other arguments, so it cannot choose whose
 
 Kinds:
 - `builtin`: `escalate_to_human(reason)` hands the conversation to a person.
-- `python`: an async or sync callable `module:function(identity, **arguments)`.
+- `python`: an async or sync callable `module:function(identity, **arguments)`. To tell the model why
+  a call failed, raise `ToolError("...")`: its message is the model's to read. Any other exception
+  shows the model only its type; its text (a query, a path, a connection string) goes to the log.
 - `http`: a request to a URL template filled with the arguments; headers may use `${ENV}`. Only the
   declared `parameters` are sent, an argument can only fill its own path segment (`..` included),
   and an error names the status, never the URL (its query may hold an API key).
@@ -27,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
 import httpx
+import structlog
 
 from gateway.errors import ConfigError
 from gateway.models import CallerIdentity
@@ -41,6 +44,12 @@ _ESCALATE_SCHEMA = {
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_QUERY_NAME = re.compile(r"key|token|secret|pass|auth|sig|credential", re.IGNORECASE)
 MIN_SECRET_CHARS = 6  # shorter values would redact ordinary words out of every log line
+log = structlog.get_logger("gateway.tools")
+
+
+class ToolError(Exception):
+    """Raised by a `python` tool for a failure the model should hear about, in words meant for it
+    ("that order was cancelled, it cannot be changed")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +109,8 @@ class BotTools:
         if spec.type == "builtin" and name == ESCALATE_TOOL:
             reason = str(arguments.get("reason") or "the assistant asked for a person")[:500]
             return ToolOutcome(name, arguments, {"status": "escalated"}, escalate=reason)
+        if spec.type == "python" and (mismatch := _signature_mismatch(self._callables[name], identity, arguments)):
+            return ToolOutcome(name, arguments, None, error=f"invalid arguments: {mismatch}")
         try:
             async with asyncio.timeout(spec.timeout):
                 if spec.type == "python":
@@ -112,8 +123,14 @@ class BotTools:
             return ToolOutcome(name, arguments, None, error=f"the service answered HTTP {exc.response.status_code}")
         except httpx.HTTPError as exc:
             return ToolOutcome(name, arguments, None, error=f"{type(exc).__name__}: the service could not be reached")
+        except ToolError as exc:
+            return ToolOutcome(name, arguments, None, error=str(exc)[:500] or "the tool failed")
         except Exception as exc:  # a tool's failure is data for the model, not a crash
-            return ToolOutcome(name, arguments, None, error=f"{type(exc).__name__}: {exc}"[:500])
+            # Its text may hold a query or a connection string: the log gets it, the model and the stored
+            # turn (which operators read) only its type.
+            log.warning("tool.failed", tool=name, bot=self.bot.name, error=f"{type(exc).__name__}: {exc}"[:500],
+                        exc_info=exc)
+            return ToolOutcome(name, arguments, None, error=f"{type(exc).__name__}: the tool failed")
         return ToolOutcome(name, arguments, result)
 
     async def _http_call(self, spec: ToolSettings, arguments: dict[str, Any]) -> Any:
@@ -165,6 +182,17 @@ SYNC_TOOL_THREADS = 8
 # timeout keeps its thread; on asyncio's default pool (6 threads on 2 cores) six of them stalled query
 # embedding and every model call, for every bot. Here they can only hold up other sync tools.
 _SYNC_TOOLS = concurrent.futures.ThreadPoolExecutor(max_workers=SYNC_TOOL_THREADS, thread_name_prefix="tool")
+
+
+def _signature_mismatch(fn: Any, identity: CallerIdentity, arguments: dict[str, Any]) -> str | None:
+    """Why the model's arguments cannot be passed to `fn` (a missing or unexpected one), or None."""
+    try:
+        inspect.signature(fn).bind(identity, **arguments)
+    except TypeError as exc:
+        return str(exc)
+    except ValueError:  # no signature to read (a builtin): let the call itself decide
+        return None
+    return None
 
 
 async def _invoke(fn: Any, identity: CallerIdentity, arguments: dict[str, Any]) -> Any:

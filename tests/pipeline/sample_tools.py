@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.models import CallerIdentity
+from gateway.pipeline.tools import ToolError
 
 INJECTIONS = Path(__file__).resolve().parent.parent / "llm" / "fixtures" / "prompt_injection_strings.jsonl"
 PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
@@ -21,8 +22,13 @@ def injection_strings(limit: int = 12) -> list[str]:
 
 
 async def boom(identity: CallerIdentity) -> dict:
-    """Always fails, like a backend that is down."""
-    raise RuntimeError("backend exploded")
+    """Always fails, like a backend that is down, with an error text that must not reach the model."""
+    raise RuntimeError("backend exploded: postgresql://billing:s3cret@10.0.0.5/billing")
+
+
+async def refuse(identity: CallerIdentity, order: str) -> dict:
+    """Fails the way a tool author means the model to hear."""
+    raise ToolError(f"order {order} was cancelled and cannot be changed")
 
 
 async def slow(identity: CallerIdentity) -> dict:

@@ -7,6 +7,8 @@ import html
 import json
 import time
 
+from structlog.testing import capture_logs
+
 from gateway.pipeline.answer import MAX_CALLS_PER_ROUND, NOT_RUN, TOO_MANY
 from tests.fakes.openai_server import ToolCallSpec, Turn
 from tests.pipeline import sample_tools
@@ -124,14 +126,34 @@ async def test_tools_error_and_timeout_become_results_for_every_call(openai_fake
     result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
 
     by_id = {c["id"]: c["result"] for c in result.tool_calls}
-    assert by_id["t1"] == {"error": "RuntimeError: backend exploded"}
+    assert by_id["t1"] == {"error": "RuntimeError: the tool failed"}
     assert by_id["t2"] == {"error": "tool timed out after 0.2s"}
     assert by_id["t3"] == {"error": "unknown tool 'nope'"}
     assert by_id["t4"] == {"channel": "web", "contact": "demo-alice"}
     answered = [m for m in openai_fake.requests_for("primary")[1].messages if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in answered] == ["t1", "t2", "t3", "t4"]
-    assert "backend exploded" in answered[0]["content"]
+    assert "RuntimeError: the tool failed" in answered[0]["content"]
     assert result.reply == "Plus costs $6 per month [1]."
+
+
+async def test_a_tool_exceptions_text_goes_to_the_log_not_to_the_model_or_the_store(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("boom"), _tool("refuse"), _tool("whoami")]}])
+    calls = (ToolCallSpec("boom", {}, id="t1"), ToolCallSpec("refuse", {"order": "A-7"}, id="t2"),
+             ToolCallSpec("whoami", {"admin": True}, id="t3"), ToolCallSpec("refuse", {}, id="t4"))
+    openai_fake.script("primary", Turn(tool_calls=calls), Turn(text="Plus costs $6 per month [1]."))
+
+    with capture_logs() as logs:
+        result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+
+    by_id = {c["id"]: c["result"] for c in result.tool_calls}
+    assert by_id["t1"] == {"error": "RuntimeError: the tool failed"}
+    assert by_id["t2"] == {"error": "order A-7 was cancelled and cannot be changed"}  # a ToolError is for the model
+    assert by_id["t3"] == {"error": "invalid arguments: got an unexpected keyword argument 'admin'"}
+    assert by_id["t4"] == {"error": "invalid arguments: missing a required argument: 'order'"}
+    sent = json.dumps(openai_fake.requests_for("primary")[1].messages)
+    assert "s3cret" not in sent and "s3cret" not in json.dumps(result.tool_calls)
+    failed = [e for e in logs if e["event"] == "tool.failed"]
+    assert len(failed) == 1 and "backend exploded" in failed[0]["error"] and failed[0]["tool"] == "boom"
 
 
 async def test_tools_past_the_per_round_limit_are_answered_not_run(openai_fake) -> None:
