@@ -19,6 +19,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+GRACEFUL_SHUTDOWN_S = 5
+"""How long `serve` waits for open requests on shutdown: open SSE streams (console, widget) never end by themselves."""
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="Multi-channel bot gateway")
@@ -134,9 +137,8 @@ def _serve(args) -> int:
             app.state.services.stopping.set()
             super().handle_exit(sig, frame)
 
-    # Open SSE streams (console, widget) must not hold a shutdown for long.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False,
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     Server(config).run()
     return 0
 

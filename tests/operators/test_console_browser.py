@@ -37,9 +37,23 @@ def live_url(tmp_path_factory):
         yield url
 
 
-def test_console_claim_reply_resolve_round_trip(browser, live_url):  # noqa: F811
-    context = browser.new_context()
-    operator, customer = context.new_page(), browser.new_context().new_page()
+@pytest.fixture()
+def open_tab(browser):  # noqa: F811
+    """Opens a tab in a browser context of its own (its own storage); every one is closed after the test,
+    so no console's live stream outlives it."""
+    contexts = []
+
+    def open_one():
+        contexts.append(browser.new_context())
+        return contexts[-1].new_page()
+
+    yield open_one
+    for context in contexts:
+        context.close()
+
+
+def test_console_claim_reply_resolve_round_trip(open_tab, live_url):
+    operator, customer = open_tab(), open_tab()
     errors: list[str] = []
     for tab in (operator, customer):
         tab.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -98,13 +112,12 @@ def test_console_claim_reply_resolve_round_trip(browser, live_url):  # noqa: F81
     answer = customer.locator(".gw-msg--bot .gw-bubble").last.inner_text().lower()
     assert "password" in answer
     assert errors == []
-    context.close()
 
 
-def test_console_reply_resent_after_a_dropped_connection_keeps_its_message_id(browser, live_url):  # noqa: F811
+def test_console_reply_resent_after_a_dropped_connection_keeps_its_message_id(open_tab, live_url):
     """The reply reaches the server, which stores and sends it, but the connection drops before the answer:
     the console says the outcome is unknown, and sending again reuses the message_id, so it is stored once."""
-    operator, customer = browser.new_context().new_page(), browser.new_context().new_page()
+    operator, customer = open_tab(), open_tab()
     errors: list[str] = []
     for tab in (operator, customer):
         tab.on("pageerror", lambda exc: errors.append(str(exc)))
