@@ -8,12 +8,16 @@ the index folder (`var/admin.token`, `var/admin.url`); both go when it stops.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.cli_output import print_reports
+from gateway.cli_output import print_reports, progress_bar
+
+NDJSON = "application/x-ndjson"  # the admin ingest route streams progress lines when asked for this
 
 if TYPE_CHECKING:  # imported when used: every CLI command imports this module, and starts fast
     from gateway.settings import Settings
@@ -27,9 +31,9 @@ def local_url(host: str, port: int) -> str:
 
 
 async def ingest_via_server(settings: Settings, *, bot: str | None, source: str | None, as_json: bool) -> int:
-    """Run an ingest in the server that holds the index, and print its reports; returns the exit code."""
-    import httpx
+    """Run an ingest in the server that holds the index, and print its reports; returns the exit code.
 
+    At a terminal the server streams its progress (NDJSON lines), drawn as the same bar as a local ingest."""
     token_path = Path(settings.qdrant.path).parent / "admin.token"
     url_path = token_path.with_name("admin.url")
     if not token_path.exists():
@@ -45,11 +49,31 @@ async def ingest_via_server(settings: Settings, *, bot: str | None, source: str 
     # The server ingests with the configuration it loaded; it refuses (409) when ours differs.
     params = {k: v for k, v in (("bot", bot), ("source", source)) if v}
     params["config_fingerprint"] = settings.ingest_fingerprint()
+    with progress_bar(as_json=as_json) as bar:  # closed before the reports print: they go to stdout
+        outcome = await _ingest_on_server(url, params, token=token_path.read_text().strip(), progress=bar.callback)
+    return outcome if isinstance(outcome, int) else print_reports(outcome, as_json=as_json)
+
+
+async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
+                            progress: Callable[[int, int, str], None] | None) -> list[dict] | int:
+    """The runs of the server's ingest, or the exit code of an error (already printed)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} | ({"Accept": NDJSON} if progress is not None else {})
+    runs = None
     try:
         async with httpx.AsyncClient(timeout=3600) as client:
-            response = await client.post(f"{url}/v1/admin/ingest", params=params,
-                                         headers={"Authorization": f"Bearer {token_path.read_text().strip()}"})
-    except httpx.HTTPError as exc:
+            async with client.stream("POST", f"{url}/v1/admin/ingest", params=params, headers=headers) as response:
+                streamed = response.status_code == 200 and response.headers.get("content-type", "").startswith(NDJSON)
+                if not streamed:
+                    await response.aread()
+                else:
+                    async for line in response.aiter_lines():
+                        event = json.loads(line) if line.strip() else {}
+                        if "progress" in event:
+                            progress(event["progress"]["done"], event["progress"]["total"], event["progress"]["label"])
+                        runs = event.get("runs", runs)
+    except (httpx.HTTPError, ValueError) as exc:
         print(f"error: the index is busy and the server at {url} did not answer ({exc or type(exc).__name__}). "
               "Stop the process that holds the index and retry.", file=sys.stderr)
         return 1
@@ -62,7 +86,11 @@ async def ingest_via_server(settings: Settings, *, bot: str | None, source: str 
     if response.status_code != 200:
         print(f"error: server refused the ingest: {response.status_code} {response.text}", file=sys.stderr)
         return 1
-    return print_reports(response.json()["runs"], as_json=as_json)
+    if streamed and runs is None:
+        print(f"error: the server at {url} stopped before the ingest ended; run `gateway ingest` again (unchanged "
+              "documents are skipped)", file=sys.stderr)
+        return 1
+    return runs if streamed else response.json()["runs"]
 
 
 def _error_of(response) -> str:

@@ -112,11 +112,16 @@ class Knowledge:
 
         KeyError("bot 'x'") for an unknown bot and KeyError("source 'y' …") when no bot in scope has
         the source; nothing is ingested then. A failing source is in its report, never raised."""
+        targets = self.ingest_targets(bot=bot, source=source)
+        return [await self.ingest_source(name, src, trigger=trigger, progress=progress) for name, src in targets]
+
+    def ingest_targets(self, *, bot: str | None = None, source: str | None = None) -> list[tuple[str, str]]:
+        """The (bot, source) pairs `ingest` would run, in order; the same KeyError as `ingest`."""
         bots = [self._bot(bot)] if bot else list(self._settings.bots)
         targets = [(b.name, s.name) for b in bots for s in b.sources if source is None or s.name == source]
         if source and not targets:
             raise KeyError(f"source {source!r} of bot {bot!r}" if bot else f"source {source!r}: no bot has it")
-        return [await self.ingest_source(name, src, trigger=trigger, progress=progress) for name, src in targets]
+        return targets
 
     async def ingest_source(self, bot: str, source: str, *, trigger: str = "manual",
                             progress: Callable[..., None] | None = None) -> IngestReport:

@@ -111,6 +111,10 @@ def test_cli_ingest_goes_through_running_server_that_holds_the_index(kb_config):
         assert proc.returncode == 0, proc.stderr
         assert f"held by the running server; ingesting through it at http://127.0.0.1:{port}" in proc.stderr
         assert json.loads(proc.stdout)["added"] >= 2
+        # At a terminal, the server streams its progress and the CLI draws the same bar as without a server.
+        code, stdout, terminal = _run_on_a_terminal("ingest", "--config", str(config))
+        assert code == 0 and "acme/docs: 0 added, 0 updated, 0 deleted" in stdout, terminal
+        assert "ingesting through it" in terminal and "2/2" in terminal
         # `chat` beside the server talks to its web chat, and leaves the server's files alone.
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         chat = subprocess.run([sys.executable, "-m", "gateway", "chat", "--config", str(config)], cwd=ROOT, env=env,

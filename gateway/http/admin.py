@@ -6,11 +6,15 @@ the job here. It authenticates with the token the server writes to `var/admin.to
 
 from __future__ import annotations
 
+import asyncio
+import json
 import secrets
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Header, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
+from gateway.admin_client import NDJSON
 from gateway.http.deps import error, services
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], include_in_schema=False)
@@ -38,7 +42,35 @@ async def ingest(request: Request, bot: str | None = None, source: str | None = 
         return error(409, f"the running server loaded {loaded} as it was at start; restart it to use the changed "
                           "configuration, or stop it and run ingest again")
     try:
-        reports = await svc.knowledge.ingest(bot=bot, source=source, trigger="cli")
+        svc.knowledge.ingest_targets(bot=bot, source=source)  # an unknown bot or source is a 404, not a stream
     except KeyError as exc:
         return error(404, f"unknown {exc.args[0]}")
+    if NDJSON in request.headers.get("accept", ""):
+        return StreamingResponse(_progress_lines(svc.knowledge, bot=bot, source=source), media_type=NDJSON)
+    reports = await svc.knowledge.ingest(bot=bot, source=source, trigger="cli")
     return JSONResponse({"runs": [r.as_dict() for r in reports]})
+
+
+_RUNNING: set[asyncio.Task] = set()  # ingests whose caller went away: they finish, and are recorded
+
+
+async def _progress_lines(knowledge, *, bot: str | None, source: str | None) -> AsyncIterator[str]:
+    """`{"progress": {"done", "total", "label"}}` lines while the ingest runs, then `{"runs": [...]}`.
+
+    The ingest runs in a task of its own: a CLI that is interrupted stops reading, and the run still
+    ends and is recorded, as a scheduled one would be."""
+    events: asyncio.Queue[tuple[int, int, str]] = asyncio.Queue()
+    task = asyncio.create_task(knowledge.ingest(bot=bot, source=source, trigger="cli",
+                                                progress=lambda done, total, label: events.put_nowait(
+                                                    (done, total, label))))
+    _RUNNING.add(task)
+    task.add_done_callback(_RUNNING.discard)
+    while not task.done():
+        waiter = asyncio.ensure_future(events.get())
+        await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+        if not waiter.done():
+            waiter.cancel()
+            continue
+        done, total, label = waiter.result()
+        yield json.dumps({"progress": {"done": done, "total": total, "label": label}}) + "\n"
+    yield json.dumps({"runs": [r.as_dict() for r in task.result()]}) + "\n"
