@@ -34,6 +34,7 @@ from tests.reliability.conftest import (
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.exclusive,  # every other test on the server would see its connections reset
     pytest.mark.skipif(not (IN_CI or os.environ.get("RUN_PG_RESTART") == "1"),
                        reason="restarts the shared PostgreSQL; runs under CI=true or RUN_PG_RESTART=1"),
 ]
