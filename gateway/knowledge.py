@@ -2,17 +2,19 @@
 
 It owns the embedders and the Qdrant index of one process, opened once in the lifespan.
 
-One run of a source at a time: within a process by `_lock`, and across processes sharing PostgreSQL by
-an advisory lock per source (`_source_lock`). Why across processes: with a Qdrant server (`qdrant.url`)
-`gateway ingest` does not go through the running server, so it could run beside the leader's scheduled
-run of the same source, both writing its chunks and document rows. The second run waits, then finds
-everything unchanged.
+One run of a source at a time: within a process by a lock per source, and across processes sharing
+PostgreSQL by an advisory lock per source (`_advisory_lock`). Why across processes: with a Qdrant server
+(`qdrant.url`) `gateway ingest` does not go through the running server, so it could run beside the
+leader's scheduled run of the same source, both writing its chunks and document rows. The second run
+waits, then finds everything unchanged. Different sources load side by side and write one at a time
+(`Ingestor`): a slow site no longer holds up every other source's runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -39,7 +41,7 @@ class Knowledge:
         self._index = None
         self._search = None
         self._ingestor = None
-        self._lock = asyncio.Lock()
+        self._source_locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
         self._running: set[asyncio.Task] = set()  # tasks inside `ingest_source`, for `close`
 
     async def open(self) -> None:
@@ -141,13 +143,13 @@ class Knowledge:
         task = asyncio.current_task()
         self._running.add(task)
         try:
-            async with self._lock, self._source_lock(bot, source):  # one ingest at a time keeps the writes simple
+            async with self._source_locks[bot, source], self._advisory_lock(bot, source):
                 return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress)
         finally:
             self._running.discard(task)
 
     @contextlib.asynccontextmanager
-    async def _source_lock(self, bot: str, source: str) -> AsyncIterator[None]:
+    async def _advisory_lock(self, bot: str, source: str) -> AsyncIterator[None]:
         """On PostgreSQL, hold the source's advisory lock (on a connection of its own) while it ingests."""
         from gateway.leader import lock_key
 

@@ -103,6 +103,9 @@ class Ingestor:
         self._settings = (CHUNKER_VERSION, dense.model, str(self.max_tokens), str(self.text_tokens))
         self.settings_hash = _digest(self._settings)
         """What a document's chunks depend on besides its content; stored per document."""
+        self._writing = asyncio.Lock()
+        """Held while a source's loaded documents are chunked, embedded and written: sources load (fetch,
+        parse) side by side, and the encoder, the index and the store serve one source at a time."""
 
     async def ingest_bot(
         self, bot: BotSettings, *, sources: list[str] | None = None, trigger: str = "manual", progress: Progress | None = None
@@ -135,19 +138,20 @@ class Ingestor:
             return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=run_id)
         errors = [f"{doc_id}: {message}" for doc_id, message in loaded.errors]
         try:
-            return await self.ingest_documents(
-                bot,
-                source.name,
-                loaded.documents,
-                failed_ids={doc_id for doc_id, _ in loaded.errors},
-                not_modified=set(loaded.not_modified),
-                delete_missing=not loaded.listing_incomplete,
-                errors=errors,
-                trigger=trigger,
-                progress=progress,
-                started=started,
-                run_id=run_id,
-            )
+            async with self._writing:
+                return await self.ingest_documents(
+                    bot,
+                    source.name,
+                    loaded.documents,
+                    failed_ids={doc_id for doc_id, _ in loaded.errors},
+                    not_modified=set(loaded.not_modified),
+                    delete_missing=not loaded.listing_incomplete,
+                    errors=errors,
+                    trigger=trigger,
+                    progress=progress,
+                    started=started,
+                    run_id=run_id,
+                )
         except BaseException as exc:  # index or store down, or a bug: the run must not stay `running`
             return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=run_id,
                                       errors=errors)
