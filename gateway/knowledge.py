@@ -6,8 +6,9 @@ One run of a source at a time: within a process by a lock per source, and across
 PostgreSQL by an advisory lock per source (`_advisory_lock`). Why across processes: with a Qdrant server
 (`qdrant.url`) `gateway ingest` does not go through the running server, so it could run beside the
 leader's scheduled run of the same source, both writing its chunks and document rows. The second run
-waits, then finds everything unchanged. Different sources load side by side and write one at a time
-(`Ingestor`): a slow site no longer holds up every other source's runs.
+waits, then finds everything unchanged. Different sources load side by side (at most
+`MAX_SOURCE_RUNS` at once) and write one at a time (`Ingestor`): a slow site no longer holds up every
+other source's runs.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ if TYPE_CHECKING:  # the models and Qdrant load in `open`, not when the CLI star
     from rag.ingest import IngestReport
 
 log = structlog.get_logger("gateway.knowledge")
+MAX_SOURCE_RUNS = 4
+"""Runs of different sources at once in a process. Each holds a database connection for its advisory
+lock while it fetches: twenty sources due in the same minute took the pool (10 + 10) and starved the
+web side."""
 
 
 class Knowledge:
@@ -42,6 +47,7 @@ class Knowledge:
         self._search = None
         self._ingestor = None
         self._source_locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._source_runs = asyncio.Semaphore(MAX_SOURCE_RUNS)
         self._running: set[asyncio.Task] = set()  # tasks inside `ingest_source`, for `close`
 
     async def open(self) -> None:
@@ -143,7 +149,7 @@ class Knowledge:
         task = asyncio.current_task()
         self._running.add(task)
         try:
-            async with self._source_locks[bot, source], self._advisory_lock(bot, source):
+            async with self._source_locks[bot, source], self._source_runs, self._advisory_lock(bot, source):
                 return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress)
         finally:
             self._running.discard(task)

@@ -148,46 +148,76 @@ async def test_shutdown_records_a_running_ingest_as_cancelled_not_running(tmp_pa
     assert run.status == "failed" and run.errors == ["cancelled before it finished"]
 
 
+class HangingSite:
+    """A web server whose page answers only once `release` is set; it counts the requests it holds."""
+
+    def __init__(self) -> None:
+        self.release, self.asked = asyncio.Event(), asyncio.Event()
+        self.holding = self.most_at_once = 0
+        self.url = ""
+
+    async def _page(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        self.holding += 1
+        self.most_at_once = max(self.most_at_once, self.holding)
+        self.asked.set()
+        await self.release.wait()
+        body = b"<html><body><main><h1>Slow</h1><p>The slow page says hello to everyone.</p></main></body></html>"
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                     % (len(body), body))
+        await writer.drain()
+        self.holding -= 1
+        writer.close()
+
+    async def __aenter__(self) -> HangingSite:
+        self._server = await asyncio.start_server(self._page, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/slow"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.release.set()
+        self._server.close()
+
+
 async def test_a_source_waiting_on_a_slow_site_does_not_hold_up_another_source(tmp_path):
     # One lock for every source let a site that took an hour to crawl hold every other source's runs.
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.md").write_text("# A\n\nThe answer is forty-two.\n")
-    release, asked = asyncio.Event(), asyncio.Event()
-    answering = 0
-    most_at_once = 0
-
-    async def slow_page(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal answering, most_at_once
-        await reader.readuntil(b"\r\n\r\n")
-        answering += 1
-        most_at_once = max(most_at_once, answering)
-        asked.set()
-        await release.wait()
-        body = b"<html><body><main><h1>Slow</h1><p>The slow page says hello to everyone.</p></main></body></html>"
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-                     % (len(body), body))
-        await writer.drain()
-        answering -= 1
-        writer.close()
-
-    server = await asyncio.start_server(slow_page, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/slow"
-    bot = {"name": "acme", "channels": {"web": {}}, "sources": [
-        {"name": "site", "type": "urls", "urls": [url], "schedule": "0 4 * * 1"},
-        {"name": "docs", "type": "directory", "path": str(docs), "schedule": "0 4 * * 1"},
-    ]}
-    try:
+    async with HangingSite() as site:
+        bot = {"name": "acme", "channels": {"web": {}}, "sources": [
+            {"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 4 * * 1"},
+            {"name": "docs", "type": "directory", "path": str(docs), "schedule": "0 4 * * 1"},
+        ]}
         async with open_knowledge(tmp_path, bot) as (_, _, knowledge):
-            site = asyncio.create_task(knowledge.ingest_source("acme", "site"))
+            slow = asyncio.create_task(knowledge.ingest_source("acme", "site"))
             again = asyncio.create_task(knowledge.ingest_source("acme", "site"))  # the same source: waits its turn
-            await asyncio.wait_for(asked.wait(), 30)
+            await asyncio.wait_for(site.asked.wait(), 30)
             local = await asyncio.wait_for(knowledge.ingest_source("acme", "docs"), 30)  # while the site hangs
-            assert local.status == "ok" and local.added == 1 and not site.done()
-            release.set()
-            first, second = await asyncio.wait_for(asyncio.gather(site, again), 60)
-    finally:
-        server.close()
+            assert local.status == "ok" and local.added == 1 and not slow.done()
+            site.release.set()
+            first, second = await asyncio.wait_for(asyncio.gather(slow, again), 60)
     assert (first.status, first.added) == ("ok", 1)
     assert second.status == "ok" and second.added == 0 and second.unchanged == 1
-    assert most_at_once == 1  # one run of a source at a time
+    assert site.most_at_once == 1  # one run of a source at a time
+
+
+async def test_at_most_max_source_runs_sources_run_at_once(tmp_path):
+    # Each run holds a database connection for its lock while it fetches: twenty at once took the pool.
+    from gateway.knowledge import MAX_SOURCE_RUNS
+
+    async with HangingSite() as site:
+        sources = [{"name": f"site{i}", "type": "urls", "urls": [f"{site.url}?{i}"], "schedule": "0 4 * * 1"}
+                   for i in range(MAX_SOURCE_RUNS + 2)]
+        async with open_knowledge(tmp_path, {"name": "acme", "channels": {"web": {}}, "sources": sources}) as (
+                _, _, knowledge):
+            runs = [asyncio.create_task(knowledge.ingest_source("acme", s["name"])) for s in sources]
+            for _ in range(1000):  # until the site holds as many requests as it will get
+                if site.holding >= MAX_SOURCE_RUNS:
+                    break
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # time for a fifth request, were one to come
+            assert site.holding == MAX_SOURCE_RUNS
+            site.release.set()
+            reports = await asyncio.wait_for(asyncio.gather(*runs), 60)
+    assert [r.status for r in reports] == ["ok"] * len(sources) and site.most_at_once == MAX_SOURCE_RUNS

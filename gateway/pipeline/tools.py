@@ -185,12 +185,14 @@ _SYNC_TOOLS = concurrent.futures.ThreadPoolExecutor(max_workers=SYNC_TOOL_THREAD
 
 
 def _signature_mismatch(fn: Any, identity: CallerIdentity, arguments: dict[str, Any]) -> str | None:
-    """Why the model's arguments cannot be passed to `fn` (a missing or unexpected one), or None."""
+    """Why the model's arguments cannot be passed to `fn` (a missing or unexpected one), or None.
+
+    The signature of `fn` itself, not of what it wraps: a decorator may supply an argument on its own."""
     try:
-        inspect.signature(fn).bind(identity, **arguments)
+        inspect.signature(fn, follow_wrapped=False).bind(identity, **arguments)
     except TypeError as exc:
         return str(exc)
-    except ValueError:  # no signature to read (a builtin): let the call itself decide
+    except Exception:  # no signature to read (a builtin): let the call itself decide
         return None
     return None
 

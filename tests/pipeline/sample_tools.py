@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 from pathlib import Path
@@ -29,6 +30,20 @@ async def boom(identity: CallerIdentity) -> dict:
 async def refuse(identity: CallerIdentity, order: str) -> dict:
     """Fails the way a tool author means the model to hear."""
     raise ToolError(f"order {order} was cancelled and cannot be changed")
+
+
+def _with_orders(fn):
+    """A decorator that supplies an argument of its own (a database handle, say)."""
+    @functools.wraps(fn)
+    async def wrapper(identity: CallerIdentity, **arguments: Any) -> dict:
+        return await fn(identity, {"A-7": "shipped"}, **arguments)
+    return wrapper
+
+
+@_with_orders
+async def order_status(identity: CallerIdentity, orders: dict, order: str) -> dict:
+    """The status of one order."""
+    return {"order": order, "status": orders.get(order, "unknown")}
 
 
 async def slow(identity: CallerIdentity) -> dict:
