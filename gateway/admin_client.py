@@ -60,7 +60,8 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
     import httpx
 
     headers = {"Authorization": f"Bearer {token}"} | ({"Accept": NDJSON} if progress is not None else {})
-    runs = None
+    runs = failure = None
+    streamed = False
     try:
         async with httpx.AsyncClient(timeout=3600) as client:
             async with client.stream("POST", f"{url}/v1/admin/ingest", params=params, headers=headers) as response:
@@ -69,14 +70,18 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
                     await response.aread()
                 else:
                     async for line in response.aiter_lines():
-                        event = json.loads(line) if line.strip() else {}
-                        if "progress" in event:
-                            progress(event["progress"]["done"], event["progress"]["total"], event["progress"]["label"])
-                        runs = event.get("runs", runs)
+                        event = _event(line)
+                        if isinstance(shown := event.get("progress"), dict) and progress is not None:
+                            progress(shown.get("done", 0), shown.get("total", 0), str(shown.get("label", "ingest")))
+                        runs = event["runs"] if isinstance(event.get("runs"), list) else runs
+                        failure = event.get("error", failure)
     except (httpx.HTTPError, ValueError) as exc:
-        print(f"error: the index is busy and the server at {url} did not answer ({exc or type(exc).__name__}). "
-              "Stop the process that holds the index and retry.", file=sys.stderr)
-        return 1
+        if not streamed:
+            print(f"error: the index is busy and the server at {url} did not answer ({exc or type(exc).__name__}). "
+                  "Stop the process that holds the index and retry.", file=sys.stderr)
+            return 1
+        failure = failure or (f"a line that is not an event: {exc}" if isinstance(exc, ValueError)
+                              else f"the connection broke: {exc or type(exc).__name__}")
     if response.status_code == 404:  # an unknown bot or source: the same message and code as without a server
         print(f"error: {_error_of(response)}", file=sys.stderr)
         return 2
@@ -87,10 +92,21 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
         print(f"error: server refused the ingest: {response.status_code} {response.text}", file=sys.stderr)
         return 1
     if streamed and runs is None:
-        print(f"error: the server at {url} stopped before the ingest ended; run `gateway ingest` again (unchanged "
-              "documents are skipped)", file=sys.stderr)
+        print(f"error: the server at {url} stopped before the ingest ended ({failure or 'no result came'}); run "
+              "`gateway ingest` again (unchanged documents are skipped)", file=sys.stderr)
         return 1
     return runs if streamed else response.json()["runs"]
+
+
+def _event(line: str) -> dict:
+    """One NDJSON line of the admin ingest stream; {} for a blank line. ValueError for anything else
+    than a JSON object: the stream is broken then."""
+    if not line.strip():
+        return {}
+    event = json.loads(line)
+    if not isinstance(event, dict):
+        raise ValueError(repr(line[:80]))
+    return event
 
 
 def _error_of(response) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gateway.settings import load_settings
 from tests.conftest import app_client, docs_source, write_config
 
@@ -72,3 +74,49 @@ async def test_admin_ingest_whose_caller_goes_away_still_ends_and_is_recorded(tm
         (report,) = await asyncio.wait_for(task, 60)
         assert report.status == "ok" and report.added > 0
         assert await knowledge.recorded_chunks("acme") == report.added
+
+
+async def test_admin_ingest_that_breaks_mid_stream_ends_with_an_error_line(tmp_path):
+    from gateway.http.admin import _progress_lines
+
+    class Breaking:
+        async def ingest(self, *, bot, source, trigger, progress):
+            progress(1, 2, "acme/help")
+            raise RuntimeError("the store went away")
+
+    lines = [json.loads(line) async for line in _progress_lines(Breaking(), bot=None, source=None)]
+    assert lines == [{"progress": {"done": 1, "total": 2, "label": "acme/help"}},
+                     {"error": "the ingest failed: RuntimeError: the store went away"}]
+
+
+@pytest.mark.parametrize("body, shown", [
+    (b'{"progress": {"done": 1, "total": 2, "label": "acme/help"}}\n{"error": "the ingest failed: boom"}\n',
+     "stopped before the ingest ended (the ingest failed: boom)"),
+    (b'{"progress": {"done": 1, "total": 2, "label": "acme/help"}}\n', "stopped before the ingest ended (no result came)"),
+    (b'{"progress": {"done": 1}}\n[1, 2]\n', "stopped before the ingest ended (a line that is not an event: '[1, 2]')"),
+], ids=["error-line", "cut-short", "not-an-object"])
+async def test_cli_reads_a_broken_progress_stream_as_an_unfinished_ingest(body, shown, capsys):
+    from aiohttp import web
+
+    from gateway.admin_client import _ingest_on_server
+
+    async def ingest(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        await response.write(body)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/admin/ingest", ingest)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    seen = []
+    try:
+        code = await _ingest_on_server(f"http://127.0.0.1:{runner.addresses[0][1]}", {}, token="t",
+                                       progress=lambda *args: seen.append(args))
+    finally:
+        await runner.cleanup()
+    assert code == 1 and seen[0][:2] == (1, 2 if b'"total": 2' in body else 0)
+    assert shown in capsys.readouterr().err

@@ -11,12 +11,14 @@ import json
 import secrets
 from collections.abc import AsyncIterator
 
+import structlog
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.admin_client import NDJSON
 from gateway.http.deps import error, services
 
+log = structlog.get_logger("gateway.admin")
 router = APIRouter(prefix="/v1/admin", tags=["admin"], include_in_schema=False)
 
 
@@ -55,7 +57,8 @@ _RUNNING: set[asyncio.Task] = set()  # ingests whose caller went away: they fini
 
 
 async def _progress_lines(knowledge, *, bot: str | None, source: str | None) -> AsyncIterator[str]:
-    """`{"progress": {"done", "total", "label"}}` lines while the ingest runs, then `{"runs": [...]}`.
+    """`{"progress": {"done", "total", "label"}}` lines while the ingest runs, then `{"runs": [...]}`, or
+    `{"error": "..."}` when the ingest itself broke (a source's failure is in its run, not here).
 
     The ingest runs in a task of its own: a CLI that is interrupted stops reading, and the run still
     ends and is recorded, as a scheduled one would be."""
@@ -64,13 +67,34 @@ async def _progress_lines(knowledge, *, bot: str | None, source: str | None) -> 
                                                 progress=lambda done, total, label: events.put_nowait(
                                                     (done, total, label))))
     _RUNNING.add(task)
-    task.add_done_callback(_RUNNING.discard)
-    while not task.done():
-        waiter = asyncio.ensure_future(events.get())
-        await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
-        if not waiter.done():
+    task.add_done_callback(_ended)
+    waiter: asyncio.Future | None = None
+    try:
+        while not task.done():
+            waiter = asyncio.ensure_future(events.get())
+            await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if waiter.done():
+                yield _progress_line(*waiter.result())
+        while not events.empty():  # the last counts, queued as the task ended
+            yield _progress_line(*events.get_nowait())
+    finally:
+        if waiter is not None:
             waiter.cancel()
-            continue
-        done, total, label = waiter.result()
-        yield json.dumps({"progress": {"done": done, "total": total, "label": label}}) + "\n"
-    yield json.dumps({"runs": [r.as_dict() for r in task.result()]}) + "\n"
+    try:
+        reports = task.result()
+    except Exception as exc:
+        yield json.dumps({"error": f"the ingest failed: {type(exc).__name__}: {exc}"}) + "\n"
+    else:
+        yield json.dumps({"runs": [r.as_dict() for r in reports]}) + "\n"
+
+
+def _progress_line(done: int, total: int, label: str) -> str:
+    return json.dumps({"progress": {"done": done, "total": total, "label": label}}) + "\n"
+
+
+def _ended(task: asyncio.Task) -> None:
+    """Forget the task; log how it broke, since a caller that went away will not read it."""
+    _RUNNING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("ingest.failed", error=f"{type(task.exception()).__name__}: {task.exception()}",
+                  exc_info=task.exception())
