@@ -5,7 +5,8 @@ argument; the model only supplies the other arguments, so it cannot choose whose
 
 Kinds:
 - `builtin`: `escalate_to_human(reason)` hands the conversation to a person.
-- `python`: an async or sync callable `module:function(identity, **arguments)`. To tell the model why
+- `python`: an async or sync callable `module:function(identity, **arguments)`. A call with an argument
+  its schema does not declare (`parameters`, else the module's `PARAMETERS`) is refused. To tell the model why
   a call failed, raise `ToolError("...")`: its message is the model's to read. Any other exception
   shows the model only its type; its text (a query, a path, a connection string) goes to the log.
 - `http`: a request to a URL template filled with the arguments; headers may use `${ENV}`. Only the
@@ -88,12 +89,17 @@ class BotTools:
                 fn = self._callables.get(spec.name)
                 module = inspect.getmodule(fn) if fn else None
                 description = spec.description or getattr(module, "DESCRIPTION", "") or (fn.__doc__ or "").strip()
-                parameters = spec.parameters
-                if parameters == {"type": "object", "properties": {}} and module is not None:
-                    parameters = getattr(module, "PARAMETERS", parameters)
+                parameters = self._parameters(spec)
             out.append({"type": "function", "function": {"name": spec.name, "description": description,
                                                          "parameters": parameters}})
         return out
+
+    def _parameters(self, spec: ToolSettings) -> dict[str, Any]:
+        """The JSON schema the model is given for a tool: the config's, else its module's `PARAMETERS`."""
+        module = inspect.getmodule(self._callables[spec.name]) if spec.name in self._callables else None
+        if spec.parameters == {"type": "object", "properties": {}} and module is not None:
+            return getattr(module, "PARAMETERS", spec.parameters)
+        return spec.parameters
 
     async def call(self, name: str, raw_arguments: str | dict[str, Any], *, identity: CallerIdentity) -> ToolOutcome:
         """Run one tool call. Never raises: errors and timeouts become the tool's result."""
@@ -109,8 +115,15 @@ class BotTools:
         if spec.type == "builtin" and name == ESCALATE_TOOL:
             reason = str(arguments.get("reason") or "the assistant asked for a person")[:500]
             return ToolOutcome(name, arguments, {"status": "escalated"}, escalate=reason)
-        if spec.type == "python" and (mismatch := _signature_mismatch(self._callables[name], identity, arguments)):
-            return ToolOutcome(name, arguments, None, error=f"invalid arguments: {mismatch}")
+        if spec.type == "python":
+            # Only what the model was told it may pass: an invented `include_all=True` must not reach a
+            # parameter the tool keeps for its own code.
+            declared = self._parameters(spec).get("properties")
+            if undeclared := sorted(set(arguments) - set(declared if isinstance(declared, dict) else ())):
+                return ToolOutcome(name, arguments, None, error=f"invalid arguments: {', '.join(map(repr, undeclared))} "
+                                                                f"{'is not a parameter' if len(undeclared) == 1 else 'are not parameters'} of this tool")
+            if mismatch := _signature_mismatch(self._callables[name], identity, arguments):
+                return ToolOutcome(name, arguments, None, error=f"invalid arguments: {mismatch}")
         try:
             async with asyncio.timeout(spec.timeout):
                 if spec.type == "python":
@@ -198,7 +211,7 @@ def _signature_mismatch(fn: Any, identity: CallerIdentity, arguments: dict[str, 
 
 
 async def _invoke(fn: Any, identity: CallerIdentity, arguments: dict[str, Any]) -> Any:
-    if inspect.iscoroutinefunction(fn):
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(type(fn), "__call__", None)):
         return await fn(identity, **arguments)
     call = functools.partial(contextvars.copy_context().run, fn, identity, **arguments)
     return await asyncio.get_running_loop().run_in_executor(_SYNC_TOOLS, call)

@@ -40,6 +40,21 @@ def _with_orders(fn):
     return wrapper
 
 
+async def my_orders(identity: CallerIdentity, include_all: bool = False) -> dict:
+    """The caller's orders. `include_all` is for the tool's own code: it is not declared to the model."""
+    return {"orders": ["every customer's"] if include_all else [f"{identity.contact_external_id}'s"]}
+
+
+class _Stock:
+    """A callable instance whose `__call__` is async (it must be awaited, not run in a thread)."""
+
+    async def __call__(self, identity: CallerIdentity) -> dict:
+        return {"in_stock": 3}
+
+
+stock = _Stock()
+
+
 @_with_orders
 async def order_status(identity: CallerIdentity, orders: dict, order: str) -> dict:
     """The status of one order."""

@@ -137,11 +137,15 @@ async def test_tools_error_and_timeout_become_results_for_every_call(openai_fake
 
 
 async def test_a_tool_exceptions_text_goes_to_the_log_not_to_the_model_or_the_store(openai_fake) -> None:
-    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("boom"), _tool("refuse"), _tool("whoami"),
-                                                                  _tool("order_status")]}])
+    order = {"type": "object", "properties": {"order": {"type": "string"}}}
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [
+        _tool("boom"), _tool("refuse", parameters=order), _tool("whoami"), _tool("order_status", parameters=order),
+        _tool("my_orders"), _tool("stock")]}])
     calls = (ToolCallSpec("boom", {}, id="t1"), ToolCallSpec("refuse", {"order": "A-7"}, id="t2"),
              ToolCallSpec("whoami", {"admin": True}, id="t3"), ToolCallSpec("refuse", {}, id="t4"),
-             ToolCallSpec("order_status", {"order": "A-7"}, id="t5"))
+             ToolCallSpec("order_status", {"order": "A-7"}, id="t5"), ToolCallSpec("my_orders", {"include_all": True},
+                                                                                 id="t6"),
+             ToolCallSpec("stock", {}, id="t7"))
     openai_fake.script("primary", Turn(tool_calls=calls), Turn(text="Plus costs $6 per month [1]."))
 
     with capture_logs() as logs:
@@ -150,10 +154,13 @@ async def test_a_tool_exceptions_text_goes_to_the_log_not_to_the_model_or_the_st
     by_id = {c["id"]: c["result"] for c in result.tool_calls}
     assert by_id["t1"] == {"error": "RuntimeError: the tool failed"}
     assert by_id["t2"] == {"error": "order A-7 was cancelled and cannot be changed"}  # a ToolError is for the model
-    assert by_id["t3"] == {"error": "invalid arguments: got an unexpected keyword argument 'admin'"}
+    assert by_id["t3"] == {"error": "invalid arguments: 'admin' is not a parameter of this tool"}
     assert by_id["t4"] == {"error": "invalid arguments: missing a required argument: 'order'"}
     # Checked against the decorator's signature, not the one it wraps (whose `orders` it supplies itself).
     assert by_id["t5"] == {"order": "A-7", "status": "shipped"}
+    # A parameter the schema does not declare is the tool's own, however the function names it.
+    assert by_id["t6"] == {"error": "invalid arguments: 'include_all' is not a parameter of this tool"}
+    assert by_id["t7"] == {"in_stock": 3}  # an instance with an async __call__ is awaited
     sent = json.dumps(openai_fake.requests_for("primary")[1].messages)
     assert "s3cret" not in sent and "s3cret" not in json.dumps(result.tool_calls)
     failed = [e for e in logs if e["event"] == "tool.failed"]
