@@ -1,7 +1,8 @@
 """Fetching a site politely and safely: robots.txt, sitemaps, bounded reads, what a failed fetch says.
 
 robots.txt is read as RFC 9309 says: a 4xx means no rules, a 5xx or no answer means disallow all
-(then `SourceError`, so a passing outage fails the run and ingest keeps the pages it has). A
+(then `SourceError`, so a passing outage fails the run and ingest keeps the pages it has). Its
+`Crawl-delay` (or `Request-rate`) is kept too: pages are then fetched one at a time, that far apart. A
 sitemap is XML, gzipped XML or plain text (one URL a line); an index is followed two levels deep,
 and a child sitemap that fails is recorded while the others still list their pages.
 
@@ -39,6 +40,9 @@ FETCH_DEADLINE_S = 60.0
 """The whole of one fetch, redirects and body included. httpx's read timeout restarts with every byte,
 so a server sending one byte a second held a run (and every other source's, which wait their turn)
 for as long as it liked."""
+MAX_CRAWL_DELAY_S = 30.0
+"""The longest pause between two fetches that a robots.txt `Crawl-delay` gets: a site asking for an
+hour would keep its source's run going for months."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -136,6 +140,20 @@ class RobotsRules:
 
     def allows(self, url: str) -> bool:
         return self.parser.can_fetch(url, USER_AGENT)
+
+    def delay(self) -> float | None:
+        """Seconds to leave between two fetches: `Crawl-delay`, or `Request-rate` (n pages per m seconds)
+        read as m/n; at most `MAX_CRAWL_DELAY_S`. None when the site asks for neither."""
+        delay = self.parser.crawl_delay(USER_AGENT)
+        rate = self.parser.request_rate(USER_AGENT)
+        if rate is not None and rate.requests > 0:
+            delay = max(delay or 0.0, rate.seconds / rate.requests)
+        if not delay or delay <= 0:
+            return None
+        if delay > MAX_CRAWL_DELAY_S:
+            log.warning("robots.txt asks for %g s between fetches; waiting %g s", delay, MAX_CRAWL_DELAY_S,
+                        extra={"crawl_delay": delay, "cap": MAX_CRAWL_DELAY_S})
+        return min(float(delay), MAX_CRAWL_DELAY_S)
 
 
 async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotsRules | None:

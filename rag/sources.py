@@ -137,16 +137,23 @@ def _is_hidden(relative_path: str) -> bool:
 
 
 async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None,
-                    allowed: Callable[[str], bool] | None = None) -> LoadResult:
-    """Fetch each page (a few at a time); a failing URL is recorded and the others continue. A page
-    that answers `410 Gone` is left out, so ingest removes its chunks (a 404 may be a passing
-    mistake, so it is an error that keeps them). `allowed` (robots.txt) is asked at every redirect."""
+                    allowed: Callable[[str], bool] | None = None, delay: float | None = None) -> LoadResult:
+    """Fetch each page (a few at a time, or one at a time `delay` seconds apart); a failing URL is
+    recorded and the others continue. A page that answers `410 Gone` is left out, so ingest removes its
+    chunks (a 404 may be a passing mistake, so it is an error that keeps them). `allowed` (robots.txt)
+    is asked at every redirect."""
     result = LoadResult()
-    gate = asyncio.Semaphore(MAX_CONCURRENCY)
+    gate = asyncio.Semaphore(1 if delay else MAX_CONCURRENCY)
     validators = validators or {}
+    next_start = 0.0
 
     async def one(url: str) -> Document | tuple[str, str] | str | None:  # a page, (url, error), a 304's url, gone
+        nonlocal next_start
         async with gate:
+            if delay:
+                loop = asyncio.get_running_loop()
+                await asyncio.sleep(max(0.0, next_start - loop.time()))
+                next_start = loop.time() + delay
             try:
                 conditional = _conditional_headers(validators.get(url))
                 response = await fetch(url, client=client, headers=conditional, allowed=allowed)
@@ -196,7 +203,8 @@ async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Valid
     if skipped:
         log.info("robots.txt disallows sitemap pages", extra={"sitemap": url, "skipped": skipped})
     result = await load_urls(allowed, client=client, validators=validators,
-                             allowed=robots.allows if robots is not None else None)
+                             allowed=robots.allows if robots is not None else None,
+                             delay=robots.delay() if robots is not None else None)
     result.errors[:0] = sitemap_errors
     result.listing_incomplete = bool(sitemap_errors)
     return result

@@ -99,6 +99,7 @@ async def test_cli_reads_a_broken_progress_stream_as_an_unfinished_ingest(body, 
     from aiohttp import web
 
     from gateway.admin_client import _ingest_on_server
+    from tests.fakes.web_server import serving
 
     async def ingest(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
@@ -108,15 +109,8 @@ async def test_cli_reads_a_broken_progress_stream_as_an_unfinished_ingest(body, 
 
     app = web.Application()
     app.router.add_post("/v1/admin/ingest", ingest)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
     seen = []
-    try:
-        code = await _ingest_on_server(f"http://127.0.0.1:{runner.addresses[0][1]}", {}, token="t",
-                                       progress=lambda *args: seen.append(args))
-    finally:
-        await runner.cleanup()
+    async with serving(app) as base:
+        code = await _ingest_on_server(base, {}, token="t", progress=lambda *args: seen.append(args))
     assert code == 1 and seen[0][:2] == (1, 2 if b'"total": 2' in body else 0)
     assert shown in capsys.readouterr().err

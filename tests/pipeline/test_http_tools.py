@@ -10,6 +10,7 @@ from aiohttp import web
 from gateway.models import CallerIdentity
 from gateway.pipeline.tools import BotTools, http_tool_secrets
 from gateway.settings import BotSettings, Settings
+from tests.fakes.web_server import serving
 
 ALICE = CallerIdentity(bot="acme", channel="web", contact_external_id="alice")
 STOCK_KEY = "stock-key-SECRET-123456"
@@ -30,13 +31,8 @@ async def api():
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
-    finally:
-        await runner.cleanup()
+    async with serving(app) as base:
+        yield base, seen
 
 
 def bot(*tools: dict) -> BotSettings:

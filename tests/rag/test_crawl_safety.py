@@ -20,6 +20,7 @@ import rag.crawl
 from gateway.errors import SourceError
 from rag.crawl import same_site
 from rag.sources import load_sitemap, load_urls
+from tests.fakes.web_server import serving
 
 PAGE = "<html><head><title>{0}</title></head><body><main><h1>{0}</h1><p>All about {0} for customers.</p></main></body></html>"
 
@@ -45,15 +46,8 @@ async def server(routes: dict[str, web.Response | tuple[int, str] | Callable[[st
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
+    async with serving(app) as base:
         yield base, asked
-    finally:
-        await runner.cleanup()
 
 
 def html(title: str) -> web.Response:
@@ -204,3 +198,37 @@ async def test_a_page_gone_for_good_is_left_out_and_a_missing_one_is_an_error():
     assert [d.doc_id for d in result.documents] == [f"{site}/faq"]
     assert [u for u, _ in result.errors] == [f"{site}/typo"]  # 404: kept, with its error
     assert "For more information" not in result.errors[0][1]
+
+
+async def test_robots_txt_crawl_delay_spaces_the_page_fetches_one_at_a_time(monkeypatch, caplog):
+    starts: list[float] = []
+    open_now = most_open = 0
+
+    def page(title: str):
+        async def handler(request: web.Request) -> web.Response:
+            nonlocal open_now, most_open
+            starts.append(asyncio.get_running_loop().time())
+            open_now += 1
+            most_open = max(most_open, open_now)
+            await asyncio.sleep(0.05)
+            open_now -= 1
+            return html(title)
+        return handler
+
+    routes = {"/robots.txt": web.Response(text="User-agent: *\nCrawl-delay: 0.3\n"),
+              "/sitemap.xml": lambda base: sitemap(*(f"{base}/p{i}" for i in range(4))),
+              **{f"/p{i}": page(f"Page {i}") for i in range(4)}}
+    async with server(routes) as (site, _), httpx.AsyncClient(timeout=5) as client:
+        result = await load_sitemap(f"{site}/sitemap.xml", client=client)
+    assert len(result.documents) == 4 and most_open == 1
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert all(gap >= 0.29 for gap in gaps), gaps
+
+    # A site asking for an hour between pages gets MAX_CRAWL_DELAY_S, and the log says so.
+    monkeypatch.setattr(rag.crawl, "MAX_CRAWL_DELAY_S", 0.1)
+    starts.clear()
+    routes["/robots.txt"] = web.Response(text="User-agent: *\nCrawl-delay: 3600\n")
+    async with server(routes) as (site, _), httpx.AsyncClient(timeout=5) as client:
+        result = await asyncio.wait_for(load_sitemap(f"{site}/sitemap.xml", client=client), 10)
+    assert len(result.documents) == 4
+    assert "robots.txt asks for 3600 s between fetches; waiting 0.1 s" in caplog.text

@@ -12,6 +12,7 @@ from rag.ingest import Ingestor
 from rag.sources import Document
 from storage.models import Document as DocumentRow
 from storage.models import IngestRun
+from tests.fakes.web_server import serving
 from tests.rag.kb import write_kb
 
 
@@ -193,12 +194,7 @@ async def test_url_pages_are_fetched_conditionally_and_a_304_keeps_their_chunks(
     site = Site()
     app = web.Application()
     app.router.add_get("/{page}", site.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    server = web.TCPSite(runner, "127.0.0.1", 0)
-    await server.start()
-    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
+    async with serving(app) as base:
         site.pages = {
             "/billing": ('"v1"', None, _page("Billing", "Invoices are sent on the first day of the month.")),
             "/refunds": (None, "Mon, 30 Nov 2026 09:00:00 GMT", _page("Refunds", "Refunds reach the card in five days.")),
@@ -245,8 +241,6 @@ async def test_url_pages_are_fetched_conditionally_and_a_304_keeps_their_chunks(
         rebuilt = await ingestor.ingest_source("acme", source)
         assert site.conditional == [] and all(status == 200 for _, status in site.log)
         assert rebuilt.unchanged == 0 and await index.count("acme") > 0
-    finally:
-        await runner.cleanup()
 
 
 async def test_a_page_or_child_sitemap_that_fails_keeps_the_chunks_it_had(index, dense, sparse, sessions):
@@ -260,17 +254,12 @@ async def test_a_page_or_child_sitemap_that_fails_keeps_the_chunks_it_had(index,
 
     app = web.Application()
     app.router.add_get("/{page}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    server = web.TCPSite(runner, "127.0.0.1", 0)
-    await server.start()
-    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
 
     def urlset(*paths: str) -> str:
         locs = "".join(f"<url><loc>{base}{p}</loc></url>" for p in paths)
         return f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{locs}</urlset>'
 
-    try:
+    async with serving(app) as base:
         pages.update({
             "/sitemap.xml": (200, "application/xml", '<?xml version="1.0"?><sitemapindex xmlns="http://www.'
                              f'sitemaps.org/schemas/sitemap/0.9"><sitemap><loc>{base}/one.xml</loc></sitemap>'
@@ -298,5 +287,3 @@ async def test_a_page_or_child_sitemap_that_fails_keeps_the_chunks_it_had(index,
         pages["/two.xml"] = (200, "application/xml", urlset())  # the page is really gone: now it goes
         gone = await ingestor.ingest_source("acme", source)
         assert gone.status == "ok" and gone.deleted > 0 and await index.count("acme") < total
-    finally:
-        await runner.cleanup()

@@ -20,6 +20,7 @@ from storage.engine import create_engine, session_factory
 from storage.models import Document as DocumentRow
 from storage.models import IngestRun
 from tests.conftest import upgrade, write_config
+from tests.fakes.web_server import serving
 from tests.rag.kb import TARGET_CODE, write_kb
 from tests.rag.test_ingest import CountingEmbedder, Site, _page, point_documents
 
@@ -185,12 +186,7 @@ async def test_a_page_whose_points_are_missing_is_fetched_in_full_not_conditiona
     site = Site()
     app = web.Application()
     app.router.add_get("/{page}", site.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    server = web.TCPSite(runner, "127.0.0.1", 0)
-    await server.start()
-    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
+    async with serving(app) as base:
         site.pages = {
             "/billing": ('"v1"', None, _page("Billing", "Invoices are sent on the first day of the month.")),
             "/refunds": ('"r1"', None, _page("Refunds", "Refunds reach the card in five days.")),
@@ -209,8 +205,6 @@ async def test_a_page_whose_points_are_missing_is_fetched_in_full_not_conditiona
         assert again.status == "ok" and (again.updated, again.unchanged) == (1, first.added - 1)
         assert len(embedded_windows(counting)) == 1
         assert await assert_all_indexed(index, sessions) == first.added
-    finally:
-        await runner.cleanup()
 
 
 async def test_the_startup_ingest_resumes_a_partly_rebuilt_collection(tmp_path):

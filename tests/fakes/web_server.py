@@ -1,0 +1,20 @@
+"""A real aiohttp server on loopback for a test: the sites, sitemaps and services the code under test calls."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from aiohttp import web
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """Serve `app` on 127.0.0.1 at a free port; yields its base URL (`http://127.0.0.1:PORT`)."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
