@@ -43,6 +43,7 @@ class OutageTelegramAPI(FakeTelegramAPI):
 
     database = ""
     outage_for_chat: int | None = None
+    reopening: asyncio.Task | None = None
 
     async def _m_sendmessage(self, params):
         result = await super()._m_sendmessage(params)
@@ -50,9 +51,19 @@ class OutageTelegramAPI(FakeTelegramAPI):
             self.outage_for_chat = None
             await _admin(f'ALTER DATABASE "{self.database}" ALLOW_CONNECTIONS false')
             await _admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", self.database)
-            asyncio.get_running_loop().call_later(OUTAGE_S, lambda: asyncio.ensure_future(_admin(
-                f'ALTER DATABASE "{self.database}" ALLOW_CONNECTIONS true')))
+            self.reopening = asyncio.create_task(self._reopen_after(OUTAGE_S))
         return result
+
+    async def _reopen_after(self, seconds: float) -> None:
+        """Let connections in again, retrying: one admin connection timing out on a busy machine kept the
+        database closed for the rest of the test."""
+        await asyncio.sleep(seconds)
+        for _ in range(60):
+            try:
+                await _admin(f'ALTER DATABASE "{self.database}" ALLOW_CONNECTIONS true')
+                return
+            except (OSError, asyncpg.PostgresError, TimeoutError):
+                await asyncio.sleep(0.5)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
