@@ -68,10 +68,20 @@ def drop_postgres(url: str) -> None:
 def _default_structlog():
     """Every test starts with structlog's defaults (all levels). An app started by an earlier test
     leaves its `log_level` (WARNING here) configured process-wide, which silently hid INFO lines from
-    a later test's `capture_logs`: such a test passed alone and failed in the full run."""
-    structlog.reset_defaults()
+    a later test's `capture_logs`: such a test passed alone and failed in the full run.
+
+    Tracebacks are plain: the default renderer draws each one with rich, locals included (1,400 lines
+    for one database error), and a test that logs a failure every second spent its time drawing them."""
+    _plain_structlog_defaults()
     yield
+    _plain_structlog_defaults()
+
+
+def _plain_structlog_defaults() -> None:
     structlog.reset_defaults()
+    processors = structlog.get_config()["processors"]
+    structlog.configure(processors=[*processors[:-1], structlog.dev.ConsoleRenderer(
+        colors=False, exception_formatter=structlog.dev.plain_traceback)])
 
 
 @pytest.fixture
