@@ -109,7 +109,7 @@ async def _read_capped(response: httpx.Response, max_bytes: int, *, what: str) -
     async for chunk in response.aiter_bytes():
         size += len(chunk)
         if size > max_bytes:
-            raise SourceError(f"{what} is larger than {_megabytes(max_bytes)}; not read")
+            raise SourceError(f"{what} is larger than {megabytes(max_bytes)}; not read")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -122,11 +122,12 @@ def _gunzip(body: bytes, *, what: str) -> bytes:
     except zlib.error as exc:
         raise SourceError(f"sitemap {what} is not valid gzip: {exc}") from None
     if len(out) > MAX_SITEMAP_BYTES:
-        raise SourceError(f"sitemap {what} is larger than {_megabytes(MAX_SITEMAP_BYTES)} uncompressed; not read")
+        raise SourceError(f"sitemap {what} is larger than {megabytes(MAX_SITEMAP_BYTES)} uncompressed; not read")
     return out
 
 
-def _megabytes(size: int) -> str:
+def megabytes(size: int) -> str:
+    """`20 MB`, `1.5 MB`: a byte count as an error message says it."""
     return f"{size / (1024 * 1024):g} MB"
 
 

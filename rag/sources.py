@@ -35,13 +35,18 @@ import httpx
 from gateway.errors import SourceError
 from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
-from rag.crawl import USER_AGENT, describe_fetch_error, fetch, robots_rules, sitemap_urls
+from rag.crawl import USER_AGENT, describe_fetch_error, fetch, megabytes, robots_rules, sitemap_urls
 from rag.decoding import decode_text
 
 log = logging.getLogger(__name__)
 
 TIMEOUT = httpx.Timeout(15.0, connect=5.0)
 MAX_CONCURRENCY = 4
+MAX_TEXT_FILE_BYTES = 20 * 1024 * 1024
+MAX_PDF_FILE_BYTES = 200 * 1024 * 1024
+"""A directory's files past these are that file's error, not read: a log file or a database dump left
+in the folder would otherwise be read whole into memory and tokenized for hours. A PDF's bytes are mostly
+its images, so it may be larger. (A fetched page or PDF is capped at `rag.crawl.MAX_PAGE_BYTES`.)"""
 Format = Literal["markdown", "text", "html", "pdf"]
 _SUFFIXES: dict[str, Format] = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".html": "html", ".htm": "html", ".pdf": "pdf"}
 
@@ -234,6 +239,9 @@ class _Borrowed:
 
 def _read_file(file: Path, doc_id: str) -> Document:
     fmt = _SUFFIXES[file.suffix.lower()]
+    cap = MAX_PDF_FILE_BYTES if fmt == "pdf" else MAX_TEXT_FILE_BYTES
+    if (size := file.stat().st_size) > cap:
+        raise SourceError(f"{megabytes(size)}, larger than the {megabytes(cap)} a {fmt} file may be; not read")
     if fmt == "pdf":
         title, text = pdf_text(file.read_bytes())
         return Document(doc_id, title or file.stem, None, text, "pdf")

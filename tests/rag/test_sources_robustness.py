@@ -278,3 +278,16 @@ async def test_a_short_html_page_keeps_its_heading_and_drops_the_navigation(tmp_
         "<p>Mon-Fri 9-17.</p></main><footer>Imprint</footer></body></html>")
     [doc] = (await load_directory(tmp_path)).documents
     assert doc.text.strip() == "# Opening hours\n\nMon-Fri 9-17."
+
+
+async def test_a_file_past_its_size_cap_is_that_files_error_and_never_read(tmp_path, monkeypatch):
+    import rag.sources
+
+    monkeypatch.setattr(rag.sources, "MAX_TEXT_FILE_BYTES", 1024 * 1024)
+    (tmp_path / "faq.md").write_text("# FAQ\n\nRefunds take five days.\n")
+    (tmp_path / "server.log.txt").write_text("GET /health 200\n" * 131072)  # 2 MB left in the folder
+    (tmp_path / "manual.pdf").write_bytes(tiny_pdf("Charge the battery for two hours.") + b"\n%" + b"x" * 1536 * 1024)
+    result = await load_directory(tmp_path)
+    assert sorted(d.doc_id for d in result.documents) == ["faq.md", "manual.pdf"]  # a PDF has its own, larger cap
+    assert result.errors == [("server.log.txt",
+                              "SourceError: 2 MB, larger than the 1 MB a text file may be; not read")]
