@@ -16,6 +16,8 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
     totals = {k: sum(r[k] for r in runs) for k in ("added", "updated", "deleted", "unchanged")}
     if as_json:
         print(json.dumps({**totals, "runs": runs}))
+    elif not runs:
+        print("nothing to ingest: no source is configured for it (a bot's `sources:` in the config)", file=sys.stderr)
     else:
         for run in runs:
             errors = f", {len(run['errors'])} error(s)" if run["errors"] else ""

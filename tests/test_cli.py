@@ -75,6 +75,16 @@ def test_cli_ingest_unknown_source_is_a_clear_error(kb_config):
     assert proc.returncode == 2 and "unknown source 'nope'" in proc.stderr
 
 
+def test_cli_ingest_with_no_sources_says_so_instead_of_printing_nothing(capsys):
+    from gateway.cli_output import print_reports
+
+    assert print_reports([], as_json=False) == 0
+    shown = capsys.readouterr()
+    assert shown.out == "" and shown.err == "nothing to ingest: no source is configured for it (a bot's `sources:` in the config)\n"
+    assert print_reports([], as_json=True) == 0
+    assert json.loads(capsys.readouterr().out) == {"added": 0, "updated": 0, "deleted": 0, "unchanged": 0, "runs": []}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
