@@ -80,7 +80,8 @@ def test_cli_ingest_with_no_sources_says_so_instead_of_printing_nothing(capsys):
 
     assert print_reports([], as_json=False) == 0
     shown = capsys.readouterr()
-    assert shown.out == "" and shown.err == "nothing to ingest: no source is configured for it (a bot's `sources:` in the config)\n"
+    assert shown.out == ""
+    assert shown.err == "nothing to ingest: no source is configured for it (a bot's `sources:` in the config)\n"
     assert print_reports([], as_json=True) == 0
     assert json.loads(capsys.readouterr().out) == {"added": 0, "updated": 0, "deleted": 0, "unchanged": 0, "runs": []}
 
