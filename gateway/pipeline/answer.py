@@ -14,7 +14,7 @@ from gateway.pipeline.citations import is_refusal, verify_citations
 from gateway.pipeline.held_stream import HeldStream
 from gateway.pipeline.prompts import build_messages, render_tool_result
 from gateway.pipeline.rewrite import bounded_history
-from gateway.pipeline.tools import BotTools
+from gateway.pipeline.tools import BotTools, ToolOutcome
 
 log = structlog.get_logger("gateway.answer")
 
@@ -90,18 +90,15 @@ class Answerer:
                 for c in result.tool_calls]})
             for index, call in enumerate(result.tool_calls):
                 if index >= MAX_CALLS_PER_ROUND:
-                    calls.append({"round": rounds, "id": call.id, "name": call.name, "arguments": _loads(call.arguments),
-                                  "result": {"error": TOO_MANY}})
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": render_tool_result(
-                        name=call.name, content=json.dumps({"error": TOO_MANY}))})
-                    continue
-                outcome = await tools.call(call.name, call.arguments or "{}", identity=turn.identity)
+                    outcome = ToolOutcome(call.name, _loads(call.arguments), None, error=TOO_MANY)
+                else:
+                    outcome = await tools.call(call.name, call.arguments or "{}", identity=turn.identity)
+                    log.info("tool.called", tool=outcome.name, error=outcome.error, message_id=turn.message_id,
+                             conversation_id=turn.conversation_id)
                 escalate = escalate or outcome.escalate
                 payload = {"error": outcome.error} if outcome.error else outcome.result
                 calls.append({"round": rounds, "id": call.id, "name": outcome.name, "arguments": outcome.arguments,
                               "result": payload})
-                log.info("tool.called", tool=outcome.name, error=outcome.error, message_id=turn.message_id,
-                         conversation_id=turn.conversation_id)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": render_tool_result(
                     name=outcome.name, content=json.dumps(payload, default=str))})
             if escalate:

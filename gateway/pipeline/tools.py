@@ -77,29 +77,29 @@ class BotTools:
         for spec in bot.tools:
             if spec.type == "python":
                 self._callables[spec.name] = _import(spec, bot.name)
+        self._declarations = [self._declaration(spec) for spec in self._specs.values()]
+        # The declared parameters of each tool: a call may pass these and no others.
+        self._parameters = {d["function"]["name"]: d["function"]["parameters"] for d in self._declarations}
 
     def schemas(self) -> list[dict[str, Any]]:
-        """OpenAI-style function declarations for exactly the tools this bot allows."""
-        out = []
-        for spec in self._specs.values():
-            if spec.type == "builtin" and spec.name == ESCALATE_TOOL:
-                description = spec.description or "Hand the conversation to a human operator."
-                parameters = _ESCALATE_SCHEMA
-            else:
-                fn = self._callables.get(spec.name)
-                module = inspect.getmodule(fn) if fn else None
-                description = spec.description or getattr(module, "DESCRIPTION", "") or (fn.__doc__ or "").strip()
-                parameters = self._parameters(spec)
-            out.append({"type": "function", "function": {"name": spec.name, "description": description,
-                                                         "parameters": parameters}})
-        return out
+        """OpenAI-style function declarations for exactly the tools this bot allows (built once: the
+        config and the tools' modules do not change while the process runs)."""
+        return self._declarations
 
-    def _parameters(self, spec: ToolSettings) -> dict[str, Any]:
-        """The JSON schema the model is given for a tool: the config's, else its module's `PARAMETERS`."""
-        module = inspect.getmodule(self._callables[spec.name]) if spec.name in self._callables else None
-        if spec.parameters == {"type": "object", "properties": {}} and module is not None:
-            return getattr(module, "PARAMETERS", spec.parameters)
-        return spec.parameters
+    def _declaration(self, spec: ToolSettings) -> dict[str, Any]:
+        if spec.type == "builtin" and spec.name == ESCALATE_TOOL:
+            description = spec.description or "Hand the conversation to a human operator."
+            parameters = _ESCALATE_SCHEMA
+        else:
+            fn = self._callables.get(spec.name)
+            module = inspect.getmodule(fn) if fn else None
+            description = spec.description or getattr(module, "DESCRIPTION", "") or (fn.__doc__ or "").strip()
+            parameters = spec.parameters
+            # The config's schema, else the module's `PARAMETERS` when the config declares none.
+            if parameters == {"type": "object", "properties": {}} and module is not None:
+                parameters = getattr(module, "PARAMETERS", parameters)
+        return {"type": "function", "function": {"name": spec.name, "description": description,
+                                                 "parameters": parameters}}
 
     async def call(self, name: str, raw_arguments: str | dict[str, Any], *, identity: CallerIdentity) -> ToolOutcome:
         """Run one tool call. Never raises: errors and timeouts become the tool's result."""
@@ -118,7 +118,7 @@ class BotTools:
         if spec.type == "python":
             # Only what the model was told it may pass: an invented `include_all=True` must not reach a
             # parameter the tool keeps for its own code.
-            declared = self._parameters(spec).get("properties")
+            declared = self._parameters[name].get("properties")
             if undeclared := sorted(set(arguments) - set(declared if isinstance(declared, dict) else ())):
                 return ToolOutcome(name, arguments, None, error=f"invalid arguments: {', '.join(map(repr, undeclared))} "
                                                                 f"{'is not a parameter' if len(undeclared) == 1 else 'are not parameters'} of this tool")
