@@ -49,6 +49,7 @@ class Knowledge:
         self._source_locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
         self._source_runs = asyncio.Semaphore(MAX_SOURCE_RUNS)
         self._running: set[asyncio.Task] = set()  # tasks inside `ingest_source`, for `close`
+        self._background: set[asyncio.Task] = set()  # `start_ingest`'s, held until they end
 
     async def open(self) -> None:
         """Open the index (raises `IndexBusy` if another process holds the folder) and load the models."""
@@ -78,7 +79,7 @@ class Knowledge:
         A running ingest is cancelled and given `patience` seconds to record itself as failed
         ("cancelled before it finished"). Left to be cancelled with the event loop, it came to that
         after the database was closed, and its run stayed `running` until the next run of its source."""
-        running = [t for t in self._running if t is not asyncio.current_task() and not t.done()]
+        running = [t for t in self._running | self._background if t is not asyncio.current_task() and not t.done()]
         for task in running:
             if not task.cancelling():  # cancelled once already (the scheduler's shutdown): let it record
                 task.cancel()
@@ -122,6 +123,21 @@ class Knowledge:
         the source; nothing is ingested then. A failing source is in its report, never raised."""
         targets = self.ingest_targets(bot=bot, source=source)
         return [await self.ingest_source(name, src, trigger=trigger, progress=progress) for name, src in targets]
+
+    def start_ingest(self, *, bot: str | None = None, source: str | None = None, trigger: str = "manual",
+                     progress: Callable[..., None] | None = None) -> asyncio.Task:
+        """`ingest` in a task of its own, held until it ends, its failure logged: for a caller that may go
+        away first (a CLI streaming the progress, interrupted), whose run must still end and be recorded."""
+        task = asyncio.create_task(self.ingest(bot=bot, source=source, trigger=trigger, progress=progress),
+                                   name="ingest")
+        self._background.add(task)
+        task.add_done_callback(self._background_ended)
+        return task
+
+    def _background_ended(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("ingest.failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
 
     def ingest_targets(self, *, bot: str | None = None, source: str | None = None) -> list[tuple[str, str]]:
         """The (bot, source) pairs `ingest` would run, in order; the same KeyError as `ingest`."""

@@ -4,6 +4,7 @@ and streams its progress to a CLI that asks for it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -59,9 +60,11 @@ async def test_admin_ingest_streams_progress_lines_then_the_runs(tmp_path):
 
 
 async def test_admin_ingest_whose_caller_goes_away_still_ends_and_is_recorded(tmp_path):
-    import asyncio
+    from sqlalchemy import select
 
-    from gateway.http.admin import _RUNNING, _progress_lines
+    from gateway.http.admin import _progress_lines
+    from storage.models import IngestRun
+    from tests.gateway_channels.conftest import wait_until
 
     source = docs_source(tmp_path, {f"page-{i}.md": f"# Page {i}\n\nFact {i}.\n" for i in range(3)})
     async with app_client(tmp_path, bots=[{"name": "acme", "sources": [source], "channels": {"web": {}}}]) as client:
@@ -70,19 +73,26 @@ async def test_admin_ingest_whose_caller_goes_away_still_ends_and_is_recorded(tm
         first = json.loads(await anext(lines))
         assert "progress" in first
         await lines.aclose()  # what Starlette does when the CLI's connection drops
-        (task,) = _RUNNING
-        (report,) = await asyncio.wait_for(task, 60)
-        assert report.status == "ok" and report.added > 0
-        assert await knowledge.recorded_chunks("acme") == report.added
+
+        async def ended():
+            async with client.services.sessions() as session:
+                runs = (await session.execute(select(IngestRun))).scalars().all()
+            return runs if runs and runs[0].status != "running" else None
+
+        (run,) = await wait_until(ended, timeout=60, what="the abandoned ingest to end")
+        assert run.status == "ok" and run.added > 0
+        assert await knowledge.recorded_chunks("acme") == run.added
 
 
 async def test_admin_ingest_that_breaks_mid_stream_ends_with_an_error_line(tmp_path):
     from gateway.http.admin import _progress_lines
 
     class Breaking:
-        async def ingest(self, *, bot, source, trigger, progress):
-            progress(1, 2, "acme/help")
-            raise RuntimeError("the store went away")
+        def start_ingest(self, *, bot, source, trigger, progress):
+            async def ingest():
+                progress(1, 2, "acme/help")
+                raise RuntimeError("the store went away")
+            return asyncio.ensure_future(ingest())
 
     lines = [json.loads(line) async for line in _progress_lines(Breaking(), bot=None, source=None)]
     assert lines == [{"progress": {"done": 1, "total": 2, "label": "acme/help"}},

@@ -11,14 +11,12 @@ import json
 import secrets
 from collections.abc import AsyncIterator
 
-import structlog
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.admin_client import NDJSON
 from gateway.http.deps import error, services
 
-log = structlog.get_logger("gateway.admin")
 router = APIRouter(prefix="/v1/admin", tags=["admin"], include_in_schema=False)
 
 
@@ -53,21 +51,15 @@ async def ingest(request: Request, bot: str | None = None, source: str | None = 
     return JSONResponse({"runs": [r.as_dict() for r in reports]})
 
 
-_RUNNING: set[asyncio.Task] = set()  # ingests whose caller went away: they finish, and are recorded
-
-
 async def _progress_lines(knowledge, *, bot: str | None, source: str | None) -> AsyncIterator[str]:
     """`{"progress": {"done", "total", "label"}}` lines while the ingest runs, then `{"runs": [...]}`, or
     `{"error": "..."}` when the ingest itself broke (a source's failure is in its run, not here).
 
-    The ingest runs in a task of its own: a CLI that is interrupted stops reading, and the run still
-    ends and is recorded, as a scheduled one would be."""
+    The ingest runs in a task of its own (`Knowledge.start_ingest`): a CLI that is interrupted stops
+    reading, and the run still ends and is recorded, as a scheduled one would be."""
     events: asyncio.Queue[tuple[int, int, str]] = asyncio.Queue()
-    task = asyncio.create_task(knowledge.ingest(bot=bot, source=source, trigger="cli",
-                                                progress=lambda done, total, label: events.put_nowait(
-                                                    (done, total, label))))
-    _RUNNING.add(task)
-    task.add_done_callback(_ended)
+    task = knowledge.start_ingest(bot=bot, source=source, trigger="cli",
+                                  progress=lambda done, total, label: events.put_nowait((done, total, label)))
     waiter: asyncio.Future | None = None
     try:
         while not task.done():
@@ -90,11 +82,3 @@ async def _progress_lines(knowledge, *, bot: str | None, source: str | None) -> 
 
 def _progress_line(done: int, total: int, label: str) -> str:
     return json.dumps({"progress": {"done": done, "total": total, "label": label}}) + "\n"
-
-
-def _ended(task: asyncio.Task) -> None:
-    """Forget the task; log how it broke, since a caller that went away will not read it."""
-    _RUNNING.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        log.error("ingest.failed", error=f"{type(task.exception()).__name__}: {task.exception()}",
-                  exc_info=task.exception())
