@@ -317,9 +317,6 @@ def _repeated(stored: Message, *, text: str, message_id: str | None) -> SentRepl
 
 
 def _says_person_is_coming(text: str, bot) -> bool:
-    from gateway.budget import BUDGET_REPLY
-    from gateway.message_handler import FAILURE_REPLY
-    from gateway.pipeline.core import LLM_DOWN_REPLY, SEARCH_DOWN_REPLY
+    from gateway.pipeline.core import PERSON_PROMISES
 
-    known = {bot.escalation.acknowledgement.strip(), LLM_DOWN_REPLY, SEARCH_DOWN_REPLY, FAILURE_REPLY, BUDGET_REPLY}
-    return text.strip() in known
+    return text.strip() in {bot.escalation.acknowledgement.strip(), *PERSON_PROMISES}

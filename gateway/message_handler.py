@@ -35,7 +35,7 @@ from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import CallerIdentity, ConversationRef, utcnow
 from gateway.outbox import RETRYING, Outbox
 from gateway.pipeline import Pipeline, PipelineResult, Turn
-from gateway.pipeline.core import PERSON_PROMISES, TRY_AGAIN, without_handoff
+from gateway.pipeline.core import FAILURE_REPLY, handoff
 from gateway.settings import Settings
 from gateway.streaming import EditStreamer, blank_leftovers, streamer_for
 from gateway.typing_indicator import TYPING_REFRESH_S, start_typing
@@ -44,10 +44,6 @@ from storage.models import Contact, Conversation, Message, Usage
 
 log = structlog.get_logger("gateway.message_handler")
 
-FAILURE_REPLY = ("Sorry, something went wrong on our side while answering. "
-                 "I've asked a person from our team to look at your message.")
-# For a bot without escalation: its replies say nothing of a person.
-_PERSON_PROMISES = {**PERSON_PROMISES, FAILURE_REPLY: f"Sorry, something went wrong on our side while answering. {TRY_AGAIN}"}
 
 
 class MessageHandler:
@@ -130,15 +126,14 @@ class MessageHandler:
             result = await self._pipeline.handle(turn)
         except Exception as exc:  # the one broad catch: a crash becomes a logged failure and a handoff
             bound.exception("pipeline.failed")
-            result = PipelineResult(reply=FAILURE_REPLY, escalate=f"pipeline error: {type(exc).__name__}",
-                                    answered=False, error=str(exc)[:500])
+            result = handoff(turn.bot, FAILURE_REPLY, reason=f"pipeline error: {type(exc).__name__}",
+                             error=str(exc)[:500])
         finally:
             if typing is not None:
                 typing.cancel()
                 await asyncio.gather(typing, return_exceptions=True)
             if streamer is not None:
                 await streamer.close()  # no flush may race the final reply's edits
-        result = without_handoff(result, turn.bot, promises=_PERSON_PROMISES)
         try:
             taken_over = await self._finish(inbound, result, status="failed" if result.error else "done",
                                             error=result.error, streamer=streamer)

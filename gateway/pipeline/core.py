@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -28,6 +27,15 @@ TRY_AGAIN = "Please try again in a little while."
 LLM_DOWN_REPLY = ("Sorry, I can't answer right now because our assistant is unavailable. "
                   "I've asked a person from our team to help you.")
 SEARCH_DOWN_REPLY = ("Sorry, I can't look that up right now. I've asked a person from our team to help you.")
+FAILURE_REPLY = ("Sorry, something went wrong on our side while answering. "
+                 "I've asked a person from our team to look at your message.")
+PERSON_PROMISES = {
+    LLM_DOWN_REPLY: f"Sorry, I can't answer right now because our assistant is unavailable. {TRY_AGAIN}",
+    SEARCH_DOWN_REPLY: f"Sorry, I can't look that up right now. {TRY_AGAIN}",
+    FAILURE_REPLY: f"Sorry, something went wrong on our side while answering. {TRY_AGAIN}",
+    BUDGET_REPLY: "Sorry, I can't answer more questions today. Please ask again tomorrow.",
+}
+"""The fixed replies that say "I've asked a person…", and what a bot without escalation says instead."""
 # The web chat refuses longer texts with 413 (`channels.web.max_message_chars`, 4,000 by default);
 # chat platforms allow more (Slack 40,000 characters), and a webhook must be acknowledged, so a longer
 # message is stored whole and answered with this instead of being searched: a question is never that
@@ -116,7 +124,7 @@ class Pipeline:
         if self._budget is not None and await self._budget.exhausted(turn.bot):
             # Checked before any model call (the rewrite is one): a spent budget means none at all today.
             bound.warning("pipeline.budget_spent")
-            return PipelineResult(reply=BUDGET_REPLY, escalate=BUDGET_ESCALATION, answered=False)
+            return handoff(turn.bot, BUDGET_REPLY, reason=BUDGET_ESCALATION)
         record = TurnRecord()
         queries = [text]
         if self._rewriter is not None and turn.history:
@@ -129,8 +137,8 @@ class Pipeline:
                 span.set_attributes({"gateway.hits": len(found.hits), "gateway.gate_refused": found.refused})
         except RetrievalError as exc:
             bound.error("retrieval.unavailable", error=str(exc))
-            return PipelineResult(reply=SEARCH_DOWN_REPLY, escalate="knowledge base unavailable", answered=False,
-                                  queries=queries, usage=record.usage)
+            return handoff(turn.bot, SEARCH_DOWN_REPLY, reason="knowledge base unavailable", queries=queries,
+                           usage=record.usage)
         self._observe("retrieve", started)
         hits = list(found.hits)
         bound.info("retrieval.done", queries=len(queries), hits=len(hits), refused=found.refused, gate=found.reason)
@@ -143,9 +151,8 @@ class Pipeline:
                                      "gateway.tool_calls": len(answer.tool_calls)})
         except LLMError as exc:
             bound.error("llm.all_models_failed", error=str(exc))
-            return PipelineResult(reply=LLM_DOWN_REPLY, escalate="every model failed", answered=False,
-                                  queries=queries, retrieved=_retrieved(hits), usage=record.usage,
-                                  tool_calls=record.tool_calls)
+            return handoff(turn.bot, LLM_DOWN_REPLY, reason="every model failed", queries=queries,
+                           retrieved=_retrieved(hits), usage=record.usage, tool_calls=record.tool_calls)
         self._observe("llm", started)
         escalate, reply = answer.escalate, answer.text
         if not escalate and not answer.answered and turn.bot.escalation.enabled:
@@ -219,20 +226,10 @@ def _retrieved(hits: list[Any]) -> list[dict[str, Any]]:
     } for h in hits]
 
 
-def without_handoff(result: PipelineResult, bot: BotSettings, *, promises: dict[str, str]) -> PipelineResult:
-    """`result` for a bot whose `escalation.enabled` is false: no escalation is opened, and a reply that
-    promises a person says something true instead (`promises`: such replies and what to say instead;
-    the acknowledgement becomes the fallback text). An outage or the model's escalation tool used to
-    hand the conversation to operators who, by this setting, do not exist: the bot then stayed silent."""
-    if not result.escalate or bot.escalation.enabled:
-        return result
-    replacements = {**promises, bot.escalation.acknowledgement: bot.fallback_text}
-    return dataclasses.replace(result, escalate=None, reply=replacements.get(result.reply, result.reply))
-
-
-PERSON_PROMISES = {
-    LLM_DOWN_REPLY: f"Sorry, I can't answer right now because our assistant is unavailable. {TRY_AGAIN}",
-    SEARCH_DOWN_REPLY: f"Sorry, I can't look that up right now. {TRY_AGAIN}",
-    BUDGET_REPLY: "Sorry, I can't answer more questions today. Please ask again tomorrow.",
-}
-"""The pipeline's fixed replies that say "I've asked a person…", and what a bot without escalation says."""
+def handoff(bot: BotSettings, reply: str, *, reason: str, **fields: Any) -> PipelineResult:
+    """A fixed reply that hands the conversation to a person (`reason` is the escalation's). A bot whose
+    `escalation.enabled` is false has no person to hand to: it opens no escalation, and says the reply's
+    `PERSON_PROMISES` form instead."""
+    if bot.escalation.enabled:
+        return PipelineResult(reply=reply, escalate=reason, answered=False, **fields)
+    return PipelineResult(reply=PERSON_PROMISES[reply], answered=False, **fields)
