@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import uuid
 from pathlib import Path
 
 from gateway.admin_client import chat_via_server, ingest_via_server, local_url
-from gateway.cli_output import print_misses, print_reports, progress_bar
+from gateway.cli_output import hide_run_errors, print_misses, print_reports, progress_bar
 from gateway.errors import ConfigError, GatewayError, IndexBusy, UnknownBot
 from gateway.preflight import check_embedding_model, database_has_schema, require_schema, safe_url
 
@@ -165,20 +166,26 @@ async def _ingest(args) -> int:
 
     settings = _settings(args)
     configure_logging(level="WARNING")
+    if not args.json:  # the report below prints these as its `!` lines
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(hide_run_errors())
     engine = create_engine(settings.database_url)
     knowledge = Knowledge(settings, sessions=session_factory(engine))
     try:
+        try:  # before the models load and the index opens: a typo is answered at once
+            targets = knowledge.ingest_targets(bot=args.bot, source=args.source)
+        except KeyError as exc:
+            print(f"error: unknown {exc.args[0]}", file=sys.stderr)
+            return 2
+        if not targets:
+            return print_reports([], as_json=args.json)
         await require_schema(settings, engine)
         try:
             await knowledge.open()
         except IndexBusy:
             return await ingest_via_server(settings, bot=args.bot, source=args.source, as_json=args.json)
-        try:
-            with progress_bar(as_json=args.json) as bar:
-                reports = await knowledge.ingest(bot=args.bot, source=args.source, trigger="cli", progress=bar.callback)
-        except KeyError as exc:
-            print(f"error: unknown {exc.args[0]}", file=sys.stderr)
-            return 2
+        with progress_bar(as_json=args.json) as bar:
+            reports = await knowledge.ingest(bot=args.bot, source=args.source, trigger="cli", progress=bar.callback)
     finally:
         await knowledge.close()
         await engine.dispose()

@@ -7,7 +7,10 @@ bar, per-source errors, so the results can be piped while a person still sees wh
 from __future__ import annotations
 
 import json
+import logging
 import sys
+
+from gateway.errors import IN_RUN_ERRORS
 
 EVAL_MISSES_SHOWN = 20
 
@@ -26,6 +29,14 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
             for err in run["errors"]:
                 print(f"  ! {err}", file=sys.stderr)
     return 1 if any(r["status"] == "failed" for r in runs) else 0
+
+
+class hide_run_errors(logging.Filter):
+    """Drops the log records of errors that `print_reports` prints anyway, as its `!` lines, so a
+    failed file is not shown twice; other warnings (a capped crawl delay, say) still show."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, IN_RUN_ERRORS, False)
 
 
 class progress_bar:

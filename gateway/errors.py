@@ -93,3 +93,9 @@ class UnknownBot(KeyError):
 
 class SourceError(GatewayError):
     """A whole source could not be loaded (missing folder, unreachable sitemap)."""
+
+
+# The `extra=` key that marks a log record whose error is also one of its ingest run's `errors`, so a
+# front end that prints those errors (`gateway ingest` in a terminal) leaves the record out instead
+# of showing the same failure twice.
+IN_RUN_ERRORS = "in_run_errors"

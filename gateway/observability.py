@@ -12,6 +12,8 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.routing import Mount
 
+from gateway.errors import IN_RUN_ERRORS
+
 _SECRET_PATTERNS: list[re.Pattern[str]] = []
 
 
@@ -46,6 +48,9 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     root.setLevel(level.upper())
     for noisy in ("httpx", "httpcore", "litellm", "aiosqlite", "asyncio", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # pypdf warns, without the file's name, about each broken structure it reads past; a PDF that
+    # cannot be read is reported by the ingest with its name, and one that can is fine.
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
     adopt_litellm_loggers()
 
 
@@ -110,7 +115,7 @@ def _redact(_logger, _name, event_dict):
 
 # Attributes libraries set on every record, not fields of the line: uvicorn's ANSI-coloured copy of
 # the message, and LiteLLM's marker object.
-_RECORD_NOISE = frozenset({"color_message", "litellm_redacted"})
+_RECORD_NOISE = frozenset({"color_message", "litellm_redacted", IN_RUN_ERRORS})  # IN_RUN_ERRORS is for filters
 
 
 def _drop_record_noise(_logger, _name, event_dict):

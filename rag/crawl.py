@@ -26,7 +26,7 @@ import httpx
 from lxml import etree
 from protego import Protego
 
-from gateway.errors import SourceError
+from gateway.errors import IN_RUN_ERRORS, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,8 @@ async def sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, error
         try:
             pages.extend(await sitemap_urls(child, client=client, depth=depth + 1, errors=errors))
         except SourceError as exc:
-            log.warning("child sitemap failed: %s: %s", child, exc, extra={"sitemap": child, "error": str(exc)})
+            log.warning("child sitemap failed: %s: %s", child, exc,
+                        extra={"sitemap": child, "error": str(exc), IN_RUN_ERRORS: True})
             errors.append((child, str(exc)))
         if len(pages) >= MAX_SITEMAP_URLS:
             log.warning("sitemap index %s reached %d pages; the rest are not ingested", url, MAX_SITEMAP_URLS,

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.errors import IN_RUN_ERRORS
 from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
 from rag.document_rows import DocumentRows, recorded_chunk_count, storable, store_key, validators_of
@@ -163,7 +164,8 @@ class Ingestor:
         """Record a run that `exc` ended as failed and return its report; re-raise a cancellation."""
         report = IngestReport(bot, source, errors=[*(errors or []), describe(exc)], status="failed")
         report.duration_s = time.perf_counter() - started
-        log.warning("ingest source failed", extra={"bot": bot, "source": source, "error": report.errors[-1]})
+        log.warning("ingest source failed", extra={"bot": bot, "source": source, "error": report.errors[-1],
+                                                   IN_RUN_ERRORS: True})
         if record:
             try:
                 await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
@@ -362,4 +364,5 @@ def _document_failed(bot: str, source: str, doc_id: str, exc: Exception, report:
     """Record one document's failure as an error of the run, and log it with the document's id."""
     error = describe(exc)
     report.errors.append(f"{doc_id}: {error}")
-    log.warning("ingest document failed", extra={"bot": bot, "source": source, "document": doc_id, "error": error})
+    log.warning("ingest document failed",
+                extra={"bot": bot, "source": source, "document": doc_id, "error": error, IN_RUN_ERRORS: True})

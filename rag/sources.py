@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from gateway.errors import SourceError
+from gateway.errors import IN_RUN_ERRORS, SourceError
 from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
 from rag.crawl import USER_AGENT, describe_fetch_error, fetch, megabytes, robots_rules, sitemap_urls
@@ -114,7 +114,8 @@ async def load_directory(path: Path) -> LoadResult:
             doc = await asyncio.to_thread(_read_file, file, doc_id)
         except Exception as exc:  # one unreadable file must not stop the others
             message = describe_fetch_error(exc)
-            log.warning("source file failed: %s: %s", doc_id, message, extra={"doc_id": doc_id, "error": message})
+            log.warning("source file failed: %s: %s", doc_id, message,
+                        extra={"doc_id": doc_id, "error": message, IN_RUN_ERRORS: True})
             result.errors.append((doc_id, message))
             continue
         if doc.text.strip():
@@ -172,7 +173,8 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                                last_modified=response.headers.get("last-modified"))
             except Exception as exc:  # HTTP error, malformed URL, broken PDF, binary body: this page only
                 message = describe_fetch_error(exc, client.timeout)
-                log.warning("source url failed: %s: %s", url, message, extra={"url": url, "error": message})
+                log.warning("source url failed: %s: %s", url, message,
+                            extra={"url": url, "error": message, IN_RUN_ERRORS: True})
                 return (url, message)
 
     for outcome in await asyncio.gather(*(one(u) for u in dict.fromkeys(urls))):

@@ -69,6 +69,22 @@ def test_cli_ingest_json_counts_then_unchanged_then_deleted(kb_config):
     assert third["deleted"] >= 1 and third["unchanged"] >= 1
 
 
+def test_cli_ingest_shows_a_failed_file_once(kb_config):
+    """In text mode the report's `!` line is the failure; its log line (and pypdf's own warning,
+    which names no file) would show the same thing again."""
+    config, docs = kb_config
+    (docs / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    text = _run("ingest", "--config", str(config))
+    assert text.returncode == 0, text.stderr
+    assert "1 error(s)" in text.stdout
+    assert text.stderr.count("broken.pdf") == 1 and "  ! broken.pdf: " in text.stderr
+    assert "EOF marker" not in text.stderr
+    as_json = _run("ingest", "--config", str(config), "--json")
+    assert json.loads(as_json.stdout)["runs"][0]["errors"][0].startswith("broken.pdf: ")
+    assert "source file failed: broken.pdf" in as_json.stderr  # the log is the only view beside the object
+    assert "in_run_errors" not in as_json.stderr  # a marker for the filter, not a field to read
+
+
 def test_cli_ingest_unknown_source_is_a_clear_error(kb_config):
     config, _ = kb_config
     proc = _run("ingest", "--config", str(config), "--source", "nope")

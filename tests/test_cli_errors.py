@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -12,6 +13,7 @@ import httpx
 import pytest
 import uvicorn
 
+from gateway.admin_client import ingest_via_server
 from gateway.app import create_app
 from gateway.cli import local_url
 from gateway.settings import load_settings
@@ -73,16 +75,20 @@ def serving(config):
         thread.join(30)
 
 
-def test_an_unknown_bot_is_the_same_error_locally_and_through_the_server(tmp_path):
+def test_an_unknown_bot_is_the_same_error_locally_and_through_the_server(tmp_path, capsys):
     config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=_docs(tmp_path))])
     assert _run("db", "upgrade", "--config", str(config)).returncode == 0
     local = _run("ingest", "--config", str(config), "--bot", "nope")
     assert local.returncode == 2 and local.stderr.strip() == "error: unknown bot 'nope'"
+    assert "held by the running server" not in local.stderr
 
+    # The CLI checks the name against its own configuration first, which is the server's (a changed
+    # one is refused, below); the server's 404 still gives the same line and code.
     with serving(config):
-        remote = _run("ingest", "--config", str(config), "--bot", "nope")
-    assert "held by the running server" in remote.stderr  # it really went through the server
-    assert remote.returncode == 2 and remote.stderr.strip().splitlines()[-1] == "error: unknown bot 'nope'"
+        code = asyncio.run(ingest_via_server(load_settings(config), bot="nope", source=None, as_json=False))
+    remote = capsys.readouterr().err
+    assert "held by the running server" in remote  # it really went through the server
+    assert code == 2 and remote.strip().splitlines()[-1] == "error: unknown bot 'nope'"
     # Other commands that take --bot say it as plainly (chat printed a KeyError traceback).
     chat = _run("chat", "--config", str(config), "--bot", "nope")
     assert chat.returncode == 2 and chat.stderr.strip() == "error: unknown bot 'nope' (configured: acme)"
