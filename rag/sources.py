@@ -287,7 +287,7 @@ def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, 
     import trafilatura
 
     html = _xml_safe(html)
-    meta = trafilatura.extract_metadata(html, default_url=url)
+    title = _page_title(html)
     html = _without_page_furniture(html)
     options = dict(output_format="markdown", include_tables=True, include_formatting=True, include_links=False)
     text = trafilatura.extract(html, url=url, favor_recall=True, config=_short_pages_config(), **options)
@@ -297,7 +297,24 @@ def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, 
     if not text.strip():
         raise ValueError("no main text: the page holds only navigation, header, footer or scripts "
                          "(a page built by JavaScript has its text only in the browser)")
-    return (meta.title if meta and meta.title else None), text
+    return title, text
+
+
+def _page_title(html: str) -> str | None:
+    """The title `trafilatura.extract_metadata` gives (meta tags, then JSON-LD, then `<title>` or
+    `<h1>`), without the rest of that call: its date search ran dateparser over every locale and
+    took 88 ms a page on average, 1.4 s on a page of date-like strings, for a date nobody reads."""
+    from trafilatura.metadata import examine_meta, extract_meta_json, extract_title
+    from trafilatura.utils import load_html
+
+    tree = load_html(html)
+    if tree is None:
+        return None
+    try:
+        meta = extract_meta_json(tree, examine_meta(tree))
+    except Exception:  # trafilatura guards its JSON-LD reader the same way: a bad block is not the page's fault
+        meta = examine_meta(tree)
+    return meta.title or extract_title(tree) or None
 
 
 # Never a page's main text. A header or footer inside <article> or <main>, or holding the <h1>, is

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from gateway.settings import SourceSettings
-from rag.sources import SourceError, load_directory, load_sitemap, load_source, load_urls, pdf_text
+from rag.sources import SourceError, html_to_markdown, load_directory, load_sitemap, load_source, load_urls, pdf_text
 from tests.rag.pdfs import tiny_pdf
 
 HTML = """<html><head><title>Billing help</title></head><body>
@@ -111,3 +111,23 @@ async def test_load_sitemap_unreachable_raises_source_error():
     async with client:
         with pytest.raises(SourceError, match="sitemap"):
             await load_sitemap("https://help.example/sitemap.xml", client=client)
+
+
+@pytest.mark.parametrize("head, body, title", [
+    ('<meta property="og:title" content="Plans and prices">', "<h1>Pricing</h1>", "Plans and prices"),
+    ('<script type="application/ld+json">{"@context": "https://schema.org", "@type": "NewsArticle", '
+     '"headline": "Reset your password"}</script>',
+     "<h1>Passwords</h1>", "Reset your password"),
+    ('<script type="application/ld+json">{not json</script><title>Shipping</title>', "<p>Two days.</p>", "Shipping"),
+    ("<title>Opening hours | Acme</title>", "<h1>Opening hours</h1>", "Opening hours"),
+    ("", "<p>No heading, no title: Monday 2024-01-03, 3 Jan 2024, le 3 janvier.</p>", None),
+])
+def test_a_page_title_is_the_one_trafilatura_metadata_gives(head, body, title):
+    """The title comes from meta tags, JSON-LD, then the heading or <title>, as trafilatura's metadata
+    reads it, without that call's date search (dateparser over every locale, 88 ms a page)."""
+    import trafilatura
+
+    page = f"<html><head>{head}</head><body>{body}<p>Some text about it for the page.</p></body></html>"
+    got, _ = html_to_markdown(page)
+    expected = trafilatura.extract_metadata(page)
+    assert got == (expected.title if expected else None) == title
