@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _ED25519_HEX = re.compile(r"[0-9a-fA-F]{64}")
+_TELEGRAM_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what setWebhook's secret_token accepts
 
 
 class _Strict(BaseModel):
@@ -40,6 +42,14 @@ class TelegramChannel(ChannelBase):
     webhook_secret: str = ""
     mode: Literal["webhook", "polling"] = "webhook"
 
+    @field_validator("webhook_secret")
+    @classmethod
+    def _telegram_accepts_it(cls, value: str) -> str:
+        # Telegram refuses any other secret at setWebhook; `serve` would start and then get no update.
+        if value and not _TELEGRAM_SECRET.fullmatch(value):
+            raise ValueError("1-256 characters of A-Z, a-z, 0-9, _ and - (what Telegram accepts as a secret_token)")
+        return value
+
 
 class SlackChannel(ChannelBase):
     bot_token: str = ""
@@ -53,11 +63,13 @@ class DiscordChannel(ChannelBase):
     public_key: str | None = None
     gateway_url: str | None = None
 
-    @field_validator("public_key")
+    @field_validator("public_key", mode="before")
     @classmethod
-    def _ed25519_hex(cls, value: str | None) -> str | None:
+    def _ed25519_hex(cls, value: object) -> object:
         # The adapter decodes it at start; a typo would otherwise crash `serve` there.
-        if value and not _ED25519_HEX.fullmatch(value):
+        if isinstance(value, int) and not isinstance(value, bool):  # all digits, unquoted: YAML read a number
+            raise ValueError("write the key in quotes: YAML reads a key of only digits as a number")
+        if isinstance(value, str) and value and not _ED25519_HEX.fullmatch(value):
             raise ValueError("an Ed25519 public key is 64 hex characters (the application's Public Key "
                              "in the Discord developer portal)")
         return value
@@ -69,6 +81,23 @@ class WhatsAppChannel(ChannelBase):
     from_number: str = ""
     public_url: str = ""
     content_sid: str | None = None
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_base_url(cls, value: str) -> str:
+        # Twilio signs the URL it posted to, and the adapter rebuilds that URL as public_url +
+        # /webhooks/{bot}/whatsapp: a URL without its scheme, or the webhook's own URL, makes every
+        # signature fail later, each one a 401 and a warning.
+        if not value:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http(s) URL: give the gateway's public base URL, "
+                             "such as https://gw.example.com")
+        if "/webhooks/" in f"{parts.path}/" or parts.query or parts.fragment:
+            raise ValueError(f"{value!r} is the webhook's URL: give the gateway's public base URL "
+                             "(https://gw.example.com); /webhooks/{bot}/whatsapp is added to it")
+        return value
 
 
 class ChannelsSettings(_Strict):

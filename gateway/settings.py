@@ -252,6 +252,8 @@ class Settings(BaseSettings):
                                  "give each operator their own")
             if token:
                 operator_tokens[token] = op.name
+            if not op.bots:  # signed in, such an operator would see nothing and not know why
+                raise ValueError(f"operators[{i}].bots: empty; list the bots this operator serves, or \"*\" for all")
             for bot in op.bots:
                 if bot != "*" and bot not in names:
                     raise ValueError(f"operators[{i}].bots: unknown bot {bot!r}")

@@ -68,6 +68,32 @@ def test_settings_bad_config_names_key(tmp_path, monkeypatch, data, key, words):
     assert words in str(info.value)
 
 
+@pytest.mark.parametrize("channel, values, key, words", [
+    # Each of these loaded before, and then every webhook was refused (401) with only a warning.
+    ("whatsapp", {"public_url": "gw.example.com"}, "public_url", "not an http(s) URL"),
+    ("whatsapp", {"public_url": "https://gw.example.com/webhooks/b/whatsapp"}, "public_url", "the webhook's URL"),
+    ("telegram", {"webhook_secret": "${TG_SECRET}"}, "webhook_secret", "A-Z, a-z, 0-9, _ and -"),
+    ("discord", {"public_key": 1234567890}, "public_key", "in quotes"),
+])
+def test_settings_channel_values_a_platform_would_refuse_are_config_errors(tmp_path, monkeypatch, channel, values,
+                                                                           key, words):
+    monkeypatch.setenv("TG_SECRET", "has a space")  # Telegram's setWebhook refuses it
+    base = {"whatsapp": {"account_sid": "${SID}", "auth_token": "${AUTH}", "from_number": "+15550001111"},
+            "telegram": {"token": "${TG_TOKEN}"}, "discord": {"token": "${DISCORD_TOKEN}"}}[channel]
+    for name in ("SID", "AUTH", "TG_TOKEN", "DISCORD_TOKEN"):
+        monkeypatch.setenv(name, "set-from-the-environment")
+    with pytest.raises(ConfigError) as info:
+        load_settings(_write(tmp_path, {"bots": [{"name": "b", "channels": {channel: {**base, **values}}}]}))
+    assert info.value.key == f"bots[0].channels.{channel}.{key}" and words in str(info.value)
+    assert "has a space" not in str(info.value)  # a secret is never echoed
+
+
+def test_settings_an_operator_with_no_bots_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_settings(_write(tmp_path, {"bots": [{"name": "b"}], "operators": [{"name": "o", "token": "${T}", "bots": []}]}))
+    assert info.value.key == "operators[0].bots" and '"*" for all' in str(info.value)
+
+
 def test_settings_production_refuses_placeholder_secret(tmp_path, monkeypatch):
     monkeypatch.setenv("OP_TOKEN", "changeme")
     path = _write(tmp_path, {"environment": "production",

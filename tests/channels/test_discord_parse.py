@@ -177,8 +177,10 @@ def test_verify_stale_timestamp_raises():
         adapter.verify(signed(b'{"type":1}', timestamp=int(time.time()) - 3600))
 
 
-def test_verify_without_public_key_refuses():
-    adapter = DiscordAdapter("support", DiscordChannel(token="fake-bot-token"))
+def test_verify_without_public_key_refuses_and_start_says_why(caplog):
+    with caplog.at_level("WARNING", logger="channels.discord"):
+        adapter = DiscordAdapter("support", DiscordChannel(token="fake-bot-token"))
+    assert "discord.public_key is not set" in caplog.text
     with pytest.raises(SignatureInvalid):
         adapter.verify(signed(b'{"type":1}'))
 

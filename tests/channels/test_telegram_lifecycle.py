@@ -173,6 +173,9 @@ async def test_set_webhook_registers_url_with_secret(fake: FakeTelegramAPI) -> N
     assert fake.webhook["secret_token"] == SECRET
 
 
-async def test_set_webhook_refuses_a_secret_telegram_would_reject() -> None:
+async def test_a_secret_telegram_would_reject_is_refused_with_the_config() -> None:
+    # At load, not at `telegram set-webhook`: `serve` would otherwise start and get no update.
+    with pytest.raises(ValueError, match="A-Z, a-z, 0-9, _ and -"):
+        _settings(webhook_secret="has spaces!")
     with pytest.raises(ConfigError):
-        await set_webhook(_settings(webhook_secret="has spaces!"), "https://gw.example/webhooks/demo/telegram")
+        await set_webhook(_settings(webhook_secret=""), "https://gw.example/webhooks/demo/telegram")
