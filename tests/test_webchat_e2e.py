@@ -105,6 +105,20 @@ async def test_webchat_retried_post_with_same_message_id_is_answered_once(client
     assert await _stored_messages(client.services, "s-5") == 2  # one question, one answer
 
 
+async def test_webchat_a_used_message_id_with_another_text_is_409_not_the_old_answer(client):
+    payload = {"session_id": "s-6", "text": "What does E-SYNC-409 mean?", "message_id": "m-1"}
+    first = await client.post("/v1/bots/acme/chat", json=payload)
+    assert first.status_code == 200
+    reused = await client.post("/v1/bots/acme/chat", json={**payload, "text": "How do I enable 2FA?"})
+    assert reused.status_code == 409 and "new message_id" in reused.json()["error"]
+    streamed = await client.post("/v1/bots/acme/chat", json={**payload, "text": "How do I enable 2FA?"},
+                                 headers={"Accept": "text/event-stream"})
+    assert streamed.status_code == 409
+    assert await _stored_messages(client.services, "s-6") == 2  # the first question and its answer only
+    again = await client.post("/v1/bots/acme/chat", json={**payload, "message_id": "m-2", "text": "How do I enable 2FA?"})
+    assert again.status_code == 200 and again.json()["reply"] != first.json()["reply"]
+
+
 async def test_webchat_same_message_id_in_another_session_is_its_own_message(client):
     """Ids like "m-1" are unique per visitor only: another session's reply must never come back."""
     alice = (await client.post("/v1/bots/acme/chat", json={"session_id": "s-alice", "text": "What does E-SYNC-409 mean?",

@@ -20,6 +20,7 @@ from sse_starlette.sse import EventSourceResponse
 from gateway.events import message_topic
 from gateway.http.deps import AfterId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
+from gateway.inbox import storable
 from gateway.models import ConversationRef, InboundMessage, Sender
 from storage import repositories as repo
 from storage.models import Conversation, Message
@@ -125,6 +126,11 @@ def _client_address(request: Request) -> str:
     return f"{request.client.host}|{last_hop}" if last_hop else request.client.host
 
 
+async def _text_of(svc, message_id: int) -> str | None:
+    async with svc.sessions() as session:
+        return (await session.execute(select(Message.text).where(Message.id == message_id))).scalar_one_or_none()
+
+
 async def _stored(svc, bot: str, external_id: str) -> bool:
     async with svc.sessions() as session:
         return (await session.execute(select(Message.id).where(
@@ -145,6 +151,11 @@ async def chat(bot: str, body: ChatRequest, request: Request):
         sender=Sender(external_id=body.session_id, display_name="Web visitor"), text=body.text,
     )
     accepted = await svc.inbox.accept(bot, message)
+    if accepted.duplicate and await _text_of(svc, accepted.message_id) != storable(message).text:
+        # A retry repeats its text; another text under a used id is a client bug, and answering it with
+        # the first message's reply would drop this message without anyone seeing it.
+        return error(409, f"message_id {body.message_id!r} was already used for another message in this session; "
+                          "send this one with a new message_id")
     counter = svc.metrics.duplicates if accepted.duplicate else svc.metrics.messages_in
     counter.labels(bot=bot, channel="web").inc()
     if "text/event-stream" in request.headers.get("accept", ""):
