@@ -6,6 +6,7 @@ from a discord.Message so the gateway path and the fixtures share one classifier
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -131,6 +132,7 @@ def parse_interaction(body: dict[str, Any]) -> WebhookResult:
             ),
             text=question.strip(),
             raw=body,
+            needs_reply=True,  # "thinking…" until a follow-up comes, and an error after 15 minutes
         )
         return WebhookResult(messages=(message,), response=_interaction_response({"type": 5}))
     if kind == 4:  # autocomplete must be answered synchronously; we offer no suggestions
@@ -207,15 +209,4 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
 
 def without_token(message: InboundMessage) -> InboundMessage:
     """A copy of `message` whose raw payload no longer holds the interaction token."""
-    raw = {k: v for k, v in message.raw.items() if k != "token"}
-    return InboundMessage(
-        channel=message.channel,
-        external_id=message.external_id,
-        conversation=message.conversation,
-        sender=message.sender,
-        text=message.text,
-        attachments=message.attachments,
-        reply_to=message.reply_to,
-        sent_at=message.sent_at,
-        raw=raw,
-    )
+    return dataclasses.replace(message, raw={k: v for k, v in message.raw.items() if k != "token"})

@@ -115,6 +115,7 @@ class MessageHandler:
                                     contact_id=contact.id if contact else None, conversation_id=conversation.id),
             unanswered_turns=conversation.unanswered_turns, on_token=on_token,
             command=(inbound.meta or {}).get("command"),
+            needs_reply=bool((inbound.meta or {}).get("needs_reply")),
             greeting=getattr(getattr(bot.channels, inbound.channel, None), "greeting", None),
         )
         if turn.state == "bot" and await self._rate_limited(inbound, turn):

@@ -63,6 +63,9 @@ class InboundMessage:
     reply_to: str | None = None
     sent_at: datetime = field(default_factory=utcnow)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    # The platform shows the sender a pending state until this message gets a reply (a deferred
+    # Discord `/ask`): it is answered even while an operator holds the thread, with a notice.
+    needs_reply: bool = False
 
     @property
     def idempotency_key(self) -> tuple[str, str]:

@@ -105,6 +105,8 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
     command = message.raw.get("command") if isinstance(message.raw, dict) else None
     if isinstance(command, str):
         meta["command"] = command[:32]
+    if message.needs_reply:
+        meta["needs_reply"] = True
     return meta
 
 

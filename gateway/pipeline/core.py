@@ -41,6 +41,7 @@ PERSON_PROMISES = {
 # message is stored whole and answered with this instead of being searched: a question is never that
 # long. A bot whose web chat allows more gets the same limit on every channel (`_question_limit`).
 MAX_QUESTION_CHARS = 4000
+HOLDING_NOTICE = "A person from our team has this conversation and will reply here."
 TOO_LONG_REPLY = ("That message is too long for me to read ({chars:,} characters). Could you ask your question "
                   "in fewer than {limit:,} characters?")
 
@@ -60,6 +61,7 @@ class Turn:
     unanswered_turns: int = 0
     command: str | None = None
     greeting: str | None = None
+    needs_reply: bool = False
     on_token: Callable[[str], Awaitable[None]] | None = None
 
 
@@ -97,7 +99,9 @@ class Pipeline:
         """Run the steps for one message; raises only on bugs (the worker turns those into a handoff)."""
         bound = log.bind(message_id=turn.message_id, conversation_id=turn.conversation_id, bot=turn.bot.name)
         if turn.state != "bot":
-            bound.info("pipeline.operator_holds_thread", state=turn.state)
+            bound.info("pipeline.operator_holds_thread", state=turn.state, notice=turn.needs_reply)
+            if turn.needs_reply:  # the person's reply comes as a message of its own; this ends the pending state
+                return PipelineResult(reply=holding_notice(turn.bot, turn.state), author="system")
             return PipelineResult(reply=None, answered=False)
         if turn.command in ("start", "help"):
             return PipelineResult(reply=turn.greeting or DEFAULT_GREETING, answered=True)
@@ -224,6 +228,13 @@ def _retrieved(hits: list[Any]) -> list[dict[str, Any]]:
         "url": getattr(h, "url", None), "text": (getattr(h, "text", "") or "")[:1000],
         "dense_score": getattr(h, "dense_score", None), "sparse_score": getattr(h, "sparse_score", None),
     } for h in hits]
+
+
+def holding_notice(bot: BotSettings, state: str) -> str:
+    """What a message that must be answered gets while a person holds (or is about to take) its thread:
+    the bot's own wording for that state, or a plain default where the bot has none."""
+    configured = bot.escalation.claimed_message if state == "operator" else bot.escalation.acknowledgement
+    return configured or HOLDING_NOTICE
 
 
 def handoff(bot: BotSettings, reply: str, *, reason: str, **fields: Any) -> PipelineResult:

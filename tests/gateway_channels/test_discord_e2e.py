@@ -95,6 +95,21 @@ async def test_discord_duplicate_and_concurrent_interactions_reply_once(env):
     assert [m.direction for m in stored] == ["in", "out"]
 
 
+async def test_discord_ask_while_a_person_holds_the_thread_gets_a_notice_not_thinking_forever(env):
+    """A deferred /ask shows "thinking…" until a follow-up, and fails after 15 minutes: while the thread
+    waits for a person, the bot must not answer it, but the interaction still gets one notice."""
+    client, services, fake = env
+    channel = "1300000000000000007"
+    await post(client, ask("1400000000000000071", "I want to talk to a human", channel=channel))
+    [handoff] = await wait_until(lambda: followups(fake, "1400000000000000071"), what="the handoff reply")
+    await post(client, ask("1400000000000000072", "What does E-SYNC-409 mean?", channel=channel))
+    [notice] = await wait_until(lambda: followups(fake, "1400000000000000072"), what="the holding notice")
+    assert notice["content"] == "I've asked a person from our team to take over. They'll reply here shortly."
+    stored = await settled_chat(services, channel="discord", chat=channel)
+    assert [(m.direction, m.author) for m in stored][-2:] == [("in", "contact"), ("out", "system")]
+    assert not any("E-SYNC-409" in m.text for m in stored if m.direction == "out")  # the bot did not answer it
+
+
 @pytest.mark.parametrize("case", ["wrong-key", "stale", "unsigned"])
 async def test_discord_bad_stale_or_missing_signature_is_401_and_stores_nothing(env, case):
     client, services, fake = env
