@@ -24,3 +24,21 @@ def test_cli_makefile_passes_config_host_and_port_as_one_argument_each():
         assert argv[argv.index("--config") + 1] == "my conf.yaml"
     serve = commands[-1]
     assert serve[serve.index("--host") + 1] == "127.0.0.1 " and serve[serve.index("--port") + 1] == "80 00"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("ingest_exit, serves", [(0, True), (1, True), (2, False)])
+def test_make_run_serves_when_a_source_failed_but_not_on_a_config_error(tmp_path, ingest_exit, serves):
+    """`gateway ingest` exits 1 when a source failed (recorded; the server retries it on its schedule)
+    and 2 on a config error, which `serve` would hit as well."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    calls = tmp_path / "calls"
+    python = venv / "bin" / "python"  # stands in for the venv's python: records each command, exits as told
+    python.write_text(f'#!/bin/sh\necho "$3" >> "{calls}"\n[ "$3" = ingest ] && exit {ingest_exit}\nexit 0\n')
+    python.chmod(0o755)
+    (venv / ".installed").touch()  # newer than the locks: make installs nothing
+    proc = subprocess.run(["make", "run", f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert calls.read_text().split() == (["db", "ingest", "serve"] if serves else ["db", "ingest"])
+    assert (proc.returncode == 0) == serves, proc.stderr
+    assert ("starting the server anyway" in proc.stderr) == (ingest_exit == 1)
