@@ -39,13 +39,9 @@ class SourceSettings(_Strict):
     @field_validator("schedule")
     @classmethod
     def _valid_cron(cls, value: str) -> str:
-        from apscheduler.triggers.cron import CronTrigger
+        from gateway.cron import checked_cron
 
-        try:
-            CronTrigger.from_crontab(value)
-        except ValueError as exc:
-            raise ValueError(f"bad cron expression {value!r}: {exc}") from None
-        return value
+        return checked_cron(value)
 
     @model_validator(mode="after")
     def _has_location(self) -> "SourceSettings":

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from apscheduler.triggers.cron import CronTrigger
 
+from gateway.cron import cron_trigger
 from gateway.settings import Settings
 
 if TYPE_CHECKING:  # rag imports the embedders; the scheduler needs only the report's shape
@@ -42,7 +42,7 @@ class IngestScheduler:
         for bot in settings.bots:
             for source in bot.sources:
                 self._scheduler.add_job(
-                    self._run, CronTrigger.from_crontab(source.schedule, timezone=timezone),
+                    self._run, cron_trigger(source.schedule, timezone=timezone),
                     args=[bot.name, source.name], id=f"{bot.name}/{source.name}", name=f"ingest {bot.name}/{source.name}",
                     max_instances=1, coalesce=True, misfire_grace_time=300,
                 )
@@ -54,7 +54,7 @@ class IngestScheduler:
             if await self._leads(job_id):
                 await func()
 
-        self._scheduler.add_job(leader_only, CronTrigger.from_crontab(cron, timezone=timezone), id=job_id,
+        self._scheduler.add_job(leader_only, cron_trigger(cron, timezone=timezone), id=job_id,
                                 name=job_id, max_instances=1, coalesce=True, misfire_grace_time=300)
 
     async def _leads(self, job: str) -> bool:

@@ -179,6 +179,13 @@ class Settings(BaseSettings):
     bots: list[BotSettings] = Field(default_factory=list)
     config_path: str | None = None
 
+    @field_validator("retention_schedule")
+    @classmethod
+    def _valid_retention_cron(cls, value: str) -> str:
+        from gateway.cron import checked_cron
+
+        return checked_cron(value)
+
     @field_validator("database_url")
     @classmethod
     def _supported_database(cls, value: str) -> str:
