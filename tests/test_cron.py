@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from gateway.errors import ConfigError
 from gateway.cron import cron_trigger
+from gateway.errors import ConfigError
 from gateway.settings import load_settings
 from tests.conftest import write_config
 
