@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING
 from gateway.cli_output import print_reports, progress_bar
 
 NDJSON = "application/x-ndjson"  # the admin ingest route streams progress lines when asked for this
+# Longest wait for the next line of that stream: the server sends one at least every 15 s while the
+# ingest runs (a heartbeat when nothing moved), so only a server that is gone is waited out this long.
+READ_TIMEOUT_S = 120.0
 
 if TYPE_CHECKING:  # imported when used: every CLI command imports this module, and starts fast
     from gateway.settings import Settings
@@ -59,11 +62,13 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
     """The runs of the server's ingest, or the exit code of an error (already printed)."""
     import httpx
 
-    headers = {"Authorization": f"Bearer {token}"} | ({"Accept": NDJSON} if progress is not None else {})
+    # Streamed also without a bar to draw (--json, cron, CI): the lines keep the connection alive, where
+    # one JSON answer at the end had to come within an hour.
+    headers = {"Authorization": f"Bearer {token}", "Accept": NDJSON}
     runs = failure = None
     streamed = False
     try:
-        async with httpx.AsyncClient(timeout=3600) as client:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(READ_TIMEOUT_S, connect=10.0)) as client:
             async with client.stream("POST", f"{url}/v1/admin/ingest", params=params, headers=headers) as response:
                 streamed = response.status_code == 200 and response.headers.get("content-type", "").startswith(NDJSON)
                 if not streamed:
@@ -77,11 +82,11 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
                         failure = event.get("error", failure)
     except (httpx.HTTPError, ValueError) as exc:
         if not streamed:
-            print(f"error: the index is busy and the server at {url} did not answer ({exc or type(exc).__name__}). "
+            print(f"error: the index is busy and the server at {url} did not answer ({str(exc) or type(exc).__name__}). "
                   "Stop the process that holds the index and retry.", file=sys.stderr)
             return 1
         failure = failure or (f"a line that is not an event: {exc}" if isinstance(exc, ValueError)
-                              else f"the connection broke: {exc or type(exc).__name__}")
+                              else f"the connection broke: {str(exc) or type(exc).__name__}")
     if response.status_code == 404:  # an unknown bot or source: the same message and code as without a server
         print(f"error: {_error_of(response)}", file=sys.stderr)
         return 2

@@ -124,3 +124,54 @@ async def test_cli_reads_a_broken_progress_stream_as_an_unfinished_ingest(body, 
         code = await _ingest_on_server(base, {}, token="t", progress=lambda *args: seen.append(args))
     assert code == 1 and seen[0][:2] == (1, 2 if b'"total": 2' in body else 0)
     assert shown in capsys.readouterr().err
+
+
+async def test_a_quiet_ingest_streams_heartbeats_and_loses_no_counts(monkeypatch):
+    """A page can take minutes (a Crawl-delay): the stream must not go silent that long."""
+    from gateway.http import admin
+
+    monkeypatch.setattr(admin, "HEARTBEAT_S", 0.05)
+
+    class Slow:
+        def start_ingest(self, *, bot, source, trigger, progress):
+            async def ingest():
+                await asyncio.sleep(0.3)  # the first page, fetched slowly
+                progress(1, 2, "acme/help")
+                await asyncio.sleep(0.3)
+                progress(2, 2, "acme/help")
+                return []
+            return asyncio.ensure_future(ingest())
+
+    lines = [json.loads(line) async for line in admin._progress_lines(Slow(), bot=None, source=None)]
+    assert lines[-1] == {"runs": []}
+    assert [line["progress"]["done"] for line in lines if "progress" in line] == [1, 2]
+    beats = [i for i, line in enumerate(lines) if line == {"heartbeat": True}]
+    assert len(beats) >= 4 and beats[0] == 0  # before the first count, and between the counts
+
+
+async def test_cli_without_a_terminal_streams_too_and_waits_past_its_read_timeout(monkeypatch):
+    """--json, cron, CI: no bar to draw, and the ingest may outlast the read timeout (it was one JSON
+    answer, which had to come within an hour)."""
+    from aiohttp import web
+
+    from gateway import admin_client
+    from tests.fakes.web_server import serving
+
+    monkeypatch.setattr(admin_client, "READ_TIMEOUT_S", 0.3)
+    asked = []
+
+    async def ingest(request: web.Request) -> web.StreamResponse:
+        asked.append(request.headers.get("Accept"))
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        for _ in range(8):  # 0.8 s in all, far past the read timeout, a line every 0.1 s
+            await asyncio.sleep(0.1)
+            await response.write(b'{"heartbeat": true}\n')
+        await response.write(b'{"runs": [{"bot": "acme", "source": "help"}]}\n')
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/admin/ingest", ingest)
+    async with serving(app) as base:
+        runs = await admin_client._ingest_on_server(base, {}, token="t", progress=None)
+    assert asked == ["application/x-ndjson"] and runs == [{"bot": "acme", "source": "help"}]

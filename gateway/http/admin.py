@@ -18,6 +18,8 @@ from gateway.admin_client import NDJSON
 from gateway.http.deps import error, services
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], include_in_schema=False)
+HEARTBEAT_S = 15.0  # a line at least this often while an ingest streams (`gateway.admin_client.READ_TIMEOUT_S`)
+HEARTBEAT = json.dumps({"heartbeat": True}) + "\n"
 
 
 @router.post("/ingest")
@@ -63,10 +65,20 @@ async def _progress_lines(knowledge, *, bot: str | None, source: str | None) -> 
     waiter: asyncio.Future | None = None
     try:
         while not task.done():
-            waiter = asyncio.ensure_future(events.get())
-            await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+            waiter = waiter or asyncio.ensure_future(events.get())
+            await asyncio.wait({waiter, task}, timeout=HEARTBEAT_S, return_when=asyncio.FIRST_COMPLETED)
             if waiter.done():
                 yield _progress_line(*waiter.result())
+                waiter = None
+            elif not task.done():
+                # One page can take minutes (a Crawl-delay, a slow site): the client's read timeout
+                # starts again with every line, so it waits as long as the ingest lives.
+                yield HEARTBEAT
+        if waiter is not None and waiter.done():
+            yield _progress_line(*waiter.result())
+        elif waiter is not None:
+            waiter.cancel()  # before it can take one of the last counts from the queue
+            waiter = None
         while not events.empty():  # the last counts, queued as the task ended
             yield _progress_line(*events.get_nowait())
     finally:
