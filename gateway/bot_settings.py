@@ -45,13 +45,37 @@ class SourceSettings(_Strict):
 
     @model_validator(mode="after")
     def _has_location(self) -> "SourceSettings":
+        # A location of another type's key, or a URL that cannot be fetched, was ignored or failed on
+        # every run while `serve` started as if all was well.
         if self.type == "directory" and not self.path:
             raise ValueError("a directory source needs `path`")
         if self.type == "urls" and not self.urls:
             raise ValueError("a urls source needs `urls`")
         if self.type == "sitemap" and not (self.url or self.urls):
             raise ValueError("a sitemap source needs `url`")
+        if self.type == "sitemap" and (self.url and self.urls or len(self.urls) > 1):
+            raise ValueError("a sitemap source reads one sitemap, its `url`; give each sitemap a source of its own")
+        unused = {"path": self.path if self.type != "directory" else None,
+                  "urls": self.urls if self.type == "directory" else None,
+                  "url": self.url if self.type != "sitemap" else None}
+        for key, value in unused.items():
+            if value:
+                raise ValueError(f"`{key}` is not read by a {self.type} source")
+        for url in [*self.urls, *([self.url] if self.url else [])]:
+            if not _fetchable(url):
+                raise ValueError(f"{url!r} is not an http(s) URL with a host")
         return self
+
+
+def _fetchable(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 class ToolSettings(_Strict):

@@ -30,3 +30,22 @@ def test_an_empty_or_overlong_source_name_is_a_config_error(tmp_path, name):
     config = write_config(tmp_path, bots=[_bot({"name": name, "type": "directory", "path": str(tmp_path)})])
     with pytest.raises(ConfigError, match=r"^bots\[0\]\.sources\[0\]\.name: String should have at (least 1|most 128)"):
         load_settings(config)
+
+
+@pytest.mark.parametrize("source, words", [
+    ({"type": "urls", "urls": ["https://help.example.test/a", "not a url"]}, "'not a url' is not an http(s) URL"),
+    ({"type": "urls", "urls": ["ftp://files.example.test/a"]}, "is not an http(s) URL"),
+    ({"type": "urls", "urls": ["127.0.0.1:8765/x"]}, "is not an http(s) URL"),
+    ({"type": "urls", "urls": ["http://"]}, "with a host"),
+    ({"type": "sitemap", "url": "htp:/broken"}, "'htp:/broken' is not an http(s) URL"),
+    ({"type": "sitemap", "url": "/var/www/sitemap.xml"}, "is not an http(s) URL"),
+    ({"type": "sitemap", "url": "https://a.test/s.xml", "urls": ["https://a.test/t.xml"]}, "reads one sitemap"),
+    ({"type": "directory", "path": "docs", "urls": ["https://a.test/x"]}, "`urls` is not read by a directory source"),
+    ({"type": "urls", "urls": ["https://a.test/x"], "path": "docs"}, "`path` is not read by a urls source"),
+])
+def test_a_source_location_that_cannot_be_read_is_a_config_error(tmp_path, source, words):
+    """These loaded before and then failed, or were ignored, on every run while `serve` looked fine."""
+    config = write_config(tmp_path, bots=[_bot({"name": "s", **source})])
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config)
+    assert caught.value.key == "bots[0].sources[0]" and words in str(caught.value)
