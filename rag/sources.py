@@ -265,11 +265,15 @@ def _from_response(url: str, response: httpx.Response) -> Document:
     if kind == "application/pdf" or path.endswith(".pdf"):
         title, text = pdf_text(response.content)
         return Document(url, title or fallback_title, url, text, "pdf")
-    if kind in ("text/plain",):
-        return Document(url, fallback_title, url, _body_text(response), "text")
-    if kind in ("text/markdown", "text/x-markdown") or path.endswith((".md", ".markdown")):
+    # Raw Markdown is often served as text/plain (GitHub's raw files) or with no type; a .md URL that
+    # answers with an HTML page (a repository's file view) is that page.
+    markdown_path = path.endswith((".md", ".markdown"))
+    if kind in ("text/markdown", "text/x-markdown") or markdown_path and kind in ("", "text/plain",
+                                                                                   "application/octet-stream"):
         title, text = split_front_matter(_body_text(response))
         return Document(url, title or first_heading(text) or fallback_title, url, text, "markdown")
+    if kind in ("text/plain",):
+        return Document(url, fallback_title, url, _body_text(response), "text")
     if kind and "html" not in kind and "xml" not in kind:
         raise ValueError(f"unsupported content type {kind!r}")
     title, text = html_to_markdown(_body_text(response, markup=True), url=url)
@@ -370,9 +374,11 @@ def _short_pages_config():
 
 
 def pdf_text(data: bytes) -> tuple[str | None, str]:
-    """(title, text as Markdown) of a PDF: headings and paragraphs recovered from its layout (`rag.pdf`)."""
+    """(title, text as Markdown) of a PDF: headings and paragraphs recovered from its layout (`rag.pdf`).
+    The title is the PDF's own, else its first level-1 heading, as for a Markdown file."""
     from rag.pdf import pdf_markdown
 
-    return pdf_markdown(data)
+    title, text = pdf_markdown(data)
+    return title or first_heading(text), text
 
 

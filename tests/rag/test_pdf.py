@@ -102,3 +102,12 @@ async def test_a_scanned_pdf_without_text_is_recorded_as_an_error_not_skipped(tm
     assert [d.doc_id for d in result.documents] == ["notes.md"]
     [(doc_id, error)] = result.errors
     assert doc_id == "scan.pdf" and error.startswith("PdfWithoutText: no text on its 2 page(s)")
+
+
+async def test_a_pdf_without_a_title_of_its_own_is_titled_by_its_first_heading(tmp_path):
+    """As a Markdown file is; the file name ("manual") was the citation's title before."""
+    (tmp_path / "manual.pdf").write_bytes(build_pdf([MANUAL_PAGE]))
+    (tmp_path / "plain.pdf").write_bytes(build_pdf([text_at("Only a paragraph, no heading.", size=11, y=700)]))
+    documents = {d.doc_id: d for d in (await load_directory(tmp_path)).documents}
+    assert documents["manual.pdf"].title == "Getting started"
+    assert documents["plain.pdf"].title == "plain"

@@ -131,3 +131,18 @@ def test_a_page_title_is_the_one_trafilatura_metadata_gives(head, body, title):
     got, _ = html_to_markdown(page)
     expected = trafilatura.extract_metadata(page)
     assert got == (expected.title if expected else None) == title
+
+
+async def test_a_markdown_url_served_as_plain_text_is_markdown_and_an_html_view_of_one_is_html():
+    """Raw Markdown is often served as text/plain (GitHub's raw files); a repository's view of that file
+    is an HTML page."""
+    raw = "---\ntitle: Refund policy\n---\n# Refunds\n\n## Timing\n\nWithin five business days.\n"
+    client, _ = fake_site({"/raw/refunds.md": (200, "text/plain; charset=utf-8", raw),
+                           "/blob/refunds.md": (200, "text/html", HTML)})
+    async with client:
+        result = await load_urls(["https://help.example/raw/refunds.md", "https://help.example/blob/refunds.md"],
+                                 client=client)
+    docs = {d.doc_id.rsplit("/", 2)[-2]: d for d in result.documents}
+    assert docs["raw"].format == "markdown" and docs["raw"].title == "Refund policy"
+    assert "title:" not in docs["raw"].text and "## Timing" in docs["raw"].text
+    assert docs["blob"].format == "html" and "Refunds are processed" in docs["blob"].text
