@@ -167,8 +167,7 @@ async def _ingest(args) -> int:
     settings = _settings(args)
     configure_logging(level="WARNING")
     if not args.json:  # the report below prints these as its `!` lines
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(hide_run_errors())
+        _hide_run_errors()
     engine = create_engine(settings.database_url)
     knowledge = Knowledge(settings, sessions=session_factory(engine))
     try:
@@ -192,9 +191,18 @@ async def _ingest(args) -> int:
     return print_reports([r.as_dict() for r in reports], as_json=args.json)
 
 
+def _hide_run_errors() -> None:
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(hide_run_errors())
+
+
 async def _eval(args) -> int:
+    from gateway.observability import configure_logging
     from gateway.settings import Settings, load_settings
     from rag.eval import evaluate
+
+    configure_logging(level="WARNING")
+    _hide_run_errors()  # each file that failed is a `warning:` line below
 
     # The configured defaults when there is a config to read; a --config or $GATEWAY_CONFIG naming a
     # missing file is an error, as in every other command, not a silent run on built-in defaults.

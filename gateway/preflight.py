@@ -56,4 +56,6 @@ async def require_schema(settings, engine=None) -> None:
     cannot be reached)."""
     if not await database_has_schema(settings, engine):
         config = settings.config_path or "config.yaml"
-        raise GatewayError(f"the database has no schema: run `gateway db upgrade --config {config}` (or `make run`)")
+        # Named: a relative SQLite path is relative to the working directory, not to the config file.
+        raise GatewayError(f"the database {safe_url(settings.database_url)} has no schema: run "
+                           f"`gateway db upgrade --config {config}` (or `make run`)")

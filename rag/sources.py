@@ -172,7 +172,9 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                 return replace(_from_response(url, response), etag=response.headers.get("etag"),
                                last_modified=response.headers.get("last-modified"))
             except Exception as exc:  # HTTP error, malformed URL, broken PDF, binary body: this page only
-                message = describe_fetch_error(exc, client.timeout)
+                # The error is recorded as "<url>: <message>"; `fetch` names the URL too (its sitemap and
+                # robots.txt callers need that), which said it twice.
+                message = describe_fetch_error(exc, client.timeout).replace(f"{url}: ", "", 1)
                 log.warning("source url failed: %s: %s", url, message,
                             extra={"url": url, "error": message, IN_RUN_ERRORS: True})
                 return (url, message)

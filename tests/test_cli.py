@@ -174,6 +174,7 @@ def test_cli_eval_prints_contract_keys_and_the_questions_to_look_at(tmp_path, kb
     assert result["n_answerable"] == 2 and result["n_unanswerable"] == 1
     assert result["recall@5"] == 1.0 and result["refusal_rate"] == 1.0
     assert "warning: scan.pdf was not loaded" in proc.stderr
+    assert proc.stderr.count("scan.pdf") == 1  # not its log line as well
 
     # Text mode lists what went wrong: here a gold text the documents lack, and an unanswerable the
     # documents do answer.

@@ -38,8 +38,8 @@ def test_a_command_before_db_upgrade_says_to_run_it(tmp_path, command):
     config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=_docs(tmp_path))])
     proc = _run(command[0], "--config", str(config), *command[1:])
     assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"error: the database has no schema: run `gateway db upgrade --config {config}` "
-                                   "(or `make run`)")
+    assert proc.stderr.strip() == (f"error: the database sqlite+aiosqlite:///{tmp_path / 'gateway.db'} has no "
+                                   f"schema: run `gateway db upgrade --config {config}` (or `make run`)")
 
 
 def test_ingest_source_without_bot_ingests_it_for_every_bot_that_has_it(tmp_path):
