@@ -125,7 +125,10 @@ async def load_directory(path: Path) -> LoadResult:
 
 def _files_under(root: Path) -> list[Path]:
     """Every file under `root`, sorted, following symlinked folders too (`rglob` skips them, while it
-    follows symlinked files), each real folder once, so a link back up cannot loop."""
+    follows symlinked files), each real folder once, so a link back up cannot loop. A link to a folder
+    inside `root` is skipped: that folder is read under its own name, not under whichever name the walk
+    met first (citations showed the alias, and removing the link re-embedded the folder)."""
+    inside = os.path.realpath(root)
     seen: set[str] = set()
     files: list[Path] = []
     for folder, dirs, names in os.walk(root, followlinks=True):
@@ -134,8 +137,14 @@ def _files_under(root: Path) -> list[Path]:
             dirs[:] = []
             continue
         seen.add(real)
+        dirs[:] = [d for d in dirs if not (os.path.islink(os.path.join(folder, d))
+                                           and _within(os.path.realpath(os.path.join(folder, d)), inside))]
         files.extend(Path(folder) / name for name in names)
     return sorted(files)
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _is_hidden(relative_path: str) -> bool:

@@ -270,6 +270,15 @@ async def test_a_symlinked_folder_is_read_once_even_with_a_link_back_up(tmp_path
     assert ids == ["linked/faq.md"]
 
 
+async def test_a_link_to_a_folder_inside_the_tree_does_not_take_its_place(tmp_path):
+    """With `sub/` and `alias -> sub`, the walk met `alias` first and stored `alias/x.md`."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x.md").write_text("# X\n\nText.\n")
+    (tmp_path / "alias").symlink_to(tmp_path / "sub", target_is_directory=True)
+    (tmp_path / "sub" / "self").symlink_to(tmp_path / "sub", target_is_directory=True)
+    assert [d.doc_id for d in (await load_directory(tmp_path)).documents] == ["sub/x.md"]
+
+
 async def test_a_short_html_page_keeps_its_heading_and_drops_the_navigation(tmp_path):
     """Under trafilatura's minimum size the whole body came back: header and menu in, heading lost."""
     (tmp_path / "hours.html").write_text(
