@@ -23,6 +23,9 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
         print("nothing to ingest: no source is configured for it (a bot's `sources:` in the config)", file=sys.stderr)
     else:
         for run in runs:
+            if run["status"] == "removed":
+                print(f"{run['bot']}/{run['source']}: no longer in the config; its {run['deleted']} chunks were deleted")
+                continue
             errors = f", {len(run['errors'])} error(s)" if run["errors"] else ""
             print(f"{run['bot']}/{run['source']}: {run['added']} added, {run['updated']} updated, "
                   f"{run['deleted']} deleted, {run['unchanged']} unchanged chunks in {run['duration_s']:.1f}s{errors}")

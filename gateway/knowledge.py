@@ -122,7 +122,22 @@ class Knowledge:
         KeyError("bot 'x'") for an unknown bot and KeyError("source 'y' …") when no bot in scope has
         the source; nothing is ingested then. A failing source is in its report, never raised."""
         targets = self.ingest_targets(bot=bot, source=source)
-        return [await self.ingest_source(name, src, trigger=trigger, progress=progress) for name, src in targets]
+        reports = [await self.ingest_source(name, src, trigger=trigger, progress=progress) for name, src in targets]
+        if source is None:  # all of a bot's sources: a source taken out of (or renamed in) its config goes too
+            reports += await self.remove_unconfigured_sources(bots={bot} if bot else {b.name for b in self._settings.bots})
+        return reports
+
+    async def remove_unconfigured_sources(self, *, bots: set[str]) -> list[IngestReport]:
+        """Delete the chunks of `bots`' sources that the config no longer has, one report each (status
+        `removed`). Until the daily retention job did this, a renamed source answered twice over."""
+        from gateway.retention import purge_removed_sources
+        from rag.ingest_runs import IngestReport
+
+        if self._index is None:
+            await self.open()
+        purged = await purge_removed_sources(self._sessions, self._settings, index=self._index, bots=bots)
+        return [IngestReport(*key.split("/", 1), deleted=chunks, status="removed")
+                for key, chunks in sorted(purged.by_source.items())]
 
     def start_ingest(self, *, bot: str | None = None, source: str | None = None, trigger: str = "manual",
                      progress: Callable[..., None] | None = None) -> asyncio.Task:

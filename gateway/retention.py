@@ -33,6 +33,7 @@ class DeletionReport:
     chunks: int = 0
     documents: int = 0
     by_bot: dict[str, int] = field(default_factory=dict)
+    by_source: dict[str, int] = field(default_factory=dict)  # chunks of each removed "bot/source"
 
     def as_dict(self) -> dict[str, Any]:
         """Counts only, as stored in the audit row and printed by the CLI."""
@@ -114,12 +115,14 @@ async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Se
 
 
 async def purge_removed_sources(sessions: async_sessionmaker[AsyncSession], settings: Settings, *,
-                                index: Any) -> DeletionReport:
-    """Delete the chunks (in Qdrant) and document rows of sources no longer in the config."""
+                                index: Any, bots: set[str] | None = None) -> DeletionReport:
+    """Delete the chunks (in Qdrant) and document rows of sources no longer in the config; with `bots`,
+    only of those bots' sources (`gateway ingest` leaves a bot that is not in its config alone)."""
     configured = {(bot.name, source.name) for bot in settings.bots for source in bot.sources}
     report = DeletionReport()
     async with sessions() as session:
-        rows = list((await session.execute(select(Document))).scalars())
+        query = select(Document) if bots is None else select(Document).where(Document.bot.in_(sorted(bots)))
+        rows = list((await session.execute(query)).scalars())
     gone = [row for row in rows if (row.bot, row.source) not in configured]
     for bot in sorted({row.bot for row in gone}):
         mine = [row for row in gone if row.bot == bot]
@@ -134,6 +137,9 @@ async def purge_removed_sources(sessions: async_sessionmaker[AsyncSession], sett
         report.documents += len(mine)
         report.chunks += len(chunk_ids)
         report.by_bot[bot] = len(chunk_ids)
+        for row in mine:
+            key = f"{bot}/{row.source}"
+            report.by_source[key] = report.by_source.get(key, 0) + len(row.chunk_ids or [])
     if gone:
         log.info("retention.removed_sources_purged", **report.as_dict())
     return report

@@ -35,7 +35,7 @@ class IngestReport:
     documents: int = 0
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
-    status: str = "ok"  # ok | partial | failed
+    status: str = "ok"  # ok | partial | failed | removed (a source no longer configured: its chunks deleted)
 
     def as_dict(self) -> dict[str, object]:
         """Plain dict for `ingest --json` and the admin API."""

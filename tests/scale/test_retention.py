@@ -110,9 +110,12 @@ async def test_retention_removed_source_chunks_are_deleted(migrated_url, tmp_pat
             session.add(Document(bot="acme", source="old-blog", doc_id="b.md", content_hash="2", chunk_ids=["c2", "c3"]))
             session.add(Document(bot="gone-bot", source="x", doc_id="c.md", content_hash="3", chunk_ids=["c4"]))
         index = _Index()
+        # `gateway ingest` asks for its config's bots only: a bot another config serves is left alone.
+        scoped = await purge_removed_sources(sessions, settings, index=index, bots={"acme"})
+        assert index.deleted == {"acme": ["c2", "c3"]} and scoped.by_source == {"acme/old-blog": 2}
         report = await purge_removed_sources(sessions, settings, index=index)
         assert index.deleted == {"acme": ["c2", "c3"], "gone-bot": ["c4"]}
-        assert report.documents == 2 and report.chunks == 3
+        assert scoped.documents + report.documents == 2 and scoped.chunks + report.chunks == 3
         async with sessions() as session:
             left = [(d.bot, d.source) for d in (await session.execute(select(Document))).scalars()]
         assert left == [("acme", "faq")]
