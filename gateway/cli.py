@@ -172,12 +172,10 @@ async def _ingest(args) -> int:
     knowledge = Knowledge(settings, sessions=session_factory(engine))
     try:
         try:  # before the models load and the index opens: a typo is answered at once
-            targets = knowledge.ingest_targets(bot=args.bot, source=args.source)
+            knowledge.ingest_targets(bot=args.bot, source=args.source)
         except KeyError as exc:
             print(f"error: unknown {exc.args[0]}", file=sys.stderr)
             return 2
-        if not targets:
-            return print_reports([], as_json=args.json)
         await require_schema(settings, engine)
         try:
             await knowledge.open()
