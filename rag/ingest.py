@@ -147,6 +147,7 @@ class Ingestor:
                     failed_ids={doc_id for doc_id, _ in loaded.errors},
                     not_modified=set(loaded.not_modified),
                     delete_missing=not loaded.listing_incomplete,
+                    gone=bool(loaded.gone),
                     errors=errors,
                     trigger=trigger,
                     progress=progress,
@@ -184,6 +185,7 @@ class Ingestor:
         failed_ids: set[str] | None = None,
         delete_missing: bool = True,
         not_modified: set[str] | None = None,
+        gone: bool = False,
         errors: list[str] | None = None,
         trigger: str = "manual",
         progress: Progress | None = None,
@@ -193,6 +195,7 @@ class Ingestor:
         """Ingest already-loaded documents as the full content of `source` (others get deleted, unless
         `delete_missing` is False: the listing is known to be incomplete).
         `not_modified` pages (a 304 to a conditional fetch) keep their chunks and count as unchanged.
+        A source that gives nothing at all keeps its documents, unless pages said they are `gone` (410).
         A document that cannot be chunked or stored is an error of the run and keeps its old chunks."""
         started = time.perf_counter() if started is None else started
         if run_id is None:
@@ -204,6 +207,13 @@ class Ingestor:
         loader_failures = bool(failed_ids)
         await self.index.ensure_collection(bot, await self.dense.probe_dim())
         rows = await self._rows(bot, source).load()
+        if delete_missing and rows and not (documents or not_modified or failed_ids or gone):
+            # Nothing at all where documents were: an unmounted volume, a folder emptied by a failed
+            # sync, a robots.txt that now disallows every page, far more often than a knowledge base
+            # meant to be wiped. Removing the source from the config deletes its chunks (`gateway ingest`).
+            delete_missing = False
+            report.errors.append(f"the source gave no documents; its {len(rows)} documents were kept (take the "
+                                 "source out of the config to delete them)")
         # Chunks the store calls indexed but the index lacks (the folder was deleted, the engine
         # switched, a rebuild was killed midway): their documents are embedded again, not skipped.
         absent, indexed = await self._missing(bot, rows)

@@ -78,6 +78,7 @@ class LoadResult:
     not_modified: list[str] = field(default_factory=list)
     # A child sitemap failed: pages missing from this listing may still exist, so none is deleted.
     listing_incomplete: bool = False
+    gone: list[str] = field(default_factory=list)  # pages that answered 410: their chunks are deleted
 
 
 async def load_source(
@@ -151,6 +152,9 @@ def _is_hidden(relative_path: str) -> bool:
     return any(part.startswith(".") for part in relative_path.split("/"))
 
 
+GONE = object()  # what fetching a page that answered 410 gives `load_urls`
+
+
 async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None,
                     allowed: Callable[[str], bool] | None = None, delay: float | None = None) -> LoadResult:
     """Fetch each page (a few at a time, or one at a time `delay` seconds apart); a failing URL is
@@ -162,7 +166,7 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
     validators = validators or {}
     next_start = 0.0
 
-    async def one(url: str) -> Document | tuple[str, str] | str | None:  # a page, (url, error), a 304's url, gone
+    async def one(url: str) -> Document | tuple[str, str] | str | object | None:  # a page, (url, error), a 304's url, GONE
         nonlocal next_start
         async with gate:
             if delay:
@@ -176,7 +180,7 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                     return url  # unchanged since its validators: ingest keeps its chunks
                 if response.status_code == 410:
                     log.info("source url gone (410): its chunks are removed", extra={"url": url})
-                    return None
+                    return GONE
                 response.raise_for_status()
                 return replace(_from_response(url, response), etag=response.headers.get("etag"),
                                last_modified=response.headers.get("last-modified"))
@@ -188,14 +192,17 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                             extra={"url": url, "error": message, IN_RUN_ERRORS: True})
                 return (url, message)
 
-    for outcome in await asyncio.gather(*(one(u) for u in dict.fromkeys(urls))):
+    unique = list(dict.fromkeys(urls))
+    for url, outcome in zip(unique, await asyncio.gather(*(one(u) for u in unique))):
         if isinstance(outcome, Document):
             if outcome.text.strip():
                 result.documents.append(outcome)
+        elif isinstance(outcome, tuple):
+            result.errors.append(outcome)
+        elif outcome is GONE:
+            result.gone.append(url)
         elif isinstance(outcome, str):
             result.not_modified.append(outcome)
-        elif outcome is not None:
-            result.errors.append(outcome)
     return result
 
 

@@ -287,3 +287,46 @@ async def test_a_page_or_child_sitemap_that_fails_keeps_the_chunks_it_had(index,
         pages["/two.xml"] = (200, "application/xml", urlset())  # the page is really gone: now it goes
         gone = await ingestor.ingest_source("acme", source)
         assert gone.status == "ok" and gone.deleted > 0 and await index.count("acme") < total
+
+
+async def test_a_source_that_suddenly_gives_nothing_keeps_its_documents(tmp_path, index, dense, sparse, sessions):
+    """An empty folder is an unmounted volume or a failed sync far more often than a knowledge base meant
+    to be wiped: it deleted every chunk, status ok. Some documents gone is still a deletion."""
+    folder = write_kb(tmp_path / "kb")
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+    ingestor = Ingestor(index, dense, sparse, sessions)
+    first = await ingestor.ingest_source("acme", source)
+    before = await index.count("acme")
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    files = sorted(folder.iterdir())
+    for file in files:
+        file.rename(moved / file.name)
+    report = await ingestor.ingest_source("acme", source)
+    assert report.status == "partial" and report.deleted == 0 and await index.count("acme") == before
+    assert f"the source gave no documents; its {first.documents} documents were kept" in report.errors[0]
+    for file in files[1:]:
+        (moved / file.name).rename(folder / file.name)
+    partly = await ingestor.ingest_source("acme", source)
+    assert partly.status == "ok" and partly.deleted > 0 and not partly.errors
+
+
+async def test_a_page_that_says_it_is_gone_is_removed_even_when_it_was_the_only_one(index, dense, sparse, sessions):
+    """410 is the site saying so: the guard for a source that gives nothing does not hold it back."""
+    status = {"code": 200}
+
+    async def page(request: web.Request) -> web.Response:
+        if status["code"] == 410:
+            return web.Response(status=410, text="gone")
+        return web.Response(text=_page("Offer", "The winter offer ends in January."), content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/offer", page)
+    async with serving(app) as base:
+        source = SourceSettings(name="site", type="urls", urls=[f"{base}/offer"])
+        ingestor = Ingestor(index, dense, sparse, sessions)
+        first = await ingestor.ingest_source("acme", source)
+        status["code"] = 410
+        gone = await ingestor.ingest_source("acme", source)
+    assert first.added > 0 and gone.deleted == first.added and gone.status == "ok" and not gone.errors
+    assert await index.count("acme") == 0
