@@ -262,6 +262,11 @@ class Ingestor:
             await self._delete_missing(bot, source, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
         else:
             log.warning("ingest kept pages missing from an incomplete listing", extra={"bot": bot, "source": source})
+        # What an error left as it was counts as unchanged, so that added + updated + unchanged is what
+        # the index holds of the source: a page that failed, a document that could not be stored.
+        kept = [row for doc_id, row in rows.items()
+                if doc_id not in seen and (doc_id in failed_ids or not delete_missing) or doc_id in bad]
+        report.unchanged += sum(len(row.chunk_ids) for row in kept)
         if report.errors:
             stored = len(documents) > len(bad) or not_modified
             report.status = "partial" if stored or not (loader_failures or bad) else "failed"

@@ -117,6 +117,8 @@ async def test_ingest_failed_document_keeps_its_chunks(tmp_path, index, dense, s
     report = await ingestor.ingest_source("acme", source, progress=lambda done, total: progress.append((done, total)))
     assert report.status == "partial" and report.errors[0].startswith("broken.pdf")
     assert report.deleted == before - await index.count("acme") > 0  # billing.md removed, nothing else lost
+    # What the run left as it was is unchanged: the counts add up to what the index holds.
+    assert report.added + report.updated + report.unchanged == await index.count("acme")
     assert progress[-1][0] == progress[-1][1] == report.documents
 
 
@@ -304,6 +306,7 @@ async def test_a_source_that_suddenly_gives_nothing_keeps_its_documents(tmp_path
         file.rename(moved / file.name)
     report = await ingestor.ingest_source("acme", source)
     assert report.status == "partial" and report.deleted == 0 and await index.count("acme") == before
+    assert report.unchanged == before
     assert f"the source gave no documents; its {first.documents} documents were kept" in report.errors[0]
     for file in files[1:]:
         (moved / file.name).rename(folder / file.name)
@@ -330,3 +333,19 @@ async def test_a_page_that_says_it_is_gone_is_removed_even_when_it_was_the_only_
         gone = await ingestor.ingest_source("acme", source)
     assert first.added > 0 and gone.deleted == first.added and gone.status == "ok" and not gone.errors
     assert await index.count("acme") == 0
+
+
+async def test_chunks_an_error_kept_count_as_unchanged(tmp_path, index, dense, sparse, sessions):
+    """A file that fails on re-ingest keeps its chunks; they were in no count, so the counts did not add
+    up to what the index holds."""
+    from tests.rag.pdfs import tiny_pdf
+
+    folder = write_kb(tmp_path / "kb")
+    (folder / "warranty.pdf").write_bytes(tiny_pdf("Warranty covers two years of repairs"))
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+    ingestor = Ingestor(index, dense, sparse, sessions)
+    await ingestor.ingest_source("acme", source)
+    (folder / "warranty.pdf").write_bytes(b"%PDF-1.4 truncated by a failed upload")
+    report = await ingestor.ingest_source("acme", source)
+    assert report.status == "partial" and report.errors[0].startswith("warranty.pdf")
+    assert report.deleted == 0 and report.added + report.updated + report.unchanged == await index.count("acme")
