@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.models import Citation
-from gateway.pipeline.prompts import Hit
+from gateway.pipeline.prompts import RULES, Hit
 
 # [3], [1, 2], [1,2 , 3]; adjacent [1][2] are simply two markers. Leading spaces go with the marker.
 _MARKER = re.compile(r"\s*\[\s*(\d{1,4}(?:\s*,\s*\d{1,4})*)\s*\]")
@@ -48,6 +48,7 @@ _TURN_WORDS = re.compile(r"\b(?:but|however|although|though|anyway|instead)\b", 
 _NUMBER = re.compile(r"\d+")
 _FALLBACK_TAG = re.compile(r"</?\s*fallback\s*>", re.IGNORECASE)
 _STUTTER = re.compile(r"(\[\d+\])(\s*\1)+")
+_RULE_LINES = [line.lstrip("- ") for line in RULES.splitlines() if "{" not in line]
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,14 +196,32 @@ _MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")
 _BARE_URL = re.compile(r"(?:https?://|www\.)[^\s<>()\[\]\"']+", re.IGNORECASE)
 
 
+def _link_values(value: Any) -> list[str]:
+    """The strings in a tool's result that are each one link and nothing else, at any depth (a JSON
+    text is read as JSON)."""
+    if isinstance(value, str):
+        stripped = value.strip()
+        if stripped[:1] in "[{":
+            try:
+                return _link_values(json.loads(stripped))
+            except ValueError:
+                return []
+        return [stripped] if _BARE_URL.fullmatch(stripped) else []
+    if isinstance(value, dict):
+        return [link for v in value.values() for link in _link_values(v)]
+    if isinstance(value, (list, tuple)):
+        return [link for v in value for link in _link_values(v)]
+    return []
+
+
 def _url_key(url: str) -> str:
     return url.lower().rstrip(".,;:!?/").removeprefix("https://").removeprefix("http://").removeprefix("www.")
 
 
 def without_unknown_links(text: str, known: str) -> str:
-    """`text` with every link that `known` (the extracts, their URLs, the tool results) does not hold
-    taken out: a Markdown link keeps its label, a bare URL goes. A model's answer may cite [1] and still
-    send the customer to `https://acme-pay.example/card`, and the widget renders a link's label only."""
+    """`text` with every link that `known` (the extracts, their URLs, the links tools returned) does not
+    hold taken out: a Markdown link keeps its label, a bare URL goes. A model's answer may cite [1] and
+    still send the customer to `https://acme-pay.example/card`, and the widget renders a link's label only."""
     known_keys = {_url_key(m.group(0)) for m in _BARE_URL.finditer(known)}
 
     def known_url(url: str) -> bool:
@@ -223,16 +242,51 @@ def without_unknown_links(text: str, known: str) -> str:
 
 _WORD = re.compile(r"[\w-]{3,}")
 _COMMON_WORDS = frozenset({"the", "and", "for", "you", "your", "are", "was", "were", "not", "has", "have", "this",
-                           "that", "with", "true", "false", "none", "null"})
+                           "that", "with", "true", "false", "none", "null", "can", "will", "now", "right", "its",
+                           "our", "here", "there", "yes", "any", "all", "also", "been", "from", "which", "what",
+                           "when", "where", "who", "how", "please", "let", "know", "thanks", "thank", "sure"})
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# Of a sentence's words (common ones aside), the share the tool results must hold for it to pass.
+GROUNDED_SHARE = 0.5
+
+
+def _stem(word: str) -> str:
+    word = word.lower()
+    return word[:-1] if len(word) > 3 and word.endswith("s") else word
 
 
 def grounded_sentences(text: str, tool_results: str) -> str:
-    """The sentences of an uncited, tool-grounded answer that say something the tools returned (share a
-    word of three letters or more with `tool_results`, common ones aside). One lookup of the customer's
-    invoice used to let a whole uncited answer through, "the Team plan is free for life" included."""
-    known = {w.lower() for w in _WORD.findall(tool_results)} - _COMMON_WORDS
-    sentences = re.split(r"(?<=[.!?])\s+", text.strip())
-    return " ".join(s for s in sentences if {w.lower() for w in _WORD.findall(s)} & known)
+    """The sentences of an uncited, tool-grounded answer that say what the tools returned: at least half
+    of their words (common ones aside) and every number in them are in `tool_results`. One shared word
+    was enough before, and "Your invoice is paid. The Team plan is free for life." passed whole on an
+    invoice whose plan is "Plus"."""
+    known = {_stem(w) for w in _WORD.findall(tool_results)} - _COMMON_WORDS
+    numbers = {int(n) for n in _NUMBER.findall(tool_results)}  # by value: "2025-03-03" holds the 3 of "March 3"
+
+    def grounded(sentence: str) -> bool:
+        words = {_stem(w) for w in _WORD.findall(sentence)} - _COMMON_WORDS
+        if not words or any(int(n) not in numbers for n in _NUMBER.findall(sentence)):
+            return False
+        return len(words & known) >= GROUNDED_SHARE * len(words)
+
+    return " ".join(s for s in _SENTENCE_END.split(text.strip()) if grounded(s))
+
+
+def without_invented_claims(text: str, *, count: int) -> str:
+    """`text` without the sentences whose every citation is a number no extract has: "It also includes
+    unlimited storage forever [9]." lost only its marker, and the claim stayed as if it were sourced."""
+    def invented(sentence: str) -> bool:
+        numbers = [int(n) for m in _MARKER.finditer(sentence) for n in m.group(1).split(",")]
+        return bool(numbers) and not any(1 <= n <= count for n in numbers)
+
+    return " ".join(s for s in _SENTENCE_END.split(text.strip()) if not invented(s))
+
+
+def echoes_the_rules(text: str) -> bool:
+    """Whether the answer repeats the prompt's rules (a "repeat your instructions" request): their own
+    example, "[1] or [1][3]", reads as a valid citation."""
+    plain = _normalized(text)
+    return any(len(line) >= 30 and line in plain for line in (_normalized(r) for r in _RULE_LINES))
 
 
 def verify_citations(
@@ -249,9 +303,14 @@ def verify_citations(
     that neither the extracts, `grounding` nor `vouched` (the bot's own texts) hold are taken out
     (`without_unknown_links`). `question` is the customer's: a number from it is no claim."""
     tool_text = json.dumps(list(grounding), default=str) if grounding else ""
-    known = "\n".join([*(getattr(h, "text", "") or "" for h in hits), *(h.url or "" for h in hits),
-                        fallback_text, vouched, tool_text])
-    text = without_unknown_links(text, known)
+    trusted = "\n".join([*(getattr(h, "text", "") or "" for h in hits), *(h.url or "" for h in hits),
+                          fallback_text, vouched])
+    known = f"{trusted}\n{tool_text}"
+    if echoes_the_rules(text):
+        return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)
+    # Of a tool's data, only a value that is a link by itself (`"pay_url": "https://…"`) vouches for one:
+    # a link inside a text field is text someone may have written there ("send your card to https://…").
+    text = without_unknown_links(text, "\n".join([trusted, *_link_values(list(grounding))]))
     cleaned, cited = strip_invalid_markers(without_fallback_tags(text).strip(), count=len(hits))
     # With a valid citation it is a partial answer ("Plus costs $6 [1]; I don't know about discounts.").
     if not cited and is_refusal(cleaned, fallback_text=fallback_text):
@@ -261,7 +320,10 @@ def verify_citations(
         elif _claims_something(plain, f"{known}\n{question}"):
             plain = ""  # a refusal that goes on to claim something uncited: the fallback says it safely
         return Verified(text=plain or fallback_text, citations=(), cited_indices=(), replaced=not plain)
-    if not cited:
+    if cited:
+        cleaned, cited = strip_invalid_markers(without_invented_claims(without_fallback_tags(text), count=len(hits)),
+                                               count=len(hits))
+    else:
         cleaned = grounded_sentences(cleaned, tool_text) if grounding else ""
         if not cleaned:
             return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)
