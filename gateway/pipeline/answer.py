@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ class TurnRecord:
 
 NOT_RUN = "not run: the limit of tool rounds was reached"
 MAX_CALLS_PER_ROUND = 8
+MAX_TOOL_RESULT_CHARS = 16_000  # of one call's result, as JSON: what the model and the stored turn get
 """Tool calls run per round; the rest are answered "not run". A model asking for 25 calls in one round,
 each waiting out its timeout, held the customer's turn for 50 s."""
 TOO_MANY = f"not run: at most {MAX_CALLS_PER_ROUND} tool calls are run per round"
@@ -88,15 +90,19 @@ class Answerer:
             messages.append({"role": "assistant", "content": result.text or None, "tool_calls": [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
                 for c in result.tool_calls]})
-            for index, call in enumerate(result.tool_calls):
-                if index >= MAX_CALLS_PER_ROUND:
-                    outcome = ToolOutcome(call.name, _loads(call.arguments), None, error=TOO_MANY)
-                else:
-                    outcome = await tools.call(call.name, call.arguments or "{}", identity=turn.identity)
+            # The calls of one round side by side, as the model asked for them together: one after the other,
+            # eight slow lookups took eight timeouts.
+            run = result.tool_calls[:MAX_CALLS_PER_ROUND]
+            outcomes = [*await asyncio.gather(*(tools.call(c.name, c.arguments or "{}", identity=turn.identity)
+                                                for c in run)),
+                        *(ToolOutcome(c.name, _loads(c.arguments), None, error=TOO_MANY)
+                          for c in result.tool_calls[MAX_CALLS_PER_ROUND:])]
+            for index, (call, outcome) in enumerate(zip(result.tool_calls, outcomes)):
+                if index < MAX_CALLS_PER_ROUND:
                     log.info("tool.called", tool=outcome.name, error=outcome.error, message_id=turn.message_id,
                              conversation_id=turn.conversation_id)
                 escalate = escalate or outcome.escalate
-                payload = {"error": outcome.error} if outcome.error else outcome.result
+                payload = bounded_result({"error": outcome.error} if outcome.error else outcome.result)
                 calls.append({"round": rounds, "id": call.id, "name": outcome.name, "arguments": outcome.arguments,
                               "result": payload})
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": render_tool_result(
@@ -118,10 +124,26 @@ class Answerer:
                       answered=answered)
 
 
+def bounded_result(result: Any) -> Any:
+    """`result`, or its first `MAX_TOOL_RESULT_CHARS` as text when it is longer: a 3 MB answer went
+    whole into the prompt (which the provider refused, so the customer was told the assistant is down)
+    and into the stored turn."""
+    text = json.dumps(result, default=str)
+    if len(text) <= MAX_TOOL_RESULT_CHARS:
+        return result
+    return {"truncated": f"the first {MAX_TOOL_RESULT_CHARS:,} of {len(text):,} characters",
+            "text": text[:MAX_TOOL_RESULT_CHARS]}
+
+
 def _found_something(result: Any) -> bool:
-    """A tool result an uncited answer may rest on: no error, and not "found": false. A lookup that
-    found nothing grounds nothing, or any text would pass gate 2 after one call with a made-up number."""
-    return isinstance(result, dict) and "error" not in result and result.get("found", True) is not False
+    """A tool result an uncited answer may rest on: no error, and not "found": false (a list or a text
+    with something in it counts too). A lookup that found nothing grounds nothing, or any text would
+    pass gate 2 after one call with a made-up number."""
+    if isinstance(result, dict):
+        return "error" not in result and result.get("found", True) is not False
+    if isinstance(result, str):
+        return bool(result.strip())
+    return isinstance(result, list) and bool(result)
 
 
 def _metadata(turn) -> dict[str, Any]:

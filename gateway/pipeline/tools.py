@@ -25,6 +25,7 @@ import inspect
 import json
 import os
 import re
+import string
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -155,7 +156,13 @@ class BotTools:
         client = self._http or httpx.AsyncClient(timeout=spec.timeout)
         try:
             if spec.method.upper() in ("GET", "DELETE"):
-                response = await client.request(spec.method.upper(), url, headers=headers)
+                # What the URL's path does not take goes in its query string; it was not sent at all.
+                in_path = {field for _, field, _, _ in string.Formatter().parse(spec.url) if field}
+                query = {k: v if isinstance(v, (str, int, float)) else json.dumps(v)
+                         for k, v in body.items() if k not in in_path and v is not None}
+                # Merged into the configured query (`?apikey=…`), which httpx's `params=` would replace.
+                target = httpx.URL(url).copy_merge_params(query) if query else url
+                response = await client.request(spec.method.upper(), target, headers=headers)
             else:
                 response = await client.request(spec.method.upper(), url, headers=headers, json=body)
         finally:

@@ -84,3 +84,24 @@ def sleepy(identity: CallerIdentity) -> dict:
     """A plain-function tool stuck in a blocking call until the test lets it go (at most 30 s)."""
     SLEEPY_RELEASE.wait(30)
     return {"awake": True}
+
+
+MEETING: dict[str, int] = {"arrived": 0}
+
+
+async def meet(identity: CallerIdentity) -> dict:
+    """Returns only once three calls of it are running at the same time (so never, one after another)."""
+    MEETING["arrived"] += 1
+    while MEETING["arrived"] < 3:
+        await asyncio.sleep(0.01)
+    return {"met": MEETING["arrived"]}
+
+
+async def huge(identity: CallerIdentity) -> dict:
+    """A backend that answers with far more than a prompt can hold."""
+    return {"rows": [{"id": i, "note": "x" * 100} for i in range(10_000)]}
+
+
+async def statuses(identity: CallerIdentity) -> list:
+    """A result that is a JSON array, as many status APIs return."""
+    return [{"service": "sync", "status": "degraded"}]

@@ -59,6 +59,17 @@ async def test_a_post_sends_only_the_declared_parameters():
     assert outcome.error is None and seen[0][3] == {"subject": "Refund"}
 
 
+async def test_a_get_sends_the_parameters_its_path_does_not_take_as_its_query_string():
+    """`{"q": "order 42"}` reached the server as a bare `GET /search`: the answer came from unfiltered data."""
+    async with api() as (base, seen):
+        tools = BotTools(bot({"name": "orders", "type": "http", "url": base + "/shops/{shop}/search?lang=en",
+                              "parameters": {"type": "object", "properties": {
+                                  "shop": {"type": "string"}, "q": {"type": "string"}, "limit": {"type": "integer"}}}}))
+        outcome = await tools.call("orders", {"shop": "north", "q": "order 42", "limit": 5}, identity=ALICE)
+    assert outcome.error is None
+    assert seen[0][:2] == ("GET", "/shops/north/search?lang=en&q=order+42&limit=5")
+
+
 async def test_an_error_names_the_status_and_never_the_url_with_its_key():
     async with api() as (base, _):
         tools = BotTools(bot(

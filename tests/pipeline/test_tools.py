@@ -230,3 +230,36 @@ async def test_sync_tools_past_their_timeout_do_not_stall_the_default_thread_poo
         assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 2) == "free"
     finally:
         sample_tools.SLEEPY_RELEASE.set()
+
+
+async def test_the_calls_of_one_round_run_side_by_side(openai_fake) -> None:
+    """One after the other, eight slow lookups took eight timeouts. `meet` returns only when three of it
+    run at once, else it times out."""
+    sample_tools.MEETING["arrived"] = 0
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("meet", timeout=5)]}])
+    calls = tuple(ToolCallSpec("meet", {}, id=f"m{i}") for i in range(3))
+    openai_fake.script("primary", Turn(tool_calls=calls), Turn(text="Plus costs $6 per month [1]."))
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+    assert [c["result"] for c in result.tool_calls] == [{"met": 3}] * 3
+
+
+async def test_a_huge_tool_result_is_cut_for_the_prompt_and_the_store(openai_fake) -> None:
+    from gateway.pipeline.answer import MAX_TOOL_RESULT_CHARS
+
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("huge")]}])
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("huge", {}, id="h1"),)),
+                       Turn(text="Plus costs $6 per month [1]."))
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+    stored = result.tool_calls[0]["result"]
+    assert stored["truncated"].startswith(f"the first {MAX_TOOL_RESULT_CHARS:,} of ")
+    assert len(json.dumps(stored)) < MAX_TOOL_RESULT_CHARS + 1000
+    sent = [m for m in openai_fake.requests_for("primary")[1].messages if m["role"] == "tool"][0]["content"]
+    assert len(sent) < MAX_TOOL_RESULT_CHARS * 2  # escaped JSON of the cut text, not the 1.3 MB
+
+
+async def test_a_tool_result_that_is_a_list_can_ground_an_answer(openai_fake) -> None:
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("statuses")]}])
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("statuses", {}, id="s1"),)),
+                       Turn(text="Sync is degraded."))
+    result = await rig.pipeline.handle(rig.turn("Is sync working?"))
+    assert result.reply == "Sync is degraded."
