@@ -99,6 +99,8 @@ class EscalationSettings(_Strict):
     phrases: list[str] = Field(default_factory=lambda: [
         "talk to a human", "speak to a human", "human agent", "real person", "talk to someone",
         "speak to someone", "talk to an agent", "speak to an agent", "live agent", "talk to a person",
+        "speak to a person", "real human", "want a human", "human please", "talk to a representative",
+        "speak to a representative",
     ])
     max_unanswered_turns: int = 3
     acknowledgement: str = "I've asked a person from our team to take over. They'll reply here shortly."

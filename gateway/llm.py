@@ -287,7 +287,11 @@ class LLMRouter:
                 acc.finish_reason = choice.finish_reason
         if not acc.finish_reason:
             raise _StreamFailed("the stream ended without a finish_reason", emitted=acc.emitted)
-        if not acc.text and not acc.calls:
+        if not acc.text and not acc.calls and acc.finish_reason == "content_filter":
+            # The provider's filter refused this request: an answer (gate 2 makes it the fallback), not
+            # an outage to retry, fall back from and cool down for every bot over one customer's words.
+            log.warning("llm.content_filtered", model=name)
+        elif not acc.text and not acc.calls:
             # A 200 whose body is no stream (an HTML error page, an empty body) comes out of LiteLLM as
             # an empty answer with a finish_reason it made up; it was taken as the model's answer.
             raise _StreamFailed("the stream carried no text and no tool call", emitted=False)

@@ -55,6 +55,7 @@ class Turn:
     - `delay`: seconds to wait before answering; longer than the client's timeout means a timeout.
     - `break_after`: streaming only; drop the connection after this many content chunks.
     - `omit_finish_reason`: streaming only; end with `[DONE]` but never send a finish_reason.
+    - `finish_reason`: send this one instead ("content_filter": the provider's filter refused).
     - `usage`: (prompt_tokens, completion_tokens); omitted from the reply when None.
     - `raw_body`: answer HTTP 200 with exactly this body (`raw_type`), stream or not: a proxy's HTML
       error page, an empty body.
@@ -67,6 +68,7 @@ class Turn:
     delay: float = 0.0
     break_after: int | None = None
     omit_finish_reason: bool = False
+    finish_reason: str | None = None
     usage: tuple[int, int] | None = (12, 7)
     raw_body: str | None = None
     raw_type: str = "text/html"
@@ -262,7 +264,8 @@ def _completion(model: str, turn: Turn) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if turn.tool_calls else "stop"}],
+        "choices": [{"index": 0, "message": message,
+                     "finish_reason": turn.finish_reason or ("tool_calls" if turn.tool_calls else "stop")}],
     }
     if (usage := _usage(turn)) is not None:
         out["usage"] = usage
@@ -297,7 +300,7 @@ async def _sse(model: str, turn: Turn, include_usage: bool):
     if turn.omit_finish_reason:
         yield "data: [DONE]\n\n"
         return
-    yield chunk({}, "tool_calls" if turn.tool_calls else "stop")
+    yield chunk({}, turn.finish_reason or ("tool_calls" if turn.tool_calls else "stop"))
     if include_usage and (usage := _usage(turn)) is not None:
         payload = {"id": ident, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
                    "choices": [], "usage": usage}

@@ -25,6 +25,12 @@ PHRASES = EscalationSettings().phrases
     "I don’t know how this works, can I talk to a person?",
     "I can't reach a live agent",
     "I want to talk to a human <img src=x onerror=alert(1)>",
+    # Missed by the first defaults (review): each went to the model.
+    "Can I speak to a person?",
+    "I'd like to talk to a real human",
+    "I want a human",
+    "human please",
+    "Can I talk to a representative?",
 ])
 def test_requests_for_a_person_are_recognised(text):
     assert asks_for_human(text, PHRASES) is not None
