@@ -167,8 +167,16 @@ class LLMRouter:
             attempts = (self._retry.num_retries if retries is None else retries) + 1
             for attempt in range(attempts):
                 try:
+                    started = time.monotonic()
                     result = await self._call(name, messages, tools, tool_choice, on_token, metadata, response_format)
                     self._cooling_until.pop(name, None)
+                    # Which model answered, how fast and for how much: after `llm.call_failed` lines, the
+                    # one thing an operator following a message wants to see next.
+                    log.info("llm.answered", model=name, attempt=attempt + 1, fallback=name != chain[0],
+                             latency_ms=round((time.monotonic() - started) * 1000), finish=result.finish_reason,
+                             prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens,
+                             tool_calls=len(result.tool_calls), **{k: v for k, v in (metadata or {}).items()
+                                                                   if k in ("message_id", "bot")})
                     return result
                 except _CallbackError as exc:
                     raise exc.original from None

@@ -118,8 +118,9 @@ class Outbox:
             conversation = await session.get(Conversation, message.conversation_id)
             contact = await session.get(Contact, conversation.contact_id) if conversation.contact_id else None
             inbound = await session.get(Message, message.reply_to_id) if message.reply_to_id else None
-        bound = log.bind(message_id=message.id, conversation_id=conversation.id, bot=message.bot,
-                         channel=message.channel, attempt=message.attempts)
+        # `reply_to` is the customer's message: grepping its id finds the send too.
+        bound = log.bind(message_id=message.id, reply_to=message.reply_to_id, conversation_id=conversation.id,
+                         bot=message.bot, channel=message.channel, attempt=message.attempts)
         adapter = self._adapters.get((message.bot, message.channel))
         status, error, reason, provider_ids, meta = "sent", None, None, [], dict(message.meta or {})
         meta.pop("next_attempt_at", None)

@@ -405,3 +405,16 @@ async def test_litellms_own_cooldown_never_refuses_a_provider_after_one_auth_err
     result = await router.complete(model="primary", messages=MESSAGES)
 
     assert result.text == "Back again [1]." and len(openai_fake.requests_for("primary")) == 2
+
+
+async def test_the_model_that_answered_is_logged_with_its_latency_and_tokens(openai_fake: FakeOpenAI) -> None:
+    """After two `llm.call_failed` lines nothing said that the fallback answered (review)."""
+    openai_fake.script("primary", Turn(status=500), Turn(status=500))
+    openai_fake.script("backup", Turn(text="Backup answer [1].", usage=(30, 9)))
+    router = make_router(openai_fake, "primary", "backup")
+    with capture_logs() as logs:
+        await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES,
+                              metadata={"bot": "acme", "message_id": 42, "conversation_id": 7})
+    [answered] = [e for e in logs if e["event"] == "llm.answered"]
+    assert answered["model"] == "backup" and answered["fallback"] is True and answered["message_id"] == 42
+    assert (answered["prompt_tokens"], answered["completion_tokens"]) == (30, 9) and answered["latency_ms"] >= 0
