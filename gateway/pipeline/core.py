@@ -16,7 +16,7 @@ from gateway.errors import LLMError, RetrievalError
 from gateway.models import CallerIdentity, Citation
 from gateway.pipeline.answer import TurnRecord
 from gateway.pipeline.human_request import asks_for_human
-from gateway.pipeline.small_talk import is_no, is_yes, small_talk
+from gateway.pipeline.small_talk import is_no, is_yes, small_talk, starts_with_yes
 from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.pipeline")
@@ -203,16 +203,19 @@ def _small_talk_in_context(text: str, turn: Turn) -> Literal["accepts_offer", "t
       the first message it gets the greeting."""
     talk = small_talk(text)
     yes = is_yes(text)
-    if not yes and not is_no(text):
+    if not yes and not is_no(text) and not starts_with_yes(text):
         return talk
     last = next((str(m.get("content") or "") for m in reversed(turn.history) if m.get("role") == "assistant"), None)
-    if last is None:
-        return talk or "greeting"
-    last, fallback = last.strip(), turn.bot.fallback_text.strip()
-    if last == fallback and fallback.endswith("?"):
-        if not yes:
-            return "thanks"
+    last, fallback = (last or "").strip(), turn.bot.fallback_text.strip()
+    offered = last == fallback and fallback.endswith("?")
+    if offered and (yes or starts_with_yes(text)):  # "Yes, a person would be great" accepts it too
         return "accepts_offer" if turn.bot.escalation.enabled else None
+    if not yes and not is_no(text):
+        return talk
+    if not last:
+        return talk or "greeting"
+    if offered:
+        return "thanks"  # a "no" to the offer
     canned = {turn.bot.thanks_text.strip(), (turn.greeting or DEFAULT_GREETING).strip()}
     # "?" anywhere: "Are you on Android? Then I can give you its steps." asks too.
     if "?" in last and last not in canned:

@@ -61,6 +61,18 @@ def is_yes(text: str) -> bool:
     return len(text) <= MAX_SMALL_TALK_CHARS and bool(_YES.fullmatch(words))
 
 
+_LEADING_YES = re.compile(r"(?:oh |ok |okay )?(?:yes|yeah|yep|yup|sure|ok|okay)\b")
+_DECLINE = re.compile(r"\b(?:not|no|don t|do not|never|later)\b")
+
+
+def starts_with_yes(text: str) -> bool:
+    """True for a short reply that opens with yes and asks nothing: "Yes, a person would be great".
+    Only an answer to the bot's offer of a person reads it as yes (`is_yes` is for any question)."""
+    words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())
+    return (len(text) <= MAX_SMALL_TALK_CHARS and "?" not in text and bool(_LEADING_YES.match(words))
+            and not _DECLINE.search(words))
+
+
 def is_no(text: str) -> bool:
     """True for a message that only says no: "no", "Nope.", "no, that's all"."""
     words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())

@@ -77,6 +77,15 @@ async def test_yes_after_the_fallbacks_offer_of_a_person_escalates(openai_fake) 
     # "no thanks" is a polite close, not a question.
     declined = await rig.pipeline.handle(rig.turn("no thanks", history=after_offer))
     assert declined.reply == rig.bot.thanks_text and declined.escalate is None
+    # A longer yes to the offer accepts it too (it went to the model, and counted as unanswered).
+    for text in ("Yes, a person would be great", "yeah get me someone"):
+        longer = await rig.pipeline.handle(rig.turn(text, history=after_offer))
+        assert longer.escalate == "customer said yes to the offer of a person", text
+    assert rig.search.calls == [] and openai_fake.requests == []
+    # One that puts it off is not a yes: the model reads it.
+    openai_fake.script("primary", Scripted(text="not now"), Scripted(text=OFFER))
+    later = await rig.pipeline.handle(rig.turn("Yes, not now though", history=after_offer))
+    assert later.escalate != "customer said yes to the offer of a person" and len(rig.search.calls) == 1
 
 
 async def test_yes_after_another_question_of_the_bots_goes_to_the_model(openai_fake) -> None:
