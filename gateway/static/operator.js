@@ -219,6 +219,15 @@
     if (!data) return;
     var event;
     try { event = JSON.parse(data); } catch (e) { return; }
+    if (/^event: ?ready$/m.test(raw)) {
+      // The server listens from here on. An escalation opened between the list's first load (or the last
+      // stream's end) and now sent its event to nobody, and stayed out of the list: read it again.
+      try {
+        await loadList();
+        if (state.selected !== null) await loadDetail();
+      } catch (err) { showError("op-error", err.message); }
+      return;
+    }
     if (!event.escalation_id) return;
     if (event.type === "taken_over" && event.previous_operator === state.me) {
       notice(event.operator + " took over escalation #" + event.escalation_id + " from you.");
