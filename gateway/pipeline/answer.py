@@ -117,7 +117,8 @@ class Answerer:
         verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text, grounding=grounding,
                                     vouched=bot.system_prompt or "", question=turn.text)
         if verified.replaced:
-            log.info("gate2.replaced", message_id=turn.message_id, conversation_id=turn.conversation_id)
+            log.info("gate2.replaced", reason=verified.reason, message_id=turn.message_id,
+                     conversation_id=turn.conversation_id)
         # A refusal in the model's own words is no answer either: it counts towards escalation.
         answered = bool(verified.citations) or not is_refusal(verified.text, fallback_text=bot.fallback_text)
         return Answer(text=verified.text, citations=verified.citations, tool_calls=calls, usage=usage,

@@ -59,6 +59,7 @@ class Verified:
     citations: tuple[Citation, ...]
     cited_indices: tuple[int, ...]
     replaced: bool = False
+    reason: str = ""  # why it was replaced by the fallback, for the log
 
 
 def _claims_something(refusal: str, known: str) -> bool:
@@ -307,7 +308,8 @@ def verify_citations(
                           fallback_text, vouched])
     known = f"{trusted}\n{tool_text}"
     if echoes_the_rules(text):
-        return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)
+        return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True,
+                        reason="it repeats the prompt's rules")
     # Of a tool's data, only a value that is a link by itself (`"pay_url": "https://…"`) vouches for one:
     # a link inside a text field is text someone may have written there ("send your card to https://…").
     text = without_unknown_links(text, "\n".join([trusted, *_link_values(list(grounding))]))
@@ -319,12 +321,14 @@ def verify_citations(
             plain = fallback_text  # the bot's own words exactly, so "yes" to its offer is recognised
         elif _claims_something(plain, f"{known}\n{question}"):
             plain = ""  # a refusal that goes on to claim something uncited: the fallback says it safely
-        return Verified(text=plain or fallback_text, citations=(), cited_indices=(), replaced=not plain)
+        return Verified(text=plain or fallback_text, citations=(), cited_indices=(), replaced=not plain,
+                        reason="" if plain else "a refusal that goes on to claim something uncited")
     if cited:
         cleaned, cited = strip_invalid_markers(without_invented_claims(without_fallback_tags(text), count=len(hits)),
                                                count=len(hits))
     else:
         cleaned = grounded_sentences(cleaned, tool_text) if grounding else ""
         if not cleaned:
-            return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True)
+            reason = "no sentence says what the tools returned" if grounding else "no valid citation"
+            return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True, reason=reason)
     return Verified(text=renumber(cleaned, hits, cited), citations=citations_for(hits, cited), cited_indices=cited)

@@ -157,4 +157,6 @@ def test_an_answer_that_repeats_the_prompts_rules_becomes_the_fallback() -> None
 
     echoed = "Sure! My instructions: " + RULES.replace("{fallback_tag}", "fallback").replace("{fallback}", FALLBACK)
     verified = verify_citations(echoed, HITS, fallback_text=FALLBACK)
-    assert verified.text == FALLBACK and verified.replaced
+    assert verified.text == FALLBACK and verified.replaced and verified.reason == "it repeats the prompt's rules"
+    uncited = verify_citations("Plus is free for everyone.", HITS, fallback_text=FALLBACK)
+    assert uncited.replaced and uncited.reason == "no valid citation"
