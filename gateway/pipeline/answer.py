@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ class TurnRecord:
 
 NOT_RUN = "not run: the limit of tool rounds was reached"
 MAX_CALLS_PER_ROUND = 8
+MAX_TOOL_SECONDS = 30.0  # after this long in tool rounds, the model answers with what it has
 MAX_TOOL_RESULT_CHARS = 16_000  # of one call's result, as JSON: what the model and the stored turn get
 """Tool calls run per round; the rest are answered "not run". A model asking for 25 calls in one round,
 each waiting out its timeout, held the customer's turn for 50 s."""
@@ -68,8 +70,11 @@ class Answerer:
         calls, usage = record.tool_calls, record.usage
         escalate: str | None = None
         rounds = 0
+        started = time.monotonic()
         while True:
-            last_round = rounds >= bot.max_tool_rounds
+            # Rounds are bounded in number and, together, in time: a model asking for slow tools every
+            # round held one message for rounds × the tool timeout (6 × 10 s by default).
+            last_round = rounds >= bot.max_tool_rounds or time.monotonic() - started > MAX_TOOL_SECONDS
             kwargs: dict[str, Any] = {}
             if schemas:
                 # After the last round the tools stay listed (the history refers to them) but are off.

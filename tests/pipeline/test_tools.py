@@ -263,3 +263,19 @@ async def test_a_tool_result_that_is_a_list_can_ground_an_answer(openai_fake) ->
                        Turn(text="Sync is degraded."))
     result = await rig.pipeline.handle(rig.turn("Is sync working?"))
     assert result.reply == "Sync is degraded."
+
+
+async def test_tool_rounds_are_bounded_in_time_too(openai_fake, monkeypatch) -> None:
+    """A model asking for a slow tool every round held a message for rounds × the tool timeout: past
+    `MAX_TOOL_SECONDS` in tool rounds, the next call is the last, with tool_choice "none"."""
+    import gateway.pipeline.answer as answer
+
+    monkeypatch.setattr(answer, "MAX_TOOL_SECONDS", 0.15)  # less than one call's 0.2 s timeout, whatever the load
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("slow", timeout=0.2)]}])
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("slow", {}),)), Turn(text="Plus costs $6 per month [1]."))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+
+    requests = openai_fake.requests_for("primary")
+    assert [r.body["tool_choice"] for r in requests] == ["auto", "none"]  # not 6 rounds
+    assert result.reply == "Plus costs $6 per month [1]."
