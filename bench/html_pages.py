@@ -1,4 +1,4 @@
-"""How long an HTML page takes to become Markdown at ingest (`rag.sources.html_to_markdown`).
+"""How long an HTML page takes to become Markdown at ingest (`rag.html_text.html_to_markdown`).
 
     .venv/bin/python -m bench.html_pages DIR [--limit 200] [--repeat 3]
 
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from bench.retrieval import machine
-from rag.sources import html_to_markdown
+from rag.html_text import html_to_markdown
 
 
 def _ms_per_page(convert, pages: list[str]) -> float:

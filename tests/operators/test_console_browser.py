@@ -52,6 +52,14 @@ def open_tab(browser):  # noqa: F811
         context.close()
 
 
+def sign_in(operator, live_url: str) -> None:
+    """Open the console, sign in, and wait until its live stream is connected."""
+    operator.goto(live_url + "/operator")
+    operator.fill("#op-token", TOKEN)
+    operator.press("#op-token", "Enter")
+    operator.wait_for_selector("#op-live:not([hidden])", timeout=WAIT_MS)
+
+
 def test_console_claim_reply_resolve_round_trip(open_tab, live_url):
     operator, customer = open_tab(), open_tab()
     errors: list[str] = []
@@ -132,10 +140,7 @@ def test_console_reply_resent_after_a_dropped_connection_keeps_its_message_id(op
             route.continue_()
 
     operator.route("**/v1/escalations/*/reply", drop_the_first_answer)
-    operator.goto(live_url + "/operator")
-    operator.fill("#op-token", TOKEN)
-    operator.press("#op-token", "Enter")
-    operator.wait_for_selector("#op-live:not([hidden])", timeout=WAIT_MS)
+    sign_in(operator, live_url)
     customer.goto(live_url + "/")
     customer.wait_for_selector("#gw-chat[data-ready='true']")
     customer.fill("#gw-input", "Can I talk to a human about my parcel?")
@@ -193,9 +198,6 @@ def test_console_shows_an_escalation_opened_before_its_live_stream_connected(ope
         route.continue_()
 
     operator.route("**/v1/escalations/stream", escalate_first)
-    operator.goto(live_url + "/operator")
-    operator.fill("#op-token", TOKEN)
-    operator.press("#op-token", "Enter")
-    operator.wait_for_selector("#op-live:not([hidden])", timeout=WAIT_MS)
+    sign_in(operator, live_url)
     operator.wait_for_selector(".op-item", timeout=WAIT_MS)
     assert operator.locator(".op-item").count() >= 1

@@ -6,7 +6,8 @@ import httpx
 import pytest
 
 from gateway.settings import SourceSettings
-from rag.sources import SourceError, html_to_markdown, load_directory, load_sitemap, load_source, load_urls, pdf_text
+from rag.html_text import html_to_markdown
+from rag.sources import SourceError, load_directory, load_sitemap, load_source, load_urls, pdf_text
 from tests.rag.pdfs import tiny_pdf
 
 HTML = """<html><head><title>Billing help</title></head><body>

@@ -1,0 +1,96 @@
+"""HTML to Markdown for the knowledge base: the page's main text, without navigation, header, footer
+and scripts, by trafilatura, written as Markdown so the chunker still sees headings, lists, code and
+tables; and the page's title. Used for fetched pages and `.html` files alike (`rag.sources`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+
+def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, str]:
+    """(title, main text as Markdown) with navigation, header, footer and scripts dropped."""
+    import trafilatura
+
+    html = _xml_safe(html)
+    title = _page_title(html)
+    html = _without_page_furniture(html)
+    options = dict(output_format="markdown", include_tables=True, include_formatting=True, include_links=False)
+    text = trafilatura.extract(html, url=url, favor_recall=True, config=_short_pages_config(), **options)
+    if not text:
+        # Very short pages fall under trafilatura's main-text heuristics; take the body as it is.
+        text = trafilatura.html2txt(html) or ""
+    if not text.strip():
+        raise ValueError("no main text: the page holds only navigation, header, footer or scripts "
+                         "(a page built by JavaScript has its text only in the browser)")
+    return title, text
+
+
+def _page_title(html: str) -> str | None:
+    """The title `trafilatura.extract_metadata` gives (meta tags, then JSON-LD, then `<title>` or
+    `<h1>`), without the rest of that call: its date search ran dateparser over every locale and
+    took 88 ms a page on average, 1.4 s on a page of date-like strings, for a date nobody reads."""
+    from trafilatura.metadata import examine_meta, extract_meta_json, extract_title
+    from trafilatura.utils import load_html
+
+    tree = load_html(html)
+    if tree is None:
+        return None
+    try:
+        meta = extract_meta_json(tree, examine_meta(tree))
+    except Exception:  # trafilatura guards its JSON-LD reader the same way: a bad block is not the page's fault
+        meta = examine_meta(tree)
+    return meta.title or extract_title(tree) or None
+
+
+# Never a page's main text. A header or footer inside <article> or <main>, or holding the <h1>, is
+# the content's own (its title, its byline) and stays.
+_FURNITURE = ("//nav | //aside | //script | //style | //noscript | //template"
+              " | //header[not(ancestor::article or ancestor::main or .//h1)]"
+              " | //footer[not(ancestor::article or ancestor::main)]")
+
+
+def _without_page_furniture(html: str) -> str:
+    """`html` without navigation, sidebars, scripts, `<noscript>` notices and the site's header and
+    footer. trafilatura keeps them when nothing else is on the page: a page of links only was indexed
+    as "Home About Contact", and a JavaScript app as its "Please enable JavaScript"."""
+    from lxml import etree
+    from lxml import html as lxml_html
+
+    try:
+        tree = lxml_html.document_fromstring(html)
+    except (etree.ParserError, ValueError):  # empty or unparseable: trafilatura says what it can
+        return html
+    for element in tree.xpath(_FURNITURE):
+        element.drop_tree()  # keeps the text that follows the element
+    return lxml_html.tostring(tree, encoding="unicode")
+
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CHARACTER_REF = re.compile(r"&#(?:[xX]([0-9a-fA-F]{1,8})|([0-9]{1,10}));")
+
+
+def _xml_safe(html: str) -> str:
+    """`html` without the characters XML cannot hold: control characters, raw or as `&#14;`, and
+    surrogates written as references (decoded text holds no raw ones). lxml refuses them inside trafilatura with a ValueError, and the whole page was
+    skipped: one XSS sample on a security page lost all of its text."""
+    def keep(match: re.Match[str]) -> str:
+        code = int(match.group(1), 16) if match.group(1) else int(match.group(2))
+        unsafe = (code < 0x20 and code not in (0x9, 0xA, 0xD)) or code == 0x7F or 0xD800 <= code <= 0xDFFF
+        return "" if unsafe or code > 0x10FFFF else match.group()
+
+    return _CHARACTER_REF.sub(keep, _CONTROL_CHARS.sub("", html))
+
+
+@functools.cache
+def _short_pages_config():
+    """trafilatura's settings with its minimum sizes at 1. Under its defaults a short page (opening
+    hours, a contact page: typical support content) is below the minimum, and trafilatura falls
+    back to the whole body: header and navigation text kept, headings lost."""
+    from trafilatura.settings import use_config
+
+    config = use_config()
+    for key in ("MIN_EXTRACTED_SIZE", "MIN_OUTPUT_SIZE", "MIN_EXTRACTED_COMM_SIZE", "MIN_OUTPUT_COMM_SIZE"):
+        config.set("DEFAULT", key, "1")
+    return config
