@@ -53,8 +53,6 @@ class SourceSettings(_Strict):
             raise ValueError("a urls source needs `urls`")
         if self.type == "sitemap" and not (self.url or self.urls):
             raise ValueError("a sitemap source needs `url`")
-        if self.type == "sitemap" and (self.url and self.urls or len(self.urls) > 1):
-            raise ValueError("a sitemap source reads one sitemap, its `url`; give each sitemap a source of its own")
         unused = {"path": self.path if self.type != "directory" else None,
                   "urls": self.urls if self.type == "directory" else None,
                   "url": self.url if self.type != "sitemap" else None}

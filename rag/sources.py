@@ -93,7 +93,17 @@ async def load_source(
     async with _client(client) as http:
         if source.type == "urls":
             return await load_urls(source.urls, client=http, validators=validators)
-        return await load_sitemap(source.url or source.urls[0], client=http, validators=validators)
+        # DESIGN.md gives a sitemap source `urls` too: each is read, and their pages are one listing.
+        merged = LoadResult()
+        for sitemap in dict.fromkeys([*([source.url] if source.url else []), *source.urls]):
+            one = await load_sitemap(sitemap, client=http, validators=validators)
+            known = {d.doc_id for d in merged.documents}  # a page two sitemaps list is one document
+            merged.documents += [d for d in one.documents if d.doc_id not in known]
+            merged.errors += one.errors
+            merged.not_modified += one.not_modified
+            merged.gone += one.gone
+            merged.listing_incomplete |= one.listing_incomplete
+        return merged
 
 
 async def load_directory(path: Path) -> LoadResult:

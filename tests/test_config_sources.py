@@ -39,7 +39,6 @@ def test_an_empty_or_overlong_source_name_is_a_config_error(tmp_path, name):
     ({"type": "urls", "urls": ["http://"]}, "with a host"),
     ({"type": "sitemap", "url": "htp:/broken"}, "'htp:/broken' is not an http(s) URL"),
     ({"type": "sitemap", "url": "/var/www/sitemap.xml"}, "is not an http(s) URL"),
-    ({"type": "sitemap", "url": "https://a.test/s.xml", "urls": ["https://a.test/t.xml"]}, "reads one sitemap"),
     ({"type": "directory", "path": "docs", "urls": ["https://a.test/x"]}, "`urls` is not read by a directory source"),
     ({"type": "urls", "urls": ["https://a.test/x"], "path": "docs"}, "`path` is not read by a urls source"),
 ])

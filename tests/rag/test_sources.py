@@ -147,3 +147,22 @@ async def test_a_markdown_url_served_as_plain_text_is_markdown_and_an_html_view_
     assert docs["raw"].format == "markdown" and docs["raw"].title == "Refund policy"
     assert "title:" not in docs["raw"].text and "## Timing" in docs["raw"].text
     assert docs["blob"].format == "html" and "Refunds are processed" in docs["blob"].text
+
+
+async def test_a_sitemap_source_reads_every_sitemap_it_lists():
+    """DESIGN.md gives a source `path` or `urls`: a sitemap source with two sitemaps in `urls` read only
+    the first."""
+    def urlset(*paths: str) -> str:
+        locs = "".join(f"<url><loc>https://help.example{p}</loc></url>" for p in paths)
+        return f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{locs}</urlset>'
+
+    client, _ = fake_site({"/robots.txt": (200, "text/plain", "User-agent: *\nAllow: /\n"),
+                           "/docs.xml": (200, "application/xml", urlset("/billing")),
+                           "/blog.xml": (200, "application/xml", urlset("/notes.txt", "/billing")),
+                           "/billing": (200, "text/html", HTML), "/notes.txt": (200, "text/plain", "Just notes.")})
+    source = SourceSettings(name="site", type="sitemap",
+                            urls=["https://help.example/docs.xml", "https://help.example/blog.xml"])
+    async with client:
+        result = await load_source(source, client=client)
+    assert sorted(d.doc_id for d in result.documents) == ["https://help.example/billing",
+                                                          "https://help.example/notes.txt"]
