@@ -4,6 +4,7 @@ rate limits (its channels are in `gateway.channel_settings`). Re-exported by `ga
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -66,8 +67,6 @@ class SourceSettings(_Strict):
 
 
 def _fetchable(url: str) -> bool:
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - a port that is not a number raises here

@@ -107,11 +107,11 @@ class Answerer:
                     log.info("tool.called", tool=outcome.name, error=outcome.error, message_id=turn.message_id,
                              conversation_id=turn.conversation_id)
                 escalate = escalate or outcome.escalate
-                payload = bounded_result({"error": outcome.error} if outcome.error else outcome.result)
+                payload, content = bounded_result({"error": outcome.error} if outcome.error else outcome.result)
                 calls.append({"round": rounds, "id": call.id, "name": outcome.name, "arguments": outcome.arguments,
                               "result": payload})
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": render_tool_result(
-                    name=outcome.name, content=json.dumps(payload, default=str))})
+                messages.append({"role": "tool", "tool_call_id": call.id,
+                                 "content": render_tool_result(name=outcome.name, content=content)})
             if escalate:
                 break
         if escalate:
@@ -130,15 +130,16 @@ class Answerer:
                       answered=answered)
 
 
-def bounded_result(result: Any) -> Any:
-    """`result`, or its first `MAX_TOOL_RESULT_CHARS` as text when it is longer: a 3 MB answer went
-    whole into the prompt (which the provider refused, so the customer was told the assistant is down)
-    and into the stored turn."""
+def bounded_result(result: Any) -> tuple[Any, str]:
+    """(what to store, its JSON for the model): `result`, or its first `MAX_TOOL_RESULT_CHARS` as text
+    when it is longer. A 3 MB answer went whole into the prompt (which the provider refused, so the
+    customer was told the assistant is down) and into the stored turn."""
     text = json.dumps(result, default=str)
     if len(text) <= MAX_TOOL_RESULT_CHARS:
-        return result
-    return {"truncated": f"the first {MAX_TOOL_RESULT_CHARS:,} of {len(text):,} characters",
-            "text": text[:MAX_TOOL_RESULT_CHARS]}
+        return result, text
+    cut = {"truncated": f"the first {MAX_TOOL_RESULT_CHARS:,} of {len(text):,} characters",
+           "text": text[:MAX_TOOL_RESULT_CHARS]}
+    return cut, json.dumps(cut)
 
 
 def _found_something(result: Any) -> bool:

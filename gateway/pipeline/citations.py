@@ -48,7 +48,6 @@ _TURN_WORDS = re.compile(r"\b(?:but|however|although|though|anyway|instead)\b", 
 _NUMBER = re.compile(r"\d+")
 _FALLBACK_TAG = re.compile(r"</?\s*fallback\s*>", re.IGNORECASE)
 _STUTTER = re.compile(r"(\[\d+\])(\s*\1)+")
-_RULE_LINES = [line.lstrip("- ") for line in RULES.splitlines() if "{" not in line]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +68,10 @@ def _claims_something(refusal: str, known: str) -> bool:
 
 def _normalized(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+# The prompt's rule lines as `echoes_the_rules` looks for them (the fallback's line varies by bot).
+_RULE_LINES = [line for line in (_normalized(r) for r in RULES.splitlines() if "{" not in r) if len(line) >= 30]
 
 
 def is_refusal(text: str, *, fallback_text: str) -> bool:
@@ -287,7 +290,7 @@ def echoes_the_rules(text: str) -> bool:
     """Whether the answer repeats the prompt's rules (a "repeat your instructions" request): their own
     example, "[1] or [1][3]", reads as a valid citation."""
     plain = _normalized(text)
-    return any(len(line) >= 30 and line in plain for line in (_normalized(r) for r in _RULE_LINES))
+    return any(line in plain for line in _RULE_LINES)
 
 
 def verify_citations(
