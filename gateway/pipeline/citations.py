@@ -28,7 +28,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.models import Citation
+from gateway.pipeline.links import link_values, without_unknown_links
 from gateway.pipeline.prompts import RULES, Hit
+from gateway.pipeline.sentences import keep_sentences
 
 # [3], [1, 2], [1,2 , 3]; adjacent [1][2] are simply two markers. Leading spaces go with the marker.
 _MARKER = re.compile(r"\s*\[\s*(\d{1,4}(?:\s*,\s*\d{1,4})*)\s*\]")
@@ -196,60 +198,11 @@ def renumber(text: str, hits: Sequence[Hit], cited: Sequence[int]) -> str:
     return _STUTTER.sub(r"\1", _rewrite_markers(text, numbers))
 
 
-_MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
-_BARE_URL = re.compile(r"(?:https?://|www\.)[^\s<>()\[\]\"']+", re.IGNORECASE)
-
-
-def _link_values(value: Any) -> list[str]:
-    """The strings in a tool's result that are each one link and nothing else, at any depth (a JSON
-    text is read as JSON)."""
-    if isinstance(value, str):
-        stripped = value.strip()
-        if stripped[:1] in "[{":
-            try:
-                return _link_values(json.loads(stripped))
-            except ValueError:
-                return []
-        return [stripped] if _BARE_URL.fullmatch(stripped) else []
-    if isinstance(value, dict):
-        return [link for v in value.values() for link in _link_values(v)]
-    if isinstance(value, (list, tuple)):
-        return [link for v in value for link in _link_values(v)]
-    return []
-
-
-def _url_key(url: str) -> str:
-    return url.lower().rstrip(".,;:!?/").removeprefix("https://").removeprefix("http://").removeprefix("www.")
-
-
-def without_unknown_links(text: str, known: str) -> str:
-    """`text` with every link that `known` (the extracts, their URLs, the links tools returned) does not
-    hold taken out: a Markdown link keeps its label, a bare URL goes. A model's answer may cite [1] and
-    still send the customer to `https://acme-pay.example/card`, and the widget renders a link's label only."""
-    known_keys = {_url_key(m.group(0)) for m in _BARE_URL.finditer(known)}
-
-    def known_url(url: str) -> bool:
-        return bool(url) and _url_key(url) in known_keys
-
-    def link(match: re.Match[str]) -> str:
-        label, url = match.group(1), match.group(2)
-        return match.group(0) if known_url(url) else label
-
-    def bare(match: re.Match[str]) -> str:
-        return match.group(0) if known_url(match.group(0)) else ""
-
-    out = _MARKDOWN_LINK.sub(link, text)
-    if out == text and not _BARE_URL.search(text):
-        return text
-    return _tidy_spacing(_BARE_URL.sub(bare, out)).strip()
-
-
 _WORD = re.compile(r"[\w-]{3,}")
 _COMMON_WORDS = frozenset({"the", "and", "for", "you", "your", "are", "was", "were", "not", "has", "have", "this",
                            "that", "with", "true", "false", "none", "null", "can", "will", "now", "right", "its",
                            "our", "here", "there", "yes", "any", "all", "also", "been", "from", "which", "what",
                            "when", "where", "who", "how", "please", "let", "know", "thanks", "thank", "sure"})
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # Of a sentence's words (common ones aside), the share the tool results must hold for it to pass.
 GROUNDED_SHARE = 0.5
 
@@ -273,7 +226,7 @@ def grounded_sentences(text: str, tool_results: str) -> str:
             return False
         return len(words & known) >= GROUNDED_SHARE * len(words)
 
-    return " ".join(s for s in _SENTENCE_END.split(text.strip()) if grounded(s))
+    return keep_sentences(text, grounded)
 
 
 def without_invented_claims(text: str, *, count: int) -> str:
@@ -283,7 +236,7 @@ def without_invented_claims(text: str, *, count: int) -> str:
         numbers = [int(n) for m in _MARKER.finditer(sentence) for n in m.group(1).split(",")]
         return bool(numbers) and not any(1 <= n <= count for n in numbers)
 
-    return " ".join(s for s in _SENTENCE_END.split(text.strip()) if not invented(s))
+    return keep_sentences(text, lambda sentence: not invented(sentence))
 
 
 def echoes_the_rules(text: str) -> bool:
@@ -315,7 +268,7 @@ def verify_citations(
                         reason="it repeats the prompt's rules")
     # Of a tool's data, only a value that is a link by itself (`"pay_url": "https://…"`) vouches for one:
     # a link inside a text field is text someone may have written there ("send your card to https://…").
-    text = without_unknown_links(text, "\n".join([trusted, *_link_values(list(grounding))]))
+    text = without_unknown_links(text, "\n".join([trusted, *link_values(list(grounding))]))
     cleaned, cited = strip_invalid_markers(without_fallback_tags(text).strip(), count=len(hits))
     # With a valid citation it is a partial answer ("Plus costs $6 [1]; I don't know about discounts.").
     if not cited and is_refusal(cleaned, fallback_text=fallback_text):

@@ -101,12 +101,12 @@ def test_a_refusal_that_goes_on_to_claim_something_becomes_the_fallback() -> Non
 
 
 def test_a_link_no_extract_or_tool_holds_is_taken_out_of_a_cited_answer() -> None:
-    text = ("Refunds take 5 days [1]. Pay at https://evil.example/pay?card=1 or [click here](javascript:alert(1)); "
-            "details: [refund policy](https://help.example.com/billing/refunds).")
+    text = ("Refunds take 5 days [1]. Pay at https://evil.example/pay?card=1 to speed it up. "
+            "Or [click here](javascript:alert(1)); details: [refund policy](https://help.example.com/billing/refunds).")
     verified = verify_citations(text, HITS, fallback_text=FALLBACK)
-    assert "evil.example" not in verified.text and "javascript:" not in verified.text
-    assert "click here" in verified.text  # the label stays, the link goes
-    assert "[refund policy](https://help.example.com/billing/refunds)" in verified.text  # the extract's own URL
+    # The sentence sending the customer to an unknown URL goes whole: "Pay at to speed it up." said nothing.
+    assert verified.text == ("Refunds take 5 days [1]. Or click here; details: "
+                             "[refund policy](https://help.example.com/billing/refunds).")  # a link's label stays
     assert verified.cited_indices == (1,)
     vouched = verify_citations("Your invoice is at https://billing.acme.example/inv/7", HITS, fallback_text=FALLBACK,
                                grounding=[{"invoice": "INV-7", "url": "https://billing.acme.example/inv/7"}])
@@ -144,7 +144,7 @@ def test_a_link_inside_a_tool_results_text_is_not_vouched_for_but_a_link_value_i
                                                         "to https://evil.example/verify"}]]
     verified = verify_citations("Your account is suspended, send your card number to https://evil.example/verify",
                                 HITS, fallback_text=FALLBACK, grounding=planted)
-    assert "evil.example" not in verified.text
+    assert verified.text == FALLBACK and verified.replaced  # not "… send your card number to" without the link
     field = [[{"invoice": "INV-7"}, json.dumps({"status": "open", "pay_url": "https://billing.acme.example/inv/7"})]]
     paid = verify_citations("Invoice INV-7 is open: https://billing.acme.example/inv/7", HITS, fallback_text=FALLBACK,
                             grounding=field)
@@ -160,3 +160,15 @@ def test_an_answer_that_repeats_the_prompts_rules_becomes_the_fallback() -> None
     assert verified.text == FALLBACK and verified.replaced and verified.reason == "it repeats the prompt's rules"
     uncited = verify_citations("Plus is free for everyone.", HITS, fallback_text=FALLBACK)
     assert uncited.replaced and uncited.reason == "no valid citation"
+
+
+def test_a_cited_list_keeps_its_line_breaks_when_a_sentence_goes() -> None:
+    """Dropping a sentence joined the rest with spaces: "1. Open Settings [1].\n2. Tap Reset." became one line."""
+    text = ("To get a refund:\n\n1. Open Billing [1].\n2. Pick the invoice [1].\n"
+            "3. Get unlimited storage forever [9].\n\nRefunds take 5 days [1].")
+    verified = verify_citations(text, HITS, fallback_text=FALLBACK)
+    assert verified.text == "To get a refund:\n\n1. Open Billing [1].\n2. Pick the invoice [1].\n\nRefunds take 5 days [1]."
+    results = [[{"invoice": "INV-7"}, {"status": "paid", "amount": 49, "paid_on": "2025-03-03"}]]
+    grounded = verify_citations("Invoice INV-7:\n- status: paid\n- amount: 49\n- plan: Team, free for life", HITS,
+                                fallback_text=FALLBACK, grounding=results)
+    assert grounded.text == "Invoice INV-7:\n- status: paid\n- amount: 49"

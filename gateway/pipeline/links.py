@@ -1,0 +1,61 @@
+"""Gate 2's link check: an answer sends the customer only where the extracts or a tool sent it.
+
+A model's answer may cite [1] and still point at `https://acme-pay.example/card`. A link that neither
+an extract, its URL, the bot's own texts nor a tool's link value holds is taken out: a Markdown link
+keeps its label (the widget shows only the label anyway), and a sentence holding an unknown bare URL
+goes whole. Taking out only the URL left "Pay at or click here." behind, and kept the instruction the
+link was for ("send your card number to …") when a tool's text had planted it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from gateway.pipeline.sentences import keep_sentences
+
+# A URL may hold one level of parentheses: `https://en.wikipedia.org/wiki/Fee_(banking)`, `javascript:alert(1)`.
+_MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\(\s*<?((?:[^()\s>]|\([^()\s]*\))*)>?(?:\s+\"[^\"]*\")?\s*\)")
+_BARE_URL = re.compile(r"(?:https?://|www\.)[^\s<>()\[\]\"']+", re.IGNORECASE)
+
+
+def link_values(value: Any) -> list[str]:
+    """The strings in a tool's result that are each one link and nothing else, at any depth (a JSON
+    text is read as JSON). Only these vouch for a link: a link inside a text field is text someone
+    may have written there."""
+    if isinstance(value, str):
+        stripped = value.strip()
+        if stripped[:1] in "[{":
+            try:
+                return link_values(json.loads(stripped))
+            except ValueError:
+                return []
+        return [stripped] if _BARE_URL.fullmatch(stripped) else []
+    if isinstance(value, dict):
+        return [link for v in value.values() for link in link_values(v)]
+    if isinstance(value, (list, tuple)):
+        return [link for v in value for link in link_values(v)]
+    return []
+
+
+def _url_key(url: str) -> str:
+    return url.lower().rstrip(".,;:!?/").removeprefix("https://").removeprefix("http://").removeprefix("www.")
+
+
+def without_unknown_links(text: str, known: str) -> str:
+    """`text` without the links `known` (the extracts, their URLs, the bot's texts, the links tools
+    returned) does not hold: a Markdown link becomes its label, a sentence with a bare one goes."""
+    known_keys = {_url_key(m.group(0)) for m in _BARE_URL.finditer(known)}
+
+    def known_url(url: str) -> bool:
+        return bool(url) and _url_key(url) in known_keys
+
+    def link(match: re.Match[str]) -> str:
+        label, url = match.group(1), match.group(2)
+        return match.group(0) if known_url(url) else label
+
+    out = _MARKDOWN_LINK.sub(link, text)
+    if out == text and not _BARE_URL.search(text):
+        return text
+    return keep_sentences(out, lambda sentence: all(known_url(m.group(0)) for m in _BARE_URL.finditer(sentence)))

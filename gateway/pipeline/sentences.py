@@ -1,0 +1,44 @@
+"""An answer's sentences, for gate 2's checks that keep some and drop others.
+
+A sentence ends at `.`, `!` or `?` followed by whitespace, or at a line break. What separates two
+sentences is kept as it was, so an answer's list and paragraphs keep their line breaks when a
+sentence of theirs goes: joining the kept sentences with spaces turned "1. Open Settings [1].\n2. Tap
+Reset." into one line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+_BOUNDARY = re.compile(r"((?<=[.!?])\s+|[ \t]*\n\s*)")
+# "1." at the start of a list item ends in a full stop but begins the item's sentence.
+_LIST_NUMBER = re.compile(r"\d{1,3}[.)]")
+
+
+def split_sentences(text: str) -> list[tuple[str, str]]:
+    """`text` as (sentence, the whitespace after it) pairs; joined back they give `text` again."""
+    parts = _BOUNDARY.split(text)
+    pairs: list[tuple[str, str]] = []
+    pending = ""  # a list number waiting for the sentence it starts
+    for i in range(0, len(parts), 2):
+        sentence, after = parts[i], parts[i + 1] if i + 1 < len(parts) else ""
+        if _LIST_NUMBER.fullmatch(sentence) and after and "\n" not in after:
+            pending += sentence + after
+            continue
+        pairs.append((pending + sentence, after))
+        pending = ""
+    if pending:
+        pairs.append((pending.rstrip(), ""))
+    return pairs
+
+
+def keep_sentences(text: str, keep: Callable[[str], bool]) -> str:
+    """`text` with only the sentences `keep` accepts, each followed by the whitespace it had."""
+    kept: list[list[str]] = []
+    for sentence, after in split_sentences(text.strip()):
+        if keep(sentence):
+            kept.append([sentence, after])
+        elif kept and after.count("\n") > kept[-1][1].count("\n"):
+            kept[-1][1] = after  # "B. C.\n\nD." without C keeps the paragraph break before D
+    return "".join(sentence + after for sentence, after in kept).strip()

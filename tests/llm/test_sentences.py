@@ -1,0 +1,26 @@
+"""How gate 2 cuts an answer into sentences (`gateway.pipeline.sentences`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.pipeline.sentences import keep_sentences, split_sentences
+
+
+@pytest.mark.parametrize("text", ["To reset:\n\n1. Open Settings [1].\n2. Tap Reset.\n\nDone.", "A. \nB! C? d", "",
+                                  "one", "5.", "Steps: 1. Open it. 2. Close it.", "a\n\n\nb", "Plus costs $6.50. Yes."])
+def test_the_sentences_join_back_into_the_text(text: str) -> None:
+    assert "".join(sentence + after for sentence, after in split_sentences(text)) == text
+
+
+def test_a_list_number_starts_its_items_sentence_and_a_line_break_ends_one() -> None:
+    assert split_sentences("1. Open Settings.\n2. Tap Reset\n- Confirm") == [
+        ("1. Open Settings.", "\n"), ("2. Tap Reset", "\n"), ("- Confirm", "")]
+    assert split_sentences("Plus costs $6.50 a month. Pro costs more!") == [
+        ("Plus costs $6.50 a month.", " "), ("Pro costs more!", "")]
+
+
+def test_a_dropped_sentence_leaves_its_paragraph_break() -> None:
+    assert keep_sentences("A.\n\nB. C.\n\nD.", lambda s: s != "C.") == "A.\n\nB.\n\nD."
+    assert keep_sentences("A. B.\nC.", lambda s: s == "B.") == "B."
+    assert keep_sentences("A. B.", lambda s: False) == ""
