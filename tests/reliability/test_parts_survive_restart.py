@@ -19,6 +19,7 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import select, update
+from structlog.testing import capture_logs
 
 from channels.base import ChannelAdapter
 from channels.discord import DiscordAdapter
@@ -238,11 +239,17 @@ async def test_telegram_part_one_is_not_resent_after_a_restart(migrated_url):
         question = InboundMessage(channel="telegram", external_id="700001", sender=Sender(TG_CHAT), text="Plans?",
                                   conversation=ConversationRef(channel="telegram", chat=TG_CHAT),
                                   raw={"message_id": 42})
-        first, final = await _interrupted_then_resumed(
-            migrated_url, "telegram", inbound=question, text=text,
-            adapter=lambda: TelegramAdapter(BOT, settings, username="support_bot"),
-            refuse_part_two=lambda: telegram.fail_next("sendMessage", status=429, retry_after=60, skip=1))
+        with capture_logs() as logs:
+            first, final = await _interrupted_then_resumed(
+                migrated_url, "telegram", inbound=question, text=text,
+                adapter=lambda: TelegramAdapter(BOT, settings, username="support_bot"),
+                refuse_part_two=lambda: telegram.fail_next("sendMessage", status=429, retry_after=60, skip=1))
         sent = [m for m in telegram.sent if str(m.chat_id) == TG_CHAT]
+    # Each send's log line names the customer's message it answers: grepping that id follows the reply.
+    sends = [e for e in logs if e["event"] in ("outbound.retry_scheduled", "outbound.sent")]
+    assert [e["event"] for e in sends] == ["outbound.retry_scheduled", "outbound.sent"]
+    assert {e["reply_to"] for e in sends} == {final.reply_to_id} and final.reply_to_id is not None
+    assert {e["message_id"] for e in sends} == {final.id}
     assert [m.text.split(".")[0] for m in sent] == ["Part one", "Part two"]  # each part once, in order
     assert sent[0].reply_to == 42 and sent[1].reply_to is None
     assert first.provider_ids == []
