@@ -7,6 +7,8 @@ which become `StatusUpdate`s. Twilio sends no timestamp, so there is no stalenes
 deduplicated by `MessageSid`. Twilio signs the fields joined with no separator, so a captured request
 can be re-cut (`MessageSid=SM1` + `NumMedia=0` → `MessageSid=SM1NumMedia0`) and still verify: the
 copies of the message id Twilio sends (`SmsMessageSid`, `SmsSid`) must then agree, or it is refused.
+Folding those copies into key names leaves one id, so an id that begins like Twilio's (`SM` or `MM`
+and 32 hex digits) must also end there: the re-cut's id carries the next field along.
 
 Outbound: the answer's Markdown becomes WhatsApp's light formatting (`*bold*`, `_italic_`,
 `~strike~`, ```` ``` ```` code; links as "title (url)"), split at Twilio's 1,600 characters, counted in
@@ -28,6 +30,7 @@ import asyncio
 import contextvars
 import hashlib
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
@@ -48,6 +51,17 @@ from channels.whatsapp_render import to_whatsapp
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
 from gateway.models import Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender, as_utc
 from gateway.settings import WhatsAppChannel
+
+# A message's id as Twilio writes it: SM (text) or MM (media), then 32 hex digits.
+_SID = re.compile(r"(?:SM|MM)[0-9a-f]{32}")
+
+
+def _contact_id(wa_id: str, sender: str) -> str:
+    """The customer as one id, `+14155550123`, whether Twilio sent `WaId` (`14155550123`) or only
+    `From` (`whatsapp:+14155550123`): the two gave one person two ids, and a tool two customers."""
+    if wa_id.isdigit():
+        return f"+{wa_id}"
+    return sender.removeprefix("whatsapp:")
 
 log = structlog.get_logger(__name__)
 
@@ -157,9 +171,13 @@ class WhatsAppAdapter:
         sid = form.get("MessageSid") or form.get("SmsMessageSid") or form.get("SmsSid")
         if not sid:
             raise BadRequest("Twilio webhook without MessageSid")
-        if len({form[k] for k in ("MessageSid", "SmsMessageSid", "SmsSid") if form.get(k)}) > 1:
+        copies = {form[k] for k in ("MessageSid", "SmsMessageSid", "SmsSid") if form.get(k)}
+        if len(copies) > 1:
             # A re-cut replay of a signed request (module docstring), never something Twilio sends.
             raise BadRequest("Twilio webhook whose MessageSid, SmsMessageSid and SmsSid differ")
+        if _SID.match(sid) and not _SID.fullmatch(sid):
+            # The other copies folded into key names, and the id carries the next field: "SM…32 hex…NumMedia0".
+            raise BadRequest("Twilio webhook whose MessageSid runs past Twilio's 34 characters")
         if "MessageStatus" in form and form.get("SmsStatus") != "received":
             return self._status(sid, form)
         sender = form.get("From", "")
@@ -178,7 +196,7 @@ class WhatsAppAdapter:
             # (with or without `whatsapp:`), so a reply goes back the same way.
             conversation=ConversationRef(channel=CHANNEL, workspace=form.get("To", ""), chat=sender),
             sender=Sender(
-                external_id=form.get("WaId") or sender.removeprefix("whatsapp:"),
+                external_id=_contact_id(form.get("WaId", ""), sender),
                 display_name=form.get("ProfileName", ""),
             ),
             text=text,

@@ -117,6 +117,20 @@ def test_whatsapp_a_recut_replay_verifies_but_is_refused(adapter: WhatsAppAdapte
     assert adapter.parse(original).messages[0].external_id == sid
     with pytest.raises(BadRequest, match="differ"):
         adapter.parse(forged)
+    # The copies folded into key names too (review): one id is left, carrying the next field along.
+    folded = {k: v for k, v in form.items() if k not in ("MessageSid", "NumMedia", "SmsMessageSid", "SmsStatus")} | {
+        "MessageSid" + sid + "NumMedia": "0", "SmsMessageSid": sid + "SmsSid" + sid}
+    folded.pop("SmsSid")
+    assert sorted_concat(folded) == sorted_concat(form)
+    forged = RawRequest(url=original.url, headers=original.headers, query={}, body=urlencode(folded).encode())
+    adapter.verify(forged)
+    with pytest.raises(BadRequest, match="34 characters"):
+        adapter.parse(forged)
+
+
+def sorted_concat(form: dict[str, str]) -> str:
+    """What Twilio signs after the URL: the fields sorted by name, each name followed by its value."""
+    return "".join(k + form[k] for k in sorted(form))
 
 
 # -- every fixture --------------------------------------------------------------------------
@@ -151,7 +165,7 @@ def test_whatsapp_parse_fixture_outcomes(adapter: WhatsAppAdapter) -> None:
         return adapter.parse(_signed(json.loads(next(FIXTURES.rglob(name)).read_text())))
 
     assert parse("inbound_quote_reply.json").messages[0].reply_to == "someUniqueSid"
-    assert parse("inbound_text_message.json").messages[0].sender.external_id == "491511234567"
+    assert parse("inbound_text_message.json").messages[0].sender.external_id == "+491511234567"
     assert parse("null_bytes_in_body.json").messages[0].text == "remove null bytes"
     assert parse("whatsapp_brazil_number_profile_name_nonascii.json").messages[0].sender.display_name == "João Silva"
     failed = parse("status_callback_failed.json").status_updates[0]
@@ -331,3 +345,16 @@ async def test_whatsapp_send_retries_then_fails_when_twilio_is_unreachable() -> 
     finally:
         await adapter.stop()
     assert "unreachable" in str(info.value) and not info.value.permanent
+
+
+def test_whatsapp_one_customer_is_one_contact_with_or_without_waid(adapter: WhatsAppAdapter) -> None:
+    """`WaId` gave `14155550123`, `From` alone `+14155550123`: one person, two contacts, and the demo
+    invoice owned by `whatsapp:+14155550123` was nobody's (review)."""
+    sid = "SM" + "d" * 32
+    form = {"MessageSid": sid, "From": "whatsapp:+14155550123", "To": "whatsapp:+15550001111", "Body": "my invoice?"}
+    with_waid = adapter.parse(_signed(form | {"WaId": "14155550123"})).messages[0]
+    without = adapter.parse(_signed(form)).messages[0]
+    assert with_waid.sender.external_id == without.sender.external_id == "+14155550123"
+    invoices = json.loads((Path(__file__).parents[2] / "examples/tools/invoices.json").read_text())["invoices"]
+    owners = {i["owner"]["contact_external_id"] for i in invoices if i["owner"]["channel"] == "whatsapp"}
+    assert owners == {"+14155550123"}
