@@ -118,8 +118,10 @@ class Answerer:
             return Answer(text=bot.escalation.acknowledgement, tool_calls=calls, usage=usage, escalate=escalate,
                           answered=False)
         # An answer grounded in a tool result (an invoice's status) has nothing to cite from the extracts.
-        grounding = [[c["arguments"], c["result"]] for c in calls if _found_something(c["result"])]
-        verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text, grounding=grounding,
+        grounded = [c for c in calls if _found_something(c["result"])]
+        verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text,
+                                    grounding=[c["result"] for c in grounded],
+                                    tool_arguments=[c["arguments"] for c in grounded],
                                     vouched=bot.system_prompt or "", question=turn.text)
         if verified.replaced:
             log.info("gate2.replaced", reason=verified.reason, message_id=turn.message_id,

@@ -252,14 +252,16 @@ def verify_citations(
     *,
     fallback_text: str,
     grounding: Sequence[Any] = (),
+    tool_arguments: Sequence[Any] = (),
     vouched: str = "",
     question: str = "",
 ) -> Verified:
-    """Gate 2. `grounding`: the tool results (with their arguments) an uncited answer may rest on
-    instead of an extract; its sentences that say nothing of them go (`grounded_sentences`). Links
-    that neither the extracts, `grounding` nor `vouched` (the bot's own texts) hold are taken out
+    """Gate 2. `grounding`: the tool results an uncited answer may rest on instead of an extract; its
+    sentences that say nothing of them go (`grounded_sentences`). The calls' `tool_arguments` count
+    as words (the invoice number asked about) but vouch for no link: the model wrote them. Links that
+    neither the extracts, `grounding` nor `vouched` (the bot's own texts) hold are taken out
     (`without_unknown_links`). `question` is the customer's: a number from it is no claim."""
-    tool_text = json.dumps(list(grounding), default=str) if grounding else ""
+    tool_text = json.dumps([*tool_arguments, *grounding], default=str) if grounding else ""
     trusted = "\n".join([*(getattr(h, "text", "") or "" for h in hits), *(h.url or "" for h in hits),
                           fallback_text, vouched])
     known = f"{trusted}\n{tool_text}"

@@ -172,3 +172,16 @@ def test_a_cited_list_keeps_its_line_breaks_when_a_sentence_goes() -> None:
     grounded = verify_citations("Invoice INV-7:\n- status: paid\n- amount: 49\n- plan: Team, free for life", HITS,
                                 fallback_text=FALLBACK, grounding=results)
     assert grounded.text == "Invoice INV-7:\n- status: paid\n- amount: 49"
+
+
+def test_a_link_in_the_models_own_tool_arguments_vouches_for_nothing() -> None:
+    """The model writes a call's arguments: `{"query": "https://acme-billing.example/pay"}` let it vouch for
+    its own link once the search found anything (review)."""
+    found = [{"results": [{"service": "billing", "status": "operational"}]}]
+    text = "Billing is operational. Pay at [Acme billing](https://acme-billing.example/pay)."
+    verified = verify_citations(text, HITS, fallback_text=FALLBACK, grounding=found,
+                                tool_arguments=[{"query": "https://acme-billing.example/pay"}])
+    assert verified.text == "Billing is operational. Pay at Acme billing."
+    invoice = verify_citations("Invoice INV-7 is paid.", HITS, fallback_text=FALLBACK,
+                               grounding=[{"found": True, "status": "paid"}], tool_arguments=[{"invoice": "INV-7"}])
+    assert invoice.text == "Invoice INV-7 is paid."  # the number asked about still counts as a word
