@@ -3,7 +3,8 @@
 A model's answer may cite [1] and still point at `https://acme-pay.example/card`. A link that neither
 an extract, its URL, the bot's own texts nor a tool's link value holds is taken out: a Markdown link
 keeps its label (the widget shows only the label anyway), and a sentence holding an unknown bare URL
-goes whole. Taking out only the URL left "Pay at or click here." behind, and kept the instruction the
+goes whole. A bare domain with a common top-level domain ("acme-billing.com/pay") is a link too: chat
+apps make it one. Taking out only the URL left "Pay at or click here." behind, and kept the instruction the
 link was for ("send your card number to …") when a tool's text had planted it.
 """
 
@@ -17,7 +18,14 @@ from gateway.pipeline.sentences import keep_sentences
 
 # A URL may hold one level of parentheses: `https://en.wikipedia.org/wiki/Fee_(banking)`, `javascript:alert(1)`.
 _MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\(\s*<?((?:[^()\s>]|\([^()\s]*\))*)>?(?:\s+\"[^\"]*\")?\s*\)")
-_BARE_URL = re.compile(r"(?:https?://|www\.)[^\s<>()\[\]\"']+", re.IGNORECASE)
+# Chat apps turn a bare domain into a link too ("enter your card at acme-billing.com/pay"), so one with a
+# common top-level domain counts; "config.yaml", "README.md" and "node.js" do not.
+_TLDS = ("com|net|org|io|co|ai|app|dev|info|biz|me|xyz|online|site|shop|store|link|click|top|live|ly|gg|tv|cc|ws"
+         "|us|uk|de|fr|es|it|nl|eu|ru|cn|in|br|au|ca|ch|se|pl|jp|example")
+_BARE_URL = re.compile(
+    r"(?:https?://|www\.)[^\s<>()\[\]\"']+"
+    rf"|(?<![\w@./:-])(?:[a-z0-9](?:[a-z0-9-]{{0,61}}[a-z0-9])?\.)+(?:{_TLDS})\b(?![.-]\w)(?:/[^\s<>()\[\]\"']*)?",
+    re.IGNORECASE)
 
 
 def link_values(value: Any) -> list[str]:

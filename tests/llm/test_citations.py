@@ -185,3 +185,12 @@ def test_a_link_in_the_models_own_tool_arguments_vouches_for_nothing() -> None:
     invoice = verify_citations("Invoice INV-7 is paid.", HITS, fallback_text=FALLBACK,
                                grounding=[{"found": True, "status": "paid"}], tool_arguments=[{"invoice": "INV-7"}])
     assert invoice.text == "Invoice INV-7 is paid."  # the number asked about still counts as a word
+
+
+def test_a_bare_domain_is_a_link_too() -> None:
+    """Chat apps make "acme-billing.com/pay" a link, and it passed gate 2 for lacking `https://` (review)."""
+    text = ("Plus costs $6 per user per month [1]. To upgrade, enter your card at acme-billing.com/pay.\n"
+            "Details are in config.yaml and README.md, or at help.example.com/billing/refunds [1].")
+    verified = verify_citations(text, HITS, fallback_text=FALLBACK)
+    assert verified.text == ("Plus costs $6 per user per month [1].\n"
+                             "Details are in config.yaml and README.md, or at help.example.com/billing/refunds [1].")
