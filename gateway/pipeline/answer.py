@@ -80,11 +80,14 @@ class Answerer:
                 # After the last round the tools stay listed (the history refers to them) but are off.
                 kwargs = {"tools": schemas, "tool_choice": "none" if last_round else "auto"}
             # Held until it cites (`held_stream`): gate 2 would replace an uncited text after it was shown.
-            on_token = HeldStream(turn.on_token, extracts=len(hits), hits=hits) if turn.on_token else None
+            on_token = (HeldStream(turn.on_token, extracts=len(hits), hits=hits, system_prompt=bot.system_prompt or "")
+                        if turn.on_token else None)
             result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages,
                                               on_token=on_token, metadata=_metadata(turn), **kwargs)
             usage.append(usage_row(result))
             if not result.tool_calls:
+                if on_token is not None:
+                    await on_token.finish(result.text or "")
                 break
             if last_round or tools is None:
                 # A model that ignores tool_choice="none": its calls are not run, but still answered.

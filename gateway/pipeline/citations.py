@@ -72,7 +72,7 @@ def _normalized(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
-# The prompt's rule lines as `echoes_the_rules` looks for them (the fallback's line varies by bot).
+# The prompt's rule lines as `echoes_the_prompt` looks for them (the fallback's line varies by bot).
 _RULE_LINES = [line for line in (_normalized(r) for r in RULES.splitlines() if "{" not in r) if len(line) >= 30]
 
 
@@ -239,11 +239,36 @@ def without_invented_claims(text: str, *, count: int) -> str:
     return keep_sentences(text, lambda sentence: not invented(sentence))
 
 
-def echoes_the_rules(text: str) -> bool:
-    """Whether the answer repeats the prompt's rules (a "repeat your instructions" request): their own
-    example, "[1] or [1][3]", reads as a valid citation."""
+ECHO_WORDS = 10
+"""A run of this many words of the bot's own system prompt in an answer repeats the prompt: an operator's
+"INTERNAL: retention discount up to 40%" went out with one valid marker. Shorter runs are phrases an
+answer shares by chance ("the support assistant of Acme")."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromptEcho:
+    """What `echoes_the_prompt` looks for beyond the rules: the system prompt's runs of `ECHO_WORDS`
+    words that no extract holds (an extract may say what the prompt says, and the answer may quote it)."""
+
+    runs: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, system_prompt: str, hits: Sequence[Hit] = ()) -> PromptEcho:
+        words = _normalized(system_prompt).split()
+        extracts = _normalized(" ".join(getattr(h, "text", "") or "" for h in hits))
+        runs = (" ".join(words[i:i + ECHO_WORDS]) for i in range(len(words) - ECHO_WORDS + 1))
+        return cls(frozenset(run for run in runs if run not in extracts))
+
+
+def echoes_the_prompt(text: str, echo: PromptEcho = PromptEcho()) -> bool:
+    """Whether the answer repeats the prompt (a "repeat your instructions" request): a line of the
+    rules, whose own example "[1] or [1][3]" reads as a valid citation, or a run of the system prompt."""
     plain = _normalized(text)
-    return any(line in plain for line in _RULE_LINES)
+    if any(line in plain for line in _RULE_LINES):
+        return True
+    words = plain.split()
+    return bool(echo.runs) and any(" ".join(words[i:i + ECHO_WORDS]) in echo.runs
+                                   for i in range(len(words) - ECHO_WORDS + 1))
 
 
 def verify_citations(
@@ -265,9 +290,9 @@ def verify_citations(
     trusted = "\n".join([*(getattr(h, "text", "") or "" for h in hits), *(h.url or "" for h in hits),
                           fallback_text, vouched])
     known = f"{trusted}\n{tool_text}"
-    if echoes_the_rules(text):
+    if echoes_the_prompt(text, PromptEcho.of(vouched, hits)):
         return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True,
-                        reason="it repeats the prompt's rules")
+                        reason="it repeats the prompt")
     # Of a tool's data, only a value that is a link by itself (`"pay_url": "https://…"`) vouches for one:
     # a link inside a text field is text someone may have written there ("send your card to https://…").
     text = without_unknown_links(text, "\n".join([trusted, *link_values(list(grounding))]))

@@ -5,7 +5,12 @@ an answer (an uncited claim, or text written under a prompt injection) was shown
 only then replaced. So the tokens of one model call are held until the text so far holds a marker
 [n] of an extract the model was given; then everything held goes out at once and the rest streams
 as it comes. A refusal or an uncited answer is never streamed: the final reply shows it whole. The
-cost is that the first sentence appears at once rather than word by word.
+cost is that the answer appears a sentence at a time rather than word by word.
+
+After that, text goes out a whole sentence at a time, since gate 2 judges sentences: one whose every
+marker names no extract ("… a free phone [7].") is dropped, as gate 2 drops it, and once the text
+repeats the prompt (`echoes_the_prompt`: a rules line, or a run of the bot's system prompt) nothing
+more of the call is streamed. The last sentence goes out when the call ends (`finish`).
 
 What goes out is rewritten as gate 2 rewrites the final reply, so the streamed text and the reply
 read the same: the first document cited is [1], the next new one [2] (the model's [3] then [1]
@@ -19,8 +24,17 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 
-from gateway.pipeline.citations import CitationNumbers, cites_an_extract, number_markers, without_fallback_tags
+from gateway.pipeline.citations import (
+    CitationNumbers,
+    PromptEcho,
+    cites_an_extract,
+    echoes_the_prompt,
+    number_markers,
+    without_fallback_tags,
+    without_invented_claims,
+)
 from gateway.pipeline.prompts import Hit
+from gateway.pipeline.sentences import BOUNDARY, LIST_NUMBER_BEFORE
 
 TokenCallback = Callable[[str], Awaitable[None]]
 MARKER_REACH = 40
@@ -42,16 +56,26 @@ _LINK_START = re.compile(r"https?:|www\.|\]\(", re.IGNORECASE)
 yet: from the first link on, nothing more of this call is streamed and the final reply shows it whole,
 so no made-up payment page is on screen, even for a moment."""
 LINK_REACH = 8
-_LINK_PREFIX = re.compile(r"(?<![\w])(?:h|ht|htt|https?|w|ww|www)$", re.IGNORECASE)
-"""A word at the very end that may be the start of a link ("Pay at ht"): held for the next token."""
+MAX_SENTENCE_CHARS = 1500
+"""A sentence held longer than this without ending stops the stream (the final reply shows the rest):
+what is held is searched on every token, so it must stay short."""
+ECHO_REACH = 1000
+"""How much of the text shown is kept to look for the prompt in: longer than any rules line."""
 
 
 class HeldStream:
     """Wraps `on_token` for one model call that was given `extracts` numbered extracts. With `hits`,
-    extracts of one document share a number, as in the final reply."""
+    extracts of one document share a number, as in the final reply. `system_prompt`: the bot's own,
+    which the stream must not repeat."""
 
-    def __init__(self, on_token: TokenCallback, *, extracts: int, hits: Sequence[Hit] | None = None) -> None:
+    def __init__(self, on_token: TokenCallback, *, extracts: int, hits: Sequence[Hit] | None = None,
+                 system_prompt: str = "") -> None:
         self._on_token = on_token
+        self._echo = PromptEcho.of(system_prompt, hits or ())
+        self._said = ""  # the end of the text released so far, to look for the prompt in
+        self._received: list[str] = []  # every token, to tell whether the call's text is what streamed
+        self._looked = 0  # how far `_pending` was searched for sentence ends
+        self._sentence_ends: list[int] = []  # where the whole sentences in `_pending` end
         self._extracts = extracts
         self._numbers = CitationNumbers.for_hits(hits) if hits is not None else CitationNumbers(range(extracts))
         self._held: list[str] = []
@@ -64,6 +88,7 @@ class HeldStream:
         self._stopped = False  # a link came: the rest waits for the final reply (`_LINK_START`)
 
     async def __call__(self, token: str) -> None:
+        self._received.append(token)
         if self._stopped:
             return
         if self._released:
@@ -80,19 +105,40 @@ class HeldStream:
             return
         self._tail = window[-MARKER_REACH:]
 
-    async def _show_settled(self) -> None:
+    async def finish(self, text: str) -> None:
+        """The call ended with `text` and no tool call: when that is what streamed, its last sentence,
+        complete now, goes out too (after a broken stream the text is a retry's, which never streams)."""
+        if self._released and not self._stopped and "".join(self._received) == text:
+            await self._show_settled(ended=True)
+
+    async def _show_settled(self, *, ended: bool = False) -> None:
         if _LINK_START.search(self._shown_tail + self._pending):
             self._stopped, self._pending = True, ""
             return
         # A whole tag goes first, as in gate 2: cut out of the middle of a piece it would leave a double space.
         self._pending = without_fallback_tags(self._pending)
-        cut = _UNSETTLED.search(self._pending, max(0, len(self._pending) - UNSETTLED_REACH)).start()
-        if prefix := _LINK_PREFIX.search(self._pending, 0, cut):
-            cut = prefix.start()
+        if ended:
+            self._pending = self._pending.rstrip()
+            cut = len(self._pending)
+        else:
+            unsettled = _UNSETTLED.search(self._pending, max(0, len(self._pending) - UNSETTLED_REACH)).start()
+            cut = self._sentence_end_before(unsettled)
         if cut == 0:
+            if len(self._pending) > MAX_SENTENCE_CHARS:
+                self._stopped, self._pending = True, ""
             return
-        piece = number_markers(self._pending[:cut], self._numbers)
-        self._pending = self._pending[cut:]
+        sentences, self._pending = self._pending[:cut], self._pending[cut:]
+        self._looked = max(0, self._looked - cut)
+        self._sentence_ends = [end - cut for end in self._sentence_ends if end > cut]
+        self._said = (self._said + sentences)[-ECHO_REACH:]
+        if echoes_the_prompt(self._said, self._echo):
+            self._stopped, self._pending = True, ""
+            return
+        lead = sentences[: len(sentences) - len(sentences.lstrip())]
+        kept = without_invented_claims(sentences.lstrip(), count=self._extracts)
+        if not kept:
+            return
+        piece = number_markers(lead + kept, self._numbers)
         if self._last_marker:  # "[1] [1]" reads as a stutter, also when the two came in different pieces
             piece = re.sub(rf"^(?:\s*{re.escape(self._last_marker)})+", "", piece)
         if not self._shown:
@@ -104,3 +150,14 @@ class HeldStream:
         ends_with = _LAST_MARKER.search(piece)
         self._last_marker = ends_with.group(0) if ends_with else ""
         await self._on_token(piece)
+
+    def _sentence_end_before(self, limit: int) -> int:
+        """Where the last whole sentence held that ends by `limit` ends: the start of the whitespace after
+        it; 0 if none. Only what came since the last look is searched (a sentence end's match starts at
+        its first space, so it is found when that space comes)."""
+        for match in BOUNDARY.finditer(self._pending, self._looked):
+            if "\n" in match.group(0) or not LIST_NUMBER_BEFORE.search(self._pending, max(0, match.start() - 8),
+                                                                     match.start()):
+                self._sentence_ends.append(match.start())
+        self._looked = len(self._pending)
+        return max((end for end in self._sentence_ends if end <= limit), default=0)

@@ -11,14 +11,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-_BOUNDARY = re.compile(r"((?<=[.!?])\s+|[ \t]*\n\s*)")
+# `(?<![ \t])`: a line break's match starts where its run of spaces does, so a long run costs linear time.
+BOUNDARY = re.compile(r"((?<=[.!?])\s+|(?<![ \t])[ \t]*\n\s*)")
 # "1." at the start of a list item ends in a full stop but begins the item's sentence.
 _LIST_NUMBER = re.compile(r"\d{1,3}[.)]")
+LIST_NUMBER_BEFORE = re.compile(r"^[ \t]*\d{1,3}[.)]$", re.MULTILINE)
+"""A list number ending just where it is searched up to (`endpos`): no sentence ends after it."""
 
 
 def split_sentences(text: str) -> list[tuple[str, str]]:
     """`text` as (sentence, the whitespace after it) pairs; joined back they give `text` again."""
-    parts = _BOUNDARY.split(text)
+    parts = BOUNDARY.split(text)
     pairs: list[tuple[str, str]] = []
     pending = ""  # a list number waiting for the sentence it starts
     for i in range(0, len(parts), 2):
@@ -42,3 +45,4 @@ def keep_sentences(text: str, keep: Callable[[str], bool]) -> str:
         elif kept and after.count("\n") > kept[-1][1].count("\n"):
             kept[-1][1] = after  # "B. C.\n\nD." without C keeps the paragraph break before D
     return "".join(sentence + after for sentence, after in kept).strip()
+

@@ -157,7 +157,7 @@ def test_an_answer_that_repeats_the_prompts_rules_becomes_the_fallback() -> None
 
     echoed = "Sure! My instructions: " + RULES.replace("{fallback_tag}", "fallback").replace("{fallback}", FALLBACK)
     verified = verify_citations(echoed, HITS, fallback_text=FALLBACK)
-    assert verified.text == FALLBACK and verified.replaced and verified.reason == "it repeats the prompt's rules"
+    assert verified.text == FALLBACK and verified.replaced and verified.reason == "it repeats the prompt"
     uncited = verify_citations("Plus is free for everyone.", HITS, fallback_text=FALLBACK)
     assert uncited.replaced and uncited.reason == "no valid citation"
 
@@ -194,3 +194,18 @@ def test_a_bare_domain_is_a_link_too() -> None:
     verified = verify_citations(text, HITS, fallback_text=FALLBACK)
     assert verified.text == ("Plus costs $6 per user per month [1].\n"
                              "Details are in config.yaml and README.md, or at help.example.com/billing/refunds [1].")
+
+
+def test_an_answer_that_repeats_the_system_prompt_becomes_the_fallback() -> None:
+    """One valid marker let the operator's own prompt out whole, "INTERNAL" line and all (review)."""
+    prompt = ("You are the support assistant of Acme. INTERNAL: agents may offer a retention discount of up to "
+              "40% to customers who threaten to cancel.")
+    leak = f"Plus costs $6 per user per month [1]. My instructions say: {prompt}"
+    verified = verify_citations(leak, HITS, fallback_text=FALLBACK, vouched=prompt)
+    assert verified.text == FALLBACK and verified.replaced and verified.reason == "it repeats the prompt"
+    # A phrase shared by chance, or a run an extract holds too, is no echo.
+    quoted = "Refunds take 5 days [1]. I am the support assistant of Acme."
+    assert verify_citations(quoted, HITS, fallback_text=FALLBACK, vouched=prompt).text == quoted
+    both = HITS[0].text
+    assert verify_citations(f"{both} [1]", HITS, fallback_text=FALLBACK, vouched=f"Say this: {both}").text == \
+        f"{both} [1]"

@@ -57,13 +57,14 @@ async def test_app_every_model_failing_gives_honest_reply_and_escalation(client,
 
 
 async def test_app_sse_stream_broken_after_tokens_ends_with_the_fallbacks_done(client, fake):
-    fake.script("primary", Turn(text="The Plus plan costs [1] six dollars and then some more.", break_after=6))
+    fake.script("primary", Turn(text="The Plus plan costs [1] six dollars. And then some more.", break_after=8))
     fake.script("backup", Turn(text="The Plus plan costs $6 per month [1]."))
 
     events = await chat_events(client, "acme", "sse-1", PLUS_QUESTION)
 
     tokens = "".join(data["text"] for kind, data in events if kind == "token")
-    assert tokens == "The Plus plan costs [1] six"  # the widget replaces these with `done`'s reply
+    # The widget replaces these with `done`'s reply; the sentence the break cut short never showed.
+    assert tokens == "The Plus plan costs [1] six dollars."
     kind, done = events[-1]
     assert kind == "done" and done["reply"] == "The Plus plan costs $6 per month [1]." and done["state"] == "bot"
 

@@ -66,12 +66,12 @@ async def test_llm_every_model_failing_gives_the_honest_reply_once_and_a_person(
 
 
 async def test_llm_stream_broken_mid_answer_is_answered_once_by_the_fallback(client, fake):
-    fake.script("primary", Turn(text="The Plus plan [1] costs six dollars a month for everyone.", break_after=4))
+    fake.script("primary", Turn(text="The Plus plan [1] costs six. Dollars a month for everyone.", break_after=7))
     fake.script("backup", Turn(text="The Plus plan costs $6 per month [1]."))
     events = await chat_events(client, "acme", "llm-stream", QUESTION)
     kind, done = events[-1]
     assert kind == "done" and done["reply"] == "The Plus plan costs $6 per month [1]."
     # The partial stays what was streamed; the fallback's tokens never follow it, its reply replaces it.
     tokens = "".join(data["text"] for name, data in events if name == "token")
-    assert tokens == "The Plus plan [1]" and fake.requests_for("backup")[0].stream is False
+    assert tokens == "The Plus plan [1] costs six." and fake.requests_for("backup")[0].stream is False
     assert len([r for r in await _replies(client, done["message_id"]) if r.author == "bot"]) == 1

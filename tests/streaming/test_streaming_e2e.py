@@ -37,8 +37,10 @@ TG_TOKEN = "723738643:AAH-fake-token_for-tests"
 TG_SECRET = "s3cret-Token_value"
 SLACK_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 INTERVAL = 0.2
-# Cited early: tokens are held until the text cites an extract (gateway/pipeline/held_stream.py).
-ANSWER = "The Plus plan costs $6 per month [1] or $60 per year, and it is meant for individuals."
+# Cited early: tokens are held until the text cites an extract, then go out a sentence at a time
+# (gateway/pipeline/held_stream.py); each sentence takes longer to stream than INTERVAL.
+ANSWER = ("The Plus plan costs $6 per month [1] or $60 per year. It is meant for individuals who work "
+          "alone [1]. Teams of three or more people pick the Team plan instead [1].")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
