@@ -1,4 +1,4 @@
-"""The command line: serve, ingest, eval, chat, db upgrade, telegram set-webhook."""
+"""The command line: serve, ingest, eval, chat, forget, db upgrade, telegram set-webhook."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 search with a relevance gate, ingest incrementally, and evaluate retrieval.
 
     sources.py     directory / urls / sitemap  → Document (HTML and PDF as Markdown)
+    html_text.py   a page's main text as Markdown (trafilatura), and its title
     crawl.py       robots.txt (RFC 9309), sitemap listings, what a failed fetch says
     decoding.py    bytes → text: BOM, declared charset, UTF-8, a legacy charset; binary refused
     pdf.py         a PDF's headings and paragraphs from its layout (font sizes, line gaps)
@@ -16,6 +17,8 @@ search with a relevance gate, ingest incrementally, and evaluate retrieval.
     local_sparse.py  local mode's BM25 scoring by term lookups (same scores, 10× faster)
     edge_index.py  EdgeIndex: the same on qdrant-edge, one shard per bot (`qdrant.engine: edge`)
     search.py      HybridSearch.search(bot, queries, retrieval) → SearchResult (gate 1)
+    gate.py        gate 1: best dense cosine, lexical coverage, keyword and unknown-word overrides
+    framing.py     words that frame a question rather than name its subject ("mentioned", "compare")
     ingest.py      Ingestor.ingest_bot / ingest_source → IngestReport (counts in chunks)
     points.py      chunks → IndexPoints (window vectors averaged, sentence vectors, BM25)
     ingest_runs.py IngestReport, and each run recorded in the store

@@ -1,4 +1,4 @@
-"""Hybrid search (dense + BM25, fused by RRF in Qdrant) and gate 1, the relevance gate.
+"""Hybrid search (dense + BM25 from Qdrant, fused by RRF) and gate 1, the relevance gate.
 
 Per query, one Qdrant batch call returns the dense arm's and the sparse arm's top `prefetch`,
 fused client-side by RRF exactly as Qdrant's `Fusion.RRF` (`rag.knowledge_index.rrf`); the arms' lists
