@@ -1,0 +1,20 @@
+"""The web chat is on for every bot unless its config turns it off (README, Configuration)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gateway_channels.conftest import gateway_app
+
+
+@pytest.mark.parametrize("web", [{"enabled": False}, None], ids=["enabled-false", "null"])
+async def test_a_bot_whose_web_chat_is_off_has_no_public_chat(tmp_path, web) -> None:
+    async with gateway_app(tmp_path, channels={"web": web}, env={}) as (client, _services):
+        response = await client.post("/v1/bots/acme/chat", json={"session_id": "s-1", "text": "How much is Plus?"})
+        assert response.status_code == 404 and "has no web chat" in response.json()["error"]
+        assert [b["name"] for b in (await client.get("/v1/bots")).json()["bots"]] == []
+
+
+async def test_a_bot_without_a_web_key_has_the_web_chat(tmp_path) -> None:
+    async with gateway_app(tmp_path, channels={}, env={}) as (client, _services):
+        assert [b["name"] for b in (await client.get("/v1/bots")).json()["bots"]] == ["acme"]
