@@ -46,7 +46,8 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "httpcore", "litellm", "aiosqlite", "asyncio", "urllib3"):
+    # twilio's client writes every request's headers at INFO: 8 lines a send, half of a busy log.
+    for noisy in ("httpx", "httpcore", "litellm", "aiosqlite", "asyncio", "urllib3", "twilio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # pypdf warns, without the file's name, about each broken structure it reads past; a PDF that
     # cannot be read is reported by the ingest with its name, and one that can is fine.

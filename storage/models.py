@@ -95,6 +95,10 @@ class Message(Base):
     sent_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
+ESCALATION_STATES = ("open", "claimed", "resolved")
+"""An escalation's states, in order (a conversation's are bot, waiting and operator)."""
+
+
 class Escalation(Base):
     """A handoff to a person: open → claimed → resolved."""
 

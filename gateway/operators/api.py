@@ -33,7 +33,7 @@ from gateway.http.json_body import JsonRoute
 from gateway.operators.auth import Operator
 from gateway.operators.summary import summarize
 from storage import repositories as repo
-from storage.models import Contact, Conversation, Escalation
+from storage.models import ESCALATION_STATES, Contact, Conversation, Escalation
 
 UNAUTHORIZED = "a valid operator token is required (Authorization: Bearer <token>)"
 TRANSCRIPT_PAGE = 200  # messages per page of GET /v1/escalations/{id}, newest first
@@ -130,7 +130,13 @@ async def list_escalations(request: Request, state: str | None = None, bot: str 
     svc = services(request)
 
     async def action(op: Operator) -> dict[str, Any]:
-        rows = await svc.escalations.find(bots=op.bots, state=state, bot=bot)
+        states = [s.strip() for s in (state or "").split(",") if s.strip()]
+        unknown = sorted(set(states) - set(ESCALATION_STATES))
+        if unknown:
+            # "waiting" is a conversation's state, not an escalation's: it matched nothing, silently.
+            raise BadRequest(f"unknown state {', '.join(map(repr, unknown))}: an escalation is "
+                             f"{', '.join(ESCALATION_STATES)} (a waiting conversation's escalation is open)")
+        rows = await svc.escalations.find(bots=op.bots, state=",".join(states) or None, bot=bot)
         async with svc.sessions() as session:
             conversations = {c.id: c for c in (await session.execute(select(Conversation).where(
                 Conversation.id.in_([r.conversation_id for r in rows])))).scalars()}

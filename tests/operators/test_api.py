@@ -44,6 +44,14 @@ async def test_api_without_or_with_wrong_token_is_401(client):
     assert (await client.get("/v1/escalations", headers=auth("sam"))).status_code == 200
 
 
+async def test_api_an_unknown_state_filter_is_422_not_an_empty_list(client):
+    """"waiting" (a conversation's state, as the README's Operators section names them) matched nothing."""
+    assert (await client.get("/v1/escalations?state=waiting")).status_code == 401  # the token first
+    response = await client.get("/v1/escalations?state=open,waiting", headers=auth("sam"))
+    assert response.status_code == 422 and "'waiting'" in response.json()["error"]
+    assert (await client.get("/v1/escalations?state=open, claimed", headers=auth("sam"))).status_code == 200
+
+
 async def test_api_escalation_of_another_bot_is_404(client):
     response = await client.post("/v1/bots/other/chat", json={"session_id": "o-1", "text": "talk to a human please"})
     conversation_id = response.json()["conversation_id"]
