@@ -16,6 +16,7 @@ _FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
 _MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~>])")
 _MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_LEFTOVER_LINK = re.compile(r"!?\[[^\]\n]*\]\([^)\n]*\)")
 _AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
 _BARE_URL = re.compile(r"https?://[^\s<>\"`]+")
 
@@ -85,6 +86,8 @@ def _prose_to_mrkdwn(text: str) -> str | None:
     text = _INLINE_CODE.sub(lambda m: hold("`" + escape_mrkdwn(m.group(2)) + "`"), text)
     text = _MD_ESCAPE.sub(lambda m: hold(escape_mrkdwn(m.group(1))), text)
     text = _MD_LINK.sub(link, text)
+    # A link with no URL ("[a]( )") stays text: the converter made it `< |a>`, a link to nowhere.
+    text = _LEFTOVER_LINK.sub(lambda m: hold(escape_mrkdwn(m.group(0))), text)
     text = _AUTOLINK.sub(lambda m: hold(f"<{safe_link_url(m.group(1)) or escape_mrkdwn(m.group(1))}>"), text)
     text = _BARE_URL.sub(bare, text)
     text = escape_mrkdwn(text)
