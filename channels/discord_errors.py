@@ -30,7 +30,7 @@ def translate(exc: BaseException, *, sent: list[str] | None = None) -> Exception
 def _translated(exc: BaseException, *, sent: int) -> Exception:
     note = f" after {sent} chunk(s) were delivered" if sent else ""
     if isinstance(exc, discord.RateLimited):
-        return ChannelSendError(f"discord rate limit{note}", retry_after=exc.retry_after)
+        return ChannelSendError(f"discord rate limit{note}", retry_after=exc.retry_after, rate_limited=True)
     if isinstance(exc, (discord.Forbidden, discord.NotFound)):
         return RecipientUnreachable(f"discord {exc.status} ({exc.code}): {exc.text}{note}")
     if isinstance(exc, discord.DiscordServerError):
@@ -38,7 +38,8 @@ def _translated(exc: BaseException, *, sent: int) -> Exception:
     if isinstance(exc, discord.HTTPException):
         if exc.status == 429:
             retry = exc.response.headers.get("Retry-After") if exc.response is not None else None
-            return ChannelSendError(f"discord 429{note}", retry_after=float(retry) if retry else None)
+            return ChannelSendError(f"discord 429{note}", retry_after=float(retry) if retry else None,
+                                    rate_limited=True)
         return ChannelSendError(f"discord {exc.status} ({exc.code}): {exc.text}{note}", permanent=True)
     if isinstance(exc, (OSError, asyncio.TimeoutError, aiohttp.ClientError, discord.ConnectionClosed)):
         return ChannelSendError(f"discord unreachable: {exc!r}{note}")

@@ -277,7 +277,8 @@ class SlackAdapter:
                 if status == 429 or error == "ratelimited":
                     retry_after = float(exc.response.headers.get("Retry-After", 1) or 1)
                     if attempt == self._max_attempts or retry_after > self._max_wait_s:
-                        raise ChannelSendError(f"slack {method}: rate limited", retry_after=retry_after) from exc
+                        raise ChannelSendError(f"slack {method}: rate limited", retry_after=retry_after,
+                                               rate_limited=True) from exc
                     log.warning("slack.rate_limited", bot=self.bot, method=method, retry_after=retry_after)
                     await self._sleep(retry_after)
                     continue

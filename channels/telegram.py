@@ -185,7 +185,8 @@ class TelegramAdapter:
             except TelegramRetryAfter as exc:
                 # A 429 means the message was not accepted, so sending again cannot duplicate it.
                 if exc.retry_after > self.max_retry_wait or attempt == self.max_attempts:
-                    raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after)) from exc
+                    raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after),
+                                           rate_limited=True) from exc
                 log.warning("telegram.rate_limited", bot=self.bot_name, chat=str(chat), retry_after=exc.retry_after)
                 await asyncio.sleep(exc.retry_after)
             except TelegramMigrateToChat as exc:
@@ -247,7 +248,8 @@ class TelegramAdapter:
             )
         except TelegramRetryAfter as exc:
             # Streaming edits are disposable: report the wait and let the streamer coalesce.
-            raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after)) from exc
+            raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after),
+                                   rate_limited=True) from exc
         except TelegramBadRequest as exc:
             if "message is not modified" in exc.message:
                 return

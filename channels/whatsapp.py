@@ -330,7 +330,7 @@ def _translate(exc: TwilioRestException) -> ChannelSendError | RecipientUnreacha
         retry_after = 1.0
     transient = exc.status == 429 or exc.status >= 500
     return ChannelSendError(f"Twilio {exc.status} ({exc.code}): {exc.msg}", retry_after=retry_after,
-                            permanent=not transient)
+                            permanent=not transient, rate_limited=exc.status == 429)
 
 
 def _attachments(form: Mapping[str, str]) -> tuple[Attachment, ...]:

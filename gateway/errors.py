@@ -56,12 +56,15 @@ class ChannelError(GatewayError):
 
 
 class ChannelSendError(ChannelError):
-    """A send failed; `retry_after` (seconds) is set when the platform asked us to wait."""
+    """A send failed; `retry_after` (seconds) is set when the platform asked us to wait, `rate_limited`
+    when that is a rate limit (a 429: the platform is up, and this chat or method must slow down)."""
 
-    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False) -> None:
+    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False,
+                 rate_limited: bool = False) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.permanent = permanent
+        self.rate_limited = rate_limited
 
 
 class RecipientUnreachable(ChannelError):

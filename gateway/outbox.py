@@ -42,6 +42,7 @@ from gateway.errors import ChannelError, ChannelSendError, RecipientUnreachable
 from gateway.events import EventBus, conversation_topic
 from gateway.models import Citation, ConversationRef, OutboundMessage, utcnow
 from gateway.receipts import adopt_early_receipts
+from gateway.send_breaker import SendBreaker
 from gateway.streaming import blank_leftovers
 from storage.models import Contact, Conversation, Delivery, Message
 
@@ -82,8 +83,9 @@ class Outbox:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, adapters: Mapping[tuple[str, str], ChannelAdapter],
                  bus: EventBus, metrics=None, max_attempts: int = 10, backoff_s: float = 2.0,
                  max_backoff_s: float = 300.0, max_platform_wait_s: float = 3600.0,
-                 heartbeat_s: float = HEARTBEAT_S) -> None:
+                 heartbeat_s: float = HEARTBEAT_S, breaker: SendBreaker | None = None) -> None:
         self._sessions = sessions
+        self._breaker = breaker or SendBreaker()
         self._adapters = adapters
         self._bus = bus
         self._metrics = metrics
@@ -106,6 +108,15 @@ class Outbox:
                 return "skipped"
             due = next_attempt_at(message)
             if due is not None and due > utcnow():
+                return "deferred"
+            paused_until = self._breaker.paused_until(message.bot, message.channel)
+            if paused_until is not None:
+                # Its platform is down (`send_breaker`): rescheduled without an attempt, so the worker
+                # parks the conversation until then instead of waiting on the platform's timeouts.
+                await session.execute(
+                    update(Message).where(Message.id == message_id, Message.status == "pending")
+                    .values(meta={**(message.meta or {}), "next_attempt_at": paused_until.isoformat()})
+                    .execution_options(synchronize_session=False))
                 return "deferred"
             claimed = await session.execute(
                 update(Message).where(Message.id == message_id, Message.status == "pending")
@@ -163,6 +174,8 @@ class Outbox:
                 status, reason, error = "failed", "unreachable", f"recipient unreachable: {exc}"
             except ChannelSendError as exc:
                 provider_ids = _sent_ids(exc)
+                if not exc.permanent and not exc.rate_limited:
+                    self._breaker.failed(message.bot, message.channel, error=str(exc)[:200])
                 if exc.permanent:
                     status, reason, error = "failed", "permanent", f"send failed: {exc}"
                 elif message.attempts >= self.max_attempts:
@@ -221,6 +234,7 @@ class Outbox:
                               attempt=record_attempt)
                 await asyncio.sleep(min(0.25 * 2 ** record_attempt, 5.0))
         if status == "sent":
+            self._breaker.succeeded(message.bot, message.channel)
             bound.info("outbound.sent", provider_ids=provider_ids)
             if adapter is not None and adapter.capabilities.delivery_receipts:
                 # A receipt that raced ahead of this record was parked; adopt it now that both are committed.

@@ -59,6 +59,7 @@ class Worker:
         self.poll_interval = poll_interval
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._slots = asyncio.Semaphore(concurrency)
+        self.concurrency = concurrency
         self._active: dict[int, asyncio.Task] = {}
         self._wake = asyncio.Event()
         self._claim_lock = asyncio.Lock()
@@ -95,8 +96,9 @@ class Worker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             claimed = await self._claim_round()
-            if self._active:
-                await asyncio.wait(list(self._active.values()), timeout=max(0.0, deadline - time.monotonic()))
+            if self._active:  # a freed slot takes the next conversation
+                await asyncio.wait(list(self._active.values()), timeout=max(0.0, deadline - time.monotonic()),
+                                   return_when=asyncio.FIRST_COMPLETED)
             elif not claimed:
                 async with self._sessions() as session:
                     if await repo.queue_depth(session) == 0:
@@ -148,11 +150,18 @@ class Worker:
             return await self._claim_once()
 
     async def _claim_once(self) -> int:
+        # Only as many as there are free slots: a conversation claimed to wait for one held its lease
+        # while it waited, and each round's oldest 50 queued ahead of anything newer.
+        free = self.concurrency - len(self._active)
+        if free <= 0 or self._stopping:
+            return 0
         async with self._sessions() as session:
             candidates = await repo.conversations_with_work(session, now=utcnow())
         claimed = 0
         for conversation_id in candidates:
-            if conversation_id in self._active or self._stopping:
+            if claimed >= free or self._stopping:
+                break
+            if conversation_id in self._active:
                 continue
             async with self._sessions() as session, session.begin():
                 if not await repo.try_lease(session, conversation_id=conversation_id, owner=self.owner,

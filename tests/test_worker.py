@@ -6,7 +6,7 @@ import asyncio
 import random
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from channels.base import Capabilities
 from gateway.events import EventBus
@@ -17,7 +17,7 @@ from gateway.pipeline import PipelineResult
 from gateway.settings import BotSettings, Settings
 from gateway.worker import Worker
 from storage.engine import create_engine, session_factory
-from storage.models import Message
+from storage.models import Conversation, Message
 
 
 class RecordingAdapter:
@@ -284,3 +284,23 @@ def test_outbox_waits_as_long_as_the_platform_asks_up_to_an_hour() -> None:
     # attempts then span minutes, and an outage of that length delays replies instead of losing them.
     waits = [outbox._backoff(attempt, retry_after=5.0) for attempt in range(1, outbox.max_attempts)]
     assert waits[:3] == [5.0, 5.0, 8.0] and sum(waits) > 600
+
+
+async def test_worker_claims_only_as_many_conversations_as_it_has_free_slots(migrated_url):
+    """Claimed beyond its slots, a conversation held its lease while it queued for one, and each round's
+    oldest 50 went ahead of anything newer (review: a web message waited minutes behind failing sends)."""
+    pipeline = EchoPipeline(delay=0.3)
+    engine, sessions, inbox, worker, _adapter = _build(migrated_url, pipeline)
+    for n in range(10):
+        await inbox.accept("acme", _msg(f"chat-{n}", 0))
+    try:
+        assert await worker._claim_round() == worker.concurrency == 4
+        assert await worker._claim_round() == 0  # every slot is busy
+        async with sessions() as session:
+            leased = (await session.execute(select(func.count()).select_from(Conversation).where(
+                Conversation.lease_owner == worker.owner))).scalar_one()
+        assert leased == 4
+        await worker.run_until_idle(timeout=30)
+        assert len(pipeline.seen) == 10
+    finally:
+        await engine.dispose()

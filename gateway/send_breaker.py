@@ -1,0 +1,69 @@
+"""A channel whose platform is down is paused, so its failing sends do not hold the worker.
+
+Each send to an unreachable API takes the SDK's timeouts and retries, seconds per reply, in a worker
+slot. With a few hundred replies waiting for a platform that is down, every slot was busy with them,
+and a web chat message to another bot waited minutes. So after `FAILURES_TO_PAUSE` sends in a row
+to one (bot, channel) fail for a reason that may pass (a network error, a 5xx, not a rate limit: a
+platform's wait is for one chat or method, and has its own backoff), that channel is paused: its
+replies are rescheduled for the end of the pause without an attempt (none of their `max_attempts`
+is spent), and sends to other channels go on. The pause starts at `FIRST_PAUSE_S` and doubles with
+each pause in a row, up to `MAX_PAUSE_S`; after it the next sends are tried again, and one that goes
+through ends it. Per process: each replica finds out for itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+
+from gateway.models import utcnow
+
+log = structlog.get_logger("gateway.outbox")
+
+FAILURES_TO_PAUSE = 5
+FIRST_PAUSE_S = 5.0
+MAX_PAUSE_S = 60.0
+
+
+@dataclass(slots=True)
+class _ChannelHealth:
+    failures: int = 0  # in a row
+    pauses: int = 0  # in a row, since the last send that went through
+    paused_until: float = 0.0  # monotonic
+
+
+class SendBreaker:
+    """Tracks sends per (bot, channel); `paused_until` says whether to try one now."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._health: dict[tuple[str, str], _ChannelHealth] = {}
+
+    def paused_until(self, bot: str, channel: str) -> datetime | None:
+        """When a paused channel's sends may be tried again; None when they may be tried now."""
+        health = self._health.get((bot, channel))
+        if health is None:
+            return None
+        left = health.paused_until - self._clock()
+        return utcnow() + timedelta(seconds=left) if left > 0 else None
+
+    def succeeded(self, bot: str, channel: str) -> None:
+        health = self._health.pop((bot, channel), None)
+        if health is not None and health.pauses:
+            log.info("outbound.channel_resumed", bot=bot, channel=channel, pauses=health.pauses)
+
+    def failed(self, bot: str, channel: str, error: str) -> None:
+        """A send that may go through later did not (not a rate limit: module docstring)."""
+        health = self._health.setdefault((bot, channel), _ChannelHealth())
+        health.failures += 1
+        if health.failures < FAILURES_TO_PAUSE or health.paused_until > self._clock():
+            return  # sends already in flight when the pause began fail too; they do not lengthen it
+        pause = min(FIRST_PAUSE_S * 2 ** health.pauses, MAX_PAUSE_S)
+        health.pauses += 1
+        health.paused_until = self._clock() + pause
+        log.warning("outbound.channel_paused", bot=bot, channel=channel, seconds=pause,
+                    failures_in_a_row=health.failures, error=error)

@@ -1,0 +1,102 @@
+"""A channel whose platform is down is paused (gateway/send_breaker.py): its replies are rescheduled
+without an attempt, and other channels' replies go out at once."""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+
+from channels.telegram import TelegramAdapter
+from gateway.events import EventBus
+from gateway.inbox import Inbox
+from gateway.models import ConversationRef, InboundMessage, Sender, utcnow
+from gateway.outbox import Outbox, next_attempt_at
+from gateway.send_breaker import FAILURES_TO_PAUSE, FIRST_PAUSE_S, MAX_PAUSE_S, SendBreaker
+from gateway.settings import TelegramChannel
+from storage import repositories as repo
+from storage.engine import create_engine, session_factory
+from storage.models import Conversation, Message
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+TOKEN = "723738643:AAH-fake-token_for-tests"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_five_failures_in_a_row_pause_a_channel_and_each_pause_in_a_row_doubles() -> None:
+    clock = Clock()
+    breaker = SendBreaker(clock=clock)
+    for _ in range(FAILURES_TO_PAUSE - 1):
+        breaker.failed("acme", "telegram", error="unreachable")
+    assert breaker.paused_until("acme", "telegram") is None
+    breaker.failed("acme", "telegram", error="unreachable")
+    until = breaker.paused_until("acme", "telegram")
+    assert until is not None and timedelta(seconds=FIRST_PAUSE_S - 1) < until - utcnow() <= timedelta(
+        seconds=FIRST_PAUSE_S)
+    assert breaker.paused_until("acme", "slack") is None and breaker.paused_until("beta", "telegram") is None
+    breaker.failed("acme", "telegram", error="in flight when it paused")  # does not lengthen the pause
+    clock.now += FIRST_PAUSE_S
+    assert breaker.paused_until("acme", "telegram") is None  # tried again after the pause
+    breaker.failed("acme", "telegram", error="still down")
+    assert breaker.paused_until("acme", "telegram") - utcnow() > timedelta(seconds=FIRST_PAUSE_S)  # 10 s now
+    for _ in range(10):
+        clock.now += MAX_PAUSE_S
+        breaker.failed("acme", "telegram", error="still down")
+    assert breaker.paused_until("acme", "telegram") - utcnow() <= timedelta(seconds=MAX_PAUSE_S)
+    breaker.succeeded("acme", "telegram")
+    assert breaker.paused_until("acme", "telegram") is None
+    breaker.failed("acme", "telegram", error="one failure after a success")
+    assert breaker.paused_until("acme", "telegram") is None
+
+
+def _dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: connecting is refused
+
+
+async def _reply(sessions, bot: str, chat: str, n: int) -> int:
+    inbound = InboundMessage(channel="telegram", external_id=f"{bot}-{chat}-{n}", sender=Sender(chat), text="Plans?",
+                             conversation=ConversationRef(channel="telegram", chat=chat))
+    accepted = await Inbox(sessions).accept(bot, inbound)
+    async with sessions() as session, session.begin():
+        conversation = await session.get(Conversation, accepted.conversation_id)
+        return (await repo.add_outbound(session, conversation=conversation, text="Plus costs $6.",
+                                        reply_to_id=accepted.message_id)).id
+
+
+async def test_a_platform_that_is_down_pauses_only_its_channel(migrated_url) -> None:
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    down = TelegramAdapter("acme", TelegramChannel(token=TOKEN, webhook_secret="s3cret",
+                                                   api_base=f"http://127.0.0.1:{_dead_port()}"))
+    try:
+        async with FakeTelegramAPI(TOKEN) as telegram:
+            up = TelegramAdapter("beta", TelegramChannel(token=TOKEN, webhook_secret="s3cret",
+                                                         api_base=telegram.base_url))
+            outbox = Outbox(sessions, adapters={("acme", "telegram"): down, ("beta", "telegram"): up},
+                            bus=EventBus())
+            downs = [await _reply(sessions, "acme", str(500 + n), n) for n in range(FAILURES_TO_PAUSE + 2)]
+            assert [await outbox.deliver(i) for i in downs[:FAILURES_TO_PAUSE]] == ["retry"] * FAILURES_TO_PAUSE
+            # Paused: the next ones are rescheduled for the pause's end, without an attempt.
+            assert [await outbox.deliver(i) for i in downs[FAILURES_TO_PAUSE:]] == ["deferred", "deferred"]
+            async with sessions() as session:
+                held = [await session.get(Message, i) for i in downs[FAILURES_TO_PAUSE:]]
+            assert all(m.attempts == 0 and m.status == "pending" for m in held)
+            assert all(utcnow() < next_attempt_at(m) <= utcnow() + timedelta(seconds=FIRST_PAUSE_S) for m in held)
+            # Another bot's Telegram is fine, and a rate limit there never pauses it.
+            ups = [await _reply(sessions, "beta", str(700 + n), n) for n in range(FAILURES_TO_PAUSE + 1)]
+            for reply_id in ups[:FAILURES_TO_PAUSE]:
+                telegram.fail_next("sendMessage", status=429, retry_after=3600)
+                assert await outbox.deliver(reply_id) == "retry"
+            assert await outbox.deliver(ups[-1]) == "sent"
+            await up.stop()
+    finally:
+        await down.stop()
+        await engine.dispose()
