@@ -27,8 +27,10 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
                 print(f"{run['bot']}/{run['source']}: no longer in the config; its {run['deleted']} chunks were deleted")
                 continue
             errors = f", {len(run['errors'])} error(s)" if run["errors"] else ""
+            kept = f"; failed, its {run.get('total', 0)} chunks kept as they were" if run["status"] == "failed" else ""
             print(f"{run['bot']}/{run['source']}: {run['added']} added, {run['updated']} updated, "
-                  f"{run['deleted']} deleted, {run['unchanged']} unchanged chunks in {run['duration_s']:.1f}s{errors}")
+                  f"{run['deleted']} deleted, {run['unchanged']} unchanged chunks in {run['duration_s']:.1f}s"
+                  f"{errors}{kept}")
             for err in run["errors"]:
                 print(f"  ! {err}", file=sys.stderr)
     return 1 if any(r["status"] == "failed" for r in runs) else 0

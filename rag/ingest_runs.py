@@ -15,7 +15,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from storage.models import IngestRun
+from storage.models import Document, IngestRun
 from storage.text import storable_text
 
 ERROR_MAX_CHARS = 500
@@ -36,6 +36,9 @@ class IngestReport:
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
     status: str = "ok"  # ok | partial | failed | removed (a source no longer configured: its chunks deleted)
+    # The chunks the source has in the knowledge base after the run. A failed run keeps the ones it had,
+    # and its counts, all 0, read as an empty source without this.
+    total: int = 0
 
     def as_dict(self) -> dict[str, object]:
         """Plain dict for `ingest --json` and the admin API."""
@@ -58,8 +61,12 @@ async def start_run(sessions: async_sessionmaker[AsyncSession], bot: str, source
 async def record_run(
     sessions: async_sessionmaker[AsyncSession], report: IngestReport, *, trigger: str, run_id: int | None = None
 ) -> None:
-    """Write the report into the run's row (a new row when there is none, e.g. no `start_run`)."""
+    """Write the report into the run's row (a new row when there is none, e.g. no `start_run`), and
+    set its `total` from the store."""
     async with sessions() as session:
+        found = await session.scalars(select(Document.chunk_ids).where(
+            Document.bot == report.bot, Document.source == report.source))
+        report.total = sum(len(ids or ()) for ids in found)
         run = await session.get(IngestRun, run_id) if run_id is not None else None
         if run is None:
             run = IngestRun(bot=report.bot, source=report.source, trigger=trigger)

@@ -69,6 +69,20 @@ def test_cli_ingest_json_counts_then_unchanged_then_deleted(kb_config):
     assert third["deleted"] >= 1 and third["unchanged"] >= 1
 
 
+def test_cli_ingest_of_a_missing_folder_says_its_chunks_are_kept(kb_config):
+    """A failed run's counts are all 0, which read as an emptied source (review): `total` says what it holds."""
+    config, docs = kb_config
+    first = json.loads(_run("ingest", "--config", str(config), "--json").stdout)
+    assert first["runs"][0]["total"] == first["added"] > 0
+    docs.rename(docs.with_name("docs-unmounted"))
+    failed = _run("ingest", "--config", str(config), "--json")
+    assert failed.returncode == 1
+    [run] = json.loads(failed.stdout)["runs"]
+    assert run["status"] == "failed" and run["unchanged"] == 0 and run["total"] == first["added"]
+    text = _run("ingest", "--config", str(config))
+    assert f"failed, its {first['added']} chunks kept as they were" in text.stdout
+
+
 def test_cli_ingest_shows_a_failed_file_once(kb_config):
     """In text mode the report's `!` line is the failure; its log line (and pypdf's own warning,
     which names no file) would show the same thing again."""
