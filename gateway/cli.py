@@ -14,7 +14,7 @@ from pathlib import Path
 from gateway.admin_client import chat_via_server, ingest_via_server, local_url
 from gateway.cli_output import hide_run_errors, print_misses, print_reports, progress_bar
 from gateway.errors import ConfigError, GatewayError, IndexBusy, UnknownBot
-from gateway.preflight import check_embedding_model, database_has_schema, require_schema, safe_url
+from gateway.preflight import check_embedding_model, database_has_schema, redacted_db_url, require_schema
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -155,7 +155,7 @@ def _db_upgrade(args) -> int:
     config.set_main_option("script_location", str(root / "alembic"))
     config.attributes["database_url"] = settings.database_url
     command.upgrade(config, "head")
-    print(f"database is at the latest migration ({safe_url(settings.database_url)})")
+    print(f"database is at the latest migration ({redacted_db_url(settings.database_url)})")
     return 0
 
 

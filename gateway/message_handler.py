@@ -37,7 +37,7 @@ from gateway.outbox import RETRYING, Outbox
 from gateway.pipeline import Pipeline, PipelineResult, Turn
 from gateway.pipeline.core import FAILURE_REPLY, handoff
 from gateway.settings import Settings
-from gateway.streaming import EditStreamer, blank_leftovers, streamer_for
+from gateway.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.typing_indicator import TYPING_REFRESH_S, start_typing
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Message, Usage
@@ -169,7 +169,7 @@ class MessageHandler:
         if not leftover or adapter is None:
             return
         log.warning("stream.interrupted_attempt", message_id=inbound.id, provider_ids=leftover)
-        await blank_leftovers(adapter, ref, [str(i) for i in leftover])
+        await remove_leftovers(adapter, ref, [str(i) for i in leftover])
         await self._record_streamed(inbound, [])
 
     async def _rate_limited(self, inbound: Message, turn: Turn) -> bool:

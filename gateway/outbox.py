@@ -43,7 +43,7 @@ from gateway.events import EventBus, conversation_topic
 from gateway.models import Citation, ConversationRef, OutboundMessage, utcnow
 from gateway.receipts import adopt_early_receipts
 from gateway.send_breaker import SendBreaker
-from gateway.streaming import blank_leftovers
+from gateway.streaming import remove_leftovers
 from storage.models import Contact, Conversation, Delivery, Message
 
 log = structlog.get_logger("gateway.outbox")
@@ -306,7 +306,7 @@ class Outbox:
         leftover = (inbound.meta or {}).get("streamed") if inbound is not None else None
         if not leftover or not getattr(adapter.capabilities, "edits", False):
             return
-        await blank_leftovers(adapter, outbound.conversation, [str(i) for i in leftover])
+        await remove_leftovers(adapter, outbound.conversation, [str(i) for i in leftover])
         inbound.meta = {**inbound.meta, "streamed": []}
         async with self._sessions() as session, session.begin():
             await session.execute(update(Message).where(Message.id == inbound.id).values(meta=inbound.meta)

@@ -25,7 +25,7 @@ def check_embedding_model(settings) -> None:
                                              "check the supported models using `TextEmbedding.list_supported_models()`")
 
 
-def safe_url(url: str) -> str:
+def redacted_db_url(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
@@ -45,7 +45,7 @@ async def database_has_schema(settings, engine=None) -> bool:
             return await conn.run_sync(lambda sync: inspect(sync).has_table("alembic_version"))
     except Exception as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise GatewayError(f"cannot reach the database {safe_url(settings.database_url)}: {reason}") from None
+        raise GatewayError(f"cannot reach the database {redacted_db_url(settings.database_url)}: {reason}") from None
     finally:
         if own:
             await engine.dispose()
@@ -57,5 +57,5 @@ async def require_schema(settings, engine=None) -> None:
     if not await database_has_schema(settings, engine):
         config = settings.config_path or "config.yaml"
         # Named: a relative SQLite path is relative to the working directory, not to the config file.
-        raise GatewayError(f"the database {safe_url(settings.database_url)} has no schema: run "
+        raise GatewayError(f"the database {redacted_db_url(settings.database_url)} has no schema: run "
                            f"`gateway db upgrade --config {config}` (or `make run`)")

@@ -14,7 +14,7 @@ shorter) are deleted when the adapter can delete, else edited to `SURPLUS_TEXT`.
 sent anything (the reply came without tokens, e.g. a greeting) just sends the reply normally.
 
 A process killed mid-stream cannot finish: each streamed message's id is recorded on the question
-(`on_sent`), and the next attempt at it removes those messages before answering (`blank_leftovers`).
+(`on_sent`), and the next attempt at it removes those messages before answering (`remove_leftovers`).
 
 Failure policy: a streaming flush that fails is never fatal. A rate limit postpones the next flush by
 the platform's `retry_after`; any other error stops streaming and the final reply fixes the text. If
@@ -70,7 +70,7 @@ class EditStreamer:
                  on_sent: Callable[[list[str]], Awaitable[None]] | None = None) -> None:
         self.adapter = adapter
         # Told the ids each time a message is sent, so a process killed mid-stream leaves a record of
-        # what it showed: the next attempt removes it before answering (`blank_leftovers`).
+        # what it showed: the next attempt removes it before answering (`remove_leftovers`).
         self.on_sent = on_sent
         self.conversation = conversation
         self.reply_to = reply_to
@@ -269,7 +269,7 @@ class EditStreamer:
                     OutboundMessage(conversation=self.conversation, text=p)))
                 ids.extend(str(i) for i in sent)
         leftover = [pid for pid, _ in self._messages[len(parts):]] + self._surplus
-        await self._blank(leftover)
+        await self._remove(leftover)
         log.info("stream.finished", chat=self.conversation.chat, parts=len(parts), streamed=len(self._messages),
                  blanked=len(leftover))
         return ids
@@ -279,16 +279,16 @@ class EditStreamer:
         await self.close()
         self.finished = True
         try:
-            await self._blank([pid for pid, _ in self._messages] + self._surplus)
+            await self._remove([pid for pid, _ in self._messages] + self._surplus)
         except Exception as exc:  # already on a failure path; the log says what stayed visible
             log.warning("stream.discard_failed", chat=self.conversation.chat, error=str(exc)[:300])
 
-    async def _blank(self, provider_ids: list[str]) -> None:
+    async def _remove(self, provider_ids: list[str]) -> None:
         for provider_id in provider_ids:
             await self._paced(lambda pid=provider_id: remove_message(self.adapter, self.conversation, pid))
 
 
-async def blank_leftovers(adapter: Any, conversation: ConversationRef, provider_ids: list[str]) -> None:
+async def remove_leftovers(adapter: Any, conversation: ConversationRef, provider_ids: list[str]) -> None:
     """Remove messages an earlier, interrupted attempt streamed (deleted, or edited to `SURPLUS_TEXT`
     where the platform cannot delete), best effort: the answer is about to be sent again in full."""
     for provider_id in provider_ids:

@@ -16,7 +16,7 @@ The index can lack them: its folder was lost or the engine switched (an empty in
 killed midway through embedding them again (a partly rebuilt one). Such a document is re-chunked and
 its missing chunks embedded and written again (counted as `updated`), the ones present are kept.
 The check costs one point count while nothing is missing: the ids are looked up only when the
-index holds another number of points than the store records chunks for the bot (`_missing`).
+index holds another number of points than the store records chunks for the bot (`_absent_from_index`).
 
 A new chunk is embedded as its windows (averaged into its one dense vector), its BM25 text, and
 each of its sentences (`Chunk.sentences`, stored as the `sentences` multivector for the ranking
@@ -216,7 +216,7 @@ class Ingestor:
                                  "source out of the config to delete them)")
         # Chunks the store calls indexed but the index lacks (the folder was deleted, the engine
         # switched, a rebuild was killed midway): their documents are embedded again, not skipped.
-        absent, indexed = await self._missing(bot, rows)
+        absent, indexed = await self._absent_from_index(bot, rows)
         lost = {doc_id for doc_id, row in rows.items() if not absent.isdisjoint(row.chunk_ids)}
         if absent and not indexed:
             log.warning("index empty, re-embedding recorded documents", extra={"bot": bot, "source": source, "documents": len(rows)})
@@ -259,7 +259,7 @@ class Ingestor:
         bad |= await self._flush(bot, source, pending, report)
         await self._rows(bot, source).restamp(revalidated)
         if delete_missing:
-            await self._delete_missing(bot, source, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
+            await self._delete_gone_documents(bot, source, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
         else:
             log.warning("ingest kept pages missing from an incomplete listing", extra={"bot": bot, "source": source})
         # What an error left as it was counts as unchanged, so that added + updated + unchanged is what
@@ -335,11 +335,11 @@ class Ingestor:
         if not validators:
             return {}
         stored = await rows.load()
-        absent, _ = await self._missing(bot, stored)
+        absent, _ = await self._absent_from_index(bot, stored)
         return {doc_id: pair for doc_id, pair in validators.items()
                 if doc_id not in stored or absent.isdisjoint(stored[doc_id].chunk_ids)}
 
-    async def _missing(self, bot: str, rows: dict[str, DocumentRow]) -> tuple[set[str], int]:
+    async def _absent_from_index(self, bot: str, rows: dict[str, DocumentRow]) -> tuple[set[str], int]:
         """The chunk ids these rows record that the index has no point for, and the index's point
         count. Cheap while nothing is missing: the count is compared with the distinct chunk ids the
         store records for the bot (all its sources), and only when the two differ are this source's
@@ -354,7 +354,7 @@ class Ingestor:
             return set(), indexed
         return recorded - await self.index.present_ids(bot, sorted(recorded)), indexed
 
-    async def _delete_missing(self, bot: str, source: str, gone: list[DocumentRow], report: IngestReport) -> None:
+    async def _delete_gone_documents(self, bot: str, source: str, gone: list[DocumentRow], report: IngestReport) -> None:
         if not gone:
             return
         ids = [i for row in gone for i in row.chunk_ids]

@@ -19,6 +19,7 @@ scheduled run over an unchanged site downloads almost nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -246,23 +247,11 @@ async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Valid
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _client(client: httpx.AsyncClient | None) -> httpx.AsyncClient:
+def _client(client: httpx.AsyncClient | None) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
+    """The caller's client, lent without closing it, or a new one closed after use."""
     if client is not None:
-        return _Borrowed(client)  # type: ignore[return-value]
+        return contextlib.nullcontext(client)
     return httpx.AsyncClient(timeout=TIMEOUT, headers={"User-Agent": USER_AGENT})
-
-
-class _Borrowed:
-    """Async context manager that lends a caller's client without closing it."""
-
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.client = client
-
-    async def __aenter__(self) -> httpx.AsyncClient:
-        return self.client
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
 
 
 def _read_file(file: Path, doc_id: str) -> Document:
