@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from gateway.app import create_app
 from gateway.cli import local_url
 from gateway.settings import load_settings
 from tests.conftest import ROOT, write_config
+from tests.scale.replicas import free_port
 
 PLANS = """# Plans
 
@@ -116,12 +116,6 @@ def test_cli_ingest_with_no_sources_says_so_instead_of_printing_nothing(capsys):
     assert json.loads(capsys.readouterr().out) == {"added": 0, "updated": 0, "deleted": 0, "unchanged": 0, "runs": []}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_local_url_reaches_a_wildcard_bind_on_loopback():
     assert local_url("0.0.0.0", 8100) == "http://127.0.0.1:8100"
     assert local_url("::", 8100) == "http://[::1]:8100"
@@ -133,7 +127,7 @@ def test_cli_ingest_goes_through_running_server_that_holds_the_index(kb_config):
     `chat` does the same through the server's web chat."""
     config, _ = kb_config
     settings = load_settings(config)
-    port = _free_port()
+    port = free_port()
     url_file = config.parent / "admin.url"
     app = create_app(settings, start_scheduler=False, url=local_url("0.0.0.0", port))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))

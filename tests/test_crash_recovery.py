@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,12 +15,7 @@ from sqlalchemy import create_engine, select
 from storage.models import Message
 from tests.conftest import ROOT, upgrade, write_config
 from tests.fakes.openai_server import FakeOpenAI, Turn
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.scale.replicas import free_port
 
 
 def _serve(config, port: int) -> subprocess.Popen:
@@ -78,7 +72,7 @@ def test_crash_restart_answers_every_stored_message_exactly_once(tmp_path):
                               bots=[{"name": "acme", "model": "slow", "channels": {"web": {}}}],
                               worker={"lease_seconds": 2, "poll_interval": 0.2, "reply_timeout": 30})
         upgrade(f"sqlite+aiosqlite:///{db}")
-        port = _free_port()
+        port = free_port()
         server = _serve(config, port)
         try:
             _wait_until(lambda: _started(server, port), timeout=240, what="the first server")

@@ -3,7 +3,6 @@ without an attempt, and other channels' replies go out at once."""
 
 from __future__ import annotations
 
-import socket
 from datetime import timedelta
 
 from channels.telegram import TelegramAdapter
@@ -17,6 +16,7 @@ from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.models import Conversation, Message
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.scale.replicas import free_port
 
 TOKEN = "723738643:AAH-fake-token_for-tests"
 
@@ -55,12 +55,6 @@ def test_five_failures_in_a_row_pause_a_channel_and_each_pause_in_a_row_doubles(
     assert breaker.paused_until("acme", "telegram") is None
 
 
-def _dead_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again: connecting is refused
-
-
 async def _reply(sessions, bot: str, chat: str, n: int) -> int:
     inbound = InboundMessage(channel="telegram", external_id=f"{bot}-{chat}-{n}", sender=Sender(chat), text="Plans?",
                              conversation=ConversationRef(channel="telegram", chat=chat))
@@ -75,7 +69,7 @@ async def test_a_platform_that_is_down_pauses_only_its_channel(migrated_url) -> 
     engine = create_engine(migrated_url)
     sessions = session_factory(engine)
     down = TelegramAdapter("acme", TelegramChannel(token=TOKEN, webhook_secret="s3cret",
-                                                   api_base=f"http://127.0.0.1:{_dead_port()}"))
+                                                   api_base=f"http://127.0.0.1:{free_port()}"))
     try:
         async with FakeTelegramAPI(TOKEN) as telegram:
             up = TelegramAdapter("beta", TelegramChannel(token=TOKEN, webhook_secret="s3cret",
