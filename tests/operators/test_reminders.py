@@ -4,7 +4,6 @@ pinged again on the bus and in the escalation's Slack operator thread; claimed o
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -18,21 +17,12 @@ from gateway.settings import Settings
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.models import Conversation, Escalation, EscalationEvent, Message
+from tests.gateway_channels.conftest import wait_until
 from tests.operators.conftest import OPS_CHANNEL, auth
 
 module_loop = pytest.mark.asyncio(loop_scope="module")  # the app is shared by the module
 TIMEOUT = 900.0  # the default escalation.claim_timeout_seconds of the conftest's `acme`
 UNCLAIMED = Settings(bots=[{"name": "acme"}]).bot("acme").escalation.unclaimed_message
-
-
-async def _until(predicate, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = await predicate()
-        if found:
-            return found
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def _aware(value):
@@ -68,7 +58,7 @@ async def test_reminders_unclaimed_escalation_tells_customer_once_and_pings_oper
             row = await session.get(Escalation, escalation.id)
             return row.slack_ts
 
-    thread_ts = await _until(header_posted)
+    thread_ts = await wait_until(header_posted)
     created = _aware(escalation.created_at)
 
     assert await reminders.run_once(now=created + timedelta(seconds=TIMEOUT - 5)) == []

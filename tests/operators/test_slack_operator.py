@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import time
 from datetime import timedelta
@@ -16,6 +15,7 @@ from gateway.models import utcnow
 from gateway.operators.slack_operator import THREAD_WAIT_SECONDS
 from storage.models import Conversation, Message
 from tests.fakes.slack_api import BOT_USER_ID, sign
+from tests.gateway_channels.conftest import wait_until
 from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -31,19 +31,6 @@ async def _post_event(client, body: bytes):
     return await client.post("/webhooks/acme/slack/events", content=body, headers=headers)
 
 
-async def _until(predicate, timeout: float = 20.0):
-    """The predicate's first truthy answer (it may be a coroutine function), polled until `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if inspect.isawaitable(found):
-            found = await found
-        if found:
-            return found
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 async def _until_handled(client, text: str) -> None:
     """Wait until the worker has finished with the customer message `text` (its relay included)."""
     async def handled() -> bool:
@@ -51,7 +38,7 @@ async def _until_handled(client, text: str) -> None:
             status = (await session.execute(select(Message.status).where(Message.text == text))).scalar_one_or_none()
         return status not in (None, "pending")
 
-    await _until(handled)
+    await wait_until(handled)
 
 
 async def test_slack_operator_thread_relays_both_ways(client, slack):
@@ -59,7 +46,7 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
     ask = _event({"type": "message", "channel_type": "im", "channel": "DCUST", "user": "UCUST",
                   "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, "EvAsk")
     assert (await _post_event(client, ask)).status_code == 200
-    header = await _until(lambda: next((c for c in slack.calls_to("chat.postMessage")
+    header = await wait_until(lambda: next((c for c in slack.calls_to("chat.postMessage")
                                         if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")), None))
     blocks = header.params["blocks"] if isinstance(header.params["blocks"], list) else json.loads(header.params["blocks"])
     actions = [e["action_id"] for b in blocks if b["type"] == "actions" for e in b["elements"]]
@@ -71,7 +58,7 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
     more = _event({"type": "message", "channel_type": "im", "channel": "DCUST", "user": "UCUST",
                    "text": "My order <!channel> is #42", "ts": f"{time.time():.6f}"}, "EvMore")
     await _post_event(client, more)
-    relayed = await _until(lambda: next((c for c in slack.calls_to("chat.postMessage")
+    relayed = await wait_until(lambda: next((c for c in slack.calls_to("chat.postMessage")
                                          if c.params.get("thread_ts") == thread_ts), None))
     assert "#42" in relayed.params["text"] and "<!channel>" not in relayed.params["text"]
 
@@ -89,7 +76,7 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
     assert ok.status_code == 200
     escalation = await client.services.escalations.get(escalation_id, bots=None)
     assert escalation.state == "claimed" and escalation.operator == "slack:UOPS"  # the user id, not a name
-    await _until(lambda: slack.count("chat.update") >= 1)
+    await wait_until(lambda: slack.count("chat.update") >= 1)
 
     # Another member of the channel, who set the same display name, writes first in the thread: not
     # the claimer, so it does not reach the customer (a display name is anyone's to choose).
@@ -98,7 +85,7 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
                        "user_profile": {"display_name": "dana"}, "text": "Send your card number here.",
                        "ts": f"{time.time():.6f}", "thread_ts": thread_ts, "parent_user_id": BOT_USER_ID}, "EvImp")
     await _post_event(client, impostor)
-    refused = await _until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == thread_ts
+    refused = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == thread_ts
                                     and "Not sent to the customer" in c.params.get("text", "")])
     assert "slack:UOPS" in refused[0].params["text"]
     assert not [c for c in slack.calls_to("chat.postMessage")
@@ -109,7 +96,7 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
                     "user_profile": {"display_name": "dana"}, "text": "Hi, Dana here. Refund issued.",
                     "ts": f"{time.time():.6f}", "thread_ts": thread_ts, "parent_user_id": BOT_USER_ID}, "EvReply")
     await _post_event(client, reply)
-    to_customer = await _until(lambda: [c for c in slack.calls_to("chat.postMessage")
+    to_customer = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage")
                                         if c.params.get("channel") == "DCUST"][before:])
     assert to_customer[0].params["text"] == "Hi, Dana here. Refund issued."
     # No echo of the operator's own reply back into the thread.
@@ -141,11 +128,11 @@ async def test_a_message_right_after_the_escalation_reaches_the_thread_while_sla
         ask = _event({"type": "message", "channel_type": "im", "channel": "DSLOW", "user": "USLOW",
                       "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, "EvSlowAsk")
         assert (await _post_event(client, ask)).status_code == 200
-        header = (await _until(lambda: headers()[before:]))[0]
+        header = (await wait_until(lambda: headers()[before:]))[0]
         more = _event({"type": "message", "channel_type": "im", "channel": "DSLOW", "user": "USLOW",
                        "text": "Order #77 never arrived", "ts": f"{time.time():.6f}"}, "EvSlowMore")
         await _post_event(client, more)
-        relayed = await _until(lambda: next((c for c in slack.calls_to("chat.postMessage")
+        relayed = await wait_until(lambda: next((c for c in slack.calls_to("chat.postMessage")
                                              if c.params.get("thread_ts") and c.params.get("thread_ts") == header.params.get("_ts")), None))
         assert "#77" in relayed.params["text"]
     finally:
@@ -163,7 +150,7 @@ async def test_a_header_slack_refused_is_posted_later_by_the_periodic_check_once
     ask = _event({"type": "message", "channel_type": "im", "channel": "DDOWN", "user": "UDOWN",
                   "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, "EvDownAsk")
     assert (await _post_event(client, ask)).status_code == 200
-    refused = (await _until(lambda: headers()[before:]))[0]
+    refused = (await wait_until(lambda: headers()[before:]))[0]
     assert "_ts" not in refused.params
     more = _event({"type": "message", "channel_type": "im", "channel": "DDOWN", "user": "UDOWN",
                    "text": "Still waiting for order #88", "ts": f"{time.time():.6f}"}, "EvDownMore")
@@ -206,7 +193,7 @@ async def test_a_header_slack_took_without_answering_is_found_not_posted_twice(c
     ask = _event({"type": "message", "channel_type": "im", "channel": "DLOST", "user": "ULOST",
                   "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, "EvLostAsk")
     assert (await _post_event(client, ask)).status_code == 200
-    landed = (await _until(lambda: headers()[before:]))[0]
+    landed = (await wait_until(lambda: headers()[before:]))[0]
     await client.services.escalations.drain()
     blocks = landed.params["blocks"] if isinstance(landed.params["blocks"], list) else json.loads(landed.params["blocks"])
     escalation_id = int(blocks[1]["elements"][0]["value"])
