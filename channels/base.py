@@ -29,7 +29,10 @@ class RawRequest:
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a platform can do; the pipeline and renderer read only these."""
+    """What a platform can do, as the gateway outside `channels/` sees it (the streamer reads `edits`,
+    `max_length` and `length_unit`; the outbox `delivery_receipts`; the typing indicator `typing`).
+    `markdown` and `threads` describe the platform for readers and tests: each adapter's own renderer
+    applies its dialect and limit."""
 
     max_length: int
     markdown: Literal["html", "markdownv2", "mrkdwn", "discord", "plain", "markdown"]
