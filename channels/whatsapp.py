@@ -8,7 +8,7 @@ deduplicated by `MessageSid`. Twilio signs the fields joined with no separator, 
 can be re-cut (`MessageSid=SM1` + `NumMedia=0` → `MessageSid=SM1NumMedia0`) and still verify: the
 copies of the message id Twilio sends (`SmsMessageSid`, `SmsSid`) must then agree, or it is refused.
 Folding those copies into key names leaves one id, so an id that begins like Twilio's (`SM` or `MM`
-and 32 hex digits) must also end there: the re-cut's id carries the next field along.
+and hex digits) must be Twilio's 34 characters: a re-cut id carries the next field along, or is cut short.
 
 Outbound: the answer's Markdown becomes WhatsApp's light formatting (`*bold*`, `_italic_`,
 `~strike~`, ```` ``` ```` code; links as "title (url)"), split at Twilio's 1,600 characters, counted in
@@ -52,16 +52,20 @@ from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, S
 from gateway.models import Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender, as_utc
 from gateway.settings import WhatsAppChannel
 
-# A message's id as Twilio writes it: SM (text) or MM (media), then 32 hex digits.
+# A message's id as Twilio writes it: SM (text) or MM (media), then 32 hex digits. One that begins so
+# (8 hex digits in) and is any other length was re-cut: lengthened by the next field, or cut short.
 _SID = re.compile(r"(?:SM|MM)[0-9a-f]{32}")
+_SID_START = re.compile(r"(?:SM|MM)[0-9a-f]{8}")
 
 
 def _contact_id(wa_id: str, sender: str) -> str:
-    """The customer as one id, `+14155550123`, whether Twilio sent `WaId` (`14155550123`) or only
-    `From` (`whatsapp:+14155550123`): the two gave one person two ids, and a tool two customers."""
+    """The customer as one id, Twilio's `WaId` (`14155550123`), also when only `From`
+    (`whatsapp:+14155550123`) came: the two gave one person two ids, and a tool two customers. The
+    WaId form is the one Twilio sends for WhatsApp, so contacts stored before keep their id."""
     if wa_id.isdigit():
-        return f"+{wa_id}"
-    return sender.removeprefix("whatsapp:")
+        return wa_id
+    address = sender.removeprefix("whatsapp:")
+    return address[1:] if address.startswith("+") and address[1:].isdigit() else address
 
 log = structlog.get_logger(__name__)
 
@@ -175,9 +179,10 @@ class WhatsAppAdapter:
         if len(copies) > 1:
             # A re-cut replay of a signed request (module docstring), never something Twilio sends.
             raise BadRequest("Twilio webhook whose MessageSid, SmsMessageSid and SmsSid differ")
-        if _SID.match(sid) and not _SID.fullmatch(sid):
-            # The other copies folded into key names, and the id carries the next field: "SM…32 hex…NumMedia0".
-            raise BadRequest("Twilio webhook whose MessageSid runs past Twilio's 34 characters")
+        if _SID_START.match(sid) and not _SID.fullmatch(sid):
+            # The other copies folded into key names, and the id carries the next field along ("SM…NumMedia0")
+            # or gave its last digits to the next key.
+            raise BadRequest("Twilio webhook whose MessageSid is not Twilio's 34 characters")
         if "MessageStatus" in form and form.get("SmsStatus") != "received":
             return self._status(sid, form)
         sender = form.get("From", "")

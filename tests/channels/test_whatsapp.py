@@ -126,6 +126,16 @@ def test_whatsapp_a_recut_replay_verifies_but_is_refused(adapter: WhatsAppAdapte
     adapter.verify(forged)
     with pytest.raises(BadRequest, match="34 characters"):
         adapter.parse(forged)
+    # Or cut short, its last digit and every later field folded into one key (review).
+    rest = {k: v for k, v in form.items() if k > "MessageSid"}
+    short = {k: v for k, v in form.items() if k < "MessageSid"} | {"MessageSid": sid[:-1]}
+    tail = "".join(k + rest[k] for k in sorted(rest))
+    short[sid[-1] + tail[: -len(rest["To"])]] = rest["To"]
+    assert sorted_concat(short) == sorted_concat(form)
+    forged = RawRequest(url=original.url, headers=original.headers, query={}, body=urlencode(short).encode())
+    adapter.verify(forged)
+    with pytest.raises(BadRequest, match="34 characters"):
+        adapter.parse(forged)
 
 
 def sorted_concat(form: dict[str, str]) -> str:
@@ -165,7 +175,7 @@ def test_whatsapp_parse_fixture_outcomes(adapter: WhatsAppAdapter) -> None:
         return adapter.parse(_signed(json.loads(next(FIXTURES.rglob(name)).read_text())))
 
     assert parse("inbound_quote_reply.json").messages[0].reply_to == "someUniqueSid"
-    assert parse("inbound_text_message.json").messages[0].sender.external_id == "+491511234567"
+    assert parse("inbound_text_message.json").messages[0].sender.external_id == "491511234567"
     assert parse("null_bytes_in_body.json").messages[0].text == "remove null bytes"
     assert parse("whatsapp_brazil_number_profile_name_nonascii.json").messages[0].sender.display_name == "João Silva"
     failed = parse("status_callback_failed.json").status_updates[0]
@@ -349,12 +359,12 @@ async def test_whatsapp_send_retries_then_fails_when_twilio_is_unreachable() -> 
 
 def test_whatsapp_one_customer_is_one_contact_with_or_without_waid(adapter: WhatsAppAdapter) -> None:
     """`WaId` gave `14155550123`, `From` alone `+14155550123`: one person, two contacts, and the demo
-    invoice owned by `whatsapp:+14155550123` was nobody's (review)."""
+    invoice owned by `whatsapp:+14155550123` was nobody's (review). The WaId form stays: stored contacts have it."""
     sid = "SM" + "d" * 32
     form = {"MessageSid": sid, "From": "whatsapp:+14155550123", "To": "whatsapp:+15550001111", "Body": "my invoice?"}
     with_waid = adapter.parse(_signed(form | {"WaId": "14155550123"})).messages[0]
     without = adapter.parse(_signed(form)).messages[0]
-    assert with_waid.sender.external_id == without.sender.external_id == "+14155550123"
+    assert with_waid.sender.external_id == without.sender.external_id == "14155550123"
     invoices = json.loads((Path(__file__).parents[2] / "examples/tools/invoices.json").read_text())["invoices"]
     owners = {i["owner"]["contact_external_id"] for i in invoices if i["owner"]["channel"] == "whatsapp"}
-    assert owners == {"+14155550123"}
+    assert owners == {"14155550123"}
