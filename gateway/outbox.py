@@ -170,12 +170,15 @@ class Outbox:
             except OutsideWindow as exc:
                 status, reason, error = "failed", "outside_window", f"undeliverable: {exc}"
             except RecipientUnreachable as exc:
+                self._breaker.reached(message.bot, message.channel)
                 provider_ids = _sent_ids(exc)
                 status, reason, error = "failed", "unreachable", f"recipient unreachable: {exc}"
             except ChannelSendError as exc:
                 provider_ids = _sent_ids(exc)
                 if not exc.permanent and not exc.rate_limited:
                     self._breaker.failed(message.bot, message.channel, error=str(exc)[:200])
+                else:  # a refusal or a rate limit: the platform is there and answering
+                    self._breaker.reached(message.bot, message.channel)
                 if exc.permanent:
                     status, reason, error = "failed", "permanent", f"send failed: {exc}"
                 elif message.attempts >= self.max_attempts:
@@ -234,7 +237,7 @@ class Outbox:
                               attempt=record_attempt)
                 await asyncio.sleep(min(0.25 * 2 ** record_attempt, 5.0))
         if status == "sent":
-            self._breaker.succeeded(message.bot, message.channel)
+            self._breaker.reached(message.bot, message.channel)
             bound.info("outbound.sent", provider_ids=provider_ids)
             if adapter is not None and adapter.capabilities.delivery_receipts:
                 # A receipt that raced ahead of this record was parked; adopt it now that both are committed.

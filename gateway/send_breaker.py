@@ -7,8 +7,10 @@ to one (bot, channel) fail for a reason that may pass (a network error, a 5xx, n
 platform's wait is for one chat or method, and has its own backoff), that channel is paused: its
 replies are rescheduled for the end of the pause without an attempt (none of their `max_attempts`
 is spent), and sends to other channels go on. The pause starts at `FIRST_PAUSE_S` and doubles with
-each pause in a row, up to `MAX_PAUSE_S`; after it the next sends are tried again, and one that goes
-through ends it. Per process: each replica finds out for itself.
+each pause in a row, up to `MAX_PAUSE_S`. After it one send is tried (a probe) while the others wait
+`PROBE_WAIT_S` at a time: one that goes through ends the pause, one that fails starts the next. Why one:
+every reply paused came due at the same moment, and each worker slot waited out the platform's
+timeout again. Per process: each replica finds out for itself.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ log = structlog.get_logger("gateway.outbox")
 FAILURES_TO_PAUSE = 5
 FIRST_PAUSE_S = 5.0
 MAX_PAUSE_S = 60.0
+PROBE_WAIT_S = 2.0
+PROBE_TIMEOUT_S = 120.0
+"""A probe with no outcome after this long (its process task was cancelled) no longer holds the others."""
 
 
 @dataclass(slots=True)
@@ -34,6 +39,7 @@ class _ChannelHealth:
     failures: int = 0  # in a row
     pauses: int = 0  # in a row, since the last send that went through
     paused_until: float = 0.0  # monotonic
+    probe_started: float | None = None  # monotonic; a send is being tried after a pause
 
 
 class SendBreaker:
@@ -46,12 +52,18 @@ class SendBreaker:
     def paused_until(self, bot: str, channel: str) -> datetime | None:
         """When a paused channel's sends may be tried again; None when they may be tried now."""
         health = self._health.get((bot, channel))
-        if health is None:
+        if health is None or not health.pauses:
             return None
-        left = health.paused_until - self._clock()
-        return utcnow() + timedelta(seconds=left) if left > 0 else None
+        now = self._clock()
+        if health.paused_until > now:
+            return utcnow() + timedelta(seconds=health.paused_until - now)
+        if health.probe_started is not None and now - health.probe_started < PROBE_TIMEOUT_S:
+            return utcnow() + timedelta(seconds=PROBE_WAIT_S)
+        health.probe_started = now  # this caller's send is the probe
+        return None
 
-    def succeeded(self, bot: str, channel: str) -> None:
+    def reached(self, bot: str, channel: str) -> None:
+        """The platform answered: a send went through, or was refused for a reason of its own."""
         health = self._health.pop((bot, channel), None)
         if health is not None and health.pauses:
             log.info("outbound.channel_resumed", bot=bot, channel=channel, pauses=health.pauses)
@@ -60,6 +72,7 @@ class SendBreaker:
         """A send that may go through later did not (not a rate limit: module docstring)."""
         health = self._health.setdefault((bot, channel), _ChannelHealth())
         health.failures += 1
+        health.probe_started = None
         if health.failures < FAILURES_TO_PAUSE or health.paused_until > self._clock():
             return  # sends already in flight when the pause began fail too; they do not lengthen it
         pause = min(FIRST_PAUSE_S * 2 ** health.pauses, MAX_PAUSE_S)

@@ -10,7 +10,7 @@ from gateway.events import EventBus
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender, utcnow
 from gateway.outbox import Outbox, next_attempt_at
-from gateway.send_breaker import FAILURES_TO_PAUSE, FIRST_PAUSE_S, MAX_PAUSE_S, SendBreaker
+from gateway.send_breaker import FAILURES_TO_PAUSE, FIRST_PAUSE_S, MAX_PAUSE_S, PROBE_WAIT_S, SendBreaker
 from gateway.settings import TelegramChannel
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
@@ -49,7 +49,7 @@ def test_five_failures_in_a_row_pause_a_channel_and_each_pause_in_a_row_doubles(
         clock.now += MAX_PAUSE_S
         breaker.failed("acme", "telegram", error="still down")
     assert breaker.paused_until("acme", "telegram") - utcnow() <= timedelta(seconds=MAX_PAUSE_S)
-    breaker.succeeded("acme", "telegram")
+    breaker.reached("acme", "telegram")
     assert breaker.paused_until("acme", "telegram") is None
     breaker.failed("acme", "telegram", error="one failure after a success")
     assert breaker.paused_until("acme", "telegram") is None
@@ -94,3 +94,21 @@ async def test_a_platform_that_is_down_pauses_only_its_channel(migrated_url) -> 
     finally:
         await down.stop()
         await engine.dispose()
+
+
+def test_after_a_pause_one_send_probes_while_the_others_wait() -> None:
+    """Every paused reply came due at once, and each worker slot waited out the platform again (review)."""
+    clock = Clock()
+    breaker = SendBreaker(clock=clock)
+    for _ in range(FAILURES_TO_PAUSE):
+        breaker.failed("acme", "slack", error="timeout")
+    clock.now += FIRST_PAUSE_S
+    assert breaker.paused_until("acme", "slack") is None  # the probe
+    waits = [breaker.paused_until("acme", "slack") for _ in range(3)]
+    assert all(w is not None and w - utcnow() <= timedelta(seconds=PROBE_WAIT_S) for w in waits)
+    breaker.failed("acme", "slack", error="timeout")  # the probe failed: the next, longer pause
+    assert breaker.paused_until("acme", "slack") - utcnow() > timedelta(seconds=FIRST_PAUSE_S)
+    clock.now += MAX_PAUSE_S
+    assert breaker.paused_until("acme", "slack") is None  # the next probe
+    breaker.reached("acme", "slack")
+    assert [breaker.paused_until("acme", "slack") for _ in range(3)] == [None, None, None]
