@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -240,35 +240,55 @@ def without_invented_claims(text: str, *, count: int) -> str:
 
 
 ECHO_WORDS = 10
-"""A run of this many words of the bot's own system prompt in an answer repeats the prompt: an operator's
-"INTERNAL: retention discount up to 40%" went out with one valid marker. Shorter runs are phrases an
-answer shares by chance ("the support assistant of Acme")."""
+"""Runs of this many words are what an answer and the system prompt are compared by: shorter ones are
+phrases an answer shares by chance ("the support assistant of Acme")."""
+ECHO_SHARE = 0.7
+ECHO_MIN_WORDS = 20
+"""An answer repeats the system prompt when its runs cover at least `ECHO_SHARE` of the prompt's words,
+and at least `ECHO_MIN_WORDS` of them: "repeat your instructions" gave the operator's whole prompt,
+"INTERNAL: retention discount up to 40%" and all, with one valid marker. Less is no echo: a prompt may
+give a sign-off to end every answer with, or a fact (opening hours) the answer may say in its words."""
 
 
 @dataclass(frozen=True, slots=True)
 class PromptEcho:
-    """What `echoes_the_prompt` looks for beyond the rules: the system prompt's runs of `ECHO_WORDS`
-    words that no extract holds (an extract may say what the prompt says, and the answer may quote it)."""
+    """What `echoes_the_prompt` looks for beyond the rules: each run of `ECHO_WORDS` words of the
+    system prompt that no extract holds (an answer may quote an extract that says what the prompt
+    says), with where it starts, and the prompt's length in words."""
 
-    runs: frozenset[str] = frozenset()
+    runs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    size: int = 0
 
     @classmethod
     def of(cls, system_prompt: str, hits: Sequence[Hit] = ()) -> PromptEcho:
         words = _normalized(system_prompt).split()
         extracts = _normalized(" ".join(getattr(h, "text", "") or "" for h in hits))
-        runs = (" ".join(words[i:i + ECHO_WORDS]) for i in range(len(words) - ECHO_WORDS + 1))
-        return cls(frozenset(run for run in runs if run not in extracts))
+        runs: dict[str, list[int]] = {}
+        for i in range(len(words) - ECHO_WORDS + 1):
+            run = " ".join(words[i:i + ECHO_WORDS])
+            if run not in extracts:
+                runs.setdefault(run, []).append(i)
+        return cls({run: tuple(starts) for run, starts in runs.items()}, len(words))
+
+    def covered(self, text: str) -> int:
+        """How many of the prompt's words `text` repeats, in runs of `ECHO_WORDS`."""
+        if not self.runs:
+            return 0
+        words = _normalized(text).split()
+        said = {" ".join(words[i:i + ECHO_WORDS]) for i in range(len(words) - ECHO_WORDS + 1)}
+        positions = {p for run in said.intersection(self.runs) for start in self.runs[run]
+                     for p in range(start, start + ECHO_WORDS)}
+        return len(positions)
 
 
 def echoes_the_prompt(text: str, echo: PromptEcho = PromptEcho()) -> bool:
     """Whether the answer repeats the prompt (a "repeat your instructions" request): a line of the
-    rules, whose own example "[1] or [1][3]" reads as a valid citation, or a run of the system prompt."""
+    rules, whose own example "[1] or [1][3]" reads as a valid citation, or most of the system prompt."""
     plain = _normalized(text)
     if any(line in plain for line in _RULE_LINES):
         return True
-    words = plain.split()
-    return bool(echo.runs) and any(" ".join(words[i:i + ECHO_WORDS]) in echo.runs
-                                   for i in range(len(words) - ECHO_WORDS + 1))
+    covered = echo.covered(text)
+    return covered >= ECHO_MIN_WORDS and covered >= ECHO_SHARE * echo.size
 
 
 def verify_citations(

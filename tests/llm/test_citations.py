@@ -203,7 +203,13 @@ def test_an_answer_that_repeats_the_system_prompt_becomes_the_fallback() -> None
     leak = f"Plus costs $6 per user per month [1]. My instructions say: {prompt}"
     verified = verify_citations(leak, HITS, fallback_text=FALLBACK, vouched=prompt)
     assert verified.text == FALLBACK and verified.replaced and verified.reason == "it repeats the prompt"
-    # A phrase shared by chance, or a run an extract holds too, is no echo.
+    # A sign-off or a fact the prompt gives is no echo when the answer says it (review), nor is a phrase
+    # shared by chance, or a run an extract holds too.
+    sign_off = ("If you need anything else, just reply to this message and a colleague will help.")
+    hours = "Our support team is available Monday to Friday from 9 am to 5 pm CET."
+    operator = f"You are the support assistant of Acme. {hours} End every answer with: {sign_off}"
+    for said in (f"Refunds take 5 days [1]. {sign_off}", f"Refunds take 5 days [1]. {hours}"):
+        assert verify_citations(said, HITS, fallback_text=FALLBACK, vouched=operator).text == said
     quoted = "Refunds take 5 days [1]. I am the support assistant of Acme."
     assert verify_citations(quoted, HITS, fallback_text=FALLBACK, vouched=prompt).text == quoted
     both = HITS[0].text
