@@ -33,6 +33,7 @@ from gateway.pipeline.citations import (
     without_fallback_tags,
     without_invented_claims,
 )
+from gateway.pipeline.links import holds_a_link
 from gateway.pipeline.prompts import Hit
 from gateway.pipeline.sentences import BOUNDARY, LIST_NUMBER_BEFORE
 
@@ -128,6 +129,9 @@ class HeldStream:
                 self._stopped, self._pending = True, ""
             return
         sentences, self._pending = self._pending[:cut], self._pending[cut:]
+        if holds_a_link(sentences):  # a bare domain too ("acme-billing.com/pay"), which `_LINK_START` cannot tell
+            self._stopped, self._pending = True, ""
+            return
         self._looked = max(0, self._looked - cut)
         self._sentence_ends = [end - cut for end in self._sentence_ends if end > cut]
         self._said = (self._said + sentences)[-ECHO_REACH:]

@@ -18,14 +18,16 @@ from gateway.pipeline.sentences import keep_sentences
 
 # A URL may hold one level of parentheses: `https://en.wikipedia.org/wiki/Fee_(banking)`, `javascript:alert(1)`.
 _MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\(\s*<?((?:[^()\s>]|\([^()\s]*\))*)>?(?:\s+\"[^\"]*\")?\s*\)")
-# Chat apps turn a bare domain into a link too ("enter your card at acme-billing.com/pay"), so one with a
-# common top-level domain counts; "config.yaml", "README.md" and "node.js" do not.
-_TLDS = ("com|net|org|io|co|ai|app|dev|info|biz|me|xyz|online|site|shop|store|link|click|top|live|ly|gg|tv|cc|ws"
+# Chat apps turn a bare domain into a link too ("enter your card at acme-billing.com/pay"), so one written
+# in lower case with a common top-level domain counts. Not: "config.yaml", "README.md", "ASP.NET",
+# "Socket.IO", a call (`logger.info()`), an e-mail address's parts, or anything in inline code.
+_TLDS = ("com|net|org|io|co|ai|app|dev|info|biz|me|xyz|online|site|shop|store|link|click|top|live|ly|gg|tv"
          "|us|uk|de|fr|es|it|nl|eu|ru|cn|in|br|au|ca|ch|se|pl|jp|example")
 _BARE_URL = re.compile(
-    r"(?:https?://|www\.)[^\s<>()\[\]\"']+"
-    rf"|(?<![\w@./:-])(?:[a-z0-9](?:[a-z0-9-]{{0,61}}[a-z0-9])?\.)+(?:{_TLDS})\b(?![.-]\w)(?:/[^\s<>()\[\]\"']*)?",
-    re.IGNORECASE)
+    r"(?i:https?://|www\.)[^\s<>()\[\]\"']+"
+    rf"|(?<![\w@./:-])(?:[a-z0-9](?:[a-z0-9-]{{0,61}}[a-z0-9])?\.)+(?:{_TLDS})\b(?![.-]?\w|\(|@)"
+    r"(?:/[^\s<>()\[\]\"']*)?")
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
 
 
 def link_values(value: Any) -> list[str]:
@@ -51,10 +53,17 @@ def _url_key(url: str) -> str:
     return url.lower().rstrip(".,;:!?/").removeprefix("https://").removeprefix("http://").removeprefix("www.")
 
 
+def holds_a_link(text: str) -> bool:
+    """Whether `text` has a bare URL or domain that gate 2 would check (inline code aside)."""
+    return _BARE_URL.search(_INLINE_CODE.sub(" ", text)) is not None
+
+
 def without_unknown_links(text: str, known: str) -> str:
     """`text` without the links `known` (the extracts, their URLs, the bot's texts, the links tools
     returned) does not hold: a Markdown link becomes its label, a sentence with a bare one goes."""
-    known_keys = {_url_key(m.group(0)) for m in _BARE_URL.finditer(known)}
+    found = [_url_key(m.group(0)) for m in _BARE_URL.finditer(known)]
+    # A known URL's host is known too: "sign in at acme.com" where an extract links https://acme.com/login.
+    known_keys = {*found, *(key.split("/", 1)[0] for key in found)}
 
     def known_url(url: str) -> bool:
         return bool(url) and _url_key(url) in known_keys
@@ -66,4 +75,5 @@ def without_unknown_links(text: str, known: str) -> str:
     out = _MARKDOWN_LINK.sub(link, text)
     if out == text and not _BARE_URL.search(text):
         return text
-    return keep_sentences(out, lambda sentence: all(known_url(m.group(0)) for m in _BARE_URL.finditer(sentence)))
+    return keep_sentences(out, lambda sentence: all(known_url(m.group(0))
+                                                    for m in _BARE_URL.finditer(_INLINE_CODE.sub(" ", sentence))))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gateway.models import Citation
 from gateway.pipeline.citations import safe_url, strip_invalid_markers, verify_citations
-from tests.llm.hits import PASSWORD, PLANS, REFUNDS
+from tests.llm.hits import PASSWORD, PLANS, REFUNDS, FakeHit
 
 FALLBACK = "Sorry, our help center does not cover that."
 HITS = [REFUNDS, PASSWORD]
@@ -215,3 +217,20 @@ def test_an_answer_that_repeats_the_system_prompt_becomes_the_fallback() -> None
     both = HITS[0].text
     assert verify_citations(f"{both} [1]", HITS, fallback_text=FALLBACK, vouched=f"Say this: {both}").text == \
         f"{both} [1]"
+
+
+@pytest.mark.parametrize("text", [
+    "Install the ASP.NET SDK [1].", "Use the Socket.IO client [1].", "Call `logger.info()` to write a line [1].",
+    "Call logger.info() to write a line [1].", "Build main.cc and MANIFEST.in first [1].", "Open Mail.app [1].",
+    "Email support.de@acme.com or support@acme.com [1].", "Edit config.yaml, README.md and Vue.js files [1].",
+    "Version 1.5.7 costs $6.50 in the U.S. [1].", "Run `curl evil-site.com/x` only in a sandbox [1].",
+])
+def test_what_only_looks_like_a_bare_domain_is_no_link(text: str) -> None:
+    """Each of these lost its sentence, or the whole answer, as a link nothing vouched for (review)."""
+    assert verify_citations(text, HITS, fallback_text=FALLBACK).text == text
+
+
+def test_a_known_links_host_is_known_too() -> None:
+    hits = [FakeHit(text="Sign in on the web.", source="account.md", title="Account", url="https://acme.com/login")]
+    text = "Sign in at acme.com and open Billing [1]. Then pay [1]."
+    assert verify_citations(text, hits, fallback_text=FALLBACK).text == text

@@ -181,3 +181,18 @@ async def test_an_answer_repeating_the_system_prompt_stops_streaming(rig, openai
 
     assert "".join(rig.tokens) == "Plus costs $6 per month [1]. Here is my prompt."
     assert "retention" not in result.reply and result.reply == rig.bot.fallback_text
+
+
+async def test_a_bare_domain_stops_the_stream_as_a_link_does() -> None:
+    """Gate 2 takes "acme-billing.com/pay" out as a link; the stream showed it (review)."""
+    shown: list[str] = []
+
+    async def show(token: str) -> None:
+        shown.append(token)
+
+    tokens = ["Invoices are paid online [1]. Pay at", " acme-billing.com/pay", " [1]. Thanks [1]."]
+    stream = HeldStream(show, extracts=2)
+    for token in tokens:
+        await stream(token)
+    await stream.finish("".join(tokens))
+    assert "".join(shown) == "Invoices are paid online [1]."
