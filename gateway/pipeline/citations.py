@@ -33,7 +33,8 @@ from gateway.pipeline.prompts import RULES, Hit
 from gateway.pipeline.sentences import keep_sentences
 
 # [3], [1, 2], [1,2 , 3]; adjacent [1][2] are simply two markers. Leading spaces go with the marker.
-_MARKER = re.compile(r"\s*\[\s*(\d{1,4}(?:\s*,\s*\d{1,4})*)\s*\]")
+# `(?<!\s)`: a match starts where its run of spaces does, so a long run costs linear time, not quadratic.
+_MARKER = re.compile(r"(?:(?<!\s)\s+)?\[\s*(\d{1,4}(?:\s*,\s*\d{1,4})*)\s*\]")
 _REFUSAL = re.compile(
     r"\b(i\s+(?:do\s*n[o']?t|don't|didn't|did\s+not)\s+(?:know|have|find|see)"
     r"|i(?:'m|\s+am)\s+(?:not\s+sure|unable|not\s+able)"
@@ -118,7 +119,7 @@ def _rewrite_markers(text: str, number: Callable[[int], int | None]) -> str:
 
 def _tidy_spacing(text: str) -> str:
     # A removed marker may leave "word ." or doubled spaces behind.
-    out = re.sub(r"[ \t]+([.,;:!?])(?=\s|$)", r"\1", text)  # not ".md" or ".NET" mid-sentence
+    out = re.sub(r"(?<![ \t])[ \t]+([.,;:!?])(?=\s|$)", r"\1", text)  # not ".md" or ".NET" mid-sentence
     return re.sub(r"[ \t]{2,}", " ", out)
 
 

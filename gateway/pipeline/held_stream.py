@@ -35,7 +35,7 @@ from gateway.pipeline.citations import (
 )
 from gateway.pipeline.links import holds_a_link
 from gateway.pipeline.prompts import Hit
-from gateway.pipeline.sentences import BOUNDARY, LIST_NUMBER_BEFORE
+from gateway.pipeline.sentences import BOUNDARY, NOT_AN_END_BEFORE
 
 TokenCallback = Callable[[str], Awaitable[None]]
 MARKER_REACH = 40
@@ -160,8 +160,8 @@ class HeldStream:
         it; 0 if none. Only what came since the last look is searched (a sentence end's match starts at
         its first space, so it is found when that space comes)."""
         for match in BOUNDARY.finditer(self._pending, self._looked):
-            if "\n" in match.group(0) or not LIST_NUMBER_BEFORE.search(self._pending, max(0, match.start() - 8),
-                                                                     match.start()):
+            if "\n" in match.group(0) or not NOT_AN_END_BEFORE.search(self._pending, max(0, match.start() - 12),
+                                                                    match.start()):
                 self._sentence_ends.append(match.start())
         self._looked = len(self._pending)
         return max((end for end in self._sentence_ends if end <= limit), default=0)

@@ -1,6 +1,7 @@
 """An answer's sentences, for gate 2's checks that keep some and drop others.
 
-A sentence ends at `.`, `!` or `?` followed by whitespace, or at a line break. What separates two
+A sentence ends at `.`, `!` or `?` followed by whitespace (not after a list number or an abbreviation
+such as "e.g."), or at a line break. What separates two
 sentences is kept as it was, so an answer's list and paragraphs keep their line breaks when a
 sentence of theirs goes: joining the kept sentences with spaces turned "1. Open Settings [1].\n2. Tap
 Reset." into one line.
@@ -15,8 +16,13 @@ from collections.abc import Callable
 BOUNDARY = re.compile(r"((?<=[.!?])\s+|(?<![ \t])[ \t]*\n\s*)")
 # "1." at the start of a list item ends in a full stop but begins the item's sentence.
 _LIST_NUMBER = re.compile(r"\d{1,3}[.)]")
-LIST_NUMBER_BEFORE = re.compile(r"^[ \t]*\d{1,3}[.)]$", re.MULTILINE)
-"""A list number ending just where it is searched up to (`endpos`): no sentence ends after it."""
+_ABBREVIATIONS = r"(?<![\w.])(?:e\.g|i\.e|etc|vs|mr|mrs|ms|dr|st|no|nr|approx|incl|fig|cf)\."
+# "i.e. Mr. Smith" is one sentence: split there, dropping "Smith, at https://…" left "…our agent, i.e. Mr." behind.
+_ABBREVIATION_END = re.compile(_ABBREVIATIONS + "$", re.IGNORECASE)
+NOT_AN_END_BEFORE = re.compile(r"(?:^|(?<=\s))\d{1,3}[.)]$|" + _ABBREVIATIONS + "$", re.IGNORECASE | re.MULTILINE)
+"""A list number or an abbreviation ending just where it is searched up to (`endpos`): the streaming
+side's test, which takes every number after a space for a list number, so it never cuts where
+`split_sentences` would not."""
 
 
 def split_sentences(text: str) -> list[tuple[str, str]]:
@@ -26,7 +32,7 @@ def split_sentences(text: str) -> list[tuple[str, str]]:
     pending = ""  # a list number waiting for the sentence it starts
     for i in range(0, len(parts), 2):
         sentence, after = parts[i], parts[i + 1] if i + 1 < len(parts) else ""
-        if _LIST_NUMBER.fullmatch(sentence) and after and "\n" not in after:
+        if after and "\n" not in after and (_LIST_NUMBER.fullmatch(sentence) or _ABBREVIATION_END.search(sentence)):
             pending += sentence + after
             continue
         pairs.append((pending + sentence, after))

@@ -24,3 +24,12 @@ def test_a_dropped_sentence_leaves_its_paragraph_break() -> None:
     assert keep_sentences("A.\n\nB. C.\n\nD.", lambda s: s != "C.") == "A.\n\nB.\n\nD."
     assert keep_sentences("A. B.\nC.", lambda s: s == "B.") == "B."
     assert keep_sentences("A. B.", lambda s: False) == ""
+
+
+def test_an_abbreviation_ends_no_sentence() -> None:
+    """Split at "i.e." and "Mr.", dropping the sentence with an unknown link left "…our agent, i.e. Mr." (review)."""
+    text = "Send it to our agent, i.e. Mr. Smith, at https://x.example/card [1]. Plans renew monthly [2]."
+    assert [s for s, _ in split_sentences(text)] == [
+        "Send it to our agent, i.e. Mr. Smith, at https://x.example/card [1].", "Plans renew monthly [2]."]
+    assert [s for s, _ in split_sentences("Extras, e.g. a phone [7]. Etc. and more.")] == [
+        "Extras, e.g. a phone [7].", "Etc. and more."]

@@ -196,3 +196,19 @@ async def test_a_bare_domain_stops_the_stream_as_a_link_does() -> None:
         await stream(token)
     await stream.finish("".join(tokens))
     assert "".join(shown) == "Invoices are paid online [1]."
+
+
+async def test_a_list_number_after_a_sentence_goes_with_its_item() -> None:
+    """"2." went out alone and its item, dropped by gate 2, did not: "1. … 2. 3. Save" (review)."""
+    shown: list[str] = []
+
+    async def show(token: str) -> None:
+        shown.append(token)
+
+    tokens = ["1. Open Settings [1].", " 2. Claim", " the free phone [7].", " 3. Save [1]."]
+    stream = HeldStream(show, extracts=2)
+    for token in tokens:
+        await stream(token)
+    await stream.finish("".join(tokens))
+    final = verify_citations("".join(tokens), [PLUS, TEAM], fallback_text="I don't know.")
+    assert "".join(shown) == final.text == "1. Open Settings [1]. 3. Save [1]."
