@@ -18,7 +18,8 @@ from gateway.app import create_app
 from gateway.cli import local_url
 from gateway.settings import load_settings
 from tests.conftest import write_config
-from tests.test_cli import PLANS, _free_port, _run
+from tests.scale.replicas import free_port
+from tests.test_cli import PLANS, _run
 
 
 def _docs(tmp_path, name: str = "docs"):
@@ -62,7 +63,7 @@ def test_ingest_source_without_bot_ingests_it_for_every_bot_that_has_it(tmp_path
 @contextmanager
 def serving(config):
     """The real app on a free port in a thread, as `gateway serve` runs it (it writes admin.url)."""
-    port = _free_port()
+    port = free_port()
     app = create_app(load_settings(config), start_scheduler=False, url=local_url("127.0.0.1", port))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -160,7 +161,7 @@ def test_a_redis_url_without_its_scheme_is_a_config_error_not_a_traceback_at_ser
 
 
 def test_db_upgrade_against_an_unreachable_database_is_one_line(tmp_path):
-    url = f"postgresql://nouser@127.0.0.1:{_free_port()}/x"  # nothing listens there
+    url = f"postgresql://nouser@127.0.0.1:{free_port()}/x"  # nothing listens there
     proc = _run("db", "upgrade", "--config", str(write_config(tmp_path, database_url=url)))
     assert proc.returncode == 1
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -169,7 +170,7 @@ def test_db_upgrade_against_an_unreachable_database_is_one_line(tmp_path):
 
 def test_serve_with_an_unknown_embedding_model_is_a_config_error_before_start(tmp_path):
     config = write_config(tmp_path, embedding={"model": "no-such-model"})
-    proc = _run("serve", "--config", str(config), "--port", str(_free_port()), timeout=120)
+    proc = _run("serve", "--config", str(config), "--port", str(free_port()), timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "config error: embedding.model: Model no-such-model is not supported in TextEmbedding. Please check the "
