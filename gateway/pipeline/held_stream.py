@@ -3,14 +3,14 @@
 Gate 2 replaces an answer without a valid citation by the fallback text. Streamed as it came, such
 an answer (an uncited claim, or text written under a prompt injection) was shown word by word and
 only then replaced. So the tokens of one model call are held until the text so far holds a marker
-[n] of an extract the model was given; then everything held goes out at once and the rest streams
-as it comes. A refusal or an uncited answer is never streamed: the final reply shows it whole. The
-cost is that the answer appears a sentence at a time rather than word by word.
+[n] of an extract the model was given. A refusal or an uncited answer is never streamed: the final
+reply shows it whole.
 
-After that, text goes out a whole sentence at a time, since gate 2 judges sentences: one whose every
+From then on, text goes out a whole sentence at a time, since gate 2 judges sentences: one whose every
 marker names no extract ("… a free phone [7].") is dropped, as gate 2 drops it, and once the text
-repeats the prompt (`echoes_the_prompt`: a rules line, or a run of the bot's system prompt) nothing
-more of the call is streamed. The last sentence goes out when the call ends (`finish`).
+holds a link (a bare domain too) or repeats the prompt (`echoes_the_prompt`: a rules line, or most of
+the bot's system prompt) nothing more of the call is streamed. The last sentence goes out when the
+call ends (`finish`). The cost is that the answer appears a sentence at a time, not word by word.
 
 What goes out is rewritten as gate 2 rewrites the final reply, so the streamed text and the reply
 read the same: the first document cited is [1], the next new one [2] (the model's [3] then [1]
