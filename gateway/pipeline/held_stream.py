@@ -8,7 +8,7 @@ reply shows it whole.
 
 From then on, text goes out a whole sentence at a time, since gate 2 judges sentences: one whose every
 marker names no extract ("… a free phone [7].") is dropped, as gate 2 drops it, and once the text
-holds a link (a bare domain too) or repeats the prompt (`echoes_the_prompt`: a rules line, or most of
+holds a link (a bare domain too) or repeats the prompt (a rules line, or `ECHO_MIN_WORDS` words of
 the bot's system prompt) nothing more of the call is streamed. The last sentence goes out when the
 call ends (`finish`). The cost is that the answer appears a sentence at a time, not word by word.
 
@@ -25,6 +25,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.pipeline.citations import (
+    ECHO_MIN_WORDS,
     CitationNumbers,
     PromptEcho,
     cites_an_extract,
@@ -135,7 +136,9 @@ class HeldStream:
         self._looked = max(0, self._looked - cut)
         self._sentence_ends = [end - cut for end in self._sentence_ends if end > cut]
         self._said = (self._said + sentences)[-ECHO_REACH:]
-        if echoes_the_prompt(self._said, self._echo):
+        # Stricter than gate 2's 70%: a long prompt's first 70% would be on screen before the final reply
+        # replaced it. Stopping costs only the rest of the stream.
+        if echoes_the_prompt(self._said, self._echo) or self._echo.covered(self._said) >= ECHO_MIN_WORDS:
             self._stopped, self._pending = True, ""
             return
         lead = sentences[: len(sentences) - len(sentences.lstrip())]

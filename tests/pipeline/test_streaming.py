@@ -212,3 +212,21 @@ async def test_a_list_number_after_a_sentence_goes_with_its_item() -> None:
     await stream.finish("".join(tokens))
     final = verify_citations("".join(tokens), [PLUS, TEAM], fallback_text="I don't know.")
     assert "".join(shown) == final.text == "1. Open Settings [1]. 3. Save [1]."
+
+
+async def test_a_long_system_prompt_stops_the_stream_after_20_of_its_words() -> None:
+    """Gate 2 replaces an answer holding 70% of the prompt; streamed, the first 70% of a long one showed."""
+    shown: list[str] = []
+
+    async def show(token: str) -> None:
+        shown.append(token)
+
+    prompt = " ".join(f"Rule {n}: agents may offer a retention discount of {n} percent to loyal customers." for n in
+                      range(30))
+    stream = HeldStream(show, extracts=2, system_prompt=prompt)
+    tokens = ["Plus costs $6 [1].", *[f" Rule {n}: agents may offer a retention discount of {n} percent to loyal "
+                                      "customers." for n in range(30)]]
+    for token in tokens:
+        await stream(token)
+    await stream.finish("".join(tokens))
+    assert "".join(shown).startswith("Plus costs $6 [1].") and "".join(shown).count("retention") <= 2
