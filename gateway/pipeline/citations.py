@@ -316,7 +316,8 @@ def verify_citations(
                         reason="it repeats the prompt")
     # Of a tool's data, only a value that is a link by itself (`"pay_url": "https://…"`) vouches for one:
     # a link inside a text field is text someone may have written there ("send your card to https://…").
-    text = without_unknown_links(text, "\n".join([trusted, *link_values(list(grounding))]))
+    # Tags first, as the stream takes them out: "?</fallback> Pay at https://…" is two sentences, not one.
+    text = without_unknown_links(without_fallback_tags(text), "\n".join([trusted, *link_values(list(grounding))]))
     cleaned, cited = strip_invalid_markers(without_fallback_tags(text).strip(), count=len(hits))
     # With a valid citation it is a partial answer ("Plus costs $6 [1]; I don't know about discounts.").
     if not cited and is_refusal(cleaned, fallback_text=fallback_text):

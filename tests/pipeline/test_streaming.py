@@ -230,3 +230,21 @@ async def test_a_long_system_prompt_stops_the_stream_after_20_of_its_words() -> 
         await stream(token)
     await stream.finish("".join(tokens))
     assert "".join(shown).startswith("Plus costs $6 [1].") and "".join(shown).count("retention") <= 2
+
+
+async def test_a_fallback_tag_before_a_link_splits_sentences_in_the_reply_as_in_the_stream() -> None:
+    """Gate 2 looked for links before it took the tags out: "?</fallback> Pay at https://…" was one
+    sentence there, and a sentence the stream had shown went from the reply (found by fuzzing)."""
+    shown: list[str] = []
+
+    async def show(token: str) -> None:
+        shown.append(token)
+
+    tokens = ["Refunds take 5 days [1]. Is that all?", "</fallback> Pay at https://evil.example/x now."]
+    stream = HeldStream(show, extracts=2)
+    for token in tokens:
+        await stream(token)
+    await stream.finish("".join(tokens))
+    final = verify_citations("".join(tokens), [PLUS, TEAM], fallback_text="I don't know.")
+    # The stream stops at the link (the rest waits for the reply); the reply keeps what it showed.
+    assert final.text == "Refunds take 5 days [1]. Is that all?" and final.text.startswith("".join(shown))
