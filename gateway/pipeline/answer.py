@@ -12,7 +12,7 @@ import structlog
 
 from gateway.budget import usage_row
 from gateway.models import Citation
-from gateway.pipeline.citations import is_refusal, verify_citations
+from gateway.pipeline.citations import PromptEcho, is_refusal, verify_citations
 from gateway.pipeline.held_stream import HeldStream
 from gateway.pipeline.prompts import build_messages, render_tool_result
 from gateway.pipeline.rewrite import bounded_history
@@ -71,6 +71,7 @@ class Answerer:
         escalate: str | None = None
         rounds = 0
         started = time.monotonic()
+        echo = PromptEcho.of(bot.system_prompt or "", hits)  # once: the stream of each round and gate 2 use it
         while True:
             # Rounds are bounded in number and, together, in time: a model asking for slow tools every
             # round held one message for rounds × the tool timeout (6 × 10 s by default).
@@ -80,8 +81,7 @@ class Answerer:
                 # After the last round the tools stay listed (the history refers to them) but are off.
                 kwargs = {"tools": schemas, "tool_choice": "none" if last_round else "auto"}
             # Held until it cites (`held_stream`): gate 2 would replace an uncited text after it was shown.
-            on_token = (HeldStream(turn.on_token, extracts=len(hits), hits=hits, system_prompt=bot.system_prompt or "")
-                        if turn.on_token else None)
+            on_token = HeldStream(turn.on_token, extracts=len(hits), hits=hits, echo=echo) if turn.on_token else None
             result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages,
                                               on_token=on_token, metadata=_metadata(turn), **kwargs)
             usage.append(usage_row(result))
@@ -125,7 +125,7 @@ class Answerer:
         verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text,
                                     grounding=[c["result"] for c in grounded],
                                     tool_arguments=[c["arguments"] for c in grounded],
-                                    vouched=bot.system_prompt or "", question=turn.text)
+                                    vouched=bot.system_prompt or "", question=turn.text, echo=echo)
         if verified.replaced:
             log.info("gate2.replaced", reason=verified.reason, message_id=turn.message_id,
                      conversation_id=turn.conversation_id)

@@ -73,7 +73,7 @@ def _normalized(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
-# The prompt's rule lines as `echoes_the_prompt` looks for them (the fallback's line varies by bot).
+# The prompt's rule lines as `PromptEcho` looks for them (the fallback's line varies by bot).
 _RULE_LINES = [line for line in (_normalized(r) for r in RULES.splitlines() if "{" not in r) if len(line) >= 30]
 
 
@@ -253,7 +253,7 @@ give a sign-off to end every answer with, or a fact (opening hours) the answer m
 
 @dataclass(frozen=True, slots=True)
 class PromptEcho:
-    """What `echoes_the_prompt` looks for beyond the rules: each run of `ECHO_WORDS` words of the
+    """What gate 2 and the stream look for, beyond the rules, to tell an answer repeats the prompt: each run of `ECHO_WORDS` words of the
     system prompt that no extract holds (an answer may quote an extract that says what the prompt
     says), with where it starts, and the prompt's length in words."""
 
@@ -271,25 +271,32 @@ class PromptEcho:
                 runs.setdefault(run, []).append(i)
         return cls({run: tuple(starts) for run, starts in runs.items()}, len(words))
 
-    def covered(self, text: str) -> int:
-        """How many of the prompt's words `text` repeats, in runs of `ECHO_WORDS`."""
+    def covered(self, plain: str) -> int:
+        """How many of the prompt's words `plain` (normalized text) repeats, in runs of `ECHO_WORDS`."""
         if not self.runs:
             return 0
-        words = _normalized(text).split()
+        words = plain.split()
         said = {" ".join(words[i:i + ECHO_WORDS]) for i in range(len(words) - ECHO_WORDS + 1)}
         positions = {p for run in said.intersection(self.runs) for start in self.runs[run]
                      for p in range(start, start + ECHO_WORDS)}
         return len(positions)
 
+    def repeated_in(self, text: str) -> bool:
+        """Gate 2's test (a "repeat your instructions" request): a line of the rules, whose own example
+        "[1] or [1][3]" reads as a valid citation, or most of the system prompt."""
+        plain = _normalized(text)
+        covered = self.covered(plain)
+        return _holds_a_rule_line(plain) or (covered >= ECHO_MIN_WORDS and covered >= ECHO_SHARE * self.size)
 
-def echoes_the_prompt(text: str, echo: PromptEcho = PromptEcho()) -> bool:
-    """Whether the answer repeats the prompt (a "repeat your instructions" request): a line of the
-    rules, whose own example "[1] or [1][3]" reads as a valid citation, or most of the system prompt."""
-    plain = _normalized(text)
-    if any(line in plain for line in _RULE_LINES):
-        return True
-    covered = echo.covered(text)
-    return covered >= ECHO_MIN_WORDS and covered >= ECHO_SHARE * echo.size
+    def begun_in(self, text: str) -> bool:
+        """The stream's test, stricter: a line of the rules, or `ECHO_MIN_WORDS` of the prompt's words.
+        With gate 2's share, a long prompt's first 70% would be on screen before the reply replaced it."""
+        plain = _normalized(text)
+        return _holds_a_rule_line(plain) or self.covered(plain) >= ECHO_MIN_WORDS
+
+
+def _holds_a_rule_line(plain: str) -> bool:
+    return any(line in plain for line in _RULE_LINES)
 
 
 def verify_citations(
@@ -301,17 +308,19 @@ def verify_citations(
     tool_arguments: Sequence[Any] = (),
     vouched: str = "",
     question: str = "",
+    echo: PromptEcho | None = None,
 ) -> Verified:
     """Gate 2. `grounding`: the tool results an uncited answer may rest on instead of an extract; its
     sentences that say nothing of them go (`grounded_sentences`). The calls' `tool_arguments` count
     as words (the invoice number asked about) but vouch for no link: the model wrote them. Links that
     neither the extracts, `grounding` nor `vouched` (the bot's own texts) hold are taken out
-    (`without_unknown_links`). `question` is the customer's: a number from it is no claim."""
+    (`without_unknown_links`). `question` is the customer's: a number from it is no claim. `echo`: the
+    system prompt as `PromptEcho.of(vouched, hits)` makes it, when the caller has it already."""
     tool_text = json.dumps([*tool_arguments, *grounding], default=str) if grounding else ""
     trusted = "\n".join([*(getattr(h, "text", "") or "" for h in hits), *(h.url or "" for h in hits),
                           fallback_text, vouched])
     known = f"{trusted}\n{tool_text}"
-    if echoes_the_prompt(text, PromptEcho.of(vouched, hits)):
+    if (echo or PromptEcho.of(vouched, hits)).repeated_in(text):
         return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True,
                         reason="it repeats the prompt")
     # Of a tool's data, only a value that is a link by itself (`"pay_url": "https://…"`) vouches for one:

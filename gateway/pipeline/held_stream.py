@@ -8,8 +8,8 @@ reply shows it whole.
 
 From then on, text goes out a whole sentence at a time, since gate 2 judges sentences: one whose every
 marker names no extract ("… a free phone [7].") is dropped, as gate 2 drops it, and once the text
-holds a link (a bare domain too) or repeats the prompt (a rules line, or `ECHO_MIN_WORDS` words of
-the bot's system prompt) nothing more of the call is streamed. The last sentence goes out when the
+holds a link (a bare domain too) or begins to repeat the prompt (`PromptEcho.begun_in`) nothing more
+of the call is streamed. The last sentence goes out when the
 call ends (`finish`). The cost is that the answer appears a sentence at a time, not word by word.
 
 What goes out is rewritten as gate 2 rewrites the final reply, so the streamed text and the reply
@@ -25,11 +25,9 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.pipeline.citations import (
-    ECHO_MIN_WORDS,
     CitationNumbers,
     PromptEcho,
     cites_an_extract,
-    echoes_the_prompt,
     number_markers,
     without_fallback_tags,
     without_invented_claims,
@@ -67,13 +65,13 @@ ECHO_REACH = 1000
 
 class HeldStream:
     """Wraps `on_token` for one model call that was given `extracts` numbered extracts. With `hits`,
-    extracts of one document share a number, as in the final reply. `system_prompt`: the bot's own,
-    which the stream must not repeat."""
+    extracts of one document share a number, as in the final reply. `echo`: the bot's system prompt,
+    which the stream must not repeat (`PromptEcho.of`)."""
 
     def __init__(self, on_token: TokenCallback, *, extracts: int, hits: Sequence[Hit] | None = None,
-                 system_prompt: str = "") -> None:
+                 echo: PromptEcho | None = None) -> None:
         self._on_token = on_token
-        self._echo = PromptEcho.of(system_prompt, hits or ())
+        self._echo = echo or PromptEcho()
         self._said = ""  # the end of the text released so far, to look for the prompt in
         self._received: list[str] = []  # every token, to tell whether the call's text is what streamed
         self._looked = 0  # how far `_pending` was searched for sentence ends
@@ -136,9 +134,7 @@ class HeldStream:
         self._looked = max(0, self._looked - cut)
         self._sentence_ends = [end - cut for end in self._sentence_ends if end > cut]
         self._said = (self._said + sentences)[-ECHO_REACH:]
-        # Stricter than gate 2's 70%: a long prompt's first 70% would be on screen before the final reply
-        # replaced it. Stopping costs only the rest of the stream.
-        if echoes_the_prompt(self._said, self._echo) or self._echo.covered(self._said) >= ECHO_MIN_WORDS:
+        if self._echo.begun_in(self._said):  # stopping costs only the rest of the stream
             self._stopped, self._pending = True, ""
             return
         lead = sentences[: len(sentences) - len(sentences.lstrip())]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.pipeline.citations import verify_citations
+from gateway.pipeline.citations import PromptEcho, verify_citations
 from gateway.pipeline.core import LLM_DOWN_REPLY
 from gateway.pipeline.held_stream import HeldStream
 from tests.fakes.openai_server import Turn
@@ -10,6 +10,20 @@ from tests.pipeline.conftest import PLUS, TEAM, hit, make_rig
 
 ENTERPRISE = hit("Enterprise plans are priced per contract; talk to sales.", n=2, document="enterprise.md",
                  title="Enterprise")
+
+
+async def streamed(tokens: list[str], **held: object) -> list[str]:
+    """What a `HeldStream(**held)` shows of one model call that streamed `tokens` and then ended."""
+    shown: list[str] = []
+
+    async def show(token: str) -> None:
+        shown.append(token)
+
+    stream = HeldStream(show, **held)
+    for token in tokens:
+        await stream(token)
+    await stream.finish("".join(tokens))
+    return shown
 
 
 async def test_streaming_tokens_reach_the_callback(rig, openai_fake) -> None:
@@ -103,18 +117,10 @@ async def test_streamed_tokens_carry_the_citation_numbers_of_the_final_reply(ope
 async def test_held_stream_numbers_extracts_of_one_document_alike_across_tokens() -> None:
     """Extracts 1 and 3 are one document: one number, as gate 2 gives; a marker split across tokens,
     a repeat in the next token and a marker of no extract are rewritten the same way."""
-    shown: list[str] = []
-
-    async def show(token: str) -> None:
-        shown.append(token)
-
     same_document = hit("Plus can be paid yearly.", n=5)  # plans.md, like PLUS
     hits = [PLUS, TEAM, same_document]
     tokens = ["Team costs $12 [", "2", "]. Plus", " is yearly [3", "] [1", "] or monthly [7] [1", "]."]
-    stream = HeldStream(show, extracts=3, hits=hits)
-    for token in tokens:
-        await stream(token)
-    await stream.finish("".join(tokens))
+    shown = await streamed(tokens, extracts=3, hits=hits)
 
     final = verify_citations("".join(tokens), hits, fallback_text="I don't know.")
     assert "".join(shown) == final.text == "Team costs $12 [1]. Plus is yearly [2] or monthly [2]."
@@ -124,31 +130,15 @@ async def test_held_stream_stays_fast_on_markers_left_open_and_long_runs_of_spac
     """Its check of the text's unsettled end once backtracked exponentially on open markers ("[1  [1  …":
     20 of them took minutes on one token, blocking every channel) and rescanned all held spaces: on
     this input the old check never finished. No time is asserted (timings belong in bench/)."""
-    shown: list[str] = []
-
-    async def collect(text: str) -> None:
-        shown.append(text)
-
-    stream = HeldStream(collect, extracts=2)
-    for token in ["The answer is in [1] .", *[" [1  "] * 40, " next", " word", *[" "] * 20_000, "end."]:
-        await stream(token)
-    await stream.finish("never streamed")
+    shown = await streamed(["The answer is in [1] .", *[" [1  "] * 40, " next", " word", *[" "] * 20_000, "end."],
+                           extracts=2)
     # The next "sentence" ran past MAX_SENTENCE_CHARS without ending: the rest waits for the final reply.
     assert "".join(shown) == "The answer is in [1]."
 
 
 async def test_nothing_from_a_link_on_is_streamed() -> None:
     # Gate 2 takes out a link no extract holds; streamed, it was on screen until the final reply came.
-    shown: list[str] = []
-
-    async def show(token: str) -> None:
-        shown.append(token)
-
-    stream = HeldStream(show, extracts=2)
-    for token in ["Plus costs $6 [1]. Pay at ht", "tps://evil.", "example/pay", " today."]:
-        await stream(token)
-
-    await stream.finish("".join(["Plus costs $6 [1]. Pay at ht", "tps://evil.", "example/pay", " today."]))
+    shown = await streamed(["Plus costs $6 [1]. Pay at ht", "tps://evil.", "example/pay", " today."], extracts=2)
     assert "".join(shown) == "Plus costs $6 [1]."
     assert "evil" not in "".join(shown) and "tps" not in "".join(shown)
 
@@ -156,16 +146,8 @@ async def test_nothing_from_a_link_on_is_streamed() -> None:
 async def test_a_sentence_gate_2_drops_is_not_streamed_either() -> None:
     """Once the text cited, everything after streamed, also a sentence citing only an extract the model
     was not given, which the final reply drops (review)."""
-    shown: list[str] = []
-
-    async def show(token: str) -> None:
-        shown.append(token)
-
     tokens = ["Plus costs $6 [1].", " Plus also comes", " with a free phone [7].", "\n\n- Billing", " is monthly [1]."]
-    stream = HeldStream(show, extracts=2)
-    for token in tokens:
-        await stream(token)
-    await stream.finish("".join(tokens))
+    shown = await streamed(tokens, extracts=2)
     final = verify_citations("".join(tokens), [PLUS, TEAM], fallback_text="I don't know.")
     assert "".join(shown) == final.text == "Plus costs $6 [1].\n\n- Billing is monthly [1]."
 
@@ -185,66 +167,34 @@ async def test_an_answer_repeating_the_system_prompt_stops_streaming(rig, openai
 
 async def test_a_bare_domain_stops_the_stream_as_a_link_does() -> None:
     """Gate 2 takes "acme-billing.com/pay" out as a link; the stream showed it (review)."""
-    shown: list[str] = []
-
-    async def show(token: str) -> None:
-        shown.append(token)
-
     tokens = ["Invoices are paid online [1]. Pay at", " acme-billing.com/pay", " [1]. Thanks [1]."]
-    stream = HeldStream(show, extracts=2)
-    for token in tokens:
-        await stream(token)
-    await stream.finish("".join(tokens))
+    shown = await streamed(tokens, extracts=2)
     assert "".join(shown) == "Invoices are paid online [1]."
 
 
 async def test_a_list_number_after_a_sentence_goes_with_its_item() -> None:
     """"2." went out alone and its item, dropped by gate 2, did not: "1. … 2. 3. Save" (review)."""
-    shown: list[str] = []
-
-    async def show(token: str) -> None:
-        shown.append(token)
-
     tokens = ["1. Open Settings [1].", " 2. Claim", " the free phone [7].", " 3. Save [1]."]
-    stream = HeldStream(show, extracts=2)
-    for token in tokens:
-        await stream(token)
-    await stream.finish("".join(tokens))
+    shown = await streamed(tokens, extracts=2)
     final = verify_citations("".join(tokens), [PLUS, TEAM], fallback_text="I don't know.")
     assert "".join(shown) == final.text == "1. Open Settings [1]. 3. Save [1]."
 
 
 async def test_a_long_system_prompt_stops_the_stream_after_20_of_its_words() -> None:
     """Gate 2 replaces an answer holding 70% of the prompt; streamed, the first 70% of a long one showed."""
-    shown: list[str] = []
-
-    async def show(token: str) -> None:
-        shown.append(token)
-
     prompt = " ".join(f"Rule {n}: agents may offer a retention discount of {n} percent to loyal customers." for n in
                       range(30))
-    stream = HeldStream(show, extracts=2, system_prompt=prompt)
     tokens = ["Plus costs $6 [1].", *[f" Rule {n}: agents may offer a retention discount of {n} percent to loyal "
                                       "customers." for n in range(30)]]
-    for token in tokens:
-        await stream(token)
-    await stream.finish("".join(tokens))
+    shown = await streamed(tokens, extracts=2, echo=PromptEcho.of(prompt))
     assert "".join(shown).startswith("Plus costs $6 [1].") and "".join(shown).count("retention") <= 2
 
 
 async def test_a_fallback_tag_before_a_link_splits_sentences_in_the_reply_as_in_the_stream() -> None:
     """Gate 2 looked for links before it took the tags out: "?</fallback> Pay at https://…" was one
     sentence there, and a sentence the stream had shown went from the reply (found by fuzzing)."""
-    shown: list[str] = []
-
-    async def show(token: str) -> None:
-        shown.append(token)
-
     tokens = ["Refunds take 5 days [1]. Is that all?", "</fallback> Pay at https://evil.example/x now."]
-    stream = HeldStream(show, extracts=2)
-    for token in tokens:
-        await stream(token)
-    await stream.finish("".join(tokens))
+    shown = await streamed(tokens, extracts=2)
     final = verify_citations("".join(tokens), [PLUS, TEAM], fallback_text="I don't know.")
     # The stream stops at the link (the rest waits for the reply); the reply keeps what it showed.
     assert final.text == "Refunds take 5 days [1]. Is that all?" and final.text.startswith("".join(shown))
