@@ -53,9 +53,14 @@ def _url_key(url: str) -> str:
     return url.lower().rstrip(".,;:!?/").removeprefix("https://").removeprefix("http://").removeprefix("www.")
 
 
+def _bare_links(text: str) -> list[str]:
+    """The bare URLs and domains in `text` that gate 2 checks: none inside inline code."""
+    return _BARE_URL.findall(_INLINE_CODE.sub(" ", text))
+
+
 def holds_a_link(text: str) -> bool:
-    """Whether `text` has a bare URL or domain that gate 2 would check (inline code aside)."""
-    return _BARE_URL.search(_INLINE_CODE.sub(" ", text)) is not None
+    """Whether `text` has a bare URL or domain that gate 2 would check."""
+    return bool(_bare_links(text))
 
 
 def without_unknown_links(text: str, known: str) -> str:
@@ -73,7 +78,6 @@ def without_unknown_links(text: str, known: str) -> str:
         return match.group(0) if known_url(url) else label
 
     out = _MARKDOWN_LINK.sub(link, text)
-    if out == text and not _BARE_URL.search(text):
+    if out == text and not holds_a_link(text):
         return text
-    return keep_sentences(out, lambda sentence: all(known_url(m.group(0))
-                                                    for m in _BARE_URL.finditer(_INLINE_CODE.sub(" ", sentence))))
+    return keep_sentences(out, lambda sentence: all(known_url(url) for url in _bare_links(sentence)))

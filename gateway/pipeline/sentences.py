@@ -51,4 +51,3 @@ def keep_sentences(text: str, keep: Callable[[str], bool]) -> str:
         elif kept and after.count("\n") > kept[-1][1].count("\n"):
             kept[-1][1] = after  # "B. C.\n\nD." without C keeps the paragraph break before D
     return "".join(sentence + after for sentence, after in kept).strip()
-
