@@ -15,8 +15,8 @@ _HOLD = re.compile("\ue000(\\d+)\ue001")
 _FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
 _MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~>])")
-_MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-_LEFTOVER_LINK = re.compile(r"!?\[[^\]\n]*\]\([^)\n]*\)")
+# The URL may be empty ("[a]( )"): such a link becomes its label like any unsafe one (the converter made it `< |a>`).
+_MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 _AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
 _BARE_URL = re.compile(r"https?://[^\s<>\"`]+")
 
@@ -86,8 +86,6 @@ def _prose_to_mrkdwn(text: str) -> str | None:
     text = _INLINE_CODE.sub(lambda m: hold("`" + escape_mrkdwn(m.group(2)) + "`"), text)
     text = _MD_ESCAPE.sub(lambda m: hold(escape_mrkdwn(m.group(1))), text)
     text = _MD_LINK.sub(link, text)
-    # A link with no URL ("[a]( )") stays text: the converter made it `< |a>`, a link to nowhere.
-    text = _LEFTOVER_LINK.sub(lambda m: hold(escape_mrkdwn(m.group(0))), text)
     text = _AUTOLINK.sub(lambda m: hold(f"<{safe_link_url(m.group(1)) or escape_mrkdwn(m.group(1))}>"), text)
     text = _BARE_URL.sub(bare, text)
     text = escape_mrkdwn(text)

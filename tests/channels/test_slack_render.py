@@ -59,7 +59,7 @@ def test_slack_naughty_strings_render_safely():
         assert "<" not in out and ">" not in out, text
 
 
-def test_slack_a_markdown_link_without_a_url_stays_text():
+def test_slack_a_markdown_link_without_a_url_is_its_label():
     """Hypothesis found `[a]( )` rendered as `< |a>`, a Slack link to nowhere."""
-    assert markdown_to_mrkdwn("[a]( )") == "[a]( )"
-    assert markdown_to_mrkdwn("**b** [a](  ) and [docs](https://x.io/a)") == "*b* [a](  ) and <https://x.io/a|docs>"
+    assert markdown_to_mrkdwn("[a]( )") == markdown_to_mrkdwn("[a]()") == "a"
+    assert markdown_to_mrkdwn("**b** [a](  ) and [docs](https://x.io/a)") == "*b* a and <https://x.io/a|docs>"
