@@ -169,7 +169,7 @@ class Ingestor:
                                                    IN_RUN_ERRORS: True})
         if record:
             try:
-                await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
+                await self._record(report, trigger=trigger, run_id=run_id)
             except Exception:  # the store itself is down; the log line above is all that is left
                 log.exception("ingest run could not be recorded", extra={"bot": bot, "source": source})
         if not isinstance(exc, Exception):  # cancelled (shutdown, Ctrl-C): recorded, and still cancelled
@@ -271,7 +271,7 @@ class Ingestor:
             stored = len(documents) > len(bad) or not_modified
             report.status = "partial" if stored or not (loader_failures or bad) else "failed"
         report.duration_s = time.perf_counter() - started
-        await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
+        await self._record(report, trigger=trigger, run_id=run_id)
         log.info("ingest done", extra={"bot": bot, "source": source, **report.as_dict()})
         return report
 
@@ -338,6 +338,12 @@ class Ingestor:
         absent, _ = await self._absent_from_index(bot, stored)
         return {doc_id: pair for doc_id, pair in validators.items()
                 if doc_id not in stored or absent.isdisjoint(stored[doc_id].chunk_ids)}
+
+    async def _record(self, report: IngestReport, *, trigger: str, run_id: int | None) -> None:
+        """The run into the store, with its `total`: what the source holds after it (a failed run's
+        counts are all 0, and the chunks it had are kept)."""
+        report.total = await recorded_chunk_count(self.sessions, report.bot, source=report.source)
+        await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
 
     async def _absent_from_index(self, bot: str, rows: dict[str, DocumentRow]) -> tuple[set[str], int]:
         """The chunk ids these rows record that the index has no point for, and the index's point

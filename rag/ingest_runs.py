@@ -15,7 +15,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from storage.models import Document, IngestRun
+from storage.models import IngestRun
 from storage.text import storable_text
 
 ERROR_MAX_CHARS = 500
@@ -61,12 +61,8 @@ async def start_run(sessions: async_sessionmaker[AsyncSession], bot: str, source
 async def record_run(
     sessions: async_sessionmaker[AsyncSession], report: IngestReport, *, trigger: str, run_id: int | None = None
 ) -> None:
-    """Write the report into the run's row (a new row when there is none, e.g. no `start_run`), and
-    set its `total` from the store."""
+    """Write the report into the run's row (a new row when there is none, e.g. no `start_run`)."""
     async with sessions() as session:
-        found = await session.scalars(select(Document.chunk_ids).where(
-            Document.bot == report.bot, Document.source == report.source))
-        report.total = sum(len(ids or ()) for ids in found)
         run = await session.get(IngestRun, run_id) if run_id is not None else None
         if run is None:
             run = IngestRun(bot=report.bot, source=report.source, trigger=trigger)
