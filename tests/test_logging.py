@@ -38,3 +38,12 @@ def test_litellm_records_come_out_once_as_json(capfd) -> None:
     logging.getLogger("LiteLLM Router").info("litellm.acompletion(model=offline/extractive) 200 OK")
     lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and json.loads(lines[0])["event"] == "deployment cooled down"
+
+
+def test_twilios_per_request_header_dump_stays_out_of_the_info_log(capsys) -> None:
+    """twilio's client logs every request's headers at INFO: 8 lines a send, half of a busy log (review)."""
+    configure_logging(level="INFO")
+    logging.getLogger("twilio.http_client").info("-- BEGIN Twilio API Request --")
+    logging.getLogger("twilio.http_client").warning("a real warning")
+    err = capsys.readouterr().err
+    assert "BEGIN Twilio API Request" not in err and "a real warning" in err
