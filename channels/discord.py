@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import json
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +58,7 @@ from channels.discord_parse import (
     without_token,
 )
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
+from channels.sent_parts import SentParts
 from gateway.errors import BadRequest, ChannelSendError, SignatureInvalid
 from gateway.models import ConversationRef, OutboundMessage
 from gateway.settings import DiscordChannel
@@ -129,7 +128,7 @@ class DiscordAdapter:
         self._logged_in = False
         self._interactions: dict[str, _PendingInteraction] = {}  # unanswered `/ask`, by interaction id
         # Ids of the chunks already delivered per reply, so a retried send never posts them again.
-        self._progress: OrderedDict[str, list[str]] = OrderedDict()
+        self._sent_parts = SentParts()
         self._deliver_in_order = asyncio.Lock()  # gateway messages reach the inbox one at a time (`_on_message`)
         self._gateway_problem: str | None = None  # why the connection is down, while it is
         self._stopping = False
@@ -183,41 +182,32 @@ class DiscordAdapter:
         if not chunks:
             return []
         await self._ensure_login()
-        progress = _progress_key(message)
-        ids = self._progress.setdefault(progress, [])
-        if len(ids) < len(message.delivered_parts):
-            # The outbox's record is newer: another process (a restart, another replica) sent more of it.
-            ids[:] = message.delivered_parts
-        self._progress.move_to_end(progress)
-        while len(self._progress) > 1024:
-            self._progress.popitem(last=False)
-        key = self._interaction_for(message)
-        if key is not None:
-            await self._send_followups(self._interactions[key], chunks, ids)
-            self._interactions.pop(key, None)  # only once answered, so a failed send can retry it
-            self._progress.pop(progress, None)
-            return list(ids)
-        channel = self._channel(message.conversation)
-        for index, chunk in enumerate(chunks):
-            if index < len(ids):
-                continue  # delivered by an earlier attempt of this same reply
-            reference = None
-            if index == 0 and message.reply_to and message.reply_to.isdigit():
-                reference = discord.MessageReference(
-                    message_id=int(message.reply_to), channel_id=channel.id, fail_if_not_exists=False
-                )
-            try:
-                sent = await channel.send(
-                    chunk,
-                    reference=reference,
-                    nonce=chunk_nonce(message, index),
-                    allowed_mentions=discord.AllowedMentions.none(),
-                    suppress_embeds=True,
-                )
-            except Exception as exc:  # translated at the boundary, re-raised as our own tree
-                raise translate(exc, sent=ids) from exc
-            ids.append(str(sent.id))
-        self._progress.pop(progress, None)
+        with self._sent_parts.resume(message) as ids:
+            key = self._interaction_for(message)
+            if key is not None:
+                await self._send_followups(self._interactions[key], chunks, ids)
+                self._interactions.pop(key, None)  # only once answered, so a failed send can retry it
+                return list(ids)
+            channel = self._channel(message.conversation)
+            for index, chunk in enumerate(chunks):
+                if index < len(ids):
+                    continue  # delivered by an earlier attempt of this same reply
+                reference = None
+                if index == 0 and message.reply_to and message.reply_to.isdigit():
+                    reference = discord.MessageReference(
+                        message_id=int(message.reply_to), channel_id=channel.id, fail_if_not_exists=False
+                    )
+                try:
+                    sent = await channel.send(
+                        chunk,
+                        reference=reference,
+                        nonce=chunk_nonce(message, index),
+                        allowed_mentions=discord.AllowedMentions.none(),
+                        suppress_embeds=True,
+                    )
+                except Exception as exc:  # translated at the boundary, re-raised as our own tree
+                    raise translate(exc, sent=len(ids)) from exc
+                ids.append(str(sent.id))
         return list(ids)
 
     def _interaction_for(self, message: OutboundMessage) -> str | None:
@@ -245,9 +235,8 @@ class DiscordAdapter:
                     # The request went out and its answer was lost; a follow-up has no nonce to dedupe it.
                     error = ChannelSendError(f"discord follow-up outcome unknown ({exc!r}); not resent to avoid "
                                              "a duplicate", permanent=True)
-                    error.sent_ids = list(ids)  # type: ignore[attr-defined]
                     raise error from exc
-                raise translate(exc, sent=ids) from exc
+                raise translate(exc, sent=len(ids)) from exc
             ids.append(str(sent.id))
 
     async def send_typing(self, conversation: ConversationRef) -> None:
@@ -379,11 +368,3 @@ class DiscordAdapter:
                     log.warning("discord.deliver_retry", extra={"bot": self.bot, "message_id": message.id,
                                                                 "attempt": attempt}, exc_info=True)
                     await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), 30.0))
-
-
-def _progress_key(message: OutboundMessage) -> str:
-    if message.idempotency_key:
-        return message.idempotency_key
-    conv = message.conversation
-    blob = repr((conv.chat, conv.thread, message.text, message.citations, message.reply_to))
-    return hashlib.sha256(blob.encode()).hexdigest()

@@ -18,13 +18,10 @@ def outcome_unknown(exc: BaseException) -> bool:
                             aiohttp.ClientOSError))
 
 
-def translate(exc: BaseException, *, sent: list[str] | None = None) -> Exception:
-    """discord.py / network exceptions → the gateway's error tree. `sent`: ids of the chunks delivered,
-    carried as `sent_ids` (the outbox records them)."""
-    translated = _translated(exc, sent=len(sent or ()))
-    if sent and isinstance(translated, (ChannelSendError, RecipientUnreachable)):
-        translated.sent_ids = list(sent)  # type: ignore[attr-defined]
-    return translated
+def translate(exc: BaseException, *, sent: int = 0) -> Exception:
+    """discord.py / network exceptions → the gateway's error tree. `sent`: how many chunks were delivered
+    (their ids reach the outbox through `SentParts`)."""
+    return _translated(exc, sent=sent)
 
 
 def _translated(exc: BaseException, *, sent: int) -> Exception:

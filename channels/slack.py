@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
@@ -34,10 +33,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, WebhookResult
 from channels.render import render_citations, split_text
+from channels.sent_parts import SentParts
 from channels.slack_events import bot_ids, parse_event
 from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_url, slack_to_plain
 from channels.slack_socket import open_socket_mode as _open_socket_mode
-from gateway.errors import BadRequest, ChannelSendError, GatewayError, RecipientUnreachable, SignatureInvalid
+from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
 from gateway.models import Citation, ConversationRef, InboundMessage, OutboundMessage
 from gateway.settings import SlackChannel
 
@@ -107,7 +107,7 @@ class SlackAdapter:
         self.bot_user_id: str | None = None
         self._socket: Any = None
         # Parts already posted for a reply that later failed: a retry of the same reply resumes after them.
-        self._progress: OrderedDict[tuple, list[str]] = OrderedDict()
+        self._sent_parts = SentParts()
 
     # ---- inbound -----------------------------------------------------------------------------
 
@@ -203,13 +203,11 @@ class SlackAdapter:
         """
         conv = message.conversation
         parts = self.render(message.text, message.citations)
-        key = (conv.chat, conv.thread, tuple(parts))
-        sent = self._progress.pop(key, [])
-        if message.idempotency_key and message.attempt > 1:
-            landed = await self._landed_parts(conv, message.idempotency_key)
-            while len(sent) < len(parts) and len(sent) in landed:
-                sent.append(landed[len(sent)])
-        try:
+        with self._sent_parts.resume(message) as sent:
+            if message.idempotency_key and message.attempt > 1:
+                landed = await self._landed_parts(conv, message.idempotency_key)
+                while len(sent) < len(parts) and len(sent) in landed:
+                    sent.append(landed[len(sent)])
             for index in range(len(sent), len(parts)):
                 metadata = {"event_type": REPLY_EVENT, "event_payload": {"reply": message.idempotency_key, "part": index}}
                 response = await self._call(
@@ -219,12 +217,6 @@ class SlackAdapter:
                     reconcilable=bool(message.idempotency_key),
                 )
                 sent.append(str(response.get("ts")))
-        except GatewayError:
-            if sent:  # remember what went through so the worker's retry never posts it twice
-                self._progress[key] = sent
-                while len(self._progress) > 1000:
-                    self._progress.popitem(last=False)
-            raise
         log.info("slack.sent", bot=self.bot, chat=conv.chat, thread=conv.thread, parts=len(sent))
         return sent
 

@@ -24,9 +24,7 @@ JSON (Telegram's proxies answer 502/504 in HTML during outages) counts as a serv
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import secrets
-from collections import OrderedDict
 
 import aiohttp
 import structlog
@@ -49,6 +47,7 @@ from aiogram.types import LinkPreviewOptions, ReplyParameters
 from aiogram.utils.token import TokenValidationError
 
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
+from channels.sent_parts import SentParts
 from channels.telegram_polling import TelegramPoller
 from channels.telegram_render import TELEGRAM_LIMIT, markdown_to_html, render_messages, visible_length, visible_text
 from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser, decode_update
@@ -117,7 +116,7 @@ class TelegramAdapter:
         self.polling_timeout = polling_timeout
         self._polling: asyncio.Task[None] | None = None
         # Chunks already delivered per outbound message, so a retried send never repeats them.
-        self._progress: OrderedDict[str, list[str]] = OrderedDict()
+        self._sent_parts = SentParts()
 
     # Inbound
     def verify(self, request: RawRequest) -> None:
@@ -143,29 +142,18 @@ class TelegramAdapter:
         a retry resumes after them: from memory, or in a new process from `message.delivered_parts`."""
         conv = message.conversation
         chunks = render_messages(message.text, message.citations, limit=TELEGRAM_LIMIT)
-        key = _progress_key(message)
-        done = self._progress.setdefault(key, [])
-        if len(done) < len(message.delivered_parts):
-            # The outbox's record is newer: another process (a restart, another replica) sent more of it.
-            done[:] = message.delivered_parts
-        self._progress.move_to_end(key)
-        while len(self._progress) > 1024:
-            self._progress.popitem(last=False)
         chat: int | str = _chat_id(conv.chat)
         thread = int(conv.thread) if conv.thread.lstrip("-").isdigit() else None
         reply_to = int(message.reply_to) if message.reply_to and message.reply_to.isdigit() else None
-        for index, chunk in enumerate(chunks):
-            if index < len(done):
-                continue  # delivered by an earlier attempt of this same send
-            try:
+        with self._sent_parts.resume(message) as done:
+            for index, chunk in enumerate(chunks):
+                if index < len(done):
+                    continue  # delivered by an earlier attempt of this same send
                 chat, message_id = await self._send_chunk(chat, chunk, thread=thread,
                                                           reply_to=reply_to if index == 0 else None)
-            except (ChannelSendError, RecipientUnreachable) as exc:
-                exc.sent_ids = list(done)  # type: ignore[attr-defined]
-                raise
-            done.append(message_id)
-            log.info("telegram.sent", bot=self.bot_name, chat=conv.chat, message_id=message_id, part=index + 1, parts=len(chunks))
-        self._progress.pop(key, None)
+                done.append(message_id)
+                log.info("telegram.sent", bot=self.bot_name, chat=conv.chat, message_id=message_id, part=index + 1,
+                         parts=len(chunks))
         return list(done)
 
     async def _send_chunk(self, chat: int | str, html: str, *, thread: int | None, reply_to: int | None) -> tuple[int | str, str]:
@@ -307,9 +295,3 @@ def _is_error_page(exc: ClientDecodeError) -> bool:
 
 def _chat_id(chat: str) -> int | str:
     return int(chat) if chat.lstrip("-").isdigit() else chat
-
-
-def _progress_key(message: OutboundMessage) -> str:
-    conv = message.conversation
-    blob = repr((conv.chat, conv.thread, message.text, message.citations, message.reply_to))
-    return hashlib.sha256(blob.encode()).hexdigest()

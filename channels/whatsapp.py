@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import hashlib
 import json
 import re
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -47,6 +45,7 @@ from twilio.rest import Client
 
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, StatusUpdate, WebhookResult
 from channels.render import render_citations, split_text
+from channels.sent_parts import SentParts
 from channels.whatsapp_render import to_whatsapp
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
 from gateway.models import Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender, as_utc
@@ -141,7 +140,7 @@ class WhatsAppAdapter:
         self.max_wait = max_wait
         self._from = settings.from_number.removeprefix("whatsapp:")
         # Parts already delivered of a reply whose send failed later, by reply: a retry resumes after them.
-        self._progress: OrderedDict[str, list[str]] = OrderedDict()
+        self._sent_parts = SentParts()
 
     # -- inbound ----------------------------------------------------------------------------
 
@@ -233,24 +232,12 @@ class WhatsAppAdapter:
         footer = render_citations(message.citations, style="plain")
         if footer:
             text = f"{text}\n\n{footer}" if text.strip() else footer
-        key = _progress_key(message)
-        sent = self._progress.pop(key, [])
-        if len(sent) < len(message.delivered_parts):
-            # The outbox's record is newer: another process (a restart, another replica) sent more of it.
-            sent = list(message.delivered_parts)
-        for index, part in enumerate(split_text(text, limit=MAX_LENGTH, unit="utf16")):
-            if index < len(sent):
-                continue  # delivered by an earlier attempt of this same reply
-            try:
+        with self._sent_parts.resume(message) as sent:
+            for index, part in enumerate(split_text(text, limit=MAX_LENGTH, unit="utf16")):
+                if index < len(sent):
+                    continue  # delivered by an earlier attempt of this same reply
                 sent.append(await self._create(to=message.conversation.chat, body=part))
-            except (ChannelSendError, RecipientUnreachable) as exc:
-                exc.sent_ids = list(sent)  # type: ignore[attr-defined]
-                if sent:
-                    self._progress[key] = sent
-                    while len(self._progress) > 1024:
-                        self._progress.popitem(last=False)
-                raise
-            log.info("whatsapp.sent", bot=self.bot, chat=message.conversation.chat, sid=sent[-1], part=index + 1)
+                log.info("whatsapp.sent", bot=self.bot, chat=message.conversation.chat, sid=sent[-1], part=index + 1)
         return sent
 
     async def send_template(
@@ -318,12 +305,6 @@ class WhatsAppAdapter:
         wait = _retry_after.get()
         wait = self.backoff * 2 ** (attempt - 1) if wait is None else wait
         return wait if wait <= self.max_wait else None
-
-
-def _progress_key(message: OutboundMessage) -> str:
-    conv = message.conversation
-    blob = repr((conv.chat, message.text, message.citations, message.reply_to))
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _translate(exc: TwilioRestException) -> ChannelSendError | RecipientUnreachable:

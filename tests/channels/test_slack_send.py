@@ -153,6 +153,20 @@ async def test_slack_retry_posts_again_when_history_cannot_be_read(fake: FakeSla
     assert [p["text"] for p in fake.posted()] == ["hello", "hello"]
 
 
+async def test_slack_retry_in_a_new_process_resumes_from_the_outbox_record_without_history(fake: FakeSlack):
+    fake.fail("conversations.replies", error="missing_scope")
+    text = "\n\n".join(f"Part {i}. " + "x " * 1400 for i in range(3))
+    fake.fail_call("chat.postMessage", 2, status=500)  # part 1 landed, part 2 did not
+    with pytest.raises(ChannelSendError) as info:
+        await make_adapter(fake).send(OutboundMessage(CONV, text, idempotency_key="m9", attempt=1))
+    assert info.value.sent_ids == [fake.posted()[0]["ts"]]  # type: ignore[attr-defined]  # the outbox stores it
+    retry = OutboundMessage(CONV, text, idempotency_key="m9", attempt=2,
+                            delivered_parts=tuple(info.value.sent_ids))  # type: ignore[attr-defined]
+    ids = await make_adapter(fake).send(retry)  # a new adapter: nothing in memory, history unreadable
+    assert [p["text"].split(".")[0] for p in fake.posted()] == ["Part 0", "Part 1", "Part 2"]
+    assert ids == [p["ts"] for p in fake.posted()]
+
+
 async def test_slack_first_attempt_does_not_read_history(fake: FakeSlack):
     await make_adapter(fake).send(OutboundMessage(CONV, "hello", idempotency_key="m8", attempt=1))
     assert fake.count("conversations.replies") == fake.count("conversations.history") == 0
