@@ -59,6 +59,7 @@ from channels.discord_parse import (
 )
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
 from channels.sent_parts import SentParts
+from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, SignatureInvalid
 from gateway.models import ConversationRef, OutboundMessage
 from gateway.settings import DiscordChannel
@@ -324,7 +325,7 @@ class DiscordAdapter:
                 if self.client.ws is not None:  # the loop ended but left its socket open
                     with contextlib.suppress(Exception):
                         await self.client.ws.close(code=1000)
-                await asyncio.sleep(min(2.0 ** failures, 60.0))
+                await asyncio.sleep(doubling(failures, first=2.0, cap=60.0))
                 self._gateway_problem = None
 
     async def stop(self) -> None:
@@ -367,4 +368,4 @@ class DiscordAdapter:
                         return
                     log.warning("discord.deliver_retry", extra={"bot": self.bot, "message_id": message.id,
                                                                 "attempt": attempt}, exc_info=True)
-                    await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), 30.0))
+                    await asyncio.sleep(doubling(attempt, first=0.5, cap=30.0))

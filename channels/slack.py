@@ -37,6 +37,7 @@ from channels.sent_parts import SentParts
 from channels.slack_events import bot_ids, parse_event
 from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_url, slack_to_plain
 from channels.slack_socket import open_socket_mode as _open_socket_mode
+from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
 from gateway.models import Citation, ConversationRef, InboundMessage, OutboundMessage
 from gateway.settings import SlackChannel
@@ -284,7 +285,7 @@ class SlackAdapter:
                 # The connection was never made, so nothing was posted: safe to retry.
                 if attempt == self._max_attempts:
                     raise ChannelSendError(f"slack {method}: cannot connect ({exc})") from exc
-                await self._sleep(min(2 ** (attempt - 1), self._max_wait_s))
+                await self._sleep(doubling(attempt, first=1, cap=self._max_wait_s))
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 if method == "chat_postMessage" and not reconcilable:
                     # Sent, but no answer: Slack may have posted it, and without metadata to look it up

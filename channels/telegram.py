@@ -51,6 +51,7 @@ from channels.sent_parts import SentParts
 from channels.telegram_polling import TelegramPoller
 from channels.telegram_render import TELEGRAM_LIMIT, markdown_to_html, render_messages, visible_length, visible_text
 from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser, decode_update
+from gateway.backoff import doubling
 from gateway.errors import ChannelSendError, ConfigError, RecipientUnreachable, SignatureInvalid
 from gateway.models import ConversationRef, OutboundMessage
 from gateway.settings import TelegramChannel
@@ -196,7 +197,7 @@ class TelegramAdapter:
             except TelegramServerError as exc:
                 if attempt == self.max_attempts:
                     raise ChannelSendError(f"telegram server error: {exc.message}", retry_after=5.0) from exc
-                await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
+                await asyncio.sleep(doubling(attempt, first=0.5, cap=5.0))
             except ClientDecodeError as exc:
                 if not _is_error_page(exc):
                     # JSON we could not read as a Message: Telegram may well have delivered it.
@@ -205,7 +206,7 @@ class TelegramAdapter:
                 # Not JSON at all: a proxy's 502/504 page, as a JSON 5xx is a server error.
                 if attempt == self.max_attempts:
                     raise ChannelSendError("telegram server error (an error page, not JSON)", retry_after=5.0) from exc
-                await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
+                await asyncio.sleep(doubling(attempt, first=0.5, cap=5.0))
             except TelegramNetworkError as exc:
                 if isinstance(exc.__cause__, aiohttp.ClientConnectorError):
                     # The connection never opened, so Telegram never saw it: safe to send again later.

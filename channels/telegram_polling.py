@@ -28,6 +28,7 @@ from sqlalchemy.exc import DBAPIError
 
 from channels.base import Deliver
 from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser
+from gateway.backoff import doubling
 
 log = structlog.get_logger("channels.telegram")
 
@@ -137,4 +138,4 @@ class TelegramPoller:
 
 
 def _backoff(failures: int) -> float:
-    return min(0.5 * 2 ** (failures - 1), MAX_BACKOFF)
+    return doubling(failures, first=0.5, cap=MAX_BACKOFF)

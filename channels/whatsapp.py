@@ -47,6 +47,7 @@ from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, 
 from channels.render import render_citations, split_text
 from channels.sent_parts import SentParts
 from channels.whatsapp_render import to_whatsapp
+from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
 from gateway.models import Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender, as_utc
 from gateway.settings import WhatsAppChannel
@@ -287,7 +288,7 @@ class WhatsAppAdapter:
                     raise _translate(exc) from exc
             except aiohttp.ClientConnectorError as exc:
                 # The connection never opened, so nothing was sent: safe to retry.
-                wait = self.backoff * 2 ** (attempt - 1)
+                wait = doubling(attempt, first=self.backoff)
                 if attempt == self.max_attempts:
                     raise ChannelSendError(f"Twilio unreachable: {exc}") from exc
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -303,7 +304,7 @@ class WhatsAppAdapter:
         if exc.status not in (429, 503) or attempt >= self.max_attempts:
             return None
         wait = _retry_after.get()
-        wait = self.backoff * 2 ** (attempt - 1) if wait is None else wait
+        wait = doubling(attempt, first=self.backoff) if wait is None else wait
         return wait if wait <= self.max_wait else None
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm  # noqa: E402
 
+from gateway.backoff import doubling
+
 RETRYABLE = (
     litellm.RateLimitError,
     litellm.Timeout,
@@ -42,7 +44,7 @@ class RetryPolicy:
         retry_after = _retry_after(error)
         if retry_after is not None:
             return min(retry_after, self.backoff_max)
-        return min(self.backoff_base * (2**attempt), self.backoff_max) * random.uniform(0.5, 1.0)
+        return doubling(attempt + 1, first=self.backoff_base, cap=self.backoff_max) * random.uniform(0.5, 1.0)
 
 
 def _retry_after(error: BaseException) -> float | None:

@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from channels.base import ChannelAdapter
 from gateway import otel
+from gateway.backoff import doubling
 from gateway.errors import ChannelError, ChannelSendError, RecipientUnreachable
 from gateway.events import EventBus, conversation_topic
 from gateway.models import Citation, ConversationRef, OutboundMessage, utcnow
@@ -235,7 +236,7 @@ class Outbox:
                     raise
                 bound.warning("outbound.record_retry", status=status, error=type(exc).__name__,
                               attempt=record_attempt)
-                await asyncio.sleep(min(0.25 * 2 ** record_attempt, 5.0))
+                await asyncio.sleep(doubling(record_attempt, first=0.5, cap=5.0))
         if status == "sent":
             self._breaker.reached(message.bot, message.channel)
             bound.info("outbound.sent", provider_ids=provider_ids)
@@ -298,7 +299,7 @@ class Outbox:
         a long flood wait ends (Telegram can ask for many minutes) is refused again and only uses up the
         attempts. Why it is only a floor: an adapter's fixed wait for a 5xx (5 s) would spend every
         attempt within half a minute."""
-        wait = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
+        wait = doubling(attempt, first=self.backoff_s, cap=self.max_backoff_s)
         if retry_after is not None:
             wait = max(wait, min(max(retry_after, 0.0), max(self.max_backoff_s, self.max_platform_wait_s)))
         return round(wait, 3)

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from gateway.backoff import doubling
 from gateway.models import utcnow
 
 log = structlog.get_logger("gateway.outbox")
@@ -75,7 +76,7 @@ class SendBreaker:
         health.probe_started = None
         if health.failures < FAILURES_TO_PAUSE or health.paused_until > self._clock():
             return  # sends already in flight when the pause began fail too; they do not lengthen it
-        pause = min(FIRST_PAUSE_S * 2 ** health.pauses, MAX_PAUSE_S)
+        pause = doubling(health.pauses + 1, first=FIRST_PAUSE_S, cap=MAX_PAUSE_S)
         health.pauses += 1
         health.paused_until = self._clock() + pause
         log.warning("outbound.channel_paused", bot=bot, channel=channel, seconds=pause,
