@@ -58,7 +58,6 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._slots = asyncio.Semaphore(concurrency)
         self.concurrency = concurrency
         self._active: dict[int, asyncio.Task] = {}
         self._wake = asyncio.Event()
@@ -150,8 +149,9 @@ class Worker:
             return await self._claim_once()
 
     async def _claim_once(self) -> int:
-        # Only as many as there are free slots: a conversation claimed to wait for one held its lease
-        # while it waited, and each round's oldest 50 queued ahead of anything newer.
+        # `concurrency` bounds the conversations in flight, and only as many as there are free slots are
+        # claimed: one claimed to wait for a slot would hold its lease while it waited, and each round's
+        # oldest 50 would queue ahead of anything newer.
         free = self.concurrency - len(self._active)
         if free <= 0 or self._stopping:
             return 0
@@ -175,34 +175,33 @@ class Worker:
 
     async def _drain(self, conversation_id: int) -> None:
         """Process the conversation's pending messages in order while holding its lease."""
-        async with self._slots:
-            heartbeat = asyncio.create_task(self._heartbeat(conversation_id))
-            try:
-                while not self._stopping:
-                    async with self._sessions() as session:
-                        message = await repo.next_pending(session, conversation_id=conversation_id)
-                    if message is None:
+        heartbeat = asyncio.create_task(self._heartbeat(conversation_id))
+        try:
+            while not self._stopping:
+                async with self._sessions() as session:
+                    message = await repo.next_pending(session, conversation_id=conversation_id)
+                if message is None:
+                    break
+                if message.status == "sending":
+                    if await self._requeue_if_stalled(message):
+                        continue
+                    await self._wait_for_unsettled_reply(message)
+                    break
+                if message.direction == "out":
+                    if await self._outbox.deliver(message.id) in RETRYING:
+                        await self._park(conversation_id, message.id)
                         break
-                    if message.status == "sending":
-                        if await self._requeue_if_stalled(message):
-                            continue
-                        await self._wait_for_unsettled_reply(message)
-                        break
-                    if message.direction == "out":
-                        if await self._outbox.deliver(message.id) in RETRYING:
-                            await self._park(conversation_id, message.id)
-                            break
-                    else:
-                        with message_context(message_id=message.id, conversation_id=conversation_id,
-                                             bot=message.bot, channel=message.channel,
-                                             traceparent=(message.meta or {}).get("traceparent")):
-                            await self.handler.handle(message)
-            finally:
-                heartbeat.cancel()
-                await asyncio.gather(heartbeat, return_exceptions=True)
-                async with self._sessions() as session, session.begin():
-                    await repo.release_lease(session, conversation_id=conversation_id, owner=self.owner)
-            self._wake.set()  # more may have arrived while we held the lease
+                else:
+                    with message_context(message_id=message.id, conversation_id=conversation_id,
+                                         bot=message.bot, channel=message.channel,
+                                         traceparent=(message.meta or {}).get("traceparent")):
+                        await self.handler.handle(message)
+        finally:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            async with self._sessions() as session, session.begin():
+                await repo.release_lease(session, conversation_id=conversation_id, owner=self.owner)
+        self._wake.set()  # more may have arrived while we held the lease
 
     async def _park(self, conversation_id: int, message_id: int) -> None:
         """Hand the lease to no one until the reply's retry time; the poll picks it up after that."""
