@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 from gateway.admin_client import chat_via_server, ingest_via_server, local_url
-from gateway.cli_output import hide_run_errors, print_misses, print_reports, progress_bar
+from gateway.cli_output import hide_run_errors, print_metrics, print_misses, print_reports, progress_bar
 from gateway.errors import ConfigError, GatewayError, IndexBusy, UnknownBot
 from gateway.preflight import check_embedding_model, database_has_schema, redacted_db_url, require_schema
 
@@ -229,8 +229,7 @@ async def _eval(args) -> int:
     if args.json:
         print(json.dumps(report.metrics))
         return 0
-    for key, value in report.metrics.items():
-        print(f"{key:>20}: {value:.3f}" if isinstance(value, float) else f"{key:>20}: {value}")
+    print_metrics(report.metrics)
     print_misses(report.outcomes, k=max(k_values))
     return 0
 

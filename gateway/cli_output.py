@@ -27,7 +27,9 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
                 print(f"{run['bot']}/{run['source']}: no longer in the config; its {run['deleted']} chunks were deleted")
                 continue
             errors = f", {len(run['errors'])} error(s)" if run["errors"] else ""
-            kept = f"; failed, its {run.get('total', 0)} chunks kept as they were" if run["status"] == "failed" else ""
+            kept = ""
+            if run["status"] == "failed":
+                kept = f"; failed, its {run['total']} chunks kept as they were" if run.get("total") else "; failed"
             print(f"{run['bot']}/{run['source']}: {run['added']} added, {run['updated']} updated, "
                   f"{run['deleted']} deleted, {run['unchanged']} unchanged chunks in {run['duration_s']:.1f}s"
                   f"{errors}{kept}")
@@ -70,6 +72,22 @@ class progress_bar:
 
     def __exit__(self, *exc):
         return self._progress.__exit__(*exc) if self._progress is not None else None
+
+
+def print_metrics(metrics: dict) -> None:
+    """`eval`'s metrics, one a line. A rate over no questions is 0.0 in the JSON (a number, as DESIGN.md's
+    keys are) but n/a here, where 0.000 would read as a gate that refuses nothing or a search that
+    finds nothing."""
+    undefined: set[str] = set()
+    if not metrics["n_unanswerable"]:
+        undefined.add("refusal_rate")
+    if not metrics["n_answerable"]:
+        undefined |= {k for k in metrics if k.startswith("recall@")} | {"mrr", "false_refusal_rate"}
+    for key, value in metrics.items():
+        if key in undefined:
+            print(f"{key:>20}: n/a (no {'unanswerable' if key == 'refusal_rate' else 'answerable'} questions)")
+        else:
+            print(f"{key:>20}: {value:.3f}" if isinstance(value, float) else f"{key:>20}: {value}")
 
 
 def print_misses(outcomes, *, k: int, limit: int = EVAL_MISSES_SHOWN) -> None:

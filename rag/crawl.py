@@ -170,8 +170,10 @@ async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotsRules | 
         response = await fetch(robots_url, client=client, max_bytes=MAX_ROBOTS_BYTES, any_site=True)
     except SourceError as exc:  # too large, or sent elsewhere: no rules we can read, so none we can honour
         raise SourceError(f"{exc}; {refusal}") from None
-    except httpx.HTTPError as exc:
-        raise SourceError(f"robots.txt {robots_url} could not be fetched ({describe_fetch_error(exc, client.timeout)}); {refusal}") from None
+    except httpx.HTTPError as exc:  # most often the whole site is down, not a robots.txt saying no
+        raise SourceError(f"{parts.netloc} did not answer for {robots_url} ({describe_fetch_error(exc, client.timeout)}); "
+                          f"not crawling sitemap {url} until it does (RFC 9309: an unreachable robots.txt "
+                          "means disallow all)") from None
     if response.status_code >= 500:
         raise SourceError(f"robots.txt {robots_url} answered {response.status_code}; {refusal}")
     if response.status_code >= 400:

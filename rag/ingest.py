@@ -62,12 +62,29 @@ log = logging.getLogger(__name__)
 CHUNKER_VERSION = "4"
 """Bump when chunking changes, so the next ingest re-chunks every document."""
 FLUSH_CHUNKS = 256
+EMBED_STEP = 64
+"""Chunks embedded and written per step of a flush: the progress bar moves after each step, so a
+manual of hundreds of chunks does not hold it still for a minute."""
 TEXT_TOKENS = 512
 """Default chunk size (heading path + text, MiniLM word pieces), twice the encoder's 256: the
 dense vector is the mean of the chunk's ≤256-token windows, BM25 and the answer step get all of
 it. Chosen on bench/ (s10, stici) among 256/384/512 × first-window/mean: see bench/README.md."""
 
-Progress = Callable[[int, int], None]
+Progress = Callable[[float, int], None]
+"""(documents done, documents): a document is done once its chunks are embedded and stored, and
+counts in part while they are being embedded."""
+
+
+class _DocumentProgress:
+    """The run's progress in documents, reported as it moves."""
+
+    def __init__(self, report: Progress | None, total: int) -> None:
+        self.report, self.total, self.done = report, total, 0.0
+
+    def advance(self, documents: float) -> None:
+        self.done = min(float(self.total), self.done + documents)
+        if self.report is not None:
+            self.report(round(self.done, 3), self.total)
 
 
 @dataclass
@@ -207,7 +224,14 @@ class Ingestor:
         loader_failures = bool(failed_ids)
         await self.index.ensure_collection(bot, await self.dense.probe_dim())
         rows = await self._rows(bot, source).load()
-        if delete_missing and rows and not (documents or not_modified or failed_ids or gone):
+        gave_nothing = not (documents or not_modified or failed_ids or gone)
+        # A first run of a source that gives nothing, and says nothing went wrong: most often a wrong
+        # path, or a folder of files no loader takes. A failed run says so where an "ok" would hide it.
+        empty_first_run = gave_nothing and not rows and not report.errors
+        if empty_first_run:
+            report.errors.append("the source gave no documents, so nothing was ingested: check its path or URLs "
+                                 "(a directory takes Markdown, text, HTML and PDF files)")
+        if delete_missing and rows and gave_nothing:
             # Nothing at all where documents were: an unmounted volume, a folder emptied by a failed
             # sync, a robots.txt that now disallows every page, far more often than a knowledge base
             # meant to be wiped. Removing the source from the config deletes its chunks (`gateway ingest`).
@@ -231,20 +255,24 @@ class Ingestor:
         report.unchanged += sum(len(rows[doc_id].chunk_ids) for doc_id in seen)
         revalidated: list[tuple[DocumentRow, Document]] = []  # unchanged content, new validators or settings stamp
         bad: set[str] = set()  # documents of this run that could not be chunked or stored
-        for done, doc in enumerate(documents, start=1):
+        tally = _DocumentProgress(progress, len(documents))
+        for doc in documents:
             if doc.doc_id in seen:
+                tally.advance(1)
                 continue
             seen.add(doc.doc_id)
             row = rows.get(doc.doc_id)
             content_hash = self._hash(doc)
             if row is not None and row.content_hash == content_hash and doc.doc_id not in lost:
                 report.unchanged += len(row.chunk_ids)
+                tally.advance(1)
                 if (row.etag, row.last_modified) != validators_of(doc) or row.settings_hash != self.settings_hash:
                     revalidated.append((row, doc))
             # In a thread: a long document takes a while to chunk (its tokens are counted), and ingest
             # runs inside the server, whose event loop must keep answering meanwhile.
             elif (chunks := await asyncio.to_thread(self._chunk, bot, source, doc, report)) is None:
                 bad.add(doc.doc_id)
+                tally.advance(1)
             else:
                 old = set(row.chunk_ids) - absent if row else set()  # what the index holds of the document
                 ids = {c.chunk_id for c in chunks}
@@ -252,11 +280,9 @@ class Ingestor:
                     _Pending(doc, content_hash, chunks, [c for c in chunks if c.chunk_id not in old], sorted(old - ids), row)
                 )
                 if sum(len(p.new) for p in pending) >= FLUSH_CHUNKS:
-                    bad |= await self._flush(bot, source, pending, report)
+                    bad |= await self._flush(bot, source, pending, report, tally)
                     pending = []
-            if progress:
-                progress(done, len(documents))
-        bad |= await self._flush(bot, source, pending, report)
+        bad |= await self._flush(bot, source, pending, report, tally)
         await self._rows(bot, source).restamp(revalidated)
         if delete_missing:
             await self._delete_gone_documents(bot, source, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
@@ -269,7 +295,7 @@ class Ingestor:
         report.unchanged += sum(len(row.chunk_ids) for row in kept)
         if report.errors:
             stored = len(documents) > len(bad) or not_modified
-            report.status = "partial" if stored or not (loader_failures or bad) else "failed"
+            report.status = "partial" if stored or not (loader_failures or bad or empty_first_run) else "failed"
         report.duration_s = time.perf_counter() - started
         await self._record(report, trigger=trigger, run_id=run_id)
         log.info("ingest done", extra={"bot": bot, "source": source, **report.as_dict()})
@@ -293,18 +319,21 @@ class Ingestor:
             _document_failed(bot, source, doc.doc_id, exc, report)
             return None
 
-    async def _flush(self, bot: str, source: str, pending: list[_Pending], report: IngestReport) -> set[str]:
+    async def _flush(self, bot: str, source: str, pending: list[_Pending], report: IngestReport,
+                     tally: _DocumentProgress) -> set[str]:
         """Embed the new chunks of pending documents, write them, then update the store. Returns the
         ids of the documents the store refused (each recorded as an error, its new points removed)."""
         if not pending:
             return set()
         # Points first, then the store: a crash in between only costs a re-embed next run. Embedded and
-        # written FLUSH_CHUNKS at a time: one long document (a manual of thousands of chunks, each with
+        # written EMBED_STEP at a time: one long document (a manual of thousands of chunks, each with
         # its sentence vectors) never holds all its vectors in memory at once.
         new = [(p.doc, c) for p in pending for c in p.new]
-        for start in range(0, len(new), FLUSH_CHUNKS):
-            points = await index_points(self.dense, self.sparse, source, new[start : start + FLUSH_CHUNKS])
+        share = [1 / len(p.new) for p in pending for _ in p.new]  # of its document, per chunk
+        for start in range(0, len(new), EMBED_STEP):
+            points = await index_points(self.dense, self.sparse, source, new[start : start + EMBED_STEP])
             await self.index.upsert(bot, points)
+            tally.advance(sum(share[start : start + EMBED_STEP]))
         await self.index.delete_points(bot, [i for p in pending for i in p.stale])
         refused = await self._rows(bot, source).write(pending)
         for p, exc in refused:
@@ -312,6 +341,8 @@ class Ingestor:
         # A refused document keeps its old row: its new points would be orphans nothing deletes.
         await self.index.delete_points(bot, [c.chunk_id for p, _ in refused for c in p.new])
         failed = {p.doc.doc_id for p, _ in refused}
+        if nothing_to_embed := sum(1 for p in pending if not p.new):
+            tally.advance(nothing_to_embed)  # done once stored
         for p in pending:
             if p.doc.doc_id in failed:
                 continue

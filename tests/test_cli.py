@@ -116,6 +116,30 @@ def test_cli_ingest_with_no_sources_says_so_instead_of_printing_nothing(capsys):
     assert json.loads(capsys.readouterr().out) == {"added": 0, "updated": 0, "deleted": 0, "unchanged": 0, "runs": []}
 
 
+def test_a_first_run_that_failed_does_not_claim_to_keep_chunks(capsys):
+    from gateway.cli_output import print_reports
+
+    run = {"bot": "acme", "source": "docs", "status": "failed", "added": 0, "updated": 0, "deleted": 0,
+           "unchanged": 0, "duration_s": 0.1, "errors": ["robots.txt could not be fetched"], "total": 0}
+    assert print_reports([run], as_json=False) == 1
+    assert capsys.readouterr().out == "acme/docs: 0 added, 0 updated, 0 deleted, 0 unchanged chunks in 0.1s, 1 error(s); failed\n"
+
+
+def test_eval_text_shows_a_rate_over_no_questions_as_not_applicable(capsys):
+    from gateway.cli_output import print_metrics
+
+    metrics = {"recall@1": 0.9, "recall@3": 0.94, "recall@5": 0.98, "recall@10": 0.98, "mrr": 0.9267,
+               "refusal_rate": 0.0, "false_refusal_rate": 0.0, "n_answerable": 50, "n_unanswerable": 0}
+    print_metrics(metrics)
+    lines = dict(line.strip().split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["refusal_rate"] == "n/a (no unanswerable questions)"
+    assert lines["false_refusal_rate"] == "0.000" and lines["mrr"] == "0.927"
+    print_metrics(metrics | {"n_answerable": 0, "n_unanswerable": 3, "recall@1": 0.0, "mrr": 0.0, "refusal_rate": 1.0})
+    lines = dict(line.strip().split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["recall@1"] == lines["mrr"] == lines["false_refusal_rate"] == "n/a (no answerable questions)"
+    assert lines["refusal_rate"] == "1.000" and lines["n_unanswerable"] == "3"
+
+
 def test_local_url_reaches_a_wildcard_bind_on_loopback():
     assert local_url("0.0.0.0", 8100) == "http://127.0.0.1:8100"
     assert local_url("::", 8100) == "http://[::1]:8100"

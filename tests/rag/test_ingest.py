@@ -138,14 +138,31 @@ async def test_ingest_re_embeds_when_the_index_lost_its_points(tmp_path, index, 
 
 async def test_a_long_document_is_embedded_and_written_a_slice_at_a_time(index, dense, sparse, sessions, monkeypatch):
     # Memory stays bounded by the slice, not by the document: five sections, slices of two.
-    monkeypatch.setattr(rag.ingest, "FLUSH_CHUNKS", 2)
+    monkeypatch.setattr(rag.ingest, "EMBED_STEP", 2)
     text = "\n\n".join(f"# Section {i}\n\nSection {i} explains setting number {i} in plain words." for i in range(5))
     counting = CountingEmbedder(dense)
-    report = await Ingestor(index, counting, sparse, sessions).ingest_documents("acme", "kb", [Document("long.md", "Long", None, text, "markdown")])
+    shown: list[tuple[float, int, int]] = []  # (done, total, points in the index when it was shown)
+    ingestor = Ingestor(index, counting, sparse, sessions)
+    points = []
+
+    def progress(done: float, total: int) -> None:
+        shown.append((done, total, len(points)))
+
+    upsert = index.upsert
+
+    async def counted_upsert(bot, batch):
+        await upsert(bot, batch)
+        points.extend(batch)
+
+    monkeypatch.setattr(index, "upsert", counted_upsert)
+    docs = [Document("long.md", "Long", None, text, "markdown")]
+    report = await ingestor.ingest_documents("acme", "kb", docs, progress=progress)
     assert report.added == 5 and await index.count("acme") == 5
     window_calls = counting.calls[0::2]  # each slice: its windows, then its sentences
     assert [len(call) for call in window_calls] == [2, 2, 1]
     assert [s for call in counting.calls[1::2] for s in call] == [f"Section {i} explains setting number {i} in plain words." for i in range(5)]
+    # The one document's bar moves with each embedded slice and is full only once all of it is stored.
+    assert shown == [(0.4, 1, 2), (0.8, 1, 4), (1.0, 1, 5)]
 
 
 async def test_a_sentence_two_chunks_share_is_embedded_once_and_stored_with_both(index, dense, sparse, sessions):
@@ -312,6 +329,18 @@ async def test_a_source_that_suddenly_gives_nothing_keeps_its_documents(tmp_path
         (moved / file.name).rename(folder / file.name)
     partly = await ingestor.ingest_source("acme", source)
     assert partly.status == "ok" and partly.deleted > 0 and not partly.errors
+
+
+async def test_a_first_run_of_an_empty_folder_fails_visibly_instead_of_reporting_ok(tmp_path, index, dense, sparse, sessions):
+    """A wrong path or a folder of .docx files: an "ok" with 0 chunks would go unnoticed on a first deploy."""
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    (folder / "notes.docx").write_bytes(b"PK not a loader's format")
+    report = await Ingestor(index, dense, sparse, sessions).ingest_source("acme", SourceSettings(name="docs", type="directory", path=str(folder)))
+    assert report.status == "failed" and report.added == 0
+    assert report.errors == ["the source gave no documents, so nothing was ingested: check its path or URLs "
+                             "(a directory takes Markdown, text, HTML and PDF files)"]
+    assert (await runs(sessions))[-1].status == "failed"
 
 
 async def test_a_page_that_says_it_is_gone_is_removed_even_when_it_was_the_only_one(index, dense, sparse, sessions):
