@@ -26,7 +26,7 @@ import httpx
 from lxml import etree
 from protego import Protego
 
-from gateway.errors import IN_RUN_ERRORS, SourceError
+from gateway.errors import IN_RUN_ERRORS, GatewayError, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -252,13 +252,15 @@ def _text_sitemap(url: str, body: bytes) -> list[str]:
 
 
 def describe_fetch_error(exc: BaseException, timeout: httpx.Timeout | None = None) -> str:
-    """`Type: message` of an error. A timeout names the limit it hit: httpx's own message is often empty."""
+    """`Type: message` of an error (the message alone for our own). A timeout names the limit it hit: httpx's own message is often empty."""
     name = type(exc).__name__
     limit = _timeout_limit(exc, timeout)
     if limit is not None:
         return f"{name} after {limit:g}s"
     # The first line only: httpx adds "For more information check: <a web page>" to every status error.
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, GatewayError) and message:
+        return message  # ours, written to be read as it is
     return f"{name}: {message}" if message else name
 
 

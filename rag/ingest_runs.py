@@ -15,6 +15,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.errors import GatewayError
 from storage.models import IngestRun
 from storage.text import storable_text
 
@@ -91,12 +92,15 @@ async def latest_runs(sessions: async_sessionmaker[AsyncSession]) -> dict[tuple[
 
 
 def describe(exc: BaseException) -> str:
-    """`Type: message` of an error, short enough for a run's error list. A database error gives the
+    """`Type: message` of an error (the message alone for our own), short enough for a run's error list. A database error gives the
     driver's message, not SQLAlchemy's, which repeats the whole statement and its parameters."""
     if isinstance(exc, StatementError) and exc.orig is not None:
         exc = exc.orig
     if isinstance(exc, asyncio.CancelledError):
         return "cancelled before it finished"
     message = " ".join(str(exc).split())
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    if isinstance(exc, GatewayError) and message:
+        text = message  # ours, written to be read as it is
+    else:
+        text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"

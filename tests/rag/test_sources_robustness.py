@@ -299,4 +299,4 @@ async def test_a_file_past_its_size_cap_is_that_files_error_and_never_read(tmp_p
     result = await load_directory(tmp_path)
     assert sorted(d.doc_id for d in result.documents) == ["faq.md", "manual.pdf"]  # a PDF has its own, larger cap
     assert result.errors == [("server.log.txt",
-                              "SourceError: 2 MB, larger than the 1 MB a text file may be; not read")]
+                              "2 MB, larger than the 1 MB a text file may be; not read")]
