@@ -113,6 +113,8 @@ async def load_directory(path: Path) -> LoadResult:
     Hidden files and folders (`.git/`, `.obsidian/`, `.~draft.md`) are skipped: they are tool state and
     editor leftovers, not knowledge, and a `.git/` folder can hold old copies of every page.
     """
+    if path.exists() and not path.is_dir():
+        raise SourceError(f"knowledge directory is a file, not a folder: {path} (name the folder that holds it)")
     if not path.is_dir():
         raise SourceError(f"knowledge directory not found: {path}")
     result = LoadResult()

@@ -300,3 +300,11 @@ async def test_a_file_past_its_size_cap_is_that_files_error_and_never_read(tmp_p
     assert sorted(d.doc_id for d in result.documents) == ["faq.md", "manual.pdf"]  # a PDF has its own, larger cap
     assert result.errors == [("server.log.txt",
                               "2 MB, larger than the 1 MB a text file may be; not read")]
+
+
+async def test_a_file_named_as_the_knowledge_directory_is_told_apart_from_a_missing_one(tmp_path):
+    (tmp_path / "faq.md").write_text("# FAQ\n")
+    with pytest.raises(SourceError, match="is a file, not a folder"):
+        await load_directory(tmp_path / "faq.md")
+    with pytest.raises(SourceError, match="knowledge directory not found"):
+        await load_directory(tmp_path / "nowhere")
