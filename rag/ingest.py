@@ -38,7 +38,6 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +48,7 @@ from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
 from rag.document_rows import DocumentRows, recorded_chunk_count, storable, store_key, validators_of
 from rag.embeddings import DenseEmbedder, SparseEmbedder
+from rag.ingest_progress import DocumentProgress, Progress
 from rag.ingest_runs import IngestReport, describe, record_run, start_run
 from rag.knowledge_index import KnowledgeIndex
 from rag.points import index_points
@@ -69,23 +69,6 @@ TEXT_TOKENS = 512
 """Default chunk size (heading path + text, MiniLM word pieces), twice the encoder's 256: the
 dense vector is the mean of the chunk's ≤256-token windows, BM25 and the answer step get all of
 it. Chosen on bench/ (s10, stici) among 256/384/512 × first-window/mean: see bench/README.md."""
-
-Progress = Callable[[float, int], None]
-"""(documents done, documents): a document is done once its chunks are embedded and stored, and
-counts in part while they are being embedded."""
-
-
-class _DocumentProgress:
-    """The run's progress in documents, reported as it moves."""
-
-    def __init__(self, report: Progress | None, total: int) -> None:
-        self.report, self.total, self.done = report, total, 0.0
-
-    def advance(self, documents: float) -> None:
-        self.done = min(float(self.total), self.done + documents)
-        if self.report is not None:
-            self.report(round(self.done, 3), self.total)
-
 
 @dataclass
 class _Pending:
@@ -255,7 +238,7 @@ class Ingestor:
         report.unchanged += sum(len(rows[doc_id].chunk_ids) for doc_id in seen)
         revalidated: list[tuple[DocumentRow, Document]] = []  # unchanged content, new validators or settings stamp
         bad: set[str] = set()  # documents of this run that could not be chunked or stored
-        tally = _DocumentProgress(progress, len(documents))
+        tally = DocumentProgress(progress, len(documents))
         for doc in documents:
             if doc.doc_id in seen:
                 tally.advance(1)
@@ -316,11 +299,11 @@ class Ingestor:
                 text_tokens=self.text_tokens,
             )
         except Exception as exc:  # one odd document must not cost the rest of its source
-            _document_failed(bot, source, doc.doc_id, exc, report)
+            report.document_failed(doc.doc_id, exc)
             return None
 
     async def _flush(self, bot: str, source: str, pending: list[_Pending], report: IngestReport,
-                     tally: _DocumentProgress) -> set[str]:
+                     tally: DocumentProgress) -> set[str]:
         """Embed the new chunks of pending documents, write them, then update the store. Returns the
         ids of the documents the store refused (each recorded as an error, its new points removed)."""
         if not pending:
@@ -337,7 +320,7 @@ class Ingestor:
         await self.index.delete_points(bot, [i for p in pending for i in p.stale])
         refused = await self._rows(bot, source).write(pending)
         for p, exc in refused:
-            _document_failed(bot, source, p.doc.doc_id, exc, report)
+            report.document_failed(p.doc.doc_id, exc)
         # A refused document keeps its old row: its new points would be orphans nothing deletes.
         await self.index.delete_points(bot, [c.chunk_id for p, _ in refused for c in p.new])
         failed = {p.doc.doc_id for p, _ in refused}
@@ -410,11 +393,3 @@ def _digest(parts: tuple[str, ...]) -> str:
         digest.update(part.encode("utf-8", "surrogatepass"))
         digest.update(b"\x1f")
     return digest.hexdigest()
-
-
-def _document_failed(bot: str, source: str, doc_id: str, exc: Exception, report: IngestReport) -> None:
-    """Record one document's failure as an error of the run, and log it with the document's id."""
-    error = describe(exc)
-    report.errors.append(f"{doc_id}: {error}")
-    log.warning("ingest document failed",
-                extra={"bot": bot, "source": source, "document": doc_id, "error": error, IN_RUN_ERRORS: True})

@@ -9,13 +9,14 @@ killed mid-run cannot do that; the next run of the same source to end marks such
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.errors import GatewayError
+from gateway.errors import IN_RUN_ERRORS, GatewayError
 from storage.models import IngestRun
 from storage.text import storable_text
 
@@ -44,6 +45,13 @@ class IngestReport:
     def as_dict(self) -> dict[str, object]:
         """Plain dict for `ingest --json` and the admin API."""
         return {**asdict(self), "duration_s": round(self.duration_s, 3)}
+
+    def document_failed(self, doc_id: str, exc: Exception) -> None:
+        """Record one document's failure as an error of the run, and log it with the document's id."""
+        error = describe(exc)
+        self.errors.append(f"{doc_id}: {error}")
+        logging.getLogger("rag.ingest").warning("ingest document failed", extra={
+            "bot": self.bot, "source": self.source, "document": doc_id, "error": error, IN_RUN_ERRORS: True})
 
     def counts(self) -> dict[str, int]:
         """The chunk counts only."""
