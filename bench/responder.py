@@ -4,7 +4,7 @@
 
 Per set: the documents are ingested by `rag.ingest.Ingestor` into a temporary local-mode index, and each
 answerable question goes through `HybridSearch` (the bot defaults, k=5), `build_messages` and
-`gateway.extractive.answer`, as in the pipeline. An answer "quotes the gold" when it holds a run of six
+`gateway.offline.extractive.answer`, as in the pipeline. An answer "quotes the gold" when it holds a run of six
 words of a gold text (the whole gold text when shorter), markers and case aside: the gold texts are spans of
 the right chunk, and a quoted sentence that answers usually shares six words with them. It "cites a chunk
 holding one" when a chunk its markers point to holds a gold text: drawn from the right place, though the
@@ -20,7 +20,7 @@ import asyncio
 import json
 
 from bench.retrieval import DATA, machine, scratch
-from gateway.extractive import answer
+from gateway.offline.extractive import answer
 from gateway.pipeline.citations import strip_invalid_markers
 from gateway.pipeline.prompts import build_messages
 from gateway.settings import BotSettings

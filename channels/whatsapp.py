@@ -21,7 +21,7 @@ contact's `last_inbound_at` and picks `send()`, `send_template()` (settings.cont
 message undeliverable; `WINDOW_MARGIN` keeps a reply computed in the window's last minutes from landing
 after it closes. `send()` raises `RecipientUnreachable` for error 63016 (outside the window) and the
 other "cannot reach this person" codes; 63016 mostly comes later, in a failed status callback, and
-`gateway/receipts.py` then queues the reply again for the template.
+`gateway/delivery/receipts.py` then queues the reply again for the template.
 """
 
 from __future__ import annotations

@@ -11,18 +11,20 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway import __version__, otel
+from gateway import __version__
 from gateway.http import admin, health, webchat, webhooks
 from gateway.http.unhandled import UnhandledErrors
 from gateway.http.webchat import STATIC_DIR
-from gateway.observability import HttpMetricsMiddleware, configure_logging
+from gateway.observability import otel
+from gateway.observability.logs import configure_logging
+from gateway.observability.metrics import HttpMetricsMiddleware
+from gateway.observability.tracing import RequestContextMiddleware
 from gateway.operators import api as operator_api
 from gateway.operators import console as operator_console
 from gateway.operators import slack_operator
 from gateway.pipeline.tools import http_tool_secrets
 from gateway.services import Services, build_services
 from gateway.settings import Settings, _secret_values
-from gateway.tracing import RequestContextMiddleware
 
 log = structlog.get_logger("gateway.app")
 

@@ -24,7 +24,7 @@ class ChannelBase(_Strict):
     respond_in_groups: Literal["mention", "always"] = "mention"
     greeting: str | None = None
     # Show the reply while it is generated, by editing a message (channels that can edit: Telegram,
-    # Slack, Discord). See gateway/streaming.py.
+    # Slack, Discord). See gateway/delivery/streaming.py.
     stream: bool = False
 
 

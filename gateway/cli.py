@@ -161,7 +161,7 @@ def _db_upgrade(args) -> int:
 
 async def _ingest(args) -> int:
     from gateway.knowledge import Knowledge
-    from gateway.observability import configure_logging
+    from gateway.observability.logs import configure_logging
     from storage.engine import create_engine, session_factory
 
     settings = _settings(args)
@@ -195,7 +195,7 @@ def _hide_run_errors() -> None:
 
 
 async def _eval(args) -> int:
-    from gateway.observability import configure_logging
+    from gateway.observability.logs import configure_logging
     from gateway.settings import Settings, load_settings
     from rag.eval import evaluate
 
@@ -237,7 +237,7 @@ async def _eval(args) -> int:
 async def _chat(args) -> int:
     from gateway.http.webchat import _wait_for_reply
     from gateway.models import ConversationRef, InboundMessage, Sender
-    from gateway.observability import configure_logging
+    from gateway.observability.logs import configure_logging
     from gateway.services import build_services
 
     settings = _settings(args)
@@ -303,7 +303,7 @@ async def _set_webhook(args) -> int:
 
 
 async def _forget(args) -> int:
-    from gateway.observability import configure_logging
+    from gateway.observability.logs import configure_logging
     from gateway.retention import forget_contact
     from storage.engine import create_engine, session_factory
 

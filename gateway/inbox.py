@@ -9,8 +9,8 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway import otel
 from gateway.models import InboundMessage
+from gateway.observability import otel
 from gateway.pg_bridge import announce
 from storage import repositories as repo
 from storage.text import storable_text

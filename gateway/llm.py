@@ -34,9 +34,9 @@ import structlog
 
 from gateway.errors import LLMError
 from gateway.llm_retry import RETRYABLE, RetryPolicy, client_fault, short
-from gateway.observability import adopt_litellm_loggers
-from gateway.offline_llm import MODEL as OFFLINE_LITELLM_MODEL
-from gateway.offline_llm import register_offline_provider
+from gateway.observability.logs import adopt_litellm_loggers
+from gateway.offline.provider import MODEL as OFFLINE_LITELLM_MODEL
+from gateway.offline.provider import register_offline_provider
 from gateway.settings import OFFLINE_MODEL, Settings
 
 adopt_litellm_loggers()  # LiteLLM just attached its own text handlers; ours render its records
@@ -111,7 +111,7 @@ class LLMRouter:
         metrics=None,
     ) -> None:
         register_offline_provider()
-        self._metrics = metrics  # gateway.observability.Metrics: failed calls, for an alert on an outage
+        self._metrics = metrics  # gateway.observability.metrics.Metrics: failed calls, for an alert on an outage
         # LiteLLM prints a "Give Feedback" banner on every error; our logs carry the story instead.
         litellm.suppress_debug_info = True
         self._timeout = timeout

@@ -7,7 +7,7 @@ leaves the message pending (answered after restart); a crash after it leaves the
 
 While the pipeline runs, channels with a typing indicator show it, refreshed every few seconds.
 
-Channels with `stream: true` that can edit messages (gateway/streaming.py) show the reply while it is
+Channels with `stream: true` that can edit messages (gateway/delivery/streaming.py) show the reply while it is
 generated, by sending a message and editing it; the outbox then edits the streamed messages into the
 final reply instead of sending it again, and records their ids as the reply's deliveries. The ids of
 streamed messages are also recorded on the question as they are sent (`meta.streamed`): after a
@@ -31,14 +31,14 @@ import structlog
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.delivery.outbox import RETRYING, Outbox
+from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
+from gateway.delivery.typing_indicator import TYPING_REFRESH_S, start_typing
 from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import CallerIdentity, ConversationRef, utcnow
-from gateway.outbox import RETRYING, Outbox
 from gateway.pipeline import Pipeline, PipelineResult, Turn
 from gateway.pipeline.core import FAILURE_REPLY, handoff
 from gateway.settings import Settings
-from gateway.streaming import EditStreamer, remove_leftovers, streamer_for
-from gateway.typing_indicator import TYPING_REFRESH_S, start_typing
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Message, Usage
 

@@ -61,7 +61,7 @@ class RateLimiter:
                  namespace: str = "gw", timeout: float = TIMEOUT_S, metrics=None) -> None:
         self._limits = limits_by_bot
         self.timeout = timeout
-        self.metrics = metrics  # gateway.observability.Metrics, for gateway_ratelimit_errors_total
+        self.metrics = metrics  # gateway.observability.metrics.Metrics, for gateway_ratelimit_errors_total
         self._last_unavailable_log: float | None = None  # when `ratelimit.unavailable` was last logged
         self._outage_logged = False  # `ratelimit.unavailable` was logged and `ratelimit.recovered` not yet
         try:

@@ -14,8 +14,8 @@ import structlog
 from sqlalchemy import delete, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.delivery.receipts import purge_early_receipts
 from gateway.models import utcnow
-from gateway.receipts import purge_early_receipts
 from gateway.settings import Settings
 from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message
 

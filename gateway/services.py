@@ -17,19 +17,20 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from channels.base import ChannelAdapter
 from channels.web import WebAdapter
 from gateway.budget import DailyBudget
+from gateway.delivery.outbox import HEARTBEAT_S, Outbox
 from gateway.errors import GatewayError
-from gateway.escalation import Escalations
+from gateway.escalation.handoff import Escalations
 from gateway.events import EventBus
 from gateway.inbox import Inbox
 from gateway.knowledge import Knowledge
 from gateway.leader import LeaderElection
 from gateway.llm import LLMRouter
 from gateway.llm_retry import RetryPolicy
-from gateway.observability import Metrics, enable_langfuse
+from gateway.observability.logs import enable_langfuse
+from gateway.observability.metrics import Metrics
 from gateway.operators.auth import OperatorAuth
 from gateway.operators.reminders import HandoffReminders
 from gateway.operators.slack_operator import SlackOperatorChannel
-from gateway.outbox import HEARTBEAT_S, Outbox
 from gateway.pg_bridge import PgBridge
 from gateway.pipeline import Pipeline
 from gateway.pipeline.answer import Answerer

@@ -148,7 +148,7 @@ class LLMSettings(_Strict):
 
 
 class TracingSettings(_Strict):
-    """Optional OpenTelemetry export (gateway/otel.py); off while `otlp_endpoint` is unset."""
+    """Optional OpenTelemetry export (gateway/observability/otel.py); off while `otlp_endpoint` is unset."""
 
     otlp_endpoint: str | None = None
     service_name: str = "bot-gateway"

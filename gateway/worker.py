@@ -24,14 +24,14 @@ from datetime import datetime, timedelta
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.delivery.outbox import RETRYING, Outbox, next_attempt_at
+from gateway.delivery.typing_indicator import TYPING_REFRESH_S
 from gateway.events import EventBus
 from gateway.message_handler import MessageHandler
 from gateway.models import as_utc, utcnow
-from gateway.outbox import RETRYING, Outbox, next_attempt_at
+from gateway.observability.tracing import message_context
 from gateway.pipeline import Pipeline
 from gateway.settings import Settings
-from gateway.tracing import message_context
-from gateway.typing_indicator import TYPING_REFRESH_S
 from storage import repositories as repo
 from storage.models import Message
 

@@ -4,7 +4,7 @@
 alcohol; "How do the plans compare?" about the plans. The text that answers such a question rarely
 repeats its framing words, and a knowledge base that lacks them gives them the highest idf, so they
 would count against the question. They are left out of gate 1's lexical coverage and the keyword
-rule's share (`rag.gate`) and of the words the offline answerer looks for (`gateway.extractive`);
+rule's share (`rag.gate`) and of the words the offline answerer looks for (`gateway.offline.extractive`);
 a question made only of them keeps them all.
 
 Kept to words about documents and about comparing, which name no subject in any domain. On

@@ -226,7 +226,7 @@ class Delivery(Base):
 
 
 class EarlyReceipt(Base):
-    """A delivery receipt that arrived before the outbox recorded the part it names (gateway/receipts.py)."""
+    """A delivery receipt that arrived before the outbox recorded the part it names (gateway/delivery/receipts.py)."""
 
     __tablename__ = "early_receipts"
     __table_args__ = (UniqueConstraint("channel", "provider_id", name="uq_early_receipts_provider_id"),)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from gateway.observability import configure_logging
+from gateway.observability.logs import configure_logging
 
 
 def test_stdlib_records_keep_their_extra_fields_in_console_and_json(capsys) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.observability import HttpMetricsMiddleware, Metrics
+from gateway.observability.metrics import HttpMetricsMiddleware, Metrics
 from tests.conftest import app_client, chat_events
 
 BOT = {"name": "acme", "channels": {"web": {"per_address_per_minute": None},

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway import otel
 from gateway.app import create_app
+from gateway.observability import otel
 from gateway.settings import load_settings
 from tests.conftest import upgrade, write_config
 

@@ -9,10 +9,10 @@ import pytest
 from sqlalchemy import func, select
 
 from channels.base import Capabilities
+from gateway.delivery.outbox import Outbox
 from gateway.events import EventBus
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender
-from gateway.outbox import Outbox
 from gateway.pipeline import PipelineResult
 from gateway.settings import BotSettings, Settings
 from gateway.worker import Worker

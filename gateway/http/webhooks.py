@@ -13,9 +13,9 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
 from channels.base import RawRequest
+from gateway.delivery.receipts import record_receipt
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.http.deps import error, services
-from gateway.receipts import record_receipt
 
 log = structlog.get_logger("gateway.webhooks")
 router = APIRouter(tags=["webhooks"])

@@ -17,8 +17,8 @@ import structlog
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.escalation import Escalations
-from gateway.escalation_records import record_event
+from gateway.escalation.handoff import Escalations
+from gateway.escalation.records import record_event
 from gateway.models import as_utc, utcnow
 from gateway.operators.notices import is_open, next_opening
 from gateway.settings import Settings

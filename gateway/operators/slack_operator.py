@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from channels.base import RawRequest
 from gateway.errors import BadRequest, Conflict, GatewayError, NotFound, SignatureInvalid
-from gateway.escalation import Escalations
+from gateway.escalation.handoff import Escalations
 from gateway.http.deps import error, services
 from gateway.http.webhooks import CappedRoute
 from gateway.models import as_utc, utcnow

@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 import structlog
 
-from gateway import otel
 from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
 from gateway.errors import LLMError, RetrievalError
 from gateway.models import CallerIdentity, Citation
+from gateway.observability import otel
 from gateway.pipeline.answer import TurnRecord
 from gateway.pipeline.human_request import asks_for_human
 from gateway.pipeline.small_talk import is_no, is_yes, small_talk, starts_with_yes

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from gateway.llm import LLMRouter
-from gateway.offline_llm import answer, split_sentences, stem
+from gateway.offline.provider import answer, split_sentences, stem
 from gateway.pipeline.citations import verify_citations
 from gateway.pipeline.prompts import build_messages
 from gateway.settings import BotSettings

@@ -4,7 +4,7 @@ only frame a question ("work", "mean", "fix", "see", "include") are not looked f
 
 from __future__ import annotations
 
-from gateway.offline_llm import answer
+from gateway.offline.provider import answer
 from gateway.pipeline.prompts import build_messages
 from gateway.settings import BotSettings
 from tests.llm.hits import PLANS, FakeHit

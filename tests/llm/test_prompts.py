@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.offline_llm import parse_extracts, parse_fallback, split_sentences
+from gateway.offline.provider import parse_extracts, parse_fallback, split_sentences
 from gateway.pipeline.prompts import ToolResult, build_messages, escape_text, system_prompt
 from gateway.settings import BotSettings
 from tests.llm.hits import PASSWORD, REFUNDS, FakeHit

@@ -107,7 +107,7 @@ async def test_complete_falls_back_on_persistent_500(openai_fake: FakeOpenAI) ->
 
 async def test_failed_calls_are_counted_for_an_outage_alert(openai_fake: FakeOpenAI) -> None:
     # Without it an outage showed only as the offline model's tokens going up.
-    from gateway.observability import Metrics
+    from gateway.observability.metrics import Metrics
 
     metrics = Metrics()
     openai_fake.script("primary", Turn(status=500), Turn(status=503))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from gateway.escalation import Escalations
+from gateway.escalation.handoff import Escalations
 from gateway.events import EventBus
 from gateway.models import ConversationRef
 from gateway.settings import Settings

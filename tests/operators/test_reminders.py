@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import select
 
-from gateway.escalation import Escalations
+from gateway.escalation.handoff import Escalations
 from gateway.events import ESCALATIONS_TOPIC, EventBus
 from gateway.models import ConversationRef
 from gateway.operators.reminders import HandoffReminders

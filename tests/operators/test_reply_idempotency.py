@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
-from gateway.escalation import Escalations, reply_key
+from gateway.escalation.handoff import Escalations, reply_key
 from gateway.models import ConversationRef
 from storage import repositories as repo
 from storage.models import Escalation, Message

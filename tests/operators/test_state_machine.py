@@ -8,10 +8,10 @@ import pytest
 from sqlalchemy import select
 
 from gateway.errors import Conflict, NotFound
-from gateway.escalation import Escalations
+from gateway.escalation.handoff import Escalations
 from gateway.events import ESCALATIONS_TOPIC, EventBus
 from gateway.models import ConversationRef
-from gateway.observability import Metrics
+from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.extracts import terms
+from gateway.offline.extracts import terms
 from gateway.pipeline.core import MAX_QUESTION_CHARS
 from tests.fakes.openai_server import Turn
 from tests.pipeline.conftest import make_rig

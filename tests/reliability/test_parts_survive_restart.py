@@ -29,11 +29,11 @@ from channels.telegram import TelegramAdapter
 from channels.whatsapp import MAX_LENGTH as WHATSAPP_LIMIT
 from channels.whatsapp import WhatsAppAdapter
 from channels.whatsapp_render import to_whatsapp
+from gateway.delivery.outbox import Outbox, next_attempt_at
+from gateway.delivery.receipts import record_receipt
 from gateway.events import EventBus
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, OutboundMessage, Sender, utcnow
-from gateway.outbox import Outbox, next_attempt_at
-from gateway.receipts import record_receipt
 from gateway.settings import DiscordChannel, TelegramChannel, WhatsAppChannel
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory

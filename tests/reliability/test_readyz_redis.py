@@ -13,7 +13,7 @@ import socket
 import pytest
 import structlog
 
-from gateway.observability import Metrics
+from gateway.observability.metrics import Metrics
 from gateway.ratelimit import RateLimiter
 from gateway.settings import RateLimitSettings
 from tests.conftest import IN_CI

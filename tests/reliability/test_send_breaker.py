@@ -1,4 +1,4 @@
-"""A channel whose platform is down is paused (gateway/send_breaker.py): its replies are rescheduled
+"""A channel whose platform is down is paused (gateway/delivery/send_breaker.py): its replies are rescheduled
 without an attempt, and other channels' replies go out at once."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from channels.telegram import TelegramAdapter
+from gateway.delivery.outbox import Outbox, next_attempt_at
+from gateway.delivery.send_breaker import FAILURES_TO_PAUSE, FIRST_PAUSE_S, MAX_PAUSE_S, PROBE_WAIT_S, SendBreaker
 from gateway.events import EventBus
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender, utcnow
-from gateway.outbox import Outbox, next_attempt_at
-from gateway.send_breaker import FAILURES_TO_PAUSE, FIRST_PAUSE_S, MAX_PAUSE_S, PROBE_WAIT_S, SendBreaker
 from gateway.settings import TelegramChannel
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory

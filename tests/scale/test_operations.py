@@ -10,9 +10,9 @@ import litellm
 from sqlalchemy import select
 
 from gateway.app import create_app
-from gateway.observability import enable_langfuse
+from gateway.observability.logs import enable_langfuse
+from gateway.observability.tracing import RequestContextMiddleware, trace_id_from_headers
 from gateway.settings import load_settings
-from gateway.tracing import RequestContextMiddleware, trace_id_from_headers
 from storage.models import Conversation, Message
 from tests.conftest import upgrade, write_config
 

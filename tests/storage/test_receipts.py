@@ -8,9 +8,9 @@ from datetime import timedelta
 
 from sqlalchemy import select, update
 
+from gateway.delivery.receipts import EARLY_RECEIPT_TTL, adopt_early_receipts, purge_early_receipts, record_receipt
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender, utcnow
-from gateway.receipts import EARLY_RECEIPT_TTL, adopt_early_receipts, purge_early_receipts, record_receipt
 from storage.engine import create_engine, session_factory
 from storage.models import Delivery, EarlyReceipt, Message
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from channels.discord import DiscordAdapter
+from gateway.delivery.streaming import EditStreamer
 from gateway.models import ConversationRef, OutboundMessage
 from gateway.settings import DiscordChannel
-from gateway.streaming import EditStreamer
 from tests.fakes.discord_api import FakeDiscord
 from tests.streaming.conftest import numbered_words, words
 

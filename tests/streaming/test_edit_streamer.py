@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from channels.telegram import TelegramAdapter
+from gateway.delivery.streaming import SURPLUS_TEXT, EditStreamer, compose, streamer_for
 from gateway.errors import ChannelSendError
 from gateway.models import Citation, ConversationRef, OutboundMessage
 from gateway.settings import TelegramChannel
-from gateway.streaming import SURPLUS_TEXT, EditStreamer, compose, streamer_for
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.streaming.conftest import numbered_words, shown_twice, telegram_timeline, words
 

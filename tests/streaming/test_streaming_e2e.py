@@ -13,8 +13,8 @@ import pytest_asyncio
 from sqlalchemy import select
 
 from gateway.app import create_app
+from gateway.delivery.streaming import SURPLUS_TEXT, EditStreamer
 from gateway.settings import load_settings
-from gateway.streaming import SURPLUS_TEXT, EditStreamer
 from storage.models import Conversation, Message
 from tests.conftest import upgrade, write_config
 from tests.fakes.openai_server import Turn

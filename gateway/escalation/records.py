@@ -1,6 +1,6 @@
 """The escalation rows every transition shares: finding a thread's live escalation, writing the audit
-trail (`escalation_events`) and saying why a transition lost its race. Both `gateway.escalation` and
-`gateway.escalation_claims` use them, so they live below both."""
+trail (`escalation_events`) and saying why a transition lost its race. Both `gateway.escalation.handoff` and
+`gateway.escalation.claims` use them, so they live below both."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Pick the sentences of the extracts that answer a question: scoring, selection and citation markers
-(a whole section's steps or opening when the question asks for one: `gateway.sections`).
+(a whole section's steps or opening when the question asks for one: `gateway.offline.sections`).
 
-Pure text work on OpenAI-style messages; the LiteLLM provider around it is `gateway.offline_llm`.
+Pure text work on OpenAI-style messages; the LiteLLM provider around it is `gateway.offline.provider`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import math
 import re
 from typing import Any
 
-from gateway.extracts import PRONOUN, Candidate, Extract, parse_extracts, parse_fallback, terms
-from gateway.question_form import answer_kind, framing_of
-from gateway.sections import MAX_ANSWER_CHARS, MAX_SENTENCES, section_of, steps_of, whole_section
+from gateway.offline.extracts import PRONOUN, Candidate, Extract, parse_extracts, parse_fallback, terms
+from gateway.offline.question_form import answer_kind, framing_of
+from gateway.offline.sections import MAX_ANSWER_CHARS, MAX_SENTENCES, section_of, steps_of, whole_section
 
 MIN_COVERAGE = 0.35
 FOLLOW_RATIO = 0.75  # a further sentence must score this close to the best one, or it adds noise

@@ -12,7 +12,7 @@ bot, so an absent holder never strands a thread. On resolve, a customer message 
 operator's last reply and that nobody answered goes back to the worker, so the bot answers it.
 Side effects (bus events, the Slack operator post) run after the transaction commits, through
 `listeners`, so a rolled-back escalation never pings anyone. The claim transitions (claim, take over,
-release) are in `gateway.escalation_claims`.
+release) are in `gateway.escalation.claims`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.errors import BadRequest, Conflict, NotFound
-from gateway.escalation_claims import ClaimTransitions
-from gateway.escalation_records import conflict_message, live_escalation, record_event
+from gateway.escalation.claims import ClaimTransitions
+from gateway.escalation.handback import answer_if_handed_back, requeue_unanswered
+from gateway.escalation.records import conflict_message, live_escalation, record_event
 from gateway.events import ESCALATIONS_TOPIC, EventBus
-from gateway.handback import answer_if_handed_back, requeue_unanswered
 from gateway.models import as_utc, utcnow
 from gateway.operators.notices import acknowledgement_extras
 from gateway.settings import Settings

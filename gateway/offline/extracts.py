@@ -113,7 +113,7 @@ class Candidate:
     extract: Extract
     pos: int
     terms: set[str]
-    referent: frozenset[str] = frozenset()  # what a leading pronoun stands for (`gateway.extractive`)
+    referent: frozenset[str] = frozenset()  # what a leading pronoun stands for (`gateway.offline.extractive`)
 
     @property
     def text(self) -> str:

@@ -13,7 +13,7 @@ with its reason.
 
 WhatsApp's 24-hour window is checked here, because only the gateway knows when the contact last
 wrote: outside it, the configured Content template is sent instead, or the reply fails visibly. A reply
-WhatsApp refused later as outside the window (a 63016 receipt, `gateway/receipts.py`) comes back with
+WhatsApp refused later as outside the window (a 63016 receipt, `gateway/delivery/receipts.py`) comes back with
 `meta.window_closed` and gets the same treatment.
 
 While a send is in flight its row is `sending`, and its `updated_at` is refreshed every `heartbeat_s`.
@@ -37,14 +37,14 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from channels.base import ChannelAdapter
-from gateway import otel
 from gateway.backoff import doubling
+from gateway.delivery.receipts import adopt_early_receipts
+from gateway.delivery.send_breaker import SendBreaker
+from gateway.delivery.streaming import remove_leftovers
 from gateway.errors import ChannelError, ChannelSendError, RecipientUnreachable
 from gateway.events import EventBus, conversation_topic
 from gateway.models import Citation, ConversationRef, OutboundMessage, utcnow
-from gateway.receipts import adopt_early_receipts
-from gateway.send_breaker import SendBreaker
-from gateway.streaming import remove_leftovers
+from gateway.observability import otel
 from storage.models import Contact, Conversation, Delivery, Message
 
 log = structlog.get_logger("gateway.outbox")
@@ -101,7 +101,7 @@ class Outbox:
         """Send one pending reply. Returns sent, failed, retry (failed now, will be retried),
         deferred (its retry time has not come), or skipped. Safe to call twice: only one caller sends.
 
-        `via` replaces `adapter.send` for this attempt only (gateway/streaming.py: the reply was
+        `via` replaces `adapter.send` for this attempt only (gateway/delivery/streaming.py: the reply was
         streamed, so it is edited into place); its errors are handled like the adapter's."""
         async with self._sessions() as session, session.begin():
             message = await session.get(Message, message_id)

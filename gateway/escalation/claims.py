@@ -1,8 +1,8 @@
 """Who holds an escalation: claim, take over and release, mixed into `Escalations`.
 
-The state machine these belong to is drawn in `gateway.escalation`. The claim rules (a retried claim, an
+The state machine these belong to is drawn in `gateway.escalation.handoff`. The claim rules (a retried claim, an
 explicit take-over, taking a conversation that was never escalated) are its largest part, so they have
-their own module. The rows both modules write and read are in `gateway.escalation_records`.
+their own module. The rows both modules write and read are in `gateway.escalation.records`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.errors import Conflict, NotFound
-from gateway.escalation_records import conflict_message, live_escalation, record_event
+from gateway.escalation.records import conflict_message, live_escalation, record_event
 from gateway.models import as_utc, utcnow
 from storage import repositories as repo
 from storage.models import Conversation, Escalation, Message

@@ -1,15 +1,15 @@
 """Answers made of a whole section: the numbered steps of the section a how-to question is named after,
 or the opening of the section any other question is named after.
 
-Why apart from sentence scoring (`gateway.extractive`): these answers are found by the section's name,
+Why apart from sentence scoring (`gateway.offline.extractive`): these answers are found by the section's name,
 not by the sentences' words, since steps and openings rarely repeat the question ("Go to Settings →
 Security" answers "How do I turn on 2FA?").
 """
 
 from __future__ import annotations
 
-from gateway.extracts import PRONOUN, Candidate, Extract, terms
-from gateway.question_form import contradicts, is_how, is_how_to
+from gateway.offline.extracts import PRONOUN, Candidate, Extract, terms
+from gateway.offline.question_form import contradicts, is_how, is_how_to
 
 # How much an answer quotes, a whole section or the best sentences alike.
 MAX_SENTENCES = 3

@@ -22,7 +22,7 @@ import litellm
 from litellm.llms.custom_llm import CustomLLM
 from litellm.types.utils import GenericStreamingChunk, ModelResponse
 
-from gateway.extractive import (
+from gateway.offline.extractive import (
     ABOUT_PAGE_FACTOR,
     FOLLOW_RATIO,
     MAX_ANSWER_CHARS,
@@ -34,7 +34,7 @@ from gateway.extractive import (
     _content,
     answer,
 )
-from gateway.extracts import (
+from gateway.offline.extracts import (
     DEFAULT_FALLBACK,
     MAX_LIST_CHARS,
     Extract,

@@ -3,7 +3,7 @@
 Every log line of a request or of a message's processing carries `trace_id`, and message lines also
 carry `message_id` and `conversation_id`. An incoming W3C `traceparent` header is honoured, so a proxy's
 trace id shows up in our logs. The worker reuses the trace id of the request that stored the message.
-With `tracing.otlp_endpoint` set, the same ids are real OpenTelemetry spans (`gateway/otel.py`).
+With `tracing.otlp_endpoint` set, the same ids are real OpenTelemetry spans (`gateway/observability/otel.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import structlog
 from opentelemetry.trace import SpanKind
 
-from gateway import otel
+from gateway.observability import otel
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 

@@ -1,14 +1,14 @@
 """What a question asks for, read from its form: a procedure, a duration, a frequency, a number or an
 amount, or a subject (the words that only frame it left out).
 
-Pure text work shared by the offline responder's scoring (`gateway.extractive`).
+Pure text work shared by the offline responder's scoring (`gateway.offline.extractive`).
 """
 
 from __future__ import annotations
 
 import re
 
-from gateway.extracts import terms
+from gateway.offline.extracts import terms
 from rag.framing import FRAMING_WORDS
 
 # "How do I reset my password?" asks for a procedure: its answer is the numbered steps.

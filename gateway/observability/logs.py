@@ -1,0 +1,128 @@
+"""Structured logs (structlog): one renderer for our records and every library's, with secrets redacted."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+
+import structlog
+
+from gateway.errors import IN_RUN_ERRORS
+
+_SECRET_PATTERNS: list[re.Pattern[str]] = []
+
+
+def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: list[str] | tuple[str, ...] = ()) -> None:
+    """Route stdlib and structlog output through one renderer; redact configured secrets everywhere."""
+    global _SECRET_PATTERNS
+    _SECRET_PATTERNS = [re.compile(re.escape(s)) for s in secrets if s and len(s) >= 6]
+    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    shared = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.processors.format_exc_info, _redact, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),
+        cache_logger_on_first_use=False,
+    )
+    handler = _CurrentStderrHandler()
+    # Standard-library records (rag/, uvicorn, libraries) go through the same renderer, with their
+    # `extra=` fields: a plain Formatter dropped them ("ingest done" without its counts) and wrote
+    # text lines into a JSON log.
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder(), _drop_record_noise],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.format_exc_info,
+                    _redact, renderer],
+    ))
+    handler.addFilter(_RedactFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # twilio's client writes every request's headers at INFO: 8 lines a send, half of a busy log.
+    for noisy in ("httpx", "httpcore", "litellm", "aiosqlite", "asyncio", "urllib3", "twilio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # pypdf warns, without the file's name, about each broken structure it reads past; a PDF that
+    # cannot be read is reported by the ingest with its name, and one that can is fine.
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    adopt_litellm_loggers()
+
+
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+def adopt_litellm_loggers() -> None:
+    """Route LiteLLM's loggers through our handler only, at WARNING.
+
+    Why: LiteLLM attaches a colored text handler to each of its loggers when it is imported, so every
+    record came out twice, once as a raw text line inside a JSON log. Called by `configure_logging` and
+    again where LiteLLM is imported (`gateway.llm`), whichever comes first."""
+    for name in LITELLM_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = True
+        logger.setLevel(logging.WARNING)
+
+
+def enable_langfuse(enabled: bool) -> bool:
+    """Turn LiteLLM's Langfuse callback on (keys from LANGFUSE_* in the environment). Returns whether it is on."""
+    import litellm
+
+    for attr in ("success_callback", "failure_callback"):
+        callbacks = [c for c in (getattr(litellm, attr, None) or []) if c != "langfuse"]
+        if enabled:
+            callbacks.append("langfuse")
+        setattr(litellm, attr, callbacks)
+    return enabled
+
+
+class _CurrentStderr:
+    """Writes to whatever `sys.stderr` is now (test capture and daemons swap it after configuration)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+class _CurrentStderrHandler(logging.StreamHandler):
+    """A stream handler bound to the current `sys.stderr`, not the one at configuration time."""
+
+    def __init__(self) -> None:
+        super().__init__(_CurrentStderr())
+
+
+def redact(text: str) -> str:
+    """Replace every configured secret in `text` with a marker."""
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub("[REDACTED]", text)
+    return text
+
+
+def _redact(_logger, _name, event_dict):
+    for key, value in list(event_dict.items()):
+        if isinstance(value, str):
+            event_dict[key] = redact(value)
+    return event_dict
+
+
+# Attributes libraries set on every record, not fields of the line: uvicorn's ANSI-coloured copy of
+# the message, and LiteLLM's marker object.
+_RECORD_NOISE = frozenset({"color_message", "litellm_redacted", IN_RUN_ERRORS})  # IN_RUN_ERRORS is for filters
+
+
+def _drop_record_noise(_logger, _name, event_dict):
+    for key in _RECORD_NOISE & event_dict.keys():
+        del event_dict[key]
+    return event_dict
+
+
+class _RedactFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact(record.getMessage())
+        record.args = ()
+        return True
