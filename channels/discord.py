@@ -51,6 +51,7 @@ from channels.discord_client import GatewayClient
 from channels.discord_errors import outcome_unknown, translate
 from channels.discord_parse import (
     classify_gateway_message,
+    member_of,
     parse_gateway_event,
     parse_gateway_message,
     parse_interaction,
@@ -178,13 +179,21 @@ class DiscordAdapter:
     # -- outbound --
 
     async def send(self, message: OutboundMessage) -> list[str]:
-        """Render, split at 2000 chars and post; the first chunk replies to `reply_to`."""
-        chunks = render_message(message)
+        """Render, split at 2000 chars and post; the first chunk replies to `reply_to`.
+
+        In a server channel, a reply to no message of the member's (an operator's) starts with a
+        mention of that member, which pings them and no one else: the channel is shared."""
+        key = self._interaction_for(message)
+        member = member_of(message.conversation) if key is None and not message.reply_to else None
+        member = member if member and member.isdigit() else None
+        chunks = render_message(message, mention=member)
         if not chunks:
             return []
         await self._ensure_login()
+        mentions = (discord.AllowedMentions(everyone=False, roles=False, replied_user=False,
+                                            users=[discord.Object(int(member))])
+                    if member else discord.AllowedMentions.none())
         with self._sent_parts.resume(message) as ids:
-            key = self._interaction_for(message)
             if key is not None:
                 await self._send_followups(self._interactions[key], chunks, ids)
                 self._interactions.pop(key, None)  # only once answered, so a failed send can retry it
@@ -203,7 +212,7 @@ class DiscordAdapter:
                         chunk,
                         reference=reference,
                         nonce=chunk_nonce(message, index),
-                        allowed_mentions=discord.AllowedMentions.none(),
+                        allowed_mentions=mentions,
                         suppress_embeds=True,
                     )
                 except Exception as exc:  # translated at the boundary, re-raised as our own tree
@@ -261,8 +270,9 @@ class DiscordAdapter:
             raise translate(exc) from exc
 
     def _channel(self, conversation: ConversationRef) -> discord.PartialMessageable:
-        # A thread is a channel on Discord: posting to its id replies inside the thread.
-        target = conversation.thread or conversation.chat
+        # A thread is a channel on Discord, and a thread's conversation has its id as `chat`: posting
+        # there replies inside it. A server channel's `thread` names a member, not a channel.
+        target = conversation.chat
         if not target.isdigit():
             raise ChannelSendError(f"not a Discord channel id: {target!r}", permanent=True)
         guild_id = int(conversation.workspace) if conversation.workspace else None

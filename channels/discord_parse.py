@@ -21,6 +21,9 @@ from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, 
 # The adapter's logger name, so "discord.ignored" records keep their source after the split.
 log = logging.getLogger("channels.discord")
 
+# Channel types whose id is a thread's (public, private, announcement): a thread is one conversation.
+_THREAD_TYPES = {10, 11, 12}
+MEMBER_SCOPE = "member:"
 _ANSWERED_TYPES = {0: "default", 19: "reply"}  # every other message type is a system notice
 _CROSSPOST_FLAG = 1 << 1
 _ATTACHMENT_KINDS = {"image": "image", "audio": "audio", "video": "video"}
@@ -62,9 +65,7 @@ def classify_gateway_message(
     return InboundMessage(
         channel="discord",
         external_id=str(payload["id"]),
-        conversation=ConversationRef(
-            channel="discord", workspace=guild_id, chat=channel_id, thread=channel_id if in_thread else ""
-        ),
+        conversation=conversation_ref(guild_id, channel_id, author_id, in_thread=in_thread),
         sender=Sender(
             external_id=author_id,
             display_name=author.get("global_name") or author.get("username") or "",
@@ -76,6 +77,26 @@ def classify_gateway_message(
         sent_at=_timestamp(payload.get("timestamp")),
         raw=payload,
     )
+
+
+def conversation_ref(guild_id: str, channel_id: str, author_id: str, *, in_thread: bool) -> ConversationRef:
+    """Which conversation a message belongs to: a DM, a thread, or one member's questions in a server channel.
+
+    Why per member: in a shared channel such as #help, one conversation for everyone made each member's
+    follow-up be rewritten with another member's question, and one member's escalation held the bot
+    for the whole channel. A thread is a discussion people join, so it stays one conversation, as on
+    Slack. The member rides in `thread` ("member:<id>"); replies still go to the channel (`chat`)."""
+    if not guild_id:
+        return ConversationRef(channel="discord", chat=channel_id)
+    if in_thread:
+        return ConversationRef(channel="discord", workspace=guild_id, chat=channel_id, thread=channel_id)
+    return ConversationRef(channel="discord", workspace=guild_id, chat=channel_id, thread=MEMBER_SCOPE + author_id)
+
+
+def member_of(conversation: ConversationRef) -> str | None:
+    """The member a server-channel conversation belongs to, or None for a DM or a thread."""
+    scoped = conversation.thread.startswith(MEMBER_SCOPE)
+    return conversation.thread.removeprefix(MEMBER_SCOPE) if scoped else None
 
 
 def parse_gateway_message(
@@ -119,13 +140,13 @@ def parse_interaction(body: dict[str, Any]) -> WebhookResult:
     if kind == 2 and data.get("name") == "ask" and data.get("type", 1) == 1:
         question = next((str(o.get("value", "")) for o in data.get("options") or () if o.get("name") == "question"), "")
         user = (body.get("member") or {}).get("user") or body.get("user") or {}
+        channel = body.get("channel") or {}
         message = InboundMessage(
             channel="discord",
             external_id=str(body["id"]),
-            conversation=ConversationRef(
-                channel="discord",
-                workspace=str(body.get("guild_id") or ""),
-                chat=str(body.get("channel_id") or (body.get("channel") or {}).get("id") or ""),
+            conversation=conversation_ref(
+                str(body.get("guild_id") or ""), str(body.get("channel_id") or channel.get("id") or ""),
+                str(user.get("id", "")), in_thread=channel.get("type") in _THREAD_TYPES,
             ),
             sender=Sender(
                 external_id=str(user.get("id", "")), display_name=user.get("global_name") or user.get("username") or ""

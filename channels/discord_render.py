@@ -32,9 +32,13 @@ def _convert_prose(text: str) -> str:
     return _IMAGE.sub(r"[\1](", text)
 
 
-def render_message(message: OutboundMessage) -> list[str]:
-    """The chunks, each at most 2000 characters, that make up one reply with its sources."""
+def render_message(message: OutboundMessage, *, mention: str | None = None) -> list[str]:
+    """The chunks, each at most 2000 characters, that make up one reply with its sources.
+
+    `mention` is a member's id to address the reply to, as `<@id>` in front of it."""
     body = to_discord_markdown(message.text).strip()
+    if mention and body:
+        body = f"<@{mention}> {body}"
     footer = render_citations(message.citations, style="markdown", heading="**Sources:**")
     full = f"{body}\n\n{footer}" if body and footer else body or footer
     return split_text(full, limit=MAX_LENGTH)

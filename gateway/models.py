@@ -22,7 +22,9 @@ def as_utc(value: datetime) -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class ConversationRef:
-    """Where a conversation lives on its platform. `thread` is empty when the platform has none."""
+    """Where a conversation lives on its platform. `chat` is where replies go; `thread` narrows it to
+    one conversation (a Slack thread's ts, a Telegram topic, a Discord thread, or "member:<id>" for one
+    member of a shared Discord channel) and is empty when there is nothing to narrow."""
 
     channel: str
     workspace: str = ""

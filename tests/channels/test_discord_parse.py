@@ -10,6 +10,7 @@ from nacl.signing import SigningKey
 
 from channels.base import RawRequest
 from channels.discord import DiscordAdapter, classify_gateway_message, parse_gateway_event, parse_gateway_message
+from channels.discord_parse import member_of, parse_interaction
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.models import ConversationRef
 from gateway.settings import DiscordChannel
@@ -106,7 +107,43 @@ def test_parse_gateway_message_mention_answered_and_stripped():
     payload = guild_message(f"<@{BOT_USER_ID}> how do I reset?", mentions=[{"id": BOT_USER_ID}])
     message = parse_gateway_message(payload, bot_user_id=BOT_USER_ID)
     assert message is not None and message.text == "how do I reset?"
-    assert message.conversation == ConversationRef(channel="discord", workspace=GUILD, chat=CHANNEL)
+    assert message.conversation == ConversationRef(channel="discord", workspace=GUILD, chat=CHANNEL,
+                                                   thread="member:900000000000000003")
+
+
+def test_each_member_of_a_server_channel_has_a_conversation_of_their_own():
+    """A follow-up must not be read with another member's question, nor held by their escalation."""
+    def asked_by(author_id: str, message_id: str):
+        payload = guild_message(f"<@{BOT_USER_ID}> and the price?", message_id=message_id,
+                                mentions=[{"id": BOT_USER_ID}], author={"id": author_id, "username": author_id})
+        return parse_gateway_message(payload, bot_user_id=BOT_USER_ID).conversation
+
+    alice, bob, alice_again = asked_by("900000000000000003", "1"), asked_by("900000000000000004", "2"), \
+        asked_by("900000000000000003", "3")
+    assert alice != bob and alice == alice_again
+    assert {alice.chat, bob.chat} == {CHANNEL}  # both replies still go to the channel
+    assert member_of(alice) == "900000000000000003" and member_of(bob) == "900000000000000004"
+
+
+def test_a_thread_is_one_conversation_for_everyone_in_it():
+    conversations = {
+        parse_gateway_message(guild_message(f"<@{BOT_USER_ID}> hi", message_id=str(n), mentions=[{"id": BOT_USER_ID}],
+                                            author={"id": author, "username": author}),
+                              bot_user_id=BOT_USER_ID, in_thread=True).conversation
+        for n, author in enumerate(("900000000000000003", "900000000000000004"))
+    }
+    assert conversations == {ConversationRef(channel="discord", workspace=GUILD, chat=CHANNEL, thread=CHANNEL)}
+    assert member_of(next(iter(conversations))) is None
+
+
+def test_ask_is_in_the_members_conversation_and_in_a_threads_when_asked_in_one():
+    body = ask_interaction("Hours?")
+    user = body["member"]["user"]["id"]
+    (question,) = parse_interaction(body).messages
+    assert question.conversation.thread == f"member:{user}"
+    body["channel"] = {**body.get("channel", {}), "id": body["channel_id"], "type": 11}  # a public thread
+    (in_thread,) = parse_interaction(body).messages
+    assert in_thread.conversation.thread == body["channel_id"] == in_thread.conversation.chat
 
 
 def test_parse_gateway_message_guild_always_answers_when_configured():
@@ -120,7 +157,7 @@ def test_parse_gateway_message_dm_answered_without_mention():
     payload = guild_message("hello")
     del payload["guild_id"]
     message = parse_gateway_message(payload, bot_user_id=BOT_USER_ID)
-    assert message is not None and message.conversation.workspace == ""
+    assert message is not None and message.conversation.workspace == "" and message.conversation.thread == ""
 
 
 def test_parse_gateway_message_own_and_other_bots_ignored_with_reason():

@@ -52,7 +52,25 @@ async def test_send_without_reply_to_still_resolves_pending_ask(fake: FakeDiscor
     (followup,) = fake.received("POST", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN")
     assert followup.json["content"] == "First answer."
     (later,) = fake.received("POST", "/channels/645027906669510667/messages")  # answered once: back to the channel
-    assert later.json["content"] == "Second answer."
+    # The channel is shared: a message that replies to nothing is addressed to the member who asked.
+    user = ask_interaction("Hours?")["member"]["user"]["id"]
+    assert later.json["content"] == f"<@{user}> Second answer."
+    assert later.json["allowed_mentions"]["users"] == [int(user)] and later.json["allowed_mentions"]["parse"] == []
+
+
+async def test_operator_reply_in_a_server_channel_pings_only_the_member_it_is_for(fake: FakeDiscord,
+                                                                                  adapter: DiscordAdapter):
+    member = ConversationRef(channel="discord", workspace=GUILD, chat=CHANNEL, thread="member:900000000000000003")
+    await adapter.send(OutboundMessage(conversation=member, text="Hi, Sam from support here. @everyone"))
+    await adapter.send(OutboundMessage(conversation=member, text="Refund sent.", reply_to="900000000000000010"))
+    await adapter.send(OutboundMessage(conversation=conversation(), text="No member here."))  # a stored pre-member row
+    operator, reply, plain = fake.received("POST", f"/channels/{CHANNEL}/messages")
+    assert operator.json["content"] == "<@900000000000000003> Hi, Sam from support here. @everyone"
+    assert operator.json["allowed_mentions"] == {"parse": [], "users": [900000000000000003]}  # not @everyone
+    # A reply to the member's own message already says whom it is for, and pings no one.
+    assert reply.json["content"] == "Refund sent." and reply.json["allowed_mentions"]["parse"] == []
+    assert "users" not in reply.json["allowed_mentions"]
+    assert plain.json["content"] == "No member here."
 
 
 async def test_followup_whose_answer_was_lost_is_not_posted_again(fake: FakeDiscord, adapter: DiscordAdapter):

@@ -123,10 +123,11 @@ async def test_discord_bad_stale_or_missing_signature_is_401_and_stores_nothing(
     assert followups(fake, "1400000000000000003") == []
 
 
-def gateway_message(message_id: str, channel: str, content: str, *, guild: str | None = None) -> dict[str, Any]:
+def gateway_message(message_id: str, channel: str, content: str, *, guild: str | None = None,
+                    author: str = "1300000000000000077") -> dict[str, Any]:
     payload = {"id": message_id, "type": 0, "channel_id": channel, "content": content, "flags": 0,
                "timestamp": "2026-11-29T10:00:00+00:00", "mentions": [], "attachments": [],
-               "author": {"id": "1300000000000000077", "username": "bob", "global_name": "Bob", "bot": False}}
+               "author": {"id": author, "username": f"u{author[-2:]}", "global_name": "Bob", "bot": False}}
     if guild:
         payload["guild_id"] = guild
     return payload
@@ -152,6 +153,38 @@ async def test_discord_guild_message_without_mention_is_ignored(env):
                                                       "what does it cost?", guild="1700000000000000001"),
                                       bot_user_id=BOT_USER_ID)
     assert isinstance(result, str) and "neither mentions nor replies" in result
+
+
+async def test_discord_one_members_escalation_in_a_shared_channel_does_not_hold_the_others(env):
+    """#help is shared: Ann asks for a person, and Bob, asking in the same channel, still gets his answer.
+    The operator's reply to Ann goes to the channel addressed to her."""
+    client, services, fake = env
+    deliver = services._deliver_for("acme")
+    channel, guild, ann, bob = "1600000000000000009", "1700000000000000009", "1300000000000000091", "1300000000000000092"
+
+    def asked(message_id: str, text: str, author: str):
+        payload = gateway_message(message_id, channel, f"<@{BOT_USER_ID}> {text}", guild=guild, author=author)
+        payload["mentions"] = [{"id": BOT_USER_ID}]
+        return classify_gateway_message(payload, bot_user_id=BOT_USER_ID)
+
+    await deliver(asked("1500000000000000091", "I want to talk to a human", ann))
+    await wait_until(lambda: fake.channel_messages(channel), what="Ann's handoff reply")
+    await deliver(asked("1500000000000000092", QUESTION, bob))
+    answer = await wait_until(lambda: [m for m in fake.channel_messages(channel)
+                                       if str((m.get("message_reference") or {}).get("message_id")) ==
+                                       "1500000000000000092"], what="Bob's answer")
+    assert "$" in answer[0]["content"]  # answered by the bot, not held for Ann's operator
+    stored = await settled_chat(services, channel="discord", chat=channel, count=4)
+    by_conversation: dict[int, list[str]] = {}
+    for message in stored:
+        by_conversation.setdefault(message.conversation_id, []).append(message.text)
+    assert len(by_conversation) == 2  # one conversation per member
+
+    ann_conversation = stored[0].conversation_id
+    reply_id = await store_reply(services, conversation_id=ann_conversation, text="Hi Ann, Sam here.")
+    assert await services.outbox.deliver(reply_id) == "sent"
+    operator = fake.channel_messages(channel)[-1]
+    assert operator["content"] == f"<@{ann}> Hi Ann, Sam here."
 
 
 async def test_discord_long_reply_is_split_at_2000_without_repeats(env):
