@@ -51,7 +51,6 @@ from channels.discord_client import GatewayClient
 from channels.discord_errors import outcome_unknown, translate
 from channels.discord_parse import (
     classify_gateway_message,
-    member_of,
     parse_gateway_event,
     parse_gateway_message,
     parse_interaction,
@@ -184,7 +183,7 @@ class DiscordAdapter:
         In a server channel, a reply to no message of the member's (an operator's) starts with a
         mention of that member, which pings them and no one else: the channel is shared."""
         key = self._interaction_for(message)
-        member = member_of(message.conversation) if key is None and not message.reply_to else None
+        member = message.conversation.member if key is None and not message.reply_to else None
         member = member if member and member.isdigit() else None
         chunks = render_message(message, mention=member)
         if not chunks:

@@ -16,14 +16,13 @@ from typing import Any
 import discord
 
 from channels.base import ImmediateResponse, WebhookResult
-from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, utcnow
+from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, member_thread, utcnow
 
 # The adapter's logger name, so "discord.ignored" records keep their source after the split.
 log = logging.getLogger("channels.discord")
 
 # Channel types whose id is a thread's (public, private, announcement): a thread is one conversation.
 _THREAD_TYPES = {10, 11, 12}
-MEMBER_SCOPE = "member:"
 _ANSWERED_TYPES = {0: "default", 19: "reply"}  # every other message type is a system notice
 _CROSSPOST_FLAG = 1 << 1
 _ATTACHMENT_KINDS = {"image": "image", "audio": "audio", "video": "video"}
@@ -82,21 +81,13 @@ def classify_gateway_message(
 def conversation_ref(guild_id: str, channel_id: str, author_id: str, *, in_thread: bool) -> ConversationRef:
     """Which conversation a message belongs to: a DM, a thread, or one member's questions in a server channel.
 
-    Why per member: in a shared channel such as #help, one conversation for everyone made each member's
-    follow-up be rewritten with another member's question, and one member's escalation held the bot
-    for the whole channel. A thread is a discussion people join, so it stays one conversation, as on
-    Slack. The member rides in `thread` ("member:<id>"); replies still go to the channel (`chat`)."""
+    A thread is a discussion people join, so it stays one conversation, as on Slack. In a shared channel
+    each member has their own (`member_thread`); replies still go to the channel (`chat`)."""
     if not guild_id:
         return ConversationRef(channel="discord", chat=channel_id)
     if in_thread:
         return ConversationRef(channel="discord", workspace=guild_id, chat=channel_id, thread=channel_id)
-    return ConversationRef(channel="discord", workspace=guild_id, chat=channel_id, thread=MEMBER_SCOPE + author_id)
-
-
-def member_of(conversation: ConversationRef) -> str | None:
-    """The member a server-channel conversation belongs to, or None for a DM or a thread."""
-    scoped = conversation.thread.startswith(MEMBER_SCOPE)
-    return conversation.thread.removeprefix(MEMBER_SCOPE) if scoped else None
+    return ConversationRef(channel="discord", workspace=guild_id, chat=channel_id, thread=member_thread(author_id))
 
 
 def parse_gateway_message(

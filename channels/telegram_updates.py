@@ -14,7 +14,7 @@ from typing import Any
 
 from channels.base import WebhookResult
 from gateway.errors import BadRequest
-from gateway.models import Attachment, ConversationRef, InboundMessage, Sender
+from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, member_thread
 
 CHANNEL = "telegram"
 ALLOWED_UPDATES = ("message", "edited_message", "channel_post", "edited_channel_post")
@@ -158,7 +158,10 @@ class UpdateParser:
         if msg.get("forward_origin") or msg.get("forward_from") or msg.get("forward_date"):
             raw["forwarded"] = True
 
-        thread = str(msg["message_thread_id"]) if msg.get("is_topic_message") and msg.get("message_thread_id") else ""
+        if msg.get("is_topic_message") and msg.get("message_thread_id"):
+            thread = str(msg["message_thread_id"])  # a forum topic is one conversation, for all in it
+        else:
+            thread = member_thread(str(user.get("id", ""))) if is_group else ""
         reply = msg.get("reply_to_message") or {}
         sent_at = datetime.fromtimestamp(int(msg.get("date") or 0), tz=timezone.utc)
         inbound = InboundMessage(

@@ -31,6 +31,23 @@ class ConversationRef:
     chat: str = ""
     thread: str = ""
 
+    @property
+    def member(self) -> str | None:
+        """The member whose conversation this is, in a shared chat; None for a DM, thread or topic."""
+        return self.thread.removeprefix(MEMBER_SCOPE) if self.thread.startswith(MEMBER_SCOPE) else None
+
+
+MEMBER_SCOPE = "member:"
+
+
+def member_thread(member_id: str) -> str:
+    """`ConversationRef.thread` for one member's questions in a shared group chat or server channel.
+
+    Why per member: with one conversation for a whole group, a member's follow-up was rewritten with
+    another member's question, what a tool returned for one member was in the history the model read
+    when answering another, and one member's escalation held the bot for everyone."""
+    return MEMBER_SCOPE + member_id
+
 
 @dataclass(frozen=True, slots=True)
 class Sender:

@@ -10,7 +10,7 @@ from nacl.signing import SigningKey
 
 from channels.base import RawRequest
 from channels.discord import DiscordAdapter, classify_gateway_message, parse_gateway_event, parse_gateway_message
-from channels.discord_parse import member_of, parse_interaction
+from channels.discord_parse import parse_interaction
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.models import ConversationRef
 from gateway.settings import DiscordChannel
@@ -122,7 +122,7 @@ def test_each_member_of_a_server_channel_has_a_conversation_of_their_own():
         asked_by("900000000000000003", "3")
     assert alice != bob and alice == alice_again
     assert {alice.chat, bob.chat} == {CHANNEL}  # both replies still go to the channel
-    assert member_of(alice) == "900000000000000003" and member_of(bob) == "900000000000000004"
+    assert alice.member == "900000000000000003" and bob.member == "900000000000000004"
 
 
 def test_a_thread_is_one_conversation_for_everyone_in_it():
@@ -133,7 +133,7 @@ def test_a_thread_is_one_conversation_for_everyone_in_it():
         for n, author in enumerate(("900000000000000003", "900000000000000004"))
     }
     assert conversations == {ConversationRef(channel="discord", workspace=GUILD, chat=CHANNEL, thread=CHANNEL)}
-    assert member_of(next(iter(conversations))) is None
+    assert next(iter(conversations)).member is None
 
 
 def test_ask_is_in_the_members_conversation_and_in_a_threads_when_asked_in_one():

@@ -178,3 +178,23 @@ def test_parse_forum_topic_sets_thread() -> None:
     tg = TelegramAdapter("demo", _settings(respond_in_groups="always"))
     result = tg.parse(_request(_update("hi", chat_type="supergroup", message_thread_id=77, is_topic_message=True)))
     assert result.messages[0].conversation.thread == "77"
+
+
+def test_each_member_of_a_group_has_a_conversation_of_their_own() -> None:
+    """In a group, what a tool returned for one member must not be history for another member's answer."""
+    tg = TelegramAdapter("demo", _settings(respond_in_groups="always"))
+
+    def conversation(sender: int, update_id: int, **extra):
+        member = {"id": sender, "is_bot": False, "first_name": f"m{sender}"}
+        update = _update("where is my order?", update_id=update_id, chat_type="supergroup", **{"from": member}, **extra)
+        return tg.parse(_request(update)).messages[0].conversation
+
+    ann, bob, ann_again = conversation(367699112, 1), conversation(367699113, 2), conversation(367699112, 3)
+    assert ann != bob and ann == ann_again and ann.chat == bob.chat == "-100777"
+    assert ann.member == "367699112" and bob.member == "367699113"
+    # A forum topic is a discussion people join: one conversation for everyone in it.
+    topic = {"message_thread_id": 77, "is_topic_message": True}
+    assert conversation(367699112, 4, **topic) == conversation(367699113, 5, **topic)
+    assert conversation(367699112, 6, **topic).member is None
+    private = tg.parse(_request(_update("hi", update_id=7))).messages[0].conversation
+    assert private.thread == "" and private.member is None

@@ -6,7 +6,7 @@ import pytest
 
 from channels.telegram import TelegramAdapter
 from gateway.errors import ChannelSendError, RecipientUnreachable
-from gateway.models import ConversationRef, OutboundMessage
+from gateway.models import ConversationRef, OutboundMessage, member_thread
 from tests.channels.telegram_helpers import DM, adapter_fixture, fake_fixture  # noqa: F401 - `fake`, `adapter` fixtures
 from tests.fakes.telegram_api import FakeTelegramAPI
 
@@ -87,6 +87,14 @@ async def test_send_replies_in_the_forum_topic(adapter: TelegramAdapter, fake: F
     topic = ConversationRef(channel="telegram", chat="-100777", thread="77")
     await adapter.send(OutboundMessage(conversation=topic, text="answer", reply_to="42"))
     assert fake.sent[0].thread_id == 77 and fake.sent[0].reply_to == 42
+
+
+async def test_send_to_one_members_group_conversation_posts_in_the_group(adapter: TelegramAdapter,
+                                                                           fake: FakeTelegramAPI) -> None:
+    member = ConversationRef(channel="telegram", chat="-100777", thread=member_thread("367699112"))
+    await adapter.send(OutboundMessage(conversation=member, text="answer", reply_to="42"))
+    await adapter.send_typing(member)
+    assert fake.sent[0].chat_id == -100777 and fake.sent[0].thread_id is None and fake.sent[0].reply_to == 42
 
 
 # Edits and typing

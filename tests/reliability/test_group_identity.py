@@ -1,8 +1,9 @@
-"""In a group chat, a tool sees the member who sent the message, not whoever wrote in the group first.
+"""In a shared conversation, a tool sees the member who sent the message, not whoever wrote there first.
 
-A conversation is one chat (or thread); in a Telegram group several people write in it, and its
-stored contact is only the first of them. Tools authorize against the identity they are given, so
-handing them the conversation's contact would give every member the first member's data.
+A group's members each have a conversation of their own, but a forum topic (like a Slack or Discord
+thread) is one conversation that several people write in, and its stored contact is only the first of
+them. Tools authorize against the identity they are given, so handing them the conversation's contact
+would give every member the first member's data.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ GROUP = -1001234567890
 
 def _update(update_id: int, user_id: int, name: str, text: str) -> bytes:
     return json.dumps({"update_id": update_id, "message": {
-        "message_id": update_id, "date": 1700000000, "chat": {"id": GROUP, "type": "supergroup", "title": "Team"},
+        "message_id": update_id, "date": 1700000000, "chat": {"id": GROUP, "type": "supergroup", "title": "Team",
+                                                              "is_forum": True},
+        "message_thread_id": 77, "is_topic_message": True,  # one topic: one conversation for both members
         "from": {"id": user_id, "is_bot": False, "first_name": name}, "text": text}}).encode()
 
 
@@ -33,7 +36,7 @@ async def _tool_results(services) -> list[dict]:
     return [call["result"] for row in rows for call in row.tool_calls]
 
 
-async def test_a_tool_gets_the_sender_of_each_group_message(tmp_path, fake):
+async def test_a_tool_gets_the_sender_of_each_message_in_a_shared_topic(tmp_path, fake):
     fake.reset()
     whoami = Turn(tool_calls=(ToolCallSpec("whoami", {}),))
     question = "Which customer account does the support team have on file for me today?"
@@ -50,7 +53,7 @@ async def test_a_tool_gets_the_sender_of_each_group_message(tmp_path, fake):
                 response = await client.post("/webhooks/acme/telegram",
                                              **telegram_request(_update(update_id, user_id, name, question)))
                 assert response.status_code == 200
-                for _ in range(200):  # one at a time, so Ann is the group's first writer
+                for _ in range(200):  # one at a time, so Ann is the topic's first writer
                     if len(await _tool_results(services)) == update_id - 500:
                         break
                     await asyncio.sleep(0.05)
