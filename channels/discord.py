@@ -184,7 +184,7 @@ class DiscordAdapter:
         mention of that member, which pings them and no one else: the channel is shared."""
         key = self._interaction_for(message)
         member = message.conversation.member if key is None and not message.reply_to else None
-        member = member if member and member.isdigit() else None
+        member = member if member and member.isdigit() else None  # a snowflake, or no mention at all
         chunks = render_message(message, mention=member)
         if not chunks:
             return []

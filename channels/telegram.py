@@ -11,7 +11,8 @@ Inbound
   would double-reply). Deletions never reach bots. Callback queries, inline queries and payments
   are ignored with a reason, as are service messages, our own and other bots' messages.
 - In groups the bot answers only when @mentioned, replied to, or sent a command, unless
-  `respond_in_groups: always`. Forum topics become `ConversationRef.thread`.
+  `respond_in_groups: always`. A forum topic is one conversation (`ConversationRef.thread`); elsewhere
+  in a group each member's questions are their own (`gateway.models.member_thread`).
 - `/start` and `/help` are flagged as `raw["command"]` so the pipeline sends the greeting; `/ask
   question` works in groups where privacy mode hides plain messages.
 
@@ -144,7 +145,7 @@ class TelegramAdapter:
         conv = message.conversation
         chunks = render_messages(message.text, message.citations, limit=TELEGRAM_LIMIT)
         chat: int | str = _chat_id(conv.chat)
-        thread = int(conv.thread) if conv.thread.lstrip("-").isdigit() else None
+        thread = _topic_id(conv)
         reply_to = int(message.reply_to) if message.reply_to and message.reply_to.isdigit() else None
         with self._sent_parts.resume(message) as done:
             for index, chunk in enumerate(chunks):
@@ -252,7 +253,7 @@ class TelegramAdapter:
 
     async def send_typing(self, conversation: ConversationRef) -> None:
         """Show "typing…" for about 5 s. Best effort: a failure here must not fail the answer."""
-        thread = int(conversation.thread) if conversation.thread.lstrip("-").isdigit() else None
+        thread = _topic_id(conversation)
         try:
             await self.bot.send_chat_action(chat_id=_chat_id(conversation.chat), action="typing", message_thread_id=thread)
         except AiogramError as exc:
@@ -296,3 +297,9 @@ def _is_error_page(exc: ClientDecodeError) -> bool:
 
 def _chat_id(chat: str) -> int | str:
     return int(chat) if chat.lstrip("-").isdigit() else chat
+
+
+def _topic_id(conversation: ConversationRef) -> int | None:
+    """The forum topic to post in (`message_thread_id`), or None: a group member's conversation
+    (`ConversationRef.member`) is posted in the group itself."""
+    return int(conversation.thread) if conversation.thread.isdigit() else None

@@ -24,7 +24,7 @@ def as_utc(value: datetime) -> datetime:
 class ConversationRef:
     """Where a conversation lives on its platform. `chat` is where replies go; `thread` narrows it to
     one conversation (a Slack thread's ts, a Telegram topic, a Discord thread, or "member:<id>" for one
-    member of a shared Discord channel) and is empty when there is nothing to narrow."""
+    member of a Telegram group or a Discord server channel) and is empty when there is nothing to narrow."""
 
     channel: str
     workspace: str = ""
