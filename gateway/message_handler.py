@@ -123,12 +123,23 @@ class MessageHandler:
         bound.info("pipeline.start")
         typing = start_typing(self._adapters.get((inbound.bot, inbound.channel)), conversation,
                               refresh_s=self.typing_refresh_s)
+        turn_timeout = self._settings.worker.turn_timeout
+        # One bound on the whole turn: each model call has its own timeout, but retries, fallbacks and
+        # tool rounds multiply them, and a customer should not watch "typing…" for many minutes.
+        deadline = asyncio.timeout(turn_timeout)
         try:
-            result = await self._pipeline.handle(turn)
+            async with deadline:
+                result = await self._pipeline.handle(turn)
         except Exception as exc:  # the one broad catch: a crash becomes a logged failure and a handoff
-            bound.exception("pipeline.failed")
-            result = handoff(turn.bot, FAILURE_REPLY, reason=f"pipeline error: {type(exc).__name__}",
-                             error=str(exc)[:500])
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                bound.warning("pipeline.timed_out", turn_timeout_s=turn_timeout)
+                reason = f"turn timed out after {turn_timeout:g}s (worker.turn_timeout)"
+                result = handoff(turn.bot, FAILURE_REPLY, reason=reason, error=reason,
+                                 usage=turn.record.usage, tool_calls=turn.record.tool_calls)
+            else:
+                bound.exception("pipeline.failed")
+                result = handoff(turn.bot, FAILURE_REPLY, reason=f"pipeline error: {type(exc).__name__}",
+                                 error=str(exc)[:500], usage=turn.record.usage, tool_calls=turn.record.tool_calls)
         finally:
             if typing is not None:
                 typing.cancel()

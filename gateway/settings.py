@@ -133,6 +133,8 @@ class WorkerSettings(_Strict):
     concurrency: int = Field(default=8, ge=1, le=256)
     poll_interval: float = Field(default=1.0, gt=0.0)
     reply_timeout: float = Field(default=60.0, gt=0.0)
+    # A turn still running after this many seconds is stopped and handed to a person (FAILURE_REPLY).
+    turn_timeout: float = Field(default=180.0, gt=0.0)
 
 
 class LLMSettings(_Strict):

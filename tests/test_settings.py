@@ -59,6 +59,7 @@ def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
     ({"bots": [{"name": "b"}, {"name": "b"}]}, "bots[1].name", "duplicate"),
     ({"operators": [{"name": "sam", "token": "${OP_A}"}, {"name": "sam", "token": "${OP_B}"}]},
      "operators[1].name", "duplicate operator name"),
+    ({"worker": {"turn_timeout": 0}}, "worker.turn_timeout", "greater than 0"),
 ])
 def test_settings_bad_config_names_key(tmp_path, monkeypatch, data, key, words):
     monkeypatch.delenv("UNSET_TOKEN_VAR", raising=False)

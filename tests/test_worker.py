@@ -17,7 +17,7 @@ from gateway.pipeline import PipelineResult
 from gateway.settings import BotSettings, Settings
 from gateway.worker import Worker
 from storage.engine import create_engine, session_factory
-from storage.models import Conversation, Message
+from storage.models import Conversation, Message, Usage
 
 
 class RecordingAdapter:
@@ -58,8 +58,8 @@ class EchoPipeline:
             self.active.discard(turn.conversation_id)
 
 
-def _settings() -> Settings:
-    return Settings(bots=[BotSettings(name="acme")])
+def _settings(**worker) -> Settings:
+    return Settings(bots=[BotSettings(name="acme")], worker=worker)
 
 
 def _msg(chat: str, n: int) -> InboundMessage:
@@ -68,13 +68,13 @@ def _msg(chat: str, n: int) -> InboundMessage:
 
 
 def _build(url: str, pipeline, *, lease: float = 5.0, channels: tuple[str, ...] = ("web",),
-           adapter: RecordingAdapter | None = None):
+           adapter: RecordingAdapter | None = None, settings: Settings | None = None):
     engine = create_engine(url)
     sessions = session_factory(engine)
     bus = EventBus()
     adapter = adapter or RecordingAdapter()
     outbox = Outbox(sessions, adapters={("acme", channel): adapter for channel in channels}, bus=bus)
-    worker = Worker(sessions, _settings(), pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=lease,
+    worker = Worker(sessions, settings or _settings(), pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=lease,
                     poll_interval=0.05, concurrency=4)
     inbox = Inbox(sessions, on_stored=worker.notify)
     return engine, sessions, inbox, worker, adapter
@@ -124,6 +124,61 @@ async def test_worker_crash_in_pipeline_becomes_logged_failure_reply(migrated_ur
     assert "something went wrong" in adapter.sent[1][1]  # never silence, never a stack trace
     assert "boom" not in adapter.sent[1][1]
     assert adapter.sent[2][1] == "echo: alice #2"  # the conversation kept going
+    await engine.dispose()
+
+
+async def test_worker_turn_past_its_deadline_is_handed_off_keeping_what_it_spent(migrated_url):
+    # A turn stuck in a model call (retries and fallbacks multiply each call's own timeout) must not keep
+    # the customer waiting: past worker.turn_timeout it is stopped, and what it spent and did is stored.
+    pipeline = EchoPipeline(delay=0)
+    echo = pipeline.handle
+
+    async def stuck_on_alice_1(turn):
+        if turn.text != "alice #1":
+            return await echo(turn)
+        turn.record.usage.append({"model": "primary", "prompt_tokens": 120, "completion_tokens": 0,
+                                  "cost_usd": 0.001, "partial": False})
+        turn.record.tool_calls.append({"round": 1, "id": "c1", "name": "lookup", "arguments": {},
+                                       "result": {"status": "open"}})
+        await asyncio.sleep(3600)
+
+    pipeline.handle = stuck_on_alice_1
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, pipeline,
+                                                      settings=_settings(turn_timeout=0.3))
+    for n in range(3):
+        await inbox.accept("acme", _msg("alice", n))
+    await worker.run_until_idle(timeout=30)
+    async with sessions() as session:
+        messages = (await session.execute(select(Message).order_by(Message.id))).scalars().all()
+        usage = (await session.execute(select(Usage))).scalars().all()
+    inbound = [m for m in messages if m.direction == "in"]
+    assert [m.status for m in inbound] == ["done", "failed", "done"]
+    assert "worker.turn_timeout" in inbound[1].error
+    assert "something went wrong" in adapter.sent[1][1]
+    assert adapter.sent[2][1] == "echo: alice #2"  # the conversation kept going
+    failure = next(m for m in messages if m.reply_to_id == inbound[1].id)
+    assert failure.tool_calls[0]["name"] == "lookup"
+    assert [(u.message_id, u.prompt_tokens) for u in usage] == [(inbound[1].id, 120)]
+    await engine.dispose()
+
+
+async def test_worker_crash_keeps_the_tool_calls_made_before_it(migrated_url):
+    pipeline = EchoPipeline(delay=0)
+
+    async def crash_after_a_tool(turn):
+        turn.record.tool_calls.append({"round": 1, "id": "c1", "name": "create_ticket", "arguments": {},
+                                       "result": {"ticket": "T-1"}})
+        raise RuntimeError("boom")
+
+    pipeline.handle = crash_after_a_tool
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, pipeline)
+    await inbox.accept("acme", _msg("alice", 0))
+    await worker.run_until_idle(timeout=30)
+    async with sessions() as session:
+        reply = (await session.execute(select(Message).where(Message.direction == "out"))).scalar_one()
+    # The ticket exists: an operator reading the failed turn must see that it was made.
+    assert reply.tool_calls == [{"round": 1, "id": "c1", "name": "create_ticket", "arguments": {},
+                                 "result": {"ticket": "T-1"}}]
     await engine.dispose()
 
 

@@ -63,6 +63,8 @@ class Turn:
     greeting: str | None = None
     needs_reply: bool = False
     on_token: Callable[[str], Awaitable[None]] | None = None
+    # Filled as the turn goes, so a turn that crashes or runs out of time still stores its spend and tool calls.
+    record: TurnRecord = field(default_factory=TurnRecord)
 
 
 @dataclass(slots=True)
@@ -129,7 +131,7 @@ class Pipeline:
             # Checked before any model call (the rewrite is one): a spent budget means none at all today.
             bound.warning("pipeline.budget_spent")
             return handoff(turn.bot, BUDGET_REPLY, reason=BUDGET_ESCALATION)
-        record = TurnRecord()
+        record = turn.record
         queries = [text]
         if self._rewriter is not None and turn.history:
             with otel.span("pipeline.rewrite"):
