@@ -180,10 +180,12 @@ class DiscordAdapter:
     async def send(self, message: OutboundMessage) -> list[str]:
         """Render, split at 2000 chars and post; the first chunk replies to `reply_to`.
 
-        In a server channel, a reply to no message of the member's (an operator's) starts with a
-        mention of that member, which pings them and no one else: the channel is shared."""
+        In a server channel, a message addressed to the member that replies to none of theirs (an
+        operator's: `addressee` is set) starts with a mention of that member, which pings them and no
+        one else: the channel is shared."""
         key = self._interaction_for(message)
-        member = message.conversation.member if key is None and not message.reply_to else None
+        addressed = key is None and not message.reply_to and message.addressee is not None
+        member = message.conversation.member if addressed else None
         member = member if member and member.isdigit() else None  # a snowflake, or no mention at all
         chunks = render_message(message, mention=member)
         if not chunks:

@@ -143,10 +143,14 @@ class TelegramAdapter:
         A failure carries the ids of the chunks that went through as `sent_ids` (the outbox stores them);
         a retry resumes after them: from memory, or in a new process from `message.delivered_parts`."""
         conv = message.conversation
-        chunks = render_messages(message.text, message.citations, limit=TELEGRAM_LIMIT)
+        reply_to = int(message.reply_to) if message.reply_to and message.reply_to.isdigit() else None
+        # In a group, a message for the member that replies to none of theirs (an operator's) names them.
+        addressed = message.addressee is not None and reply_to is None
+        member = conv.member if addressed and conv.member and conv.member.isdigit() else None
+        chunks = render_messages(message.text, message.citations, limit=TELEGRAM_LIMIT,
+                                 mention=(member, message.addressee or "") if member else None)
         chat: int | str = _chat_id(conv.chat)
         thread = _topic_id(conv)
-        reply_to = int(message.reply_to) if message.reply_to and message.reply_to.isdigit() else None
         with self._sent_parts.resume(message) as done:
             for index, chunk in enumerate(chunks):
                 if index < len(done):

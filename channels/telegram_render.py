@@ -201,14 +201,23 @@ def visible_length(telegram_html: str) -> int:
     return utf16_len(visible_text(telegram_html))
 
 
-def render_messages(text: str, citations: Sequence[Citation] = (), *, limit: int = TELEGRAM_LIMIT) -> list[str]:
+def render_messages(text: str, citations: Sequence[Citation] = (), *, limit: int = TELEGRAM_LIMIT,
+                    mention: tuple[str, str] | None = None) -> list[str]:
     """Markdown answer plus citations → Telegram HTML messages, each within `limit` visible UTF-16 units.
 
     The Markdown is split first (on paragraph, line, sentence boundaries, never inside code or a URL)
     and each part is rendered on its own, so no tag ever spans two messages. The citation footer joins
-    the last message when it fits, else it becomes a message of its own.
+    the last message when it fits, else it becomes a message of its own. `mention` (a user id and
+    name) puts a text mention of that user in front of the first message, which notifies them.
     """
+    prefix = ""
+    if mention is not None:
+        user_id, name = mention
+        prefix = f'<a href="tg://user?id={int(user_id)}">{_esc(name.strip() or user_id)}</a> '
+        limit -= visible_length(prefix)  # every part leaves room for it: the first one carries it
     messages = [m for part in split_text(text, limit=limit, unit="utf16") for m in _render_part(part, limit)]
+    if prefix and messages:
+        messages[0] = prefix + messages[0]
     footer = render_citations(citations, style="html")
     if footer:
         if messages and visible_length(messages[-1] + "\n\n" + footer) <= limit:

@@ -116,6 +116,11 @@ class OutboundMessage:
     text: str
     citations: tuple[Citation, ...] = ()
     reply_to: str | None = None
+    # Set (by the outbox) on a message that answers none of the person's messages, such as an operator's
+    # reply: the display name of the person the conversation is with. In a shared chat the adapter
+    # addresses it to that member (Telegram's mention needs words to link). None on an answer and on
+    # the later parts of a streamed one, which must not repeat a mention mid-answer.
+    addressee: str | None = None
     # The outbox's message id and send attempt: an adapter whose platform can be asked what it
     # already holds (Slack) uses them to finish an interrupted reply without posting a part twice.
     idempotency_key: str | None = None

@@ -142,11 +142,13 @@ class Outbox:
             status, reason = "failed", "no_adapter"
             error = f"channel {message.channel!r} is not enabled for bot {message.bot!r}"
         else:
+            reply_to = (inbound.meta or {}).get("platform_message_id") if inbound is not None else None
             outbound = OutboundMessage(
                 conversation=ConversationRef(channel=conversation.channel, workspace=conversation.workspace,
                                              chat=conversation.chat, thread=conversation.thread),
                 text=message.text,
-                reply_to=(inbound.meta or {}).get("platform_message_id") if inbound is not None else None,
+                reply_to=reply_to,
+                addressee=(contact.display_name if contact is not None else "") if reply_to is None else None,
                 citations=tuple(Citation(source=c.get("source", ""), title=c.get("title", ""), url=c.get("url"))
                                 for c in message.citations or []),
                 idempotency_key=f"m{message.id}",

@@ -48,7 +48,7 @@ async def test_send_ask_answer_goes_to_interaction_followup(fake: FakeDiscord, a
 async def test_send_without_reply_to_still_resolves_pending_ask(fake: FakeDiscord, adapter: DiscordAdapter):
     (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
     await adapter.send(OutboundMessage(conversation=question.conversation, text="First answer."))
-    await adapter.send(OutboundMessage(conversation=question.conversation, text="Second answer."))
+    await adapter.send(OutboundMessage(conversation=question.conversation, text="Second answer.", addressee=""))
     (followup,) = fake.received("POST", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN")
     assert followup.json["content"] == "First answer."
     (later,) = fake.received("POST", "/channels/645027906669510667/messages")  # answered once: back to the channel
@@ -61,16 +61,19 @@ async def test_send_without_reply_to_still_resolves_pending_ask(fake: FakeDiscor
 async def test_operator_reply_in_a_server_channel_pings_only_the_member_it_is_for(fake: FakeDiscord,
                                                                                   adapter: DiscordAdapter):
     member = ConversationRef(channel="discord", workspace=GUILD, chat=CHANNEL, thread="member:900000000000000003")
-    await adapter.send(OutboundMessage(conversation=member, text="Hi, Sam from support here. @everyone"))
+    await adapter.send(OutboundMessage(conversation=member, text="Hi, Sam from support here. @everyone", addressee="Sam"))
     await adapter.send(OutboundMessage(conversation=member, text="Refund sent.", reply_to="900000000000000010"))
-    await adapter.send(OutboundMessage(conversation=conversation(), text="No member here."))  # a stored pre-member row
-    operator, reply, plain = fake.received("POST", f"/channels/{CHANNEL}/messages")
+    await adapter.send(OutboundMessage(conversation=conversation(), text="No member here.", addressee=""))  # a pre-member row
+    await adapter.send(OutboundMessage(conversation=member, text="…the rest of a streamed answer."))
+    operator, reply, plain, continued = fake.received("POST", f"/channels/{CHANNEL}/messages")
     assert operator.json["content"] == "<@900000000000000003> Hi, Sam from support here. @everyone"
     assert operator.json["allowed_mentions"] == {"parse": [], "users": [900000000000000003]}  # not @everyone
     # A reply to the member's own message already says whom it is for, and pings no one.
     assert reply.json["content"] == "Refund sent." and reply.json["allowed_mentions"]["parse"] == []
     assert "users" not in reply.json["allowed_mentions"]
     assert plain.json["content"] == "No member here."
+    # A later part of a streamed answer is not addressed: a mention mid-answer would ping again.
+    assert continued.json["content"] == "…the rest of a streamed answer." and "users" not in continued.json["allowed_mentions"]
 
 
 async def test_followup_whose_answer_was_lost_is_not_posted_again(fake: FakeDiscord, adapter: DiscordAdapter):

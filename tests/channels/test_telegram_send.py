@@ -8,7 +8,7 @@ from channels.telegram import TelegramAdapter
 from gateway.errors import ChannelSendError, RecipientUnreachable
 from gateway.models import ConversationRef, OutboundMessage, member_thread
 from tests.channels.telegram_helpers import DM, adapter_fixture, fake_fixture  # noqa: F401 - `fake`, `adapter` fixtures
-from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.fakes.telegram_api import FakeTelegramAPI, utf16_len
 
 # Rate limits and failures
 
@@ -95,6 +95,29 @@ async def test_send_to_one_members_group_conversation_posts_in_the_group(adapter
     await adapter.send(OutboundMessage(conversation=member, text="answer", reply_to="42"))
     await adapter.send_typing(member)
     assert fake.sent[0].chat_id == -100777 and fake.sent[0].thread_id is None and fake.sent[0].reply_to == 42
+    assert fake.sent[0].text == "answer"  # a reply to the member's own message already says whom it is for
+
+
+async def test_operator_reply_in_a_group_mentions_only_the_member_it_is_for(adapter: TelegramAdapter,
+                                                                            fake: FakeTelegramAPI) -> None:
+    member = ConversationRef(channel="telegram", chat="-100777", thread=member_thread("367699112"))
+    await adapter.send(OutboundMessage(conversation=member, text="Hi, Sam from **support** here.", addressee="Ana <3"))
+    await adapter.send(OutboundMessage(conversation=member, text="Still there?", addressee=""))  # no name known
+    await adapter.send(OutboundMessage(conversation=member, text="…the rest of a streamed answer."))
+    named, unnamed, continued = fake.sent
+    assert named.text == "Ana <3 Hi, Sam from support here." and named.reply_to is None
+    assert {"type": "text_mention", "offset": 0, "length": 6, "user": {"id": 367699112, "is_bot": False, "first_name": "Ana <3"}} in named.entities
+    assert unnamed.text == "367699112 Still there?" and unnamed.entities[0]["type"] == "text_mention"
+    # A later part of a streamed answer is not addressed: a mention mid-answer would notify again.
+    assert continued.text == "…the rest of a streamed answer." and not continued.entities
+
+
+async def test_long_operator_reply_in_a_group_keeps_every_part_within_the_limit(adapter: TelegramAdapter,
+                                                                                fake: FakeTelegramAPI) -> None:
+    member = ConversationRef(channel="telegram", chat="-100777", thread=member_thread("367699112"))
+    await adapter.send(OutboundMessage(conversation=member, text="word " * 1700, addressee="A" * 60))
+    assert len(fake.sent) == 3 and all(utf16_len(m.text) <= 4096 for m in fake.sent)
+    assert fake.sent[0].text.startswith("A" * 60 + " word") and not fake.sent[1].entities
 
 
 # Edits and typing

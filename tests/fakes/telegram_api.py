@@ -84,7 +84,12 @@ def parse_telegram_html(source: str) -> tuple[str, list[dict[str, Any]]]:
                 open_tag, start, attrs = stack.pop()
                 if offset > start:
                     entity = {"type": _ALLOWED_TAGS[open_tag], "offset": start, "length": offset - start}
-                    if open_tag == "a":
+                    if open_tag == "a" and (user := re.fullmatch(r"tg://user\?id=(\d+)", attrs.get("href", ""))):
+                        # Telegram sends the user's own profile; the fake knows only the linked words.
+                        name = "".join(out[int(attrs["\0piece"]):])
+                        entity["type"] = "text_mention"
+                        entity["user"] = {"id": int(user.group(1)), "is_bot": False, "first_name": name}
+                    elif open_tag == "a":
                         entity["url"] = attrs.get("href", "")
                     if open_tag == "code" and stack and stack[-1][0] == "pre":
                         entity["language"] = attrs.get("class", "").removeprefix("language-")
@@ -96,6 +101,7 @@ def parse_telegram_html(source: str) -> tuple[str, list[dict[str, Any]]]:
                 for name, value in _ATTR_RE.findall(attr_text):
                     raw = value[1:-1] if value[:1] in "\"'" and len(value) >= 2 else value
                     attrs[name.lower()] = html.unescape(raw)
+                attrs["\0piece"] = str(len(out))  # where its text starts, for a mention's name
                 stack.append((tag, offset, attrs))
             pos = match.end()
         elif ch == "&":

@@ -151,6 +151,23 @@ async def test_telegram_group_message_without_mention_is_ignored_and_not_stored(
     assert sent_to(fake, -1001006) == []
 
 
+async def test_telegram_operator_reply_in_a_group_mentions_the_member_by_name(env):
+    client, services, fake = env
+    earlier = {"message_id": 70, "date": 1700000000, "chat": {"id": -1001011, "type": "supergroup"},
+               "from": {"id": fake.bot_id, "is_bot": True, "first_name": "Support"}, "text": "Ask me anything."}
+    body = update(9011, -1001011, QUESTION, chat_type="supergroup", message_id=77, reply_to_message=earlier)
+    assert (await post(client, body)).status_code == 200
+    (answer,) = await wait_until(lambda: sent_to(fake, -1001011), what="the bot's answer in the group")
+    assert answer.reply_to == 77 and not any(e["type"] == "text_mention" for e in answer.entities)
+    conversation_id = (await settled_chat(services, channel="telegram", chat="-1001011"))[0].conversation_id
+    reply_id = await store_reply(services, conversation_id=conversation_id, text="Hi, Sam from support here.")
+    assert await services.outbox.deliver(reply_id) == "sent"
+    operator = sent_to(fake, -1001011)[1]
+    # The group is shared: the member the reply is for is named, from their stored profile, and notified.
+    assert operator.text == "Ann Hi, Sam from support here." and operator.reply_to is None
+    assert operator.entities[0]["type"] == "text_mention" and operator.entities[0]["user"]["id"] == 5550001
+
+
 async def _conversation_in(client, services, fake, update_id: int, chat: int) -> int:
     """Open a conversation in `chat` (one answered question) and return its id."""
     await post(client, update(update_id, chat, QUESTION))
