@@ -155,7 +155,8 @@ async def test_worker_turn_past_its_deadline_is_handed_off_keeping_what_it_spent
     assert [m.status for m in inbound] == ["done", "failed", "done"]
     assert "worker.turn_timeout" in inbound[1].error
     assert "something went wrong" in adapter.sent[1][1]
-    assert adapter.sent[2][1] == "echo: alice #2"  # the conversation kept going
+    # The worker is not held by the stuck turn (this one has no escalation service, so the bot answers on).
+    assert adapter.sent[2][1] == "echo: alice #2"
     failure = next(m for m in messages if m.reply_to_id == inbound[1].id)
     assert failure.tool_calls[0]["name"] == "lookup"
     assert [(u.message_id, u.prompt_tokens) for u in usage] == [(inbound[1].id, 120)]

@@ -1,0 +1,49 @@
+"""A turn past `worker.turn_timeout`, through the whole app: one failure reply, a person, nothing lost.
+
+Each model call has its own timeout, but retries, fallbacks and tool rounds multiply it; the turn's own
+deadline is what bounds how long a customer watches "typing…".
+"""
+
+from __future__ import annotations
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import select
+
+from gateway.pipeline.core import FAILURE_REPLY
+from storage.models import Escalation, Message
+from tests.conftest import docs_source
+from tests.fakes.openai_server import Turn, model_entry
+from tests.reliability.conftest import running_app
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.usefixtures("fresh_fake")]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tmp_path_factory, fake):
+    tmp_path = tmp_path_factory.mktemp("turn-deadline")
+    models = [model_entry(fake, name, api_key="${REL_LLM_KEY}") for name in ("primary", "backup")]
+    bots = [{"name": "acme", "model": "primary", "fallbacks": ["backup"], "channels": {"web": {}},
+             "sources": [docs_source(tmp_path)]}]
+    # Each call may take 10 s, the whole turn 1.5 s: the deadline, not the call's timeout, ends it.
+    async with running_app(tmp_path, bots=bots, models=models, ingest=True, llm={"timeout": 10, "num_retries": 0},
+                           worker={"turn_timeout": 1.5}) as (http, _):
+        yield http
+
+
+async def test_a_turn_past_its_deadline_gets_one_failure_reply_and_a_person(client, fake):
+    fake.script("primary", Turn(delay=6, text="The Plus plan costs $6 per month [1]."))
+    fake.script("backup", Turn(text="never asked"))
+    body = (await client.post("/v1/bots/acme/chat", json={"session_id": "slow", "text": "How much is Plus?"})).json()
+    assert body["reply"] == FAILURE_REPLY and body["state"] == "waiting"
+    async with client.services.sessions() as session:
+        inbound = await session.get(Message, body["message_id"])
+        replies = (await session.execute(select(Message).where(
+            Message.reply_to_id == inbound.id, Message.direction == "out", Message.author == "bot"))).scalars().all()
+        (escalation,) = (await session.execute(select(Escalation).where(
+            Escalation.conversation_id == body["conversation_id"]))).scalars().all()
+    assert inbound.status == "failed" and "worker.turn_timeout" in inbound.error
+    assert [r.text for r in replies] == [FAILURE_REPLY]
+    assert "turn timed out after 1.5s" in escalation.reason
+    # Stopped where it was: the fallback is not tried after the deadline.
+    assert len(fake.requests_for("primary")) == 1 and not fake.requests_for("backup")
