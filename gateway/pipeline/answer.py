@@ -48,6 +48,7 @@ MAX_TOOL_RESULT_CHARS = 16_000  # of one call's result, as JSON: what the model 
 """Tool calls run per round; the rest are answered "not run". A model asking for 25 calls in one round,
 each waiting out its timeout, held the customer's turn for 50 s."""
 TOO_MANY = f"not run: at most {MAX_CALLS_PER_ROUND} tool calls are run per round"
+INTERRUPTED = "interrupted: the turn was stopped while this call ran, so it may or may not have taken effect"
 
 
 class Answerer:
@@ -101,10 +102,17 @@ class Answerer:
             # The calls of one round side by side, as the model asked for them together: one after the other,
             # eight slow lookups took eight timeouts.
             run = result.tool_calls[:MAX_CALLS_PER_ROUND]
-            outcomes = [*await asyncio.gather(*(tools.call(c.name, c.arguments or "{}", identity=turn.identity)
-                                                for c in run)),
-                        *(ToolOutcome(c.name, _loads(c.arguments), None, error=TOO_MANY)
-                          for c in result.tool_calls[MAX_CALLS_PER_ROUND:])]
+            try:
+                ran = await asyncio.gather(*(tools.call(c.name, c.arguments or "{}", identity=turn.identity)
+                                             for c in run))
+            except asyncio.CancelledError:
+                # The turn's deadline stopped them mid-call: a ticket may exist all the same, and the
+                # operator who gets the turn must see that these calls were made.
+                calls.extend({"round": rounds, "id": c.id, "name": c.name, "arguments": _loads(c.arguments),
+                              "result": {"error": INTERRUPTED}} for c in run)
+                raise
+            outcomes = [*ran, *(ToolOutcome(c.name, _loads(c.arguments), None, error=TOO_MANY)
+                                for c in result.tool_calls[MAX_CALLS_PER_ROUND:])]
             for index, (call, outcome) in enumerate(zip(result.tool_calls, outcomes)):
                 if index < MAX_CALLS_PER_ROUND:
                     log.info("tool.called", tool=outcome.name, error=outcome.error, message_id=turn.message_id,

@@ -9,7 +9,7 @@ import time
 
 from structlog.testing import capture_logs
 
-from gateway.pipeline.answer import MAX_CALLS_PER_ROUND, NOT_RUN, TOO_MANY
+from gateway.pipeline.answer import INTERRUPTED, MAX_CALLS_PER_ROUND, NOT_RUN, TOO_MANY
 from tests.fakes.openai_server import ToolCallSpec, Turn
 from tests.pipeline import sample_tools
 from tests.pipeline.conftest import make_rig
@@ -263,6 +263,28 @@ async def test_a_tool_result_that_is_a_list_can_ground_an_answer(openai_fake) ->
                        Turn(text="Sync is degraded."))
     result = await rig.pipeline.handle(rig.turn("Is sync working?"))
     assert result.reply == "Sync is degraded."
+
+
+async def test_tool_calls_stopped_by_the_turn_deadline_are_still_recorded(openai_fake) -> None:
+    """The worker's `turn_timeout` cancels a turn wherever it is; calls it cut off may have taken effect,
+    so they stay in the turn's record (stored with the failure reply) as interrupted."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("slow", timeout=20)]}])
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("slow", {}, id="s1"),)))
+    turn = rig.turn("How much is Plus?")
+
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(0.5):
+            await rig.pipeline.handle(turn)
+    except TimeoutError:
+        pass
+    else:
+        raise AssertionError("the turn was not stopped")
+
+    assert time.monotonic() - started < 5
+    assert turn.record.tool_calls == [{"round": 1, "id": "s1", "name": "slow", "arguments": {},
+                                       "result": {"error": INTERRUPTED}}]
+    assert len(turn.record.usage) == 1  # the model call that asked for it finished, and is counted
 
 
 async def test_tool_rounds_are_bounded_in_time_too(openai_fake, monkeypatch) -> None:
