@@ -192,7 +192,8 @@ async def get_escalation(escalation_id: RowId, request: Request,
                          before: int | None = Query(default=None, ge=1, le=MAX_ID),
                          limit: int = Query(default=TRANSCRIPT_PAGE, ge=1, le=500)) -> Response:
     """One escalation with its newest `limit` messages (before message `before`, to page back; with
-    citations and retrieved passages), `has_more` when older ones exist, its history and a summary."""
+    citations, retrieved passages and the tool calls behind a reply), `has_more` when older ones exist,
+    its history and a summary."""
     svc = services(request)
 
     async def action(op: Operator) -> dict[str, Any]:
@@ -224,6 +225,8 @@ async def get_escalation(escalation_id: RowId, request: Request,
             "messages": [{
                 "id": m.id, "direction": m.direction, "author": m.author, "text": m.text, "status": m.status,
                 "citations": m.citations or [], "retrieved": m.retrieved or [],
+                # What the bot looked up or did for this reply (a ticket it opened, an interrupted call).
+                "tool_calls": m.tool_calls or [],
                 "created_at": utc_iso(m.created_at),
             } for m in messages],
             "events": [{"kind": e.kind, "from_state": e.from_state, "to_state": e.to_state, "actor": e.actor,

@@ -94,6 +94,18 @@
       });
       li.appendChild(details);
     }
+    if (m.tool_calls && m.tool_calls.length) {
+      var tools = el("details", "op-passages op-tools");
+      tools.appendChild(el("summary", null, "Tool calls (" + m.tool_calls.length + ")"));
+      m.tool_calls.forEach(function (c) {
+        var block = el("div", "op-passage");
+        block.appendChild(el("strong", null, c.name + " "));
+        block.appendChild(el("code", null, JSON.stringify(c.arguments || {})));
+        block.appendChild(el("pre", "op-tool-result", JSON.stringify(c.result, null, 2)));
+        tools.appendChild(block);
+      });
+      li.appendChild(tools);
+    }
     return li;
   }
 

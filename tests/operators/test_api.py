@@ -128,3 +128,23 @@ async def test_metrics_count_escalations_and_handoff_times(client):
     assert 'gateway_escalations_total{bot="acme"}' in text
     assert 'gateway_escalation_time_to_claim_seconds_count{bot="acme"}' in text
     assert 'gateway_escalation_time_to_resolve_seconds_count{bot="acme"}' in text
+
+
+async def test_escalation_detail_shows_the_tool_calls_behind_a_reply(client):
+    """An operator taking over must see what the bot looked up or did, also a call the turn cut off."""
+    from sqlalchemy import select
+
+    from storage.models import Message
+
+    opened = await _chat(client, "w-tools", "I want to talk to a human")
+    calls = [{"round": 1, "id": "c1", "name": "invoice_status", "arguments": {"invoice_number": "INV-1"},
+              "result": {"found": True, "invoice": {"status": "paid"}}},
+             {"round": 1, "id": "c2", "name": "create_ticket", "arguments": {}, "result": {"error": "interrupted: …"}}]
+    async with client.services.sessions() as session, session.begin():
+        reply = (await session.execute(select(Message).where(
+            Message.conversation_id == opened["conversation_id"], Message.author == "bot"))).scalar_one()
+        reply.tool_calls = calls
+    escalation = await _escalation_for(client, opened["conversation_id"])
+    detail = (await client.get(f"/v1/escalations/{escalation['id']}", headers=auth("sam"))).json()
+    shown = {m["author"]: m["tool_calls"] for m in detail["messages"]}
+    assert shown == {"contact": [], "bot": calls}

@@ -30,12 +30,18 @@ ACTIVE = ".gw-msg--bot script, .gw-msg--bot img, .gw-msg--bot iframe, .gw-msg--b
 
 
 @pytest.fixture(scope="module")
-def hostile_server(tmp_path_factory):
+def hostile_root(tmp_path_factory):
+    """The folder of the hostile server's stores (its SQLite database is `gateway.db`)."""
+    return tmp_path_factory.mktemp("hostile-widget")
+
+
+@pytest.fixture(scope="module")
+def hostile_server(hostile_root):
     """The real app on a real port, answering from one hostile document with the offline model."""
     from gateway.app import create_app
     from gateway.settings import load_settings
 
-    root = tmp_path_factory.mktemp("hostile-widget")
+    root = hostile_root
     docs = root / "docs"
     docs.mkdir()
     (docs / "sync.md").write_text(HOSTILE_DOC, encoding="utf-8")
@@ -45,6 +51,26 @@ def hostile_server(tmp_path_factory):
     app = create_app(load_settings(config), start_scheduler=False)
     with serving(app) as url:
         yield url
+
+
+HOSTILE_TOOL_RESULT = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=1</script>'
+
+
+def _plant_tool_result(root) -> None:
+    """Give the bot's first reply in the newest conversation a tool call whose result carries active HTML,
+    as a stored turn would."""
+    import sqlite3
+
+    db = sqlite3.connect(root / "gateway.db")
+    try:
+        calls = [{"round": 1, "id": "c1", "name": "lookup_order", "arguments": {"order": "<b>1</b>"},
+                  "result": {"note": HOSTILE_TOOL_RESULT}}]
+        # The newest conversation's first answer (the widget test's conversation comes first).
+        db.execute("UPDATE messages SET tool_calls = ? WHERE id = (SELECT min(id) FROM messages WHERE author = 'bot'"
+                   " AND conversation_id = (SELECT max(conversation_id) FROM messages))", (json.dumps(calls),))
+        db.commit()
+    finally:
+        db.close()
 
 
 def test_widget_hostile_document_answer_renders_as_inert_text(browser, hostile_server):  # noqa: F811
@@ -81,7 +107,7 @@ def test_widget_hostile_document_answer_renders_as_inert_text(browser, hostile_s
         context.close()
 
 
-def test_console_hostile_document_answer_renders_as_inert_text(browser, hostile_server):  # noqa: F811
+def test_console_hostile_document_answer_renders_as_inert_text(browser, hostile_server, hostile_root):  # noqa: F811
     context, console = browser.new_context(), browser.new_context()
     customer, operator = context.new_page(), console.new_page()
     events: list[str] = []
@@ -99,6 +125,10 @@ def test_console_hostile_document_answer_renders_as_inert_text(browser, hostile_
         customer.fill("#gw-input", "I want to talk to a human")
         customer.press("#gw-input", "Enter")
 
+        # A tool result is text from another system: planted markup in it must stay inert too.
+        customer.wait_for_function("() => document.querySelectorAll('.gw-msg--bot').length >= 2", timeout=60_000)
+        _plant_tool_result(hostile_root)
+
         operator.goto(hostile_server + "/operator")
         operator.fill("#op-token", OPERATOR_TOKEN)
         operator.press("#op-token", "Enter")
@@ -109,6 +139,9 @@ def test_console_hostile_document_answer_renders_as_inert_text(browser, hostile_
         operator.wait_for_timeout(500)
         transcript = operator.locator("#op-transcript").inner_text()
         assert any(marker in transcript for marker in ("<script", "onerror", "javascript:")), transcript
+        operator.locator(".op-tools summary").first.click()
+        tool_text = operator.locator(".op-tools").first.inner_text()
+        assert "lookup_order" in tool_text and HOSTILE_TOOL_RESULT in tool_text.replace("\\", ""), tool_text
         assert operator.evaluate("() => window.__pwned") is None
         assert operator.locator("#op-transcript script, #op-transcript img, #op-transcript iframe, "
                                 "#op-transcript svg").count() == 0
