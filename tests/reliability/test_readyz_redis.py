@@ -101,7 +101,8 @@ async def test_readyz_reports_redis_down_without_failing_readiness(tmp_path) -> 
         ready = await client.get("/readyz")
         assert ready.status_code == 200
         body = ready.json()
-        assert body["status"] == "ready" and body["redis"] == "error: ConnectionError"
+        # Refused at once, or, on a loaded machine, not answered within the ping's deadline (seen in CI).
+        assert body["status"] == "ready" and body["redis"] in ("error: ConnectionError", "error: TimeoutError")
         assert "redis" not in body["checks"]  # reported, not a reason to stop traffic
         metrics = (await client.get("/metrics")).text
         # The web chat's address check and the worker's contact/bot check each failed open once.
