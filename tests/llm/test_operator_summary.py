@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.llm import LLMRouter
 from gateway.llm_retry import RetryPolicy
-from gateway.operators.summary import summarize
+from gateway.operators.summary import extractive_summary, summarize
 from gateway.settings import BotSettings
 from tests.fakes.openai_server import Turn
 from tests.llm.conftest import fake_model
@@ -19,6 +19,7 @@ class Row:
     id: int
     author: str
     text: str
+    tool_calls: list[dict] = field(default_factory=list)
 
 
 MESSAGES = [Row(1, "contact", "I was charged twice for March"), Row(2, "bot", "I couldn't find that.")]
@@ -45,3 +46,27 @@ async def test_the_summary_is_written_once_per_conversation_state(openai_fake) -
 
     assert first == again == {"kind": "llm", "text": "Charged twice in March; wants a refund."}
     assert later["text"] == "A second summary." and len(openai_fake.requests_for("primary")) == 2
+
+
+LOOKUP = {"name": "invoice_status", "arguments": {"invoice_number": "INV-1"}, "result": {"found": True}}
+TICKET = {"name": "create_ticket", "arguments": {}, "result": {"error": "interrupted: the turn was stopped …"}}
+WITH_TOOLS = [Row(1, "contact", "I was charged twice for March"),
+              Row(2, "bot", "Invoice INV-1 is paid.", [LOOKUP]),
+              Row(3, "contact", "Then refund one"),
+              Row(4, "bot", "Sorry, something went wrong on our side.", [LOOKUP, TICKET])]
+
+
+def test_the_extractive_summary_names_the_tools_the_bot_used_and_a_cut_off_call() -> None:
+    text = extractive_summary(WITH_TOOLS, reason="turn timed out")
+    assert "Tools the bot used: invoice_status, create_ticket (interrupted)" in text.splitlines()
+    assert "Tools" not in extractive_summary(MESSAGES, reason="asked")
+
+
+async def test_the_model_writing_the_summary_is_told_which_tools_ran_but_not_their_results(openai_fake) -> None:
+    openai_fake.script("primary", Turn(text="Wants a refund; a ticket may have been opened."))
+    router = LLMRouter([fake_model(openai_fake, "primary")], timeout=5, retry=NO_RETRY)
+    await summarize(router, BotSettings(name="acme-tools", model="primary"), WITH_TOOLS, reason="asked")
+    (request,) = openai_fake.requests_for("primary")
+    transcript = request.messages[-1]["content"]
+    assert '"tools": ["invoice_status", "create_ticket (interrupted)"]' in transcript
+    assert '"found"' not in transcript
