@@ -50,6 +50,8 @@ def tools_used(messages: Sequence[Any]) -> list[str]:
         for call in getattr(message, "tool_calls", None) or []:
             result = call.get("result")
             error = result.get("error") if isinstance(result, dict) else None
+            if str(error or "").startswith("not run"):
+                continue  # asked for past a limit, never called (answer.NOT_RUN, TOO_MANY)
             mark = " (interrupted)" if str(error or "").startswith("interrupted") else " (failed)" if error else ""
             name = str(call.get("name", "?"))
             if name not in seen or (mark and not seen[name]):

@@ -60,6 +60,10 @@ def test_the_extractive_summary_names_the_tools_the_bot_used_and_a_cut_off_call(
     text = extractive_summary(WITH_TOOLS, reason="turn timed out")
     assert "Tools the bot used: invoice_status, create_ticket (interrupted)" in text.splitlines()
     assert "Tools" not in extractive_summary(MESSAGES, reason="asked")
+    never_run = {"name": "whoami", "arguments": {}, "result": {"error": "not run: the limit of tool rounds was reached"}}
+    failed = {"name": "lookup", "arguments": {}, "result": {"error": "tool timed out after 10s"}}
+    rows = [Row(1, "contact", "who am I?"), Row(2, "bot", "I couldn't find that.", [never_run, failed])]
+    assert "Tools the bot used: lookup (failed)" in extractive_summary(rows).splitlines()
 
 
 async def test_the_model_writing_the_summary_is_told_which_tools_ran_but_not_their_results(openai_fake) -> None:
