@@ -54,6 +54,7 @@ class Turn:
     - `status`: answer with this HTTP error instead (429, 500, 503, 401...). `retry_after` sets the header.
     - `delay`: seconds to wait before answering; longer than the client's timeout means a timeout.
     - `break_after`: streaming only; drop the connection after this many content chunks.
+    - `chunk_delay`: streaming only; seconds between two content chunks (a slow provider mid-answer).
     - `omit_finish_reason`: streaming only; end with `[DONE]` but never send a finish_reason.
     - `finish_reason`: send this one instead ("content_filter": the provider's filter refused).
     - `usage`: (prompt_tokens, completion_tokens); omitted from the reply when None.
@@ -67,6 +68,7 @@ class Turn:
     retry_after: float | None = None
     delay: float = 0.0
     break_after: int | None = None
+    chunk_delay: float = 0.0
     omit_finish_reason: bool = False
     finish_reason: str | None = None
     usage: tuple[int, int] | None = (12, 7)
@@ -294,7 +296,7 @@ async def _sse(model: str, turn: Turn, include_usage: bool):
             await asyncio.sleep(0.05)
             raise _StreamBroken("fake: stream broken on purpose")
         yield chunk({"content": word if i == 0 else " " + word})
-        await asyncio.sleep(0)
+        await asyncio.sleep(turn.chunk_delay)
     for i, call in enumerate(_tool_calls(turn)):
         yield chunk({"tool_calls": [{"index": i, **call}]})
     if turn.omit_finish_reason:

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from gateway.pipeline.core import FAILURE_REPLY
 from storage.models import Escalation, Message
-from tests.conftest import docs_source
+from tests.conftest import chat_events, docs_source
 from tests.fakes.openai_server import Turn, model_entry
 from tests.reliability.conftest import running_app
 
@@ -25,9 +25,9 @@ async def client(tmp_path_factory, fake):
     models = [model_entry(fake, name, api_key="${REL_LLM_KEY}") for name in ("primary", "backup")]
     bots = [{"name": "acme", "model": "primary", "fallbacks": ["backup"], "channels": {"web": {}},
              "sources": [docs_source(tmp_path)]}]
-    # Each call may take 10 s, the whole turn 1.5 s: the deadline, not the call's timeout, ends it.
+    # Each call may take 10 s, the whole turn 3 s: the deadline, not the call's timeout, ends it.
     async with running_app(tmp_path, bots=bots, models=models, ingest=True, llm={"timeout": 10, "num_retries": 0},
-                           worker={"turn_timeout": 1.5}) as (http, _):
+                           worker={"turn_timeout": 3}) as (http, _):
         yield http
 
 
@@ -44,6 +44,17 @@ async def test_a_turn_past_its_deadline_gets_one_failure_reply_and_a_person(clie
             Escalation.conversation_id == body["conversation_id"]))).scalars().all()
     assert inbound.status == "failed" and "worker.turn_timeout" in inbound.error
     assert [r.text for r in replies] == [FAILURE_REPLY]
-    assert "turn timed out after 1.5s" in escalation.reason
+    assert "turn timed out after 3s" in escalation.reason
     # Stopped where it was: the fallback is not tried after the deadline.
     assert len(fake.requests_for("primary")) == 1 and not fake.requests_for("backup")
+
+
+async def test_a_streamed_turn_past_its_deadline_ends_with_the_failure_reply(client, fake):
+    # Tokens already shown are replaced: the stream's `done` carries the failure reply, not a cut-off answer.
+    # The first sentence is out after about 0.5 s, the whole answer would take 4 s.
+    fake.script("primary", Turn(text="Plus [1] costs six. " + "And then the answer goes on and on " * 5, chunk_delay=0.1))
+    events = await chat_events(client, "acme", "slow-stream", "How much is Plus?")
+    tokens = "".join(data["text"] for name, data in events if name == "token")
+    kind, done = events[-1]
+    assert tokens.startswith("Plus [1] costs six.")  # it was streaming when the deadline came
+    assert kind == "done" and done["reply"] == FAILURE_REPLY and done["state"] == "waiting"
