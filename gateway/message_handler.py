@@ -133,13 +133,13 @@ class MessageHandler:
         except Exception as exc:  # the one broad catch: a crash becomes a logged failure and a handoff
             if isinstance(exc, TimeoutError) and deadline.expired():
                 bound.warning("pipeline.timed_out", turn_timeout_s=turn_timeout)
-                reason = f"turn timed out after {turn_timeout:g}s (worker.turn_timeout)"
-                result = handoff(turn.bot, FAILURE_REPLY, reason=reason, error=reason,
-                                 usage=turn.record.usage, tool_calls=turn.record.tool_calls)
+                reason = error = f"turn timed out after {turn_timeout:g}s (worker.turn_timeout)"
             else:
                 bound.exception("pipeline.failed")
-                result = handoff(turn.bot, FAILURE_REPLY, reason=f"pipeline error: {type(exc).__name__}",
-                                 error=str(exc)[:500], usage=turn.record.usage, tool_calls=turn.record.tool_calls)
+                reason, error = f"pipeline error: {type(exc).__name__}", str(exc)[:500]
+            # What the turn spent and did until then is stored with the failure reply.
+            result = handoff(turn.bot, FAILURE_REPLY, reason=reason, error=error,
+                             usage=turn.record.usage, tool_calls=turn.record.tool_calls)
         finally:
             if typing is not None:
                 typing.cancel()

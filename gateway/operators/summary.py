@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from gateway.errors import LLMError
+from gateway.pipeline.answer import INTERRUPTED, NOT_RUN, TOO_MANY
 from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.operators.summary")
@@ -50,9 +51,9 @@ def tools_used(messages: Sequence[Any]) -> list[str]:
         for call in getattr(message, "tool_calls", None) or []:
             result = call.get("result")
             error = result.get("error") if isinstance(result, dict) else None
-            if str(error or "").startswith("not run"):
-                continue  # asked for past a limit, never called (answer.NOT_RUN, TOO_MANY)
-            mark = " (interrupted)" if str(error or "").startswith("interrupted") else " (failed)" if error else ""
+            if error in (NOT_RUN, TOO_MANY):
+                continue  # asked for past a limit, never called
+            mark = " (interrupted)" if error == INTERRUPTED else " (failed)" if error else ""
             name = str(call.get("name", "?"))
             if name not in seen or (mark and not seen[name]):
                 seen[name] = mark

@@ -60,7 +60,8 @@ def parse_telegram_html(source: str) -> tuple[str, list[dict[str, Any]]]:
     """Parse text the way Telegram's HTML parse_mode does: (visible text, entities) or EntityParseError."""
     out: list[str] = []
     entities: list[dict[str, Any]] = []
-    stack: list[tuple[str, int, dict[str, str]]] = []  # (tag, utf16 offset at open, attrs)
+    # (tag, utf16 offset at open, attrs, index in `out` where its text starts: a mention's name)
+    stack: list[tuple[str, int, dict[str, str], int]] = []
     pos = 0
     offset = 0
 
@@ -81,12 +82,12 @@ def parse_telegram_html(source: str) -> tuple[str, list[dict[str, Any]]]:
             if closing:
                 if not stack or stack[-1][0] != tag:
                     raise EntityParseError(f'Unmatched end tag at byte offset {len(source[:pos].encode())}, expected "</{stack[-1][0] if stack else ""}>", found "</{tag}>"')
-                open_tag, start, attrs = stack.pop()
+                open_tag, start, attrs, first_piece = stack.pop()
                 if offset > start:
                     entity = {"type": _ALLOWED_TAGS[open_tag], "offset": start, "length": offset - start}
                     if open_tag == "a" and (user := re.fullmatch(r"tg://user\?id=(\d+)", attrs.get("href", ""))):
                         # Telegram sends the user's own profile; the fake knows only the linked words.
-                        name = "".join(out[int(attrs["\0piece"]):])
+                        name = "".join(out[first_piece:])
                         entity["type"] = "text_mention"
                         entity["user"] = {"id": int(user.group(1)), "is_bot": False, "first_name": name}
                     elif open_tag == "a":
@@ -101,8 +102,7 @@ def parse_telegram_html(source: str) -> tuple[str, list[dict[str, Any]]]:
                 for name, value in _ATTR_RE.findall(attr_text):
                     raw = value[1:-1] if value[:1] in "\"'" and len(value) >= 2 else value
                     attrs[name.lower()] = html.unescape(raw)
-                attrs["\0piece"] = str(len(out))  # where its text starts, for a mention's name
-                stack.append((tag, offset, attrs))
+                stack.append((tag, offset, attrs, len(out)))
             pos = match.end()
         elif ch == "&":
             match = re.match(r"&(#x[0-9a-fA-F]+|#[0-9]+|[a-zA-Z]+);", source[pos:])

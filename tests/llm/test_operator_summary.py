@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from gateway.llm import LLMRouter
 from gateway.llm_retry import RetryPolicy
 from gateway.operators.summary import extractive_summary, summarize
+from gateway.pipeline.answer import INTERRUPTED, NOT_RUN
 from gateway.settings import BotSettings
 from tests.fakes.openai_server import Turn
 from tests.llm.conftest import fake_model
@@ -49,7 +50,7 @@ async def test_the_summary_is_written_once_per_conversation_state(openai_fake) -
 
 
 LOOKUP = {"name": "invoice_status", "arguments": {"invoice_number": "INV-1"}, "result": {"found": True}}
-TICKET = {"name": "create_ticket", "arguments": {}, "result": {"error": "interrupted: the turn was stopped …"}}
+TICKET = {"name": "create_ticket", "arguments": {}, "result": {"error": INTERRUPTED}}
 WITH_TOOLS = [Row(1, "contact", "I was charged twice for March"),
               Row(2, "bot", "Invoice INV-1 is paid.", [LOOKUP]),
               Row(3, "contact", "Then refund one"),
@@ -60,7 +61,7 @@ def test_the_extractive_summary_names_the_tools_the_bot_used_and_a_cut_off_call(
     text = extractive_summary(WITH_TOOLS, reason="turn timed out")
     assert "Tools the bot used: invoice_status, create_ticket (interrupted)" in text.splitlines()
     assert "Tools" not in extractive_summary(MESSAGES, reason="asked")
-    never_run = {"name": "whoami", "arguments": {}, "result": {"error": "not run: the limit of tool rounds was reached"}}
+    never_run = {"name": "whoami", "arguments": {}, "result": {"error": NOT_RUN}}
     failed = {"name": "lookup", "arguments": {}, "result": {"error": "tool timed out after 10s"}}
     rows = [Row(1, "contact", "who am I?"), Row(2, "bot", "I couldn't find that.", [never_run, failed])]
     assert "Tools the bot used: lookup (failed)" in extractive_summary(rows).splitlines()
