@@ -38,6 +38,8 @@ from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import CallerIdentity, ConversationRef, utcnow
 from gateway.pipeline import Pipeline, PipelineResult, Turn
 from gateway.pipeline.core import FAILURE_REPLY, handoff
+from gateway.pipeline.tool_journal import META_KEY as TOOL_RUNS
+from gateway.pipeline.tool_journal import ToolJournal
 from gateway.settings import Settings
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Message, Usage
@@ -68,6 +70,7 @@ class MessageHandler:
         self._on_handoff_message = on_handoff_message
         self._on_escalate = on_escalate
         self.rate_limiter = rate_limiter  # gateway.ratelimit.RateLimiter, set by the composition root
+        self._meta_lock = asyncio.Lock()
 
     async def handle(self, inbound: Message) -> None:
         """Run the pipeline on `inbound` (or relay it, or refuse it over a rate limit), store the
@@ -117,6 +120,8 @@ class MessageHandler:
             command=(inbound.meta or {}).get("command"),
             needs_reply=bool((inbound.meta or {}).get("needs_reply")),
             greeting=getattr(getattr(bot.channels, inbound.channel, None), "greeting", None),
+            tool_journal=ToolJournal((inbound.meta or {}).get(TOOL_RUNS),
+                                     save=functools.partial(self._record_meta, inbound, TOOL_RUNS)),
         )
         if turn.state == "bot" and await self._rate_limited(inbound, turn):
             return
@@ -169,9 +174,17 @@ class MessageHandler:
 
     async def _record_streamed(self, inbound: Message, provider_ids: list[str]) -> None:
         """Keep the ids of the messages streamed for `inbound` on it, for `_remove_interrupted_stream`."""
-        inbound.meta = {**(inbound.meta or {}), "streamed": provider_ids}
-        async with self._sessions() as session, session.begin():
-            await session.execute(update(Message).where(Message.id == inbound.id).values(meta=inbound.meta))
+        await self._record_meta(inbound, "streamed", provider_ids)
+
+    async def _record_meta(self, inbound: Message, key: str, value) -> None:
+        """Set one key of `inbound.meta`, in the database too: what a later attempt at it must know.
+
+        One write at a time: the stream's and the tool journal's writes each store the whole `meta`, so
+        one that committed after a newer one would undo it."""
+        async with self._meta_lock:
+            inbound.meta = {**(inbound.meta or {}), key: value}
+            async with self._sessions() as session, session.begin():
+                await session.execute(update(Message).where(Message.id == inbound.id).values(meta=inbound.meta))
 
     async def _remove_interrupted_stream(self, inbound: Message, adapter, ref: ConversationRef) -> None:
         """An earlier attempt at `inbound` streamed messages and never finished (the process died):
@@ -245,6 +258,9 @@ class MessageHandler:
             message.status = status
             message.error = error
             message.updated_at = utcnow()
+            if TOOL_RUNS in (message.meta or {}):
+                # Finished, so never attempted again: its calls are stored with the reply, not twice.
+                message.meta = inbound.meta = {k: v for k, v in message.meta.items() if k != TOOL_RUNS}
         self._bus.publish(message_topic(inbound.id), {"type": "done", "status": status})
         self._bus.publish(conversation_topic(inbound.conversation_id), {"type": "message"})
         for index, out_id in enumerate(outbound_ids):

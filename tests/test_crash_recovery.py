@@ -1,4 +1,5 @@
-"""A real server process is SIGKILLed mid-answer; after restart every stored message is answered once."""
+"""A real server process is SIGKILLed mid-answer; after restart every stored message is answered once,
+and a tool call it had finished is not run a second time."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from sqlalchemy import create_engine, select
 
 from storage.models import Message
 from tests.conftest import ROOT, upgrade, write_config
-from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.fakes.openai_server import FakeOpenAI, ToolCallSpec, Turn
+from tests.pipeline.sample_tools import TICKETS_FILE_ENV
 from tests.scale.replicas import free_port
 
 
-def _serve(config, port: int) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+def _serve(config, port: int, **env_vars: str) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env_vars}
     log = open(config.parent / f"server-{port}-{time.monotonic_ns()}.log", "wb")  # a pipe could fill and block
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port)],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -115,3 +117,62 @@ def test_crash_restart_answers_every_stored_message_exactly_once(tmp_path):
         assert [r for r, _ in replies] == [inbound[0].id, inbound[1].id]  # once each, in order
         assert {s for _, s in replies} == {"sent"}
         engine.dispose()
+
+
+@pytest.mark.timeout(600)
+def test_a_tool_call_finished_before_a_crash_is_not_run_again_after_restart(tmp_path):
+    tickets = tmp_path / "tickets.jsonl"
+    refund = ToolCallSpec("create_ticket", {"title": "Refund order A-7"}, id="t1")
+    with FakeOpenAI() as fake:
+        # The ticket is opened, then the process is killed while the model writes the answer. After the
+        # restart the model asks for the same ticket again, as a model rerun from the start does.
+        fake.script("slow", Turn(tool_calls=(refund,)), Turn(text="never delivered", delay=60),
+                    Turn(tool_calls=(refund,)), Turn(text="Ticket T-1 is open for your refund."))
+        db = tmp_path / "gateway.db"
+        ticket_tool = {"name": "create_ticket", "type": "python",
+                       "import_path": "tests.pipeline.sample_tools:create_ticket",
+                       "parameters": {"type": "object", "properties": {"title": {"type": "string"}}}}
+        config = write_config(tmp_path, database_url=f"sqlite+aiosqlite:///{db}",
+                              models=[{"model_name": "slow", "litellm_params": {
+                                  "model": "openai/slow", "api_base": fake.base_url, "api_key": "${FAKE_KEY:-sk-fake}",
+                                  "timeout": 90}}],
+                              bots=[{"name": "acme", "model": "slow", "channels": {"web": {}},
+                                     "tools": [ticket_tool]}],
+                              worker={"lease_seconds": 2, "poll_interval": 0.2, "reply_timeout": 30})
+        upgrade(f"sqlite+aiosqlite:///{db}")
+        port = free_port()
+        server = _serve(config, port, **{TICKETS_FILE_ENV: str(tickets)})
+        try:
+            _wait_until(lambda: _started(server, port), timeout=240, what="the first server")
+            _post(port, "t1", "Please open a ticket for my refund")
+            _wait_until(lambda: len(fake.requests_for("slow")) == 2, timeout=60, what="the answer after the tool")
+            server.send_signal(signal.SIGKILL)
+            server.wait(10)
+        finally:
+            if server.poll() is None:
+                server.kill()
+        assert len(tickets.read_text().splitlines()) == 1
+
+        server = _serve(config, port, **{TICKETS_FILE_ENV: str(tickets)})
+        engine = create_engine(f"sqlite:///{db}")
+        try:
+            _wait_until(lambda: _started(server, port), timeout=240, what="the restarted server")
+
+            def answered() -> bool:
+                with engine.connect() as conn:
+                    return conn.execute(select(Message.id).where(Message.direction == "out",
+                                                                 Message.status == "sent")).first() is not None
+            _wait_until(answered, timeout=120, what="the answer after restart")
+        finally:
+            server.terminate()
+            server.wait(10)
+
+        with engine.connect() as conn:
+            reply = conn.execute(select(Message.text, Message.tool_calls).where(Message.direction == "out")).one()
+            inbound_meta = conn.execute(select(Message.meta).where(Message.direction == "in")).scalar_one()
+        engine.dispose()
+    assert len(tickets.read_text().splitlines()) == 1  # one ticket, though the model asked for it twice
+    assert reply.text == "Ticket T-1 is open for your refund."
+    assert [(c["name"], c["result"]["ticket"], c.get("replayed")) for c in reply.tool_calls] == [
+        ("create_ticket", "T-1", True)]
+    assert "tool_runs" not in (inbound_meta or {})

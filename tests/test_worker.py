@@ -360,3 +360,45 @@ async def test_worker_claims_only_as_many_conversations_as_it_has_free_slots(mig
         assert len(pipeline.seen) == 10
     finally:
         await engine.dispose()
+
+
+async def test_a_tool_call_an_attempt_finished_is_replayed_after_a_crash_then_forgotten(migrated_url):
+    # The first "process" runs a tool and dies writing the answer; the journal it saved on the message
+    # is what the next process's attempt replays (gateway/pipeline/tool_journal.py).
+    started = asyncio.Event()
+    pipeline = EchoPipeline(delay=0)
+
+    async def tool_then_hang(turn):
+        await turn.tool_journal.record("create_ticket", {"title": "refund"}, result={"ticket": "T-1"},
+                                       error=None, escalate=None)
+        started.set()
+        await asyncio.sleep(3600)
+
+    pipeline.handle = tool_then_hang
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, pipeline, lease=1.0)
+    await inbox.accept("acme", _msg("alice", 0))
+    await worker.start()
+    await asyncio.wait_for(started.wait(), 10)
+    await _die(worker, engine)
+
+    replayed: list = []
+    retry = EchoPipeline(delay=0)
+
+    async def replay(turn):
+        replayed.append(turn.tool_journal.replay("create_ticket", {"title": "refund"}))
+        return PipelineResult(reply="Ticket T-1 is open.")
+
+    retry.handle = replay
+    engine, sessions, inbox, worker, adapter = _build(migrated_url, retry, lease=1.0)
+    await worker.start()
+    await asyncio.sleep(1.2)  # the dead lease expires
+    await worker.run_until_idle(timeout=30)
+    await worker.stop()
+    assert replayed == [{"name": "create_ticket", "arguments": {"title": "refund"}, "result": {"ticket": "T-1"},
+                         "error": None, "escalate": None}]
+    assert adapter.sent == [("alice", "Ticket T-1 is open.")]
+    async with sessions() as session:
+        inbound = (await session.execute(select(Message).where(Message.direction == "in"))).scalar_one()
+    # Answered, so never attempted again: the journal is not kept beside the reply's own record.
+    assert inbound.status == "done" and "tool_runs" not in (inbound.meta or {})
+    await engine.dispose()

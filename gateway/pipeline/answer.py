@@ -16,6 +16,7 @@ from gateway.pipeline.citations import PromptEcho, is_refusal, verify_citations
 from gateway.pipeline.held_stream import HeldStream
 from gateway.pipeline.prompts import build_messages, render_tool_result
 from gateway.pipeline.rewrite import bounded_history
+from gateway.pipeline.tool_journal import ToolJournal
 from gateway.pipeline.tools import BotTools, ToolOutcome
 
 log = structlog.get_logger("gateway.answer")
@@ -102,9 +103,9 @@ class Answerer:
             # The calls of one round side by side, as the model asked for them together: one after the other,
             # eight slow lookups took eight timeouts.
             run = result.tool_calls[:MAX_CALLS_PER_ROUND]
+            journal = getattr(turn, "tool_journal", None)
             try:
-                ran = await asyncio.gather(*(tools.call(c.name, c.arguments or "{}", identity=turn.identity)
-                                             for c in run))
+                ran = await asyncio.gather(*(_run_call(tools, c, turn, journal) for c in run))
             except asyncio.CancelledError:
                 # The turn's deadline stopped them mid-call: a ticket may exist all the same, and the
                 # operator who gets the turn must see that these calls were made.
@@ -115,12 +116,15 @@ class Answerer:
                                 for c in result.tool_calls[MAX_CALLS_PER_ROUND:])]
             for index, (call, outcome) in enumerate(zip(result.tool_calls, outcomes)):
                 if index < MAX_CALLS_PER_ROUND:
-                    log.info("tool.called", tool=outcome.name, error=outcome.error, message_id=turn.message_id,
-                             conversation_id=turn.conversation_id)
+                    log.info("tool.replayed" if outcome.replayed else "tool.called", tool=outcome.name,
+                             error=outcome.error, message_id=turn.message_id, conversation_id=turn.conversation_id)
                 escalate = escalate or outcome.escalate
-                payload, content = bounded_result({"error": outcome.error} if outcome.error else outcome.result)
+                stored = {"error": outcome.error} if outcome.error else outcome.result
+                # A replayed result was bounded when it was saved; a cut one would be cut again, nested.
+                payload, content = (stored, json.dumps(stored, default=str)) if outcome.replayed \
+                    else bounded_result(stored)
                 calls.append({"round": rounds, "id": call.id, "name": outcome.name, "arguments": outcome.arguments,
-                              "result": payload})
+                              "result": payload, **({"replayed": True} if outcome.replayed else {})})
                 messages.append({"role": "tool", "tool_call_id": call.id,
                                  "content": render_tool_result(name=outcome.name, content=content)})
             if escalate:
@@ -141,6 +145,20 @@ class Answerer:
         answered = bool(verified.citations) or not is_refusal(verified.text, fallback_text=bot.fallback_text)
         return Answer(text=verified.text, citations=verified.citations, tool_calls=calls, usage=usage,
                       answered=answered)
+
+
+async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None) -> ToolOutcome:
+    """One call of a round: the outcome an earlier attempt at this message saved for it, else a real call,
+    saved (bounded, as stored with the turn) as soon as it returns."""
+    arguments = _loads(call.arguments)
+    if journal is not None and (saved := journal.replay(call.name, arguments)) is not None:
+        return ToolOutcome(call.name, arguments, saved.get("result"), error=saved.get("error"),
+                           escalate=saved.get("escalate"), replayed=True)
+    outcome = await tools.call(call.name, call.arguments or "{}", identity=turn.identity)
+    if journal is not None:
+        await journal.record(call.name, arguments, result=bounded_result(outcome.result)[0], error=outcome.error,
+                             escalate=outcome.escalate)
+    return outcome
 
 
 def bounded_result(result: Any) -> tuple[Any, str]:

@@ -17,6 +17,7 @@ from gateway.observability import otel
 from gateway.pipeline.answer import TurnRecord
 from gateway.pipeline.human_request import asks_for_human
 from gateway.pipeline.small_talk import is_no, is_yes, small_talk, starts_with_yes
+from gateway.pipeline.tool_journal import ToolJournal
 from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.pipeline")
@@ -65,6 +66,8 @@ class Turn:
     on_token: Callable[[str], Awaitable[None]] | None = None
     # Filled as the turn goes, so a turn that crashes or runs out of time still stores its spend and tool calls.
     record: TurnRecord = field(default_factory=TurnRecord)
+    # The tool calls an earlier attempt at this message finished: a retry replays them instead of running them.
+    tool_journal: ToolJournal | None = None
 
 
 @dataclass(slots=True)

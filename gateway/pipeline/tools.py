@@ -63,6 +63,7 @@ class ToolOutcome:
     result: Any
     error: str | None = None
     escalate: str | None = None
+    replayed: bool = False  # an earlier attempt at the same message ran it (gateway/pipeline/tool_journal.py)
 
 
 class BotTools:

@@ -101,6 +101,10 @@
         var block = el("div", "op-passage");
         block.appendChild(el("strong", null, c.name + " "));
         block.appendChild(el("code", null, JSON.stringify(c.arguments || {})));
+        if (c.replayed) {
+          // An earlier attempt at this message ran it (the process stopped before the reply was stored).
+          block.appendChild(el("em", null, " (run once, by an earlier attempt)"));
+        }
         block.appendChild(el("pre", "op-tool-result", JSON.stringify(c.result, null, 2)));
         tools.appendChild(block);
       });

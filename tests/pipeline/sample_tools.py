@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,19 @@ async def huge(identity: CallerIdentity) -> dict:
 async def statuses(identity: CallerIdentity) -> list:
     """A result that is a JSON array, as many status APIs return."""
     return [{"service": "sync", "status": "degraded"}]
+
+
+TICKETS_FILE_ENV = "SAMPLE_TICKETS_FILE"
+TICKETS: list[dict[str, Any]] = []
+
+
+async def create_ticket(identity: CallerIdentity, title: str) -> dict:
+    """A tool with a side effect: every call opens a ticket (kept in `TICKETS`, and appended to the file
+    `$SAMPLE_TICKETS_FILE` names, so a test can count the calls of a server process it runs)."""
+    TICKETS.append({"title": title, "contact": identity.contact_external_id})
+    number = len(TICKETS)
+    if path := os.environ.get(TICKETS_FILE_ENV):
+        with open(path, "a", encoding="utf-8") as tickets:
+            tickets.write(json.dumps({"title": title}) + "\n")
+        number = len(Path(path).read_text(encoding="utf-8").splitlines())
+    return {"ticket": f"T-{number}", "title": title}

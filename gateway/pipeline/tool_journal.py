@@ -1,0 +1,60 @@
+"""The tool calls an earlier attempt at the same message finished, so that a retry does not run them again.
+
+A message is answered again when the process answering it stopped before storing the reply (a
+SIGTERM past the shutdown grace, a kill, a lost lease). Its model calls are redone, and so were its
+tool calls, which may have side effects: a ticket created twice. Now each finished call is saved on
+the inbound message (`meta.tool_runs`) as soon as it returns. A later attempt whose model asks for the
+same tool with the same arguments gets the saved outcome, and the tool is not called again. The
+journal is cleared when the message is finished (its reply stored): nothing retries it after that.
+
+Not covered, and said so in docs/reliability.md:
+- A call the process died DURING was never saved, so it runs again.
+- A retry whose model words the arguments differently (another ticket title) makes a different call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("gateway.tool_journal")
+
+META_KEY = "tool_runs"
+"""Where an inbound message keeps the calls its attempts finished."""
+
+
+class ToolJournal:
+    """The finished calls of earlier attempts at one message, and the saving of this attempt's."""
+
+    def __init__(self, saved: list[dict[str, Any]] | None, *,
+                 save: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> None:
+        self._entries: list[dict[str, Any]] = [e for e in saved or [] if isinstance(e, dict) and "name" in e]
+        # Each earlier call answers one call of this attempt: a model that asks twice ran twice.
+        self._unused: dict[str, list[dict[str, Any]]] = {}
+        for entry in self._entries:
+            self._unused.setdefault(_key(entry["name"], entry.get("arguments")), []).append(entry)
+        self._save = save
+
+    def replay(self, name: str, arguments: Any) -> dict[str, Any] | None:
+        """The saved outcome of an earlier attempt's call of `name` with these arguments, used up; or None."""
+        pending = self._unused.get(_key(name, arguments))
+        return pending.pop(0) if pending else None
+
+    async def record(self, name: str, arguments: Any, *, result: Any, error: str | None,
+                     escalate: str | None) -> None:
+        """Save a call that just returned. A failed save is logged, not raised: the call has run, and the
+        answer does not depend on the journal (only a later retry would run it again)."""
+        self._entries.append({"name": name, "arguments": arguments, "result": result, "error": error,
+                              "escalate": escalate})
+        try:
+            await self._save(list(self._entries))
+        except Exception:
+            log.warning("tool.journal_failed", tool=name, exc_info=True)
+
+
+def _key(name: str, arguments: Any) -> str:
+    """One call's identity: its tool and its arguments, whatever order the model wrote their keys in."""
+    return json.dumps([name, arguments], sort_keys=True, default=str)
