@@ -209,7 +209,8 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     outbox = Outbox(sessions, adapters=adapters, bus=bus, metrics=metrics,
                     heartbeat_s=min(HEARTBEAT_S, settings.worker.lease_seconds / 2))
     escalations = Escalations(sessions, settings=settings, bus=bus, metrics=metrics, outbox=outbox)
-    slack_operator = SlackOperatorChannel(sessions, settings=settings, escalations=escalations, adapters=adapters)
+    slack_operator = SlackOperatorChannel(sessions, settings=settings, escalations=escalations, adapters=adapters,
+                                          llm=llm)
     escalations.listeners.append(slack_operator.on_event)
     reminders = HandoffReminders(sessions, settings=settings, escalations=escalations,
                                  checks=[slack_operator.post_missing_headers])

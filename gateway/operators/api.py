@@ -31,13 +31,12 @@ from gateway.events import ESCALATIONS_TOPIC
 from gateway.http.deps import MAX_ID, RowId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
 from gateway.operators.auth import Operator
-from gateway.operators.summary import summarize
+from gateway.operators.summary import summarize, summary_messages
 from storage import repositories as repo
 from storage.models import ESCALATION_STATES, Contact, Conversation, Escalation
 
 UNAUTHORIZED = "a valid operator token is required (Authorization: Bearer <token>)"
 TRANSCRIPT_PAGE = 200  # messages per page of GET /v1/escalations/{id}, newest first
-SUMMARY_TAIL = 29  # the newest messages the summary reads, with the customer's first question: 30 turns
 
 
 class OperatorRoute(JsonRoute):
@@ -208,11 +207,7 @@ async def get_escalation(escalation_id: RowId, request: Request,
             has_more = len(messages) > limit
             messages = messages[-limit:] if has_more else messages
             # The summary always reads the newest messages, whichever page is shown.
-            recent = await repo.history(session, conversation_id=conversation.id, before_id=MAX_ID,
-                                        limit=SUMMARY_TAIL)
-            first = await repo.first_customer_message(session, conversation_id=conversation.id)
-        if first is not None and all(m.id != first.id for m in recent):
-            recent = [first, *recent]
+            recent = await summary_messages(session, conversation_id=conversation.id)
         events = await svc.escalations.events(escalation_id)
         try:
             bot = svc.settings.bot(escalation.bot)

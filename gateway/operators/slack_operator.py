@@ -32,6 +32,7 @@ from gateway.escalation.handoff import Escalations
 from gateway.http.deps import error, services
 from gateway.http.webhooks import CappedRoute
 from gateway.models import as_utc, utcnow
+from gateway.operators.summary import summarize, summary_messages
 from gateway.settings import Settings
 from storage.models import Conversation, Escalation, Message
 
@@ -65,11 +66,12 @@ class SlackOperatorChannel:
     """Posts escalations to each bot's operator channel and relays its threads."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, settings: Settings, escalations: Escalations,
-                 adapters: dict) -> None:
+                 adapters: dict, llm=None) -> None:
         self._sessions = sessions
         self._settings = settings
         self._escalations = escalations
         self._adapters = adapters
+        self._llm = llm  # writes the thread's summary; without it, the summary is extractive
 
     def channel_for(self, bot: str) -> str | None:
         """The bot's operator channel, when it has one and a Slack adapter to post with."""
@@ -92,7 +94,8 @@ class SlackOperatorChannel:
         if escalation is None:
             return
         if kind == "opened":
-            await self._post_escalation(escalation, channel)
+            if await self._post_escalation(escalation, channel):
+                await self._post_summary(escalation, channel)
             return
         if not escalation.slack_ts:
             escalation = await self._wait_for_thread(escalation)
@@ -171,6 +174,19 @@ class SlackOperatorChannel:
         await self._update_header(current, channel)  # a claim since then did not reach it
         return True
 
+    async def _post_summary(self, escalation: Escalation, channel: str) -> None:
+        """The thread's first reply: the summary the console shows on top (what the customer wants, what
+        the bot said, the tools it used), so a Slack operator can claim without opening the console."""
+        try:
+            bot = self._settings.bot(escalation.bot)
+        except KeyError:
+            return
+        async with self._sessions() as session:
+            thread_ts = (await session.get(Escalation, escalation.id)).slack_ts
+            messages = await summary_messages(session, conversation_id=escalation.conversation_id)
+        summary = await summarize(self._llm, bot, messages, reason=escalation.reason)
+        await self._post(escalation.bot, channel, f"*Summary:* {_plain(summary['text'])}", thread_ts=thread_ts)
+
     async def _relay_earlier_messages(self, escalation: Escalation, channel: str) -> None:
         """Post into a late thread what the customer wrote since the handoff (the last
         `LATE_THREAD_MESSAGES`), so the Slack operators read the same story as the console."""
@@ -238,6 +254,7 @@ class SlackOperatorChannel:
                     became_thread = await self._post_escalation(escalation, channel)
                 if became_thread:
                     posted.append(escalation.id)
+                    await self._post_summary(escalation, channel)
                     await self._relay_earlier_messages(escalation, channel)
         if posted:
             log.warning("slack_operator.headers_posted_late", escalations=posted)

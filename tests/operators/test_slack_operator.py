@@ -53,13 +53,19 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
     assert actions == ["escalation_claim", "escalation_resolve"]
     thread_ts = header.params["_ts"]
     escalation_id = int(blocks[1]["elements"][0]["value"])
+    # The thread opens with the summary the console shows, so nobody needs the console to claim.
+    summary = await wait_until(lambda: next((c for c in slack.calls_to("chat.postMessage")
+                                         if c.params.get("thread_ts") == thread_ts), None))
+    assert summary.params["text"].startswith("*Summary:* Asked first: I need to talk to a human")
+    assert "Escalated because:" in summary.params["text"]
 
     # The customer writes again: it appears in the operator thread, and the bot stays quiet.
     more = _event({"type": "message", "channel_type": "im", "channel": "DCUST", "user": "UCUST",
                    "text": "My order <!channel> is #42", "ts": f"{time.time():.6f}"}, "EvMore")
     await _post_event(client, more)
     relayed = await wait_until(lambda: next((c for c in slack.calls_to("chat.postMessage")
-                                         if c.params.get("thread_ts") == thread_ts), None))
+                                         if c.params.get("thread_ts") == thread_ts
+                                         and c.params.get("text", "").startswith("*Customer:*")), None))
     assert "#42" in relayed.params["text"] and "<!channel>" not in relayed.params["text"]
 
     # A bad signature on the button endpoint is refused; a signed click claims.
@@ -133,11 +139,13 @@ async def test_a_message_right_after_the_escalation_reaches_the_thread_while_sla
                        "text": "Order #77 never arrived", "ts": f"{time.time():.6f}"}, "EvSlowMore")
         await _post_event(client, more)
         relayed = await wait_until(lambda: next((c for c in slack.calls_to("chat.postMessage")
-                                             if c.params.get("thread_ts") and c.params.get("thread_ts") == header.params.get("_ts")), None))
+                                             if c.params.get("thread_ts") and c.params.get("thread_ts") == header.params.get("_ts")
+                                             and c.params.get("text", "").startswith("*Customer:*")), None))
         assert "#77" in relayed.params["text"]
         # Done with it here: on a slow machine its handling can outlast the test, and a late post to the
-        # channel would take the next tests' scripted Slack failures.
+        # channel (the relay, the thread's summary) would take the next tests' scripted Slack failures.
         await _until_handled(client, "Order #77 never arrived")
+        await client.services.escalations.drain()
     finally:
         slack.delays.clear()
 
@@ -174,6 +182,7 @@ async def test_a_header_slack_refused_is_posted_later_by_the_periodic_check_once
     # What the customer wrote meanwhile follows into the late thread.
     thread = [c.params["text"] for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == escalation.slack_ts]
     assert any("#88" in text and "earlier" in text for text in thread)
+    assert thread[0].startswith("*Summary:* Asked first: I need to talk to a human")  # before the relayed ones
     assert escalation_id not in await services.slack_operator.post_missing_headers(later)
     # The worker holds "#88" until it finds the thread (up to THREAD_WAIT_SECONDS) and then relays it too;
     # it must be done here, or its post to the channel would take the next test's scripted Slack failure.
