@@ -104,13 +104,19 @@ class Answerer:
             # eight slow lookups took eight timeouts.
             run = result.tool_calls[:MAX_CALLS_PER_ROUND]
             journal = getattr(turn, "tool_journal", None)
+            finished: dict[int, ToolOutcome] = {}
             try:
-                ran = await asyncio.gather(*(_run_call(tools, c, turn, journal) for c in run))
+                ran = await asyncio.gather(*(_run_call(tools, c, turn, journal, finished, index)
+                                             for index, c in enumerate(run)))
             except asyncio.CancelledError:
-                # The turn's deadline stopped them mid-call: a ticket may exist all the same, and the
-                # operator who gets the turn must see that these calls were made.
-                calls.extend({"round": rounds, "id": c.id, "name": c.name, "arguments": _loads(c.arguments),
-                              "result": {"error": INTERRUPTED}} for c in run)
+                # The turn's deadline stopped the round: a call it cut off may have taken effect all the
+                # same (a ticket), and the operator who gets the turn must see every call that was made.
+                for index, c in enumerate(run):
+                    done = finished.get(index)
+                    result = {"error": INTERRUPTED} if done is None else {"error": done.error} if done.error \
+                        else done.result if done.replayed else bounded_result(done.result)[0]
+                    calls.append({"round": rounds, "id": c.id, "name": c.name, "arguments": _loads(c.arguments),
+                                  "result": result, **({"replayed": True} if done is not None and done.replayed else {})})
                 raise
             outcomes = [*ran, *(ToolOutcome(c.name, _loads(c.arguments), None, error=TOO_MANY)
                                 for c in result.tool_calls[MAX_CALLS_PER_ROUND:])]
@@ -147,14 +153,17 @@ class Answerer:
                       answered=answered)
 
 
-async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None) -> ToolOutcome:
+async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None, finished: dict[int, ToolOutcome],
+                    index: int) -> ToolOutcome:
     """One call of a round: the outcome an earlier attempt at this message saved for it, else a real call,
-    saved (bounded, as stored with the turn) as soon as it returns."""
+    saved (bounded, as stored with the turn) as soon as it returns. `finished[index]` gets the outcome, so
+    a round cut off by the turn's deadline still knows which of its calls returned, and with what."""
     arguments = _loads(call.arguments)
     if journal is not None and (saved := journal.replay(call.name, arguments)) is not None:
-        return ToolOutcome(call.name, arguments, saved.get("result"), error=saved.get("error"),
-                           escalate=saved.get("escalate"), replayed=True)
-    outcome = await tools.call(call.name, call.arguments or "{}", identity=turn.identity)
+        finished[index] = ToolOutcome(call.name, arguments, saved.get("result"), error=saved.get("error"),
+                                      escalate=saved.get("escalate"), replayed=True)
+        return finished[index]
+    outcome = finished[index] = await tools.call(call.name, call.arguments or "{}", identity=turn.identity)
     if journal is not None:
         await journal.record(call.name, arguments, result=bounded_result(outcome.result)[0], error=outcome.error,
                              escalate=outcome.escalate)

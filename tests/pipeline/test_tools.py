@@ -267,9 +267,10 @@ async def test_a_tool_result_that_is_a_list_can_ground_an_answer(openai_fake) ->
 
 async def test_tool_calls_stopped_by_the_turn_deadline_are_still_recorded(openai_fake) -> None:
     """The worker's `turn_timeout` cancels a turn wherever it is; calls it cut off may have taken effect,
-    so they stay in the turn's record (stored with the failure reply) as interrupted."""
-    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("slow", timeout=20)]}])
-    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("slow", {}, id="s1"),)))
+    so they stay in the turn's record (stored with the failure reply) as interrupted. A call of the same
+    round that had returned is stored with its result: what it did is known."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("slow", timeout=20), _tool("statuses")]}])
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("slow", {}, id="s1"), ToolCallSpec("statuses", {}, id="s2"))))
     turn = rig.turn("How much is Plus?")
 
     started = time.monotonic()
@@ -282,8 +283,9 @@ async def test_tool_calls_stopped_by_the_turn_deadline_are_still_recorded(openai
         raise AssertionError("the turn was not stopped")
 
     assert time.monotonic() - started < 5
-    assert turn.record.tool_calls == [{"round": 1, "id": "s1", "name": "slow", "arguments": {},
-                                       "result": {"error": INTERRUPTED}}]
+    assert turn.record.tool_calls == [
+        {"round": 1, "id": "s1", "name": "slow", "arguments": {}, "result": {"error": INTERRUPTED}},
+        {"round": 1, "id": "s2", "name": "statuses", "arguments": {}, "result": [{"service": "sync", "status": "degraded"}]}]
     assert len(turn.record.usage) == 1  # the model call that asked for it finished, and is counted
 
 
