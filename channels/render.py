@@ -183,13 +183,22 @@ class _Splitter:
                 break
             budget = self.limit - self.measure(prefix)
             hard = self.furthest(start, budget)
+            end = nxt = -1
             if any(f.start < hard and f.end > start for f in self.big_fences):
-                reserve = max(self.measure(f.closer) + 1 for f in self.big_fences)
-                budget -= reserve
-                hard = self.furthest(start, budget)
+                # A cut after the fence's own closing line needs no closer added: try the whole budget
+                # first. Reserving room for a closer first made a fence that ended just inside the
+                # budget be cut in its closing line ("``" + "`").
+                if hard > start:
+                    end, nxt = self.choose(start, hard, budget)
+                if any(f.start < end < f.end for f in self.big_fences):
+                    end = nxt = -1
+                if end < 0:
+                    budget -= max(self.measure(f.closer) + 1 for f in self.big_fences)
+                    hard = self.furthest(start, budget)
             if hard <= start:
                 raise ValueError(f"limit {self.limit} is too small to make progress")
-            end, nxt = self.choose(start, hard, budget)
+            if end < 0:
+                end, nxt = self.choose(start, hard, budget)
             fence = self.fence_at(end)
             body = text[start:end].rstrip()
             if body:

@@ -61,6 +61,15 @@ def test_split_text_falls_back_to_lines_then_sentences_then_words() -> None:
     assert split_text(words, limit=12) == ["alpha beta", "gamma delta", "epsilon"]
 
 
+def test_a_code_block_that_ends_inside_the_limit_keeps_its_closing_line_whole() -> None:
+    # Found by the property below: room for an added closer was reserved before looking for a cut, so
+    # the part ended inside the block's own closing line, and the customer got "``" and then "`".
+    text = "```\n\n\n\n\n" + "0" * 29 + "\n```\n\n0."
+    parts = split_text(text, limit=40)
+    assert parts[1:] == ["```\n" + "0" * 29 + "\n```", "0."]
+    assert all(_fence_lines(p) % 2 == 0 for p in parts)
+
+
 def test_split_text_ignores_an_early_paragraph_break_in_favour_of_a_full_part() -> None:
     text = "Hi.\n\n" + " ".join(f"w{i}" for i in range(40))
     parts = split_text(text, limit=60)
