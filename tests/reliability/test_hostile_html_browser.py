@@ -64,7 +64,7 @@ def _plant_tool_result(root) -> None:
     db = sqlite3.connect(root / "gateway.db")
     try:
         calls = [{"round": 1, "id": "c1", "name": "lookup_order", "arguments": {"order": "<b>1</b>"},
-                  "result": {"note": HOSTILE_TOOL_RESULT}}]
+                  "result": {"note": HOSTILE_TOOL_RESULT}, "replayed": True}]
         # The newest conversation's first answer (the widget test's conversation comes first).
         db.execute("UPDATE messages SET tool_calls = ? WHERE id = (SELECT min(id) FROM messages WHERE author = 'bot'"
                    " AND conversation_id = (SELECT max(conversation_id) FROM messages))", (json.dumps(calls),))
@@ -142,6 +142,7 @@ def test_console_hostile_document_answer_renders_as_inert_text(browser, hostile_
         operator.locator(".op-tools summary").first.click()
         tool_text = operator.locator(".op-tools").first.inner_text()
         assert "lookup_order" in tool_text and HOSTILE_TOOL_RESULT in tool_text.replace("\\", ""), tool_text
+        assert "(run once, by an earlier attempt)" in tool_text  # a call a crashed attempt made, not run twice
         assert operator.evaluate("() => window.__pwned") is None
         assert operator.locator("#op-transcript script, #op-transcript img, #op-transcript iframe, "
                                 "#op-transcript svg").count() == 0
