@@ -44,7 +44,7 @@ from qdrant_client import models as qm
 
 from gateway.settings import RetrievalSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.framing import FRAMING_WORDS
+from rag.framing import GATE_FRAMING_WORDS
 from rag.gate import (
     COVERAGE_CANDIDATES,
     KEYWORD_CANDIDATES,
@@ -98,7 +98,7 @@ class HybridSearch:
         self.index = index
         self.dense = dense
         self.sparse = sparse
-        self._framing_terms = frozenset().union(*(sparse.terms(word) for word in FRAMING_WORDS))
+        self._framing_terms = frozenset().union(*(sparse.terms(word) for word in GATE_FRAMING_WORDS))
 
     async def search(self, bot: str, queries: list[str], retrieval: RetrievalSettings) -> SearchResult:
         """Top `retrieval.k` chunks for the queries, or a refusal when nothing is relevant."""

@@ -11,8 +11,11 @@ import pytest
 from bench.recipes import pack_paragraphs, split_headings, windows
 from rag.eval import normalize
 
-DATA = Path(__file__).resolve().parents[2] / "bench" / "data"
-SETS = ("s10", "stici")
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "bench" / "data"
+SETS = ("s10", "stici", "help_center")
+DOCS = {"s10": DATA / "s10" / "docs", "stici": DATA / "stici" / "docs",
+        "help_center": ROOT / "examples" / "help-center"}  # the demo's own knowledge base
 CONTRACT_KEYS = {
     "recall@1", "recall@3", "recall@5", "recall@10", "mrr",
     "refusal_rate", "false_refusal_rate", "n_answerable", "n_unanswerable",
@@ -24,7 +27,7 @@ def _rows(name: str) -> list[dict]:
 
 
 def _corpus(name: str) -> str:
-    return normalize("\n".join(p.read_text(encoding="utf-8") for p in sorted((DATA / name / "docs").glob("*.md"))))
+    return normalize("\n".join(p.read_text(encoding="utf-8") for p in sorted(DOCS[name].glob("*.md"))))
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -51,6 +54,8 @@ def test_eval_file_sizes_match_the_fixtures() -> None:
     assert sum(r.get("answerable") is False for r in stici) == 40
     assert sum("gold_texts" in r for r in stici) == 79  # 40 + 40 minus one whose answer the document lacks
     assert len({r["question"] for r in s10}) >= 49
+    help_center = _rows("help_center")
+    assert sum("gold_texts" in r for r in help_center) == 60 and sum(r.get("answerable") is False for r in help_center) == 25
 
 
 def test_recipes_windows_stay_near_size_and_overlap() -> None:

@@ -120,6 +120,9 @@ async def test_gate_coverage_leaves_out_the_words_that_frame_a_question(kb):
     framed = await kb.search("acme", ["What references to refunds are there?"], RETRIEVAL)
     assert framed.lexical_coverage == 1.0 and not framed.refused
     assert framed.hits[0].heading_path == ("Billing", "Refunds")
+    # "What happens if/when …" is a question's form in every domain, not its subject.
+    happens = await kb.search("acme", ["What happens with refunds?"], RETRIEVAL)
+    assert happens.lexical_coverage == 1.0 and not happens.refused
     # Framing words lend nothing to an off-topic subject.
     off_topic = await kb.search("acme", ["What does the article say about the Eiffel Tower?"], RETRIEVAL)
     assert off_topic.refused and off_topic.lexical_coverage == 0.0
