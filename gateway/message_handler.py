@@ -176,7 +176,7 @@ class MessageHandler:
         """Keep the ids of the messages streamed for `inbound` on it, for `_remove_interrupted_stream`."""
         await self._record_meta(inbound, "streamed", provider_ids)
 
-    async def _record_meta(self, inbound: Message, key: str, value) -> None:
+    async def _record_meta(self, inbound: Message, key: str, value: object) -> None:
         """Set one key of `inbound.meta`, in the database too: what a later attempt at it must know.
 
         One write at a time: the stream's and the tool journal's writes each store the whole `meta`, so

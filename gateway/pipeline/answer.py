@@ -112,11 +112,8 @@ class Answerer:
                 # The turn's deadline stopped the round: a call it cut off may have taken effect all the
                 # same (a ticket), and the operator who gets the turn must see every call that was made.
                 for index, c in enumerate(run):
-                    done = finished.get(index)
-                    result = {"error": INTERRUPTED} if done is None else {"error": done.error} if done.error \
-                        else done.result if done.replayed else bounded_result(done.result)[0]
-                    calls.append({"round": rounds, "id": c.id, "name": c.name, "arguments": _loads(c.arguments),
-                                  "result": result, **({"replayed": True} if done is not None and done.replayed else {})})
+                    done = finished.get(index) or ToolOutcome(c.name, _loads(c.arguments), None, error=INTERRUPTED)
+                    calls.append(_call_record(rounds, c.id, done, _stored(done)[0]))
                 raise
             outcomes = [*ran, *(ToolOutcome(c.name, _loads(c.arguments), None, error=TOO_MANY)
                                 for c in result.tool_calls[MAX_CALLS_PER_ROUND:])]
@@ -125,12 +122,8 @@ class Answerer:
                     log.info("tool.replayed" if outcome.replayed else "tool.called", tool=outcome.name,
                              error=outcome.error, message_id=turn.message_id, conversation_id=turn.conversation_id)
                 escalate = escalate or outcome.escalate
-                stored = {"error": outcome.error} if outcome.error else outcome.result
-                # A replayed result was bounded when it was saved; a cut one would be cut again, nested.
-                payload, content = (stored, json.dumps(stored, default=str)) if outcome.replayed \
-                    else bounded_result(stored)
-                calls.append({"round": rounds, "id": call.id, "name": outcome.name, "arguments": outcome.arguments,
-                              "result": payload, **({"replayed": True} if outcome.replayed else {})})
+                payload, content = _stored(outcome)
+                calls.append(_call_record(rounds, call.id, outcome, payload))
                 messages.append({"role": "tool", "tool_call_id": call.id,
                                  "content": render_tool_result(name=outcome.name, content=content)})
             if escalate:
@@ -168,6 +161,19 @@ async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None, fi
         await journal.record(call.name, arguments, result=bounded_result(outcome.result)[0], error=outcome.error,
                              escalate=outcome.escalate)
     return outcome
+
+
+def _stored(outcome: ToolOutcome) -> tuple[Any, str]:
+    """(what to store, its JSON for the model) of one call's outcome: its error or its bounded result. A
+    replayed result was bounded when it was saved; a cut one would be cut again, nested."""
+    stored = {"error": outcome.error} if outcome.error else outcome.result
+    return (stored, json.dumps(stored, default=str)) if outcome.replayed else bounded_result(stored)
+
+
+def _call_record(round_no: int, call_id: str, outcome: ToolOutcome, payload: Any) -> dict[str, Any]:
+    """One call as stored with the turn (and shown to operators)."""
+    return {"round": round_no, "id": call_id, "name": outcome.name, "arguments": outcome.arguments,
+            "result": payload, **({"replayed": True} if outcome.replayed else {})}
 
 
 def bounded_result(result: Any) -> tuple[Any, str]:
