@@ -35,7 +35,7 @@ from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, start_typing
 from gateway.events import EventBus, conversation_topic, message_topic
-from gateway.models import CallerIdentity, ConversationRef, utcnow
+from gateway.models import CallerIdentity, ConversationRef, as_utc, utcnow
 from gateway.pipeline import Pipeline, PipelineResult, Turn
 from gateway.pipeline.core import FAILURE_REPLY, handoff
 from gateway.pipeline.tool_journal import META_KEY as TOOL_RUNS
@@ -121,7 +121,8 @@ class MessageHandler:
             needs_reply=bool((inbound.meta or {}).get("needs_reply")),
             greeting=getattr(getattr(bot.channels, inbound.channel, None), "greeting", None),
             tool_journal=ToolJournal((inbound.meta or {}).get(TOOL_RUNS),
-                                     save=functools.partial(self._record_meta, inbound, TOOL_RUNS)),
+                                     save=functools.partial(self._record_meta, inbound, TOOL_RUNS),
+                                     seed=f"{inbound.id}:{as_utc(inbound.created_at).isoformat()}:{inbound.external_id}"),
         )
         if turn.state == "bot" and await self._rate_limited(inbound, turn):
             return

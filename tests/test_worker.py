@@ -368,7 +368,10 @@ async def test_a_tool_call_an_attempt_finished_is_replayed_after_a_crash_then_fo
     started = asyncio.Event()
     pipeline = EchoPipeline(delay=0)
 
+    keys: list[str] = []
+
     async def tool_then_hang(turn):
+        keys.append(turn.tool_journal.key("create_ticket", {"title": "refund"}))
         await turn.tool_journal.record("create_ticket", {"title": "refund"}, result={"ticket": "T-1"},
                                        error=None, escalate=None)
         started.set()
@@ -385,6 +388,7 @@ async def test_a_tool_call_an_attempt_finished_is_replayed_after_a_crash_then_fo
     retry = EchoPipeline(delay=0)
 
     async def replay(turn):
+        keys.append(turn.tool_journal.key("create_ticket", {"title": "refund"}))
         replayed.append(turn.tool_journal.replay("create_ticket", {"title": "refund"}))
         return PipelineResult(reply="Ticket T-1 is open.")
 
@@ -397,6 +401,7 @@ async def test_a_tool_call_an_attempt_finished_is_replayed_after_a_crash_then_fo
     assert replayed == [{"name": "create_ticket", "arguments": {"title": "refund"}, "result": {"ticket": "T-1"},
                          "error": None, "escalate": None}]
     assert adapter.sent == [("alice", "Ticket T-1 is open.")]
+    assert len(keys) == 2 and keys[0] == keys[1]  # the same call has the same idempotency key in both processes
     async with sessions() as session:
         inbound = (await session.execute(select(Message).where(Message.direction == "in"))).scalar_one()
     # Answered, so never attempted again: the journal is not kept beside the reply's own record.

@@ -105,8 +105,10 @@ class Answerer:
             run = result.tool_calls[:MAX_CALLS_PER_ROUND]
             journal = getattr(turn, "tool_journal", None)
             finished: dict[int, ToolOutcome] = {}
+            # In the order the model asked, before any runs: the n-th same call gets the same key every attempt.
+            keys = [journal.key(c.name, _loads(c.arguments)) if journal else None for c in run]
             try:
-                ran = await asyncio.gather(*(_run_call(tools, c, turn, journal, finished, index)
+                ran = await asyncio.gather(*(_run_call(tools, c, turn, journal, finished, index, keys[index])
                                              for index, c in enumerate(run)))
             except asyncio.CancelledError:
                 # The turn's deadline stopped the round: a call it cut off may have taken effect all the
@@ -147,7 +149,7 @@ class Answerer:
 
 
 async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None, finished: dict[int, ToolOutcome],
-                    index: int) -> ToolOutcome:
+                    index: int, key: str | None) -> ToolOutcome:
     """One call of a round: the outcome an earlier attempt at this message saved for it, else a real call,
     saved (bounded, as stored with the turn) as soon as it returns. `finished[index]` gets the outcome, so
     a round cut off by the turn's deadline still knows which of its calls returned, and with what."""
@@ -156,7 +158,7 @@ async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None, fi
         finished[index] = ToolOutcome(call.name, arguments, saved.get("result"), error=saved.get("error"),
                                       escalate=saved.get("escalate"), replayed=True)
         return finished[index]
-    outcome = finished[index] = await tools.call(call.name, call.arguments or "{}", identity=turn.identity)
+    outcome = finished[index] = await tools.call(call.name, call.arguments or "{}", identity=turn.identity, key=key)
     if journal is not None:
         await journal.record(call.name, arguments, result=bounded_result(outcome.result)[0], error=outcome.error,
                              escalate=outcome.escalate)

@@ -49,6 +49,17 @@ MIN_SECRET_CHARS = 6  # shorter values would redact ordinary words out of every 
 log = structlog.get_logger("gateway.tools")
 
 
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+_CALL_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("tool_call_key", default=None)
+
+
+def idempotency_key() -> str | None:
+    """For a `python` tool: the key of the call running now, the same in every attempt at the message
+    (gateway/pipeline/tool_journal.py). Pass it to an API that dedupes on it, or dedupe on it yourself,
+    so that a call the gateway died during and made again does not act twice. None outside a message."""
+    return _CALL_KEY.get()
+
+
 class ToolError(Exception):
     """Raised by a `python` tool for a failure the model should hear about, in words meant for it
     ("that order was cancelled, it cannot be changed")."""
@@ -103,8 +114,17 @@ class BotTools:
         return {"type": "function", "function": {"name": spec.name, "description": description,
                                                  "parameters": parameters}}
 
-    async def call(self, name: str, raw_arguments: str | dict[str, Any], *, identity: CallerIdentity) -> ToolOutcome:
-        """Run one tool call. Never raises: errors and timeouts become the tool's result."""
+    async def call(self, name: str, raw_arguments: str | dict[str, Any], *, identity: CallerIdentity,
+                   key: str | None = None) -> ToolOutcome:
+        """Run one tool call. Never raises: errors and timeouts become the tool's result. `key` is the
+        call's idempotency key (`idempotency_key()`, and the `Idempotency-Key` header of an http tool)."""
+        token = _CALL_KEY.set(key)
+        try:
+            return await self._call(name, raw_arguments, identity=identity)
+        finally:
+            _CALL_KEY.reset(token)
+
+    async def _call(self, name: str, raw_arguments: str | dict[str, Any], *, identity: CallerIdentity) -> ToolOutcome:
         try:
             arguments = json.loads(raw_arguments or "{}") if isinstance(raw_arguments, str) else dict(raw_arguments)
             if not isinstance(arguments, dict):
@@ -151,6 +171,12 @@ class BotTools:
     async def _http_call(self, spec: ToolSettings, arguments: dict[str, Any]) -> Any:
         url = spec.url.format(**{k: _path_segment(v) for k, v in arguments.items()})
         headers = {k: _ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), v) for k, v in spec.headers.items()}
+        key = _CALL_KEY.get()
+        if key and spec.method.upper() not in ("GET", "HEAD") and \
+                IDEMPOTENCY_HEADER.lower() not in {h.lower() for h in headers}:
+            # A request that changes something: an API that dedupes on the key acts once, though the
+            # gateway died during the call and made it again.
+            headers[IDEMPOTENCY_HEADER] = key
         declared = spec.parameters.get("properties")
         # The body carries the declared parameters only: an extra `"role": "admin"` is the model's invention.
         body = {k: v for k, v in arguments.items() if k in declared} if isinstance(declared, dict) else arguments

@@ -122,3 +122,17 @@ async def create_ticket(identity: CallerIdentity, title: str) -> dict:
             tickets.write(json.dumps({"title": title}) + "\n")
         number = len(Path(path).read_text(encoding="utf-8").splitlines())
     return {"ticket": f"T-{number}", "title": title}
+
+
+async def call_key(identity: CallerIdentity) -> dict:
+    """Reports the idempotency key the gateway gave this call (sync tools get it the same way)."""
+    from gateway.pipeline.tools import idempotency_key
+
+    return {"key": idempotency_key()}
+
+
+def call_key_sync(identity: CallerIdentity) -> dict:
+    """The same from a plain function, which runs on a thread of its own."""
+    from gateway.pipeline.tools import idempotency_key
+
+    return {"key": idempotency_key()}

@@ -88,3 +88,47 @@ def test_http_tool_credentials_are_redacted_from_logs():
         {"name": "weather", "type": "http", "url": "https://api.example/w?city={city}&apikey=" + WEATHER_KEY + "&units=metric"},
     )])
     assert http_tool_secrets(settings) == sorted([f"Bearer {STOCK_KEY}", STOCK_KEY, WEATHER_KEY])
+
+
+async def test_a_call_that_changes_something_carries_the_same_idempotency_key_in_every_attempt():
+    """The process died during a POST (never saved, so the retry makes it again): both requests carry one
+    `Idempotency-Key`, which the API can dedupe on. A GET carries none."""
+    from gateway.pipeline.tool_journal import ToolJournal
+
+    async def save(entries: list[dict]) -> None:
+        pass
+
+    headers: list[dict[str, str]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        headers.append(dict(request.headers))
+        return web.json_response({"ticket": "T-1"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    async with serving(app) as base:
+        tools = BotTools(bot({"name": "ticket", "type": "http", "method": "POST", "url": base + "/tickets",
+                              "parameters": {"type": "object", "properties": {"subject": {"type": "string"}}}},
+                             {"name": "status", "type": "http", "url": base + "/status"}))
+        keys = []
+        for _attempt in range(2):
+            journal = ToolJournal([], save=save, seed="42:2026-12-03T12:00:00+00:00:web/s/m1")
+            keys.append([journal.key("ticket", {"subject": "Refund"}), journal.key("ticket", {"subject": "Refund"})])
+            await tools.call("ticket", {"subject": "Refund"}, identity=ALICE, key=keys[-1][0])
+        await tools.call("status", {}, identity=ALICE, key=keys[0][1])
+    assert keys[0] == keys[1] and keys[0][0] != keys[0][1]  # the second same call is another call
+    assert [h.get("Idempotency-Key") for h in headers] == [keys[0][0], keys[0][0], None]
+
+
+def test_idempotency_keys_differ_between_messages_and_installs():
+    from gateway.pipeline.tool_journal import ToolJournal
+
+    async def save(entries: list[dict]) -> None:
+        pass
+
+    def first_key(seed: str) -> str:
+        return ToolJournal([], save=save, seed=seed).key("ticket", {"subject": "Refund"})
+
+    assert first_key("42:2026-12-03T12:00:00+00:00:web/s/m1") == first_key("42:2026-12-03T12:00:00+00:00:web/s/m1")
+    assert len({first_key("42:2026-12-03T12:00:00+00:00:web/s/m1"), first_key("43:2026-12-03T12:00:01+00:00:web/s/m2"),
+                first_key("42:2026-11-02T08:00:00+00:00:tg/7/99")}) == 3

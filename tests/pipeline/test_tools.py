@@ -395,3 +395,23 @@ async def test_a_replayed_result_that_was_cut_is_not_cut_again(openai_fake) -> N
     result = await rig.pipeline.handle(turn)
     assert result.tool_calls[0]["result"] == cut
     assert result.tool_calls[0]["result"]["truncated"].startswith(f"the first {MAX_TOOL_RESULT_CHARS:,} of ")
+
+
+async def test_a_python_tool_reads_its_calls_idempotency_key(openai_fake) -> None:
+    from gateway.pipeline.tool_journal import ToolJournal
+
+    async def save(entries: list[dict]) -> None:
+        pass
+
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("call_key"), _tool("call_key_sync")]}])
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("call_key", {}, id="k1"),
+                                                   ToolCallSpec("call_key_sync", {}, id="k3"))), Turn(text="Done."))
+    turn = rig.turn("Open a ticket")
+    turn.tool_journal = ToolJournal([], save=save, seed="7:2026-12-03T12:00:00+00:00:web/s/m7")
+    result = await rig.pipeline.handle(turn)
+    expected = ToolJournal([], save=save, seed="7:2026-12-03T12:00:00+00:00:web/s/m7")
+    assert [c["result"] for c in result.tool_calls] == [{"key": expected.key("call_key", {})},
+                                                       {"key": expected.key("call_key_sync", {})}]
+    # Outside a message (no journal) there is no key to give.
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("call_key", {}, id="k2"),)), Turn(text="Done."))
+    assert (await rig.pipeline.handle(rig.turn("Open a ticket"))).tool_calls[0]["result"] == {"key": None}
