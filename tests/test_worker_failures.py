@@ -1,0 +1,164 @@
+"""The worker when a turn fails: a crash or a turn past its deadline becomes one failure reply that keeps
+what the turn spent and did, and a process that dies mid-answer leaves every message to be answered
+once after the restart, its finished tool calls replayed rather than run again."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import select
+
+from gateway.pipeline import PipelineResult
+from storage.models import Message, Usage
+from tests.worker_rig import EchoPipeline, build_worker, chat_message, kill_worker, worker_settings
+
+
+async def test_worker_crash_in_pipeline_becomes_logged_failure_reply(migrated_url):
+    pipeline = EchoPipeline(crash_on="alice #1")
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline)
+    for n in range(3):
+        await inbox.accept("acme", chat_message("alice", n))
+    await worker.run_until_idle(timeout=30)
+    async with sessions() as session:
+        inbound = (await session.execute(select(Message).where(Message.direction == "in").order_by(Message.id))).scalars().all()
+    assert [m.status for m in inbound] == ["done", "failed", "done"]
+    assert "something went wrong" in adapter.sent[1][1]  # never silence, never a stack trace
+    assert "boom" not in adapter.sent[1][1]
+    assert adapter.sent[2][1] == "echo: alice #2"  # the conversation kept going
+    await engine.dispose()
+
+
+async def test_worker_turn_past_its_deadline_is_handed_off_keeping_what_it_spent(migrated_url):
+    # A turn stuck in a model call (retries and fallbacks multiply each call's own timeout) must not keep
+    # the customer waiting: past worker.turn_timeout it is stopped, and what it spent and did is stored.
+    pipeline = EchoPipeline(delay=0)
+    echo = pipeline.handle
+
+    async def stuck_on_alice_1(turn):
+        if turn.text != "alice #1":
+            return await echo(turn)
+        turn.record.usage.append({"model": "primary", "prompt_tokens": 120, "completion_tokens": 0,
+                                  "cost_usd": 0.001, "partial": False})
+        turn.record.tool_calls.append({"round": 1, "id": "c1", "name": "lookup", "arguments": {},
+                                       "result": {"status": "open"}})
+        await asyncio.sleep(3600)
+
+    pipeline.handle = stuck_on_alice_1
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline,
+                                                      settings=worker_settings(turn_timeout=0.3))
+    for n in range(3):
+        await inbox.accept("acme", chat_message("alice", n))
+    await worker.run_until_idle(timeout=30)
+    async with sessions() as session:
+        messages = (await session.execute(select(Message).order_by(Message.id))).scalars().all()
+        usage = (await session.execute(select(Usage))).scalars().all()
+    inbound = [m for m in messages if m.direction == "in"]
+    assert [m.status for m in inbound] == ["done", "failed", "done"]
+    assert "worker.turn_timeout" in inbound[1].error
+    assert "something went wrong" in adapter.sent[1][1]
+    # The worker is not held by the stuck turn (this one has no escalation service, so the bot answers on).
+    assert adapter.sent[2][1] == "echo: alice #2"
+    failure = next(m for m in messages if m.reply_to_id == inbound[1].id)
+    assert failure.tool_calls[0]["name"] == "lookup"
+    assert [(u.message_id, u.prompt_tokens) for u in usage] == [(inbound[1].id, 120)]
+    await engine.dispose()
+
+
+async def test_worker_crash_keeps_the_tool_calls_made_before_it(migrated_url):
+    pipeline = EchoPipeline(delay=0)
+
+    async def crash_after_a_tool(turn):
+        turn.record.tool_calls.append({"round": 1, "id": "c1", "name": "create_ticket", "arguments": {},
+                                       "result": {"ticket": "T-1"}})
+        raise RuntimeError("boom")
+
+    pipeline.handle = crash_after_a_tool
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline)
+    await inbox.accept("acme", chat_message("alice", 0))
+    await worker.run_until_idle(timeout=30)
+    async with sessions() as session:
+        reply = (await session.execute(select(Message).where(Message.direction == "out"))).scalar_one()
+    # The ticket exists: an operator reading the failed turn must see that it was made.
+    assert reply.tool_calls == [{"round": 1, "id": "c1", "name": "create_ticket", "arguments": {},
+                                 "result": {"ticket": "T-1"}}]
+    await engine.dispose()
+
+
+async def test_worker_restart_answers_unanswered_messages_once(migrated_url):
+    # First "process": stores three messages, starts answering, and dies mid-answer (its task is
+    # cancelled while the pipeline sleeps, and its lease is left behind, as after SIGKILL).
+    slow = EchoPipeline(delay=0)
+    started = asyncio.Event()
+
+    async def hang(turn):
+        started.set()
+        await asyncio.sleep(3600)
+
+    slow.handle = hang
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, slow, lease=1.0)
+    for n in range(3):
+        await inbox.accept("acme", chat_message("alice", n))
+    await worker.start()
+    await asyncio.wait_for(started.wait(), 10)
+    await kill_worker(worker, engine)
+    assert adapter.sent == []
+
+    # Second process: a new worker (new owner) takes over once the dead lease expires.
+    pipeline = EchoPipeline()
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline, lease=1.0)
+    await worker.start()
+    await asyncio.sleep(1.2)
+    await worker.run_until_idle(timeout=30)
+    await worker.stop()
+    assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1", "echo: alice #2"]
+    async with sessions() as session:
+        outbound = (await session.execute(select(Message).where(Message.direction == "out"))).scalars().all()
+    assert len(outbound) == 3 and {m.status for m in outbound} == {"sent"}
+    await engine.dispose()
+
+
+async def test_a_tool_call_an_attempt_finished_is_replayed_after_a_crash_then_forgotten(migrated_url):
+    # The first "process" runs a tool and dies writing the answer; the journal it saved on the message
+    # is what the next process's attempt replays (gateway/pipeline/tool_journal.py).
+    started = asyncio.Event()
+    pipeline = EchoPipeline(delay=0)
+
+    keys: list[str] = []
+
+    async def tool_then_hang(turn):
+        keys.append(turn.tool_journal.key("create_ticket", {"title": "refund"}))
+        await turn.tool_journal.record("create_ticket", {"title": "refund"}, result={"ticket": "T-1"},
+                                       error=None, escalate=None)
+        started.set()
+        await asyncio.sleep(3600)
+
+    pipeline.handle = tool_then_hang
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline, lease=1.0)
+    await inbox.accept("acme", chat_message("alice", 0))
+    await worker.start()
+    await asyncio.wait_for(started.wait(), 10)
+    await kill_worker(worker, engine)
+
+    replayed: list = []
+    retry = EchoPipeline(delay=0)
+
+    async def replay(turn):
+        keys.append(turn.tool_journal.key("create_ticket", {"title": "refund"}))
+        replayed.append(turn.tool_journal.replay("create_ticket", {"title": "refund"}))
+        return PipelineResult(reply="Ticket T-1 is open.")
+
+    retry.handle = replay
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, retry, lease=1.0)
+    await worker.start()
+    await asyncio.sleep(1.2)  # the dead lease expires
+    await worker.run_until_idle(timeout=30)
+    await worker.stop()
+    assert replayed == [{"name": "create_ticket", "arguments": {"title": "refund"}, "result": {"ticket": "T-1"},
+                         "error": None, "escalate": None}]
+    assert adapter.sent == [("alice", "Ticket T-1 is open.")]
+    assert len(keys) == 2 and keys[0] == keys[1]  # the same call has the same idempotency key in both processes
+    async with sessions() as session:
+        inbound = (await session.execute(select(Message).where(Message.direction == "in"))).scalar_one()
+    # Answered, so never attempted again: the journal is not kept beside the reply's own record.
+    assert inbound.status == "done" and "tool_runs" not in (inbound.meta or {})
+    await engine.dispose()

@@ -1,0 +1,85 @@
+"""A worker on a real database with a recording channel and a scripted pipeline, for the worker's tests."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from channels.base import Capabilities
+from gateway.delivery.outbox import Outbox
+from gateway.events import EventBus
+from gateway.inbox import Inbox
+from gateway.models import ConversationRef, InboundMessage, Sender
+from gateway.pipeline import PipelineResult
+from gateway.settings import BotSettings, Settings
+from gateway.worker import Worker
+from storage.engine import create_engine, session_factory
+
+
+class RecordingAdapter:
+    """A channel that records what it was asked to send."""
+
+    name = "web"
+    capabilities = Capabilities(max_length=4000, markdown="markdown")
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    async def send(self, message):
+        self.sent.append((message.conversation.chat, message.text))
+        return [f"p{len(self.sent)}"]
+
+
+class EchoPipeline:
+    """Answers 'echo: <text>' after a random delay, recording the order it saw messages in."""
+
+    def __init__(self, *, delay: float = 0.02, crash_on: str | None = None) -> None:
+        self.delay = delay
+        self.crash_on = crash_on
+        self.seen: list[tuple[int, str]] = []
+        self.active: set[int] = set()
+        self.overlap = False
+
+    async def handle(self, turn):
+        if turn.conversation_id in self.active:
+            self.overlap = True
+        self.active.add(turn.conversation_id)
+        try:
+            self.seen.append((turn.conversation_id, turn.text))
+            await asyncio.sleep(random.uniform(0, self.delay))
+            if turn.text == self.crash_on:
+                raise RuntimeError("boom")
+            return PipelineResult(reply=f"echo: {turn.text}")
+        finally:
+            self.active.discard(turn.conversation_id)
+
+
+def worker_settings(**worker) -> Settings:
+    return Settings(bots=[BotSettings(name="acme")], worker=worker)
+
+
+def chat_message(chat: str, n: int) -> InboundMessage:
+    return InboundMessage(channel="web", external_id=f"{chat}-{n}", conversation=ConversationRef("web", chat=chat),
+                          sender=Sender(chat), text=f"{chat} #{n}")
+
+
+def build_worker(url: str, pipeline, *, lease: float = 5.0, channels: tuple[str, ...] = ("web",),
+           adapter: RecordingAdapter | None = None, settings: Settings | None = None):
+    engine = create_engine(url)
+    sessions = session_factory(engine)
+    bus = EventBus()
+    adapter = adapter or RecordingAdapter()
+    outbox = Outbox(sessions, adapters={("acme", channel): adapter for channel in channels}, bus=bus)
+    worker = Worker(sessions, settings or worker_settings(), pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=lease,
+                    poll_interval=0.05, concurrency=4)
+    inbox = Inbox(sessions, on_stored=worker.notify)
+    return engine, sessions, inbox, worker, adapter
+
+
+async def kill_worker(worker: Worker, engine) -> None:
+    """End a worker as SIGKILL would: its tasks stop mid-step, its leases and `sending` rows stay behind."""
+    worker._stopping = True
+    for task in [worker._loop_task, *worker._active.values()]:
+        task.cancel()
+    await asyncio.sleep(0.05)
+    await engine.dispose()
