@@ -141,13 +141,13 @@ async def outbound_by_external_id(session: AsyncSession, *, conversation: Conver
         Message.external_id == external_id))).scalar_one_or_none()
 
 
-async def history(session: AsyncSession, *, conversation_id: int, before_id: int, limit: int) -> list[Message]:
-    """The last `limit` messages before `before_id`, oldest first (ignored/failed inbound left out)."""
-    rows = (await session.execute(
-        select(Message).where(Message.conversation_id == conversation_id, Message.id < before_id,
-                              Message.status.not_in(("ignored",)))
-        .order_by(Message.id.desc()).limit(limit)
-    )).scalars().all()
+async def history(session: AsyncSession, *, conversation_id: int, limit: int,
+                  before_id: int | None = None) -> list[Message]:
+    """The last `limit` messages (before `before_id`, when given), oldest first (ignored inbound left out)."""
+    query = select(Message).where(Message.conversation_id == conversation_id, Message.status.not_in(("ignored",)))
+    if before_id is not None:
+        query = query.where(Message.id < before_id)
+    rows = (await session.execute(query.order_by(Message.id.desc()).limit(limit))).scalars().all()
     return list(reversed(rows))
 
 

@@ -202,7 +202,7 @@ async def get_escalation(escalation_id: RowId, request: Request,
             contact = await session.get(Contact, conversation.contact_id) if conversation.contact_id else None
             # `history` leaves out ignored messages and returns the newest, oldest first; one more tells
             # whether an older page exists.
-            messages = await repo.history(session, conversation_id=conversation.id, before_id=before or MAX_ID,
+            messages = await repo.history(session, conversation_id=conversation.id, before_id=before,
                                           limit=limit + 1)
             has_more = len(messages) > limit
             messages = messages[-limit:] if has_more else messages

@@ -28,7 +28,6 @@ log = structlog.get_logger("gateway.operators.summary")
 
 SUMMARY_DEADLINE_SECONDS = 10.0
 SUMMARY_TAIL = 29  # the newest messages a summary reads, with the customer's first question: 30 turns
-_AFTER_EVERY_ID = 2**63 - 1  # the largest row id: "before" it is every message
 CACHE_SIZE = 512
 _cache: OrderedDict[tuple, dict[str, str]] = OrderedDict()
 
@@ -45,8 +44,7 @@ SUMMARY_PROMPT = ("Summarize this customer support conversation for the human op
 async def summary_messages(session: AsyncSession, *, conversation_id: int) -> list[Any]:
     """What a summary reads: the newest `SUMMARY_TAIL` messages, after the customer's first question
     when that is older (what they came for)."""
-    recent = await repo.history(session, conversation_id=conversation_id, before_id=_AFTER_EVERY_ID,
-                                limit=SUMMARY_TAIL)
+    recent = await repo.history(session, conversation_id=conversation_id, limit=SUMMARY_TAIL)
     first = await repo.first_customer_message(session, conversation_id=conversation_id)
     return [first, *recent] if first is not None and all(m.id != first.id for m in recent) else recent
 
