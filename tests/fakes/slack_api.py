@@ -63,6 +63,7 @@ class FakeSlack:
     sockets: list[web.WebSocketResponse] = field(default_factory=list)
     # Seconds between recording a call and answering it, by "method" or "method:channel".
     delays: dict[str, float] = field(default_factory=dict)
+    delayed: int = 0  # calls waiting out a delay now: they take a failure scripted meanwhile
     deleted: list[str] = field(default_factory=list)  # ts of messages removed with chat.delete
     # What auth.test reports in `x-oauth-scopes`, as Slack does on every Web API answer.
     scopes: list[str] = field(default_factory=lambda: ["chat:write", "channels:history", "groups:history", "im:history",
@@ -152,7 +153,11 @@ class FakeSlack:
         self.calls.append(call)
         pause = self.delays.get(f"{method}:{params.get('channel')}", self.delays.get(method))
         if pause:  # a slow Slack: the call is visible here before the client has its answer
-            await asyncio.sleep(pause)
+            self.delayed += 1
+            try:
+                await asyncio.sleep(pause)
+            finally:
+                self.delayed -= 1
         failure = self.scheduled.pop((method, self.count(method)), None)
         for key in (f"{method}:{params.get('channel')}", method):
             if failure is None and self.failures[key]:

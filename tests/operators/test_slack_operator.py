@@ -145,7 +145,11 @@ async def test_a_message_right_after_the_escalation_reaches_the_thread_while_sla
         # Done with it here: on a slow machine its handling can outlast the test, and a late post to the
         # channel (the relay, the thread's summary) would take the next tests' scripted Slack failures.
         await _until_handled(client, "Order #77 never arrived")
+        # A post still waiting out the delay would take the next test's scripted failure when answered.
+        # The relay's event is spawned just after the message is done, so the drain waits a moment first.
+        await asyncio.sleep(0.2)
         await client.services.escalations.drain()
+        await wait_until(lambda: slack.delayed == 0, what="no Slack call waiting out its delay")
     finally:
         slack.delays.clear()
 
