@@ -1,6 +1,6 @@
 """How often the offline extractive responder (the model `make run` answers with) quotes the answer.
 
-    HF_HUB_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/python -m bench.responder [--sets s10 stici] [--json FILE]
+    HF_HUB_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/python -m bench.responder [--sets s10 stici help_center help_center_holdout] [--json FILE]
 
 Per set: the documents are ingested by `rag.ingest.Ingestor` into a temporary local-mode index, and each
 answerable question goes through `HybridSearch` (the bot defaults, k=5), `build_messages` and
@@ -11,6 +11,11 @@ holding one" when a chunk its markers point to holds a gold text: drawn from the
 gold span may be the chunk's opening rather than the answer ("Pitch: Set the pitch of the speech" against
 "configure your text-to-speech (tts) options"). `fallback` = the
 fallback text (gate 1 refused, or no sentence carried enough of the question). Deterministic: one run.
+
+`help_center` is the demo's own knowledge base (`examples/help-center`), answered as `make run` answers: with
+the `acme` bot of `config.yaml`, whose instructions name its product (words the responder then discounts). `help_center_holdout` asks the same
+knowledge base 45 other questions (`data/SOURCES.md`), kept to check a change to the responder that was made
+while reading the answers to `help_center`.
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from pathlib import Path
 
 from bench.retrieval import DATA, machine, scratch
 from gateway.offline.extractive import answer
 from gateway.pipeline.citations import strip_invalid_markers
 from gateway.pipeline.prompts import build_messages
-from gateway.settings import BotSettings
+from gateway.settings import BotSettings, load_settings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.eval import load_questions, normalize
 from rag.ingest import Ingestor
@@ -32,6 +38,23 @@ from rag.sources import load_directory
 
 RUN = 6
 BOT = BotSettings(name="bench", fallback_text="FALLBACK")
+ROOT = DATA.parent.parent
+DEMO_DOCS = ROOT / "examples" / "help-center"  # the `help_center` set's documents: the demo's knowledge base
+
+
+def _files(name: str) -> tuple[Path, Path]:
+    """A set's documents and questions. `help_center_holdout` asks the demo's help center too."""
+    if name.startswith("help_center"):
+        return DEMO_DOCS, DATA / "help_center" / ("holdout.jsonl" if name.endswith("_holdout") else "questions.jsonl")
+    return DATA / name / "docs", DATA / name / "questions.jsonl"
+
+
+def _bot(name: str) -> BotSettings:
+    """The bot a set is answered by: the demo's own for its help center, else a bare one."""
+    if not name.startswith("help_center"):
+        return BOT
+    demo = next(b for b in load_settings(ROOT / "config.yaml").bots if b.name == "acme")
+    return demo.model_copy(update={"fallback_text": BOT.fallback_text})
 
 
 def quotes(answer_text: str, gold: str) -> bool:
@@ -56,27 +79,29 @@ async def run(sets: list[str]) -> dict:
     rows, answers = [], {}
     async with scratch("bench-responder-") as work:
         for name in sets:
-            docs = (await load_directory(DATA / name / "docs")).documents
+            docs_dir, questions_file = _files(name)
+            docs = (await load_directory(docs_dir)).documents
+            bot = _bot(name)
             await Ingestor(work.index, dense, sparse, work.sessions).ingest_documents(name, "bench", docs)
             search = HybridSearch(work.index, dense, sparse)
-            questions = [q for q in load_questions(DATA / name / "questions.jsonl") if q.answerable]
+            questions = [q for q in load_questions(questions_file) if q.answerable]
             answers[name] = []
             for q in questions:
-                found = await search.search(name, [q.question], BOT.retrieval)
-                text = answer(build_messages(BOT, history=[], user_text=q.question, hits=list(found.hits)))
+                found = await search.search(name, [q.question], bot.retrieval)
+                text = answer(build_messages(bot, history=[], user_text=q.question, hits=list(found.hits)))
                 answers[name].append({"question": q.question, "answer": text,
                                       "quotes_gold": any(quotes(text, g) for g in q.gold_texts),
                                       "cites_gold_chunk": cites_gold_chunk(text, found.hits, q.gold_texts)})
             rows.append({"set": name, "answerable": len(questions),
                          "quotes_gold": sum(a["quotes_gold"] for a in answers[name]),
                          "cites_gold_chunk": sum(a["cites_gold_chunk"] for a in answers[name]),
-                         "fallback": sum(a["answer"] == BOT.fallback_text for a in answers[name])})
+                         "fallback": sum(a["answer"] == bot.fallback_text for a in answers[name])})
     return {"machine": machine(), "rows": rows, "answers": answers}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sets", nargs="+", default=["s10", "stici"])
+    parser.add_argument("--sets", nargs="+", default=["s10", "stici", "help_center", "help_center_holdout"])
     parser.add_argument("--json", help="also write every answer to this file")
     args = parser.parse_args()
     result = asyncio.run(run(args.sets))

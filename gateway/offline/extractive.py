@@ -58,7 +58,8 @@ def answer(messages: list[dict[str, Any]]) -> str:
     # question is about those words, so they are no evidence that a sentence answers this one.
     domain = terms(system.split("\n\nRules:", 1)[0]) if "\n\nRules:" in system else set()
     kind = answer_kind(question)
-    scored = _score(candidates, wanted, _weights(wanted, extracts, candidates, domain=domain), kind)
+    quotable = wanted & set().union(*(c.terms | c.referent | c.section for c in candidates))
+    scored = _score(candidates, wanted, _weights(wanted, extracts, candidates, domain=domain), kind, quotable)
     # A section need not be named after the product ("Exporting your data" answers "export my notes").
     named = wanted - domain or wanted
     in_order = [c for _, c in scored[:1]] + candidates  # the best sentence's section first, then retrieval order
@@ -67,8 +68,9 @@ def answer(messages: list[dict[str, Any]]) -> str:
 
 
 def _score(candidates: list[Candidate], wanted: set[str], weight: dict[str, float],
-           kind: re.Pattern[str] | None) -> list[tuple[float, Candidate]]:
-    """The sentences that carry some of the question, best first, with their scores."""
+           kind: re.Pattern[str] | None, quotable: set[str]) -> list[tuple[float, Candidate]]:
+    """The sentences that carry some of the question, best first, with their scores. `quotable`: the
+    question's words that some extract holds, in a sentence or a heading."""
     total = sum(weight.values())
     scored = []
     for c in candidates:
@@ -76,8 +78,11 @@ def _score(candidates: list[Candidate], wanted: set[str], weight: dict[str, floa
         gives_kind = kind is not None and bool(kind.search(c.text))
         # A heading alone is not an answer: the sentence itself must carry some of the question, or,
         # in a section named after all of it, the kind of answer asked for ("Exporting your data":
-        # "… ready within 24 hours").
-        if direct < MIN_DIRECT * total and not (gives_kind and wanted <= c.section):
+        # "… ready within 24 hours"). Nor need it when, with its heading, it holds every word of the
+        # question that the extracts hold at all: "Above the limit the API answers with 429", under
+        # "Rate limits", answers "What happens when I hit the rate limit?" though "limit" is common.
+        if direct < MIN_DIRECT * total and not (gives_kind and wanted <= c.section) \
+                and not (direct and quotable <= c.terms | c.referent | c.section):
             continue
         # A heading counts twice: its words stand in, at half weight, for ones the sentence lacks,
         # and any match lifts the whole extract, so the section about the question wins ties.

@@ -24,7 +24,9 @@ _HOW_LONG = re.compile(r"^\s*how (?:long|often|soon)\b", re.I)
 # "What does E-SYNC-409 mean?" asks what it is, "How do I fix E-SYNC-413?" what to do about it, and
 # "Where can I see my invoices?" or "Who can see my notes?" where they are and who has them: the section
 # that answers need not say "mean", "fix" or "see". ("What happens …" is not one of them: "What happens next" names its own section.)
-_WHAT_MEANS = re.compile(r"^\s*what (?:does|do|did|would)\b.*\bmean\s*\??\s*$", re.I)
+# Customers also name the code first ("E-SYNC-409 what does it mean") or ask for "the meaning of" it.
+_WHAT_MEANS = re.compile(r"^\s*what (?:does|do|did|would)\b.*\bmean[\s?!.]*$|^.*\bwhat (?:does|do|did) (?:it|this|that|they)"
+                         r" mean[\s?!.]*$|^.*\bmeaning of\b", re.I)
 _HOW_TO_FIX = re.compile(r"^\s*how (?:do|can|should) (?:i|we|you)\s+(?:fix|solve|resolve|troubleshoot|get rid of)\b", re.I)
 _WHERE_CAN = re.compile(r"^\s*(?:where (?:can|do|does|should|would|will) (?:i|we|you|one)|who (?:can|could|will|would))\b", re.I)
 # "What's included in the free plan?" asks about the plan: its section lists, and need not say "include".

@@ -13,9 +13,13 @@ from rag.eval import normalize
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench" / "data"
-SETS = ("s10", "stici", "help_center")
-DOCS = {"s10": DATA / "s10" / "docs", "stici": DATA / "stici" / "docs",
-        "help_center": ROOT / "examples" / "help-center"}  # the demo's own knowledge base
+HELP_CENTER = ROOT / "examples" / "help-center"  # the demo's own knowledge base
+# Each set: its questions and the documents they ask about.
+FILES = {"s10": (DATA / "s10" / "questions.jsonl", DATA / "s10" / "docs"),
+         "stici": (DATA / "stici" / "questions.jsonl", DATA / "stici" / "docs"),
+         "help_center": (DATA / "help_center" / "questions.jsonl", HELP_CENTER),
+         "help_center_holdout": (DATA / "help_center" / "holdout.jsonl", HELP_CENTER)}
+SETS = tuple(FILES)
 CONTRACT_KEYS = {
     "recall@1", "recall@3", "recall@5", "recall@10", "mrr",
     "refusal_rate", "false_refusal_rate", "n_answerable", "n_unanswerable",
@@ -23,11 +27,11 @@ CONTRACT_KEYS = {
 
 
 def _rows(name: str) -> list[dict]:
-    return [json.loads(line) for line in (DATA / name / "questions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in FILES[name][0].read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _corpus(name: str) -> str:
-    return normalize("\n".join(p.read_text(encoding="utf-8") for p in sorted(DOCS[name].glob("*.md"))))
+    return normalize("\n".join(p.read_text(encoding="utf-8") for p in sorted(FILES[name][1].glob("*.md"))))
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -56,6 +60,9 @@ def test_eval_file_sizes_match_the_fixtures() -> None:
     assert len({r["question"] for r in s10}) >= 49
     help_center = _rows("help_center")
     assert sum("gold_texts" in r for r in help_center) == 60 and sum(r.get("answerable") is False for r in help_center) == 25
+    holdout = _rows("help_center_holdout")
+    assert len(holdout) == 45 and all("gold_texts" in r for r in holdout)
+    assert not {r["question"] for r in holdout} & {r["question"] for r in help_center}
 
 
 def test_recipes_windows_stay_near_size_and_overlap() -> None:

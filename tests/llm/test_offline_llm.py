@@ -225,3 +225,26 @@ def test_offline_prefers_the_better_ranked_extract_when_sentences_carry_the_ques
     # Ranked the other way round, the app's sentence comes first.
     messages = build_messages(BOT, history=[], user_text="Can I pay with PayPal?", hits=[in_app, billing, receipts])
     assert answer(messages).startswith("In the mobile app you pay with PayPal through the store [1].")
+
+
+def test_offline_quotes_a_sentence_that_holds_the_question_with_its_heading() -> None:
+    # "limit" is in most extracts (so it weighs little), "hit" and "happen" in none; the VAT sentence holds
+    # the rarest word, "rate". The sentence under "Rate limits" holds the rest of what the extracts hold.
+    limits = FakeHit("- Plus: **60 requests per minute** per token.\n\nAbove the limit the API answers with HTTP "
+                     "status `429 Too Many Requests` and a `Retry-After` header.", "api.md", "Integrations and the API",
+                     ("Integrations and the API", "The REST API", "Rate limits"))
+    refunds = FakeHit("- Charges older than the limits above.", "refunds.md", "Refunds", ("Refunds", "What we do not refund"))
+    vat = FakeHit("- **European Union:** VAT is added at the rate of your country.", "billing.md", "Billing",
+                  ("Billing", "VAT and sales tax"))
+    mobile = FakeHit("The admin console is on the web app only, as are other limits.", "mobile.md", "Mobile apps",
+                     ("Mobile apps", "Known limits on mobile"))
+    messages = build_messages(BOT, history=[], user_text="What happens when I hit the rate limit?",
+                              hits=[limits, refunds, vat, mobile])
+
+    assert answer(messages) == ("Above the limit the API answers with HTTP status 429 Too Many Requests and a "
+                                "Retry-After header [1].")
+    # Without the heading that names the rest of the question, the common word alone is too little.
+    unheaded = FakeHit(limits.text, "api.md", "Integrations and the API", ("Integrations and the API", "The REST API"))
+    messages = build_messages(BOT, history=[], user_text="What happens when I hit the rate limit?",
+                              hits=[unheaded, refunds, vat, mobile])
+    assert "429" not in answer(messages)

@@ -4,6 +4,8 @@ only frame a question ("work", "mean", "fix", "see", "include") are not looked f
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.offline.provider import answer
 from gateway.pipeline.prompts import build_messages
 from gateway.settings import BotSettings
@@ -94,18 +96,18 @@ def test_offline_a_question_named_after_a_section_gets_its_opening() -> None:
     assert answer(messages) == "Email and chat messages sent outside these hours are answered on the next business day [2]."
 
 
-def test_offline_what_does_a_code_mean_gets_the_section_about_the_code() -> None:
+@pytest.mark.parametrize("question", ["What does E-SYNC-409 mean?", "E-SYNC-409 what does it mean",
+                                      "E-SYNC-409 what does this mean??", "what is the meaning of E-SYNC-409?"])
+def test_offline_what_does_a_code_mean_gets_the_section_about_the_code(question: str) -> None:
     # "mean" frames the question; without dropping it, the side remark that names the code would win.
     mobile = FakeHit("## Offline notes\n\nChanges made offline sync later. If the note changed elsewhere, "
                      "you get a conflicted copy (error `E-SYNC-409`).", "mobile.md", "Mobile apps", ("Mobile apps",))
     sync = FakeHit("## Error codes\n\n### E-SYNC-409: conflicting edits\n\nThe same note was changed on two "
                    "devices while one of them was offline. Nothing is lost: the app keeps both versions.",
                    "sync.md", "Troubleshooting sync errors", ("Troubleshooting sync errors",))
-    messages = build_messages(BOT, history=[], user_text="What does E-SYNC-409 mean?", hits=[mobile, sync])
+    messages = build_messages(BOT, history=[], user_text=question, hits=[mobile, sync])
     assert answer(messages) == ("The same note was changed on two devices while one of them was offline [2]. "
                                 "Nothing is lost: the app keeps both versions [2].")
-
-
 
 
 def test_offline_how_often_prefers_a_sentence_that_gives_a_frequency() -> None:
