@@ -5,6 +5,10 @@ LiteLLM's own accounting, since midnight UTC. Once it reaches the budget, the pi
 more model calls for that bot until the next UTC day: the customer gets `BUDGET_REPLY` and the
 conversation is escalated with `BUDGET_ESCALATION`, which is how operators hear of it.
 
+Model calls made outside a turn (the summary an operator reads, `gateway.operators.summary`) are
+stored by `DailyBudget.charge` and count the same way; once the budget is spent, summaries are
+extractive. A call that was cut off or timed out counts by its estimate (`gateway.llm_pricing`).
+
 Usage whose price was unknown (`partial`) counts as zero: the limit can only be as exact as the
 prices LiteLLM knows. Give hosted models `input_cost_per_token`/`output_cost_per_token` in
 `litellm_params` when LiteLLM has no price for them.
@@ -40,9 +44,10 @@ class DailyBudget:
     """Answers "may this bot call a model now?" from the stored usage of the current UTC day."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+                 clock: Callable[[], datetime] = utcnow, metrics=None) -> None:
         self._sessions = sessions
         self._clock = clock
+        self._metrics = metrics  # gateway.observability.metrics.Metrics: tokens and cost of `charge`d calls
 
     async def spent_today(self, bot: str) -> float:
         """US dollars the bot's model calls cost since midnight UTC."""
@@ -63,6 +68,25 @@ class DailyBudget:
             log.warning("budget.spent", bot=bot.name, spent_usd=round(spent, 6), budget_usd=bot.daily_budget_usd)
             return True
         return False
+
+
+    async def charge(self, bot: str, usage: list[dict[str, Any]], *, conversation_id: int | None = None) -> None:
+        """Store the `usage_row`s of model calls made outside a turn, so they count toward the bot's
+        budget and its token metrics like a turn's (a turn's are stored with its reply)."""
+        if not usage:
+            return
+        async with self._sessions() as session, session.begin():
+            session.add_all(usage_record(bot, row, conversation_id=conversation_id) for row in usage)
+        if self._metrics is not None:
+            self._metrics.record_usage(bot, usage)
+
+
+def usage_record(bot: str, row: dict[str, Any], *, conversation_id: int | None = None,
+                 message_id: int | None = None) -> Usage:
+    """The stored `usage` row for one `usage_row`."""
+    return Usage(bot=bot, conversation_id=conversation_id, message_id=message_id, model=row["model"],
+                 prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],
+                 cost_usd=row["cost_usd"] or 0.0, partial=row["partial"])
 
 
 def usage_row(result: Any) -> dict[str, Any]:

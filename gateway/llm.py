@@ -33,6 +33,7 @@ import litellm  # noqa: E402
 import structlog
 
 from gateway.errors import LLMError
+from gateway.llm_pricing import Pricing, Usage
 from gateway.llm_retry import RETRYABLE, RetryPolicy, client_fault, short
 from gateway.observability.logs import adopt_litellm_loggers
 from gateway.offline.provider import MODEL as OFFLINE_LITELLM_MODEL
@@ -44,16 +45,6 @@ adopt_litellm_loggers()  # LiteLLM just attached its own text handlers; ours ren
 log = structlog.get_logger("gateway.llm")
 
 TokenCallback = Callable[[str], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Tokens and cost of one call. `partial` when a count or the price was unknown."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float | None = None
-    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +115,7 @@ class LLMRouter:
             model_list.append({"model_name": OFFLINE_MODEL, "litellm_params": {"model": OFFLINE_LITELLM_MODEL}})
         self._names = {m["model_name"] for m in model_list}
         self._deployments = {m["model_name"]: m["litellm_params"] for m in model_list}
+        self._pricing = Pricing(self._deployments, free_model=OFFLINE_LITELLM_MODEL)
         # Retries, fallbacks and cooldowns are ours (see the module docstring), so the Router does none:
         # its own cooldown, after one 401 or 404, refused the next conversations a provider that was
         # healthy again ("No deployments available"), whatever `llm.cooldown_seconds` said.
@@ -151,9 +143,14 @@ class LLMRouter:
         metadata: dict[str, Any] | None = None,
         response_format: dict[str, Any] | None = None,
         retries: int | None = None,
+        on_abandoned: Callable[[LLMResult], None] | None = None,
     ) -> LLMResult:
         """One answer from the first model in `[model, *fallbacks]` that works. Raises `LLMError`.
         `retries` overrides the retry policy's count for this call (0: one attempt per model).
+
+        `on_abandoned` is told what each attempt that did not finish but was billed spent (an
+        estimate, `gateway.llm_pricing`): one cut off by the caller (the turn's deadline, a timeout
+        around this call), one that timed out, or a stream that broke after the model had written.
 
         `metadata` goes to LiteLLM's callbacks and logs, never to the provider. `response_format`
         (e.g. a JSON schema for structured output) is passed through; models without it ignore it.
@@ -166,9 +163,11 @@ class LLMRouter:
         for name in self._order(chain):
             attempts = (self._retry.num_retries if retries is None else retries) + 1
             for attempt in range(attempts):
+                acc = _Accumulator()
                 try:
                     started = time.monotonic()
-                    result = await self._call(name, messages, tools, tool_choice, on_token, metadata, response_format)
+                    result = await self._call(name, messages, tools, tool_choice, on_token, metadata,
+                                              response_format, acc)
                     self._cooling_until.pop(name, None)
                     # Which model answered, how fast and for how much: after `llm.call_failed` lines, the
                     # one thing an operator following a message wants to see next.
@@ -178,6 +177,10 @@ class LLMRouter:
                              tool_calls=len(result.tool_calls), **{k: v for k, v in (metadata or {}).items()
                                                                    if k in ("message_id", "bot")})
                     return result
+                except asyncio.CancelledError:
+                    if on_abandoned is not None:
+                        await self._abandoned(on_abandoned, name, messages, tools, acc)
+                    raise
                 except _CallbackError as exc:
                     raise exc.original from None
                 except _StreamFailed as exc:
@@ -197,6 +200,8 @@ class LLMRouter:
                         log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {short(exc)}", exc_info=exc)
                     error, retryable = exc, fault or isinstance(exc, RETRYABLE)
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
+                if on_abandoned is not None and (isinstance(error, litellm.Timeout) or acc.text or acc.calls):
+                    await self._abandoned(on_abandoned, name, messages, tools, acc)
                 if self._metrics is not None:
                     self._metrics.llm_failures.labels(model=name, retryable=str(retryable).lower()).inc()
                 log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
@@ -228,6 +233,7 @@ class LLMRouter:
         on_token: TokenCallback | None,
         metadata: dict[str, Any] | None,
         response_format: dict[str, Any] | None,
+        acc: _Accumulator,
     ) -> LLMResult:
         # A deployment's own `timeout` in litellm_params wins over the router-wide default.
         timeout = self._deployments.get(name, {}).get("timeout", self._timeout)
@@ -244,7 +250,7 @@ class LLMRouter:
         if on_token is None:
             response = await self._router.acompletion(**kwargs)
             return self._result(name, response)
-        return await self._stream(name, kwargs, on_token)
+        return await self._stream(name, kwargs, on_token, acc)
 
     def _result(self, name: str, response: Any) -> LLMResult:
         choice = response.choices[0]
@@ -257,12 +263,11 @@ class LLMRouter:
             text=message.content or "",
             tool_calls=calls,
             model_used=name,
-            usage=self._usage(name, getattr(response, "usage", None)),
+            usage=self._pricing.usage(name, getattr(response, "usage", None)),
             finish_reason=choice.finish_reason or ("tool_calls" if calls else "stop"),
         )
 
-    async def _stream(self, name: str, kwargs: dict[str, Any], on_token: TokenCallback) -> LLMResult:
-        acc = _Accumulator()
+    async def _stream(self, name: str, kwargs: dict[str, Any], on_token: TokenCallback, acc: _Accumulator) -> LLMResult:
         stream = await self._router.acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
         iterator = stream.__aiter__()
         while True:
@@ -311,38 +316,21 @@ class LLMRouter:
             text="".join(acc.text),
             tool_calls=calls,
             model_used=name,
-            usage=self._usage(name, acc.usage),
+            usage=self._pricing.usage(name, acc.usage),
             finish_reason=acc.finish_reason,
         )
 
-    def _usage(self, name: str, usage: Any) -> Usage:
-        prompt = getattr(usage, "prompt_tokens", None) if usage is not None else None
-        completion = getattr(usage, "completion_tokens", None) if usage is not None else None
-        if prompt is None or completion is None:
-            return Usage(prompt_tokens=prompt or 0, completion_tokens=completion or 0, cost_usd=None, partial=True)
-        cost = self._cost(name, prompt, completion)
-        return Usage(prompt_tokens=prompt, completion_tokens=completion, cost_usd=cost, partial=cost is None)
-
-    def _cost(self, name: str, prompt: int, completion: int) -> float | None:
-        params = self._deployments.get(name, {})
-        if params.get("model") == OFFLINE_LITELLM_MODEL:
-            return 0.0  # it runs here; it costs nothing
-        if "input_cost_per_token" in params or "output_cost_per_token" in params:
-            return prompt * float(params.get("input_cost_per_token", 0.0)) + completion * float(
-                params.get("output_cost_per_token", 0.0)
-            )
-        try:
-            # The Router registers every deployment with empty prices, and LiteLLM then reports 0.0:
-            # ask for a real price first, so an unknown cost stays unknown (and the usage partial).
-            info = litellm.get_model_info(params.get("model", name))
-            if not (info.get("input_cost_per_token") or info.get("output_cost_per_token")):
-                return None
-            in_cost, out_cost = litellm.cost_per_token(
-                model=params.get("model", name), prompt_tokens=prompt, completion_tokens=completion
-            )
-            return float(in_cost + out_cost)
-        except Exception:  # no price for this model: the tokens stay, the usage is marked partial
-            return None
+    async def _abandoned(self, report: Callable[[LLMResult], None], name: str, messages: list[dict[str, Any]],
+                         tools: list[dict[str, Any]] | None, acc: _Accumulator) -> None:
+        """Tell `report` what an attempt that did not finish spent. The offline responder bills nobody."""
+        if self._pricing.is_free(name):
+            return
+        written = "".join(acc.text) + "".join(c["name"] + c["arguments"] for c in acc.calls.values())
+        # In a thread: the first count loads the tokenizer (about a second), which must not stall the loop.
+        usage = await asyncio.to_thread(self._pricing.estimate, name, messages, tools, written)
+        log.info("llm.abandoned_usage", model=name, prompt_tokens=usage.prompt_tokens,
+                 completion_tokens=usage.completion_tokens, cost_usd=usage.cost_usd)
+        report(LLMResult(text="".join(acc.text), tool_calls=(), model_used=name, usage=usage, finish_reason="abandoned"))
 
 
 class _CallbackError(Exception):

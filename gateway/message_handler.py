@@ -31,6 +31,7 @@ import structlog
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.budget import usage_record
 from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, start_typing
@@ -42,7 +43,7 @@ from gateway.pipeline.tool_journal import META_KEY as TOOL_RUNS
 from gateway.pipeline.tool_journal import ToolJournal
 from gateway.settings import Settings
 from storage import repositories as repo
-from storage.models import Contact, Conversation, Message, Usage
+from storage.models import Contact, Conversation, Message
 
 log = structlog.get_logger("gateway.message_handler")
 
@@ -249,11 +250,8 @@ class MessageHandler:
                     outbound_ids.append(out.id)
                 if result.reply is not None:
                     conversation.unanswered_turns = 0 if result.answered else conversation.unanswered_turns + 1
-                for usage in result.usage:
-                    session.add(Usage(bot=inbound.bot, conversation_id=conversation.id, message_id=inbound.id,
-                                      model=usage["model"], prompt_tokens=usage["prompt_tokens"],
-                                      completion_tokens=usage["completion_tokens"],
-                                      cost_usd=usage["cost_usd"] or 0.0, partial=usage["partial"]))
+                session.add_all(usage_record(inbound.bot, row, conversation_id=conversation.id, message_id=inbound.id)
+                                for row in result.usage)
                 if result.escalate and self._on_escalate is not None:
                     await self._on_escalate(session, conversation=conversation, reason=result.escalate)
             message.status = status

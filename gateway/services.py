@@ -93,6 +93,7 @@ class Services:
     slack_operator: SlackOperatorChannel | None = None
     reminders: HandoffReminders | None = None
     rate_limiter: RateLimiter | None = None
+    budget: DailyBudget | None = None  # each bot's daily model spending: turns and operator summaries
     reply_timeout: float = 60.0
     admin_token_path: Path | None = None
     admin_url: str | None = None  # where this process listens, for the CLI beside it (`admin.url`)
@@ -203,14 +204,15 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
         num_retries=settings.llm.num_retries, backoff_base=settings.llm.backoff_base,
         backoff_max=settings.llm.backoff_max), cooldown=settings.llm.cooldown_seconds, metrics=metrics)
     tools = {bot.name: BotTools(bot) for bot in settings.bots}
+    budget = DailyBudget(sessions, metrics=metrics)
     pipeline = Pipeline(search=knowledge, answerer=Answerer(llm, tools=tools), rewriter=Rewriter(llm),
-                        metrics=metrics, budget=DailyBudget(sessions))
+                        metrics=metrics, budget=budget)
     # A live send must refresh its row well inside the two lease periods after which it counts as dead.
     outbox = Outbox(sessions, adapters=adapters, bus=bus, metrics=metrics,
                     heartbeat_s=min(HEARTBEAT_S, settings.worker.lease_seconds / 2))
     escalations = Escalations(sessions, settings=settings, bus=bus, metrics=metrics, outbox=outbox)
     slack_operator = SlackOperatorChannel(sessions, settings=settings, escalations=escalations, adapters=adapters,
-                                          llm=llm)
+                                          llm=llm, budget=budget)
     escalations.listeners.append(slack_operator.on_event)
     reminders = HandoffReminders(sessions, settings=settings, escalations=escalations,
                                  checks=[slack_operator.post_missing_headers])
@@ -237,6 +239,6 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
                     knowledge=knowledge, llm=llm, pipeline=pipeline, outbox=outbox, inbox=inbox, worker=worker,
                     escalations=escalations, scheduler=scheduler, operator_auth=OperatorAuth(settings),
                     slack_operator=slack_operator, reminders=reminders, admin_token_path=admin_path,
-                    reply_timeout=settings.worker.reply_timeout, rate_limiter=rate_limiter)
+                    reply_timeout=settings.worker.reply_timeout, rate_limiter=rate_limiter, budget=budget)
     services.leader = leader
     return services

@@ -215,7 +215,8 @@ async def get_escalation(escalation_id: RowId, request: Request,
             raise NotFound(f"no escalation {escalation_id}") from None
         return {
             **escalation_dict(escalation, conversation, contact),
-            "summary": await summarize(svc.llm, bot, recent, reason=escalation.reason),
+            "summary": await summarize(svc.llm, bot, recent, reason=escalation.reason, budget=svc.budget,
+                                       conversation_id=conversation.id),
             "has_more": has_more,
             "messages": [{
                 "id": m.id, "direction": m.direction, "author": m.author, "text": m.text, "status": m.status,

@@ -66,12 +66,13 @@ class SlackOperatorChannel:
     """Posts escalations to each bot's operator channel and relays its threads."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, settings: Settings, escalations: Escalations,
-                 adapters: dict, llm=None) -> None:
+                 adapters: dict, llm=None, budget=None) -> None:
         self._sessions = sessions
         self._settings = settings
         self._escalations = escalations
         self._adapters = adapters
         self._llm = llm  # writes the thread's summary; without it, the summary is extractive
+        self._budget = budget  # gateway.budget.DailyBudget: the summary's calls are the bot's spending
 
     def channel_for(self, bot: str) -> str | None:
         """The bot's operator channel, when it has one and a Slack adapter to post with."""
@@ -184,7 +185,8 @@ class SlackOperatorChannel:
         async with self._sessions() as session:
             thread_ts = (await session.get(Escalation, escalation.id)).slack_ts
             messages = await summary_messages(session, conversation_id=escalation.conversation_id)
-        summary = await summarize(self._llm, bot, messages, reason=escalation.reason)
+        summary = await summarize(self._llm, bot, messages, reason=escalation.reason, budget=self._budget,
+                                  conversation_id=escalation.conversation_id)
         await self._post(escalation.bot, channel, f"*Summary:* {_plain(summary['text'])}", thread_ts=thread_ts)
 
     async def _relay_earlier_messages(self, escalation: Escalation, channel: str) -> None:

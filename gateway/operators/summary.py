@@ -6,6 +6,8 @@ summary is the fallback when the model fails, takes longer than `SUMMARY_DEADLIN
 escalation must not wait out a provider outage's retries), or only the `offline` fallback answered (it
 answers questions from the knowledge base, so it would reply "I don't know the answer to that."). A
 summary is kept per conversation state (its last message), so reopening an escalation costs no call.
+Given the `DailyBudget`, a model's summary is stored as the bot's spending (a call the deadline cut off,
+by its estimate), and once the bot's budget is spent the summary is extractive.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.budget import DailyBudget, usage_row
 from gateway.errors import LLMError
 from gateway.pipeline.answer import INTERRUPTED, NOT_RUN, TOO_MANY
 from gateway.settings import BotSettings
@@ -90,6 +93,17 @@ def extractive_summary(messages: Sequence[Any], *, reason: str = "", last: int =
     return "\n".join(lines) or "No messages yet."
 
 
+async def _charge(budget: DailyBudget | None, bot: BotSettings, spent: list[dict[str, Any]],
+                  conversation_id: int | None) -> None:
+    """Store what the summary's calls spent; a failed write costs the record, never the summary."""
+    if budget is None or not spent:
+        return
+    try:
+        await budget.charge(bot.name, spent, conversation_id=conversation_id)
+    except Exception:
+        log.exception("summary.usage_not_stored", bot=bot.name, calls=len(spent))
+
+
 def _turn(message: Any) -> str:
     """One turn as a JSON line: a customer's text cannot forge another speaker's line. A bot turn names
     the tools it called (not their results: they are the console's to show, not the summary's to retell)."""
@@ -99,8 +113,10 @@ def _turn(message: Any) -> str:
     return json.dumps(turn, ensure_ascii=False)
 
 
-async def summarize(llm, bot: BotSettings, messages: Sequence[Any], *, reason: str = "") -> dict[str, str]:
-    """`{"text", "kind"}` where kind is `llm` or `extractive`."""
+async def summarize(llm, bot: BotSettings, messages: Sequence[Any], *, reason: str = "",
+                    budget: DailyBudget | None = None, conversation_id: int | None = None) -> dict[str, str]:
+    """`{"text", "kind"}` where kind is `llm` or `extractive`. With `budget`, the model's calls are
+    charged to the bot (and `conversation_id`), and a spent budget means no call."""
     fallback = {"text": extractive_summary(messages, reason=reason), "kind": "extractive"}
     models = bot.language_models()
     if llm is None or not models:
@@ -108,16 +124,23 @@ async def summarize(llm, bot: BotSettings, messages: Sequence[Any], *, reason: s
     key = (bot.name, reason, *(getattr(m, "id", None) for m in list(messages)[:1] + list(messages)[-1:]))
     if key in _cache:
         return _cache[key]
+    if budget is not None and await budget.exhausted(bot):
+        return fallback  # not cached: tomorrow's look may call the model
     transcript = "\n".join(_turn(m) for m in list(messages)[-30:] if (m.text or "").strip())
+    spent: list[dict[str, Any]] = []
     try:
         result = await asyncio.wait_for(llm.complete(model=models[0], fallbacks=models[1:], messages=[
             {"role": "system", "content": SUMMARY_PROMPT},
             {"role": "user", "content": f"Escalation reason: {json.dumps(reason, ensure_ascii=False)}\n\n"
                                         f"Transcript:\n{transcript}"},
-        ], metadata={"purpose": "operator_summary", "bot": bot.name}), SUMMARY_DEADLINE_SECONDS)
+        ], metadata={"purpose": "operator_summary", "bot": bot.name},
+            on_abandoned=lambda cut: spent.append(usage_row(cut))), SUMMARY_DEADLINE_SECONDS)
+        spent.append(usage_row(result))
     except (LLMError, TimeoutError) as exc:
         log.warning("summary.llm_failed", bot=bot.name, error=str(exc) or type(exc).__name__)
         return fallback  # not cached: the next look tries the model again
+    finally:
+        await _charge(budget, bot, spent, conversation_id)
     text = (getattr(result, "text", "") or "").strip()
     summary = {"text": _clip(text, 800), "kind": "llm"} if text else fallback
     _cache[key] = summary

@@ -84,8 +84,10 @@ class Answerer:
                 kwargs = {"tools": schemas, "tool_choice": "none" if last_round else "auto"}
             # Held until it cites (`held_stream`): gate 2 would replace an uncited text after it was shown.
             on_token = HeldStream(turn.on_token, extracts=len(hits), hits=hits, echo=echo) if turn.on_token else None
+            # A call the deadline cuts off was billed all the same: its estimate joins the turn's usage.
             result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages,
-                                              on_token=on_token, metadata=_metadata(turn), **kwargs)
+                                              on_token=on_token, metadata=_metadata(turn),
+                                              on_abandoned=lambda cut: usage.append(usage_row(cut)), **kwargs)
             usage.append(usage_row(result))
             if not result.tool_calls:
                 if on_token is not None:

@@ -73,7 +73,9 @@ class Rewriter:
         try:
             result = await asyncio.wait_for(self._llm.complete(
                 model=models[0], fallbacks=models[1:], messages=messages, response_format=RESPONSE_FORMAT,
-                metadata={"bot": bot.name, "purpose": "rewrite"}, retries=0), REWRITE_DEADLINE_SECONDS)
+                metadata={"bot": bot.name, "purpose": "rewrite"}, retries=0,
+                on_abandoned=None if usage is None else lambda cut: usage.append(usage_row(cut))),
+                REWRITE_DEADLINE_SECONDS)
         except Exception as exc:  # a failed rewrite must never block the answer
             log.warning("rewrite.failed", bot=bot.name, error=f"{type(exc).__name__}: {exc}"[:200])
             return [text]

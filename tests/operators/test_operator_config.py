@@ -38,7 +38,7 @@ class _RecordingLLM:
     def __init__(self) -> None:
         self.messages: list[dict] = []
 
-    async def complete(self, *, model, fallbacks, messages, metadata):
+    async def complete(self, *, model, fallbacks, messages, metadata, on_abandoned=None):
         self.messages = messages
         return type("Result", (), {"text": "Wants a refund; nothing approved."})()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from sqlalchemy import select
+
 from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY, DailyBudget, usage_row
 from gateway.llm import LLMResult
 from gateway.llm import Usage as CallUsage
@@ -61,3 +63,33 @@ def test_budget_usage_row_marks_unknown_price_partial() -> None:
     assert usage_row(priced) == {"model": "primary", "prompt_tokens": 10, "completion_tokens": 2,
                                  "cost_usd": 0.003, "partial": False}
     assert usage_row(unpriced)["partial"] is True and usage_row(unpriced)["cost_usd"] == 0.0
+
+
+async def test_an_operator_summary_is_the_bots_spending_and_a_spent_budget_makes_it_extractive(
+        migrated_url, openai_fake) -> None:
+    from gateway.llm import LLMRouter
+    from gateway.llm_retry import RetryPolicy
+    from gateway.operators.summary import summarize
+    from tests.llm.conftest import fake_model
+    from tests.llm.test_operator_summary import MESSAGES, Row
+
+    engine = create_engine(migrated_url)
+    budget = DailyBudget(session_factory(engine))  # today's clock: the rows `charge` stores are dated now
+    prices = {"input_cost_per_token": 0.01, "output_cost_per_token": 0.01}
+    router = LLMRouter([fake_model(openai_fake, "primary", **prices)], timeout=5,
+                       retry=RetryPolicy(num_retries=0, backoff_base=0.01, backoff_max=0.05))
+    # Its own name per database: summaries are cached per bot and conversation state, for the process.
+    bot = BotSettings(name=f"acme-summary-{migrated_url.split(':')[0].split('+')[0]}", model="primary", daily_budget_usd=1.0)
+    openai_fake.script("primary", Turn(text="Charged twice in March.", usage=(60, 40)))
+    try:
+        first = await summarize(router, bot, MESSAGES, reason="asked", budget=budget)
+        # 100 tokens at a cent each: the budget is spent, so the next summary makes no call.
+        later = await summarize(router, bot, [*MESSAGES, Row(3, "contact", "hello?")], reason="asked", budget=budget)
+        async with budget._sessions() as session:
+            rows = (await session.execute(select(Usage).where(Usage.bot == bot.name))).scalars().all()
+    finally:
+        await engine.dispose()
+
+    assert first == {"kind": "llm", "text": "Charged twice in March."}
+    assert [(r.model, r.prompt_tokens, r.completion_tokens, r.cost_usd) for r in rows] == [("primary", 60, 40, 1.0)]
+    assert later["kind"] == "extractive" and len(openai_fake.requests_for("primary")) == 1

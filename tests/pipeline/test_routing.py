@@ -21,7 +21,11 @@ async def test_pipeline_primary_failure_falls_back(openai_fake, failure) -> None
     assert result.reply == "Plus costs $6 per month [1]." and result.answered and result.escalate is None
     assert [c.title for c in result.citations] == ["Plans and pricing"]
     assert len(openai_fake.requests_for("primary")) == 2  # a try and a retry, then the next model
-    assert [u["model"] for u in result.usage] == ["backup"]
+    # A refused call bills nothing; a timed-out one read the prompt, so it counts by its estimate.
+    timed_out = failure.delay > 0
+    assert [u["model"] for u in result.usage] == ["primary", "primary", "backup"] if timed_out else ["backup"]
+    for estimate in result.usage[:-1]:
+        assert estimate["partial"] and estimate["prompt_tokens"] > 50 and estimate["completion_tokens"] == 0
 
 
 async def test_pipeline_every_model_failing_gives_honest_reply_and_escalates(openai_fake) -> None:

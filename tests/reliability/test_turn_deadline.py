@@ -11,7 +11,7 @@ import pytest_asyncio
 from sqlalchemy import select
 
 from gateway.pipeline.core import FAILURE_REPLY
-from storage.models import Escalation, Message
+from storage.models import Escalation, Message, Usage
 from tests.conftest import chat_events, docs_source
 from tests.fakes.openai_server import Turn, model_entry
 from tests.reliability.conftest import running_app
@@ -42,7 +42,11 @@ async def test_a_turn_past_its_deadline_gets_one_failure_reply_and_a_person(clie
             Message.reply_to_id == inbound.id, Message.direction == "out", Message.author == "bot"))).scalars().all()
         (escalation,) = (await session.execute(select(Escalation).where(
             Escalation.conversation_id == body["conversation_id"]))).scalars().all()
+        spent = (await session.execute(select(Usage).where(Usage.message_id == inbound.id))).scalars().all()
     assert inbound.status == "failed" and "worker.turn_timeout" in inbound.error
+    # The cut-off call read the prompt (the extracts, the question): billed, so counted, by its estimate.
+    assert [(u.model, u.partial, u.completion_tokens) for u in spent] == [("primary", True, 0)]
+    assert spent[0].prompt_tokens > 100
     assert [r.text for r in replies] == [FAILURE_REPLY]
     assert "turn timed out after 3s" in escalation.reason
     # Stopped where it was: the fallback is not tried after the deadline.
