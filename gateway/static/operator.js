@@ -113,6 +113,11 @@
     return li;
   }
 
+  // "2026-12-03T14:31:57.966163+00:00" (the API's UTC) as "2026-12-03 14:31:57 UTC": to the second, zone named.
+  function when(iso) {
+    return /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$/.test(iso || "") ? iso.slice(0, 19).replace("T", " ") + " UTC" : iso;
+  }
+
   async function loadDetail() {
     if (state.selected === null) return;
     var d = await api("/v1/escalations/" + state.selected);
@@ -128,7 +133,7 @@
       return el("li", null, n.author + ": " + n.text);
     }));
     $("op-events").replaceChildren.apply($("op-events"), d.events.map(function (e) {
-      return el("li", null, e.at + " · " + e.actor + " · " + e.kind +
+      return el("li", null, when(e.at) + " · " + e.actor + " · " + e.kind +
         (e.to_state ? " → " + e.to_state : "") + (e.reason ? " · " + e.reason : ""));
     }));
     var mine = d.state === "claimed" && d.operator === state.me;

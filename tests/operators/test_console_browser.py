@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -67,6 +68,8 @@ def test_console_claim_reply_resolve_round_trip(open_tab, live_url):
         tab.on("pageerror", lambda exc: errors.append(str(exc)))
 
     operator.goto(live_url + "/operator")
+    # Signed out, only the sign-in form shows (a `display` rule once overrode `hidden`, showing both).
+    assert operator.locator("#op-login").is_visible() and operator.locator("#op-main").is_hidden()
     operator.fill("#op-token", "wrong-token")
     operator.press("#op-token", "Enter")
     operator.wait_for_selector("#op-login-error:not([hidden])")
@@ -74,6 +77,7 @@ def test_console_claim_reply_resolve_round_trip(open_tab, live_url):
     operator.press("#op-token", "Enter")
     operator.wait_for_selector("body[data-ready='true']")
     operator.wait_for_selector("#op-live:not([hidden])", timeout=WAIT_MS)
+    assert operator.locator("#op-login").is_hidden() and operator.locator("#op-main").is_visible()
     assert operator.locator(".op-item").count() == 0
 
     customer.goto(live_url + "/")
@@ -99,6 +103,8 @@ def test_console_claim_reply_resolve_round_trip(open_tab, live_url):
     assert operator.locator("#op-release").is_hidden()
     operator.wait_for_function("() => [...document.querySelectorAll('#op-events li')].some(li => "
                                "li.textContent.includes('released'))")
+    first_event = operator.locator("#op-events li").first.inner_text()
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC · ", first_event), first_event
     operator.click("#op-claim")
     operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('claimed')")
     operator.fill("#op-reply", "Hi, Sam from support here. How can I help?")
