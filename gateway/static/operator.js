@@ -69,6 +69,8 @@
       b.setAttribute("aria-selected", String(Number(b.dataset.id) === id));
     });
     await loadDetail();
+    // On a phone the escalation sits below the list (operator.css): bring it into view.
+    if (window.matchMedia("(max-width: 48rem)").matches) $("op-detail").scrollIntoView();
   }
 
   function renderMessage(m) {

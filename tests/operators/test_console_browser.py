@@ -44,8 +44,8 @@ def open_tab(browser):  # noqa: F811
     so no console's live stream outlives it."""
     contexts = []
 
-    def open_one():
-        contexts.append(browser.new_context())
+    def open_one(**options):
+        contexts.append(browser.new_context(**options))
         return contexts[-1].new_page()
 
     yield open_one
@@ -207,3 +207,17 @@ def test_console_shows_an_escalation_opened_before_its_live_stream_connected(ope
     sign_in(operator, live_url)
     operator.wait_for_selector(".op-item", timeout=WAIT_MS)
     assert operator.locator(".op-item").count() >= 1
+
+
+def test_console_fits_a_phone_screen(open_tab, live_url):
+    """Under 48rem the list and the escalation stack: side by side they overflowed a 400 px screen,
+    the escalation squeezed into a column a few words wide."""
+    operator = open_tab(viewport={"width": 400, "height": 800})
+    sign_in(operator, live_url)
+    operator.wait_for_selector(".op-item", timeout=WAIT_MS)  # the previous test's escalation
+    operator.locator(".op-item").first.click()
+    operator.wait_for_selector("#op-transcript .op-msg")
+    assert operator.evaluate("document.documentElement.scrollWidth") <= 400
+    detail, items = operator.locator("#op-detail").bounding_box(), operator.locator(".op-item").first.bounding_box()
+    assert detail["width"] > 300 and detail["y"] > items["y"]  # full width, below the list
+    assert operator.evaluate("window.scrollY") > 0  # scrolled to the escalation just picked
