@@ -76,7 +76,13 @@
   function renderMessage(m) {
     var li = el("li", "op-msg op-msg--" + m.author);
     li.dataset.id = m.id;
-    li.appendChild(el("span", "op-author", AUTHORS[m.author] || m.author));
+    var author = el("span", "op-author", AUTHORS[m.author] || m.author);
+    if (m.created_at) {
+      var written = el("time", "op-time", " · " + when(m.created_at));
+      written.dateTime = m.created_at;
+      author.appendChild(written);
+    }
+    li.appendChild(author);
     li.appendChild(el("span", "op-text", m.text));
     if (m.citations && m.citations.length) {
       var cites = el("ul", "op-citations");

@@ -90,6 +90,9 @@ def test_console_claim_reply_resolve_round_trip(open_tab, live_url):
     operator.locator(".op-item").first.click()
     operator.wait_for_selector("#op-transcript .op-msg--contact")
     assert "<img" in operator.locator("#op-transcript .op-msg--contact .op-text").first.inner_text()
+    # Each message says when it was written (the console's own format for the API's UTC times).
+    assert re.fullmatch(r"Customer · \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC",
+                        operator.locator("#op-transcript .op-msg--contact .op-author").first.inner_text())
     assert operator.locator("#op-transcript img").count() == 0
     assert "Asked first" in operator.locator("#op-summary").inner_text()
 
