@@ -326,8 +326,12 @@ class LLMRouter:
         if self._pricing.is_free(name):
             return
         written = "".join(acc.text) + "".join(c["name"] + c["arguments"] for c in acc.calls.values())
-        # In a thread: the first count loads the tokenizer (about a second), which must not stall the loop.
-        usage = await asyncio.to_thread(self._pricing.estimate, name, messages, tools, written)
+        try:
+            # In a thread: the first count loads the tokenizer (about a second), which must not stall the loop.
+            usage = await asyncio.to_thread(self._pricing.estimate, name, messages, tools, written)
+        except Exception:  # e.g. the executor already shut down: the record is lost, not the call's own outcome
+            log.exception("llm.abandoned_usage_failed", model=name)
+            return
         log.info("llm.abandoned_usage", model=name, prompt_tokens=usage.prompt_tokens,
                  completion_tokens=usage.completion_tokens, cost_usd=usage.cost_usd)
         report(LLMResult(text="".join(acc.text), tool_calls=(), model_used=name, usage=usage, finish_reason="abandoned"))

@@ -99,3 +99,25 @@ def test_an_estimate_counts_characters_when_the_tokenizer_cannot_read_the_messag
 
     assert usage.prompt_tokens > 100 and usage.completion_tokens == 11 and usage.partial
     assert usage.cost_usd == pytest.approx(usage.prompt_tokens * 1e-6 + 11 * 2e-6)
+
+
+async def test_a_failing_estimate_costs_the_record_never_the_calls_outcome(openai_fake: FakeOpenAI, monkeypatch) -> None:
+    openai_fake.script("primary", Turn(text="late", delay=2), Turn(text="late", delay=2))
+    openai_fake.script("backup", Turn(text="Backup answers [1]."))
+    router = make_router(openai_fake, "primary", "backup", timeout=0.4)
+
+    def broken(*_):
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(router._pricing, "estimate", broken)
+    cut: list[LLMResult] = []
+    # A timed-out attempt still falls back, and a cut-off one still ends as the caller's timeout.
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_abandoned=cut.append)
+    assert result.model_used == "backup"
+    openai_fake.script("primary", Turn(text="one two three", chunk_delay=0.5))
+    router = make_router(openai_fake, "primary")
+    monkeypatch.setattr(router._pricing, "estimate", broken)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(router.complete(model="primary", messages=MESSAGES, on_token=Collector(),
+                                               on_abandoned=cut.append), 0.3)
+    assert cut == []
