@@ -179,7 +179,7 @@ class LLMRouter:
                     return result
                 except asyncio.CancelledError:
                     if on_abandoned is not None:
-                        await self._abandoned(on_abandoned, name, messages, tools, acc)
+                        await self._abandoned(on_abandoned, name, messages, tools, acc, metadata)
                     raise
                 except _CallbackError as exc:
                     raise exc.original from None
@@ -201,7 +201,7 @@ class LLMRouter:
                     error, retryable = exc, fault or isinstance(exc, RETRYABLE)
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
                 if on_abandoned is not None and (isinstance(error, litellm.Timeout) or acc.text or acc.calls):
-                    await self._abandoned(on_abandoned, name, messages, tools, acc)
+                    await self._abandoned(on_abandoned, name, messages, tools, acc, metadata)
                 if self._metrics is not None:
                     self._metrics.llm_failures.labels(model=name, retryable=str(retryable).lower()).inc()
                 log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
@@ -321,7 +321,7 @@ class LLMRouter:
         )
 
     async def _abandoned(self, report: Callable[[LLMResult], None], name: str, messages: list[dict[str, Any]],
-                         tools: list[dict[str, Any]] | None, acc: _Accumulator) -> None:
+                         tools: list[dict[str, Any]] | None, acc: _Accumulator, metadata: dict[str, Any] | None) -> None:
         """Tell `report` what an attempt that did not finish spent. The offline responder bills nobody."""
         if self._pricing.is_free(name):
             return
@@ -333,7 +333,8 @@ class LLMRouter:
             log.exception("llm.abandoned_usage_failed", model=name)
             return
         log.info("llm.abandoned_usage", model=name, prompt_tokens=usage.prompt_tokens,
-                 completion_tokens=usage.completion_tokens, cost_usd=usage.cost_usd)
+                 completion_tokens=usage.completion_tokens, cost_usd=usage.cost_usd,
+                 **{k: v for k, v in (metadata or {}).items() if k in ("message_id", "bot")})
         report(LLMResult(text="".join(acc.text), tool_calls=(), model_used=name, usage=usage, finish_reason="abandoned"))
 
 
