@@ -27,7 +27,8 @@ from importlib.metadata import version
 import qdrant_edge as qe
 from qdrant_client import models as qm
 
-from bench.retrieval import DATA, _percentiles, machine, padding_points, scratch
+from bench.data import DATA
+from bench.retrieval import _percentiles, machine, padding_points, scratch
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.eval import load_questions
 from rag.index import QdrantIndex

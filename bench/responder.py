@@ -23,9 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from pathlib import Path
 
-from bench.retrieval import DATA, machine, scratch
+from bench.data import HELP_CENTER, set_files
+from bench.retrieval import machine, scratch
 from gateway.offline.extractive import answer
 from gateway.pipeline.citations import strip_invalid_markers
 from gateway.pipeline.prompts import build_messages
@@ -38,22 +38,11 @@ from rag.sources import load_directory
 
 RUN = 6
 BOT = BotSettings(name="bench", fallback_text="FALLBACK")
-ROOT = DATA.parent.parent
-DEMO_DOCS = ROOT / "examples" / "help-center"  # the `help_center` set's documents: the demo's knowledge base
-
-
-def _files(name: str) -> tuple[Path, Path]:
-    """A set's documents and questions. `help_center_holdout` asks the demo's help center too."""
-    if name.startswith("help_center"):
-        return DEMO_DOCS, DATA / "help_center" / ("holdout.jsonl" if name.endswith("_holdout") else "questions.jsonl")
-    return DATA / name / "docs", DATA / name / "questions.jsonl"
-
-
 def _bot(name: str) -> BotSettings:
     """The bot a set is answered by: the demo's own for its help center, else a bare one."""
     if not name.startswith("help_center"):
         return BOT
-    demo = next(b for b in load_settings(ROOT / "config.yaml").bots if b.name == "acme")
+    demo = next(b for b in load_settings(HELP_CENTER.parent.parent / "config.yaml").bots if b.name == "acme")
     return demo.model_copy(update={"fallback_text": BOT.fallback_text})
 
 
@@ -79,7 +68,7 @@ async def run(sets: list[str]) -> dict:
     rows, answers = [], {}
     async with scratch("bench-responder-") as work:
         for name in sets:
-            docs_dir, questions_file = _files(name)
+            docs_dir, questions_file = set_files(name)
             docs = (await load_directory(docs_dir)).documents
             bot = _bot(name)
             await Ingestor(work.index, dense, sparse, work.sessions).ingest_documents(name, "bench", docs)

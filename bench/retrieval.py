@@ -1,8 +1,9 @@
 """Retrieval benchmark: our pipeline against recipes A, B and C, side by side in one run.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.retrieval [--sets s10 stici] [--pad 10000] [--engine local|edge] [--json FILE]
+    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.retrieval [--sets s10 stici help_center help_center_holdout] [--pad 10000]
+        [--engine local|edge] [--json FILE]
 
-Same corpora (bench/data/<set>/docs), same questions, same embedders (MiniLM int8 + BM25), Qdrant
+Same corpora (bench/data/<set>/docs; the help-center sets ask examples/help-center), same questions, same embedders (MiniLM int8 + BM25), Qdrant
 local mode in a temporary folder. Per system and set it prints recall@1/3/5/10, MRR, gate-1 refusal
 and false-refusal rates, chunk count, ingest chunks/s and query p50/p95 (question text → ranked
 chunks, query embedding included) at the corpus size and with the collection padded to `--pad`
@@ -10,8 +11,8 @@ chunks. Padding = the reserved smart_tv manual (never used for tuning, only as f
 jittered copies of its vectors; quality is measured before padding, latency after too.
 `--engine edge` runs our pipeline on qdrant-edge (`qdrant.engine: edge`) instead of Qdrant local mode;
 the recipes always run on local mode.
-Off-topic refusal: each set's collection is also asked every other set's questions (a different
-domain), and the share that gate 1 refuses is reported.
+Off-topic refusal: each set's collection is also asked every other set's questions whose documents
+differ (a different domain), and the share that gate 1 refuses is reported.
 Recipes have no gate: a dense-only rule (best dense cosine of the returned chunks below
 `RECIPE_MIN_DENSE_SCORE`, the dense-only bar calibrated the same way as gate 1) is applied to them.
 """
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.data import DATA, set_files
 from bench.recipes import RECIPES, Recipe, RecipeSearch, recipe_points
 from gateway.settings import QdrantSettings, RetrievalSettings
 from rag.chunking import chunk_document
@@ -44,7 +46,6 @@ from rag.knowledge_index import IndexPoint
 from rag.search import HybridSearch
 from rag.sources import load_directory
 
-DATA = Path(__file__).parent / "data"
 SMART_TV = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rag" / "emanual_samsung" / "smart_tv_remote_manual_corpus.json"
 K_VALUES = (1, 3, 5, 10)
 RECIPE_MIN_DENSE_SCORE = 0.38
@@ -300,12 +301,15 @@ async def run(
         index = work.index
         ours_index = index if engine == "local" else open_index(QdrantSettings(path=f"{work.folder}/ours", engine=engine))
         ours_name = "ours" if engine == "local" else f"ours ({engine})"
-        questions_by_set = {name: load_questions(data / name / "questions.jsonl") for name in sets}
+        files = {name: set_files(name, data) for name in sets}
+        questions_by_set = {name: load_questions(files[name][1]) for name in sets}
         try:
             for name in sets:
-                docs = (await load_directory(data / name / "docs")).documents
+                docs = (await load_directory(files[name][0])).documents
                 questions = questions_by_set[name]
-                offtopic = [q.question for other, qs in questions_by_set.items() if other != name for q in qs]
+                # Another corpus's questions: a set that asks the same documents is not off-topic.
+                offtopic = [q.question for other, qs in questions_by_set.items()
+                            if files[other][0] != files[name][0] for q in qs]
                 counts[name] = {"documents": len(docs), "questions": len(questions), "unanswerable": sum(not q.answerable for q in questions)}
                 if systems is None or "ours" in systems:
                     rows.append(await bench_ours(ours_index, work.sessions, dense, sparse, name, docs, questions, retrieval, padding, offtopic, ours_name))

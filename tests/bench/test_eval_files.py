@@ -8,18 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from bench.data import SETS as BENCH_SETS
 from bench.recipes import pack_paragraphs, split_headings, windows
 from rag.eval import normalize
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench" / "data"
-HELP_CENTER = ROOT / "examples" / "help-center"  # the demo's own knowledge base
-# Each set: its questions and the documents they ask about.
-FILES = {"s10": (DATA / "s10" / "questions.jsonl", DATA / "s10" / "docs"),
-         "stici": (DATA / "stici" / "questions.jsonl", DATA / "stici" / "docs"),
-         "help_center": (DATA / "help_center" / "questions.jsonl", HELP_CENTER),
-         "help_center_holdout": (DATA / "help_center" / "holdout.jsonl", HELP_CENTER)}
-SETS = tuple(FILES)
+SETS = tuple(BENCH_SETS)
 CONTRACT_KEYS = {
     "recall@1", "recall@3", "recall@5", "recall@10", "mrr",
     "refusal_rate", "false_refusal_rate", "n_answerable", "n_unanswerable",
@@ -27,11 +22,11 @@ CONTRACT_KEYS = {
 
 
 def _rows(name: str) -> list[dict]:
-    return [json.loads(line) for line in FILES[name][0].read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in BENCH_SETS[name][1].read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _corpus(name: str) -> str:
-    return normalize("\n".join(p.read_text(encoding="utf-8") for p in sorted(FILES[name][1].glob("*.md"))))
+    return normalize("\n".join(p.read_text(encoding="utf-8") for p in sorted(BENCH_SETS[name][0].glob("*.md"))))
 
 
 @pytest.mark.parametrize("name", SETS)

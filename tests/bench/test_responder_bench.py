@@ -32,12 +32,13 @@ def test_an_answer_cites_the_gold_chunk_when_a_marker_points_to_a_chunk_holding_
 
 
 def test_the_help_center_sets_ask_the_demo_bot_about_the_demo_knowledge_base() -> None:
-    from bench.responder import BOT, DEMO_DOCS, _bot, _files
+    from bench.data import HELP_CENTER, set_files
+    from bench.responder import BOT, _bot
 
-    docs, questions = _files("help_center_holdout")
-    assert docs == DEMO_DOCS and questions.name == "holdout.jsonl" and questions.exists()
-    assert _files("help_center")[1].name == "questions.jsonl"
+    docs, questions = set_files("help_center_holdout")
+    assert docs == HELP_CENTER and questions.name == "holdout.jsonl" and questions.exists()
+    assert set_files("help_center") == (HELP_CENTER, questions.with_name("questions.jsonl"))
     demo = _bot("help_center")
     # The demo's instructions (its product's name) and retrieval, with the benchmark's fallback marker.
     assert demo.name == "acme" and "Acme" in demo.system_prompt and demo.fallback_text == BOT.fallback_text
-    assert _bot("s10") is BOT and _files("s10")[0].name == "docs"
+    assert _bot("s10") is BOT and set_files("s10")[0].name == "docs"
