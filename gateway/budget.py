@@ -69,7 +69,6 @@ class DailyBudget:
             return True
         return False
 
-
     async def charge(self, bot: str, usage: list[dict[str, Any]], *, conversation_id: int | None = None) -> None:
         """Store the `usage_row`s of model calls made outside a turn, so they count toward the bot's
         budget and its token metrics like a turn's (a turn's are stored with its reply)."""

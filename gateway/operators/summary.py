@@ -93,6 +93,16 @@ def extractive_summary(messages: Sequence[Any], *, reason: str = "", last: int =
     return "\n".join(lines) or "No messages yet."
 
 
+async def _over_budget(budget: DailyBudget, bot: BotSettings) -> bool:
+    """True when the bot's budget is spent, or cannot be read: then the summary is extractive (it needs
+    no model, and an unreadable budget is no licence to spend)."""
+    try:
+        return await budget.exhausted(bot)
+    except Exception:
+        log.exception("summary.budget_unreadable", bot=bot.name)
+        return True
+
+
 async def _charge(budget: DailyBudget | None, bot: BotSettings, spent: list[dict[str, Any]],
                   conversation_id: int | None) -> None:
     """Store what the summary's calls spent; a failed write costs the record, never the summary."""
@@ -124,7 +134,7 @@ async def summarize(llm, bot: BotSettings, messages: Sequence[Any], *, reason: s
     key = (bot.name, reason, *(getattr(m, "id", None) for m in list(messages)[:1] + list(messages)[-1:]))
     if key in _cache:
         return _cache[key]
-    if budget is not None and await budget.exhausted(bot):
+    if budget is not None and await _over_budget(budget, bot):
         return fallback  # not cached: tomorrow's look may call the model
     transcript = "\n".join(_turn(m) for m in list(messages)[-30:] if (m.text or "").strip())
     spent: list[dict[str, Any]] = []

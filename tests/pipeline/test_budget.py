@@ -93,3 +93,22 @@ async def test_an_operator_summary_is_the_bots_spending_and_a_spent_budget_makes
     assert first == {"kind": "llm", "text": "Charged twice in March."}
     assert [(r.model, r.prompt_tokens, r.completion_tokens, r.cost_usd) for r in rows] == [("primary", 60, 40, 1.0)]
     assert later["kind"] == "extractive" and len(openai_fake.requests_for("primary")) == 1
+
+
+async def test_an_unreadable_budget_gives_the_extractive_summary_without_a_model_call(tmp_path, openai_fake) -> None:
+    from gateway.llm import LLMRouter
+    from gateway.operators.summary import summarize
+    from tests.llm.conftest import fake_model
+    from tests.llm.test_operator_summary import MESSAGES
+
+    # A database that cannot be opened (its folder does not exist): the spending cannot be read.
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'missing' / 'gateway.db'}")
+    router = LLMRouter([fake_model(openai_fake, "primary")], timeout=5)
+    bot = BotSettings(name="acme-unreadable-budget", model="primary", daily_budget_usd=1.0)
+    openai_fake.script("primary", Turn(text="never asked"))
+    try:
+        summary = await summarize(router, bot, MESSAGES, reason="asked", budget=DailyBudget(session_factory(engine)))
+    finally:
+        await engine.dispose()
+
+    assert summary["kind"] == "extractive" and openai_fake.requests == []
