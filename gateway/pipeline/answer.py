@@ -105,8 +105,8 @@ class Answerer:
             # The calls of one round side by side, as the model asked for them together: one after the other,
             # eight slow lookups took eight timeouts.
             run = result.tool_calls[:MAX_CALLS_PER_ROUND]
-            journal = getattr(turn, "tool_journal", None)
-            finished: dict[int, ToolOutcome] = {}
+            journal = turn.tool_journal
+            finished: dict[int, tuple[ToolOutcome, tuple[Any, str]]] = {}
             # In the order the model asked, before any runs: the n-th same call gets the same key every attempt.
             keys = [journal.key(c.name, _loads(c.arguments)) if journal else None for c in run]
             try:
@@ -116,17 +116,17 @@ class Answerer:
                 # The turn's deadline stopped the round: a call it cut off may have taken effect all the
                 # same (a ticket), and the operator who gets the turn must see every call that was made.
                 for index, c in enumerate(run):
-                    done = finished.get(index) or ToolOutcome(c.name, _loads(c.arguments), None, error=INTERRUPTED)
-                    calls.append(_call_record(rounds, c.id, done, _stored(done)[0]))
+                    done, (payload, _) = finished.get(index) or _with_stored(
+                        ToolOutcome(c.name, _loads(c.arguments), None, error=INTERRUPTED))
+                    calls.append(_call_record(rounds, c.id, done, payload))
                 raise
-            outcomes = [*ran, *(ToolOutcome(c.name, _loads(c.arguments), None, error=TOO_MANY)
+            outcomes = [*ran, *(_with_stored(ToolOutcome(c.name, _loads(c.arguments), None, error=TOO_MANY))
                                 for c in result.tool_calls[MAX_CALLS_PER_ROUND:])]
-            for index, (call, outcome) in enumerate(zip(result.tool_calls, outcomes)):
+            for index, (call, (outcome, (payload, content))) in enumerate(zip(result.tool_calls, outcomes)):
                 if index < MAX_CALLS_PER_ROUND:
                     log.info("tool.replayed" if outcome.replayed else "tool.called", tool=outcome.name,
                              error=outcome.error, message_id=turn.message_id, conversation_id=turn.conversation_id)
                 escalate = escalate or outcome.escalate
-                payload, content = _stored(outcome)
                 calls.append(_call_record(rounds, call.id, outcome, payload))
                 messages.append({"role": "tool", "tool_call_id": call.id,
                                  "content": render_tool_result(name=outcome.name, content=content)})
@@ -150,21 +150,30 @@ class Answerer:
                       answered=answered)
 
 
-async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None, finished: dict[int, ToolOutcome],
-                    index: int, key: str | None) -> ToolOutcome:
-    """One call of a round: the outcome an earlier attempt at this message saved for it, else a real call,
-    saved (bounded, as stored with the turn) as soon as it returns. `finished[index]` gets the outcome, so
-    a round cut off by the turn's deadline still knows which of its calls returned, and with what."""
+async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None,
+                    finished: dict[int, tuple[ToolOutcome, tuple[Any, str]]], index: int,
+                    key: str | None) -> tuple[ToolOutcome, tuple[Any, str]]:
+    """One call of a round, with what is stored of it (`_stored`): the outcome an earlier attempt at this
+    message saved for it, else a real call, saved (as stored with the turn) as soon as it returns.
+    `finished[index]` gets it too, so a round cut off by the turn's deadline still knows which of its
+    calls returned, and with what."""
     arguments = _loads(call.arguments)
     if journal is not None and (saved := journal.replay(call.name, arguments)) is not None:
-        finished[index] = ToolOutcome(call.name, arguments, saved.get("result"), error=saved.get("error"),
-                                      escalate=saved.get("escalate"), replayed=True)
+        finished[index] = _with_stored(ToolOutcome(call.name, arguments, saved.get("result"), error=saved.get("error"),
+                                                   escalate=saved.get("escalate"), replayed=True))
         return finished[index]
-    outcome = finished[index] = await tools.call(call.name, call.arguments or "{}", identity=turn.identity, key=key)
+    outcome = await tools.call(call.name, call.arguments or "{}", identity=turn.identity, key=key)
+    finished[index] = _with_stored(outcome)
     if journal is not None:
-        await journal.record(call.name, arguments, result=bounded_result(outcome.result)[0], error=outcome.error,
-                             escalate=outcome.escalate)
-    return outcome
+        # The result as stored (bounded once, here): an error's stored form is the error itself.
+        await journal.record(call.name, arguments, result=None if outcome.error else finished[index][1][0],
+                             error=outcome.error, escalate=outcome.escalate)
+    return finished[index]
+
+
+def _with_stored(outcome: ToolOutcome) -> tuple[ToolOutcome, tuple[Any, str]]:
+    """The outcome with its stored form, computed once: a 3 MB result is serialized once, not per use."""
+    return outcome, _stored(outcome)
 
 
 def _stored(outcome: ToolOutcome) -> tuple[Any, str]:
