@@ -63,6 +63,20 @@ async def test_rewrite_failure_falls_back_to_raw_message(rig, openai_fake) -> No
     assert rig.search.calls == [[FOLLOW_UP]] and result.answered
 
 
+async def test_a_rewrite_cut_off_by_its_deadline_is_paid_for_by_its_estimate(rig, openai_fake, monkeypatch) -> None:
+    # The provider read the rewrite's prompt before the deadline cut it off: billed, so counted.
+    monkeypatch.setattr("gateway.pipeline.rewrite.REWRITE_DEADLINE_SECONDS", 0.5)
+    openai_fake.script("primary", Turn(text=json.dumps({"queries": REWRITES}), delay=3),
+                       Turn(text="Team costs $120 per user per year [2]."))
+
+    result = await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=HISTORY))
+
+    assert rig.search.calls == [[FOLLOW_UP]] and result.answered
+    estimate, answer = result.usage
+    assert estimate["model"] == "primary" and estimate["partial"] and estimate["prompt_tokens"] > 20
+    assert estimate["completion_tokens"] == 0 and answer["completion_tokens"] > 0
+
+
 async def test_rewrite_makes_one_attempt_per_model_and_never_asks_offline(openai_fake) -> None:
     """An outage is paid by the answer call, not twice: the rewrite neither retries nor falls back to
     `offline` (which answers "I don't know…" to a rewrite prompt)."""
