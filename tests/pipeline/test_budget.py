@@ -112,3 +112,16 @@ async def test_an_unreadable_budget_gives_the_extractive_summary_without_a_model
         await engine.dispose()
 
     assert summary["kind"] == "extractive" and openai_fake.requests == []
+
+
+def test_one_budget_is_shared_by_turns_the_console_and_slack_summaries(tmp_path) -> None:
+    # Wiring: a summary charged to another DailyBudget (or to none) would spend past the limit unseen.
+    from gateway.services import build_services
+    from gateway.settings import load_settings
+    from tests.conftest import write_config
+
+    services = build_services(load_settings(write_config(tmp_path)), with_scheduler=False)
+
+    assert isinstance(services.budget, DailyBudget)
+    assert services.pipeline._budget is services.budget and services.slack_operator._budget is services.budget
+    assert services.budget._metrics is services.metrics  # summaries count in the token metrics too
