@@ -14,6 +14,10 @@ from rag.framing import FRAMING_WORDS
 # "How do I reset my password?" asks for a procedure: its answer is the numbered steps.
 _HOW_TO = re.compile(r"^\s*(?:how (?:do|can|should|would|may) (?:i|we|you|one)\b|how to\b|what are the steps\b)", re.I)
 _HOW = re.compile(r"^\s*how\b", re.I)
+# "I want a refund" and "I'd like to delete my account" ask for a procedure as "How do I …?" does; the
+# section that answers ("How to ask for a refund") does not say "want", "need" or "like".
+_WISH = re.compile(r"^\s*(?:i|we)(?:'d|’d| would)?\s+(?:really\s+)?(?:want|need|like|wish)"
+                   r"\s+(?:to|a|an|my|our)\b", re.I)
 _OPPOSITE = {"on": "off", "off": "on", "up": "down", "down": "up", "in": "out", "out": "in"}
 _FRAMING_TERMS = frozenset(terms(" ".join(FRAMING_WORDS)))
 # "How do refunds work?" and "Does the app work offline?" ask about refunds and the app, and "How long
@@ -60,12 +64,14 @@ _FIX = frozenset(terms("fix solve resolve troubleshoot rid"))
 _SEE = frozenset(terms("see find view get look access"))
 _INCLUDE = frozenset(terms("include includes included including come comes"))
 _QUANTITY_VERBS = frozenset(terms("use have get need"))
+_WISH_WORDS = frozenset(terms("want need like wish"))
 _HOW_LONG_WORDS = frozenset(terms("long often soon take takes last lasts run runs happen happens occur occurs"))
 
 
 def is_how_to(question: str) -> bool:
-    """A "how do I …?" question ("How do I reset my password?"): its answer is a section's numbered steps."""
-    return bool(_HOW_TO.match(question))
+    """A "how do I …?" question ("How do I reset my password?"), or a wish that asks the same ("I want a
+    refund"): its answer is a section's numbered steps."""
+    return bool(_HOW_TO.match(question) or _WISH.match(question))
 
 
 def is_how(question: str) -> bool:
@@ -86,6 +92,8 @@ def framing_of(question: str) -> frozenset[str]:
         framing |= _WORK
     if _HOW_LONG.match(question):
         framing |= _HOW_LONG_WORDS
+    if _WISH.match(question):
+        framing |= _WISH_WORDS
     if _HOW_MANY.match(question) or _HOW_MUCH.match(question) or _CAN_I_USE.match(question):
         framing |= _QUANTITY_VERBS
     for form, words in ((_WHAT_MEANS, _MEAN), (_HOW_TO_FIX, _FIX), (_WHERE_CAN, _SEE),

@@ -241,3 +241,28 @@ def test_offline_can_i_use_asks_about_what_follows_use() -> None:
                       ("Mobile apps", "Offline notes"))
     messages = build_messages(BOT, history=[], user_text="Can I use the app offline?", hits=[offline, PLANS])
     assert answer(messages).startswith("On Plus and Team, you can make a whole notebook available offline [1].")
+
+
+@pytest.mark.parametrize("question", ["I want a refund", "I'd like a refund please", "We need a refund"])
+def test_offline_a_wish_asks_for_the_steps_as_how_do_i_does(question: str) -> None:
+    # "want" is in no heading: read as a word to look for, it left the steps of "How to ask for a
+    # refund" out, and a remark that says "refund" (the renewals rule) was quoted instead.
+    refunds = FakeHit(
+        "# Refunds\n\n## Renewals\n\n- **Monthly renewals** are not refunded.\n\n"
+        "## How to ask for a refund\n\n1. Go to **Settings → Billing → Invoices** and note the invoice number.\n"
+        "2. Contact support from **Help → Contact support**.\n3. Give the invoice number and, if you like, the reason.",
+        "refunds.md", "Refunds", ("Refunds",))
+    messages = build_messages(BOT, history=[], user_text=question, hits=[PLANS, refunds])
+    assert answer(messages) == (
+        "Go to Settings → Billing → Invoices and note the invoice number [2]. Contact support from Help → Contact "
+        "support [2]. Give the invoice number and, if you like, the reason [2].")
+
+
+def test_offline_a_wish_to_know_is_not_a_procedure() -> None:
+    # "I want to know …" asks for a fact; "know" is in no heading, so no section's steps are taken for it.
+    renewals = FakeHit("# Refunds\n\n## Renewals\n\nYearly renewals are refunded in full within 30 days.\n\n"
+                       "## How to ask for a refund\n\n1. Note the invoice number.\n2. Contact support.",
+                       "refunds.md", "Refunds", ("Refunds",))
+    messages = build_messages(BOT, history=[], user_text="I want to know if yearly renewals are refunded",
+                              hits=[renewals])
+    assert answer(messages).startswith("Yearly renewals are refunded in full within 30 days [1].")
