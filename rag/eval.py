@@ -2,7 +2,10 @@
 
 The questions file is JSONL: `{"question", "gold_texts": [...]}` for an answerable question, or
 `{"question", "answerable": false}`. A retrieved chunk is a hit when a whitespace-collapsed,
-lower-cased gold text is a substring of its whitespace-collapsed, lower-cased content.
+lower-cased gold text is a substring of its whitespace-collapsed, lower-cased content. It is also a
+hit when the two match with Markdown's markup left out of both (`plain`): HTML and PDF pages are
+stored as Markdown, so a gold text copied from the page as a reader sees it ("go to Settings →
+Billing") would otherwise never match the chunk that holds it ("go to **Settings → Billing**").
 
 Metrics (keys exactly as the contract names them):
 - `recall@k`: share of answerable questions with a hit among the first k chunks of the ranking;
@@ -22,6 +25,7 @@ failed to load, so `gateway eval` can show which questions to look at.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -77,6 +81,21 @@ def normalize(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+# Markdown's markup, as `rag.html_text` and `rag.pdf` write it: links and images keep their text, line
+# openers (headings, quotes, list items), table rules, backslash escapes, and emphasis, code and table marks go.
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_LINE_OPENER = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|>[ \t]*|[-*+][ \t]+|\d+[.)][ \t]+)+", re.M)
+_TABLE_RULE = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$", re.M)
+_ESCAPE = re.compile(r"\\(?=[!-/:-@\[-`{-~])")  # Markdown escapes ASCII punctuation
+_MARKS = re.compile(r"[*_`|~]+")
+
+
+def plain(text: str) -> str:
+    """`normalize` of the text with its Markdown markup left out: what a reader of the page sees."""
+    text = _LINE_OPENER.sub("", _TABLE_RULE.sub("", _LINK.sub(r"\1", text)))
+    return normalize(_MARKS.sub("", _ESCAPE.sub("", text)))
+
+
 class EvalFileError(GatewayError):
     """The eval questions file is missing or a line breaks DESIGN.md's format."""
 
@@ -117,11 +136,13 @@ def _question(line: str, where: str) -> Question:
 
 
 def first_hit_rank(hits: Sequence[Hit], gold_texts: Iterable[str]) -> int | None:
-    """1-based rank of the first chunk containing any gold text, or None."""
-    golds = [normalize(g) for g in gold_texts if g.strip()]
+    """1-based rank of the first chunk containing any gold text, as written or without markup (`plain`),
+    or None."""
+    golds = [(normalize(g), plain(g)) for g in gold_texts if g.strip()]
     for rank, hit in enumerate(hits, start=1):
-        content = normalize(hit.text)
-        if any(g in content for g in golds):
+        content, content_plain = normalize(hit.text), plain(hit.text)
+        # A gold text made only of markup has no plain form, and "" is in every chunk.
+        if any(g in content or (p and p in content_plain) for g, p in golds):
             return rank
     return None
 

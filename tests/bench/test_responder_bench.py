@@ -16,6 +16,12 @@ def test_an_answer_quotes_the_gold_when_it_holds_six_of_its_words_in_a_row() -> 
     assert not quotes("5 to 10 business days [1].", GOLD)  # five words in a row are not enough
 
 
+def test_an_answer_quotes_a_gold_text_whose_source_has_markup() -> None:
+    # The responder quotes what a reader sees; the gold text was copied from the Markdown source.
+    gold = "They need **iOS or iPadOS 16** or newer, or **Android 10** or newer."
+    assert quotes("They need iOS or iPadOS 16 or newer, or Android 10 or newer [1].", gold)
+
+
 def test_a_short_gold_text_must_be_quoted_whole() -> None:
     assert quotes("Plus costs $6 per month [1].", "$6 per month")
     assert not quotes("Plus costs $6 [1].", "$6 per month")

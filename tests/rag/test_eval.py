@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gateway.settings import RetrievalSettings
-from rag.eval import EvalFileError, evaluate, first_hit_rank, load_questions, normalize
+from rag.eval import EvalFileError, evaluate, first_hit_rank, load_questions, normalize, plain
 from rag.search import Hit
 from tests.rag.kb import write_kb
 
@@ -26,6 +26,38 @@ def test_eval_hit_rule_collapses_whitespace_and_case():
     hits = [hit("Nothing here."), hit("Refunds are\nprocessed within FIVE business days.")]
     assert first_hit_rank(hits, ["refunds are processed   within five"]) == 2
     assert first_hit_rank(hits, ["ten business days"]) is None
+
+
+def test_eval_hit_rule_reads_a_gold_text_with_or_without_markdown_markup():
+    chunk = hit("To get a refund, go to **Settings → Billing** and open the [invoices page](/billing/invoices).\n\n"
+                "- Use code `E-PAY\\_402` when asked.\n\n| Plan | Price |\n|---|---|\n| Plus | $6 |")
+    assert plain(chunk.text) == ("to get a refund, go to settings → billing and open the invoices page. "
+                                 "use code e-pay402 when asked. plan price plus $6")
+    # Copied from the page as a reader sees it, and from its Markdown source: both are hits.
+    for gold in ("go to Settings → Billing and open the invoices page.", "Use code E-PAY_402 when asked.",
+                 "Plus $6", "go to **Settings → Billing**"):
+        assert first_hit_rank([hit("Nothing here."), chunk], [gold]) == 2, gold
+    assert first_hit_rank([chunk], ["go to Settings → Invoices"]) is None
+    # A gold text that is only markup has no plain form; it must not match every chunk.
+    assert first_hit_rank([chunk], ["[]()", "~~"]) is None
+
+
+async def test_evaluate_finds_plain_gold_texts_in_an_html_page(tmp_path, dense, sparse):
+    # HTML is stored as Markdown (`**bold**`, `[link](url)`), and a labeller copies what the page shows.
+    docs = tmp_path / "site"
+    docs.mkdir()
+    (docs / "billing.html").write_text(
+        "<html><body><nav><a href='/'>Home</a></nav><main><h1>Billing help</h1><h2>Refunds</h2>"
+        "<p>To get a refund, go to <b>Settings → Billing</b> and open the <a href='/inv'>invoices page</a>. "
+        "Refunds take <em>5 to 10</em> business days.</p></main><footer>© Acme</footer></body></html>")
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question": "How do I get a refund?",
+                                     "gold_texts": ["go to Settings → Billing and open the invoices page"]}) + "\n"
+                         + json.dumps({"question": "How long does a refund take?",
+                                       "gold_texts": ["Refunds take 5 to 10 business days."]}) + "\n")
+    report = await evaluate(docs, questions, dense=dense, sparse=sparse)
+    assert [o.rank for o in report.outcomes] == [1, 1]
+    assert report.metrics["mrr"] == 1.0
 
 
 def test_eval_file_with_a_byte_order_mark_and_blank_lines_loads(tmp_path):
