@@ -198,6 +198,7 @@ async def _eval(args) -> int:
     from gateway.observability.logs import configure_logging
     from gateway.settings import Settings, load_settings
     from rag.eval import evaluate
+    from rag.sources import describe_skipped
 
     configure_logging(level="WARNING")
     _hide_run_errors()  # each file that failed is a `warning:` line below
@@ -221,11 +222,14 @@ async def _eval(args) -> int:
                                 progress=progress)
     for file, error in report.load_errors:  # on stderr, so --json stays one object
         print(f"warning: {file} was not loaded: {error}", file=sys.stderr)
+    skipped = f"files of other types were not read: {describe_skipped(report.skipped)}" if report.skipped else ""
     if not documents:
         # Metrics of an empty index are all misses: printed, they would read as a retrieval result.
         print(f"error: no documents were ingested from {args.docs} (Markdown, text, HTML or PDF files); "
-              "there is nothing to evaluate", file=sys.stderr)
+              f"there is nothing to evaluate{'; ' + skipped if skipped else ''}", file=sys.stderr)
         return 1
+    if skipped:
+        print(f"note: {skipped}", file=sys.stderr)
     if args.json:
         print(json.dumps(report.metrics))
         return 0

@@ -6,6 +6,7 @@ lower-cased gold text is a substring of its whitespace-collapsed, lower-cased co
 hit when the two match with Markdown's markup left out of both (`plain`): HTML and PDF pages are
 stored as Markdown, so a gold text copied from the page as a reader sees it ("go to Settings →
 Billing") would otherwise never match the chunk that holds it ("go to **Settings → Billing**").
+A chunk's content is read with its own heading (the last of the heading path it carries) before it.
 
 Metrics (keys exactly as the contract names them):
 - `recall@k`: share of answerable questions with a hit among the first k chunks of the ranking;
@@ -28,7 +29,7 @@ import json
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.errors import GatewayError
@@ -74,6 +75,7 @@ class EvalReport:
     metrics: dict[str, float | int]
     outcomes: list[Outcome]
     load_errors: list[tuple[str, str]]  # (file, error) of documents that did not load
+    skipped: dict[str, int] = field(default_factory=dict)  # files of a type not read, by suffix
 
 
 def normalize(text: str) -> str:
@@ -137,10 +139,13 @@ def _question(line: str, where: str) -> Question:
 
 def first_hit_rank(hits: Sequence[Hit], gold_texts: Iterable[str]) -> int | None:
     """1-based rank of the first chunk containing any gold text, as written or without markup (`plain`),
-    or None."""
+    or None. A chunk's content is read with its own heading before it, as the page shows them: a gold
+    text copied across the two ("E-SYNC-409: conflicting edits The same note was changed …") is in the
+    chunk that carries that heading."""
     golds = [(normalize(g), plain(g)) for g in gold_texts if g.strip()]
     for rank, hit in enumerate(hits, start=1):
-        content, content_plain = normalize(hit.text), plain(hit.text)
+        content = f"{hit.heading_path[-1]}\n\n{hit.text}" if getattr(hit, "heading_path", ()) else hit.text
+        content, content_plain = normalize(content), plain(content)
         # A gold text made only of markup has no plain form, and "" is in every chunk.
         if any(g in content or (p and p in content_plain) for g, p in golds):
             return rank
@@ -213,7 +218,7 @@ async def evaluate(
     metrics["false_refusal_rate"] = _share(false_refusals, n_answerable)
     metrics["n_answerable"] = n_answerable
     metrics["n_unanswerable"] = n_unanswerable
-    return EvalReport(metrics, outcomes, list(loaded.errors))
+    return EvalReport(metrics, outcomes, list(loaded.errors), dict(loaded.skipped))
 
 
 def _share(part: float, whole: int) -> float:

@@ -78,6 +78,8 @@ class LoadResult:
     # A child sitemap failed: pages missing from this listing may still exist, so none is deleted.
     listing_incomplete: bool = False
     gone: list[str] = field(default_factory=list)  # pages that answered 410: their chunks are deleted
+    # A directory's files of a type it does not read, by suffix ("" for none): {".docx": 2}.
+    skipped: dict[str, int] = field(default_factory=dict)
 
 
 async def load_source(
@@ -120,7 +122,10 @@ async def load_directory(path: Path) -> LoadResult:
     result = LoadResult()
     for file in _files_under(path):
         doc_id = file.relative_to(path).as_posix()
-        if not (file.is_file() and file.suffix.lower() in _SUFFIXES) or _is_hidden(doc_id):
+        if not file.is_file() or _is_hidden(doc_id):
+            continue
+        if file.suffix.lower() not in _SUFFIXES:
+            result.skipped[file.suffix.lower()] = result.skipped.get(file.suffix.lower(), 0) + 1
             continue
         try:
             doc = await asyncio.to_thread(_read_file, file, doc_id)
@@ -132,7 +137,22 @@ async def load_directory(path: Path) -> LoadResult:
             continue
         if doc.text.strip():
             result.documents.append(doc)
+    if result.skipped:
+        # Said once per run, not per file: a folder of exported .docx files is one mistake, not fifty.
+        log.info("source files of other types not read: %s", describe_skipped(result.skipped),
+                 extra={"path": str(path), "skipped": result.skipped})
     return result
+
+
+def describe_skipped(skipped: dict[str, int]) -> str:
+    """`.docx (2), .json (1)`: the file types a directory held but no reader takes, most first."""
+    ordered = sorted(skipped.items(), key=lambda item: (-item[1], item[0]))
+    named = ", ".join(f"{suffix or '(no suffix)'} ({count})" for suffix, count in ordered[:SKIPPED_TYPES_NAMED])
+    rest = sum(count for _, count in ordered[SKIPPED_TYPES_NAMED:])
+    return f"{named} and {rest} more" if rest else named
+
+
+SKIPPED_TYPES_NAMED = 5  # a source tree of code and images would otherwise fill the screen
 
 
 def _files_under(root: Path) -> list[Path]:

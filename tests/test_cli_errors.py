@@ -133,6 +133,11 @@ def test_eval_on_an_empty_folder_is_an_error_not_a_row_of_zeros(tmp_path):
     assert f"error: no documents were ingested from {empty}" in proc.stderr
     assert "Traceback" not in proc.stderr
 
+    (empty / "manual.docx").write_bytes(b"PK")  # a type it does not read: named, so the user knows why
+    proc = _run("eval", "--docs", str(empty), "--questions", str(questions), "--json")
+    assert proc.returncode == 1 and "files of other types were not read: .docx (1)" in proc.stderr
+    (empty / "manual.docx").unlink()
+
     (empty / "plans.md").write_text(PLANS)  # and no warning once there is something to ingest
     proc = _run("eval", "--docs", str(empty), "--questions", str(questions), "--json")
     assert proc.returncode == 0 and "warning" not in proc.stderr

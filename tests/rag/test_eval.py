@@ -42,6 +42,15 @@ def test_eval_hit_rule_reads_a_gold_text_with_or_without_markdown_markup():
     assert first_hit_rank([chunk], ["[]()", "~~"]) is None
 
 
+def test_eval_hit_rule_reads_a_chunk_after_its_own_heading():
+    chunk = Hit("id", "The same note was changed on two devices.", "s", "d", "Sync errors",
+                ("Sync errors", "Error codes", "E-SYNC-409: conflicting edits"), None, 0.5, None, 0.1, ("dense",))
+    assert first_hit_rank([chunk], ["E-SYNC-409: conflicting edits\nThe same note was changed"]) == 1
+    assert first_hit_rank([chunk], ["### E-SYNC-409: conflicting edits The same note"]) == 1
+    # Only its own heading: the ones above it are further up the page, not next to its text.
+    assert first_hit_rank([chunk], ["Error codes The same note was changed"]) is None
+
+
 async def test_evaluate_finds_plain_gold_texts_in_an_html_page(tmp_path, dense, sparse):
     # HTML is stored as Markdown (`**bold**`, `[link](url)`), and a labeller copies what the page shows.
     docs = tmp_path / "site"

@@ -7,7 +7,7 @@ import pytest
 
 from gateway.settings import SourceSettings
 from rag.html_text import html_to_markdown
-from rag.sources import SourceError, load_directory, load_sitemap, load_source, load_urls, pdf_text
+from rag.sources import SourceError, describe_skipped, load_directory, load_sitemap, load_source, load_urls, pdf_text
 from tests.rag.pdfs import tiny_pdf
 
 HTML = """<html><head><title>Billing help</title></head><body>
@@ -46,6 +46,18 @@ async def test_load_directory_skips_hidden_files_and_folders(tmp_path):
     (tmp_path / "drafts" / "next.md").write_text("# Next\n\nComing soon.")
     result = await load_directory(tmp_path)
     assert sorted(d.doc_id for d in result.documents) == ["drafts/next.md", "faq.md"]
+
+
+async def test_load_directory_counts_the_files_of_types_it_does_not_read(tmp_path):
+    (tmp_path / "faq.md").write_text("# FAQ\n\nAnswers.")
+    for name in ("manual.docx", "guide.DOCX", "data.json", "LICENSE", ".hidden.docx"):
+        (tmp_path / name).write_text("x")
+    result = await load_directory(tmp_path)
+    assert [d.doc_id for d in result.documents] == ["faq.md"]
+    assert result.skipped == {".docx": 2, ".json": 1, "": 1}  # hidden files are tool state, not counted
+    assert describe_skipped(result.skipped) == ".docx (2), (no suffix) (1), .json (1)"
+    many = {f".x{i}": 1 for i in range(7)}
+    assert describe_skipped(many) == ".x0 (1), .x1 (1), .x2 (1), .x3 (1), .x4 (1) and 2 more"
 
 
 async def test_load_directory_records_a_broken_file_and_keeps_the_rest(tmp_path):
