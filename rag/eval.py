@@ -3,7 +3,8 @@
 The questions file is JSONL: `{"question", "gold_texts": [...]}` for an answerable question, or
 `{"question", "answerable": false}`. A retrieved chunk is a hit when a whitespace-collapsed,
 lower-cased gold text is a substring of its whitespace-collapsed, lower-cased content. It is also a
-hit when the two match with Markdown's markup left out of both (`plain`): HTML and PDF pages are
+hit when the two match with Markdown's markup (and curly quotes, dashes, ligatures) left out of both
+(`plain`): HTML and PDF pages are
 stored as Markdown, so a gold text copied from the page as a reader sees it ("go to Settings →
 Billing") would otherwise never match the chunk that holds it ("go to **Settings → Billing**").
 A chunk's content is read with its own heading (the last of the heading path it carries) before it.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,12 +92,18 @@ _LINE_OPENER = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|>[ \t]*|[-*+][ \t]+|\d+[.)][ 
 _TABLE_RULE = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$", re.M)
 _ESCAPE = re.compile(r"\\(?=[!-/:-@\[-`{-~])")  # Markdown escapes ASCII punctuation
 _MARKS = re.compile(r"[*_`|~]+")
+# Typography a labeller's keyboard does not type: curly quotes and dashes read as plain ones, a soft
+# hyphen (a line-break hint in HTML and PDF text) as nothing. NFKC first: a PDF's "ﬁ" ligature is "fi".
+_TYPOGRAPHY = str.maketrans({"‘": "'", "’": "'", "‚": "'", "′": "'", "“": '"', "”": '"', "„": '"', "″": '"',
+                             "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "−": "-", "\u00ad": None})
 
 
 def plain(text: str) -> str:
-    """`normalize` of the text with its Markdown markup left out: what a reader of the page sees."""
+    """`normalize` of the text with its Markdown markup and typography left out: what a reader of the
+    page sees, as they would type it."""
     text = _LINE_OPENER.sub("", _TABLE_RULE.sub("", _LINK.sub(r"\1", text)))
-    return normalize(_MARKS.sub("", _ESCAPE.sub("", text)))
+    text = unicodedata.normalize("NFKC", _MARKS.sub("", _ESCAPE.sub("", text)))
+    return normalize(text.translate(_TYPOGRAPHY))
 
 
 class EvalFileError(GatewayError):

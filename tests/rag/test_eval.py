@@ -42,6 +42,13 @@ def test_eval_hit_rule_reads_a_gold_text_with_or_without_markdown_markup():
     assert first_hit_rank([chunk], ["[]()", "~~"]) is None
 
 
+def test_eval_hit_rule_reads_typography_as_a_labeller_types_it():
+    chunk = hit("Don\u2019t close the ﬁle \u2014 the export takes 5\u201310 min\u00adutes.")
+    assert first_hit_rank([chunk], ["don't close the file - the export takes 5-10 minutes."]) == 1
+    assert first_hit_rank([chunk], ["Don\u2019t close the ﬁle"]) == 1  # as written, too
+    assert first_hit_rank([chunk], ["do not close the file"]) is None
+
+
 def test_eval_hit_rule_reads_a_chunk_after_its_own_heading():
     chunk = Hit("id", "The same note was changed on two devices.", "s", "d", "Sync errors",
                 ("Sync errors", "Error codes", "E-SYNC-409: conflicting edits"), None, 0.5, None, 0.1, ("dense",))
