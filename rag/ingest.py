@@ -52,7 +52,7 @@ from rag.ingest_progress import DocumentProgress, Progress
 from rag.ingest_runs import IngestReport, describe, record_run, start_run
 from rag.knowledge_index import KnowledgeIndex
 from rag.points import index_points
-from rag.sources import Document, Validators, load_source
+from rag.sources import Document, Validators, describe_skipped, load_source
 from storage.models import Document as DocumentRow
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,7 @@ class Ingestor:
                     delete_missing=not loaded.listing_incomplete,
                     gone=bool(loaded.gone),
                     errors=errors,
+                    skipped=loaded.skipped,
                     trigger=trigger,
                     progress=progress,
                     started=started,
@@ -187,6 +188,7 @@ class Ingestor:
         not_modified: set[str] | None = None,
         gone: bool = False,
         errors: list[str] | None = None,
+        skipped: dict[str, int] | None = None,
         trigger: str = "manual",
         progress: Progress | None = None,
         started: float | None = None,
@@ -196,7 +198,8 @@ class Ingestor:
         `delete_missing` is False: the listing is known to be incomplete).
         `not_modified` pages (a 304 to a conditional fetch) keep their chunks and count as unchanged.
         A source that gives nothing at all keeps its documents, unless pages said they are `gone` (410).
-        A document that cannot be chunked or stored is an error of the run and keeps its old chunks."""
+        A document that cannot be chunked or stored is an error of the run and keeps its old chunks.
+        `skipped` (a directory's files of types no loader takes, by suffix) is named when nothing else came."""
         started = time.perf_counter() if started is None else started
         if run_id is None:
             run_id = await start_run(self.sessions, bot, source, trigger=trigger)
@@ -212,8 +215,9 @@ class Ingestor:
         # path, or a folder of files no loader takes. A failed run says so where an "ok" would hide it.
         empty_first_run = gave_nothing and not rows and not report.errors
         if empty_first_run:
+            held = f"; it held {describe_skipped(skipped)}" if skipped else ""
             report.errors.append("the source gave no documents, so nothing was ingested: check its path or URLs "
-                                 "(a directory takes Markdown, text, HTML and PDF files)")
+                                 f"(a directory takes Markdown, text, HTML and PDF files{held})")
         if delete_missing and rows and gave_nothing:
             # Nothing at all where documents were: an unmounted volume, a folder emptied by a failed
             # sync, a robots.txt that now disallows every page, far more often than a knowledge base

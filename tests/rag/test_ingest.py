@@ -339,7 +339,7 @@ async def test_a_first_run_of_an_empty_folder_fails_visibly_instead_of_reporting
     report = await Ingestor(index, dense, sparse, sessions).ingest_source("acme", SourceSettings(name="docs", type="directory", path=str(folder)))
     assert report.status == "failed" and report.added == 0
     assert report.errors == ["the source gave no documents, so nothing was ingested: check its path or URLs "
-                             "(a directory takes Markdown, text, HTML and PDF files)"]
+                             "(a directory takes Markdown, text, HTML and PDF files; it held .docx (1))"]
     assert (await runs(sessions))[-1].status == "failed"
 
 
