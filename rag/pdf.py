@@ -46,6 +46,15 @@ _MARKDOWN_OPENERS = ("#", "```", "~~~")
 _TOC_ENTRY = re.compile(r"(\.\s*){4,}\S*\d+$")
 _BOLD_FACE = re.compile(r"bold|black|heavy", re.I)
 _SENTENCE_END = (".", ",", ";", ":", "!", "?")
+# One glyph for two or three letters: pypdf gives "ﬁ" where the font maps it so, and "ﬁle" is then
+# another word than "file" to BM25, to the encoder and to anyone searching or quoting the page.
+_LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
+                            "\ufb05": "st", "\ufb06": "st"})
+SOFT_HYPHEN = "\u00ad"
+# A word broken at the end of a line ("configu-" / "ration"): a letter, a hyphen (or a soft one) ending
+# the line, and a lower-case letter starting the next.
+_BROKEN_WORD = re.compile(rf"(?<![\w-])([^\W\d_][\w]*)([-{SOFT_HYPHEN}])\n([a-z]\w*)")
+_WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
 
 
 class PdfWithoutText(ValueError):
@@ -64,7 +73,7 @@ class _Line:
 
     @property
     def text(self) -> str:
-        return " ".join("".join(self.parts).split())
+        return " ".join("".join(self.parts).split()).translate(_LIGATURES)
 
     @property
     def size(self) -> float:
@@ -93,7 +102,25 @@ def pdf_markdown(data: bytes) -> tuple[str | None, str]:
                                  "so export it with its text (or as Markdown/HTML)")
         return title, ""
     style = _Style(_body_size(lines), _bold_marks_headings(lines))
-    return title, _markdown(_without_running_lines(pages, style), style)
+    return title, mend_broken_words(_markdown(_without_running_lines(pages, style), style))
+
+
+def mend_broken_words(text: str) -> str:
+    """Join the words that typesetting broke across lines, with the document's own words as the
+    dictionary: "configu-"/"ration" is "configuration" when the document writes that, or when it never
+    writes "configu" alone; "self-"/"service" stays "self-service" when the document writes that, or
+    writes "self" alone. A soft hyphen is a break by definition, so its word is always joined."""
+    # The broken words themselves are left out, or "configu" would count as a word the document writes.
+    seen = {word.lower() for word in _WORD.findall(_BROKEN_WORD.sub(" ", text).replace(SOFT_HYPHEN, ""))}
+
+    def mend(m: re.Match[str]) -> str:
+        left, hyphen, right = m.groups()
+        joined, hyphenated = left + right, f"{left}-{right}"
+        if hyphen == SOFT_HYPHEN or joined.lower() in seen:
+            return joined
+        return hyphenated if hyphenated.lower() in seen or left.lower() in seen else joined
+
+    return _BROKEN_WORD.sub(mend, text).replace(SOFT_HYPHEN, "")
 
 
 @dataclass(frozen=True)

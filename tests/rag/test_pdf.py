@@ -111,3 +111,27 @@ async def test_a_pdf_without_a_title_of_its_own_is_titled_by_its_first_heading(t
     documents = {d.doc_id: d for d in (await load_directory(tmp_path)).documents}
     assert documents["manual.pdf"].title == "Getting started"
     assert documents["plain.pdf"].title == "plain"
+
+
+def test_a_word_broken_across_lines_is_joined_as_the_document_writes_it():
+    page = " ".join([
+        text_at("Settings", size=20, y=740),
+        text_at("Open the configu-", size=11, y=710),
+        text_at("ration page, then the self-", size=11, y=696),
+        text_at("service portal. Every self-service action is logged; the data-", size=11, y=682),
+        text_at("base keeps it for a year. See pages 3-", size=11, y=668),
+        text_at("4 of the database guide.", size=11, y=654),
+    ])
+    _, markdown = pdf_markdown(build_pdf([page]))
+    assert markdown.split("\n\n")[1] == (
+        "Open the configuration page, then the self-service portal. Every self-service action is logged; the "
+        "database keeps it for a year. See pages 3-\n4 of the database guide.")
+
+
+def test_ligatures_and_soft_hyphens_read_as_letters():
+    from rag.pdf import _Line, mend_broken_words
+
+    line = _Line(parts=["the \ufb01le and the of\ufb01ce"])
+    assert line.text == "the file and the office"
+    assert mend_broken_words("an interopera\u00ad\nbility test, and a hy\u00adphen that breaks nothing") == (
+        "an interoperability test, and a hyphen that breaks nothing")
