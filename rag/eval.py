@@ -26,6 +26,7 @@ failed to load, so `gateway eval` can show which questions to look at.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import tempfile
@@ -86,12 +87,15 @@ def normalize(text: str) -> str:
 
 
 # Markdown's markup, as `rag.html_text` and `rag.pdf` write it: links and images keep their text, line
-# openers (headings, quotes, list items), table rules, backslash escapes, and emphasis, code and table marks go.
+# openers (headings, quotes, list items), table rules, backslash escapes, and emphasis, code and table marks
+# go; so do HTML tags and comments written into Markdown, and entities (`&amp;`) read as their characters.
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _LINE_OPENER = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|>[ \t]*|[-*+][ \t]+|\d+[.)][ \t]+)+", re.M)
 _TABLE_RULE = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$", re.M)
 _ESCAPE = re.compile(r"\\(?=[!-/:-@\[-`{-~])")  # Markdown escapes ASCII punctuation
 _MARKS = re.compile(r"[*_`|~]+")
+_TAG = re.compile(r"<!--.*?-->|</?[A-Za-z][^<>]*>", re.S)  # HTML inside Markdown: <kbd>Ctrl</kbd>, <br>
+_BREAKING_TAG = re.compile(r"</?(?:br|p|div|li|tr|td|th|h[1-6]|hr|section|details|summary)\b[^<>]*>", re.I)
 # Typography a labeller's keyboard does not type: curly quotes and dashes read as plain ones, a soft
 # hyphen (a line-break hint in HTML and PDF text) as nothing. NFKC first: a PDF's "ﬁ" ligature is "fi".
 _TYPOGRAPHY = str.maketrans({"‘": "'", "’": "'", "‚": "'", "′": "'", "“": '"', "”": '"', "„": '"', "″": '"',
@@ -101,9 +105,10 @@ _TYPOGRAPHY = str.maketrans({"‘": "'", "’": "'", "‚": "'", "′": "'", "�
 def plain(text: str) -> str:
     """`normalize` of the text with its Markdown markup and typography left out: what a reader of the
     page sees, as they would type it."""
+    text = _TAG.sub("", _BREAKING_TAG.sub(" ", text))
     text = _LINE_OPENER.sub("", _TABLE_RULE.sub("", _LINK.sub(r"\1", text)))
-    text = unicodedata.normalize("NFKC", _MARKS.sub("", _ESCAPE.sub("", text)))
-    return normalize(text.translate(_TYPOGRAPHY))
+    text = html.unescape(_MARKS.sub("", _ESCAPE.sub("", text)))
+    return normalize(unicodedata.normalize("NFKC", text).translate(_TYPOGRAPHY))
 
 
 class EvalFileError(GatewayError):

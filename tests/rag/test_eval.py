@@ -49,6 +49,13 @@ def test_eval_hit_rule_reads_typography_as_a_labeller_types_it():
     assert first_hit_rank([chunk], ["do not close the file"]) is None
 
 
+def test_eval_hit_rule_reads_html_written_into_markdown_as_the_page_shows_it():
+    chunk = hit("Press <kbd>Ctrl</kbd>+<kbd>C</kbd><br>to copy. <!-- TODO: screenshot --> Tom &amp; Jerry&nbsp;pay.")
+    assert first_hit_rank([chunk], ["Press Ctrl+C to copy. Tom & Jerry pay."]) == 1
+    assert first_hit_rank([chunk], ["a < b and c > d"]) is None  # comparison signs are not tags
+    assert plain("if a < b and c > d") == "if a < b and c > d"
+
+
 def test_eval_hit_rule_reads_a_chunk_after_its_own_heading():
     chunk = Hit("id", "The same note was changed on two devices.", "s", "d", "Sync errors",
                 ("Sync errors", "Error codes", "E-SYNC-409: conflicting edits"), None, 0.5, None, 0.1, ("dense",))
