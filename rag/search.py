@@ -29,6 +29,7 @@ three answers from rank 2 to rank 1 (MRR 0.855 -> 0.885) and changes no STICI ra
 Gate 1 (rag/gate.py, where its rules and calibration are) is unaffected by all three: it reads the
 arms' dense scores and the coverage, not the fused scores. (The best sentence cosine did not separate
 answerable from off-topic questions better than the chunk cosine: bench/README.md.)
+A hit whose text an earlier hit already has is left out (`distinct`): a passage kept twice takes one place.
 Several queries (a follow-up rewritten into standalone queries) are fused again client-side by
 RRF with the usual constant 60, after each query's own top hit, so no query is crowded out.
 """
@@ -141,7 +142,7 @@ class HybridSearch:
                 gate_candidates = arms.dense[:COVERAGE_CANDIDATES] + arms.sparse[:COVERAGE_CANDIDATES]
                 evidence.append((arms.dense[0].score, lexical_coverage(subject, gate_candidates, stats)))
 
-        hits = _fuse(fused_lists, dense_scores, sparse_scores, single=len(queries) == 1)[: retrieval.k]
+        hits = distinct(_fuse(fused_lists, dense_scores, sparse_scores, single=len(queries) == 1))[: retrieval.k]
         best = max(dense_scores.values(), default=None)
         if not hits:
             return SearchResult((), True, "the knowledge base has no chunks for this bot", best)
@@ -156,6 +157,21 @@ class HybridSearch:
             return SearchResult(tuple(hits), False, override, best, keyword_override=True, lexical_coverage=coverage)
         reason = f"best dense {bar} < {retrieval.min_dense_score} and no strong keyword hit"
         return SearchResult((), True, reason, best, candidates=tuple(hits), lexical_coverage=coverage)
+
+def distinct(hits: list[Hit]) -> list[Hit]:
+    """The hits without those whose text an earlier hit already has (case and spacing aside). Why: a
+    knowledge base often holds a passage twice (a page exported as .md and .html, a v1 and a v2
+    folder, boilerplate repeated under several headings), and the copies would fill the top k with one
+    passage, so the answer step saw fewer different ones."""
+    seen: set[str] = set()
+    kept = []
+    for hit in hits:
+        text = " ".join(hit.text.split()).lower()
+        if text not in seen:
+            seen.add(text)
+            kept.append(hit)
+    return kept
+
 
 def length_prior(payload: dict) -> float:
     """Weight in (0, 1] for a chunk's fused score: 1 from `SHORT_CONTENT_WORDS` content words up,

@@ -180,6 +180,20 @@ async def test_search_fuses_several_queries(kb):
     assert "account.txt" in documents and "billing.md" in documents
 
 
+async def test_a_passage_kept_twice_takes_one_place_in_the_hits(tmp_path, index, dense, sparse, sessions):
+    refunds = "# Refunds\n\n## Timing\n\nRefunds are processed within five business days.\n\n## Cards\n\n" \
+              "Card payments are refunded to the same card."
+    docs = [Document("refunds.md", "Refunds", None, refunds, "markdown"),
+            Document("old/refunds.md", "Refunds", None, refunds.replace("same card", "same  Card"), "markdown"),
+            Document("billing.md", "Billing", None, "# Billing\n\nInvoices are emailed every month.", "markdown")]
+    await Ingestor(index, dense, sparse, sessions).ingest_documents("acme", "kb", docs)
+    search = HybridSearch(index, dense, sparse)
+    result = await search.search("acme", ["how long do refunds take"], RETRIEVAL.model_copy(update={"k": 5}))
+    texts = [" ".join(h.text.split()).lower() for h in result.hits]
+    assert len(texts) == len(set(texts)) == 3  # both refund sections once each (either copy), then billing
+    assert "refunds are processed within five business days." in texts[0]
+
+
 async def test_search_one_collection_per_bot(kb, index, dense, sparse, sessions):
     other = Document("rockets.md", "Rockets", None, "# Rockets\n\nGlobex ships rockets to the moon every week.", "markdown")
     await Ingestor(index, dense, sparse, sessions).ingest_documents("globex", "kb", [other])
