@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
@@ -73,6 +74,10 @@ class SlackOperatorChannel:
         self._adapters = adapters
         self._llm = llm  # writes the thread's summary; without it, the summary is extractive
         self._budget = budget  # gateway.budget.DailyBudget: the summary's calls are the bot's spending
+        # Per escalation, held while this process opens its thread (header, summary, earlier messages):
+        # the thread's ts is stored as soon as the header is posted, and a relay that saw it would
+        # otherwise land before the summary, which a model may take seconds to write.
+        self._opening: dict[int, asyncio.Lock] = {}
 
     def channel_for(self, bot: str) -> str | None:
         """The bot's operator channel, when it has one and a Slack adapter to post with."""
@@ -95,14 +100,16 @@ class SlackOperatorChannel:
         if escalation is None:
             return
         if kind == "opened":
-            if await self._post_escalation(escalation, channel):
-                await self._post_summary(escalation, channel)
+            async with self._opening_thread(escalation.id):
+                if await self._post_escalation(escalation, channel):
+                    await self._post_summary(escalation, channel)
             return
         if not escalation.slack_ts:
             escalation = await self._wait_for_thread(escalation)
             if not escalation.slack_ts:
                 log.warning("slack_operator.no_thread", escalation_id=escalation.id, event=kind)
                 return
+        await self._thread_opened(escalation.id)
         if kind == "customer_message":
             await self._post(bot, channel, f"*Customer:* {_plain(_clip(event.get('text', ''), 2000))}",
                              thread_ts=escalation.slack_ts)
@@ -124,6 +131,24 @@ class SlackOperatorChannel:
         elif kind == "reminder":
             await self._post(bot, channel, "<!here> Still unclaimed: the customer has been told we're busy. "
                              "Can someone take it?", thread_ts=escalation.slack_ts, reply_broadcast=True)
+
+    @contextlib.asynccontextmanager
+    async def _opening_thread(self, escalation_id: int) -> AsyncIterator[None]:
+        """Hold the escalation's opening lock while its thread is opened (see `_opening`)."""
+        lock = self._opening.setdefault(escalation_id, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and self._opening.get(escalation_id) is lock:
+                del self._opening[escalation_id]
+
+    async def _thread_opened(self, escalation_id: int) -> None:
+        """Return once this process has finished opening the escalation's thread, if it is opening it."""
+        lock = self._opening.get(escalation_id)
+        if lock is not None:
+            async with lock:
+                pass
 
     async def _wait_for_thread(self, escalation: Escalation) -> Escalation:
         """The escalation once its header post has stored the thread's ts, or as it is after
@@ -249,15 +274,16 @@ class SlackOperatorChannel:
                     Escalation.bot == bot.name, Escalation.state.in_(("open", "claimed")), Escalation.slack_ts.is_(None),
                     Escalation.created_at < now - timedelta(seconds=THREAD_WAIT_SECONDS)))).scalars().all()
             for escalation in missing:
-                landed = await self._find_header(escalation, channel)
-                if landed:
-                    became_thread = await self._adopt_header(escalation, channel, landed)
-                else:
-                    became_thread = await self._post_escalation(escalation, channel)
-                if became_thread:
-                    posted.append(escalation.id)
-                    await self._post_summary(escalation, channel)
-                    await self._relay_earlier_messages(escalation, channel)
+                async with self._opening_thread(escalation.id):
+                    landed = await self._find_header(escalation, channel)
+                    if landed:
+                        became_thread = await self._adopt_header(escalation, channel, landed)
+                    else:
+                        became_thread = await self._post_escalation(escalation, channel)
+                    if became_thread:
+                        posted.append(escalation.id)
+                        await self._post_summary(escalation, channel)
+                        await self._relay_earlier_messages(escalation, channel)
         if posted:
             log.warning("slack_operator.headers_posted_late", escalations=posted)
         return posted

@@ -198,6 +198,45 @@ async def test_a_header_slack_refused_is_posted_later_by_the_periodic_check_once
     assert (await services.escalations.get(escalation_id, bots=None)).slack_ts == escalation.slack_ts
 
 
+async def test_the_summary_opens_the_thread_even_when_the_customer_writes_while_it_is_written(client, slack, monkeypatch):
+    # The header's ts is stored as soon as it is posted; a model may then take seconds over the summary.
+    # A customer message relayed meanwhile used to land first, and the thread no longer opened with it.
+    import gateway.operators.slack_operator as slack_operator
+
+    written, slow = asyncio.Event(), slack_operator.summarize
+
+    async def slow_summary(*args, **kwargs):
+        await written.wait()
+        return await slow(*args, **kwargs)
+
+    monkeypatch.setattr(slack_operator, "summarize", slow_summary)
+
+    def headers():
+        return [c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")]
+
+    def thread() -> list[str]:
+        return [c.params["text"] for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == thread_ts]
+
+    before = len(headers())
+    try:
+        ask = _event({"type": "message", "channel_type": "im", "channel": "DSUM", "user": "USUM",
+                      "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, "EvSumAsk")
+        assert (await _post_event(client, ask)).status_code == 200
+        thread_ts = (await wait_until(lambda: headers()[before:]))[0].params["_ts"]
+        more = _event({"type": "message", "channel_type": "im", "channel": "DSUM", "user": "USUM",
+                       "text": "Order #99 is late", "ts": f"{time.time():.6f}"}, "EvSumMore")
+        await _post_event(client, more)
+        await _until_handled(client, "Order #99 is late")
+        await asyncio.sleep(0.3)  # the relay, were it not held, has seen the stored thread by now
+        assert thread() == []  # held: the summary is not written yet
+    finally:
+        written.set()  # a failure above must not leave the summary waiting for ever
+    texts = await wait_until(lambda: thread() if len(thread()) >= 2 else None)
+    assert texts[0].startswith("*Summary:* Asked first: I need to talk to a human")
+    assert texts[1] == "*Customer:* Order #99 is late"
+    await client.services.escalations.drain()
+
+
 async def test_a_header_slack_took_without_answering_is_found_not_posted_twice(client, slack):
     # Slack posted the header but the answer was lost: the periodic check finds it in the channel's
     # history and makes it the thread, instead of posting a second header.
