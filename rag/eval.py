@@ -4,10 +4,10 @@ The questions file is JSONL: `{"question", "gold_texts": [...]}` for an answerab
 `{"question", "answerable": false}`. A retrieved chunk is a hit when a whitespace-collapsed,
 lower-cased gold text is a substring of its whitespace-collapsed, lower-cased content. It is also a
 hit when the two match with Markdown's markup (and curly quotes, dashes, ligatures) left out of both
-(`plain`): HTML and PDF pages are
-stored as Markdown, so a gold text copied from the page as a reader sees it ("go to Settings →
-Billing") would otherwise never match the chunk that holds it ("go to **Settings → Billing**").
-A chunk's content is read with its own heading (the last of the heading path it carries) before it.
+(`plain`): HTML and PDF pages are stored as Markdown, so a gold text copied from the page as a reader
+sees it ("go to Settings → Billing") would otherwise never match the chunk that holds it ("go to
+**Settings → Billing**"). A chunk's content is read with its own heading (the last of the heading
+path it carries) before it.
 
 Metrics (keys exactly as the contract names them):
 - `recall@k`: share of answerable questions with a hit among the first k chunks of the ranking;
