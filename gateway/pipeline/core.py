@@ -130,7 +130,7 @@ class Pipeline:
             return PipelineResult(reply=turn.bot.thanks_text if kind == "thanks" else turn.greeting or DEFAULT_GREETING,
                                   answered=True)
 
-        if self._budget is not None and await self._budget.exhausted(turn.bot):
+        if await self._budget_spent(turn, bound):
             # Checked before any model call (the rewrite is one): a spent budget means none at all today.
             bound.warning("pipeline.budget_spent")
             return handoff(turn.bot, BUDGET_REPLY, reason=BUDGET_ESCALATION)
@@ -174,6 +174,18 @@ class Pipeline:
             reply=reply, citations=answer.citations, retrieved=_retrieved(hits), tool_calls=answer.tool_calls,
             usage=record.usage, escalate=escalate, answered=answer.answered, queries=queries,
         )
+
+    async def _budget_spent(self, turn, bound) -> bool:
+        """True when the bot's daily budget is spent. A spending that cannot be read (a database blip)
+        answers as if there were no budget, with an error in the log: the turn's own writes would fail
+        too if the database were gone, and a blip is no reason to hand a customer to a person."""
+        if self._budget is None:
+            return False
+        try:
+            return await self._budget.exhausted(turn.bot)
+        except Exception as exc:
+            bound.error("pipeline.budget_unreadable", error=f"{type(exc).__name__}: {exc}"[:300])
+            return False
 
     def _observe(self, stage: str, started: float) -> None:
         if self._metrics:

@@ -56,6 +56,25 @@ async def test_budget_spent_pipeline_makes_no_model_call(migrated_url, openai_fa
     assert openai_fake.requests == [] and rig.search.calls == []
 
 
+async def test_an_unreadable_budget_answers_the_turn_and_logs_an_error(tmp_path, openai_fake) -> None:
+    import structlog
+
+    # A database that cannot be opened (its folder does not exist): the spending cannot be read. A blip
+    # there used to fail the whole turn into a handoff to a person.
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'missing' / 'gateway.db'}")
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "daily_budget_usd": 1.0}],
+                   budget=DailyBudget(session_factory(engine)))
+    openai_fake.script("primary", Turn(text="Plus costs $6 per month [1]."))
+    try:
+        with structlog.testing.capture_logs() as logs:
+            result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+    finally:
+        await engine.dispose()
+
+    assert result.answered and result.escalate is None and result.reply.startswith("Plus costs $6 per month")
+    assert [e for e in logs if e["event"] == "pipeline.budget_unreadable" and e["log_level"] == "error"]
+
+
 def test_budget_usage_row_marks_unknown_price_partial() -> None:
     priced = LLMResult("a", (), "primary", CallUsage(10, 2, 0.003, False), "stop")
     unpriced = LLMResult("a", (), "primary", CallUsage(10, 2, None, True), "stop")
