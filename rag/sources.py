@@ -118,7 +118,9 @@ async def load_directory(path: Path) -> LoadResult:
     if path.exists() and not path.is_dir():
         raise SourceError(f"knowledge directory is a file, not a folder: {path} (name the folder that holds it)")
     if not path.is_dir():
-        raise SourceError(f"knowledge directory not found: {path}")
+        # A relative path is read from the working directory, not the config file's: say where it looked.
+        where = "" if path.is_absolute() else f" (looked for {path.resolve()}: a relative path is read from the working directory)"
+        raise SourceError(f"knowledge directory not found: {path}{where}")
     result = LoadResult()
     for file in _files_under(path):
         doc_id = file.relative_to(path).as_posix()

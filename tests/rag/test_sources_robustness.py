@@ -4,6 +4,7 @@ text in any common encoding decodes, binary content is refused, and robots.txt f
 from __future__ import annotations
 
 import codecs
+from pathlib import Path
 
 import httpx
 import pytest
@@ -306,5 +307,16 @@ async def test_a_file_named_as_the_knowledge_directory_is_told_apart_from_a_miss
     (tmp_path / "faq.md").write_text("# FAQ\n")
     with pytest.raises(SourceError, match="is a file, not a folder"):
         await load_directory(tmp_path / "faq.md")
-    with pytest.raises(SourceError, match="knowledge directory not found"):
+    with pytest.raises(SourceError, match="knowledge directory not found") as missing:
         await load_directory(tmp_path / "nowhere")
+    assert "working directory" not in str(missing.value)  # an absolute path needs no hint
+
+
+async def test_a_missing_relative_directory_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    # Relative source paths are read from the working directory, not the config file's folder: the
+    # error shows the path it tried, so "kb" run from the wrong place is found at once.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SourceError) as missing:
+        await load_directory(Path("kb"))
+    assert str(missing.value) == (f"knowledge directory not found: kb (looked for {tmp_path.resolve() / 'kb'}: "
+                                  "a relative path is read from the working directory)")
