@@ -102,13 +102,18 @@ _TYPOGRAPHY = str.maketrans({"‘": "'", "’": "'", "‚": "'", "′": "'", "�
                              "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "−": "-", "\u00ad": None})
 
 
+# A compound broken after its hyphen at a line end ("pop-" / "up menu") reads "pop- up" once lines are
+# joined; the page shows "pop-up".
+_BROKEN_COMPOUND = re.compile(r"(?<=[^\W\d_])- (?=[^\W\d_])")
+
+
 def plain(text: str) -> str:
     """`normalize` of the text with its Markdown markup and typography left out: what a reader of the
     page sees, as they would type it."""
     text = _TAG.sub("", _BREAKING_TAG.sub(" ", text))
     text = _LINE_OPENER.sub("", _TABLE_RULE.sub("", _LINK.sub(r"\1", text)))
     text = html.unescape(_MARKS.sub("", _ESCAPE.sub("", text)))
-    return normalize(unicodedata.normalize("NFKC", text).translate(_TYPOGRAPHY))
+    return _BROKEN_COMPOUND.sub("-", normalize(unicodedata.normalize("NFKC", text).translate(_TYPOGRAPHY)))
 
 
 class EvalFileError(GatewayError):

@@ -47,6 +47,10 @@ def test_eval_hit_rule_reads_typography_as_a_labeller_types_it():
     assert first_hit_rank([chunk], ["don't close the file - the export takes 5-10 minutes."]) == 1
     assert first_hit_rank([chunk], ["Don\u2019t close the ﬁle"]) == 1  # as written, too
     assert first_hit_rank([chunk], ["do not close the file"]) is None
+    # A compound the manual broke after its hyphen at a line end (the S10 family's TV manual has three).
+    broken = hit("Select Record from the pop-\nup menu to start recording.")
+    assert first_hit_rank([broken], ["Select Record from the pop-up menu"]) == 1
+    assert plain("E-SYNC-409 - conflicting edits") == "e-sync-409 - conflicting edits"  # a dash between words stays
 
 
 def test_eval_hit_rule_reads_html_written_into_markdown_as_the_page_shows_it():
