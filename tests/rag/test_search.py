@@ -194,6 +194,21 @@ async def test_a_passage_kept_twice_takes_one_place_in_the_hits(tmp_path, index,
     assert "refunds are processed within five business days." in texts[0]
 
 
+def test_a_section_repeated_with_other_page_numbers_is_one_passage():
+    from rag.search import Hit, distinct
+
+    def hit(pid: str, heading: str, text: str) -> Hit:
+        return Hit(pid, text, "s", "d", "Manual", ("Manual", heading), None, 0.5, None, 0.1, ("dense",))
+
+    body = ("When the TV is in Ambient Mode, press the Home button to return to the TV mode. "
+            "The screen dims after ten minutes and the TV turns off after two hours without input.")
+    first = hit("a", "Screen states", f"{body}\n- 11 -")
+    copy = hit("b", "Screen states", f"- 58 -\n{body}")  # the same section in another chapter
+    other = hit("c", "Screen states", "Art mode shows paintings while the TV is off and a motion sensor is on.")
+    elsewhere = hit("d", "Energy saving", f"{body}\n- 90 -")  # the same words under another heading: kept
+    assert [h.chunk_id for h in distinct([first, copy, other, elsewhere])] == ["a", "c", "d"]
+
+
 async def test_search_one_collection_per_bot(kb, index, dense, sparse, sessions):
     other = Document("rockets.md", "Rockets", None, "# Rockets\n\nGlobex ships rockets to the moon every week.", "markdown")
     await Ingestor(index, dense, sparse, sessions).ingest_documents("globex", "kb", [other])
