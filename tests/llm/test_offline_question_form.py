@@ -246,9 +246,10 @@ def test_offline_can_i_use_asks_about_what_follows_use() -> None:
 @pytest.mark.parametrize("question", ["I want a refund", "I'd like a refund please", "We need a refund"])
 def test_offline_a_wish_asks_for_the_steps_as_how_do_i_does(question: str) -> None:
     # "want" is in no heading: read as a word to look for, it left the steps of "How to ask for a
-    # refund" out, and a remark that says "refund" (the renewals rule) was quoted instead.
+    # refund" out, and the page's opening, which says "want", was quoted instead.
     refunds = FakeHit(
-        "# Refunds\n\n## Renewals\n\n- **Monthly renewals** are not refunded.\n\n"
+        "# Refunds\n\nWe want you to be happy with Acme Cloud Notes. This page explains when you can get your "
+        "money back.\n\n## Renewals\n\n- **Monthly renewals** are not refunded.\n\n"
         "## How to ask for a refund\n\n1. Go to **Settings → Billing → Invoices** and note the invoice number.\n"
         "2. Contact support from **Help → Contact support**.\n3. Give the invoice number and, if you like, the reason.",
         "refunds.md", "Refunds", ("Refunds",))
