@@ -29,7 +29,8 @@ three answers from rank 2 to rank 1 (MRR 0.855 -> 0.885) and changes no STICI ra
 Gate 1 (rag/gate.py, where its rules and calibration are) is unaffected by all three: it reads the
 arms' dense scores and the coverage, not the fused scores. (The best sentence cosine did not separate
 answerable from off-topic questions better than the chunk cosine: bench/README.md.)
-A hit whose text an earlier hit already has is left out (`distinct`): a passage kept twice takes one place.
+A hit that copies an earlier one (the same text, or the same heading with nearly the same words) is
+left out (`distinct`): a passage kept twice takes one place.
 Several queries (a follow-up rewritten into standalone queries) are fused again client-side by
 RRF with the usual constant 60, after each query's own top hit, so no query is crowded out.
 """
@@ -142,7 +143,7 @@ class HybridSearch:
                 gate_candidates = arms.dense[:COVERAGE_CANDIDATES] + arms.sparse[:COVERAGE_CANDIDATES]
                 evidence.append((arms.dense[0].score, lexical_coverage(subject, gate_candidates, stats)))
 
-        hits = distinct(_fuse(fused_lists, dense_scores, sparse_scores, single=len(queries) == 1))[: retrieval.k]
+        hits = distinct(_fuse(fused_lists, dense_scores, sparse_scores, single=len(queries) == 1), limit=retrieval.k)
         best = max(dense_scores.values(), default=None)
         if not hits:
             return SearchResult((), True, "the knowledge base has no chunks for this bot", best)
@@ -158,15 +159,19 @@ class HybridSearch:
         reason = f"best dense {bar} < {retrieval.min_dense_score} and no strong keyword hit"
         return SearchResult((), True, reason, best, candidates=tuple(hits), lexical_coverage=coverage)
 
-def distinct(hits: list[Hit]) -> list[Hit]:
+
+def distinct(hits: list[Hit], *, limit: int | None = None) -> list[Hit]:
     """The hits without copies of an earlier one: the same text (case and spacing aside), or the same
     section heading with nearly the same words (`NEAR_COPY_OVERLAP`: a manual that repeats a section in
     two chapters differs only in its page numbers and line breaks). Why: a knowledge base often holds a
     passage twice (a page exported as .md and .html, a v1 and a v2 folder, a repeated section), and the
-    copies would fill the top k with one passage, so the answer step saw fewer different ones."""
+    copies would fill the top k with one passage, so the answer step saw fewer different ones. Stops
+    once `limit` hits are kept."""
     kept: list[tuple[str, str, frozenset[str]]] = []  # (text, heading, words) of each hit kept
-    out = []
+    out: list[Hit] = []
     for hit in hits:
+        if limit is not None and len(out) >= limit:
+            break
         text = " ".join(hit.text.split()).lower()
         heading = hit.heading_path[-1].lower() if hit.heading_path else ""
         words = frozenset(_CONTENT_WORD.findall(text))

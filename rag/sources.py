@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -79,7 +80,7 @@ class LoadResult:
     listing_incomplete: bool = False
     gone: list[str] = field(default_factory=list)  # pages that answered 410: their chunks are deleted
     # A directory's files of a type it does not read, by suffix ("" for none): {".docx": 2}.
-    skipped: dict[str, int] = field(default_factory=dict)
+    skipped: Counter[str] = field(default_factory=Counter)
 
 
 async def load_source(
@@ -126,8 +127,8 @@ async def load_directory(path: Path) -> LoadResult:
         doc_id = file.relative_to(path).as_posix()
         if not file.is_file() or _is_hidden(doc_id):
             continue
-        if file.suffix.lower() not in _SUFFIXES:
-            result.skipped[file.suffix.lower()] = result.skipped.get(file.suffix.lower(), 0) + 1
+        if (suffix := file.suffix.lower()) not in _SUFFIXES:
+            result.skipped[suffix] += 1
             continue
         try:
             doc = await asyncio.to_thread(_read_file, file, doc_id)

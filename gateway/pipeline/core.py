@@ -175,7 +175,7 @@ class Pipeline:
             usage=record.usage, escalate=escalate, answered=answer.answered, queries=queries,
         )
 
-    async def _budget_spent(self, turn, bound) -> bool:
+    async def _budget_spent(self, turn: Turn, bound: Any) -> bool:
         """True when the bot's daily budget is spent. A spending that cannot be read (a database blip)
         answers as if there were no budget, with an error in the log: the turn's own writes would fail
         too if the database were gone, and a blip is no reason to hand a customer to a person."""

@@ -207,6 +207,7 @@ def test_a_section_repeated_with_other_page_numbers_is_one_passage():
     other = hit("c", "Screen states", "Art mode shows paintings while the TV is off and a motion sensor is on.")
     elsewhere = hit("d", "Energy saving", f"{body}\n- 90 -")  # the same words under another heading: kept
     assert [h.chunk_id for h in distinct([first, copy, other, elsewhere])] == ["a", "c", "d"]
+    assert [h.chunk_id for h in distinct([first, copy, other, elsewhere], limit=2)] == ["a", "c"]  # k distinct ones
 
 
 async def test_search_one_collection_per_bot(kb, index, dense, sparse, sessions):
