@@ -1,13 +1,13 @@
 """Retrieval benchmark: our pipeline against recipes A, B and C, side by side in one run.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.retrieval [--sets s10 stici help_center help_center_holdout] [--pad 10000]
+    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.retrieval [--sets s10 stici help_center help_center_holdout smart_tv] [--pad 10000]
         [--engine local|edge] [--json FILE]
 
 Same corpora (bench/data/<set>/docs; the help-center sets ask examples/help-center), same questions, same embedders (MiniLM int8 + BM25), Qdrant
 local mode in a temporary folder. Per system and set it prints recall@1/3/5/10, MRR, gate-1 refusal
 and false-refusal rates, chunk count, ingest chunks/s and query p50/p95 (question text → ranked
 chunks, query embedding included) at the corpus size and with the collection padded to `--pad`
-chunks. Padding = the reserved smart_tv manual (never used for tuning, only as filler) plus
+chunks. Padding = the reserved smart_tv manual (never used for tuning; filler here) plus
 jittered copies of its vectors; quality is measured before padding, latency after too.
 `--engine edge` runs our pipeline on qdrant-edge (`qdrant.engine: edge`) instead of Qdrant local mode;
 the recipes always run on local mode.

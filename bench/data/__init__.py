@@ -13,6 +13,8 @@ SETS = {
     "stici": (DATA / "stici" / "docs", DATA / "stici" / "questions.jsonl"),
     "help_center": (HELP_CENTER, DATA / "help_center" / "questions.jsonl"),
     "help_center_holdout": (HELP_CENTER, DATA / "help_center" / "holdout.jsonl"),
+    # The corpus reserved as unseen: measured, never tuned on (SOURCES.md).
+    "smart_tv": (DATA / "smart_tv" / "docs", DATA / "smart_tv" / "questions.jsonl"),
 }
 
 

@@ -8,6 +8,9 @@ are text spans copied from the corpus, never chunk ids:
   as headings; each section's PDF lines joined with spaces. Gold texts are the expert answer when
   it appears literally in the gold section, else the answer's sentences that do (preferring ones
   no unrelated section contains), else the longest span the answer shares with the section.
+- smart_tv: the Smart TV / remote manual, the corpus reserved as unseen (nothing is tuned on it),
+  one Markdown file per section (it has no hierarchy), its lines joined with spaces. Its questions
+  were written blind by a helper (SOURCES.md); this only rebuilds the documents and checks them.
 - stici: 20 web documents; the written answers are not extractive, so the gold texts are the
   document sentences that best support the answer (IDF-weighted word overlap with the answer),
   one for a single-passage question, up to three for a multi-passage one. The 40 no-answer
@@ -101,6 +104,23 @@ def build_s10(fixtures: Path, out: Path) -> None:
     corpus = normalize("\n".join(p.read_text(encoding="utf-8") for p in sorted(docs.glob("*.md"))))
     _check(rows, corpus, "s10")
     _write_jsonl(out / "questions.jsonl", rows)
+
+
+def build_smart_tv(fixtures: Path, out: Path) -> None:
+    """The Smart TV manual as one Markdown file per section; checks the hand-written questions against it."""
+    sections = json.loads((fixtures / "emanual_samsung" / "smart_tv_remote_manual_corpus.json").read_text(encoding="utf-8"))
+    docs = out / "docs"
+    docs.mkdir(parents=True, exist_ok=True)
+    for old in docs.glob("*.md"):
+        old.unlink()
+    for number, section in enumerate(sections.values()):  # the JSON is in document order
+        title = section["title"].strip()
+        body = " ".join(" ".join(section["text"]).split())
+        slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:60]
+        (docs / f"{number:03d}-{slug}.md").write_text(f"# {title}\n\n{body}\n", encoding="utf-8")
+    rows = [json.loads(line) for line in (out / "questions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    corpus = normalize("\n".join(p.read_text(encoding="utf-8") for p in sorted(docs.glob("*.md"))))
+    _check(rows, corpus, "smart_tv")
 
 
 def _closest_section(path: str, titles: dict[str, str], chain: dict[str, list[str]]) -> str:
@@ -214,13 +234,14 @@ def _support(question: str, answer: str, sentences: list[str], idf: dict[str, fl
 
 
 def main() -> None:
-    """Build both sets from the fixtures folder."""
+    """Build the sets from the fixtures folder."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fixtures", type=Path, default=DEFAULT_FIXTURES)
     args = parser.parse_args()
     build_s10(args.fixtures, HERE / "s10")
     build_stici(args.fixtures, HERE / "stici")
-    for name in ("s10", "stici"):
+    build_smart_tv(args.fixtures, HERE / "smart_tv")
+    for name in ("s10", "stici", "smart_tv"):
         lines = (HERE / name / "questions.jsonl").read_text(encoding="utf-8").splitlines()
         print(f"{name}: {len(lines)} questions, {len(list((HERE / name / 'docs').glob('*.md')))} documents")
 

@@ -58,6 +58,16 @@ def test_eval_file_sizes_match_the_fixtures() -> None:
     holdout = _rows("help_center_holdout")
     assert len(holdout) == 45 and all("gold_texts" in r for r in holdout)
     assert not {r["question"] for r in holdout} & {r["question"] for r in help_center}
+    smart_tv = _rows("smart_tv")
+    assert sum("gold_texts" in r for r in smart_tv) == 50 and sum(r.get("answerable") is False for r in smart_tv) == 15
+
+
+def test_smart_tv_gold_texts_each_name_one_section() -> None:
+    """The manual repeats some sections word for word; a gold text found in two would credit either."""
+    pages = [normalize(p.read_text(encoding="utf-8")) for p in sorted(BENCH_SETS["smart_tv"][0].glob("*.md"))]
+    ambiguous = [g for row in _rows("smart_tv") for g in row.get("gold_texts", [])
+                 if sum(normalize(g) in page for page in pages) != 1]
+    assert ambiguous == []
 
 
 def test_recipes_windows_stay_near_size_and_overlap() -> None:
