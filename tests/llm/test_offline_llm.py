@@ -86,6 +86,30 @@ def test_offline_answers_a_how_to_question_with_the_steps_of_its_section() -> No
     assert answer(messages).startswith("Resetting your password signs you out")
 
 
+def test_offline_takes_the_steps_of_the_first_extract_over_a_remark_further_down() -> None:
+    """'Change' is in no heading: the error section's remark holds both words, and is no way to do it."""
+    reset = FakeHit(
+        "## Resetting a forgotten password\n\n1. On the sign-in page, choose **Forgot password?**.\n"
+        "2. Enter the email address of your account.\n3. Choose a new password.",
+        "account.md", "Your account", ("Your account", "Resetting a forgotten password"))
+    expired = FakeHit(
+        "### E-AUTH-401: session expired\n\nYour sign-in has expired or your password was changed on another device.",
+        "sync.md", "Sync errors", ("Sync errors", "E-AUTH-401: session expired"))
+    steps = ("On the sign-in page, choose Forgot password? [1]. Enter the email address of your account [1]. "
+             "Choose a new password [1].")
+    ask = "How do I change my password?"
+    assert answer(build_messages(BOT, history=[], user_text=ask, hits=[reset, expired])) == steps
+    # Ranked the other way round, retrieval's first extract is the remark's: it is quoted.
+    assert answer(build_messages(BOT, history=[], user_text=ask, hits=[expired, reset])).startswith("Your sign-in has expired")
+    # Not a how-to question: the best sentence.
+    assert answer(build_messages(BOT, history=[], user_text="Why was my password changed?",
+                                 hits=[reset, expired])).startswith("Your sign-in has expired")
+    # The first extract's section names no word of the question: its steps are no answer.
+    plans = FakeHit("## Upgrading\n\n1. Open Settings → Billing.\n2. Choose a plan.", "plans.md", "Plans",
+                    ("Plans", "Upgrading"))
+    assert answer(build_messages(BOT, history=[], user_text=ask, hits=[plans, expired])).startswith("Your sign-in has expired")
+
+
 async def test_offline_answers_the_last_user_message(router: LLMRouter) -> None:
     history = [{"role": "user", "content": "How do I reset my password?"}, {"role": "assistant", "content": "..."}]
     messages = build_messages(BOT, history=history, user_text="How long do refunds take?", hits=[PASSWORD, REFUNDS])
