@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from gateway.offline.extracts import PRONOUN, Candidate, Extract, parse_extracts, parse_fallback, terms
-from gateway.offline.question_form import answer_kind, contradicts, framing_of, is_how_to
+from gateway.offline.question_form import answer_kind, contradicts, framing_of, is_how_to, is_problem
 from gateway.offline.sections import MAX_ANSWER_CHARS, MAX_SENTENCES, section_of, steps_of, whole_section
 
 MIN_COVERAGE = 0.35
@@ -118,12 +118,12 @@ def _best_sentences(scored: list[tuple[float, Candidate]], wanted: set[str], nam
 
 def _top_procedure(scored: list[tuple[float, Candidate]], candidates: list[Candidate], named: set[str],
                    question: str) -> list[tuple[int, str]]:
-    """The steps of retrieval's first extract, for a how-to question whose best-scoring sentence is no step
-    of a procedure and sits in a later extract, when that first extract's section names a word of the
-    question; else none. Why: "How do I change my password?" shares both its words with a remark in an
+    """The steps of retrieval's first extract, for a how-to question or a problem told ("sync is stuck")
+    whose best-scoring sentence is no step of a procedure and sits in a later extract, when that first
+    extract's section names a word of the question; else none. Why: "How do I change my password?" shares both its words with a remark in an
     error section ("your password was changed on another device") and one with "Resetting a forgotten
     password", which retrieval ranked first on more than words; the remark is no way to do it."""
-    if not scored or not is_how_to(question) or not candidates:
+    if not scored or not (is_how_to(question) or is_problem(question)) or not candidates:
         return []
     best = scored[0][1]
     if best.extract.n == 1 or (best.pos < len(best.extract.steps) and best.extract.steps[best.pos]):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.offline.provider import answer
+from gateway.offline.question_form import is_problem
 from gateway.pipeline.prompts import build_messages
 from gateway.settings import BotSettings
 from tests.llm.hits import PLANS, FakeHit
@@ -267,3 +268,32 @@ def test_offline_a_wish_to_know_is_not_a_procedure() -> None:
     messages = build_messages(BOT, history=[], user_text="I want to know if yearly renewals are refunded",
                               hits=[renewals])
     assert answer(messages).startswith("Yearly renewals are refunded in full within 30 days [1].")
+
+
+@pytest.mark.parametrize(("text", "told"), [
+    ("the app keeps crashing on my iphone", True),
+    ("sync is stuck", True),
+    ("can't log in on my phone", True),
+    ("whats the difference between plus and team", False),
+    ("tell me about the plus plan", False),
+    ("is my data encrypted", False),
+    ("the app crashes, why?", False),
+    ("I want a refund", False),  # a wish: read as "How do I …?" (is_how_to)
+])
+def test_a_problem_told_is_no_question(text: str, told: bool) -> None:
+    assert is_problem(text) is told
+
+
+def test_offline_a_problem_told_gets_the_steps_of_the_first_passage() -> None:
+    """'the app keeps crashing on my iphone': the sentence naming iPhone is about the mobile apps; the
+    first passage's steps are what to do."""
+    crashes = FakeHit(
+        "## The app crashes or will not start\n\n### Steps that fix most crashes\n\n"
+        "1. Update the app to the latest version.\n2. Restart the device.",
+        "crashes.md", "Troubleshooting", ("Troubleshooting", "The app crashes or will not start"))
+    mobile = FakeHit("# Mobile apps\n\nThe apps for iPhone and Android phones are free to download.",
+                     "mobile.md", "Mobile apps", ("Mobile apps",))
+    told = build_messages(BOT, history=[], user_text="the app keeps crashing on my iphone", hits=[crashes, mobile])
+    assert answer(told) == "Update the app to the latest version [1]. Restart the device [1]."
+    asked = build_messages(BOT, history=[], user_text="Does the app crash on my iphone?", hits=[crashes, mobile])
+    assert answer(asked).startswith("The apps for iPhone")
