@@ -120,9 +120,10 @@ def _top_procedure(scored: list[tuple[float, Candidate]], candidates: list[Candi
                    question: str) -> list[tuple[int, str]]:
     """The steps of retrieval's first extract, for a how-to question or a problem told ("sync is stuck")
     whose best-scoring sentence is no step of a procedure and sits in a later extract, when that first
-    extract's section names a word of the question; else none. Why: "How do I change my password?" shares both its words with a remark in an
-    error section ("your password was changed on another device") and one with "Resetting a forgotten
-    password", which retrieval ranked first on more than words; the remark is no way to do it."""
+    extract's section names a word of the question; else none. Why: "How do I change my password?"
+    shares both its words with a remark in an error section ("your password was changed on another
+    device") and one with "Resetting a forgotten password", which retrieval ranked first on more than
+    words; the remark is no way to do it."""
     if not scored or not (is_how_to(question) or is_problem(question)) or not candidates:
         return []
     best = scored[0][1]
