@@ -60,6 +60,11 @@ def _plain(text: str) -> str:
     return normalize(text.translate(_QUOTES))
 
 
+def _slug(title: str) -> str:
+    """A file name from a title: lower-case words joined by hyphens."""
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
@@ -90,8 +95,7 @@ def build_s10(fixtures: Path, out: Path) -> None:
         part = f"{'#' * depth} {titles[sid]}\n\n{body[sid]}\n" if body[sid] else f"{'#' * depth} {titles[sid]}\n"
         chapters.setdefault(chain[sid][0], []).append(part)
     for number, (root, parts) in enumerate(chapters.items(), start=1):
-        slug = re.sub(r"[^a-z0-9]+", "-", titles[root].lower()).strip("-")
-        (docs / f"{number:02d}-{slug}.md").write_text("\n".join(parts), encoding="utf-8")
+        (docs / f"{number:02d}-{_slug(titles[root])}.md").write_text("\n".join(parts), encoding="utf-8")
 
     by_path = {">".join(titles[s] for s in chain[sid]): sid for sid in sections}
     plain = {sid: _plain(b) for sid, b in body.items()}
@@ -116,8 +120,7 @@ def build_smart_tv(fixtures: Path, out: Path) -> None:
     for number, section in enumerate(sections.values()):  # the JSON is in document order
         title = section["title"].strip()
         body = " ".join(" ".join(section["text"]).split())
-        slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:60]
-        (docs / f"{number:03d}-{slug}.md").write_text(f"# {title}\n\n{body}\n", encoding="utf-8")
+        (docs / f"{number:03d}-{_slug(title)[:60]}.md").write_text(f"# {title}\n\n{body}\n", encoding="utf-8")
     rows = [json.loads(line) for line in (out / "questions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     corpus = normalize("\n".join(p.read_text(encoding="utf-8") for p in sorted(docs.glob("*.md"))))
     _check(rows, corpus, "smart_tv")

@@ -11,8 +11,15 @@ import re
 from typing import Any
 
 from gateway.offline.extracts import PRONOUN, Candidate, Extract, parse_extracts, parse_fallback, terms
-from gateway.offline.question_form import answer_kind, contradicts, framing_of, is_how_to, is_problem
-from gateway.offline.sections import MAX_ANSWER_CHARS, MAX_SENTENCES, section_of, steps_of, whole_section
+from gateway.offline.question_form import answer_kind, framing_of
+from gateway.offline.sections import (
+    MAX_ANSWER_CHARS,
+    MAX_SENTENCES,
+    first_passage_steps,
+    section_of,
+    steps_of,
+    whole_section,
+)
 
 MIN_COVERAGE = 0.35
 FOLLOW_RATIO = 0.75  # a further sentence must score this close to the best one, or it adds noise
@@ -63,7 +70,8 @@ def answer(messages: list[dict[str, Any]]) -> str:
     # A section need not be named after the product ("Exporting your data" answers "export my notes").
     named = wanted - domain or wanted
     in_order = [c for _, c in scored[:1]] + candidates  # the best sentence's section first, then retrieval order
-    picked = (whole_section(in_order, named, question) or _top_procedure(scored, candidates, named, question)
+    picked = (whole_section(in_order, named, question)
+              or (scored and first_passage_steps(scored[0][1], candidates, named, question))
               or _best_sentences(scored, wanted, named, kind))
     return " ".join(_cite(text, n) for n, text in picked) if picked else fallback
 
@@ -114,28 +122,6 @@ def _best_sentences(scored: list[tuple[float, Candidate]], wanted: set[str], nam
         # "How long does an export take?" is answered by durations; the steps beside them are not.
         scored = scored[:1] + [(score, c) for score, c in scored[1:] if kind.search(c.text)]
     return _select(scored, wanted)
-
-
-def _top_procedure(scored: list[tuple[float, Candidate]], candidates: list[Candidate], named: set[str],
-                   question: str) -> list[tuple[int, str]]:
-    """The steps of retrieval's first extract, for a how-to question or a problem told ("sync is stuck")
-    whose best-scoring sentence is no step of a procedure and sits in a later extract, when that first
-    extract's section names a word of the question; else none. Why: "How do I change my password?"
-    shares both its words with a remark in an error section ("your password was changed on another
-    device") and one with "Resetting a forgotten password", which retrieval ranked first on more than
-    words; the remark is no way to do it."""
-    if not scored or not (is_how_to(question) or is_problem(question)) or not candidates:
-        return []
-    best = scored[0][1]
-    if best.extract.n == 1 or (best.pos < len(best.extract.steps) and best.extract.steps[best.pos]):
-        return []
-    for c in candidates:
-        if c.extract.n != 1:
-            break
-        name = section_of(c.extract, c.pos)
-        if named & terms(name) and not contradicts(question, name) and len(steps := steps_of(c)) > 1:
-            return steps
-    return []
 
 
 def _referent_terms(e: Extract, i: int) -> frozenset[str]:

@@ -80,7 +80,7 @@ def is_how_to(question: str) -> bool:
 def is_problem(question: str) -> bool:
     """A problem told, not asked ("the app keeps crashing on my iphone", "sync is stuck"): no question
     word opens it and no question mark ends it. Its answer is what to do, as for "How do I …?"."""
-    words = re.findall(r"[a-z']+", question.lower())
+    words = re.findall(r"[a-z']+", question.lower().replace("\u2019", "'"))  # a phone types "can’t"
     return bool(words) and "?" not in question and words[0] not in _ASKING and not _WISH.match(question)
 
 

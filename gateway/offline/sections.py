@@ -1,5 +1,6 @@
-"""Answers made of a whole section: the numbered steps of the section a how-to question is named after,
-or the opening of the section any other question is named after.
+"""Answers made of a whole section: the numbered steps of the section a how-to question is named after
+(or of retrieval's first passage, when the best sentence is a remark elsewhere), or the opening of the
+section any other question is named after.
 
 Why apart from sentence scoring (`gateway.offline.extractive`): these answers are found by the section's name,
 not by the sentences' words, since steps and openings rarely repeat the question ("Go to Settings →
@@ -9,7 +10,7 @@ Security" answers "How do I turn on 2FA?").
 from __future__ import annotations
 
 from gateway.offline.extracts import PRONOUN, Candidate, Extract, terms
-from gateway.offline.question_form import contradicts, is_how, is_how_to
+from gateway.offline.question_form import contradicts, is_how, is_how_to, is_problem
 
 # How much an answer quotes, a whole section or the best sentences alike.
 MAX_SENTENCES = 3
@@ -39,6 +40,25 @@ def _procedure(candidates: list[Candidate], wanted: set[str], question: str) -> 
             continue  # every sentence of a section leads to the same steps
         tried.add(section)
         if steps := _steps(c, wanted, question):
+            return steps
+    return []
+
+
+def first_passage_steps(best: Candidate, candidates: list[Candidate], named: set[str],
+                        question: str) -> list[tuple[int, str]]:
+    """The steps of retrieval's first extract, for a how-to question or a problem told ("sync is stuck")
+    whose best-scoring sentence (`best`) is no step and sits in a later extract, when that first
+    extract's section names a word of the question; else none. Why: "How do I change my password?"
+    shares both its words with a remark in an error section ("your password was changed on another
+    device") and one with "Resetting a forgotten password", which retrieval ranked first on more than
+    words; the remark is no way to do it. (`_procedure` needs a section named after every word.)"""
+    if not (is_how_to(question) or is_problem(question)) or best.extract.n == 1 or is_step(best):
+        return []
+    for c in candidates:
+        if c.extract.n != 1:
+            break
+        name = section_of(c.extract, c.pos)
+        if named & terms(name) and not contradicts(question, name) and len(steps := steps_of(c)) > 1:
             return steps
     return []
 
@@ -89,7 +109,7 @@ def steps_of(c: Candidate, *, anywhere: bool = False) -> list[tuple[int, str]]:
     there are at least two; else none."""
     e = c.extract
     section = section_of(e, c.pos)
-    if not anywhere and not (c.pos < len(e.steps) and e.steps[c.pos]):
+    if not anywhere and not is_step(c):
         return []
     picked = [i for i, is_step in enumerate(e.steps) if is_step and section_of(e, i) == section]
     if len({e.blocks[i] for i in picked}) < 2:
@@ -102,6 +122,11 @@ def steps_of(c: Candidate, *, anywhere: bool = False) -> list[tuple[int, str]]:
             break
         out.append((e.n, e.sentences[i]))
     return out
+
+
+def is_step(c: Candidate) -> bool:
+    """The sentence sits in a numbered list item."""
+    return c.pos < len(c.extract.steps) and c.extract.steps[c.pos]
 
 
 def section_of(e: Extract, i: int) -> str:

@@ -273,7 +273,8 @@ def test_offline_a_wish_to_know_is_not_a_procedure() -> None:
 @pytest.mark.parametrize(("text", "told"), [
     ("the app keeps crashing on my iphone", True),
     ("sync is stuck", True),
-    ("can't log in on my phone", True),
+    ("can't log in on my phone", True),  # "can't" is no "can": a problem told
+    ("can\u2019t log in on my phone", True),  # the curly apostrophe phones type, read the same
     ("whats the difference between plus and team", False),
     ("tell me about the plus plan", False),
     ("is my data encrypted", False),
