@@ -33,13 +33,12 @@
 
 from __future__ import annotations
 
-import re
-
 from qdrant_client import models as qm
 
 from gateway.settings import RetrievalSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.knowledge_index import SPARSE
+from rag.query_words import literal_words
 from rag.term_stats import TermStats
 
 # The defaults live in `RetrievalSettings` (the config schema); they are named here to carry their calibration.
@@ -154,32 +153,16 @@ def _chunk_terms(point: qm.ScoredPoint) -> set[int]:
     return set(getattr(vector, "indices", ()))
 
 
-_WORD = re.compile(r"[^\s?!,;:()\"']+")
-
-
-def _literal_words(query: str) -> list[str]:
-    """The query's literal-looking words: a digit, inner punctuation, or a capital letter anywhere
-    but the first word (plan names, error codes, product and menu names)."""
-    out: list[str] = []
-    for position, word in enumerate(_WORD.findall(query)):
-        inner = word.strip(".-_/")
-        if any(ch.isdigit() for ch in inner) or any(ch in ".-_/" for ch in inner) or (position and word[:1].isupper()) or (
-            any(ch.isupper() for ch in word[1:])
-        ):
-            out.append(inner)
-    return out
-
-
 def _literal_terms(query: str, sparse: SparseEmbedder) -> set[int]:
     """BM25 term ids of the query's literal-looking words."""
-    return set().union(*(sparse.terms(word) for word in _literal_words(query)))
+    return set().union(*(sparse.terms(word) for word in literal_words(query)))
 
 
 def _unknown_words(query: str, sparse: SparseEmbedder, dense: DenseEmbedder) -> dict[int, str]:
     """BM25 term id → word, for the query's literal-looking words that are one BM25 term and that the
     encoder's vocabulary splits into at least `UNKNOWN_WORD_MIN_PIECES` word pieces."""
     out: dict[int, str] = {}
-    for word in _literal_words(query):
+    for word in literal_words(query):
         terms = sparse.terms(word)
         if len(terms) == 1 and dense.word_pieces(word) >= UNKNOWN_WORD_MIN_PIECES:
             out[next(iter(terms))] = word

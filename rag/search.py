@@ -3,7 +3,7 @@
 Per query, one Qdrant batch call returns the dense arm's and the sparse arm's top `prefetch`,
 fused client-side by RRF exactly as Qdrant's `Fusion.RRF` (`rag.knowledge_index.rrf`); the arms' lists
 carry the real scores, so each hit says which arm found it and with what score.
-Each query's fused top max(k, RERANK_DEPTH) is then re-weighted by three priors and re-sorted, and the
+Each query's fused top max(k, RERANK_DEPTH) is then re-weighted by four priors and re-sorted, and the
 top k kept.
 - A mild length prior (`length_prior`): a chunk whose
 content (heading path excluded) is under `SHORT_CONTENT_WORDS` words has its fused score scaled by
@@ -26,7 +26,15 @@ three answers from rank 2 to rank 1 (MRR 0.855 -> 0.885) and changes no STICI ra
   query's words throughout. On S10 this moves MRR 0.907 -> 0.927 and STICI 0.638 -> 0.659;
   weights 2-5 gave 0.917-0.928 / 0.652-0.660 (bench/README.md). A chunk without sentence vectors
   (written by an older version, before its re-ingest) gets 1.
-Gate 1 (rag/gate.py, where its rules and calibration are) is unaffected by all three: it reads the
+- A named-section prior: when the query holds an identifier (`rag.query_words.identifier_words`: an
+  error code, a version, an acronym such as `E-SYNC-409`, `2fa` or `NFC`), a chunk whose own heading
+  holds all of its BM25 terms has its fused score scaled by `NAMED_SECTION_FACTOR`. Why: a help
+  center names a section after each code and also quotes codes as examples elsewhere ("quote the
+  code, for example E-SYNC-409"), and the example, with its short sentence that matches the query
+  well, outranked the section about the code. On the four tuning sets it moved four answers to
+  rank 1 and none down (S10 0.927 -> 0.937, help center 0.837 -> 0.857, its holdout 0.919 -> 0.930,
+  STICI unchanged); factors 1.5-3 and looser word rules are in bench/README.md.
+Gate 1 (rag/gate.py, where its rules and calibration are) is unaffected by all four: it reads the
 arms' dense scores and the coverage, not the fused scores. (The best sentence cosine did not separate
 answerable from off-topic questions better than the chunk cosine: bench/README.md.)
 A hit that copies an earlier one (the same text, or the same heading with nearly the same words) is
@@ -56,6 +64,7 @@ from rag.gate import (
     term_coverage,
 )
 from rag.knowledge_index import ChunkPayload, KnowledgeIndex
+from rag.query_words import identifier_words
 from storage.text import storable_text
 
 COVERAGE_PRIOR_FLOOR = 0.1
@@ -65,6 +74,7 @@ SHORT_CONTENT_WORDS = 30
 SHORT_CONTENT_EXPONENT = 0.25
 SENTENCE_PRIOR_WEIGHT = 4.0
 RERANK_DEPTH = 10
+NAMED_SECTION_FACTOR = 2.0
 """How many fused hits per query the priors re-order before the top k is kept. With the default k=5
 and a depth of 5 instead, recall@5 fell from 0.98 to 0.96 on S10 and from 0.81 to 0.785 on STICI."""
 
@@ -102,6 +112,19 @@ class HybridSearch:
         self.sparse = sparse
         self._framing_terms = frozenset().union(*(sparse.terms(word) for word in GATE_FRAMING_WORDS))
 
+    def _named_sections(self, query: str, points: list[qm.ScoredPoint]) -> set[str]:
+        """Ids of the points whose own heading holds every BM25 term of one of the query's identifiers."""
+        identifiers = [terms for terms in map(self.sparse.terms, identifier_words(query)) if terms]
+        if not identifiers:
+            return set()
+        named = set()
+        for point in points:
+            path = (point.payload or {}).get("heading_path") or []
+            heading = self.sparse.terms(path[-1]) if path else set()
+            if any(terms <= heading for terms in identifiers):
+                named.add(str(point.id))
+        return named
+
     async def search(self, bot: str, queries: list[str], retrieval: RetrievalSettings) -> SearchResult:
         """Top `retrieval.k` chunks for the queries, or a refusal when nothing is relevant."""
         # A lone surrogate (valid in JSON: an eval file, an API caller) has no UTF-8 form, and the
@@ -133,6 +156,7 @@ class HybridSearch:
                 arms.fused,
                 coverage_of={str(p.id): term_coverage(subject, p, stats) for p in arms.fused},
                 sentence_of=best_sentence_scores(dv, sentences),
+                named=self._named_sections(queries[i], arms.fused),
             ))
             for p in arms.dense:
                 dense_scores[str(p.id)] = max(dense_scores.get(str(p.id), -1.0), p.score)
@@ -203,14 +227,17 @@ _CONTENT_WORD = re.compile(r"\w+")
 
 
 def _weigh(
-    fused: list[qm.ScoredPoint], *, coverage_of: dict[str, float], sentence_of: dict[str, float]
+    fused: list[qm.ScoredPoint], *, coverage_of: dict[str, float], sentence_of: dict[str, float],
+    named: set[str] | frozenset[str] = frozenset(),
 ) -> list[qm.ScoredPoint]:
-    """One query's RRF list re-weighted by the three priors (module docstring) and re-sorted."""
+    """One query's RRF list re-weighted by the four priors (module docstring) and re-sorted; `named`
+    holds the ids of the chunks whose heading names an identifier of the query."""
 
     def weight(p: qm.ScoredPoint) -> float:
         pid = str(p.id)
         sentence = sentence_prior(sentence_of[pid]) if pid in sentence_of else 1.0
-        return length_prior(p.payload or {}) * coverage_prior(coverage_of.get(pid, 0.0)) * sentence
+        named_section = NAMED_SECTION_FACTOR if pid in named else 1.0
+        return length_prior(p.payload or {}) * coverage_prior(coverage_of.get(pid, 0.0)) * sentence * named_section
 
     weighted = (p.model_copy(update={"score": p.score * weight(p)}) for p in fused)
     return sorted(weighted, key=lambda p: p.score, reverse=True)

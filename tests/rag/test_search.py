@@ -276,3 +276,46 @@ def test_coverage_prior_ranks_the_chunk_holding_all_query_words_above_a_near_tie
     strong = _point(1, 2.5, words=60)
     hits = _fuse([_weigh([strong, full], coverage_of={"1": 0.5, "2": 1.0}, sentence_of={})], {"1": 0.7}, {"2": 9.0}, single=True)
     assert [h.heading_path[-1] for h in hits] == ["1", "2"]
+
+
+def test_identifier_words_are_codes_versions_and_acronyms_not_capitalised_words():
+    from rag.query_words import identifier_words, literal_words
+
+    assert identifier_words("E-SYNC-409 what does it mean") == ["E-SYNC-409"]
+    assert identifier_words("my 2fa code keeps getting rejected") == ["2fa"]
+    assert identifier_words("What are the benefits of NFC and payment?") == ["NFC"]
+    assert identifier_words("What changed in v1.5.7?") == ["v1.5.7"]
+    # Capitalised words are literal to gate 1's keyword override, but name no one section.
+    question = "Are my notes stored in Europe or in the US on the Team plan?"
+    assert {"Europe", "US", "Team"} <= set(literal_words(question))
+    assert identifier_words(question) == []
+
+
+async def test_the_section_named_by_an_error_code_ranks_above_a_section_quoting_it(
+        tmp_path, index, dense, sparse, sessions, monkeypatch):
+    import rag.search
+    from tests.conftest import HELP_CENTER
+
+    # The help center quotes E-SYNC-409 as an example in "Speeding things up" (contact-support.md);
+    # the section about it is "E-SYNC-409: conflicting edits" (troubleshooting-sync.md).
+    docs = (await load_directory(HELP_CENTER)).documents
+    await Ingestor(index, dense, sparse, sessions).ingest_documents("acme", "kb", docs)
+    search = HybridSearch(index, dense, sparse)
+
+    async def first_heading() -> str:
+        return (await search.search("acme", ["E-SYNC-409 what does it mean"], RETRIEVAL)).hits[0].heading_path[-1]
+
+    assert await first_heading() == "E-SYNC-409: conflicting edits"
+    monkeypatch.setattr(rag.search, "NAMED_SECTION_FACTOR", 1.0)  # without the prior, the quote wins
+    assert await first_heading() == "Speeding things up"
+
+
+def test_weigh_lifts_a_named_section_by_the_named_section_factor():
+    from rag.search import NAMED_SECTION_FACTOR
+
+    quote, named = _point(1, 1.0, words=60), _point(2, 0.6, words=60)
+    coverage = {"1": 1.0, "2": 1.0}
+    assert [str(p.id) for p in _weigh([quote, named], coverage_of=coverage, sentence_of={})] == ["1", "2"]
+    weighed = _weigh([quote, named], coverage_of=coverage, sentence_of={}, named={"2"})
+    assert [str(p.id) for p in weighed] == ["2", "1"]
+    assert weighed[0].score == pytest.approx(0.6 * NAMED_SECTION_FACTOR)
