@@ -1,5 +1,5 @@
 """What a question asks for, read from its form: a procedure, a duration, a frequency, a number or an
-amount, or a subject (the words that only frame it left out).
+amount ("how much", "what's the limit"), or a subject (the words that only frame it left out).
 
 Pure text work shared by the offline responder's scoring (`gateway.offline.extractive`).
 """
@@ -44,6 +44,12 @@ _CAN_I_USE = re.compile(r"^\s*(?:(?:can|could|may) (?:i|we|you)|how (?:do|can|sh
 # "How many devices can I use?" asks about devices: "use", "have", "get" and "need" only carry the question.
 _HOW_MANY = re.compile(r"^\s*how many\b", re.I)
 _HOW_MUCH = re.compile(r"^\s*how much\b", re.I)
+# "What's the API rate limit on Team?" and "What is the price of Plus?" ask for an amount as "how much"
+# does: "Team: 300 requests per minute", not "Above the limit the API answers with 429", which holds
+# more of the question's words. Up to three words may stand between ("the largest attachment size").
+_WHAT_AMOUNT = re.compile(r"^\s*(?:what(?:'s|’s|s|\s+is|\s+are|\s+was|\s+were)?)\s+(?:the\s+|my\s+|your\s+)?"
+                          r"(?:[\w-]+\s+){0,3}?(?:limits?|prices?|pricing|costs?|fees?|sizes?|maximum|max|minimum|"
+                          r"quotas?|capacity)\b", re.I)
 # What kind of answer a question asks for, and how a sentence that gives one looks.
 _UNIT = r"(?:second|minute|hour|day|week|month|year)s?"
 _ANSWER_KINDS = (
@@ -61,6 +67,12 @@ _ANSWER_KINDS = (
     (_HOW_MUCH,
      re.compile(r"[$€£¥]\s?\d|\d\s?(?:USD|EUR|GBP|KB|MB|GB|TB)\b|\b(?:for free|free of charge|no charge|unlimited)\b|"
                 r"\bno (?:\w+ )?limits?\b", re.I)),
+    # An amount with its unit: a price, a size, a rate ("300 requests per minute"); a bare number is
+    # not one ("HTTP status 429").
+    (_WHAT_AMOUNT,
+     re.compile(r"[$€£¥]\s?\d|\d\s?(?:%|USD|EUR|GBP|KB|MB|GB|TB)\b|\b\d[\d,.]*\s+[a-z]+\s+(?:per|a|an|each)\s+"
+                rf"(?:{_UNIT}|user|seat|token|workspace|device)s?\b|\bup to \d|\bunlimited\b|\bno (?:\w+ )?limits?\b",
+                re.I)),
 )
 _WORK, _MEAN = frozenset(terms("work")), frozenset(terms("mean"))
 _FIX = frozenset(terms("fix solve resolve troubleshoot rid"))

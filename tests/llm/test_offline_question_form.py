@@ -298,3 +298,38 @@ def test_offline_a_problem_told_gets_the_steps_of_the_first_passage() -> None:
     assert answer(told) == "Update the app to the latest version [1]. Restart the device [1]."
     asked = build_messages(BOT, history=[], user_text="Does the app crash on my iphone?", hits=[crashes, mobile])
     assert answer(asked).startswith("The apps for iPhone")
+
+
+def test_offline_what_is_the_limit_is_answered_with_an_amount() -> None:
+    # "Above the limit …" holds more of the question's words ("API", "limit"), and a bare status code;
+    # the question asks for the amount, which the Team line gives.
+    limits = FakeHit(
+        "### Rate limits\n\n- Plus: **60 requests per minute** per token.\n"
+        "- Team: **300 requests per minute** per workspace.\n\n"
+        "Above the limit the API answers with HTTP status `429 Too Many Requests` and a `Retry-After` header.",
+        "api.md", "Integrations and the API", ("Integrations and the API", "The REST API", "Rate limits"))
+    messages = build_messages(BOT, history=[], user_text="what's the API rate limit on Team", hits=[limits, PLANS])
+    assert answer(messages) == "Team: 300 requests per minute per workspace [1]."
+    # What happens past the limit asks for no amount: the 429 sentence answers it.
+    messages = build_messages(BOT, history=[], user_text="What happens when I hit the API rate limit?",
+                              hits=[limits, PLANS])
+    assert answer(messages).startswith("Above the limit the API answers with HTTP status 429")
+
+
+@pytest.mark.parametrize(("question", "asks_amount"), [
+    ("What is the price of Plus?", True),
+    ("whats the max file size on plus", True),
+    ("What are the limits of the free plan?", True),
+    ("What is the largest attachment size?", True),
+    ("What happens when I hit the rate limit?", False),
+    ("What is end-to-end encryption?", False),
+])
+def test_what_is_the_limit_or_price_asks_for_an_amount(question: str, asks_amount: bool) -> None:
+    from gateway.offline.question_form import answer_kind
+
+    kind = answer_kind(question)
+    assert (kind is not None) == asks_amount
+    if kind is not None:
+        assert kind.search("Team: 300 requests per minute per workspace.")
+        assert kind.search("It costs $6 per month.") and kind.search("25 MB on Free")
+        assert not kind.search("Above the limit the API answers with HTTP status 429 Too Many Requests.")
