@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from rag.blocks import Block, heading_texts, markdown_sections, paragraph_blocks
 from rag.splitting import merge, split_block, split_words
+from rag.tables import text_and_tables
 
 CHUNK_NAMESPACE = uuid.UUID("6f6c1a52-3c1e-4d44-9b1f-2a7e5d0c9e11")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?:])\s+(?=[A-Z0-9])|\n+")
@@ -161,7 +162,7 @@ def split_sentences(text: str, *, count_tokens: TokenCounter, max_tokens: int) -
         return count_tokens(piece) - overhead
 
     pieces: list[str] = []
-    for part in _SENTENCE_BREAK.split(_SOFT_WRAP.sub(" ", text)):
+    for part in _sentence_parts(text):
         part = " ".join(part.split())
         if len(part.split()) >= MIN_SENTENCE_WORDS:
             pieces += [part] if size(part) <= budget else split_words(part, budget=budget, size=size)
@@ -170,6 +171,15 @@ def split_sentences(text: str, *, count_tokens: TokenCounter, max_tokens: int) -
     if len(pieces) > MAX_SENTENCES:
         pieces = merge(pieces, budget=budget, size=size, sep=" ")
     return tuple(pieces[:MAX_SENTENCES])
+
+
+def _sentence_parts(text: str) -> list[str]:
+    """The text cut at sentence ends and line breaks, with each table row one part, read with its
+    header ("Largest attachment; Free: 25 MB; Plus: 250 MB"): its colons end no sentence."""
+    parts: list[str] = []
+    for segment in text_and_tables(_SOFT_WRAP.sub(" ", text)):
+        parts += segment if isinstance(segment, list) else _SENTENCE_BREAK.split(segment)
+    return parts
 
 
 def _fit_head(body: str, *, prefix: str, count_tokens: TokenCounter, max_tokens: int) -> str:

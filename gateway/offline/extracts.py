@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gateway.pipeline.prompts import EXTRACT_TAG, FALLBACK_TAG
+from rag.tables import table_rows
 
 DEFAULT_FALLBACK = "I don't know the answer to that."
 MAX_LIST_CHARS = 400  # a sentence ending in ":" takes its list along only if the two stay readable
@@ -247,7 +248,7 @@ def _blocks(text: str) -> list[_Block]:
             blocks.append(_Block(" ".join(current), is_item, heading, is_step))
         current, is_item, is_step = [], False, False
         if table:
-            blocks.extend(_Block(row, True, heading, False, is_row=True) for row in _table_rows(table))
+            blocks.extend(_Block(row, True, heading, False, is_row=True) for row in table_rows(table))
             table.clear()
 
     for line in text.splitlines():
@@ -276,22 +277,6 @@ def _blocks(text: str) -> list[_Block]:
         current.append(stripped)
     flush()
     return blocks
-
-
-def _table_rows(lines: list[str]) -> list[str]:
-    """A Markdown table's body rows as "Header: cell; Header: cell" (cells alone without a header row).
-    Why: "| Free | email | 3 business days |" answers "how fast does support reply?" only with the
-    header's words beside each cell."""
-    rows = [[cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))] for line in lines]
-    header: list[str] = []
-    if len(rows) >= 2 and all(set(cell) <= set("-: ") and cell for cell in rows[1]):
-        header, rows = rows[0], rows[2:]
-    out = []
-    for cells in rows:
-        pairs = [f"{name}: {cell}" if name else cell for name, cell in zip(header or [""] * len(cells), cells) if cell]
-        if pairs:
-            out.append("; ".join(pairs))
-    return out
 
 
 def _cut_short(piece: str) -> bool:

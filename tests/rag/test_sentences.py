@@ -21,7 +21,8 @@ from rag.index import LAYOUT_RECHECK_S, QdrantIndex, open_index
 from rag.ingest import Ingestor
 from rag.knowledge_index import DENSE, SPARSE, collection_name
 from rag.search import HybridSearch, _weigh, best_sentence_scores, sentence_prior
-from rag.sources import Document
+from rag.sources import Document, load_directory
+from rag.tables import text_and_tables
 from storage.models import Document as DocumentRow
 from tests.rag.kb import write_kb
 
@@ -57,6 +58,35 @@ def test_split_sentences_cuts_at_sentence_ends_and_lines_and_drops_labels(dense)
     )
     # A text with no piece of three words still gives itself.
     assert split_sentences("Hello there.", count_tokens=dense.count_tokens, max_tokens=256) == ("Hello there.",)
+
+
+def test_a_table_row_is_one_sentence_read_with_its_header(dense):
+    # Alone, "| Largest attachment | 25 MB | 250 MB | 1 GB |" says nothing of whose each size is; and
+    # the colons of "Free: 25 MB" must end no sentence.
+    text = ("Limits per plan:\n\n| | Free | Plus |\n|---|---|---|\n| Largest attachment | 25 MB | 250 MB |\n"
+            "| Version history | 7 days | 1 year |\n\nUpgrade any time.")
+    assert split_sentences(text, count_tokens=dense.count_tokens, max_tokens=256) == (
+        "Limits per plan:",
+        "Largest attachment; Free: 25 MB; Plus: 250 MB",
+        "Version history; Free: 7 days; Plus: 1 year",
+        "Upgrade any time.",
+    )
+    # Inside a code fence, a line that starts with "|" is code, not a table.
+    fenced = "```\n| not | a table |\n```"
+    assert text_and_tables(fenced) == [fenced]
+    assert text_and_tables("no table here") == ["no table here"]
+
+
+async def test_a_table_row_read_with_its_header_lifts_its_chunk(tmp_path, index, dense, sparse, sessions):
+    from tests.conftest import HELP_CENTER
+
+    # The help center's price table holds the gold row; before rows were read with their header
+    # the table ranked 6th for this question (bench/README.md).
+    docs = [d for d in (await load_directory(HELP_CENTER)).documents]
+    await Ingestor(index, dense, sparse, sessions).ingest_documents("acme", "kb", docs)
+    result = await HybridSearch(index, dense, sparse).search(
+        "acme", ["how much is plus if i pay for a whole year"], RetrievalSettings(k=5))
+    assert "Plan comparison" in [h.heading_path[-1] for h in result.hits[:3]]
 
 
 def test_split_sentences_fits_the_encoder_and_keeps_every_word_of_many_sentences(dense):
