@@ -25,8 +25,8 @@ Rules (each has a test in tests/rag/test_chunking.py):
   must not reach users, and an inlined image carries no words.
 - Chunk ids are uuid5 of bot, source, document, heading path and content: re-ingesting the same
   content gives the same ids.
-- Each chunk also lists its `sentences` (`split_sentences`): sentence ends, list items and lines,
-  each of at least `MIN_SENTENCE_WORDS` words and within `max_tokens`. Ingest embeds each one;
+- Each chunk also lists its `sentences` (`split_sentences`): sentence ends, list items, lines and
+  table rows (read with their header, `rag.tables`), each of at least `MIN_SENTENCE_WORDS` words and within `max_tokens`. Ingest embeds each one;
   search reads the best sentence's cosine as a ranking prior (`rag.search`).
 """
 
