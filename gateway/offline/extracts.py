@@ -59,8 +59,22 @@ _STOPWORDS = frozenset(
 )
 
 
+# A customer writes "I forgot my passphrase", the page "If you forget the passphrase": the past forms
+# of the verbs a help center uses, which no suffix rule reaches.
+_IRREGULAR = {
+    "forgot": "forget", "forgotten": "forget", "paid": "pay", "lost": "lose", "sent": "send", "took": "take",
+    "taken": "take", "bought": "buy", "chose": "choose", "chosen": "choose", "wrote": "write",
+    "written": "write", "made": "make", "broke": "break", "broken": "break", "stole": "steal",
+    "stolen": "steal", "saw": "see", "seen": "see", "gave": "give", "given": "give", "came": "come",
+    "ran": "run", "began": "begin", "begun": "begin", "kept": "keep", "sold": "sell", "froze": "freeze",
+    "frozen": "freeze", "shown": "show", "hidden": "hide", "hid": "hide", "understood": "understand",
+}
+
+
 def stem(word: str) -> str:
-    """A deliberately light stemmer: enough to match refund/refunds/refunded, charge/charges."""
+    """A deliberately light stemmer: enough to match refund/refunds/refunded, charge/charges, and the
+    past forms in `_IRREGULAR` (forgot/forget, paid/pay)."""
+    word = _IRREGULAR.get(word, word)
     for suffix, repl, min_len in (("ies", "y", 5), ("sses", "ss", 6), ("ing", "", 6), ("ed", "", 5),
                                   ("ly", "", 5), ("s", "", 4)):
         if word.endswith(suffix) and len(word) >= min_len and not word.endswith("ss"):

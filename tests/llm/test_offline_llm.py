@@ -176,6 +176,23 @@ def test_split_sentences_drops_headings_and_markdown() -> None:
 def test_stem_matches_inflections() -> None:
     assert stem("refunds") == stem("refunded") == stem("refund")
     assert stem("charges") == stem("charge") == stem("charged")
+    # Past forms no suffix rule reaches: "I forgot my passphrase" / "If you forget the passphrase".
+    assert stem("forgot") == stem("forgotten") == stem("forget")
+    assert stem("paid") == stem("pay") and stem("lost") == stem("lose") and stem("stolen") == stem("steal")
+
+
+def test_offline_matches_a_past_form_to_the_verb_the_page_uses() -> None:
+    from tests.llm.hits import FakeHit
+
+    security = FakeHit(
+        "## How your notes are protected\n\n- **End-to-end encrypted notebooks** (Plus and Team): notes in these "
+        "notebooks are encrypted on your device with a passphrase only you know. Our staff and servers cannot "
+        "read them. If you forget the passphrase, **nobody can recover these notes**, not even support.",
+        "security.md", "Security and privacy", ("Security and privacy", "How your notes are protected"))
+    bot = BotSettings(name="demo", fallback_text="Sorry.")
+    messages = build_messages(bot, history=[], user_text="I forgot the passphrase for my notebook, can support reset it?",
+                              hits=[security])
+    assert "If you forget the passphrase, nobody can recover these notes, not even support [1]." in answer(messages)
 
 
 def test_offline_introduces_a_pronoun_sentence_with_its_section() -> None:
