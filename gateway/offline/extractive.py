@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from gateway.offline.extracts import PRONOUN, Candidate, Extract, parse_extracts, parse_fallback, terms
-from gateway.offline.question_form import answer_kind, framing_of
+from gateway.offline.question_form import ASKING_WORDS, answer_kind, framing_of
 from gateway.offline.sections import (
     MAX_ANSWER_CHARS,
     MAX_SENTENCES,
@@ -40,7 +40,6 @@ RANK_DECAY = 0.9
 _ABOUT_PAGE = re.compile(
     r"^(?:how to\b|learn (?:how|about)\b|find out\b|(?:this|the following) (?:page|article|guide|section|document|"
     r"chapter|faq)\b|here (?:you|we)\b|(?:on|in) this (?:page|article|guide|section)\b)", re.I)
-_QUESTION_WORDS = frozenset("how what why when where which who whom whose can do does is are should".split())
 
 
 def _content(message: dict[str, Any]) -> str:
@@ -226,7 +225,7 @@ def _subject(c: Candidate) -> str | None:
     e, i = c.extract, c.pos
     name = (e.subjects[i] if i < len(e.subjects) else "").strip()
     words = name.split()
-    if not words or len(words) > 4 or name.endswith("?") or words[0].lower() in _QUESTION_WORDS:
+    if not words or len(words) > 4 or name.endswith("?") or words[0].lower() in ASKING_WORDS:
         return None
     return name
 

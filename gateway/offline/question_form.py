@@ -18,8 +18,9 @@ _HOW = re.compile(r"^\s*how\b", re.I)
 # section that answers ("How to ask for a refund") does not say "want", "need" or "like".
 _WISH = re.compile(r"^\s*(?:i|we)(?:'d|’d| would)?\s+(?:really\s+)?(?:want|need|like|wish)"
                    r"\s+(?:to|a|an|my|our)\b", re.I)
-# Words that open a question (or a request: "tell me about …", "explain …"), not a problem told.
-_ASKING = frozenset("how what what's whats why when where which who whom whose can could may do does did is are was "
+# Words that open a question (or a request: "tell me about …", "explain …"), not a problem told or a
+# section named after its subject.
+ASKING_WORDS = frozenset("how what what's whats why when where which who whom whose can could may do does did is are was "
                     "were will would should shall have has tell explain show describe list give any".split())
 _OPPOSITE = {"on": "off", "off": "on", "up": "down", "down": "up", "in": "out", "out": "in"}
 _FRAMING_TERMS = frozenset(terms(" ".join(FRAMING_WORDS)))
@@ -93,7 +94,7 @@ def is_problem(question: str) -> bool:
     """A problem told, not asked ("the app keeps crashing on my iphone", "sync is stuck"): no question
     word opens it and no question mark ends it. Its answer is what to do, as for "How do I …?"."""
     words = re.findall(r"[a-z']+", question.lower().replace("\u2019", "'"))  # a phone types "can’t"
-    return bool(words) and "?" not in question and words[0] not in _ASKING and not _WISH.match(question)
+    return bool(words) and "?" not in question and words[0] not in ASKING_WORDS and not _WISH.match(question)
 
 
 def is_how(question: str) -> bool:
