@@ -57,9 +57,10 @@ from storage.models import Document as DocumentRow
 
 log = logging.getLogger(__name__)
 
+# 5: a table row is one sentence, read with its header (`rag.tables`);
 # 4: a token count has a length floor (`rag.chunking.MAX_CHARS_PER_TOKEN`);
 # 3: HTML comments and data: URIs dropped, fences nested in list items and quotes kept whole.
-CHUNKER_VERSION = "4"
+CHUNKER_VERSION = "5"
 """Bump when chunking changes, so the next ingest re-chunks every document."""
 FLUSH_CHUNKS = 256
 EMBED_STEP = 64
@@ -263,8 +264,11 @@ class Ingestor:
             else:
                 old = set(row.chunk_ids) - absent if row else set()  # what the index holds of the document
                 ids = {c.chunk_id for c in chunks}
+                # A chunk id names the chunk's text, not how it was embedded: under other settings (a
+                # chunker version that reads its sentences otherwise, another model) a kept id is stale too.
+                kept = old if row is not None and row.settings_hash == self.settings_hash else set()
                 pending.append(
-                    _Pending(doc, content_hash, chunks, [c for c in chunks if c.chunk_id not in old], sorted(old - ids), row)
+                    _Pending(doc, content_hash, chunks, [c for c in chunks if c.chunk_id not in kept], sorted(old - ids), row)
                 )
                 if sum(len(p.new) for p in pending) >= FLUSH_CHUNKS:
                     bad |= await self._flush(bot, source, pending, report, tally)

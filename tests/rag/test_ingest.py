@@ -87,6 +87,32 @@ async def test_ingest_incremental_skips_unchanged_replaces_changed_removes_delet
     assert sum(len(r.chunk_ids) for r in rows) == total - 1
 
 
+async def test_a_new_chunker_version_embeds_again_the_chunks_whose_text_it_kept(tmp_path, index, dense, sparse, sessions,
+                                                                                monkeypatch):
+    # Chunk ids name the text; a chunker version that reads sentences otherwise (table rows, version 5)
+    # keeps the ids but not the vectors, so every chunk is embedded again, once.
+    folder = write_kb(tmp_path / "kb")
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+    first = await Ingestor(index, dense, sparse, sessions).ingest_source("acme", source)
+    ids = await _chunk_ids(sessions)
+
+    monkeypatch.setattr(rag.ingest, "CHUNKER_VERSION", "next")
+    counting = CountingEmbedder(dense)
+    upgraded = Ingestor(index, counting, sparse, sessions)
+    again = await upgraded.ingest_source("acme", source)
+    assert (again.added, again.updated, again.deleted, again.unchanged) == (0, first.added, 0, 0)
+    assert len(counting.calls[0]) == first.added and await index.count("acme") == first.added
+    assert await _chunk_ids(sessions) == ids and await upgraded.index.present_ids("acme", sorted(ids)) == ids
+    counting.calls.clear()
+    settled = await upgraded.ingest_source("acme", source)
+    assert counting.embedded == [] and settled.unchanged == first.added
+
+
+async def _chunk_ids(sessions) -> set[str]:
+    async with sessions() as session:
+        return {i for ids in (await session.execute(select(DocumentRow.chunk_ids))).scalars() for i in ids}
+
+
 async def test_ingest_bot_failing_source_recorded_others_continue(tmp_path, index, dense, sparse, sessions):
     folder = write_kb(tmp_path / "kb")
     bot = BotSettings(
