@@ -26,8 +26,9 @@ Rules (each has a test in tests/rag/test_chunking.py):
 - Chunk ids are uuid5 of bot, source, document, heading path and content: re-ingesting the same
   content gives the same ids.
 - Each chunk also lists its `sentences` (`split_sentences`): sentence ends, list items, lines and
-  table rows (read with their header, `rag.tables`), each of at least `MIN_SENTENCE_WORDS` words and within `max_tokens`. Ingest embeds each one;
-  search reads the best sentence's cosine as a ranking prior (`rag.search`).
+  table rows (read with their header, `rag.tables`), each of at least `MIN_SENTENCE_WORDS` words and
+  within `max_tokens`. Ingest embeds each one; search reads the best sentence's cosine as a ranking
+  prior (`rag.search`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Markdown table rows read with their header: "Label; Header: cell; Header: cell".
 
 Why: a row alone ("| Largest attachment | 25 MB | 250 MB | 1 GB |") does not say whose each cell is;
-"Largest attachment; Free: 25 MB; Plus: 250 MB; Team: 1 GB" does. Ingest embeds each row so, as one of its
-chunk's sentences (`rag.chunking.split_sentences`, through `text_and_tables`), and the offline responder quotes rows so.
+"Largest attachment; Free: 25 MB; Plus: 250 MB; Team: 1 GB" does. Ingest embeds each row so, as one of
+its chunk's sentences (`rag.chunking.split_sentences`, through `text_and_tables`), and the offline
+responder quotes rows so (`gateway.offline.extracts`, which finds the tables in its own block reader).
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def steps_of(c: Candidate, *, anywhere: bool = False) -> list[tuple[int, str]]:
     section = section_of(e, c.pos)
     if not anywhere and not is_step(c):
         return []
-    picked = [i for i, is_step in enumerate(e.steps) if is_step and section_of(e, i) == section]
+    picked = [i for i, numbered in enumerate(e.steps) if numbered and section_of(e, i) == section]
     if len({e.blocks[i] for i in picked}) < 2:
         return []  # one numbered item is not a procedure
     out: list[tuple[int, str]] = []

@@ -182,8 +182,6 @@ def test_stem_matches_inflections() -> None:
 
 
 def test_offline_matches_a_past_form_to_the_verb_the_page_uses() -> None:
-    from tests.llm.hits import FakeHit
-
     security = FakeHit(
         "## How your notes are protected\n\n- **End-to-end encrypted notebooks** (Plus and Team): notes in these "
         "notebooks are encrypted on your device with a passphrase only you know. Our staff and servers cannot "
