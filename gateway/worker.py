@@ -170,8 +170,19 @@ class Worker:
             claimed += 1
             task = asyncio.create_task(self._drain(conversation_id), name=f"conversation-{conversation_id}")
             self._active[conversation_id] = task
-            task.add_done_callback(lambda _t, cid=conversation_id: self._active.pop(cid, None))
+            task.add_done_callback(lambda done, cid=conversation_id: self._drain_finished(cid, done))
         return claimed
+
+    def _drain_finished(self, conversation_id: int, task: asyncio.Task) -> None:
+        """Forget a finished drain, and log one the database ended (a restart, a failover) with its
+        conversation. Its messages stay pending and its lease is released or lapses, so a later claim
+        round takes the conversation again. Why here: nothing awaits a drain, so its error was only
+        asyncio's "Task exception was never retrieved", at garbage collection, naming no conversation."""
+        self._active.pop(conversation_id, None)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("worker.drain_failed", conversation_id=conversation_id, error=type(error).__name__,
+                      exc_info=error)
+            self._wake.set()
 
     async def _drain(self, conversation_id: int) -> None:
         """Process the conversation's pending messages in order while holding its lease."""

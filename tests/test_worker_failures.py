@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+import structlog
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from gateway.pipeline import PipelineResult
 from storage.models import Message, Usage
@@ -161,4 +163,37 @@ async def test_a_tool_call_an_attempt_finished_is_replayed_after_a_crash_then_fo
         inbound = (await session.execute(select(Message).where(Message.direction == "in"))).scalar_one()
     # Answered, so never attempted again: the journal is not kept beside the reply's own record.
     assert inbound.status == "done" and "tool_runs" not in (inbound.meta or {})
+    await engine.dispose()
+
+
+async def test_a_drain_the_database_ended_is_logged_with_its_conversation_and_taken_again(migrated_url, monkeypatch):
+    # A PostgreSQL restart between two messages: reading the next pending message raises. Nothing awaits
+    # a drain, so before, asyncio reported it only at garbage collection ("Task exception was never
+    # retrieved"), naming no conversation. Its messages must still be answered, once each.
+    from gateway import worker as worker_module
+
+    real_next_pending = worker_module.repo.next_pending
+    failures = []
+
+    async def next_pending_failing_once(session, *, conversation_id):
+        if not failures:
+            failures.append(conversation_id)
+            raise OperationalError("SELECT", {}, ConnectionError("the database system is starting up"))
+        return await real_next_pending(session, conversation_id=conversation_id)
+
+    monkeypatch.setattr(worker_module.repo, "next_pending", next_pending_failing_once)
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, EchoPipeline())
+    for n in range(2):
+        await inbox.accept("acme", chat_message("alice", n))
+    with structlog.testing.capture_logs() as logs:
+        await worker.start()
+        for _ in range(200):
+            if len(adapter.sent) == 2:
+                break
+            await asyncio.sleep(0.05)
+        await worker.stop()
+    failed = [e for e in logs if e["event"] == "worker.drain_failed"]
+    assert [(e["conversation_id"], e["error"], e["log_level"]) for e in failed] == [
+        (failures[0], "OperationalError", "error")]
+    assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1"]
     await engine.dispose()
