@@ -49,7 +49,7 @@ class Knowledge:
         self._source_locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
         self._source_runs = asyncio.Semaphore(MAX_SOURCE_RUNS)
         self._running: set[asyncio.Task] = set()  # tasks inside `ingest_source`, for `close`
-        self._background: set[asyncio.Task] = set()  # `start_ingest`'s, held until they end
+        self._background: set[asyncio.Task] = set()  # `start_ingest`'s and the server check, held until they end
 
     async def open(self) -> None:
         """Open the index (raises `IndexBusy` if another process holds the folder) and load the models."""
@@ -61,6 +61,11 @@ class Knowledge:
         if self._index is not None:
             return
         self._index = open_index(self._settings.qdrant)
+        if self._settings.qdrant.url and hasattr(self._index, "check_server_version"):
+            # In the background: a server that is down must not hold up the start (it is logged, and /readyz says so).
+            task = asyncio.create_task(self._index.check_server_version(), name="qdrant-version-check")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         dense = await asyncio.to_thread(DenseEmbedder.from_settings, self._settings.embedding)
         sparse = await asyncio.to_thread(SparseEmbedder)
         self._search = HybridSearch(self._index, dense, sparse)

@@ -11,12 +11,14 @@ message that says what to do.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import time
 
 import numpy as np
 from qdrant_client import AsyncQdrantClient
 from qdrant_client import models as qm
+from qdrant_client.common.version_check import is_compatible
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from gateway.errors import ConfigError, IndexBusy, RetrievalError
@@ -56,9 +58,10 @@ def open_index(settings: QdrantSettings) -> KnowledgeIndex:
 class QdrantIndex:
     """Thin async wrapper over `AsyncQdrantClient` with the gateway's collection layout."""
 
-    def __init__(self, client: AsyncQdrantClient) -> None:
+    def __init__(self, client: AsyncQdrantClient, *, url: str | None = None) -> None:
         local_sparse.install()  # local mode's BM25 scoring, 10x faster with the same scores; idle on a server
         self.client = client
+        self.url = url  # the server's, None in local mode
         self._known: set[str] = set()  # collections seen to exist
         self._checked: set[str] = set()  # ... and checked against the embedder and the layout
         self._has_sentences: dict[str, bool] = {}  # bot -> its collection's layout has sentence vectors
@@ -70,7 +73,12 @@ class QdrantIndex:
     def from_settings(cls, settings: QdrantSettings) -> "QdrantIndex":
         """Connect to a server when `url` is set, else open the local folder `path`."""
         if settings.url:
-            return cls(AsyncQdrantClient(url=settings.url, api_key=settings.api_key, timeout=int(settings.timeout)))
+            # check_compatibility=False: `check_server_version` does it, asynchronously and with the URL
+            # in its message. The client's own check sends a blocking request from a thread at
+            # construction and, with the server down, only warns "Failed to obtain server version".
+            client = AsyncQdrantClient(url=settings.url, api_key=settings.api_key, timeout=int(settings.timeout),
+                                       check_compatibility=False)
+            return cls(client, url=settings.url)
         if not settings.path:
             raise ConfigError("qdrant", "set qdrant.path (local mode) or qdrant.url (server)")
         try:
@@ -92,6 +100,26 @@ class QdrantIndex:
     async def ping(self) -> None:
         """Raise `RetrievalError` unless Qdrant answers."""
         await self._call(self.client.get_collections())
+
+    async def check_server_version(self) -> str | None:
+        """For a Qdrant server: log, and return, why this client may not work with it (its version is a
+        major or more than one minor release away, qdrant-client's own rule, or it does not answer);
+        None when it is compatible, and always in local mode."""
+        if self.url is None:
+            return None
+        client_version = importlib.metadata.version("qdrant-client")
+        try:
+            server_version = (await self.client.info()).version
+        except Exception as exc:  # a down server is reported here and by /readyz, and must not stop the start
+            problem = (f"the Qdrant server at {self.url} does not answer ({type(exc).__name__}); searches get the "
+                       "search-down reply and ingests fail until it does")
+        else:
+            if is_compatible(client_version, server_version):
+                return None
+            problem = (f"the Qdrant server at {self.url} runs {server_version}, and qdrant-client {client_version} "
+                       "supports servers of its own major version within one minor release: upgrade one of them")
+        log.warning(problem)
+        return problem
 
     async def ensure_collection(self, bot: str, dim: int) -> None:
         """Create the bot's collection if missing; refuse a dense size that does not match.
