@@ -24,7 +24,8 @@
 - A name the encoder does not know also overrides, however few of the query's other words the chunk
   holds: a literal-looking word that is one BM25 term, that the encoder's vocabulary splits into at
   least `UNKNOWN_WORD_MIN_PIECES` word pieces (`Karpathy` → ka ##rp ##athy, `BM25` → b ##m ##25; the
-  vocabulary holds common English words whole), and that a BM25 top hit holds while it is rare in
+  vocabulary holds common English words whole, so `on-screen`, two of them, is known:
+  `unknown_to_encoder`), and that a BM25 top hit holds while it is rare in
   the bot's collection. Why: "What is Karpathy known for?" shares only the name with its chunk
   (coverage 1 of 2 terms) and MiniLM scores it 0.21, yet a word that is rare in English and present
   in this knowledge base says the question is about it. Names shared by chance are common words
@@ -32,6 +33,8 @@
 """
 
 from __future__ import annotations
+
+import re
 
 from qdrant_client import models as qm
 
@@ -160,10 +163,23 @@ def _literal_terms(query: str, sparse: SparseEmbedder) -> set[int]:
 
 def _unknown_words(query: str, sparse: SparseEmbedder, dense: DenseEmbedder) -> dict[int, str]:
     """BM25 term id → word, for the query's literal-looking words that are one BM25 term and that the
-    encoder's vocabulary splits into at least `UNKNOWN_WORD_MIN_PIECES` word pieces."""
+    encoder does not know (`unknown_to_encoder`)."""
     out: dict[int, str] = {}
     for word in literal_words(query):
         terms = sparse.terms(word)
-        if len(terms) == 1 and dense.word_pieces(word) >= UNKNOWN_WORD_MIN_PIECES:
+        if len(terms) == 1 and unknown_to_encoder(word, dense):
             out[next(iter(terms))] = word
     return out
+
+
+def unknown_to_encoder(word: str, dense: DenseEmbedder) -> bool:
+    """Whether the encoder's vocabulary lacks `word`: its parts between inner punctuation take at least
+    `UNKNOWN_WORD_MIN_PIECES` word pieces in all, and one part is not a whole piece. Why per part: a
+    compound of words the encoder knows (`on-screen` → on - screen, `wi-fi`, `set-top`) is no name it
+    has never seen, and counting its hyphen as a piece let "… typing on the on-screen keyboard", a TV
+    question, through to a notes app's help center; `E-SYNC-409` (… 40 ##9) and `HDMI-CEC` stay unknown."""
+    pieces = [dense.word_pieces(part) for part in _WORD_PARTS.split(word) if part]
+    return sum(pieces) >= UNKNOWN_WORD_MIN_PIECES and max(pieces, default=0) > 1
+
+
+_WORD_PARTS = re.compile(r"[._/-]+")

@@ -7,7 +7,13 @@ from qdrant_client import models as qm
 
 from gateway.errors import IndexBusy
 from gateway.settings import QdrantSettings, RetrievalSettings
-from rag.gate import DEFAULT_LEXICAL_CREDIT, DEFAULT_MIN_DENSE_SCORE, lexical_coverage, subject_terms
+from rag.gate import (
+    DEFAULT_LEXICAL_CREDIT,
+    DEFAULT_MIN_DENSE_SCORE,
+    lexical_coverage,
+    subject_terms,
+    unknown_to_encoder,
+)
 from rag.index import open_index
 from rag.ingest import Ingestor
 from rag.knowledge_index import collection_name
@@ -172,6 +178,25 @@ async def test_gate_keyword_override_lets_a_name_the_encoder_does_not_know_throu
     for question in ["What is Starter known for?", "What is Przybylski known for?"]:
         result = await kb.search("acme", [question], strict)
         assert result.refused and not result.keyword_override, question
+
+
+def test_a_compound_of_known_words_is_no_word_the_encoder_does_not_know(dense):
+    for word in ["Karpathy", "BM25", "E-SYNC-409", "HDMI-CEC", "Wrzesniewski"]:
+        assert unknown_to_encoder(word, dense), word
+    # on - screen is three pieces, but two words MiniLM knows whole; 2fa is two pieces in all.
+    for word in ["on-screen", "wi-fi", "built-in", "mo.ui.text", "2fa", "Starter"]:
+        assert not unknown_to_encoder(word, dense), word
+
+
+async def test_a_rare_compound_of_common_words_does_not_override_the_gate(kb, index, dense, sparse, sessions):
+    reader = Document("reader.md", "Reader", None, "# Reader\n\n## Reading mode\n\nLong notes open in the on-screen reader.",
+                      "markdown")
+    await Ingestor(index, dense, sparse, sessions).ingest_documents("acme", "reader", [reader])
+    strict = RETRIEVAL.model_copy(update={"min_dense_score": 0.99, "lexical_credit": 0.0})
+    # A TV question that shares only "on-screen" with a notes app's help center (the unseen Smart TV
+    # set against the demo's help center let it through as "a word the encoder does not know").
+    result = await kb.search("acme", ["can i dictate into the remote instead of typing on the on-screen keyboard"], strict)
+    assert result.refused and not result.keyword_override, result.reason
 
 
 async def test_search_fuses_several_queries(kb):
