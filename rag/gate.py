@@ -34,14 +34,12 @@
 
 from __future__ import annotations
 
-import re
-
 from qdrant_client import models as qm
 
 from gateway.settings import RetrievalSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.knowledge_index import SPARSE
-from rag.query_words import literal_words
+from rag.query_words import literal_words, word_parts
 from rag.term_stats import TermStats
 
 # The defaults live in `RetrievalSettings` (the config schema); they are named here to carry their calibration.
@@ -178,8 +176,5 @@ def unknown_to_encoder(word: str, dense: DenseEmbedder) -> bool:
     compound of words the encoder knows (`on-screen` → on - screen, `wi-fi`, `set-top`) is no name it
     has never seen, and counting its hyphen as a piece let "… typing on the on-screen keyboard", a TV
     question, through to a notes app's help center; `E-SYNC-409` (… 40 ##9) and `HDMI-CEC` stay unknown."""
-    pieces = [dense.word_pieces(part) for part in _WORD_PARTS.split(word) if part]
+    pieces = [dense.word_pieces(part) for part in word_parts(word)]
     return sum(pieces) >= UNKNOWN_WORD_MIN_PIECES and max(pieces, default=0) > 1
-
-
-_WORD_PARTS = re.compile(r"[._/-]+")

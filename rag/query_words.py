@@ -36,5 +36,13 @@ def identifier_words(query: str) -> list[str]:
             if _has_digit_or_inner_punctuation(word) or sum(ch.isupper() for ch in word) >= IDENTIFIER_MIN_CAPITALS]
 
 
+def word_parts(word: str) -> list[str]:
+    """The parts of a word between its inner punctuation (`E-SYNC-409` → E, SYNC, 409)."""
+    return [part for part in _PARTS.split(word) if part]
+
+
+_PARTS = re.compile(f"[{re.escape(_INNER_PUNCTUATION)}]+")
+
+
 def _has_digit_or_inner_punctuation(word: str) -> bool:
     return any(ch.isdigit() for ch in word) or any(ch in _INNER_PUNCTUATION for ch in word)

@@ -17,6 +17,7 @@ from rag.gate import (
 from rag.index import open_index
 from rag.ingest import Ingestor
 from rag.knowledge_index import collection_name
+from rag.query_words import word_parts
 from rag.search import SHORT_CONTENT_WORDS, HybridSearch, _fuse, _weigh, coverage_prior, length_prior
 from rag.sources import Document, load_directory
 from rag.term_stats import TermStats
@@ -178,6 +179,12 @@ async def test_gate_keyword_override_lets_a_name_the_encoder_does_not_know_throu
     for question in ["What is Starter known for?", "What is Przybylski known for?"]:
         result = await kb.search("acme", [question], strict)
         assert result.refused and not result.keyword_override, question
+
+
+def test_word_parts_split_at_inner_punctuation():
+    assert word_parts("E-SYNC-409") == ["E", "SYNC", "409"]
+    assert word_parts("mo.ui.text") == ["mo", "ui", "text"] and word_parts("x86_64/arm") == ["x86", "64", "arm"]
+    assert word_parts("Karpathy") == ["Karpathy"]
 
 
 def test_a_compound_of_known_words_is_no_word_the_encoder_does_not_know(dense):
