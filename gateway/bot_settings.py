@@ -19,6 +19,9 @@ class RetrievalSettings(_Strict):
 
     k: int = Field(default=5, ge=1, le=50)
     prefetch: int = Field(default=40, ge=1, le=500)
+    # RRF's constant for fusing the dense and BM25 arms: 1 / (rank + rrf_k - 1) per arm. 2 is Qdrant's
+    # own and ranked best on the four tuning sets with the priors on; 60 is the common recipe (bench/README.md).
+    rrf_k: int = Field(default=2, ge=1, le=1000)
     # Gate 1: refuse when best dense cosine + lexical_credit x lexical coverage < min_dense_score.
     # Calibrated on two unrelated corpora (rag/gate.py, README).
     min_dense_score: float = Field(default=0.46, ge=-1.0, le=1.0)

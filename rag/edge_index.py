@@ -28,6 +28,7 @@ from qdrant_client import models as qm
 from gateway.errors import ConfigError, IndexBusy, RetrievalError
 from rag.knowledge_index import (
     DENSE,
+    RRF_K,
     SENTENCES,
     SPARSE,
     ArmResults,
@@ -120,7 +121,7 @@ class EdgeIndex:
         return found
 
     async def hybrid_query(
-        self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int
+        self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int, rrf_k: int = RRF_K
     ) -> ArmResults:
         """Each arm's top `prefetch` in one batch, fused by `rrf` (as `QdrantIndex.hybrid_query`: the arms
         keep their own scores, which gate 1 needs; edge's in-engine fusion returns ranks only)."""
@@ -134,7 +135,7 @@ class EdgeIndex:
         by_dense, by_sparse = (
             [_scored(p) for p in arm] for arm in await self._run(lambda: self._shards[bot].query_batch(request))
         )
-        return ArmResults(rrf([by_dense, by_sparse], limit=limit), by_dense, by_sparse)
+        return ArmResults(rrf([by_dense, by_sparse], limit=limit, k=rrf_k), by_dense, by_sparse)
 
     async def sentence_vectors(self, bot: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Each listed chunk's sentence vectors (rows of unit vectors); chunks without any are left out."""

@@ -26,6 +26,7 @@ from gateway.settings import QdrantSettings
 from rag import local_sparse
 from rag.knowledge_index import (
     DENSE,
+    RRF_K,
     SENTENCES,
     SPARSE,
     ArmResults,
@@ -209,9 +210,9 @@ class QdrantIndex:
         return found
 
     async def hybrid_query(
-        self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int
+        self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int, rrf_k: int = RRF_K
     ) -> ArmResults:
-        """Each arm's top `prefetch` in one batch call, fused client-side by RRF into the top `limit`.
+        """Each arm's top `prefetch` in one batch call, fused client-side by RRF (constant `rrf_k`) into the top `limit`.
         Points carry their payload and their BM25 vector (gate 1 reads which query terms they hold).
 
         Why not Qdrant's own `FusionQuery`: it returns ranks only, so the arms' real scores needed a
@@ -225,7 +226,7 @@ class QdrantIndex:
             qm.QueryRequest(query=sparse, using=SPARSE, limit=prefetch, with_payload=True, with_vector=[SPARSE]),
         ]
         by_dense, by_sparse = await self._call(self.client.query_batch_points(collection_name(bot), requests))
-        return ArmResults(rrf([by_dense.points, by_sparse.points], limit=limit), by_dense.points, by_sparse.points)
+        return ArmResults(rrf([by_dense.points, by_sparse.points], limit=limit, k=rrf_k), by_dense.points, by_sparse.points)
 
     async def term_stats(self, bot: str) -> TermStats:
         """Per BM25 term id, how many chunks hold it (`TermStatsCache`; a scan takes about a second at

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 from qdrant_client import models as qm
 
+from gateway.settings import RetrievalSettings
 from rag.term_stats import TermStats
 
 log = logging.getLogger(__name__)
@@ -23,8 +24,9 @@ log = logging.getLogger(__name__)
 DENSE = "dense"
 SPARSE = "bm25"
 SENTENCES = "sentences"
-RRF_K = 2
-"""Qdrant's own RRF constant; a sweep (bench/README.md) showed 2, 10 and 60 rank alike."""
+RRF_K: int = RetrievalSettings.model_fields["rrf_k"].default
+"""RRF's constant when a bot sets none (`retrieval.rrf_k`): Qdrant's own, 2, which ranked best of 1-60 on
+the four tuning sets with the priors on (bench/README.md)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ class KnowledgeIndex(Protocol):
     async def count(self, bot: str) -> int: ...
     async def present_ids(self, bot: str, ids: list[str]) -> set[str]: ...
     async def hybrid_query(
-        self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int
+        self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int, rrf_k: int = RRF_K
     ) -> ArmResults: ...
     async def term_stats(self, bot: str) -> TermStats: ...
     async def sentence_vectors(self, bot: str, ids: list[str]) -> dict[str, np.ndarray]: ...

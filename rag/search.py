@@ -153,7 +153,8 @@ class HybridSearch:
         for i, (dv, sv, subject) in enumerate(zip(dense_vectors, sparse_vectors, subject_vectors)):
             # The priors only re-order RRF's top hits: lifting candidates from further down cost STICI
             # recall@10 (0.873 -> 0.848) and bought nothing (bench/README.md).
-            arms = await self.index.hybrid_query(bot, dv, sv, prefetch=retrieval.prefetch, limit=per_query_limit)
+            arms = await self.index.hybrid_query(bot, dv, sv, prefetch=retrieval.prefetch, limit=per_query_limit,
+                                                 rrf_k=retrieval.rrf_k)
             sentences = await self.index.sentence_vectors(bot, [str(p.id) for p in arms.fused])
             fused_lists.append(_weigh(
                 arms.fused,

@@ -68,6 +68,30 @@ async def test_hybrid_query_client_rrf_ranks_like_qdrant_fusion(kb, index, dense
         assert all(p.score <= 1.0 for p in arms.dense) and arms.fused[0].payload["text"]
 
 
+async def test_the_rrf_constant_is_a_per_bot_setting(kb, index, dense, sparse, monkeypatch):
+    question = "What does the Business Plus plan cost?"
+    dv, sv = dense.embed_queries([question])[0], sparse.embed_queries([question])[0]
+    for k in (2, 60):
+        arms = await index.hybrid_query("acme", dv, sv, prefetch=8, limit=6, rrf_k=k)
+        ranks = [{str(p.id): rank for rank, p in enumerate(arm, start=1)} for arm in (arms.dense, arms.sparse)]
+        for point in arms.fused:
+            held = [arm[str(point.id)] for arm in ranks if str(point.id) in arm]
+            assert point.score == pytest.approx(sum(1.0 / (rank + k - 1) for rank in held))
+    asked: list[int] = []
+    real = index.hybrid_query
+
+    async def spy(*args, **kwargs):
+        asked.append(kwargs["rrf_k"])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(index, "hybrid_query", spy)
+    await kb.search("acme", [question], RETRIEVAL.model_copy(update={"rrf_k": 60}))
+    await kb.search("acme", [question], RETRIEVAL)
+    assert asked == [60, 2]  # the bot's own constant, else Qdrant's default
+    with pytest.raises(ValueError):
+        RetrievalSettings(rrf_k=0)
+
+
 async def test_search_hit_reports_arms_and_scores(kb):
     result = await kb.search("acme", ["What does the Business Plus plan cost?"], RETRIEVAL)
     top = result.hits[0]
