@@ -23,6 +23,7 @@ from gateway.operators import api as operator_api
 from gateway.operators import console as operator_console
 from gateway.operators import slack_operator
 from gateway.pipeline.tools import http_tool_secrets
+from gateway.preflight import uncalibrated_gates
 from gateway.services import Services, build_services
 from gateway.settings import Settings, _secret_values
 
@@ -40,6 +41,8 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     svc.role = role
     for name in svc.operator_auth.disabled if svc.operator_auth else ():
         log.warning("operator.disabled", operator=name, reason="no token: its ${VAR} is unset")
+    for warning in uncalibrated_gates(settings):
+        log.warning("gate1.uncalibrated", reason=warning)
     svc.admin_url = url
     if settings.tracing.otlp_endpoint:
         otel.configure(otlp_endpoint=settings.tracing.otlp_endpoint, service_name=settings.tracing.service_name,

@@ -14,7 +14,13 @@ from pathlib import Path
 from gateway.admin_client import chat_via_server, ingest_via_server, local_url
 from gateway.cli_output import hide_run_errors, print_metrics, print_misses, print_reports, progress_bar
 from gateway.errors import ConfigError, GatewayError, IndexBusy, UnknownBot
-from gateway.preflight import check_embedding_model, database_has_schema, redacted_db_url, require_schema
+from gateway.preflight import (
+    check_embedding_model,
+    database_has_schema,
+    redacted_db_url,
+    require_schema,
+    uncalibrated_gates,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -207,6 +213,8 @@ async def _eval(args) -> int:
     # missing file is an error, as in every other command, not a silent run on built-in defaults.
     explicit = args.config or os.environ.get("GATEWAY_CONFIG")
     settings = load_settings(args.config) if explicit or Path("config.yaml").exists() else Settings()
+    for warning in uncalibrated_gates(settings, settings.bots[:1]):  # eval searches with the first bot's
+        print(f"note: {warning}", file=sys.stderr)
     k_values = tuple(sorted({1, 3, 5, 10, *([args.k] if args.k else [])}))
     documents = 0
 

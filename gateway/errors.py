@@ -12,6 +12,7 @@
     ├── LLMError                    every model in the chain failed
     ├── RetrievalError              the vector index is unavailable
     ├── IndexBusy                   the Qdrant folder is held by another process
+    ├── EmbeddingError              an API embedding model's provider failed or could not be reached
     └── SourceError                 a whole knowledge source could not be loaded
     UnknownBot (a KeyError)         no bot of that name in the config
 
@@ -81,6 +82,11 @@ class RetrievalError(GatewayError):
 
 class IndexBusy(RetrievalError):
     """Qdrant local mode: the storage folder is held by another process."""
+
+
+class EmbeddingError(GatewayError):
+    """An API embedding model (`embedding.model: litellm/…`) failed: the provider refused the request
+    or could not be reached. Says which model and what the provider said."""
 
 
 class UnknownBot(KeyError):

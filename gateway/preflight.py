@@ -25,6 +25,25 @@ def check_embedding_model(settings) -> None:
                                              "check the supported models using `TextEmbedding.list_supported_models()`")
 
 
+def uncalibrated_gates(settings, bots=None) -> list[str]:
+    """One warning per bot (of `bots`, default all) whose gate-1 bar is the default while `embedding.model` is not the model it
+    was calibrated for. Why: the bar is a cosine, and cosines are the model's own. multilingual-e5-small
+    scored questions about another corpus 0.71-0.87 on the benchmark's sets (bench/README.md), so with
+    it the default 0.46 would refuse almost nothing, silently."""
+    from rag.embeddings import MINILM_NAME
+
+    model = settings.embedding.model
+    if model == MINILM_NAME:
+        return []
+    return [
+        f"bot {bot.name!r}: gate 1's retrieval.min_dense_score {bot.retrieval.min_dense_score} and lexical_credit "
+        f"{bot.retrieval.lexical_credit} are calibrated for {MINILM_NAME}, and {model} gives its own cosines; run "
+        f"`gateway eval` with questions of your own and set the bot's retrieval.min_dense_score (README, Gate 1)"
+        for bot in (settings.bots if bots is None else bots)
+        if not {"min_dense_score", "lexical_credit"} & bot.retrieval.model_fields_set
+    ]
+
+
 def redacted_db_url(url: str) -> str:
     from sqlalchemy.engine import make_url
 

@@ -32,7 +32,7 @@ import numpy as np
 from qdrant_client import models as qm
 from tokenizers import Tokenizer
 
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, EmbeddingError
 from gateway.settings import EmbeddingSettings
 from rag.model_files import (
     BM25_DIR,
@@ -126,6 +126,9 @@ class DenseEmbedder:
             self._fastembed = load_minilm(str(path), expected_sha256, str(cache_root))
             self.dim = MINILM_DIM
         elif model.startswith("litellm/"):
+            import litellm
+
+            litellm.suppress_debug_info = True  # its "Give Feedback" banner on every failure; `_failed` says what failed
             self._litellm_model = model.removeprefix("litellm/")
             self.dim = 0  # learned from the first call; ensure_collection needs `await probe_dim()`
         else:
@@ -189,7 +192,10 @@ class DenseEmbedder:
 
         vectors: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
-            response = litellm.embedding(model=self._litellm_model, input=texts[start : start + self.batch_size])
+            try:
+                response = litellm.embedding(model=self._litellm_model, input=texts[start : start + self.batch_size])
+            except Exception as exc:
+                raise self._failed(exc) from exc
             vectors += _unit_rows(response.data)
         return vectors
 
@@ -200,11 +206,20 @@ class DenseEmbedder:
         # In batches of `batch_size`: providers cap the inputs per request (OpenAI at 2048), and one
         # ingest flush can hold thousands of sentences.
         for start in range(0, len(texts), self.batch_size):
-            response = await litellm.aembedding(model=self._litellm_model, input=texts[start : start + self.batch_size])
+            try:
+                response = await litellm.aembedding(model=self._litellm_model, input=texts[start : start + self.batch_size])
+            except Exception as exc:
+                raise self._failed(exc) from exc
             vectors += _unit_rows(response.data)
         if not self.dim and vectors:
             self.dim = len(vectors[0])
         return vectors
+
+    def _failed(self, exc: Exception) -> EmbeddingError:
+        """The provider's failure as one line naming the model. Why: `gateway eval` and `ingest` showed
+        LiteLLM's traceback and banner for a missing key or an unreachable base URL."""
+        said = " ".join(str(exc).split()) or "no message"
+        return EmbeddingError(f"the embedding model litellm/{self._litellm_model} failed: {type(exc).__name__}: {said}")
 
 
 def _by_length(texts: list[str], embed: Callable[[list[str]], Iterable[Any]]) -> list[list[float]]:

@@ -224,6 +224,21 @@ def test_cli_eval_prints_contract_keys_and_the_questions_to_look_at(tmp_path, kb
     assert misses[1].endswith("first chunk from 'Sync errors'")
 
 
+def test_cli_eval_with_an_api_embedding_model_says_what_failed_and_what_its_gate_needs(tmp_path, kb_config):
+    _, docs = kb_config
+    config = write_config(tmp_path, embedding={"model": "litellm/openai/text-embedding-3-small"})
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question": "How much is the Plus plan?", "gold_texts": ["$12 per month"]}) + "\n")
+    env = {"OPENAI_API_BASE": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "sk-fake"}  # nothing listens there
+    proc = _run("eval", "--config", str(config), "--docs", str(docs), "--questions", str(questions), env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "Give Feedback" not in proc.stderr + proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    # The bar calibrated for MiniLM is named before the run, and the provider's failure is one line.
+    assert lines[0].startswith("note: bot 'acme': gate 1's retrieval.min_dense_score 0.46"), proc.stderr
+    assert lines[-1].startswith("error: the embedding model litellm/openai/text-embedding-3-small failed: ")
+    assert "Connection error" in lines[-1], proc.stderr
+
+
 async def _arun(*args: str, env: dict | None = None, stdin: str = "", timeout: float = 300):
     import asyncio
 

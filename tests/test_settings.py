@@ -254,3 +254,18 @@ def test_settings_ingest_fingerprint_follows_what_an_ingest_uses(tmp_path, monke
     assert second != first
     data["embedding"] = {"chunk_text_tokens": 256}
     assert load_settings(_write(tmp_path, data)).ingest_fingerprint() not in (first, second)
+
+
+def test_a_gate_bar_left_at_its_minilm_default_under_another_model_is_warned_about(tmp_path):
+    from gateway.preflight import uncalibrated_gates
+
+    bots = [{"name": "plain"}, {"name": "tuned", "retrieval": {"min_dense_score": 0.8}},
+            {"name": "k-only", "retrieval": {"k": 3}}]
+    data = {"embedding": {"model": "BAAI/bge-small-en-v1.5"}, "bots": bots}
+    settings = load_settings(_write(tmp_path, data))
+    warnings = uncalibrated_gates(settings)
+    assert [w.split("'")[1] for w in warnings] == ["plain", "k-only"]  # "tuned" set its own bar
+    assert "BAAI/bge-small-en-v1.5" in warnings[0] and "gateway eval" in warnings[0]
+    assert uncalibrated_gates(settings, settings.bots[1:2]) == []
+    data["embedding"] = {}  # the model the bar was calibrated for
+    assert uncalibrated_gates(load_settings(_write(tmp_path, data))) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gateway.errors import EmbeddingError
 from gateway.settings import RetrievalSettings
 from rag.embeddings import DenseEmbedder
 from rag.ingest import Ingestor
@@ -47,3 +48,13 @@ async def test_ingest_and_search_with_an_api_embedding_model(tmp_path, api_embed
     assert hits and TARGET_CODE in hits[0].text
     stored = await index.sentence_vectors("acme", [hits[0].chunk_id])
     assert stored[hits[0].chunk_id].shape[1] == EMBEDDING_DIM
+
+
+async def test_a_provider_that_cannot_be_reached_is_one_error_naming_the_model(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_BASE", "http://127.0.0.1:9/v1")  # nothing listens there
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
+    embedder = DenseEmbedder("litellm/openai/fake-embed")
+    with pytest.raises(EmbeddingError, match="the embedding model litellm/openai/fake-embed failed: .*Connection error"):
+        await embedder.aembed_queries(["hello"])
+    with pytest.raises(EmbeddingError, match="litellm/openai/fake-embed"):
+        embedder.embed_documents(["hello"])
