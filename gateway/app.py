@@ -41,8 +41,6 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     svc.role = role
     for name in svc.operator_auth.disabled if svc.operator_auth else ():
         log.warning("operator.disabled", operator=name, reason="no token: its ${VAR} is unset")
-    for warning in uncalibrated_gates(settings):
-        log.warning("gate1.uncalibrated", reason=warning)
     svc.admin_url = url
     if settings.tracing.otlp_endpoint:
         otel.configure(otlp_endpoint=settings.tracing.otlp_endpoint, service_name=settings.tracing.service_name,
@@ -53,6 +51,8 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
         await svc.start(worker=start_worker, scheduler=start_scheduler, channels=start_channels)
         log.info("gateway.started", bots=[b.name for b in settings.bots],
                  channels=sorted(f"{b}/{c}" for b, c in svc.adapters))
+        for warning in uncalibrated_gates(settings):
+            log.warning("gate1.uncalibrated", reason=warning)
         try:
             yield
         finally:

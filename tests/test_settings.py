@@ -269,3 +269,22 @@ def test_a_gate_bar_left_at_its_minilm_default_under_another_model_is_warned_abo
     assert uncalibrated_gates(settings, settings.bots[1:2]) == []
     data["embedding"] = {}  # the model the bar was calibrated for
     assert uncalibrated_gates(load_settings(_write(tmp_path, data))) == []
+
+
+async def test_serve_logs_each_bot_whose_gate_bar_another_model_leaves_uncalibrated(tmp_path):
+    import asyncio
+
+    import structlog
+
+    from gateway.app import create_app
+    from tests.conftest import upgrade, write_config
+
+    bots = [{"name": "acme"}, {"name": "tuned", "retrieval": {"min_dense_score": 0.8}}]
+    settings = load_settings(write_config(tmp_path, bots=bots, embedding={"model": "litellm/openai/any-embed"}))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    app = create_app(settings, start_worker=False, start_scheduler=False, start_channels=False)
+    with structlog.testing.capture_logs() as logs:
+        async with app.router.lifespan_context(app):
+            pass
+    warned = [entry["reason"] for entry in logs if entry["event"] == "gate1.uncalibrated"]
+    assert len(warned) == 1 and warned[0].startswith("bot 'acme': gate 1's retrieval.min_dense_score 0.46")
