@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from aiohttp import web
-from qdrant_client import models as qm
 from sqlalchemy import select
 
 import rag.ingest
@@ -11,40 +9,8 @@ from gateway.settings import BotSettings, SourceSettings
 from rag.ingest import Ingestor
 from rag.sources import Document
 from storage.models import Document as DocumentRow
-from storage.models import IngestRun
-from tests.fakes.web_server import serving
+from tests.rag.ingest_helpers import CountingEmbedder, point_documents, runs
 from tests.rag.kb import write_kb
-
-
-class CountingEmbedder:
-    """Wraps the real dense embedder and records every batch of texts it is asked to embed (ingest
-    sends two per flush: the chunks' windows, then their sentences)."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.calls: list[list[str]] = []
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    @property
-    def embedded(self) -> list[str]:
-        return [text for call in self.calls for text in call]
-
-    async def aembed_documents(self, texts):
-        self.calls.append(list(texts))
-        return await self.inner.aembed_documents(texts)
-
-
-async def runs(sessions) -> list[IngestRun]:
-    async with sessions() as session:
-        return list((await session.scalars(select(IngestRun).order_by(IngestRun.id))).all())
-
-
-async def point_documents(index, bot) -> list[str]:
-    """Every indexed chunk's document, read through the engine-neutral query (exact dense: all points)."""
-    arms = await index.hybrid_query(bot, [1.0] * 384, qm.SparseVector(indices=[1], values=[1.0]), prefetch=1000, limit=1)
-    return sorted(p.payload["document"] for p in arms.dense)
 
 
 async def test_ingest_incremental_skips_unchanged_replaces_changed_removes_deleted(tmp_path, index, dense, sparse, sessions):
@@ -208,132 +174,6 @@ async def test_a_sentence_two_chunks_share_is_embedded_once_and_stored_with_both
         assert max(float(row @ expected) for row in stored[chunk_id]) > 0.999
 
 
-class Site:
-    """A real HTTP server whose pages carry validators (ETag and/or Last-Modified) and which answers a
-    matching conditional GET with 304, as a web server does; it logs (path, status) per request."""
-
-    def __init__(self) -> None:
-        self.pages: dict[str, tuple[str | None, str | None, str]] = {}  # path -> (etag, last-modified, html)
-        self.log: list[tuple[str, int]] = []
-        self.conditional: list[str] = []  # paths requested with a validator
-
-    async def handle(self, request: web.Request) -> web.Response:
-        etag, last_modified, html = self.pages[request.path]
-        if request.headers.get("If-None-Match") or request.headers.get("If-Modified-Since"):
-            self.conditional.append(request.path)
-        unchanged = (request.headers.get("If-None-Match") == etag) if etag else \
-            bool(last_modified) and request.headers.get("If-Modified-Since") == last_modified
-        self.log.append((request.path, 304 if unchanged else 200))
-        if unchanged:
-            return web.Response(status=304)
-        headers = {k: v for k, v in (("ETag", etag), ("Last-Modified", last_modified)) if v}
-        return web.Response(text=html, content_type="text/html", headers=headers)
-
-
-def _page(title: str, body: str) -> str:
-    paragraphs = "".join(f"<p>{body} Section {i} explains {title.lower()} in more detail for every plan.</p>" for i in range(3))
-    return f"<html><head><title>{title}</title></head><body><main><h1>{title}</h1>{paragraphs}</main></body></html>"
-
-
-async def test_url_pages_are_fetched_conditionally_and_a_304_keeps_their_chunks(index, dense, sparse, sessions):
-    site = Site()
-    app = web.Application()
-    app.router.add_get("/{page}", site.handle)
-    async with serving(app) as base:
-        site.pages = {
-            "/billing": ('"v1"', None, _page("Billing", "Invoices are sent on the first day of the month.")),
-            "/refunds": (None, "Mon, 30 Nov 2026 09:00:00 GMT", _page("Refunds", "Refunds reach the card in five days.")),
-            "/news": (None, None, _page("News", "The office is closed on public holidays.")),
-        }
-        source = SourceSettings(name="site", type="urls", urls=[f"{base}/billing", f"{base}/refunds", f"{base}/news"])
-        counting = CountingEmbedder(dense)
-        ingestor = Ingestor(index, counting, sparse, sessions)
-        first = await ingestor.ingest_source("acme", source)
-        assert first.status == "ok" and first.added > 0 and site.conditional == []
-
-        site.log.clear()
-        counting.calls.clear()
-        again = await ingestor.ingest_source("acme", source)
-        assert sorted(site.log) == [("/billing", 304), ("/news", 200), ("/refunds", 304)]
-        assert (again.added, again.updated, again.deleted, again.unchanged) == (0, 0, 0, first.added)
-        assert again.documents == 3 and counting.calls == [] and await index.count("acme") == first.added
-
-        # A changed page is downloaded and re-embedded; its new ETag is what the next fetch sends.
-        site.pages["/billing"] = ('"v2"', None, _page("Billing", "Invoices are now sent on the fifth day."))
-        site.log.clear()
-        changed = await ingestor.ingest_source("acme", source)
-        assert ("/billing", 200) in site.log and changed.updated > 0 and changed.deleted > 0
-        site.log.clear()
-        await ingestor.ingest_source("acme", source)
-        assert ("/billing", 304) in site.log
-
-        # Other chunk settings: the pages' chunks were made otherwise, so a 304 must not keep them.
-        resized = Ingestor(index, counting, sparse, sessions, max_chunk_tokens=64, text_tokens=64)
-        site.log.clear()
-        site.conditional.clear()
-        counting.calls.clear()
-        rechunked = await resized.ingest_source("acme", source)
-        assert site.conditional == [] and sorted(site.log) == [("/billing", 200), ("/news", 200), ("/refunds", 200)]
-        assert rechunked.status == "ok" and counting.calls and rechunked.updated > 0
-        site.log.clear()
-        await resized.ingest_source("acme", source)  # its own validators are good again under its settings
-        assert sorted(site.log) == [("/billing", 304), ("/news", 200), ("/refunds", 304)]
-
-        # An index that lost its points needs the pages themselves: no conditional fetch then.
-        await index.drop("acme")
-        site.log.clear()
-        site.conditional.clear()
-        rebuilt = await ingestor.ingest_source("acme", source)
-        assert site.conditional == [] and all(status == 200 for _, status in site.log)
-        assert rebuilt.unchanged == 0 and await index.count("acme") > 0
-
-
-async def test_a_page_or_child_sitemap_that_fails_keeps_the_chunks_it_had(index, dense, sparse, sessions):
-    """A failing page is missing from the run, and a failing child sitemap hides which pages exist:
-    neither may cost the chunks indexed before (they come back only when the page loads again)."""
-    pages: dict[str, tuple[int, str, str]] = {}  # path -> (status, content type, body)
-
-    async def handle(request: web.Request) -> web.Response:
-        status, content_type, body = pages.get(request.path, (404, "text/plain", "not found"))
-        return web.Response(status=status, text=body, content_type=content_type)
-
-    app = web.Application()
-    app.router.add_get("/{page}", handle)
-
-    def urlset(*paths: str) -> str:
-        locs = "".join(f"<url><loc>{base}{p}</loc></url>" for p in paths)
-        return f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{locs}</urlset>'
-
-    async with serving(app) as base:
-        pages.update({
-            "/sitemap.xml": (200, "application/xml", '<?xml version="1.0"?><sitemapindex xmlns="http://www.'
-                             f'sitemaps.org/schemas/sitemap/0.9"><sitemap><loc>{base}/one.xml</loc></sitemap>'
-                             f'<sitemap><loc>{base}/two.xml</loc></sitemap></sitemapindex>'),
-            "/one.xml": (200, "application/xml", urlset("/billing")),
-            "/two.xml": (200, "application/xml", urlset("/refunds")),
-            "/billing": (200, "text/html", _page("Billing", "Invoices are sent on the first day of the month.")),
-            "/refunds": (200, "text/html", _page("Refunds", "Refunds reach the card in five days.")),
-        })
-        source = SourceSettings(name="site", type="sitemap", url=f"{base}/sitemap.xml")
-        ingestor = Ingestor(index, dense, sparse, sessions)
-        first = await ingestor.ingest_source("acme", source)
-        assert first.status == "ok" and first.documents == 2
-        total = await index.count("acme")
-
-        pages["/two.xml"] = (503, "text/plain", "down")
-        child_down = await ingestor.ingest_source("acme", source)
-        assert child_down.status == "partial" and child_down.deleted == 0 and await index.count("acme") == total
-
-        pages["/two.xml"] = (200, "application/xml", urlset("/refunds"))
-        pages["/refunds"] = (500, "text/plain", "oops")
-        page_down = await ingestor.ingest_source("acme", source)
-        assert page_down.status == "partial" and page_down.deleted == 0 and await index.count("acme") == total
-
-        pages["/two.xml"] = (200, "application/xml", urlset())  # the page is really gone: now it goes
-        gone = await ingestor.ingest_source("acme", source)
-        assert gone.status == "ok" and gone.deleted > 0 and await index.count("acme") < total
-
-
 async def test_a_source_that_suddenly_gives_nothing_keeps_its_documents(tmp_path, index, dense, sparse, sessions):
     """An empty folder is an unmounted volume or a failed sync far more often than a knowledge base meant
     to be wiped: it deleted every chunk, status ok. Some documents gone is still a deletion."""
@@ -367,27 +207,6 @@ async def test_a_first_run_of_an_empty_folder_fails_visibly_instead_of_reporting
     assert report.errors == ["the source gave no documents, so nothing was ingested: check its path or URLs "
                              "(a directory takes Markdown, text, HTML and PDF files; it held .docx (1))"]
     assert (await runs(sessions))[-1].status == "failed"
-
-
-async def test_a_page_that_says_it_is_gone_is_removed_even_when_it_was_the_only_one(index, dense, sparse, sessions):
-    """410 is the site saying so: the guard for a source that gives nothing does not hold it back."""
-    status = {"code": 200}
-
-    async def page(request: web.Request) -> web.Response:
-        if status["code"] == 410:
-            return web.Response(status=410, text="gone")
-        return web.Response(text=_page("Offer", "The winter offer ends in January."), content_type="text/html")
-
-    app = web.Application()
-    app.router.add_get("/offer", page)
-    async with serving(app) as base:
-        source = SourceSettings(name="site", type="urls", urls=[f"{base}/offer"])
-        ingestor = Ingestor(index, dense, sparse, sessions)
-        first = await ingestor.ingest_source("acme", source)
-        status["code"] = 410
-        gone = await ingestor.ingest_source("acme", source)
-    assert first.added > 0 and gone.deleted == first.added and gone.status == "ok" and not gone.errors
-    assert await index.count("acme") == 0
 
 
 async def test_chunks_an_error_kept_count_as_unchanged(tmp_path, index, dense, sparse, sessions):

@@ -18,11 +18,10 @@ from rag.ingest import Ingestor
 from rag.ingest_runs import INTERRUPTED, start_run
 from storage.engine import create_engine, session_factory
 from storage.models import Document as DocumentRow
-from storage.models import IngestRun
 from tests.conftest import upgrade, write_config
 from tests.fakes.web_server import serving
+from tests.rag.ingest_helpers import CountingEmbedder, Site, page_html, point_documents, runs
 from tests.rag.kb import TARGET_CODE, write_kb
-from tests.rag.test_ingest import CountingEmbedder, Site, _page, point_documents
 
 
 async def recorded(sessions, bot: str = "acme") -> dict[str, list[str]]:
@@ -107,7 +106,7 @@ async def test_a_rebuild_killed_midway_is_finished_by_the_next_ingest(tmp_path, 
     target = f"sync/{TARGET_CODE.lower()}.md"
     assert arms.sparse[0].payload["document"] == target and target in [p.payload["document"] for p in arms.fused]
 
-    statuses = [(r.status, r.errors) for r in (await _runs(sessions))]
+    statuses = [(r.status, r.errors) for r in (await runs(sessions))]
     assert statuses[-2] == ("interrupted", [INTERRUPTED]) and statuses[-1][0] == "ok"
 
     counting.calls.clear()
@@ -188,8 +187,8 @@ async def test_a_page_whose_points_are_missing_is_fetched_in_full_not_conditiona
     app.router.add_get("/{page}", site.handle)
     async with serving(app) as base:
         site.pages = {
-            "/billing": ('"v1"', None, _page("Billing", "Invoices are sent on the first day of the month.")),
-            "/refunds": ('"r1"', None, _page("Refunds", "Refunds reach the card in five days.")),
+            "/billing": ('"v1"', None, page_html("Billing", "Invoices are sent on the first day of the month.")),
+            "/refunds": ('"r1"', None, page_html("Refunds", "Refunds reach the card in five days.")),
         }
         source = SourceSettings(name="site", type="urls", urls=[f"{base}/billing", f"{base}/refunds"])
         counting = CountingEmbedder(dense)
@@ -234,11 +233,6 @@ async def test_the_startup_ingest_resumes_a_partly_rebuilt_collection(tmp_path):
         assert await assert_all_indexed(knowledge.index, sessions) == 3
     finally:
         await knowledge.close()
-    runs = await _runs(sessions)
-    assert [(r.trigger, r.status, r.updated) for r in runs] == [("cli", "ok", 0), ("startup", "ok", 1)]
+    recorded_runs = await runs(sessions)
+    assert [(r.trigger, r.status, r.updated) for r in recorded_runs] == [("cli", "ok", 0), ("startup", "ok", 1)]
     await engine.dispose()
-
-
-async def _runs(sessions) -> list[IngestRun]:
-    async with sessions() as session:
-        return list((await session.scalars(select(IngestRun).order_by(IngestRun.id))).all())

@@ -18,7 +18,7 @@ from storage.engine import create_engine, session_factory
 from storage.models import Document as DocumentRow
 from storage.models import IngestRun
 from tests.conftest import upgrade
-from tests.rag.test_ingest import point_documents, runs
+from tests.rag.ingest_helpers import point_documents, runs
 
 
 @pytest.fixture

@@ -1,0 +1,68 @@
+"""What the ingest tests share: an embedder that counts what it is asked, the store's run records, the
+index's documents, and a real web server whose pages carry HTTP validators."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from qdrant_client import models as qm
+from sqlalchemy import select
+
+from storage.models import IngestRun
+
+
+class CountingEmbedder:
+    """Wraps the real dense embedder and records every batch of texts it is asked to embed (ingest
+    sends two per flush: the chunks' windows, then their sentences)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.calls: list[list[str]] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    @property
+    def embedded(self) -> list[str]:
+        return [text for call in self.calls for text in call]
+
+    async def aembed_documents(self, texts):
+        self.calls.append(list(texts))
+        return await self.inner.aembed_documents(texts)
+
+
+async def runs(sessions) -> list[IngestRun]:
+    async with sessions() as session:
+        return list((await session.scalars(select(IngestRun).order_by(IngestRun.id))).all())
+
+
+async def point_documents(index, bot) -> list[str]:
+    """Every indexed chunk's document, read through the engine-neutral query (exact dense: all points)."""
+    arms = await index.hybrid_query(bot, [1.0] * 384, qm.SparseVector(indices=[1], values=[1.0]), prefetch=1000, limit=1)
+    return sorted(p.payload["document"] for p in arms.dense)
+
+
+class Site:
+    """A real HTTP server whose pages carry validators (ETag and/or Last-Modified) and which answers a
+    matching conditional GET with 304, as a web server does; it logs (path, status) per request."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, tuple[str | None, str | None, str]] = {}  # path -> (etag, last-modified, html)
+        self.log: list[tuple[str, int]] = []
+        self.conditional: list[str] = []  # paths requested with a validator
+
+    async def handle(self, request: web.Request) -> web.Response:
+        etag, last_modified, html = self.pages[request.path]
+        if request.headers.get("If-None-Match") or request.headers.get("If-Modified-Since"):
+            self.conditional.append(request.path)
+        unchanged = (request.headers.get("If-None-Match") == etag) if etag else \
+            bool(last_modified) and request.headers.get("If-Modified-Since") == last_modified
+        self.log.append((request.path, 304 if unchanged else 200))
+        if unchanged:
+            return web.Response(status=304)
+        headers = {k: v for k, v in (("ETag", etag), ("Last-Modified", last_modified)) if v}
+        return web.Response(text=html, content_type="text/html", headers=headers)
+
+
+def page_html(title: str, body: str) -> str:
+    paragraphs = "".join(f"<p>{body} Section {i} explains {title.lower()} in more detail for every plan.</p>" for i in range(3))
+    return f"<html><head><title>{title}</title></head><body><main><h1>{title}</h1>{paragraphs}</main></body></html>"
