@@ -19,7 +19,9 @@ search with a relevance gate, ingest incrementally, and evaluate retrieval.
     search.py      HybridSearch.search(bot, queries, retrieval) → SearchResult (gate 1)
     gate.py        gate 1: best dense cosine, lexical coverage, keyword and unknown-word overrides
     framing.py     words that frame a question rather than name its subject ("mentioned", "compare")
+    query_words.py a query's literal words (codes, names, acronyms) and their parts
     ingest.py      Ingestor.ingest_bot / ingest_source → IngestReport (counts in chunks)
+    fingerprint.py a document's content hash and the chunk settings it includes (CHUNKER_VERSION)
     points.py      chunks → IndexPoints (window vectors averaged, sentence vectors, BM25)
     ingest_runs.py IngestReport, and each run recorded in the store
     document_rows.py  DocumentRows: a source's rows in the store (key, cleaned text, URL, validators, settings)

@@ -1,6 +1,6 @@
 """Incremental ingest: load a source, chunk, embed only what changed, keep Qdrant and the store in step.
 
-Per document, a content hash (text, title, URL, format, chunking settings and embedding model)
+Per document, a content hash (`rag.fingerprint`: text, title, URL, format, chunking settings and embedding model)
 is kept in `storage.models.Document`:
 - same hash → skipped without chunking or embedding;
 - new hash → re-chunked; chunks whose (stable) id already exists are kept, only new chunks are
@@ -35,7 +35,6 @@ be chunked or written is that run's error, keeps its old chunks and leaves no ne
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
 from rag.document_rows import DocumentRows, recorded_chunk_count, storable, store_key, validators_of
 from rag.embeddings import DenseEmbedder, SparseEmbedder
+from rag.fingerprint import chunk_settings, digest, document_hash
 from rag.ingest_progress import DocumentProgress, Progress
 from rag.ingest_runs import IngestReport, describe, record_run, start_run
 from rag.knowledge_index import KnowledgeIndex
@@ -57,11 +57,6 @@ from storage.models import Document as DocumentRow
 
 log = logging.getLogger(__name__)
 
-# 5: a table row is one sentence, read with its header (`rag.tables`);
-# 4: a token count has a length floor (`rag.chunking.MAX_CHARS_PER_TOKEN`);
-# 3: HTML comments and data: URIs dropped, fences nested in list items and quotes kept whole.
-CHUNKER_VERSION = "5"
-"""Bump when chunking changes, so the next ingest re-chunks every document."""
 FLUSH_CHUNKS = 256
 EMBED_STEP = 64
 """Chunks embedded and written per step of a flush: the progress bar moves after each step, so a
@@ -102,8 +97,8 @@ class Ingestor:
         self.max_tokens = min(max_chunk_tokens, dense.max_tokens)
         self.text_tokens = max(text_tokens, self.max_tokens)
         self.base_dir = base_dir
-        self._settings = (CHUNKER_VERSION, dense.model, str(self.max_tokens), str(self.text_tokens))
-        self.settings_hash = _digest(self._settings)
+        self._settings = chunk_settings(dense.model, self.max_tokens, self.text_tokens)
+        self.settings_hash = digest(self._settings)
         """What a document's chunks depend on besides its content; stored per document."""
         self._writing = asyncio.Lock()
         """Held while a source's loaded documents are chunked, embedded and written: sources load (fetch,
@@ -250,7 +245,7 @@ class Ingestor:
                 continue
             seen.add(doc.doc_id)
             row = rows.get(doc.doc_id)
-            content_hash = self._hash(doc)
+            content_hash = document_hash(self._settings, doc)
             if row is not None and row.content_hash == content_hash and doc.doc_id not in lost:
                 report.unchanged += len(row.chunk_ids)
                 tally.advance(1)
@@ -389,15 +384,3 @@ class Ingestor:
         await self.index.delete_points(bot, ids)
         await self._rows(bot, source).delete(gone)
         report.deleted += len(ids)
-
-    def _hash(self, doc: Document) -> str:
-        return _digest((*self._settings, doc.format, doc.title, doc.url or "", doc.text))
-
-
-def _digest(parts: tuple[str, ...]) -> str:
-    """sha256 over the parts, each ended by a unit separator (so no two splits of one text collide)."""
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part.encode("utf-8", "surrogatepass"))
-        digest.update(b"\x1f")
-    return digest.hexdigest()

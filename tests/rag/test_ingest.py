@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-import rag.ingest
+import rag.fingerprint
 from gateway.settings import BotSettings, SourceSettings
 from rag.ingest import Ingestor
 from rag.sources import Document
@@ -62,7 +62,7 @@ async def test_a_new_chunker_version_embeds_again_the_chunks_whose_text_it_kept(
     first = await Ingestor(index, dense, sparse, sessions).ingest_source("acme", source)
     ids = await _chunk_ids(sessions)
 
-    monkeypatch.setattr(rag.ingest, "CHUNKER_VERSION", "next")
+    monkeypatch.setattr(rag.fingerprint, "CHUNKER_VERSION", "next")
     counting = CountingEmbedder(dense)
     upgraded = Ingestor(index, counting, sparse, sessions)
     again = await upgraded.ingest_source("acme", source)
