@@ -8,6 +8,7 @@ from qdrant_client import models as qm
 from sqlalchemy import select
 
 from storage.models import IngestRun
+from tests.fakes.web_server import serving
 
 
 class CountingEmbedder:
@@ -49,6 +50,12 @@ class Site:
         self.pages: dict[str, tuple[str | None, str | None, str]] = {}  # path -> (etag, last-modified, html)
         self.log: list[tuple[str, int]] = []
         self.conditional: list[str] = []  # paths requested with a validator
+
+    def serving(self):
+        """Serve the site on a free local port: `async with site.serving() as base:`, then set `pages`."""
+        app = web.Application()
+        app.router.add_get("/{page}", self.handle)
+        return serving(app)
 
     async def handle(self, request: web.Request) -> web.Response:
         etag, last_modified, html = self.pages[request.path]

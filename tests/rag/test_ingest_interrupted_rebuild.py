@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiohttp import web
 from sqlalchemy import select
 
 import rag.ingest
@@ -19,7 +18,6 @@ from rag.ingest_runs import INTERRUPTED, start_run
 from storage.engine import create_engine, session_factory
 from storage.models import Document as DocumentRow
 from tests.conftest import upgrade, write_config
-from tests.fakes.web_server import serving
 from tests.rag.ingest_helpers import CountingEmbedder, Site, page_html, point_documents, runs
 from tests.rag.kb import TARGET_CODE, write_kb
 
@@ -183,9 +181,7 @@ async def test_another_sources_missing_points_cost_this_source_nothing(tmp_path,
 async def test_a_page_whose_points_are_missing_is_fetched_in_full_not_conditionally(index, dense, sparse, sessions):
     # A 304 would keep chunks that are not there: such a page's validators are not sent.
     site = Site()
-    app = web.Application()
-    app.router.add_get("/{page}", site.handle)
-    async with serving(app) as base:
+    async with site.serving() as base:
         site.pages = {
             "/billing": ('"v1"', None, page_html("Billing", "Invoices are sent on the first day of the month.")),
             "/refunds": ('"r1"', None, page_html("Refunds", "Refunds reach the card in five days.")),

@@ -13,9 +13,7 @@ from tests.rag.ingest_helpers import CountingEmbedder, Site, page_html
 
 async def test_url_pages_are_fetched_conditionally_and_a_304_keeps_their_chunks(index, dense, sparse, sessions):
     site = Site()
-    app = web.Application()
-    app.router.add_get("/{page}", site.handle)
-    async with serving(app) as base:
+    async with site.serving() as base:
         site.pages = {
             "/billing": ('"v1"', None, page_html("Billing", "Invoices are sent on the first day of the month.")),
             "/refunds": (None, "Mon, 30 Nov 2026 09:00:00 GMT", page_html("Refunds", "Refunds reach the card in five days.")),
