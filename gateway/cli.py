@@ -259,6 +259,8 @@ async def _chat(args) -> int:
     if bot is None:
         print("error: no bots configured", file=sys.stderr)
         return 2
+    for warning in uncalibrated_gates(settings, [bot]):  # serve logs it, and a chat is where a user sees it
+        print(f"note: {warning}", file=sys.stderr)
     svc = build_services(settings, with_scheduler=False, poll_interval=0.2)
     session_id = f"terminal-{uuid.uuid4().hex[:12]}"
     try:
