@@ -151,3 +151,39 @@ def test_postgres_states_of_a_server_that_cannot_take_queries_now_are_503() -> N
 
     assert all(database_unavailable(wrapped(s)) for s in ("57P03", "53300", "08006", "57P01"))
     assert not any(database_unavailable(wrapped(s)) for s in ("42P01", "22012", "23505"))
+
+
+async def test_a_client_gone_before_its_body_arrived_is_no_500(tmp_path) -> None:
+    """A phone that loses signal mid-upload: the body stops and the connection closes. Counted as 499
+    and logged as one info line, not as a 500 bug with a traceback that an alert would count."""
+    import structlog
+
+    telegram = {"token": "${UE_TG_TOKEN}", "webhook_secret": "${UE_TG_SECRET}", "api_base": "http://127.0.0.1:9"}
+    bots = [{"name": "acme", "channels": {"web": {}, "telegram": telegram}}]
+    env = {"UE_TG_TOKEN": "123456:unhandled-test", "UE_TG_SECRET": "s3cret-Value_1"}
+    async with app_client(tmp_path, bots=bots, env=env, start_worker=False) as client:
+        app = client._transport.app
+        for path in ("/v1/bots/acme/chat", "/webhooks/acme/telegram"):
+            incoming = [{"type": "http.request", "body": b'{"session_id": "t"', "more_body": True}]
+
+            async def receive():
+                return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+            sent = []
+
+            async def send(message, sent=sent):
+                sent.append(message)
+
+            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                     "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                     "headers": [(b"host", b"gateway.test"), (b"content-type", b"application/json"),
+                                 (b"content-length", b"100")],
+                     "client": ("127.0.0.1", 50000), "server": ("gateway.test", 80)}
+            with structlog.testing.capture_logs() as logs:
+                await app(scope, receive, send)  # raises nothing to the server
+            assert sent[0]["status"] == 499, (path, sent)
+            assert [entry["event"] for entry in logs if entry["log_level"] in ("error", "critical")] == [], logs
+        metrics = (await client.get("/metrics")).text
+    counted = [line for line in metrics.splitlines() if line.startswith("gateway_http_requests_total{")]
+    assert not [line for line in counted if 'status="500"' in line], counted
+    assert any('status="499"' in line and "/v1/bots/{bot}/chat" in line for line in counted), counted

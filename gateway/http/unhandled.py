@@ -2,6 +2,9 @@
 
 - A database that cannot be reached is temporary: 503 `{"error": …}` with `Retry-After`, so clients
   (and load balancers) retry rather than report a bug.
+- A client that went away before its body was read (a phone losing signal mid-upload) is no error of
+  ours: one info line, and 499 (nginx's "client closed request") in the metrics, not a 500 an alert
+  would count. The response goes nowhere; the server drops it.
 - Anything else is a bug: `{"error": "internal error"}`, 500, logged with its traceback.
 
 Starlette's `exception_handler(Exception)` runs in its outermost middleware, which sends the 500
@@ -14,11 +17,13 @@ from __future__ import annotations
 
 import structlog
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 
 log = structlog.get_logger("gateway.http")
 
 DATABASE_UNAVAILABLE = "the database is unavailable; try again shortly"
+CLIENT_CLOSED_REQUEST = 499
 RETRY_AFTER_SECONDS = 5
 # Where a raw OSError comes from when the database is down: asyncpg's connect() raises
 # ConnectionRefusedError and the like as they are, without SQLAlchemy's wrapping.
@@ -85,7 +90,10 @@ class UnhandledErrors:
             await self.app(scope, receive, tracked)
         except Exception as exc:
             path = scope.get("path", "")
-            if database_unavailable(exc):
+            if isinstance(exc, ClientDisconnect):
+                log.info("http.client_disconnected", path=path)
+                response = JSONResponse({"error": "the client closed the request"}, status_code=CLIENT_CLOSED_REQUEST)
+            elif database_unavailable(exc):
                 # An outage, not a bug: one line without a traceback, which would only show our own frames.
                 reason = str(getattr(exc, "orig", None) or exc)[:300]  # the driver's words, without SQL or parameters
                 log.error("http.database_unavailable", error_type=type(exc).__name__, error=reason, path=path)
