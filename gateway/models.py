@@ -5,9 +5,18 @@ They hold no live client, so they can be stored and replayed as they are.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
+
+_INVISIBLE = re.compile(r"[\s\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]")
+
+
+def is_blank(text: str) -> bool:
+    """Nothing a reader would see: whitespace and invisible format characters (zero-width space,
+    joiners, direction marks, BOM), the set the web widget refuses to send (`widget.js`'s `isBlank`)."""
+    return not _INVISIBLE.sub("", text)
 
 
 def utcnow() -> datetime:

@@ -88,7 +88,8 @@ async def test_webchat_streams_tokens_then_done(client):
 
 
 @pytest.mark.parametrize("text, status, words", [
-    ("", 422, "empty"), ("   \n ", 422, "empty"), ("x" * 4001, 413, "limit is 4000"),
+    ("", 422, "empty"), ("   \n ", 422, "empty"), ("\u200b\u200b\ufeff", 422, "empty"), (" \u2060\u200d ", 422, "empty"),
+    ("x" * 4001, 413, "limit is 4000"),
 ])
 async def test_webchat_refuses_bad_text_and_stores_nothing(client, text, status, words):
     response = await client.post("/v1/bots/acme/chat", json={"session_id": "s-4", "text": text})

@@ -21,7 +21,7 @@ from gateway.events import message_topic
 from gateway.http.deps import AfterId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
 from gateway.inbox import storable
-from gateway.models import ConversationRef, InboundMessage, Sender
+from gateway.models import ConversationRef, InboundMessage, Sender, is_blank
 from storage import repositories as repo
 from storage.models import Conversation, Message
 
@@ -80,7 +80,7 @@ def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | N
         return error(404, f"bot {bot!r} has no web chat")
     if not _SESSION_ID.fullmatch(body.session_id):
         return error(422, "session_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'")
-    if not body.text.strip():
+    if is_blank(body.text):  # zero-width characters alone too: nothing to answer
         return error(422, "text is empty")
     limit = settings.channels.web.max_message_chars
     if len(body.text) > limit:

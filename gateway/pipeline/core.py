@@ -12,7 +12,7 @@ import structlog
 
 from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
 from gateway.errors import LLMError, RetrievalError
-from gateway.models import CallerIdentity, Citation
+from gateway.models import CallerIdentity, Citation, is_blank
 from gateway.observability import otel
 from gateway.pipeline.answer import TurnRecord
 from gateway.pipeline.human_request import asks_for_human
@@ -111,8 +111,11 @@ class Pipeline:
         if turn.command in ("start", "help"):
             return PipelineResult(reply=turn.greeting or DEFAULT_GREETING, answered=True)
         text = turn.text.strip()
-        if not text:
-            return PipelineResult(reply=TEXT_ONLY_REPLY, answered=False)
+        if is_blank(text):
+            if turn.attachments:  # a photo, a voice note, a sticker: what we cannot read yet
+                return PipelineResult(reply=TEXT_ONLY_REPLY, answered=False)
+            # A bare mention or an empty /ask: the person is there but asked nothing yet.
+            return PipelineResult(reply=turn.greeting or DEFAULT_GREETING, answered=True)
         limit = _question_limit(turn.bot)
         if len(text) > limit:
             bound.info("pipeline.too_long", chars=len(text))

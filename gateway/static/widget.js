@@ -454,7 +454,7 @@
   // ---- sending ----
   function charCount(text) { return Array.from(text).length; }  // code points, as the server counts
 
-  /** Nothing a reader would see: whitespace and invisible format characters (zero-width space, BOM…). */
+  /** Nothing a reader would see: whitespace and invisible format characters (zero-width space, BOM…); the server refuses the same (gateway.models.is_blank). */
   function isBlank(text) { return !text.replace(/[\s\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]/g, ""); }
 
   function validate(text) {

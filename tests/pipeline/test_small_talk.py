@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from gateway.pipeline.core import DEFAULT_GREETING
+from gateway.pipeline.core import DEFAULT_GREETING, TEXT_ONLY_REPLY
 from gateway.pipeline.small_talk import is_no, is_yes, small_talk
 from tests.fakes.openai_server import Turn as Scripted
 from tests.pipeline.conftest import make_rig
@@ -37,6 +38,20 @@ def test_no_question_injection_or_naughty_string_is_taken_for_small_talk() -> No
     naughty = json.loads((FIXTURES / "badinput" / "blns.json").read_text(encoding="utf-8"))
     assert len(questions) > 150 and len(injections) > 100 and len(naughty) > 400
     assert [t for t in questions + injections + naughty if small_talk(t)] == []
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\u200b\u200b\ufeff", " \u2060\u200d\u200e "])
+async def test_a_message_with_nothing_to_read_gets_the_greeting_or_the_text_only_reply(openai_fake, text) -> None:
+    """A bare @mention or an empty /ask asked nothing yet: the greeting, not "I can only read text", which is
+    for a photo or a voice note. Zero-width characters alone are nothing to read either."""
+    rig = make_rig(openai_fake)
+
+    bare = await rig.pipeline.handle(rig.turn(text))
+    photo = await rig.pipeline.handle(dataclasses.replace(rig.turn(text), attachments=[{"kind": "image"}]))
+
+    assert (bare.reply, bare.answered) == (DEFAULT_GREETING, True)
+    assert (photo.reply, photo.answered) == (TEXT_ONLY_REPLY, False)
+    assert rig.search.calls == [] and openai_fake.requests == []
 
 
 async def test_pipeline_answers_small_talk_without_searching_or_calling_a_model(openai_fake) -> None:
