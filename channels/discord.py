@@ -285,18 +285,36 @@ class DiscordAdapter:
                 return
             try:
                 await self.client.login(self.settings.token)
-            except discord.LoginFailure as exc:
-                raise ChannelSendError("discord token rejected", permanent=True) from exc
             except Exception as exc:
+                await self._discard_failed_login()
+                if isinstance(exc, discord.LoginFailure):
+                    raise ChannelSendError("discord token rejected", permanent=True) from exc
                 raise translate(exc) from exc
             self._logged_in = True
+
+    async def _discard_failed_login(self) -> None:
+        """Close the aiohttp session a failed login opened. Why: discord.py opens one per attempt and
+        leaves it open when the attempt fails, so every send or typing retry during an outage leaked
+        one ("Unclosed client session"). Closing it closes its connector too, so the next attempt is
+        given a fresh one."""
+        with contextlib.suppress(Exception):
+            await self.client.http.close()
+        self.client.http.connector = discord.utils.MISSING
 
     # -- gateway --
 
     async def start(self, deliver: Deliver) -> None:
-        """Log in and run the gateway connection in the background (reconnects are discord.py's job)."""
+        """Log in and run the gateway connection in the background (reconnects are discord.py's job).
+        A rejected token raises; Discord unreachable at start does not: the connection loop logs in
+        again with backoff, so a blip at boot no longer left the channel deaf until a restart."""
         self._deliver = deliver
-        await self._ensure_login()
+        try:
+            await self._ensure_login()
+        except ChannelSendError as exc:
+            if exc.permanent:
+                raise
+            log.warning("discord.login_failed", extra={"bot": self.bot, "error": str(exc)[:200],
+                                                       "next": "retrying in the background"})
         self._task = asyncio.create_task(self._run_gateway(), name=f"discord-gateway:{self.bot}")
 
     @property
@@ -317,10 +335,22 @@ class DiscordAdapter:
         while not self.client.is_closed():
             started = time.monotonic()
             try:
+                await self._ensure_login()  # at once when logged in; start() may have failed to
                 await self.client.connect(reconnect=True)
                 return  # closed on purpose
             except asyncio.CancelledError:
                 raise
+            except ChannelSendError as exc:
+                if exc.permanent:  # the token was rejected: no retry helps
+                    self._gateway_problem = f"stopped: {exc}"[:200]
+                    log.error("discord.gateway_stopped", extra={"bot": self.bot, "error": self._gateway_problem})
+                    return
+                failures = failures + 1
+                self._gateway_problem = f"logging in again after: {exc}"[:200]
+                log.warning("discord.login_failed", extra={"bot": self.bot, "error": str(exc)[:200],
+                                                           "failures": failures})
+                await asyncio.sleep(doubling(failures, first=2.0, cap=60.0))
+                self._gateway_problem = None
             except Exception as exc:
                 if self._stopping:
                     return

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from channels.discord import DiscordAdapter
+from gateway.errors import ChannelSendError
 from gateway.models import InboundMessage
 from tests.channels.discord_helpers import (  # noqa: F401 - `fake` fixture
     FIXTURES,
@@ -138,5 +141,42 @@ async def test_a_fatal_close_is_logged_and_reported_not_taken_for_connected(fake
             while not adapter._task.done():
                 await asyncio.sleep(0.05)
         assert adapter.connection_status.startswith("stopped by Discord")
+    finally:
+        await adapter.stop()
+
+
+async def test_discord_unreachable_at_start_is_retried_and_each_failed_login_closes_its_session(fake: FakeDiscord):
+    """A blip at boot used to fail start() for good (the channel deaf until a restart), and each failed
+    login left its aiohttp session open ("Unclosed client session" per send or typing retry)."""
+    fake.fail_next("GET", "/users/@me", status=503, times=2)  # 503: discord.py raises at once, no own retry
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    http = adapter.client.http
+    real_login = http.static_login
+    sessions = []
+
+    async def recording_login(token):
+        try:
+            return await real_login(token)
+        finally:
+            sessions.append(http._HTTPClient__session)  # the session this attempt opened
+
+    http.static_login = recording_login
+    async with connected(adapter, fake) as delivered:  # start() itself does not raise
+        await fake.dispatch("MESSAGE_CREATE", guild_message("hello after the blip", message_id="900000000000000061"))
+        await wait_for(delivered, 1)
+        async with asyncio.timeout(5):
+            while adapter.connection_status != "connected":
+                await asyncio.sleep(0.02)
+        assert len(sessions) == 3 and [s.closed for s in sessions] == [True, True, False]
+    assert [m.text for m in delivered] == ["hello after the blip"]
+
+
+async def test_a_token_rejected_at_start_still_fails_start(fake: FakeDiscord):
+    fake.fail_next("GET", "/users/@me", status=401, times=1)
+    adapter = DiscordAdapter("support", settings_for(fake))
+    try:
+        with pytest.raises(ChannelSendError, match="token rejected") as raised:
+            await adapter.start(lambda m: asyncio.sleep(0))
+        assert raised.value.permanent and adapter._task is None
     finally:
         await adapter.stop()
