@@ -3,7 +3,9 @@
 `gateway chat` talks to the server's web chat.
 
 The server writes its admin token (readable by its user only) and the URL it listens on next to
-the index folder (`var/admin.token`, `var/admin.url`); both go when it stops.
+the index folder, named after it (`var/qdrant.admin.token`, `var/qdrant.admin.url`); both go when it
+stops. Named after the folder: two configurations whose index folders share a parent once shared
+one `admin.token`, and `gateway ingest` sent its job to the server holding the other index.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ if TYPE_CHECKING:  # imported when used: every CLI command imports this module, 
     from gateway.settings import Settings
 
 
+def admin_files(qdrant_path: str) -> tuple[Path, Path]:
+    """Where the server holding the index folder `qdrant_path` writes its admin token and its URL."""
+    folder = Path(qdrant_path)
+    return (folder.with_name(f"{folder.name}.admin.token"), folder.with_name(f"{folder.name}.admin.url"))
+
+
 def local_url(host: str, port: int) -> str:
     """The URL a client on this machine reaches a server bound to `host:port` at (a wildcard bind
     is reached on loopback)."""
@@ -37,8 +45,7 @@ async def ingest_via_server(settings: Settings, *, bot: str | None, source: str 
     """Run an ingest in the server that holds the index, and print its reports; returns the exit code.
 
     At a terminal the server streams its progress (NDJSON lines), drawn as the same bar as a local ingest."""
-    token_path = Path(settings.qdrant.path).parent / "admin.token"
-    url_path = token_path.with_name("admin.url")
+    token_path, url_path = admin_files(settings.qdrant.path)
     if not token_path.exists():
         print(f"error: {settings.qdrant.path} is in use by another process, and no running gateway server "
               f"was found to ingest through ({token_path} is missing). Stop the other process and retry.",
@@ -126,7 +133,7 @@ async def chat_via_server(settings: Settings, bot: str, *, session_id: str, conv
     """`gateway chat` through the running server's web chat (`converse` is the terminal loop)."""
     import httpx
 
-    url_path = Path(settings.qdrant.path).parent / "admin.url"
+    url_path = admin_files(settings.qdrant.path)[1]
     if not url_path.exists():
         print(f"error: {settings.qdrant.path} is in use by another process, and no running gateway server was "
               f"found to chat through ({url_path} is missing). Stop the other process and retry.", file=sys.stderr)

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from channels.base import ChannelAdapter
 from channels.web import WebAdapter
+from gateway.admin_client import admin_files
 from gateway.budget import DailyBudget
 from gateway.delivery.outbox import HEARTBEAT_S, Outbox
 from gateway.errors import GatewayError
@@ -96,7 +97,8 @@ class Services:
     budget: DailyBudget | None = None  # each bot's daily model spending: turns and operator summaries
     reply_timeout: float = 60.0
     admin_token_path: Path | None = None
-    admin_url: str | None = None  # where this process listens, for the CLI beside it (`admin.url`)
+    admin_url_path: Path | None = None
+    admin_url: str | None = None  # where this process listens, for the CLI beside it (`admin_files`)
     role: str = "all"  # "web": receive only (webhooks, web chat, operators); the worker runs elsewhere
     pg_bridge: PgBridge | None = None
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
@@ -127,9 +129,9 @@ class Services:
             with os.fdopen(fd, "w") as token_file:
                 token_file.write(self.admin_token)
             self._wrote_admin_files = True
-            if self.admin_url:
+            if self.admin_url and self.admin_url_path is not None:
                 # So `gateway ingest` finds this server on whatever port it was started with.
-                self.admin_token_path.with_name("admin.url").write_text(self.admin_url)
+                self.admin_url_path.write_text(self.admin_url)
         await self.outbox.recover()
         if worker:
             await self.worker.start()
@@ -188,7 +190,8 @@ class Services:
         # Only files this process wrote: a CLI that found the index busy must not remove the server's.
         if self._wrote_admin_files and self.admin_token_path is not None and self.admin_token_path.exists():
             self.admin_token_path.unlink(missing_ok=True)
-            self.admin_token_path.with_name("admin.url").unlink(missing_ok=True)
+            if self.admin_url_path is not None:
+                self.admin_url_path.unlink(missing_ok=True)
 
 
 def build_services(settings: Settings, *, poll_interval: float | None = None,
@@ -232,13 +235,13 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     if scheduler is not None:
         scheduler.add_job("retention", functools.partial(run_retention, sessions, settings, knowledge=knowledge),
                           cron=settings.retention_schedule)
-    admin_path = None
+    admin_path = admin_url_path = None
     if settings.qdrant.path and not settings.qdrant.url:
-        admin_path = Path(settings.qdrant.path).parent / "admin.token"
+        admin_path, admin_url_path = admin_files(settings.qdrant.path)
     services = Services(settings=settings, engine=engine, sessions=sessions, bus=bus, metrics=metrics, adapters=adapters,
                     knowledge=knowledge, llm=llm, pipeline=pipeline, outbox=outbox, inbox=inbox, worker=worker,
                     escalations=escalations, scheduler=scheduler, operator_auth=OperatorAuth(settings),
-                    slack_operator=slack_operator, reminders=reminders, admin_token_path=admin_path,
+                    slack_operator=slack_operator, reminders=reminders, admin_token_path=admin_path, admin_url_path=admin_url_path,
                     reply_timeout=settings.worker.reply_timeout, rate_limiter=rate_limiter, budget=budget)
     services.leader = leader
     return services

@@ -13,6 +13,7 @@ import httpx
 import pytest
 import uvicorn
 
+from gateway.admin_client import admin_files
 from gateway.app import create_app
 from gateway.cli import local_url
 from gateway.settings import load_settings
@@ -147,12 +148,13 @@ def test_local_url_reaches_a_wildcard_bind_on_loopback():
 
 
 def test_cli_ingest_goes_through_running_server_that_holds_the_index(kb_config):
-    """It finds the server where `admin.url` says, whatever HOST/PORT say, and the file goes with the server;
+    """It finds the server where its admin URL file says, whatever HOST/PORT say, and the file goes with the server;
     `chat` does the same through the server's web chat."""
     config, _ = kb_config
     settings = load_settings(config)
     port = free_port()
-    url_file = config.parent / "admin.url"
+    url_file = admin_files(settings.qdrant.path)[1]
+    assert url_file.name == "qdrant.admin.url"  # beside the index folder, named after it
     app = create_app(settings, start_scheduler=False, url=local_url("0.0.0.0", port))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -182,11 +184,11 @@ def test_cli_ingest_goes_through_running_server_that_holds_the_index(kb_config):
         assert chat.returncode == 0, chat.stderr
         assert f"chatting through its web chat at http://127.0.0.1:{port}" in chat.stderr
         assert "$12" in chat.stdout and "[1]" in chat.stdout
-        assert url_file.exists() and url_file.with_name("admin.token").exists()
+        assert url_file.exists() and admin_files(settings.qdrant.path)[0].exists()
     finally:
         server.should_exit = True
         thread.join(30)
-    assert not url_file.exists() and not url_file.with_name("admin.token").exists()
+    assert not url_file.exists() and not admin_files(settings.qdrant.path)[0].exists()
 
 
 def test_cli_eval_prints_contract_keys_and_the_questions_to_look_at(tmp_path, kb_config):

@@ -62,7 +62,7 @@ def test_ingest_source_without_bot_ingests_it_for_every_bot_that_has_it(tmp_path
 
 @contextmanager
 def serving(config):
-    """The real app on a free port in a thread, as `gateway serve` runs it (it writes admin.url)."""
+    """The real app on a free port in a thread, as `gateway serve` runs it (it writes its admin URL file)."""
     port = free_port()
     app = create_app(load_settings(config), start_scheduler=False, url=local_url("127.0.0.1", port))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
@@ -196,3 +196,26 @@ def test_ingest_with_a_changed_config_while_a_server_holds_the_index_is_refused(
     assert changed.stderr.strip().splitlines()[-1] == (
         f"error: the running server loaded {config} as it was at start; restart it to use the changed "
         "configuration, or stop it and run ingest again")
+
+
+def test_a_busy_index_beside_another_servers_is_not_ingested_through_that_server(tmp_path, capsys):
+    """Two configurations whose index folders share a parent: the running server holds folder A, and the
+    CLI of configuration B finds B's folder busy (another process holds it). It used to find A's
+    `admin.token` beside B's folder and ingest through server A: the run recorded in A's database, B's
+    index untouched, and "ok" printed."""
+    import yaml
+
+    docs = _docs(tmp_path)
+    config_a = write_config(tmp_path, bots=[_bot("acme", "docs", docs=docs)])
+    data = yaml.safe_load(config_a.read_text())
+    data["qdrant"]["path"] = str(tmp_path / "qdrant-b")
+    data["database_url"] = f"sqlite+aiosqlite:///{tmp_path / 'b.db'}"
+    config_b = tmp_path / "b.yaml"
+    config_b.write_text(yaml.safe_dump(data))
+    assert _run("db", "upgrade", "--config", str(config_a)).returncode == 0
+    with serving(config_a):
+        # What `gateway ingest` does when B's folder is held: look for the server that holds it.
+        code = asyncio.run(ingest_via_server(load_settings(config_b), bot=None, source=None, as_json=True))
+    err = capsys.readouterr().err
+    assert code == 1 and "held by the running server" not in err, err
+    assert "no running gateway server was found" in err and "qdrant-b.admin.token is missing" in err

@@ -1,7 +1,8 @@
 """Admin endpoints for the local CLI: ingest through the running server.
 
 Qdrant local mode lets one process hold its folder, so `gateway ingest` on the same machine sends
-the job here. It authenticates with the token the server writes to `var/admin.token` at start.
+the job here. It authenticates with the token the server writes beside the index folder at start
+(`var/qdrant.admin.token`, `gateway.admin_client.admin_files`).
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ async def test_live_events_cross_processes_operator_stream_and_web_chat_tokens(p
                                       headers={"X-Telegram-Bot-Api-Secret-Token": SECRET})
                     events.append(await asyncio.wait_for(next_event(), 20))
                 # The worker process holds the index: ingest through it, then ask the web process, streaming.
-                token = (tmp_path / "admin.token").read_text().strip()
+                token = (tmp_path / "qdrant-0.admin.token").read_text().strip()  # the worker: replica 0
                 ingested = await client.post(f"{worker.url}/v1/admin/ingest", headers={"Authorization": f"Bearer {token}"},
                                              timeout=300)
                 assert ingested.status_code == 200, ingested.text

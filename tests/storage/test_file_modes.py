@@ -7,6 +7,7 @@ import os
 import stat
 from pathlib import Path
 
+from gateway.admin_client import admin_files
 from gateway.app import create_app
 from gateway.settings import load_settings
 from storage.engine import create_engine
@@ -32,7 +33,7 @@ async def test_a_new_sqlite_database_and_the_admin_token_are_owner_only(tmp_path
         await asyncio.to_thread(upgrade, settings.database_url)
         app = create_app(settings, start_scheduler=False)
         async with app.router.lifespan_context(app):
-            token = Path(settings.qdrant.path).parent / "admin.token"
+            token = admin_files(settings.qdrant.path)[0]
             assert _mode(token) == 0o600 and token.read_text() == app.state.services.admin_token
     finally:
         os.umask(old)
