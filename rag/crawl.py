@@ -181,9 +181,13 @@ async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotsRules | 
     return RobotsRules(Protego.parse(response.text))
 
 
-async def sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, errors: list[tuple[str, str]]) -> list[str]:
+async def sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, errors: list[tuple[str, str]],
+                       read: set[str] | None = None) -> list[str]:
     """Page URLs of a sitemap, following an index. The top sitemap failing raises `SourceError`; a
-    child that fails lands in `errors` so the healthy children's pages still load."""
+    child that fails lands in `errors` so the healthy children's pages still load. Each sitemap file is
+    read once (`read`): an index that lists itself, or two that list one child, gave each failure twice."""
+    read = set() if read is None else read
+    read.add(url)
     is_index, listed = await _fetch_sitemap(url, client=client)
     locs = [loc for loc in listed if same_site(url, loc)]
     if len(locs) < len(listed):
@@ -201,8 +205,10 @@ async def sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, error
         return []
     pages: list[str] = []
     for child in locs:
+        if child in read:
+            continue
         try:
-            pages.extend(await sitemap_urls(child, client=client, depth=depth + 1, errors=errors))
+            pages.extend(await sitemap_urls(child, client=client, depth=depth + 1, errors=errors, read=read))
         except SourceError as exc:
             log.warning("child sitemap failed: %s: %s", child, exc,
                         extra={"sitemap": child, "error": str(exc), IN_RUN_ERRORS: True})

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import urldefrag, urlsplit
 
 import httpx
 
@@ -226,7 +226,12 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                             extra={"url": url, "error": message, IN_RUN_ERRORS: True})
                 return (url, message)
 
-    unique = list(dict.fromkeys(urls))
+    # A fragment is never sent to the server: `one.html` and `one.html#section` are one page, fetched
+    # and stored once (under the first form listed), not twice with every chunk doubled.
+    pages: dict[str, str] = {}
+    for url in urls:
+        pages.setdefault(urldefrag(url).url, url)
+    unique = list(pages.values())
     for url, outcome in zip(unique, await asyncio.gather(*(one(u) for u in unique))):
         if isinstance(outcome, Document):
             if outcome.text.strip():

@@ -85,6 +85,35 @@ async def test_a_failing_child_sitemap_is_recorded_and_the_healthy_ones_load():
     assert "404" in errors[f"{SITE}/gone.xml"] and "not valid XML" in errors[f"{SITE}/junk.xml"]
 
 
+async def test_a_page_listed_with_and_without_a_fragment_is_fetched_and_stored_once():
+    client, seen = fake_site({
+        "/sitemap.xml": (200, "application/xml", urlset("/a.html", "/a.html#pricing", "/b.html#top")),
+        "/a.html": (200, "text/html", PAGE.format("Seals")),
+        "/b.html": (200, "text/html", PAGE.format("Otters")),
+    })
+    async with client:
+        result = await load_sitemap(f"{SITE}/sitemap.xml", client=client)
+    # The first form listed names the document: a configured anchor stays in the citation's link.
+    assert sorted(d.doc_id for d in result.documents) == [f"{SITE}/a.html", f"{SITE}/b.html#top"]
+    assert seen.count("/a.html") == 1
+
+
+async def test_a_sitemap_index_that_lists_itself_reads_each_sitemap_once():
+    index = f"""<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+      <sitemap><loc>{SITE}/sitemap.xml</loc></sitemap><sitemap><loc>{SITE}/missing.xml</loc></sitemap>
+      <sitemap><loc>{SITE}/sm1.xml</loc></sitemap><sitemap><loc>{SITE}/sm1.xml</loc></sitemap></sitemapindex>"""
+    client, seen = fake_site({
+        "/sitemap.xml": (200, "application/xml", index),
+        "/sm1.xml": (200, "application/xml", urlset("/a.html")),
+        "/a.html": (200, "text/html", PAGE.format("Seals")),
+    })
+    async with client:
+        result = await load_sitemap(f"{SITE}/sitemap.xml", client=client)
+    assert [d.doc_id for d in result.documents] == [f"{SITE}/a.html"]
+    assert [url for url, _ in result.errors] == [f"{SITE}/missing.xml"]  # once, not once per reading of the index
+    assert seen.count("/sitemap.xml") == 1 and seen.count("/sm1.xml") == 1
+
+
 async def test_a_plain_text_sitemap_lists_one_url_a_line():
     client, _ = fake_site({
         "/sitemap.txt": (200, "text/plain", f"{SITE}/a.html\r\n\r\n{SITE}/b.html\n"),
