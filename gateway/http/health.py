@@ -92,7 +92,8 @@ async def _last_ingests(svc) -> dict[str, dict[str, object]]:
             run = runs.get((bot.name, source.name))
             out[f"{bot.name}/{source.name}"] = {"status": "never run"} if run is None else {
                 "status": run.status, "started_at": utc_iso(run.started_at),
-                **({"error": run.errors[-1]} if run.errors and run.status != "ok" else {})}
+                # The last error says what is wrong now; the count says whether it is one page or many.
+                **({"error": run.errors[-1], "errors": len(run.errors)} if run.errors and run.status != "ok" else {})}
     return out
 
 

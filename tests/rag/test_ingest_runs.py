@@ -41,5 +41,5 @@ async def test_readyz_and_metrics_show_a_failing_source(tmp_path):
             metrics = (await client.get("/metrics")).text
     assert ready.status_code == 200  # the service still answers; the source is reported, not fatal
     gone = ready.json()["ingest"]["acme/gone"]
-    assert gone["status"] == "failed" and "knowledge directory not found" in gone["error"]
+    assert gone["status"] == "failed" and "knowledge directory not found" in gone["error"] and gone["errors"] == 1
     assert 'gateway_ingest_last_run_ok{bot="acme",source="gone"} 0.0' in metrics
