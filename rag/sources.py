@@ -125,7 +125,16 @@ async def load_directory(path: Path) -> LoadResult:
     result = LoadResult()
     for file in _files_under(path):
         doc_id = file.relative_to(path).as_posix()
-        if not file.is_file() or _is_hidden(doc_id):
+        if _is_hidden(doc_id):
+            continue
+        if file.is_symlink() and not file.exists() and file.suffix.lower() in _SUFFIXES:
+            # A page the folder names but cannot read (its target moved): said, not silently left out.
+            message = f"broken symlink: its target {os.readlink(file)} does not exist"
+            log.warning("source file failed: %s: %s", doc_id, message,
+                        extra={"doc_id": doc_id, "error": message, IN_RUN_ERRORS: True})
+            result.errors.append((doc_id, message))
+            continue
+        if not file.is_file():
             continue
         if (suffix := file.suffix.lower()) not in _SUFFIXES:
             result.skipped[suffix] += 1

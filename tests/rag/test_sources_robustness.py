@@ -300,6 +300,15 @@ async def test_a_symlinked_folder_is_read_once_even_with_a_link_back_up(tmp_path
     assert ids == ["linked/faq.md"]
 
 
+async def test_a_broken_symlink_to_a_page_is_an_error_not_silence(tmp_path):
+    (tmp_path / "faq.md").write_text("# FAQ\n\nAnswers.\n")
+    (tmp_path / "moved.md").symlink_to(tmp_path / "elsewhere" / "moved.md")
+    (tmp_path / "logo.png").symlink_to(tmp_path / "nowhere.png")  # not a page type: no error for it
+    result = await load_directory(tmp_path)
+    assert [d.doc_id for d in result.documents] == ["faq.md"]
+    assert result.errors == [("moved.md", f"broken symlink: its target {tmp_path / 'elsewhere' / 'moved.md'} does not exist")]
+
+
 async def test_a_link_to_a_folder_inside_the_tree_does_not_take_its_place(tmp_path):
     """With `sub/` and `alias -> sub`, the walk met `alias` first and stored `alias/x.md`."""
     (tmp_path / "sub").mkdir()
