@@ -182,11 +182,16 @@ class Knowledge:
             if progress is not None:
                 progress(done, total, label)
 
+        def report_fetching(done: int, total: int) -> None:  # its own bar, before the documents' one
+            if progress is not None:
+                progress(done, total, f"{label} pages fetched")
+
         task = asyncio.current_task()
         self._running.add(task)
         try:
             async with self._source_locks[bot, source], self._source_runs, self._advisory_lock(bot, source):
-                return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress)
+                return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress,
+                                                          fetch_progress=report_fetching)
         finally:
             self._running.discard(task)
 

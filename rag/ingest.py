@@ -115,9 +115,11 @@ class Ingestor:
         ]
 
     async def ingest_source(
-        self, bot: str, source: SourceSettings, *, trigger: str = "manual", progress: Progress | None = None
+        self, bot: str, source: SourceSettings, *, trigger: str = "manual", progress: Progress | None = None,
+        fetch_progress: Progress | None = None,
     ) -> IngestReport:
-        """Load one source and ingest it incrementally.
+        """Load one source and ingest it incrementally; `fetch_progress` counts its pages as they are
+        fetched (urls and sitemap sources), `progress` its documents as they are stored.
 
         Never raises for a failure of the source, the index or the store: the run is recorded and
         reported as `failed` with its error, so the caller goes on with its next source. A
@@ -130,7 +132,7 @@ class Ingestor:
             return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=None, record=False)
         try:
             validators = await self._validators(bot, source.name) if source.type != "directory" else {}
-            loaded = await load_source(source, base_dir=self.base_dir, validators=validators)
+            loaded = await load_source(source, base_dir=self.base_dir, validators=validators, progress=fetch_progress)
         except BaseException as exc:  # a broken source is recorded and logged; the scheduler keeps running
             return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=run_id)
         errors = [f"{doc_id}: {message}" for doc_id, message in loaded.errors]

@@ -37,6 +37,7 @@ from rag.blocks import first_heading, split_front_matter
 from rag.crawl import USER_AGENT, describe_fetch_error, fetch, megabytes, robots_rules, sitemap_urls
 from rag.decoding import decode_text
 from rag.html_text import html_to_markdown
+from rag.ingest_progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +86,11 @@ class LoadResult:
 
 async def load_source(
     source: SourceSettings, *, client: httpx.AsyncClient | None = None, base_dir: Path | None = None,
-    validators: Validators | None = None,
+    validators: Validators | None = None, progress: Progress | None = None,
 ) -> LoadResult:
     """Load any configured source. Relative directory paths resolve against `base_dir`; pages with
-    `validators` are fetched conditionally."""
+    `validators` are fetched conditionally; `progress` is told (pages fetched, pages listed) as pages
+    come in (a crawl under a robots.txt Crawl-delay takes minutes before any document is ingested)."""
     if source.type == "directory":
         path = Path(source.path or "")
         if base_dir is not None and not path.is_absolute():
@@ -96,11 +98,11 @@ async def load_source(
         return await load_directory(path)
     async with _client(client) as http:
         if source.type == "urls":
-            return await load_urls(source.urls, client=http, validators=validators)
+            return await load_urls(source.urls, client=http, validators=validators, progress=progress)
         # DESIGN.md gives a sitemap source `urls` too: each is read, and their pages are one listing.
         merged = LoadResult()
         for sitemap in dict.fromkeys([*([source.url] if source.url else []), *source.urls]):
-            one = await load_sitemap(sitemap, client=http, validators=validators)
+            one = await load_sitemap(sitemap, client=http, validators=validators, progress=progress)
             known = {d.doc_id for d in merged.documents}  # a page two sitemaps list is one document
             merged.documents += [d for d in one.documents if d.doc_id not in known]
             merged.errors += one.errors
@@ -199,7 +201,8 @@ GONE = object()  # what fetching a page that answered 410 gives `load_urls`
 
 
 async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None,
-                    allowed: Callable[[str], bool] | None = None, delay: float | None = None) -> LoadResult:
+                    allowed: Callable[[str], bool] | None = None, delay: float | None = None,
+                    progress: Progress | None = None) -> LoadResult:
     """Fetch each page (a few at a time, or one at a time `delay` seconds apart); a failing URL is
     recorded and the others continue. A page that answers `410 Gone` is left out, so ingest removes its
     chunks (a 404 may be a passing mistake, so it is an error that keeps them). `allowed` (robots.txt)
@@ -241,7 +244,19 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
     for url in urls:
         pages.setdefault(urldefrag(url).url, url)
     unique = list(pages.values())
-    for url, outcome in zip(unique, await asyncio.gather(*(one(u) for u in unique))):
+    fetched = 0
+
+    async def counted(url: str):
+        nonlocal fetched
+        outcome = await one(url)
+        fetched += 1
+        if progress is not None:
+            progress(fetched, len(unique))
+        return outcome
+
+    if progress is not None and unique:
+        progress(0, len(unique))
+    for url, outcome in zip(unique, await asyncio.gather(*(counted(u) for u in unique))):
         if isinstance(outcome, Document):
             if outcome.text.strip():
                 result.documents.append(outcome)
@@ -265,7 +280,8 @@ def _conditional_headers(validators: tuple[str | None, str | None] | None) -> di
     return headers
 
 
-async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Validators | None = None) -> LoadResult:
+async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Validators | None = None,
+                       progress: Progress | None = None) -> LoadResult:
     """Pages listed by a sitemap (or sitemap index), minus those robots.txt disallows. A child
     sitemap that fails is recorded as an error and the pages of the others still load."""
     robots = await robots_rules(url, client=client)
@@ -277,7 +293,7 @@ async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Valid
         log.info("robots.txt disallows sitemap pages", extra={"sitemap": url, "skipped": skipped})
     result = await load_urls(allowed, client=client, validators=validators,
                              allowed=robots.allows if robots is not None else None,
-                             delay=robots.delay() if robots is not None else None)
+                             delay=robots.delay() if robots is not None else None, progress=progress)
     result.errors[:0] = sitemap_errors
     result.listing_incomplete = bool(sitemap_errors)
     return result

@@ -127,3 +127,20 @@ async def test_a_page_that_says_it_is_gone_is_removed_even_when_it_was_the_only_
         gone = await ingestor.ingest_source("acme", source)
     assert first.added > 0 and gone.deleted == first.added and gone.status == "ok" and not gone.errors
     assert await index.count("acme") == 0
+
+
+async def test_pages_are_counted_as_they_are_fetched_before_any_document_is_stored(index, dense, sparse, sessions):
+    """A crawl under a Crawl-delay takes minutes before its first document is ingested; the bar showed
+    nothing until then."""
+    site = Site()
+    async with site.serving() as base:
+        site.pages = {f"/p{i}": (None, None, page_html(f"Page {i}", "Opening hours are nine to five.")) for i in range(3)}
+        source = SourceSettings(name="site", type="urls", urls=[f"{base}/p{i}" for i in range(3)])
+        events: list[tuple[str, int, int]] = []
+        report = await Ingestor(index, dense, sparse, sessions).ingest_source(
+            "acme", source, progress=lambda done, total: events.append(("documents", done, total)),
+            fetch_progress=lambda done, total: events.append(("fetched", done, total)))
+    assert report.status == "ok"
+    fetched = [e for e in events if e[0] == "fetched"]
+    assert fetched == [("fetched", 0, 3), ("fetched", 1, 3), ("fetched", 2, 3), ("fetched", 3, 3)]
+    assert events.index(fetched[-1]) < next(i for i, e in enumerate(events) if e[0] == "documents")
