@@ -30,6 +30,22 @@ from gateway.settings import Settings, _secret_values
 log = structlog.get_logger("gateway.app")
 
 
+FASTAPI_BODY_ERROR = "There was an error parsing the body"
+
+
+def unreadable_body(cause: BaseException) -> str:
+    """What was wrong with a JSON body the parser could not read for a reason other than its syntax
+    (FastAPI answers all of these with one generic line, while a syntax error names its place)."""
+    if isinstance(cause, UnicodeDecodeError):
+        return (f"the body is not valid JSON: it is not UTF-8 text (byte 0x{cause.object[cause.start]:02x} "
+                f"at byte {cause.start})")
+    if isinstance(cause, RecursionError):
+        return "the body is not valid JSON: it is nested too deeply"
+    if isinstance(cause, ValueError):  # an integer of more than 4,300 digits, say
+        return f"the body is not valid JSON: {cause}"
+    return f"{FASTAPI_BODY_ERROR} ({type(cause).__name__})"
+
+
 def create_app(settings: Settings, *, services: Services | None = None, start_worker: bool = True,
                start_scheduler: bool = True, start_channels: bool = True, role: str = "all",
                url: str | None = None) -> FastAPI:
@@ -89,8 +105,11 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        # The same {"error": …} shape as every other error ("There was an error parsing the body").
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+        # The same {"error": …} shape as every other error.
+        detail = str(exc.detail)
+        if detail == FASTAPI_BODY_ERROR and exc.__cause__ is not None:
+            detail = unreadable_body(exc.__cause__)
+        return JSONResponse({"error": detail}, status_code=exc.status_code, headers=exc.headers)
 
     app.include_router(health.router)
     app.include_router(webchat.router)

@@ -25,3 +25,20 @@ async def test_json_routes_answer_malformed_json_with_400_and_other_content_type
     assert operator.status_code == 400 and operator.json()["error"].startswith("the body is not valid JSON: ")
     assert plain.status_code == 415 and "text/plain" in plain.json()["error"]
     assert transcript["messages"] == []  # none of them was stored
+
+
+async def test_a_body_the_parser_cannot_read_says_why_not_only_that_it_failed(tmp_path) -> None:
+    """Not UTF-8, nested 100,000 deep, an integer of 5,000 digits: FastAPI answered each with one
+    generic line, "There was an error parsing the body"."""
+    async with app_client(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}], start_worker=False) as client:
+        latin1 = await client.post("/v1/bots/acme/chat", content='{"session_id": "s-1", "text": "café"}'.encode("latin-1"),
+                                   headers=JSON)
+        deep = await client.post("/v1/bots/acme/chat", content=b"[" * 100_000 + b"]" * 100_000, headers=JSON)
+        digits = await client.post("/v1/bots/acme/chat", content=b'{"session_id": "s-1", "text": ' + b"9" * 5000 + b"}",
+                                   headers=JSON)
+        transcript = (await client.get("/v1/bots/acme/sessions/s-1/messages")).json()
+    assert (latin1.status_code, latin1.json()) == (
+        400, {"error": "the body is not valid JSON: it is not UTF-8 text (byte 0xe9 at byte 34)"})
+    assert (deep.status_code, deep.json()) == (400, {"error": "the body is not valid JSON: it is nested too deeply"})
+    assert digits.status_code == 400 and digits.json()["error"].startswith("the body is not valid JSON: Exceeds the limit")
+    assert transcript["messages"] == []
