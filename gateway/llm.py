@@ -32,7 +32,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm  # noqa: E402
 import structlog
 
-from gateway.errors import LLMError
+from gateway.errors import ConfigError, LLMError
 from gateway.llm_pricing import Pricing, Usage
 from gateway.llm_retry import RETRYABLE, RetryPolicy, client_fault, short
 from gateway.observability.logs import adopt_litellm_loggers
@@ -119,7 +119,11 @@ class LLMRouter:
         # Retries, fallbacks and cooldowns are ours (see the module docstring), so the Router does none:
         # its own cooldown, after one 401 or 404, refused the next conversations a provider that was
         # healthy again ("No deployments available"), whatever `llm.cooldown_seconds` said.
-        self._router = litellm.Router(model_list=model_list, num_retries=0, timeout=timeout, disable_cooldowns=True)
+        try:
+            self._router = litellm.Router(model_list=model_list, num_retries=0, timeout=timeout, disable_cooldowns=True)
+        except Exception as exc:  # a `litellm_params` LiteLLM refuses: one config line, not its traceback
+            raise ConfigError("models", f"LiteLLM refused the model list: {type(exc).__name__}: "
+                                        f"{' '.join(str(exc).split())[:300]}") from None
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> "LLMRouter":

@@ -117,6 +117,19 @@ class ModelEntry(_Strict):
     # LiteLLM's own per-deployment metadata (id, base_model, costs, …), passed to the Router as it is.
     model_info: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("litellm_params")
+    @classmethod
+    def _has_a_model(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """LiteLLM's Router raised its own traceback at `serve` for these; `db upgrade` and `ingest` took them."""
+        model = params.get("model")
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError("needs `model`, the provider's model name (for example openai/gpt-4o-mini)"
+                             + ("; it is empty (an unset ${VAR}?)" if model == "" else ""))
+        for key in ("api_base", "api_key", "api_version"):
+            if key in params and not isinstance(params[key], str):
+                raise ValueError(f"`{key}` must be a string, not {type(params[key]).__name__}")
+        return params
+
 
 class OperatorSettings(_Strict):
     """A human operator: a bearer token, and the bots they may serve (`*` for all)."""
@@ -124,6 +137,14 @@ class OperatorSettings(_Strict):
     name: str
     token: str
     bots: list[str] = Field(default_factory=lambda: ["*"])
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, name: str) -> str:
+        """The name is who claimed, replied and resolved in every escalation's history."""
+        if not name.strip():
+            raise ValueError("is empty; give the operator a name (an unset ${VAR}?)")
+        return name
 
 
 class WorkerSettings(_Strict):

@@ -60,6 +60,14 @@ def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
     ({"operators": [{"name": "sam", "token": "${OP_A}"}, {"name": "sam", "token": "${OP_B}"}]},
      "operators[1].name", "duplicate operator name"),
     ({"worker": {"turn_timeout": 0}}, "worker.turn_timeout", "greater than 0"),
+    # LiteLLM's Router raised these as tracebacks at `serve` and `chat`, after `db upgrade` took them.
+    ({"models": [{"model_name": "m", "litellm_params": {"api_base": "http://127.0.0.1:9"}}]},
+     "models[0].litellm_params", "needs `model`"),
+    ({"models": [{"model_name": "m", "litellm_params": {"model": "${UNSET_TOKEN_VAR}"}}]},
+     "models[0].litellm_params", "an unset ${VAR}?"),
+    ({"models": [{"model_name": "m", "litellm_params": {"model": "openai/x", "api_base": 12}}]},
+     "models[0].litellm_params", "`api_base` must be a string"),
+    ({"operators": [{"name": " ", "token": "${OP_A}"}]}, "operators[0].name", "empty"),
 ])
 def test_settings_bad_config_names_key(tmp_path, monkeypatch, data, key, words):
     monkeypatch.delenv("UNSET_TOKEN_VAR", raising=False)
@@ -222,6 +230,18 @@ def test_settings_model_info_reaches_the_litellm_router(tmp_path, monkeypatch):
     assert model_list_from_settings(settings)[0]["model_info"] == {"id": "main-1", "base_model": "gpt-4o-mini"}
     deployment = LLMRouter.from_settings(settings)._router.registry().deployment("main-1")
     assert deployment.model_name == "main" and deployment.model_info.base_model == "gpt-4o-mini"
+
+
+def test_settings_a_model_litellm_refuses_is_a_config_error_when_the_router_is_built(tmp_path, monkeypatch):
+    from gateway.llm import LLMRouter
+
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    settings = load_settings(_write(tmp_path, {"models": [
+        {"model_name": "m", "litellm_params": {"model": "openai/x", "timeout": [1, 2]}}]}))
+    with pytest.raises(ConfigError) as info:
+        LLMRouter.from_settings(settings)
+    assert info.value.key == "models" and "LiteLLM refused the model list: ValidationError" in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 def test_settings_environment_overrides_only_the_documented_keys(tmp_path, monkeypatch):
