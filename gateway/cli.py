@@ -128,9 +128,16 @@ def _settings(args):
 
 
 def _serve(args) -> int:
+    from rag.index import folder_in_use
+
     settings = _settings(args)
     check_embedding_model(settings)
     asyncio.run(require_schema(settings))
+    if args.role != "web" and folder_in_use(settings.qdrant):
+        # Found at start, the lifespan's IndexBusy was a 60-line traceback ending "Application startup failed".
+        raise IndexBusy(f"the Qdrant folder {settings.qdrant.path} is in use by another process (a running `gateway "
+                        "serve`, or an ingest). Stop it first, or use a Qdrant server (qdrant.url) to run more than "
+                        "one process on one index (`--role web` processes hold no index)")
     import uvicorn  # after the checks: importing the app takes seconds, a config error should not
 
     from gateway.app import create_app
