@@ -34,9 +34,11 @@ def _secret_values(data: Any, path: str = "") -> list[tuple[str, str]]:
     return found
 
 
-def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list[str] | None = None) -> Any:
+def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list[str] | None = None,
+                 unset: dict[str, str] | None = None) -> Any:
     """Replace `${VAR}` everywhere; refuse literal secrets; name the key on any problem. The paths of
-    secrets that took the default of `${VAR:-default}` (VAR unset) are added to `defaulted`."""
+    secrets that took the default of `${VAR:-default}` (VAR unset) are added to `defaulted`, and each
+    key whose `${VAR}` (without a default) is unset is recorded in `unset` with the variable's name."""
     if isinstance(data, dict):
         out = {}
         for key, value in data.items():
@@ -47,10 +49,10 @@ def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list
                     raise ConfigError(sub, "secrets come from the environment only; write it as ${SOME_ENV_VAR}")
                 if ref.group(1) not in env and ref.group(2) and defaulted is not None:
                     defaulted.append(f"{sub} (${{{ref.group(1)}}} is not set)")
-            out[key] = _interpolate(value, env, sub, defaulted)
+            out[key] = _interpolate(value, env, sub, defaulted, unset)
         return out
     if isinstance(data, list):
-        return [_interpolate(v, env, f"{path}[{i}]", defaulted) for i, v in enumerate(data)]
+        return [_interpolate(v, env, f"{path}[{i}]", defaulted, unset) for i, v in enumerate(data)]
     if isinstance(data, str):
 
         def sub(match: re.Match[str]) -> str:
@@ -59,7 +61,10 @@ def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list
                 return env[name]
             if default is not None:
                 return default
-            # An unset variable becomes empty; required keys then fail with their own message.
+            # An unset variable becomes empty; required keys then fail with their own message, and
+            # `name_unset_variable` adds the variable's name to it.
+            if unset is not None:
+                unset.setdefault(path, name)
             return ""
 
         return _ENV_REF.sub(sub, data)
@@ -81,8 +86,9 @@ def resolve_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(explicit or os.environ.get("GATEWAY_CONFIG") or "config.yaml")
 
 
-def read_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """The config file's mapping, interpolated, with `config_path` set. Raises `ConfigError`."""
+def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, str] | None = None) -> dict[str, Any]:
+    """The config file's mapping, interpolated, with `config_path` set; `unset` gets the keys whose
+    `${VAR}` is not set (key -> VAR). Raises `ConfigError`."""
     config_path = resolve_config_path(path)
     environ = dict(os.environ)
     try:
@@ -94,7 +100,7 @@ def read_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError("", f"{config_path} must hold a mapping at the top level")
     defaulted: list[str] = []
-    data = _interpolate(raw, environ, defaulted=defaulted)
+    data = _interpolate(raw, environ, defaulted=defaulted, unset=unset)
     # `${VAR:-default}` under a secret key is a development convenience: in production the default
     # would be a secret written in the file (and often shared, as in an example config).
     # Read as pydantic-settings reads it: the variable's name in any case, and the value as written.
@@ -104,6 +110,17 @@ def read_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
                           f"a secret's default is for development only; {defaulted[0].split(' ', 1)[1][1:-1]} in production")
     data["config_path"] = str(config_path)
     return data
+
+
+def name_unset_variable(error: ConfigError, unset: dict[str, str]) -> ConfigError:
+    """`error`, saying which `${VAR}` was not set when the key it names (or a key under it, or the
+    key above it) was given by one: "a directory source needs `path`" read as if no path was written."""
+    for key, name in unset.items():
+        if error.key and (key == error.key or key.startswith((f"{error.key}.", f"{error.key}[")) or
+                          error.key.startswith((f"{key}.", f"{key}["))):
+            problem = error.problem.replace(" (an unset ${VAR}?)", "").replace("; an unset ${VAR}?", "")
+            return ConfigError(error.key, f"{problem} (${{{name}}} is not set, so {key} is empty)")
+    return error
 
 
 def config_error(exc: ValidationError) -> ConfigError:

@@ -45,6 +45,7 @@ from gateway.config_file import (
     SECRET_KEYS,
     _secret_values,
     config_error,
+    name_unset_variable,
     read_config,
     resolve_config_path,
 )
@@ -330,8 +331,11 @@ class _EnvOverrides(EnvSettingsSource):
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     """Read, interpolate and validate the configuration. Raises `ConfigError` naming the key."""
-    data = read_config(path)
+    unset: dict[str, str] = {}
+    data = read_config(path, unset=unset)
     try:
         return Settings(**data)
     except ValidationError as exc:
-        raise config_error(exc) from None
+        raise name_unset_variable(config_error(exc), unset) from None
+    except ConfigError as exc:
+        raise name_unset_variable(exc, unset) from None

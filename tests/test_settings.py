@@ -64,7 +64,7 @@ def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
     ({"models": [{"model_name": "m", "litellm_params": {"api_base": "http://127.0.0.1:9"}}]},
      "models[0].litellm_params", "needs `model`"),
     ({"models": [{"model_name": "m", "litellm_params": {"model": "${UNSET_TOKEN_VAR}"}}]},
-     "models[0].litellm_params", "an unset ${VAR}?"),
+     "models[0].litellm_params", "${UNSET_TOKEN_VAR} is not set"),
     ({"models": [{"model_name": "m", "litellm_params": {"model": "openai/x", "api_base": 12}}]},
      "models[0].litellm_params", "`api_base` must be a string"),
     ({"operators": [{"name": " ", "token": "${OP_A}"}]}, "operators[0].name", "empty"),
@@ -214,8 +214,11 @@ def test_settings_telegram_webhook_mode_needs_a_webhook_secret(tmp_path, monkeyp
     for telegram in ({}, {"mode": "webhook", "webhook_secret": "${UNSET_TG_SECRET}"}):
         with pytest.raises(ConfigError) as info:
             load_settings(config(**telegram))
-        assert str(info.value) == ("bots[0].channels: telegram.webhook_secret is required when telegram is enabled in "
-                                   "webhook mode (set it from the environment, or use mode: polling)")
+        assert str(info.value).startswith("bots[0].channels: telegram.webhook_secret is required when telegram is "
+                                          "enabled in webhook mode (set it from the environment, or use mode: polling)")
+        # Given as an unset ${VAR}: the variable is named.
+        assert str(info.value).endswith("(${UNSET_TG_SECRET} is not set, so bots[0].channels.telegram.webhook_secret "
+                                        "is empty)") == ("webhook_secret" in telegram)
     assert load_settings(config(mode="polling")).bots[0].channels.telegram.mode == "polling"
     assert load_settings(config(enabled=False)).bots[0].channels.telegram.enabled is False
 
@@ -230,6 +233,21 @@ def test_settings_model_info_reaches_the_litellm_router(tmp_path, monkeypatch):
     assert model_list_from_settings(settings)[0]["model_info"] == {"id": "main-1", "base_model": "gpt-4o-mini"}
     deployment = LLMRouter.from_settings(settings)._router.registry().deployment("main-1")
     assert deployment.model_name == "main" and deployment.model_info.base_model == "gpt-4o-mini"
+
+
+@pytest.mark.parametrize("data, key, words", [
+    ({"database_url": "${GW_UNSET_A}"}, "database_url", "${GW_UNSET_A} is not set, so database_url is empty"),
+    ({"bots": [{"name": "b", "sources": [{"name": "s", "type": "directory", "path": "${GW_UNSET_A}"}]}]},
+     "bots[0].sources[0]", "a directory source needs `path` (${GW_UNSET_A} is not set"),
+    ({"bots": [{"name": "b", "model": "${GW_UNSET_A}"}]}, "bots[0].model", "${GW_UNSET_A} is not set"),
+])
+def test_settings_a_key_an_unset_variable_left_empty_names_the_variable(tmp_path, monkeypatch, data, key, words):
+    """"a directory source needs `path`" read as if no path was written, while the file said ${VAR}."""
+    monkeypatch.delenv("GW_UNSET_A", raising=False)
+    with pytest.raises(ConfigError) as info:
+        load_settings(_write(tmp_path, data))
+    assert info.value.key == key and words in str(info.value), str(info.value)
+    assert "an unset ${VAR}?" not in str(info.value)  # the guess gives way to the name
 
 
 def test_settings_a_model_litellm_refuses_is_a_config_error_when_the_router_is_built(tmp_path, monkeypatch):
