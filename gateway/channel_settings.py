@@ -27,6 +27,19 @@ class ChannelBase(_Strict):
     # Slack, Discord). See gateway/delivery/streaming.py.
     stream: bool = False
 
+    @field_validator("api_base")
+    @classmethod
+    def _an_http_url(cls, value: str | None) -> str | None:
+        """A typo here loaded, and then every send failed with the SDK's own error about a URL."""
+        if value is not None and not value.strip():
+            return None  # `${VAR}` left unset: the platform's own API root
+        if value is not None:
+            parts = urlsplit(value.strip())
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"{value!r} is not an http(s) URL with a host: give the platform's API root, "
+                                 "as https://api.telegram.org")
+        return value
+
 
 class WebChannel(ChannelBase):
     """The built-in web chat and widget."""

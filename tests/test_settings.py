@@ -83,12 +83,15 @@ def test_settings_bad_config_names_key(tmp_path, monkeypatch, data, key, words):
     ("whatsapp", {"public_url": "https://gw.example.com/webhooks/b/whatsapp"}, "public_url", "the webhook's URL"),
     ("telegram", {"webhook_secret": "${TG_SECRET}"}, "webhook_secret", "A-Z, a-z, 0-9, _ and -"),
     ("discord", {"public_key": 1234567890}, "public_key", "in quotes"),
+    ("telegram", {"api_base": "not a url"}, "api_base", "not an http(s) URL with a host"),
+    ("slack", {"api_base": "slack.com/api/"}, "api_base", "not an http(s) URL with a host"),
 ])
 def test_settings_channel_values_a_platform_would_refuse_are_config_errors(tmp_path, monkeypatch, channel, values,
                                                                            key, words):
     monkeypatch.setenv("TG_SECRET", "has a space")  # Telegram's setWebhook refuses it
     base = {"whatsapp": {"account_sid": "${SID}", "auth_token": "${AUTH}", "from_number": "+15550001111"},
-            "telegram": {"token": "${TG_TOKEN}"}, "discord": {"token": "${DISCORD_TOKEN}"}}[channel]
+            "telegram": {"token": "${TG_TOKEN}"}, "discord": {"token": "${DISCORD_TOKEN}"},
+            "slack": {"bot_token": "${TG_TOKEN}", "signing_secret": "${AUTH}"}}[channel]
     for name in ("SID", "AUTH", "TG_TOKEN", "DISCORD_TOKEN"):
         monkeypatch.setenv(name, "set-from-the-environment")
     with pytest.raises(ConfigError) as info:
