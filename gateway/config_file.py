@@ -96,7 +96,7 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
     except FileNotFoundError:
         raise ConfigError("", f"config file not found: {config_path}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError("", f"{config_path} is not valid YAML: {exc}") from None
+        raise ConfigError("", f"{config_path} is not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError("", f"{config_path} must hold a mapping at the top level")
     defaulted: list[str] = []
@@ -121,6 +121,17 @@ def name_unset_variable(error: ConfigError, unset: dict[str, str]) -> ConfigErro
             problem = error.problem.replace(" (an unset ${VAR}?)", "").replace("; an unset ${VAR}?", "")
             return ConfigError(error.key, f"{problem} (${{{name}}} is not set, so {key} is empty)")
     return error
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: what it expected and where (its own text quotes the file over lines)."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if not problem:
+        return " ".join(str(exc).split())
+    context = getattr(exc, "context", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}" + (f" ({context})" if context else "")
 
 
 def config_error(exc: ValidationError) -> ConfigError:

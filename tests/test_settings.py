@@ -253,6 +253,15 @@ def test_settings_a_key_an_unset_variable_left_empty_names_the_variable(tmp_path
     assert "an unset ${VAR}?" not in str(info.value)  # the guess gives way to the name
 
 
+def test_settings_a_yaml_syntax_error_is_one_line_with_its_place(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("bots: [\n  - name: x\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert str(info.value) == (f"{path} is not valid YAML: expected the node content, but found '-' at line 2, "
+                               "column 3 (while parsing a flow node)")
+
+
 def test_settings_a_model_litellm_refuses_is_a_config_error_when_the_router_is_built(tmp_path, monkeypatch):
     from gateway.llm import LLMRouter
 
