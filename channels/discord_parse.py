@@ -129,7 +129,9 @@ def parse_interaction(body: dict[str, Any]) -> WebhookResult:
         return WebhookResult(response=_interaction_response({"type": 1}), ignored=("PING",))
     data = body.get("data") or {}
     if kind == 2 and data.get("name") == "ask" and data.get("type", 1) == 1:
-        question = next((str(o.get("value", "")) for o in data.get("options") or () if o.get("name") == "question"), "")
+        # `question` is a string option; any other value (an object, a number) is no question, not its repr.
+        question = next((o["value"] for o in data.get("options") or ()
+                         if o.get("name") == "question" and isinstance(o.get("value"), str)), "")
         user = (body.get("member") or {}).get("user") or body.get("user") or {}
         channel = body.get("channel") or {}
         message = InboundMessage(

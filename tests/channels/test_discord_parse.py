@@ -239,6 +239,14 @@ def test_parse_ask_defers_and_keeps_token_out_of_raw():
     assert "token" not in message.raw
 
 
+@pytest.mark.parametrize("value", [{"a": 1}, 42, None])
+def test_parse_ask_whose_question_is_no_string_is_an_empty_question_not_its_repr(value):
+    body = ask_interaction("unused")
+    body["data"]["options"][0]["value"] = value
+    (message,) = DiscordAdapter("support", settings_for()).parse(signed(json.dumps(body).encode())).messages
+    assert message.text == ""  # the pipeline answers an empty question with the greeting
+
+
 def test_parse_garbage_body_is_bad_request():
     adapter = DiscordAdapter("support", settings_for())
     with pytest.raises(BadRequest):
