@@ -124,7 +124,7 @@ def load_questions(path: Path) -> list[Question]:
     """Parse the JSONL eval file; blank lines are skipped, a bad line names its number and what is wrong.
 
     A question is answerable with a non-empty `gold_texts`, or unanswerable with `"answerable": false`;
-    a line with neither is an error rather than a guess, since either guess skews the metrics.
+    a line with neither, or with both, is an error rather than a guess, since either guess skews the metrics.
     """
     try:
         # utf-8-sig: a file saved by a Windows editor starts with a byte-order mark.
@@ -147,6 +147,8 @@ def _question(line: str, where: str) -> Question:
     if not isinstance(item.get("answerable", True), bool):
         raise EvalFileError(f'{where}: "answerable" must be true or false (JSON booleans, not text or numbers)')
     if item.get("answerable", True) is False:
+        if item.get("gold_texts"):  # which one is meant? either guess skews the metrics
+            raise EvalFileError(f'{where}: says "answerable": false and gives "gold_texts"; drop one of them')
         return Question(item["question"], (), False)
     golds = item.get("gold_texts")
     if not isinstance(golds, list) or not golds or not all(isinstance(g, str) and g.strip() for g in golds):

@@ -105,6 +105,7 @@ def test_eval_file_with_a_byte_order_mark_and_blank_lines_loads(tmp_path):
     ("Refunds?", "not a JSON object"),
     ('{"question": "Weather?", "answerable": "false"}', '"answerable" must be true or false'),  # text, not false
     ('{"question": "Weather?", "answerable": 0}', '"answerable" must be true or false'),
+    ('{"question": "Refunds?", "answerable": false, "gold_texts": ["five days"]}', "drop one of them"),  # both
 ])
 def test_eval_file_bad_line_is_named_with_what_is_wrong(tmp_path, line, says):
     path = tmp_path / "q.jsonl"
