@@ -91,6 +91,14 @@ class ToolSettings(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     timeout: float = 10.0
 
+    @model_validator(mode="after")
+    def _python_tool_names_its_function(self) -> "ToolSettings":
+        """Checked when the file is read, so `db upgrade` and `ingest` say it too; whether the module
+        imports is found when `serve` loads the tools."""
+        if self.type == "python" and (not self.import_path or ":" not in self.import_path.strip(":")):
+            raise ValueError("a python tool needs `import_path` written as 'package.module:function'")
+        return self
+
 
 class EscalationSettings(_Strict):
     """When and how a conversation is handed to a person."""

@@ -68,6 +68,9 @@ def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
     ({"models": [{"model_name": "m", "litellm_params": {"model": "openai/x", "api_base": 12}}]},
      "models[0].litellm_params", "`api_base` must be a string"),
     ({"operators": [{"name": " ", "token": "${OP_A}"}]}, "operators[0].name", "empty"),
+    ({"bots": [{"name": "b", "tools": [{"name": "t", "import_path": "tools_without_function"}]}]},
+     "bots[0].tools[0]", "a python tool needs `import_path` written as 'package.module:function'"),
+    ({"bots": [{"name": "b", "tools": [{"name": "t"}]}]}, "bots[0].tools[0]", "a python tool needs `import_path`"),
     # A key an unset ${VAR} left empty names the variable: "a directory source needs `path`" read as if
     # no path was written.
     ({"database_url": "${UNSET_TOKEN_VAR}"}, "database_url", "${UNSET_TOKEN_VAR} is not set, so database_url is empty"),
