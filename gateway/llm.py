@@ -34,7 +34,7 @@ import structlog
 
 from gateway.errors import ConfigError, LLMError
 from gateway.llm_pricing import Pricing, Usage
-from gateway.llm_retry import RETRYABLE, RetryPolicy, client_fault, short
+from gateway.llm_retry import RETRYABLE, MalformedAnswer, RetryPolicy, client_fault, short
 from gateway.observability.logs import adopt_litellm_loggers
 from gateway.offline.provider import MODEL as OFFLINE_LITELLM_MODEL
 from gateway.offline.provider import register_offline_provider
@@ -257,6 +257,8 @@ class LLMRouter:
         return await self._stream(name, kwargs, on_token, acc)
 
     def _result(self, name: str, response: Any) -> LLMResult:
+        if not getattr(response, "choices", None):
+            raise MalformedAnswer(f"{name} answered with no choices")
         choice = response.choices[0]
         message = choice.message
         calls = tuple(

@@ -18,7 +18,14 @@ import litellm  # noqa: E402
 
 from gateway.backoff import doubling
 
+
+class MalformedAnswer(Exception):
+    """The provider answered 200 with nothing to read (`"choices": []`): its failure, worth another try
+    and then the fallback, not a bug of ours (it was logged as `llm.client_fault`, with a traceback)."""
+
+
 RETRYABLE = (
+    MalformedAnswer,
     litellm.RateLimitError,
     litellm.Timeout,
     litellm.InternalServerError,
@@ -65,7 +72,7 @@ def client_fault(error: Exception) -> bool:
     LiteLLM 1.110 can raise a bare `LookupError` from its own context-variable bookkeeping, now and
     then, on a call that would have worked.
     """
-    return not type(error).__module__.startswith(_API_ERROR_MODULES)
+    return not isinstance(error, MalformedAnswer) and not type(error).__module__.startswith(_API_ERROR_MODULES)
 
 
 def short(error: BaseException, limit: int = 200) -> str:

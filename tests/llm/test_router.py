@@ -167,6 +167,24 @@ async def test_a_fault_inside_litellm_is_logged_and_retried(
     assert len(faults) == 1 and isinstance(faults[0]["exc_info"], LookupError)
 
 
+async def test_an_answer_with_no_choices_is_the_providers_failure_retried_then_fallen_back(openai_fake: FakeOpenAI) -> None:
+    """A 200 with `"choices": []` was an IndexError logged as `llm.client_fault` with a traceback, as if
+    it were a bug of ours."""
+    empty = Turn(raw_body='{"id": "x", "object": "chat.completion", "choices": []}', raw_type="application/json")
+    openai_fake.script("primary", empty, empty, empty)
+    openai_fake.script("backup", Turn(text="The backup answered [1]."))
+    router = make_router(openai_fake, "primary", "backup")
+
+    with capture_logs() as logs:
+        result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert result.text == "The backup answered [1]." and result.model_used == "backup"
+    assert [e for e in logs if e["event"] == "llm.client_fault"] == []
+    failed = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert failed and all(e["retryable"] and "MalformedAnswer: primary answered with no choices" in e["error"]
+                          for e in failed)
+
+
 async def test_complete_raises_llm_error_when_every_model_fails(openai_fake: FakeOpenAI) -> None:
     openai_fake.script("primary", Turn(status=500), Turn(status=500))
     openai_fake.script("backup", Turn(status=429), Turn(status=429))
