@@ -100,7 +100,7 @@ class Answerer:
                 break
             rounds += 1
             messages.append({"role": "assistant", "content": result.text or None, "tool_calls": [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": replayable(c.arguments)}}
                 for c in result.tool_calls]})
             # The calls of one round side by side, as the model asked for them together: one after the other,
             # eight slow lookups took eight timeouts.
@@ -215,6 +215,17 @@ def _found_something(result: Any) -> bool:
 def _metadata(turn) -> dict[str, Any]:
     """Ids for LiteLLM's callbacks and logs, so one message can be followed to its model calls."""
     return {"bot": turn.bot.name, "conversation_id": turn.conversation_id, "message_id": turn.message_id}
+
+
+def replayable(arguments: str | None) -> str:
+    """A call's arguments as the next round sends them back to the model: a JSON object, or `{}`. Why:
+    a truncated or non-object argument string (`{"invoice_number": "INV-20`, `[1, 2]`) made LiteLLM's
+    Anthropic adapter refuse the whole history (a bad request, never retried), so one bad call from the
+    model cost that model the turn. What the model wrote is still in its tool result's error."""
+    try:
+        return arguments if isinstance(json.loads(arguments or "{}"), dict) and arguments else "{}"
+    except ValueError:
+        return "{}"
 
 
 def _loads(arguments: str | None) -> Any:

@@ -39,10 +39,11 @@ from starlette.routing import Route
 
 @dataclass(frozen=True)
 class ToolCallSpec:
-    """A tool call the fake model makes: `arguments` is serialized to JSON for the wire."""
+    """A tool call the fake model makes: `arguments` is serialized to JSON for the wire (a string is sent
+    as it is: a model's truncated or malformed arguments)."""
 
     name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments: dict[str, Any] | str = field(default_factory=dict)
     id: str = ""
 
 
@@ -244,7 +245,8 @@ def _tool_calls(turn: Turn) -> list[dict[str, Any]]:
         {
             "id": call.id or f"call_{i}_{uuid.uuid4().hex[:8]}",
             "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            "function": {"name": call.name,
+                         "arguments": call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)},
         }
         for i, call in enumerate(turn.tool_calls)
     ]

@@ -167,6 +167,24 @@ async def test_a_tool_exceptions_text_goes_to_the_log_not_to_the_model_or_the_st
     assert len(failed) == 1 and "backend exploded" in failed[0]["error"] and failed[0]["tool"] == "boom"
 
 
+async def test_malformed_arguments_are_sent_back_to_the_model_as_an_empty_object(openai_fake) -> None:
+    """A truncated or non-object argument string, replayed as the model wrote it, made LiteLLM's Anthropic
+    adapter refuse the whole next round (a bad request, never retried): one bad call cost the model its turn."""
+    order = {"type": "object", "properties": {"order": {"type": "string"}}}
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("order_status", parameters=order)]}])
+    calls = (ToolCallSpec("order_status", '{"order": "A-', id="t1"), ToolCallSpec("order_status", "[1, 2]", id="t2"),
+             ToolCallSpec("order_status", {"order": "A-7"}, id="t3"))
+    openai_fake.script("primary", Turn(tool_calls=calls), Turn(text="Plus costs $6 per month [1]."))
+
+    result = await rig.pipeline.handle(rig.turn("Where is my order?"))
+
+    replayed = next(m for m in openai_fake.requests_for("primary")[1].messages if m.get("tool_calls"))
+    assert [c["function"]["arguments"] for c in replayed["tool_calls"]] == ["{}", "{}", '{"order": "A-7"}']
+    by_id = {c["id"]: c["result"] for c in result.tool_calls}
+    assert by_id["t1"]["error"].startswith("invalid arguments") and by_id["t2"]["error"].startswith("invalid arguments")
+    assert by_id["t3"] == {"order": "A-7", "status": "shipped"}
+
+
 async def test_tools_past_the_per_round_limit_are_answered_not_run(openai_fake) -> None:
     # 25 calls in one round, each waiting out its timeout, held the turn for 50 s.
     rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("whoami")]}])
