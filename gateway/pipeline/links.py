@@ -23,10 +23,13 @@ _MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\(\s*<?((?:[^()\s>]|\([^()\s]*\))*)>
 # "Socket.IO", a call (`logger.info()`), an e-mail address's parts, or anything in inline code.
 _TLDS = ("com|net|org|io|co|ai|app|dev|info|biz|me|xyz|online|site|shop|store|link|click|top|live|ly|gg|tv"
          "|us|uk|de|fr|es|it|nl|eu|ru|cn|in|br|au|ca|ch|se|pl|jp|example")
+# In any case with a path after it ("Attacker-billing.com/pay" opening a sentence, "evil.COM/login"): a
+# file or product name ("Mail.app", "ASP.NET") has no path, and chat apps link such a domain all the same.
 _BARE_URL = re.compile(
     r"(?i:https?://|www\.)[^\s<>()\[\]\"']+"
     rf"|(?<![\w@./:-])(?:[a-z0-9](?:[a-z0-9-]{{0,61}}[a-z0-9])?\.)+(?:{_TLDS})\b(?![.-]?\w|\(|@)"
-    r"(?:/[^\s<>()\[\]\"']*)?")
+    r"(?:/[^\s<>()\[\]\"']*)?"
+    rf"|(?<![\w@./:-])(?i:(?:[a-z0-9](?:[a-z0-9-]{{0,61}}[a-z0-9])?\.)+(?:{_TLDS}))/[^\s<>()\[\]\"']*")
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 
 

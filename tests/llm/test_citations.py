@@ -190,8 +190,10 @@ def test_a_link_in_the_models_own_tool_arguments_vouches_for_nothing() -> None:
 
 
 def test_a_bare_domain_is_a_link_too() -> None:
-    """Chat apps make "acme-billing.com/pay" a link, and it passed gate 2 for lacking `https://` (review)."""
+    """Chat apps make "acme-billing.com/pay" a link, and it passed gate 2 for lacking `https://` (review);
+    so did one opening a sentence, or with its top-level domain in capitals, before a path."""
     text = ("Plus costs $6 per user per month [1]. To upgrade, enter your card at acme-billing.com/pay.\n"
+            "Acme-billing.com/pay is where you claim it [1]. Claim at acme-billing.COM/pay [1].\n"
             "Details are in config.yaml and README.md, or at help.example.com/billing/refunds [1].")
     verified = verify_citations(text, HITS, fallback_text=FALLBACK)
     assert verified.text == ("Plus costs $6 per user per month [1].\n"
