@@ -47,3 +47,19 @@ def test_twilios_per_request_header_dump_stays_out_of_the_info_log(capsys) -> No
     logging.getLogger("twilio.http_client").warning("a real warning")
     err = capsys.readouterr().err
     assert "BEGIN Twilio API Request" not in err and "a real warning" in err
+
+
+def test_a_urls_password_is_redacted_even_when_no_config_names_it(capsys) -> None:
+    """A tool's exception quoted its own DSN, password and all, into `tool.failed` (review)."""
+    import structlog
+
+    configure_logging(level="INFO")
+    try:
+        raise ConnectionError("could not connect to postgresql://billing:s3cret-pw@db.internal:5432/billing")
+    except ConnectionError as exc:
+        structlog.get_logger("gateway.tools").error("tool.failed", tool="boom", error=str(exc), exc_info=exc)
+    logging.getLogger("rag.crawl").warning("fetch failed: redis://:pw-9876@cache:6379 and https://user@host/x")
+    out = capsys.readouterr().err
+    assert "s3cret-pw" not in out and "pw-9876" not in out
+    assert "postgresql://billing:[REDACTED]@db.internal:5432/billing" in out and "redis://:[REDACTED]@cache" in out
+    assert "https://user@host/x" in out  # a user name alone is no secret

@@ -97,10 +97,14 @@ class _CurrentStderrHandler(logging.StreamHandler):
 
 
 def redact(text: str) -> str:
-    """Replace every configured secret in `text` with a marker."""
+    """Replace every configured secret in `text` with a marker, and the password of any URL
+    (`postgresql://billing:s3cret@db/…` in a tool's or a driver's exception) that is not configured."""
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub("[REDACTED]", text)
-    return text
+    return _URL_PASSWORD.sub(r"\1[REDACTED]@", text) if "://" in text else text
+
+
+_URL_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@")
 
 
 def _redact(_logger, _name, event_dict):
