@@ -77,7 +77,11 @@ class Rewriter:
                 on_abandoned=None if usage is None else lambda cut: usage.append(usage_row(cut))),
                 REWRITE_DEADLINE_SECONDS)
         except Exception as exc:  # a failed rewrite must never block the answer
-            log.warning("rewrite.failed", bot=bot.name, error=f"{type(exc).__name__}: {exc}"[:200])
+            # A deadline's TimeoutError has no text of its own: say which limit it was, and of which models.
+            error = (f"no answer within {REWRITE_DEADLINE_SECONDS:g}s" if isinstance(exc, TimeoutError)
+                     else f"{type(exc).__name__}: {exc}"[:200])
+            log.warning("rewrite.failed", bot=bot.name, models=list(models), error=error,
+                        next="searching with the message as written")
             return [text]
         if usage is not None:
             usage.append(usage_row(result))

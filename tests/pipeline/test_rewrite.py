@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.pipeline.rewrite import bounded_history
 from tests.fakes.openai_server import Turn
@@ -69,9 +70,13 @@ async def test_a_rewrite_cut_off_by_its_deadline_is_paid_for_by_its_estimate(rig
     openai_fake.script("primary", Turn(text=json.dumps({"queries": REWRITES}), delay=3),
                        Turn(text="Team costs $120 per user per year [2]."))
 
-    result = await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=HISTORY))
+    with capture_logs() as logs:
+        result = await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=HISTORY))
 
     assert rig.search.calls == [[FOLLOW_UP]] and result.answered
+    # The deadline's TimeoutError has no text: the line says which limit it was, and for which models.
+    [failed] = [e for e in logs if e["event"] == "rewrite.failed"]
+    assert failed["error"] == "no answer within 0.5s" and failed["models"] == ["primary", "backup"]
     estimate, answer = result.usage
     assert estimate["model"] == "primary" and estimate["partial"] and estimate["prompt_tokens"] > 20
     assert estimate["completion_tokens"] == 0 and answer["completion_tokens"] > 0
