@@ -285,21 +285,11 @@ class DiscordAdapter:
                 return
             try:
                 await self.client.login(self.settings.token)
+            except discord.LoginFailure as exc:
+                raise ChannelSendError("discord token rejected", permanent=True) from exc
             except Exception as exc:
-                await self._discard_failed_login()
-                if isinstance(exc, discord.LoginFailure):
-                    raise ChannelSendError("discord token rejected", permanent=True) from exc
                 raise translate(exc) from exc
             self._logged_in = True
-
-    async def _discard_failed_login(self) -> None:
-        """Close the aiohttp session a failed login opened. Why: discord.py opens one per attempt and
-        leaves it open when the attempt fails, so every send or typing retry during an outage leaked
-        one ("Unclosed client session"). Closing it closes its connector too, so the next attempt is
-        given a fresh one."""
-        with contextlib.suppress(Exception):
-            await self.client.http.close()
-        self.client.http.connector = discord.utils.MISSING
 
     # -- gateway --
 
@@ -340,29 +330,23 @@ class DiscordAdapter:
                 return  # closed on purpose
             except asyncio.CancelledError:
                 raise
-            except ChannelSendError as exc:
-                if exc.permanent:  # the token was rejected: no retry helps
-                    self._gateway_problem = f"stopped: {exc}"[:200]
-                    log.error("discord.gateway_stopped", extra={"bot": self.bot, "error": self._gateway_problem})
-                    return
-                failures = failures + 1
-                self._gateway_problem = f"logging in again after: {exc}"[:200]
-                log.warning("discord.login_failed", extra={"bot": self.bot, "error": str(exc)[:200],
-                                                           "failures": failures})
-                await asyncio.sleep(doubling(failures, first=2.0, cap=60.0))
-                self._gateway_problem = None
             except Exception as exc:
                 if self._stopping:
                     return
-                if self.client.is_closed():
-                    # discord.py closed the client itself: a fatal close code (4004 bad token, 4010-4013
-                    # bad shard or intents) that no retry fixes.
+                login = isinstance(exc, ChannelSendError)  # `_ensure_login`'s: Discord unreachable, or the token
+                if self.client.is_closed() or (login and exc.permanent):
+                    # A rejected token, or discord.py closed the client itself: a fatal close code (4004 bad
+                    # token, 4010-4013 bad shard or intents) that no retry fixes.
                     self._gateway_problem = f"stopped by Discord: {type(exc).__name__}: {exc}"[:200]
                     log.error("discord.gateway_stopped", extra={"bot": self.bot, "error": self._gateway_problem})
                     return
                 failures = 1 if time.monotonic() - started > 60 else failures + 1
-                self._gateway_problem = f"reconnecting after {type(exc).__name__}"
-                log.exception("discord.gateway_failed", extra={"bot": self.bot, "failures": failures})
+                self._gateway_problem = f"{'logging in again' if login else 'reconnecting'} after {type(exc).__name__}"
+                if login:  # an outage, said in one line: the traceback would show only our own frames
+                    log.warning("discord.login_failed", extra={"bot": self.bot, "error": str(exc)[:200],
+                                                               "failures": failures})
+                else:
+                    log.exception("discord.gateway_failed", extra={"bot": self.bot, "failures": failures})
                 if self.client.ws is not None:  # the loop ended but left its socket open
                     with contextlib.suppress(Exception):
                         await self.client.ws.close(code=1000)

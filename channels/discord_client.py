@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,6 +25,19 @@ class GatewayClient(discord.Client):
         parsers = self._connection.parsers
         for event, parse in list(parsers.items()):
             parsers[event] = _skipping_unreadable(event, parse)
+
+    async def login(self, token: str) -> None:
+        """discord.py's login; a failed attempt closes the aiohttp session it opened. Why: discord.py
+        opens one per attempt and leaves it open when the attempt fails, so every send or typing retry
+        during an outage leaked one ("Unclosed client session"). Closing it closes its connector too,
+        so the next attempt is given a fresh one."""
+        try:
+            await super().login(token)
+        except Exception:
+            with contextlib.suppress(Exception):
+                await self.http.close()
+            self.http.connector = discord.utils.MISSING
+            raise
 
     async def on_message(self, message: discord.Message) -> None:
         """Gateway MESSAGE_CREATE, after discord.py has parsed it."""
