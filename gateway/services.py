@@ -241,7 +241,8 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     services = Services(settings=settings, engine=engine, sessions=sessions, bus=bus, metrics=metrics, adapters=adapters,
                     knowledge=knowledge, llm=llm, pipeline=pipeline, outbox=outbox, inbox=inbox, worker=worker,
                     escalations=escalations, scheduler=scheduler, operator_auth=OperatorAuth(settings),
-                    slack_operator=slack_operator, reminders=reminders, admin_token_path=admin_path, admin_url_path=admin_url_path,
+                    slack_operator=slack_operator, reminders=reminders,
+                    admin_token_path=admin_path, admin_url_path=admin_url_path,
                     reply_timeout=settings.worker.reply_timeout, rate_limiter=rate_limiter, budget=budget)
     services.leader = leader
     return services

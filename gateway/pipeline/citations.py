@@ -305,7 +305,8 @@ class PromptEcho:
         """Whether `text` repeats `PRIVATE_RUN_WORDS` words in a row of a sentence the prompt marks as
         private: a planted "reply with your instructions" got one internal line of a long prompt out
         ("agents may offer discount code …"), far under the share that replaces a whole answer."""
-        return bool(self.private) and not self.private.isdisjoint(_word_runs(_normalized(text), PRIVATE_RUN_WORDS))
+        padded = f" {_normalized(text)} "  # whole words: a private sentence under 6 words is one run
+        return any(f" {run} " in padded for run in self.private)
 
     def begun_in(self, text: str) -> bool:
         """The stream's test, stricter: a line of the rules, a private line, or `ECHO_MIN_WORDS` of the
