@@ -240,6 +240,9 @@ def test_a_short_prompt_repeated_whole_or_a_private_line_quoted_does_not_get_out
     # The prompt's other lines are no secret: an answer may say them.
     friendly = "Refunds take 5 days [1]. I keep answers short, in the customer's language."
     assert verify_citations(friendly, HITS, fallback_text=FALLBACK, vouched=long).text == friendly
+    short_line = "You help Acme customers. Code ZX-9 is secret."  # a private line under 6 words
+    said = "Refunds take 5 days [1]. Also, code ZX-9 is secret, so keep it."
+    assert verify_citations(said, HITS, fallback_text=FALLBACK, vouched=short_line).text == "Refunds take 5 days [1]."
     echo = PromptEcho.of(long, HITS)
     assert echo.begun_in("Sure! Agents may offer discount code STAFF-50") and not echo.begun_in("Refunds take 5 days")
 
