@@ -127,8 +127,10 @@ def load_questions(path: Path) -> list[Question]:
     a line with neither, or with both, is an error rather than a guess, since either guess skews the metrics.
     """
     try:
-        # utf-8-sig: a file saved by a Windows editor starts with a byte-order mark.
-        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+        # utf-8-sig: a file saved by a Windows editor starts with a byte-order mark. Lines end at "\n" only
+        # (read_text makes "\r\n" one): str.splitlines() also breaks at U+2028, U+2029 and U+0085, which
+        # JSON allows unescaped inside a string (json.dumps(..., ensure_ascii=False) writes them).
+        lines = Path(path).read_text(encoding="utf-8-sig").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise EvalFileError(f"cannot read the questions file {path}: {exc}") from None
     questions = [_question(line, f"{path}:{number}") for number, line in enumerate(lines, start=1) if line.strip()]

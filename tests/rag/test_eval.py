@@ -96,6 +96,18 @@ def test_eval_file_with_a_byte_order_mark_and_blank_lines_loads(tmp_path):
         ("Refunds?", ("five days",), True), ("Weather?", (), False)]
 
 
+def test_eval_file_lines_end_at_newlines_only(tmp_path):
+    # JSON allows U+2028, U+2029 and U+0085 unescaped in a string, and json.dumps(ensure_ascii=False)
+    # writes them so: they are inside the line, not line ends. CRLF files load too.
+    path = tmp_path / "q.jsonl"
+    lines = [json.dumps({"question": f"Open{sep}on Saturdays?", "gold_texts": [f"nine{sep}to five"]}, ensure_ascii=False)
+             for sep in ("\u2028", "\u2029", "\u0085")]
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode("utf-8"))
+    questions = load_questions(path)
+    assert [q.question for q in questions] == ["Open\u2028on Saturdays?", "Open\u2029on Saturdays?", "Open\u0085on Saturdays?"]
+    assert questions[0].gold_texts == ("nine\u2028to five",)
+
+
 @pytest.mark.parametrize(("line", "says"), [
     ('{"question": "Refunds?"}', '"gold_texts"'),  # neither gold texts nor answerable: false
     ('{"question": "Refunds?", "gold_texts": []}', '"gold_texts"'),
