@@ -31,6 +31,9 @@ PHRASES = EscalationSettings().phrases
     "I want a human",
     "human please",
     "Can I talk to a representative?",
+    # "with" after a verb of reaching is still a request.
+    "I'd like to chat with a real person",
+    "connect me with a human please",
 ])
 def test_requests_for_a_person_are_recognised(text):
     assert asks_for_human(text, PHRASES) is not None
@@ -41,6 +44,9 @@ def test_requests_for_a_person_are_recognised(text):
     "I do not need to speak to someone, thanks",
     "Is there a live agent chat on the Team plan?",
     "How do I share a note with a real person who has no account?",
+    # At the end of the question, the person is still what the note is shared with (the README's example).
+    "How do I share a note with a real person?",
+    "Can I share a notebook with a real person?",
     "Is the human agent feature included in Plus?",
     "I never asked to talk to someone",
     "without a live agent, how do I export my notes?",
