@@ -22,6 +22,7 @@ search with a relevance gate, ingest incrementally, and evaluate retrieval.
     query_words.py a query's literal words (codes, names, acronyms) and their parts
     ingest.py      Ingestor.ingest_bot / ingest_source → IngestReport (counts in chunks)
     fingerprint.py a document's content hash and the chunk settings it includes (CHUNKER_VERSION)
+    index_check.py is the index what the store records? chunks it lacks, and an older copy's leftovers
     points.py      chunks → IndexPoints (window vectors averaged, sentence vectors, BM25)
     ingest_runs.py IngestReport, and each run recorded in the store
     document_rows.py  DocumentRows: a source's rows in the store (key, cleaned text, URL, validators, settings)

@@ -58,16 +58,21 @@ def validators_of(doc: Document) -> tuple[str | None, str | None]:
     return etag, last_modified
 
 
-async def recorded_chunk_count(sessions: async_sessionmaker[AsyncSession], bot: str, source: str | None = None) -> int:
-    """How many distinct chunk ids the store records for the bot, over all its sources: the points
-    its index should hold (ingest and the startup check compare it with the index's count). With
-    `source`, for that source only: a run's `total`."""
+async def recorded_chunk_ids(sessions: async_sessionmaker[AsyncSession], bot: str, source: str | None = None) -> set[str]:
+    """The distinct chunk ids the store records for the bot, over all its sources: the points its
+    index should hold. With `source`, for that source only."""
     query = select(DocumentRow.chunk_ids).where(DocumentRow.bot == bot)
     if source is not None:
         query = query.where(DocumentRow.source == source)
     async with sessions() as session:
         found = await session.scalars(query)
-        return len({chunk_id for ids in found for chunk_id in ids or ()})
+        return {chunk_id for ids in found for chunk_id in ids or ()}
+
+
+async def recorded_chunk_count(sessions: async_sessionmaker[AsyncSession], bot: str, source: str | None = None) -> int:
+    """How many chunks `recorded_chunk_ids` names (the startup check compares it with the index's
+    count; with `source`, a run's `total`)."""
+    return len(await recorded_chunk_ids(sessions, bot, source))
 
 
 class RowWrite(Protocol):

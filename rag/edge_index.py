@@ -120,6 +120,12 @@ class EdgeIndex:
             found.update(str(r.id) for r in records)  # edge gives UUID objects back
         return found
 
+    async def point_ids(self, bot: str) -> set[str]:
+        """Every point id of the bot's shard."""
+        if not await self._exists(bot):
+            return set()
+        return await self._run(self._scan_ids, bot)
+
     async def hybrid_query(
         self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int, rrf_k: int = RRF_K
     ) -> ArmResults:
@@ -222,6 +228,16 @@ class EdgeIndex:
         if shard is not None:
             shard.close()
         shutil.rmtree(self._folder(bot), ignore_errors=True)
+
+    def _scan_ids(self, bot: str) -> set[str]:
+        ids: set[str] = set()
+        offset = None
+        while True:
+            records, offset = self._shards[bot].scroll(
+                qe.ScrollRequest(offset=offset, limit=1024, with_payload=False, with_vector=False))
+            ids.update(str(record.id) for record in records)  # edge gives UUID objects back
+            if offset is None:
+                return ids
 
     def _scan_terms(self, bot: str) -> TermStats:
         terms: list[list[int]] = []

@@ -229,6 +229,18 @@ class QdrantIndex:
             found.update(str(r.id) for r in records)
         return found
 
+    async def point_ids(self, bot: str) -> set[str]:
+        """Every point id of the bot's collection (scrolled without payload or vectors)."""
+        ids: set[str] = set()
+        offset = None
+        while await self._exists(bot):
+            points, offset = await self._call(self.client.scroll(
+                collection_name(bot), limit=1024, offset=offset, with_payload=False, with_vectors=False))
+            ids.update(str(point.id) for point in points)
+            if offset is None:
+                break
+        return ids
+
     async def hybrid_query(
         self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int, rrf_k: int = RRF_K
     ) -> ArmResults:

@@ -15,8 +15,9 @@ A document counts as unchanged only if its hash matches AND its recorded chunks 
 The index can lack them: its folder was lost or the engine switched (an empty index), or a run was
 killed midway through embedding them again (a partly rebuilt one). Such a document is re-chunked and
 its missing chunks embedded and written again (counted as `updated`), the ones present are kept.
-The check costs one point count while nothing is missing: the ids are looked up only when the
-index holds another number of points than the store records chunks for the bot (`_absent_from_index`).
+An index that lacks some may also hold chunks the store no longer records (an older copy of the
+index: the engine switched back, a restored backup); those are deleted at the end of the run
+(counted as `deleted`). See `rag.index_check`.
 
 A new chunk is embedded as its windows (averaged into its one dense vector), its BM25 text, and
 each of its sentences (`Chunk.sentences`, stored as the `sentences` multivector for the ranking
@@ -48,6 +49,7 @@ from rag.chunking import Chunk, chunk_document
 from rag.document_rows import DocumentRows, recorded_chunk_count, storable, store_key, validators_of
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.fingerprint import chunk_settings, digest, document_hash
+from rag.index_check import check_index, delete_unrecorded
 from rag.ingest_progress import DocumentProgress, Progress
 from rag.ingest_runs import IngestReport, describe, record_run, start_run
 from rag.knowledge_index import KnowledgeIndex
@@ -225,7 +227,8 @@ class Ingestor:
                                  "source out of the config to delete them)")
         # Chunks the store calls indexed but the index lacks (the folder was deleted, the engine
         # switched, a rebuild was killed midway): their documents are embedded again, not skipped.
-        absent, indexed = await self._absent_from_index(bot, rows)
+        check = await check_index(self.index, self.sessions, bot, rows)
+        absent, indexed = check.absent, check.indexed
         lost = {doc_id for doc_id, row in rows.items() if not absent.isdisjoint(row.chunk_ids)}
         if absent and not indexed:
             log.warning("index empty, re-embedding recorded documents", extra={"bot": bot, "source": source, "documents": len(rows)})
@@ -276,6 +279,9 @@ class Ingestor:
             await self._delete_gone_documents(bot, source, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
         else:
             log.warning("ingest kept pages missing from an incomplete listing", extra={"bot": bot, "source": source})
+        if check.held and (leftovers := await delete_unrecorded(self.index, self.sessions, bot, check.held)):
+            report.deleted += leftovers
+            log.warning("ingest.leftovers_deleted", extra={"bot": bot, "source": source, "deleted": leftovers})
         # What an error left as it was counts as unchanged, so that added + updated + unchanged is what
         # the index holds of the source: a page that failed, a document that could not be stored.
         kept = [row for doc_id, row in rows.items()
@@ -354,7 +360,7 @@ class Ingestor:
         if not validators:
             return {}
         stored = await rows.load()
-        absent, _ = await self._absent_from_index(bot, stored)
+        absent = (await check_index(self.index, self.sessions, bot, stored)).absent
         return {doc_id: pair for doc_id, pair in validators.items()
                 if doc_id not in stored or absent.isdisjoint(stored[doc_id].chunk_ids)}
 
@@ -363,21 +369,6 @@ class Ingestor:
         counts are all 0, and the chunks it had are kept)."""
         report.total = await recorded_chunk_count(self.sessions, report.bot, source=report.source)
         await record_run(self.sessions, report, trigger=trigger, run_id=run_id)
-
-    async def _absent_from_index(self, bot: str, rows: dict[str, DocumentRow]) -> tuple[set[str], int]:
-        """The chunk ids these rows record that the index has no point for, and the index's point
-        count. Cheap while nothing is missing: the count is compared with the distinct chunk ids the
-        store records for the bot (all its sources), and only when the two differ are this source's
-        ids looked up (by id, without payload or vectors). An empty index lacks them all."""
-        recorded = {chunk_id for row in rows.values() for chunk_id in row.chunk_ids}
-        if not recorded:
-            return set(), 0
-        indexed = await self.index.count(bot)
-        if indexed == 0:
-            return recorded, 0
-        if indexed == await recorded_chunk_count(self.sessions, bot):
-            return set(), indexed
-        return recorded - await self.index.present_ids(bot, sorted(recorded)), indexed
 
     async def _delete_gone_documents(self, bot: str, source: str, gone: list[DocumentRow], report: IngestReport) -> None:
         if not gone:

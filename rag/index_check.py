@@ -1,0 +1,70 @@
+"""Is the index what the store records? Ingest asks before it skips a document as unchanged.
+
+The store (`documents.chunk_ids`) says which chunks each document has in the index. The index can
+disagree with it in two ways:
+- it LACKS recorded chunks: its folder was lost, a rebuild was killed midway, points were deleted by
+  hand, or it is an empty index of another engine (`qdrant.engine` switched);
+- it also HOLDS chunks the store no longer records: it is an older copy of the index. Switching
+  `qdrant.engine` back to the engine used before finds that engine's index as it was left, and a
+  Qdrant folder or snapshot restored from a backup is the same case. Its point count can even equal
+  the store's, so a count alone does not tell.
+
+So a run looks its source's recorded ids up by id (ids only: no payload, no vectors), and when some
+are missing from an index that is not empty, or the index holds more points than the store records
+chunks for the bot, it also lists the index's ids, so that the chunks of edits and deletions it
+missed are removed at the end of the run (`delete_unrecorded`), once the store holds what this run
+wrote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from rag.document_rows import recorded_chunk_ids
+from rag.knowledge_index import KnowledgeIndex
+from storage.models import Document as DocumentRow
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    """What the index lacks of some documents' recorded chunks, and what it held when it lacked any."""
+
+    absent: set[str]
+    """Recorded chunk ids of the documents with no point in the index."""
+    indexed: int
+    """The index's point count for the bot."""
+    held: frozenset[str] = frozenset()
+    """The index's point ids when it may hold leftovers (module docstring; else empty): those the store
+    does not record by the end of the run are deleted."""
+
+
+async def check_index(
+    index: KnowledgeIndex, sessions: async_sessionmaker[AsyncSession], bot: str, rows: dict[str, DocumentRow]
+) -> IndexCheck:
+    """The `IndexCheck` of these documents' rows against the bot's index."""
+    recorded = {chunk_id for row in rows.values() for chunk_id in row.chunk_ids}
+    if not recorded:
+        return IndexCheck(set(), 0)
+    indexed = await index.count(bot)
+    if indexed == 0:
+        return IndexCheck(recorded, 0)
+    absent = recorded - await index.present_ids(bot, sorted(recorded))
+    # More points than recorded chunks: leftovers of a run that re-embedded the missing chunks and
+    # died before it deleted them.
+    if not absent and indexed <= len(await recorded_chunk_ids(sessions, bot)):
+        return IndexCheck(absent, indexed)
+    return IndexCheck(absent, indexed, frozenset(await index.point_ids(bot)))
+
+
+async def delete_unrecorded(
+    index: KnowledgeIndex, sessions: async_sessionmaker[AsyncSession], bot: str, held: frozenset[str]
+) -> int:
+    """Delete the points of `held` that no document of the bot (any source) records now; how many.
+    Only ids seen before the run are candidates, so a point another run writes meanwhile is never one,
+    and only those still there count: the run itself deleted the chunks its edits replaced."""
+    unrecorded = sorted(held - await recorded_chunk_ids(sessions, bot))
+    leftovers = sorted(await index.present_ids(bot, unrecorded)) if unrecorded else []
+    await index.delete_points(bot, leftovers)
+    return len(leftovers)
