@@ -22,7 +22,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
@@ -76,6 +76,13 @@ class ResolveBody(BaseModel):
     """Why the thread is handed back or released (optional)."""
 
     reason: str = Field(default="", max_length=1000)
+
+
+class NoBody(BaseModel):
+    """A route that takes no fields: an empty object, or no body at all. Anything else is refused
+    (400, 415, 422) like every JSON route's body, rather than ignored while the action runs."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class ClaimBody(BaseModel):
@@ -299,8 +306,8 @@ async def add_note(escalation_id: RowId, body: TextBody, request: Request) -> Re
 
 
 @router.post("/v1/conversations/{conversation_id}/claim")
-async def claim_conversation(conversation_id: RowId, request: Request) -> Response:
-    """Take over a conversation whether or not it escalated."""
+async def claim_conversation(conversation_id: RowId, request: Request, body: NoBody | None = None) -> Response:
+    """Take over a conversation whether or not it escalated (no fields; `body` only refuses a malformed one)."""
     svc = services(request)
 
     async def action(op: Operator) -> dict[str, Any]:

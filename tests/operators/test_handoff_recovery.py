@@ -158,3 +158,18 @@ async def test_api_escalation_detail_shows_the_newest_messages_and_pages_back(cl
     texts = [m["text"] for m in older["messages"]]
     assert texts[0] == "talk to a human" and texts[-1] == "message number 59" and len(texts) == 62
     assert older["summary"] == page["summary"]
+
+
+async def test_a_conversation_claim_with_a_malformed_body_is_refused_and_claims_nothing(client):
+    # The route takes no fields, and used to ignore its body: "{bad" or text/plain still took the thread.
+    hello = await client.post("/v1/bots/acme/chat", json={"session_id": "rec-claim", "text": "Hello?"})
+    conversation_id = hello.json()["conversation_id"]
+    url = f"/v1/conversations/{conversation_id}/claim"
+    bad = await client.post(url, content=b"{bad", headers={**auth("sam"), "Content-Type": "application/json"})
+    assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]
+    assert (await client.post(url, content=b"hello", headers={**auth("sam"), "Content-Type": "text/plain"})).status_code == 415
+    assert (await client.post(url, json={"take_over": "notabool"}, headers=auth("sam"))).status_code == 422
+    still = await client.post("/v1/bots/acme/chat", json={"session_id": "rec-claim", "text": "Still the bot?"})
+    assert still.json()["state"] == "bot"
+    taken = await client.post(url, headers=auth("sam"))  # no body at all, as documented
+    assert taken.status_code == 200 and taken.json()["state"] == "claimed"
