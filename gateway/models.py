@@ -13,6 +13,11 @@ from typing import Any, Literal
 _INVISIBLE = re.compile(r"[\s\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]")
 
 
+CLIENT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+"""An id a client chooses: a web chat `session_id`, a web chat or operator reply `message_id`."""
+CLIENT_ID_RULE = "1-128 characters of letters, digits, '_', '-', '.', ':'"
+
+
 def is_blank(text: str) -> bool:
     """Nothing a reader would see: whitespace and invisible format characters (zero-width space,
     joiners, direction marks, BOM), the set the web widget refuses to send (`widget.js`'s `isBlank`)."""

@@ -98,6 +98,15 @@ async def test_webchat_refuses_bad_text_and_stores_nothing(client, text, status,
     assert await _stored_messages(client.services, "s-4") == 0
 
 
+@pytest.mark.parametrize("message_id", ["", "bad id!", " x", "x\n", "m/1", "m" * 129])
+async def test_webchat_refuses_a_message_id_an_operator_reply_refuses_and_stores_nothing(client, message_id):
+    # The README's rule for both (1-128 letters, digits, '_', '-', '.', ':'); the web chat took anything
+    # up to 128 characters, and "" silently as no id.
+    response = await client.post("/v1/bots/acme/chat", json={"session_id": "s-ids", "text": "Hello?", "message_id": message_id})
+    assert response.status_code == 422 and "message_id must be" in response.json()["error"]
+    assert await _stored_messages(client.services, "s-ids") == 0
+
+
 async def test_webchat_retried_post_with_same_message_id_is_answered_once(client):
     payload = {"session_id": "s-5", "text": "What does E-SYNC-409 mean?", "message_id": "m-1"}
     first = (await client.post("/v1/bots/acme/chat", json=payload)).json()

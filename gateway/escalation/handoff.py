@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,7 @@ from gateway.escalation.claims import ClaimTransitions
 from gateway.escalation.handback import answer_if_handed_back, requeue_unanswered
 from gateway.escalation.records import conflict_message, live_escalation, record_event
 from gateway.events import ESCALATIONS_TOPIC, EventBus
-from gateway.models import as_utc, utcnow
+from gateway.models import CLIENT_ID, CLIENT_ID_RULE, as_utc, utcnow
 from gateway.operators.notices import acknowledgement_extras
 from gateway.settings import Settings
 from storage import repositories as repo
@@ -46,8 +45,6 @@ log = structlog.get_logger("gateway.escalation")
 
 Listener = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_OPERATOR_TEXT = 4000
-# An operator reply's `message_id`, chosen by the client: the characters of a web chat session id.
-CLIENT_MESSAGE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +167,8 @@ class Escalations(ClaimTransitions):
             raise BadRequest("text must not be empty")
         if len(text) > MAX_OPERATOR_TEXT:
             raise BadRequest(f"text is longer than {MAX_OPERATOR_TEXT} characters")
-        if message_id is not None and not CLIENT_MESSAGE_ID.fullmatch(message_id):
-            raise BadRequest("message_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'")
+        if message_id is not None and not CLIENT_ID.fullmatch(message_id):
+            raise BadRequest(f"message_id must be {CLIENT_ID_RULE}")
         escalation = await self.get(escalation_id, bots=bots)
         key = reply_key(escalation_id, operator, message_id) if message_id is not None else None
         if key is not None and (stored := await self._stored_reply(escalation, key)) is not None:

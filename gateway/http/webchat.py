@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from gateway.events import message_topic
 from gateway.http.deps import AfterId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
 from gateway.inbox import storable
-from gateway.models import ConversationRef, InboundMessage, Sender, is_blank
+from gateway.models import CLIENT_ID, CLIENT_ID_RULE, ConversationRef, InboundMessage, Sender, is_blank
 from storage import repositories as repo
 from storage.models import Conversation, Message
 
@@ -29,7 +28,6 @@ log = structlog.get_logger("gateway.webchat")
 router = APIRouter(tags=["web chat"], route_class=JsonRoute)  # bodies capped before parsing, JSON by default
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 MAX_DELIVERY_ID = 255  # messages.external_id is a VARCHAR(255) on PostgreSQL
-_SESSION_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
 class ChatRequest(BaseModel):
@@ -37,7 +35,7 @@ class ChatRequest(BaseModel):
 
     session_id: str = Field(max_length=128)
     text: str
-    message_id: str | None = Field(default=None, max_length=128)
+    message_id: str | None = None  # checked against CLIENT_ID by the route, with a message that says why
 
 
 def _delivery_id(body: ChatRequest) -> str:
@@ -78,8 +76,11 @@ def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | N
         return error(404, f"unknown bot {bot!r}")
     if settings.channels.web is None or not settings.channels.web.enabled:
         return error(404, f"bot {bot!r} has no web chat")
-    if not _SESSION_ID.fullmatch(body.session_id):
-        return error(422, "session_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'")
+    if not CLIENT_ID.fullmatch(body.session_id):
+        return error(422, f"session_id must be {CLIENT_ID_RULE}")
+    # As for an operator's reply: an id is a dedupe key, and "" or "bad id!" were stored as one.
+    if body.message_id is not None and not CLIENT_ID.fullmatch(body.message_id):
+        return error(422, f"message_id must be {CLIENT_ID_RULE}")
     if is_blank(body.text):  # zero-width characters alone too: nothing to answer
         return error(422, "text is empty")
     limit = settings.channels.web.max_message_chars
@@ -240,7 +241,7 @@ async def session_messages(bot: str, session_id: str, request: Request, after: A
         svc.settings.bot(bot)
     except KeyError:
         return error(404, f"unknown bot {bot!r}")
-    if not _SESSION_ID.fullmatch(session_id):
+    if not CLIENT_ID.fullmatch(session_id):
         return error(422, "invalid session_id")
     async with svc.sessions() as session:
         conversation = await repo.find_conversation(session, bot=bot, ref=ConversationRef(channel="web", chat=session_id))
