@@ -175,3 +175,43 @@ async def test_cli_without_a_terminal_streams_too_and_waits_past_its_read_timeou
     async with serving(app) as base:
         runs = await admin_client._ingest_on_server(base, {}, token="t", progress=None)
     assert asked == ["application/x-ndjson"] and runs == [{"bot": "acme", "source": "help"}]
+
+
+async def test_admin_ingest_relays_its_warnings_and_only_its_own(monkeypatch, capsys):
+    """A local ingest prints a warning (a sitemap's URLs on other sites skipped, a capped Crawl-delay) on the
+    terminal; through the server it went only to the server's log. The CLI prints each as `warning: …`."""
+    import logging
+
+    from aiohttp import web
+
+    from gateway.admin_client import _ingest_on_server
+    from gateway.http import admin
+    from tests.fakes.web_server import serving
+
+    crawl = logging.getLogger("rag.crawl")
+
+    class Warns:
+        def start_ingest(self, *, bot, source, trigger, progress):
+            async def ingest():
+                crawl.warning("sitemap %s lists %d URLs on other sites; they are not fetched", "http://x/s.xml", 1)
+                crawl.warning("a failed page", extra={"in_run_errors": True})  # printed from its run instead
+                progress(1, 1, "acme/site")
+                return []
+            return asyncio.ensure_future(ingest())
+
+    crawl.warning("another run's warning")  # outside the streamed ingest: not relayed
+    lines = [json.loads(line) async for line in admin._progress_lines(Warns(), bot=None, source=None)]
+    assert lines == [{"warning": "sitemap http://x/s.xml lists 1 URLs on other sites; they are not fetched"},
+                     {"progress": {"done": 1, "total": 1, "label": "acme/site"}}, {"runs": []}]
+
+    async def streamed(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        await response.write("".join(json.dumps(line) + "\n" for line in lines).encode())
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/admin/ingest", streamed)
+    async with serving(app) as base:
+        assert await _ingest_on_server(base, {}, token="t", progress=None) == []
+    assert "warning: sitemap http://x/s.xml lists 1 URLs on other sites; they are not fetched" in capsys.readouterr().err

@@ -9,18 +9,37 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.admin_client import NDJSON
+from gateway.errors import IN_RUN_ERRORS
 from gateway.http.deps import error, services
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], include_in_schema=False)
 HEARTBEAT_S = 15.0  # a line at least this often while an ingest streams (`gateway.admin_client.READ_TIMEOUT_S`)
 HEARTBEAT = json.dumps({"heartbeat": True}) + "\n"
+_relay_to: ContextVar[Callable[[str], None] | None] = ContextVar("admin_ingest_warnings", default=None)
+
+
+class _RelayWarnings(logging.Handler):
+    """Sends the knowledge base's warnings (a sitemap's URLs on other sites skipped, a capped
+    Crawl-delay) to the CLI whose ingest logged them, as a local ingest prints them on its terminal.
+    The streamed ingest's task carries `_relay_to` in its context; every other run has none. Errors a
+    run records are left out: the CLI prints them from the run, as its `!` lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        relay = _relay_to.get()
+        if relay is not None and record.levelno >= logging.WARNING and not getattr(record, IN_RUN_ERRORS, False):
+            relay(record.getMessage())
+
+
+logging.getLogger("rag").addHandler(_RelayWarnings())
 
 
 @router.post("/ingest")
@@ -55,33 +74,38 @@ async def ingest(request: Request, bot: str | None = None, source: str | None = 
 
 
 async def _progress_lines(knowledge, *, bot: str | None, source: str | None) -> AsyncIterator[str]:
-    """`{"progress": {"done", "total", "label"}}` lines while the ingest runs, then `{"runs": [...]}`, or
-    `{"error": "..."}` when the ingest itself broke (a source's failure is in its run, not here).
+    """`{"progress": {"done", "total", "label"}}` lines while the ingest runs (and `{"warning": "..."}`
+    for each warning it logs), then `{"runs": [...]}`, or `{"error": "..."}` when the ingest itself
+    broke (a source's failure is in its run, not here).
 
     The ingest runs in a task of its own (`Knowledge.start_ingest`): a CLI that is interrupted stops
     reading, and the run still ends and is recorded, as a scheduled one would be."""
-    events: asyncio.Queue[tuple[int, int, str]] = asyncio.Queue()
-    task = knowledge.start_ingest(bot=bot, source=source, trigger="cli",
-                                  progress=lambda done, total, label: events.put_nowait((done, total, label)))
+    events: asyncio.Queue[str] = asyncio.Queue()  # the lines to send, progress and warnings in order
+    relaying = _relay_to.set(lambda message: events.put_nowait(json.dumps({"warning": message}) + "\n"))
+    try:  # the task copies the context as it is created: its warnings, and only its, come here
+        task = knowledge.start_ingest(bot=bot, source=source, trigger="cli",
+                                      progress=lambda done, total, label: events.put_nowait(_progress_line(done, total, label)))
+    finally:
+        _relay_to.reset(relaying)
     waiter: asyncio.Future | None = None
     try:
         while not task.done():
             waiter = waiter or asyncio.ensure_future(events.get())
             await asyncio.wait({waiter, task}, timeout=HEARTBEAT_S, return_when=asyncio.FIRST_COMPLETED)
             if waiter.done():
-                yield _progress_line(*waiter.result())
+                yield waiter.result()
                 waiter = None
             elif not task.done():
                 # One page can take minutes (a Crawl-delay, a slow site): the client's read timeout
                 # starts again with every line, so it waits as long as the ingest lives.
                 yield HEARTBEAT
         if waiter is not None and waiter.done():
-            yield _progress_line(*waiter.result())
+            yield waiter.result()
         elif waiter is not None:
             waiter.cancel()  # before it can take one of the last counts from the queue
             waiter = None
         while not events.empty():  # the last counts, queued as the task ended
-            yield _progress_line(*events.get_nowait())
+            yield events.get_nowait()
     finally:
         if waiter is not None:
             waiter.cancel()
