@@ -84,7 +84,7 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
                     async for line in response.aiter_lines():
                         event = _event(line)
                         if isinstance(warning := event.get("warning"), str):  # as a local ingest logs it
-                            print(f"warning: {warning}", file=sys.stderr)
+                            print(f"{event.get('level', 'warning')}: {warning}", file=sys.stderr)
                         if isinstance(shown := event.get("progress"), dict) and progress is not None:
                             progress(shown.get("done", 0), shown.get("total", 0), str(shown.get("label", "ingest")))
                         runs = event["runs"] if isinstance(event.get("runs"), list) else runs

@@ -189,20 +189,35 @@ async def test_admin_ingest_relays_its_warnings_and_only_its_own(monkeypatch, ca
     from tests.fakes.web_server import serving
 
     crawl = logging.getLogger("rag.crawl")
+    other_run_logged = asyncio.Event()
+
+    async def another_run():  # a scheduled run's task, logging while the CLI's stream is open
+        crawl.warning("another run's warning")
+        other_run_logged.set()
 
     class Warns:
         def start_ingest(self, *, bot, source, trigger, progress):
             async def ingest():
-                crawl.warning("sitemap %s lists %d URLs on other sites; they are not fetched", "http://x/s.xml", 1)
+                crawl.warning("sitemap %s lists %d URLs on other sites; they are not fetched",
+                              "http://user:s3cret@x/s.xml", 1)
+                await asyncio.to_thread(crawl.warning, "from a worker thread")
+                crawl.warning("ingest.points_missing", extra={"missing": 3})
                 crawl.warning("a failed page", extra={"in_run_errors": True})  # printed from its run instead
+                await other_run_logged.wait()
                 progress(1, 1, "acme/site")
                 return []
             return asyncio.ensure_future(ingest())
 
-    crawl.warning("another run's warning")  # outside the streamed ingest: not relayed
-    lines = [json.loads(line) async for line in admin._progress_lines(Warns(), bot=None, source=None)]
-    assert lines == [{"warning": "sitemap http://x/s.xml lists 1 URLs on other sites; they are not fetched"},
-                     {"progress": {"done": 1, "total": 1, "label": "acme/site"}}, {"runs": []}]
+    lines = admin._progress_lines(Warns(), bot=None, source=None)
+    other = asyncio.create_task(another_run())
+    lines = [json.loads(line) async for line in lines]
+    await other
+    assert lines == [
+        {"warning": "sitemap http://user:[REDACTED]@x/s.xml lists 1 URLs on other sites; they are not fetched",
+         "level": "warning"},
+        {"warning": "from a worker thread", "level": "warning"},
+        {"warning": "ingest.points_missing missing=3", "level": "warning"},
+        {"progress": {"done": 1, "total": 1, "label": "acme/site"}}, {"runs": []}]
 
     async def streamed(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
@@ -214,4 +229,6 @@ async def test_admin_ingest_relays_its_warnings_and_only_its_own(monkeypatch, ca
     app.router.add_post("/v1/admin/ingest", streamed)
     async with serving(app) as base:
         assert await _ingest_on_server(base, {}, token="t", progress=None) == []
-    assert "warning: sitemap http://x/s.xml lists 1 URLs on other sites; they are not fetched" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "warning: sitemap http://user:[REDACTED]@x/s.xml lists 1 URLs on other sites; they are not fetched" in err
+    assert "warning: ingest.points_missing missing=3" in err

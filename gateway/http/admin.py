@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import secrets
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 
@@ -20,23 +21,32 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from gateway.admin_client import NDJSON
 from gateway.errors import IN_RUN_ERRORS
 from gateway.http.deps import error, services
+from gateway.observability.logs import redact
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], include_in_schema=False)
 HEARTBEAT_S = 15.0  # a line at least this often while an ingest streams (`gateway.admin_client.READ_TIMEOUT_S`)
 HEARTBEAT = json.dumps({"heartbeat": True}) + "\n"
-_relay_to: ContextVar[Callable[[str], None] | None] = ContextVar("admin_ingest_warnings", default=None)
+_relay_to: ContextVar[Callable[[str, str], None] | None] = ContextVar("admin_ingest_warnings", default=None)
+
+
+_STANDARD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", IN_RUN_ERRORS}
 
 
 class _RelayWarnings(logging.Handler):
     """Sends the knowledge base's warnings (a sitemap's URLs on other sites skipped, a capped
     Crawl-delay) to the CLI whose ingest logged them, as a local ingest prints them on its terminal.
-    The streamed ingest's task carries `_relay_to` in its context; every other run has none. Errors a
-    run records are left out: the CLI prints them from the run, as its `!` lines."""
+    The streamed ingest's task carries `_relay_to` in its context (so do the threads it starts with
+    `asyncio.to_thread`); every other run has none. Errors a run records are left out: the CLI prints
+    them from the run, as its `!` lines."""
 
     def emit(self, record: logging.LogRecord) -> None:
         relay = _relay_to.get()
-        if relay is not None and record.levelno >= logging.WARNING and not getattr(record, IN_RUN_ERRORS, False):
-            relay(record.getMessage())
+        if relay is None or record.levelno < logging.WARNING or getattr(record, IN_RUN_ERRORS, False):
+            return
+        # The fields a log line shows beside its event (`ingest.points_missing missing=3 …`), and
+        # secrets redacted as on the server's own log (a sitemap URL may carry a password).
+        fields = " ".join(f"{key}={value}" for key, value in vars(record).items() if key not in _STANDARD_ATTRIBUTES)
+        relay(record.levelname.lower(), redact(f"{record.getMessage()} {fields}".strip()))
 
 
 logging.getLogger("rag").addHandler(_RelayWarnings())
@@ -81,7 +91,16 @@ async def _progress_lines(knowledge, *, bot: str | None, source: str | None) -> 
     The ingest runs in a task of its own (`Knowledge.start_ingest`): a CLI that is interrupted stops
     reading, and the run still ends and is recorded, as a scheduled one would be."""
     events: asyncio.Queue[str] = asyncio.Queue()  # the lines to send, progress and warnings in order
-    relaying = _relay_to.set(lambda message: events.put_nowait(json.dumps({"warning": message}) + "\n"))
+    loop, loop_thread = asyncio.get_running_loop(), threading.get_ident()
+
+    def relay(level: str, message: str) -> None:
+        line = json.dumps({"warning": message, "level": level}) + "\n"
+        if threading.get_ident() == loop_thread:
+            events.put_nowait(line)  # in order with the progress lines
+        else:  # one of the ingest's worker threads (`asyncio.to_thread`): the queue is the loop's
+            loop.call_soon_threadsafe(events.put_nowait, line)
+
+    relaying = _relay_to.set(relay)
     try:  # the task copies the context as it is created: its warnings, and only its, come here
         task = knowledge.start_ingest(bot=bot, source=source, trigger="cli",
                                       progress=lambda done, total, label: events.put_nowait(_progress_line(done, total, label)))
