@@ -10,8 +10,8 @@ only as a request:
 - a phrase that is a verb phrase ("talk to a human") counts wherever it stands in its clause;
 - a phrase that only names a person ("real person", "live agent") counts when a verb of wanting or
   reaching comes before it in the clause ("I need a real person", "connect me to a live agent"), or
-  when it ends the clause ("Is there a live agent?", "real person please"), unless it is what another
-  verb does something *with* ("How do I share a note with a real person?": the README's own example
+  when it ends the clause ("Is there a live agent?", "real person please"), unless a note is shared,
+  sent or synced *with* them ("How do I share a note with a real person?": the README's own example
   of a question for the bot). Inside a question about something else it is only a noun.
 """
 
@@ -24,8 +24,11 @@ _NEGATION = re.compile(r"\b(?:don'?t|do not|doesn'?t|does not|not|never|no need|
 # Verbs a request for a person starts with; a phrase that starts with one of them is a verb phrase.
 _REACH = re.compile(r"\b(?:talk|speak|chat|connect|transfer|put|get|give|want|wanna|need|reach|contact|call|"
                     r"see|escalate|prefer|like|request)\w*\b")
-# "… share a note with a real person": the person is the object of another verb, not who is wanted.
-_OBJECT_OF_WITH = re.compile(r"\bwith(?:\s+(?:a|an|the|some|one|another))?\s*$")
+# "… share a note with a real person": the person is who a note is shared with, not who is wanted. Only
+# the product's verbs of sharing: "discuss this with a real person" or "have a word with a live agent"
+# ask for one.
+_SHARED_WITH = re.compile(r"\b(?:shar(?:e|es|ed|ing)|sen(?:d|ds|t|ding)|invit\w*|collaborat\w*|co-?edit\w*|sync\w*)\b"
+                          r".*\bwith(?:\s+(?:a|an|the|some|one|another|any|your|my|our))?\s*$")
 _TRAILING_POLITENESS = re.compile(r"(?:\s+(?:please|pls|plz|now|asap|thanks|thank you|right now|here))*\s*$")
 
 
@@ -51,7 +54,7 @@ def _is_request(clause: str, phrase: str) -> bool:
         return True
     if _REACH.search(before):
         return True
-    return _OBJECT_OF_WITH.search(before) is None and _TRAILING_POLITENESS.fullmatch(after) is not None
+    return _SHARED_WITH.search(before) is None and _TRAILING_POLITENESS.fullmatch(after) is not None
 
 
 def _normalize(text: str) -> str:

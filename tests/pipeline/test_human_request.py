@@ -31,9 +31,17 @@ PHRASES = EscalationSettings().phrases
     "I want a human",
     "human please",
     "Can I talk to a representative?",
-    # "with" after a verb of reaching is still a request.
+    # "with" after a verb of reaching is still a request, and so is talking it over with one (review).
     "I'd like to chat with a real person",
     "connect me with a human please",
+    "Can I have a word with a real person?",
+    "Could I have a conversation with a real person?",
+    "Can I discuss this with a real person?",
+    "Let me discuss my refund with a real human",
+    "Can I text with a live agent?",
+    "I'd rather deal with a real person",
+    "Can I sort this out with a real person please",
+    "Can I go over my bill with a real person?",
 ])
 def test_requests_for_a_person_are_recognised(text):
     assert asks_for_human(text, PHRASES) is not None
@@ -47,6 +55,7 @@ def test_requests_for_a_person_are_recognised(text):
     # At the end of the question, the person is still what the note is shared with (the README's example).
     "How do I share a note with a real person?",
     "Can I share a notebook with a real person?",
+    "can I send my notes to the team and sync them with any real person?",
     "Is the human agent feature included in Plus?",
     "I never asked to talk to someone",
     "without a live agent, how do I export my notes?",
