@@ -120,11 +120,11 @@ class EdgeIndex:
             found.update(str(r.id) for r in records)  # edge gives UUID objects back
         return found
 
-    async def point_ids(self, bot: str) -> set[str]:
-        """Every point id of the bot's shard."""
+    async def point_ids(self, bot: str, source: str) -> set[str]:
+        """The ids of the points one source of the bot wrote."""
         if not await self._exists(bot):
             return set()
-        return await self._run(self._scan_ids, bot)
+        return await self._run(self._scan_ids, bot, source)
 
     async def hybrid_query(
         self, bot: str, dense: list[float], sparse: qm.SparseVector, *, prefetch: int, limit: int, rrf_k: int = RRF_K
@@ -229,13 +229,14 @@ class EdgeIndex:
             shard.close()
         shutil.rmtree(self._folder(bot), ignore_errors=True)
 
-    def _scan_ids(self, bot: str) -> set[str]:
+    def _scan_ids(self, bot: str, source: str) -> set[str]:
         ids: set[str] = set()
         offset = None
         while True:
             records, offset = self._shards[bot].scroll(
-                qe.ScrollRequest(offset=offset, limit=1024, with_payload=False, with_vector=False))
-            ids.update(str(record.id) for record in records)  # edge gives UUID objects back
+                qe.ScrollRequest(offset=offset, limit=1024, with_payload=["source"], with_vector=False))
+            # edge gives UUID objects back
+            ids.update(str(record.id) for record in records if (record.payload or {}).get("source") == source)
             if offset is None:
                 return ids
 

@@ -229,14 +229,14 @@ class QdrantIndex:
             found.update(str(r.id) for r in records)
         return found
 
-    async def point_ids(self, bot: str) -> set[str]:
-        """Every point id of the bot's collection (scrolled without payload or vectors)."""
+    async def point_ids(self, bot: str, source: str) -> set[str]:
+        """The ids of the points one source of the bot wrote (scrolled with their `source` field only)."""
         ids: set[str] = set()
         offset = None
         while await self._exists(bot):
             points, offset = await self._call(self.client.scroll(
-                collection_name(bot), limit=1024, offset=offset, with_payload=False, with_vectors=False))
-            ids.update(str(point.id) for point in points)
+                collection_name(bot), limit=1024, offset=offset, with_payload=["source"], with_vectors=False))
+            ids.update(str(point.id) for point in points if (point.payload or {}).get("source") == source)
             if offset is None:
                 break
         return ids

@@ -11,9 +11,11 @@ disagree with it in two ways:
 
 So a run looks its source's recorded ids up by id (ids only: no payload, no vectors), and when some
 are missing from an index that is not empty, or the index holds more points than the store records
-chunks for the bot, it also lists the index's ids, so that the chunks of edits and deletions it
-missed are removed at the end of the run (`delete_unrecorded`), once the store holds what this run
-wrote.
+chunks for the bot, it also lists the ids of the points its source wrote, so that the chunks of edits
+and deletions it missed are removed at the end of the run (`delete_unrecorded`), once the store holds
+what this run wrote. Only its own source's: runs of one source never overlap (a lock per source, shared
+by every process on PostgreSQL), while another source's run, in another process, may have written
+points it has not recorded yet.
 """
 
 from __future__ import annotations
@@ -29,21 +31,23 @@ from storage.models import Document as DocumentRow
 
 @dataclass(frozen=True)
 class IndexCheck:
-    """What the index lacks of some documents' recorded chunks, and what it held when it lacked any."""
+    """What the index lacks of a source's recorded chunks, and the source's points when it may hold leftovers."""
 
     absent: set[str]
     """Recorded chunk ids of the documents with no point in the index."""
     indexed: int
     """The index's point count for the bot."""
     held: frozenset[str] = frozenset()
-    """The index's point ids when it may hold leftovers (module docstring; else empty): those the store
-    does not record by the end of the run are deleted."""
+    """The ids of the source's points when the index may hold leftovers (module docstring; else empty):
+    those the store does not record by the end of the run are deleted."""
 
 
 async def check_index(
-    index: KnowledgeIndex, sessions: async_sessionmaker[AsyncSession], bot: str, rows: dict[str, DocumentRow]
+    index: KnowledgeIndex, sessions: async_sessionmaker[AsyncSession], bot: str, source: str,
+    rows: dict[str, DocumentRow], *, list_held: bool = True,
 ) -> IndexCheck:
-    """The `IndexCheck` of these documents' rows against the bot's index."""
+    """The `IndexCheck` of one source's rows against the bot's index; `list_held=False` when only
+    `absent` is wanted (no listing of the source's points)."""
     recorded = {chunk_id for row in rows.values() for chunk_id in row.chunk_ids}
     if not recorded:
         return IndexCheck(set(), 0)
@@ -51,19 +55,21 @@ async def check_index(
     if indexed == 0:
         return IndexCheck(recorded, 0)
     absent = recorded - await index.present_ids(bot, sorted(recorded))
+    if not list_held:
+        return IndexCheck(absent, indexed)
     # More points than recorded chunks: leftovers of a run that re-embedded the missing chunks and
-    # died before it deleted them.
+    # died before it deleted them (or another process's run, mid-write: its points are not listed).
     if not absent and indexed <= len(await recorded_chunk_ids(sessions, bot)):
         return IndexCheck(absent, indexed)
-    return IndexCheck(absent, indexed, frozenset(await index.point_ids(bot)))
+    return IndexCheck(absent, indexed, frozenset(await index.point_ids(bot, source)))
 
 
 async def delete_unrecorded(
     index: KnowledgeIndex, sessions: async_sessionmaker[AsyncSession], bot: str, held: frozenset[str]
 ) -> int:
-    """Delete the points of `held` that no document of the bot (any source) records now; how many.
-    Only ids seen before the run are candidates, so a point another run writes meanwhile is never one,
-    and only those still there count: the run itself deleted the chunks its edits replaced."""
+    """Delete the points of `held` (one source's, listed before the run) that no document of the bot
+    records now; how many. Only those still there count: the run itself deleted the chunks its edits
+    replaced."""
     unrecorded = sorted(held - await recorded_chunk_ids(sessions, bot))
     leftovers = sorted(await index.present_ids(bot, unrecorded)) if unrecorded else []
     await index.delete_points(bot, leftovers)

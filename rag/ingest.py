@@ -227,7 +227,7 @@ class Ingestor:
                                  "source out of the config to delete them)")
         # Chunks the store calls indexed but the index lacks (the folder was deleted, the engine
         # switched, a rebuild was killed midway): their documents are embedded again, not skipped.
-        check = await check_index(self.index, self.sessions, bot, rows)
+        check = await check_index(self.index, self.sessions, bot, source, rows)
         absent, indexed = check.absent, check.indexed
         lost = {doc_id for doc_id, row in rows.items() if not absent.isdisjoint(row.chunk_ids)}
         if absent and not indexed:
@@ -360,7 +360,7 @@ class Ingestor:
         if not validators:
             return {}
         stored = await rows.load()
-        absent = (await check_index(self.index, self.sessions, bot, stored)).absent
+        absent = (await check_index(self.index, self.sessions, bot, source, stored, list_held=False)).absent
         return {doc_id: pair for doc_id, pair in validators.items()
                 if doc_id not in stored or absent.isdisjoint(stored[doc_id].chunk_ids)}
 

@@ -275,3 +275,42 @@ async def test_the_startup_ingest_resumes_a_partly_rebuilt_collection(tmp_path):
     recorded_runs = await runs(sessions)
     assert [(r.trigger, r.status, r.updated) for r in recorded_runs] == [("cli", "ok", 0), ("startup", "ok", 1)]
     await engine.dispose()
+
+
+class PausingIndex:
+    """Another process's view of the index: it pauses after its first upsert, before its rows are written."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.written, self.release = inner, asyncio.Event(), asyncio.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def upsert(self, bot, points, **kwargs):
+        await self.inner.upsert(bot, points, **kwargs)
+        self.written.set()
+        await self.release.wait()
+
+
+async def test_another_processs_unrecorded_points_are_no_leftovers(tmp_path, index, dense, sparse, sessions):
+    # With a Qdrant server and PostgreSQL, a source's run may overlap another source's run in another
+    # process (review): its points written, its rows not yet. They are that source's, never this one's leftovers.
+    (tmp_path / "faq").mkdir()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "faq" / "a.md").write_text("# Refunds\n\nRefunds take five business days.\n")
+    (tmp_path / "docs" / "b.md").write_text("# Export\n\nExport your notes from the File menu.\n")
+    faq = SourceSettings(name="faq", type="directory", path=str(tmp_path / "faq"))
+    docs = SourceSettings(name="docs", type="directory", path=str(tmp_path / "docs"))
+    here = Ingestor(index, dense, sparse, sessions)
+    await here.ingest_source("acme", faq)
+    await here.ingest_source("acme", docs)
+
+    (tmp_path / "docs" / "c.md").write_text("# Sharing\n\nShare a notebook from the Share button.\n")
+    pausing = PausingIndex(index)
+    there = asyncio.create_task(Ingestor(pausing, dense, sparse, sessions).ingest_source("acme", docs))
+    await pausing.written.wait()  # c.md's points written, its row not yet: more points than recorded chunks
+    unchanged = await here.ingest_source("acme", faq)
+    pausing.release.set()
+    added = await there
+    assert (unchanged.deleted, added.added) == (0, 1)
+    await assert_all_indexed(index, sessions)
