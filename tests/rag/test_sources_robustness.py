@@ -4,6 +4,7 @@ text in any common encoding decodes, binary content is refused, and robots.txt f
 from __future__ import annotations
 
 import codecs
+import logging
 from pathlib import Path
 
 import httpx
@@ -286,6 +287,20 @@ async def test_an_html_page_without_main_text_is_an_error_not_its_navigation(tmp
     assert "Refunds take five days." in result.documents[0].text and "Imprint" not in result.documents[0].text
     assert sorted(f for f, _ in result.errors) == ["app.html", "links.html"]
     assert all("no main text" in message for _, message in result.errors)
+
+
+async def test_an_empty_html_page_is_said_to_be_empty_and_trafilatura_logs_nothing(tmp_path, caplog):
+    # An empty page used to print 8 lines of trafilatura's own (7 at ERROR level), then "no main text: the
+    # page holds only navigation…", which it does not.
+    (tmp_path / "empty.html").write_text("")
+    (tmp_path / "blank.html").write_text(" \n\t")
+    (tmp_path / "comment.html").write_text("<!-- a template left empty -->")  # trafilatura logged 7 lines on it
+    with caplog.at_level(logging.DEBUG):  # every logger's records, trafilatura's at the level rag sets
+        result = await load_directory(tmp_path)
+    errors = dict(result.errors)
+    assert errors.pop("blank.html") == errors.pop("empty.html") == "ValueError: the page is empty"
+    assert list(errors) == ["comment.html"] and "no main text" in errors["comment.html"]
+    assert not [r for r in caplog.records if r.name.startswith("trafilatura") and r.levelno >= logging.WARNING]
 
 
 async def test_a_symlinked_folder_is_read_once_even_with_a_link_back_up(tmp_path):
