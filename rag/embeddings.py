@@ -57,8 +57,15 @@ API_BATCH_SIZE = 64
 @lru_cache(maxsize=None)
 def _load_fastembed(name: str, path: str | None) -> Any:
     from fastembed import TextEmbedding
+    from loguru import logger
 
-    return TextEmbedding(name, specific_model_path=path, lazy_load=False)
+    # fastembed logs each place it looked for a model it cannot find, at ERROR level (loguru), before the
+    # one ValueError that `_load_fastembed_or_explain` turns into the config error that says what to do.
+    logger.disable("fastembed")
+    try:
+        return TextEmbedding(name, specific_model_path=path, lazy_load=False)
+    finally:
+        logger.enable("fastembed")
 
 
 def _load_fastembed_or_explain(name: str, path: Path | None) -> Any:
@@ -68,7 +75,11 @@ def _load_fastembed_or_explain(name: str, path: Path | None) -> Any:
     try:
         return _load_fastembed(name, str(path) if path else None)
     except ValueError as exc:  # fastembed: an unknown name, or not in its cache and no network
-        raise ConfigError("embedding.model", str(exc)) from None
+        message = str(exc)
+        if "from any source" in message and path is None:  # a known name, but no copy here and no model hub
+            message += (" It is not in fastembed's cache and cannot be downloaded here: put its files in a folder "
+                        "and set embedding.model_path to it")
+        raise ConfigError("embedding.model", message) from None
     except Exception as exc:  # onnxruntime or tokenizers: the folder lacks a file, or holds a broken one
         if path is None:
             raise

@@ -121,6 +121,16 @@ def test_a_missing_or_broken_model_folder_is_a_config_error(tmp_path):
         DenseEmbedder("sentence-transformers/all-MiniLM-L6-v2", model_path=tmp_path / "empty")
 
 
+def test_a_known_model_with_no_copy_here_is_one_config_error_saying_to_set_model_path(tmp_path, monkeypatch, capfd):
+    # No model hub here: fastembed logged two ERROR lines of its own, then the config error said only
+    # "Could not load model … from any source".
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("FASTEMBED_CACHE_PATH", str(tmp_path / "empty-cache"))
+    with pytest.raises(ConfigError, match="embedding.model: .*from any source.* set embedding.model_path"):
+        DenseEmbedder("BAAI/bge-small-en-v1.5")
+    assert "ERROR" not in capfd.readouterr().err
+
+
 def test_model_path_is_refused_for_models_that_have_no_folder():
     with pytest.raises(ValidationError, match="model_path is for a fastembed model"):
         EmbeddingSettings(model="minilm-int8", model_path="/models/x")
