@@ -230,13 +230,13 @@ class EdgeIndex:
         shutil.rmtree(self._folder(bot), ignore_errors=True)
 
     def _scan_ids(self, bot: str, source: str) -> set[str]:
+        only_source = qe.Filter(must=[qe.FieldCondition(key="source", match=qe.MatchValue(value=source))])
         ids: set[str] = set()
         offset = None
         while True:
             records, offset = self._shards[bot].scroll(
-                qe.ScrollRequest(offset=offset, limit=1024, with_payload=["source"], with_vector=False))
-            # edge gives UUID objects back
-            ids.update(str(record.id) for record in records if (record.payload or {}).get("source") == source)
+                qe.ScrollRequest(offset=offset, limit=1024, filter=only_source, with_payload=False, with_vector=False))
+            ids.update(str(record.id) for record in records)  # edge gives UUID objects back
             if offset is None:
                 return ids
 

@@ -230,13 +230,15 @@ class QdrantIndex:
         return found
 
     async def point_ids(self, bot: str, source: str) -> set[str]:
-        """The ids of the points one source of the bot wrote (scrolled with their `source` field only)."""
+        """The ids of the points one source of the bot wrote (filtered by their `source` field, ids only)."""
+        only_source = qm.Filter(must=[qm.FieldCondition(key="source", match=qm.MatchValue(value=source))])
         ids: set[str] = set()
         offset = None
         while await self._exists(bot):
             points, offset = await self._call(self.client.scroll(
-                collection_name(bot), limit=1024, offset=offset, with_payload=["source"], with_vectors=False))
-            ids.update(str(point.id) for point in points if (point.payload or {}).get("source") == source)
+                collection_name(bot), scroll_filter=only_source, limit=1024, offset=offset,
+                with_payload=False, with_vectors=False))
+            ids.update(str(point.id) for point in points)
             if offset is None:
                 break
         return ids

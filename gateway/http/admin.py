@@ -21,15 +21,12 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from gateway.admin_client import NDJSON
 from gateway.errors import IN_RUN_ERRORS
 from gateway.http.deps import error, services
-from gateway.observability.logs import redact
+from gateway.observability.logs import record_fields, redact
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], include_in_schema=False)
 HEARTBEAT_S = 15.0  # a line at least this often while an ingest streams (`gateway.admin_client.READ_TIMEOUT_S`)
 HEARTBEAT = json.dumps({"heartbeat": True}) + "\n"
 _relay_to: ContextVar[Callable[[str, str], None] | None] = ContextVar("admin_ingest_warnings", default=None)
-
-
-_STANDARD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", IN_RUN_ERRORS}
 
 
 class _RelayWarnings(logging.Handler):
@@ -41,15 +38,15 @@ class _RelayWarnings(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         relay = _relay_to.get()
-        if relay is None or record.levelno < logging.WARNING or getattr(record, IN_RUN_ERRORS, False):
+        if relay is None or getattr(record, IN_RUN_ERRORS, False):
             return
         # The fields a log line shows beside its event (`ingest.points_missing missing=3 …`), and
         # secrets redacted as on the server's own log (a sitemap URL may carry a password).
-        fields = " ".join(f"{key}={value}" for key, value in vars(record).items() if key not in _STANDARD_ATTRIBUTES)
+        fields = " ".join(f"{key}={value}" for key, value in record_fields(record).items())
         relay(record.levelname.lower(), redact(f"{record.getMessage()} {fields}".strip()))
 
 
-logging.getLogger("rag").addHandler(_RelayWarnings())
+logging.getLogger("rag").addHandler(_RelayWarnings(level=logging.WARNING))
 
 
 @router.post("/ingest")
@@ -84,8 +81,8 @@ async def ingest(request: Request, bot: str | None = None, source: str | None = 
 
 
 async def _progress_lines(knowledge, *, bot: str | None, source: str | None) -> AsyncIterator[str]:
-    """`{"progress": {"done", "total", "label"}}` lines while the ingest runs (and `{"warning": "..."}`
-    for each warning it logs), then `{"runs": [...]}`, or `{"error": "..."}` when the ingest itself
+    """`{"progress": {"done", "total", "label"}}` lines while the ingest runs (and `{"warning": "...",
+    "level": "warning"}` for each warning or error it logs), then `{"runs": [...]}`, or `{"error": "..."}` when the ingest itself
     broke (a source's failure is in its run, not here).
 
     The ingest runs in a task of its own (`Knowledge.start_ingest`): a CLI that is interrupted stops

@@ -125,6 +125,14 @@ def _drop_record_noise(_logger, _name, event_dict):
     return event_dict
 
 
+def record_fields(record: logging.LogRecord) -> dict:
+    """A stdlib record's `extra=` fields, as the log line shows them beside its event (`ExtraAdder`,
+    without the attributes libraries set on every record)."""
+    fields = structlog.stdlib.ExtraAdder()(None, "", {"_record": record})
+    fields.pop("_record")
+    return _drop_record_noise(None, "", fields)
+
+
 class _RedactFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg = redact(record.getMessage())
