@@ -35,7 +35,9 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
                   f"{errors}{kept}")
             for err in run["errors"]:
                 print(f"  ! {err}", file=sys.stderr)
-    return 1 if any(r["status"] == "failed" for r in runs) else 0
+    # A partial run had errors too (a page that failed, a folder that came back empty): a cron job
+    # or a deploy script must see it, not only a reader of the `!` lines.
+    return 1 if any(r["status"] in ("failed", "partial") for r in runs) else 0
 
 
 class hide_run_errors(logging.Filter):

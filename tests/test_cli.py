@@ -90,7 +90,7 @@ def test_cli_ingest_shows_a_failed_file_once(kb_config):
     config, docs = kb_config
     (docs / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
     text = _run("ingest", "--config", str(config))
-    assert text.returncode == 0, text.stderr
+    assert text.returncode == 1, text.stderr  # partial: the other files were stored
     assert "1 error(s)" in text.stdout
     assert text.stderr.count("broken.pdf") == 1 and "  ! broken.pdf: " in text.stderr
     assert "EOF marker" not in text.stderr
@@ -124,6 +124,19 @@ def test_a_first_run_that_failed_does_not_claim_to_keep_chunks(capsys):
            "unchanged": 0, "duration_s": 0.1, "errors": ["robots.txt could not be fetched"], "total": 0}
     assert print_reports([run], as_json=False) == 1
     assert capsys.readouterr().out == "acme/docs: 0 added, 0 updated, 0 deleted, 0 unchanged chunks in 0.1s, 1 error(s); failed\n"
+
+
+def test_a_partial_run_is_exit_1_so_that_cron_sees_its_errors(capsys):
+    from gateway.cli_output import print_reports
+
+    ok = {"bot": "acme", "source": "docs", "status": "ok", "added": 3, "updated": 0, "deleted": 0,
+          "unchanged": 0, "duration_s": 0.1, "errors": [], "total": 3}
+    emptied = ok | {"source": "pages", "status": "partial", "added": 0, "unchanged": 40, "total": 40,
+                    "errors": ["the source gave no documents; its 4 documents were kept (take the source out of the config to delete them)"]}
+    assert print_reports([ok], as_json=True) == 0
+    assert print_reports([ok, emptied], as_json=True) == 1
+    assert print_reports([ok, emptied], as_json=False) == 1
+    assert "  ! the source gave no documents; its 4 documents were kept" in capsys.readouterr().err
 
 
 def test_eval_text_shows_a_rate_over_no_questions_as_not_applicable(capsys):

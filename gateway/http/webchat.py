@@ -242,7 +242,7 @@ async def session_messages(bot: str, session_id: str, request: Request, after: A
     except KeyError:
         return error(404, f"unknown bot {bot!r}")
     if not CLIENT_ID.fullmatch(session_id):
-        return error(422, "invalid session_id")
+        return error(422, f"session_id must be {CLIENT_ID_RULE}")
     async with svc.sessions() as session:
         conversation = await repo.find_conversation(session, bot=bot, ref=ConversationRef(channel="web", chat=session_id))
         if conversation is None:

@@ -359,6 +359,8 @@ async def test_web_session_ids_and_message_ids_never_collide_or_overflow(env):
     assert (await client.post(WEB, json={"session_id": "carol\n", "text": "hi"})).status_code == 422
     huge = 2**63
     assert (await client.get(f"/v1/bots/acme/sessions/carol/messages?after={huge}")).status_code == 422
+    bad_id = await client.get("/v1/bots/acme/sessions/carol%0A/messages")  # the rule the chat route states too
+    assert bad_id.status_code == 422 and "session_id must be 1-128 characters of letters" in bad_id.text
 
 
 @pytest.mark.parametrize(("body", "content_type", "status", "says"), [
