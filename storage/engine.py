@@ -47,6 +47,20 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
 
+        @event.listens_for(engine.sync_engine, "before_cursor_execute")
+        def _sqlite_row_lock(_conn, cursor, _statement, _parameters, context, _executemany) -> None:
+            # SQLite drops FOR UPDATE, and its driver opens a transaction only at the first write, so two
+            # read-check-write transactions (add an operator note, finish a message) would interleave and
+            # one would overwrite the other. Taking the database's write lock where PostgreSQL would lock the
+            # row serializes them as the row lock does there: the second waits (busy_timeout), then reads
+            # what the first committed.
+            compiled = getattr(context, "compiled", None)
+            if getattr(getattr(compiled, "statement", None), "_for_update_arg", None) is None:
+                return
+            # (aiosqlite's connection, under SQLAlchemy's adapter: it says whether sqlite3 opened one.)
+            if not cursor._connection.in_transaction:  # after a write in this transaction, the lock is held
+                cursor.execute("BEGIN IMMEDIATE")
+
         return engine
     return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=10)
 
