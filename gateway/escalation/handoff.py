@@ -226,8 +226,9 @@ class Escalations(ClaimTransitions):
             conversation.state, conversation.assigned_operator, conversation.unanswered_turns = "bot", None, 0
             record_event(session, escalation, kind="resolved", from_state=from_state, to_state="bot", actor=operator,
                     reason=reason)
-            notice = await repo.add_outbound(session, conversation=conversation, author="system",
-                                             text=self._settings.bot(escalation.bot).escalation.resolved_message)
+            said = self._settings.bot(escalation.bot).escalation.resolved_message
+            notice = await repo.add_outbound(session, conversation=conversation, author="system", text=said) \
+                if said.strip() else None  # "" says nothing, as for claimed_message
             # Stored before the hand-back and answered by nobody: the bot answers it now (the worker polls).
             requeued = await requeue_unanswered(session, conversation_id=conversation.id, since=escalation.created_at)
             self._after_commit(session, {"type": "resolved", "escalation_id": escalation_id, "bot": escalation.bot,
@@ -236,7 +237,8 @@ class Escalations(ClaimTransitions):
             self._metrics.observe_resolve(escalation.bot, (now - as_utc(escalation.created_at)).total_seconds())
         log.info("escalation.resolved", escalation_id=escalation_id, operator=operator, bot=escalation.bot,
                  requeued_message_id=requeued)
-        await self._deliver(notice.id)
+        if notice is not None:
+            await self._deliver(notice.id)
         return await self.get(escalation_id, bots=None)
 
     async def add_note(self, escalation_id: int, *, operator: str, text: str,

@@ -63,11 +63,11 @@ class HandoffReminders:
                     Escalation.bot == bot.name, Escalation.state == "open", _not_reminded_since(_WAIT_START),
                     _WAIT_START < deadline))).scalars().all()
             for escalation_id in overdue:
-                message_id = await self._remind(escalation_id, text=bot.escalation.unclaimed_message, now=now)
-                if message_id is None:
+                won, message_id = await self._remind(escalation_id, text=bot.escalation.unclaimed_message, now=now)
+                if not won:
                     continue
                 reminded.append(escalation_id)
-                if self._escalations.outbox is not None:
+                if message_id is not None and self._escalations.outbox is not None:
                     await self._escalations.outbox.deliver(message_id)
             reminded += await self._remind_stale_claims(bot.name, deadline=deadline, now=now)
         return reminded
@@ -100,24 +100,27 @@ class HandoffReminders:
             reminded.append(escalation.id)
         return reminded
 
-    async def _remind(self, escalation_id: int, *, text: str, now: datetime) -> int | None:
+    async def _remind(self, escalation_id: int, *, text: str, now: datetime) -> tuple[bool, int | None]:
+        """Mark the wait reminded, once across replicas (False: claimed meanwhile, or reminded by
+        another), with the customer's notice to send (None when `unclaimed_message` is empty)."""
         async with self._sessions() as session, session.begin():
             won = await session.execute(
                 update(Escalation).where(Escalation.id == escalation_id, Escalation.state == "open",
                                          _not_reminded_since(_WAIT_START))
                 .values(reminded_at=now).execution_options(synchronize_session=False))
             if won.rowcount != 1:
-                return None  # claimed meanwhile, or another replica reminded it
+                return False, None  # claimed meanwhile, or another replica reminded it
             escalation = await session.get(Escalation, escalation_id)
             conversation = await session.get(Conversation, escalation.conversation_id)
-            message = await repo.add_outbound(session, conversation=conversation, text=text, author="system")
+            message = await repo.add_outbound(session, conversation=conversation, text=text, author="system") \
+                if text.strip() else None  # "" tells the customer nothing; the operators are still pinged
             record_event(session, escalation, kind="reminded", actor="system",
                          reason="nobody claimed it within the claim timeout")
             event = {"type": "reminder", "escalation_id": escalation_id, "bot": escalation.bot,
                      "conversation_id": escalation.conversation_id}
         log.warning("escalation.unclaimed", escalation_id=escalation_id, bot=event["bot"])
         await self._escalations.emit(event)
-        return message.id
+        return True, message.id if message is not None else None
 
     async def _loop(self) -> None:
         while True:

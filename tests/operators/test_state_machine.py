@@ -145,6 +145,48 @@ async def test_escalation_notes_are_kept_in_order(world):
     assert [(n["author"], n["text"]) for n in escalation.notes] == [("sam", "VIP customer"), ("kim", "refund approved")]
 
 
+async def test_notes_written_at_once_are_all_kept(world):
+    """Each note reads the list and writes it back: under the row lock (on SQLite, the write lock
+    taken where FOR UPDATE is asked) none overwrites another. Without it SQLite kept 1-2 of 10."""
+    sessions, escalations, _, _ = world
+    eid = await _open(sessions, escalations, await _conversation(sessions))
+    await asyncio.gather(*(escalations.add_note(eid, operator=f"op{i}", text=f"note {i}", bots=None) for i in range(10)))
+    escalation = await escalations.get(eid, bots=None)
+    assert sorted(n["text"] for n in escalation.notes) == sorted(f"note {i}" for i in range(10))
+
+
+async def test_an_empty_unclaimed_or_resolved_message_tells_the_customer_nothing(migrated_url):
+    """`""` says nothing, as for claimed_message; it used to store and send an empty message. The
+    operators are still reminded."""
+    from datetime import timedelta
+
+    from gateway.models import utcnow
+    from gateway.operators.reminders import HandoffReminders
+
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    quiet = {"claimed_message": "", "unclaimed_message": " ", "resolved_message": ""}
+    settings = Settings(bots=[{"name": "acme"}, {"name": "quiet", "escalation": quiet}])
+    escalations = Escalations(sessions, settings=settings, bus=EventBus())
+    reminders = HandoffReminders(sessions, settings=settings, escalations=escalations)
+    try:
+        told, silent = await _conversation(sessions, bot="acme", chat="n1"), await _conversation(sessions, bot="quiet", chat="n2")
+        ids = [await _open(sessions, escalations, cid) for cid in (told, silent)]
+        assert sorted(await reminders.run_once(now=utcnow() + timedelta(hours=1))) == sorted(ids)
+        for eid in ids:
+            await escalations.resolve(eid, operator="sam", bots=None)
+        async with sessions() as session:
+            notices = {cid: (await session.execute(select(Message.text).where(
+                Message.conversation_id == cid, Message.author == "system"))).scalars().all() for cid in (told, silent)}
+    finally:
+        await escalations.drain()
+        await engine.dispose()
+    acknowledgement = "I've asked a person from our team to take over. They'll reply here shortly."
+    assert notices[told][0] == acknowledgement and notices[told][1].startswith("Sorry, everyone on our team is busy")
+    assert notices[told][2].startswith("Our team has handed this conversation back") and len(notices[told]) == 3
+    assert notices[silent] == [acknowledgement]
+
+
 async def test_taking_over_a_bot_conversation_tells_the_customer_unless_switched_off(migrated_url):
     engine = create_engine(migrated_url)
     sessions = session_factory(engine)
