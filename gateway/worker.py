@@ -189,6 +189,11 @@ class Worker:
         heartbeat = asyncio.create_task(self._heartbeat(conversation_id))
         try:
             while not self._stopping:
+                if heartbeat.done():
+                    # Its new holder drains the conversation now; going on would answer its messages twice
+                    # (the message in hand, if any, was finished once: `_finish` checks it under a lock).
+                    log.warning("worker.lease_lost", conversation_id=conversation_id, owner=self.owner)
+                    break
                 async with self._sessions() as session:
                     message = await repo.next_pending(session, conversation_id=conversation_id)
                 if message is None:
@@ -251,11 +256,14 @@ class Worker:
                  message_id=reply.id, sending_since=str(as_utc(reply.updated_at)))
 
     async def _heartbeat(self, conversation_id: int) -> None:
+        """Renew the lease until cancelled; returns when another worker holds it (ours lapsed: a
+        database outage longer than the lease, a stalled process), which ends the drain."""
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 async with self._sessions() as session, session.begin():
-                    await repo.try_lease(session, conversation_id=conversation_id, owner=self.owner,
-                                         seconds=self.lease_seconds)
+                    if not await repo.try_lease(session, conversation_id=conversation_id, owner=self.owner,
+                                                seconds=self.lease_seconds):
+                        return
             except Exception:  # a database blip must not end the heartbeat: renew once it is back
                 log.warning("worker.heartbeat_failed", conversation_id=conversation_id, exc_info=True)

@@ -197,3 +197,57 @@ async def test_a_drain_the_database_ended_is_logged_with_its_conversation_and_ta
         (failures[0], "OperationalError", "error")]
     assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1"]
     await engine.dispose()
+
+
+async def test_a_worker_whose_lease_was_taken_stops_draining(migrated_url):
+    """Its lease lapsed (a database outage, a stalled process) and another worker took the conversation:
+    the first finishes the message in hand, once, and leaves the rest to the new holder instead of
+    running the pipeline for each of them a second time."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from gateway.models import utcnow
+    from storage.models import Conversation
+
+    first, second = EchoPipeline(delay=0), EchoPipeline(delay=0)
+    in_hand = asyncio.Event()
+    echo = first.handle
+
+    async def slow(turn):
+        in_hand.set()
+        await asyncio.sleep(1.0)
+        return await echo(turn)
+
+    async def steady(turn):  # the new holder is still on alice #1 when the first is done with #0
+        await asyncio.sleep(0.5)
+        return await echo_b(turn)
+
+    echo_b = second.handle
+    first.handle, second.handle = slow, steady
+    engine_a, sessions, inbox, worker_a, adapter_a = build_worker(migrated_url, first, lease=0.6)
+    engine_b, _, _, worker_b, adapter_b = build_worker(migrated_url, second, lease=0.6)
+    for n in range(3):
+        await inbox.accept("acme", chat_message("alice", n))
+    await worker_a._claim_round()
+    await asyncio.wait_for(in_hand.wait(), 10)
+    async with sessions() as session, session.begin():  # the lapse, as a long outage would leave it
+        await session.execute(update(Conversation).values(lease_until=utcnow() - timedelta(seconds=1)))
+    with structlog.testing.capture_logs() as logs:
+        assert await worker_b._claim_round() == 1
+        await worker_b.run_until_idle(timeout=30)
+        for _ in range(100):
+            if not worker_a._active:
+                break
+            await asyncio.sleep(0.05)
+    assert not worker_a._active
+    assert [text for _, text in first.seen] == ["alice #0"]  # before: alice #1 and #2 a second time too
+    assert [text for _, text in second.seen] == ["alice #0", "alice #1", "alice #2"]
+    assert any(e["event"] == "worker.lease_lost" for e in logs)
+    async with sessions() as session:
+        outbound = (await session.execute(select(Message).where(Message.direction == "out"))).scalars().all()
+    assert sorted(m.text for m in outbound) == ["echo: alice #0", "echo: alice #1", "echo: alice #2"]
+    await worker_a.stop()
+    await worker_b.stop()
+    await engine_a.dispose()
+    await engine_b.dispose()
