@@ -167,24 +167,27 @@ class Services:
         return deliver
 
     async def stop(self) -> None:
-        """Stop everything `start` started, in reverse order, then close the stores."""
-        # Every adapter, started or not: stop() also closes the HTTP sessions that sends opened.
-        for adapter in reversed(list(self.adapters.values())):
-            try:
-                await adapter.stop()
-            except Exception:
-                log.exception("channel.stop_failed", channel=getattr(adapter, "name", "?"))
-        self._started.clear()
+        """Stop everything `start` started, then close the stores. The channels go last: the turns
+        the worker finishes, the reminders and the operator notices still send through them."""
         if self.scheduler is not None:
             self.scheduler.shutdown()
         if self.leader is not None:
             await self.leader.stop()
         if self.reminders is not None:
             await self.reminders.stop()
-        if self.pg_bridge is not None:
-            await self.pg_bridge.stop()
         await self.worker.stop()
         await self.escalations.drain()
+        # Every adapter, started or not: stop() also closes the HTTP sessions that sends opened (a send
+        # after it would open a new one, which nothing closes). What arrives meanwhile is stored, and
+        # answered after the restart.
+        for adapter in reversed(list(self.adapters.values())):
+            try:
+                await adapter.stop()
+            except Exception:
+                log.exception("channel.stop_failed", channel=getattr(adapter, "name", "?"))
+        self._started.clear()
+        if self.pg_bridge is not None:
+            await self.pg_bridge.stop()
         await self.knowledge.close()
         await self.engine.dispose()
         # Only files this process wrote: a CLI that found the index busy must not remove the server's.
