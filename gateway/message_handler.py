@@ -227,7 +227,7 @@ class MessageHandler:
         outbound_ids: list[int] = []
         taken_over = False
         async with self._sessions() as session, session.begin():
-            # Row lock: a worker that lost its lease and this one cannot both see `pending` (PostgreSQL).
+            # Row lock (on SQLite, the write lock): a worker that lost its lease and this one cannot both see `pending`.
             message = await session.get(Message, inbound.id, with_for_update=True)
             if message.status != "pending":  # another worker finished it (lease lost): do not answer twice
                 log.warning("inbound.already_finished", message_id=inbound.id)
