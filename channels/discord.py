@@ -371,7 +371,7 @@ class DiscordAdapter:
             in_thread=isinstance(message.channel, discord.Thread),
         )
         if isinstance(result, str):
-            log.info("discord.ignored", extra={"bot": self.bot, "message_id": message.id, "reason": result})
+            log.info("discord.ignored", extra={"bot": self.bot, "discord_message_id": message.id, "reason": result})
             return
         if self._deliver is None:
             log.warning("discord.undelivered", extra={"bot": self.bot, "message_id": message.id})

@@ -98,7 +98,7 @@ def parse_gateway_message(
         payload, bot_user_id=bot_user_id, respond_in_groups=respond_in_groups, in_thread=in_thread
     )
     if isinstance(result, str):
-        log.info("discord.ignored", extra={"message_id": payload.get("id"), "reason": result})
+        log.info("discord.ignored", extra={"discord_message_id": payload.get("id"), "reason": result})
         return None
     return result
 

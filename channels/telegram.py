@@ -158,7 +158,7 @@ class TelegramAdapter:
                 chat, message_id = await self._send_chunk(chat, chunk, thread=thread,
                                                           reply_to=reply_to if index == 0 else None)
                 done.append(message_id)
-                log.info("telegram.sent", bot=self.bot_name, chat=conv.chat, message_id=message_id, part=index + 1,
+                log.info("telegram.sent", bot=self.bot_name, chat=conv.chat, telegram_message_id=message_id, part=index + 1,
                          parts=len(chunks))
         return list(done)
 

@@ -204,8 +204,13 @@ class Worker:
                     await self._wait_for_unsettled_reply(message)
                     break
                 if message.direction == "out":
-                    if await self._outbox.deliver(message.id) in RETRYING:
-                        await self._park(conversation_id, message.id)
+                    # A retry, or a send a restart left: logged under its turn's ids and trace, as its first attempt was.
+                    with message_context(message_id=message.reply_to_id or message.id, conversation_id=conversation_id,
+                                         bot=message.bot, channel=message.channel,
+                                         traceparent=await self._traceparent_of(message)):
+                        if retrying := await self._outbox.deliver(message.id) in RETRYING:
+                            await self._park(conversation_id, message.id)
+                    if retrying:
                         break
                 else:
                     with message_context(message_id=message.id, conversation_id=conversation_id,
@@ -218,6 +223,14 @@ class Worker:
             async with self._sessions() as session, session.begin():
                 await repo.release_lease(session, conversation_id=conversation_id, owner=self.owner)
         self._wake.set()  # more may have arrived while we held the lease
+
+    async def _traceparent_of(self, reply: Message) -> str | None:
+        """The trace of the message a reply answers (stored with it when it came in), if any."""
+        if reply.reply_to_id is None:
+            return None
+        async with self._sessions() as session:
+            inbound = await session.get(Message, reply.reply_to_id)
+        return (inbound.meta or {}).get("traceparent") if inbound is not None else None
 
     async def _park(self, conversation_id: int, message_id: int) -> None:
         """Hand the lease to no one until the reply's retry time; the poll picks it up after that."""

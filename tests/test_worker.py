@@ -181,3 +181,36 @@ async def test_worker_claims_only_as_many_conversations_as_it_has_free_slots(mig
         assert len(pipeline.seen) == 10
     finally:
         await engine.dispose()
+
+
+async def test_a_reply_retried_later_is_logged_under_its_turn_and_trace(migrated_url):
+    """The retry runs from the drain, outside the turn: it is logged with the turn's message id, bot,
+    channel and trace id, as its first attempt was (it had none of them, so a grep by trace lost it)."""
+    import structlog
+
+    from gateway.errors import ChannelSendError
+
+    class FailsOnce(RecordingAdapter):
+        async def send(self, message):
+            if not self.sent and not getattr(self, "failed", False):
+                self.failed = True
+                raise ChannelSendError("503 from the platform", retry_after=0.05)
+            return await super().send(message)
+
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, EchoPipeline(delay=0), adapter=FailsOnce())
+    worker._outbox.backoff_s = 0.05
+    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        await inbox.accept("acme", chat_message("alice", 0))
+        await worker.run_until_idle(timeout=30)
+        for _ in range(100):
+            if adapter.sent:
+                break
+            await worker.run_until_idle(timeout=30)
+            await asyncio.sleep(0.05)
+    assert adapter.sent == [("alice", "echo: alice #0")]
+    started = next(e for e in logs if e["event"] == "pipeline.start")
+    retried = [e for e in logs if e["event"] in ("outbound.retry_scheduled", "outbound.sent")]
+    assert [e["event"] for e in retried] == ["outbound.retry_scheduled", "outbound.sent"]
+    sent = retried[-1]
+    assert sent.get("trace_id") == started["trace_id"] and sent.get("bot") == "acme" and sent.get("channel") == "web"
+    await engine.dispose()
