@@ -151,8 +151,13 @@ async def chat_via_server(settings: Settings, bot: str, *, session_id: str, conv
                 return {"reply": f"(the server refused it: {_error_of(response)})", "citations": []}
             return response.json()
 
+        async def follow(after: int) -> list[dict]:
+            response = await client.get(f"/v1/bots/{bot}/sessions/{session_id}/messages", params={"after": after})
+            response.raise_for_status()
+            return response.json()["messages"]
+
         try:
-            return await converse(bot, ask)
+            return await converse(bot, ask, follow)
         except httpx.HTTPError as exc:
             print(f"error: the server at {url} did not answer ({exc or type(exc).__name__})", file=sys.stderr)
             return 1

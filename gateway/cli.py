@@ -258,6 +258,8 @@ async def _chat(args) -> int:
     from gateway.models import ConversationRef, InboundMessage, Sender
     from gateway.observability.logs import configure_logging
     from gateway.services import build_services
+    from gateway.terminal_chat import converse
+    from storage import repositories as repo
 
     settings = _settings(args)
     configure_logging(level="WARNING")
@@ -275,38 +277,26 @@ async def _chat(args) -> int:
     except IndexBusy:
         await svc.stop()
         # The running server holds the index: chat through its web chat instead, as a browser would.
-        return await chat_via_server(settings, bot.name, session_id=session_id, converse=_converse)
+        return await chat_via_server(settings, bot.name, session_id=session_id, converse=converse)
+    ref = ConversationRef(channel="web", chat=session_id)
 
     async def ask(text: str) -> dict:
-        message = InboundMessage(channel="web", external_id=uuid.uuid4().hex,
-                                 conversation=ConversationRef(channel="web", chat=session_id),
+        message = InboundMessage(channel="web", external_id=uuid.uuid4().hex, conversation=ref,
                                  sender=Sender(external_id=session_id, display_name="Terminal"), text=text)
         accepted = await svc.inbox.accept(bot.name, message)
         return await _wait_for_reply(svc, accepted.message_id, timeout=120)
 
+    async def follow(after: int) -> list[dict]:
+        async with svc.sessions() as session:
+            conversation = await repo.find_conversation(session, bot=bot.name, ref=ref)
+            rows = await repo.transcript(session, conversation_id=conversation.id, after_id=after) if conversation else []
+        return [{"id": m.id, "direction": m.direction, "author": m.author, "text": m.text}
+                for m in rows if m.status != "ignored"]
+
     try:
-        return await _converse(bot.name, ask)
+        return await converse(bot.name, ask, follow)
     finally:
         await svc.stop()
-
-
-async def _converse(bot: str, ask) -> int:
-    """The terminal loop: read a line, print the bot's reply and its sources, until an empty line."""
-    print(f"Chatting with {bot!r}. Empty line or Ctrl-D to quit.")
-    while True:
-        try:
-            text = await asyncio.to_thread(input, "you> ")
-        except EOFError:
-            break
-        if not text.strip():
-            break
-        reply = await ask(text)
-        shown = reply["reply"] if reply["reply"] is not None else (
-            "(still working on it; no answer yet)" if reply.get("pending") else "(a person will reply)")
-        print(f"{bot}> {shown}")
-        for i, citation in enumerate(reply["citations"], 1):
-            print(f"    [{i}] {citation['title']} — {citation.get('url') or citation['source']}")
-    return 0
 
 
 async def _set_webhook(args) -> int:

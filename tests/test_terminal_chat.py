@@ -1,0 +1,37 @@
+"""`gateway chat` shows what arrives between turns: an operator's reply, a handoff notice; a turn's own
+reply once, from `ask`."""
+
+from __future__ import annotations
+
+import time
+
+import gateway.terminal_chat as terminal_chat
+
+
+async def test_an_operator_reply_between_turns_is_shown_once(monkeypatch, capsys):
+    transcript = [{"id": 1, "direction": "in", "author": "customer", "text": "talk to a human"},
+                  {"id": 2, "direction": "out", "author": "bot", "text": "I've asked a person to take over."}]
+    typed = iter(["talk to a human", None, ""])
+
+    def read(prompt: str) -> str:
+        line = next(typed)
+        if line is None:  # the customer waits; meanwhile a person joins and replies
+            transcript.extend([{"id": 3, "direction": "out", "author": "system", "text": "A person has joined."},
+                               {"id": 4, "direction": "out", "author": "operator", "text": "Hi, Dana here."}])
+            time.sleep(0.5)
+            line = next(typed)
+        return line
+
+    async def ask(text: str) -> dict:
+        return {"reply": transcript[1]["text"], "citations": [], "state": "waiting"}
+
+    async def follow(after: int) -> list[dict]:
+        return [m for m in transcript if m["id"] > after]
+
+    monkeypatch.setattr("builtins.input", read)
+    monkeypatch.setattr(terminal_chat, "FOLLOW_EVERY_S", 0.05)
+    assert await terminal_chat.converse("acme", ask, follow) == 0
+    out = capsys.readouterr().out
+    assert out.count("I've asked a person to take over.") == 1  # the turn's reply, not again by the follower
+    assert "acme> A person has joined." in out and "a person> Hi, Dana here." in out
+    assert out.index("A person has joined.") < out.index("Hi, Dana here.")
