@@ -67,7 +67,8 @@ class Worker:
         self._last_requeue = 0.0
 
     def notify(self, conversation_id: int | None = None) -> None:
-        """Wake the loop now instead of at the next poll."""
+        """Wake the loop now instead of at the next poll (which conversation has work does not matter:
+        the claim round looks at them all)."""
         self._wake.set()
 
     async def start(self) -> None:
@@ -91,7 +92,7 @@ class Worker:
         log.info("worker.stopped", owner=self.owner)
 
     async def run_until_idle(self, *, timeout: float = 30.0) -> None:
-        """Process everything pending now, then return (used by `chat` and tests)."""
+        """Process everything pending now, then return (the tests drive the worker with it)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             claimed = await self._claim_round()

@@ -131,7 +131,9 @@ async def summarize(llm, bot: BotSettings, messages: Sequence[Any], *, reason: s
     models = bot.language_models()
     if llm is None or not models:
         return fallback
-    key = (bot.name, reason, *(getattr(m, "id", None) for m in list(messages)[:1] + list(messages)[-1:]))
+    # The conversation too: SQLite may give a deleted row's id again (retention, `gateway forget`), and
+    # another conversation's summary must never be shown for it.
+    key = (bot.name, conversation_id, reason, *(getattr(m, "id", None) for m in list(messages)[:1] + list(messages)[-1:]))
     if key in _cache:
         return _cache[key]
     if budget is not None and await _over_budget(budget, bot):

@@ -49,6 +49,20 @@ async def test_the_summary_is_written_once_per_conversation_state(openai_fake) -
     assert later["text"] == "A second summary." and len(openai_fake.requests_for("primary")) == 2
 
 
+async def test_another_conversation_with_the_same_row_ids_gets_its_own_summary(openai_fake) -> None:
+    """SQLite can give a deleted conversation's row ids again (retention, `gateway forget`): the cache
+    must not show the old conversation's summary for the new one."""
+    openai_fake.script("primary", Turn(text="Charged twice in March."), Turn(text="Wants to change plan."))
+    router = LLMRouter([fake_model(openai_fake, "primary")], timeout=5, retry=NO_RETRY)
+    bot = BotSettings(name="acme-reused", model="primary")
+
+    old = await summarize(router, bot, MESSAGES, reason="asked", conversation_id=7)
+    new = await summarize(router, bot, [Row(1, "contact", "Move me to Team"), Row(2, "bot", "Sure.")],
+                          reason="asked", conversation_id=8)
+
+    assert old["text"] == "Charged twice in March." and new["text"] == "Wants to change plan."
+
+
 LOOKUP = {"name": "invoice_status", "arguments": {"invoice_number": "INV-1"}, "result": {"found": True}}
 TICKET = {"name": "create_ticket", "arguments": {}, "result": {"error": INTERRUPTED}}
 WITH_TOOLS = [Row(1, "contact", "I was charged twice for March"),
