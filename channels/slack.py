@@ -90,7 +90,7 @@ class SlackAdapter:
         http: aiohttp.ClientSession | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         max_attempts: int = 4,
-        max_wait_s: float = 30.0,
+        max_wait_s: float = 5.0,
     ) -> None:
         self.bot = bot
         self.settings = settings
@@ -260,7 +260,11 @@ class SlackAdapter:
 
     async def _call(self, method: str, *, reconcilable: bool = False, **kwargs: Any) -> Any:
         """One Web API call with bounded retries, only where the call surely did not go through.
-        `reconcilable`: a post whose retry can ask Slack whether it landed (see `send`)."""
+        `reconcilable`: a post whose retry can ask Slack whether it landed (see `send`).
+        Rate limits are waited out here up to `max_wait_s` in all; a longer wait goes back to the
+        outbox with its `retry_after`, which parks the conversation, so the worker's slot is free for
+        other channels meanwhile (a workspace-wide 429 held every slot for its whole wait)."""
+        waited = 0.0
         for attempt in range(1, self._max_attempts + 1):
             try:
                 return await getattr(self.client, method)(**kwargs)
@@ -269,10 +273,11 @@ class SlackAdapter:
                 error = (exc.response.data or {}).get("error", "") if isinstance(exc.response.data, dict) else ""
                 if status == 429 or error == "ratelimited":
                     retry_after = float(exc.response.headers.get("Retry-After", 1) or 1)
-                    if attempt == self._max_attempts or retry_after > self._max_wait_s:
+                    if attempt == self._max_attempts or waited + retry_after > self._max_wait_s:
                         raise ChannelSendError(f"slack {method}: rate limited", retry_after=retry_after,
                                                rate_limited=True) from exc
                     log.warning("slack.rate_limited", bot=self.bot, method=method, retry_after=retry_after)
+                    waited += retry_after
                     await self._sleep(retry_after)
                     continue
                 if error in _UNREACHABLE:

@@ -104,7 +104,7 @@ class TelegramAdapter:
         http: BaseSession | None = None,
         username: str | None = None,
         max_attempts: int = 4,
-        max_retry_wait: float = 30.0,
+        max_retry_wait: float = 5.0,
         polling_timeout: int = 25,
     ) -> None:
         self.bot_name = bot
@@ -165,6 +165,7 @@ class TelegramAdapter:
     async def _send_chunk(self, chat: int | str, html: str, *, thread: int | None, reply_to: int | None) -> tuple[int | str, str]:
         parse_mode: str | None = "HTML"
         text = html
+        waited = 0.0
         for attempt in range(1, self.max_attempts + 1):
             try:
                 sent = await self.bot.send_message(
@@ -178,10 +179,13 @@ class TelegramAdapter:
                 return chat, str(sent.message_id)
             except TelegramRetryAfter as exc:
                 # A 429 means the message was not accepted, so sending again cannot duplicate it.
-                if exc.retry_after > self.max_retry_wait or attempt == self.max_attempts:
+                # Waited out here up to `max_retry_wait` in all; longer, the outbox waits with the
+                # conversation parked, and the worker's slot serves other chats meanwhile.
+                if waited + exc.retry_after > self.max_retry_wait or attempt == self.max_attempts:
                     raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after),
                                            rate_limited=True) from exc
                 log.warning("telegram.rate_limited", bot=self.bot_name, chat=str(chat), retry_after=exc.retry_after)
+                waited += exc.retry_after
                 await asyncio.sleep(exc.retry_after)
             except TelegramMigrateToChat as exc:
                 chat = exc.migrate_to_chat_id  # the group became a supergroup with a new id

@@ -58,6 +58,17 @@ async def test_slack_send_long_retry_after_surfaces_to_worker(fake: FakeSlack):
     assert fake.posted() == []
 
 
+async def test_slack_rate_limits_are_waited_in_place_up_to_5_s_in_all(fake: FakeSlack):
+    """Past that the reply goes back to the outbox, which parks the conversation: the worker's slot is
+    free for other channels (a workspace-wide 429 with Retry-After 25 held every slot for its wait)."""
+    sleeps = Sleeps()
+    fake.fail("chat.postMessage", status=429, retry_after=4, times=2)
+    with pytest.raises(ChannelSendError) as info:
+        await make_adapter(fake, sleeps=sleeps).send(OutboundMessage(CONV, "hello"))
+    assert sleeps == [4.0] and info.value.rate_limited and info.value.retry_after == 4
+    assert fake.count("chat.postMessage") == 2 and fake.posted() == []
+
+
 async def test_slack_send_gives_up_after_bounded_rate_limits(fake: FakeSlack):
     sleeps = Sleeps()
     fake.fail("chat.postMessage", status=429, retry_after=1, times=10)
