@@ -278,6 +278,10 @@ async def _chat(args) -> int:
         await svc.stop()
         # The running server holds the index: chat through its web chat instead, as a browser would.
         return await chat_via_server(settings, bot.name, session_id=session_id, converse=converse)
+    if bot.sources and await svc.knowledge.index.count(bot.name) == 0:
+        # `serve` ingests an empty index at start; here every question would get the fallback, unexplained.
+        print(f"note: bot {bot.name!r} has nothing in its index yet: run `gateway ingest` first (or `gateway "
+              "serve`, which ingests an empty index at start)", file=sys.stderr)
     ref = ConversationRef(channel="web", chat=session_id)
 
     async def ask(text: str) -> dict:

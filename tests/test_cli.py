@@ -296,6 +296,16 @@ def test_cli_chat_answers_in_the_terminal(kb_config):
     assert "[1] Plans" in proc.stdout  # the citation, listed under the answer
 
 
+def test_cli_chat_on_a_bot_never_ingested_says_to_ingest_first(kb_config):
+    config, _ = kb_config
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    proc = subprocess.run([sys.executable, "-m", "gateway", "chat", "--config", str(config)], cwd=ROOT, input="\n",
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert proc.returncode == 0, proc.stderr
+    assert "note: bot 'acme' has nothing in its index yet: run `gateway ingest` first" in proc.stderr
+
+
 def test_cli_chat_names_a_gate_bar_another_embedding_model_leaves_uncalibrated(tmp_path):
     bot = {"name": "acme", "channels": {"web": {}}}
     config = write_config(tmp_path, bots=[bot], embedding={"model": "litellm/openai/text-embedding-3-small"})
