@@ -231,6 +231,9 @@ async def get_escalation(escalation_id: RowId, request: Request,
                 # What the bot looked up or did for this reply (a ticket it opened, an interrupted call).
                 "tool_calls": m.tool_calls or [],
                 "created_at": utc_iso(m.created_at),
+                # Why a reply never reached the customer (blocked the bot, outside WhatsApp's 24 hours):
+                # the operator must know their answer did not arrive.
+                "error": m.error if m.direction == "out" and m.status == "failed" else None,
             } for m in messages],
             "events": [{"kind": e.kind, "from_state": e.from_state, "to_state": e.to_state, "actor": e.actor,
                         "reason": e.reason, "at": utc_iso(e.created_at)} for e in events],

@@ -84,6 +84,9 @@
     }
     li.appendChild(author);
     li.appendChild(el("span", "op-text", m.text));
+    if (m.status === "failed" && m.direction === "out") {
+      li.appendChild(el("span", "op-failed", "Not delivered" + (m.error ? ": " + m.error : "")));
+    }
     if (m.citations && m.citations.length) {
       var cites = el("ul", "op-citations");
       m.citations.forEach(function (c, i) {

@@ -173,3 +173,16 @@ async def test_a_conversation_claim_with_a_malformed_body_is_refused_and_claims_
     assert still.json()["state"] == "bot"
     taken = await client.post(url, headers=auth("sam"))  # no body at all, as documented
     assert taken.status_code == 200 and taken.json()["state"] == "claimed"
+
+
+async def test_a_reply_that_never_reached_the_customer_shows_why(client):
+    eid, _ = await _open(client, "rec-failed")
+    sent = await client.post(f"/v1/escalations/{eid}/reply", headers=auth("sam"), json={"text": "Are you there?"})
+    message_id = sent.json()["message_id"]
+    reason = "recipient unreachable: telegram: Forbidden: bot was blocked by the user"
+    async with client.services.sessions() as session, session.begin():  # as the outbox records a refusal
+        await session.execute(update(Message).where(Message.id == message_id).values(status="failed", error=reason))
+    detail = (await client.get(f"/v1/escalations/{eid}", headers=auth("sam"))).json()
+    shown = {m["id"]: m for m in detail["messages"]}
+    assert shown[message_id]["status"] == "failed" and shown[message_id]["error"] == reason
+    assert all(m["error"] is None for m in detail["messages"] if m["id"] != message_id)
