@@ -162,13 +162,14 @@ def _db_upgrade(args) -> int:
     from alembic.config import Config
 
     settings = _settings(args)
-    asyncio.run(database_has_schema(settings))  # unreachable: one line, not Alembic's traceback
+    had_schema = asyncio.run(database_has_schema(settings))  # unreachable: one line, not Alembic's traceback
     root = Path(__file__).resolve().parent.parent
     config = Config(str(root / "alembic.ini"))
     config.set_main_option("script_location", str(root / "alembic"))
     config.attributes["database_url"] = settings.database_url
     command.upgrade(config, "head")
-    print(f"database is at the latest migration ({redacted_db_url(settings.database_url)})")
+    done = "is at the latest migration" if had_schema else "was created at the latest migration"
+    print(f"database {done} ({redacted_db_url(settings.database_url)})")
     return 0
 
 

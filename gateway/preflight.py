@@ -55,8 +55,10 @@ async def database_has_schema(settings, engine=None) -> bool:
     instead of the driver's traceback at the first query."""
     from sqlalchemy import inspect
 
-    from storage.engine import create_engine
+    from storage.engine import create_engine, sqlite_file
 
+    if (database := sqlite_file(settings.database_url)) is not None and not database.exists():
+        return False  # and asking would create it
     own = engine is None
     engine = create_engine(settings.database_url) if own else engine
     try:
@@ -74,7 +76,18 @@ async def require_schema(settings, engine=None) -> None:
     """Raise a one-line `GatewayError` saying what to run when the database was never migrated (or
     cannot be reached)."""
     if not await database_has_schema(settings, engine):
+        from storage.engine import sqlite_file
+
         config = settings.config_path or "config.yaml"
-        # Named: a relative SQLite path is relative to the working directory, not to the config file.
+        database = sqlite_file(settings.database_url)
+        if database is not None and not database.exists():
+            # A relative SQLite path is relative to the working directory, not to the config file:
+            # run from another folder, the database is looked for (and `db upgrade` would make one) there.
+            where = hint = ""
+            if not database.is_absolute():
+                where = f" ({database.resolve()}, relative to the working directory)"
+                hint = " in the folder you meant, or give database_url an absolute path"
+            raise GatewayError(f"the database {redacted_db_url(settings.database_url)}{where} does not exist: run "
+                               f"`gateway db upgrade --config {config}` (or `make run`){hint}")
         raise GatewayError(f"the database {redacted_db_url(settings.database_url)} has no schema: run "
                            f"`gateway db upgrade --config {config}` (or `make run`)")

@@ -26,17 +26,30 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None for another database, or an in-memory or `file:` URI one)."""
+    database = make_url(url).database if is_sqlite(url) else None
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
 def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     """Build the async engine; on SQLite, make the folder and turn on WAL and a busy timeout."""
     url = async_url(url)
     if is_sqlite(url):
-        database = make_url(url).database
-        if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
-            # It holds every transcript: a new file is readable by its owner only, whatever the umask.
-            with contextlib.suppress(FileExistsError):
-                os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        database = sqlite_file(url)
         engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+
+        @event.listens_for(engine.sync_engine, "do_connect")
+        def _owner_only_file(*_args) -> None:
+            # At the first connection, not here: a command run from the wrong folder (whose schema
+            # check then fails) must not leave an empty database behind. It holds every transcript:
+            # a new file is readable by its owner only, whatever the umask.
+            if database is not None and not database.exists():
+                database.parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
         @event.listens_for(engine.sync_engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record) -> None:  # pragma: no cover - trivial

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -17,7 +20,7 @@ from gateway.admin_client import ingest_via_server
 from gateway.app import create_app
 from gateway.cli import local_url
 from gateway.settings import load_settings
-from tests.conftest import write_config
+from tests.conftest import ROOT, write_config
 from tests.scale.replicas import free_port
 from tests.test_cli import PLANS, _run
 
@@ -39,8 +42,33 @@ def test_a_command_before_db_upgrade_says_to_run_it(tmp_path, command):
     config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=_docs(tmp_path))])
     proc = _run(command[0], "--config", str(config), *command[1:])
     assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"error: the database sqlite+aiosqlite:///{tmp_path / 'gateway.db'} has no "
-                                   f"schema: run `gateway db upgrade --config {config}` (or `make run`)")
+    assert proc.stderr.strip() == (f"error: the database sqlite+aiosqlite:///{tmp_path / 'gateway.db'} does not "
+                                   f"exist: run `gateway db upgrade --config {config}` (or `make run`)")
+    assert not (tmp_path / "gateway.db").exists()  # asking did not make an empty one
+
+
+def test_a_relative_database_path_from_another_folder_is_named_and_not_created(tmp_path):
+    """Run from the wrong folder, a command used to leave an empty var/gateway.db there, and to say
+    only "has no schema", whose `db upgrade` would then make a second database in that folder."""
+    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}],
+                          database_url="sqlite:///var/gateway.db")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "gateway", "chat", "--config", str(config)], cwd=elsewhere,
+                          input="\n", capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                               "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1
+    assert (f"({elsewhere / 'var' / 'gateway.db'}, relative to the working directory) does not exist" in proc.stderr
+            and "or give database_url an absolute path" in proc.stderr), proc.stderr
+    assert list(elsewhere.iterdir()) == []
+    upgrade = [sys.executable, "-m", "gateway", "db", "upgrade", "--config", str(config)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first, again = (subprocess.run(upgrade, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+                    for _ in range(2))
+    assert "database was created at the latest migration" in first.stdout, first.stderr
+    assert "database is at the latest migration" in again.stdout
+    assert (elsewhere / "var" / "gateway.db").exists()
 
 
 def test_ingest_source_without_bot_ingests_it_for_every_bot_that_has_it(tmp_path):

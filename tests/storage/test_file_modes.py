@@ -22,6 +22,9 @@ async def test_a_new_sqlite_database_and_the_admin_token_are_owner_only(tmp_path
     old = os.umask(0o022)  # the usual default: files readable by everyone
     try:
         engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'var' / 'new.db'}")
+        assert not (tmp_path / "var").exists()  # made at the first connection, not before
+        async with engine.connect():
+            pass
         await engine.dispose()
         assert _mode(tmp_path / "var" / "new.db") == 0o600
         existing = tmp_path / "kept.db"
