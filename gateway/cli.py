@@ -179,7 +179,7 @@ async def _ingest(args) -> int:
     from storage.engine import create_engine, session_factory
 
     settings = _settings(args)
-    configure_logging(level="WARNING")
+    configure_logging(level="WARNING", fmt="cli")  # `warning: …`, as through a server (admin_client)
     if not args.json:  # the report below prints these as its `!` lines
         _hide_run_errors()
     engine = create_engine(settings.database_url)
@@ -214,7 +214,7 @@ async def _eval(args) -> int:
     from rag.eval import evaluate
     from rag.sources import describe_skipped
 
-    configure_logging(level="WARNING")
+    configure_logging(level="WARNING", fmt="cli")
     _hide_run_errors()  # each file that failed is a `warning:` line below
 
     # The configured defaults when there is a config to read; a --config or $GATEWAY_CONFIG naming a

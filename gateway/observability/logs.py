@@ -17,7 +17,8 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     """Route stdlib and structlog output through one renderer; redact configured secrets everywhere."""
     global _SECRET_PATTERNS
     _SECRET_PATTERNS = [re.compile(re.escape(s)) for s in secrets if s and len(s) >= 6]
-    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    renderer = {"json": structlog.processors.JSONRenderer(), "cli": _cli_line}.get(fmt) \
+        or structlog.dev.ConsoleRenderer(colors=False)
     shared = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -52,6 +53,17 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
 
 
 LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+def _cli_line(_logger, _name, event_dict) -> str:
+    """`fmt="cli"`: `warning: <event> key=value …`, as a command prints its own notes (and as `gateway
+    ingest` prints the warnings a server's ingest streams back); no timestamp, no logger name."""
+    level, event = event_dict.pop("level", "info"), event_dict.pop("event", "")
+    for meta in ("timestamp", "logger", "logger_name"):
+        event_dict.pop(meta, None)
+    trace = event_dict.pop("exception", None)
+    line = " ".join([f"{level}: {event}", *(f"{key}={value}" for key, value in event_dict.items())])
+    return f"{line}\n{trace}" if trace else line
 
 
 def adopt_litellm_loggers() -> None:
