@@ -44,6 +44,7 @@ from gateway.pipeline.tool_journal import ToolJournal
 from gateway.settings import Settings
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Message
+from storage.text import storable_json, storable_text
 
 log = structlog.get_logger("gateway.message_handler")
 
@@ -184,7 +185,7 @@ class MessageHandler:
         One write at a time: the stream's and the tool journal's writes each store the whole `meta`, so
         one that committed after a newer one would undo it."""
         async with self._meta_lock:
-            inbound.meta = {**(inbound.meta or {}), key: value}
+            inbound.meta = {**(inbound.meta or {}), key: storable_json(value)}  # a tool's result may hold NUL
             async with self._sessions() as session, session.begin():
                 await session.execute(update(Message).where(Message.id == inbound.id).values(meta=inbound.meta))
 
@@ -255,7 +256,7 @@ class MessageHandler:
                 if result.escalate and self._on_escalate is not None:
                     await self._on_escalate(session, conversation=conversation, reason=result.escalate)
             message.status = status
-            message.error = error
+            message.error = storable_text(error) if error else error
             message.updated_at = utcnow()
             if TOOL_RUNS in (message.meta or {}):
                 # Finished, so never attempted again: its calls are stored with the reply, not twice.

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.backoff import doubling
 from gateway.delivery.outbox import RETRYING, Outbox, next_attempt_at
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S
 from gateway.events import EventBus
@@ -60,6 +61,7 @@ class Worker:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.concurrency = concurrency
         self._active: dict[int, asyncio.Task] = {}
+        self._failed_drains: dict[int, int] = {}  # conversation id -> drains that failed in a row
         self._wake = asyncio.Event()
         self._claim_lock = asyncio.Lock()
         self._loop_task: asyncio.Task | None = None
@@ -218,12 +220,30 @@ class Worker:
                                          bot=message.bot, channel=message.channel,
                                          traceparent=(message.meta or {}).get("traceparent")):
                         await self.handler.handle(message)
+        except Exception:
+            await self._back_off(conversation_id)
+            raise
+        else:
+            self._failed_drains.pop(conversation_id, None)
         finally:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
             async with self._sessions() as session, session.begin():
+                # A parked lease is no longer ours: releasing it leaves it parked.
                 await repo.release_lease(session, conversation_id=conversation_id, owner=self.owner)
         self._wake.set()  # more may have arrived while we held the lease
+
+    async def _back_off(self, conversation_id: int) -> None:
+        """After a drain that failed: park the conversation for a while, longer each time in a row. Why:
+        a message whose turn cannot be stored (a database that refuses its text, a schema behind the
+        code) was taken again at once, and every attempt paid the model again, hundreds a minute."""
+        failures = self._failed_drains[conversation_id] = self._failed_drains.get(conversation_id, 0) + 1
+        delay = doubling(failures, first=1.0, cap=60.0)
+        try:
+            await self._park_until(conversation_id, utcnow() + timedelta(seconds=delay))
+        except Exception:  # the database is down: nothing is claimed until it is back anyway
+            return
+        log.warning("worker.drain_backing_off", conversation_id=conversation_id, failures=failures, seconds=delay)
 
     async def _traceparent_of(self, reply: Message) -> str | None:
         """The trace of the message a reply answers (stored with it when it came in), if any."""

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.models import ConversationRef, InboundMessage, utcnow
 from storage.models import Contact, Conversation, Message
+from storage.text import storable_json, storable_text
 
 
 def _insert_ignore(session: AsyncSession, model: type, values: dict[str, Any], conflict: list[str]):
@@ -122,10 +123,13 @@ async def add_outbound(session: AsyncSession, *, conversation: Conversation, tex
     """Store a reply before it is sent (the outbox). `external_id` (an operator reply's idempotency key)
     is unique per (bot, channel, direction): a second row with it fails the flush (IntegrityError)."""
     now = utcnow()
+    # A model's text can hold NUL or half an emoji (its two surrogates streamed in two chunks), and so can
+    # a tool's result: refused by PostgreSQL (and surrogates by SQLite), the turn could never be stored.
     message = Message(
         conversation_id=conversation.id, bot=conversation.bot, channel=conversation.channel, direction="out",
-        author=author, text=text, reply_to_id=reply_to_id, citations=citations or [], external_id=external_id,
-        tool_calls=tool_calls or [], retrieved=retrieved or [], attachments=[], provider_ids=[], meta={},
+        author=author, text=storable_text(text), reply_to_id=reply_to_id, citations=storable_json(citations or []),
+        external_id=external_id, tool_calls=storable_json(tool_calls or []), retrieved=storable_json(retrieved or []),
+        attachments=[], provider_ids=[], meta={},
         status=status, attempts=0, created_at=now, updated_at=now,
     )
     session.add(message)

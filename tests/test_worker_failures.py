@@ -251,3 +251,46 @@ async def test_a_worker_whose_lease_was_taken_stops_draining(migrated_url):
     await worker_b.stop()
     await engine_a.dispose()
     await engine_b.dispose()
+
+
+async def test_a_reply_with_nul_or_half_an_emoji_is_stored_once(migrated_url):
+    """PostgreSQL refuses NUL, and both stores a lone surrogate (a model streaming an emoji's two
+    halves as two JSON escapes): the turn could never be stored, and was attempted again at once."""
+    pipeline = EchoPipeline(delay=0)
+
+    async def odd_text(turn):
+        pipeline.seen.append((turn.conversation_id, turn.text))
+        return PipelineResult(reply="Enjoy \ud83d" + "\ude00 the\x00 trip", tool_calls=[
+            {"round": 1, "id": "c1", "name": "lookup", "arguments": {"q": "a\x00b"}, "result": {"t": "\udc80"}}])
+
+    pipeline.handle = odd_text
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline)
+    await inbox.accept("acme", chat_message("alice", 0))
+    await worker.run_until_idle(timeout=30)
+    async with sessions() as session:
+        reply = (await session.execute(select(Message).where(Message.direction == "out"))).scalar_one()
+    assert len(pipeline.seen) == 1
+    assert reply.text == "Enjoy 😀 the trip" and adapter.sent == [("alice", "Enjoy 😀 the trip")]
+    assert reply.tool_calls[0]["arguments"] == {"q": "ab"} and reply.tool_calls[0]["result"] == {"t": "\ufffd"}
+    await engine.dispose()
+
+
+async def test_a_turn_that_cannot_be_stored_is_tried_again_later_not_at_once(migrated_url):
+    """Whatever makes storing fail (a schema behind the code, say), each failed attempt parks the
+    conversation, longer each time: it was taken again at once, hundreds of paid model calls a minute."""
+    pipeline = EchoPipeline(delay=0)
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline)
+
+    async def refused(*args, **kwargs):
+        raise OperationalError("INSERT INTO messages", {}, Exception("column does not exist"))
+
+    worker.handler._finish = refused
+    await inbox.accept("acme", chat_message("alice", 0))
+    with structlog.testing.capture_logs() as logs:
+        await worker.start()
+        await asyncio.sleep(2.5)
+        await worker.stop()
+    assert 2 <= len(pipeline.seen) <= 3  # at 0 s, after 1 s, after 2 more; before: dozens
+    backing_off = [e for e in logs if e["event"] == "worker.drain_backing_off"]
+    assert [e["seconds"] for e in backing_off][:2] == [1.0, 2.0]
+    await engine.dispose()
