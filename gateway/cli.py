@@ -15,6 +15,7 @@ from gateway.admin_client import chat_via_server, ingest_via_server, local_url
 from gateway.cli_output import hide_run_errors, print_metrics, print_misses, print_reports, progress_bar
 from gateway.errors import ConfigError, GatewayError, IndexBusy, UnknownBot
 from gateway.preflight import (
+    alembic_config,
     check_embedding_model,
     database_has_schema,
     redacted_db_url,
@@ -159,15 +160,10 @@ def _serve(args) -> int:
 
 def _db_upgrade(args) -> int:
     from alembic import command
-    from alembic.config import Config
 
     settings = _settings(args)
     had_schema = asyncio.run(database_has_schema(settings))  # unreachable: one line, not Alembic's traceback
-    root = Path(__file__).resolve().parent.parent
-    config = Config(str(root / "alembic.ini"))
-    config.set_main_option("script_location", str(root / "alembic"))
-    config.attributes["database_url"] = settings.database_url
-    command.upgrade(config, "head")
+    command.upgrade(alembic_config(settings.database_url), "head")
     done = "is at the latest migration" if had_schema else "was created at the latest migration"
     print(f"database {done} ({redacted_db_url(settings.database_url)})")
     return 0

@@ -91,3 +91,46 @@ async def require_schema(settings, engine=None) -> None:
                                f"`gateway db upgrade --config {config}` (or `make run`){hint}")
         raise GatewayError(f"the database {redacted_db_url(settings.database_url)} has no schema: run "
                            f"`gateway db upgrade --config {config}` (or `make run`)")
+    # Behind the code (a deploy that started before its migration ran): queries of the new columns
+    # would fail at run time while /readyz said ready. A revision this code does not know is newer
+    # (a rollback of the code): its migrations only add, so it is let through.
+    current, (head, known) = await _schema_revision(settings, engine), migration_revisions()
+    if current != head and current in known:
+        config = settings.config_path or "config.yaml"
+        raise GatewayError(f"the database {redacted_db_url(settings.database_url)} is at migration {current}, and "
+                           f"this version of the gateway needs {head}: run `gateway db upgrade --config {config}`")
+
+
+def alembic_config(database_url: str | None = None):
+    """The project's Alembic configuration (found beside the package, whatever the working directory)."""
+    from alembic.config import Config
+
+    root = Path(__file__).resolve().parent.parent
+    config = Config(str(root / "alembic.ini"))
+    config.set_main_option("script_location", str(root / "alembic"))
+    if database_url is not None:
+        config.attributes["database_url"] = database_url
+    return config
+
+
+def migration_revisions() -> tuple[str, set[str]]:
+    """The newest migration this code has, and every migration it has (from `alembic/versions`)."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    return script.get_current_head(), {revision.revision for revision in script.walk_revisions()}
+
+
+async def _schema_revision(settings, engine=None) -> str | None:
+    from sqlalchemy import text
+
+    from storage.engine import create_engine
+
+    own = engine is None
+    engine = create_engine(settings.database_url) if own else engine
+    try:
+        async with engine.connect() as conn:
+            return (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar_one_or_none()
+    finally:
+        if own:
+            await engine.dispose()

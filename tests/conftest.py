@@ -102,15 +102,13 @@ def database_url(request, tmp_path):
     return request.getfixturevalue("postgres_url")
 
 
-def upgrade(database_url: str) -> None:
-    """Apply the Alembic migrations, exactly as `gateway db upgrade` does."""
+def upgrade(database_url: str, revision: str = "head") -> None:
+    """Apply the Alembic migrations (up to `revision`), exactly as `gateway db upgrade` does."""
     from alembic import command
-    from alembic.config import Config
 
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "alembic"))
-    config.attributes["database_url"] = database_url
-    command.upgrade(config, "head")
+    from gateway.preflight import alembic_config
+
+    command.upgrade(alembic_config(database_url), revision)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from gateway.admin_client import ingest_via_server
 from gateway.app import create_app
 from gateway.cli import local_url
 from gateway.settings import load_settings
-from tests.conftest import ROOT, write_config
+from tests.conftest import ROOT, upgrade, write_config
 from tests.scale.replicas import free_port
 from tests.test_cli import PLANS, _run
 
@@ -45,6 +45,24 @@ def test_a_command_before_db_upgrade_says_to_run_it(tmp_path, command):
     assert proc.stderr.strip() == (f"error: the database sqlite+aiosqlite:///{tmp_path / 'gateway.db'} does not "
                                    f"exist: run `gateway db upgrade --config {config}` (or `make run`)")
     assert not (tmp_path / "gateway.db").exists()  # asking did not make an empty one
+
+
+def test_a_database_behind_the_code_is_refused_at_start(tmp_path):
+    """A deploy whose new code starts before its migration ran: /readyz said ready while every query
+    of a new column failed (GET /v1/escalations was a 500, escalations never opened)."""
+    from gateway.preflight import migration_revisions
+
+    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}])
+    settings = load_settings(config)
+    head, known = migration_revisions()
+    behind = max(known - {head})
+    upgrade(settings.database_url, behind)
+    proc = _run("serve", "--config", str(config), "--port", "1")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().endswith(f"is at migration {behind}, and this version of the gateway needs {head}: "
+                                        f"run `gateway db upgrade --config {config}`"), proc.stderr
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    assert _run("forget", "--config", str(config), "--channel", "web", "--user", "nobody").returncode == 0
 
 
 def test_a_relative_database_path_from_another_folder_is_named_and_not_created(tmp_path):
