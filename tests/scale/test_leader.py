@@ -98,6 +98,9 @@ class _Follower:
     async def holds(self) -> bool:
         return False
 
+    async def campaign(self) -> bool:  # another replica leads
+        return False
+
 
 async def test_scheduler_runs_ingest_only_on_the_leader(tmp_path) -> None:
     settings = Settings(bots=[{"name": "acme", "sources": [
@@ -107,3 +110,22 @@ async def test_scheduler_runs_ingest_only_on_the_leader(tmp_path) -> None:
     await IngestScheduler(settings, knowledge=follower_kb, leader=_Follower())._run("acme", "docs")
     await IngestScheduler(settings, knowledge=leader_kb, leader=sqlite_leader)._run("acme", "docs")
     assert follower_kb.runs == [] and leader_kb.runs == [("acme", "docs")]
+
+
+async def test_a_tick_right_after_the_leader_died_runs_on_a_follower_that_takes_the_lock(postgres_url, tmp_path) -> None:
+    """The follower's next campaign would come only after its retry period: it takes the free lock at
+    the tick instead of skipping it (a 03:00 ingest was lost when the leader died at 02:59:58)."""
+    settings = Settings(bots=[{"name": "acme", "sources": [
+        {"name": "docs", "type": "directory", "path": str(tmp_path), "schedule": "0 3 * * *"}]}])
+    a = LeaderElection(postgres_url, name="tick-test", retry_seconds=3600)
+    b = LeaderElection(postgres_url, name="tick-test", retry_seconds=3600)
+    await a.start()
+    await b.start()
+    knowledge = _Knowledge()
+    try:
+        assert a.is_leader and not b.is_leader
+        await a.stop()  # as a SIGKILL does: its connection, and the lock with it, is gone
+        await IngestScheduler(settings, knowledge=knowledge, leader=b)._run("acme", "docs")
+        assert knowledge.runs == [("acme", "docs")] and b.is_leader
+    finally:
+        await b.stop()
