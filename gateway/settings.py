@@ -314,9 +314,13 @@ class Settings(BaseSettings):
 
         `gateway ingest` sends it to the running server that holds the index, which refuses a job it
         would run with another configuration. Other keys are left out on purpose: a different log
-        level or operator token in the CLI's environment does not change what an ingest does.
+        level or operator token in the CLI's environment does not change what an ingest does, and
+        neither does a source's `schedule` (only when the server runs it).
         """
         relevant = self.model_dump(mode="json", include={"embedding": True, "bots": {"__all__": {"name", "sources"}}})
+        for bot in relevant.get("bots", []):
+            for source in bot.get("sources", []):
+                source.pop("schedule", None)
         return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
 
 

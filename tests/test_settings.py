@@ -294,6 +294,8 @@ def test_settings_ingest_fingerprint_follows_what_an_ingest_uses(tmp_path, monke
     monkeypatch.setenv("LOG_LEVEL", "DEBUG")
     data["bots"][0]["system_prompt"] = "Be brief."
     assert load_settings(_write(tmp_path, data)).ingest_fingerprint() == first
+    source["schedule"] = "*/5 * * * *"  # when the server runs it, not what a run does
+    assert load_settings(_write(tmp_path, data)).ingest_fingerprint() == first
     # What it does use: the sources, the embedding settings.
     data["bots"][0]["sources"].append({"name": "t", "type": "urls", "urls": ["http://example.test/a"]})
     second = load_settings(_write(tmp_path, data)).ingest_fingerprint()
