@@ -108,12 +108,24 @@ class Worker:
                 await asyncio.sleep(0.05)
 
     async def _loop(self) -> None:
+        failing_since: float | None = None  # a database outage: its first failure in full, then one line a minute
+        last_told = 0.0
         while not self._stopping:
             try:
                 await self._requeue_stalled_sends()
                 await self._claim_round()
-            except Exception:  # the loop must survive a database blip
-                log.exception("worker.claim_failed")
+                if failing_since is not None:
+                    log.info("worker.claim_recovered", down_s=round(time.monotonic() - failing_since, 1))
+                    failing_since = None
+            except Exception as exc:  # the loop must survive a database blip
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = last_told = now
+                    log.exception("worker.claim_failed")
+                elif now - last_told >= 60:
+                    last_told = now
+                    log.error("worker.claim_failed", error=f"{type(exc).__name__}: {exc}"[:200],
+                              failing_for_s=round(now - failing_since))
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval)
             except asyncio.TimeoutError:

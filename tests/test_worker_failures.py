@@ -294,3 +294,26 @@ async def test_a_turn_that_cannot_be_stored_is_tried_again_later_not_at_once(mig
     backing_off = [e for e in logs if e["event"] == "worker.drain_backing_off"]
     assert [e["seconds"] for e in backing_off][:2] == [1.0, 2.0]
     await engine.dispose()
+
+
+async def test_a_database_outage_is_one_claim_failed_line_then_one_a_minute_and_its_end(migrated_url):
+    """A 40 s outage logged 41 ERRORs with a full traceback each, one per poll."""
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, EchoPipeline(delay=0))
+    claim = worker._claim_round
+    down = True
+
+    async def flaky():
+        if down:
+            raise OperationalError("SELECT", {}, Exception("connection refused"))
+        return await claim()
+
+    worker._claim_round = flaky
+    with structlog.testing.capture_logs() as logs:
+        await worker.start()
+        await asyncio.sleep(0.6)  # about 12 polls
+        down = False
+        await asyncio.sleep(0.3)
+        await worker.stop()
+    events = [e["event"] for e in logs if e["event"].startswith("worker.claim")]
+    assert events == ["worker.claim_failed", "worker.claim_recovered"]
+    await engine.dispose()
