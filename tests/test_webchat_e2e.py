@@ -145,7 +145,7 @@ async def test_webchat_unknown_bot_and_operations_endpoints(client):
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = await client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok", "qdrant": "ok"}
-    assert "acme/help" in ready.json()["schedule"]
+    assert "acme/help" in ready.json()["schedule"] and ready.json()["scheduler_leader"] is True  # SQLite: the only process
     assert ready.json()["ingest"]["acme/help"]["status"] == "ok"  # the module's ingest
     assert ready.json()["chunks"]["acme"] > 0
     await client.post("/v1/bots/acme/chat", json={"session_id": "s-6", "text": "How do I enable 2FA?"})

@@ -57,6 +57,9 @@ async def readyz(request: Request) -> JSONResponse:
                             if isinstance(getattr(adapter, "connection_status", None), str)},
             **({"redis": await redis} if redis is not None else {}),
             "schedule": svc.scheduler.next_runs() if svc.scheduler and svc.role != "web" else {},
+            # Whether this replica runs them: every `all` replica lists the times, only the leader acts.
+            "scheduler_leader": bool(svc.scheduler and svc.role != "web"
+                                     and (getattr(svc, "leader", None) is None or svc.leader.is_leader)),
             "ingest": await _last_ingests(svc) if checks["database"] == "ok" else {},
             "chunks": await _chunk_counts(svc) if checks.get("qdrant") == "ok" else {}}
     return JSONResponse(body, status_code=200 if ready else 503)

@@ -39,7 +39,7 @@ async def test_web_role_receives_and_the_worker_process_answers_at_once(postgres
             await asyncio.sleep(1.0)  # the worker's first poll is over: from now on only a notification wakes it
             async with httpx.AsyncClient() as client:
                 ready = (await client.get(f"{web.url}/readyz")).json()
-                assert ready["role"] == "web" and ready["checks"] == {"database": "ok"}
+                assert ready["role"] == "web" and ready["checks"] == {"database": "ok"} and ready["scheduler_leader"] is False
                 refused = await client.post(f"{web.url}/v1/admin/ingest", headers={"Authorization": "Bearer x"})
                 assert refused.status_code == 503 and "role web" in refused.json()["error"]
                 started = time.monotonic()
