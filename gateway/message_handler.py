@@ -46,6 +46,9 @@ from storage import repositories as repo
 from storage.models import Contact, Conversation, Message
 from storage.text import storable_json, storable_text
 
+MAX_TURN_ATTEMPTS = 5
+"""Attempts at one message before it is given up (the failure reply and a person)."""
+
 log = structlog.get_logger("gateway.message_handler")
 
 
@@ -126,9 +129,19 @@ class MessageHandler:
                                      save=functools.partial(self._record_meta, inbound, TOOL_RUNS),
                                      seed=f"{inbound.id}:{as_utc(inbound.created_at).isoformat()}:{inbound.external_id}"),
         )
-        if turn.state == "bot" and await self._rate_limited(inbound, turn):
+        attempt = await self._count_attempt(inbound)
+        if attempt > MAX_TURN_ATTEMPTS:
+            # Every attempt died before its turn was stored (a process killed each time, a store that
+            # refuses it): no more paid model calls; the customer gets the failure reply and a person.
+            bound.error("pipeline.gave_up", attempts=attempt - 1)
+            error = f"gave up after {attempt - 1} attempts that did not finish"
+            result = handoff(bot, FAILURE_REPLY, reason=error, error=error)
+            await self._finish(inbound, result, status="failed", error=error)
             return
-        bound.info("pipeline.start")
+        # Counted on its first attempt only: a message taken again after a crash is still one message.
+        if turn.state == "bot" and attempt == 1 and await self._rate_limited(inbound, turn):
+            return
+        bound.info("pipeline.start", **({"attempt": attempt} if attempt > 1 else {}))
         typing = start_typing(self._adapters.get((inbound.bot, inbound.channel)), conversation,
                               refresh_s=self.typing_refresh_s)
         turn_timeout = self._settings.worker.turn_timeout
@@ -174,6 +187,13 @@ class MessageHandler:
             self._metrics.record_usage(inbound.bot, result.usage)
         bound.info("pipeline.done", replied=result.reply is not None, escalate=result.escalate,
                    duration_ms=round((time.monotonic() - started) * 1000))
+
+    async def _count_attempt(self, inbound: Message) -> int:
+        """This attempt's number at the message, 1 for its first: kept in the store, so a turn taken
+        again after a crash, by any replica, is known as one."""
+        async with self._sessions() as session, session.begin():
+            return (await session.execute(update(Message).where(Message.id == inbound.id)
+                                          .values(attempts=Message.attempts + 1).returning(Message.attempts))).scalar_one()
 
     async def _record_streamed(self, inbound: Message, provider_ids: list[str]) -> None:
         """Keep the ids of the messages streamed for `inbound` on it, for `_remove_interrupted_stream`."""

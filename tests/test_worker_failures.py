@@ -231,11 +231,12 @@ async def test_a_worker_whose_lease_was_taken_stops_draining(migrated_url):
         await inbox.accept("acme", chat_message("alice", n))
     await worker_a._claim_round()
     await asyncio.wait_for(in_hand.wait(), 10)
-    async with sessions() as session, session.begin():  # the lapse, as a long outage would leave it
-        await session.execute(update(Conversation).values(lease_until=utcnow() - timedelta(seconds=1)))
+    async with sessions() as session, session.begin():  # it lapsed (a long outage) and the other took it
+        await session.execute(update(Conversation).values(lease_owner=worker_b.owner,
+                                                          lease_until=utcnow() + timedelta(seconds=60)))
     with structlog.testing.capture_logs() as logs:
-        assert await worker_b._claim_round() == 1
-        await worker_b.run_until_idle(timeout=30)
+        conversation_id = next(iter(worker_a._active))
+        await asyncio.wait_for(worker_b._drain(conversation_id), 30)  # the new holder's drain
         for _ in range(100):
             if not worker_a._active:
                 break
@@ -316,4 +317,56 @@ async def test_a_database_outage_is_one_claim_failed_line_then_one_a_minute_and_
         await worker.stop()
     events = [e["event"] for e in logs if e["event"].startswith("worker.claim")]
     assert events == ["worker.claim_failed", "worker.claim_recovered"]
+    await engine.dispose()
+
+
+async def test_a_message_taken_again_after_a_crash_counts_once_against_the_rate_limit(migrated_url):
+    """The limit counted each attempt: with 2 a minute, a customer whose first message outlived a
+    crashed worker was refused their second."""
+    from gateway.bot_settings import RateLimitSettings
+    from gateway.ratelimit import RateLimiter
+
+    limiter = RateLimiter({"acme": RateLimitSettings(per_contact_per_minute=2)})
+    started = asyncio.Event()
+    slow = EchoPipeline(delay=0)
+
+    async def hang(turn):
+        started.set()
+        await asyncio.sleep(3600)
+
+    slow.handle = hang
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, slow, lease=1.0)
+    worker.handler.rate_limiter = limiter
+    await inbox.accept("acme", chat_message("alice", 0))
+    await worker.start()
+    await asyncio.wait_for(started.wait(), 10)
+    await kill_worker(worker, engine)
+
+    pipeline = EchoPipeline(delay=0)
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline, lease=1.0)
+    worker.handler.rate_limiter = limiter
+    await asyncio.sleep(1.2)  # the dead lease expires
+    await worker.run_until_idle(timeout=30)
+    await inbox.accept("acme", chat_message("alice", 1))
+    await worker.run_until_idle(timeout=30)
+    assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1"]
+    await engine.dispose()
+
+
+async def test_a_message_whose_attempts_all_died_is_given_up_with_the_failure_reply(migrated_url):
+    from sqlalchemy import update
+
+    from gateway.message_handler import MAX_TURN_ATTEMPTS
+    from gateway.pipeline.core import FAILURE_REPLY
+
+    pipeline = EchoPipeline(delay=0)
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline)
+    stored = await inbox.accept("acme", chat_message("alice", 0))
+    async with sessions() as session, session.begin():  # five processes died in it before
+        await session.execute(update(Message).where(Message.id == stored.message_id).values(attempts=MAX_TURN_ATTEMPTS))
+    await worker.run_until_idle(timeout=30)
+    async with sessions() as session:
+        inbound = await session.get(Message, stored.message_id)
+    assert pipeline.seen == [] and inbound.status == "failed" and "gave up after 5 attempts" in inbound.error
+    assert adapter.sent == [("alice", FAILURE_REPLY)]
     await engine.dispose()
