@@ -5,7 +5,9 @@ Which events become messages (one answer per question, never two):
   the `message.im` event already carries it.
 - In channels (`channel`, `group`, `mpim`) with `respond_in_groups: mention`, only `app_mention` is
   answered. The `message` event Slack also sends for that same mention is ignored, and so is any plain
-  channel message, except a thread reply under one of the bot's own messages (a "reply to the bot").
+  channel message, except a thread reply under one of the bot's own messages (a "reply to the bot") or
+  in a thread the bot has a conversation in (it was asked there, and answered under the question): such
+  a reply is `existing_conversation_only`, and the inbox stores it only when that conversation exists.
 - With `respond_in_groups: always`, every channel `message` is answered and `app_mention` is ignored
   (the app must then subscribe to `message.channels` / `message.groups`).
 - Edits (`message_changed`) and deletions (`message_deleted`) are ignored with a reason: the original

@@ -55,6 +55,7 @@ def parse_event(
     raw_text = event.get("text") or ""
     mentions = {m for m in re.findall(r"<@([A-Z0-9]+)(?:\|[^>]*)?>", raw_text)}
     thread_ts = event.get("thread_ts")
+    needs_conversation = False
     if kind == "app_mention":
         if is_dm:
             return None, "app_mention in a DM: the message.im event answers it"
@@ -63,9 +64,13 @@ def parse_event(
     elif not is_dm and respond_in_groups == "mention":
         if mentions & bot_ids:
             return None, "channel message mentioning the bot: answered from its app_mention event"
-        replied = thread_ts and thread_ts != ts and event.get("parent_user_id") in bot_ids
-        if not replied:
+        if not thread_ts or thread_ts == ts:
             return None, "channel message without a mention of the bot"
+        # A thread reply without a mention: answered under one of the bot's own posts, or in a thread the
+        # bot already has a conversation in (it was asked there). `parent_user_id` is the thread's
+        # author, the customer when the bot answered under their question, so only the store can tell
+        # the bot's threads from others': the inbox stores such a reply only into an existing conversation.
+        needs_conversation = event.get("parent_user_id") not in bot_ids
     text = raw_text
     for bot_id in bot_ids:
         text = re.sub(rf"<@{bot_id}(?:\|[^>]*)?>", "", text)
@@ -90,6 +95,7 @@ def parse_event(
             reply_to=thread_ts if thread_ts and thread_ts != ts else None,
             sent_at=_sent_at(ts),
             raw=body,
+            existing_conversation_only=needs_conversation,
         ),
         "",
     )

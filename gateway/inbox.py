@@ -53,10 +53,18 @@ class Inbox:
         self._sessions = sessions
         self._on_stored = on_stored
 
-    async def accept(self, bot: str, message: InboundMessage) -> Accepted:
-        """Store `message` for `bot` once; a repeated delivery is acknowledged but not stored again."""
+    async def accept(self, bot: str, message: InboundMessage) -> Accepted | None:
+        """Store `message` for `bot` once; a repeated delivery is acknowledged but not stored again.
+
+        None when nothing is stored: the message is `existing_conversation_only` and its conversation
+        does not exist (a Slack thread reply without a mention, in a thread the bot was never asked in)."""
         message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
         async with self._sessions() as session, session.begin():
+            if message.existing_conversation_only and await repo.find_conversation(
+                    session, bot=bot, ref=message.conversation) is None:
+                log.info("inbound.ignored", bot=bot, channel=message.channel, external_id=message.external_id,
+                         reason="a thread reply without a mention, in a thread the bot has no conversation in")
+                return None
             stored = await repo.store_inbound(session, bot=bot, message=message,
                                               traceparent=otel.current_traceparent())
             if not stored.duplicate:

@@ -99,6 +99,9 @@ class InboundMessage:
     # The platform shows the sender a pending state until this message gets a reply (a deferred
     # Discord `/ask`): it is answered even while an operator holds the thread, with a notice.
     needs_reply: bool = False
+    # Stored only into a conversation that already exists, else ignored (`Inbox.accept`): a Slack thread
+    # reply without a mention is the bot's to answer only in a thread the bot was asked in.
+    existing_conversation_only: bool = False
 
     @property
     def idempotency_key(self) -> tuple[str, str]:

@@ -114,6 +114,8 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         bound.info("webhook.ignored", reason=reason)
     for message in result.messages:
         accepted = await svc.inbox.accept(bot, message)  # the inbox makes it storable
+        if accepted is None:  # logged as inbound.ignored, with its reason
+            continue
         counter = svc.metrics.duplicates if accepted.duplicate else svc.metrics.messages_in
         counter.labels(bot=bot, channel=channel).inc()
     for update_ in result.status_updates:

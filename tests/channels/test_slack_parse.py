@@ -55,10 +55,11 @@ EXPECTED = {
     "event_callback_message_deleted.json": ("ignored", "message_deleted"),
     "event_callback_message_file_share.json": ("ignored", "the bot's own message"),
     "event_callback_message_from_bot_user.json": ("ignored", "from a bot"),
-    "event_callback_message_in_thread_channel.json": ("ignored", "without a mention"),
+    # A thread reply without a mention: answered only in a thread the bot has a conversation in (the inbox checks).
+    "event_callback_message_in_thread_channel.json": ("if in a known thread", "When Slack was released?"),
     "event_callback_message_subtype_bot_message.json": ("ignored", "from a bot"),
     "event_callback_message_text_with_blocks.json": ("ignored", "the bot's own message"),
-    "event_callback_message_thread_broadcast.json": ("ignored", "without a mention"),
+    "event_callback_message_thread_broadcast.json": ("if in a known thread", "Hi there!"),
     "event_callback_message_user.json": ("ignored", "the bot's own message"),
     "event_callback_reaction_added.json": ("ignored", "event type 'reaction_added'"),
     "interactive_block_actions.json": ("ignored", "interactive payload 'block_actions'"),
@@ -90,7 +91,10 @@ def test_slack_parse_fixture(path: Path):
         assert isinstance(message, InboundMessage) and message.text == expected
         assert message.external_id == json.loads(path.read_text())["event_id"]
         assert message.sender.external_id == "W222" and not message.sender.is_bot
-        assert not result.ignored
+        assert not result.ignored and not message.existing_conversation_only
+    elif kind == "if in a known thread":
+        (message,) = result.messages
+        assert message.text == expected and message.existing_conversation_only and not result.ignored
     else:
         assert not result.messages and len(result.ignored) == 1
         assert expected in result.ignored[0]
@@ -139,11 +143,24 @@ def test_slack_respond_always_answers_channel_messages_not_mentions():
     assert "respond_in_groups=always" in adapter.parse_payload(envelope(mention)).ignored[0]
 
 
-def test_slack_thread_reply_to_bot_is_answered_without_mention():
+def test_slack_thread_reply_under_a_bot_post_is_answered_without_mention():
+    # A thread under one of the bot's own posts (the operator channel's escalation headers).
     event = {"type": "message", "user": "U9", "text": "and on Sundays?", "ts": "5.0", "thread_ts": "4.0",
              "parent_user_id": "W111", "channel": "C1", "channel_type": "channel"}
     (message,) = make_adapter().parse_payload(envelope(event)).messages
     assert message.conversation.thread == "4.0" and message.reply_to == "4.0"
+    assert not message.existing_conversation_only
+
+
+def test_slack_thread_reply_under_a_customer_question_goes_only_into_an_existing_conversation():
+    # The bot answered an app_mention under the customer's own message: Slack names the customer as the
+    # thread's author. Whether the bot is in that thread is the store's to say (`Inbox.accept`).
+    event = {"type": "message", "user": "U111", "text": "and how many devices can I use?", "ts": "6.0",
+             "thread_ts": "4.0", "parent_user_id": "U111", "channel": "C13", "channel_type": "channel"}
+    (message,) = make_adapter().parse_payload(envelope(event)).messages
+    assert message.conversation.thread == "4.0" and message.existing_conversation_only
+    top_level = {**event, "ts": "4.0", "thread_ts": None, "parent_user_id": None}
+    assert make_adapter().parse_payload(envelope(top_level)).ignored == ("channel message without a mention of the bot",)
 
 
 def test_slack_file_share_in_dm_becomes_attachment_with_caption():

@@ -171,3 +171,32 @@ async def test_slack_long_reply_is_split_with_mrkdwn_links(env):
     joined = "\n".join(p["text"] for p in parts)
     assert all(joined.count(f"Section {i}:") == 1 for i in range(16))
     assert "<https://help.example.com/plans|Plans &amp; pricing>" in joined
+
+
+async def test_slack_follow_up_in_the_thread_the_bot_answered_is_answered_without_mention(env):
+    client, services, fake = env
+    question_ts = "1700000013.001300"
+    mention = envelope("Ev0013", "C0013", f"<@{BOT_USER_ID}> {QUESTION}", kind="app_mention",
+                       channel_type="channel", ts=question_ts)
+    assert (await post(client, mention)).status_code == 200
+    await wait_until(lambda: posted_to(fake, "C0013"), what="the threaded answer")
+    # Slack names the thread's author as parent_user_id: the customer, whose question the bot answered under.
+    follow_up = envelope("Ev0013b", "C0013", "and how many devices can I use?", channel_type="channel",
+                         ts="1700000014.001400", thread_ts=question_ts, parent_user_id="U0CUSTOMER")
+    assert (await post(client, follow_up)).status_code == 200
+    stored = await settled_chat(services, channel="slack", chat="C0013", count=4)
+    assert [(m.direction, m.text) for m in stored if m.direction == "in"][1] == ("in", "and how many devices can I use?")
+    assert len({m.conversation_id for m in stored}) == 1
+    second = (await wait_until(lambda: posted_to(fake, "C0013")[1:], what="the follow-up's answer"))[0]
+    assert second["thread_ts"] == question_ts
+
+
+async def test_slack_reply_in_a_thread_the_bot_was_never_asked_in_is_ignored(env):
+    client, services, fake = env
+    before = await count_messages(services, channel="slack")
+    body = envelope("Ev0014", "C0014", "lunch at noon?", channel_type="channel", ts="1700000016.001600",
+                    thread_ts="1700000015.001500", parent_user_id="U0OTHER")
+    assert (await post(client, body)).status_code == 200
+    await settle()
+    assert await count_messages(services, channel="slack") == before
+    assert posted_to(fake, "C0014") == []

@@ -257,3 +257,27 @@ async def test_a_header_slack_took_without_answering_is_found_not_posted_twice(c
     await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=THREAD_WAIT_SECONDS + 1))
     assert len(headers()) == before + 1  # no second header
     assert (await client.services.escalations.get(escalation_id, bots=None)).slack_ts == landed.params["_ts"]
+
+
+async def test_a_customer_answering_in_their_channel_thread_reaches_the_operator_thread(client, slack):
+    # The customer asked in a channel by mentioning the bot; the handoff was acknowledged in a thread under
+    # their message, so their later replies there name them as the thread's author (parent_user_id).
+    def headers():
+        return [c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")]
+
+    before = len(headers())
+    question_ts = f"{time.time():.6f}"
+    ask = _event({"type": "app_mention", "channel_type": "channel", "channel": "CCHAN", "user": "UCHAN",
+                  "text": f"<@{BOT_USER_ID}> I need to talk to a human", "ts": question_ts}, "EvChanAsk")
+    assert (await _post_event(client, ask)).status_code == 200
+    thread_ts = (await wait_until(lambda: headers()[before:]))[0].params["_ts"]
+    more = _event({"type": "message", "channel_type": "channel", "channel": "CCHAN", "user": "UCHAN",
+                   "text": "My order is #55", "ts": f"{time.time():.6f}", "thread_ts": question_ts,
+                   "parent_user_id": "UCHAN"}, "EvChanMore")
+    assert (await _post_event(client, more)).status_code == 200
+    relayed = await wait_until(lambda: [c.params["text"] for c in slack.calls_to("chat.postMessage")
+                                        if c.params.get("thread_ts") == thread_ts
+                                        and c.params.get("text", "").startswith("*Customer:*")])
+    assert relayed == ["*Customer:* My order is #55"]
+    await _until_handled(client, "My order is #55")
+    await client.services.escalations.drain()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from sqlalchemy import func, select
 
@@ -62,4 +63,26 @@ async def test_inbox_concurrent_retries_store_one_row_and_one_conversation(migra
     assert await _count(sessions, Message) == 1
     assert await _count(sessions, Conversation) == 1
     assert await _count(sessions, Contact) == 1
+    await engine.dispose()
+
+
+async def test_inbox_existing_conversation_only_message_is_stored_only_into_an_existing_conversation(migrated_url):
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    ref = ConversationRef(channel="slack", workspace="T1", chat="C13", thread="4.0")
+
+    def message(external_id: str, *, only: bool, thread: str = "4.0") -> InboundMessage:
+        return InboundMessage(channel="slack", external_id=external_id, conversation=replace(ref, thread=thread),
+                              sender=Sender(external_id="U111"), text="and how many devices?",
+                              existing_conversation_only=only)
+
+    assert await inbox.accept("acme", message("Ev1", only=True)) is None  # no conversation in that thread yet
+    assert await _count(sessions, Conversation) == 0 and await _count(sessions, Message) == 0
+    asked = await inbox.accept("acme", message("Ev2", only=False))  # the bot was asked there
+    follow_up = await inbox.accept("acme", message("Ev3", only=True))
+    assert follow_up is not None and follow_up.conversation_id == asked.conversation_id
+    assert await inbox.accept("acme", message("Ev4", only=True, thread="9.0")) is None  # another thread
+    assert await inbox.accept("other", message("Ev5", only=True)) is None  # another bot's
+    assert await _count(sessions, Message) == 2
     await engine.dispose()
