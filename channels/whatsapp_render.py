@@ -3,7 +3,9 @@
 WhatsApp renders `*bold*`, `_italic_`, `~strikethrough~`, `` `inline code` ``, ```` ``` ```` blocks,
 `- ` and `1. ` lists and `> ` quotes, and nothing else: no headings, no link syntax. Headings become
 bold lines; links become "title (url)" so the URL stays tappable; tables become `a | b` rows. The
-answer is parsed with markdown-it (CommonMark), so emphasis inside code is left alone.
+answer is parsed with markdown-it (CommonMark), so emphasis inside code is left alone. HTML is not
+parsed: WhatsApp shows text as it is, so "Type <your email>" or "press <Enter>" arrives as typed (as
+HTML they were tags, and dropped); only `<br>`, which a model writes in a table cell, becomes a line break.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import re
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 
-_md = MarkdownIt("commonmark").enable(["strikethrough", "table"])
-_TAG = re.compile(r"<[^>]+>")
+_md = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
+_BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
 
 def to_whatsapp(markdown: str) -> str:
@@ -54,8 +56,6 @@ def _block(node: SyntaxTreeNode) -> str:
     if kind == "table":
         rows = [row for section in node.children for row in section.children]
         return "\n".join(" | ".join(_inline(cell.children) for cell in row.children) for row in rows)
-    if kind == "html_block":
-        return _TAG.sub("", node.content).strip()
     return _blocks(node.children, tight=False) if node.children else node.content
 
 
@@ -65,7 +65,7 @@ def _inline(nodes: list[SyntaxTreeNode], *, plain_emphasis: bool = False) -> str
         if node.type == "inline":
             out.append(_inline(node.children, plain_emphasis=plain_emphasis))
         elif node.type == "text":
-            out.append(node.content)
+            out.append(_BR.sub("\n", node.content))
         elif node.type in ("softbreak", "hardbreak"):
             out.append("\n")
         elif node.type == "code_inline":
@@ -82,8 +82,6 @@ def _inline(nodes: list[SyntaxTreeNode], *, plain_emphasis: bool = False) -> str
                 out.append(title or url)
             else:
                 out.append(f"{title} ({url})" if title else url)
-        elif node.type == "html_inline":
-            out.append("\n" if re.fullmatch(r"<br\s*/?>", node.content, re.IGNORECASE) else "")
         else:
             out.append(_inline(node.children, plain_emphasis=plain_emphasis) if node.children else node.content)
     return "".join(out)

@@ -228,6 +228,16 @@ def test_whatsapp_to_whatsapp_converts_markdown() -> None:
     assert to_whatsapp("- a\n- b\n\n1. c\n2. d") == "- a\n- b\n\n1. c\n2. d"
 
 
+def test_whatsapp_to_whatsapp_keeps_text_in_angle_brackets_as_typed() -> None:
+    # WhatsApp is plain text: what looks like an HTML tag is the answer's own words.
+    assert to_whatsapp("Type <your email> in the field") == "Type <your email> in the field"
+    assert to_whatsapp("press <Enter> to confirm") == "press <Enter> to confirm"
+    assert to_whatsapp("<your email>\n**Note**: required") == "<your email>\n*Note*: required"
+    assert to_whatsapp("<div>hi</div> and <b>this</b>") == "<div>hi</div> and <b>this</b>"
+    assert to_whatsapp("| a | b |\n|---|---|\n| x<br/>y | <z> |") == "a | b\nx\ny | <z>"
+    assert to_whatsapp("See <https://ex.com/d>.") == "See https://ex.com/d."
+
+
 def test_whatsapp_window_is_24_hours_less_a_margin() -> None:
     now = datetime(2026, 11, 29, 12, tzinfo=timezone.utc)
     assert within_window(now - timedelta(hours=23, minutes=49), now)
