@@ -21,7 +21,7 @@ from gateway.observability.metrics import HttpMetricsMiddleware
 from gateway.observability.tracing import RequestContextMiddleware
 from gateway.operators import api as operator_api
 from gateway.operators import console as operator_console
-from gateway.operators import slack_operator
+from gateway.operators import slack_actions
 from gateway.pipeline.tools import http_tool_secrets
 from gateway.preflight import uncalibrated_gates
 from gateway.services import Services, build_services
@@ -115,7 +115,7 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     app.include_router(webchat.router)
     app.include_router(operator_api.router)
     app.include_router(operator_console.router)
-    app.include_router(slack_operator.router)  # before the catch-all /webhooks/{bot}/{channel_path}
+    app.include_router(slack_actions.router)  # before the catch-all /webhooks/{bot}/{channel_path}
     app.include_router(webhooks.router)
     app.include_router(admin.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -3,8 +3,9 @@
 - Each escalation posts one message to the channel with Claim and Resolve buttons; its thread is the
   relay: the customer's new messages are posted there, and operators' thread replies go to the customer
   on whatever channel the customer is on.
-- Button clicks arrive at `POST /webhooks/{bot}/slack/actions` (the Slack app's Interactivity URL),
-  signed with the bot's Slack signing secret and verified by its Slack adapter.
+- Button clicks arrive at `POST /webhooks/{bot}/slack/actions` (the Slack app's Interactivity URL,
+  `gateway/operators/slack_actions.py`), signed with the bot's Slack signing secret and verified by its
+  Slack adapter.
 - Thread replies arrive as ordinary Slack events, become inbound messages, and the worker hands them to
   `intercept` before the pipeline sees them, so the bot never answers its own operators.
 The Slack user who acts is the operator, named `slack:<user id>`: a display name is the user's to
@@ -15,30 +16,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from typing import Any
-from urllib.parse import parse_qs
+from typing import TYPE_CHECKING, Any
 
 import structlog
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from channels.base import RawRequest
-from gateway.errors import BadRequest, Conflict, GatewayError, NotFound, SignatureInvalid
+from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.escalation.handoff import Escalations
-from gateway.http.deps import error, services
-from gateway.http.webhooks import CappedRoute
 from gateway.models import as_utc, utcnow
 from gateway.operators.summary import summarize, summary_messages
 from gateway.settings import Settings
 from storage.models import Conversation, Escalation, Message
 
+if TYPE_CHECKING:
+    from gateway.operators.slack_actions import Click
+
 log = structlog.get_logger("gateway.operators.slack")
-router = APIRouter(tags=["operators"], route_class=CappedRoute)  # read capped, like every webhook, before its signature
 
 CLAIM_ACTION = "escalation_claim"
 RESOLVE_ACTION = "escalation_resolve"
@@ -331,61 +327,19 @@ class SlackOperatorChannel:
                              thread_ts=conversation.thread)
         return True
 
-    async def handle_action(self, bot: str, payload: dict[str, Any]) -> str:
-        """A Claim or Resolve click; returns what happened, for the log."""
-        user = payload.get("user") or {}
-        if not user.get("id"):
-            return "refused: no user id"
-        operator = f"slack:{user['id']}"
-        for action in payload.get("actions") or ():
-            try:
-                escalation_id = int(action.get("value", ""))
-            except ValueError:
-                continue
-            try:
-                if action.get("action_id") == CLAIM_ACTION:
-                    await self._escalations.claim(escalation_id, operator=operator, bots=[bot])
-                elif action.get("action_id") == RESOLVE_ACTION:
-                    await self._escalations.resolve(escalation_id, operator=operator, bots=[bot])
-                else:
-                    continue
-            except (Conflict, NotFound) as exc:
-                channel = self.channel_for(bot)
-                async with self._sessions() as session:
-                    row = await session.get(Escalation, escalation_id)
-                if channel and row is not None and row.slack_ts:
-                    await self._post(bot, channel, f"{operator}: {_plain(str(exc))}", thread_ts=row.slack_ts)
-                return f"refused: {exc}"
-            return f"{action.get('action_id')} {escalation_id} by {operator}"
-        return "no action"
-
-
-@router.post("/webhooks/{bot}/slack/actions")
-async def slack_actions(bot: str, request: Request) -> Response:
-    """Slack interactivity (block_actions) for the operator channel's buttons."""
-    svc = services(request)
-    adapter = svc.adapters.get((bot, "slack"))
-    if adapter is None or svc.slack_operator is None:
-        return error(404, f"bot {bot!r} has no slack channel")
-    body = await request.body()
-    raw = RawRequest(url=str(request.url), headers={k.lower(): v for k, v in request.headers.items()},
-                     query=dict(request.query_params), body=body)
-    try:
-        adapter.verify(raw)
-    except SignatureInvalid as exc:
-        svc.metrics.signature_failures.labels(bot=bot, channel="slack").inc()
-        log.warning("slack_operator.signature_invalid", bot=bot, reason=str(exc))
-        return error(401, "invalid signature")
-    try:
-        form = {k: v[0] for k, v in parse_qs(body.decode("utf-8")).items()}
-        payload = json.loads(form["payload"])
-    except (UnicodeDecodeError, KeyError, json.JSONDecodeError):
-        return error(400, "expected a form post with a JSON `payload`")
-    if payload.get("type") != "block_actions":
-        return JSONResponse({"ok": True, "ignored": f"payload type {payload.get('type')!r}"})
-    try:
-        outcome = await svc.slack_operator.handle_action(bot, payload)
-    except GatewayError as exc:
-        outcome = f"failed: {exc}"
-    log.info("slack_operator.action", bot=bot, outcome=outcome)
-    return JSONResponse({"ok": True})
+    async def handle_action(self, bot: str, click: Click) -> str:
+        """A Claim or Resolve click (`slack_actions.first_click`); returns what happened, for the log."""
+        operator = f"slack:{click.user_id}"
+        try:
+            if click.action_id == CLAIM_ACTION:
+                await self._escalations.claim(click.escalation_id, operator=operator, bots=[bot])
+            else:
+                await self._escalations.resolve(click.escalation_id, operator=operator, bots=[bot])
+        except (Conflict, NotFound) as exc:
+            channel = self.channel_for(bot)
+            async with self._sessions() as session:
+                row = await session.get(Escalation, click.escalation_id)
+            if channel and row is not None and row.slack_ts:
+                await self._post(bot, channel, f"{operator}: {_plain(str(exc))}", thread_ts=row.slack_ts)
+            return f"refused: {exc}"
+        return f"{click.action_id} {click.escalation_id} by {operator}"

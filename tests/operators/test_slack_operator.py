@@ -9,11 +9,11 @@ from datetime import timedelta
 from urllib.parse import urlencode
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from gateway.models import utcnow
 from gateway.operators.slack_operator import THREAD_WAIT_SECONDS
-from storage.models import Conversation, Message
+from storage.models import Conversation, EscalationEvent, Message
 from tests.fakes.slack_api import BOT_USER_ID, sign
 from tests.gateway_channels.conftest import wait_until
 from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET
@@ -281,3 +281,40 @@ async def test_a_customer_answering_in_their_channel_thread_reaches_the_operator
     assert relayed == ["*Customer:* My order is #55"]
     await _until_handled(client, "My order is #55")
     await client.services.escalations.drain()
+
+
+def _click(payload) -> bytes:
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+@pytest.mark.parametrize(("payload", "reason"), [
+    ([1], "`payload` must be a JSON object"),
+    ({"type": "block_actions", "user": "U1", "actions": []}, "`user`"),
+    ({"type": "block_actions", "user": {"id": "U1"}, "actions": "x"}, "`actions`"),
+    ({"type": "block_actions", "user": {"id": "U1"}, "actions": [1]}, "`actions`"),
+    ({"type": "block_actions", "user": {"id": "U1"}, "actions": [{"action_id": "escalation_claim", "value": None}]},
+     "escalation_claim button's `value`"),
+    ({"type": "block_actions", "user": {"id": "U1"}, "actions": [{"action_id": "escalation_resolve",
+                                                                  "value": str(10**30)}]}, "escalation id"),
+    ({"type": "block_actions", "user": {"id": "U1"}, "actions": [{"action_id": "escalation_claim",
+                                                                  "value": "9" * 5000}]}, "escalation id"),
+], ids=["list", "user-string", "actions-string", "action-number", "value-null", "value-huge", "value-5000-digits"])
+async def test_slack_actions_signed_malformed_payload_is_400_and_changes_nothing(client, slack, payload, reason):
+    services = client.services
+    async with services.sessions() as session:
+        before = (await session.execute(select(func.count()).select_from(EscalationEvent))).scalar_one()
+    form = _click(payload)
+    response = await client.post("/webhooks/acme/slack/actions", content=form, headers={
+        "content-type": "application/x-www-form-urlencoded", **sign(form, secret=SIGNING_SECRET)})
+    assert response.status_code == 400 and reason in response.json()["error"]
+    assert response.headers["X-Slack-No-Retry"] == "1"
+    async with services.sessions() as session:
+        assert (await session.execute(select(func.count()).select_from(EscalationEvent))).scalar_one() == before
+
+
+async def test_slack_actions_another_apps_button_is_acknowledged_and_ignored(client, slack):
+    form = _click({"type": "block_actions", "user": {"id": "U1"},
+                   "actions": [{"action_id": "vote", "value": None}]})
+    response = await client.post("/webhooks/acme/slack/actions", content=form, headers={
+        "content-type": "application/x-www-form-urlencoded", **sign(form, secret=SIGNING_SECRET)})
+    assert response.status_code == 200

@@ -1,0 +1,104 @@
+"""The Slack operator channel's buttons: `POST /webhooks/{bot}/slack/actions`, the Slack app's Interactivity URL.
+
+A click arrives as a form post whose `payload` is a JSON `block_actions` object, signed with the bot's
+Slack signing secret and verified by its Slack adapter. A signed payload of another shape than Slack's
+(a list, a user or actions that are not objects, a value that is no escalation id) is a 400 naming
+what is wrong, and changes nothing: it was a 500, and an id past the database's integers an overflow.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+import structlog
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from channels.base import RawRequest
+from gateway.errors import BadRequest, GatewayError, SignatureInvalid
+from gateway.http.deps import MAX_ID, error, services
+from gateway.http.webhooks import CappedRoute
+from gateway.operators.slack_operator import CLAIM_ACTION, RESOLVE_ACTION
+
+log = structlog.get_logger("gateway.operators.slack")
+router = APIRouter(tags=["operators"], route_class=CappedRoute)  # read capped, like every webhook, before its signature
+
+
+@dataclass(frozen=True, slots=True)
+class Click:
+    """A click on an escalation header's Claim or Resolve button: who, which button, which escalation."""
+
+    user_id: str
+    action_id: str
+    escalation_id: int
+
+
+def first_click(payload: dict[str, Any]) -> Click | None:
+    """The first Claim or Resolve click of a `block_actions` payload; None when it has none (another
+    app's buttons). Raises `BadRequest` naming what is malformed."""
+    user, actions = payload.get("user"), payload.get("actions")
+    if not isinstance(user, dict) or not isinstance(user.get("id"), str) or not user["id"]:
+        raise BadRequest("`user` must be an object with the clicking user's `id`")
+    if not isinstance(actions, list) or not all(isinstance(action, dict) for action in actions):
+        raise BadRequest("`actions` must be a list of objects")
+    for action in actions:
+        action_id, value = action.get("action_id"), action.get("value")
+        if action_id not in (CLAIM_ACTION, RESOLVE_ACTION):
+            continue
+        # Digits first, and no more than an id has: int() refuses a string of over 4,300 digits with ValueError.
+        if not (isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= len(str(MAX_ID))
+                and 1 <= int(value) <= MAX_ID):
+            raise BadRequest(f"the {action_id} button's `value` must be an escalation id (got {value!r:.40})")
+        return Click(user_id=user["id"], action_id=action_id, escalation_id=int(value))
+    return None
+
+
+@router.post("/webhooks/{bot}/slack/actions")
+async def slack_actions(bot: str, request: Request) -> Response:
+    """Slack interactivity (block_actions) for the operator channel's buttons."""
+    svc = services(request)
+    adapter = svc.adapters.get((bot, "slack"))
+    if adapter is None or svc.slack_operator is None:
+        return error(404, f"bot {bot!r} has no slack channel")
+    body = await request.body()
+    raw = RawRequest(url=str(request.url), headers={k.lower(): v for k, v in request.headers.items()},
+                     query=dict(request.query_params), body=body)
+    try:
+        adapter.verify(raw)
+    except SignatureInvalid as exc:
+        svc.metrics.signature_failures.labels(bot=bot, channel="slack").inc()
+        log.warning("slack_operator.signature_invalid", bot=bot, reason=str(exc))
+        return error(401, "invalid signature")
+    try:
+        form = {k: v[0] for k, v in parse_qs(body.decode("utf-8")).items()}
+        payload = json.loads(form["payload"])
+    except (UnicodeDecodeError, KeyError, json.JSONDecodeError):
+        return error(400, "expected a form post with a JSON `payload`")
+    if not isinstance(payload, dict):
+        return _malformed(bot, "`payload` must be a JSON object")
+    if payload.get("type") != "block_actions":
+        return JSONResponse({"ok": True, "ignored": f"payload type {payload.get('type')!r:.60}"})
+    try:
+        click = first_click(payload)
+    except BadRequest as exc:
+        return _malformed(bot, str(exc))
+    if click is None:
+        outcome = "no action"
+    else:
+        try:
+            outcome = await svc.slack_operator.handle_action(bot, click)
+        except GatewayError as exc:
+            outcome = f"failed: {exc}"
+    log.info("slack_operator.action", bot=bot, outcome=outcome)
+    return JSONResponse({"ok": True})
+
+
+def _malformed(bot: str, reason: str) -> Response:
+    """400 for a signed payload that is not in Slack's shape; Slack is told not to send it again."""
+    log.warning("slack_operator.bad_action", bot=bot, reason=reason)
+    response = error(400, reason)
+    response.headers["X-Slack-No-Retry"] = "1"
+    return response
