@@ -118,7 +118,7 @@ class DiscordAdapter:
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.gateway_url or DEFAULT_GATEWAY)
         intents = discord.Intents.default()
         intents.message_content = True  # privileged: enable it in the Developer Portal too
-        self.client = GatewayClient(self._on_message, intents=intents, max_ratelimit_timeout=60.0)
+        self.client = GatewayClient(self._on_message, bot=bot, intents=intents, max_ratelimit_timeout=60.0)
         self._verify_key = VerifyKey(bytes.fromhex(settings.public_key)) if settings.public_key else None
         if self._verify_key is None:  # said once at start, not only as a 401 per interaction
             log.warning("discord.public_key is not set: /ask interactions are refused (401); channel messages "

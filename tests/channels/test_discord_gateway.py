@@ -180,3 +180,26 @@ async def test_a_token_rejected_at_start_still_fails_start(fake: FakeDiscord):
         assert raised.value.permanent and adapter._task is None
     finally:
         await adapter.stop()
+
+
+async def test_edits_and_deletions_are_ignored_with_a_logged_reason(fake: FakeDiscord, caplog):
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    with caplog.at_level("INFO", logger="channels.discord"):
+        async with connected(adapter, fake) as delivered:
+            edited = guild_message("opening hours? (edited)", message_id="900000000000000070",
+                                   edited_timestamp="2026-12-01T10:00:00+00:00")
+            await fake.dispatch("MESSAGE_UPDATE", edited)
+            await fake.dispatch("MESSAGE_DELETE", {"id": "900000000000000071", "channel_id": edited["channel_id"],
+                                                   "guild_id": GUILD})
+            await fake.dispatch("MESSAGE_DELETE_BULK", {"ids": ["900000000000000073", "900000000000000072"],
+                                                        "channel_id": edited["channel_id"], "guild_id": GUILD})
+            await fake.dispatch("MESSAGE_CREATE", guild_message("a new one", message_id="900000000000000074"))
+            await wait_for(delivered, 1)
+    assert [m.text for m in delivered] == ["a new one"]
+    ignored = sorted((r.message_id, r.reason, r.bot) for r in caplog.records if r.getMessage() == "discord.ignored")
+    assert ignored == [
+        (900000000000000070, "MESSAGE_UPDATE: edits are not answered again (the original was)", "support"),
+        (900000000000000071, "MESSAGE_DELETE: nothing to answer", "support"),
+        (900000000000000072, "MESSAGE_DELETE_BULK: nothing to answer", "support"),
+        (900000000000000073, "MESSAGE_DELETE_BULK: nothing to answer", "support"),
+    ]
