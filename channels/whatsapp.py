@@ -192,8 +192,10 @@ class WhatsAppAdapter:
             return WebhookResult(ignored=(f"own message {sid} echoed back",))
         text = form.get("Body", "")
         attachments = _attachments(form)
-        if not text.strip() and not attachments:
-            return WebhookResult(ignored=(f"message {sid} has no text and no media",))
+        if "Body" not in form and not attachments:
+            # Twilio sends a Body with every message, empty or not. A blank one is a message: it gets the
+            # greeting, as a bare mention does on the other channels.
+            return WebhookResult(ignored=(f"message {sid} has no Body field and no media",))
         message = InboundMessage(
             channel=CHANNEL,
             external_id=sid,

@@ -191,6 +191,15 @@ def test_whatsapp_parse_fixture_outcomes(adapter: WhatsAppAdapter) -> None:
     assert [(a.kind, a.url) for a in location.attachments] == [("location", "geo:12.160894393921,75.265205383301")]
 
 
+@pytest.mark.parametrize("body", ["", "   "])
+def test_whatsapp_parse_blank_body_is_a_message(adapter: WhatsAppAdapter, body: str) -> None:
+    # The pipeline answers it with the greeting, as a bare mention on the other channels.
+    form = {"MessageSid": "SM700", "From": "whatsapp:+1555", "To": "whatsapp:+15550001111", "Body": body,
+            "NumMedia": "0"}
+    (message,) = adapter.parse(_signed(form)).messages
+    assert message.text == body and not message.attachments
+
+
 def test_whatsapp_parse_media_without_caption_is_a_message_with_empty_text(adapter: WhatsAppAdapter) -> None:
     form = {"MessageSid": "SM9", "From": "whatsapp:+1555", "To": "whatsapp:+15550001111", "Body": "",
             "NumMedia": "1", "MediaUrl0": "https://api.twilio.com/media/ME1", "MediaContentType0": "audio/ogg"}

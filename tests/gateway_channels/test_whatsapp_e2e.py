@@ -12,7 +12,7 @@ from sqlalchemy import update
 from twilio.request_validator import RequestValidator
 
 from gateway.models import utcnow
-from gateway.pipeline.core import TEXT_ONLY_REPLY
+from gateway.pipeline.core import DEFAULT_GREETING, TEXT_ONLY_REPLY
 from storage.models import Contact, Conversation
 from tests.fakes.twilio_api import FakeTwilio, Reply
 from tests.gateway_channels.conftest import (
@@ -94,6 +94,16 @@ async def test_whatsapp_question_is_answered_once_with_citations(env):
     stored = await settled_chat(services, channel="whatsapp", chat="whatsapp:+15550000001")
     assert [(m.direction, m.status) for m in stored] == [("in", "done"), ("out", "sent")]
     assert [d.provider_id for d in await deliveries(services, stored[1].id)] == [sent.sid]
+
+
+@pytest.mark.parametrize(("phone", "body"), [("+15550000090", ""), ("+15550000091", "   ")], ids=["empty", "spaces"])
+async def test_whatsapp_blank_message_gets_the_greeting(env, phone, body):
+    # As a bare mention does on Telegram and Slack: the person is there but asked nothing yet.
+    client, services, fake = env
+    response = await post(client, inbound("SM" + phone[-2:] * 16, phone, body))
+    assert response.status_code == 200
+    [sent] = await wait_until(lambda: sent_to(fake, phone), what="the greeting")
+    assert sent.form["Body"] == DEFAULT_GREETING
 
 
 async def test_whatsapp_duplicate_and_concurrent_deliveries_reply_once(env):
