@@ -34,7 +34,7 @@ from gateway.escalation.claims import ClaimTransitions
 from gateway.escalation.handback import answer_if_handed_back, requeue_unanswered
 from gateway.escalation.records import conflict_message, live_escalation, record_event
 from gateway.events import ESCALATIONS_TOPIC, EventBus
-from gateway.models import CLIENT_ID, CLIENT_ID_RULE, as_utc, utcnow
+from gateway.models import CLIENT_ID, CLIENT_ID_RULE, as_utc, is_blank, utcnow
 from gateway.operators.notices import acknowledgement_extras
 from gateway.settings import Settings
 from storage import repositories as repo
@@ -163,7 +163,7 @@ class Escalations(ClaimTransitions):
         the lookup: the unique delivery key (`uq_messages_delivery`) lets one insert in, the other returns
         that row. Without `message_id` every call is a new reply."""
         text = storable_text((text or "").strip())  # NUL would be refused by PostgreSQL: a 500
-        if not text:
+        if is_blank(text):  # zero-width characters alone too, as the web chat refuses them: nothing to read
             raise BadRequest("text must not be empty")
         if len(text) > MAX_OPERATOR_TEXT:
             raise BadRequest(f"text is longer than {MAX_OPERATOR_TEXT} characters")
@@ -245,7 +245,7 @@ class Escalations(ClaimTransitions):
                        bots: Iterable[str] | None) -> dict[str, Any]:
         """An internal note for other operators; never sent to the customer."""
         text = storable_text((text or "").strip())  # NUL would be refused by PostgreSQL: a 500
-        if not text or len(text) > MAX_OPERATOR_TEXT:
+        if is_blank(text) or len(text) > MAX_OPERATOR_TEXT:
             raise BadRequest(f"a note needs 1 to {MAX_OPERATOR_TEXT} characters")
         escalation = await self.get(escalation_id, bots=bots)
         note = {"author": operator, "text": text, "at": utcnow().isoformat()}

@@ -148,3 +148,19 @@ async def test_escalation_detail_shows_the_tool_calls_behind_a_reply(client):
     detail = (await client.get(f"/v1/escalations/{escalation['id']}", headers=auth("sam"))).json()
     shown = {m["author"]: m["tool_calls"] for m in detail["messages"]}
     assert shown == {"contact": [], "bot": calls}
+
+
+@pytest.mark.parametrize("text", ["\u200b", " \u200b\u200d\ufeff\u2060 "], ids=["zero-width-space", "invisible-mix"])
+async def test_api_reply_or_note_of_invisible_characters_is_422_and_nothing_is_sent(client, text):
+    # As the web chat refuses such a text (gateway.models.is_blank): the customer would get an empty message.
+    session_id = f"w-blank-{len(text)}"
+    opened = await _chat(client, session_id, "I want to talk to a real person")
+    escalation = await _escalation_for(client, opened["conversation_id"])
+    url = f"/v1/escalations/{escalation['id']}"
+    reply = await client.post(f"{url}/reply", headers=auth("sam"), json={"text": text})
+    assert reply.status_code == 422 and "empty" in reply.json()["error"]
+    note = await client.post(f"{url}/notes", headers=auth("sam"), json={"text": text})
+    assert note.status_code == 422
+    detail = (await client.get(url, headers=auth("sam"))).json()
+    assert detail["state"] == "open" and detail["notes"] == []  # not claimed by the refused reply either
+    assert [m["author"] for m in detail["messages"]] == ["contact", "bot"]
