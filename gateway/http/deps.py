@@ -13,8 +13,9 @@ from gateway.models import as_utc
 if TYPE_CHECKING:
     from gateway.services import Services
 
-# Ids are 64-bit integers in the database: a larger number in a URL is a 422, not an overflow (500).
-MAX_ID = 2**63 - 1
+# Ids are INTEGER columns, 32 bits on PostgreSQL (64 on SQLite): a larger number in a URL is a 422, not a
+# driver error (500: asyncpg refuses a parameter out of int32 range).
+MAX_ID = 2**31 - 1
 RowId = Annotated[int, Path(ge=1, le=MAX_ID)]
 AfterId = Annotated[int, Query(ge=0, le=MAX_ID)]
 

@@ -198,3 +198,12 @@ async def test_reply_and_note_with_a_nul_character_are_stored_without_it(app, sl
     assert (reply.status_code, note.status_code) == (201, 201), (reply.text, note.text)
     assert await _operator_texts(app, eid) == ["Refund issued."]
     assert _sent(slack, chat, "Refund issued.") == 1
+
+
+@pytest.mark.parametrize("path", ["", "/reply"])
+async def test_an_escalation_id_past_the_databases_integers_is_422_not_500(app, path):
+    # Ids are INTEGER columns: 32 bits on PostgreSQL, where a larger one failed in the driver with a 500.
+    response = await (app.get(f"/v1/escalations/{2**31}", headers=auth("sam")) if not path else
+                      _reply(app, 2**31, {"text": "hello"}))
+    assert response.status_code == 422
+    assert (await app.get(f"/v1/escalations/{2**31 - 1}", headers=auth("sam"))).status_code == 404

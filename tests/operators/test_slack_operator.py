@@ -298,7 +298,10 @@ def _click(payload) -> bytes:
                                                                   "value": str(10**30)}]}, "escalation id"),
     ({"type": "block_actions", "user": {"id": "U1"}, "actions": [{"action_id": "escalation_claim",
                                                                   "value": "9" * 5000}]}, "escalation id"),
-], ids=["list", "user-string", "actions-string", "action-number", "value-null", "value-huge", "value-5000-digits"])
+    ({"type": "block_actions", "user": {"id": "U1"}, "actions": [{"action_id": "escalation_claim",
+                                                                  "value": str(2**31)}]}, "escalation id"),
+], ids=["list", "user-string", "actions-string", "action-number", "value-null", "value-huge", "value-5000-digits",
+        "value-past-int32"])
 async def test_slack_actions_signed_malformed_payload_is_400_and_changes_nothing(client, slack, payload, reason):
     services = client.services
     async with services.sessions() as session:
