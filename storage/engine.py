@@ -41,11 +41,17 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
         database = sqlite_file(url)
         engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
 
+        first_connection = [True]
+
         @event.listens_for(engine.sync_engine, "do_connect")
         def _owner_only_file(*_args) -> None:
-            # At the first connection, not here: a command run from the wrong folder (whose schema
-            # check then fails) must not leave an empty database behind. It holds every transcript:
-            # a new file is readable by its owner only, whatever the umask.
+            # At the engine's first connection, not here: a command run from the wrong folder (whose
+            # schema check then fails) must not leave an empty database behind. Only the first: a file
+            # that goes away later (its volume unmounted) is an unavailable database, not a new one.
+            # It holds every transcript: a new file is readable by its owner only, whatever the umask.
+            if not first_connection[0]:
+                return
+            first_connection[0] = False
             if database is not None and not database.exists():
                 database.parent.mkdir(parents=True, exist_ok=True)
                 with contextlib.suppress(FileExistsError):

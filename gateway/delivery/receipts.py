@@ -57,10 +57,8 @@ async def adopt_early_receipts(sessions: async_sessionmaker[AsyncSession], *, bo
         parked = (await session.execute(select(EarlyReceipt).where(
             EarlyReceipt.channel == channel, EarlyReceipt.provider_id.in_(provider_ids)))).scalars().all()
     for receipt in parked:
-        if await _apply(sessions, bot=bot, channel=channel, provider_id=receipt.provider_id, status=receipt.status,
-                        error_code=receipt.error_code):
-            async with sessions() as session, session.begin():
-                await session.execute(delete(EarlyReceipt).where(EarlyReceipt.id == receipt.id))
+        await _apply(sessions, bot=bot, channel=channel, provider_id=receipt.provider_id, status=receipt.status,
+                     error_code=receipt.error_code, parked_id=receipt.id)
 
 
 async def purge_early_receipts(session: AsyncSession) -> int:
@@ -70,14 +68,18 @@ async def purge_early_receipts(session: AsyncSession) -> int:
 
 
 async def _apply(sessions: async_sessionmaker[AsyncSession], *, bot: str, channel: str, provider_id: str, status: str,
-                 error_code: str | None) -> bool:
-    """Record the receipt on its part and the reply; False when no part carries `provider_id` yet."""
+                 error_code: str | None, parked_id: int | None = None) -> bool:
+    """Record the receipt on its part and the reply; False when no part carries `provider_id` yet.
+    `parked_id`: the parked receipt it came from, dropped in the same transaction (apart, a reader
+    could see the reply delivered and its receipt still parked)."""
     async with sessions() as session, session.begin():
         delivery = (await session.execute(select(Delivery).where(
             Delivery.channel == channel, Delivery.provider_id == provider_id).order_by(Delivery.id.desc()).limit(1)
             .with_for_update())).scalars().first()  # two receipts for one part must not interleave
         if delivery is None:
             return False
+        if parked_id is not None:
+            await session.execute(delete(EarlyReceipt).where(EarlyReceipt.id == parked_id))
         if STATUS_RANK.get(status, 0) <= STATUS_RANK.get(delivery.status, 0):
             log.info("outbound.status_stale", bot=bot, message_id=delivery.message_id, status=status,
                      current=delivery.status)
