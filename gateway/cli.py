@@ -205,6 +205,9 @@ def _hide_run_errors() -> None:
 
 
 async def _eval(args) -> int:
+    from pydantic import ValidationError
+
+    from gateway.config_file import config_error
     from gateway.observability.logs import configure_logging
     from gateway.settings import Settings, load_settings
     from rag.eval import evaluate
@@ -216,7 +219,10 @@ async def _eval(args) -> int:
     # The configured defaults when there is a config to read; a --config or $GATEWAY_CONFIG naming a
     # missing file is an error, as in every other command, not a silent run on built-in defaults.
     explicit = args.config or os.environ.get("GATEWAY_CONFIG")
-    settings = load_settings(args.config) if explicit or Path("config.yaml").exists() else Settings()
+    try:
+        settings = load_settings(args.config) if explicit or Path("config.yaml").exists() else Settings()
+    except ValidationError as exc:  # no file: the environment's LOG_LEVEL, DATABASE_URL, … are still read
+        raise config_error(exc) from None
     for warning in uncalibrated_gates(settings, settings.bots[:1]):  # eval searches with the first bot's
         print(f"note: {warning}", file=sys.stderr)
     k_values = tuple(sorted({1, 3, 5, 10, *([args.k] if args.k else [])}))

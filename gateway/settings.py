@@ -67,6 +67,9 @@ ENV_OVERRIDES = frozenset({"database_url", "redis_url", "environment", "log_leve
 """The top-level keys an environment variable of the same name (any case) overrides. Only these:
 a stray `WORKER=1` or `BOTS=...` from a process manager must not replace a correct file."""
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_LOG_LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # the standard library takes these too
+
 DATABASE_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
 """The async drivers the gateway runs on; `storage.engine.async_url` maps `sqlite://`,
 `postgresql://` and the like onto them."""
@@ -209,6 +212,17 @@ class Settings(BaseSettings):
         from gateway.cron import checked_cron
 
         return checked_cron(value)
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_log_level(cls, value: str) -> str:
+        # An unknown name (`verbose`) passed this check-less field and crashed `serve` in the logging
+        # setup with `KeyError: 'level verbose'`.
+        level = _LOG_LEVEL_ALIASES.get(value.strip().upper(), value.strip().upper())
+        if level not in LOG_LEVELS:
+            said = "is empty (an unset ${VAR}?)" if not level else f"unknown level {value!r}"
+            raise ValueError(f"{said}; use one of {', '.join(LOG_LEVELS)} (in any case)")
+        return level
 
     @field_validator("database_url")
     @classmethod

@@ -18,7 +18,7 @@ import uvicorn
 
 from gateway.admin_client import ingest_via_server
 from gateway.app import create_app
-from gateway.cli import local_url
+from gateway.cli import local_url, main
 from gateway.settings import load_settings
 from tests.conftest import ROOT, upgrade, write_config
 from tests.scale.replicas import free_port
@@ -278,3 +278,34 @@ def test_serve_on_an_index_another_process_holds_is_one_line(tmp_path):
         f"error: the Qdrant folder {tmp_path / 'qdrant'} is in use by another process (a running `gateway serve`, "
         "or an ingest). Stop it first, or use a Qdrant server (qdrant.url) to run more than one process on one "
         "index (`--role web` processes hold no index)"]
+
+
+@pytest.mark.parametrize("command", [["serve"], ["db", "upgrade"], ["ingest"], ["chat"],
+                                     ["forget", "--channel", "web", "--user", "u1"],
+                                     ["telegram", "set-webhook", "--bot", "acme", "--url", "https://x.example"]])
+def test_an_unknown_log_level_is_a_config_error_in_every_command(tmp_path, monkeypatch, capsys, command):
+    # `log_level: verbose` crashed `serve` in the logging setup: `KeyError: 'level verbose'`.
+    config = write_config(tmp_path, log_level="verbose")
+    assert main([*command, "--config", str(config)]) == 2
+    expected = ("config error: log_level: unknown level {!r}; use one of DEBUG, INFO, WARNING, ERROR, CRITICAL "
+                "(in any case)")
+    assert capsys.readouterr().err.strip().splitlines() == [expected.format("verbose")]
+    monkeypatch.setenv("LOG_LEVEL", "loud")  # the environment overrides the file, and is checked the same way
+    assert main([*command, "--config", str(write_config(tmp_path))]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [expected.format("loud")]
+
+
+def test_an_unknown_log_level_in_the_environment_is_a_config_error_for_eval_without_a_config(tmp_path, monkeypatch,
+                                                                                             capsys):
+    monkeypatch.chdir(tmp_path)  # no config.yaml here: eval runs on the defaults and the environment
+    monkeypatch.delenv("GATEWAY_CONFIG", raising=False)
+    monkeypatch.setenv("LOG_LEVEL", "loud")
+    assert main(["eval", "--docs", str(_docs(tmp_path)), "--questions", str(tmp_path / "q.jsonl")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("config error: log_level: unknown level 'loud'")
+
+
+def test_a_log_level_is_read_in_any_case(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOG_LEVEL", "warn")
+    assert load_settings(write_config(tmp_path)).log_level == "WARNING"
+    monkeypatch.setenv("LOG_LEVEL", "debug")
+    assert load_settings(write_config(tmp_path)).log_level == "DEBUG"
