@@ -14,6 +14,7 @@ from pathlib import Path
 from gateway.admin_client import chat_via_server, ingest_via_server, local_url
 from gateway.cli_output import hide_run_errors, print_metrics, print_misses, print_reports, progress_bar
 from gateway.errors import ConfigError, GatewayError, IndexBusy, UnknownBot
+from gateway.models import CHANNELS
 from gateway.preflight import (
     alembic_config,
     check_embedding_model,
@@ -67,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     with_config(db_sub.add_parser("upgrade", help="apply every migration"))
 
     forget = with_config(sub.add_parser("forget", help="delete a contact's messages, conversations and escalations"))
-    forget.add_argument("--channel", required=True, help="telegram, slack, discord, whatsapp or web")
+    # A channel no contact is stored under ("sms", "Web") deleted nothing and still wrote an audit row.
+    forget.add_argument("--channel", required=True, choices=CHANNELS, help=", ".join(CHANNELS))
     forget.add_argument("--user", required=True, help="the platform's user id (web: the session id)")
     forget.add_argument("--json", action="store_true", help="print the counts as JSON")
 

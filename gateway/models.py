@@ -13,6 +13,9 @@ from typing import Any, Literal
 _INVISIBLE = re.compile(r"[\s\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]")
 
 
+CHANNELS = ("web", "telegram", "slack", "discord", "whatsapp")
+"""Every channel's name, as messages, conversations and contacts store it (and `ChannelsSettings` keys it)."""
+
 CLIENT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 """An id a client chooses: a web chat `session_id`, a web chat or operator reply `message_id`."""
 CLIENT_ID_RULE = "1-128 characters of letters, digits, '_', '-', '.', ':'"

@@ -309,3 +309,24 @@ def test_a_log_level_is_read_in_any_case(tmp_path, monkeypatch):
     assert load_settings(write_config(tmp_path)).log_level == "WARNING"
     monkeypatch.setenv("LOG_LEVEL", "debug")
     assert load_settings(write_config(tmp_path)).log_level == "DEBUG"
+
+
+@pytest.mark.parametrize("channel", ["sms", "Web"])
+def test_forget_an_unknown_channel_is_refused_and_nothing_is_recorded(tmp_path, capsys, channel):
+    # It printed "deleted 0 contacts … (recorded in data_deletions)", exit 0, and wrote an audit row.
+    import sqlite3
+
+    config = write_config(tmp_path)
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    with pytest.raises(SystemExit) as exited:
+        main(["forget", "--config", str(config), "--channel", channel, "--user", "me-1"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"gateway forget: error: argument --channel: invalid choice: {channel!r} (choose from 'web', 'telegram', "
+        "'slack', 'discord', 'whatsapp')")
+    deletions = "select count(*) from data_deletions"
+    with sqlite3.connect(tmp_path / "gateway.db") as db:
+        assert db.execute(deletions).fetchone() == (0,)
+    assert _run("forget", "--config", str(config), "--channel", "web", "--user", "me-1").returncode == 0
+    with sqlite3.connect(tmp_path / "gateway.db") as db:
+        assert db.execute(deletions).fetchone() == (1,)  # a known channel is recorded, as it should be

@@ -20,7 +20,7 @@ from gateway.events import message_topic
 from gateway.http.deps import AfterId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
 from gateway.inbox import storable
-from gateway.models import CLIENT_ID, CLIENT_ID_RULE, ConversationRef, InboundMessage, Sender, is_blank
+from gateway.models import CHANNELS, CLIENT_ID, CLIENT_ID_RULE, ConversationRef, InboundMessage, Sender, is_blank
 from storage import repositories as repo
 from storage.models import Conversation, Message
 
@@ -63,8 +63,7 @@ async def list_bots(request: Request, response: Response) -> dict[str, Any]:
     request that has not ended is lost."""
     svc = services(request)
     response.headers["Gateway-Reply-Timeout"] = f"{svc.reply_timeout:g}"
-    return {"bots": [{"name": b.name, "channels": [c for c in ("web", "telegram", "slack", "discord", "whatsapp")
-                                                   if getattr(b.channels, c) is not None]}
+    return {"bots": [{"name": b.name, "channels": [c for c in CHANNELS if getattr(b.channels, c) is not None]}
                      for b in svc.settings.bots if b.channels.web is not None and b.channels.web.enabled]}
 
 
