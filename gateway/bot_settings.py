@@ -3,6 +3,8 @@ rate limits (its channels are in `gateway.channel_settings`). Re-exported by `ga
 
 from __future__ import annotations
 
+import re
+import string
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -78,8 +80,17 @@ def _fetchable(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
+ESCALATE_TOOL = "escalate_to_human"
+BUILTIN_TOOLS = (ESCALATE_TOOL,)
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
 class ToolSettings(_Strict):
-    """A tool the bot's model may call: built-in, a Python callable, or an HTTP endpoint."""
+    """A tool the bot's model may call: built-in, a Python callable, or an HTTP endpoint.
+
+    Checked when the file is read, so `db upgrade` and `ingest` say it too (whether a python tool's
+    module imports is found when `serve` loads the tools): each of these loaded, was offered to the
+    model, and failed with a traceback on every call."""
 
     name: str
     type: Literal["builtin", "python", "http"] = "python"
@@ -89,15 +100,56 @@ class ToolSettings(_Strict):
     method: str = "GET"
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-    timeout: float = 10.0
+    timeout: float = Field(default=10.0, gt=0.0)
+
+    @field_validator("name")
+    @classmethod
+    def _function_name(cls, name: str) -> str:
+        # The providers' rule for a function's name: anything else and they refuse every request with tools.
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+            raise ValueError(f"{name!r} is not a tool name: use 1-64 letters, digits, '_' or '-'")
+        return name
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, method: str) -> str:
+        if method.strip().upper() not in HTTP_METHODS:
+            raise ValueError(f"unknown HTTP method {method!r}; use one of {', '.join(HTTP_METHODS)}")
+        return method.strip().upper()
 
     @model_validator(mode="after")
-    def _python_tool_names_its_function(self) -> "ToolSettings":
-        """Checked when the file is read, so `db upgrade` and `ingest` say it too; whether the module
-        imports is found when `serve` loads the tools."""
+    def _complete_for_its_type(self) -> "ToolSettings":
+        if self.type == "builtin" and self.name not in BUILTIN_TOOLS:
+            raise ValueError(f"there is no built-in tool {self.name!r}; the built-in tools are "
+                             f"{', '.join(BUILTIN_TOOLS)} (a tool of your own is a python or an http tool)")
         if self.type == "python" and (not self.import_path or ":" not in self.import_path.strip(":")):
             raise ValueError("a python tool needs `import_path` written as 'package.module:function'")
+        if self.type == "http":
+            if not self.url:
+                raise ValueError("an http tool needs `url`, the endpoint (a template such as "
+                                 "https://api.example.com/orders/{order_id})")
+            _check_url_template(self.url)
+        for key, value in (("import_path", self.type != "python" and self.import_path),
+                           ("url", self.type != "http" and self.url)):
+            if value:
+                raise ValueError(f"`{key}` is not read by {'an' if self.type == 'http' else 'a'} {self.type} tool")
         return self
+
+
+def url_fields(url: str) -> list[str]:
+    """The names of an http tool's URL template fields (`{city}` -> city)."""
+    return [field for _, field, _, _ in string.Formatter().parse(url) if field is not None]
+
+
+def _check_url_template(url: str) -> None:
+    try:
+        fields = url_fields(url)
+    except ValueError as exc:  # a lone `{` or `}`
+        raise ValueError(f"`url` is not a valid template ({exc}); write a literal brace as {{{{ or }}}}") from None
+    if bad := [f for f in fields if not f.isidentifier()]:
+        raise ValueError(f"`url` field {{{bad[0]}}} is not a parameter name; write one as {{name}}")
+    if not _fetchable(url.format(**{f: "x" for f in fields})):
+        raise ValueError(f"`url` {url!r} is not an http(s) URL with a host")
 
 
 class EscalationSettings(_Strict):
@@ -188,6 +240,18 @@ class BotSettings(_Strict):
                                  f"(sources[{first[source.name]}] and sources[{j}]); source names must be unique")
             first[source.name] = j
         return sources
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tool_names(cls, tools: list[ToolSettings], info: ValidationInfo) -> list[ToolSettings]:
+        # The model calls a tool by its name: the second of two silently replaced the first.
+        first: dict[str, int] = {}
+        for j, tool in enumerate(tools):
+            if tool.name in first:
+                raise ValueError(f"bot {info.data.get('name', '?')!r} has two tools named {tool.name!r} "
+                                 f"(tools[{first[tool.name]}] and tools[{j}]); tool names must be unique")
+            first[tool.name] = j
+        return tools
 
     def language_models(self) -> list[str]:
         """`model` and `fallbacks` without `offline`: for calls only a language model can make (a

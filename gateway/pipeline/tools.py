@@ -33,11 +33,11 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import httpx
 import structlog
 
+from gateway.bot_settings import ESCALATE_TOOL
 from gateway.errors import ConfigError
 from gateway.models import CallerIdentity
 from gateway.settings import BotSettings, Settings, ToolSettings
 
-ESCALATE_TOOL = "escalate_to_human"
 _ESCALATE_SCHEMA = {
     "type": "object",
     "properties": {"reason": {"type": "string", "description": "Why a person is needed, in one sentence."}},
