@@ -128,7 +128,12 @@ class ToolSettings(_Strict):
             if not self.url:
                 raise ValueError("an http tool needs `url`, the endpoint (a template such as "
                                  "https://api.example.com/orders/{order_id})")
-            _check_url_template(self.url)
+            declared = self.parameters.get("properties")
+            for field in _check_url_template(self.url):
+                # A call may pass only the declared parameters, so this field could never be filled.
+                if not isinstance(declared, dict) or field not in declared:
+                    raise ValueError(f"`url` field {{{field}}} is not declared in `parameters` (its `properties`), "
+                                     "so no call could fill it")
         for key, value in (("import_path", self.type != "python" and self.import_path),
                            ("url", self.type != "http" and self.url)):
             if value:
@@ -141,7 +146,7 @@ def url_fields(url: str) -> list[str]:
     return [field for _, field, _, _ in string.Formatter().parse(url) if field is not None]
 
 
-def _check_url_template(url: str) -> None:
+def _check_url_template(url: str) -> list[str]:
     try:
         fields = url_fields(url)
     except ValueError as exc:  # a lone `{` or `}`
@@ -150,6 +155,7 @@ def _check_url_template(url: str) -> None:
         raise ValueError(f"`url` field {{{bad[0]}}} is not a parameter name; write one as {{name}}")
     if not _fetchable(url.format(**{f: "x" for f in fields})):
         raise ValueError(f"`url` {url!r} is not an http(s) URL with a host")
+    return fields
 
 
 class EscalationSettings(_Strict):

@@ -5,13 +5,15 @@ argument; the model only supplies the other arguments, so it cannot choose whose
 
 Kinds:
 - `builtin`: `escalate_to_human(reason)` hands the conversation to a person.
-- `python`: an async or sync callable `module:function(identity, **arguments)`. A call with an argument
-  its schema does not declare (`parameters`, else the module's `PARAMETERS`) is refused. To tell the model why
+- `python`: an async or sync callable `module:function(identity, **arguments)`. To tell the model why
   a call failed, raise `ToolError("...")`: its message is the model's to read. Any other exception
   shows the model only its type; its text (a query, a path, a connection string) goes to the log.
-- `http`: a request to a URL template filled with the arguments; headers may use `${ENV}`. Only the
-  declared `parameters` are sent, an argument can only fill its own path segment (`..` included),
-  and an error names the status, never the URL (its query may hold an API key).
+- `http`: a request to a URL template filled with the arguments; headers may use `${ENV}`. An argument
+  can only fill its own path segment (`..` included), and an error names the status, never the URL
+  (its query may hold an API key).
+
+A call of a python or an http tool with an argument its schema does not declare (`parameters`, else a
+python tool module's `PARAMETERS`) is refused without running it, so only declared parameters are sent.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import inspect
 import json
 import os
 import re
-import string
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -33,7 +34,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import httpx
 import structlog
 
-from gateway.bot_settings import ESCALATE_TOOL
+from gateway.bot_settings import ESCALATE_TOOL, url_fields
 from gateway.errors import ConfigError
 from gateway.models import CallerIdentity
 from gateway.settings import BotSettings, Settings, ToolSettings
@@ -137,15 +138,18 @@ class BotTools:
         if spec.type == "builtin" and name == ESCALATE_TOOL:
             reason = str(arguments.get("reason") or "the assistant asked for a person")[:500]
             return ToolOutcome(name, arguments, {"status": "escalated"}, escalate=reason)
-        if spec.type == "python":
-            # Only what the model was told it may pass: an invented `include_all=True` must not reach a
-            # parameter the tool keeps for its own code.
-            declared = self._parameters[name].get("properties")
-            if undeclared := sorted(set(arguments) - set(declared if isinstance(declared, dict) else ())):
-                return ToolOutcome(name, arguments, None, error=f"invalid arguments: {', '.join(map(repr, undeclared))} "
-                                                                f"{'is not a parameter' if len(undeclared) == 1 else 'are not parameters'} of this tool")
-            if mismatch := _signature_mismatch(self._callables[name], identity, arguments):
-                return ToolOutcome(name, arguments, None, error=f"invalid arguments: {mismatch}")
+        # Only what the model was told it may pass: an invented `include_all=True` must not reach a
+        # parameter a python tool keeps for its own code, nor an invented `city` an http tool's URL.
+        declared = self._parameters[name].get("properties")
+        if undeclared := sorted(set(arguments) - set(declared if isinstance(declared, dict) else ())):
+            return ToolOutcome(name, arguments, None, error=f"invalid arguments: {', '.join(map(repr, undeclared))} "
+                                                            f"{'is not a parameter' if len(undeclared) == 1 else 'are not parameters'} of this tool")
+        if spec.type == "python" and (mismatch := _signature_mismatch(self._callables[name], identity, arguments)):
+            return ToolOutcome(name, arguments, None, error=f"invalid arguments: {mismatch}")
+        if spec.type == "http" and (missing := [f for f in url_fields(spec.url) if arguments.get(f) is None]):
+            # The URL cannot be made without them (it was a KeyError, logged as the tool failing).
+            return ToolOutcome(name, arguments, None, error="invalid arguments: missing "
+                                                            f"{', '.join(map(repr, dict.fromkeys(missing)))}")
         try:
             async with asyncio.timeout(spec.timeout):
                 if spec.type == "python":
@@ -177,14 +181,13 @@ class BotTools:
             # A request that changes something: an API that dedupes on the key acts once, though the
             # gateway died during the call and made it again.
             headers[IDEMPOTENCY_HEADER] = key
-        declared = spec.parameters.get("properties")
-        # The body carries the declared parameters only: an extra `"role": "admin"` is the model's invention.
-        body = {k: v for k, v in arguments.items() if k in declared} if isinstance(declared, dict) else arguments
+        # Only declared parameters reach here (`_call`): an extra `"role": "admin"` is refused as the model's invention.
+        body = dict(arguments)
         client = self._http or httpx.AsyncClient(timeout=spec.timeout)
         try:
             if spec.method.upper() in ("GET", "DELETE"):
                 # What the URL's path does not take goes in its query string; it was not sent at all.
-                in_path = {field for _, field, _, _ in string.Formatter().parse(spec.url) if field}
+                in_path = set(url_fields(spec.url))
                 query = {k: v if isinstance(v, (str, int, float)) else json.dumps(v)
                          for k, v in body.items() if k not in in_path and v is not None}
                 # Merged into the configured query (`?apikey=…`), which httpx's `params=` would replace.

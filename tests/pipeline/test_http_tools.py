@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from contextlib import asynccontextmanager
 
+import pytest
 from aiohttp import web
 
 from gateway.models import CallerIdentity
@@ -39,10 +40,15 @@ def bot(*tools: dict) -> BotSettings:
     return BotSettings(name="acme", tools=list(tools))
 
 
+def params(*names: str) -> dict:
+    """A `parameters` schema declaring `names` as strings."""
+    return {"type": "object", "properties": {name: {"type": "string"} for name in names}}
+
+
 async def test_an_argument_fills_its_own_path_segment_and_cannot_climb_the_path():
     async with api() as (base, seen):
         tools = BotTools(bot({"name": "stock", "type": "http", "url": base + "/v1/public/products/{sku}/{field}",
-                              "headers": {"Authorization": f"Bearer {STOCK_KEY}"}}))
+                              "headers": {"Authorization": f"Bearer {STOCK_KEY}"}, "parameters": params("sku", "field")}))
         for sku, field in (("..", ".."), ("a/../../admin", "."), ("A-1.2", "price")):
             outcome = await tools.call("stock", {"sku": sku, "field": field}, identity=ALICE)
             assert outcome.error is None
@@ -51,12 +57,36 @@ async def test_an_argument_fills_its_own_path_segment_and_cannot_climb_the_path(
                      "/v1/public/products/A-1.2/price"]
 
 
-async def test_a_post_sends_only_the_declared_parameters():
+async def test_a_call_with_an_undeclared_argument_is_refused_without_a_request():
     async with api() as (base, seen):
         tools = BotTools(bot({"name": "ticket", "type": "http", "method": "POST", "url": base + "/tickets",
-                              "parameters": {"type": "object", "properties": {"subject": {"type": "string"}}}}))
-        outcome = await tools.call("ticket", json.dumps({"subject": "Refund", "role": "admin"}), identity=ALICE)
-    assert outcome.error is None and seen[0][3] == {"subject": "Refund"}
+                              "parameters": params("subject")},
+                             # `city` fills the path: with `town` declared, {"city": "Oslo"} requested /weather/Oslo.
+                             {"name": "weather", "type": "http", "url": base + "/weather/{city}",
+                              "parameters": params("city", "town")}))
+        invented = await tools.call("ticket", json.dumps({"subject": "Refund", "role": "admin"}), identity=ALICE)
+        missing = await tools.call("weather", {"town": "Oslo"}, identity=ALICE)
+        sent = await tools.call("ticket", {"subject": "Refund"}, identity=ALICE)
+    assert invented.error == "invalid arguments: 'role' is not a parameter of this tool"
+    assert missing.error == "invalid arguments: missing 'city'"
+    assert sent.error is None and [body for _, _, _, body in seen] == [{"subject": "Refund"}]
+
+
+async def test_an_argument_the_url_takes_must_be_declared(tmp_path):
+    from gateway.errors import ConfigError
+    from gateway.settings import load_settings
+    from tests.conftest import write_config
+
+    async with api() as (base, seen):
+        spec = {"name": "weather", "type": "http", "url": base + "/weather/{city}", "parameters": params("town")}
+        with pytest.raises(ConfigError) as caught:
+            load_settings(write_config(tmp_path, bots=[{"name": "acme", "tools": [spec]}]))
+        assert (caught.value.key, caught.value.problem) == (
+            "bots[0].tools[0]", "`url` field {city} is not declared in `parameters` (its `properties`), so no call "
+                                "could fill it")
+        tools = BotTools(bot({**spec, "url": base + "/weather?q={town}"}))
+        outcome = await tools.call("weather", {"city": "Oslo"}, identity=ALICE)
+    assert outcome.error == "invalid arguments: 'city' is not a parameter of this tool" and seen == []
 
 
 async def test_a_get_sends_the_parameters_its_path_does_not_take_as_its_query_string():
@@ -73,7 +103,8 @@ async def test_a_get_sends_the_parameters_its_path_does_not_take_as_its_query_st
 async def test_an_error_names_the_status_and_never_the_url_with_its_key():
     async with api() as (base, _):
         tools = BotTools(bot(
-            {"name": "weather", "type": "http", "url": base + "/broken/weather?city={city}&apikey=" + WEATHER_KEY},
+            {"name": "weather", "type": "http", "url": base + "/broken/weather?city={city}&apikey=" + WEATHER_KEY,
+             "parameters": params("city")},
             {"name": "down", "type": "http", "url": "http://127.0.0.1:9/x?token=" + WEATHER_KEY},
         ))
         failed = await tools.call("weather", {"city": "Berlin"}, identity=ALICE)
@@ -84,8 +115,10 @@ async def test_an_error_names_the_status_and_never_the_url_with_its_key():
 
 def test_http_tool_credentials_are_redacted_from_logs():
     settings = Settings(bots=[bot(
-        {"name": "stock", "type": "http", "url": "https://api.example/v1/{sku}", "headers": {"Authorization": f"Bearer {STOCK_KEY}"}},
-        {"name": "weather", "type": "http", "url": "https://api.example/w?city={city}&apikey=" + WEATHER_KEY + "&units=metric"},
+        {"name": "stock", "type": "http", "url": "https://api.example/v1/{sku}", "headers": {"Authorization": f"Bearer {STOCK_KEY}"},
+         "parameters": params("sku")},
+        {"name": "weather", "type": "http", "url": "https://api.example/w?city={city}&apikey=" + WEATHER_KEY + "&units=metric",
+         "parameters": params("city")},
     )])
     assert http_tool_secrets(settings) == sorted([f"Bearer {STOCK_KEY}", STOCK_KEY, WEATHER_KEY])
 
