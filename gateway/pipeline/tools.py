@@ -94,6 +94,9 @@ class BotTools:
         self._declarations = [self._declaration(spec) for spec in self._specs.values()]
         # The declared parameters of each tool: a call may pass these and no others.
         self._parameters = {d["function"]["name"]: d["function"]["parameters"] for d in self._declarations}
+        for spec in bot.tools:
+            if spec.type == "python":
+                _check_signature(spec, bot.name, self._callables[spec.name], self._parameters.get(spec.name, {}))
 
     def schemas(self) -> list[dict[str, Any]]:
         """OpenAI-style function declarations for exactly the tools this bot allows (built once: the
@@ -245,6 +248,18 @@ def _signature_mismatch(fn: Any, identity: CallerIdentity, arguments: dict[str, 
     except Exception:  # no signature to read (a builtin): let the call itself decide
         return None
     return None
+
+
+def _check_signature(spec: ToolSettings, bot: str, fn: Any, parameters: dict[str, Any]) -> None:
+    """A function that cannot be called as `fn(identity, **declared parameters)` is a config error: it
+    failed every call, as `invalid arguments: multiple values for argument 'city'` for a `def f(city)`."""
+    declared = parameters.get("properties")
+    placeholder = CallerIdentity(bot=bot, channel="web", contact_external_id="")
+    if mismatch := _signature_mismatch(fn, placeholder, dict.fromkeys(declared if isinstance(declared, dict) else ())):
+        raise ConfigError(f"bots.{bot}.tools.{spec.name}.import_path",
+                          f"{spec.import_path} cannot be called as {spec.import_path.partition(':')[2]}(identity, "
+                          f"**arguments) with its declared parameters ({mismatch}); a python tool's first parameter "
+                          "receives the caller's identity, the others are the names in `parameters`' properties")
 
 
 async def _invoke(fn: Any, identity: CallerIdentity, arguments: dict[str, Any]) -> Any:

@@ -136,3 +136,13 @@ def call_key_sync(identity: CallerIdentity) -> dict:
     from gateway.pipeline.tools import idempotency_key
 
     return {"key": idempotency_key()}
+
+
+def city_weather(city: str) -> dict:
+    """Written without the identity parameter: every call gave it two values for `city`."""
+    return {"city": city, "sky": "clear"}
+
+
+def city_weather_with_units(identity: CallerIdentity, city: str, units: str) -> dict:
+    """Needs `units`, which its config does not declare: no call could supply it."""
+    return {"city": city, "units": units}
