@@ -132,7 +132,22 @@ class ModelEntry(_Strict):
         for key in ("api_base", "api_key", "api_version"):
             if key in params and not isinstance(params[key], str):
                 raise ValueError(f"`{key}` must be a string, not {type(params[key]).__name__}")
+        for key in ("timeout", "stream_timeout"):
+            # `timeout: soon` started, and every call failed its three attempts in float('soon').
+            if params.get(key) is not None:
+                params = {**params, key: _seconds(key, params[key])}
         return params
+
+
+def _seconds(key: str, value: Any) -> float:
+    """A timeout in seconds above 0: a number, or a string of one (as a `${VAR}` gives it)."""
+    try:
+        seconds = float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
+    except ValueError:
+        seconds = None
+    if seconds is None or not 0 < seconds < float("inf"):
+        raise ValueError(f"`{key}` must be a number of seconds above 0, not {value!r}")
+    return seconds
 
 
 class OperatorSettings(_Strict):

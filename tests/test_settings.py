@@ -67,6 +67,13 @@ def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
      "models[0].litellm_params", "${UNSET_TOKEN_VAR} is not set"),
     ({"models": [{"model_name": "m", "litellm_params": {"model": "openai/x", "api_base": 12}}]},
      "models[0].litellm_params", "`api_base` must be a string"),
+    # A timeout that is not a number started, and every call failed 3 times in float('soon').
+    ({"models": [{"model_name": "m", "litellm_params": {"model": "openai/x", "timeout": "soon"}}]},
+     "models[0].litellm_params", "`timeout` must be a number of seconds above 0, not 'soon'"),
+    ({"models": [{"model_name": "m", "litellm_params": {"model": "openai/x", "timeout": [1, 2]}}]},
+     "models[0].litellm_params", "`timeout` must be a number of seconds above 0, not [1, 2]"),
+    ({"models": [{"model_name": "m", "litellm_params": {"model": "openai/x", "stream_timeout": 0}}]},
+     "models[0].litellm_params", "`stream_timeout` must be a number of seconds above 0, not 0"),
     ({"operators": [{"name": " ", "token": "${OP_A}"}]}, "operators[0].name", "empty"),
     ({"bots": [{"name": "b", "tools": [{"name": "t", "import_path": "tools_without_function"}]}]},
      "bots[0].tools[0]", "a python tool needs `import_path` written as 'package.module:function'"),
@@ -263,11 +270,19 @@ def test_settings_a_model_litellm_refuses_is_a_config_error_when_the_router_is_b
 
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     settings = load_settings(_write(tmp_path, {"models": [
-        {"model_name": "m", "litellm_params": {"model": "openai/x", "timeout": [1, 2]}}]}))
+        {"model_name": "m", "litellm_params": {"model": "openai/x", "rpm": "many"}}]}))
     with pytest.raises(ConfigError) as info:
         LLMRouter.from_settings(settings)
     assert info.value.key == "models" and "LiteLLM refused the model list: ValidationError" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_settings_a_model_timeout_from_a_variable_is_read_as_seconds(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLM_TIMEOUT", "2.5")
+    settings = load_settings(_write(tmp_path, {"models": [
+        {"model_name": "m", "litellm_params": {"model": "openai/x", "timeout": "${LLM_TIMEOUT}"}},
+        {"model_name": "n", "litellm_params": {"model": "openai/y", "timeout": 30, "stream_timeout": None}}]}))
+    assert [m.litellm_params.get("timeout") for m in settings.models] == [2.5, 30.0]
 
 
 def test_settings_environment_overrides_only_the_documented_keys(tmp_path, monkeypatch):
