@@ -239,27 +239,26 @@ class BotSettings(_Strict):
     @classmethod
     def _unique_source_names(cls, sources: list[SourceSettings], info: ValidationInfo) -> list[SourceSettings]:
         # Two sources of one name would share their documents: each run would delete the other's.
-        first: dict[str, int] = {}
-        for j, source in enumerate(sources):
-            if source.name in first:
-                raise ValueError(f"bot {info.data.get('name', '?')!r} has two sources named {source.name!r} "
-                                 f"(sources[{first[source.name]}] and sources[{j}]); source names must be unique")
-            first[source.name] = j
-        return sources
+        return _unique_names(sources, "sources", bot=info.data.get("name", "?"))
 
     @field_validator("tools")
     @classmethod
     def _unique_tool_names(cls, tools: list[ToolSettings], info: ValidationInfo) -> list[ToolSettings]:
         # The model calls a tool by its name: the second of two silently replaced the first.
-        first: dict[str, int] = {}
-        for j, tool in enumerate(tools):
-            if tool.name in first:
-                raise ValueError(f"bot {info.data.get('name', '?')!r} has two tools named {tool.name!r} "
-                                 f"(tools[{first[tool.name]}] and tools[{j}]); tool names must be unique")
-            first[tool.name] = j
-        return tools
+        return _unique_names(tools, "tools", bot=info.data.get("name", "?"))
 
     def language_models(self) -> list[str]:
         """`model` and `fallbacks` without `offline`: for calls only a language model can make (a
         rewrite, a summary), where the offline responder would answer "I don't know …"."""
         return [name for name in dict.fromkeys((self.model, *self.fallbacks)) if name != OFFLINE_MODEL]
+
+
+def _unique_names(items: list, key: str, *, bot: str) -> list:
+    """`items` as they are; a ValueError naming both places when two share a `name`."""
+    first: dict[str, int] = {}
+    for j, item in enumerate(items):
+        if item.name in first:
+            raise ValueError(f"bot {bot!r} has two {key} named {item.name!r} ({key}[{first[item.name]}] and "
+                             f"{key}[{j}]); {key[:-1]} names must be unique")
+        first[item.name] = j
+    return items

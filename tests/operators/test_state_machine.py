@@ -44,6 +44,14 @@ async def _open(sessions, escalations, conversation_id: int, reason: str = "cust
         return (await escalations.open_in(session, conversation=conversation, reason=reason)).id
 
 
+async def _notices(sessions, *conversation_ids: int) -> dict[int, list[str]]:
+    """Each conversation's system messages (what the customer was told), oldest first."""
+    async with sessions() as session:
+        return {cid: list((await session.execute(select(Message.text).where(
+            Message.conversation_id == cid, Message.author == "system").order_by(Message.id))).scalars().all())
+            for cid in conversation_ids}
+
+
 async def _state(sessions, conversation_id: int) -> tuple[str, str | None]:
     async with sessions() as session:
         c = await session.get(Conversation, conversation_id)
@@ -175,9 +183,7 @@ async def test_an_empty_unclaimed_or_resolved_message_tells_the_customer_nothing
         assert sorted(await reminders.run_once(now=utcnow() + timedelta(hours=1))) == sorted(ids)
         for eid in ids:
             await escalations.resolve(eid, operator="sam", bots=None)
-        async with sessions() as session:
-            notices = {cid: (await session.execute(select(Message.text).where(
-                Message.conversation_id == cid, Message.author == "system"))).scalars().all() for cid in (told, silent)}
+        notices = await _notices(sessions, told, silent)
     finally:
         await escalations.drain()
         await engine.dispose()
@@ -197,9 +203,7 @@ async def test_taking_over_a_bot_conversation_tells_the_customer_unless_switched
         silent = await _conversation(sessions, bot="quiet", chat="t2")
         for cid in (told, silent):
             await escalations.claim_conversation(cid, operator="sam", bots=None)
-        async with sessions() as session:
-            notices = {cid: (await session.execute(select(Message.text).where(
-                Message.conversation_id == cid, Message.author == "system"))).scalars().all() for cid in (told, silent)}
+        notices = await _notices(sessions, told, silent)
     finally:
         await escalations.drain()
         await engine.dispose()
