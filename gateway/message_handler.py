@@ -141,6 +141,9 @@ class MessageHandler:
         # Counted on its first attempt only: a message taken again after a crash is still one message.
         if turn.state == "bot" and attempt == 1 and await self._rate_limited(inbound, turn):
             return
+        if attempt > 1:
+            # A stream of the dead attempt's tokens may be open (web chat, another process): they are void.
+            self._bus.publish(message_topic(inbound.id), {"type": "reset"}, forward=inbound.channel == "web")
         bound.info("pipeline.start", **({"attempt": attempt} if attempt > 1 else {}))
         typing = start_typing(self._adapters.get((inbound.bot, inbound.channel)), conversation,
                               refresh_s=self.typing_refresh_s)

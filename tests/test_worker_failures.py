@@ -370,3 +370,22 @@ async def test_a_message_whose_attempts_all_died_is_given_up_with_the_failure_re
     assert pipeline.seen == [] and inbound.status == "failed" and "gave up after 5 attempts" in inbound.error
     assert adapter.sent == [("alice", FAILURE_REPLY)]
     await engine.dispose()
+
+
+async def test_a_message_answered_again_tells_an_open_stream_to_drop_the_dead_attempts_tokens(migrated_url):
+    """The web chat's stream got the dead attempt's tokens, then the new attempt's appended (the same
+    sentence twice): a `reset` event comes first now, and the SSE route relays it."""
+    from sqlalchemy import update
+
+    from gateway.events import message_topic
+
+    pipeline = EchoPipeline(delay=0)
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline)
+    stored = await inbox.accept("acme", chat_message("alice", 0))
+    async with sessions() as session, session.begin():  # a process died in its first attempt
+        await session.execute(update(Message).where(Message.id == stored.message_id).values(attempts=1))
+    async with worker.handler._bus.subscribe(message_topic(stored.message_id)) as queue:
+        await worker.run_until_idle(timeout=30)
+        events = [queue.get_nowait()["type"] for _ in range(queue.qsize())]
+    assert events[0] == "reset" and events[-1] == "done" and adapter.sent == [("alice", "echo: alice #0")]
+    await engine.dispose()

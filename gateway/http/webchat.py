@@ -182,6 +182,8 @@ async def _stream(svc, message_id: int):
                 continue
             if event.get("type") == "token":
                 yield {"event": "token", "data": json.dumps({"text": event["text"]})}
+            elif event.get("type") == "reset":  # another attempt starts over: the tokens so far are void
+                yield {"event": "reset", "data": "{}"}
             elif event.get("type") == "done":
                 break
     yield {"event": "done", "data": json.dumps(await _reply_for(svc, message_id))}

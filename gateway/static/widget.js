@@ -247,6 +247,7 @@
         var event = parseEvent(blocks[i]);
         if (!event) continue;
         if (event.type === "token") onToken(event.data && typeof event.data.text === "string" ? event.data.text : "");
+        else if (event.type === "reset") onToken(null);  // another attempt starts over: drop what streamed
         else if (event.type === "done") { reader.cancel().catch(function () {}); return event.data; }
         else if (event.type === "error") {
           reader.cancel().catch(function () {});
@@ -511,6 +512,11 @@
     var streamed = "";
     try {
       var reply = await chat(text, clientId, function (token) {
+        if (token === null) {  // `reset`: the tokens so far were a dead attempt's
+          streamed = "";
+          if (botLi) fillBubble(botLi.querySelector(".gw-bubble"), "bot", streamed, null);
+          return;
+        }
         if (!botLi) {
           showTyping(false);
           botLi = appendMessage(renderMessage({ direction: "out", author: "bot", text: "" }));
