@@ -23,7 +23,7 @@ from gateway.operators import api as operator_api
 from gateway.operators import console as operator_console
 from gateway.operators import slack_actions
 from gateway.pipeline.tools import http_tool_secrets
-from gateway.preflight import uncalibrated_gates
+from gateway.preflight import models_missing_keys, uncalibrated_gates
 from gateway.services import Services, build_services
 from gateway.settings import Settings, _secret_values
 
@@ -69,6 +69,8 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
                  channels=sorted(f"{b}/{c}" for b, c in svc.adapters))
         for warning in uncalibrated_gates(settings):
             log.warning("gate1.uncalibrated", reason=warning)
+        for warning in models_missing_keys(settings):
+            log.warning("llm.key_missing", reason=warning)
         try:
             yield
         finally:

@@ -19,6 +19,7 @@ from gateway.preflight import (
     alembic_config,
     check_embedding_model,
     database_has_schema,
+    models_missing_keys,
     redacted_db_url,
     require_schema,
     uncalibrated_gates,
@@ -273,7 +274,7 @@ async def _chat(args) -> int:
     if bot is None:
         print("error: no bots configured", file=sys.stderr)
         return 2
-    for warning in uncalibrated_gates(settings, [bot]):  # serve logs it, and a chat is where a user sees it
+    for warning in [*uncalibrated_gates(settings, [bot]), *models_missing_keys(settings)]:  # serve logs them
         print(f"note: {warning}", file=sys.stderr)
     svc = build_services(settings, with_scheduler=False, poll_interval=0.2)
     session_id = f"terminal-{uuid.uuid4().hex[:12]}"

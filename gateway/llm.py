@@ -34,7 +34,7 @@ import structlog
 
 from gateway.errors import ConfigError, LLMError
 from gateway.llm_pricing import Pricing, Usage
-from gateway.llm_retry import RETRYABLE, MalformedAnswer, RetryPolicy, client_fault, short
+from gateway.llm_retry import RETRYABLE, MalformedAnswer, RetryPolicy, client_fault, missing_credentials, short
 from gateway.observability.logs import adopt_litellm_loggers
 from gateway.offline.provider import MODEL as OFFLINE_LITELLM_MODEL
 from gateway.offline.provider import register_offline_provider
@@ -202,7 +202,7 @@ class LLMRouter:
                     fault = client_fault(exc)
                     if fault:  # a bug to report, with its traceback, not a provider outage
                         log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {short(exc)}", exc_info=exc)
-                    error, retryable = exc, fault or isinstance(exc, RETRYABLE)
+                    error, retryable = exc, fault or (isinstance(exc, RETRYABLE) and not missing_credentials(exc))
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
                 if on_abandoned is not None and (isinstance(error, litellm.Timeout) or acc.text or acc.calls):
                     await self._abandoned(on_abandoned, name, messages, tools, acc, metadata)

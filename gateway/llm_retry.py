@@ -33,6 +33,15 @@ RETRYABLE = (
     litellm.BadGatewayError,
     litellm.APIConnectionError,
 )
+_NO_KEY = ("Missing credentials", "api_key client option must be set")
+
+
+def missing_credentials(exc: BaseException) -> bool:
+    """The provider's client had no key to send (LiteLLM raises it as an InternalServerError): no retry
+    can help, so the next model answers at once (`llm.key_missing` at start names the model)."""
+    return any(marker in str(exc) for marker in _NO_KEY)
+
+
 # Where a provider's answer (or a failure to reach it) is turned into an exception. Anything raised from
 # elsewhere is a fault inside the client libraries, not the provider's verdict.
 _API_ERROR_MODULES = ("litellm.exceptions", "openai")

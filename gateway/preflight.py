@@ -44,6 +44,26 @@ def uncalibrated_gates(settings, bots=None) -> list[str]:
     ]
 
 
+def models_missing_keys(settings) -> list[str]:
+    """One warning per configured model whose provider key (or base URL) LiteLLM finds neither in its
+    `litellm_params` nor in the environment. Why at start: each call failed three times as a provider
+    outage ("The api_key client option must be set") before the fallback answered, on every message."""
+    import litellm
+
+    warnings = []
+    for entry in settings.models:
+        params = entry.litellm_params
+        try:
+            found = litellm.validate_environment(model=params["model"], api_key=params.get("api_key"),
+                                                 api_base=params.get("api_base"))
+        except Exception:  # a provider LiteLLM cannot check: its first call says what is wrong
+            continue
+        if missing := found.get("missing_keys"):
+            warnings.append(f"model {entry.model_name!r} ({params['model']}) has no {', '.join(missing)}: set it in "
+                            "the environment (or the model's litellm_params), or every call to it fails")
+    return warnings
+
+
 def redacted_db_url(url: str) -> str:
     from sqlalchemy.engine import make_url
 

@@ -140,6 +140,25 @@ async def test_complete_skips_retries_on_auth_error(openai_fake: FakeOpenAI) -> 
     assert len(openai_fake.requests_for("primary")) == 1  # a bad key does not get better by retrying
 
 
+async def test_a_model_without_its_key_goes_to_the_next_at_once(openai_fake: FakeOpenAI, monkeypatch) -> None:
+    """No key at all: LiteLLM raises it as an InternalServerError ("Missing credentials"), which was retried
+    as a provider outage on every message; start also names the model (llm.key_missing)."""
+    from gateway.preflight import models_missing_keys
+    from gateway.settings import Settings
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    openai_fake.script("backup", Turn(text="Backup [1]."))
+    keyless = {"model_name": "primary", "litellm_params": {"model": "openai/primary", "api_base": openai_fake.base_url}}
+    router = LLMRouter([keyless, fake_model(openai_fake, "backup")], timeout=5, retry=FAST_RETRY)
+    with capture_logs() as logs:
+        result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+    assert result.model_used == "backup"
+    assert [e["retryable"] for e in logs if e["event"] == "llm.call_failed"] == [False]
+    warnings = models_missing_keys(Settings(models=[keyless, fake_model(openai_fake, "backup")]))
+    assert warnings == ["model 'primary' (openai/primary) has no OPENAI_API_KEY: set it in the environment (or the "
+                        "model's litellm_params), or every call to it fails"]
+
+
 async def test_a_fault_inside_litellm_is_logged_and_retried(
     openai_fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
