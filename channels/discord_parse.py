@@ -51,8 +51,9 @@ def classify_gateway_message(
     mentioned = _mentions_bot(payload, content, bot_user_id)
     reference = payload.get("message_reference") or {}
     replied = str(((payload.get("referenced_message") or {}).get("author") or {}).get("id", "")) == bot_user_id
-    if guild_id and respond_in_groups == "mention" and not (mentioned or replied):
-        return "guild message that neither mentions nor replies to the bot"
+    # Neither mentions nor replies to the bot: ignored, unless an operator is talking with this member
+    # here (the inbox decides: `only_while_held`), whose answers would otherwise never reach them.
+    unaddressed = bool(guild_id) and respond_in_groups == "mention" and not (mentioned or replied)
 
     text = re.sub(rf"<@!?{re.escape(bot_user_id)}>", "", content).strip() if bot_user_id else content.strip()
     attachments = tuple(_attachment(a, caption=text or None) for a in payload.get("attachments") or ())
@@ -75,6 +76,7 @@ def classify_gateway_message(
         reply_to=str(reference["message_id"]) if kind == 19 and reference.get("message_id") else None,
         sent_at=_timestamp(payload.get("timestamp")),
         raw=payload,
+        only_while_held=unaddressed,
     )
 
 

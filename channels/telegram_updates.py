@@ -148,8 +148,9 @@ class UpdateParser:
             return ignore(addr.refusal)
         is_group = chat.get("type") != "private"
         replied_to_us = ((msg.get("reply_to_message") or {}).get("from") or {}).get("id") == self.bot_id
-        if is_group and self.respond_in_groups != "always" and not (addr.addressed or replied_to_us):
-            return ignore("group message not addressed to the bot (no mention, reply or command)")
+        # Not addressed to the bot: ignored, unless an operator is talking with this member here (the
+        # inbox decides: `only_while_held`), whose answers would otherwise never reach them.
+        unaddressed = is_group and self.respond_in_groups != "always" and not (addr.addressed or replied_to_us)
         text = addr.text
         if addr.command:
             raw["command"] = addr.command
@@ -174,6 +175,7 @@ class UpdateParser:
             reply_to=str(reply["message_id"]) if reply.get("message_id") else None,
             sent_at=sent_at,
             raw={**raw, "update": update},
+            only_while_held=unaddressed,
         )
         return WebhookResult(messages=(inbound,))
 

@@ -15,6 +15,9 @@ from gateway.pg_bridge import announce
 from storage import repositories as repo
 from storage.text import storable_text
 
+HELD_STATES = ("waiting", "operator")
+"""A conversation's states while it is a person's: asked for, or taken."""
+
 log = structlog.get_logger("gateway.inbox")
 
 
@@ -64,6 +67,11 @@ class Inbox:
                     session, bot=bot, ref=message.conversation) is None:
                 log.info("inbound.ignored", bot=bot, channel=message.channel, external_id=message.external_id,
                          reason="a thread reply without a mention, in a thread the bot has no conversation in")
+                return None
+            if message.only_while_held and getattr(await repo.find_conversation(
+                    session, bot=bot, ref=message.conversation), "state", "bot") not in HELD_STATES:
+                log.info("inbound.ignored", bot=bot, channel=message.channel, external_id=message.external_id,
+                         reason="a group message without a mention, from a member no person is talking to")
                 return None
             stored = await repo.store_inbound(session, bot=bot, message=message,
                                               traceparent=otel.current_traceparent())

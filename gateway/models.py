@@ -105,6 +105,9 @@ class InboundMessage:
     # Stored only into a conversation that already exists, else ignored (`Inbox.accept`): a Slack thread
     # reply without a mention is the bot's to answer only in a thread the bot was asked in.
     existing_conversation_only: bool = False
+    # Stored only into a conversation a person holds or is asked for (`waiting`, `operator`), else ignored:
+    # a group member's message with no mention is for the bot only while it is the operator's to read.
+    only_while_held: bool = False
 
     @property
     def idempotency_key(self) -> tuple[str, str]:

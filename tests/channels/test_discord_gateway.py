@@ -32,9 +32,11 @@ async def test_start_connects_gateway_with_message_content_intent_and_delivers(f
             f"<@{BOT_USER_ID}> opening hours?", message_id="900000000000000021", mentions=[{"id": BOT_USER_ID}]
         )
         await fake.dispatch("MESSAGE_CREATE", mention)
-        await wait_for(delivered, 1)
-        assert [m.external_id for m in delivered] == ["900000000000000021"]
-        assert delivered[0].text == "opening hours?" and delivered[0].conversation.workspace == GUILD
+        await wait_for(delivered, 2)
+        # Both are delivered; the inbox keeps the unmentioned one only while a person talks with its author.
+        assert [(m.external_id, m.only_while_held) for m in delivered] == [
+            ("900000000000000020", True), ("900000000000000021", False)]
+        assert delivered[1].text == "opening hours?" and delivered[1].conversation.workspace == GUILD
     assert adapter.client.is_closed()
 
 

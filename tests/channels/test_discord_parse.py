@@ -32,9 +32,9 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "discord4j_discord_json/Hello.json": ("ignored", "control frame op 10"),
     "discord4j_discord_json/InteractionCreate.SubCommandGroup.json": ("ignored", "interactions endpoint"),
     "discord4j_discord_json/InteractionCreate.json": ("ignored", "interactions endpoint"),
-    "discord4j_discord_json/MessageCreate.Type0.json": ("ignored", "neither mentions nor replies"),
+    "discord4j_discord_json/MessageCreate.Type0.json": ("held_only", "neither mentions nor replies"),
     "discord4j_discord_json/MessageCreate.Type19.json": ("message", "cool."),
-    "discord4j_discord_json/MessageCreate.Type6.json": ("ignored", "neither mentions nor replies"),
+    "discord4j_discord_json/MessageCreate.Type6.json": ("held_only", "neither mentions nor replies"),
     "discord4j_discord_json/MessageDelete.json": ("ignored", "deletion"),
     "discord4j_discord_json/MessageReactionAdd.json": ("ignored", "reaction"),
     "discord4j_discord_json/MessageUpdate.Embeds.json": ("ignored", "message edit"),
@@ -79,7 +79,9 @@ def test_parse_fixture_is_normalized_or_ignored_with_reason(name: str):
         result = adapter.parse(request)
         assert result.response is not None and json.loads(result.response.body)["type"] in (1, 4, 5, 8)
     kind, detail = EXPECTED[name]
-    if kind == "message":
+    if kind == "held_only":  # no mention: stored only while a person talks with this member (the inbox)
+        assert len(result.messages) == 1 and result.messages[0].only_while_held and not result.ignored
+    elif kind == "message":
         assert len(result.messages) == 1 and not result.ignored
         message = result.messages[0]
         assert message.text == detail and message.channel == "discord"
@@ -148,9 +150,9 @@ def test_ask_is_in_the_members_conversation_and_in_a_threads_when_asked_in_one()
 
 def test_parse_gateway_message_guild_always_answers_when_configured():
     payload = guild_message("no mention here")
-    assert parse_gateway_message(payload, bot_user_id=BOT_USER_ID) is None
+    assert parse_gateway_message(payload, bot_user_id=BOT_USER_ID).only_while_held  # for an operator, if any
     message = parse_gateway_message(payload, bot_user_id=BOT_USER_ID, respond_in_groups="always")
-    assert message is not None and message.text == "no mention here"
+    assert message is not None and message.text == "no mention here" and not message.only_while_held
 
 
 def test_parse_gateway_message_dm_answered_without_mention():

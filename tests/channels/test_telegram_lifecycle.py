@@ -41,10 +41,11 @@ async def test_start_learns_username_so_group_mentions_work(fake: FakeTelegramAP
     tg = TelegramAdapter("demo", _settings(fake.base_url))
     text = "@support_bot hi"
     update = _update(text, chat_type="group", entities=[{"type": "mention", "offset": 0, "length": 12}])
-    assert not tg.parse(_request(update)).messages
+    assert tg.parse(_request(update)).messages[0].only_while_held  # not yet known as a mention
     await tg.start(lambda m: asyncio.sleep(0))
     try:
         assert tg.parse(_request(update)).messages[0].text == "hi"
+        assert not tg.parse(_request(update)).messages[0].only_while_held
         assert not fake.calls("getUpdates")  # webhook mode does not poll
     finally:
         await tg.stop()

@@ -133,7 +133,7 @@ def test_parse_garbage_body_raises_bad_request() -> None:
 def test_parse_group_message_needs_mention_reply_or_command() -> None:
     tg = TelegramAdapter("demo", _settings(), username="support_bot")
     plain = tg.parse(_request(_update("what are your hours?", chat_type="supergroup")))
-    assert not plain.messages and "not addressed" in plain.ignored[0]
+    assert plain.messages[0].only_while_held  # kept only while a person talks with this member (the inbox)
 
     text = "@Support_Bot what are your hours?"
     mention = tg.parse(_request(_update(text, chat_type="supergroup", entities=[{"type": "mention", "offset": 0, "length": 12}])))

@@ -17,6 +17,7 @@ from tests.gateway_channels.conftest import (
     QUESTION,
     count_messages,
     gateway_app,
+    messages_in_chat,
     settle,
     settled_chat,
     store_reply,
@@ -149,10 +150,11 @@ async def test_discord_gateway_dm_is_answered_as_a_reply_with_typing(env):
 
 async def test_discord_guild_message_without_mention_is_ignored(env):
     client, services, fake = env
-    result = classify_gateway_message(gateway_message("1500000000000000002", "1600000000000000002",
-                                                      "what does it cost?", guild="1700000000000000001"),
-                                      bot_user_id=BOT_USER_ID)
-    assert isinstance(result, str) and "neither mentions nor replies" in result
+    message = classify_gateway_message(gateway_message("1500000000000000002", "1600000000000000002",
+                                                       "what does it cost?", guild="1700000000000000001"),
+                                       bot_user_id=BOT_USER_ID)
+    assert message.only_while_held  # nobody talks with this member: the inbox stores nothing
+    assert await services.inbox.accept("acme", message) is None
 
 
 async def test_discord_one_members_escalation_in_a_shared_channel_does_not_hold_the_others(env):
@@ -185,6 +187,17 @@ async def test_discord_one_members_escalation_in_a_shared_channel_does_not_hold_
     assert await services.outbox.deliver(reply_id) == "sent"
     operator = fake.channel_messages(channel)[-1]
     assert operator["content"] == f"<@{ann}> Hi Ann, Sam here."
+
+    # Ann answers the operator in the channel without mentioning the bot: hers is a held conversation,
+    # so it is stored for the operator (it was ignored by the group rule). Bob's chatter is not.
+    def plain(message_id: str, text: str, author: str):
+        return classify_gateway_message(gateway_message(message_id, channel, text, guild=guild, author=author),
+                                        bot_user_id=BOT_USER_ID)
+
+    await deliver(plain("1500000000000000093", "it is ann@example.com", ann))
+    await deliver(plain("1500000000000000094", "lunch anyone?", bob))
+    texts = [m.text for m in await messages_in_chat(services, channel="discord", chat=channel)]
+    assert "it is ann@example.com" in texts and "lunch anyone?" not in texts
 
 
 async def test_discord_long_reply_is_split_at_2000_without_repeats(env):
