@@ -1,7 +1,8 @@
 """Tools the model may call, declared per bot, and authorized in code.
 
-Every tool receives the conversation's verified `CallerIdentity` from the gateway as its first
-argument; the model only supplies the other arguments, so it cannot choose whose data it reads.
+Every `python` tool receives the conversation's verified `CallerIdentity` from the gateway as its first
+argument; the model only supplies the other arguments, so it cannot choose whose data it reads. An
+`http` tool gets no identity: it is for data every customer may see.
 
 Kinds:
 - `builtin`: `escalate_to_human(reason)` hands the conversation to a person.
