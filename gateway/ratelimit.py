@@ -15,7 +15,6 @@ counted in `gateway_ratelimit_errors_total`, and `ratelimit.unavailable` is logg
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 
 import structlog
@@ -25,6 +24,7 @@ from limits.errors import ConfigurationError
 from limits.storage import storage_from_string
 
 from gateway.errors import ConfigError
+from gateway.observability.outage import OutageLog
 from gateway.settings import RateLimitSettings, Settings
 
 log = structlog.get_logger("gateway.ratelimit")
@@ -62,8 +62,7 @@ class RateLimiter:
         self._limits = limits_by_bot
         self.timeout = timeout
         self.metrics = metrics  # gateway.observability.metrics.Metrics, for gateway_ratelimit_errors_total
-        self._last_unavailable_log: float | None = None  # when `ratelimit.unavailable` was last logged
-        self._outage_logged = False  # `ratelimit.unavailable` was logged and `ratelimit.recovered` not yet
+        self._outage = OutageLog(LOG_EVERY_S)  # `ratelimit.unavailable` once a minute, `ratelimit.recovered` once
         try:
             self._storage = storage_from_string(storage_uri(redis_url))
         except ConfigurationError as exc:  # e.g. the Redis client library is not installed
@@ -134,17 +133,13 @@ class RateLimiter:
         flaps (fails one call, answers the next): a success does not reset the clock."""
         if self.metrics is not None:
             self.metrics.ratelimit_errors.inc()
-        now = time.monotonic()
-        if self._last_unavailable_log is None or now - self._last_unavailable_log >= LOG_EVERY_S:
-            self._last_unavailable_log = now
-            self._outage_logged = True
+        if self._outage.failed():
             log.warning("ratelimit.unavailable", backend=self.backend, bot=bot, error=type(exc).__name__,
                         detail=str(exc)[:200], action="messages pass uncounted until the storage answers")
 
     def _available(self) -> None:
         """After a logged outage, say once that the storage answers again."""
-        if self._outage_logged:
-            self._outage_logged = False
+        if self._outage.recovered() is not None:
             log.info("ratelimit.recovered", backend=self.backend)
 
     def notice(self, bot: str) -> str:

@@ -30,6 +30,7 @@ from gateway.delivery.typing_indicator import TYPING_REFRESH_S
 from gateway.events import EventBus
 from gateway.message_handler import MessageHandler
 from gateway.models import as_utc, utcnow
+from gateway.observability.outage import OutageLog
 from gateway.observability.tracing import message_context
 from gateway.pipeline import Pipeline
 from gateway.settings import Settings
@@ -108,24 +109,16 @@ class Worker:
                 await asyncio.sleep(0.05)
 
     async def _loop(self) -> None:
-        failing_since: float | None = None  # a database outage: its first failure in full, then one line a minute
-        last_told = 0.0
+        outage = OutageLog()  # a database outage: one line a minute, not one a poll
         while not self._stopping:
             try:
                 await self._requeue_stalled_sends()
                 await self._claim_round()
-                if failing_since is not None:
-                    log.info("worker.claim_recovered", down_s=round(time.monotonic() - failing_since, 1))
-                    failing_since = None
-            except Exception as exc:  # the loop must survive a database blip
-                now = time.monotonic()
-                if failing_since is None:
-                    failing_since = last_told = now
+                if (down := outage.recovered()) is not None:
+                    log.info("worker.claim_recovered", down_s=round(down, 1))
+            except Exception:  # the loop must survive a database blip
+                if outage.failed():
                     log.exception("worker.claim_failed")
-                elif now - last_told >= 60:
-                    last_told = now
-                    log.error("worker.claim_failed", error=f"{type(exc).__name__}: {exc}"[:200],
-                              failing_for_s=round(now - failing_since))
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval)
             except asyncio.TimeoutError:
