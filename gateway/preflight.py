@@ -73,17 +73,25 @@ def redacted_db_url(url: str) -> str:
 async def database_has_schema(settings, engine=None) -> bool:
     """Whether the database was ever migrated; a one-line `GatewayError` when it cannot be reached,
     instead of the driver's traceback at the first query."""
-    from sqlalchemy import inspect
+    return await schema_revision(settings, engine) is not None
+
+
+async def schema_revision(settings, engine=None) -> str | None:
+    """The migration the database is at, None when it was never migrated (no `alembic_version`, or no
+    SQLite file: asking would create it); a one-line `GatewayError` when it cannot be reached."""
+    from sqlalchemy import inspect, text
 
     from storage.engine import create_engine, sqlite_file
 
     if (database := sqlite_file(settings.database_url)) is not None and not database.exists():
-        return False  # and asking would create it
+        return None
     own = engine is None
     engine = create_engine(settings.database_url) if own else engine
     try:
         async with engine.connect() as conn:
-            return await conn.run_sync(lambda sync: inspect(sync).has_table("alembic_version"))
+            if not await conn.run_sync(lambda sync: inspect(sync).has_table("alembic_version")):
+                return None
+            return (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar_one_or_none()
     except Exception as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise GatewayError(f"cannot reach the database {redacted_db_url(settings.database_url)}: {reason}") from None
@@ -95,7 +103,8 @@ async def database_has_schema(settings, engine=None) -> bool:
 async def require_schema(settings, engine=None) -> None:
     """Raise a one-line `GatewayError` saying what to run when the database was never migrated (or
     cannot be reached)."""
-    if not await database_has_schema(settings, engine):
+    current = await schema_revision(settings, engine)  # one connection for both questions
+    if current is None:
         from storage.engine import sqlite_file
 
         config = settings.config_path or "config.yaml"
@@ -114,7 +123,7 @@ async def require_schema(settings, engine=None) -> None:
     # Behind the code (a deploy that started before its migration ran): queries of the new columns
     # would fail at run time while /readyz said ready. A revision this code does not know is newer
     # (a rollback of the code): its migrations only add, so it is let through.
-    current, (head, known) = await _schema_revision(settings, engine), migration_revisions()
+    head, known = migration_revisions()
     if current != head and current in known:
         config = settings.config_path or "config.yaml"
         raise GatewayError(f"the database {redacted_db_url(settings.database_url)} is at migration {current}, and "
@@ -139,18 +148,3 @@ def migration_revisions() -> tuple[str, set[str]]:
 
     script = ScriptDirectory.from_config(alembic_config())
     return script.get_current_head(), {revision.revision for revision in script.walk_revisions()}
-
-
-async def _schema_revision(settings, engine=None) -> str | None:
-    from sqlalchemy import text
-
-    from storage.engine import create_engine
-
-    own = engine is None
-    engine = create_engine(settings.database_url) if own else engine
-    try:
-        async with engine.connect() as conn:
-            return (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar_one_or_none()
-    finally:
-        if own:
-            await engine.dispose()
