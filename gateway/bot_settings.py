@@ -172,8 +172,10 @@ class EscalationSettings(_Strict):
     acknowledgement: str = "I've asked a person from our team to take over. They'll reply here shortly."
     # Unclaimed for this long: the customer is told honestly and operators are pinged again.
     claim_timeout_seconds: float = Field(default=900.0, gt=0.0)
-    unclaimed_message: str = ("Sorry, everyone on our team is busy right now and nobody has picked up your "
-                              "conversation yet. It's still in the queue, and a person will reply here.")
+    # Also sent when a released claim waits again, after the customer heard "a person has joined": so it
+    # must not say that nobody ever picked the conversation up.
+    unclaimed_message: str = ("Sorry, everyone on our team is busy right now. Your conversation is still "
+                              "in the queue, and a person will reply here.")
     claimed_message: str = "A person from our team has joined this conversation and will reply here."
     """Told to the customer when an operator claims the thread ("" says nothing)."""
     resolved_message: str = "Our team has handed this conversation back to the assistant. Ask me anything."
