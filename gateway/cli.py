@@ -260,7 +260,7 @@ async def _eval(args) -> int:
 
 
 async def _chat(args) -> int:
-    from gateway.http.webchat import _wait_for_reply
+    from gateway.http.webchat import wait_for_reply
     from gateway.models import ConversationRef, InboundMessage, Sender
     from gateway.observability.logs import configure_logging
     from gateway.services import build_services
@@ -294,7 +294,7 @@ async def _chat(args) -> int:
         message = InboundMessage(channel="web", external_id=uuid.uuid4().hex, conversation=ref,
                                  sender=Sender(external_id=session_id, display_name="Terminal"), text=text)
         accepted = await svc.inbox.accept(bot.name, message)
-        return await _wait_for_reply(svc, accepted.message_id, timeout=120)
+        return await wait_for_reply(svc, accepted.message_id, timeout=120)
 
     async def follow(after: int) -> list[dict]:
         async with svc.sessions() as session:

@@ -160,7 +160,7 @@ async def chat(bot: str, body: ChatRequest, request: Request):
     counter.labels(bot=bot, channel="web").inc()
     if "text/event-stream" in request.headers.get("accept", ""):
         return EventSourceResponse(_stream(svc, accepted.message_id), ping=15)
-    result = await _wait_for_reply(svc, accepted.message_id, timeout=svc.reply_timeout)
+    result = await wait_for_reply(svc, accepted.message_id, timeout=svc.reply_timeout)
     return JSONResponse(result, status_code=200 if not result.get("pending") else 202)
 
 
@@ -189,8 +189,9 @@ async def _stream(svc, message_id: int):
     yield {"event": "done", "data": json.dumps(await _reply_for(svc, message_id))}
 
 
-async def _wait_for_reply(svc, message_id: int, *, timeout: float) -> dict[str, Any]:
-    """Wait on the bus, and poll the store too, so an answer written by another replica is found."""
+async def wait_for_reply(svc, message_id: int, *, timeout: float) -> dict[str, Any]:
+    """The reply to `message_id` once it is settled (or at `timeout`, still pending), as the web chat
+    returns it. Waits on the bus, and polls the store too, so an answer written by another replica is found."""
     async with svc.bus.subscribe(message_topic(message_id)) as queue:
         deadline = asyncio.get_running_loop().time() + timeout
         while await _status(svc, message_id) == "pending":
