@@ -42,6 +42,9 @@ log = structlog.get_logger("gateway.worker")
 PARKED_OWNER = "outbox-backoff"
 """Lease owner of a conversation parked until a reply's retry time; no worker matches it."""
 
+_MAX_TRACKED_FAILURES = 1000
+"""Conversations whose failed drains in a row a worker counts at most (for the back-off's doubling)."""
+
 
 class Worker:
     """Background processing of the inbox, one conversation at a time per lease."""
@@ -242,6 +245,10 @@ class Worker:
         """After a drain that failed: park the conversation for a while, longer each time in a row. Why:
         a message whose turn cannot be stored (a database that refuses its text, a schema behind the
         code) was taken again at once, and every attempt paid the model again, hundreds a minute."""
+        if len(self._failed_drains) >= _MAX_TRACKED_FAILURES and conversation_id not in self._failed_drains:
+            # A conversation another replica drained since is never popped here: forget the oldest
+            # rather than grow without end (it only starts again at the first delay).
+            del self._failed_drains[next(iter(self._failed_drains))]
         failures = self._failed_drains[conversation_id] = self._failed_drains.get(conversation_id, 0) + 1
         delay = doubling(failures, first=1.0, cap=60.0)
         try:

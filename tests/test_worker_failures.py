@@ -389,3 +389,17 @@ async def test_a_message_answered_again_tells_an_open_stream_to_drop_the_dead_at
         events = [queue.get_nowait()["type"] for _ in range(queue.qsize())]
     assert events[0] == "reset" and events[-1] == "done" and adapter.sent == [("alice", "echo: alice #0")]
     await engine.dispose()
+
+
+async def test_the_failed_drain_counts_a_worker_keeps_are_bounded(migrated_url, monkeypatch):
+    """A conversation another replica drained after a failure here was never forgotten: one entry per
+    such conversation for the life of the process."""
+    import gateway.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "_MAX_TRACKED_FAILURES", 3)
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, EchoPipeline(delay=0))
+    for conversation_id in range(1, 6):
+        await worker._back_off(conversation_id)
+    await worker._back_off(5)
+    assert worker._failed_drains == {3: 1, 4: 1, 5: 2}
+    await engine.dispose()
