@@ -39,6 +39,7 @@ class IngestScheduler:
         self._leader = leader
         self._scheduler = AsyncIOScheduler(timezone=timezone)
         self._first_ingest: asyncio.Task | None = None
+        self._warned_local_index = False
         for bot in settings.bots:
             for source in bot.sources:
                 self._scheduler.add_job(
@@ -68,6 +69,7 @@ class IngestScheduler:
 
     async def _run(self, bot: str, source: str) -> None:
         if not await self._leads(f"{bot}/{source}"):
+            self._warn_local_index_not_ingested()
             return
         log.info("ingest.scheduled_start", bot=bot, source=source)
         try:
@@ -76,6 +78,16 @@ class IngestScheduler:
         except Exception:  # recorded in ingest_runs by the ingester; the scheduler keeps going
             log.exception("ingest.scheduled_failed", bot=bot, source=source)
         self.log_next_runs()
+
+    def _warn_local_index_not_ingested(self) -> None:
+        """Once: this replica skips scheduled ingests, but reads an index of its own. Its answers then
+        come from a copy the leader never updates, and nothing else says so."""
+        if self._settings.qdrant.url is not None or self._warned_local_index:
+            return
+        self._warned_local_index = True
+        log.warning("scheduler.local_index_not_ingested", qdrant_path=self._settings.qdrant.path,
+                    why="another replica leads and re-ingests its own index folder, not this one's; "
+                        "several replicas need a shared Qdrant server (qdrant.url)")
 
     def start(self) -> None:
         """Start the cron clock inside the running event loop, and fill empty collections now."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
+import structlog
 
 from gateway.leader import LeaderElection, lock_key
 from gateway.scheduler import IngestScheduler
@@ -110,6 +111,22 @@ async def test_scheduler_runs_ingest_only_on_the_leader(tmp_path) -> None:
     await IngestScheduler(settings, knowledge=follower_kb, leader=_Follower())._run("acme", "docs")
     await IngestScheduler(settings, knowledge=leader_kb, leader=sqlite_leader)._run("acme", "docs")
     assert follower_kb.runs == [] and leader_kb.runs == [("acme", "docs")]
+
+
+async def test_a_follower_with_an_index_of_its_own_says_once_that_nobody_ingests_it(tmp_path) -> None:
+    """Replicas each on a local index folder: the leader re-ingested its own, the others answered from a
+    copy that drifted, silently."""
+    sources = [{"name": "docs", "type": "directory", "path": str(tmp_path), "schedule": "0 3 * * *"}]
+    local = IngestScheduler(Settings(bots=[{"name": "acme", "sources": sources}]), knowledge=_Knowledge(),
+                            leader=_Follower())
+    server = IngestScheduler(Settings(bots=[{"name": "acme", "sources": sources}], qdrant={"url": "http://q:6333"}),
+                             knowledge=_Knowledge(), leader=_Follower())
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(2):
+            await local._run("acme", "docs")
+            await server._run("acme", "docs")
+    warned = [e for e in logs if e["event"] == "scheduler.local_index_not_ingested"]
+    assert len(warned) == 1 and warned[0]["qdrant_path"] == "var/qdrant"
 
 
 async def test_a_tick_right_after_the_leader_died_runs_on_a_follower_that_takes_the_lock(postgres_url, tmp_path) -> None:
