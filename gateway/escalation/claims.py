@@ -24,7 +24,7 @@ log = structlog.get_logger("gateway.escalation")  # one logger for the whole sta
 
 class ClaimTransitions:
     """The claim transitions of `Escalations`; they use its sessions, settings, metrics, `get`,
-    `_after_commit` and `_deliver`."""
+    `servable`, `_after_commit` and `_deliver`."""
 
     async def claim(self, escalation_id: int, *, operator: str, bots: Iterable[str] | None,
                     reason: str = "", take_over: bool = False) -> Escalation:
@@ -125,7 +125,7 @@ class ClaimTransitions:
 
         async with self._sessions() as session, session.begin():
             conversation = await session.get(Conversation, conversation_id)
-            if conversation is None or (bots is not None and conversation.bot not in set(bots)):
+            if conversation is None or conversation.bot not in self.servable(bots):
                 raise NotFound(f"no conversation {conversation_id}")
             taken = await session.execute(
                 update(Conversation).where(Conversation.id == conversation_id, Conversation.state == "bot")

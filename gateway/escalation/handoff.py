@@ -119,12 +119,17 @@ class Escalations(ClaimTransitions):
 
     # ---- operator side ---------------------------------------------------------------------------
 
+    def servable(self, bots: Iterable[str] | None) -> set[str]:
+        """The bots whose escalations a caller allowed `bots` (`None`: every bot) may see and act on: of
+        those configured now. A bot removed from the config has no settings to claim or resolve with."""
+        configured = {bot.name for bot in self._settings.bots}
+        return configured if bots is None else configured & set(bots)
+
     async def find(self, *, bots: Iterable[str] | None, state: str | None = None,
                    bot: str | None = None, limit: int = 200) -> list[Escalation]:
-        """Escalations the caller may see, newest first; `bots=None` means every bot."""
+        """Escalations the caller may see, newest first; `bots=None` means every configured bot."""
         query = select(Escalation).order_by(Escalation.id.desc()).limit(limit)
-        if bots is not None:
-            query = query.where(Escalation.bot.in_(list(bots)))
+        query = query.where(Escalation.bot.in_(sorted(self.servable(bots))))
         if state:
             query = query.where(Escalation.state.in_(state.split(",")))
         if bot:
@@ -133,10 +138,11 @@ class Escalations(ClaimTransitions):
             return list((await session.execute(query)).scalars().all())
 
     async def get(self, escalation_id: int, *, bots: Iterable[str] | None) -> Escalation:
-        """One escalation; NotFound when it does not exist or belongs to a bot the caller may not serve."""
+        """One escalation; NotFound when it does not exist or belongs to a bot the caller may not serve
+        (or one no longer configured)."""
         async with self._sessions() as session:
             escalation = await session.get(Escalation, escalation_id)
-        if escalation is None or (bots is not None and escalation.bot not in set(bots)):
+        if escalation is None or escalation.bot not in self.servable(bots):
             raise NotFound(f"no escalation {escalation_id}")
         return escalation
 

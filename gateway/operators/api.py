@@ -216,10 +216,7 @@ async def get_escalation(escalation_id: RowId, request: Request,
             # The summary always reads the newest messages, whichever page is shown.
             recent = await summary_messages(session, conversation_id=conversation.id)
         events = await svc.escalations.events(escalation_id)
-        try:
-            bot = svc.settings.bot(escalation.bot)
-        except KeyError:
-            raise NotFound(f"no escalation {escalation_id}") from None
+        bot = svc.settings.bot(escalation.bot)  # configured: `get` finds no escalation of a removed bot
         return {
             **escalation_dict(escalation, conversation, contact),
             "summary": await summarize(svc.llm, bot, recent, reason=escalation.reason, budget=svc.budget,

@@ -209,3 +209,33 @@ async def test_taking_over_a_bot_conversation_tells_the_customer_unless_switched
         await engine.dispose()
     assert notices[told] == ["A person from our team has joined this conversation and will reply here."]
     assert notices[silent] == []
+
+
+async def test_escalation_of_a_bot_removed_from_the_config_is_not_found(migrated_url):
+    """A bot taken out of config.yaml while one of its escalations was open: after the restart its
+    escalation was still listed to a `*` operator, and claiming, replying or resolving it was a 500
+    (the bot's settings, for the customer's notice, were looked up and missing), while its detail was 404."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    before = Escalations(sessions, settings=Settings(bots=[{"name": "acme"}, {"name": "gone"}]), bus=EventBus())
+    after = Escalations(sessions, settings=Settings(bots=[{"name": "acme"}]), bus=EventBus())
+    try:
+        gone_cid = await _conversation(sessions, bot="gone", chat="g1")
+        gone = await _open(sessions, before, gone_cid)
+        kept = await _open(sessions, before, await _conversation(sessions, bot="acme", chat="a1"))
+        await before.drain()
+        assert [e.id for e in await after.find(bots=None)] == [kept]
+        assert [e.id for e in await after.find(bots=["acme", "gone"])] == [kept]
+        for act in (lambda: after.get(gone, bots=None),
+                    lambda: after.claim(gone, operator="sam", bots=None),
+                    lambda: after.reply(gone, operator="sam", text="hello", bots=None),
+                    lambda: after.add_note(gone, operator="sam", text="hello", bots=None),
+                    lambda: after.resolve(gone, operator="sam", bots=None),
+                    lambda: after.claim_conversation(gone_cid, operator="sam", bots=None)):
+            with pytest.raises(NotFound):
+                await act()
+        assert await _state(sessions, gone_cid) == ("waiting", None)  # nothing changed
+        assert (await after.claim(kept, operator="sam", bots=None)).state == "claimed"
+    finally:
+        await after.drain()
+        await engine.dispose()
