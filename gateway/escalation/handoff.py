@@ -91,6 +91,7 @@ class Escalations(ClaimTransitions):
                 return existing
         conversation.state, conversation.assigned_operator = "waiting", None
         now = utcnow()
+        reason = storable_text(reason)  # the model's `escalate_to_human` argument may hold a NUL
         escalation = Escalation(conversation_id=conversation.id, bot=conversation.bot, state="open",
                                 reason=reason[:1000], notes=[], created_at=now)
         session.add(escalation)

@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.models import utcnow
 from storage.models import Escalation, EscalationEvent
+from storage.text import storable_text
 
 
 async def live_escalation(session: AsyncSession, conversation_id: int) -> Escalation | None:
@@ -20,10 +21,11 @@ async def live_escalation(session: AsyncSession, conversation_id: int) -> Escala
 
 def record_event(session: AsyncSession, escalation: Escalation, *, kind: str, actor: str, reason: str = "",
                  from_state: str | None = None, to_state: str | None = None) -> None:
-    """Add one row to the audit trail of an escalation, inside the caller's transaction."""
+    """Add one row to the audit trail of an escalation, inside the caller's transaction. The reason is
+    an operator's or a model's free text: a NUL in it (valid JSON) failed the insert on PostgreSQL, a 500."""
     session.add(EscalationEvent(escalation_id=escalation.id, conversation_id=escalation.conversation_id, kind=kind,
-                                from_state=from_state, to_state=to_state, actor=actor, reason=(reason or "")[:2000],
-                                created_at=utcnow()))
+                                from_state=from_state, to_state=to_state, actor=actor,
+                                reason=storable_text((reason or "")[:2000]), created_at=utcnow()))
 
 
 def conflict_message(escalation: Escalation | None) -> str:

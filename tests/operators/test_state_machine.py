@@ -239,3 +239,20 @@ async def test_escalation_of_a_bot_removed_from_the_config_is_not_found(migrated
     finally:
         await after.drain()
         await engine.dispose()
+
+
+async def test_a_nul_in_a_reason_is_stored_without_it_not_a_500(world):
+    """A reason is free text from the operator API (`{"reason": "a\\u0000b"}` is valid JSON) or the
+    model's `escalate_to_human`: PostgreSQL refused the NUL, and claim, release and resolve were 500s."""
+    sessions, escalations, _, _ = world
+    cid = await _conversation(sessions)
+    async with sessions() as session, session.begin():
+        conversation = await session.get(Conversation, cid)
+        eid = (await escalations.open_in(session, conversation=conversation, reason="model: re\x00fund")).id
+    await escalations.claim(eid, operator="sam", bots=None, reason="mine\x00")
+    await escalations.release(eid, operator="sam", bots=None, reason="lunch\x00")
+    await escalations.claim(eid, operator="kim", bots=None)
+    await escalations.resolve(eid, operator="kim", bots=None, reason="do\x00ne")
+    assert (await escalations.get(eid, bots=None)).reason == "model: refund"
+    reasons = [e.reason for e in await escalations.events(eid)]
+    assert reasons == ["model: refund", "mine", "lunch", "", "done"]
