@@ -22,7 +22,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
@@ -34,6 +34,7 @@ from gateway.operators.auth import Operator
 from gateway.operators.summary import summarize, summary_messages
 from storage import repositories as repo
 from storage.models import ESCALATION_STATES, Contact, Conversation, Escalation
+from storage.text import storable_text
 
 UNAUTHORIZED = "a valid operator token is required (Authorization: Bearer <token>)"
 TRANSCRIPT_PAGE = 200  # messages per page of GET /v1/escalations/{id}, newest first
@@ -59,7 +60,18 @@ class OperatorRoute(JsonRoute):
 router = APIRouter(tags=["operators"], route_class=OperatorRoute)  # token first, then bodies capped
 
 
-class TextBody(BaseModel):
+class OperatorBody(BaseModel):
+    """A body of operator text. In `text` and `reason`, a lone surrogate ("\\ud800", valid JSON: half an
+    emoji) becomes U+FFFD before the length is checked, as the web chat stores it; the check refused it
+    with "unable to parse raw data as a unicode string". (A `message_id` is checked as it came.)"""
+
+    @field_validator("text", "reason", mode="before", check_fields=False)
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return storable_text(value) if isinstance(value, str) else value
+
+
+class TextBody(OperatorBody):
     """A reply or a note."""
 
     text: str = Field(min_length=1, max_length=4000)
@@ -72,7 +84,7 @@ class ReplyBody(TextBody):
     message_id: str | None = None
 
 
-class ResolveBody(BaseModel):
+class ResolveBody(OperatorBody):
     """Why the thread is handed back or released (optional)."""
 
     reason: str = Field(default="", max_length=1000)
@@ -85,7 +97,7 @@ class NoBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ClaimBody(BaseModel):
+class ClaimBody(OperatorBody):
     """`take_over`: take a claim another operator holds (without it, that is a 409 naming the holder)."""
 
     take_over: bool = False

@@ -164,3 +164,21 @@ async def test_api_reply_or_note_of_invisible_characters_is_422_and_nothing_is_s
     detail = (await client.get(url, headers=auth("sam"))).json()
     assert detail["state"] == "open" and detail["notes"] == []  # not claimed by the refused reply either
     assert [m["author"] for m in detail["messages"]] == ["contact", "bot"]
+
+
+async def test_api_a_lone_surrogate_in_a_reply_note_or_reason_is_stored_as_a_replacement_character(client):
+    """`"\\ud800"` (half an emoji, valid JSON) was a 422 "unable to parse raw data as a unicode string"
+    from the length check, where the web chat stores it as U+FFFD."""
+    opened = await _chat(client, "w-surrogate", "I want to talk to a real person")
+    url = f"/v1/escalations/{(await _escalation_for(client, opened['conversation_id']))['id']}"
+    broken = b'"thanks \\ud83d for waiting"'  # sent as bytes: httpx would not encode a lone surrogate
+    headers = {**auth("sam"), "Content-Type": "application/json"}
+    claim = await client.post(f"{url}/claim", headers=headers, content=b'{"reason": ' + broken + b"}")
+    assert claim.status_code == 200, claim.text
+    reply = await client.post(f"{url}/reply", headers=headers, content=b'{"text": ' + broken + b"}")
+    assert reply.status_code == 201, reply.text
+    note = await client.post(f"{url}/notes", headers=headers, content=b'{"text": ' + broken + b"}")
+    assert note.status_code == 201 and note.json()["text"] == "thanks \ufffd for waiting"
+    detail = (await client.get(url, headers=auth("sam"))).json()
+    assert detail["messages"][-1]["text"] == "thanks \ufffd for waiting"
+    assert detail["events"][1]["kind"] == "claimed" and detail["events"][1]["reason"] == "thanks \ufffd for waiting"
