@@ -339,7 +339,8 @@ class SlackOperatorChannel:
             channel = self.channel_for(bot)
             async with self._sessions() as session:
                 row = await session.get(Escalation, click.escalation_id)
-            if channel and row is not None and row.slack_ts:
+            # Only in this bot's own thread: another bot's header (same channel or not) is not this one's to answer in.
+            if channel and row is not None and row.bot == bot and row.slack_ts:
                 await self._post(bot, channel, f"{operator}: {_plain(str(exc))}", thread_ts=row.slack_ts)
             return f"refused: {exc}"
         return f"{click.action_id} {click.escalation_id} by {operator}"

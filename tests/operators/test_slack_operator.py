@@ -321,3 +321,26 @@ async def test_slack_actions_another_apps_button_is_acknowledged_and_ignored(cli
     response = await client.post("/webhooks/acme/slack/actions", content=form, headers={
         "content-type": "application/x-www-form-urlencoded", **sign(form, secret=SIGNING_SECRET)})
     assert response.status_code == 200
+
+
+async def test_a_click_on_another_bots_escalation_is_not_answered_in_that_bots_thread(client, slack):
+    """Refused clicks are explained in the escalation's thread. For another bot's escalation (NotFound
+    here) that thread is not this bot's: the refusal was posted under the other bot's header."""
+    from gateway.operators.slack_actions import Click
+    from storage.models import Escalation
+
+    async with client.services.sessions() as session, session.begin():
+        conversation = Conversation(bot="globex", channel="web", chat="elsewhere")
+        session.add(conversation)
+        await session.flush()
+        escalation = Escalation(bot="globex", conversation_id=conversation.id, slack_ts="1700000000.000100")
+        session.add(escalation)
+        await session.flush()
+        escalation_id = escalation.id
+    before = len(slack.calls_to("chat.postMessage"))
+    outcome = await client.services.slack_operator.handle_action(
+        "acme", Click(user_id="UOPS", action_id="escalation_claim", escalation_id=escalation_id))
+    assert outcome.startswith("refused:")
+    await asyncio.sleep(0.2)
+    assert [c for c in slack.calls_to("chat.postMessage")[before:]
+            if c.params.get("thread_ts") == "1700000000.000100"] == []
