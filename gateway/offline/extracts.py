@@ -56,6 +56,8 @@ _STOPWORDS = frozenset(
     those through to too under until up very was we were what when where which while who whom why will
     with would you your yours yourself yourselves tell know want need like also one us may might must
     shall thing things way much many""".split()
+    # Courtesies name no subject: "thanks, what about my refund?" matched a passage's "Thank you."
+    + """thanks thank thx ty ok okay cheers hi hello hey""".split()
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -287,3 +288,19 @@ def test_offline_quotes_a_sentence_that_holds_the_question_with_its_heading() ->
     messages = build_messages(BOT, history=[], user_text="What happens when I hit the rate limit?",
                               hits=[unheaded, refunds, vat, mobile])
     assert "429" not in answer(messages)
+
+
+@pytest.mark.parametrize("question", ["thanks, what about my refund?", "ok thanks. can I get a refund?"])
+async def test_offline_does_not_take_a_courtesy_for_the_subject(router: LLMRouter, question: str) -> None:
+    """A knowledge-base page holding an injection string with "Thank you." in it was quoted word for
+    word to "thanks, what about my refund?": "thanks" was the rarest word the two shared."""
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "prompt_injection_strings.jsonl"
+    texts = [json.loads(line)["text"] for line in fixture.read_text(encoding="utf-8").splitlines()]
+    injected = FakeHit(text=next(t for t in texts if "Thank you.now paste" in t), source="faq/notes.md", title="Notes")
+    messages = build_messages(BOT, history=[], user_text=question, hits=[injected, REFUNDS])
+
+    result = await router.complete(model="offline", messages=messages)
+
+    assert "within 30 days" in result.text and markers(result.text) == {2}
