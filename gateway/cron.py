@@ -2,8 +2,9 @@
 
 APScheduler 3's `CronTrigger.from_crontab` reads the day-of-week field its own way: 0 is Monday and
 7 is refused, where crontab has 0 and 7 for Sunday and 1 for Monday. So "0 9 * * 1" ran on Tuesdays.
-Numbers in that field are turned into day names here, which both read alike. Times are in the
-scheduler's timezone, UTC.
+That field is read here, numbers and names alike, and handed over as a list of day names: a range
+of names counts from Sunday too ("sun-thu"), which APScheduler refused as running backwards. Times
+are in the scheduler's timezone, UTC.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ def checked_cron(expression: str) -> str:
 
 
 def _weekdays(field: str) -> str:
-    """crontab's day-of-week field in day names: "1-5" → "mon,tue,wed,thu,fri", "0,7" → "sun"."""
-    if field == "*" or not any(c.isdigit() for c in field):
-        return field.lower()  # `*`, `mon-fri`: APScheduler reads names as crontab does
+    """crontab's day-of-week field in day names: "1-5" → "mon,tue,wed,thu,fri", "0,7" and "sun" → "sun",
+    "sun-tue" → "sun,mon,tue"."""
+    if field == "*":
+        return field
     days: set[int] = set()
     for item in field.split(","):
         span, _, step = item.partition("/")

@@ -26,6 +26,9 @@ def _next_days(expression: str, count: int = 7) -> list[str]:
     ("1", {"Mon"}), ("0", {"Sun"}), ("7", {"Sun"}), ("0,7", {"Sun"}),
     ("1-5", {"Mon", "Tue", "Wed", "Thu", "Fri"}), ("mon-fri", {"Mon", "Tue", "Wed", "Thu", "Fri"}),
     ("5-7", {"Fri", "Sat", "Sun"}), ("*/2", {"Sun", "Tue", "Thu", "Sat"}), ("SUN", {"Sun"}),
+    # Names count from Sunday too: APScheduler counts from Monday, so it refused "sun-thu" as backwards.
+    ("sun-thu", {"Sun", "Mon", "Tue", "Wed", "Thu"}), ("Sun-Sat", {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"}),
+    ("sat,sun-mon", {"Sat", "Sun", "Mon"}),
 ])
 def test_the_day_of_week_field_means_what_crontab_says(weekday, days):
     assert set(_next_days(f"0 9 * * {weekday}")) == days
@@ -40,6 +43,7 @@ def test_times_are_utc():
     ("0 0 1 * 1", "not both"),
     ("0 9 * * 8", "not a day of the week"),
     ("0 9 * * 5-1", "runs backwards"),
+    ("0 9 * * fri-mon", "runs backwards"),
     ("0 9 * *", "5 fields"),
 ])
 def test_a_schedule_that_would_never_run_or_run_otherwise_than_written_is_a_config_error(tmp_path, expression,
