@@ -135,3 +135,22 @@ def test_ligatures_and_soft_hyphens_read_as_letters():
     assert line.text == "the file and the office"
     assert mend_broken_words("an interopera\u00ad\nbility test, and a hy\u00adphen that breaks nothing") == (
         "an interoperability test, and a hyphen that breaks nothing")
+
+
+async def test_a_pdf_with_only_a_permissions_password_loads(tmp_path):
+    """Most PDFs restricted from copying or printing are AES-encrypted with an owner password and an
+    empty user password: every reader opens them. pypdf needs `cryptography` for AES, which was not
+    installed, so each such manual was the file's error ("cryptography>=3.1 is required")."""
+    import io
+
+    from pypdf import PdfReader, PdfWriter
+
+    for algorithm in ("AES-128", "AES-256"):
+        writer = PdfWriter(clone_from=PdfReader(io.BytesIO(build_pdf([MANUAL_PAGE]))))
+        writer.encrypt(user_password="", owner_password="no-copying", algorithm=algorithm)
+        with open(tmp_path / f"manual-{algorithm}.pdf", "wb") as out:
+            writer.write(out)
+    result = await load_directory(tmp_path)
+    assert result.errors == []
+    assert [d.title for d in result.documents] == ["Getting started", "Getting started"]
+    assert all("10 and 35 degrees" in d.text for d in result.documents)
