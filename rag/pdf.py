@@ -61,6 +61,10 @@ class PdfWithoutText(ValueError):
     """A PDF whose pages hold no text layer (a scan): recorded as the file's error, not skipped silently."""
 
 
+class PdfNeedsPassword(ValueError):
+    """A PDF that opens only with a password: recorded as the file's error, saying so."""
+
+
 @dataclass
 class _Line:
     """One line of text as pypdf laid it out: its text, the size of most of its characters, its height."""
@@ -90,9 +94,13 @@ class _Line:
 
 def pdf_markdown(data: bytes) -> tuple[str | None, str]:
     """(title from the PDF's metadata, the text as Markdown)."""
-    from pypdf import PdfReader
+    from pypdf import PasswordType, PdfReader
 
     reader = PdfReader(io.BytesIO(data))
+    # pypdf opens one with an empty user password (a permissions password only) by itself; the rest
+    # failed later as "FileNotDecryptedError: File has not been decrypted".
+    if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
+        raise PdfNeedsPassword("it needs a password to open; save a copy without one")
     pages = [[line for line in _page_lines(page, number) if line.text] for number, page in enumerate(reader.pages)]
     title = reader.metadata.title if reader.metadata and reader.metadata.title else None
     lines = [line for page_lines in pages for line in page_lines]

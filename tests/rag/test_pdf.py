@@ -154,3 +154,16 @@ async def test_a_pdf_with_only_a_permissions_password_loads(tmp_path):
     assert result.errors == []
     assert [d.title for d in result.documents] == ["Getting started", "Getting started"]
     assert all("10 and 35 degrees" in d.text for d in result.documents)
+
+
+async def test_a_pdf_that_needs_a_password_to_open_is_an_error_that_says_so(tmp_path):
+    import io
+
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(build_pdf([MANUAL_PAGE]))))
+    writer.encrypt(user_password="open-sesame", owner_password="owner", algorithm="AES-128")
+    with open(tmp_path / "locked.pdf", "wb") as out:
+        writer.write(out)
+    [(doc_id, error)] = (await load_directory(tmp_path)).errors
+    assert (doc_id, error) == ("locked.pdf", "PdfNeedsPassword: it needs a password to open; save a copy without one")
