@@ -210,6 +210,7 @@ class Ingestor:
         loader_failures = bool(failed_ids)
         await self.index.ensure_collection(bot, await self.dense.probe_dim())
         rows = await self._rows(bot, source).load()
+        incomplete_listing = not delete_missing  # said below; a source that gave nothing says so itself
         gave_nothing = not (documents or not_modified or failed_ids or gone)
         # A first run of a source that gives nothing, and says nothing went wrong: most often a wrong
         # path, or a folder of files no loader takes. A failed run says so where an "ok" would hide it.
@@ -277,7 +278,7 @@ class Ingestor:
         await self._rows(bot, source).restamp(revalidated)
         if delete_missing:
             await self._delete_gone_documents(bot, source, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
-        else:
+        elif incomplete_listing:
             log.warning("ingest kept pages missing from an incomplete listing", extra={"bot": bot, "source": source})
         if check.held and (leftovers := await delete_unrecorded(self.index, self.sessions, bot, check.held)):
             report.deleted += leftovers

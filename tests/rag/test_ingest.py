@@ -174,9 +174,11 @@ async def test_a_sentence_two_chunks_share_is_embedded_once_and_stored_with_both
         assert max(float(row @ expected) for row in stored[chunk_id]) > 0.999
 
 
-async def test_a_source_that_suddenly_gives_nothing_keeps_its_documents(tmp_path, index, dense, sparse, sessions):
+async def test_a_source_that_suddenly_gives_nothing_keeps_its_documents(tmp_path, index, dense, sparse, sessions, caplog):
     """An empty folder is an unmounted volume or a failed sync far more often than a knowledge base meant
-    to be wiped: it deleted every chunk, status ok. Some documents gone is still a deletion."""
+    to be wiped: it deleted every chunk, status ok. Some documents gone is still a deletion. The run's
+    error says why they were kept; a warning about "an incomplete listing" (a child sitemap that
+    failed), printed above it by `gateway ingest`, named a cause that was not there."""
     folder = write_kb(tmp_path / "kb")
     source = SourceSettings(name="docs", type="directory", path=str(folder))
     ingestor = Ingestor(index, dense, sparse, sessions)
@@ -191,6 +193,7 @@ async def test_a_source_that_suddenly_gives_nothing_keeps_its_documents(tmp_path
     assert report.status == "partial" and report.deleted == 0 and await index.count("acme") == before
     assert report.unchanged == before
     assert f"the source gave no documents; its {first.documents} documents were kept" in report.errors[0]
+    assert not [r for r in caplog.records if "incomplete listing" in r.getMessage()]
     for file in files[1:]:
         (moved / file.name).rename(folder / file.name)
     partly = await ingestor.ingest_source("acme", source)
@@ -223,3 +226,12 @@ async def test_chunks_an_error_kept_count_as_unchanged(tmp_path, index, dense, s
     report = await ingestor.ingest_source("acme", source)
     assert report.status == "partial" and report.errors[0].startswith("warranty.pdf")
     assert report.deleted == 0 and report.added + report.updated + report.unchanged == await index.count("acme")
+
+
+async def test_pages_kept_because_a_listing_was_incomplete_are_logged(index, dense, sparse, sessions, caplog):
+    ingestor = Ingestor(index, dense, sparse, sessions)
+    pages = [Document(f"https://help.example/{n}", n, None, f"# {n}\n\nAbout {n}.", "markdown") for n in ("a", "b")]
+    await ingestor.ingest_documents("acme", "site", pages)
+    report = await ingestor.ingest_documents("acme", "site", pages[:1], delete_missing=False)
+    assert report.deleted == 0 and report.unchanged == 2
+    assert [r for r in caplog.records if "incomplete listing" in r.getMessage()]
