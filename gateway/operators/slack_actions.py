@@ -2,8 +2,9 @@
 
 A click arrives as a form post whose `payload` is a JSON `block_actions` object, signed with the bot's
 Slack signing secret and verified by its Slack adapter. A signed payload of another shape than Slack's
-(a list, a user or actions that are not objects, a value that is no escalation id) is a 400 naming
-what is wrong, and changes nothing: it was a 500, and an id past the database's integers an overflow.
+(a list, a user or actions that are not objects, a value that is no escalation id, JSON nested too deeply
+to parse) is a 400 naming what is wrong, and changes nothing: it was a 500, and an id past the database's
+integers an overflow.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ async def slack_actions(bot: str, request: Request) -> Response:
         payload = json.loads(form["payload"])
     except (UnicodeDecodeError, KeyError, json.JSONDecodeError):
         return error(400, "expected a form post with a JSON `payload`")
+    except RecursionError:  # json.loads gives up past ~1,000 levels: a 500 was what Slack then retried
+        return _malformed(bot, "`payload` is nested too deeply")
     if not isinstance(payload, dict):
         return _malformed(bot, "`payload` must be a JSON object")
     if payload.get("type") != "block_actions":
