@@ -224,12 +224,12 @@ def replayable(arguments: str | None) -> str:
     model cost that model the turn. What the model wrote is still in its tool result's error."""
     try:
         return arguments if isinstance(json.loads(arguments or "{}"), dict) and arguments else "{}"
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past what json.loads can read
         return "{}"
 
 
 def _loads(arguments: str | None) -> Any:
     try:
         return json.loads(arguments or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments

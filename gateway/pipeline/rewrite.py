@@ -99,7 +99,7 @@ def parse_queries(output: str | None) -> list[str]:
     cleaned = output.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
     try:
         data = json.loads(cleaned)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past what json.loads can read
         return []
     queries = data.get("queries") if isinstance(data, dict) else None
     if not isinstance(queries, list):

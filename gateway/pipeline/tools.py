@@ -136,6 +136,8 @@ class BotTools:
                 raise ValueError("arguments must be a JSON object")
         except (ValueError, TypeError) as exc:
             return ToolOutcome(name, {}, None, error=f"invalid arguments: {exc}")
+        except RecursionError:  # json.loads gives up past ~1,000 levels; it failed the whole turn
+            return ToolOutcome(name, {}, None, error="invalid arguments: nested too deeply")
         spec = self._specs.get(name)
         if spec is None:  # the model named a tool this bot does not allow
             return ToolOutcome(name, arguments, None, error=f"unknown tool {name!r}")

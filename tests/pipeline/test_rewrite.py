@@ -54,6 +54,16 @@ async def test_rewrite_malformed_output_falls_back_to_raw_message(rig, openai_fa
     assert rig.search.calls == [[FOLLOW_UP]] and result.reply.endswith("[1].")
 
 
+async def test_rewrite_output_nested_too_deeply_falls_back_to_raw_message(rig, openai_fake) -> None:
+    # A model stuck repeating "[" wrote JSON too deep for json.loads: its RecursionError failed the whole
+    # turn ("something went wrong", a handoff) where any other malformed rewrite is only skipped.
+    openai_fake.script("primary", Turn(text="[" * 5000), Turn(text="Team costs $120 per user per year [2]."))
+
+    result = await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=HISTORY))
+
+    assert rig.search.calls == [[FOLLOW_UP]] and result.reply.endswith("[1].")
+
+
 async def test_rewrite_failure_falls_back_to_raw_message(rig, openai_fake) -> None:
     # A 400 is not retried and backup has no script left: the rewrite fails, the answer still comes.
     openai_fake.script("primary", Turn(status=400), Turn(text="Team costs $120 per user per year [2]."))

@@ -173,16 +173,20 @@ async def test_malformed_arguments_are_sent_back_to_the_model_as_an_empty_object
     order = {"type": "object", "properties": {"order": {"type": "string"}}}
     rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("order_status", parameters=order)]}])
     calls = (ToolCallSpec("order_status", '{"order": "A-', id="t1"), ToolCallSpec("order_status", "[1, 2]", id="t2"),
-             ToolCallSpec("order_status", {"order": "A-7"}, id="t3"))
+             ToolCallSpec("order_status", {"order": "A-7"}, id="t3"),
+             # Too deep for json.loads: its RecursionError failed the turn ("something went wrong", a handoff).
+             ToolCallSpec("order_status", "[" * 5000 + "]" * 5000, id="t4"))
     openai_fake.script("primary", Turn(tool_calls=calls), Turn(text="Plus costs $6 per month [1]."))
 
     result = await rig.pipeline.handle(rig.turn("Where is my order?"))
 
     replayed = next(m for m in openai_fake.requests_for("primary")[1].messages if m.get("tool_calls"))
-    assert [c["function"]["arguments"] for c in replayed["tool_calls"]] == ["{}", "{}", '{"order": "A-7"}']
+    assert [c["function"]["arguments"] for c in replayed["tool_calls"]] == ["{}", "{}", '{"order": "A-7"}', "{}"]
     by_id = {c["id"]: c["result"] for c in result.tool_calls}
     assert by_id["t1"]["error"].startswith("invalid arguments") and by_id["t2"]["error"].startswith("invalid arguments")
     assert by_id["t3"] == {"order": "A-7", "status": "shipped"}
+    assert by_id["t4"] == {"error": "invalid arguments: nested too deeply"}
+    assert result.reply == "Plus costs $6 per month [1]."
 
 
 async def test_tools_past_the_per_round_limit_are_answered_not_run(openai_fake) -> None:
