@@ -5,19 +5,37 @@ of them landed. Each adapter keeps a `SentParts`: within `resume(message)` it ap
 of every part that lands. If the send raises, the ids are kept in memory for the next attempt and
 set on the error as `sent_ids`, which the outbox stores and hands back to a later attempt, perhaps
 in another process, as `message.delivered_parts`. Whichever record holds more parts wins.
+
+A process killed between two parts raises nothing. So each part that lands before another is sent goes
+to `record_landed`, which the outbox sets around a send to store the ids with the reply at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from gateway.models import OutboundMessage
 
 # Unfinished replies remembered per adapter; the oldest is forgotten first (the outbox still has it).
 MAX_REMEMBERED = 1024
+
+record_landed: ContextVar[Callable[[list[str]], Awaitable[None]] | None] = ContextVar("record_landed", default=None)
+"""Stores the ids of the parts landed so far with the reply being sent (set by the outbox around a send)."""
+
+
+class Landed(list):
+    """The platform ids of a reply's delivered parts, in order."""
+
+    async def add(self, part_id: str, *, more: bool) -> None:
+        """Append a part that landed; with `more` parts still to send, have it stored before they go."""
+        self.append(part_id)
+        record = record_landed.get()
+        if more and record is not None:
+            await record(list(self))
 
 
 def reply_key(message: OutboundMessage) -> str:
@@ -35,13 +53,13 @@ class SentParts:
         self._sent: OrderedDict[str, list[str]] = OrderedDict()
 
     @contextmanager
-    def resume(self, message: OutboundMessage) -> Iterator[list[str]]:
-        """Yield the ids of the parts already delivered; the caller sends the rest, appending each id."""
+    def resume(self, message: OutboundMessage) -> Iterator[Landed]:
+        """Yield the ids of the parts already delivered; the caller sends the rest, adding each id."""
         key = reply_key(message)
-        sent = self._sent.pop(key, [])
+        sent = Landed(self._sent.pop(key, []))
         if len(sent) < len(message.delivered_parts):
             # The outbox's record is newer: another process (a restart, another replica) sent more of it.
-            sent = list(message.delivered_parts)
+            sent = Landed(message.delivered_parts)
         try:
             yield sent
         except BaseException as exc:  # a cancelled send too: what landed, landed

@@ -157,7 +157,7 @@ class TelegramAdapter:
                     continue  # delivered by an earlier attempt of this same send
                 chat, message_id = await self._send_chunk(chat, chunk, thread=thread,
                                                           reply_to=reply_to if index == 0 else None)
-                done.append(message_id)
+                await done.add(message_id, more=index + 1 < len(chunks))
                 log.info("telegram.sent", bot=self.bot_name, chat=conv.chat, telegram_message_id=message_id, part=index + 1,
                          parts=len(chunks))
         return list(done)

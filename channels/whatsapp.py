@@ -235,11 +235,12 @@ class WhatsAppAdapter:
         footer = render_citations(message.citations, style="plain")
         if footer:
             text = f"{text}\n\n{footer}" if text.strip() else footer
+        parts = split_text(text, limit=MAX_LENGTH, unit="utf16")
         with self._sent_parts.resume(message) as sent:
-            for index, part in enumerate(split_text(text, limit=MAX_LENGTH, unit="utf16")):
+            for index, part in enumerate(parts):
                 if index < len(sent):
                     continue  # delivered by an earlier attempt of this same reply
-                sent.append(await self._create(to=message.conversation.chat, body=part))
+                await sent.add(await self._create(to=message.conversation.chat, body=part), more=index + 1 < len(parts))
                 log.info("whatsapp.sent", bot=self.bot, chat=message.conversation.chat, sid=sent[-1], part=index + 1)
         return sent
 

@@ -37,6 +37,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from channels.base import ChannelAdapter
+from channels.sent_parts import record_landed
 from gateway.backoff import doubling
 from gateway.delivery.receipts import adopt_early_receipts
 from gateway.delivery.send_breaker import SendBreaker
@@ -164,9 +165,15 @@ class Outbox:
                             provider_ids, template = list(await via(outbound)), None
                         else:
                             await self._remove_streamed(adapter, outbound, inbound)
-                            provider_ids, template = await self._send(
-                                adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None,
-                                window_closed="window_closed" in meta)
+                            # A kill between two parts must not send the first again (channels/sent_parts.py).
+                            recording = record_landed.set(
+                                lambda landed: self._record_landed(message.id, meta, _merged(delivered, landed), bound))
+                            try:
+                                provider_ids, template = await self._send(
+                                    adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None,
+                                    window_closed="window_closed" in meta)
+                            finally:
+                                record_landed.reset(recording)
                 if template:
                     meta["template"] = template
                     bound.info("outbound.template_sent", content_sid=template, reason=OUTSIDE_WINDOW)
@@ -255,6 +262,17 @@ class Outbox:
             self._metrics.message_out(bot=message.bot, channel=message.channel, status=status)
         self._bus.publish(conversation_topic(conversation.id), {"type": "message", "status": status})
         return status
+
+    async def _record_landed(self, message_id: int, meta: dict, landed: list[str], bound) -> None:
+        """Store the parts of a reply in flight that landed so far, where a requeued attempt resumes after
+        them (`meta.delivered_parts`). Best effort: a database blip must not fail the send."""
+        try:
+            async with self._sessions() as session, session.begin():
+                await session.execute(
+                    update(Message).where(Message.id == message_id, Message.status == "sending")
+                    .values(meta={**meta, "delivered_parts": landed}).execution_options(synchronize_session=False))
+        except (DBAPIError, OSError) as exc:
+            bound.warning("outbound.parts_not_saved", provider_ids=landed, error=type(exc).__name__)
 
     @contextlib.asynccontextmanager
     async def _heartbeat(self, message_id: int, bound) -> AsyncIterator[None]:

@@ -13,6 +13,8 @@ past the retry time by rewriting `next_attempt_at`, as the wait would.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -291,3 +293,58 @@ async def test_discord_part_one_is_not_resent_after_a_restart(migrated_url):
     assert first.provider_ids == []
     assert final.status == "sent" and final.provider_ids == [m["id"] for m in posted]
     assert "delivered_parts" not in (final.meta or {})
+
+
+# -- Killed between two parts ---------------------------------------------------------------------
+
+
+async def _killed_between_parts_then_resumed(url: str, channel: str, *, inbound: InboundMessage, text: str,
+                                             adapter: Callable[[], ChannelAdapter], part_one_landed: Callable[[], bool],
+                                             ) -> Message:
+    """Attempt 1 is killed after part 1 landed, while part 2 waits out a short rate limit in place: nothing
+    after that runs, so the row stays `sending`. The next process requeues it, as it does a dead replica's
+    send, and sends it again. Returns the stored reply."""
+    async with process(url, channel, adapter()) as (outbox, sessions):
+        reply_id = await _stored_reply(sessions, inbound, text)
+        attempt = asyncio.create_task(outbox.deliver(reply_id))
+        while not part_one_landed():
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # inside the adapter's in-place wait before part 2
+        attempt.cancel()  # SIGKILL: no handler runs, nothing more is written
+        with contextlib.suppress(asyncio.CancelledError):
+            await attempt
+    async with process(url, channel, adapter()) as (outbox, sessions):
+        async with sessions() as session, session.begin():
+            assert await repo.requeue_stalled_send(session, message_id=reply_id, now=utcnow(),
+                                                   older_than=timedelta(0))
+        assert await outbox.deliver(reply_id) == "sent"
+        return await _reply(sessions, reply_id)
+
+
+async def test_telegram_part_one_is_not_resent_after_a_kill_between_parts(migrated_url):
+    # Part 1 was sent again: only a failed attempt stored the parts that had landed, and a kill is none.
+    text = _two_parts(3000)
+    async with FakeTelegramAPI(TG_TOKEN) as telegram:
+        settings = TelegramChannel(token=TG_TOKEN, webhook_secret="s3cret-Token_value", api_base=telegram.base_url)
+        question = InboundMessage(channel="telegram", external_id="700002", sender=Sender(TG_CHAT), text="Plans?",
+                                  conversation=ConversationRef(channel="telegram", chat=TG_CHAT),
+                                  raw={"message_id": 43})
+        telegram.fail_next("sendMessage", status=429, retry_after=3, skip=1)  # waited out in place
+        final = await _killed_between_parts_then_resumed(
+            migrated_url, "telegram", inbound=question, text=text,
+            adapter=lambda: TelegramAdapter(BOT, settings, username="support_bot"),
+            part_one_landed=lambda: any(str(m.chat_id) == TG_CHAT for m in telegram.sent))
+        sent = [m for m in telegram.sent if str(m.chat_id) == TG_CHAT]
+    assert [m.text.split(".")[0] for m in sent] == ["Part one", "Part two"]  # each part once, in order
+    assert final.provider_ids == [str(m.message_id) for m in sent] and "delivered_parts" not in (final.meta or {})
+
+
+async def test_whatsapp_part_one_is_not_resent_after_a_kill_between_parts(migrated_url, twilio):
+    text = _two_parts(1200)
+    parts = split_text(to_whatsapp(text), limit=WHATSAPP_LIMIT, unit="utf16")
+    twilio.script(Reply(), Reply(status=429, code=20429, message="Too Many Requests", retry_after=3))
+    final = await _killed_between_parts_then_resumed(
+        migrated_url, "whatsapp", inbound=_whatsapp_question("SM" + "d" * 32), text=text,
+        adapter=_whatsapp(twilio), part_one_landed=lambda: len(twilio.delivered) == 1)
+    assert [r.form["Body"] for r in twilio.delivered] == parts  # each part once, in order
+    assert final.provider_ids == [r.sid for r in twilio.delivered]
