@@ -58,7 +58,7 @@ from channels.discord_parse import (
     without_token,
 )
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
-from channels.sent_parts import SentParts
+from channels.sent_parts import Landed, SentParts
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, SignatureInvalid
 from gateway.models import ConversationRef, OutboundMessage
@@ -218,7 +218,7 @@ class DiscordAdapter:
                     )
                 except Exception as exc:  # translated at the boundary, re-raised as our own tree
                     raise translate(exc, sent=len(ids)) from exc
-                ids.append(str(sent.id))
+                await ids.add(str(sent.id), more=index + 1 < len(chunks))
         return list(ids)
 
     def _interaction_for(self, message: OutboundMessage) -> str | None:
@@ -232,11 +232,12 @@ class DiscordAdapter:
             return next((k for k, v in live.items() if v.conversation == message.conversation), None)
         return None
 
-    async def _send_followups(self, interaction: _PendingInteraction, chunks: list[str], ids: list[str]) -> None:
-        """Post the chunks not yet in `ids` as follow-ups, appending each one's id as it lands."""
+    async def _send_followups(self, interaction: _PendingInteraction, chunks: list[str], ids: Landed) -> None:
+        """Post the chunks not yet in `ids` as follow-ups, adding each one's id as it lands."""
         # After a deferred response (type 5), the first follow-up replaces the "thinking..." state.
         webhook = discord.Webhook.partial(interaction.application_id, interaction.token, client=self.client)
-        for chunk in chunks[len(ids):]:
+        for index in range(len(ids), len(chunks)):
+            chunk = chunks[index]
             try:
                 sent = await webhook.send(
                     chunk, wait=True, allowed_mentions=discord.AllowedMentions.none(), suppress_embeds=True
@@ -248,7 +249,7 @@ class DiscordAdapter:
                                              "a duplicate", permanent=True)
                     raise error from exc
                 raise translate(exc, sent=len(ids)) from exc
-            ids.append(str(sent.id))
+            await ids.add(str(sent.id), more=index + 1 < len(chunks))
 
     async def send_typing(self, conversation: ConversationRef) -> None:
         """Show "bot is typing..." for about 10 seconds."""

@@ -219,7 +219,7 @@ class SlackAdapter:
                     **({"metadata": metadata} if message.idempotency_key else {}),
                     reconcilable=bool(message.idempotency_key),
                 )
-                sent.append(str(response.get("ts")))
+                await sent.add(str(response.get("ts")), more=index + 1 < len(parts))
         log.info("slack.sent", bot=self.bot, chat=conv.chat, thread=conv.thread, parts=len(sent))
         return sent
 

@@ -348,3 +348,24 @@ async def test_whatsapp_part_one_is_not_resent_after_a_kill_between_parts(migrat
         adapter=_whatsapp(twilio), part_one_landed=lambda: len(twilio.delivered) == 1)
     assert [r.form["Body"] for r in twilio.delivered] == parts  # each part once, in order
     assert final.provider_ids == [r.sid for r in twilio.delivered]
+
+
+async def test_discord_part_one_is_not_resent_after_a_kill_between_parts(migrated_url):
+    text = _two_parts(1500)
+    conversation = ConversationRef(channel="discord", workspace=DISCORD_GUILD, chat=DISCORD_CHANNEL)
+    discord_api = await FakeDiscord().start()
+    try:
+        discord_api.nonce_ttl = 0  # the retry comes after Discord stopped checking the nonce
+        settings = DiscordChannel(token="fake-bot-token", api_base=discord_api.api_base,
+                                  gateway_url=discord_api.gateway_url)
+        question = InboundMessage(channel="discord", external_id="900000000000000011", sender=Sender("9003"),
+                                  text="Plans?", conversation=conversation)
+        _rate_limit_after_one(discord_api, retry_after=3.0)  # waited out in place by discord.py
+        final = await _killed_between_parts_then_resumed(
+            migrated_url, "discord", inbound=question, text=text, adapter=lambda: DiscordAdapter(BOT, settings),
+            part_one_landed=lambda: len(discord_api.channel_messages(DISCORD_CHANNEL)) == 1)
+        posted = discord_api.channel_messages(DISCORD_CHANNEL)
+    finally:
+        await discord_api.close()
+    assert [m["content"][:8] for m in posted] == ["Part one", "Part two"]  # each part once, in order
+    assert final.provider_ids == [m["id"] for m in posted] and "delivered_parts" not in (final.meta or {})
