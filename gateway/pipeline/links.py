@@ -36,20 +36,26 @@ _INLINE_CODE = re.compile(r"`[^`\n]*`")
 def link_values(value: Any) -> list[str]:
     """The strings in a tool's result that are each one link and nothing else, at any depth (a JSON
     text is read as JSON). Only these vouch for a link: a link inside a text field is text someone
-    may have written there."""
-    if isinstance(value, str):
-        stripped = value.strip()
-        if stripped[:1] in "[{":
-            try:
-                return link_values(json.loads(stripped))
-            except ValueError:
-                return []
-        return [stripped] if _BARE_URL.fullmatch(stripped) else []
-    if isinstance(value, dict):
-        return [link for v in value.values() for link in link_values(v)]
-    if isinstance(value, (list, tuple)):
-        return [link for v in value for link in link_values(v)]
-    return []
+    may have written there. Walked with a stack, not recursion: a result nested thousands deep (a JSON
+    text of "[[[[…") raised RecursionError, which failed the turn."""
+    links: list[str] = []
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            stripped = item.strip()
+            if stripped[:1] in "[{":
+                try:
+                    pending.append(json.loads(stripped))
+                except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+                    pass
+            elif _BARE_URL.fullmatch(stripped):
+                links.append(stripped)
+        elif isinstance(item, dict):
+            pending.extend(reversed(list(item.values())))
+        elif isinstance(item, (list, tuple)):
+            pending.extend(reversed(item))
+    return links
 
 
 def _url_key(url: str) -> str:

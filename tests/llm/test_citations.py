@@ -270,3 +270,12 @@ def test_gate_2_reads_a_long_run_of_spaces_in_linear_time() -> None:
     finishes at once now and never did before."""
     verified = verify_citations("See [1]. a" + " \t" * 20_000 + "b [1].", HITS, fallback_text=FALLBACK)
     assert verified.text == "See [1]. a b [1]."
+
+
+@pytest.mark.parametrize("deep", ["[" * 5000 + "]" * 5000, "[" * 600 + "]" * 600], ids=["past-the-parser", "past-recursion"])
+def test_a_tool_result_nested_thousands_deep_does_not_fail_gate_2(deep: str) -> None:
+    """A result holding a JSON text of "[[[[…" raised RecursionError in gate 2, and the turn failed."""
+    results = [{"note": deep, "url": "https://billing.acme.example/inv/7"}]
+    vouched = verify_citations("Your invoice is at https://billing.acme.example/inv/7", HITS, fallback_text=FALLBACK,
+                               grounding=results)
+    assert vouched.text == "Your invoice is at https://billing.acme.example/inv/7"
