@@ -77,7 +77,7 @@ class IngestScheduler:
             _log_run("ingest.scheduled_done", report)
         except Exception:  # recorded in ingest_runs by the ingester; the scheduler keeps going
             log.exception("ingest.scheduled_failed", bot=bot, source=source)
-        self.log_next_runs()
+        self.log_next_runs(f"{bot}/{source}")  # this source's: every other one's is as logged before
 
     def _warn_local_index_not_ingested(self) -> None:
         """Once: this replica skips scheduled ingests, but reads an index of its own. Its answers then
@@ -137,10 +137,11 @@ class IngestScheduler:
             out[job.id] = next_run.isoformat() if next_run else None
         return out
 
-    def log_next_runs(self) -> None:
-        """Log when each source runs next, so an operator can see the schedule."""
+    def log_next_runs(self, job: str | None = None) -> None:
+        """Log when each source (or only `job`) runs next, so an operator can see the schedule."""
         for job_id, when in self.next_runs().items():
-            log.info("ingest.next_run", job=job_id, next_run=when)
+            if job is None or job_id == job:
+                log.info("ingest.next_run", job=job_id, next_run=when)
 
 
 def _log_run(event: str, report: IngestReport) -> None:

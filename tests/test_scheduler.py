@@ -55,6 +55,8 @@ async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
             assert "does-not-exist" in done["missing"]["errors"][0]
             assert done["good"]["log_level"] == "info" and done["good"]["status"] == "ok"
             assert scheduler.next_runs()["acme/good"] == runs["acme/good"]  # the scheduler is still running
+            # After a run, the next run of that source: every source's after each run was a wall of lines.
+            assert [e["job"] for e in logs if e["event"] == "ingest.next_run"] == ["acme/missing", "acme/good"]
         finally:
             scheduler.shutdown()
         async with sessions() as session:
