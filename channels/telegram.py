@@ -229,6 +229,19 @@ class TelegramAdapter:
                 raise ChannelSendError(f"telegram error: {exc.message}", permanent=True) from exc
         raise ChannelSendError("telegram: send attempts exhausted", retry_after=5.0)
 
+    async def delete(self, conversation: ConversationRef, provider_message_id: str) -> None:
+        """Delete a message this bot sent (a streamed draft the final reply no longer needs). Telegram
+        lets a bot delete its own messages for 48 hours; past that, the streamer edits it instead."""
+        try:
+            await self.bot.delete_message(chat_id=_chat_id(conversation.chat), message_id=int(provider_message_id))
+        except TelegramRetryAfter as exc:
+            raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after),
+                                   rate_limited=True) from exc
+        except TelegramForbiddenError as exc:
+            raise RecipientUnreachable(f"telegram: {exc.message}") from exc
+        except (TelegramAPIError, ClientDecodeError) as exc:
+            raise ChannelSendError(f"telegram refused the deletion: {exc.message}", permanent=True) from exc
+
     async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str) -> None:
         """Replace a sent message's text (streaming by edits). The caller rolls over past the limit."""
         html = markdown_to_html(text)

@@ -300,12 +300,18 @@ async def remove_leftovers(adapter: Any, conversation: ConversationRef, provider
 
 
 async def remove_message(adapter: Any, conversation: ConversationRef, provider_id: str) -> None:
-    """Delete one sent message, or edit it to `SURPLUS_TEXT` where the platform cannot delete."""
+    """Delete one sent message, or edit it to `SURPLUS_TEXT` where the platform cannot delete it
+    (no deletion at all, or a refusal: Telegram's, past 48 hours)."""
     delete = getattr(adapter, "delete", None)
     if delete is not None:
-        await delete(conversation, provider_id)
-    else:
-        await adapter.edit(conversation, provider_id, SURPLUS_TEXT)
+        try:
+            await delete(conversation, provider_id)
+            return
+        except ChannelSendError as exc:
+            if exc.rate_limited:
+                raise  # the streamer waits it out and tries again
+            log.info("stream.delete_refused", chat=conversation.chat, provider_id=provider_id, error=str(exc)[:200])
+    await adapter.edit(conversation, provider_id, SURPLUS_TEXT)
 
 
 def compose(text: str, citations: tuple[Citation, ...] = ()) -> str:

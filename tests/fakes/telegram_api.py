@@ -147,6 +147,7 @@ class SentMessage:
     thread_id: int | None = None
     reply_to: int | None = None
     edits: list[str] = field(default_factory=list)
+    deleted: bool = False  # removed with deleteMessage (kept here, so tests see what was deleted)
 
 
 @dataclass(frozen=True)
@@ -333,6 +334,15 @@ class FakeTelegramAPI:
         target.edits.append(target.text)
         target.text, target.entities, target.source = text, entities, str(params.get("text", ""))
         return self._message_json(target)
+
+    async def _m_deletemessage(self, params: dict[str, Any]) -> bool:
+        chat = str(params.get("chat_id", ""))
+        target = next((m for m in self.sent if m.message_id == int(params.get("message_id", 0))
+                       and str(m.chat_id) == chat and not m.deleted), None)
+        if target is None:
+            raise _ApiError(400, "Bad Request: message to delete not found")
+        target.deleted = True
+        return True
 
     async def _m_sendchataction(self, params: dict[str, Any]) -> bool:
         if params.get("action") not in {"typing", "upload_photo", "upload_document", "record_voice"}:

@@ -96,14 +96,24 @@ async def test_streamer_long_stream_rolls_over_while_streaming(fake, adapter):
     assert [shown_twice(s) for s in telegram_timeline(fake, 13) if shown_twice(s)] == []
 
 
-async def test_streamer_final_shorter_than_stream_blanks_the_surplus_message(fake, adapter):
+async def test_streamer_final_shorter_than_stream_deletes_the_surplus_message(fake, adapter):
     streamer = EditStreamer(adapter, ref(14), min_interval=0.02)
     await stream(streamer, numbered_words(1000), delay=0.001)
     first, second = [m for m in fake.sent if m.chat_id == 14]
     ids = await streamer.finish(OutboundMessage(ref(14), "I couldn't find that in the help center."))
     assert ids == [str(first.message_id)]
     assert first.text == "I couldn't find that in the help center."
-    assert second.text == SURPLUS_TEXT
+    assert second.deleted and not first.deleted
+
+
+async def test_streamer_surplus_message_telegram_will_not_delete_is_blanked(fake, adapter):
+    """Telegram lets a bot delete its messages for 48 hours only: past that, the surplus is edited to "—"."""
+    streamer = EditStreamer(adapter, ref(19), min_interval=0.02)
+    await stream(streamer, numbered_words(1000), delay=0.001)
+    first, second = [m for m in fake.sent if m.chat_id == 19]
+    fake.fail_next("deleteMessage", status=400, description="Bad Request: message can't be deleted")
+    await streamer.finish(OutboundMessage(ref(19), "I couldn't find that in the help center."))
+    assert second.text == SURPLUS_TEXT and not second.deleted
 
 
 async def test_streamer_rate_limited_edit_waits_for_retry_after(fake, adapter):
@@ -194,7 +204,7 @@ def test_compose_appends_a_markdown_sources_footer():
     assert compose("No sources.") == "No sources."
 
 
-async def test_streamer_failed_final_edit_blanks_the_draft_and_raises_for_the_outbox(fake, adapter):
+async def test_streamer_failed_final_edit_removes_the_draft_and_raises_for_the_outbox(fake, adapter):
     streamer = EditStreamer(adapter, ref(18), min_interval=0.02)
     await stream(streamer, numbered_words(20), delay=0.005)
     fake.fail_next("editMessageText", status=400, description="Bad Request: MESSAGE_ID_INVALID")
@@ -202,5 +212,5 @@ async def test_streamer_failed_final_edit_blanks_the_draft_and_raises_for_the_ou
         await streamer.finish(OutboundMessage(ref(18), "The final answer."))
     assert raised.value.permanent
     [message] = [m for m in fake.sent if m.chat_id == 18]
-    assert message.text == SURPLUS_TEXT  # the outbox resends the reply; the draft no longer shows its words
+    assert message.deleted  # the outbox resends the reply; the draft no longer shows its words
     assert streamer.finished

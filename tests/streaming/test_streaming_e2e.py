@@ -13,7 +13,7 @@ import pytest_asyncio
 from sqlalchemy import select
 
 from gateway.app import create_app
-from gateway.delivery.streaming import SURPLUS_TEXT, EditStreamer
+from gateway.delivery.streaming import EditStreamer
 from gateway.settings import load_settings
 from storage.models import Conversation, Message
 from tests.conftest import upgrade, write_config
@@ -184,7 +184,7 @@ async def test_telegram_text_failing_gate_2_is_never_streamed_and_the_fallback_i
     assert [d.provider_id for d in await deliveries(services, reply.id)] == [str(only.message_id)]
 
 
-async def test_telegram_operator_takeover_mid_stream_blanks_the_draft(env):
+async def test_telegram_operator_takeover_mid_stream_deletes_the_draft(env):
     client, services, llm, telegram, _ = env
     llm.script("streamer", Turn(text=ANSWER + " " + ANSWER))
     await post_telegram(client, 7005, 3005, QUESTION)
@@ -196,7 +196,7 @@ async def test_telegram_operator_takeover_mid_stream_blanks_the_draft(env):
     [inbound] = await wait_until(
         lambda: _done(services, "3005"), what="the question marked done without a reply")
     assert inbound.direction == "in"
-    await wait_until(lambda: draft.text == SURPLUS_TEXT, what="the draft blanked")
+    await wait_until(lambda: draft.deleted, what="the draft deleted")
     assert len([m for m in telegram.sent if m.chat_id == 3005]) == 1
 
 
@@ -207,7 +207,7 @@ async def _done(services, chat: str):
 
 async def test_telegram_stream_cut_by_a_crash_is_removed_when_the_question_is_answered_again(env):
     """The worker dies mid-stream (its tasks cancelled, as at a kill): the partial message stays in the
-    chat and the question stays pending. The next attempt edits the partial to "—" before answering, so
+    chat and the question stays pending. The next attempt deletes the partial before answering, so
     the customer is not left with a cut-off message beside the full answer."""
     client, services, llm, telegram, _ = env
     llm.script("streamer", Turn(text=ANSWER + " " + ANSWER + " " + ANSWER), Turn(text=ANSWER))
@@ -221,8 +221,8 @@ async def test_telegram_stream_cut_by_a_crash_is_removed_when_the_question_is_an
         await services.worker.start()
     inbound, reply = await settled_chat(services, channel="telegram", chat="3006")
     assert (inbound.status, reply.status) == ("done", "sent") and inbound.meta["streamed"] != [str(partial.message_id)]
-    assert partial.text == SURPLUS_TEXT
-    answers = [m for m in telegram.sent if m.chat_id == 3006 and m.text != SURPLUS_TEXT]
+    assert partial.deleted
+    answers = [m for m in telegram.sent if m.chat_id == 3006 and not m.deleted]
     assert len(answers) == 1 and "$6 per month" in answers[0].text
 
 
@@ -243,6 +243,6 @@ async def test_a_reply_sent_whole_after_a_crash_removes_what_was_streamed_for_it
     services.worker.notify()
     inbound, reply = await settled_chat(services, channel="telegram", chat="3007")
     assert reply.status == "sent" and inbound.meta["streamed"] == []
-    assert streamed.text == SURPLUS_TEXT
-    answers = [m for m in telegram.sent if m.chat_id == 3007 and m.text != SURPLUS_TEXT]
+    assert streamed.deleted
+    answers = [m for m in telegram.sent if m.chat_id == 3007 and not m.deleted]
     assert len(answers) == 1 and "$6 per month" in answers[0].text
