@@ -135,7 +135,7 @@ def _serve(args) -> int:
     from rag.index import folder_in_use
 
     settings = _settings(args)
-    check_embedding_model(settings)
+    check_embedding_model(settings, load=args.role != "web")  # a `web` process loads no model
     asyncio.run(require_schema(settings))
     if args.role != "web" and folder_in_use(settings.qdrant):
         # Found at start, the lifespan's IndexBusy was a 60-line traceback ending "Application startup failed".

@@ -8,10 +8,13 @@ from pathlib import Path
 from gateway.errors import ConfigError, GatewayError
 
 
-def check_embedding_model(settings) -> None:
+def check_embedding_model(settings, *, load: bool = True) -> None:
     """Find a bad `embedding.model` before uvicorn starts, as `ingest` does, instead of an
-    "Application startup failed" traceback: the name is checked against fastembed's list, and the
-    model is not loaded (the app loads it at start)."""
+    "Application startup failed" traceback: the name is checked against fastembed's list, then (with
+    `load`, for a process that holds the index) the model is loaded. A name fastembed knows but has no
+    copy of here, or a `model_path` folder that lacks its files, passed the name check and failed in the
+    app's start (exit 3). The load is cached (`rag.embeddings._load_fastembed`), so the app's start
+    reuses it rather than loading the model twice."""
     embedding = settings.embedding
     if embedding.model == "minilm-int8" or embedding.model.startswith("litellm/"):
         return  # shipped with the project, or an API model: no name list to check against
@@ -23,6 +26,10 @@ def check_embedding_model(settings) -> None:
     if not any(embedding.model.lower() == m["model"].lower() for m in TextEmbedding.list_supported_models()):
         raise ConfigError("embedding.model", f"Model {embedding.model} is not supported in TextEmbedding. Please "
                                              "check the supported models using `TextEmbedding.list_supported_models()`")
+    if load:
+        from rag.embeddings import DenseEmbedder
+
+        DenseEmbedder.from_settings(embedding)  # its ConfigError names the setting to fix
 
 
 def uncalibrated_gates(settings, bots=None) -> list[str]:

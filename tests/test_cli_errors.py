@@ -228,6 +228,31 @@ def test_serve_with_an_unknown_embedding_model_is_a_config_error_before_start(tm
         "supported models using `TextEmbedding.list_supported_models()`"]
 
 
+@pytest.mark.parametrize("embedding, expected", [
+    # A name fastembed knows, with no copy here and no model hub to fetch it from.
+    ({"model": "BAAI/bge-small-en-v1.5"}, "config error: embedding.model: Could not load model BAAI/bge-small-en-v1.5 "
+     "from any source. It is not in fastembed's cache and cannot be downloaded here: put its files in a folder and "
+     "set embedding.model_path to it"),
+    # A folder that holds none of the model's files.
+    ({"model": "sentence-transformers/all-MiniLM-L6-v2", "model_path": "EMPTY"},
+     "config error: embedding.model_path: cannot load sentence-transformers/all-MiniLM-L6-v2 from EMPTY: "),
+])
+def test_serve_with_a_known_embedding_model_it_cannot_load_is_a_config_error_before_start(tmp_path, embedding,
+                                                                                            expected):
+    """Both passed the name check and failed in the app's start: a traceback, "Application startup failed",
+    exit 3, where `ingest` with the same file said one `config error:` line."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    embedding = {key: str(empty) if value == "EMPTY" else value for key, value in embedding.items()}
+    config = write_config(tmp_path, embedding=embedding)
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    proc = _run("serve", "--config", str(config), "--port", str(free_port()), timeout=120,
+                env={"FASTEMBED_CACHE_PATH": str(tmp_path / "empty-cache")})
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected.replace("EMPTY", str(empty))), proc.stderr
+
+
 def test_ingest_with_a_changed_config_while_a_server_holds_the_index_is_refused(tmp_path):
     """The server ingests with the configuration it loaded: a source added to the file since would be
     silently left out, so the CLI's configuration must match the server's."""
