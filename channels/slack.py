@@ -109,6 +109,8 @@ class SlackAdapter:
         )
         self.bot_user_id: str | None = None
         self._socket: Any = None
+        self._socket_task: asyncio.Task | None = None  # opening Socket Mode again after Slack was unreachable
+        self._socket_problem: str | None = None
         # Parts already posted for a reply that later failed: a retry of the same reply resumes after them.
         self._sent_parts = SentParts()
 
@@ -316,10 +318,52 @@ class SlackAdapter:
                 log.warning("slack.missing_scope", bot=self.bot, scope=scope, effect=effect)
         if not self.settings.app_token:
             return
-        self._socket = await _open_socket_mode(self, deliver)
+        try:
+            self._socket = await _open_socket_mode(self, deliver)
+        except ChannelSendError as exc:
+            if exc.permanent:  # a rejected app token: no retry fixes it
+                raise
+            # Slack unreachable at start: opened again in the background, as Discord's login is; this
+            # left the channel deaf until a restart, with nothing under /readyz's `connections`.
+            self._socket_failed(exc, failures=1)
+            self._socket_task = asyncio.create_task(self._reopen_socket(deliver), name=f"slack-socket:{self.bot}")
+
+    def _socket_failed(self, exc: ChannelSendError, *, failures: int) -> None:
+        self._socket_problem = f"connecting again after {exc}"[:200]
+        log.warning("slack.socket_mode_failed", bot=self.bot, error=str(exc)[:200], failures=failures)
+
+    async def _reopen_socket(self, deliver: Deliver) -> None:
+        failures = 1
+        while True:
+            await self._sleep(doubling(failures, first=2.0, cap=60.0))
+            try:
+                self._socket = await _open_socket_mode(self, deliver)
+            except ChannelSendError as exc:
+                if exc.permanent:
+                    self._socket_problem = f"stopped: {exc}"[:200]
+                    log.error("slack.socket_mode_stopped", bot=self.bot, error=self._socket_problem)
+                    return
+                failures += 1
+                self._socket_failed(exc, failures=failures)
+            else:
+                self._socket_problem = None
+                return
+
+    @property
+    def connection_status(self) -> str | None:
+        """Socket Mode, for `/readyz` (None without an app token: the Events API holds no connection)."""
+        if not self.settings.app_token:
+            return None
+        if self._socket_problem is not None:
+            return self._socket_problem
+        return "connected" if self._socket is not None else "not started"
 
     async def stop(self) -> None:
         """Close Socket Mode, if open."""
+        if self._socket_task is not None:
+            self._socket_task.cancel()
+            await asyncio.gather(self._socket_task, return_exceptions=True)
+            self._socket_task = None
         if self._socket is not None:
             await self._socket.close()
             self._socket = None

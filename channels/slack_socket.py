@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
+import aiohttp
 import structlog
 from slack_sdk.errors import SlackApiError
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
@@ -42,10 +44,15 @@ async def open_socket_mode(adapter: SlackAdapter, deliver: Deliver) -> SocketMod
     try:
         # Fetched here, not inside connect(), which would retry a bad app token forever.
         client.wss_uri = await client.issue_new_wss_url()
+        await client.connect()
     except SlackApiError as exc:
         await client.close()
+        passing = exc.response.status_code >= 500 or exc.response.status_code == 429  # Slack's outage, not ours
         raise ChannelSendError(f"slack socket mode: apps.connections.open failed: {exc.response.get('error')}",
-                               permanent=True) from exc
-    await client.connect()
+                               permanent=not passing) from exc
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        # Slack unreachable: the caller tries again. Closed here, or its session and task were left behind.
+        await client.close()
+        raise ChannelSendError(f"slack socket mode: Slack unreachable ({type(exc).__name__})") from exc
     log.info("slack.socket_mode_connected", bot=adapter.bot)
     return client

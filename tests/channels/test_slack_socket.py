@@ -71,3 +71,53 @@ async def test_slack_socket_mode_bad_app_token_fails_fast(fake: FakeSlack):
     adapter = make_adapter(fake, app_token="xapp-wrong")
     with pytest.raises(ChannelSendError, match="invalid_auth"):
         await asyncio.wait_for(adapter.start(_collector([])), timeout=5)
+
+
+class _ShortSleeps(list):
+    """Records the backoff asked for, and waits a moment instead (a loop against a closed port)."""
+
+    async def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+        await asyncio.sleep(0.02)
+
+
+async def test_slack_socket_mode_is_opened_again_while_slack_is_down_at_start(fake: FakeSlack):
+    """Slack answering 503 at start raised from `start`: the channel stayed deaf until a restart."""
+    fake.fail("apps.connections.open", status=503, error="service_unavailable", times=2)
+    sleeps = _ShortSleeps()
+    adapter = make_adapter(fake, app_token=APP_TOKEN, sleeps=sleeps)
+    delivered: list[InboundMessage] = []
+    await asyncio.wait_for(adapter.start(_collector(delivered)), timeout=5)
+    try:
+        assert adapter.connection_status.startswith("connecting again after slack socket mode")
+        for _ in range(300):
+            if fake.sockets and adapter.connection_status == "connected":
+                break
+            await asyncio.sleep(0.01)
+        assert adapter.connection_status == "connected" and sleeps == [2.0, 4.0]
+        assert len(fake.calls_to("apps.connections.open")) == 3
+        first = await fake.push(json.loads((SLACK_FIXTURES / "event_callback_app_mention.json").read_text()))
+        await fake.wait_for_ack(first)
+        assert [m.text for m in delivered] == ["Hi there!"]
+    finally:
+        await adapter.stop()
+    assert adapter._socket is None and adapter._socket_task is None
+
+
+async def test_slack_unreachable_at_start_is_retried_in_the_background_and_stop_ends_it():
+    """A connection refused was a traceback from `start` (`channel.start_failed`), an unclosed session and
+    a destroyed pending task, and no retry."""
+    from tests.scale.replicas import free_port
+
+    sleeps = _ShortSleeps()
+    adapter = make_adapter(app_token=APP_TOKEN, api_base=f"http://127.0.0.1:{free_port()}/api/", sleeps=sleeps)
+    await asyncio.wait_for(adapter.start(_collector([])), timeout=5)
+    for _ in range(300):
+        if len(sleeps) >= 2:
+            break
+        await asyncio.sleep(0.01)
+    assert adapter.connection_status == ("connecting again after slack socket mode: Slack unreachable "
+                                         "(ClientConnectorError)") and sleeps[:2] == [2.0, 4.0]
+    await adapter.stop()
+    assert adapter._socket_task is None and adapter._socket is None
+    assert make_adapter(api_base="http://127.0.0.1:1/api/").connection_status is None  # Events API: no socket
