@@ -85,6 +85,24 @@ class QdrantSettings(_Strict):
     timeout: float = 10.0
     engine: Literal["local", "edge"] = "local"
 
+    @field_validator("url")
+    @classmethod
+    def _a_server_url(cls, value: str | None) -> str | None:
+        """As qdrant-client reads it: a typo ("qdrant:6333", a space) loaded, then `ingest` ended in urllib3's
+        traceback and `serve` in "Application startup failed" (exit 3)."""
+        from urllib3.util import parse_url
+
+        if value is None or not value.strip():
+            return None  # `${QDRANT_URL}` left unset: local mode in `path`
+        value = value.strip()
+        try:  # qdrant-client's own reading: "localhost…" without a scheme is a host, any other scheme is refused
+            parsed = parse_url(f"//{value}" if value.startswith("localhost") else value)
+        except ValueError:  # urllib3's LocationParseError is one
+            parsed = None
+        if parsed is None or (parsed.scheme or "http") not in ("http", "https") or not parsed.host:
+            raise ValueError(f"{value!r} is not an http(s) URL with a host: give the server's, as http://qdrant:6333")
+        return value
+
     @model_validator(mode="after")
     def _edge_is_embedded(self) -> "QdrantSettings":
         if self.engine == "edge" and (self.url or not self.path):

@@ -351,3 +351,17 @@ async def test_serve_logs_each_bot_whose_gate_bar_another_model_leaves_uncalibra
             pass
     warned = [entry["reason"] for entry in logs if entry["event"] == "gate1.uncalibrated"]
     assert len(warned) == 1 and warned[0].startswith("bot 'acme': gate 1's retrieval.min_dense_score 0.46")
+
+
+@pytest.mark.parametrize("url", ["not a url", "qdrant:6333", "ftp://qdrant:6333", "http://"])
+def test_a_qdrant_url_the_client_cannot_read_is_a_config_error_naming_the_key(tmp_path, url):
+    """It loaded, then `ingest` ended in urllib3's traceback and `serve` in "Application startup failed"."""
+    with pytest.raises(ConfigError, match=r"^qdrant\.url: .* is not an http\(s\) URL with a host"):
+        load_settings(_write(tmp_path, {"qdrant": {"url": url}}))
+
+
+@pytest.mark.parametrize("url, kept", [("http://qdrant:6333", "http://qdrant:6333"), (" https://q.example.com ",
+                                       "https://q.example.com"), ("localhost:6333", "localhost:6333"), ("", None)])
+def test_qdrant_urls_the_client_reads_are_kept_and_an_empty_one_means_local_mode(tmp_path, url, kept):
+    settings = load_settings(_write(tmp_path, {"qdrant": {"url": url}}))
+    assert settings.qdrant.url == kept and settings.qdrant.path == "var/qdrant"
