@@ -43,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = with_config(sub.add_parser("serve", help="run the HTTP server, worker, scheduler and channels"))
     serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    # A string: argparse converts it only for `serve`, where `PORT=abc` is then a usage error, not a traceback.
+    serve.add_argument("--port", type=int, default=os.environ.get("PORT", "8000"))
     serve.add_argument("--role", choices=["all", "web"], default="all",
                        help="all: everything (default); web: only receive webhooks, web chat and operators, "
                             "while one `all` process runs the worker, scheduler and index")

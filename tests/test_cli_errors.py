@@ -355,3 +355,14 @@ def test_forget_an_unknown_channel_is_refused_and_nothing_is_recorded(tmp_path, 
     assert _run("forget", "--config", str(config), "--channel", "web", "--user", "me-1").returncode == 0
     with sqlite3.connect(tmp_path / "gateway.db") as db:
         assert db.execute(deletions).fetchone() == (1,)  # a known channel is recorded, as it should be
+
+
+def test_a_port_in_the_environment_that_is_no_number_concerns_serve_only(tmp_path):
+    """`PORT` was read as a number while the parser was built: `PORT=abc` (or an empty `PORT=`) made every
+    command, `db upgrade` and `--help` too, end in a ValueError traceback."""
+    config = write_config(tmp_path)
+    upgraded = _run("db", "upgrade", "--config", str(config), env={"PORT": "abc"})
+    assert upgraded.returncode == 0, upgraded.stderr
+    served = _run("serve", "--config", str(config), env={"PORT": "abc"})
+    assert served.returncode == 2 and served.stderr.strip().splitlines()[-1] == (
+        "gateway serve: error: argument --port: invalid int value: 'abc'")
