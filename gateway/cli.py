@@ -283,6 +283,10 @@ async def _chat(args) -> int:
         await svc.start(scheduler=False, channels=False)
     except IndexBusy:
         await svc.stop()
+        if bot.channels.web is None or not bot.channels.web.enabled:  # each line was refused, and status 0
+            print(f"error: bot {bot.name!r} has no web chat, which is how `gateway chat` reaches the running server "
+                  "that holds the index; stop the server to chat with it here, or give it `web: {}`", file=sys.stderr)
+            return 1
         # The running server holds the index: chat through its web chat instead, as a browser would.
         return await chat_via_server(settings, bot.name, session_id=session_id, converse=converse)
     if bot.sources and await svc.knowledge.index.count(bot.name) == 0:

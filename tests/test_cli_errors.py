@@ -366,3 +366,19 @@ def test_a_port_in_the_environment_that_is_no_number_concerns_serve_only(tmp_pat
     served = _run("serve", "--config", str(config), env={"PORT": "abc"})
     assert served.returncode == 2 and served.stderr.strip().splitlines()[-1] == (
         "gateway serve: error: argument --port: invalid int value: 'abc'")
+
+
+def test_chat_beside_a_server_with_a_bot_without_web_chat_says_why_it_cannot(tmp_path):
+    """Through the server, `chat` talks to the bot's web chat: each line came back "(the server refused it:
+    …)", and the session still ended with status 0."""
+    bot = {**_bot("acme", "docs", docs=_docs(tmp_path)), "channels": {"web": {"enabled": False}}}
+    config = write_config(tmp_path, bots=[bot])
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    with serving(config):
+        proc = subprocess.run([sys.executable, "-m", "gateway", "chat", "--config", str(config)], cwd=ROOT,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"}, input="How much is Plus?\n",
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "refused" not in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: bot 'acme' has no web chat, which is how `gateway chat` reaches the running server that holds the "
+        "index; stop the server to chat with it here, or give it `web: {}`")
