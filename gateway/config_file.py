@@ -17,6 +17,10 @@ SECRET_KEYS = frozenset(
 )
 PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "secret", "xxx", "todo", "placeholder", "test"})
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# An http tool's header or URL query value named like a credential is a secret under another key's name.
+_SECRET_NAME = re.compile(r"auth|api[-_]?key|access[-_]?key|subscription[-_]?key|token|secret|passw|cookie|credential",
+                          re.IGNORECASE)
+_TOOL = re.compile(r"(^|\.)tools\[\d+\]$")
 
 
 def _secret_values(data: Any, path: str = "") -> list[tuple[str, str]]:
@@ -49,6 +53,8 @@ def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list
                     raise ConfigError(sub, "secrets come from the environment only; write it as ${SOME_ENV_VAR}")
                 if ref.group(1) not in env and ref.group(2) and defaulted is not None:
                     defaulted.append(f"{sub} (${{{ref.group(1)}}} is not set)")
+            if _TOOL.search(path):
+                _refuse_literal_tool_secret(key, value, sub)
             out[key] = _interpolate(value, env, sub, defaulted, unset)
         return out
     if isinstance(data, list):
@@ -69,6 +75,25 @@ def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list
 
         return _ENV_REF.sub(sub, data)
     return data
+
+
+def _refuse_literal_tool_secret(key: Any, value: Any, path: str) -> None:
+    """An http tool's `headers: {Authorization: "Bearer sk-…"}` or `url: …?api_key=sk-…` was a literal secret
+    the file kept, against "secrets come from the environment only"; `${VAR}` anywhere in the value (as in
+    "Bearer ${API_TOKEN}") or a `{parameter}` of the URL template is not one."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    if key == "headers" and isinstance(value, dict):
+        named = [(f"{path}.{name}", text) for name, text in value.items() if _SECRET_NAME.search(str(name))]
+    elif key == "url" and isinstance(value, str):
+        named = [(f"{path} (query {name})", text) for name, text in parse_qsl(urlsplit(value).query)
+                 if _SECRET_NAME.search(name) and "{" not in text]
+    else:
+        return
+    for where, text in named:
+        if isinstance(text, str) and text.strip() and not _ENV_REF.search(text):
+            raise ConfigError(where, "secrets come from the environment only; write it with ${SOME_ENV_VAR}, "
+                                     "as \"Bearer ${API_TOKEN}\"")
 
 
 def _format_location(loc: tuple[Any, ...]) -> str:

@@ -46,3 +46,30 @@ def test_config_a_method_is_read_in_any_case_and_the_tools_of_two_bots_may_share
     config = write_config(tmp_path, bots=[{"name": "acme", "tools": [{"name": "weather", **HTTP, "method": "post"}]},
                                           {"name": "beta", "tools": [{"name": "weather", **HTTP}]}])
     assert [b.tools[0].method for b in load_settings(config).bots] == ["POST", "GET"]
+
+
+@pytest.mark.parametrize("spec, key", [
+    ({"headers": {"Authorization": "Bearer sk-live-1234"}}, "bots[0].tools[0].headers.Authorization"),
+    ({"headers": {"X-API-Key": "sk-live-1234"}}, "bots[0].tools[0].headers.X-API-Key"),
+    ({"url": "https://api.example/weather/{city}?units=metric&api_key=sk-live-1234"},
+     "bots[0].tools[0].url (query api_key)"),
+])
+def test_config_a_literal_credential_of_an_http_tool_is_refused(tmp_path, spec, key):
+    """Loaded as it was: the contract's "secrets come from the environment only" held for `token` and
+    `api_key` keys, not for the same secret in a tool's header or URL."""
+    config = write_config(tmp_path, bots=[{"name": "acme", "tools": [{"name": "weather", **HTTP, **spec}]}])
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config)
+    assert str(caught.value) == (f"{key}: secrets come from the environment only; write it with ${{SOME_ENV_VAR}}, "
+                                 'as "Bearer ${API_TOKEN}"')
+
+
+def test_config_a_tool_credential_from_the_environment_and_plain_headers_are_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEATHER_TOKEN", "sk-live-1234")
+    spec = {"headers": {"Authorization": "Bearer ${WEATHER_TOKEN}", "Accept": "application/json",
+                        "Idempotency-Key": "fixed"}, "url": "https://api.example/weather/{city}?units=metric&key={key}",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "key": {"type": "string"}}}}
+    settings = load_settings(write_config(tmp_path, bots=[{"name": "acme", "tools": [{"name": "weather", **HTTP,
+                                                                                        **spec}]}]))
+    assert settings.bots[0].tools[0].headers == {"Authorization": "Bearer sk-live-1234", "Accept": "application/json",
+                                                 "Idempotency-Key": "fixed"}
