@@ -261,6 +261,7 @@ async def _eval(args) -> int:
 
 
 async def _chat(args) -> int:
+    from channels.web import WebAdapter
     from gateway.http.webchat import wait_for_reply
     from gateway.models import ConversationRef, InboundMessage, Sender
     from gateway.observability.logs import configure_logging
@@ -278,6 +279,9 @@ async def _chat(args) -> int:
     for warning in [*uncalibrated_gates(settings, [bot]), *models_missing_keys(settings)]:  # serve logs them
         print(f"note: {warning}", file=sys.stderr)
     svc = build_services(settings, with_scheduler=False, poll_interval=0.2)
+    # The terminal is a web chat session: for a bot without the web chat, each reply was shown, then
+    # logged and stored as not delivered ("channel 'web' is not enabled").
+    svc.adapters.setdefault((bot.name, "web"), WebAdapter(bot.name))
     session_id = f"terminal-{uuid.uuid4().hex[:12]}"
     try:
         await svc.start(scheduler=False, channels=False)

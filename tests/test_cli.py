@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -283,8 +284,12 @@ async def test_cli_telegram_set_webhook_registers_url_and_secret(tmp_path):
         assert call.params["secret_token"] == "s3cret-Value_1"
 
 
-def test_cli_chat_answers_in_the_terminal(kb_config):
+@pytest.mark.parametrize("web", [{}, {"enabled": False}], ids=["web-chat", "no-web-chat"])
+def test_cli_chat_answers_in_the_terminal(kb_config, web):
+    """Also for a bot without the web chat (a Telegram-only bot, say): each reply was shown, then logged
+    and stored as not delivered ("channel 'web' is not enabled")."""
     config, _ = kb_config
+    config.write_text(config.read_text().replace("web: {}", f"web: {json.dumps(web)}"))
     assert _run("ingest", "--config", str(config)).returncode == 0
     proc = subprocess.run([sys.executable, "-m", "gateway", "chat", "--config", str(config)], cwd=ROOT,
                           input="How much does the Plus plan cost?\n\n", capture_output=True, text=True,
@@ -294,6 +299,9 @@ def test_cli_chat_answers_in_the_terminal(kb_config):
     answer = next(line for line in proc.stdout.splitlines() if "acme>" in line)
     assert "$12" in answer and "[1]" in answer
     assert "[1] Plans" in proc.stdout  # the citation, listed under the answer
+    assert "outbound.failed" not in proc.stderr
+    with sqlite3.connect(config.parent / "gateway.db") as db:
+        assert db.execute("SELECT status FROM messages WHERE direction = 'out'").fetchall() == [("sent",)]
 
 
 def test_cli_chat_on_a_bot_never_ingested_says_to_ingest_first(kb_config):
