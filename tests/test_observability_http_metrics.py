@@ -93,3 +93,11 @@ async def test_http_metrics_middleware_ignores_lifespan_and_websocket_scopes() -
         await HttpMetricsMiddleware(app, metrics=metrics)({"type": kind}, None, None)
     assert called == ["lifespan", "websocket"]
     assert "gateway_http_requests_total{" not in metrics.render().decode()
+
+
+async def test_health_routes_answer_a_load_balancers_head_probe(tmp_path) -> None:
+    """Some load balancers probe with HEAD: a 405 read as "down"."""
+    async with app_client(tmp_path, bots=[BOT], env=ENV) as client:
+        for route in ("/healthz", "/readyz"):
+            response = await client.head(route)
+            assert response.status_code == 200 and response.content == b"", route

@@ -17,13 +17,14 @@ from storage.models import Message
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz")
+# HEAD too: some load balancers probe with it, and a 405 read as "down".
+@router.api_route("/healthz", methods=["GET", "HEAD"])
 async def healthz() -> dict[str, str]:
     """The process is up."""
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.api_route("/readyz", methods=["GET", "HEAD"])
 async def readyz(request: Request) -> JSONResponse:
     """Ready when the database and the vector index answer; lists the next scheduled ingests, how
     each source's last ingest ended and each bot's chunk count (a failing source or an empty collection
