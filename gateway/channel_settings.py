@@ -8,6 +8,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.config_file import SECRET_KEYS
+
 _ED25519_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TELEGRAM_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what setWebhook's secret_token accepts
 
@@ -135,7 +137,9 @@ class ChannelsSettings(_Strict):
                 continue
             for key in keys:
                 if not getattr(cfg, key):
-                    raise ValueError(f"{channel}.{key} is required when {channel} is enabled (set it from the environment)")
+                    # Only a secret must come from the environment: a phone number or a URL may be written here.
+                    hint = " (set it from the environment)" if key in SECRET_KEYS else ""
+                    raise ValueError(f"{channel}.{key} is required when {channel} is enabled{hint}")
         # Telegram sends the secret with every webhook update; without one every update gets 401.
         telegram = self.telegram
         if telegram is not None and telegram.enabled and telegram.mode == "webhook" and not telegram.webhook_secret:

@@ -365,3 +365,19 @@ def test_a_qdrant_url_the_client_cannot_read_is_a_config_error_naming_the_key(tm
 def test_qdrant_urls_the_client_reads_are_kept_and_an_empty_one_means_local_mode(tmp_path, url, kept):
     settings = load_settings(_write(tmp_path, {"qdrant": {"url": url}}))
     assert settings.qdrant.url == kept and settings.qdrant.path == "var/qdrant"
+
+
+def test_settings_a_missing_required_channel_key_says_where_to_set_it_only_for_a_secret(tmp_path, monkeypatch):
+    """"whatsapp.public_url is required … (set it from the environment)": a URL is no secret, and may
+    be written in config.yaml."""
+    monkeypatch.setenv("WA_SID", "AC" + "0" * 32)
+    monkeypatch.setenv("WA_TOKEN", "twilio-auth-token-1234")
+    whatsapp = {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": "whatsapp:+15550001111"}
+    with pytest.raises(ConfigError) as info:
+        load_settings(_write(tmp_path, {"bots": [{"name": "b", "channels": {"whatsapp": whatsapp}}]}))
+    assert str(info.value) == "bots[0].channels: whatsapp.public_url is required when whatsapp is enabled"
+    with pytest.raises(ConfigError) as info:
+        load_settings(_write(tmp_path, {"bots": [{"name": "b", "channels": {"whatsapp": {
+            **whatsapp, "auth_token": "", "public_url": "https://bots.example.com"}}}]}))
+    assert str(info.value).startswith("bots[0].channels: whatsapp.auth_token is required when whatsapp is enabled "
+                                      "(set it from the environment)")
