@@ -272,23 +272,32 @@ def _rate_limit_after_one(fake: FakeDiscord, *, retry_after: float) -> None:
                             "X-RateLimit-Scope": "user", "Via": "1.1 google"})
 
 
+@asynccontextmanager
+async def _discord(external_id: str) -> AsyncIterator[tuple[FakeDiscord, Callable[[], DiscordAdapter], InboundMessage]]:
+    """A fake Discord whose nonces expire at once (the retry comes after Discord stopped checking them),
+    an adapter factory for it, and a customer's question in its channel."""
+    conversation = ConversationRef(channel="discord", workspace=DISCORD_GUILD, chat=DISCORD_CHANNEL)
+    discord_api = await FakeDiscord().start()
+    try:
+        discord_api.nonce_ttl = 0
+        settings = DiscordChannel(token="fake-bot-token", api_base=discord_api.api_base,
+                                  gateway_url=discord_api.gateway_url)
+        question = InboundMessage(channel="discord", external_id=external_id, sender=Sender("9003"),
+                                  text="Plans?", conversation=conversation)
+        yield discord_api, (lambda: DiscordAdapter(BOT, settings)), question
+    finally:
+        await discord_api.close()
+
+
 async def test_discord_part_one_is_not_resent_after_a_restart(migrated_url):
     text = _two_parts(1500)
     conversation = ConversationRef(channel="discord", workspace=DISCORD_GUILD, chat=DISCORD_CHANNEL)
     assert len(render_message(OutboundMessage(conversation=conversation, text=text))) == 2
-    discord_api = await FakeDiscord().start()
-    try:
-        discord_api.nonce_ttl = 0  # the retry comes after Discord stopped checking the nonce
-        settings = DiscordChannel(token="fake-bot-token", api_base=discord_api.api_base,
-                                  gateway_url=discord_api.gateway_url)
-        question = InboundMessage(channel="discord", external_id="900000000000000010", sender=Sender("9003"),
-                                  text="Plans?", conversation=conversation)
+    async with _discord("900000000000000010") as (discord_api, adapter, question):
         first, final = await _interrupted_then_resumed(
-            migrated_url, "discord", inbound=question, text=text, adapter=lambda: DiscordAdapter(BOT, settings),
+            migrated_url, "discord", inbound=question, text=text, adapter=adapter,
             refuse_part_two=lambda: _rate_limit_after_one(discord_api, retry_after=120.0))
         posted = discord_api.channel_messages(DISCORD_CHANNEL)
-    finally:
-        await discord_api.close()
     assert [m["content"][:8] for m in posted] == ["Part one", "Part two"]  # each part once, in order
     assert first.provider_ids == []
     assert final.status == "sent" and final.provider_ids == [m["id"] for m in posted]
@@ -351,21 +360,11 @@ async def test_whatsapp_part_one_is_not_resent_after_a_kill_between_parts(migrat
 
 
 async def test_discord_part_one_is_not_resent_after_a_kill_between_parts(migrated_url):
-    text = _two_parts(1500)
-    conversation = ConversationRef(channel="discord", workspace=DISCORD_GUILD, chat=DISCORD_CHANNEL)
-    discord_api = await FakeDiscord().start()
-    try:
-        discord_api.nonce_ttl = 0  # the retry comes after Discord stopped checking the nonce
-        settings = DiscordChannel(token="fake-bot-token", api_base=discord_api.api_base,
-                                  gateway_url=discord_api.gateway_url)
-        question = InboundMessage(channel="discord", external_id="900000000000000011", sender=Sender("9003"),
-                                  text="Plans?", conversation=conversation)
+    async with _discord("900000000000000011") as (discord_api, adapter, question):
         _rate_limit_after_one(discord_api, retry_after=3.0)  # waited out in place by discord.py
         final = await _killed_between_parts_then_resumed(
-            migrated_url, "discord", inbound=question, text=text, adapter=lambda: DiscordAdapter(BOT, settings),
+            migrated_url, "discord", inbound=question, text=_two_parts(1500), adapter=adapter,
             part_one_landed=lambda: len(discord_api.channel_messages(DISCORD_CHANNEL)) == 1)
         posted = discord_api.channel_messages(DISCORD_CHANNEL)
-    finally:
-        await discord_api.close()
     assert [m["content"][:8] for m in posted] == ["Part one", "Part two"]  # each part once, in order
     assert final.provider_ids == [m["id"] for m in posted] and "delivered_parts" not in (final.meta or {})
