@@ -3,6 +3,8 @@ response counted under its route template (bounded labels), streamed bodies pass
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from gateway.observability.metrics import HttpMetricsMiddleware, Metrics
@@ -101,3 +103,8 @@ async def test_health_routes_answer_a_load_balancers_head_probe(tmp_path) -> Non
         for route in ("/healthz", "/readyz"):
             response = await client.head(route)
             assert response.status_code == 200 and response.content == b"", route
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            schema = (await client.get("/openapi.json")).json()
+        assert not [w for w in caught if "Duplicate Operation ID" in str(w.message)]  # one route of both methods did
+        assert "head" not in schema["paths"]["/healthz"]

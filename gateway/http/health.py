@@ -17,14 +17,17 @@ from storage.models import Message
 router = APIRouter(tags=["operations"])
 
 
-# HEAD too: some load balancers probe with it, and a 405 read as "down".
-@router.api_route("/healthz", methods=["GET", "HEAD"])
+# HEAD too: some load balancers probe with it, and a 405 read as "down". (One route of both methods
+# gave both the same OpenAPI operation id.)
+@router.get("/healthz")
+@router.head("/healthz", include_in_schema=False)
 async def healthz() -> dict[str, str]:
     """The process is up."""
     return {"status": "ok"}
 
 
-@router.api_route("/readyz", methods=["GET", "HEAD"])
+@router.get("/readyz")
+@router.head("/readyz", include_in_schema=False)
 async def readyz(request: Request) -> JSONResponse:
     """Ready when the database and the vector index answer; lists the next scheduled ingests, how
     each source's last ingest ended and each bot's chunk count (a failing source or an empty collection
