@@ -130,8 +130,12 @@
   }
 
   async function loadDetail() {
-    if (state.selected === null) return;
-    var d = await api("/v1/escalations/" + state.selected);
+    var id = state.selected;
+    if (id === null) return;
+    var d = await api("/v1/escalations/" + id);
+    // Another escalation was picked while this one loaded: drawing it would show one customer's thread
+    // while Claim and Send reply act on another's.
+    if (id !== state.selected) return;
     state.detail = d;
     $("op-detail").hidden = false;
     $("op-title").textContent = "Escalation #" + d.id + " — " + d.state;
@@ -159,10 +163,11 @@
 
   /** The page of messages before the oldest one shown, put above it. */
   async function loadOlder() {
-    var first = $("op-transcript").firstElementChild;
-    if (state.selected === null || !first) return;
+    var first = $("op-transcript").firstElementChild, id = state.selected;
+    if (id === null || !first) return;
     try {
-      var d = await api("/v1/escalations/" + state.selected + "?before=" + encodeURIComponent(first.dataset.id));
+      var d = await api("/v1/escalations/" + id + "?before=" + encodeURIComponent(first.dataset.id));
+      if (id !== state.selected) return;  // another escalation's transcript is shown now
       var list = $("op-transcript");
       d.messages.forEach(function (m, i) { list.insertBefore(renderMessage(m), list.children[i]); });
       $("op-older").hidden = !d.has_more;

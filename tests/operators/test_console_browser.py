@@ -224,3 +224,37 @@ def test_console_fits_a_phone_screen(open_tab, live_url):
     detail, items = operator.locator("#op-detail").bounding_box(), operator.locator(".op-item").first.bounding_box()
     assert detail["width"] > 300 and detail["y"] > items["y"]  # full width, below the list
     assert operator.evaluate("window.scrollY") > 0  # scrolled to the escalation just picked
+
+
+def _escalate(live_url: str, session_id: str, text: str) -> int:
+    """A web chat customer asks for a person; the id of the escalation that opens."""
+    import urllib.request
+
+    body = json.dumps({"session_id": session_id, "text": text}).encode()
+    request = urllib.request.Request(live_url + "/v1/bots/acme/chat", data=body,
+                                     headers={"Content-Type": "application/json"})
+    conversation = json.loads(urllib.request.urlopen(request, timeout=60).read())["conversation_id"]
+    listing = urllib.request.Request(live_url + "/v1/escalations?state=open",
+                                     headers={"Authorization": f"Bearer {TOKEN}"})
+    escalations = json.loads(urllib.request.urlopen(listing, timeout=60).read())["escalations"]
+    return next(e["id"] for e in escalations if e["conversation_id"] == conversation)
+
+
+def test_console_keeps_the_picked_escalation_when_an_earlier_pick_answers_late(open_tab, live_url):
+    """Picking A, then B before A's transcript came: A's late answer was drawn over B's, while Claim and
+    Send reply still acted on B, so an operator reading A's customer answered B's."""
+    first = _escalate(live_url, "console-late-a", "Alpha here, I want to talk to a human")
+    second = _escalate(live_url, "console-late-b", "Bravo here, I want to talk to a human")
+    operator = open_tab()
+    held = []
+    operator.route(re.compile(rf".*/v1/escalations/{first}$"), lambda route: held.append(route))
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{first}']")
+    operator.click(f".op-item[data-id='{second}']")
+    operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{second}')")
+    with operator.expect_response(re.compile(rf".*/v1/escalations/{first}$")):
+        held[0].continue_()
+    operator.wait_for_timeout(300)  # the late answer is read by now
+    assert f"#{second}" in operator.locator("#op-title").inner_text()
+    assert "Bravo" in operator.locator("#op-transcript").inner_text()
+    assert "Alpha" not in operator.locator("#op-transcript").inner_text()
