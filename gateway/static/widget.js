@@ -496,6 +496,9 @@
   }
 
   async function send(text, again) {
+    // Another bot picked while this one answers shows that bot's conversation: this answer stays out of it.
+    var generation = state.generation;
+    function elsewhere() { return generation !== state.generation; }
     setBusy(true);
     clearError();
     var clientId = again ? again.clientId : newSessionId().replace("web-", "m-");
@@ -512,6 +515,7 @@
     var streamed = "";
     try {
       var reply = await chat(text, clientId, function (token) {
+        if (elsewhere()) return;
         if (token === null) {  // `reset`: the tokens so far were a dead attempt's
           streamed = "";
           if (botLi) fillBubble(botLi.querySelector(".gw-bubble"), "bot", streamed, null);
@@ -527,9 +531,11 @@
         fillBubble(botLi.querySelector(".gw-bubble"), "bot", streamed, null);
         scrollToEnd();
       });
+      if (elsewhere()) return;  // stored with its bot's conversation, which shows it when picked again
       delete userLi.dataset.local;
       finishReply(reply || {}, userLi, botLi);
     } catch (err) {
+      if (elsewhere()) return;
       if (err.interrupted || err.timedOut) {
         // Stored (or perhaps stored, when the request hung): keep what streamed and follow the transcript.
         if (state.awaiting) settleAwaiting();

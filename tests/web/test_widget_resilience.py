@@ -285,6 +285,35 @@ def test_widget_places_messages_from_another_tab_by_id(page, live_server):
     assert page.errors == []
 
 
+def test_widget_keeps_an_answer_out_of_another_bots_conversation(page, live_server):
+    """The visitor picks another assistant while the first one's answer is on its way: its tokens and
+    reply were drawn into the conversation now shown, the other bot's."""
+    page.route("**/v1/bots", lambda route: route.fulfill(
+        status=200, headers={"content-type": "application/json"},
+        body=json.dumps({"bots": [{"name": "acme"}, {"name": "beta"}]})))
+    page.route("**/v1/bots/beta/sessions/*/messages*", lambda route: route.fulfill(
+        status=200, headers={"content-type": "application/json"},
+        body=json.dumps({"conversation_id": None, "state": "bot", "messages": []})))
+    held = []
+    page.route("**/v1/bots/acme/chat", lambda route: held.append(route))
+    page.goto(live_server.url + "/?bot=acme")
+    page.wait_for_selector("#gw-chat[data-ready='true']")
+    _ask(page, "How do I sync?")
+    while not held:
+        page.wait_for_timeout(50)
+
+    page.select_option("#gw-bot", "beta")
+    page.wait_for_function("() => !document.querySelector('#gw-transcript .gw-msg')")
+    done = {"reply": "Open Settings, then press Sync now.", "citations": [], "conversation_id": 1,
+            "state": "bot", "message_id": 1}
+    held[0].fulfill(status=200, headers={"content-type": "text/event-stream"},
+                    body=_sse(("token", {"text": "Open Settings,"}), ("done", done)))
+    _idle(page)
+    assert _bubbles(page) == []
+    assert page.locator("#gw-error").is_hidden()
+    assert page.errors == []
+
+
 # ---- 9: a reload while the answer is being written ----
 
 def test_widget_shows_typing_after_reload_while_answer_is_pending(page, live_server):
