@@ -136,14 +136,18 @@
     // Another escalation was picked while this one loaded: drawing it would show one customer's thread
     // while Claim and Send reply act on another's.
     if (id !== state.selected) return;
+    // A refresh of the escalation shown (a live event) keeps the earlier pages the operator opened.
+    var list = $("op-transcript"), oldest = d.messages.length ? d.messages[0].id : Infinity;
+    var earlier = state.detail && state.detail.id === d.id ? Array.prototype.filter.call(list.children,
+      function (li) { return Number(li.dataset.id) < oldest; }) : [];
     state.detail = d;
     $("op-detail").hidden = false;
     $("op-title").textContent = "Escalation #" + d.id + " — " + d.state;
     $("op-meta").textContent = [d.bot, d.channel, d.customer, d.operator ? "held by " + d.operator : "unclaimed",
                                 "reason: " + d.reason].filter(Boolean).join(" · ");
     $("op-summary").textContent = d.summary.text;
-    $("op-transcript").replaceChildren.apply($("op-transcript"), d.messages.map(renderMessage));
-    $("op-older").hidden = !d.has_more;
+    list.replaceChildren.apply(list, earlier.concat(d.messages.map(renderMessage)));
+    if (!earlier.length) $("op-older").hidden = !d.has_more;  // else it still tells of the page before them
     $("op-notes").replaceChildren.apply($("op-notes"), d.notes.map(function (n) {
       return el("li", null, n.author + ": " + n.text);
     }));

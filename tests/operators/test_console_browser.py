@@ -258,3 +258,31 @@ def test_console_keeps_the_picked_escalation_when_an_earlier_pick_answers_late(o
     assert f"#{second}" in operator.locator("#op-title").inner_text()
     assert "Bravo" in operator.locator("#op-transcript").inner_text()
     assert "Alpha" not in operator.locator("#op-transcript").inner_text()
+
+
+def test_console_keeps_earlier_pages_open_when_a_live_event_refreshes_the_transcript(open_tab, live_url):
+    """An operator reading earlier messages ("Show earlier messages") lost them, and their place, whenever
+    the escalation changed (a note, the customer writing): the refresh drew the newest page alone."""
+    escalation = _escalate(live_url, "console-pages", "Page one here, I want to talk to a human")
+    operator = open_tab()
+    operator.request.post(f"{live_url}/v1/bots/acme/chat", data={"session_id": "console-pages", "text": "Still here"})
+
+    def small_pages(route):  # two messages a page, so paging needs no long conversation
+        url = route.request.url
+        route.continue_(url=url + ("&" if "?" in url else "?") + "limit=2")
+
+    operator.route(re.compile(rf".*/v1/escalations/{escalation}(\?.*)?$"), small_pages)
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{escalation}']")
+    operator.wait_for_selector("#op-older:not([hidden])")
+    operator.wait_for_function("() => document.querySelectorAll('#op-transcript > li').length === 2")
+    operator.click("#op-older")
+    operator.wait_for_function("() => document.querySelectorAll('#op-transcript > li').length > 2")
+    shown = operator.locator("#op-transcript > li").count()
+    assert "Page one here" in operator.locator("#op-transcript").inner_text()
+
+    operator.request.post(f"{live_url}/v1/escalations/{escalation}/notes", data={"text": "checking the order"},
+                          headers={"Authorization": f"Bearer {TOKEN}"})
+    operator.wait_for_function("() => document.getElementById('op-notes').textContent.includes('checking')")
+    assert operator.locator("#op-transcript > li").count() == shown
+    assert "Page one here" in operator.locator("#op-transcript").inner_text()
