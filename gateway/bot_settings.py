@@ -166,7 +166,8 @@ class EscalationSettings(_Strict):
         "talk to a human", "speak to a human", "human agent", "real person", "talk to someone",
         "speak to someone", "talk to an agent", "speak to an agent", "live agent", "talk to a person",
         "speak to a person", "real human", "want a human", "human please", "talk to a representative",
-        "speak to a representative",
+        "speak to a representative", "need a human", "need a person", "get a human", "talk to an operator",
+        "speak to an operator",
     ])
     max_unanswered_turns: int = 3
     acknowledgement: str = "I've asked a person from our team to take over. They'll reply here shortly."

@@ -44,7 +44,8 @@ def asks_for_human(text: str, phrases: list[str]) -> str | None:
 
 
 def _is_request(clause: str, phrase: str) -> bool:
-    match = re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", clause)
+    # Nor inside a compound: "How do I get a human-readable export?" asks for no person.
+    match = re.search(rf"(?<![\w-]){re.escape(phrase)}(?![\w-])", clause)
     if match is None:
         return False
     before, after = clause[: match.start()], clause[match.end():]

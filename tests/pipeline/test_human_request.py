@@ -42,6 +42,10 @@ PHRASES = EscalationSettings().phrases
     "I'd rather deal with a real person",
     "Can I sort this out with a real person please",
     "Can I go over my bill with a real person?",
+    # Missed by the defaults (review of the web chat): the bot answered "I need a human" itself.
+    "I need a human",
+    "Can I get a human?",
+    "talk to an operator please",
 ])
 def test_requests_for_a_person_are_recognised(text):
     assert asks_for_human(text, PHRASES) is not None
@@ -60,6 +64,8 @@ def test_requests_for_a_person_are_recognised(text):
     "I never asked to talk to someone",
     "without a live agent, how do I export my notes?",
     "humans are great",
+    "How do I get a human-readable export?",
+    "I need a person-to-person transfer between accounts",
 ])
 def test_the_phrases_inside_other_questions_or_negated_are_not_requests(text):
     assert asks_for_human(text, PHRASES) is None
