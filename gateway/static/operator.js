@@ -44,8 +44,18 @@
   }
 
   async function loadList() {
-    var body = await api("/v1/escalations?state=" + encodeURIComponent($("op-filter").value));
     var list = $("op-escalations");
+    var body;
+    try {
+      body = await api("/v1/escalations?state=" + encodeURIComponent($("op-filter").value));
+    } catch (err) {
+      // Shown beside the list: the detail pane's error line is hidden while nothing is picked, and the
+      // old list stayed under the new filter's name, as if it were the answer.
+      list.replaceChildren();
+      showError("op-list-error", "Could not load the escalations: " + err.message);
+      throw err;
+    }
+    showError("op-list-error", "");
     list.replaceChildren();
     body.escalations.forEach(function (e) {
       var li = el("li");
@@ -317,7 +327,7 @@
 
   $("op-login").addEventListener("submit", function (e) { e.preventDefault(); signIn($("op-token").value.trim()); });
   $("op-signout").addEventListener("click", function () { signOut(""); });
-  $("op-filter").addEventListener("change", function () { loadList(); });
+  $("op-filter").addEventListener("change", function () { loadList().catch(function () {}); });  // shown already
   $("op-claim").addEventListener("click", function () { act("claim"); });
   $("op-resolve").addEventListener("click", function () { act("resolve"); });
   $("op-release").addEventListener("click", function () { act("release"); });

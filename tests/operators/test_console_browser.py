@@ -286,3 +286,22 @@ def test_console_keeps_earlier_pages_open_when_a_live_event_refreshes_the_transc
     operator.wait_for_function("() => document.getElementById('op-notes').textContent.includes('checking')")
     assert operator.locator("#op-transcript > li").count() == shown
     assert "Page one here" in operator.locator("#op-transcript").inner_text()
+
+
+def test_console_says_when_the_list_cannot_be_loaded_instead_of_keeping_the_old_one(open_tab, live_url):
+    """Changing the filter while the server was unreachable kept the previous filter's escalations under
+    the new name, and said nothing: the only error line sits in the detail pane, hidden with nothing picked."""
+    escalation = _escalate(live_url, "console-list-down", "List check here, I want to talk to a human")
+    operator = open_tab()
+    sign_in(operator, live_url)
+    operator.wait_for_selector(f".op-item[data-id='{escalation}']")
+    listing = re.compile(r".*/v1/escalations\?state=.*")
+    operator.route(listing, lambda route: route.abort("connectionfailed"))
+    operator.select_option("#op-filter", "resolved")
+    operator.wait_for_selector("#op-list-error:not([hidden])")
+    assert "Could not load the escalations" in operator.locator("#op-list-error").inner_text()
+    assert operator.locator(".op-item").count() == 0
+    operator.unroute(listing)
+    operator.select_option("#op-filter", "open")
+    operator.wait_for_selector(f".op-item[data-id='{escalation}']")
+    assert operator.locator("#op-list-error").is_hidden()
