@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from gateway.pipeline.links import MARKDOWN_LINK
 from gateway.pipeline.prompts import EXTRACT_TAG, FALLBACK_TAG
 from rag.tables import table_rows
 
@@ -33,7 +34,6 @@ _SYNONYMS = tuple((re.compile(pattern), word) for pattern, word in (
 # 16,000 letters took 14 s, holding the event loop).
 _HYPHENATED = re.compile(r"(?<![^\W_])[^\W_]++(?:-[^\W_]++)+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
-_MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
 _ITEM = re.compile(r"^\s*(?:[-*+]\s+|(?P<step>\d+[.)])\s+)")  # a numbered item is one step of a procedure
 _TERMINAL = re.compile(r"[.!?:;][\"')\]*_]*$")
 # Words a sentence cannot end on: an extract whose last words are these was cut by the chunker.
@@ -197,7 +197,7 @@ def sentence_units(text: str) -> list[Sentence]:
     """`split_sentences` as `Sentence` records."""
     cleaned: list[_Piece] = []
     for block in _blocks(text):
-        plain = _MD_LINK.sub(r"\1", _MD_PREFIX.sub("", block.text)).replace("**", "").replace("`", "").strip()
+        plain = MARKDOWN_LINK.sub(r"\1", _MD_PREFIX.sub("", block.text)).replace("**", "").replace("`", "").strip()
         if block.is_row:  # a row is one statement, whatever punctuation its cells hold
             cleaned.append(_Piece([plain if _TERMINAL.search(plain) else f"{plain}."], block))
             continue

@@ -17,7 +17,7 @@ from typing import Any
 from gateway.pipeline.sentences import keep_sentences
 
 # A URL may hold one level of parentheses: `https://en.wikipedia.org/wiki/Fee_(banking)`, `javascript:alert(1)`.
-_MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\(\s*<?((?:[^()\s>]|\([^()\s]*\))*)>?(?:\s+\"[^\"]*\")?\s*\)")
+MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\(\s*<?((?:[^()\s>]|\([^()\s]*\))*)>?(?:\s+\"[^\"]*\")?\s*\)")
 # Chat apps turn a bare domain into a link too ("enter your card at acme-billing.com/pay"), so one written
 # in lower case with a common top-level domain counts. Not: "config.yaml", "README.md", "ASP.NET",
 # "Socket.IO", a call (`logger.info()`), an e-mail address's parts, or anything in inline code.
@@ -86,7 +86,7 @@ def without_unknown_links(text: str, known: str) -> str:
         label, url = match.group(1), match.group(2)
         return match.group(0) if known_url(url) else label
 
-    out = _MARKDOWN_LINK.sub(link, text)
+    out = MARKDOWN_LINK.sub(link, text)
     if out == text and not holds_a_link(text):
         return text
     return keep_sentences(out, lambda sentence: all(known_url(url) for url in _bare_links(sentence)))

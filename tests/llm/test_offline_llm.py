@@ -304,3 +304,14 @@ async def test_offline_does_not_take_a_courtesy_for_the_subject(router: LLMRoute
     result = await router.complete(model="offline", messages=messages)
 
     assert "within 30 days" in result.text and markers(result.text) == {2}
+
+
+async def test_offline_quotes_a_link_whose_target_holds_parentheses_by_its_label(router: LLMRouter) -> None:
+    """`[this](javascript:alert('x'))` was cut at its first ")", and the answer read "… or this) for …"."""
+    page = FakeHit(text="See the [policy](https://example.com/policy) or [this](javascript:alert('link')) for the "
+                        "refund rules.", source="policy.md", title="Policy")
+    messages = build_messages(BOT, history=[], user_text="Where are the refund rules?", hits=[page])
+
+    result = await router.complete(model="offline", messages=messages)
+
+    assert "See the policy or this for the refund rules" in result.text and "javascript" not in result.text
