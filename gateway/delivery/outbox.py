@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 
 import structlog
 from opentelemetry.trace import SpanKind
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -43,10 +43,10 @@ from gateway.delivery.receipts import adopt_early_receipts
 from gateway.delivery.send_breaker import SendBreaker
 from gateway.delivery.streaming import remove_leftovers
 from gateway.errors import ChannelError, ChannelSendError, RecipientUnreachable
-from gateway.events import EventBus, conversation_topic
+from gateway.events import ESCALATIONS_TOPIC, EventBus, conversation_topic
 from gateway.models import Citation, ConversationRef, OutboundMessage, utcnow
 from gateway.observability import otel
-from storage.models import Contact, Conversation, Delivery, Message
+from storage.models import Contact, Conversation, Delivery, Escalation, Message
 
 log = structlog.get_logger("gateway.outbox")
 
@@ -258,10 +258,27 @@ class Outbox:
         else:
             # Surfaced three ways: this log line, the failure counter, and the message's error.
             bound.warning("outbound.failed", error=error, reason=reason, delivered_parts=provider_ids)
+            if message.author == "operator":
+                await self._tell_operators(message, error=error)
         if self._metrics and status != "retry":
             self._metrics.message_out(bot=message.bot, channel=message.channel, status=status)
         self._bus.publish(conversation_topic(conversation.id), {"type": "message", "status": status})
         return status
+
+    async def _tell_operators(self, message: Message, *, error: str | None) -> None:
+        """An operator's reply that failed after a retry (its API call had answered `pending`): the
+        console showed "Not delivered" only when something else refreshed it. Best effort."""
+        try:
+            async with self._sessions() as session:
+                escalation_id = (await session.execute(
+                    select(Escalation.id).where(Escalation.conversation_id == message.conversation_id)
+                    .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
+        except (DBAPIError, OSError):
+            return
+        if escalation_id is not None:
+            self._bus.publish(ESCALATIONS_TOPIC, {
+                "type": "reply_failed", "escalation_id": escalation_id, "bot": message.bot,
+                "conversation_id": message.conversation_id, "message_id": message.id, "error": error})
 
     async def _record_landed(self, message_id: int, meta: dict, landed: list[str], bound) -> None:
         """Store the parts of a reply in flight that landed so far, where a requeued attempt resumes after

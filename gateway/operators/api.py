@@ -173,7 +173,8 @@ async def list_escalations(request: Request, state: str | None = None, bot: str 
 
 @router.get("/v1/escalations/stream")
 async def stream_escalations(request: Request) -> Response:
-    """Server-sent events for the operator's bots: opened, claimed, reply, customer_message, note, resolved."""
+    """Server-sent events for the operator's bots: opened, claimed, reply, customer_message, note, resolved,
+    and the others the README lists (released, taken_over, stale_claim, reply_failed)."""
     operator = getattr(request.state, "operator", None) or _operator(request)
     if operator is None:
         return error(401, UNAUTHORIZED)

@@ -284,6 +284,8 @@
       notice(event.operator + " took over escalation #" + event.escalation_id + " from you.");
     } else if (event.type === "released" && event.operator !== state.me) {
       notice(event.operator + " released escalation #" + event.escalation_id + ": it is open again.");
+    } else if (event.type === "reply_failed") {
+      notice("A reply in escalation #" + event.escalation_id + " was not delivered: " + (event.error || "unknown error"));
     } else if (event.type === "stale_claim") {
       notice("Escalation #" + event.escalation_id + ": the customer has waited " + event.waiting_minutes +
         " min for " + event.operator + "'s reply.");

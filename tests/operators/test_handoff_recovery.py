@@ -186,3 +186,33 @@ async def test_a_reply_that_never_reached_the_customer_shows_why(client):
     shown = {m["id"]: m for m in detail["messages"]}
     assert shown[message_id]["status"] == "failed" and shown[message_id]["error"] == reason
     assert all(m["error"] is None for m in detail["messages"] if m["id"] != message_id)
+
+
+async def test_an_operator_reply_that_fails_after_a_retry_is_told_to_the_console_live(client):
+    """The reply call answered `pending` (a retry was due); when the retry failed for good, the console
+    showed "Not delivered" only once something else refreshed it."""
+    from gateway.errors import ChannelSendError
+
+    eid, _ = await _open(client, "rec-failed-live")
+    sent = await client.post(f"/v1/escalations/{eid}/reply", headers=auth("sam"), json={"text": "Still there?"})
+    message_id = sent.json()["message_id"]
+    services = client.services
+    async with services.sessions() as session, session.begin():  # its retry is due
+        await session.execute(update(Message).where(Message.id == message_id).values(status="pending"))
+
+    class Refusing:
+        capabilities = services.adapters[("acme", "web")].capabilities
+
+        async def send(self, message):
+            raise ChannelSendError("web: the customer left", permanent=True)
+
+    web = services.adapters[("acme", "web")]
+    services.adapters[("acme", "web")] = Refusing()
+    try:
+        async with services.bus.subscribe(ESCALATIONS_TOPIC) as queue:
+            assert await services.outbox.deliver(message_id) == "failed"
+            event = await _next_event(queue, "reply_failed")
+    finally:
+        services.adapters[("acme", "web")] = web
+    assert event["escalation_id"] == eid and event["message_id"] == message_id and event["bot"] == "acme"
+    assert "the customer left" in event["error"]
