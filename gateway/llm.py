@@ -8,7 +8,8 @@ express: after a stream broke mid-answer, the retry or fallback runs unstreamed.
     for model in [model, *fallbacks]:
         up to 1 + num_retries attempts, backing off exponentially (or as Retry-After says)
         on 429, 5xx, timeouts, broken connections and faults inside the client libraries;
-        other errors (the provider said no: bad key, bad request) skip to the next model
+        a timeout with a model left to try, and other errors (the provider said no: bad key,
+        bad request) skip to the next model
     every model failed → LLMError
 
 With `on_token`, the reply is streamed. A stream that breaks, or ends without a finish_reason,
@@ -164,7 +165,8 @@ class LLMRouter:
         if unknown:
             raise LLMError(f"unknown model(s): {', '.join(unknown)}")
         errors: list[str] = []
-        for name in self._order(chain):
+        order = self._order(chain)
+        for name in order:
             attempts = (self._retry.num_retries if retries is None else retries) + 1
             for attempt in range(attempts):
                 acc = _Accumulator()
@@ -209,7 +211,10 @@ class LLMRouter:
                 if self._metrics is not None:
                     self._metrics.llm_failures.labels(model=name, retryable=str(retryable).lower()).inc()
                 log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
-                if not retryable or attempt == attempts - 1:
+                # A timeout already took the model's whole `timeout`: its retries (3 × 60 s by default) used
+                # up the turn's deadline (180 s), so a hanging provider was never left for the fallback.
+                hanging = isinstance(error, litellm.Timeout) and name != order[-1]
+                if not retryable or attempt == attempts - 1 or hanging:
                     # The provider is failing, not this request. Only after the policy's full retries:
                     # one 503 to a single-attempt call (the rewrite) is no outage.
                     if retryable and self._cooldown > 0 and retries is None:

@@ -129,6 +129,30 @@ async def test_complete_falls_back_on_timeout(openai_fake: FakeOpenAI) -> None:
     assert result.model_used == "backup" and result.text == "In time [1]."
 
 
+async def test_a_model_that_timed_out_is_not_retried_while_a_fallback_is_left(openai_fake: FakeOpenAI) -> None:
+    """Each retry of a hanging model waited out its timeout again: 3 × 60 s by default, the whole turn's
+    deadline (180 s), so the fallback was never asked and every message ended with the failure reply."""
+    openai_fake.script("primary", *[Turn(text="too late", delay=3)] * 3)
+    openai_fake.script("backup", Turn(text="In time [1]."), Turn(text="Again in time [1]."))
+    router = LLMRouter([fake_model(openai_fake, n) for n in ("primary", "backup")], timeout=0.3,
+                       retry=RetryPolicy(num_retries=2, backoff_base=0.01, backoff_max=0.05), cooldown=60)
+
+    first = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+    second = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert (first.model_used, second.model_used) == ("backup", "backup")
+    assert len(openai_fake.requests_for("primary")) == 1  # one timeout, then the fallback; cooling down after it
+
+
+async def test_the_last_model_of_a_chain_is_retried_after_a_timeout(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(text="too late", delay=3), Turn(text="In time [1]."))
+    router = make_router(openai_fake, "primary", timeout=0.3)
+
+    result = await router.complete(model="primary", messages=MESSAGES)
+
+    assert result.text == "In time [1]." and len(openai_fake.requests_for("primary")) == 2
+
+
 async def test_complete_skips_retries_on_auth_error(openai_fake: FakeOpenAI) -> None:
     openai_fake.script("primary", Turn(status=401), Turn(text="never reached"))
     openai_fake.script("backup", Turn(text="Backup [1]."))
