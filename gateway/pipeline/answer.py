@@ -10,6 +10,7 @@ from typing import Any
 
 import structlog
 
+from gateway.bot_settings import ESCALATE_TOOL
 from gateway.budget import usage_row
 from gateway.models import Citation
 from gateway.pipeline.citations import PromptEcho, is_refusal, verify_citations
@@ -94,9 +95,15 @@ class Answerer:
                     await on_token.finish(result.text or "")
                 break
             if last_round or tools is None:
-                # A model that ignores tool_choice="none": its calls are not run, but still answered.
-                calls.extend({"round": rounds + 1, "id": c.id, "name": c.name, "arguments": _loads(c.arguments),
-                              "result": {"error": NOT_RUN}} for c in result.tool_calls)
+                # A model that ignores tool_choice="none": its calls are not run, but still answered. Its
+                # request for a person is granted all the same (it does nothing but hand over): dropped,
+                # the customer got the fallback text and nobody was asked.
+                for c in result.tool_calls:
+                    outcome = await tools.call(c.name, c.arguments or "{}", identity=turn.identity) \
+                        if tools is not None and c.name == ESCALATE_TOOL else None
+                    escalate = escalate or (outcome.escalate if outcome is not None else None)
+                    calls.append({"round": rounds + 1, "id": c.id, "name": c.name, "arguments": _loads(c.arguments),
+                                  "result": outcome.result if outcome and outcome.escalate else {"error": NOT_RUN}})
                 break
             rounds += 1
             messages.append({"role": "assistant", "content": result.text or None, "tool_calls": [

@@ -214,6 +214,20 @@ async def test_tools_escalate_tool_hands_over(openai_fake) -> None:
     assert len(openai_fake.requests_for("primary")) == 1
 
 
+async def test_tools_a_request_for_a_person_after_the_last_round_is_granted(openai_fake) -> None:
+    """A model that ignores tool_choice="none" to ask for a person: its call was answered "not run", and
+    the customer got the fallback text with nobody asked."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("whoami"), ESCALATE], "max_tool_rounds": 1}])
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("whoami", {}),)),
+                       Turn(tool_calls=(ToolCallSpec("whoami", {}), ToolCallSpec("escalate_to_human", {"reason": "angry"}))))
+
+    result = await rig.pipeline.handle(rig.turn("I want my money back now"))
+
+    assert [r.body["tool_choice"] for r in openai_fake.requests_for("primary")] == ["auto", "none"]
+    assert result.escalate == "angry" and result.reply == rig.bot.escalation.acknowledgement
+    assert [c["result"] for c in result.tool_calls[1:]] == [{"error": NOT_RUN}, {"status": "escalated"}]
+
+
 async def test_tools_injection_in_result_stays_inside_tool_result_block(openai_fake) -> None:
     rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("poisoned")]}])
     openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("poisoned", {}, id="p1"),)),
