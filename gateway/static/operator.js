@@ -9,7 +9,7 @@
   var AUTHORS = { contact: "Customer", bot: "Bot", operator: "Operator", system: "Notice" };
   var REPLY_TIMEOUT_MS = 30000;
   var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null,
-                unsent: {} };  // escalation id → the reply not yet confirmed: { text, messageId, phase }
+                unsent: {}, listLoads: 0 };  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
   function $(id) { return document.getElementById(id); }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -45,10 +45,15 @@
 
   async function loadList() {
     var list = $("op-escalations");
+    var load = ++state.listLoads;
     var body;
     try {
       body = await api("/v1/escalations?state=" + encodeURIComponent($("op-filter").value));
+      // Loads overlap (a live event, a change of filter): only the newest may draw, or an older answer
+      // (the previous filter's) came last and stayed on the page.
+      if (load !== state.listLoads) return;
     } catch (err) {
+      if (load !== state.listLoads) return;
       // Shown beside the list: the detail pane's error line is hidden while nothing is picked, and the
       // old list stayed under the new filter's name, as if it were the answer.
       list.replaceChildren();
