@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import random
 
+from sqlalchemy import select
+
 from channels.base import Capabilities
 from gateway.delivery.outbox import Outbox
 from gateway.events import EventBus
@@ -14,6 +16,7 @@ from gateway.pipeline import PipelineResult
 from gateway.settings import BotSettings, Settings
 from gateway.worker import Worker
 from storage.engine import create_engine, session_factory
+from storage.models import Message
 
 
 class RecordingAdapter:
@@ -83,3 +86,17 @@ async def kill_worker(worker: Worker, engine) -> None:
         task.cancel()
     await asyncio.sleep(0.05)
     await engine.dispose()
+
+
+async def answer_one(url: str, pipeline: EchoPipeline) -> tuple[Message, RecordingAdapter]:
+    """One customer message answered by a worker running `pipeline` (its `handle` swapped for the case
+    at hand): the reply it stored, and the adapter it sent through."""
+    engine, sessions, inbox, worker, adapter = build_worker(url, pipeline)
+    try:
+        await inbox.accept("acme", chat_message("alice", 0))
+        await worker.run_until_idle(timeout=30)
+        async with sessions() as session:
+            reply = (await session.execute(select(Message).where(Message.direction == "out"))).scalar_one()
+        return reply, adapter
+    finally:
+        await engine.dispose()
