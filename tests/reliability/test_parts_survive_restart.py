@@ -234,17 +234,24 @@ async def test_whatsapp_replica_with_older_memory_resumes_from_the_stored_parts(
 # -- Telegram -----------------------------------------------------------------------------------
 
 
-async def test_telegram_part_one_is_not_resent_after_a_restart(migrated_url):
-    text = _two_parts(3000)
+@asynccontextmanager
+async def _telegram(update_id: str, message_id: int) -> AsyncIterator[
+        tuple[FakeTelegramAPI, Callable[[], TelegramAdapter], InboundMessage]]:
+    """A fake Telegram, an adapter factory for it, and a customer's question (`message_id` in the chat)."""
     async with FakeTelegramAPI(TG_TOKEN) as telegram:
         settings = TelegramChannel(token=TG_TOKEN, webhook_secret="s3cret-Token_value", api_base=telegram.base_url)
-        question = InboundMessage(channel="telegram", external_id="700001", sender=Sender(TG_CHAT), text="Plans?",
+        question = InboundMessage(channel="telegram", external_id=update_id, sender=Sender(TG_CHAT), text="Plans?",
                                   conversation=ConversationRef(channel="telegram", chat=TG_CHAT),
-                                  raw={"message_id": 42})
+                                  raw={"message_id": message_id})
+        yield telegram, (lambda: TelegramAdapter(BOT, settings, username="support_bot")), question
+
+
+async def test_telegram_part_one_is_not_resent_after_a_restart(migrated_url):
+    text = _two_parts(3000)
+    async with _telegram("700001", 42) as (telegram, adapter, question):
         with capture_logs() as logs:
             first, final = await _interrupted_then_resumed(
-                migrated_url, "telegram", inbound=question, text=text,
-                adapter=lambda: TelegramAdapter(BOT, settings, username="support_bot"),
+                migrated_url, "telegram", inbound=question, text=text, adapter=adapter,
                 refuse_part_two=lambda: telegram.fail_next("sendMessage", status=429, retry_after=60, skip=1))
         sent = [m for m in telegram.sent if str(m.chat_id) == TG_CHAT]
     # Each send's log line names the customer's message it answers: grepping that id follows the reply.
@@ -332,16 +339,10 @@ async def _killed_between_parts_then_resumed(url: str, channel: str, *, inbound:
 
 async def test_telegram_part_one_is_not_resent_after_a_kill_between_parts(migrated_url):
     # Part 1 was sent again: only a failed attempt stored the parts that had landed, and a kill is none.
-    text = _two_parts(3000)
-    async with FakeTelegramAPI(TG_TOKEN) as telegram:
-        settings = TelegramChannel(token=TG_TOKEN, webhook_secret="s3cret-Token_value", api_base=telegram.base_url)
-        question = InboundMessage(channel="telegram", external_id="700002", sender=Sender(TG_CHAT), text="Plans?",
-                                  conversation=ConversationRef(channel="telegram", chat=TG_CHAT),
-                                  raw={"message_id": 43})
+    async with _telegram("700002", 43) as (telegram, adapter, question):
         telegram.fail_next("sendMessage", status=429, retry_after=3, skip=1)  # waited out in place
         final = await _killed_between_parts_then_resumed(
-            migrated_url, "telegram", inbound=question, text=text,
-            adapter=lambda: TelegramAdapter(BOT, settings, username="support_bot"),
+            migrated_url, "telegram", inbound=question, text=_two_parts(3000), adapter=adapter,
             part_one_landed=lambda: any(str(m.chat_id) == TG_CHAT for m in telegram.sent))
         sent = [m for m in telegram.sent if str(m.chat_id) == TG_CHAT]
     assert [m.text.split(".")[0] for m in sent] == ["Part one", "Part two"]  # each part once, in order
