@@ -222,6 +222,7 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     slack_operator = SlackOperatorChannel(sessions, settings=settings, escalations=escalations, adapters=adapters,
                                           llm=llm, budget=budget)
     escalations.listeners.append(slack_operator.on_event)
+    outbox.tell_escalation = escalations.emit  # built after the outbox, which it sends with
     reminders = HandoffReminders(sessions, settings=settings, escalations=escalations,
                                  checks=[slack_operator.post_missing_headers])
     worker = Worker(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus, metrics=metrics,

@@ -91,6 +91,9 @@ class Outbox:
         self._adapters = adapters
         self._bus = bus
         self._metrics = metrics
+        # Where an operator's failed reply is told: `Escalations.emit` once wired (services.py), so the
+        # Slack operator thread hears of it as well as the consoles; the bus alone until then.
+        self.tell_escalation: Callable[[dict], Awaitable[None]] | None = None
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -275,10 +278,15 @@ class Outbox:
                     .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
         except (DBAPIError, OSError):
             return
-        if escalation_id is not None:
-            self._bus.publish(ESCALATIONS_TOPIC, {
-                "type": "reply_failed", "escalation_id": escalation_id, "bot": message.bot,
-                "conversation_id": message.conversation_id, "message_id": message.id, "error": error})
+        if escalation_id is None:
+            return
+        event = {"type": "reply_failed", "escalation_id": escalation_id, "bot": message.bot,
+                 "conversation_id": message.conversation_id, "message_id": message.id, "error": error,
+                 "operator": (message.meta or {}).get("operator", ""), "text": message.text}
+        if self.tell_escalation is None:
+            self._bus.publish(ESCALATIONS_TOPIC, event)
+        else:
+            await self.tell_escalation(event)
 
     async def _record_landed(self, message_id: int, meta: dict, landed: list[str], bound) -> None:
         """Store the parts of a reply in flight that landed so far, where a requeued attempt resumes after

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,12 @@ def _clip(text: str, limit: int = 500) -> str:
 def _plain(text: str) -> str:
     """Escape Slack's control characters so customer text can never ping @channel or fake a link."""
     return (text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _mention(operator: str) -> str:
+    """A Slack operator (`slack:<user id>`) as a mention, which notifies them; anyone else by name."""
+    user = operator.removeprefix("slack:")
+    return f"<@{user}>" if user != operator and re.fullmatch(r"[A-Z0-9]+", user) else _plain(operator)
 
 
 def _header_title(escalation: Escalation) -> str:
@@ -120,6 +127,11 @@ class SlackOperatorChannel:
             elif kind == "taken_over":
                 await self._post(bot, channel, f"{_plain(event.get('operator', ''))} took this thread over from "
                                  f"{_plain(event.get('previous_operator', ''))}.", thread_ts=escalation.slack_ts)
+        elif kind == "reply_failed":
+            # Without this, an operator replying from Slack never learned the customer did not get it.
+            await self._post(bot, channel, f"Not delivered to the customer: {_mention(event.get('operator', ''))}'s "
+                             f"reply \"{_plain(_clip(event.get('text', ''), 200))}\" "
+                             f"({_plain(event.get('error') or 'refused')}).", thread_ts=escalation.slack_ts)
         elif kind == "stale_claim":
             await self._post(bot, channel, f"<!here> The customer has waited {event.get('waiting_minutes')} min for "
                              f"{_plain(event.get('operator', ''))}'s reply; another operator can take it over in "

@@ -1,0 +1,70 @@
+"""An operator's reply the customer's platform refuses is told in the escalation's Slack thread."""
+
+from __future__ import annotations
+
+import json
+import time
+from urllib.parse import urlencode
+
+import pytest
+
+from tests.fakes.slack_api import BOT_USER_ID, sign
+from tests.gateway_channels.conftest import wait_until
+from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET, auth
+from tests.operators.test_slack_operator import _event, _post_event
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+def _in_thread(slack, thread_ts: str, words: str) -> list:
+    return [c for c in slack.calls_to("chat.postMessage")
+            if c.params.get("thread_ts") == thread_ts and words in c.params.get("text", "")]
+
+
+async def _escalated_and_claimed(client, slack, customer: str) -> tuple[int, str]:
+    """A Slack customer (DM `customer`) asks for a person and Slack operator UOPS claims: (id, thread ts)."""
+    ask = _event({"type": "message", "channel_type": "im", "channel": customer, "user": "UCUST",
+                  "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, f"Ev{customer}")
+    assert (await _post_event(client, ask)).status_code == 200
+    header = await wait_until(lambda: next((c for c in slack.calls_to("chat.postMessage")
+                                            if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")
+                                            and c.params.get("_ts") not in seen), None))
+    seen.add(header.params["_ts"])
+    # The summary follows once the thread's ts is stored: from then on a thread reply finds its escalation.
+    await wait_until(lambda: _in_thread(slack, header.params["_ts"], "*Summary:*"))
+    blocks = header.params["blocks"] if isinstance(header.params["blocks"], list) else json.loads(header.params["blocks"])
+    escalation_id = int(blocks[1]["elements"][0]["value"])
+    form = urlencode({"payload": json.dumps({"type": "block_actions", "user": {"id": "UOPS"}, "actions": [
+        {"action_id": "escalation_claim", "value": str(escalation_id)}]})}).encode()
+    clicked = await client.post("/webhooks/acme/slack/actions", content=form, headers={
+        "content-type": "application/x-www-form-urlencoded", **sign(form, secret=SIGNING_SECRET)})
+    assert clicked.status_code == 200
+    return escalation_id, header.params["_ts"]
+
+
+seen: set[str] = set()
+
+
+async def test_a_slack_operators_reply_the_customer_never_got_is_told_in_the_thread(client, slack):
+    _, thread_ts = await _escalated_and_claimed(client, slack, "DGONE")
+    slack.fail("chat.postMessage", error="is_archived", channel="DGONE")  # the customer's DM is gone
+    reply = _event({"type": "message", "channel": OPS_CHANNEL, "channel_type": "channel", "user": "UOPS",
+                    "text": "Your refund is on its way.", "ts": f"{time.time():.6f}", "thread_ts": thread_ts,
+                    "parent_user_id": BOT_USER_ID}, "EvGoneReply")
+    assert (await _post_event(client, reply)).status_code == 200
+    told = await wait_until(lambda: _in_thread(slack, thread_ts, "Not delivered to the customer"))
+    text = told[0].params["text"]
+    assert "<@UOPS>" in text and "Your refund is on its way." in text and "is_archived" in text
+
+
+async def test_a_console_operators_failed_reply_is_told_in_the_thread_too(client, slack):
+    escalation_id, thread_ts = await _escalated_and_claimed(client, slack, "DLEFT")
+    taken = await client.post(f"/v1/escalations/{escalation_id}/claim", headers=auth("sam"),
+                              json={"take_over": True})
+    assert taken.status_code == 200
+    slack.fail("chat.postMessage", error="account_inactive", channel="DLEFT")
+    sent = await client.post(f"/v1/escalations/{escalation_id}/reply", headers=auth("sam"),
+                             json={"text": "Still with us?"})
+    assert sent.status_code == 201 and sent.json()["status"] == "failed"
+    told = await wait_until(lambda: _in_thread(slack, thread_ts, "Not delivered to the customer"))
+    assert "sam's reply" in told[0].params["text"] and "<@" not in told[0].params["text"]
