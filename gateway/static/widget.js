@@ -428,6 +428,7 @@
 
   async function selectBot(name) {
     state.generation += 1;
+    setBusy(false);  // the other bot's request, still on its way, is no reason to hold this conversation's Send
     state.bot = name;
     store.set("bot", name);
     state.maxChars = DEFAULT_MAX_CHARS;  // /v1/bots gives names only; a 413 corrects it
@@ -557,11 +558,13 @@
       }
     } finally {
       state.sends += 1;
-      setBusy(false);
-      showTyping(!!state.awaiting);
-      updateCount();
-      ui.input.focus();
-      schedulePoll(300);
+      if (!elsewhere()) {  // else the shown conversation's own send may be busy: not this request's to end
+        setBusy(false);
+        showTyping(!!state.awaiting);
+        updateCount();
+        ui.input.focus();
+        schedulePoll(300);
+      }
     }
   }
 

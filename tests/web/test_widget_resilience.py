@@ -314,6 +314,38 @@ def test_widget_keeps_an_answer_out_of_another_bots_conversation(page, live_serv
     assert page.errors == []
 
 
+def test_widget_lets_the_visitor_ask_another_bot_while_the_first_still_answers(page, live_server):
+    """Send stayed disabled after picking another assistant until the first one's request ended; and
+    that request's end re-enabled Send while the other bot's own answer was on its way."""
+    page.route("**/v1/bots", lambda route: route.fulfill(
+        status=200, headers={"content-type": "application/json"},
+        body=json.dumps({"bots": [{"name": "acme"}, {"name": "beta"}]})))
+    page.route("**/v1/bots/beta/sessions/*/messages*", lambda route: route.fulfill(
+        status=200, headers={"content-type": "application/json"},
+        body=json.dumps({"conversation_id": None, "state": "bot", "messages": []})))
+    held: dict[str, list] = {"acme": [], "beta": []}
+    page.route("**/v1/bots/acme/chat", lambda route: held["acme"].append(route))
+    page.route("**/v1/bots/beta/chat", lambda route: held["beta"].append(route))
+    page.goto(live_server.url + "/?bot=acme")
+    page.wait_for_selector("#gw-chat[data-ready='true']")
+    _ask(page, "How do I sync?")
+    page.wait_for_function("() => document.getElementById('gw-send').disabled")
+    page.select_option("#gw-bot", "beta")
+    page.wait_for_function("() => !document.getElementById('gw-send').disabled")
+    _ask(page, "Do you ship abroad?")
+    while not held["beta"]:
+        page.wait_for_timeout(50)
+    done = {"reply": "Open Settings.", "citations": [], "conversation_id": 1, "state": "bot", "message_id": 1}
+    held["acme"][0].fulfill(status=200, headers={"content-type": "text/event-stream"}, body=_sse(("done", done)))
+    page.wait_for_timeout(300)
+    assert page.locator("#gw-send").is_disabled()  # beta's answer is still on its way
+    held["beta"][0].fulfill(status=200, headers={"content-type": "text/event-stream"}, body=_sse(
+        ("done", {**done, "reply": "Yes, to 40 countries.", "message_id": 2})))
+    _idle(page)
+    assert _bubbles(page) == ["Do you ship abroad?", "Yes, to 40 countries."]
+    assert page.errors == []
+
+
 # ---- 9: a reload while the answer is being written ----
 
 def test_widget_shows_typing_after_reload_while_answer_is_pending(page, live_server):
