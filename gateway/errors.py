@@ -11,9 +11,11 @@
     │   └── RecipientUnreachable    the recipient cannot be reached (blocked, outside a window)
     ├── LLMError                    every model in the chain failed
     ├── RetrievalError              the vector index is unavailable
-    ├── IndexBusy                   the Qdrant folder is held by another process
+    │   └── IndexBusy               the Qdrant folder is held by another process
     ├── EmbeddingError              an API embedding model's provider failed or could not be reached
-    └── SourceError                 a whole knowledge source could not be loaded
+    ├── SourceError                 a whole knowledge source could not be loaded
+    ├── ModelIntegrityError         a model file is missing or not the pinned one (rag/model_files.py)
+    └── EvalFileError               the eval questions file breaks its format (rag/eval.py)
     UnknownBot (a KeyError)         no bot of that name in the config
 
 Adapters translate SDK exceptions into these at the boundary; only the top of the worker
