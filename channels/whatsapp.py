@@ -16,12 +16,13 @@ UTF-16 units (an emoji counts twice, and a longer Body is refused with 21617). W
 is one-to-one through Twilio, so there are no groups, threads, edits or typing indicators here.
 
 The 24-hour customer-service window: free-form text is only allowed within 24 h of the customer's
-last message. The adapter cannot see the database, so the worker calls `within_window()` with the
-contact's `last_inbound_at` and picks `send()`, `send_template()` (settings.content_sid), or reports the
-message undeliverable; `WINDOW_MARGIN` keeps a reply computed in the window's last minutes from landing
-after it closes. `send()` raises `RecipientUnreachable` for error 63016 (outside the window) and the
-other "cannot reach this person" codes; 63016 mostly comes later, in a failed status callback, and
-`gateway/delivery/receipts.py` then queues the reply again for the template.
+last message. The adapter cannot see the database, so the outbox (`gateway/delivery/outbox.py`) calls
+`within_window()` with the contact's `last_inbound_at` and picks `send()`, `send_template()`
+(settings.content_sid), or reports the message undeliverable; `WINDOW_MARGIN` keeps a reply computed
+in the window's last minutes from landing after it closes. `send()` raises `RecipientUnreachable` for
+error 63016 (outside the window) and the other "cannot reach this person" codes; 63016 mostly comes
+later, in a failed status callback, and `gateway/delivery/receipts.py` then queues the reply again for
+the template.
 """
 
 from __future__ import annotations
@@ -57,15 +58,6 @@ from gateway.settings import WhatsAppChannel
 _SID = re.compile(r"(?:SM|MM)[0-9a-f]{32}")
 _SID_START = re.compile(r"(?:SM|MM)[0-9a-f]{8}")
 
-
-def _contact_id(wa_id: str, sender: str) -> str:
-    """The customer as one id, Twilio's `WaId` (`14155550123`), also when only `From`
-    (`whatsapp:+14155550123`) came: the two gave one person two ids, and a tool two customers. The
-    WaId form is the one Twilio sends for WhatsApp, so contacts stored before keep their id."""
-    if wa_id.isdigit():
-        return wa_id
-    address = sender.removeprefix("whatsapp:")
-    return address[1:] if address.startswith("+") and address[1:].isdigit() else address
 
 log = structlog.get_logger(__name__)
 
@@ -321,6 +313,16 @@ def _translate(exc: TwilioRestException) -> ChannelSendError | RecipientUnreacha
     transient = exc.status == 429 or exc.status >= 500
     return ChannelSendError(f"Twilio {exc.status} ({exc.code}): {exc.msg}", retry_after=retry_after,
                             permanent=not transient, rate_limited=exc.status == 429)
+
+
+def _contact_id(wa_id: str, sender: str) -> str:
+    """The customer as one id, Twilio's `WaId` (`14155550123`), also when only `From`
+    (`whatsapp:+14155550123`) came: the two gave one person two ids, and a tool two customers. The
+    WaId form is the one Twilio sends for WhatsApp, so contacts stored before keep their id."""
+    if wa_id.isdigit():
+        return wa_id
+    address = sender.removeprefix("whatsapp:")
+    return address[1:] if address.startswith("+") and address[1:].isdigit() else address
 
 
 def _attachments(form: Mapping[str, str]) -> tuple[Attachment, ...]:
