@@ -1,7 +1,7 @@
 """Discord: a discord.py gateway client for DMs and mentions, plus the `/ask` interactions endpoint.
 
 Inbound arrives two ways:
-- the gateway (`start`): `on_message` → `parse_gateway_message` → `deliver`; external_id = message id;
+- the gateway (`start`): `on_message` → `classify_gateway_message` → `deliver`; external_id = message id;
 - HTTP interactions (`verify` + `parse`): Ed25519-signed; PING → type 1, `/ask question:...` → an
   InboundMessage keyed by the interaction id and a deferred response (type 5, "thinking...").
 
@@ -295,9 +295,9 @@ class DiscordAdapter:
     # -- gateway --
 
     async def start(self, deliver: Deliver) -> None:
-        """Log in and run the gateway connection in the background (reconnects are discord.py's job).
+        """Log in and run the gateway connection in the background (`_run_gateway`, which reconnects).
         A rejected token raises; Discord unreachable at start does not: the connection loop logs in
-        again with backoff, so a blip at boot no longer left the channel deaf until a restart."""
+        again with backoff, so a blip at boot does not leave the channel deaf until a restart."""
         self._deliver = deliver
         try:
             await self._ensure_login()

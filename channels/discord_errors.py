@@ -21,10 +21,6 @@ def outcome_unknown(exc: BaseException) -> bool:
 def translate(exc: BaseException, *, sent: int = 0) -> Exception:
     """discord.py / network exceptions → the gateway's error tree. `sent`: how many chunks were delivered
     (their ids reach the outbox through `SentParts`)."""
-    return _translated(exc, sent=sent)
-
-
-def _translated(exc: BaseException, *, sent: int) -> Exception:
     note = f" after {sent} chunk(s) were delivered" if sent else ""
     if isinstance(exc, discord.RateLimited):
         return ChannelSendError(f"discord rate limit{note}", retry_after=exc.retry_after, rate_limited=True)
