@@ -41,7 +41,7 @@ from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_u
 from channels.slack_socket import open_socket_mode as _open_socket_mode
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
-from gateway.models import Citation, ConversationRef, InboundMessage, OutboundMessage
+from gateway.models import Citation, ConversationRef, OutboundMessage
 from gateway.settings import SlackChannel
 
 __all__ = [
@@ -175,19 +175,12 @@ class SlackAdapter:
             return WebhookResult(response=ImmediateResponse(body=challenge))
         if kind != "event_callback":
             return WebhookResult(ignored=(f"envelope type {kind!r} is not handled",))
-        message, reason = self._parse_event(body)
+        message, reason = parse_event(body, bot_ids=bot_ids(body, bot_user_id=self.bot_user_id),
+                                      respond_in_groups=self.settings.respond_in_groups, channel_name=self.name)
+        extra = {"event_id": body.get("event_id")}
         if message is None:
-            return WebhookResult(ignored=(reason,), extra={"event_id": body.get("event_id")})
-        return WebhookResult(messages=(message,), extra={"event_id": body.get("event_id")})
-
-    def _bot_ids(self, body: dict[str, Any]) -> set[str]:
-        return bot_ids(body, bot_user_id=self.bot_user_id)
-
-    def _parse_event(self, body: dict[str, Any]) -> tuple[InboundMessage | None, str]:
-        return parse_event(
-            body, bot_ids=self._bot_ids(body), respond_in_groups=self.settings.respond_in_groups,
-            channel_name=self.name,
-        )
+            return WebhookResult(ignored=(reason,), extra=extra)
+        return WebhookResult(messages=(message,), extra=extra)
 
     # ---- outbound ----------------------------------------------------------------------------
 
