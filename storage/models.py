@@ -60,8 +60,9 @@ class Conversation(Base):
 class Message(Base):
     """Every message in or out. Inbound is unique per (bot, channel, external_id).
 
-    Inbound status: pending → done | failed | ignored. Outbound status: pending → sent | failed
-    (then delivered/read from receipts).
+    Inbound status: pending → done | failed | ignored. Outbound status: pending → sending → sent | failed
+    (then delivered/read from receipts); a send to retry, or one a dead replica left `sending`, goes back
+    to pending.
     """
 
     __tablename__ = "messages"
@@ -81,7 +82,9 @@ class Message(Base):
     reply_to_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id", ondelete="SET NULL"), default=None)
     text: Mapped[str] = mapped_column(Text, default="")
     attachments: Mapped[list[Any]] = mapped_column(default=list)
-    # Small platform facts the reply needs: the platform's message id to reply to, a bot command.
+    # Small facts a later step needs: from the platform (its message id to reply to, a bot command, the
+    # sender), and what earlier attempts at this message did (parts delivered, the next attempt's time,
+    # a streamed draft, tool runs), so a retry or a restart resumes instead of repeating.
     meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
     citations: Mapped[list[Any]] = mapped_column(default=list)
     tool_calls: Mapped[list[Any]] = mapped_column(default=list)
@@ -133,7 +136,8 @@ class EscalationEvent(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     escalation_id: Mapped[int] = mapped_column(ForeignKey("escalations.id", ondelete="CASCADE"))
     conversation_id: Mapped[int] = mapped_column(ForeignKey("conversations.id", ondelete="CASCADE"))
-    kind: Mapped[str] = mapped_column(String(16))  # opened | claimed | resolved | reminded | note | reply
+    # opened | claimed | taken_over | released | resolved | reminded | note
+    kind: Mapped[str] = mapped_column(String(16))
     from_state: Mapped[str | None] = mapped_column(String(16), default=None)
     to_state: Mapped[str | None] = mapped_column(String(16), default=None)
     actor: Mapped[str] = mapped_column(String(128))  # "bot", "system" or an operator's name
