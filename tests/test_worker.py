@@ -214,3 +214,30 @@ async def test_a_reply_retried_later_is_logged_under_its_turn_and_trace(migrated
     sent = retried[-1]
     assert sent.get("trace_id") == started["trace_id"] and sent.get("bot") == "acme" and sent.get("channel") == "web"
     await engine.dispose()
+
+
+async def test_outbox_recover_requeues_only_replies_left_sending_past_the_window(migrated_url):
+    """At start, a reply a crash left `sending` goes back to `pending`; one sent just now does not."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from gateway.models import utcnow
+    from storage import repositories as repo
+
+    engine, sessions, _inbox, worker, _adapter = build_worker(migrated_url, EchoPipeline())
+    try:
+        async with sessions() as session, session.begin():
+            conversation = await repo.get_or_create_conversation(
+                session, bot="acme", ref=ConversationRef("web", chat="alice"), contact_id=None)
+            stale = await repo.add_outbound(session, conversation=conversation, text="left by a crash")
+            fresh = await repo.add_outbound(session, conversation=conversation, text="being sent now")
+            await session.execute(update(Message).where(Message.id == stale.id).values(
+                status="sending", updated_at=utcnow() - timedelta(minutes=5)))
+            await session.execute(update(Message).where(Message.id == fresh.id).values(status="sending"))
+        assert await worker._outbox.recover(older_than_s=120) == 1
+        async with sessions() as session:
+            statuses = {m.text: m.status for m in (await session.execute(select(Message))).scalars()}
+        assert statuses == {"left by a crash": "pending", "being sent now": "sending"}
+    finally:
+        await engine.dispose()
