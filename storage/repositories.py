@@ -236,6 +236,12 @@ async def requeue_stalled_sends(session: AsyncSession, *, now: datetime, older_t
                                   where=(Message.conversation_id.in_(unleased), Message.conversation_id.not_in(keep)))
 
 
+async def requeue_sends_after_crash(session: AsyncSession, *, now: datetime, older_than: timedelta) -> int:
+    """Put back to `pending` every reply left `sending` for longer than `older_than`, whoever holds its
+    conversation's lease (at start: this process's previous run left them); returns how many."""
+    return await _requeue_sending(session, now=now, older_than=older_than, where=())
+
+
 async def requeue_stalled_send(session: AsyncSession, *, message_id: int, now: datetime, older_than: timedelta) -> bool:
     """Put one reply left `sending` for longer than `older_than` back to `pending`; True when it was."""
     return await _requeue_sending(session, now=now, older_than=older_than, where=(Message.id == message_id,)) == 1

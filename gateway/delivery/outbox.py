@@ -46,6 +46,7 @@ from gateway.errors import ChannelError, ChannelSendError, RecipientUnreachable
 from gateway.events import ESCALATIONS_TOPIC, EventBus, conversation_topic
 from gateway.models import Citation, ConversationRef, OutboundMessage, utcnow
 from gateway.observability import otel
+from storage import repositories as repo
 from storage.models import Contact, Conversation, Delivery, Escalation, Message
 
 log = structlog.get_logger("gateway.outbox")
@@ -368,12 +369,9 @@ class Outbox:
         the send but before we recorded it may send that one reply again.
         """
         async with self._sessions() as session, session.begin():
-            result = await session.execute(
-                update(Message).where(Message.direction == "out", Message.status == "sending",
-                                      Message.updated_at < utcnow() - timedelta(seconds=older_than_s))
-                .values(status="pending").execution_options(synchronize_session=False)
-            )
-        if result.rowcount:
-            log.warning("outbound.requeued_after_crash", count=result.rowcount)
-        return result.rowcount
+            requeued = await repo.requeue_sends_after_crash(session, now=utcnow(),
+                                                            older_than=timedelta(seconds=older_than_s))
+        if requeued:
+            log.warning("outbound.requeued_after_crash", count=requeued)
+        return requeued
 
