@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -183,9 +183,9 @@ async def find_conversation(session: AsyncSession, *, bot: str, ref: Conversatio
 
 async def conversations_with_work(session: AsyncSession, *, now: datetime, limit: int = 50) -> list[int]:
     """Conversations that have pending inbound or unsent outbound messages and no live lease."""
+    # Both directions named, so the (direction, status) index serves the lookup.
     pending = select(Message.conversation_id).where(
-        or_(and_(Message.direction == "in", Message.status == "pending"),
-            and_(Message.direction == "out", Message.status == "pending"))
+        Message.direction.in_(("in", "out")), Message.status == "pending"
     ).distinct().subquery()
     rows = await session.execute(
         select(Conversation.id).where(
