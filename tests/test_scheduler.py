@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
 
 import structlog
 from sqlalchemy import select
@@ -14,22 +13,8 @@ from gateway.settings import load_settings
 from storage.engine import create_engine, session_factory
 from storage.models import IngestRun
 from tests.conftest import upgrade, write_config
+from tests.rag.ingest_helpers import open_knowledge
 
-
-@asynccontextmanager
-async def open_knowledge(tmp_path, bot: dict):
-    """(settings, store sessions, an open Knowledge) for `bot` over a migrated SQLite store; closed after."""
-    settings = load_settings(write_config(tmp_path, bots=[bot]))
-    await asyncio.to_thread(upgrade, settings.database_url)
-    engine = create_engine(settings.database_url)
-    sessions = session_factory(engine)
-    knowledge = Knowledge(settings, sessions=sessions)
-    await knowledge.open()
-    try:
-        yield settings, sessions, knowledge
-    finally:
-        await knowledge.close()
-        await engine.dispose()
 
 async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
     docs = tmp_path / "docs"

@@ -1,14 +1,38 @@
-"""What the ingest tests share: an embedder that counts what it is asked, the store's run records, the
-index's documents, and a real web server whose pages carry HTTP validators."""
+"""What the ingest tests share: an open Knowledge over a migrated store, an embedder that counts what it
+is asked, the store's run records, the index's documents, and a real web server whose pages carry HTTP
+validators."""
 
 from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
 
 from aiohttp import web
 from qdrant_client import models as qm
 from sqlalchemy import select
 
+from gateway.knowledge import Knowledge
+from gateway.settings import load_settings
+from storage.engine import create_engine, session_factory
 from storage.models import IngestRun
+from tests.conftest import upgrade, write_config
 from tests.fakes.web_server import serving
+
+
+@asynccontextmanager
+async def open_knowledge(tmp_path, bot: dict):
+    """(settings, store sessions, an open Knowledge) for `bot` over a migrated SQLite store; closed after."""
+    settings = load_settings(write_config(tmp_path, bots=[bot]))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
+    knowledge = Knowledge(settings, sessions=sessions)
+    await knowledge.open()
+    try:
+        yield settings, sessions, knowledge
+    finally:
+        await knowledge.close()
+        await engine.dispose()
 
 
 class CountingEmbedder:

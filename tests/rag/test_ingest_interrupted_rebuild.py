@@ -12,16 +12,13 @@ import pytest
 from sqlalchemy import select
 
 import rag.ingest
-from gateway.knowledge import Knowledge
 from gateway.scheduler import IngestScheduler
-from gateway.settings import QdrantSettings, SourceSettings, load_settings
+from gateway.settings import QdrantSettings, SourceSettings
 from rag.index import open_index
 from rag.ingest import Ingestor
 from rag.ingest_runs import INTERRUPTED, start_run
-from storage.engine import create_engine, session_factory
 from storage.models import Document as DocumentRow
-from tests.conftest import upgrade, write_config
-from tests.rag.ingest_helpers import CountingEmbedder, Site, page_html, point_documents, runs
+from tests.rag.ingest_helpers import CountingEmbedder, Site, open_knowledge, page_html, point_documents, runs
 from tests.rag.kb import TARGET_CODE, write_kb
 
 
@@ -254,13 +251,7 @@ async def test_the_startup_ingest_resumes_a_partly_rebuilt_collection(tmp_path):
         (docs / f"{name}.md").write_text(f"# {name.upper()}\n\nThe answer to {name} is forty-two.\n")
     bot = {"name": "acme", "channels": {"web": {}}, "sources": [
         {"name": "good", "type": "directory", "path": str(docs), "schedule": "0 4 * * 1"}]}
-    settings = load_settings(write_config(tmp_path, bots=[bot]))
-    await asyncio.to_thread(upgrade, settings.database_url)
-    engine = create_engine(settings.database_url)
-    sessions = session_factory(engine)
-    knowledge = Knowledge(settings, sessions=sessions)
-    await knowledge.open()
-    try:
+    async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
         await knowledge.ingest_source("acme", "good", trigger="cli")
         await knowledge.index.delete_points("acme", (await recorded(sessions))["b.md"])
         assert await knowledge.index.count("acme") == 2
@@ -270,11 +261,8 @@ async def test_the_startup_ingest_resumes_a_partly_rebuilt_collection(tmp_path):
             await scheduler._first_ingest
             scheduler.shutdown()
         assert await assert_all_indexed(knowledge.index, sessions) == 3
-    finally:
-        await knowledge.close()
-    recorded_runs = await runs(sessions)
+        recorded_runs = await runs(sessions)
     assert [(r.trigger, r.status, r.updated) for r in recorded_runs] == [("cli", "ok", 0), ("startup", "ok", 1)]
-    await engine.dispose()
 
 
 class PausingIndex:
