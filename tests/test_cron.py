@@ -34,7 +34,7 @@ def test_the_day_of_week_field_means_what_crontab_says(weekday, days):
     assert set(_next_days(f"0 9 * * {weekday}")) == days
 
 
-def test_times_are_utc():
+def test_cron_trigger_fires_at_the_written_time_in_utc():
     assert cron_trigger("30 9 * * *").get_next_fire_time(None, WEDNESDAY) == WEDNESDAY.replace(day=3, hour=9, minute=30)
 
 

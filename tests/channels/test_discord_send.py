@@ -193,7 +193,7 @@ async def test_send_typing_posts_typing(fake: FakeDiscord, adapter: DiscordAdapt
     assert len(fake.received("POST", f"/channels/{CHANNEL}/typing")) == 1
 
 
-async def test_edit_replaces_content(fake: FakeDiscord, adapter: DiscordAdapter):
+async def test_edit_replaces_content_and_mentions_no_one(fake: FakeDiscord, adapter: DiscordAdapter):
     (message_id,) = await adapter.send(OutboundMessage(conversation=conversation(), text="Draft"))
     await adapter.edit(conversation(), message_id, "Final answer")
     assert fake.messages[message_id]["content"] == "Final answer"

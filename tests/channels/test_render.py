@@ -128,7 +128,7 @@ def test_utf16_len_counts_astral_characters_twice() -> None:
     assert text_length("a😀é", unit="chars") == 3
 
 
-def test_render_citations_styles() -> None:
+def test_render_citations_numbers_drops_duplicates_and_links_in_each_dialect() -> None:
     cites = [
         Citation(source="faq.md", title="Refunds & returns", url="https://ex.com/r?a=1&b=2"),
         Citation(source="faq.md", title="Refunds & returns", url="https://ex.com/r?a=1&b=2"),

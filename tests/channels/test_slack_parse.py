@@ -77,7 +77,7 @@ def test_slack_fixture_table_covers_every_file():
 
 
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.name)
-def test_slack_parse_fixture(path: Path):
+def test_slack_parse_fixture_is_a_message_a_challenge_answer_or_ignored_with_reason(path: Path):
     adapter = make_adapter()
     request = fixture_request(path)
     adapter.verify(request)

@@ -122,7 +122,7 @@ async def test_a_gzip_bomb_sitemap_fails_its_source_instead_of_filling_memory(mo
     ("https://help.example/a", "https://help.example.evil.test/a", False),
     ("https://help.example/a", "file:///etc/passwd", False),
 ])
-def test_same_site(url, other, same):
+def test_same_site_is_one_host_and_port_allowing_www_and_the_https_upgrade(url, other, same):
     assert same_site(url, other) is same
 
 
