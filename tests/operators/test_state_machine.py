@@ -81,7 +81,10 @@ async def test_escalation_full_cycle_stores_every_transition(world):
     assert events[2].reason == "answered the invoice question" and all(e.created_at for e in events)
     # one acknowledgement when opened (no reply said it this turn), one on the claim, one on hand-back
     assert len(notices) == 3 and "joined this conversation" in notices[1] and "back to the assistant" in notices[2]
-    assert metrics.time_to_claim.labels(bot="acme")._sum.get() >= 0
+    # One wait to a claim and one to a resolution observed (a sum of waits is >= 0 even when none was).
+    observed = {name: metrics.registry.get_sample_value(f"gateway_escalation_{name}_seconds_count", {"bot": "acme"})
+                for name in ("time_to_claim", "time_to_resolve")}
+    assert observed == {"time_to_claim": 1, "time_to_resolve": 1}
     assert metrics.escalations.labels(bot="acme")._value.get() == 1
 
 
