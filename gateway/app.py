@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
+from gateway.config_file import secret_values
 from gateway.http import admin, health, webchat, webhooks
 from gateway.http.unhandled import UnhandledErrors
 from gateway.http.webchat import STATIC_DIR
@@ -25,7 +26,7 @@ from gateway.operators import slack_actions
 from gateway.pipeline.tools import http_tool_secrets
 from gateway.preflight import models_missing_keys, uncalibrated_gates
 from gateway.services import Services, build_services
-from gateway.settings import Settings, _secret_values
+from gateway.settings import Settings
 
 log = structlog.get_logger("gateway.app")
 
@@ -52,7 +53,7 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     """Build the ASGI app. Services start in the lifespan and stop with it. `role="web"`: receive only.
     `url`: where it will listen, recorded beside the admin token for `gateway ingest`."""
     configure_logging(level=settings.log_level, fmt=settings.log_format,
-                      secrets=[value for _, value in _secret_values(settings.model_dump())] + http_tool_secrets(settings))
+                      secrets=[value for _, value in secret_values(settings.model_dump())] + http_tool_secrets(settings))
     svc = services or build_services(settings)
     svc.role = role
     for name in svc.operator_auth.disabled if svc.operator_auth else ():

@@ -23,7 +23,9 @@ _SECRET_NAME = re.compile(r"auth|api[-_]?key|access[-_]?key|subscription[-_]?key
 _TOOL = re.compile(r"(^|\.)tools\[\d+\]$")
 
 
-def _secret_values(data: Any, path: str = "") -> list[tuple[str, str]]:
+def secret_values(data: Any, path: str = "") -> list[tuple[str, str]]:
+    """(dotted path, value) of every string under a `SECRET_KEYS` key in a config dict, at any depth:
+    what production refuses empty or a placeholder, and what the logs redact."""
     found: list[tuple[str, str]] = []
     if isinstance(data, dict):
         for key, value in data.items():
@@ -31,10 +33,10 @@ def _secret_values(data: Any, path: str = "") -> list[tuple[str, str]]:
             if key in SECRET_KEYS and isinstance(value, str):
                 found.append((sub, value))
             else:
-                found.extend(_secret_values(value, sub))
+                found.extend(secret_values(value, sub))
     elif isinstance(data, list):
         for i, value in enumerate(data):
-            found.extend(_secret_values(value, f"{path}[{i}]"))
+            found.extend(secret_values(value, f"{path}[{i}]"))
     return found
 
 

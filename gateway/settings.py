@@ -43,11 +43,11 @@ from gateway.channel_settings import (
 from gateway.config_file import (
     PLACEHOLDER_SECRETS,
     SECRET_KEYS,
-    _secret_values,
     config_error,
     name_unset_variable,
     read_config,
     resolve_config_path,
+    secret_values,
 )
 from gateway.errors import ConfigError, UnknownBot
 
@@ -336,7 +336,7 @@ class Settings(BaseSettings):
                 if bot != "*" and bot not in names:
                     raise ValueError(f"operators[{i}].bots: unknown bot {bot!r}")
         if self.environment == "production":
-            for path, value in _secret_values(self.model_dump()):
+            for path, value in secret_values(self.model_dump()):
                 if not value.strip():
                     if _OPERATOR_TOKEN.fullmatch(path):
                         continue  # an operator without a token is disabled (logged at start), as config.yaml says
