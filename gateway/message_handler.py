@@ -52,7 +52,6 @@ MAX_TURN_ATTEMPTS = 5
 log = structlog.get_logger("gateway.message_handler")
 
 
-
 class MessageHandler:
     """Answers one inbound message at a time; the caller holds its conversation's lease."""
 
@@ -143,10 +142,9 @@ class MessageHandler:
             return
         if attempt > 1:
             # A stream of the dead attempt's tokens may be open (web chat, another process): they are void.
-            self._bus.publish(message_topic(inbound.id), {"type": "reset"}, forward=inbound.channel == "web")
+            self._bus.publish(topic, {"type": "reset"}, forward=inbound.channel == "web")
         bound.info("pipeline.start", **({"attempt": attempt} if attempt > 1 else {}))
-        typing = start_typing(self._adapters.get((inbound.bot, inbound.channel)), conversation,
-                              refresh_s=self.typing_refresh_s)
+        typing = start_typing(adapter, conversation, refresh_s=self.typing_refresh_s)
         turn_timeout = self._settings.worker.turn_timeout
         # One bound on the whole turn: each model call has its own timeout, but retries, fallbacks and
         # tool rounds multiply them, and a customer should not watch "typing…" for many minutes.
