@@ -9,6 +9,7 @@ search with a relevance gate, ingest incrementally, and evaluate retrieval.
     chunking.py    Document                    → Chunk (heading path, token budget, stable id)
     blocks.py      a document's blocks: headings, paragraphs, list items, code fences, tables
     splitting.py   one block over the token budget → pieces that fit (lines, sentences, words)
+    tables.py      Markdown table rows read with their header ("Label; Header: cell"), for sentences
     embeddings.py  DenseEmbedder (MiniLM int8 offline, fastembed, litellm/) and SparseEmbedder (BM25)
     model_files.py  the model folders in models/, and MiniLM's ONNX file checked against its pinned sha256
     knowledge_index.py  what both engines share: ChunkPayload, IndexPoint, ArmResults, KnowledgeIndex, rrf
@@ -21,6 +22,7 @@ search with a relevance gate, ingest incrementally, and evaluate retrieval.
     framing.py     words that frame a question rather than name its subject ("mentioned", "compare")
     query_words.py a query's literal words (codes, names, acronyms) and their parts
     ingest.py      Ingestor.ingest_bot / ingest_source → IngestReport (counts in chunks)
+    ingest_progress.py  how far a run is, in documents, for a progress bar (`gateway ingest`, admin stream)
     fingerprint.py a document's content hash and the chunk settings it includes (CHUNKER_VERSION)
     index_check.py is the index what the store records? chunks it lacks, and an older copy's leftovers
     points.py      chunks → IndexPoints (window vectors averaged, sentence vectors, BM25)
