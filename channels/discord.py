@@ -38,7 +38,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import discord
 import yarl
@@ -109,8 +108,9 @@ class DiscordAdapter:
     name = "discord"
     capabilities = Capabilities(max_length=MAX_LENGTH, markdown="discord", threads=True, edits=True, typing=True)
 
-    def __init__(self, bot: str, settings: DiscordChannel, *, http: Any = None) -> None:
-        # `http` is unused: discord.py owns its aiohttp session and rate-limit buckets.
+    def __init__(self, bot: str, settings: DiscordChannel) -> None:
+        # No `http` session to inject, unlike the other adapters: discord.py owns its aiohttp session
+        # and rate-limit buckets.
         self.bot = bot
         self.settings = settings
         # Class attributes, hence process-wide: one process talks to one Discord API base and gateway.
