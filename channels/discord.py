@@ -48,14 +48,7 @@ from nacl.signing import VerifyKey
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.discord_client import GatewayClient
 from channels.discord_errors import outcome_unknown, translate
-from channels.discord_parse import (
-    classify_gateway_message,
-    parse_gateway_event,
-    parse_gateway_message,
-    parse_interaction,
-    payload_of,
-    without_token,
-)
+from channels.discord_parse import classify_gateway_message, parse_interaction, payload_of, without_token
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
 from channels.sent_parts import Landed, SentParts
 from gateway.backoff import doubling
@@ -72,8 +65,6 @@ __all__ = [
     "DiscordAdapter",
     "chunk_nonce",
     "classify_gateway_message",
-    "parse_gateway_event",
-    "parse_gateway_message",
     "parse_interaction",
     "render_message",
     "to_discord_markdown",

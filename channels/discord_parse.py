@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import re
 from datetime import datetime
 from typing import Any
@@ -17,9 +16,6 @@ import discord
 
 from channels.base import ImmediateResponse, WebhookResult
 from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, member_thread, utcnow
-
-# The adapter's logger name, so "discord.ignored" records keep their source after the split.
-log = logging.getLogger("channels.discord")
 
 # Channel types whose id is a thread's (public, private, announcement): a thread is one conversation.
 _THREAD_TYPES = {10, 11, 12}
@@ -90,38 +86,6 @@ def conversation_ref(guild_id: str, channel_id: str, author_id: str, *, in_threa
     if in_thread:
         return ConversationRef(channel="discord", workspace=guild_id, chat=channel_id, thread=channel_id)
     return ConversationRef(channel="discord", workspace=guild_id, chat=channel_id, thread=member_thread(author_id))
-
-
-def parse_gateway_message(
-    payload: dict[str, Any], *, bot_user_id: str, respond_in_groups: str = "mention", in_thread: bool = False
-) -> InboundMessage | None:
-    """A MESSAGE_CREATE message object → an InboundMessage, or None when it is ignored (reason logged)."""
-    result = classify_gateway_message(
-        payload, bot_user_id=bot_user_id, respond_in_groups=respond_in_groups, in_thread=in_thread
-    )
-    if isinstance(result, str):
-        log.info("discord.ignored", extra={"discord_message_id": payload.get("id"), "reason": result})
-        return None
-    return result
-
-
-def parse_gateway_event(
-    envelope: dict[str, Any], *, bot_user_id: str, respond_in_groups: str = "mention"
-) -> WebhookResult:
-    """A raw gateway frame ({op, t, s, d}) → the messages it holds, or why it is ignored."""
-    op, event, data = envelope.get("op"), envelope.get("t"), envelope.get("d")
-    if op != 0:
-        return WebhookResult(ignored=(f"gateway control frame op {op} (handled by discord.py)",))
-    if event == "MESSAGE_CREATE" and isinstance(data, dict):
-        result = classify_gateway_message(data, bot_user_id=bot_user_id, respond_in_groups=respond_in_groups)
-        return WebhookResult(ignored=(result,)) if isinstance(result, str) else WebhookResult(messages=(result,))
-    reasons = {
-        "MESSAGE_UPDATE": "message edit: the first version was already answered",
-        "MESSAGE_DELETE": "message deletion",
-        "MESSAGE_REACTION_ADD": "reaction",
-        "INTERACTION_CREATE": "interaction over the gateway: answered on the interactions endpoint",
-    }
-    return WebhookResult(ignored=(reasons.get(event or "", f"gateway event {event} is not a message"),))
 
 
 def parse_interaction(body: dict[str, Any]) -> WebhookResult:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from nacl.signing import SigningKey
 
-from channels.base import RawRequest
-from channels.discord import DiscordAdapter
+from channels.base import RawRequest, WebhookResult
+from channels.discord import DiscordAdapter, classify_gateway_message
 from gateway.models import InboundMessage
 from gateway.settings import DiscordChannel
 from tests.fakes.discord_api import APPLICATION_ID, FakeDiscord, message_object
@@ -86,3 +86,31 @@ async def fake_fixture():
     server = await FakeDiscord().start()
     yield server
     await server.close()
+
+
+def parse_gateway_message(payload: dict[str, Any], *, bot_user_id: str, respond_in_groups: str = "mention",
+                          in_thread: bool = False) -> InboundMessage | None:
+    """`classify_gateway_message`, with None for an ignored message (its reason dropped)."""
+    result = classify_gateway_message(payload, bot_user_id=bot_user_id, respond_in_groups=respond_in_groups,
+                                      in_thread=in_thread)
+    return None if isinstance(result, str) else result
+
+
+def parse_gateway_event(envelope: dict[str, Any], *, bot_user_id: str) -> WebhookResult:
+    """What a recorded gateway frame ({op, t, s, d}) comes to. Only MESSAGE_CREATE reaches the adapter's
+    own code (`classify_gateway_message`); the running gateway leaves control frames to discord.py, and
+    `GatewayClient` logs edits and deletions (tests/channels/test_discord_gateway.py), so the reasons for
+    other frames are this helper's labels."""
+    op, event, data = envelope.get("op"), envelope.get("t"), envelope.get("d")
+    if op != 0:
+        return WebhookResult(ignored=(f"gateway control frame op {op} (handled by discord.py)",))
+    if event == "MESSAGE_CREATE" and isinstance(data, dict):
+        result = classify_gateway_message(data, bot_user_id=bot_user_id)
+        return WebhookResult(ignored=(result,)) if isinstance(result, str) else WebhookResult(messages=(result,))
+    reasons = {
+        "MESSAGE_UPDATE": "message edit: the first version was already answered",
+        "MESSAGE_DELETE": "message deletion",
+        "MESSAGE_REACTION_ADD": "reaction",
+        "INTERACTION_CREATE": "interaction over the gateway: answered on the interactions endpoint",
+    }
+    return WebhookResult(ignored=(reasons.get(event or "", f"gateway event {event} is not a message"),))

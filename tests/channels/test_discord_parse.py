@@ -9,7 +9,7 @@ import pytest
 from nacl.signing import SigningKey
 
 from channels.base import RawRequest
-from channels.discord import DiscordAdapter, classify_gateway_message, parse_gateway_event, parse_gateway_message
+from channels.discord import DiscordAdapter, classify_gateway_message
 from channels.discord_parse import parse_interaction
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.models import ConversationRef
@@ -20,6 +20,8 @@ from tests.channels.discord_helpers import (
     GUILD,
     ask_interaction,
     guild_message,
+    parse_gateway_event,
+    parse_gateway_message,
     settings_for,
     signed,
 )
