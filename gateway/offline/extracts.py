@@ -188,11 +188,6 @@ def split_sentences(text: str) -> list[str]:
     return [u.text for u in sentence_units(text)]
 
 
-def sectioned_sentences(text: str) -> list[tuple[str, str | None]]:
-    """`split_sentences` with the in-extract heading each sentence sits under (None before any)."""
-    return [(u.text, u.heading) for u in sentence_units(text)]
-
-
 def sentence_units(text: str) -> list[Sentence]:
     """`split_sentences` as `Sentence` records."""
     cleaned: list[_Piece] = []
