@@ -162,10 +162,8 @@ class Services:
     def _deliver_for(self, bot: str):
         async def deliver(message) -> None:
             accepted = await self.inbox.accept(bot, message)
-            if accepted is None:  # logged as inbound.ignored, with its reason
-                return
-            counter = self.metrics.duplicates if accepted.duplicate else self.metrics.messages_in
-            counter.labels(bot=bot, channel=message.channel).inc()
+            if accepted is not None:  # None: logged as inbound.ignored, with its reason
+                self.metrics.message_in(bot=bot, channel=message.channel, duplicate=accepted.duplicate)
         return deliver
 
     async def stop(self) -> None:

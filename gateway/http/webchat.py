@@ -156,8 +156,7 @@ async def chat(bot: str, body: ChatRequest, request: Request):
         # the first message's reply would drop this message without anyone seeing it.
         return error(409, f"message_id {body.message_id!r} was already used for another message in this session; "
                           "send this one with a new message_id")
-    counter = svc.metrics.duplicates if accepted.duplicate else svc.metrics.messages_in
-    counter.labels(bot=bot, channel="web").inc()
+    svc.metrics.message_in(bot=bot, channel="web", duplicate=accepted.duplicate)
     if "text/event-stream" in request.headers.get("accept", ""):
         return EventSourceResponse(_stream(svc, accepted.message_id), ping=15)
     result = await wait_for_reply(svc, accepted.message_id, timeout=svc.reply_timeout)

@@ -114,10 +114,8 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         bound.info("webhook.ignored", reason=reason)
     for message in result.messages:
         accepted = await svc.inbox.accept(bot, message)  # the inbox makes it storable
-        if accepted is None:  # logged as inbound.ignored, with its reason
-            continue
-        counter = svc.metrics.duplicates if accepted.duplicate else svc.metrics.messages_in
-        counter.labels(bot=bot, channel=channel).inc()
+        if accepted is not None:  # None: logged as inbound.ignored, with its reason
+            svc.metrics.message_in(bot=bot, channel=channel, duplicate=accepted.duplicate)
     for update_ in result.status_updates:
         await record_receipt(svc.sessions, bot=bot, channel=channel, provider_id=update_.provider_message_id,
                              status=update_.status, error_code=update_.error_code)

@@ -72,6 +72,10 @@ class Metrics:
         """Record how long an escalation took from opening to hand-back."""
         self.time_to_resolve.labels(bot=bot).observe(max(0.0, seconds))
 
+    def message_in(self, *, bot: str, channel: str, duplicate: bool) -> None:
+        """Count an inbound delivery the inbox accepted: stored, or a duplicate of one stored before."""
+        (self.duplicates if duplicate else self.messages_in).labels(bot=bot, channel=channel).inc()
+
     def message_out(self, *, bot: str, channel: str, status: str) -> None:
         """Count an outbound message by its final status."""
         self.messages_out.labels(bot=bot, channel=channel, status=status).inc()
