@@ -120,18 +120,7 @@ class Services:
             log.info("gateway.role", role="web", note="no worker, scheduler, index or channel connections here")
             return
         await self.knowledge.open()
-        if self.admin_token_path is not None:
-            # The CLI on this machine reads it to ingest through the running server (Qdrant local mode
-            # allows one process per folder). Only users who can read var/ can use it.
-            self.admin_token_path.parent.mkdir(parents=True, exist_ok=True)
-            self.admin_token_path.unlink(missing_ok=True)  # created anew below, never readable by others
-            fd = os.open(self.admin_token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as token_file:
-                token_file.write(self.admin_token)
-            self._wrote_admin_files = True
-            if self.admin_url and self.admin_url_path is not None:
-                # So `gateway ingest` finds this server on whatever port it was started with.
-                self.admin_url_path.write_text(self.admin_url)
+        self._write_admin_files()
         await self.outbox.recover()
         if worker:
             await self.worker.start()
@@ -148,6 +137,22 @@ class Services:
                     self._started.append(adapter)
                 except Exception:
                     log.exception("channel.start_failed", bot=bot, channel=name)
+
+    def _write_admin_files(self) -> None:
+        """Write the admin token (and this server's URL) beside the Qdrant folder. Why: the CLI on this
+        machine reads them to ingest through the running server (Qdrant local mode allows one process
+        per folder). Only users who can read var/ can use them."""
+        if self.admin_token_path is None:
+            return
+        self.admin_token_path.parent.mkdir(parents=True, exist_ok=True)
+        self.admin_token_path.unlink(missing_ok=True)  # created anew below, never readable by others
+        fd = os.open(self.admin_token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as token_file:
+            token_file.write(self.admin_token)
+        self._wrote_admin_files = True
+        if self.admin_url and self.admin_url_path is not None:
+            # So `gateway ingest` finds this server on whatever port it was started with.
+            self.admin_url_path.write_text(self.admin_url)
 
     async def _check_migrated(self) -> None:
         from sqlalchemy import text
