@@ -267,9 +267,7 @@ class TelegramAdapter:
             raise ChannelSendError(f"telegram refused the edit: {exc.message}", permanent=True) from exc
         except TelegramForbiddenError as exc:
             raise RecipientUnreachable(f"telegram: {exc.message}") from exc
-        except TelegramAPIError as exc:
-            raise ChannelSendError(f"telegram edit failed: {exc.message}") from exc
-        except ClientDecodeError as exc:
+        except (TelegramAPIError, ClientDecodeError) as exc:
             raise ChannelSendError(f"telegram edit failed: {exc.message}") from exc
 
     async def send_typing(self, conversation: ConversationRef) -> None:
