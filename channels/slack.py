@@ -316,8 +316,8 @@ class SlackAdapter:
         except ChannelSendError as exc:
             if exc.permanent:  # a rejected app token: no retry fixes it
                 raise
-            # Slack unreachable at start: opened again in the background, as Discord's login is; this
-            # left the channel deaf until a restart, with nothing under /readyz's `connections`.
+            # Slack unreachable at start: opened again in the background, as Discord's login is, so a blip
+            # at boot does not leave the channel deaf until a restart (/readyz's `connections` says so meanwhile).
             self._socket_failed(exc, failures=1)
             self._socket_task = asyncio.create_task(self._reopen_socket(deliver), name=f"slack-socket:{self.bot}")
 
