@@ -92,11 +92,19 @@ async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Se
             continue
         cutoff = now - timedelta(days=bot.retention_days)
         recent = exists().where(Message.conversation_id == Conversation.id, Message.created_at >= cutoff)
+        expired = select(Conversation.id).where(
+            Conversation.bot == bot.name, Conversation.created_at < cutoff, ~recent,
+            # A conversation being worked on right now is never purged from under its worker.
+            (Conversation.lease_until.is_(None)) | (Conversation.lease_until < now))
         async with sessions() as session, session.begin():
-            ids = list((await session.execute(select(Conversation.id).where(
-                Conversation.bot == bot.name, Conversation.created_at < cutoff, ~recent,
-                # A conversation being worked on right now is never purged from under its worker.
-                (Conversation.lease_until.is_(None)) | (Conversation.lease_until < now)))).scalars())
+            # Locked, then asked again: a customer's message being stored in one of them holds its
+            # conversation (the foreign key's lock) until it commits, and a plain read would not see it,
+            # so the delete took the new message with it, after its webhook had been acknowledged. The
+            # lock waits for that store (on SQLite, for the write lock) and keeps new ones and a worker's
+            # lease out; the second read sees what they committed.
+            locked = list((await session.execute(expired.with_for_update())).scalars())
+            ids = list((await session.execute(expired.where(Conversation.id.in_(locked))))
+                       .scalars()) if locked else []
             before = report.conversations
             await _delete_conversations(session, ids, report)
             # Contacts left with no conversation at all carry only personal data: remove them too. Not one

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 
@@ -88,6 +89,36 @@ async def test_retention_purges_only_old_conversations_of_bots_with_a_period(mig
     finally:
         await engine.dispose()
 
+
+
+async def test_retention_keeps_a_conversation_whose_customer_writes_while_it_is_purged(migrated_url) -> None:
+    # A customer comes back to an expired conversation just as the purge runs: their message is being
+    # stored (its webhook about to be acknowledged) when the purge looks. It used to read past the
+    # uncommitted message, then delete the conversation and the message with it.
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 30}])
+    try:
+        old = await _store(sessions, bot="acme", channel="web", user="s-back", chat="s-back")
+        long_ago = utcnow() - timedelta(days=45)
+        async with sessions() as session, session.begin():
+            await session.execute(update(Conversation).where(Conversation.id == old).values(created_at=long_ago))
+            await session.execute(update(Message).where(Message.conversation_id == old).values(created_at=long_ago))
+        storing = sessions()
+        await storing.begin()
+        stored = await repo.store_inbound(storing, bot="acme", message=InboundMessage(
+            channel="web", external_id="back-again", conversation=ConversationRef(channel="web", chat="s-back"),
+            sender=Sender(external_id="s-back", display_name="Ada Lovelace"), text="I'm back"))
+        purge = asyncio.create_task(purge_expired(sessions, settings))
+        await asyncio.sleep(1.5)  # the purge has read the candidates and waits on the store's lock
+        await storing.commit()
+        await storing.close()
+        report = await asyncio.wait_for(purge, 30)
+        assert stored.conversation_id == old and report.conversations == 0
+        assert await _count(sessions, Message, Message.id == stored.message_id) == 1
+        assert await _count(sessions, Conversation, Conversation.id == old) == 1
+    finally:
+        await engine.dispose()
 
 class _Index:
     """Records deletions the way QdrantIndex.delete_points receives them."""
