@@ -81,6 +81,35 @@ async def test_a_refused_database_connection_is_a_503() -> None:
     assert response.status_code == 503 and response.headers["Retry-After"] == "5"
 
 
+
+async def test_a_pool_with_every_connection_busy_is_a_503_logged_in_one_line(tmp_path) -> None:
+    """A burst against a locked or slow database: every pooled connection stays busy past the pool's
+    timeout. SQLAlchemy's TimeoutError is no DBAPIError, and it was a 500 "internal error" with a
+    traceback per request, as for a bug."""
+    import structlog
+
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}", pool_size=1, max_overflow=0,
+                                 pool_timeout=0.1)
+
+    async def _query(_request):
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/query", _query)])
+    app.add_middleware(UnhandledErrors)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+    try:
+        async with engine.connect() as held, httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            await held.execute(text("SELECT 1"))  # the pool's only connection, busy
+            with structlog.testing.capture_logs() as logs:
+                response = await client.get("/query")
+    finally:
+        await engine.dispose()
+    assert response.status_code == 503 and response.headers["Retry-After"] == "5"
+    assert [(line["event"], line["error_type"]) for line in logs] == [("http.database_unavailable", "TimeoutError")]
+    assert "QueuePool limit" in logs[0]["error"] and "exc_info" not in logs[0]
+
 async def test_an_os_error_outside_the_database_is_still_a_500() -> None:
     async def _missing_file(_request):
         raise FileNotFoundError("templates/missing.html")

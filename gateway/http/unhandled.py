@@ -1,7 +1,8 @@
 """The last catch for an error in a route: a JSON answer, logged once, and the connection kept.
 
 - A database that cannot be reached is temporary: 503 `{"error": …}` with `Retry-After`, so clients
-  (and load balancers) retry rather than report a bug.
+  (and load balancers) retry rather than report a bug. So is a connection pool whose every connection
+  stayed busy past its timeout (a burst against a slow or locked database).
 - A client that went away before its body was read (a phone losing signal mid-upload) is no error of
   ours: one info line, and 499 (nginx's "client closed request") in the metrics, not a 500 an alert
   would count. The response goes nowhere; the server drops it.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import structlog
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 
@@ -40,6 +42,10 @@ _PG_UNAVAILABLE = ("57P01", "57P02", "57P03", "53300")
 
 def database_unavailable(exc: BaseException) -> bool:
     """Whether `exc` says the database cannot be reached now (rather than that a query is wrong)."""
+    if isinstance(exc, PoolTimeout):
+        # "QueuePool limit … reached, connection timed out": every connection is held by queries that
+        # wait (a lock, a slow disk). It was a 500 "internal error" with a traceback per request.
+        return True
     if isinstance(exc, DBAPIError):
         if exc.connection_invalidated or isinstance(exc, InterfaceError):
             return True
