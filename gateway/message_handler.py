@@ -249,12 +249,17 @@ class MessageHandler:
         outbound_ids: list[int] = []
         taken_over = False
         async with self._sessions() as session, session.begin():
+            # The conversation's row locked first (its state is read below): an operator's claim or take-over
+            # committing between that read and this commit let the bot's reply out after the person joined.
+            # NO KEY UPDATE: the inbox's foreign-key checks on it go on meanwhile. Conversation, then message,
+            # as a resolve takes them.
+            conversation = await session.get(Conversation, inbound.conversation_id,
+                                             with_for_update={"key_share": True})
             # Row lock (on SQLite, the write lock): a worker that lost its lease and this one cannot both see `pending`.
             message = await session.get(Message, inbound.id, with_for_update=True)
             if message.status != "pending":  # another worker finished it (lease lost): do not answer twice
                 log.warning("inbound.already_finished", message_id=inbound.id)
                 return False
-            conversation = await session.get(Conversation, inbound.conversation_id)
             if result is not None and result.author == "bot" and result.reply is not None \
                     and conversation.state != "bot":
                 # An operator took the thread while the model was answering: the bot must not talk over them.
