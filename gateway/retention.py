@@ -103,16 +103,25 @@ async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Se
             # lock waits for that store (on SQLite, for the write lock) and keeps new ones and a worker's
             # lease out; the second read sees what they committed.
             locked = list((await session.execute(expired.with_for_update())).scalars())
-            ids = list((await session.execute(expired.where(Conversation.id.in_(locked))))
-                       .scalars()) if locked else []
+            # A contact row another transaction holds is a store under way: it updates the contact before
+            # it inserts into the conversation, so it would wait for this one while this one waited for it
+            # (PostgreSQL's "deadlock detected", a 500 to the webhook). Their conversations are kept, and the
+            # contacts skipped, never waited for (SKIP LOCKED; SQLite has one writer and needs none of it).
+            free = set((await session.execute(select(Contact.id).where(Contact.id.in_(
+                select(Conversation.contact_id).where(Conversation.id.in_(locked)))).with_for_update(skip_locked=True)))
+                .scalars()) if locked else set()
+            ids = list((await session.execute(expired.where(
+                Conversation.id.in_(locked), Conversation.contact_id.is_(None) | Conversation.contact_id.in_(free))))
+                .scalars()) if locked else []
             before = report.conversations
             await _delete_conversations(session, ids, report)
             # Contacts left with no conversation at all carry only personal data: remove them too. Not one
             # who wrote within the period: in a group only the first writer is a conversation's contact.
-            orphans = delete(Contact).where(~exists().where(Conversation.contact_id == Contact.id),
-                                            Contact.created_at < cutoff,
-                                            Contact.last_inbound_at.is_(None) | (Contact.last_inbound_at < cutoff))
-            report.contacts += (await session.execute(orphans)).rowcount
+            orphans = select(Contact.id).where(~exists().where(Conversation.contact_id == Contact.id),
+                                               Contact.created_at < cutoff,
+                                               Contact.last_inbound_at.is_(None) | (Contact.last_inbound_at < cutoff))
+            report.contacts += (await session.execute(delete(Contact).where(Contact.id.in_(
+                orphans.with_for_update(skip_locked=True))))).rowcount
             if ids:
                 report.by_bot[bot.name] = report.conversations - before
                 session.add(DataDeletion(kind="retention", bot=bot.name, counts={

@@ -120,6 +120,38 @@ async def test_retention_keeps_a_conversation_whose_customer_writes_while_it_is_
     finally:
         await engine.dispose()
 
+
+async def test_retention_never_deadlocks_with_a_store_that_holds_the_contact(migrated_url) -> None:
+    # A store updates the contact first, then inserts into the conversation. The purge used to delete the
+    # conversation, then wait for the contact to delete it as an orphan, while the store waited for the
+    # conversation: PostgreSQL aborted the store ("deadlock detected", a 500 to the webhook).
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 30}])
+    try:
+        old = await _store(sessions, bot="acme", channel="web", user="s-back", chat="s-back")
+        long_ago = utcnow() - timedelta(days=45)
+        async with sessions() as session, session.begin():
+            await session.execute(update(Conversation).where(Conversation.id == old).values(created_at=long_ago))
+            await session.execute(update(Message).where(Message.conversation_id == old).values(created_at=long_ago))
+            await session.execute(update(Contact).values(created_at=long_ago, last_inbound_at=long_ago))
+        storing = sessions()
+        await storing.begin()
+        await repo.upsert_contact(storing, channel="web", external_id="s-back", display_name="Ada Lovelace")
+        await storing.flush()  # the store holds the contact's row
+        purge = asyncio.create_task(purge_expired(sessions, settings))
+        await asyncio.sleep(1.5)
+        stored = await repo.store_inbound(storing, bot="acme", message=InboundMessage(
+            channel="web", external_id="back-again", conversation=ConversationRef(channel="web", chat="s-back"),
+            sender=Sender(external_id="s-back", display_name="Ada Lovelace"), text="I'm back"))
+        await storing.commit()
+        await storing.close()
+        await asyncio.wait_for(purge, 30)
+        assert stored.conversation_id == old
+        assert await _count(sessions, Message, Message.id == stored.message_id) == 1
+    finally:
+        await engine.dispose()
+
 class _Index:
     """Records deletions the way QdrantIndex.delete_points receives them."""
 
