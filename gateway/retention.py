@@ -66,8 +66,10 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
     """
     report = DeletionReport()
     async with sessions() as session, session.begin():
-        contact_ids = list((await session.execute(
-            select(Contact.id).where(Contact.channel == channel, Contact.external_id == user))).scalars())
+        # Locked first, as a store of their message takes them (contact, then conversation): a store under
+        # way finishes before this reads their conversations, instead of a deadlock that aborted one.
+        contact_ids = list((await session.execute(select(Contact.id).where(
+            Contact.channel == channel, Contact.external_id == user).with_for_update())).scalars())
         conditions = [Conversation.chat == user]
         if contact_ids:
             conditions.append(Conversation.contact_id.in_(contact_ids))

@@ -10,7 +10,7 @@ from sqlalchemy import func, select, update
 
 from gateway.cli import main
 from gateway.models import ConversationRef, InboundMessage, Sender, utcnow
-from gateway.retention import purge_expired, purge_removed_sources
+from gateway.retention import forget_contact, purge_expired, purge_removed_sources
 from gateway.settings import Settings
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
@@ -149,6 +149,32 @@ async def test_retention_never_deadlocks_with_a_store_that_holds_the_contact(mig
         await asyncio.wait_for(purge, 30)
         assert stored.conversation_id == old
         assert await _count(sessions, Message, Message.id == stored.message_id) == 1
+    finally:
+        await engine.dispose()
+
+
+async def test_forget_waits_for_a_store_of_the_contacts_message_instead_of_deadlocking(migrated_url) -> None:
+    # The store holds the contact's row when `forget` starts; forget deleted the conversation, then waited
+    # for the contact, while the store waited for the conversation: "deadlock detected" on PostgreSQL.
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        gone = await _store(sessions, bot="acme", channel="telegram", user="4242", chat="4242")
+        storing = sessions()
+        await storing.begin()
+        await repo.upsert_contact(storing, channel="telegram", external_id="4242", display_name="Ada Lovelace")
+        await storing.flush()  # the store holds the contact's row
+        forget = asyncio.create_task(forget_contact(sessions, channel="telegram", user="4242"))
+        await asyncio.sleep(1.5)
+        await repo.store_inbound(storing, bot="acme", message=InboundMessage(
+            channel="telegram", external_id="late", conversation=ConversationRef(channel="telegram", chat="4242"),
+            sender=Sender(external_id="4242", display_name="Ada Lovelace"), text="one more thing"))
+        await storing.commit()
+        await storing.close()
+        report = await asyncio.wait_for(forget, 30)
+        assert report.conversations == 1 and report.messages == 4 and report.contacts == 1
+        assert await _count(sessions, Message, Message.conversation_id == gone) == 0
+        assert await _count(sessions, Contact, Contact.external_id == "4242") == 0
     finally:
         await engine.dispose()
 
