@@ -17,6 +17,7 @@ SQLite (one process) needs none of this.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import Callable
@@ -138,13 +139,21 @@ class PgBridge:
                 log.info("pg_bridge.listening")
                 if self.wake is not None:
                     self.wake()  # anything stored while we were not listening
-                while not connection.is_closed():
+                while True:
                     await asyncio.sleep(RECONNECT_S)
+                    # Asked, not only checked for closed: a failover or a partition can leave the socket
+                    # open and silent, and it was listened to forever while nothing more arrived.
+                    await asyncio.wait_for(connection.fetchval("SELECT 1"), timeout=RECONNECT_S)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the database restarting: poll until it is back
+            except Exception as exc:  # the database restarting, or gone silent: poll until it is back
                 log.warning("pg_bridge.disconnected", error=f"{type(exc).__name__}: {exc}"[:200])
             finally:
                 if connection is not None and not connection.is_closed():
-                    await connection.close()
+                    try:  # a silent peer never answers the goodbye: drop the socket then
+                        with contextlib.suppress(Exception):
+                            await asyncio.wait_for(connection.close(), timeout=RECONNECT_S)
+                    finally:
+                        if not connection.is_closed():
+                            connection.terminate()
             await asyncio.sleep(RECONNECT_S)

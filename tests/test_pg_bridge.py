@@ -63,3 +63,83 @@ async def test_bridge_joins_waiting_tokens_keeps_order_and_skips_its_own_echo():
         while not queue.empty():
             received.append(queue.get_nowait())
     assert received == [{"type": "done"}]
+
+
+class _FreezableProxy:
+    """A TCP relay to PostgreSQL whose connections can go silent, as across a failover or a partition:
+    the sockets stay open and nothing more passes. Connections opened later pass as usual."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.frozen_below = 0  # connections numbered below this pass nothing
+        self.opened = 0
+        self.server: asyncio.Server | None = None
+        self.relays: set[asyncio.Task] = set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    def freeze(self) -> None:
+        self.frozen_below = self.opened
+
+    async def close(self) -> None:
+        self.server.close()
+        for task in self.relays:
+            task.cancel()
+        await asyncio.gather(*self.relays, return_exceptions=True)
+
+    async def _relay(self, reader, writer) -> None:
+        number, self.opened = self.opened, self.opened + 1
+        self.relays.add(asyncio.current_task())
+        upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
+
+        async def pump(source, sink) -> None:
+            while data := await source.read(65536):
+                while number < self.frozen_below:
+                    await asyncio.sleep(3600)  # silent: no data, no close
+                sink.write(data)
+                await sink.drain()
+
+        await asyncio.gather(pump(reader, upstream_writer), pump(upstream_reader, writer), return_exceptions=True)
+
+
+async def test_a_listen_connection_gone_silent_is_replaced_and_hears_other_processes_again(postgres_url, monkeypatch):
+    """A failover or a partition leaves the LISTEN socket open and silent: it was waited on while it
+    was not closed, forever, and no event of another process reached this one until a restart."""
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    import gateway.pg_bridge as pg_bridge
+
+    monkeypatch.setattr(pg_bridge, "RECONNECT_S", 0.3)
+    url = make_url(postgres_url)
+    proxy = _FreezableProxy(url.host, url.port or 5432)
+    port = await proxy.start()
+    bus = EventBus()
+    bridge = PgBridge(url.set(host="127.0.0.1", port=port).render_as_string(hide_password=False),
+                      sessions=None, bus=bus, wake=None)
+    listening = asyncio.create_task(bridge._listen())
+    direct = await asyncpg.connect(url.set(drivername="postgresql").render_as_string(hide_password=False))
+    payload = json.dumps({"o": "another process", "t": "conversation:7", "e": {"type": "message"}})
+    try:
+        async with bus.subscribe("conversation:7") as queue:
+            async def heard_within(seconds: float) -> bool:
+                for _ in range(int(seconds / 0.2)):
+                    await direct.execute("SELECT pg_notify('gateway_events', $1)", payload)
+                    try:
+                        await asyncio.wait_for(queue.get(), 0.2)
+                        return True
+                    except asyncio.TimeoutError:
+                        pass
+                return False
+
+            assert await heard_within(10)
+            proxy.freeze()
+            assert await heard_within(10)  # through a new connection
+    finally:
+        listening.cancel()
+        await asyncio.wait([listening], timeout=5)  # a goodbye on a silent connection would wait forever
+        listening.cancel()
+        await direct.close()
+        await proxy.close()
