@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import anyio
 import structlog
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
@@ -28,6 +29,10 @@ log = structlog.get_logger("gateway.webchat")
 router = APIRouter(tags=["web chat"], route_class=JsonRoute)  # bodies capped before parsing, JSON by default
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 MAX_DELIVERY_ID = 255  # messages.external_id is a VARCHAR(255) on PostgreSQL
+STREAM_SHUTDOWN_GRACE_S = 2.0
+"""How long an open stream has, once the server stops, to end with its `done` event (`pending`). Why:
+sse-starlette cancels every open stream at once on shutdown, which cut the body before `done`. Shorter
+than the server's own wait for open requests (gateway.cli.GRACEFUL_SHUTDOWN_S)."""
 
 
 class ChatRequest(BaseModel):
@@ -158,12 +163,14 @@ async def chat(bot: str, body: ChatRequest, request: Request):
                           "send this one with a new message_id")
     svc.metrics.message_in(bot=bot, channel="web", duplicate=accepted.duplicate)
     if "text/event-stream" in request.headers.get("accept", ""):
-        return EventSourceResponse(_stream(svc, accepted.message_id), ping=15)
+        shutdown = anyio.Event()  # set by sse-starlette when the server is told to stop
+        return EventSourceResponse(_stream(svc, accepted.message_id, shutdown=shutdown), ping=15,
+                                   shutdown_event=shutdown, shutdown_grace_period=STREAM_SHUTDOWN_GRACE_S)
     result = await wait_for_reply(svc, accepted.message_id, timeout=svc.reply_timeout)
     return JSONResponse(result, status_code=200 if not result.get("pending") else 202)
 
 
-async def _stream(svc, message_id: int):
+async def _stream(svc, message_id: int, *, shutdown: anyio.Event):
     # Events first, the store only when none came for 0.5 s (an answer another replica wrote sends no
     # event here): reading the status before each event cost a query per token, and once the answer
     # was stored the tokens still queued were dropped.
@@ -172,7 +179,7 @@ async def _stream(svc, message_id: int):
         finished = await _status(svc, message_id) not in ("pending", None)
         while not finished:
             remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0 or svc.stopping.is_set():
+            if remaining <= 0 or svc.stopping.is_set() or shutdown.is_set():
                 break
             try:
                 event = await asyncio.wait_for(queue.get(), timeout=min(0.5, remaining))

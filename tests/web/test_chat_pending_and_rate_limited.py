@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.conftest import app_client
+from sse_starlette.sse import AppStatus
+
+from tests.conftest import app_client, chat_events
 
 NOTICE = "Slow down, please."
 
@@ -60,3 +62,25 @@ async def test_chat_waiting_when_the_process_is_asked_to_stop_is_202_pending_not
             "/v1/bots/acme/chat", headers={"accept": "text/event-stream"},
             json={"session_id": "stop-1", "text": "Still there?", "message_id": "m-2"}), timeout=20)
         assert streamed.status_code == 200 and '"pending": true' in streamed.text
+
+
+async def test_chat_stream_open_when_the_server_shuts_down_ends_with_done_pending_not_a_cut_body(tmp_path) -> None:
+    # sse-starlette cancels every open stream as soon as uvicorn is told to exit (SIGTERM), which cut the
+    # body off before its `done` event: a client was left with a broken stream and no message id. The
+    # stream now ends itself, with `done` and `pending: true`, as a JSON request gets its 202.
+    worker = {"lease_seconds": 3, "poll_interval": 0.2, "reply_timeout": 60}
+    async with app_client(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}], worker=worker) as client:
+        await client.services.worker.stop()  # no answer comes: the stream is still open at the shutdown
+
+        async def shut_down_soon() -> None:
+            await asyncio.sleep(1.0)
+            AppStatus.should_exit = True  # what sse-starlette's hook on uvicorn's handle_exit sets
+
+        shutdown = asyncio.create_task(shut_down_soon())
+        try:
+            events = await asyncio.wait_for(chat_events(client, "acme", "stop-2", "Still there?"), timeout=20)
+        finally:
+            await shutdown
+            AppStatus.should_exit = False  # process-wide: later tests' streams must not end at once
+    assert events and events[-1][0] == "done", events
+    assert events[-1][1]["pending"] is True and events[-1][1]["reply"] is None
