@@ -84,13 +84,15 @@ class Worker:
         log.info("worker.started", owner=self.owner)
 
     async def stop(self, *, timeout: float = 10.0) -> None:
-        """Stop claiming; let in-flight conversations finish (up to `timeout`), then cancel."""
+        """Stop claiming; let in-flight conversations finish (up to `timeout`), then cancel. A turn cancelled
+        so is logged as `worker.turn_abandoned` with its ids: its message stays pending for the restart."""
         self._stopping = True
         self._wake.set()
         if self._loop_task:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
         if self._active:
+            log.info("worker.stopping", owner=self.owner, in_flight=len(self._active), wait_s=timeout)
             _, pending = await asyncio.wait(list(self._active.values()), timeout=timeout)
             for task in pending:
                 task.cancel()
@@ -227,7 +229,13 @@ class Worker:
                     with message_context(message_id=message.id, conversation_id=conversation_id,
                                          bot=message.bot, channel=message.channel,
                                          traceparent=(message.meta or {}).get("traceparent")):
-                        await self.handler.handle(message)
+                        try:
+                            await self.handler.handle(message)
+                        except asyncio.CancelledError:
+                            if self._stopping:  # the shutdown's wait ran out; nothing else said the turn ended
+                                log.warning("worker.turn_abandoned", reason="shutting down; left pending, "
+                                            "answered after the restart")
+                            raise
         except Exception:
             await self._back_off(conversation_id)
             raise

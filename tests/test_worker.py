@@ -241,3 +241,36 @@ async def test_outbox_recover_requeues_only_replies_left_sending_past_the_window
         assert statuses == {"left by a crash": "pending", "being sent now": "sending"}
     finally:
         await engine.dispose()
+
+
+async def test_worker_stop_logs_a_turn_it_cancels_with_its_ids_and_leaves_it_pending(migrated_url):
+    """A turn still running when the shutdown's wait ends is cancelled: before, the log went from the
+    turn's last line to `worker.stopped`, and nothing said a message was handed back unanswered."""
+    import structlog
+
+    class Hangs(EchoPipeline):
+        async def handle(self, turn):
+            self.seen.append((turn.conversation_id, turn.text))
+            await asyncio.sleep(3600)
+
+    pipeline = Hangs()
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline)
+    try:
+        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+            accepted = await inbox.accept("acme", chat_message("alice", 0))
+            await worker.start()
+            for _ in range(200):
+                if pipeline.seen:
+                    break
+                await asyncio.sleep(0.02)
+            await worker.stop(timeout=0.2)
+        [abandoned] = [e for e in logs if e["event"] == "worker.turn_abandoned"]
+        started = next(e for e in logs if e["event"] == "pipeline.start")
+        assert abandoned["message_id"] == accepted.message_id
+        assert abandoned["conversation_id"] == accepted.conversation_id
+        assert abandoned["trace_id"] == started["trace_id"] and abandoned["log_level"] == "warning"
+        async with sessions() as session:
+            assert (await session.get(Message, accepted.message_id)).status == "pending"
+        assert adapter.sent == []
+    finally:
+        await engine.dispose()
