@@ -55,7 +55,8 @@ class ClaimTransitions:
                                          "conversation_id": escalation.conversation_id, "operator": operator})
         if self._metrics:
             self._metrics.observe_claim(escalation.bot, (now - as_utc(escalation.created_at)).total_seconds())
-        log.info("escalation.claimed", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
+        log.info("escalation.claimed", escalation_id=escalation_id, conversation_id=escalation.conversation_id,
+                 operator=operator, bot=escalation.bot)
         if notice is not None:
             await self._deliver(notice.id)
         return await self.get(escalation_id, bots=None)
@@ -87,8 +88,8 @@ class ClaimTransitions:
             self._after_commit(session, {"type": "taken_over", "escalation_id": escalation.id, "bot": escalation.bot,
                                          "conversation_id": escalation.conversation_id, "operator": operator,
                                          "previous_operator": previous})
-        log.info("escalation.taken_over", escalation_id=escalation.id, operator=operator, previous=previous,
-                 bot=escalation.bot)
+        log.info("escalation.taken_over", escalation_id=escalation.id, conversation_id=escalation.conversation_id,
+                 operator=operator, previous=previous, bot=escalation.bot)
         return await self.get(escalation.id, bots=None)
 
     async def release(self, escalation_id: int, *, operator: str, bots: Iterable[str] | None,
@@ -116,7 +117,8 @@ class ClaimTransitions:
                          actor=operator, reason=reason)
             self._after_commit(session, {"type": "released", "escalation_id": escalation_id, "bot": escalation.bot,
                                          "conversation_id": escalation.conversation_id, "operator": operator})
-        log.info("escalation.released", escalation_id=escalation_id, operator=operator, bot=escalation.bot)
+        log.info("escalation.released", escalation_id=escalation_id, conversation_id=escalation.conversation_id,
+                 operator=operator, bot=escalation.bot)
         return await self.get(escalation_id, bots=None)
 
     async def claim_conversation(self, conversation_id: int, *, operator: str,

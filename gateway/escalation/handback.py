@@ -33,7 +33,8 @@ async def answer_if_handed_back(sessions: async_sessionmaker[AsyncSession], mess
             return
         requeued = await requeue_unanswered(session, conversation_id=conversation.id, since=last.created_at)
     if requeued is not None:
-        log.info("escalation.requeued_after_handback", message_id=requeued, escalation_id=last.id)
+        log.info("escalation.requeued_after_handback", message_id=requeued, escalation_id=last.id,
+                 conversation_id=message.conversation_id, bot=message.bot)
 
 
 async def requeue_unanswered(session: AsyncSession, *, conversation_id: int, since: datetime) -> int | None:

@@ -201,7 +201,8 @@ class Escalations(ClaimTransitions):
             if stored is None:
                 raise
             return _repeated(stored, text=text, message_id=message_id)
-        log.info("escalation.reply", escalation_id=escalation_id, operator=operator, message_id=message.id)
+        log.info("escalation.reply", escalation_id=escalation_id, conversation_id=escalation.conversation_id,
+                 operator=operator, bot=escalation.bot, message_id=message.id)
         await self._deliver(message.id)
         await self.emit({"type": "reply", "escalation_id": escalation_id, "bot": escalation.bot,
                           "conversation_id": escalation.conversation_id, "operator": operator, "text": text,
@@ -242,8 +243,8 @@ class Escalations(ClaimTransitions):
                                          "conversation_id": escalation.conversation_id, "operator": operator})
         if self._metrics:
             self._metrics.observe_resolve(escalation.bot, (now - as_utc(escalation.created_at)).total_seconds())
-        log.info("escalation.resolved", escalation_id=escalation_id, operator=operator, bot=escalation.bot,
-                 requeued_message_id=requeued)
+        log.info("escalation.resolved", escalation_id=escalation_id, conversation_id=escalation.conversation_id,
+                 operator=operator, bot=escalation.bot, requeued_message_id=requeued)
         if notice is not None:
             await self._deliver(notice.id)
         return await self.get(escalation_id, bots=None)

@@ -259,3 +259,26 @@ async def test_a_nul_in_a_reason_is_stored_without_it_not_a_500(world):
     assert (await escalations.get(eid, bots=None)).reason == "model: refund"
     reasons = [e.reason for e in await escalations.events(eid)]
     assert reasons == ["model: refund", "mine", "lunch", "", "done"]
+
+
+async def test_every_escalation_log_line_names_its_conversation(world):
+    """An operator follows a conversation through the log by its id: `escalation.opened` carried it, but
+    the claim, reply, release, take-over and hand-back lines did not, so a grep by conversation_id lost
+    the whole operator side."""
+    import structlog
+
+    sessions, escalations, _, _ = world
+    cid = await _conversation(sessions)
+    with structlog.testing.capture_logs() as logs:
+        eid = await _open(sessions, escalations, cid)
+        await escalations.claim(eid, operator="sam", bots=None)
+        await escalations.reply(eid, operator="sam", bots=None, text="Looking into it.")
+        await escalations.release(eid, operator="sam", bots=None)
+        await escalations.claim(eid, operator="kim", bots=None)
+        await escalations.claim(eid, operator="sam", bots=None, take_over=True)
+        await escalations.resolve(eid, operator="sam", bots=None)
+    lines = [e for e in logs if e["event"].startswith("escalation.")]
+    assert [e["event"] for e in lines] == [
+        "escalation.opened", "escalation.claimed", "escalation.reply", "escalation.released",
+        "escalation.claimed", "escalation.taken_over", "escalation.resolved"]
+    assert all(e.get("conversation_id") == cid and e.get("bot") == "acme" for e in lines), lines
