@@ -87,7 +87,8 @@ class Rewriter:
             usage.append(usage_row(result))
         queries = parse_queries(result.text)
         if not queries:
-            log.info("rewrite.malformed", bot=bot.name, output=(result.text or "")[:200])
+            # Its length, not its text: a rewrite restates the customer's message, and logs hold none (docs/data.md).
+            log.info("rewrite.malformed", bot=bot.name, chars=len(result.text or ""))
             return [text]
         return queries
 

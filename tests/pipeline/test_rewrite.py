@@ -54,6 +54,19 @@ async def test_rewrite_malformed_output_falls_back_to_raw_message(rig, openai_fa
     assert rig.search.calls == [[FOLLOW_UP]] and result.reply.endswith("[1].")
 
 
+async def test_rewrite_malformed_output_is_not_logged_as_it_restates_the_customer(rig, openai_fake) -> None:
+    # Logs hold ids, never message text (docs/data.md); a rewrite that is not JSON was logged whole.
+    openai_fake.script("primary", Turn(text=f"You asked {FOLLOW_UP!r} about the Team plan"),
+                       Turn(text="Team costs $120 per user per year [2]."))
+
+    with capture_logs() as logs:
+        await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=HISTORY))
+
+    [malformed] = [e for e in logs if e["event"] == "rewrite.malformed"]
+    assert malformed["chars"] > 0
+    assert not any(FOLLOW_UP in str(value) for entry in logs for value in entry.values())
+
+
 async def test_rewrite_output_nested_too_deeply_falls_back_to_raw_message(rig, openai_fake) -> None:
     # A model stuck repeating "[" wrote JSON too deep for json.loads: its RecursionError failed the whole
     # turn ("something went wrong", a handoff) where any other malformed rewrite is only skipped.
