@@ -180,8 +180,7 @@ class LLMRouter:
                     log.info("llm.answered", model=name, attempt=attempt + 1, fallback=name != chain[0],
                              latency_ms=round((time.monotonic() - started) * 1000), finish=result.finish_reason,
                              prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens,
-                             tool_calls=len(result.tool_calls), **{k: v for k, v in (metadata or {}).items()
-                                                                   if k in ("message_id", "bot")})
+                             tool_calls=len(result.tool_calls), **_log_ids(metadata))
                     return result
                 except asyncio.CancelledError:
                     if on_abandoned is not None:
@@ -210,7 +209,8 @@ class LLMRouter:
                     await self._abandoned(on_abandoned, name, messages, tools, acc, metadata)
                 if self._metrics is not None:
                     self._metrics.llm_failures.labels(model=name, retryable=str(retryable).lower()).inc()
-                log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1])
+                log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1],
+                            **_log_ids(metadata))
                 # A timeout already took the model's whole `timeout`: its retries (3 × 60 s by default) used
                 # up the turn's deadline (180 s), so a hanging provider was never left for the fallback.
                 hanging = isinstance(error, litellm.Timeout) and name != order[-1]
@@ -355,3 +355,9 @@ class _CallbackError(Exception):
     def __init__(self, original: BaseException) -> None:
         super().__init__(str(original))
         self.original = original
+
+
+def _log_ids(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """What of a call's metadata its log lines carry: the ids, and which call of the turn it is (`purpose`:
+    the rewrite, the answer, an operator summary), as a turn's calls were otherwise alike in the log."""
+    return {k: v for k, v in (metadata or {}).items() if k in ("message_id", "bot", "purpose")}

@@ -221,7 +221,8 @@ def _found_something(result: Any) -> bool:
 
 def _metadata(turn) -> dict[str, Any]:
     """Ids for LiteLLM's callbacks and logs, so one message can be followed to its model calls."""
-    return {"bot": turn.bot.name, "conversation_id": turn.conversation_id, "message_id": turn.message_id}
+    return {"bot": turn.bot.name, "conversation_id": turn.conversation_id, "message_id": turn.message_id,
+            "purpose": "answer"}
 
 
 def replayable(arguments: str | None) -> str:

@@ -36,6 +36,19 @@ async def test_rewrite_queries_go_to_search_and_customer_words_to_answer(rig, op
     assert [u["model"] for u in result.usage] == ["primary", "primary"]  # the rewrite is paid for too
 
 
+async def test_a_turns_rewrite_and_answer_calls_are_told_apart_in_the_log(rig, openai_fake) -> None:
+    # Both logged `llm.answered` with the same ids: an operator could not tell the rewrite's tokens and
+    # latency from the answer's, nor which of the two a `llm.call_failed` line was about.
+    openai_fake.script("primary", Turn(text=json.dumps({"queries": REWRITES})), Turn(status=500),
+                       Turn(text="Team costs $120 per user per year [2]."))
+
+    with capture_logs() as logs:
+        await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=HISTORY))
+
+    calls = [(e["event"], e.get("purpose")) for e in logs if e["event"] in ("llm.answered", "llm.call_failed")]
+    assert calls == [("llm.answered", "rewrite"), ("llm.call_failed", "answer"), ("llm.answered", "answer")]
+
+
 async def test_rewrite_skipped_without_history(rig, openai_fake) -> None:
     openai_fake.script("primary", Turn(text="Plus costs $6 per month [1]."))
 
