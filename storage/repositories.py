@@ -279,3 +279,11 @@ async def queue_depth(session: AsyncSession) -> int:
     return (await session.execute(
         select(func.count()).select_from(Message).where(Message.direction == "in", Message.status == "pending")
     )).scalar_one()
+
+
+async def outbox_depth(session: AsyncSession) -> int:
+    """How many replies are stored and not yet sent: waiting, retrying or being sent."""
+    return (await session.execute(
+        select(func.count()).select_from(Message).where(Message.direction == "out",
+                                                        Message.status.in_(("pending", "sending")))
+    )).scalar_one()

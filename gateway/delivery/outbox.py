@@ -264,7 +264,7 @@ class Outbox:
             bound.warning("outbound.failed", error=error, reason=reason, delivered_parts=provider_ids)
             if message.author == "operator":
                 await self._tell_operators(message, error=error)
-        if self._metrics and status != "retry":
+        if self._metrics:
             self._metrics.message_out(bot=message.bot, channel=message.channel, status=status)
         self._bus.publish(conversation_topic(conversation.id), {"type": "message", "status": status})
         return status

@@ -111,6 +111,7 @@ async def metrics(request: Request) -> Response:
     try:
         async with svc.sessions() as session:
             svc.metrics.queue_depth.set(await repo.queue_depth(session))
+            svc.metrics.outbox_depth.set(await repo.outbox_depth(session))
             oldest = (await session.execute(select(func.min(Message.created_at)).where(
                 Message.direction == "in", Message.status == "pending"))).scalar_one_or_none()
         svc.metrics.queue_lag.set((utcnow() - as_utc(oldest)).total_seconds() if oldest else 0.0)

@@ -39,6 +39,11 @@ class Metrics:
         self.queue_lag = Gauge("gateway_queue_lag_seconds", "Age of the oldest inbound message waiting", registry=r)
         self.send_failures = Counter("gateway_send_failures_total", "Replies the channel refused or lost",
                                      ["bot", "channel"], registry=r)
+        # A platform outage shows here at once: a reply fails for good only after every attempt (minutes).
+        self.send_retries = Counter("gateway_send_retries_total", "Send attempts that failed and were rescheduled",
+                                    ["bot", "channel"], registry=r)
+        self.outbox_depth = Gauge("gateway_outbox_depth", "Replies stored and not yet sent (waiting or retrying)",
+                                  registry=r)
         self.rate_limited = Counter("gateway_rate_limited_total", "Inbound messages over a rate limit",
                                     ["bot", "scope"], registry=r)
         self.ratelimit_errors = Counter("gateway_ratelimit_errors_total",
@@ -77,7 +82,10 @@ class Metrics:
         (self.duplicates if duplicate else self.messages_in).labels(bot=bot, channel=channel).inc()
 
     def message_out(self, *, bot: str, channel: str, status: str) -> None:
-        """Count an outbound message by its final status."""
+        """Count an outbound message by its final status, or a failed attempt rescheduled (`retry`)."""
+        if status == "retry":
+            self.send_retries.labels(bot=bot, channel=channel).inc()
+            return
         self.messages_out.labels(bot=bot, channel=channel, status=status).inc()
         if status == "failed":
             self.send_failures.labels(bot=bot, channel=channel).inc()

@@ -136,10 +136,14 @@ async def store_reply(services: Services, *, conversation_id: int, text: str,
 
 async def send_failures(client: httpx.AsyncClient, channel: str) -> float:
     """The current value of gateway_send_failures_total for the test bot on `channel`, from /metrics."""
-    prefix = f'gateway_send_failures_total{{bot="acme",channel="{channel}"}} '
+    return await metric(client, f'gateway_send_failures_total{{bot="acme",channel="{channel}"}}')
+
+
+async def metric(client: httpx.AsyncClient, series: str) -> float:
+    """The current value of one series (`name{labels}` as /metrics writes it), 0 when it is not there yet."""
     for line in (await client.get("/metrics")).text.splitlines():
-        if line.startswith(prefix):
-            return float(line.removeprefix(prefix))
+        if line.startswith(series + " "):
+            return float(line.removeprefix(series + " "))
     return 0.0
 
 

@@ -19,6 +19,7 @@ from tests.gateway_channels.conftest import (
     gateway_app,
     get_message,
     messages_in_chat,
+    metric,
     send_failures,
     settle,
     settled_chat,
@@ -236,6 +237,24 @@ async def test_telegram_send_failing_every_attempt_is_marked_failed_and_counted(
     assert failed.error.startswith("send failed after 2 attempts") and failed.attempts == 2
     assert sent_to(fake, 1009) == []
     assert await send_failures(client, "telegram") == failures_before + 1
+
+
+async def test_telegram_outage_moves_the_send_metrics_at_its_first_failed_attempt(env):
+    """A reply fails for good only after every attempt (about 13 minutes by default); until then an
+    outage of the platform moved no metric at all: the inbound was done, the reply only waited."""
+    client, services, fake = env
+    conversation_id = await _conversation_in(client, services, fake, 9012, 1012)
+    retries = 'gateway_send_retries_total{bot="acme",channel="telegram"}'
+    retries_before = await metric(client, retries)
+    fake.fail_next("sendMessage", status=502, html=True, times=20)  # more than the adapter retries in place
+    reply_id = await store_reply(services, conversation_id=conversation_id, text="Your refund is on its way.")
+    assert await services.outbox.deliver(reply_id) == "retry"
+    fake._scripts["sendmessage"].clear()  # Telegram is back
+    assert await metric(client, retries) == retries_before + 1
+    assert await metric(client, "gateway_outbox_depth") >= 1
+    services.worker.notify()
+    await wait_until(lambda: _status_is(services, reply_id, "sent"), what="the retried reply to be sent")
+    assert await metric(client, retries) == retries_before + 1
 
 
 async def test_telegram_permanent_refusal_fails_at_once(env):
