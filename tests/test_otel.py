@@ -39,7 +39,7 @@ async def test_one_trace_from_the_request_through_the_worker_to_the_send(tmp_pat
                                        headers={"traceparent": PARENT})
     assert response.status_code == 200 and response.headers["traceparent"].startswith(f"00-{TRACE}-")
     finished = {s.name: s for s in spans.get_finished_spans()}
-    request = finished["POST /v1/bots/acme/chat"]
+    request = finished["POST /v1/bots/{bot}/chat"]
     process = finished["message.process"]
     # The request continues the caller's trace; the worker continues the request's, as its child.
     assert format(request.context.trace_id, "032x") == TRACE and format(request.parent.span_id, "016x") == "00f067aa0ba902b7"
@@ -50,6 +50,22 @@ async def test_one_trace_from_the_request_through_the_worker_to_the_send(tmp_pat
     assert finished["pipeline.answer"].attributes["gateway.answered"] is True
     assert finished["outbox.send"].attributes["gateway.channel"] == "web"
     assert request.attributes["http.response.status_code"] == 200
+    assert request.attributes["http.route"] == "/v1/bots/{bot}/chat" and request.attributes["url.path"] == "/v1/bots/acme/chat"
+
+
+async def test_request_spans_are_named_by_route_not_by_path(tmp_path, help_center_bot, spans):
+    """Named by the raw path, each web chat session's transcript was a span name of its own: names
+    without bound in the tracing backend, as a per-user metric label would be."""
+    settings = load_settings(write_config(tmp_path, bots=[help_center_bot]))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    app = create_app(settings, start_scheduler=False)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw.test") as http:
+            for session in ("visitor-1", "visitor-2"):
+                await http.get(f"/v1/bots/acme/sessions/{session}/messages")
+            await http.get("/no/such/page")
+    names = [s.name for s in spans.get_finished_spans()]
+    assert names == ["GET /v1/bots/{bot}/sessions/{session_id}/messages"] * 2 + ["GET"]
 
 
 def test_tracing_is_a_no_op_until_configured():
@@ -102,4 +118,4 @@ async def test_otlp_endpoint_in_config_exports_spans_over_http(tmp_path):
             services |= {a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"}
             names |= {s.name for scope in resource_spans.scope_spans for s in scope.spans}
     assert services == {"gw-test"}
-    assert {"POST /v1/bots/acme/chat", "message.process", "pipeline.answer", "outbox.send"} <= names
+    assert {"POST /v1/bots/{bot}/chat", "message.process", "pipeline.answer", "outbox.send"} <= names

@@ -18,6 +18,7 @@ import structlog
 from opentelemetry.trace import SpanKind
 
 from gateway.observability import otel
+from gateway.observability.metrics import UNMATCHED_ROUTE, route_template
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
@@ -84,8 +85,9 @@ class RequestContextMiddleware:
         started = time.monotonic()
         path = scope.get("path", "")
         is_webhook = path.startswith("/webhooks/")
-        with otel.span(f"{scope.get('method', 'GET')} {path}", parent=headers.get("traceparent"), kind=SpanKind.SERVER,
-                       attributes={"http.request.method": scope.get("method", ""), "url.path": path}) as span:
+        method = scope.get("method", "GET")
+        with otel.span(method, parent=headers.get("traceparent"), kind=SpanKind.SERVER,
+                       attributes={"http.request.method": method, "url.path": path}) as span:
             trace_id = otel.trace_id_of(span) or trace_id_from_headers(headers)
             span_id = format(span.get_span_context().span_id, "016x") if otel.trace_id_of(span) else secrets.token_hex(8)
 
@@ -99,4 +101,12 @@ class RequestContextMiddleware:
                 await send(message)
 
             with structlog.contextvars.bound_contextvars(trace_id=trace_id):
-                await self.app(scope, receive, send_with_trace)
+                try:
+                    await self.app(scope, receive, send_with_trace)
+                finally:
+                    # Named by the route's template once routed, as OpenTelemetry asks: named by the raw
+                    # path, every session id and escalation id made a span name of its own.
+                    route = route_template(scope)
+                    if route != UNMATCHED_ROUTE:
+                        span.set_attribute("http.route", route)
+                    span.update_name(f"{method} {route}" if route != UNMATCHED_ROUTE else method)
