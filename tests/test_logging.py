@@ -63,3 +63,15 @@ def test_a_urls_password_is_redacted_even_when_no_config_names_it(capsys) -> Non
     assert "s3cret-pw" not in out and "pw-9876" not in out
     assert "postgresql://billing:[REDACTED]@db.internal:5432/billing" in out and "redis://:[REDACTED]@cache" in out
     assert "https://user@host/x" in out  # a user name alone is no secret
+
+
+def test_debug_logs_leave_out_the_markdown_parsers_per_rule_lines(capsys) -> None:
+    """At DEBUG (what an operator turns on to find a fault) markdown-it logged every rule it tried on every
+    block of every reply rendered: 20 lines for a one-sentence Telegram answer, more than the turn's own."""
+    import structlog
+
+    configure_logging(level="DEBUG")
+    logging.getLogger("markdown_it.rules_block.fence").debug("entering fence: StateBlock(line=0), 0, 1, False")
+    structlog.get_logger("gateway.outbox").debug("outbound.debug_probe")
+    err = capsys.readouterr().err
+    assert "entering fence" not in err and "outbound.debug_probe" in err

@@ -43,8 +43,9 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # twilio's client writes every request's headers at INFO: 8 lines a send, half of a busy log.
-    for noisy in ("httpx", "httpcore", "litellm", "aiosqlite", "asyncio", "urllib3", "twilio"):
+    # twilio's client writes every request's headers at INFO: 8 lines a send, half of a busy log; at DEBUG,
+    # markdown-it writes a line per parser rule and block of every reply rendered (20 for one sentence).
+    for noisy in ("httpx", "httpcore", "litellm", "aiosqlite", "asyncio", "urllib3", "twilio", "markdown_it"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # pypdf warns, without the file's name, about each broken structure it reads past; a PDF that
     # cannot be read is reported by the ingest with its name, and one that can is fine.
