@@ -148,6 +148,7 @@ class Pipeline:
                 found = await self._search.search(turn.bot.name, queries, turn.bot.retrieval)
                 span.set_attributes({"gateway.hits": len(found.hits), "gateway.gate_refused": found.refused})
         except RetrievalError as exc:
+            self._observe("retrieve", started)  # as for the llm stage below: an outage's wait is latency too
             bound.error("retrieval.unavailable", error=str(exc))
             return handoff(turn.bot, SEARCH_DOWN_REPLY, reason="knowledge base unavailable", queries=queries,
                            usage=record.usage)
@@ -162,6 +163,9 @@ class Pipeline:
                 span.set_attributes({"gateway.answered": answer.answered, "gateway.citations": len(answer.citations),
                                      "gateway.tool_calls": len(answer.tool_calls)})
         except LLMError as exc:
+            # The wait counts too: observed only when a model answered, an outage's timeouts and
+            # retries left the stage's latency looking healthy.
+            self._observe("llm", started)
             bound.error("llm.all_models_failed", error=str(exc))
             return handoff(turn.bot, LLM_DOWN_REPLY, reason="every model failed", queries=queries,
                            retrieved=_retrieved(hits), usage=record.usage, tool_calls=record.tool_calls)

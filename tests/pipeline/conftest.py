@@ -78,7 +78,8 @@ class Rig:
 
 
 def make_rig(fake: FakeOpenAI, *, bots: list[dict[str, Any]] | None = None, hits: list[Hit] | None = None,
-             timeout: float = 5.0, model_params: dict[str, Any] | None = None, budget: Any = None) -> Rig:
+             timeout: float = 5.0, model_params: dict[str, Any] | None = None, budget: Any = None,
+             metrics: Any = None) -> Rig:
     """Build the real pipeline for `bots` (the first is the default), with models on the fake."""
     specs = bots or [{"name": "acme"}]
     settings = [BotSettings(**{"model": "primary", "fallbacks": ["backup"], **spec}) for spec in specs]
@@ -87,7 +88,7 @@ def make_rig(fake: FakeOpenAI, *, bots: list[dict[str, Any]] | None = None, hits
     search = RecordingSearch([PLUS, TEAM] if hits is None else hits)
     tools = {b.name: BotTools(b) for b in settings}
     pipeline = Pipeline(search=search, answerer=Answerer(router, tools=tools), rewriter=Rewriter(router),
-                        budget=budget)
+                        budget=budget, metrics=metrics)
     return Rig(fake=fake, bot=settings[0], search=search, pipeline=pipeline, bots=settings)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.observability.metrics import Metrics
 from gateway.pipeline.core import LLM_DOWN_REPLY
 from tests.fakes.openai_server import Turn
 from tests.pipeline.conftest import make_rig
@@ -42,6 +43,22 @@ async def test_pipeline_every_model_failing_gives_honest_reply_and_escalates(ope
     assert "Error" not in result.reply and "500" not in result.reply  # nothing technical reaches the customer
     assert len(openai_fake.requests) == 4
     assert result.retrieved and result.retrieved[0]["source"] == "help"  # operators see what the bot found
+
+
+async def test_pipeline_llm_stage_latency_counts_a_turn_every_model_failed(openai_fake) -> None:
+    # Observed only when a model answered: in a provider outage (each turn waiting out timeouts and
+    # retries) gateway_stage_seconds{stage="llm"} went quiet instead of showing the wait.
+    metrics = Metrics()
+    rig = make_rig(openai_fake, metrics=metrics, timeout=0.3)
+    openai_fake.script("primary", Turn(text="late", delay=2))
+    openai_fake.script("backup", Turn(text="late", delay=2), Turn(text="late", delay=2))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+
+    assert result.reply == LLM_DOWN_REPLY
+    llm = metrics.stage_seconds.labels(stage="llm")
+    assert llm._sum.get() >= 0.6  # three timed-out calls of 0.3 s
+    assert sum(bucket.get() for bucket in llm._buckets) == 1
 
 
 async def test_pipeline_chain_can_end_on_offline_model(openai_fake) -> None:
