@@ -98,10 +98,16 @@ class Escalations(ClaimTransitions):
         await session.flush()
         record_event(session, escalation, kind="opened", from_state="bot", to_state="waiting", actor=actor, reason=reason)
         await self._acknowledge(session, conversation=conversation)
-        log.info("escalation.opened", escalation_id=escalation.id, conversation_id=conversation.id,
-                 bot=conversation.bot, reason=reason)
-        if self._metrics:
-            self._metrics.escalations.labels(bot=conversation.bot).inc()
+        opened = {"escalation_id": escalation.id, "conversation_id": conversation.id, "bot": conversation.bot}
+
+        def stored(_session) -> None:
+            # Once committed: the caller's transaction may still roll back (the turn is then taken again
+            # and escalates again), which logged and counted one escalation twice, the first never stored.
+            log.info("escalation.opened", **opened, reason=reason)
+            if self._metrics:
+                self._metrics.escalations.labels(bot=opened["bot"]).inc()
+
+        sa_event.listen(session.sync_session, "after_commit", stored, once=True)
         self._after_commit(session, {"type": "opened", "escalation_id": escalation.id, "bot": conversation.bot,
                                      "conversation_id": conversation.id})
         return escalation

@@ -282,3 +282,26 @@ async def test_every_escalation_log_line_names_its_conversation(world):
         "escalation.opened", "escalation.claimed", "escalation.reply", "escalation.released",
         "escalation.claimed", "escalation.taken_over", "escalation.resolved"]
     assert all(e.get("conversation_id") == cid and e.get("bot") == "acme" for e in lines), lines
+
+
+async def test_an_escalation_rolled_back_with_its_turn_is_neither_logged_nor_counted(world):
+    """The worker opens an escalation inside the turn's transaction; when that transaction fails (the
+    database away at commit), the turn is taken again and escalates again. `escalation.opened` and the
+    counter came before the commit, so one escalation was logged and counted twice, once under an id
+    that was never stored."""
+    import structlog
+
+    sessions, escalations, _, metrics = world
+    cid = await _conversation(sessions)
+    with structlog.testing.capture_logs() as logs:
+        with pytest.raises(RuntimeError):
+            async with sessions() as session, session.begin():
+                conversation = await session.get(Conversation, cid)
+                await escalations.open_in(session, conversation=conversation, reason="every model failed")
+                raise RuntimeError("the commit never happens")
+        assert [e for e in logs if e["event"] == "escalation.opened"] == []
+        assert metrics.escalations.labels(bot="acme")._value.get() == 0
+        eid = await _open(sessions, escalations, cid)
+    [opened] = [e for e in logs if e["event"] == "escalation.opened"]
+    assert opened["escalation_id"] == eid and opened["conversation_id"] == cid
+    assert metrics.escalations.labels(bot="acme")._value.get() == 1
