@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
+import structlog
 from twilio.request_validator import RequestValidator
 
 from channels.base import ChannelAdapter, RawRequest
@@ -302,6 +303,14 @@ async def test_whatsapp_send_retries_429_once_then_delivers_exactly_once(
     ids = await live.send(OutboundMessage(conversation=CUSTOMER, text="hello"))
     assert [r.status for r in fake.requests] == [429, 201]
     assert len(fake.delivered) == 1 and ids == [fake.delivered[0].sid]
+
+
+async def test_whatsapp_logs_name_the_customer_by_the_last_digits_only(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    fake.script(Reply(status=429, code=20429, message="Too Many Requests", retry_after=0.05))
+    with structlog.testing.capture_logs() as logs:
+        await live.send(OutboundMessage(conversation=CUSTOMER, text="hello"))
+    assert [e["chat"] for e in logs] == ["whatsapp:…" + CUSTOMER.chat[-4:]] * 2  # send_retry, sent
+    assert CUSTOMER.chat.removeprefix("whatsapp:") not in repr(logs)
 
 
 async def test_whatsapp_send_outcome_unknown_after_twilio_accepted_is_never_resent(
