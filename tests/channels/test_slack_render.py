@@ -29,8 +29,14 @@ def test_slack_code_block_escaped_not_formatted():
 
 
 def test_slack_unsafe_link_scheme_not_linked():
-    out = markdown_to_mrkdwn("[click](javascript:alert(1))")
-    assert "<javascript" not in out and "click" in out
+    out = markdown_to_mrkdwn("[click](javascript:alert(1)) now")
+    assert out == "click now"
+
+
+def test_slack_link_whose_url_holds_parentheses_stays_one_link():
+    """The URL was read up to its first ")": `<https://en.wikipedia.org/wiki/Fee_(banking|fees>)`."""
+    out = markdown_to_mrkdwn("See [fees](https://en.wikipedia.org/wiki/Fee_(banking)) and [a](<https://x.io/a_(b)>).")
+    assert out == "See <https://en.wikipedia.org/wiki/Fee_(banking)|fees> and <https://x.io/a_(b)|a>."
 
 
 _CONTROL = re.compile(r"<(?:https?://|mailto:)[^<>\s|]+(?:\|[^<>]*)?>")
