@@ -27,9 +27,11 @@ CitationStyle = Literal["markdown", "html", "mrkdwn", "plain"]
 
 _PARAGRAPH = re.compile(r"[^\S\n]*\n(?:[^\S\n]*\n)+")
 _LINE = re.compile(r"[^\S\n]*\n")
-# Latin sentence ends need following space; CJK full stops are followed by no space at all. The cut is
-# group 1 or 2, so closing quotes stay with their sentence.
-_SENTENCE = re.compile(r"[.!?][\"'”’)\]]*([^\S\n]+)|[。！？]()(?=\S)")
+# Latin sentence ends need following space; CJK full stops are followed by no space at all. Arabic and
+# Urdu end theirs with "؟" and "۔", Hindi with "।" (or "॥"), followed by a space as in Latin text: without
+# them a long Arabic or Hindi answer was cut mid-sentence. The cut is group 1 or 2, so closing quotes stay
+# with their sentence.
+_SENTENCE = re.compile(r"[.!?…؟۔।॥][\"'”’»)\]]*([^\S\n]+)|[。！？]()(?=\S)")
 _WORD = re.compile(r"[^\S\n]+")
 _LEVELS = (_PARAGRAPH, _LINE, _SENTENCE, _WORD)
 _LINE_LEVEL = 1  # paragraph and line cuts are the only ones allowed inside a code block

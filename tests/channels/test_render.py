@@ -61,6 +61,19 @@ def test_split_text_falls_back_to_lines_then_sentences_then_words() -> None:
     assert split_text(words, limit=12) == ["alpha beta", "gamma delta", "epsilon"]
 
 
+@pytest.mark.parametrize("sentence", [
+    "هل يمكنني تغيير كلمة المرور الخاصة بي الآن؟",  # Arabic question mark
+    "یہ ایک لمبا جملہ ہے اور اس میں بہت سے الفاظ ہیں۔",  # Urdu full stop
+    "यह वाक्य बहुत लंबा है और इसमें कई शब्द हैं।",  # Devanagari danda
+], ids=["arabic", "urdu", "hindi"])
+def test_split_text_cuts_arabic_urdu_and_hindi_text_between_sentences(sentence: str) -> None:
+    """Only Latin and CJK sentence ends were known: a long Arabic or Hindi answer was cut between words."""
+    text = " ".join([sentence] * 40)
+    parts = split_text(text, limit=500, unit="utf16")
+    assert len(parts) > 2 and all(utf16_len(p) <= 500 for p in parts)
+    assert all(p.endswith(sentence) and p.startswith(sentence) for p in parts)
+
+
 def test_a_code_block_that_ends_inside_the_limit_keeps_its_closing_line_whole() -> None:
     # Found by the property below: room for an added closer was reserved before looking for a cut, so
     # the part ended inside the block's own closing line, and the customer got "``" and then "`".
