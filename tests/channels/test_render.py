@@ -106,6 +106,15 @@ def test_split_text_keeps_markdown_link_whole() -> None:
     assert sum(link in p for p in parts) == 1
 
 
+def test_split_text_keeps_a_slack_link_with_a_label_of_many_words_whole() -> None:
+    """Its label was cut at a space: Slack showed `<https://x.io/r|The refund` and `policy. Page>` as text."""
+    link = "<https://example.com/refunds|The refund policy. Page for all plans>"
+    text = "Read " * 8 + link + " now" * 8
+    for limit in range(len(link), len(link) + 40, 3):
+        parts = split_text(text, limit=limit)
+        assert sum(link in p for p in parts) == 1, limit
+
+
 def test_split_text_keeps_a_fitting_code_block_whole() -> None:
     code = "```python\nprint('a b c')\nprint('d e f')\n```"
     text = "Intro sentence here. " * 3 + "\n\n" + code + "\n\nAfter the code."
