@@ -41,14 +41,28 @@ _YES = re.compile(r"(?:(?:oh |ok |okay )?(?:yes|yeah|yep|yup|sure|please|y|si|ou
 _NO = re.compile(r"(?:no|nope|nah|not now|no (?:that s all|that s it|i m good|i m fine|all good|need))"
                  r"(?: (?:thanks|thank you))?|that s all|that s it|nothing else")
 
+# A thumbs-up or a folded-hands emoji alone is how many customers say "ok" or "thanks" on a phone. With
+# its words stripped it was nothing: searched, it got the fallback text and counted as an unanswered turn,
+# so three thumbs-up paged an operator. Only these, alone (a skin tone or presentation selector allowed):
+# "😍" or "✋💪" says nothing here. The first ones also say yes to an offer of a person.
+_YES_EMOJI = "👍👌✅✔☑🆗"
+_ACK_EMOJI = _YES_EMOJI + "🙏🙂😊👏🤝💯❤♥"
+
+
+def _only_emoji(text: str, emoji: str) -> bool:
+    return re.fullmatch(rf"(?:[{emoji}][\U0001F3FB-\U0001F3FF\uFE0F]*\s*)+", text.strip()) is not None
+
+
 SmallTalk = Literal["greeting", "thanks"]
 
 
 def small_talk(text: str) -> SmallTalk | None:
     """The kind of small talk a message is: "greeting" for "Hi there!", "thanks" for "ok, thanks a lot 🙏",
-    "bye" or "great, got it", None for anything else."""
+    "bye", "great, got it" or a thumbs-up alone, None for anything else."""
     if len(text) > MAX_SMALL_TALK_CHARS:
         return None
+    if _only_emoji(text, _ACK_EMOJI):
+        return "thanks"
     words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())
     if not words or not _SMALL_TALK.fullmatch(words):
         return None
@@ -56,9 +70,9 @@ def small_talk(text: str) -> SmallTalk | None:
 
 
 def is_yes(text: str) -> bool:
-    """True for a message that only says yes: "yes", "Yes please!", "sure, go ahead"."""
+    """True for a message that only says yes: "yes", "Yes please!", "sure, go ahead", "👍"."""
     words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())
-    return len(text) <= MAX_SMALL_TALK_CHARS and bool(_YES.fullmatch(words))
+    return len(text) <= MAX_SMALL_TALK_CHARS and (bool(_YES.fullmatch(words)) or _only_emoji(text, _YES_EMOJI))
 
 
 _LEADING_YES = re.compile(r"(?:oh |ok |okay )?(?:yes|yeah|yep|yup|sure|ok|okay)\b")

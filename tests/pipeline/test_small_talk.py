@@ -24,6 +24,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "data"
     ("Hi, how do I reset my password?", None), ("thanks but that did not help", None), ("hello world", None),
     ("ok", "thanks"), ("Great, got it!", "thanks"), ("perfect", "thanks"),
     ("Thanks for nothing", None), ("no", None), ("yes", None), ("ok but why?", None), ("", None), ("hi " * 30, None),
+    ("👍", "thanks"), ("👍🏽👍🏽", "thanks"), ("🙏", "thanks"), ("❤️", "thanks"), ("😡", None), ("👍 ?", None),
 ])
 def test_small_talk_is_only_a_message_that_is_nothing_else(text, kind) -> None:
     assert small_talk(text) == kind
@@ -72,12 +73,29 @@ async def test_pipeline_answers_small_talk_without_searching_or_calling_a_model(
 @pytest.mark.parametrize(("text", "yes"), [
     ("yes", True), ("Yes please!", True), ("sure, go ahead", True), ("ok", True), ("yeah sure", True),
     ("ok thanks", False), ("no thanks", False), ("no", False), ("yes, how do I reset my password?", False),
+    ("👍", True), ("👌🏼", True), ("🙏", False), ("👎", False),
 ])
 def test_is_yes_only_for_a_message_that_only_says_yes(text, yes) -> None:
     assert is_yes(text) is yes
 
 
 OFFER = "I couldn't find that. Would you like me to get a person from our team?"
+
+
+async def test_a_thumbs_up_alone_is_an_acknowledgement_not_a_question(openai_fake) -> None:
+    """Searched, "👍" got the fallback text and counted as unanswered: three of them paged an operator."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallback_text": OFFER, "thanks_text": "Glad to help!"}])
+    answered = [{"role": "user", "content": "How much is Plus?"}, {"role": "assistant", "content": "Plus costs $6 [1]."}]
+    after_offer = [{"role": "user", "content": "Can I pay in bitcoin?"}, {"role": "assistant", "content": OFFER}]
+
+    thumbs = await rig.pipeline.handle(rig.turn("👍", history=answered))
+    folded = await rig.pipeline.handle(rig.turn("🙏🏽", history=answered))
+    to_offer = await rig.pipeline.handle(rig.turn("👍", history=after_offer))
+
+    assert (thumbs.reply, folded.reply) == ("Glad to help!", "Glad to help!")
+    assert thumbs.answered and folded.answered and thumbs.escalate is None
+    assert to_offer.escalate == "customer said yes to the offer of a person"
+    assert rig.search.calls == [] and openai_fake.requests == []
 
 
 async def test_yes_after_the_fallbacks_offer_of_a_person_escalates(openai_fake) -> None:
