@@ -5,10 +5,14 @@ from __future__ import annotations
 import hashlib
 import re
 
+from markdown_it import MarkdownIt
+
 from channels.render import render_citations, split_text
 from gateway.models import OutboundMessage
 
 MAX_LENGTH = 2000
+# Only to find tables and their cells; everything else passes through as written.
+_MD = MarkdownIt("commonmark", {"html": False}).enable("table")
 _SMALL_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 _IMAGE = re.compile(r"!\[([^\]\n]*)\]\(")
 _FENCE = re.compile(r"^ {0,3}(?:```|~~~).*?^ {0,3}(?:```|~~~)[^\S\n]*$", re.MULTILINE | re.DOTALL)
@@ -29,7 +33,37 @@ def _convert_prose(text: str) -> str:
     # Discord renders only #, ## and ###; deeper headings would show their hashes.
     text = _SMALL_HEADING.sub(r"**\1**", text)
     # Discord does not render inline images; keep them as links.
-    return _IMAGE.sub(r"[\1](", text)
+    return _tables_as_rows(_IMAGE.sub(r"[\1](", text))
+
+
+def _tables_as_rows(text: str) -> str:
+    """Discord renders no tables: the customer saw `| Plan | Price |` and `|---|---|` as typed. Each row
+    becomes `a | b` (the header's cells bold), as on Telegram, Slack and WhatsApp."""
+    if "|" not in text:
+        return text
+    lines = text.split("\n")
+    tables: list[tuple[int, int, list[str]]] = []
+    rows: list[str] = []
+    cells: list[str] = []
+    start = end = 0
+    for tok in _MD.parse(text):
+        if tok.type == "table_open" and tok.level == 0 and tok.map:
+            (start, end), rows = tok.map, []
+        elif tok.type in ("th_open", "td_open"):
+            cells.append("")
+        elif tok.type == "inline" and cells and cells[-1] == "":
+            cells[-1] = tok.content.strip()
+        elif tok.type == "th_close" and cells[-1] and not cells[-1].startswith("**"):
+            cells[-1] = f"**{cells[-1]}**"
+        elif tok.type == "tr_close":
+            if any(cells):
+                rows.append(" | ".join(cells))
+            cells = []
+        elif tok.type == "table_close" and tok.level == 0:
+            tables.append((start, end, rows))
+    for start, end, rows in reversed(tables):
+        lines[start:end] = rows
+    return "\n".join(lines)
 
 
 def render_message(message: OutboundMessage, *, mention: str | None = None) -> list[str]:

@@ -10,3 +10,11 @@ def test_to_discord_markdown_adapts_headings_and_images_but_not_code():
     assert to_discord_markdown(text) == (
         "**Steps**\n[diagram](https://x.example/d.png)\n```\n#### not a heading\n```\n## Kept"
     )
+
+
+def test_to_discord_markdown_turns_a_table_into_rows():
+    """Discord renders no tables: the customer saw the pipes and the `|---|---|` line as typed."""
+    text = "Prices:\n\n| Plan | **Price** |\n|---|---:|\n| Plus | $6 [1] |\n| **Team** | `12` |\n\nSee [1].\n```\n| x |\n|---|\n```"
+    assert to_discord_markdown(text) == (
+        "Prices:\n\n**Plan** | **Price**\nPlus | $6 [1]\n**Team** | `12`\n\nSee [1].\n```\n| x |\n|---|\n```"
+    )
