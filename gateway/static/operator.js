@@ -98,7 +98,9 @@
       author.appendChild(written);
     }
     li.appendChild(author);
-    li.appendChild(el("span", "op-text", m.text));
+    var said = el("span", "op-text", m.text);
+    said.dir = "auto";  // an Arabic or Hebrew message reads right to left
+    li.appendChild(said);
     if (m.status === "failed" && m.direction === "out") {
       li.appendChild(el("span", "op-failed", "Not delivered" + (m.error ? ": " + m.error : "")));
     }

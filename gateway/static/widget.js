@@ -80,6 +80,9 @@
     if (msg.id !== undefined && msg.id !== null) li.dataset.id = String(msg.id);
     if (author !== "system") li.appendChild(el("span", "gw-who", AUTHORS[author]));
     var bubble = el("div", "gw-bubble");
+    // An Arabic or Hebrew message reads right to left: its direction comes from its own first letters,
+    // not the page's (left to right, its "؟" and list numbers showed on the wrong side).
+    bubble.dir = "auto";
     fillBubble(bubble, author, msg.text, msg.citations);
     li.appendChild(bubble);
     var sources = author === "contact" ? null : renderCitations(msg.citations);

@@ -1,5 +1,5 @@
 """The widget's look and input in a real Chromium: contrast in both colour schemes, a narrow screen,
-and text that only looks like something (zero-width characters)."""
+text that only looks like something (zero-width characters), and right-to-left text."""
 
 from __future__ import annotations
 
@@ -56,3 +56,32 @@ def test_widget_treats_zero_width_only_text_as_blank(page, live_server):
         assert "type a message" in page.locator("#gw-error").inner_text()
     assert page.locator(".gw-msg").count() == 0
     assert sent == []
+
+
+RTL = """() => {
+  const ask = window.GatewayWidget.appendMessage({id: 1, direction: 'in', author: 'contact', text: 'كيف أغير كلمة المرور?'});
+  const reply = window.GatewayWidget.appendMessage({id: 2, direction: 'out', author: 'bot',
+    text: 'افتح الإعدادات [1].\\n\\n1. اختر الحساب\\n2. اختر كلمة المرور', citations: []});
+  const english = window.GatewayWidget.appendMessage({id: 3, direction: 'out', author: 'bot', text: 'Open Settings.'});
+  const bubble = li => li.querySelector('.gw-bubble');
+  const item = bubble(reply).querySelector('ol > li').getBoundingClientRect();
+  const box = bubble(reply).getBoundingClientRect();
+  const input = document.getElementById('gw-input');
+  input.value = 'سؤال آخر?';
+  return {ask: bubble(ask).matches(':dir(rtl)'), reply: bubble(reply).matches(':dir(rtl)'),
+          english: bubble(english).matches(':dir(ltr)'), input: input.matches(':dir(rtl)'),
+          // the list's numbers sit on the right, with room for them inside the bubble
+          room: box.right - item.right};
+}"""
+
+
+def test_widget_shows_arabic_right_to_left(page, live_server):
+    """The page is left to right, and so was every bubble: an Arabic question's "?" and a reply's list
+    numbers showed on the wrong side."""
+    _open(page, live_server)
+    shown = page.evaluate(RTL)
+    assert shown["ask"] and shown["reply"] and shown["english"] and shown["input"], shown
+    assert shown["room"] > 25, shown
+    page.goto(live_server.url + "/operator")
+    assert page.evaluate("""() => { const box = document.getElementById('op-reply');
+                                    box.value = 'مرحبا'; return box.matches(':dir(rtl)'); }""")
