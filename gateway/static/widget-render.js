@@ -1,7 +1,8 @@
 /* Rendering for the web chat widget: untrusted text into elements, never through innerHTML.
  *
  * A reply is Markdown. A small subset becomes DOM nodes built here: paragraphs, **bold**, *italic*,
- * `code`, fenced code, lists, [text](url) and citation markers [n]. Everything else stays text, and a
+ * `code`, fenced code, lists, [text](url) and citation markers [n]; a heading is a bold line, and a table
+ * is its rows as "a | b" lines, header bold (as on Telegram). Everything else stays text, and a
  * link is made only when its URL parses as http(s), opened with rel="noopener noreferrer nofollow".
  * Loaded before widget.js, which reads window.GatewayWidgetRender.
  */
@@ -70,6 +71,29 @@
   // ---- Markdown: a safe subset, built as DOM nodes; what is not recognised stays text ----
   var LIST_ITEM = /^ {0,3}([-*+]|\d{1,9}[.)])[ \t]+(.*)$/;
   var FENCE = /^ {0,3}(`{3,}|~{3,})/;
+  var HEADING = /^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$/;
+  var TABLE_DELIMITER = /^ {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$/;
+
+  /** A table row's cells: split on the pipes that are not escaped, the outer ones dropped. */
+  function cells(row) {
+    var s = row.trim().replace(/^\|/, "").replace(/(^|[^\\])\|$/, "$1");
+    return s.split(/(?<!\\)\|/).map(function (c) { return c.trim().replace(/\\\|/g, "|"); });
+  }
+
+  /** The rows of a table as lines of one paragraph, "a | b", the header's cells bold. */
+  function renderTable(rows, citations) {
+    var p = el("p", "gw-table");
+    rows.forEach(function (row, r) {
+      if (r) p.appendChild(document.createTextNode("\n"));
+      cells(row).forEach(function (cell, c) {
+        if (c) p.appendChild(document.createTextNode(" | "));
+        var into = p;
+        if (r === 0 && cell) { into = el("strong"); p.appendChild(into); }
+        appendInline(into, cell, citations);
+      });
+    });
+    return p;
+  }
 
   /** `text` as a fragment of <p>, <ul>/<ol>, <pre><code>; inline marks inside. Never parses HTML. */
   function renderMarkdown(text, citations) {
@@ -102,6 +126,26 @@
         var pre = el("pre", "gw-code");
         pre.appendChild(el("code", null, body.join("\n")));
         frag.appendChild(pre);
+        continue;
+      }
+      var heading = HEADING.exec(line);
+      if (heading && heading[1]) {  // "## Steps": a bold line, not the hashes as typed
+        flush();
+        var title = el("p");
+        var bold = el("strong");
+        appendInline(bold, heading[1], citations);
+        title.appendChild(bold);
+        frag.appendChild(title);
+        i += 1;
+        continue;
+      }
+      var next = i + 1 < lines.length ? lines[i + 1] : "";
+      if (line.indexOf("|") >= 0 && next.indexOf("|") >= 0 && TABLE_DELIMITER.test(next)) {
+        flush();
+        var rows = [line];
+        i += 2;  // the header and its |---|---| line
+        while (i < lines.length && lines[i].trim() && lines[i].indexOf("|") >= 0) { rows.push(lines[i]); i += 1; }
+        frag.appendChild(renderTable(rows, citations));
         continue;
       }
       var item = LIST_ITEM.exec(line);

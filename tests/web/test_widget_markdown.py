@@ -116,3 +116,23 @@ def test_widget_markdown_renderer_keeps_blns_and_injections_inert(page, live_ser
     page.wait_for_timeout(300)  # an onerror would fire by now
     assert page.evaluate("() => window.__pwned") is None
     assert page.errors == []
+
+
+HEADINGS_AND_TABLE = """() => {
+  const li = window.GatewayWidget.appendMessage({id: 7, direction: 'out', author: 'bot', citations: [
+    {source: 'p.md', title: 'Plans', url: 'https://help.acme.example/plans'}],
+    text: '## Plans\\n\\n| Plan | Price |\\n|:---|---:|\\n| Plus | $6 [1] |\\n| **Team** | a \\\\| b |\\n\\nThat is all. ###'});
+  const bubble = li.querySelector('.gw-bubble');
+  return {text: bubble.innerText, bold: [...bubble.querySelectorAll('strong')].map(n => n.textContent),
+          cites: bubble.querySelectorAll('sup.gw-cite a').length};
+}"""
+
+
+def test_widget_shows_a_heading_as_a_bold_line_and_a_table_as_rows(page, live_server):
+    """A model's "## Plans" and its table were shown as typed: hashes, pipes and the |:---|---:| line."""
+    _open(page, live_server)
+    shown = page.evaluate(HEADINGS_AND_TABLE)
+    assert shown["text"].split("\n") == ["Plans", "", "Plan | Price", "Plus | $6 [1]", "Team | a | b", "",
+                                         "That is all. ###"]
+    assert shown["bold"] == ["Plans", "Plan", "Price", "Team"] and shown["cites"] == 1
+    assert page.errors == []
