@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import re
 
-_CLAUSES = re.compile(r"[.,;:!?()\n]+|\bbut\b")
+# Clauses end at punctuation, the full-width kind (Chinese, Japanese) and Arabic's too.
+_CLAUSES = re.compile(r"[.,;:!?()\n，。！？；：（）、،؛؟]+|\bbut\b")
+# Chinese and Japanese put no space between words: a phrase in them ("人工客服") stands inside a clause
+# ("我要人工客服") with letters on either side, so no word boundary is asked of its ends there.
+_NO_SPACES = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _NEGATION = re.compile(r"\b(?:don'?t|do not|doesn'?t|does not|not|never|no need|without|rather than|instead of)\b")
 # Verbs a request for a person starts with; a phrase that starts with one of them is a verb phrase.
 _REACH = re.compile(r"\b(?:talk|speak|chat|connect|transfer|put|get|give|want|wanna|need|reach|contact|call|"
@@ -45,7 +49,9 @@ def asks_for_human(text: str, phrases: list[str]) -> str | None:
 
 def _is_request(clause: str, phrase: str) -> bool:
     # Nor inside a compound: "How do I get a human-readable export?" asks for no person.
-    match = re.search(rf"(?<![\w-]){re.escape(phrase)}(?![\w-])", clause)
+    lead = "" if _NO_SPACES.match(phrase[0]) else r"(?<![\w-])"
+    trail = "" if _NO_SPACES.match(phrase[-1]) else r"(?![\w-])"
+    match = re.search(rf"{lead}{re.escape(phrase)}{trail}", clause)
     if match is None:
         return False
     before, after = clause[: match.start()], clause[match.end():]

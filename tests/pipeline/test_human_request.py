@@ -74,3 +74,14 @@ def test_the_phrases_inside_other_questions_or_negated_are_not_requests(text):
 def test_custom_phrases_are_matched_as_whole_words():
     assert asks_for_human("I want an operator now", ["operator"]) == "operator"
     assert asks_for_human("Which cooperators use it?", ["operator"]) is None
+
+
+@pytest.mark.parametrize(("text", "phrase"), [
+    ("你好，我要人工客服", "人工客服"), ("我要转人工，谢谢", "转人工"), ("人工客服！", "人工客服"),
+    ("こんにちは、オペレーターと話したい", "オペレーターと話したい"), ("مرحبا، أريد موظف دعم؟", "أريد موظف دعم"),
+], ids=["zh-comma", "zh-thanks", "zh-bang", "ja", "ar"])
+def test_a_phrase_in_chinese_or_japanese_is_found_inside_its_sentence(text, phrase) -> None:
+    """They write no space between words and their own commas: "我要人工客服" ("I want a human agent")
+    had a letter before the phrase, so it was never a whole word, and the bot answered instead."""
+    assert asks_for_human(text, ["人工客服", "转人工", "オペレーターと話したい", "أريد موظف دعم"]) == phrase
+    assert asks_for_human("人工智能客服怎么用？", ["人工客服", "转人工"]) is None
