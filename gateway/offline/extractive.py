@@ -231,8 +231,8 @@ def _subject(c: Candidate) -> str | None:
 
 
 def _cite(sentence: str, n: int) -> str:
-    """Put the marker before the closing punctuation: 'Refunds take 5 days [1].'"""
-    if sentence[-1] in ".!?":
+    """Put the marker before the closing punctuation: 'Refunds take 5 days [1].', '退款需要5天 [1]。'"""
+    if sentence[-1] in ".!?؟۔।。！？":
         return f"{sentence[:-1].rstrip()} [{n}]{sentence[-1]}"
     return f"{sentence} [{n}]"
 

@@ -33,9 +33,15 @@ _SYNONYMS = tuple((re.compile(pattern), word) for pattern, word in (
 # consumed: unanchored, each scanned a long run of letters from every position in it (quadratic:
 # 16,000 letters took 14 s, holding the event loop).
 _HYPHENATED = re.compile(r"(?<![^\W_])[^\W_]++(?:-[^\W_]++)+", re.UNICODE)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+# A sentence ends at ". ", "! ", "? " (and Arabic "؟ ", Urdu "۔ ", Hindi "। ") before what starts one
+# (`_starts_sentence`), and at a CJK full stop, which no space follows.
+_SENTENCE_END = re.compile(r"(?<=[.!?…؟۔।॥])\s+|(?:(?<=[。！？])|(?<=[。！？][”’」』）]))(?=[^\s”’」』）。！？])")
+_OPENERS = "\"'([¿¡«"
+# Chinese and Japanese put no spaces between words: such a sentence is long enough by its characters.
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _ITEM = re.compile(r"^\s*(?:[-*+]\s+|(?P<step>\d+[.)])\s+)")  # a numbered item is one step of a procedure
-_TERMINAL = re.compile(r"[.!?:;][\"')\]*_]*$")
+_TERMINAL = re.compile(r"[.!?:;…؟۔।॥。！？：；][\"')\]*_”’」』）]*$")
 # Words a sentence cannot end on: an extract whose last words are these was cut by the chunker.
 _DANGLING = frozenset(
     """a an the and or but nor of to in on at by for from with without per as than into onto via see
@@ -94,7 +100,12 @@ def terms(text: str) -> set[str]:
     for phrase, word in _SYNONYMS:
         text = phrase.sub(word, text)
     words = _WORD.findall(text) + [w.replace("-", "") for w in _HYPHENATED.findall(text)]
-    return {stem(w) for w in words if w not in _STOPWORDS and len(w) > 1}
+    found = {stem(w) for w in words if w not in _STOPWORDS and len(w) > 1 and not _CJK.search(w)}
+    # Chinese and Japanese write words without spaces: "重置密码" is one run. Its character pairs are its terms,
+    # so "如何重置密码" finds "可以在登录页面重置" and "忘记了密码".
+    for run in _CJK_RUN.findall(text):
+        found.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +207,8 @@ def sentence_units(text: str) -> list[Sentence]:
         if block.is_row:  # a row is one statement, whatever punctuation its cells hold
             cleaned.append(_Piece([plain if _TERMINAL.search(plain) else f"{plain}."], block))
             continue
-        pieces = [p.strip() for p in _SENTENCE_END.split(plain) if p.strip()]
-        if pieces and not block.is_item and not pieces[0][0].isupper() and not pieces[0][0].isdigit():
+        pieces = [p.strip() for p in _split(plain) if p.strip()]
+        if pieces and not block.is_item and not _starts_sentence(pieces[0], openers="¿¡"):
             pieces = pieces[1:]  # starts mid-sentence: the chunk began after the sentence did
         if pieces and not _TERMINAL.search(pieces[-1]) and (not block.is_item or _cut_short(pieces[-1])):
             pieces = pieces[:-1]  # stops mid-sentence: the chunk ended before the sentence did
@@ -222,8 +233,28 @@ def sentence_units(text: str) -> list[Sentence]:
                 absorbed.update(items)
             else:
                 pieces = pieces[:-1]
-        out.extend(Sentence(p, b, block.heading, block.is_step) for p in pieces if len(p.split()) >= 3)
+        out.extend(Sentence(p, b, block.heading, block.is_step) for p in pieces
+                   if len(p.split()) >= 3 or len(_CJK.findall(p)) >= 4)
     return out
+
+
+def _starts_sentence(text: str, openers: str = _OPENERS) -> bool:
+    """True when `text` starts as a sentence does: a capital or a digit, or a letter of a script without
+    case (Arabic, Hindi, Chinese), after at most one of `openers` (a quote, a bracket, "¿"). A lower-case
+    start is the rest of a sentence. Only capitals counted: an Arabic, Hindi or Chinese help center had
+    every paragraph dropped as "starts mid-sentence", and the offline model never answered from it."""
+    first = text[1:2] if text[:1] in openers else text[:1]
+    return first.isupper() or first.isdigit() or (first.isalpha() and not first.islower())
+
+
+def _split(plain: str) -> list[str]:
+    """`plain` cut into sentences at each `_SENTENCE_END` that a sentence start follows."""
+    pieces, start = [], 0
+    for match in _SENTENCE_END.finditer(plain):
+        if not match.group() or _starts_sentence(plain[match.end():]):  # a CJK stop ends one whatever follows
+            pieces.append(plain[start:match.start()])
+            start = match.end()
+    return pieces + [plain[start:]]
 
 
 class _Block(NamedTuple):
