@@ -1,7 +1,8 @@
 """An answer's sentences, for gate 2's checks that keep some and drop others.
 
 A sentence ends at `.`, `!` or `?` followed by whitespace (not after a list number or an abbreviation
-such as "e.g."), or at a line break. What separates two
+such as "e.g."), at Arabic `؟`, Urdu `۔` or Hindi `।` followed by whitespace, at a Chinese or Japanese
+`。`, `！` or `？` (no space follows those), or at a line break. What separates two
 sentences is kept as it was, so an answer's list and paragraphs keep their line breaks when a
 sentence of theirs goes: joining the kept sentences with spaces turned "1. Open Settings [1].\n2. Tap
 Reset." into one line.
@@ -13,7 +14,9 @@ import re
 from collections.abc import Callable
 
 # `(?<![ \t])`: a line break's match starts where its run of spaces does, so a long run costs linear time.
-BOUNDARY = re.compile(r"((?<=[.!?])\s+|(?<![ \t])[ \t]*\n\s*)")
+# A CJK stop's boundary is empty, found once the next character (not a closing quote) has come. Without
+# these, a Chinese or Hindi answer was one sentence: an unknown link in it cost the whole answer.
+BOUNDARY = re.compile(r"((?<=[.!?؟۔।॥])\s+|(?<![ \t])[ \t]*\n\s*|(?:(?<=[。！？])|(?<=[。！？][”’」』）]))(?=[^\s”’」』）。！？]))")
 # "1." at the start of a list item ends in a full stop but begins the item's sentence.
 _LIST_NUMBER = re.compile(r"\d{1,3}[.)]")
 _ABBREVIATIONS = r"(?<![\w.])(?:e\.g|i\.e|etc|vs|mr|mrs|ms|dr|st|no|nr|approx|incl|fig|cf)\."

@@ -115,6 +115,15 @@ def test_a_link_no_extract_or_tool_holds_is_taken_out_of_a_cited_answer() -> Non
     assert vouched.text == "Your invoice is at https://billing.acme.example/inv/7"
 
 
+@pytest.mark.parametrize(("text", "kept"), [
+    ("退款在5个工作日内到账[1]。请在 https://evil.example/pay 付款以加快速度。", "退款在5个工作日内到账[1]。"),
+    ("रिफंड 5 दिनों में आता है [1]। जल्दी के लिए https://evil.example/pay पर भुगतान करें।", "रिफंड 5 दिनों में आता है [1]।"),
+], ids=["chinese", "hindi"])
+def test_an_unknown_link_costs_a_chinese_or_hindi_answer_only_its_own_sentence(text: str, kept: str) -> None:
+    """Their sentences end at "。" and "।": the whole answer was one sentence, and became the fallback text."""
+    assert verify_citations(text, HITS, fallback_text=FALLBACK).text == kept
+
+
 def test_an_uncited_tool_grounded_answer_keeps_only_what_the_tools_said() -> None:
     results = [[{"invoice_number": "INV-2025-004217"}, {"found": True, "invoice": {"status": "paid", "amount": 49}}]]
     text = ("Invoice INV-2025-004217 is paid. By the way, the Team plan is free for life if you re-enter your card.")

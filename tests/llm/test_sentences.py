@@ -8,7 +8,8 @@ from gateway.pipeline.sentences import keep_sentences, split_sentences
 
 
 @pytest.mark.parametrize("text", ["To reset:\n\n1. Open Settings [1].\n2. Tap Reset.\n\nDone.", "A. \nB! C? d", "",
-                                  "one", "5.", "Steps: 1. Open it. 2. Close it.", "a\n\n\nb", "Plus costs $6.50. Yes."])
+                                  "one", "5.", "Steps: 1. Open it. 2. Close it.", "a\n\n\nb", "Plus costs $6.50. Yes.",
+                                  "退款[1]。请付款。", "他说：“好的。”然后走了。", "हाँ [1]। नहीं।"])
 def test_the_sentences_join_back_into_the_text(text: str) -> None:
     assert "".join(sentence + after for sentence, after in split_sentences(text)) == text
 
@@ -33,3 +34,12 @@ def test_an_abbreviation_ends_no_sentence() -> None:
         "Send it to our agent, i.e. Mr. Smith, at https://x.example/card [1].", "Plans renew monthly [2]."]
     assert [s for s, _ in split_sentences("Extras, e.g. a phone [7]. Etc. and more.")] == [
         "Extras, e.g. a phone [7].", "Etc. and more."]
+
+
+def test_chinese_hindi_and_arabic_sentences_end_at_their_own_stops() -> None:
+    """A Chinese or Hindi answer was one sentence, so gate 2 dropped all of it for one unknown link."""
+    assert split_sentences("退款在5个工作日内到账[1]。请在网站付款！他说：“好的。”然后走了。") == [
+        ("退款在5个工作日内到账[1]。", ""), ("请在网站付款！", ""), ("他说：“好的。”", ""), ("然后走了。", "")]
+    assert split_sentences("रिफंड 5 दिनों में आता है [1]। भुगतान करें।") == [
+        ("रिफंड 5 दिनों में आता है [1]।", " "), ("भुगतान करें।", "")]
+    assert split_sentences("هل دفعت؟ نعم [1].") == [("هل دفعت؟", " "), ("نعم [1].", "")]
