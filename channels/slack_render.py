@@ -21,6 +21,10 @@ _MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~>])")
 _MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(\s*<?((?:[^()\s>]|\([^()\s>]*\))*)>?(?:\s+\"[^\"]*\")?\s*\)")
 _AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
 _BARE_URL = re.compile(r"https?://[^\s<>\"`]+")
+# Slack's *bold* and ~strike~: one mark, at word edges ("2*3*4" is no bold), never across a line.
+_SLACK_BOLD = re.compile(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])")
+_SLACK_STRIKE = re.compile(r"(?<![\w~])~(?=\S)([^~\n]+?)(?<=\S)~(?![\w~])")
+_CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
 
 
 def escape_mrkdwn(text: str) -> str:
@@ -116,3 +120,20 @@ def slack_to_plain(text: str) -> str:
 
     text = re.sub(r"<([^<>\n]+)>", control, text)
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def mrkdwn_to_markdown(text: str) -> str:
+    """What an operator wrote in Slack, as the Markdown every channel renders from: Slack's `*bold*` and
+    `~strike~` become `**bold**` and `~~strike~~` (read as Markdown, `*bold*` reached the customer in
+    italics); `_italic_`, code and the rest read the same in both. Code is left as written."""
+    out, pos = [], 0
+    for code in _CODE.finditer(text):
+        out.append(_slack_marks(text[pos:code.start()]))
+        out.append(code.group(0))
+        pos = code.end()
+    out.append(_slack_marks(text[pos:]))
+    return "".join(out)
+
+
+def _slack_marks(text: str) -> str:
+    return _SLACK_STRIKE.sub(r"~~\1~~", _SLACK_BOLD.sub(r"**\1**", text))

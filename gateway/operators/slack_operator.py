@@ -25,6 +25,7 @@ import structlog
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from channels.slack_render import mrkdwn_to_markdown
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.escalation.handoff import Escalations
 from gateway.models import as_utc, utcnow
@@ -332,7 +333,8 @@ class SlackOperatorChannel:
         try:
             # Keyed by the operator's own stored message: a worker that died after relaying it and before
             # marking it done handles it again, and must not send the customer a second copy.
-            await self._escalations.reply(escalation.id, operator=operator, text=inbound.text, bots=None,
+            # Written in Slack's mrkdwn; the customer's channel renders Markdown.
+            await self._escalations.reply(escalation.id, operator=operator, text=mrkdwn_to_markdown(inbound.text), bots=None,
                                           source="slack", message_id=f"slack-in-{inbound.id}")
         except (Conflict, BadRequest, NotFound) as exc:
             await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {_plain(str(exc))}",

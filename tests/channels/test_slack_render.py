@@ -10,6 +10,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from channels.slack import markdown_to_mrkdwn
+from channels.slack_render import mrkdwn_to_markdown
 from tests.channels.slack_helpers import FIXTURES
 
 
@@ -69,3 +70,10 @@ def test_slack_a_markdown_link_without_a_url_is_its_label():
     """Hypothesis found `[a]( )` rendered as `< |a>`, a Slack link to nowhere."""
     assert markdown_to_mrkdwn("[a]( )") == markdown_to_mrkdwn("[a]()") == "a"
     assert markdown_to_mrkdwn("**b** [a](  ) and [docs](https://x.io/a)") == "*b* a and <https://x.io/a|docs>"
+
+
+def test_an_operators_slack_marks_become_markdown():
+    """An operator's `*approved*` in Slack is bold there; read as Markdown it reached the customer in italics."""
+    text = "Your refund is *approved* and ~pending~ gone, 2*3*4 _soon_.\n* a list item\n`*code*`\n```\n*x*\n```"
+    assert mrkdwn_to_markdown(text) == (
+        "Your refund is **approved** and ~~pending~~ gone, 2*3*4 _soon_.\n* a list item\n`*code*`\n```\n*x*\n```")

@@ -97,14 +97,15 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
     assert not [c for c in slack.calls_to("chat.postMessage")
                 if c.params.get("channel") == "DCUST" and "card number" in c.params.get("text", "")]
 
-    # The operator replies in the thread: the customer gets it in their DM.
+    # The operator replies in the thread: the customer gets it in their DM, with Slack's *bold* kept bold
+    # (read as Markdown, it reached the customer in italics).
     reply = _event({"type": "message", "channel": OPS_CHANNEL, "channel_type": "channel", "user": "UOPS",
-                    "user_profile": {"display_name": "dana"}, "text": "Hi, Dana here. Refund issued.",
+                    "user_profile": {"display_name": "dana"}, "text": "Hi, Dana here. *Refund issued.*",
                     "ts": f"{time.time():.6f}", "thread_ts": thread_ts, "parent_user_id": BOT_USER_ID}, "EvReply")
     await _post_event(client, reply)
     to_customer = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage")
                                         if c.params.get("channel") == "DCUST"][before:])
-    assert to_customer[0].params["text"] == "Hi, Dana here. Refund issued."
+    assert to_customer[0].params["text"] == "Hi, Dana here. *Refund issued.*"  # mrkdwn bold
     # No echo of the operator's own reply back into the thread.
     await asyncio.sleep(0.3)
     assert not [c for c in slack.calls_to("chat.postMessage")
@@ -114,12 +115,12 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
     # again after the restart: the customer must not get a second copy.
     async with client.services.sessions() as session:
         operator_message = (await session.execute(select(Message).where(
-            Message.direction == "in", Message.text == "Hi, Dana here. Refund issued."))).scalar_one()
+            Message.direction == "in", Message.text == "Hi, Dana here. *Refund issued.*"))).scalar_one()
         conversation = await session.get(Conversation, operator_message.conversation_id)
     assert await client.services.slack_operator.intercept(operator_message, conversation)
     await asyncio.sleep(0.3)
     assert [c.params["text"] for c in slack.calls_to("chat.postMessage")
-            if c.params.get("channel") == "DCUST"][before:] == ["Hi, Dana here. Refund issued."]
+            if c.params.get("channel") == "DCUST"][before:] == ["Hi, Dana here. *Refund issued.*"]
 
 
 async def test_a_message_right_after_the_escalation_reaches_the_thread_while_slack_is_slow(client, slack):
