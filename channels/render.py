@@ -2,9 +2,10 @@
 
 `split_text` cuts an answer into parts that each fit a platform's limit. It prefers, in order,
 paragraph, line, sentence and word boundaries, and never cuts inside a fenced code block or a URL
-(nor a Markdown link, nor a link in angle brackets such as Slack's `<url|label>`) unless that span
-alone is longer than the limit. A code block longer than the limit is cut between its lines, and
-each part closes and reopens the fence so it still renders as code. Only the whitespace at a cut is dropped: joining the parts gives back the text.
+(nor a Markdown link, nor a link in angle brackets such as Slack's `<url|label>`, nor a bold or italic
+run within a line) unless that span alone is longer than the limit. A code block longer than the
+limit is cut between its lines, and each part closes and reopens the fence so it still renders as
+code. Only the whitespace at a cut is dropped: joining the parts gives back the text.
 
 Platform dialects (Telegram HTML, Slack mrkdwn, WhatsApp plain text...) live in each channel's module;
 this module knows nothing about any one platform.
@@ -41,6 +42,10 @@ _MD_LINK = re.compile(r"!?\[[^\]\n]*\]\([^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)")
 # A link in angle brackets: Slack's `<url|label>` (its label may hold spaces and sentence ends) and
 # Markdown's `<url>`. Cut at a space in the label, Slack showed both halves as raw text.
 _ANGLE_LINK = re.compile(r"<(?:https?|ftp|mailto|tel):[^<>\n]*>", re.IGNORECASE)
+# Emphasis within a line: Markdown's **bold**, *italic*, _italic_, ~~strike~~, and Slack's and WhatsApp's
+# *bold*, _italic_, ~strike~. Cut between two of its sentences, each part showed its marks as typed.
+# Bounded, so a line of stray asterisks costs linear time; a longer run may be cut.
+_EMPHASIS = re.compile(r"(?<![\w*_~])(\*\*|__|~~|[*_~])(?=\S)[^\n]{0,600}?(?<=\S)\1(?![\w*_~])")
 _FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})([^\n]*)$", re.MULTILINE)
 
 
@@ -116,7 +121,7 @@ class _Splitter:
         overhead = max((self.measure(f.opener) + self.measure(f.closer) + 2 for f in fences), default=0)
         # A fence that fits in one part is never cut; one that doesn't is cut between lines.
         self.big_fences = [f for f in fences if self.span(f.start, f.end) > limit and overhead * 2 < limit]
-        links = [m.span() for rx in (_MD_LINK, _ANGLE_LINK, _URL) for m in rx.finditer(text)]
+        links = [m.span() for rx in (_MD_LINK, _ANGLE_LINK, _URL, _EMPHASIS) for m in rx.finditer(text)]
         self.protected = sorted(
             [(f.start, f.end) for f in fences if f not in self.big_fences]
             + [(s, e) for s, e in links if self.span(s, e) <= limit]

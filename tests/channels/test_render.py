@@ -115,6 +115,16 @@ def test_split_text_keeps_a_slack_link_with_a_label_of_many_words_whole() -> Non
         assert sum(link in p for p in parts) == 1, limit
 
 
+@pytest.mark.parametrize("bold", ["**Important: back up first. Then reset the app.**",
+                                  "*Important: back up first. Then reset the app.*"])
+def test_split_text_keeps_a_bold_run_whole(bold: str) -> None:
+    """Cut between its sentences, Telegram showed "**Important: back up first." and "Then reset the app.**"."""
+    text = "Intro words here. " * 5 + bold + " After that, sign in again." + " More text follows." * 5
+    for limit in range(len(bold) + 10, len(bold) + 80, 7):
+        parts = split_text(text, limit=limit)
+        assert sum(bold in p for p in parts) == 1, limit
+
+
 def test_split_text_keeps_a_fitting_code_block_whole() -> None:
     code = "```python\nprint('a b c')\nprint('d e f')\n```"
     text = "Intro sentence here. " * 3 + "\n\n" + code + "\n\nAfter the code."
