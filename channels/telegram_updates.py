@@ -76,7 +76,9 @@ def _strip_utf16(text: str, spans: list[tuple[int, int]]) -> str:
     raw = text.encode("utf-16-le")
     for offset, length in sorted(spans, reverse=True):
         raw = raw[: offset * 2] + raw[(offset + length) * 2 :]
-    return " ".join(raw.decode("utf-16-le", errors="replace").split())
+    # The spaces a mention leaves go; the line breaks stay (the steps a customer listed were joined in one line).
+    lines = raw.decode("utf-16-le", errors="replace").split("\n")
+    return "\n".join(" ".join(line.split()) for line in lines).strip()
 
 
 @dataclass

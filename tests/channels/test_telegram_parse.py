@@ -156,6 +156,14 @@ def test_parse_mention_offsets_are_utf16_units() -> None:
     assert result.messages[0].text == "😀😀 price?"
 
 
+def test_parse_a_mention_taken_out_keeps_the_messages_line_breaks() -> None:
+    """The mention's spaces went, and so did every line break: the steps a customer listed became one line."""
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    text = "@support_bot  la app se cierra:\n1. abro 📱\n2. toco «Sincronizar»"
+    result = tg.parse(_request(_update(text, chat_type="group", entities=[{"type": "mention", "offset": 0, "length": 12}])))
+    assert result.messages[0].text == "la app se cierra:\n1. abro 📱\n2. toco «Sincronizar»"
+
+
 def test_parse_start_and_help_are_flagged_for_the_greeting() -> None:
     tg = TelegramAdapter("demo", _settings(), username="support_bot")
     start = tg.parse(_request(_update("/start", entities=[{"type": "bot_command", "offset": 0, "length": 6}])))
