@@ -19,11 +19,15 @@ from typing import Literal
 
 MAX_SMALL_TALK_CHARS = 60
 
+# A few words of Spanish, French, German, Italian and Portuguese, in the forms customers use most: a
+# lone "gracias" was known, "muchas gracias" and "buenos días" were searched and got the fallback text.
 _GREETING = (r"(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening|day)|greetings|"
-             r"hallo|hola|bonjour|ciao|salut|ola)")
+             r"hallo|hola|bonjour|bonsoir|ciao|salut|ola|buen[oa]s(?: d[ií]as| tardes| noches)?|"
+             r"buongiorno|buonasera|guten (?:morgen|tag|abend)|bom dia|boa (?:tarde|noite))")
 _THANKS = (r"(?:thanks?(?: you)?(?: (?:so|very) much| a lot| again)?|thx|ty|cheers|(?:much )?appreciated|"
            r"appreciate it|bye|goodbye|bye bye|see you|have a (?:good|nice|great) (?:day|one)|"
-           r"merci|gracias|danke|grazie|obrigad[oa])")
+           r"merci(?: beaucoup)?|(?:muchas )?gracias|(?:vielen )?dank|danke(?: sch[öo]n)?|grazie(?: mille)?|"
+           r"(?:muito )?obrigad[oa]|adi[oó]s|hasta luego|au revoir|tsch[üu]ss|arrivederci|tchau)")
 # "ok", "great, got it": an acknowledgement closes a turn the way thanks do.
 _ACK = r"(?:ok|okay|alright|all right|great|perfect|awesome|cool|nice|got it|understood|that helps|that helped)"
 _FILLER = rf"(?:{_ACK}|yes|yeah|no|nope|there|all|everyone|team|bot|folks)"
