@@ -60,9 +60,9 @@ def models_missing_keys(settings) -> list[str]:
     warnings = []
     for entry in settings.models:
         params = entry.litellm_params
-        try:
-            found = litellm.validate_environment(model=params["model"], api_key=params.get("api_key"),
-                                                 api_base=params.get("api_base"))
+        try:  # an unset ${VAR} leaves "", which LiteLLM takes for a key given but its calls for none
+            found = litellm.validate_environment(model=params["model"], api_key=params.get("api_key") or None,
+                                                 api_base=params.get("api_base") or None)
         except Exception:  # a provider LiteLLM cannot check: its first call says what is wrong
             continue
         if missing := found.get("missing_keys"):

@@ -183,6 +183,20 @@ async def test_a_model_without_its_key_goes_to_the_next_at_once(openai_fake: Fak
                         "model's litellm_params), or every call to it fails"]
 
 
+def test_a_key_from_an_unset_variable_is_named_at_start(monkeypatch) -> None:
+    """README's `api_key: "${ANTHROPIC_API_KEY}"` with the variable unset reads as "": LiteLLM's check took
+    that for a key, so start named nothing while every call to the model failed for want of one."""
+    from gateway.preflight import models_missing_keys
+    from gateway.settings import Settings
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    backup = {"model_name": "backup", "litellm_params": {"model": "anthropic/claude-3-5-haiku-latest",
+                                                          "api_key": ""}}  # what the unset ${VAR} became
+    assert models_missing_keys(Settings(models=[backup])) == [
+        "model 'backup' (anthropic/claude-3-5-haiku-latest) has no ANTHROPIC_API_KEY: set it in the environment "
+        "(or the model's litellm_params), or every call to it fails"]
+
+
 async def test_a_fault_inside_litellm_is_logged_and_retried(
     openai_fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
