@@ -84,6 +84,9 @@ async def set_webhook(settings: TelegramChannel, url: str) -> None:
         await bot.set_webhook(url=url, secret_token=secret, allowed_updates=list(ALLOWED_UPDATES))
     except TelegramAPIError as exc:
         raise ChannelSendError(f"setWebhook failed: {exc.message}", permanent=True) from exc
+    except ClientDecodeError as exc:  # a proxy's 502 page in an outage: one line, not aiogram's traceback
+        what = "an error page, not JSON; try again shortly" if _is_error_page(exc) else "an answer it could not read"
+        raise ChannelSendError(f"setWebhook failed: Telegram answered with {what}", permanent=True) from exc
     finally:
         await bot.session.close()
 

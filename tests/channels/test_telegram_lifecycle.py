@@ -8,7 +8,7 @@ import time
 import pytest
 
 from channels.telegram import TelegramAdapter, set_webhook
-from gateway.errors import ConfigError
+from gateway.errors import ChannelSendError, ConfigError
 from gateway.models import InboundMessage
 from tests.channels.telegram_helpers import (  # noqa: F401 - `fake` fixture
     SECRET,
@@ -172,6 +172,13 @@ async def test_set_webhook_registers_url_with_secret(fake: FakeTelegramAPI) -> N
     await set_webhook(_settings(fake.base_url), "https://gw.example/webhooks/demo/telegram")
     assert fake.webhook["url"] == "https://gw.example/webhooks/demo/telegram"
     assert fake.webhook["secret_token"] == SECRET
+
+
+async def test_set_webhook_answered_by_an_error_page_is_one_error(fake: FakeTelegramAPI) -> None:
+    # Telegram's proxies answer 502 with HTML in an outage; `telegram set-webhook` showed aiogram's traceback.
+    fake.fail_next("setWebhook", status=502, html=True)
+    with pytest.raises(ChannelSendError, match="setWebhook failed: Telegram answered with an error page"):
+        await set_webhook(_settings(fake.base_url), "https://gw.example/webhooks/demo/telegram")
 
 
 async def test_a_secret_telegram_would_reject_is_refused_with_the_config() -> None:
