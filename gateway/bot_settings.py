@@ -191,6 +191,24 @@ class BusinessHours(_Strict):
     start: str = Field(default="09:00", pattern=r"^\d{2}:\d{2}$")
     end: str = Field(default="17:00", pattern=r"^\d{2}:\d{2}$")
 
+    @field_validator("days")
+    @classmethod
+    def _weekdays(cls, value: list[int]) -> list[int]:
+        # A crontab habit (7 or 0 for Sunday, 1-5 for Monday-Friday) must not silently shift the week.
+        if bad := [day for day in value if not 0 <= day <= 6]:
+            raise ValueError(f"{bad[0]} is not a weekday: Monday is 0 and Sunday 6")
+        return value
+
+    @field_validator("start", "end")
+    @classmethod
+    def _time_of_day(cls, value: str) -> str:
+        # "24:00" matched the pattern and then failed every handoff; 09:00-00:00 already ends at midnight.
+        hours, minutes = value.split(":")
+        if int(hours) > 23 or int(minutes) > 59:
+            raise ValueError(f"{value!r} is not a time of day (00:00-23:59); a day that ends at midnight ends at "
+                             "\"00:00\"")
+        return value
+
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, value: str) -> str:

@@ -186,6 +186,21 @@ def test_notices_is_open_across_midnight(now, expected):
     assert is_open(night, now) is expected
 
 
+@pytest.mark.parametrize(("hours", "error"), [
+    ({"end": "24:00"}, "'24:00' is not a time of day"),  # it loaded, then every handoff failed
+    ({"start": "09:60"}, "'09:60' is not a time of day"),
+    ({"days": [1, 2, 3, 4, 5, 7]}, "7 is not a weekday: Monday is 0 and Sunday 6"),
+])
+def test_business_hours_that_cannot_be_read_are_refused_at_load(hours, error):
+    with pytest.raises(ValueError, match=error):
+        BusinessHours(**hours)
+
+
+def test_business_hours_ending_at_midnight_are_open_until_then():
+    evening = BusinessHours(timezone="UTC", days=[0], start="09:00", end="00:00")
+    assert is_open(evening, _utc(2025, 6, 2, 23, 59)) and not is_open(evening, _utc(2025, 6, 3, 0, 0))
+
+
 def test_notices_next_opening_is_an_aware_local_time():
     opening = next_opening(BERLIN, _utc(2025, 6, 6, 16, 0))
     assert opening == datetime(2025, 6, 9, 9, 0, tzinfo=ZoneInfo("Europe/Berlin"))
