@@ -149,7 +149,10 @@ class WhatsAppAdapter:
         except UnicodeDecodeError:
             raise SignatureInvalid("body is not UTF-8 form data") from None
         if not self._validator.validate(url, params, signature):
-            raise SignatureInvalid("X-Twilio-Signature does not match")
+            # Most often public_url is not the URL Twilio posts to (http, a proxy's path prefix): say which was used.
+            raise SignatureInvalid(f"X-Twilio-Signature does not match (checked against {self.webhook_url}: "
+                                   "whatsapp.public_url must be the base URL Twilio posts to, and auth_token the "
+                                   "account's)")
 
     def parse(self, request: RawRequest) -> WebhookResult:
         """Turn a verified webhook (inbound message or status callback) into a `WebhookResult`."""

@@ -98,6 +98,13 @@ def test_whatsapp_verify_rejects_bad_or_missing_signature(adapter: WhatsAppAdapt
         adapter.verify(request_)
 
 
+def test_whatsapp_a_signature_over_another_url_names_the_url_checked(adapter: WhatsAppAdapter) -> None:
+    # The log line was "does not match" alone; a public_url unlike Twilio's is the usual cause (whatsapp.md).
+    other = _signed({"MessageSid": "SM1", "Body": "hi"}, url="http://bots.example.org/webhooks/support/whatsapp")
+    with pytest.raises(SignatureInvalid, match=f"checked against {WEBHOOK_URL}: whatsapp.public_url must be"):
+        adapter.verify(other)
+
+
 def test_whatsapp_verify_rejects_a_tampered_body(adapter: WhatsAppAdapter) -> None:
     good = _signed({"MessageSid": "SM1", "Body": "hi"})
     tampered = RawRequest(url=good.url, headers=good.headers, query={}, body=b"MessageSid=SM1&Body=refund+me")
