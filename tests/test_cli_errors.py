@@ -357,6 +357,16 @@ def test_forget_an_unknown_channel_is_refused_and_nothing_is_recorded(tmp_path, 
         assert db.execute(deletions).fetchone() == (1,)  # a known channel is recorded, as it should be
 
 
+def test_forget_logs_its_deletion_only(tmp_path):
+    # At INFO, alembic's "setup plugin alembic.autogenerate.schemas" and six more came before the answer.
+    config = write_config(tmp_path, log_level="INFO")
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    proc = _run("forget", "--config", str(config), "--channel", "web", "--user", "me-1")
+    assert proc.returncode == 0 and proc.stdout.startswith("deleted 0 contacts")
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "retention.forgot_contact" in lines[0], proc.stderr
+
+
 def test_a_port_in_the_environment_that_is_no_number_concerns_serve_only(tmp_path):
     """`PORT` was read as a number while the parser was built: `PORT=abc` (or an empty `PORT=`) made every
     command, `db upgrade` and `--help` too, end in a ValueError traceback."""

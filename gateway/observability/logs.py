@@ -50,6 +50,9 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     # pypdf warns, without the file's name, about each broken structure it reads past; a PDF that
     # cannot be read is reported by the ingest with its name, and one that can is fine.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
+    # Alembic names each plugin it loads at INFO when the schema's revision is read: 7 lines before
+    # `gateway forget`'s own answer. Its migration lines (alembic.runtime.migration) stay.
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     adopt_litellm_loggers()
 
 
