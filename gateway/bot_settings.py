@@ -188,8 +188,8 @@ class BusinessHours(_Strict):
 
     timezone: str = "UTC"
     days: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])  # Monday = 0
-    start: str = Field(default="09:00", pattern=r"^\d{2}:\d{2}$")
-    end: str = Field(default="17:00", pattern=r"^\d{2}:\d{2}$")
+    start: str = "09:00"
+    end: str = "17:00"
 
     @field_validator("days")
     @classmethod
@@ -203,6 +203,8 @@ class BusinessHours(_Strict):
     @classmethod
     def _time_of_day(cls, value: str) -> str:
         # "24:00" matched the pattern and then failed every handoff; 09:00-00:00 already ends at midnight.
+        if not re.fullmatch(r"\d{2}:\d{2}", value):
+            raise ValueError(f"{value!r} is not a time of day written HH:MM, such as \"09:00\"")
         hours, minutes = value.split(":")
         if int(hours) > 23 or int(minutes) > 59:
             raise ValueError(f"{value!r} is not a time of day (00:00-23:59); a day that ends at midnight ends at "
@@ -236,7 +238,7 @@ class RateLimitSettings(_Strict):
 class BotSettings(_Strict):
     """One bot: its prompt, models, knowledge, tools and channels."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    name: str
     system_prompt: str = "You are a helpful support assistant."
     fallback_text: str = "I don't know the answer to that from our help center."
     # The reply to a message that is only thanks or goodbye ("thanks!", "ok bye"); a greeting alone
@@ -255,6 +257,15 @@ class BotSettings(_Strict):
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     # Conversations with no message for this many days are deleted on the retention schedule.
     retention_days: int | None = Field(default=None, ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _url_name(cls, value: str) -> str:
+        # It is a segment of /v1/bots/{name}/… and /webhooks/{name}/…; the pattern alone was the message.
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,62}", value):
+            raise ValueError(f"{value!r} is not a bot name: 1-63 lower-case letters, digits, _ or -, starting with "
+                             "a letter or digit (it is part of the bot's URLs)")
+        return value
 
     @field_validator("sources")
     @classmethod

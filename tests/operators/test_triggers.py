@@ -189,6 +189,7 @@ def test_notices_is_open_across_midnight(now, expected):
 @pytest.mark.parametrize(("hours", "error"), [
     ({"end": "24:00"}, "'24:00' is not a time of day"),  # it loaded, then every handoff failed
     ({"start": "09:60"}, "'09:60' is not a time of day"),
+    ({"start": "9:00"}, "'9:00' is not a time of day written HH:MM"),  # was the pattern's regex
     ({"days": [1, 2, 3, 4, 5, 7]}, "7 is not a weekday: Monday is 0 and Sunday 6"),
 ])
 def test_business_hours_that_cannot_be_read_are_refused_at_load(hours, error):
