@@ -247,8 +247,9 @@ class BotSettings(_Strict):
     model: str = OFFLINE_MODEL
     fallbacks: list[str] = Field(default_factory=list)
     max_tool_rounds: int = Field(default=6, ge=0, le=20)
-    daily_budget_usd: float | None = None
-    history_turns: int = 6
+    daily_budget_usd: float | None = Field(default=None, ge=0)
+    # Below 0 it loaded, and PostgreSQL refused every turn's history query ("LIMIT must not be negative").
+    history_turns: int = Field(default=6, ge=0)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     tools: list[ToolSettings] = Field(default_factory=list)
     sources: list[SourceSettings] = Field(default_factory=list)

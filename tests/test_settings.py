@@ -60,6 +60,9 @@ def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
     ({"operators": [{"name": "sam", "token": "${OP_A}"}, {"name": "sam", "token": "${OP_B}"}]},
      "operators[1].name", "duplicate operator name"),
     ({"worker": {"turn_timeout": 0}}, "worker.turn_timeout", "greater than 0"),
+    # Loaded; on PostgreSQL every turn then failed in the worker (a negative LIMIT), the customer unanswered.
+    ({"bots": [{"name": "b", "history_turns": -1}]}, "bots[0].history_turns", "greater than or equal to 0"),
+    ({"bots": [{"name": "b", "daily_budget_usd": -5}]}, "bots[0].daily_budget_usd", "greater than or equal to 0"),
     # LiteLLM's Router raised these as tracebacks at `serve` and `chat`, after `db upgrade` took them.
     ({"models": [{"model_name": "m", "litellm_params": {"api_base": "http://127.0.0.1:9"}}]},
      "models[0].litellm_params", "needs `model`"),
