@@ -1,4 +1,4 @@
-"""`make run` with a config path, host or port holding a space (review finding 8)."""
+"""`make run` with a config path, host or port holding a space (review finding 8), or an older Python."""
 
 from __future__ import annotations
 
@@ -42,3 +42,28 @@ def test_make_run_serves_when_a_source_failed_but_not_on_a_config_error(tmp_path
     assert calls.read_text().split() == (["db", "ingest", "serve"] if serves else ["db", "ingest"])
     assert (proc.returncode == 0) == serves, proc.stderr
     assert ("starting the server anyway" in proc.stderr) == (ingest_exit == 1)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("old_venv", [False, True])
+def test_make_says_python_3_11_is_needed_before_pip_does(tmp_path, old_venv):
+    """Python 3.10 (Ubuntu 22.04's python3) failed in pip on a lock pin that needs 3.11, and the venv it
+    made stayed: a rerun with PYTHON=python3.11 still used it."""
+    calls = tmp_path / "calls"
+    python = tmp_path / "python3.10"  # answers as Python 3.10 would, and records what it was asked
+    python.write_text(f'#!/bin/sh\necho "$@" >> "{calls}"\n[ "$1" = -V ] && echo "Python 3.10.13"\n'
+                      '[ "$1" = -c ] && exit 1\nexit 0\n')
+    python.chmod(0o755)
+    venv = tmp_path / "venv"
+    if old_venv:
+        (venv / "bin").mkdir(parents=True)
+        shutil.copy(python, venv / "bin" / "python")
+    proc = subprocess.run(["make", "install", f"VENV={venv}", f"PYTHON={python}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode != 0
+    expected = (f"make: {venv} was made with Python 3.10.13, and the gateway needs Python 3.11 or newer: remove it "
+                f"(rm -rf {venv}) and run make again" if old_venv else
+                f"make: {python} is Python 3.10.13, and the gateway needs Python 3.11 or newer: run make with "
+                "PYTHON=python3.11")
+    assert expected in proc.stderr, proc.stderr
+    assert not any(" pip " in f" {line} " or "venv" in line.split() for line in calls.read_text().splitlines())
