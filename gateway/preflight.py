@@ -137,11 +137,22 @@ async def require_schema(settings, engine=None) -> None:
                            f"this version of the gateway needs {head}: run `gateway db upgrade --config {config}`")
 
 
+def migrations_root() -> Path:
+    """The folder holding alembic.ini and alembic/: beside the package (a checkout, an editable install),
+    else the working directory. Why both: the image installs the package into site-packages (`pip install
+    .`), so its `gateway` command found no migrations there and every command was Alembic's traceback."""
+    for root in (Path(__file__).resolve().parent.parent, Path.cwd()):
+        if (root / "alembic.ini").is_file() and (root / "alembic" / "env.py").is_file():
+            return root
+    raise GatewayError(f"the database migrations (alembic.ini and alembic/) are neither beside the installed gateway "
+                       f"package nor in the working directory {Path.cwd()}: run the command from the project's folder")
+
+
 def alembic_config(database_url: str | None = None):
-    """The project's Alembic configuration (found beside the package, whatever the working directory)."""
+    """The project's Alembic configuration (`migrations_root`)."""
     from alembic.config import Config
 
-    root = Path(__file__).resolve().parent.parent
+    root = migrations_root()
     config = Config(str(root / "alembic.ini"))
     config.set_main_option("script_location", str(root / "alembic"))
     if database_url is not None:

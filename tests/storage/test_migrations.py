@@ -47,3 +47,22 @@ def test_migrations_concurrent_upgrades_on_postgres_all_succeed(postgres_url, tm
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
     outcomes = [(p.wait(timeout=120), p.stderr.read().decode()[-500:]) for p in procs]
     assert [code for code, _ in outcomes] == [0, 0, 0], outcomes
+
+
+def test_migrations_are_found_from_the_working_directory_when_the_package_is_installed(tmp_path, monkeypatch):
+    """The Dockerfile's `pip install .` puts the package in site-packages, without alembic/: its `gateway`
+    command (`docker compose exec gateway gateway ingest`) ended in Alembic's "Path doesn't exist" traceback."""
+    import pytest
+
+    from gateway import preflight
+    from gateway.errors import GatewayError
+    from tests.conftest import ROOT
+
+    installed = tmp_path / "site-packages" / "gateway" / "preflight.py"
+    monkeypatch.setattr(preflight, "__file__", str(installed))
+    monkeypatch.chdir(ROOT)  # the image's WORKDIR, /app, holds alembic.ini and alembic/
+    assert preflight.migrations_root() == ROOT
+    assert preflight.migration_revisions()[0]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(GatewayError, match="neither beside the installed gateway package nor in the working"):
+        preflight.alembic_config()
