@@ -19,6 +19,8 @@ cd "$WORK/app"
 PORT="$("$WORK/venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 export GATEWAY_CONFIG="$WORK/app/config.yaml" DATABASE_URL="sqlite+aiosqlite:///$WORK/app/var/gateway.db"
 "$WORK/venv/bin/python" -m gateway db upgrade
+# The console script too, as `docker compose exec gateway gateway …` runs it: it imports the installed copy.
+"$WORK/venv/bin/gateway" db upgrade
 "$WORK/venv/bin/python" -m gateway serve --host 127.0.0.1 --port "$PORT" &
 PID=$!
 for _ in $(seq 1 120); do
