@@ -15,7 +15,11 @@ from gateway.errors import ConfigError
 SECRET_KEYS = frozenset(
     {"token", "webhook_secret", "bot_token", "signing_secret", "app_token", "auth_token", "api_key"}
 )
-PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "secret", "xxx", "todo", "placeholder", "test"})
+# `dev-operator-token` is what `make run` sets OPERATOR_TOKEN to unless told otherwise, and the README prints
+# it: in production it let anyone sign in to the operator console and API.
+DEMO_OPERATOR_TOKEN = "dev-operator-token"
+PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "secret", "xxx", "todo", "placeholder", "test",
+                                 DEMO_OPERATOR_TOKEN})
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # An http tool's header or URL query value named like a credential is a secret under another key's name.
 _SECRET_NAME = re.compile(r"auth|api[-_]?key|access[-_]?key|subscription[-_]?key|token|secret|passw|cookie|credential",

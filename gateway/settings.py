@@ -41,6 +41,7 @@ from gateway.channel_settings import (
     _Strict,
 )
 from gateway.config_file import (
+    DEMO_OPERATOR_TOKEN,
     PLACEHOLDER_SECRETS,
     SECRET_KEYS,
     config_error,
@@ -342,7 +343,9 @@ class Settings(BaseSettings):
                         continue  # an operator without a token is disabled (logged at start), as config.yaml says
                     raise ValueError(f"{path}: empty in production (an unset ${{VAR}}?)")
                 if value.strip().lower() in PLACEHOLDER_SECRETS:
-                    raise ValueError(f"{path}: placeholder secret refused in production")
+                    demo = (" (the demo token `make run` sets when OPERATOR_TOKEN is unset; set your own, made with "
+                            "`openssl rand -hex 24`)") if value.strip() == DEMO_OPERATOR_TOKEN else ""
+                    raise ValueError(f"{path}: placeholder secret refused in production{demo}")
             for i, op in enumerate(self.operators):
                 if 0 < len(op.token.strip()) < MIN_PRODUCTION_TOKEN:
                     raise ValueError(f"operators[{i}].token: shorter than {MIN_PRODUCTION_TOKEN} characters in "

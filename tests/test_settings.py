@@ -127,11 +127,12 @@ def test_settings_an_operator_with_no_bots_is_a_config_error(tmp_path):
     assert info.value.key == "operators[0].bots" and '"*" for all' in str(info.value)
 
 
-def test_settings_production_refuses_placeholder_secret(tmp_path, monkeypatch):
-    monkeypatch.setenv("OP_TOKEN", "changeme")
+@pytest.mark.parametrize("token", ["changeme", "dev-operator-token"])  # the second: `make run`'s, in the README
+def test_settings_production_refuses_placeholder_secret(tmp_path, monkeypatch, token):
+    monkeypatch.setenv("OP_TOKEN", token)
     path = _write(tmp_path, {"environment": "production",
                              "operators": [{"name": "o", "token": "${OP_TOKEN}"}]})
-    with pytest.raises(ConfigError, match="placeholder secret"):
+    with pytest.raises(ConfigError, match="placeholder secret refused in production"):
         load_settings(path)
 
 
