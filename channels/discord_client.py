@@ -21,6 +21,9 @@ class GatewayClient(discord.Client):
 
     def __init__(self, on_message: Callable[[discord.Message], Awaitable[None]], *, bot: str = "",
                  **options: Any) -> None:
+        # The gateway never joins a voice channel: discord.py's "davey is not installed, voice will NOT
+        # be supported" warning at every start only sent deployers looking for a package they do not need.
+        discord.VoiceClient.warn_dave = False
         super().__init__(**options)
         self._on_message = on_message
         self._bot = bot  # for the log lines

@@ -205,3 +205,14 @@ async def test_edits_and_deletions_are_ignored_with_a_logged_reason(fake: FakeDi
         (900000000000000072, "MESSAGE_DELETE_BULK: nothing to answer", "support"),
         (900000000000000073, "MESSAGE_DELETE_BULK: nothing to answer", "support"),
     ]
+
+
+def test_no_voice_package_warning_at_start(caplog) -> None:
+    # discord.py warned "davey is not installed, voice will NOT be supported" at every start; the gateway
+    # has no voice, and deployers went looking for the package.
+    import discord
+
+    discord.VoiceClient.warn_dave = True  # as a fresh process has it
+    with caplog.at_level("WARNING", logger="discord.client"):
+        DiscordAdapter("support", settings_for(None))
+    assert not [r for r in caplog.records if "davey" in r.getMessage()]
