@@ -21,6 +21,7 @@ from gateway.preflight import (
     database_has_schema,
     models_missing_keys,
     redacted_db_url,
+    require_free_port,
     require_schema,
     uncalibrated_gates,
 )
@@ -143,6 +144,7 @@ def _serve(args) -> int:
         raise IndexBusy(f"the Qdrant folder {settings.qdrant.path} is in use by another process (a running `gateway "
                         "serve`, or an ingest). Stop it first, or use a Qdrant server (qdrant.url) to run more than "
                         "one process on one index (`--role web` processes hold no index)")
+    require_free_port(args.host, args.port)
     import uvicorn  # after the checks: importing the app takes seconds, a config error should not
 
     from gateway.app import create_app

@@ -166,3 +166,25 @@ def migration_revisions() -> tuple[str, set[str]]:
 
     script = ScriptDirectory.from_config(alembic_config())
     return script.get_current_head(), {revision.revision for revision in script.walk_revisions()}
+
+
+def require_free_port(host: str, port: int) -> None:
+    """A one-line `GatewayError` when `serve` could not listen on host:port. Why before the app starts:
+    uvicorn binds only after the lifespan, so a busy port started the worker, the scheduler and a
+    startup ingest, then stopped them again, its error one line among theirs (exit 3)."""
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(address)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            hint = (" (another `gateway serve`, or another program?): stop it, or give another --port (PORT=… with "
+                    "make run)")
+        else:
+            hint = ": check --host (HOST=… with make run)" if isinstance(exc, socket.gaierror) else ""
+        raise GatewayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
