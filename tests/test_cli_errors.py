@@ -208,7 +208,8 @@ def test_a_redis_url_without_its_scheme_is_a_config_error_not_a_traceback_at_ser
     proc = _run("serve", "--config", str(config), env={"REDIS_URL": "localhost:6379"})
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "config error: redis_url: not a Redis URL; use redis://host:6379/0 (or rediss:// for TLS)"]
+        "config error: redis_url: not a Redis URL; use redis://host:6379/0 (or rediss:// for TLS) (from the "
+        "environment variable REDIS_URL, which overrides the file)"]
 
 
 def test_db_upgrade_against_an_unreachable_database_is_one_line(tmp_path):
@@ -317,7 +318,8 @@ def test_an_unknown_log_level_is_a_config_error_in_every_command(tmp_path, monke
     assert capsys.readouterr().err.strip().splitlines() == [expected.format("verbose")]
     monkeypatch.setenv("LOG_LEVEL", "loud")  # the environment overrides the file, and is checked the same way
     assert main([*command, "--config", str(write_config(tmp_path))]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [expected.format("loud")]
+    assert capsys.readouterr().err.strip().splitlines() == [
+        expected.format("loud") + " (from the environment variable LOG_LEVEL, which overrides the file)"]
 
 
 def test_an_unknown_log_level_in_the_environment_is_a_config_error_for_eval_without_a_config(tmp_path, monkeypatch,
