@@ -191,6 +191,18 @@ def name_unset_variable(error: ConfigError, unset: dict[str, str]) -> ConfigErro
     return error
 
 
+def name_env_override(error: ConfigError, overrides: frozenset[str]) -> ConfigError:
+    """`error`, saying the value came from the environment when a variable of an overridable key's name
+    (any case) gave it: a stray ENVIRONMENT=prod read as "environment: Input should be …" of a file that
+    has no such key."""
+    if error.key in overrides:
+        for name in os.environ:
+            if name.lower() == error.key:
+                return ConfigError(error.key, f"{error.problem} (from the environment variable {name}, which "
+                                              "overrides the file)")
+    return error
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     """PyYAML's error in one line: what it expected and where (its own text quotes the file over lines)."""
     problem = getattr(exc, "problem", None)

@@ -45,6 +45,7 @@ from gateway.config_file import (
     PLACEHOLDER_SECRETS,
     SECRET_KEYS,
     config_error,
+    name_env_override,
     name_unset_variable,
     read_config,
     resolve_config_path,
@@ -390,17 +391,7 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     try:
         return Settings(**data)
     except ValidationError as exc:
-        raise _name_env_override(name_unset_variable(config_error(exc), unset)) from None
+        raise name_env_override(name_unset_variable(config_error(exc), unset), ENV_OVERRIDES) from None
     except ConfigError as exc:
-        raise _name_env_override(name_unset_variable(exc, unset)) from None
+        raise name_env_override(name_unset_variable(exc, unset), ENV_OVERRIDES) from None
 
-
-def _name_env_override(error: ConfigError) -> ConfigError:
-    """`error`, saying the value came from the environment when an `ENV_OVERRIDES` variable gave it: a
-    stray ENVIRONMENT=prod read as "environment: Input should be …" of a file that has no such key."""
-    if error.key in ENV_OVERRIDES:
-        for name in os.environ:
-            if name.lower() == error.key:
-                return ConfigError(error.key, f"{error.problem} (from the environment variable {name}, which "
-                                              "overrides the file)")
-    return error
