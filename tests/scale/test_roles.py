@@ -21,7 +21,8 @@ from tests.scale.replicas import (
     telegram_update,
 )
 
-SLOW_POLL_S = 30.0  # so a reply within seconds can only come from the notification
+SLOW_POLL_S = 120.0  # so a reply within a minute can only come from the notification
+WAKE_BOUND_S = SLOW_POLL_S / 2  # generous: a busy 2-core CI machine took 16.6 s for three first turns
 
 
 async def test_web_role_receives_and_the_worker_process_answers_at_once(postgres_url, tmp_path) -> None:
@@ -48,14 +49,14 @@ async def test_web_role_receives_and_the_worker_process_answers_at_once(postgres
                         f"{web.url}/webhooks/shop/telegram", json=telegram_update(700 + k, chat_id=77, text=f"q{k}"),
                         headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}, timeout=10)
                     assert response.status_code == 200
-            while len(fake.sent) < 3 and time.monotonic() - started < 20:
+            while len(fake.sent) < 3 and time.monotonic() - started < WAKE_BOUND_S:
                 await asyncio.sleep(0.05)
             elapsed = time.monotonic() - started
         finally:
             web.stop()
             worker.stop()
         assert [s.reply_to for s in fake.sent] == [700, 701, 702], worker.log() + web.log()
-        assert elapsed < SLOW_POLL_S / 3, f"replies took {elapsed:.1f}s: woken by polling, not by NOTIFY"
+        assert elapsed < WAKE_BOUND_S, f"replies took {elapsed:.1f}s: woken by polling, not by NOTIFY"
 
 
 async def test_live_events_cross_processes_operator_stream_and_web_chat_tokens(postgres_url, tmp_path) -> None:
