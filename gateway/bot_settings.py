@@ -169,7 +169,7 @@ class EscalationSettings(_Strict):
         "speak to a representative", "need a human", "need a person", "get a human", "talk to an operator",
         "speak to an operator",
     ])
-    max_unanswered_turns: int = 3
+    max_unanswered_turns: int = Field(default=3, ge=0)  # 0: never escalate by count (it acted as 1)
     acknowledgement: str = "I've asked a person from our team to take over. They'll reply here shortly."
     # Unclaimed for this long: the customer is told honestly and operators are pinged again.
     claim_timeout_seconds: float = Field(default=900.0, gt=0.0)

@@ -46,7 +46,7 @@ class ChannelBase(_Strict):
 class WebChannel(ChannelBase):
     """The built-in web chat and widget."""
 
-    max_message_chars: int = 4000
+    max_message_chars: int = Field(default=4000, ge=1)  # 0 refused every message with 413
     # Messages one client address may send to this bot's web chat per minute (None: no limit). The
     # web chat's contact is a session id the caller picks, so a per-contact limit alone bounds nobody.
     per_address_per_minute: int | None = Field(default=60, ge=1)

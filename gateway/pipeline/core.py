@@ -172,7 +172,8 @@ class Pipeline:
         self._observe("llm", started)
         escalate, reply = answer.escalate, answer.text
         if not escalate and not answer.answered and turn.bot.escalation.enabled:
-            if turn.unanswered_turns + 1 >= turn.bot.escalation.max_unanswered_turns:
+            limit = turn.bot.escalation.max_unanswered_turns
+            if limit and turn.unanswered_turns + 1 >= limit:
                 escalate = f"{turn.unanswered_turns + 1} consecutive turns without an answer"
                 # The escalation's acknowledgement follows this reply: an offer of a person in it
                 # ("Would you like me to get a person?") would ask what is already decided.

@@ -196,3 +196,15 @@ async def test_the_turn_that_escalates_for_unanswered_turns_does_not_also_offer_
     assert before_the_limit.reply == OFFER and before_the_limit.escalate is None
     assert at_the_limit.reply == "I couldn't find that." and at_the_limit.escalate == "3 consecutive turns without an answer"
     assert (await rig.pipeline.handle(only_a_question)).reply == rig.bots[1].escalation.acknowledgement
+
+
+async def test_max_unanswered_turns_0_never_escalates_by_count(openai_fake) -> None:
+    """0 acted as 1: the first turn without an answer handed the conversation to a person."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallback_text": OFFER,
+                                       "escalation": {"max_unanswered_turns": 0}}], hits=[])
+    openai_fake.script("primary", *[Scripted(text="Use San Marzano tomatoes.") for _ in range(2)])
+    turn = rig.turn("Best pizza recipe?")
+    first = await rig.pipeline.handle(turn)
+    turn.unanswered_turns = 50
+    much_later = await rig.pipeline.handle(turn)
+    assert first.escalate is None and much_later.escalate is None and much_later.reply == OFFER
