@@ -279,4 +279,8 @@ def _import(spec: ToolSettings, bot: str) -> Any:
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"bots.{bot}.tools.{spec.name}.import_path", f"cannot import {spec.import_path}: {exc}") from None
+        # The README's own example fails so until its folder is on the path: say where Python looked.
+        hint = (f"; put the folder that holds {module_name.partition('.')[0]!r} on PYTHONPATH (README: Tools)"
+                if isinstance(exc, ModuleNotFoundError) else "")
+        raise ConfigError(f"bots.{bot}.tools.{spec.name}.import_path",
+                          f"cannot import {spec.import_path}: {exc}{hint}") from None

@@ -44,3 +44,14 @@ async def test_a_python_tool_that_takes_identity_and_its_declared_parameters_loa
     outcome = await tools.call("whoami", {}, identity=CallerIdentity(bot="acme", channel="web",
                                                                       contact_external_id="alice"))
     assert outcome.result == {"channel": "web", "contact": "alice"}
+
+
+def test_a_python_tool_whose_module_is_not_on_the_path_says_to_put_its_folder_on_pythonpath():
+    with pytest.raises(ConfigError) as caught:
+        BotTools(BotSettings(name="acme", tools=[{"name": "weather", "type": "python", "parameters": CITY,
+                                                  "import_path": "weather_tool:city_weather"}]))
+    assert caught.value.problem == ("cannot import weather_tool:city_weather: No module named 'weather_tool'; put the "
+                                    "folder that holds 'weather_tool' on PYTHONPATH (README: Tools)")
+    with pytest.raises(ConfigError) as caught:  # the module is there, the function is not: no path hint
+        _tools("no_such_function")
+    assert "PYTHONPATH" not in caught.value.problem
