@@ -22,10 +22,12 @@ def check_embedding_model(settings, *, load: bool = True) -> None:
         raise ConfigError("embedding.model_path", f"{embedding.model_path} is not a folder")
     from fastembed import TextEmbedding
 
-    # fastembed's own test, with its message (rag/embeddings.py turns its ValueError into the same error).
+    # fastembed's own test. Its message sent the user to a Python call; this one says what may be written.
     if not any(embedding.model.lower() == m["model"].lower() for m in TextEmbedding.list_supported_models()):
-        raise ConfigError("embedding.model", f"Model {embedding.model} is not supported in TextEmbedding. Please "
-                                             "check the supported models using `TextEmbedding.list_supported_models()`")
+        raise ConfigError("embedding.model", f"{embedding.model!r} is not a model fastembed knows: write "
+                                             "'minilm-int8' (shipped here), a fastembed model name such as "
+                                             "'BAAI/bge-small-en-v1.5' with its files in embedding.model_path, or "
+                                             "'litellm/<model>' for an API model (README: Configuration)")
     if load:
         from rag.embeddings import DenseEmbedder
 

@@ -225,8 +225,9 @@ def test_serve_with_an_unknown_embedding_model_is_a_config_error_before_start(tm
     proc = _run("serve", "--config", str(config), "--port", str(free_port()), timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "config error: embedding.model: Model no-such-model is not supported in TextEmbedding. Please check the "
-        "supported models using `TextEmbedding.list_supported_models()`"]
+        "config error: embedding.model: 'no-such-model' is not a model fastembed knows: write 'minilm-int8' "
+        "(shipped here), a fastembed model name such as 'BAAI/bge-small-en-v1.5' with its files in "
+        "embedding.model_path, or 'litellm/<model>' for an API model (README: Configuration)"]
 
 
 @pytest.mark.parametrize("embedding, expected", [
