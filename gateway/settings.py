@@ -394,4 +394,3 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
         raise name_env_override(name_unset_variable(config_error(exc), unset), ENV_OVERRIDES) from None
     except ConfigError as exc:
         raise name_env_override(name_unset_variable(exc, unset), ENV_OVERRIDES) from None
-
