@@ -44,6 +44,12 @@ async def _count(session: AsyncSession, model: type, where) -> int:
     return (await session.execute(select(func.count()).select_from(model).where(where))).scalar_one()
 
 
+def _sent_by_contact():
+    """Messages the contact (of the enclosing query) sent: the sender each inbound message records."""
+    return (Message.direction == "in") & (Message.channel == Contact.channel) & (
+        Message.meta["sender"].as_string() == Contact.external_id)
+
+
 async def _delete_conversations(session: AsyncSession, ids: list[int], report: DeletionReport) -> None:
     """Delete conversations and count what goes with them (messages and escalations cascade)."""
     if not ids:
@@ -116,14 +122,23 @@ async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Se
                 Conversation.id.in_(locked), Conversation.contact_id.is_(None) | Conversation.contact_id.in_(free))))
                 .scalars()) if locked else []
             before = report.conversations
+            # Contacts are shared by the bots: only the people of the conversations purged here (each one's
+            # contact, and whoever wrote in it: in a group only the first writer is the contact) are this
+            # bot's to remove. "No conversation's contact" alone took another bot's group members too.
+            theirs = list((await session.execute(select(Contact.id).where(
+                Contact.id.in_(select(Conversation.contact_id).where(Conversation.id.in_(ids)))
+                | exists().where(_sent_by_contact(), Message.conversation_id.in_(ids))))).scalars()) if ids else []
             await _delete_conversations(session, ids, report)
-            # Contacts left with no conversation at all carry only personal data: remove them too. Not one
-            # who wrote within the period: in a group only the first writer is a conversation's contact.
-            orphans = select(Contact.id).where(~exists().where(Conversation.contact_id == Contact.id),
+            # Left with no conversation and no message with any bot, they carry only personal data: removed
+            # too. Not one who wrote within the period (to any bot).
+            orphans = select(Contact.id).where(Contact.id.in_(theirs),
+                                               ~exists().where(Conversation.contact_id == Contact.id),
+                                               ~exists().where(_sent_by_contact()),
                                                Contact.created_at < cutoff,
                                                Contact.last_inbound_at.is_(None) | (Contact.last_inbound_at < cutoff))
-            report.contacts += (await session.execute(delete(Contact).where(Contact.id.in_(
-                orphans.with_for_update(skip_locked=True))))).rowcount
+            if theirs:
+                report.contacts += (await session.execute(delete(Contact).where(Contact.id.in_(
+                    orphans.with_for_update(skip_locked=True))))).rowcount
             if ids:
                 report.by_bot[bot.name] = report.conversations - before
                 session.add(DataDeletion(kind="retention", bot=bot.name, counts={

@@ -90,6 +90,37 @@ async def test_retention_purges_only_old_conversations_of_bots_with_a_period(mig
         await engine.dispose()
 
 
+async def test_retention_keeps_the_contacts_of_another_bots_group_members(migrated_url) -> None:
+    # A group member who wrote only to a bot that keeps everything is no conversation's contact (the
+    # group's first writer is): the purge of a bot with a period deleted their contact row all the same.
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 1}, {"name": "keep"}])
+    try:
+        group = await _store(sessions, bot="keep", channel="telegram", user="first", chat="-100group")
+        async with sessions() as session, session.begin():
+            await repo.store_inbound(session, bot="keep", message=InboundMessage(
+                channel="telegram", external_id="-100group-member", sender=Sender(external_id="member"),
+                conversation=ConversationRef(channel="telegram", chat="-100group"), text="me too"))
+        mine = await _store(sessions, bot="acme", channel="telegram", user="mine", chat="-100mine")
+        async with sessions() as session, session.begin():
+            await repo.store_inbound(session, bot="acme", message=InboundMessage(
+                channel="telegram", external_id="-100mine-other", sender=Sender(external_id="other"),
+                conversation=ConversationRef(channel="telegram", chat="-100mine"), text="same here"))
+        two_days_ago = utcnow() - timedelta(days=2)
+        async with sessions() as session, session.begin():
+            for model in (Conversation, Message, Contact):
+                await session.execute(update(model).values(created_at=two_days_ago))
+            await session.execute(update(Contact).values(last_inbound_at=two_days_ago))
+        report = await purge_expired(sessions, settings)
+        assert report.by_bot == {"acme": 1} and report.contacts == 2  # acme's group: its first writer, its member
+        assert await _count(sessions, Contact, Contact.external_id.in_(["mine", "other"])) == 0
+        assert await _count(sessions, Contact, Contact.external_id.in_(["first", "member"])) == 2
+        assert await _count(sessions, Message, Message.conversation_id == group) == 4
+        assert mine != group
+    finally:
+        await engine.dispose()
+
 
 async def test_retention_keeps_a_conversation_whose_customer_writes_while_it_is_purged(migrated_url) -> None:
     # A customer comes back to an expired conversation just as the purge runs: their message is being
