@@ -46,6 +46,9 @@ from storage.engine import create_engine, session_factory
 
 log = structlog.get_logger("gateway.services")
 
+ESCALATION_DRAIN_S = 3.0
+"""How long a stop waits for escalation side effects (operator-channel posts) after the worker's 10 s."""
+
 ADAPTER_CLASSES = {
     "telegram": "channels.telegram:TelegramAdapter",
     "slack": "channels.slack:SlackAdapter",
@@ -181,7 +184,8 @@ class Services:
         if self.reminders is not None:
             await self.reminders.stop()
         await self.worker.stop()
-        await self.escalations.drain()
+        # Bounded: a hanging operator-channel post must not hold the exit past the documented 20 s.
+        await self.escalations.drain(timeout=ESCALATION_DRAIN_S)
         # Every adapter, started or not: stop() also closes the HTTP sessions that sends opened (a send
         # after it would open a new one, which nothing closes). What arrives meanwhile is stored, and
         # answered after the restart.

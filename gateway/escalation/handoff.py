@@ -75,7 +75,7 @@ class Escalations(ClaimTransitions):
         self._metrics = metrics
         self.outbox = outbox
         self.listeners: list[Listener] = []
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: dict[asyncio.Task, dict[str, Any]] = {}  # a side effect running, and its event
 
     # ---- bot side: open inside the worker's transaction ---------------------------------------
 
@@ -302,8 +302,8 @@ class Escalations(ClaimTransitions):
 
     def _spawn(self, event: dict[str, Any]) -> None:
         task = asyncio.ensure_future(self.emit(event))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = event
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     async def emit(self, event: dict[str, Any]) -> None:
         """Publish on the bus, then let each listener (e.g. the Slack operator channel) react."""
@@ -314,10 +314,22 @@ class Escalations(ClaimTransitions):
             except Exception:  # one broken surface must not silence the others
                 log.exception("escalation.listener_failed", escalation_id=event.get("escalation_id"))
 
-    async def drain(self) -> None:
-        """Wait for pending side effects (tests and shutdown)."""
+    async def drain(self, *, timeout: float | None = None) -> None:
+        """Wait for pending side effects (tests and shutdown). With `timeout`, what is still running
+        then is cancelled and logged: a hanging operator-channel post held the shutdown past its bound
+        (a header not posted is posted by `post_missing_headers` after the restart)."""
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if left is not None and left <= 0:
+                break
+            await asyncio.wait(list(self._tasks), timeout=left)
+        if pending := {task: event for task, event in self._tasks.items() if not task.done()}:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            log.warning("escalation.side_effects_abandoned", count=len(pending), wait_s=timeout,
+                        events=[f"{e.get('type')}:{e.get('escalation_id')}" for e in pending.values()])
 
 
 def _repeated(stored: Message, *, text: str, message_id: str | None) -> SentReply:
