@@ -154,8 +154,8 @@ def _serve(args) -> int:
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
             # Before uvicorn's graceful wait: requests waiting for an answer return `pending` now,
-            # where the end of that wait would have cut them off with a 500.
-            app.state.services.stopping.set()
+            # where the end of that wait would have cut them off with a 500, and no new turn starts.
+            app.state.services.begin_stop()
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False,

@@ -111,6 +111,12 @@ class Services:
     _wrote_admin_files: bool = False
     _started: list[Any] = field(default_factory=list)
 
+    def begin_stop(self) -> None:
+        """The process is asked to stop (SIGTERM), before the server's wait for open requests: those
+        waiting for an answer return `pending`, and the worker takes no new turn (`stop` comes after)."""
+        self.stopping.set()
+        self.worker.stop_claiming()
+
     async def start(self, *, worker: bool = True, scheduler: bool = True, channels: bool = True) -> None:
         """Open the index, start the worker, the scheduler and the channels' long-lived connections.
         With `role == "web"` only the receiving side runs: webhooks, web chat, operators (README)."""

@@ -83,6 +83,13 @@ class Worker:
         self._loop_task = asyncio.create_task(self._loop(), name="worker-loop")
         log.info("worker.started", owner=self.owner)
 
+    def stop_claiming(self) -> None:
+        """Take no new turn from now on; the ones in flight go on, and `stop` waits for them. Called as
+        the stop is asked for (SIGTERM): until the lifespan's `stop`, after the server's wait for open
+        requests, a turn started was paid for, cancelled, and paid again after the restart. What is not
+        claimed stays pending for the next start. Only sets a flag: safe in a signal handler."""
+        self._stopping = True
+
     async def stop(self, *, timeout: float = 10.0) -> None:
         """Stop claiming; let in-flight conversations finish (up to `timeout`), then cancel. A turn cancelled
         so is logged as `worker.turn_abandoned` with its ids: its message stays pending for the restart."""

@@ -27,3 +27,26 @@ async def test_a_stop_is_not_held_by_a_hanging_operator_channel_post(tmp_path, c
     assert took < 10
     logs = capsys.readouterr().err
     assert "escalation.side_effects_abandoned count=1 events=['opened:7']" in logs
+
+
+async def _web_rows(client, session_id: str) -> list[tuple[str, str]]:
+    body = (await client.get(f"/v1/bots/acme/sessions/{session_id}/messages")).json()
+    return [(m["direction"], m["status"]) for m in body["messages"]]
+
+
+async def test_no_turn_starts_once_the_stop_is_asked_for_and_it_is_answered_after_the_restart(tmp_path) -> None:
+    # After SIGTERM uvicorn waits up to 5 s for open requests before the lifespan stops the worker; the
+    # worker went on claiming meanwhile, and a turn it started then was paid for, cancelled, and paid again.
+    bots = [{"name": "acme", "channels": {"web": {}}}]
+    async with app_client(tmp_path, bots=bots) as client:
+        client.services.begin_stop()  # what `serve` does on SIGTERM
+        response = await client.post("/v1/bots/acme/chat", json={"session_id": "late-1", "text": "Hello?"})
+        assert response.status_code == 202 and response.json()["pending"] is True
+        await asyncio.sleep(1.5)  # seven poll intervals
+        assert await _web_rows(client, "late-1") == [("in", "pending")]
+    async with app_client(tmp_path, bots=bots) as client:  # the restart
+        for _ in range(100):
+            if len(rows := await _web_rows(client, "late-1")) == 2:
+                break
+            await asyncio.sleep(0.2)
+        assert rows[0] == ("in", "done") and rows[1][0] == "out"

@@ -274,3 +274,35 @@ async def test_worker_stop_logs_a_turn_it_cancels_with_its_ids_and_leaves_it_pen
         assert adapter.sent == []
     finally:
         await engine.dispose()
+
+
+async def test_a_conversation_in_flight_takes_no_next_turn_once_the_stop_is_asked_for(migrated_url):
+    # Its turn in hand finishes; the next message waits for the restart instead of a turn the stop cancels.
+    release = asyncio.Event()
+
+    class Slow(EchoPipeline):
+        async def handle(self, turn):
+            await release.wait()
+            return await super().handle(turn)
+
+    pipeline = Slow()
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline)
+    try:
+        await inbox.accept("acme", chat_message("erin", 0))
+        await inbox.accept("acme", chat_message("erin", 1))
+        await worker.start()
+        for _ in range(100):
+            if worker._active:
+                break
+            await asyncio.sleep(0.02)
+        worker.stop_claiming()
+        release.set()
+        await asyncio.sleep(0.5)
+        await worker.stop()
+        assert [t for _, t in pipeline.seen] == ["erin #0"] and adapter.sent == [("erin", "echo: erin #0")]
+        async with sessions() as session:
+            statuses = (await session.execute(select(Message.status).where(Message.direction == "in")
+                                              .order_by(Message.id))).scalars().all()
+        assert statuses == ["done", "pending"]
+    finally:
+        await engine.dispose()
