@@ -108,21 +108,24 @@ async def _last_ingests(svc) -> dict[str, dict[str, object]]:
 async def metrics(request: Request) -> Response:
     """Prometheus exposition of the gateway's own registry."""
     svc = services(request)
+    leader = getattr(svc, "leader", None)
+    leads = svc.scheduler is not None and (leader is None or leader.is_leader)
+    svc.metrics.is_leader.set(1 if leads else 0)
     try:
         async with svc.sessions() as session:
-            svc.metrics.queue_depth.set(await repo.queue_depth(session))
-            svc.metrics.outbox_depth.set(await repo.outbox_depth(session))
+            queue_depth = await repo.queue_depth(session)
+            outbox_depth = await repo.outbox_depth(session)
             oldest = (await session.execute(select(func.min(Message.created_at)).where(
                 Message.direction == "in", Message.status == "pending"))).scalar_one_or_none()
-        svc.metrics.queue_lag.set((utcnow() - as_utc(oldest)).total_seconds() if oldest else 0.0)
-        leader = getattr(svc, "leader", None)
-        leads = svc.scheduler is not None and (leader is None or leader.is_leader)
-        svc.metrics.is_leader.set(1 if leads else 0)
-        for (bot, source), run in (await latest_runs(svc.sessions)).items():
+        runs = await latest_runs(svc.sessions)
+    except Exception:  # metrics must render even when the database is down: without what it would have said
+        svc.metrics.store_unreadable()
+    else:
+        svc.metrics.store_read(queue_depth=queue_depth, outbox_depth=outbox_depth,
+                               queue_lag=(utcnow() - as_utc(oldest)).total_seconds() if oldest else 0.0)
+        for (bot, source), run in runs.items():
             if any(s.name == source for b in svc.settings.bots if b.name == bot for s in b.sources):
                 svc.metrics.ingest_last_ok.labels(bot=bot, source=source).set(1 if run.status == "ok" else 0)
                 ended = as_utc(run.started_at).timestamp() + (run.duration_s or 0.0)
                 svc.metrics.ingest_last_end.labels(bot=bot, source=source).set(ended)
-    except Exception:  # metrics must render even when the database is down
-        pass
     return Response(svc.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -7,7 +7,24 @@ import functools
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from starlette.routing import Mount
+
+
+class StoreGauges:
+    """The gauges read from the database at each scrape (a collector): only those this scrape read."""
+
+    FAMILIES = {"queue_depth": ("gateway_queue_depth", "Inbound messages waiting for an answer"),
+                "queue_lag": ("gateway_queue_lag_seconds", "Age of the oldest inbound message waiting"),
+                "outbox_depth": ("gateway_outbox_depth", "Replies stored and not yet sent (waiting or retrying)")}
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] | None = None
+
+    def collect(self):
+        for key, value in (self.values or {}).items():
+            name, documentation = self.FAMILIES[key]
+            yield GaugeMetricFamily(name, documentation, value=value)
 
 
 class Metrics:
@@ -35,15 +52,11 @@ class Metrics:
         self.llm_cost = Counter("gateway_llm_cost_usd_total", "LLM cost in USD", ["bot", "model"], registry=r)
         self.llm_failures = Counter("gateway_llm_failures_total", "Model calls that failed (each attempt)",
                                     ["model", "retryable"], registry=r)
-        self.queue_depth = Gauge("gateway_queue_depth", "Inbound messages waiting for an answer", registry=r)
-        self.queue_lag = Gauge("gateway_queue_lag_seconds", "Age of the oldest inbound message waiting", registry=r)
         self.send_failures = Counter("gateway_send_failures_total", "Replies the channel refused or lost",
                                      ["bot", "channel"], registry=r)
         # A platform outage shows here at once: a reply fails for good only after every attempt (minutes).
         self.send_retries = Counter("gateway_send_retries_total", "Send attempts that failed and were rescheduled",
                                     ["bot", "channel"], registry=r)
-        self.outbox_depth = Gauge("gateway_outbox_depth", "Replies stored and not yet sent (waiting or retrying)",
-                                  registry=r)
         self.rate_limited = Counter("gateway_rate_limited_total", "Inbound messages over a rate limit",
                                     ["bot", "scope"], registry=r)
         self.ratelimit_errors = Counter("gateway_ratelimit_errors_total",
@@ -59,11 +72,30 @@ class Metrics:
         self.is_leader = Gauge("gateway_scheduler_leader", "1 when this replica runs scheduled jobs", registry=r)
         self.signature_failures = Counter("gateway_signature_failures_total", "Webhooks refused for their signature",
                                           ["bot", "channel"], registry=r)
-        # Read from the store at each scrape, so every replica reports the same (the leader ingests).
+        # Read from the store at each scrape, so every replica reports the same (the leader ingests). A scrape
+        # that cannot read it leaves them out, so they go stale in Prometheus, instead of showing the last
+        # values (an empty queue while /readyz said 503), and says so in gateway_database_scrape_error.
+        self.store = StoreGauges()
+        r.register(self.store)
+        self.store_scrape_error = Gauge("gateway_database_scrape_error",
+                                        "1 when this scrape could not read the database: the gauges read from it "
+                                        "(queue, outbox, last ingest runs) are left out", registry=r)
         self.ingest_last_ok = Gauge("gateway_ingest_last_run_ok", "1 when the source's last ingest ended ok",
                                     ["bot", "source"], registry=r)
         self.ingest_last_end = Gauge("gateway_ingest_last_run_end_timestamp_seconds",
                                      "When the source's last ingest ended (Unix time)", ["bot", "source"], registry=r)
+
+    def store_read(self, *, queue_depth: float, queue_lag: float, outbox_depth: float) -> None:
+        """This scrape's values read from the database."""
+        self.store.values = {"queue_depth": queue_depth, "queue_lag": queue_lag, "outbox_depth": outbox_depth}
+        self.store_scrape_error.set(0)
+
+    def store_unreadable(self) -> None:
+        """The database could not be read for this scrape: its gauges are left out, not kept."""
+        self.store.values = None
+        self.ingest_last_ok.clear()
+        self.ingest_last_end.clear()
+        self.store_scrape_error.set(1)
 
     def observe_stage(self, stage: str, seconds: float) -> None:
         """Record the duration of one pipeline stage."""
