@@ -29,6 +29,7 @@ from gateway.llm import LLMRouter
 from gateway.llm_retry import RetryPolicy
 from gateway.observability.logs import enable_langfuse
 from gateway.observability.metrics import Metrics
+from gateway.observability.repeats import RepeatLog
 from gateway.operators.auth import OperatorAuth
 from gateway.operators.reminders import HandoffReminders
 from gateway.operators.slack_operator import SlackOperatorChannel
@@ -108,6 +109,8 @@ class Services:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the process is asked to stop: requests waiting for an answer return `pending` at once
     (the answer is stored and read later) rather than be cut off by the server's shutdown."""
+    signature_log: RepeatLog = field(default_factory=RepeatLog)
+    """Badly signed webhooks per bot and channel: the first few logged, then a count a minute."""
     _wrote_admin_files: bool = False
     _started: list[Any] = field(default_factory=list)
 

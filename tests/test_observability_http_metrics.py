@@ -108,3 +108,34 @@ async def test_health_routes_answer_a_load_balancers_head_probe(tmp_path) -> Non
             schema = (await client.get("/openapi.json")).json()
         assert not [w for w in caught if "Duplicate Operation ID" in str(w.message)]  # one route of both methods did
         assert "head" not in schema["paths"]["/healthz"]
+
+
+async def test_a_loop_of_badly_signed_webhooks_logs_the_first_then_a_count_a_minute(tmp_path, capsys, monkeypatch) -> None:
+    # Each one logged webhook.signature_invalid: a client posting in a loop filled the log.
+    from gateway.observability import repeats
+
+    now = [1000.0]
+    monkeypatch.setattr(repeats.time, "monotonic", lambda: now[0])
+    async with app_client(tmp_path, bots=[BOT], env=ENV) as client:
+        capsys.readouterr()
+        for _ in range(40):
+            now[0] += 1
+            response = await client.post("/webhooks/acme/telegram", content=b"{}",
+                                         headers={"x-telegram-bot-api-secret-token": "wrong"})
+            assert response.status_code == 401
+        logs = capsys.readouterr().err
+        failures = client.services.metrics.registry.get_sample_value(
+            "gateway_signature_failures_total", {"bot": "acme", "channel": "telegram"})
+    assert failures == 40  # the metric counts every one
+    assert logs.count("webhook.signature_invalid ") == 5
+    assert logs.count("webhook.signature_invalid_repeated") == 0  # not a minute yet
+    now[0] += 30
+    async with app_client(tmp_path, bots=[BOT], env=ENV) as client:  # a fresh process: a run of its own
+        capsys.readouterr()
+        for _ in range(70):
+            now[0] += 1
+            await client.post("/webhooks/acme/telegram", content=b"{}",
+                              headers={"x-telegram-bot-api-secret-token": "wrong"})
+        logs = capsys.readouterr().err
+    assert logs.count("webhook.signature_invalid ") == 5
+    assert logs.count("webhook.signature_invalid_repeated") == 1 and "count=56 " in logs  # the 6th to the 61st

@@ -73,6 +73,18 @@ class CappedRoute(APIRoute):
         return capped
 
 
+def log_signature_invalid(svc, bound, prefix: str, key: tuple[str, str], *, reason: str) -> None:
+    """`<prefix>.signature_invalid` for the first few of a run, then `<prefix>.signature_invalid_repeated`
+    with how many were left out, once a minute: a loop of bad POSTs logged a line each. The metric
+    `gateway_signature_failures_total` still counts every one."""
+    log_it, left_out = svc.signature_log.seen(key)
+    if left_out:
+        bound.warning(f"{prefix}.signature_invalid_repeated", count=left_out,
+                      period_s=svc.signature_log.every_s)
+    if log_it:
+        bound.warning(f"{prefix}.signature_invalid", reason=reason)
+
+
 @router.post("/webhooks/{bot}/{channel_path:path}")
 async def webhook(bot: str, channel_path: str, request: Request) -> Response:
     """The one webhook endpoint for every platform."""
@@ -94,7 +106,7 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         adapter.verify(raw)
     except SignatureInvalid as exc:
         svc.metrics.signature_failures.labels(bot=bot, channel=channel).inc()
-        bound.warning("webhook.signature_invalid", reason=str(exc))
+        log_signature_invalid(svc, bound, "webhook", (bot, channel), reason=str(exc))
         return error(401, "invalid signature")
     try:
         result = adapter.parse(raw)

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from channels.base import RawRequest
 from gateway.errors import BadRequest, GatewayError, SignatureInvalid
 from gateway.http.deps import MAX_ID, error, services
-from gateway.http.webhooks import CappedRoute
+from gateway.http.webhooks import CappedRoute, log_signature_invalid
 from gateway.operators.slack_operator import CLAIM_ACTION, RESOLVE_ACTION
 
 log = structlog.get_logger("gateway.operators.slack")
@@ -71,7 +71,7 @@ async def slack_actions(bot: str, request: Request) -> Response:
         adapter.verify(raw)
     except SignatureInvalid as exc:
         svc.metrics.signature_failures.labels(bot=bot, channel="slack").inc()
-        log.warning("slack_operator.signature_invalid", bot=bot, reason=str(exc))
+        log_signature_invalid(svc, log.bind(bot=bot), "slack_operator", (bot, "slack/actions"), reason=str(exc))
         return error(401, "invalid signature")
     try:
         form = {k: v[0] for k, v in parse_qs(body.decode("utf-8")).items()}
