@@ -48,18 +48,20 @@ class TermStatsCache:
 
     Past the TTL, queries keep getting the old statistics while one background scan refreshes them,
     so no query waits for a rescan of a large collection; only a bot's first query (or the first
-    after this process wrote to it) scans inline. A failed refresh is logged and tried again by
-    the next query."""
+    after this process wrote to it) scans inline, and queries that come while that scan runs wait for
+    it rather than scan again. A failed refresh is logged and tried again by the next query."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._entries: dict[str, tuple[float, TermStats]] = {}
         self._refreshing: dict[str, asyncio.Task[None]] = {}
+        self._scanning: dict[str, asyncio.Task[TermStats]] = {}  # a bot's first scan, shared by its waiters
         self._clock = clock
 
     def invalidate(self, bot: str) -> None:
         """Forget the bot's statistics (call on every write); a refresh under way is dropped, since
         it may have read the collection before the write."""
         self._entries.pop(bot, None)
+        self._scanning.pop(bot, None)  # its waiters still get it; it is not kept
         task = self._refreshing.pop(bot, None)
         if task is not None:
             task.cancel()
@@ -68,20 +70,35 @@ class TermStatsCache:
         """The cached statistics (refreshed in the background once stale), or `scan()`'s fresh ones."""
         cached = self._entries.get(bot)
         if cached is None:
-            stats = await scan()
-            self._entries[bot] = (self._clock(), stats)
-            return stats
+            # One scan for a burst of first queries (a restart under traffic): each ran its own, and
+            # ten of them took 8 s at 10k chunks in local mode (bench/README.md, "first turns").
+            task = self._scanning.get(bot)
+            if task is None:
+                task = self._scanning[bot] = asyncio.create_task(self._first_scan(bot, scan))
+            return await asyncio.shield(task)  # a waiter cancelled leaves the scan to the others
         if self._clock() - cached[0] >= TERM_STATS_TTL_S and bot not in self._refreshing:
             self._refreshing[bot] = asyncio.create_task(self._refresh(bot, scan))
         return cached[1]
 
     async def close(self) -> None:
         """Stop refreshes under way (before the index they read is closed)."""
-        tasks = list(self._refreshing.values())
+        tasks = list(self._refreshing.values()) + list(self._scanning.values())
         self._refreshing.clear()
+        self._scanning.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _first_scan(self, bot: str, scan: Callable[[], Awaitable[TermStats]]) -> TermStats:
+        me = asyncio.current_task()
+        try:
+            stats = await scan()
+            if self._scanning.get(bot) is me:  # not invalidated meanwhile
+                self._entries[bot] = (self._clock(), stats)
+            return stats
+        finally:
+            if self._scanning.get(bot) is me:
+                del self._scanning[bot]
 
     async def _refresh(self, bot: str, scan: Callable[[], Awaitable[TermStats]]) -> None:
         me = asyncio.current_task()

@@ -77,3 +77,40 @@ async def test_term_stats_cache_keeps_serving_when_a_refresh_fails():
         await asyncio.sleep(0)
     assert len(calls) == 3  # and the next query tried again
     await cache.close()
+
+
+async def test_term_stats_cache_first_queries_of_a_bot_share_one_scan():
+    scans: list[int] = []
+    release = asyncio.Event()
+
+    async def scan() -> TermStats:
+        scans.append(1)
+        await release.wait()  # the scan of a large collection, while a burst of first queries comes in
+        return TermStats.count([[1, 2]])
+
+    cache = TermStatsCache()
+    waiting = [asyncio.create_task(cache.get("acme", scan)) for _ in range(10)]
+    await asyncio.sleep(0)
+    waiting[0].cancel()  # one caller gone (its turn's deadline) does not stop the scan for the others
+    release.set()
+    got = await asyncio.gather(*waiting[1:])
+    assert len(scans) == 1 and all(stats.chunks == 1 for stats in got)
+    assert (await cache.get("acme", scan)).chunks == 1 and len(scans) == 1  # and it is kept
+    await cache.close()
+
+
+async def test_local_index_counts_term_statistics_off_the_event_loop(tmp_path, monkeypatch):
+    import threading
+
+    from gateway.settings import QdrantSettings
+    from rag import index as index_module
+
+    threads: list[int] = []
+    count = TermStats.count
+    monkeypatch.setattr(index_module.TermStats, "count",
+                        classmethod(lambda cls, chunks: threads.append(threading.get_ident()) or count(chunks)))
+    index = index_module.QdrantIndex.from_settings(QdrantSettings(path=str(tmp_path / "q")))
+    await index.ensure_collection("acme", 8)
+    assert (await index.term_stats("acme")).chunks == 0
+    assert threads and threading.get_ident() not in threads  # a 10k-chunk count held the loop about a second
+    await index.close()
