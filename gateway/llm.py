@@ -126,6 +126,22 @@ class LLMRouter:
             raise ConfigError("models", f"LiteLLM refused the model list: {type(exc).__name__}: "
                                         f"{' '.join(str(exc).split())[:300]}") from None
 
+    async def warm_up(self) -> None:
+        """One streamed and one whole answer from the built-in offline model (no key, no network, not
+        counted). Why: LiteLLM loads what a call needs on the first one (about 150 modules and the
+        tokenizer's encoding), about 2 s on the event loop that held up every request and check of the
+        process, so the first turns after a restart timed out Redis' rate limit checks. A failure is
+        logged: the first real call loads it then."""
+        messages = [{"role": "user", "content": "warm-up"}]
+        try:
+            stream = await self._router.acompletion(model=OFFLINE_MODEL, messages=messages, stream=True,
+                                                    stream_options={"include_usage": True})
+            async for _ in stream:
+                pass
+            await self._router.acompletion(model=OFFLINE_MODEL, messages=messages)
+        except Exception as exc:
+            log.warning("llm.warm_up_failed", error=f"{type(exc).__name__}: {short(exc)}")
+
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> "LLMRouter":
         """Build from the top-level `models:` (see `model_list_from_settings`)."""

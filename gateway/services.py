@@ -132,6 +132,9 @@ class Services:
             log.info("gateway.role", role="web", note="no worker, scheduler, index or channel connections here")
             return
         await self.knowledge.open()
+        # Before the worker and the server's ready: what a first turn would load (bench/first_turns.py).
+        await self.knowledge.warm_up()
+        await self.llm.warm_up()
         self._write_admin_files()
         await self.outbox.recover()
         if worker:
