@@ -9,13 +9,17 @@ of one per minute makes "once" hold across replicas too).
 A rate limiter outage never loses or holds a customer's message: when the storage fails or does not
 answer within `timeout`, the check fails open (the message is let through uncounted), the failure is
 counted in `gateway_ratelimit_errors_total`, and `ratelimit.unavailable` is logged once per
-`LOG_EVERY_S`, not once per message.
+`LOG_EVERY_S`, not once per message. Time this process's own event loop was held by other work does
+not count against `timeout` (`_answer`): Redis' answer is waited for once more rather than the
+storage reported unavailable.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import structlog
 from limits import RateLimitItemPerMinute
@@ -28,10 +32,12 @@ from gateway.observability.outage import OutageLog
 from gateway.settings import RateLimitSettings, Settings
 
 log = structlog.get_logger("gateway.ratelimit")
+T = TypeVar("T")
 
 _NOTICES_PER_WINDOW = RateLimitItemPerMinute(1)
 # A local or same-network Redis answers in milliseconds; past this the message goes on uncounted.
 TIMEOUT_S = 0.5
+LOCAL_STALL_S = 0.1  # a deadline timer that fires this late means our own loop was held, not Redis slow
 LOG_EVERY_S = 60.0  # one `ratelimit.unavailable` line per minute of outage, whatever the message rate
 
 
@@ -87,8 +93,7 @@ class RateLimiter:
         if config is None or not self.enabled_for(bot):
             return Decision(allowed=True)
         try:
-            async with asyncio.timeout(self.timeout):
-                decision = await self._check(config, bot=bot, channel=channel, contact=contact)
+            decision = await self._answer(self._check(config, bot=bot, channel=channel, contact=contact))
         except Exception as exc:
             self._unavailable(exc, bot=bot)
             return Decision(allowed=True)
@@ -115,8 +120,8 @@ class RateLimiter:
         web chat's contact is a session id the caller chooses, so only the address bounds a caller.
         True when the storage fails."""
         try:
-            async with asyncio.timeout(self.timeout):
-                allowed = await self._strategy.hit(RateLimitItemPerMinute(per_minute), self._ns, "address", bot, address)
+            allowed = await self._answer(
+                self._strategy.hit(RateLimitItemPerMinute(per_minute), self._ns, "address", bot, address))
         except Exception as exc:
             self._unavailable(exc, bot=bot)
             return True
@@ -125,8 +130,27 @@ class RateLimiter:
 
     async def ping(self) -> None:
         """Raise when the counter storage does not answer within the timeout (for /readyz)."""
-        async with asyncio.timeout(self.timeout):
-            await self._storage.get(f"{self._ns}/ping")  # a plain read: raises as the client does
+        await self._answer(self._storage.get(f"{self._ns}/ping"))  # a plain read: raises as the client does
+
+    async def _answer(self, call: Awaitable[T]) -> T:
+        """`call`'s result; TimeoutError when the storage has not answered within `timeout`. Why not
+        `asyncio.timeout`: when other work held this process's event loop past the deadline (a turn's
+        first model call took 2 s on the loop), the timer fired as the loop woke, before the answer that
+        had arrived meanwhile was read, and a healthy Redis was logged `ratelimit.unavailable`. A deadline
+        reached that late waits once more (at most twice), so only the storage's own slowness counts."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(call)
+        try:
+            for _ in range(3):
+                asked = loop.time()
+                await asyncio.wait({task}, timeout=self.timeout)
+                if task.done():
+                    return task.result()
+                if loop.time() - asked - self.timeout < LOCAL_STALL_S:  # on time: the storage is slow
+                    break
+            raise TimeoutError(f"the rate limit storage did not answer within {self.timeout} s")
+        finally:
+            task.cancel()  # a no-op once done; else the call is abandoned, as asyncio.timeout did
 
     def _unavailable(self, exc: Exception, *, bot: str) -> None:
         """Count a check that failed open; log it at most once per LOG_EVERY_S, also while the storage

@@ -64,3 +64,38 @@ def test_ratelimit_storage_uri_maps_redis_urls() -> None:
 def test_ratelimit_redis_without_client_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="redis_url"):
         _limiter(REDIS_URL, per_contact_per_minute=1)
+
+
+async def test_ratelimit_loop_held_by_other_work_is_not_a_storage_outage(monkeypatch) -> None:
+    import asyncio
+    import time
+
+    import structlog
+
+    limiter = _limiter(per_contact_per_minute=5)
+    limiter.timeout = 0.1
+    hits: list[str] = []
+
+    async def answers_in_10_ms(item, *keys):  # the storage answers at once ...
+        await asyncio.sleep(0.01)
+        hits.append(keys[1])
+        return True
+
+    async def first_model_call() -> None:  # ... while another turn holds the loop past the deadline
+        time.sleep(0.3)
+
+    monkeypatch.setattr(limiter._strategy, "hit", answers_in_10_ms)
+    with structlog.testing.capture_logs() as logs:
+        decision, _ = await asyncio.gather(limiter.check(bot="acme", channel="web", contact="u1"), first_model_call())
+    assert decision.allowed and hits == ["contact"]
+    assert [e["event"] for e in logs] == []  # was `ratelimit.unavailable` TimeoutError, the message uncounted
+
+    async def never_answers(item, *keys):
+        await asyncio.sleep(10)
+
+    monkeypatch.setattr(limiter._strategy, "hit", never_answers)
+    started = time.monotonic()
+    with structlog.testing.capture_logs() as logs:
+        assert (await limiter.check(bot="acme", channel="web", contact="u1")).allowed  # fails open, as before
+    assert time.monotonic() - started < 1.0
+    assert [(e["event"], e["error"]) for e in logs] == [("ratelimit.unavailable", "TimeoutError")]
