@@ -4,7 +4,8 @@ Telegram's HTML dialect knows only a handful of tags (b, i, u, s, a, code, pre, 
 tg-spoiler) and rejects anything else, or any bare `<`, with "can't parse entities". So we parse the
 LLM's Markdown with markdown-it-py and emit only those tags: headings become bold lines, lists become
 bullet or numbered lines, tables become `a | b` lines, and every text run is escaped. Raw HTML in the
-Markdown is treated as text, never passed through.
+Markdown is treated as text, never passed through. Telegram's links can't contain code or another
+link, so inside a link inline code and a linked image are its plain text.
 
 Telegram counts its 4096 limit in UTF-16 units of the *visible* text (after entity parsing), which is
 what `visible_text` gives back.
@@ -162,7 +163,8 @@ class _HtmlWriter:
             if kind == "text":
                 parts.append(_esc(child.content))
             elif kind == "code_inline":
-                parts.append(f"<code>{_esc(child.content)}</code>")
+                # Telegram's links and code can't contain each other: inside a link, code is its text.
+                parts.append(_esc(child.content) if any(self.links) else f"<code>{_esc(child.content)}</code>")
             elif kind in ("softbreak", "hardbreak"):
                 parts.append("\n")
             elif kind in ("strong_open", "strong_close", "em_open", "em_close", "s_open", "s_close"):
@@ -180,7 +182,8 @@ class _HtmlWriter:
                 src = str(child.attrGet("src") or "")
                 label = _esc(child.content or src)
                 href = _safe_href(src)
-                parts.append(f'<a href="{href}">{label}</a>' if href else label)
+                # Nor can a link hold another: a linked image is the outer link's text.
+                parts.append(f'<a href="{href}">{label}</a>' if href and not any(self.links) else label)
             elif kind in ("html_inline",):
                 parts.append(_esc(child.content))
         return "".join(parts)

@@ -23,7 +23,8 @@ from tests.fakes.telegram_api import FakeTelegramAPI, parse_telegram_html, utf16
 
 
 def test_fake_rejects_malformed_html_like_telegram() -> None:
-    for bad in ("<b>open", "a < b", "<p>para</p>", "<b><i>x</b></i>", "<code><b>x</b></code>"):
+    for bad in ("<b>open", "a < b", "<p>para</p>", "<b><i>x</b></i>", "<code><b>x</b></code>",
+                '<a href="https://a.io"><code>x</code></a>', '<a href="https://a.io"><a href="https://b.io">x</a></a>'):
         with pytest.raises(ValueError):
             parse_telegram_html(bad)
     assert parse_telegram_html("a &lt; b &amp; &#128512;") == ("a < b & 😀", [])
@@ -37,6 +38,19 @@ async def test_fake_answers_malformed_html_with_cant_parse_entities(fake: FakeTe
     finally:
         await bot.session.close()
     assert not fake.sent
+
+
+def test_render_keeps_code_and_images_out_of_a_link() -> None:
+    """Telegram's links can't hold code or another link: `<a><code>` was refused, the whole reply lost."""
+    for text, visible in (("[`pip install x`](https://a.io/x)", "pip install x"),
+                          ("[![Logo](https://a.io/l.png)](https://a.io)", "Logo"),
+                          ("**[run `make`](https://a.io)** and `make`", "run make and make")):
+        rendered = markdown_to_html(text)
+        shown, entities = parse_telegram_html(rendered)
+        assert shown == visible and [e["url"] for e in entities if e["type"] == "text_link"] == [
+            "https://a.io/x" if "/x" in text else "https://a.io"]
+    assert markdown_to_html("**[run `make`](https://a.io)** and `make`") == (
+        '<b><a href="https://a.io">run make</a></b> and <code>make</code>')
 
 
 def test_render_escapes_naughty_strings_into_valid_telegram_html() -> None:

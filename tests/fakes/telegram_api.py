@@ -98,6 +98,8 @@ def parse_telegram_html(source: str) -> tuple[str, list[dict[str, Any]]]:
             else:
                 if stack and stack[-1][0] in ("code", "pre") and not (stack[-1][0] == "pre" and tag == "code"):
                     raise EntityParseError(f'Can\'t use tag "{tag}" inside "{stack[-1][0]}"')
+                if tag in ("a", "code", "pre") and any(t == "a" for t, *_ in stack):
+                    raise EntityParseError(f'Can\'t use tag "{tag}" inside "a"')  # links hold no code nor link
                 attrs = {}
                 for name, value in _ATTR_RE.findall(attr_text):
                     raw = value[1:-1] if value[:1] in "\"'" and len(value) >= 2 else value
