@@ -18,7 +18,10 @@ _MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~>])")
 # The URL may be empty ("[a]( )"): such a link becomes its label like any unsafe one (the converter made it `< |a>`).
 # It may hold one level of parentheses (`https://en.wikipedia.org/wiki/Fee_(banking)`): read only up to the
 # first ")", the link was cut there and its rest shown as text.
-_MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(\s*<?((?:[^()\s>]|\([^()\s>]*\))*)>?(?:\s+\"[^\"]*\")?\s*\)")
+# Or be in angle brackets, as CommonMark allows, with spaces in it: `[t](<https://x.io/a b>)`.
+_MD_LINK = re.compile(
+    r"!?\[([^\]\n]*)\]\(\s*(?:<([^<>\n]*)>|((?:[^()\s>]|\([^()\s>]*\))*))(?:\s+\"[^\"]*\")?\s*\)"
+)
 _AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
 _BARE_URL = re.compile(r"https?://[^\s<>\"`]+")
 # Slack's *bold* and ~strike~: one mark, at word edges ("2*3*4" is no bold), never across a line.
@@ -74,7 +77,9 @@ def _prose_to_mrkdwn(text: str) -> str | None:
         return f"\ue000{len(held) - 1}\ue001"
 
     def link(match: re.Match[str]) -> str:
-        label, url = match.group(1).strip(), safe_link_url(match.group(2))
+        label = match.group(1).strip()
+        url = match.group(3) if match.group(2) is None else match.group(2).strip().replace(" ", "%20")
+        url = safe_link_url(url)
         label = escape_mrkdwn(re.sub(r"[*_~`]", "", label)).replace("|", "¦")
         if not url:
             return hold(label)

@@ -40,6 +40,12 @@ def test_slack_link_whose_url_holds_parentheses_stays_one_link():
     assert out == "See <https://en.wikipedia.org/wiki/Fee_(banking)|fees> and <https://x.io/a_(b)|a>."
 
 
+def test_slack_angle_bracket_link_destination_is_one_link():
+    """CommonMark's `[t](<url with spaces>)` was shown as `<&lt;<https://x.io/a> b&gt;|t>`."""
+    assert markdown_to_mrkdwn("[t](<https://x.io/a b>) or [u]( <https://x.io/c> )") == (
+        "<https://x.io/a%20b|t> or <https://x.io/c|u>")
+
+
 _CONTROL = re.compile(r"<(?:https?://|mailto:)[^<>\s|]+(?:\|[^<>]*)?>")
 
 
