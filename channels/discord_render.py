@@ -1,8 +1,12 @@
-"""Answer Markdown → Discord Markdown, split into 2000-character chunks with stable nonces."""
+"""Answer Markdown → Discord Markdown, split into 2000-character chunks with stable nonces.
+
+An HTML entity in the answer (`&amp;`) becomes its character, as CommonMark reads it (Discord showed it as typed).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import html
 import re
 
 from markdown_it import MarkdownIt
@@ -15,6 +19,10 @@ MAX_LENGTH = 2000
 _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
 _SMALL_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 _IMAGE = re.compile(r"!\[([^\]\n]*)\]\(")
+# Discord shows an HTML entity as typed ("A &amp; B"); CommonMark reads it as its character. Inline code
+# keeps it as written, as CommonMark does.
+_ENTITY_OR_CODE = re.compile(r"(`+)[^`].*?\1|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});", re.DOTALL)
+_MARKUP = set("\\`*_~|<>[]()#-:")
 _FENCE = re.compile(r"^ {0,3}(?:```|~~~).*?^ {0,3}(?:```|~~~)[^\S\n]*$", re.MULTILINE | re.DOTALL)
 
 
@@ -33,7 +41,22 @@ def _convert_prose(text: str) -> str:
     # Discord renders only #, ## and ###; deeper headings would show their hashes.
     text = _SMALL_HEADING.sub(r"**\1**", text)
     # Discord does not render inline images; keep them as links.
-    return _tables_as_rows(_IMAGE.sub(r"[\1](", text))
+    return _entities_as_characters(_tables_as_rows(_IMAGE.sub(r"[\1](", text)))
+
+
+def _entities_as_characters(text: str) -> str:
+    """`&amp;` → `&`; a character Discord reads as markup (`&#42;` → `*`) is backslash-escaped, as CommonMark
+    shows it literally."""
+    if "&" not in text:
+        return text
+
+    def character(match: re.Match[str]) -> str:
+        if match.group(1):
+            return match.group(0)
+        char = html.unescape(match.group(0))
+        return "\\" + char if char in _MARKUP else char
+
+    return _ENTITY_OR_CODE.sub(character, text)
 
 
 def _tables_as_rows(text: str) -> str:

@@ -1,11 +1,13 @@
 """Markdown ⇄ Slack mrkdwn: the LLM's Markdown out as mrkdwn, Slack's inbound markup in as plain text.
 
 Slack treats only & < > as control characters, so everything is escaped except real links, which
-become `<url|label>` with the URL vetted by `safe_link_url`.
+become `<url|label>` with the URL vetted by `safe_link_url`. An HTML entity in the Markdown (`&amp;`)
+is the character it names, as in CommonMark, and is escaped as that character.
 """
 
 from __future__ import annotations
 
+import html
 import re
 from urllib.parse import quote
 
@@ -22,6 +24,8 @@ _MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~>])")
 _MD_LINK = re.compile(
     r"!?\[([^\]\n]*)\]\(\s*(?:<([^<>\n]*)>|((?:[^()\s>]|\([^()\s>]*\))*))(?:\s+\"[^\"]*\")?\s*\)"
 )
+# An HTML entity a model wrote ("A &amp; B") is a character in Markdown, as in CommonMark; with a semicolon only.
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 _AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
 _BARE_URL = re.compile(r"https?://[^\s<>\"`]+")
 # Slack's *bold* and ~strike~: one mark, at word edges ("2*3*4" is no bold), never across a line.
@@ -77,8 +81,8 @@ def _prose_to_mrkdwn(text: str) -> str | None:
         return f"\ue000{len(held) - 1}\ue001"
 
     def link(match: re.Match[str]) -> str:
-        label = match.group(1).strip()
-        url = match.group(3) if match.group(2) is None else match.group(2).strip().replace(" ", "%20")
+        label = _unescape(match.group(1).strip())
+        url = _unescape(match.group(3) if match.group(2) is None else match.group(2).strip().replace(" ", "%20"))
         url = safe_link_url(url)
         label = escape_mrkdwn(re.sub(r"[*_~`]", "", label)).replace("|", "¦")
         if not url:
@@ -99,7 +103,8 @@ def _prose_to_mrkdwn(text: str) -> str | None:
     text = _MD_LINK.sub(link, text)
     text = _AUTOLINK.sub(lambda m: hold(f"<{safe_link_url(m.group(1)) or escape_mrkdwn(m.group(1))}>"), text)
     text = _BARE_URL.sub(bare, text)
-    text = escape_mrkdwn(text)
+    # Held, so an entity's character is shown as itself: "&#42;" is a "*", not the start of bold.
+    text = escape_mrkdwn(_ENTITY.sub(lambda m: hold(escape_mrkdwn(html.unescape(m.group(0)))), text))
     text = re.sub(r"^(\s*)&gt; (?=\S)", r"\1> ", text, flags=re.MULTILINE)  # keep Markdown quotes as Slack quotes
     lead = len(text) - len(text.lstrip("\n"))
     trail = len(text) - len(text.rstrip("\n"))
@@ -107,6 +112,10 @@ def _prose_to_mrkdwn(text: str) -> str | None:
     for _ in range(3):  # held values may hold others (inline code inside a link label)
         converted = _HOLD.sub(lambda m: held[int(m.group(1))], converted)
     return "\n" * lead + converted + "\n" * trail
+
+
+def _unescape(text: str) -> str:
+    return _ENTITY.sub(lambda m: html.unescape(m.group(0)), text)
 
 
 def slack_to_plain(text: str) -> str:

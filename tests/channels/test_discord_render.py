@@ -18,3 +18,11 @@ def test_to_discord_markdown_turns_a_table_into_rows():
     assert to_discord_markdown(text) == (
         "Prices:\n\n**Plan** | **Price**\nPlus | $6 [1]\n**Team** | `12`\n\nSee [1].\n```\n| x |\n|---|\n```"
     )
+
+
+def test_to_discord_markdown_shows_an_html_entity_as_its_character():
+    """Discord showed a model's `A &amp; B` as typed; code keeps it as written, markup characters stay literal."""
+    text = "Q &amp; A &copy; AT&T &lt;@everyone&gt; &#42;no&#42; `&amp;` [R &amp; D](https://x.io/?a=1&amp;b=2)\n```\n&amp;\n```"
+    assert to_discord_markdown(text) == (
+        "Q & A © AT&T \\<@everyone\\> \\*no\\* `&amp;` [R & D](https://x.io/?a=1&b=2)\n```\n&amp;\n```"
+    )

@@ -46,6 +46,12 @@ def test_slack_angle_bracket_link_destination_is_one_link():
         "<https://x.io/a%20b|t> or <https://x.io/c|u>")
 
 
+def test_slack_html_entity_is_the_character_it_names():
+    """A model's `A &amp; B` reached Slack as `A &amp;amp; B`, shown as "A &amp; B"; in code it stays as written."""
+    out = markdown_to_mrkdwn("A &amp; B &lt;3 &copy; AT&T &notanentity `&amp;` [Q &amp; A](https://x.io/?a=1&amp;b=2)")
+    assert out == ("A &amp; B &lt;3 © AT&amp;T &amp;notanentity `&amp;amp;` <https://x.io/?a=1&amp;b=2|Q &amp; A>")
+
+
 _CONTROL = re.compile(r"<(?:https?://|mailto:)[^<>\s|]+(?:\|[^<>]*)?>")
 
 
