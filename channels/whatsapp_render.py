@@ -6,6 +6,7 @@ bold lines; links become "title (url)" so the URL stays tappable; tables become 
 answer is parsed with markdown-it (CommonMark), so emphasis inside code is left alone. HTML is not
 parsed: WhatsApp shows text as it is, so "Type <your email>" or "press <Enter>" arrives as typed (as
 HTML they were tags, and dropped); only `<br>`, which a model writes in a table cell, becomes a line break.
+A mark the answer escapes (`\\*`) has no escape on WhatsApp, so a look-alike (∗ ＿ ∼ ˋ) is sent for it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ import re
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 
-_md = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
+# text_join off: an escaped or entity character (`\*`, `&#42;`) stays its own token, so it can be kept literal.
+_md = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"]).disable("text_join")
+# WhatsApp has no escape: `\*not bold\*` sent as `*not bold*` was bold. A look-alike that WhatsApp never reads
+# as a mark stands in for an escaped one.
+_LITERAL = {"*": "\u2217", "_": "\uff3f", "~": "\u223c", "`": "\u02cb"}
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
 
@@ -66,6 +71,8 @@ def _inline(nodes: list[SyntaxTreeNode], *, plain_emphasis: bool = False) -> str
             out.append(_inline(node.children, plain_emphasis=plain_emphasis))
         elif node.type == "text":
             out.append(_BR.sub("\n", node.content))
+        elif node.type == "text_special":
+            out.append(_LITERAL.get(node.content, node.content))
         elif node.type in ("softbreak", "hardbreak"):
             out.append("\n")
         elif node.type == "code_inline":
