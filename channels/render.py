@@ -5,7 +5,9 @@ paragraph, line, sentence and word boundaries, and never cuts inside a fenced co
 (nor a Markdown link, nor a link in angle brackets such as Slack's `<url|label>`, nor a bold or italic
 run within a line) unless that span alone is longer than the limit. A code block longer than the
 limit is cut between its lines, and each part closes and reopens the fence so it still renders as
-code. Only the whitespace at a cut is dropped: joining the parts gives back the text.
+code; a bold or italic run longer than the limit is closed and reopened the same way, and a Markdown
+table cut between its rows starts each later part with its header and `|---|` lines again, so it
+is still a table. Only the whitespace at a cut is dropped, and those added marks and headers.
 
 Platform dialects (Telegram HTML, Slack mrkdwn, WhatsApp plain text...) live in each channel's module;
 this module knows nothing about any one platform.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Literal
 
+from channels.split_spans import Emphasis, Table, emphasis_spans, table_spans
 from gateway.models import Citation
 
 Unit = Literal["chars", "utf16"]
@@ -42,10 +45,6 @@ _MD_LINK = re.compile(r"!?\[[^\]\n]*\]\([^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)")
 # A link in angle brackets: Slack's `<url|label>` (its label may hold spaces and sentence ends) and
 # Markdown's `<url>`. Cut at a space in the label, Slack showed both halves as raw text.
 _ANGLE_LINK = re.compile(r"<(?:https?|ftp|mailto|tel):[^<>\n]*>", re.IGNORECASE)
-# Emphasis within a line: Markdown's **bold**, *italic*, _italic_, ~~strike~~, and Slack's and WhatsApp's
-# *bold*, _italic_, ~strike~. Cut between two of its sentences, each part showed its marks as typed.
-# Bounded, so a line of stray asterisks costs linear time; a longer run may be cut.
-_EMPHASIS = re.compile(r"(?<![\w*_~])(\*\*|__|~~|[*_~])(?=\S)[^\n]{0,600}?(?<=\S)\1(?![\w*_~])")
 _FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})([^\n]*)$", re.MULTILINE)
 
 
@@ -106,6 +105,15 @@ def _cut_span(match: re.Match[str]) -> tuple[int, int]:
     return match.span()
 
 
+def _covered(spans: list[tuple[int, int]], size: int) -> bytearray:
+    """For each index of a text of `size`, 1 if a span covers it (linear in the text, not spans × spans)."""
+    marks = [0] * (size + 1)
+    for start, end in spans:
+        marks[start] += 1
+        marks[end] -= 1
+    return bytearray(1 if depth else 0 for depth in accumulate(marks[:size]))
+
+
 class _Splitter:
     """One split of one text; holds the precomputed candidates and lengths."""
 
@@ -121,11 +129,23 @@ class _Splitter:
         overhead = max((self.measure(f.opener) + self.measure(f.closer) + 2 for f in fences), default=0)
         # A fence that fits in one part is never cut; one that doesn't is cut between lines.
         self.big_fences = [f for f in fences if self.span(f.start, f.end) > limit and overhead * 2 < limit]
-        links = [m.span() for rx in (_MD_LINK, _ANGLE_LINK, _URL, _EMPHASIS) for m in rx.finditer(text)]
+        links = [m.span() for rx in (_MD_LINK, _ANGLE_LINK, _URL) for m in rx.finditer(text)]
+        # Emphasis cut between its sentences showed its marks as typed in both parts: one that fits is kept
+        # whole, a longer one (outside code) is closed at the cut and reopened in the next part.
+        # A mark inside a URL ("/_a" … "b_/") is no emphasis.
+        in_link = _covered(links, len(text))
+        emphasis = [e for e in emphasis_spans(text) if not any(f.start < e.end and e.start < f.end for f in fences)
+                    and not in_link[e.start] and not in_link[e.end - 1]]
+        small = limit >= 8 * max((len(e.mark) for e in emphasis), default=0)
+        self.big_emphasis = [e for e in emphasis if self.span(e.start, e.end) > limit and small]
+        links += [(e.start, e.end) for e in emphasis if e not in self.big_emphasis]
         self.protected = sorted(
             [(f.start, f.end) for f in fences if f not in self.big_fences]
             + [(s, e) for s, e in links if self.span(s, e) <= limit]
         )
+        # A table cut between rows lost its header, and the later part showed its rows as raw pipes.
+        self.tables = [t for t in table_spans(text) if self.measure(t.head) * 4 <= limit
+                       and not any(f.start < t.end and t.start < f.end for f in fences)]
 
     def measure(self, text: str) -> int:
         return text_length(text, unit=self.unit)
@@ -144,9 +164,29 @@ class _Splitter:
                 return fence
         return None
 
+    def emphasis_at(self, pos: int) -> Emphasis | None:
+        """The oversized emphasis run whose text contains `pos`, if any."""
+        for run in self.big_emphasis:
+            if run.start + len(run.mark) < pos < run.end - len(run.mark):
+                return run
+        return None
+
+    def table_at(self, pos: int) -> Table | None:
+        """The table whose rows contain `pos`, if any."""
+        for table in self.tables:
+            if table.body <= pos <= table.end:
+                return table
+        return None
+
     def allowed(self, end: int, nxt: int, level: int) -> bool:
         for s, e in self.protected:
             if s < end < e:
+                return False
+        for run in self.big_emphasis:  # never between a mark and its text
+            if run.start < end <= run.start + len(run.mark) or run.end - len(run.mark) <= end < run.end:
+                return False
+        for table in self.tables:  # whole rows only, after the header
+            if table.start < end < table.end and not (table.body <= end and level <= _LINE_LEVEL):
                 return False
         for fence in self.big_fences:
             if fence.start < end < fence.end:
@@ -193,6 +233,9 @@ class _Splitter:
                 break
             budget = self.limit - self.measure(prefix)
             hard = self.furthest(start, budget)
+            if any(e.start < hard and e.end > start for e in self.big_emphasis):
+                budget -= 2  # room for the closing mark
+                hard = self.furthest(start, budget)
             end = nxt = -1
             if any(f.start < hard and f.end > start for f in self.big_fences):
                 # A cut after the fence's own closing line needs no closer added: try the whole budget
@@ -209,11 +252,18 @@ class _Splitter:
                 raise ValueError(f"limit {self.limit} is too small to make progress")
             if end < 0:
                 end, nxt = self.choose(start, hard, budget)
-            fence = self.fence_at(end)
+            fence, run, table = self.fence_at(end), self.emphasis_at(end), self.table_at(end)
             body = text[start:end].rstrip()
             if body:
-                parts.append(prefix + body + (f"\n{fence.closer}" if fence else ""))
-            prefix = f"{fence.opener}\n" if fence and self.fence_at(nxt) is fence else ""
+                parts.append(prefix + body + (f"\n{fence.closer}" if fence else run.mark if run else ""))
+            if fence and self.fence_at(nxt) is fence:
+                prefix = f"{fence.opener}\n"
+            elif run and run.start < nxt < run.end - len(run.mark):
+                prefix = run.mark
+            elif table and table.body < nxt <= table.end and self.table_at(nxt) is table:
+                prefix = table.head
+            else:
+                prefix = ""
             start = nxt
         return parts
 

@@ -19,8 +19,8 @@ _URL = re.compile(r"https?://\S+")
 
 
 def _content(text: str) -> str:
-    """What must survive a split: everything but whitespace and the fence lines a split may add."""
-    return re.sub(r"\s+", "", _FENCE_LINE.sub("", text))
+    """What must survive a split: everything but whitespace and the fence lines and emphasis marks a split may add."""
+    return re.sub(r"[\s*_~]+", "", _FENCE_LINE.sub("", text))
 
 
 def _fence_lines(part: str) -> int:
@@ -125,6 +125,37 @@ def test_split_text_keeps_a_bold_run_whole(bold: str) -> None:
         assert sum(bold in p for p in parts) == 1, limit
 
 
+def test_split_text_keeps_a_bold_run_longer_than_600_characters_whole() -> None:
+    """Emphasis was matched within 600 characters only, so a longer run was cut and showed its marks as typed."""
+    bold = "**" + " ".join(["This is an important sentence."] * 30) + "**"
+    text = "Intro words here. " * 20 + bold + " After that, sign in again."
+    assert sum(bold in p for p in split_text(text, limit=len(bold) + 40)) == 1
+
+
+@pytest.mark.parametrize("mark", ["**", "*", "_", "~"])
+def test_split_text_closes_and_reopens_a_run_longer_than_the_limit(mark: str) -> None:
+    """A run longer than a part was cut anyway: '**This is…sentence.' then 'This is…sentence.**', marks as typed."""
+    body = " ".join(["This is an important sentence."] * 60)
+    parts = split_text(f"Note: {mark}{body}{mark} Done.", limit=500)
+    assert len(parts) >= 4 and all(len(p) <= 500 for p in parts)
+    assert parts[0].startswith(f"Note: {mark}This") and parts[0].endswith(f"sentence.{mark}")
+    assert all(p.startswith(f"{mark}This") and p.endswith(f"sentence.{mark}") for p in parts[1:-1])
+    assert parts[-1].startswith(f"{mark}This") and parts[-1].endswith(f"sentence.{mark} Done.")
+    assert re.sub(r"\s+", " ", " ".join(p.strip("*_~ ") for p in parts)).count("important") == 60
+
+
+def test_split_text_repeats_a_tables_header_in_each_part() -> None:
+    """A table cut between rows lost its header, and the later part was no table: raw pipes."""
+    head = "| Plan | Price |\n|---|---:|\n"
+    rows = [f"| Plan {i} | ${i} |" for i in range(40)]
+    parts = split_text("Prices:\n\n" + head + "\n".join(rows) + "\n\nThat is all.", limit=200)
+    assert len(parts) >= 4 and all(len(p) <= 200 for p in parts)
+    tabled = [p for p in parts if "| Plan 3" in p or "| Plan 2" in p or "| Plan 1" in p]
+    assert all(p.startswith(head) for p in tabled[1:]) and parts[0].startswith("Prices:\n\n" + head)
+    joined = "\n".join(parts)
+    assert all(joined.count(row + "\n") + joined.endswith(row) == 1 for row in rows)
+
+
 def test_split_text_keeps_a_fitting_code_block_whole() -> None:
     code = "```python\nprint('a b c')\nprint('d e f')\n```"
     text = "Intro sentence here. " * 3 + "\n\n" + code + "\n\nAfter the code."
@@ -206,14 +237,14 @@ def test_split_text_property_parts_fit_nothing_lost_fences_balanced(text: str, l
 
 @settings(max_examples=200, deadline=None)
 @given(
-    text=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="`~"), max_size=600),
+    text=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="`~*_|"), max_size=600),
     limit=st.integers(min_value=2, max_value=120),
     unit=st.sampled_from(["chars", "utf16"]),
 )
 def test_split_text_property_arbitrary_text_in_order(text: str, limit: int, unit: str) -> None:
     parts = split_text(text, limit=limit, unit=unit)
     assert all(text_length(p, unit=unit) <= limit for p in parts)
-    # Without fences a part is a verbatim slice of the text, and the parts come in order.
+    # Without fences, emphasis or tables a part is a verbatim slice of the text, and the parts come in order.
     pos = 0
     for part in parts:
         found = text.find(part, pos)

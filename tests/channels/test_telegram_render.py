@@ -120,3 +120,15 @@ def test_render_messages_moves_footer_to_its_own_message_when_full() -> None:
     messages = render_messages(body, (Citation(source="a", title="A title", url="https://a.example"),))
     assert len(messages) == 2 and "https://a.example" in messages[1]
     assert all(visible_length(m) <= 4096 for m in messages)
+
+
+def test_render_messages_keeps_a_cut_table_a_table_and_a_long_bold_run_bold() -> None:
+    """A table cut across messages lost its header (the next message showed raw pipes), and bold longer than a
+    message showed '**' as typed in both."""
+    rows = "\n".join(f"| Plan {i} with a long name | ${i} per month |" for i in range(200))
+    messages = render_messages("Intro.\n\n| Plan | Price |\n|---|---:|\n" + rows + "\n\nAfter.")
+    assert len(messages) >= 2
+    assert all(m.count("<b>Plan</b> | <b>Price</b>") == 1 and "|---" not in m for m in messages)
+    assert all("| " not in m.replace(" | ", "") for m in messages)
+    bold = render_messages("**" + " ".join(["This is an important sentence."] * 200) + "**")
+    assert len(bold) == 2 and all(m.startswith("<b>") and m.endswith("</b>") and "*" not in m for m in bold)
