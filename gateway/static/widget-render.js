@@ -1,7 +1,8 @@
 /* Rendering for the web chat widget: untrusted text into elements, never through innerHTML.
  *
  * A reply is Markdown. A small subset becomes DOM nodes built here: paragraphs, **bold**, *italic*,
- * `code`, fenced code, lists, [text](url) and citation markers [n]; a heading is a bold line, and a table
+ * _italic_, ~~strike~~, `code`, fenced code, lists, > quotes, [text](url) (its URL may hold one level of
+ * parentheses, or be in <angle brackets>) and citation markers [n]; a heading is a bold line, and a table
  * is its rows as "a | b" lines, header bold (as on Telegram). Everything else stays text, and a
  * link is made only when its URL parses as http(s), opened with rel="noopener noreferrer nofollow".
  * Loaded before widget.js, which reads window.GatewayWidgetRender.
@@ -72,6 +73,8 @@
   var LIST_ITEM = /^ {0,3}([-*+]|\d{1,9}[.)])[ \t]+(.*)$/;
   var FENCE = /^ {0,3}(`{3,}|~{3,})/;
   var HEADING = /^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$/;
+  var QUOTE = /^ {0,3}> ?(.*)$/;
+  var MAX_QUOTE_DEPTH = 8;  // "> > > …" deeper than this stays text: the nesting is built by recursion
   var TABLE_DELIMITER = /^ {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$/;
 
   /** A table row's cells: split on the pipes that are not escaped, the outer ones dropped. */
@@ -96,7 +99,8 @@
   }
 
   /** `text` as a fragment of <p>, <ul>/<ol>, <pre><code>; inline marks inside. Never parses HTML. */
-  function renderMarkdown(text, citations) {
+  function renderMarkdown(text, citations, depth) {
+    depth = depth || 0;
     var frag = document.createDocumentFragment();
     var lines = String(text === null || text === undefined ? "" : text).replace(/\r\n?/g, "\n").split("\n");
     var para = [];
@@ -148,6 +152,15 @@
         frag.appendChild(renderTable(rows, citations));
         continue;
       }
+      if (QUOTE.test(line) && depth < MAX_QUOTE_DEPTH) {  // "> quote": its lines, rendered inside a <blockquote>
+        flush();
+        var quoted = [];
+        while (i < lines.length && QUOTE.test(lines[i])) { quoted.push(QUOTE.exec(lines[i])[1]); i += 1; }
+        var quote = el("blockquote", "gw-quote");
+        quote.appendChild(renderMarkdown(quoted.join("\n"), citations, depth + 1));
+        frag.appendChild(quote);
+        continue;
+      }
       var item = LIST_ITEM.exec(line);
       if (item) {
         flush();
@@ -178,10 +191,27 @@
     return frag;
   }
 
-  var MD_LINK = /^\[([^\[\]\n]{1,500})\]\(([^()\s]{1,2000})\)/;
+  // The URL may hold one level of parentheses (https://en.wikipedia.org/wiki/Fee_(banking)), or be in <angle
+  // brackets> as CommonMark allows; the alternatives start with different characters, so no backtracking.
+  var MD_LINK = /^\[([^\[\]\n]{1,500})\]\((?:<([^<>\n]{1,2000})>|((?:[^()\s]|\([^()\s]{0,2000}\)){1,2000}))\)/;
+  var WORD_CHAR = /[\p{L}\p{N}]/u;
   var MD_CITE = /^\[(\d{1,3})\](?!\()/;
 
-  /** Inline marks into `parent`: `code`, **bold**, *italic*, [text](http url), [n]. Text nodes otherwise. */
+  /** The index of the `_` that closes an _italic_ run opened at `open`, or -1: one at a word's end, not inside
+   *  snake_case, with no space just inside it. */
+  function underscoreEnd(text, open) {
+    var end = text.indexOf("_", open + 2);
+    while (end > 0) {
+      if (/\S/.test(text.charAt(end - 1)) && !WORD_CHAR.test(text.charAt(end + 1)) && text.charAt(end + 1) !== "_") {
+        return end;
+      }
+      end = text.indexOf("_", end + 1);
+    }
+    return -1;
+  }
+
+  /** Inline marks into `parent`: `code`, **bold**, *italic*, _italic_, ~~strike~~, [text](http url), [n].
+   *  Text nodes otherwise. */
   function appendInline(parent, text, citations) {
     var plain = "";
     function flushText() { if (plain) { parent.appendChild(document.createTextNode(plain)); plain = ""; } }
@@ -232,9 +262,34 @@
         i += 1;
         continue;
       }
+      if (ch === "~" && text.charAt(i + 1) === "~") {
+        end = text.indexOf("~~", i + 2);
+        if (end > i + 2 && /\S/.test(text.charAt(i + 2)) && /\S/.test(text.charAt(end - 1))) {
+          flushText();
+          var del = el("del");
+          appendInline(del, text.slice(i + 2, end), citations);
+          parent.appendChild(del);
+          i = end + 2;
+          continue;
+        }
+        plain += "~~";
+        i += 2;
+        continue;
+      }
+      if (ch === "_" && !WORD_CHAR.test(text.charAt(i - 1)) && /[^\s_]/.test(text.charAt(i + 1))) {
+        end = underscoreEnd(text, i);
+        if (end > 0) {
+          flushText();
+          var it = el("em");
+          appendInline(it, text.slice(i + 1, end), citations);
+          parent.appendChild(it);
+          i = end + 1;
+          continue;
+        }
+      }
       if (ch === "[") {
         m = MD_LINK.exec(rest);
-        var href = m && safeHttpUrl(m[2]);
+        var href = m && safeHttpUrl(m[2] !== undefined ? m[2] : m[3]);
         if (href) {
           flushText();
           parent.appendChild(link(href, "gw-link", m[1]));

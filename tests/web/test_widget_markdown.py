@@ -13,7 +13,7 @@ from tests.web.test_widget_browser import _ask, _open, _sse, _wait_bot_text
 pytestmark = pytest.mark.browser
 
 BLNS = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "badinput" / "blns.json").read_text("utf-8"))
-ALLOWED = {"P", "STRONG", "EM", "CODE", "PRE", "UL", "OL", "LI", "A", "SUP", "SPAN"}
+ALLOWED = {"P", "STRONG", "EM", "DEL", "CODE", "PRE", "UL", "OL", "LI", "A", "SUP", "SPAN", "BLOCKQUOTE"}
 REL = "noopener noreferrer nofollow"
 
 MARKDOWN_REPLY = """**Reset** the *sync token* with `gw sync --reset` [1].
@@ -76,6 +76,9 @@ INJECTIONS = [
     "1. <style>*{display:none}</style>", "[1]", "[[x](javascript:1)](https://ok.example/)",
     "<!--", "]]>", "&lt;script&gt;window.__pwned=1&lt;/script&gt;", "**" * 2000, "[" * 3000 + "]" * 3000,
     "*a" * 2000, "`" * 5000, "- " * 1000, "\n".join(["```"] * 300),
+    "> <img src=x onerror=window.__pwned=1>", "~~<svg onload=window.__pwned=1>~~", "_<img src=x onerror=window.__pwned=1>_",
+    "[x](<javascript:window.__pwned=1>)", "[x](https://ok.example/(a)\"onmouseover=\"window.__pwned=1)",
+    "> " * 3000, "\n".join(["> x"] * 2000), "_a" * 2000, "~~" * 2000, "[x](" + "(a)" * 3000 + ")",
 ]
 
 CHECK_ALL = """({texts, allowed, rel}) => {
@@ -99,7 +102,7 @@ CHECK_ALL = """({texts, allowed, rel}) => {
       }
     });
     // With no Markdown syntax in it, a text is shown exactly.
-    const plain = !/[*`\\[~\\r\\n]/.test(text) && !/^\\s*([-*+]|\\d+[.)])\\s/.test(text) && text.trim() !== '';
+    const plain = !/[*_`\\[~\\r\\n]/.test(text) && !/^\\s*([-*+>]|\\d+[.)])/.test(text) && text.trim() !== '';
     if (plain && bubble.textContent !== text) problems.push([i, 'text ' + JSON.stringify(bubble.textContent)]);
   });
   return problems;
@@ -135,4 +138,29 @@ def test_widget_shows_a_heading_as_a_bold_line_and_a_table_as_rows(page, live_se
     assert shown["text"].split("\n") == ["Plans", "", "Plan | Price", "Plus | $6 [1]", "Team | a | b", "",
                                          "That is all. ###"]
     assert shown["bold"] == ["Plans", "Plan", "Price", "Team"] and shown["cites"] == 1
+    assert page.errors == []
+
+
+QUOTE_ITALIC_STRIKE_LINKS = """() => {
+  const li = window.GatewayWidget.appendMessage({id: 8, direction: 'out', author: 'bot', citations: [], text:
+    '> Quoted **policy**\\n> second line\\n\\nAn _italic_ word, ~~old~~ new, snake_case_name and 2_000_000.\\n\\n' +
+    'See [fees](https://en.wikipedia.org/wiki/Fee_(banking)) and [guide](<https://x.example/a b>).'});
+  const bubble = li.querySelector('.gw-bubble');
+  const quote = bubble.querySelector('blockquote');
+  return {quote: quote && quote.innerText, quoteBold: quote && quote.querySelector('strong').textContent,
+          em: [...bubble.querySelectorAll('em')].map(n => n.textContent),
+          del: [...bubble.querySelectorAll('del')].map(n => n.textContent), text: bubble.innerText,
+          links: [...bubble.querySelectorAll('a')].map(a => [a.textContent, a.getAttribute('href')])};
+}"""
+
+
+def test_widget_renders_quotes_underscore_italics_strike_and_links_with_parentheses(page, live_server):
+    """'> quote', '_italic_', '~~strike~~' were shown as typed, and a URL with '(…)' was cut into text."""
+    _open(page, live_server)
+    shown = page.evaluate(QUOTE_ITALIC_STRIKE_LINKS)
+    assert shown["quote"] == "Quoted policy\nsecond line" and shown["quoteBold"] == "policy"
+    assert shown["em"] == ["italic"] and shown["del"] == ["old"]
+    assert "snake_case_name and 2_000_000." in shown["text"] and ">" not in shown["text"]
+    assert shown["links"] == [["fees", "https://en.wikipedia.org/wiki/Fee_(banking)"],
+                              ["guide", "https://x.example/a%20b"]]
     assert page.errors == []
