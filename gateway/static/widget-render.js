@@ -195,6 +195,22 @@
   // brackets> as CommonMark allows; the alternatives start with different characters, so no backtracking.
   var MD_LINK = /^\[([^\[\]\n]{1,500})\]\((?:<([^<>\n]{1,2000})>|((?:[^()\s]|\([^()\s]{0,2000}\)){1,2000}))\)/;
   var WORD_CHAR = /[\p{L}\p{N}]/u;
+  // An HTML entity in a reply ("Q &amp; A") is its character, as in CommonMark (and on Telegram, Slack,
+  // Discord, WhatsApp); decoded from this table and numbers, never by an HTML parser. Code keeps it as written.
+  var ENTITY = /^&(?:#(\d{1,7})|#[xX]([0-9a-fA-F]{1,6})|([A-Za-z]{2,8}));/;
+  var NAMED = {amp: "&", lt: "<", gt: ">", quot: "\"", apos: "'", nbsp: "\u00a0", copy: "\u00a9", reg: "\u00ae",
+               trade: "\u2122", hellip: "\u2026", mdash: "\u2014", ndash: "\u2013", euro: "\u20ac", times: "\u00d7",
+               laquo: "\u00ab", raquo: "\u00bb", rsquo: "\u2019", lsquo: "\u2018", rdquo: "\u201d", ldquo: "\u201c"};
+
+  /** The character an entity at the start of `rest` names, with its length; null when it is none. */
+  function entity(rest) {
+    var m = ENTITY.exec(rest);
+    if (!m) return null;
+    var code = m[1] ? parseInt(m[1], 10) : m[2] ? parseInt(m[2], 16) : -1;
+    var ch = code < 0 ? NAMED[m[3]] : code > 0 && code <= 0x10ffff && (code < 0xd800 || code > 0xdfff)
+      ? String.fromCodePoint(code) : "\ufffd";
+    return ch === undefined ? null : { ch: ch, length: m[0].length };
+  }
   var MD_CITE = /^\[(\d{1,3})\](?!\()/;
 
   /** The index of the `_` that closes an _italic_ run opened at `open`, or -1: one at a word's end, not inside
@@ -260,6 +276,11 @@
         }
         plain += ch;
         i += 1;
+        continue;
+      }
+      if (ch === "&" && (m = entity(text.slice(i, i + 12)))) {
+        plain += m.ch;
+        i += m.length;
         continue;
       }
       if (ch === "~" && text.charAt(i + 1) === "~") {
