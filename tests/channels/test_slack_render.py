@@ -89,3 +89,9 @@ def test_an_operators_slack_marks_become_markdown():
     text = "Your refund is *approved* and ~pending~ gone, 2*3*4 _soon_.\n* a list item\n`*code*`\n```\n*x*\n```"
     assert mrkdwn_to_markdown(text) == (
         "Your refund is **approved** and ~~pending~~ gone, 2*3*4 _soon_.\n* a list item\n`*code*`\n```\n*x*\n```")
+
+
+def test_slack_an_escaped_mark_stays_literal():
+    """Slack has no escape: `\\*not bold\\*` was sent as `*not bold*`, which Slack shows bold."""
+    assert markdown_to_mrkdwn("\\*not bold\\* \\_no\\_ \\~no\\~ a\\\\b \\# **bold**") == (
+        "∗not bold∗ ＿no＿ ∼no∼ a\\b # *bold*")
