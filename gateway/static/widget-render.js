@@ -195,6 +195,7 @@
   // brackets> as CommonMark allows; the alternatives start with different characters, so no backtracking.
   var MD_LINK = /^\[([^\[\]\n]{1,500})\]\((?:<([^<>\n]{1,2000})>|((?:[^()\s]|\([^()\s]{0,2000}\)){1,2000}))\)/;
   var WORD_CHAR = /[\p{L}\p{N}]/u;
+  var ESCAPABLE = /[!-\/:-@\[-`{-~]/;  // CommonMark: a backslash before ASCII punctuation makes it plain
   // An HTML entity in a reply ("Q &amp; A") is its character, as in CommonMark (and on Telegram, Slack,
   // Discord, WhatsApp); decoded from this table and numbers, never by an HTML parser. Code keeps it as written.
   var ENTITY = /^&(?:#(\d{1,7})|#[xX]([0-9a-fA-F]{1,6})|([A-Za-z]{2,8}));/;
@@ -276,6 +277,11 @@
         }
         plain += ch;
         i += 1;
+        continue;
+      }
+      if (ch === "\\" && ESCAPABLE.test(text.charAt(i + 1))) {  // "\*not bold\*": the mark as typed, no backslash
+        plain += text.charAt(i + 1);
+        i += 2;
         continue;
       }
       if (ch === "&" && (m = entity(text.slice(i, i + 12)))) {

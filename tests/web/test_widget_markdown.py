@@ -101,8 +101,8 @@ CHECK_ALL = """({texts, allowed, rel}) => {
         if (node.rel !== rel) problems.push([i, 'rel ' + node.rel]);
       }
     });
-    // With no Markdown syntax (nor entity) in it, a text is shown exactly.
-    const plain = !/[*_`\\[~&\\r\\n]/.test(text) && !/^\\s*([-*+>]|\\d+[.)])/.test(text) && text.trim() !== '';
+    // With no Markdown syntax (nor entity, nor escape) in it, a text is shown exactly.
+    const plain = !/[*_`\\[~&\\\\\\r\\n]/.test(text) && !/^\\s*([-*+>]|\\d+[.)])/.test(text) && text.trim() !== '';
     if (plain && bubble.textContent !== text) problems.push([i, 'text ' + JSON.stringify(bubble.textContent)]);
   });
   return problems;
@@ -145,7 +145,7 @@ QUOTE_ITALIC_STRIKE_LINKS = """() => {
   const li = window.GatewayWidget.appendMessage({id: 8, direction: 'out', author: 'bot', citations: [], text:
     '> Quoted **policy**\\n> second line\\n\\nAn _italic_ word, ~~old~~ new, snake_case_name and 2_000_000.\\n\\n' +
     'See [fees](https://en.wikipedia.org/wiki/Fee_(banking)) and [guide](<https://x.example/a b>).\\n\\n' +
-    'Q &amp; A &lt;b&gt; &copy; &#x1F600; &bogus; AT&T `&amp;`'});
+    'Q &amp; A &lt;b&gt; &copy; &#x1F600; &bogus; AT&T `&amp;`\\n\\n\\\\*not em\\\\* \\\\_no\\\\_ C:\\\\dir'});
   const bubble = li.querySelector('.gw-bubble');
   const quote = bubble.querySelector('blockquote');
   return {quote: quote && quote.innerText, quoteBold: quote && quote.querySelector('strong').textContent,
@@ -156,13 +156,13 @@ QUOTE_ITALIC_STRIKE_LINKS = """() => {
 
 
 def test_widget_renders_quotes_underscore_italics_strike_and_links_with_parentheses(page, live_server):
-    """'> quote', '_italic_', '~~strike~~' and '&amp;' were shown as typed, and a URL with '(…)' was cut into text."""
+    """'> quote', '_italic_', '~~strike~~', '&amp;' and '\\*' were shown as typed, and a URL with '(…)' was cut into text."""
     _open(page, live_server)
     shown = page.evaluate(QUOTE_ITALIC_STRIKE_LINKS)
     assert shown["quote"] == "Quoted policy\nsecond line" and shown["quoteBold"] == "policy"
     assert shown["em"] == ["italic"] and shown["del"] == ["old"]
     assert "snake_case_name and 2_000_000." in shown["text"]
-    assert shown["text"].endswith("Q & A <b> © 😀 &bogus; AT&T &amp;")
+    assert shown["text"].endswith("Q & A <b> © 😀 &bogus; AT&T &amp;\n\n*not em* _no_ C:\\dir")
     assert shown["links"] == [["fees", "https://en.wikipedia.org/wiki/Fee_(banking)"],
                               ["guide", "https://x.example/a%20b"]]
     assert page.errors == []
