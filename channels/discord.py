@@ -333,7 +333,9 @@ class DiscordAdapter:
                     log.error("discord.gateway_stopped", extra={"bot": self.bot, "error": self._gateway_problem})
                     return
                 failures = 1 if time.monotonic() - started > 60 else failures + 1
-                self._gateway_problem = f"{'logging in again' if login else 'reconnecting'} after {type(exc).__name__}"
+                # With what went wrong: /readyz showed only "ChannelSendError", the detail was in the log alone.
+                self._gateway_problem = (f"{'logging in again' if login else 'reconnecting'} after "
+                                         f"{type(exc).__name__}: {exc}")[:200]
                 if login:  # an outage, said in one line: the traceback would show only our own frames
                     log.warning("discord.login_failed", extra={"bot": self.bot, "error": str(exc)[:200],
                                                                "failures": failures})

@@ -173,6 +173,20 @@ async def test_discord_unreachable_at_start_is_retried_and_each_failed_login_clo
     assert [m.text for m in delivered] == ["hello after the blip"]
 
 
+async def test_a_login_that_failed_is_shown_with_its_reason_while_it_is_tried_again(fake: FakeDiscord):
+    # /readyz showed "logging in again after ChannelSendError": the reason was in the log alone.
+    fake.fail_next("GET", "/users/@me", status=503, times=50)
+    adapter = DiscordAdapter("support", settings_for(fake))
+    await adapter.start(lambda m: asyncio.sleep(0))
+    try:
+        async with asyncio.timeout(10):
+            while not adapter.connection_status.startswith("logging in again"):
+                await asyncio.sleep(0.02)
+        assert "503" in adapter.connection_status, adapter.connection_status
+    finally:
+        await adapter.stop()
+
+
 async def test_a_token_rejected_at_start_still_fails_start(fake: FakeDiscord):
     fake.fail_next("GET", "/users/@me", status=401, times=1)
     adapter = DiscordAdapter("support", settings_for(fake))
