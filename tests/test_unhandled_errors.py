@@ -25,6 +25,18 @@ async def _fine(_request):
     return PlainTextResponse("ok")
 
 
+def _querying(engine) -> Starlette:
+    """An app whose one route, /query, runs SELECT 1 on `engine`, behind UnhandledErrors."""
+    async def _query(_request):
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/query", _query)])
+    app.add_middleware(UnhandledErrors)
+    return app
+
+
 async def test_a_bug_is_a_json_500_and_is_not_raised_to_the_server() -> None:
     app = Starlette(routes=[Route("/boom", _boom), Route("/fine", _fine)])
     app.add_middleware(UnhandledErrors)
@@ -64,22 +76,13 @@ async def test_a_refused_database_connection_is_a_503() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     engine = create_async_engine(f"postgresql+asyncpg://gateway@127.0.0.1:{port}/gateway")
-
-    async def _query(_request):
-        async with engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
-        return PlainTextResponse("ok")
-
-    app = Starlette(routes=[Route("/query", _query)])
-    app.add_middleware(UnhandledErrors)
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+    transport = httpx.ASGITransport(app=_querying(engine), raise_app_exceptions=True)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             response = await client.get("/query")
     finally:
         await engine.dispose()
     assert response.status_code == 503 and response.headers["Retry-After"] == "5"
-
 
 
 async def test_a_pool_with_every_connection_busy_is_a_503_logged_in_one_line(tmp_path) -> None:
@@ -90,15 +93,7 @@ async def test_a_pool_with_every_connection_busy_is_a_503_logged_in_one_line(tmp
 
     engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}", pool_size=1, max_overflow=0,
                                  pool_timeout=0.1)
-
-    async def _query(_request):
-        async with engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
-        return PlainTextResponse("ok")
-
-    app = Starlette(routes=[Route("/query", _query)])
-    app.add_middleware(UnhandledErrors)
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+    transport = httpx.ASGITransport(app=_querying(engine), raise_app_exceptions=True)
     try:
         async with engine.connect() as held, httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             await held.execute(text("SELECT 1"))  # the pool's only connection, busy
@@ -109,6 +104,7 @@ async def test_a_pool_with_every_connection_busy_is_a_503_logged_in_one_line(tmp
     assert response.status_code == 503 and response.headers["Retry-After"] == "5"
     assert [(line["event"], line["error_type"]) for line in logs] == [("http.database_unavailable", "TimeoutError")]
     assert "QueuePool limit" in logs[0]["error"] and "exc_info" not in logs[0]
+
 
 async def test_an_os_error_outside_the_database_is_still_a_500() -> None:
     async def _missing_file(_request):

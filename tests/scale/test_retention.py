@@ -30,6 +30,19 @@ async def _store(sessions, *, bot: str, channel: str, user: str, chat: str, n: i
     return stored.conversation_id
 
 
+async def _expired_web_conversation(sessions, user: str, *, contacts_too: bool = False) -> int:
+    """A web conversation of acme's whose every message is 45 days old (and, with `contacts_too`, every
+    contact): one a 30-day purge deletes."""
+    conversation = await _store(sessions, bot="acme", channel="web", user=user, chat=user)
+    long_ago = utcnow() - timedelta(days=45)
+    async with sessions() as session, session.begin():
+        await session.execute(update(Conversation).where(Conversation.id == conversation).values(created_at=long_ago))
+        await session.execute(update(Message).where(Message.conversation_id == conversation).values(created_at=long_ago))
+        if contacts_too:
+            await session.execute(update(Contact).values(created_at=long_ago, last_inbound_at=long_ago))
+    return conversation
+
+
 async def _count(sessions, model, *where) -> int:
     async with sessions() as session:
         return (await session.execute(select(func.count()).select_from(model).where(*where))).scalar_one()
@@ -130,11 +143,7 @@ async def test_retention_keeps_a_conversation_whose_customer_writes_while_it_is_
     sessions = session_factory(engine)
     settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 30}])
     try:
-        old = await _store(sessions, bot="acme", channel="web", user="s-back", chat="s-back")
-        long_ago = utcnow() - timedelta(days=45)
-        async with sessions() as session, session.begin():
-            await session.execute(update(Conversation).where(Conversation.id == old).values(created_at=long_ago))
-            await session.execute(update(Message).where(Message.conversation_id == old).values(created_at=long_ago))
+        old = await _expired_web_conversation(sessions, "s-back")
         storing = sessions()
         await storing.begin()
         stored = await repo.store_inbound(storing, bot="acme", message=InboundMessage(
@@ -160,12 +169,7 @@ async def test_retention_never_deadlocks_with_a_store_that_holds_the_contact(mig
     sessions = session_factory(engine)
     settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 30}])
     try:
-        old = await _store(sessions, bot="acme", channel="web", user="s-back", chat="s-back")
-        long_ago = utcnow() - timedelta(days=45)
-        async with sessions() as session, session.begin():
-            await session.execute(update(Conversation).where(Conversation.id == old).values(created_at=long_ago))
-            await session.execute(update(Message).where(Message.conversation_id == old).values(created_at=long_ago))
-            await session.execute(update(Contact).values(created_at=long_ago, last_inbound_at=long_ago))
+        old = await _expired_web_conversation(sessions, "s-back", contacts_too=True)
         storing = sessions()
         await storing.begin()
         await repo.upsert_contact(storing, channel="web", external_id="s-back", display_name="Ada Lovelace")

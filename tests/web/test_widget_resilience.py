@@ -50,6 +50,16 @@ def _idle(page, timeout: float = ANSWER_WAIT_MS) -> None:
                            timeout=timeout)
 
 
+def _two_bots(page) -> None:
+    """The page offers acme and beta; beta's conversation is empty."""
+    page.route("**/v1/bots", lambda route: route.fulfill(
+        status=200, headers={"content-type": "application/json"},
+        body=json.dumps({"bots": [{"name": "acme"}, {"name": "beta"}]})))
+    page.route("**/v1/bots/beta/sessions/*/messages*", lambda route: route.fulfill(
+        status=200, headers={"content-type": "application/json"},
+        body=json.dumps({"conversation_id": None, "state": "bot", "messages": []})))
+
+
 def _bubbles(page) -> list[str]:
     return [t.strip() for t in page.locator("#gw-transcript .gw-bubble").all_inner_texts()]
 
@@ -288,12 +298,7 @@ def test_widget_places_messages_from_another_tab_by_id(page, live_server):
 def test_widget_keeps_an_answer_out_of_another_bots_conversation(page, live_server):
     """The visitor picks another assistant while the first one's answer is on its way: its tokens and
     reply were drawn into the conversation now shown, the other bot's."""
-    page.route("**/v1/bots", lambda route: route.fulfill(
-        status=200, headers={"content-type": "application/json"},
-        body=json.dumps({"bots": [{"name": "acme"}, {"name": "beta"}]})))
-    page.route("**/v1/bots/beta/sessions/*/messages*", lambda route: route.fulfill(
-        status=200, headers={"content-type": "application/json"},
-        body=json.dumps({"conversation_id": None, "state": "bot", "messages": []})))
+    _two_bots(page)
     held = []
     page.route("**/v1/bots/acme/chat", lambda route: held.append(route))
     page.goto(live_server.url + "/?bot=acme")
@@ -317,12 +322,7 @@ def test_widget_keeps_an_answer_out_of_another_bots_conversation(page, live_serv
 def test_widget_lets_the_visitor_ask_another_bot_while_the_first_still_answers(page, live_server):
     """Send stayed disabled after picking another assistant until the first one's request ended; and
     that request's end re-enabled Send while the other bot's own answer was on its way."""
-    page.route("**/v1/bots", lambda route: route.fulfill(
-        status=200, headers={"content-type": "application/json"},
-        body=json.dumps({"bots": [{"name": "acme"}, {"name": "beta"}]})))
-    page.route("**/v1/bots/beta/sessions/*/messages*", lambda route: route.fulfill(
-        status=200, headers={"content-type": "application/json"},
-        body=json.dumps({"conversation_id": None, "state": "bot", "messages": []})))
+    _two_bots(page)
     held: dict[str, list] = {"acme": [], "beta": []}
     page.route("**/v1/bots/acme/chat", lambda route: held["acme"].append(route))
     page.route("**/v1/bots/beta/chat", lambda route: held["beta"].append(route))
