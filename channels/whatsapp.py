@@ -236,8 +236,7 @@ class WhatsAppAdapter:
                 if index < len(sent):
                     continue  # delivered by an earlier attempt of this same reply
                 await sent.add(await self._create(to=message.conversation.chat, body=part), more=index + 1 < len(parts))
-                log.info("whatsapp.sent", bot=self.bot, chat=_masked(message.conversation.chat), sid=sent[-1],
-                         part=index + 1)
+                log.info("whatsapp.sent", bot=self.bot, chat=message.conversation.chat, sid=sent[-1], part=index + 1)
         return sent
 
     async def send_template(
@@ -294,7 +293,7 @@ class WhatsAppAdapter:
                 # The request may have been processed; retrying (here or in the outbox) could send the
                 # message twice, so the outcome is reported as unknown and never resent.
                 raise ChannelSendError(f"Twilio request failed, outcome unknown: {exc!r}", permanent=True) from exc
-            log.warning("whatsapp.send_retry", bot=self.bot, chat=_masked(to), attempt=attempt, wait=wait)
+            log.warning("whatsapp.send_retry", bot=self.bot, chat=to, attempt=attempt, wait=wait)
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
@@ -305,13 +304,6 @@ class WhatsAppAdapter:
         wait = _retry_after.get()
         wait = doubling(attempt, first=self.backoff) if wait is None else wait
         return wait if wait <= self.max_wait else None
-
-
-def _masked(chat: str) -> str:
-    """A customer's number as logs show it, `whatsapp:+…0123`: the logs hold ids, not phone numbers
-    (docs/data.md); the conversation id names the chat, and the last digits help tell two apart."""
-    prefix, _, number = chat.rpartition(":")
-    return f"{prefix}{':' if prefix else ''}…{number[-4:]}"
 
 
 def _translate(exc: TwilioRestException) -> ChannelSendError | RecipientUnreachable:

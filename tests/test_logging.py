@@ -75,3 +75,17 @@ def test_debug_logs_leave_out_the_markdown_parsers_per_rule_lines(capsys) -> Non
     structlog.get_logger("gateway.outbox").debug("outbound.debug_probe")
     err = capsys.readouterr().err
     assert "entering fence" not in err and "outbound.debug_probe" in err
+
+
+def test_a_phone_number_is_logged_by_its_last_digits_wherever_it_appears(capsys) -> None:
+    """A WhatsApp chat is the customer's number: `whatsapp.sent` and Twilio's own error texts carried it whole."""
+    import structlog
+
+    configure_logging(level="INFO")
+    structlog.get_logger("gateway.outbox").warning(
+        "outbound.failed", error="The 'To' number whatsapp:+14155550123 is not a valid phone number", chat="+491511234567")
+    logging.getLogger("rag.crawl").info("fetched at 2026-12-06T10:00:00+00:00 with E-SYNC-409 and +1234 in 42 ms")
+    out = capsys.readouterr().err
+    assert "whatsapp:+…0123 is not a valid" in out and "chat=+…4567" in out
+    assert "4155550123" not in out and "91511234567" not in out
+    assert "2026-12-06T10:00:00+00:00 with E-SYNC-409 and +1234 in 42 ms" in out  # no phone number: as written

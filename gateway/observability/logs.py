@@ -113,14 +113,18 @@ class _CurrentStderrHandler(logging.StreamHandler):
 
 
 def redact(text: str) -> str:
-    """Replace every configured secret in `text` with a marker, and the password of any URL
-    (`postgresql://billing:s3cret@db/…` in a tool's or a driver's exception) that is not configured."""
+    """Replace every configured secret in `text` with a marker, the password of any URL
+    (`postgresql://billing:s3cret@db/…` in a tool's or a driver's exception) that is not configured, and
+    a phone number but its last 4 digits (`whatsapp:+…4567`: a WhatsApp chat, or Twilio's error text)."""
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub("[REDACTED]", text)
+    if "+" in text:  # logs hold ids, not phone numbers (docs/data.md); the conversation id names the chat
+        text = _PHONE.sub(r"\1…\2", text)
     return _URL_PASSWORD.sub(r"\1[REDACTED]@", text) if "://" in text else text
 
 
 _URL_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@")
+_PHONE = re.compile(r"(?<![\w+])(\+)\d{3,11}(\d{4})(?!\d)")  # E.164: "+" and 7-15 digits
 
 
 def _redact(_logger, _name, event_dict):

@@ -7,11 +7,11 @@ import socket
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-import structlog
 
 from channels.whatsapp import MAX_LENGTH, WhatsAppAdapter
 from gateway.errors import ChannelSendError, RecipientUnreachable
 from gateway.models import Citation, ConversationRef, OutboundMessage
+from gateway.observability.logs import configure_logging
 from tests.channels.test_whatsapp import ACCOUNT_SID, AUTH_TOKEN, CUSTOMER, WEBHOOK_URL, _settings
 from tests.fakes.twilio_api import FakeTwilio, Reply
 
@@ -77,12 +77,16 @@ async def test_whatsapp_send_retries_429_once_then_delivers_exactly_once(
     assert len(fake.delivered) == 1 and ids == [fake.delivered[0].sid]
 
 
-async def test_whatsapp_logs_name_the_customer_by_the_last_digits_only(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+async def test_whatsapp_logs_name_the_customer_by_the_last_digits_only(
+    live: WhatsAppAdapter, fake: FakeTwilio, capsys
+) -> None:
     fake.script(Reply(status=429, code=20429, message="Too Many Requests", retry_after=0.05))
-    with structlog.testing.capture_logs() as logs:
-        await live.send(OutboundMessage(conversation=CUSTOMER, text="hello"))
-    assert [e["chat"] for e in logs] == ["whatsapp:…" + CUSTOMER.chat[-4:]] * 2  # send_retry, sent
-    assert CUSTOMER.chat.removeprefix("whatsapp:") not in repr(logs)
+    configure_logging(level="INFO", fmt="json")  # as serve logs: through the shared redaction
+    await live.send(OutboundMessage(conversation=CUSTOMER, text="hello"))
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    chats = [line["chat"] for line in lines if line["event"] in ("whatsapp.send_retry", "whatsapp.sent")]
+    assert chats == ["whatsapp:+…" + CUSTOMER.chat[-4:]] * 2  # send_retry, sent
+    assert CUSTOMER.chat.removeprefix("whatsapp:+") not in repr(lines)
 
 
 async def test_whatsapp_send_outcome_unknown_after_twilio_accepted_is_never_resent(
