@@ -11,7 +11,7 @@ import re
 
 from markdown_it import MarkdownIt
 
-from channels.render import render_citations, split_text
+from channels.render import outside, render_citations, split_text
 from gateway.models import OutboundMessage
 
 MAX_LENGTH = 2000
@@ -28,13 +28,7 @@ _FENCE = re.compile(r"^ {0,3}(?:```|~~~).*?^ {0,3}(?:```|~~~)[^\S\n]*$", re.MULT
 
 def to_discord_markdown(text: str) -> str:
     """CommonMark-ish answer → Discord Markdown: mostly the same; small headings and images adapted."""
-    out, pos = [], 0
-    for fence in _FENCE.finditer(text):  # code blocks pass through untouched
-        out.append(_convert_prose(text[pos : fence.start()]))
-        out.append(fence.group(0))
-        pos = fence.end()
-    out.append(_convert_prose(text[pos:]))
-    return "".join(out)
+    return outside(_FENCE, text, _convert_prose)  # code blocks pass through untouched
 
 
 def _convert_prose(text: str) -> str:

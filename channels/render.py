@@ -18,7 +18,7 @@ from __future__ import annotations
 import html
 import re
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Literal
@@ -266,6 +266,18 @@ class _Splitter:
                 prefix = ""
             start = nxt
         return parts
+
+
+def outside(spans: re.Pattern[str], text: str, convert: Callable[[str], str]) -> str:
+    """`text` with `convert` applied between the matches of `spans` (code, which a dialect converter must
+    leave as written); the matches pass through unchanged."""
+    out, pos = [], 0
+    for match in spans.finditer(text):
+        out.append(convert(text[pos:match.start()]))
+        out.append(match.group(0))
+        pos = match.end()
+    out.append(convert(text[pos:]))
+    return "".join(out)
 
 
 def split_text(text: str, *, limit: int, unit: Unit = "chars") -> list[str]:

@@ -13,6 +13,8 @@ from urllib.parse import quote
 
 from markdown_to_mrkdwn import SlackMarkdownConverter
 
+from channels.render import outside
+
 _HOLD = re.compile("\ue000(\\d+)\ue001")
 _FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
@@ -143,13 +145,7 @@ def mrkdwn_to_markdown(text: str) -> str:
     """What an operator wrote in Slack, as the Markdown every channel renders from: Slack's `*bold*` and
     `~strike~` become `**bold**` and `~~strike~~` (read as Markdown, `*bold*` reached the customer in
     italics); `_italic_`, code and the rest read the same in both. Code is left as written."""
-    out, pos = [], 0
-    for code in _CODE.finditer(text):
-        out.append(_slack_marks(text[pos:code.start()]))
-        out.append(code.group(0))
-        pos = code.end()
-    out.append(_slack_marks(text[pos:]))
-    return "".join(out)
+    return outside(_CODE, text, _slack_marks)
 
 
 def _slack_marks(text: str) -> str:
