@@ -90,24 +90,23 @@ class TermStatsCache:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _first_scan(self, bot: str, scan: Callable[[], Awaitable[TermStats]]) -> TermStats:
+        return await self._scan_into(bot, scan, self._scanning)
+
+    async def _refresh(self, bot: str, scan: Callable[[], Awaitable[TermStats]]) -> None:
+        try:
+            await self._scan_into(bot, scan, self._refreshing)
+        except Exception as exc:  # keep serving the old statistics; the next query tries again
+            log.warning("term statistics refresh failed", extra={"bot": bot, "error": str(exc)})
+
+    async def _scan_into(self, bot: str, scan: Callable[[], Awaitable[TermStats]], running: dict) -> TermStats:
+        """Run `scan` as the bot's task in `running`, keeping its result only while it still is (an
+        `invalidate` meanwhile drops it: it may have read the collection before the write)."""
         me = asyncio.current_task()
         try:
             stats = await scan()
-            if self._scanning.get(bot) is me:  # not invalidated meanwhile
+            if running.get(bot) is me:
                 self._entries[bot] = (self._clock(), stats)
             return stats
         finally:
-            if self._scanning.get(bot) is me:
-                del self._scanning[bot]
-
-    async def _refresh(self, bot: str, scan: Callable[[], Awaitable[TermStats]]) -> None:
-        me = asyncio.current_task()
-        try:
-            stats = await scan()
-            if self._refreshing.get(bot) is me:  # not invalidated meanwhile
-                self._entries[bot] = (self._clock(), stats)
-        except Exception as exc:  # keep serving the old statistics; the next query tries again
-            log.warning("term statistics refresh failed", extra={"bot": bot, "error": str(exc)})
-        finally:
-            if self._refreshing.get(bot) is me:
-                del self._refreshing[bot]
+            if running.get(bot) is me:
+                del running[bot]
