@@ -268,6 +268,11 @@ class _Splitter:
         return parts
 
 
+# A platform without an escape (Slack, WhatsApp) formats `*not bold*` however the answer escaped it:
+# an escaped mark is sent as a look-alike that the platform never reads as one.
+LITERAL_MARKS = {"*": "\u2217", "_": "\uff3f", "~": "\u223c", "`": "\u02cb"}
+
+
 def outside(spans: re.Pattern[str], text: str, convert: Callable[[str], str]) -> str:
     """`text` with `convert` applied between the matches of `spans` (code, which a dialect converter must
     leave as written); the matches pass through unchanged."""

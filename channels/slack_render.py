@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from markdown_to_mrkdwn import SlackMarkdownConverter
 
-from channels.render import outside
+from channels.render import LITERAL_MARKS, outside
 
 _HOLD = re.compile("\ue000(\\d+)\ue001")
 _FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
@@ -28,9 +28,6 @@ _MD_LINK = re.compile(
 )
 # An HTML entity a model wrote ("A &amp; B") is a character in Markdown, as in CommonMark; with a semicolon only.
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
-# Slack has no escape: `\*not bold\*` sent as `*not bold*` was bold. A look-alike Slack never reads as a mark
-# stands in for an escaped one (as on WhatsApp).
-_LITERAL = {"*": "\u2217", "_": "\uff3f", "~": "\u223c", "`": "\u02cb"}
 _AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
 _BARE_URL = re.compile(r"https?://[^\s<>\"`]+")
 # Slack's *bold* and ~strike~: one mark, at word edges ("2*3*4" is no bold), never across a line.
@@ -104,7 +101,7 @@ def _prose_to_mrkdwn(text: str) -> str | None:
         return (hold(f"<{safe}>") if safe else escape_mrkdwn(url)) + escape_mrkdwn(trail)
 
     text = _INLINE_CODE.sub(lambda m: hold("`" + escape_mrkdwn(m.group(2)) + "`"), text)
-    text = _MD_ESCAPE.sub(lambda m: hold(escape_mrkdwn(_LITERAL.get(m.group(1), m.group(1)))), text)
+    text = _MD_ESCAPE.sub(lambda m: hold(escape_mrkdwn(LITERAL_MARKS.get(m.group(1), m.group(1)))), text)
     text = _MD_LINK.sub(link, text)
     text = _AUTOLINK.sub(lambda m: hold(f"<{safe_link_url(m.group(1)) or escape_mrkdwn(m.group(1))}>"), text)
     text = _BARE_URL.sub(bare, text)

@@ -16,11 +16,10 @@ import re
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 
+from channels.render import LITERAL_MARKS
+
 # text_join off: an escaped or entity character (`\*`, `&#42;`) stays its own token, so it can be kept literal.
 _md = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"]).disable("text_join")
-# WhatsApp has no escape: `\*not bold\*` sent as `*not bold*` was bold. A look-alike that WhatsApp never reads
-# as a mark stands in for an escaped one.
-_LITERAL = {"*": "\u2217", "_": "\uff3f", "~": "\u223c", "`": "\u02cb"}
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
 
@@ -72,7 +71,7 @@ def _inline(nodes: list[SyntaxTreeNode], *, plain_emphasis: bool = False) -> str
         elif node.type == "text":
             out.append(_BR.sub("\n", node.content))
         elif node.type == "text_special":
-            out.append(_LITERAL.get(node.content, node.content))
+            out.append(LITERAL_MARKS.get(node.content, node.content))
         elif node.type in ("softbreak", "hardbreak"):
             out.append("\n")
         elif node.type == "code_inline":
