@@ -72,14 +72,21 @@ async def list_bots(request: Request, response: Response) -> dict[str, Any]:
                      for b in svc.settings.bots if b.channels.web is not None and b.channels.web.enabled]}
 
 
-def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | None:
-    svc = services(request)
+def _without_web_chat(request: Request, bot: str) -> JSONResponse | None:
+    """404 for an unknown bot or one whose web chat is off: its chat and its transcripts alike."""
     try:
-        settings = svc.settings.bot(bot)
+        settings = services(request).settings.bot(bot)
     except KeyError:
         return error(404, f"unknown bot {bot!r}")
     if settings.channels.web is None or not settings.channels.web.enabled:
         return error(404, f"bot {bot!r} has no web chat")
+    return None
+
+
+def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | None:
+    if (refused := _without_web_chat(request, bot)) is not None:
+        return refused
+    settings = services(request).settings.bot(bot)
     if not CLIENT_ID.fullmatch(body.session_id):
         return error(422, f"session_id must be {CLIENT_ID_RULE}")
     # As for an operator's reply: an id is a dedupe key, and "" or "bad id!" were stored as one.
@@ -243,12 +250,11 @@ async def _reply_for(svc, message_id: int) -> dict[str, Any]:
 
 @router.get("/v1/bots/{bot}/sessions/{session_id}/messages")
 async def session_messages(bot: str, session_id: str, request: Request, after: AfterId = 0) -> JSONResponse:
-    """The session's transcript after message `after`, operator replies included."""
+    """The session's transcript after message `after`, operator replies included. None of a bot whose
+    web chat is off: turning it off (a leaked session id, a retired widget) closes its transcripts too."""
     svc = services(request)
-    try:
-        svc.settings.bot(bot)
-    except KeyError:
-        return error(404, f"unknown bot {bot!r}")
+    if (refused := _without_web_chat(request, bot)) is not None:
+        return refused
     if not CLIENT_ID.fullmatch(session_id):
         return error(422, f"session_id must be {CLIENT_ID_RULE}")
     async with svc.sessions() as session:

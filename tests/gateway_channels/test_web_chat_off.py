@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.models import ConversationRef, InboundMessage, Sender
 from tests.gateway_channels.conftest import gateway_app
 
 
@@ -18,3 +19,15 @@ async def test_a_bot_whose_web_chat_is_off_has_no_public_chat(tmp_path, web) -> 
 async def test_a_bot_without_a_web_key_has_the_web_chat(tmp_path) -> None:
     async with gateway_app(tmp_path, channels={}, env={}) as (client, _services):
         assert [b["name"] for b in (await client.get("/v1/bots")).json()["bots"]] == ["acme"]
+
+
+async def test_a_transcript_kept_from_before_the_web_chat_was_turned_off_is_not_served(tmp_path) -> None:
+    # Turning the web chat off (a leaked session id, a retired widget) closed the chat but not its
+    # transcripts: anyone holding a session id still read the conversation, operator replies included.
+    async with gateway_app(tmp_path, channels={"web": {"enabled": False}}, env={}) as (client, services):
+        stored = InboundMessage(channel="web", external_id="s-1/m-1", conversation=ConversationRef(channel="web", chat="s-1"),
+                                sender=Sender(external_id="s-1", display_name="Web visitor"), text="my card ends 4242")
+        await services.inbox.accept("acme", stored)
+        response = await client.get("/v1/bots/acme/sessions/s-1/messages")
+        assert response.status_code == 404 and "has no web chat" in response.json()["error"]
+        assert "4242" not in response.text
