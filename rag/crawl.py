@@ -10,13 +10,17 @@ The configured URL may point anywhere; what the fetched content points to may no
 A sitemap lists only its own site's pages (sitemaps.org), and a redirect is followed only within the
 site of the URL asked for. Otherwise whoever edits a listed page or the sitemap could make the
 gateway fetch an internal address (a cloud metadata service, an admin port) and put the answer in
-the knowledge base that customers read. Bodies are read up to a cap, gzip included.
+the knowledge base that customers read. robots.txt may redirect to another host (RFC 9309: a CDN),
+but not from a public site to a loopback, private or link-local address: its body never reaches the
+knowledge base, yet the GET alone reaches whatever listens there. Bodies are read up to a cap, gzip included.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import socket
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +66,23 @@ def same_site(url: str, other: str) -> bool:
     return same_port or (port_a == _DEFAULT_PORTS.get(a.scheme) and port_b == _DEFAULT_PORTS[b.scheme])
 
 
+def internal_host(url: str) -> bool:
+    """True when `url` names this machine or a private network by address (`127.0.0.1`, `10.0.0.5`,
+    `169.254.169.254`, `[::1]`, `[::ffff:127.0.0.1]`, `2130706433`) or as `localhost`. A name that resolves
+    to one is not seen here."""
+    host = (urlsplit(url).hostname or "").rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        try:  # the shorthand the resolver reads as an IPv4 address too: 2130706433, 0x7f.1, 127.1
+            address = ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return False
+    return not address.is_global
+
+
 async def fetch(
     url: str, *, client: httpx.AsyncClient, headers: dict[str, str] | None = None, max_bytes: int | None = None,
     any_site: bool = False, allowed: Callable[[str], bool] | None = None, deadline: float | None = None,
@@ -91,6 +112,8 @@ async def _fetch(url: str, *, client: httpx.AsyncClient, headers: dict[str, str]
                 location = str(response.next_request.url)
                 if not any_site and not same_site(url, location):
                     raise SourceError(f"{target} redirects to another site ({location}); not followed")
+                if any_site and internal_host(location) and not internal_host(url) and not same_site(url, location):
+                    raise SourceError(f"{target} redirects to an internal address ({location}); not followed")
                 if allowed is not None and not allowed(location):
                     raise SourceError(f"{target} redirects to {location}, which robots.txt disallows; not followed")
                 target = location

@@ -141,6 +141,43 @@ async def test_robots_txt_may_redirect_to_another_host(caplog):
     assert [d.doc_id for d in result.documents] == [f"{site}/faq"] and "/private" not in asked
 
 
+@pytest.mark.parametrize("internal", ["http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:6379/",
+                                      "http://[::1]/robots.txt", "http://10.0.0.5/robots.txt", "http://localhost/robots.txt",
+                                      "http://2130706433/", "http://0x7f.1/", "http://[::ffff:127.0.0.1]/"])
+async def test_a_public_sites_robots_txt_cannot_send_the_crawler_to_an_internal_address(internal):
+    """A robots.txt redirect may leave its host, but a public site's may not reach this machine or its
+    network: the GET alone reaches what listens there. A public site cannot be served on this machine,
+    so its answers come from a transport that records every request."""
+    asked: list[str] = []
+
+    def public_site(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        if request.url.path == "/robots.txt":
+            return httpx.Response(301, headers={"Location": internal})
+        return httpx.Response(200, text=sitemap("https://docs.example.com/faq").text, headers={"content-type": "application/xml"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(public_site), timeout=5) as client:
+        with pytest.raises(SourceError, match="internal address"):
+            await load_sitemap("https://docs.example.com/sitemap.xml", client=client)
+    assert asked == ["https://docs.example.com/robots.txt"]
+
+
+async def test_a_public_sites_robots_txt_may_still_redirect_to_another_public_host():
+    def public(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "docs.example.com" and request.url.path == "/robots.txt":
+            return httpx.Response(301, headers={"Location": "https://cdn.example.net/robots.txt"})
+        if request.url.path == "/robots.txt":
+            return httpx.Response(200, text="User-agent: *\nDisallow: /private\n")
+        if request.url.path == "/sitemap.xml":
+            return httpx.Response(200, text=sitemap("https://docs.example.com/faq", "https://docs.example.com/private").text,
+                                  headers={"content-type": "application/xml"})
+        return httpx.Response(200, text=PAGE.format("Billing FAQ"), headers={"content-type": "text/html"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(public), timeout=5) as client:
+        result = await load_sitemap("https://docs.example.com/sitemap.xml", client=client)
+    assert [d.doc_id for d in result.documents] == ["https://docs.example.com/faq"]
+
+
 async def test_robots_txt_wildcards_and_redirects_are_honoured():
     robots = web.Response(text="User-agent: *\nDisallow: /*.pdf$\nDisallow: /priv*\nAllow: /private/press\n")
     routes = {
