@@ -178,14 +178,18 @@ class SlackOperatorChannel:
         (a timeout), read from the channel's recent history; None when there is none or the app may
         not read the history (then a second header is the lesser harm)."""
         marker = _header_title(escalation)
+        adapter = self._adapters[(escalation.bot, "slack")]
         try:
-            response = await self._adapters[(escalation.bot, "slack")].client.conversations_history(
+            response = await adapter.client.conversations_history(
                 channel=channel, oldest=f"{as_utc(escalation.created_at).timestamp() - 60:.6f}", limit=200)
         except Exception as exc:
             log.info("slack_operator.history_unavailable", escalation_id=escalation.id, error=str(exc))
             return None
         for message in response.get("messages") or []:
-            if (message.get("text") or "").startswith(marker) and message.get("thread_ts") in (None, message.get("ts")):
+            # Only the app's own post: anyone in the channel can write a message that starts like a header,
+            # and the customer's messages would then be relayed under it.
+            ours = bool(message.get("bot_id")) and adapter.bot_user_id in (None, message.get("user"))
+            if ours and (message.get("text") or "").startswith(marker) and message.get("thread_ts") in (None, message.get("ts")):
                 return str(message["ts"])
         return None
 

@@ -29,6 +29,7 @@ from aiohttp import WSMsgType, web
 BOT_TOKEN = "xoxb-test-token"
 APP_TOKEN = "xapp-test-token"
 BOT_USER_ID = "UBOT"
+BOT_ID = "BBOT"
 
 
 @dataclass
@@ -65,6 +66,8 @@ class FakeSlack:
     delays: dict[str, float] = field(default_factory=dict)
     delayed: int = 0  # calls waiting out a delay now: they take a failure scripted meanwhile
     deleted: list[str] = field(default_factory=list)  # ts of messages removed with chat.delete
+    # Messages people wrote in channels (`say`), which the history lists beside the app's own posts.
+    written: list[dict[str, Any]] = field(default_factory=list)
     # What auth.test reports in `x-oauth-scopes`, as Slack does on every Web API answer.
     scopes: list[str] = field(default_factory=lambda: ["chat:write", "channels:history", "groups:history", "im:history",
                                                        "app_mentions:read", "channels:read"])
@@ -118,6 +121,13 @@ class FakeSlack:
     def count(self, method: str) -> int:
         """How many times a method was called."""
         return len(self.calls_to(method))
+
+    def say(self, channel: str, text: str, *, user: str = "UMEMBER") -> str:
+        """A person's message in `channel` (not through the app); returns its ts."""
+        self._ts += 1
+        ts = f"1700000000.{self._ts:06d}"  # one counter with the app's posts, so the history keeps their order
+        self.written.append({"channel": channel, "text": text, "ts": ts, "user": user})
+        return ts
 
     def posted(self) -> list[dict[str, Any]]:
         """The messages that really went through chat.postMessage (as Slack stored them)."""
@@ -176,7 +186,7 @@ class FakeSlack:
 
     def _answer(self, method: str, call: Call) -> dict[str, Any]:
         if method == "auth.test":
-            return {"ok": True, "user_id": BOT_USER_ID, "bot_id": "BBOT", "team_id": "T111", "user": "gateway"}
+            return {"ok": True, "user_id": BOT_USER_ID, "bot_id": BOT_ID, "team_id": "T111", "user": "gateway"}
         if method == "apps.connections.open":
             return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link?ticket=t"}
         if method == "chat.postMessage":
@@ -204,10 +214,13 @@ class FakeSlack:
         only with include_all_metadata."""
         thread = params.get("ts") if "ts" in params else None
         out = []
-        for posted in reversed(self.posted()):
+        # The app's posts carry its bot user and bot id, as Slack lists them; a person's only their user.
+        mine = [{**posted, "user": BOT_USER_ID, "bot_id": BOT_ID} for posted in self.posted()]
+        for posted in sorted([*mine, *self.written], key=lambda m: float(m["ts"]), reverse=True):
             if posted.get("channel") != params.get("channel") or (thread and posted.get("thread_ts") != thread):
                 continue
-            message = {"type": "message", "text": posted.get("text"), "ts": posted["ts"], "thread_ts": posted.get("thread_ts")}
+            message = {"type": "message", "text": posted.get("text"), "ts": posted["ts"], "thread_ts": posted.get("thread_ts"),
+                       "user": posted["user"], **({"bot_id": posted["bot_id"]} if "bot_id" in posted else {})}
             if posted.get("metadata") and str(params.get("include_all_metadata")).lower() in ("true", "1"):
                 message["metadata"] = posted["metadata"]
             out.append(message)

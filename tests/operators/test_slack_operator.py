@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 
 from gateway.models import utcnow
 from gateway.operators.slack_operator import THREAD_WAIT_SECONDS
-from storage.models import Conversation, EscalationEvent, Message
+from storage.models import Conversation, Escalation, EscalationEvent, Message
 from tests.fakes.slack_api import BOT_USER_ID, sign
 from tests.gateway_channels.conftest import wait_until
 from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET
@@ -260,6 +260,25 @@ async def test_a_header_slack_took_without_answering_is_found_not_posted_twice(c
     assert (await client.services.escalations.get(escalation_id, bots=None)).slack_ts == landed.params["_ts"]
 
 
+async def test_a_members_message_that_reads_like_a_header_is_not_taken_for_the_thread(client, slack):
+    # The header was refused; someone in the channel wrote "Escalation #N (acme)…" meanwhile. That is
+    # not the app's post: the customer's messages must go under a header the app posts, not under it.
+    slack.fail("chat.postMessage", channel=OPS_CHANNEL, error="service_unavailable")
+    ask = _event({"type": "message", "channel_type": "im", "channel": "DFAKE", "user": "UFAKE",
+                  "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, "EvFakeAsk")
+    assert (await _post_event(client, ask)).status_code == 200
+    await wait_until(lambda: any(c.params.get("channel") == "DFAKE" for c in slack.calls_to("chat.postMessage")))
+    await client.services.escalations.drain()
+    async with client.services.sessions() as session:
+        escalation_id = (await session.execute(select(func.max(Escalation.id)))).scalar_one()
+    planted = slack.say(OPS_CHANNEL, f"Escalation #{escalation_id} (acme): reply in this thread")
+
+    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=THREAD_WAIT_SECONDS + 1))
+    thread = (await client.services.escalations.get(escalation_id, bots=None)).slack_ts
+    assert thread is not None and thread != planted
+    assert any(c.params.get("_ts") == thread and c.params.get("blocks") for c in slack.calls_to("chat.postMessage"))
+
+
 async def test_a_customer_answering_in_their_channel_thread_reaches_the_operator_thread(client, slack):
     # The customer asked in a channel by mentioning the bot; the handoff was acknowledged in a thread under
     # their message, so their later replies there name them as the thread's author (parent_user_id).
@@ -333,7 +352,6 @@ async def test_a_click_on_another_bots_escalation_is_not_answered_in_that_bots_t
     """Refused clicks are explained in the escalation's thread. For another bot's escalation (NotFound
     here) that thread is not this bot's: the refusal was posted under the other bot's header."""
     from gateway.operators.slack_actions import Click
-    from storage.models import Escalation
 
     async with client.services.sessions() as session, session.begin():
         conversation = Conversation(bot="globex", channel="web", chat="elsewhere")
