@@ -234,10 +234,15 @@ class SlackAdapter:
             return {}
         landed: dict[int, str] = {}
         for posted in response.get("messages") or []:
+            # This app's own posts only: another app in the chat (a second deployment of the gateway, whose
+            # reply keys are its own "m…" too) may post the same metadata, and its parts are not ours.
+            if self.bot_user_id is not None and posted.get("user") != self.bot_user_id:
+                continue
             metadata = posted.get("metadata") or {}
             payload = metadata.get("event_payload") or {}
-            if metadata.get("event_type") == REPLY_EVENT and payload.get("reply") == reply:
-                landed[int(payload.get("part", -1))] = str(posted.get("ts"))
+            part = payload.get("part")  # Slack keeps any JSON here: an app's "first" was a ValueError that failed the send
+            if metadata.get("event_type") == REPLY_EVENT and payload.get("reply") == reply and isinstance(part, int):
+                landed[part] = str(posted.get("ts"))
         if landed:
             log.info("slack.reconciled", bot=self.bot, chat=conv.chat, reply=reply, parts=sorted(landed))
         return landed

@@ -9,7 +9,7 @@ from gateway.errors import ChannelSendError, RecipientUnreachable
 from gateway.models import Citation, ConversationRef, OutboundMessage
 from gateway.settings import SlackChannel
 from tests.channels.slack_helpers import SECRET, Sleeps, fake_fixture, make_adapter  # noqa: F401 - `fake` fixture
-from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, FakeSlack
 
 CONV = ConversationRef("slack", "T111", "C111", "1595926230.009600")
 
@@ -181,3 +181,19 @@ async def test_slack_retry_in_a_new_process_resumes_from_the_outbox_record_witho
 async def test_slack_first_attempt_does_not_read_history(fake: FakeSlack):
     await make_adapter(fake).send(OutboundMessage(CONV, "hello", idempotency_key="m8", attempt=1))
     assert fake.count("conversations.replies") == fake.count("conversations.history") == 0
+
+
+async def test_slack_retry_does_not_take_another_apps_post_for_a_landed_part(fake: FakeSlack):
+    # Another app in the channel (a second deployment of the gateway, whose message ids are its own)
+    # posted metadata naming the same reply and part: only this app's own posts are its landed parts.
+    fake.fail_call("chat.postMessage", 1, status=500)
+    adapter = make_adapter(fake)
+    adapter.bot_user_id = BOT_USER_ID  # learned by auth.test at start
+    with pytest.raises(ChannelSendError):
+        await adapter.send(OutboundMessage(CONV, "hello", idempotency_key="m5", attempt=1))
+    fake.say(CONV.chat, "staging says hi", user="USTAGING", bot_id="BSTAGING", thread_ts=CONV.thread,
+             metadata={"event_type": "gateway_reply", "event_payload": {"reply": "m5", "part": 0}})
+    fake.say(CONV.chat, "odd", user="USTAGING", bot_id="BSTAGING", thread_ts=CONV.thread,
+             metadata={"event_type": "gateway_reply", "event_payload": {"reply": "m5", "part": "first"}})
+    ids = await adapter.send(OutboundMessage(CONV, "hello", idempotency_key="m5", attempt=2))
+    assert [p["text"] for p in fake.posted()] == ["hello"] and ids == [fake.posted()[0]["ts"]]

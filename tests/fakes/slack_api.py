@@ -122,11 +122,14 @@ class FakeSlack:
         """How many times a method was called."""
         return len(self.calls_to(method))
 
-    def say(self, channel: str, text: str, *, user: str = "UMEMBER") -> str:
-        """A person's message in `channel` (not through the app); returns its ts."""
+    def say(self, channel: str, text: str, *, user: str = "UMEMBER", thread_ts: str | None = None,
+            bot_id: str | None = None, metadata: dict[str, Any] | None = None) -> str:
+        """A message in `channel` written by someone else than this app (a person, or another app with
+        `bot_id` and maybe `metadata`); returns its ts."""
         self._ts += 1
         ts = f"1700000000.{self._ts:06d}"  # one counter with the app's posts, so the history keeps their order
-        self.written.append({"channel": channel, "text": text, "ts": ts, "user": user})
+        self.written.append({"channel": channel, "text": text, "ts": ts, "user": user, "thread_ts": thread_ts,
+                             **({"bot_id": bot_id} if bot_id else {}), **({"metadata": metadata} if metadata else {})})
         return ts
 
     def posted(self) -> list[dict[str, Any]]:
