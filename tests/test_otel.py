@@ -66,6 +66,8 @@ async def test_request_spans_are_named_by_route_not_by_path(tmp_path, help_cente
             await http.get("/no/such/page")
     names = [s.name for s in spans.get_finished_spans()]
     assert names == ["GET /v1/bots/{bot}/sessions/{session_id}/messages"] * 2 + ["GET"]
+    # Nor is the session id in the raw path: it is all it takes to read the conversation and write as the visitor.
+    assert [s.attributes["url.path"] for s in spans.get_finished_spans()][:2] == ["/v1/bots/acme/sessions/…/messages"] * 2
 
 
 def test_tracing_is_a_no_op_until_configured():

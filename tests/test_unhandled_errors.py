@@ -3,6 +3,7 @@ a database that cannot be reached is a 503 with Retry-After."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 
@@ -14,6 +15,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from gateway.http.unhandled import UnhandledErrors
+from gateway.observability.logs import configure_logging
 from tests.conftest import app_client
 
 
@@ -68,6 +70,23 @@ async def test_a_database_gone_away_is_a_503_with_retry_after(tmp_path) -> None:
         assert response.status_code == 503, response.text
         assert response.json() == {"error": "the database is unavailable; try again shortly"}
         assert response.headers["Retry-After"] == "5"
+
+
+async def test_a_transcript_poll_in_an_outage_is_logged_without_its_session_id(tmp_path, capsys) -> None:
+    """The 503's log line named the raw path, and with it the web session id: a bearer secret in the log
+    of every visitor whose widget polled during the outage."""
+    database = tmp_path / "db" / "gateway.db"
+    bots = [{"name": "acme", "channels": {"web": {}}}]
+    async with app_client(tmp_path, bots=bots, start_worker=False, database_url=f"sqlite+aiosqlite:///{database}") as client:
+        configure_logging(level="INFO", fmt="json")  # as serve logs: through the shared redaction
+        await client.services.engine.dispose()
+        shutil.move(database.parent, tmp_path / "gone")
+        transcript = await client.get("/v1/bots/acme/sessions/web-5ecret5e55ion/messages")
+        shutil.move(tmp_path / "gone", database.parent)
+    assert transcript.status_code == 503
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    (outage,) = [line for line in lines if line["event"] == "http.database_unavailable"]
+    assert outage["path"] == "/v1/bots/acme/sessions/…/messages" and "5ecret" not in repr(lines)
 
 
 async def test_a_refused_database_connection_is_a_503() -> None:

@@ -120,9 +120,17 @@ def redact(text: str) -> str:
         text = pattern.sub("[REDACTED]", text)
     if "+" in text:  # logs hold ids, not phone numbers (docs/data.md); the conversation id names the chat
         text = _PHONE.sub(r"\1…\2", text)
+    text = without_session_ids(text)
     return _URL_PASSWORD.sub(r"\1[REDACTED]@", text) if "://" in text else text
 
 
+def without_session_ids(text: str) -> str:
+    """`text` with each web chat session id in a transcript path masked (`/v1/bots/acme/sessions/…/messages`):
+    a session id is all it takes to read the conversation and write as the visitor (README: Tools)."""
+    return _SESSION_PATH.sub(r"\1…", text) if "/sessions/" in text else text
+
+
+_SESSION_PATH = re.compile(r"(/v1/bots/[^/\s]+/sessions/)[^/\s?#]+")
 _URL_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@")
 _PHONE = re.compile(r"(?<![\w+])(\+)\d{3,11}(\d{4})(?!\d)")  # E.164: "+" and 7-15 digits
 

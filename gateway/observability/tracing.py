@@ -18,6 +18,7 @@ import structlog
 from opentelemetry.trace import SpanKind
 
 from gateway.observability import otel
+from gateway.observability.logs import without_session_ids
 from gateway.observability.metrics import UNMATCHED_ROUTE, route_template
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -87,7 +88,7 @@ class RequestContextMiddleware:
         is_webhook = path.startswith("/webhooks/")
         method = scope.get("method", "GET")
         with otel.span(method, parent=headers.get("traceparent"), kind=SpanKind.SERVER,
-                       attributes={"http.request.method": method, "url.path": path}) as span:
+                       attributes={"http.request.method": method, "url.path": without_session_ids(path)}) as span:
             trace_id = otel.trace_id_of(span) or trace_id_from_headers(headers)
             span_id = format(span.get_span_context().span_id, "016x") if otel.trace_id_of(span) else secrets.token_hex(8)
 
