@@ -10,6 +10,7 @@ from sqlalchemy import func, select, text
 
 from gateway.http.deps import services, utc_iso
 from gateway.models import as_utc, utcnow
+from gateway.observability.logs import redact
 from rag.ingest_runs import latest_runs
 from storage import repositories as repo
 from storage.models import Message
@@ -52,7 +53,7 @@ async def readyz(request: Request) -> JSONResponse:
                 await svc.knowledge.ping()
             checks["qdrant"] = "ok"
         except Exception as exc:
-            checks["qdrant"] = f"error: {type(exc).__name__}: {exc}"[:200]
+            checks["qdrant"] = redact(f"error: {type(exc).__name__}: {exc}")[:200]
     ready = all(v == "ok" for v in checks.values())
     body = {"status": "ready" if ready else "not ready", "role": svc.role, "checks": checks,
             # Long-lived platform connections (the Discord gateway), reported without failing readiness.
@@ -99,8 +100,9 @@ async def _last_ingests(svc) -> dict[str, dict[str, object]]:
             run = runs.get((bot.name, source.name))
             out[f"{bot.name}/{source.name}"] = {"status": "never run"} if run is None else {
                 "status": run.status, "started_at": utc_iso(run.started_at),
-                # The last error says what is wrong now; the count says whether it is one page or many.
-                **({"error": run.errors[-1], "errors": len(run.errors)} if run.errors and run.status != "ok" else {})}
+                # The last error says what is wrong now; the count says whether it is one page or many. Redacted
+                # as the log is: /readyz answers anyone, and a sitemap's URL may carry a password.
+                **({"error": redact(run.errors[-1]), "errors": len(run.errors)} if run.errors and run.status != "ok" else {})}
     return out
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+from aiohttp import web
 
 from gateway.app import create_app
 from gateway.settings import load_settings
 from rag.ingest_runs import INTERRUPTED, IngestReport, latest_runs, record_run, start_run
 from storage.models import IngestRun
-from tests.conftest import upgrade, write_config
+from tests.conftest import app_client, upgrade, write_config
+from tests.fakes.web_server import serving
 
 
 async def test_a_run_left_running_by_a_killed_process_is_marked_interrupted_by_the_next(sessions):
@@ -43,3 +45,22 @@ async def test_readyz_and_metrics_show_a_failing_source(tmp_path):
     gone = ready.json()["ingest"]["acme/gone"]
     assert gone["status"] == "failed" and "knowledge directory not found" in gone["error"] and gone["errors"] == 1
     assert 'gateway_ingest_last_run_ok{bot="acme",source="gone"} 0.0' in metrics
+
+
+async def test_readyz_shows_a_failing_sources_error_without_the_password_in_its_url(tmp_path):
+    """/readyz answers anyone; the error of a sitemap whose URL carries a password named it whole."""
+    async def broken(_request: web.Request) -> web.Response:
+        return web.Response(status=500, text="down")
+
+    app_ = web.Application()
+    app_.router.add_get("/{tail:.*}", broken)
+    async with serving(app_) as base:
+        url = base.replace("http://", "http://docs-reader:pw-9f8e7d6c5b@") + "/sitemap.xml"
+        bot = {"name": "acme", "sources": [{"name": "docs", "type": "sitemap", "url": url, "schedule": "0 3 * * *"}]}
+        async with app_client(tmp_path, bots=[bot], start_worker=False) as client:
+            [report] = await client.services.knowledge.ingest()
+            ready = await client.get("/readyz")
+    assert report.status == "failed" and "pw-9f8e7d6c5b" in report.errors[-1]  # the operator's own CLI shows it
+    docs = ready.json()["ingest"]["acme/docs"]
+    assert docs["status"] == "failed" and "docs-reader:[REDACTED]@" in docs["error"]
+    assert "pw-9f8e7d6c5b" not in ready.text
