@@ -73,9 +73,12 @@ async def _apply(sessions: async_sessionmaker[AsyncSession], *, bot: str, channe
     `parked_id`: the parked receipt it came from, dropped in the same transaction (apart, a reader
     could see the reply delivered and its receipt still parked)."""
     async with sessions() as session, session.begin():
-        delivery = (await session.execute(select(Delivery).where(
-            Delivery.channel == channel, Delivery.provider_id == provider_id).order_by(Delivery.id.desc()).limit(1)
-            .with_for_update())).scalars().first()  # two receipts for one part must not interleave
+        # The bot's own parts only: a receipt comes to the webhook of the bot that sent the part (its status
+        # callback), and one on another bot's route, signed with that bot's token, must not touch this one's.
+        delivery = (await session.execute(select(Delivery).join(Message, Message.id == Delivery.message_id).where(
+            Delivery.channel == channel, Delivery.provider_id == provider_id, Message.bot == bot)
+            .order_by(Delivery.id.desc()).limit(1)
+            .with_for_update(of=Delivery))).scalars().first()  # two receipts for one part must not interleave
         if delivery is None:
             return False
         if parked_id is not None:

@@ -69,3 +69,19 @@ async def test_unadopted_receipts_are_purged_after_their_ttl(migrated_url):
         assert await purge_early_receipts(session) == 1
     assert await _parked(sessions) == [("SM-new", "failed")]
     await engine.dispose()
+
+
+async def test_a_receipt_on_another_bots_webhook_does_not_touch_this_bots_reply(migrated_url):
+    """Twilio sends a reply's receipts to the webhook of the bot that sent it (its status_callback). One
+    that came in on another bot's route, signed with that bot's auth token, named this bot's message and
+    marked it failed (with 63016, sent it again as a template)."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    reply_id = await _reply_with_parts(sessions, ["SM-acme"])
+    await record_receipt(sessions, bot="beta", channel="whatsapp", provider_id="SM-acme", status="failed",
+                         error_code="63016")
+    assert await _status(sessions, reply_id) == "sent"
+    await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-acme", status="delivered",
+                         error_code=None)
+    assert await _status(sessions, reply_id) == "delivered"
+    await engine.dispose()
