@@ -35,6 +35,7 @@ class Click:
     user_id: str
     action_id: str
     escalation_id: int
+    header_ts: str | None = None  # the ts of the message the button is on (Slack's `container.message_ts`)
 
 
 def first_click(payload: dict[str, Any]) -> Click | None:
@@ -53,7 +54,10 @@ def first_click(payload: dict[str, Any]) -> Click | None:
         if not (isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= len(str(MAX_ID))
                 and 1 <= int(value) <= MAX_ID):
             raise BadRequest(f"the {action_id} button's `value` must be an escalation id (got {value!r:.40})")
-        return Click(user_id=user["id"], action_id=action_id, escalation_id=int(value))
+        container = payload.get("container")
+        header_ts = container.get("message_ts") if isinstance(container, dict) else None
+        return Click(user_id=user["id"], action_id=action_id, escalation_id=int(value),
+                     header_ts=header_ts if isinstance(header_ts, str) else None)
     return None
 
 

@@ -348,6 +348,18 @@ class SlackOperatorChannel:
     async def handle_action(self, bot: str, click: Click) -> str:
         """A Claim or Resolve click (`slack_actions.first_click`); returns what happened, for the log."""
         operator = f"slack:{click.user_id}"
+        if click.header_ts is not None:
+            # The button must be on this escalation's own header. An id can name another escalation by now:
+            # SQLite gives a deleted row's id again (`gateway forget`, retention), and a header left from
+            # the deleted one would claim or resolve the new conversation.
+            async with self._sessions() as session:
+                row = await session.get(Escalation, click.escalation_id)
+            if row is not None and row.bot == bot and row.slack_ts is not None and row.slack_ts != click.header_ts:
+                channel = self.channel_for(bot)
+                if channel:
+                    await self._post(bot, channel, f"{_mention(operator)}: this header's conversation was deleted; "
+                                                   "nothing was changed", thread_ts=click.header_ts)
+                return f"refused: the button is on header {click.header_ts}, not escalation {row.id}'s"
         try:
             if click.action_id == CLAIM_ACTION:
                 await self._escalations.claim(click.escalation_id, operator=operator, bots=[bot])

@@ -368,3 +368,23 @@ async def test_a_click_on_another_bots_escalation_is_not_answered_in_that_bots_t
     await asyncio.sleep(0.2)
     assert [c for c in slack.calls_to("chat.postMessage")[before:]
             if c.params.get("thread_ts") == "1700000000.000100"] == []
+
+
+async def test_a_button_left_on_a_deleted_escalations_header_does_not_act_on_the_one_that_took_its_id(client, slack):
+    # SQLite gives a deleted row's id again: the old header's Claim then named a new customer's escalation.
+    async with client.services.sessions() as session, session.begin():
+        conversation = Conversation(bot="acme", channel="web", chat="took-the-id")
+        session.add(conversation)
+        await session.flush()
+        escalation = Escalation(bot="acme", conversation_id=conversation.id, slack_ts="1700000000.000900")
+        session.add(escalation)
+        await session.flush()
+        escalation_id = escalation.id
+    for header_ts, state in (("1700000000.000800", "open"), ("1700000000.000900", "claimed")):
+        form = _click({"type": "block_actions", "user": {"id": "UOPS"}, "container": {
+            "type": "message", "message_ts": header_ts, "channel_id": OPS_CHANNEL},
+            "actions": [{"action_id": "escalation_claim", "value": str(escalation_id)}]})
+        response = await client.post("/webhooks/acme/slack/actions", content=form, headers={
+            "content-type": "application/x-www-form-urlencoded", **sign(form, secret=SIGNING_SECRET)})
+        assert response.status_code == 200
+        assert (await client.services.escalations.get(escalation_id, bots=None)).state == state, header_ts
