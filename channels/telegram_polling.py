@@ -121,8 +121,9 @@ class TelegramPoller:
                 if attempts < MAX_DELIVER_ATTEMPTS:
                     log.exception("telegram.deliver_failed", bot=self.bot_name, update_id=update_id, attempt=attempts)
                     return False
+                # Its length, not its text: logs hold ids, never what a customer wrote (docs/data.md).
                 log.exception("telegram.update_dropped", bot=self.bot_name, update_id=update_id,
-                              text=message.text[:200], attempts=attempts)
+                              chars=len(message.text), attempts=attempts)
         self.offset = update_id + 1
         return True
 

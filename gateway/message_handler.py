@@ -134,7 +134,7 @@ class MessageHandler:
             # refuses it): no more paid model calls; the customer gets the failure reply and a person.
             bound.error("pipeline.gave_up", attempts=attempt - 1)
             error = f"gave up after {attempt - 1} attempts that did not finish"
-            result = handoff(bot, FAILURE_REPLY, reason=error, error=error)
+            result = handoff(bot, FAILURE_REPLY, reason=error, trigger="gave_up", error=error)
             await self._finish(inbound, result, status="failed", error=error)
             return
         # Counted on its first attempt only: a message taken again after a crash is still one message.
@@ -156,11 +156,13 @@ class MessageHandler:
             if isinstance(exc, TimeoutError) and deadline.expired():
                 bound.warning("pipeline.timed_out", turn_timeout_s=turn_timeout)
                 reason = error = f"turn timed out after {turn_timeout:g}s (worker.turn_timeout)"
+                trigger = "timed_out"
             else:
                 bound.exception("pipeline.failed")
                 reason, error = f"pipeline error: {type(exc).__name__}", str(exc)[:500]
+                trigger = "pipeline_error"
             # What the turn spent and did until then is stored with the failure reply.
-            result = handoff(turn.bot, FAILURE_REPLY, reason=reason, error=error,
+            result = handoff(turn.bot, FAILURE_REPLY, reason=reason, trigger=trigger, error=error,
                              usage=turn.record.usage, tool_calls=turn.record.tool_calls)
         finally:
             if typing is not None:
@@ -186,7 +188,8 @@ class MessageHandler:
         if self._metrics:
             self._metrics.observe_stage("pipeline", time.monotonic() - started)
             self._metrics.record_usage(inbound.bot, result.usage)
-        bound.info("pipeline.done", replied=result.reply is not None, escalate=result.escalate,
+        bound.info("pipeline.done", replied=result.reply is not None,
+                   escalate=(result.trigger or "other") if result.escalate else None,
                    duration_ms=round((time.monotonic() - started) * 1000))
 
     async def _count_attempt(self, inbound: Message) -> int:
@@ -280,7 +283,8 @@ class MessageHandler:
                 session.add_all(usage_record(inbound.bot, row, conversation_id=conversation.id, message_id=inbound.id)
                                 for row in result.usage)
                 if result.escalate and self._on_escalate is not None:
-                    await self._on_escalate(session, conversation=conversation, reason=result.escalate)
+                    await self._on_escalate(session, conversation=conversation, reason=result.escalate,
+                                           trigger=result.trigger or "other")
             message.status = status
             message.error = storable_text(error) if error else error
             message.updated_at = utcnow()

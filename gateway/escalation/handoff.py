@@ -80,8 +80,10 @@ class Escalations(ClaimTransitions):
     # ---- bot side: open inside the worker's transaction ---------------------------------------
 
     async def open_in(self, session: AsyncSession, *, conversation: Conversation, reason: str,
-                      actor: str = "bot") -> Escalation:
-        """Escalate inside the caller's transaction; an already open escalation is reused."""
+                      actor: str = "bot", trigger: str = "other") -> Escalation:
+        """Escalate inside the caller's transaction; an already open escalation is reused. `trigger`
+        names what opened it (`PipelineResult.trigger`): the log gets it and the reason's length, never
+        the reason, which may be the model's words quoting the customer (operators read it in full)."""
         moved = await session.execute(
             update(Conversation).where(Conversation.id == conversation.id, Conversation.state == "bot")
             .values(state="waiting", assigned_operator=None).execution_options(synchronize_session=False))
@@ -103,7 +105,7 @@ class Escalations(ClaimTransitions):
         def stored(_session) -> None:
             # Once committed: the caller's transaction may still roll back (the turn is then taken again
             # and escalates again), which logged and counted one escalation twice, the first never stored.
-            log.info("escalation.opened", **opened, reason=reason)
+            log.info("escalation.opened", **opened, trigger=trigger, reason_chars=len(reason))
             if self._metrics:
                 self._metrics.escalations.labels(bot=opened["bot"]).inc()
 

@@ -80,6 +80,8 @@ class PipelineResult:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     usage: list[dict[str, Any]] = field(default_factory=list)
     escalate: str | None = None
+    # What opened the escalation, for the log: `escalate` may be the model's words, quoting the customer.
+    trigger: str | None = None
     answered: bool = True
     error: str | None = None
     author: str = "bot"
@@ -123,11 +125,12 @@ class Pipeline:
         wanted = _asks_for_human(text, turn.bot)
         if wanted:
             return PipelineResult(reply=turn.bot.escalation.acknowledgement, escalate=f"customer asked: {wanted!r}",
-                                  answered=False)
+                                  trigger="customer_asked", answered=False)
         kind = _small_talk_in_context(text, turn)
         if kind == "accepts_offer":
             return PipelineResult(reply=turn.bot.escalation.acknowledgement,
-                                  escalate="customer said yes to the offer of a person", answered=False)
+                                  escalate="customer said yes to the offer of a person", trigger="offer_accepted",
+                                  answered=False)
         if kind is not None:
             bound.info("pipeline.small_talk", kind=kind)
             return PipelineResult(reply=turn.bot.thanks_text if kind == "thanks" else turn.greeting or DEFAULT_GREETING,
@@ -136,7 +139,7 @@ class Pipeline:
         if await self._budget_spent(turn, bound):
             # Checked before any model call (the rewrite is one): a spent budget means none at all today.
             bound.warning("pipeline.budget_spent")
-            return handoff(turn.bot, BUDGET_REPLY, reason=BUDGET_ESCALATION)
+            return handoff(turn.bot, BUDGET_REPLY, reason=BUDGET_ESCALATION, trigger="budget")
         record = turn.record
         queries = [text]
         if self._rewriter is not None and turn.history:
@@ -150,7 +153,8 @@ class Pipeline:
         except RetrievalError as exc:
             self._observe("retrieve", started)  # as for the llm stage below: an outage's wait is latency too
             bound.error("retrieval.unavailable", error=str(exc))
-            return handoff(turn.bot, SEARCH_DOWN_REPLY, reason="knowledge base unavailable", queries=queries,
+            return handoff(turn.bot, SEARCH_DOWN_REPLY, reason="knowledge base unavailable", trigger="search_down",
+                           queries=queries,
                            usage=record.usage)
         self._observe("retrieve", started)
         hits = list(found.hits)
@@ -167,20 +171,22 @@ class Pipeline:
             # retries left the stage's latency looking healthy.
             self._observe("llm", started)
             bound.error("llm.all_models_failed", error=str(exc))
-            return handoff(turn.bot, LLM_DOWN_REPLY, reason="every model failed", queries=queries,
+            return handoff(turn.bot, LLM_DOWN_REPLY, reason="every model failed", trigger="llm_down", queries=queries,
                            retrieved=_retrieved(hits), usage=record.usage, tool_calls=record.tool_calls)
         self._observe("llm", started)
         escalate, reply = answer.escalate, answer.text
+        trigger = "assistant" if escalate else None  # the model's `escalate_to_human`
         if not escalate and not answer.answered and turn.bot.escalation.enabled:
             limit = turn.bot.escalation.max_unanswered_turns
             if limit and turn.unanswered_turns + 1 >= limit:
                 escalate = f"{turn.unanswered_turns + 1} consecutive turns without an answer"
+                trigger = "unanswered_turns"
                 # The escalation's acknowledgement follows this reply: an offer of a person in it
                 # ("Would you like me to get a person?") would ask what is already decided.
                 reply = _without_closing_question(reply) or turn.bot.escalation.acknowledgement
         return PipelineResult(
             reply=reply, citations=answer.citations, retrieved=_retrieved(hits), tool_calls=answer.tool_calls,
-            usage=record.usage, escalate=escalate, answered=answer.answered, queries=queries,
+            usage=record.usage, escalate=escalate, trigger=trigger, answered=answer.answered, queries=queries,
         )
 
     async def _budget_spent(self, turn: Turn, bound: Any) -> bool:
@@ -265,10 +271,11 @@ def holding_notice(bot: BotSettings, state: str) -> str:
     return configured or HOLDING_NOTICE
 
 
-def handoff(bot: BotSettings, reply: str, *, reason: str, **fields: Any) -> PipelineResult:
-    """A fixed reply that hands the conversation to a person (`reason` is the escalation's). A bot whose
+def handoff(bot: BotSettings, reply: str, *, reason: str, trigger: str, **fields: Any) -> PipelineResult:
+    """A fixed reply that hands the conversation to a person (`reason` is the escalation's, `trigger` its
+    kind for the log: `PipelineResult.trigger`). A bot whose
     `escalation.enabled` is false has no person to hand to: it opens no escalation, and says the reply's
     `PERSON_PROMISES` form instead."""
     if bot.escalation.enabled:
-        return PipelineResult(reply=reply, escalate=reason, answered=False, **fields)
+        return PipelineResult(reply=reply, escalate=reason, trigger=trigger, answered=False, **fields)
     return PipelineResult(reply=PERSON_PROMISES[reply], answered=False, **fields)

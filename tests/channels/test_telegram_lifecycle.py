@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+import structlog
 
 from channels.telegram import TelegramAdapter, set_webhook
 from gateway.errors import ChannelSendError, ConfigError
@@ -131,12 +132,17 @@ async def test_polling_skips_an_update_that_fails_for_another_reason_after_a_few
 
     await tg.start(deliver)
     try:
-        fake.push_update(_update("poison", update_id=9401))
-        fake.push_update(_update("next", update_id=9402))
-        await asyncio.wait_for(done.wait(), timeout=15)
+        with structlog.testing.capture_logs() as logs:
+            fake.push_update(_update("poison", update_id=9401))
+            fake.push_update(_update("next", update_id=9402))
+            await asyncio.wait_for(done.wait(), timeout=15)
     finally:
         await tg.stop()
     assert attempts.count("9401") == 3 and stored == ["9402"]
+    # The line says which update was dropped, not what the customer wrote in it (it had the text).
+    [dropped] = [e for e in logs if e["event"] == "telegram.update_dropped"]
+    assert dropped["update_id"] == 9401 and dropped["chars"] == len("poison")
+    assert "poison" not in repr(dropped)
 
 
 async def test_polling_backs_off_when_a_batch_moves_nothing(fake: FakeTelegramAPI) -> None:

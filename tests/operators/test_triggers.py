@@ -3,6 +3,7 @@ the model's `escalate_to_human` tool call, every model failing, and the off-hour
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
@@ -97,6 +98,31 @@ async def test_trigger_tool_call_escalates_once_then_bot_is_silent(client, fake)
     summary_request = fake.requests_for("primary")[-1]
     assert summary_request.messages[0]["content"] == SUMMARY_PROMPT
     assert "The second charge is 19.99" in summary_request.messages[1]["content"]
+
+
+@module_loop
+async def test_the_models_escalation_reason_is_not_logged_the_operator_reads_it(client, fake, capfd):
+    """The model's `escalate_to_human` reason is free text that quotes the customer: `escalation.opened`
+    and `pipeline.done` logged it whole. They now say what opened it and how long its reason is."""
+    reason = "Jane Doe (jane@example.com) says card 4111 was charged twice"
+    fake.script("primary", Turn(tool_calls=(ToolCallSpec("escalate_to_human", {"reason": reason}, id="call-pii"),)))
+    capfd.readouterr()
+
+    body = await _chat(client, "acme", "t-pii", "I was charged twice")
+
+    logged = ""
+    for _ in range(100):  # `pipeline.done` comes just after the reply the chat call waited for
+        logged += "".join(capfd.readouterr())
+        if "pipeline.done" in logged:
+            break
+        await asyncio.sleep(0.05)
+    [escalation] = await _escalations(client, body["conversation_id"])
+    assert escalation.reason == reason  # the operator's console and REST API read it from here
+    [opened] = [line for line in logged.splitlines() if "escalation.opened" in line]
+    assert "trigger=assistant" in opened and f"reason_chars={len(reason)}" in opened
+    [done] = [line for line in logged.splitlines() if "pipeline.done" in line]
+    assert "escalate=assistant" in done
+    assert "Jane" not in logged
 
 
 @module_loop
