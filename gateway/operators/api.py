@@ -10,7 +10,7 @@
 
 A wrong or missing token gets 401, before anything else about the request is looked at (its body
 included); an escalation of a bot the operator may not serve gets 404, the same as one that does not
-exist, so ids of other teams' conversations leak nothing.
+exist, so ids of other teams' conversations leak nothing; so does a list's `bot` filter naming such a bot.
 """
 
 from __future__ import annotations
@@ -154,6 +154,10 @@ async def list_escalations(request: Request, state: str | None = None, bot: str 
             # "waiting" is a conversation's state, not an escalation's: it matched nothing, silently.
             raise BadRequest(f"unknown state {', '.join(map(repr, unknown))}: an escalation is "
                              f"{', '.join(ESCALATION_STATES)} (a waiting conversation's escalation is open)")
+        if bot and bot not in svc.escalations.servable(op.bots):
+            # One answer for a bot that does not exist and one the operator does not serve (nor any
+            # longer configured): whether another team's bot exists is not theirs to learn here.
+            raise NotFound(f"no bot {bot!r} among the bots you serve")
         rows = await svc.escalations.find(bots=op.bots, state=",".join(states) or None, bot=bot)
         async with svc.sessions() as session:
             conversations = {c.id: c for c in (await session.execute(select(Conversation).where(

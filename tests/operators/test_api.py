@@ -52,6 +52,18 @@ async def test_api_an_unknown_state_filter_is_422_not_an_empty_list(client):
     assert (await client.get("/v1/escalations?state=open, claimed", headers=auth("sam"))).status_code == 200
 
 
+async def test_api_a_bot_filter_the_operator_cannot_serve_is_404_not_an_empty_list(client):
+    """`?bot=nope` answered 200 with no escalations, as if the bot had none. A bot that does not exist and
+    one the operator does not serve get the same 404, so another team's bot names leak nothing."""
+    unknown = await client.get("/v1/escalations?bot=nope", headers=auth("sam"))
+    not_served = await client.get("/v1/escalations?bot=other", headers=auth("sam"))
+    assert unknown.status_code == not_served.status_code == 404
+    assert unknown.json()["error"] == "no bot 'nope' among the bots you serve"
+    assert not_served.json()["error"] == "no bot 'other' among the bots you serve"
+    assert (await client.get("/v1/escalations?bot=nope")).status_code == 401  # the token first
+    assert (await client.get("/v1/escalations?bot=other", headers=auth("kim"))).status_code == 200
+
+
 async def test_api_escalation_of_another_bot_is_404(client):
     response = await client.post("/v1/bots/other/chat", json={"session_id": "o-1", "text": "talk to a human please"})
     conversation_id = response.json()["conversation_id"]
