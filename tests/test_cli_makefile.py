@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -67,3 +71,33 @@ def test_make_says_python_3_11_is_needed_before_pip_does(tmp_path, old_venv):
                 "PYTHON=python3.11")
     assert expected in proc.stderr, proc.stderr
     assert not any(" pip " in f" {line} " or "venv" in line.split() for line in calls.read_text().splitlines())
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_ctrl_c_on_make_run_is_a_clean_stop(tmp_path):
+    """Ctrl-C reaches make, its shell and the server at once. The shell around `serve` died of it, or
+    passed on serve's 130, and make ended on "*** [Makefile:…: run] Interrupt" or "Error 130", as after a
+    failure; the recipe's shell now gives way to `serve`, which exits 0 after a graceful stop
+    (tests/test_shutdown.py)."""
+    venv, ready = tmp_path / "venv", tmp_path / "serving"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"  # stands in for the venv's python: `serve` waits, and exits 0 on SIGINT
+    serve = (f"import pathlib, signal, sys, time; signal.signal(signal.SIGINT, lambda *_: sys.exit(0)); "
+             f"pathlib.Path({str(ready)!r}).touch(); time.sleep(60)")
+    python.write_text(f'#!/bin/sh\n[ "$3" = serve ] && exec {sys.executable} -c "{serve}"\nexit 0\n')
+    python.chmod(0o755)
+    (venv / ".installed").touch()  # newer than the locks: make installs nothing
+    make = subprocess.Popen(["make", "run", f"VENV={venv}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # its own process group, as a terminal's job
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and make.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), make.communicate()[1]
+        os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C does
+        _, err = make.communicate(timeout=30)
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGKILL)
+            make.wait()
+    assert "make: ***" not in err, err
