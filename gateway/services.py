@@ -7,6 +7,7 @@ import functools
 import importlib
 import os
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,9 @@ log = structlog.get_logger("gateway.services")
 
 ESCALATION_DRAIN_S = 3.0
 """How long a stop waits for escalation side effects (operator-channel posts) after the worker's 10 s."""
+STOP_STEP_S = 2.0
+"""How long a stop waits for each of its other steps (the leader, the reminders, the channels, the
+PostgreSQL bridge) before it abandons that step, logs it, and goes on with the rest."""
 
 ADAPTER_CLASSES = {
     "telegram": "channels.telegram:TelegramAdapter",
@@ -191,24 +195,23 @@ class Services:
         the worker finishes, the reminders and the operator notices still send through them."""
         if self.scheduler is not None:
             self.scheduler.shutdown()
+        # Each step bounded (STOP_STEP_S), as the worker and the drain are: one that hangs (a database or a
+        # platform that stopped answering) held the whole stop, past any container's grace period.
         if self.leader is not None:
-            await self.leader.stop()
+            await _bounded_step("leader.stop", self.leader.stop)
         if self.reminders is not None:
-            await self.reminders.stop()
+            await _bounded_step("reminders.stop", self.reminders.stop)
         await self.worker.stop()
-        # Bounded: a hanging operator-channel post must not hold the exit past the documented 20 s.
+        # Bounded: a hanging operator-channel post must not hold the exit past the documented bound.
         await self.escalations.drain(timeout=ESCALATION_DRAIN_S)
         # Every adapter, started or not: stop() also closes the HTTP sessions that sends opened (a send
         # after it would open a new one, which nothing closes). What arrives meanwhile is stored, and
-        # answered after the restart.
-        for adapter in reversed(list(self.adapters.values())):
-            try:
-                await adapter.stop()
-            except Exception:
-                log.exception("channel.stop_failed", channel=getattr(adapter, "name", "?"))
+        # answered after the restart. Side by side: each channel's bound is not added to the others'.
+        await asyncio.gather(*(_bounded_step("adapter.stop", adapter.stop, bot=bot, channel=name)
+                               for (bot, name), adapter in reversed(list(self.adapters.items()))))
         self._started.clear()
         if self.pg_bridge is not None:
-            await self.pg_bridge.stop()
+            await _bounded_step("pg_bridge.stop", self.pg_bridge.stop)
         await self.knowledge.close()
         await self.engine.dispose()
         # Only files this process wrote: a CLI that found the index busy must not remove the server's.
@@ -216,6 +219,19 @@ class Services:
             self.admin_token_path.unlink(missing_ok=True)
             if self.admin_url_path is not None:
                 self.admin_url_path.unlink(missing_ok=True)
+
+
+async def _bounded_step(step: str, stop: Callable[[], Awaitable[Any]], **fields: Any) -> None:
+    """Run one step of a stop for at most STOP_STEP_S. One still running then is cancelled (not waited
+    for: it may ignore that too) and logged as `gateway.stop_step_timed_out`; one that fails is logged;
+    either way the stop goes on with its other steps."""
+    task = asyncio.ensure_future(stop())
+    await asyncio.wait({task}, timeout=STOP_STEP_S)
+    if not task.done():
+        task.cancel()
+        log.warning("gateway.stop_step_timed_out", step=step, wait_s=STOP_STEP_S, **fields)
+    elif not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("gateway.stop_step_failed", step=step, **fields, exc_info=exc)
 
 
 def build_services(settings: Settings, *, poll_interval: float | None = None,

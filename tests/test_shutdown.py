@@ -38,6 +38,38 @@ async def test_a_stop_is_not_held_by_a_hanging_operator_channel_post(tmp_path, c
     assert "escalation.side_effects_abandoned count=1 events=['opened:7']" in logs
 
 
+class _HangingAdapter:
+    """A channel whose platform stopped answering: its stop waits on a call that never returns."""
+
+    async def stop(self) -> None:
+        await asyncio.sleep(3600)
+
+
+async def test_a_stop_step_that_hangs_is_abandoned_logged_and_the_rest_still_stop(tmp_path, capsys) -> None:
+    # Only the worker and the operator-channel drain were bounded: a hanging `adapter.stop` (or the
+    # reminders', the leader's, the PostgreSQL bridge's) held a stopping server forever.
+    async def serve_and_stop() -> tuple[float, list[str]]:
+        stopped: list[str] = []
+        async with app_client(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}]) as client:
+            services = client.services
+            services.adapters[("acme", "stuck")] = _HangingAdapter()
+            services.reminders.stop = _HangingAdapter().stop
+            web_stop = services.adapters[("acme", "web")].stop
+
+            async def web_stopped() -> None:
+                await web_stop()
+                stopped.append("web")
+            services.adapters[("acme", "web")].stop = web_stopped
+            started = time.monotonic()
+        return time.monotonic() - started, stopped
+
+    took, stopped = await asyncio.wait_for(serve_and_stop(), timeout=30)
+    assert took < 10 and stopped == ["web"]
+    logs = [" ".join(line.split()[3:]) for line in capsys.readouterr().err.splitlines()]
+    assert "gateway.stop_step_timed_out step=reminders.stop wait_s=2.0" in logs
+    assert "gateway.stop_step_timed_out bot=acme channel=stuck step=adapter.stop wait_s=2.0" in logs
+
+
 async def _web_rows(client, session_id: str) -> list[tuple[str, str]]:
     body = (await client.get(f"/v1/bots/acme/sessions/{session_id}/messages")).json()
     return [(m["direction"], m["status"]) for m in body["messages"]]
