@@ -15,6 +15,7 @@ import json
 import os
 import re
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -215,6 +216,20 @@ class TracingSettings(_Strict):
     otlp_endpoint: str | None = None
     service_name: str = "bot-gateway"
     sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _an_http_url(cls, value: str | None) -> str | None:
+        """The exporter posts to it as is: a typo ("localhost:4317", "htp://…") loaded, and every batch of
+        spans then failed in the background, with tracing seemingly on."""
+        if value is None or not value.strip():
+            return None  # `${VAR}` left unset: tracing off
+        value = value.strip()
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http(s) URL with a host: give the OTLP/HTTP collector's, "
+                             "as http://otel-collector:4318/v1/traces")
+        return value
 
 
 class Settings(BaseSettings):
