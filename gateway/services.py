@@ -20,7 +20,6 @@ from channels.web import WebAdapter
 from gateway.admin_client import admin_files
 from gateway.budget import DailyBudget
 from gateway.delivery.outbox import HEARTBEAT_S, Outbox
-from gateway.errors import GatewayError
 from gateway.escalation.handoff import Escalations
 from gateway.events import EventBus
 from gateway.inbox import Inbox
@@ -127,7 +126,6 @@ class Services:
     async def start(self, *, worker: bool = True, scheduler: bool = True, channels: bool = True) -> None:
         """Open the index, start the worker, the scheduler and the channels' long-lived connections.
         With `role == "web"` only the receiving side runs: webhooks, web chat, operators (README)."""
-        await self._check_migrated()
         if PgBridge.applies_to(self.settings.database_url):
             wake = self.worker.notify if worker and self.role != "web" else None
             self.pg_bridge = PgBridge(self.settings.database_url, sessions=self.sessions, bus=self.bus, wake=wake)
@@ -172,16 +170,6 @@ class Services:
         if self.admin_url and self.admin_url_path is not None:
             # So `gateway ingest` finds this server on whatever port it was started with.
             self.admin_url_path.write_text(self.admin_url)
-
-    async def _check_migrated(self) -> None:
-        from sqlalchemy import text
-
-        try:
-            async with self.sessions() as session:
-                await session.execute(text("SELECT version_num FROM alembic_version"))
-        except Exception as exc:
-            raise GatewayError(f"the database is not migrated ({type(exc).__name__}); "
-                               "run `python -m gateway db upgrade` first") from None
 
     def _deliver_for(self, bot: str):
         async def deliver(message) -> None:

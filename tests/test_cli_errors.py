@@ -37,7 +37,9 @@ def _bot(name: str, *sources: str, docs) -> dict:
         {"name": s, "type": "directory", "path": str(docs), "schedule": "0 3 * * *"} for s in sources]}
 
 
-@pytest.mark.parametrize("command", [["ingest"], ["forget", "--channel", "web", "--user", "u1"]])
+# `serve` too: its check is the only one before the server starts (Services.start has none of its own).
+@pytest.mark.parametrize("command", [["ingest"], ["forget", "--channel", "web", "--user", "u1"],
+                                     ["serve", "--port", "1"]])
 def test_a_command_before_db_upgrade_says_to_run_it(tmp_path, command):
     config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=_docs(tmp_path))])
     proc = _run(command[0], "--config", str(config), *command[1:])
