@@ -175,7 +175,7 @@ class RobotsRules:
         if not delay or delay <= 0:
             return None
         if delay > MAX_CRAWL_DELAY_S:
-            log.warning("robots.txt asks for %g s between fetches; waiting %g s", delay, MAX_CRAWL_DELAY_S,
+            log.warning("crawl.delay_capped",
                         extra={"crawl_delay": delay, "cap": MAX_CRAWL_DELAY_S})
         return min(float(delay), MAX_CRAWL_DELAY_S)
 
@@ -214,17 +214,16 @@ async def sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, error
     is_index, listed = await _fetch_sitemap(url, client=client)
     locs = [loc for loc in listed if same_site(url, loc)]
     if len(locs) < len(listed):
-        log.warning("sitemap %s lists %d URLs on other sites; they are not fetched", url, len(listed) - len(locs),
+        log.warning("sitemap.other_sites_skipped",
                     extra={"sitemap": url, "skipped": len(listed) - len(locs),
                            "example": next(loc for loc in listed if not same_site(url, loc))})
     if not is_index:
         if len(locs) > MAX_SITEMAP_URLS:
-            log.warning("sitemap %s lists %d pages; only the first %d are ingested", url, len(locs), MAX_SITEMAP_URLS,
+            log.warning("sitemap.capped",
                         extra={"sitemap": url, "pages": len(locs), "cap": MAX_SITEMAP_URLS})
         return locs[:MAX_SITEMAP_URLS]
     if depth >= 2:
-        log.warning("sitemap index %s is nested more than two deep; its sitemaps are not read", url,
-                    extra={"sitemap": url})
+        log.warning("sitemap.nested_too_deep", extra={"sitemap": url})
         return []
     pages: list[str] = []
     for child in locs:
@@ -233,11 +232,11 @@ async def sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, error
         try:
             pages.extend(await sitemap_urls(child, client=client, depth=depth + 1, errors=errors, read=read))
         except SourceError as exc:
-            log.warning("child sitemap failed: %s: %s", child, exc,
+            log.warning("sitemap.child_failed",
                         extra={"sitemap": child, "error": str(exc), IN_RUN_ERRORS: True})
             errors.append((child, str(exc)))
         if len(pages) >= MAX_SITEMAP_URLS:
-            log.warning("sitemap index %s reached %d pages; the rest are not ingested", url, MAX_SITEMAP_URLS,
+            log.warning("sitemap.index_capped",
                         extra={"sitemap": url, "cap": MAX_SITEMAP_URLS})
             break
     return pages[:MAX_SITEMAP_URLS]

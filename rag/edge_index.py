@@ -210,7 +210,7 @@ class EdgeIndex:
                 ) from None
             # A shard from before sentence vectors: start it again, empty, for a full re-ingest
             # (ingest embeds every recorded document again when the index is empty).
-            log.warning("shard has no sentence vectors; recreating it for a full re-ingest", extra={"bot": bot})
+            log.warning("index.shard_recreated", extra={"bot": bot, "reason": "no sentence vectors; a full re-ingest follows"})
             shutil.rmtree(folder)
             self._without_sentences.discard(bot)
             self._shards[bot] = qe.EdgeShard.create(str(folder), _config(dim))

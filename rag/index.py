@@ -167,7 +167,7 @@ class QdrantIndex:
                 return None
             problem = (f"the Qdrant server at {self.url} runs {server_version}, and qdrant-client {client_version} "
                        "supports servers of its own major version within one minor release: upgrade one of them")
-        log.warning(problem)
+        log.warning("qdrant.server_check_failed", extra={"problem": problem})
         return problem
 
     async def ensure_collection(self, bot: str, dim: int) -> None:
@@ -193,7 +193,7 @@ class QdrantIndex:
                 self._checked.add(name)
                 self._has_sentences[bot] = True
                 return
-            log.warning("collection has no sentence vectors; recreating it for a full re-ingest", extra={"bot": bot})
+            log.warning("index.collection_recreated", extra={"bot": bot, "reason": "no sentence vectors; a full re-ingest follows"})
             await self.drop(bot)
         await self.client.create_collection(
             name,

@@ -166,13 +166,13 @@ class Ingestor:
         """Record a run that `exc` ended as failed and return its report; re-raise a cancellation."""
         report = IngestReport(bot, source, errors=[*(errors or []), describe(exc)], status="failed")
         report.duration_s = time.perf_counter() - started
-        log.warning("ingest source failed", extra={"bot": bot, "source": source, "error": report.errors[-1],
+        log.warning("ingest.source_failed", extra={"bot": bot, "source": source, "error": report.errors[-1],
                                                    IN_RUN_ERRORS: True})
         if record:
             try:
                 await self._record(report, trigger=trigger, run_id=run_id)
             except Exception:  # the store itself is down; the log line above is all that is left
-                log.exception("ingest run could not be recorded", extra={"bot": bot, "source": source})
+                log.exception("ingest.run_not_recorded", extra={"bot": bot, "source": source})
         if not isinstance(exc, Exception):  # cancelled (shutdown, Ctrl-C): recorded, and still cancelled
             raise exc
         return report
@@ -232,7 +232,7 @@ class Ingestor:
         absent, indexed = check.absent, check.indexed
         lost = {doc_id for doc_id, row in rows.items() if not absent.isdisjoint(row.chunk_ids)}
         if absent and not indexed:
-            log.warning("index empty, re-embedding recorded documents", extra={"bot": bot, "source": source, "documents": len(rows)})
+            log.warning("ingest.index_empty", extra={"bot": bot, "source": source, "documents": len(rows)})
         elif absent:
             log.warning("ingest.points_missing", extra={
                 "bot": bot, "source": source, "missing": len(absent), "documents": len(lost), "indexed": indexed,
@@ -279,7 +279,7 @@ class Ingestor:
         if delete_missing:
             await self._delete_gone_documents(bot, source, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
         elif incomplete_listing:
-            log.warning("ingest kept pages missing from an incomplete listing", extra={"bot": bot, "source": source})
+            log.warning("ingest.incomplete_listing_kept", extra={"bot": bot, "source": source})
         if check.held and (leftovers := await delete_unrecorded(self.index, self.sessions, bot, check.held)):
             report.deleted += leftovers
             log.warning("ingest.leftovers_deleted", extra={"bot": bot, "source": source, "deleted": leftovers})
@@ -293,7 +293,7 @@ class Ingestor:
             report.status = "partial" if stored or not (loader_failures or bad or empty_first_run) else "failed"
         report.duration_s = time.perf_counter() - started
         await self._record(report, trigger=trigger, run_id=run_id)
-        log.info("ingest done", extra={"bot": bot, "source": source, **report.as_dict()})
+        log.info("ingest.done", extra={"bot": bot, "source": source, **report.as_dict()})
         return report
 
     def _chunk(self, bot: str, source: str, doc: Document, report: IngestReport) -> list[Chunk] | None:

@@ -50,7 +50,7 @@ class IngestReport:
         """Record one document's failure as an error of the run, and log it with the document's id."""
         error = describe(exc)
         self.errors.append(f"{doc_id}: {error}")
-        logging.getLogger("rag.ingest").warning("ingest document failed", extra={
+        logging.getLogger("rag.ingest").warning("ingest.document_failed", extra={
             "bot": self.bot, "source": self.source, "document": doc_id, "error": error, IN_RUN_ERRORS: True})
 
     def counts(self) -> dict[str, int]:

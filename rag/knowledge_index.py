@@ -112,7 +112,7 @@ def lacks_sentences(exc: Exception, bot: str) -> bool:
 def warn_without_sentences(bot: str) -> None:
     """Tell the operator that the bot's index predates sentence vectors (search ranks without that
     prior); each index says it when it reads such a layout, not on every search."""
-    log.warning("the index has no sentence vectors; run `gateway ingest` to rebuild it", extra={"bot": bot})
+    log.warning("index.no_sentence_vectors", extra={"bot": bot, "hint": "run `gateway ingest` to rebuild it"})
 
 
 def sentence_matrices(records: Iterable[tuple[str, object]]) -> dict[str, np.ndarray]:

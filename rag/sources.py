@@ -132,7 +132,7 @@ async def load_directory(path: Path) -> LoadResult:
         if file.is_symlink() and not file.exists() and file.suffix.lower() in _SUFFIXES:
             # A page the folder names but cannot read (its target moved): said, not silently left out.
             message = f"broken symlink: its target {os.readlink(file)} does not exist"
-            log.warning("source file failed: %s: %s", doc_id, message,
+            log.warning("source.file_failed",
                         extra={"doc_id": doc_id, "error": message, IN_RUN_ERRORS: True})
             result.errors.append((doc_id, message))
             continue
@@ -145,7 +145,7 @@ async def load_directory(path: Path) -> LoadResult:
             doc = await asyncio.to_thread(_read_file, file, doc_id)
         except Exception as exc:  # one unreadable file must not stop the others
             message = describe_fetch_error(exc)
-            log.warning("source file failed: %s: %s", doc_id, message,
+            log.warning("source.file_failed",
                         extra={"doc_id": doc_id, "error": message, IN_RUN_ERRORS: True})
             result.errors.append((doc_id, message))
             continue
@@ -153,8 +153,7 @@ async def load_directory(path: Path) -> LoadResult:
             result.documents.append(doc)
     if result.skipped:
         # Said once per run, not per file: a folder of exported .docx files is one mistake, not fifty.
-        log.info("source files of other types not read: %s", describe_skipped(result.skipped),
-                 extra={"path": str(path), "skipped": result.skipped})
+        log.info("source.files_not_read", extra={"path": str(path), "skipped": describe_skipped(result.skipped)})
     return result
 
 
@@ -225,7 +224,7 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                 if response.status_code == 304 and conditional:
                     return url  # unchanged since its validators: ingest keeps its chunks
                 if response.status_code == 410:
-                    log.info("source url gone (410): its chunks are removed", extra={"url": url})
+                    log.info("source.url_gone", extra={"url": url, "status": 410, "effect": "its chunks are removed"})
                     return GONE
                 response.raise_for_status()
                 return replace(_from_response(url, response), etag=response.headers.get("etag"),
@@ -234,7 +233,7 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                 # The error is recorded as "<url>: <message>"; `fetch` names the URL too (its sitemap and
                 # robots.txt callers need that), which said it twice.
                 message = describe_fetch_error(exc, client.timeout).replace(f"{url}: ", "", 1)
-                log.warning("source url failed: %s: %s", url, message,
+                log.warning("source.url_failed",
                             extra={"url": url, "error": message, IN_RUN_ERRORS: True})
                 return (url, message)
 
@@ -290,7 +289,7 @@ async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Valid
     allowed = [p for p in pages if robots is None or robots.allows(p)]
     skipped = len(pages) - len(allowed)
     if skipped:
-        log.info("robots.txt disallows sitemap pages", extra={"sitemap": url, "skipped": skipped})
+        log.info("sitemap.robots_disallowed", extra={"sitemap": url, "skipped": skipped})
     result = await load_urls(allowed, client=client, validators=validators,
                              allowed=robots.allows if robots is not None else None,
                              delay=robots.delay() if robots is not None else None, progress=progress)

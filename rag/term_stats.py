@@ -96,7 +96,7 @@ class TermStatsCache:
         try:
             await self._scan_into(bot, scan, self._refreshing)
         except Exception as exc:  # keep serving the old statistics; the next query tries again
-            log.warning("term statistics refresh failed", extra={"bot": bot, "error": str(exc)})
+            log.warning("term_stats.refresh_failed", extra={"bot": bot, "error": str(exc)})
 
     async def _scan_into(self, bot: str, scan: Callable[[], Awaitable[TermStats]], running: dict) -> TermStats:
         """Run `scan` as the bot's task in `running`, keeping its result only while it still is (an

@@ -97,7 +97,7 @@ def test_cli_ingest_shows_a_failed_file_once(kb_config):
     assert "EOF marker" not in text.stderr
     as_json = _run("ingest", "--config", str(config), "--json")
     assert json.loads(as_json.stdout)["runs"][0]["errors"][0].startswith("broken.pdf: ")
-    assert "source file failed: broken.pdf" in as_json.stderr  # the log is the only view beside the object
+    assert "source.file_failed doc_id=broken.pdf" in as_json.stderr  # the log is the only view beside the object
     assert "in_run_errors" not in as_json.stderr  # a marker for the filter, not a field to read
 
 

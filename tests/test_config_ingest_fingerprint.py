@@ -198,8 +198,7 @@ async def test_admin_ingest_relays_its_warnings_and_only_its_own(monkeypatch, ca
     class Warns:
         def start_ingest(self, *, bot, source, trigger, progress):
             async def ingest():
-                crawl.warning("sitemap %s lists %d URLs on other sites; they are not fetched",
-                              "http://user:s3cret@x/s.xml", 1)
+                crawl.warning("sitemap.other_sites_skipped", extra={"sitemap": "http://user:s3cret@x/s.xml", "skipped": 1})
                 await asyncio.to_thread(crawl.warning, "from a worker thread")
                 crawl.warning("ingest.points_missing", extra={"missing": 3})
                 crawl.warning("a failed page", extra={"in_run_errors": True})  # printed from its run instead
@@ -213,8 +212,7 @@ async def test_admin_ingest_relays_its_warnings_and_only_its_own(monkeypatch, ca
     lines = [json.loads(line) async for line in lines]
     await other
     assert lines == [
-        {"warning": "sitemap http://user:[REDACTED]@x/s.xml lists 1 URLs on other sites; they are not fetched",
-         "level": "warning"},
+        {"warning": "sitemap.other_sites_skipped sitemap=http://user:[REDACTED]@x/s.xml skipped=1", "level": "warning"},
         {"warning": "from a worker thread", "level": "warning"},
         {"warning": "ingest.points_missing missing=3", "level": "warning"},
         {"progress": {"done": 1, "total": 1, "label": "acme/site"}}, {"runs": []}]
@@ -230,5 +228,5 @@ async def test_admin_ingest_relays_its_warnings_and_only_its_own(monkeypatch, ca
     async with serving(app) as base:
         assert await _ingest_on_server(base, {}, token="t", progress=None) == []
     err = capsys.readouterr().err
-    assert "warning: sitemap http://user:[REDACTED]@x/s.xml lists 1 URLs on other sites; they are not fetched" in err
+    assert "warning: sitemap.other_sites_skipped sitemap=http://user:[REDACTED]@x/s.xml skipped=1" in err
     assert "warning: ingest.points_missing missing=3" in err

@@ -10,15 +10,15 @@ from gateway.observability.logs import configure_logging
 
 def test_stdlib_records_keep_their_extra_fields_in_console_and_json(capsys) -> None:
     configure_logging(level="INFO", secrets=["hunter2-secret"])
-    logging.getLogger("rag.ingest").info("ingest done", extra={"bot": "acme", "added": 3, "key": "hunter2-secret"})
+    logging.getLogger("rag.ingest").info("ingest.done", extra={"bot": "acme", "added": 3, "key": "hunter2-secret"})
     console = capsys.readouterr().err
-    assert "ingest done" in console and "added=3" in console and "bot=acme" in console
+    assert "ingest.done" in console and "added=3" in console and "bot=acme" in console
     assert "hunter2-secret" not in console
 
     configure_logging(level="INFO", fmt="json")
-    logging.getLogger("rag.ingest").warning("source failed", extra={"source": "site"})
+    logging.getLogger("rag.ingest").warning("ingest.source_failed", extra={"source": "site"})
     [line] = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
-    assert line["event"] == "source failed" and line["source"] == "site" and line["logger"] == "rag.ingest"
+    assert line["event"] == "ingest.source_failed" and line["source"] == "site" and line["logger"] == "rag.ingest"
 
 
 def test_attributes_libraries_put_on_every_record_are_not_printed(capsys) -> None:

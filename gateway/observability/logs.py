@@ -32,7 +32,7 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     )
     handler = _CurrentStderrHandler()
     # Standard-library records (rag/, uvicorn, libraries) go through the same renderer, with their
-    # `extra=` fields: a plain Formatter dropped them ("ingest done" without its counts) and wrote
+    # `extra=` fields: a plain Formatter dropped them ("ingest.done" without its counts) and wrote
     # text lines into a JSON log.
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder(), _drop_record_noise],

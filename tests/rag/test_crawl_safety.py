@@ -70,7 +70,8 @@ async def test_a_sitemap_cannot_send_the_crawler_to_another_site(caplog):
             result = await load_sitemap(f"{site}/sitemap.xml", client=client)
     assert [d.doc_id for d in result.documents] == [f"{site}/faq"] and "/faq" in asked
     assert internal_asked == []  # another port of the same host is another site
-    assert "lists 1 URLs on other sites" in caplog.text
+    [skipped] = [r for r in caplog.records if r.getMessage() == "sitemap.other_sites_skipped"]
+    assert skipped.skipped == 1 and skipped.sitemap == f"{site}/sitemap.xml"
 
 
 async def test_a_page_may_redirect_within_its_site_but_not_elsewhere():
@@ -269,4 +270,5 @@ async def test_robots_txt_crawl_delay_spaces_the_page_fetches_one_at_a_time(monk
     async with server(routes) as (site, _), httpx.AsyncClient(timeout=5) as client:
         result = await asyncio.wait_for(load_sitemap(f"{site}/sitemap.xml", client=client), 10)
     assert len(result.documents) == 4
-    assert "robots.txt asks for 3600 s between fetches; waiting 0.1 s" in caplog.text
+    [capped] = [r for r in caplog.records if r.getMessage() == "crawl.delay_capped"]
+    assert (capped.crawl_delay, capped.cap) == (3600, 0.1)

@@ -65,7 +65,9 @@ async def test_a_timeout_says_which_limit_it_hit(caplog):
     async with client:
         result = await load_urls([f"{SITE}/slow", f"{SITE}/ok"], client=client)
     assert result.errors == [(f"{SITE}/slow", "ReadTimeout after 10s")]
-    assert f"{SITE}/slow: ReadTimeout after 10s" in caplog.text  # the log line names the URL and the reason
+    # The log line names the URL and the reason.
+    assert [(r.url, r.error) for r in caplog.records if r.getMessage() == "source.url_failed"] == [
+        (f"{SITE}/slow", "ReadTimeout after 10s")]
 
 
 async def test_a_failing_child_sitemap_is_recorded_and_the_healthy_ones_load():
