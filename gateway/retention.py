@@ -113,14 +113,23 @@ async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Se
             locked = list((await session.execute(expired.with_for_update())).scalars())
             # A contact row another transaction holds is a store under way: it updates the contact before
             # it inserts into the conversation, so it would wait for this one while this one waited for it
-            # (PostgreSQL's "deadlock detected", a 500 to the webhook). Their conversations are kept, and the
-            # contacts skipped, never waited for (SKIP LOCKED; SQLite has one writer and needs none of it).
-            free = set((await session.execute(select(Contact.id).where(Contact.id.in_(
-                select(Conversation.contact_id).where(Conversation.id.in_(locked)))).with_for_update(skip_locked=True)))
-                .scalars()) if locked else set()
-            ids = list((await session.execute(expired.where(
-                Conversation.id.in_(locked), Conversation.contact_id.is_(None) | Conversation.contact_id.in_(free))))
-                .scalars()) if locked else []
+            # (PostgreSQL's "deadlock detected", a 500 to the webhook). So the people of these conversations
+            # (each one's contact, and whoever wrote in it) are locked without waiting (SKIP LOCKED; SQLite
+            # has one writer and needs none of it), and a conversation one of them is held in is kept
+            # whole: the next purge finds it again, and its people with it. Skipping only the held person
+            # had deleted the conversation that made them a candidate, so no later purge looked at them.
+            people = select(Contact.id).where(
+                Contact.id.in_(select(Conversation.contact_id).where(Conversation.id.in_(locked)))
+                | exists().where(_sent_by_contact(), Message.conversation_id.in_(locked)))
+            everyone = set((await session.execute(people)).scalars()) if locked else set()
+            free = set((await session.execute(select(Contact.id).where(Contact.id.in_(everyone))
+                                              .with_for_update(skip_locked=True))).scalars()) if everyone else set()
+            held = everyone - free
+            unheld = [Conversation.contact_id.is_(None) | Conversation.contact_id.not_in(held),
+                      ~exists().where(Message.conversation_id == Conversation.id, _sent_by_contact(),
+                                      Contact.id.in_(held))] if held else []
+            ids = list((await session.execute(expired.where(Conversation.id.in_(locked), *unheld)))
+                       .scalars()) if locked else []
             before = report.conversations
             # Contacts are shared by the bots: only the people of the conversations purged here (each one's
             # contact, and whoever wrote in it: in a group only the first writer is the contact) are this

@@ -15,7 +15,7 @@ from gateway.settings import Settings
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message
-from tests.conftest import write_config
+from tests.conftest import upgrade, write_config
 
 
 async def _store(sessions, *, bot: str, channel: str, user: str, chat: str, n: int = 2) -> int:
@@ -184,6 +184,41 @@ async def test_retention_never_deadlocks_with_a_store_that_holds_the_contact(mig
         await asyncio.wait_for(purge, 30)
         assert stored.conversation_id == old
         assert await _count(sessions, Message, Message.id == stored.message_id) == 1
+    finally:
+        await engine.dispose()
+
+
+async def test_a_group_member_held_during_a_purge_is_purged_by_a_later_one(postgres_url) -> None:
+    # The purge skips a contact another transaction holds (SKIP LOCKED, never a deadlock). It deleted the
+    # group conversation all the same, and with it what made the member a candidate: no later purge looked
+    # at them again, and their contact row stayed for good. (PostgreSQL: SQLite's one writer holds no row.)
+    await asyncio.to_thread(upgrade, postgres_url)
+    engine = create_engine(postgres_url)
+    sessions = session_factory(engine)
+    settings = Settings(database_url=postgres_url, bots=[{"name": "acme", "retention_days": 30}])
+    try:
+        group = await _store(sessions, bot="acme", channel="telegram", user="first", chat="-100old")
+        async with sessions() as session, session.begin():
+            await repo.store_inbound(session, bot="acme", message=InboundMessage(
+                channel="telegram", external_id="-100old-member", sender=Sender(external_id="member"),
+                conversation=ConversationRef(channel="telegram", chat="-100old"), text="me too"))
+        long_ago = utcnow() - timedelta(days=45)
+        async with sessions() as session, session.begin():
+            for model in (Conversation, Message, Contact):
+                await session.execute(update(model).values(created_at=long_ago))
+            await session.execute(update(Contact).values(last_inbound_at=long_ago))
+        holding = sessions()  # a store of the member's message elsewhere, which then fails and rolls back
+        await holding.begin()
+        await holding.execute(update(Contact).where(Contact.external_id == "member").values(display_name="M"))
+        try:
+            first = await asyncio.wait_for(purge_expired(sessions, settings), 30)
+            assert first.conversations == 0  # kept whole, for the next purge, as a held contact's own are
+        finally:
+            await holding.rollback()
+            await holding.close()
+        await purge_expired(sessions, settings)  # the next day's
+        assert await _count(sessions, Conversation, Conversation.id == group) == 0
+        assert await _count(sessions, Contact, Contact.external_id.in_(["first", "member"])) == 0
     finally:
         await engine.dispose()
 
