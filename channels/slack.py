@@ -108,6 +108,9 @@ class SlackAdapter:
             token=settings.bot_token or None, base_url=self.api_base, session=http, retry_handlers=[]
         )
         self.bot_user_id: str | None = None
+        # Socket Mode's `interactive` payloads (the operator channel's buttons), set by the gateway's wiring:
+        # over the socket they do not come to the Interactivity URL's route.
+        self.on_interactive: Callable[[Any], Awaitable[None]] | None = None
         self._socket: Any = None
         self._socket_task: asyncio.Task | None = None  # opening Socket Mode again after Slack was unreachable
         self._socket_problem: str | None = None

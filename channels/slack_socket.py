@@ -1,4 +1,5 @@
-"""Slack Socket Mode (for development): a websocket whose events_api envelopes go through `parse_payload`."""
+"""Slack Socket Mode (for development): a websocket whose events_api envelopes go through `parse_payload`,
+and whose interactive ones (the operator channel's buttons) through the adapter's `on_interactive`."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ async def open_socket_mode(adapter: SlackAdapter, deliver: Deliver) -> SocketMod
             # Stored before the ack: if storing fails, Slack redelivers and the inbox deduplicates.
             for message in result.messages:
                 await deliver(message)
+        elif request.type == "interactive" and adapter.on_interactive is not None:
+            # A Claim or Resolve click: handled as the Interactivity URL's route handles it, then acked.
+            await adapter.on_interactive(request.payload)
         else:
             log.info("slack.ignored", bot=adapter.bot, reason=f"socket mode {request.type!r} is not handled")
         await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))

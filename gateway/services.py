@@ -32,6 +32,7 @@ from gateway.observability.metrics import Metrics
 from gateway.observability.repeats import RepeatLog
 from gateway.operators.auth import OperatorAuth
 from gateway.operators.reminders import HandoffReminders
+from gateway.operators.slack_actions import interactive_handler
 from gateway.operators.slack_operator import SlackOperatorChannel
 from gateway.pg_bridge import PgBridge
 from gateway.pipeline import Pipeline
@@ -245,6 +246,9 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     slack_operator = SlackOperatorChannel(sessions, settings=settings, escalations=escalations, adapters=adapters,
                                           llm=llm, budget=budget)
     escalations.listeners.append(slack_operator.on_event)
+    for (bot_name, channel), adapter in adapters.items():
+        if channel == "slack":  # its buttons' clicks, when they come over Socket Mode
+            adapter.on_interactive = interactive_handler(slack_operator, bot_name)
     outbox.tell_escalation = escalations.emit  # built after the outbox, which it sends with
     reminders = HandoffReminders(sessions, settings=settings, escalations=escalations,
                                  checks=[slack_operator.post_missing_headers])

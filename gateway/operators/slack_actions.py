@@ -10,6 +10,7 @@ integers an overflow.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -22,7 +23,7 @@ from channels.base import RawRequest
 from gateway.errors import BadRequest, GatewayError, SignatureInvalid
 from gateway.http.deps import MAX_ID, error, services
 from gateway.http.webhooks import CappedRoute, log_signature_invalid
-from gateway.operators.slack_operator import CLAIM_ACTION, RESOLVE_ACTION
+from gateway.operators.slack_operator import CLAIM_ACTION, RESOLVE_ACTION, SlackOperatorChannel
 
 log = structlog.get_logger("gateway.operators.slack")
 router = APIRouter(tags=["operators"], route_class=CappedRoute)  # read capped, like every webhook, before its signature
@@ -89,18 +90,42 @@ async def slack_actions(bot: str, request: Request) -> Response:
     if payload.get("type") != "block_actions":
         return JSONResponse({"ok": True, "ignored": f"payload type {payload.get('type')!r:.60}"})
     try:
-        click = first_click(payload)
+        await act_on(svc.slack_operator, bot, payload)
     except BadRequest as exc:
         return _malformed(bot, str(exc))
+    return JSONResponse({"ok": True})
+
+
+async def act_on(operator: SlackOperatorChannel, bot: str, payload: dict[str, Any]) -> None:
+    """Do what a verified interactivity payload asks: from this route, or from Socket Mode, where Slack
+    sends the same payload in an `interactive` envelope (`interactive_handler`). Raises `BadRequest`
+    for a `block_actions` payload not in Slack's shape, and changes nothing then."""
+    if payload.get("type") != "block_actions":
+        log.info("slack_operator.action", bot=bot, outcome=f"ignored: payload type {payload.get('type')!r:.60}")
+        return
+    click = first_click(payload)
     if click is None:
         outcome = "no action"
     else:
         try:
-            outcome = await svc.slack_operator.handle_action(bot, click)
+            outcome = await operator.handle_action(bot, click)
         except GatewayError as exc:
             outcome = f"failed: {exc}"
     log.info("slack_operator.action", bot=bot, outcome=outcome)
-    return JSONResponse({"ok": True})
+
+
+def interactive_handler(operator: SlackOperatorChannel, bot: str) -> Callable[[Any], Awaitable[None]]:
+    """What a bot's Slack adapter calls with a Socket Mode `interactive` payload (already authenticated by
+    the app token's socket): `act_on`, with a malformed payload logged as the route's 400 is."""
+    async def on_interactive(payload: Any) -> None:
+        if not isinstance(payload, dict):
+            log.warning("slack_operator.bad_action", bot=bot, reason="`payload` must be a JSON object")
+            return
+        try:
+            await act_on(operator, bot, payload)
+        except BadRequest as exc:
+            log.warning("slack_operator.bad_action", bot=bot, reason=str(exc))
+    return on_interactive
 
 
 def _malformed(bot: str, reason: str) -> Response:
