@@ -56,6 +56,12 @@ def _plain(text: str) -> str:
     return (text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _quoted(text: str) -> str:
+    """Customer text as a Slack quote, every line of it (escaped as `_plain`): Slack keeps its formatting, so
+    an unquoted line of it could pass for the app's own framing (`*slack:U1 replied:* refund approved`)."""
+    return "\n".join(f"> {line}" for line in _plain(text).splitlines() or [""])
+
+
 def _mention(operator: str) -> str:
     """A Slack operator (`slack:<user id>`) as a mention, which notifies them; anyone else by name."""
     user = operator.removeprefix("slack:")
@@ -115,7 +121,7 @@ class SlackOperatorChannel:
                 return
         await self._thread_opened(escalation.id)
         if kind == "customer_message":
-            await self._post(bot, channel, f"*Customer:* {_plain(_clip(event.get('text', ''), 2000))}",
+            await self._post(bot, channel, f"*Customer:*\n{_quoted(_clip(event.get('text', ''), 2000))}",
                              thread_ts=escalation.slack_ts)
         elif kind == "reply" and event.get("source") != "slack":
             await self._post(bot, channel, f"*{_plain(event.get('operator', ''))} replied:* "
@@ -225,7 +231,7 @@ class SlackOperatorChannel:
             messages = await summary_messages(session, conversation_id=escalation.conversation_id)
         summary = await summarize(self._llm, bot, messages, reason=escalation.reason, budget=self._budget,
                                   conversation_id=escalation.conversation_id)
-        await self._post(escalation.bot, channel, f"*Summary:* {_plain(summary['text'])}", thread_ts=thread_ts)
+        await self._post(escalation.bot, channel, f"*Summary:*\n{_quoted(summary['text'])}", thread_ts=thread_ts)
 
     async def _relay_earlier_messages(self, escalation: Escalation, channel: str) -> None:
         """Post into a late thread what the customer wrote since the handoff (the last
@@ -236,7 +242,7 @@ class SlackOperatorChannel:
                 Message.conversation_id == escalation.conversation_id, Message.direction == "in",
                 Message.created_at >= escalation.created_at).order_by(Message.id.desc()).limit(LATE_THREAD_MESSAGES))).scalars().all()
         for message in reversed(earlier):
-            await self._post(escalation.bot, channel, f"*Customer (earlier):* {_plain(_clip(message.text or '', 2000))}",
+            await self._post(escalation.bot, channel, f"*Customer (earlier):*\n{_quoted(_clip(message.text or '', 2000))}",
                              thread_ts=thread_ts)
 
     def _blocks(self, escalation: Escalation) -> tuple[str, list[dict[str, Any]]]:

@@ -56,7 +56,7 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
     # The thread opens with the summary the console shows, so nobody needs the console to claim.
     summary = await wait_until(lambda: next((c for c in slack.calls_to("chat.postMessage")
                                          if c.params.get("thread_ts") == thread_ts), None))
-    assert summary.params["text"].startswith("*Summary:* Asked first: I need to talk to a human")
+    assert summary.params["text"].startswith("*Summary:*\n> Asked first: I need to talk to a human")
     assert "Escalated because:" in summary.params["text"]
 
     # The customer writes again: it appears in the operator thread, and the bot stays quiet.
@@ -187,7 +187,7 @@ async def test_a_header_slack_refused_is_posted_later_by_the_periodic_check_once
     # What the customer wrote meanwhile follows into the late thread.
     thread = [c.params["text"] for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == escalation.slack_ts]
     assert any("#88" in text and "earlier" in text for text in thread)
-    assert thread[0].startswith("*Summary:* Asked first: I need to talk to a human")  # before the relayed ones
+    assert thread[0].startswith("*Summary:*\n> Asked first: I need to talk to a human")  # before the relayed ones
     assert escalation_id not in await services.slack_operator.post_missing_headers(later)
     # The worker holds "#88" until it finds the thread (up to THREAD_WAIT_SECONDS) and then relays it too;
     # it must be done here, or its post to the channel would take the next test's scripted Slack failure.
@@ -233,8 +233,8 @@ async def test_the_summary_opens_the_thread_even_when_the_customer_writes_while_
     finally:
         written.set()  # a failure above must not leave the summary waiting for ever
     texts = await wait_until(lambda: thread() if len(thread()) >= 2 else None)
-    assert texts[0].startswith("*Summary:* Asked first: I need to talk to a human")
-    assert texts[1] == "*Customer:* Order #99 is late"
+    assert texts[0].startswith("*Summary:*\n> Asked first: I need to talk to a human")
+    assert texts[1] == "*Customer:*\n> Order #99 is late"
     await client.services.escalations.drain()
 
 
@@ -298,7 +298,7 @@ async def test_a_customer_answering_in_their_channel_thread_reaches_the_operator
     relayed = await wait_until(lambda: [c.params["text"] for c in slack.calls_to("chat.postMessage")
                                         if c.params.get("thread_ts") == thread_ts
                                         and c.params.get("text", "").startswith("*Customer:*")])
-    assert relayed == ["*Customer:* My order is #55"]
+    assert relayed == ["*Customer:*\n> My order is #55"]
     await _until_handled(client, "My order is #55")
     await client.services.escalations.drain()
 
