@@ -146,6 +146,17 @@ def url_fields(url: str) -> list[str]:
     return [field for _, field, _, _ in string.Formatter().parse(url) if field is not None]
 
 
+def url_origin(url: str) -> str:
+    """The literal start of an http tool's URL template, up to its first field: where the scheme, host and
+    port must be whole (`_check_url_template`), so that no argument can choose where a call goes."""
+    literal = ""
+    for text, field, _, _ in string.Formatter().parse(url):
+        literal += text
+        if field is not None:
+            break
+    return literal
+
+
 def _check_url_template(url: str) -> list[str]:
     try:
         fields = url_fields(url)
@@ -153,6 +164,12 @@ def _check_url_template(url: str) -> list[str]:
         raise ValueError(f"`url` is not a valid template ({exc}); write a literal brace as {{{{ or }}}}") from None
     if bad := [f for f in fields if not f.isidentifier()]:
         raise ValueError(f"`url` field {{{bad[0]}}} is not a parameter name; write one as {{name}}")
+    # `https://api.example.com{x}/v1` with x=".evil.com" went to api.example.com.evil.com: a field must come
+    # after the host's `/` (or `?`, `#`), where an argument fills a path segment or a query value.
+    _, scheme_mark, authority = url_origin(url).partition("://")
+    if fields and scheme_mark and not any(mark in authority for mark in "/?#"):
+        raise ValueError(f"`url` field {{{fields[0]}}} is in the scheme, host or port of {url!r}, so a call "
+                         "could choose which server it goes to; put fields only in the path or the query")
     if not _fetchable(url.format(**{f: "x" for f in fields})):
         raise ValueError(f"`url` {url!r} is not an http(s) URL with a host")
     return fields

@@ -29,6 +29,16 @@ HTTP = {"type": "http", "url": "https://api.example/weather/{city}",
      "`url` is not a valid template (expected '}' before end of string); write a literal brace as {{ or }}"),
     ([{"name": "weather", **HTTP, "url": "https://api.example/weather/{0}"}], "bots[0].tools[0]",
      "`url` field {0} is not a parameter name; write one as {name}"),
+    # A field in the host let a call choose the server: with x=".evil.com", api.example.com.evil.com.
+    ([{"name": "weather", **HTTP, "url": "https://api.example.com{city}/v1"}], "bots[0].tools[0]",
+     "`url` field {city} is in the scheme, host or port of 'https://api.example.com{city}/v1', so a call could "
+     "choose which server it goes to; put fields only in the path or the query"),
+    ([{"name": "weather", **HTTP, "url": "https://api.example.com:{city}/v1"}], "bots[0].tools[0]",
+     "`url` field {city} is in the scheme, host or port of 'https://api.example.com:{city}/v1', so a call could "
+     "choose which server it goes to; put fields only in the path or the query"),
+    ([{"name": "weather", **HTTP, "url": "https://{city}@api.example.com/v1"}], "bots[0].tools[0]",
+     "`url` field {city} is in the scheme, host or port of 'https://{city}@api.example.com/v1', so a call could "
+     "choose which server it goes to; put fields only in the path or the query"),
     ([{"name": "weather", **HTTP, "import_path": "weather:lookup"}], "bots[0].tools[0]",
      "`import_path` is not read by an http tool"),
     ([{"name": "city weather", **HTTP}], "bots[0].tools[0].name",

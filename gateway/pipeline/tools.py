@@ -35,7 +35,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import httpx
 import structlog
 
-from gateway.bot_settings import ESCALATE_TOOL, url_fields
+from gateway.bot_settings import ESCALATE_TOOL, url_fields, url_origin
 from gateway.errors import ConfigError
 from gateway.models import CallerIdentity
 from gateway.settings import BotSettings, Settings, ToolSettings
@@ -180,6 +180,10 @@ class BotTools:
 
     async def _http_call(self, spec: ToolSettings, arguments: dict[str, Any]) -> Any:
         url = spec.url.format(**{k: _path_segment(v) for k, v in arguments.items()})
+        if _origin(url) != _origin(url_origin(spec.url)):
+            # Refused at load (`_check_url_template`); checked again here, as the arguments are the model's.
+            log.warning("tool.other_host", tool=spec.name, bot=self.bot.name)
+            raise ToolError("refused: the arguments would send this call to another server")
         headers = {k: _ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), v) for k, v in spec.headers.items()}
         key = _CALL_KEY.get()
         if key and spec.method.upper() not in ("GET", "HEAD") and \
@@ -209,6 +213,12 @@ class BotTools:
             return response.json()
         except ValueError:
             return response.text[:4000]
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """Where a request to `url` goes: scheme, host and port, as httpx reads them."""
+    parsed = httpx.URL(url)
+    return parsed.scheme, parsed.host, parsed.port
 
 
 def _path_segment(value: Any) -> str:

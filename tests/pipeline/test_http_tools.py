@@ -89,6 +89,21 @@ async def test_an_argument_the_url_takes_must_be_declared(tmp_path):
     assert outcome.error == "invalid arguments: 'city' is not a parameter of this tool" and seen == []
 
 
+async def test_a_call_whose_arguments_would_change_the_server_is_refused_without_a_request():
+    """Defence in depth: the config refuses a field in the host (test_config_tools), and a call still
+    checks that its URL goes to the template's own server. Built unchecked here, as a config bypassing
+    the load-time check would be."""
+    from gateway.bot_settings import ToolSettings
+
+    async with api() as (base, seen):
+        port = base.rsplit(":", 1)[1]
+        spec = ToolSettings.model_construct(name="lookup", type="http", url=f"http://{{host}}:{port}/v1",
+                                            method="GET", headers={}, timeout=5.0, parameters=params("host"))
+        tools = BotTools(BotSettings.model_construct(**{**bot().__dict__, "tools": [spec]}))
+        outcome = await tools.call("lookup", {"host": "127.0.0.1"}, identity=ALICE)
+    assert outcome.error == "refused: the arguments would send this call to another server" and seen == []
+
+
 async def test_a_get_sends_the_parameters_its_path_does_not_take_as_its_query_string():
     """`{"q": "order 42"}` reached the server as a bare `GET /search`: the answer came from unfiltered data."""
     async with api() as (base, seen):
