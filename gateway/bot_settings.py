@@ -41,6 +41,9 @@ class SourceSettings(_Strict):
     urls: list[str] = Field(default_factory=list)
     url: str | None = None
     schedule: str = "0 * * * *"
+    # A directory's symlinks out of its folder are not read unless this says so: anyone who can write to the
+    # folder could otherwise make the bot serve any file the server can read (`/etc/passwd`, an env file).
+    follow_symlinks_outside: bool = False
 
     @field_validator("schedule")
     @classmethod
@@ -61,7 +64,8 @@ class SourceSettings(_Strict):
             raise ValueError("a sitemap source needs `url`")
         unused = {"path": self.path if self.type != "directory" else None,
                   "urls": self.urls if self.type == "directory" else None,
-                  "url": self.url if self.type != "sitemap" else None}
+                  "url": self.url if self.type != "sitemap" else None,
+                  "follow_symlinks_outside": self.follow_symlinks_outside if self.type != "directory" else None}
         for key, value in unused.items():
             if value:
                 raise ValueError(f"`{key}` is not read by a {self.type} source")

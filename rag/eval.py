@@ -240,7 +240,7 @@ async def evaluate(
     metrics["false_refusal_rate"] = _share(false_refusals, n_answerable)
     metrics["n_answerable"] = n_answerable
     metrics["n_unanswerable"] = n_unanswerable
-    return EvalReport(metrics, outcomes, list(loaded.errors), dict(loaded.skipped))
+    return EvalReport(metrics, outcomes, [*loaded.errors, *loaded.refused], dict(loaded.skipped))
 
 
 def _share(part: float, whole: int) -> float:

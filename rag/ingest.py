@@ -137,7 +137,8 @@ class Ingestor:
             loaded = await load_source(source, base_dir=self.base_dir, validators=validators, progress=fetch_progress)
         except BaseException as exc:  # a broken source is recorded and logged; the scheduler keeps running
             return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=run_id)
-        errors = [f"{doc_id}: {message}" for doc_id, message in loaded.errors]
+        # A refused symlink is an error whose chunks go (kept, they would go on serving what it pointed to).
+        errors = [f"{doc_id}: {message}" for doc_id, message in [*loaded.errors, *loaded.refused]]
         try:
             async with self._writing:
                 return await self.ingest_documents(
@@ -147,7 +148,7 @@ class Ingestor:
                     failed_ids={doc_id for doc_id, _ in loaded.errors},
                     not_modified=set(loaded.not_modified),
                     delete_missing=not loaded.listing_incomplete,
-                    gone=bool(loaded.gone),
+                    gone=bool(loaded.gone or loaded.refused),
                     errors=errors,
                     skipped=loaded.skipped,
                     trigger=trigger,

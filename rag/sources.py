@@ -82,6 +82,8 @@ class LoadResult:
     gone: list[str] = field(default_factory=list)  # pages that answered 410: their chunks are deleted
     # A directory's files of a type it does not read, by suffix ("" for none): {".docx": 2}.
     skipped: Counter[str] = field(default_factory=Counter)
+    # Symlinks out of a directory's folder, not read: errors, yet their chunks are deleted, not kept.
+    refused: list[tuple[str, str]] = field(default_factory=list)
 
 
 async def load_source(
@@ -95,7 +97,7 @@ async def load_source(
         path = Path(source.path or "")
         if base_dir is not None and not path.is_absolute():
             path = base_dir / path
-        return await load_directory(path)
+        return await load_directory(path, follow_symlinks_outside=source.follow_symlinks_outside)
     async with _client(client) as http:
         if source.type == "urls":
             return await load_urls(source.urls, client=http, validators=validators, progress=progress)
@@ -112,11 +114,12 @@ async def load_source(
         return merged
 
 
-async def load_directory(path: Path) -> LoadResult:
+async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -> LoadResult:
     """Every .md/.txt/.html/.htm/.pdf file under `path`, recursively, with relative-path ids.
 
     Hidden files and folders (`.git/`, `.obsidian/`, `.~draft.md`) are skipped: they are tool state and
-    editor leftovers, not knowledge, and a `.git/` folder can hold old copies of every page.
+    editor leftovers, not knowledge, and a `.git/` folder can hold old copies of every page. A symlink
+    (to a page or a folder) whose target is outside `path` is `refused` unless `follow_symlinks_outside`.
     """
     if path.exists() and not path.is_dir():
         raise SourceError(f"knowledge directory is a file, not a folder: {path} (name the folder that holds it)")
@@ -125,7 +128,11 @@ async def load_directory(path: Path) -> LoadResult:
         where = "" if path.is_absolute() else f" (looked for {path.resolve()}: a relative path is read from the working directory)"
         raise SourceError(f"knowledge directory not found: {path}{where}")
     result = LoadResult()
-    for file in _files_under(path):
+    files, outside = _files_under(path, follow_outside=follow_symlinks_outside)
+    for link in outside:  # folders
+        _refuse(result, link.relative_to(path).as_posix(), link, "a folder")
+    inside = os.path.realpath(path)
+    for file in files:
         doc_id = file.relative_to(path).as_posix()
         if _is_hidden(doc_id):
             continue
@@ -135,6 +142,10 @@ async def load_directory(path: Path) -> LoadResult:
             log.warning("source.file_failed",
                         extra={"doc_id": doc_id, "error": message, IN_RUN_ERRORS: True})
             result.errors.append((doc_id, message))
+            continue
+        if (not follow_symlinks_outside and file.suffix.lower() in _SUFFIXES
+                and not _within(os.path.realpath(file), inside)):
+            _refuse(result, doc_id, file, "a file")
             continue
         if not file.is_file():
             continue
@@ -168,24 +179,44 @@ def describe_skipped(skipped: dict[str, int]) -> str:
 SKIPPED_TYPES_NAMED = 5  # a source tree of code and images would otherwise fill the screen
 
 
-def _files_under(root: Path) -> list[Path]:
+def _files_under(root: Path, *, follow_outside: bool = False) -> tuple[list[Path], list[Path]]:
     """Every file under `root`, sorted, following symlinked folders too (`rglob` skips them, while it
     follows symlinked files), each real folder once, so a link back up cannot loop. A link to a folder
     inside `root` is skipped: that folder is read under its own name, not under whichever name the walk
-    met first (citations showed the alias, and removing the link re-embedded the folder)."""
+    met first (citations showed the alias, and removing the link re-embedded the folder). A link to a
+    folder outside `root` is followed only with `follow_outside`; else it is returned second, unread."""
     inside = os.path.realpath(root)
     seen: set[str] = set()
     files: list[Path] = []
+    outside: list[Path] = []
     for folder, dirs, names in os.walk(root, followlinks=True):
         real = os.path.realpath(folder)
         if real in seen:
             dirs[:] = []
             continue
         seen.add(real)
-        dirs[:] = [d for d in dirs if not (os.path.islink(os.path.join(folder, d))
-                                           and _within(os.path.realpath(os.path.join(folder, d)), inside))]
+        kept = []
+        for name in dirs:
+            link = os.path.join(folder, name)
+            if not os.path.islink(link) or (away := not _within(os.path.realpath(link), inside)) and follow_outside:
+                kept.append(name)
+            elif away:
+                outside.append(Path(link))
+        dirs[:] = kept
         files.extend(Path(folder) / name for name in names)
-    return sorted(files)
+    return sorted(files), sorted(outside)
+
+
+def _refuse(result: LoadResult, doc_id: str, link: Path, what: str) -> None:
+    """A symlink out of the source's folder, not read: that path's error (hidden ones quietly)."""
+    if _is_hidden(doc_id):
+        return
+    message = (f"not read: a symlink to {what} outside the source's folder (anyone who can write to the "
+               "folder could make the bot serve any file of this server); set `follow_symlinks_outside: true` "
+               "on the source to read it")
+    log.warning("source file failed: %s: %s", doc_id, message,
+                extra={"doc_id": doc_id, "error": message, "target": os.path.realpath(link), IN_RUN_ERRORS: True})
+    result.refused.append((doc_id, message))
 
 
 def _within(path: str, folder: str) -> bool:
