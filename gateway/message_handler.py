@@ -32,6 +32,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.budget import usage_record
+from gateway.burst import burst_followers
 from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, start_typing
@@ -95,6 +96,11 @@ class MessageHandler:
             await self._finish(inbound, None, status="done")
             return
         bot = self._settings.bot(inbound.bot)
+        # A burst's later pieces are answered with this one (gateway/burst.py); marked done by `_finish`.
+        followers = await burst_followers(self._sessions, inbound, window_s=self._settings.worker.burst_seconds) \
+            if conversation.state == "bot" else []
+        finish = functools.partial(self._finish, followers=tuple(m.id for m in followers))
+        pieces = [inbound, *followers]
         topic = message_topic(inbound.id)
         adapter = self._adapters.get((inbound.bot, inbound.channel))
         ref = ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,
@@ -114,7 +120,8 @@ class MessageHandler:
 
         turn = Turn(
             bot=bot, message_id=inbound.id, conversation_id=conversation.id, state=conversation.state,
-            text=inbound.text, attachments=list(inbound.attachments or []),
+            text="\n".join(m.text for m in pieces if m.text.strip()) if followers else inbound.text,
+            attachments=[a for m in pieces for a in m.attachments or []],
             history=[{"role": "user" if m.direction == "in" else "assistant", "content": m.text,
                       "author": m.author} for m in past if m.text],
             identity=CallerIdentity(bot=bot.name, channel=inbound.channel,
@@ -135,10 +142,10 @@ class MessageHandler:
             bound.error("pipeline.gave_up", attempts=attempt - 1)
             error = f"gave up after {attempt - 1} attempts that did not finish"
             result = handoff(bot, FAILURE_REPLY, reason=error, trigger="gave_up", error=error)
-            await self._finish(inbound, result, status="failed", error=error)
+            await finish(inbound, result, status="failed", error=error)
             return
         # Counted on its first attempt only: a message taken again after a crash is still one message.
-        if turn.state == "bot" and attempt == 1 and await self._rate_limited(inbound, turn):
+        if turn.state == "bot" and attempt == 1 and await self._rate_limited(inbound, turn, finish):
             return
         if attempt > 1:
             # A stream of the dead attempt's tokens may be open (web chat, another process): they are void.
@@ -171,7 +178,7 @@ class MessageHandler:
             if streamer is not None:
                 await streamer.close()  # no flush may race the final reply's edits
         try:
-            taken_over = await self._finish(inbound, result, status="failed" if result.error else "done",
+            taken_over = await finish(inbound, result, status="failed" if result.error else "done",
                                             error=result.error, streamer=streamer)
         finally:
             # The final reply did not replace the streamed text (not stored, or no reply): blank it.
@@ -184,7 +191,8 @@ class MessageHandler:
         # Also when a person took the thread while the model was answering: the draft was dropped, so
         # the question is theirs to see.
         if (turn.state != "bot" or taken_over) and self._on_handoff_message is not None:
-            await self._on_handoff_message(inbound.id)
+            for piece in pieces:
+                await self._on_handoff_message(piece.id)
         if self._metrics:
             self._metrics.observe_stage("pipeline", time.monotonic() - started)
             self._metrics.record_usage(inbound.bot, result.usage)
@@ -223,7 +231,7 @@ class MessageHandler:
         await remove_leftovers(adapter, ref, [str(i) for i in leftover])
         await self._record_streamed(inbound, [])
 
-    async def _rate_limited(self, inbound: Message, turn: Turn) -> bool:
+    async def _rate_limited(self, inbound: Message, turn: Turn, finish: Callable) -> bool:
         """Over a limit: store the message as done with (once per window) the notice, and skip the model."""
         limiter = self.rate_limiter
         if limiter is None or not limiter.enabled_for(inbound.bot):
@@ -239,16 +247,18 @@ class MessageHandler:
         if self._metrics:
             self._metrics.rate_limited.labels(bot=inbound.bot, scope=decision.scope).inc()
         result = PipelineResult(reply=limiter.notice(inbound.bot) if decision.notify else None, author="system")
-        await self._finish(inbound, result, status="done", error=f"rate limited ({decision.scope})")
+        await finish(inbound, result, status="done", error=f"rate limited ({decision.scope})")
         return True
 
     def _has_bot(self, name: str) -> bool:
         return any(b.name == name for b in self._settings.bots)
 
     async def _finish(self, inbound: Message, result: PipelineResult | None, *, status: str,
-                      error: str | None = None, streamer: EditStreamer | None = None) -> bool:
+                      error: str | None = None, streamer: EditStreamer | None = None,
+                      followers: tuple[int, ...] = ()) -> bool:
         """Store the reply and mark the inbound message in one transaction, then deliver. True when
-        the bot's reply was dropped because an operator took the thread meanwhile."""
+        the bot's reply was dropped because an operator took the thread meanwhile. `followers`, the rest
+        of its burst, are marked with it."""
         outbound_ids: list[int] = []
         taken_over = False
         async with self._sessions() as session, session.begin():
@@ -291,7 +301,13 @@ class MessageHandler:
             if TOOL_RUNS in (message.meta or {}):
                 # Finished, so never attempted again: its calls are stored with the reply, not twice.
                 message.meta = inbound.meta = {k: v for k, v in message.meta.items() if k != TOOL_RUNS}
-        self._bus.publish(message_topic(inbound.id), {"type": "done", "status": status})
+            for follower_id in followers:
+                piece = await session.get(Message, follower_id, with_for_update=True)
+                if piece is not None and piece.status == "pending":
+                    piece.status, piece.updated_at = status, message.updated_at
+                    piece.meta = {**(piece.meta or {}), "answered_with": inbound.id}
+        for message_id in (inbound.id, *followers):
+            self._bus.publish(message_topic(message_id), {"type": "done", "status": status})
         self._bus.publish(conversation_topic(inbound.conversation_id), {"type": "message"})
         for index, out_id in enumerate(outbound_ids):
             # The first reply is the streamed one: the streamer edits it into place instead of a new send.

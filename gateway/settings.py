@@ -196,6 +196,8 @@ class WorkerSettings(_Strict):
     reply_timeout: float = Field(default=60.0, gt=0.0)
     # A turn still running after this many seconds is stopped and handed to a person (FAILURE_REPLY).
     turn_timeout: float = Field(default=180.0, gt=0.0)
+    # A customer's messages this close together are one question, answered once (gateway/burst.py). 0: off.
+    burst_seconds: float = Field(default=1.5, ge=0.0, le=10.0)
 
 
 class LLMSettings(_Strict):

@@ -1,0 +1,77 @@
+"""A customer's burst of messages ("hi" / "my order" / "is late" / "?") is one question, answered once.
+
+People on chat platforms type a question in pieces. Answered piece by piece, each was a question of its
+own: the greeting, three "I couldn't find that", then a handoff for the unanswered turns. A Telegram
+album is one update per photo, the caption on one of them: the caption was answered, and every other
+photo got "I can only read text".
+
+So before it answers a message, the handler waits until the customer has paused for
+`worker.burst_seconds` after their newest message (`BURST_MAX_WAIT_S` in all at most, so someone who
+keeps typing is still answered), and answers the message with the ones after it that belong to the same
+burst: their texts joined line by line, their attachments together. The others are marked done with it,
+in the same transaction as its reply (`MessageHandler._finish`), so a crash leaves all or none answered.
+
+A message belongs to the burst when it is from the same sender, arrived within `burst_seconds` of the one
+before, and is plain (no command such as /start, no Discord `/ask` awaiting its own answer). The web chat,
+whose request waits for its own message's answer, is never merged; `burst_seconds: 0` turns it all off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.models import as_utc, utcnow
+from storage.models import Message
+
+BURST_MAX_WAIT_S = 8.0
+"""The longest the answer to a burst waits for the customer to pause."""
+MAX_PIECES = 10
+"""Messages answered together at most; the rest of a longer run are turns of their own."""
+UNMERGED_CHANNELS = frozenset({"web"})
+
+
+def _plain(message: Message) -> bool:
+    meta = message.meta or {}
+    return not meta.get("command") and not meta.get("needs_reply")
+
+
+def same_burst(first: Message, later: list[Message], *, window_s: float) -> list[Message]:
+    """The messages of `later` (pending, in order) that continue `first`'s burst."""
+    run: list[Message] = []
+    previous = first
+    sender = (first.meta or {}).get("sender")
+    for message in later:
+        gap = (as_utc(message.created_at) - as_utc(previous.created_at)).total_seconds()
+        if len(run) + 1 >= MAX_PIECES or gap > window_s or not _plain(message) \
+                or (message.meta or {}).get("sender") != sender:
+            break
+        run.append(message)
+        previous = message
+    return run
+
+
+async def burst_followers(sessions: async_sessionmaker[AsyncSession], first: Message, *, window_s: float,
+                          max_wait_s: float = BURST_MAX_WAIT_S,
+                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> list[Message]:
+    """Wait for the customer to pause, then return the pending messages answered with `first`."""
+    if window_s <= 0 or first.channel in UNMERGED_CHANNELS or not _plain(first):
+        return []
+    waited = 0.0
+    while True:
+        async with sessions() as session:
+            later = list((await session.execute(
+                select(Message).where(Message.conversation_id == first.conversation_id, Message.direction == "in",
+                                      Message.status == "pending", Message.id > first.id)
+                .order_by(Message.id).limit(MAX_PIECES))).scalars())
+        run = same_burst(first, later, window_s=window_s)
+        newest = run[-1] if run else first
+        pause = window_s - (utcnow() - as_utc(newest.created_at)).total_seconds()
+        if pause <= 0 or waited >= max_wait_s or len(run) + 1 >= MAX_PIECES:
+            return run
+        pause = min(pause, max_wait_s - waited)
+        await sleep(pause)
+        waited += pause

@@ -1,0 +1,79 @@
+"""A customer's burst of messages on Telegram (a question typed in pieces, an album of photos) is
+answered once, through the real app, aiogram and the fake Bot API (gateway/burst.py)."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_asyncio
+
+from gateway.pipeline.core import TEXT_ONLY_REPLY
+from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.gateway_channels.conftest import GREETING, gateway_app, replies, settle, settled_chat, wait_until
+from tests.gateway_channels.test_telegram_e2e import SECRET, TOKEN, post, sent_to, update
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+PHOTO = [{"file_id": "AgAD-album", "file_unique_id": "u9", "width": 800, "height": 600}]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory):
+    async with FakeTelegramAPI(TOKEN) as fake:
+        channels = {"telegram": {"token": "${TG_TOKEN}", "webhook_secret": "${TG_SECRET}",
+                                 "api_base": fake.base_url, "greeting": GREETING}}
+        async with gateway_app(tmp_path_factory.mktemp("telegram-bursts"), channels=channels,
+                               env={"TG_TOKEN": TOKEN, "TG_SECRET": SECRET}) as (client, services):
+            yield client, services, fake
+
+
+async def test_a_question_typed_in_pieces_is_answered_once_as_one_question(env):
+    """"How much" / "does the Plus plan" / "cost?" were three questions: three "I couldn't find that"."""
+    client, services, fake = env
+    for offset, piece in enumerate(("How much", "does the Plus plan", "cost?")):
+        assert (await post(client, update(9301 + offset, 3101, piece, message_id=301 + offset))).status_code == 200
+    [reply] = await wait_until(lambda: sent_to(fake, 3101), what="the reply")
+    assert "$" in reply.text and "Sources:" in reply.text  # the whole question was searched
+    assert reply.reply_to == 301
+    stored = await settled_chat(services, channel="telegram", chat="3101", count=4)
+    first, *rest = [m for m in stored if m.direction == "in"]
+    assert [m.status for m in (first, *rest)] == ["done"] * 3
+    assert [m.meta["answered_with"] for m in rest] == [first.id, first.id]
+    assert [r.reply_to_id for r in replies(stored)] == [first.id]
+    await settle()
+    assert len(sent_to(fake, 3101)) == 1
+
+
+async def test_an_album_with_one_caption_gets_one_answer(env):
+    """Telegram sends an album as one update per photo, the caption on one: the others each got
+    "I can only read text" beside the caption's answer."""
+    client, services, fake = env
+    await post(client, update(9311, 3102, None, message_id=311, photo=PHOTO, media_group_id="77",
+                              caption="How much does the Plus plan cost?"))
+    for offset in (1, 2):
+        await post(client, update(9311 + offset, 3102, None, message_id=311 + offset, photo=PHOTO, media_group_id="77"))
+    [reply] = await wait_until(lambda: sent_to(fake, 3102), what="the reply")
+    assert "$" in reply.text
+    await settled_chat(services, channel="telegram", chat="3102", count=4)
+    await settle()
+    assert [m.text for m in sent_to(fake, 3102)] == [reply.text]
+
+
+async def test_an_album_without_caption_gets_the_text_only_reply_once(env):
+    client, services, fake = env
+    for offset in range(3):
+        await post(client, update(9321 + offset, 3103, None, message_id=321 + offset, photo=PHOTO, media_group_id="78"))
+    await settled_chat(services, channel="telegram", chat="3103", count=4)
+    await settle()
+    assert [m.text for m in sent_to(fake, 3103)] == [TEXT_ONLY_REPLY]
+
+
+async def test_a_command_and_a_message_after_a_pause_are_answered_on_their_own(env):
+    client, services, fake = env
+    await post(client, update(9331, 3104, "/start", message_id=331,
+                              entities=[{"type": "bot_command", "offset": 0, "length": 6}]))
+    await post(client, update(9332, 3104, "How much does the Plus plan cost?", message_id=332))
+    await wait_until(lambda: len(sent_to(fake, 3104)) == 2, what="the greeting and the answer")
+    await post(client, update(9333, 3104, "thanks", message_id=333))
+    await wait_until(lambda: len(sent_to(fake, 3104)) == 3, what="the answer to the later message")
+    assert [m.reply_to for m in sent_to(fake, 3104)] == [331, 332, 333]
+    assert sent_to(fake, 3104)[0].text == GREETING and "$" in sent_to(fake, 3104)[1].text
