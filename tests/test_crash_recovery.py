@@ -176,3 +176,65 @@ def test_a_tool_call_finished_before_a_crash_is_not_run_again_after_restart(tmp_
     assert [(c["name"], c["result"]["ticket"], c.get("replayed")) for c in reply.tool_calls] == [
         ("create_ticket", "T-1", True)]
     assert "tool_runs" not in (inbound_meta or {})
+
+
+@pytest.mark.timeout(600)
+def test_a_burst_killed_mid_answer_is_answered_once_as_one_question_after_restart(tmp_path):
+    """A WhatsApp question typed in three pieces is one turn (gateway/burst.py): killed while the model
+    answers it, all three stay pending; after the restart they are answered once, together."""
+    from urllib.parse import urlencode
+
+    from twilio.request_validator import RequestValidator
+
+    from tests.fakes.twilio_api import FakeTwilio
+
+    sid, token, public = "AC" + "0123456789abcdef" * 2, "twilio-auth-token-for-tests", "https://gw.example.com"
+    twilio = FakeTwilio(account_sid=sid, auth_token=token).start()
+    channels = {"web": {}, "whatsapp": {"account_sid": sid, "auth_token": "${WA_TOKEN}", "from_number": "+14155238886",
+                                        "public_url": public, "api_base": twilio.base_url}}
+
+    def post(port: int, n: int, text: str) -> None:
+        form = {"MessageSid": f"SM{n:032x}", "AccountSid": sid, "From": "whatsapp:+15550001234",
+                "To": "whatsapp:+14155238886", "Body": text, "NumMedia": "0", "WaId": "15550001234"}
+        signature = RequestValidator(token).compute_signature(public + "/webhooks/acme/whatsapp", form)
+        assert httpx.post(f"http://127.0.0.1:{port}/webhooks/acme/whatsapp", content=urlencode(form).encode(),
+                          headers={"content-type": "application/x-www-form-urlencoded",
+                                   "X-Twilio-Signature": signature}).status_code == 200
+
+    with FakeOpenAI() as fake:
+        fake.script("slow", Turn(text="never delivered", delay=60), Turn(text="Your order ships today."))
+        db = tmp_path / "gateway.db"
+        config = write_config(tmp_path, database_url=f"sqlite+aiosqlite:///{db}",
+                              models=[{"model_name": "slow", "litellm_params": {
+                                  "model": "openai/slow", "api_base": fake.base_url, "api_key": "${FAKE_KEY:-sk-fake}", "timeout": 90}}],
+                              bots=[{"name": "acme", "model": "slow", "channels": channels}],
+                              worker={"lease_seconds": 2, "poll_interval": 0.2, "reply_timeout": 30})
+        upgrade(f"sqlite+aiosqlite:///{db}")
+        port, engine = free_port(), create_engine(f"sqlite:///{db}")
+        try:
+            for attempt in ("first", "restarted"):
+                server = _serve(config, port, WA_TOKEN=token)
+                try:
+                    _wait_until(lambda: _started(server, port), timeout=240, what=f"the {attempt} server")
+                    if attempt == "first":
+                        for n, piece in enumerate(("my order", "is late", "?"), start=1):
+                            post(port, n, piece)
+                        _wait_until(lambda: len(fake.requests_for("slow")) == 1, timeout=60, what="the model call")
+                        server.send_signal(signal.SIGKILL)
+                    else:
+                        _wait_until(lambda: twilio.delivered, timeout=120, what="the answer after restart")
+                        time.sleep(1.0)  # give a duplicate, if any, the time to appear
+                finally:
+                    server.kill() if attempt == "first" else server.terminate()
+                    server.wait(10)
+            with engine.connect() as conn:
+                inbound = conn.execute(select(Message.id, Message.status).where(Message.direction == "in")
+                                       .order_by(Message.id)).all()
+                replies = conn.execute(select(Message.reply_to_id, Message.status).where(Message.direction == "out")).all()
+        finally:
+            engine.dispose()
+            twilio.stop()
+    assert [s for _, s in inbound] == ["done"] * 3
+    assert [tuple(r) for r in replies] == [(inbound[0].id, "sent")] and len(twilio.delivered) == 1
+    asked = [m["content"] for m in fake.requests_for("slow")[-1].body["messages"] if m["role"] == "user"]
+    assert "my order\nis late\n?" in asked[-1]
