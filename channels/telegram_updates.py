@@ -128,7 +128,9 @@ class UpdateParser:
         chat = msg.get("chat") or {}
         if "id" not in chat or "message_id" not in msg:
             return ignore("message without chat or message_id")
-        user = msg.get("from") or msg.get("sender_chat") or chat
+        # A message sent on behalf of a chat (an anonymous group admin, a member posting as their channel)
+        # carries a stand-in bot in `from` (@GroupAnonymousBot, @Channel_Bot): the person is `sender_chat`.
+        user = msg.get("sender_chat") or msg.get("from") or chat
         if user.get("is_bot"):
             return ignore("our own message" if user.get("id") == self.bot_id else "message from another bot")
 

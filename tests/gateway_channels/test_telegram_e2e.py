@@ -169,6 +169,25 @@ async def test_telegram_operator_reply_in_a_group_mentions_the_member_by_name(en
     assert operator.entities[0]["type"] == "text_mention" and operator.entities[0]["user"]["id"] == 5550001
 
 
+@pytest.mark.parametrize(("stand_in", "sender_chat"), [
+    ({"id": 1087968824, "is_bot": True, "first_name": "Group", "username": "GroupAnonymousBot"},
+     {"id": -1001041, "type": "supergroup", "title": "Ann's shop"}),
+    ({"id": 136817688, "is_bot": True, "first_name": "Channel", "username": "Channel_Bot"},
+     {"id": -1009000, "type": "channel", "title": "Ann's channel"}),
+], ids=["anonymous-admin", "member-as-channel"])
+async def test_telegram_message_sent_on_behalf_of_a_chat_is_answered(env, stand_in, sender_chat):
+    """An anonymous group admin, or a member posting as their channel: Telegram puts a stand-in bot in
+    `from` and the real sender in `sender_chat`; it was ignored as "a message from another bot"."""
+    client, services, fake = env
+    update_id, chat = (9041, -1001041) if stand_in["username"] == "GroupAnonymousBot" else (9042, -1001042)
+    body = update(update_id, chat, "/ask " + QUESTION, chat_type="supergroup", message_id=81,
+                  entities=[{"type": "bot_command", "offset": 0, "length": 4}], sender_chat=sender_chat)
+    body["message"]["from"] = stand_in
+    assert (await post(client, body)).status_code == 200
+    (answer,) = await wait_until(lambda: sent_to(fake, chat), what="the answer in the group")
+    assert "$" in answer.text and answer.reply_to == 81
+
+
 async def _conversation_in(client, services, fake, update_id: int, chat: int) -> int:
     """Open a conversation in `chat` (one answered question) and return its id."""
     await post(client, update(update_id, chat, QUESTION))
