@@ -53,7 +53,7 @@ from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_
 from channels.sent_parts import Landed, SentParts
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, SignatureInvalid
-from gateway.models import ConversationRef, OutboundMessage
+from gateway.models import ConversationRef, InboundMessage, OutboundMessage
 from gateway.settings import DiscordChannel
 
 __all__ = [
@@ -109,7 +109,8 @@ class DiscordAdapter:
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.gateway_url or DEFAULT_GATEWAY)
         intents = discord.Intents.default()
         intents.message_content = True  # privileged: enable it in the Developer Portal too
-        self.client = GatewayClient(self._on_message, bot=bot, intents=intents, max_ratelimit_timeout=60.0)
+        self.client = GatewayClient(self._on_message, on_revision=self._deliver_in_turn, bot=bot, intents=intents,
+                                    max_ratelimit_timeout=60.0)
         self._verify_key = VerifyKey(bytes.fromhex(settings.public_key)) if settings.public_key else None
         if self._verify_key is None:  # said once at start, not only as a 401 per interaction
             log.warning("discord.public_key is not set: /ask interactions are refused (401); channel messages "
@@ -367,13 +368,17 @@ class DiscordAdapter:
         if isinstance(result, str):
             log.info("discord.ignored", extra={"bot": self.bot, "discord_message_id": message.id, "reason": result})
             return
+        await self._deliver_in_turn(result)
+
+    async def _deliver_in_turn(self, result: InboundMessage) -> None:
+        message_id = result.revises or result.external_id
         if self._deliver is None:
-            log.warning("discord.undelivered", extra={"bot": self.bot, "message_id": message.id})
+            log.warning("discord.undelivered", extra={"bot": self.bot, "message_id": message_id})
             return
         # discord.py runs each event in its own task, so two messages would race into the inbox and be
         # stored (and answered) in whichever order their inserts finished. The tasks start in the order
         # Discord sent the events, and reach this lock before their first await: its FIFO queue keeps
-        # that order.
+        # that order (an edit after the message it edits, too).
         async with self._deliver_in_order:
             deadline = time.monotonic() + DELIVER_PATIENCE
             for attempt in itertools.count(1):
@@ -382,9 +387,9 @@ class DiscordAdapter:
                     return
                 except Exception:  # the database is away: Discord will not send this message again
                     if time.monotonic() >= deadline:
-                        log.exception("discord.deliver_failed", extra={"bot": self.bot, "message_id": message.id,
+                        log.exception("discord.deliver_failed", extra={"bot": self.bot, "message_id": message_id,
                                                                        "attempts": attempt})
                         return
-                    log.warning("discord.deliver_retry", extra={"bot": self.bot, "message_id": message.id,
+                    log.warning("discord.deliver_retry", extra={"bot": self.bot, "message_id": message_id,
                                                                 "attempt": attempt}, exc_info=True)
                     await asyncio.sleep(doubling(attempt, first=0.5, cap=30.0))

@@ -1,5 +1,5 @@
-"""The discord.py client the Discord adapter runs: every message to the adapter, edits and deletions
-ignored with a logged reason, unreadable events skipped."""
+"""The discord.py client the Discord adapter runs: every message, edit and deletion to the adapter,
+unreadable events skipped."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import discord
+
+from channels.discord_parse import revision_of
+from gateway.models import InboundMessage
 
 log = logging.getLogger("channels.discord")
 
@@ -20,12 +23,14 @@ class GatewayClient(discord.Client):
     know (a captured embed-only MESSAGE_UPDATE has no `type`), which ended the connection for good."""
 
     def __init__(self, on_message: Callable[[discord.Message], Awaitable[None]], *, bot: str = "",
+                 on_revision: Callable[[InboundMessage], Awaitable[None]] | None = None,
                  **options: Any) -> None:
         # The gateway never joins a voice channel: discord.py's "davey is not installed, voice will NOT
         # be supported" warning at every start only sent deployers looking for a package they do not need.
         discord.VoiceClient.warn_dave = False
         super().__init__(**options)
         self._on_message = on_message
+        self._on_revision = on_revision  # edits and deletions; None: ignored with a logged reason
         self._bot = bot  # for the log lines
         # The websocket looks each event's parser up in this dict: one unreadable event is skipped, not fatal.
         parsers = self._connection.parsers
@@ -51,17 +56,26 @@ class GatewayClient(discord.Client):
 
     # The raw events fire for every message, not only the ones discord.py still holds in its cache.
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
-        """Gateway MESSAGE_UPDATE: not answered again (the first version was), or every typo fix would be."""
-        self._ignored(payload.message_id, "MESSAGE_UPDATE: edits are not answered again (the original was)")
+        """Gateway MESSAGE_UPDATE: revises the message while it waits for its answer (the adapter)."""
+        await self._revise(payload.message_id, payload.channel_id, payload.data, "MESSAGE_UPDATE")
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
-        """Gateway MESSAGE_DELETE: nothing to answer."""
-        self._ignored(payload.message_id, "MESSAGE_DELETE: nothing to answer")
+        """Gateway MESSAGE_DELETE: withdraws the message while it waits for its answer."""
+        await self._revise(payload.message_id, payload.channel_id, None, "MESSAGE_DELETE")
 
     async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
-        """Gateway MESSAGE_DELETE_BULK: nothing to answer."""
+        """Gateway MESSAGE_DELETE_BULK: each one as a MESSAGE_DELETE."""
         for message_id in sorted(payload.message_ids):
-            self._ignored(message_id, "MESSAGE_DELETE_BULK: nothing to answer")
+            await self._revise(message_id, payload.channel_id, None, "MESSAGE_DELETE_BULK")
+
+    async def _revise(self, message_id: int, channel_id: int, data: Any, event: str) -> None:
+        bot_user_id = str(self.user.id) if self.user else ""
+        revision = revision_of(message_id, channel_id, dict(data) if data is not None else None, event=event,
+                               bot_user_id=bot_user_id)
+        if isinstance(revision, str) or self._on_revision is None:
+            self._ignored(message_id, revision if isinstance(revision, str) else f"{event}: nothing to answer")
+        else:
+            await self._on_revision(revision)
 
     def _ignored(self, message_id: int, reason: str) -> None:
         log.info("discord.ignored", extra={"bot": self._bot, "message_id": message_id, "reason": reason})

@@ -76,6 +76,23 @@ def classify_gateway_message(
     )
 
 
+def revision_of(message_id: int, channel_id: int, data: dict[str, Any] | None, *, event: str,
+                bot_user_id: str) -> InboundMessage | str:
+    """MESSAGE_UPDATE (`data`: the message as edited) or a deletion (`data` None) → a revision of the
+    message it names (`InboundMessage.revises`), applied while that message waits for its answer; one
+    already answered is not answered again, or every typo fix would be. Or the reason it is ignored."""
+    where = ConversationRef(channel="discord", chat=str(channel_id))
+    if data is None:
+        return InboundMessage(channel="discord", external_id=f"{event}:{message_id}", conversation=where,
+                              sender=Sender(external_id=""), text="", revises=str(message_id), deleted=True)
+    if "content" not in data or "author" not in data:
+        return f"{event}: no content (an embed was added)"
+    edited = classify_gateway_message(data, bot_user_id=bot_user_id, respond_in_groups="always")
+    if isinstance(edited, str):
+        return f"{event}: {edited}"
+    return dataclasses.replace(edited, conversation=where, revises=str(message_id))
+
+
 def conversation_ref(guild_id: str, channel_id: str, author_id: str, *, in_thread: bool) -> ConversationRef:
     """Which conversation a message belongs to: a DM, a thread, or one member's questions in a server channel.
 

@@ -10,8 +10,9 @@ Which events become messages (one answer per question, never two):
   a reply is `existing_conversation_only`, and the inbox stores it only when that conversation exists.
 - With `respond_in_groups: always`, every channel `message` is answered and `app_mention` is ignored
   (the app must then subscribe to `message.channels` / `message.groups`).
-- Edits (`message_changed`) and deletions (`message_deleted`) are ignored with a reason: the original
-  question was already answered, and an edit must not produce a second answer.
+- Edits (`message_changed`) and deletions (`message_deleted`) revise the message they name while it
+  waits for its answer (`InboundMessage.revises`); of one already answered they are ignored with a
+  reason: an edit must not produce a second answer.
 - Messages from any bot (`bot_id`, subtype `bot_message`) and from our own bot user are ignored.
 
 `external_id` is the envelope's `event_id`, so Slack's retries (same `event_id`, `X-Slack-Retry-Num`)

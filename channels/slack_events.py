@@ -37,10 +37,8 @@ def parse_event(
     kind, subtype = event.get("type"), event.get("subtype")
     if kind not in ("message", "app_mention"):
         return None, f"event type {kind!r} is not handled"
-    if subtype == "message_changed":
-        return None, "message_changed: edits are not answered again (the original was)"
-    if subtype == "message_deleted":
-        return None, "message_deleted: nothing to answer"
+    if subtype in ("message_changed", "message_deleted"):
+        return _revision(body, event, bot_ids=bot_ids, channel_name=channel_name)
     if subtype == "bot_message" or event.get("bot_id"):
         return None, f"from a bot (bot_id={event.get('bot_id')})"
     if subtype not in _ANSWERED_SUBTYPES:
@@ -71,10 +69,7 @@ def parse_event(
         # author, the customer when the bot answered under their question, so only the store can tell
         # the bot's threads from others': the inbox stores such a reply only into an existing conversation.
         needs_conversation = event.get("parent_user_id") not in bot_ids
-    text = raw_text
-    for bot_id in bot_ids:
-        text = re.sub(rf"<@{bot_id}(?:\|[^>]*)?>", "", text)
-    text = slack_to_plain(text).strip()
+    text = _plain_text(raw_text, bot_ids)
     attachments = tuple(_attachment(f, text) for f in event.get("files") or ())
     profile = event.get("user_profile") or {}
     return (
@@ -94,11 +89,41 @@ def parse_event(
             attachments=attachments,
             reply_to=thread_ts if thread_ts and thread_ts != ts else None,
             sent_at=_sent_at(ts),
-            raw=body,
+            raw={**body, "message_id": ts},  # kept as the message's platform id, which an edit names
             existing_conversation_only=needs_conversation,
         ),
         "",
     )
+
+
+def _plain_text(raw_text: str, bot_ids: set[str]) -> str:
+    """A message's text as the pipeline reads it: mentions of the bot out, mrkdwn as plain text."""
+    for bot_id in bot_ids:
+        raw_text = re.sub(rf"<@{bot_id}(?:\|[^>]*)?>", "", raw_text)
+    return slack_to_plain(raw_text).strip()
+
+
+def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
+              channel_name: str) -> tuple[InboundMessage | None, str]:
+    """`message_changed` / `message_deleted` → a revision of the message it names (`InboundMessage.revises`):
+    applied while that message waits for its answer, ignored by the inbox once it was answered."""
+    deleted = event.get("subtype") == "message_deleted"
+    changed = (event.get("previous_message") if deleted else event.get("message")) or {}
+    ts = event.get("deleted_ts") if deleted else changed.get("ts") or (event.get("previous_message") or {}).get("ts")
+    channel = event.get("channel")
+    if changed.get("bot_id") or changed.get("user") in bot_ids:
+        return None, f"{event.get('subtype')}: a bot's message"
+    if not ts or not channel:
+        return None, f"{event.get('subtype')} without ts or channel"
+    return InboundMessage(
+        channel=channel_name,
+        external_id=str(body.get("event_id") or f"{channel}:{ts}:{event.get('subtype')}"),
+        conversation=ConversationRef(channel=channel_name, workspace=str(body.get("team_id") or ""), chat=channel),
+        sender=Sender(external_id=str(changed.get("user") or "")),
+        text="" if deleted else _plain_text(changed.get("text") or "", bot_ids),
+        revises=str(ts),
+        deleted=deleted,
+    ), ""
 
 
 def _attachment(file: dict[str, Any], caption: str) -> Attachment:

@@ -8,7 +8,7 @@ validation yet are perfectly answerable.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -115,8 +115,11 @@ class UpdateParser:
         if kind in ("message", "channel_post"):
             return self._message(update_id, update[kind], update)
         if kind in ("edited_message", "edited_channel_post"):
-            # Answering an edit would double-reply to a question already answered.
-            return WebhookResult(ignored=(f"update {update_id}: {kind} ignored (edits are not re-answered)",))
+            # Applied to the message while it waits for its answer (a typo fixed), else ignored by the inbox:
+            # answering an edit would double-reply to a question already answered.
+            edited = self._message(update_id, update[kind], update)
+            return replace(edited, messages=tuple(
+                replace(m, revises=str(update[kind]["message_id"]), only_while_held=False) for m in edited.messages))
         if kind == "callback_query":
             return WebhookResult(ignored=(f"update {update_id}: callback_query ignored (this bot sends no inline keyboards)",))
         return WebhookResult(ignored=(f"update {update_id}: unsupported update type {kind}",))

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.models import InboundMessage
 from gateway.observability import otel
 from gateway.pg_bridge import announce
 from storage import repositories as repo
+from storage.models import Conversation, Message
 from storage.text import storable_text
 
 HELD_STATES = ("waiting", "operator")
@@ -62,6 +64,9 @@ class Inbox:
         None when nothing is stored: the message is `existing_conversation_only` and its conversation
         does not exist (a Slack thread reply without a mention, in a thread the bot was never asked in)."""
         message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
+        if message.revises is not None:
+            await self._revise(bot, message)
+            return None
         async with self._sessions() as session, session.begin():
             if message.existing_conversation_only and await repo.find_conversation(
                     session, bot=bot, ref=message.conversation) is None:
@@ -84,3 +89,25 @@ class Inbox:
             self._on_stored(stored.conversation_id)
         return Accepted(message_id=stored.message_id, conversation_id=stored.conversation_id,
                         duplicate=stored.duplicate)
+
+    async def _revise(self, bot: str, edit: InboundMessage) -> None:
+        """Apply an edit or a deletion to the message it names while that message waits for its answer:
+        the customer who fixed a typo, or took a message back, was answered on what they had withdrawn."""
+        async with self._sessions() as session, session.begin():
+            waiting = (await session.execute(
+                select(Message).join(Conversation, Message.conversation_id == Conversation.id).where(
+                    Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
+                    Message.status == "pending", Conversation.chat == edit.conversation.chat)
+                .with_for_update(of=Message))).scalars()
+            target = next((m for m in waiting if (m.meta or {}).get("platform_message_id") == edit.revises), None)
+            if target is not None:
+                if edit.deleted:
+                    target.status, target.error = "ignored", "deleted by the customer before it was answered"
+                else:
+                    target.text = edit.text
+        what = "deletion" if edit.deleted else "edit"
+        if target is None:
+            log.info("inbound.ignored", bot=bot, channel=edit.channel, platform_message_id=edit.revises,
+                     reason=f"{what} of a message already answered (or never stored): not answered again")
+        else:
+            log.info("inbound.revised", bot=bot, channel=edit.channel, message_id=target.id, change=what)

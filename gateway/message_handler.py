@@ -99,6 +99,12 @@ class MessageHandler:
         # A burst's later pieces are answered with this one (gateway/burst.py); marked done by `_finish`.
         followers = await burst_followers(self._sessions, inbound, window_s=self._settings.worker.burst_seconds) \
             if conversation.state == "bot" else []
+        if self._settings.worker.burst_seconds > 0:
+            async with self._sessions() as session:  # as it is after the wait: edited, or taken back
+                fresh = await session.get(Message, inbound.id)
+            if fresh is None or fresh.status != "pending":
+                return
+            inbound = fresh
         finish = functools.partial(self._finish, followers=tuple(m.id for m in followers))
         pieces = [inbound, *followers]
         topic = message_topic(inbound.id)

@@ -108,6 +108,11 @@ class InboundMessage:
     # Stored only into a conversation a person holds or is asked for (`waiting`, `operator`), else ignored:
     # a group member's message with no mention is for the bot only while it is the operator's to read.
     only_while_held: bool = False
+    # Not a new message: an edit of the one with this platform id in `conversation.chat` (its new `text`),
+    # or with `deleted` its deletion. Applied while that message waits for its answer, else ignored
+    # (`Inbox.accept`): an answered question is not answered again for a typo fix.
+    revises: str | None = None
+    deleted: bool = False
 
     @property
     def idempotency_key(self) -> tuple[str, str]:

@@ -198,7 +198,9 @@ async def test_a_token_rejected_at_start_still_fails_start(fake: FakeDiscord):
         await adapter.stop()
 
 
-async def test_edits_and_deletions_are_ignored_with_a_logged_reason(fake: FakeDiscord, caplog):
+async def test_edits_and_deletions_are_delivered_as_revisions_in_order(fake: FakeDiscord, caplog):
+    """The inbox applies them to a message still waiting for its answer (a typo fixed, a message taken
+    back); they were dropped, and the customer was answered on what they had corrected or deleted."""
     adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
     with caplog.at_level("INFO", logger="channels.discord"):
         async with connected(adapter, fake) as delivered:
@@ -210,15 +212,15 @@ async def test_edits_and_deletions_are_ignored_with_a_logged_reason(fake: FakeDi
             await fake.dispatch("MESSAGE_DELETE_BULK", {"ids": ["900000000000000073", "900000000000000072"],
                                                         "channel_id": edited["channel_id"], "guild_id": GUILD})
             await fake.dispatch("MESSAGE_CREATE", guild_message("a new one", message_id="900000000000000074"))
-            await wait_for(delivered, 1)
-    assert [m.text for m in delivered] == ["a new one"]
-    ignored = sorted((r.message_id, r.reason, r.bot) for r in caplog.records if r.getMessage() == "discord.ignored")
-    assert ignored == [
-        (900000000000000070, "MESSAGE_UPDATE: edits are not answered again (the original was)", "support"),
-        (900000000000000071, "MESSAGE_DELETE: nothing to answer", "support"),
-        (900000000000000072, "MESSAGE_DELETE_BULK: nothing to answer", "support"),
-        (900000000000000073, "MESSAGE_DELETE_BULK: nothing to answer", "support"),
+            await wait_for(delivered, 5)
+    assert [(m.revises, m.deleted, m.text, m.conversation.chat) for m in delivered] == [
+        ("900000000000000070", False, "opening hours? (edited)", edited["channel_id"]),
+        ("900000000000000071", True, "", edited["channel_id"]),
+        ("900000000000000072", True, "", edited["channel_id"]),
+        ("900000000000000073", True, "", edited["channel_id"]),
+        (None, False, "a new one", edited["channel_id"]),
     ]
+    assert not [r for r in caplog.records if r.getMessage() == "discord.ignored"]
 
 
 def test_no_voice_package_warning_at_start(caplog) -> None:

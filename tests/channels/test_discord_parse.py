@@ -10,7 +10,7 @@ from nacl.signing import SigningKey
 
 from channels.base import RawRequest
 from channels.discord import DiscordAdapter, classify_gateway_message
-from channels.discord_parse import parse_interaction
+from channels.discord_parse import parse_interaction, revision_of
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.models import ConversationRef
 from gateway.settings import DiscordChannel
@@ -255,3 +255,12 @@ def test_parse_garbage_body_is_bad_request():
     adapter = DiscordAdapter("support", settings_for())
     with pytest.raises(BadRequest):
         adapter.parse(signed(b"not json"))
+
+
+def test_revision_of_an_own_or_bot_message_or_an_update_without_content_is_ignored() -> None:
+    own = {"id": "11", "channel_id": "22", "content": "answer (edited)", "author": {"id": "999", "bot": True}}
+    assert revision_of(11, 22, own, event="MESSAGE_UPDATE", bot_user_id="999") == "MESSAGE_UPDATE: own message"
+    assert revision_of(11, 22, {"id": "11", "embeds": []}, event="MESSAGE_UPDATE", bot_user_id="999") == \
+        "MESSAGE_UPDATE: no content (an embed was added)"
+    taken_back = revision_of(11, 22, None, event="MESSAGE_DELETE", bot_user_id="999")
+    assert (taken_back.revises, taken_back.deleted, taken_back.conversation.chat) == ("11", True, "22")

@@ -51,8 +51,9 @@ EXPECTED = {
     "event_callback_assistant_thread_started.json": ("ignored", "event type 'assistant_thread_started'"),
     "event_callback_bot_message_via_response_url.json": ("ignored", "from a bot"),
     "event_callback_member_joined_channel.json": ("ignored", "event type 'member_joined_channel'"),
-    "event_callback_message_changed.json": ("ignored", "message_changed"),
-    "event_callback_message_deleted.json": ("ignored", "message_deleted"),
+    # An edit or a deletion revises the message it names while it waits for its answer (the inbox decides).
+    "event_callback_message_changed.json": ("revision", ("1665102338.901939", "updated message")),
+    "event_callback_message_deleted.json": ("revision", ("1665368619.804829", None)),
     "event_callback_message_file_share.json": ("ignored", "the bot's own message"),
     "event_callback_message_from_bot_user.json": ("ignored", "from a bot"),
     # A thread reply without a mention: answered only in a thread the bot has a conversation in (the inbox checks).
@@ -92,6 +93,10 @@ def test_slack_parse_fixture_is_a_message_a_challenge_answer_or_ignored_with_rea
         assert message.external_id == json.loads(path.read_text())["event_id"]
         assert message.sender.external_id == "W222" and not message.sender.is_bot
         assert not result.ignored and not message.existing_conversation_only
+    elif kind == "revision":
+        (message,) = result.messages
+        assert (message.revises, None if message.deleted else message.text) == expected
+        assert message.conversation.chat == "C111" and not result.ignored
     elif kind == "if in a known thread":
         (message,) = result.messages
         assert message.text == expected and message.existing_conversation_only and not result.ignored

@@ -55,7 +55,7 @@ async def test_start_learns_username_so_group_mentions_work(fake: FakeTelegramAP
 async def test_polling_delivers_updates_and_stops_cleanly(fake: FakeTelegramAPI) -> None:
     fake.webhook = {"url": "https://old.example/hook"}
     tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling"), polling_timeout=1)
-    received = Received(expect=2)
+    received = Received(expect=3)
     await tg.start(received.deliver)
     fake.push_update(_update("first", update_id=9001))
     fake.push_update({"update_id": 9002, "edited_message": _update("x")["message"]})
@@ -64,8 +64,9 @@ async def test_polling_delivers_updates_and_stops_cleanly(fake: FakeTelegramAPI)
     started = time.monotonic()
     await tg.stop()
     assert time.monotonic() - started < 3
-    assert [m.external_id for m in received.messages] == ["9001", "9003"]
-    assert received.messages[0].text == "first" and received.messages[1].raw["command"] == "start"
+    # The edit goes to the inbox as a revision, applied only while its message waits for an answer.
+    assert [(m.external_id, m.revises) for m in received.messages] == [("9001", None), ("9002", "42"), ("9003", None)]
+    assert received.messages[0].text == "first" and received.messages[2].raw["command"] == "start"
     assert received.messages[0].sender.display_name == "Ann Lee"
     assert fake.calls("deleteWebhook") and not fake.webhook
     assert fake.calls("getUpdates")[0].params["allowed_updates"] == ["message", "edited_message", "channel_post", "edited_channel_post"]

@@ -55,7 +55,7 @@ EXPECTED = {  # file name -> ("message", text) or ("ignored", reason fragment)
     "group_message_bot_command.json": ("ignored", "unsupported command /echo"),
     "group_message_bot_command_with_botname.json": ("ignored", "another bot @bot"),
     "message_text_private.json": ("message", "message"),
-    "edited_message.json": ("ignored", "edited_message"),
+    "edited_message.json": ("edit", "hi there (edited)"),  # applied only while the message waits (inbox)
     "forwarded_message.json": ("message", "message text"),
     "inline_query.json": ("ignored", "no integer update_id"),
     "message.json": ("message", "Hi, world!"),
@@ -93,6 +93,12 @@ def test_parse_fixture_is_normalized_or_ignored_with_reason(path: Path) -> None:
         return
     (msg,) = result.messages
     update = json.loads(path.read_bytes())
+    if kind == "edit":
+        edited = update["edited_message"]
+        assert (msg.revises, msg.text, msg.conversation.chat) == (str(edited["message_id"]), expected,
+                                                                   str(edited["chat"]["id"]))
+        return
+    assert msg.revises is None
     assert msg.channel == "telegram" and msg.external_id == str(update["update_id"])
     assert msg.text == expected
     assert msg.conversation.chat == str(update["message"]["chat"]["id"])

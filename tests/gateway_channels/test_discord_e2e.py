@@ -12,6 +12,7 @@ import pytest_asyncio
 from nacl.signing import SigningKey
 
 from channels.discord import classify_gateway_message
+from channels.discord_parse import revision_of
 from tests.fakes.discord_api import APPLICATION_ID, BOT_USER_ID, INTERACTION_CHANNEL_ID, FakeDiscord
 from tests.gateway_channels.conftest import (
     QUESTION,
@@ -216,6 +217,24 @@ async def test_discord_long_reply_is_split_at_2000_without_repeats(env):
     joined = "\n".join(p["content"] for p in parts)
     assert all(joined.count(f"Note {i}:") == 1 for i in range(14))
     assert "https://help.example.com/plans" in joined
+
+
+async def test_discord_message_edited_or_deleted_before_its_answer(env):
+    """Edited while it waited: answered as edited. Deleted: not answered at all."""
+    client, services, fake = env
+    deliver = services._deliver_for("acme")
+    for message_id, channel, revised in (("1500000000000000031", "1600000000000000031", {"content": QUESTION}),
+                                         ("1500000000000000032", "1600000000000000032", None)):
+        payload = gateway_message(message_id, channel, "How much?")
+        await deliver(classify_gateway_message(payload, bot_user_id=BOT_USER_ID))
+        data = None if revised is None else {**payload, **revised}
+        await deliver(revision_of(int(message_id), int(channel), data, event="MESSAGE_UPDATE", bot_user_id=BOT_USER_ID))
+    [reply] = await wait_until(lambda: fake.channel_messages("1600000000000000031"), what="the reply")
+    assert "$" in reply["content"]
+    [taken_back] = await settled_chat(services, channel="discord", chat="1600000000000000032", count=1)
+    assert taken_back.status == "ignored"
+    await settle()
+    assert fake.channel_messages("1600000000000000032") == []
 
 
 async def test_discord_gateway_connection_is_reported_by_readyz(env):

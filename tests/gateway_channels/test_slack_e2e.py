@@ -200,3 +200,31 @@ async def test_slack_reply_in_a_thread_the_bot_was_never_asked_in_is_ignored(env
     await settle()
     assert await count_messages(services, channel="slack") == before
     assert posted_to(fake, "C0014") == []
+
+
+def revision(event_id: str, channel: str, ts: str, text: str | None) -> dict[str, Any]:
+    """Slack's `message_changed` (new `text`) or, with `text=None`, `message_deleted` of the DM at `ts`."""
+    original = {"type": "message", "user": "U0CUSTOMER", "text": "How much?", "ts": ts, "team": "T111"}
+    event = {"type": "message", "channel": channel, "channel_type": "im", "hidden": True, "ts": "1700000009.000900"}
+    if text is None:
+        event |= {"subtype": "message_deleted", "deleted_ts": ts, "previous_message": original}
+    else:
+        event |= {"subtype": "message_changed", "previous_message": original,
+                  "message": {**original, "text": text, "edited": {"user": "U0CUSTOMER", "ts": "1700000009.0"}}}
+    return {**envelope(event_id, channel, ""), "event": event}
+
+
+async def test_slack_edit_or_deletion_of_a_waiting_message_changes_what_is_answered(env):
+    """A customer who corrected or took back a message before its answer was answered on the old one."""
+    client, services, fake = env
+    ts = "1700000001.000200"
+    await post(client, envelope("Ev0301", "D0301", "How much?", ts=ts))
+    await post(client, revision("Ev0302", "D0301", ts, QUESTION))
+    [reply] = await wait_until(lambda: posted_to(fake, "D0301"), what="the reply")
+    assert "$" in reply["text"]
+    await post(client, envelope("Ev0303", "D0302", QUESTION, ts=ts))
+    await post(client, revision("Ev0304", "D0302", ts, None))
+    [taken_back] = await settled_chat(services, channel="slack", chat="D0302", count=1)
+    assert taken_back.status == "ignored" and "deleted" in taken_back.error
+    await settle()
+    assert posted_to(fake, "D0302") == []

@@ -8,7 +8,15 @@ import pytest_asyncio
 
 from gateway.pipeline.core import TEXT_ONLY_REPLY
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.gateway_channels.conftest import GREETING, gateway_app, replies, settle, settled_chat, wait_until
+from tests.gateway_channels.conftest import (
+    GREETING,
+    gateway_app,
+    messages_in_chat,
+    replies,
+    settle,
+    settled_chat,
+    wait_until,
+)
 from tests.gateway_channels.test_telegram_e2e import SECRET, TOKEN, post, sent_to, update
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -77,3 +85,31 @@ async def test_a_command_and_a_message_after_a_pause_are_answered_on_their_own(e
     await wait_until(lambda: len(sent_to(fake, 3104)) == 3, what="the answer to the later message")
     assert [m.reply_to for m in sent_to(fake, 3104)] == [331, 332, 333]
     assert sent_to(fake, 3104)[0].text == GREETING and "$" in sent_to(fake, 3104)[1].text
+
+
+def edited(update_id: int, chat: int, text: str, *, message_id: int) -> dict:
+    body = update(update_id, chat, text, message_id=message_id, edit_date=1700000005)
+    return {"update_id": update_id, "edited_message": body["message"]}
+
+
+async def test_a_message_edited_before_its_answer_is_answered_as_edited(env):
+    """A typo fixed while the question waits: the answer was to the text the customer had corrected."""
+    client, services, fake = env
+    await post(client, update(9341, 3105, "How much does the Plsu plam cots?", message_id=341))
+    await post(client, edited(9342, 3105, "How much does the Plus plan cost?", message_id=341))
+    [reply] = await wait_until(lambda: sent_to(fake, 3105), what="the reply")
+    assert "$" in reply.text and reply.reply_to == 341
+    [question, _] = await settled_chat(services, channel="telegram", chat="3105")
+    assert question.text == "How much does the Plus plan cost?"
+
+
+async def test_an_edit_after_the_answer_is_not_answered_again(env):
+    client, services, fake = env
+    await post(client, update(9351, 3106, "How much does the Plus plan cost?", message_id=351))
+    await wait_until(lambda: sent_to(fake, 3106), what="the reply")
+    await settled_chat(services, channel="telegram", chat="3106")
+    await post(client, edited(9352, 3106, "How much does the Plus plan cost per year?", message_id=351))
+    await settle()
+    assert len(sent_to(fake, 3106)) == 1
+    [question, _] = await messages_in_chat(services, channel="telegram", chat="3106")
+    assert question.text == "How much does the Plus plan cost?"
