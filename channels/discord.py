@@ -364,6 +364,7 @@ class DiscordAdapter:
             bot_user_id=str(me.id) if me else "",
             respond_in_groups=self.settings.respond_in_groups,
             in_thread=isinstance(message.channel, discord.Thread),
+            bot_role_ids=(str(role.id),) if message.guild and (role := message.guild.self_role) else (),
         )
         if isinstance(result, str):
             log.info("discord.ignored", extra={"bot": self.bot, "discord_message_id": message.id, "reason": result})

@@ -25,9 +25,11 @@ _ATTACHMENT_KINDS = {"image": "image", "audio": "audio", "video": "video"}
 
 
 def classify_gateway_message(
-    payload: dict[str, Any], *, bot_user_id: str, respond_in_groups: str = "mention", in_thread: bool = False
+    payload: dict[str, Any], *, bot_user_id: str, respond_in_groups: str = "mention", in_thread: bool = False,
+    bot_role_ids: tuple[str, ...] = (),
 ) -> InboundMessage | str:
-    """A MESSAGE_CREATE message object → an InboundMessage, or the reason it is ignored."""
+    """A MESSAGE_CREATE message object → an InboundMessage, or the reason it is ignored. `bot_role_ids`: the
+    bot's own integration role in this server, which Discord's @-completion often offers before the bot."""
     author = payload.get("author") or {}
     author_id = str(author.get("id", ""))
     kind = payload.get("type", 0)
@@ -44,14 +46,18 @@ def classify_gateway_message(
 
     guild_id = str(payload.get("guild_id") or "")
     content = payload.get("content") or ""
-    mentioned = _mentions_bot(payload, content, bot_user_id)
+    mentioned = _mentions_bot(payload, content, bot_user_id) or bool(
+        set(map(str, payload.get("mention_roles") or ())) & set(bot_role_ids))
     reference = payload.get("message_reference") or {}
     replied = str(((payload.get("referenced_message") or {}).get("author") or {}).get("id", "")) == bot_user_id
     # Neither mentions nor replies to the bot: ignored, unless an operator is talking with this member
     # here (the inbox decides: `only_while_held`), whose answers would otherwise never reach them.
     unaddressed = bool(guild_id) and respond_in_groups == "mention" and not (mentioned or replied)
 
-    text = re.sub(rf"<@!?{re.escape(bot_user_id)}>", "", content).strip() if bot_user_id else content.strip()
+    text = re.sub(rf"<@!?{re.escape(bot_user_id)}>", "", content) if bot_user_id else content
+    for role_id in bot_role_ids:
+        text = text.replace(f"<@&{role_id}>", "")
+    text = text.strip()
     attachments = tuple(_attachment(a, caption=text or None) for a in payload.get("attachments") or ())
     attachments += tuple(
         Attachment(kind="sticker", file_id=str(s.get("id")), caption=s.get("name"))
@@ -189,6 +195,7 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
             "system": message.author.system,
         },
         "mentions": [{"id": str(user.id)} for user in message.mentions],
+        "mention_roles": [str(role_id) for role_id in message.raw_role_mentions],
         "attachments": [
             {"id": str(a.id), "url": a.url, "content_type": a.content_type, "filename": a.filename}
             for a in message.attachments

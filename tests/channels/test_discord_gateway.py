@@ -232,3 +232,27 @@ def test_no_voice_package_warning_at_start(caplog) -> None:
     with caplog.at_level("WARNING", logger="discord.client"):
         DiscordAdapter("support", settings_for(None))
     assert not [r for r in caplog.records if "davey" in r.getMessage()]
+
+
+async def test_a_mention_of_the_bots_own_role_addresses_the_bot(fake: FakeDiscord):
+    """Discord's @-completion often offers the bot's integration role (same name) before the bot:
+    `<@&role>` was not a mention of the bot, and the member's question was ignored."""
+    role = "900000000000000099"
+    adapter = DiscordAdapter("support", settings_for(fake))
+    async with connected(adapter, fake) as delivered:
+        await asyncio.wait_for(adapter.client.wait_until_ready(), timeout=10)
+        await fake.dispatch("GUILD_CREATE", {
+            "id": GUILD, "name": "Acme", "owner_id": "900000000000000003", "features": [], "emojis": [], "stickers": [],
+            "channels": [], "members": [], "member_count": 2, "large": False, "unavailable": False,
+            "roles": [{"id": GUILD, "name": "@everyone", "permissions": "0", "position": 0, "color": 0,
+                       "hoist": False, "managed": False, "mentionable": False},
+                      {"id": role, "name": "Support", "permissions": "0", "position": 1, "color": 0, "hoist": False,
+                       "managed": True, "mentionable": True, "tags": {"bot_id": BOT_USER_ID}}]})
+        await fake.dispatch("MESSAGE_CREATE", guild_message(f"<@&{role}> what are your hours?",
+                                                            message_id="900000000000000080", mention_roles=[role]))
+        await fake.dispatch("MESSAGE_CREATE", guild_message("<@&900000000000000098> and the other team?",
+                                                            message_id="900000000000000081",
+                                                            mention_roles=["900000000000000098"]))
+        await wait_for(delivered, 2)
+    assert [(m.text, m.only_while_held) for m in delivered] == [
+        ("what are your hours?", False), ("<@&900000000000000098> and the other team?", True)]
