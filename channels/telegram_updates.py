@@ -157,7 +157,10 @@ class UpdateParser:
         replied_to_us = ((msg.get("reply_to_message") or {}).get("from") or {}).get("id") == self.bot_id
         # Not addressed to the bot: ignored, unless an operator is talking with this member here (the
         # inbox decides: `only_while_held`), whose answers would otherwise never reach them.
-        unaddressed = is_group and self.respond_in_groups != "always" and not (addr.addressed or replied_to_us)
+        # A channel is a broadcast, its posts the admins' news, not questions: `always` does not reach them,
+        # or the bot answered every post in public (and two such bots in one channel answered each other).
+        everything = self.respond_in_groups == "always" and chat.get("type") != "channel"
+        unaddressed = is_group and not everything and not (addr.addressed or replied_to_us)
         text = addr.text
         if addr.command:
             raw["command"] = addr.command

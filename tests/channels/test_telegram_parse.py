@@ -155,6 +155,23 @@ def test_parse_group_message_needs_mention_reply_or_command() -> None:
     assert always.parse(_request(_update("what are your hours?", chat_type="group"))).messages
 
 
+def test_respond_in_groups_always_does_not_answer_every_channel_post() -> None:
+    """A channel's posts are its admins' news: with `always` the bot answered each one in public, and two
+    such bots in one channel answered each other (a channel post names no author, so no bot is seen)."""
+    always = TelegramAdapter("demo", _settings(respond_in_groups="always"), username="support_bot")
+    channel = {"id": -100888, "type": "channel", "title": "Acme news"}
+
+    def post(text: str, **extra: object) -> dict:
+        return {"update_id": 5002, "channel_post": {"message_id": 9, "date": 1700000000, "chat": channel,
+                                                    "sender_chat": channel, "text": text, **extra}}
+
+    (news,) = always.parse(_request(post("Version 2 is out"))).messages
+    assert news.only_while_held  # the inbox stores it only while a person talks there: not answered
+    (asked,) = always.parse(_request(post("@support_bot is v2 free?", entities=[
+        {"type": "mention", "offset": 0, "length": 12}]))).messages
+    assert not asked.only_while_held and asked.text == "is v2 free?"
+
+
 def test_parse_mention_offsets_are_utf16_units() -> None:
     tg = TelegramAdapter("demo", _settings(), username="support_bot")
     text = "😀😀 @support_bot price?"  # each emoji is 2 UTF-16 units
