@@ -86,3 +86,24 @@ async def test_inbox_existing_conversation_only_message_is_stored_only_into_an_e
     assert await inbox.accept("other", message("Ev5", only=True)) is None  # another bot's
     assert await _count(sessions, Message) == 2
     await engine.dispose()
+
+
+async def test_inbox_revision_changes_only_a_waiting_message_of_its_chat(migrated_url):
+    """An edit names the platform's message id (`platform_message_id`), which is unique per chat only."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    here = await inbox.accept("acme", _message("u1", chat="c1", text="teh price?"))
+    there = await inbox.accept("acme", _message("u2", chat="c2", text="teh price?"))
+    edit = replace(_message("u9", chat="c1", text="the price?"), revises="u1")
+    assert await inbox.accept("acme", edit) is None
+    assert await inbox.accept("acme", replace(edit, conversation=ConversationRef(channel="telegram", chat="c2"),
+                                              revises="u1")) is None  # no message u1 in c2
+    gone = replace(_message("u8", chat="c2"), revises="u2", deleted=True)
+    assert await inbox.accept("acme", gone) is None
+    async with sessions() as session:
+        first, second = await session.get(Message, here.message_id), await session.get(Message, there.message_id)
+    assert (first.text, first.status) == ("the price?", "pending")
+    assert (second.text, second.status) == ("teh price?", "ignored")
+    assert await _count(sessions, Message) == 2
+    await engine.dispose()
