@@ -113,6 +113,8 @@ class Pipeline:
         if turn.command in ("start", "help"):
             return PipelineResult(reply=turn.greeting or DEFAULT_GREETING, answered=True)
         text = turn.text.strip()
+        if is_blank(text) and small_talk(said := _sticker_emoji(turn.attachments)):
+            text = said  # a 👍 sticker says what a 👍 typed does; it got "I can only read text"
         if is_blank(text):
             if turn.attachments:  # a photo, a voice note, a sticker: what we cannot read yet
                 return PipelineResult(reply=TEXT_ONLY_REPLY, answered=False)
@@ -279,3 +281,10 @@ def handoff(bot: BotSettings, reply: str, *, reason: str, trigger: str, **fields
     if bot.escalation.enabled:
         return PipelineResult(reply=reply, escalate=reason, trigger=trigger, answered=False, **fields)
     return PipelineResult(reply=PERSON_PROMISES[reply], answered=False, **fields)
+
+
+def _sticker_emoji(attachments: list[dict[str, Any]]) -> str:
+    """The emoji a message of stickers alone shows (Telegram gives each sticker's as its caption), else ""."""
+    if not attachments or any(a.get("kind") != "sticker" for a in attachments):
+        return ""
+    return " ".join(a.get("caption") or "" for a in attachments).strip()

@@ -142,6 +142,19 @@ async def test_telegram_photo_without_caption_gets_text_only_reply(env):
     assert inbound.attachments == [{"kind": "image", "file_id": "AgAD-large"}]
 
 
+@pytest.mark.parametrize(("update_id", "chat", "emoji", "expected"), [
+    (9061, 1061, "👍", "You're welcome! Ask me any time if you have another question."),
+    (9062, 1062, "🤔", TEXT_ONLY_REPLY)], ids=["thumbs-up", "other"])
+async def test_telegram_sticker_says_what_its_emoji_says(env, update_id, chat, emoji, expected):
+    """A 👍 sticker after an answer is a thanks, as a 👍 typed is; it got "I can only read text"."""
+    client, services, fake = env
+    sticker = {"file_id": "CAACAgI-sticker", "file_unique_id": "s1", "width": 512, "height": 512, "emoji": emoji,
+               "is_animated": False, "is_video": False, "type": "regular"}
+    assert (await post(client, update(update_id, chat, sticker=sticker))).status_code == 200
+    [reply] = await wait_until(lambda: sent_to(fake, chat), what="the reply to the sticker")
+    assert reply.text == expected
+
+
 async def test_telegram_group_message_without_mention_is_ignored_and_not_stored(env):
     client, services, fake = env
     before = await count_messages(services, channel="telegram")
