@@ -185,7 +185,7 @@ class MessageHandler:
                 await streamer.close()  # no flush may race the final reply's edits
         try:
             taken_over = await finish(inbound, result, status="failed" if result.error else "done",
-                                            error=result.error, streamer=streamer)
+                                      error=result.error, streamer=streamer)
         finally:
             # The final reply did not replace the streamed text (not stored, or no reply): blank it.
             if streamer is not None and streamer.started and not streamer.finished:
