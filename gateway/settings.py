@@ -15,7 +15,6 @@ import json
 import os
 import re
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -53,6 +52,7 @@ from gateway.config_file import (
     secret_values,
 )
 from gateway.errors import ConfigError, UnknownBot
+from gateway.runtime_settings import LLMSettings, OperatorSettings, TracingSettings, WorkerSettings
 
 __all__ = [
     "OFFLINE_MODEL", "SECRET_KEYS", "PLACEHOLDER_SECRETS", "ENV_OVERRIDES",
@@ -169,69 +169,6 @@ def _seconds(key: str, value: Any) -> float:
     if seconds is None or not 0 < seconds < float("inf"):
         raise ValueError(f"`{key}` must be a number of seconds above 0, not {value!r}")
     return seconds
-
-
-class OperatorSettings(_Strict):
-    """A human operator: a bearer token, and the bots they may serve (`*` for all)."""
-
-    name: str
-    token: str
-    bots: list[str] = Field(default_factory=lambda: ["*"])
-
-    @field_validator("name")
-    @classmethod
-    def _named(cls, name: str) -> str:
-        """The name is who claimed, replied and resolved in every escalation's history."""
-        if not name.strip():
-            raise ValueError("is empty; give the operator a name (an unset ${VAR}?)")
-        return name
-
-
-class WorkerSettings(_Strict):
-    """The in-process worker. A dead worker's conversations are taken over after `lease_seconds`."""
-
-    lease_seconds: float = Field(default=30.0, ge=1.0)
-    concurrency: int = Field(default=8, ge=1, le=256)
-    poll_interval: float = Field(default=1.0, gt=0.0)
-    reply_timeout: float = Field(default=60.0, gt=0.0)
-    # A turn still running after this many seconds is stopped and handed to a person (FAILURE_REPLY).
-    turn_timeout: float = Field(default=180.0, gt=0.0)
-    # A customer's messages this close together are one question, answered once (gateway/burst.py). 0: off.
-    burst_seconds: float = Field(default=1.5, ge=0.0, le=10.0)
-
-
-class LLMSettings(_Strict):
-    """Timeouts and retries of every model call (see `gateway.llm_retry.RetryPolicy`)."""
-
-    timeout: float = Field(default=60.0, gt=0.0)
-    num_retries: int = Field(default=2, ge=0, le=10)
-    backoff_base: float = Field(default=0.5, ge=0.0)
-    backoff_max: float = Field(default=8.0, ge=0.0)
-    # After a model failed every attempt of a call (timeouts, 429, 5xx), calls in the next this many
-    # seconds start at the next model of their chain instead of waiting out its retries again. 0: off.
-    cooldown_seconds: float = Field(default=30.0, ge=0.0)
-
-
-class TracingSettings(_Strict):
-    """Optional OpenTelemetry export (gateway/observability/otel.py); off while `otlp_endpoint` is unset."""
-
-    otlp_endpoint: str | None = None
-    service_name: str = "bot-gateway"
-    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
-
-    @field_validator("otlp_endpoint")
-    @classmethod
-    def _an_http_url(cls, value: str | None) -> str | None:
-        """The exporter posts to it as is: a typo ("localhost:4317", "htp://…") loaded, and every batch of
-        spans then failed in the background, with tracing seemingly on."""
-        if value is None or not value.strip():
-            return None  # `${VAR}` left unset: tracing off
-        value = value.strip()
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{value!r} is not an http(s) URL with a host: give the OTLP/HTTP collector's, "
-                             "as http://otel-collector:4318/v1/traces")
-        return value
 
 
 class Settings(BaseSettings):
