@@ -11,6 +11,11 @@ keeps typing is still answered), and answers the message with the ones after it 
 burst: their texts joined line by line, their attachments together. The others are marked done with it,
 in the same transaction as its reply (`MessageHandler._finish`), so a crash leaves all or none answered.
 
+The wait ends early when what came so far reads as a whole question (`reads_whole`: text only, the last
+piece ending a sentence, a few words in all): "How do I reset my password?" is answered at once, as is
+"my order" / "is late" / "?" at its "?". Waiting would cost every such question `burst_seconds` for the
+rare customer who adds to it.
+
 A message belongs to the burst when it is from the same sender, arrived within `burst_seconds` of the one
 before, and is plain (no command such as /start, no Discord `/ask` awaiting its own answer). The web chat,
 whose request waits for its own message's answer, is never merged; `burst_seconds: 0` turns it all off.
@@ -32,11 +37,23 @@ BURST_MAX_WAIT_S = 8.0
 MAX_PIECES = 10
 """Messages answered together at most; the rest of a longer run are turns of their own."""
 UNMERGED_CHANNELS = frozenset({"web"})
+WHOLE_QUESTION_WORDS = 3
+"""A text of at least this many words ending a sentence is answered without waiting for more."""
+_SENTENCE_END = ("?", "!", ".", "？", "！", "。", "؟")
 
 
 def _plain(message: Message) -> bool:
     meta = message.meta or {}
     return not meta.get("command") and not meta.get("needs_reply")
+
+
+def reads_whole(pieces: list[Message]) -> bool:
+    """Text with no attachment whose last piece ends a sentence, a few words in all: likely the
+    customer's whole question ("How do I reset my password?", or "my order" / "is late" / "?"). An
+    album's caption is not (its other photos follow), nor is "hi" or "my order"."""
+    last = (pieces[-1].text or "").strip()
+    return (not any(m.attachments for m in pieces) and last.endswith(_SENTENCE_END)
+            and sum(len((m.text or "").split()) for m in pieces) >= WHOLE_QUESTION_WORDS)
 
 
 def same_burst(first: Message, later: list[Message], *, window_s: float) -> list[Message]:
@@ -68,6 +85,8 @@ async def burst_followers(sessions: async_sessionmaker[AsyncSession], first: Mes
                                       Message.status == "pending", Message.id > first.id)
                 .order_by(Message.id).limit(MAX_PIECES))).scalars())
         run = same_burst(first, later, window_s=window_s)
+        if reads_whole([first, *run]):
+            return run
         newest = run[-1] if run else first
         pause = window_s - (utcnow() - as_utc(newest.created_at)).total_seconds()
         if pause <= 0 or waited >= max_wait_s or len(run) + 1 >= MAX_PIECES:
