@@ -90,7 +90,7 @@ def render_message(message: OutboundMessage, *, mention: str | None = None) -> l
     body = to_discord_markdown(message.text).strip()
     if mention and body:
         body = f"<@{mention}> {body}"
-    footer = render_citations(message.citations, style="markdown", heading="**Sources:**")
+    footer = render_citations(message.citations, style="markdown", heading=message.sources_heading)
     full = f"{body}\n\n{footer}" if body and footer else body or footer
     return split_text(full, limit=MAX_LENGTH)
 

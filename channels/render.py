@@ -24,7 +24,7 @@ from itertools import accumulate
 from typing import Literal
 
 from channels.split_spans import Emphasis, Table, emphasis_spans, table_spans
-from gateway.models import Citation
+from gateway.models import SOURCES_HEADING, Citation
 
 Unit = Literal["chars", "utf16"]
 CitationStyle = Literal["markdown", "html", "mrkdwn", "plain"]
@@ -301,13 +301,14 @@ def split_text(text: str, *, limit: int, unit: Unit = "chars") -> list[str]:
 
 
 def render_citations(
-    citations: Iterable[Citation], *, style: CitationStyle, heading: str = "Sources:"
+    citations: Iterable[Citation], *, style: CitationStyle, heading: str = SOURCES_HEADING
 ) -> str:
-    """A numbered "Sources:" footer, with each citation as a link in the given dialect.
+    """A numbered footer under `heading` (a bot's `replies.sources_heading`), with each citation as a
+    link in the given dialect.
 
     `markdown` gives `[title](url)`, `html` an escaped `<a href>`, `mrkdwn` Slack's `<url|title>`,
-    and `plain` `title (url)`. Duplicates are dropped; citations without a URL are listed by title.
-    Returns "" when there is nothing to cite.
+    and `plain` `title (url)`; the heading is bold where the dialect has bold. Duplicates are dropped;
+    citations without a URL are listed by title. Returns "" when there is nothing to cite.
     """
     seen: set[tuple[str, str | None]] = set()
     lines: list[str] = []
@@ -320,8 +321,22 @@ def render_citations(
         lines.append(f"{len(lines) + 1}. {_link(title, citation.url, style)}")
     if not lines:
         return ""
-    head = f"<b>{html.escape(heading)}</b>" if style == "html" else heading
-    return "\n".join([head, *lines])
+    return "\n".join([_bold(heading.strip(), style), *lines])
+
+
+def _bold(text: str, style: CitationStyle) -> str:
+    if not text or style == "plain":
+        return text
+    if style == "html":
+        return f"<b>{html.escape(text)}</b>"
+    if style == "mrkdwn":
+        return f"*{_mrkdwn_text(text)}*"
+    return f"**{text}**"
+
+
+def _mrkdwn_text(text: str) -> str:
+    """`text` with the three characters Slack treats as control (& < >) escaped."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _link(title: str, url: str | None, style: CitationStyle) -> str:
@@ -330,7 +345,7 @@ def _link(title: str, url: str | None, style: CitationStyle) -> str:
             return html.escape(title)
         return f'<a href="{html.escape(url, quote=True)}">{html.escape(title)}</a>'
     if style == "mrkdwn":
-        safe = title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        safe = _mrkdwn_text(title)
         return f"<{url}|{safe.replace('|', '¦')}>" if url else safe
     if style == "markdown":
         if not url:

@@ -42,7 +42,7 @@ from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_u
 from channels.slack_socket import open_socket_mode as _open_socket_mode
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
-from gateway.models import Citation, ConversationRef, OutboundMessage
+from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage
 from gateway.settings import SlackChannel
 
 __all__ = [
@@ -188,11 +188,11 @@ class SlackAdapter:
 
     # ---- outbound ----------------------------------------------------------------------------
 
-    def render(self, text: str, citations: tuple[Citation, ...] = ()) -> list[str]:
-        """Markdown answer + citations → mrkdwn parts of at most SLACK_MESSAGE_LIMIT chars."""
+    def render(self, text: str, citations: tuple[Citation, ...] = (), *, heading: str = SOURCES_HEADING) -> list[str]:
+        """Markdown answer + citations under `heading` → mrkdwn parts of at most SLACK_MESSAGE_LIMIT chars."""
         body = markdown_to_mrkdwn(text)
         safe = tuple(Citation(c.source, c.title, safe_link_url(c.url)) for c in citations)
-        footer = render_citations(safe, style="mrkdwn", heading="*Sources:*")
+        footer = render_citations(safe, style="mrkdwn", heading=heading)
         full = f"{body}\n\n{footer}" if body and footer else body or footer
         return split_text(full, limit=SLACK_MESSAGE_LIMIT)
 
@@ -204,7 +204,7 @@ class SlackAdapter:
         the rest, so an interrupted reply is finished without a duplicate, even after a restart.
         """
         conv = message.conversation
-        parts = self.render(message.text, message.citations)
+        parts = self.render(message.text, message.citations, heading=message.sources_heading)
         with self._sent_parts.resume(message) as sent:
             if message.idempotency_key and message.attempt > 1:
                 landed = await self._landed_parts(conv, message.idempotency_key)

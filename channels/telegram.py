@@ -151,7 +151,8 @@ class TelegramAdapter:
         addressed = message.addressee is not None and reply_to is None
         member = conv.member if addressed and conv.member and conv.member.isdigit() else None
         chunks = render_messages(message.text, message.citations, limit=TELEGRAM_LIMIT,
-                                 mention=(member, message.addressee or "") if member else None)
+                                 mention=(member, message.addressee or "") if member else None,
+                                 sources_heading=message.sources_heading)
         chat: int | str = _chat_id(conv.chat)
         thread = _topic_id(conv)
         with self._sent_parts.resume(message) as done:

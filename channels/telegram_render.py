@@ -21,7 +21,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from channels.render import render_citations, split_text, utf16_len
-from gateway.models import Citation
+from gateway.models import SOURCES_HEADING, Citation
 
 TELEGRAM_LIMIT = 4096
 _SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
@@ -205,7 +205,7 @@ def visible_length(telegram_html: str) -> int:
 
 
 def render_messages(text: str, citations: Sequence[Citation] = (), *, limit: int = TELEGRAM_LIMIT,
-                    mention: tuple[str, str] | None = None) -> list[str]:
+                    mention: tuple[str, str] | None = None, sources_heading: str = SOURCES_HEADING) -> list[str]:
     """Markdown answer plus citations → Telegram HTML messages, each within `limit` visible UTF-16 units.
 
     The Markdown is split first (on paragraph, line, sentence boundaries, never inside code or a URL)
@@ -221,7 +221,7 @@ def render_messages(text: str, citations: Sequence[Citation] = (), *, limit: int
     messages = [m for part in split_text(text, limit=limit, unit="utf16") for m in _render_part(part, limit)]
     if prefix and messages:
         messages[0] = prefix + messages[0]
-    footer = render_citations(citations, style="html")
+    footer = render_citations(citations, style="html", heading=sources_heading)
     if footer:
         if messages and visible_length(messages[-1] + "\n\n" + footer) <= limit:
             messages[-1] = messages[-1] + "\n\n" + footer

@@ -227,7 +227,7 @@ class WhatsAppAdapter:
         the outbox hands them back in `message.delivered_parts`.
         """
         text = to_whatsapp(message.text)
-        footer = render_citations(message.citations, style="plain")
+        footer = render_citations(message.citations, style="plain", heading=message.sources_heading)
         if footer:
             text = f"{text}\n\n{footer}" if text.strip() else footer
         parts = split_text(text, limit=MAX_LENGTH, unit="utf16")

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gateway.channel_settings import ChannelsSettings, _Strict
+from gateway.reply_settings import RepliesSettings
 
 OFFLINE_MODEL = "offline"
 """The built-in extractive responder: needs no key, registered as a LiteLLM custom provider."""
@@ -277,6 +278,8 @@ class BotSettings(_Strict):
     channels: ChannelsSettings = Field(default_factory=ChannelsSettings)
     escalation: EscalationSettings = Field(default_factory=EscalationSettings)
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    # The fixed texts the gateway says itself (too long, text only, outages, the sources heading).
+    replies: RepliesSettings = Field(default_factory=RepliesSettings)
     # Conversations with no message for this many days are deleted on the retention schedule.
     retention_days: int | None = Field(default=None, ge=1)
 

@@ -2,7 +2,7 @@
 
 What a bot spent today is the sum of the `usage` rows the worker stores with each turn, from
 LiteLLM's own accounting, since midnight UTC. Once it reaches the budget, the pipeline makes no
-more model calls for that bot until the next UTC day: the customer gets `BUDGET_REPLY` and the
+more model calls for that bot until the next UTC day: the customer gets its `replies.budget_spent` and the
 conversation is escalated with `BUDGET_ESCALATION`, which is how operators hear of it.
 
 Model calls made outside a turn (the summary an operator reads, `gateway.operators.summary`) are
@@ -25,13 +25,13 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.models import utcnow
+from gateway.reply_settings import RepliesSettings
 from gateway.settings import BotSettings
 from storage.models import Usage
 
 log = structlog.get_logger("gateway.budget")
 
-BUDGET_REPLY = ("Sorry, I can't answer more questions today. "
-                "I've asked a person from our team to help you.")
+BUDGET_REPLY = RepliesSettings().outage("budget_spent", escalates=True)  # in English; a bot's is its `replies`
 BUDGET_ESCALATION = "daily budget spent"
 
 

@@ -39,7 +39,7 @@ from gateway.delivery.typing_indicator import TYPING_REFRESH_S, start_typing
 from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import CallerIdentity, ConversationRef, as_utc, utcnow
 from gateway.pipeline import Pipeline, PipelineResult, Turn
-from gateway.pipeline.core import FAILURE_REPLY, handoff
+from gateway.pipeline.core import handoff
 from gateway.pipeline.tool_journal import META_KEY as TOOL_RUNS
 from gateway.pipeline.tool_journal import ToolJournal
 from gateway.settings import Settings
@@ -147,7 +147,7 @@ class MessageHandler:
             # refuses it): no more paid model calls; the customer gets the failure reply and a person.
             bound.error("pipeline.gave_up", attempts=attempt - 1)
             error = f"gave up after {attempt - 1} attempts that did not finish"
-            result = handoff(bot, FAILURE_REPLY, reason=error, trigger="gave_up", error=error)
+            result = handoff(bot, "failure", reason=error, trigger="gave_up", error=error)
             await finish(inbound, result, status="failed", error=error)
             return
         # Counted on its first attempt only: a message taken again after a crash is still one message.
@@ -175,7 +175,7 @@ class MessageHandler:
                 reason, error = f"pipeline error: {type(exc).__name__}", str(exc)[:500]
                 trigger = "pipeline_error"
             # What the turn spent and did until then is stored with the failure reply.
-            result = handoff(turn.bot, FAILURE_REPLY, reason=reason, trigger=trigger, error=error,
+            result = handoff(turn.bot, "failure", reason=reason, trigger=trigger, error=error,
                              usage=turn.record.usage, tool_calls=turn.record.tool_calls)
         finally:
             if typing is not None:

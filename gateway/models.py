@@ -136,6 +136,10 @@ class Citation:
         return out
 
 
+SOURCES_HEADING = "Sources:"
+"""The heading over a reply's citations where the bot sets none (`replies.sources_heading`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class OutboundMessage:
     """A reply to be rendered and sent by a channel adapter."""
@@ -158,6 +162,8 @@ class OutboundMessage:
     # (or after what it remembers itself, when that is more), also in a new process whose memory is
     # empty. The stored text and citations split the same way again.
     delivered_parts: tuple[str, ...] = ()
+    # The bot's `replies.sources_heading`, over the citations (each adapter sets it in its own bold).
+    sources_heading: str = SOURCES_HEADING
 
 
 @dataclass(frozen=True, slots=True)

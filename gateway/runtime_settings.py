@@ -32,7 +32,7 @@ class WorkerSettings(_Strict):
     concurrency: int = Field(default=8, ge=1, le=256)
     poll_interval: float = Field(default=1.0, gt=0.0)
     reply_timeout: float = Field(default=60.0, gt=0.0)
-    # A turn still running after this many seconds is stopped and handed to a person (FAILURE_REPLY).
+    # A turn still running after this many seconds is stopped and handed to a person (`replies.failure`).
     turn_timeout: float = Field(default=180.0, gt=0.0)
     # A customer's messages this close together are one question, answered once (gateway/burst.py). 0: off.
     burst_seconds: float = Field(default=1.5, ge=0.0, le=10.0)

@@ -241,7 +241,8 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
                         metrics=metrics, budget=budget)
     # A live send must refresh its row well inside the two lease periods after which it counts as dead.
     outbox = Outbox(sessions, adapters=adapters, bus=bus, metrics=metrics,
-                    heartbeat_s=min(HEARTBEAT_S, settings.worker.lease_seconds / 2))
+                    heartbeat_s=min(HEARTBEAT_S, settings.worker.lease_seconds / 2),
+                    sources_headings={bot.name: bot.replies.sources_heading for bot in settings.bots})
     escalations = Escalations(sessions, settings=settings, bus=bus, metrics=metrics, outbox=outbox)
     slack_operator = SlackOperatorChannel(sessions, settings=settings, escalations=escalations, adapters=adapters,
                                           llm=llm, budget=budget)

@@ -52,6 +52,7 @@ from gateway.config_file import (
     secret_values,
 )
 from gateway.errors import ConfigError, UnknownBot
+from gateway.reply_settings import RepliesSettings
 from gateway.runtime_settings import LLMSettings, OperatorSettings, TracingSettings, WorkerSettings
 
 __all__ = [
@@ -59,7 +60,8 @@ __all__ = [
     "QdrantSettings", "EmbeddingSettings", "ModelEntry", "OperatorSettings", "RetrievalSettings",
     "SourceSettings", "ToolSettings", "EscalationSettings", "BusinessHours",
     "ChannelBase", "WebChannel", "TelegramChannel", "SlackChannel", "DiscordChannel", "WhatsAppChannel",
-    "ChannelsSettings", "WorkerSettings", "LLMSettings", "RateLimitSettings", "BotSettings", "Settings",
+    "ChannelsSettings", "WorkerSettings", "LLMSettings", "RateLimitSettings", "RepliesSettings", "BotSettings",
+    "Settings",
     "ConfigError", "resolve_config_path", "load_settings",
 ]
 

@@ -44,7 +44,7 @@ from gateway.delivery.send_breaker import SendBreaker
 from gateway.delivery.streaming import remove_leftovers
 from gateway.errors import ChannelError, ChannelSendError, RecipientUnreachable
 from gateway.events import ESCALATIONS_TOPIC, EventBus, conversation_topic
-from gateway.models import Citation, ConversationRef, OutboundMessage, utcnow
+from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage, utcnow
 from gateway.observability import otel
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Delivery, Escalation, Message
@@ -86,8 +86,10 @@ class Outbox:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, adapters: Mapping[tuple[str, str], ChannelAdapter],
                  bus: EventBus, metrics=None, max_attempts: int = 10, backoff_s: float = 2.0,
                  max_backoff_s: float = 300.0, max_platform_wait_s: float = 3600.0,
-                 heartbeat_s: float = HEARTBEAT_S, breaker: SendBreaker | None = None) -> None:
+                 heartbeat_s: float = HEARTBEAT_S, breaker: SendBreaker | None = None,
+                 sources_headings: Mapping[str, str] | None = None) -> None:
         self._sessions = sessions
+        self._sources_headings = sources_headings or {}  # bot name -> its `replies.sources_heading`
         self._breaker = breaker or SendBreaker()
         self._adapters = adapters
         self._bus = bus
@@ -159,6 +161,7 @@ class Outbox:
                 idempotency_key=f"m{message.id}",
                 attempt=message.attempts,
                 delivered_parts=tuple(delivered),
+                sources_heading=self._sources_headings.get(message.bot, SOURCES_HEADING),
             )
             try:
                 async with self._heartbeat(message.id, bound):

@@ -34,7 +34,7 @@ import structlog
 
 from channels.render import fence_open_at, render_citations, split_text, text_length
 from gateway.errors import ChannelSendError
-from gateway.models import Citation, ConversationRef, OutboundMessage
+from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage
 
 log = structlog.get_logger("gateway.streaming")
 
@@ -254,7 +254,7 @@ class EditStreamer:
             raise
 
     async def _replace(self, outbound: OutboundMessage) -> list[str]:
-        final = compose(outbound.text, outbound.citations)
+        final = compose(outbound.text, outbound.citations, sources_heading=outbound.sources_heading)
         parts = split_text(final, limit=self.budget, unit=self.unit)
         ids: list[str] = []
         for index, part in enumerate(parts):
@@ -314,9 +314,9 @@ async def remove_message(adapter: Any, conversation: ConversationRef, provider_i
     await adapter.edit(conversation, provider_id, SURPLUS_TEXT)
 
 
-def compose(text: str, citations: tuple[Citation, ...] = ()) -> str:
+def compose(text: str, citations: tuple[Citation, ...] = (), *, sources_heading: str = SOURCES_HEADING) -> str:
     """The final reply as Markdown with its sources footer, the form every editable channel renders."""
-    footer = render_citations(citations, style="markdown", heading="**Sources:**")
+    footer = render_citations(citations, style="markdown", heading=sources_heading)
     return f"{text}\n\n{footer}" if text.strip() and footer else text if text.strip() else footer
 
 

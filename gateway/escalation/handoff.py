@@ -344,6 +344,6 @@ def _repeated(stored: Message, *, text: str, message_id: str | None) -> SentRepl
 
 
 def _says_person_is_coming(text: str, bot) -> bool:
-    from gateway.pipeline.core import PERSON_PROMISES
+    from gateway.pipeline.core import person_promises
 
-    return text.strip() in {bot.escalation.acknowledgement.strip(), *PERSON_PROMISES}
+    return text.strip() in {bot.escalation.acknowledgement.strip(), *person_promises(bot)}

@@ -239,6 +239,8 @@ async def _reply_for(svc, message_id: int) -> dict[str, Any]:
     body: dict[str, Any] = {
         "reply": "\n\n".join(r.text for r in bot_replies) if bot_replies else None,
         "citations": citations,
+        # What the widget shows over the citations: the bot's `replies.sources_heading`.
+        "sources_heading": svc.settings.bot(inbound.bot).replies.sources_heading,
         "conversation_id": conversation.id,
         "state": conversation.state,
         "message_id": message_id,
@@ -255,16 +257,18 @@ async def session_messages(bot: str, session_id: str, request: Request, after: A
     svc = services(request)
     if (refused := _without_web_chat(request, bot)) is not None:
         return refused
+    heading = svc.settings.bot(bot).replies.sources_heading
     if not CLIENT_ID.fullmatch(session_id):
         return error(422, f"session_id must be {CLIENT_ID_RULE}")
     async with svc.sessions() as session:
         conversation = await repo.find_conversation(session, bot=bot, ref=ConversationRef(channel="web", chat=session_id))
         if conversation is None:
-            return JSONResponse({"messages": [], "conversation_id": None, "state": "bot"})
+            return JSONResponse({"messages": [], "conversation_id": None, "state": "bot", "sources_heading": heading})
         rows = await repo.transcript(session, conversation_id=conversation.id, after_id=after)
     return JSONResponse({
         "conversation_id": conversation.id,
         "state": conversation.state,
+        "sources_heading": heading,
         "messages": [{
             "id": m.id, "direction": m.direction, "author": m.author, "text": m.text,
             "citations": m.citations or [], "status": m.status, "created_at": utc_iso(m.created_at),

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import structlog
 
-from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
+from gateway.budget import BUDGET_ESCALATION
 from gateway.errors import LLMError, RetrievalError
 from gateway.models import CallerIdentity, Citation, is_blank
 from gateway.observability import otel
@@ -18,33 +18,23 @@ from gateway.pipeline.answer import TurnRecord
 from gateway.pipeline.human_request import asks_for_human
 from gateway.pipeline.small_talk import is_no, is_yes, small_talk, starts_with_yes
 from gateway.pipeline.tool_journal import ToolJournal
+from gateway.reply_settings import Outage, RepliesSettings
 from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.pipeline")
 
-DEFAULT_GREETING = "Hi! Ask me anything about our product and I'll answer from our help center."
-TEXT_ONLY_REPLY = "I can only read text messages for now. Could you type your question?"
-TRY_AGAIN = "Please try again in a little while."
-LLM_DOWN_REPLY = ("Sorry, I can't answer right now because our assistant is unavailable. "
-                  "I've asked a person from our team to help you.")
-SEARCH_DOWN_REPLY = ("Sorry, I can't look that up right now. I've asked a person from our team to help you.")
-FAILURE_REPLY = ("Sorry, something went wrong on our side while answering. "
-                 "I've asked a person from our team to look at your message.")
-PERSON_PROMISES = {
-    LLM_DOWN_REPLY: f"Sorry, I can't answer right now because our assistant is unavailable. {TRY_AGAIN}",
-    SEARCH_DOWN_REPLY: f"Sorry, I can't look that up right now. {TRY_AGAIN}",
-    FAILURE_REPLY: f"Sorry, something went wrong on our side while answering. {TRY_AGAIN}",
-    BUDGET_REPLY: "Sorry, I can't answer more questions today. Please ask again tomorrow.",
-}
-"""The fixed replies that say "I've asked a person…", and what a bot without escalation says instead."""
+_ENGLISH = RepliesSettings()
+# Today's English replies: the defaults of a bot's `replies:` (gateway/reply_settings.py).
+DEFAULT_GREETING = _ENGLISH.greeting
+TEXT_ONLY_REPLY = _ENGLISH.text_only
+LLM_DOWN_REPLY = _ENGLISH.outage("llm_down", escalates=True)
+SEARCH_DOWN_REPLY = _ENGLISH.outage("search_down", escalates=True)
+FAILURE_REPLY = _ENGLISH.outage("failure", escalates=True)
 # The web chat refuses longer texts with 413 (`channels.web.max_message_chars`, 4,000 by default);
 # chat platforms allow more (Slack 40,000 characters), and a webhook must be acknowledged, so a longer
-# message is stored whole and answered with this instead of being searched: a question is never that
-# long. A bot whose web chat allows more gets the same limit on every channel (`_question_limit`).
+# message is stored whole and answered with `replies.too_long` instead of being searched: a question is
+# never that long. A bot whose web chat allows more gets the same limit on every channel (`_question_limit`).
 MAX_QUESTION_CHARS = 4000
-HOLDING_NOTICE = "A person from our team has this conversation and will reply here."
-TOO_LONG_REPLY = ("That message is too long for me to read ({chars:,} characters). Could you ask your question "
-                  "in fewer than {limit:,} characters?")
 
 
 @dataclass(slots=True)
@@ -111,19 +101,19 @@ class Pipeline:
                 return PipelineResult(reply=holding_notice(turn.bot, turn.state), author="system")
             return PipelineResult(reply=None, answered=False)
         if turn.command in ("start", "help"):
-            return PipelineResult(reply=turn.greeting or DEFAULT_GREETING, answered=True)
+            return PipelineResult(reply=greeting(turn), answered=True)
         text = turn.text.strip()
         if is_blank(text) and small_talk(said := _sticker_emoji(turn.attachments)):
             text = said  # a 👍 sticker says what a 👍 typed does; it got "I can only read text"
         if is_blank(text):
             if turn.attachments:  # a photo, a voice note, a sticker: what we cannot read yet
-                return PipelineResult(reply=TEXT_ONLY_REPLY, answered=False)
+                return PipelineResult(reply=turn.bot.replies.text_only, answered=False)
             # A bare mention or an empty /ask: the person is there but asked nothing yet.
-            return PipelineResult(reply=turn.greeting or DEFAULT_GREETING, answered=True)
+            return PipelineResult(reply=greeting(turn), answered=True)
         limit = _question_limit(turn.bot)
         if len(text) > limit:
             bound.info("pipeline.too_long", chars=len(text))
-            return PipelineResult(reply=TOO_LONG_REPLY.format(chars=len(text), limit=limit), answered=False)
+            return PipelineResult(reply=turn.bot.replies.too_long_reply(chars=len(text), limit=limit), answered=False)
         wanted = _asks_for_human(text, turn.bot)
         if wanted:
             return PipelineResult(reply=turn.bot.escalation.acknowledgement, escalate=f"customer asked: {wanted!r}",
@@ -135,13 +125,13 @@ class Pipeline:
                                   answered=False)
         if kind is not None:
             bound.info("pipeline.small_talk", kind=kind)
-            return PipelineResult(reply=turn.bot.thanks_text if kind == "thanks" else turn.greeting or DEFAULT_GREETING,
+            return PipelineResult(reply=turn.bot.thanks_text if kind == "thanks" else greeting(turn),
                                   answered=True)
 
         if await self._budget_spent(turn, bound):
             # Checked before any model call (the rewrite is one): a spent budget means none at all today.
             bound.warning("pipeline.budget_spent")
-            return handoff(turn.bot, BUDGET_REPLY, reason=BUDGET_ESCALATION, trigger="budget")
+            return handoff(turn.bot, "budget_spent", reason=BUDGET_ESCALATION, trigger="budget")
         record = turn.record
         queries = [text]
         if self._rewriter is not None and turn.history:
@@ -155,7 +145,7 @@ class Pipeline:
         except RetrievalError as exc:
             self._observe("retrieve", started)  # as for the llm stage below: an outage's wait is latency too
             bound.error("retrieval.unavailable", error=str(exc))
-            return handoff(turn.bot, SEARCH_DOWN_REPLY, reason="knowledge base unavailable", trigger="search_down",
+            return handoff(turn.bot, "search_down", reason="knowledge base unavailable", trigger="search_down",
                            queries=queries,
                            usage=record.usage)
         self._observe("retrieve", started)
@@ -173,7 +163,7 @@ class Pipeline:
             # retries left the stage's latency looking healthy.
             self._observe("llm", started)
             bound.error("llm.all_models_failed", error=str(exc))
-            return handoff(turn.bot, LLM_DOWN_REPLY, reason="every model failed", trigger="llm_down", queries=queries,
+            return handoff(turn.bot, "llm_down", reason="every model failed", trigger="llm_down", queries=queries,
                            retrieved=_retrieved(hits), usage=record.usage, tool_calls=record.tool_calls)
         self._observe("llm", started)
         escalate, reply = answer.escalate, answer.text
@@ -249,7 +239,7 @@ def _small_talk_in_context(text: str, turn: Turn) -> Literal["accepts_offer", "t
         return talk or "greeting"
     if offered:
         return "thanks"  # a "no" to the offer
-    canned = {turn.bot.thanks_text.strip(), (turn.greeting or DEFAULT_GREETING).strip()}
+    canned = {turn.bot.thanks_text.strip(), greeting(turn).strip()}
     # "?" anywhere: "Are you on Android? Then I can give you its steps." asks too.
     if "?" in last and last not in canned:
         return None if yes else talk
@@ -266,21 +256,33 @@ def _retrieved(hits: list[Any]) -> list[dict[str, Any]]:
     } for h in hits]
 
 
+def greeting(turn: Turn) -> str:
+    """The channel's `greeting`, else the bot's `replies.greeting`."""
+    return turn.greeting or turn.bot.replies.greeting
+
+
 def holding_notice(bot: BotSettings, state: str) -> str:
     """What a message that must be answered gets while a person holds (or is about to take) its thread:
-    the bot's own wording for that state, or a plain default where the bot has none."""
+    the bot's own wording for that state, or its `replies.holding` where the bot has none."""
     configured = bot.escalation.claimed_message if state == "operator" else bot.escalation.acknowledgement
-    return configured or HOLDING_NOTICE
+    return configured or bot.replies.holding
 
 
-def handoff(bot: BotSettings, reply: str, *, reason: str, trigger: str, **fields: Any) -> PipelineResult:
-    """A fixed reply that hands the conversation to a person (`reason` is the escalation's, `trigger` its
-    kind for the log: `PipelineResult.trigger`). A bot whose
-    `escalation.enabled` is false has no person to hand to: it opens no escalation, and says the reply's
-    `PERSON_PROMISES` form instead."""
+def handoff(bot: BotSettings, outage: Outage, *, reason: str, trigger: str, **fields: Any) -> PipelineResult:
+    """The bot's fixed reply to an outage, handing the conversation to a person (`reason` is the
+    escalation's, `trigger` its kind for the log: `PipelineResult.trigger`). A bot whose
+    `escalation.enabled` is false has no person to hand to: it opens no escalation, and its reply asks to
+    try again instead (`RepliesSettings.outage`)."""
+    reply = bot.replies.outage(outage, escalates=bot.escalation.enabled)
     if bot.escalation.enabled:
         return PipelineResult(reply=reply, escalate=reason, trigger=trigger, answered=False, **fields)
-    return PipelineResult(reply=PERSON_PROMISES[reply], answered=False, **fields)
+    return PipelineResult(reply=reply, answered=False, **fields)
+
+
+def person_promises(bot: BotSettings) -> set[str]:
+    """The bot's fixed replies that already say a person is coming (no acknowledgement follows them)."""
+    kinds: tuple[Outage, ...] = ("llm_down", "search_down", "failure", "budget_spent")
+    return {bot.replies.outage(kind, escalates=True) for kind in kinds}
 
 
 def _sticker_emoji(attachments: list[dict[str, Any]]) -> str:

@@ -42,12 +42,14 @@
       .filter(function (x) { return x.c && typeof x.c === "object"; });
   }
 
-  /** A "Sources" block: links for http(s) URLs, plain text for anything else. */
-  function renderCitations(citations) {
+  /** A sources block under `heading` (the bot's, as the server gives it): links for http(s) URLs, plain
+   *  text for anything else. */
+  function renderCitations(citations, heading) {
     var list = numberedCitations(citations);
     if (!list.length) return null;
     var box = el("div", "gw-sources");
-    box.appendChild(el("span", "gw-sources-label", "Sources"));
+    var label = typeof heading === "string" && heading.trim() ? heading.trim() : "Sources:";
+    box.appendChild(el("span", "gw-sources-label", label));
     var ul = el("ul");
     var seen = new Set();
     list.forEach(function (x) {

@@ -36,6 +36,7 @@
   var state = {
     bots: [], bot: null, sessionId: null, maxChars: DEFAULT_MAX_CHARS, replyTimeoutMs: DEFAULT_REPLY_TIMEOUT_MS,
     lastId: null, rendered: new Set(), unconfirmed: [],
+    sourcesHeading: null,  // the bot's, from its replies and transcript (`replies.sources_heading`)
     busy: false, polling: false, pollTimer: null, generation: 0, sends: 0,
     // An answer the server still works on (slow, or its stream broke): {userLi, botLi, inboundId, done}.
     awaiting: null,
@@ -85,7 +86,7 @@
     bubble.dir = "auto";
     fillBubble(bubble, author, msg.text, msg.citations);
     li.appendChild(bubble);
-    var sources = author === "contact" ? null : renderCitations(msg.citations);
+    var sources = author === "contact" ? null : renderCitations(msg.citations, state.sourcesHeading);
     if (sources) li.appendChild(sources);
     if (msg.created_at) {
       var when = new Date(msg.created_at);
@@ -393,6 +394,11 @@
     if (!ui.error.hidden) clearError();  // the send's error was about this message
   }
 
+  /** Keep the heading the server says the bot shows over its citations. */
+  function keepSourcesHeading(data) {
+    if (data && typeof data.sources_heading === "string") state.sourcesHeading = data.sources_heading;
+  }
+
   async function poll() {
     if (state.polling || !state.bot) return;
     state.polling = true;
@@ -409,6 +415,7 @@
       if (!res.ok || generation !== state.generation) return;
       var data = await res.json();
       if (generation !== state.generation) return;
+      keepSourcesHeading(data);
       ingest(Array.isArray(data) ? data : data.messages || []);
       notStoredAfterAll();
       // A reply that came while this poll was out is newer news about the state than the poll.
@@ -433,6 +440,7 @@
     state.generation += 1;
     setBusy(false);  // the other bot's request, still on its way, is no reason to hold this conversation's Send
     state.bot = name;
+    state.sourcesHeading = null;  // the other bot's may be in another language
     store.set("bot", name);
     state.maxChars = DEFAULT_MAX_CHARS;  // /v1/bots gives names only; a 413 corrects it
     var sessionKey = "session." + name;
@@ -585,6 +593,7 @@
       showHandoff(reply.state);
       return;
     }
+    keepSourcesHeading(reply);
     var li = renderMessage({ direction: "out", author: "bot", text: reply.reply, citations: reply.citations });
     if (botLi) ui.transcript.replaceChild(li, botLi); else appendMessage(li);
     scrollToEnd();

@@ -139,6 +139,14 @@ async def test_send_citations_rendered_as_links(fake: FakeDiscord, adapter: Disc
     assert message["flags"] & 4  # SUPPRESS_EMBEDS: no link previews under an answer
 
 
+async def test_send_citations_under_the_bots_sources_heading(fake: FakeDiscord, adapter: DiscordAdapter):
+    citations = (Citation(source="docs/returns.md", title="Rückgabe", url="https://shop.example/returns"),)
+    await adapter.send(OutboundMessage(conversation=conversation(), text="30 Tage [1].", citations=citations,
+                                       sources_heading="Quellen:"))
+    (message,) = fake.channel_messages(CHANNEL)
+    assert "\n\n**Quellen:**\n1. [Rückgabe](https://shop.example/returns)" in message["content"]
+
+
 async def test_send_rate_limited_once_delivers_exactly_once(fake: FakeDiscord, adapter: DiscordAdapter):
     fake.rate_limit_next("POST", f"/channels/{CHANNEL}/messages", retry_after=0.05)
     ids = await adapter.send(OutboundMessage(conversation=conversation(), text="Hello"))

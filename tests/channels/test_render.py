@@ -206,6 +206,17 @@ def test_render_citations_numbers_drops_duplicates_and_links_in_each_dialect() -
     assert render_citations([], style="plain") == ""
 
 
+@pytest.mark.parametrize(("style", "heading"), [
+    ("plain", "Fuentes & enlaces:"), ("markdown", "**Fuentes & enlaces:**"),
+    ("html", "<b>Fuentes &amp; enlaces:</b>"), ("mrkdwn", "*Fuentes &amp; enlaces:*"),
+])
+def test_render_citations_sets_the_bots_heading_bold_in_each_dialect(style, heading) -> None:
+    """Each adapter had "Sources:" written into it, whatever language the bot speaks."""
+    footer = render_citations([Citation(source="faq.md", title="Devoluciones")], style=style,
+                              heading="Fuentes & enlaces:")
+    assert footer.splitlines() == [heading, "1. Devoluciones"]
+
+
 # -- properties -------------------------------------------------------------------------------
 
 _word = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Cc"), blacklist_characters="`~"),

@@ -29,6 +29,14 @@ async def test_slack_send_posts_in_thread_with_citation_links(fake: FakeSlack):
     )
 
 
+async def test_slack_send_lists_citations_under_the_bots_sources_heading(fake: FakeSlack):
+    citations = (Citation("kb/hours.md", "Horario", "https://kb.example.com/hours"),)
+    await make_adapter(fake).send(OutboundMessage(CONV, "Abrimos a las 9.", citations=citations,
+                                                  sources_heading="Fuentes:"))
+    (call,) = fake.calls_to("chat.postMessage")
+    assert call.params["text"] == "Abrimos a las 9.\n\n*Fuentes:*\n1. <https://kb.example.com/hours|Horario>"
+
+
 async def test_slack_send_splits_long_answer_at_limit(fake: FakeSlack):
     paragraphs = [f"Paragraph {i}. " + "word " * 150 for i in range(12)]
     text = "\n\n".join(paragraphs)

@@ -44,13 +44,14 @@ def bot_config(tmp_path: Path, channels: dict[str, Any]) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def gateway_app(tmp_path: Path, *, channels: dict[str, Any], env: dict[str, str],
-                      start_channels: bool = False) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
-    """The real app for one bot with these channels; secrets come from `env` as `${VAR}` references."""
+async def gateway_app(tmp_path: Path, *, channels: dict[str, Any], env: dict[str, str], start_channels: bool = False,
+                      bot: dict[str, Any] | None = None) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
+    """The real app for one bot with these channels (and the other bot keys in `bot`); secrets come
+    from `env` as `${VAR}` references."""
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)
-        settings = load_settings(write_config(tmp_path, bots=[bot_config(tmp_path, channels)]))
+        settings = load_settings(write_config(tmp_path, bots=[bot_config(tmp_path, channels) | (bot or {})]))
     await asyncio.to_thread(upgrade, settings.database_url)
     app = create_app(settings, start_scheduler=False, start_channels=start_channels)
     services: Services = app.state.services

@@ -13,7 +13,8 @@ from sqlalchemy import select
 
 from gateway.operators.notices import DAY_NAMES, acknowledgement_extras, after_hours_message, is_open, next_opening
 from gateway.operators.summary import SUMMARY_PROMPT
-from gateway.pipeline.core import LLM_DOWN_REPLY, PERSON_PROMISES
+from gateway.pipeline.core import LLM_DOWN_REPLY
+from gateway.reply_settings import RepliesSettings
 from gateway.settings import BusinessHours, EscalationSettings
 from storage.models import Escalation, Message
 from tests.conftest import app_client
@@ -253,7 +254,7 @@ async def test_a_bot_without_escalation_opens_none_and_promises_no_person(client
 
     body = await _chat(client, "solo", "t-solo", "How do I export my invoices?")
 
-    assert body["reply"] == PERSON_PROMISES[LLM_DOWN_REPLY] and "a person" not in body["reply"]
+    assert body["reply"] == RepliesSettings().outage("llm_down", escalates=False) and "a person" not in body["reply"]
     assert body["state"] == "bot" and await _escalations(client, body["conversation_id"]) == []
     [request, *_] = fake.requests_for("primary")
     assert "escalate_to_human" not in [t["function"]["name"] for t in request.body.get("tools", [])]

@@ -204,6 +204,16 @@ def test_compose_appends_a_markdown_sources_footer():
     assert compose("No sources.") == "No sources."
 
 
+async def test_a_streamed_reply_ends_with_the_bots_sources_heading(fake, adapter):
+    streamer = EditStreamer(adapter, ref(16), min_interval=0.02)
+    await stream(streamer, ["El plan Plus ", "cuesta 6 $ [1]."])
+    cited = (Citation("help", "Planes", "https://x.test/p"),)
+    await streamer.finish(OutboundMessage(ref(16), "El plan Plus cuesta 6 $ [1].", citations=cited,
+                                          sources_heading="Fuentes:"))
+    [message] = [m for m in fake.sent if m.chat_id == 16]
+    assert "\n\nFuentes:\n" in message.text and message.text.endswith("Planes") and "Sources" not in message.text
+
+
 async def test_streamer_failed_final_edit_removes_the_draft_and_raises_for_the_outbox(fake, adapter):
     streamer = EditStreamer(adapter, ref(18), min_interval=0.02)
     await stream(streamer, numbered_words(20), delay=0.005)

@@ -166,3 +166,24 @@ def test_widget_renders_quotes_underscore_italics_strike_and_links_with_parenthe
     assert shown["links"] == [["fees", "https://en.wikipedia.org/wiki/Fee_(banking)"],
                               ["guide", "https://x.example/a%20b"]]
     assert page.errors == []
+
+
+def test_widget_shows_the_bots_sources_heading_live_and_after_a_reload(page, live_server):
+    """The label over the sources was "Sources" whatever language the bot speaks (`replies.sources_heading`)."""
+    done = {"reply": "Pulsa **Sincronizar** [1].", "citations": CITATIONS[:1], "sources_heading": "Fuentes:",
+            "conversation_id": 1, "state": "bot", "message_id": 1}
+    page.route("**/v1/bots/acme/chat", lambda route: route.fulfill(
+        status=200, headers={"content-type": "text/event-stream"}, body=_sse(("done", done))))
+    _open(page, live_server)
+    _ask(page, "¿Cómo sincronizo?")
+    _wait_bot_text(page)
+    assert page.locator(".gw-msg--bot .gw-sources-label").all_inner_texts() == ["Fuentes:"]
+
+    transcript = {"conversation_id": 1, "state": "bot", "sources_heading": "Quellen:", "messages": [
+        {"id": 7, "direction": "out", "author": "bot", "text": "Tippe auf **Sync** [1].", "citations": CITATIONS[:1],
+         "status": "sent", "created_at": "2026-11-29T10:00:00+00:00"}]}
+    page.route("**/v1/bots/acme/sessions/*/messages*", lambda route: route.fulfill(
+        status=200, headers={"content-type": "application/json"}, body=json.dumps(transcript)))
+    page.reload()
+    page.wait_for_selector(".gw-msg--bot .gw-sources")
+    assert page.locator(".gw-msg--bot .gw-sources-label").all_inner_texts() == ["Quellen:"]

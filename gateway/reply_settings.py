@@ -1,0 +1,71 @@
+"""A bot's fixed replies (`replies:` under a bot): every text the gateway itself says to a customer, so a
+bot can speak its customers' language. Each default is the English the gateway has always said.
+
+The escalation's texts are under `escalation:`, `fallback_text` and `thanks_text` on the bot, and the
+rate-limit `notice` under `rate_limit:`, as before. Re-exported by `gateway.settings`."""
+
+from __future__ import annotations
+
+import string
+from typing import Literal
+
+from pydantic import field_validator
+
+from gateway.channel_settings import _Strict
+from gateway.models import SOURCES_HEADING
+
+Outage = Literal["llm_down", "search_down", "failure", "budget_spent"]
+"""The troubles a turn is answered with a fixed reply for (`RepliesSettings.outage`)."""
+TOO_LONG_FIELDS = ("chars", "limit")
+
+
+class RepliesSettings(_Strict):
+    """What the bot says when it does not answer from its knowledge. Plain text, sent as written."""
+
+    # Where a channel sets no `greeting`: for /start, /help, a bare mention, and "hi".
+    greeting: str = "Hi! Ask me anything about our product and I'll answer from our help center."
+    # A message with no text: a photo, a voice note, a sticker.
+    text_only: str = "I can only read text messages for now. Could you type your question?"
+    # {chars}: the message's length, {limit}: the longest question answered (a format spec such as
+    # {chars:,} may follow the name).
+    too_long: str = ("That message is too long for me to read ({chars:,} characters). Could you ask your question "
+                     "in fewer than {limit:,} characters?")
+    # The outages: each is said with `person_will_help` when the bot escalates, else with `try_again`
+    # (`ask_tomorrow` for a spent budget).
+    llm_down: str = "Sorry, I can't answer right now because our assistant is unavailable."
+    search_down: str = "Sorry, I can't look that up right now."
+    failure: str = "Sorry, something went wrong on our side while answering."
+    budget_spent: str = "Sorry, I can't answer more questions today."
+    person_will_help: str = "I've asked a person from our team to help you."
+    try_again: str = "Please try again in a little while."
+    ask_tomorrow: str = "Please ask again tomorrow."
+    # What a message gets while a person holds its thread, where `escalation.claimed_message` (or,
+    # before a claim, `escalation.acknowledgement`) is "".
+    holding: str = "A person from our team has this conversation and will reply here."
+    # The heading of the numbered sources under an answer (each channel sets it in bold).
+    sources_heading: str = SOURCES_HEADING
+
+    @field_validator("too_long")
+    @classmethod
+    def _known_placeholders(cls, value: str) -> str:
+        # Filled on every too-long message: an unknown field raised there, and the customer got nothing.
+        try:
+            fields = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+        except ValueError as exc:  # a lone `{` or `}`
+            raise ValueError(f"not a valid template ({exc}); write a literal brace as {{{{ or }}}}") from None
+        if unknown := [name for name in fields if name not in TOO_LONG_FIELDS]:
+            raise ValueError(f"unknown placeholder {{{unknown[0]}}}; the placeholders are "
+                             f"{', '.join('{' + name + '}' for name in TOO_LONG_FIELDS)}")
+        try:
+            value.format(chars=5000, limit=4000)
+        except (ValueError, IndexError) as exc:  # a format spec that does not suit a number: {chars:x.y}
+            raise ValueError(f"not a valid template ({exc})") from None
+        return value
+
+    def outage(self, kind: Outage, *, escalates: bool) -> str:
+        """The reply to an outage of `kind`: what went wrong, then what happens next."""
+        then = self.person_will_help if escalates else self.ask_tomorrow if kind == "budget_spent" else self.try_again
+        return " ".join(part for part in (getattr(self, kind).strip(), then.strip()) if part)
+
+    def too_long_reply(self, *, chars: int, limit: int) -> str:
+        return self.too_long.format(chars=chars, limit=limit)

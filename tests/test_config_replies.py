@@ -1,0 +1,74 @@
+"""A bot's `replies:`: its fixed texts in its customers' language, checked when the file is read."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import ConfigError
+from gateway.pipeline.core import FAILURE_REPLY, LLM_DOWN_REPLY, SEARCH_DOWN_REPLY, TEXT_ONLY_REPLY
+from gateway.settings import load_settings
+from tests.conftest import write_config
+
+SPANISH = {
+    "greeting": "¡Hola! Pregúntame lo que quieras sobre nuestros productos.",
+    "text_only": "Por ahora solo puedo leer mensajes de texto. ¿Puedes escribir tu pregunta?",
+    "too_long": "Tu mensaje es demasiado largo ({chars} caracteres). ¿Puedes preguntarlo en menos de {limit}?",
+    "llm_down": "Lo siento, ahora mismo no puedo responder.",
+    "search_down": "Lo siento, ahora mismo no puedo buscarlo.",
+    "failure": "Lo siento, algo ha fallado al responder.",
+    "budget_spent": "Lo siento, hoy no puedo responder más preguntas.",
+    "person_will_help": "He pedido a una persona de nuestro equipo que te ayude.",
+    "try_again": "Por favor, inténtalo de nuevo dentro de un rato.",
+    "ask_tomorrow": "Por favor, vuelve a preguntar mañana.",
+    "holding": "Una persona de nuestro equipo lleva esta conversación y te responderá aquí.",
+    "sources_heading": "Fuentes:",
+}
+
+
+def _load(tmp_path, replies):
+    return load_settings(write_config(tmp_path, bots=[{"name": "tienda", "channels": {"web": {}}, "replies": replies}]))
+
+
+def test_every_reply_loads_in_spanish_and_says_its_outages_with_or_without_a_person(tmp_path):
+    replies = _load(tmp_path, SPANISH).bots[0].replies
+    assert replies.too_long_reply(chars=5000, limit=4000) == (
+        "Tu mensaje es demasiado largo (5000 caracteres). ¿Puedes preguntarlo en menos de 4000?")
+    assert replies.outage("llm_down", escalates=True) == (
+        "Lo siento, ahora mismo no puedo responder. He pedido a una persona de nuestro equipo que te ayude.")
+    assert replies.outage("search_down", escalates=False) == (
+        "Lo siento, ahora mismo no puedo buscarlo. Por favor, inténtalo de nuevo dentro de un rato.")
+    assert replies.outage("budget_spent", escalates=False) == (
+        "Lo siento, hoy no puedo responder más preguntas. Por favor, vuelve a preguntar mañana.")
+
+
+def test_a_bot_without_replies_says_what_it_always_said(tmp_path):
+    replies = load_settings(write_config(tmp_path)).bots[0].replies
+    assert replies.text_only == TEXT_ONLY_REPLY and replies.sources_heading == "Sources:"
+    assert replies.outage("llm_down", escalates=True) == LLM_DOWN_REPLY
+    assert replies.outage("search_down", escalates=True) == SEARCH_DOWN_REPLY
+    assert replies.outage("failure", escalates=True) == FAILURE_REPLY
+    assert replies.too_long_reply(chars=5000, limit=4000) == (
+        "That message is too long for me to read (5,000 characters). Could you ask your question in fewer "
+        "than 4,000 characters?")
+
+
+@pytest.mark.parametrize(("too_long", "problem"), [
+    ("Demasiado largo ({caracteres} caracteres).", "unknown placeholder {caracteres}; the placeholders are "
+                                                   "{chars}, {limit}"),
+    ("Demasiado largo ({}).", "unknown placeholder {}"),
+    ("Demasiado largo ({chars.real}).", "unknown placeholder {chars.real}"),
+    ("Demasiado largo {chars caracteres.", "not a valid template"),
+    ("Demasiado largo ({chars:.x}).", "not a valid template"),
+])
+def test_a_too_long_reply_with_a_placeholder_it_cannot_fill_is_a_config_error_naming_the_key(
+        tmp_path, too_long, problem):
+    """It loaded, and every too-long message then failed to be answered."""
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, {"too_long": too_long})
+    assert caught.value.key == "bots[0].replies.too_long" and problem in caught.value.problem
+
+
+def test_an_unknown_key_under_replies_is_a_config_error_naming_it(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, {"sources_title": "Fuentes:"})
+    assert (caught.value.key, caught.value.problem) == ("bots[0].replies.sources_title", "unknown key")
