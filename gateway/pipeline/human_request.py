@@ -13,27 +13,45 @@ only as a request:
   when it ends the clause ("Is there a live agent?", "real person please"), unless a note is shared,
   sent or synced *with* them ("How do I share a note with a real person?": the README's own example
   of a question for the bot). Inside a question about something else it is only a noun.
+
+The words of negation, of wanting or reaching, and of politeness are English, Spanish and German (a
+business in Spain or Germany writes its phrases in its customers' language: "hablar con una persona",
+"mit einem Menschen sprechen"). A phrase in another language is found the same way, but has no verb
+these lists know: it counts when it ends its clause ("…, 我要人工客服", "Vorrei un operatore umano").
 """
 
 from __future__ import annotations
 
 import re
 
-# Clauses end at punctuation, the full-width kind (Chinese, Japanese) and Arabic's too.
-_CLAUSES = re.compile(r"[.,;:!?()\n，。！？；：（）、،؛؟]+|\bbut\b")
+# Clauses end at punctuation (Spanish opens a question or an exclamation with its own), the full-width kind
+# (Chinese, Japanese) and Arabic's too, and at "but".
+_CLAUSES = re.compile(r"[.,;:!?¿¡()\n，。！？；：（）、،؛؟]+|\b(?:but|pero|aber)\b")
 # Chinese and Japanese put no space between words: a phrase in them ("人工客服") stands inside a clause
 # ("我要人工客服") with letters on either side, so no word boundary is asked of its ends there.
 _NO_SPACES = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_NEGATION = re.compile(r"\b(?:don'?t|do not|doesn'?t|does not|not|never|no need|without|rather than|instead of)\b")
+# Spanish "no" only before a verb of wanting: in English, "is there no way to talk to a human?" wants one.
+_NEGATION = re.compile(r"\b(?:don'?t|do not|doesn'?t|does not|not|never|no need|without|rather than|instead of|"
+                       r"no (?:me )?(?:quiero|quisiera|necesito|deseo|busco|pido|hace falta|pases|pongas)|nunca|"
+                       r"sin|en vez de|en lugar de|nicht|kein\w*|nie|niemals|ohne|statt|anstatt)\b")
 # Verbs a request for a person starts with; a phrase that starts with one of them is a verb phrase.
 _REACH = re.compile(r"\b(?:talk|speak|chat|connect|transfer|put|get|give|want|wanna|need|reach|contact|call|"
-                    r"see|escalate|prefer|like|request)\w*\b")
+                    r"see|escalate|prefer|like|request|"
+                    r"habl|comunic|llam|quier|quisier|necesit|prefier|solicit|atien|atend|"
+                    r"sprech|sprich|möcht|brauch|verbind|erreich)\w*\b|"
+                    r"\b(?:dese(?:o|a|amos|aría|ar)|p[oó]n(?:me|erme|ganme)|p[aá]s(?:ame|eme|arme)|wollen)\b")
+# German puts the verb last: "Ich will einen Mitarbeiter sprechen", "Kann ich bitte einen Menschen sprechen?",
+# and so does a German verb phrase ("mit einem Menschen sprechen").
+_LAST_VERB = r"(?:zu\s+)?(?:sprechen|erreichen|kontaktieren|anrufen)\b"
+_REACH_AFTER = re.compile(rf"^\s+{_LAST_VERB}")
+_ENDS_WITH_VERB = re.compile(rf"\b{_LAST_VERB}$")
 # "… share a note with a real person": the person is who a note is shared with, not who is wanted. Only
 # the product's verbs of sharing: "discuss this with a real person" or "have a word with a live agent"
 # ask for one.
 _SHARED_WITH = re.compile(r"\b(?:shar(?:e|es|ed|ing)|sen(?:d|ds|t|ding)|invit\w*|collaborat\w*|co-?edit\w*|sync\w*)\b"
                           r".*\bwith(?:\s+(?:a|an|the|some|one|another|any|your|my|our))?\s*$")
-_TRAILING_POLITENESS = re.compile(r"(?:\s+(?:please|pls|plz|now|asap|thanks|thank you|right now|here))*\s*$")
+_TRAILING_POLITENESS = re.compile(r"(?:\s+(?:please|pls|plz|now|asap|thanks|thank you|right now|here|"
+                                  r"por favor|ya|ahora|ahora mismo|gracias|bitte|jetzt|sofort|danke))*\s*$")
 
 
 def asks_for_human(text: str, phrases: list[str]) -> str | None:
@@ -55,11 +73,12 @@ def _is_request(clause: str, phrase: str) -> bool:
     if match is None:
         return False
     before, after = clause[: match.start()], clause[match.end():]
-    if _NEGATION.search(before):
+    # With the phrase: its own first word may be what is negated ("no quiero hablar con una persona").
+    if _NEGATION.search(clause[: match.end()]):
         return False
-    if _REACH.match(phrase):
+    if _REACH.match(phrase) or _ENDS_WITH_VERB.search(phrase) or _REACH.search(before):
         return True
-    if _REACH.search(before):
+    if _REACH_AFTER.match(after) and _TRAILING_POLITENESS.fullmatch(_REACH_AFTER.sub("", after)):
         return True
     return _SHARED_WITH.search(before) is None and _TRAILING_POLITENESS.fullmatch(after) is not None
 

@@ -85,3 +85,35 @@ def test_a_phrase_in_chinese_or_japanese_is_found_inside_its_sentence(text, phra
     had a letter before the phrase, so it was never a whole word, and the bot answered instead."""
     assert asks_for_human(text, ["人工客服", "转人工", "オペレーターと話したい", "أريد موظف دعم"]) == phrase
     assert asks_for_human("人工智能客服怎么用？", ["人工客服", "转人工"]) is None
+
+
+SPANISH_AND_GERMAN = ["quiero hablar con una persona", "hablar con una persona", "agente humano",
+                      "mit einem Menschen sprechen", "einen Mitarbeiter"]
+
+
+@pytest.mark.parametrize("text", [
+    "Quiero hablar con una persona sobre mi factura",
+    "Necesito hablar con una persona de inmediato",
+    "Quiero hablar con una persona ahora mismo, por favor",
+    "¿Puedo hablar con una persona?",
+    "Quiero un agente humano",
+    "Ich möchte mit einem Menschen sprechen, es geht um meine Rechnung",
+    "Ich will einen Mitarbeiter sprechen",
+    "Einen Mitarbeiter bitte",
+])
+def test_a_spanish_or_german_phrase_asks_for_a_person_with_more_words_after_it(text):
+    """A verb phrase followed by what it is about ("… sobre mi factura") was only a request in English:
+    the bot answered instead, and the customer who asked for a person never got one."""
+    assert asks_for_human(text, SPANISH_AND_GERMAN) is not None
+
+
+@pytest.mark.parametrize("text", [
+    "No quiero hablar con una persona, solo dime el precio",
+    "Prefiero no esperar: sin agente humano, ¿cómo exporto mis notas?",
+    "¿Hay un agente humano en el plan Team?",
+    "Ich möchte nicht mit einem Menschen sprechen, nur den Preis wissen",
+    "Gibt es einen Mitarbeiter-Rabatt im Team-Plan?",
+])
+def test_a_spanish_or_german_negation_or_question_about_something_else_is_not_a_request(text):
+    """"No quiero hablar con una persona" handed the chat to an operator, and the bot fell silent."""
+    assert asks_for_human(text, SPANISH_AND_GERMAN) is None
