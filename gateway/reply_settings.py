@@ -9,14 +9,17 @@ from __future__ import annotations
 import string
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from gateway.channel_settings import _Strict
 from gateway.models import SOURCES_HEADING
 
 Outage = Literal["llm_down", "search_down", "failure", "budget_spent"]
 """The troubles a turn is answered with a fixed reply for (`RepliesSettings.outage`)."""
-TOO_LONG_FIELDS = ("chars", "limit")
+PLACEHOLDERS = {"too_long": ("chars", "limit"), "after_hours": ("start", "end", "timezone", "day", "time")}
+"""The fields each template key is filled with."""
+_SAMPLES = {"chars": 5000, "limit": 4000, "start": "09:00", "end": "17:00", "timezone": "Europe/Madrid",
+            "day": "Monday", "time": "09:00"}
 
 
 class RepliesSettings(_Strict):
@@ -44,22 +47,38 @@ class RepliesSettings(_Strict):
     holding: str = "A person from our team has this conversation and will reply here."
     # The heading of the numbered sources under an answer (each channel sets it in bold).
     sources_heading: str = SOURCES_HEADING
+    # Sent after the acknowledgement outside `escalation.business_hours`: the hours ({start}, {end},
+    # {timezone}) and when a person is back, {day} (`today`, `tomorrow` or one of `day_names`) at {time}.
+    after_hours: str = ("Our team is offline right now (we work {start}–{end}, {timezone}). "
+                        "Expect a reply from a person {day} at {time} ({timezone}).")
+    today: str = "today"
+    tomorrow: str = "tomorrow"
+    day_names: list[str] = Field(default_factory=lambda: [
+        "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"])
 
-    @field_validator("too_long")
+    @field_validator("too_long", "after_hours")
     @classmethod
-    def _known_placeholders(cls, value: str) -> str:
-        # Filled on every too-long message: an unknown field raised there, and the customer got nothing.
+    def _known_placeholders(cls, value: str, info: ValidationInfo) -> str:
+        # Filled when sent: an unknown field raised there, and the customer got nothing.
+        allowed = PLACEHOLDERS[info.field_name]
         try:
             fields = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
         except ValueError as exc:  # a lone `{` or `}`
             raise ValueError(f"not a valid template ({exc}); write a literal brace as {{{{ or }}}}") from None
-        if unknown := [name for name in fields if name not in TOO_LONG_FIELDS]:
+        if unknown := [name for name in fields if name not in allowed]:
             raise ValueError(f"unknown placeholder {{{unknown[0]}}}; the placeholders are "
-                             f"{', '.join('{' + name + '}' for name in TOO_LONG_FIELDS)}")
+                             f"{', '.join('{' + name + '}' for name in allowed)}")
         try:
-            value.format(chars=5000, limit=4000)
-        except (ValueError, IndexError) as exc:  # a format spec that does not suit a number: {chars:x.y}
+            value.format(**{name: _SAMPLES[name] for name in allowed})
+        except (ValueError, IndexError) as exc:  # a format spec that does not suit the value: {chars:x.y}
             raise ValueError(f"not a valid template ({exc})") from None
+        return value
+
+    @field_validator("day_names")
+    @classmethod
+    def _a_week(cls, value: list[str]) -> list[str]:
+        if len(value) != 7:
+            raise ValueError(f"needs 7 names, Monday first; it has {len(value)}")
         return value
 
     def outage(self, kind: Outage, *, escalates: bool) -> str:

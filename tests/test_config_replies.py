@@ -68,6 +68,18 @@ def test_a_too_long_reply_with_a_placeholder_it_cannot_fill_is_a_config_error_na
     assert caught.value.key == "bots[0].replies.too_long" and problem in caught.value.problem
 
 
+@pytest.mark.parametrize(("replies", "key", "problem"), [
+    ({"after_hours": "Volvemos {dia} a las {time}."}, "after_hours",
+     "unknown placeholder {dia}; the placeholders are {start}, {end}, {timezone}, {day}, {time}"),
+    ({"day_names": ["lunes", "martes", "miércoles", "jueves", "viernes"]}, "day_names",
+     "needs 7 names, Monday first; it has 5"),
+])
+def test_an_off_hours_note_that_cannot_be_filled_is_a_config_error_naming_the_key(tmp_path, replies, key, problem):
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, replies)
+    assert (caught.value.key, caught.value.problem) == (f"bots[0].replies.{key}", problem)
+
+
 def test_an_unknown_key_under_replies_is_a_config_error_naming_it(tmp_path):
     with pytest.raises(ConfigError) as caught:
         _load(tmp_path, {"sources_title": "Fuentes:"})

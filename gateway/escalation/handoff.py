@@ -122,7 +122,8 @@ class Escalations(ClaimTransitions):
             .order_by(Message.id.desc()).limit(1))).scalar_one_or_none()
         already = last is not None and last.status == "pending" and _says_person_is_coming(last.text, bot)
         reply_to = last.reply_to_id if last is not None and last.status == "pending" else None
-        for text in acknowledgement_extras(bot.escalation, already_acknowledged=already, now=utcnow()):
+        for text in acknowledgement_extras(bot.escalation, already_acknowledged=already, now=utcnow(),
+                                           replies=bot.replies):
             await repo.add_outbound(session, conversation=conversation, text=text, author="system",
                                     reply_to_id=reply_to)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from gateway.settings import BusinessHours, EscalationSettings
+from gateway.settings import BusinessHours, EscalationSettings, RepliesSettings
 
-DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_ENGLISH = RepliesSettings()
+DAY_NAMES = tuple(_ENGLISH.day_names)
 
 
 def _clock(value: str) -> time:
@@ -40,23 +41,25 @@ def next_opening(hours: BusinessHours, now: datetime) -> datetime:
     return datetime.combine(local.date() + timedelta(days=1), start, tzinfo=zone)
 
 
-def after_hours_message(hours: BusinessHours, now: datetime) -> str:
-    """An honest note on when a person will reply, e.g. 'Monday at 09:00 (Europe/Berlin)'."""
+def after_hours_message(hours: BusinessHours, now: datetime, replies: RepliesSettings = _ENGLISH) -> str:
+    """An honest note on when a person will reply, e.g. 'Monday at 09:00 (Europe/Berlin)', in the
+    bot's words (`replies.after_hours`)."""
     opening = next_opening(hours, now)
     local_today = now.astimezone(ZoneInfo(hours.timezone)).date()
     if opening.date() == local_today:
-        when = f"today at {opening:%H:%M}"
+        day = replies.today
     elif opening.date() == local_today + timedelta(days=1):
-        when = f"tomorrow at {opening:%H:%M}"
+        day = replies.tomorrow
     else:
-        when = f"{DAY_NAMES[opening.weekday()]} at {opening:%H:%M}"
-    return (f"Our team is offline right now (we work {hours.start}–{hours.end}, {hours.timezone}). "
-            f"Expect a reply from a person {when} ({hours.timezone}).")
+        day = replies.day_names[opening.weekday()]
+    return replies.after_hours.format(start=hours.start, end=hours.end, timezone=hours.timezone, day=day,
+                                      time=f"{opening:%H:%M}")
 
 
-def acknowledgement_extras(settings: EscalationSettings, *, already_acknowledged: bool, now: datetime) -> list[str]:
+def acknowledgement_extras(settings: EscalationSettings, *, already_acknowledged: bool, now: datetime,
+                           replies: RepliesSettings = _ENGLISH) -> list[str]:
     """Messages to add on escalation: the acknowledgement unless already given, and the off-hours note."""
     extras = [] if already_acknowledged else [settings.acknowledgement]
     if settings.business_hours is not None and not is_open(settings.business_hours, now):
-        extras.append(after_hours_message(settings.business_hours, now))
+        extras.append(after_hours_message(settings.business_hours, now, replies))
     return extras

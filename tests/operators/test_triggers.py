@@ -28,6 +28,11 @@ OPS = {"Authorization": f"Bearer {OPS_TOKEN}"}
 # Today and tomorrow (UTC) are days off for the `late` bot, so it is closed whenever this module runs.
 _TODAY = datetime.now(timezone.utc).weekday()
 LATE_DAYS = [d for d in range(7) if d not in (_TODAY, (_TODAY + 1) % 7)]
+TARDE_ACK = "He pedido a una persona de nuestro equipo que siga la conversación."
+TARDE_REPLIES = {"after_hours": "Nuestro equipo no está ahora (trabajamos de {start} a {end}, {timezone}). Una persona "
+                                "te responderá {day} a las {time}.",
+                 "day_names": ["el lunes", "el martes", "el miércoles", "el jueves", "el viernes", "el sábado",
+                               "el domingo"]}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -40,6 +45,9 @@ async def client(tmp_path_factory, fake):
          "tools": [{"name": "escalate_to_human", "type": "builtin"}], "escalation": {"enabled": False}},
         {"name": "late", "channels": {"web": {}},
          "escalation": {"business_hours": {"timezone": "UTC", "days": LATE_DAYS, "start": "09:00", "end": "17:00"}}},
+        {"name": "tarde", "channels": {"web": {}}, "replies": TARDE_REPLIES,
+         "escalation": {"phrases": ["hablar con una persona"], "acknowledgement": TARDE_ACK,
+                        "business_hours": {"timezone": "UTC", "days": LATE_DAYS, "start": "09:00", "end": "17:00"}}},
     ]
     async with app_client(tmp_path, bots=bots, models=[model_entry(fake, "primary"), model_entry(fake, "backup")],
                           llm={"timeout": 5, "num_retries": 0},
@@ -157,6 +165,18 @@ async def test_trigger_off_hours_acknowledgement_says_when_to_expect_a_reply(cli
     assert texts[1] == ("Our team is offline right now (we work 09:00–17:00, UTC). "
                         f"Expect a reply from a person {opening_day} at 09:00 (UTC).")
     assert body["reply"] == f"{ACK}\n\n{texts[1]}"
+
+
+@module_loop
+async def test_trigger_off_hours_note_of_a_spanish_bot_is_in_spanish(client):
+    """A Spanish phrase with more words after it escalates, and the off-hours note was English."""
+    body = await _chat(client, "tarde", "t-es", "Quiero hablar con una persona sobre mi factura")
+
+    assert body["state"] == "waiting"
+    opening_day = TARDE_REPLIES["day_names"][(_TODAY + 2) % 7]
+    assert [m.text for m in await _outbound(client, body["conversation_id"])] == [
+        TARDE_ACK, f"Nuestro equipo no está ahora (trabajamos de 09:00 a 17:00, UTC). Una persona te responderá "
+                   f"{opening_day} a las 09:00."]
 
 
 @module_loop
