@@ -56,6 +56,16 @@ class RepliesSettings(_Strict):
     day_names: list[str] = Field(default_factory=lambda: [
         "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"])
 
+    @field_validator("greeting", "text_only", "too_long", "llm_down", "search_down", "failure", "budget_spent",
+                     "holding", "sources_heading", "after_hours", "today", "tomorrow")
+    @classmethod
+    def _said(cls, value: str) -> str:
+        # Sent as it is: an empty text is refused by every platform, and the reply was never delivered.
+        # (`person_will_help`, `try_again` and `ask_tomorrow` may be "": the outage's sentence stands alone.)
+        if not value.strip():
+            raise ValueError("is empty: the customer would be sent an empty message; write the text to send")
+        return value
+
     @field_validator("too_long", "after_hours")
     @classmethod
     def _known_placeholders(cls, value: str, info: ValidationInfo) -> str:
@@ -77,8 +87,8 @@ class RepliesSettings(_Strict):
     @field_validator("day_names")
     @classmethod
     def _a_week(cls, value: list[str]) -> list[str]:
-        if len(value) != 7:
-            raise ValueError(f"needs 7 names, Monday first; it has {len(value)}")
+        if len(value) != 7 or not all(name.strip() for name in value):
+            raise ValueError(f"needs 7 names, Monday first; it has {len([n for n in value if n.strip()])}")
         return value
 
     def outage(self, kind: Outage, *, escalates: bool) -> str:

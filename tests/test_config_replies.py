@@ -80,6 +80,19 @@ def test_an_off_hours_note_that_cannot_be_filled_is_a_config_error_naming_the_ke
     assert (caught.value.key, caught.value.problem) == (f"bots[0].replies.{key}", problem)
 
 
+@pytest.mark.parametrize("key", ["text_only", "sources_heading", "llm_down"])
+def test_an_empty_reply_is_a_config_error_naming_the_key(tmp_path, key):
+    """Sent as written: every platform refuses an empty message, and the customer got nothing."""
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, {key: "  "})
+    assert caught.value.key == f"bots[0].replies.{key}" and caught.value.problem.startswith("is empty")
+
+
+def test_an_outage_without_its_second_sentence_is_the_first_alone(tmp_path):
+    replies = _load(tmp_path, {"llm_down": "Ahora no puedo responder.", "person_will_help": ""}).bots[0].replies
+    assert replies.outage("llm_down", escalates=True) == "Ahora no puedo responder."
+
+
 def test_an_unknown_key_under_replies_is_a_config_error_naming_it(tmp_path):
     with pytest.raises(ConfigError) as caught:
         _load(tmp_path, {"sources_title": "Fuentes:"})
