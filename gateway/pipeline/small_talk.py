@@ -38,12 +38,16 @@ _GREETING_ONLY = re.compile(rf"\b{_GREETING}\b")
 _NOT_A_WORD = re.compile(r"[^\w\s]+|_")
 
 # "ok thanks" after an offer is a polite no as often as a yes, so "ok" says yes only alone or with "sure".
-_YES = re.compile(r"(?:(?:oh |ok |okay )?(?:yes|yeah|yep|yup|sure|please|y|si|oui|ja)"
-                  r"(?: (?:please|sure|yes|thanks|thank you|do|please do|go ahead|that would be great))*"
+# The yes and no of Spanish, German, French and Portuguese too: a Spanish bot's "¿Quieres que te atienda una
+# persona?" answered "Sí, por favor" went to the search, and the customer got the fallback text again.
+_YES = re.compile(r"(?:(?:oh |ok |okay )?(?:yes|yeah|yep|yup|sure|please|y|si|sí|claro|vale|oui|ja|gerne|sim|"
+                  r"por favor|bitte)"
+                  r"(?: (?:please|sure|yes|thanks|thank you|do|please do|go ahead|that would be great|"
+                  r"por favor|gracias|que s[ií]|claro|bitte|gerne|danke|merci|s il vous pla[iî]t|obrigad[oa]))*"
                   r"|ok(?:ay)?(?: (?:sure|please|go ahead|please do))?|please do|go ahead|do it|that would be great)")
 
-_NO = re.compile(r"(?:no|nope|nah|not now|no (?:that s all|that s it|i m good|i m fine|all good|need))"
-                 r"(?: (?:thanks|thank you))?|that s all|that s it|nothing else")
+_NO = re.compile(r"(?:no|nope|nah|not now|nein|non|n[ãa]o|no (?:that s all|that s it|i m good|i m fine|all good|need))"
+                 r"(?: (?:thanks|thank you|gracias|danke|merci|obrigad[oa]))?|that s all|that s it|nothing else")
 
 # A thumbs-up or a folded-hands emoji alone is how many customers say "ok" or "thanks" on a phone. With
 # its words stripped it was nothing: searched, it got the fallback text and counted as an unanswered turn,
@@ -79,8 +83,9 @@ def is_yes(text: str) -> bool:
     return len(text) <= MAX_SMALL_TALK_CHARS and (bool(_YES.fullmatch(words)) or _only_emoji(text, _YES_EMOJI))
 
 
-_LEADING_YES = re.compile(r"(?:oh |ok |okay )?(?:yes|yeah|yep|yup|sure|ok|okay)\b")
-_DECLINE = re.compile(r"\b(?:not|no|don t|do not|never|later)\b")
+_LEADING_YES = re.compile(r"(?:oh |ok |okay )?(?:yes|yeah|yep|yup|sure|ok|okay|s[ií]|claro|vale|ja|oui|sim)\b")
+_DECLINE = re.compile(r"\b(?:not|no|don t|do not|never|later|nunca|m[aá]s tarde|luego|nein|nicht|kein\w*|sp[äa]ter|"
+                      r"pas|plus tard|n[ãa]o|depois)\b")
 
 
 def starts_with_yes(text: str) -> bool:

@@ -79,6 +79,8 @@ async def test_pipeline_answers_small_talk_without_searching_or_calling_a_model(
     ("yes", True), ("Yes please!", True), ("sure, go ahead", True), ("ok", True), ("yeah sure", True),
     ("ok thanks", False), ("no thanks", False), ("no", False), ("yes, how do I reset my password?", False),
     ("👍", True), ("👌🏼", True), ("🙏", False), ("👎", False),
+    ("Sí", True), ("Sí, por favor", True), ("claro que sí", True), ("Ja, bitte", True), ("ja gerne", True),
+    ("Oui, merci", True), ("Sí, ¿cómo cambio mi contraseña?", False), ("No, gracias", False),
 ])
 def test_is_yes_only_for_a_message_that_only_says_yes(text, yes) -> None:
     assert is_yes(text) is yes
@@ -124,6 +126,22 @@ async def test_yes_after_the_fallbacks_offer_of_a_person_escalates(openai_fake) 
     openai_fake.script("primary", Scripted(text="not now"), Scripted(text=OFFER))
     later = await rig.pipeline.handle(rig.turn("Yes, not now though", history=after_offer))
     assert later.escalate != "customer said yes to the offer of a person" and len(rig.search.calls) == 1
+
+
+OFERTA = "No encuentro la respuesta en nuestro centro de ayuda. ¿Quieres que te atienda una persona?"
+
+
+async def test_a_spanish_or_german_yes_to_the_offer_of_a_person_escalates(openai_fake) -> None:
+    """"Sí, por favor" to a Spanish bot's offer was searched, and the customer got the offer again."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallback_text": OFERTA, "thanks_text": "¡De nada!"}])
+    after_offer = [{"role": "user", "content": "¿Puedo pagar con bitcoin?"}, {"role": "assistant", "content": OFERTA}]
+
+    for text in ("Sí, por favor", "sí", "Sí, una persona estaría genial", "Ja, bitte"):
+        accepted = await rig.pipeline.handle(rig.turn(text, history=after_offer))
+        assert accepted.escalate == "customer said yes to the offer of a person", text
+    declined = await rig.pipeline.handle(rig.turn("No, gracias", history=after_offer))
+    assert declined.reply == "¡De nada!" and declined.escalate is None
+    assert rig.search.calls == [] and openai_fake.requests == []
 
 
 async def test_yes_after_another_question_of_the_bots_goes_to_the_model(openai_fake) -> None:
@@ -174,6 +192,7 @@ async def test_yes_or_no_after_a_statement_only_closes_the_turn(openai_fake) -> 
 @pytest.mark.parametrize(("text", "no"), [
     ("no", True), ("Nope.", True), ("no, that's all", True), ("no thanks", True), ("nothing else", True),
     ("no I can't log in", False), ("yes", False), ("not working", False),
+    ("No, gracias", True), ("nein", True), ("Nein, danke", True), ("no sé cómo entrar", False), ("sí", False),
 ])
 def test_is_no_only_for_a_message_that_only_says_no(text, no) -> None:
     assert is_no(text) is no
