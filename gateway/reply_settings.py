@@ -6,6 +6,7 @@ rate-limit `notice` under `rate_limit:`, as before. Re-exported by `gateway.sett
 
 from __future__ import annotations
 
+import re
 import string
 from typing import Literal
 
@@ -20,6 +21,39 @@ PLACEHOLDERS = {"too_long": ("chars", "limit"), "after_hours": ("start", "end", 
 """The fields each template key is filled with."""
 _SAMPLES = {"chars": 5000, "limit": 4000, "start": "09:00", "end": "17:00", "timezone": "Europe/Madrid",
             "day": "Monday", "time": "09:00"}
+
+
+class WidgetTexts(_Strict):
+    """The web chat widget's own words (`replies.widget`), given to it by `GET /v1/bots`: its labels,
+    buttons and notices. Texts shown before it knows the bot (the server cannot be reached) stay English."""
+
+    title: str = "Help chat"
+    subtitle: str = "Answers from our help center, with sources."
+    you: str = "You"
+    assistant: str = "Assistant"
+    support_team: str = "Support team"
+    placeholder: str = "Ask a question…"
+    send: str = "Send"
+    hint: str = "Enter to send, Shift+Enter for a new line."
+    waiting: str = "A person from our team will reply here. You can keep this page open or come back later."
+    operator_joined: str = "A person from our team has joined the conversation and will reply here."
+    slow: str = "This is taking longer than usual; the answer will appear here."
+    interrupted: str = "The connection was interrupted; the answer will appear here shortly."
+    unreachable: str = "Could not reach the server, so your message was not sent. Please try again."
+    failed: str = "Something went wrong. Please try again."
+    not_sent: str = "Not sent"
+    retry: str = "Retry"
+    empty: str = "Please type a message first."
+    # {chars}: the message's length, {limit}: the web chat's `max_message_chars`.
+    too_long: str = "Your message is too long: {chars} characters, and the limit is {limit}. Please shorten it."
+
+    @field_validator("too_long")
+    @classmethod
+    def _known_placeholders(cls, value: str) -> str:
+        # The widget fills only these two, by name, as written: "{chars:,}" would be shown as it is.
+        if unknown := [name for name in re.findall(r"\{([^{}]*)\}", value) if name not in ("chars", "limit")]:
+            raise ValueError(f"unknown placeholder {{{unknown[0]}}}; the placeholders are {{chars}}, {{limit}}")
+        return value
 
 
 class RepliesSettings(_Strict):
@@ -55,6 +89,7 @@ class RepliesSettings(_Strict):
     tomorrow: str = "tomorrow"
     day_names: list[str] = Field(default_factory=lambda: [
         "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"])
+    widget: WidgetTexts = Field(default_factory=WidgetTexts)
 
     @field_validator("greeting", "text_only", "too_long", "llm_down", "search_down", "failure", "budget_spent",
                      "holding", "sources_heading", "after_hours", "today", "tomorrow")

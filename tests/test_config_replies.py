@@ -93,6 +93,16 @@ def test_an_outage_without_its_second_sentence_is_the_first_alone(tmp_path):
     assert replies.outage("llm_down", escalates=True) == "Ahora no puedo responder."
 
 
+def test_the_widgets_words_load_and_its_unknown_keys_and_placeholders_are_config_errors(tmp_path):
+    widget = {"placeholder": "Escribe tu pregunta…", "too_long": "Máximo {limit} caracteres; tienes {chars}."}
+    assert _load(tmp_path, {"widget": widget}).bots[0].replies.widget.placeholder == "Escribe tu pregunta…"
+    for texts, key, problem in (({"boton": "Enviar"}, "boton", "unknown key"),
+                                ({"too_long": "Máximo {limite}."}, "too_long", "unknown placeholder {limite}")):
+        with pytest.raises(ConfigError) as caught:
+            _load(tmp_path, {"widget": texts})
+        assert caught.value.key == f"bots[0].replies.widget.{key}" and caught.value.problem.startswith(problem)
+
+
 def test_an_unknown_key_under_replies_is_a_config_error_naming_it(tmp_path):
     with pytest.raises(ConfigError) as caught:
         _load(tmp_path, {"sources_title": "Fuentes:"})

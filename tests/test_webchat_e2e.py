@@ -12,6 +12,7 @@ import pytest_asyncio
 from sqlalchemy import func, select
 
 from gateway.app import create_app
+from gateway.reply_settings import WidgetTexts
 from gateway.settings import load_settings
 from storage.models import Conversation, Message
 from tests.conftest import ROOT, upgrade, write_config
@@ -154,6 +155,6 @@ async def test_webchat_unknown_bot_and_operations_endpoints(client):
     assert 'gateway_messages_in_total{bot="acme",channel="web"}' in metrics
     assert "gateway_stage_seconds_bucket" in metrics
     bots = (await client.get("/v1/bots")).json()
-    assert bots == {"bots": [{"name": "acme", "channels": ["web"]}]}
+    assert bots == {"bots": [{"name": "acme", "channels": ["web"], "texts": WidgetTexts().model_dump()}]}
     widget = await client.get("/")
     assert widget.status_code == 200 and "<html" in widget.text.lower()

@@ -22,14 +22,28 @@
   var DEFAULT_REPLY_TIMEOUT_MS = 60000;
   var TIMEOUT_SLACK_MS = 5000;
   var STORE_PREFIX = "gw.";
-  var AUTHORS = { contact: "You", bot: "Assistant", operator: "Support team", system: "" };
-  var HANDOFF_TEXT = {
+  // The widget's words until the bot's own come with GET /v1/bots (its `replies.widget`; the same defaults).
+  var TEXTS = {
+    title: "Help chat", subtitle: "Answers from our help center, with sources.",
+    you: "You", assistant: "Assistant", support_team: "Support team",
+    placeholder: "Ask a question…", send: "Send", hint: "Enter to send, Shift+Enter for a new line.",
     waiting: "A person from our team will reply here. You can keep this page open or come back later.",
-    operator: "A person from our team has joined the conversation and will reply here.",
+    operator_joined: "A person from our team has joined the conversation and will reply here.",
+    slow: "This is taking longer than usual; the answer will appear here.",
+    interrupted: "The connection was interrupted; the answer will appear here shortly.",
+    unreachable: "Could not reach the server, so your message was not sent. Please try again.",
+    failed: "Something went wrong. Please try again.",
+    not_sent: "Not sent", retry: "Retry", empty: "Please type a message first.",
+    too_long: "Your message is too long: {chars} characters, and the limit is {limit}. Please shorten it.",
   };
-  var SLOW_TEXT = "This is taking longer than usual; the answer will appear here.";
-  var INTERRUPTED_TEXT = "The connection was interrupted; the answer will appear here shortly.";
-  var UNREACHABLE_TEXT = "Could not reach the server, so your message was not sent. Please try again.";
+  var AUTHORS = { contact: "you", bot: "assistant", operator: "support_team", system: "" };  // keys of TEXTS
+  var HANDOFF_TEXT = { waiting: "waiting", operator: "operator_joined" };
+
+  /** The bot's text for `key` (`replies.widget`), else the default. */
+  function t(key) {
+    var own = state.texts && state.texts[key];
+    return typeof own === "string" && own ? own : TEXTS[key];
+  }
 
   var $ = function (id) { return document.getElementById(id); };
   var ui = {};
@@ -37,6 +51,7 @@
     bots: [], bot: null, sessionId: null, maxChars: DEFAULT_MAX_CHARS, replyTimeoutMs: DEFAULT_REPLY_TIMEOUT_MS,
     lastId: null, rendered: new Set(), unconfirmed: [],
     sourcesHeading: null,  // the bot's, from its replies and transcript (`replies.sources_heading`)
+    texts: null,  // the bot's words (`replies.widget`), from GET /v1/bots
     busy: false, polling: false, pollTimer: null, generation: 0, sends: 0,
     // An answer the server still works on (slow, or its stream broke): {userLi, botLi, inboundId, done}.
     awaiting: null,
@@ -79,7 +94,7 @@
     var author = authorOf(msg);
     var li = el("li", "gw-msg gw-msg--" + author);
     if (msg.id !== undefined && msg.id !== null) li.dataset.id = String(msg.id);
-    if (author !== "system") li.appendChild(el("span", "gw-who", AUTHORS[author]));
+    if (author !== "system") li.appendChild(el("span", "gw-who", t(AUTHORS[author])));
     var bubble = el("div", "gw-bubble");
     // An Arabic or Hebrew message reads right to left: its direction comes from its own first letters,
     // not the page's (left to right, its "؟" and list numbers showed on the wrong side).
@@ -132,7 +147,7 @@
   /** The banner follows the conversation's state: "waiting" (a person was asked for), "operator"
    * (a person has the thread); any other state hides it. */
   function showHandoff(conversationState) {
-    var text = Object.prototype.hasOwnProperty.call(HANDOFF_TEXT, conversationState) ? HANDOFF_TEXT[conversationState] : "";
+    var text = Object.prototype.hasOwnProperty.call(HANDOFF_TEXT, conversationState) ? t(HANDOFF_TEXT[conversationState]) : "";
     if (text && ui.handoff.textContent !== text) ui.handoff.textContent = text;
     ui.handoff.dataset.state = text ? conversationState : "";
     ui.handoff.hidden = !text;
@@ -198,7 +213,7 @@
       state.maxChars = data.limit;  // the bot's own limit: the next text over it is caught before sending
       updateCount();
     }
-    var err = new Error(message || "The server answered " + res.status + ". Please try again.");
+    var err = new Error(message || t("failed"));
     err.status = res.status;
     return err;
   }
@@ -255,12 +270,12 @@
         else if (event.type === "done") { reader.cancel().catch(function () {}); return event.data; }
         else if (event.type === "error") {
           reader.cancel().catch(function () {});
-          throw new Error((event.data && event.data.error) || "The assistant could not answer.");
+          throw new Error((event.data && event.data.error) || t("failed"));
         }
       }
     }
     reader.cancel().catch(function () {});
-    throw tagged(INTERRUPTED_TEXT, "interrupted");
+    throw tagged(t("interrupted"), "interrupted");
   }
 
   function parseEvent(block) {
@@ -280,7 +295,7 @@
 
   /** A 2xx JSON body; one that breaks off means the message was stored but the answer got lost on the way. */
   async function readJson(res) {
-    try { return await res.json(); } catch (e) { throw tagged(INTERRUPTED_TEXT, "interrupted"); }
+    try { return await res.json(); } catch (e) { throw tagged(t("interrupted"), "interrupted"); }
   }
 
   /** Send `text`: stream when the server can, else (or when streaming fails to start) plain JSON.
@@ -291,7 +306,7 @@
     var limit = deadline();
     try {
       try { res = await postChat(text, clientId, true, limit.signal); } catch (e) {
-        if (limit.signal.aborted) throw tagged(SLOW_TEXT, "timedOut");
+        if (limit.signal.aborted) throw tagged(t("slow"), "timedOut");
         res = null;
       }
       if (res && res.ok) {
@@ -309,7 +324,7 @@
     try {
       var plain;
       try { plain = await postChat(text, clientId, false, limit.signal); } catch (e) {
-        throw tagged(limit.signal.aborted ? SLOW_TEXT : UNREACHABLE_TEXT, limit.signal.aborted ? "timedOut" : "unreachable");
+        throw tagged(limit.signal.aborted ? t("slow") : t("unreachable"), limit.signal.aborted ? "timedOut" : "unreachable");
       }
       if (!plain.ok) throw await errorFrom(plain);
       return await readJson(plain);
@@ -381,7 +396,7 @@
     var userLi = a.userLi;
     settleAwaiting();
     markNotSent(userLi, a.unsure.text, a.unsure.clientId);
-    showError(UNREACHABLE_TEXT);
+    showError(t("unreachable"));
   }
 
   /** The server has this bubble's message after all (a 5xx after storing it, say): no "Not sent" any more. */
@@ -436,11 +451,22 @@
     }, delay === undefined ? POLL_MS : delay);
   }
 
+  /** The bot's words on the page: its heading, the composer's placeholder, hint and button. */
+  function showTexts(bot) {
+    state.texts = bot && bot.texts && typeof bot.texts === "object" ? bot.texts : null;
+    ui.title.textContent = t("title");
+    ui.subtitle.textContent = t("subtitle");
+    ui.input.placeholder = t("placeholder");
+    ui.send.textContent = t("send");
+    if (ui.hint) ui.hint.textContent = t("hint");
+  }
+
   async function selectBot(name) {
     state.generation += 1;
     setBusy(false);  // the other bot's request, still on its way, is no reason to hold this conversation's Send
     state.bot = name;
     state.sourcesHeading = null;  // the other bot's may be in another language
+    showTexts(state.bots.filter(function (b) { return b.name === name; })[0]);
     store.set("bot", name);
     state.maxChars = DEFAULT_MAX_CHARS;  // /v1/bots gives names only; a 413 corrects it
     var sessionKey = "session." + name;
@@ -471,10 +497,10 @@
   function isBlank(text) { return !text.replace(/[\s\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]/g, ""); }
 
   function validate(text) {
-    if (!text || isBlank(text)) return "Please type a message first.";
+    if (!text || isBlank(text)) return t("empty");
     var n = charCount(text);
     if (n > state.maxChars) {
-      return "Your message is too long: " + n + " characters, and the limit is " + state.maxChars + ". Please shorten it.";
+      return t("too_long").replace("{chars}", String(n)).replace("{limit}", String(state.maxChars));
     }
     return null;
   }
@@ -492,11 +518,11 @@
     userLi.classList.add("gw-msg--failed");
     userLi.dataset.local = "pending";
     var row = el("div", "gw-failed");
-    row.appendChild(el("span", "gw-failed-label", "Not sent"));
+    row.appendChild(el("span", "gw-failed-label", t("not_sent")));
     row.appendChild(document.createTextNode(" – "));
-    var retry = el("button", "gw-retry", "Retry");
+    var retry = el("button", "gw-retry", t("retry"));
     retry.type = "button";
-    retry.setAttribute("aria-label", "Retry sending this message");
+    retry.setAttribute("aria-label", t("retry"));
     retry.addEventListener("click", function () {
       if (state.busy) return;
       row.remove();
@@ -561,10 +587,10 @@
           state.unconfirmed.splice(state.unconfirmed.indexOf(pendingUser), 1);
           if (!ui.input.value) ui.input.value = text;
           ui.input.setAttribute("aria-invalid", "true");
-          showError(err.message || "Something went wrong. Please try again.");
+          showError(err.message || t("failed"));
         } else {
           markNotSent(userLi, text, clientId);
-          showError(err.status ? err.message : UNREACHABLE_TEXT);
+          showError(err.status ? err.message : t("unreachable"));
         }
       }
     } finally {
@@ -584,7 +610,7 @@
       if (reply.pending) {
         // Still being worked on after the server stopped waiting: the transcript poll brings it.
         if (state.awaiting) settleAwaiting();
-        startAwaiting({ userLi: userLi, botLi: botLi, inboundId: reply.message_id, message: SLOW_TEXT });
+        startAwaiting({ userLi: userLi, botLi: botLi, inboundId: reply.message_id, message: t("slow") });
       } else if (botLi) {
         botLi.remove();
       }
@@ -666,7 +692,7 @@
       root: $("gw-chat"), title: $("gw-title"), subtitle: $("gw-subtitle"), transcript: $("gw-transcript"),
       form: $("gw-form"), input: $("gw-input"), send: $("gw-send"), error: $("gw-error"), count: $("gw-count"),
       handoff: $("gw-handoff"), typing: $("gw-typing"), botPicker: $("gw-bot-picker"), botSelect: $("gw-bot"),
-      status: $("gw-status"),
+      status: $("gw-status"), hint: $("gw-hint"),
     };
     ui.form.addEventListener("submit", onSubmit);
     ui.input.addEventListener("keydown", onKeyDown);

@@ -15,6 +15,7 @@ from tests.gateway_channels.conftest import QUESTION, gateway_app, wait_until
 from tests.test_config_replies import SPANISH
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+WIDGET = {"placeholder": "Escribe tu pregunta…", "send": "Enviar"}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -29,7 +30,7 @@ async def env(tmp_path_factory):
             secrets = {"TG_TOKEN": telegram.TOKEN, "TG_SECRET": telegram.SECRET, "WA_SID": whatsapp.ACCOUNT_SID,
                        "WA_TOKEN": whatsapp.AUTH_TOKEN}
             async with gateway_app(tmp_path_factory.mktemp("spanish"), channels=channels, env=secrets,
-                                   bot={"replies": SPANISH}) as (client, _):
+                                   bot={"replies": SPANISH | {"widget": WIDGET}}) as (client, _):
                 yield client, tg, twilio
     finally:
         twilio.stop()
@@ -79,3 +80,9 @@ async def test_a_streamed_web_chat_answer_names_the_spanish_sources_heading(env)
     assert kind == "done" and done["citations"] and done["sources_heading"] == "Fuentes:"
     transcript = (await client.get("/v1/bots/acme/sessions/web-es-1/messages")).json()
     assert transcript["sources_heading"] == "Fuentes:"
+
+
+async def test_the_widget_is_given_the_bots_words(env):
+    client, _, _ = env
+    [bot] = (await client.get("/v1/bots")).json()["bots"]
+    assert {key: bot["texts"][key] for key in WIDGET} == WIDGET and bot["texts"]["retry"] == "Retry"

@@ -168,6 +168,33 @@ def test_widget_renders_quotes_underscore_italics_strike_and_links_with_parenthe
     assert page.errors == []
 
 
+ES_TEXTS = {"title": "Ayuda", "subtitle": "Respuestas de nuestro centro de ayuda.", "you": "Tú", "assistant": "Asistente",
+            "placeholder": "Escribe tu pregunta…", "send": "Enviar", "hint": "Intro para enviar.",
+            "empty": "Escribe un mensaje primero."}
+
+
+def test_widget_speaks_the_bots_language_from_get_v1_bots(page, live_server):
+    """Its labels, buttons and notices were English whatever the bot's language (`replies.widget`)."""
+    def spanish_bots(route):
+        body = route.fetch().json()
+        body["bots"][0]["texts"] = {**body["bots"][0]["texts"], **ES_TEXTS}
+        route.fulfill(status=200, headers={"content-type": "application/json"}, body=json.dumps(body))
+
+    page.route("**/v1/bots", spanish_bots)
+    done = {"reply": "Pulsa **Sincronizar**.", "citations": [], "conversation_id": 1, "state": "bot", "message_id": 1}
+    page.route("**/v1/bots/acme/chat", lambda route: route.fulfill(
+        status=200, headers={"content-type": "text/event-stream"}, body=_sse(("done", done))))
+    _open(page, live_server)
+    assert (page.inner_text("#gw-title"), page.inner_text("#gw-subtitle")) == ("Ayuda", ES_TEXTS["subtitle"])
+    assert page.get_attribute("#gw-input", "placeholder") == "Escribe tu pregunta…"
+    assert (page.inner_text("#gw-send"), page.inner_text("#gw-hint")) == ("Enviar", "Intro para enviar.")
+    page.press("#gw-input", "Enter")
+    assert page.inner_text("#gw-error") == "Escribe un mensaje primero."
+    _ask(page, "¿Cómo sincronizo?")
+    _wait_bot_text(page)
+    assert page.locator(".gw-who").all_inner_texts() == ["Tú", "Asistente"]
+
+
 def test_widget_shows_the_bots_sources_heading_live_and_after_a_reload(page, live_server):
     """The label over the sources was "Sources" whatever language the bot speaks (`replies.sources_heading`)."""
     done = {"reply": "Pulsa **Sincronizar** [1].", "citations": CITATIONS[:1], "sources_heading": "Fuentes:",
