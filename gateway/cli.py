@@ -1,4 +1,4 @@
-"""The command line: serve, ingest, eval, chat, forget, db upgrade, telegram set-webhook."""
+"""The command line: serve, ingest, ingest-runs, eval, chat, forget, db upgrade, telegram set-webhook."""
 
 from __future__ import annotations
 
@@ -55,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     ingest.add_argument("--source")
     ingest.add_argument("--json", action="store_true", help="print the counts as JSON")
 
+    runs = with_config(sub.add_parser("ingest-runs", help="the recorded ingest runs, newest first"))
+    runs.add_argument("--bot")
+    runs.add_argument("--source")
+    runs.add_argument("--limit", type=_positive_int, default=20, help="runs shown (default 20)")
+    runs.add_argument("--json", action="store_true", help="print the runs as JSON")
+
     ev = sub.add_parser("eval", help="retrieval metrics of a document folder against a question file")
     ev.add_argument("--config", help="config file for the defaults (optional)")
     ev.add_argument("--docs", required=True)
@@ -105,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             return _db_upgrade(args)
         if args.command == "ingest":
             return asyncio.run(_ingest(args))
+        if args.command == "ingest-runs":
+            return asyncio.run(_ingest_runs(args))
         if args.command == "eval":
             return asyncio.run(_eval(args))
         if args.command == "chat":
@@ -208,6 +216,12 @@ async def _ingest(args) -> int:
         await knowledge.close()
         await engine.dispose()
     return print_reports([r.as_dict() for r in reports], as_json=args.json)
+
+
+async def _ingest_runs(args) -> int:
+    from gateway.ingest_history import show_runs
+
+    return await show_runs(_settings(args), bot=args.bot, source=args.source, limit=args.limit, as_json=args.json)
 
 
 def _hide_run_errors() -> None:

@@ -99,6 +99,18 @@ async def latest_runs(sessions: async_sessionmaker[AsyncSession]) -> dict[tuple[
         return {(run.bot, run.source): run for run in runs}
 
 
+async def recent_runs(sessions: async_sessionmaker[AsyncSession], *, bot: str | None = None,
+                      source: str | None = None, limit: int = 20) -> list[IngestRun]:
+    """The latest `limit` runs, newest first (running ones included), of one bot or source or all."""
+    query = select(IngestRun).order_by(IngestRun.id.desc()).limit(limit)
+    if bot is not None:
+        query = query.where(IngestRun.bot == bot)
+    if source is not None:
+        query = query.where(IngestRun.source == source)
+    async with sessions() as session:
+        return list((await session.scalars(query)).all())
+
+
 def describe(exc: BaseException) -> str:
     """`Type: message` of an error (the message alone for our own), short enough for a run's error list. A database error gives the
     driver's message, not SQLAlchemy's, which repeats the whole statement and its parameters."""

@@ -1,0 +1,60 @@
+"""`gateway ingest-runs`: the history of ingest runs that /readyz (the last run only) does not show."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from gateway.cli import main
+from gateway.settings import load_settings
+from rag.ingest_runs import IngestReport, record_run, start_run
+from storage.engine import create_engine, session_factory
+from tests.conftest import upgrade, write_config
+
+
+def _record_history(tmp_path):
+    """Three finished runs of two sources and one still running; returns the config path."""
+    config = write_config(tmp_path)
+    settings = load_settings(config)
+    upgrade(settings.database_url)
+
+    async def record() -> None:
+        engine = create_engine(settings.database_url)
+        sessions = session_factory(engine)
+        try:
+            run = await start_run(sessions, "acme", "docs", trigger="cli")
+            await record_run(sessions, IngestReport("acme", "docs", added=4, duration_s=1.25), trigger="cli", run_id=run)
+            errors = [f"https://example.com/p{i}: HTTPStatusError: 404" for i in range(5)]
+            run = await start_run(sessions, "acme", "site", trigger="schedule")
+            await record_run(sessions, IngestReport("acme", "site", unchanged=9, errors=errors, status="partial"),
+                             trigger="schedule", run_id=run)
+            run = await start_run(sessions, "acme", "docs", trigger="schedule")
+            await record_run(sessions, IngestReport("acme", "docs", unchanged=4), trigger="schedule", run_id=run)
+            await start_run(sessions, "acme", "site", trigger="schedule")
+        finally:
+            await engine.dispose()
+
+    asyncio.run(record())
+    return config
+
+
+def test_ingest_runs_lists_the_history_newest_first_with_errors(tmp_path, capsys):
+    config = _record_history(tmp_path)
+    assert main(["ingest-runs", "--config", str(config)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    runs = [line for line in lines if not line.startswith("    ")]
+    assert [line.split()[2:5] for line in runs] == [
+        ["acme/site", "schedule", "running"], ["acme/docs", "schedule", "ok"],
+        ["acme/site", "schedule", "partial"], ["acme/docs", "cli", "ok"]]
+    assert runs[3].endswith("1.2s  4 added, 0 updated, 0 deleted, 0 unchanged")
+    assert "    ! https://example.com/p0: HTTPStatusError: 404" in lines
+    assert "    … and 2 more error(s) (--json lists them)" in lines
+
+
+def test_ingest_runs_filters_by_source_and_limit_and_prints_json(tmp_path, capsys):
+    config = _record_history(tmp_path)
+    assert main(["ingest-runs", "--config", str(config), "--source", "site", "--limit", "1", "--json"]) == 0
+    [run] = json.loads(capsys.readouterr().out)["runs"]
+    assert (run["source"], run["status"], run["duration_s"]) == ("site", "running", None)
+    assert main(["ingest-runs", "--config", str(config), "--bot", "other"]) == 0
+    assert capsys.readouterr().err == "no ingest runs recorded for bot 'other'\n"
