@@ -355,6 +355,7 @@ def _read_file(file: Path, doc_id: str) -> Document:
     if fmt == "markdown":
         title, raw = split_front_matter(raw)
         title = title or first_heading(raw)
+    _require_text(raw, "file")
     return Document(doc_id, title or file.stem.replace("-", " ").replace("_", " "), None, raw, fmt)
 
 
@@ -371,13 +372,21 @@ def _from_response(url: str, response: httpx.Response) -> Document:
     if kind in ("text/markdown", "text/x-markdown") or markdown_path and kind in ("", "text/plain",
                                                                                    "application/octet-stream"):
         title, text = split_front_matter(_body_text(response))
-        return Document(url, title or first_heading(text) or fallback_title, url, text, "markdown")
+        return Document(url, title or first_heading(text) or fallback_title, url, _require_text(text, "page"), "markdown")
     if kind in ("text/plain",):
-        return Document(url, fallback_title, url, _body_text(response), "text")
+        return Document(url, fallback_title, url, _require_text(_body_text(response), "page"), "text")
     if kind and "html" not in kind and "xml" not in kind:
         raise ValueError(f"unsupported content type {kind!r}")
     title, text = html_to_markdown(_body_text(response, markup=True), url=url)
     return Document(url, title or fallback_title, url, text, "html")
+
+
+def _require_text(text: str, what: str) -> str:
+    """`text`, unless there is none: an empty Markdown or text file or page (a sync that truncated it, a
+    server answering 200 with no body) was left out without a word, and ingest deleted its chunks."""
+    if not text.strip():
+        raise SourceError(f"the {what} is empty (nothing but white space or front matter)")
+    return text
 
 
 def _body_text(response: httpx.Response, *, markup: bool = False) -> str:

@@ -235,3 +235,20 @@ async def test_pages_kept_because_a_listing_was_incomplete_are_logged(index, den
     report = await ingestor.ingest_documents("acme", "site", pages[:1], delete_missing=False)
     assert report.deleted == 0 and report.unchanged == 2
     assert [r for r in caplog.records if r.getMessage() == "ingest.incomplete_listing_kept"]
+
+
+async def test_a_file_emptied_keeps_its_chunks_and_says_it_is_empty(tmp_path, index, dense, sparse, sessions):
+    """An emptied Markdown or text file (a sync that truncated it) was left out without a word, and its
+    chunks were deleted; an empty HTML file was already "the page is empty"."""
+    folder = write_kb(tmp_path / "kb")
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+    ingestor = Ingestor(index, dense, sparse, sessions)
+    await ingestor.ingest_source("acme", source)
+    before = await index.count("acme")
+    (folder / "billing.md").write_text("")
+    (folder / "notes.txt").write_text(" \n")
+    (folder / "draft.md").write_text("---\ntitle: Draft\n---\n")
+    report = await ingestor.ingest_source("acme", source)
+    empty = "the file is empty (nothing but white space or front matter)"
+    assert sorted(report.errors) == [f"billing.md: {empty}", f"draft.md: {empty}", f"notes.txt: {empty}"]
+    assert report.status == "partial" and report.deleted == 0 and await index.count("acme") == before

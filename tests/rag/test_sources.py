@@ -178,3 +178,12 @@ async def test_a_sitemap_source_reads_every_sitemap_it_lists():
         result = await load_source(source, client=client)
     assert sorted(d.doc_id for d in result.documents) == ["https://help.example/billing",
                                                           "https://help.example/notes.txt"]
+
+
+async def test_an_empty_text_or_markdown_page_is_its_error_not_left_out():
+    """A 200 with no text was left out without a word, and ingest deleted the page's chunks."""
+    client, _ = fake_site({"/notes.txt": (200, "text/plain", ""), "/raw/faq.md": (200, "text/markdown", "\n\n")})
+    async with client:
+        result = await load_urls(["https://help.example/notes.txt", "https://help.example/raw/faq.md"], client=client)
+    assert not result.documents
+    assert [message.split(" (")[0] for _, message in result.errors] == ["the page is empty"] * 2
