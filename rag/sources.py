@@ -258,8 +258,10 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                     log.info("source.url_gone", extra={"url": url, "status": 410, "effect": "its chunks are removed"})
                     return GONE
                 response.raise_for_status()
-                return replace(_from_response(url, response), etag=response.headers.get("etag"),
-                               last_modified=response.headers.get("last-modified"))
+                # In a thread, as a directory's files are read: a long PDF or a 10 MB page takes seconds
+                # to parse, and on the event loop that froze the server's web chat and health checks.
+                page = await asyncio.to_thread(_from_response, url, response)
+                return replace(page, etag=response.headers.get("etag"), last_modified=response.headers.get("last-modified"))
             except Exception as exc:  # HTTP error, malformed URL, broken PDF, binary body: this page only
                 # The error is recorded as "<url>: <message>"; `fetch` names the URL too (its sitemap and
                 # robots.txt callers need that), which said it twice.
