@@ -59,14 +59,35 @@ async def ingest_via_server(settings: Settings, *, bot: str | None, source: str 
     # The server ingests with the configuration it loaded; it refuses (409) when ours differs.
     params = {k: v for k, v in (("bot", bot), ("source", source)) if v}
     params["config_fingerprint"] = settings.ingest_fingerprint()
+    schedules: dict[str, str] = {}
     with progress_bar(as_json=as_json) as bar:  # closed before the reports print: they go to stdout
-        outcome = await _ingest_on_server(url, params, token=token_path.read_text().strip(), progress=bar.callback)
+        outcome = await _ingest_on_server(url, params, token=token_path.read_text().strip(), progress=bar.callback,
+                                          schedules=schedules)
+    for note in schedule_notes(settings, schedules):
+        print(f"note: {note}", file=sys.stderr)
     return outcome if isinstance(outcome, int) else print_reports(outcome, as_json=as_json)
 
 
+def schedule_notes(settings: Settings, loaded: dict[str, str]) -> list[str]:
+    """What the running server's schedules (`loaded`, "bot/source" -> cron) differ in from the config
+    file's now. An edited schedule was silently ignored until a restart: the ingest went through, and
+    the source kept running on the old cron."""
+    notes = []
+    for bot in settings.bots:
+        for source in bot.sources:
+            running = loaded.get(f"{bot.name}/{source.name}")
+            if running is not None and running.split() != source.schedule.split():
+                notes.append(f"the running server runs {bot.name}/{source.name} on {running!r}, as loaded at start, not "
+                             f"on {source.schedule!r} as {settings.config_path or 'the config'} now says: restart it "
+                             "to use the new schedule")
+    return notes
+
+
 async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
-                            progress: Callable[[int, int, str], None] | None) -> list[dict] | int:
-    """The runs of the server's ingest, or the exit code of an error (already printed)."""
+                            progress: Callable[[int, int, str], None] | None,
+                            schedules: dict[str, str] | None = None) -> list[dict] | int:
+    """The runs of the server's ingest, or the exit code of an error (already printed); the server's
+    schedules, when it sends them, go into `schedules`."""
     import httpx
 
     # Streamed also without a bar to draw (--json, cron, CI): the lines keep the connection alive, where
@@ -88,6 +109,8 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
                         if isinstance(shown := event.get("progress"), dict) and progress is not None:
                             progress(shown.get("done", 0), shown.get("total", 0), str(shown.get("label", "ingest")))
                         runs = event["runs"] if isinstance(event.get("runs"), list) else runs
+                        if isinstance(event.get("schedules"), dict) and schedules is not None:
+                            schedules.update(event["schedules"])
                         failure = event.get("error", failure)
     except (httpx.HTTPError, ValueError) as exc:
         if not streamed:
@@ -109,7 +132,12 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
         print(f"error: the server at {url} stopped before the ingest ended ({failure or 'no result came'}); run "
               "`gateway ingest` again (unchanged documents are skipped)", file=sys.stderr)
         return 1
-    return runs if streamed else response.json()["runs"]
+    if not streamed:
+        body = response.json()
+        if isinstance(body.get("schedules"), dict) and schedules is not None:
+            schedules.update(body["schedules"])
+        return body["runs"]
+    return runs
 
 
 def _event(line: str) -> dict:

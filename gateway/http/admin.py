@@ -74,15 +74,24 @@ async def ingest(request: Request, bot: str | None = None, source: str | None = 
         svc.knowledge.ingest_targets(bot=bot, source=source)  # an unknown bot or source is a 404, not a stream
     except KeyError as exc:
         return error(404, f"unknown {exc.args[0]}")
+    schedules = loaded_schedules(svc.settings)
     if NDJSON in request.headers.get("accept", ""):
-        return StreamingResponse(_progress_lines(svc.knowledge, bot=bot, source=source), media_type=NDJSON)
+        return StreamingResponse(_progress_lines(svc.knowledge, bot=bot, source=source, schedules=schedules),
+                                 media_type=NDJSON)
     reports = await svc.knowledge.ingest(bot=bot, source=source, trigger="cli")
-    return JSONResponse({"runs": [r.as_dict() for r in reports]})
+    return JSONResponse({"runs": [r.as_dict() for r in reports], "schedules": schedules})
 
 
-async def _progress_lines(knowledge, *, bot: str | None, source: str | None) -> AsyncIterator[str]:
+def loaded_schedules(settings) -> dict[str, str]:
+    """"bot/source" -> the cron this server runs it on, as loaded at start: the fingerprint leaves
+    schedules out, so the CLI compares them and says when its file now gives another one."""
+    return {f"{bot.name}/{source.name}": source.schedule for bot in settings.bots for source in bot.sources}
+
+
+async def _progress_lines(knowledge, *, bot: str | None, source: str | None,
+                          schedules: dict[str, str] | None = None) -> AsyncIterator[str]:
     """`{"progress": {"done", "total", "label"}}` lines while the ingest runs (and `{"warning": "...",
-    "level": "warning"}` for each warning or error it logs), then `{"runs": [...]}`, or `{"error": "..."}` when the ingest itself
+    "level": "warning"}` for each warning or error it logs), then `{"runs": [...], "schedules": {...}}`, or `{"error": "..."}` when the ingest itself
     broke (a source's failure is in its run, not here).
 
     The ingest runs in a task of its own (`Knowledge.start_ingest`): a CLI that is interrupted stops
@@ -130,7 +139,7 @@ async def _progress_lines(knowledge, *, bot: str | None, source: str | None) -> 
     except Exception as exc:
         yield json.dumps({"error": f"the ingest failed: {type(exc).__name__}: {exc}"}) + "\n"
     else:
-        yield json.dumps({"runs": [r.as_dict() for r in reports]}) + "\n"
+        yield json.dumps({"runs": [r.as_dict() for r in reports], **({"schedules": schedules} if schedules else {})}) + "\n"
 
 
 def _progress_line(done: int, total: int, label: str) -> str:

@@ -1,0 +1,52 @@
+"""`gateway ingest` beside a running server whose schedules the config file no longer gives: the server
+runs its sources on the crons it loaded at start, and the CLI says so (an edited schedule was ignored
+without a word: the ingest went through, the source kept its old cron)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.admin_client import admin_files, ingest_via_server
+from gateway.settings import load_settings
+from tests.conftest import app_client, docs_source, write_config
+from tests.fakes.web_server import serving
+
+
+async def _server_stream(tmp_path, bots) -> bytes:
+    """What the real server's admin ingest streams to the CLI, every line."""
+    async with app_client(tmp_path, bots=bots) as client:
+        headers = {"Authorization": f"Bearer {client.services.admin_token}", "Accept": "application/x-ndjson"}
+        async with client.stream("POST", "/v1/admin/ingest", headers=headers) as response:
+            assert response.status_code == 200
+            return await response.aread()
+
+
+async def test_cli_ingest_through_the_server_says_an_edited_schedule_needs_a_restart(tmp_path, capsys):
+    for folder in ("server", "cli", "same"):
+        (tmp_path / folder).mkdir()
+    source = docs_source(tmp_path)  # "0 3 * * *"
+    bots = [{"name": "acme", "sources": [source], "channels": {"web": {}}}]
+    body = await _server_stream(tmp_path / "server", bots)
+
+    async def ingest(request: web.Request) -> web.StreamResponse:  # the server's own lines, replayed
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        await response.write(body)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/admin/ingest", ingest)
+    edited = load_settings(write_config(tmp_path / "cli", bots=[{**bots[0], "sources": [
+        {**source, "schedule": "*/15 * * * *"}]}]))
+    unchanged = load_settings(write_config(tmp_path / "same", bots=bots))
+    async with serving(app) as base:
+        for settings in (edited, unchanged):
+            token, url = admin_files(settings.qdrant.path)
+            token.write_text("t")
+            url.write_text(base)
+        assert await ingest_via_server(edited, bot=None, source=None, as_json=True) == 0
+        err = capsys.readouterr().err
+        assert (f"note: the running server runs acme/help on '0 3 * * *', as loaded at start, not on '*/15 * * * *' "
+                f"as {edited.config_path} now says: restart it to use the new schedule") in err
+        assert await ingest_via_server(unchanged, bot=None, source=None, as_json=True) == 0
+        assert "note:" not in capsys.readouterr().err
