@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -24,12 +25,17 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.errors import RetrievalError
+from gateway.models import utcnow
 from gateway.settings import BotSettings, RetrievalSettings, Settings
 
 if TYPE_CHECKING:  # the models and Qdrant load in `open`, not when the CLI starts
     from rag.ingest import IngestReport
 
 log = structlog.get_logger("gateway.knowledge")
+# A standard-library logger under `rag`: its warnings reach the terminal of the `gateway ingest` that
+# waits, also through the server (`gateway.http.admin` relays the `rag` loggers' warnings to its CLI).
+waits = logging.getLogger("rag.ingest.wait")
+_RUN_KINDS = {"schedule": "scheduled", "startup": "start-up", "cli": "`gateway ingest`"}
 MAX_SOURCE_RUNS = 4
 """Runs of different sources at once in a process. Each holds a database connection for its advisory
 lock while it fetches: twenty sources due in the same minute took the pool (10 + 10) and starved the
@@ -47,6 +53,7 @@ class Knowledge:
         self._search = None
         self._ingestor = None
         self._source_locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._holders: dict[tuple[str, str], tuple[str, str]] = {}  # (bot, source) -> (its run's kind, since), to say whom a run waits for
         self._source_runs = asyncio.Semaphore(MAX_SOURCE_RUNS)
         self._running: set[asyncio.Task] = set()  # tasks inside `ingest_source`, for `close`
         self._background: set[asyncio.Task] = set()  # `start_ingest`'s and the server check, held until they end
@@ -200,10 +207,20 @@ class Knowledge:
 
         task = asyncio.current_task()
         self._running.add(task)
+        lock = self._source_locks[bot, source]
+        if lock.locked() and (holder := self._holders.get((bot, source))):
+            # A `gateway ingest` behind a scheduled crawl sat without a word until the crawl ended.
+            waits.warning("%s: a %s run of this source is already going (since %s UTC); this one starts when it ends",
+                          label, *holder)
         try:
-            async with self._source_locks[bot, source], self._source_runs, self._advisory_lock(bot, source):
-                return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress,
-                                                          fetch_progress=report_fetching)
+            async with lock:
+                self._holders[bot, source] = (_RUN_KINDS.get(trigger, trigger), utcnow().strftime("%H:%M:%S"))
+                try:
+                    async with self._source_runs, self._advisory_lock(bot, source):
+                        return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress,
+                                                                  fetch_progress=report_fetching)
+                finally:
+                    self._holders.pop((bot, source), None)
         finally:
             self._running.discard(task)
 
@@ -220,7 +237,8 @@ class Knowledge:
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
             if not (await conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key})).scalar_one():
-                log.info("ingest.waiting_for_other_run", bot=bot, source=source)
+                waits.warning("%s/%s: a run of this source is already going in another process; this one starts "
+                              "when it ends", bot, source)
                 await conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
             try:
                 yield

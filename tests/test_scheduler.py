@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import structlog
 from sqlalchemy import select
@@ -208,3 +209,22 @@ async def test_at_most_max_source_runs_sources_run_at_once(tmp_path):
             site.release.set()
             reports = await asyncio.wait_for(asyncio.gather(*runs), 60)
     assert [r.status for r in reports] == ["ok"] * len(sources) and site.most_at_once == MAX_SOURCE_RUNS
+
+
+async def test_a_run_that_waits_for_another_run_of_its_source_says_so(tmp_path, caplog):
+    # `gateway ingest` behind a scheduled crawl of the same source sat without a word until the crawl ended.
+    async with HangingSite() as site:
+        bot = {"name": "acme", "channels": {"web": {}},
+               "sources": [{"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 4 * * 1"}]}
+        async with open_knowledge(tmp_path, bot) as (_, _, knowledge):
+            crawl = asyncio.create_task(knowledge.ingest_source("acme", "site", trigger="schedule"))
+            await asyncio.wait_for(site.asked.wait(), 30)
+            assert not [r for r in caplog.records if "already going" in r.getMessage()]
+            manual = asyncio.create_task(knowledge.ingest_source("acme", "site", trigger="cli"))
+            await asyncio.sleep(0)
+            [waiting] = [r for r in caplog.records if "already going" in r.getMessage()]
+            assert (waiting.name, waiting.levelname) == ("rag.ingest.wait", "WARNING")  # relayed to a CLI's terminal
+            assert re.fullmatch(r"acme/site: a scheduled run of this source is already going \(since \d\d:\d\d:\d\d UTC\); "
+                                r"this one starts when it ends", waiting.getMessage())
+            site.release.set()
+            await asyncio.wait_for(asyncio.gather(crawl, manual), 60)
