@@ -277,10 +277,13 @@ class Ingestor:
                     pending = []
         bad |= await self._flush(bot, source, pending, report, tally)
         await self._rows(bot, source).restamp(revalidated)
+        missing = [r for d, r in rows.items() if d not in seen and d not in failed_ids]
         if delete_missing:
-            await self._delete_gone_documents(bot, source, [r for d, r in rows.items() if d not in seen and d not in failed_ids], report)
-        elif incomplete_listing:
-            log.warning("ingest.incomplete_listing_kept", extra={"bot": bot, "source": source})
+            await self._delete_gone_documents(bot, source, missing, report)
+        elif incomplete_listing and missing:
+            # Said with how many and one of them: it was said on every run a child sitemap failed, also with none kept.
+            log.warning("ingest.incomplete_listing_kept",
+                        extra={"bot": bot, "source": source, "kept": len(missing), "example": missing[0].doc_id})
         if check.held and (leftovers := await delete_unrecorded(self.index, self.sessions, bot, check.held)):
             report.deleted += leftovers
             log.warning("ingest.leftovers_deleted", extra={"bot": bot, "source": source, "deleted": leftovers})

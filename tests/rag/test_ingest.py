@@ -232,9 +232,12 @@ async def test_pages_kept_because_a_listing_was_incomplete_are_logged(index, den
     ingestor = Ingestor(index, dense, sparse, sessions)
     pages = [Document(f"https://help.example/{n}", n, None, f"# {n}\n\nAbout {n}.", "markdown") for n in ("a", "b")]
     await ingestor.ingest_documents("acme", "site", pages)
+    report = await ingestor.ingest_documents("acme", "site", pages, delete_missing=False)
+    assert report.unchanged == 2 and not [r for r in caplog.records if r.getMessage() == "ingest.incomplete_listing_kept"]
     report = await ingestor.ingest_documents("acme", "site", pages[:1], delete_missing=False)
     assert report.deleted == 0 and report.unchanged == 2
-    assert [r for r in caplog.records if r.getMessage() == "ingest.incomplete_listing_kept"]
+    [kept] = [r for r in caplog.records if r.getMessage() == "ingest.incomplete_listing_kept"]
+    assert (kept.kept, kept.example) == (1, "https://help.example/b")
 
 
 async def test_a_file_emptied_keeps_its_chunks_and_says_it_is_empty(tmp_path, index, dense, sparse, sessions):
