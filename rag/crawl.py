@@ -232,9 +232,9 @@ async def sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, error
         try:
             pages.extend(await sitemap_urls(child, client=client, depth=depth + 1, errors=errors, read=read))
         except SourceError as exc:
-            log.warning("sitemap.child_failed",
-                        extra={"sitemap": child, "error": str(exc), IN_RUN_ERRORS: True})
-            errors.append((child, str(exc)))
+            error = str(exc).replace(f"sitemap {child} ", "sitemap ", 1)  # recorded after the child's URL: once is enough
+            log.warning("sitemap.child_failed", extra={"sitemap": child, "error": error, IN_RUN_ERRORS: True})
+            errors.append((child, error))
         if len(pages) >= MAX_SITEMAP_URLS:
             log.warning("sitemap.index_capped",
                         extra={"sitemap": url, "cap": MAX_SITEMAP_URLS})
@@ -282,6 +282,10 @@ def _text_sitemap(url: str, body: bytes) -> list[str]:
 def describe_fetch_error(exc: BaseException, timeout: httpx.Timeout | None = None) -> str:
     """`Type: message` of an error (the message alone for our own). A timeout names the limit it hit: httpx's own message is often empty."""
     name = type(exc).__name__
+    if isinstance(exc, httpx.HTTPStatusError):
+        # httpx's own text named the URL again ("! <url>: HTTPStatusError: Client error '404 Not Found' for
+        # url '<url>'"), three times over for a child sitemap; the status is what the reader needs.
+        return f"answered {exc.response.status_code} {exc.response.reason_phrase}".rstrip()
     limit = _timeout_limit(exc, timeout)
     if limit is not None:
         return f"{name} after {limit:g}s"

@@ -76,7 +76,7 @@ async def test_a_failing_child_sitemap_is_recorded_and_the_healthy_ones_load():
       <sitemap><loc>{SITE}/junk.xml</loc></sitemap></sitemapindex>"""
     client, _ = fake_site({
         "/sitemap.xml": (200, "application/xml", index),
-        "/sm1.xml": (200, "application/xml", urlset("/a.html")),
+        "/sm1.xml": (200, "application/xml", urlset("/a.html", "/missing.html")),
         "/junk.xml": (200, "application/xml", "<urlset><url>"),
         "/a.html": (200, "text/html", PAGE.format("Seals")),
     })
@@ -84,8 +84,11 @@ async def test_a_failing_child_sitemap_is_recorded_and_the_healthy_ones_load():
         result = await load_sitemap(f"{SITE}/sitemap.xml", client=client)
     assert [d.doc_id for d in result.documents] == [f"{SITE}/a.html"]
     errors = dict(result.errors)
-    assert set(errors) == {f"{SITE}/gone.xml", f"{SITE}/junk.xml"}
-    assert "404" in errors[f"{SITE}/gone.xml"] and "not valid XML" in errors[f"{SITE}/junk.xml"]
+    assert set(errors) == {f"{SITE}/gone.xml", f"{SITE}/junk.xml", f"{SITE}/missing.html"}
+    # Each is shown after its URL: the message does not say the URL again (a child sitemap's said it thrice).
+    assert errors[f"{SITE}/gone.xml"] == "sitemap could not be fetched: answered 404 Not Found"
+    assert errors[f"{SITE}/missing.html"] == "answered 404 Not Found"
+    assert errors[f"{SITE}/junk.xml"].startswith("sitemap is not valid XML")
 
 
 async def test_a_page_listed_with_and_without_a_fragment_is_fetched_and_stored_once():
