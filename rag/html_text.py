@@ -9,6 +9,8 @@ import functools
 import logging
 import re
 
+from gateway.errors import SourceError
+
 # trafilatura logs what it could not parse: an empty page gave 8 lines, 7 of them at ERROR level, in
 # `gateway eval` and in the server's ingest log. `html_to_markdown` says what was wrong with the page
 # once, as that page's error, so trafilatura's own lines are silenced.
@@ -20,7 +22,7 @@ def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, 
     import trafilatura
 
     if not html.strip():
-        raise ValueError("the page is empty")
+        raise SourceError("the page is empty")
     html = _xml_safe(html)
     title = _page_title(html)
     html = _without_page_furniture(html)
@@ -30,7 +32,7 @@ def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, 
         # Very short pages fall under trafilatura's main-text heuristics; take the body as it is.
         text = trafilatura.html2txt(html) or ""
     if not text.strip():
-        raise ValueError("no main text: the page holds only navigation, header, footer or scripts "
+        raise SourceError("no main text: the page holds only navigation, header, footer or scripts "
                          "(a page built by JavaScript has its text only in the browser)")
     return title, text
 

@@ -378,7 +378,7 @@ def _from_response(url: str, response: httpx.Response) -> Document:
     if kind in ("text/plain",):
         return Document(url, fallback_title, url, _require_text(_body_text(response), "page"), "text")
     if kind and "html" not in kind and "xml" not in kind:
-        raise ValueError(f"unsupported content type {kind!r}")
+        raise SourceError(f"unsupported content type {kind!r}: a page is read as HTML, Markdown, plain text or PDF")
     title, text = html_to_markdown(_body_text(response, markup=True), url=url)
     return Document(url, title or fallback_title, url, text, "html")
 

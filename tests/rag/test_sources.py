@@ -214,3 +214,15 @@ async def test_a_fetched_page_is_parsed_off_the_event_loop(monkeypatch):
         pdfs = await load_urls(["https://help.example/warranty.pdf"], client=pdf_client)
     assert len(pages.documents) == len(pdfs.documents) == 1
     assert len(parsed_on) == 2 and threading.get_ident() not in parsed_on
+
+
+async def test_a_page_of_another_type_or_without_text_says_what_it_is_not_which_exception():
+    """"! <url>: ValueError: unsupported content type 'image/png'" read like a crash of the gateway."""
+    client, _ = fake_site({"/logo.png": (200, "image/png", "\x89PNG"),
+                           "/app": (200, "text/html", "<html><body><div id=app></div><script>x()</script></body></html>")})
+    async with client:
+        result = await load_urls(["https://help.example/logo.png", "https://help.example/app"], client=client)
+    errors = dict(result.errors)
+    assert errors["https://help.example/logo.png"] == ("unsupported content type 'image/png': a page is read as HTML, "
+                                                       "Markdown, plain text or PDF")
+    assert errors["https://help.example/app"].startswith("no main text: the page holds only navigation")
