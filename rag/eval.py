@@ -144,8 +144,12 @@ def _question(line: str, where: str) -> Question:
         item = json.loads(line)
     except ValueError as exc:
         raise EvalFileError(f"{where}: not a JSON object ({exc})") from None
+    # A misspelt key ("gold_text", "query") is named: "needs gold_texts" alone sent the reader to check
+    # a key the line seemed to have. Other keys (an id, a note) are allowed.
+    others = sorted(set(item) - {"question", "gold_texts", "answerable"}) if isinstance(item, dict) else []
+    has = f" (it has {', '.join(json.dumps(key) for key in others)})" if others else ""
     if not isinstance(item, dict) or not isinstance(item.get("question"), str) or not item["question"].strip():
-        raise EvalFileError(f'{where}: needs a "question" string')
+        raise EvalFileError(f'{where}: needs a "question" string{has}')
     if not isinstance(item.get("answerable", True), bool):
         raise EvalFileError(f'{where}: "answerable" must be true or false (JSON booleans, not text or numbers)')
     if item.get("answerable", True) is False:
@@ -154,7 +158,7 @@ def _question(line: str, where: str) -> Question:
         return Question(item["question"], (), False)
     golds = item.get("gold_texts")
     if not isinstance(golds, list) or not golds or not all(isinstance(g, str) and g.strip() for g in golds):
-        raise EvalFileError(f'{where}: an answerable question needs "gold_texts" (a non-empty list of texts); '
+        raise EvalFileError(f'{where}: an answerable question needs "gold_texts" (a non-empty list of texts){has}; '
                             'mark one without an answer "answerable": false')
     return Question(item["question"], tuple(golds), True)
 

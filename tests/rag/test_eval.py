@@ -118,6 +118,9 @@ def test_eval_file_lines_end_at_newlines_only(tmp_path):
     ('{"question": "Weather?", "answerable": "false"}', '"answerable" must be true or false'),  # text, not false
     ('{"question": "Weather?", "answerable": 0}', '"answerable" must be true or false'),
     ('{"question": "Refunds?", "answerable": false, "gold_texts": ["five days"]}', "drop one of them"),  # both
+    # A misspelt key is named, so the reader sees why the line "has no" gold texts or question.
+    ('{"id": 7, "question": "Refunds?", "gold_text": ["five days"]}', r'texts\) \(it has "gold_text", "id"\); mark'),
+    ('{"query": "Refunds?", "gold_texts": ["five days"]}', r'needs a "question" string \(it has "query"\)$'),
 ])
 def test_eval_file_bad_line_is_named_with_what_is_wrong(tmp_path, line, says):
     path = tmp_path / "q.jsonl"
