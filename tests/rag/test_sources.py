@@ -100,7 +100,7 @@ async def test_load_urls_failing_url_recorded_others_continue():
     assert "404" in result.errors[0][1]
 
 
-async def test_load_sitemap_follows_index_and_honours_robots():
+async def test_load_sitemap_follows_index_and_honours_robots(caplog):
     index = """<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
       <sitemap><loc>https://help.example/sitemap-docs.xml</loc></sitemap></sitemapindex>"""
     urlset = """<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
@@ -117,6 +117,10 @@ async def test_load_sitemap_follows_index_and_honours_robots():
         result = await load_sitemap("https://help.example/sitemap.xml", client=client)
     assert [d.doc_id for d in result.documents] == ["https://help.example/billing"]
     assert "/private/salaries" not in seen  # never fetched, not merely dropped
+    # Said where `gateway ingest` shows it (warnings): at info level the pages went missing without a word.
+    [said] = [r for r in caplog.records if r.getMessage() == "sitemap.robots_disallowed"]
+    assert said.levelname == "WARNING"
+    assert (said.skipped, said.listed, said.example) == (1, 2, "https://help.example/private/salaries")
 
 
 async def test_load_sitemap_unreachable_raises_source_error():
