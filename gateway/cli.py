@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gateway.admin_client import chat_via_server, ingest_via_server, local_url
 from gateway.cli_output import hide_run_errors, print_metrics, print_misses, print_reports, progress_bar
-from gateway.errors import ConfigError, GatewayError, IndexBusy, UnknownBot
+from gateway.errors import SKIPPED_FILES, ConfigError, GatewayError, IndexBusy, UnknownBot
 from gateway.models import CHANNELS
 from gateway.preflight import (
     alembic_config,
@@ -240,6 +240,8 @@ async def _eval(args) -> int:
 
     configure_logging(level="WARNING", fmt="cli")
     _hide_run_errors()  # each file that failed is a `warning:` line below
+    for handler in logging.getLogger().handlers:  # and the file types not read, a `note:` (or the error)
+        handler.addFilter(lambda record: not getattr(record, SKIPPED_FILES, False))
 
     # The configured defaults when there is a config to read; a --config or $GATEWAY_CONFIG naming a
     # missing file is an error, as in every other command, not a silent run on built-in defaults.

@@ -31,7 +31,7 @@ from urllib.parse import urldefrag, urlsplit
 
 import httpx
 
-from gateway.errors import IN_RUN_ERRORS, SourceError
+from gateway.errors import IN_RUN_ERRORS, SKIPPED_FILES, SourceError
 from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
 from rag.crawl import USER_AGENT, describe_fetch_error, fetch, megabytes, robots_rules, sitemap_urls
@@ -163,8 +163,12 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
         if doc.text.strip():
             result.documents.append(doc)
     if result.skipped:
-        # Said once per run, not per file: a folder of exported .docx files is one mistake, not fifty.
-        log.info("source.files_not_read", extra={"path": str(path), "skipped": describe_skipped(result.skipped)})
+        # Said once per run, not per file: a folder of exported .docx files is one mistake, not fifty. A
+        # warning when some look like documents someone meant to be read (`gateway ingest` shows warnings
+        # only: forty .docx files were left out without a word); images and the like are only logged.
+        documents = Counter({k: n for k, n in result.skipped.items() if k in DOCUMENT_TYPES_NOT_READ})
+        log.log(logging.WARNING if documents else logging.INFO, "source.files_not_read",
+                extra={"path": str(path), "skipped": describe_skipped(documents or result.skipped), SKIPPED_FILES: True})
     return result
 
 
@@ -177,6 +181,10 @@ def describe_skipped(skipped: dict[str, int]) -> str:
 
 
 SKIPPED_TYPES_NAMED = 5  # a source tree of code and images would otherwise fill the screen
+DOCUMENT_TYPES_NOT_READ = frozenset({".doc", ".docx", ".odt", ".rtf", ".pages", ".ppt", ".pptx", ".odp", ".key",
+                                     ".xls", ".xlsx", ".ods", ".csv", ".epub", ".rst", ".adoc", ".asciidoc", ".org",
+                                     ".tex", ".mdx", ".xhtml", ".mht", ".mhtml"})
+"""Suffixes of files written to be read, which a directory source does not take: said as a warning."""
 
 
 def _files_under(root: Path, *, follow_outside: bool = False) -> tuple[list[Path], list[Path]]:

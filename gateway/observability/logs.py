@@ -8,7 +8,7 @@ import sys
 
 import structlog
 
-from gateway.errors import IN_RUN_ERRORS
+from gateway.errors import IN_RUN_ERRORS, SKIPPED_FILES
 
 _SECRET_PATTERNS: list[re.Pattern[str]] = []
 
@@ -144,7 +144,7 @@ def _redact(_logger, _name, event_dict):
 
 # Attributes libraries set on every record, not fields of the line: uvicorn's ANSI-coloured copy of
 # the message, and LiteLLM's marker object.
-_RECORD_NOISE = frozenset({"color_message", "litellm_redacted", IN_RUN_ERRORS})  # IN_RUN_ERRORS is for filters
+_RECORD_NOISE = frozenset({"color_message", "litellm_redacted", IN_RUN_ERRORS, SKIPPED_FILES})  # those two are for filters
 
 
 def _drop_record_noise(_logger, _name, event_dict):

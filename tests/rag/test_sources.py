@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 import pytest
 
@@ -48,7 +50,7 @@ async def test_load_directory_skips_hidden_files_and_folders(tmp_path):
     assert sorted(d.doc_id for d in result.documents) == ["drafts/next.md", "faq.md"]
 
 
-async def test_load_directory_counts_the_files_of_types_it_does_not_read(tmp_path):
+async def test_load_directory_counts_the_files_of_types_it_does_not_read(tmp_path, caplog):
     (tmp_path / "faq.md").write_text("# FAQ\n\nAnswers.")
     for name in ("manual.docx", "guide.DOCX", "data.json", "LICENSE", ".hidden.docx"):
         (tmp_path / name).write_text("x")
@@ -56,6 +58,16 @@ async def test_load_directory_counts_the_files_of_types_it_does_not_read(tmp_pat
     assert [d.doc_id for d in result.documents] == ["faq.md"]
     assert result.skipped == {".docx": 2, ".json": 1, "": 1}  # hidden files are tool state, not counted
     assert describe_skipped(result.skipped) == ".docx (2), (no suffix) (1), .json (1)"
+    # Documents someone meant to be read are a warning, which `gateway ingest` shows; images only a log line.
+    [said] = [r for r in caplog.records if r.getMessage() == "source.files_not_read"]
+    assert (said.levelname, said.skipped) == ("WARNING", ".docx (2)")
+    for name in ("manual.docx", "guide.DOCX"):
+        (tmp_path / name).unlink()
+    (tmp_path / "logo.png").write_bytes(b"\x89PNG")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="rag.sources"):
+        await load_directory(tmp_path)
+    assert [r.levelname for r in caplog.records if r.getMessage() == "source.files_not_read"] == ["INFO"]
     many = {f".x{i}": 1 for i in range(7)}
     assert describe_skipped(many) == ".x0 (1), .x1 (1), .x2 (1), .x3 (1), .x4 (1) and 2 more"
 
