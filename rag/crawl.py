@@ -24,6 +24,8 @@ import socket
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from urllib.parse import urljoin, urlsplit
 
 import httpx
@@ -47,6 +49,8 @@ for as long as it liked."""
 MAX_CRAWL_DELAY_S = 30.0
 """The longest pause between two fetches that a robots.txt `Crawl-delay` gets: a site asking for an
 hour would keep its source's run going for months."""
+RATE_LIMITED_WAIT_S = 10.0
+"""How long a crawl pauses after a `429 Too Many Requests` that does not say (`Retry-After`)."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -152,6 +156,58 @@ def _gunzip(body: bytes, *, what: str) -> bytes:
 def megabytes(size: int) -> str:
     """`20 MB`, `1.5 MB`: a byte count as an error message says it."""
     return f"{size / (1024 * 1024):g} MB"
+
+
+class Pace:
+    """When a crawl's next fetch may start: `delay` seconds after the last one (a robots.txt
+    `Crawl-delay`), and slower once the site says it is overwhelmed. A `429 Too Many Requests` (or a
+    503 with `Retry-After`) was each page's error while the crawl went on at full speed, so a site that
+    rate-limits got every page of the run refused; now the crawl waits what the site asks (at most
+    `MAX_CRAWL_DELAY_S`), tries that page again, and keeps that pace for the rest of the run."""
+
+    def __init__(self, delay: float | None) -> None:
+        self.delay = delay
+        self._next_start = 0.0
+        self._turns = asyncio.Lock()
+        self._said = False
+
+    async def wait_turn(self) -> None:
+        if not self.delay:
+            return
+        # One waiter at a time: fetches waiting side by side (4 at a time, until a 429 slowed the crawl)
+        # each get a turn of their own, `delay` after the last one started, not all the same one.
+        async with self._turns:
+            loop = asyncio.get_running_loop()
+            while (wait := self._next_start - loop.time()) > 0:  # again after waking: a 429 may have pushed it
+                await asyncio.sleep(wait)
+            self._next_start = loop.time() + self.delay
+
+    def slowed_down_by(self, response: httpx.Response) -> bool:
+        """True, and slower from now on, when `response` asks the crawler to slow down."""
+        asked = response.headers.get("retry-after")
+        if response.status_code != 429 and not (response.status_code == 503 and asked):
+            return False
+        wait = min(_seconds(asked) if asked else RATE_LIMITED_WAIT_S, MAX_CRAWL_DELAY_S)
+        self.delay = max(self.delay or 0.0, wait)
+        self._next_start = max(self._next_start, asyncio.get_running_loop().time() + wait)
+        if not self._said:
+            self._said = True
+            log.warning("crawl.slowed_down", extra={"site": urlsplit(str(response.url)).netloc,
+                                                    "status": response.status_code, "every_s": self.delay,
+                                                    "url": str(response.url), "retry_after": asked})
+        return True
+
+
+def _seconds(retry_after: str) -> float:
+    """A `Retry-After` value (seconds, or an HTTP date) as seconds from now; `RATE_LIMITED_WAIT_S` when unreadable."""
+    try:
+        return max(0.0, float(retry_after))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, (parsedate_to_datetime(retry_after) - datetime.now(timezone.utc)).total_seconds())
+    except (TypeError, ValueError):
+        return RATE_LIMITED_WAIT_S
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import httpx
 from gateway.errors import IN_RUN_ERRORS, SKIPPED_FILES, SourceError
 from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
-from rag.crawl import USER_AGENT, describe_fetch_error, fetch, megabytes, robots_rules, sitemap_urls
+from rag.crawl import USER_AGENT, Pace, describe_fetch_error, fetch, megabytes, robots_rules, sitemap_urls
 from rag.decoding import decode_text
 from rag.html_text import html_to_markdown
 from rag.ingest_progress import Progress
@@ -241,42 +241,42 @@ GONE = object()  # what fetching a page that answered 410 gives `load_urls`
 async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None,
                     allowed: Callable[[str], bool] | None = None, delay: float | None = None,
                     progress: Progress | None = None) -> LoadResult:
-    """Fetch each page (a few at a time, or one at a time `delay` seconds apart); a failing URL is
+    """Fetch each page (a few at a time, or one at a time `delay` seconds apart, and slower after the site
+    answers 429: `rag.crawl.Pace`); a failing URL is
     recorded and the others continue. A page that answers `410 Gone` is left out, so ingest removes its
     chunks (a 404 may be a passing mistake, so it is an error that keeps them). `allowed` (robots.txt)
     is asked at every redirect."""
     result = LoadResult()
     gate = asyncio.Semaphore(1 if delay else MAX_CONCURRENCY)
     validators = validators or {}
-    next_start = 0.0
+    pace = Pace(delay)
 
     async def one(url: str) -> Document | tuple[str, str] | str | object | None:  # a page, (url, error), a 304's url, GONE
-        nonlocal next_start
-        async with gate:
-            if delay:
-                loop = asyncio.get_running_loop()
-                await asyncio.sleep(max(0.0, next_start - loop.time()))
-                next_start = loop.time() + delay
-            try:
-                conditional = _conditional_headers(validators.get(url))
-                response = await fetch(url, client=client, headers=conditional, allowed=allowed)
-                if response.status_code == 304 and conditional:
-                    return url  # unchanged since its validators: ingest keeps its chunks
-                if response.status_code == 410:
-                    log.info("source.url_gone", extra={"url": url, "status": 410, "effect": "its chunks are removed"})
-                    return GONE
-                response.raise_for_status()
-                # In a thread, as a directory's files are read: a long PDF or a 10 MB page takes seconds
-                # to parse, and on the event loop that froze the server's web chat and health checks.
-                page = await asyncio.to_thread(_from_response, url, response)
-                return replace(page, etag=response.headers.get("etag"), last_modified=response.headers.get("last-modified"))
-            except Exception as exc:  # HTTP error, malformed URL, broken PDF, binary body: this page only
-                # The error is recorded as "<url>: <message>"; `fetch` names the URL too (its sitemap and
-                # robots.txt callers need that), which said it twice.
-                message = describe_fetch_error(exc, client.timeout).replace(f"{url}: ", "", 1)
-                log.warning("source.url_failed",
-                            extra={"url": url, "error": message, IN_RUN_ERRORS: True})
-                return (url, message)
+        for attempt in (1, 2):  # the second only after a 429, at the pace the site asked for
+            async with gate:
+                await pace.wait_turn()
+                try:
+                    conditional = _conditional_headers(validators.get(url))
+                    response = await fetch(url, client=client, headers=conditional, allowed=allowed)
+                    if attempt == 1 and pace.slowed_down_by(response):
+                        continue
+                    if response.status_code == 304 and conditional:
+                        return url  # unchanged since its validators: ingest keeps its chunks
+                    if response.status_code == 410:
+                        log.info("source.url_gone", extra={"url": url, "status": 410, "effect": "its chunks are removed"})
+                        return GONE
+                    response.raise_for_status()
+                    # In a thread, as a directory's files are read: a long PDF or a 10 MB page takes seconds
+                    # to parse, and on the event loop that froze the server's web chat and health checks.
+                    page = await asyncio.to_thread(_from_response, url, response)
+                    return replace(page, etag=response.headers.get("etag"), last_modified=response.headers.get("last-modified"))
+                except Exception as exc:  # HTTP error, malformed URL, broken PDF, binary body: this page only
+                    # The error is recorded as "<url>: <message>"; `fetch` names the URL too (its sitemap and
+                    # robots.txt callers need that), which said it twice.
+                    message = describe_fetch_error(exc, client.timeout).replace(f"{url}: ", "", 1)
+                    log.warning("source.url_failed", extra={"url": url, "error": message, IN_RUN_ERRORS: True})
+                    return (url, message)
+        return None  # not reached: the second attempt returns
 
     # A fragment is never sent to the server: `one.html` and `one.html#section` are one page, fetched
     # and stored once (under the first form listed), not twice with every chunk doubled.
