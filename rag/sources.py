@@ -274,6 +274,7 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                     # The error is recorded as "<url>: <message>"; `fetch` names the URL too (its sitemap and
                     # robots.txt callers need that), which said it twice.
                     message = describe_fetch_error(exc, client.timeout).replace(f"{url}: ", "", 1)
+                    message = message.removeprefix(f"{url} ")  # "<url> redirects to another site …"
                     log.warning("source.url_failed", extra={"url": url, "error": message, IN_RUN_ERRORS: True})
                     return (url, message)
         return None  # not reached: the second attempt returns
