@@ -222,7 +222,7 @@ def _refuse(result: LoadResult, doc_id: str, link: Path, what: str) -> None:
     message = (f"not read: a symlink to {what} outside the source's folder (anyone who can write to the "
                "folder could make the bot serve any file of this server); set `follow_symlinks_outside: true` "
                "on the source to read it")
-    log.warning("source file failed: %s: %s", doc_id, message,
+    log.warning("source.file_failed",
                 extra={"doc_id": doc_id, "error": message, "target": os.path.realpath(link), IN_RUN_ERRORS: True})
     result.refused.append((doc_id, message))
 
