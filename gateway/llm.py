@@ -79,7 +79,8 @@ class _StreamFailed(Exception):
 @dataclass
 class _Accumulator:
     text: list[str] = field(default_factory=list)
-    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)  # in the order the calls began
+    open_calls: dict[int, int] = field(default_factory=dict)  # the stream's index -> the call it fills now
     finish_reason: str | None = None
     usage: Any = None
     emitted: bool = False
@@ -318,7 +319,12 @@ class LLMRouter:
                 except Exception as exc:
                     raise _CallbackError(exc) from exc
             for call in (getattr(delta, "tool_calls", None) or []) if delta is not None else []:
-                slot = acc.calls.setdefault(call.index or 0, {"id": "", "name": "", "arguments": ""})
+                slot = acc.calls.get(acc.open_calls.get(call.index or 0, -1))
+                if slot is None or (call.id and slot["id"] and call.id != slot["id"]):
+                    # A new id under an index in use is a new call: Ollama streams every call of a
+                    # parallel batch under index 0, and two lookups were merged into one unknown tool.
+                    acc.open_calls[call.index or 0] = len(acc.calls)
+                    slot = acc.calls[len(acc.calls)] = {"id": "", "name": "", "arguments": ""}
                 slot["id"] = call.id or slot["id"]
                 if call.function is not None:
                     slot["name"] += call.function.name or ""

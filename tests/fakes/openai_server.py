@@ -40,11 +40,14 @@ from starlette.routing import Route
 @dataclass(frozen=True)
 class ToolCallSpec:
     """A tool call the fake model makes: `arguments` is serialized to JSON for the wire (a string is sent
-    as it is: a model's truncated or malformed arguments)."""
+    as it is: a model's truncated or malformed arguments). Streamed as OpenAI streams it: its id and
+    name first, then its arguments in two pieces, under `stream_index` (default: its position; Ollama
+    sends 0 for every call of a parallel batch)."""
 
     name: str
     arguments: dict[str, Any] | str = field(default_factory=dict)
     id: str = ""
+    stream_index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -299,8 +302,14 @@ async def _sse(model: str, turn: Turn, include_usage: bool):
             raise _StreamBroken("fake: stream broken on purpose")
         yield chunk({"content": word if i == 0 else " " + word})
         await asyncio.sleep(turn.chunk_delay)
-    for i, call in enumerate(_tool_calls(turn)):
-        yield chunk({"tool_calls": [{"index": i, **call}]})
+    for i, (spec, call) in enumerate(zip(turn.tool_calls, _tool_calls(turn))):
+        index = i if spec.stream_index is None else spec.stream_index
+        arguments = call["function"]["arguments"]
+        half = len(arguments) // 2
+        yield chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                     "function": {"name": call["function"]["name"], "arguments": ""}}]})
+        for piece in (arguments[:half], arguments[half:]):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     if turn.omit_finish_reason:
         yield "data: [DONE]\n\n"
         return

@@ -34,6 +34,20 @@ async def test_stream_collects_tool_calls(openai_fake: FakeOpenAI) -> None:
     assert result.finish_reason == "tool_calls"
 
 
+async def test_parallel_calls_streamed_under_one_index_stay_apart(openai_fake: FakeOpenAI) -> None:
+    """Ollama streams every call of a parallel batch under index 0: the two lookups were merged into one
+    call of "invoice_statusinvoice_status" with the arguments '{…}{…}', an unknown tool (review)."""
+    openai_fake.script("primary", Turn(tool_calls=(
+        ToolCallSpec("invoice_status", {"invoice_number": "INV-1"}, id="a", stream_index=0),
+        ToolCallSpec("invoice_status", {"invoice_number": "INV-2"}, id="b", stream_index=0))))
+    router = make_router(openai_fake, "primary")
+
+    result = await router.complete(model="primary", messages=MESSAGES, on_token=Collector())
+
+    assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [
+        ("a", "invoice_status", '{"invoice_number": "INV-1"}'), ("b", "invoice_status", '{"invoice_number": "INV-2"}')]
+
+
 async def test_stream_retries_before_first_token(openai_fake: FakeOpenAI) -> None:
     openai_fake.script("primary", Turn(status=503), Turn(text="a b", break_after=0))
     openai_fake.script("backup", Turn(text="Backup streams [1]."))
