@@ -17,6 +17,7 @@ from gateway.pipeline.citations import PromptEcho, is_refusal, verify_citations
 from gateway.pipeline.held_stream import HeldStream
 from gateway.pipeline.prompts import build_messages, render_tool_result
 from gateway.pipeline.rewrite import bounded_history
+from gateway.pipeline.sentences import whole_sentences
 from gateway.pipeline.tool_journal import ToolJournal
 from gateway.pipeline.tools import BotTools, ToolOutcome
 
@@ -50,6 +51,8 @@ MAX_TOOL_RESULT_CHARS = 16_000  # of one call's result, as JSON: what the model 
 """Tool calls run per round; the rest are answered "not run". A model asking for 25 calls in one round,
 each waiting out its timeout, held the customer's turn for 50 s."""
 TOO_MANY = f"not run: at most {MAX_CALLS_PER_ROUND} tool calls are run per round"
+CUT_OFF = ("length", "content_filter")
+"""Finish reasons of an answer the provider stopped before the model ended it."""
 INTERRUPTED = "interrupted: the turn was stopped while this call ran, so it may or may not have taken effect"
 
 
@@ -90,9 +93,16 @@ class Answerer:
                                               on_token=on_token, metadata=_metadata(turn),
                                               on_abandoned=lambda cut: usage.append(usage_row(cut)), **kwargs)
             usage.append(usage_row(result))
+            text = result.text or ""
             if not result.tool_calls:
+                if result.finish_reason in CUT_OFF and text:
+                    # The provider stopped the answer (the deployment's `max_tokens`, its content filter):
+                    # the sentence it cut ("Team costs $12 per user and") is no answer to show.
+                    text = whole_sentences(text)
+                    log.warning("llm.answer_cut_off", finish=result.finish_reason, model=result.model_used,
+                                kept_chars=len(text), message_id=turn.message_id)
                 if on_token is not None:
-                    await on_token.finish(result.text or "")
+                    await on_token.finish(text)
                 break
             if last_round or tools is None:
                 # A model that ignores tool_choice="none": its calls are not run, but still answered. Its
@@ -144,7 +154,7 @@ class Answerer:
                           answered=False)
         # An answer grounded in a tool result (an invoice's status) has nothing to cite from the extracts.
         grounded = [c for c in calls if _found_something(c["result"])]
-        verified = verify_citations(result.text or "", hits, fallback_text=bot.fallback_text,
+        verified = verify_citations(text, hits, fallback_text=bot.fallback_text,
                                     grounding=[c["result"] for c in grounded],
                                     tool_arguments=[c["arguments"] for c in grounded],
                                     vouched=bot.system_prompt or "", question=turn.text, echo=echo)

@@ -54,3 +54,16 @@ def keep_sentences(text: str, keep: Callable[[str], bool]) -> str:
         elif kept and after.count("\n") > kept[-1][1].count("\n"):
             kept[-1][1] = after  # "B. C.\n\nD." without C keeps the paragraph break before D
     return "".join(sentence + after for sentence, after in kept).strip()
+
+
+# A sentence's end, then what may close it: quotes, brackets and citation markers ("… in Settings [1].").
+_WHOLE_END = re.compile(r"[.!?؟۔।॥。！？…][\"'”’」』）)\]]*(?:\s*\[[\d,\s]+\][.\"'”’)]*)*$")
+
+
+def whole_sentences(text: str) -> str:
+    """`text` without its last sentence when that one does not end: what is left of an answer the model
+    was stopped in the middle of."""
+    pairs = split_sentences(text.strip())
+    if pairs and not _WHOLE_END.search(pairs[-1][0]):
+        pairs = pairs[:-1]
+    return "".join(sentence + after for sentence, after in pairs).strip()

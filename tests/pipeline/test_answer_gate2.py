@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 import re
 
+import pytest
+
 from tests.fakes.openai_server import Turn
 from tests.pipeline.conftest import PLUS, hit, make_rig
 from tests.pipeline.sample_tools import injection_strings
@@ -88,3 +90,25 @@ async def test_prompt_injection_in_document_stays_inside_extract_block(openai_fa
         assert text in html.unescape(blocks[1])
         assert text not in outside
         assert all(text not in m["content"] for m in messages[1:])
+
+
+@pytest.mark.parametrize("finish", ["length", "content_filter"])
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+async def test_an_answer_the_provider_cut_off_keeps_only_its_whole_sentences(rig, openai_fake, finish, stream) -> None:
+    """A deployment's `max_tokens` (or its filter) stopped the answer mid-sentence, and the customer got
+    "… Team costs $12 per user and" as the answer (review)."""
+    openai_fake.script("primary", Turn(text="Plus costs $6 per month [1]. Team costs $12 per user and",
+                                       finish_reason=finish))
+
+    result = await rig.pipeline.handle(rig.turn("How much are Plus and Team?", stream=stream))
+
+    assert result.reply == "Plus costs $6 per month [1]." and result.answered
+    assert "".join(rig.tokens) == (result.reply if stream else "")
+
+
+async def test_an_answer_cut_off_in_its_first_sentence_is_no_answer(rig, openai_fake) -> None:
+    openai_fake.script("primary", Turn(text="Plus costs $6 [1] per month and Team costs", finish_reason="length"))
+
+    result = await rig.pipeline.handle(rig.turn("How much are Plus and Team?"))
+
+    assert result.reply == rig.bot.fallback_text and not result.answered
