@@ -124,6 +124,11 @@ class MessageHandler:
             if streamer is not None:
                 await streamer.feed(text)
 
+        async def on_reset() -> None:
+            self._bus.publish(topic, {"type": "reset"}, forward=inbound.channel == "web")
+            if streamer is not None:
+                streamer.restart()
+
         turn = Turn(
             bot=bot, message_id=inbound.id, conversation_id=conversation.id, state=conversation.state,
             text="\n".join(m.text for m in pieces if m.text.strip()) if followers else inbound.text,
@@ -133,7 +138,7 @@ class MessageHandler:
             identity=CallerIdentity(bot=bot.name, channel=inbound.channel,
                                     contact_external_id=contact.external_id if contact else "",
                                     contact_id=contact.id if contact else None, conversation_id=conversation.id),
-            unanswered_turns=conversation.unanswered_turns, on_token=on_token,
+            unanswered_turns=conversation.unanswered_turns, on_token=on_token, on_reset=on_reset,
             command=(inbound.meta or {}).get("command"),
             needs_reply=bool((inbound.meta or {}).get("needs_reply")),
             greeting=getattr(getattr(bot.channels, inbound.channel, None), "greeting", None),

@@ -86,6 +86,7 @@ class EditStreamer:
         self._text = ""  # every token so far
         self._start = 0  # where the live message begins in _text
         self._carry = ""  # a code fence opener reopened at the top of the live message
+        self._restarts = 0  # `restart` calls: a rollover under way must not move the new text's start
         self._messages: list[tuple[str, str]] = []  # (provider id, shown Markdown); the last may be live
         self._live = False  # whether the last of _messages is still being edited
         self._surplus: list[str] = []  # ids an adapter sent beyond what we asked for (never shown by design)
@@ -115,6 +116,13 @@ class EditStreamer:
         self._wake.set()
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"stream-{self.conversation.chat}")
+
+    def restart(self) -> None:
+        """The text fed so far is void (a tool round's preamble): the next tokens are shown in its place,
+        by editing the live message, which keeps the void text until they come (a blank in between would
+        be one more edit, and a flash). The final reply replaces every message anyway."""
+        self._text, self._start, self._carry = "", 0, ""
+        self._restarts += 1
 
     async def close(self) -> None:
         """Stop flushing; waits for a platform call in flight so no sent message goes unrecorded."""
@@ -169,9 +177,12 @@ class EditStreamer:
             return False
         parts = split_text(display, limit=self.budget, unit=self.unit)
         head = parts[0]
+        restarts = self._restarts
         if not await self._show(head):
             return False
         self._live = False  # frozen: this message keeps `head` until the final reply
+        if restarts != self._restarts:  # the text was voided meanwhile: what comes now starts a new message
+            return True
         consumed = _consumed(display, head)
         if consumed <= len(self._carry):  # no progress: never loop sending the same part
             raise RuntimeError("rollover made no progress")

@@ -115,6 +115,11 @@ class Answerer:
                     calls.append({"round": rounds + 1, "id": c.id, "name": c.name, "arguments": _loads(c.arguments),
                                   "result": outcome.result if outcome and outcome.escalate else {"error": NOT_RUN}})
                 break
+            if on_token is not None and on_token.shown and turn.on_reset is not None:
+                # What this round streamed before its tool calls ("Plans are in the billing guide [1].") is
+                # not the answer, which is the next round's text: left, the next round's tokens were glued
+                # to it ("…[1].Your invoice is paid") and the whole was replaced at the end.
+                await turn.on_reset()
             rounds += 1
             messages.append({"role": "assistant", "content": result.text or None, "tool_calls": [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": replayable(c.arguments)}}

@@ -54,6 +54,9 @@ class Turn:
     greeting: str | None = None
     needs_reply: bool = False
     on_token: Callable[[str], Awaitable[None]] | None = None
+    # The tokens streamed so far are void: a round of the tool loop wrote them, and the answer is the next
+    # round's. The surfaces drop them (the widget) or write the next tokens over them (chat apps).
+    on_reset: Callable[[], Awaitable[None]] | None = None
     # Filled as the turn goes, so a turn that crashes or runs out of time still stores its spend and tool calls.
     record: TurnRecord = field(default_factory=TurnRecord)
     # The tool calls an earlier attempt at this message finished: a retry replays them instead of running them.

@@ -105,6 +105,11 @@ class HeldStream:
             return
         self._tail = window[-MARKER_REACH:]
 
+    @property
+    def shown(self) -> bool:
+        """Whether anything of this call went out."""
+        return self._shown
+
     async def finish(self, text: str) -> None:
         """The call ended with `text` and no tool call: when that is what streamed, its last sentence,
         complete now, goes out too (after a broken stream the text is a retry's, which never streams)."""

@@ -62,7 +62,8 @@ class Rig:
     search: RecordingSearch
     pipeline: Pipeline
     bots: list[BotSettings] = field(default_factory=list)
-    tokens: list[str] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)  # what a streamed turn shows now: a reset empties it
+    resets: int = 0
 
     def turn(self, text: str, *, history: list[dict[str, Any]] | None = None, stream: bool = False,
              contact: str = "demo-alice", bot: BotSettings | None = None) -> Turn:
@@ -72,9 +73,14 @@ class Rig:
         async def on_token(token: str) -> None:
             self.tokens.append(token)
 
+        async def on_reset() -> None:
+            self.tokens.clear()
+            self.resets += 1
+
         return Turn(bot=bot, message_id=1, conversation_id=1, state="bot", text=text,
                     identity=CallerIdentity(bot=bot.name, channel="web", contact_external_id=contact),
-                    history=history or [], on_token=on_token if stream else None)
+                    history=history or [], on_token=on_token if stream else None,
+                    on_reset=on_reset if stream else None)
 
 
 def make_rig(fake: FakeOpenAI, *, bots: list[dict[str, Any]] | None = None, hits: list[Hit] | None = None,

@@ -112,3 +112,17 @@ async def test_app_sse_delivers_every_token_of_a_fast_answer(client, fake):
 
     assert "".join(data["text"] for kind, data in events if kind == "token") == text
     assert events[-1][0] == "done"
+
+
+async def test_app_sse_resets_what_a_tool_round_streamed_before_the_answer_streams(client, fake):
+    """The round's cited preamble and the answer's tokens ran together ("…month [1].Your invoice…")."""
+    ask = ToolCallSpec("invoice_status", {"invoice_number": "INV-2025-004217"})
+    fake.script("primary", Turn(text="The Plus plan costs $6 per month [1]. Let me check that invoice.", tool_calls=(ask,)),
+                Turn(text="The Plus plan costs $60 per year [1]. I could not find that invoice."))
+
+    events = await chat_events(client, "acme", "sse-tools", "Is INV-2025-004217 paid, and what does Plus cost?")
+
+    kinds = [kind for kind, _ in events]
+    assert kinds.count("reset") == 1 and kinds[-1] == "done"
+    after = "".join(data["text"] for kind, data in events[kinds.index("reset"):] if kind == "token")
+    assert after == events[-1][1]["reply"] == "The Plus plan costs $60 per year [1]. I could not find that invoice."

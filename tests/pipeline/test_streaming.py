@@ -5,7 +5,7 @@ from __future__ import annotations
 from gateway.pipeline.citations import PromptEcho, verify_citations
 from gateway.pipeline.core import LLM_DOWN_REPLY
 from gateway.pipeline.held_stream import HeldStream
-from tests.fakes.openai_server import Turn
+from tests.fakes.openai_server import ToolCallSpec, Turn
 from tests.pipeline.conftest import PLUS, TEAM, hit, make_rig
 
 ENTERPRISE = hit("Enterprise plans are priced per contract; talk to sales.", n=2, document="enterprise.md",
@@ -198,3 +198,18 @@ async def test_a_fallback_tag_before_a_link_splits_sentences_in_the_reply_as_in_
     final = verify_citations("".join(tokens), [PLUS, TEAM], fallback_text="I don't know.")
     # The stream stops at the link (the rest waits for the reply); the reply keeps what it showed.
     assert final.text == "Refunds take 5 days [1]. Is that all?" and final.text.startswith("".join(shown))
+
+
+async def test_what_a_tool_round_streamed_gives_way_to_the_answer_instead_of_running_into_it(openai_fake) -> None:
+    """A round that cited an extract before calling a tool streamed it, and the next round's answer was
+    appended without a space ("…per month [1].Team costs…") before the final reply replaced it all (review)."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [
+        {"name": "invoice_status", "type": "python", "import_path": "examples.tools.invoice:invoice_status"}]}])
+    openai_fake.script("primary", Turn(text="Plus costs $6 per month [1]. Let me look up that invoice.", tool_calls=(
+        ToolCallSpec("invoice_status", {"invoice_number": "INV-2025-004217"}),)),
+        Turn(text="Team costs $12 per user per month [2]. Your invoice is paid."))
+
+    result = await rig.pipeline.handle(rig.turn("Is my invoice paid, and how much is Team?", stream=True))
+
+    assert result.reply == "Team costs $12 per user per month [1]. Your invoice is paid."
+    assert rig.resets == 1 and "".join(rig.tokens) == result.reply

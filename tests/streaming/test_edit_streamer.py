@@ -69,6 +69,45 @@ async def test_streamer_sends_once_then_edits_at_most_once_per_interval(fake, ad
     assert len(chat_calls(fake, 11)) == len(calls) + 1  # one final edit, no second sendMessage
 
 
+async def test_after_a_restart_the_next_tokens_take_the_place_of_what_streamed(fake, adapter):
+    """A tool round's preamble was streamed, and the answer's tokens were appended to it ("…guide [1].Your
+    invoice is paid") in the same message (review)."""
+    streamer = EditStreamer(adapter, ref(19), min_interval=INTERVAL)
+    await streamer.feed("Plans are in the billing guide [1].")
+    await until(lambda: [m.text for m in fake.sent if m.chat_id == 19] == ["Plans are in the billing guide [1]."])
+    streamer.restart()
+    await streamer.feed("Your invoice is paid.")
+    await until(lambda: [m.text for m in fake.sent if m.chat_id == 19] == ["Your invoice is paid."])
+    await streamer.close()
+
+
+async def test_a_restart_during_a_rollover_still_shows_the_new_text(fake, adapter):
+    """The rollover moved the start of the shown text past what the restart had emptied: the answer's
+    tokens were not shown at all until the final reply."""
+    streamer = EditStreamer(adapter, ref(20), min_interval=0.02)
+    send = adapter.send
+
+    async def send_then_restart(message):
+        ids = await send(message)
+        if adapter.send is send_then_restart:  # once: the head of the rollover is out
+            adapter.send = send
+            streamer.restart()
+            await streamer.feed("Your invoice is paid.")
+        return ids
+
+    adapter.send = send_then_restart
+    await streamer.feed("".join(numbered_words(900)))  # past one message: the first flush rolls over
+    await until(lambda: [m.text for m in fake.sent if m.chat_id == 20][-1:] == ["Your invoice is paid."])
+    await streamer.close()
+
+
+async def until(condition, timeout: float = 3.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
 async def test_streamer_rolls_over_past_the_limit_without_showing_text_twice(fake, adapter):
     streamer = EditStreamer(adapter, ref(12), min_interval=0.02)
     tokens = numbered_words(1400)  # about 8,400 characters: three Telegram messages
