@@ -35,7 +35,15 @@ import structlog
 
 from gateway.errors import ConfigError, LLMError
 from gateway.llm_pricing import Pricing, Usage
-from gateway.llm_retry import RETRYABLE, MalformedAnswer, RetryPolicy, client_fault, missing_credentials, short
+from gateway.llm_retry import (
+    RETRYABLE,
+    SETUP_REFUSED,
+    MalformedAnswer,
+    RetryPolicy,
+    client_fault,
+    missing_credentials,
+    short,
+)
 from gateway.observability.logs import adopt_litellm_loggers
 from gateway.offline.provider import MODEL as OFFLINE_LITELLM_MODEL
 from gateway.offline.provider import register_offline_provider
@@ -111,6 +119,7 @@ class LLMRouter:
         self._retry = retry or RetryPolicy()
         self._cooldown = cooldown
         self._cooling_until: dict[str, float] = {}  # model -> monotonic time it may be tried first again
+        self.refused: dict[str, str] = {}  # model -> why the provider refused its key or name, until it answers
         model_list = list(model_list)
         if not any(m["model_name"] == OFFLINE_MODEL for m in model_list):
             # The keyless default is always there, so any chain can end on it.
@@ -192,6 +201,7 @@ class LLMRouter:
                     result = await self._call(name, messages, tools, tool_choice, on_token, metadata,
                                               response_format, acc)
                     self._cooling_until.pop(name, None)
+                    self.refused.pop(name, None)
                     # Which model answered, how fast and for how much: after `llm.call_failed` lines, the
                     # one thing an operator following a message wants to see next.
                     log.info("llm.answered", model=name, attempt=attempt + 1, fallback=name != chain[0],
@@ -222,6 +232,9 @@ class LLMRouter:
                         log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {short(exc)}", exc_info=exc)
                     error, retryable = exc, fault or (isinstance(exc, RETRYABLE) and not missing_credentials(exc))
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
+                if isinstance(error, SETUP_REFUSED):  # a revoked key was one warning as every message fell back
+                    self.refused[name] = f"error: {type(error).__name__}: {short(error, 160)}"
+                    log.error("llm.setup_refused", model=name, error=errors[-1], hint="check its api_key and model")
                 if on_abandoned is not None and (isinstance(error, litellm.Timeout) or acc.text or acc.calls):
                     await self._abandoned(on_abandoned, name, messages, tools, acc, metadata)
                 if self._metrics is not None:

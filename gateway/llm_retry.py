@@ -33,6 +33,9 @@ RETRYABLE = (
     litellm.BadGatewayError,
     litellm.APIConnectionError,
 )
+SETUP_REFUSED = (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)
+"""The provider refused the model's `models:` entry itself (its key, or its model name), not one request:
+every message fails so until an operator fixes it."""
 _NO_KEY = ("Missing credentials", "api_key client option must be set")
 
 

@@ -35,7 +35,8 @@ async def readyz(request: Request) -> JSONResponse:
     is reported, not a reason to stop traffic: the start ingests an empty collection). With `redis_url`
     set, `redis` says whether the shared rate limit counters answer: reported, not readiness either,
     because the limiter fails open (every replica shares that Redis; failing them all would stop every
-    message over a limiter outage). It is asked alongside the other checks, within its own short timeout."""
+    message over a limiter outage). It is asked alongside the other checks, within its own short timeout.
+    `models` names each model whose provider refused its key or its name (401, 403, 404) on its last call."""
     svc = services(request)
     limiter = getattr(svc, "rate_limiter", None)
     redis = asyncio.create_task(_redis_status(limiter)) if limiter is not None and limiter.backend == "redis" else None
@@ -61,6 +62,8 @@ async def readyz(request: Request) -> JSONResponse:
                             for (bot, channel), adapter in svc.adapters.items()
                             if isinstance(getattr(adapter, "connection_status", None), str)},
             **({"redis": await redis} if redis is not None else {}),
+            # Reported, not readiness: the fallbacks still answer, but only an operator can fix it.
+            "models": dict(svc.llm.refused) if svc.role != "web" else {},
             "schedule": svc.scheduler.next_runs() if svc.scheduler and svc.role != "web" else {},
             # Whether this replica runs them: every `all` replica lists the times, only the leader acts.
             "scheduler_leader": bool(svc.scheduler and svc.role != "web"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import pytest_asyncio
+import structlog
 from sqlalchemy import select
 
 from gateway.pipeline.core import LLM_DOWN_REPLY
@@ -75,3 +76,21 @@ async def test_llm_stream_broken_mid_answer_is_answered_once_by_the_fallback(cli
     tokens = "".join(data["text"] for name, data in events if name == "token")
     assert tokens == "The Plus plan [1] costs six." and fake.requests_for("backup")[0].stream is False
     assert len([r for r in await _replies(client, done["message_id"]) if r.author == "bot"]) == 1
+
+
+async def test_a_key_the_provider_refuses_is_an_error_and_named_in_readyz_until_the_model_answers(client, fake):
+    """A revoked key (401) was one warning like any bad request, while every message quietly went to the
+    fallback model: nothing told the operator (review)."""
+    fake.script("primary", Turn(status=401))
+    fake.script("backup", Turn(text=BACKUP_ANSWER))
+    with structlog.testing.capture_logs() as logs:
+        body = (await client.post("/v1/bots/acme/chat", json={"session_id": "llm-401", "text": QUESTION})).json()
+    assert body["reply"] == BACKUP_ANSWER and len(fake.requests_for("primary")) == 1  # not retried
+    [refused] = [e for e in logs if e["event"] == "llm.setup_refused"]
+    assert refused["log_level"] == "error" and refused["model"] == "primary"
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["models"]["primary"].startswith("error: AuthenticationError")
+
+    fake.script("primary", Turn(text=BACKUP_ANSWER))  # the key was fixed at the provider
+    await client.post("/v1/bots/acme/chat", json={"session_id": "llm-401-fixed", "text": QUESTION})
+    assert (await client.get("/readyz")).json()["models"] == {}
