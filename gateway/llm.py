@@ -235,7 +235,9 @@ class LLMRouter:
                 if isinstance(error, SETUP_REFUSED):  # a revoked key was one warning as every message fell back
                     self.refused[name] = f"error: {type(error).__name__}: {short(error, 160)}"
                     log.error("llm.setup_refused", model=name, error=errors[-1], hint="check its api_key and model")
-                if on_abandoned is not None and (isinstance(error, litellm.Timeout) or acc.text or acc.calls):
+                # A stream that went silent past the timeout (a reasoning model thinking) timed out too.
+                timed_out = isinstance(error.__cause__ if isinstance(error, _StreamFailed) else error, litellm.Timeout)
+                if on_abandoned is not None and (timed_out or acc.text or acc.calls):
                     await self._abandoned(on_abandoned, name, messages, tools, acc, metadata)
                 if self._metrics is not None:
                     self._metrics.llm_failures.labels(model=name, retryable=str(retryable).lower()).inc()
@@ -243,7 +245,7 @@ class LLMRouter:
                             **_log_ids(metadata))
                 # A timeout already took the model's whole `timeout`: its retries (3 × 60 s by default) used
                 # up the turn's deadline (180 s), so a hanging provider was never left for the fallback.
-                hanging = isinstance(error, litellm.Timeout) and name != order[-1]
+                hanging = timed_out and name != order[-1]
                 if not retryable or attempt == attempts - 1 or hanging:
                     # The provider is failing, not this request. Only after the policy's full retries:
                     # one 503 to a single-attempt call (the rewrite) is no outage.

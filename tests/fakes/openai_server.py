@@ -59,6 +59,7 @@ class Turn:
     - `delay`: seconds to wait before answering; longer than the client's timeout means a timeout.
     - `break_after`: streaming only; drop the connection after this many content chunks.
     - `chunk_delay`: streaming only; seconds between two content chunks (a slow provider mid-answer).
+    - `stall`: streaming only; seconds of silence after the first chunk (a reasoning model thinking).
     - `omit_finish_reason`: streaming only; end with `[DONE]` but never send a finish_reason.
     - `finish_reason`: send this one instead ("content_filter": the provider's filter refused).
     - `usage`: (prompt_tokens, completion_tokens); omitted from the reply when None.
@@ -73,6 +74,7 @@ class Turn:
     delay: float = 0.0
     break_after: int | None = None
     chunk_delay: float = 0.0
+    stall: float = 0.0
     omit_finish_reason: bool = False
     finish_reason: str | None = None
     usage: tuple[int, int] | None = (12, 7)
@@ -294,6 +296,7 @@ async def _sse(model: str, turn: Turn, include_usage: bool):
         return f"data: {json.dumps(payload)}\n\n"
 
     yield chunk({"role": "assistant", "content": ""})
+    await asyncio.sleep(turn.stall)
     words = (turn.text or "").split(" ") if turn.text else []
     for i, word in enumerate(words):
         if turn.break_after is not None and i >= turn.break_after:

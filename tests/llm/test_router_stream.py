@@ -48,6 +48,21 @@ async def test_parallel_calls_streamed_under_one_index_stay_apart(openai_fake: F
         ("a", "invoice_status", '{"invoice_number": "INV-1"}'), ("b", "invoice_status", '{"invoice_number": "INV-2"}')]
 
 
+async def test_a_stream_gone_silent_past_the_timeout_goes_to_the_fallback_as_a_timeout_does(openai_fake) -> None:
+    """Headers and a first chunk, then nothing (a reasoning model thinking): each retry waited out the whole
+    timeout again before the fallback was asked, where a timeout before the first byte goes to it at once."""
+    openai_fake.script("primary", Turn(text="Late [1].", stall=3), Turn(text="Late [1].", stall=3))
+    openai_fake.script("backup", Turn(text="Backup [1]."))
+    router = make_router(openai_fake, "primary", "backup", timeout=0.5)
+    cut: list = []
+
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=Collector(),
+                                   on_abandoned=cut.append)
+
+    assert result.model_used == "backup" and len(openai_fake.requests_for("primary")) == 1
+    assert [c.model_used for c in cut] == ["primary"]  # its prompt was billed: reported as a timeout's is
+
+
 async def test_stream_retries_before_first_token(openai_fake: FakeOpenAI) -> None:
     openai_fake.script("primary", Turn(status=503), Turn(text="a b", break_after=0))
     openai_fake.script("backup", Turn(text="Backup streams [1]."))
