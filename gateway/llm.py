@@ -243,9 +243,9 @@ class LLMRouter:
                     self._metrics.llm_failures.labels(model=name, retryable=str(retryable).lower()).inc()
                 log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1],
                             **_log_ids(metadata))
-                # A timeout already took the model's whole `timeout`: its retries (3 × 60 s by default) used
-                # up the turn's deadline (180 s), so a hanging provider was never left for the fallback.
-                hanging = timed_out and name != order[-1]
+                # A timeout took the model's whole `timeout` (its retries used up the turn's deadline), and a
+                # Retry-After past the backoff cap is refused again when retried sooner: the fallback, at once.
+                hanging = (timed_out or self._retry.waits_too_long(error)) and name != order[-1]
                 if not retryable or attempt == attempts - 1 or hanging:
                     # The provider is failing, not this request. Only after the policy's full retries:
                     # one 503 to a single-attempt call (the rewrite) is no outage.

@@ -66,6 +66,13 @@ class RetryPolicy:
         return doubling(attempt + 1, first=self.backoff_base, cap=self.backoff_max) * random.uniform(0.5, 1.0)
 
 
+    def waits_too_long(self, error: BaseException) -> bool:
+        """Whether the provider asked to wait (Retry-After) longer than the backoff cap: a retry at the cap
+        was refused again, and the customer waited twice the cap before the fallback was asked."""
+        retry_after = _retry_after(error)
+        return retry_after is not None and retry_after > self.backoff_max
+
+
 def _retry_after(error: BaseException) -> float | None:
     response = getattr(error, "response", None)
     headers = getattr(response, "headers", None)

@@ -84,6 +84,18 @@ async def test_complete_retries_429_then_falls_back(openai_fake: FakeOpenAI) -> 
     assert len(openai_fake.requests_for("primary")) == 2  # one try plus one retry, then the fallback
 
 
+async def test_a_retry_after_past_the_backoff_cap_goes_to_the_fallback_at_once(openai_fake: FakeOpenAI) -> None:
+    """"Retry-After: 30" was retried at the cap (8 s by default), refused again, and the customer waited
+    16 s before the fallback was asked (review)."""
+    openai_fake.script("primary", Turn(status=429, retry_after=30), Turn(text="Retried too soon [1]."))
+    openai_fake.script("backup", Turn(text="Backup [1]."))
+    router = make_router(openai_fake, "primary", "backup")
+
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert result.model_used == "backup" and len(openai_fake.requests_for("primary")) == 1
+
+
 async def test_complete_retry_on_500_recovers_on_same_model(openai_fake: FakeOpenAI) -> None:
     openai_fake.script("primary", Turn(status=500), Turn(text="Second time lucky [1]."))
     router = make_router(openai_fake, "primary", "backup")
