@@ -36,12 +36,12 @@ import structlog
 from gateway.errors import ConfigError, LLMError
 from gateway.llm_pricing import Pricing, Usage
 from gateway.llm_retry import (
-    RETRYABLE,
     SETUP_REFUSED,
     MalformedAnswer,
     RetryPolicy,
     client_fault,
     missing_credentials,
+    passing,
     short,
 )
 from gateway.observability.logs import adopt_litellm_loggers
@@ -230,7 +230,7 @@ class LLMRouter:
                     fault = client_fault(exc)
                     if fault:  # a bug to report, with its traceback, not a provider outage
                         log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {short(exc)}", exc_info=exc)
-                    error, retryable = exc, fault or (isinstance(exc, RETRYABLE) and not missing_credentials(exc))
+                    error, retryable = exc, fault or (passing(exc) and not missing_credentials(exc))
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
                 if isinstance(error, SETUP_REFUSED):  # a revoked key was one warning as every message fell back
                     self.refused[name] = f"error: {type(error).__name__}: {short(error, 160)}"

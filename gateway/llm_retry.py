@@ -33,6 +33,16 @@ RETRYABLE = (
     litellm.BadGatewayError,
     litellm.APIConnectionError,
 )
+
+
+def passing(error: BaseException) -> bool:
+    """Whether `error` is a failure another try may not meet: one of `RETRYABLE`, or any 5xx. LiteLLM raises
+    an OpenAI-compatible endpoint's 5xx it has no class for (529 "overloaded", a proxy's 520–524) as a bare
+    `APIError`, which went to the fallback untried and never cooled the model down, on every message."""
+    return isinstance(error, RETRYABLE) or (isinstance(getattr(error, "status_code", None), int)
+                                            and 500 <= error.status_code <= 599)
+
+
 SETUP_REFUSED = (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)
 """The provider refused the model's `models:` entry itself (its key, or its model name), not one request:
 every message fails so until an operator fixes it."""

@@ -106,6 +106,18 @@ async def test_complete_retry_on_500_recovers_on_same_model(openai_fake: FakeOpe
     assert openai_fake.requests_for("backup") == []
 
 
+@pytest.mark.parametrize("status", [520, 524, 529])
+async def test_a_5xx_litellm_has_no_class_for_is_retried_as_any_5xx(openai_fake: FakeOpenAI, status) -> None:
+    """A 529 "overloaded" or a proxy's 520–524 from an OpenAI-compatible endpoint came out of LiteLLM as a bare
+    APIError: taken as the provider's no, never retried and never cooling the model down (review)."""
+    openai_fake.script("primary", Turn(status=status), Turn(text="Second try [1]."))
+    router = make_router(openai_fake, "primary", "backup")
+
+    result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert result.model_used == "primary" and result.text == "Second try [1]."
+
+
 async def test_complete_falls_back_on_persistent_500(openai_fake: FakeOpenAI) -> None:
     openai_fake.script("primary", Turn(status=500), Turn(status=503))
     openai_fake.script("backup", Turn(text="Backup answer [1]."))
