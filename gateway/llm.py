@@ -36,12 +36,12 @@ import structlog
 from gateway.errors import ConfigError, LLMError
 from gateway.llm_pricing import Pricing, Usage
 from gateway.llm_retry import (
-    SETUP_REFUSED,
     MalformedAnswer,
     RetryPolicy,
     client_fault,
     missing_credentials,
     passing,
+    setup_refused,
     short,
 )
 from gateway.observability.logs import adopt_litellm_loggers
@@ -232,7 +232,7 @@ class LLMRouter:
                         log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {short(exc)}", exc_info=exc)
                     error, retryable = exc, fault or (passing(exc) and not missing_credentials(exc))
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
-                if isinstance(error, SETUP_REFUSED):  # a revoked key was one warning as every message fell back
+                if setup_refused(error):  # a revoked key was one warning as every message fell back
                     self.refused[name] = f"error: {type(error).__name__}: {short(error, 160)}"
                     log.error("llm.setup_refused", model=name, error=errors[-1], hint="check its api_key and model")
                 # A stream that went silent past the timeout (a reasoning model thinking) timed out too.

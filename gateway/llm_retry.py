@@ -39,13 +39,26 @@ def passing(error: BaseException) -> bool:
     """Whether `error` is a failure another try may not meet: one of `RETRYABLE`, or any 5xx. LiteLLM raises
     an OpenAI-compatible endpoint's 5xx it has no class for (529 "overloaded", a proxy's 520–524) as a bare
     `APIError`, which went to the fallback untried and never cooled the model down, on every message."""
+    if out_of_credit(error):
+        return False
     return isinstance(error, RETRYABLE) or (isinstance(getattr(error, "status_code", None), int)
                                             and 500 <= error.status_code <= 599)
 
 
-SETUP_REFUSED = (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)
-"""The provider refused the model's `models:` entry itself (its key, or its model name), not one request:
-every message fails so until an operator fixes it."""
+_SETUP_REFUSED = (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)
+_NO_CREDIT = ("insufficient_quota", "exceeded your current quota", "credit balance is too low")
+
+
+def out_of_credit(error: BaseException) -> bool:
+    """The provider's account has no credit left: OpenAI says so with a 429 (`insufficient_quota`), which
+    was retried and cooled down for as a rate limit, Anthropic with a 400."""
+    return any(marker in str(error) for marker in _NO_CREDIT)
+
+
+def setup_refused(error: BaseException) -> bool:
+    """The provider refused the model's `models:` entry itself (its key, its model name, its account's
+    credit), not one request: every message fails so until an operator fixes it."""
+    return isinstance(error, _SETUP_REFUSED) or out_of_credit(error)
 _NO_KEY = ("Missing credentials", "api_key client option must be set")
 
 

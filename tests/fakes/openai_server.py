@@ -55,7 +55,8 @@ class Turn:
     """One scripted reply.
 
     - `text` / `tool_calls`: the answer (finish_reason "stop" or "tool_calls").
-    - `status`: answer with this HTTP error instead (429, 500, 503, 401...). `retry_after` sets the header.
+    - `status`: answer with this HTTP error instead (429, 500, 503, 401...). `retry_after` sets the header,
+      `error` the message.
     - `delay`: seconds to wait before answering; longer than the client's timeout means a timeout.
     - `break_after`: streaming only; drop the connection after this many content chunks.
     - `chunk_delay`: streaming only; seconds between two content chunks (a slow provider mid-answer).
@@ -70,6 +71,7 @@ class Turn:
     text: str | None = None
     tool_calls: tuple[ToolCallSpec, ...] = ()
     status: int | None = None
+    error: str | None = None
     retry_after: float | None = None
     delay: float = 0.0
     break_after: int | None = None
@@ -196,7 +198,7 @@ class FakeOpenAI:
             await asyncio.sleep(turn.delay)
         if turn.status is not None:
             headers = {"retry-after": str(turn.retry_after)} if turn.retry_after is not None else {}
-            return _error(turn.status, f"fake: scripted HTTP {turn.status}", "server_error", headers)
+            return _error(turn.status, turn.error or f"fake: scripted HTTP {turn.status}", "server_error", headers)
         if turn.raw_body is not None:
             return Response(turn.raw_body, media_type=turn.raw_type)
         if body.get("stream"):
