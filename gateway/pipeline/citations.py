@@ -371,8 +371,8 @@ def verify_citations(
             plain = fallback_text  # the bot's own words exactly, so "yes" to its offer is recognised
         elif _claims_something(plain, f"{known}\n{question}"):
             plain = ""  # a refusal that goes on to claim something uncited: the fallback says it safely
-        return Verified(text=plain or fallback_text, citations=(), cited_indices=(), replaced=not plain,
-                        reason="" if plain else "a refusal that goes on to claim something uncited")
+        reason = "" if plain else "a refusal that goes on to claim something uncited" if cleaned else "an empty answer"
+        return Verified(text=plain or fallback_text, citations=(), cited_indices=(), replaced=not plain, reason=reason)
     if cited:
         cleaned, cited = strip_invalid_markers(without_invented_claims(without_fallback_tags(text), count=len(hits)),
                                                count=len(hits))

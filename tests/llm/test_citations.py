@@ -162,6 +162,14 @@ def test_a_link_inside_a_tool_results_text_is_not_vouched_for_but_a_link_value_i
     assert paid.text == "Invoice INV-7 is open: https://billing.acme.example/inv/7"
 
 
+def test_an_empty_answer_is_logged_as_one_not_as_a_refusal_that_claims_something() -> None:
+    """A provider's filter answers with no text: the log said "a refusal that goes on to claim something
+    uncited", and the operator looked for a claim that was never written (review)."""
+    for empty in ("", "  ", "[7]"):
+        verified = verify_citations(empty, HITS, fallback_text=FALLBACK)
+        assert verified.text == FALLBACK and verified.replaced and verified.reason == "an empty answer"
+
+
 def test_an_answer_that_repeats_the_prompts_rules_becomes_the_fallback() -> None:
     """Their own example, "like [1] or [1][3]", read as a valid citation, and the prompt went out whole."""
     from gateway.pipeline.prompts import RULES
