@@ -12,6 +12,7 @@ import structlog
 
 from gateway.bot_settings import ESCALATE_TOOL
 from gateway.budget import usage_row
+from gateway.errors import LLMError
 from gateway.models import Citation
 from gateway.pipeline.citations import PromptEcho, is_refusal, verify_citations
 from gateway.pipeline.held_stream import HeldStream
@@ -51,6 +52,8 @@ MAX_TOOL_RESULT_CHARS = 16_000  # of one call's result, as JSON: what the model 
 """Tool calls run per round; the rest are answered "not run". A model asking for 25 calls in one round,
 each waiting out its timeout, held the customer's turn for 50 s."""
 TOO_MANY = f"not run: at most {MAX_CALLS_PER_ROUND} tool calls are run per round"
+TOO_LONG = "ContextWindowExceededError"
+"""How LiteLLM's error for a request past the model's context window is named in `LLMError`'s text."""
 CUT_OFF = ("length", "content_filter")
 """Finish reasons of an answer the provider stopped before the model ended it."""
 INTERRUPTED = "interrupted: the turn was stopped while this call ran, so it may or may not have taken effect"
@@ -73,6 +76,7 @@ class Answerer:
         schemas = tools.schemas() if tools else []
         history = bounded_history(turn.history, max_turns=bot.history_turns)
         messages = build_messages(bot, history=history, user_text=turn.text, hits=hits)
+        opening = len(messages)  # the turn's own rounds follow
         calls, usage = record.tool_calls, record.usage
         escalate: str | None = None
         rounds = 0
@@ -89,9 +93,21 @@ class Answerer:
             # Held until it cites (`held_stream`): gate 2 would replace an uncited text after it was shown.
             on_token = HeldStream(turn.on_token, extracts=len(hits), hits=hits, echo=echo) if turn.on_token else None
             # A call the deadline cuts off was billed all the same: its estimate joins the turn's usage.
-            result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages,
-                                              on_token=on_token, metadata=_metadata(turn),
-                                              on_abandoned=lambda cut: usage.append(usage_row(cut)), **kwargs)
+            try:
+                result = await self._llm.complete(model=bot.model, fallbacks=bot.fallbacks, messages=messages,
+                                                  on_token=on_token, metadata=_metadata(turn),
+                                                  on_abandoned=lambda cut: usage.append(usage_row(cut)), **kwargs)
+            except LLMError as exc:
+                if not history or TOO_LONG not in str(exc):
+                    raise
+                # The conversation so far did not fit the models' context window (a small local model): asked
+                # again without it, rather than "the assistant is unavailable" and a person for a long chat.
+                log.warning("llm.history_dropped", turns=len(history), message_id=turn.message_id)
+                history, rest = [], messages[opening:]
+                messages = build_messages(bot, history=[], user_text=turn.text, hits=hits)
+                opening = len(messages)
+                messages += rest
+                continue
             usage.append(usage_row(result))
             text = result.text or ""
             if not result.tool_calls:

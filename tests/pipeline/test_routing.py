@@ -69,3 +69,32 @@ async def test_pipeline_chain_can_end_on_offline_model(openai_fake) -> None:
 
     assert "$6 per month" in result.reply and "[1]" in result.reply
     assert result.usage[-1]["model"] == "offline" and result.usage[-1]["cost_usd"] == 0.0
+
+
+OVERFLOW = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9120 tokens."
+
+
+async def test_a_conversation_past_the_context_window_is_answered_without_its_history(openai_fake) -> None:
+    """A long chat on a small model: every model refused the request as too long, and the customer was told
+    the assistant is unavailable and handed to a person (review)."""
+    rig = make_rig(openai_fake)
+    history = [{"role": "user", "content": "Tell me about plans. " * 40}, {"role": "assistant", "content": "Sure."}]
+    openai_fake.script("primary", Turn(text='{"queries": ["How much is Team?"]}'),  # the follow-up's rewrite
+                       Turn(status=400, error=OVERFLOW), Turn(text="Team costs $12 per user per month [2]."))
+    openai_fake.script("backup", Turn(status=400, error=OVERFLOW))
+
+    result = await rig.pipeline.handle(rig.turn("And Team?", history=history))
+
+    assert result.reply == "Team costs $12 per user per month [1]." and result.escalate is None
+    asked = openai_fake.requests_for("primary")[-1].messages
+    assert [m["role"] for m in asked] == ["system", "user"] and asked[-1]["content"] == "And Team?"
+
+
+async def test_a_first_message_past_the_context_window_still_gets_the_honest_reply(openai_fake) -> None:
+    rig = make_rig(openai_fake)
+    openai_fake.script("primary", Turn(status=400, error=OVERFLOW))
+    openai_fake.script("backup", Turn(status=400, error=OVERFLOW))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+
+    assert result.reply == LLM_DOWN_REPLY and len(openai_fake.requests) == 2  # nothing left to drop: no retry
