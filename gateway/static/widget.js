@@ -554,9 +554,11 @@
     try {
       var reply = await chat(text, clientId, function (token) {
         if (elsewhere()) return;
-        if (token === null) {  // `reset`: the tokens so far were a dead attempt's
+        if (token === null) {  // `reset`: the tokens so far are void (a dead attempt's, or a tool round's)
+          // Typing again, not an empty bubble, while a tool runs or another attempt starts over.
           streamed = "";
-          if (botLi) fillBubble(botLi.querySelector(".gw-bubble"), "bot", streamed, null);
+          if (botLi) { botLi.remove(); botLi = null; }
+          showTyping(true);
           return;
         }
         if (!botLi) {
