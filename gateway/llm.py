@@ -294,10 +294,10 @@ class LLMRouter:
         return await self._stream(name, kwargs, on_token, acc)
 
     def _result(self, name: str, response: Any) -> LLMResult:
-        if not getattr(response, "choices", None):
-            raise MalformedAnswer(f"{name} answered with no choices")
-        choice = response.choices[0]
-        message = choice.message
+        choice = response.choices[0] if getattr(response, "choices", None) else None
+        message = choice.message if choice is not None else None  # empty, as a stream with nothing: a failure
+        if message is None or not (message.content or message.tool_calls or choice.finish_reason == "content_filter"):
+            raise MalformedAnswer(f"{name} answered with {'no text and no tool call' if choice else 'no choices'}")
         calls = tuple(
             ToolCall(id=c.id or f"call_{i}", name=c.function.name or "", arguments=c.function.arguments or "{}")
             for i, c in enumerate(message.tool_calls or [])

@@ -20,8 +20,9 @@ from gateway.backoff import doubling
 
 
 class MalformedAnswer(Exception):
-    """The provider answered 200 with nothing to read (`"choices": []`): its failure, worth another try
-    and then the fallback, not a bug of ours (it was logged as `llm.client_fault`, with a traceback)."""
+    """The provider answered 200 with nothing to read (`"choices": []`, or no text and no tool call, as a
+    stream that carried none is): its failure, worth another try and then the fallback, not a bug of ours
+    (it was logged as `llm.client_fault`, with a traceback)."""
 
 
 RETRYABLE = (

@@ -57,6 +57,17 @@ async def test_streaming_broken_after_tokens_is_answered_by_the_fallback_unstrea
     assert [r.stream for r in openai_fake.requests_for("backup")] == [False]
 
 
+async def test_an_empty_answer_to_the_retry_after_a_broken_stream_goes_to_the_fallback(rig, openai_fake) -> None:
+    """The retry runs unstreamed, and an empty 200 to it was taken as the answer: the customer got the
+    fallback text and the backup model was never asked (review); a stream with nothing in it fails over."""
+    openai_fake.script("primary", Turn(text="Plus costs $6 [1] per month or maybe less.", break_after=5), Turn(text=""))
+    openai_fake.script("backup", Turn(text="Plus costs $6 per month [1]."))
+
+    result = await rig.pipeline.handle(rig.turn("How much is Plus?", stream=True))
+
+    assert result.reply == "Plus costs $6 per month [1]." and result.answered
+
+
 async def test_streaming_without_finish_reason_counts_as_failure(rig, openai_fake) -> None:
     openai_fake.script("primary", Turn(text="Plus costs $6 [1].", omit_finish_reason=True))
 
