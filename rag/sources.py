@@ -36,6 +36,7 @@ from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
 from rag.crawl import USER_AGENT, Pace, describe_fetch_error, fetch, megabytes, robots_rules, sitemap_urls
 from rag.decoding import decode_text
+from rag.directory_walk import DOCUMENT_TYPES_NOT_READ, describe_skipped, files_under, is_hidden, within
 from rag.html_text import html_to_markdown
 from rag.ingest_progress import Progress
 
@@ -128,13 +129,13 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
         where = "" if path.is_absolute() else f" (looked for {path.resolve()}: a relative path is read from the working directory)"
         raise SourceError(f"knowledge directory not found: {path}{where}")
     result = LoadResult()
-    files, outside = _files_under(path, follow_outside=follow_symlinks_outside)
+    files, outside = files_under(path, follow_outside=follow_symlinks_outside)
     for link in outside:  # folders
         _refuse(result, link.relative_to(path).as_posix(), link, "a folder")
     inside = os.path.realpath(path)
     for file in files:
         doc_id = file.relative_to(path).as_posix()
-        if _is_hidden(doc_id):
+        if is_hidden(doc_id):
             continue
         if file.is_symlink() and not file.exists() and file.suffix.lower() in _SUFFIXES:
             # A page the folder names but cannot read (its target moved): said, not silently left out.
@@ -144,7 +145,7 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
             result.errors.append((doc_id, message))
             continue
         if (not follow_symlinks_outside and file.suffix.lower() in _SUFFIXES
-                and not _within(os.path.realpath(file), inside)):
+                and not within(os.path.realpath(file), inside)):
             _refuse(result, doc_id, file, "a file")
             continue
         if not file.is_file():
@@ -172,52 +173,9 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
     return result
 
 
-def describe_skipped(skipped: dict[str, int]) -> str:
-    """`.docx (2), .json (1)`: the file types a directory held but no reader takes, most first."""
-    ordered = sorted(skipped.items(), key=lambda item: (-item[1], item[0]))
-    named = ", ".join(f"{suffix or '(no suffix)'} ({count})" for suffix, count in ordered[:SKIPPED_TYPES_NAMED])
-    rest = sum(count for _, count in ordered[SKIPPED_TYPES_NAMED:])
-    return f"{named} and {rest} more" if rest else named
-
-
-SKIPPED_TYPES_NAMED = 5  # a source tree of code and images would otherwise fill the screen
-DOCUMENT_TYPES_NOT_READ = frozenset({".doc", ".docx", ".odt", ".rtf", ".pages", ".ppt", ".pptx", ".odp", ".key",
-                                     ".xls", ".xlsx", ".ods", ".csv", ".epub", ".rst", ".adoc", ".asciidoc", ".org",
-                                     ".tex", ".mdx", ".xhtml", ".mht", ".mhtml"})
-"""Suffixes of files written to be read, which a directory source does not take: said as a warning."""
-
-
-def _files_under(root: Path, *, follow_outside: bool = False) -> tuple[list[Path], list[Path]]:
-    """Every file under `root`, sorted, following symlinked folders too (`rglob` skips them, while it
-    follows symlinked files), each real folder once, so a link back up cannot loop. A link to a folder
-    inside `root` is skipped: that folder is read under its own name, not under whichever name the walk
-    met first (citations showed the alias, and removing the link re-embedded the folder). A link to a
-    folder outside `root` is followed only with `follow_outside`; else it is returned second, unread."""
-    inside = os.path.realpath(root)
-    seen: set[str] = set()
-    files: list[Path] = []
-    outside: list[Path] = []
-    for folder, dirs, names in os.walk(root, followlinks=True):
-        real = os.path.realpath(folder)
-        if real in seen:
-            dirs[:] = []
-            continue
-        seen.add(real)
-        kept = []
-        for name in dirs:
-            link = os.path.join(folder, name)
-            if not os.path.islink(link) or (away := not _within(os.path.realpath(link), inside)) and follow_outside:
-                kept.append(name)
-            elif away:
-                outside.append(Path(link))
-        dirs[:] = kept
-        files.extend(Path(folder) / name for name in names)
-    return sorted(files), sorted(outside)
-
-
 def _refuse(result: LoadResult, doc_id: str, link: Path, what: str) -> None:
     """A symlink out of the source's folder, not read: that path's error (hidden ones quietly)."""
-    if _is_hidden(doc_id):
+    if is_hidden(doc_id):
         return
     message = (f"not read: a symlink to {what} outside the source's folder (anyone who can write to the "
                "folder could make the bot serve any file of this server); set `follow_symlinks_outside: true` "
@@ -225,14 +183,6 @@ def _refuse(result: LoadResult, doc_id: str, link: Path, what: str) -> None:
     log.warning("source.file_failed",
                 extra={"doc_id": doc_id, "error": message, "target": os.path.realpath(link), IN_RUN_ERRORS: True})
     result.refused.append((doc_id, message))
-
-
-def _within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
-def _is_hidden(relative_path: str) -> bool:
-    return any(part.startswith(".") for part in relative_path.split("/"))
 
 
 GONE = object()  # what fetching a page that answered 410 gives `load_urls`
