@@ -61,21 +61,40 @@
       throw err;
     }
     showError("op-list-error", "");
-    list.replaceChildren();
-    body.escalations.forEach(function (e) {
-      var li = el("li");
-      var button = el("button", "op-item");
-      button.type = "button";
-      button.setAttribute("role", "option");
-      button.dataset.id = e.id;
+    drawList(list, body.escalations);
+  }
+
+  /** Draw the escalations, keeping each one's button (and its parts) from the last drawing. The list is
+   * drawn again on every live event: a new button in the old one's place between the press and the
+   * release of a tap or click got no click (the pressed button had left the page), so the escalation the
+   * operator picked never opened; a kept button also keeps the keyboard focus. */
+  function drawList(list, escalations) {
+    var kept = {};
+    Array.prototype.forEach.call(list.children, function (li) { kept[li.dataset.id] = li; });
+    escalations.forEach(function (e, i) {
+      var li = kept[e.id] || listItem(e.id);
+      delete kept[e.id];
+      var button = li.firstElementChild, parts = button.children;
       button.setAttribute("aria-selected", String(e.id === state.selected));
-      button.appendChild(el("span", "op-state op-state--" + e.state, e.state));
-      button.appendChild(el("strong", null, "#" + e.id + " " + (e.customer || "customer")));
-      button.appendChild(el("span", "op-meta", " · " + e.bot + " · " + (e.channel || "") + " — " + e.reason));
-      button.addEventListener("click", function () { select(e.id); });
-      li.appendChild(button);
-      list.appendChild(li);
+      parts[0].className = "op-state op-state--" + e.state;
+      parts[0].textContent = e.state;
+      parts[1].textContent = "#" + e.id + " " + (e.customer || "customer");
+      parts[2].textContent = " · " + e.bot + " · " + (e.channel || "") + " — " + e.reason;
+      if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null);  // moved only when out of place
     });
+    Object.keys(kept).forEach(function (id) { kept[id].remove(); });
+  }
+
+  function listItem(id) {
+    var li = el("li"), button = el("button", "op-item");
+    li.dataset.id = id;
+    button.type = "button";
+    button.setAttribute("role", "option");
+    button.dataset.id = id;
+    button.append(el("span"), el("strong"), el("span", "op-meta"));
+    button.addEventListener("click", function () { select(id); });
+    li.appendChild(button);
+    return li;
   }
 
   async function select(id) {
