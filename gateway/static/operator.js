@@ -174,8 +174,18 @@
     if (id !== state.selected) return;
     // A refresh of the escalation shown (a live event) keeps the earlier pages the operator opened.
     var list = $("op-transcript"), oldest = d.messages.length ? d.messages[0].id : Infinity;
-    var earlier = state.detail && state.detail.id === d.id ? Array.prototype.filter.call(list.children,
+    var same = state.detail && state.detail.id === d.id, gap = [];
+    var newestShown = same && list.lastElementChild ? Number(list.lastElementChild.dataset.id) : null;
+    if (newestShown !== null && newestShown < oldest && d.has_more) {
+      // More than a page came since the last reading (the stream was down, events were missed): the
+      // new page does not reach what is shown, and kept as they were, the messages between were missing.
+      gap = await messagesBetween(id, newestShown, oldest);
+      if (id !== state.selected) return;
+    }
+    var earlier = same ? Array.prototype.filter.call(list.children,
       function (li) { return Number(li.dataset.id) < oldest; }) : [];
+    var keptNewest = earlier.length ? Number(earlier[earlier.length - 1].dataset.id) : -Infinity;
+    earlier = earlier.concat(gap.filter(function (m) { return m.id > keptNewest; }).map(renderMessage));
     state.detail = d;
     $("op-detail").hidden = false;
     $("op-title").textContent = "Escalation #" + d.id + " — " + d.state;
@@ -199,6 +209,18 @@
     $("op-reply").disabled = d.state === "resolved";
     showError("op-error", "");
     showReplyState();
+  }
+
+  /** The messages of escalation `id` after message `after` and before message `before`, oldest first. */
+  async function messagesBetween(id, after, before) {
+    var found = [];
+    for (;;) {
+      var page = await api("/v1/escalations/" + id + "?before=" + encodeURIComponent(before));
+      var newer = page.messages.filter(function (m) { return m.id > after; });
+      found = newer.concat(found);
+      if (newer.length < page.messages.length || !page.has_more || !newer.length) return found;
+      before = newer[0].id;
+    }
   }
 
   /** The page of messages before the oldest one shown, put above it. */

@@ -32,3 +32,47 @@ def test_console_opens_the_escalation_tapped_while_a_live_event_redraws_the_list
     operator.mouse.up()
     operator.wait_for_selector("#op-transcript .op-msg", timeout=10_000)
     assert f"#{escalation}" in operator.locator("#op-title").inner_text()
+
+
+def _small_pages(route):
+    """Two messages a page, so paging needs no long conversation."""
+    url = route.request.url
+    route.continue_(url=url + ("&" if "?" in url else "?") + "limit=2")
+
+
+def test_console_fills_the_messages_between_kept_pages_and_a_newer_page(open_tab, live_url):  # noqa: F811
+    """Earlier pages the operator opened are kept when the transcript is read again; when more than a
+    page of messages came in between (the console was not told: its stream was down, the server
+    restarting), the new page did not reach the kept ones and the messages between were never shown."""
+    session = "console-gap-fill"
+    escalation = _escalate(live_url, session, "Gap here, I want to talk to a human")
+    operator = open_tab()
+    chat = f"{live_url}/v1/bots/acme/chat"
+    operator.request.post(chat, data={"session_id": session, "text": "second"})
+    detail = re.compile(rf".*/v1/escalations/{escalation}(\?.*)?$")
+    down = []
+
+    def paged_or_down(route):
+        route.abort("connectionfailed") if down else _small_pages(route)
+
+    operator.route(detail, paged_or_down)
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{escalation}']")
+    operator.wait_for_selector("#op-older:not([hidden])")
+    operator.click("#op-older")
+    operator.wait_for_function("() => document.querySelectorAll('#op-transcript > li').length > 2")
+
+    down.append(True)  # the console reads nothing while three more messages come
+    for text in ("third", "fourth", "fifth"):
+        with operator.expect_request(detail):
+            operator.request.post(chat, data={"session_id": session, "text": text})
+    down.clear()
+    operator.request.post(f"{live_url}/v1/escalations/{escalation}/notes", data={"text": "reading"},
+                          headers={"Authorization": f"Bearer {TOKEN}"})
+    operator.wait_for_function("() => document.getElementById('op-notes').textContent.includes('reading')")
+
+    stored = operator.request.get(f"{live_url}/v1/escalations/{escalation}?limit=500",
+                                  headers={"Authorization": f"Bearer {TOKEN}"}).json()["messages"]
+    shown = operator.locator("#op-transcript > li").evaluate_all("items => items.map(li => Number(li.dataset.id))")
+    assert shown == [m["id"] for m in stored][-len(shown):]
+    assert "third" in operator.locator("#op-transcript").inner_text()
