@@ -296,6 +296,12 @@
     try {
       var response = await fetch("/v1/escalations/stream", { headers: { Authorization: "Bearer " + state.token,
         Accept: "text/event-stream" }, signal: controller.signal });
+      if (response.status === 401) {
+        // The token was revoked (the config changed and the server restarted): retrying every 2 s
+        // forever left a console that looked signed in, its list no longer updating, and said nothing.
+        signOut("That token is no longer accepted: sign in again.");
+        return;
+      }
       if (!response.ok || !response.body) throw new Error("stream refused");
       $("op-live").hidden = false;
       var reader = response.body.getReader(), decoder = new TextDecoder(), buffer = "";

@@ -76,3 +76,26 @@ def test_console_fills_the_messages_between_kept_pages_and_a_newer_page(open_tab
     shown = operator.locator("#op-transcript > li").evaluate_all("items => items.map(li => Number(li.dataset.id))")
     assert shown == [m["id"] for m in stored][-len(shown):]
     assert "third" in operator.locator("#op-transcript").inner_text()
+
+
+def test_console_signs_out_when_its_token_is_no_longer_accepted(open_tab, live_url):  # noqa: F811
+    """The operator's token is removed from the config and the server restarted: the console's live
+    stream was refused (401) and retried every 2 s for ever, the page still looking signed in."""
+    operator = open_tab()
+    answers = []
+
+    def stream_then_refuse(route):  # the first stream ends (the server stops); the next is refused
+        answers.append(route.request.url)
+        if len(answers) == 1:
+            route.fulfill(status=200, content_type="text/event-stream", body='event: ready\ndata: {}\n\n')
+        else:
+            route.fulfill(status=401, content_type="application/json", body='{"error": "a valid token is required"}')
+
+    operator.route("**/v1/escalations/stream", stream_then_refuse)
+    operator.goto(live_url + "/operator")
+    operator.fill("#op-token", TOKEN)
+    operator.press("#op-token", "Enter")
+    operator.wait_for_function("() => document.getElementById('op-login-error').textContent !== ''",
+                               timeout=10_000)
+    assert "no longer accepted" in operator.locator("#op-login-error").inner_text()
+    assert operator.locator("#op-main").is_hidden() and len(answers) == 2
