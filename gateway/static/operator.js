@@ -9,7 +9,7 @@
   var AUTHORS = { contact: "Customer", bot: "Bot", operator: "Operator", system: "Notice" };
   var REPLY_TIMEOUT_MS = 30000;
   var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null,
-                unsent: {}, listLoads: 0 };  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
+                unsent: {}, listLoads: 0, escalations: [] };  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
   function $(id) { return document.getElementById(id); }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -61,7 +61,25 @@
       throw err;
     }
     showError("op-list-error", "");
+    state.escalations = body.escalations;
     drawList(list, body.escalations);
+  }
+
+  /** Open escalations first, the customer who has waited longest on top (the API lists newest first,
+   * which sank them to the bottom of a busy list); then the others in the API's order. */
+  function byWait(escalations) {
+    var open = escalations.filter(function (e) { return e.state === "open"; });
+    open.sort(function (a, b) { return Date.parse(a.created_at) - Date.parse(b.created_at) || a.id - b.id; });
+    return open.concat(escalations.filter(function (e) { return e.state !== "open"; }));
+  }
+
+  /** How long an open escalation's customer has waited for a person: "waiting 1 h 05 min". */
+  function waiting(e) {
+    if (e.state !== "open") return "";
+    var minutes = Math.max(0, Math.floor((Date.now() - Date.parse(e.created_at)) / 60000));
+    if (!minutes) return "waiting <1 min";
+    return "waiting " + (minutes < 60 ? minutes + " min" :
+      Math.floor(minutes / 60) + " h " + String(minutes % 60).padStart(2, "0") + " min");
   }
 
   /** Draw the escalations, keeping each one's button (and its parts) from the last drawing. The list is
@@ -71,7 +89,7 @@
   function drawList(list, escalations) {
     var kept = {};
     Array.prototype.forEach.call(list.children, function (li) { kept[li.dataset.id] = li; });
-    escalations.forEach(function (e, i) {
+    byWait(escalations).forEach(function (e, i) {
       var li = kept[e.id] || listItem(e.id);
       delete kept[e.id];
       var button = li.firstElementChild, parts = button.children;
@@ -80,6 +98,9 @@
       parts[0].textContent = e.state;
       parts[1].textContent = "#" + e.id + " " + (e.customer || "customer");
       parts[2].textContent = " · " + e.bot + " · " + (e.channel || "") + " — " + e.reason;
+      parts[3].textContent = waiting(e);
+      parts[3].title = e.state === "open" ? "escalated " + when(e.created_at) : "";
+      parts[3].hidden = e.state !== "open";
       if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null);  // moved only when out of place
     });
     Object.keys(kept).forEach(function (id) { kept[id].remove(); });
@@ -91,7 +112,7 @@
     button.type = "button";
     button.setAttribute("role", "option");
     button.dataset.id = id;
-    button.append(el("span"), el("strong"), el("span", "op-meta"));
+    button.append(el("span"), el("strong"), el("span", "op-meta"), el("span", "op-wait"));
     button.addEventListener("click", function () { select(id); });
     li.appendChild(button);
     return li;
@@ -367,6 +388,9 @@
     showError("op-login-error", "");
     document.body.dataset.ready = "true";
     stream();
+    if (!state.clock) {  // the waits shown grow while nothing else changes
+      state.clock = setInterval(function () { if (state.token) drawList($("op-escalations"), state.escalations); }, 30000);
+    }
   }
 
   function signOut(message) {

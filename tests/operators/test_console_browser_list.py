@@ -99,3 +99,22 @@ def test_console_signs_out_when_its_token_is_no_longer_accepted(open_tab, live_u
                                timeout=10_000)
     assert "no longer accepted" in operator.locator("#op-login-error").inner_text()
     assert operator.locator("#op-main").is_hidden() and len(answers) == 2
+
+
+def test_console_lists_the_longest_waiting_customer_first_and_how_long(open_tab, live_url):  # noqa: F811
+    """The list came newest first with no time on it: on a busy day the customer who had waited longest
+    was at the bottom, and nothing said for how long."""
+    from datetime import datetime, timedelta
+
+    first = _escalate(live_url, "console-wait-a", "Waiting long, I want to talk to a human")
+    second = _escalate(live_url, "console-wait-b", "Just came, I want to talk to a human")
+    operator = open_tab()
+    listed = operator.request.get(f"{live_url}/v1/escalations?state=open",
+                                  headers={"Authorization": f"Bearer {TOKEN}"}).json()["escalations"]
+    created = datetime.fromisoformat(next(e["created_at"] for e in listed if e["id"] == first))
+    operator.clock.set_fixed_time(created + timedelta(minutes=75, seconds=1))
+    sign_in(operator, live_url)
+    shown = operator.locator(".op-item").evaluate_all("items => items.map(b => Number(b.dataset.id))")
+    assert shown.index(first) < shown.index(second)
+    assert operator.locator(f".op-item[data-id='{first}'] .op-wait").inner_text() == "waiting 1 h 15 min"
+    assert "escalated" in operator.locator(f".op-item[data-id='{first}'] .op-wait").get_attribute("title")
