@@ -9,7 +9,7 @@
   var AUTHORS = { contact: "Customer", bot: "Bot", operator: "Operator", system: "Notice" };
   var REPLY_TIMEOUT_MS = 30000;
   var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null,
-                unsent: {}, listLoads: 0, escalations: [] };  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
+                unsent: {}, listLoads: 0, escalations: [], unread: {} };  // unread: escalation id → true  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
   function $(id) { return document.getElementById(id); }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -101,6 +101,7 @@
       parts[3].textContent = waiting(e);
       parts[3].title = e.state === "open" ? "escalated " + when(e.created_at) : "";
       parts[3].hidden = e.state !== "open";
+      parts[4].hidden = !state.unread[e.id];
       if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null);  // moved only when out of place
     });
     Object.keys(kept).forEach(function (id) { kept[id].remove(); });
@@ -112,7 +113,7 @@
     button.type = "button";
     button.setAttribute("role", "option");
     button.dataset.id = id;
-    button.append(el("span"), el("strong"), el("span", "op-meta"), el("span", "op-wait"));
+    button.append(el("span"), el("strong"), el("span", "op-meta"), el("span", "op-wait"), el("span", "op-unread", "new message"));
     button.addEventListener("click", function () { select(id); });
     li.appendChild(button);
     return li;
@@ -120,6 +121,9 @@
 
   async function select(id) {
     state.selected = id;
+    delete state.unread[id];
+    var item = document.querySelector(".op-item[data-id='" + id + "'] .op-unread");
+    if (item) item.hidden = true;
     document.querySelectorAll(".op-item").forEach(function (b) {
       b.setAttribute("aria-selected", String(Number(b.dataset.id) === id));
     });
@@ -355,6 +359,8 @@
       return;
     }
     if (!event.escalation_id) return;
+    // A customer wrote in an escalation the operator is not reading: its item says so until it is opened.
+    if (event.type === "customer_message" && event.escalation_id !== state.selected) state.unread[event.escalation_id] = true;
     if (event.type === "taken_over" && event.previous_operator === state.me) {
       notice(event.operator + " took over escalation #" + event.escalation_id + " from you.");
     } else if (event.type === "released" && event.operator !== state.me) {

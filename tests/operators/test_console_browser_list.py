@@ -118,3 +118,24 @@ def test_console_lists_the_longest_waiting_customer_first_and_how_long(open_tab,
     assert shown.index(first) < shown.index(second)
     assert operator.locator(f".op-item[data-id='{first}'] .op-wait").inner_text() == "waiting 1 h 15 min"
     assert "escalated" in operator.locator(f".op-item[data-id='{first}'] .op-wait").get_attribute("title")
+
+
+def test_console_marks_an_escalation_whose_customer_wrote_while_another_was_read(open_tab, live_url):  # noqa: F811
+    """A customer writing in an escalation the operator was not reading changed nothing in the list:
+    with several open, nobody saw that someone had written again."""
+    reading = _escalate(live_url, "console-unread-a", "Read me, I want to talk to a human")
+    other = _escalate(live_url, "console-unread-b", "Other here, I want to talk to a human")
+    operator = open_tab()
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{reading}']")
+    operator.wait_for_selector("#op-transcript .op-msg")
+    badge = operator.locator(f".op-item[data-id='{other}'] .op-unread")
+    assert badge.is_hidden()
+    operator.request.post(f"{live_url}/v1/bots/acme/chat", data={"session_id": "console-unread-b", "text": "Hello?"})
+    badge.wait_for(state="visible", timeout=10_000)
+    assert badge.inner_text() == "new message"
+    operator.request.post(f"{live_url}/v1/bots/acme/chat", data={"session_id": "console-unread-a", "text": "Still me"})
+    operator.wait_for_function("() => document.getElementById('op-transcript').textContent.includes('Still me')")
+    assert operator.locator(f".op-item[data-id='{reading}'] .op-unread").is_hidden()  # being read
+    operator.click(f".op-item[data-id='{other}']")
+    badge.wait_for(state="hidden")
