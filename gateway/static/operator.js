@@ -414,14 +414,18 @@
   $("op-login").addEventListener("submit", function (e) { e.preventDefault(); signIn($("op-token").value.trim()); });
   $("op-signout").addEventListener("click", function () { signOut(""); });
   $("op-filter").addEventListener("change", function () { loadList().catch(function () {}); });  // shown already
-  $("op-claim").addEventListener("click", function () { act("claim"); });
+  // Claim disables its own button, which dropped the keyboard focus to the page: the reply box is next.
+  async function claimThenReply(body) { if (await act("claim", body)) $("op-reply").focus(); }
+  $("op-claim").addEventListener("click", function () { claimThenReply(); });
   $("op-resolve").addEventListener("click", function () { act("resolve"); });
   $("op-release").addEventListener("click", function () { act("release"); });
-  $("op-takeover").addEventListener("click", function () { act("claim", { take_over: true }); });
+  $("op-takeover").addEventListener("click", function () { claimThenReply({ take_over: true }); });
   $("op-older").addEventListener("click", function () { loadOlder(); });
   $("op-reply-form").addEventListener("submit", function (e) { e.preventDefault(); sendReply(); });
   $("op-reply").addEventListener("keydown", function (e) {
-    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); $("op-reply-form").requestSubmit(); }
+    // Enter sends, as in every chat; Shift+Enter starts a new line (and Enter that ends an input method's
+    // composition, a Japanese or Chinese word, only ends it).
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("op-reply-form").requestSubmit(); }
   });
   $("op-note-form").addEventListener("submit", async function (e) {
     e.preventDefault();

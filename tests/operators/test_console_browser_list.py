@@ -1,4 +1,5 @@
-"""The console's escalation list in a real headless Chromium, while live events redraw it.
+"""The console in a real headless Chromium on a busy day: the list while live events redraw it, long
+transcripts, waits, unread customers, the keyboard, a revoked token.
 
 The list is drawn again on every live event (a note, a customer writing, another operator claiming). An
 operator's tap or click spans a press and a release; when the list was drawn again in between, the
@@ -139,3 +140,26 @@ def test_console_marks_an_escalation_whose_customer_wrote_while_another_was_read
     assert operator.locator(f".op-item[data-id='{reading}'] .op-unread").is_hidden()  # being read
     operator.click(f".op-item[data-id='{other}']")
     badge.wait_for(state="hidden")
+
+
+def test_console_claims_and_replies_from_the_keyboard(open_tab, live_url):  # noqa: F811
+    """Claiming from the keyboard left the focus nowhere (the Claim button disables itself), and Enter in
+    the reply box only started a new line: sending took Ctrl+Enter, which nothing on the page told."""
+    escalation = _escalate(live_url, "console-keys", "Keys here, I want to talk to a human")
+    operator = open_tab()
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{escalation}']")
+    operator.wait_for_selector("#op-transcript .op-msg")
+    operator.focus("#op-claim")
+    operator.keyboard.press("Enter")
+    operator.wait_for_function("() => document.activeElement === document.getElementById('op-reply')")
+    assert "claimed" in operator.locator("#op-title").inner_text()
+    operator.keyboard.type("Hello,")
+    operator.keyboard.press("Shift+Enter")
+    operator.keyboard.type("how can I help?")
+    assert operator.locator("#op-reply").input_value() == "Hello,\nhow can I help?"
+    with operator.expect_response(lambda r: r.url.endswith("/reply")) as answered:
+        operator.keyboard.press("Enter")
+    assert answered.value.status == 201
+    operator.wait_for_function("() => document.getElementById('op-reply').value === ''")
+    assert "Shift+Enter" in operator.locator("#op-reply-hint").inner_text()
