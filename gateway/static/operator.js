@@ -127,7 +127,17 @@
     document.querySelectorAll(".op-item").forEach(function (b) {
       b.setAttribute("aria-selected", String(Number(b.dataset.id) === id));
     });
-    await loadDetail();
+    try {
+      await loadDetail();
+    } catch (err) {
+      if (id !== state.selected) return;
+      // The escalation shown before stayed on the page under the new pick, its Claim and Send reply
+      // acting on the one that could not be read: nothing is shown rather than the wrong customer.
+      state.detail = null;
+      $("op-detail").hidden = true;
+      showError("op-list-error", "Could not open escalation #" + id + ": " + err.message);
+      return;
+    }
     // On a phone the escalation sits below the list (operator.css): bring it into view.
     if (window.matchMedia("(max-width: 48rem)").matches) $("op-detail").scrollIntoView();
   }

@@ -163,3 +163,19 @@ def test_console_claims_and_replies_from_the_keyboard(open_tab, live_url):  # no
     assert answered.value.status == 201
     operator.wait_for_function("() => document.getElementById('op-reply').value === ''")
     assert "Shift+Enter" in operator.locator("#op-reply-hint").inner_text()
+
+
+def test_console_shows_no_escalation_rather_than_the_previous_one_when_a_pick_cannot_be_read(open_tab, live_url):  # noqa: F811
+    """Reading A, the operator picks B and B cannot be read (the server restarting): A's transcript
+    stayed on the page, while Claim and Send reply acted on B; and nothing said that B failed."""
+    shown = _escalate(live_url, "console-pick-a", "Anna here, I want to talk to a human")
+    broken = _escalate(live_url, "console-pick-b", "Ben here, I want to talk to a human")
+    operator = open_tab()
+    operator.route(re.compile(rf".*/v1/escalations/{broken}$"), lambda route: route.abort("connectionfailed"))
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{shown}']")
+    operator.wait_for_selector("#op-transcript .op-msg")
+    operator.click(f".op-item[data-id='{broken}']")
+    operator.wait_for_selector("#op-list-error:not([hidden])")
+    assert f"Could not open escalation #{broken}" in operator.locator("#op-list-error").inner_text()
+    assert operator.locator("#op-detail").is_hidden()
