@@ -242,7 +242,9 @@
     $("op-takeover").hidden = !(d.state === "claimed" && !mine);
     $("op-resolve").disabled = d.state === "resolved";
     $("op-reply").disabled = d.state === "resolved";
-    showError("op-error", "");
+    // A refresh after a claim lost to another operator came after the 409 and wiped "already claimed by
+    // X" at once: what an action said stays until the next action, or another escalation is shown.
+    if (!same || !state.actionFailed) actionFailed("");
     showReplyState();
   }
 
@@ -273,12 +275,16 @@
 
   function notice(message) { var n = $("op-notice"); n.textContent = message || ""; n.hidden = !message; }
 
+  /** What the operator's own action said went wrong: kept on the page across refreshes. */
+  function actionFailed(message) { state.actionFailed = !!message; showError("op-error", message); }
+
   async function act(action, body) {
+    actionFailed("");
     try {
       await api("/v1/escalations/" + state.selected + "/" + action, { method: "POST", body: body });
       await Promise.all([loadDetail(), loadList()]);
       return true;
-    } catch (err) { showError("op-error", err.message); return false; }
+    } catch (err) { actionFailed(err.message); return false; }
   }
 
   function newMessageId() {
@@ -307,6 +313,7 @@
     if (!text || id === null) return;
     var pending = state.unsent[id];
     if (!pending || pending.text !== text) pending = state.unsent[id] = { text: text, messageId: newMessageId() };
+    actionFailed("");
     pending.phase = "sending";
     showReplyState();
     try {
@@ -314,7 +321,7 @@
         body: { text: text, message_id: pending.messageId } });
     } catch (err) {
       if (err.unknown) pending.phase = "unknown";
-      else { forget(id, pending); showError("op-error", err.message); }  // refused: nothing was sent
+      else { forget(id, pending); actionFailed(err.message); }  // refused: nothing was sent
       showReplyState();
       return;
     }

@@ -1,0 +1,65 @@
+"""Two operators at once in real headless Chromium consoles, against the real app on a real port."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+import pytest
+
+from tests.operators.test_console_browser import TOKEN, _escalate, open_tab, sign_in  # noqa: F401
+from tests.web.conftest import HELP_CENTER, _prepare, browser, chromium_path, serving, write_config  # noqa: F401
+
+pytestmark = pytest.mark.browser
+OTHER = "console-operator-rex-token-42"
+
+
+@pytest.fixture(scope="module")
+def live_url(tmp_path_factory):
+    """The console test's app, with a second operator (rex) for the same bot."""
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+
+    root = tmp_path_factory.mktemp("console-two")
+    docs = root / "docs"
+    docs.mkdir()
+    shutil.copy(HELP_CENTER / "account.md", docs / "account.md")
+    os.environ["CONSOLE_OPERATOR_TOKEN"], os.environ["CONSOLE_OTHER_TOKEN"] = TOKEN, OTHER
+    config = write_config(root, docs=docs, operator_token_env="CONSOLE_OPERATOR_TOKEN")
+    config.write_text(config.read_text().replace("bots:\n  - name: acme", """  - name: rex
+    token: "${CONSOLE_OTHER_TOKEN}"
+    bots: [acme]
+bots:
+  - name: acme""", 1))
+    _prepare(config)
+    with serving(create_app(load_settings(config), start_scheduler=False)) as url:
+        yield url
+
+
+def test_console_keeps_saying_who_took_the_escalation_a_claim_lost_to(open_tab, live_url):  # noqa: F811
+    """Sam and Rex claim at once and Rex wins: Sam's 409 ("already claimed by rex") was shown, then wiped
+    by the refresh the claim's live event caused, which came a moment after; Sam saw no reason."""
+    escalation = _escalate(live_url, "console-race", "Race here, I want to talk to a human")
+    sam = open_tab()
+    held: dict[str, object] = {}
+    claim_url = re.compile(rf".*/v1/escalations/{escalation}/claim$")
+    detail_url = re.compile(rf".*/v1/escalations/{escalation}$")
+    sign_in(sam, live_url)
+    sam.click(f".op-item[data-id='{escalation}']")
+    sam.wait_for_selector("#op-transcript .op-msg")
+    sam.route(claim_url, lambda route: held.__setitem__("claim", route))
+    sam.route(detail_url, lambda route: held.__setitem__("detail", route))
+    sam.click("#op-claim")
+    won = sam.request.post(f"{live_url}/v1/escalations/{escalation}/claim", headers={"Authorization": f"Bearer {OTHER}"})
+    assert won.status == 200
+    sam.wait_for_timeout(500)  # the live event's refresh of the transcript is held too by now
+    assert {"claim", "detail"} <= held.keys()
+    with sam.expect_response(claim_url):
+        held["claim"].continue_()
+    sam.wait_for_selector("#op-error:not([hidden])")
+    with sam.expect_response(detail_url):
+        held["detail"].continue_()
+    sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('held by rex')")
+    assert "already claimed by rex" in sam.locator("#op-error").inner_text()
+    assert sam.locator("#op-error").is_visible() and sam.locator("#op-takeover").is_visible()
