@@ -68,6 +68,12 @@ def _mention(operator: str) -> str:
     return f"<@{user}>" if user != operator and re.fullmatch(r"[A-Z0-9]+", user) else _plain(operator)
 
 
+def _named(text: str) -> str:
+    """`text` (plain) with every Slack operator it names (`slack:U…`) as a mention: Slack shows the member's
+    name, where the raw id told the channel nothing about who held or took a thread."""
+    return re.sub(r"\bslack:([A-Z0-9]+)\b", r"<@\1>", _plain(text))
+
+
 def _header_title(escalation: Escalation) -> str:
     """How an escalation's header starts; also how a header is found in the channel's history."""
     return f"Escalation #{escalation.id} ({escalation.bot})"
@@ -124,16 +130,16 @@ class SlackOperatorChannel:
             await self._post(bot, channel, f"*Customer:*\n{_quoted(_clip(event.get('text', ''), 2000))}",
                              thread_ts=escalation.slack_ts)
         elif kind == "reply" and event.get("source") != "slack":
-            await self._post(bot, channel, f"*{_plain(event.get('operator', ''))} replied:* "
+            await self._post(bot, channel, f"*{_named(event.get('operator', ''))} replied:* "
                              f"{_plain(_clip(event.get('text', ''), 2000))}", thread_ts=escalation.slack_ts)
         elif kind in ("claimed", "resolved", "released", "taken_over"):
             await self._update_header(escalation, channel)
             if kind == "released":
-                await self._post(bot, channel, f"<!here> {_plain(event.get('operator', ''))} released this thread: "
+                await self._post(bot, channel, f"<!here> {_named(event.get('operator', ''))} released this thread: "
                                  "can someone take it?", thread_ts=escalation.slack_ts, reply_broadcast=True)
             elif kind == "taken_over":
-                await self._post(bot, channel, f"{_plain(event.get('operator', ''))} took this thread over from "
-                                 f"{_plain(event.get('previous_operator', ''))}.", thread_ts=escalation.slack_ts)
+                await self._post(bot, channel, f"{_named(event.get('operator', ''))} took this thread over from "
+                                 f"{_named(event.get('previous_operator', ''))}.", thread_ts=escalation.slack_ts)
         elif kind == "reply_failed":
             # Without this, an operator replying from Slack never learned the customer did not get it.
             await self._post(bot, channel, f"Not delivered to the customer: {_mention(event.get('operator', ''))}'s "
@@ -141,7 +147,7 @@ class SlackOperatorChannel:
                              f"({_plain(event.get('error') or 'refused')}).", thread_ts=escalation.slack_ts)
         elif kind == "stale_claim":
             await self._post(bot, channel, f"<!here> The customer has waited {event.get('waiting_minutes')} min for "
-                             f"{_plain(event.get('operator', ''))}'s reply; another operator can take it over in "
+                             f"{_named(event.get('operator', ''))}'s reply; another operator can take it over in "
                              "the console.", thread_ts=escalation.slack_ts, reply_broadcast=True)
         elif kind == "reminder":
             await self._post(bot, channel, "<!here> Still unclaimed: the customer has been told we're busy. "
@@ -249,7 +255,7 @@ class SlackOperatorChannel:
         status = {"open": "waiting for someone", "claimed": f"claimed by {escalation.operator}",
                   "resolved": f"resolved by {escalation.operator}"}.get(escalation.state, escalation.state)
         text = (f"{_header_title(escalation)}: {_plain(_clip(escalation.reason, 300))}. "
-                f"Status: {_plain(status)}. Reply in this thread to answer the customer.")
+                f"Status: {_named(status)}. Reply in this thread to answer the customer.")
         blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
         buttons = []
         if escalation.state == "open":
@@ -347,7 +353,7 @@ class SlackOperatorChannel:
             await self._escalations.reply(escalation.id, operator=operator, text=mrkdwn_to_markdown(inbound.text), bots=None,
                                           source="slack", message_id=f"slack-in-{inbound.id}")
         except (Conflict, BadRequest, NotFound) as exc:
-            await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {_plain(str(exc))}",
+            await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {_named(str(exc))}",
                              thread_ts=conversation.thread)
         return True
 
@@ -377,6 +383,6 @@ class SlackOperatorChannel:
                 row = await session.get(Escalation, click.escalation_id)
             # Only in this bot's own thread: another bot's header (same channel or not) is not this one's to answer in.
             if channel and row is not None and row.bot == bot and row.slack_ts:
-                await self._post(bot, channel, f"{operator}: {_plain(str(exc))}", thread_ts=row.slack_ts)
+                await self._post(bot, channel, f"{_mention(operator)}: {_named(str(exc))}", thread_ts=row.slack_ts)
             return f"refused: {exc}"
         return f"{click.action_id} {click.escalation_id} by {operator}"
