@@ -105,6 +105,11 @@
       if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null);  // moved only when out of place
     });
     Object.keys(kept).forEach(function (id) { kept[id].remove(); });
+    // Read from another tab or window: the tab's title says someone waits, or wrote, without opening it.
+    var waitingNow = escalations.filter(function (e) { return e.state === "open"; }).length;
+    var unread = escalations.filter(function (e) { return state.unread[e.id]; }).length;
+    var counts = [waitingNow ? waitingNow + " waiting" : "", unread ? unread + " new" : ""].filter(Boolean);
+    document.title = (counts.length ? "(" + counts.join(", ") + ") " : "") + "Operator console";
   }
 
   function listItem(id) {
@@ -122,11 +127,7 @@
   async function select(id) {
     state.selected = id;
     delete state.unread[id];
-    var item = document.querySelector(".op-item[data-id='" + id + "'] .op-unread");
-    if (item) item.hidden = true;
-    document.querySelectorAll(".op-item").forEach(function (b) {
-      b.setAttribute("aria-selected", String(Number(b.dataset.id) === id));
-    });
+    drawList($("op-escalations"), state.escalations);  // selected, and no longer unread
     try {
       await loadDetail();
     } catch (err) {
@@ -425,6 +426,7 @@
     $("op-main").hidden = true;
     $("op-signout").hidden = true;
     $("op-who").textContent = "";
+    document.title = "Operator console";
     showError("op-login-error", message || "");
   }
 

@@ -135,11 +135,14 @@ def test_console_marks_an_escalation_whose_customer_wrote_while_another_was_read
     operator.request.post(f"{live_url}/v1/bots/acme/chat", data={"session_id": "console-unread-b", "text": "Hello?"})
     badge.wait_for(state="visible", timeout=10_000)
     assert badge.inner_text() == "new message"
+    # The tab's title says so too, for an operator working in another tab.
+    assert re.fullmatch(r"\(\d+ waiting, 1 new\) Operator console", operator.title())
     operator.request.post(f"{live_url}/v1/bots/acme/chat", data={"session_id": "console-unread-a", "text": "Still me"})
     operator.wait_for_function("() => document.getElementById('op-transcript').textContent.includes('Still me')")
     assert operator.locator(f".op-item[data-id='{reading}'] .op-unread").is_hidden()  # being read
     operator.click(f".op-item[data-id='{other}']")
     badge.wait_for(state="hidden")
+    assert re.fullmatch(r"\(\d+ waiting\) Operator console", operator.title())
 
 
 def test_console_claims_and_replies_from_the_keyboard(open_tab, live_url):  # noqa: F811
