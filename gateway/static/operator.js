@@ -9,7 +9,7 @@
   var AUTHORS = { contact: "Customer", bot: "Bot", operator: "Operator", system: "Notice" };
   var REPLY_TIMEOUT_MS = 30000;
   var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null,
-                unsent: {}, listLoads: 0, escalations: [], unread: {} };  // unread: escalation id → true  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
+                unsent: {}, listLoads: 0, escalations: [], unread: {}, drafts: {} };  // unread: escalation id → true  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
   function $(id) { return document.getElementById(id); }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -125,6 +125,13 @@
   }
 
   async function select(id) {
+    // The reply box is one for every escalation: a reply written for one customer stayed in it when the
+    // operator opened another, one Enter away from reaching the wrong person. Each keeps its own draft.
+    if (state.selected !== null && state.selected !== id) {
+      state.drafts[state.selected] = $("op-reply").value;
+      $("op-reply").value = state.drafts[id] || "";
+      delete state.drafts[id];
+    }
     state.selected = id;
     delete state.unread[id];
     drawList($("op-escalations"), state.escalations);  // selected, and no longer unread
@@ -327,7 +334,8 @@
       return;
     }
     forget(id, pending);
-    if ($("op-reply").value.trim() === text) $("op-reply").value = "";
+    if (state.selected === id && $("op-reply").value.trim() === text) $("op-reply").value = "";
+    if ((state.drafts[id] || "").trim() === text) delete state.drafts[id];  // sent while another was open
     showReplyState();
     try { await Promise.all([loadDetail(), loadList()]); } catch (err) { showError("op-error", err.message); }
   }

@@ -182,3 +182,21 @@ def test_console_shows_no_escalation_rather_than_the_previous_one_when_a_pick_ca
     operator.wait_for_selector("#op-list-error:not([hidden])")
     assert f"Could not open escalation #{broken}" in operator.locator("#op-list-error").inner_text()
     assert operator.locator("#op-detail").is_hidden()
+
+
+def test_console_keeps_each_escalations_reply_draft_to_itself(open_tab, live_url):  # noqa: F811
+    """A reply written for one customer stayed in the box when the operator opened another escalation,
+    and Enter sent it to that other customer."""
+    anna = _escalate(live_url, "console-draft-a", "Anna again, I want to talk to a human")
+    ben = _escalate(live_url, "console-draft-b", "Ben again, I want to talk to a human")
+    operator = open_tab()
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{anna}']")
+    operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{anna}')")
+    operator.fill("#op-reply", "Anna, your refund is on its way.")
+    operator.click(f".op-item[data-id='{ben}']")
+    operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{ben}')")
+    assert operator.locator("#op-reply").input_value() == ""
+    operator.click(f".op-item[data-id='{anna}']")
+    operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{anna}')")
+    assert operator.locator("#op-reply").input_value() == "Anna, your refund is on its way."
