@@ -35,5 +35,7 @@ def conflict_message(escalation: Escalation | None) -> str:
     if escalation.state == "claimed":
         return f"escalation {escalation.id} is already claimed by {escalation.operator}"
     if escalation.state == "resolved":
-        return f"escalation {escalation.id} is already resolved"
+        # Who, so an operator whose reply came after a colleague's hand-back knows whom to ask.
+        by = f" by {escalation.operator}" if escalation.operator else ""
+        return f"escalation {escalation.id} is already resolved{by}: the bot answers the customer again"
     return f"escalation {escalation.id} is {escalation.state}; claim it first"

@@ -136,6 +136,9 @@ async def test_escalation_holder_only_may_reply_or_resolve(world):
     await escalations.resolve(eid, operator="sam", bots=None)
     with pytest.raises(Conflict, match="already resolved"):
         await escalations.claim(eid, operator="sam", bots=None)
+    # A reply that comes after the hand-back says who handed it back (it said only "already resolved").
+    with pytest.raises(Conflict, match=f"escalation {eid} is already resolved by sam: the bot answers"):
+        await escalations.reply(eid, operator="kim", text="one more thing", bots=None)
 
 
 async def test_escalation_of_another_bot_is_not_found(world):
