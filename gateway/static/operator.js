@@ -9,7 +9,8 @@
   var AUTHORS = { contact: "Customer", bot: "Bot", operator: "Operator", system: "Notice" };
   var REPLY_TIMEOUT_MS = 30000;
   var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null,
-                unsent: {}, listLoads: 0, escalations: [], unread: {}, drafts: {} };  // unread: escalation id → true  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
+                unsent: {}, listLoads: 0, escalations: [], unread: {}, drafts: {},
+                stale: { list: false, detail: false }, refreshing: null };  // unread: escalation id → true  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
   function $(id) { return document.getElementById(id); }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -378,10 +379,7 @@
     if (/^event: ?ready$/m.test(raw)) {
       // The server listens from here on. An escalation opened between the list's first load (or the last
       // stream's end) and now sent its event to nobody, and stayed out of the list: read it again.
-      try {
-        await loadList();
-        if (state.selected !== null) await loadDetail();
-      } catch (err) { showError("op-error", err.message); }
+      refresh(true);
       return;
     }
     if (!event.escalation_id) return;
@@ -397,10 +395,28 @@
       notice("Escalation #" + event.escalation_id + ": the customer has waited " + event.waiting_minutes +
         " min for " + event.operator + "'s reply.");
     }
-    try {
-      await loadList();
-      if (event.escalation_id === state.selected) await loadDetail();
-    } catch (err) { showError("op-error", err.message); }
+    refresh(event.escalation_id === state.selected);
+  }
+
+  /** Read the list (and the escalation shown, with `detail`) again after live events. One reading at a
+   * time, and the events that come meanwhile share the next: each event used to wait for its own
+   * readings, so on a busy day (or while a model wrote a summary) the console fell further and further
+   * behind the events, the stream unread. */
+  function refresh(detail) {
+    state.stale.list = true;
+    if (detail) state.stale.detail = true;
+    if (state.refreshing) return;
+    state.refreshing = (async function () {
+      while (state.stale.list || state.stale.detail) {
+        var reading = state.stale;
+        state.stale = { list: false, detail: false };
+        try {
+          await Promise.all([reading.list ? loadList() : null,
+                             reading.detail && state.selected !== null ? loadDetail() : null]);
+        } catch (err) { showError("op-error", err.message); }
+      }
+      state.refreshing = null;
+    })();
   }
 
   async function signIn(token) {

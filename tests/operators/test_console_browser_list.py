@@ -200,3 +200,28 @@ def test_console_keeps_each_escalations_reply_draft_to_itself(open_tab, live_url
     operator.click(f".op-item[data-id='{anna}']")
     operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{anna}')")
     assert operator.locator("#op-reply").input_value() == "Anna, your refund is on its way."
+
+
+def test_console_reads_once_for_the_live_events_that_came_while_it_was_reading(open_tab, live_url):  # noqa: F811
+    """Each live event waited for its own readings of the list and the transcript: while one reading
+    was slow (a model writing the summary), the events behind it queued up, and each then read again."""
+    escalation = _escalate(live_url, "console-burst", "Burst here, I want to talk to a human")
+    operator = open_tab()
+    detail = re.compile(rf".*/v1/escalations/{escalation}$")
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{escalation}']")
+    operator.wait_for_selector("#op-transcript .op-msg")
+    held, readings = [], []
+    operator.on("request", lambda request: readings.append(request.url) if detail.match(request.url) else None)
+    operator.route(detail, lambda route: held.append(route) if not held else route.continue_())  # the first is slow
+    notes, token = f"{live_url}/v1/escalations/{escalation}/notes", {"Authorization": f"Bearer {TOKEN}"}
+    operator.request.post(notes, data={"text": "note 0"}, headers=token)
+    while not held:
+        operator.wait_for_timeout(50)
+    for n in range(1, 5):
+        operator.request.post(notes, data={"text": f"note {n}"}, headers=token)
+    operator.wait_for_timeout(500)  # their events are in by now
+    held[0].continue_()
+    operator.wait_for_function("() => document.getElementById('op-notes').textContent.includes('note 4')")
+    operator.wait_for_timeout(500)
+    assert len(readings) == 2  # the held one, then one for the four events that came meanwhile
