@@ -451,6 +451,17 @@
     $("op-signout").hidden = true;
     $("op-who").textContent = "";
     document.title = "Operator console";
+    // Nothing of this operator's session stays for the next one to sign in at this screen: the
+    // escalation open (of bots the next may not serve), its draft reply, the list and its notices.
+    Object.assign(state, { selected: null, detail: null, unsent: {}, escalations: [], unread: {}, drafts: {} });
+    state.listLoads++;  // a list still loading is not drawn
+    $("op-escalations").replaceChildren();
+    $("op-transcript").replaceChildren();
+    $("op-detail").hidden = true;
+    $("op-reply").value = "";
+    $("op-token").value = "";
+    notice("");
+    showError("op-list-error", "");
     showError("op-login-error", message || "");
   }
 

@@ -63,3 +63,24 @@ def test_console_keeps_saying_who_took_the_escalation_a_claim_lost_to(open_tab, 
     sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('held by rex')")
     assert "already claimed by rex" in sam.locator("#op-error").inner_text()
     assert sam.locator("#op-error").is_visible() and sam.locator("#op-takeover").is_visible()
+
+
+def test_console_shows_the_next_operator_nothing_of_the_one_who_signed_out(open_tab, live_url):  # noqa: F811
+    """Sam signs out at a shared screen and Rex signs in: Sam's escalation (of bots Rex may not serve),
+    with Sam's unsent reply in the box, was still on the page, the stream's 404 for it beside."""
+    escalation = _escalate(live_url, "console-shared-screen", "Shared here, I want to talk to a human")
+    screen = open_tab()
+    sign_in(screen, live_url)
+    screen.click(f".op-item[data-id='{escalation}']")
+    screen.wait_for_selector("#op-transcript .op-msg")
+    screen.fill("#op-reply", "Sam's half-written reply")
+    screen.click("#op-signout")
+    screen.wait_for_selector("#op-login:not([hidden])")
+    assert screen.locator("#op-token").input_value() == ""
+    screen.fill("#op-token", OTHER)
+    screen.press("#op-token", "Enter")
+    screen.wait_for_selector("#op-live:not([hidden])")
+    screen.wait_for_function("() => document.getElementById('op-who').textContent === 'signed in as rex'")
+    assert screen.locator("#op-detail").is_hidden()
+    assert screen.locator("#op-transcript > li").count() == 0 and screen.locator("#op-reply").input_value() == ""
+    assert screen.locator(".op-item[aria-selected='true']").count() == 0
