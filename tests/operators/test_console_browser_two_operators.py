@@ -84,3 +84,18 @@ def test_console_shows_the_next_operator_nothing_of_the_one_who_signed_out(open_
     assert screen.locator("#op-detail").is_hidden()
     assert screen.locator("#op-transcript > li").count() == 0 and screen.locator("#op-reply").input_value() == ""
     assert screen.locator(".op-item[aria-selected='true']").count() == 0
+
+
+def test_console_tells_an_operator_with_no_escalation_open_that_theirs_was_taken_over(open_tab, live_url):  # noqa: F811
+    """The notice line sat in the escalation pane, hidden while no escalation was open: Sam, looking at
+    the list, was never told that Rex took over Sam's claim."""
+    escalation = _escalate(live_url, "console-taken", "Taken here, I want to talk to a human")
+    sam = open_tab()
+    sign_in(sam, live_url)
+    assert sam.request.post(f"{live_url}/v1/escalations/{escalation}/claim",
+                            headers={"Authorization": f"Bearer {TOKEN}"}).status == 200
+    assert sam.request.post(f"{live_url}/v1/escalations/{escalation}/claim", data={"take_over": True},
+                            headers={"Authorization": f"Bearer {OTHER}"}).status == 200
+    sam.wait_for_selector("#op-notice:not([hidden])")
+    assert sam.locator("#op-notice").is_visible() and sam.locator("#op-detail").is_hidden()
+    assert sam.locator("#op-notice").inner_text() == f"rex took over escalation #{escalation} from you."
