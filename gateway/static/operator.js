@@ -479,7 +479,9 @@
   $("op-reply").addEventListener("keydown", function (e) {
     // Enter sends, as in every chat; Shift+Enter starts a new line (and Enter that ends an input method's
     // composition, a Japanese or Chinese word, only ends it).
-    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("op-reply-form").requestSubmit(); }
+    // On a touch screen the keyboard's Enter is the only way to a new line: there, Send reply sends.
+    var send = e.ctrlKey || e.metaKey || !(e.shiftKey || window.matchMedia("(pointer: coarse)").matches);
+    if (e.key === "Enter" && send && !e.isComposing) { e.preventDefault(); $("op-reply-form").requestSubmit(); }
   });
   $("op-note-form").addEventListener("submit", async function (e) {
     e.preventDefault();

@@ -225,3 +225,18 @@ def test_console_reads_once_for_the_live_events_that_came_while_it_was_reading(o
     operator.wait_for_function("() => document.getElementById('op-notes').textContent.includes('note 4')")
     operator.wait_for_timeout(500)
     assert len(readings) == 2  # the held one, then one for the four events that came meanwhile
+
+
+def test_console_on_a_touch_screen_keeps_enter_for_a_new_line(open_tab, live_url):  # noqa: F811
+    """A phone's keyboard has no Shift+Enter: Enter there starts a new line, and Send reply sends."""
+    escalation = _escalate(live_url, "console-touch", "Touch here, I want to talk to a human")
+    phone = open_tab(viewport={"width": 400, "height": 800}, has_touch=True, is_mobile=True)
+    sign_in(phone, live_url)
+    phone.tap(f".op-item[data-id='{escalation}']")
+    phone.wait_for_selector("#op-transcript .op-msg")
+    phone.focus("#op-reply")
+    phone.keyboard.type("Hello,")
+    phone.keyboard.press("Enter")
+    phone.keyboard.type("how can I help?")
+    assert phone.locator("#op-reply").input_value() == "Hello,\nhow can I help?"
+    assert phone.locator("#op-reply-hint").is_hidden()
