@@ -111,6 +111,21 @@
     var unread = escalations.filter(function (e) { return state.unread[e.id]; }).length;
     var counts = [waitingNow ? waitingNow + " waiting" : "", unread ? unread + " new" : ""].filter(Boolean);
     document.title = (counts.length ? "(" + counts.join(", ") + ") " : "") + "Operator console";
+    showNewer();
+  }
+
+  /** On a resolved escalation whose customer asked for a person again: the way to the new one (the old
+   * one's reply box is closed, and the customer's new messages go to the new one). */
+  function showNewer() {
+    var d = state.detail, button = $("op-newer");
+    var newer = d && d.state === "resolved" ? state.escalations.filter(function (e) {
+      return e.conversation_id === d.conversation_id && e.id > d.id && e.state !== "resolved";
+    })[0] : null;
+    button.hidden = !newer;
+    if (newer) {
+      button.dataset.id = newer.id;
+      button.textContent = "The customer asked again: open #" + newer.id;
+    }
   }
 
   function listItem(id) {
@@ -251,6 +266,7 @@
     $("op-takeover").hidden = !(d.state === "claimed" && !mine);
     $("op-resolve").disabled = d.state === "resolved";
     $("op-reply").disabled = d.state === "resolved";
+    showNewer();
     // A refresh after a claim lost to another operator came after the 409 and wiped "already claimed by
     // X" at once: what an action said stays until the next action, or another escalation is shown.
     if (!same || !state.actionFailed) actionFailed("");
@@ -475,6 +491,7 @@
   $("op-release").addEventListener("click", function () { act("release"); });
   $("op-takeover").addEventListener("click", function () { claimThenReply({ take_over: true }); });
   $("op-older").addEventListener("click", function () { loadOlder(); });
+  $("op-newer").addEventListener("click", function () { select(Number($("op-newer").dataset.id)); });
   $("op-reply-form").addEventListener("submit", function (e) { e.preventDefault(); sendReply(); });
   $("op-reply").addEventListener("keydown", function (e) {
     // Enter sends, as in every chat; Shift+Enter starts a new line (and Enter that ends an input method's

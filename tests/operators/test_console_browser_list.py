@@ -240,3 +240,25 @@ def test_console_on_a_touch_screen_keeps_enter_for_a_new_line(open_tab, live_url
     phone.keyboard.type("how can I help?")
     assert phone.locator("#op-reply").input_value() == "Hello,\nhow can I help?"
     assert phone.locator("#op-reply-hint").is_hidden()
+
+
+def test_console_leads_from_a_handed_back_escalation_to_the_customers_new_one(open_tab, live_url):  # noqa: F811
+    """The customer asks for a person again after the hand-back: the operator still reading the resolved
+    escalation (its reply box closed) was not told that a new one had opened for the same customer."""
+    session, token = "console-again", {"Authorization": f"Bearer {TOKEN}"}
+    first = _escalate(live_url, session, "Again here, I want to talk to a human")
+    operator = open_tab()
+    for action in ("claim", "resolve"):
+        assert operator.request.post(f"{live_url}/v1/escalations/{first}/{action}", headers=token).status == 200
+    sign_in(operator, live_url)
+    operator.select_option("#op-filter", "resolved")
+    operator.click(f".op-item[data-id='{first}']")
+    operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('resolved')")
+    operator.select_option("#op-filter", "open,claimed")
+    assert operator.locator("#op-newer").is_hidden()
+    second = _escalate(live_url, session, "Me again, I want to talk to a human")
+    operator.wait_for_selector("#op-newer:not([hidden])")
+    assert operator.locator("#op-newer").inner_text() == f"The customer asked again: open #{second}"
+    operator.click("#op-newer")
+    operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{second}')")
+    assert operator.locator("#op-newer").is_hidden() and operator.locator("#op-reply").is_enabled()
