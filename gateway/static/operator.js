@@ -439,6 +439,9 @@
     state.token = token;
     try {
       await loadList();
+      // Refused (signed out): the list's load gives up without an error then, and asking who this is
+      // with no token signed out a second time, wiping the token the operator was typing again.
+      if (state.token !== token) return;
       state.me = (await api("/v1/operators/me")).name;
     } catch (err) {
       if (err.message !== "unauthorized") showError("op-login-error", err.message);

@@ -99,3 +99,17 @@ def test_console_tells_an_operator_with_no_escalation_open_that_theirs_was_taken
     sam.wait_for_selector("#op-notice:not([hidden])")
     assert sam.locator("#op-notice").is_visible() and sam.locator("#op-detail").is_hidden()
     assert sam.locator("#op-notice").inner_text() == f"rex took over escalation #{escalation} from you."
+
+
+def test_console_refusing_a_token_asks_nothing_more_with_it(open_tab, live_url):  # noqa: F811
+    """A refused token signs out; the sign-in then went on to ask who the (now empty) token was, was
+    refused again, and that second sign-out wiped the token the operator had begun to type again."""
+    screen = open_tab()
+    asked: list[str] = []
+    screen.on("request", lambda request: asked.append(request.url) if "/v1/" in request.url else None)
+    screen.goto(live_url + "/operator")
+    screen.fill("#op-token", "wrong-token")
+    screen.press("#op-token", "Enter")
+    screen.wait_for_selector("#op-login-error:not([hidden])")
+    screen.wait_for_timeout(300)
+    assert [url.split("/v1/")[1] for url in asked] == ["escalations?state=open%2Cclaimed"]
