@@ -264,8 +264,12 @@
     $("op-claim").disabled = d.state !== "open";
     $("op-release").hidden = !mine;
     $("op-takeover").hidden = !(d.state === "claimed" && !mine);
-    $("op-resolve").disabled = d.state === "resolved";
+    // Another operator's claim: Resolve and Send reply were offered, and refused with a 409 once used.
+    var theirs = d.state === "claimed" && !mine;
+    $("op-resolve").disabled = d.state === "resolved" || theirs;
     $("op-reply").disabled = d.state === "resolved";
+    $("op-reply-form").querySelector("button[type=submit]").disabled = d.state === "resolved" || theirs;
+    $("op-reply").placeholder = theirs ? d.operator + " holds this escalation: take it over to reply." : "";
     showNewer();
     // A refresh after a claim lost to another operator came after the 409 and wiped "already claimed by
     // X" at once: what an action said stays until the next action, or another escalation is shown.
@@ -335,7 +339,7 @@
    * retry after a dropped connection is answered with the reply already stored, not sent twice. */
   async function sendReply() {
     var id = state.selected, text = $("op-reply").value.trim();
-    if (!text || id === null) return;
+    if (!text || id === null || $("op-reply-form").querySelector("button[type=submit]").disabled) return;  // Enter too
     var pending = state.unsent[id];
     if (!pending || pending.text !== text) pending = state.unsent[id] = { text: text, messageId: newMessageId() };
     actionFailed("");

@@ -113,3 +113,27 @@ def test_console_refusing_a_token_asks_nothing_more_with_it(open_tab, live_url):
     screen.wait_for_selector("#op-login-error:not([hidden])")
     screen.wait_for_timeout(300)
     assert [url.split("/v1/")[1] for url in asked] == ["escalations?state=open%2Cclaimed"]
+
+
+def test_console_offers_no_resolve_or_send_on_another_operators_claim(open_tab, live_url):  # noqa: F811
+    """Rex holds the escalation: Sam's Resolve and Send reply were enabled, and only refused (409) once
+    used; Sam's reply, typed out, went nowhere."""
+    escalation = _escalate(live_url, "console-held", "Held here, I want to talk to a human")
+    sam = open_tab()
+    sign_in(sam, live_url)
+    sam.click(f".op-item[data-id='{escalation}']")
+    sam.wait_for_selector("#op-transcript .op-msg")
+    assert sam.locator("#op-resolve").is_enabled()
+    assert sam.request.post(f"{live_url}/v1/escalations/{escalation}/claim",
+                            headers={"Authorization": f"Bearer {OTHER}"}).status == 200
+    sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('held by rex')")
+    assert sam.locator("#op-resolve").is_disabled()
+    assert sam.locator("#op-reply-form button[type=submit]").is_disabled()
+    assert sam.locator("#op-reply").get_attribute("placeholder") == "rex holds this escalation: take it over to reply."
+    sam.fill("#op-reply", "Sam's answer")
+    sam.press("#op-reply", "Enter")  # not sent: it would be refused
+    sam.wait_for_timeout(300)
+    assert sam.locator("#op-error").is_hidden() and sam.locator("#op-reply").input_value() == "Sam's answer"
+    sam.click("#op-takeover")
+    sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('held by sam')")
+    assert sam.locator("#op-resolve").is_enabled() and sam.locator("#op-reply-form button[type=submit]").is_enabled()
