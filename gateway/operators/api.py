@@ -154,10 +154,12 @@ async def list_escalations(request: Request, state: str | None = None, bot: str 
             # "waiting" is a conversation's state, not an escalation's: it matched nothing, silently.
             raise BadRequest(f"unknown state {', '.join(map(repr, unknown))}: an escalation is "
                              f"{', '.join(ESCALATION_STATES)} (a waiting conversation's escalation is open)")
-        if bot and bot not in svc.escalations.servable(op.bots):
+        served = svc.escalations.servable(op.bots)
+        if bot and bot not in served:
             # One answer for a bot that does not exist and one the operator does not serve (nor any
-            # longer configured): whether another team's bot exists is not theirs to learn here.
-            raise NotFound(f"no bot {bot!r} among the bots you serve")
+            # longer configured): whether another team's bot exists is not theirs to learn here. Named
+            # with the bots they do serve, so a typo ("acmee") is seen at once.
+            raise NotFound(f"no bot {bot!r} among the bots you serve ({', '.join(sorted(served)) or 'none'})")
         rows = await svc.escalations.find(bots=op.bots, state=",".join(states) or None, bot=bot)
         async with svc.sessions() as session:
             conversations = {c.id: c for c in (await session.execute(select(Conversation).where(

@@ -58,8 +58,8 @@ async def test_api_a_bot_filter_the_operator_cannot_serve_is_404_not_an_empty_li
     unknown = await client.get("/v1/escalations?bot=nope", headers=auth("sam"))
     not_served = await client.get("/v1/escalations?bot=other", headers=auth("sam"))
     assert unknown.status_code == not_served.status_code == 404
-    assert unknown.json()["error"] == "no bot 'nope' among the bots you serve"
-    assert not_served.json()["error"] == "no bot 'other' among the bots you serve"
+    assert unknown.json()["error"] == "no bot 'nope' among the bots you serve (acme)"
+    assert not_served.json()["error"] == "no bot 'other' among the bots you serve (acme)"
     assert (await client.get("/v1/escalations?bot=nope")).status_code == 401  # the token first
     assert (await client.get("/v1/escalations?bot=other", headers=auth("kim"))).status_code == 200
 
@@ -194,3 +194,4 @@ async def test_api_a_lone_surrogate_in_a_reply_note_or_reason_is_stored_as_a_rep
     detail = (await client.get(url, headers=auth("sam"))).json()
     assert detail["messages"][-1]["text"] == "thanks \ufffd for waiting"
     assert detail["events"][1]["kind"] == "claimed" and detail["events"][1]["reason"] == "thanks \ufffd for waiting"
+
