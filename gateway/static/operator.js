@@ -376,6 +376,7 @@
       }
       if (!response.ok || !response.body) throw new Error("stream refused");
       $("op-live").hidden = false;
+      $("op-offline").hidden = true;
       var reader = response.body.getReader(), decoder = new TextDecoder(), buffer = "";
       for (;;) {
         var chunk = await reader.read();
@@ -387,6 +388,9 @@
       }
     } catch (err) { if (controller.signal.aborted) return; }
     $("op-live").hidden = true;
+    // Said in words: a small badge gone missing was all that told the operator the list had stopped
+    // updating while the server was away.
+    $("op-offline").hidden = !state.token;
     if (state.token && !controller.signal.aborted) setTimeout(stream, 2000);  // reconnect
   }
 
@@ -473,6 +477,7 @@
     $("op-main").hidden = true;
     $("op-signout").hidden = true;
     $("op-who").textContent = "";
+    $("op-offline").hidden = true;
     document.title = "Operator console";
     // Nothing of this operator's session stays for the next one to sign in at this screen: the
     // escalation open (of bots the next may not serve), its draft reply, the list and its notices.

@@ -262,3 +262,28 @@ def test_console_leads_from_a_handed_back_escalation_to_the_customers_new_one(op
     operator.click("#op-newer")
     operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{second}')")
     assert operator.locator("#op-newer").is_hidden() and operator.locator("#op-reply").is_enabled()
+
+
+def test_console_says_in_words_while_its_live_stream_is_down(open_tab, live_url):  # noqa: F811
+    """The server went away: the small green "live" badge disappeared and nothing else said that the
+    list had stopped updating; once the stream is back, the warning goes."""
+    operator = open_tab()
+    streams = []
+
+    def ended_then_down_then_up(route):
+        streams.append(route.request.url)
+        if len(streams) == 1:
+            route.fulfill(status=200, content_type="text/event-stream", body="event: ready\ndata: {}\n\n")
+        elif len(streams) == 2:
+            route.abort("connectionrefused")
+        else:
+            route.continue_()
+
+    operator.route("**/v1/escalations/stream", ended_then_down_then_up)
+    operator.goto(live_url + "/operator")
+    operator.fill("#op-token", TOKEN)
+    operator.press("#op-token", "Enter")
+    operator.wait_for_selector("#op-offline:not([hidden])", timeout=10_000)
+    assert "not updating" in operator.locator("#op-offline").inner_text()
+    operator.wait_for_selector("#op-live:not([hidden])", timeout=10_000)
+    assert operator.locator("#op-offline").is_hidden()
