@@ -155,6 +155,17 @@ async def history(session: AsyncSession, *, conversation_id: int, limit: int,
     return list(reversed(rows))
 
 
+async def last_customer_messages(session: AsyncSession, *, conversation_ids: list[int]) -> dict[int, Message]:
+    """Each conversation's newest customer message (ignored ones left out), by conversation id."""
+    if not conversation_ids:
+        return {}
+    newest = (select(func.max(Message.id)).where(
+        Message.conversation_id.in_(conversation_ids), Message.direction == "in", Message.author == "contact",
+        Message.status.not_in(("ignored",))).group_by(Message.conversation_id))
+    rows = (await session.execute(select(Message).where(Message.id.in_(newest)))).scalars().all()
+    return {m.conversation_id: m for m in rows}
+
+
 async def first_customer_message(session: AsyncSession, *, conversation_id: int) -> Message | None:
     """The customer's first message in a conversation (what they came for), ignored ones left out."""
     return (await session.execute(

@@ -167,11 +167,16 @@ async def list_escalations(request: Request, state: str | None = None, bot: str 
             contact_ids = [c.contact_id for c in conversations.values() if c.contact_id]
             contacts = {c.id: c for c in (await session.execute(select(Contact).where(
                 Contact.id.in_(contact_ids)))).scalars()} if contact_ids else {}
+            # Every web chat customer is "Web visitor" and most reasons read "customer asked: 'talk to a
+            # human'": what they last wrote tells the queue's escalations apart without opening each.
+            last = await repo.last_customer_messages(session, conversation_ids=list(conversations))
         out = []
         for row in rows:
             conversation = conversations.get(row.conversation_id)
             contact = contacts.get(conversation.contact_id) if conversation and conversation.contact_id else None
-            out.append(escalation_dict(row, conversation, contact))
+            said = last.get(row.conversation_id)
+            out.append({**escalation_dict(row, conversation, contact), "last_customer_message": {
+                "text": (said.text or "")[:200], "at": utc_iso(said.created_at)} if said else None})
         return {"escalations": out}
 
     return await _guarded(request, action)

@@ -103,6 +103,7 @@
       parts[3].title = e.state === "open" ? "escalated " + when(e.created_at) : "";
       parts[3].hidden = e.state !== "open";
       parts[4].hidden = !state.unread[e.id];
+      parts[5].textContent = e.last_customer_message ? "“" + e.last_customer_message.text + "”" : "";
       if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null);  // moved only when out of place
     });
     Object.keys(kept).forEach(function (id) { kept[id].remove(); });
@@ -134,7 +135,7 @@
     button.type = "button";
     button.setAttribute("role", "option");
     button.dataset.id = id;
-    button.append(el("span"), el("strong"), el("span", "op-meta"), el("span", "op-wait"), el("span", "op-unread", "new message"));
+    button.append(el("span"), el("strong"), el("span", "op-meta"), el("span", "op-wait"), el("span", "op-unread", "new message"), el("span", "op-said"));
     button.addEventListener("click", function () { select(id); });
     li.appendChild(button);
     return li;

@@ -195,3 +195,13 @@ async def test_api_a_lone_surrogate_in_a_reply_note_or_reason_is_stored_as_a_rep
     assert detail["messages"][-1]["text"] == "thanks \ufffd for waiting"
     assert detail["events"][1]["kind"] == "claimed" and detail["events"][1]["reason"] == "thanks \ufffd for waiting"
 
+
+
+async def test_api_list_says_what_each_customer_last_wrote(client):
+    """Every web customer is "Web visitor", most reasons "customer asked: 'talk to a human'": the list
+    told the queue's escalations apart by nothing but their ids."""
+    first = await _chat(client, "last-said", "I need to talk to a human about invoice 7")
+    await _chat(client, "last-said", "It was charged twice")
+    escalation = await _escalation_for(client, first["conversation_id"])
+    assert escalation["last_customer_message"]["text"] == "It was charged twice"
+    assert escalation["last_customer_message"]["at"].endswith("+00:00")

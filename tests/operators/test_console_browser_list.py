@@ -135,6 +135,7 @@ def test_console_marks_an_escalation_whose_customer_wrote_while_another_was_read
     operator.request.post(f"{live_url}/v1/bots/acme/chat", data={"session_id": "console-unread-b", "text": "Hello?"})
     badge.wait_for(state="visible", timeout=10_000)
     assert badge.inner_text() == "new message"
+    assert operator.locator(f".op-item[data-id='{other}'] .op-said").inner_text() == "“Hello?”"  # what they wrote
     # The tab's title says so too, for an operator working in another tab.
     assert re.fullmatch(r"\(\d+ waiting, 1 new\) Operator console", operator.title())
     operator.request.post(f"{live_url}/v1/bots/acme/chat", data={"session_id": "console-unread-a", "text": "Still me"})
