@@ -288,3 +288,13 @@ def test_console_says_in_words_while_its_live_stream_is_down(open_tab, live_url)
     assert "not updating" in operator.locator("#op-offline").inner_text()
     operator.wait_for_selector("#op-live:not([hidden])", timeout=10_000)
     assert operator.locator("#op-offline").is_hidden()
+
+
+def test_console_announces_the_escalation_not_its_whole_transcript(open_tab, live_url):  # noqa: F811
+    """The whole escalation pane was a live region: each live event draws it again, and a screen reader
+    read the whole transcript out every time. Only the title (which escalation, its state) is live."""
+    operator = open_tab()
+    sign_in(operator, live_url)
+    live = operator.evaluate("() => [...document.querySelectorAll('[aria-live]')].map(n => n.id)")
+    assert "op-detail" not in live and "op-title" in live
+    assert operator.locator("#op-transcript").evaluate("n => n.closest('[aria-live]')") is None
