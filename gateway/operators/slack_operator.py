@@ -353,9 +353,18 @@ class SlackOperatorChannel:
             await self._escalations.reply(escalation.id, operator=operator, text=mrkdwn_to_markdown(inbound.text), bots=None,
                                           source="slack", message_id=f"slack-in-{inbound.id}")
         except (Conflict, BadRequest, NotFound) as exc:
-            await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {_named(str(exc))}",
-                             thread_ts=conversation.thread)
+            await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {_named(str(exc))}"
+                             f"{await self._newer_escalation(escalation)}", thread_ts=conversation.thread)
         return True
+
+    async def _newer_escalation(self, escalation: Escalation) -> str:
+        """Where to answer instead, when the customer asked for a person again after this thread's
+        escalation was handed back: the old thread refused the reply and said nothing of the new one."""
+        async with self._sessions() as session:
+            newer = (await session.execute(select(Escalation.id).where(
+                Escalation.conversation_id == escalation.conversation_id, Escalation.id > escalation.id,
+                Escalation.state.in_(("open", "claimed"))).order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
+        return f" The customer asked for a person again: answer in the thread of escalation #{newer}." if newer else ""
 
     async def handle_action(self, bot: str, click: Click) -> str:
         """A Claim or Resolve click (`slack_actions.first_click`); returns what happened, for the log."""

@@ -1,4 +1,5 @@
-"""An operator's reply the customer's platform refuses is told in the escalation's Slack thread."""
+"""An operator's reply that does not reach the customer is told in the escalation's Slack thread: one the
+customer's platform refused, or one written in the thread of an escalation already handed back."""
 
 from __future__ import annotations
 
@@ -68,3 +69,26 @@ async def test_a_console_operators_failed_reply_is_told_in_the_thread_too(client
     assert sent.status_code == 201 and sent.json()["status"] == "failed"
     told = await wait_until(lambda: _in_thread(slack, thread_ts, "Not delivered to the customer"))
     assert "sam's reply" in told[0].params["text"] and "<@" not in told[0].params["text"]
+
+
+async def test_a_reply_in_a_handed_back_thread_points_to_the_customers_new_escalation(client, slack):
+    """The reply was refused ("already resolved") and nothing said the customer waited in a new thread."""
+    first, old_thread = await _escalated_and_claimed(client, slack, "DAGAIN")
+    await client.services.escalations.resolve(first, operator="slack:UOPS", bots=None)
+    headers = len([c for c in slack.calls_to("chat.postMessage") if c.params.get("blocks")])
+    again = _event({"type": "message", "channel_type": "im", "channel": "DAGAIN", "user": "UCUST",
+                    "text": "I need to talk to a human again", "ts": f"{time.time():.6f}"}, "EvAgain")
+    assert (await _post_event(client, again)).status_code == 200
+    header = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("blocks")][headers:])
+    blocks = header[0].params["blocks"]
+    second = int((blocks if isinstance(blocks, list) else json.loads(blocks))[1]["elements"][0]["value"])
+    assert second != first
+
+    late = _event({"type": "message", "channel": OPS_CHANNEL, "channel_type": "channel", "user": "UOPS",
+                   "text": "One more thing about your refund", "ts": f"{time.time():.6f}", "thread_ts": old_thread,
+                   "parent_user_id": BOT_USER_ID}, "EvLate")
+    assert (await _post_event(client, late)).status_code == 200
+    told = await wait_until(lambda: _in_thread(slack, old_thread, "Not sent to the customer"))
+    text = told[0].params["text"]
+    assert f"escalation {first} is already resolved by <@UOPS>" in text
+    assert text.endswith(f"The customer asked for a person again: answer in the thread of escalation #{second}.")
