@@ -151,6 +151,7 @@
     }
     state.selected = id;
     delete state.unread[id];
+    if ($("op-notice").dataset.about === String(id)) notice("");  // read: the escalation it told of is open
     drawList($("op-escalations"), state.escalations);  // selected, and no longer unread
     try {
       await loadDetail();
@@ -303,7 +304,13 @@
     } catch (err) { showError("op-error", err.message); }
   }
 
-  function notice(message) { var n = $("op-notice"); n.textContent = message || ""; n.hidden = !message; }
+  /** A notice about escalation `about`: it stays until that escalation is opened (or another notice comes). */
+  function notice(message, about) {
+    var n = $("op-notice");
+    n.textContent = message || "";
+    n.hidden = !message;
+    n.dataset.about = about || "";
+  }
 
   /** What the operator's own action said went wrong: kept on the page across refreshes. */
   function actionFailed(message) { state.actionFailed = !!message; showError("op-error", message); }
@@ -411,14 +418,14 @@
     // A customer wrote in an escalation the operator is not reading: its item says so until it is opened.
     if (event.type === "customer_message" && event.escalation_id !== state.selected) state.unread[event.escalation_id] = true;
     if (event.type === "taken_over" && event.previous_operator === state.me) {
-      notice(event.operator + " took over escalation #" + event.escalation_id + " from you.");
+      notice(event.operator + " took over escalation #" + event.escalation_id + " from you.", event.escalation_id);
     } else if (event.type === "released" && event.operator !== state.me) {
-      notice(event.operator + " released escalation #" + event.escalation_id + ": it is open again.");
+      notice(event.operator + " released escalation #" + event.escalation_id + ": it is open again.", event.escalation_id);
     } else if (event.type === "reply_failed") {
-      notice("A reply in escalation #" + event.escalation_id + " was not delivered: " + (event.error || "unknown error"));
+      notice("A reply in escalation #" + event.escalation_id + " was not delivered: " + (event.error || "unknown error"), event.escalation_id);
     } else if (event.type === "stale_claim") {
       notice("Escalation #" + event.escalation_id + ": the customer has waited " + event.waiting_minutes +
-        " min for " + event.operator + "'s reply.");
+        " min for " + event.operator + "'s reply.", event.escalation_id);
     }
     refresh(event.escalation_id === state.selected);
   }

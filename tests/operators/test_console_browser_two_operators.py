@@ -99,6 +99,8 @@ def test_console_tells_an_operator_with_no_escalation_open_that_theirs_was_taken
     sam.wait_for_selector("#op-notice:not([hidden])")
     assert sam.locator("#op-notice").is_visible() and sam.locator("#op-detail").is_hidden()
     assert sam.locator("#op-notice").inner_text() == f"rex took over escalation #{escalation} from you."
+    sam.click(f".op-item[data-id='{escalation}']")  # read: the notice goes (it stayed for the whole session)
+    sam.wait_for_selector("#op-notice", state="hidden")
 
 
 def test_console_refusing_a_token_asks_nothing_more_with_it(open_tab, live_url):  # noqa: F811
