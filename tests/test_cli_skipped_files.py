@@ -10,6 +10,7 @@ from gateway.cli import main
 
 def test_eval_names_the_file_types_it_did_not_read_once(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no config.yaml here: eval runs on the built-in defaults
+    monkeypatch.delenv("GATEWAY_CONFIG", raising=False)  # as `make test` exports it
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "billing.md").write_text("# Billing\n\nInvoices are sent monthly by email.\n")

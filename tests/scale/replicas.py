@@ -43,7 +43,10 @@ def replica_config(tmp: Path, *, database_url: str, telegram_api: str, index: in
         "database_url": database_url,
         # Qdrant local mode allows one process per folder, so each replica gets its own (no sources anyway).
         "qdrant": {"path": str(tmp / f"qdrant-{index}")},
-        "worker": {"lease_seconds": lease_seconds, "poll_interval": 0.2, "reply_timeout": 30},
+        # burst_seconds 0: each message here is a question of its own, answered on its own, however close
+        # together they come (bursts have their own tests: tests/gateway_channels/test_telegram_bursts.py).
+        "worker": {"lease_seconds": lease_seconds, "poll_interval": 0.2, "reply_timeout": 30, "burst_seconds": 0,
+                   **top.pop("worker", {})},
         "log_level": "WARNING",
         "models": models or [],
         "bots": [bot],
