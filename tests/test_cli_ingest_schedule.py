@@ -4,12 +4,10 @@ without a word: the ingest went through, the source kept its old cron)."""
 
 from __future__ import annotations
 
-from aiohttp import web
-
 from gateway.admin_client import admin_files, ingest_via_server
 from gateway.settings import load_settings
 from tests.conftest import app_client, docs_source, write_config
-from tests.fakes.web_server import serving
+from tests.fakes.web_server import replaying_admin_ingest, serving
 
 
 async def _server_stream(tmp_path, bots) -> bytes:
@@ -28,14 +26,7 @@ async def test_cli_ingest_through_the_server_says_an_edited_schedule_needs_a_res
     bots = [{"name": "acme", "sources": [source], "channels": {"web": {}}}]
     body = await _server_stream(tmp_path / "server", bots)
 
-    async def ingest(request: web.Request) -> web.StreamResponse:  # the server's own lines, replayed
-        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
-        await response.write(body)
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/admin/ingest", ingest)
+    app = replaying_admin_ingest(body)  # the server's own lines, replayed
     edited = load_settings(write_config(tmp_path / "cli", bots=[{**bots[0], "sources": [
         {**source, "schedule": "*/15 * * * *"}]}]))
     unchanged = load_settings(write_config(tmp_path / "same", bots=bots))

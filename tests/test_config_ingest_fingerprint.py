@@ -106,19 +106,10 @@ async def test_admin_ingest_that_breaks_mid_stream_ends_with_an_error_line(tmp_p
     (b'{"progress": {"done": 1}}\n[1, 2]\n', "stopped before the ingest ended (a line that is not an event: '[1, 2]')"),
 ], ids=["error-line", "cut-short", "not-an-object"])
 async def test_cli_reads_a_broken_progress_stream_as_an_unfinished_ingest(body, shown, capsys):
-    from aiohttp import web
-
     from gateway.admin_client import _ingest_on_server
-    from tests.fakes.web_server import serving
+    from tests.fakes.web_server import replaying_admin_ingest, serving
 
-    async def ingest(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
-        await response.write(body)
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/admin/ingest", ingest)
+    app = replaying_admin_ingest(body)
     seen = []
     async with serving(app) as base:
         code = await _ingest_on_server(base, {}, token="t", progress=lambda *args: seen.append(args))
@@ -182,11 +173,9 @@ async def test_admin_ingest_relays_its_warnings_and_only_its_own(monkeypatch, ca
     terminal; through the server it went only to the server's log. The CLI prints each as `warning: …`."""
     import logging
 
-    from aiohttp import web
-
     from gateway.admin_client import _ingest_on_server
     from gateway.http import admin
-    from tests.fakes.web_server import serving
+    from tests.fakes.web_server import replaying_admin_ingest, serving
 
     crawl = logging.getLogger("rag.crawl")
     other_run_logged = asyncio.Event()
@@ -217,14 +206,7 @@ async def test_admin_ingest_relays_its_warnings_and_only_its_own(monkeypatch, ca
         {"warning": "ingest.points_missing missing=3", "level": "warning"},
         {"progress": {"done": 1, "total": 1, "label": "acme/site"}}, {"runs": []}]
 
-    async def streamed(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
-        await response.write("".join(json.dumps(line) + "\n" for line in lines).encode())
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/admin/ingest", streamed)
+    app = replaying_admin_ingest("".join(json.dumps(line) + "\n" for line in lines).encode())
     async with serving(app) as base:
         assert await _ingest_on_server(base, {}, token="t", progress=None) == []
     err = capsys.readouterr().err

@@ -18,3 +18,18 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
+
+
+def replaying_admin_ingest(body: bytes) -> web.Application:
+    """A stand-in for a running server's `POST /v1/admin/ingest` that streams `body` (NDJSON lines) back,
+    for the CLI that reads them."""
+
+    async def ingest(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        await response.write(body)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/admin/ingest", ingest)
+    return app

@@ -7,10 +7,12 @@ the customer's next question from the knowledge base.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -21,20 +23,28 @@ TOKEN = "console-operator-token-42"
 WAIT_MS = 60_000
 
 
-@pytest.fixture(scope="module")
-def live_url(tmp_path_factory):
+@contextlib.contextmanager
+def console_server(root: Path, *, more_operators: str = ""):
+    """The console tests' app on a real port: the help center's account page for bot acme, operator sam
+    (TOKEN), and the operators of `more_operators` (YAML list items under `operators:`)."""
     from gateway.app import create_app
     from gateway.settings import load_settings
 
-    root = tmp_path_factory.mktemp("console")
     docs = root / "docs"
     docs.mkdir()
     shutil.copy(HELP_CENTER / "account.md", docs / "account.md")
     os.environ["CONSOLE_OPERATOR_TOKEN"] = TOKEN
     config = write_config(root, docs=docs, operator_token_env="CONSOLE_OPERATOR_TOKEN")
+    if more_operators:
+        config.write_text(config.read_text().replace("bots:\n  - name: acme", more_operators + "bots:\n  - name: acme", 1))
     _prepare(config)
-    app = create_app(load_settings(config), start_scheduler=False)
-    with serving(app) as url:
+    with serving(create_app(load_settings(config), start_scheduler=False)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def live_url(tmp_path_factory):
+    with console_server(tmp_path_factory.mktemp("console")) as url:
         yield url
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 
 import pytest
 
-from tests.operators.test_console_browser import TOKEN, _escalate, open_tab, sign_in  # noqa: F401
-from tests.web.conftest import HELP_CENTER, _prepare, browser, chromium_path, serving, write_config  # noqa: F401
+from tests.operators.test_console_browser import TOKEN, _escalate, console_server, open_tab, sign_in  # noqa: F401
+from tests.web.conftest import browser, chromium_path  # noqa: F401
 
 pytestmark = pytest.mark.browser
 OTHER = "console-operator-rex-token-42"
@@ -18,22 +17,9 @@ OTHER = "console-operator-rex-token-42"
 @pytest.fixture(scope="module")
 def live_url(tmp_path_factory):
     """The console test's app, with a second operator (rex) for the same bot."""
-    from gateway.app import create_app
-    from gateway.settings import load_settings
-
-    root = tmp_path_factory.mktemp("console-two")
-    docs = root / "docs"
-    docs.mkdir()
-    shutil.copy(HELP_CENTER / "account.md", docs / "account.md")
-    os.environ["CONSOLE_OPERATOR_TOKEN"], os.environ["CONSOLE_OTHER_TOKEN"] = TOKEN, OTHER
-    config = write_config(root, docs=docs, operator_token_env="CONSOLE_OPERATOR_TOKEN")
-    config.write_text(config.read_text().replace("bots:\n  - name: acme", """  - name: rex
-    token: "${CONSOLE_OTHER_TOKEN}"
-    bots: [acme]
-bots:
-  - name: acme""", 1))
-    _prepare(config)
-    with serving(create_app(load_settings(config), start_scheduler=False)) as url:
+    os.environ["CONSOLE_OTHER_TOKEN"] = OTHER
+    rex = '  - name: rex\n    token: "${CONSOLE_OTHER_TOKEN}"\n    bots: [acme]\n'
+    with console_server(tmp_path_factory.mktemp("console-two"), more_operators=rex) as url:
         yield url
 
 
