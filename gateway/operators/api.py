@@ -22,7 +22,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
@@ -100,7 +100,8 @@ class NoBody(BaseModel):
 class ClaimBody(OperatorBody):
     """`take_over`: take a claim another operator holds (without it, that is a 409 naming the holder)."""
 
-    take_over: bool = False
+    # Strict: pydantic reads "yes", "on" or 1 as true, and taking a colleague's claim is no default to guess.
+    take_over: StrictBool = False
     reason: str = Field(default="", max_length=1000)
 
 

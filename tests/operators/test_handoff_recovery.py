@@ -45,6 +45,9 @@ async def test_claim_of_a_held_escalation_is_409_unless_take_over_then_announced
     assert plain.status_code == 409 and "already claimed by sam" in plain.json()["error"]
     explicit_no = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"), json={"take_over": False})
     assert explicit_no.status_code == 409
+    for loose in ("yes", "true", 1):  # pydantic's lax bool took "yes" for a take-over
+        vague = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"), json={"take_over": loose})
+        assert vague.status_code == 422 and "take_over" in vague.text
 
     async with client.services.bus.subscribe(ESCALATIONS_TOPIC) as queue:
         taken = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"), json={"take_over": True})
