@@ -1,22 +1,19 @@
 """The LLM router: every model call goes through here, and through LiteLLM.
 
-`LLMRouter` wraps a LiteLLM `Router` built from the top-level `models:` list (the offline
-extractive responder is always there as `offline`). The LiteLLM Router picks a deployment within a
-model group; this module owns the policy around it, because streaming needs one LiteLLM cannot
-express: after a stream broke mid-answer, the retry or fallback runs unstreamed.
+`LLMRouter` wraps a LiteLLM `Router` built from the top-level `models:` (the offline extractive
+responder is always there as `offline`), which picks a deployment within a model group; this module
+owns the policy around it, as streaming needs one LiteLLM cannot express (after a stream broke).
 
     for model in [model, *fallbacks]:
         up to 1 + num_retries attempts, backing off exponentially (or as Retry-After says)
         on 429, 5xx, timeouts, broken connections and faults inside the client libraries;
-        a timeout with a model left to try, and other errors (the provider said no: bad key,
-        bad request) skip to the next model
+        a timeout with a model left to try, a Retry-After past backoff_max, and the provider saying
+        no (bad key, no credit, bad request) skip to the next model
     every model failed → LLMError
 
-With `on_token`, the reply is streamed. A stream that breaks, or ends without a finish_reason,
-is a failure, retried like any other. After tokens were shown, the next attempts run without
-`on_token`: their tokens would follow the broken ones, and every surface replaces the streamed
-text with the final reply anyway (the widget on `done`, chat apps by editing their message), so
-the customer sees one answer, not "assistant unavailable" and a handoff for one dropped connection.
+With `on_token`, the reply is streamed. A stream that breaks, or ends without a finish_reason, is a
+failure retried like any other, without `on_token` once tokens were shown: every surface replaces the
+streamed text with the final reply (the widget on `done`, chat apps by editing their message).
 """
 
 from __future__ import annotations
@@ -36,6 +33,7 @@ import structlog
 from gateway.errors import ConfigError, LLMError
 from gateway.llm_pricing import Pricing, Usage
 from gateway.llm_retry import (
+    STOPPED_EMPTY,
     MalformedAnswer,
     RetryPolicy,
     client_fault,
@@ -296,7 +294,7 @@ class LLMRouter:
     def _result(self, name: str, response: Any) -> LLMResult:
         choice = response.choices[0] if getattr(response, "choices", None) else None
         message = choice.message if choice is not None else None  # empty, as a stream with nothing: a failure
-        if message is None or not (message.content or message.tool_calls or choice.finish_reason == "content_filter"):
+        if message is None or not (message.content or message.tool_calls or choice.finish_reason in STOPPED_EMPTY):
             raise MalformedAnswer(f"{name} answered with {'no text and no tool call' if choice else 'no choices'}")
         calls = tuple(
             ToolCall(id=c.id or f"call_{i}", name=c.function.name or "", arguments=c.function.arguments or "{}")
@@ -348,10 +346,12 @@ class LLMRouter:
                 acc.finish_reason = choice.finish_reason
         if not acc.finish_reason:
             raise _StreamFailed("the stream ended without a finish_reason", emitted=acc.emitted)
-        if not acc.text and not acc.calls and acc.finish_reason == "content_filter":
-            # The provider's filter refused this request: an answer (gate 2 makes it the fallback), not
-            # an outage to retry, fall back from and cool down for every bot over one customer's words.
-            log.warning("llm.content_filtered", model=name)
+        if not acc.text and not acc.calls and acc.finish_reason in STOPPED_EMPTY:
+            # The provider's filter refused this request, or a reasoning model spent `max_tokens` before any
+            # text: an answer (gate 2 makes it the fallback), not an outage to retry (the same request stops
+            # the same way), fall back from and cool down for every bot over one customer's words.
+            log.warning("llm.content_filtered" if acc.finish_reason == "content_filter" else "llm.stopped_empty",
+                        model=name)
         elif not acc.text and not acc.calls:
             # A 200 whose body is no stream (an HTML error page, an empty body) comes out of LiteLLM as
             # an empty answer with a finish_reason it made up; it was taken as the model's answer.

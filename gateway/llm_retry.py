@@ -25,6 +25,10 @@ class MalformedAnswer(Exception):
     (it was logged as `llm.client_fault`, with a traceback)."""
 
 
+STOPPED_EMPTY = ("content_filter", "length")
+"""Finish reasons of an empty answer that is still an answer: the provider's filter refused the request, or a
+reasoning model spent `max_tokens` before any text. Asked again, the same request stops the same way."""
+
 RETRYABLE = (
     MalformedAnswer,
     litellm.RateLimitError,

@@ -113,18 +113,20 @@ async def test_stream_without_finish_reason_is_a_failure(openai_fake: FakeOpenAI
     assert [r.stream for r in openai_fake.requests_for("backup")] == [False]
 
 
+@pytest.mark.parametrize("finish", ["content_filter", "length"])
 @pytest.mark.parametrize("streamed", [True, False], ids=["stream", "plain"])
-async def test_a_content_filtered_reply_is_an_answer_not_an_outage(openai_fake: FakeOpenAI, streamed) -> None:
+async def test_a_content_filtered_reply_is_an_answer_not_an_outage(openai_fake: FakeOpenAI, streamed, finish) -> None:
     """One customer's words tripping the provider's filter retried, fell back, and cooled every model
-    down for every bot (review)."""
-    openai_fake.script("primary", Turn(text=None, finish_reason="content_filter"), Turn(text="Primary answer [1]."))
+    down for every bot (review); so did a reasoning model that spent `max_tokens` before any text, paid
+    for on every retry of the same request."""
+    openai_fake.script("primary", Turn(text=None, finish_reason=finish), Turn(text="Primary answer [1]."))
     openai_fake.script("backup", Turn(text="Backup answer [1]."))
     router = make_router(openai_fake, "primary", "backup")
 
     result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES,
                                    on_token=Collector() if streamed else None)
 
-    assert result.text == "" and result.finish_reason == "content_filter" and result.model_used == "primary"
+    assert result.text == "" and result.finish_reason == finish and result.model_used == "primary"
     assert len(openai_fake.requests_for("primary")) == 1 and openai_fake.requests_for("backup") == []
     again = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
     assert again.model_used == "primary" and openai_fake.requests_for("backup") == []  # not cooling down
