@@ -79,7 +79,9 @@ class MessageHandler:
 
     async def handle(self, inbound: Message) -> None:
         """Run the pipeline on `inbound` (or relay it, or refuse it over a rate limit), store the
-        reply with the message marked done, and send it."""
+        reply with the message marked done, and send it. On a chat platform it first waits for the
+        customer to pause (`gateway.burst`): the messages of their burst are answered with it, and marked
+        done with it (`meta.answered_with`)."""
         bound = log.bind(message_id=inbound.id, conversation_id=inbound.conversation_id, bot=inbound.bot,
                          channel=inbound.channel)
         started = time.monotonic()
@@ -100,8 +102,11 @@ class MessageHandler:
         followers = await burst_followers(self._sessions, inbound, window_s=self._settings.worker.burst_seconds) \
             if conversation.state == "bot" else []
         if self._settings.worker.burst_seconds > 0:
-            async with self._sessions() as session:  # as it is after the wait: edited, or taken back
+            # As they are after the wait: the message edited or taken back, the thread taken by a person
+            # (who claimed it meanwhile: the model was called and its answer streamed, then dropped).
+            async with self._sessions() as session:
                 fresh = await session.get(Message, inbound.id)
+                conversation = await session.get(Conversation, inbound.conversation_id) or conversation
             if fresh is None or fresh.status != "pending":
                 return
             inbound = fresh

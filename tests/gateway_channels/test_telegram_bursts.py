@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 import pytest_asyncio
+from sqlalchemy import select
 
 from gateway.pipeline.core import TEXT_ONLY_REPLY
+from storage.models import Usage
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.gateway_channels.conftest import (
     GREETING,
@@ -95,7 +97,8 @@ def edited(update_id: int, chat: int, text: str, *, message_id: int) -> dict:
 async def test_a_message_edited_before_its_answer_is_answered_as_edited(env):
     """A typo fixed while the question waits: the answer was to the text the customer had corrected."""
     client, services, fake = env
-    await post(client, update(9341, 3105, "How much does the Plsu plam cots?", message_id=341))
+    # Not read as a whole question (no "?"), so the answer waits for the customer to pause: the edit lands then.
+    await post(client, update(9341, 3105, "How much does the Plsu plam cots", message_id=341))
     await post(client, edited(9342, 3105, "How much does the Plus plan cost?", message_id=341))
     [reply] = await wait_until(lambda: sent_to(fake, 3105), what="the reply")
     assert "$" in reply.text and reply.reply_to == 341
@@ -113,3 +116,20 @@ async def test_an_edit_after_the_answer_is_not_answered_again(env):
     assert len(sent_to(fake, 3106)) == 1
     [question, _] = await messages_in_chat(services, channel="telegram", chat="3106")
     assert question.text == "How much does the Plus plan cost?"
+
+
+async def test_a_thread_a_person_takes_while_the_burst_waits_is_theirs(env):
+    """The conversation's state was read before the wait: an operator who took the thread during it got the
+    model called, its answer streamed and then dropped, where the message was theirs to answer."""
+    client, services, fake = env
+    await post(client, update(9361, 3107, "my order is late", message_id=361))  # no "?": the answer waits
+    [question] = await wait_until(lambda: messages_in_chat(services, channel="telegram", chat="3107"),
+                                  what="the stored question")
+    await settle(0.5)  # the worker has it, and waits for the customer to pause
+    await services.escalations.claim_conversation(question.conversation_id, operator="sam", bots=None)
+    await settle(2.5)  # past the burst's wait
+    async with services.sessions() as session:
+        spent = (await session.execute(select(Usage).where(Usage.message_id == question.id))).scalars().all()
+    assert spent == []  # no model was asked
+    assert [m.author for m in await messages_in_chat(services, channel="telegram", chat="3107")
+            if m.direction == "out"] == ["system"]  # only "A person from our team has joined…"
