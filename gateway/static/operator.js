@@ -9,7 +9,7 @@
   var AUTHORS = { contact: "Customer", bot: "Bot", operator: "Operator", system: "Notice" };
   var REPLY_TIMEOUT_MS = 30000;
   var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null,
-                unsent: {}, listLoads: 0, escalations: [], unread: {}, drafts: {},
+                unsent: {}, listLoads: 0, detailReadings: 0, escalations: [], unread: {}, drafts: {},
                 stale: { list: false, detail: false }, refreshing: null };  // unread: escalation id → true  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
   function $(id) { return document.getElementById(id); }
   function el(tag, cls, text) {
@@ -25,7 +25,11 @@
 
   async function api(path, options) {
     options = options || {};
-    var headers = { Authorization: "Bearer " + state.token };
+    // The token this request is sent with: a request left from a session signed out since (a reply's
+    // refresh, a list reload) must neither go out with no token nor, refused, sign out the next operator.
+    var token = state.token;
+    if (!token) throw new Error("unauthorized");
+    var headers = { Authorization: "Bearer " + token };
     if (options.body) headers["Content-Type"] = "application/json";
     var limit = options.timeout ? AbortSignal.timeout(options.timeout) : undefined;
     var response;
@@ -38,7 +42,10 @@
     }
     var body = null;
     try { body = await response.json(); } catch (e) { body = null; }
-    if (response.status === 401) { signOut("That token was not accepted."); throw new Error("unauthorized"); }
+    if (response.status === 401) {
+      if (token === state.token) signOut("That token was not accepted.");
+      throw new Error("unauthorized");
+    }
     if (response.status >= 500) throw unknownOutcome((body && body.error) || ("server error " + response.status));
     if (!response.ok) throw new Error((body && body.error) || ("request failed: " + response.status));
     return body;
@@ -90,7 +97,7 @@
   function drawList(list, escalations) {
     var kept = {};
     Array.prototype.forEach.call(list.children, function (li) { kept[li.dataset.id] = li; });
-    byWait(escalations).forEach(function (e, i) {
+    var items = byWait(escalations).map(function (e) {
       var li = kept[e.id] || listItem(e.id);
       delete kept[e.id];
       var button = li.firstElementChild, parts = button.children;
@@ -104,9 +111,15 @@
       parts[3].hidden = e.state !== "open";
       parts[4].hidden = !state.unread[e.id];
       parts[5].textContent = e.last_customer_message ? "“" + e.last_customer_message.text + "”" : "";
-      if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null);  // moved only when out of place
+      return li;
     });
     Object.keys(kept).forEach(function (id) { kept[id].remove(); });
+    // Placed from the last up, each before the one after it, so that an item moves only when what follows
+    // it changed: [A, B, C] → [B, C, A] (A claimed) moves A alone. A moved node loses the keyboard focus
+    // and a press on it; placed front to back, B and C moved instead.
+    for (var i = items.length - 1, next = null; i >= 0; next = items[i], i--) {
+      if (items[i].parentNode !== list || items[i].nextSibling !== next) list.insertBefore(items[i], next);
+    }
     // Read from another tab or window: the tab's title says someone waits, or wrote, without opening it.
     var waitingNow = escalations.filter(function (e) { return e.state === "open"; }).length;
     var unread = escalations.filter(function (e) { return state.unread[e.id]; }).length;
@@ -227,12 +240,13 @@
   }
 
   async function loadDetail() {
-    var id = state.selected;
+    var id = state.selected, reading = ++state.detailReadings;
     if (id === null) return;
     var d = await api("/v1/escalations/" + id);
     // Another escalation was picked while this one loaded: drawing it would show one customer's thread
-    // while Claim and Send reply act on another's.
-    if (id !== state.selected) return;
+    // while Claim and Send reply act on another's. And only the latest reading is drawn: a live event's,
+    // answered after an action's (Release), drew the escalation as it was before (claimed, Release shown).
+    if (id !== state.selected || reading !== state.detailReadings) return;
     // A refresh of the escalation shown (a live event) keeps the earlier pages the operator opened.
     var list = $("op-transcript"), oldest = d.messages.length ? d.messages[0].id : Infinity;
     var same = state.detail && state.detail.id === d.id, gap = [];
@@ -241,7 +255,7 @@
       // More than a page came since the last reading (the stream was down, events were missed): the
       // new page does not reach what is shown, and kept as they were, the messages between were missing.
       gap = await messagesBetween(id, newestShown, oldest);
-      if (id !== state.selected) return;
+      if (id !== state.selected || reading !== state.detailReadings) return;
     }
     var earlier = same ? Array.prototype.filter.call(list.children,
       function (li) { return Number(li.dataset.id) < oldest; }) : [];
@@ -371,12 +385,14 @@
 
   async function stream() {
     if (state.abort) state.abort.abort();
+    var token = state.token;
+    if (!token) return;  // a reconnect timer left from a session signed out since
     var controller = new AbortController();
     state.abort = controller;
     try {
-      var response = await fetch("/v1/escalations/stream", { headers: { Authorization: "Bearer " + state.token,
+      var response = await fetch("/v1/escalations/stream", { headers: { Authorization: "Bearer " + token,
         Accept: "text/event-stream" }, signal: controller.signal });
-      if (response.status === 401) {
+      if (response.status === 401 && token === state.token) {
         // The token was revoked (the config changed and the server restarted): retrying every 2 s
         // forever left a console that looked signed in, its list no longer updating, and said nothing.
         signOut("That token is no longer accepted: sign in again.");
@@ -490,7 +506,8 @@
     // Nothing of this operator's session stays for the next one to sign in at this screen: the
     // escalation open (of bots the next may not serve), its draft reply, the list and its notices.
     Object.assign(state, { selected: null, detail: null, unsent: {}, escalations: [], unread: {}, drafts: {} });
-    state.listLoads++;  // a list still loading is not drawn
+    state.listLoads++;  // a list or an escalation still loading is not drawn
+    state.detailReadings++;
     $("op-escalations").replaceChildren();
     $("op-transcript").replaceChildren();
     $("op-detail").hidden = true;

@@ -298,3 +298,17 @@ def test_console_announces_the_escalation_not_its_whole_transcript(open_tab, liv
     live = operator.evaluate("() => [...document.querySelectorAll('[aria-live]')].map(n => n.id)")
     assert "op-detail" not in live and "op-title" in live
     assert operator.locator("#op-transcript").evaluate("n => n.closest('[aria-live]')") is None
+
+
+def test_console_keeps_the_focus_on_an_item_when_the_one_above_it_is_claimed(open_tab, live_url):  # noqa: F811
+    """A claim moves its escalation out of the open ones on top. The list was put in order front to back,
+    moving every item after it instead (B before A, then C...), and a moved item loses the keyboard focus."""
+    first = _escalate(live_url, "console-focus-1", "First, I want to talk to a human")
+    second = _escalate(live_url, "console-focus-2", "Second, I want to talk to a human")
+    operator = open_tab()
+    sign_in(operator, live_url)
+    operator.focus(f".op-item[data-id='{second}']")
+    with operator.expect_response(LISTING):  # another operator's claim, told live
+        operator.request.post(f"{live_url}/v1/escalations/{first}/claim", headers={"Authorization": f"Bearer {TOKEN}"})
+    operator.wait_for_timeout(300)  # the list is drawn again by now
+    assert operator.evaluate("document.activeElement.dataset.id") == str(second)
