@@ -97,7 +97,7 @@ def test_console_claim_reply_resolve_round_trip(open_tab, live_url):
 
     # It appears in the console without a reload (server-sent events).
     operator.wait_for_selector(".op-item", timeout=WAIT_MS)
-    operator.locator(".op-item").first.click()
+    operator.locator(".op-item", has_text="talk to a human <img").click()  # its own: the list puts the longest waiting first
     operator.wait_for_selector("#op-transcript .op-msg--contact")
     assert "<img" in operator.locator("#op-transcript .op-msg--contact .op-text").first.inner_text()
     # Each message says when it was written (the console's own format for the API's UTC times).
@@ -165,7 +165,7 @@ def test_console_reply_resent_after_a_dropped_connection_keeps_its_message_id(op
     customer.fill("#gw-input", "Can I talk to a human about my parcel?")
     customer.press("#gw-input", "Enter")
     operator.wait_for_selector(".op-item", timeout=WAIT_MS)
-    operator.locator(".op-item").first.click()
+    operator.locator(".op-item", has_text="about my parcel").click()  # its own: the list puts the longest waiting first
     operator.wait_for_selector("#op-transcript .op-msg--contact")
 
     text = "Your parcel left the warehouse this morning."
