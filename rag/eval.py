@@ -215,7 +215,8 @@ async def evaluate(
                 index, dense, sparse, session_factory(engine), max_chunk_tokens=settings.embedding.max_chunk_tokens,
                 text_tokens=settings.embedding.chunk_text_tokens,
             )
-            loaded = await load_directory(Path(docs_dir))
+            # The caller's own folder, often a folder of links to the documents: followed wherever they lead.
+            loaded = await load_directory(Path(docs_dir), follow_symlinks_outside=True)
             documents_done = (lambda done, total: progress(done, total, "documents")) if progress else None
             await ingestor.ingest_documents(EVAL_BOT, "eval", loaded.documents, progress=documents_done)
             search = HybridSearch(index, dense, sparse)
