@@ -315,11 +315,13 @@ def _read_file(file: Path, doc_id: str) -> Document:
     if fmt == "html":
         title, text = html_to_markdown(raw)
         return Document(doc_id, title or file.stem, None, text, "html")
+    _require_text(raw, "file")
     title = None
     if fmt == "markdown":
+        # Front matter alone is no error: a site generator's section page (Hugo's `_index.md`) is only a
+        # title, and made every run of its source partial. It has nothing to index, and is left out.
         title, raw = split_front_matter(raw)
         title = title or first_heading(raw)
-    _require_text(raw, "file")
     return Document(doc_id, title or file.stem.replace("-", " ").replace("_", " "), None, raw, fmt)
 
 
@@ -349,7 +351,7 @@ def _require_text(text: str, what: str) -> str:
     """`text`, unless there is none: an empty Markdown or text file or page (a sync that truncated it, a
     server answering 200 with no body) was left out without a word, and ingest deleted its chunks."""
     if not text.strip():
-        raise SourceError(f"the {what} is empty (nothing but white space or front matter)")
+        raise SourceError(f"the {what} is empty (nothing but white space)")
     return text
 
 
