@@ -283,7 +283,10 @@ def handoff(bot: BotSettings, outage: Outage, *, reason: str, trigger: str, **fi
 
 
 def person_promises(bot: BotSettings) -> set[str]:
-    """The bot's fixed replies that already say a person is coming (no acknowledgement follows them)."""
+    """The bot's fixed replies that already say a person is coming (no acknowledgement follows them): none
+    when `replies.person_will_help` is "", as the outage sentence alone promises nobody."""
+    if not bot.replies.person_will_help.strip():
+        return set()
     kinds: tuple[Outage, ...] = ("llm_down", "search_down", "failure", "budget_spent")
     return {bot.replies.outage(kind, escalates=True) for kind in kinds}
 
