@@ -63,7 +63,7 @@ async def readyz(request: Request) -> JSONResponse:
                             if isinstance(getattr(adapter, "connection_status", None), str)},
             **({"redis": await redis} if redis is not None else {}),
             # Reported, not readiness: the fallbacks still answer, but only an operator can fix it.
-            "models": dict(svc.llm.refused) if svc.role != "web" else {},
+            "models": {name: redact(error) for name, error in svc.llm.refused.items()} if svc.role != "web" else {},
             "schedule": svc.scheduler.next_runs() if svc.scheduler and svc.role != "web" else {},
             # Whether this replica runs them: every `all` replica lists the times, only the leader acts.
             "scheduler_leader": bool(svc.scheduler and svc.role != "web"

@@ -16,7 +16,7 @@ from gateway.pipeline.core import LLM_DOWN_REPLY
 from storage.models import Escalation, Message
 from tests.conftest import chat_events, docs_source
 from tests.fakes.openai_server import Turn, model_entry
-from tests.reliability.conftest import running_app
+from tests.reliability.conftest import LLM_KEY, running_app
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.usefixtures("fresh_fake")]
 QUESTION = "How much does the Plus plan cost?"
@@ -81,7 +81,8 @@ async def test_llm_stream_broken_mid_answer_is_answered_once_by_the_fallback(cli
 async def test_a_key_the_provider_refuses_is_an_error_and_named_in_readyz_until_the_model_answers(client, fake):
     """A revoked key (401) was one warning like any bad request, while every message quietly went to the
     fallback model: nothing told the operator (review)."""
-    fake.script("primary", Turn(status=401))
+    # Some providers' 401 repeats the key it refused: /readyz answers anyone, so it shows it redacted.
+    fake.script("primary", Turn(status=401, error=f"Incorrect API key provided: {LLM_KEY}"))
     fake.script("backup", Turn(text=BACKUP_ANSWER))
     with structlog.testing.capture_logs() as logs:
         body = (await client.post("/v1/bots/acme/chat", json={"session_id": "llm-401", "text": QUESTION})).json()
@@ -90,6 +91,7 @@ async def test_a_key_the_provider_refuses_is_an_error_and_named_in_readyz_until_
     assert refused["log_level"] == "error" and refused["model"] == "primary"
     ready = await client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["models"]["primary"].startswith("error: AuthenticationError")
+    assert LLM_KEY not in ready.text and "[REDACTED]" in ready.json()["models"]["primary"]
 
     fake.script("primary", Turn(text=BACKUP_ANSWER))  # the key was fixed at the provider
     await client.post("/v1/bots/acme/chat", json={"session_id": "llm-401-fixed", "text": QUESTION})
