@@ -159,7 +159,10 @@ class UpdateParser:
         # inbox decides: `only_while_held`), whose answers would otherwise never reach them.
         # A channel is a broadcast, its posts the admins' news, not questions: `always` does not reach them,
         # or the bot answered every post in public (and two such bots in one channel answered each other).
-        everything = self.respond_in_groups == "always" and chat.get("type") != "channel"
+        # Nor their automatic copies in the channel's discussion group (`is_automatic_forward`): a member
+        # posting as their own channel there is a customer, so `sender_chat` alone does not tell.
+        news = chat.get("type") == "channel" or bool(msg.get("is_automatic_forward"))
+        everything = self.respond_in_groups == "always" and not news
         unaddressed = is_group and not everything and not (addr.addressed or replied_to_us)
         text = addr.text
         if addr.command:

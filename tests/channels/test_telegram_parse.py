@@ -170,6 +170,17 @@ def test_respond_in_groups_always_does_not_answer_every_channel_post() -> None:
     (asked,) = always.parse(_request(post("@support_bot is v2 free?", entities=[
         {"type": "mention", "offset": 0, "length": 12}]))).messages
     assert not asked.only_while_held and asked.text == "is v2 free?"
+    # Telegram copies each post into the channel's discussion group, a supergroup: not answered there either.
+    group = {"id": -100999, "type": "supergroup", "title": "Acme news chat"}
+    copy = {"update_id": 5003, "message": {"message_id": 10, "date": 1700000000, "chat": group, "sender_chat": channel,
+                                           "is_automatic_forward": True, "text": "Version 2 is out"}}
+    (copied,) = always.parse(_request(copy)).messages
+    assert copied.only_while_held
+    member = {"update_id": 5004, "message": {"message_id": 11, "date": 1700000000, "chat": group,
+                                             "sender_chat": {"id": -100777, "type": "channel", "title": "Bo's blog"},
+                                             "text": "is v2 free for my team?"}}
+    (asks,) = always.parse(_request(member)).messages  # a member posting as their own channel: a customer
+    assert not asks.only_while_held
 
 
 def test_parse_mention_offsets_are_utf16_units() -> None:
