@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from channels.slack_render import mrkdwn_to_markdown
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.escalation.handoff import Escalations
 from gateway.models import as_utc, utcnow
+from gateway.operators.slack_text import clip, header_title, mention, named, plain, quoted, slack_time
 from gateway.operators.summary import summarize, summary_messages
 from gateway.settings import Settings
 from storage.models import Conversation, Escalation, Message
@@ -44,39 +44,7 @@ THREAD_WAIT_SECONDS = 10.0
 """How long after an escalation opens a thread event waits for the header post that names the thread."""
 THREAD_POLL_SECONDS = 0.1
 LATE_THREAD_MESSAGES = 20
-
-
-def _clip(text: str, limit: int = 500) -> str:
-    text = (text or "").strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _plain(text: str) -> str:
-    """Escape Slack's control characters so customer text can never ping @channel or fake a link."""
-    return (text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _quoted(text: str) -> str:
-    """Customer text as a Slack quote, every line of it (escaped as `_plain`): Slack keeps its formatting, so
-    an unquoted line of it could pass for the app's own framing (`*slack:U1 replied:* refund approved`)."""
-    return "\n".join(f"> {line}" for line in _plain(text).splitlines() or [""])
-
-
-def _mention(operator: str) -> str:
-    """A Slack operator (`slack:<user id>`) as a mention, which notifies them; anyone else by name."""
-    user = operator.removeprefix("slack:")
-    return f"<@{user}>" if user != operator and re.fullmatch(r"[A-Z0-9]+", user) else _plain(operator)
-
-
-def _named(text: str) -> str:
-    """`text` (plain) with every Slack operator it names (`slack:U…`) as a mention: Slack shows the member's
-    name, where the raw id told the channel nothing about who held or took a thread."""
-    return re.sub(r"\bslack:([A-Z0-9]+)\b", r"<@\1>", _plain(text))
-
-
-def _header_title(escalation: Escalation) -> str:
-    """How an escalation's header starts; also how a header is found in the channel's history."""
-    return f"Escalation #{escalation.id} ({escalation.bot})"
+HEADER_CLOCK_SLACK_S = 60.0  # Slack's clock against ours, as `_find_header` reads the history from
 
 
 class SlackOperatorChannel:
@@ -127,27 +95,27 @@ class SlackOperatorChannel:
                 return
         await self._thread_opened(escalation.id)
         if kind == "customer_message":
-            await self._post(bot, channel, f"*Customer:*\n{_quoted(_clip(event.get('text', ''), 2000))}",
+            await self._post(bot, channel, f"*Customer:*\n{quoted(clip(event.get('text', ''), 2000))}",
                              thread_ts=escalation.slack_ts)
         elif kind == "reply" and event.get("source") != "slack":
-            await self._post(bot, channel, f"*{_named(event.get('operator', ''))} replied:* "
-                             f"{_plain(_clip(event.get('text', ''), 2000))}", thread_ts=escalation.slack_ts)
+            await self._post(bot, channel, f"*{named(event.get('operator', ''))} replied:* "
+                             f"{plain(clip(event.get('text', ''), 2000))}", thread_ts=escalation.slack_ts)
         elif kind in ("claimed", "resolved", "released", "taken_over"):
             await self._update_header(escalation, channel)
             if kind == "released":
-                await self._post(bot, channel, f"<!here> {_named(event.get('operator', ''))} released this thread: "
+                await self._post(bot, channel, f"<!here> {named(event.get('operator', ''))} released this thread: "
                                  "can someone take it?", thread_ts=escalation.slack_ts, reply_broadcast=True)
             elif kind == "taken_over":
-                await self._post(bot, channel, f"{_named(event.get('operator', ''))} took this thread over from "
-                                 f"{_named(event.get('previous_operator', ''))}.", thread_ts=escalation.slack_ts)
+                await self._post(bot, channel, f"{named(event.get('operator', ''))} took this thread over from "
+                                 f"{named(event.get('previous_operator', ''))}.", thread_ts=escalation.slack_ts)
         elif kind == "reply_failed":
             # Without this, an operator replying from Slack never learned the customer did not get it.
-            await self._post(bot, channel, f"Not delivered to the customer: {_mention(event.get('operator', ''))}'s "
-                             f"reply \"{_plain(_clip(event.get('text', ''), 200))}\" "
-                             f"({_plain(event.get('error') or 'refused')}).", thread_ts=escalation.slack_ts)
+            await self._post(bot, channel, f"Not delivered to the customer: {mention(event.get('operator', ''))}'s "
+                             f"reply \"{plain(clip(event.get('text', ''), 200))}\" "
+                             f"({plain(event.get('error') or 'refused')}).", thread_ts=escalation.slack_ts)
         elif kind == "stale_claim":
             await self._post(bot, channel, f"<!here> The customer has waited {event.get('waiting_minutes')} min for "
-                             f"{_named(event.get('operator', ''))}'s reply; another operator can take it over in "
+                             f"{named(event.get('operator', ''))}'s reply; another operator can take it over in "
                              "the console.", thread_ts=escalation.slack_ts, reply_broadcast=True)
         elif kind == "reminder":
             await self._post(bot, channel, "<!here> Still unclaimed: the customer has been told we're busy. "
@@ -189,11 +157,11 @@ class SlackOperatorChannel:
         """The ts of this escalation's header if Slack took the first post though its answer was lost
         (a timeout), read from the channel's recent history; None when there is none or the app may
         not read the history (then a second header is the lesser harm)."""
-        marker = _header_title(escalation)
+        marker = header_title(escalation)
         adapter = self._adapters[(escalation.bot, "slack")]
         try:
             response = await adapter.client.conversations_history(
-                channel=channel, oldest=f"{as_utc(escalation.created_at).timestamp() - 60:.6f}", limit=200)
+                channel=channel, oldest=f"{as_utc(escalation.created_at).timestamp() - HEADER_CLOCK_SLACK_S:.6f}", limit=200)
         except Exception as exc:
             log.info("slack_operator.history_unavailable", escalation_id=escalation.id, error=str(exc))
             return None
@@ -237,7 +205,7 @@ class SlackOperatorChannel:
             messages = await summary_messages(session, conversation_id=escalation.conversation_id)
         summary = await summarize(self._llm, bot, messages, reason=escalation.reason, budget=self._budget,
                                   conversation_id=escalation.conversation_id)
-        await self._post(escalation.bot, channel, f"*Summary:*\n{_quoted(summary['text'])}", thread_ts=thread_ts)
+        await self._post(escalation.bot, channel, f"*Summary:*\n{quoted(summary['text'])}", thread_ts=thread_ts)
 
     async def _relay_earlier_messages(self, escalation: Escalation, channel: str) -> None:
         """Post into a late thread what the customer wrote since the handoff (the last
@@ -248,14 +216,14 @@ class SlackOperatorChannel:
                 Message.conversation_id == escalation.conversation_id, Message.direction == "in",
                 Message.created_at >= escalation.created_at).order_by(Message.id.desc()).limit(LATE_THREAD_MESSAGES))).scalars().all()
         for message in reversed(earlier):
-            await self._post(escalation.bot, channel, f"*Customer (earlier):*\n{_quoted(_clip(message.text or '', 2000))}",
+            await self._post(escalation.bot, channel, f"*Customer (earlier):*\n{quoted(clip(message.text or '', 2000))}",
                              thread_ts=thread_ts)
 
     def _blocks(self, escalation: Escalation) -> tuple[str, list[dict[str, Any]]]:
         status = {"open": "waiting for someone", "claimed": f"claimed by {escalation.operator}",
                   "resolved": f"resolved by {escalation.operator}"}.get(escalation.state, escalation.state)
-        text = (f"{_header_title(escalation)}: {_plain(_clip(escalation.reason, 300))}. "
-                f"Status: {_named(status)}. Reply in this thread to answer the customer.")
+        text = (f"{header_title(escalation)}: {plain(clip(escalation.reason, 300))}. "
+                f"Status: {named(status)}. Reply in this thread to answer the customer.")
         blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
         buttons = []
         if escalation.state == "open":
@@ -353,7 +321,7 @@ class SlackOperatorChannel:
             await self._escalations.reply(escalation.id, operator=operator, text=mrkdwn_to_markdown(inbound.text), bots=None,
                                           source="slack", message_id=f"slack-in-{inbound.id}")
         except (Conflict, BadRequest, NotFound) as exc:
-            await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {_named(str(exc))}"
+            await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {named(str(exc))}"
                              f"{await self._newer_escalation(escalation)}", thread_ts=conversation.thread)
         return True
 
@@ -370,15 +338,17 @@ class SlackOperatorChannel:
         """A Claim or Resolve click (`slack_actions.first_click`); returns what happened, for the log."""
         operator = f"slack:{click.user_id}"
         if click.header_ts is not None:
-            # The button must be on this escalation's own header. An id can name another escalation by now:
+            # The button must be on a header of this escalation. An id can name another escalation by now:
             # SQLite gives a deleted row's id again (`gateway forget`, retention), and a header left from
-            # the deleted one would claim or resolve the new conversation.
+            # the deleted one would claim or resolve the new conversation. Such a header was posted before
+            # this escalation began; one posted after is its own, a second header included (`_find_header`).
             async with self._sessions() as session:
                 row = await session.get(Escalation, click.escalation_id)
-            if row is not None and row.bot == bot and row.slack_ts is not None and row.slack_ts != click.header_ts:
+            if row is not None and row.bot == bot and row.slack_ts is not None and row.slack_ts != click.header_ts \
+                    and slack_time(click.header_ts) < as_utc(row.created_at).timestamp() - HEADER_CLOCK_SLACK_S:
                 channel = self.channel_for(bot)
                 if channel:
-                    await self._post(bot, channel, f"{_mention(operator)}: this header's conversation was deleted; "
+                    await self._post(bot, channel, f"{mention(operator)}: this header's conversation was deleted; "
                                                    "nothing was changed", thread_ts=click.header_ts)
                 return f"refused: the button is on header {click.header_ts}, not escalation {row.id}'s"
         try:
@@ -392,6 +362,6 @@ class SlackOperatorChannel:
                 row = await session.get(Escalation, click.escalation_id)
             # Only in this bot's own thread: another bot's header (same channel or not) is not this one's to answer in.
             if channel and row is not None and row.bot == bot and row.slack_ts:
-                await self._post(bot, channel, f"{_mention(operator)}: {_named(str(exc))}", thread_ts=row.slack_ts)
+                await self._post(bot, channel, f"{mention(operator)}: {named(str(exc))}", thread_ts=row.slack_ts)
             return f"refused: {exc}"
         return f"{click.action_id} {click.escalation_id} by {operator}"

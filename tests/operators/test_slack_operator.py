@@ -382,7 +382,10 @@ async def test_a_button_left_on_a_deleted_escalations_header_does_not_act_on_the
         session.add(escalation)
         await session.flush()
         escalation_id = escalation.id
-    for header_ts, state in (("1700000000.000800", "open"), ("1700000000.000900", "claimed")):
+    # A second header of the same escalation (posted after it began: the first post's answer was lost and
+    # the history could not be read) still acts; the old header posted before it began does not.
+    second = f"{time.time() + 5:.6f}"
+    for header_ts, state in (("1700000000.000800", "open"), (second, "claimed"), ("1700000000.000900", "claimed")):
         form = _click({"type": "block_actions", "user": {"id": "UOPS"}, "container": {
             "type": "message", "message_ts": header_ts, "channel_id": OPS_CHANNEL},
             "actions": [{"action_id": "escalation_claim", "value": str(escalation_id)}]})

@@ -1,0 +1,50 @@
+"""The words of the Slack operator channel: customer text made inert, operators as mentions, headers."""
+
+from __future__ import annotations
+
+import re
+
+from channels.slack_render import escape_mrkdwn
+from storage.models import Escalation
+
+
+def clip(text: str, limit: int = 500) -> str:
+    """`text` stripped, cut to `limit` characters with an ellipsis."""
+    text = (text or "").strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def plain(text: str) -> str:
+    """Escape Slack's control characters so customer text can never ping @channel or fake a link."""
+    return escape_mrkdwn(text or "")
+
+
+def quoted(text: str) -> str:
+    """Customer text as a Slack quote, every line of it (escaped as `plain`): Slack keeps its formatting, so
+    an unquoted line of it could pass for the app's own framing (`*slack:U1 replied:* refund approved`)."""
+    return "\n".join(f"> {line}" for line in plain(text).splitlines() or [""])
+
+
+def slack_time(ts: str) -> float:
+    """A Slack message ts ("1700000000.000900") as epoch seconds; 0 when it is none."""
+    try:
+        return float(ts)
+    except ValueError:
+        return 0.0
+
+
+def mention(operator: str) -> str:
+    """A Slack operator (`slack:<user id>`) as a mention, which notifies them; anyone else by name."""
+    user = operator.removeprefix("slack:")
+    return f"<@{user}>" if user != operator and re.fullmatch(r"[A-Z0-9]+", user) else plain(operator)
+
+
+def named(text: str) -> str:
+    """`text` (plain) with every Slack operator it names (`slack:U…`) as a mention: Slack shows the member's
+    name, where the raw id told the channel nothing about who held or took a thread."""
+    return re.sub(r"\bslack:([A-Z0-9]+)\b", r"<@\1>", plain(text))
+
+
+def header_title(escalation: Escalation) -> str:
+    """How an escalation's header starts; also how a header is found in the channel's history."""
+    return f"Escalation #{escalation.id} ({escalation.bot})"
