@@ -25,8 +25,9 @@ reconnects, with backoff, after anything else that ends the loop; `connection_st
 `discord.http.Route.BASE` and `DiscordWebSocket.DEFAULT_GATEWAY` are class attributes, so one process
 talks to one Discord API base and one gateway: the last adapter constructed sets them.
 
-Edits (MESSAGE_UPDATE) and deletions are ignored with a reason: an answer to the first version has
-already been queued, and re-answering every typo fix would spam the channel.
+An edit (MESSAGE_UPDATE) or deletion of a message still waiting for its answer revises it (the inbox's
+`revises`); of one already answered, it is ignored with a reason: re-answering every typo fix would spam
+the channel.
 """
 
 from __future__ import annotations

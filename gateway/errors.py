@@ -110,6 +110,6 @@ class SourceError(GatewayError):
 # front end that prints those errors (`gateway ingest` in a terminal) leaves the record out instead
 # of showing the same failure twice.
 IN_RUN_ERRORS = "in_run_errors"
-# The `extra=` key that marks a directory's "source files of other types not read" record, which
+# The `extra=` key that marks a directory's `source.files_not_read` record (the file types not read), which
 # `gateway eval` says itself (as a `note:`, or in its error when nothing was read).
 SKIPPED_FILES = "skipped_files"

@@ -62,7 +62,8 @@ class Inbox:
         """Store `message` for `bot` once; a repeated delivery is acknowledged but not stored again.
 
         None when nothing is stored: the message is `existing_conversation_only` and its conversation
-        does not exist (a Slack thread reply without a mention, in a thread the bot was never asked in)."""
+        does not exist (a Slack thread reply without a mention, in a thread the bot was never asked in),
+        or it is an edit or deletion (`revises`), applied to the message it names while that one waits."""
         message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
         if message.revises is not None:
             await self._revise(bot, message)

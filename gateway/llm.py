@@ -117,7 +117,7 @@ class LLMRouter:
         self._retry = retry or RetryPolicy()
         self._cooldown = cooldown
         self._cooling_until: dict[str, float] = {}  # model -> monotonic time it may be tried first again
-        self.refused: dict[str, str] = {}  # model -> why the provider refused its key or name, until it answers
+        self.refused: dict[str, str] = {}  # model -> why the provider refused its key, name or credit, until it answers
         model_list = list(model_list)
         if not any(m["model_name"] == OFFLINE_MODEL for m in model_list):
             # The keyless default is always there, so any chain can end on it.

@@ -79,7 +79,8 @@ class RepliesSettings(_Strict):
     # What a message gets while a person holds its thread, where `escalation.claimed_message` (or,
     # before a claim, `escalation.acknowledgement`) is "".
     holding: str = "A person from our team has this conversation and will reply here."
-    # The heading of the numbered sources under an answer (each channel sets it in bold).
+    # The heading of the numbered sources under an answer (bold on Telegram, Slack, Discord and the widget;
+    # WhatsApp's footer is plain).
     sources_heading: str = SOURCES_HEADING
     # Sent after the acknowledgement outside `escalation.business_hours`: the hours ({start}, {end},
     # {timezone}) and when a person is back, {day} (`today`, `tomorrow` or one of `day_names`) at {time}.

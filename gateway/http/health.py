@@ -36,7 +36,8 @@ async def readyz(request: Request) -> JSONResponse:
     set, `redis` says whether the shared rate limit counters answer: reported, not readiness either,
     because the limiter fails open (every replica shares that Redis; failing them all would stop every
     message over a limiter outage). It is asked alongside the other checks, within its own short timeout.
-    `models` names each model whose provider refused its key or its name (401, 403, 404) on its last call."""
+    `models` names each model whose provider refused its key, its name or its account (401, 403, 404, no
+    credit) on its last call, the provider's words redacted as the log's are."""
     svc = services(request)
     limiter = getattr(svc, "rate_limiter", None)
     redis = asyncio.create_task(_redis_status(limiter)) if limiter is not None and limiter.backend == "redis" else None
