@@ -535,7 +535,11 @@
     // composition, a Japanese or Chinese word, only ends it).
     // On a touch screen the keyboard's Enter is the only way to a new line: there, Send reply sends.
     var send = e.ctrlKey || e.metaKey || !(e.shiftKey || window.matchMedia("(pointer: coarse)").matches);
-    if (e.key === "Enter" && send && !e.isComposing) { e.preventDefault(); $("op-reply-form").requestSubmit(); }
+    // keyCode 229: that composition's Enter as Safari reports it, with isComposing false.
+    if (e.key === "Enter" && send && !e.isComposing && e.keyCode !== 229) {
+      e.preventDefault();
+      $("op-reply-form").requestSubmit();
+    }
   });
   $("op-note-form").addEventListener("submit", async function (e) {
     e.preventDefault();

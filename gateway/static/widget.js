@@ -646,6 +646,10 @@
   }
 
   function onKeyDown(event) {
+    // On a touch screen the keyboard's Enter is the only way to a new line (a phone has no Shift+Enter):
+    // there the Send button sends, as in the operator console. keyCode 229: an input method's Enter that
+    // only ends its composition (a Japanese or Chinese word), which Safari reports with isComposing false.
+    if (window.matchMedia("(pointer: coarse)").matches || event.keyCode === 229) return;
     if (event.key === "Enter" && !event.shiftKey && !event.ctrlKey && !event.altKey && !event.metaKey && !event.isComposing) {
       event.preventDefault();
       ui.form.requestSubmit();

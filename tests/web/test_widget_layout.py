@@ -85,3 +85,19 @@ def test_widget_shows_arabic_right_to_left(page, live_server):
     page.goto(live_server.url + "/operator")
     assert page.evaluate("""() => { const box = document.getElementById('op-reply');
                                     box.value = 'مرحبا'; return box.matches(':dir(rtl)'); }""")
+
+
+def test_widget_on_a_touch_screen_keeps_enter_for_a_new_line(browser, live_server):
+    """A phone's keyboard has no Shift+Enter: Enter sent the half-written question, as the console's did."""
+    context = browser.new_context(viewport={"width": 375, "height": 700}, has_touch=True, is_mobile=True)
+    try:
+        tab = context.new_page()
+        _open(tab, live_server)
+        tab.focus("#gw-input")
+        tab.keyboard.type("My invoice")
+        tab.keyboard.press("Enter")
+        tab.keyboard.type("is wrong")
+        assert tab.locator("#gw-input").input_value() == "My invoice\nis wrong"
+        assert tab.locator(".gw-msg--contact").count() == 0  # nothing sent
+    finally:
+        context.close()
