@@ -39,7 +39,9 @@ MAX_PIECES = 10
 UNMERGED_CHANNELS = frozenset({"web"})
 WHOLE_QUESTION_WORDS = 3
 """A text of at least this many words ending a sentence is answered without waiting for more."""
-_SENTENCE_END = ("?", "!", ".", "？", "！", "。", "؟")
+# Not `pipeline.sentences`' ends of a whole sentence: there "…" ends one (a model's answer), while a
+# customer's "my order is…" says more is coming.
+_SENTENCE_END = ("?", "!", ".", "？", "！", "。", "؟", "۔", "।")
 
 
 def _plain(message: Message) -> bool:
@@ -52,7 +54,7 @@ def reads_whole(pieces: list[Message]) -> bool:
     customer's whole question ("How do I reset my password?", or "my order" / "is late" / "?"). An
     album's caption is not (its other photos follow), nor is "hi" or "my order"."""
     last = (pieces[-1].text or "").strip()
-    return (not any(m.attachments for m in pieces) and last.endswith(_SENTENCE_END)
+    return (not any(m.attachments for m in pieces) and last.endswith(_SENTENCE_END) and not last.endswith("...")
             and sum(len((m.text or "").split()) for m in pieces) >= WHOLE_QUESTION_WORDS)
 
 

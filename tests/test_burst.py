@@ -42,6 +42,7 @@ async def test_pieces_that_end_a_question_are_answered_without_waiting(migrated_
     assert await _waits_for(migrated_url, "my order", "is late", "?") == []
 
 
-@pytest.mark.parametrize("texts", [("hi",), ("my order",), ("How much does", "the Plus plan")])
+@pytest.mark.parametrize("texts", [("hi",), ("my order",), ("How much does", "the Plus plan"),
+                                   ("my order is late and...",), ("my order is late and…",)])
 async def test_a_piece_that_ends_no_question_waits_for_more(migrated_url, texts):
     assert await _waits_for(migrated_url, *texts)  # the customer may still be typing
