@@ -367,8 +367,9 @@
     actionFailed("");
     pending.phase = "sending";
     showReplyState();
+    var sent;
     try {
-      await api("/v1/escalations/" + id + "/reply", { method: "POST", timeout: REPLY_TIMEOUT_MS,
+      sent = await api("/v1/escalations/" + id + "/reply", { method: "POST", timeout: REPLY_TIMEOUT_MS,
         body: { text: text, message_id: pending.messageId } });
     } catch (err) {
       if (err.unknown) pending.phase = "unknown";
@@ -377,6 +378,12 @@
       return;
     }
     forget(id, pending);
+    // The platform refused it already (a customer who blocked the bot): the live notice of that may never
+    // come (the stream down at that moment), so the answer says it here too.
+    if (sent && sent.status === "failed") {
+      var lost = "Your reply in escalation #" + id + " was not delivered to the customer: their platform refused it.";
+      if (state.selected === id) actionFailed(lost); else notice(lost, id);
+    }
     if (state.selected === id && $("op-reply").value.trim() === text) $("op-reply").value = "";
     if ((state.drafts[id] || "").trim() === text) delete state.drafts[id];  // sent while another was open
     showReplyState();

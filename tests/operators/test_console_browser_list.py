@@ -312,3 +312,22 @@ def test_console_keeps_the_focus_on_an_item_when_the_one_above_it_is_claimed(ope
         operator.request.post(f"{live_url}/v1/escalations/{first}/claim", headers={"Authorization": f"Bearer {TOKEN}"})
     operator.wait_for_timeout(300)  # the list is drawn again by now
     assert operator.evaluate("document.activeElement.dataset.id") == str(second)
+
+
+def test_console_says_so_when_the_customers_platform_refused_the_reply_at_once(open_tab, live_url):  # noqa: F811
+    """`POST …/reply` answers 201 with `"status": "failed"` when the platform refused it while it was sent
+    (a customer who blocked the bot); the console cleared the box as if it had gone, and only the live
+    notice, which a stream down at that moment never brings, said otherwise."""
+    escalation = _escalate(live_url, "console-refused", "Refused here, I want to talk to a human")
+    operator = open_tab()
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{escalation}']")
+    operator.wait_for_selector("#op-transcript .op-msg")
+    operator.click("#op-claim")
+    operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('claimed')")
+    operator.route(re.compile(rf".*/v1/escalations/{escalation}/reply$"), lambda route: route.fulfill(
+        status=201, content_type="application/json", body='{"message_id": 1, "status": "failed"}'))
+    operator.fill("#op-reply", "Your refund is on its way.")
+    operator.press("#op-reply", "Enter")
+    operator.wait_for_selector("#op-error:not([hidden])")
+    assert "was not delivered to the customer" in operator.locator("#op-error").inner_text()
