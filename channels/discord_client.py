@@ -57,7 +57,8 @@ class GatewayClient(discord.Client):
     # The raw events fire for every message, not only the ones discord.py still holds in its cache.
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         """Gateway MESSAGE_UPDATE: revises the message while it waits for its answer (the adapter)."""
-        await self._revise(payload.message_id, payload.channel_id, payload.data, "MESSAGE_UPDATE")
+        await self._revise(payload.message_id, payload.channel_id, payload.data, "MESSAGE_UPDATE",
+                           guild_id=payload.guild_id)
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
         """Gateway MESSAGE_DELETE: withdraws the message while it waits for its answer."""
@@ -68,10 +69,14 @@ class GatewayClient(discord.Client):
         for message_id in sorted(payload.message_ids):
             await self._revise(message_id, payload.channel_id, None, "MESSAGE_DELETE_BULK")
 
-    async def _revise(self, message_id: int, channel_id: int, data: Any, event: str) -> None:
+    async def _revise(self, message_id: int, channel_id: int, data: Any, event: str, *,
+                      guild_id: int | None = None) -> None:
         bot_user_id = str(self.user.id) if self.user else ""
+        # The bot's own role, as a new message reads it: an edit of "<@&role> how do I…" kept the mention.
+        guild = self.get_guild(guild_id) if guild_id else None
+        roles = (str(role.id),) if guild is not None and (role := guild.self_role) else ()
         revision = revision_of(message_id, channel_id, dict(data) if data is not None else None, event=event,
-                               bot_user_id=bot_user_id)
+                               bot_user_id=bot_user_id, bot_role_ids=roles)
         if isinstance(revision, str) or self._on_revision is None:
             self._ignored(message_id, revision if isinstance(revision, str) else f"{event}: nothing to answer")
         else:

@@ -83,7 +83,7 @@ def classify_gateway_message(
 
 
 def revision_of(message_id: int, channel_id: int, data: dict[str, Any] | None, *, event: str,
-                bot_user_id: str) -> InboundMessage | str:
+                bot_user_id: str, bot_role_ids: tuple[str, ...] = ()) -> InboundMessage | str:
     """MESSAGE_UPDATE (`data`: the message as edited) or a deletion (`data` None) → a revision of the
     message it names (`InboundMessage.revises`), applied while that message waits for its answer; one
     already answered is not answered again, or every typo fix would be. Or the reason it is ignored."""
@@ -93,7 +93,8 @@ def revision_of(message_id: int, channel_id: int, data: dict[str, Any] | None, *
                               sender=Sender(external_id=""), text="", revises=str(message_id), deleted=True)
     if "content" not in data or "author" not in data:
         return f"{event}: no content (an embed was added)"
-    edited = classify_gateway_message(data, bot_user_id=bot_user_id, respond_in_groups="always")
+    edited = classify_gateway_message(data, bot_user_id=bot_user_id, respond_in_groups="always",
+                                      bot_role_ids=bot_role_ids)
     if isinstance(edited, str):
         return f"{event}: {edited}"
     return dataclasses.replace(edited, conversation=where, revises=str(message_id))

@@ -264,3 +264,12 @@ def test_revision_of_an_own_or_bot_message_or_an_update_without_content_is_ignor
         "MESSAGE_UPDATE: no content (an embed was added)"
     taken_back = revision_of(11, 22, None, event="MESSAGE_DELETE", bot_user_id="999")
     assert (taken_back.revises, taken_back.deleted, taken_back.conversation.chat) == ("11", True, "22")
+
+
+def test_revision_of_a_message_addressed_by_the_bots_role_reads_as_a_new_one_does() -> None:
+    """"<@&99> how do I reset my pasword" was stored without the mention; its edit kept it, and the model
+    got "<@&99> how do I reset my password"."""
+    edited = {"id": "11", "channel_id": "22", "guild_id": "33", "content": "<@&99> how do I reset my password",
+              "mention_roles": ["99"], "author": {"id": "5", "username": "mason"}}
+    revision = revision_of(11, 22, edited, event="MESSAGE_UPDATE", bot_user_id="999", bot_role_ids=("99",))
+    assert revision.text == "how do I reset my password" and revision.revises == "11"
