@@ -12,6 +12,7 @@ import json
 import sys
 
 from gateway.models import as_utc
+from gateway.observability.logs import redact
 from gateway.preflight import require_schema
 from rag.ingest_runs import recent_runs
 from storage.engine import create_engine, session_factory
@@ -43,7 +44,7 @@ def run_dict(run: IngestRun) -> dict[str, object]:
     return {"id": run.id, "bot": run.bot, "source": run.source, "trigger": run.trigger, "status": run.status,
             "started_at": as_utc(run.started_at).isoformat(), "duration_s": run.duration_s,
             "added": run.added, "updated": run.updated, "deleted": run.deleted, "unchanged": run.unchanged,
-            "errors": run.errors}
+            "errors": [redact(error) for error in run.errors]}  # as /readyz and the log show them
 
 
 def print_run(run: IngestRun) -> None:
@@ -53,6 +54,6 @@ def print_run(run: IngestRun) -> None:
               if run.status not in ("running", "interrupted") else "")
     print(f"{started}  {run.bot}/{run.source}  {run.trigger:<8}  {run.status:<11}  {took:>7}  {counts}".rstrip())
     for error in run.errors[:ERRORS_SHOWN]:
-        print(f"    ! {error}")
+        print(f"    ! {redact(error)}")
     if len(run.errors) > ERRORS_SHOWN:
         print(f"    … and {len(run.errors) - ERRORS_SHOWN} more error(s) (--json lists them)")

@@ -25,6 +25,7 @@ def _record_history(tmp_path):
             run = await start_run(sessions, "acme", "docs", trigger="cli")
             await record_run(sessions, IngestReport("acme", "docs", added=4, duration_s=1.25), trigger="cli", run_id=run)
             errors = [f"https://example.com/p{i}: answered 404 Not Found" for i in range(5)]
+            errors[0] = "https://bot:s3cret@example.com/p0: answered 404 Not Found"  # a source URL's password
             run = await start_run(sessions, "acme", "site", trigger="schedule")
             await record_run(sessions, IngestReport("acme", "site", unchanged=9, errors=errors, status="partial"),
                              trigger="schedule", run_id=run)
@@ -47,7 +48,7 @@ def test_ingest_runs_lists_the_history_newest_first_with_errors(tmp_path, capsys
         ["acme/site", "schedule", "running"], ["acme/docs", "schedule", "ok"],
         ["acme/site", "schedule", "partial"], ["acme/docs", "cli", "ok"]]
     assert runs[3].endswith("1.2s  4 added, 0 updated, 0 deleted, 0 unchanged")
-    assert "    ! https://example.com/p0: answered 404 Not Found" in lines
+    assert "    ! https://bot:[REDACTED]@example.com/p0: answered 404 Not Found" in lines  # as /readyz shows it
     assert "    … and 2 more error(s) (--json lists them)" in lines
 
 
