@@ -19,6 +19,17 @@ pytestmark = pytest.mark.browser
 LISTING = re.compile(r".*/v1/escalations\?state=.*")
 
 
+def _opened(new_tab, url: str, session: str, text: str):
+    """A customer of web session `session` asks for a person with `text`; an operator signs in and opens
+    that escalation. Returns the operator's tab and the escalation's id."""
+    escalation = _escalate(url, session, text)
+    operator = new_tab()
+    sign_in(operator, url)
+    operator.click(f".op-item[data-id='{escalation}']")
+    operator.wait_for_selector("#op-transcript .op-msg")
+    return operator, escalation
+
+
 def test_console_opens_the_escalation_tapped_while_a_live_event_redraws_the_list(open_tab, live_url):  # noqa: F811
     escalation = _escalate(live_url, "console-tap", "Tap here, I want to talk to a human")
     operator = open_tab(viewport={"width": 400, "height": 800})
@@ -149,11 +160,7 @@ def test_console_marks_an_escalation_whose_customer_wrote_while_another_was_read
 def test_console_claims_and_replies_from_the_keyboard(open_tab, live_url):  # noqa: F811
     """Claiming from the keyboard left the focus nowhere (the Claim button disables itself), and Enter in
     the reply box only started a new line: sending took Ctrl+Enter, which nothing on the page told."""
-    escalation = _escalate(live_url, "console-keys", "Keys here, I want to talk to a human")
-    operator = open_tab()
-    sign_in(operator, live_url)
-    operator.click(f".op-item[data-id='{escalation}']")
-    operator.wait_for_selector("#op-transcript .op-msg")
+    operator, escalation = _opened(open_tab, live_url, "console-keys", "Keys here, I want to talk to a human")
     operator.focus("#op-claim")
     operator.keyboard.press("Enter")
     operator.wait_for_function("() => document.activeElement === document.getElementById('op-reply')")
@@ -318,11 +325,7 @@ def test_console_says_so_when_the_customers_platform_refused_the_reply_at_once(o
     """`POST …/reply` answers 201 with `"status": "failed"` when the platform refused it while it was sent
     (a customer who blocked the bot); the console cleared the box as if it had gone, and only the live
     notice, which a stream down at that moment never brings, said otherwise."""
-    escalation = _escalate(live_url, "console-refused", "Refused here, I want to talk to a human")
-    operator = open_tab()
-    sign_in(operator, live_url)
-    operator.click(f".op-item[data-id='{escalation}']")
-    operator.wait_for_selector("#op-transcript .op-msg")
+    operator, escalation = _opened(open_tab, live_url, "console-refused", "Refused here, I want to talk to a human")
     operator.click("#op-claim")
     operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('claimed')")
     operator.route(re.compile(rf".*/v1/escalations/{escalation}/reply$"), lambda route: route.fulfill(

@@ -3,24 +3,17 @@ configured Spanish, over the web chat's JSON and its stream, and adds no English
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
 from storage.models import Message
 from tests.conftest import app_client, chat_events, docs_source
+from tests.scale.replicas import free_port
 from tests.test_config_replies import SPANISH
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 QUESTION = "How much does the Plus plan cost?"
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -28,7 +21,7 @@ async def client(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("replies-outage")
     source = [docs_source(tmp_path)]
     models = [{"model_name": "caido", "litellm_params": {
-        "model": "openai/caido", "api_base": f"http://127.0.0.1:{_closed_port()}/v1", "api_key": "${NO_KEY:-sk-none}"}}]
+        "model": "openai/caido", "api_base": f"http://127.0.0.1:{free_port()}/v1", "api_key": "${NO_KEY:-sk-none}"}}]
     bots = [{"name": name, "model": "caido", "sources": source, "channels": {"web": {}}, "replies": SPANISH,
              "escalation": {"enabled": escalates}} for name, escalates in (("tienda", True), ("sola", False))]
     bots.append({**bots[0], "name": "muda", "replies": {**SPANISH, "person_will_help": ""},
