@@ -25,13 +25,11 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.models import utcnow
-from gateway.reply_settings import RepliesSettings
 from gateway.settings import BotSettings
 from storage.models import Usage
 
 log = structlog.get_logger("gateway.budget")
 
-BUDGET_REPLY = RepliesSettings().outage("budget_spent", escalates=True)  # in English; a bot's is its `replies`
 BUDGET_ESCALATION = "daily budget spent"
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import ConfigError
-from gateway.pipeline.core import FAILURE_REPLY, LLM_DOWN_REPLY, SEARCH_DOWN_REPLY, TEXT_ONLY_REPLY
 from gateway.settings import load_settings
 from tests.conftest import write_config
+from tests.english_replies import FAILURE_REPLY, LLM_DOWN_REPLY, SEARCH_DOWN_REPLY, TEXT_ONLY_REPLY
 
 SPANISH = {
     "greeting": "¡Hola! Pregúntame lo que quieras sobre nuestros productos.",

@@ -286,7 +286,7 @@ async def test_a_message_whose_attempts_all_died_is_given_up_with_the_failure_re
     from sqlalchemy import update
 
     from gateway.message_handler import MAX_TURN_ATTEMPTS
-    from gateway.pipeline.core import FAILURE_REPLY
+    from tests.english_replies import FAILURE_REPLY
 
     pipeline = EchoPipeline(delay=0)
     engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline)

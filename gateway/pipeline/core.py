@@ -18,18 +18,11 @@ from gateway.pipeline.answer import TurnRecord
 from gateway.pipeline.human_request import asks_for_human
 from gateway.pipeline.small_talk import is_no, is_yes, small_talk, starts_with_yes
 from gateway.pipeline.tool_journal import ToolJournal
-from gateway.reply_settings import Outage, RepliesSettings
+from gateway.reply_settings import Outage
 from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.pipeline")
 
-_ENGLISH = RepliesSettings()
-# Today's English replies: the defaults of a bot's `replies:` (gateway/reply_settings.py).
-DEFAULT_GREETING = _ENGLISH.greeting
-TEXT_ONLY_REPLY = _ENGLISH.text_only
-LLM_DOWN_REPLY = _ENGLISH.outage("llm_down", escalates=True)
-SEARCH_DOWN_REPLY = _ENGLISH.outage("search_down", escalates=True)
-FAILURE_REPLY = _ENGLISH.outage("failure", escalates=True)
 # The web chat refuses longer texts with 413 (`channels.web.max_message_chars`, 4,000 by default);
 # chat platforms allow more (Slack 40,000 characters), and a webhook must be acknowledged, so a longer
 # message is stored whole and answered with `replies.too_long` instead of being searched: a question is

@@ -7,8 +7,8 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
-from gateway.pipeline.core import TEXT_ONLY_REPLY
 from storage.models import Usage
+from tests.english_replies import TEXT_ONLY_REPLY
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.gateway_channels.conftest import (
     GREETING,

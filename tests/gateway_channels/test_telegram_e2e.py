@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from gateway.pipeline.core import TEXT_ONLY_REPLY
+from tests.english_replies import TEXT_ONLY_REPLY
 from tests.fakes.telegram_api import FakeTelegramAPI, utf16_len
 from tests.gateway_channels.conftest import (
     GREETING,

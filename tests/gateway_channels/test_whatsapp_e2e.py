@@ -12,8 +12,8 @@ from sqlalchemy import update
 from twilio.request_validator import RequestValidator
 
 from gateway.models import utcnow
-from gateway.pipeline.core import DEFAULT_GREETING, TEXT_ONLY_REPLY
 from storage.models import Contact, Conversation
+from tests.english_replies import DEFAULT_GREETING, TEXT_ONLY_REPLY
 from tests.fakes.twilio_api import FakeTwilio, Reply
 from tests.gateway_channels.conftest import (
     QUESTION,

@@ -13,11 +13,11 @@ from sqlalchemy import select
 
 from gateway.operators.notices import DAY_NAMES, acknowledgement_extras, after_hours_message, is_open, next_opening
 from gateway.operators.summary import SUMMARY_PROMPT
-from gateway.pipeline.core import LLM_DOWN_REPLY
 from gateway.reply_settings import RepliesSettings
 from gateway.settings import BusinessHours, EscalationSettings
 from storage.models import Escalation, Message
 from tests.conftest import app_client
+from tests.english_replies import LLM_DOWN_REPLY
 from tests.fakes.openai_server import ToolCallSpec, Turn, model_entry
 
 module_loop = pytest.mark.asyncio(loop_scope="module")  # the app is shared by the module

@@ -7,10 +7,10 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
-from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY
-from gateway.pipeline.core import LLM_DOWN_REPLY
+from gateway.budget import BUDGET_ESCALATION
 from storage.models import Escalation, Message, Usage
 from tests.conftest import app_client, chat_events, docs_source
+from tests.english_replies import BUDGET_REPLY, LLM_DOWN_REPLY
 from tests.fakes.openai_server import ToolCallSpec, Turn, model_entry
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.usefixtures("fresh_fake")]

@@ -6,12 +6,13 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import select
 
-from gateway.budget import BUDGET_ESCALATION, BUDGET_REPLY, DailyBudget, usage_row
+from gateway.budget import BUDGET_ESCALATION, DailyBudget, usage_row
 from gateway.llm import LLMResult
 from gateway.llm import Usage as CallUsage
 from gateway.settings import BotSettings
 from storage.engine import create_engine, session_factory
 from storage.models import Usage
+from tests.english_replies import BUDGET_REPLY
 from tests.fakes.openai_server import Turn
 from tests.pipeline.conftest import make_rig
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.observability.metrics import Metrics
-from gateway.pipeline.core import LLM_DOWN_REPLY
+from tests.english_replies import LLM_DOWN_REPLY
 from tests.fakes.openai_server import Turn
 from tests.pipeline.conftest import make_rig
 

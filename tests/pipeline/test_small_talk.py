@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.pipeline.core import DEFAULT_GREETING, TEXT_ONLY_REPLY
 from gateway.pipeline.small_talk import is_no, is_yes, small_talk
+from tests.english_replies import DEFAULT_GREETING, TEXT_ONLY_REPLY
 from tests.fakes.openai_server import Turn as Scripted
 from tests.pipeline.conftest import make_rig
 

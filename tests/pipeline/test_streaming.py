@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gateway.pipeline.citations import PromptEcho, verify_citations
-from gateway.pipeline.core import LLM_DOWN_REPLY
 from gateway.pipeline.held_stream import HeldStream
+from tests.english_replies import LLM_DOWN_REPLY
 from tests.fakes.openai_server import ToolCallSpec, Turn
 from tests.pipeline.conftest import PLUS, TEAM, hit, make_rig
 

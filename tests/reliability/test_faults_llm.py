@@ -12,9 +12,9 @@ import pytest_asyncio
 import structlog
 from sqlalchemy import select
 
-from gateway.pipeline.core import LLM_DOWN_REPLY
 from storage.models import Escalation, Message
 from tests.conftest import chat_events, docs_source
+from tests.english_replies import LLM_DOWN_REPLY
 from tests.fakes.openai_server import Turn, model_entry
 from tests.reliability.conftest import LLM_KEY, running_app
 

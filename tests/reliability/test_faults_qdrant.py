@@ -12,8 +12,8 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
-from gateway.pipeline.core import SEARCH_DOWN_REPLY
 from storage.models import Escalation, Message
+from tests.english_replies import SEARCH_DOWN_REPLY
 from tests.reliability.conftest import running_app
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

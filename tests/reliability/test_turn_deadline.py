@@ -10,9 +10,9 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
-from gateway.pipeline.core import FAILURE_REPLY
 from storage.models import Escalation, Message, Usage
 from tests.conftest import chat_events, docs_source
+from tests.english_replies import FAILURE_REPLY
 from tests.fakes.openai_server import Turn, model_entry
 from tests.reliability.conftest import running_app
 
