@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -73,12 +74,23 @@ def same_burst(first: Message, later: list[Message], *, window_s: float) -> list
     return run
 
 
+class Burst(NamedTuple):
+    """The pending messages answered with the first, and whether the answer waited for them (then the
+    first, and its conversation, are read again: edited, taken back, or taken by a person meanwhile)."""
+
+    followers: list[Message]
+    waited: bool
+
+
+NO_BURST = Burst([], waited=False)
+
+
 async def burst_followers(sessions: async_sessionmaker[AsyncSession], first: Message, *, window_s: float,
                           max_wait_s: float = BURST_MAX_WAIT_S,
-                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> list[Message]:
+                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> Burst:
     """Wait for the customer to pause, then return the pending messages answered with `first`."""
     if window_s <= 0 or first.channel in UNMERGED_CHANNELS or not _plain(first):
-        return []
+        return NO_BURST
     waited = 0.0
     while True:
         async with sessions() as session:
@@ -88,11 +100,11 @@ async def burst_followers(sessions: async_sessionmaker[AsyncSession], first: Mes
                 .order_by(Message.id).limit(MAX_PIECES))).scalars())
         run = same_burst(first, later, window_s=window_s)
         if reads_whole([first, *run]):
-            return run
+            return Burst(run, waited=waited > 0)
         newest = run[-1] if run else first
         pause = window_s - (utcnow() - as_utc(newest.created_at)).total_seconds()
         if pause <= 0 or waited >= max_wait_s or len(run) + 1 >= MAX_PIECES:
-            return run
+            return Burst(run, waited=waited > 0)
         pause = min(pause, max_wait_s - waited)
         await sleep(pause)
         waited += pause

@@ -32,7 +32,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.budget import usage_record
-from gateway.burst import burst_followers
+from gateway.burst import NO_BURST, burst_followers
 from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, start_typing
@@ -99,9 +99,10 @@ class MessageHandler:
             return
         bot = self._settings.bot(inbound.bot)
         # A burst's later pieces are answered with this one (gateway/burst.py); marked done by `_finish`.
-        followers = await burst_followers(self._sessions, inbound, window_s=self._settings.worker.burst_seconds) \
-            if conversation.state == "bot" else []
-        if self._settings.worker.burst_seconds > 0:
+        burst = await burst_followers(self._sessions, inbound, window_s=self._settings.worker.burst_seconds) \
+            if conversation.state == "bot" else NO_BURST
+        followers = burst.followers
+        if burst.waited:
             # As they are after the wait: the message edited or taken back, the thread taken by a person
             # (who claimed it meanwhile: the model was called and its answer streamed, then dropped).
             async with self._sessions() as session:

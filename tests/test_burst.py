@@ -29,8 +29,9 @@ async def _waits_for(url: str, *texts: str) -> list[float]:
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    await burst_followers(sessions, first, window_s=1.5, max_wait_s=3.0, sleep=sleep)
+    burst = await burst_followers(sessions, first, window_s=1.5, max_wait_s=3.0, sleep=sleep)
     await engine.dispose()
+    assert burst.waited == bool(slept)  # only a wait has the message read again (MessageHandler.handle)
     return slept
 
 
