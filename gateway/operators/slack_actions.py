@@ -87,22 +87,25 @@ async def slack_actions(bot: str, request: Request) -> Response:
         return _malformed(bot, "`payload` is nested too deeply")
     if not isinstance(payload, dict):
         return _malformed(bot, "`payload` must be a JSON object")
-    if payload.get("type") != "block_actions":
-        return JSONResponse({"ok": True, "ignored": f"payload type {payload.get('type')!r:.60}"})
     try:
-        await act_on(svc.slack_operator, bot, payload)
+        outcome = await act_on(svc.slack_operator, bot, payload)
     except BadRequest as exc:
         return _malformed(bot, str(exc))
-    return JSONResponse({"ok": True})
+    return JSONResponse({"ok": True, **({"ignored": outcome.removeprefix(IGNORED)} if outcome.startswith(IGNORED) else {})})
 
 
-async def act_on(operator: SlackOperatorChannel, bot: str, payload: dict[str, Any]) -> None:
+IGNORED = "ignored: "
+
+
+async def act_on(operator: SlackOperatorChannel, bot: str, payload: dict[str, Any]) -> str:
     """Do what a verified interactivity payload asks: from this route, or from Socket Mode, where Slack
-    sends the same payload in an `interactive` envelope (`interactive_handler`). Raises `BadRequest`
-    for a `block_actions` payload not in Slack's shape, and changes nothing then."""
+    sends the same payload in an `interactive` envelope (`interactive_handler`); returns what happened,
+    also logged. Raises `BadRequest` for a `block_actions` payload not in Slack's shape, and changes
+    nothing then."""
     if payload.get("type") != "block_actions":
-        log.info("slack_operator.action", bot=bot, outcome=f"ignored: payload type {payload.get('type')!r:.60}")
-        return
+        outcome = f"{IGNORED}payload type {payload.get('type')!r:.60}"
+        log.info("slack_operator.action", bot=bot, outcome=outcome)
+        return outcome
     click = first_click(payload)
     if click is None:
         outcome = "no action"
@@ -112,6 +115,7 @@ async def act_on(operator: SlackOperatorChannel, bot: str, payload: dict[str, An
         except GatewayError as exc:
             outcome = f"failed: {exc}"
     log.info("slack_operator.action", bot=bot, outcome=outcome)
+    return outcome
 
 
 def interactive_handler(operator: SlackOperatorChannel, bot: str) -> Callable[[Any], Awaitable[None]]:
