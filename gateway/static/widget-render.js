@@ -235,6 +235,21 @@
     var plain = "";
     function flushText() { if (plain) { parent.appendChild(document.createTextNode(plain)); plain = ""; } }
     var i = 0;
+    /** "**bold**", "~~strike~~": the run from `i` between two `mark`s as a `tag`, when it neither starts nor
+     * ends with a space; else the mark as typed. Moves `i` past what it took. */
+    function paired(mark, tag) {
+      var from = i + mark.length, close = text.indexOf(mark, from);
+      if (close > from && /\S/.test(text.charAt(from)) && /\S/.test(text.charAt(close - 1))) {
+        flushText();
+        var node = el(tag);
+        appendInline(node, text.slice(from, close), citations);
+        parent.appendChild(node);
+        i = close + mark.length;
+      } else {
+        plain += mark;
+        i = from;
+      }
+    }
     while (i < text.length) {
       var ch = text.charAt(i);
       var rest = ch === "`" || ch === "[" ? text.slice(i) : "";  // only where a pattern is tried
@@ -253,17 +268,7 @@
         continue;
       }
       if (ch === "*" && text.charAt(i + 1) === "*") {
-        end = text.indexOf("**", i + 2);
-        if (end > i + 2 && /\S/.test(text.charAt(i + 2)) && /\S/.test(text.charAt(end - 1))) {
-          flushText();
-          var strong = el("strong");
-          appendInline(strong, text.slice(i + 2, end), citations);
-          parent.appendChild(strong);
-          i = end + 2;
-          continue;
-        }
-        plain += "**";
-        i += 2;
+        paired("**", "strong");
         continue;
       }
       if (ch === "*") {
@@ -292,17 +297,7 @@
         continue;
       }
       if (ch === "~" && text.charAt(i + 1) === "~") {
-        end = text.indexOf("~~", i + 2);
-        if (end > i + 2 && /\S/.test(text.charAt(i + 2)) && /\S/.test(text.charAt(end - 1))) {
-          flushText();
-          var del = el("del");
-          appendInline(del, text.slice(i + 2, end), citations);
-          parent.appendChild(del);
-          i = end + 2;
-          continue;
-        }
-        plain += "~~";
-        i += 2;
+        paired("~~", "del");
         continue;
       }
       if (ch === "_" && !WORD_CHAR.test(text.charAt(i - 1)) && /[^\s_]/.test(text.charAt(i + 1))) {
