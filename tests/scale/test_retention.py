@@ -43,6 +43,22 @@ async def _expired_web_conversation(sessions, user: str, *, contacts_too: bool =
     return conversation
 
 
+async def _member_writes(sessions, *, bot: str, chat: str, member: str, text: str) -> None:
+    """A group member other than the group conversation's first writer (its contact) writes in it."""
+    async with sessions() as session, session.begin():
+        await repo.store_inbound(session, bot=bot, message=InboundMessage(
+            channel="telegram", external_id=f"{chat}-{member}", sender=Sender(external_id=member),
+            conversation=ConversationRef(channel="telegram", chat=chat), text=text))
+
+
+async def _age_everything(sessions, when) -> None:
+    """Every conversation, message and contact as if made, and last written in, at `when`."""
+    async with sessions() as session, session.begin():
+        for model in (Conversation, Message, Contact):
+            await session.execute(update(model).values(created_at=when))
+        await session.execute(update(Contact).values(last_inbound_at=when))
+
+
 async def _count(sessions, model, *where) -> int:
     async with sessions() as session:
         return (await session.execute(select(func.count()).select_from(model).where(*where))).scalar_one()
@@ -111,20 +127,11 @@ async def test_retention_keeps_the_contacts_of_another_bots_group_members(migrat
     settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 1}, {"name": "keep"}])
     try:
         group = await _store(sessions, bot="keep", channel="telegram", user="first", chat="-100group")
-        async with sessions() as session, session.begin():
-            await repo.store_inbound(session, bot="keep", message=InboundMessage(
-                channel="telegram", external_id="-100group-member", sender=Sender(external_id="member"),
-                conversation=ConversationRef(channel="telegram", chat="-100group"), text="me too"))
+        await _member_writes(sessions, bot="keep", chat="-100group", member="member", text="me too")
         mine = await _store(sessions, bot="acme", channel="telegram", user="mine", chat="-100mine")
-        async with sessions() as session, session.begin():
-            await repo.store_inbound(session, bot="acme", message=InboundMessage(
-                channel="telegram", external_id="-100mine-other", sender=Sender(external_id="other"),
-                conversation=ConversationRef(channel="telegram", chat="-100mine"), text="same here"))
+        await _member_writes(sessions, bot="acme", chat="-100mine", member="other", text="same here")
         two_days_ago = utcnow() - timedelta(days=2)
-        async with sessions() as session, session.begin():
-            for model in (Conversation, Message, Contact):
-                await session.execute(update(model).values(created_at=two_days_ago))
-            await session.execute(update(Contact).values(last_inbound_at=two_days_ago))
+        await _age_everything(sessions, two_days_ago)
         report = await purge_expired(sessions, settings)
         assert report.by_bot == {"acme": 1} and report.contacts == 2  # acme's group: its first writer, its member
         assert await _count(sessions, Contact, Contact.external_id.in_(["mine", "other"])) == 0
@@ -198,15 +205,9 @@ async def test_a_group_member_held_during_a_purge_is_purged_by_a_later_one(postg
     settings = Settings(database_url=postgres_url, bots=[{"name": "acme", "retention_days": 30}])
     try:
         group = await _store(sessions, bot="acme", channel="telegram", user="first", chat="-100old")
-        async with sessions() as session, session.begin():
-            await repo.store_inbound(session, bot="acme", message=InboundMessage(
-                channel="telegram", external_id="-100old-member", sender=Sender(external_id="member"),
-                conversation=ConversationRef(channel="telegram", chat="-100old"), text="me too"))
+        await _member_writes(sessions, bot="acme", chat="-100old", member="member", text="me too")
         long_ago = utcnow() - timedelta(days=45)
-        async with sessions() as session, session.begin():
-            for model in (Conversation, Message, Contact):
-                await session.execute(update(model).values(created_at=long_ago))
-            await session.execute(update(Contact).values(last_inbound_at=long_ago))
+        await _age_everything(sessions, long_ago)
         holding = sessions()  # a store of the member's message elsewhere, which then fails and rolls back
         await holding.begin()
         await holding.execute(update(Contact).where(Contact.external_id == "member").values(display_name="M"))
