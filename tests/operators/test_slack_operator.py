@@ -350,19 +350,24 @@ async def test_slack_actions_another_apps_button_is_acknowledged_and_ignored(cli
     assert response.status_code == 200
 
 
+async def _escalation_row(client, *, bot: str, chat: str, slack_ts: str) -> int:
+    """An open escalation of a web conversation, stored directly, whose header is Slack message `slack_ts`."""
+    async with client.services.sessions() as session, session.begin():
+        conversation = Conversation(bot=bot, channel="web", chat=chat)
+        session.add(conversation)
+        await session.flush()
+        escalation = Escalation(bot=bot, conversation_id=conversation.id, slack_ts=slack_ts)
+        session.add(escalation)
+        await session.flush()
+        return escalation.id
+
+
 async def test_a_click_on_another_bots_escalation_is_not_answered_in_that_bots_thread(client, slack):
     """Refused clicks are explained in the escalation's thread. For another bot's escalation (NotFound
     here) that thread is not this bot's: the refusal was posted under the other bot's header."""
     from gateway.operators.slack_actions import Click
 
-    async with client.services.sessions() as session, session.begin():
-        conversation = Conversation(bot="globex", channel="web", chat="elsewhere")
-        session.add(conversation)
-        await session.flush()
-        escalation = Escalation(bot="globex", conversation_id=conversation.id, slack_ts="1700000000.000100")
-        session.add(escalation)
-        await session.flush()
-        escalation_id = escalation.id
+    escalation_id = await _escalation_row(client, bot="globex", chat="elsewhere", slack_ts="1700000000.000100")
     before = len(slack.calls_to("chat.postMessage"))
     outcome = await client.services.slack_operator.handle_action(
         "acme", Click(user_id="UOPS", action_id="escalation_claim", escalation_id=escalation_id))
@@ -374,14 +379,7 @@ async def test_a_click_on_another_bots_escalation_is_not_answered_in_that_bots_t
 
 async def test_a_button_left_on_a_deleted_escalations_header_does_not_act_on_the_one_that_took_its_id(client, slack):
     # SQLite gives a deleted row's id again: the old header's Claim then named a new customer's escalation.
-    async with client.services.sessions() as session, session.begin():
-        conversation = Conversation(bot="acme", channel="web", chat="took-the-id")
-        session.add(conversation)
-        await session.flush()
-        escalation = Escalation(bot="acme", conversation_id=conversation.id, slack_ts="1700000000.000900")
-        session.add(escalation)
-        await session.flush()
-        escalation_id = escalation.id
+    escalation_id = await _escalation_row(client, bot="acme", chat="took-the-id", slack_ts="1700000000.000900")
     # A second header of the same escalation (posted after it began: the first post's answer was lost and
     # the history could not be read) still acts; the old header posted before it began does not.
     second = f"{time.time() + 5:.6f}"
