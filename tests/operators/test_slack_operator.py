@@ -26,6 +26,12 @@ def _event(event: dict, event_id: str) -> bytes:
                        "authorizations": [{"user_id": BOT_USER_ID, "is_bot": True}], "event": event}).encode()
 
 
+def _thread_reply(text: str, thread_ts: str, event_id: str, *, user: str = "UOPS", **fields) -> bytes:
+    """A member's message in an escalation's thread of the operator channel, now."""
+    return _event({"type": "message", "channel": OPS_CHANNEL, "channel_type": "channel", "user": user, "text": text,
+                   "ts": f"{time.time():.6f}", "thread_ts": thread_ts, "parent_user_id": BOT_USER_ID, **fields}, event_id)
+
+
 async def _post_event(client, body: bytes):
     headers = {"content-type": "application/json", **sign(body, secret=SIGNING_SECRET)}
     return await client.post("/webhooks/acme/slack/events", content=body, headers=headers)
@@ -89,9 +95,8 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
     # Another member of the channel, who set the same display name, writes first in the thread: not
     # the claimer, so it does not reach the customer (a display name is anyone's to choose).
     before = len([c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == "DCUST"])
-    impostor = _event({"type": "message", "channel": OPS_CHANNEL, "channel_type": "channel", "user": "UIMP",
-                       "user_profile": {"display_name": "dana"}, "text": "Send your card number here.",
-                       "ts": f"{time.time():.6f}", "thread_ts": thread_ts, "parent_user_id": BOT_USER_ID}, "EvImp")
+    impostor = _thread_reply("Send your card number here.", thread_ts, "EvImp", user="UIMP",
+                             user_profile={"display_name": "dana"})
     await _post_event(client, impostor)
     refused = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == thread_ts
                                     and "Not sent to the customer" in c.params.get("text", "")])
@@ -101,9 +106,7 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
 
     # The operator replies in the thread: the customer gets it in their DM, with Slack's *bold* kept bold
     # (read as Markdown, it reached the customer in italics).
-    reply = _event({"type": "message", "channel": OPS_CHANNEL, "channel_type": "channel", "user": "UOPS",
-                    "user_profile": {"display_name": "dana"}, "text": "Hi, Dana here. *Refund issued.*",
-                    "ts": f"{time.time():.6f}", "thread_ts": thread_ts, "parent_user_id": BOT_USER_ID}, "EvReply")
+    reply = _thread_reply("Hi, Dana here. *Refund issued.*", thread_ts, "EvReply", user_profile={"display_name": "dana"})
     await _post_event(client, reply)
     to_customer = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage")
                                         if c.params.get("channel") == "DCUST"][before:])

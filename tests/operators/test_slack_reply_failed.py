@@ -9,10 +9,10 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.fakes.slack_api import BOT_USER_ID, sign
+from tests.fakes.slack_api import sign
 from tests.gateway_channels.conftest import wait_until
 from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET, auth
-from tests.operators.test_slack_operator import _event, _post_event
+from tests.operators.test_slack_operator import _event, _post_event, _thread_reply
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -49,9 +49,7 @@ seen: set[str] = set()
 async def test_a_slack_operators_reply_the_customer_never_got_is_told_in_the_thread(client, slack):
     _, thread_ts = await _escalated_and_claimed(client, slack, "DGONE")
     slack.fail("chat.postMessage", error="is_archived", channel="DGONE")  # the customer's DM is gone
-    reply = _event({"type": "message", "channel": OPS_CHANNEL, "channel_type": "channel", "user": "UOPS",
-                    "text": "Your refund is on its way.", "ts": f"{time.time():.6f}", "thread_ts": thread_ts,
-                    "parent_user_id": BOT_USER_ID}, "EvGoneReply")
+    reply = _thread_reply("Your refund is on its way.", thread_ts, "EvGoneReply")
     assert (await _post_event(client, reply)).status_code == 200
     told = await wait_until(lambda: _in_thread(slack, thread_ts, "Not delivered to the customer"))
     text = told[0].params["text"]
@@ -84,9 +82,7 @@ async def test_a_reply_in_a_handed_back_thread_points_to_the_customers_new_escal
     second = int((blocks if isinstance(blocks, list) else json.loads(blocks))[1]["elements"][0]["value"])
     assert second != first
 
-    late = _event({"type": "message", "channel": OPS_CHANNEL, "channel_type": "channel", "user": "UOPS",
-                   "text": "One more thing about your refund", "ts": f"{time.time():.6f}", "thread_ts": old_thread,
-                   "parent_user_id": BOT_USER_ID}, "EvLate")
+    late = _thread_reply("One more thing about your refund", old_thread, "EvLate")
     assert (await _post_event(client, late)).status_code == 200
     told = await wait_until(lambda: _in_thread(slack, old_thread, "Not sent to the customer"))
     text = told[0].params["text"]
