@@ -32,9 +32,9 @@ if TYPE_CHECKING:  # the models and Qdrant load in `open`, not when the CLI star
     from rag.ingest import IngestReport
 
 log = structlog.get_logger("gateway.knowledge")
-# A standard-library logger under `rag`: its warnings reach the terminal of the `gateway ingest` that
-# waits, also through the server (`gateway.http.admin` relays the `rag` loggers' warnings to its CLI).
-waits = logging.getLogger("rag.ingest.wait")
+# A standard-library logger whose warnings reach the terminal of the `gateway ingest` that waits, also
+# through the server (`gateway.http.admin.RELAYED_LOGGERS`, whose warnings go to the CLI that asked).
+waits = logging.getLogger("gateway.knowledge.wait")
 _RUN_KINDS = {"schedule": "scheduled", "startup": "start-up", "cli": "`gateway ingest`"}
 MAX_SOURCE_RUNS = 4
 """Runs of different sources at once in a process. Each holds a database connection for its advisory

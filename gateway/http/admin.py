@@ -46,7 +46,10 @@ class _RelayWarnings(logging.Handler):
         relay(record.levelname.lower(), redact(f"{record.getMessage()} {fields}".strip()))
 
 
-logging.getLogger("rag").addHandler(_RelayWarnings(level=logging.WARNING))
+RELAYED_LOGGERS = ("rag", "gateway.knowledge.wait")
+"""The knowledge base's, and the note that an ingest waits for another run of its source."""
+for _name in RELAYED_LOGGERS:
+    logging.getLogger(_name).addHandler(_RelayWarnings(level=logging.WARNING))
 
 
 @router.post("/ingest")
