@@ -307,7 +307,13 @@ async def _fetch_sitemap(url: str, *, client: httpx.AsyncClient) -> tuple[bool, 
         raise SourceError(f"sitemap {url} could not be fetched: {describe_fetch_error(exc, client.timeout)}") from None
     except SourceError as exc:
         raise SourceError(f"sitemap {url} could not be fetched: {exc}") from None
-    body = response.content
+    # In a thread, as pages and PDFs are parsed: a 50 MB sitemap (50,000 URLs) takes seconds to inflate
+    # and parse, and on the event loop the server's web chat and health checks waited for it.
+    return await asyncio.to_thread(_parse_sitemap, url, response.content)
+
+
+def _parse_sitemap(url: str, body: bytes) -> tuple[bool, list[str]]:
+    """(is a sitemap index, the URLs it lists) of a sitemap file's body: XML, gzipped or plain text."""
     if body[:2] == b"\x1f\x8b":
         body = _gunzip(body, what=url)
     if not body.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
