@@ -18,11 +18,12 @@ knowledge base, yet the GET alone reaches whatever listens there. Bodies are rea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import socket
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
@@ -163,24 +164,47 @@ class Pace:
     `Crawl-delay`), and slower once the site says it is overwhelmed. A `429 Too Many Requests` (or a
     503 with `Retry-After`) was each page's error while the crawl went on at full speed, so a site that
     rate-limits got every page of the run refused; now the crawl waits what the site asks (at most
-    `MAX_CRAWL_DELAY_S`), tries that page again, and keeps that pace for the rest of the run."""
+    `MAX_CRAWL_DELAY_S`), tries that page again, and keeps that pace for the rest of the run.
+
+    A paced crawl fetches one page at a time (`turn` is held for the whole fetch). Why: spacing only the
+    starts let up to 4 fetches (the unpaced concurrency) still overlap after a 429 whenever a page took
+    longer than the delay; and the fetches already in flight when it came are waited for before the next."""
 
     def __init__(self, delay: float | None) -> None:
         self.delay = delay
         self._next_start = 0.0
         self._turns = asyncio.Lock()
+        self._in_flight = 0
+        self._idle = asyncio.Condition()
         self._said = False
 
-    async def wait_turn(self) -> None:
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """Hold this while fetching: paced, it waits for every other fetch and for its start time."""
         if not self.delay:
+            async with self._fetching():
+                yield
             return
-        # One waiter at a time: fetches waiting side by side (4 at a time, until a 429 slowed the crawl)
-        # each get a turn of their own, `delay` after the last one started, not all the same one.
+        # One at a time: waiters each get a turn of their own, `delay` after the last one started.
         async with self._turns:
+            async with self._idle:  # fetches started before the crawl was slowed end first
+                await self._idle.wait_for(lambda: self._in_flight == 0)
             loop = asyncio.get_running_loop()
             while (wait := self._next_start - loop.time()) > 0:  # again after waking: a 429 may have pushed it
                 await asyncio.sleep(wait)
-            self._next_start = loop.time() + self.delay
+            self._next_start = loop.time() + (self.delay or 0.0)
+            async with self._fetching():
+                yield
+
+    @contextlib.asynccontextmanager
+    async def _fetching(self) -> AsyncIterator[None]:
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            async with self._idle:
+                self._idle.notify_all()
 
     def slowed_down_by(self, response: httpx.Response) -> bool:
         """True, and slower from now on, when `response` asks the crawler to slow down."""

@@ -191,8 +191,8 @@ GONE = object()  # what fetching a page that answered 410 gives `load_urls`
 async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None,
                     allowed: Callable[[str], bool] | None = None, delay: float | None = None,
                     progress: Progress | None = None) -> LoadResult:
-    """Fetch each page (a few at a time, or one at a time `delay` seconds apart, and slower after the site
-    answers 429: `rag.crawl.Pace`); a failing URL is
+    """Fetch each page (a few at a time, or one at a time `delay` seconds apart, and so after the site
+    answers 429, at the pace it asks: `rag.crawl.Pace`); a failing URL is
     recorded and the others continue. A page that answers `410 Gone` is left out, so ingest removes its
     chunks (a 404 may be a passing mistake, so it is an error that keeps them). `allowed` (robots.txt)
     is asked at every redirect."""
@@ -204,11 +204,12 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
     async def one(url: str) -> Document | tuple[str, str] | str | object | None:  # a page, (url, error), a 304's url, GONE
         for attempt in (1, 2):  # the second only after a 429, at the pace the site asked for
             async with gate:
-                await pace.wait_turn()
                 try:
                     conditional = _conditional_headers(validators.get(url))
-                    response = await fetch(url, client=client, headers=conditional, allowed=allowed)
-                    if attempt == 1 and pace.slowed_down_by(response):
+                    async with pace.turn():
+                        response = await fetch(url, client=client, headers=conditional, allowed=allowed)
+                        slowed = pace.slowed_down_by(response)
+                    if attempt == 1 and slowed:
                         continue
                     if response.status_code == 304 and conditional:
                         return url  # unchanged since its validators: ingest keeps its chunks

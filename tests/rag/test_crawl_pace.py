@@ -63,3 +63,32 @@ async def _slowed(response: httpx.Response) -> Pace:
     pace = Pace(None)
     assert pace.slowed_down_by(response)
     return pace
+
+
+async def test_after_a_429_no_two_fetches_overlap_not_even_those_already_in_flight():
+    """Spacing only the starts let 4 fetches (the unpaced concurrency) overlap after a 429 whenever a page took
+    longer than the pace, and the ones in flight when it came went on beside the next."""
+    loop = asyncio.get_running_loop()
+    visits: list[tuple[str, float, float]] = []  # (page, asked at, answered at)
+    limited_at: list[float] = []  # when a was answered 429
+
+    async def page(request: web.Request) -> web.Response:
+        name, asked = request.match_info["name"], loop.time()
+        if name == "a" and not limited_at:
+            limited_at.append(asked)
+            return web.Response(status=429, headers={"Retry-After": "0.05"}, text="slow down")
+        await asyncio.sleep(0.25)  # each page takes far longer than the pace the site asks for
+        visits.append((name, asked, loop.time()))
+        return web.Response(text=PAGE.format(name), content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/p/{name}", page)
+    async with serving(app) as base, httpx.AsyncClient(timeout=5) as client:
+        result = await load_urls([f"{base}/p/{name}" for name in "abcdef"], client=client)
+    assert sorted(d.title for d in result.documents) == list("abcdef") and not result.errors
+    # b, c and d were asked beside a; everything asked after the 429 waits for them, then goes one at a time.
+    after = sorted((asked, answered) for name, asked, answered in visits if name in "aef")
+    before = [answered for name, asked, answered in visits if name in "bcd"]
+    assert len(after) == 3 and max(asked for name, asked, _ in visits if name in "bcd") < after[0][0]
+    assert after[0][0] >= max(before) - 0.02, (after, before)
+    assert all(later[0] >= earlier[1] - 0.02 for earlier, later in zip(after, after[1:])), after
