@@ -186,6 +186,8 @@ def _refuse(result: LoadResult, doc_id: str, link: Path, what: str) -> None:
 
 
 GONE = object()  # what fetching a page that answered 410 gives `load_urls`
+_HOST_DOWN = (httpx.ConnectError, httpx.ConnectTimeout)
+"""Fetch errors that say the host itself is unreachable (refused, no route, no such name), not the page."""
 
 
 async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None,
@@ -200,6 +202,7 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
     gate = asyncio.Semaphore(1 if delay else MAX_CONCURRENCY)
     validators = validators or {}
     pace = Pace(delay)
+    unreachable: dict[str, list[str]] = {}  # host -> the errors of its pages that could not connect
 
     async def one(url: str) -> Document | tuple[str, str] | str | object | None:  # a page, (url, error), a 304's url, GONE
         for attempt in (1, 2):  # the second only after a 429, at the pace the site asked for
@@ -226,7 +229,10 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
                     # robots.txt callers need that), which said it twice.
                     message = describe_fetch_error(exc, client.timeout).replace(f"{url}: ", "", 1)
                     message = message.removeprefix(f"{url} ")  # "<url> redirects to another site …"
-                    log.warning("source.url_failed", extra={"url": url, "error": message, IN_RUN_ERRORS: True})
+                    if isinstance(exc, _HOST_DOWN):  # said once per host below, not once per page
+                        unreachable.setdefault(urlsplit(url).netloc, []).append(message)
+                    else:
+                        log.warning("source.url_failed", extra={"url": url, "error": message, IN_RUN_ERRORS: True})
                     return (url, message)
         return None  # not reached: the second attempt returns
 
@@ -248,7 +254,14 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
 
     if progress is not None and unique:
         progress(0, len(unique))
-    for url, outcome in zip(unique, await asyncio.gather(*(counted(u) for u in unique))):
+    outcomes = await asyncio.gather(*(counted(u) for u in unique))
+    for host, messages in unreachable.items():
+        # One line per host that is down, with how many of its pages failed: a `urls` source of 300 pages
+        # on a host that was down logged 300 lines of the same error. Each page is still the run's error.
+        log.warning("source.host_unreachable", extra={
+            "host": host, "failed": len(messages), "pages": sum(1 for u in unique if urlsplit(u).netloc == host),
+            "error": messages[0], IN_RUN_ERRORS: True})
+    for url, outcome in zip(unique, outcomes):
         if isinstance(outcome, Document):
             if outcome.text.strip():
                 result.documents.append(outcome)

@@ -242,3 +242,24 @@ async def test_a_page_of_another_type_or_without_text_says_what_it_is_not_which_
     assert errors["https://help.example/logo.png"] == ("unsupported content type 'image/png': a page is read as HTML, "
                                                        "Markdown, plain text or PDF")
     assert errors["https://help.example/app"].startswith("no main text: the page holds only navigation")
+
+
+async def test_a_host_that_is_down_is_one_log_line_with_a_count_and_each_page_is_still_an_error(caplog):
+    """A `urls` source of 300 pages on a host that was down logged 300 lines of the same error."""
+    from aiohttp import web
+
+    from tests.fakes.web_server import serving
+
+    app = web.Application()
+    app.router.add_get("/{page}", lambda request: web.Response(text=HTML, content_type="text/html"))
+    async with serving(app) as down:
+        pass  # closed again: nothing listens on its port now
+    async with serving(app) as up, httpx.AsyncClient(timeout=5) as client:
+        urls = [f"{down}/{name}" for name in ("billing", "refunds", "plans")] + [f"{up}/billing"]
+        result = await load_urls(urls, client=client)
+    assert [d.doc_id for d in result.documents] == [f"{up}/billing"]
+    assert sorted(url for url, _ in result.errors) == sorted(urls[:3])  # every page is the run's error
+    assert not [r for r in caplog.records if r.getMessage() == "source.url_failed"]
+    [said] = [r for r in caplog.records if r.getMessage() == "source.host_unreachable"]
+    assert (said.host, said.failed, said.pages) == (down.removeprefix("http://"), 3, 3)
+    assert said.levelname == "WARNING" and said.error.startswith("ConnectError")
