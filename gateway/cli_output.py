@@ -26,7 +26,8 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
             if run["status"] == "removed":
                 print(f"{run['bot']}/{run['source']}: no longer in the config; its {run['deleted']} chunks were deleted")
                 continue
-            errors = f", {len(run['errors'])} error(s)" if run["errors"] else ""
+            dropped = run.get("errors_dropped", 0)  # a server of an older version sends none
+            errors = f", {len(run['errors']) + dropped} error(s)" if run["errors"] else ""
             kept = ""
             if run["status"] == "failed":
                 kept = f"; failed, its {run['total']} chunks kept as they were" if run.get("total") else "; failed"
@@ -35,6 +36,8 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
                   f"{errors}{kept}")
             for err in run["errors"]:
                 print(f"  ! {err}", file=sys.stderr)
+            if dropped:
+                print(f"  … and {dropped} more error(s), not kept", file=sys.stderr)
     # A partial run had errors too (a page that failed, a folder that came back empty): a cron job
     # or a deploy script must see it, not only a reader of the `!` lines.
     return 1 if any(r["status"] in ("failed", "partial") for r in runs) else 0

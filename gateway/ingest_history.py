@@ -14,7 +14,7 @@ import sys
 from gateway.models import as_utc
 from gateway.observability.logs import redact
 from gateway.preflight import require_schema
-from rag.ingest_runs import recent_runs
+from rag.ingest_runs import MAX_ERRORS, recent_runs
 from storage.engine import create_engine, session_factory
 from storage.models import IngestRun
 
@@ -44,7 +44,8 @@ def run_dict(run: IngestRun) -> dict[str, object]:
     return {"id": run.id, "bot": run.bot, "source": run.source, "trigger": run.trigger, "status": run.status,
             "started_at": as_utc(run.started_at).isoformat(), "duration_s": run.duration_s,
             "added": run.added, "updated": run.updated, "deleted": run.deleted, "unchanged": run.unchanged,
-            "errors": [redact(error) for error in run.errors]}  # as /readyz and the log show them
+            "errors": [redact(error) for error in run.errors],  # as /readyz and the log show them
+            "errors_dropped": run.errors_dropped}
 
 
 def print_run(run: IngestRun) -> None:
@@ -57,3 +58,5 @@ def print_run(run: IngestRun) -> None:
         print(f"    ! {redact(error)}")
     if len(run.errors) > ERRORS_SHOWN:
         print(f"    … and {len(run.errors) - ERRORS_SHOWN} more error(s) (--json lists them)")
+    if run.errors_dropped:
+        print(f"    … and {run.errors_dropped} more error(s) not kept (a run keeps {MAX_ERRORS})")

@@ -4,6 +4,10 @@ A run's row is inserted as `running` when it starts, so a long ingest is visible
 and is filled in with the report's counts and status when it ends: ok, partial or failed. A process
 killed mid-run cannot do that; the next run of the same source to end marks such a row
 `interrupted` (a run truly still going writes its own status over it when it ends).
+
+A run keeps at most `MAX_ERRORS` errors (a site that was down gives one a page): the first ones and
+the last (a failed run's cause), and says how many it dropped (`errors_dropped`), in its row, its
+report (`gateway ingest --json`) and `gateway ingest-runs`.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from storage.models import IngestRun
 from storage.text import storable_text
 
 ERROR_MAX_CHARS = 500
+MAX_ERRORS = 100
 INTERRUPTED = "the process stopped before this run ended"
 
 
@@ -43,8 +48,9 @@ class IngestReport:
     total: int = 0
 
     def as_dict(self) -> dict[str, object]:
-        """Plain dict for `ingest --json` and the admin API."""
-        return {**asdict(self), "duration_s": round(self.duration_s, 3)}
+        """Plain dict for `ingest --json` and the admin API: the errors kept, and how many were dropped."""
+        kept, dropped = kept_errors(self.errors)
+        return {**asdict(self), "errors": kept, "errors_dropped": dropped, "duration_s": round(self.duration_s, 3)}
 
     def document_failed(self, doc_id: str, exc: Exception) -> None:
         """Record one document's failure as an error of the run, and log it with the document's id."""
@@ -81,7 +87,8 @@ async def record_run(
         run.updated = report.updated
         run.deleted = report.deleted
         run.unchanged = report.unchanged
-        run.errors = [storable_text(error) for error in report.errors[:100]]
+        kept, run.errors_dropped = kept_errors(report.errors)
+        run.errors = [storable_text(error) for error in kept]
         run.duration_s = report.duration_s
         await session.flush()
         await session.execute(update(IngestRun).where(
@@ -109,6 +116,15 @@ async def recent_runs(sessions: async_sessionmaker[AsyncSession], *, bot: str | 
         query = query.where(IngestRun.source == source)
     async with sessions() as session:
         return list((await session.scalars(query)).all())
+
+
+def kept_errors(errors: list[str]) -> tuple[list[str], int]:
+    """(the errors a run keeps, how many it drops): the first `MAX_ERRORS` - 1 and the last, which for a
+    failed run is its cause. Only the first 100 were kept, without a word about the rest, and a run that
+    failed after 100 page errors lost why."""
+    if len(errors) <= MAX_ERRORS:
+        return list(errors), 0
+    return [*errors[: MAX_ERRORS - 1], errors[-1]], len(errors) - MAX_ERRORS
 
 
 def describe(exc: BaseException) -> str:

@@ -203,6 +203,8 @@ class IngestRun(Base):
     deleted: Mapped[int] = mapped_column(Integer, default=0)
     unchanged: Mapped[int] = mapped_column(Integer, default=0)
     errors: Mapped[list[Any]] = mapped_column(default=list)
+    # How many errors past `rag.ingest_runs.MAX_ERRORS` the run had and did not keep.
+    errors_dropped: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     duration_s: Mapped[float | None] = mapped_column(Float, default=None)
 

@@ -59,3 +59,24 @@ def test_ingest_runs_filters_by_source_and_limit_and_prints_json(tmp_path, capsy
     assert (run["source"], run["status"], run["duration_s"]) == ("site", "running", None)
     assert main(["ingest-runs", "--config", str(config), "--bot", "other"]) == 0
     assert capsys.readouterr().err == "no ingest runs recorded for bot 'other'\n"
+
+
+def test_a_run_with_more_errors_than_it_keeps_says_how_many_it_dropped(tmp_path, capsys):
+    """Only the first 100 errors were kept, without a word: 100 errors read as all of them."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "plans.md").write_text("# Plans\n\nThe Plus plan costs $12 per month and includes 50 GB of storage.\n")
+    for i in range(103):  # a page the folder names but cannot read: each is one error of the run
+        (docs / f"moved-{i:03}.md").symlink_to(tmp_path / "elsewhere" / f"{i}.md")
+    bot = {"name": "acme", "sources": [{"name": "docs", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}]}
+    config = str(write_config(tmp_path, bots=[bot]))
+    upgrade(load_settings(config).database_url)
+    assert main(["ingest", "--config", config, "--json"]) == 1  # partial
+    [run] = json.loads(capsys.readouterr().out)["runs"]
+    assert (len(run["errors"]), run["errors_dropped"]) == (100, 3)
+    assert run["errors"][-1].startswith("moved-102.md: broken symlink")  # the last one is kept: a failed run's cause
+    assert main(["ingest-runs", "--config", config]) == 0
+    assert "    … and 3 more error(s) not kept (a run keeps 100)" in capsys.readouterr().out.splitlines()
+    assert main(["ingest-runs", "--config", config, "--json"]) == 0
+    [stored] = json.loads(capsys.readouterr().out)["runs"]
+    assert (len(stored["errors"]), stored["errors_dropped"]) == (100, 3)

@@ -106,7 +106,7 @@ async def _last_ingests(svc) -> dict[str, dict[str, object]]:
                 "status": run.status, "started_at": utc_iso(run.started_at),
                 # The last error says what is wrong now; the count says whether it is one page or many. Redacted
                 # as the log is: /readyz answers anyone, and a sitemap's URL may carry a password.
-                **({"error": redact(run.errors[-1]), "errors": len(run.errors)} if run.errors and run.status != "ok" else {})}
+                **({"error": redact(run.errors[-1]), "errors": len(run.errors) + run.errors_dropped} if run.errors and run.status != "ok" else {})}
     return out
 
 
