@@ -77,6 +77,7 @@ def classify_gateway_message(
         attachments=attachments,
         reply_to=str(reference["message_id"]) if kind == 19 and reference.get("message_id") else None,
         sent_at=_timestamp(payload.get("timestamp")),
+        sequence=int(payload["id"]) if str(payload["id"]).isdigit() else None,  # a snowflake counts up
         raw=payload,
         only_while_held=unaddressed,
     )

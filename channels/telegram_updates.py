@@ -187,6 +187,7 @@ class UpdateParser:
             attachments=attachments,
             reply_to=str(reply["message_id"]) if reply.get("message_id") else None,
             sent_at=sent_at,
+            sequence=msg["message_id"] if isinstance(msg["message_id"], int) else None,
             raw={**raw, "update": update},
             only_while_held=unaddressed,
         )

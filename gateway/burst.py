@@ -8,7 +8,8 @@ photo got "I can only read text".
 So before it answers a message, the handler waits until the customer has paused for
 `worker.burst_seconds` after their newest message (`BURST_MAX_WAIT_S` in all at most, so someone who
 keeps typing is still answered), and answers the message with the ones after it that belong to the same
-burst: their texts joined line by line, their attachments together. The others are marked done with it,
+burst: their texts joined line by line, their attachments together, in the order the customer sent them
+(`in_sent_order`: the platform's time and sequence, not the order their webhooks were stored in). The others are marked done with it,
 in the same transaction as its reply (`MessageHandler._finish`), so a crash leaves all or none answered.
 
 The wait ends early when what came so far reads as a whole question (`reads_whole`: text only, the last
@@ -48,6 +49,15 @@ _SENTENCE_END = ("?", "!", ".", "？", "！", "。", "؟", "۔", "।")
 def _plain(message: Message) -> bool:
     meta = message.meta or {}
     return not meta.get("command") and not meta.get("needs_reply")
+
+
+def in_sent_order(pieces: list[Message]) -> list[Message]:
+    """The pieces in the order the customer sent them: the platform's time and sequence (Telegram's
+    message_id, Discord's snowflake; `InboundMessage.sequence`), then the order they were stored. Webhooks
+    delivered side by side are stored in any order, and "the Plus plan cost?" / "How much does" was asked so."""
+    def key(message: Message) -> tuple:
+        return (as_utc(message.sent_at or message.created_at), (message.meta or {}).get("sequence") or 0, message.id)
+    return sorted(pieces, key=key)
 
 
 def reads_whole(pieces: list[Message]) -> bool:
@@ -99,7 +109,7 @@ async def burst_followers(sessions: async_sessionmaker[AsyncSession], first: Mes
                                       Message.status == "pending", Message.id > first.id)
                 .order_by(Message.id).limit(MAX_PIECES))).scalars())
         run = same_burst(first, later, window_s=window_s)
-        if reads_whole([first, *run]):
+        if reads_whole(in_sent_order([first, *run])):
             return Burst(run, waited=waited > 0)
         newest = run[-1] if run else first
         pause = window_s - (utcnow() - as_utc(newest.created_at)).total_seconds()

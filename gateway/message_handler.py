@@ -32,7 +32,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.budget import usage_record
-from gateway.burst import NO_BURST, burst_followers
+from gateway.burst import NO_BURST, burst_followers, in_sent_order
 from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, start_typing
@@ -112,7 +112,7 @@ class MessageHandler:
                 return
             inbound = fresh
         finish = functools.partial(self._finish, followers=tuple(m.id for m in followers))
-        pieces = [inbound, *followers]
+        pieces = in_sent_order([inbound, *followers])
         topic = message_topic(inbound.id)
         adapter = self._adapters.get((inbound.bot, inbound.channel))
         ref = ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,

@@ -98,6 +98,10 @@ class InboundMessage:
     attachments: tuple[Attachment, ...] = ()
     reply_to: str | None = None
     sent_at: datetime = field(default_factory=utcnow)
+    # The platform's own order of messages in a chat, where `sent_at` cannot tell two apart (Telegram's
+    # `date` is whole seconds; its message_id, and Discord's snowflake id, count up): pieces of a burst
+    # are joined in this order (`sent_at`, then this), not in the order their webhooks were stored.
+    sequence: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
     # The platform shows the sender a pending state until this message gets a reply (a deferred
     # Discord `/ask`): it is answered even while an operator holds the thread, with a notice.

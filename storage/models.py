@@ -95,6 +95,8 @@ class Message(Base):
     provider_ids: Mapped[list[Any]] = mapped_column(default=list)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    # Outbound: when it was sent. Inbound: when the platform says the customer sent it (the order a burst's
+    # pieces are joined in, with `meta.sequence`).
     sent_at: Mapped[datetime | None] = mapped_column(default=None)
 
 

@@ -85,7 +85,7 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
             "attachments": [_attachment_dict(a) for a in message.attachments], "citations": [],
             "meta": inbound_meta(message) | ({"traceparent": traceparent} if traceparent else {}),
             "tool_calls": [], "retrieved": [], "provider_ids": [], "status": "pending", "attempts": 0,
-            "created_at": now, "updated_at": now,
+            "created_at": now, "updated_at": now, "sent_at": message.sent_at,
         }, ["bot", "channel", "direction", "external_id"])
     )
     duplicate = result.rowcount == 0
@@ -108,6 +108,8 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
         meta["command"] = command[:32]
     if message.needs_reply:
         meta["needs_reply"] = True
+    if message.sequence is not None:
+        meta["sequence"] = message.sequence
     return meta
 
 

@@ -104,6 +104,7 @@ def test_parse_fixture_is_normalized_or_ignored_with_reason(path: Path) -> None:
     assert msg.conversation.chat == str(update["message"]["chat"]["id"])
     assert msg.sender.external_id == str(update["message"]["from"]["id"]) and not msg.sender.is_bot
     assert msg.sent_at.timestamp() == update["message"]["date"]
+    assert msg.sequence == update["message"]["message_id"]  # a burst's pieces are joined in this order
     if not expected:  # media without a caption still arrives, as attachments
         assert msg.attachments and (msg.attachments[0].file_id or msg.attachments[0].url)
 
