@@ -70,3 +70,16 @@ async def test_retries_are_not_counted_and_visitors_behind_a_proxy_each_have_a_b
             assert [await post("203.0.113.5", f"m-{i}") for i in (2, 3)] == [200, 429]
             # Another visitor behind the same proxy has a budget of their own.
             assert await post("198.51.100.7", "m-1") == 200
+
+
+async def test_a_client_on_the_internet_cannot_escape_its_limit_with_a_forged_forwarded_header(tmp_path):
+    # A peer on a public address is the client itself, not a proxy: an X-Forwarded-For of its own
+    # choosing each time gave it a fresh budget per message (a new session id each time, too).
+    async with limited_app(tmp_path, 2) as app:
+        transport = httpx.ASGITransport(app=app, client=("93.184.216.34", 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as direct:
+            statuses = [(await direct.post("/v1/bots/acme/chat", headers={"X-Forwarded-For": f"198.51.100.{i}"},
+                                           json={"session_id": f"forged-{i}", "text": "Hello?"})).status_code
+                        for i in range(3)]
+        assert statuses == [200, 200, 429]
+        assert await _inbound(app.state.services) == 2
