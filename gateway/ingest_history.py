@@ -52,7 +52,7 @@ def print_run(run: IngestRun) -> None:
     started = as_utc(run.started_at).strftime("%Y-%m-%d %H:%M:%S")
     took = f"{run.duration_s:.1f}s" if run.duration_s is not None else "-"
     counts = (f"{run.added} added, {run.updated} updated, {run.deleted} deleted, {run.unchanged} unchanged"
-              if run.status not in ("running", "interrupted") else "")
+              if run.status not in ("running", "interrupted", "skipped") else "")
     print(f"{started}  {run.bot}/{run.source}  {run.trigger:<8}  {run.status:<11}  {took:>7}  {counts}".rstrip())
     for error in run.errors[:ERRORS_SHOWN]:
         print(f"    ! {redact(error)}")

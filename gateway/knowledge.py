@@ -224,6 +224,12 @@ class Knowledge:
         finally:
             self._running.discard(task)
 
+    async def record_skipped(self, bot: str, source: str, *, trigger: str, why: str) -> None:
+        """Record a run of the source that did not start, and why (`ingest-runs` shows it)."""
+        from rag.ingest_runs import record_skipped
+
+        await record_skipped(self._sessions, bot, source, trigger=trigger, why=why)
+
     @contextlib.asynccontextmanager
     async def _advisory_lock(self, bot: str, source: str) -> AsyncIterator[None]:
         """On PostgreSQL, hold the source's advisory lock (on a connection of its own) while it ingests."""

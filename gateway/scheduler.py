@@ -13,6 +13,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from gateway.cron import cron_trigger
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # rag imports the embedders; the scheduler needs only the rep
     from rag.ingest_runs import IngestReport
 
 log = structlog.get_logger("gateway.scheduler")
+STILL_RUNNING = "not run: the previous scheduled run of this source was still going"
 
 
 class IngestScheduler:
@@ -40,6 +42,9 @@ class IngestScheduler:
         self._scheduler = AsyncIOScheduler(timezone=timezone)
         self._first_ingest: asyncio.Task | None = None
         self._warned_local_index = False
+        self._sources: dict[str, tuple[str, str]] = {}  # job id -> (bot, source), for its skipped runs
+        self._recording: set[asyncio.Task] = set()  # skipped runs being recorded, held until they are
+        self._scheduler.add_listener(self._skipped, EVENT_JOB_MAX_INSTANCES)
         for bot in settings.bots:
             for source in bot.sources:
                 self._scheduler.add_job(
@@ -47,6 +52,7 @@ class IngestScheduler:
                     args=[bot.name, source.name], id=f"{bot.name}/{source.name}", name=f"ingest {bot.name}/{source.name}",
                     max_instances=1, coalesce=True, misfire_grace_time=300,
                 )
+                self._sources[f"{bot.name}/{source.name}"] = (bot.name, source.name)
 
     def add_job(self, job_id: str, func: Any, *, cron: str, timezone: str = "UTC") -> None:
         """Schedule another leader-only periodic job (e.g. retention purges) on a cron expression."""
@@ -78,6 +84,25 @@ class IngestScheduler:
         except Exception:  # recorded in ingest_runs by the ingester; the scheduler keeps going
             log.exception("ingest.scheduled_failed", bot=bot, source=source)
         self.log_next_runs(f"{bot}/{source}")  # this source's: every other one's is as logged before
+
+    def _skipped(self, event: JobSubmissionEvent) -> None:
+        """A source's cron came round while its previous run was still going (`max_instances=1`): recorded
+        and logged as a `skipped` run. APScheduler's own warning was all there was, and `ingest-runs` showed
+        nothing for that night. (Called by APScheduler inside the event loop.)"""
+        if (target := self._sources.get(event.job_id)) is None:
+            return  # another leader-only job (retention): not an ingest
+        bot, source = target
+        log.warning("ingest.scheduled_skipped", bot=bot, source=source, why=STILL_RUNNING,
+                    scheduled_at=[t.isoformat() for t in event.scheduled_run_times])
+        task = asyncio.get_running_loop().create_task(self._record_skipped(bot, source), name="ingest-skipped")
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
+
+    async def _record_skipped(self, bot: str, source: str) -> None:
+        try:
+            await self._knowledge.record_skipped(bot, source, trigger="schedule", why=STILL_RUNNING)
+        except Exception:  # the store is down: the log line above is all there is
+            log.exception("ingest.skipped_not_recorded", bot=bot, source=source)
 
     def _warn_local_index_not_ingested(self) -> None:
         """Once: this replica skips scheduled ingests, but reads an index of its own. Its answers then

@@ -3,7 +3,8 @@
 A run's row is inserted as `running` when it starts, so a long ingest is visible while it works,
 and is filled in with the report's counts and status when it ends: ok, partial or failed. A process
 killed mid-run cannot do that; the next run of the same source to end marks such a row
-`interrupted` (a run truly still going writes its own status over it when it ends).
+`interrupted` (a run truly still going writes its own status over it when it ends). A scheduled
+run that did not start, because the previous one of its source was still going, is a `skipped` row.
 
 A run keeps at most `MAX_ERRORS` errors (a site that was down gives one a page): the first ones and
 the last (a failed run's cause), and says how many it dropped (`errors_dropped`), in its row, its
@@ -97,10 +98,19 @@ async def record_run(
         await session.commit()
 
 
-async def latest_runs(sessions: async_sessionmaker[AsyncSession]) -> dict[tuple[str, str], IngestRun]:
-    """(bot, source) -> its latest run that ended (not `running`), for health and metrics."""
+async def record_skipped(sessions: async_sessionmaker[AsyncSession], bot: str, source: str, *, trigger: str,
+                         why: str) -> None:
+    """Record a run that did not start (`skipped`), and `why`, so the history shows it."""
     async with sessions() as session:
-        latest = (select(func.max(IngestRun.id)).where(IngestRun.status != "running")
+        session.add(IngestRun(bot=bot, source=source, trigger=trigger, status="skipped", errors=[why], duration_s=0.0))
+        await session.commit()
+
+
+async def latest_runs(sessions: async_sessionmaker[AsyncSession]) -> dict[tuple[str, str], IngestRun]:
+    """(bot, source) -> its latest run that ended (not `running`, nor `skipped`: it did not run), for
+    health and metrics."""
+    async with sessions() as session:
+        latest = (select(func.max(IngestRun.id)).where(IngestRun.status.not_in(("running", "skipped")))
                   .group_by(IngestRun.bot, IngestRun.source))
         runs = (await session.scalars(select(IngestRun).where(IngestRun.id.in_(latest)))).all()
         return {(run.bot, run.source): run for run in runs}

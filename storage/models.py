@@ -199,7 +199,7 @@ class IngestRun(Base):
     bot: Mapped[str] = mapped_column(String(64))
     source: Mapped[str] = mapped_column(String(128))
     trigger: Mapped[str] = mapped_column(String(16), default="manual")  # manual | schedule | startup
-    status: Mapped[str] = mapped_column(String(16), default="running")  # running | ok | partial | failed | interrupted
+    status: Mapped[str] = mapped_column(String(16), default="running")  # running | ok | partial | failed | interrupted | skipped
     added: Mapped[int] = mapped_column(Integer, default=0)
     updated: Mapped[int] = mapped_column(Integer, default=0)
     deleted: Mapped[int] = mapped_column(Integer, default=0)

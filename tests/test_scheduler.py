@@ -229,3 +229,45 @@ async def test_a_run_that_waits_for_another_run_of_its_source_says_so(tmp_path, 
                                 r"this one starts when it ends", waiting.getMessage())
             site.release.set()
             await asyncio.wait_for(asyncio.gather(crawl, manual), 60)
+
+
+async def test_a_scheduled_run_skipped_while_the_last_one_still_goes_is_recorded_and_logged(tmp_path):
+    # APScheduler's own warning was all there was: `ingest-runs` showed nothing for that night.
+    from datetime import datetime, timezone
+
+    from gateway.scheduler import STILL_RUNNING
+    from rag.ingest_runs import latest_runs
+
+    async with HangingSite() as site:
+        bot = {"name": "acme", "channels": {"web": {}},
+               "sources": [{"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 4 * * 1"}]}
+        async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
+            scheduler = IngestScheduler(settings, knowledge=knowledge)
+            scheduler._scheduler.start()  # the cron clock alone: the empty collection's start-up run would hang too
+            try:
+                with structlog.testing.capture_logs() as logs:
+                    scheduler._scheduler.modify_job("acme/site", next_run_time=datetime.now(timezone.utc))
+                    await asyncio.wait_for(site.asked.wait(), 30)  # the run is going
+                    scheduler._scheduler.modify_job("acme/site", next_run_time=datetime.now(timezone.utc))
+                    for _ in range(250):  # until the skipped run is recorded
+                        if len(recorded := await _runs(sessions)) == 2:
+                            break
+                        await asyncio.sleep(0.02)
+                    assert [(r.trigger, r.status) for r in recorded] == [("schedule", "running"), ("schedule", "skipped")]
+                    assert recorded[1].errors == [STILL_RUNNING]
+                    site.release.set()
+                    for _ in range(500):  # until the run that was going ends
+                        if (recorded := await _runs(sessions))[0].status != "running":
+                            break
+                        await asyncio.sleep(0.02)
+            finally:
+                scheduler.shutdown()
+            latest = await latest_runs(sessions)
+    [skipped] = [e for e in logs if e["event"] == "ingest.scheduled_skipped"]
+    assert (skipped["log_level"], skipped["source"], skipped["why"]) == ("warning", "site", STILL_RUNNING)
+    assert recorded[0].status == "ok" and latest[("acme", "site")].id == recorded[0].id  # /readyz: the run that ran
+
+
+async def _runs(sessions) -> list[IngestRun]:
+    async with sessions() as session:
+        return list((await session.scalars(select(IngestRun).order_by(IngestRun.id))).all())
