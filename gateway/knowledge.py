@@ -217,6 +217,7 @@ class Knowledge:
                 self._holders[bot, source] = (_RUN_KINDS.get(trigger, trigger), utcnow().strftime("%H:%M:%S"))
                 try:
                     async with self._source_runs, self._advisory_lock(bot, source):
+                        await self._mark_interrupted(bot, source)  # no run of it goes on anywhere now
                         return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress,
                                                                   fetch_progress=report_fetching)
                 finally:
@@ -230,24 +231,52 @@ class Knowledge:
 
         await record_skipped(self._sessions, bot, source, trigger=trigger, why=why)
 
+    async def mark_interrupted_runs(self) -> None:
+        """At start: mark `interrupted` the runs a killed process left `running` (a `kill -9` mid-ingest left
+        its row so until the next run of its source ended, often the next night). A source whose run is
+        going in another process (it holds the source's advisory lock) is left alone: that run is real."""
+        from rag.ingest_runs import running_sources
+
+        try:
+            for bot, source in await running_sources(self._sessions):
+                if self._source_locks[bot, source].locked():
+                    continue
+                async with self._advisory_lock(bot, source, wait=False) as held:
+                    if held:
+                        await self._mark_interrupted(bot, source)
+        except Exception as exc:  # a detail of the history: the start goes on, the next run of each source marks its own
+            log.warning("ingest.interrupted_check_failed", error=f"{type(exc).__name__}: {exc}"[:200])
+
+    async def _mark_interrupted(self, bot: str, source: str) -> None:
+        """Mark the source's `running` rows `interrupted`; the caller holds the source's locks."""
+        from rag.ingest_runs import mark_interrupted
+
+        if marked := await mark_interrupted(self._sessions, bot, source):
+            log.warning("ingest.runs_interrupted", bot=bot, source=source, runs=marked,
+                        why="a process stopped before these runs ended (killed, or its machine lost)")
+
     @contextlib.asynccontextmanager
-    async def _advisory_lock(self, bot: str, source: str) -> AsyncIterator[None]:
-        """On PostgreSQL, hold the source's advisory lock (on a connection of its own) while it ingests."""
+    async def _advisory_lock(self, bot: str, source: str, *, wait: bool = True) -> AsyncIterator[bool]:
+        """On PostgreSQL, hold the source's advisory lock (on a connection of its own) while it ingests.
+        Yields whether it is held: with `wait=False`, False at once when another process holds it."""
         from gateway.leader import lock_key
 
         engine = self._sessions.kw.get("bind")
         if engine is None or engine.dialect.name != "postgresql":
-            yield  # SQLite: one process by design
+            yield True  # SQLite: one process by design
             return
         key = lock_key(f"ingest:{bot}/{source}")
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
             if not (await conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key})).scalar_one():
+                if not wait:
+                    yield False
+                    return
                 waits.warning("%s/%s: a run of this source is already going in another process; this one starts "
                               "when it ends", bot, source)
                 await conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
             try:
-                yield
+                yield True
             finally:
                 await conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
 

@@ -135,6 +135,7 @@ class Services:
             log.info("gateway.role", role="web", note="no worker, scheduler, index or channel connections here")
             return
         await self.knowledge.open()
+        await self.knowledge.mark_interrupted_runs()  # before the scheduler starts runs of its own
         # Before the worker and the server's ready: what a first turn would load (bench/first_turns.py).
         await self.knowledge.warm_up()
         await self.llm.warm_up()

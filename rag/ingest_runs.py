@@ -2,8 +2,9 @@
 
 A run's row is inserted as `running` when it starts, so a long ingest is visible while it works,
 and is filled in with the report's counts and status when it ends: ok, partial or failed. A process
-killed mid-run cannot do that; the next run of the same source to end marks such a row
-`interrupted` (a run truly still going writes its own status over it when it ends). A scheduled
+killed mid-run (`kill -9`, a lost machine) cannot do that: such a row is marked `interrupted` when the
+server starts and when the next run of its source starts, each time only while no run of that source
+is going anywhere (`gateway.knowledge` holds the source's locks, across processes on PostgreSQL). A scheduled
 run that did not start, because the previous one of its source was still going, is a `skipped` row.
 
 A run keeps at most `MAX_ERRORS` errors (a site that was down gives one a page): the first ones and
@@ -92,10 +93,30 @@ async def record_run(
         run.errors = [storable_text(error) for error in kept]
         run.duration_s = report.duration_s
         await session.flush()
-        await session.execute(update(IngestRun).where(
-            IngestRun.bot == report.bot, IngestRun.source == report.source, IngestRun.status == "running",
-            IngestRun.id < run.id).values(status="interrupted", errors=[INTERRUPTED]))
+        await session.execute(_interrupt(report.bot, report.source).where(IngestRun.id < run.id))
         await session.commit()
+
+
+async def mark_interrupted(sessions: async_sessionmaker[AsyncSession], bot: str, source: str) -> int:
+    """Mark the source's `running` runs `interrupted`; how many. Only for a caller that holds the source's
+    run locks (`gateway.knowledge`): then no run of it is going anywhere, and each such row is an orphan."""
+    async with sessions() as session:
+        marked = (await session.execute(_interrupt(bot, source))).rowcount
+        await session.commit()
+        return marked
+
+
+async def running_sources(sessions: async_sessionmaker[AsyncSession]) -> list[tuple[str, str]]:
+    """The (bot, source) pairs with a run recorded as `running`."""
+    async with sessions() as session:
+        found = await session.execute(select(IngestRun.bot, IngestRun.source).where(IngestRun.status == "running")
+                                      .distinct())
+        return [(bot, source) for bot, source in found]
+
+
+def _interrupt(bot: str, source: str):
+    return update(IngestRun).where(IngestRun.bot == bot, IngestRun.source == source, IngestRun.status == "running") \
+        .values(status="interrupted", errors=[INTERRUPTED])
 
 
 async def record_skipped(sessions: async_sessionmaker[AsyncSession], bot: str, source: str, *, trigger: str,

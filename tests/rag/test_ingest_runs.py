@@ -13,6 +13,7 @@ from rag.ingest_runs import INTERRUPTED, IngestReport, latest_runs, record_run, 
 from storage.models import IngestRun
 from tests.conftest import app_client, upgrade, write_config
 from tests.fakes.web_server import serving
+from tests.rag.ingest_helpers import open_knowledge
 
 
 async def test_a_run_left_running_by_a_killed_process_is_marked_interrupted_by_the_next(sessions):
@@ -64,3 +65,62 @@ async def test_readyz_shows_a_failing_sources_error_without_the_password_in_its_
     docs = ready.json()["ingest"]["acme/docs"]
     assert docs["status"] == "failed" and "docs-reader:[REDACTED]@" in docs["error"]
     assert "pw-9f8e7d6c5b" not in ready.text
+
+
+async def test_a_run_a_killed_process_left_running_is_marked_interrupted_when_the_server_starts(tmp_path):
+    """A `kill -9` mid-ingest left its row `running` until the next run of its source ended, often the next night."""
+    bot = {"name": "acme", "sources": [{"name": "docs", "type": "directory", "path": str(tmp_path), "schedule": "0 3 * * *"}]}
+    settings = load_settings(write_config(tmp_path, bots=[bot]))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    app = create_app(settings, start_scheduler=False)
+    async with app.router.lifespan_context(app):
+        killed = await start_run(app.state.services.sessions, "acme", "docs", trigger="schedule")
+    app = create_app(settings, start_scheduler=False)  # the server starts again
+    async with app.router.lifespan_context(app):
+        async with app.state.services.sessions() as session:
+            row = await session.get(IngestRun, killed)
+    assert (row.status, row.errors) == ("interrupted", [INTERRUPTED])
+
+
+async def test_a_run_going_in_another_process_is_not_marked_interrupted_on_postgres(tmp_path, postgres_url):
+    """A replica that starts while another one ingests must not call that run interrupted: it holds the source's lock."""
+    from sqlalchemy import text
+
+    from gateway.knowledge import Knowledge
+    from gateway.leader import lock_key
+    from storage.engine import create_engine, session_factory
+
+    bot = {"name": "acme", "sources": [{"name": name, "type": "directory", "path": str(tmp_path), "schedule": "0 3 * * *"}
+                                       for name in ("docs", "faq")]}
+    settings = load_settings(write_config(tmp_path, database_url=postgres_url, bots=[bot]))
+    await asyncio.to_thread(upgrade, postgres_url)
+    engine = create_engine(postgres_url)
+    sessions = session_factory(engine)
+    try:
+        going = await start_run(sessions, "acme", "docs", trigger="schedule")  # the other replica's run, going
+        killed = await start_run(sessions, "acme", "faq", trigger="schedule")  # a run whose process was killed
+        async with engine.connect() as other_replica:
+            await other_replica.execute(text("SELECT pg_advisory_lock(:key)"), {"key": lock_key("ingest:acme/docs")})
+            await Knowledge(settings, sessions=sessions).mark_interrupted_runs()
+            await other_replica.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": lock_key("ingest:acme/docs")})
+        async with sessions() as session:
+            rows = {i: (await session.get(IngestRun, i)).status for i in (going, killed)}
+    finally:
+        await engine.dispose()
+    assert rows == {going: "running", killed: "interrupted"}
+
+
+async def test_the_next_run_of_a_source_marks_its_orphaned_run_interrupted_as_it_starts(tmp_path):
+    from tests.test_scheduler import HangingSite
+
+    async with HangingSite() as site:
+        bot = {"name": "acme", "sources": [{"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 3 * * *"}]}
+        async with open_knowledge(tmp_path, bot) as (_, sessions, knowledge):
+            killed = await start_run(sessions, "acme", "site", trigger="schedule")
+            run = asyncio.create_task(knowledge.ingest_source("acme", "site"))
+            await asyncio.wait_for(site.asked.wait(), 30)  # the new run is going: the old one is no longer "running"
+            async with sessions() as session:
+                status = (await session.get(IngestRun, killed)).status
+            site.release.set()
+            await asyncio.wait_for(run, 60)
+    assert status == "interrupted"
