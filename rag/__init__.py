@@ -3,7 +3,8 @@ search with a relevance gate, ingest incrementally, and evaluate retrieval.
 
     sources.py     directory / urls / sitemap  → Document (HTML and PDF as Markdown)
     html_text.py   a page's main text as Markdown (trafilatura), and its title
-    crawl.py       robots.txt (RFC 9309), sitemap listings, what a failed fetch says
+    crawl.py       robots.txt (RFC 9309), bounded fetches, the crawl's pace, what a failed fetch says
+    sitemap.py     a sitemap's pages (XML, gzip, plain text; indexes followed)
     decoding.py    bytes → text: BOM, declared charset, UTF-8, a legacy charset; binary refused
     pdf.py         a PDF's headings and paragraphs from its layout (font sizes, line gaps)
     chunking.py    Document                    → Chunk (heading path, token budget, stable id)

@@ -2,9 +2,8 @@
 
 robots.txt is read as RFC 9309 says: a 4xx means no rules, a 5xx or no answer means disallow all
 (then `SourceError`, so a passing outage fails the run and ingest keeps the pages it has). Its
-`Crawl-delay` (or `Request-rate`) is kept too: pages are then fetched one at a time, that far apart. A
-sitemap is XML, gzipped XML or plain text (one URL a line); an index is followed two levels deep,
-and a child sitemap that fails is recorded while the others still list their pages.
+`Crawl-delay` (or `Request-rate`) is kept too: pages are then fetched one at a time, that far apart.
+Sitemaps are read by `rag.sitemap`.
 
 The configured URL may point anywhere; what the fetched content points to may not leave its site.
 A sitemap lists only its own site's pages (sitemaps.org), and a redirect is followed only within the
@@ -22,24 +21,20 @@ import contextlib
 import ipaddress
 import logging
 import socket
-import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
-from lxml import etree
 from protego import Protego
 
-from gateway.errors import IN_RUN_ERRORS, GatewayError, SourceError
+from gateway.errors import GatewayError, SourceError
 
 log = logging.getLogger(__name__)
 
 USER_AGENT = "bot-gateway-ingest/0.1"
-MAX_SITEMAP_URLS = 5000
-MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # sitemaps.org's limit, uncompressed
 MAX_PAGE_BYTES = 20 * 1024 * 1024
 MAX_ROBOTS_BYTES = 512 * 1024  # RFC 9309 §2.5: at least 500 KiB is parsed
 MAX_REDIRECTS = 5
@@ -140,18 +135,6 @@ async def _read_capped(response: httpx.Response, max_bytes: int, *, what: str) -
             raise SourceError(f"{what} is larger than {megabytes(max_bytes)}; not read")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _gunzip(body: bytes, *, what: str) -> bytes:
-    """A gzipped sitemap, inflated up to `MAX_SITEMAP_BYTES` (a small file can inflate to gigabytes)."""
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(body, MAX_SITEMAP_BYTES + 1)
-    except zlib.error as exc:
-        raise SourceError(f"sitemap {what} is not valid gzip: {exc}") from None
-    if len(out) > MAX_SITEMAP_BYTES:
-        raise SourceError(f"sitemap {what} is larger than {megabytes(MAX_SITEMAP_BYTES)} uncompressed; not read")
-    return out
 
 
 def megabytes(size: int) -> str:
@@ -282,87 +265,6 @@ async def robots_rules(url: str, *, client: httpx.AsyncClient) -> RobotsRules | 
     if response.status_code >= 400:
         return None
     return RobotsRules(Protego.parse(response.text))
-
-
-async def sitemap_urls(url: str, *, client: httpx.AsyncClient, depth: int, errors: list[tuple[str, str]],
-                       read: set[str] | None = None) -> list[str]:
-    """Page URLs of a sitemap, following an index. The top sitemap failing raises `SourceError`; a
-    child that fails lands in `errors` so the healthy children's pages still load. Each sitemap file is
-    read once (`read`): an index that lists itself, or two that list one child, gave each failure twice."""
-    read = set() if read is None else read
-    read.add(url)
-    is_index, listed = await _fetch_sitemap(url, client=client)
-    locs = [loc for loc in listed if same_site(url, loc)]
-    if len(locs) < len(listed):
-        log.warning("sitemap.other_sites_skipped",
-                    extra={"sitemap": url, "skipped": len(listed) - len(locs),
-                           "example": next(loc for loc in listed if not same_site(url, loc))})
-    if not is_index:
-        if len(locs) > MAX_SITEMAP_URLS:
-            log.warning("sitemap.capped",
-                        extra={"sitemap": url, "pages": len(locs), "cap": MAX_SITEMAP_URLS})
-        return locs[:MAX_SITEMAP_URLS]
-    if depth >= 2:
-        log.warning("sitemap.nested_too_deep", extra={"sitemap": url})
-        return []
-    pages: list[str] = []
-    for child in locs:
-        if child in read:
-            continue
-        try:
-            pages.extend(await sitemap_urls(child, client=client, depth=depth + 1, errors=errors, read=read))
-        except SourceError as exc:
-            error = str(exc).replace(f"sitemap {child} ", "sitemap ", 1)  # recorded after the child's URL: once is enough
-            log.warning("sitemap.child_failed", extra={"sitemap": child, "error": error, IN_RUN_ERRORS: True})
-            errors.append((child, error))
-        if len(pages) >= MAX_SITEMAP_URLS:
-            log.warning("sitemap.index_capped",
-                        extra={"sitemap": url, "cap": MAX_SITEMAP_URLS})
-            break
-    return pages[:MAX_SITEMAP_URLS]
-
-
-async def _fetch_sitemap(url: str, *, client: httpx.AsyncClient) -> tuple[bool, list[str]]:
-    """(is a sitemap index, the URLs it lists) of one sitemap file."""
-    try:
-        response = await fetch(url, client=client, max_bytes=MAX_SITEMAP_BYTES)
-        response.raise_for_status()
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise SourceError(f"sitemap {url} could not be fetched: {describe_fetch_error(exc, client.timeout)}") from None
-    except SourceError as exc:
-        raise SourceError(f"sitemap {url} could not be fetched: {exc}") from None
-    # In a thread, as pages and PDFs are parsed: a 50 MB sitemap (50,000 URLs) takes seconds to inflate
-    # and parse, and on the event loop the server's web chat and health checks waited for it.
-    return await asyncio.to_thread(_parse_sitemap, url, response.content)
-
-
-def _parse_sitemap(url: str, body: bytes) -> tuple[bool, list[str]]:
-    """(is a sitemap index, the URLs it lists) of a sitemap file's body: XML, gzipped or plain text."""
-    if body[:2] == b"\x1f\x8b":
-        body = _gunzip(body, what=url)
-    if not body.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
-        return False, _text_sitemap(url, body)
-    try:
-        parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
-        root = etree.fromstring(body, parser=parser)
-    except etree.XMLSyntaxError as exc:
-        raise SourceError(f"sitemap {url} is not valid XML: {exc}") from None
-    kind = etree.QName(root).localname
-    if kind not in ("urlset", "sitemapindex"):
-        # An error page served with 200 (a CMS's "Not found") listed no pages, and the run then
-        # deleted every page of the source as gone.
-        raise SourceError(f"sitemap {url} is not a sitemap: its root element is <{kind}>, not <urlset> or <sitemapindex>")
-    locs = [urljoin(url, (el.text or "").strip()) for el in root.iter("{*}loc") if (el.text or "").strip()]
-    return kind == "sitemapindex", locs
-
-
-def _text_sitemap(url: str, body: bytes) -> list[str]:
-    """The URLs of a plain-text sitemap: one absolute http(s) URL a line (sitemaps.org)."""
-    lines = [line.strip() for line in body.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()]
-    urls = [line for line in lines if line]
-    if not urls or not all(u.startswith(("http://", "https://")) for u in urls):
-        raise SourceError(f"sitemap {url} is neither XML nor a plain-text list of URLs")
-    return urls
 
 
 def describe_fetch_error(exc: BaseException, timeout: httpx.Timeout | None = None) -> str:

@@ -7,7 +7,7 @@ URL, broken PDF, binary content) is recorded in `LoadResult.errors` with its URL
 rest still load (ingest then keeps that document's previous chunks). Text is decoded by
 `rag.decoding`: BOM, declared charset, UTF-8, then a legacy charset.
 
-Sitemaps honour robots.txt (`rag.crawl`, which lists their pages). An explicit `urls` list is the
+Sitemaps honour robots.txt (`rag.crawl`; `rag.sitemap` lists their pages). An explicit `urls` list is the
 owner's own choice of pages, so it is fetched as given. Every fetch goes through `rag.crawl.fetch`:
 redirects only within the page's own site, and bodies read up to a cap.
 
@@ -34,11 +34,12 @@ import httpx
 from gateway.errors import IN_RUN_ERRORS, SKIPPED_FILES, SourceError
 from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
-from rag.crawl import USER_AGENT, Pace, describe_fetch_error, fetch, megabytes, robots_rules, sitemap_urls
+from rag.crawl import USER_AGENT, Pace, describe_fetch_error, fetch, megabytes, robots_rules
 from rag.decoding import decode_text
 from rag.directory_walk import DOCUMENT_TYPES_NOT_READ, describe_skipped, files_under, is_hidden, within
 from rag.html_text import html_to_markdown
 from rag.ingest_progress import Progress
+from rag.sitemap import sitemap_urls
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 
 import rag.crawl
+import rag.sitemap
 from gateway.errors import SourceError
 from rag.crawl import same_site
 from rag.sources import load_sitemap, load_urls
@@ -103,7 +104,7 @@ async def test_an_oversized_page_is_refused_without_reading_it_all(monkeypatch):
 
 
 async def test_a_gzip_bomb_sitemap_fails_its_source_instead_of_filling_memory(monkeypatch):
-    monkeypatch.setattr(rag.crawl, "MAX_SITEMAP_BYTES", 1024 * 1024)
+    monkeypatch.setattr(rag.sitemap, "MAX_SITEMAP_BYTES", 1024 * 1024)
     bomb = gzip.compress(b"<" + b" " * (8 * 1024 * 1024))  # 8 MB of markup from about 8 kB
     assert len(bomb) < 20_000
     routes = {"/sitemap.xml.gz": web.Response(body=bomb, content_type="application/octet-stream")}
