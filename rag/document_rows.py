@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from rag.chunking import Chunk
@@ -50,12 +50,12 @@ def url_of(doc: Document) -> str | None:
     return doc.url if doc.url and len(doc.url) <= URL_MAX else None
 
 
-def validators_of(doc: Document) -> tuple[str | None, str | None]:
-    """A document's HTTP validators as stored: one too long for its column is dropped (that page is
-    then fetched in full each time)."""
+def validators_of(doc: Document) -> tuple[str | None, str | None, str | None]:
+    """A document's HTTP validators and sitemap `<lastmod>` as stored: one too long for its column is dropped
+    (that page is then fetched in full each time)."""
     etag = doc.etag if doc.etag and len(doc.etag) <= 512 else None
     last_modified = doc.last_modified if doc.last_modified and len(doc.last_modified) <= 64 else None
-    return etag, last_modified
+    return etag, last_modified, doc.lastmod if doc.lastmod and len(doc.lastmod) <= 64 else None
 
 
 async def recorded_chunk_ids(sessions: async_sessionmaker[AsyncSession], bot: str, source: str | None = None) -> set[str]:
@@ -104,14 +104,14 @@ class DocumentRows:
             return {row.doc_id: row for row in found.all()}
 
     async def validators(self) -> Validators:
-        """The HTTP validators of the pages chunked under the current settings (any other page must be
-        downloaded again to be re-chunked)."""
+        """The HTTP validators and sitemap `<lastmod>` of the pages chunked under the current settings (any
+        other page must be downloaded again to be re-chunked)."""
+        columns = (DocumentRow.etag, DocumentRow.last_modified, DocumentRow.lastmod)
         async with self.sessions() as session:
-            found = await session.execute(select(DocumentRow.doc_id, DocumentRow.etag, DocumentRow.last_modified).where(
+            found = await session.execute(select(DocumentRow.doc_id, *columns).where(
                 DocumentRow.bot == self.bot, DocumentRow.source == self.source,
-                DocumentRow.settings_hash == self.settings_hash,
-                (DocumentRow.etag.is_not(None)) | (DocumentRow.last_modified.is_not(None))))
-            return {doc_id: (etag, last_modified) for doc_id, etag, last_modified in found}
+                DocumentRow.settings_hash == self.settings_hash, or_(*(column.is_not(None) for column in columns))))
+            return {doc_id: (etag, last_modified, lastmod) for doc_id, etag, last_modified, lastmod in found}
 
     async def write(self, writes: Sequence[W]) -> list[tuple[W, Exception]]:
         """Write the rows in one transaction; if the store refuses it, again one at a time. Returns the
@@ -131,14 +131,14 @@ class DocumentRows:
         return refused
 
     async def restamp(self, unchanged: list[tuple[DocumentRow, Document]]) -> None:
-        """Unchanged documents with new HTTP validators, or no settings stamp yet (an older row): the
+        """Unchanged documents with new HTTP validators or `<lastmod>`, or no settings stamp yet (an older row): the
         same content hash means their chunks were made under the current settings."""
         if not unchanged:
             return
         async with self.sessions() as session:
             for row, doc in unchanged:
                 row = await session.merge(row)
-                row.etag, row.last_modified = validators_of(doc)
+                row.etag, row.last_modified, row.lastmod = validators_of(doc)
                 row.settings_hash = self.settings_hash
             await session.commit()
 
@@ -157,7 +157,7 @@ class DocumentRows:
                 row.chunk_ids = [c.chunk_id for c in w.chunks]
                 row.title = w.doc.title[:TITLE_MAX]
                 row.url = url_of(w.doc)
-                row.etag, row.last_modified = validators_of(w.doc)
+                row.etag, row.last_modified, row.lastmod = validators_of(w.doc)
                 row.settings_hash = self.settings_hash
                 if w.row is None:
                     session.add(row)

@@ -256,7 +256,7 @@ class Ingestor:
             if row is not None and row.content_hash == content_hash and doc.doc_id not in lost:
                 report.unchanged += len(row.chunk_ids)
                 tally.advance(1)
-                if (row.etag, row.last_modified) != validators_of(doc) or row.settings_hash != self.settings_hash:
+                if (row.etag, row.last_modified, row.lastmod) != validators_of(doc) or row.settings_hash != self.settings_hash:
                     revalidated.append((row, doc))
             # In a thread: a long document takes a while to chunk (its tokens are counted), and ingest
             # runs inside the server, whose event loop must keep answering meanwhile.

@@ -13,7 +13,8 @@ redirects only within the page's own site, and bodies read up to a cap.
 
 Pages are fetched conditionally when the last fetch left validators (`ETag`, `Last-Modified`): a
 `304 Not Modified` lands in `LoadResult.not_modified` and ingest keeps that page's chunks, so a
-scheduled run over an unchanged site downloads almost nothing.
+scheduled run over an unchanged site downloads almost nothing. A sitemap's page whose `<lastmod>` is
+the one it had when it was last read is not even asked for (`not_modified` too).
 """
 
 from __future__ import annotations
@@ -65,10 +66,11 @@ class Document:
     format: Format
     etag: str | None = None  # HTTP validators of a fetched page, for the next conditional fetch
     last_modified: str | None = None
+    lastmod: str | None = None  # its sitemap's <lastmod> when it was read (`rag.sitemap`)
 
 
-Validators = dict[str, tuple[str | None, str | None]]
-"""URL -> (ETag, Last-Modified) from the page's last fetch."""
+Validators = dict[str, tuple[str | None, str | None, str | None]]
+"""URL -> (ETag, Last-Modified, sitemap <lastmod>) from the page's last fetch."""
 
 
 @dataclass
@@ -275,9 +277,9 @@ async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: V
     return result
 
 
-def _conditional_headers(validators: tuple[str | None, str | None] | None) -> dict[str, str]:
+def _conditional_headers(validators: tuple[str | None, str | None, str | None] | None) -> dict[str, str]:
     """If-None-Match / If-Modified-Since from a page's last validators (none: a plain GET)."""
-    etag, last_modified = validators or (None, None)
+    etag, last_modified, _ = validators or (None, None, None)
     headers = {}
     if etag:
         headers["If-None-Match"] = etag
@@ -292,7 +294,8 @@ async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Valid
     sitemap that fails is recorded as an error and the pages of the others still load."""
     robots = await robots_rules(url, client=client)
     sitemap_errors: list[tuple[str, str]] = []
-    pages = await sitemap_urls(url, client=client, depth=0, errors=sitemap_errors)
+    listed = await sitemap_urls(url, client=client, depth=0, errors=sitemap_errors)
+    pages = list(listed)
     allowed = [p for p in pages if robots is None or robots.allows(p)]
     skipped = len(pages) - len(allowed)
     if skipped:
@@ -300,9 +303,16 @@ async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Valid
         # sitemap of 500 pages gave 20 documents without a word about the other 480.
         log.warning("sitemap.robots_disallowed", extra={"sitemap": url, "skipped": skipped, "listed": len(pages),
                                                         "example": next(p for p in pages if not robots.allows(p))})
-    result = await load_urls(allowed, client=client, validators=validators,
+    # Not fetched at all: a page whose <lastmod> is the one it had when it was last read (ingest keeps its chunks).
+    known = validators or {}
+    same = [p for p in allowed if listed[p] is not None and p in known and known[p][2] == listed[p]]
+    if same:
+        log.info("sitemap.lastmod_unchanged", extra={"sitemap": url, "not_fetched": len(same), "listed": len(pages)})
+    result = await load_urls([p for p in allowed if p not in set(same)], client=client, validators=validators,
                              allowed=robots.allows if robots is not None else None,
                              delay=robots.delay() if robots is not None else None, progress=progress)
+    result.documents = [replace(doc, lastmod=listed.get(doc.doc_id)) for doc in result.documents]
+    result.not_modified += same
     result.errors[:0] = sitemap_errors
     result.listing_incomplete = bool(sitemap_errors)
     return result

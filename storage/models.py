@@ -183,6 +183,8 @@ class Document(Base):
     # and a 304 skips the download too, not only the embedding.
     etag: Mapped[str | None] = mapped_column(String(512), default=None)
     last_modified: Mapped[str | None] = mapped_column(String(64), default=None)
+    # Its sitemap's <lastmod> when it was read: while the sitemap gives the same, it is not fetched again.
+    lastmod: Mapped[str | None] = mapped_column(String(64), default=None)
     # The ingest settings (chunker version, embedding model, chunk sizes) its chunks were made with:
     # the validators are sent only under the same settings, or a 304 would keep chunks made otherwise.
     settings_hash: Mapped[str | None] = mapped_column(String(64), default=None)

@@ -62,3 +62,66 @@ async def test_a_sitemap_is_parsed_off_the_event_loop(monkeypatch):
         result = await load_sitemap(f"{base}/sitemap.xml", client=client)
     assert [d.title for d in result.documents] == ["billing"]
     assert parsed_on and threading.get_ident() not in parsed_on
+
+
+async def test_a_page_whose_sitemap_lastmod_has_not_changed_is_not_fetched_again(tmp_path):
+    """Every scheduled run fetched every page of the sitemap (conditionally at best), `<lastmod>` unread."""
+    from tests.rag.ingest_helpers import open_knowledge
+
+    site = SitemapSite()
+    async with site.serving() as base:
+        site.base = base
+        site.listed = {"/p/billing": "2026-11-01", "/p/refunds": "2026-11-02T10:00:00+00:00", "/p/plans": None}
+        bot = {
+            "name": "acme",
+            "sources": [{"name": "site", "type": "sitemap", "url": f"{base}/sitemap.xml", "schedule": "0 3 * * *"}],
+        }
+        async with open_knowledge(tmp_path, bot) as (_, _, knowledge):
+            first = await knowledge.ingest_source("acme", "site")
+            site.requested.clear()
+            second = await knowledge.ingest_source("acme", "site")
+            assert site.requested == ["/sitemap.xml", "/p/plans"]  # a page with no <lastmod> is still fetched
+            site.listed["/p/refunds"] = "2026-11-20T08:30:00Z"  # changed since it was read: fetched
+            site.requested.clear()
+            third = await knowledge.ingest_source("acme", "site")
+            assert sorted(site.requested) == ["/p/plans", "/p/refunds", "/sitemap.xml"]
+            site.requested.clear()
+            fourth = await knowledge.ingest_source("acme", "site")  # the new <lastmod> was kept
+            assert site.requested == ["/sitemap.xml", "/p/plans"]
+    assert (first.status, first.documents) == ("ok", 3) and first.added > 0
+    for run in (second, third, fourth):  # the skipped pages keep their chunks; the fetched ones are unchanged
+        assert (run.status, run.added, run.updated, run.deleted, run.unchanged) == ("ok", 0, 0, 0, first.added)
+
+
+async def test_a_lastmod_that_cannot_be_relied_on_is_ignored_and_the_page_fetched():
+    """Today's date (the page may change again today), a moment in the future, a lastmod not in W3C form,
+    and a sitemap that gives every page one and the same lastmod (a build stamp) all say nothing."""
+    from datetime import datetime, timedelta, timezone
+
+    from rag.sitemap import sitemap_urls
+
+    now = datetime.now(timezone.utc)
+    hour_ago = (now - timedelta(hours=1)).isoformat()
+    site = SitemapSite()
+    async with site.serving() as base, httpx.AsyncClient(timeout=5) as client:
+        site.base = base
+        site.listed = {
+            "/p/a": "2026-01-05",
+            "/p/b": now.date().isoformat(),
+            "/p/c": (now + timedelta(hours=2)).isoformat(),
+            "/p/d": "last tuesday",
+            "/p/e": None,
+            "/p/f": hour_ago,
+        }
+        listing = await sitemap_urls(f"{base}/sitemap.xml", client=client, depth=0, errors=[])
+        site.listed = dict.fromkeys(("/p/a", "/p/b", "/p/c"), "2026-01-05")
+        stamped = await sitemap_urls(f"{base}/sitemap.xml", client=client, depth=0, errors=[])
+    assert listing == {
+        f"{base}/p/a": "2026-01-05",
+        f"{base}/p/b": None,
+        f"{base}/p/c": None,
+        f"{base}/p/d": None,
+        f"{base}/p/e": None,
+        f"{base}/p/f": hour_ago,
+    }
+    assert set(stamped.values()) == {None}
