@@ -6,11 +6,14 @@ album is one update per photo, the caption on one of them: the caption was answe
 photo got "I can only read text".
 
 So before it answers a message, the handler waits until the customer has paused for
-`worker.burst_seconds` after their newest message (`BURST_MAX_WAIT_S` in all at most, so someone who
-keeps typing is still answered), and answers the message with the ones after it that belong to the same
-burst: their texts joined line by line, their attachments together, in the order the customer sent them
-(`in_sent_order`: the platform's time and sequence, not the order their webhooks were stored in). The others are marked done with it,
-in the same transaction as its reply (`MessageHandler._finish`), so a crash leaves all or none answered.
+`worker.burst_seconds` after their newest message (`BURST_MAX_WAIT_S` after the first in all at most, so
+someone who keeps typing is still answered), and answers the message with the ones after it that belong
+to the same burst: their texts joined line by line, their attachments together, in the order the customer
+sent them (`in_sent_order`: the platform's time and sequence, not the order their webhooks were stored
+in). The others are marked done with it, in the same transaction as its reply (`MessageHandler._finish`),
+so a crash leaves all or none answered. The wait holds no worker turn: the conversation is parked until
+the time to look again (`Burst.not_before`), as a reply waiting out a rate limit is, and that lease keeps
+every replica from answering meanwhile.
 
 The wait ends early when what came so far reads as a whole question (`reads_whole`: text only, the last
 piece ending a sentence, a few words in all): "How do I reset my password?" is answered at once, as is
@@ -24,8 +27,7 @@ whose request waits for its own message's answer, is never merged; `burst_second
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from sqlalchemy import select
@@ -85,36 +87,33 @@ def same_burst(first: Message, later: list[Message], *, window_s: float) -> list
 
 
 class Burst(NamedTuple):
-    """The pending messages answered with the first, and whether the answer waited for them (then the
-    first, and its conversation, are read again: edited, taken back, or taken by a person meanwhile)."""
+    """The pending messages answered with the first, or the time to look again: the customer may still be
+    typing. Nothing waits in between: the worker parks the conversation until `not_before` and takes
+    other conversations meanwhile, and the next look reads the first, its conversation (taken by a
+    person meanwhile?) and its followers afresh (edited, taken back, more of them)."""
 
     followers: list[Message]
-    waited: bool
+    not_before: datetime | None = None
 
 
-NO_BURST = Burst([], waited=False)
+NO_BURST = Burst([])
 
 
 async def burst_followers(sessions: async_sessionmaker[AsyncSession], first: Message, *, window_s: float,
-                          max_wait_s: float = BURST_MAX_WAIT_S,
-                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> Burst:
-    """Wait for the customer to pause, then return the pending messages answered with `first`."""
+                          max_wait_s: float = BURST_MAX_WAIT_S) -> Burst:
+    """The pending messages answered with `first` now, or when to look again: after the customer's
+    newest piece has aged `window_s`, and at most `max_wait_s` after `first` was stored."""
     if window_s <= 0 or first.channel in UNMERGED_CHANNELS or not _plain(first):
         return NO_BURST
-    waited = 0.0
-    while True:
-        async with sessions() as session:
-            later = list((await session.execute(
-                select(Message).where(Message.conversation_id == first.conversation_id, Message.direction == "in",
-                                      Message.status == "pending", Message.id > first.id)
-                .order_by(Message.id).limit(MAX_PIECES))).scalars())
-        run = same_burst(first, later, window_s=window_s)
-        if reads_whole(in_sent_order([first, *run])):
-            return Burst(run, waited=waited > 0)
-        newest = run[-1] if run else first
-        pause = window_s - (utcnow() - as_utc(newest.created_at)).total_seconds()
-        if pause <= 0 or waited >= max_wait_s or len(run) + 1 >= MAX_PIECES:
-            return Burst(run, waited=waited > 0)
-        pause = min(pause, max_wait_s - waited)
-        await sleep(pause)
-        waited += pause
+    async with sessions() as session:
+        later = list((await session.execute(
+            select(Message).where(Message.conversation_id == first.conversation_id, Message.direction == "in",
+                                  Message.status == "pending", Message.id > first.id)
+            .order_by(Message.id).limit(MAX_PIECES))).scalars())
+    run = same_burst(first, later, window_s=window_s)
+    if reads_whole(in_sent_order([first, *run])) or len(run) + 1 >= MAX_PIECES:
+        return Burst(run)
+    newest = run[-1] if run else first
+    due = min(as_utc(newest.created_at) + timedelta(seconds=window_s),
+              as_utc(first.created_at) + timedelta(seconds=max_wait_s))
+    return Burst(run, not_before=due if due > utcnow() else None)

@@ -26,6 +26,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 
 import structlog
 from sqlalchemy import select, update
@@ -77,11 +78,12 @@ class MessageHandler:
         self.rate_limiter = rate_limiter  # gateway.ratelimit.RateLimiter, set by the composition root
         self._meta_lock = asyncio.Lock()
 
-    async def handle(self, inbound: Message) -> None:
+    async def handle(self, inbound: Message) -> datetime | None:
         """Run the pipeline on `inbound` (or relay it, or refuse it over a rate limit), store the
         reply with the message marked done, and send it. On a chat platform it first waits for the
         customer to pause (`gateway.burst`): the messages of their burst are answered with it, and marked
-        done with it (`meta.answered_with`)."""
+        done with it (`meta.answered_with`). While the customer may still be typing, nothing is answered:
+        the time to take `inbound` up again is returned (the worker parks the conversation till then)."""
         bound = log.bind(message_id=inbound.id, conversation_id=inbound.conversation_id, bot=inbound.bot,
                          channel=inbound.channel)
         started = time.monotonic()
@@ -93,28 +95,22 @@ class MessageHandler:
                                       if self._has_bot(inbound.bot) else 0)
         if not self._has_bot(inbound.bot):
             await self._finish(inbound, None, status="ignored", error="bot no longer configured")
-            return
+            return None
         if self._intercept is not None and await self._intercept(inbound, conversation):
             await self._finish(inbound, None, status="done")
-            return
+            return None
         bot = self._settings.bot(inbound.bot)
+        adapter = self._adapters.get((inbound.bot, inbound.channel))
         # A burst's later pieces are answered with this one (gateway/burst.py); marked done by `_finish`.
         burst = await burst_followers(self._sessions, inbound, window_s=self._settings.worker.burst_seconds) \
             if conversation.state == "bot" else NO_BURST
+        if burst.not_before is not None:
+            bound.info("burst.waiting", pieces=1 + len(burst.followers), until=str(burst.not_before))
+            return burst.not_before
         followers = burst.followers
-        if burst.waited:
-            # As they are after the wait: the message edited or taken back, the thread taken by a person
-            # (who claimed it meanwhile: the model was called and its answer streamed, then dropped).
-            async with self._sessions() as session:
-                fresh = await session.get(Message, inbound.id)
-                conversation = await session.get(Conversation, inbound.conversation_id) or conversation
-            if fresh is None or fresh.status != "pending":
-                return
-            inbound = fresh
         finish = functools.partial(self._finish, followers=tuple(m.id for m in followers))
         pieces = in_sent_order([inbound, *followers])
         topic = message_topic(inbound.id)
-        adapter = self._adapters.get((inbound.bot, inbound.channel))
         ref = ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,
                               thread=conversation.thread)
         await self._remove_interrupted_stream(inbound, adapter, ref)
@@ -160,10 +156,10 @@ class MessageHandler:
             error = f"gave up after {attempt - 1} attempts that did not finish"
             result = handoff(bot, "failure", reason=error, trigger="gave_up", error=error)
             await finish(inbound, result, status="failed", error=error)
-            return
+            return None
         # Counted on its first attempt only: a message taken again after a crash is still one message.
         if turn.state == "bot" and attempt == 1 and await self._rate_limited(inbound, turn, finish):
-            return
+            return None
         if attempt > 1:
             # A stream of the dead attempt's tokens may be open (web chat, another process): they are void.
             self._bus.publish(topic, {"type": "reset"}, forward=inbound.channel == "web")
@@ -216,6 +212,7 @@ class MessageHandler:
         bound.info("pipeline.done", replied=result.reply is not None,
                    escalate=(result.trigger or "other") if result.escalate else None,
                    duration_ms=round((time.monotonic() - started) * 1000))
+        return None
 
     async def _count_attempt(self, inbound: Message) -> int:
         """This attempt's number at the message, 1 for its first: kept in the store, so a turn taken

@@ -7,6 +7,7 @@ unsent replies go out first, then inbound messages are answered oldest first.
 
 A reply whose send must be retried later (a rate limit) parks its conversation: the lease is handed
 to no one until the retry time, so nothing in that conversation overtakes it and no worker spins on it.
+So does a burst whose customer may still be typing (gateway/burst.py), until the time to look again.
 
 Handling one inbound message (exactly-once store-then-send, typing, streaming) is gateway/message_handler.py.
 """
@@ -41,6 +42,9 @@ log = structlog.get_logger("gateway.worker")
 
 PARKED_OWNER = "outbox-backoff"
 """Lease owner of a conversation parked until a reply's retry time; no worker matches it."""
+
+BURST_OWNER = "burst-wait"
+"""Lease owner of a conversation parked while its customer may still be typing (gateway/burst.py)."""
 
 _MAX_TRACKED_FAILURES = 1000
 """Conversations whose failed drains in a row a worker counts at most (for the back-off's doubling)."""
@@ -237,12 +241,17 @@ class Worker:
                                          bot=message.bot, channel=message.channel,
                                          traceparent=(message.meta or {}).get("traceparent")):
                         try:
-                            await self.handler.handle(message)
+                            not_before = await self.handler.handle(message)
                         except asyncio.CancelledError:
                             if self._stopping:  # the shutdown's wait ran out; nothing else said the turn ended
                                 log.warning("worker.turn_abandoned", reason="shutting down; left pending, "
                                             "answered after the restart")
                             raise
+                    if not_before is not None:
+                        # The customer may still be typing (a burst): the slot serves other chats meanwhile.
+                        await self._park_until(conversation_id, not_before, parked_owner=BURST_OWNER)
+                        self._wake_at(not_before)
+                        break
         except Exception:
             await self._back_off(conversation_id)
             raise
@@ -288,10 +297,16 @@ class Worker:
         await self._park_until(conversation_id, due)
         log.info("conversation.parked", conversation_id=conversation_id, message_id=message_id, until=str(due))
 
-    async def _park_until(self, conversation_id: int, due: datetime) -> None:
+    async def _park_until(self, conversation_id: int, due: datetime, *, parked_owner: str = PARKED_OWNER) -> None:
         async with self._sessions() as session, session.begin():
-            await repo.park_lease(session, conversation_id=conversation_id, owner=self.owner, parked_owner=PARKED_OWNER,
+            await repo.park_lease(session, conversation_id=conversation_id, owner=self.owner, parked_owner=parked_owner,
                                   until=max(due, utcnow() + timedelta(milliseconds=100)))
+
+    def _wake_at(self, due: datetime) -> None:
+        """Look for work again at `due`, not at the next poll: a burst's answer is not held up to
+        `poll_interval` after its customer paused."""
+        delay = max(0.0, (as_utc(due) - utcnow()).total_seconds()) + 0.11  # past `_park_until`'s floor
+        asyncio.get_running_loop().call_later(delay, self._wake.set)
 
     async def _requeue_if_stalled(self, reply: Message) -> bool:
         """`_requeue_stalled_sends`' rule for a reply in the conversation this worker holds: left

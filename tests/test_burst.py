@@ -1,4 +1,5 @@
-"""When a burst's wait ends (gateway/burst.py), on a real SQLite store through the real inbox."""
+"""When a burst's wait ends, how it is joined, and what the worker does meanwhile (gateway/burst.py), on a
+real store through the real inbox and worker."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender
 from storage.engine import create_engine, session_factory
 from storage.models import Message
-from tests.worker_rig import EchoPipeline, build_worker
+from tests.worker_rig import EchoPipeline, build_worker, chat_message
 
 pytestmark = pytest.mark.asyncio
 
 
-async def _waits_for(url: str, *texts: str) -> list[float]:
-    """Store `texts` from one Telegram customer, then ask the first's followers; the sleeps asked for."""
+async def _waits_for(url: str, *texts: str) -> bool:
+    """Store `texts` from one Telegram customer, then ask the first's followers: whether to look again later."""
     engine = create_engine(url)
     sessions = session_factory(engine)
     inbox = Inbox(sessions)
@@ -27,23 +28,18 @@ async def _waits_for(url: str, *texts: str) -> list[float]:
                                                   conversation=ConversationRef("telegram", chat="42"), text=text))
     async with sessions() as session:
         first = (await session.execute(select(Message).order_by(Message.id).limit(1))).scalar_one()
-    slept: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        slept.append(seconds)
-
-    burst = await burst_followers(sessions, first, window_s=1.5, max_wait_s=3.0, sleep=sleep)
+    burst = await burst_followers(sessions, first, window_s=1.5, max_wait_s=3.0)
     await engine.dispose()
-    assert burst.waited == bool(slept)  # only a wait has the message read again (MessageHandler.handle)
-    return slept
+    assert len(burst.followers) == len(texts) - 1
+    return burst.not_before is not None
 
 
 async def test_a_whole_question_is_answered_without_waiting(migrated_url):
-    assert await _waits_for(migrated_url, "How do I reset my password?") == []
+    assert not await _waits_for(migrated_url, "How do I reset my password?")
 
 
 async def test_pieces_that_end_a_question_are_answered_without_waiting(migrated_url):
-    assert await _waits_for(migrated_url, "my order", "is late", "?") == []
+    assert not await _waits_for(migrated_url, "my order", "is late", "?")
 
 
 @pytest.mark.parametrize("texts", [("hi",), ("my order",), ("How much does", "the Plus plan"),
@@ -66,3 +62,21 @@ async def test_burst_pieces_stored_out_of_order_are_joined_in_the_order_sent(mig
     await worker.run_until_idle(timeout=30)
     await engine.dispose()
     assert [text for _, text in pipeline.seen] == ["How much does\nthe Plus plan cost?"]
+
+
+def _telegram(chat: str, n: int, text: str) -> InboundMessage:
+    return InboundMessage(channel="telegram", external_id=f"tg-{chat}-{n}", sender=Sender(chat),
+                          conversation=ConversationRef("telegram", chat=chat), text=text)
+
+
+async def test_burst_wait_holds_no_worker_turn(migrated_url):
+    """The wait slept inside the turn: eight customers typing in pieces held every one of
+    `worker.concurrency`'s turns for 1.5 to 8 s, and everyone else's question waited behind them."""
+    pipeline = EchoPipeline(delay=0)
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, channels=("telegram", "web"))
+    worker.concurrency = 1
+    await inbox.accept("acme", _telegram("42", 0, "hi"))  # may be the first of several pieces: waits
+    await inbox.accept("acme", chat_message("bob", 0))
+    await worker.run_until_idle(timeout=30)
+    await engine.dispose()
+    assert [text for _, text in pipeline.seen] == ["bob #0", "hi"]
