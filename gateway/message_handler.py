@@ -36,7 +36,7 @@ from gateway.budget import usage_record
 from gateway.burst import NO_BURST, burst_followers, in_sent_order
 from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
-from gateway.delivery.typing_indicator import TYPING_REFRESH_S, start_typing
+from gateway.delivery.typing_indicator import TYPING_REFRESH_S, WaitingIndicator, start_typing
 from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import CallerIdentity, ConversationRef, as_utc, utcnow
 from gateway.pipeline import Pipeline, PipelineResult, Turn
@@ -70,6 +70,7 @@ class MessageHandler:
         self._metrics = metrics
         self._adapters = adapters or {}
         self.typing_refresh_s = typing_refresh_s
+        self._waiting = WaitingIndicator(refresh_s=typing_refresh_s)
         # Relay hooks (gateway/operators): an operator's Slack thread reply is taken before the pipeline,
         # and a customer's message while a person holds the thread goes to the operator surfaces.
         self._intercept = intercept
@@ -83,7 +84,8 @@ class MessageHandler:
         reply with the message marked done, and send it. On a chat platform it first waits for the
         customer to pause (`gateway.burst`): the messages of their burst are answered with it, and marked
         done with it (`meta.answered_with`). While the customer may still be typing, nothing is answered:
-        the time to take `inbound` up again is returned (the worker parks the conversation till then)."""
+        the time to take `inbound` up again is returned (the worker parks the conversation till then), and
+        the typing indicator shows meanwhile."""
         bound = log.bind(message_id=inbound.id, conversation_id=inbound.conversation_id, bot=inbound.bot,
                          channel=inbound.channel)
         started = time.monotonic()
@@ -105,8 +107,11 @@ class MessageHandler:
         burst = await burst_followers(self._sessions, inbound, window_s=self._settings.worker.burst_seconds) \
             if conversation.state == "bot" else NO_BURST
         if burst.not_before is not None:
+            # The customer is waiting for the answer from now: shown so, not only once the model starts.
+            await self._waiting.show(adapter, conversation)
             bound.info("burst.waiting", pieces=1 + len(burst.followers), until=str(burst.not_before))
             return burst.not_before
+        self._waiting.forget(conversation.id)
         followers = burst.followers
         finish = functools.partial(self._finish, followers=tuple(m.id for m in followers))
         pieces = in_sent_order([inbound, *followers])

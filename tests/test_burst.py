@@ -3,17 +3,20 @@ real store through the real inbox and worker."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import datetime, timezone
 
 import pytest
 from sqlalchemy import select
 
+from channels.base import Capabilities
 from gateway.burst import burst_followers
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender
 from storage.engine import create_engine, session_factory
 from storage.models import Message
-from tests.worker_rig import EchoPipeline, build_worker, chat_message
+from tests.worker_rig import EchoPipeline, RecordingAdapter, build_worker, chat_message
 
 pytestmark = pytest.mark.asyncio
 
@@ -80,3 +83,39 @@ async def test_burst_wait_holds_no_worker_turn(migrated_url):
     await worker.run_until_idle(timeout=30)
     await engine.dispose()
     assert [text for _, text in pipeline.seen] == ["bob #0", "hi"]
+
+
+class TypingAdapter(RecordingAdapter):
+    """A channel with a typing indicator that records when it was shown."""
+
+    capabilities = Capabilities(max_length=4000, markdown="markdown", typing=True)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.typed: list[float] = []
+
+    async def send_typing(self, ref) -> None:
+        self.typed.append(time.monotonic())
+
+
+async def test_typing_shows_while_a_burst_waits_once_per_refresh(migrated_url):
+    """It started only after the wait: the customer saw nothing for up to `burst_seconds` (8 s at most)."""
+    started: list[float] = []
+
+    class Timed(EchoPipeline):
+        async def handle(self, turn):
+            started.append(time.monotonic())
+            return await super().handle(turn)
+
+    adapter = TypingAdapter()
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, Timed(delay=0), channels=("telegram",),
+                                                      adapter=adapter)
+    worker.handler._adapters = {("acme", "telegram"): adapter}
+    await inbox.accept("acme", _telegram("42", 0, "hi"))
+    await worker.run_until_idle(timeout=30)
+    await asyncio.sleep(0.3)
+    await engine.dispose()
+    [answer] = started
+    waiting = [t for t in adapter.typed if t < answer - 0.5]
+    assert len(waiting) == 1 and waiting[0] < answer - 1.0  # at once, and not again at every look within 4 s
+    assert len(adapter.typed) == 2  # then the answer's own, which ended with it
