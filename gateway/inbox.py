@@ -93,7 +93,9 @@ class Inbox:
 
     async def _revise(self, bot: str, edit: InboundMessage) -> None:
         """Apply an edit or a deletion to the message it names while that message waits for its answer:
-        the customer who fixed a typo, or took a message back, was answered on what they had withdrawn."""
+        the customer who fixed a typo, or took a message back, was answered on what they had withdrawn.
+        An edit that lands while the answer is being written is answered after it, as a message of its
+        own (`MessageHandler._finish`); a deletion then drops the answer."""
         async with self._sessions() as session, session.begin():
             waiting = (await session.execute(
                 select(Message).join(Conversation, Message.conversation_id == Conversation.id).where(

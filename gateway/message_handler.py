@@ -113,7 +113,9 @@ class MessageHandler:
             return burst.not_before
         self._waiting.forget(conversation.id)
         followers = burst.followers
-        finish = functools.partial(self._finish, followers=tuple(m.id for m in followers))
+        # What each piece said as it was read: an edit landing while the model writes is answered after.
+        finish = functools.partial(self._finish, followers=tuple(m.id for m in followers),
+                                   answered=tuple((m.id, m.text) for m in [inbound, *followers]))
         pieces = in_sent_order([inbound, *followers])
         topic = message_topic(inbound.id)
         ref = ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,
@@ -274,11 +276,13 @@ class MessageHandler:
 
     async def _finish(self, inbound: Message, result: PipelineResult | None, *, status: str,
                       error: str | None = None, streamer: EditStreamer | None = None,
-                      followers: tuple[int, ...] = ()) -> bool:
+                      followers: tuple[int, ...] = (), answered: tuple[tuple[int, str], ...] = ()) -> bool:
         """Store the reply and mark the inbound message in one transaction, then deliver. True when
         the bot's reply was dropped because an operator took the thread meanwhile. `followers`, the rest
-        of its burst, are marked with it."""
+        of its burst, are marked with it. `answered` is each piece's text as the turn read it: a piece
+        edited since (`Inbox._revise`) keeps that text, and its edit is stored as a message to answer next."""
         outbound_ids: list[int] = []
+        edits: list[tuple[int, int]] = []
         taken_over = False
         async with self._sessions() as session, session.begin():
             # The conversation's row locked first (its state is read below): an operator's claim or take-over
@@ -290,7 +294,7 @@ class MessageHandler:
             # Row lock (on SQLite, the write lock): a worker that lost its lease and this one cannot both see `pending`.
             message = await session.get(Message, inbound.id, with_for_update=True)
             if message.status != "pending":  # another worker finished it (lease lost): do not answer twice
-                log.warning("inbound.already_finished", message_id=inbound.id)
+                log.warning("inbound.already_finished", message_id=inbound.id, status=message.status)
                 return False
             if result is not None and result.author == "bot" and result.reply is not None \
                     and conversation.state != "bot":
@@ -325,6 +329,15 @@ class MessageHandler:
                 if piece is not None and piece.status == "pending":
                     piece.status, piece.updated_at = status, message.updated_at
                     piece.meta = {**(piece.meta or {}), "answered_with": inbound.id}
+            for piece_id, text in answered:
+                piece = await session.get(Message, piece_id)
+                if piece is not None and piece.status == status and piece.text != text:  # not deleted meanwhile
+                    edit = await repo.add_edit_to_answer(session, of=piece, text=piece.text)
+                    piece.text = text  # the record shows what was answered
+                    edits.append((piece.id, edit.id))
+        for piece_id, edit_id in edits:
+            log.info("inbound.edit_queued", message_id=piece_id, edit_message_id=edit_id,
+                     reason="edited while its answer was written: the edit is answered next")
         for message_id in (inbound.id, *followers):
             self._bus.publish(message_topic(message_id), {"type": "done", "status": status})
         self._bus.publish(conversation_topic(inbound.conversation_id), {"type": "message"})

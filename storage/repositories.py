@@ -113,6 +113,26 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
     return meta
 
 
+_PLATFORM_META = ("sender", "platform_message_id", "command", "needs_reply", "sequence", "traceparent")
+"""What `inbound_meta` (and the inbox) keep on a message from the platform; the rest of `meta` is what
+attempts at answering it did (a streamed draft, tool runs), which a message of its own starts without."""
+
+
+async def add_edit_to_answer(session: AsyncSession, *, of: Message, text: str) -> Message:
+    """A pending message of `of`'s with its edited `text`, answered as a turn of its own after `of`'s
+    answer (stored before it, so the history holds both): an edit that arrived while `of` was answered."""
+    now = utcnow()
+    edit = Message(
+        conversation_id=of.conversation_id, bot=of.bot, channel=of.channel, direction="in", author=of.author,
+        external_id=f"{of.external_id}~edit{of.id}"[-255:], text=text, attachments=list(of.attachments or []),
+        meta={k: v for k, v in (of.meta or {}).items() if k in _PLATFORM_META} | {"edit_of": of.id},
+        citations=[], tool_calls=[], retrieved=[], provider_ids=[], status="pending", attempts=0,
+        created_at=now, updated_at=now, sent_at=of.sent_at)
+    session.add(edit)
+    await session.flush()
+    return edit
+
+
 def _attachment_dict(attachment: Any) -> dict[str, Any]:
     return {k: getattr(attachment, k) for k in ("kind", "url", "file_id", "mime_type", "caption")
             if getattr(attachment, k) is not None}
