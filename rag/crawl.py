@@ -12,15 +12,19 @@ gateway fetch an internal address (a cloud metadata service, an admin port) and 
 the knowledge base that customers read. robots.txt may redirect to another host (RFC 9309: a CDN),
 but not from a public site to a loopback, private or link-local address: its body never reaches the
 knowledge base, yet the GET alone reaches whatever listens there. Bodies are read up to a cap, gzip included.
+
+A site's owner controls its DNS too: a name that answers with 127.0.0.1 or 169.254.169.254 (at once, or
+after a first honest answer: rebinding) makes the same-site URLs reach this machine or the cloud's
+metadata service. So the address each fetch actually connected to is checked before its answer is read
+(`off_limits_address`), unless the configured URL names such an address itself. A private network's
+addresses stay allowed: an intranet wiki is configured by its name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -31,6 +35,7 @@ import httpx
 from protego import Protego
 
 from gateway.errors import GatewayError, SourceError
+from rag.crawl_bounds import check_peer, internal_host, same_site
 
 log = logging.getLogger(__name__)
 
@@ -47,42 +52,6 @@ MAX_CRAWL_DELAY_S = 30.0
 hour would keep its source's run going for months."""
 RATE_LIMITED_WAIT_S = 10.0
 """How long a crawl pauses after a `429 Too Many Requests` that does not say (`Retry-After`)."""
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def same_site(url: str, other: str) -> bool:
-    """True when `other` is on `url`'s site: the same host (a `www.` prefix aside) and the same port,
-    or each on its scheme's default port (so http → https stays on the site)."""
-    a, b = urlsplit(url), urlsplit(other)
-    if b.scheme not in _DEFAULT_PORTS or not a.hostname or not b.hostname:
-        return False
-    if a.hostname.removeprefix("www.") != b.hostname.removeprefix("www."):
-        return False
-    try:
-        port_a, port_b = a.port or _DEFAULT_PORTS.get(a.scheme), b.port or _DEFAULT_PORTS[b.scheme]
-    except ValueError:  # a port that is not a number
-        return False
-    same_port = a.scheme == b.scheme and port_a == port_b  # not https → http on port 443
-    return same_port or (port_a == _DEFAULT_PORTS.get(a.scheme) and port_b == _DEFAULT_PORTS[b.scheme])
-
-
-def internal_host(url: str) -> bool:
-    """True when `url` names this machine or a private network by address (`127.0.0.1`, `10.0.0.5`,
-    `169.254.169.254`, `[::1]`, `[::ffff:127.0.0.1]`, `2130706433`) or as `localhost`. A name that resolves
-    to one is not seen here."""
-    host = (urlsplit(url).hostname or "").rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        try:  # the shorthand the resolver reads as an IPv4 address too: 2130706433, 0x7f.1, 127.1
-            address = ipaddress.IPv4Address(socket.inet_aton(host))
-        except OSError:
-            return False
-    return not address.is_global
-
-
 async def fetch(
     url: str, *, client: httpx.AsyncClient, headers: dict[str, str] | None = None, max_bytes: int | None = None,
     any_site: bool = False, allowed: Callable[[str], bool] | None = None, deadline: float | None = None,
@@ -108,6 +77,7 @@ async def _fetch(url: str, *, client: httpx.AsyncClient, headers: dict[str, str]
         request = client.build_request("GET", target, headers=headers)
         response = await client.send(request, stream=True, follow_redirects=False)
         try:
+            check_peer(url, response)  # before a redirect is followed or a byte of the body read
             if response.next_request is not None:  # a redirect, which the client did not follow
                 location = str(response.next_request.url)
                 if not any_site and not same_site(url, location):

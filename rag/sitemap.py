@@ -18,7 +18,8 @@ import httpx
 from lxml import etree
 
 from gateway.errors import IN_RUN_ERRORS, SourceError
-from rag.crawl import describe_fetch_error, fetch, megabytes, same_site
+from rag.crawl import describe_fetch_error, fetch, megabytes
+from rag.crawl_bounds import same_site
 
 log = logging.getLogger(__name__)
 

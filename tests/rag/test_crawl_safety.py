@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import inspect
+import socket
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 
@@ -19,7 +20,7 @@ from aiohttp import web
 import rag.crawl
 import rag.sitemap
 from gateway.errors import SourceError
-from rag.crawl import same_site
+from rag.crawl_bounds import off_limits_address, same_site
 from rag.sources import load_sitemap, load_urls
 from tests.fakes.web_server import serving
 
@@ -274,3 +275,39 @@ async def test_robots_txt_crawl_delay_spaces_the_page_fetches_one_at_a_time(monk
     assert len(result.documents) == 4
     [capped] = [r for r in caplog.records if r.getMessage() == "crawl.delay_capped"]
     assert (capped.crawl_delay, capped.cap) == (3600, 0.1)
+
+
+@pytest.fixture
+def dns_answers(monkeypatch):
+    """A DNS whose answers for some names the test chooses (`answers[name] = address`): a site's owner
+    controls its own, and may point it at this machine or at the cloud's metadata service."""
+    answers: dict[str, str] = {}
+    resolve = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        name = host.decode() if isinstance(host, bytes) else host
+        return resolve(answers.get(name, host), *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return answers
+
+
+async def test_a_public_name_that_resolves_to_this_machine_is_not_read(dns_answers):
+    """DNS rebinding: the configured site's name answers with 127.0.0.1 (or 169.254.169.254), so its
+    own same-site URLs reach a service on this machine; what that service says must not become
+    knowledge customers read. A name may still resolve to a private network (an intranet wiki)."""
+    async with server({"/faq": lambda _: html("Internal admin password")}) as (internal, asked):
+        port = internal.rsplit(":", 1)[1]
+        dns_answers["docs.example.com"] = "127.0.0.1"
+        async with httpx.AsyncClient(timeout=5) as client:
+            result = await load_urls([f"http://docs.example.com:{port}/faq"], client=client)
+            assert result.documents == []
+            [(url, error)] = result.errors
+            assert url == f"http://docs.example.com:{port}/faq" and "127.0.0.1" in error and "not read" in error
+            # Named by its address in the config, the same service is read: the operator chose it.
+            named = await load_urls([f"{internal}/faq"], client=client)
+    assert [d.title for d in named.documents] == ["Internal admin password"]
+    off_limits = off_limits_address
+    assert all(map(off_limits, ["169.254.169.254", "::1", "::ffff:127.0.0.1", "0.0.0.0", "fe80::1", "fd00:ec2::254",
+                                "100.100.100.200"]))
+    assert not any(map(off_limits, ["10.1.2.3", "192.168.0.7", "100.101.1.2", "93.184.216.34", "2606:4700::1"]))

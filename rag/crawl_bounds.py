@@ -1,0 +1,83 @@
+"""Where a crawl may go: the site of a URL, the addresses that are this machine or its network, and the
+address a fetch actually reached (`rag.crawl` explains the rules these serve)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import urllib.request
+from urllib.parse import urlsplit
+
+import httpx
+
+from gateway.errors import SourceError
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def same_site(url: str, other: str) -> bool:
+    """True when `other` is on `url`'s site: the same host (a `www.` prefix aside) and the same port,
+    or each on its scheme's default port (so http → https stays on the site)."""
+    a, b = urlsplit(url), urlsplit(other)
+    if b.scheme not in _DEFAULT_PORTS or not a.hostname or not b.hostname:
+        return False
+    if a.hostname.removeprefix("www.") != b.hostname.removeprefix("www."):
+        return False
+    try:
+        port_a, port_b = a.port or _DEFAULT_PORTS.get(a.scheme), b.port or _DEFAULT_PORTS[b.scheme]
+    except ValueError:  # a port that is not a number
+        return False
+    same_port = a.scheme == b.scheme and port_a == port_b  # not https → http on port 443
+    return same_port or (port_a == _DEFAULT_PORTS.get(a.scheme) and port_b == _DEFAULT_PORTS[b.scheme])
+
+
+def internal_host(url: str) -> bool:
+    """True when `url` names this machine or a private network by address (`127.0.0.1`, `10.0.0.5`,
+    `169.254.169.254`, `[::1]`, `[::ffff:127.0.0.1]`, `2130706433`) or as `localhost`. A name that resolves
+    to one is not seen here."""
+    host = (urlsplit(url).hostname or "").rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        try:  # the shorthand the resolver reads as an IPv4 address too: 2130706433, 0x7f.1, 127.1
+            address = ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return False
+    return not address.is_global
+
+
+_METADATA_ADDRESSES = frozenset({ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("fd00:ec2::254")})
+"""Cloud metadata services outside the link-local range (Alibaba's; AWS's over IPv6)."""
+
+
+def off_limits_address(address: str) -> bool:
+    """True for an address a fetch for a site named by a public host must never read from: this machine
+    (loopback, unspecified), the link (link-local: the cloud metadata service at 169.254.169.254) and the
+    metadata services at other addresses. Private networks are not: an intranet wiki lives there."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    ip = getattr(ip, "ipv4_mapped", None) or ip  # ::ffff:127.0.0.1 is 127.0.0.1
+    return ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip in _METADATA_ADDRESSES
+
+
+def check_peer(url: str, response: httpx.Response) -> None:
+    """Refuse an answer that came from an `off_limits_address` while `url` (what was configured, or the
+    page the sitemap listed) names no internal address itself: its name resolved there. Through a proxy
+    the address is the proxy's, and the proxy resolves the name, so there is nothing to check here."""
+    stream = response.extensions.get("network_stream")
+    peer = stream.get_extra_info("server_addr") if stream is not None else None
+    if not peer or internal_host(url) or _proxied(response.request.url):
+        return
+    if off_limits_address(str(peer[0])):
+        raise SourceError(f"{response.request.url}: {response.request.url.host} resolved to {peer[0]}, an address "
+                          "of this machine or of the cloud's metadata service; not read")
+
+
+def _proxied(url: httpx.URL) -> bool:
+    """Whether the environment sends `url` through a proxy (httpx reads the same variables)."""
+    proxies = urllib.request.getproxies()
+    return bool(proxies.get(url.scheme) or proxies.get("all")) and not urllib.request.proxy_bypass(url.host)
