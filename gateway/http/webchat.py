@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import ipaddress
 import json
 import uuid
 from pathlib import Path
@@ -19,6 +18,7 @@ from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
 from gateway.events import message_topic
+from gateway.http.client_address import client_address
 from gateway.http.deps import AfterId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
 from gateway.inbox import storable
@@ -115,7 +115,7 @@ async def _over_address_limit(request: Request, bot: str, body: ChatRequest) -> 
     if body.message_id and await _stored(svc, bot, _delivery_id(body)):
         return None
     try:
-        allowed = await svc.rate_limiter.allow_address(bot=bot, address=_client_address(request),
+        allowed = await svc.rate_limiter.allow_address(bot=bot, address=client_address(request),
                                                        per_minute=per_minute)
     except Exception:  # the limiter's store being down must not stop the chat: fail open
         log.exception("ratelimit.address_check_failed", bot=bot)
@@ -126,35 +126,6 @@ async def _over_address_limit(request: Request, bot: str, body: ChatRequest) -> 
     response = error(429, f"more than {per_minute} messages a minute from this address; wait a minute")
     response.headers["Retry-After"] = "60"
     return response
-
-
-def _client_address(request: Request) -> str:
-    """Who is asking, for the per-address limit: the peer, and the address the nearest proxy saw when
-    one forwarded the request. uvicorn trusts `X-Forwarded-For` only from `--forwarded-allow-ips`
-    (127.0.0.1 by default); a proxy elsewhere would otherwise put every visitor on one budget. The
-    last hop is the one that proxy appended, so a client cannot choose it through the proxy.
-
-    Only a peer on a private or loopback network is taken for a proxy (an ingress, a load balancer in
-    the same network): a peer on a public address is the client itself, which wrote a new header for
-    every message and so escaped the limit. A proxy on a public address (a CDN) is trusted through
-    `FORWARDED_ALLOW_IPS`, which makes uvicorn give the visitor's address as the peer."""
-    peer = request.client.host
-    if not _may_be_a_proxy(peer):
-        return peer
-    forwarded = request.headers.get("x-forwarded-for", "")
-    last_hop = forwarded.rsplit(",", 1)[-1].strip()[:64]
-    return f"{peer}|{last_hop}" if last_hop else peer
-
-
-def _may_be_a_proxy(peer: str) -> bool:
-    """True for an address a proxy in front of the gateway has: loopback, private or link-local (a name,
-    as a test client gives, counts too)."""
-    try:
-        address = ipaddress.ip_address(peer.split("%", 1)[0])
-    except ValueError:
-        return True
-    address = getattr(address, "ipv4_mapped", None) or address  # ::ffff:8.8.8.8 is 8.8.8.8
-    return address.is_private or address.is_loopback or address.is_link_local
 
 
 async def _text_of(svc, message_id: int) -> str | None:

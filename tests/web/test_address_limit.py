@@ -83,3 +83,20 @@ async def test_a_client_on_the_internet_cannot_escape_its_limit_with_a_forged_fo
                         for i in range(3)]
         assert statuses == [200, 200, 429]
         assert await _inbound(app.state.services) == 2
+
+
+async def test_an_ipv6_client_cannot_escape_its_limit_by_moving_within_its_network(tmp_path):
+    # One subscriber gets a whole /64 (2^64 addresses): counted per address, each message could come
+    # from a new one. Directly and behind a proxy alike, the /64 is the budget's owner.
+    async with limited_app(tmp_path, 2) as app:
+
+        async def status(peer: str, i: int, forwarded: str | None = None) -> int:
+            transport = httpx.ASGITransport(app=app, client=(peer, 40000))
+            headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+            async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as client:
+                return (await client.post("/v1/bots/acme/chat", headers=headers,
+                                          json={"session_id": f"v6-{peer}-{forwarded}-{i}", "text": "Hello?"})).status_code
+
+        assert [await status(f"2a00:1450:4001:81a::{i + 1:x}", i) for i in range(3)] == [200, 200, 429]
+        assert [await status("10.0.0.2", i, forwarded=f"2a02:6b8:0:1::{i + 1:x}") for i in range(3)] == [200, 200, 429]
+        assert await status("2a00:1450:4001:81b::1", 9) == 200  # the next network is someone else

@@ -1,0 +1,55 @@
+"""Who is asking, for the web chat's per-address limit (`channels.web.per_address_per_minute`).
+
+The web chat's contact is a session id the caller picks, so only the client's address bounds a caller.
+That address must be one the caller cannot choose anew for each message:
+- `X-Forwarded-For` is read only from a peer on a private or loopback network, where a proxy sits: a
+  peer on a public address is the client itself, and wrote a new header for every message. uvicorn
+  trusts the header only from `--forwarded-allow-ips` (127.0.0.1 by default), so a proxy elsewhere
+  would otherwise put every visitor on one budget; its last hop is the one that proxy appended, which
+  a client cannot choose through it. A proxy on a public address (a CDN) goes in `FORWARDED_ALLOW_IPS`,
+  which makes uvicorn give the visitor's address as the peer.
+- An IPv6 address counts by its /64: one subscriber gets a whole /64, 2^64 addresses to send from.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from fastapi import Request
+
+IPV6_SUBSCRIBER_PREFIX = 64
+
+
+def client_address(request: Request) -> str:
+    """The budget key of the request's client: its network (`budget_key`) and, behind a proxy, the
+    network of the address that proxy saw."""
+    peer = request.client.host
+    if not may_be_a_proxy(peer):
+        return budget_key(peer)
+    forwarded = request.headers.get("x-forwarded-for", "")
+    last_hop = forwarded.rsplit(",", 1)[-1].strip()[:64]
+    return f"{peer}|{budget_key(last_hop)}" if last_hop else peer
+
+
+def budget_key(address: str) -> str:
+    """`address` as one client's budget: an IPv6 address as its /64 network, anything else as given."""
+    ip = _parsed(address)
+    if ip is None or ip.version == 4:
+        return address
+    return str(ipaddress.IPv6Network((ip, IPV6_SUBSCRIBER_PREFIX), strict=False))
+
+
+def may_be_a_proxy(peer: str) -> bool:
+    """True for an address a proxy in front of the gateway has: loopback, private or link-local (a name,
+    as a test client gives, counts too)."""
+    ip = _parsed(peer)
+    return ip is None or ip.is_private or ip.is_loopback or ip.is_link_local
+
+
+def _parsed(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address without a zone (`fe80::1%eth0`), an IPv4-mapped one as IPv4; None when it is none."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return None
+    return getattr(ip, "ipv4_mapped", None) or ip  # ::ffff:8.8.8.8 is 8.8.8.8
