@@ -37,7 +37,9 @@ class OperatorAuth:
                 self.disabled.append(op.name)
                 continue
             bots = None if "*" in op.bots else frozenset(op.bots)
-            self._entries.append((_digest(op.token), Operator(name=op.name, bots=bots)))
+            # Stripped as a supplied token is (and as the duplicate check reads it): a secret file's
+            # trailing newline made a token no sign-in could match.
+            self._entries.append((_digest(op.token.strip()), Operator(name=op.name, bots=bots)))
 
     def authenticate(self, authorization: str | None) -> Operator | None:
         """The operator for this header, or None. Every entry is compared, so timing leaks nothing."""

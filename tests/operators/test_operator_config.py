@@ -7,6 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from gateway.operators.auth import Operator, OperatorAuth
 from gateway.operators.summary import SUMMARY_PROMPT, summarize
 from gateway.settings import BotSettings, Settings
 
@@ -28,6 +29,15 @@ def test_operator_config_refuses_a_token_shared_by_two_operators():
     # Operators without a token (an unset ${VAR}) are disabled, not duplicates of each other.
     Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": ""}, {"name": "kim", "token": ""}])
 
+
+
+def test_operator_auth_reads_a_token_as_its_duplicate_check_does_without_surrounding_white_space():
+    # A token read from a secret file often ends in a newline. The sign-in strips what the operator
+    # sends, so a digest of the token as configured ("…\n") matched nothing: that operator could never
+    # sign in, with no word of why, while the duplicate check above already read the token stripped.
+    auth = OperatorAuth(Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": f"{TOKEN}\n"}]))
+    assert auth.authenticate(f"Bearer {TOKEN}") == Operator(name="sam", bots=None)
+    assert auth.authenticate("Bearer a-long-operator-token") is None
 
 class _Row:
     def __init__(self, id_: int, author: str, text: str) -> None:
