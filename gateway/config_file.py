@@ -62,6 +62,10 @@ def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list
             if _TOOL.search(path):
                 _refuse_literal_tool_secret(key, value, sub)
             out[key] = _interpolate(value, env, sub, defaulted, unset)
+            if key in SECRET_KEYS and isinstance(out[key], str):
+                # A secret file's trailing newline is never part of the secret: kept, every signature
+                # (Slack, Twilio) and every sign-in with it failed, with nothing saying why.
+                out[key] = out[key].strip()
         return out
     if isinstance(data, list):
         return [_interpolate(v, env, f"{path}[{i}]", defaulted, unset) for i, v in enumerate(data)]
