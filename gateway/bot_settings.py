@@ -106,6 +106,9 @@ class ToolSettings(_Strict):
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=10.0, gt=0.0)
+    # Of one call's result, as JSON: what the model and the stored turn get (a 3 MB answer overflowed
+    # the model's context, and the customer was told the assistant is down).
+    max_result_chars: int = Field(default=16_000, ge=500, le=1_000_000)
 
     @field_validator("name")
     @classmethod

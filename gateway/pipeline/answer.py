@@ -20,7 +20,7 @@ from gateway.pipeline.prompts import build_messages, render_tool_result
 from gateway.pipeline.rewrite import bounded_history
 from gateway.pipeline.sentences import whole_sentences
 from gateway.pipeline.tool_journal import ToolJournal
-from gateway.pipeline.tools import BotTools, ToolOutcome
+from gateway.pipeline.tools import DEFAULT_RESULT_CHARS, BotTools, ToolOutcome
 
 log = structlog.get_logger("gateway.answer")
 
@@ -48,7 +48,7 @@ class TurnRecord:
 NOT_RUN = "not run: the limit of tool rounds was reached"
 MAX_CALLS_PER_ROUND = 8
 MAX_TOOL_SECONDS = 30.0  # after this long in tool rounds, the model answers with what it has
-MAX_TOOL_RESULT_CHARS = 16_000  # of one call's result, as JSON: what the model and the stored turn get
+MAX_TOOL_RESULT_CHARS = DEFAULT_RESULT_CHARS  # of one call's result, as JSON, unless its `max_result_chars` says
 """Tool calls run per round; the rest are answered "not run". A model asking for 25 calls in one round,
 each waiting out its timeout, held the customer's turn for 50 s."""
 TOO_MANY = f"not run: at most {MAX_CALLS_PER_ROUND} tool calls are run per round"
@@ -155,10 +155,10 @@ class Answerer:
                 # same (a ticket), and the operator who gets the turn must see every call that was made.
                 for index, c in enumerate(run):
                     done, (payload, _) = finished.get(index) or _with_stored(
-                        ToolOutcome(c.name, _loads(c.arguments), None, error=INTERRUPTED))
+                        ToolOutcome(c.name, _loads(c.arguments), None, error=INTERRUPTED), turn)
                     calls.append(_call_record(rounds, c.id, done, payload))
                 raise
-            outcomes = [*ran, *(_with_stored(ToolOutcome(c.name, _loads(c.arguments), None, error=TOO_MANY))
+            outcomes = [*ran, *(_with_stored(ToolOutcome(c.name, _loads(c.arguments), None, error=TOO_MANY), turn)
                                 for c in result.tool_calls[MAX_CALLS_PER_ROUND:])]
             for index, (call, (outcome, (payload, content))) in enumerate(zip(result.tool_calls, outcomes)):
                 if index < MAX_CALLS_PER_ROUND:
@@ -198,10 +198,10 @@ async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None,
     arguments = _loads(call.arguments)
     if journal is not None and (saved := journal.replay(call.name, arguments)) is not None:
         finished[index] = _with_stored(ToolOutcome(call.name, arguments, saved.get("result"), error=saved.get("error"),
-                                                   escalate=saved.get("escalate"), replayed=True))
+                                                   escalate=saved.get("escalate"), replayed=True), turn)
         return finished[index]
     outcome = await tools.call(call.name, call.arguments or "{}", identity=turn.identity, key=key)
-    finished[index] = _with_stored(outcome)
+    finished[index] = _with_stored(outcome, turn, limit=tools.result_limit(call.name))
     if journal is not None:
         # The result as stored (bounded once, here): an error's stored form is the error itself.
         await journal.record(call.name, arguments, result=None if outcome.error else finished[index][1][0],
@@ -209,16 +209,22 @@ async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None,
     return finished[index]
 
 
-def _with_stored(outcome: ToolOutcome) -> tuple[ToolOutcome, tuple[Any, str]]:
+def _with_stored(outcome: ToolOutcome, turn, *, limit: int = MAX_TOOL_RESULT_CHARS) -> tuple[ToolOutcome, tuple[Any, str]]:
     """The outcome with its stored form, computed once: a 3 MB result is serialized once, not per use."""
-    return outcome, _stored(outcome)
+    return outcome, _stored(outcome, turn, limit=limit)
 
 
-def _stored(outcome: ToolOutcome) -> tuple[Any, str]:
+def _stored(outcome: ToolOutcome, turn, *, limit: int) -> tuple[Any, str]:
     """(what to store, its JSON for the model) of one call's outcome: its error or its bounded result. A
     replayed result was bounded when it was saved; a cut one would be cut again, nested."""
     stored = {"error": outcome.error} if outcome.error else outcome.result
-    return (stored, json.dumps(stored, default=str)) if outcome.replayed else bounded_result(stored)
+    if outcome.replayed:
+        return stored, json.dumps(stored, default=str)
+    bounded = bounded_result(stored, limit=limit)
+    if bounded[0] is not stored:
+        log.warning("tool.result_truncated", tool=outcome.name, chars=len(json.dumps(stored, default=str)),
+                    kept=limit, message_id=turn.message_id, conversation_id=turn.conversation_id)
+    return bounded
 
 
 def _call_record(round_no: int, call_id: str, outcome: ToolOutcome, payload: Any) -> dict[str, Any]:
@@ -227,15 +233,16 @@ def _call_record(round_no: int, call_id: str, outcome: ToolOutcome, payload: Any
             "result": payload, **({"replayed": True} if outcome.replayed else {})}
 
 
-def bounded_result(result: Any) -> tuple[Any, str]:
-    """(what to store, its JSON for the model): `result`, or its first `MAX_TOOL_RESULT_CHARS` as text
-    when it is longer. A 3 MB answer went whole into the prompt (which the provider refused, so the
-    customer was told the assistant is down) and into the stored turn."""
+def bounded_result(result: Any, *, limit: int = MAX_TOOL_RESULT_CHARS) -> tuple[Any, str]:
+    """(what to store, its JSON for the model): `result`, or its first `limit` characters as text when it
+    is longer, marked as cut so the model does not take a part for the whole. A 3 MB answer went whole
+    into the prompt (which the provider refused, so the customer was told the assistant is down) and into
+    the stored turn."""
     text = json.dumps(result, default=str)
-    if len(text) <= MAX_TOOL_RESULT_CHARS:
+    if len(text) <= limit:
         return result, text
-    cut = {"truncated": f"the first {MAX_TOOL_RESULT_CHARS:,} of {len(text):,} characters",
-           "text": text[:MAX_TOOL_RESULT_CHARS]}
+    cut = {"truncated": f"the first {limit:,} of {len(text):,} characters; the rest was cut and is not shown",
+           "text": text[:limit]}
     return cut, json.dumps(cut)
 
 

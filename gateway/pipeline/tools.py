@@ -47,6 +47,7 @@ _ESCALATE_SCHEMA = {
 }
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_QUERY_NAME = re.compile(r"key|token|secret|pass|auth|sig|credential", re.IGNORECASE)
+DEFAULT_RESULT_CHARS = ToolSettings.model_fields["max_result_chars"].default
 MIN_SECRET_CHARS = 6  # shorter values would redact ordinary words out of every log line
 log = structlog.get_logger("gateway.tools")
 
@@ -98,6 +99,11 @@ class BotTools:
         for spec in bot.tools:
             if spec.type == "python":
                 _check_signature(spec, bot.name, self._callables[spec.name], self._parameters.get(spec.name, {}))
+
+    def result_limit(self, name: str) -> int:
+        """How many characters of a call's result (as JSON) the model and the stored turn get."""
+        spec = self._specs.get(name)
+        return spec.max_result_chars if spec is not None else DEFAULT_RESULT_CHARS
 
     def schemas(self) -> list[dict[str, Any]]:
         """OpenAI-style function declarations for exactly the tools this bot allows (built once: the

@@ -293,6 +293,25 @@ async def test_a_huge_tool_result_is_cut_for_the_prompt_and_the_store(openai_fak
     assert len(sent) < MAX_TOOL_RESULT_CHARS * 2  # escaped JSON of the cut text, not the 1.3 MB
 
 
+async def test_a_tools_max_result_chars_bounds_its_result_marks_the_cut_and_logs_it(openai_fake) -> None:
+    """A tool's own `max_result_chars` (a small local model's context holds less than the default): the
+    model reads that much, told the rest was cut, and the log says which tool was cut and from how much."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("huge", max_result_chars=2_000), _tool("whoami")]}])
+    openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("huge", {}, id="h1"), ToolCallSpec("whoami", {}, id="w1"))),
+                       Turn(text="Plus costs $6 per month [1]."))
+
+    with capture_logs() as logs:
+        result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
+
+    cut, who = (c["result"] for c in result.tool_calls)
+    assert cut["truncated"].startswith("the first 2,000 of ") and "the rest was cut" in cut["truncated"]
+    assert len(cut["text"]) == 2_000 and who == {"channel": "web", "contact": "demo-alice"}
+    sent = [m["content"] for m in openai_fake.requests_for("primary")[1].messages if m["role"] == "tool"]
+    assert len(sent[0]) < 4_000 and "the rest was cut" in sent[0]
+    [event] = [e for e in logs if e["event"] == "tool.result_truncated"]
+    assert event["tool"] == "huge" and event["kept"] == 2_000 and event["chars"] > 1_000_000
+
+
 async def test_a_tool_result_that_is_a_list_can_ground_an_answer(openai_fake) -> None:
     rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("statuses")]}])
     openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("statuses", {}, id="s1"),)),
