@@ -6,7 +6,7 @@ import pytest
 
 from gateway.observability.metrics import Metrics
 from tests.english_replies import LLM_DOWN_REPLY
-from tests.fakes.openai_server import Turn
+from tests.fakes.openai_server import ToolCallSpec, Turn
 from tests.pipeline.conftest import make_rig
 
 
@@ -98,3 +98,17 @@ async def test_a_first_message_past_the_context_window_still_gets_the_honest_rep
     result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
 
     assert result.reply == LLM_DOWN_REPLY and len(openai_fake.requests) == 2  # nothing left to drop: no retry
+
+
+async def test_the_call_with_no_tools_offered_can_end_on_the_offline_model(openai_fake) -> None:
+    """The tool results go to the system message, after the extracts, so the customer's message stays the
+    last one: the offline model, answering the last user message, still answers the customer's question."""
+    whoami = {"name": "whoami", "type": "python", "import_path": "tests.pipeline.sample_tools:whoami"}
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "fallbacks": ["offline"], "tools": [whoami],
+                                       "max_tool_rounds": 1}])
+    again = Turn(tool_calls=(ToolCallSpec("whoami", {}),))
+    openai_fake.script("primary", again, again, Turn(status=500), Turn(status=500))
+
+    result = await rig.pipeline.handle(rig.turn("How much does the Plus plan cost per month?"))
+
+    assert "$6 per month" in result.reply and result.usage[-1]["model"] == "offline"

@@ -94,15 +94,49 @@ async def test_tools_own_invoice_is_found_with_identity_injected(openai_fake) ->
 async def test_tools_round_limit_then_one_call_with_tool_choice_none(openai_fake) -> None:
     rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("whoami")], "max_tool_rounds": 2}])
     again = Turn(tool_calls=(ToolCallSpec("whoami", {}),))
-    openai_fake.script("primary", again, again, again)  # the last one ignores tool_choice="none"
+    openai_fake.script("primary", again, again, Turn(text="You are demo-alice on the web channel."))
 
     result = await rig.pipeline.handle(rig.turn("Who am I?"))
 
     requests = openai_fake.requests_for("primary")
     assert [r.body["tool_choice"] for r in requests] == ["auto", "auto", "none"]
     assert all(_names(r) == ["whoami"] for r in requests)  # still listed: the history refers to them
+    assert [c["round"] for c in result.tool_calls] == [1, 2]
+    assert result.reply == "You are demo-alice on the web channel." and result.answered
+
+
+async def test_a_model_that_ignores_tool_choice_none_is_asked_once_more_with_no_tools(openai_fake) -> None:
+    """It got the fallback text (and counted as unanswered) although its rounds had found the answer: the
+    next call offers no tools at all, with the rounds' results folded into the prompt as data."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("whoami")], "max_tool_rounds": 2}])
+    again = Turn(tool_calls=(ToolCallSpec("whoami", {}),))
+    openai_fake.script("primary", again, again, again, Turn(text="You are demo-alice on the web channel."))
+
+    with capture_logs() as logs:
+        result = await rig.pipeline.handle(rig.turn("Who am I?"))
+
+    requests = openai_fake.requests_for("primary")
+    assert [r.body.get("tool_choice") for r in requests] == ["auto", "auto", "none", None]
+    last = requests[-1]
+    assert "tools" not in last.body
+    assert [m["role"] for m in last.messages] == ["system", "user"] and last.messages[-1]["content"] == "Who am I?"
+    results = last.messages[0]["content"].split("Extracts:", 1)[1]  # after the extracts, as data
+    assert results.count("<tool_result") == 2 and "demo-alice" in results and "no more tools" in results
     assert [c["round"] for c in result.tool_calls] == [1, 2, 3]
     assert result.tool_calls[-1]["result"] == {"error": NOT_RUN}
+    assert result.reply == "You are demo-alice on the web channel." and result.answered
+    assert [e["event"] for e in logs].count("tool.choice_ignored") == 1
+
+
+async def test_a_model_that_asks_for_tools_even_when_none_are_offered_gets_no_more_calls(openai_fake) -> None:
+    """The loop stays bounded: after the call with no tools offered there is no other."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("whoami")], "max_tool_rounds": 1}])
+    again = Turn(tool_calls=(ToolCallSpec("whoami", {}),))
+    openai_fake.script("primary", again, again, again, again)
+
+    result = await rig.pipeline.handle(rig.turn("Who am I?"))
+
+    assert len(openai_fake.requests_for("primary")) == 3 and openai_fake.remaining("primary") == 1
     assert result.reply == rig.bot.fallback_text and not result.answered
 
 
