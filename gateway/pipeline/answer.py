@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,8 @@ class TurnRecord:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
+REMEMBERED_CONVERSATIONS = 4096
+"""Conversations whose refused request size `Answerer` keeps (the least recent is forgotten first)."""
 NOT_RUN = "not run: the limit of tool rounds was reached"
 MAX_CALLS_PER_ROUND = 8
 MAX_TOOL_SECONDS = 30.0  # after this long in tool rounds, the model answers with what it has
@@ -69,6 +72,10 @@ class Answerer:
     def __init__(self, llm, *, tools: dict[str, BotTools]) -> None:
         self._llm = llm
         self._tools = tools
+        # (bot, conversation) → the size of the smallest request of it that every model refused as past its
+        # context window: its later turns send only the history that keeps them under it, instead of each
+        # paying one refused call per model before the retry without history.
+        self._too_long: OrderedDict[tuple[str, int], int] = OrderedDict()
 
     async def answer(self, turn, *, hits: list[Any], record: TurnRecord | None = None) -> Answer:
         """Answer `turn` from `hits`. Raises `LLMError` when every model failed; what was spent and
@@ -79,6 +86,9 @@ class Answerer:
         schemas = tools.schemas() if tools else []
         history = bounded_history(turn.history, max_turns=bot.history_turns)
         messages = build_messages(bot, history=history, user_text=turn.text, hits=hits)
+        conversation = (bot.name, turn.conversation_id)
+        if history and (too_long := self._too_long.get(conversation)) is not None:
+            history, messages = _fitting_history(bot, history, turn=turn, hits=hits, below=too_long)
         opening = len(messages)  # the turn's own rounds follow
         calls, usage = record.tool_calls, record.usage
         escalate: str | None = None
@@ -108,6 +118,7 @@ class Answerer:
                 # The conversation so far did not fit the models' context window (a small local model): asked
                 # again without it, rather than "the assistant is unavailable" and a person for a long chat.
                 log.warning("llm.history_dropped", turns=len(history), message_id=turn.message_id)
+                self._remember_too_long(conversation, _size(request))
                 history, rest = [], messages[opening:]
                 messages = build_messages(bot, history=[], user_text=turn.text, hits=hits)
                 opening = len(messages)
@@ -200,6 +211,37 @@ class Answerer:
         answered = bool(verified.citations) or not is_refusal(verified.text, fallback_text=bot.fallback_text)
         return Answer(text=verified.text, citations=verified.citations, tool_calls=calls, usage=usage,
                       answered=answered)
+
+
+    def _remember_too_long(self, conversation: tuple[str, int], size: int) -> None:
+        """Remember the smallest refused size of `conversation`'s requests (the most recent conversations)."""
+        self._too_long[conversation] = min(size, self._too_long.get(conversation, size))
+        self._too_long.move_to_end(conversation)
+        while len(self._too_long) > REMEMBERED_CONVERSATIONS:
+            self._too_long.popitem(last=False)
+
+
+def _size(messages: list[dict[str, Any]]) -> int:
+    """A request's size in characters: what is compared against a size the models refused."""
+    return len(json.dumps(messages, default=str))
+
+
+def _fitting_history(bot, history: list[dict[str, Any]], *, turn, hits: list[Any],
+                     below: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(history, messages) with the oldest turns left out until the request is smaller than `below`, a size
+    of this conversation every model refused. Should it still not fit, that call is refused and retried
+    without history once more, and the smaller size is remembered."""
+    kept = list(history)
+    messages = build_messages(bot, history=kept, user_text=turn.text, hits=hits)
+    while kept and _size(messages) >= below:
+        kept = kept[1:]
+        while kept and kept[0].get("role") != "user":  # a history starts with the customer's turn
+            kept = kept[1:]
+        messages = build_messages(bot, history=kept, user_text=turn.text, hits=hits)
+    if len(kept) < len(history):
+        log.info("llm.history_trimmed", turns=len(history), kept=len(kept), message_id=turn.message_id,
+                 conversation_id=turn.conversation_id)
+    return kept, messages
 
 
 async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.observability.metrics import Metrics
 from tests.english_replies import LLM_DOWN_REPLY
@@ -88,6 +89,35 @@ async def test_a_conversation_past_the_context_window_is_answered_without_its_hi
     assert result.reply == "Team costs $12 per user per month [1]." and result.escalate is None
     asked = openai_fake.requests_for("primary")[-1].messages
     assert [m["role"] for m in asked] == ["system", "user"] and asked[-1]["content"] == "And Team?"
+
+
+async def test_later_turns_of_a_conversation_past_the_context_window_do_not_each_pay_a_refused_call(openai_fake) -> None:
+    """After one turn was refused as too long by every model, each later turn of that chat again failed
+    once per model before its retry without history: they now send only the history that fits."""
+    rig = make_rig(openai_fake)
+    long_ask = {"role": "user", "content": "Tell me about plans. " * 40}
+    history = [long_ask, {"role": "assistant", "content": "Sure."}]
+    rewrite = Turn(text='{"queries": ["How much is Team?"]}')
+    openai_fake.script("primary", rewrite, Turn(status=400, error=OVERFLOW), Turn(text="Team costs $12 per user per month [2]."))
+    openai_fake.script("backup", Turn(status=400, error=OVERFLOW))
+    await rig.pipeline.handle(rig.turn("And Team?", history=history))
+    openai_fake.reset()
+    history += [{"role": "user", "content": "And Team?"}, {"role": "assistant", "content": "Team costs $12 per user."}]
+    openai_fake.script("primary", rewrite, Turn(text="Plus costs $6 per month [1]."))
+
+    with capture_logs() as logs:
+        result = await rig.pipeline.handle(rig.turn("And Plus?", history=history))
+
+    assert result.reply == "Plus costs $6 per month [1]." and len(openai_fake.requests) == 2
+    asked = openai_fake.requests_for("primary")[-1].messages
+    assert [m["content"] for m in asked[1:]] == ["And Team?", "Team costs $12 per user.", "And Plus?"]
+    assert [e["kept"] for e in logs if e["event"] == "llm.history_trimmed"] == [2]
+    # Another conversation of the bot is not held to it.
+    openai_fake.script("primary", rewrite, Turn(text="Plus costs $6 per month [1]."))
+    other = rig.turn("And Plus?", history=history)
+    other.conversation_id = 2
+    await rig.pipeline.handle(other)
+    assert len(openai_fake.requests_for("primary")[-1].messages) == 6
 
 
 async def test_a_first_message_past_the_context_window_still_gets_the_honest_reply(openai_fake) -> None:
