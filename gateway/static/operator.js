@@ -560,5 +560,14 @@
     var index = items.indexOf(document.activeElement) + (e.key === "ArrowDown" ? 1 : -1);
     if (items[index]) { e.preventDefault(); items[index].focus(); }
   });
+  // On a touch screen the hint is hidden (operator.css: Enter there starts a new line), and a screen reader
+  // still read it out as the box's description: only a hint that is shown describes the box.
+  var coarse = window.matchMedia("(pointer: coarse)");
+  function describeReply() {
+    if (coarse.matches) $("op-reply").removeAttribute("aria-describedby");
+    else $("op-reply").setAttribute("aria-describedby", "op-reply-hint");
+  }
+  describeReply();
+  coarse.addEventListener("change", describeReply);
   if (state.token) signIn(state.token);
 })();

@@ -707,6 +707,14 @@
       if (!ui.error.hidden && !validate(ui.input.value.trim())) clearError();
     });
     ui.botSelect.addEventListener("change", function () { selectBot(ui.botSelect.value); });
+    // On a touch screen Enter starts a new line (onKeyDown) and the hint is hidden (widget.css), and a
+    // screen reader still read "Enter to send" out as the composer's description: there, only the count.
+    var coarse = window.matchMedia("(pointer: coarse)");
+    function describeComposer() {
+      ui.input.setAttribute("aria-describedby", coarse.matches ? "gw-count" : "gw-hint gw-count");
+    }
+    describeComposer();
+    coarse.addEventListener("change", describeComposer);
     start();
   }
 

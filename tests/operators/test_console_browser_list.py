@@ -248,6 +248,8 @@ def test_console_on_a_touch_screen_keeps_enter_for_a_new_line(open_tab, live_url
     phone.keyboard.type("how can I help?")
     assert phone.locator("#op-reply").input_value() == "Hello,\nhow can I help?"
     assert phone.locator("#op-reply-hint").is_hidden()
+    # Nor is the hidden hint read out as the box's description by a screen reader.
+    assert phone.locator("#op-reply").get_attribute("aria-describedby") is None
 
 
 def test_console_leads_from_a_handed_back_escalation_to_the_customers_new_one(open_tab, live_url):  # noqa: F811
