@@ -54,7 +54,7 @@ from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_
 from channels.sent_parts import Landed, SentParts
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, SignatureInvalid
-from gateway.models import ConversationRef, InboundMessage, OutboundMessage
+from gateway.models import USE_ASK, ConversationRef, InboundMessage, OutboundMessage
 from gateway.settings import DiscordChannel
 
 __all__ = [
@@ -100,11 +100,12 @@ class DiscordAdapter:
     name = "discord"
     capabilities = Capabilities(max_length=MAX_LENGTH, markdown="discord", threads=True, edits=True, typing=True)
 
-    def __init__(self, bot: str, settings: DiscordChannel) -> None:
+    def __init__(self, bot: str, settings: DiscordChannel, *, use_ask: str = USE_ASK) -> None:
         # No `http` session to inject, unlike the other adapters: discord.py owns its aiohttp session
         # and rate-limit buckets.
         self.bot = bot
         self.settings = settings
+        self.use_ask = use_ask  # the answer to another slash command than /ask (the bot's `replies.use_ask`)
         # Class attributes, hence process-wide: one process talks to one Discord API base and gateway.
         discord.http.Route.BASE = (settings.api_base or DEFAULT_API_BASE).rstrip("/")
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.gateway_url or DEFAULT_GATEWAY)
@@ -156,7 +157,7 @@ class DiscordAdapter:
             raise BadRequest("interaction body is not JSON") from exc
         if not isinstance(body, dict):
             raise BadRequest("interaction body is not an object")
-        result = parse_interaction(body)
+        result = parse_interaction(body, use_ask=self.use_ask)
         now = time.monotonic()
         self._interactions = {k: v for k, v in self._interactions.items() if v.expires > now}
         for message in result.messages:

@@ -15,7 +15,7 @@ from typing import Any
 import discord
 
 from channels.base import ImmediateResponse, WebhookResult
-from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, member_thread, utcnow
+from gateway.models import USE_ASK, Attachment, ConversationRef, InboundMessage, Sender, member_thread, utcnow
 
 # Channel types whose id is a thread's (public, private, announcement): a thread is one conversation.
 _THREAD_TYPES = {10, 11, 12}
@@ -113,8 +113,9 @@ def conversation_ref(guild_id: str, channel_id: str, author_id: str, *, in_threa
     return ConversationRef(channel="discord", workspace=guild_id, chat=channel_id, thread=member_thread(author_id))
 
 
-def parse_interaction(body: dict[str, Any]) -> WebhookResult:
-    """A verified HTTP interaction → PING pong, an `/ask` question (deferred), or a polite refusal."""
+def parse_interaction(body: dict[str, Any], *, use_ask: str = USE_ASK) -> WebhookResult:
+    """A verified HTTP interaction → PING pong, an `/ask` question (deferred), or a polite refusal
+    (`use_ask`, the bot's `replies.use_ask`)."""
     kind = body.get("type")
     if kind == 1:
         return WebhookResult(response=_interaction_response({"type": 1}), ignored=("PING",))
@@ -145,7 +146,7 @@ def parse_interaction(body: dict[str, Any]) -> WebhookResult:
             response=_interaction_response({"type": 8, "data": {"choices": []}}), ignored=("autocomplete",)
         )
     name = data.get("name") or data.get("custom_id") or "?"
-    refusal = {"type": 4, "data": {"content": "Please use /ask.", "flags": 64, "allowed_mentions": {"parse": []}}}
+    refusal = {"type": 4, "data": {"content": use_ask, "flags": 64, "allowed_mentions": {"parse": []}}}
     return WebhookResult(
         response=_interaction_response(refusal), ignored=(f"interaction type {kind} ({name}) is not /ask",)
     )

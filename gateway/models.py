@@ -142,6 +142,8 @@ class Citation:
 
 SOURCES_HEADING = "Sources:"
 """The heading over a reply's citations where the bot sets none (`replies.sources_heading`)."""
+USE_ASK = "Please use /ask."
+"""Discord's answer to another slash command than /ask where the bot sets none (`replies.use_ask`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,14 +13,15 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from gateway.channel_settings import _Strict
-from gateway.models import SOURCES_HEADING
+from gateway.models import SOURCES_HEADING, USE_ASK
 
 Outage = Literal["llm_down", "search_down", "failure", "budget_spent"]
 """The troubles a turn is answered with a fixed reply for (`RepliesSettings.outage`)."""
-PLACEHOLDERS = {"too_long": ("chars", "limit"), "after_hours": ("start", "end", "timezone", "day", "time")}
+PLACEHOLDERS = {"too_long": ("chars", "limit"), "after_hours": ("start", "end", "timezone", "day", "time"),
+                "web_too_long": ("chars", "limit"), "web_rate_limited": ("per_minute",)}
 """The fields each template key is filled with."""
 _SAMPLES = {"chars": 5000, "limit": 4000, "start": "09:00", "end": "17:00", "timezone": "Europe/Madrid",
-            "day": "Monday", "time": "09:00"}
+            "day": "Monday", "time": "09:00", "per_minute": 60}
 
 
 class WidgetTexts(_Strict):
@@ -90,10 +91,17 @@ class RepliesSettings(_Strict):
     tomorrow: str = "tomorrow"
     day_names: list[str] = Field(default_factory=lambda: [
         "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"])
+    # Discord's answer to a slash command of the app other than /ask (only the member who used it sees it).
+    use_ask: str = USE_ASK
+    # The web chat's refusals (the `error` of a 413 and of a 429, which the widget shows): {chars} and
+    # {limit} as in `too_long`, {per_minute}: the bot's `channels.web.per_address_per_minute`.
+    web_too_long: str = "text is {chars} characters; the limit is {limit}"
+    web_rate_limited: str = "more than {per_minute} messages a minute from this address; wait a minute"
     widget: WidgetTexts = Field(default_factory=WidgetTexts)
 
     @field_validator("greeting", "text_only", "too_long", "llm_down", "search_down", "failure", "budget_spent",
-                     "holding", "sources_heading", "after_hours", "today", "tomorrow")
+                     "holding", "sources_heading", "after_hours", "today", "tomorrow", "use_ask", "web_too_long",
+                     "web_rate_limited")
     @classmethod
     def _said(cls, value: str) -> str:
         # Sent as it is: an empty text is refused by every platform, and the reply was never delivered.
@@ -102,7 +110,7 @@ class RepliesSettings(_Strict):
             raise ValueError("is empty: the customer would be sent an empty message; write the text to send")
         return value
 
-    @field_validator("too_long", "after_hours")
+    @field_validator("too_long", "after_hours", "web_too_long", "web_rate_limited")
     @classmethod
     def _known_placeholders(cls, value: str, info: ValidationInfo) -> str:
         # Filled when sent: an unknown field raised there, and the customer got nothing.

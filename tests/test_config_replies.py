@@ -107,3 +107,23 @@ def test_an_unknown_key_under_replies_is_a_config_error_naming_it(tmp_path):
     with pytest.raises(ConfigError) as caught:
         _load(tmp_path, {"sources_title": "Fuentes:"})
     assert (caught.value.key, caught.value.problem) == ("bots[0].replies.sources_title", "unknown key")
+
+
+def test_the_web_chats_refusals_and_discords_other_command_answer_load_and_are_checked(tmp_path):
+    """They were English, whatever the bot's `replies:`; their placeholders are checked like the others'."""
+    english = load_settings(write_config(tmp_path)).bots[0].replies
+    assert (english.use_ask, english.web_too_long.format(chars=5, limit=4),
+            english.web_rate_limited.format(per_minute=60)) == (
+        "Please use /ask.", "text is 5 characters; the limit is 4",
+        "more than 60 messages a minute from this address; wait a minute")
+    spanish = {"use_ask": "Usa /ask.", "web_too_long": "{chars} caracteres; el máximo es {limit}",
+               "web_rate_limited": "Más de {per_minute} mensajes por minuto; espera un minuto"}
+    assert _load(tmp_path, spanish).bots[0].replies.web_rate_limited == spanish["web_rate_limited"]
+    for key, text, problem in (("web_too_long", "{caracteres}", "unknown placeholder {caracteres}; the placeholders "
+                                                                "are {chars}, {limit}"),
+                               ("web_rate_limited", "{limit} por minuto", "unknown placeholder {limit}; the "
+                                                                          "placeholders are {per_minute}"),
+                               ("use_ask", " ", "is empty")):
+        with pytest.raises(ConfigError) as caught:
+            _load(tmp_path, {key: text})
+        assert caught.value.key == f"bots[0].replies.{key}" and caught.value.problem.startswith(problem)

@@ -98,7 +98,7 @@ def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | N
         return error(422, "text is empty")
     limit = settings.channels.web.max_message_chars
     if len(body.text) > limit:
-        return error(413, f"text is {len(body.text)} characters; the limit is {limit}", limit=limit)
+        return error(413, settings.replies.web_too_long.format(chars=len(body.text), limit=limit), limit=limit)
     if "\x00" in body.text:
         return error(422, "text contains a NUL byte")
     return None
@@ -109,7 +109,8 @@ async def _over_address_limit(request: Request, bot: str, body: ChatRequest) -> 
     retry of a message already stored (same `message_id`) is not counted: it adds nothing, and a 429
     would tell the widget "not stored" about a message that will be answered."""
     svc = services(request)
-    per_minute = svc.settings.bot(bot).channels.web.per_address_per_minute
+    settings = svc.settings.bot(bot)
+    per_minute = settings.channels.web.per_address_per_minute
     if not per_minute or svc.rate_limiter is None or request.client is None:
         return None
     if body.message_id and await _stored(svc, bot, _delivery_id(body)):
@@ -123,7 +124,7 @@ async def _over_address_limit(request: Request, bot: str, body: ChatRequest) -> 
     if allowed:
         return None
     svc.metrics.rate_limited.labels(bot=bot, scope="address").inc()
-    response = error(429, f"more than {per_minute} messages a minute from this address; wait a minute")
+    response = error(429, settings.replies.web_rate_limited.format(per_minute=per_minute))
     response.headers["Retry-After"] = "60"
     return response
 

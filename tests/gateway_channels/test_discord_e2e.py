@@ -28,6 +28,7 @@ from tests.gateway_channels.conftest import (
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 SIGNING_KEY = SigningKey(bytes(range(32)))
+USA_ASK = "Usa /ask, por favor."
 URL = "/webhooks/acme/discord/interactions"
 
 
@@ -38,7 +39,7 @@ async def env(tmp_path_factory):
                             "api_base": fake.api_base, "gateway_url": fake.gateway_url}}
     try:
         async with gateway_app(tmp_path_factory.mktemp("discord"), channels=channels,
-                               env={"DISCORD_TOKEN": fake.token}) as app:
+                               env={"DISCORD_TOKEN": fake.token}, bot={"replies": {"use_ask": USA_ASK}}) as app:
             yield (*app, fake)
     finally:
         await fake.close()
@@ -72,6 +73,15 @@ async def test_discord_ping_gets_pong(env):
     client, _, _ = env
     response = await post(client, {"id": "1", "application_id": APPLICATION_ID, "type": 1, "token": "t", "version": 1})
     assert response.status_code == 200 and response.json() == {"type": 1}
+
+
+async def test_discord_other_slash_command_is_answered_in_the_bots_words(env):
+    """Another command of the app (/help) was answered "Please use /ask." whatever the bot's language."""
+    client, _, _ = env
+    body = {**ask("1400000000000000009"), "data": {"id": "1300000000000000051", "name": "help", "type": 1}}
+    response = await post(client, body)
+    assert response.status_code == 200
+    assert response.json() == {"type": 4, "data": {"content": USA_ASK, "flags": 64, "allowed_mentions": {"parse": []}}}
 
 
 async def test_discord_ask_is_deferred_then_answered_once_by_followup(env):

@@ -20,9 +20,10 @@ async def _inbound(services) -> int:
 
 
 @asynccontextmanager
-async def limited_app(tmp_path, per_minute: int):
-    """The real app with bot `acme`'s web chat limited to `per_minute` messages per address."""
-    bot = {"name": "acme", "channels": {"web": {"per_address_per_minute": per_minute}}}
+async def limited_app(tmp_path, per_minute: int, **bot_keys):
+    """The real app with bot `acme`'s web chat limited to `per_minute` messages per address (and the
+    other keys of the bot in `bot_keys`)."""
+    bot = {"name": "acme", "channels": {"web": {"per_address_per_minute": per_minute}}, **bot_keys}
     settings = load_settings(write_config(tmp_path, bots=[bot]))
     await asyncio.to_thread(upgrade, settings.database_url)
     app = create_app(settings, start_scheduler=False)
@@ -100,3 +101,18 @@ async def test_an_ipv6_client_cannot_escape_its_limit_by_moving_within_its_netwo
         assert [await status(f"2a00:1450:4001:81a::{i + 1:x}", i) for i in range(3)] == [200, 200, 429]
         assert [await status("10.0.0.2", i, forwarded=f"2a02:6b8:0:1::{i + 1:x}") for i in range(3)] == [200, 200, 429]
         assert await status("2a00:1450:4001:81b::1", 9) == 200  # the next network is someone else
+
+
+async def test_the_web_chats_refusals_are_said_in_the_bots_words(tmp_path):
+    """A 413's and a 429's `error` (which the widget shows) were English whatever the bot's `replies:`."""
+    replies = {"web_too_long": "{chars} caracteres; el máximo es {limit}.",
+               "web_rate_limited": "Más de {per_minute} mensajes por minuto; espera un minuto."}
+    async with limited_app(tmp_path, 1, replies=replies) as app:
+        transport = httpx.ASGITransport(app=app, client=("203.0.113.9", 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as client:
+            long = await client.post("/v1/bots/acme/chat", json={"session_id": "es-1", "text": "x" * 4001})
+            assert (long.status_code, long.json()["error"]) == (413, "4001 caracteres; el máximo es 4000.")
+            statuses = [(await client.post("/v1/bots/acme/chat", json={"session_id": f"es-{i}", "text": "Hola"}))
+                        for i in (2, 3)]
+            assert [r.status_code for r in statuses] == [200, 429]
+            assert statuses[1].json()["error"] == "Más de 1 mensajes por minuto; espera un minuto."
