@@ -20,6 +20,15 @@ Outage = Literal["llm_down", "search_down", "failure", "budget_spent"]
 PLACEHOLDERS = {"too_long": ("chars", "limit"), "after_hours": ("start", "end", "timezone", "day", "time"),
                 "web_too_long": ("chars", "limit"), "web_rate_limited": ("per_minute",)}
 """The fields each template key is filled with."""
+# A well-formed BCP 47 language tag (RFC 5646 `langtag`, or a private use tag): "es", "pt-BR", "zh-Hant-TW".
+_LANGUAGE_TAG = re.compile(
+    r"(?:[a-z]{2,3}(?:-[a-z]{3}){0,3}|[a-z]{4}|[a-z]{5,8})"  # language (with extended language subtags)
+    r"(?:-[a-z]{4})?"  # script
+    r"(?:-(?:[a-z]{2}|[0-9]{3}))?"  # region
+    r"(?:-(?:[a-z0-9]{5,8}|[0-9][a-z0-9]{3}))*"  # variants
+    r"(?:-[0-9a-wy-z](?:-[a-z0-9]{2,8})+)*"  # extensions
+    r"(?:-x(?:-[a-z0-9]{1,8})+)?"  # private use
+    r"|x(?:-[a-z0-9]{1,8})+", re.IGNORECASE)
 _SAMPLES = {"chars": 5000, "limit": 4000, "start": "09:00", "end": "17:00", "timezone": "Europe/Madrid",
             "day": "Monday", "time": "09:00", "per_minute": 60}
 
@@ -59,6 +68,10 @@ class WidgetTexts(_Strict):
 
 class RepliesSettings(_Strict):
     """What the bot says when it does not answer from its knowledge. Plain text, sent as written."""
+
+    # The language these texts are in, a BCP 47 tag: the web chat page's `<html lang>`, so a screen reader
+    # reads the widget's Spanish with a Spanish voice, and the browser offers no translation of it.
+    lang: str = "en"
 
     # Where a channel sets no `greeting`: for /start, /help, a bare mention, and "hi".
     greeting: str = "Hi! Ask me anything about our product and I'll answer from our help center."
@@ -126,6 +139,13 @@ class RepliesSettings(_Strict):
             value.format(**{name: _SAMPLES[name] for name in allowed})
         except (ValueError, IndexError) as exc:  # a format spec that does not suit the value: {chars:x.y}
             raise ValueError(f"not a valid template ({exc})") from None
+        return value
+
+    @field_validator("lang")
+    @classmethod
+    def _language_tag(cls, value: str) -> str:
+        if not _LANGUAGE_TAG.fullmatch(value):
+            raise ValueError(f"{value!r} is not a BCP 47 language tag; write one such as en, es, pt-BR or zh-Hant")
         return value
 
     @field_validator("day_names")

@@ -22,6 +22,7 @@ SPANISH = {
     "ask_tomorrow": "Por favor, vuelve a preguntar mañana.",
     "holding": "Una persona de nuestro equipo lleva esta conversación y te responderá aquí.",
     "sources_heading": "Fuentes:",
+    "lang": "es",
 }
 
 
@@ -127,3 +128,16 @@ def test_the_web_chats_refusals_and_discords_other_command_answer_load_and_are_c
         with pytest.raises(ConfigError) as caught:
             _load(tmp_path, {key: text})
         assert caught.value.key == f"bots[0].replies.{key}" and caught.value.problem.startswith(problem)
+
+
+@pytest.mark.parametrize("lang", ["es", "pt-BR", "zh-Hant-TW", "es-419", "de-CH-1901", "en-US-x-twain", "x-klingon"])
+def test_a_bcp_47_language_tag_loads(tmp_path, lang):
+    assert _load(tmp_path, {"lang": lang}).bots[0].replies.lang == lang
+
+
+@pytest.mark.parametrize("lang", ["", "español", "castellano", "es_ES", "es-", "e", "pt-BRA-", "en US", "<es>"])
+def test_a_language_that_is_no_bcp_47_tag_is_a_config_error_naming_the_key(tmp_path, lang):
+    """It is the widget page's `<html lang>`: "es_ES" or "español" there are read by no screen reader."""
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, {"lang": lang})
+    assert caught.value.key == "bots[0].replies.lang" and "is not a BCP 47 language tag" in caught.value.problem

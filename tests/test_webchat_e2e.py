@@ -155,6 +155,7 @@ async def test_webchat_unknown_bot_and_operations_endpoints(client):
     assert 'gateway_messages_in_total{bot="acme",channel="web"}' in metrics
     assert "gateway_stage_seconds_bucket" in metrics
     bots = (await client.get("/v1/bots")).json()
-    assert bots == {"bots": [{"name": "acme", "channels": ["web"], "texts": WidgetTexts().model_dump()}]}
+    assert bots == {"bots": [{"name": "acme", "channels": ["web"], "texts": WidgetTexts().model_dump(),
+                                 "lang": "en"}]}
     widget = await client.get("/")
     assert widget.status_code == 200 and "<html" in widget.text.lower()

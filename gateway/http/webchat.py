@@ -70,7 +70,8 @@ async def list_bots(request: Request, response: Response) -> dict[str, Any]:
     svc = services(request)
     response.headers["Gateway-Reply-Timeout"] = f"{svc.reply_timeout:g}"
     return {"bots": [{"name": b.name, "channels": [c for c in CHANNELS if getattr(b.channels, c) is not None],
-                      "texts": b.replies.widget.model_dump()}  # the widget's words (`replies.widget`)
+                      # The widget's words (`replies.widget`) and their language (`replies.lang`).
+                      "texts": b.replies.widget.model_dump(), "lang": b.replies.lang}
                      for b in svc.settings.bots if b.channels.web is not None and b.channels.web.enabled]}
 
 

@@ -451,9 +451,12 @@
     }, delay === undefined ? POLL_MS : delay);
   }
 
-  /** The bot's words on the page: its heading, the composer's placeholder, hint and button. */
+  /** The bot's words on the page: its heading, the composer's placeholder, hint and button, and their language. */
   function showTexts(bot) {
     state.texts = bot && bot.texts && typeof bot.texts === "object" ? bot.texts : null;
+    // The page's language is the bot's (`replies.lang`): a screen reader read Spanish words with an
+    // English voice, and the browser offered to translate the page from English.
+    document.documentElement.lang = bot && typeof bot.lang === "string" && bot.lang ? bot.lang : "en";
     ui.title.textContent = t("title");
     ui.subtitle.textContent = t("subtitle");
     ui.input.placeholder = t("placeholder");

@@ -86,3 +86,4 @@ async def test_the_widget_is_given_the_bots_words(env):
     client, _, _ = env
     [bot] = (await client.get("/v1/bots")).json()["bots"]
     assert {key: bot["texts"][key] for key in WIDGET} == WIDGET and bot["texts"]["retry"] == "Retry"
+    assert bot["lang"] == "es"  # the widget page's <html lang>

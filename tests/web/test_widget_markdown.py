@@ -178,6 +178,7 @@ def test_widget_speaks_the_bots_language_from_get_v1_bots(page, live_server):
     def spanish_bots(route):
         body = route.fetch().json()
         body["bots"][0]["texts"] = {**body["bots"][0]["texts"], **ES_TEXTS}
+        body["bots"][0]["lang"] = "es"
         route.fulfill(status=200, headers={"content-type": "application/json"}, body=json.dumps(body))
 
     page.route("**/v1/bots", spanish_bots)
@@ -186,6 +187,7 @@ def test_widget_speaks_the_bots_language_from_get_v1_bots(page, live_server):
         status=200, headers={"content-type": "text/event-stream"}, body=_sse(("done", done))))
     _open(page, live_server)
     assert (page.inner_text("#gw-title"), page.inner_text("#gw-subtitle")) == ("Ayuda", ES_TEXTS["subtitle"])
+    assert page.evaluate("document.documentElement.lang") == "es"  # it stayed "en": read with an English voice
     assert page.get_attribute("#gw-input", "placeholder") == "Escribe tu pregunta…"
     assert (page.inner_text("#gw-send"), page.inner_text("#gw-hint")) == ("Enviar", "Intro para enviar.")
     page.press("#gw-input", "Enter")
