@@ -261,6 +261,8 @@
       function (li) { return Number(li.dataset.id) < oldest; }) : [];
     var keptNewest = earlier.length ? Number(earlier[earlier.length - 1].dataset.id) : -Infinity;
     earlier = earlier.concat(gap.filter(function (m) { return m.id > keptNewest; }).map(renderMessage));
+    if (same && newestShown !== null) announce(gap.concat(d.messages).filter(function (m) { return m.id > newestShown; }));
+    else $("op-announce").textContent = "";  // another escalation: what its customer said before is not news
     state.detail = d;
     $("op-detail").hidden = false;
     $("op-title").textContent = "Escalation #" + d.id + " — " + d.state;
@@ -291,6 +293,14 @@
     // X" at once: what an action said stays until the next action, or another escalation is shown.
     if (!same || !state.actionFailed) actionFailed("");
     showReplyState();
+  }
+
+  /** Tell a screen reader what the customer wrote since the escalation was last read (the live region
+   * `op-announce`): the transcript is drawn again whole, so it cannot be a live region itself. */
+  function announce(messages) {
+    var said = messages.filter(function (m) { return m.author === "contact"; })
+      .map(function (m) { return "The customer wrote: " + m.text; });
+    if (said.length) $("op-announce").textContent = said.join("\n");
   }
 
   /** The messages of escalation `id` after message `after` and before message `before`, oldest first. */
@@ -517,6 +527,7 @@
     state.detailReadings++;
     $("op-escalations").replaceChildren();
     $("op-transcript").replaceChildren();
+    $("op-announce").textContent = "";
     $("op-detail").hidden = true;
     $("op-reply").value = "";
     $("op-token").value = "";
