@@ -137,6 +137,7 @@
     })[0] : null;
     button.hidden = !newer;
     if (newer) {
+      $("op-take").hidden = true;  // the customer's new escalation is the one to claim
       button.dataset.id = newer.id;
       button.textContent = "The customer asked again: open #" + newer.id;
     }
@@ -280,6 +281,9 @@
     }));
     var mine = d.state === "claimed" && d.operator === state.me;
     $("op-claim").disabled = d.state !== "open";
+    // Handed back, and the bot answers the customer again (no newer escalation): the operator may take
+    // the conversation back without the customer asking for a person.
+    $("op-take").hidden = !(d.state === "resolved" && d.conversation_state === "bot");
     $("op-release").hidden = !mine;
     $("op-takeover").hidden = !(d.state === "claimed" && !mine);
     // Another operator's claim: Resolve and Send reply were offered, and refused with a 409 once used.
@@ -338,6 +342,21 @@
 
   /** What the operator's own action said went wrong: kept on the page across refreshes. */
   function actionFailed(message) { state.actionFailed = !!message; showError("op-error", message); }
+
+  /** Take the shown escalation's conversation back from the bot (`POST /v1/conversations/{id}/claim`): a
+   * new escalation, claimed by this operator, which is opened with the reply box focused. */
+  async function takeConversation() {
+    var d = state.detail;
+    if (!d) return;
+    actionFailed("");
+    var taken;
+    try {
+      taken = await api("/v1/conversations/" + d.conversation_id + "/claim", { method: "POST" });
+    } catch (err) { actionFailed(err.message); return; }
+    await select(taken.id);
+    loadList().catch(function () {});  // said beside the list
+    if (state.selected === taken.id) $("op-reply").focus();
+  }
 
   async function act(action, body) {
     actionFailed("");
@@ -543,6 +562,7 @@
   async function claimThenReply(body) { if (await act("claim", body)) $("op-reply").focus(); }
   $("op-claim").addEventListener("click", function () { claimThenReply(); });
   $("op-resolve").addEventListener("click", function () { act("resolve"); });
+  $("op-take").addEventListener("click", function () { takeConversation(); });
   $("op-release").addEventListener("click", function () { act("release"); });
   $("op-takeover").addEventListener("click", function () { claimThenReply({ take_over: true }); });
   $("op-older").addEventListener("click", function () { loadOlder(); });

@@ -269,9 +269,34 @@ def test_console_leads_from_a_handed_back_escalation_to_the_customers_new_one(op
     second = _escalate(live_url, session, "Me again, I want to talk to a human")
     operator.wait_for_selector("#op-newer:not([hidden])")
     assert operator.locator("#op-newer").inner_text() == f"The customer asked again: open #{second}"
+    assert operator.locator("#op-take").is_hidden()  # the new escalation is the one to take
     operator.click("#op-newer")
     operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{second}')")
     assert operator.locator("#op-newer").is_hidden() and operator.locator("#op-reply").is_enabled()
+
+
+def test_console_takes_a_handed_back_conversation_back_from_the_bot(open_tab, live_url):  # noqa: F811
+    """`POST /v1/conversations/{id}/claim` had no button: an operator who handed a conversation back too
+    soon could not take it again from the console until the customer asked for a person."""
+    first = _escalate(live_url, "console-take", "Take here, I want to talk to a human")
+    operator = open_tab()
+    for action in ("claim", "resolve"):
+        assert operator.request.post(f"{live_url}/v1/escalations/{first}/{action}",
+                                     headers={"Authorization": f"Bearer {TOKEN}"}).status == 200
+    sign_in(operator, live_url)
+    operator.select_option("#op-filter", "resolved")
+    operator.click(f".op-item[data-id='{first}']")
+    operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('resolved')")
+    assert operator.locator("#op-claim").is_disabled()
+    with operator.expect_response(lambda r: "/v1/conversations/" in r.url) as answered:
+        operator.click("#op-take")
+    taken = answered.value.json()
+    assert answered.value.status == 200 and taken["id"] != first and taken["state"] == "claimed"
+    operator.wait_for_function(f"() => document.getElementById('op-title').textContent === "
+                               f"'Escalation #{taken['id']} — claimed'")
+    operator.wait_for_function("() => document.activeElement === document.getElementById('op-reply')")
+    assert operator.locator("#op-take").is_hidden() and operator.locator("#op-release").is_visible()
+    assert "held by sam" in operator.locator("#op-meta").inner_text()
 
 
 def test_console_says_in_words_while_its_live_stream_is_down(open_tab, live_url):  # noqa: F811
