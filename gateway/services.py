@@ -33,6 +33,7 @@ from gateway.observability.repeats import RepeatLog
 from gateway.operators.auth import OperatorAuth
 from gateway.operators.reminders import HandoffReminders
 from gateway.operators.slack_actions import interactive_handler
+from gateway.operators.slack_names import SlackOperatorNames
 from gateway.operators.slack_operator import SlackOperatorChannel
 from gateway.pg_bridge import PgBridge
 from gateway.pipeline import Pipeline
@@ -102,6 +103,7 @@ class Services:
     leader: LeaderElection | None = None
     operator_auth: OperatorAuth | None = None
     slack_operator: SlackOperatorChannel | None = None
+    slack_names: SlackOperatorNames | None = None  # Slack operators' names, for the console
     reminders: HandoffReminders | None = None
     rate_limiter: RateLimiter | None = None
     budget: DailyBudget | None = None  # each bot's daily model spending: turns and operator summaries
@@ -278,7 +280,7 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     services = Services(settings=settings, engine=engine, sessions=sessions, bus=bus, metrics=metrics, adapters=adapters,
                     knowledge=knowledge, llm=llm, pipeline=pipeline, outbox=outbox, inbox=inbox, worker=worker,
                     escalations=escalations, scheduler=scheduler, operator_auth=OperatorAuth(settings),
-                    slack_operator=slack_operator, reminders=reminders,
+                    slack_operator=slack_operator, slack_names=SlackOperatorNames(adapters), reminders=reminders,
                     admin_token_path=admin_path, admin_url_path=admin_url_path,
                     reply_timeout=settings.worker.reply_timeout, rate_limiter=rate_limiter, budget=budget)
     services.leader = leader

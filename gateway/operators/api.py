@@ -8,6 +8,9 @@
     POST /v1/conversations/{id}/claim                     take over a conversation that never escalated
     GET  /v1/operators/me                                 who this token signs in as
 
+Lists, escalations and live events carry `operator_names`: the Slack name of each Slack operator
+(`slack:U…`) they mention (`gateway/operators/slack_names.py`); the ids stay what identifies them.
+
 A wrong or missing token gets 401, before anything else about the request is looked at (its body
 included); an escalation of a bot the operator may not serve gets 404, the same as one that does not
 exist, so ids of other teams' conversations leak nothing; so does a list's `bot` filter naming such a bot.
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -125,6 +128,12 @@ async def _guarded(request: Request, action: Callable[[Operator], Awaitable[Any]
         return error(422, str(exc))
 
 
+async def operator_names(request: Request, bot: str, operators: Iterable[str | None]) -> dict[str, str]:
+    """The readable names of the Slack operators (`slack:U…`) among `operators` of `bot`, as `operator_names`."""
+    names = services(request).slack_names
+    return await names.names((bot, operator) for operator in operators) if names is not None else {}
+
+
 def escalation_dict(escalation: Escalation, conversation: Conversation | None = None,
                     contact: Contact | None = None) -> dict[str, Any]:
     """The JSON shape of an escalation in lists and events."""
@@ -178,7 +187,10 @@ async def list_escalations(request: Request, state: str | None = None, bot: str 
             said = last.get(row.conversation_id)
             out.append({**escalation_dict(row, conversation, contact), "last_customer_message": {
                 "text": (said.text or "")[:200], "at": utc_iso(said.created_at)} if said else None})
-        return {"escalations": out}
+        names: dict[str, str] = {}
+        for bot_name in {row.bot for row in rows}:
+            names |= await operator_names(request, bot_name, [r.operator for r in rows if r.bot == bot_name])
+        return {"escalations": out, "operator_names": names}
 
     return await _guarded(request, action)
 
@@ -203,6 +215,10 @@ async def stream_escalations(request: Request) -> Response:
                         return
                     continue
                 if operator.may_serve(event.get("bot", "")):
+                    # Who took or released it, by name: the console says so at once, before it reads anything.
+                    named = await operator_names(request, event.get("bot", ""),
+                                                 [event.get("operator"), event.get("previous_operator")])
+                    event = {**event, "operator_names": named} if named else event
                     yield {"event": event.get("type", "update"), "data": json.dumps(event)}
 
     return EventSourceResponse(events(), ping=15)
@@ -259,6 +275,9 @@ async def get_escalation(escalation_id: RowId, request: Request,
             } for m in messages],
             "events": [{"kind": e.kind, "from_state": e.from_state, "to_state": e.to_state, "actor": e.actor,
                         "reason": e.reason, "at": utc_iso(e.created_at)} for e in events],
+            "operator_names": await operator_names(request, escalation.bot, [
+                escalation.operator, *(e.actor for e in events),
+                *(n.get("author") for n in escalation.notes or [] if isinstance(n, dict))]),
         }
 
     return await _guarded(request, action)

@@ -10,7 +10,7 @@
   var REPLY_TIMEOUT_MS = 30000;
   var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null,
                 unsent: {}, listLoads: 0, detailReadings: 0, escalations: [], unread: {}, drafts: {},
-                stale: { list: false, detail: false }, refreshing: null };  // unread: escalation id → true  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
+                stale: { list: false, detail: false }, refreshing: null, names: {} };  // unread: escalation id → true  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
   function $(id) { return document.getElementById(id); }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -18,6 +18,10 @@
     if (text !== undefined && text !== null) node.textContent = String(text);
     return node;
   }
+  /** An operator as people know them: a Slack operator (`slack:U0123`) by the name Slack gives them (the
+   * API's `operator_names`), anyone else (and a Slack member Slack would not name) as they are held. */
+  function who(operator) { return (operator && state.names[operator]) || operator; }
+  function learnNames(names) { if (names && typeof names === "object") Object.assign(state.names, names); }
   function showError(id, message) { var n = $(id); n.textContent = message || ""; n.hidden = !message; }
 
   /** An error whose request may have taken effect: no answer came (connection lost, timed out) or a 5xx. */
@@ -69,6 +73,7 @@
       throw err;
     }
     showError("op-list-error", "");
+    learnNames(body.operator_names);
     state.escalations = body.escalations;
     drawList(list, body.escalations);
   }
@@ -265,18 +270,19 @@
     if (same && newestShown !== null) announce(gap.concat(d.messages).filter(function (m) { return m.id > newestShown; }));
     else $("op-announce").textContent = "";  // another escalation: what its customer said before is not news
     state.detail = d;
+    learnNames(d.operator_names);
     $("op-detail").hidden = false;
     $("op-title").textContent = "Escalation #" + d.id + " — " + d.state;
-    $("op-meta").textContent = [d.bot, d.channel, d.customer, d.operator ? "held by " + d.operator : "unclaimed",
+    $("op-meta").textContent = [d.bot, d.channel, d.customer, d.operator ? "held by " + who(d.operator) : "unclaimed",
                                 "reason: " + d.reason].filter(Boolean).join(" · ");
     $("op-summary").textContent = d.summary.text;
     list.replaceChildren.apply(list, earlier.concat(d.messages.map(renderMessage)));
     if (!earlier.length) $("op-older").hidden = !d.has_more;  // else it still tells of the page before them
     $("op-notes").replaceChildren.apply($("op-notes"), d.notes.map(function (n) {
-      return el("li", null, n.author + ": " + n.text);
+      return el("li", null, who(n.author) + ": " + n.text);
     }));
     $("op-events").replaceChildren.apply($("op-events"), d.events.map(function (e) {
-      return el("li", null, when(e.at) + " · " + e.actor + " · " + e.kind +
+      return el("li", null, when(e.at) + " · " + who(e.actor) + " · " + e.kind +
         (e.to_state ? " → " + e.to_state : "") + (e.reason ? " · " + e.reason : ""));
     }));
     var mine = d.state === "claimed" && d.operator === state.me;
@@ -291,7 +297,7 @@
     $("op-resolve").disabled = d.state === "resolved" || theirs;
     $("op-reply").disabled = d.state === "resolved";
     $("op-reply-form").querySelector("button[type=submit]").disabled = d.state === "resolved" || theirs;
-    $("op-reply").placeholder = theirs ? d.operator + " holds this escalation: take it over to reply." : "";
+    $("op-reply").placeholder = theirs ? who(d.operator) + " holds this escalation: take it over to reply." : "";
     showNewer();
     // A refresh after a claim lost to another operator came after the 409 and wiped "already claimed by
     // X" at once: what an action said stays until the next action, or another escalation is shown.
@@ -341,7 +347,11 @@
   }
 
   /** What the operator's own action said went wrong: kept on the page across refreshes. */
-  function actionFailed(message) { state.actionFailed = !!message; showError("op-error", message); }
+  function actionFailed(message) {
+    state.actionFailed = !!message;
+    // "claimed by slack:U0123" (a 409) names the Slack member as the console does elsewhere.
+    showError("op-error", message && message.replace(/\bslack:[A-Z0-9]+\b/g, who));
+  }
 
   /** Take the shown escalation's conversation back from the bot (`POST /v1/conversations/{id}/claim`): a
    * new escalation, claimed by this operator, which is opened with the reply box focused. */
@@ -467,17 +477,18 @@
       return;
     }
     if (!event.escalation_id) return;
+    learnNames(event.operator_names);
     // A customer wrote in an escalation the operator is not reading: its item says so until it is opened.
     if (event.type === "customer_message" && event.escalation_id !== state.selected) state.unread[event.escalation_id] = true;
     if (event.type === "taken_over" && event.previous_operator === state.me) {
-      notice(event.operator + " took over escalation #" + event.escalation_id + " from you.", event.escalation_id);
+      notice(who(event.operator) + " took over escalation #" + event.escalation_id + " from you.", event.escalation_id);
     } else if (event.type === "released" && event.operator !== state.me) {
-      notice(event.operator + " released escalation #" + event.escalation_id + ": it is open again.", event.escalation_id);
+      notice(who(event.operator) + " released escalation #" + event.escalation_id + ": it is open again.", event.escalation_id);
     } else if (event.type === "reply_failed") {
       notice("A reply in escalation #" + event.escalation_id + " was not delivered: " + (event.error || "unknown error"), event.escalation_id);
     } else if (event.type === "stale_claim") {
       notice("Escalation #" + event.escalation_id + ": the customer has waited " + event.waiting_minutes +
-        " min for " + event.operator + "'s reply.", event.escalation_id);
+        " min for " + who(event.operator) + "'s reply.", event.escalation_id);
     }
     refresh(event.escalation_id === state.selected);
   }
@@ -541,7 +552,7 @@
     document.title = "Operator console";
     // Nothing of this operator's session stays for the next one to sign in at this screen: the
     // escalation open (of bots the next may not serve), its draft reply, the list and its notices.
-    Object.assign(state, { selected: null, detail: null, unsent: {}, escalations: [], unread: {}, drafts: {} });
+    Object.assign(state, { selected: null, detail: null, unsent: {}, escalations: [], unread: {}, drafts: {}, names: {} });
     state.listLoads++;  // a list or an escalation still loading is not drawn
     state.detailReadings++;
     $("op-escalations").replaceChildren();

@@ -71,6 +71,8 @@ class FakeSlack:
     # What auth.test reports in `x-oauth-scopes`, as Slack does on every Web API answer.
     scopes: list[str] = field(default_factory=lambda: ["chat:write", "channels:history", "groups:history", "im:history",
                                                        "app_mentions:read", "channels:read"])
+    # Members users.info knows, by user id (Slack's `user` object: `name`, `real_name`, `profile`).
+    users: dict[str, dict[str, Any]] = field(default_factory=dict)
     _ts: int = 0
 
     @classmethod
@@ -210,6 +212,10 @@ class FakeSlack:
         if method == "chat.update":
             return {"ok": True, "channel": call.params.get("channel"), "ts": call.params.get("ts"),
                     "text": call.params.get("text")}
+        if method == "users.info":
+            user = self.users.get(str(call.params.get("user")))
+            return {"ok": True, "user": {"id": call.params["user"], **user}} if user else {"ok": False,
+                                                                                          "error": "user_not_found"}
         return {"ok": False, "error": "unknown_method"}
 
     def _history(self, params: dict[str, Any]) -> list[dict[str, Any]]:
