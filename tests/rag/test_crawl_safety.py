@@ -264,7 +264,9 @@ async def test_robots_txt_crawl_delay_spaces_the_page_fetches_one_at_a_time(monk
         result = await load_sitemap(f"{site}/sitemap.xml", client=client)
     assert len(result.documents) == 4 and most_open == 1
     gaps = [b - a for a, b in zip(starts, starts[1:])]
-    assert all(gap >= 0.29 for gap in gaps), gaps
+    # Seen by the server, a gap also carries each request's own way there (a new connection, a busy
+    # machine): 0.27 s was seen under load. Unpaced, the gaps are the 0.05 s handler or less.
+    assert all(gap >= 0.2 for gap in gaps), gaps
 
     # A site asking for an hour between pages gets MAX_CRAWL_DELAY_S, and the log says so.
     monkeypatch.setattr(rag.crawl, "MAX_CRAWL_DELAY_S", 0.1)
