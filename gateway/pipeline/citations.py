@@ -15,7 +15,9 @@
   `CitationNumbers` and `number_markers` give the same numbering piece by piece, so streamed tokens
   (`held_stream`) show the numbers the reply will have.
 - An answer resting on tool results (`grounding`) needs no citation, but keeps only its sentences
-  that say something those results hold (`grounded_sentences`).
+  that say something those results hold (`grounded_sentences`). With tool results in play, a sentence,
+  cited or not, that contradicts them or states a number, date or identifier no evidence holds goes
+  (`gateway.pipeline.tool_facts`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gateway.models import Citation
 from gateway.pipeline.links import link_values, without_unknown_links
 from gateway.pipeline.prompts import RULES, Hit
 from gateway.pipeline.sentences import keep_sentences, split_sentences
+from gateway.pipeline.tool_facts import Evidence, ToolFacts, grounded_sentences
 
 # [3], [1, 2], [1,2 , 3]; adjacent [1][2] are simply two markers. Leading spaces go with the marker.
 # `(?<!\s)`: a match starts where its run of spaces does, so a long run costs linear time, not quadratic.
@@ -199,37 +202,6 @@ def renumber(text: str, hits: Sequence[Hit], cited: Sequence[int]) -> str:
     return _STUTTER.sub(r"\1", _rewrite_markers(text, numbers))
 
 
-_WORD = re.compile(r"[\w-]{3,}")
-_COMMON_WORDS = frozenset({"the", "and", "for", "you", "your", "are", "was", "were", "not", "has", "have", "this",
-                           "that", "with", "true", "false", "none", "null", "can", "will", "now", "right", "its",
-                           "our", "here", "there", "yes", "any", "all", "also", "been", "from", "which", "what",
-                           "when", "where", "who", "how", "please", "let", "know", "thanks", "thank", "sure"})
-# Of a sentence's words (common ones aside), the share the tool results must hold for it to pass.
-GROUNDED_SHARE = 0.5
-
-
-def _stem(word: str) -> str:
-    word = word.lower()
-    return word[:-1] if len(word) > 3 and word.endswith("s") else word
-
-
-def grounded_sentences(text: str, tool_results: str) -> str:
-    """The sentences of an uncited, tool-grounded answer that say what the tools returned: at least half
-    of their words (common ones aside) and every number in them are in `tool_results`. One shared word
-    was enough before, and "Your invoice is paid. The Team plan is free for life." passed whole on an
-    invoice whose plan is "Plus"."""
-    known = {_stem(w) for w in _WORD.findall(tool_results)} - _COMMON_WORDS
-    numbers = {int(n) for n in _NUMBER.findall(tool_results)}  # by value: "2025-03-03" holds the 3 of "March 3"
-
-    def grounded(sentence: str) -> bool:
-        words = {_stem(w) for w in _WORD.findall(sentence)} - _COMMON_WORDS
-        if not words or any(int(n) not in numbers for n in _NUMBER.findall(sentence)):
-            return False
-        return len(words & known) >= GROUNDED_SHARE * len(words)
-
-    return keep_sentences(text, grounded)
-
-
 def without_invented_claims(text: str, *, count: int) -> str:
     """`text` without the sentences whose every citation is a number no extract has: "It also includes
     unlimited storage forever [9]." lost only its marker, and the claim stayed as if it were sourced."""
@@ -329,6 +301,24 @@ def _holds_a_rule_line(plain: str) -> bool:
     return any(line in plain for line in _RULE_LINES)
 
 
+def _without_contradictions(text: str, grounding: Sequence[Any], *, evidence: str) -> tuple[str, str]:
+    """(`text` without its sentences that contradict the tools' data or state a value no evidence holds,
+    why the first went). Cited or not: a model that misreads `"status": "shipped"` still cites an extract
+    for "your order has not shipped yet [1]"."""
+    facts = ToolFacts.of(list(grounding))
+    known = Evidence.of(evidence, counts=facts.counts)
+    reasons: list[str] = []
+
+    def consistent(sentence: str) -> bool:
+        reason = facts.contradiction(sentence) or known.unsupported(sentence)
+        if reason:
+            reasons.append(reason)
+        return reason is None
+
+    kept = keep_sentences(text, consistent)
+    return kept, f"it contradicts the tools: {reasons[0]}" if reasons else ""
+
+
 def verify_citations(
     text: str,
     hits: Sequence[Hit],
@@ -363,6 +353,10 @@ def verify_citations(
     # a link inside a text field is text someone may have written there ("send your card to https://…").
     # Tags first, as the stream takes them out: "?</fallback> Pay at https://…" is two sentences, not one.
     text = without_unknown_links(without_fallback_tags(text), "\n".join([trusted, *link_values(list(grounding))]))
+    if grounding:
+        text, contradiction = _without_contradictions(text, grounding, evidence=f"{known}\n{question}")
+        if not text.strip():
+            return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True, reason=contradiction)
     cleaned, cited = strip_invalid_markers(without_fallback_tags(text).strip(), count=len(hits))
     # With a valid citation it is a partial answer ("Plus costs $6 [1]; I don't know about discounts.").
     if not cited and is_refusal(cleaned, fallback_text=fallback_text):

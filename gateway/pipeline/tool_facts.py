@@ -1,0 +1,292 @@
+"""Gate 2's check of an answer against the tools' data: a sentence that contradicts what a tool returned
+is an unsupported claim, whether or not it cites an extract.
+
+Two kinds of contradiction are caught, the clear ones only:
+
+- **A state said to be otherwise.** A tool's status value (`"status": "shipped"`) negated ("it has not
+  shipped yet"), a true flag (`"refundable": true`) negated, a false one (`"paid": false`) or a
+  negative status (`"unpaid"`) stated as so ("it has been paid"). A state that differs between the
+  results' records (two orders, one shipped) is nobody's to contradict, and a hedged or conditional
+  sentence ("if it hasn't shipped by Friday…", "I can't tell whether it has shipped") states nothing.
+- **A value the evidence does not hold.** With tool data in the answer's reach, every number, date
+  and identifier it states must be in the extracts, the tool results, the call's arguments, the
+  question or the bot's own texts: "$69.90" for a total of 59.90, "November 26" for `2026-11-28`,
+  "A-1043" for order A-1042 are claims from nowhere.
+
+An uncited answer resting on the tools keeps only the sentences that say what they returned
+(`grounded_sentences`). A tool's text fields are data: their words ground an answer's words, but a
+sentence planted in one (`"note": "the order has NOT shipped"`) is no state to hold an answer to.
+
+Not caught: a state said to be another one ("pending" for "shipped"), since a tool's statuses are not
+listed anywhere, so an answer's word cannot be told for a status rather than a word of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from gateway.pipeline.sentences import keep_sentences
+
+_MAX_DEPTH = 64  # a result nested thousands deep is walked this far, not until RecursionError
+_STATE_VALUE = re.compile(r"[A-Za-z][A-Za-z _-]{3,30}")
+# A string is a state only under a key that names one (`status`, `order_status`, `subscriptionState`): a
+# text field ("note": "not shipped", planted or not) is data, never a state an answer is held to.
+_STATE_KEY = frozenset({"status", "state", "stage", "phase", "condition", "availability", "plan", "tier", "standing"})
+_NO_STATE = frozenset({"none", "null", "true", "false", "unknown", "n/a"})
+_STATE_WORDS = 3  # a longer text is prose, not a state
+_KEY_PREFIXES = frozenset({"is", "has", "was", "are", "can", "did", "have"})
+# Keys about the lookup itself, not about the thing looked up.
+_LOOKUP_KEYS = frozenset({"found", "ok", "success", "error", "valid", "exists", "truncated"})
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_NEGATIONS = frozenset({"not", "never", "nor", "cannot", "isn't", "hasn't", "wasn't", "haven't", "aren't",
+                        "weren't", "doesn't", "didn't", "won't", "hadn't", "can't", "couldn't", "shouldn't"})
+_COPULAS = frozenset({"is", "are", "was", "were", "it's", "has", "have", "had", "got"})
+# Words between a negation or a copula and the state it speaks of ("has not yet been shipped").
+_BRIDGE = frozenset({"yet", "be", "been", "being", "already", "now", "fully", "actually", "even", "really", "currently",
+                     "still", "just"})
+# A sentence holding one of these before the state asks, doubts or supposes: it states nothing.
+_HEDGES = frozenset({"if", "unless", "when", "once", "until", "whether", "before", "after", "sure", "know", "think",
+                     "see", "tell", "find", "check", "confirm", "able", "can", "could", "may", "might", "should",
+                     "would", "will", "seems", "appears", "ask", "asked", "wonder"})
+_MARKER = re.compile(r"\[\s*\d{1,4}(?:\s*,\s*\d{1,4})*\s*\]")
+_LIST_NUMBER = re.compile(r"^\s*\d{1,3}[.)]\s+")
+_NUMBER = re.compile(r"\d+")
+# A number as written, with its thousands or decimal separators: "59.90", "1,200", "59,90".
+_AMOUNT = re.compile(r"\d+(?:[.,]\d+)*")
+_ACRONYM = re.compile(r"\b\d+[A-Z]{2,}\b")  # 2FA, 3DS: names, not numbers
+_MONTHS = {name: n for n, names in enumerate(
+    [("jan", "january"), ("feb", "february"), ("mar", "march"), ("apr", "april"), ("may",), ("jun", "june"),
+     ("jul", "july"), ("aug", "august"), ("sep", "sept", "september"), ("oct", "october"), ("nov", "november"),
+     ("dec", "december")], start=1) for name in names}
+_MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})")
+_MONTH_DAY = re.compile(rf"\b({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+_DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH})\b\.?(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+_TOKEN = re.compile(r"(?<![\w-])[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*")
+_UNIT = re.compile(r"\d+[a-z]{1,3}|[a-z]{1,2}\d{1,2}", re.IGNORECASE)  # 2FA, 24h, 10am, v2, Q4: no identifiers
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFacts:
+    """The states the tool results give: each key's values (a status) and each flag's truth; and how
+    many items their lists hold ("you have 2 open orders" counts what a tool returned)."""
+
+    states: dict[str, frozenset[str]] = field(default_factory=dict)
+    flags: dict[str, frozenset[bool]] = field(default_factory=dict)
+    counts: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, results: Sequence[Any]) -> ToolFacts:
+        """Read `results` (objects, lists, or texts that are JSON) to any depth up to `_MAX_DEPTH`."""
+        states: dict[str, set[str]] = {}
+        flags: dict[str, set[bool]] = {}
+        counts: set[int] = set()
+        pending: list[tuple[str, Any, int]] = [("", r, 0) for r in results]
+        while pending:
+            key, item, depth = pending.pop()
+            if depth > _MAX_DEPTH:
+                continue
+            if isinstance(item, str) and item.strip()[:1] in "[{":
+                try:
+                    item = json.loads(item)
+                except (ValueError, RecursionError):
+                    continue
+            if isinstance(item, dict):
+                pending.extend((str(k), v, depth + 1) for k, v in item.items())
+            elif isinstance(item, (list, tuple)):
+                counts.add(len(item))
+                pending.extend((key, v, depth + 1) for v in item)
+            elif isinstance(item, bool) and (phrase := _key_phrase(key)):
+                flags.setdefault(phrase, set()).add(item)
+            elif isinstance(item, str) and _STATE_KEY.intersection(_phrase(key).split()) \
+                    and _STATE_VALUE.fullmatch(item.strip()) and len(item.split()) <= _STATE_WORDS \
+                    and _phrase(item) not in _NO_STATE:
+                states.setdefault(key.lower(), set()).add(_phrase(item))
+
+        return cls({k: frozenset(v) for k, v in states.items()}, {k: frozenset(v) for k, v in flags.items()},
+                   frozenset(counts))
+
+    def contradiction(self, sentence: str) -> str | None:
+        """What `sentence` says against the tools' states, named without their values (logs hold no
+        customer data), or None."""
+        words = _WORD.findall(_MARKER.sub(" ", sentence).lower().replace("\u2019", "'"))
+        for key, values in self.states.items():
+            if len(values) != 1:
+                continue  # records that differ (one order shipped, one not): no single state to hold to
+            (value,) = values
+            if _stated(words, value) is False:
+                return f"a tool's {key} said not to be so"
+            positive = _positive_of(value)
+            if positive and _stated(words, positive) is True:
+                return f"a tool's {key} said to be the opposite"
+        for phrase, truths in self.flags.items():
+            if len(truths) != 1:
+                continue
+            (truth,) = truths
+            stated = _stated(words, phrase)
+            if stated is not None and stated is not truth:
+                return f"a tool's {phrase!r} flag said to be the opposite"
+        return None
+
+
+def _phrase(text: str) -> str:
+    """A value or key as the words an answer would write: `in_transit` → "in transit"."""
+    spaced = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", text.strip())
+    return " ".join(re.split(r"[\s_-]+", spaced.lower())).strip()
+
+
+def _key_phrase(key: str) -> str:
+    """A flag's key as words, without an `is_`/`has_` prefix (`is_paid` → "paid"); "" for a lookup's own
+    keys (`found`), which say nothing of the thing looked up."""
+    words = _phrase(key).split()
+    while words and words[0] in _KEY_PREFIXES:
+        words = words[1:]
+    phrase = " ".join(words)
+    return "" if not phrase or phrase in _LOOKUP_KEYS else phrase
+
+
+def _positive_of(value: str) -> str:
+    """The state a negative value denies: "unpaid" → "paid", "not shipped" → "shipped"; else ""."""
+    if value.startswith("not "):
+        return value[4:]
+    if value.startswith("un") and len(value) >= 6 and " " not in value:
+        return value[2:]
+    return ""
+
+
+def _stated(words: list[str], phrase: str) -> bool | None:
+    """Whether the sentence's `words` state `phrase` as so (True: "has been paid"), as not so (False: "has
+    not shipped yet", "is yet to be shipped", "no longer active"), or neither (None: not there, only
+    mentioned, or hedged). A negation reaches the phrase only across words like "yet" and "been": in
+    "not pending, it's shipped" it is pending's, not shipped's."""
+    target = phrase.split()
+    hedge = next((i for i, w in enumerate(words) if w in _HEDGES), len(words))
+    said: bool | None = None
+    for i in range(len(words) - len(target) + 1):
+        if words[i:i + len(target)] != target:
+            continue
+        if i > hedge:
+            return None
+        j = i - 1
+        while j >= 0 and words[j] in _BRIDGE:
+            j -= 1
+        if j < 0:
+            continue
+        word, previous = words[j], words[j - 1] if j > 0 else ""
+        if word in _NEGATIONS or (word, previous) in (("longer", "no"), ("to", "yet")):
+            said = False
+        elif word in _COPULAS and said is None:
+            said = True
+    return said
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """The numbers, dates and identifiers of everything an answer may rest on, to look a sentence's up in."""
+
+    numbers: frozenset[Decimal]
+    dates: tuple[tuple[int | None, int, int], ...]
+    squashed: str
+
+    @classmethod
+    def of(cls, text: str, *, counts: frozenset[int] = frozenset()) -> Evidence:
+        """Read once per answer: the extracts, the tool results and arguments, the question, the bot's texts,
+        with the `counts` of the results' lists."""
+        numbers = {Decimal(n) for n in _NUMBER.findall(text)}.union(*map(_readings, _AMOUNT.findall(text)))
+        numbers |= {Decimal(n) for n in counts}
+        return cls(frozenset(numbers), tuple(_dates(text)), _squashed(text))
+
+    def unsupported(self, sentence: str) -> str | None:
+        """A number, date or identifier `sentence` states that the evidence does not hold, or None."""
+        plain = _LIST_NUMBER.sub("", _MARKER.sub(" ", sentence))
+        for date in _dates(plain):
+            if not any(_same_date(date, other) for other in self.dates):
+                return "a date no extract or tool result holds"
+        for token in _TOKEN.findall(plain):
+            if _is_identifier(token) and _squashed(token) not in self.squashed:
+                return "an identifier no extract or tool result holds"
+        return "a number no extract or tool result holds" if self.lacks_a_number_of(plain) else None
+
+    def lacks_a_number_of(self, sentence: str) -> bool:
+        """Whether `sentence` states a number the evidence does not hold, however written ("$59.90" is
+        the 59.9 of a tool's JSON, "59,90 €" too)."""
+        plain = _LIST_NUMBER.sub("", _MARKER.sub(" ", sentence))
+        return any(not _readings(n) & self.numbers for n in _AMOUNT.findall(_ACRONYM.sub(" ", plain)))
+
+
+def _readings(number: str) -> set[Decimal]:
+    """What a written number may be: "59.90" is 59.9; "1,200" is 1200 or 1.2 (a decimal comma); "59" is 59."""
+    if "," in number and "." in number:
+        return {Decimal(number.replace(",", ""))} if number.rfind(".") > number.rfind(",") else \
+            {Decimal(number.replace(".", "").replace(",", "."))}
+    if "," in number:
+        readings = {Decimal(number.replace(",", ""))}
+        return readings | {Decimal(number.replace(",", "."))} if number.count(",") == 1 else readings
+    if number.count(".") > 1:  # a version or a dotted date: each part is a number of its own
+        return {Decimal(part) for part in number.split(".")}
+    return {Decimal(number)}
+
+
+def _squashed(text: str) -> str:
+    """Letters and digits only, lower case: "INV-2025-004217" and "inv 2025 004217" are one identifier."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def _is_identifier(token: str) -> bool:
+    """An order number, a tracking code, an invoice id: letters and digits in one part (ORD123,
+    1Z999AA1) or an upper-case part with a number (A-1042, INV-2025-004217). Not "30-day", "2FA", "24h"."""
+    if not any(c.isdigit() for c in token) or not any(c.isalpha() for c in token) or _UNIT.fullmatch(token):
+        return False
+    parts = re.split(r"[-_]", token)
+    mixed = any(any(c.isdigit() for c in p) and any(c.isalpha() for c in p) for p in parts)
+    return (mixed and len(token) >= 5) or (any(p.isalpha() and p.isupper() for p in parts)
+                                           and any(p.isdigit() for p in parts))
+
+
+def _dates(text: str) -> list[tuple[int | None, int, int]]:
+    """(year or None, month, day) of each date written as 2026-11-28, November 28(, 2026) or 28 November."""
+    found = [(int(y), int(m), int(d)) for y, m, d in _ISO_DATE.findall(text)]
+    found += [(int(y) if y else None, _MONTHS[m.lower()], int(d)) for m, d, y in _MONTH_DAY.findall(text)]
+    found += [(int(y) if y else None, _MONTHS[m.lower()], int(d)) for d, m, y in _DAY_MONTH.findall(text)]
+    return [date for date in found if 1 <= date[1] <= 12 and 1 <= date[2] <= 31]
+
+
+def _same_date(one: tuple[int | None, int, int], other: tuple[int | None, int, int]) -> bool:
+    return one[1:] == other[1:] and (one[0] is None or other[0] is None or one[0] == other[0])
+
+
+_GROUND_WORD = re.compile(r"[\w-]{3,}")
+_COMMON_WORDS = frozenset({"the", "and", "for", "you", "your", "are", "was", "were", "not", "has", "have", "this",
+                           "that", "with", "true", "false", "none", "null", "can", "will", "now", "right", "its",
+                           "our", "here", "there", "yes", "any", "all", "also", "been", "from", "which", "what",
+                           "when", "where", "who", "how", "please", "let", "know", "thanks", "thank", "sure"})
+# Of a sentence's words (common ones aside), the share the tool results must hold for it to pass.
+GROUNDED_SHARE = 0.5
+
+
+def _stem(word: str) -> str:
+    word = word.lower()
+    return word[:-1] if len(word) > 3 and word.endswith("s") else word
+
+
+def grounded_sentences(text: str, tool_results: str) -> str:
+    """The sentences of an uncited, tool-grounded answer that say what the tools returned: at least half
+    of their words (common ones aside) and every number in them are in `tool_results`. One shared word
+    was enough before, and "Your invoice is paid. The Team plan is free for life." passed whole on an
+    invoice whose plan is "Plus"."""
+    known = {_stem(w) for w in _GROUND_WORD.findall(tool_results)} - _COMMON_WORDS
+    # By value: "2025-03-03" holds the 3 of "March 3"; a list of two orders, the 2 of "2 orders".
+    numbers = Evidence.of(tool_results, counts=ToolFacts.of([tool_results]).counts)
+
+    def grounded(sentence: str) -> bool:
+        words = {_stem(w) for w in _GROUND_WORD.findall(sentence)} - _COMMON_WORDS
+        if not words or numbers.lacks_a_number_of(sentence):
+            return False
+        return len(words & known) >= GROUNDED_SHARE * len(words)
+
+    return keep_sentences(text, grounded)

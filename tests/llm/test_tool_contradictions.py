@@ -1,0 +1,113 @@
+"""Gate 2 against the tools' data: an answer that contradicts what a tool returned is an unsupported claim."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.pipeline.citations import verify_citations
+from tests.llm.hits import PASSWORD, REFUNDS
+from tests.pipeline.sample_tools import injection_strings
+
+FALLBACK = "Sorry, our help center does not cover that."
+HITS = [REFUNDS, PASSWORD]
+ORDER = {"found": True, "order": {"id": "A-1042", "status": "shipped", "total": 59.9, "paid": True,
+                                  "refundable": False, "delivery_date": "2026-11-28",
+                                  "tracking": "1Z999AA10123456784"}}
+
+
+def _gate(text: str, grounding=(ORDER,), **kwargs):
+    return verify_citations(text, HITS, fallback_text=FALLBACK, grounding=list(grounding),
+                            tool_arguments=[{"order": "A-1042"}], question="Where is my order A-1042?", **kwargs)
+
+
+@pytest.mark.parametrize("text", [
+    "Your order A-1042 has not shipped yet.",
+    "Your order A-1042 hasn't been shipped yet; refunds take 5 business days [1].",  # cited: checked all the same
+    "Order A-1042 is yet to be shipped [1].",
+    "Your order total is $69.90 [1].",
+    "Your order A-1042 will arrive on November 26 [1].",
+    "Your tracking number is 1Z999AA10123456785 [1].",
+    "Your order A-1043 has shipped.",
+    "Your order A-1042 is not paid yet.",
+    "Order A-1042 is refundable [1].",
+])
+def test_an_answer_that_contradicts_a_tool_result_is_not_passed_on(text: str) -> None:
+    """The tool says shipped, 59.90, November 28, paid, not refundable: each of these said otherwise (cited
+    or not), and went out as if it were so."""
+    verified = _gate(text)
+
+    assert verified.text == FALLBACK and verified.replaced and not verified.citations
+    assert verified.reason.startswith("it contradicts the tools")
+    assert "A-104" not in verified.reason and "69" not in verified.reason  # logs hold no customer data
+
+
+@pytest.mark.parametrize("text", [
+    "Your order A-1042 has shipped.",
+    "Your order A-1042 has already shipped, no need to worry.",
+    "No, your order A-1042 is not pending: it has shipped.",
+    "Your order A-1042 has shipped and is paid; its total was $59.90.",
+    "Your order A-1042 arrives on 28 November. Tracking: 1Z999AA10123456784.",
+    "If it has not shipped by Friday, you can ask for a refund within 30 days [1].",
+    "I can't tell whether order A-1042 is refundable; refunds reach your card in 5 business days [1].",
+    "Order A-1042 shipped; its total of 59,90 € is not refundable.",
+])
+def test_an_answer_that_agrees_with_the_tools_is_kept_whole(text: str) -> None:
+    verified = _gate(text)
+
+    assert verified.text == text and not verified.replaced
+
+
+def test_only_the_contradicting_sentence_of_a_cited_answer_goes() -> None:
+    text = "Your order A-1042 has not shipped yet. You can ask for a refund within 30 days of purchase [1]."
+
+    verified = _gate(text)
+
+    assert verified.text == "You can ask for a refund within 30 days of purchase [1]."
+    assert [c.title for c in verified.citations] == ["Refunds"]
+
+
+def test_a_state_that_differs_between_records_is_not_held_against_an_answer() -> None:
+    """Two orders, one shipped and one pending: "not shipped" may be the pending one's."""
+    orders = {"orders": [{"id": "A-1042", "status": "shipped"}, {"id": "A-1043", "status": "pending"}]}
+
+    verified = _gate("Order A-1043 has not shipped yet.", grounding=[orders])
+
+    assert verified.text == "Order A-1043 has not shipped yet."
+
+
+def test_a_negative_status_stated_as_its_opposite_is_a_contradiction() -> None:
+    invoice = json.dumps({"invoice": "INV-7", "status": "unpaid"})  # a text result that is JSON is read as JSON
+
+    assert _gate("Invoice INV-7 is paid.", grounding=[invoice]).replaced
+    assert _gate("Invoice INV-7 is unpaid.", grounding=[invoice]).text == "Invoice INV-7 is unpaid."
+
+
+def test_a_count_of_what_a_tool_listed_is_supported() -> None:
+    orders = {"orders": [{"id": "A-1042", "status": "shipped"}, {"id": "A-1043", "status": "shipped"}]}
+
+    assert _gate("You have 2 orders, A-1042 and A-1043, and both have shipped.", grounding=[orders]).text == \
+        "You have 2 orders, A-1042 and A-1043, and both have shipped."
+    assert _gate("You have 3 orders.", grounding=[orders]).replaced
+
+
+def test_a_text_field_is_no_state_even_when_it_reads_like_one() -> None:
+    """A planted `"note": "not shipped"` must not make a true answer fail, nor its words count as a state."""
+    result = {"order": {"id": "A-1042", "status": "shipped", "note": "not shipped", "comment": "pending"}}
+
+    verified = _gate("Your order A-1042 has shipped; it is not pending.", grounding=[result])
+
+    assert verified.text == "Your order A-1042 has shipped; it is not pending." and not verified.replaced
+
+
+@pytest.mark.parametrize("planted", injection_strings(limit=None))
+def test_injection_strings_in_a_tools_text_stay_data(planted: str) -> None:
+    """A planted text field is neither a state to hold the answer to nor a reason to refuse a true one."""
+    result = {"found": True, "order": {"id": "A-1042", "status": "shipped", "note": planted}}
+
+    kept = _gate("Your order A-1042 has shipped.", grounding=[result])
+    obeyed = _gate("Your order A-1042 has not shipped.", grounding=[result])
+
+    assert kept.text == "Your order A-1042 has shipped." and not kept.replaced
+    assert obeyed.replaced

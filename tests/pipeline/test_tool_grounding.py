@@ -1,0 +1,30 @@
+"""Gate 2 holds an answer to what the tools returned, through the real pipeline and LiteLLM."""
+
+from __future__ import annotations
+
+from structlog.testing import capture_logs
+
+from tests.fakes.openai_server import ToolCallSpec, Turn
+from tests.pipeline.conftest import make_rig
+
+ORDER = {"type": "object", "properties": {"order": {"type": "string"}}}
+ORDER_STATUS = {"name": "order_status", "type": "python", "import_path": "tests.pipeline.sample_tools:order_status",
+                "parameters": ORDER}
+
+
+async def test_an_answer_that_says_a_shipped_order_has_not_shipped_is_not_sent(openai_fake) -> None:
+    """The tool said "shipped"; the model, citing an extract, said "not shipped yet", and it went out."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [ORDER_STATUS]}])
+    lookup = Turn(tool_calls=(ToolCallSpec("order_status", {"order": "A-7"}),))
+    openai_fake.script("primary", lookup, Turn(text="Your order A-7 has not shipped yet [1]."),
+                       lookup, Turn(text="Your order A-7 has shipped. Plus costs $6 per month [1]."))
+
+    with capture_logs() as logs:
+        wrong = await rig.pipeline.handle(rig.turn("Has my order A-7 shipped?"))
+    right = await rig.pipeline.handle(rig.turn("Has my order A-7 shipped?"))
+
+    assert wrong.tool_calls[0]["result"] == {"order": "A-7", "status": "shipped"}
+    assert wrong.reply == rig.bot.fallback_text and not wrong.citations and not wrong.answered
+    [replaced] = [e for e in logs if e["event"] == "gate2.replaced"]
+    assert replaced["reason"] == "it contradicts the tools: a tool's status said not to be so"
+    assert right.reply == "Your order A-7 has shipped. Plus costs $6 per month [1]." and right.answered
