@@ -203,7 +203,8 @@ class Answerer:
         verified = verify_citations(text, hits, fallback_text=bot.fallback_text,
                                     grounding=[c["result"] for c in grounded],
                                     tool_arguments=[c["arguments"] for c in grounded],
-                                    vouched=bot.system_prompt or "", question=turn.text, echo=echo)
+                                    vouched=bot.system_prompt or "", question=_customer_said(turn, history),
+                                    echo=echo)
         if verified.replaced:
             log.info("gate2.replaced", reason=verified.reason, message_id=turn.message_id,
                      conversation_id=turn.conversation_id)
@@ -322,6 +323,12 @@ def _found_something(result: Any) -> bool:
     if isinstance(result, str):
         return bool(result.strip())
     return isinstance(result, list) and bool(result)
+
+
+def _customer_said(turn, history: list[dict[str, Any]]) -> str:
+    """What the customer wrote in the turns the model saw, this one last: a number or an order id from
+    them ("I was charged $45 for A-7", then "has it shipped?") is theirs, no claim of the answer's."""
+    return "\n".join([*(m["content"] for m in history if m.get("role") == "user"), turn.text])
 
 
 def _metadata(turn) -> dict[str, Any]:

@@ -28,3 +28,19 @@ async def test_an_answer_that_says_a_shipped_order_has_not_shipped_is_not_sent(o
     [replaced] = [e for e in logs if e["event"] == "gate2.replaced"]
     assert replaced["reason"] == "it contradicts the tools: a tool's status said not to be so"
     assert right.reply == "Your order A-7 has shipped. Plus costs $6 per month [1]." and right.answered
+
+
+async def test_what_the_customer_wrote_in_an_earlier_turn_is_theirs_not_a_claim_of_the_answer(openai_fake) -> None:
+    """Once a tool returned data, a number no evidence held went: the amount the customer gave a turn
+    earlier was one, and a true answer that repeated it lost its sentence."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [ORDER_STATUS]}])
+    history = [{"role": "user", "content": "I was charged $45 for order A-7."}, {"role": "assistant", "content": "Thanks."}]
+    openai_fake.script("primary", Turn(text='{"queries": ["order A-7 shipped"]}'),
+                       Turn(tool_calls=(ToolCallSpec("order_status", {"order": "A-7"}),)),
+                       Turn(text="Your order A-7 has shipped. The $45 you were charged is more than Plus, which costs $6 "
+                                 "per month [1]."))
+
+    result = await rig.pipeline.handle(rig.turn("Has it shipped?", history=history))
+
+    assert result.reply == "Your order A-7 has shipped. The $45 you were charged is more than Plus, which costs $6 " \
+                           "per month [1]."
