@@ -1,12 +1,16 @@
-"""A bad value that an environment override (DATABASE_URL, ENVIRONMENT, …) gave says it came from there."""
+"""Values from the environment: a bad override (DATABASE_URL, ENVIRONMENT, …) says it came from there, and a
+secret is read without the newline a secret file ends with."""
 
 from __future__ import annotations
 
 import pytest
 
+from channels.base import RawRequest
+from channels.slack import SlackAdapter
 from gateway.errors import ConfigError
 from gateway.settings import load_settings
 from tests.conftest import write_config
+from tests.fakes.slack_api import sign
 
 
 @pytest.mark.parametrize("name, value, key", [
@@ -27,3 +31,18 @@ def test_a_bad_value_in_the_file_names_no_variable(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as caught:
         load_settings(write_config(tmp_path, database_url="mysql://db/gateway"))
     assert "environment variable" not in str(caught.value)
+
+
+def test_settings_reads_secrets_without_the_newline_a_secret_file_ends_with(tmp_path, monkeypatch):
+    # `kubectl create secret --from-file`, `$(cat secret.txt)` in a compose file, `echo` into a file: the
+    # value ends in a newline. Kept, every Slack request failed its signature (401 for ever), as did every
+    # Twilio one and every call with the API key, with nothing saying why.
+    monkeypatch.setenv("SLACK_SIGNING", "8f742231b10e8888abcd99yyyzzz85a5\n")
+    monkeypatch.setenv("SLACK_BOT", " xoxb-1-2-abc\r\n")
+    path = write_config(tmp_path, bots=[{"name": "b", "channels": {"slack": {
+        "bot_token": "${SLACK_BOT}", "signing_secret": "${SLACK_SIGNING}"}}}])
+    slack = load_settings(path).bots[0].channels.slack
+    assert (slack.signing_secret, slack.bot_token) == ("8f742231b10e8888abcd99yyyzzz85a5", "xoxb-1-2-abc")
+    body = b'{"type": "url_verification", "challenge": "c"}'
+    SlackAdapter("b", slack).verify(RawRequest(url="https://gw.example.com/webhooks/b/slack/events", query={}, body=body,
+                                               headers=sign(body, secret="8f742231b10e8888abcd99yyyzzz85a5")))

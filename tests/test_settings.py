@@ -9,11 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from channels.base import RawRequest
-from channels.slack import SlackAdapter
 from gateway.errors import ConfigError
 from gateway.settings import load_settings
-from tests.fakes.slack_api import sign
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,19 +39,6 @@ def test_settings_interpolates_env_and_defaults(tmp_path, monkeypatch):
 
 
 
-def test_settings_reads_secrets_without_the_newline_a_secret_file_ends_with(tmp_path, monkeypatch):
-    # `kubectl create secret --from-file`, `$(cat secret.txt)` in a compose file, `echo` into a file: the
-    # value ends in a newline. Kept, every Slack request failed its signature (401 for ever), as did every
-    # Twilio one and every call with the API key, with nothing saying why.
-    monkeypatch.setenv("SLACK_SIGNING", "8f742231b10e8888abcd99yyyzzz85a5\n")
-    monkeypatch.setenv("SLACK_BOT", " xoxb-1-2-abc\r\n")
-    path = _write(tmp_path, {"bots": [{"name": "b", "channels": {"slack": {
-        "bot_token": "${SLACK_BOT}", "signing_secret": "${SLACK_SIGNING}"}}}]})
-    slack = load_settings(path).bots[0].channels.slack
-    assert (slack.signing_secret, slack.bot_token) == ("8f742231b10e8888abcd99yyyzzz85a5", "xoxb-1-2-abc")
-    body = b'{"type": "url_verification", "challenge": "c"}'
-    SlackAdapter("b", slack).verify(RawRequest(url="https://gw.example.com/webhooks/b/slack/events", query={}, body=body,
-                                               headers=sign(body, secret="8f742231b10e8888abcd99yyyzzz85a5")))
 
 def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
     monkeypatch.setenv("DATABASE_URL", "postgresql://x@db/prod")
