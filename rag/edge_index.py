@@ -33,10 +33,12 @@ from rag.knowledge_index import (
     SPARSE,
     ArmResults,
     IndexPoint,
+    StoredVectors,
     collection_name,
     lacks_sentences,
     rrf,
     sentence_matrices,
+    stored_vectors,
 )
 from rag.term_stats import TermStats, TermStatsCache
 
@@ -155,6 +157,13 @@ class EdgeIndex:
             self._without_sentences.add(bot)  # a shard from before sentence vectors, until its re-ingest
             return {}
         return sentence_matrices((str(r.id), r.vector) for r in records)
+
+    async def vectors(self, bot: str, ids: list[str]) -> dict[str, StoredVectors]:
+        """Each listed point's vectors as stored; points not there are left out."""
+        if not ids or not await self._exists(bot):
+            return {}
+        records = await self._run(lambda: self._shards[bot].retrieve(list(ids), False, True))
+        return stored_vectors((str(r.id), r.vector) for r in records)
 
     async def term_stats(self, bot: str) -> TermStats:
         """Per BM25 term id, how many chunks hold it (`TermStatsCache`)."""

@@ -37,9 +37,11 @@ from rag.knowledge_index import (
     ArmResults,
     IndexPoint,
     KnowledgeIndex,
+    StoredVectors,
     collection_name,
     rrf,
     sentence_matrices,
+    stored_vectors,
     warn_without_sentences,
 )
 from rag.term_stats import TermStats, TermStatsCache
@@ -304,6 +306,15 @@ class QdrantIndex:
             self.client.retrieve(collection_name(bot), ids=list(ids), with_payload=False, with_vectors=[SENTENCES])
         )
         return sentence_matrices((str(r.id), r.vector) for r in records)
+
+    async def vectors(self, bot: str, ids: list[str]) -> dict[str, StoredVectors]:
+        """Each listed point's vectors as stored; points not there are left out."""
+        if not ids or not await self._exists(bot):
+            return {}
+        records = await self._call(
+            self.client.retrieve(collection_name(bot), ids=list(ids), with_payload=False, with_vectors=True)
+        )
+        return stored_vectors((str(r.id), r.vector) for r in records)
 
     async def _has_sentence_vectors(self, bot: str) -> bool:
         """Whether the bot's collection has the `SENTENCES` vector, read from its layout

@@ -5,6 +5,8 @@ is kept in `storage.models.Document`:
 - same hash → skipped without chunking or embedding;
 - new hash → re-chunked; chunks whose (stable) id already exists are kept, only new chunks are
   embedded and written, and chunks no longer produced are deleted;
+- a new document with the content of one already indexed (a renamed file) takes that one's vectors, read
+  back from the index, under its own chunk ids and payload: nothing is embedded again;
 - a document the source no longer yields has all its chunks deleted. A document whose fetch
   failed this run keeps its chunks: a flaky page must not empty the knowledge base;
 - a fetched page also keeps its HTTP validators (ETag, Last-Modified); the next run fetches it
@@ -53,7 +55,7 @@ from rag.index_check import check_index, delete_unrecorded
 from rag.ingest_progress import DocumentProgress, Progress
 from rag.ingest_runs import IngestReport, describe, record_run, start_run
 from rag.knowledge_index import KnowledgeIndex
-from rag.points import index_points
+from rag.points import reusing_points
 from rag.sources import Document, Validators, describe_skipped, load_source
 from storage.models import Document as DocumentRow
 
@@ -76,6 +78,7 @@ class _Pending:
     new: list[Chunk]
     stale: list[str]
     row: DocumentRow | None
+    donor: DocumentRow | None = None  # a document of the same content whose points are indexed (renamed)
 
 
 class Ingestor:
@@ -245,6 +248,8 @@ class Ingestor:
         report.unchanged += sum(len(rows[doc_id].chunk_ids) for doc_id in seen)
         revalidated: list[tuple[DocumentRow, Document]] = []  # unchanged content, new validators or settings stamp
         bad: set[str] = set()  # documents of this run that could not be chunked or stored
+        # Same content, same settings, points all there: a renamed (or copied) file reuses its vectors.
+        donors = {r.content_hash: r for r in rows.values() if r.settings_hash == self.settings_hash and absent.isdisjoint(r.chunk_ids)}
         tally = DocumentProgress(progress, len(documents))
         for doc in documents:
             if doc.doc_id in seen:
@@ -269,9 +274,8 @@ class Ingestor:
                 # A chunk id names the chunk's text, not how it was embedded: under other settings (a
                 # chunker version that reads its sentences otherwise, another model) a kept id is stale too.
                 kept = old if row is not None and row.settings_hash == self.settings_hash else set()
-                pending.append(
-                    _Pending(doc, content_hash, chunks, [c for c in chunks if c.chunk_id not in kept], sorted(old - ids), row)
-                )
+                pending.append(_Pending(doc, content_hash, chunks, [c for c in chunks if c.chunk_id not in kept],
+                                        sorted(old - ids), row, donors.get(content_hash)))
                 if sum(len(p.new) for p in pending) >= FLUSH_CHUNKS:
                     bad |= await self._flush(bot, source, pending, report, tally)
                     pending = []
@@ -329,8 +333,14 @@ class Ingestor:
         # its sentence vectors) never holds all its vectors in memory at once.
         new = [(p.doc, c) for p in pending for c in p.new]
         share = [1 / len(p.new) for p in pending for _ in p.new]  # of its document, per chunk
+        # The same content gives the same chunks in the same order: each takes its donor's vectors.
+        donors = {c.chunk_id: old for p in pending if p.donor and len(p.donor.chunk_ids) == len(p.chunks)
+                  for c, old in zip(p.chunks, p.donor.chunk_ids)}
         for start in range(0, len(new), EMBED_STEP):
-            points = await index_points(self.dense, self.sparse, source, new[start : start + EMBED_STEP])
+            points, reused = await reusing_points(self.index, self.dense, self.sparse, bot, source,
+                                                  new[start : start + EMBED_STEP], donors)
+            if reused:
+                log.info("ingest.vectors_reused", extra={"bot": bot, "source": source, "chunks": reused})
             await self.index.upsert(bot, points)
             tally.advance(sum(share[start : start + EMBED_STEP]))
         await self.index.delete_points(bot, [i for p in pending for i in p.stale])

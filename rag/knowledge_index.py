@@ -125,6 +125,29 @@ def sentence_matrices(records: Iterable[tuple[str, object]]) -> dict[str, np.nda
     return out
 
 
+@dataclass(frozen=True)
+class StoredVectors:
+    """A point's vectors as the index holds them, to write again under another id (a renamed document)."""
+
+    dense: list[float]
+    sparse: qm.SparseVector
+    sentences: list[list[float]]
+
+
+def stored_vectors(records: Iterable[tuple[str, object]]) -> dict[str, StoredVectors]:
+    """(id, named vectors) pairs as id → `StoredVectors`, skipping a point without its dense or BM25 vector.
+    The BM25 vector is qdrant-client's `SparseVector` or qdrant-edge's (both have indices and values)."""
+    out: dict[str, StoredVectors] = {}
+    for pid, vectors in records:
+        if not isinstance(vectors, dict) or vectors.get(DENSE) is None or vectors.get(SPARSE) is None:
+            continue
+        sparse = vectors[SPARSE]
+        out[pid] = StoredVectors([float(x) for x in vectors[DENSE]],
+                                 qm.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),
+                                 [[float(x) for x in row] for row in vectors.get(SENTENCES) or []])
+    return out
+
+
 class KnowledgeIndex(Protocol):
     """What ingest and search need from an index; `rag.index.QdrantIndex` and `rag.edge_index.EdgeIndex` provide it."""
 
@@ -142,6 +165,7 @@ class KnowledgeIndex(Protocol):
     ) -> ArmResults: ...
     async def term_stats(self, bot: str) -> TermStats: ...
     async def sentence_vectors(self, bot: str, ids: list[str]) -> dict[str, np.ndarray]: ...
+    async def vectors(self, bot: str, ids: list[str]) -> dict[str, StoredVectors]: ...
 
 
 def collection_name(bot: str) -> str:

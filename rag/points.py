@@ -3,7 +3,8 @@
 A chunk becomes one dense vector (the token-weighted mean of its ≤256-token windows, so a long
 chunk is not judged by its first window alone), its BM25 vector, and one dense vector per
 sentence (the `sentences` multivector behind the ranking prior in `rag.search`). Kept apart from
-`rag.ingest`, which only decides which chunks are new.
+`rag.ingest`, which only decides which chunks are new. A chunk whose document has the content of one
+already indexed (a renamed file) takes that document's vectors instead of being embedded again.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 
 from rag.chunking import Chunk
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.knowledge_index import IndexPoint
+from rag.knowledge_index import IndexPoint, KnowledgeIndex
 from rag.sources import Document
 
 
@@ -37,6 +38,29 @@ async def index_points(
                    [sentence_vector[t] for t in c.sentences])
         for (doc, c), d, sv in zip(chunks, dense_vectors, sparse_vectors)
     ]
+
+
+async def reusing_points(
+    index: KnowledgeIndex, dense: DenseEmbedder, sparse: SparseEmbedder, bot: str, source: str,
+    chunks: list[tuple[Document, Chunk]], donors: dict[str, str],
+) -> tuple[list[IndexPoint], int]:
+    """`index_points`, except for a chunk with a donor (chunk id -> the id of the same chunk of a document with
+    the same content: a file renamed or copied): that point's vectors are read back from the index and
+    written under the chunk's own id and payload, not embedded again. A donor the index no longer holds is
+    embedded after all. Returns the points and how many were reused."""
+    wanted = [donors[c.chunk_id] for _, c in chunks if c.chunk_id in donors]
+    stored = await index.vectors(bot, wanted) if wanted else {}
+    points, fresh = [], []
+    for doc, c in chunks:
+        if (v := stored.get(donors.get(c.chunk_id, ""))) is None:
+            fresh.append((doc, c))
+            continue
+        points.append(IndexPoint(c.chunk_id, c.text, source, doc.doc_id, doc.title, c.heading_path, doc.url,
+                                 v.dense, v.sparse, v.sentences))
+    reused = len(points)
+    if fresh:
+        points += await index_points(dense, sparse, source, fresh)
+    return points, reused
 
 
 def weighted_mean(vectors: list[list[float]], weights: list[int]) -> list[float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import select
 
 import rag.fingerprint
@@ -255,3 +256,46 @@ async def test_a_file_emptied_keeps_its_chunks_and_says_it_is_empty(tmp_path, in
     empty = "the file is empty (nothing but white space)"
     assert sorted(report.errors) == [f"billing.md: {empty}", f"notes.txt: {empty}"]
     assert report.status == "partial" and report.deleted == 0 and await index.count("acme") == before
+
+
+async def test_a_renamed_file_reuses_its_vectors_under_its_new_path(tmp_path, index, dense, sparse, sessions):
+    """A file moved to another folder (same content, new path) was embedded again, chunk by chunk."""
+    folder = write_kb(tmp_path / "kb")
+    counting = CountingEmbedder(dense)
+    ingestor = Ingestor(index, counting, sparse, sessions)
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+    first = await ingestor.ingest_source("acme", source)
+    (folder / "archive").mkdir()
+    (folder / "billing.md").rename(folder / "archive" / "billing-2026.md")
+    old = {row.doc_id: row for row in await _rows(sessions)}["billing.md"]
+    before = await _points(index)
+    counting.calls.clear()
+    renamed = await ingestor.ingest_source("acme", source)
+    assert counting.embedded == []  # the encoder was not called again
+    count = len(old.chunk_ids)
+    assert (renamed.status, renamed.added, renamed.deleted, renamed.updated) == ("ok", count, count, 0)
+    rows = {row.doc_id: row for row in await _rows(sessions)}
+    new = rows["archive/billing-2026.md"]
+    assert "billing.md" not in rows and new.content_hash == old.content_hash
+    after = await _points(index)
+    assert len(after) == first.added and set(after).isdisjoint(old.chunk_ids)  # the old document's chunks are gone
+    for new_id, old_id in zip(new.chunk_ids, old.chunk_ids, strict=True):
+        (payload, vectors), (old_payload, old_vectors) = after[new_id], before[old_id]
+        assert (payload["chunk_id"], payload["document"]) == (new_id, "archive/billing-2026.md")
+        assert payload["text"] == old_payload["text"] and vectors.sparse == old_vectors.sparse
+        assert vectors.dense == pytest.approx(old_vectors.dense, abs=1e-6)
+        assert len(vectors.sentences) == len(old_vectors.sentences) > 0
+
+
+async def _rows(sessions) -> list[DocumentRow]:
+    async with sessions() as session:
+        return list((await session.scalars(select(DocumentRow))).all())
+
+
+async def _points(index) -> dict:
+    """chunk id -> (payload, stored vectors) of every point (exact dense over the whole collection)."""
+    from qdrant_client import models as qm
+
+    arms = await index.hybrid_query("acme", [1.0] * 384, qm.SparseVector(indices=[1], values=[1.0]), prefetch=1000, limit=1)
+    stored = await index.vectors("acme", [str(p.id) for p in arms.dense])
+    return {str(p.id): (p.payload, stored[str(p.id)]) for p in arms.dense}
