@@ -41,6 +41,9 @@ BURST_MAX_WAIT_S = 8.0
 MAX_PIECES = 10
 """Messages answered together at most; the rest of a longer run are turns of their own."""
 UNMERGED_CHANNELS = frozenset({"web"})
+BURST_OWNER = "burst-wait"
+"""Lease owner of a conversation parked while its customer may still be typing; the inbox ends that
+park when another message comes in (it may end the question)."""
 WHOLE_QUESTION_WORDS = 3
 """A text of at least this many words ending a sentence is answered without waiting for more."""
 # Not `pipeline.sentences`' ends of a whole sentence: there "…" ends one (a model's answer), while a

@@ -10,6 +10,7 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.burst import BURST_OWNER
 from gateway.models import InboundMessage
 from gateway.observability import otel
 from gateway.pg_bridge import announce
@@ -82,6 +83,9 @@ class Inbox:
             stored = await repo.store_inbound(session, bot=bot, message=message,
                                               traceparent=otel.current_traceparent())
             if not stored.duplicate:
+                # It may be the piece that ends a burst being waited for ("my order" / "is late" / "?"):
+                # looked at now, not once the wait is due (gateway/burst.py).
+                await repo.end_park(session, conversation_id=stored.conversation_id, parked_owner=BURST_OWNER)
                 await announce(session)  # wakes workers in other processes when this commits
         log.info("inbound.duplicate" if stored.duplicate else "inbound.stored", bot=bot, channel=message.channel,
                  external_id=message.external_id, message_id=stored.message_id,
@@ -108,9 +112,12 @@ class Inbox:
                     target.status, target.error = "ignored", "deleted by the customer before it was answered"
                 else:
                     target.text = edit.text
+                await repo.end_park(session, conversation_id=target.conversation_id, parked_owner=BURST_OWNER)
         what = "deletion" if edit.deleted else "edit"
         if target is None:
             log.info("inbound.ignored", bot=bot, channel=edit.channel, platform_message_id=edit.revises,
                      reason=f"{what} of a message already answered (or never stored): not answered again")
         else:
             log.info("inbound.revised", bot=bot, channel=edit.channel, message_id=target.id, change=what)
+            if self._on_stored is not None:  # a burst waited for may now read as a whole question
+                self._on_stored(target.conversation_id)

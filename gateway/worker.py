@@ -26,6 +26,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.backoff import doubling
+from gateway.burst import BURST_OWNER
 from gateway.delivery.outbox import RETRYING, Outbox, next_attempt_at
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S
 from gateway.events import EventBus
@@ -42,9 +43,6 @@ log = structlog.get_logger("gateway.worker")
 
 PARKED_OWNER = "outbox-backoff"
 """Lease owner of a conversation parked until a reply's retry time; no worker matches it."""
-
-BURST_OWNER = "burst-wait"
-"""Lease owner of a conversation parked while its customer may still be typing (gateway/burst.py)."""
 
 _MAX_TRACKED_FAILURES = 1000
 """Conversations whose failed drains in a row a worker counts at most (for the back-off's doubling)."""

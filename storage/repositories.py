@@ -260,6 +260,14 @@ async def park_lease(session: AsyncSession, *, conversation_id: int, owner: str,
     )
 
 
+async def end_park(session: AsyncSession, *, conversation_id: int, parked_owner: str) -> None:
+    """Free the conversation now if it is parked by `parked_owner` (its lease given back: any worker takes it)."""
+    await session.execute(
+        update(Conversation).where(Conversation.id == conversation_id, Conversation.lease_owner == parked_owner)
+        .values(lease_owner=None, lease_until=None).execution_options(synchronize_session=False)
+    )
+
+
 async def requeue_stalled_sends(session: AsyncSession, *, now: datetime, older_than: timedelta,
                                 keep: list[int]) -> int:
     """Put back to `pending` the replies left `sending` for longer than `older_than` in conversations

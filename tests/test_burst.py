@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -85,6 +87,18 @@ async def test_burst_wait_holds_no_worker_turn(migrated_url):
     assert [text for _, text in pipeline.seen] == ["bob #0", "hi"]
 
 
+class TimedPipeline(EchoPipeline):
+    """Records when each turn reached the model."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=0)
+        self.started: list[float] = []
+
+    async def handle(self, turn):
+        self.started.append(time.monotonic())
+        return await super().handle(turn)
+
+
 class TypingAdapter(RecordingAdapter):
     """A channel with a typing indicator that records when it was shown."""
 
@@ -100,22 +114,45 @@ class TypingAdapter(RecordingAdapter):
 
 async def test_typing_shows_while_a_burst_waits_once_per_refresh(migrated_url):
     """It started only after the wait: the customer saw nothing for up to `burst_seconds` (8 s at most)."""
-    started: list[float] = []
-
-    class Timed(EchoPipeline):
-        async def handle(self, turn):
-            started.append(time.monotonic())
-            return await super().handle(turn)
-
-    adapter = TypingAdapter()
-    engine, sessions, inbox, worker, _ = build_worker(migrated_url, Timed(delay=0), channels=("telegram",),
-                                                      adapter=adapter)
+    adapter, pipeline = TypingAdapter(), TimedPipeline()
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, channels=("telegram",), adapter=adapter)
     worker.handler._adapters = {("acme", "telegram"): adapter}
     await inbox.accept("acme", _telegram("42", 0, "hi"))
     await worker.run_until_idle(timeout=30)
     await asyncio.sleep(0.3)
     await engine.dispose()
-    [answer] = started
+    [answer] = pipeline.started
     waiting = [t for t in adapter.typed if t < answer - 0.5]
     assert len(waiting) == 1 and waiting[0] < answer - 1.0  # at once, and not again at every look within 4 s
     assert len(adapter.typed) == 2  # then the answer's own, which ended with it
+
+
+async def _answered_after(url: str, first: str, then: Callable[[], InboundMessage]) -> tuple[TimedPipeline, float]:
+    """`first` from a Telegram customer, parked for their pause, then `then` while it is: the pipeline, and
+    how long after `then` the model was asked."""
+    pipeline = TimedPipeline()
+    engine, sessions, inbox, worker, _ = build_worker(url, pipeline, channels=("telegram",))
+    await inbox.accept("acme", _telegram("42", 0, first))
+    draining = asyncio.create_task(worker.run_until_idle(timeout=30))
+    await asyncio.sleep(0.4)  # the worker has looked, and parked the conversation for the customer's pause
+    await inbox.accept("acme", then())  # sent now, after `first`
+    asked = time.monotonic()
+    await draining
+    await engine.dispose()
+    return pipeline, pipeline.started[0] - asked
+
+
+async def test_the_piece_that_ends_a_question_is_answered_at_once(migrated_url):
+    """"my order is late" / "?": the "?" waited out the park the first piece had set (up to `burst_seconds`)."""
+    pipeline, delay = await _answered_after(migrated_url, "my order is late", lambda: _telegram("42", 1, "?"))
+    assert [text for _, text in pipeline.seen] == ["my order is late\n?"]
+    assert delay < 0.5  # not at the park's end, 1.5 s after the first piece
+
+
+async def test_an_edit_that_ends_a_question_is_answered_at_once(migrated_url):
+    def edit() -> InboundMessage:
+        return replace(_telegram("42", 1, "How much does the Plus plan cost?"), revises="tg-42-0")
+
+    pipeline, delay = await _answered_after(migrated_url, "How much does the Plsu plan cots", edit)
+    assert [text for _, text in pipeline.seen] == ["How much does the Plus plan cost?"]
+    assert delay < 0.5
