@@ -7,8 +7,8 @@ Inbound
 - Polling (`mode: polling`): `telegram_polling.TelegramPoller` long-polls getUpdates through the bot's
   session, reads each update as the webhook body is read, and moves the offset past it only once stored.
 - `external_id` is the `update_id`, Telegram's own delivery id, so redeliveries dedupe.
-- An edit of a message still waiting for its answer replaces its text (a typo fixed in time); an edit
-  of one already answered is ignored (answering it would double-reply). Deletions never reach bots. Callback queries, inline queries and payments
+- An edit of a message still waiting for its answer replaces its text (a typo fixed in time; one that
+  lands while the answer is written is answered after it); an edit of one already answered is ignored (answering it would double-reply). Deletions never reach bots. Callback queries, inline queries and payments
   are ignored with a reason, as are service messages, our own and other bots' messages.
 - In groups the bot answers only when @mentioned, replied to, or sent a command, unless
   `respond_in_groups: always`. A forum topic is one conversation (`ConversationRef.thread`); elsewhere
