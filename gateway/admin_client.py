@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.cli_output import print_reports, progress_bar
+from gateway.observability.logs import one_terminal_line
 
 NDJSON = "application/x-ndjson"  # the admin ingest route streams progress lines when asked for this
 # Longest wait for the next line of that stream: the server sends one at least every 15 s while the
@@ -105,7 +106,8 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
                     async for line in response.aiter_lines():
                         event = _event(line)
                         if isinstance(warning := event.get("warning"), str):  # as a local ingest logs it
-                            print(f"{event.get('level', 'warning')}: {warning}", file=sys.stderr)
+                            # One line, obeyed by no terminal: a warning may quote what a site wrote.
+                            print(one_terminal_line(f"{event.get('level', 'warning')}: {warning}"), file=sys.stderr)
                         if isinstance(shown := event.get("progress"), dict) and progress is not None:
                             progress(shown.get("done", 0), shown.get("total", 0), str(shown.get("label", "ingest")))
                         runs = event["runs"] if isinstance(event.get("runs"), list) else runs

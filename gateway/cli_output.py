@@ -11,6 +11,7 @@ import logging
 import sys
 
 from gateway.errors import IN_RUN_ERRORS
+from gateway.observability.logs import one_terminal_line
 
 EVAL_MISSES_SHOWN = 20
 
@@ -35,7 +36,7 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
                   f"{run['deleted']} deleted, {run['unchanged']} unchanged chunks in {run['duration_s']:.1f}s"
                   f"{errors}{kept}")
             for err in run["errors"]:
-                print(f"  ! {err}", file=sys.stderr)
+                print(f"  ! {one_terminal_line(err)}", file=sys.stderr)  # it may quote a URL a sitemap listed
             if dropped:
                 print(f"  … and {dropped} more error(s), not kept", file=sys.stderr)
     # A partial run had errors too (a page that failed, a folder that came back empty): a cron job

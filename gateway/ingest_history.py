@@ -12,7 +12,7 @@ import json
 import sys
 
 from gateway.models import as_utc
-from gateway.observability.logs import redact
+from gateway.observability.logs import one_terminal_line, redact
 from gateway.preflight import require_schema
 from rag.ingest_runs import MAX_ERRORS, recent_runs
 from storage.engine import create_engine, session_factory
@@ -55,7 +55,7 @@ def print_run(run: IngestRun) -> None:
               if run.status not in ("running", "interrupted", "skipped") else "")
     print(f"{started}  {run.bot}/{run.source}  {run.trigger:<8}  {run.status:<11}  {took:>7}  {counts}".rstrip())
     for error in run.errors[:ERRORS_SHOWN]:
-        print(f"    ! {redact(error)}")
+        print(f"    ! {one_terminal_line(redact(error))}")  # it may quote a URL a sitemap listed
     if len(run.errors) > ERRORS_SHOWN:
         print(f"    … and {len(run.errors) - ERRORS_SHOWN} more error(s) (--json lists them)")
     if run.errors_dropped:

@@ -26,6 +26,8 @@ def _record_history(tmp_path):
             await record_run(sessions, IngestReport("acme", "docs", added=4, duration_s=1.25), trigger="cli", run_id=run)
             errors = [f"https://example.com/p{i}: answered 404 Not Found" for i in range(5)]
             errors[0] = "https://bot:s3cret@example.com/p0: answered 404 Not Found"  # a source URL's password
+            # A URL a sitemap listed, as its site's owner wrote it: a C1 CSI (XML allows it) and a line of its own.
+            errors[1] = "https://example.com/p1\x9b2J\n    ! all pages read: answered 404 Not Found"
             run = await start_run(sessions, "acme", "site", trigger="schedule")
             await record_run(sessions, IngestReport("acme", "site", unchanged=9, errors=errors, status="partial"),
                              trigger="schedule", run_id=run)
@@ -50,6 +52,9 @@ def test_ingest_runs_lists_the_history_newest_first_with_errors(tmp_path, capsys
     assert runs[3].endswith("1.2s  4 added, 0 updated, 0 deleted, 0 unchanged")
     assert "    ! https://bot:[REDACTED]@example.com/p0: answered 404 Not Found" in lines  # as /readyz shows it
     assert "    … and 2 more error(s) (--json lists them)" in lines
+    # Shown on one line, obeyed by no terminal.
+    assert "    ! https://example.com/p1\\x9b2J\\n    ! all pages read: answered 404 Not Found" in lines
+    assert "    ! all pages read: answered 404 Not Found" not in lines and not any("\x9b" in line for line in lines)
 
 
 def test_ingest_runs_filters_by_source_and_limit_and_prints_json(tmp_path, capsys):

@@ -4,6 +4,8 @@ without a word: the ingest went through, the source kept its old cron)."""
 
 from __future__ import annotations
 
+import json
+
 from gateway.admin_client import admin_files, ingest_via_server
 from gateway.settings import load_settings
 from tests.conftest import app_client, docs_source, write_config
@@ -41,3 +43,20 @@ async def test_cli_ingest_through_the_server_says_an_edited_schedule_needs_a_res
                 f"as {edited.config_path} now says: restart it to use the new schedule") in err
         assert await ingest_via_server(unchanged, bot=None, source=None, as_json=True) == 0
         assert "note:" not in capsys.readouterr().err
+
+
+async def test_cli_ingest_through_the_server_shows_a_relayed_warning_on_one_line_the_terminal_obeys_none_of(
+        tmp_path, capsys):
+    # The server relays the knowledge base's warnings (a sitemap's URL on another site, which that site's
+    # owner wrote): an escape sequence in one reached the terminal, and a newline forged a line of its own.
+    planted = "warning: sitemap.other_sites_skipped example=https://x.example/\x1b]52;c;ZXZpbA==\x07\nnote: all good"
+    body = (json.dumps({"level": "warning", "warning": planted}) + "\n" + json.dumps({"runs": []}) + "\n").encode()
+    settings = load_settings(write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}]))
+    async with serving(replaying_admin_ingest(body)) as base:
+        token, url = admin_files(settings.qdrant.path)
+        token.write_text("t")
+        url.write_text(base)
+        await ingest_via_server(settings, bot=None, source=None, as_json=True)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\nnote: all good" not in err
+    assert "example=https://x.example/\\x1b]52;c;ZXZpbA==\\x07\\nnote: all good" in err

@@ -89,3 +89,21 @@ def test_a_phone_number_is_logged_by_its_last_digits_wherever_it_appears(capsys)
     assert "whatsapp:+…0123 is not a valid" in out and "chat=+…4567" in out
     assert "4155550123" not in out and "91511234567" not in out
     assert "2026-12-06T10:00:00+00:00 with E-SYNC-409 and +1234 in 42 ms" in out  # no phone number: as written
+
+
+def test_control_characters_in_a_field_neither_reach_the_terminal_nor_forge_a_line(capsys) -> None:
+    """A sitemap's `<loc>` on another site is logged as the skipped `example`: its owner wrote it, and an
+    escape sequence in it reached the terminal of whoever read the log (or ran `gateway ingest`), and a
+    newline in it began a line of its own that looked like the gateway's."""
+    planted = "https://other.example/\x1b]52;c;ZXZpbA==\x07\n2026-12-06T00:00:00Z [critical ] admin.token_leaked"
+    for fmt in ("console", "cli"):
+        configure_logging(level="INFO", fmt=fmt)
+        logging.getLogger("rag.crawl").warning("sitemap.other_sites_skipped", extra={"example": planted})
+        out = capsys.readouterr().err
+        assert "\x1b" not in out and "\x07" not in out and "\n2026-12-06T00:00:00Z" not in out, fmt
+        assert "https://other.example/\\x1b]52;c;ZXZpbA==\\x07\\n2026-12-06" in out, fmt
+
+    configure_logging(level="INFO", fmt="json")  # JSON escapes them itself: the value stays as it came
+    logging.getLogger("rag.crawl").warning("sitemap.other_sites_skipped", extra={"example": planted})
+    [line] = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    assert line["example"] == planted

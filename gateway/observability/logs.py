@@ -67,7 +67,18 @@ def _cli_line(_logger, _name, event_dict) -> str:
         event_dict.pop(meta, None)
     trace = event_dict.pop("exception", None)
     line = " ".join([f"{level}: {event}", *(f"{key}={value}" for key, value in event_dict.items())])
+    line = one_terminal_line(line)
     return f"{line}\n{trace}" if trace else line
+
+
+_TERMINAL_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def one_terminal_line(text: str) -> str:
+    """`text` as one line a terminal shows and obeys none of: each control character written out as an
+    escape (`\\x1b`, `\\n`). A field may hold what others wrote (a sitemap's URL on another site): an
+    escape sequence in it was a command to the reader's terminal, and a newline began a forged line."""
+    return _TERMINAL_CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def adopt_litellm_loggers() -> None:
