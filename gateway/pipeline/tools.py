@@ -10,7 +10,7 @@ Kinds:
   a call failed, raise `ToolError("...")`: its message is the model's to read. Any other exception
   shows the model only its type; its text (a query, a path, a connection string) goes to the log.
 - `http`: a request to a URL template filled with the arguments; headers may use `${ENV}`. An argument
-  can only fill its own path segment (`..` included), and an error names the status, never the URL
+  can only fill its own path segment (`..` included; an empty one is refused), and an error names the status, never the URL
   (its query may hold an API key).
 
 A call of a python or an http tool with an argument its schema does not declare (`parameters`, else a
@@ -162,6 +162,10 @@ class BotTools:
             # The URL cannot be made without them (it was a KeyError, logged as the tool failing).
             return ToolOutcome(name, arguments, None, error="invalid arguments: missing "
                                                             f"{', '.join(map(repr, dict.fromkeys(missing)))}")
+        if spec.type == "http" and (empty := [f for f in url_fields(spec.url) if str(arguments[f]) == ""]):
+            # An empty segment is no segment: /orders/{id} became /orders/ (every order, with the tool's key).
+            return ToolOutcome(name, arguments, None, error=f"invalid arguments: {', '.join(map(repr, dict.fromkeys(empty)))} "
+                                                            f"{'is' if len(set(empty)) == 1 else 'are'} empty")
         try:
             async with asyncio.timeout(spec.timeout):
                 if spec.type == "python":

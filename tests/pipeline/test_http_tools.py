@@ -57,6 +57,21 @@ async def test_an_argument_fills_its_own_path_segment_and_cannot_climb_the_path(
                      "/v1/public/products/A-1.2/price"]
 
 
+
+async def test_an_empty_argument_cannot_drop_its_path_segment_and_reach_the_collection():
+    # "" as the last segment asked for /orders/ (the list of every order, with the tool's key), and in the
+    # middle it joined its neighbours (/products//price): another endpoint than the template names.
+    async with api() as (base, seen):
+        tools = BotTools(bot({"name": "order", "type": "http", "url": base + "/v1/orders/{order_id}",
+                              "parameters": params("order_id")},
+                             {"name": "stock", "type": "http", "url": base + "/v1/public/products/{sku}/{field}",
+                              "parameters": params("sku", "field")}))
+        last = await tools.call("order", {"order_id": ""}, identity=ALICE)
+        middle = await tools.call("stock", {"sku": "", "field": "price"}, identity=ALICE)
+    assert last.error == "invalid arguments: 'order_id' is empty"
+    assert middle.error == "invalid arguments: 'sku' is empty"
+    assert seen == []
+
 async def test_a_call_with_an_undeclared_argument_is_refused_without_a_request():
     async with api() as (base, seen):
         tools = BotTools(bot({"name": "ticket", "type": "http", "method": "POST", "url": base + "/tickets",
