@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from rag.chunking import Chunk
@@ -140,6 +140,18 @@ class DocumentRows:
                 row = await session.merge(row)
                 row.etag, row.last_modified, row.lastmod = validators_of(doc)
                 row.settings_hash = self.settings_hash
+            await session.commit()
+
+    async def relisted(self, lastmods: dict[str, str]) -> None:
+        """Store pages' sitemap `<lastmod>` as it is now: pages the server answered 304, so the content stored
+        is theirs (only pages chunked under the current settings are asked conditionally)."""
+        if not lastmods:
+            return
+        async with self.sessions() as session:
+            for doc_id, lastmod in lastmods.items():
+                await session.execute(update(DocumentRow).where(
+                    DocumentRow.bot == self.bot, DocumentRow.source == self.source, DocumentRow.doc_id == store_key(doc_id),
+                    DocumentRow.lastmod.is_distinct_from(lastmod)).values(lastmod=lastmod if len(lastmod) <= 64 else None))
             await session.commit()
 
     async def delete(self, rows: list[DocumentRow]) -> None:

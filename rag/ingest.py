@@ -144,6 +144,8 @@ class Ingestor:
         errors = [f"{doc_id}: {message}" for doc_id, message in [*loaded.errors, *loaded.refused]]
         try:
             async with self._writing:
+                # A page answered 304 whose sitemap <lastmod> moved: the new one is its, so it is not asked for next time.
+                await self._rows(bot, source.name).relisted({p: loaded.lastmods[p] for p in loaded.not_modified if p in loaded.lastmods})
                 return await self.ingest_documents(
                     bot,
                     source.name,

@@ -81,6 +81,7 @@ class LoadResult:
     documents: list[Document] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
     not_modified: list[str] = field(default_factory=list)
+    lastmods: dict[str, str] = field(default_factory=dict)  # a sitemap's pages' <lastmod> (`rag.sitemap`)
     # A child sitemap failed: pages missing from this listing may still exist, so none is deleted.
     listing_incomplete: bool = False
     gone: list[str] = field(default_factory=list)  # pages that answered 410: their chunks are deleted
@@ -113,6 +114,7 @@ async def load_source(
             merged.documents += [d for d in one.documents if d.doc_id not in known]
             merged.errors += one.errors
             merged.not_modified += one.not_modified
+            merged.lastmods = {**one.lastmods, **merged.lastmods}
             merged.gone += one.gone
             merged.listing_incomplete |= one.listing_incomplete
         return merged
@@ -313,6 +315,7 @@ async def load_sitemap(url: str, *, client: httpx.AsyncClient, validators: Valid
                              delay=robots.delay() if robots is not None else None, progress=progress)
     result.documents = [replace(doc, lastmod=listed.get(doc.doc_id)) for doc in result.documents]
     result.not_modified += same
+    result.lastmods = {page: lastmod for page, lastmod in listed.items() if lastmod is not None}
     result.errors[:0] = sitemap_errors
     result.listing_incomplete = bool(sitemap_errors)
     return result

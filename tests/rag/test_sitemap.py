@@ -40,8 +40,13 @@ class SitemapSite:
         return web.Response(text=urlset(self.base, self.listed), content_type="application/xml")
 
     async def _page(self, request: web.Request) -> web.Response:
+        """Each page with an ETag, and a 304 to a GET that has it, as a web server does."""
         self.requested.append(request.path)
-        return web.Response(text=PAGE.format(request.match_info["name"]), content_type="text/html")
+        if request.headers.get("If-None-Match") == '"v1"':
+            return web.Response(status=304)
+        return web.Response(
+            text=PAGE.format(request.match_info["name"]), content_type="text/html", headers={"ETag": '"v1"'}
+        )
 
 
 async def test_a_sitemap_is_parsed_off_the_event_loop(monkeypatch):
@@ -125,3 +130,28 @@ async def test_a_lastmod_that_cannot_be_relied_on_is_ignored_and_the_page_fetche
         f"{base}/p/f": hour_ago,
     }
     assert set(stamped.values()) == {None}
+
+
+async def test_a_page_answered_304_after_its_lastmod_moved_keeps_the_new_lastmod(tmp_path):
+    """A CMS that moves `<lastmod>` without changing the page: the 304 kept the old one, so the page was asked
+    for again on every run."""
+    from tests.rag.ingest_helpers import open_knowledge
+
+    site = SitemapSite()
+    async with site.serving() as base:
+        site.base = base
+        site.listed = {"/p/billing": "2026-11-01", "/p/refunds": "2026-11-02"}
+        bot = {
+            "name": "acme",
+            "sources": [{"name": "site", "type": "sitemap", "url": f"{base}/sitemap.xml", "schedule": "0 3 * * *"}],
+        }
+        async with open_knowledge(tmp_path, bot) as (_, _, knowledge):
+            await knowledge.ingest_source("acme", "site")
+            site.listed["/p/billing"] = "2026-11-20"
+            site.requested.clear()
+            moved = await knowledge.ingest_source("acme", "site")
+            assert site.requested == ["/sitemap.xml", "/p/billing"]  # asked conditionally: 304
+            site.requested.clear()
+            settled = await knowledge.ingest_source("acme", "site")
+    assert site.requested == ["/sitemap.xml"]
+    assert moved.status == settled.status == "ok" and moved.unchanged == settled.unchanged > 0
