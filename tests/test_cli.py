@@ -388,15 +388,3 @@ def test_cli_ingest_deletes_the_chunks_of_a_source_taken_out_of_the_config(kb_co
     again = json.loads(_run("ingest", "--config", str(config), "--json").stdout)
     assert [(r["source"], r["status"]) for r in again["runs"]] == [("manual", "ok")]
     assert again["unchanged"] == first["added"] and again["deleted"] == 0
-
-
-def test_cli_ingest_shows_each_error_on_one_line_the_terminal_obeys_none_of(capsys):
-    from gateway.cli_output import print_reports
-
-    # An error quotes a URL a sitemap listed (its site's owner wrote it): an escape sequence in it reached the
-    # terminal as a command, and a newline in it printed a line of the owner's choosing.
-    run = {"bot": "acme", "source": "site", "status": "partial", "added": 1, "updated": 0, "deleted": 0, "unchanged": 0,
-           "duration_s": 0.1, "errors": ["https://x.example/\x1b]0;pwned\x07\n  ! everything fine: answered 404"]}
-    assert print_reports([run], as_json=False) == 1
-    err = capsys.readouterr().err
-    assert "  ! https://x.example/\\x1b]0;pwned\\x07\\n  ! everything fine: answered 404\n" in err and "\x1b" not in err

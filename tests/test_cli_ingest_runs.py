@@ -6,6 +6,7 @@ import asyncio
 import json
 
 from gateway.cli import main
+from gateway.cli_output import print_reports
 from gateway.settings import load_settings
 from rag.ingest_runs import IngestReport, record_run, start_run
 from storage.engine import create_engine, session_factory
@@ -85,3 +86,13 @@ def test_a_run_with_more_errors_than_it_keeps_says_how_many_it_dropped(tmp_path,
     assert main(["ingest-runs", "--config", config, "--json"]) == 0
     [stored] = json.loads(capsys.readouterr().out)["runs"]
     assert (len(stored["errors"]), stored["errors_dropped"]) == (100, 3)
+
+
+def test_cli_ingest_shows_each_error_on_one_line_the_terminal_obeys_none_of(capsys):
+    # An error quotes a URL a sitemap listed (its site's owner wrote it): an escape sequence in it reached the
+    # terminal as a command, and a newline in it printed a line of the owner's choosing.
+    run = {"bot": "acme", "source": "site", "status": "partial", "added": 1, "updated": 0, "deleted": 0, "unchanged": 0,
+           "duration_s": 0.1, "errors": ["https://x.example/\x1b]0;pwned\x07\n  ! everything fine: answered 404"]}
+    assert print_reports([run], as_json=False) == 1
+    err = capsys.readouterr().err
+    assert "  ! https://x.example/\\x1b]0;pwned\\x07\\n  ! everything fine: answered 404\n" in err and "\x1b" not in err
