@@ -157,3 +157,14 @@ def test_installs_require_hashes():
 def test_webhook_signature_verifiers_are_real_libraries():
     # The adapters verify with the platforms' own algorithms; nothing is stubbed in the app.
     assert importlib.util.find_spec("nacl") and importlib.util.find_spec("twilio.request_validator")
+
+
+def test_a_dotenv_file_of_secrets_is_never_committed():
+    # docker-compose.yml reads its secrets from a .env beside it, and .gitignore did not list it:
+    # `git add -A` in a deployment's checkout committed every token.
+    import subprocess
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "check-ignore", "-q", ".env"], cwd=ROOT, check=False)
+    assert ignored.returncode == 0
