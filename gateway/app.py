@@ -12,18 +12,16 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
-from gateway.config_file import secret_values
 from gateway.http import admin, health, webchat, webhooks
 from gateway.http.unhandled import UnhandledErrors
 from gateway.http.webchat import STATIC_DIR
 from gateway.observability import otel
-from gateway.observability.logs import configure_logging
+from gateway.observability.logs import configure_logging_for
 from gateway.observability.metrics import HttpMetricsMiddleware
 from gateway.observability.tracing import RequestContextMiddleware
 from gateway.operators import api as operator_api
 from gateway.operators import console as operator_console
 from gateway.operators import slack_actions
-from gateway.pipeline.tools import http_tool_secrets
 from gateway.preflight import models_missing_keys, uncalibrated_gates
 from gateway.services import Services, build_services
 from gateway.settings import Settings
@@ -52,8 +50,7 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
                url: str | None = None) -> FastAPI:
     """Build the ASGI app. Services start in the lifespan and stop with it. `role="web"`: receive only.
     `url`: where it will listen, recorded beside the admin token for `gateway ingest`."""
-    configure_logging(level=settings.log_level, fmt=settings.log_format,
-                      secrets=[value for _, value in secret_values(settings.model_dump())] + http_tool_secrets(settings))
+    configure_logging_for(settings)
     svc = services or build_services(settings)
     svc.role = role
     for name in svc.operator_auth.disabled if svc.operator_auth else ():
@@ -66,7 +63,7 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await svc.start(worker=start_worker, scheduler=start_scheduler, channels=start_channels)
-        log.info("gateway.started", bots=[b.name for b in settings.bots],
+        log.info("gateway.started", url=svc.admin_url, bots=[b.name for b in settings.bots],
                  channels=sorted(f"{b}/{c}" for b, c in svc.adapters))
         for warning in uncalibrated_gates(settings):
             log.warning("gate1.uncalibrated", reason=warning)

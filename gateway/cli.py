@@ -11,6 +11,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import structlog
+
 from gateway.admin_client import chat_via_server, ingest_via_server, local_url
 from gateway.cli_output import hide_run_errors, print_metrics, print_misses, print_reports, progress_bar
 from gateway.errors import SKIPPED_FILES, ConfigError, GatewayError, IndexBusy, UnknownBot
@@ -142,9 +144,14 @@ def _settings(args):
 
 
 def _serve(args) -> int:
+    from gateway.observability.logs import configure_logging_for
     from rag.index import folder_in_use
 
     settings = _settings(args)
+    # The checks and the app's imports take 5-30 s on 2 cores, which `make run` showed as silence.
+    configure_logging_for(settings)
+    structlog.get_logger().info("gateway.starting", url=local_url(args.host, args.port), role=args.role,
+                                config=settings.config_path)
     check_embedding_model(settings, load=args.role != "web")  # a `web` process loads no model
     asyncio.run(require_schema(settings))
     if args.role != "web" and folder_in_use(settings.qdrant):

@@ -24,7 +24,8 @@ def test_serve_on_a_busy_port_says_so_before_starting_anything(tmp_path):
         port = busy.getsockname()[1]
         proc = _run("serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(port), timeout=120)
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [
+    said = [line for line in proc.stderr.strip().splitlines() if "gateway.starting" not in line]
+    assert said == [
         f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another `gateway serve`, or another "
         "program?): stop it, or give another --port (PORT=… with make run)"], proc.stderr
 
@@ -32,3 +33,49 @@ def test_serve_on_a_busy_port_says_so_before_starting_anything(tmp_path):
 def test_a_host_that_does_not_resolve_is_named():
     with pytest.raises(GatewayError, match=r"^cannot listen on no-such-host\.invalid:8000: .*: check --host"):
         require_free_port("no-such-host.invalid", 8000)
+
+
+@pytest.mark.timeout(300)  # importing a server takes long on a loaded machine
+def test_serve_says_it_is_starting_before_the_seconds_of_loading(tmp_path):
+    # `make run` printed the serve command and then nothing for 5-30 s (checks, imports, models) until
+    # uvicorn's first line: a first install could not tell a slow start from a hung one.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.conftest import ROOT
+    from tests.scale.replicas import free_port
+
+    config = write_config(tmp_path, log_level="INFO")
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    with log.open("wb") as out:  # a file: a pipe could fill and block the server
+        server = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port",
+                                   str(port), "--role", "web"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while server.poll() is None and time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    lines = log.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if "Started server process" in line)
+    starting = [line for line in lines[:first] if "gateway.starting" in line]
+    assert len(starting) == 1 and f"url=http://127.0.0.1:{port}" in starting[0], lines
+    assert f"config={config}" in starting[0] and "role=web" in starting[0]
+    started = next(line for line in lines if "gateway.started" in line)
+    assert f"url=http://127.0.0.1:{port}" in started
