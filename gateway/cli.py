@@ -256,7 +256,7 @@ async def _eval(args) -> int:
     try:
         settings = load_settings(args.config) if explicit or Path("config.yaml").exists() else Settings()
     except ValidationError as exc:  # no file: the environment's LOG_LEVEL, DATABASE_URL, … are still read
-        raise config_error(exc) from None
+        raise config_error(exc, Settings) from None
     for warning in uncalibrated_gates(settings, settings.bots[:1]):  # eval searches with the first bot's
         print(f"note: {warning}", file=sys.stderr)
     k_values = tuple(sorted({1, 3, 5, 10, *([args.k] if args.k else [])}))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gateway.errors import ConfigError
 
@@ -187,6 +189,8 @@ def _refuse_duplicate_keys(node: yaml.Node, config_path: Path, path: str = "",
 def name_unset_variable(error: ConfigError, unset: dict[str, str]) -> ConfigError:
     """`error`, saying which `${VAR}` was not set when the key it names (or a key under it, or the
     key above it) was given by one: "a directory source needs `path`" read as if no path was written."""
+    if error.problem.startswith("unknown key"):  # a misspelt key's value is not what is wrong
+        return error
     for key, name in unset.items():
         if error.key and (key == error.key or key.startswith((f"{error.key}.", f"{error.key}[")) or
                           error.key.startswith((f"{key}.", f"{key}["))):
@@ -218,13 +222,40 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{problem}{where}" + (f" ({context})" if context else "")
 
 
-def config_error(exc: ValidationError) -> ConfigError:
-    """The `ConfigError` naming the key of the first validation error."""
+def config_error(exc: ValidationError, schema: type[BaseModel] | None = None) -> ConfigError:
+    """The `ConfigError` naming the key of the first validation error; with the `schema` validated
+    against, an unknown key names the known one it is closest to."""
     err = exc.errors()[0]
     key = _format_location(tuple(err["loc"]))
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown key"
+        near = difflib.get_close_matches(str(err["loc"][-1]), _keys_at(schema, err["loc"][:-1]), n=1, cutoff=0.75)
+        if near:  # `sytem_prompt` was only "unknown key", which sends a reader to the README's tables
+            msg += f"; did you mean {near[0]}?"
     if not key and ": " in msg and msg.split(": ", 1)[0].replace(".", "").replace("[", "").replace("]", "").replace("_", "").isalnum():
         key, msg = msg.split(": ", 1)
     return ConfigError(key, msg)
+
+
+def _keys_at(schema: type[BaseModel] | None, loc: tuple) -> list[str]:
+    """The keys the model at `loc` under `schema` takes (none when the path leaves the models)."""
+    model = schema
+    for part in loc:
+        if model is None:
+            return []
+        if isinstance(part, int):  # a list's item: the field's annotation named the item's model already
+            continue
+        field = model.model_fields.get(part)
+        model = _model_in(field.annotation) if field is not None else None
+    return [field.alias or name for name, field in model.model_fields.items()] if model is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds: itself, or the one in `list[M]`, `M | None`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if (found := _model_in(arg)) is not None:
+            return found
+    return None

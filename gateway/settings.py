@@ -347,6 +347,6 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     try:
         return Settings(**data)
     except ValidationError as exc:
-        raise name_env_override(name_unset_variable(config_error(exc), unset), ENV_OVERRIDES) from None
+        raise name_env_override(name_unset_variable(config_error(exc, Settings), unset), ENV_OVERRIDES) from None
     except ConfigError as exc:
         raise name_env_override(name_unset_variable(exc, unset), ENV_OVERRIDES) from None

@@ -48,7 +48,13 @@ def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("data, key, words", [
     ({"bots": [{"name": "b", "colour": "red"}]}, "bots[0].colour", "unknown key"),
-    ({"databse_url": "x"}, "databse_url", "unknown key"),
+    ({"databse_url": "x"}, "databse_url", "unknown key; did you mean database_url?"),
+    # A misspelt key was only "unknown key": the reader had to find the right spelling in the README.
+    ({"bots": [{"name": "b", "sytem_prompt": "x"}]}, "bots[0].sytem_prompt", "unknown key; did you mean system_prompt?"),
+    ({"bots": [{"name": "b", "sources": [{"name": "s", "type": "directory", "path": "x", "shedule": "0 * * * *"}]}]},
+     "bots[0].sources[0].shedule", "unknown key; did you mean schedule?"),
+    ({"bots": [{"name": "b", "channels": {"telegram": {"tokn": "${UNSET_TOKEN_VAR}"}}}]},
+     "bots[0].channels.telegram.tokn", "unknown key; did you mean token?"),
     ({"bots": [{"name": "b", "model": "gpt-9"}]}, "bots[0].model", "unknown model 'gpt-9'"),
     ({"bots": [{"name": "b", "fallbacks": ["nope"]}]}, "bots[0].fallbacks[0]", "unknown model 'nope'"),
     ({"bots": [{"name": "b", "sources": [{"name": "s", "type": "directory", "path": "x",
@@ -98,6 +104,8 @@ def test_settings_bad_config_names_key(tmp_path, monkeypatch, data, key, words):
     assert words in str(info.value), str(info.value)
     if "is not set" in words:
         assert "an unset ${VAR}?" not in str(info.value)  # the guess gives way to the name
+    if "unknown key" in words:  # not followed by "(${VAR} is not set, so … is empty)": the key is what is wrong
+        assert str(info.value).endswith(words), str(info.value)
 
 
 @pytest.mark.parametrize("channel, values, key, words", [
