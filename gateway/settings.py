@@ -268,8 +268,10 @@ class Settings(BaseSettings):
                 raise ValueError(f"bots[{i}].name: duplicate bot name {bot.name!r}")
             names.add(bot.name)
             for key, model in [("model", bot.model)] + [(f"fallbacks[{j}]", m) for j, m in enumerate(bot.fallbacks)]:
-                if model not in known:
-                    raise ValueError(f"bots[{i}].{key}: unknown model {model!r}; known: {', '.join(sorted(known))}")
+                if model not in known:  # `model: gpt-4o-mini` reads as LiteLLM's name, but a bot names an entry
+                    raise ValueError(f"bots[{i}].{key}: unknown model {model!r}; known: {', '.join(sorted(known))} "
+                                     f"(a bot names a model_name of `models:`; add one there, as {{model_name: "
+                                     f"{model}, litellm_params: {{model: <provider>/<model>, api_key: \"${{YOUR_KEY}}\"}}}})")
         operator_names: set[str] = set()
         operator_tokens: dict[str, str] = {}
         for i, op in enumerate(self.operators):
