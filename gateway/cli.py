@@ -20,11 +20,12 @@ from gateway.models import CHANNELS
 from gateway.preflight import (
     alembic_config,
     check_embedding_model,
-    database_has_schema,
+    migration_revisions,
     models_missing_keys,
     redacted_db_url,
     require_free_port,
     require_schema,
+    schema_revision,
     uncalibrated_gates,
 )
 
@@ -188,9 +189,12 @@ def _db_upgrade(args) -> int:
     from alembic import command
 
     settings = _settings(args)
-    had_schema = asyncio.run(database_has_schema(settings))  # unreachable: one line, not Alembic's traceback
+    before = asyncio.run(schema_revision(settings))  # unreachable: one line, not Alembic's traceback
     command.upgrade(alembic_config(settings.database_url), "head")
-    done = "is at the latest migration" if had_schema else "was created at the latest migration"
+    head, _ = migration_revisions()
+    # After an upgrade of the gateway, "is at the latest migration" hid that migrations had just run.
+    done = ("was created at the latest migration" if before is None else "is at the latest migration"
+            if before == head else f"was upgraded from migration {before} to the latest, {head}")
     print(f"database {done} ({redacted_db_url(settings.database_url)})")
     return 0
 

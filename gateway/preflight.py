@@ -79,12 +79,6 @@ def redacted_db_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-async def database_has_schema(settings, engine=None) -> bool:
-    """Whether the database was ever migrated; a one-line `GatewayError` when it cannot be reached,
-    instead of the driver's traceback at the first query."""
-    return await schema_revision(settings, engine) is not None
-
-
 async def schema_revision(settings, engine=None) -> str | None:
     """The migration the database is at, None when it was never migrated (no `alembic_version`, or no
     SQLite file: asking would create it); a one-line `GatewayError` when it cannot be reached."""

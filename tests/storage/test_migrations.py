@@ -66,3 +66,22 @@ def test_migrations_are_found_from_the_working_directory_when_the_package_is_ins
     monkeypatch.chdir(tmp_path)
     with pytest.raises(GatewayError, match="neither beside the installed gateway package nor in the working"):
         preflight.alembic_config()
+
+
+def test_db_upgrade_says_which_migrations_it_applied(tmp_path):
+    # After an upgrade of the gateway, `db upgrade` said "is at the latest migration" whether it had
+    # just applied two migrations or none, so an operator could not tell the upgrade had run.
+    from alembic import command
+
+    from gateway.preflight import alembic_config, migration_revisions
+    from tests.conftest import write_config
+    from tests.test_cli import _run
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
+    config = write_config(tmp_path, database_url=url)
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    command.downgrade(alembic_config(url), "0006")
+    head, _ = migration_revisions()
+    upgraded, again = (_run("db", "upgrade", "--config", str(config)) for _ in range(2))
+    assert upgraded.stdout.startswith(f"database was upgraded from migration 0006 to the latest, {head} ("), upgraded
+    assert again.stdout.startswith("database is at the latest migration ("), again
