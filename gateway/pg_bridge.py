@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.events import EventBus
-from storage.engine import async_url
+from storage.engine import async_url, asyncpg_dsn
 
 log = structlog.get_logger("gateway.pg_bridge")
 
@@ -51,7 +51,7 @@ class PgBridge:
 
     def __init__(self, database_url: str, *, sessions: async_sessionmaker[AsyncSession], bus: EventBus,
                  wake: Callable[[], None] | None) -> None:
-        self.dsn = make_url(async_url(database_url)).set(drivername="postgresql").render_as_string(hide_password=False)
+        self.dsn = asyncpg_dsn(database_url)
         self.sessions = sessions
         self.bus = bus
         self.wake = wake

@@ -18,6 +18,21 @@ def async_url(url: str) -> str:
         parsed = parsed.set(drivername="sqlite+aiosqlite")
     elif parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg"):
         parsed = parsed.set(drivername="postgresql+asyncpg")
+    if parsed.drivername == "postgresql+asyncpg" and "sslmode" in parsed.query:
+        # libpq's `?sslmode=require`, as managed databases give their URLs, is asyncpg's `ssl`: passed on
+        # as it was, every connection failed with "connect() got an unexpected keyword argument 'sslmode'".
+        mode = parsed.query["sslmode"]
+        parsed = parsed.difference_update_query(["sslmode"]).update_query_dict({"ssl": mode} if "ssl" not in
+                                                                                parsed.query else {})
+    return parsed.render_as_string(hide_password=False)
+
+
+def asyncpg_dsn(url: str) -> str:
+    """A PostgreSQL URL as `asyncpg.connect(dsn)` reads it: libpq's spelling, `sslmode` for the `ssl`
+    that SQLAlchemy's asyncpg dialect takes (a DSN's unknown `ssl` would be sent as a server setting)."""
+    parsed = make_url(async_url(url)).set(drivername="postgresql")
+    if "ssl" in parsed.query:
+        parsed = parsed.difference_update_query(["ssl"]).update_query_dict({"sslmode": parsed.query["ssl"]})
     return parsed.render_as_string(hide_password=False)
 
 
