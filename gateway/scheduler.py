@@ -10,12 +10,14 @@ missing ones (`rag.ingest`).
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from gateway.backoff import doubling
 from gateway.cron import cron_trigger
 from gateway.settings import Settings
 
@@ -24,6 +26,9 @@ if TYPE_CHECKING:  # rag imports the embedders; the scheduler needs only the rep
 
 log = structlog.get_logger("gateway.scheduler")
 STILL_RUNNING = "not run: the previous scheduled run of this source was still going"
+
+STARTUP_RETRY_S = 2.0
+STARTUP_RETRY_MAX_S = 60.0
 
 
 class IngestScheduler:
@@ -124,18 +129,7 @@ class IngestScheduler:
         """Ingest, once, the sources of every bot whose collection holds no chunk, or fewer than the
         store records (leader only)."""
         for bot in self._settings.bots:
-            if not bot.sources:
-                continue
-            try:
-                why: dict[str, Any] = {"reason": "the collection is empty"}
-                if (indexed := await self._knowledge.index.count(bot.name)) > 0:
-                    # A rebuild killed midway leaves fewer points than recorded chunks: the ingest
-                    # embeds only the missing ones, so resuming it now is cheap.
-                    if indexed >= (recorded := await self._knowledge.recorded_chunks(bot.name)):
-                        continue
-                    why = {"reason": "the collection lacks recorded chunks", "indexed": indexed, "recorded": recorded}
-            except Exception as exc:  # the index is checked by /readyz; the cron still runs
-                log.warning("ingest.startup_check_failed", bot=bot.name, error=f"{type(exc).__name__}: {exc}"[:200])
+            if not bot.sources or (why := await self._startup_reason(bot.name)) is None:
                 continue
             for source in bot.sources:
                 if not await self._leads(f"{bot.name}/{source.name}"):
@@ -146,6 +140,26 @@ class IngestScheduler:
                     _log_run("ingest.startup_done", report)
                 except Exception:  # recorded in ingest_runs by the ingester
                     log.exception("ingest.startup_failed", bot=bot.name, source=source.name)
+
+    async def _startup_reason(self, bot: str) -> dict[str, Any] | None:
+        """Why the bot's sources are to be ingested now, None when they are not. A Qdrant server that does
+        not answer yet (a compose stack starting side by side) is asked again, 2 s, 4 s, … up to a minute
+        apart: skipped, the bot answered with its fallback until its cron came round, often the next night."""
+        for attempt in itertools.count(1):
+            try:
+                if (indexed := await self._knowledge.index.count(bot)) == 0:
+                    return {"reason": "the collection is empty"}
+                # A rebuild killed midway leaves fewer points than recorded chunks: the ingest
+                # embeds only the missing ones, so resuming it now is cheap.
+                if indexed >= (recorded := await self._knowledge.recorded_chunks(bot)):
+                    return None
+                return {"reason": "the collection lacks recorded chunks", "indexed": indexed, "recorded": recorded}
+            except Exception as exc:  # /readyz says so meanwhile
+                wait = doubling(attempt, first=STARTUP_RETRY_S, cap=STARTUP_RETRY_MAX_S)
+                log.warning("ingest.startup_check_failed", bot=bot, error=f"{type(exc).__name__}: {exc}"[:200],
+                            retry_in=wait)
+                await asyncio.sleep(wait)
+        return None  # unreachable: itertools.count never ends
 
     def shutdown(self) -> None:
         """Stop without waiting for running jobs (they are cancelled with the loop)."""

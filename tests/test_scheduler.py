@@ -271,3 +271,35 @@ async def test_a_scheduled_run_skipped_while_the_last_one_still_goes_is_recorded
 async def _runs(sessions) -> list[IngestRun]:
     async with sessions() as session:
         return list((await session.scalars(select(IngestRun).order_by(IngestRun.id))).all())
+
+
+async def test_a_qdrant_not_answering_yet_at_start_is_asked_again_and_the_ingest_runs(tmp_path, monkeypatch):
+    # docker compose starts the gateway beside its Qdrant server: a check before the server answered was
+    # logged and dropped, and the empty bot answered with its fallback until its cron, that night at 03:00.
+    import gateway.scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "STARTUP_RETRY_S", 0.01, raising=False)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nThe answer is forty-two.\n")
+    bot = {"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "good", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}]}
+    async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
+        count = knowledge.index.count
+        refusals = iter([ConnectionRefusedError("qdrant:6333"), ConnectionRefusedError("qdrant:6333")])
+
+        async def starting_server(name):
+            if (refusal := next(refusals, None)) is not None:
+                raise refusal
+            return await count(name)
+
+        monkeypatch.setattr(knowledge.index, "count", starting_server)
+        scheduler = IngestScheduler(settings, knowledge=knowledge)
+        with structlog.testing.capture_logs() as logs:
+            scheduler.start()
+            await asyncio.wait_for(scheduler._first_ingest, 60)
+        scheduler.shutdown()
+        assert await count("acme") >= 1
+    waits = [e["retry_in"] for e in logs if e["event"] == "ingest.startup_check_failed"]
+    assert waits == [0.01, 0.02]
+    assert [e["reason"] for e in logs if e["event"] == "ingest.startup_start"] == ["the collection is empty"]
