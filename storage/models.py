@@ -38,6 +38,7 @@ class Conversation(Base):
     __table_args__ = (
         UniqueConstraint("bot", "channel", "workspace", "chat", "thread", name="uq_conversations_ref"),
         Index("ix_conversations_lease", "lease_until"),
+        Index("ix_conversations_contact", "contact_id"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -70,6 +71,7 @@ class Message(Base):
         UniqueConstraint("bot", "channel", "direction", "external_id", name="uq_messages_delivery"),
         Index("ix_messages_conversation", "conversation_id", "id"),
         Index("ix_messages_status", "direction", "status"),
+        Index("ix_messages_reply_to", "reply_to_id"),  # a message's replies (web chat), and deletions' SET NULL
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -108,7 +110,8 @@ class Escalation(Base):
     """A handoff to a person: open → claimed → resolved."""
 
     __tablename__ = "escalations"
-    __table_args__ = (Index("ix_escalations_bot_state", "bot", "state"),)
+    __table_args__ = (Index("ix_escalations_bot_state", "bot", "state"),
+                      Index("ix_escalations_conversation", "conversation_id", "id"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     conversation_id: Mapped[int] = mapped_column(ForeignKey("conversations.id", ondelete="CASCADE"))
@@ -133,7 +136,8 @@ class EscalationEvent(Base):
     """One stored transition or note of an escalation: who, when, why."""
 
     __tablename__ = "escalation_events"
-    __table_args__ = (Index("ix_escalation_events_escalation", "escalation_id", "id"),)
+    __table_args__ = (Index("ix_escalation_events_escalation", "escalation_id", "id"),
+                      Index("ix_escalation_events_conversation", "conversation_id"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     escalation_id: Mapped[int] = mapped_column(ForeignKey("escalations.id", ondelete="CASCADE"))
@@ -151,7 +155,8 @@ class Usage(Base):
     """LLM tokens and cost for one turn, from LiteLLM's own accounting."""
 
     __tablename__ = "usage"
-    __table_args__ = (Index("ix_usage_bot_created", "bot", "created_at"),)
+    __table_args__ = (Index("ix_usage_bot_created", "bot", "created_at"), Index("ix_usage_message", "message_id"),
+                      Index("ix_usage_conversation", "conversation_id"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     bot: Mapped[str] = mapped_column(String(64))
