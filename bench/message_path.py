@@ -59,7 +59,8 @@ async def run(db: str, n: int, chats: int, profile_to: str | None) -> None:
     from gateway.settings import load_settings
 
     tmp = Path(tempfile.mkdtemp(prefix="perf_message_path_"))
-    url = fresh_postgres_url("perf_bench") if db == "postgres" else f"sqlite+aiosqlite:///{tmp / 'gateway.db'}"
+    url = await asyncio.to_thread(fresh_postgres_url, "perf_bench") if db == "postgres" \
+        else f"sqlite+aiosqlite:///{tmp / 'gateway.db'}"
     docs = tmp / "docs"
     docs.mkdir()
     shutil.copy(HELP_CENTER / "plans-and-pricing.md", docs)
@@ -120,7 +121,7 @@ async def run(db: str, n: int, chats: int, profile_to: str | None) -> None:
     finally:
         llm.stop()
         if db == "postgres" and url:
-            drop_postgres(url)
+            await asyncio.to_thread(drop_postgres, url)
         shutil.rmtree(tmp, ignore_errors=True)
     _print(db, n, chats, acks, replies, per_message, transactions, sample_sql)
 
