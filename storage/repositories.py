@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -28,26 +28,30 @@ def _insert_ignore(session: AsyncSession, model: type, values: dict[str, Any], c
 
 async def upsert_contact(session: AsyncSession, *, channel: str, external_id: str, display_name: str,
                          seen_at: datetime | None = None) -> Contact:
-    """The contact for this channel identity, created on first sight; name and last-seen refreshed."""
+    """The contact for this channel identity, created on first sight; name and last-seen refreshed.
+
+    One statement (INSERT … ON CONFLICT DO UPDATE … RETURNING): it was an insert, a read and an update,
+    three round trips on every inbound message."""
     now = seen_at or utcnow()
-    await session.execute(
-        _insert_ignore(session, Contact, {"channel": channel, "external_id": external_id,
-                                          "display_name": display_name, "created_at": now},
-                       ["channel", "external_id"])
-    )
-    contact = (await session.execute(
-        select(Contact).where(Contact.channel == channel, Contact.external_id == external_id)
-    )).scalar_one()
-    if display_name and contact.display_name != display_name:
-        contact.display_name = display_name
-    contact.last_inbound_at = now
-    return contact
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(Contact).values(
+        channel=channel, external_id=external_id, display_name=display_name, created_at=now, last_inbound_at=now)
+    # A message without a name (some platforms omit it) keeps the one known.
+    name = case((insert.excluded.display_name != "", insert.excluded.display_name), else_=Contact.display_name)
+    upsert = insert.on_conflict_do_update(index_elements=["channel", "external_id"], set_={
+        "display_name": name, "last_inbound_at": insert.excluded.last_inbound_at}).returning(Contact)
+    return (await session.execute(select(Contact).from_statement(upsert),
+                                  execution_options={"populate_existing": True})).scalar_one()
 
 
 async def get_or_create_conversation(session: AsyncSession, *, bot: str, ref: ConversationRef,
                                      contact_id: int | None) -> Conversation:
     """The conversation for (bot, channel reference), created on first message."""
     key = {"bot": bot, "channel": ref.channel, "workspace": ref.workspace, "chat": ref.chat, "thread": ref.thread}
+    # Read first: most messages come in a conversation that exists, and the insert is then one round trip too many.
+    found = (await session.execute(select(Conversation).filter_by(**key))).scalar_one_or_none()
+    if found is not None:
+        return found
     now = utcnow()
     await session.execute(
         _insert_ignore(session, Conversation, {**key, "contact_id": contact_id, "state": "bot",
@@ -86,15 +90,19 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
             "meta": inbound_meta(message) | ({"traceparent": traceparent} if traceparent else {}),
             "tool_calls": [], "retrieved": [], "provider_ids": [], "status": "pending", "attempts": 0,
             "created_at": now, "updated_at": now, "sent_at": message.sent_at,
-        }, ["bot", "channel", "direction", "external_id"])
+        }, ["bot", "channel", "direction", "external_id"]).returning(Message.id)
     )
-    duplicate = result.rowcount == 0
+    inserted = result.scalar_one_or_none()
+    if inserted is not None:
+        return StoredInbound(message_id=inserted, conversation_id=conversation.id, contact_id=contact.id,
+                             duplicate=False)
+    # A repeated delivery: the row stored the first time (its conversation may have been another).
     stored = (await session.execute(select(Message.id, Message.conversation_id).where(
         Message.bot == bot, Message.channel == message.channel, Message.direction == "in",
         Message.external_id == message.external_id,
     ))).one()
     return StoredInbound(message_id=stored.id, conversation_id=stored.conversation_id,
-                         contact_id=contact.id, duplicate=duplicate)
+                         contact_id=contact.id, duplicate=True)
 
 
 def inbound_meta(message: InboundMessage) -> dict[str, Any]:

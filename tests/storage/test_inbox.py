@@ -11,6 +11,7 @@ from gateway.inbox import Inbox
 from gateway.models import Attachment, ConversationRef, InboundMessage, Sender
 from storage.engine import create_engine, session_factory
 from storage.models import Contact, Conversation, Message
+from tests.statement_log import StatementLog
 
 
 def _message(external_id: str, *, chat: str = "c1", text: str = "hello") -> InboundMessage:
@@ -106,4 +107,24 @@ async def test_inbox_revision_changes_only_a_waiting_message_of_its_chat(migrate
     assert (first.text, first.status) == ("the price?", "pending")
     assert (second.text, second.status) == ("teh price?", "ignored")
     assert await _count(sessions, Message) == 2
+    await engine.dispose()
+
+
+async def test_inbox_stores_a_message_of_a_known_conversation_in_three_statements(migrated_url):
+    """The contact is upserted and read back in one statement, the conversation read before any insert,
+    and the message's id returned by its insert: seven statements on every message before."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    first = await inbox.accept("acme", _message("update-1"))
+    log = StatementLog(engine)
+    second = await inbox.accept("acme", replace(_message("update-2"), sender=Sender("user-c1", display_name="")))
+    # (On PostgreSQL a `SELECT pg_notify(…)` wakes the other processes' workers too: it names no table.)
+    assert [s for s in log.statements if " " in s] == ["INSERT contacts", "SELECT conversations", "INSERT messages"]
+    again = await inbox.accept("acme", _message("update-2"))
+    assert second.conversation_id == first.conversation_id and (again.message_id, again.duplicate) == (second.message_id, True)
+    async with sessions() as session:
+        contact = (await session.execute(select(Contact))).scalar_one()
+        seen = (await session.execute(select(Message.created_at).where(Message.id == second.message_id))).scalar_one()
+    assert contact.display_name == "Ada" and contact.last_inbound_at >= seen  # a nameless message keeps the name
     await engine.dispose()
