@@ -26,6 +26,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import aliased
 
 from gateway.models import utcnow
+from storage import repositories as repo
 from storage.models import Escalation, EscalationEvent, Message, Usage
 from tests.conftest import drop_postgres, fresh_postgres_url, upgrade
 
@@ -66,12 +67,7 @@ def queries(long_last_id: int) -> list[tuple[str, object]]:
     return [
         ("worker: conversations with work", select(Message.conversation_id).where(
             Message.direction.in_(("in", "out")), Message.status == "pending").distinct()),
-        ("worker: next pending reply (long chat)", select(Message).where(
-            Message.conversation_id == 1, Message.direction == "out", Message.status.in_(("pending", "sending")))
-            .order_by(Message.id).limit(1)),
-        ("worker: next pending message (long chat)", select(Message).where(
-            Message.conversation_id == 1, Message.direction == "in", Message.status == "pending")
-            .order_by(Message.id).limit(1)),
+        ("worker: next pending message (long chat)", repo.next_pending_query(1)),
         ("worker: history (long chat)", select(Message).where(
             Message.conversation_id == 1, Message.status.not_in(("ignored",)), Message.id < long_last_id)
             .order_by(Message.id.desc()).limit(10)),
