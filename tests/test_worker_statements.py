@@ -37,3 +37,18 @@ async def test_the_next_pending_message_is_found_in_one_statement_unsent_replies
     assert found == [(reply_id, ["SELECT messages"]), (message_id, ["SELECT messages"]), (None, ["SELECT messages"])]
     await engine.dispose()
 
+
+async def test_a_reply_is_claimed_sent_and_recorded_in_five_statements(migrated_url):
+    """The claim returns what it changed (a refresh read the row again), and the conversation, its
+    contact and the message replied to come in one read (they were three): eight statements before."""
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, EchoPipeline())
+    _conversation_id, _message_id, reply_id = await _with_reply(sessions, inbox, text="the answer")
+    log = StatementLog(engine)
+    assert await worker._outbox.deliver(reply_id) == "sent"
+    assert [s for s in log.statements if " " in s] == [
+        "SELECT messages", "UPDATE messages", "SELECT conversations", "UPDATE messages", "INSERT deliveries"]
+    async with sessions() as session:
+        reply = await session.get(Message, reply_id)
+    assert adapter.sent == [("erin", "the answer")]
+    assert (reply.status, reply.attempts, reply.provider_ids) == ("sent", 1, ["p1"])
+    await engine.dispose()
