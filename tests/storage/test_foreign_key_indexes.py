@@ -1,4 +1,4 @@
-"""The foreign keys that queries and deletions look rows up by are indexed (migration 0009), on both databases."""
+"""The foreign keys that queries and deletions look rows up by are indexed (migration 0011), on both databases."""
 
 from __future__ import annotations
 

@@ -6,16 +6,16 @@ conversations or contacts (retention, `forget`) set `reply_to_id`, `usage.messag
 `usage.conversation_id` and `conversations.contact_id` to NULL, and deleted a conversation's
 escalations and their events, each with a scan of the whole referencing table per deleted row.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-06 16:40:00
 """
 from __future__ import annotations
 
 from alembic import op
 
-revision = '0009'
-down_revision = '0008'
+revision = '0011'
+down_revision = '0010'
 branch_labels = None
 depends_on = None
 
