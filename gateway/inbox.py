@@ -83,9 +83,11 @@ class Inbox:
             stored = await repo.store_inbound(session, bot=bot, message=message,
                                               traceparent=otel.current_traceparent())
             if not stored.duplicate:
-                # It may be the piece that ends a burst being waited for ("my order" / "is late" / "?"):
-                # looked at now, not once the wait is due (gateway/burst.py).
-                await repo.end_park(session, conversation_id=stored.conversation_id, parked_owner=BURST_OWNER)
+                if stored.lease_owner == BURST_OWNER:
+                    # It may be the piece that ends a burst being waited for ("my order" / "is late" / "?"):
+                    # looked at now, not once the wait is due (gateway/burst.py). Only then: an UPDATE
+                    # for every message would cost each one a statement for a rare case.
+                    await repo.end_park(session, conversation_id=stored.conversation_id, parked_owner=BURST_OWNER)
                 await announce(session)  # wakes workers in other processes when this commits
         log.info("inbound.duplicate" if stored.duplicate else "inbound.stored", bot=bot, channel=message.channel,
                  external_id=message.external_id, message_id=stored.message_id,

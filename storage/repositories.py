@@ -69,6 +69,7 @@ class StoredInbound:
     conversation_id: int
     contact_id: int
     duplicate: bool
+    lease_owner: str | None = None  # the conversation's, as read before the insert (parked by a burst?)
 
 
 async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMessage,
@@ -95,7 +96,7 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
     inserted = result.scalar_one_or_none()
     if inserted is not None:
         return StoredInbound(message_id=inserted, conversation_id=conversation.id, contact_id=contact.id,
-                             duplicate=False)
+                             duplicate=False, lease_owner=conversation.lease_owner)
     # A repeated delivery: the row stored the first time (its conversation may have been another).
     stored = (await session.execute(select(Message.id, Message.conversation_id).where(
         Message.bot == bot, Message.channel == message.channel, Message.direction == "in",

@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import select
 
 from channels.base import Capabilities
-from gateway.burst import burst_followers
+from gateway.burst import BURST_OWNER, burst_followers
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender
 from storage.engine import create_engine, session_factory
-from storage.models import Message
+from storage.models import Conversation, Message
 from tests.worker_rig import EchoPipeline, RecordingAdapter, build_worker, chat_message
 
 pytestmark = pytest.mark.asyncio
@@ -134,7 +134,11 @@ async def _answered_after(url: str, first: str, then: Callable[[], InboundMessag
     engine, sessions, inbox, worker, _ = build_worker(url, pipeline, channels=("telegram",))
     await inbox.accept("acme", _telegram("42", 0, first))
     draining = asyncio.create_task(worker.run_until_idle(timeout=30))
-    await asyncio.sleep(0.4)  # the worker has looked, and parked the conversation for the customer's pause
+    for _ in range(500):  # until the worker has looked, and parked the conversation for the customer's pause
+        async with sessions() as session:
+            if await session.scalar(select(Conversation.lease_owner)) == BURST_OWNER:
+                break
+        await asyncio.sleep(0.01)
     await inbox.accept("acme", then())  # sent now, after `first`
     asked = time.monotonic()
     await draining
