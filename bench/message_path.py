@@ -5,8 +5,9 @@ OpenAI-compatible fake (scripted, instant: the gateway's own overhead is what is
 center's pricing page as the knowledge. Messages are sent one at a time, each waited for until its reply
 was sent and the worker is idle again, so every statement in between belongs to that message. Prints per
 message: the statements by verb and table, the transactions, the round trips (statements + BEGIN and
-COMMIT each), the webhook's acknowledgement and webhook → sendMessage times (median, p90), and the load
-average. `--profile FILE` writes a cProfile of the whole run (loop thread only).
+COMMIT each), the webhook's acknowledgement and webhook → sendMessage times (median, p90), the process's
+CPU time (less moved by other work on the machine than the wall times), and the load average.
+`--profile FILE` writes a cProfile of the whole run (loop thread only).
 
     HF_HUB_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/python -m bench.message_path \
         [--db sqlite|postgres] [--n 50] [--chats 5] [--profile out.prof]
@@ -87,7 +88,7 @@ async def run(db: str, n: int, chats: int, profile_to: str | None) -> None:
                 log = StatementLog(services.engine)
                 transport = httpx.ASGITransport(app=app)
                 async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=60) as client:
-                    acks, replies, per_message, transactions = [], [], [], []
+                    acks, replies, cpu, per_message, transactions = [], [], [], [], []
                     profile = cProfile.Profile() if profile_to else None
                     for i in range(n + 1):  # the first message warms up and is not counted
                         if i >= chats:  # a follow-up in its chat: the rewrite call comes first
@@ -97,7 +98,7 @@ async def run(db: str, n: int, chats: int, profile_to: str | None) -> None:
                         log.clear()
                         if profile and i == 1:
                             profile.enable()
-                        t0 = time.perf_counter()
+                        t0, cpu0 = time.perf_counter(), time.process_time()
                         response = await client.post("/webhooks/acme/telegram", headers={
                             "X-Telegram-Bot-Api-Secret-Token": SECRET, "content-type": "application/json"},
                             content=json.dumps(_update(1000 + i, 5000 + i % chats, f"How much is Plus? ({i})")))
@@ -110,6 +111,7 @@ async def run(db: str, n: int, chats: int, profile_to: str | None) -> None:
                         reply = time.perf_counter() - t0
                         await _idle(services, fake_tg, i + 1, time.monotonic() + 30)
                         if i:
+                            cpu.append(time.process_time() - cpu0)
                             acks.append(ack)
                             replies.append(reply)
                             per_message.append(log.counts())
@@ -123,7 +125,7 @@ async def run(db: str, n: int, chats: int, profile_to: str | None) -> None:
         if db == "postgres" and url:
             await asyncio.to_thread(drop_postgres, url)
         shutil.rmtree(tmp, ignore_errors=True)
-    _print(db, n, chats, acks, replies, per_message, transactions, sample_sql)
+    _print(db, n, chats, acks, replies, cpu, per_message, transactions, sample_sql)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -131,7 +133,7 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-def _print(db, n, chats, acks, replies, per_message, transactions, sample_sql) -> None:
+def _print(db, n, chats, acks, replies, cpu, per_message, transactions, sample_sql) -> None:
     labels = sorted({k for c in per_message for k in c})
     statements = [sum(c.values()) for c in per_message]
     print(f"\n{db}: {n} messages one at a time over {chats} chats, model on the OpenAI fake; "
@@ -141,7 +143,8 @@ def _print(db, n, chats, acks, replies, per_message, transactions, sample_sql) -
           f"max {max(statements)}; transactions: median {statistics.median(transactions)}; round trips: "
           f"median {statistics.median(s + 2 * t for s, t in zip(statements, transactions))}")
     print(f"webhook ack: median {_pct(acks, 0.5):.1f} ms, p90 {_pct(acks, 0.9):.1f} ms; webhook → sendMessage: "
-          f"median {_pct(replies, 0.5):.1f} ms, p90 {_pct(replies, 0.9):.1f} ms\n")
+          f"median {_pct(replies, 0.5):.1f} ms, p90 {_pct(replies, 0.9):.1f} ms; CPU of this process (all its "
+          f"threads, the fakes' included) per message: median {_pct(cpu, 0.5):.1f} ms\n")
     print("| statement | per message (median) | min | max |\n|---|---:|---:|---:|")
     for key in labels:
         values = [c.get(key, 0) for c in per_message]
