@@ -136,6 +136,7 @@ class TelegramAdapter:
         self.max_retry_wait = max_retry_wait
         self.polling_timeout = polling_timeout
         self._polling: asyncio.Task[None] | None = None
+        self._poller: TelegramPoller | None = None
         # Chunks already delivered per outbound message, so a retried send never repeats them.
         self._sent_parts = SentParts()
 
@@ -314,9 +315,20 @@ class TelegramAdapter:
             await self.bot.delete_webhook(drop_pending_updates=False, request_timeout=10)
         except AiogramError as exc:
             log.warning("telegram.delete_webhook_failed", bot=self.bot_name, error=str(exc)[:200])
-        poller = TelegramPoller(self.bot, self.parser, deliver, bot_name=self.bot_name, timeout=self.polling_timeout)
-        self._polling = asyncio.create_task(poller.run(), name=f"telegram-polling-{self.bot_name}")
+        self._poller = TelegramPoller(self.bot, self.parser, deliver, bot_name=self.bot_name,
+                                      timeout=self.polling_timeout)
+        self._polling = asyncio.create_task(self._poller.run(), name=f"telegram-polling-{self.bot_name}")
         log.info("telegram.polling_started", bot=self.bot_name)
+
+    @property
+    def connection_status(self) -> str | None:
+        """Long polling, for `/readyz` (None in webhook mode: Telegram calls us). A wrong token or no route
+        to Telegram showed nothing there, only `telegram.poll_failed` lines in the log."""
+        if self.settings.mode != "polling":
+            return None
+        if self._polling is None or self._poller is None:
+            return "not started"
+        return self._poller.problem or ("polling" if self._poller.polled else "connecting")
 
     async def stop(self) -> None:
         """Stop polling (if running) and close the HTTP session."""

@@ -64,6 +64,8 @@ class TelegramPoller:
         self.timeout = timeout
         self.offset: int | None = None  # the next update_id wanted; None until the first batch
         self._failed: tuple[int, int] = (0, 0)  # (update_id, attempts) of an update whose storing keeps failing
+        self.polled = False  # Telegram answered a getUpdates
+        self.problem: str | None = None  # why getUpdates keeps failing, for /readyz; None once it answers
 
     async def run(self) -> None:
         failures = 0
@@ -80,8 +82,10 @@ class TelegramPoller:
             except AiogramError as exc:  # an outage, an HTML error page, a revoked token, a webhook set elsewhere
                 failures += 1
                 self._log_poll_failure(exc, failures)
+                self.problem = f"polling again after {failures} failed getUpdates: {type(exc).__name__}: {exc}"[:200]
                 await asyncio.sleep(_backoff(failures))
                 continue
+            self.polled, self.problem = True, None
             before = self.offset
             stored_all = True
             for update in updates:

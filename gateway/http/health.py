@@ -59,7 +59,7 @@ async def readyz(request: Request) -> JSONResponse:
     ready = all(v == "ok" for v in checks.values())
     body = {"status": "ready" if ready else "not ready", "role": svc.role, "checks": checks,
             # Long-lived platform connections (the Discord gateway), reported without failing readiness.
-            "connections": {f"{bot}/{channel}": adapter.connection_status
+            "connections": {f"{bot}/{channel}": redact(adapter.connection_status)
                             for (bot, channel), adapter in svc.adapters.items()
                             if isinstance(getattr(adapter, "connection_status", None), str)},
             **({"redis": await redis} if redis is not None else {}),

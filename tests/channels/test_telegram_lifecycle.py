@@ -194,3 +194,22 @@ async def test_a_secret_telegram_would_reject_is_refused_with_the_config() -> No
         _settings(webhook_secret="has spaces!")
     with pytest.raises(ConfigError):
         await set_webhook(_settings(webhook_secret=""), "https://gw.example/webhooks/demo/telegram")
+
+
+async def test_polling_that_keeps_failing_shows_in_the_connection_status(fake: FakeTelegramAPI) -> None:
+    # A wrong token or no route to Telegram left /readyz's `connections` empty: only the log said so.
+    fake.fail_next("getUpdates", status=502, description="Bad Gateway", times=2)
+    tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling"), polling_timeout=1)
+    assert tg.connection_status == "not started"
+    seen: list[str] = []
+    await tg.start(Received(expect=1).deliver)
+    try:
+        deadline = time.monotonic() + 15
+        while (status := tg.connection_status) != "polling" and time.monotonic() < deadline:
+            seen.append(status)
+            await asyncio.sleep(0.02)
+    finally:
+        await tg.stop()
+    assert status == "polling"
+    assert any(s.startswith("polling again after 1 failed getUpdates: ") and "Bad Gateway" in s for s in seen), seen
+    assert TelegramAdapter("demo", _settings(fake.base_url)).connection_status is None  # webhook mode holds none
