@@ -204,6 +204,12 @@ class Settings(BaseSettings):
 
         return checked_cron(value)
 
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _log_format_in_any_case(cls, value: Any) -> Any:
+        # As log_level: `LOG_FORMAT=JSON` was a config error while `LOG_LEVEL=debug` was taken.
+        return value.strip().lower() if isinstance(value, str) else value
+
     @field_validator("log_level")
     @classmethod
     def _known_log_level(cls, value: str) -> str:

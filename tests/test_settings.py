@@ -407,3 +407,14 @@ def test_an_unknown_model_error_shows_a_models_entry_that_loads(tmp_path, monkey
     entry = yaml.safe_load(shown.replace("<provider>/<model>", "openai/gpt-4o-mini"))
     settings = load_settings(_write(tmp_path, {"models": [entry], "bots": [{"name": "b", "model": "gpt-4o-mini"}]}))
     assert settings.models[0].litellm_params["api_key"] == "sk-test"
+
+
+def test_log_format_is_read_in_any_case_as_log_level_is(tmp_path, monkeypatch):
+    # `LOG_FORMAT=JSON` (the environment's usual capitals) was "log_format: Input should be 'console' or 'json'".
+    monkeypatch.setenv("LOG_FORMAT", "JSON")
+    monkeypatch.setenv("LOG_LEVEL", "debug")
+    settings = load_settings(_write(tmp_path, {"log_format": "console"}))
+    assert (settings.log_level, settings.log_format) == ("DEBUG", "json")
+    monkeypatch.setenv("LOG_FORMAT", "xml")
+    with pytest.raises(ConfigError, match="log_format"):
+        load_settings(_write(tmp_path, {}))
