@@ -65,5 +65,6 @@ lock:
 bench: setup
 	$(BIN)/python -m bench.retrieval $(BENCH_ARGS)
 
+# The SQLite journal files go with the database: a new one beside an old -wal may have it replayed into it.
 clean:
-	rm -rf $(VENV) var/*.db var/qdrant
+	rm -rf $(VENV) var/*.db var/*.db-wal var/*.db-shm var/qdrant var/qdrant.admin.*

@@ -101,3 +101,18 @@ def test_ctrl_c_on_make_run_is_a_clean_stop(tmp_path):
             os.killpg(make.pid, signal.SIGKILL)
             make.wait()
     assert "make: ***" not in err, err
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_clean_leaves_no_sqlite_journal_behind(tmp_path):
+    # `make clean` removed var/*.db but not its -wal and -shm files: the next `make run` created a new
+    # database beside the old one's write-ahead log, which SQLite may replay into it.
+    var = tmp_path / "var"
+    (var / "qdrant").mkdir(parents=True)
+    for name in (".gitkeep", "gateway.db", "gateway.db-wal", "gateway.db-shm", "qdrant.admin.token",
+                 "qdrant.admin.url"):
+        (var / name).write_text("x")
+    proc = subprocess.run(["make", "-f", str(ROOT / "Makefile"), "clean", f"VENV={tmp_path / 'venv'}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in var.iterdir()) == [".gitkeep"]
