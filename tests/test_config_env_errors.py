@@ -46,3 +46,14 @@ def test_settings_reads_secrets_without_the_newline_a_secret_file_ends_with(tmp_
     body = b'{"type": "url_verification", "challenge": "c"}'
     SlackAdapter("b", slack).verify(RawRequest(url="https://gw.example.com/webhooks/b/slack/events", query={}, body=body,
                                                headers=sign(body, secret="8f742231b10e8888abcd99yyyzzz85a5")))
+
+
+def test_log_format_is_read_in_any_case_as_log_level_is(tmp_path, monkeypatch):
+    # `LOG_FORMAT=JSON` (the environment's usual capitals) was "log_format: Input should be 'console' or 'json'".
+    monkeypatch.setenv("LOG_FORMAT", "JSON")
+    monkeypatch.setenv("LOG_LEVEL", "debug")
+    settings = load_settings(write_config(tmp_path, log_format="console"))
+    assert (settings.log_level, settings.log_format) == ("DEBUG", "json")
+    monkeypatch.setenv("LOG_FORMAT", "xml")
+    with pytest.raises(ConfigError, match="log_format"):
+        load_settings(write_config(tmp_path))

@@ -396,25 +396,3 @@ def test_settings_a_missing_required_channel_key_says_where_to_set_it_only_for_a
     assert str(info.value).startswith("bots[0].channels: whatsapp.auth_token is required when whatsapp is enabled "
                                       "(set it from the environment)")
 
-
-def test_an_unknown_model_error_shows_a_models_entry_that_loads(tmp_path, monkeypatch):
-    # `model: gpt-4o-mini` (LiteLLM's own name) was "unknown model …; known: offline", with no word on
-    # the `models:` entry a bot's model must name.
-    monkeypatch.setenv("YOUR_KEY", "sk-test")
-    with pytest.raises(ConfigError) as info:
-        load_settings(_write(tmp_path, {"bots": [{"name": "b", "model": "gpt-4o-mini"}]}))
-    shown = str(info.value).split(" as ", 1)[1].removesuffix(")")
-    entry = yaml.safe_load(shown.replace("<provider>/<model>", "openai/gpt-4o-mini"))
-    settings = load_settings(_write(tmp_path, {"models": [entry], "bots": [{"name": "b", "model": "gpt-4o-mini"}]}))
-    assert settings.models[0].litellm_params["api_key"] == "sk-test"
-
-
-def test_log_format_is_read_in_any_case_as_log_level_is(tmp_path, monkeypatch):
-    # `LOG_FORMAT=JSON` (the environment's usual capitals) was "log_format: Input should be 'console' or 'json'".
-    monkeypatch.setenv("LOG_FORMAT", "JSON")
-    monkeypatch.setenv("LOG_LEVEL", "debug")
-    settings = load_settings(_write(tmp_path, {"log_format": "console"}))
-    assert (settings.log_level, settings.log_format) == ("DEBUG", "json")
-    monkeypatch.setenv("LOG_FORMAT", "xml")
-    with pytest.raises(ConfigError, match="log_format"):
-        load_settings(_write(tmp_path, {}))
