@@ -1,11 +1,14 @@
 """Platform webhooks: verify → parse → store in the inbox → acknowledge at once.
 
 Nothing is stored unless the signature verifies. The body is read with a size cap, so an
-oversized request is refused before it is read whole. A payload we cannot use gets 400, which a retry
+oversized request is refused before it is read whole, and a deadline, so a client trickling it in a
+byte at a time does not hold its connection (and the memory of what it sent) for ever. A payload we cannot use gets 400, which a retry
 would not change: Slack, which retries any non-2xx, is told so with `X-Slack-No-Retry: 1`.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import structlog
 from fastapi import APIRouter, Request
@@ -21,6 +24,7 @@ log = structlog.get_logger("gateway.webhooks")
 router = APIRouter(tags=["webhooks"])
 
 MAX_BODY_BYTES = 1_000_000
+BODY_DEADLINE_S = 30.0  # a platform posts its few kilobytes at once; only a slow-loris client needs longer
 CHANNEL_PATHS = {
     "telegram": "telegram",
     "slack/events": "slack",
@@ -33,17 +37,25 @@ class BodyTooLarge(Exception):
     """The request body passed MAX_BODY_BYTES."""
 
 
+class BodyTooSlow(Exception):
+    """The request body did not arrive whole within BODY_DEADLINE_S."""
+
+
 async def read_capped(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """Read the body, refusing it as soon as it passes `limit` bytes."""
+    """Read the body, refusing it as soon as it passes `limit` bytes or BODY_DEADLINE_S."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge()
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge()
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(BODY_DEADLINE_S):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge()
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BodyTooSlow() from None
     return b"".join(chunks)
 
 
@@ -68,9 +80,16 @@ class CappedRoute(APIRoute):
                 await request.body()
             except BodyTooLarge:
                 return error(413, f"body larger than {MAX_BODY_BYTES} bytes")
+            except BodyTooSlow:
+                return body_too_slow()
             return await handler(request)
 
         return capped
+
+
+def body_too_slow() -> Response:
+    log.warning("http.body_too_slow", deadline_s=BODY_DEADLINE_S)
+    return error(408, f"body not received within {BODY_DEADLINE_S:g} s")
 
 
 def log_signature_invalid(svc, bound, prefix: str, key: tuple[str, str], *, reason: str) -> None:
@@ -99,6 +118,8 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         body = await read_capped(request)
     except BodyTooLarge:
         return error(413, f"body larger than {MAX_BODY_BYTES} bytes")
+    except BodyTooSlow:
+        return body_too_slow()
     raw = RawRequest(url=str(request.url), headers={k.lower(): v for k, v in request.headers.items()},
                      query=dict(request.query_params), body=body)
     bound = log.bind(bot=bot, channel=channel)
