@@ -67,6 +67,10 @@ _MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})")
 _MONTH_DAY = re.compile(rf"\b({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
 _DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH})\b\.?(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+# 12/07/2026, 07.12.2026, 2026/12/07, 28/11/26: day and month in either order (a dotted one has a 4-digit year,
+# so a version such as 1.2.10 is none).
+_NUMERIC_DATE = re.compile(r"(?<![\d.,/])(?:(\d{4})([/.])(\d{1,2})\2(\d{1,2})|(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})"
+                           r"|(\d{1,2})\.(\d{1,2})\.(\d{4}))(?![\d/]|[.,]\d)")
 _TOKEN = re.compile(r"(?<![\w-])[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*")
 _UNIT = re.compile(r"\d+[a-z]{1,3}|[a-z]{1,2}\d{1,2}", re.IGNORECASE)  # 2FA, 24h, 10am, v2, Q4: no identifiers
 
@@ -190,7 +194,7 @@ class Evidence:
     """The numbers, dates and identifiers of everything an answer may rest on, to look a sentence's up in."""
 
     numbers: frozenset[Decimal]
-    dates: tuple[tuple[int | None, int, int], ...]
+    dates: tuple[Date, ...]
     squashed: str
 
     @classmethod
@@ -199,13 +203,17 @@ class Evidence:
         with the `counts` of the results' lists."""
         numbers = {Decimal(n) for n in _NUMBER.findall(text)}.union(*map(_readings, _AMOUNT.findall(text)))
         numbers |= {Decimal(n) for n in counts}
-        return cls(frozenset(numbers), tuple(_dates(text)), _squashed(text))
+        return cls(frozenset(numbers), tuple(date for readings in _dates(text) for date in readings), _squashed(text))
+
+    def holds_date(self, readings: list[Date]) -> bool:
+        """Whether one of a written date's `readings` is a date of the evidence."""
+        return any(_same_date(date, other) for date in readings for other in self.dates)
 
     def unsupported(self, sentence: str) -> str | None:
         """A number, date or identifier `sentence` states that the evidence does not hold, or None."""
         plain = _LIST_NUMBER.sub("", _MARKER.sub(" ", sentence))
-        for date in _dates(plain):
-            if not any(_same_date(date, other) for other in self.dates):
+        for readings in _dates(plain):
+            if not self.holds_date(readings):
                 return "a date no extract or tool result holds"
         for token in _TOKEN.findall(plain):
             if _is_identifier(token) and _squashed(token) not in self.squashed:
@@ -216,6 +224,8 @@ class Evidence:
         """Whether `sentence` states a number the evidence does not hold, however written ("$59.90" is
         the 59.9 of a tool's JSON, "59,90 €" too)."""
         plain = _LIST_NUMBER.sub("", _MARKER.sub(" ", sentence))
+        # A date written in numbers that the evidence holds is one value, not three ("28/11/26": no 26 needed).
+        plain = _NUMERIC_DATE.sub(lambda m: " " if self.holds_date(_numeric_readings(m)) else m.group(0), plain)
         return any(not _readings(n) & self.numbers for n in _AMOUNT.findall(_ACRONYM.sub(" ", plain)))
 
 
@@ -248,15 +258,31 @@ def _is_identifier(token: str) -> bool:
                                            and any(p.isdigit() for p in parts))
 
 
-def _dates(text: str) -> list[tuple[int | None, int, int]]:
-    """(year or None, month, day) of each date written as 2026-11-28, November 28(, 2026) or 28 November."""
-    found = [(int(y), int(m), int(d)) for y, m, d in _ISO_DATE.findall(text)]
-    found += [(int(y) if y else None, _MONTHS[m.lower()], int(d)) for m, d, y in _MONTH_DAY.findall(text)]
-    found += [(int(y) if y else None, _MONTHS[m.lower()], int(d)) for d, m, y in _DAY_MONTH.findall(text)]
-    return [date for date in found if 1 <= date[1] <= 12 and 1 <= date[2] <= 31]
+Date = tuple[int | None, int, int]
+"""(year or None, month, day)."""
 
 
-def _same_date(one: tuple[int | None, int, int], other: tuple[int | None, int, int]) -> bool:
+def _dates(text: str) -> list[list[Date]]:
+    """The readings of each date written as 2026-11-28, November 28(, 2026), 28 November, or in numbers
+    (12/07/2026 is July 12 or December 7): one reading, or two for a day and month that may be either."""
+    found = [[(int(y), int(m), int(d))] for y, m, d in _ISO_DATE.findall(text)]
+    found += [[(int(y) if y else None, _MONTHS[m.lower()], int(d))] for m, d, y in _MONTH_DAY.findall(text)]
+    found += [[(int(y) if y else None, _MONTHS[m.lower()], int(d))] for d, m, y in _DAY_MONTH.findall(text)]
+    found += [_numeric_readings(match) for match in _NUMERIC_DATE.finditer(text)]
+    return [valid for readings in found if (valid := [d for d in readings if 1 <= d[1] <= 12 and 1 <= d[2] <= 31])]
+
+
+def _numeric_readings(match: re.Match[str]) -> list[Date]:
+    """The dates a `_NUMERIC_DATE` match may be: year first is year-month-day; else day and month either way."""
+    year, _, month, day, a, b, short_year, c, d, dotted_year = match.groups()
+    if year:
+        return [(int(year), int(month), int(day))]
+    first, second, y = (a, b, short_year) if a else (c, d, dotted_year)
+    full = int(y) + 2000 if len(y) == 2 else int(y)
+    return [(full, int(second), int(first)), (full, int(first), int(second))]
+
+
+def _same_date(one: Date, other: Date) -> bool:
     return one[1:] == other[1:] and (one[0] is None or other[0] is None or one[0] == other[0])
 
 

@@ -111,3 +111,28 @@ def test_injection_strings_in_a_tools_text_stay_data(planted: str) -> None:
 
     assert kept.text == "Your order A-1042 has shipped." and not kept.replaced
     assert obeyed.replaced
+
+
+@pytest.mark.parametrize("written", ["12/07/2026", "07.12.2026", "2026/12/07"])
+@pytest.mark.parametrize("answer", ["Your Plus plan renews on December 7, 2026.", "Your Plus plan renews on 7 December."])
+def test_a_date_a_tool_wrote_in_numbers_supports_the_same_date_in_words(written: str, answer: str) -> None:
+    """`"renews_on": "12/07/2026"` (or 07.12.2026) was read as no date at all, so the true "December 7" was
+    a date from nowhere and the answer became the fallback."""
+    plan = {"plan": "Plus", "status": "active", "renews_on": written}
+
+    assert _gate(answer, grounding=[plan]).text == answer
+
+
+@pytest.mark.parametrize(("answer", "kept"), [
+    ("Your order A-1042 arrives on 11/28/2026.", True),
+    ("Your order A-1042 arrives on 28/11/2026.", True),
+    ("Your order A-1042 arrives on 28.11.2026.", True),
+    ("Your order A-1042 arrives on 11/30/2026.", False),  # 11, 30 and 2026 are each in the evidence
+    ("Your order A-1042 arrives on 30.11.2026.", False),
+])
+def test_a_date_written_in_numbers_is_checked_as_a_date(answer: str, kept: bool) -> None:
+    """Its numbers one by one were all the check: "11/30/2026" passed on a delivery date of 2026-11-28,
+    since 30 (days to ask for a refund), 11 and 2026 are each somewhere in the evidence."""
+    verified = _gate(answer)
+
+    assert (verified.text == answer) is kept and verified.replaced is not kept
