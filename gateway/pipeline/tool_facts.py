@@ -71,6 +71,12 @@ _DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH})\
 # so a version such as 1.2.10 is none).
 _NUMERIC_DATE = re.compile(r"(?<![\d.,/])(?:(\d{4})([/.])(\d{1,2})\2(\d{1,2})|(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})"
                            r"|(\d{1,2})\.(\d{1,2})\.(\d{4}))(?![\d/]|[.,]\d)")
+# 9:00, 17:30, 9am, 5 p.m., 9:30 PM: an hour, not two numbers.
+_TIME = re.compile(r"(?<![\d:.,])(\d{1,2})(?::(\d{2}))?\s?([ap])\.?m\b\.?|(?<![\d:.,])(\d{1,2}):(\d{2})(?![\d:])",
+                   re.IGNORECASE)
+# A phone or account number however grouped: +1 (555) 010-2000, 555.010.2000, +15550102000.
+_PHONE = re.compile(r"(?<![\w.,+])\+?\(?\d[\d ().-]{5,}\d(?!\w|[.,]\d)")
+_PHONE_DIGITS = 7
 _TOKEN = re.compile(r"(?<![\w-])[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*")
 _UNIT = re.compile(r"\d+[a-z]{1,3}|[a-z]{1,2}\d{1,2}", re.IGNORECASE)  # 2FA, 24h, 10am, v2, Q4: no identifiers
 
@@ -196,6 +202,8 @@ class Evidence:
     numbers: frozenset[Decimal]
     dates: tuple[Date, ...]
     squashed: str
+    times: frozenset[tuple[int, int]] = frozenset()
+    phones: frozenset[str] = frozenset()  # the digits of each phone-like number
 
     @classmethod
     def of(cls, text: str, *, counts: frozenset[int] = frozenset()) -> Evidence:
@@ -203,7 +211,9 @@ class Evidence:
         with the `counts` of the results' lists."""
         numbers = {Decimal(n) for n in _NUMBER.findall(text)}.union(*map(_readings, _AMOUNT.findall(text)))
         numbers |= {Decimal(n) for n in counts}
-        return cls(frozenset(numbers), tuple(date for readings in _dates(text) for date in readings), _squashed(text))
+        return cls(frozenset(numbers), tuple(date for readings in _dates(text) for date in readings), _squashed(text),
+                   frozenset(t for match in _TIME.finditer(text) for t in _time_readings(match)),
+                   frozenset(d for match in _PHONE.finditer(text) if len(d := _digits(match.group(0))) >= _PHONE_DIGITS))
 
     def holds_date(self, readings: list[Date]) -> bool:
         """Whether one of a written date's `readings` is a date of the evidence."""
@@ -226,7 +236,42 @@ class Evidence:
         plain = _LIST_NUMBER.sub("", _MARKER.sub(" ", sentence))
         # A date written in numbers that the evidence holds is one value, not three ("28/11/26": no 26 needed).
         plain = _NUMERIC_DATE.sub(lambda m: " " if self.holds_date(_numeric_readings(m)) else m.group(0), plain)
+        # So is an hour ("17:00" for the evidence's "5pm") and a phone number grouped another way; one the
+        # evidence does not hold is read as its numbers, as before.
+        plain = _TIME.sub(lambda m: " " if self._holds_time(m) else m.group(0), plain)
+        plain = _PHONE.sub(lambda m: " " if self._holds_phone(m.group(0)) else m.group(0), plain)
         return any(not _readings(n) & self.numbers for n in _AMOUNT.findall(_ACRONYM.sub(" ", plain)))
+
+
+    def _holds_time(self, match: re.Match[str]) -> bool:
+        """Whether the evidence holds the hour `match` writes: as an hour, or (an hour on the hour) its number."""
+        if self.times & set(_time_readings(match)):
+            return True
+        hour, minutes = match.group(1) or match.group(4), match.group(2) or match.group(5) or "0"
+        return Decimal(hour) in self.numbers and (int(minutes) == 0 or Decimal(minutes) in self.numbers)
+
+    def _holds_phone(self, written: str) -> bool:
+        """Whether the evidence holds this phone number, grouped any way, with or without its country code."""
+        digits = _digits(written)
+        return len(digits) >= _PHONE_DIGITS and any(
+            phone.endswith(digits) or digits.endswith(phone) for phone in self.phones)
+
+
+def _digits(text: str) -> str:
+    return re.sub(r"\D", "", text)
+
+
+def _time_readings(match: re.Match[str]) -> list[tuple[int, int]]:
+    """(hour 0-23, minutes) of a `_TIME` match: 5pm is 17:00; "5:00" alone may be 5:00 or 17:00."""
+    if match.group(1):
+        hour, minutes = int(match.group(1)), int(match.group(2) or 0)
+        if not 1 <= hour <= 12 or minutes > 59:
+            return []
+        return [(hour % 12 + (12 if match.group(3).lower() == "p" else 0), minutes)]
+    hour, minutes = int(match.group(4)), int(match.group(5))
+    if hour > 23 or minutes > 59:
+        return []
+    return [(hour, minutes), (hour + 12, minutes)] if 1 <= hour < 12 else [(hour, minutes)]
 
 
 def _readings(number: str) -> set[Decimal]:

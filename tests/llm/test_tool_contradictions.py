@@ -136,3 +136,25 @@ def test_a_date_written_in_numbers_is_checked_as_a_date(answer: str, kept: bool)
     verified = _gate(answer)
 
     assert (verified.text == answer) is kept and verified.replaced is not kept
+
+
+SUPPORT = "You are Acme's assistant. Our support line is +1 (555) 010-2000, Monday to Friday 9am-5pm."
+
+
+@pytest.mark.parametrize("answer", [
+    "Refunds take 5 business days [1]. Call +1 (555) 010-2000 from 9:00 to 17:00 with any question.",
+    "Refunds take 5 business days [1]. Call 555-010-2000 from 9 a.m. to 5 p.m. with any question.",
+    "Refunds take 5 business days [1]. Call +15550102000 between 9:00 am and 5:00 pm with any question.",
+])
+def test_a_phone_number_or_hours_written_another_way_are_the_same_values(answer: str) -> None:
+    """The prompt's "9am-5pm" and "+1 (555) 010-2000" as an answer writes them: "17:00" was a number from
+    nowhere, "9:00" too (its "00"), and "+15550102000" one number no text held."""
+    assert _gate(answer, vouched=SUPPORT).text == answer
+
+
+@pytest.mark.parametrize("answer", [
+    "Refunds take 5 business days [1]. Call +1 (555) 010-2999 with any question.",
+    "Refunds take 5 business days [1]. We answer from 7:30 pm.",
+])
+def test_a_phone_number_or_an_hour_no_evidence_holds_still_goes(answer: str) -> None:
+    assert _gate(answer, vouched=SUPPORT).text == "Refunds take 5 business days [1]."
