@@ -77,6 +77,10 @@ _TIME = re.compile(r"(?<![\d:.,])(\d{1,2})(?::(\d{2}))?\s?([ap])\.?m\b\.?|(?<![\
 # A phone or account number however grouped: +1 (555) 010-2000, 555.010.2000, +15550102000.
 _PHONE = re.compile(r"(?<![\w.,+])\+?\(?\d[\d ().-]{5,}\d(?!\w|[.,]\d)")
 _PHONE_DIGITS = 7
+_MAX_OPERANDS = 24
+# Counts in words an answer may multiply by; "one" is left out (one plus any price is a new price).
+_COUNT_WORDS = {w: n for n, w in enumerate(
+    "two three four five six seven eight nine ten eleven twelve".split(), start=2)}
 _TOKEN = re.compile(r"(?<![\w-])[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*")
 _UNIT = re.compile(r"\d+[a-z]{1,3}|[a-z]{1,2}\d{1,2}", re.IGNORECASE)  # 2FA, 24h, 10am, v2, Q4: no identifiers
 
@@ -240,7 +244,16 @@ class Evidence:
         # evidence does not hold is read as its numbers, as before.
         plain = _TIME.sub(lambda m: " " if self._holds_time(m) else m.group(0), plain)
         plain = _PHONE.sub(lambda m: " " if self._holds_phone(m.group(0)) else m.group(0), plain)
-        return any(not _readings(n) & self.numbers for n in _AMOUNT.findall(_ACRONYM.sub(" ", plain)))
+        stated = [_readings(n) for n in _AMOUNT.findall(_ACRONYM.sub(" ", plain))]
+        held = [values & self.numbers for values in stated]
+        # Operands: the held values, and small counts in words ("two mugs at $10 each").
+        operands = [v for v in held if v] + [{Decimal(n)} for w in _WORD.findall(plain.lower())
+                                             if (n := _COUNT_WORDS.get(w))]
+        missing = [stated[i] for i, values in enumerate(held) if not values]
+        if not missing:
+            return False
+        derived = _worked_out(operands)
+        return any(not values & derived for values in missing)
 
 
     def _holds_time(self, match: re.Match[str]) -> bool:
@@ -255,6 +268,15 @@ class Evidence:
         digits = _digits(written)
         return len(digits) >= _PHONE_DIGITS and any(
             phone.endswith(digits) or digits.endswith(phone) for phone in self.phones)
+
+
+def _worked_out(operands: list[set[Decimal]]) -> set[Decimal]:
+    """The sums, differences and products of two of a sentence's own values (2 × $10 = $20; $59.90 - $39.90
+    = $20): a line total or a balance worked out in front of the customer. Only its own sentence's: any two
+    numbers of all the evidence would make almost any number. Its first `_MAX_OPERANDS` values: a table of
+    thousands of numbers costs no more than a sentence."""
+    values = [v for one in operands[:_MAX_OPERANDS] for v in one]
+    return {r for i, a in enumerate(values) for b in values[i + 1:] for r in (a + b, abs(a - b), a * b)}
 
 
 def _digits(text: str) -> str:

@@ -158,3 +158,29 @@ def test_a_phone_number_or_hours_written_another_way_are_the_same_values(answer:
 ])
 def test_a_phone_number_or_an_hour_no_evidence_holds_still_goes(answer: str) -> None:
     assert _gate(answer, vouched=SUPPORT).text == "Refunds take 5 business days [1]."
+
+
+CART = {"order": {"id": "A-1042", "status": "shipped", "total": 59.9, "shipping": 4.5,
+                  "items": [{"name": "Mug", "qty": 2, "unit_price": 10.0}, {"name": "Tea", "qty": 1, "unit_price": 39.9}]}}
+
+
+@pytest.mark.parametrize("answer", [
+    "The 2 mugs at $10.00 each come to $20.00 [1].",
+    "Two mugs at $10 each: $20 [1].",
+    "2 × $10 = $20 for the mugs, plus $39.90 for the tea [1].",
+    "Of your $59.90, the tea was $39.90 and the mugs $20 [1].",
+    "With $4.50 shipping on top of the $59.90, you paid $64.40 [1].",
+])
+def test_a_sum_or_product_of_the_values_a_sentence_gives_is_supported(answer: str) -> None:
+    """A line total the model worked out from the quantity and the price it states beside it was a number
+    from nowhere, and the true answer became the fallback."""
+    assert _gate(answer, grounding=[CART]).text == answer
+
+
+@pytest.mark.parametrize("answer", [
+    "The mugs come to $20.00 [1].",  # worked out from values the sentence does not give
+    "Your total is $79.80 for the 2 mugs [1].",  # 2 × 39.90: no second value beside the 2
+    "The 2 mugs at $10.00 each come to $25.00 [1].",
+])
+def test_a_value_the_sentence_does_not_work_out_still_goes(answer: str) -> None:
+    assert _gate(answer, grounding=[CART]).replaced
