@@ -43,8 +43,10 @@ _KEY_PREFIXES = frozenset({"is", "has", "was", "are", "can", "did", "have"})
 # Keys about the lookup itself, not about the thing looked up.
 _LOOKUP_KEYS = frozenset({"found", "ok", "success", "error", "valid", "exists", "truncated"})
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_NEGATIONS = frozenset({"not", "never", "nor", "cannot", "isn't", "hasn't", "wasn't", "haven't", "aren't",
-                        "weren't", "doesn't", "didn't", "won't", "hadn't", "can't", "couldn't", "shouldn't"})
+_NEGATIONS = frozenset({"not", "never", "nor", "non", "isn't", "hasn't", "wasn't", "haven't", "aren't",
+                        "weren't", "doesn't", "didn't", "hadn't"})
+# A state's word with one of these is its opposite: "unpaid", "inactive", "nonrefundable".
+_NEGATIVE_PREFIXES = ("un", "in", "non")
 _COPULAS = frozenset({"is", "are", "was", "were", "it's", "has", "have", "had", "got"})
 # Words between a negation or a copula and the state it speaks of ("has not yet been shipped").
 _BRIDGE = frozenset({"yet", "be", "been", "being", "already", "now", "fully", "actually", "even", "really", "currently",
@@ -52,7 +54,9 @@ _BRIDGE = frozenset({"yet", "be", "been", "being", "already", "now", "fully", "a
 # A sentence holding one of these before the state asks, doubts or supposes: it states nothing.
 _HEDGES = frozenset({"if", "unless", "when", "once", "until", "whether", "before", "after", "sure", "know", "think",
                      "see", "tell", "find", "check", "confirm", "able", "can", "could", "may", "might", "should",
-                     "would", "will", "seems", "appears", "ask", "asked", "wonder"})
+                     "would", "will", "seems", "appears", "ask", "asked", "wonder",
+                     # as their positive forms: "we can't open a second ticket" is an action, not the ticket's state
+                     "can't", "cannot", "couldn't", "shouldn't", "won't", "wouldn't"})
 _MARKER = re.compile(r"\[\s*\d{1,4}(?:\s*,\s*\d{1,4})*\s*\]")
 _LIST_NUMBER = re.compile(r"^\s*\d{1,3}[.)]\s+")
 _NUMBER = re.compile(r"\d+")
@@ -175,27 +179,36 @@ def _positive_of(value: str) -> str:
 
 def _stated(words: list[str], phrase: str) -> bool | None:
     """Whether the sentence's `words` state `phrase` as so (True: "has been paid"), as not so (False: "has
-    not shipped yet", "is yet to be shipped", "no longer active"), or neither (None: not there, only
-    mentioned, or hedged). A negation reaches the phrase only across words like "yet" and "been": in
-    "not pending, it's shipped" it is pending's, not shipped's."""
+    not shipped yet", "is yet to be shipped", "no longer active", "never got shipped", "is unpaid"), or
+    neither (None: not there, only mentioned, or hedged). A negation reaches the phrase only across words
+    like "yet", "been" and adverbs ("not successfully shipped"): in "not pending, it's shipped" it is
+    pending's, not shipped's."""
     target = phrase.split()
+    opposites = {prefix + target[0] for prefix in _NEGATIVE_PREFIXES} if len(target) == 1 else set()
     hedge = next((i for i, w in enumerate(words) if w in _HEDGES), len(words))
     said: bool | None = None
     for i in range(len(words) - len(target) + 1):
-        if words[i:i + len(target)] != target:
+        opposite = words[i] in opposites
+        if words[i:i + len(target)] != target and not opposite:
             continue
         if i > hedge:
             return None
         j = i - 1
-        while j >= 0 and words[j] in _BRIDGE:
+        while j >= 0 and (words[j] in _BRIDGE or (words[j].endswith("ly") and words[j] != "only")):
             j -= 1
         if j < 0:
             continue
         word, previous = words[j], words[j - 1] if j > 0 else ""
         if word in _NEGATIONS or (word, previous) in (("longer", "no"), ("to", "yet")):
+            so = False
+        elif word in _COPULAS:
+            so = previous not in _NEGATIONS  # "never got shipped", "not was"
+        else:
+            continue
+        if so is not opposite:
+            said = True if said is None else said
+        else:
             said = False
-        elif word in _COPULAS and said is None:
-            said = True
     return said
 
 

@@ -184,3 +184,32 @@ def test_a_sum_or_product_of_the_values_a_sentence_gives_is_supported(answer: st
 ])
 def test_a_value_the_sentence_does_not_work_out_still_goes(answer: str) -> None:
     assert _gate(answer, grounding=[CART]).replaced
+
+
+TICKET = {"ticket": {"id": "T-88", "status": "open"}}
+
+
+def test_a_state_word_after_cannot_is_an_action_not_the_state() -> None:
+    """"can open" was a hedge and "can't open" a denial that the ticket is open: the true answer lost a sentence."""
+    text = "Your ticket T-88 is open [1]. We can't open a second ticket for the same issue, nor won't close it."
+
+    assert _gate(text, grounding=[TICKET]).text == text
+
+
+@pytest.mark.parametrize("text", [
+    "Your order A-1042 never got shipped.",
+    "Your order A-1042 was never shipped [1].",
+    "Your order A-1042 has not been successfully shipped [1].",
+    "Your order A-1042 is unshipped [1].",
+    "Your order A-1042 is unpaid [1].",
+])
+def test_a_denial_in_other_words_is_a_contradiction(text: str) -> None:
+    """Each said the opposite of the tool's state and went out: the negation sat before "got", or an
+    adverb stood between it and the state, or the state took a negative prefix."""
+    assert _gate(text).replaced
+
+
+def test_a_negative_prefix_that_agrees_with_the_tool_is_kept() -> None:
+    text = "Your order A-1042 is non-refundable, and it is not unpaid [1]."
+
+    assert _gate(text).text == text
