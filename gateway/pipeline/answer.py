@@ -203,7 +203,7 @@ class Answerer:
         verified = verify_citations(text, hits, fallback_text=bot.fallback_text,
                                     grounding=[c["result"] for c in grounded],
                                     tool_arguments=[c["arguments"] for c in grounded],
-                                    vouched=bot.system_prompt or "", question=_customer_said(turn, history),
+                                    vouched=bot.system_prompt or "", question=_said_before(turn, history),
                                     echo=echo)
         if verified.replaced:
             log.info("gate2.replaced", reason=verified.reason, message_id=turn.message_id,
@@ -325,10 +325,11 @@ def _found_something(result: Any) -> bool:
     return isinstance(result, list) and bool(result)
 
 
-def _customer_said(turn, history: list[dict[str, Any]]) -> str:
-    """What the customer wrote in the turns the model saw, this one last: a number or an order id from
-    them ("I was charged $45 for A-7", then "has it shipped?") is theirs, no claim of the answer's."""
-    return "\n".join([*(m["content"] for m in history if m.get("role") == "user"), turn.text])
+def _said_before(turn, history: list[dict[str, Any]]) -> str:
+    """What the conversation the model saw says, this message last: a number or an order id the customer
+    gave ("I was charged $45 for A-7", then "has it shipped?"), or an earlier answer or an operator stated
+    ("A-7 came to $59.90", gate 2 checked it then), is no new claim of this answer's."""
+    return "\n".join([*(str(m.get("content") or "") for m in history), turn.text])
 
 
 def _metadata(turn) -> dict[str, Any]:

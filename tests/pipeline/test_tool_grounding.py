@@ -44,3 +44,20 @@ async def test_what_the_customer_wrote_in_an_earlier_turn_is_theirs_not_a_claim_
 
     assert result.reply == "Your order A-7 has shipped. The $45 you were charged is more than Plus, which costs $6 " \
                            "per month [1]."
+
+
+async def test_what_an_earlier_answer_said_is_no_new_claim_of_this_one(openai_fake) -> None:
+    """The conversation's own earlier answer (a tool's total then, an operator's word) was no evidence: a true
+    answer that repeated its amount, after this turn's lookup, lost its sentence."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [ORDER_STATUS]}])
+    history = [{"role": "user", "content": "What did order A-7 cost?"},
+               {"role": "assistant", "content": "Order A-7 came to $59.90."}]
+    openai_fake.script("primary", Turn(text='{"queries": ["order A-7 shipped"]}'),
+                       Turn(tool_calls=(ToolCallSpec("order_status", {"order": "A-7"}),)),
+                       Turn(text="Your order A-7 has shipped. The $59.90 it came to is more than Plus, which costs $6 "
+                                 "per month [1]."))
+
+    result = await rig.pipeline.handle(rig.turn("Has it shipped?", history=history))
+
+    assert result.reply == "Your order A-7 has shipped. The $59.90 it came to is more than Plus, which costs $6 " \
+                           "per month [1]."
