@@ -30,10 +30,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.models import Citation
+from gateway.pipeline.evidence import Evidence
 from gateway.pipeline.links import link_values, without_unknown_links
 from gateway.pipeline.prompts import RULES, Hit
 from gateway.pipeline.sentences import keep_sentences, split_sentences
-from gateway.pipeline.tool_facts import Evidence, ToolFacts, grounded_sentences
+from gateway.pipeline.tool_facts import ToolFacts, grounded_sentences
 
 # [3], [1, 2], [1,2 , 3]; adjacent [1][2] are simply two markers. Leading spaces go with the marker.
 # `(?<!\s)`: a match starts where its run of spaces does, so a long run costs linear time, not quadratic.
