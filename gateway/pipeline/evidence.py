@@ -7,7 +7,9 @@ worked out in the sentence from values it gives ("2 mugs at $10 each: $20")."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -36,6 +38,8 @@ _TIME = re.compile(r"(?<![\d:.,])(\d{1,2})(?::(\d{2}))?\s?([ap])\.?m\b\.?|(?<![\
 # A phone or account number however grouped: +1 (555) 010-2000, 555.010.2000, +15550102000.
 _PHONE = re.compile(r"(?<![\w.,+])\+?\(?\d[\d ().-]{5,}\d(?!\w|[.,]\d)")
 _PHONE_DIGITS = 7
+_DURATION = re.compile(r"\b(\d{1,4}|a|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)[\s-]+"
+                       r"(?:calendar\s+)?(days?|weeks?|months?)\b")
 _MAX_OPERANDS = 24
 # Counts in words an answer may multiply by; "one" is left out (one plus any price is a new price).
 _COUNT_WORDS = {w: n for n, w in enumerate(
@@ -64,15 +68,20 @@ class Evidence:
                    frozenset(t for match in _TIME.finditer(text) for t in _time_readings(match)),
                    frozenset(d for match in _PHONE.finditer(text) if len(d := _digits(match.group(0))) >= _PHONE_DIGITS))
 
-    def holds_date(self, readings: list[Date]) -> bool:
-        """Whether one of a written date's `readings` is a date of the evidence."""
-        return any(_same_date(date, other) for date in readings for other in self.dates)
+    def holds_date(self, readings: list[Date], *, within: str = "") -> bool:
+        """Whether one of a written date's `readings` is a date of the evidence, or one a duration stated
+        `within` its sentence away from one ("until December 28 (30 days)" of a delivery on 2026-11-28)."""
+        if any(_same_date(date, other) for date in readings for other in self.dates):
+            return True
+        shifts = _durations(within)
+        return bool(shifts) and any(_same_date(date, shifted) for other in self.dates if other[0] is not None
+                                    for shift in shifts for shifted in _shifted(other, shift) for date in readings)
 
     def unsupported(self, sentence: str) -> str | None:
         """A number, date or identifier `sentence` states that the evidence does not hold, or None."""
         plain = _LIST_NUMBER.sub("", MARKER.sub(" ", sentence))
         for readings in _dates(plain):
-            if not self.holds_date(readings):
+            if not self.holds_date(readings, within=plain):
                 return "a date no extract or tool result holds"
         for token in _TOKEN.findall(plain):
             if _is_identifier(token) and _squashed(token) not in self.squashed:
@@ -82,9 +91,11 @@ class Evidence:
     def lacks_a_number_of(self, sentence: str) -> bool:
         """Whether `sentence` states a number the evidence does not hold, however written ("$59.90" is
         the 59.9 of a tool's JSON, "59,90 €" too)."""
-        plain = _LIST_NUMBER.sub("", MARKER.sub(" ", sentence))
-        # A date written in numbers that the evidence holds is one value, not three ("28/11/26": no 26 needed).
-        plain = _NUMERIC_DATE.sub(lambda m: " " if self.holds_date(_numeric_readings(m)) else m.group(0), plain)
+        plain = within = _LIST_NUMBER.sub("", MARKER.sub(" ", sentence))
+        # A date the evidence holds is one value, not three ("28/11/26": no 26 needed; "December 28" worked
+        # out from a date and "30 days": no 28 needed).
+        for pattern, read in _DATE_FORMS:
+            plain = pattern.sub(lambda m: " " if self.holds_date(read(m), within=within) else m.group(0), plain)
         # So is an hour ("17:00" for the evidence's "5pm") and a phone number grouped another way; one the
         # evidence does not hold is read as its numbers, as before.
         plain = _TIME.sub(lambda m: " " if self._holds_time(m) else m.group(0), plain)
@@ -177,11 +188,34 @@ Date = tuple[int | None, int, int]
 def _dates(text: str) -> list[list[Date]]:
     """The readings of each date written as 2026-11-28, November 28(, 2026), 28 November, or in numbers
     (12/07/2026 is July 12 or December 7): one reading, or two for a day and month that may be either."""
-    found = [[(int(y), int(m), int(d))] for y, m, d in _ISO_DATE.findall(text)]
-    found += [[(int(y) if y else None, _MONTHS[m.lower()], int(d))] for m, d, y in _MONTH_DAY.findall(text)]
-    found += [[(int(y) if y else None, _MONTHS[m.lower()], int(d))] for d, m, y in _DAY_MONTH.findall(text)]
-    found += [_numeric_readings(match) for match in _NUMERIC_DATE.finditer(text)]
+    found = [read(match) for pattern, read in _DATE_FORMS for match in pattern.finditer(text)]
     return [valid for readings in found if (valid := [d for d in readings if 1 <= d[1] <= 12 and 1 <= d[2] <= 31])]
+
+
+def _durations(text: str) -> list[tuple[int, int]]:
+    """(days, months) of each duration `text` states: "30 days", "two weeks", "12 months"."""
+    found = []
+    for count, unit in _DURATION.findall(text.lower()):
+        n = int(count) if count.isdigit() else _COUNT_WORDS.get(count, 1 if count in ("a", "one") else 0)
+        found.append((n * (7 if unit.startswith("week") else 1), 0) if unit.startswith(("day", "week")) else (0, n))
+    return [shift for shift in found if any(shift)]
+
+
+def _shifted(date: Date, shift: tuple[int, int]) -> list[Date]:
+    """`date` moved `shift` (days, months) later and earlier; none that is no date."""
+    year, month, day = date
+    out: list[Date] = []
+    for sign in (1, -1):
+        try:
+            if shift[0]:
+                moved = dt.date(year, month, day) + dt.timedelta(days=sign * shift[0])
+            else:
+                months = year * 12 + month - 1 + sign * shift[1]
+                moved = dt.date(months // 12, months % 12 + 1, day)
+        except (ValueError, OverflowError):
+            continue
+        out.append((moved.year, moved.month, moved.day))
+    return out
 
 
 def _numeric_readings(match: re.Match[str]) -> list[Date]:
@@ -192,6 +226,14 @@ def _numeric_readings(match: re.Match[str]) -> list[Date]:
     first, second, y = (a, b, short_year) if a else (c, d, dotted_year)
     full = int(y) + 2000 if len(y) == 2 else int(y)
     return [(full, int(second), int(first)), (full, int(first), int(second))]
+
+
+_DATE_FORMS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], list[Date]]]] = [
+    (_ISO_DATE, lambda m: [(int(m[1]), int(m[2]), int(m[3]))]),
+    (_MONTH_DAY, lambda m: [(int(m[3]) if m[3] else None, _MONTHS[m[1].lower()], int(m[2]))]),
+    (_DAY_MONTH, lambda m: [(int(m[3]) if m[3] else None, _MONTHS[m[2].lower()], int(m[1]))]),
+    (_NUMERIC_DATE, _numeric_readings),
+]
 
 
 def _same_date(one: Date, other: Date) -> bool:

@@ -213,3 +213,18 @@ def test_a_negative_prefix_that_agrees_with_the_tool_is_kept() -> None:
     text = "Your order A-1042 is non-refundable, and it is not unpaid [1]."
 
     assert _gate(text).text == text
+
+
+@pytest.mark.parametrize(("answer", "kept"), [
+    ("It was delivered on November 28, so you can return it until December 28 (30 days) [1].", True),
+    ("You have 30 days from delivery, until December 28, 2026, to ask for a refund [1].", True),
+    ("Two weeks after delivery, on December 12, your return label expires [1].", True),
+    ("You can return it until December 29 (30 days after delivery) [1].", False),
+    ("You can return it until December 28 [1].", False),  # no duration beside it to work it out from
+])
+def test_a_date_worked_out_from_a_tools_date_and_a_stated_duration_is_supported(answer: str, kept: bool) -> None:
+    """The refund window's end, 30 days (an extract's) after the tool's delivery date of 2026-11-28, was a
+    date from nowhere, and the true answer became the fallback."""
+    verified = _gate(answer)
+
+    assert (verified.text == answer) is kept and verified.replaced is not kept
