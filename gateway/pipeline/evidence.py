@@ -59,9 +59,10 @@ class Evidence:
     phones: frozenset[str] = frozenset()  # the digits of each phone-like number
 
     @classmethod
-    def of(cls, text: str, *, counts: frozenset[int] = frozenset()) -> Evidence:
+    def of(cls, text: str, *, counts: frozenset[Decimal] = frozenset()) -> Evidence:
         """Read once per answer: the extracts, the tool results and arguments, the question, the bot's texts,
-        with the `counts` of the results' lists."""
+        with the values the results hold in other words (`ToolFacts.counts`: their lists' lengths, amounts
+        in cents as units)."""
         numbers = {Decimal(n) for n in _NUMBER.findall(text)}.union(*map(_readings, _AMOUNT.findall(text)))
         numbers |= {Decimal(n) for n in counts}
         return cls(frozenset(numbers), tuple(date for readings in _dates(text) for date in readings), _squashed(text),

@@ -27,11 +27,13 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from gateway.pipeline.evidence import MARKER, Evidence
 from gateway.pipeline.sentences import keep_sentences
 
+_MINOR_UNITS = re.compile(r"amount|cents|minor", re.IGNORECASE)  # amount, unit_amount, total_cents
 _MAX_DEPTH = 64  # a result nested thousands deep is walked this far, not until RecursionError
 _STATE_VALUE = re.compile(r"[A-Za-z][A-Za-z _-]{3,30}")
 # A string is a state only under a key that names one (`status`, `order_status`, `subscriptionState`): a
@@ -61,19 +63,20 @@ _HEDGES = frozenset({"if", "unless", "when", "once", "until", "whether", "before
 
 @dataclass(frozen=True, slots=True)
 class ToolFacts:
-    """The states the tool results give: each key's values (a status) and each flag's truth; and how
-    many items their lists hold ("you have 2 open orders" counts what a tool returned)."""
+    """The states the tool results give: each key's values (a status) and each flag's truth; and the
+    values an answer may state that the results hold in other words: how many items their lists hold
+    ("you have 2 open orders" counts what a tool returned), and an amount in cents as units."""
 
     states: dict[str, frozenset[str]] = field(default_factory=dict)
     flags: dict[str, frozenset[bool]] = field(default_factory=dict)
-    counts: frozenset[int] = frozenset()
+    counts: frozenset[Decimal] = frozenset()
 
     @classmethod
     def of(cls, results: Sequence[Any]) -> ToolFacts:
         """Read `results` (objects, lists, or texts that are JSON) to any depth up to `_MAX_DEPTH`."""
         states: dict[str, set[str]] = {}
         flags: dict[str, set[bool]] = {}
-        counts: set[int] = set()
+        counts: set[Decimal] = set()
         pending: list[tuple[str, Any, int]] = [("", r, 0) for r in results]
         while pending:
             key, item, depth = pending.pop()
@@ -87,10 +90,13 @@ class ToolFacts:
             if isinstance(item, dict):
                 pending.extend((str(k), v, depth + 1) for k, v in item.items())
             elif isinstance(item, (list, tuple)):
-                counts.add(len(item))
+                counts.add(Decimal(len(item)))
                 pending.extend((key, v, depth + 1) for v in item)
             elif isinstance(item, bool) and (phrase := _key_phrase(key)):
                 flags.setdefault(phrase, set()).add(item)
+            elif isinstance(item, int) and not isinstance(item, bool) and _MINOR_UNITS.search(key):
+                # Payment APIs give an amount in the currency's smallest unit: `"amount": 5990` is €59.90.
+                counts.add(Decimal(item) / 100)
             elif isinstance(item, str) and _STATE_KEY.intersection(_phrase(key).split()) \
                     and _STATE_VALUE.fullmatch(item.strip()) and len(item.split()) <= _STATE_WORDS \
                     and _phrase(item) not in _NO_STATE:

@@ -228,3 +228,19 @@ def test_a_date_worked_out_from_a_tools_date_and_a_stated_duration_is_supported(
     verified = _gate(answer)
 
     assert (verified.text == answer) is kept and verified.replaced is not kept
+
+
+@pytest.mark.parametrize(("answer", "kept"), [
+    ("Your payment of €59.90 succeeded [1].", True),
+    ("Your payment of 59,90 EUR succeeded [1].", True),
+    ("Your payment of €69.90 succeeded [1].", False),
+])
+def test_an_amount_a_tool_gives_in_cents_supports_the_amount_in_units(answer: str, kept: bool) -> None:
+    """Payment APIs give amounts in the currency's smallest unit (`"amount": 5990` is €59.90): the true
+    "€59.90" was a number from nowhere and the answer became the fallback."""
+    payment = {"payment": {"id": "pi_1", "status": "succeeded", "amount": 5990, "currency": "eur",
+                           "amount_refunded_cents": 0}}
+
+    verified = _gate(answer, grounding=[payment])
+
+    assert (verified.text == answer) is kept and verified.replaced is not kept
