@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import zlib
 from datetime import datetime, time, timedelta, timezone
 from urllib.parse import urljoin
@@ -130,20 +131,28 @@ def _reliable(url: str, entries: list[tuple[str, str | None]]) -> list[tuple[str
     return kept
 
 
+_W3C = re.compile(r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?)?")
+"""The W3C forms a `<lastmod>` names a day or a moment in (a year or a month alone are too coarse to use)."""
+
+
 def _settled(lastmod: str, now: datetime) -> bool:
-    """Whether the day or moment a `<lastmod>` names (W3C: a date, or a date and time with its zone) is over,
-    in every time zone; at most 64 characters, as stored."""
+    """Whether the whole day or moment a `<lastmod>` names (W3C: a date, or a date and time with its zone) is
+    over, in every time zone; at most 64 characters, as stored. A moment is as long as its precision: a page
+    read at 10:00:20 whose `<lastmod>` says 10:00 may change again at 10:00:40 and still say 10:00. Other ISO
+    forms (`2026-W49`, `…T10`), which `datetime.fromisoformat` reads as their first day or hour, are not used."""
+    match = _W3C.fullmatch(lastmod) if len(lastmod) <= 64 else None
     try:
-        when = datetime.fromisoformat(lastmod)
+        when = datetime.fromisoformat(lastmod) if match else None
     except ValueError:
+        when = None
+    if when is None:
         return False
-    if len(lastmod) > 64:
-        return False
-    if "T" not in lastmod:  # a whole day, in the site's zone (UTC-12 to UTC+14)
+    if not match.group(1):  # a whole day, in the site's zone (UTC-12 to UTC+14)
         return datetime.combine(when.date(), time(), timezone.utc) + timedelta(days=1, hours=12) <= now
-    if when.tzinfo is None:  # W3C asks for a zone; without one, the latest it may be
-        return when.replace(tzinfo=timezone.utc) + timedelta(hours=12) <= now
-    return when <= now
+    end = when + timedelta(seconds=1 if match.group(2) else 60)  # the end of its second, or of its minute
+    if end.tzinfo is None:  # W3C asks for a zone; without one, the latest it may be
+        return end.replace(tzinfo=timezone.utc) + timedelta(hours=12) <= now
+    return end <= now
 
 
 def _text_sitemap(url: str, body: bytes) -> list[str]:

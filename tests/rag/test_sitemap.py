@@ -155,3 +155,28 @@ async def test_a_page_answered_304_after_its_lastmod_moved_keeps_the_new_lastmod
             settled = await knowledge.ingest_source("acme", "site")
     assert site.requested == ["/sitemap.xml"]
     assert moved.status == settled.status == "ok" and moved.unchanged == settled.unchanged > 0
+
+
+async def test_a_lastmod_is_relied_on_only_once_the_whole_span_it_names_is_over():
+    """`2026-12-06T10:00Z` (W3C: minutes) names a minute: a page read at 10:00:20 and changed again at 10:00:40
+    keeps that `<lastmod>`, so it was never read again. An ISO week (`2026-W49`) or an hour (`…T10`), which
+    are not W3C and which `datetime.fromisoformat` reads as their first day or moment, did the same for
+    the rest of that week or hour."""
+    import asyncio
+    from datetime import datetime, timedelta, timezone
+
+    from rag.sitemap import sitemap_urls
+
+    if datetime.now(timezone.utc).second >= 55:  # this minute must still be going when the sitemap is read
+        await asyncio.sleep(6)
+    now = datetime.now(timezone.utc)
+    this_minute = now.strftime("%Y-%m-%dT%H:%MZ")
+    minute_ago = (now - timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%MZ")
+    site = SitemapSite()
+    async with site.serving() as base, httpx.AsyncClient(timeout=5) as client:
+        site.base = base
+        site.listed = {"/p/a": this_minute, "/p/b": minute_ago, "/p/c": now.strftime("%G-W%V"),
+                       "/p/d": now.strftime("%Y-%m-%dT%H"), "/p/e": "2026-01-05T10:00:00+01:00"}
+        listing = await sitemap_urls(f"{base}/sitemap.xml", client=client, depth=0, errors=[])
+    assert listing == {f"{base}/p/a": None, f"{base}/p/b": minute_ago, f"{base}/p/c": None, f"{base}/p/d": None,
+                       f"{base}/p/e": "2026-01-05T10:00:00+01:00"}
