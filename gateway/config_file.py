@@ -63,7 +63,11 @@ def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list
                     defaulted.append(f"{sub} (${{{ref.group(1)}}} is not set)")
             if _TOOL.search(path):
                 _refuse_literal_tool_secret(key, value, sub)
-            out[key] = _interpolate(value, env, sub, defaulted, unset)
+            # An http tool's headers and URL hold its credentials: read as secrets are, without the newline
+            # a secret file ends with (kept, every call of the tool failed).
+            tool_secrets = _TOOL.search(path) and key in ("headers", "url")
+            out[key] = _interpolate(value, {k: v.strip() for k, v in env.items()} if tool_secrets else env, sub,
+                                    defaulted, unset)
             if key in SECRET_KEYS and isinstance(out[key], str):
                 # A secret file's trailing newline is never part of the secret: kept, every signature
                 # (Slack, Twilio) and every sign-in with it failed, with nothing saying why.

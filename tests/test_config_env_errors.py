@@ -57,3 +57,16 @@ def test_log_format_is_read_in_any_case_as_log_level_is(tmp_path, monkeypatch):
     monkeypatch.setenv("LOG_FORMAT", "xml")
     with pytest.raises(ConfigError, match="log_format"):
         load_settings(write_config(tmp_path))
+
+
+def test_an_http_tools_credential_is_read_without_the_newline_a_secret_file_ends_with(tmp_path, monkeypatch):
+    # A tool's header or URL query credential is a secret under another key's name: "Bearer ${ORDERS_TOKEN}"
+    # kept the newline, and every call of the tool failed (an illegal header value; %0A in the query).
+    monkeypatch.setenv("ORDERS_TOKEN", "sk-live-1234\n")
+    monkeypatch.setenv("ORDERS_KEY", "k-5678\r\n")
+    tool = {"name": "orders", "type": "http", "url": "https://api.example/orders/{id}?api_key=${ORDERS_KEY}&v=2",
+            "headers": {"Authorization": "Bearer ${ORDERS_TOKEN}"},
+            "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}
+    spec = load_settings(write_config(tmp_path, bots=[{"name": "b", "tools": [tool]}])).bots[0].tools[0]
+    assert spec.headers == {"Authorization": "Bearer sk-live-1234"}
+    assert spec.url == "https://api.example/orders/{id}?api_key=k-5678&v=2"
