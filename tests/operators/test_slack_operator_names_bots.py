@@ -1,0 +1,46 @@
+"""Slack operators' names across bots: an operator who serves several bots with Slack lists escalations of
+each, and the names of all of them are looked up side by side, not one bot after the other."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import pytest_asyncio
+
+from tests.conftest import app_client
+from tests.fakes.slack_api import BOT_TOKEN
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+TOKEN = "lee-token-0123456789"
+SLOW_S = 1.0
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tmp_path_factory, slack):
+    slack_channel = {"bot_token": "${NAMES_SLACK_BOT}", "signing_secret": "${NAMES_SLACK_SECRET}", "api_base": slack.api_base}
+    bots = [{"name": name, "channels": {"web": {}, "slack": slack_channel}} for name in ("acme", "beta", "gamma")]
+    env = {"NAMES_LEE_TOKEN": TOKEN, "NAMES_SLACK_BOT": BOT_TOKEN, "NAMES_SLACK_SECRET": "names-signing-secret-1234"}
+    async with app_client(tmp_path_factory.mktemp("names"), bots=bots, env=env,
+                          operators=[{"name": "lee", "token": "${NAMES_LEE_TOKEN}", "bots": ["*"]}]) as http:
+        await http.services.reminders.stop()
+        yield http
+
+
+async def test_names_of_several_bots_operators_are_looked_up_side_by_side(client, slack):
+    """Each bot's look-ups waited for the previous bot's: with Slack slow or down, a list over n bots took
+    n times `LOOKUP_TIMEOUT_S` (2 s each) before the console showed anything."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    members = {"acme": "UANA", "beta": "UBEN", "gamma": "UCAL"}
+    for bot, user in members.items():
+        slack.users[user] = {"name": user.lower(), "profile": {"display_name": user.title()}}
+        chat = await client.post(f"/v1/bots/{bot}/chat", json={"session_id": f"names-{bot}", "text": "Can I speak to a human?"})
+        listed = (await client.get(f"/v1/escalations?state=open&bot={bot}", headers=headers)).json()["escalations"]
+        escalation = next(e["id"] for e in listed if e["conversation_id"] == chat.json()["conversation_id"])
+        await client.services.escalations.claim(escalation, operator=f"slack:{user}", bots=None)
+    slack.delays["users.info"] = SLOW_S
+    started = time.monotonic()
+    listed = (await client.get("/v1/escalations?state=claimed", headers=headers)).json()
+    took = time.monotonic() - started
+    assert listed["operator_names"] == {"slack:UANA": "Uana", "slack:UBEN": "Uben", "slack:UCAL": "Ucal"}
+    assert took < 2 * SLOW_S, f"took {took:.2f}s: one bot's look-ups after another's"
