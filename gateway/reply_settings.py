@@ -31,6 +31,7 @@ _LANGUAGE_TAG = re.compile(
     r"|x(?:-[a-z0-9]{1,8})+", re.IGNORECASE)
 _SAMPLES = {"chars": 5000, "limit": 4000, "start": "09:00", "end": "17:00", "timezone": "Europe/Madrid",
             "day": "Monday", "time": "09:00", "per_minute": 60}
+DISCORD_MAX_CHARS = 2000  # a message's content (`channels.discord_render.MAX_LENGTH`)
 
 
 class WidgetTexts(_Strict):
@@ -139,6 +140,15 @@ class RepliesSettings(_Strict):
             value.format(**{name: _SAMPLES[name] for name in allowed})
         except (ValueError, IndexError) as exc:  # a format spec that does not suit the value: {chars:x.y}
             raise ValueError(f"not a valid template ({exc})") from None
+        return value
+
+    @field_validator("use_ask")
+    @classmethod
+    def _fits_discord(cls, value: str) -> str:
+        # An interaction's answer, sent unsplit: Discord refuses one over its limit, and the member saw
+        # "The application did not respond".
+        if len(value) > DISCORD_MAX_CHARS:
+            raise ValueError(f"is {len(value)} characters; Discord takes at most {DISCORD_MAX_CHARS} in one message")
         return value
 
     @field_validator("lang")

@@ -141,3 +141,12 @@ def test_a_language_that_is_no_bcp_47_tag_is_a_config_error_naming_the_key(tmp_p
     with pytest.raises(ConfigError) as caught:
         _load(tmp_path, {"lang": lang})
     assert caught.value.key == "bots[0].replies.lang" and "is not a BCP 47 language tag" in caught.value.problem
+
+
+def test_a_use_ask_longer_than_discord_takes_is_a_config_error(tmp_path):
+    """It is an interaction's answer, sent as written and unsplit: over 2000 characters, Discord refused it and
+    the member saw "The application did not respond"."""
+    assert _load(tmp_path, {"use_ask": "u" * 2000}).bots[0].replies.use_ask == "u" * 2000
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, {"use_ask": "u" * 2001})
+    assert caught.value.key == "bots[0].replies.use_ask" and "2001 characters" in caught.value.problem
