@@ -154,6 +154,17 @@ def url_fields(url: str) -> list[str]:
     return [field for _, field, _, _ in string.Formatter().parse(url) if field is not None]
 
 
+def path_fields(url: str) -> list[str]:
+    """The fields of an http tool's URL template in its path (before its query or fragment): each is a whole
+    segment, which an empty value would drop."""
+    fields, literal = [], ""
+    for text, field, _, _ in string.Formatter().parse(url):
+        literal += text
+        if field is not None and not any(mark in literal for mark in "?#"):
+            fields.append(field)
+    return fields
+
+
 def url_origin(url: str) -> str:
     """The literal start of an http tool's URL template, up to its first field: where the scheme, host and
     port must be whole (`_check_url_template`), so that no argument can choose where a call goes."""

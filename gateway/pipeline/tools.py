@@ -35,7 +35,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import httpx
 import structlog
 
-from gateway.bot_settings import ESCALATE_TOOL, url_fields, url_origin
+from gateway.bot_settings import ESCALATE_TOOL, path_fields, url_fields, url_origin
 from gateway.errors import ConfigError
 from gateway.models import CallerIdentity
 from gateway.settings import BotSettings, Settings, ToolSettings
@@ -162,7 +162,7 @@ class BotTools:
             # The URL cannot be made without them (it was a KeyError, logged as the tool failing).
             return ToolOutcome(name, arguments, None, error="invalid arguments: missing "
                                                             f"{', '.join(map(repr, dict.fromkeys(missing)))}")
-        if spec.type == "http" and (empty := [f for f in url_fields(spec.url) if str(arguments[f]) == ""]):
+        if spec.type == "http" and (empty := [f for f in path_fields(spec.url) if str(arguments[f]) == ""]):
             # An empty segment is no segment: /orders/{id} became /orders/ (every order, with the tool's key).
             return ToolOutcome(name, arguments, None, error=f"invalid arguments: {', '.join(map(repr, dict.fromkeys(empty)))} "
                                                             f"{'is' if len(set(empty)) == 1 else 'are'} empty")

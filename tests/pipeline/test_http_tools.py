@@ -72,6 +72,16 @@ async def test_an_empty_argument_cannot_drop_its_path_segment_and_reach_the_coll
     assert middle.error == "invalid arguments: 'sku' is empty"
     assert seen == []
 
+async def test_an_empty_argument_for_a_query_field_is_sent_as_an_empty_value():
+    # Only a path segment disappears when empty; `?status=` is a filter left out, which an API reads as such.
+    async with api() as (base, seen):
+        tools = BotTools(bot({"name": "orders", "type": "http", "url": base + "/v1/orders?email={email}&status={status}",
+                              "parameters": params("email", "status")}))
+        outcome = await tools.call("orders", {"email": "a@example.com", "status": ""}, identity=ALICE)
+    assert outcome.error is None
+    assert [path for _, path, _, _ in seen] == ["/v1/orders?email=a%40example.com&status="]
+
+
 async def test_a_call_with_an_undeclared_argument_is_refused_without_a_request():
     async with api() as (base, seen):
         tools = BotTools(bot({"name": "ticket", "type": "http", "method": "POST", "url": base + "/tickets",
