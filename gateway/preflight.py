@@ -83,6 +83,7 @@ async def schema_revision(settings, engine=None) -> str | None:
     """The migration the database is at, None when it was never migrated (no `alembic_version`, or no
     SQLite file: asking would create it); a one-line `GatewayError` when it cannot be reached."""
     from sqlalchemy import inspect, text
+    from sqlalchemy.engine import make_url
 
     from storage.engine import create_engine, sqlite_file
 
@@ -96,7 +97,12 @@ async def schema_revision(settings, engine=None) -> str | None:
                 return None
             return (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar_one_or_none()
     except Exception as exc:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
+        # The driver's own words: SQLAlchemy's wrapper adds its class and a "(Background on this error at:
+        # https://sqlalche.me/…)" link to them.
+        cause = getattr(exc, "orig", None) or exc
+        reason = " ".join(str(cause).split()) or type(cause).__name__
+        if type(cause.__cause__).__name__ == "InvalidCatalogNameError":  # asyncpg: no database of that name
+            reason += f" on that server: create it first (createdb {make_url(settings.database_url).database})"
         raise GatewayError(f"cannot reach the database {redacted_db_url(settings.database_url)}: {reason}") from None
     finally:
         if own:

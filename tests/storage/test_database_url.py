@@ -1,4 +1,5 @@
-"""A PostgreSQL URL as hosting providers hand it out connects as it is written."""
+"""A PostgreSQL URL as hosting providers hand it out connects as it is written, and one whose database is
+not created yet says so."""
 
 from __future__ import annotations
 
@@ -24,3 +25,15 @@ async def test_a_url_with_libpq_sslmode_connects_through_the_engine_and_the_brid
         assert await connection.fetchval("SELECT 1") == 1
     finally:
         await connection.close()
+
+
+def test_db_upgrade_against_a_database_not_created_yet_says_to_create_it(tmp_path, postgres_url):
+    # The first switch to PostgreSQL: the line ended in SQLAlchemy's class name and a link to its docs.
+    from tests.conftest import write_config
+    from tests.test_cli import _run
+
+    url = postgres_url.rsplit("/", 1)[0].replace("+asyncpg", "") + "/gw_never_created"
+    proc = _run("db", "upgrade", "--config", str(write_config(tmp_path, database_url=url)))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f'error: cannot reach the database {url}: database "gw_never_created" does not '
+                                   "exist on that server: create it first (createdb gw_never_created)"), proc.stderr
