@@ -54,12 +54,18 @@ _COPULAS = frozenset({"is", "are", "was", "were", "it's", "has", "have", "had", 
 _BRIDGE = frozenset({"yet", "be", "been", "being", "already", "now", "fully", "actually", "even", "really", "currently",
                      "still", "just"})
 # A sentence holding one of these before the state asks, doubts or supposes: it states nothing.
-_HEDGES = frozenset({"if", "unless", "when", "once", "until", "whether", "before", "after", "sure", "know", "think",
-                     "see", "tell", "find", "check", "confirm", "able", "can", "could", "may", "might", "should",
-                     "would", "will", "seems", "appears", "ask", "asked", "wonder",
-                     # as their positive forms: "we can't open a second ticket" is an action, not the ticket's state
-                     "can't", "cannot", "couldn't", "shouldn't", "won't", "wouldn't"})
-
+_HEDGES = frozenset({"if", "unless", "when", "once", "until", "whether", "before", "after", "think", "seems",
+                     "appears", "ask", "asked", "wonder", "maybe", "perhaps", "probably", "possibly", "unsure",
+                     "unable"})
+# Words of knowing and checking doubt only when denied ("not sure", "can't tell", "don't know"): "I can
+# confirm that your order has not shipped", "Sure, …", "As you can see, …" state what follows.
+_KNOWING = frozenset({"sure", "know", "see", "tell", "find", "check", "confirm", "able", "say", "certain"})
+_DENIALS = frozenset({"not", "never", "no", "don't", "can't", "cannot", "couldn't", "won't", "wouldn't", "isn't",
+                      "wasn't", "didn't", "doesn't", "aren't"})
+# A modal that governs the state makes it a possibility or an action, not the state: "may have shipped",
+# "will be refunded", "we can't open a second ticket".
+_MODALS = frozenset({"can", "could", "may", "might", "should", "would", "will", "must", "can't", "cannot",
+                     "couldn't", "shouldn't", "won't", "wouldn't", "mustn't"})
 
 @dataclass(frozen=True, slots=True)
 class ToolFacts:
@@ -161,7 +167,8 @@ def _stated(words: list[str], phrase: str) -> bool | None:
     pending's, not shipped's."""
     target = phrase.split()
     opposites = {prefix + target[0] for prefix in _NEGATIVE_PREFIXES} if len(target) == 1 else set()
-    hedge = next((i for i, w in enumerate(words) if w in _HEDGES), len(words))
+    hedge = next((i for i, w in enumerate(words) if w in _HEDGES or (
+        w in _KNOWING and _DENIALS.intersection(words[max(0, i - 3):i]))), len(words))
     said: bool | None = None
     for i in range(len(words) - len(target) + 1):
         opposite = words[i] in opposites
@@ -175,6 +182,11 @@ def _stated(words: list[str], phrase: str) -> bool | None:
         if j < 0:
             continue
         word, previous = words[j], words[j - 1] if j > 0 else ""
+        k = j - 1  # past the negation and auxiliaries ("may not have shipped"): a modal there governs the state
+        while k >= 0 and (words[k] in _BRIDGE or words[k] in _NEGATIONS or words[k] in ("have", "be")):
+            k -= 1
+        if word in _MODALS or (k >= 0 and words[k] in _MODALS and (word in _NEGATIONS or word in _COPULAS)):
+            continue
         if word in _NEGATIONS or (word, previous) in (("longer", "no"), ("to", "yet")):
             so = False
         elif word in _COPULAS:

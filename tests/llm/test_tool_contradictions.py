@@ -244,3 +244,31 @@ def test_an_amount_a_tool_gives_in_cents_supports_the_amount_in_units(answer: st
     verified = _gate(answer, grounding=[payment])
 
     assert (verified.text == answer) is kept and verified.replaced is not kept
+
+
+@pytest.mark.parametrize("text", [
+    "I can confirm that your order A-1042 has not shipped yet [1].",
+    "Sure, your order A-1042 has not shipped yet [1].",
+    "Let me check: your order A-1042 has not shipped yet [1].",
+    "As you can see, order A-1042 is not paid [1].",
+    "I know order A-1042 is refundable [1].",
+])
+def test_a_contradiction_after_a_word_of_checking_is_still_one(text: str) -> None:
+    """"can", "confirm", "sure", "check", "see", "know" anywhere before the state made the sentence a hedge:
+    "I can confirm that your order has not shipped" went out on a shipped order."""
+    verified = _gate(text)
+
+    assert verified.replaced and verified.reason.startswith("it contradicts the tools")
+
+
+@pytest.mark.parametrize("text", [
+    "I am not sure whether order A-1042 has shipped [1].",
+    "I can't tell if order A-1042 has shipped [1].",
+    "Order A-1042 may not have shipped [1].",
+    "I'm not sure order A-1042 has shipped [1].",
+    "I don't know that order A-1042 is unpaid [1].",
+    "I think order A-1042 has not shipped yet [1].",
+    "We can't say order A-1042 is not refundable [1].",
+])
+def test_a_doubt_about_a_state_is_no_contradiction(text: str) -> None:
+    assert _gate(text).text == text
