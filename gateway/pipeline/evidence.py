@@ -78,6 +78,20 @@ class Evidence:
         return bool(shifts) and any(_same_date(date, shifted) for other in self.dates if other[0] is not None
                                     for shift in shifts for shifted in _shifted(other, shift) for date in readings)
 
+    def date_words(self) -> set[str]:
+        """The words an answer writes the evidence's dates with: each month's names, the weekday of a date
+        with its year, the day as an ordinal ("Saturday, November 28th" of 2026-11-28)."""
+        words: set[str] = set()
+        for year, month, day in self.dates:
+            words |= {name for name, n in _MONTHS.items() if n == month}
+            words.add(f"{day}{'th' if 10 <= day % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(day % 10, 'th')}")
+            if year is not None:
+                try:
+                    words.add(dt.date(year, month, day).strftime("%A").lower())
+                except ValueError:
+                    pass
+        return words
+
     def unsupported(self, sentence: str) -> str | None:
         """A number, date or identifier `sentence` states that the evidence does not hold, or None."""
         plain = _LIST_NUMBER.sub("", MARKER.sub(" ", sentence))

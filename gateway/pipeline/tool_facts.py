@@ -219,9 +219,10 @@ def grounded_sentences(text: str, tool_results: str) -> str:
     of their words (common ones aside) and every number in them are in `tool_results`. One shared word
     was enough before, and "Your invoice is paid. The Team plan is free for life." passed whole on an
     invoice whose plan is "Plus"."""
-    known = {_stem(w) for w in _GROUND_WORD.findall(tool_results)} - _COMMON_WORDS
     # By value: "2025-03-03" holds the 3 of "March 3"; a list of two orders, the 2 of "2 orders".
     numbers = Evidence.of(tool_results, counts=ToolFacts.of([tool_results]).counts)
+    # A date's words too: "2026-11-28" holds the "Nov" and "Saturday" of "It arrives on Saturday, Nov. 28".
+    known = {_stem(w) for w in _GROUND_WORD.findall(tool_results)} - _COMMON_WORDS | numbers.date_words()
 
     def grounded(sentence: str) -> bool:
         words = {_stem(w) for w in _GROUND_WORD.findall(sentence)} - _COMMON_WORDS
