@@ -117,6 +117,8 @@ async def load_source(
             merged.lastmods = {**one.lastmods, **merged.lastmods}
             merged.gone += one.gone
             merged.listing_incomplete |= one.listing_incomplete
+        # What one sitemap fetched (its <lastmod> moved) is the page now, not `not_modified` by another's old one.
+        merged.not_modified = list(set(merged.not_modified) - {d.doc_id for d in merged.documents})
         return merged
 
 
@@ -125,8 +127,7 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
 
     Hidden files and folders (`.git/`, `.obsidian/`, `.~draft.md`) are skipped: they are tool state and
     editor leftovers, not knowledge, and a `.git/` folder can hold old copies of every page. A symlink
-    (to a page or a folder) whose target is outside `path` is `refused` unless `follow_symlinks_outside`.
-    """
+    (to a page or a folder) whose target is outside `path` is `refused` unless `follow_symlinks_outside`."""
     if path.exists() and not path.is_dir():
         raise SourceError(f"knowledge directory is a file, not a folder: {path} (name the folder that holds it)")
     if not path.is_dir():
@@ -198,11 +199,10 @@ _HOST_DOWN = (httpx.ConnectError, httpx.ConnectTimeout)
 async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None,
                     allowed: Callable[[str], bool] | None = None, delay: float | None = None,
                     progress: Progress | None = None) -> LoadResult:
-    """Fetch each page (a few at a time, or one at a time `delay` seconds apart, and so after the site
-    answers 429, at the pace it asks: `rag.crawl.Pace`); a failing URL is
-    recorded and the others continue. A page that answers `410 Gone` is left out, so ingest removes its
-    chunks (a 404 may be a passing mistake, so it is an error that keeps them). `allowed` (robots.txt)
-    is asked at every redirect."""
+    """Fetch each page (a few at a time, or one at a time `delay` seconds apart, and so after the site answers
+    429, at the pace it asks: `rag.crawl.Pace`); a failing URL is recorded and the others continue. A page that
+    answers `410 Gone` is left out, so ingest removes its chunks (a 404 may be a passing mistake, so it is an
+    error that keeps them). `allowed` (robots.txt) is asked at every redirect."""
     result = LoadResult()
     gate = asyncio.Semaphore(1 if delay else MAX_CONCURRENCY)
     validators = validators or {}

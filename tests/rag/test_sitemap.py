@@ -26,12 +26,15 @@ class SitemapSite:
 
     def __init__(self) -> None:
         self.listed: dict[str, str | None] = {}
+        self.news: dict[str, str | None] = {}  # what /news-sitemap.xml lists
+        self.version = "v1"  # of every page: its ETag and its text
         self.requested: list[str] = []
         self.base = ""
 
     def serving(self):
         app = web.Application()
         app.router.add_get("/sitemap.xml", self._sitemap)
+        app.router.add_get("/news-sitemap.xml", self._news)
         app.router.add_get("/p/{name}", self._page)
         return serving(app)
 
@@ -39,14 +42,19 @@ class SitemapSite:
         self.requested.append(request.path)
         return web.Response(text=urlset(self.base, self.listed), content_type="application/xml")
 
+    async def _news(self, request: web.Request) -> web.Response:
+        self.requested.append(request.path)
+        return web.Response(text=urlset(self.base, self.news), content_type="application/xml")
+
     async def _page(self, request: web.Request) -> web.Response:
         """Each page with an ETag, and a 304 to a GET that has it, as a web server does."""
         self.requested.append(request.path)
-        if request.headers.get("If-None-Match") == '"v1"':
+        etag = f'"{self.version}"'
+        if request.headers.get("If-None-Match") == etag:
             return web.Response(status=304)
-        return web.Response(
-            text=PAGE.format(request.match_info["name"]), content_type="text/html", headers={"ETag": '"v1"'}
-        )
+        changed = "" if self.version == "v1" else f"<p>Changed in {self.version}.</p>"
+        text = PAGE.format(request.match_info["name"]).replace("</main>", f"{changed}</main>")
+        return web.Response(text=text, content_type="text/html", headers={"ETag": etag})
 
 
 async def test_a_sitemap_is_parsed_off_the_event_loop(monkeypatch):
@@ -180,3 +188,22 @@ async def test_a_lastmod_is_relied_on_only_once_the_whole_span_it_names_is_over(
         listing = await sitemap_urls(f"{base}/sitemap.xml", client=client, depth=0, errors=[])
     assert listing == {f"{base}/p/a": None, f"{base}/p/b": minute_ago, f"{base}/p/c": None, f"{base}/p/d": None,
                        f"{base}/p/e": "2026-01-05T10:00:00+01:00"}
+
+
+async def test_a_page_two_sitemaps_list_is_read_again_when_one_of_them_says_it_changed(tmp_path):
+    """One sitemap still giving the page's old `<lastmod>` made it `not_modified`, and that beat the page the
+    other sitemap's new `<lastmod>` had fetched: its new text was dropped on every run, the old chunks kept."""
+    from tests.rag.ingest_helpers import open_knowledge
+
+    site = SitemapSite()
+    async with site.serving() as base:
+        site.base = base
+        site.listed = site.news = {"/p/billing": "2026-11-01"}
+        bot = {"name": "acme", "sources": [{"name": "site", "type": "sitemap", "url": f"{base}/sitemap.xml",
+                                            "urls": [f"{base}/news-sitemap.xml"], "schedule": "0 3 * * *"}]}
+        async with open_knowledge(tmp_path, bot) as (_, _, knowledge):
+            first = await knowledge.ingest_source("acme", "site")
+            site.version, site.news = "v2", {"/p/billing": "2026-11-20"}  # changed; /sitemap.xml lags behind
+            second = await knowledge.ingest_source("acme", "site")
+    assert first.status == second.status == "ok" and first.added > 0
+    assert second.updated > 0, second
