@@ -9,11 +9,13 @@ That address must be one the caller cannot choose anew for each message:
   a client cannot choose through it. A proxy on a public address (a CDN) goes in `FORWARDED_ALLOW_IPS`,
   which makes uvicorn give the visitor's address as the peer.
 - An IPv6 address counts by its /64: one subscriber gets a whole /64, 2^64 addresses to send from.
+- A hop's port, which some proxies write (`203.0.113.7:51234`), is left out: it is new with each connection.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from fastapi import Request
 
@@ -27,8 +29,18 @@ def client_address(request: Request) -> str:
     if not may_be_a_proxy(peer):
         return budget_key(peer)
     forwarded = request.headers.get("x-forwarded-for", "")
-    last_hop = forwarded.rsplit(",", 1)[-1].strip()[:64]
+    last_hop = _without_port(forwarded.rsplit(",", 1)[-1].strip()[:64])
     return f"{peer}|{budget_key(last_hop)}" if last_hop else peer
+
+
+_WITH_PORT = re.compile(r"\[([0-9A-Fa-f:.%\w]+)\](?::\d+)?|(\d{1,3}(?:\.\d{1,3}){3}):\d+")
+
+
+def _without_port(hop: str) -> str:
+    """A hop as its address: some proxies write the client's port too (`203.0.113.7:51234`,
+    `[2001:db8::1]:443`), which is new with each connection, so each one counted as another client."""
+    match = _WITH_PORT.fullmatch(hop)
+    return (match.group(1) or match.group(2)) if match else hop
 
 
 def budget_key(address: str) -> str:

@@ -116,3 +116,18 @@ async def test_the_web_chats_refusals_are_said_in_the_bots_words(tmp_path):
                         for i in (2, 3)]
             assert [r.status_code for r in statuses] == [200, 429]
             assert statuses[1].json()["error"] == "Más de 1 mensajes por minuto; espera un minuto."
+
+
+async def test_a_proxy_that_writes_the_clients_port_in_the_forwarded_hop_does_not_give_each_connection_a_budget(tmp_path):
+    # Some proxies (Azure Application Gateway, IIS ARR) append "address:port": the client's source port is new
+    # with each connection, so each connection counted as another client, and an IPv6 one missed its /64.
+    async with limited_app(tmp_path, 2) as app:
+
+        async def status(forwarded: str, i: int) -> int:  # each message from a new session
+            transport = httpx.ASGITransport(app=app, client=("10.0.0.3", 40000))
+            async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as client:
+                return (await client.post("/v1/bots/acme/chat", headers={"X-Forwarded-For": forwarded},
+                                          json={"session_id": f"port-{len(forwarded)}-{i}", "text": "Hello?"})).status_code
+
+        assert [await status(f"198.51.100.7:{50000 + i}", i) for i in range(3)] == [200, 200, 429]
+        assert [await status(f"[2a02:6b8:0:2::{i + 1:x}]:{50000 + i}", i) for i in range(3)] == [200, 200, 429]
