@@ -3,6 +3,7 @@ each, and the names of all of them are looked up side by side, not one bot after
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -44,3 +45,42 @@ async def test_names_of_several_bots_operators_are_looked_up_side_by_side(client
     took = time.monotonic() - started
     assert listed["operator_names"] == {"slack:UANA": "Uana", "slack:UBEN": "Uben", "slack:UCAL": "Ucal"}
     assert took < 2 * SLOW_S, f"took {took:.2f}s: one bot's look-ups after another's"
+
+
+async def test_many_operators_are_looked_up_a_few_at_a_time_and_a_slow_lookup_is_named_next_time(slack):
+    """A list of 40 Slack operators sent 40 users.info calls at once (Slack's rate limit refused most, and
+    each refusal was remembered for five minutes). A few go at a time now; the list still waits at most
+    `LOOKUP_TIMEOUT_S`, and the look-ups it did not wait for go on, so the next list names them."""
+    from types import SimpleNamespace
+
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from gateway.operators.slack_names import LOOKUP_TIMEOUT_S, LOOKUPS_AT_ONCE, SlackOperatorNames
+
+    users = [f"UMANY{i:02d}" for i in range(40)]
+    for user in users:
+        slack.users[user] = {"name": user.lower(), "profile": {"display_name": user.title()}}
+    client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_base, retry_handlers=[])
+    names = SlackOperatorNames({("acme", "slack"): SimpleNamespace(client=client)})
+    slack.delays["users.info"] = 0.4
+    most, before = 0, slack.count("users.info")
+
+    async def watch() -> None:
+        nonlocal most
+        while True:
+            most = max(most, slack.delayed)
+            await asyncio.sleep(0.01)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        started = time.monotonic()
+        first = await names.names(("acme", f"slack:{user}") for user in users)
+        took = time.monotonic() - started
+        await asyncio.sleep(40 / LOOKUPS_AT_ONCE * 0.4 - took + 0.5)  # the rest end meanwhile
+        second = await names.names(("acme", f"slack:{user}") for user in users)
+    finally:
+        watcher.cancel()
+    assert most <= LOOKUPS_AT_ONCE
+    assert took < LOOKUP_TIMEOUT_S + 0.3 and 0 < len(first) < 40
+    assert second == {f"slack:{user}": user.title() for user in users}
+    assert slack.count("users.info") - before == 40  # each member asked once
