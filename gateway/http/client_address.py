@@ -28,7 +28,8 @@ def client_address(request: Request) -> str:
     peer = request.client.host
     if not may_be_a_proxy(peer):
         return budget_key(peer)
-    forwarded = request.headers.get("x-forwarded-for", "")
+    # Every line of it, as one list: a proxy may add a line of its own (HAProxy) after the client's.
+    forwarded = ",".join(request.headers.getlist("x-forwarded-for"))
     last_hop = _without_port(forwarded.rsplit(",", 1)[-1].strip()[:64])
     return f"{peer}|{budget_key(last_hop)}" if last_hop else peer
 

@@ -131,3 +131,16 @@ async def test_a_proxy_that_writes_the_clients_port_in_the_forwarded_hop_does_no
 
         assert [await status(f"198.51.100.7:{50000 + i}", i) for i in range(3)] == [200, 200, 429]
         assert [await status(f"[2a02:6b8:0:2::{i + 1:x}]:{50000 + i}", i) for i in range(3)] == [200, 200, 429]
+
+
+async def test_a_proxy_that_adds_its_own_forwarded_header_line_is_the_one_read(tmp_path):
+    # HAProxy's `option forwardfor` adds a header line of its own after the client's; only the first line
+    # was read, the one the client wrote, and a new one each message gave a new budget.
+    async with limited_app(tmp_path, 2) as app:
+        transport = httpx.ASGITransport(app=app, client=("10.0.0.4", 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as proxied:
+            statuses = [(await proxied.post("/v1/bots/acme/chat", json={"session_id": f"lines-{i}", "text": "Hello?"},
+                                            headers=[("X-Forwarded-For", f"198.51.100.{i}"),
+                                                     ("X-Forwarded-For", "203.0.113.50")])).status_code
+                        for i in range(3)]
+    assert statuses == [200, 200, 429]
