@@ -11,7 +11,7 @@ retried after a lost response is deduplicated by Discord instead of posted twice
 nonces for a few minutes, so the adapter also remembers which chunks of a reply went through, and a
 retry resumes after them (after a restart, from the ids the outbox kept: `delivered_parts`). `/ask`
 follow-ups (webhook messages) take no nonce: one whose answer was lost (a timeout after the request
-went out) is reported as "outcome unknown" and not resent.
+went out, or a 5xx) is reported as "outcome unknown" and not resent (`channels.discord_followups`).
 
 A gateway message the inbox cannot store (the database is away) is retried with backoff for up to
 `DELIVER_PATIENCE` seconds: Discord never sends a MESSAGE_CREATE again.
@@ -48,7 +48,8 @@ from nacl.signing import VerifyKey
 
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.discord_client import GatewayClient
-from channels.discord_errors import outcome_unknown, translate
+from channels.discord_errors import translate
+from channels.discord_followups import FollowupPoster
 from channels.discord_parse import classify_gateway_message, parse_interaction, payload_of, without_token
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
 from channels.sent_parts import Landed, SentParts
@@ -124,6 +125,7 @@ class DiscordAdapter:
         self._interactions: dict[str, _PendingInteraction] = {}  # unanswered `/ask`, by interaction id
         # Ids of the chunks already delivered per reply, so a retried send never posts them again.
         self._sent_parts = SentParts()
+        self._followups = FollowupPoster()  # `/ask` answers: retried by us, never resent blindly
         self._deliver_in_order = asyncio.Lock()  # gateway messages reach the inbox one at a time (`_on_message`)
         self._gateway_problem: str | None = None  # why the connection is down, while it is
         self._stopping = False
@@ -229,21 +231,9 @@ class DiscordAdapter:
     async def _send_followups(self, interaction: _PendingInteraction, chunks: list[str], ids: Landed) -> None:
         """Post the chunks not yet in `ids` as follow-ups, adding each one's id as it lands."""
         # After a deferred response (type 5), the first follow-up replaces the "thinking..." state.
-        webhook = discord.Webhook.partial(interaction.application_id, interaction.token, client=self.client)
         for index in range(len(ids), len(chunks)):
-            chunk = chunks[index]
-            try:
-                sent = await webhook.send(
-                    chunk, wait=True, allowed_mentions=discord.AllowedMentions.none(), suppress_embeds=True
-                )
-            except Exception as exc:
-                if outcome_unknown(exc):
-                    # The request went out and its answer was lost; a follow-up has no nonce to dedupe it.
-                    error = ChannelSendError(f"discord follow-up outcome unknown ({exc!r}); not resent to avoid "
-                                             "a duplicate", permanent=True)
-                    raise error from exc
-                raise translate(exc, sent=len(ids)) from exc
-            await ids.add(str(sent.id), more=index + 1 < len(chunks))
+            sent = await self._followups.post(interaction.application_id, interaction.token, chunks[index])
+            await ids.add(sent, more=index + 1 < len(chunks))
 
     async def send_typing(self, conversation: ConversationRef) -> None:
         """Show "bot is typing..." for about 10 seconds."""
@@ -354,6 +344,7 @@ class DiscordAdapter:
         """Close the gateway connection and the HTTP session."""
         self._stopping = True
         await self.client.close()
+        await self._followups.close()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

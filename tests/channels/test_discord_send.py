@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -85,6 +86,35 @@ async def test_followup_whose_answer_was_lost_is_not_posted_again(fake: FakeDisc
     # A follow-up has no nonce: resending could only show the answer twice, so the outbox must not.
     assert info.value.permanent
     assert len(fake.channel_messages(INTERACTION_CHANNEL_ID)) == 1
+
+
+async def test_followup_answered_with_a_server_error_after_it_landed_is_not_posted_again(fake: FakeDiscord,
+                                                                                         adapter: DiscordAdapter):
+    (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
+    # Discord (or Cloudflare in front of it) posts the follow-up, then answers 500: discord.py's webhook
+    # client retried every 5xx blindly, and a follow-up has no nonce, so the member saw the answer twice.
+    fake.fail_next("POST", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN", status=500, body={"message": "500"},
+                   landed=True)
+    outbound = OutboundMessage(conversation=question.conversation, text="9 to 5.", reply_to=question.external_id)
+    with pytest.raises(ChannelSendError, match="outcome unknown") as info:
+        await adapter.send(outbound)
+    assert info.value.permanent
+    assert len(fake.channel_messages(INTERACTION_CHANNEL_ID)) == 1
+
+
+async def test_followup_rate_limited_for_long_goes_back_to_the_outbox(fake: FakeDiscord, adapter: DiscordAdapter):
+    (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
+    limited = {"message": "You are being rate limited.", "retry_after": 120.0, "global": True}
+    fake.fail_next("POST", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN", status=429, body=limited,
+                   headers={"Retry-After": "120", "X-RateLimit-Global": "true", "Via": "1.1 google"})
+    outbound = OutboundMessage(conversation=question.conversation, text="9 to 5.", reply_to=question.external_id)
+    # discord.py's webhook client slept out any 429 in place (here 2 minutes, holding a worker slot).
+    async with asyncio.timeout(5):
+        with pytest.raises(ChannelSendError) as info:
+            await adapter.send(outbound)
+    assert info.value.retry_after == 120.0 and not info.value.permanent
+    assert not fake.channel_messages(INTERACTION_CHANNEL_ID)
+    assert await adapter.send(outbound) == [fake.channel_messages(INTERACTION_CHANNEL_ID)[0]["id"]]
 
 
 async def test_long_followup_resumes_after_the_parts_that_landed(fake: FakeDiscord, adapter: DiscordAdapter):

@@ -48,6 +48,7 @@ class _Failure:
     remaining: int
     skip: int = 0
     drop: bool = False  # process the request, then close the connection without an answer
+    landed: bool = False  # process the request, then answer with the failure (a 5xx after Discord acted)
 
 
 @dataclass
@@ -105,9 +106,12 @@ class FakeDiscord:
         headers: dict[str, str] | None = None,
         times: int = 1,
         after: int = 0,
+        landed: bool = False,
     ) -> None:
-        """Let `after` matching requests through, then fail the next `times` with `status`."""
-        self._failures.append(_Failure(method, path_suffix, status, body or {}, headers or {}, times, after))
+        """Let `after` matching requests through, then fail the next `times` with `status`; with `landed`,
+        after acting on them (Discord posted the message, then answered 500)."""
+        self._failures.append(_Failure(method, path_suffix, status, body or {}, headers or {}, times, after,
+                                       landed=landed))
 
     def drop_next(self, method: str, path_suffix: str, *, after: int = 0) -> None:
         """Let `after` matching requests through, then act on the next one and close the connection unanswered."""
@@ -170,6 +174,8 @@ class FakeDiscord:
                     assert request.transport is not None
                     request.transport.close()
                     raise asyncio.CancelledError
+                if failure.landed:
+                    await self._answer(request, path, payload)
                 return _json(failure.body, status=failure.status, headers=failure.headers)
         return await self._answer(request, path, payload)
 

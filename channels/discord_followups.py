@@ -1,0 +1,95 @@
+"""`/ask` follow-ups: the answer posted through the interaction's webhook, with retries the adapter owns.
+
+Why not discord.py's `Webhook.send`: its webhook client posts again after every 5xx (five tries, 25 s)
+and sleeps out any 429, however long. A follow-up takes no nonce, so a 5xx that came back after
+Discord had posted it (Cloudflare's 502/504 in front of a slow Discord) showed the answer twice, and a
+2-minute global rate limit held a worker slot for 2 minutes. Here a short rate limit is waited out in
+place (`max_wait_s` in all), a longer one goes back to the outbox with its `retry_after`, and a 5xx or a
+lost answer is "outcome unknown", never resent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import discord
+
+from channels.discord_errors import outcome_unknown, translate
+from gateway.errors import ChannelSendError, RecipientUnreachable
+
+_SUPPRESS_EMBEDS = 1 << 2
+
+
+class FollowupPoster:
+    """Posts follow-up messages to `{api_base}/webhooks/{application_id}/{token}` and returns their ids."""
+
+    def __init__(self, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, max_wait_s: float = 5.0,
+                 timeout_s: float = 30.0) -> None:
+        self._sleep = sleep
+        self._max_wait_s = max_wait_s
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def post(self, application_id: int, token: str, content: str) -> str:
+        """One follow-up (mentions none, embeds suppressed) → its message id; errors in the gateway's tree."""
+        url = f"{discord.http.Route.BASE}/webhooks/{application_id}/{token}"
+        body = {"content": content, "allowed_mentions": {"parse": []}, "flags": _SUPPRESS_EMBEDS}
+        waited = 0.0
+        while True:
+            status, data, headers = await self._request(url, body)
+            if 200 <= status < 300 and isinstance(data, dict) and data.get("id"):
+                return str(data["id"])
+            if status == 429:
+                retry_after = _retry_after(data, headers)
+                # Without Discord's `Via` (Cloudflare's own limit, often an hour's ban) it is not waited out here.
+                if not headers.get("Via") or waited + retry_after > self._max_wait_s:
+                    raise ChannelSendError(f"discord follow-up rate limited for {retry_after:g} s",
+                                           retry_after=retry_after, rate_limited=True)
+                waited += retry_after
+                await self._sleep(retry_after)
+                continue
+            detail = f"{status} ({data.get('code') if isinstance(data, dict) else None}): {_message(data)}"
+            if status >= 500 or 200 <= status < 300:
+                # Discord may have posted it before failing to answer: a follow-up has no nonce to dedupe a resend.
+                raise ChannelSendError(f"discord follow-up outcome unknown ({detail}); not resent to avoid a "
+                                       "duplicate", permanent=True)
+            if status in (403, 404):
+                raise RecipientUnreachable(f"discord follow-up {detail}")
+            raise ChannelSendError(f"discord follow-up {detail}", permanent=True)
+
+    async def _request(self, url: str, body: dict[str, Any]) -> tuple[int, Any, Any]:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        try:
+            async with self._session.post(url, json=body, params={"wait": "true"}) as response:
+                try:
+                    data = await response.json(content_type=None)
+                except ValueError:
+                    data = None
+                return response.status, data, response.headers
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            if outcome_unknown(exc):
+                raise ChannelSendError(f"discord follow-up outcome unknown ({exc!r}); not resent to avoid a "
+                                       "duplicate", permanent=True) from exc
+            raise translate(exc) from exc
+
+    async def close(self) -> None:
+        """Close the HTTP session, if one was opened."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _retry_after(data: Any, headers: Any) -> float:
+    value = data.get("retry_after") if isinstance(data, dict) else None
+    try:
+        return float(value if value is not None else headers.get("Retry-After") or 1.0)
+    except (TypeError, ValueError):
+        return 1.0
+
+
+def _message(data: Any) -> str:
+    return str(data.get("message", "")) if isinstance(data, dict) else str(data or "")[:200]
