@@ -37,7 +37,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, WebhookResult
 from channels.render import render_citations, split_text
 from channels.sent_parts import SentParts
-from channels.slack_events import bot_ids, parse_event
+from channels.slack_events import bot_ids, foreign_workspace, parse_event
 from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_url, slack_to_plain
 from channels.slack_socket import open_socket_mode as _open_socket_mode
 from gateway.backoff import doubling
@@ -109,6 +109,11 @@ class SlackAdapter:
             token=settings.bot_token or None, base_url=self.api_base, session=http, retry_handlers=[]
         )
         self.bot_user_id: str | None = None
+        # The token's own workspace (and organisation), from auth.test: events of other workspaces the app
+        # is installed in reach the same URL, and this token cannot answer them (`foreign_workspace`).
+        self.team_id: str | None = None
+        self._enterprise: tuple[str | None, bool] = (None, False)
+        self._foreign_warned: set[str] = set()
         # Socket Mode's `interactive` payloads (the operator channel's buttons), set by the gateway's wiring:
         # over the socket they do not come to the Interactivity URL's route.
         self.on_interactive: Callable[[Any], Awaitable[None]] | None = None
@@ -179,9 +184,18 @@ class SlackAdapter:
             return WebhookResult(response=ImmediateResponse(body=challenge))
         if kind != "event_callback":
             return WebhookResult(ignored=(f"envelope type {kind!r} is not handled",))
+        extra = {"event_id": body.get("event_id")}
+        enterprise_id, enterprise_install = self._enterprise
+        foreign = foreign_workspace(body, team_id=self.team_id, enterprise_id=enterprise_id,
+                                    enterprise_install=enterprise_install)
+        if foreign is not None:
+            if foreign not in self._foreign_warned:  # once per workspace: every message there would say it again
+                self._foreign_warned.add(foreign)
+                log.warning("slack.foreign_workspace", bot=self.bot, workspace=foreign, token_workspace=self.team_id)
+            return WebhookResult(ignored=(f"event from workspace {foreign}, which this bot's token (workspace "
+                                          f"{self.team_id}) cannot answer",), extra=extra)
         message, reason = parse_event(body, bot_ids=bot_ids(body, bot_user_id=self.bot_user_id),
                                       respond_in_groups=self.settings.respond_in_groups, channel_name=self.name)
-        extra = {"event_id": body.get("event_id")}
         if message is None:
             return WebhookResult(ignored=(reason,), extra=extra)
         return WebhookResult(messages=(message,), extra=extra)
@@ -316,6 +330,8 @@ class SlackAdapter:
             log.warning("slack.auth_test_failed", bot=self.bot, error=str(exc))
         else:
             self.bot_user_id = identity.get("user_id")
+            self.team_id = identity.get("team_id")
+            self._enterprise = (identity.get("enterprise_id"), bool(identity.get("is_enterprise_install")))
             for scope, effect in missing_scopes(identity.headers).items():
                 log.warning("slack.missing_scope", bot=self.bot, scope=scope, effect=effect)
         if not self.settings.app_token:

@@ -73,6 +73,8 @@ class FakeSlack:
                                                        "app_mentions:read", "channels:read"])
     # Members users.info knows, by user id (Slack's `user` object: `name`, `real_name`, `profile`).
     users: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Fields auth.test adds or overrides (an org-wide token: `enterprise_id`, `is_enterprise_install`).
+    identity: dict[str, Any] = field(default_factory=dict)
     _ts: int = 0
 
     @classmethod
@@ -191,7 +193,8 @@ class FakeSlack:
 
     def _answer(self, method: str, call: Call) -> dict[str, Any]:
         if method == "auth.test":
-            return {"ok": True, "user_id": BOT_USER_ID, "bot_id": BOT_ID, "team_id": "T111", "user": "gateway"}
+            return {"ok": True, "user_id": BOT_USER_ID, "bot_id": BOT_ID, "team_id": "T111", "user": "gateway",
+                    **self.identity}
         if method == "apps.connections.open":
             return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link?ticket=t"}
         if method == "chat.postMessage":

@@ -1,0 +1,62 @@
+"""Slack: one app installed in several workspaces sends all their events to one URL; the bot token answers one."""
+
+from __future__ import annotations
+
+from structlog.testing import capture_logs
+
+from tests.channels.slack_helpers import Sleeps, fake_fixture, make_adapter  # noqa: F401 - `fake` fixture
+from tests.fakes.slack_api import BOT_USER_ID, FakeSlack
+
+
+def mention(team: str, *, event_id: str, user_id: str = BOT_USER_ID, enterprise: str | None = None,
+            **envelope: object) -> dict:
+    authorization = {"enterprise_id": enterprise, "team_id": team, "user_id": user_id, "is_bot": True,
+                     "is_enterprise_install": False}
+    return {"type": "event_callback", "team_id": team, "api_app_id": "A111", "event_id": event_id,
+            "authorizations": [authorization], **envelope,
+            "event": {"type": "app_mention", "channel": "C0HELP", "user": "U0ASKER", "ts": "1700000100.000100",
+                      "text": f"<@{user_id}> how much is the Plus plan?", "team": team}}
+
+
+async def _started(fake: FakeSlack):
+    adapter = make_adapter(fake, sleeps=Sleeps())
+
+    async def deliver(message) -> None:
+        raise AssertionError("the Events API delivers through the webhook route")
+
+    await adapter.start(deliver)
+    return adapter
+
+
+async def test_slack_event_from_another_workspace_of_the_app_is_ignored_not_answered_with_the_wrong_token(fake):
+    adapter = await _started(fake)
+    with capture_logs() as logs:
+        foreign = [adapter.parse_payload(mention("T222", event_id=f"Ev{n}", user_id="U0OTHERBOT")) for n in range(2)]
+    # Before: stored, answered by the model, then posted with T111's token into T222's channel:
+    # `channel_not_found`, a failed reply, and an admin sent to invite the bot where it already is.
+    assert all(not result.messages for result in foreign)
+    assert "workspace T222" in foreign[0].ignored[0] and "T111" in foreign[0].ignored[0]
+    warned = [entry for entry in logs if entry["event"] == "slack.foreign_workspace"]
+    assert [(w["workspace"], w["token_workspace"]) for w in warned] == [("T222", "T111")]  # once, not per message
+    (own,) = adapter.parse_payload(mention("T111", event_id="Ev3")).messages
+    assert own.conversation.workspace == "T111" and own.text == "how much is the Plus plan?"
+
+
+async def test_slack_shared_channel_or_org_wide_install_events_are_still_answered(fake):
+    adapter = await _started(fake)
+    # A channel shared with another organisation: Slack names only one of the installations that see it.
+    shared = adapter.parse_payload(mention("T222", event_id="Ev4", user_id="U0OTHERBOT", is_ext_shared_channel=True))
+    assert len(shared.messages) == 1
+    fake.identity = {"team_id": "E0ORG", "enterprise_id": "E0ORG", "is_enterprise_install": True}
+    org = await _started(fake)
+    assert org.team_id == "E0ORG"
+    # An org-wide token answers in every workspace of its organisation, not in another organisation's.
+    assert len(org.parse_payload(mention("T333", event_id="Ev5", enterprise="E0ORG")).messages) == 1
+    assert not org.parse_payload(mention("T444", event_id="Ev6", enterprise="E0OTHER")).messages
+
+
+async def test_slack_team_unknown_when_auth_test_failed_filters_nothing(fake):
+    fake.fail("auth.test", error="internal_error", status=500)
+    adapter = await _started(fake)
+    assert adapter.team_id is None
+    assert len(adapter.parse_payload(mention("T222", event_id="Ev7")).messages) == 1
