@@ -19,7 +19,9 @@ from collections.abc import Callable
 BOUNDARY = re.compile(r"((?<=[.!?؟۔।॥])\s+|(?<![ \t])[ \t]*\n\s*|(?:(?<=[。！？])|(?<=[。！？][”’」』）]))(?=[^\s”’」』）。！？]))")
 # "1." at the start of a list item ends in a full stop but begins the item's sentence.
 _LIST_NUMBER = re.compile(r"\d{1,3}[.)]")
-_ABBREVIATIONS = r"(?<![\w.])(?:e\.g|i\.e|etc|vs|mr|mrs|ms|dr|st|no|nr|approx|incl|fig|cf)\."
+# Months too: "It arrives on Nov. 28." lost its "28." as a sentence of its own, which holds no word.
+_ABBREVIATIONS = (r"(?<![\w.])(?:e\.g|i\.e|etc|vs|mr|mrs|ms|dr|st|no|nr|approx|incl|fig|cf"
+                  r"|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\.")
 # "i.e. Mr. Smith" is one sentence: split there, dropping "Smith, at https://…" left "…our agent, i.e. Mr." behind.
 _ABBREVIATION_END = re.compile(_ABBREVIATIONS + "$", re.IGNORECASE)
 NOT_AN_END_BEFORE = re.compile(r"(?:^|(?<=\s))\d{1,3}[.)]$|" + _ABBREVIATIONS + "$", re.IGNORECASE | re.MULTILINE)
@@ -35,7 +37,9 @@ def split_sentences(text: str) -> list[tuple[str, str]]:
     pending = ""  # a list number waiting for the sentence it starts
     for i in range(0, len(parts), 2):
         sentence, after = parts[i], parts[i + 1] if i + 1 < len(parts) else ""
-        if after and "\n" not in after and (_LIST_NUMBER.fullmatch(sentence) or _ABBREVIATION_END.search(sentence)):
+        # A number after an abbreviation ends its sentence ("on Nov. 28."); elsewhere it starts a list item.
+        if after and "\n" not in after and ((_LIST_NUMBER.fullmatch(sentence) and not pending)
+                                           or _ABBREVIATION_END.search(sentence)):
             pending += sentence + after
             continue
         pairs.append((pending + sentence, after))

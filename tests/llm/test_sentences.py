@@ -43,3 +43,10 @@ def test_chinese_hindi_and_arabic_sentences_end_at_their_own_stops() -> None:
     assert split_sentences("रिफंड 5 दिनों में आता है [1]। भुगतान करें।") == [
         ("रिफंड 5 दिनों में आता है [1]।", " "), ("भुगतान करें।", "")]
     assert split_sentences("هل دفعت؟ نعم [1].") == [("هل دفعت؟", " "), ("نعم [1].", "")]
+
+
+def test_a_month_abbreviation_ends_no_sentence() -> None:
+    """"It arrives on Nov. 28." was two sentences, "It arrives on Nov." and "28.": gate 2 kept the first and
+    dropped the second, which held no word, and the customer read "It arrives on Nov."."""
+    assert [s for s, _ in split_sentences("It arrives on Nov. 28. Your tracking is 1Z999 [1].")] == [
+        "It arrives on Nov. 28.", "Your tracking is 1Z999 [1]."]

@@ -274,7 +274,8 @@ def test_a_doubt_about_a_state_is_no_contradiction(text: str) -> None:
     assert _gate(text).text == text
 
 
-@pytest.mark.parametrize("answer", ["It arrives on November 28.", "Your order A-1042 arrives on Saturday, November 28th."])
+@pytest.mark.parametrize("answer", ["It arrives on November 28.", "It arrives on Nov. 28.",
+                                    "Your order A-1042 arrives on Saturday, November 28th."])
 def test_a_tools_date_in_words_grounds_an_uncited_answer(answer: str) -> None:
     """`"delivery_date": "2026-11-28"` held the 28 but not the "November" of "It arrives on November 28.",
     whose other word is no tool's either, so half its words were not the tool's and it became the fallback."""
