@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -78,6 +79,7 @@ DEFAULT_API_BASE = "https://discord.com/api/v10"
 DEFAULT_GATEWAY = "wss://gateway.discord.gg/"
 SIGNATURE_MAX_AGE = 300  # seconds; Discord does not replay, so an old timestamp means a captured request
 INTERACTION_TTL = 15 * 60  # an interaction token accepts follow-ups for 15 minutes
+_MISSING_PERMISSIONS = 50013
 DELIVER_PATIENCE = 600.0
 """Seconds a gateway message is retried into the inbox before it is logged as lost."""
 
@@ -204,14 +206,18 @@ class DiscordAdapter:
                     reference = discord.MessageReference(
                         message_id=int(message.reply_to), channel_id=channel.id, fail_if_not_exists=False
                     )
+                post = functools.partial(channel.send, chunk, nonce=chunk_nonce(message, index),
+                                         allowed_mentions=mentions, suppress_embeds=True)
                 try:
-                    sent = await channel.send(
-                        chunk,
-                        reference=reference,
-                        nonce=chunk_nonce(message, index),
-                        allowed_mentions=mentions,
-                        suppress_embeds=True,
-                    )
+                    try:
+                        sent = await post(reference=reference)
+                    except discord.Forbidden as exc:
+                        if reference is None or exc.code != _MISSING_PERMISSIONS:
+                            raise
+                        # A reply needs Read Message History, which servers often leave out: the answer is
+                        # still wanted, as a plain message (it fails again if Send Messages is missing too).
+                        log.warning("discord.reply_forbidden", extra={"bot": self.bot, "channel_id": channel.id})
+                        sent = await post(reference=None)
                 except Exception as exc:  # translated at the boundary, re-raised as our own tree
                     raise translate(exc, sent=len(ids)) from exc
                 await ids.add(str(sent.id), more=index + 1 < len(chunks))

@@ -177,6 +177,24 @@ async def test_send_citations_under_the_bots_sources_heading(fake: FakeDiscord, 
     assert "\n\n**Quellen:**\n1. [Rückgabe](https://shop.example/returns)" in message["content"]
 
 
+async def test_send_reply_without_read_message_history_is_posted_as_a_plain_message(fake: FakeDiscord,
+                                                                                   adapter: DiscordAdapter):
+    # A server that left out Read Message History (the docs list it, invite links often do not): Discord
+    # refuses a reply (403, 50013), and every answer there was recorded as "recipient unreachable".
+    fake.no_history.add(CHANNEL)
+    ids = await adapter.send(OutboundMessage(conversation=conversation(), text="9 to 5.", reply_to="900000000000000010"))
+    (message,) = fake.channel_messages(CHANNEL)
+    assert ids == [message["id"]] and message["content"] == "9 to 5." and "message_reference" not in message
+
+
+async def test_send_without_send_messages_permission_is_still_unreachable(fake: FakeDiscord, adapter: DiscordAdapter):
+    denied = {"message": "Missing Permissions", "code": 50013}
+    fake.fail_next("POST", f"/channels/{CHANNEL}/messages", status=403, body=denied, times=2)
+    with pytest.raises(RecipientUnreachable, match="50013"):
+        await adapter.send(OutboundMessage(conversation=conversation(), text="Hi", reply_to="900000000000000010"))
+    assert len(fake.received("POST", f"/channels/{CHANNEL}/messages")) == 2 and not fake.channel_messages(CHANNEL)
+
+
 async def test_send_rate_limited_once_delivers_exactly_once(fake: FakeDiscord, adapter: DiscordAdapter):
     fake.rate_limit_next("POST", f"/channels/{CHANNEL}/messages", retry_after=0.05)
     ids = await adapter.send(OutboundMessage(conversation=conversation(), text="Hello"))

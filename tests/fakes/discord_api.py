@@ -62,6 +62,8 @@ class FakeDiscord:
     _nonces: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)  # → (message id, at)
     nonce_ttl: float = 300.0
     identify_close_code: int | None = None  # answer IDENTIFY by closing with this code (4004: bad token)
+    # Channels where the bot lacks Read Message History: Discord refuses a reply there (403, 50013).
+    no_history: set[str] = field(default_factory=set)
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
     _sequence: int = 0
     _runner: web.AppRunner | None = None
@@ -191,6 +193,8 @@ class FakeDiscord:
         if parts[0] == "channels" and len(parts) == 3 and parts[2] == "typing" and request.method == "POST":
             return web.Response(status=204)
         if parts[0] == "channels" and len(parts) == 3 and parts[2] == "messages" and request.method == "POST":
+            if parts[1] in self.no_history and (payload or {}).get("message_reference"):
+                return _json({"message": "Missing Permissions", "code": 50013}, status=403)
             return _too_long(payload) or _json(self._create(parts[1], payload or {}))
         if parts[0] == "channels" and len(parts) == 4 and request.method == "PATCH":
             message = self.messages.get(parts[3])
