@@ -3,6 +3,7 @@ unreadable events skipped."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -36,6 +37,7 @@ class GatewayClient(discord.Client):
         parsers = self._connection.parsers
         for event, parse in list(parsers.items()):
             parsers[event] = _skipping_unreadable(event, parse)
+        _release_global_lock_on_cancel(self.http)
 
     async def login(self, token: str) -> None:
         """discord.py's login; a failed attempt closes the aiohttp session it opened. Why: discord.py
@@ -84,6 +86,33 @@ class GatewayClient(discord.Client):
 
     def _ignored(self, message_id: int, reason: str) -> None:
         log.info("discord.ignored", extra={"bot": self._bot, "message_id": message_id, "reason": reason})
+
+
+def _release_global_lock_on_cancel(http: discord.http.HTTPClient) -> None:
+    """Make discord.py's global rate-limit lock survive a cancelled request.
+
+    On a global 429 discord.py clears `_global_over`, sleeps `retry_after`, then sets it again; every
+    request first waits for it. A request cancelled during that sleep (the typing indicator, cancelled
+    whenever a turn ends; a streamed edit cut by the turn's deadline) never set it, and every later
+    request of the process waited forever. Released on cancel: a request sent early meets at worst
+    another 429, which discord.py sleeps out again. Only a request that found the lock open may have
+    closed it: one cancelled while it waited for the lock leaves it to the request sleeping it out."""
+    request = http.request
+
+    def lock() -> asyncio.Event | None:
+        found = getattr(http, "_global_over", None)  # made at login
+        return found if isinstance(found, asyncio.Event) else None
+
+    async def request_releasing_lock(*args: Any, **kwargs: Any) -> Any:
+        entered_open = (held := lock()) is None or held.is_set()
+        try:
+            return await request(*args, **kwargs)
+        except asyncio.CancelledError:
+            if entered_open and (held := lock()) is not None and not held.is_set():
+                held.set()
+            raise
+
+    http.request = request_releasing_lock  # type: ignore[method-assign]
 
 
 def _skipping_unreadable(event: str, parse: Any) -> Any:

@@ -210,6 +210,36 @@ async def test_send_long_rate_limit_surfaces_retry_after(fake: FakeDiscord, adap
     assert fake.channel_messages(CHANNEL) == []
 
 
+async def test_typing_cancelled_during_a_global_rate_limit_does_not_wedge_later_sends(fake: FakeDiscord,
+                                                                                     adapter: DiscordAdapter):
+    limited = {"message": "You are being rate limited.", "retry_after": 1.0, "global": True}
+    fake.fail_next("POST", f"/channels/{CHANNEL}/typing", status=429, body=limited,
+                   headers={"Retry-After": "1", "X-RateLimit-Global": "true", "Via": "1.1 google"})
+    typing = asyncio.create_task(adapter.send_typing(conversation()))
+    async with asyncio.timeout(5):
+        while not fake.received("POST", f"/channels/{CHANNEL}/typing"):
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    # A request that only waited for the limit to pass and is cancelled leaves it closed: nothing is
+    # sent to Discord before the limit is over.
+    waiting = asyncio.create_task(adapter.send_typing(ConversationRef(channel="discord", workspace=GUILD, chat="42")))
+    await asyncio.sleep(0.1)
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    reply = asyncio.create_task(adapter.send(OutboundMessage(conversation=conversation(), text="Hello")))
+    await asyncio.sleep(0.2)
+    assert not fake.received("POST", f"/channels/{CHANNEL}/messages") and not fake.received("POST", "/channels/42/typing")
+    # The turn ended while discord.py slept out the global limit: the worker cancels its typing task.
+    # discord.py releases its global lock only after that sleep, so every later request of the process
+    # waited on it forever: no Discord reply went out until a restart.
+    assert not typing.done()
+    typing.cancel()
+    await asyncio.gather(typing, return_exceptions=True)
+    async with asyncio.timeout(3):
+        ids = await reply
+    assert [m["id"] for m in fake.channel_messages(CHANNEL)] == ids
+
+
 async def test_send_retry_after_partial_failure_does_not_duplicate(fake: FakeDiscord, adapter: DiscordAdapter):
     text = "\n\n".join(f"Part {i}. " + "x" * 1500 for i in range(3))
     outbound = OutboundMessage(conversation=conversation(), text=text, reply_to="900000000000000010")
