@@ -39,7 +39,6 @@ import itertools
 import json
 import logging
 import time
-from dataclasses import dataclass
 
 import discord
 import yarl
@@ -50,7 +49,7 @@ from nacl.signing import VerifyKey
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.discord_client import GatewayClient
 from channels.discord_errors import translate
-from channels.discord_followups import FollowupPoster
+from channels.discord_followups import FollowupPoster, InteractionExpired, PendingInteraction
 from channels.discord_parse import classify_gateway_message, parse_interaction, payload_of, without_token
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
 from channels.sent_parts import Landed, SentParts
@@ -87,16 +86,6 @@ DELIVER_PATIENCE = 600.0
 # ---- the adapter ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _PendingInteraction:
-    """An `/ask` that was deferred and still awaits its follow-up (in memory: the token is a credential)."""
-
-    application_id: int
-    token: str
-    expires: float  # time.monotonic()
-    conversation: ConversationRef
-
-
 class DiscordAdapter:
     """Discord over discord.py: gateway inbound, `/ask` interactions, REST outbound."""
 
@@ -124,7 +113,7 @@ class DiscordAdapter:
         self._task: asyncio.Task[None] | None = None
         self._login_lock = asyncio.Lock()
         self._logged_in = False
-        self._interactions: dict[str, _PendingInteraction] = {}  # unanswered `/ask`, by interaction id
+        self._interactions: dict[str, PendingInteraction] = {}  # unanswered `/ask`, by interaction id
         # Ids of the chunks already delivered per reply, so a retried send never posts them again.
         self._sent_parts = SentParts()
         self._followups = FollowupPoster()  # `/ask` answers: retried by us, never resent blindly
@@ -166,7 +155,7 @@ class DiscordAdapter:
         self._interactions = {k: v for k, v in self._interactions.items() if v.expires > now}
         for message in result.messages:
             if body.get("application_id") and body.get("token"):
-                self._interactions[message.external_id] = _PendingInteraction(
+                self._interactions[message.external_id] = PendingInteraction(
                     int(body["application_id"]), str(body["token"]), now + INTERACTION_TTL, message.conversation
                 )
         # The token is a 15-minute credential: keep it in memory, out of the stored raw payload.
@@ -194,9 +183,16 @@ class DiscordAdapter:
                     if member else discord.AllowedMentions.none())
         with self._sent_parts.resume(message) as ids:
             if key is not None:
-                await self._send_followups(self._interactions[key], chunks, ids)
-                self._interactions.pop(key, None)  # only once answered, so a failed send can retry it
-                return list(ids)
+                try:
+                    await self._send_followups(self._interactions[key], chunks, ids)
+                    self._interactions.pop(key, None)  # only once answered, so a failed send can retry it
+                    return list(ids)
+                except InteractionExpired as exc:
+                    # The token ran out before our own clock said so (a slow first attempt, a clock step):
+                    # the rest of the answer goes to the channel, as it would after the 15 minutes.
+                    self._interactions.pop(key, None)
+                    log.warning("discord.interaction_expired", extra={"bot": self.bot, "interaction_id": key,
+                                                                      "error": str(exc)[:200]})
             channel = self._channel(message.conversation)
             for index, chunk in enumerate(chunks):
                 if index < len(ids):
@@ -234,7 +230,7 @@ class DiscordAdapter:
             return next((k for k, v in live.items() if v.conversation == message.conversation), None)
         return None
 
-    async def _send_followups(self, interaction: _PendingInteraction, chunks: list[str], ids: Landed) -> None:
+    async def _send_followups(self, interaction: PendingInteraction, chunks: list[str], ids: Landed) -> None:
         """Post the chunks not yet in `ids` as follow-ups, adding each one's id as it lands."""
         # After a deferred response (type 5), the first follow-up replaces the "thinking..." state.
         for index in range(len(ids), len(chunks)):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -19,8 +20,24 @@ import discord
 
 from channels.discord_errors import outcome_unknown, translate
 from gateway.errors import ChannelSendError, RecipientUnreachable
+from gateway.models import ConversationRef
 
 _SUPPRESS_EMBEDS = 1 << 2
+_TOKEN_GONE = {10015, 50027}  # Unknown Webhook, Invalid Webhook Token: the 15 minutes are over
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInteraction:
+    """An `/ask` that was deferred and still awaits its follow-up (in memory: the token is a credential)."""
+
+    application_id: int
+    token: str
+    expires: float  # time.monotonic()
+    conversation: ConversationRef
+
+
+class InteractionExpired(ChannelSendError):
+    """Discord no longer takes follow-ups with this interaction token; the answer can go to the channel."""
 
 
 class FollowupPoster:
@@ -56,6 +73,9 @@ class FollowupPoster:
                 # Discord may have posted it before failing to answer: a follow-up has no nonce to dedupe a resend.
                 raise ChannelSendError(f"discord follow-up outcome unknown ({detail}); not resent to avoid a "
                                        "duplicate", permanent=True)
+            code = data.get("code") if isinstance(data, dict) else None
+            if status in (401, 404) and code in _TOKEN_GONE:
+                raise InteractionExpired(f"discord follow-up {detail}")
             if status in (403, 404):
                 raise RecipientUnreachable(f"discord follow-up {detail}")
             raise ChannelSendError(f"discord follow-up {detail}", permanent=True)

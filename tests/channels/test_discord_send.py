@@ -117,6 +117,18 @@ async def test_followup_rate_limited_for_long_goes_back_to_the_outbox(fake: Fake
     assert await adapter.send(outbound) == [fake.channel_messages(INTERACTION_CHANNEL_ID)[0]["id"]]
 
 
+async def test_followup_refused_for_an_expired_token_goes_to_the_channel(fake: FakeDiscord, adapter: DiscordAdapter):
+    (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
+    # The 15 minutes ran out on Discord's clock a moment before ours: the answer was recorded as failed.
+    fake.fail_next("POST", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN", status=401,
+                   body={"message": "Invalid Webhook Token", "code": 50027})
+    outbound = OutboundMessage(conversation=question.conversation, text="9 to 5.", reply_to=question.external_id)
+    ids = await adapter.send(outbound)
+    (posted,) = fake.channel_messages(question.conversation.chat)
+    assert ids == [posted["id"]] and posted["content"] == "9 to 5."
+    assert not fake.channel_messages(INTERACTION_CHANNEL_ID)
+
+
 async def test_long_followup_resumes_after_the_parts_that_landed(fake: FakeDiscord, adapter: DiscordAdapter):
     (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
     text = "\n\n".join(f"Part {i}. " + "x" * 1500 for i in range(3))
