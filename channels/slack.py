@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -37,7 +37,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, WebhookResult
 from channels.render import render_citations, split_text
 from channels.sent_parts import SentParts
-from channels.slack_events import bot_ids, foreign_workspace, parse_event
+from channels.slack_events import bot_ids, parse_event
+from channels.slack_install import SCOPE_EFFECTS, foreign_workspace, missing_scopes, token_gone
 from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_url, slack_to_plain
 from channels.slack_socket import open_socket_mode as _open_socket_mode
 from gateway.backoff import doubling
@@ -46,25 +47,18 @@ from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundM
 from gateway.settings import SlackChannel
 
 __all__ = [
+    "SCOPE_EFFECTS",
     "SLACK_MESSAGE_LIMIT",
     "STALE_AFTER_S",
     "SlackAdapter",
     "escape_mrkdwn",
     "markdown_to_mrkdwn",
+    "missing_scopes",
     "safe_link_url",
     "slack_to_plain",
 ]
 
 log = structlog.get_logger("channels.slack")
-
-# Scopes the bot token should hold, and what goes wrong without each. Only `chat:write` is needed to
-# answer; the history scopes let a post whose answer was lost (a timeout) be found instead of repeated.
-SCOPE_EFFECTS = {
-    "chat:write": "no reply can be posted",
-    "channels:history": "a reply or operator header in a public channel whose post timed out may be posted twice",
-    "groups:history": "the same in private channels",
-    "im:history": "the same in direct messages",
-}
 
 # Slack accepts 40k chars in `text`, but a section block stops at 3,000 and long messages are
 # collapsed behind "Show more"; 3,000 keeps every part readable and block-compatible.
@@ -114,6 +108,7 @@ class SlackAdapter:
         self.team_id: str | None = None
         self._enterprise: tuple[str | None, bool] = (None, False)
         self._foreign_warned: set[str] = set()
+        self._uninstalled: str | None = None  # why no reply can be posted (app_uninstalled, tokens_revoked)
         # Socket Mode's `interactive` payloads (the operator channel's buttons), set by the gateway's wiring:
         # over the socket they do not come to the Interactivity URL's route.
         self.on_interactive: Callable[[Any], Awaitable[None]] | None = None
@@ -194,6 +189,10 @@ class SlackAdapter:
                 log.warning("slack.foreign_workspace", bot=self.bot, workspace=foreign, token_workspace=self.team_id)
             return WebhookResult(ignored=(f"event from workspace {foreign}, which this bot's token (workspace "
                                           f"{self.team_id}) cannot answer",), extra=extra)
+        if (gone := token_gone(body, bot_user_id=self.bot_user_id)) is not None:
+            self._uninstalled = gone  # every reply fails from now on: said in /readyz, not only per reply
+            log.warning("slack.token_gone", bot=self.bot, reason=gone)
+            return WebhookResult(ignored=(gone,), extra=extra)
         message, reason = parse_event(body, bot_ids=bot_ids(body, bot_user_id=self.bot_user_id),
                                       respond_in_groups=self.settings.respond_in_groups, channel_name=self.name)
         if message is None:
@@ -370,6 +369,8 @@ class SlackAdapter:
     @property
     def connection_status(self) -> str | None:
         """Socket Mode, for `/readyz` (None without an app token: the Events API holds no connection)."""
+        if self._uninstalled is not None:
+            return self._uninstalled
         if not self.settings.app_token:
             return None
         if self._socket_problem is not None:
@@ -386,10 +387,3 @@ class SlackAdapter:
             await self._socket.close()
             self._socket = None
 
-
-def missing_scopes(headers: Mapping[str, Any]) -> dict[str, str]:
-    """`SCOPE_EFFECTS` entries the token lacks, read from Slack's `x-oauth-scopes` response header;
-    none when the header is absent (a proxy dropped it, or another token type): unknown is not missing."""
-    header = next((str(value) for name, value in headers.items() if name.lower() == "x-oauth-scopes"), "")
-    granted = {scope.strip() for scope in header.split(",") if scope.strip()}
-    return {scope: effect for scope, effect in SCOPE_EFFECTS.items() if granted and scope not in granted}

@@ -25,26 +25,6 @@ def bot_ids(body: dict[str, Any], *, bot_user_id: str | None = None) -> set[str]
     return ids
 
 
-def foreign_workspace(body: dict[str, Any], *, team_id: str | None, enterprise_id: str | None = None,
-                      enterprise_install: bool = False) -> str | None:
-    """The workspace of an event that the bot token (of `team_id`, from auth.test) cannot answer, or None.
-
-    Slack sends the events of every workspace an app is installed in to its one Request URL (or socket),
-    all signed with the app's one secret; a reply posted there with this workspace's token fails with
-    `channel_not_found`, after the model was paid to write it. The envelope's `authorizations` names the
-    installation the event is for. Unknown is not foreign: no team learned yet, no authorizations, or a
-    channel shared with another organisation (Slack then lists only one of the installations that see it)."""
-    authorizations = [a for a in body.get("authorizations") or () if isinstance(a, dict)]
-    if not team_id or not authorizations or body.get("is_ext_shared_channel"):
-        return None
-    for authorization in authorizations:
-        if authorization.get("team_id") == team_id:
-            return None
-        if enterprise_install and enterprise_id and authorization.get("enterprise_id") == enterprise_id:
-            return None  # an org-wide installation's token answers in every workspace of the organisation
-    return str(authorizations[0].get("team_id") or authorizations[0].get("enterprise_id") or body.get("team_id") or "?")
-
-
 def parse_event(
     body: dict[str, Any],
     *,

@@ -1,4 +1,5 @@
-"""Slack: one app installed in several workspaces sends all their events to one URL; the bot token answers one."""
+"""Slack installations: one app installed in several workspaces sends all their events to one URL (the bot
+token answers one), and an uninstalled app can post nothing."""
 
 from __future__ import annotations
 
@@ -60,3 +61,27 @@ async def test_slack_team_unknown_when_auth_test_failed_filters_nothing(fake):
     adapter = await _started(fake)
     assert adapter.team_id is None
     assert len(adapter.parse_payload(mention("T222", event_id="Ev7")).messages) == 1
+
+
+def _gone(kind: str, event_id: str, **event: object) -> dict:
+    return {"type": "event_callback", "team_id": "T111", "api_app_id": "A111", "event_id": event_id,
+            "authorizations": [{"team_id": "T111", "user_id": BOT_USER_ID, "is_bot": True}],
+            "event": {"type": kind, **event}}
+
+
+async def test_slack_app_uninstalled_or_bot_token_revoked_is_said_in_readyz_and_the_log(fake):
+    adapter = await _started(fake)
+    assert adapter.connection_status is None  # Events API: no connection to report while all is well
+    # A user's own token revoked: the bot's still works.
+    other = adapter.parse_payload(_gone("tokens_revoked", "Ev8", tokens={"oauth": ["U0SOMEONE"], "bot": []}))
+    assert "tokens_revoked" in other.ignored[0] and adapter.connection_status is None
+    with capture_logs() as logs:
+        gone = adapter.parse_payload(_gone("app_uninstalled", "Ev9"))
+    # Before: "event type 'app_uninstalled' is not handled" at info level, and then only a failed reply
+    # per question (invalid_auth, account_inactive), each blamed on its recipient.
+    assert adapter.connection_status == gone.ignored[0]
+    assert "app_uninstalled in workspace T111" in adapter.connection_status and "bot_token" in adapter.connection_status
+    assert [entry["log_level"] for entry in logs if entry["event"] == "slack.token_gone"] == ["warning"]
+    revoked = await _started(fake)
+    revoked.parse_payload(_gone("tokens_revoked", "Ev10", tokens={"bot": [BOT_USER_ID]}))
+    assert revoked.connection_status.startswith("tokens_revoked in workspace T111")
