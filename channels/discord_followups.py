@@ -23,6 +23,7 @@ from gateway.errors import ChannelSendError, RecipientUnreachable
 from gateway.models import ConversationRef
 
 _SUPPRESS_EMBEDS = 1 << 2
+_USER_AGENT = f"DiscordBot (https://github.com/Rapptz/discord.py {discord.__version__})"
 _TOKEN_GONE = {10015, 50027}  # Unknown Webhook, Invalid Webhook Token: the 15 minutes are over
 
 
@@ -82,7 +83,8 @@ class FollowupPoster:
 
     async def _request(self, url: str, body: dict[str, Any]) -> tuple[int, Any, Any]:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            # discord.py's own User-Agent: Discord asks for "DiscordBot (url, version)" from every client.
+            self._session = aiohttp.ClientSession(timeout=self._timeout, headers={"User-Agent": _USER_AGENT})
         try:
             async with self._session.post(url, json=body, params={"wait": "true"}) as response:
                 try:

@@ -42,6 +42,7 @@ async def test_send_ask_answer_goes_to_interaction_followup(fake: FakeDiscord, a
     )
     (followup,) = fake.received("POST", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN")
     assert followup.json["content"] == "9 to 5." and followup.json["allowed_mentions"]["parse"] == []
+    assert followup.json["flags"] & 4 and followup.headers["User-Agent"].startswith("DiscordBot (")
     assert ids == [fake.channel_messages(INTERACTION_CHANNEL_ID)[0]["id"]]
     assert not fake.received("POST", "/channels/645027906669510667/messages")
 
