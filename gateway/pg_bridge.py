@@ -37,6 +37,7 @@ INBOX_CHANNEL = "gateway_inbox"
 EVENTS_CHANNEL = "gateway_events"
 MAX_PAYLOAD = 7900  # PostgreSQL refuses NOTIFY payloads of 8000 bytes and more
 TOKEN_BATCH_CHARS = 1500  # streamed tokens waiting together go as one NOTIFY (≤ 6 kB of UTF-8)
+NOTIFY_BATCH = 100  # events waiting together go in one transaction, at most this many
 RECONNECT_S = 5.0
 
 
@@ -85,33 +86,56 @@ class PgBridge:
             log.warning("pg_bridge.dropped", topic=topic)
 
     async def _send(self) -> None:
-        """NOTIFY each outgoing event, in order, one short transaction each; streamed tokens that are
-        already waiting for the same topic are joined into one."""
+        """NOTIFY each outgoing event, in order. The events already waiting go in one transaction (a turn
+        publishes two or three at once, and each was BEGIN, NOTIFY and COMMIT of its own: three round trips
+        an event); streamed tokens already waiting for the same topic are joined into one."""
         carry: tuple[str, dict[str, Any]] | None = None
         while True:
-            topic, event = carry or await self._outgoing.get()
-            carry = None
-            if event.get("type") == "token":
-                text = str(event.get("text", ""))
-                while len(text) < TOKEN_BATCH_CHARS and not self._outgoing.empty():
-                    next_topic, next_event = self._outgoing.get_nowait()
-                    if next_topic == topic and next_event.get("type") == "token":
-                        text += str(next_event.get("text", ""))
-                    else:
-                        carry = (next_topic, next_event)
-                        break
-                event = {**event, "text": text}
-            await self._notify(topic, event)
+            batch: list[tuple[str, dict[str, Any]]] = []
+            while True:
+                if carry is not None:
+                    item, carry = carry, None
+                elif not batch:
+                    item = await self._outgoing.get()
+                elif not self._outgoing.empty() and len(batch) < NOTIFY_BATCH:
+                    item = self._outgoing.get_nowait()
+                else:
+                    break
+                item, carry = self._joined(item)
+                batch.append(item)
+            await self._notify(batch)
 
-    async def _notify(self, topic: str, event: dict[str, Any]) -> None:
-        payload = json.dumps({"o": self.origin, "t": topic, "e": event}, default=str, ensure_ascii=False)
-        if len(payload.encode()) > MAX_PAYLOAD:
-            log.warning("pg_bridge.too_large", topic=topic, size=len(payload))
+    def _joined(self, item: tuple[str, dict[str, Any]]) -> tuple[tuple[str, dict[str, Any]], tuple | None]:
+        """A token event with the tokens for its topic waiting right behind it, and the first other event
+        taken off the queue meanwhile (None when there was none)."""
+        topic, event = item
+        if event.get("type") != "token":
+            return item, None
+        text, carry = str(event.get("text", "")), None
+        while len(text) < TOKEN_BATCH_CHARS and not self._outgoing.empty():
+            next_topic, next_event = self._outgoing.get_nowait()
+            if next_topic == topic and next_event.get("type") == "token":
+                text += str(next_event.get("text", ""))
+            else:
+                carry = (next_topic, next_event)
+                break
+        return (topic, {**event, "text": text}), carry
+
+    async def _notify(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        payloads = []
+        for topic, event in batch:
+            payload = json.dumps({"o": self.origin, "t": topic, "e": event}, default=str, ensure_ascii=False)
+            if len(payload.encode()) > MAX_PAYLOAD:
+                log.warning("pg_bridge.too_large", topic=topic, size=len(payload))
+                continue
+            payloads.append(payload)
+        if not payloads:
             return
         try:
             async with self.sessions() as session, session.begin():
-                await session.execute(text("SELECT pg_notify(:channel, :payload)"),
-                                      {"channel": EVENTS_CHANNEL, "payload": payload})
+                for payload in payloads:  # delivered at the commit, in this order
+                    await session.execute(text("SELECT pg_notify(:channel, :payload)"),
+                                          {"channel": EVENTS_CHANNEL, "payload": payload})
         except Exception as exc:  # never take the process down; waiters poll the store
             log.warning("pg_bridge.notify_failed", error=f"{type(exc).__name__}: {exc}"[:200])
 

@@ -22,6 +22,7 @@ class _RecordingSessions:
 
     def __init__(self) -> None:
         self.payloads: list[dict] = []
+        self.transactions = 0
 
     def __call__(self):
         return self
@@ -33,6 +34,7 @@ class _RecordingSessions:
         return False
 
     def begin(self):
+        self.transactions += 1
         return self
 
     async def execute(self, _statement, params):
@@ -54,6 +56,7 @@ async def test_bridge_joins_waiting_tokens_keeps_order_and_skips_its_own_echo():
     events = [(p["t"], p["e"]) for p in sessions.payloads]
     assert events[:2] == [("message:1", {"type": "token", "text": "Plus costs $12."}), ("conversation:1", {"type": "message"})]
     assert events[-1] == ("message:1", {"type": "done", "status": "sent"}) and len(events) == 4
+    assert sessions.transactions == 1  # all four were waiting: one transaction (BEGIN and COMMIT), not four
     # What comes back from LISTEN is republished here only when another process sent it.
     received = []
     bus.forwarder = None
@@ -63,6 +66,23 @@ async def test_bridge_joins_waiting_tokens_keeps_order_and_skips_its_own_echo():
         while not queue.empty():
             received.append(queue.get_nowait())
     assert received == [{"type": "done"}]
+
+
+async def test_a_turns_events_go_in_one_transaction_and_later_ones_in_the_next():
+    """A finished turn publishes "done" and "message" at once: each was a transaction of its own, three
+    round trips an event on every message."""
+    sessions, bus = _RecordingSessions(), EventBus()
+    bridge = PgBridge("postgresql://db/gw", sessions=sessions, bus=bus, wake=None)
+    bus.forwarder = bridge._forward
+    sender = asyncio.create_task(bridge._send())
+    bus.publish("message:7", {"type": "done", "status": "done"})
+    bus.publish("conversation:3", {"type": "message"})
+    await asyncio.sleep(0.05)
+    bus.publish("conversation:3", {"type": "message", "status": "sent"})
+    await asyncio.sleep(0.05)
+    sender.cancel()
+    assert [p["t"] for p in sessions.payloads] == ["message:7", "conversation:3", "conversation:3"]
+    assert sessions.transactions == 2
 
 
 class _FreezableProxy:
