@@ -77,6 +77,13 @@ EMPTY_TWIML = ImmediateResponse(status=200, body=b'<?xml version="1.0" encoding=
 _STATUSES = {"sent": "sent", "delivered": "delivered", "read": "read", "failed": "failed",
              "undelivered": "failed", "canceled": "failed"}
 
+# Twilio's opt-out keywords, and `OptOutType` (STOP, START, HELP), which Twilio adds when it manages
+# opt-outs for the sender. From the Body alone only the unmistakable words count: "yes", "cancel" or
+# "end" typed to a support bot are answers, not opt-outs.
+_KEYWORDS = {"stop": "opt_out", "stopall": "opt_out", "unsubscribe": "opt_out", "optout": "opt_out",
+             "start": "opt_in", "unstop": "opt_in", "help": "help"}
+_OPT_OUT_TYPES = {"STOP": "opt_out", "START": "opt_in", "HELP": "help"}
+
 _retry_after: contextvars.ContextVar[float | None] = contextvars.ContextVar("twilio_retry_after", default=None)
 
 
@@ -204,7 +211,7 @@ class WhatsAppAdapter:
             text=text,
             attachments=attachments,
             reply_to=form.get("OriginalRepliedMessageSid") or None,
-            raw=dict(form),
+            raw=dict(form) | _keyword(form, text),
         )
         return WebhookResult(messages=(message,))
 
@@ -316,6 +323,15 @@ def _translate(exc: TwilioRestException) -> ChannelSendError | RecipientUnreacha
     transient = exc.status == 429 or exc.status >= 500
     return ChannelSendError(f"Twilio {exc.status} ({exc.code}): {exc.msg}", retry_after=retry_after,
                             permanent=not transient, rate_limited=exc.status == 429)
+
+
+def _keyword(form: Mapping[str, str], text: str) -> dict[str, str]:
+    """`{"command": "opt_out" | "opt_in" | "help"}` for an opt-out keyword message, else `{}`.
+
+    Twilio confirms STOP and START itself: the pipeline sends nothing for them, and the store marks the
+    contact opted out (or in) so no later reply is sent to someone who said STOP."""
+    command = _OPT_OUT_TYPES.get(form.get("OptOutType", "").upper()) or _KEYWORDS.get(text.strip().strip(".!").lower())
+    return {"command": command} if command else {}
 
 
 def _contact_id(wa_id: str, sender: str) -> str:

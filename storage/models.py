@@ -28,6 +28,8 @@ class Contact(Base):
     external_id: Mapped[str] = mapped_column(String(255))
     display_name: Mapped[str] = mapped_column(String(255), default="")
     last_inbound_at: Mapped[datetime | None] = mapped_column(default=None)
+    # When the person opted out (WhatsApp STOP): nothing is sent to them until they opt in again (START).
+    opted_out_at: Mapped[datetime | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

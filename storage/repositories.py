@@ -95,6 +95,9 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
     )
     inserted = result.scalar_one_or_none()
     if inserted is not None:
+        opt = (message.raw or {}).get("command") if isinstance(message.raw, dict) else None
+        if opt in ("opt_out", "opt_in"):  # WhatsApp STOP / START (only a first delivery: a retry changes nothing)
+            contact.opted_out_at = now if opt == "opt_out" else None
         return StoredInbound(message_id=inserted, conversation_id=conversation.id, contact_id=contact.id,
                              duplicate=False, lease_owner=conversation.lease_owner)
     # A repeated delivery: the row stored the first time (its conversation may have been another).

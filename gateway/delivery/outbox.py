@@ -186,7 +186,8 @@ class Outbox:
                             try:
                                 provider_ids, template = await self._send(
                                     adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None,
-                                    window_closed="window_closed" in meta)
+                                    window_closed="window_closed" in meta,
+                                    opted_out_at=contact.opted_out_at if contact else None)
                             finally:
                                 record_landed.reset(recording)
                 if template:
@@ -335,8 +336,13 @@ class Outbox:
                 await task
 
     async def _send(self, adapter: ChannelAdapter, outbound: OutboundMessage, *,
-                    last_inbound_at: datetime | None, window_closed: bool = False) -> tuple[list[str], str | None]:
-        """Send through the adapter; on WhatsApp outside the window, the template or OutsideWindow."""
+                    last_inbound_at: datetime | None, window_closed: bool = False,
+                    opted_out_at: datetime | None = None) -> tuple[list[str], str | None]:
+        """Send through the adapter; on WhatsApp outside the window, the template or OutsideWindow; to a
+        contact who opted out (STOP), nothing: Twilio would refuse it (21610), a template too."""
+        if opted_out_at is not None:
+            raise RecipientUnreachable(f"the contact opted out (STOP) at {opted_out_at}; nothing is sent to them "
+                                       "until they send START")
         if outbound.conversation.channel == "whatsapp" and hasattr(adapter, "send_template"):
             from channels.whatsapp import within_window  # Twilio is imported only where WhatsApp is used
 

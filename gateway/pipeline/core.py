@@ -91,12 +91,16 @@ class Pipeline:
     async def handle(self, turn: Turn) -> PipelineResult:
         """Run the steps for one message; raises only on bugs (the worker turns those into a handoff)."""
         bound = log.bind(message_id=turn.message_id, conversation_id=turn.conversation_id, bot=turn.bot.name)
+        if turn.command in ("opt_out", "opt_in"):
+            # WhatsApp STOP / START: Twilio confirms it to the person; an answer of ours would be a second one.
+            bound.info("pipeline.opt_keyword", command=turn.command)
+            return PipelineResult(reply=None, answered=False)
         if turn.state != "bot":
             bound.info("pipeline.operator_holds_thread", state=turn.state, notice=turn.needs_reply)
             if turn.needs_reply:  # the person's reply comes as a message of its own; this ends the pending state
                 return PipelineResult(reply=holding_notice(turn.bot, turn.state), author="system")
             return PipelineResult(reply=None, answered=False)
-        if turn.command in ("start", "help"):
+        if turn.command in ("start", "help"):  # Telegram's /start and /help, WhatsApp's HELP
             return PipelineResult(reply=greeting(turn), answered=True)
         text = turn.text.strip()
         if is_blank(text) and small_talk(said := _sticker_emoji(turn.attachments)):

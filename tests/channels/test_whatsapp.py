@@ -190,6 +190,20 @@ def test_whatsapp_parse_blank_body_is_a_message(adapter: WhatsAppAdapter, body: 
     assert message.text == body and not message.attachments
 
 
+@pytest.mark.parametrize(("body", "opt_out_type", "command"), [
+    ("STOP", "", "opt_out"), (" Stop! ", "", "opt_out"), ("unsubscribe", "", "opt_out"), ("START", "", "opt_in"),
+    ("help", "", "help"), ("BAJA", "STOP", "opt_out"), ("yes", "START", "opt_in"),
+    # Typed to a support bot these are answers or questions, unless Twilio says they were keywords.
+    ("cancel", "", None), ("yes", "", None), ("stop my subscription", "", None), ("end", "", None),
+])
+def test_whatsapp_parse_flags_opt_out_keywords(adapter: WhatsAppAdapter, body: str, opt_out_type: str,
+                                               command: str | None) -> None:
+    form = {"MessageSid": "SM701", "From": "whatsapp:+1555", "To": "whatsapp:+15550001111", "Body": body,
+            "NumMedia": "0"} | ({"OptOutType": opt_out_type} if opt_out_type else {})
+    (message,) = adapter.parse(_signed(form)).messages
+    assert message.raw.get("command") == command and message.text == body
+
+
 def test_whatsapp_parse_media_without_caption_is_a_message_with_empty_text(adapter: WhatsAppAdapter) -> None:
     form = {"MessageSid": "SM9", "From": "whatsapp:+1555", "To": "whatsapp:+15550001111", "Body": "",
             "NumMedia": "1", "MediaUrl0": "https://api.twilio.com/media/ME1", "MediaContentType0": "audio/ogg"}

@@ -311,3 +311,34 @@ async def test_whatsapp_twilio_rate_limit_is_retried_by_the_outbox(env):
     finally:
         services.outbox.backoff_s = 2.0
     assert [p.form["Body"] for p in sent_to(fake, "+15550000011")].count("One more thing.") == 1
+
+
+async def test_whatsapp_stop_is_not_answered_and_nothing_is_sent_until_start(env):
+    # Twilio confirms STOP and START itself, and refuses sends to an opted-out number (21610).
+    client, services, fake = env
+    phone = "+15550000020"
+    await post(client, inbound("SM" + "ab" * 16, phone, "Stop"))
+    [stop] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=1)
+    assert (stop.text, stop.meta["command"]) == ("Stop", "opt_out")
+    await post(client, inbound("SM" + "ac" * 16, phone))  # a question after STOP: not sent
+    reply = await wait_until(lambda: _failed_reply(services, phone), what="the undeliverable answer")
+    assert "opted out (STOP)" in reply.error
+    # START, as Twilio marks it (OptOutType), lifts it: the next question is answered.
+    await post(client, inbound("SM" + "ad" * 16, phone, "start", OptOutType="START"))
+    await post(client, inbound("SM" + "ae" * 16, phone))
+    [sent] = await wait_until(lambda: sent_to(fake, phone), what="the answer after START")
+    assert "Sources:" in sent.form["Body"]
+    await settle()
+    assert len(sent_to(fake, phone)) == 1  # STOP and START got no answer of ours
+
+
+async def _failed_reply(services, phone: str):
+    stored = await messages_in_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}")
+    return next((m for m in stored if m.direction == "out" and m.status == "failed"), None)
+
+
+async def test_whatsapp_help_keyword_gets_the_greeting(env):
+    client, services, fake = env
+    await post(client, inbound("SM" + "af" * 16, "+15550000024", "HELP"))
+    [sent] = await wait_until(lambda: sent_to(fake, "+15550000024"), what="the greeting")
+    assert sent.form["Body"] == DEFAULT_GREETING
