@@ -98,6 +98,8 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
         opt = (message.raw or {}).get("command") if isinstance(message.raw, dict) else None
         if opt in ("opt_out", "opt_in"):  # WhatsApp STOP / START (only a first delivery: a retry changes nothing)
             contact.opted_out_at = now if opt == "opt_out" else None
+        if message.channel == "whatsapp":
+            await _resend_after_template(session, conversation)
         return StoredInbound(message_id=inserted, conversation_id=conversation.id, contact_id=contact.id,
                              duplicate=False, lease_owner=conversation.lease_owner)
     # A repeated delivery: the row stored the first time (its conversation may have been another).
@@ -107,6 +109,20 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
     ))).one()
     return StoredInbound(message_id=stored.id, conversation_id=stored.conversation_id,
                          contact_id=contact.id, duplicate=True)
+
+
+async def _resend_after_template(session: AsyncSession, conversation: Conversation) -> None:
+    """Queue again, as text, the replies a WhatsApp template went out in place of (outside the 24 hours):
+    the customer saw only the template, and their answer to it opens the window for the reply itself.
+    Queued before this message, so it is sent before this message is answered; once per reply."""
+    recent = (await session.execute(select(Message).where(
+        Message.conversation_id == conversation.id, Message.direction == "out").order_by(Message.id.desc())
+        .limit(20))).scalars()
+    for held in reversed([m for m in recent if (m.meta or {}).get("template") and "text_sent_as" not in m.meta]):
+        copy = await add_outbound(session, conversation=conversation, text=held.text, author=held.author,
+                                  reply_to_id=held.reply_to_id, citations=held.citations)
+        copy.meta = {"after_template": held.id}
+        held.meta = {**held.meta, "text_sent_as": copy.id}
 
 
 def inbound_meta(message: InboundMessage) -> dict[str, Any]:

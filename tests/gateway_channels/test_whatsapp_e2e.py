@@ -342,3 +342,27 @@ async def test_whatsapp_help_keyword_gets_the_greeting(env):
     await post(client, inbound("SM" + "af" * 16, "+15550000024", "HELP"))
     [sent] = await wait_until(lambda: sent_to(fake, "+15550000024"), what="the greeting")
     assert sent.form["Body"] == DEFAULT_GREETING
+
+
+async def test_whatsapp_reply_sent_as_a_template_follows_as_text_once_the_customer_answers(env):
+    # The template only says there is news; the operator's words must reach the customer once they write.
+    client, services, fake = env
+    phone = "+15550000025"
+    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "c1" * 16, phone)
+    await _leave_window(services, conversation_id)
+    adapter = services.adapters[("acme", "whatsapp")]
+    original = adapter.settings
+    adapter.settings = original.model_copy(update={"content_sid": "HX" + "5" * 32})
+    try:
+        reply_id = await store_reply(services, conversation_id=conversation_id, text="Your refund was approved.")
+        assert await services.outbox.deliver(reply_id) == "sent"
+    finally:
+        adapter.settings = original
+    await post(client, inbound("SM" + "c2" * 16, phone, "Continue"))  # the template's quick reply
+    await wait_until(lambda: len(sent_to(fake, phone)) >= 4, what="the held reply and the answer")
+    await post(client, inbound("SM" + "c3" * 16, phone))
+    await wait_until(lambda: len(sent_to(fake, phone)) >= 5, what="the next answer")
+    await settle()
+    bodies = [r.form.get("Body") or r.form["ContentSid"] for r in sent_to(fake, phone)]
+    assert bodies[1:3] == ["HX" + "5" * 32, "Your refund was approved."]
+    assert bodies.count("Your refund was approved.") == 1 and len(bodies) == 5
