@@ -55,10 +55,14 @@ _NO = re.compile(r"(?:no|nope|nah|not now|nein|non|n[ãa]o|no (?:that s all|that
 # "😍" or "✋💪" says nothing here. The first ones also say yes to an offer of a person.
 _YES_EMOJI = "👍👌✅✔☑🆗"
 _ACK_EMOJI = _YES_EMOJI + "🙏🙂😊👏🤝💯❤♥"
+# A wave is how many customers open a WhatsApp chat: searched, "👋" got "I couldn't find that".
+_GREETING_EMOJI = "👋🙋"
 
 
 def _only_emoji(text: str, emoji: str) -> bool:
-    return re.fullmatch(rf"(?:[{emoji}][\U0001F3FB-\U0001F3FF\uFE0F]*\s*)+", text.strip()) is not None
+    # A skin tone, a presentation selector, or a gender sign joined on (🙋‍♀️).
+    return re.fullmatch(rf"(?:[{emoji}][\U0001F3FB-\U0001F3FF\uFE0F]*(?:\u200d[♀♂]\uFE0F?)?\s*)+",
+                        text.strip()) is not None
 
 
 SmallTalk = Literal["greeting", "thanks"]
@@ -66,11 +70,13 @@ SmallTalk = Literal["greeting", "thanks"]
 
 def small_talk(text: str) -> SmallTalk | None:
     """The kind of small talk a message is: "greeting" for "Hi there!", "thanks" for "ok, thanks a lot 🙏",
-    "bye", "great, got it" or a thumbs-up alone, None for anything else."""
+    "bye", "great, got it" or a thumbs-up alone ("greeting" for a wave), None for anything else."""
     if len(text) > MAX_SMALL_TALK_CHARS:
         return None
     if _only_emoji(text, _ACK_EMOJI):
         return "thanks"
+    if _only_emoji(text, _GREETING_EMOJI):
+        return "greeting"
     words = " ".join(_NOT_A_WORD.sub(" ", text.lower()).split())
     if not words or not _SMALL_TALK.fullmatch(words):
         return None

@@ -25,6 +25,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "data"
     ("ok", "thanks"), ("Great, got it!", "thanks"), ("perfect", "thanks"),
     ("Thanks for nothing", None), ("no", None), ("yes", None), ("ok but why?", None), ("", None), ("hi " * 30, None),
     ("👍", "thanks"), ("👍🏽👍🏽", "thanks"), ("🙏", "thanks"), ("❤️", "thanks"), ("😡", None), ("👍 ?", None),
+    ("👋", "greeting"), ("👋🏽👋🏽", "greeting"), ("🙋‍♀️", "greeting"), ("👋 ?", None),
     # "gracias" alone was known; the forms customers use most were searched and got the fallback text.
     ("¡Muchas gracias!", "thanks"), ("Merci beaucoup", "thanks"), ("Vielen Dank!", "thanks"), ("grazie mille", "thanks"),
     ("muito obrigada", "thanks"), ("Buenos días", "greeting"), ("Hola, buenas tardes", "greeting"),
