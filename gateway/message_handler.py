@@ -52,6 +52,7 @@ MAX_TURN_ATTEMPTS = 5
 """Attempts at one message before it is given up (the failure reply and a person)."""
 
 log = structlog.get_logger("gateway.message_handler")
+OPTED_OUT = "not answered: the contact opted out (STOP); nothing can be sent to them until they send START"
 
 
 class MessageHandler:
@@ -100,6 +101,13 @@ class MessageHandler:
             return None
         if self._intercept is not None and await self._intercept(inbound, conversation):
             await self._finish(inbound, None, status="done")
+            return None
+        if contact is not None and contact.opted_out_at is not None and \
+                (inbound.meta or {}).get("command") not in ("opt_out", "opt_in"):
+            # After WhatsApp's STOP nothing reaches them until START: no search, no model call paid for,
+            # no unanswered turn counted toward a person who could not reach them either.
+            bound.info("inbound.opted_out", since=str(contact.opted_out_at))
+            await self._finish(inbound, None, status="ignored", error=OPTED_OUT)
             return None
         bot = self._settings.bot(inbound.bot)
         adapter = self._adapters.get((inbound.bot, inbound.channel))

@@ -11,6 +11,7 @@ import pytest_asyncio
 from sqlalchemy import update
 from twilio.request_validator import RequestValidator
 
+from gateway.message_handler import OPTED_OUT
 from gateway.models import utcnow
 from storage.models import Contact, Conversation
 from tests.english_replies import DEFAULT_GREETING, TEXT_ONLY_REPLY
@@ -320,9 +321,13 @@ async def test_whatsapp_stop_is_not_answered_and_nothing_is_sent_until_start(env
     await post(client, inbound("SM" + "ab" * 16, phone, "Stop"))
     [stop] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=1)
     assert (stop.text, stop.meta["command"]) == ("Stop", "opt_out")
-    await post(client, inbound("SM" + "ac" * 16, phone))  # a question after STOP: not sent
-    reply = await wait_until(lambda: _failed_reply(services, phone), what="the undeliverable answer")
-    assert "opted out (STOP)" in reply.error
+    await post(client, inbound("SM" + "ac" * 16, phone))  # a question after STOP: not answered, no model paid
+    [_, question] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=2)
+    assert (question.status, question.error) == ("ignored", OPTED_OUT)
+    # An operator's reply is refused at the outbox: Twilio would refuse it (21610).
+    reply_id = await store_reply(services, conversation_id=stop.conversation_id, text="We refunded your order.")
+    assert await services.outbox.deliver(reply_id) == "failed"
+    assert "opted out (STOP)" in (await get_message(services, reply_id)).error
     # START, as Twilio marks it (OptOutType), lifts it: the next question is answered.
     await post(client, inbound("SM" + "ad" * 16, phone, "start", OptOutType="START"))
     await post(client, inbound("SM" + "ae" * 16, phone))
@@ -330,11 +335,6 @@ async def test_whatsapp_stop_is_not_answered_and_nothing_is_sent_until_start(env
     assert "Sources:" in sent.form["Body"]
     await settle()
     assert len(sent_to(fake, phone)) == 1  # STOP and START got no answer of ours
-
-
-async def _failed_reply(services, phone: str):
-    stored = await messages_in_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}")
-    return next((m for m in stored if m.direction == "out" and m.status == "failed"), None)
 
 
 async def test_whatsapp_help_keyword_gets_the_greeting(env):
