@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
 from gateway.http import admin, health, webchat, webhooks
+from gateway.http.client_address import forwarded_trust_warning
 from gateway.http.unhandled import UnhandledErrors
 from gateway.http.webchat import STATIC_DIR
 from gateway.observability import otel
@@ -69,6 +70,8 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
             log.warning("gate1.uncalibrated", reason=warning)
         for warning in models_missing_keys(settings):
             log.warning("llm.key_missing", reason=warning)
+        if warning := forwarded_trust_warning():
+            log.warning("http.forwarded_allow_all", reason=warning)
         try:
             yield
         finally:

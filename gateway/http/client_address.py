@@ -15,11 +15,21 @@ That address must be one the caller cannot choose anew for each message:
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 
 from fastapi import Request
 
 IPV6_SUBSCRIBER_PREFIX = 64
+
+
+def forwarded_trust_warning() -> str | None:
+    """What is wrong with `FORWARDED_ALLOW_IPS`, for a warning at start: `*` makes uvicorn take the
+    header's first hop, which the client writes, as the peer, so every message could bring its own budget."""
+    if "*" in (os.environ.get("FORWARDED_ALLOW_IPS") or "").split(","):
+        return ("FORWARDED_ALLOW_IPS=* trusts X-Forwarded-For from anyone, so a web chat client can pick a new "
+                "address (and a fresh per-address budget) for every message; list your proxies' addresses instead")
+    return None
 
 
 def client_address(request: Request) -> str:

@@ -6,6 +6,8 @@ import asyncio
 from contextlib import asynccontextmanager
 
 import httpx
+import pytest
+import structlog.testing
 from sqlalchemy import func, select
 
 from gateway.app import create_app
@@ -144,3 +146,16 @@ async def test_a_proxy_that_adds_its_own_forwarded_header_line_is_the_one_read(t
                                                      ("X-Forwarded-For", "203.0.113.50")])).status_code
                         for i in range(3)]
     assert statuses == [200, 200, 429]
+
+
+@pytest.mark.parametrize(("value", "warned"), [("*", True), ("10.0.0.5,*", True), ("10.0.0.5", False)])
+async def test_trusting_every_proxy_is_warned_about_at_start(tmp_path, monkeypatch, value, warned):
+    # uvicorn then takes the header's first hop, which the client writes, as the peer: a budget per message.
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", value)
+    settings = load_settings(write_config(tmp_path))
+    await asyncio.to_thread(upgrade, settings.database_url)
+    app = create_app(settings, start_worker=False, start_scheduler=False, start_channels=False)
+    with structlog.testing.capture_logs() as logs:  # after create_app, which configures the logging
+        async with app.router.lifespan_context(app):
+            pass
+    assert any(e["event"] == "http.forwarded_allow_all" and e["log_level"] == "warning" for e in logs) == warned
