@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import uuid
 from collections.abc import Callable
@@ -57,6 +58,9 @@ class PgBridge:
         self.bus = bus
         self.wake = wake
         self.origin = uuid.uuid4().hex  # this process: its own events come back and are skipped
+        # Numbers each payload: PostgreSQL delivers only one of a transaction's identical NOTIFYs, and a
+        # batch may hold two equal events ("message" twice for one conversation, a repeated token).
+        self._sequence = itertools.count()
         self._outgoing: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task] = []
 
@@ -124,7 +128,8 @@ class PgBridge:
     async def _notify(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         payloads = []
         for topic, event in batch:
-            payload = json.dumps({"o": self.origin, "t": topic, "e": event}, default=str, ensure_ascii=False)
+            payload = json.dumps({"o": self.origin, "n": next(self._sequence), "t": topic, "e": event},
+                                 default=str, ensure_ascii=False)
             if len(payload.encode()) > MAX_PAYLOAD:
                 log.warning("pg_bridge.too_large", topic=topic, size=len(payload))
                 continue

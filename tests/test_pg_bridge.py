@@ -163,3 +163,33 @@ async def test_a_listen_connection_gone_silent_is_replaced_and_hears_other_proce
         listening.cancel()
         await direct.close()
         await proxy.close()
+
+
+async def test_identical_events_waiting_together_all_reach_the_other_processes(postgres_url):
+    """PostgreSQL delivers one NOTIFY of a transaction's identical ones (same channel and payload): two
+    equal events of a batch ("message" twice for a conversation, a token repeated) reached the other
+    processes once."""
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    from storage.engine import create_engine, session_factory
+
+    engine = create_engine(postgres_url)
+    bridge = PgBridge(postgres_url, sessions=session_factory(engine), bus=EventBus(), wake=None)
+    heard: list[str] = []
+    direct = await asyncpg.connect(make_url(postgres_url).set(drivername="postgresql")
+                                   .render_as_string(hide_password=False))
+    await direct.add_listener("gateway_events", lambda *args: heard.append(json.loads(args[3])["t"]))
+    try:
+        for topic in ("conversation:3", "conversation:3", "message:1", "conversation:3"):
+            bridge._forward(topic, {"type": "message"})
+        sender = asyncio.create_task(bridge._send())
+        for _ in range(50):
+            if len(heard) >= 4:
+                break
+            await asyncio.sleep(0.1)
+        sender.cancel()
+        assert heard == ["conversation:3", "conversation:3", "message:1", "conversation:3"]
+    finally:
+        await direct.close()
+        await engine.dispose()
