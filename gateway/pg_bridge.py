@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,7 @@ MAX_PAYLOAD = 7900  # PostgreSQL refuses NOTIFY payloads of 8000 bytes and more
 TOKEN_BATCH_CHARS = 1500  # streamed tokens waiting together go as one NOTIFY (≤ 6 kB of UTF-8)
 NOTIFY_BATCH = 100  # events waiting together go in one transaction, at most this many
 RECONNECT_S = 5.0
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 async def announce(session: AsyncSession) -> None:
@@ -128,8 +130,11 @@ class PgBridge:
     async def _notify(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         payloads = []
         for topic, event in batch:
-            payload = json.dumps({"o": self.origin, "n": next(self._sequence), "t": topic, "e": event},
-                                 default=str, ensure_ascii=False)
+            message = {"o": self.origin, "n": next(self._sequence), "t": topic, "e": event}
+            # Half an emoji (a model streams an emoji's two surrogates in two chunks) has no UTF-8 form, and
+            # its encoding killed this task: it goes escaped, as JSON allows, and arrives as it was sent.
+            payload = _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}",
+                                          json.dumps(message, default=str, ensure_ascii=False))
             if len(payload.encode()) > MAX_PAYLOAD:
                 log.warning("pg_bridge.too_large", topic=topic, size=len(payload))
                 continue

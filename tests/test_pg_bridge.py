@@ -193,3 +193,20 @@ async def test_identical_events_waiting_together_all_reach_the_other_processes(p
     finally:
         await direct.close()
         await engine.dispose()
+
+
+async def test_half_an_emoji_in_a_streamed_token_does_not_stop_the_sender():
+    """A model's stream can split an emoji's two surrogates between chunks: the payload could not be
+    encoded to UTF-8, the sender task died, and no later event reached the other processes."""
+    sessions, bus = _RecordingSessions(), EventBus()
+    bridge = PgBridge("postgresql://db/gw", sessions=sessions, bus=bus, wake=None)
+    bus.forwarder = bridge._forward
+    sender = asyncio.create_task(bridge._send())
+    bus.publish("message:1", {"type": "token", "text": "Done \ud83d"})
+    await asyncio.sleep(0.05)
+    bus.publish("message:1", {"type": "done", "status": "sent"})
+    await asyncio.sleep(0.05)
+    assert not sender.done()
+    sender.cancel()
+    assert [p["e"] for p in sessions.payloads] == [{"type": "token", "text": "Done \ud83d"},
+                                                   {"type": "done", "status": "sent"}]
