@@ -189,7 +189,8 @@ class SlackAdapter:
                 log.warning("slack.foreign_workspace", bot=self.bot, workspace=foreign, token_workspace=self.team_id)
             return WebhookResult(ignored=(f"event from workspace {foreign}, which this bot's token (workspace "
                                           f"{self.team_id}) cannot answer",), extra=extra)
-        if (gone := token_gone(body, bot_user_id=self.bot_user_id)) is not None:
+        if (gone := token_gone(body, bot_user_id=self.bot_user_id, team_id=self.team_id, enterprise_id=enterprise_id,
+                               enterprise_install=enterprise_install)) is not None:
             self._uninstalled = gone  # every reply fails from now on: said in /readyz, not only per reply
             log.warning("slack.token_gone", bot=self.bot, reason=gone)
             return WebhookResult(ignored=(gone,), extra=extra)

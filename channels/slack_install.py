@@ -44,9 +44,14 @@ def foreign_workspace(body: dict[str, Any], *, team_id: str | None, enterprise_i
     return str(authorizations[0].get("team_id") or authorizations[0].get("enterprise_id") or body.get("team_id") or "?")
 
 
-def token_gone(body: dict[str, Any], *, bot_user_id: str | None) -> str | None:
+def token_gone(body: dict[str, Any], *, bot_user_id: str | None, team_id: str | None = None,
+               enterprise_id: str | None = None, enterprise_install: bool = False) -> str | None:
     """Why no reply can be posted any more, for an `app_uninstalled` event or a `tokens_revoked` that names
-    the bot user (or any bot token while the bot user is unknown); else None."""
+    the bot user (or any bot token while the bot user is unknown); else None. Not for another workspace's
+    installation: these events come without `authorizations` (none is left), so `foreign_workspace` lets
+    them through, and an app removed from a second workspace said this token was gone."""
+    if _another_installation(body, team_id=team_id, enterprise_id=enterprise_id, enterprise_install=enterprise_install):
+        return None
     event = body.get("event") or {}
     kind = event.get("type")
     revoked = {str(user) for user in ((event.get("tokens") or {}).get("bot") or ())}
@@ -54,3 +59,12 @@ def token_gone(body: dict[str, Any], *, bot_user_id: str | None) -> str | None:
         return (f"{kind} in workspace {body.get('team_id') or '?'}: no reply can be posted until the app is "
                 "installed again and its new bot_token configured")
     return None
+
+
+def _another_installation(body: dict[str, Any], *, team_id: str | None, enterprise_id: str | None,
+                          enterprise_install: bool) -> bool:
+    """Whether the envelope's own `team_id` (or, for an org-wide token, `enterprise_id`) is another
+    installation's than the token's; unknown on either side is not another."""
+    if enterprise_install and enterprise_id:
+        return bool(body.get("enterprise_id")) and body.get("enterprise_id") != enterprise_id
+    return bool(team_id and body.get("team_id")) and body.get("team_id") != team_id

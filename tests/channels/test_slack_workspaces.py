@@ -85,3 +85,17 @@ async def test_slack_app_uninstalled_or_bot_token_revoked_is_said_in_readyz_and_
     revoked = await _started(fake)
     revoked.parse_payload(_gone("tokens_revoked", "Ev10", tokens={"bot": [BOT_USER_ID]}))
     assert revoked.connection_status.startswith("tokens_revoked in workspace T111")
+
+
+async def test_slack_app_uninstalled_from_another_workspace_leaves_this_one_ready(fake):
+    """The app installed in two workspaces, uninstalled from the other one: its app_uninstalled comes to the
+    same URL, without an installation left to name in `authorizations`, and /readyz said this bot's token gone."""
+    adapter = await _started(fake)
+    other = {**_gone("app_uninstalled", "Ev11"), "team_id": "T222", "authorizations": []}
+    assert adapter.parse_payload(other).ignored and adapter.connection_status is None
+    revoked = {**_gone("tokens_revoked", "Ev12", tokens={"bot": ["U0OTHERBOT"]}), "team_id": "T222", "authorizations": []}
+    adapter.bot_user_id = None  # not learned (auth.test failed at first): any bot token named counted
+    adapter.parse_payload(revoked)
+    assert adapter.connection_status is None
+    assert adapter.parse_payload(_gone("app_uninstalled", "Ev13")).ignored
+    assert adapter.connection_status.startswith("app_uninstalled in workspace T111")
