@@ -52,3 +52,30 @@ async def test_a_reply_is_claimed_sent_and_recorded_in_five_statements(migrated_
     assert adapter.sent == [("erin", "the answer")]
     assert (reply.status, reply.attempts, reply.provider_ids) == ("sent", 1, ["p1"])
     await engine.dispose()
+
+
+async def test_a_claim_uses_the_row_as_it_claimed_it_not_as_read_before(migrated_url, monkeypatch):
+    """Another caller's attempt can settle between this caller's read and its claim (`deliver` is safe to
+    call twice): its `meta` (the parts it delivered, when to try again) is the claimed row's. A refresh
+    after the claim read it; the claim's RETURNING left it out, and the parts already out were lost."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, EchoPipeline())
+    _conversation_id, _message_id, reply_id = await _with_reply(sessions, inbox, text="the answer")
+    read = AsyncSession.get
+
+    async def get_then_another_attempt_fails(self, entity, ident, **kwargs):
+        row = await read(self, entity, ident, **kwargs)
+        if entity is Message and ident == reply_id:
+            monkeypatch.setattr(AsyncSession, "get", read)
+            async with sessions() as other, other.begin():  # its part 1 went out, then a 5xx
+                await other.execute(update(Message).where(Message.id == reply_id).values(
+                    attempts=1, meta={"delivered_parts": ["p0"], "sender": "another replica"}))
+        return row
+
+    monkeypatch.setattr(AsyncSession, "get", get_then_another_attempt_fails)
+    assert await worker._outbox.deliver(reply_id) == "sent"
+    async with sessions() as session:
+        reply = await session.get(Message, reply_id)
+    assert (reply.attempts, reply.provider_ids, reply.meta.get("sender")) == (2, ["p0", "p1"], "another replica")
+    await engine.dispose()

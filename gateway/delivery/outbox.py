@@ -131,12 +131,13 @@ class Outbox:
             claimed = (await session.execute(
                 update(Message).where(Message.id == message_id, Message.status == "pending")
                 .values(status="sending", attempts=Message.attempts + 1, updated_at=utcnow())
-                .returning(Message.status, Message.attempts, Message.updated_at)
+                # `meta` too: another caller's attempt may have settled since the read (its delivered parts).
+                .returning(Message.status, Message.attempts, Message.updated_at, Message.meta)
                 .execution_options(synchronize_session=False)
             )).one_or_none()
             if claimed is None:
                 return "skipped"
-            for key, value in claimed._mapping.items():  # what the claim changed, as a refresh would read it
+            for key, value in claimed._mapping.items():  # the claimed row, as a refresh would read it
                 set_committed_value(message, key, value)
             # The conversation, its contact and the message replied to, in one round trip (they were three).
             inbound_row = aliased(Message)
