@@ -98,7 +98,7 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
         opt = (message.raw or {}).get("command") if isinstance(message.raw, dict) else None
         if opt in ("opt_out", "opt_in"):  # WhatsApp STOP / START (only a first delivery: a retry changes nothing)
             contact.opted_out_at = now if opt == "opt_out" else None
-        if message.channel == "whatsapp":
+        if message.channel == "whatsapp" and contact.opted_out_at is None:  # STOP answers no template
             await _resend_after_template(session, conversation)
         return StoredInbound(message_id=inserted, conversation_id=conversation.id, contact_id=contact.id,
                              duplicate=False, lease_owner=conversation.lease_owner)

@@ -366,3 +366,28 @@ async def test_whatsapp_reply_sent_as_a_template_follows_as_text_once_the_custom
     bodies = [r.form.get("Body") or r.form["ContentSid"] for r in sent_to(fake, phone)]
     assert bodies[1:3] == ["HX" + "5" * 32, "Your refund was approved."]
     assert bodies.count("Your refund was approved.") == 1 and len(bodies) == 5
+
+
+async def test_whatsapp_reply_held_behind_a_template_is_kept_through_stop_and_sent_after_start(env):
+    # STOP is no answer to the template: its text was queued then, failed as opted out, and marked sent as
+    # text, so after START the customer never got it.
+    client, services, fake = env
+    phone = "+15550000026"
+    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "d1" * 16, phone)
+    await _leave_window(services, conversation_id)
+    adapter = services.adapters[("acme", "whatsapp")]
+    original = adapter.settings
+    adapter.settings = original.model_copy(update={"content_sid": "HX" + "6" * 32})
+    try:
+        reply_id = await store_reply(services, conversation_id=conversation_id, text="Your parcel was found.")
+        assert await services.outbox.deliver(reply_id) == "sent"
+    finally:
+        adapter.settings = original
+    await post(client, inbound("SM" + "d2" * 16, phone, "STOP"))
+    await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=4)
+    assert await _failed_reply(services, phone) is None
+    await post(client, inbound("SM" + "d3" * 16, phone, "START"))
+    await wait_until(lambda: len(sent_to(fake, phone)) >= 3, what="the held reply after START")
+    await settle()
+    bodies = [r.form.get("Body") or r.form["ContentSid"] for r in sent_to(fake, phone)]
+    assert bodies[1:] == ["HX" + "6" * 32, "Your parcel was found."]
