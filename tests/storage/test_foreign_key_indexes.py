@@ -36,7 +36,7 @@ async def test_the_foreign_keys_lookups_use_are_indexed_and_the_migration_goes_d
     await asyncio.to_thread(upgrade, database_url)
     found = await _indexes(database_url)
     assert {key: found.get(key) for key in FOREIGN_KEY_INDEXES} == FOREIGN_KEY_INDEXES
-    await asyncio.to_thread(_downgrade, database_url, "0008")
+    await asyncio.to_thread(_downgrade, database_url, "0010")
     assert not set(FOREIGN_KEY_INDEXES) & set(await _indexes(database_url))
     await asyncio.to_thread(upgrade, database_url)
     assert {key: (await _indexes(database_url)).get(key) for key in FOREIGN_KEY_INDEXES} == FOREIGN_KEY_INDEXES
