@@ -24,6 +24,13 @@ class OperatorSettings(_Strict):
             raise ValueError("is empty; give the operator a name (an unset ${VAR}?)")
         return name
 
+    @field_validator("token")
+    @classmethod
+    def _stripped(cls, token: str) -> str:
+        """Without surrounding white space, as a sign-in reads the token it is sent: a secret file's
+        trailing newline made a token no sign-in could match (and one two operators shared look unique)."""
+        return token.strip()
+
 
 class WorkerSettings(_Strict):
     """The in-process worker. A dead worker's conversations are taken over after `lease_seconds`."""

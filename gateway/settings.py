@@ -290,12 +290,11 @@ class Settings(BaseSettings):
                 raise ValueError(f"operators[{i}].name: {op.name!r}: the prefix 'slack:' is reserved for "
                                  "operators in the Slack operator channel")
             # One token, two operators: a sign-in would be either of them. The token itself is never printed.
-            token = op.token.strip()
-            if token and token in operator_tokens:
-                raise ValueError(f"operators[{i}].token: the same token as operator {operator_tokens[token]!r}; "
+            if op.token and op.token in operator_tokens:
+                raise ValueError(f"operators[{i}].token: the same token as operator {operator_tokens[op.token]!r}; "
                                  "give each operator their own")
-            if token:
-                operator_tokens[token] = op.name
+            if op.token:
+                operator_tokens[op.token] = op.name
             if not op.bots:  # signed in, such an operator would see nothing and not know why
                 raise ValueError(f"operators[{i}].bots: empty; list the bots this operator serves, or \"*\" for all")
             for bot in op.bots:
@@ -312,7 +311,7 @@ class Settings(BaseSettings):
                             "`openssl rand -hex 24`)") if value.strip() == DEMO_OPERATOR_TOKEN else ""
                     raise ValueError(f"{path}: placeholder secret refused in production{demo}")
             for i, op in enumerate(self.operators):
-                if 0 < len(op.token.strip()) < MIN_PRODUCTION_TOKEN:
+                if 0 < len(op.token) < MIN_PRODUCTION_TOKEN:
                     raise ValueError(f"operators[{i}].token: shorter than {MIN_PRODUCTION_TOKEN} characters in "
                                      "production; make one with `openssl rand -hex 24`")
         return self

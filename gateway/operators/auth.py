@@ -33,13 +33,11 @@ class OperatorAuth:
         self._entries: list[tuple[bytes, Operator]] = []
         self.disabled: list[str] = []  # operators without a token, who cannot sign in (the server says so)
         for op in settings.operators:
-            if not op.token.strip():  # an unset ${ENV} must never become "the empty token works"
+            if not op.token:  # an unset ${ENV} must never become "the empty token works"
                 self.disabled.append(op.name)
                 continue
             bots = None if "*" in op.bots else frozenset(op.bots)
-            # Stripped as a supplied token is (and as the duplicate check reads it): a secret file's
-            # trailing newline made a token no sign-in could match.
-            self._entries.append((_digest(op.token.strip()), Operator(name=op.name, bots=bots)))
+            self._entries.append((_digest(op.token), Operator(name=op.name, bots=bots)))  # read stripped
 
     def authenticate(self, authorization: str | None) -> Operator | None:
         """The operator for this header, or None. Every entry is compared, so timing leaks nothing."""
