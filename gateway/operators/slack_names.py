@@ -13,16 +13,16 @@ end go on, so the next list or event names them.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
 
+from gateway.operators.slack_text import SLACK_OPERATOR
+
 log = structlog.get_logger("gateway.operators.slack")
 
-SLACK_OPERATOR = re.compile(r"slack:([A-Z0-9]+)")
 NAME_TTL_S = 3600.0
 MISS_TTL_S = 300.0
 LOOKUP_TIMEOUT_S = 2.0

@@ -7,6 +7,9 @@ import re
 from channels.slack_render import escape_mrkdwn
 from storage.models import Escalation
 
+SLACK_OPERATOR = re.compile(r"slack:([A-Z0-9]+)")
+"""An operator who acts from a Slack operator channel: `slack:<user id>`, the member's id."""
+
 
 def clip(text: str, limit: int = 500) -> str:
     """`text` stripped, cut to `limit` characters with an ellipsis."""
@@ -35,14 +38,14 @@ def slack_time(ts: str) -> float:
 
 def mention(operator: str) -> str:
     """A Slack operator (`slack:<user id>`) as a mention, which notifies them; anyone else by name."""
-    user = operator.removeprefix("slack:")
-    return f"<@{user}>" if user != operator and re.fullmatch(r"[A-Z0-9]+", user) else plain(operator)
+    match = SLACK_OPERATOR.fullmatch(operator)
+    return f"<@{match.group(1)}>" if match else plain(operator)
 
 
 def named(text: str) -> str:
     """`text` (plain) with every Slack operator it names (`slack:U…`) as a mention: Slack shows the member's
     name, where the raw id told the channel nothing about who held or took a thread."""
-    return re.sub(r"\bslack:([A-Z0-9]+)\b", r"<@\1>", plain(text))
+    return re.sub(rf"\b{SLACK_OPERATOR.pattern}\b", r"<@\1>", plain(text))
 
 
 def header_title(escalation: Escalation) -> str:
