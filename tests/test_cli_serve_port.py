@@ -3,6 +3,8 @@ anything starts."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import socket
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from gateway.errors import GatewayError
 from gateway.preflight import require_free_port
 from tests.conftest import write_config
+from tests.scale.replicas import Replica
 from tests.test_cli import _run
 
 
@@ -39,40 +42,18 @@ def test_a_host_that_does_not_resolve_is_named():
 def test_serve_says_it_is_starting_before_the_seconds_of_loading(tmp_path):
     # `make run` printed the serve command and then nothing for 5-30 s (checks, imports, models) until
     # uvicorn's first line: a first install could not tell a slow start from a hung one.
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import httpx
-
-    from tests.conftest import ROOT
-    from tests.scale.replicas import free_port
-
     config = write_config(tmp_path, log_level="INFO")
     assert _run("db", "upgrade", "--config", str(config)).returncode == 0
-    port = free_port()
-    log = tmp_path / "serve.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    with log.open("wb") as out:  # a file: a pipe could fill and block the server
-        server = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port",
-                                   str(port), "--role", "web"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    server = Replica(config, role="web")
+    port = server.port
+    server.start()
     try:
-        deadline = time.monotonic() + 240
-        while server.poll() is None and time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        server.send_signal(signal.SIGINT)
-        server.wait(timeout=60)
+        asyncio.run(server.wait_ready(timeout=240))
+        server.proc.send_signal(signal.SIGINT)
+        server.proc.wait(timeout=60)
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    lines = log.read_text().splitlines()
+        server.kill()
+    lines = server.log_path.read_text().splitlines()
     first = next(i for i, line in enumerate(lines) if "Started server process" in line)
     starting = [line for line in lines[:first] if "gateway.starting" in line]
     assert len(starting) == 1 and f"url=http://127.0.0.1:{port}" in starting[0], lines

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
 
-import httpx
 import pytest
 
-from tests.conftest import ROOT, app_client, write_config
-from tests.scale.replicas import free_port
+from tests.conftest import app_client, write_config
+from tests.scale.replicas import Replica
 from tests.test_cli import _run
 
 
@@ -99,25 +95,12 @@ def test_ctrl_c_stops_serve_gracefully_with_exit_0(tmp_path) -> None:
     `make run` stopped with Ctrl-C printed make's "Error 130", which reads as a failure."""
     config = write_config(tmp_path, log_level="INFO")
     assert _run("db", "upgrade", "--config", str(config)).returncode == 0
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:  # a file: a pipe could fill and block the server
-        server = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port",
-                                   str(port), "--role", "web"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    server = Replica(config, role="web")
+    server.start()
     try:
-        deadline = time.monotonic() + 240
-        while server.poll() is None and time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        assert server.poll() is None, log.read_text()[-3000:]
-        server.send_signal(signal.SIGINT)
-        assert server.wait(timeout=60) == 0, log.read_text()[-3000:]
+        asyncio.run(server.wait_ready(timeout=240))
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(timeout=60) == 0, server.log()
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    assert "gateway.stopped" in log.read_text()
+        server.kill()
+    assert "gateway.stopped" in server.log_path.read_text()
