@@ -15,7 +15,7 @@ from gateway.settings import load_settings
 from storage.engine import create_engine, session_factory
 from storage.models import IngestRun
 from tests.conftest import upgrade, write_config
-from tests.rag.ingest_helpers import open_knowledge
+from tests.rag.ingest_helpers import open_knowledge, runs
 
 
 async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
@@ -250,14 +250,14 @@ async def test_a_scheduled_run_skipped_while_the_last_one_still_goes_is_recorded
                     await asyncio.wait_for(site.asked.wait(), 30)  # the run is going
                     scheduler._scheduler.modify_job("acme/site", next_run_time=datetime.now(timezone.utc))
                     for _ in range(250):  # until the skipped run is recorded
-                        if len(recorded := await _runs(sessions)) == 2:
+                        if len(recorded := await runs(sessions)) == 2:
                             break
                         await asyncio.sleep(0.02)
                     assert [(r.trigger, r.status) for r in recorded] == [("schedule", "running"), ("schedule", "skipped")]
                     assert recorded[1].errors == [STILL_RUNNING]
                     site.release.set()
                     for _ in range(500):  # until the run that was going ends
-                        if (recorded := await _runs(sessions))[0].status != "running":
+                        if (recorded := await runs(sessions))[0].status != "running":
                             break
                         await asyncio.sleep(0.02)
             finally:
@@ -266,11 +266,6 @@ async def test_a_scheduled_run_skipped_while_the_last_one_still_goes_is_recorded
     [skipped] = [e for e in logs if e["event"] == "ingest.scheduled_skipped"]
     assert (skipped["log_level"], skipped["source"], skipped["why"]) == ("warning", "site", STILL_RUNNING)
     assert recorded[0].status == "ok" and latest[("acme", "site")].id == recorded[0].id  # /readyz: the run that ran
-
-
-async def _runs(sessions) -> list[IngestRun]:
-    async with sessions() as session:
-        return list((await session.scalars(select(IngestRun).order_by(IngestRun.id))).all())
 
 
 async def test_a_qdrant_not_answering_yet_at_start_is_asked_again_and_the_ingest_runs(tmp_path, monkeypatch):
