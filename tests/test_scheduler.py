@@ -18,10 +18,16 @@ from tests.conftest import upgrade, write_config
 from tests.rag.ingest_helpers import open_knowledge, runs
 
 
-async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
+def _one_document(tmp_path):
+    """A directory source's folder holding one short Markdown document."""
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.md").write_text("# A\n\nThe answer is forty-two.\n")
+    return docs
+
+
+async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
+    docs = _one_document(tmp_path)
     bot = {"name": "acme", "channels": {"web": {}}, "sources": [
         {"name": "missing", "type": "directory", "path": str(tmp_path / "does-not-exist"), "schedule": "*/5 * * * *"},
         {"name": "good", "type": "directory", "path": str(docs), "schedule": "0 4 * * 1"},
@@ -56,9 +62,7 @@ async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
 async def test_an_empty_collection_is_ingested_at_start_and_a_filled_one_is_not(tmp_path):
     # A first deploy that skipped `gateway ingest`, or a lost Qdrant volume: without this, every question
     # gets the fallback until the source's cron comes round (here: Mondays at 04:00).
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.md").write_text("# A\n\nThe answer is forty-two.\n")
+    docs = _one_document(tmp_path)
     bot = {"name": "acme", "channels": {"web": {}}, "sources": [
         {"name": "good", "type": "directory", "path": str(docs), "schedule": "0 4 * * 1"}]}
     async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
@@ -170,9 +174,7 @@ class HangingSite:
 
 async def test_a_source_waiting_on_a_slow_site_does_not_hold_up_another_source(tmp_path):
     # One lock for every source let a site that took an hour to crawl hold every other source's runs.
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.md").write_text("# A\n\nThe answer is forty-two.\n")
+    docs = _one_document(tmp_path)
     async with HangingSite() as site:
         bot = {"name": "acme", "channels": {"web": {}}, "sources": [
             {"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 4 * * 1"},
@@ -274,9 +276,7 @@ async def test_a_qdrant_not_answering_yet_at_start_is_asked_again_and_the_ingest
     import gateway.scheduler as scheduler_module
 
     monkeypatch.setattr(scheduler_module, "STARTUP_RETRY_S", 0.01, raising=False)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.md").write_text("# A\n\nThe answer is forty-two.\n")
+    docs = _one_document(tmp_path)
     bot = {"name": "acme", "channels": {"web": {}}, "sources": [
         {"name": "good", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}]}
     async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
