@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import contextmanager
 from datetime import timedelta
 from urllib.parse import urlencode
 
@@ -203,6 +204,18 @@ async def _leave_window(services, conversation_id: int) -> None:
                               .values(last_inbound_at=utcnow() - timedelta(hours=25)))
 
 
+
+@contextmanager
+def _content_template(services, content_sid: str):
+    """The bot's WhatsApp channel with a Content template (`content_sid`) while the block runs."""
+    adapter = services.adapters[("acme", "whatsapp")]
+    original = adapter.settings
+    adapter.settings = original.model_copy(update={"content_sid": content_sid})
+    try:
+        yield
+    finally:
+        adapter.settings = original
+
 async def test_whatsapp_reply_outside_the_window_without_template_fails_visibly(env):
     client, services, fake = env
     conversation_id, _, _ = await _answered(client, services, fake, "SM" + "2" * 32, "+15550000008")
@@ -220,14 +233,9 @@ async def test_whatsapp_reply_outside_the_window_uses_the_content_template(env):
     client, services, fake = env
     conversation_id, _, _ = await _answered(client, services, fake, "SM" + "3" * 32, "+15550000009")
     await _leave_window(services, conversation_id)
-    adapter = services.adapters[("acme", "whatsapp")]
-    original = adapter.settings
-    adapter.settings = original.model_copy(update={"content_sid": "HX" + "9" * 32})
-    try:
+    with _content_template(services, "HX" + "9" * 32):
         reply_id = await store_reply(services, conversation_id=conversation_id, text="Your order shipped.")
         assert await services.outbox.deliver(reply_id) == "sent"
-    finally:
-        adapter.settings = original
     template = sent_to(fake, "+15550000009")[-1]
     assert template.form["ContentSid"] == "HX" + "9" * 32 and "Body" not in template.form
     sent = await get_message(services, reply_id)
@@ -239,10 +247,7 @@ async def test_whatsapp_63016_receipt_sends_the_template_once_in_the_replys_plac
     # Twilio accepts a free-form message and WhatsApp refuses it later: 63016 comes in a status callback.
     client, services, fake = env
     _, reply_id, sid = await _answered(client, services, fake, "SM" + "6" * 32, "+15550000012")
-    adapter = services.adapters[("acme", "whatsapp")]
-    original = adapter.settings
-    adapter.settings = original.model_copy(update={"content_sid": "HX" + "7" * 32})
-    try:
+    with _content_template(services, "HX" + "7" * 32):
         assert (await post(client, status(sid, "undelivered", ErrorCode="63016"))).status_code == 200
         services.worker.notify()
         template = (await wait_until(lambda: [r for r in sent_to(fake, "+15550000012") if "ContentSid" in r.form],
@@ -251,8 +256,6 @@ async def test_whatsapp_63016_receipt_sends_the_template_once_in_the_replys_plac
         # A second refusal (a late copy of the callback) sends nothing more.
         await post(client, status(sid, "failed", ErrorCode="63016"))
         await settle()
-    finally:
-        adapter.settings = original
     assert [r.form.get("ContentSid") for r in sent_to(fake, "+15550000012")] == [None, "HX" + "7" * 32]
     reply = await get_message(services, reply_id)
     assert reply.meta["template"] == "HX" + "7" * 32 and reply.meta["window_closed"] == [sid]
@@ -350,14 +353,9 @@ async def test_whatsapp_reply_sent_as_a_template_follows_as_text_once_the_custom
     phone = "+15550000025"
     conversation_id, _, _ = await _answered(client, services, fake, "SM" + "c1" * 16, phone)
     await _leave_window(services, conversation_id)
-    adapter = services.adapters[("acme", "whatsapp")]
-    original = adapter.settings
-    adapter.settings = original.model_copy(update={"content_sid": "HX" + "5" * 32})
-    try:
+    with _content_template(services, "HX" + "5" * 32):
         reply_id = await store_reply(services, conversation_id=conversation_id, text="Your refund was approved.")
         assert await services.outbox.deliver(reply_id) == "sent"
-    finally:
-        adapter.settings = original
     await post(client, inbound("SM" + "c2" * 16, phone, "Continue"))  # the template's quick reply
     await wait_until(lambda: len(sent_to(fake, phone)) >= 4, what="the held reply and the answer")
     await post(client, inbound("SM" + "c3" * 16, phone))
