@@ -50,10 +50,9 @@ REMEMBERED_CONVERSATIONS = 4096
 """Conversations whose refused request size `Answerer` keeps (the least recent is forgotten first)."""
 NOT_RUN = "not run: the limit of tool rounds was reached"
 MAX_CALLS_PER_ROUND = 8
-MAX_TOOL_SECONDS = 30.0  # after this long in tool rounds, the model answers with what it has
-MAX_TOOL_RESULT_CHARS = DEFAULT_RESULT_CHARS  # of one call's result, as JSON, unless its `max_result_chars` says
 """Tool calls run per round; the rest are answered "not run". A model asking for 25 calls in one round,
 each waiting out its timeout, held the customer's turn for 50 s."""
+MAX_TOOL_SECONDS = 30.0  # after this long in tool rounds, the model answers with what it has
 TOO_MANY = f"not run: at most {MAX_CALLS_PER_ROUND} tool calls are run per round"
 TOO_LONG = "ContextWindowExceededError"
 """How LiteLLM's error for a request past the model's context window is named in `LLMError`'s text."""
@@ -266,7 +265,7 @@ async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None,
     return finished[index]
 
 
-def _with_stored(outcome: ToolOutcome, turn, *, limit: int = MAX_TOOL_RESULT_CHARS) -> tuple[ToolOutcome, tuple[Any, str]]:
+def _with_stored(outcome: ToolOutcome, turn, *, limit: int = DEFAULT_RESULT_CHARS) -> tuple[ToolOutcome, tuple[Any, str]]:
     """The outcome with its stored form, computed once: a 3 MB result is serialized once, not per use."""
     return outcome, _stored(outcome, turn, limit=limit)
 
@@ -290,7 +289,7 @@ def _call_record(round_no: int, call_id: str, outcome: ToolOutcome, payload: Any
             "result": payload, **({"replayed": True} if outcome.replayed else {})}
 
 
-def bounded_result(result: Any, *, limit: int = MAX_TOOL_RESULT_CHARS) -> tuple[Any, str]:
+def bounded_result(result: Any, *, limit: int = DEFAULT_RESULT_CHARS) -> tuple[Any, str]:
     """(what to store, its JSON for the model): `result`, or its first `limit` characters as text when it
     is longer, marked as cut so the model does not take a part for the whole. A 3 MB answer went whole
     into the prompt (which the provider refused, so the customer was told the assistant is down) and into

@@ -7,8 +7,9 @@ import asyncio
 
 from structlog.testing import capture_logs
 
-from gateway.pipeline.answer import MAX_TOOL_RESULT_CHARS, bounded_result
+from gateway.pipeline.answer import bounded_result
 from gateway.pipeline.tool_journal import ToolJournal
+from gateway.pipeline.tools import DEFAULT_RESULT_CHARS
 from tests.fakes.openai_server import ToolCallSpec, Turn
 from tests.pipeline import sample_tools
 from tests.pipeline.conftest import make_rig
@@ -102,7 +103,7 @@ async def test_a_replayed_result_that_was_cut_is_not_cut_again(openai_fake) -> N
     turn.tool_journal = _journal([entry])
     result = await rig.pipeline.handle(turn)
     assert result.tool_calls[0]["result"] == cut
-    assert result.tool_calls[0]["result"]["truncated"].startswith(f"the first {MAX_TOOL_RESULT_CHARS:,} of ")
+    assert result.tool_calls[0]["result"]["truncated"].startswith(f"the first {DEFAULT_RESULT_CHARS:,} of ")
 
 
 async def test_a_python_tool_reads_its_calls_idempotency_key(openai_fake) -> None:

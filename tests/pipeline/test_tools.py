@@ -314,17 +314,17 @@ async def test_the_calls_of_one_round_run_side_by_side(openai_fake) -> None:
 
 
 async def test_a_huge_tool_result_is_cut_for_the_prompt_and_the_store(openai_fake) -> None:
-    from gateway.pipeline.answer import MAX_TOOL_RESULT_CHARS
+    from gateway.pipeline.tools import DEFAULT_RESULT_CHARS
 
     rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("huge")]}])
     openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("huge", {}, id="h1"),)),
                        Turn(text="Plus costs $6 per month [1]."))
     result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
     stored = result.tool_calls[0]["result"]
-    assert stored["truncated"].startswith(f"the first {MAX_TOOL_RESULT_CHARS:,} of ")
-    assert len(json.dumps(stored)) < MAX_TOOL_RESULT_CHARS + 1000
+    assert stored["truncated"].startswith(f"the first {DEFAULT_RESULT_CHARS:,} of ")
+    assert len(json.dumps(stored)) < DEFAULT_RESULT_CHARS + 1000
     sent = [m for m in openai_fake.requests_for("primary")[1].messages if m["role"] == "tool"][0]["content"]
-    assert len(sent) < MAX_TOOL_RESULT_CHARS * 2  # escaped JSON of the cut text, not the 1.3 MB
+    assert len(sent) < DEFAULT_RESULT_CHARS * 2  # escaped JSON of the cut text, not the 1.3 MB
 
 
 async def test_a_tools_max_result_chars_bounds_its_result_marks_the_cut_and_logs_it(openai_fake) -> None:
