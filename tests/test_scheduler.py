@@ -275,7 +275,7 @@ async def test_a_qdrant_not_answering_yet_at_start_is_asked_again_and_the_ingest
     # logged and dropped, and the empty bot answered with its fallback until its cron, that night at 03:00.
     import gateway.scheduler as scheduler_module
 
-    monkeypatch.setattr(scheduler_module, "STARTUP_RETRY_S", 0.01, raising=False)
+    monkeypatch.setattr(scheduler_module, "STARTUP_RETRY_S", 0.01)
     docs = _one_document(tmp_path)
     bot = {"name": "acme", "channels": {"web": {}}, "sources": [
         {"name": "good", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}]}

@@ -212,7 +212,6 @@ class Answerer:
         return Answer(text=verified.text, citations=verified.citations, tool_calls=calls, usage=usage,
                       answered=answered)
 
-
     def _remember_too_long(self, conversation: tuple[str, int], size: int) -> None:
         """Remember the smallest refused size of `conversation`'s requests (the most recent conversations)."""
         self._too_long[conversation] = min(size, self._too_long.get(conversation, size))
