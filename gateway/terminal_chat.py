@@ -6,23 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import Awaitable, Callable
+
+from gateway.observability.logs import printable
 
 Ask = Callable[[str], Awaitable[dict]]
 Follow = Callable[[int], Awaitable[list[dict]]]
 """The conversation's messages after an id, oldest first (the transcript route's `messages`)."""
 
 FOLLOW_EVERY_S = 1.0
-# C0 and C1 control characters but the newline and the tab: an escape sequence (ESC, CSI) in a reply, which
-# quotes the knowledge base, or in an operator's text is a command to the terminal (OSC 52 writes the
-# clipboard), and a carriage return overwrites what was printed before it on the line.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: object) -> str:
-    """`text` as a terminal shows it and obeys none of it: control characters taken out."""
-    return _CONTROL.sub("", str(text))
 
 
 async def converse(bot: str, ask: Ask, follow: Follow | None = None) -> int:

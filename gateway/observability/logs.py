@@ -80,7 +80,11 @@ def _cli_line(_logger, _name, event_dict) -> str:
     return f"{line}\n{trace}" if trace else line
 
 
-_TERMINAL_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# C0 and C1 control characters but the tab and the newline: an escape sequence (ESC, CSI) is a command to
+# the terminal (OSC 52 writes the clipboard), and a carriage return overwrites what the line showed.
+_CONTROL = "\x00-\x08\x0b-\x1f\x7f-\x9f"
+_TERMINAL_CONTROL = re.compile(f"[{_CONTROL}\n]")
+_CONTROL_BUT_NEWLINE = re.compile(f"[{_CONTROL}]")
 
 
 def one_terminal_line(text: str) -> str:
@@ -88,6 +92,12 @@ def one_terminal_line(text: str) -> str:
     escape (`\\x1b`, `\\n`). A field may hold what others wrote (a sitemap's URL on another site): an
     escape sequence in it was a command to the reader's terminal, and a newline began a forged line."""
     return _TERMINAL_CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def printable(text: object) -> str:
+    """`text` as a terminal shows it and obeys none of it, its lines kept: control characters taken out
+    (`gateway chat`: a reply quotes the knowledge base, and an operator writes what they like)."""
+    return _CONTROL_BUT_NEWLINE.sub("", str(text))
 
 
 def adopt_litellm_loggers() -> None:
