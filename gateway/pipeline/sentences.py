@@ -1,7 +1,7 @@
 """An answer's sentences, for gate 2's checks that keep some and drop others.
 
 A sentence ends at `.`, `!` or `?` followed by whitespace (not after a list number or an abbreviation
-such as "e.g."), at Arabic `؟`, Urdu `۔` or Hindi `।` followed by whitespace, at a Chinese or Japanese
+such as "e.g." or "Nov.", and a number after an abbreviation ends its sentence: "on Nov. 28."), at Arabic `؟`, Urdu `۔` or Hindi `।` followed by whitespace, at a Chinese or Japanese
 `。`, `！` or `？` (no space follows those), or at a line break. What separates two
 sentences is kept as it was, so an answer's list and paragraphs keep their line breaks when a
 sentence of theirs goes: joining the kept sentences with spaces turned "1. Open Settings [1].\n2. Tap
