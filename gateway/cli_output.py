@@ -12,6 +12,7 @@ import sys
 
 from gateway.errors import IN_RUN_ERRORS
 from gateway.observability.logs import one_terminal_line
+from rag.ingest_runs import errors_not_kept
 
 EVAL_MISSES_SHOWN = 20
 
@@ -38,7 +39,7 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
             for err in run["errors"]:
                 print(f"  ! {one_terminal_line(err)}", file=sys.stderr)  # it may quote a URL a sitemap listed
             if dropped:
-                print(f"  … and {dropped} more error(s), not kept", file=sys.stderr)
+                print(f"  {errors_not_kept(dropped)}", file=sys.stderr)
     # A partial run had errors too (a page that failed, a folder that came back empty): a cron job
     # or a deploy script must see it, not only a reader of the `!` lines.
     return 1 if any(r["status"] in ("failed", "partial") for r in runs) else 0

@@ -14,7 +14,7 @@ import sys
 from gateway.models import as_utc
 from gateway.observability.logs import one_terminal_line, redact
 from gateway.preflight import require_schema
-from rag.ingest_runs import MAX_ERRORS, recent_runs
+from rag.ingest_runs import errors_not_kept, recent_runs
 from storage.engine import create_engine, session_factory
 from storage.models import IngestRun
 
@@ -59,4 +59,4 @@ def print_run(run: IngestRun) -> None:
     if len(run.errors) > ERRORS_SHOWN:
         print(f"    … and {len(run.errors) - ERRORS_SHOWN} more error(s) (--json lists them)")
     if run.errors_dropped:
-        print(f"    … and {run.errors_dropped} more error(s) not kept (a run keeps {MAX_ERRORS})")
+        print(f"    {errors_not_kept(run.errors_dropped)}")

@@ -149,6 +149,11 @@ async def recent_runs(sessions: async_sessionmaker[AsyncSession], *, bot: str | 
         return list((await session.scalars(query)).all())
 
 
+def errors_not_kept(dropped: int) -> str:
+    """The line that says a run had `dropped` errors more than it kept (`gateway ingest`, `ingest-runs`)."""
+    return f"… and {dropped} more error(s) not kept (a run keeps {MAX_ERRORS})"
+
+
 def kept_errors(errors: list[str]) -> tuple[list[str], int]:
     """(the errors a run keeps, how many it drops): the first `MAX_ERRORS` - 1 and the last, which for a
     failed run is its cause. Only the first 100 were kept, without a word about the rest, and a run that
