@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from gateway.errors import SourceError
+from gateway.ip_address import ip_of
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -56,12 +57,8 @@ def off_limits_address(address: str) -> bool:
     """True for an address a fetch for a site named by a public host must never read from: this machine
     (loopback, unspecified), the link (link-local: the cloud metadata service at 169.254.169.254) and the
     metadata services at other addresses. Private networks are not: an intranet wiki lives there."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return False
-    ip = getattr(ip, "ipv4_mapped", None) or ip  # ::ffff:127.0.0.1 is 127.0.0.1
-    return ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip in _METADATA_ADDRESSES
+    ip = ip_of(address)
+    return ip is not None and (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip in _METADATA_ADDRESSES)
 
 
 def check_peer(url: str, response: httpx.Response) -> None:

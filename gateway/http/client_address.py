@@ -20,6 +20,8 @@ import re
 
 from fastapi import Request
 
+from gateway.ip_address import ip_of
+
 IPV6_SUBSCRIBER_PREFIX = 64
 
 
@@ -56,7 +58,7 @@ def _without_port(hop: str) -> str:
 
 def budget_key(address: str) -> str:
     """`address` as one client's budget: an IPv6 address as its /64 network, anything else as given."""
-    ip = _parsed(address)
+    ip = ip_of(address)
     if ip is None or ip.version == 4:
         return address
     return str(ipaddress.IPv6Network((ip, IPV6_SUBSCRIBER_PREFIX), strict=False))
@@ -65,14 +67,5 @@ def budget_key(address: str) -> str:
 def may_be_a_proxy(peer: str) -> bool:
     """True for an address a proxy in front of the gateway has: loopback, private or link-local (a name,
     as a test client gives, counts too)."""
-    ip = _parsed(peer)
+    ip = ip_of(peer)
     return ip is None or ip.is_private or ip.is_loopback or ip.is_link_local
-
-
-def _parsed(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """The address without a zone (`fe80::1%eth0`), an IPv4-mapped one as IPv4; None when it is none."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return None
-    return getattr(ip, "ipv4_mapped", None) or ip  # ::ffff:8.8.8.8 is 8.8.8.8
