@@ -15,7 +15,7 @@ from gateway.settings import load_settings
 from storage.engine import create_engine, session_factory
 from storage.models import IngestRun
 from tests.conftest import upgrade, write_config
-from tests.rag.ingest_helpers import open_knowledge, runs
+from tests.rag.ingest_helpers import HangingSite, open_knowledge, runs
 
 
 def _one_document(tmp_path):
@@ -139,37 +139,6 @@ async def test_shutdown_records_a_running_ingest_as_cancelled_not_running(tmp_pa
     finally:
         server.close()
     assert run.status == "failed" and run.errors == ["cancelled before it finished"]
-
-
-class HangingSite:
-    """A web server whose page answers only once `release` is set; it counts the requests it holds."""
-
-    def __init__(self) -> None:
-        self.release, self.asked = asyncio.Event(), asyncio.Event()
-        self.holding = self.most_at_once = 0
-        self.url = ""
-
-    async def _page(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        self.holding += 1
-        self.most_at_once = max(self.most_at_once, self.holding)
-        self.asked.set()
-        await self.release.wait()
-        body = b"<html><body><main><h1>Slow</h1><p>The slow page says hello to everyone.</p></main></body></html>"
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-                     % (len(body), body))
-        await writer.drain()
-        self.holding -= 1
-        writer.close()
-
-    async def __aenter__(self) -> HangingSite:
-        self._server = await asyncio.start_server(self._page, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/slow"
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        self.release.set()
-        self._server.close()
 
 
 async def test_a_source_waiting_on_a_slow_site_does_not_hold_up_another_source(tmp_path):

@@ -1,6 +1,6 @@
 """What the ingest tests share: an open Knowledge over a migrated store, an embedder that counts what it
-is asked, the store's run records, the index's documents, and a real web server whose pages carry HTTP
-validators."""
+is asked, the store's run records, the index's documents, a real web server whose pages carry HTTP validators, and
+one whose page answers only when told to (a run held going)."""
 
 from __future__ import annotations
 
@@ -97,3 +97,34 @@ class Site:
 def page_html(title: str, body: str) -> str:
     paragraphs = "".join(f"<p>{body} Section {i} explains {title.lower()} in more detail for every plan.</p>" for i in range(3))
     return f"<html><head><title>{title}</title></head><body><main><h1>{title}</h1>{paragraphs}</main></body></html>"
+
+
+class HangingSite:
+    """A web server whose page answers only once `release` is set; it counts the requests it holds."""
+
+    def __init__(self) -> None:
+        self.release, self.asked = asyncio.Event(), asyncio.Event()
+        self.holding = self.most_at_once = 0
+        self.url = ""
+
+    async def _page(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        self.holding += 1
+        self.most_at_once = max(self.most_at_once, self.holding)
+        self.asked.set()
+        await self.release.wait()
+        body = b"<html><body><main><h1>Slow</h1><p>The slow page says hello to everyone.</p></main></body></html>"
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                     % (len(body), body))
+        await writer.drain()
+        self.holding -= 1
+        writer.close()
+
+    async def __aenter__(self) -> HangingSite:
+        self._server = await asyncio.start_server(self._page, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/slow"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.release.set()
+        self._server.close()

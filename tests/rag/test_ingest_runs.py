@@ -13,7 +13,7 @@ from rag.ingest_runs import INTERRUPTED, IngestReport, latest_runs, record_run, 
 from storage.models import IngestRun
 from tests.conftest import app_client, upgrade, write_config
 from tests.fakes.web_server import serving
-from tests.rag.ingest_helpers import open_knowledge
+from tests.rag.ingest_helpers import HangingSite, open_knowledge
 
 
 async def test_a_run_left_running_by_a_killed_process_is_marked_interrupted_by_the_next(sessions):
@@ -111,8 +111,6 @@ async def test_a_run_going_in_another_process_is_not_marked_interrupted_on_postg
 
 
 async def test_the_next_run_of_a_source_marks_its_orphaned_run_interrupted_as_it_starts(tmp_path):
-    from tests.test_scheduler import HangingSite
-
     async with HangingSite() as site:
         bot = {"name": "acme", "sources": [{"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 3 * * *"}]}
         async with open_knowledge(tmp_path, bot) as (_, sessions, knowledge):
