@@ -33,15 +33,17 @@ async def limited_app(tmp_path, per_minute: int, **bot_keys):
         yield app
 
 
+
+def client_from(app, address: str) -> httpx.AsyncClient:
+    """An HTTP client of `app` whose connections come from `address` (a client's, or a proxy's)."""
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(address, 40000)),
+                             base_url="http://gateway.test", timeout=30)
+
 async def test_a_client_address_over_its_limit_gets_429_and_nothing_is_stored(tmp_path):
     async with limited_app(tmp_path, 3) as app:
         services = app.state.services
 
-        def client(address: str) -> httpx.AsyncClient:
-            transport = httpx.ASGITransport(app=app, client=(address, 40000))
-            return httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30)
-
-        async with client("203.0.113.5") as rotating, client("198.51.100.7") as neighbour:
+        async with client_from(app, "203.0.113.5") as rotating, client_from(app, "198.51.100.7") as neighbour:
             statuses = []
             for i in range(4):  # a fresh session id each time: the per-contact limit never sees a repeat
                 response = await rotating.post("/v1/bots/acme/chat", json={"session_id": f"rot-{i}", "text": "Hello?"})
@@ -58,8 +60,7 @@ async def test_a_client_address_over_its_limit_gets_429_and_nothing_is_stored(tm
 async def test_retries_are_not_counted_and_visitors_behind_a_proxy_each_have_a_budget(tmp_path):
     async with limited_app(tmp_path, 2) as app:
         services = app.state.services
-        transport = httpx.ASGITransport(app=app, client=("10.0.0.2", 40000))  # the proxy's address
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as proxy:
+        async with client_from(app, "10.0.0.2") as proxy:  # the proxy's address
 
             async def post(visitor: str, message_id: str) -> int:
                 response = await proxy.post("/v1/bots/acme/chat", headers={"X-Forwarded-For": visitor},
@@ -79,8 +80,7 @@ async def test_a_client_on_the_internet_cannot_escape_its_limit_with_a_forged_fo
     # A peer on a public address is the client itself, not a proxy: an X-Forwarded-For of its own
     # choosing each time gave it a fresh budget per message (a new session id each time, too).
     async with limited_app(tmp_path, 2) as app:
-        transport = httpx.ASGITransport(app=app, client=("93.184.216.34", 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as direct:
+        async with client_from(app, "93.184.216.34") as direct:
             statuses = [(await direct.post("/v1/bots/acme/chat", headers={"X-Forwarded-For": f"198.51.100.{i}"},
                                            json={"session_id": f"forged-{i}", "text": "Hello?"})).status_code
                         for i in range(3)]
@@ -94,9 +94,8 @@ async def test_an_ipv6_client_cannot_escape_its_limit_by_moving_within_its_netwo
     async with limited_app(tmp_path, 2) as app:
 
         async def status(peer: str, i: int, forwarded: str | None = None) -> int:
-            transport = httpx.ASGITransport(app=app, client=(peer, 40000))
             headers = {"X-Forwarded-For": forwarded} if forwarded else {}
-            async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as client:
+            async with client_from(app, peer) as client:
                 return (await client.post("/v1/bots/acme/chat", headers=headers,
                                           json={"session_id": f"v6-{peer}-{forwarded}-{i}", "text": "Hello?"})).status_code
 
@@ -110,8 +109,7 @@ async def test_the_web_chats_refusals_are_said_in_the_bots_words(tmp_path):
     replies = {"web_too_long": "{chars} caracteres; el máximo es {limit}.",
                "web_rate_limited": "Más de {per_minute} mensajes por minuto; espera un minuto."}
     async with limited_app(tmp_path, 1, replies=replies) as app:
-        transport = httpx.ASGITransport(app=app, client=("203.0.113.9", 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as client:
+        async with client_from(app, "203.0.113.9") as client:
             long = await client.post("/v1/bots/acme/chat", json={"session_id": "es-1", "text": "x" * 4001})
             assert (long.status_code, long.json()["error"]) == (413, "4001 caracteres; el máximo es 4000.")
             statuses = [(await client.post("/v1/bots/acme/chat", json={"session_id": f"es-{i}", "text": "Hola"}))
@@ -126,8 +124,7 @@ async def test_a_proxy_that_writes_the_clients_port_in_the_forwarded_hop_does_no
     async with limited_app(tmp_path, 2) as app:
 
         async def status(forwarded: str, i: int) -> int:  # each message from a new session
-            transport = httpx.ASGITransport(app=app, client=("10.0.0.3", 40000))
-            async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as client:
+            async with client_from(app, "10.0.0.3") as client:
                 return (await client.post("/v1/bots/acme/chat", headers={"X-Forwarded-For": forwarded},
                                           json={"session_id": f"port-{len(forwarded)}-{i}", "text": "Hello?"})).status_code
 
@@ -139,8 +136,7 @@ async def test_a_proxy_that_adds_its_own_forwarded_header_line_is_the_one_read(t
     # HAProxy's `option forwardfor` adds a header line of its own after the client's; only the first line
     # was read, the one the client wrote, and a new one each message gave a new budget.
     async with limited_app(tmp_path, 2) as app:
-        transport = httpx.ASGITransport(app=app, client=("10.0.0.4", 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test", timeout=30) as proxied:
+        async with client_from(app, "10.0.0.4") as proxied:
             statuses = [(await proxied.post("/v1/bots/acme/chat", json={"session_id": f"lines-{i}", "text": "Hello?"},
                                             headers=[("X-Forwarded-For", f"198.51.100.{i}"),
                                                      ("X-Forwarded-For", "203.0.113.50")])).status_code
