@@ -54,11 +54,16 @@ def injection_strings() -> list[str]:
     return [json.loads(line)["text"] for line in lines if line.strip()]
 
 
+def telegram_channel(api_base: str) -> dict[str, Any]:
+    """The bot's Telegram channel on the fake at `api_base`, its secrets from `SECRET_ENV`."""
+    return {"token": "${REL_TG_TOKEN}", "webhook_secret": "${REL_TG_SECRET}", "api_base": api_base}
+
+
 def channels_config(*, telegram_api: str, slack_api: str, discord_api: str, twilio_api: str) -> dict[str, Any]:
     """Every channel, with secrets as ${VAR} references (SECRET_ENV) and APIs at the given fakes."""
     return {
         "web": {"per_address_per_minute": None},  # these tests send hundreds a minute from one test client
-        "telegram": {"token": "${REL_TG_TOKEN}", "webhook_secret": "${REL_TG_SECRET}", "api_base": telegram_api},
+        "telegram": telegram_channel(telegram_api),
         "slack": {"bot_token": "${REL_SLACK_BOT_TOKEN}", "signing_secret": "${REL_SLACK_SIGNING}",
                   "api_base": slack_api},
         "discord": {"token": "${REL_DISCORD_TOKEN}", "public_key": DISCORD_KEY.verify_key.encode().hex(),

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from storage.models import Message
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.gateway_channels.conftest import get_message, settle, wait_until
-from tests.reliability.conftest import TG_TOKEN, running_app, telegram_request, telegram_update
+from tests.reliability.conftest import TG_TOKEN, running_app, telegram_channel, telegram_request, telegram_update
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 _ids = itertools.count(300000)
@@ -41,8 +41,7 @@ class StallingTelegramAPI(FakeTelegramAPI):
 async def env(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("faults-channel")
     async with StallingTelegramAPI(TG_TOKEN) as telegram:
-        bots = [{"name": "acme", "channels": {"web": {}, "telegram": {
-            "token": "${REL_TG_TOKEN}", "webhook_secret": "${REL_TG_SECRET}", "api_base": telegram.base_url}}}]
+        bots = [{"name": "acme", "channels": {"web": {}, "telegram": telegram_channel(telegram.base_url)}}]
         async with running_app(tmp_path, bots=bots) as (client, services):
             adapter = services.adapters[("acme", "telegram")]
             adapter.bot.session.timeout = 1.0  # the client gives up long before the stalled reply

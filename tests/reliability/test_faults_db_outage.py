@@ -22,6 +22,7 @@ from tests.gateway_channels.conftest import settle, wait_until
 from tests.reliability.conftest import (
     TG_TOKEN,
     running_app,
+    telegram_channel,
     telegram_request,
     telegram_update,
 )
@@ -74,8 +75,7 @@ async def env(tmp_path_factory):
     try:
         async with OutageTelegramAPI(TG_TOKEN) as telegram:
             telegram.database = database_url.rsplit("/", 1)[1]
-            bots = [{"name": "acme", "channels": {"web": {}, "telegram": {
-                "token": "${REL_TG_TOKEN}", "webhook_secret": "${REL_TG_SECRET}", "api_base": telegram.base_url}}}]
+            bots = [{"name": "acme", "channels": {"web": {}, "telegram": telegram_channel(telegram.base_url)}}]
             async with running_app(tmp_path_factory.mktemp("db-outage"), bots=bots,
                                    database_url=database_url) as (client, services):
                 yield client, services, telegram

@@ -28,6 +28,7 @@ from tests.gateway_channels.conftest import settle, wait_until
 from tests.reliability.conftest import (
     TG_TOKEN,
     running_app,
+    telegram_channel,
     telegram_request,
     telegram_update,
 )
@@ -64,8 +65,7 @@ async def env(tmp_path_factory):
     source = docs_source(tmp_path)
     try:
         async with FakeTelegramAPI(TG_TOKEN) as telegram:
-            bots = [{"name": "acme", "channels": {"web": {}, "telegram": {
-                "token": "${REL_TG_TOKEN}", "webhook_secret": "${REL_TG_SECRET}", "api_base": telegram.base_url}},
+            bots = [{"name": "acme", "channels": {"web": {}, "telegram": telegram_channel(telegram.base_url)},
                 "sources": [source]}]
             async with running_app(tmp_path, bots=bots, ingest=True, database_url=database_url) as (client, services):
                 yield client, services, telegram

@@ -8,7 +8,7 @@ import pytest
 import pytest_asyncio
 
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.reliability.conftest import TG_TOKEN, inbound_counts, running_app
+from tests.reliability.conftest import TG_TOKEN, inbound_counts, running_app, telegram_channel
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -17,8 +17,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 async def env(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("slow-body")
     async with FakeTelegramAPI(TG_TOKEN) as telegram:
-        bots = [{"name": "acme", "channels": {"web": {}, "telegram": {
-            "token": "${REL_TG_TOKEN}", "webhook_secret": "${REL_TG_SECRET}", "api_base": telegram.base_url}}}]
+        bots = [{"name": "acme", "channels": {"web": {}, "telegram": telegram_channel(telegram.base_url)}}]
         async with running_app(tmp_path, bots=bots, start_worker=False) as (client, services):
             yield client, services
 
