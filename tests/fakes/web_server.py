@@ -7,6 +7,9 @@ from contextlib import asynccontextmanager
 
 from aiohttp import web
 
+PAGE = "<html><head><title>{0}</title></head><body><main><h1>{0}</h1><p>All about {0} for customers.</p></main></body></html>"
+"""A short HTML page named `{0}` (`PAGE.format(name)`): its title, heading and one paragraph."""
+
 
 @asynccontextmanager
 async def serving(app: web.Application) -> AsyncIterator[str]:

@@ -11,9 +11,7 @@ from aiohttp import web
 
 from rag.crawl import Pace
 from rag.sources import load_urls
-from tests.fakes.web_server import serving
-
-PAGE = "<html><head><title>{0}</title></head><body><main><h1>{0}</h1><p>All about {0} for customers.</p></main></body></html>"
+from tests.fakes.web_server import PAGE, serving
 
 
 async def test_a_429_slows_the_crawl_to_the_pace_the_site_asks_and_the_page_is_fetched_again(caplog):

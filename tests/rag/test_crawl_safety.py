@@ -22,9 +22,7 @@ import rag.sitemap
 from gateway.errors import SourceError
 from rag.crawl_bounds import off_limits_address, same_site
 from rag.sources import load_sitemap, load_urls
-from tests.fakes.web_server import serving
-
-PAGE = "<html><head><title>{0}</title></head><body><main><h1>{0}</h1><p>All about {0} for customers.</p></main></body></html>"
+from tests.fakes.web_server import PAGE, serving
 
 
 @asynccontextmanager

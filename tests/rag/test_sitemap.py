@@ -8,9 +8,7 @@ import httpx
 from aiohttp import web
 
 from rag.sources import load_sitemap
-from tests.fakes.web_server import serving
-
-PAGE = "<html><head><title>{0}</title></head><body><main><h1>{0}</h1><p>All about {0} for customers.</p></main></body></html>"
+from tests.fakes.web_server import PAGE, serving
 
 
 def urlset(base: str, pages: dict[str, str | None]) -> str:
