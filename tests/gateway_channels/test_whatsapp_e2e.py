@@ -340,6 +340,11 @@ async def test_whatsapp_stop_is_not_answered_and_nothing_is_sent_until_start(env
     assert len(sent_to(fake, phone)) == 1  # STOP and START got no answer of ours
 
 
+async def _failed_reply(services, phone: str):
+    stored = await messages_in_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}")
+    return next((m for m in stored if m.direction == "out" and m.status == "failed"), None)
+
+
 async def test_whatsapp_help_keyword_gets_the_greeting(env):
     client, services, fake = env
     await post(client, inbound("SM" + "af" * 16, "+15550000024", "HELP"))
