@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from structlog.testing import capture_logs
 
 from tests.fakes.openai_server import ToolCallSpec, Turn
@@ -30,34 +31,20 @@ async def test_an_answer_that_says_a_shipped_order_has_not_shipped_is_not_sent(o
     assert right.reply == "Your order A-7 has shipped. Plus costs $6 per month [1]." and right.answered
 
 
-async def test_what_the_customer_wrote_in_an_earlier_turn_is_theirs_not_a_claim_of_the_answer(openai_fake) -> None:
-    """Once a tool returned data, a number no evidence held went: the amount the customer gave a turn
-    earlier was one, and a true answer that repeated it lost its sentence."""
+# Once a tool returned data, a number no evidence held went: an amount the conversation the model saw
+# already held (the customer's own words, or an earlier answer: a tool's total then, an operator's word) was
+# one, and a true answer that repeated it lost its sentence.
+@pytest.mark.parametrize(("history", "answer"), [
+    ([{"role": "user", "content": "I was charged $45 for order A-7."}, {"role": "assistant", "content": "Thanks."}],
+     "Your order A-7 has shipped. The $45 you were charged is more than Plus, which costs $6 per month [1]."),
+    ([{"role": "user", "content": "What did order A-7 cost?"}, {"role": "assistant", "content": "Order A-7 came to $59.90."}],
+     "Your order A-7 has shipped. The $59.90 it came to is more than Plus, which costs $6 per month [1]."),
+], ids=["the customer's earlier turn", "an earlier answer"])
+async def test_an_amount_the_conversation_already_held_is_no_new_claim_of_the_answer(openai_fake, history, answer) -> None:
     rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [ORDER_STATUS]}])
-    history = [{"role": "user", "content": "I was charged $45 for order A-7."}, {"role": "assistant", "content": "Thanks."}]
     openai_fake.script("primary", Turn(text='{"queries": ["order A-7 shipped"]}'),
-                       Turn(tool_calls=(ToolCallSpec("order_status", {"order": "A-7"}),)),
-                       Turn(text="Your order A-7 has shipped. The $45 you were charged is more than Plus, which costs $6 "
-                                 "per month [1]."))
+                       Turn(tool_calls=(ToolCallSpec("order_status", {"order": "A-7"}),)), Turn(text=answer))
 
     result = await rig.pipeline.handle(rig.turn("Has it shipped?", history=history))
 
-    assert result.reply == "Your order A-7 has shipped. The $45 you were charged is more than Plus, which costs $6 " \
-                           "per month [1]."
-
-
-async def test_what_an_earlier_answer_said_is_no_new_claim_of_this_one(openai_fake) -> None:
-    """The conversation's own earlier answer (a tool's total then, an operator's word) was no evidence: a true
-    answer that repeated its amount, after this turn's lookup, lost its sentence."""
-    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [ORDER_STATUS]}])
-    history = [{"role": "user", "content": "What did order A-7 cost?"},
-               {"role": "assistant", "content": "Order A-7 came to $59.90."}]
-    openai_fake.script("primary", Turn(text='{"queries": ["order A-7 shipped"]}'),
-                       Turn(tool_calls=(ToolCallSpec("order_status", {"order": "A-7"}),)),
-                       Turn(text="Your order A-7 has shipped. The $59.90 it came to is more than Plus, which costs $6 "
-                                 "per month [1]."))
-
-    result = await rig.pipeline.handle(rig.turn("Has it shipped?", history=history))
-
-    assert result.reply == "Your order A-7 has shipped. The $59.90 it came to is more than Plus, which costs $6 " \
-                           "per month [1]."
+    assert result.reply == answer
