@@ -43,7 +43,7 @@ def client_address(request: Request) -> str:
     # Every line of it, as one list: a proxy may add a line of its own (HAProxy) after the client's.
     forwarded = ",".join(request.headers.getlist("x-forwarded-for"))
     last_hop = _without_port(forwarded.rsplit(",", 1)[-1].strip()[:64])
-    return f"{peer}|{budget_key(last_hop)}" if last_hop else peer
+    return f"{peer}|{budget_key(last_hop)}" if last_hop else budget_key(peer)
 
 
 _WITH_PORT = re.compile(r"\[([0-9A-Fa-f:.%\w]+)\](?::\d+)?|(\d{1,3}(?:\.\d{1,3}){3}):\d+")

@@ -39,6 +39,7 @@ def client_from(app, address: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(address, 40000)),
                              base_url="http://gateway.test", timeout=30)
 
+
 async def test_a_client_address_over_its_limit_gets_429_and_nothing_is_stored(tmp_path):
     async with limited_app(tmp_path, 3) as app:
         services = app.state.services
@@ -102,6 +103,8 @@ async def test_an_ipv6_client_cannot_escape_its_limit_by_moving_within_its_netwo
         assert [await status(f"2a00:1450:4001:81a::{i + 1:x}", i) for i in range(3)] == [200, 200, 429]
         assert [await status("10.0.0.2", i, forwarded=f"2a02:6b8:0:1::{i + 1:x}") for i in range(3)] == [200, 200, 429]
         assert await status("2a00:1450:4001:81b::1", 9) == 200  # the next network is someone else
+        # An office's own IPv6 network (a private peer that sent no X-Forwarded-For) counts the same way.
+        assert [await status(f"fd12:3456:789a:1::{i + 1:x}", i) for i in range(3)] == [200, 200, 429]
 
 
 async def test_the_web_chats_refusals_are_said_in_the_bots_words(tmp_path):
