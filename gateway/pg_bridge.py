@@ -147,7 +147,7 @@ class PgBridge:
                     await session.execute(text("SELECT pg_notify(:channel, :payload)"),
                                           {"channel": EVENTS_CHANNEL, "payload": payload})
         except Exception as exc:  # never take the process down; waiters poll the store
-            log.warning("pg_bridge.notify_failed", error=f"{type(exc).__name__}: {exc}"[:200])
+            log.warning("pg_bridge.notify_failed", events_lost=len(payloads), error=f"{type(exc).__name__}: {exc}"[:200])
 
     def _received(self, _connection: Any, _pid: int, channel: str, payload: str) -> None:
         if channel == INBOX_CHANNEL:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+from structlog.testing import capture_logs
+
 from gateway.events import EventBus
 from gateway.pg_bridge import TOKEN_BATCH_CHARS, PgBridge
 
@@ -210,3 +212,23 @@ async def test_half_an_emoji_in_a_streamed_token_does_not_stop_the_sender():
     sender.cancel()
     assert [p["e"] for p in sessions.payloads] == [{"type": "token", "text": "Done \ud83d"},
                                                    {"type": "done", "status": "sent"}]
+
+
+class _FailingSessions(_RecordingSessions):
+    async def execute(self, _statement, params):
+        raise ConnectionResetError("the server closed the connection")
+
+
+async def test_a_failed_notify_says_how_many_events_it_lost_and_the_sender_goes_on():
+    sessions, bus = _FailingSessions(), EventBus()
+    bridge = PgBridge("postgresql://db/gw", sessions=sessions, bus=bus, wake=None)
+    bus.forwarder = bridge._forward
+    for n in range(3):
+        bus.publish(f"conversation:{n}", {"type": "message"})
+    with capture_logs() as logs:
+        sender = asyncio.create_task(bridge._send())
+        await asyncio.sleep(0.05)
+        assert not sender.done()  # still there for the next events
+        sender.cancel()
+    [failed] = [e for e in logs if e["event"] == "pg_bridge.notify_failed"]
+    assert failed["events_lost"] == 3 and "ConnectionResetError" in failed["error"]
