@@ -332,7 +332,7 @@ class SlackAdapter:
             self.bot_user_id = identity.get("user_id")
             self.team_id = identity.get("team_id")
             self._enterprise = (identity.get("enterprise_id"), bool(identity.get("is_enterprise_install")))
-            for scope, effect in missing_scopes(identity.headers).items():
+            for scope, effect in missing_scopes(identity.headers, operators=bool(self.settings.operator_channel)).items():
                 log.warning("slack.missing_scope", bot=self.bot, scope=scope, effect=effect)
         if not self.settings.app_token:
             return

@@ -14,14 +14,18 @@ SCOPE_EFFECTS = {
     "groups:history": "the same in private channels",
     "im:history": "the same in direct messages",
 }
+# Only for a bot with an `operator_channel`: its operators' names (gateway/operators/slack_names.py).
+OPERATOR_SCOPE_EFFECTS = {"users:read": "the operator console shows Slack operators by their member id, not their name"}
 
 
-def missing_scopes(headers: Mapping[str, Any]) -> dict[str, str]:
-    """`SCOPE_EFFECTS` entries the token lacks, read from Slack's `x-oauth-scopes` response header;
-    none when the header is absent (a proxy dropped it, or another token type): unknown is not missing."""
+def missing_scopes(headers: Mapping[str, Any], *, operators: bool = False) -> dict[str, str]:
+    """`SCOPE_EFFECTS` entries the token lacks (and `OPERATOR_SCOPE_EFFECTS`' with `operators`), read from
+    Slack's `x-oauth-scopes` response header; none when the header is absent (a proxy dropped it, or another
+    token type): unknown is not missing."""
     header = next((str(value) for name, value in headers.items() if name.lower() == "x-oauth-scopes"), "")
     granted = {scope.strip() for scope in header.split(",") if scope.strip()}
-    return {scope: effect for scope, effect in SCOPE_EFFECTS.items() if granted and scope not in granted}
+    needed = SCOPE_EFFECTS | (OPERATOR_SCOPE_EFFECTS if operators else {})
+    return {scope: effect for scope, effect in needed.items() if granted and scope not in granted}
 
 
 def foreign_workspace(body: dict[str, Any], *, team_id: str | None, enterprise_id: str | None = None,

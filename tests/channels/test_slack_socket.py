@@ -36,6 +36,8 @@ async def test_slack_start_names_each_missing_scope_and_what_it_costs(fake: Fake
     assert "posted twice" in missing[0][1] and adapter.bot_user_id == BOT_USER_ID
     # Every scope granted: nothing to say. No header (a proxy dropped it): unknown is not missing.
     assert missing_scopes({"X-OAuth-Scopes": ",".join(SCOPE_EFFECTS)}) == {} and missing_scopes({}) == {}
+    # users:read matters only to a bot with Slack operators (their names in the console).
+    assert list(missing_scopes({"X-OAuth-Scopes": ",".join(SCOPE_EFFECTS)}, operators=True)) == ["users:read"]
     await adapter.stop()
 
 
