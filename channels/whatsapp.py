@@ -49,7 +49,7 @@ from channels.render import render_citations, split_text
 from channels.sent_parts import SentParts
 from channels.whatsapp_render import to_whatsapp
 from gateway.backoff import doubling
-from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
+from gateway.errors import BadRequest, ChannelSendError, RecipientOptedOut, RecipientUnreachable, SignatureInvalid
 from gateway.models import Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender, as_utc
 from gateway.settings import WhatsAppChannel
 
@@ -70,7 +70,8 @@ WhatsApp a little later, which judges it by when it arrives."""
 OUTSIDE_WINDOW = 63016
 # Codes meaning "this person cannot be reached right now", not "try again": outside the window,
 # opted out (STOP), invalid or unknown WhatsApp address, not a WhatsApp user.
-UNREACHABLE_CODES = frozenset({OUTSIDE_WINDOW, 21211, 21610, 21614, 63003, 63024})
+OPTED_OUT_CODE = 21610  # "Attempt to send to unsubscribed recipient"
+UNREACHABLE_CODES = frozenset({OUTSIDE_WINDOW, 21211, OPTED_OUT_CODE, 21614, 63003, 63024})
 EMPTY_TWIML = ImmediateResponse(status=200, body=b'<?xml version="1.0" encoding="UTF-8"?><Response/>',
                                 content_type="text/xml")
 """The acknowledgement: TwiML that tells Twilio to send nothing back (the answer comes later, by the API)."""
@@ -315,6 +316,8 @@ class WhatsAppAdapter:
 
 def _translate(exc: TwilioRestException) -> ChannelSendError | RecipientUnreachable:
     """Twilio's error into the gateway's tree, at the boundary."""
+    if exc.code == OPTED_OUT_CODE:  # a STOP we never saw (sent before the bot, or answered by Twilio only)
+        return RecipientOptedOut(f"Twilio {exc.code}: {exc.msg}")
     if exc.code in UNREACHABLE_CODES:
         return RecipientUnreachable(f"Twilio {exc.code}: {exc.msg}")
     retry_after = _retry_after.get()

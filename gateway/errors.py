@@ -74,6 +74,10 @@ class RecipientUnreachable(ChannelError):
     """The recipient cannot be reached on this channel right now."""
 
 
+class RecipientOptedOut(RecipientUnreachable):
+    """The recipient told the platform to stop sending (WhatsApp's STOP: Twilio 21610), until they opt in."""
+
+
 class LLMError(GatewayError):
     """Every model in the fallback chain failed."""
 

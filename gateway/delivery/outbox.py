@@ -44,7 +44,7 @@ from gateway.backoff import doubling
 from gateway.delivery.receipts import adopt_early_receipts
 from gateway.delivery.send_breaker import SendBreaker
 from gateway.delivery.streaming import remove_leftovers
-from gateway.errors import ChannelError, ChannelSendError, RecipientUnreachable
+from gateway.errors import ChannelError, ChannelSendError, RecipientOptedOut, RecipientUnreachable
 from gateway.events import ESCALATIONS_TOPIC, EventBus, conversation_topic
 from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage, utcnow
 from gateway.observability import otel
@@ -151,6 +151,7 @@ class Outbox:
                          bot=message.bot, channel=message.channel, attempt=message.attempts)
         adapter = self._adapters.get((message.bot, message.channel))
         status, error, reason, provider_ids, meta = "sent", None, None, [], dict(message.meta or {})
+        opted_out = False  # the platform says the contact opted out (a STOP that never reached us)
         meta.pop("next_attempt_at", None)
         # Parts an earlier attempt delivered (module docstring); kept in `meta` only while a retry is due.
         delivered = [str(p) for p in meta.pop("delivered_parts", None) or []]
@@ -198,6 +199,7 @@ class Outbox:
                 status, reason, error = "failed", "outside_window", f"undeliverable: {exc}"
             except RecipientUnreachable as exc:
                 self._breaker.reached(message.bot, message.channel)
+                opted_out = isinstance(exc, RecipientOptedOut) and contact is not None and contact.opted_out_at is None
                 provider_ids = _sent_ids(exc)
                 status, reason, error = "failed", "unreachable", f"recipient unreachable: {exc}"
             except ChannelSendError as exc:
@@ -244,6 +246,8 @@ class Outbox:
                             sent_at=utcnow() if status == "sent" else None,
                         ).execution_options(synchronize_session=False)
                     )
+                    if opted_out:  # so the next replies are refused here, not one by one by the platform
+                        await session.execute(update(Contact).where(Contact.id == contact.id).values(opted_out_at=utcnow()))
                     if with_parts:
                         for provider_id in dict.fromkeys(str(p) for p in provider_ids):
                             session.add(Delivery(message_id=message_id, channel=message.channel,

@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from contextlib import contextmanager
-from datetime import timedelta
-from urllib.parse import urlencode
 
 import pytest
 import pytest_asyncio
-from sqlalchemy import update
-from twilio.request_validator import RequestValidator
 
-from gateway.message_handler import OPTED_OUT
-from gateway.models import utcnow
-from storage.models import Contact, Conversation
 from tests.english_replies import DEFAULT_GREETING, TEXT_ONLY_REPLY
-from tests.fakes.twilio_api import FakeTwilio, Reply
+from tests.fakes.twilio_api import Reply
 from tests.gateway_channels.conftest import (
-    QUESTION,
     count_messages,
     deliveries,
     early_receipts,
-    gateway_app,
     get_message,
     messages_in_chat,
     send_failures,
@@ -31,57 +21,29 @@ from tests.gateway_channels.conftest import (
     store_reply,
     wait_until,
 )
+from tests.gateway_channels.whatsapp_rig import (
+    AUTH_TOKEN,
+    BOT_NUMBER,
+    PUBLIC_URL,
+    URL,
+    answered,
+    content_template,
+    inbound,
+    leave_window,
+    post,
+    sent_to,
+    status,
+    status_is,
+    whatsapp_app,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
-AUTH_TOKEN = "twilio-auth-token-for-tests"
-BOT_NUMBER = "+14155238886"
-PUBLIC_URL = "https://gw.example.com"
-URL = "/webhooks/acme/whatsapp"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def env(tmp_path_factory):
-    fake = FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
-    channels = {"whatsapp": {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": BOT_NUMBER,
-                             "public_url": PUBLIC_URL, "api_base": fake.base_url}}
-    try:
-        async with gateway_app(tmp_path_factory.mktemp("whatsapp"), channels=channels,
-                               env={"WA_SID": ACCOUNT_SID, "WA_TOKEN": AUTH_TOKEN}) as (client, services):
-            yield client, services, fake
-    finally:
-        fake.stop()
-
-
-def inbound(sid: str, phone: str, body: str = QUESTION, **extra: str) -> dict[str, str]:
-    return {"MessageSid": sid, "SmsMessageSid": sid, "AccountSid": ACCOUNT_SID, "From": f"whatsapp:{phone}",
-            "To": f"whatsapp:{BOT_NUMBER}", "Body": body, "NumMedia": "0", "WaId": phone.lstrip("+"),
-            "ProfileName": "Ann", "SmsStatus": "received", **extra}
-
-
-def status(sid: str, value: str, **extra: str) -> dict[str, str]:
-    return {"MessageSid": sid, "MessageStatus": value, "AccountSid": ACCOUNT_SID,
-            "To": "whatsapp:+15550000000", "From": f"whatsapp:{BOT_NUMBER}", **extra}
-
-
-async def post(client, form: dict[str, str], *, signature: str | None = "valid", token: str = AUTH_TOKEN):
-    headers = {"content-type": "application/x-www-form-urlencoded"}
-    if signature == "valid":
-        # Twilio signs the public URL from config, not the URL the proxy forwarded to us.
-        headers["X-Twilio-Signature"] = RequestValidator(token).compute_signature(PUBLIC_URL + URL, form)
-    elif signature is not None:
-        headers["X-Twilio-Signature"] = signature
-    return await client.post(URL, content=urlencode(form).encode(), headers=headers)
-
-
-def sent_to(fake: FakeTwilio, phone: str):
-    return [r for r in fake.delivered if r.form.get("To") == f"whatsapp:{phone}"]
-
-
-async def _status_is(services, message_id: int, value: str) -> bool:
-    return (await get_message(services, message_id)).status == value
-
+    async with whatsapp_app(tmp_path_factory.mktemp("whatsapp")) as rig:
+        yield rig
 
 async def test_whatsapp_question_is_answered_once_with_citations(env):
     client, services, fake = env
@@ -144,17 +106,9 @@ async def test_whatsapp_media_without_text_gets_text_only_reply(env):
     assert first.attachments[0]["url"].endswith("/Media/ME1") and first.attachments[0]["kind"] == "image"
 
 
-async def _answered(client, services, fake, sid: str, phone: str) -> tuple[int, int, str]:
-    """One answered question: (conversation id, reply id, reply SID)."""
-    await post(client, inbound(sid, phone))
-    [sent] = await wait_until(lambda: sent_to(fake, phone), what="the answer")
-    reply = (await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}"))[1]
-    return reply.conversation_id, reply.id, sent.sid
-
-
 async def test_whatsapp_status_callbacks_update_the_reply_and_ignore_late_sent(env):
     client, services, fake = env
-    _, reply_id, sid = await _answered(client, services, fake, "SM" + "e" * 32, "+15550000005")
+    _, reply_id, sid = await answered(client, services, fake, "SM" + "e" * 32, "+15550000005")
     acknowledged = await post(client, status(sid, "delivered"))
     assert acknowledged.status_code == 200 and acknowledged.text.endswith("<Response/>")
     assert (await get_message(services, reply_id)).status == "delivered"
@@ -167,7 +121,7 @@ async def test_whatsapp_status_callbacks_update_the_reply_and_ignore_late_sent(e
 
 async def test_whatsapp_failed_status_callback_records_the_error_code(env):
     client, services, fake = env
-    _, reply_id, sid = await _answered(client, services, fake, "SM" + "f" * 32, "+15550000006")
+    _, reply_id, sid = await answered(client, services, fake, "SM" + "f" * 32, "+15550000006")
     await post(client, status(sid, "undelivered", ErrorCode="30008"))
     failed = await get_message(services, reply_id)
     assert failed.status == "failed" and failed.error == "provider error 30008"
@@ -182,45 +136,26 @@ async def test_whatsapp_status_callback_before_the_send_is_recorded_is_kept_and_
     # Twilio can call back before the outbox has written down the send: the receipt is parked...
     assert (await post(client, status(sid, "delivered"))).status_code == 200
     assert await early_receipts(services) == [(sid, "delivered")]
-    _, reply_id, sent_sid = await _answered(client, services, fake, "SM" + "8" * 32, "+15550000088")
+    _, reply_id, sent_sid = await answered(client, services, fake, "SM" + "8" * 32, "+15550000088")
     assert sent_sid == sid
     # ...and adopted once the send is recorded.
-    await wait_until(lambda: _status_is(services, reply_id, "delivered"), what="the parked receipt applied")
+    await wait_until(lambda: status_is(services, reply_id, "delivered"), what="the parked receipt applied")
     assert [d.status for d in await deliveries(services, reply_id)] == ["delivered"]
     assert await early_receipts(services) == []
 
 
 async def test_whatsapp_bad_signature_on_status_callback_changes_nothing(env):
     client, services, fake = env
-    _, reply_id, sid = await _answered(client, services, fake, "SM" + "1" * 32, "+15550000007")
+    _, reply_id, sid = await answered(client, services, fake, "SM" + "1" * 32, "+15550000007")
     assert (await post(client, status(sid, "failed", ErrorCode="30008"), signature="bm9wZQ==")).status_code == 401
     assert (await get_message(services, reply_id)).status == "sent"
 
 
-async def _leave_window(services, conversation_id: int) -> None:
-    async with services.sessions() as session, session.begin():
-        conversation = await session.get(Conversation, conversation_id)
-        await session.execute(update(Contact).where(Contact.id == conversation.contact_id)
-                              .values(last_inbound_at=utcnow() - timedelta(hours=25)))
-
-
-
-@contextmanager
-def _content_template(services, content_sid: str):
-    """The bot's WhatsApp channel with a Content template (`content_sid`) while the block runs."""
-    adapter = services.adapters[("acme", "whatsapp")]
-    original = adapter.settings
-    adapter.settings = original.model_copy(update={"content_sid": content_sid})
-    try:
-        yield
-    finally:
-        adapter.settings = original
-
 async def test_whatsapp_reply_outside_the_window_without_template_fails_visibly(env):
     client, services, fake = env
-    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "2" * 32, "+15550000008")
+    conversation_id, _, _ = await answered(client, services, fake, "SM" + "2" * 32, "+15550000008")
     failures_before = await send_failures(client, "whatsapp")
-    await _leave_window(services, conversation_id)
+    await leave_window(services, conversation_id)
     reply_id = await store_reply(services, conversation_id=conversation_id, text="Your order shipped.")
     assert await services.outbox.deliver(reply_id) == "failed"
     failed = await get_message(services, reply_id)
@@ -231,9 +166,9 @@ async def test_whatsapp_reply_outside_the_window_without_template_fails_visibly(
 
 async def test_whatsapp_reply_outside_the_window_uses_the_content_template(env):
     client, services, fake = env
-    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "3" * 32, "+15550000009")
-    await _leave_window(services, conversation_id)
-    with _content_template(services, "HX" + "9" * 32):
+    conversation_id, _, _ = await answered(client, services, fake, "SM" + "3" * 32, "+15550000009")
+    await leave_window(services, conversation_id)
+    with content_template(services, "HX" + "9" * 32):
         reply_id = await store_reply(services, conversation_id=conversation_id, text="Your order shipped.")
         assert await services.outbox.deliver(reply_id) == "sent"
     template = sent_to(fake, "+15550000009")[-1]
@@ -246,13 +181,13 @@ async def test_whatsapp_reply_outside_the_window_uses_the_content_template(env):
 async def test_whatsapp_63016_receipt_sends_the_template_once_in_the_replys_place(env):
     # Twilio accepts a free-form message and WhatsApp refuses it later: 63016 comes in a status callback.
     client, services, fake = env
-    _, reply_id, sid = await _answered(client, services, fake, "SM" + "6" * 32, "+15550000012")
-    with _content_template(services, "HX" + "7" * 32):
+    _, reply_id, sid = await answered(client, services, fake, "SM" + "6" * 32, "+15550000012")
+    with content_template(services, "HX" + "7" * 32):
         assert (await post(client, status(sid, "undelivered", ErrorCode="63016"))).status_code == 200
         services.worker.notify()
         template = (await wait_until(lambda: [r for r in sent_to(fake, "+15550000012") if "ContentSid" in r.form],
                                      what="the template"))[0]
-        await wait_until(lambda: _status_is(services, reply_id, "sent"), what="the reply recorded as sent")
+        await wait_until(lambda: status_is(services, reply_id, "sent"), what="the reply recorded as sent")
         # A second refusal (a late copy of the callback) sends nothing more.
         await post(client, status(sid, "failed", ErrorCode="63016"))
         await settle()
@@ -266,10 +201,10 @@ async def test_whatsapp_63016_receipt_sends_the_template_once_in_the_replys_plac
 
 async def test_whatsapp_63016_receipt_without_a_template_fails_saying_why(env):
     client, services, fake = env
-    _, reply_id, sid = await _answered(client, services, fake, "SM" + "7" * 32, "+15550000013")
+    _, reply_id, sid = await answered(client, services, fake, "SM" + "7" * 32, "+15550000013")
     await post(client, status(sid, "undelivered", ErrorCode="63016"))
     services.worker.notify()
-    await wait_until(lambda: _status_is(services, reply_id, "failed"), what="the reply failed")
+    await wait_until(lambda: status_is(services, reply_id, "failed"), what="the reply failed")
     await settle()
     failed = await get_message(services, reply_id)
     assert "outside the 24-hour window" in failed.error and "content_sid" in failed.error
@@ -278,7 +213,7 @@ async def test_whatsapp_63016_receipt_without_a_template_fails_saying_why(env):
 
 async def test_whatsapp_emoji_reply_is_split_within_twilios_utf16_limit(env):
     client, services, fake = env
-    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "0" * 32, "+15550000014")
+    conversation_id, _, _ = await answered(client, services, fake, "SM" + "0" * 32, "+15550000014")
     text = " ".join(["Great news 🎉🎉"] * 400)  # an emoji is two UTF-16 units: Twilio counts it twice
     reply_id = await store_reply(services, conversation_id=conversation_id, text=text)
     assert await services.outbox.deliver(reply_id) == "sent"
@@ -289,7 +224,7 @@ async def test_whatsapp_emoji_reply_is_split_within_twilios_utf16_limit(env):
 
 async def test_whatsapp_long_reply_is_split_at_1600_with_plain_links(env):
     client, services, fake = env
-    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "4" * 32, "+15550000010")
+    conversation_id, _, _ = await answered(client, services, fake, "SM" + "4" * 32, "+15550000010")
     text = "\n\n".join(f"Step {i}: " + "open the app and check the settings. " * 8 for i in range(14))
     reply_id = await store_reply(services, conversation_id=conversation_id, text=text, citations=[
         {"source": "help", "title": "Plans and pricing", "url": "https://help.example.com/plans"}])
@@ -303,7 +238,7 @@ async def test_whatsapp_long_reply_is_split_at_1600_with_plain_links(env):
 
 async def test_whatsapp_twilio_rate_limit_is_retried_by_the_outbox(env):
     client, services, fake = env
-    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "5" * 32, "+15550000011")
+    conversation_id, _, _ = await answered(client, services, fake, "SM" + "5" * 32, "+15550000011")
     # More 429s than the adapter retries in place: the outbox takes over with its own backoff.
     fake.script(*[Reply(status=429, code=20429, message="Too Many Requests", retry_after=0)] * 3)
     reply_id = await store_reply(services, conversation_id=conversation_id, text="One more thing.")
@@ -311,54 +246,19 @@ async def test_whatsapp_twilio_rate_limit_is_retried_by_the_outbox(env):
     try:
         assert await services.outbox.deliver(reply_id) == "retry"
         services.worker.notify()
-        await wait_until(lambda: _status_is(services, reply_id, "sent"), what="the retried send")
+        await wait_until(lambda: status_is(services, reply_id, "sent"), what="the retried send")
     finally:
         services.outbox.backoff_s = 2.0
     assert [p.form["Body"] for p in sent_to(fake, "+15550000011")].count("One more thing.") == 1
-
-
-async def test_whatsapp_stop_is_not_answered_and_nothing_is_sent_until_start(env):
-    # Twilio confirms STOP and START itself, and refuses sends to an opted-out number (21610).
-    client, services, fake = env
-    phone = "+15550000020"
-    await post(client, inbound("SM" + "ab" * 16, phone, "Stop"))
-    [stop] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=1)
-    assert (stop.text, stop.meta["command"]) == ("Stop", "opt_out")
-    await post(client, inbound("SM" + "ac" * 16, phone))  # a question after STOP: not answered, no model paid
-    [_, question] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=2)
-    assert (question.status, question.error) == ("ignored", OPTED_OUT)
-    # An operator's reply is refused at the outbox: Twilio would refuse it (21610).
-    reply_id = await store_reply(services, conversation_id=stop.conversation_id, text="We refunded your order.")
-    assert await services.outbox.deliver(reply_id) == "failed"
-    assert "opted out (STOP)" in (await get_message(services, reply_id)).error
-    # START, as Twilio marks it (OptOutType), lifts it: the next question is answered.
-    await post(client, inbound("SM" + "ad" * 16, phone, "start", OptOutType="START"))
-    await post(client, inbound("SM" + "ae" * 16, phone))
-    [sent] = await wait_until(lambda: sent_to(fake, phone), what="the answer after START")
-    assert "Sources:" in sent.form["Body"]
-    await settle()
-    assert len(sent_to(fake, phone)) == 1  # STOP and START got no answer of ours
-
-
-async def _failed_reply(services, phone: str):
-    stored = await messages_in_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}")
-    return next((m for m in stored if m.direction == "out" and m.status == "failed"), None)
-
-
-async def test_whatsapp_help_keyword_gets_the_greeting(env):
-    client, services, fake = env
-    await post(client, inbound("SM" + "af" * 16, "+15550000024", "HELP"))
-    [sent] = await wait_until(lambda: sent_to(fake, "+15550000024"), what="the greeting")
-    assert sent.form["Body"] == DEFAULT_GREETING
 
 
 async def test_whatsapp_reply_sent_as_a_template_follows_as_text_once_the_customer_answers(env):
     # The template only says there is news; the operator's words must reach the customer once they write.
     client, services, fake = env
     phone = "+15550000025"
-    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "c1" * 16, phone)
-    await _leave_window(services, conversation_id)
-    with _content_template(services, "HX" + "5" * 32):
+    conversation_id, _, _ = await answered(client, services, fake, "SM" + "c1" * 16, phone)
+    await leave_window(services, conversation_id)
+    with content_template(services, "HX" + "5" * 32):
         reply_id = await store_reply(services, conversation_id=conversation_id, text="Your refund was approved.")
         assert await services.outbox.deliver(reply_id) == "sent"
     await post(client, inbound("SM" + "c2" * 16, phone, "Continue"))  # the template's quick reply
@@ -369,28 +269,3 @@ async def test_whatsapp_reply_sent_as_a_template_follows_as_text_once_the_custom
     bodies = [r.form.get("Body") or r.form["ContentSid"] for r in sent_to(fake, phone)]
     assert bodies[1:3] == ["HX" + "5" * 32, "Your refund was approved."]
     assert bodies.count("Your refund was approved.") == 1 and len(bodies) == 5
-
-
-async def test_whatsapp_reply_held_behind_a_template_is_kept_through_stop_and_sent_after_start(env):
-    # STOP is no answer to the template: its text was queued then, failed as opted out, and marked sent as
-    # text, so after START the customer never got it.
-    client, services, fake = env
-    phone = "+15550000026"
-    conversation_id, _, _ = await _answered(client, services, fake, "SM" + "d1" * 16, phone)
-    await _leave_window(services, conversation_id)
-    adapter = services.adapters[("acme", "whatsapp")]
-    original = adapter.settings
-    adapter.settings = original.model_copy(update={"content_sid": "HX" + "6" * 32})
-    try:
-        reply_id = await store_reply(services, conversation_id=conversation_id, text="Your parcel was found.")
-        assert await services.outbox.deliver(reply_id) == "sent"
-    finally:
-        adapter.settings = original
-    await post(client, inbound("SM" + "d2" * 16, phone, "STOP"))
-    await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=4)
-    assert await _failed_reply(services, phone) is None
-    await post(client, inbound("SM" + "d3" * 16, phone, "START"))
-    await wait_until(lambda: len(sent_to(fake, phone)) >= 3, what="the held reply after START")
-    await settle()
-    bodies = [r.form.get("Body") or r.form["ContentSid"] for r in sent_to(fake, phone)]
-    assert bodies[1:] == ["HX" + "6" * 32, "Your parcel was found."]

@@ -1,0 +1,103 @@
+"""WhatsApp's STOP, START and HELP through the real app: an opted-out customer gets nothing (not our
+answers, not an operator's reply, not a template) until START, and what was held for them is kept."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import select
+
+from gateway.message_handler import OPTED_OUT
+from storage.models import Contact
+from tests.english_replies import DEFAULT_GREETING
+from tests.fakes.twilio_api import Reply
+from tests.gateway_channels.conftest import get_message, messages_in_chat, settle, settled_chat, store_reply, wait_until
+from tests.gateway_channels.whatsapp_rig import (
+    answered,
+    content_template,
+    inbound,
+    leave_window,
+    post,
+    sent_to,
+    whatsapp_app,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory):
+    async with whatsapp_app(tmp_path_factory.mktemp("whatsapp")) as rig:
+        yield rig
+
+
+async def test_whatsapp_stop_is_not_answered_and_nothing_is_sent_until_start(env):
+    # Twilio confirms STOP and START itself, and refuses sends to an opted-out number (21610).
+    client, services, fake = env
+    phone = "+15550000020"
+    await post(client, inbound("SM" + "ab" * 16, phone, "Stop"))
+    [stop] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=1)
+    assert (stop.text, stop.meta["command"]) == ("Stop", "opt_out")
+    await post(client, inbound("SM" + "ac" * 16, phone))  # a question after STOP: not answered, no model paid
+    [_, question] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=2)
+    assert (question.status, question.error) == ("ignored", OPTED_OUT)
+    # An operator's reply is refused at the outbox: Twilio would refuse it (21610).
+    reply_id = await store_reply(services, conversation_id=stop.conversation_id, text="We refunded your order.")
+    assert await services.outbox.deliver(reply_id) == "failed"
+    assert "opted out (STOP)" in (await get_message(services, reply_id)).error
+    # START, as Twilio marks it (OptOutType), lifts it: the next question is answered.
+    await post(client, inbound("SM" + "ad" * 16, phone, "start", OptOutType="START"))
+    await post(client, inbound("SM" + "ae" * 16, phone))
+    [sent] = await wait_until(lambda: sent_to(fake, phone), what="the answer after START")
+    assert "Sources:" in sent.form["Body"]
+    await settle()
+    assert len(sent_to(fake, phone)) == 1  # STOP and START got no answer of ours
+
+
+async def _failed_reply(services, phone: str):
+    stored = await messages_in_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}")
+    return next((m for m in stored if m.direction == "out" and m.status == "failed"), None)
+
+
+async def test_whatsapp_help_keyword_gets_the_greeting(env):
+    client, services, fake = env
+    await post(client, inbound("SM" + "af" * 16, "+15550000024", "HELP"))
+    [sent] = await wait_until(lambda: sent_to(fake, "+15550000024"), what="the greeting")
+    assert sent.form["Body"] == DEFAULT_GREETING
+
+
+async def test_whatsapp_reply_held_behind_a_template_is_kept_through_stop_and_sent_after_start(env):
+    # STOP is no answer to the template: its text was queued then, failed as opted out, and marked sent as
+    # text, so after START the customer never got it.
+    client, services, fake = env
+    phone = "+15550000026"
+    conversation_id, _, _ = await answered(client, services, fake, "SM" + "d1" * 16, phone)
+    await leave_window(services, conversation_id)
+    with content_template(services, "HX" + "6" * 32):
+        reply_id = await store_reply(services, conversation_id=conversation_id, text="Your parcel was found.")
+        assert await services.outbox.deliver(reply_id) == "sent"
+    await post(client, inbound("SM" + "d2" * 16, phone, "STOP"))
+    await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=4)
+    assert await _failed_reply(services, phone) is None
+    await post(client, inbound("SM" + "d3" * 16, phone, "START"))
+    await wait_until(lambda: len(sent_to(fake, phone)) >= 3, what="the held reply after START")
+    await settle()
+    bodies = [r.form.get("Body") or r.form["ContentSid"] for r in sent_to(fake, phone)]
+    assert bodies[1:] == ["HX" + "6" * 32, "Your parcel was found."]
+
+
+async def test_twilios_21610_marks_the_contact_opted_out_so_later_replies_are_not_sent(env):
+    # A STOP that never reached us (sent before the bot, or handled by Twilio alone): every later reply went to
+    # Twilio and was refused one by one.
+    client, services, fake = env
+    phone = "+15550000027"
+    conversation_id, _, _ = await answered(client, services, fake, "SM" + "e1" * 16, phone)
+    fake.script(Reply(status=400, code=21610, message="Attempt to send to unsubscribed recipient"))
+    first = await store_reply(services, conversation_id=conversation_id, text="Your parcel was found.")
+    assert await services.outbox.deliver(first) == "failed"
+    async with services.sessions() as session:
+        assert (await session.scalar(select(Contact.opted_out_at).where(Contact.external_id == phone[1:]))) is not None
+    asked = len(fake.requests)
+    second = await store_reply(services, conversation_id=conversation_id, text="It ships tomorrow.")
+    assert await services.outbox.deliver(second) == "failed"
+    assert "opted out (STOP)" in (await get_message(services, second)).error and len(fake.requests) == asked
