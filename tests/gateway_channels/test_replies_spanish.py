@@ -10,7 +10,7 @@ from tests.conftest import chat_events
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.fakes.twilio_api import FakeTwilio
 from tests.gateway_channels import test_telegram_e2e as telegram
-from tests.gateway_channels import test_whatsapp_e2e as whatsapp
+from tests.gateway_channels import whatsapp_rig as whatsapp
 from tests.gateway_channels.conftest import QUESTION, gateway_app, wait_until
 from tests.test_config_replies import SPANISH
 

@@ -12,7 +12,7 @@ from gateway.settings import load_settings
 from tests.conftest import upgrade, write_config
 from tests.fakes.twilio_api import FakeTwilio
 from tests.gateway_channels.conftest import bot_config, messages_in_chat
-from tests.gateway_channels.test_whatsapp_e2e import ACCOUNT_SID, AUTH_TOKEN, BOT_NUMBER, PUBLIC_URL, inbound, post
+from tests.gateway_channels.whatsapp_rig import ACCOUNT_SID, AUTH_TOKEN, BOT_NUMBER, PUBLIC_URL, inbound, post
 
 PHONE = "+15550001111"
 
