@@ -28,6 +28,7 @@ from tests.gateway_channels.whatsapp_rig import (
     URL,
     answered,
     content_template,
+    held_behind_template,
     inbound,
     leave_window,
     post,
@@ -256,11 +257,8 @@ async def test_whatsapp_reply_sent_as_a_template_follows_as_text_once_the_custom
     # The template only says there is news; the operator's words must reach the customer once they write.
     client, services, fake = env
     phone = "+15550000025"
-    conversation_id, _, _ = await answered(client, services, fake, "SM" + "c1" * 16, phone)
-    await leave_window(services, conversation_id)
-    with content_template(services, "HX" + "5" * 32):
-        reply_id = await store_reply(services, conversation_id=conversation_id, text="Your refund was approved.")
-        assert await services.outbox.deliver(reply_id) == "sent"
+    await held_behind_template(client, services, fake, phone, sids="c1", text="Your refund was approved.",
+                               content_sid="HX" + "5" * 32)
     await post(client, inbound("SM" + "c2" * 16, phone, "Continue"))  # the template's quick reply
     await wait_until(lambda: len(sent_to(fake, phone)) >= 4, what="the held reply and the answer")
     await post(client, inbound("SM" + "c3" * 16, phone))

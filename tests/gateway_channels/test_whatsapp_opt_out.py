@@ -14,9 +14,8 @@ from tests.fakes.twilio_api import Reply
 from tests.gateway_channels.conftest import get_message, messages_in_chat, settle, settled_chat, store_reply, wait_until
 from tests.gateway_channels.whatsapp_rig import (
     answered,
-    content_template,
+    held_behind_template,
     inbound,
-    leave_window,
     post,
     sent_to,
     whatsapp_app,
@@ -71,11 +70,8 @@ async def test_whatsapp_reply_held_behind_a_template_is_kept_through_stop_and_se
     # text, so after START the customer never got it.
     client, services, fake = env
     phone = "+15550000026"
-    conversation_id, _, _ = await answered(client, services, fake, "SM" + "d1" * 16, phone)
-    await leave_window(services, conversation_id)
-    with content_template(services, "HX" + "6" * 32):
-        reply_id = await store_reply(services, conversation_id=conversation_id, text="Your parcel was found.")
-        assert await services.outbox.deliver(reply_id) == "sent"
+    await held_behind_template(client, services, fake, phone, sids="d1", text="Your parcel was found.",
+                               content_sid="HX" + "6" * 32)
     await post(client, inbound("SM" + "d2" * 16, phone, "STOP"))
     await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=4)
     assert await _failed_reply(services, phone) is None

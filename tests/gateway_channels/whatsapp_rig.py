@@ -14,7 +14,7 @@ from twilio.request_validator import RequestValidator
 from gateway.models import utcnow
 from storage.models import Contact, Conversation
 from tests.fakes.twilio_api import FakeTwilio
-from tests.gateway_channels.conftest import QUESTION, gateway_app, get_message, settled_chat, wait_until
+from tests.gateway_channels.conftest import QUESTION, gateway_app, get_message, settled_chat, store_reply, wait_until
 
 ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
 AUTH_TOKEN = "twilio-auth-token-for-tests"
@@ -92,3 +92,14 @@ def content_template(services, content_sid: str):
         yield
     finally:
         adapter.settings = original
+
+
+async def held_behind_template(client, services, fake, phone: str, *, sids: str, text: str, content_sid: str) -> int:
+    """A question of `phone`'s answered, their 24-hour window closed, then an operator's `text` sent as the
+    Content template alone (its words wait for the customer's next message); returns the conversation id."""
+    conversation_id, _, _ = await answered(client, services, fake, "SM" + sids * 16, phone)
+    await leave_window(services, conversation_id)
+    with content_template(services, content_sid):
+        reply_id = await store_reply(services, conversation_id=conversation_id, text=text)
+        assert await services.outbox.deliver(reply_id) == "sent"
+    return conversation_id
