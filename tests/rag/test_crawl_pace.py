@@ -27,11 +27,7 @@ async def test_a_429_slows_the_crawl_to_the_pace_the_site_asks_and_the_page_is_f
             await asyncio.sleep(0.2)  # asked beside a: still busy when its 429 comes back
         return web.Response(text=PAGE.format(name), content_type="text/html")
 
-    app = web.Application()
-    app.router.add_get("/p/{name}", page)
-    async with serving(app) as base, httpx.AsyncClient(timeout=5) as client:
-        result = await load_urls([f"{base}/p/{name}" for name in "abcdef"], client=client)
-    assert sorted(d.title for d in result.documents) == list("abcdef") and not result.errors
+    await _crawl_six_pages(page)
     assert [n for n, _ in arrivals].count("a") == 2
     [said] = [r for r in caplog.records if r.getMessage() == "crawl.slowed_down"]
     assert (said.status, said.every_s) == (429, 0.3)
@@ -79,14 +75,19 @@ async def test_after_a_429_no_two_fetches_overlap_not_even_those_already_in_flig
         visits.append((name, asked, loop.time()))
         return web.Response(text=PAGE.format(name), content_type="text/html")
 
-    app = web.Application()
-    app.router.add_get("/p/{name}", page)
-    async with serving(app) as base, httpx.AsyncClient(timeout=5) as client:
-        result = await load_urls([f"{base}/p/{name}" for name in "abcdef"], client=client)
-    assert sorted(d.title for d in result.documents) == list("abcdef") and not result.errors
+    await _crawl_six_pages(page)
     # b, c and d were asked beside a; everything asked after the 429 waits for them, then goes one at a time.
     after = sorted((asked, answered) for name, asked, answered in visits if name in "aef")
     before = [answered for name, asked, answered in visits if name in "bcd"]
     assert len(after) == 3 and max(asked for name, asked, _ in visits if name in "bcd") < after[0][0]
     assert after[0][0] >= max(before) - 0.02, (after, before)
     assert all(later[0] >= earlier[1] - 0.02 for earlier, later in zip(after, after[1:])), after
+
+
+async def _crawl_six_pages(page) -> None:
+    """A `urls` source of pages a to f on a site whose `/p/{name}` answers with `page`; every page read."""
+    app = web.Application()
+    app.router.add_get("/p/{name}", page)
+    async with serving(app) as base, httpx.AsyncClient(timeout=5) as client:
+        result = await load_urls([f"{base}/p/{name}" for name in "abcdef"], client=client)
+    assert sorted(d.title for d in result.documents) == list("abcdef") and not result.errors
