@@ -106,19 +106,12 @@ def test_widget_on_a_touch_screen_keeps_enter_for_a_new_line(browser, live_serve
 def test_widget_on_a_touch_screen_describes_its_composer_without_the_enter_hint(browser, live_server):
     """A tablet: wide enough for the hint, but its Enter starts a new line. The hint said "Enter to send"
     there, and a screen reader read it out as the composer's description."""
-    context = browser.new_context(viewport={"width": 900, "height": 700}, has_touch=True, is_mobile=True)
-    try:
-        tab = context.new_page()
-        _open(tab, live_server)
-        assert tab.locator("#gw-hint").is_hidden()
-        assert tab.locator("#gw-input").get_attribute("aria-describedby") == "gw-count"
-    finally:
-        context.close()
-    desk = browser.new_context(viewport={"width": 900, "height": 700})
-    try:
-        tab = desk.new_page()
-        _open(tab, live_server)
-        assert tab.locator("#gw-hint").is_visible()
-        assert tab.locator("#gw-input").get_attribute("aria-describedby") == "gw-hint gw-count"
-    finally:
-        desk.close()
+    for touch, hint_shown, described_by in [(True, False, "gw-count"), (False, True, "gw-hint gw-count")]:
+        context = browser.new_context(viewport={"width": 900, "height": 700}, has_touch=touch, is_mobile=touch)
+        try:
+            tab = context.new_page()
+            _open(tab, live_server)
+            assert tab.locator("#gw-hint").is_visible() == hint_shown
+            assert tab.locator("#gw-input").get_attribute("aria-describedby") == described_by
+        finally:
+            context.close()
