@@ -50,7 +50,7 @@ from channels.sent_parts import SentParts
 from channels.whatsapp_render import to_whatsapp
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientOptedOut, RecipientUnreachable, SignatureInvalid
-from gateway.models import Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender, as_utc
+from gateway.models import OPT_IN, OPT_OUT, Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender, as_utc
 from gateway.settings import WhatsAppChannel
 
 # A message's id as Twilio writes it: SM (text) or MM (media), then 32 hex digits. One that begins so
@@ -81,9 +81,9 @@ _STATUSES = {"sent": "sent", "delivered": "delivered", "read": "read", "failed":
 # Twilio's opt-out keywords, and `OptOutType` (STOP, START, HELP), which Twilio adds when it manages
 # opt-outs for the sender. From the Body alone only the unmistakable words count: "yes", "cancel" or
 # "end" typed to a support bot are answers, not opt-outs.
-_KEYWORDS = {"stop": "opt_out", "stopall": "opt_out", "unsubscribe": "opt_out", "optout": "opt_out",
-             "start": "opt_in", "unstop": "opt_in", "help": "help"}
-_OPT_OUT_TYPES = {"STOP": "opt_out", "START": "opt_in", "HELP": "help"}
+_KEYWORDS = {"stop": OPT_OUT, "stopall": OPT_OUT, "unsubscribe": OPT_OUT, "optout": OPT_OUT,
+             "start": OPT_IN, "unstop": OPT_IN, "help": "help"}
+_OPT_OUT_TYPES = {"STOP": OPT_OUT, "START": OPT_IN, "HELP": "help"}
 
 _retry_after: contextvars.ContextVar[float | None] = contextvars.ContextVar("twilio_retry_after", default=None)
 

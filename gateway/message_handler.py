@@ -38,7 +38,7 @@ from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, WaitingIndicator, start_typing
 from gateway.events import EventBus, conversation_topic, message_topic
-from gateway.models import CallerIdentity, ConversationRef, as_utc, utcnow
+from gateway.models import OPT_COMMANDS, CallerIdentity, ConversationRef, as_utc, utcnow
 from gateway.pipeline import Pipeline, PipelineResult, Turn
 from gateway.pipeline.core import handoff
 from gateway.pipeline.tool_journal import META_KEY as TOOL_RUNS
@@ -103,7 +103,7 @@ class MessageHandler:
             await self._finish(inbound, None, status="done")
             return None
         if contact is not None and contact.opted_out_at is not None and \
-                (inbound.meta or {}).get("command") not in ("opt_out", "opt_in"):
+                (inbound.meta or {}).get("command") not in OPT_COMMANDS:
             # After WhatsApp's STOP nothing reaches them until START: no search, no model call paid for,
             # no unanswered turn counted toward a person who could not reach them either.
             bound.info("inbound.opted_out", since=str(contact.opted_out_at))

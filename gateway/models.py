@@ -86,6 +86,12 @@ class Attachment:
     caption: str | None = None
 
 
+# The `command` of a WhatsApp STOP and START (Twilio's opt-out keywords): never answered, and they set or
+# lift the contact's opt-out (storage.repositories.store_inbound).
+OPT_OUT, OPT_IN = "opt_out", "opt_in"
+OPT_COMMANDS = frozenset({OPT_OUT, OPT_IN})
+
+
 @dataclass(frozen=True, slots=True)
 class InboundMessage:
     """One message from a customer, normalized. Idempotency key: (channel, external_id)."""

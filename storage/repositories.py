@@ -15,7 +15,7 @@ from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.models import ConversationRef, InboundMessage, utcnow
+from gateway.models import OPT_COMMANDS, OPT_OUT, ConversationRef, InboundMessage, utcnow
 from storage.models import Contact, Conversation, Message
 from storage.text import storable_json, storable_text
 
@@ -96,8 +96,8 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
     inserted = result.scalar_one_or_none()
     if inserted is not None:
         opt = (message.raw or {}).get("command") if isinstance(message.raw, dict) else None
-        if opt in ("opt_out", "opt_in"):  # WhatsApp STOP / START (only a first delivery: a retry changes nothing)
-            contact.opted_out_at = now if opt == "opt_out" else None
+        if opt in OPT_COMMANDS:  # WhatsApp STOP / START (only a first delivery: a retry changes nothing)
+            contact.opted_out_at = now if opt == OPT_OUT else None
         if message.channel == "whatsapp" and contact.opted_out_at is None:  # STOP answers no template
             await _resend_after_template(session, conversation)
         return StoredInbound(message_id=inserted, conversation_id=conversation.id, contact_id=contact.id,
