@@ -23,6 +23,7 @@ from gateway.observability.tracing import RequestContextMiddleware
 from gateway.operators import api as operator_api
 from gateway.operators import console as operator_console
 from gateway.operators import slack_actions
+from gateway.operators.slack_access import warn_unguarded
 from gateway.preflight import models_missing_keys, uncalibrated_gates
 from gateway.services import Services, build_services
 from gateway.settings import Settings
@@ -56,6 +57,7 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     svc.role = role
     for name in svc.operator_auth.disabled if svc.operator_auth else ():
         log.warning("operator.disabled", operator=name, reason="no token: its ${VAR} is unset")
+    warn_unguarded(settings)
     svc.admin_url = url
     if settings.tracing.otlp_endpoint:
         otel.configure(otlp_endpoint=settings.tracing.otlp_endpoint, service_name=settings.tracing.service_name,

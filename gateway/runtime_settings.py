@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
 from gateway.channel_settings import _Strict
+
+SLACK_MEMBER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
 
 
 class OperatorSettings(_Strict):
@@ -15,6 +18,8 @@ class OperatorSettings(_Strict):
     name: str
     token: str
     bots: list[str] = Field(default_factory=lambda: ["*"])
+    # Who this operator is in Slack: only these members may act in the operator channel of a bot they serve.
+    slack_user_ids: list[str] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -30,6 +35,18 @@ class OperatorSettings(_Strict):
         """Without surrounding white space, as a sign-in reads the token it is sent: a secret file's
         trailing newline made a token no sign-in could match (and one two operators shared look unique)."""
         return token.strip()
+
+    @field_validator("slack_user_ids", mode="before")
+    @classmethod
+    def _member_ids(cls, ids: object) -> object:
+        """Slack member ids, as Slack sends them in a click's `user.id`: a name or a mention never matches."""
+        if not isinstance(ids, list):
+            raise ValueError(f"a list of Slack member ids, as [U0123ABCD] (got {ids!r:.40})")
+        for member in ids:
+            if not isinstance(member, str) or not SLACK_MEMBER_ID.fullmatch(member.strip()):
+                raise ValueError(f"{member!r} is not a Slack member id (U or W then capital letters and digits, "
+                                 "as U0123ABCD: a member's profile, ⋮, Copy member ID)")
+        return [member.strip() for member in ids]
 
 
 class WorkerSettings(_Strict):

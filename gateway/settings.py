@@ -280,6 +280,7 @@ class Settings(BaseSettings):
                                      f"{model}, litellm_params: {{model: <provider>/<model>, api_key: \"${{YOUR_KEY}}\"}}}})")
         operator_names: set[str] = set()
         operator_tokens: dict[str, str] = {}
+        operator_members: dict[str, str] = {}
         for i, op in enumerate(self.operators):
             # A claim is held by an operator's name: two operators of one name could act on each other's.
             if op.name in operator_names:
@@ -295,6 +296,11 @@ class Settings(BaseSettings):
                                  "give each operator their own")
             if op.token:
                 operator_tokens[op.token] = op.name
+            for member in op.slack_user_ids:  # one Slack member acting as two operators: which one's bots?
+                if member in operator_members:
+                    raise ValueError(f"operators[{i}].slack_user_ids: {member} is already operator "
+                                     f"{operator_members[member]!r}'s; a Slack member is one operator")
+                operator_members[member] = op.name
             if not op.bots:  # signed in, such an operator would see nothing and not know why
                 raise ValueError(f"operators[{i}].bots: empty; list the bots this operator serves, or \"*\" for all")
             for bot in op.bots:

@@ -9,7 +9,8 @@
 - Thread replies arrive as ordinary Slack events, become inbound messages, and the worker hands them to
   `intercept` before the pipeline sees them, so the bot never answers its own operators.
 The Slack user who acts is the operator, named `slack:<user id>`: a display name is the user's to
-change, and two members may share one, so it cannot say who holds a claim.
+change, and two members may share one, so it cannot say who holds a claim. Only members an operator's
+`slack_user_ids` names may act (`slack_access`); anyone else is told so privately and nothing changes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from channels.slack_render import mrkdwn_to_markdown
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.escalation.handoff import Escalations
 from gateway.models import as_utc, utcnow
+from gateway.operators.slack_access import not_an_operator, operator_of_member
 from gateway.operators.slack_text import clip, header_title, mention, named, plain, quoted, slack_time
 from gateway.operators.summary import summarize, summary_messages
 from gateway.settings import Settings
@@ -313,6 +315,10 @@ class SlackOperatorChannel:
             await self._post(inbound.bot, conversation.chat, "Not sent to the customer: send it again, please.",
                              thread_ts=conversation.thread)
             return True
+        if operator_of_member(self._settings, inbound.bot, sender) is None:
+            await self._refuse(inbound.bot, sender, action="reply", escalation_id=escalation.id,
+                               thread_ts=conversation.thread)
+            return True
         operator = f"slack:{sender}"
         try:
             # Keyed by the operator's own stored message: a worker that died after relaying it and before
@@ -324,6 +330,18 @@ class SlackOperatorChannel:
             await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {named(str(exc))}"
                              f"{await self._newer_escalation(escalation)}", thread_ts=conversation.thread)
         return True
+
+    async def _refuse(self, bot: str, member: str, *, action: str, escalation_id: int, thread_ts: str | None) -> None:
+        """Tell a member who is no operator of `bot`, in a message only they see, that nothing happened."""
+        log.warning("slack_operator.not_an_operator", bot=bot, user=member, action=action, escalation_id=escalation_id)
+        channel = self.channel_for(bot)
+        if channel is None:
+            return
+        try:
+            await self._adapters[(bot, "slack")].client.chat_postEphemeral(
+                channel=channel, user=member, text=not_an_operator(bot, member), **({"thread_ts": thread_ts} if thread_ts else {}))
+        except Exception as exc:  # the refusal stands whether or not Slack shows it
+            log.warning("slack_operator.post_failed", bot=bot, channel=channel, error=str(exc))
 
     async def _newer_escalation(self, escalation: Escalation) -> str:
         """Where to answer instead, when the customer asked for a person again after this thread's
@@ -337,6 +355,11 @@ class SlackOperatorChannel:
     async def handle_action(self, bot: str, click: Click) -> str:
         """A Claim or Resolve click (`slack_actions.first_click`); returns what happened, for the log."""
         operator = f"slack:{click.user_id}"
+        if operator_of_member(self._settings, bot, click.user_id) is None:
+            # In the channel, under the header they clicked, not in its thread where they are not looking.
+            await self._refuse(bot, click.user_id, action=click.action_id, escalation_id=click.escalation_id,
+                               thread_ts=None)
+            return f"refused: {click.user_id} is not an operator for this bot"
         if click.header_ts is not None:
             # The button must be on a header of this escalation. An id can name another escalation by now:
             # SQLite gives a deleted row's id again (`gateway forget`, retention), and a header left from

@@ -215,6 +215,11 @@ class FakeSlack:
         if method == "chat.update":
             return {"ok": True, "channel": call.params.get("channel"), "ts": call.params.get("ts"),
                     "text": call.params.get("text")}
+        if method == "chat.postEphemeral":  # shown to `user` alone; nothing lands in the channel's history
+            if not call.params.get("channel") or not call.params.get("user"):
+                return {"ok": False, "error": "channel_not_found" if not call.params.get("channel") else "user_not_found"}
+            self._ts += 1
+            return {"ok": True, "message_ts": f"1700000000.{self._ts:06d}"}
         if method == "users.info":
             user = self.users.get(str(call.params.get("user")))
             return {"ok": True, "user": {"id": call.params["user"], **user}} if user else {"ok": False,

@@ -8,8 +8,10 @@ from tests.conftest import app_client
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 
 SIGNING_SECRET = "ops-signing-secret-1234"
-TOKENS = {"sam": "sam-token-0123456789", "kim": "kim-token-9876543210"}
+TOKENS = {"sam": "sam-token-0123456789", "kim": "kim-token-9876543210", "lee": "lee-token-5555566666"}
 OPS_CHANNEL = "COPS"
+# The Slack members who may act in the operator channel (`slack_user_ids`); any other member is refused.
+SLACK_MEMBERS = {"sam": "UOPS", "kim": "UIMP", "lee": "ULEE"}
 
 
 def auth(name: str) -> dict[str, str]:
@@ -34,9 +36,12 @@ async def client(tmp_path_factory, slack):
                                             "api_base": slack.api_base, "operator_channel": OPS_CHANNEL}}},
         {"name": "other", "channels": {"web": {}}},
     ]
-    operators = [{"name": "sam", "token": "${OPS_SAM_TOKEN}", "bots": ["acme"]},
-                 {"name": "kim", "token": "${OPS_KIM_TOKEN}", "bots": ["acme", "other"]}]
-    env = {"OPS_SAM_TOKEN": TOKENS["sam"], "OPS_KIM_TOKEN": TOKENS["kim"], "OPS_SLACK_BOT": BOT_TOKEN,
+    operators = [{"name": "sam", "token": "${OPS_SAM_TOKEN}", "bots": ["acme"], "slack_user_ids": [SLACK_MEMBERS["sam"]]},
+                 {"name": "kim", "token": "${OPS_KIM_TOKEN}", "bots": ["acme", "other"],
+                  "slack_user_ids": [SLACK_MEMBERS["kim"]]},
+                 {"name": "lee", "token": "${OPS_LEE_TOKEN}", "bots": ["other"], "slack_user_ids": [SLACK_MEMBERS["lee"]]}]
+    env = {"OPS_SAM_TOKEN": TOKENS["sam"], "OPS_KIM_TOKEN": TOKENS["kim"], "OPS_LEE_TOKEN": TOKENS["lee"],
+           "OPS_SLACK_BOT": BOT_TOKEN,
            "OPS_SLACK_SECRET": SIGNING_SECRET}
     async with app_client(tmp_path, bots=bots, operators=operators, env=env) as http:
         # The tests run reminders and repairs themselves (`run_once(now=...)`, their own clock); the app's

@@ -6,8 +6,10 @@ import json
 
 import pytest
 from pydantic import ValidationError
+from structlog.testing import capture_logs
 
 from gateway.operators.auth import Operator, OperatorAuth
+from gateway.operators.slack_access import operator_of_member, unguarded_operator_channels, warn_unguarded
 from gateway.operators.summary import SUMMARY_PROMPT, summarize
 from gateway.settings import BotSettings, Settings
 
@@ -38,6 +40,35 @@ def test_operator_auth_reads_a_token_as_its_duplicate_check_does_without_surroun
     auth = OperatorAuth(Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": f"{TOKEN}\n"}]))
     assert auth.authenticate(f"Bearer {TOKEN}") == Operator(name="sam", bots=None)
     assert auth.authenticate("Bearer a-long-operator-token") is None
+
+
+def test_operator_slack_user_ids_are_checked_member_ids_of_one_operator_each():
+    with pytest.raises(ValidationError, match=r"'@dana' is not a Slack member id"):
+        Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": TOKEN, "slack_user_ids": ["@dana"]}])
+    with pytest.raises(ValidationError, match=r"a list of Slack member ids, as \[U0123ABCD\]"):
+        Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": TOKEN, "slack_user_ids": "U0123ABCD"}])
+    with pytest.raises(ValidationError, match=r"operators\[1\].slack_user_ids: U0123ABCD is already operator 'sam'"):
+        Settings(bots=[{"name": "acme"}], operators=[
+            {"name": "sam", "token": TOKEN, "slack_user_ids": ["U0123ABCD"]},
+            {"name": "kim", "token": f"{TOKEN}-2", "slack_user_ids": [" U0123ABCD"]}])
+
+
+def test_an_operator_channel_nobody_is_mapped_to_is_closed_and_said_at_start():
+    """A config from before `slack_user_ids` (an operator_channel, no member named) keeps starting, but every
+    click in its channel is refused: the start log says which channel, and what to add."""
+    slack = {"bot_token": "xoxb-1", "signing_secret": "s", "operator_channel": "COPS"}
+    bots = [{"name": "acme", "channels": {"slack": slack}}, {"name": "beta", "channels": {"slack": slack}}]
+    settings = Settings(bots=bots, operators=[
+        {"name": "sam", "token": TOKEN, "bots": ["beta"], "slack_user_ids": ["UOPS"]},
+        {"name": "off", "token": "", "slack_user_ids": ["UOFF"]}])  # no token: disabled, in Slack too
+    assert unguarded_operator_channels(settings) == {"acme": "COPS"}
+    assert operator_of_member(settings, "beta", "UOPS") == "sam"
+    assert operator_of_member(settings, "acme", "UOPS") is None and operator_of_member(settings, "acme", "UOFF") is None
+    with capture_logs() as logs:
+        warn_unguarded(settings)
+    [entry] = [e for e in logs if e["event"] == "slack_operator.no_operators"]
+    assert entry["log_level"] == "error" and entry["bot"] == "acme" and "slack_user_ids" in entry["fix"]
+
 
 class _Row:
     def __init__(self, id_: int, author: str, text: str) -> None:

@@ -13,7 +13,7 @@ from storage import repositories as repo
 from tests.conftest import app_client
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN
 from tests.gateway_channels.conftest import wait_until
-from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET
+from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET, TOKENS
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -24,8 +24,11 @@ async def app(tmp_path_factory, slack):
     bots = [{"name": "acme", "channels": {"slack": {
         "bot_token": "${SOCK_SLACK_BOT}", "signing_secret": "${SOCK_SLACK_SECRET}", "app_token": "${SOCK_SLACK_APP}",
         "api_base": slack.api_base, "operator_channel": OPS_CHANNEL}}}]
-    env = {"SOCK_SLACK_BOT": BOT_TOKEN, "SOCK_SLACK_SECRET": SIGNING_SECRET, "SOCK_SLACK_APP": APP_TOKEN}
-    async with app_client(tmp_path_factory.mktemp("socket-actions"), bots=bots, env=env, start_worker=False) as http:
+    env = {"SOCK_SLACK_BOT": BOT_TOKEN, "SOCK_SLACK_SECRET": SIGNING_SECRET, "SOCK_SLACK_APP": APP_TOKEN,
+           "SOCK_SAM_TOKEN": TOKENS["sam"]}
+    operators = [{"name": "sam", "token": "${SOCK_SAM_TOKEN}", "bots": ["acme"], "slack_user_ids": ["UOPS"]}]
+    async with app_client(tmp_path_factory.mktemp("socket-actions"), bots=bots, operators=operators, env=env,
+                          start_worker=False) as http:
         await http.services.reminders.stop()
         adapter = http.services.adapters[("acme", "slack")]
         await adapter.start(http.services._deliver_for("acme"))
@@ -67,3 +70,13 @@ async def test_a_malformed_click_over_the_socket_changes_nothing_and_is_acked(ap
                             "actions": [{"action_id": "escalation_claim", "value": "not-an-id"}]}, kind="interactive")
     await slack.wait_for_ack(bad)
     assert (await app.services.escalations.get(escalation_id, bots=None)).state == "open"
+
+
+async def test_a_click_over_the_socket_by_a_member_who_is_no_operator_changes_nothing(app, slack):
+    """Socket Mode clicks are authorized as the Interactivity URL's are: the socket proves the app, not the member."""
+    escalation_id = await _escalation(app, "DSOCK3")
+    refused = await slack.push(_click("escalation_claim", escalation_id, user="UGUEST"), kind="interactive")
+    await slack.wait_for_ack(refused)
+    assert (await app.services.escalations.get(escalation_id, bots=None)).state == "open"
+    told = await wait_until(lambda: [c for c in slack.calls_to("chat.postEphemeral") if c.params.get("user") == "UGUEST"])
+    assert "not an operator for this bot" in told[0].params["text"]

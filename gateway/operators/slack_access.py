@@ -1,0 +1,56 @@
+"""Who may act in a bot's Slack operator channel.
+
+A Slack member may claim, resolve or reply there only when an operator of the config names their member
+id in `slack_user_ids`, serves the bot, and has a token (an operator whose token is unset is disabled,
+in Slack too). Before, anyone who could post in the channel acted as an operator: a guest, an integration
+user, a colleague from sales. A channel no operator is mapped to is closed: every click is refused.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from gateway.settings import OperatorSettings, Settings
+
+log = structlog.get_logger("gateway.operators.slack")
+
+
+def _acts_for(op: OperatorSettings, bot: str) -> bool:
+    return bool(op.token) and ("*" in op.bots or bot in op.bots)
+
+
+def operator_of_member(settings: Settings, bot: str, member: str) -> str | None:
+    """The configured operator the Slack member `member` is for `bot`, or None when they may not act."""
+    for op in settings.operators:
+        if member in op.slack_user_ids and _acts_for(op, bot):
+            return op.name
+    return None
+
+
+def not_an_operator(bot: str, member: str) -> str:
+    """What the refused member reads (an ephemeral message only they see): what to ask for, and their id."""
+    return (f"You are not an operator for this bot ({bot}), so nothing was changed or sent. To act here, ask "
+            f"an admin to add your Slack member id {member} to your operator's `slack_user_ids` in the "
+            "gateway's config (the operator must serve this bot and have a token).")
+
+
+def unguarded_operator_channels(settings: Settings) -> dict[str, str]:
+    """Bot → operator channel, for each Slack operator channel no enabled operator may act in."""
+    unguarded: dict[str, str] = {}
+    for bot in settings.bots:
+        slack = bot.channels.slack
+        if slack is None or not slack.enabled or not slack.operator_channel:
+            continue
+        if not any(op.slack_user_ids and _acts_for(op, bot.name) for op in settings.operators):
+            unguarded[bot.name] = slack.operator_channel
+    return unguarded
+
+
+def warn_unguarded(settings: Settings) -> None:
+    """At start: say which operator channels refuse every click and reply, and what to add to open them."""
+    for bot, channel in unguarded_operator_channels(settings).items():
+        log.error("slack_operator.no_operators", bot=bot, channel=channel,
+                  reason="no operator who serves this bot (and has a token) names a Slack member id: every "
+                         "click and thread reply in its operator channel is refused",
+                  fix="add `slack_user_ids: [U0123ABCD]` (each person's Slack member id) to the operators "
+                      "who serve this bot")
