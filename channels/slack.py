@@ -37,6 +37,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, WebhookResult
 from channels.render import render_citations, split_text
 from channels.sent_parts import SentParts
+from channels.slack_errors import TOKEN_REFUSED, TRANSIENT, UNREACHABLE, token_refused
 from channels.slack_events import bot_ids, parse_event
 from channels.slack_install import SCOPE_EFFECTS, foreign_workspace, missing_scopes, token_gone
 from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_url, slack_to_plain
@@ -64,11 +65,6 @@ log = structlog.get_logger("channels.slack")
 # collapsed behind "Show more"; 3,000 keeps every part readable and block-compatible.
 SLACK_MESSAGE_LIMIT = 3000
 STALE_AFTER_S = 5 * 60
-_UNREACHABLE = {
-    "channel_not_found", "not_in_channel", "is_archived", "account_inactive", "user_not_found",
-    "user_disabled", "cannot_dm_bot", "restricted_action", "team_access_not_granted", "ekm_access_denied",
-}
-_TRANSIENT = {"internal_error", "fatal_error", "service_unavailable", "request_timeout"}
 REPLY_EVENT = "gateway_reply"
 """Message metadata event type on every part the gateway posts: {"reply": key, "part": n}."""
 
@@ -108,7 +104,7 @@ class SlackAdapter:
         self.team_id: str | None = None
         self._enterprise: tuple[str | None, bool] = (None, False)
         self._foreign_warned: set[str] = set()
-        self._uninstalled: str | None = None  # why no reply can be posted (app_uninstalled, tokens_revoked)
+        self._uninstalled: str | None = None  # why no reply can be posted (app_uninstalled, a refused token)
         # Socket Mode's `interactive` payloads (the operator channel's buttons), set by the gateway's wiring:
         # over the socket they do not come to the Interactivity URL's route.
         self.on_interactive: Callable[[Any], Awaitable[None]] | None = None
@@ -287,7 +283,7 @@ class SlackAdapter:
         waited = 0.0
         for attempt in range(1, self._max_attempts + 1):
             try:
-                return await getattr(self.client, method)(**kwargs)
+                response = await getattr(self.client, method)(**kwargs)
             except SlackApiError as exc:
                 status = exc.response.status_code
                 error = (exc.response.data or {}).get("error", "") if isinstance(exc.response.data, dict) else ""
@@ -300,9 +296,15 @@ class SlackAdapter:
                     waited += retry_after
                     await self._sleep(retry_after)
                     continue
-                if error in _UNREACHABLE:
+                if error in TOKEN_REFUSED:  # said in /readyz (`connections`) and once in the log
+                    if self._uninstalled is None:
+                        log.warning("slack.token_gone", bot=self.bot, reason=token_refused(method, error))
+                    self._uninstalled = token_refused(method, error)
+                    raise ChannelSendError(f"slack {method}: {error} (this bot's token was refused, not the "
+                                           "recipient)", permanent=True) from exc
+                if error in UNREACHABLE:
                     raise RecipientUnreachable(f"slack {method}: {error}") from exc
-                if status >= 500 or error in _TRANSIENT:
+                if status >= 500 or error in TRANSIENT:
                     # The post may have landed: not retried here; the worker's retry reconciles first.
                     raise ChannelSendError(f"slack {method}: {error or status}") from exc
                 raise ChannelSendError(f"slack {method}: {error or status}", permanent=True) from exc
@@ -318,6 +320,11 @@ class SlackAdapter:
                     raise ChannelSendError(f"slack {method}: outcome unknown ({type(exc).__name__}); not "
                                            "resent to avoid a duplicate", permanent=True) from exc
                 raise ChannelSendError(f"slack {method}: {type(exc).__name__}") from exc
+            else:
+                if self._uninstalled is not None:  # the token works again (a new one, the workspace back)
+                    log.info("slack.token_back", bot=self.bot, was=self._uninstalled)
+                    self._uninstalled = None
+                return response
         raise AssertionError("unreachable")  # the loop always returns or raises
 
     # ---- long-lived connection ---------------------------------------------------------------
@@ -328,6 +335,8 @@ class SlackAdapter:
             identity = await self.client.auth_test()
         except (SlackApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
             log.warning("slack.auth_test_failed", bot=self.bot, error=str(exc))
+            if isinstance(exc, SlackApiError) and exc.response.get("error") in TOKEN_REFUSED:  # in /readyz from the start
+                self._uninstalled = token_refused("auth.test", exc.response.get("error"))
         else:
             self.bot_user_id = identity.get("user_id")
             self.team_id = identity.get("team_id")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from structlog.testing import capture_logs
 
 from channels.slack import SLACK_MESSAGE_LIMIT, SlackAdapter
 from gateway.errors import ChannelSendError, RecipientUnreachable
@@ -91,6 +92,24 @@ async def test_slack_send_unreachable_channel(fake: FakeSlack):
         await make_adapter(fake).send(OutboundMessage(CONV, "hello"))
 
 
+async def test_slack_account_inactive_is_this_bots_token_said_in_readyz_not_the_recipients_fault(fake: FakeSlack):
+    """`account_inactive` means the token is for a deleted workspace or app: it was a `RecipientUnreachable`,
+    blamed on each customer in turn, while /readyz said all was well."""
+    adapter = make_adapter(fake)
+    assert adapter.connection_status is None
+    fake.fail("chat.postMessage", error="account_inactive", times=2)
+    with capture_logs() as logs:
+        for _ in range(2):
+            with pytest.raises(ChannelSendError) as info:
+                await adapter.send(OutboundMessage(CONV, "hello"))
+            assert not isinstance(info.value, RecipientUnreachable) and info.value.permanent
+    assert "this bot's token" in str(info.value)
+    assert adapter.connection_status.startswith("account_inactive from chat_postMessage: Slack refuses this bot's token")
+    assert [e["log_level"] for e in logs if e["event"] == "slack.token_gone"] == ["warning"]  # once, not per reply
+    await adapter.send(OutboundMessage(CONV, "hello"))  # a token that works again: ready again
+    assert adapter.connection_status is None
+
+
 async def test_slack_api_base_without_trailing_slash_works(fake: FakeSlack):
     adapter = make_adapter(api_base=fake.api_base.rstrip("/"))
     assert await adapter.send(OutboundMessage(CONV, "hi")) == [fake.posted()[0]["ts"]]
@@ -100,7 +119,7 @@ async def test_slack_send_bad_token_is_permanent(fake: FakeSlack):
     adapter = SlackAdapter("demo", SlackChannel(bot_token="xoxb-wrong", signing_secret=SECRET, api_base=fake.api_base))
     with pytest.raises(ChannelSendError) as info:
         await adapter.send(OutboundMessage(CONV, "hello"))
-    assert info.value.permanent
+    assert info.value.permanent and adapter.connection_status.startswith("invalid_auth")
 
 
 async def test_slack_send_resumes_without_duplicating_parts(fake: FakeSlack):

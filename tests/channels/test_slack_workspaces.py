@@ -99,3 +99,11 @@ async def test_slack_app_uninstalled_from_another_workspace_leaves_this_one_read
     assert adapter.connection_status is None
     assert adapter.parse_payload(_gone("app_uninstalled", "Ev13")).ignored
     assert adapter.connection_status.startswith("app_uninstalled in workspace T111")
+
+
+async def test_slack_token_refused_at_start_is_said_in_readyz_from_the_start(fake):
+    """auth.test answered `account_inactive` (a deleted workspace or app): /readyz said all was well until
+    the first reply failed."""
+    fake.fail("auth.test", error="account_inactive")
+    adapter = await _started(fake)
+    assert adapter.connection_status.startswith("account_inactive from auth.test: Slack refuses this bot's token")

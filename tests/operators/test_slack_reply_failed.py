@@ -61,7 +61,7 @@ async def test_a_console_operators_failed_reply_is_told_in_the_thread_too(client
     taken = await client.post(f"/v1/escalations/{escalation_id}/claim", headers=auth("sam"),
                               json={"take_over": True})
     assert taken.status_code == 200
-    slack.fail("chat.postMessage", error="account_inactive", channel="DLEFT")
+    slack.fail("chat.postMessage", error="cannot_dm_bot", channel="DLEFT")
     sent = await client.post(f"/v1/escalations/{escalation_id}/reply", headers=auth("sam"),
                              json={"text": "Still with us?"})
     assert sent.status_code == 201 and sent.json()["status"] == "failed"

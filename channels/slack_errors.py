@@ -1,0 +1,20 @@
+"""What a Slack Web API error from a send says: whose fault, and whether trying again can help."""
+
+from __future__ import annotations
+
+# The recipient (a channel, a member) cannot be reached: the reply fails for this conversation only.
+UNREACHABLE = {
+    "channel_not_found", "not_in_channel", "is_archived", "user_not_found",
+    "user_disabled", "cannot_dm_bot", "restricted_action", "team_access_not_granted", "ekm_access_denied",
+}
+# Our own token refused, whoever the recipient: `account_inactive` is "the token is for a deleted user or
+# workspace" (an app removed, a workspace closed), so it was blamed on each customer in turn while no
+# reply could reach anyone.
+TOKEN_REFUSED = {"account_inactive", "token_revoked", "invalid_auth", "not_authed", "token_expired"}
+TRANSIENT = {"internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+
+
+def token_refused(method: str, error: str) -> str:
+    """Why no reply can be posted, for /readyz: the token is refused whatever the recipient."""
+    return (f"{error} from {method}: Slack refuses this bot's token (app uninstalled, workspace or app deactivated); "
+            "no reply can be posted until a working bot_token is configured")
