@@ -37,7 +37,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, WebhookResult
 from channels.render import render_citations, split_text
 from channels.sent_parts import SentParts
-from channels.slack_errors import TOKEN_REFUSED, TRANSIENT, UNREACHABLE, token_refused
+from channels.slack_errors import TOKEN_REFUSED, TRANSIENT, UNREACHABLE, rate_limit_wait, token_refused
 from channels.slack_events import bot_ids, parse_event
 from channels.slack_install import SCOPE_EFFECTS, foreign_workspace, missing_scopes, token_gone
 from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_url, slack_to_plain
@@ -287,8 +287,7 @@ class SlackAdapter:
             except SlackApiError as exc:
                 status = exc.response.status_code
                 error = (exc.response.data or {}).get("error", "") if isinstance(exc.response.data, dict) else ""
-                if status == 429 or error == "ratelimited":
-                    retry_after = float(exc.response.headers.get("Retry-After", 1) or 1)
+                if (retry_after := rate_limit_wait(exc)) is not None:
                     if attempt == self._max_attempts or waited + retry_after > self._max_wait_s:
                         raise ChannelSendError(f"slack {method}: rate limited", retry_after=retry_after,
                                                rate_limited=True) from exc

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from slack_sdk.errors import SlackApiError
+
 # The recipient (a channel, a member) cannot be reached: the reply fails for this conversation only.
 UNREACHABLE = {
     "channel_not_found", "not_in_channel", "is_archived", "user_not_found",
@@ -18,3 +20,11 @@ def token_refused(method: str, error: str) -> str:
     """Why no reply can be posted, for /readyz: the token is refused whatever the recipient."""
     return (f"{error} from {method}: Slack refuses this bot's token (app uninstalled, workspace or app deactivated); "
             "no reply can be posted until a working bot_token is configured")
+
+
+def rate_limit_wait(exc: SlackApiError) -> float | None:
+    """The seconds Slack asks to wait (`Retry-After`, 1 when it names none) when `exc` is a rate limit; else None."""
+    data = exc.response.data if isinstance(exc.response.data, dict) else {}
+    if exc.response.status_code != 429 and data.get("error") != "ratelimited":
+        return None
+    return float(exc.response.headers.get("Retry-After", 1) or 1)

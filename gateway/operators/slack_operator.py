@@ -22,9 +22,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from slack_sdk.errors import SlackApiError
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from channels.slack_errors import rate_limit_wait
 from channels.slack_render import mrkdwn_to_markdown
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.escalation.handoff import Escalations
@@ -46,6 +48,8 @@ THREAD_WAIT_SECONDS = 10.0
 """How long after an escalation opens a thread event waits for the header post that names the thread."""
 THREAD_POLL_SECONDS = 0.1
 LATE_THREAD_MESSAGES = 20
+RATE_LIMIT_WAIT_S = 2.0
+"""The longest Retry-After a post waits out (once): a relay holds the worker's slot while it waits."""
 HEADER_CLOCK_SLACK_S = 60.0  # Slack's clock against ours, as `_find_header` reads the history from
 
 
@@ -64,6 +68,7 @@ class SlackOperatorChannel:
         # the thread's ts is stored as soon as the header is posted, and a relay that saw it would
         # otherwise land before the summary, which a model may take seconds to write.
         self._opening: dict[int, asyncio.Lock] = {}
+        self._sleep = asyncio.sleep
 
     def channel_for(self, bot: str) -> str | None:
         """The bot's operator channel, when it has one and a Slack adapter to post with."""
@@ -291,12 +296,16 @@ class SlackOperatorChannel:
         except Exception as exc:
             log.warning("slack_operator.update_failed", escalation_id=escalation.id, error=str(exc))
 
-    async def _post(self, bot: str, channel: str, text: str, **kwargs: Any) -> str | None:
+    async def _post(self, bot: str, channel: str, text: str, *, waited: bool = False, **kwargs: Any) -> str | None:
         try:
             response = await self._adapters[(bot, "slack")].client.chat_postMessage(
                 channel=channel, text=text, unfurl_links=False, unfurl_media=False, **kwargs)
         except Exception as exc:  # the operator channel is best effort; the console and API still work
-            log.warning("slack_operator.post_failed", bot=bot, channel=channel, error=str(exc))
+            retry_after = rate_limit_wait(exc) if isinstance(exc, SlackApiError) else None
+            if retry_after is not None and retry_after <= RATE_LIMIT_WAIT_S and not waited:
+                await self._sleep(retry_after)  # a 429 lost the customer's message from the thread
+                return await self._post(bot, channel, text, waited=True, **kwargs)
+            log.warning("slack_operator.post_failed", bot=bot, channel=channel, error=str(exc), retry_after=retry_after)
             return None
         return str(response.get("ts"))
 
