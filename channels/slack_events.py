@@ -107,9 +107,12 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
               channel_name: str) -> tuple[InboundMessage | None, str]:
     """`message_changed` / `message_deleted` → a revision of the message it names (`InboundMessage.revises`):
     applied while that message waits for its answer, ignored by the inbox once it was answered."""
-    deleted = event.get("subtype") == "message_deleted"
+    # A deleted message that has thread replies is not removed: it becomes a "tombstone", announced as an edit.
+    tombstone = (event.get("message") or {}).get("subtype") == "tombstone"
+    deleted = event.get("subtype") == "message_deleted" or tombstone
     changed = (event.get("previous_message") if deleted else event.get("message")) or {}
-    ts = event.get("deleted_ts") if deleted else changed.get("ts") or (event.get("previous_message") or {}).get("ts")
+    ts = (event.get("deleted_ts") or changed.get("ts")) if deleted else \
+        changed.get("ts") or (event.get("previous_message") or {}).get("ts")
     channel = event.get("channel")
     if changed.get("bot_id") or changed.get("user") in bot_ids:
         return None, f"{event.get('subtype')}: a bot's message"

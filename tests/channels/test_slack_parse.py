@@ -120,6 +120,17 @@ def test_slack_dm_thread_reply_keeps_thread():
     assert message.reply_to == "1726133698.626339"
 
 
+def test_slack_deleted_thread_parent_left_as_a_tombstone_withdraws_the_message():
+    """A deleted message with thread replies stays as a tombstone: Slack sends `message_changed` whose message
+    says "This message was deleted." That replaced the waiting question's text, and was answered."""
+    tombstone = {"type": "message", "subtype": "message_changed", "hidden": True, "channel": "C1", "ts": "9.1",
+                 "message": {"type": "message", "subtype": "tombstone", "text": "This message was deleted.",
+                             "user": "USLACKBOT", "hidden": True, "ts": "5.5", "thread_ts": "5.5", "reply_count": 1},
+                 "previous_message": {"type": "message", "text": "what are your hours?", "user": "U9", "ts": "5.5"}}
+    (revision,) = make_adapter().parse_payload(envelope(tombstone)).messages
+    assert revision.revises == "5.5" and revision.deleted and revision.text == ""
+
+
 def test_slack_top_level_dm_stays_one_conversation():
     event = {"type": "message", "user": "U9", "text": "hi", "ts": "1.5", "channel": "D1", "channel_type": "im"}
     (message,) = make_adapter().parse_payload(envelope(event)).messages
