@@ -5,8 +5,9 @@ Inbound arrives two ways:
 - HTTP interactions (`verify` + `parse`): Ed25519-signed; PING → type 1, `/ask question:...` → an
   InboundMessage keyed by the interaction id and a deferred response (type 5, "thinking...").
 
-Outbound goes through discord.py's HTTP client, which owns Discord's 429 buckets (it sleeps
-`retry_after` and retries). Every chunk carries a deterministic nonce with `enforce_nonce`, so a send
+Outbound goes through discord.py's HTTP client, which owns Discord's 429 buckets: it sleeps out a
+`retry_after` up to `WAIT_IN_PLACE_S`, and a longer one (or a 5xx, never retried in place) goes back to
+the outbox with its `retry_after`, so one rate-limited channel does not hold a worker slot. Every chunk carries a deterministic nonce with `enforce_nonce`, so a send
 retried after a lost response is deduplicated by Discord instead of posted twice; Discord only checks
 nonces for a few minutes, so the adapter also remembers which chunks of a reply went through, and a
 retry resumes after them (after a restart, from the ids the outbox kept: `delivered_parts`). `/ask`
@@ -103,8 +104,7 @@ class DiscordAdapter:
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.gateway_url or DEFAULT_GATEWAY)
         intents = discord.Intents.default()
         intents.message_content = True  # privileged: enable it in the Developer Portal too
-        self.client = GatewayClient(self._on_message, on_revision=self._deliver_in_turn, bot=bot, intents=intents,
-                                    max_ratelimit_timeout=60.0)
+        self.client = GatewayClient(self._on_message, on_revision=self._deliver_in_turn, bot=bot, intents=intents)
         self._verify_key = VerifyKey(bytes.fromhex(settings.public_key)) if settings.public_key else None
         if self._verify_key is None:  # said once at start, not only as a 401 per interaction
             log.warning("discord.public_key is not set: /ask interactions are refused (401); channel messages "

@@ -9,8 +9,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import discord
 
+from channels.discord_errors import WAIT_IN_PLACE_S
 from channels.discord_parse import revision_of
 from gateway.models import InboundMessage
 
@@ -25,11 +27,14 @@ class GatewayClient(discord.Client):
 
     def __init__(self, on_message: Callable[[discord.Message], Awaitable[None]], *, bot: str = "",
                  on_revision: Callable[[InboundMessage], Awaitable[None]] | None = None,
-                 **options: Any) -> None:
+                 wait_in_place_s: float = WAIT_IN_PLACE_S, **options: Any) -> None:
         # The gateway never joins a voice channel: discord.py's "davey is not installed, voice will NOT
         # be supported" warning at every start only sent deployers looking for a package they do not need.
         discord.VoiceClient.warn_dave = False
-        super().__init__(**options)
+        super().__init__(http_trace=_server_errors_raised(), **options)
+        # A longer rate limit raises RateLimited (back to the outbox) instead of being slept out while the
+        # delivery worker's slot waits. Set on the HTTP client: the Client option is floored at 30 s.
+        self.http.max_ratelimit_timeout = wait_in_place_s
         self._on_message = on_message
         self._on_revision = on_revision  # edits and deletions; None: ignored with a logged reason
         self._bot = bot  # for the log lines
@@ -113,6 +118,21 @@ def _release_global_lock_on_cancel(http: discord.http.HTTPClient) -> None:
             raise
 
     http.request = request_releasing_lock  # type: ignore[method-assign]
+
+
+def _server_errors_raised() -> aiohttp.TraceConfig:
+    """A 5xx raises DiscordServerError at once. Why: discord.py retried 500/502/504/524 in place, four
+    times over 16 s, holding the delivery worker's slot; the outbox retries later instead, and the chunk's
+    nonce (`enforce_nonce`) has Discord return the message it already posted rather than post it twice."""
+
+    async def on_request_end(_session: Any, _context: Any, params: aiohttp.TraceRequestEndParams) -> None:
+        response = params.response
+        if response.status >= 500:
+            raise discord.DiscordServerError(response, await discord.http.json_or_text(response))
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_end.append(on_request_end)
+    return trace
 
 
 def _skipping_unreadable(event: str, parse: Any) -> Any:

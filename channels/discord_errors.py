@@ -9,6 +9,10 @@ import discord
 
 from gateway.errors import ChannelSendError, RecipientUnreachable
 
+WAIT_IN_PLACE_S = 5.0
+"""The longest rate limit a send waits out in place (channel messages and `/ask` follow-ups alike); a longer
+one goes back to the outbox with its `retry_after`, so the worker slot serves other conversations meanwhile."""
+
 
 def outcome_unknown(exc: BaseException) -> bool:
     """A network failure after the request may have reached Discord (not a refused connection)."""

@@ -4,8 +4,8 @@ Why not discord.py's `Webhook.send`: its webhook client posts again after every 
 and sleeps out any 429, however long. A follow-up takes no nonce, so a 5xx that came back after
 Discord had posted it (Cloudflare's 502/504 in front of a slow Discord) showed the answer twice, and a
 2-minute global rate limit held a worker slot for 2 minutes. Here a short rate limit is waited out in
-place (`max_wait_s` in all), a longer one goes back to the outbox with its `retry_after`, and a 5xx or a
-lost answer is "outcome unknown", never resent.
+place (`max_wait_s` in all, `WAIT_IN_PLACE_S` as for channel messages), a longer one goes back to the
+outbox with its `retry_after`, and a 5xx or a lost answer is "outcome unknown", never resent.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import discord
 
-from channels.discord_errors import outcome_unknown, translate
+from channels.discord_errors import WAIT_IN_PLACE_S, outcome_unknown, translate
 from gateway.errors import ChannelSendError, RecipientUnreachable
 from gateway.models import ConversationRef
 
@@ -44,7 +44,8 @@ class InteractionExpired(ChannelSendError):
 class FollowupPoster:
     """Posts follow-up messages to `{api_base}/webhooks/{application_id}/{token}` and returns their ids."""
 
-    def __init__(self, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, max_wait_s: float = 5.0,
+    def __init__(self, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 max_wait_s: float = WAIT_IN_PLACE_S,
                  timeout_s: float = 30.0) -> None:
         self._sleep = sleep
         self._max_wait_s = max_wait_s

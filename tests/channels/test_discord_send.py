@@ -223,6 +223,31 @@ async def test_send_long_rate_limit_surfaces_retry_after(fake: FakeDiscord, adap
     assert fake.channel_messages(CHANNEL) == []
 
 
+async def test_send_rate_limited_for_seconds_goes_back_to_the_outbox_at_once(fake: FakeDiscord,
+                                                                             adapter: DiscordAdapter):
+    # discord.py slept out any 429 up to 60 s in place (its own floor is 30 s), holding a worker slot
+    # while every other conversation waited.
+    fake.rate_limit_next("POST", f"/channels/{CHANNEL}/messages", retry_after=8.0)
+    async with asyncio.timeout(3):
+        with pytest.raises(ChannelSendError) as info:
+            await adapter.send(OutboundMessage(conversation=conversation(), text="Hello"))
+    assert info.value.retry_after == 8.0 and info.value.rate_limited and not info.value.permanent
+    assert len(fake.received("POST", f"/channels/{CHANNEL}/messages")) == 1 and not fake.channel_messages(CHANNEL)
+
+
+async def test_send_answered_500_after_it_landed_is_not_retried_in_place_nor_posted_twice(fake: FakeDiscord,
+                                                                                         adapter: DiscordAdapter):
+    outbound = OutboundMessage(conversation=conversation(), text="Hello")
+    # discord.py posted again after a 500 (1, 3, 5 and 7 s later), holding the worker slot for 16 s.
+    fake.fail_next("POST", f"/channels/{CHANNEL}/messages", status=500, body={"message": "500"}, landed=True)
+    async with asyncio.timeout(0.9):
+        with pytest.raises(ChannelSendError, match="server error 500") as info:
+            await adapter.send(outbound)
+    assert not info.value.permanent and len(fake.received("POST", f"/channels/{CHANNEL}/messages")) == 1
+    ids = await adapter.send(outbound)  # the outbox's retry: the nonce has Discord return the posted message
+    assert [m["id"] for m in fake.channel_messages(CHANNEL)] == ids and len(ids) == 1
+
+
 async def test_typing_cancelled_during_a_global_rate_limit_does_not_wedge_later_sends(fake: FakeDiscord,
                                                                                      adapter: DiscordAdapter):
     limited = {"message": "You are being rate limited.", "retry_after": 1.0, "global": True}
