@@ -5,7 +5,7 @@ paragraph, line, sentence and word boundaries, and never cuts inside a fenced co
 (nor a Markdown link, nor a link in angle brackets such as Slack's `<url|label>`, nor a bold or italic
 run within a line) unless that span alone is longer than the limit. A code block longer than the
 limit is cut between its lines, and each part closes and reopens the fence so it still renders as
-code; a bold or italic run longer than the limit is closed and reopened the same way, and a Markdown
+code (fences are found as CommonMark reads them: one indented in a list item too, never inline code); a bold or italic run longer than the limit is closed and reopened the same way, and a Markdown
 table cut between its rows starts each later part with its header and `|---|` lines again, so it
 is still a table. Only the whitespace at a cut is dropped, and those added marks and headers.
 
@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Literal
+
+from markdown_it import MarkdownIt
 
 from channels.split_spans import Emphasis, Table, emphasis_spans, table_spans
 from gateway.models import SOURCES_HEADING, Citation
@@ -45,7 +47,8 @@ _MD_LINK = re.compile(r"!?\[[^\]\n]*\]\([^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)")
 # A link in angle brackets: Slack's `<url|label>` (its label may hold spaces and sentence ends) and
 # Markdown's `<url>`. Cut at a space in the label, Slack showed both halves as raw text.
 _ANGLE_LINK = re.compile(r"<(?:https?|ftp|mailto|tel):[^<>\n]*>", re.IGNORECASE)
-_FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})([^\n]*)$", re.MULTILINE)
+_NEWLINE = re.compile(r"\n")
+_MD = MarkdownIt("commonmark", {"html": False})  # only to find fenced code blocks
 
 
 def utf16_len(text: str) -> int:
@@ -62,28 +65,36 @@ def text_length(text: str, *, unit: Unit = "chars") -> int:
 class _Fence:
     start: int  # start of the opening line
     open_end: int  # index of the newline that ends the opening line
-    close_start: int  # start of the closing line (len(text) when unclosed)
+    close_start: int  # start of the closing line (the end of its last line when unclosed)
     end: int  # end of the closing line
     opener: str  # the opening line as written, e.g. "```python"
-    closer: str  # the marker that closes it, e.g. "```"
+    closer: str  # the marker that closes it, indented as the opener, e.g. "```"
 
 
 def _find_fences(text: str) -> list[_Fence]:
+    """The fenced code blocks as CommonMark reads them. Why a parser: a fence indented in a list item
+    ("1. Install:" then "    ```bash") went unseen, so a part ended inside it unclosed and the next part
+    showed the rest of the code as text; a line that only starts with inline code (```a``` b) is none."""
+    starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]
+
+    def line_end(line: int) -> int:
+        return starts[line + 1] - 1 if line + 1 < len(starts) else len(text)
+
     fences: list[_Fence] = []
-    pos = 0
-    while (match := _FENCE_OPEN.search(text, pos)) is not None:
-        marker = match.group(1)
-        if marker[0] == "`" and "`" in match.group(2):
-            pos = match.end() + 1  # an inline code span like ```a``` on one line, not a fence
+    for tok in _MD.parse(text):
+        if tok.type != "fence" or not tok.map:
             continue
-        open_end = match.end()
-        closing = re.compile(rf"^ {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}[^\S\n]*$", re.MULTILINE)
-        close = closing.search(text, open_end + 1) if open_end < len(text) else None
-        if close is None:
-            fences.append(_Fence(match.start(), open_end, len(text), len(text), match.group(0).strip(), marker))
-            break
-        fences.append(_Fence(match.start(), open_end, close.start(), close.end(), match.group(0).strip(), marker))
-        pos = close.end()
+        first, last = tok.map[0], min(tok.map[1], len(starts)) - 1
+        opener = text[starts[first]:line_end(first)]
+        indent = opener[: len(opener) - len(opener.lstrip(" "))]
+        if not opener.lstrip(" ").startswith(tok.markup):
+            continue  # in a block quote: its lines start with ">", which no closer added here would carry
+        closing = text[starts[last]:line_end(last)].strip() if last > first else ""
+        closed = len(closing) >= len(tok.markup) and set(closing) == {tok.markup[0]}
+        close_start = starts[last] if closed else line_end(last)
+        # The closer keeps the opener's indent, which a fence in a list item needs to stay in it.
+        fences.append(_Fence(starts[first], line_end(first), close_start, line_end(last), opener.strip(),
+                             indent + tok.markup))
     return fences
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from channels.discord import to_discord_markdown
+from channels.discord import MAX_LENGTH, render_message, to_discord_markdown
+from gateway.models import ConversationRef, OutboundMessage
 
 
 def test_to_discord_markdown_adapts_headings_and_images_but_not_code():
@@ -26,3 +27,18 @@ def test_to_discord_markdown_shows_an_html_entity_as_its_character():
     assert to_discord_markdown(text) == (
         "Q & A © AT&T \\<@everyone\\> \\*no\\* `&amp;` [R & D](https://x.io/?a=1&b=2)\n```\n&amp;\n```"
     )
+
+
+def test_a_long_code_block_in_a_list_item_is_closed_and_reopened_across_messages():
+    """A fence indented in a list item went unseen by the splitter: the first message ended inside the code
+    block unclosed and the second showed the rest of the code as text, its closing ``` opening a new block.
+    Inline code holding ``` (in the prose, and at the start of a line) is no fence."""
+    code = "\n".join(f"    step_{i} = run(value_{i})  # a comment" for i in range(90))
+    text = ("Wrap code in `` ``` `` fences.\n```a``` is inline.\n\n1. Install:\n\n    ```bash\n" + code
+            + "\n    ```\n\n2. Done.")
+    chunks = render_message(OutboundMessage(ConversationRef(channel="discord", chat="1"), text))
+    assert len(chunks) == 2 and all(len(c) <= MAX_LENGTH for c in chunks)
+    assert chunks[0].endswith("\n    ```") and chunks[1].startswith("```bash\n    step_")
+    fences = [[line for line in c.split("\n") if line.strip() in ("```", "```bash")] for c in chunks]
+    assert fences == [["    ```bash", "    ```"], ["```bash", "    ```"]]
+    assert chunks[1].endswith("    ```\n\n2. Done.")
