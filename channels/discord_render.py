@@ -11,7 +11,7 @@ import re
 
 from markdown_it import MarkdownIt
 
-from channels.render import outside, render_citations, split_text
+from channels.render import fence_spans, outside, render_citations, split_text
 from gateway.models import OutboundMessage
 
 MAX_LENGTH = 2000
@@ -23,12 +23,13 @@ _IMAGE = re.compile(r"!\[([^\]\n]*)\]\(")
 # keeps it as written, as CommonMark does.
 _ENTITY_OR_CODE = re.compile(r"(`+)[^`].*?\1|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});", re.DOTALL)
 _MARKUP = set("\\`*_~|<>[]()#-:")
-_FENCE = re.compile(r"^ {0,3}(?:```|~~~).*?^ {0,3}(?:```|~~~)[^\S\n]*$", re.MULTILINE | re.DOTALL)
 
 
 def to_discord_markdown(text: str) -> str:
     """CommonMark-ish answer → Discord Markdown: mostly the same; small headings and images adapted."""
-    return outside(_FENCE, text, _convert_prose)  # code blocks pass through untouched
+    # Code blocks pass through untouched: the real ones only. A line that merely starts with inline code
+    # ("```a``` is…") was taken for a fence, and the prose after it, up to the next ``` line, went unconverted.
+    return outside(fence_spans(text), text, _convert_prose)
 
 
 def _convert_prose(text: str) -> str:

@@ -284,14 +284,20 @@ class _Splitter:
 LITERAL_MARKS = {"*": "\u2217", "_": "\uff3f", "~": "\u223c", "`": "\u02cb"}
 
 
-def outside(spans: re.Pattern[str], text: str, convert: Callable[[str], str]) -> str:
-    """`text` with `convert` applied between the matches of `spans` (code, which a dialect converter must
-    leave as written); the matches pass through unchanged."""
+def fence_spans(text: str) -> list[tuple[int, int]]:
+    """Where `text`'s fenced code blocks are, opening line to closing line, as CommonMark reads them."""
+    return [(fence.start, fence.end) for fence in _find_fences(text)]
+
+
+def outside(spans: re.Pattern[str] | Iterable[tuple[int, int]], text: str, convert: Callable[[str], str]) -> str:
+    """`text` with `convert` applied between `spans` (a pattern's matches, or (start, end) pairs in order:
+    code, which a dialect converter must leave as written); the spans pass through unchanged."""
+    found = ((m.start(), m.end()) for m in spans.finditer(text)) if isinstance(spans, re.Pattern) else spans
     out, pos = [], 0
-    for match in spans.finditer(text):
-        out.append(convert(text[pos:match.start()]))
-        out.append(match.group(0))
-        pos = match.end()
+    for start, end in found:
+        out.append(convert(text[pos:start]))
+        out.append(text[start:end])
+        pos = end
     out.append(convert(text[pos:]))
     return "".join(out)
 

@@ -42,3 +42,10 @@ def test_a_long_code_block_in_a_list_item_is_closed_and_reopened_across_messages
     fences = [[line for line in c.split("\n") if line.strip() in ("```", "```bash")] for c in chunks]
     assert fences == [["    ```bash", "    ```"], ["```bash", "    ```"]]
     assert chunks[1].endswith("    ```\n\n2. Done.")
+
+
+def test_a_line_starting_with_inline_code_is_no_code_block_for_the_prose_after_it():
+    """```a``` at the start of a line was taken for a fence: the heading and the entity after it, up to the
+    next ``` line, were sent as typed."""
+    text = "```a``` is code &amp; more\n\n#### Heading\n\n```\n#### kept &amp;\n```"
+    assert to_discord_markdown(text) == "```a``` is code & more\n\n**Heading**\n\n```\n#### kept &amp;\n```"
