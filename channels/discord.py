@@ -50,7 +50,7 @@ from nacl.signing import VerifyKey
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.discord_client import GatewayClient
 from channels.discord_errors import translate
-from channels.discord_followups import FollowupPoster, InteractionExpired, PendingInteraction
+from channels.discord_followups import FollowupPoster, InteractionExpired, Interactions, PendingInteraction
 from channels.discord_parse import classify_gateway_message, parse_interaction, payload_of, without_token
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
 from channels.sent_parts import Landed, SentParts
@@ -113,7 +113,7 @@ class DiscordAdapter:
         self._task: asyncio.Task[None] | None = None
         self._login_lock = asyncio.Lock()
         self._logged_in = False
-        self._interactions: dict[str, PendingInteraction] = {}  # unanswered `/ask`, by interaction id
+        self._interactions = Interactions()  # `/ask`: unanswered, and answered while their token lives
         # Ids of the chunks already delivered per reply, so a retried send never posts them again.
         self._sent_parts = SentParts()
         self._followups = FollowupPoster()  # `/ask` answers: retried by us, never resent blindly
@@ -152,12 +152,10 @@ class DiscordAdapter:
             raise BadRequest("interaction body is not an object")
         result = parse_interaction(body, use_ask=self.use_ask)
         now = time.monotonic()
-        self._interactions = {k: v for k, v in self._interactions.items() if v.expires > now}
         for message in result.messages:
             if body.get("application_id") and body.get("token"):
-                self._interactions[message.external_id] = PendingInteraction(
-                    int(body["application_id"]), str(body["token"]), now + INTERACTION_TTL, message.conversation
-                )
+                self._interactions.add(message.external_id, PendingInteraction(
+                    int(body["application_id"]), str(body["token"]), now + INTERACTION_TTL, message.conversation))
         # The token is a 15-minute credential: keep it in memory, out of the stored raw payload.
         messages = tuple(without_token(m) for m in result.messages)
         return WebhookResult(messages=messages, ignored=result.ignored, response=result.response)
@@ -170,8 +168,8 @@ class DiscordAdapter:
         In a server channel, a message addressed to the member that replies to none of theirs (an
         operator's: `addressee` is set) starts with a mention of that member, which pings them and no
         one else: the channel is shared."""
-        key = self._interaction_for(message)
-        addressed = key is None and not message.reply_to and message.addressee is not None
+        key, interaction = self._interactions.for_send(message.reply_to, message.addressee, message.conversation)
+        addressed = interaction is None and not message.reply_to and message.addressee is not None
         member = message.conversation.member if addressed else None
         member = member if member and member.isdigit() else None  # a snowflake, or no mention at all
         chunks = render_message(message, mention=member)
@@ -182,15 +180,15 @@ class DiscordAdapter:
                                             users=[discord.Object(int(member))])
                     if member else discord.AllowedMentions.none())
         with self._sent_parts.resume(message) as ids:
-            if key is not None:
+            if interaction is not None:
                 try:
-                    await self._send_followups(self._interactions[key], chunks, ids)
-                    self._interactions.pop(key, None)  # only once answered, so a failed send can retry it
+                    await self._send_followups(interaction, chunks, ids)
+                    self._interactions.answered(key, interaction)  # only now, so a failed send can retry it
                     return list(ids)
                 except InteractionExpired as exc:
                     # The token ran out before our own clock said so (a slow first attempt, a clock step):
                     # the rest of the answer goes to the channel, as it would after the 15 minutes.
-                    self._interactions.pop(key, None)
+                    self._interactions.expired(key, interaction)
                     log.warning("discord.interaction_expired", extra={"bot": self.bot, "interaction_id": key,
                                                                       "error": str(exc)[:200]})
             channel = self._channel(message.conversation)
@@ -219,22 +217,12 @@ class DiscordAdapter:
                 await ids.add(str(sent.id), more=index + 1 < len(chunks))
         return list(ids)
 
-    def _interaction_for(self, message: OutboundMessage) -> str | None:
-        """The unanswered `/ask` this reply answers: by `reply_to`, else the conversation's oldest."""
-        now = time.monotonic()
-        live = {k: v for k, v in self._interactions.items() if v.expires > now}
-        if message.reply_to in live:
-            return message.reply_to
-        if message.reply_to is None:
-            # Without reply_to, a deferred "thinking..." would otherwise never resolve.
-            return next((k for k, v in live.items() if v.conversation == message.conversation), None)
-        return None
-
     async def _send_followups(self, interaction: PendingInteraction, chunks: list[str], ids: Landed) -> None:
         """Post the chunks not yet in `ids` as follow-ups, adding each one's id as it lands."""
         # After a deferred response (type 5), the first follow-up replaces the "thinking..." state.
         for index in range(len(ids), len(chunks)):
             sent = await self._followups.post(interaction.application_id, interaction.token, chunks[index])
+            self._interactions.landed(sent, interaction)
             await ids.add(sent, more=index + 1 < len(chunks))
 
     async def send_typing(self, conversation: ConversationRef) -> None:
@@ -250,6 +238,13 @@ class DiscordAdapter:
         content = to_discord_markdown(text)
         if len(content) > MAX_LENGTH:
             raise BadRequest(f"an edit must fit in {MAX_LENGTH} characters; roll over into a new message")
+        if (interaction := self._interactions.of_followup(provider_message_id)) is not None:
+            try:
+                await self._followups.edit(interaction.application_id, interaction.token, provider_message_id,
+                                           content)
+                return
+            except InteractionExpired:
+                self._interactions.expired(None, interaction)  # the channel's endpoint may still take it
         await self._ensure_login()
         partial = self._channel(conversation).get_partial_message(int(provider_message_id))
         try:

@@ -11,6 +11,7 @@ outbox with its `retry_after`, and a 5xx or a lost answer is "outcome unknown", 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,66 @@ class PendingInteraction:
     conversation: ConversationRef
 
 
+class Interactions:
+    """The `/ask` interactions in memory: unanswered ones by interaction id, and answered ones while their
+    token lives, by conversation and by follow-up message id. Why keep the answered: a streamed answer's
+    later parts and its edits go through the interaction, since the channel's own endpoints need the bot to
+    see the channel, which an app added for its commands alone does not."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, PendingInteraction] = {}
+        self._answered: dict[ConversationRef, PendingInteraction] = {}
+        self._followup_of: dict[str, PendingInteraction] = {}
+
+    def _prune(self) -> None:
+        now = time.monotonic()
+        for book in (self._pending, self._answered, self._followup_of):
+            for key in [k for k, v in book.items() if v.expires <= now]:
+                del book[key]
+
+    def add(self, interaction_id: str, interaction: PendingInteraction) -> None:
+        """An `/ask` deferred ("thinking…"), awaiting its answer."""
+        self._prune()
+        self._pending[interaction_id] = interaction
+
+    def for_send(self, reply_to: str | None, addressee: str | None,
+                 conversation: ConversationRef) -> tuple[str | None, PendingInteraction | None]:
+        """The interaction a send goes through, with its id while it is unanswered: by `reply_to`; without
+        one, the conversation's oldest unanswered (else its "thinking…" never resolves), or, for a send with
+        no `addressee` either (a streamed answer's later part; an operator's message or a notice has one),
+        the one it last answered."""
+        self._prune()
+        if reply_to in self._pending:
+            return reply_to, self._pending[reply_to]
+        if reply_to is not None:
+            return None, None
+        key = next((k for k, v in self._pending.items() if v.conversation == conversation), None)
+        if key is not None:
+            return key, self._pending[key]
+        return None, self._answered.get(conversation) if addressee is None else None
+
+    def answered(self, interaction_id: str | None, interaction: PendingInteraction) -> None:
+        """The answer went out: later sends continue it (`for_send`) while the token lives."""
+        if interaction_id is not None:
+            self._pending.pop(interaction_id, None)
+        self._answered[interaction.conversation] = interaction
+
+    def landed(self, message_id: str, interaction: PendingInteraction) -> None:
+        self._followup_of[message_id] = interaction
+
+    def of_followup(self, message_id: str) -> PendingInteraction | None:
+        """The live interaction `message_id` was posted through, if any."""
+        self._prune()
+        return self._followup_of.get(message_id)
+
+    def expired(self, interaction_id: str | None, interaction: PendingInteraction) -> None:
+        """Discord no longer takes this token: forget it everywhere."""
+        self._pending.pop(interaction_id or "", None)
+        for book in (self._answered, self._followup_of):
+            for key in [k for k, v in book.items() if v is interaction]:
+                del book[key]
+
+
 class InteractionExpired(ChannelSendError):
     """Discord no longer takes follow-ups with this interaction token; the answer can go to the channel."""
 
@@ -56,9 +117,19 @@ class FollowupPoster:
         """One follow-up (mentions none, embeds suppressed) → its message id; errors in the gateway's tree."""
         url = f"{discord.http.Route.BASE}/webhooks/{application_id}/{token}"
         body = {"content": content, "allowed_mentions": {"parse": []}, "flags": _SUPPRESS_EMBEDS}
+        return await self._send("POST", url, body, resendable=False)
+
+    async def edit(self, application_id: int, token: str, message_id: str, content: str) -> None:
+        """Replace a follow-up's text through the interaction (a streamed answer). Why not the channel's
+        endpoint: it needs the bot to see the channel, which an app added for its commands alone does not."""
+        url = f"{discord.http.Route.BASE}/webhooks/{application_id}/{token}/messages/{message_id}"
+        await self._send("PATCH", url, {"content": content, "allowed_mentions": {"parse": []}}, resendable=True)
+
+    async def _send(self, method: str, url: str, body: dict[str, Any], *, resendable: bool) -> str:
+        """`resendable`: sending it twice does no harm (an edit), so a 5xx or a lost answer may be retried."""
         waited = 0.0
         while True:
-            status, data, headers = await self._request(url, body)
+            status, data, headers = await self._request(method, url, body, resendable=resendable)
             if 200 <= status < 300 and isinstance(data, dict) and data.get("id"):
                 return str(data["id"])
             if status == 429:
@@ -71,6 +142,8 @@ class FollowupPoster:
                 await self._sleep(retry_after)
                 continue
             detail = f"{status} ({data.get('code') if isinstance(data, dict) else None}): {_message(data)}"
+            if resendable and status >= 500:
+                raise ChannelSendError(f"discord follow-up server error {detail}")
             if status >= 500 or 200 <= status < 300:
                 # Discord may have posted it before failing to answer: a follow-up has no nonce to dedupe a resend.
                 raise ChannelSendError(f"discord follow-up outcome unknown ({detail}); not resent to avoid a "
@@ -82,19 +155,20 @@ class FollowupPoster:
                 raise RecipientUnreachable(f"discord follow-up {detail}")
             raise ChannelSendError(f"discord follow-up {detail}", permanent=True)
 
-    async def _request(self, url: str, body: dict[str, Any]) -> tuple[int, Any, Any]:
+    async def _request(self, method: str, url: str, body: dict[str, Any], *,
+                       resendable: bool) -> tuple[int, Any, Any]:
         if self._session is None or self._session.closed:
             # discord.py's own User-Agent: Discord asks for "DiscordBot (url, version)" from every client.
             self._session = aiohttp.ClientSession(timeout=self._timeout, headers={"User-Agent": _USER_AGENT})
         try:
-            async with self._session.post(url, json=body, params={"wait": "true"}) as response:
+            async with self._session.request(method, url, json=body, params={"wait": "true"}) as response:
                 try:
                     data = await response.json(content_type=None)
                 except ValueError:
                     data = None
                 return response.status, data, response.headers
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            if outcome_unknown(exc):
+            if outcome_unknown(exc) and not resendable:
                 raise ChannelSendError(f"discord follow-up outcome unknown ({exc!r}); not resent to avoid a "
                                        "duplicate", permanent=True) from exc
             raise translate(exc) from exc

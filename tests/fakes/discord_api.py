@@ -1,7 +1,7 @@
 """A fake Discord: the REST API under /api/v10 and a gateway websocket at /gateway, on 127.0.0.1.
 
 It speaks enough of the protocol for discord.py: login (users/@me, applications/@me), messages
-(create honouring `nonce` + `enforce_nonce`, edit), typing, interaction follow-ups, and a gateway
+(create honouring `nonce` + `enforce_nonce`, edit), typing, interaction follow-ups (and their edits), and a gateway
 that sends HELLO, answers IDENTIFY with READY, acks heartbeats and can dispatch events. Every REST
 request is recorded; `fail_next` scripts 429s (with Discord's headers) or any other error, and
 `drop_next` accepts a request and then closes the connection unanswered (a timeout after Discord acted).
@@ -198,13 +198,10 @@ class FakeDiscord:
             return _too_long(payload) or _json(self._create(parts[1], payload or {}))
         if parts[0] == "channels" and len(parts) == 4 and request.method == "PATCH":
             message = self.messages.get(parts[3])
-            if message is None or message["channel_id"] != parts[1]:
-                return _json({"message": "Unknown Message", "code": 10008}, status=404)
-            if too_long := _too_long(payload):
-                return too_long
-            message["content"] = (payload or {}).get("content", message["content"])
-            message["edited_timestamp"] = _now()
-            return _json(message)
+            return _edited(message if message and message["channel_id"] == parts[1] else None, payload)
+        if parts[0] == "webhooks" and len(parts) == 5 and parts[3] == "messages" and request.method == "PATCH":
+            message = self.messages.get(parts[4])  # a follow-up, edited through its interaction's token
+            return _edited(message if message and message.get("interaction_token") == parts[2] else None, payload)
         if parts[0] == "webhooks" and len(parts) == 3 and request.method == "POST":
             if too_long := _too_long(payload):
                 return too_long
@@ -268,6 +265,17 @@ class FakeDiscord:
             "application": {"id": APPLICATION_ID, "flags": 0},
         }
         await ws.send_str(json.dumps({"op": 0, "t": "READY", "s": self._sequence, "d": ready}))
+
+
+def _edited(message: dict[str, Any] | None, payload: Any) -> web.Response:
+    """Discord's answer to an edit of `message` (None: not found where the request looked)."""
+    if message is None:
+        return _json({"message": "Unknown Message", "code": 10008}, status=404)
+    if too_long := _too_long(payload):
+        return too_long
+    message["content"] = (payload or {}).get("content", message["content"])
+    message["edited_timestamp"] = _now()
+    return _json(message)
 
 
 def _too_long(payload: Any) -> web.Response | None:

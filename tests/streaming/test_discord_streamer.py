@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -10,8 +11,8 @@ import pytest
 from channels.discord import DiscordAdapter
 from gateway.delivery.streaming import EditStreamer
 from gateway.models import ConversationRef, OutboundMessage
-from gateway.settings import DiscordChannel
-from tests.fakes.discord_api import FakeDiscord
+from tests.channels.discord_helpers import ask_interaction, settings_for, signed
+from tests.fakes.discord_api import APPLICATION_ID, FakeDiscord
 from tests.streaming.conftest import numbered_words, words
 
 CHANNEL = "900000000000000101"
@@ -26,8 +27,7 @@ async def fake() -> Any:
 
 @pytest.fixture
 async def adapter(fake: FakeDiscord) -> Any:
-    instance = DiscordAdapter("support", DiscordChannel(token="fake-bot-token", api_base=fake.api_base,
-                                                        gateway_url=fake.gateway_url, stream=True))
+    instance = DiscordAdapter("support", settings_for(fake, stream=True))
     yield instance
     await instance.stop()
 
@@ -50,3 +50,23 @@ async def test_discord_streamer_rolls_over_at_2000_chars_and_edits_into_the_fina
     assert [w for m in messages for w in words(m["content"])] == words(final)
     assert messages[-1]["content"].endswith("That is all.")
     assert all(len(m["content"]) <= 2000 for m in messages)
+
+
+async def test_discord_streamer_answers_an_ask_with_follow_ups_it_edits_through_the_interaction(fake, adapter):
+    (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
+    streamer = EditStreamer(adapter, question.conversation, reply_to=question.external_id, min_interval=0.02)
+    tokens = numbered_words(450)  # about 2,700 characters: two Discord messages
+    for token in tokens:
+        await streamer.feed(token)
+        await asyncio.sleep(0.002)
+    await streamer.close()
+    final = "".join(tokens) + "\n\nThat is all."
+    ids = await streamer.finish(OutboundMessage(question.conversation, final, reply_to=question.external_id))
+    shown = [fake.messages[i] for i in ids]
+    assert [w for m in shown for w in words(m["content"])] == words(final) and len(shown) == 2
+    # Edited through the interaction: the channel's endpoint needs the bot to see the channel (the fake
+    # answered 404, the streamed text stayed and the answer failed), and the second part is a follow-up too.
+    assert all(m.get("interaction_token") == "A_UNIQUE_TOKEN" for m in shown)
+    assert fake.received("PATCH", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN/messages/{ids[0]}")
+    assert not fake.channel_messages(question.conversation.chat)
+    assert not [r for r in fake.requests if r.path.startswith("/api/v10/channels/")]

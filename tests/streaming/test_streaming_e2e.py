@@ -1,5 +1,5 @@
 """Streaming by edits through the real app: signed webhook → worker → slowly streaming model → edits at the
-fake Telegram Bot API and fake Slack Web API → the final, verified reply edited into place, sent once."""
+fake Telegram Bot API, fake Slack Web API and fake Discord → the final, verified reply edited into place, sent once."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from gateway.app import create_app
 from gateway.delivery.streaming import EditStreamer
 from gateway.settings import load_settings
 from storage.models import Conversation, Message
+from tests.channels.discord_helpers import SIGNING_KEY, ask_interaction, signed
 from tests.conftest import upgrade, write_config
+from tests.fakes.discord_api import APPLICATION_ID, FakeDiscord
 from tests.fakes.openai_server import Turn
 from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, FakeSlack, sign
 from tests.fakes.telegram_api import FakeTelegramAPI
@@ -44,7 +46,14 @@ ANSWER = ("The Plus plan costs $6 per month [1] or $60 per year. It is meant for
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def env(tmp_path_factory):
+async def discord_fake():
+    fake = await FakeDiscord().start()
+    yield fake
+    await fake.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory, discord_fake):
     tmp_path = tmp_path_factory.mktemp("streaming")
     llm = SlowStreamOpenAI(word_delay=0.04).start()
     slack = await FakeSlack.start()
@@ -55,12 +64,15 @@ async def env(tmp_path_factory):
             channels = {"telegram": {"token": "${STREAM_TG_TOKEN}", "webhook_secret": "${STREAM_TG_SECRET}",
                                      "api_base": telegram.base_url, "stream": True},
                         "slack": {"bot_token": "${STREAM_SLACK_TOKEN}", "signing_secret": "${STREAM_SLACK_SECRET}",
-                                  "api_base": slack.api_base, "stream": True}}
+                                  "api_base": slack.api_base, "stream": True},
+                        "discord": {"token": "${STREAM_DISCORD_TOKEN}", "api_base": discord_fake.api_base,
+                                    "public_key": SIGNING_KEY.verify_key.encode().hex(), "stream": True}}
             bot = bot_config(tmp_path, channels) | {"model": "streamer"}
             models = [{"model_name": "streamer", "litellm_params": {
                 "model": "openai/streamer", "api_base": llm.base_url, "api_key": "${STREAM_LLM_KEY:-sk-fake}"}}]
             for key, value in {"STREAM_TG_TOKEN": TG_TOKEN, "STREAM_TG_SECRET": TG_SECRET,
-                               "STREAM_SLACK_TOKEN": BOT_TOKEN, "STREAM_SLACK_SECRET": SLACK_SECRET}.items():
+                               "STREAM_SLACK_TOKEN": BOT_TOKEN, "STREAM_SLACK_SECRET": SLACK_SECRET,
+                               "STREAM_DISCORD_TOKEN": discord_fake.token}.items():
                 patch.setenv(key, value)
             settings = load_settings(write_config(tmp_path, bots=[bot], models=models,
                                                   llm={"timeout": 20, "num_retries": 0}))
@@ -166,6 +178,23 @@ async def test_slack_stream_posts_once_then_updates_into_the_final_reply(env):
     assert "*Sources:*" in updates[-1].params["text"] and "$6 per month" in updates[-1].params["text"]
     assert reply.status == "sent"
     assert [d.provider_id for d in await deliveries(services, reply.id)] == [ts]
+
+
+async def test_discord_ask_streams_as_follow_ups_edited_through_the_interaction(env, discord_fake):
+    client, services, llm, _, _ = env
+    llm.script("streamer", Turn(text=ANSWER))
+    body = ask_interaction(QUESTION)
+    raw = json.dumps(body).encode()
+    response = await client.post("/webhooks/acme/discord/interactions", content=raw, headers=signed(raw).headers)
+    assert response.status_code == 200 and response.json() == {"type": 5}
+    _, reply = await settled_chat(services, channel="discord", chat=body["channel_id"])
+    # The follow-up was edited at the channel's endpoint, which needs the bot to see the channel: the fake
+    # answered 404, streaming stopped on the first words and the answer was recorded as unreachable.
+    assert reply.status == "sent"
+    (shown,) = [m for m in discord_fake.messages.values() if m.get("interaction_token") == body["token"]]
+    assert "Sources:" in shown["content"] and "$6 per month" in shown["content"]
+    assert discord_fake.received("PATCH", f"/webhooks/{APPLICATION_ID}/{body['token']}/messages/{shown['id']}")
+    assert [d.provider_id for d in await deliveries(services, reply.id)] == [shown["id"]]
 
 
 async def test_telegram_text_failing_gate_2_is_never_streamed_and_the_fallback_is_sent_once(env):
