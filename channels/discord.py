@@ -226,7 +226,10 @@ class DiscordAdapter:
             await ids.add(sent, more=index + 1 < len(chunks))
 
     async def send_typing(self, conversation: ConversationRef) -> None:
-        """Show "bot is typing..." for about 10 seconds."""
+        """Show "bot is typing..." for about 10 seconds; not while an `/ask` here awaits its answer, whose
+        "thinking…" shows already (and the channel's endpoint needs the bot to see the channel)."""
+        if self._interactions.awaiting(conversation):
+            return
         await self._ensure_login()
         try:
             await self._channel(conversation).typing()

@@ -76,6 +76,10 @@ class Interactions:
             return key, self._pending[key]
         return None, self._answered.get(conversation) if addressee is None else None
 
+    def awaiting(self, conversation: ConversationRef) -> bool:
+        """Whether an `/ask` in `conversation` still shows "thinking…"."""
+        return self.for_send(None, "", conversation)[0] is not None
+
     def answered(self, interaction_id: str | None, interaction: PendingInteraction) -> None:
         """The answer went out: later sends continue it (`for_send`) while the token lives."""
         if interaction_id is not None:

@@ -317,6 +317,16 @@ async def test_send_typing_posts_typing(fake: FakeDiscord, adapter: DiscordAdapt
     assert len(fake.received("POST", f"/channels/{CHANNEL}/typing")) == 1
 
 
+async def test_no_typing_while_an_ask_shows_thinking(fake: FakeDiscord, adapter: DiscordAdapter):
+    (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
+    # The channel's typing endpoint needs the bot to see the channel, which an app added for its commands
+    # alone does not: each /ask logged typing.failed, for an indicator the "thinking…" already gives.
+    await adapter.send_typing(question.conversation)
+    await adapter.send(OutboundMessage(conversation=question.conversation, text="9 to 5.", reply_to=question.external_id))
+    await adapter.send_typing(question.conversation)  # answered: a later turn shows it as usual
+    assert len(fake.received("POST", f"/channels/{question.conversation.chat}/typing")) == 1
+
+
 async def test_edit_replaces_content_and_mentions_no_one(fake: FakeDiscord, adapter: DiscordAdapter):
     (message_id,) = await adapter.send(OutboundMessage(conversation=conversation(), text="Draft"))
     await adapter.edit(conversation(), message_id, "Final answer")
