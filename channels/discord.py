@@ -191,6 +191,8 @@ class DiscordAdapter:
                     self._interactions.expired(key, interaction)
                     log.warning("discord.interaction_expired", extra={"bot": self.bot, "interaction_id": key,
                                                                       "error": str(exc)[:200]})
+            else:
+                self._interactions.moved_on(message.conversation)  # a later answer's parts stay in the channel
             channel = self._channel(message.conversation)
             for index, chunk in enumerate(chunks):
                 if index < len(ids):

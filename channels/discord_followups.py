@@ -86,6 +86,10 @@ class Interactions:
             self._pending.pop(interaction_id, None)
         self._answered[interaction.conversation] = interaction
 
+    def moved_on(self, conversation: ConversationRef) -> None:
+        """A send went to the channel: what follows continues that, not the `/ask` answered before it."""
+        self._answered.pop(conversation, None)
+
     def landed(self, message_id: str, interaction: PendingInteraction) -> None:
         self._followup_of[message_id] = interaction
 

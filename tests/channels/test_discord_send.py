@@ -60,6 +60,19 @@ async def test_send_without_reply_to_still_resolves_pending_ask(fake: FakeDiscor
     assert later.json["allowed_mentions"]["users"] == [int(user)] and later.json["allowed_mentions"]["parse"] == []
 
 
+async def test_a_streamed_answers_later_parts_follow_the_first_part(fake: FakeDiscord, adapter: DiscordAdapter):
+    (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
+    ask, later = question.conversation, "900000000000000010"
+    await adapter.send(OutboundMessage(conversation=ask, text="Part 1 of the /ask answer.", reply_to=question.external_id))
+    await adapter.send(OutboundMessage(conversation=ask, text="Its part 2."))  # a streamed rollover: no addressee
+    # A later question, mentioned in the channel: its streamed answer's part 2 is not a follow-up of the /ask.
+    await adapter.send(OutboundMessage(conversation=ask, text="Part 1 of the next answer.", reply_to=later))
+    await adapter.send(OutboundMessage(conversation=ask, text="Its part 2 too."))
+    assert [m["content"] for m in fake.channel_messages(INTERACTION_CHANNEL_ID)] == [
+        "Part 1 of the /ask answer.", "Its part 2."]
+    assert [m["content"] for m in fake.channel_messages(ask.chat)] == ["Part 1 of the next answer.", "Its part 2 too."]
+
+
 async def test_operator_reply_in_a_server_channel_pings_only_the_member_it_is_for(fake: FakeDiscord,
                                                                                   adapter: DiscordAdapter):
     member = ConversationRef(channel="discord", workspace=GUILD, chat=CHANNEL, thread="member:900000000000000003")
