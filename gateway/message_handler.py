@@ -275,7 +275,9 @@ class MessageHandler:
             return False
         if self._metrics:
             self._metrics.rate_limited.labels(bot=inbound.bot, scope=decision.scope).inc()
-        result = PipelineResult(reply=limiter.notice(inbound.bot) if decision.notify else None, author="system")
+        # A Discord /ask shows "thinking…" until it is answered: it gets the notice every time, not once a window.
+        notify = decision.notify or bool((inbound.meta or {}).get("needs_reply"))
+        result = PipelineResult(reply=limiter.notice(inbound.bot) if notify else None, author="system")
         await finish(inbound, result, status="done", error=f"rate limited ({decision.scope})")
         return True
 

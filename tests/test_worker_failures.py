@@ -318,3 +318,22 @@ async def test_a_message_answered_again_tells_an_open_stream_to_drop_the_dead_at
         events = [queue.get_nowait()["type"] for _ in range(queue.qsize())]
     assert events[0] == "reset" and events[-1] == "done" and adapter.sent == [("alice", "echo: alice #0")]
     await engine.dispose()
+
+
+async def test_a_discord_ask_over_the_rate_limit_always_gets_the_notice(migrated_url):
+    """The notice goes out once a window, so a second refused /ask got no reply at all: Discord showed
+    "thinking…" for 15 minutes, then "The application did not respond"."""
+    import dataclasses
+
+    from gateway.bot_settings import RateLimitSettings
+    from gateway.ratelimit import RateLimiter
+
+    limiter = RateLimiter({"acme": RateLimitSettings(per_contact_per_minute=1)})
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, EchoPipeline(delay=0))
+    worker.handler.rate_limiter = limiter
+    for n in range(3):  # one at a time: each its own turn, in order
+        await inbox.accept("acme", dataclasses.replace(chat_message("alice", n), needs_reply=True))
+        await worker.run_until_idle(timeout=30)
+    notice = limiter.notice("acme")
+    assert [t for _, t in adapter.sent] == ["echo: alice #0", notice, notice]
+    await engine.dispose()
