@@ -7,12 +7,14 @@ Inbound arrives two ways:
 
 Outbound goes through discord.py's HTTP client, which owns Discord's 429 buckets: it sleeps out a
 `retry_after` up to `WAIT_IN_PLACE_S`, and a longer one (or a 5xx, never retried in place) goes back to
-the outbox with its `retry_after`, so one rate-limited channel does not hold a worker slot. Every chunk carries a deterministic nonce with `enforce_nonce`, so a send
-retried after a lost response is deduplicated by Discord instead of posted twice; Discord only checks
-nonces for a few minutes, so the adapter also remembers which chunks of a reply went through, and a
-retry resumes after them (after a restart, from the ids the outbox kept: `delivered_parts`). `/ask`
-follow-ups (webhook messages) take no nonce: one whose answer was lost (a timeout after the request
-went out, or a 5xx) is reported as "outcome unknown" and not resent (`channels.discord_followups`).
+the outbox with its `retry_after`, so one rate-limited channel does not hold a worker slot. Every chunk
+carries a deterministic nonce with `enforce_nonce`, so a send retried after a lost response is
+deduplicated by Discord instead of posted twice; Discord only checks nonces for a few minutes, so the
+adapter also remembers which chunks of a reply went through, and a retry resumes after them (after a
+restart, from the ids the outbox kept: `delivered_parts`). `/ask` follow-ups (webhook messages) take
+no nonce: one whose answer was lost (a timeout after the request went out, or a 5xx) is reported as
+"outcome unknown" and not resent (`channels.discord_followups`). A streamed `/ask` answer is edited,
+and continued, through its interaction too.
 
 A gateway message the inbox cannot store (the database is away) is retried with backoff for up to
 `DELIVER_PATIENCE` seconds: Discord never sends a MESSAGE_CREATE again.
