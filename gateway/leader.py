@@ -22,7 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from storage.engine import async_url, is_sqlite
+from storage.engine import async_url, is_sqlite, postgres_connect_args
 
 log = structlog.get_logger("gateway.leader")
 
@@ -59,7 +59,8 @@ class LeaderElection:
             log.info("leader.single_process", name=self.name)
             return
         # Its own connection outside the app's pool: the lock lives exactly as long as this connection.
-        self._engine = create_async_engine(self._url, poolclass=NullPool)
+        url, connect_args = postgres_connect_args(self._url)
+        self._engine = create_async_engine(url, poolclass=NullPool, connect_args=connect_args)
         await self.campaign()
         self._task = asyncio.create_task(self._run(), name=f"leader-{self.name}")
 

@@ -55,7 +55,7 @@ class PgBridge:
 
     def __init__(self, database_url: str, *, sessions: async_sessionmaker[AsyncSession], bus: EventBus,
                  wake: Callable[[], None] | None) -> None:
-        self.dsn = asyncpg_dsn(database_url)
+        self.dsn, self.connect_args = asyncpg_dsn(database_url)
         self.sessions = sessions
         self.bus = bus
         self.wake = wake
@@ -167,7 +167,7 @@ class PgBridge:
         while True:
             connection = None
             try:
-                connection = await asyncpg.connect(self.dsn)
+                connection = await asyncpg.connect(self.dsn, **self.connect_args)
                 for channel in (INBOX_CHANNEL, EVENTS_CHANNEL):
                     await connection.add_listener(channel, self._received)
                 log.info("pg_bridge.listening")

@@ -228,7 +228,7 @@ class Settings(BaseSettings):
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
 
-        from storage.engine import async_url
+        from storage.engine import async_url, postgres_connect_args
 
         if not value.strip():
             raise ValueError("is empty (an unset ${VAR}?); use sqlite+aiosqlite:///path/to.db or postgresql://user@host/db")
@@ -239,6 +239,8 @@ class Settings(BaseSettings):
         if driver not in DATABASE_DRIVERS:
             raise ValueError(f"unsupported database driver {make_url(value).drivername!r}; use SQLite "
                              "(sqlite:// or sqlite+aiosqlite://) or PostgreSQL (postgresql:// or postgresql+asyncpg://)")
+        if driver == "postgresql+asyncpg":
+            postgres_connect_args(value)  # an option asyncpg cannot honour: said here, not at the first query
         return value
 
     @field_validator("redis_url")

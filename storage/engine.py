@@ -5,35 +5,79 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+LIBPQ_OPTIONS = frozenset({
+    "sslmode", "sslrootcert", "sslcert", "sslkey", "sslcrl", "sslpassword", "sslnegotiation",
+    "ssl_min_protocol_version", "ssl_max_protocol_version", "target_session_attrs", "krbsrvname", "gsslib",
+    "passfile", "application_name", "options"})
+"""libpq's URL options that asyncpg reads from a DSN itself (`application_name` and `options` go to the
+server at connect, as libpq sends them). `connect_timeout` is read here (asyncpg's `timeout`)."""
+DRIVER_OPTIONS = frozenset({"ssl", "prepared_statement_cache_size", "host"})
+"""Query options SQLAlchemy's asyncpg dialect takes as they are (`host` twice or more: several hosts)."""
+IGNORED_OPTIONS = {"channel_binding": ("prefer", "disable")}
+"""Options asyncpg has no counterpart of, harmless to drop with these values (libpq's default among them)."""
+
 
 def async_url(url: str) -> str:
-    """Normalize a database URL to its async driver (aiosqlite or asyncpg)."""
+    """Normalize a database URL to its async driver (aiosqlite or asyncpg); its options are unchanged."""
     parsed = make_url(url)
     if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
         parsed = parsed.set(drivername="sqlite+aiosqlite")
     elif parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg"):
         parsed = parsed.set(drivername="postgresql+asyncpg")
-    if parsed.drivername == "postgresql+asyncpg" and "sslmode" in parsed.query:
-        # libpq's `?sslmode=require`, as managed databases give their URLs, is asyncpg's `ssl`: passed on
-        # as it was, every connection failed with "connect() got an unexpected keyword argument 'sslmode'".
-        mode = parsed.query["sslmode"]
-        parsed = parsed.difference_update_query(["sslmode"]).update_query_dict({"ssl": mode} if "ssl" not in
-                                                                                parsed.query else {})
     return parsed.render_as_string(hide_password=False)
 
 
-def asyncpg_dsn(url: str) -> str:
-    """A PostgreSQL URL as `asyncpg.connect(dsn)` reads it: libpq's spelling, `sslmode` for the `ssl`
-    that SQLAlchemy's asyncpg dialect takes (a DSN's unknown `ssl` would be sent as a server setting)."""
-    parsed = make_url(async_url(url)).set(drivername="postgresql")
+def postgres_connect_args(url: str) -> tuple[str, dict[str, Any]]:
+    """(URL for SQLAlchemy, its `connect_args`) of a PostgreSQL URL: libpq's options as asyncpg takes them.
+
+    Managed databases give URLs with libpq's options (`?sslmode=require&connect_timeout=10`), and each
+    reached asyncpg.connect() as a keyword it does not take: "connect() got an unexpected keyword argument
+    'sslmode'" at the first query. Raises ValueError naming an option asyncpg cannot honour (checked when
+    the configuration loads)."""
+    parsed = make_url(async_url(url))
+    query = dict(parsed.query)
+    for key, value in query.items():
+        if isinstance(value, tuple) and key != "host":
+            raise ValueError(f"option `{key}` is given more than once")
+    unknown = sorted(set(query) - LIBPQ_OPTIONS - DRIVER_OPTIONS - set(IGNORED_OPTIONS) - {"connect_timeout"})
+    if unknown:
+        raise ValueError(f"option `{unknown[0]}` is not supported (asyncpg has no such setting): remove it from the "
+                         f"URL (supported: connect_timeout, {', '.join(sorted(LIBPQ_OPTIONS | {'ssl'}))})")
+    for key, allowed in IGNORED_OPTIONS.items():
+        if key in query and query[key] not in allowed:
+            raise ValueError(f"option `{key}={query[key]}` cannot be honoured (asyncpg does not support it): "
+                             f"remove it, or use {' or '.join(allowed)}")
+    connect_args: dict[str, Any] = {}
+    if "connect_timeout" in query:
+        seconds = str(query["connect_timeout"])
+        if not seconds.isdigit() or int(seconds) <= 0:
+            raise ValueError(f"option `connect_timeout` must be a whole number of seconds above 0, not {seconds!r}")
+        connect_args["timeout"] = int(seconds)
+    libpq = {key: value for key, value in query.items() if key in LIBPQ_OPTIONS}
+    if libpq:
+        connect_args["dsn"] = "postgresql://?" + urlencode(libpq)
+    parsed = parsed.difference_update_query([key for key in query if key not in DRIVER_OPTIONS])
+    return parsed.render_as_string(hide_password=False), connect_args
+
+
+def asyncpg_dsn(url: str) -> tuple[str, dict[str, Any]]:
+    """(dsn, keywords) for `asyncpg.connect` of a PostgreSQL URL: libpq's spelling in the DSN (`sslmode`
+    for the `ssl` that SQLAlchemy's asyncpg dialect takes: a DSN's unknown `ssl` would be sent as a server
+    setting), `connect_timeout` as asyncpg's `timeout`."""
+    stripped, connect_args = postgres_connect_args(url)
+    parsed = make_url(stripped).set(drivername="postgresql")
+    query = dict(parse_qsl(connect_args.pop("dsn", "?").partition("?")[2]))
     if "ssl" in parsed.query:
-        parsed = parsed.difference_update_query(["ssl"]).update_query_dict({"sslmode": parsed.query["ssl"]})
-    return parsed.render_as_string(hide_password=False)
+        query.setdefault("sslmode", parsed.query["ssl"])
+        parsed = parsed.difference_update_query(["ssl"])
+    return parsed.update_query_dict(query).render_as_string(hide_password=False), connect_args
 
 
 def is_sqlite(url: str) -> bool:
@@ -96,7 +140,9 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
                 cursor.execute("BEGIN IMMEDIATE")
 
         return engine
-    return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    url, connect_args = postgres_connect_args(url)
+    return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=10,
+                               connect_args=connect_args)
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

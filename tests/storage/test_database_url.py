@@ -4,6 +4,7 @@ not created yet says so."""
 from __future__ import annotations
 
 import asyncpg
+import pytest
 from sqlalchemy import text
 
 from storage.engine import asyncpg_dsn, create_engine
@@ -20,7 +21,8 @@ async def test_a_url_with_libpq_sslmode_connects_through_the_engine_and_the_brid
     finally:
         await engine.dispose()
     # The LISTEN/NOTIFY bridge connects with a DSN, where `ssl` would be sent as a server setting.
-    connection = await asyncpg.connect(asyncpg_dsn(url))
+    dsn, keywords = asyncpg_dsn(url)
+    connection = await asyncpg.connect(dsn, **keywords)
     try:
         assert await connection.fetchval("SELECT 1") == 1
     finally:
@@ -37,3 +39,74 @@ def test_db_upgrade_against_a_database_not_created_yet_says_to_create_it(tmp_pat
     assert proc.returncode == 1
     assert proc.stderr.strip() == (f'error: cannot reach the database {url}: database "gw_never_created" does not '
                                    "exist on that server: create it first (createdb gw_never_created)"), proc.stderr
+
+
+async def test_libpq_options_of_a_providers_url_take_effect_on_the_engine_and_the_bridge(postgres_url):
+    # `connect_timeout`, `application_name`, `options` (as cloud consoles add them) each failed every
+    # connection: "connect() got an unexpected keyword argument 'connect_timeout'".
+    url = (postgres_url.replace("postgresql+asyncpg://", "postgresql://") + "?sslmode=disable&connect_timeout=5"
+           "&application_name=gw-storage&options=-c%20statement_timeout%3D4321&target_session_attrs=any")
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            settings = (await conn.execute(text("SELECT current_setting('application_name'), "
+                                                "current_setting('statement_timeout')"))).one()
+    finally:
+        await engine.dispose()
+    assert tuple(settings) == ("gw-storage", "4321ms")
+    dsn, keywords = asyncpg_dsn(url)
+    assert keywords == {"timeout": 5}
+    connection = await asyncpg.connect(dsn, **keywords)
+    try:
+        assert await connection.fetchval("SELECT current_setting('application_name')") == "gw-storage"
+    finally:
+        await connection.close()
+
+
+async def test_connect_timeout_bounds_the_wait_for_a_server_that_never_answers():
+    # asyncpg's own default is 60 s: a URL's `connect_timeout=1` must be what a silent server costs.
+    import asyncio
+    import time
+
+    held: list[asyncio.StreamWriter] = []
+    server = await asyncio.start_server(lambda _reader, writer: held.append(writer), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    engine = create_engine(f"postgresql://gw@127.0.0.1:{port}/gw?connect_timeout=1")
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError):
+            async with engine.connect():
+                pass
+    finally:
+        await engine.dispose()
+        server.close()
+        for writer in held:
+            writer.close()
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("option, words", [
+    ("keepalives=1", "option `keepalives` is not supported"),
+    ("pgbouncer=true", "option `pgbouncer` is not supported"),
+    ("channel_binding=require", "option `channel_binding=require` cannot be honoured"),
+    ("connect_timeout=soon", "option `connect_timeout` must be a whole number of seconds above 0, not 'soon'"),
+])
+def test_a_url_option_asyncpg_cannot_honour_is_a_config_error_naming_it(tmp_path, monkeypatch, option, words):
+    from gateway.errors import ConfigError
+    from gateway.settings import load_settings
+    from tests.conftest import write_config
+
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    config = write_config(tmp_path, database_url=f"postgresql://u@db.example/gw?sslmode=require&{option}")
+    with pytest.raises(ConfigError) as info:
+        load_settings(config)
+    assert info.value.key == "database_url" and words in str(info.value)
+
+
+def test_options_asyncpg_has_or_can_drop_load():
+    from storage.engine import postgres_connect_args
+
+    url, connect_args = postgres_connect_args("postgres://u:p@db/gw?sslmode=require&channel_binding=prefer"
+                                              "&sslrootcert=/etc/ca.pem&prepared_statement_cache_size=0")
+    assert url == "postgresql+asyncpg://u:p@db/gw?prepared_statement_cache_size=0"
+    assert connect_args == {"dsn": "postgresql://?sslmode=require&sslrootcert=%2Fetc%2Fca.pem"}
