@@ -22,6 +22,7 @@ import itertools
 import json
 import re
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ MAX_PAYLOAD = 7900  # PostgreSQL refuses NOTIFY payloads of 8000 bytes and more
 TOKEN_BATCH_CHARS = 1500  # streamed tokens waiting together go as one NOTIFY (≤ 6 kB of UTF-8)
 NOTIFY_BATCH = 100  # events waiting together go in one transaction, at most this many
 RECONNECT_S = 5.0
+REMEMBERED_ORIGINS = 1000  # processes whose last event number is kept (each start is a new one)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -65,6 +67,7 @@ class PgBridge:
         self._sequence = itertools.count()
         self._outgoing: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task] = []
+        self._heard: OrderedDict[str, int] = OrderedDict()  # each other process: the last `n` republished
 
     @staticmethod
     def applies_to(database_url: str) -> bool:
@@ -130,24 +133,37 @@ class PgBridge:
     async def _notify(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         payloads = []
         for topic, event in batch:
-            message = {"o": self.origin, "n": next(self._sequence), "t": topic, "e": event}
-            # Half an emoji (a model streams an emoji's two surrogates in two chunks) has no UTF-8 form, and
-            # its encoding killed this task: it goes escaped, as JSON allows, and arrives as it was sent.
-            payload = _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}",
-                                          json.dumps(message, default=str, ensure_ascii=False))
+            sequence = next(self._sequence)
+            payload = self._payload(sequence, topic, event)
             if len(payload.encode()) > MAX_PAYLOAD:
                 log.warning("pg_bridge.too_large", topic=topic, size=len(payload))
                 continue
             payloads.append(payload)
         if not payloads:
             return
-        try:
-            async with self.sessions() as session, session.begin():
-                for payload in payloads:  # delivered at the commit, in this order
-                    await session.execute(text("SELECT pg_notify(:channel, :payload)"),
-                                          {"channel": EVENTS_CHANNEL, "payload": payload})
-        except Exception as exc:  # never take the process down; waiters poll the store
-            log.warning("pg_bridge.notify_failed", events_lost=len(payloads), error=f"{type(exc).__name__}: {exc}"[:200])
+        for attempt in (1, 2):
+            try:
+                async with self.sessions() as session, session.begin():
+                    for payload in payloads:  # delivered at the commit, in this order
+                        await session.execute(text("SELECT pg_notify(:channel, :payload)"),
+                                              {"channel": EVENTS_CHANNEL, "payload": payload})
+                return
+            except Exception as exc:  # never take the process down; waiters poll the store
+                error = f"{type(exc).__name__}: {exc}"[:200]
+                if attempt == 1:
+                    # A connection dropped mid-transaction (a restart, a failover, a killed backend) delivered
+                    # none of the batch, and it was lost. Sent again on another connection of the pool: should
+                    # the first commit have landed unacknowledged, listeners skip what they already had (`n`).
+                    log.info("pg_bridge.notify_retried", events=len(payloads), error=error)
+                    continue
+                log.warning("pg_bridge.notify_failed", events_lost=len(payloads), error=error)
+
+    def _payload(self, sequence: int, topic: str, event: dict[str, Any]) -> str:
+        message = {"o": self.origin, "n": sequence, "t": topic, "e": event}
+        # Half an emoji (a model streams an emoji's two surrogates in two chunks) has no UTF-8 form, and
+        # its encoding killed this task: it goes escaped, as JSON allows, and arrives as it was sent.
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}",
+                                   json.dumps(message, default=str, ensure_ascii=False))
 
     def _received(self, _connection: Any, _pid: int, channel: str, payload: str) -> None:
         if channel == INBOX_CHANNEL:
@@ -158,8 +174,18 @@ class PgBridge:
             message = json.loads(payload)
         except ValueError:
             return
-        if message.get("o") != self.origin:
-            self.bus.publish(message["t"], message["e"], forward=False)
+        origin, sequence = message.get("o"), message.get("n")
+        if origin == self.origin:
+            return
+        if isinstance(sequence, int):
+            # A batch sent again after a failed commit that had in fact landed: its events came already.
+            if sequence <= self._heard.get(origin, -1):
+                return
+            self._heard[origin] = sequence
+            self._heard.move_to_end(origin)
+            while len(self._heard) > REMEMBERED_ORIGINS:
+                self._heard.popitem(last=False)
+        self.bus.publish(message["t"], message["e"], forward=False)
 
     async def _listen(self) -> None:
         import asyncpg
@@ -191,3 +217,4 @@ class PgBridge:
                         if not connection.is_closed():
                             connection.terminate()
             await asyncio.sleep(RECONNECT_S)
+

@@ -1,0 +1,95 @@
+"""What the PostgreSQL bridge does with a batch it cannot send at once: a connection dropped in the
+middle of its transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from sqlalchemy import event as sa_event
+from structlog.testing import capture_logs
+
+from gateway.events import EventBus
+from gateway.pg_bridge import PgBridge
+from tests.test_pg_bridge import _RecordingSessions
+
+
+async def test_a_batch_whose_connection_is_killed_mid_transaction_is_sent_again_on_another(postgres_url):
+    """PostgreSQL terminating the backend between two NOTIFYs of a batch (a restart, a failover): none of
+    the batch was delivered, and all of it was lost (`events_lost`)."""
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    from storage.engine import create_engine, session_factory
+
+    engine = create_engine(postgres_url)
+    killed = []
+
+    @sa_event.listens_for(engine.sync_engine, "before_cursor_execute", retval=True)
+    def _kill_at_the_second_notify(_conn, _cursor, statement, parameters, _context, _many):
+        if "pg_notify" in statement and not killed and '"n": 1,' in str(parameters):
+            killed.append(True)  # its own backend, by PostgreSQL: the transaction's connection is gone
+            return "SELECT pg_terminate_backend(pg_backend_pid())", ()
+        return statement, parameters
+
+    bridge = PgBridge(postgres_url, sessions=session_factory(engine), bus=EventBus(), wake=None)
+    heard: list[str] = []
+    direct = await asyncpg.connect(make_url(postgres_url).set(drivername="postgresql")
+                                   .render_as_string(hide_password=False))
+    await direct.add_listener("gateway_events", lambda *args: heard.append(json.loads(args[3])["t"]))
+    try:
+        for n in range(3):
+            bridge._forward(f"conversation:{n}", {"type": "message"})
+        with capture_logs() as logs:
+            sender = asyncio.create_task(bridge._send())
+            for _ in range(50):
+                if len(heard) >= 3:
+                    break
+                await asyncio.sleep(0.1)
+            sender.cancel()
+        assert killed
+        assert heard == ["conversation:0", "conversation:1", "conversation:2"]
+        assert [e["event"] for e in logs if e["event"].startswith("pg_bridge.")] == ["pg_bridge.notify_retried"]
+    finally:
+        await direct.close()
+        await engine.dispose()
+
+
+class _FailingOnceSessions(_RecordingSessions):
+    """The first transaction fails at its first NOTIFY; the next ones go through."""
+
+    async def execute(self, statement, params):
+        if self.transactions == 1:
+            raise ConnectionResetError("the server closed the connection")
+        await super().execute(statement, params)
+
+
+async def test_a_batch_failing_twice_is_reported_lost_and_one_failing_once_is_not():
+    sessions, bus = _FailingOnceSessions(), EventBus()
+    bridge = PgBridge("postgresql://db/gw", sessions=sessions, bus=bus, wake=None)
+    bus.forwarder = bridge._forward
+    for n in range(3):
+        bus.publish(f"conversation:{n}", {"type": "message"})
+    with capture_logs() as logs:
+        sender = asyncio.create_task(bridge._send())
+        await asyncio.sleep(0.05)
+        sender.cancel()
+    assert [p["t"] for p in sessions.payloads] == ["conversation:0", "conversation:1", "conversation:2"]
+    assert not [e for e in logs if e["event"] == "pg_bridge.notify_failed"]
+
+
+async def test_a_batch_received_twice_is_republished_once():
+    """A commit that landed but whose answer was lost is sent again: the other processes had its events."""
+    bus = EventBus()
+    bridge = PgBridge("postgresql://db/gw", sessions=None, bus=bus, wake=None)
+    batch = [json.dumps({"o": "other", "n": n, "t": "message:1", "e": {"type": "token", "text": f"Hi {n}"}})
+             for n in (4, 5)]
+    async with bus.subscribe("message:1") as queue:
+        for payload in [*batch, *batch]:
+            bridge._received(None, 0, "gateway_events", payload)
+        # Another process (one restarted: a new origin) numbers from 0 again.
+        bridge._received(None, 0, "gateway_events", json.dumps({"o": "restarted", "n": 0, "t": "message:1",
+                                                                 "e": {"type": "done"}}))
+        received = [queue.get_nowait() for _ in range(queue.qsize())]
+    assert received == [{"type": "token", "text": "Hi 4"}, {"type": "token", "text": "Hi 5"}, {"type": "done"}]
+
