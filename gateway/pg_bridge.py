@@ -42,6 +42,7 @@ MAX_PAYLOAD = 7900  # PostgreSQL refuses NOTIFY payloads of 8000 bytes and more
 TOKEN_BATCH_CHARS = 1500  # streamed tokens waiting together go as one NOTIFY (≤ 6 kB of UTF-8)
 NOTIFY_BATCH = 100  # events waiting together go in one transaction, at most this many
 RECONNECT_S = 5.0
+SHORT_VALUE = 200  # an event's texts up to this many characters are never cut to fit a NOTIFY
 REMEMBERED_ORIGINS = 1000  # processes whose last event number is kept (each start is a new one)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -136,8 +137,13 @@ class PgBridge:
             sequence = next(self._sequence)
             payload = self._payload(sequence, topic, event)
             if len(payload.encode()) > MAX_PAYLOAD:
-                log.warning("pg_bridge.too_large", topic=topic, size=len(payload))
-                continue
+                # A long customer message or reply (an escalation's `text`) was dropped whole, and no console
+                # of another replica heard of it. The event still goes, its longest texts cut: listeners
+                # read the escalation from the store on an event, and `truncated` says this one is partial.
+                log.warning("pg_bridge.too_large", topic=topic, size=len(payload.encode()))
+                payload = self._payload(sequence, topic, _cut_to_fit(event, len(payload.encode()) - MAX_PAYLOAD))
+                if len(payload.encode()) > MAX_PAYLOAD:
+                    continue
             payloads.append(payload)
         if not payloads:
             return
@@ -218,3 +224,17 @@ class PgBridge:
                             connection.terminate()
             await asyncio.sleep(RECONNECT_S)
 
+
+def _cut_to_fit(event: dict[str, Any], excess: int) -> dict[str, Any]:
+    """`event` with its longest texts shorter by `excess` bytes of UTF-8 in all (a payload's JSON holds each
+    character in as many bytes or more), marked `truncated`. Short values (its type, ids, names) stay whole."""
+    event, excess = {**event, "truncated": True}, excess + len(', "truncated": true')
+    while excess > 0:
+        longest = max((k for k, v in event.items() if isinstance(v, str) and len(v) > SHORT_VALUE),
+                      key=lambda k: len(event[k]), default=None)
+        if longest is None:
+            break
+        encoded = event[longest].encode("utf-8", "surrogatepass")
+        event[longest] = encoded[:max(SHORT_VALUE, len(encoded) - excess)].decode("utf-8", "ignore")
+        excess -= len(encoded) - len(event[longest].encode("utf-8", "surrogatepass"))
+    return event

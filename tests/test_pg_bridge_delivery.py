@@ -1,5 +1,5 @@
 """What the PostgreSQL bridge does with a batch it cannot send at once: a connection dropped in the
-middle of its transaction."""
+middle of its transaction, an event too large for one NOTIFY."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 from sqlalchemy import event as sa_event
 from structlog.testing import capture_logs
 
-from gateway.events import EventBus
-from gateway.pg_bridge import PgBridge
+from gateway.events import ESCALATIONS_TOPIC, EventBus
+from gateway.pg_bridge import MAX_PAYLOAD, PgBridge
 from tests.test_pg_bridge import _RecordingSessions
 
 
@@ -93,3 +93,34 @@ async def test_a_batch_received_twice_is_republished_once():
         received = [queue.get_nowait() for _ in range(queue.qsize())]
     assert received == [{"type": "token", "text": "Hi 4"}, {"type": "token", "text": "Hi 5"}, {"type": "done"}]
 
+
+async def test_an_event_too_large_for_a_notify_goes_with_its_text_cut_and_marked():
+    """A customer's long message in an escalation (4,000 characters of Japanese: 12 kB) was dropped whole:
+    no console on another replica heard of it, nor refreshed the escalation."""
+    sessions, bus = _RecordingSessions(), EventBus()
+    bridge = PgBridge("postgresql://db/gw", sessions=sessions, bus=bus, wake=None)
+    bus.forwarder = bridge._forward
+    long_text = "請求書について質問があります。" * 270
+    bus.publish(ESCALATIONS_TOPIC, {"type": "customer_message", "escalation_id": 9, "bot": "acme",
+                                    "conversation_id": 3, "text": long_text})
+    bus.publish(ESCALATIONS_TOPIC, {"type": "claimed", "escalation_id": 9, "bot": "acme", "operator": "sam"})
+    with capture_logs() as logs:
+        sender = asyncio.create_task(bridge._send())
+        await asyncio.sleep(0.05)
+        sender.cancel()
+    first, second = (p["e"] for p in sessions.payloads)
+    assert {k: v for k, v in first.items() if k != "text"} == {
+        "type": "customer_message", "escalation_id": 9, "bot": "acme", "conversation_id": 3, "truncated": True}
+    assert long_text.startswith(first["text"]) and len(first["text"]) > 1000
+    assert len(json.dumps({"o": bridge.origin, "n": 0, "t": ESCALATIONS_TOPIC, "e": first},
+                          ensure_ascii=False).encode()) <= MAX_PAYLOAD
+    assert second == {"type": "claimed", "escalation_id": 9, "bot": "acme", "operator": "sam"}
+    assert [e["event"] for e in logs] == ["pg_bridge.too_large"]
+
+
+def test_only_long_texts_are_cut_to_fit_and_no_further_than_a_short_value():
+    from gateway.pg_bridge import SHORT_VALUE, _cut_to_fit
+
+    event = {"type": "note", "bot": "b" * SHORT_VALUE, "text": "x" * 300}
+    assert _cut_to_fit(event, 5000) == {"type": "note", "bot": "b" * SHORT_VALUE, "text": "x" * SHORT_VALUE,
+                                        "truncated": True}
