@@ -1,17 +1,31 @@
-"""Fixtures for the operator tests: one app per module with operators, the web channel and fake Slack."""
+"""Fixtures for the operator tests: one app per module with operators, the web channel and fake Slack; and
+for the console browser tests (test_console_browser*.py), the app on a real port and tabs of a real Chromium."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pytest
 import pytest_asyncio
 
 from tests.conftest import app_client
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+
+# The browser fixtures, for the console tests (a conftest outside this folder's path is not read).
+from tests.web.conftest import HELP_CENTER, _prepare, browser, chromium_path, serving, write_config  # noqa: F401
 
 SIGNING_SECRET = "ops-signing-secret-1234"
 TOKENS = {"sam": "sam-token-0123456789", "kim": "kim-token-9876543210", "lee": "lee-token-5555566666"}
 OPS_CHANNEL = "COPS"
 # The Slack members who may act in the operator channel (`slack_user_ids`); any other member is refused.
 SLACK_MEMBERS = {"sam": "UOPS", "kim": "UIMP", "lee": "ULEE"}
+CONSOLE_TOKEN = "console-operator-token-42"  # operator sam's, in the console browser tests
+WAIT_MS = 60_000
 
 
 def auth(name: str) -> dict[str, str]:
@@ -49,3 +63,63 @@ async def client(tmp_path_factory, slack):
         # a test's two steps).
         await http.services.reminders.stop()
         yield http
+
+
+@contextlib.contextmanager
+def console_server(root: Path, *, more_operators: str = ""):
+    """The console tests' app on a real port: the help center's account page for bot acme, operator sam
+    (CONSOLE_TOKEN), and the operators of `more_operators` (YAML list items under `operators:`)."""
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+
+    docs = root / "docs"
+    docs.mkdir()
+    shutil.copy(HELP_CENTER / "account.md", docs / "account.md")
+    os.environ["CONSOLE_OPERATOR_TOKEN"] = CONSOLE_TOKEN
+    config = write_config(root, docs=docs, operator_token_env="CONSOLE_OPERATOR_TOKEN")
+    if more_operators:
+        config.write_text(config.read_text().replace("bots:\n  - name: acme", more_operators + "bots:\n  - name: acme", 1))
+    _prepare(config)
+    with serving(create_app(load_settings(config), start_scheduler=False)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def live_url(tmp_path_factory):
+    with console_server(tmp_path_factory.mktemp("console")) as url:
+        yield url
+
+
+@pytest.fixture()
+def open_tab(browser):  # noqa: F811 (the fixture imported above)
+    """Opens a tab in a browser context of its own (its own storage); every one is closed after the test,
+    so no console's live stream outlives it."""
+    contexts = []
+
+    def open_one(**options):
+        contexts.append(browser.new_context(**options))
+        return contexts[-1].new_page()
+
+    yield open_one
+    for context in contexts:
+        context.close()
+
+
+def sign_in(operator, live_url: str) -> None:
+    """Open the console, sign in, and wait until its live stream is connected."""
+    operator.goto(live_url + "/operator")
+    operator.fill("#op-token", CONSOLE_TOKEN)
+    operator.press("#op-token", "Enter")
+    operator.wait_for_selector("#op-live:not([hidden])", timeout=WAIT_MS)
+
+
+def escalate(live_url: str, session_id: str, text: str) -> int:
+    """A web chat customer asks for a person; the id of the escalation that opens."""
+    body = json.dumps({"session_id": session_id, "text": text}).encode()
+    request = urllib.request.Request(live_url + "/v1/bots/acme/chat", data=body,
+                                     headers={"Content-Type": "application/json"})
+    conversation = json.loads(urllib.request.urlopen(request, timeout=60).read())["conversation_id"]
+    listing = urllib.request.Request(live_url + "/v1/escalations?state=open",
+                                     headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"})
+    escalations = json.loads(urllib.request.urlopen(listing, timeout=60).read())["escalations"]
+    return next(e["id"] for e in escalations if e["conversation_id"] == conversation)

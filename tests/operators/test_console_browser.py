@@ -7,68 +7,14 @@ the customer's next question from the knowledge base.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import shutil
-from pathlib import Path
 
 import pytest
 
-from tests.web.conftest import CHROMIUM_ARGS, HELP_CENTER, _prepare, browser, chromium_path, serving, write_config  # noqa: F401
+from tests.operators.conftest import CONSOLE_TOKEN, WAIT_MS, escalate, sign_in
 
 pytestmark = pytest.mark.browser
-TOKEN = "console-operator-token-42"
-WAIT_MS = 60_000
-
-
-@contextlib.contextmanager
-def console_server(root: Path, *, more_operators: str = ""):
-    """The console tests' app on a real port: the help center's account page for bot acme, operator sam
-    (TOKEN), and the operators of `more_operators` (YAML list items under `operators:`)."""
-    from gateway.app import create_app
-    from gateway.settings import load_settings
-
-    docs = root / "docs"
-    docs.mkdir()
-    shutil.copy(HELP_CENTER / "account.md", docs / "account.md")
-    os.environ["CONSOLE_OPERATOR_TOKEN"] = TOKEN
-    config = write_config(root, docs=docs, operator_token_env="CONSOLE_OPERATOR_TOKEN")
-    if more_operators:
-        config.write_text(config.read_text().replace("bots:\n  - name: acme", more_operators + "bots:\n  - name: acme", 1))
-    _prepare(config)
-    with serving(create_app(load_settings(config), start_scheduler=False)) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def live_url(tmp_path_factory):
-    with console_server(tmp_path_factory.mktemp("console")) as url:
-        yield url
-
-
-@pytest.fixture()
-def open_tab(browser):  # noqa: F811
-    """Opens a tab in a browser context of its own (its own storage); every one is closed after the test,
-    so no console's live stream outlives it."""
-    contexts = []
-
-    def open_one(**options):
-        contexts.append(browser.new_context(**options))
-        return contexts[-1].new_page()
-
-    yield open_one
-    for context in contexts:
-        context.close()
-
-
-def sign_in(operator, live_url: str) -> None:
-    """Open the console, sign in, and wait until its live stream is connected."""
-    operator.goto(live_url + "/operator")
-    operator.fill("#op-token", TOKEN)
-    operator.press("#op-token", "Enter")
-    operator.wait_for_selector("#op-live:not([hidden])", timeout=WAIT_MS)
 
 
 def test_console_claim_reply_resolve_round_trip(open_tab, live_url):
@@ -83,7 +29,7 @@ def test_console_claim_reply_resolve_round_trip(open_tab, live_url):
     operator.fill("#op-token", "wrong-token")
     operator.press("#op-token", "Enter")
     operator.wait_for_selector("#op-login-error:not([hidden])")
-    operator.fill("#op-token", TOKEN)
+    operator.fill("#op-token", CONSOLE_TOKEN)
     operator.press("#op-token", "Enter")
     operator.wait_for_selector("body[data-ready='true']")
     operator.wait_for_selector("#op-live:not([hidden])", timeout=WAIT_MS)
@@ -185,7 +131,7 @@ def test_console_reply_resent_after_a_dropped_connection_keeps_its_message_id(op
 
     escalation = url.rsplit("/", 2)[-2]
     detail = operator.request.get(f"{live_url}/v1/escalations/{escalation}",
-                                  headers={"Authorization": f"Bearer {TOKEN}"}).json()
+                                  headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"}).json()
     assert [m["text"] for m in detail["messages"] if m["author"] == "operator"] == [text]
     customer.wait_for_selector(".gw-msg--operator", timeout=WAIT_MS)
 
@@ -236,25 +182,11 @@ def test_console_fits_a_phone_screen(open_tab, live_url):
     assert operator.evaluate("window.scrollY") > 0  # scrolled to the escalation just picked
 
 
-def _escalate(live_url: str, session_id: str, text: str) -> int:
-    """A web chat customer asks for a person; the id of the escalation that opens."""
-    import urllib.request
-
-    body = json.dumps({"session_id": session_id, "text": text}).encode()
-    request = urllib.request.Request(live_url + "/v1/bots/acme/chat", data=body,
-                                     headers={"Content-Type": "application/json"})
-    conversation = json.loads(urllib.request.urlopen(request, timeout=60).read())["conversation_id"]
-    listing = urllib.request.Request(live_url + "/v1/escalations?state=open",
-                                     headers={"Authorization": f"Bearer {TOKEN}"})
-    escalations = json.loads(urllib.request.urlopen(listing, timeout=60).read())["escalations"]
-    return next(e["id"] for e in escalations if e["conversation_id"] == conversation)
-
-
 def test_console_keeps_the_picked_escalation_when_an_earlier_pick_answers_late(open_tab, live_url):
     """Picking A, then B before A's transcript came: A's late answer was drawn over B's, while Claim and
     Send reply still acted on B, so an operator reading A's customer answered B's."""
-    first = _escalate(live_url, "console-late-a", "Alpha here, I want to talk to a human")
-    second = _escalate(live_url, "console-late-b", "Bravo here, I want to talk to a human")
+    first = escalate(live_url, "console-late-a", "Alpha here, I want to talk to a human")
+    second = escalate(live_url, "console-late-b", "Bravo here, I want to talk to a human")
     operator = open_tab()
     held = []
     operator.route(re.compile(rf".*/v1/escalations/{first}$"), lambda route: held.append(route))
@@ -273,7 +205,7 @@ def test_console_keeps_the_picked_escalation_when_an_earlier_pick_answers_late(o
 def test_console_keeps_earlier_pages_open_when_a_live_event_refreshes_the_transcript(open_tab, live_url):
     """An operator reading earlier messages ("Show earlier messages") lost them, and their place, whenever
     the escalation changed (a note, the customer writing): the refresh drew the newest page alone."""
-    escalation = _escalate(live_url, "console-pages", "Page one here, I want to talk to a human")
+    escalation = escalate(live_url, "console-pages", "Page one here, I want to talk to a human")
     operator = open_tab()
     operator.request.post(f"{live_url}/v1/bots/acme/chat", data={"session_id": "console-pages", "text": "Still here"})
 
@@ -292,7 +224,7 @@ def test_console_keeps_earlier_pages_open_when_a_live_event_refreshes_the_transc
     assert "Page one here" in operator.locator("#op-transcript").inner_text()
 
     operator.request.post(f"{live_url}/v1/escalations/{escalation}/notes", data={"text": "checking the order"},
-                          headers={"Authorization": f"Bearer {TOKEN}"})
+                          headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"})
     operator.wait_for_function("() => document.getElementById('op-notes').textContent.includes('checking')")
     assert operator.locator("#op-transcript > li").count() == shown
     assert "Page one here" in operator.locator("#op-transcript").inner_text()
@@ -301,7 +233,7 @@ def test_console_keeps_earlier_pages_open_when_a_live_event_refreshes_the_transc
 def test_console_says_when_the_list_cannot_be_loaded_instead_of_keeping_the_old_one(open_tab, live_url):
     """Changing the filter while the server was unreachable kept the previous filter's escalations under
     the new name, and said nothing: the only error line sits in the detail pane, hidden with nothing picked."""
-    escalation = _escalate(live_url, "console-list-down", "List check here, I want to talk to a human")
+    escalation = escalate(live_url, "console-list-down", "List check here, I want to talk to a human")
     operator = open_tab()
     sign_in(operator, live_url)
     operator.wait_for_selector(f".op-item[data-id='{escalation}']")

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.operators.test_console_browser import TOKEN, _escalate, live_url, open_tab, sign_in  # noqa: F401
-from tests.web.conftest import browser, chromium_path  # noqa: F401
+from tests.operators.conftest import escalate, sign_in
 
 pytestmark = pytest.mark.browser
 
 
-def test_console_announces_the_customers_new_message_and_nothing_else(open_tab, live_url):  # noqa: F811
+def test_console_announces_the_customers_new_message_and_nothing_else(open_tab, live_url):
     """The customer wrote in the escalation open on the screen, and a screen reader said nothing: the
     transcript is no live region (drawn again on every event, it would be read out whole). A polite live
     region says the new customer message alone: not the earlier ones, not the operator's own actions."""
     session = "console-announce"
-    escalation = _escalate(live_url, session, "Announce here, I want to talk to a human")
+    escalation = escalate(live_url, session, "Announce here, I want to talk to a human")
     operator = open_tab()
     sign_in(operator, live_url)
     operator.click(f".op-item[data-id='{escalation}']")
@@ -31,7 +30,7 @@ def test_console_announces_the_customers_new_message_and_nothing_else(open_tab, 
     operator.wait_for_function("() => document.getElementById('op-notes').textContent.includes('checking')")
     assert region.text_content() == "The customer wrote: Are you there?"
     # Another escalation opened: what this customer said is not read out as news there.
-    other = _escalate(live_url, "console-announce-2", "Other, I want to talk to a human")
+    other = escalate(live_url, "console-announce-2", "Other, I want to talk to a human")
     operator.click(f".op-item[data-id='{other}']")
     operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{other}')")
     assert region.text_content() == ""

@@ -12,8 +12,7 @@ import re
 
 import pytest
 
-from tests.operators.test_console_browser import TOKEN, _escalate, live_url, open_tab, sign_in  # noqa: F401
-from tests.web.conftest import browser, chromium_path  # noqa: F401
+from tests.operators.conftest import CONSOLE_TOKEN, escalate, sign_in
 
 pytestmark = pytest.mark.browser
 LISTING = re.compile(r".*/v1/escalations\?state=.*")
@@ -22,7 +21,7 @@ LISTING = re.compile(r".*/v1/escalations\?state=.*")
 def _opened(new_tab, url: str, session: str, text: str):
     """A customer of web session `session` asks for a person with `text`; an operator signs in and opens
     that escalation. Returns the operator's tab and the escalation's id."""
-    escalation = _escalate(url, session, text)
+    escalation = escalate(url, session, text)
     operator = new_tab()
     sign_in(operator, url)
     operator.click(f".op-item[data-id='{escalation}']")
@@ -30,8 +29,8 @@ def _opened(new_tab, url: str, session: str, text: str):
     return operator, escalation
 
 
-def test_console_opens_the_escalation_tapped_while_a_live_event_redraws_the_list(open_tab, live_url):  # noqa: F811
-    escalation = _escalate(live_url, "console-tap", "Tap here, I want to talk to a human")
+def test_console_opens_the_escalation_tapped_while_a_live_event_redraws_the_list(open_tab, live_url):
+    escalation = escalate(live_url, "console-tap", "Tap here, I want to talk to a human")
     operator = open_tab(viewport={"width": 400, "height": 800})
     sign_in(operator, live_url)
     box = operator.locator(f".op-item[data-id='{escalation}']").bounding_box()
@@ -39,7 +38,7 @@ def test_console_opens_the_escalation_tapped_while_a_live_event_redraws_the_list
     operator.mouse.down()
     with operator.expect_response(LISTING):  # a live event: another operator adds a note
         operator.request.post(f"{live_url}/v1/escalations/{escalation}/notes", data={"text": "on it"},
-                              headers={"Authorization": f"Bearer {TOKEN}"})
+                              headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"})
     operator.wait_for_timeout(300)  # the list is drawn again by now
     operator.mouse.up()
     operator.wait_for_selector("#op-transcript .op-msg", timeout=10_000)
@@ -52,12 +51,12 @@ def _small_pages(route):
     route.continue_(url=url + ("&" if "?" in url else "?") + "limit=2")
 
 
-def test_console_fills_the_messages_between_kept_pages_and_a_newer_page(open_tab, live_url):  # noqa: F811
+def test_console_fills_the_messages_between_kept_pages_and_a_newer_page(open_tab, live_url):
     """Earlier pages the operator opened are kept when the transcript is read again; when more than a
     page of messages came in between (the console was not told: its stream was down, the server
     restarting), the new page did not reach the kept ones and the messages between were never shown."""
     session = "console-gap-fill"
-    escalation = _escalate(live_url, session, "Gap here, I want to talk to a human")
+    escalation = escalate(live_url, session, "Gap here, I want to talk to a human")
     operator = open_tab()
     chat = f"{live_url}/v1/bots/acme/chat"
     operator.request.post(chat, data={"session_id": session, "text": "second"})
@@ -80,17 +79,17 @@ def test_console_fills_the_messages_between_kept_pages_and_a_newer_page(open_tab
             operator.request.post(chat, data={"session_id": session, "text": text})
     down.clear()
     operator.request.post(f"{live_url}/v1/escalations/{escalation}/notes", data={"text": "reading"},
-                          headers={"Authorization": f"Bearer {TOKEN}"})
+                          headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"})
     operator.wait_for_function("() => document.getElementById('op-notes').textContent.includes('reading')")
 
     stored = operator.request.get(f"{live_url}/v1/escalations/{escalation}?limit=500",
-                                  headers={"Authorization": f"Bearer {TOKEN}"}).json()["messages"]
+                                  headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"}).json()["messages"]
     shown = operator.locator("#op-transcript > li").evaluate_all("items => items.map(li => Number(li.dataset.id))")
     assert shown == [m["id"] for m in stored][-len(shown):]
     assert "third" in operator.locator("#op-transcript").inner_text()
 
 
-def test_console_signs_out_when_its_token_is_no_longer_accepted(open_tab, live_url):  # noqa: F811
+def test_console_signs_out_when_its_token_is_no_longer_accepted(open_tab, live_url):
     """The operator's token is removed from the config and the server restarted: the console's live
     stream was refused (401) and retried every 2 s for ever, the page still looking signed in."""
     operator = open_tab()
@@ -105,7 +104,7 @@ def test_console_signs_out_when_its_token_is_no_longer_accepted(open_tab, live_u
 
     operator.route("**/v1/escalations/stream", stream_then_refuse)
     operator.goto(live_url + "/operator")
-    operator.fill("#op-token", TOKEN)
+    operator.fill("#op-token", CONSOLE_TOKEN)
     operator.press("#op-token", "Enter")
     operator.wait_for_function("() => document.getElementById('op-login-error').textContent !== ''",
                                timeout=10_000)
@@ -113,16 +112,16 @@ def test_console_signs_out_when_its_token_is_no_longer_accepted(open_tab, live_u
     assert operator.locator("#op-main").is_hidden() and len(answers) == 2
 
 
-def test_console_lists_the_longest_waiting_customer_first_and_how_long(open_tab, live_url):  # noqa: F811
+def test_console_lists_the_longest_waiting_customer_first_and_how_long(open_tab, live_url):
     """The list came newest first with no time on it: on a busy day the customer who had waited longest
     was at the bottom, and nothing said for how long."""
     from datetime import datetime, timedelta
 
-    first = _escalate(live_url, "console-wait-a", "Waiting long, I want to talk to a human")
-    second = _escalate(live_url, "console-wait-b", "Just came, I want to talk to a human")
+    first = escalate(live_url, "console-wait-a", "Waiting long, I want to talk to a human")
+    second = escalate(live_url, "console-wait-b", "Just came, I want to talk to a human")
     operator = open_tab()
     listed = operator.request.get(f"{live_url}/v1/escalations?state=open",
-                                  headers={"Authorization": f"Bearer {TOKEN}"}).json()["escalations"]
+                                  headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"}).json()["escalations"]
     created = datetime.fromisoformat(next(e["created_at"] for e in listed if e["id"] == first))
     operator.clock.set_fixed_time(created + timedelta(minutes=75, seconds=1))
     sign_in(operator, live_url)
@@ -132,11 +131,11 @@ def test_console_lists_the_longest_waiting_customer_first_and_how_long(open_tab,
     assert "escalated" in operator.locator(f".op-item[data-id='{first}'] .op-wait").get_attribute("title")
 
 
-def test_console_marks_an_escalation_whose_customer_wrote_while_another_was_read(open_tab, live_url):  # noqa: F811
+def test_console_marks_an_escalation_whose_customer_wrote_while_another_was_read(open_tab, live_url):
     """A customer writing in an escalation the operator was not reading changed nothing in the list:
     with several open, nobody saw that someone had written again."""
-    reading = _escalate(live_url, "console-unread-a", "Read me, I want to talk to a human")
-    other = _escalate(live_url, "console-unread-b", "Other here, I want to talk to a human")
+    reading = escalate(live_url, "console-unread-a", "Read me, I want to talk to a human")
+    other = escalate(live_url, "console-unread-b", "Other here, I want to talk to a human")
     operator = open_tab()
     sign_in(operator, live_url)
     operator.click(f".op-item[data-id='{reading}']")
@@ -157,7 +156,7 @@ def test_console_marks_an_escalation_whose_customer_wrote_while_another_was_read
     assert re.fullmatch(r"\(\d+ waiting\) Operator console", operator.title())
 
 
-def test_console_claims_and_replies_from_the_keyboard(open_tab, live_url):  # noqa: F811
+def test_console_claims_and_replies_from_the_keyboard(open_tab, live_url):
     """Claiming from the keyboard left the focus nowhere (the Claim button disables itself), and Enter in
     the reply box only started a new line: sending took Ctrl+Enter, which nothing on the page told."""
     operator, escalation = _opened(open_tab, live_url, "console-keys", "Keys here, I want to talk to a human")
@@ -176,11 +175,11 @@ def test_console_claims_and_replies_from_the_keyboard(open_tab, live_url):  # no
     assert "Shift+Enter" in operator.locator("#op-reply-hint").inner_text()
 
 
-def test_console_shows_no_escalation_rather_than_the_previous_one_when_a_pick_cannot_be_read(open_tab, live_url):  # noqa: F811
+def test_console_shows_no_escalation_rather_than_the_previous_one_when_a_pick_cannot_be_read(open_tab, live_url):
     """Reading A, the operator picks B and B cannot be read (the server restarting): A's transcript
     stayed on the page, while Claim and Send reply acted on B; and nothing said that B failed."""
-    shown = _escalate(live_url, "console-pick-a", "Anna here, I want to talk to a human")
-    broken = _escalate(live_url, "console-pick-b", "Ben here, I want to talk to a human")
+    shown = escalate(live_url, "console-pick-a", "Anna here, I want to talk to a human")
+    broken = escalate(live_url, "console-pick-b", "Ben here, I want to talk to a human")
     operator = open_tab()
     operator.route(re.compile(rf".*/v1/escalations/{broken}$"), lambda route: route.abort("connectionfailed"))
     sign_in(operator, live_url)
@@ -192,11 +191,11 @@ def test_console_shows_no_escalation_rather_than_the_previous_one_when_a_pick_ca
     assert operator.locator("#op-detail").is_hidden()
 
 
-def test_console_keeps_each_escalations_reply_draft_to_itself(open_tab, live_url):  # noqa: F811
+def test_console_keeps_each_escalations_reply_draft_to_itself(open_tab, live_url):
     """A reply written for one customer stayed in the box when the operator opened another escalation,
     and Enter sent it to that other customer."""
-    anna = _escalate(live_url, "console-draft-a", "Anna again, I want to talk to a human")
-    ben = _escalate(live_url, "console-draft-b", "Ben again, I want to talk to a human")
+    anna = escalate(live_url, "console-draft-a", "Anna again, I want to talk to a human")
+    ben = escalate(live_url, "console-draft-b", "Ben again, I want to talk to a human")
     operator = open_tab()
     sign_in(operator, live_url)
     operator.click(f".op-item[data-id='{anna}']")
@@ -210,10 +209,10 @@ def test_console_keeps_each_escalations_reply_draft_to_itself(open_tab, live_url
     assert operator.locator("#op-reply").input_value() == "Anna, your refund is on its way."
 
 
-def test_console_reads_once_for_the_live_events_that_came_while_it_was_reading(open_tab, live_url):  # noqa: F811
+def test_console_reads_once_for_the_live_events_that_came_while_it_was_reading(open_tab, live_url):
     """Each live event waited for its own readings of the list and the transcript: while one reading
     was slow (a model writing the summary), the events behind it queued up, and each then read again."""
-    escalation = _escalate(live_url, "console-burst", "Burst here, I want to talk to a human")
+    escalation = escalate(live_url, "console-burst", "Burst here, I want to talk to a human")
     operator = open_tab()
     detail = re.compile(rf".*/v1/escalations/{escalation}$")
     sign_in(operator, live_url)
@@ -222,7 +221,7 @@ def test_console_reads_once_for_the_live_events_that_came_while_it_was_reading(o
     held, readings = [], []
     operator.on("request", lambda request: readings.append(request.url) if detail.match(request.url) else None)
     operator.route(detail, lambda route: held.append(route) if not held else route.continue_())  # the first is slow
-    notes, token = f"{live_url}/v1/escalations/{escalation}/notes", {"Authorization": f"Bearer {TOKEN}"}
+    notes, token = f"{live_url}/v1/escalations/{escalation}/notes", {"Authorization": f"Bearer {CONSOLE_TOKEN}"}
     operator.request.post(notes, data={"text": "note 0"}, headers=token)
     while not held:
         operator.wait_for_timeout(50)
@@ -235,9 +234,9 @@ def test_console_reads_once_for_the_live_events_that_came_while_it_was_reading(o
     assert len(readings) == 2  # the held one, then one for the four events that came meanwhile
 
 
-def test_console_on_a_touch_screen_keeps_enter_for_a_new_line(open_tab, live_url):  # noqa: F811
+def test_console_on_a_touch_screen_keeps_enter_for_a_new_line(open_tab, live_url):
     """A phone's keyboard has no Shift+Enter: Enter there starts a new line, and Send reply sends."""
-    escalation = _escalate(live_url, "console-touch", "Touch here, I want to talk to a human")
+    escalation = escalate(live_url, "console-touch", "Touch here, I want to talk to a human")
     phone = open_tab(viewport={"width": 400, "height": 800}, has_touch=True, is_mobile=True)
     sign_in(phone, live_url)
     phone.tap(f".op-item[data-id='{escalation}']")
@@ -252,11 +251,11 @@ def test_console_on_a_touch_screen_keeps_enter_for_a_new_line(open_tab, live_url
     assert phone.locator("#op-reply").get_attribute("aria-describedby") is None
 
 
-def test_console_leads_from_a_handed_back_escalation_to_the_customers_new_one(open_tab, live_url):  # noqa: F811
+def test_console_leads_from_a_handed_back_escalation_to_the_customers_new_one(open_tab, live_url):
     """The customer asks for a person again after the hand-back: the operator still reading the resolved
     escalation (its reply box closed) was not told that a new one had opened for the same customer."""
-    session, token = "console-again", {"Authorization": f"Bearer {TOKEN}"}
-    first = _escalate(live_url, session, "Again here, I want to talk to a human")
+    session, token = "console-again", {"Authorization": f"Bearer {CONSOLE_TOKEN}"}
+    first = escalate(live_url, session, "Again here, I want to talk to a human")
     operator = open_tab()
     for action in ("claim", "resolve"):
         assert operator.request.post(f"{live_url}/v1/escalations/{first}/{action}", headers=token).status == 200
@@ -266,7 +265,7 @@ def test_console_leads_from_a_handed_back_escalation_to_the_customers_new_one(op
     operator.wait_for_function("() => document.getElementById('op-title').textContent.includes('resolved')")
     operator.select_option("#op-filter", "open,claimed")
     assert operator.locator("#op-newer").is_hidden()
-    second = _escalate(live_url, session, "Me again, I want to talk to a human")
+    second = escalate(live_url, session, "Me again, I want to talk to a human")
     operator.wait_for_selector("#op-newer:not([hidden])")
     assert operator.locator("#op-newer").inner_text() == f"The customer asked again: open #{second}"
     assert operator.locator("#op-take").is_hidden()  # the new escalation is the one to take
@@ -275,14 +274,14 @@ def test_console_leads_from_a_handed_back_escalation_to_the_customers_new_one(op
     assert operator.locator("#op-newer").is_hidden() and operator.locator("#op-reply").is_enabled()
 
 
-def test_console_takes_a_handed_back_conversation_back_from_the_bot(open_tab, live_url):  # noqa: F811
+def test_console_takes_a_handed_back_conversation_back_from_the_bot(open_tab, live_url):
     """`POST /v1/conversations/{id}/claim` had no button: an operator who handed a conversation back too
     soon could not take it again from the console until the customer asked for a person."""
-    first = _escalate(live_url, "console-take", "Take here, I want to talk to a human")
+    first = escalate(live_url, "console-take", "Take here, I want to talk to a human")
     operator = open_tab()
     for action in ("claim", "resolve"):
         assert operator.request.post(f"{live_url}/v1/escalations/{first}/{action}",
-                                     headers={"Authorization": f"Bearer {TOKEN}"}).status == 200
+                                     headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"}).status == 200
     sign_in(operator, live_url)
     operator.select_option("#op-filter", "resolved")
     operator.click(f".op-item[data-id='{first}']")
@@ -299,7 +298,7 @@ def test_console_takes_a_handed_back_conversation_back_from_the_bot(open_tab, li
     assert "held by sam" in operator.locator("#op-meta").inner_text()
 
 
-def test_console_says_in_words_while_its_live_stream_is_down(open_tab, live_url):  # noqa: F811
+def test_console_says_in_words_while_its_live_stream_is_down(open_tab, live_url):
     """The server went away: the small green "live" badge disappeared and nothing else said that the
     list had stopped updating; once the stream is back, the warning goes."""
     operator = open_tab()
@@ -316,7 +315,7 @@ def test_console_says_in_words_while_its_live_stream_is_down(open_tab, live_url)
 
     operator.route("**/v1/escalations/stream", ended_then_down_then_up)
     operator.goto(live_url + "/operator")
-    operator.fill("#op-token", TOKEN)
+    operator.fill("#op-token", CONSOLE_TOKEN)
     operator.press("#op-token", "Enter")
     operator.wait_for_selector("#op-offline:not([hidden])", timeout=10_000)
     assert "not updating" in operator.locator("#op-offline").inner_text()
@@ -324,7 +323,7 @@ def test_console_says_in_words_while_its_live_stream_is_down(open_tab, live_url)
     assert operator.locator("#op-offline").is_hidden()
 
 
-def test_console_announces_the_escalation_not_its_whole_transcript(open_tab, live_url):  # noqa: F811
+def test_console_announces_the_escalation_not_its_whole_transcript(open_tab, live_url):
     """The whole escalation pane was a live region: each live event draws it again, and a screen reader
     read the whole transcript out every time. Only the title (which escalation, its state) is live."""
     operator = open_tab()
@@ -334,21 +333,21 @@ def test_console_announces_the_escalation_not_its_whole_transcript(open_tab, liv
     assert operator.locator("#op-transcript").evaluate("n => n.closest('[aria-live]')") is None
 
 
-def test_console_keeps_the_focus_on_an_item_when_the_one_above_it_is_claimed(open_tab, live_url):  # noqa: F811
+def test_console_keeps_the_focus_on_an_item_when_the_one_above_it_is_claimed(open_tab, live_url):
     """A claim moves its escalation out of the open ones on top. The list was put in order front to back,
     moving every item after it instead (B before A, then C...), and a moved item loses the keyboard focus."""
-    first = _escalate(live_url, "console-focus-1", "First, I want to talk to a human")
-    second = _escalate(live_url, "console-focus-2", "Second, I want to talk to a human")
+    first = escalate(live_url, "console-focus-1", "First, I want to talk to a human")
+    second = escalate(live_url, "console-focus-2", "Second, I want to talk to a human")
     operator = open_tab()
     sign_in(operator, live_url)
     operator.focus(f".op-item[data-id='{second}']")
     with operator.expect_response(LISTING):  # another operator's claim, told live
-        operator.request.post(f"{live_url}/v1/escalations/{first}/claim", headers={"Authorization": f"Bearer {TOKEN}"})
+        operator.request.post(f"{live_url}/v1/escalations/{first}/claim", headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"})
     operator.wait_for_timeout(300)  # the list is drawn again by now
     assert operator.evaluate("document.activeElement.dataset.id") == str(second)
 
 
-def test_console_says_so_when_the_customers_platform_refused_the_reply_at_once(open_tab, live_url):  # noqa: F811
+def test_console_says_so_when_the_customers_platform_refused_the_reply_at_once(open_tab, live_url):
     """`POST …/reply` answers 201 with `"status": "failed"` when the platform refused it while it was sent
     (a customer who blocked the bot); the console cleared the box as if it had gone, and only the live
     notice, which a stream down at that moment never brings, said otherwise."""

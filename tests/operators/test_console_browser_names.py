@@ -8,17 +8,16 @@ import re
 
 import pytest
 
-from tests.operators.test_console_browser import TOKEN, _escalate, live_url, open_tab, sign_in  # noqa: F401
-from tests.web.conftest import browser, chromium_path  # noqa: F401
+from tests.operators.conftest import CONSOLE_TOKEN, escalate, sign_in
 
 pytestmark = pytest.mark.browser
 
 
-def test_console_names_a_slack_operator_as_the_api_names_them(open_tab, live_url):  # noqa: F811
-    escalation = _escalate(live_url, "console-names", "Names here, I want to talk to a human")
+def test_console_names_a_slack_operator_as_the_api_names_them(open_tab, live_url):
+    escalation = escalate(live_url, "console-names", "Names here, I want to talk to a human")
     operator = open_tab()
     assert operator.request.post(f"{live_url}/v1/escalations/{escalation}/claim",
-                                 headers={"Authorization": f"Bearer {TOKEN}"}).status == 200
+                                 headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"}).status == 200
 
     def held_in_slack(route):
         # The console's side only: as the API answers an escalation a Slack member claimed (see

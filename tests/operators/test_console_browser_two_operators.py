@@ -7,8 +7,7 @@ import re
 
 import pytest
 
-from tests.operators.test_console_browser import TOKEN, _escalate, console_server, open_tab, sign_in  # noqa: F401
-from tests.web.conftest import browser, chromium_path  # noqa: F401
+from tests.operators.conftest import CONSOLE_TOKEN, console_server, escalate, sign_in
 
 pytestmark = pytest.mark.browser
 OTHER = "console-operator-rex-token-42"
@@ -23,10 +22,10 @@ def live_url(tmp_path_factory):
         yield url
 
 
-def test_console_keeps_saying_who_took_the_escalation_a_claim_lost_to(open_tab, live_url):  # noqa: F811
+def test_console_keeps_saying_who_took_the_escalation_a_claim_lost_to(open_tab, live_url):
     """Sam and Rex claim at once and Rex wins: Sam's 409 ("already claimed by rex") was shown, then wiped
     by the refresh the claim's live event caused, which came a moment after; Sam saw no reason."""
-    escalation = _escalate(live_url, "console-race", "Race here, I want to talk to a human")
+    escalation = escalate(live_url, "console-race", "Race here, I want to talk to a human")
     sam = open_tab()
     held: dict[str, object] = {}
     claim_url = re.compile(rf".*/v1/escalations/{escalation}/claim$")
@@ -51,10 +50,10 @@ def test_console_keeps_saying_who_took_the_escalation_a_claim_lost_to(open_tab, 
     assert sam.locator("#op-error").is_visible() and sam.locator("#op-takeover").is_visible()
 
 
-def test_console_shows_the_next_operator_nothing_of_the_one_who_signed_out(open_tab, live_url):  # noqa: F811
+def test_console_shows_the_next_operator_nothing_of_the_one_who_signed_out(open_tab, live_url):
     """Sam signs out at a shared screen and Rex signs in: Sam's escalation (of bots Rex may not serve),
     with Sam's unsent reply in the box, was still on the page, the stream's 404 for it beside."""
-    escalation = _escalate(live_url, "console-shared-screen", "Shared here, I want to talk to a human")
+    escalation = escalate(live_url, "console-shared-screen", "Shared here, I want to talk to a human")
     screen = open_tab()
     sign_in(screen, live_url)
     screen.click(f".op-item[data-id='{escalation}']")
@@ -72,14 +71,14 @@ def test_console_shows_the_next_operator_nothing_of_the_one_who_signed_out(open_
     assert screen.locator(".op-item[aria-selected='true']").count() == 0
 
 
-def test_console_tells_an_operator_with_no_escalation_open_that_theirs_was_taken_over(open_tab, live_url):  # noqa: F811
+def test_console_tells_an_operator_with_no_escalation_open_that_theirs_was_taken_over(open_tab, live_url):
     """The notice line sat in the escalation pane, hidden while no escalation was open: Sam, looking at
     the list, was never told that Rex took over Sam's claim."""
-    escalation = _escalate(live_url, "console-taken", "Taken here, I want to talk to a human")
+    escalation = escalate(live_url, "console-taken", "Taken here, I want to talk to a human")
     sam = open_tab()
     sign_in(sam, live_url)
     assert sam.request.post(f"{live_url}/v1/escalations/{escalation}/claim",
-                            headers={"Authorization": f"Bearer {TOKEN}"}).status == 200
+                            headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"}).status == 200
     assert sam.request.post(f"{live_url}/v1/escalations/{escalation}/claim", data={"take_over": True},
                             headers={"Authorization": f"Bearer {OTHER}"}).status == 200
     sam.wait_for_selector("#op-notice:not([hidden])")
@@ -89,7 +88,7 @@ def test_console_tells_an_operator_with_no_escalation_open_that_theirs_was_taken
     sam.wait_for_selector("#op-notice", state="hidden")
 
 
-def test_console_refusing_a_token_asks_nothing_more_with_it(open_tab, live_url):  # noqa: F811
+def test_console_refusing_a_token_asks_nothing_more_with_it(open_tab, live_url):
     """A refused token signs out; the sign-in then went on to ask who the (now empty) token was, was
     refused again, and that second sign-out wiped the token the operator had begun to type again."""
     screen = open_tab()
@@ -103,10 +102,10 @@ def test_console_refusing_a_token_asks_nothing_more_with_it(open_tab, live_url):
     assert [url.split("/v1/")[1] for url in asked] == ["escalations?state=open%2Cclaimed"]
 
 
-def test_console_offers_no_resolve_or_send_on_another_operators_claim(open_tab, live_url):  # noqa: F811
+def test_console_offers_no_resolve_or_send_on_another_operators_claim(open_tab, live_url):
     """Rex holds the escalation: Sam's Resolve and Send reply were enabled, and only refused (409) once
     used; Sam's reply, typed out, went nowhere."""
-    escalation = _escalate(live_url, "console-held", "Held here, I want to talk to a human")
+    escalation = escalate(live_url, "console-held", "Held here, I want to talk to a human")
     sam = open_tab()
     sign_in(sam, live_url)
     sam.click(f".op-item[data-id='{escalation}']")
