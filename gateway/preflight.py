@@ -74,9 +74,12 @@ def models_missing_keys(settings) -> list[str]:
 
 
 def redacted_db_url(url: str) -> str:
+    """The URL as it may be printed: its password hidden, and the client key's (`?sslpassword=`) too."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    parsed = make_url(url)
+    secrets = {key: "***" for key in ("sslpassword", "password") if key in parsed.query}
+    return parsed.update_query_dict(secrets).render_as_string(hide_password=True)
 
 
 async def schema_revision(settings, engine=None) -> str | None:

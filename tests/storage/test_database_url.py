@@ -110,3 +110,12 @@ def test_options_asyncpg_has_or_can_drop_load():
                                               "&sslrootcert=/etc/ca.pem&prepared_statement_cache_size=0")
     assert url == "postgresql+asyncpg://u:p@db/gw?prepared_statement_cache_size=0"
     assert connect_args == {"dsn": "postgresql://?sslmode=require&sslrootcert=%2Fetc%2Fca.pem"}
+
+
+def test_a_printed_database_url_hides_the_client_keys_password_too():
+    # `db upgrade` prints the URL it migrated, and a connection error names it: `sslpassword` went out as written.
+    from gateway.preflight import redacted_db_url
+
+    shown = redacted_db_url("postgresql://gw:s3cret@db/gw?sslmode=verify-full&sslkey=/k.pem&sslpassword=k3y-pass")
+    assert "s3cret" not in shown and "k3y-pass" not in shown
+    assert shown == "postgresql://gw:***@db/gw?sslkey=%2Fk.pem&sslmode=verify-full&sslpassword=%2A%2A%2A"
