@@ -44,7 +44,7 @@ async def _pg_exec(sql: str) -> None:
         await conn.close()
 
 
-def fresh_postgres_url(prefix: str = "gw_test") -> str | None:
+def fresh_postgres_url(prefix: str = os.environ.get("TEST_POSTGRES_PREFIX", "gw_test")) -> str | None:
     """A new empty PostgreSQL database (None when the server is unreachable outside CI; under CI=true
     an unreachable server fails the test)."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
