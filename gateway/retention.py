@@ -21,6 +21,8 @@ from storage.models import Contact, Conversation, DataDeletion, Document, Escala
 
 log = structlog.get_logger("gateway.retention")
 
+PURGE_BATCH = 1000  # expired conversations deleted per transaction
+
 
 @dataclass
 class DeletionReport:
@@ -104,57 +106,74 @@ async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Se
             Conversation.bot == bot.name, Conversation.created_at < cutoff, ~recent,
             # A conversation being worked on right now is never purged from under its worker.
             (Conversation.lease_until.is_(None)) | (Conversation.lease_until < now))
-        async with sessions() as session, session.begin():
-            # Locked, then asked again: a customer's message being stored in one of them holds its
-            # conversation (the foreign key's lock) until it commits, and a plain read would not see it,
-            # so the delete took the new message with it, after its webhook had been acknowledged. The
-            # lock waits for that store (on SQLite, for the write lock) and keeps new ones and a worker's
-            # lease out; the second read sees what they committed.
-            locked = list((await session.execute(expired.with_for_update())).scalars())
-            # A contact row another transaction holds is a store under way: it updates the contact before
-            # it inserts into the conversation, so it would wait for this one while this one waited for it
-            # (PostgreSQL's "deadlock detected", a 500 to the webhook). So the people of these conversations
-            # (each one's contact, and whoever wrote in it) are locked without waiting (SKIP LOCKED; SQLite
-            # has one writer and needs none of it), and a conversation one of them is held in is kept
-            # whole: the next purge finds it again, and its people with it. Skipping only the held person
-            # had deleted the conversation that made them a candidate, so no later purge looked at them.
-            people = select(Contact.id).where(
-                Contact.id.in_(select(Conversation.contact_id).where(Conversation.id.in_(locked)))
-                | exists().where(_sent_by_contact(), Message.conversation_id.in_(locked)))
-            everyone = set((await session.execute(people)).scalars()) if locked else set()
-            free = set((await session.execute(select(Contact.id).where(Contact.id.in_(everyone))
-                                              .with_for_update(skip_locked=True))).scalars()) if everyone else set()
-            held = everyone - free
-            unheld = [Conversation.contact_id.is_(None) | Conversation.contact_id.not_in(held),
-                      ~exists().where(Message.conversation_id == Conversation.id, _sent_by_contact(),
-                                      Contact.id.in_(held))] if held else []
-            ids = list((await session.execute(expired.where(Conversation.id.in_(locked), *unheld)))
-                       .scalars()) if locked else []
-            before = report.conversations
-            # Contacts are shared by the bots: only the people of the conversations purged here (each one's
-            # contact, and whoever wrote in it: in a group only the first writer is the contact) are this
-            # bot's to remove. "No conversation's contact" alone took another bot's group members too.
-            theirs = list((await session.execute(select(Contact.id).where(
-                Contact.id.in_(select(Conversation.contact_id).where(Conversation.id.in_(ids)))
-                | exists().where(_sent_by_contact(), Message.conversation_id.in_(ids))))).scalars()) if ids else []
-            await _delete_conversations(session, ids, report)
-            # Left with no conversation and no message with any bot, they carry only personal data: removed
-            # too. Not one who wrote within the period (to any bot).
-            orphans = select(Contact.id).where(Contact.id.in_(theirs),
-                                               ~exists().where(Conversation.contact_id == Contact.id),
-                                               ~exists().where(_sent_by_contact()),
-                                               Contact.created_at < cutoff,
-                                               Contact.last_inbound_at.is_(None) | (Contact.last_inbound_at < cutoff))
-            if theirs:
-                report.contacts += (await session.execute(delete(Contact).where(Contact.id.in_(
-                    orphans.with_for_update(skip_locked=True))))).rowcount
-            if ids:
-                report.by_bot[bot.name] = report.conversations - before
-                session.add(DataDeletion(kind="retention", bot=bot.name, counts={
-                    "conversations": report.conversations - before}))
+        # A batch at a time, each its own transaction: all of a bot's at once held every one of them locked
+        # (on SQLite, the write lock: inbound webhooks waited), and past 32,767 conversations (a period set
+        # on a large store) its id list was more parameters than a statement takes, so it failed every night.
+        after = 0
+        while True:
+            async with sessions() as session, session.begin():
+                batch = expired.where(Conversation.id > after).order_by(Conversation.id).limit(PURGE_BATCH)
+                locked = await _purge_batch(session, bot.name, batch, cutoff, report)
+            if len(locked) < PURGE_BATCH:
+                break
+            after = locked[-1]
     if report.conversations:
         log.info("retention.purged", **report.as_dict())
     return report
+
+
+async def _purge_batch(session: AsyncSession, bot: str, expired, cutoff: datetime,
+                       report: DeletionReport) -> list[int]:
+    """Delete the conversations `expired` selects (and the people only they kept), in the caller's
+    transaction; the ids it locked, in order."""
+    # Locked, then asked again: a customer's message being stored in one of them holds its
+    # conversation (the foreign key's lock) until it commits, and a plain read would not see it,
+    # so the delete took the new message with it, after its webhook had been acknowledged. The
+    # lock waits for that store (on SQLite, for the write lock) and keeps new ones and a worker's
+    # lease out; the second read sees what they committed.
+    locked = list((await session.execute(expired.with_for_update())).scalars())
+    # A contact row another transaction holds is a store under way: it updates the contact before
+    # it inserts into the conversation, so it would wait for this one while this one waited for it
+    # (PostgreSQL's "deadlock detected", a 500 to the webhook). So the people of these conversations
+    # (each one's contact, and whoever wrote in it) are locked without waiting (SKIP LOCKED; SQLite
+    # has one writer and needs none of it), and a conversation one of them is held in is kept
+    # whole: the next purge finds it again, and its people with it. Skipping only the held person
+    # had deleted the conversation that made them a candidate, so no later purge looked at them.
+    people = select(Contact.id).where(
+        Contact.id.in_(select(Conversation.contact_id).where(Conversation.id.in_(locked)))
+        | exists().where(_sent_by_contact(), Message.conversation_id.in_(locked)))
+    everyone = set((await session.execute(people)).scalars()) if locked else set()
+    free = set((await session.execute(select(Contact.id).where(Contact.id.in_(everyone))
+                                      .with_for_update(skip_locked=True))).scalars()) if everyone else set()
+    held = everyone - free
+    unheld = [Conversation.contact_id.is_(None) | Conversation.contact_id.not_in(held),
+              ~exists().where(Message.conversation_id == Conversation.id, _sent_by_contact(),
+                              Contact.id.in_(held))] if held else []
+    ids = list((await session.execute(expired.where(Conversation.id.in_(locked), *unheld)))
+               .scalars()) if locked else []
+    before = report.conversations
+    # Contacts are shared by the bots: only the people of the conversations purged here (each one's
+    # contact, and whoever wrote in it: in a group only the first writer is the contact) are this
+    # bot's to remove. "No conversation's contact" alone took another bot's group members too.
+    theirs = list((await session.execute(select(Contact.id).where(
+        Contact.id.in_(select(Conversation.contact_id).where(Conversation.id.in_(ids)))
+        | exists().where(_sent_by_contact(), Message.conversation_id.in_(ids))))).scalars()) if ids else []
+    await _delete_conversations(session, ids, report)
+    # Left with no conversation and no message with any bot, they carry only personal data: removed
+    # too. Not one who wrote within the period (to any bot).
+    orphans = select(Contact.id).where(Contact.id.in_(theirs),
+                                       ~exists().where(Conversation.contact_id == Contact.id),
+                                       ~exists().where(_sent_by_contact()),
+                                       Contact.created_at < cutoff,
+                                       Contact.last_inbound_at.is_(None) | (Contact.last_inbound_at < cutoff))
+    if theirs:
+        report.contacts += (await session.execute(delete(Contact).where(Contact.id.in_(
+            orphans.with_for_update(skip_locked=True))))).rowcount
+    if ids:
+        report.by_bot[bot] = report.by_bot.get(bot, 0) + report.conversations - before
+        session.add(DataDeletion(kind="retention", bot=bot, counts={
+            "conversations": report.conversations - before}))
+    return locked
 
 
 async def purge_removed_sources(sessions: async_sessionmaker[AsyncSession], settings: Settings, *,

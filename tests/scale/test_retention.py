@@ -119,6 +119,30 @@ async def test_retention_purges_only_old_conversations_of_bots_with_a_period(mig
         await engine.dispose()
 
 
+async def test_retention_deletes_a_large_backlog_a_batch_per_transaction(migrated_url, monkeypatch) -> None:
+    """All of a bot's expired conversations went in one transaction, locking every one, and past 32,767
+    of them (a period set on a large store) the id list exceeded a statement's parameters: "the number of
+    query arguments cannot exceed 32767", every night. `PURGE_BATCH` small here stands in for that size."""
+    import gateway.retention as retention
+
+    monkeypatch.setattr(retention, "PURGE_BATCH", 2, raising=False)
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 30}])
+    try:
+        for n in range(5):
+            await _expired_web_conversation(sessions, f"s-backlog-{n}")
+        report = await purge_expired(sessions, settings)
+        assert report.conversations == 5 and report.by_bot == {"acme": 5}
+        assert await _count(sessions, Conversation) == 0
+        async with sessions() as session:
+            audits = (await session.execute(select(DataDeletion.counts).where(DataDeletion.kind == "retention")
+                                            .order_by(DataDeletion.id))).scalars().all()
+        assert audits == [{"conversations": 2}, {"conversations": 2}, {"conversations": 1}]
+    finally:
+        await engine.dispose()
+
+
 async def test_retention_keeps_the_contacts_of_another_bots_group_members(migrated_url) -> None:
     # A group member who wrote only to a bot that keeps everything is no conversation's contact (the
     # group's first writer is): the purge of a bot with a period deleted their contact row all the same.
