@@ -192,7 +192,11 @@ async def purge_removed_sources(sessions: async_sessionmaker[AsyncSession], sett
         if chunk_ids:
             await index.delete_points(bot, chunk_ids)  # the index first: a crash here leaves rows to retry
         async with sessions() as session, session.begin():
-            await session.execute(delete(Document).where(Document.id.in_([row.id for row in mine])))
+            ids = [row.id for row in mine]
+            # In parts: a crawled site of 40,000 pages was more ids than one statement takes (32,767 on
+            # PostgreSQL), and its rows stayed, retried and failed on every run.
+            for start in range(0, len(ids), PURGE_BATCH):
+                await session.execute(delete(Document).where(Document.id.in_(ids[start:start + PURGE_BATCH])))
             session.add(DataDeletion(kind="source", bot=bot, counts={
                 "documents": len(mine), "chunks": len(chunk_ids),
                 "sources": len({row.source for row in mine})}))

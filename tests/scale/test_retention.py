@@ -305,3 +305,26 @@ async def test_retention_removed_source_chunks_are_deleted(migrated_url, tmp_pat
         assert left == [("acme", "faq")]
     finally:
         await engine.dispose()
+
+
+async def test_a_removed_source_of_many_documents_is_deleted_in_parts(migrated_url, tmp_path, monkeypatch) -> None:
+    """One DELETE named every document of the source: past 32,767 (a large crawled site) PostgreSQL refused
+    it, and the rows stayed. `PURGE_BATCH` small here stands in for that size."""
+    import gateway.retention as retention
+    from tests.statement_log import StatementLog
+
+    monkeypatch.setattr(retention, "PURGE_BATCH", 2, raising=False)
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(database_url=migrated_url, bots=[{"name": "acme"}])
+    try:
+        async with sessions() as session, session.begin():
+            for n in range(5):
+                session.add(Document(bot="acme", source="old-site", doc_id=f"p{n}", content_hash=str(n), chunk_ids=[f"c{n}"]))
+        log = StatementLog(engine)
+        report = await purge_removed_sources(sessions, settings, index=_Index())
+        assert report.documents == 5 and log.statements.count("DELETE documents") == 3
+        assert await _count(sessions, Document) == 0
+    finally:
+        await engine.dispose()
+
