@@ -97,6 +97,8 @@ class Burst(NamedTuple):
 
     followers: list[Message]
     not_before: datetime | None = None
+    seen: tuple[tuple[int, str], ...] = ()
+    """The pending messages the wait was decided on, from the first: (id, text) in order."""
 
 
 NO_BURST = Burst([])
@@ -114,9 +116,22 @@ async def burst_followers(sessions: async_sessionmaker[AsyncSession], first: Mes
                                   Message.status == "pending", Message.id > first.id)
             .order_by(Message.id).limit(MAX_PIECES))).scalars())
     run = same_burst(first, later, window_s=window_s)
+    seen = tuple((m.id, m.text) for m in [first, *later])
     if reads_whole(in_sent_order([first, *run])) or len(run) + 1 >= MAX_PIECES:
         return Burst(run)
     newest = run[-1] if run else first
     due = min(as_utc(newest.created_at) + timedelta(seconds=window_s),
               as_utc(first.created_at) + timedelta(seconds=max_wait_s))
-    return Burst(run, not_before=due if due > utcnow() else None)
+    return Burst(run, not_before=due if due > utcnow() else None, seen=seen)
+
+
+async def unchanged(session: AsyncSession, conversation_id: int, seen: tuple[tuple[int, str], ...]) -> bool:
+    """Whether the conversation's pending messages from the first are still `seen`: none came in, was
+    edited or was taken back since the wait was decided on. The worker asks under the conversation's row
+    lock as it parks (`Worker._park_burst`): a piece committed after the read but before the park found no
+    park to end, and waited the park out."""
+    rows = await session.execute(
+        select(Message.id, Message.text).where(Message.conversation_id == conversation_id, Message.direction == "in",
+                                               Message.status == "pending", Message.id >= seen[0][0])
+        .order_by(Message.id).limit(MAX_PIECES + 1))
+    return tuple(tuple(row) for row in rows) == seen

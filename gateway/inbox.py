@@ -83,12 +83,12 @@ class Inbox:
             stored = await repo.store_inbound(session, bot=bot, message=message,
                                               traceparent=otel.current_traceparent())
             if not stored.duplicate:
-                if stored.lease_owner is not None:
+                if stored.lease_owner == BURST_OWNER:
                     # It may be the piece that ends a burst being waited for ("my order" / "is late" / "?"):
-                    # looked at now, not once the wait is due (gateway/burst.py). Whenever a lease is held,
-                    # not only a burst's: a worker may be parking the conversation as this commits, and the
-                    # UPDATE then waits for its row lock and sees the park. A conversation nobody holds
-                    # (most messages) saves the statement.
+                    # looked at now, not once the wait is due (gateway/burst.py). The lease was read under
+                    # the row's KEY SHARE lock, so a park in flight was waited for and is seen; a park that
+                    # starts after it waits for this commit and reads this message (`Worker._park_burst`).
+                    # Any other holder (most messages: nobody) saves the statement.
                     await repo.end_park(session, conversation_id=stored.conversation_id, parked_owner=BURST_OWNER)
                 await announce(session)  # wakes workers in other processes when this commits
         log.info("inbound.duplicate" if stored.duplicate else "inbound.stored", bot=bot, channel=message.channel,

@@ -26,14 +26,13 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
 
 import structlog
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.budget import usage_record
-from gateway.burst import NO_BURST, burst_followers, in_sent_order
+from gateway.burst import NO_BURST, Burst, burst_followers, in_sent_order
 from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, WaitingIndicator, start_typing
@@ -80,13 +79,13 @@ class MessageHandler:
         self.rate_limiter = rate_limiter  # gateway.ratelimit.RateLimiter, set by the composition root
         self._meta_lock = asyncio.Lock()
 
-    async def handle(self, inbound: Message) -> datetime | None:
+    async def handle(self, inbound: Message) -> Burst | None:
         """Run the pipeline on `inbound` (or relay it, or refuse it over a rate limit), store the
         reply with the message marked done, and send it. On a chat platform it first waits for the
         customer to pause (`gateway.burst`): the messages of their burst are answered with it, and marked
         done with it (`meta.answered_with`). While the customer may still be typing, nothing is answered:
-        the time to take `inbound` up again is returned (the worker parks the conversation till then), and
-        the typing indicator shows meanwhile."""
+        the burst waited for is returned, with the time to take `inbound` up again (the worker parks the
+        conversation till then), and the typing indicator shows meanwhile."""
         bound = log.bind(message_id=inbound.id, conversation_id=inbound.conversation_id, bot=inbound.bot,
                          channel=inbound.channel)
         started = time.monotonic()
@@ -118,7 +117,7 @@ class MessageHandler:
             # The customer is waiting for the answer from now: shown so, not only once the model starts.
             await self._waiting.show(adapter, conversation)
             bound.info("burst.waiting", pieces=1 + len(burst.followers), until=str(burst.not_before))
-            return burst.not_before
+            return burst
         self._waiting.forget(conversation.id)
         followers = burst.followers
         # What each piece said as it was read: an edit landing while the model writes is answered after.

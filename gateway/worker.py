@@ -26,7 +26,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.backoff import doubling
-from gateway.burst import BURST_OWNER
+from gateway.burst import BURST_OWNER, Burst, unchanged
 from gateway.delivery.outbox import RETRYING, Outbox, next_attempt_at
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S
 from gateway.events import EventBus
@@ -37,7 +37,7 @@ from gateway.observability.tracing import message_context
 from gateway.pipeline import Pipeline
 from gateway.settings import Settings
 from storage import repositories as repo
-from storage.models import Message
+from storage.models import Conversation, Message
 
 log = structlog.get_logger("gateway.worker")
 
@@ -46,6 +46,11 @@ PARKED_OWNER = "outbox-backoff"
 
 _MAX_TRACKED_FAILURES = 1000
 """Conversations whose failed drains in a row a worker counts at most (for the back-off's doubling)."""
+
+
+def _park_end(due: datetime) -> datetime:
+    """A park's end: `due`, or 100 ms from now if that is later (a due time already past parks briefly)."""
+    return max(due, utcnow() + timedelta(milliseconds=100))
 
 
 class Worker:
@@ -239,16 +244,17 @@ class Worker:
                                          bot=message.bot, channel=message.channel,
                                          traceparent=(message.meta or {}).get("traceparent")):
                         try:
-                            not_before = await self.handler.handle(message)
+                            waiting = await self.handler.handle(message)
                         except asyncio.CancelledError:
                             if self._stopping:  # the shutdown's wait ran out; nothing else said the turn ended
                                 log.warning("worker.turn_abandoned", reason="shutting down; left pending, "
                                             "answered after the restart")
                             raise
-                    if not_before is not None:
+                    if waiting is not None:
                         # The customer may still be typing (a burst): the slot serves other chats meanwhile.
-                        await self._park_until(conversation_id, not_before, parked_owner=BURST_OWNER)
-                        self._wake_at(not_before)
+                        if not await self._park_burst(conversation_id, waiting):
+                            continue  # a piece came in (or was edited) since the burst was read: look again now
+                        self._wake_at(waiting.not_before)
                         break
         except Exception:
             await self._back_off(conversation_id)
@@ -295,10 +301,24 @@ class Worker:
         await self._park_until(conversation_id, due)
         log.info("conversation.parked", conversation_id=conversation_id, message_id=message_id, until=str(due))
 
-    async def _park_until(self, conversation_id: int, due: datetime, *, parked_owner: str = PARKED_OWNER) -> None:
+    async def _park_until(self, conversation_id: int, due: datetime) -> None:
         async with self._sessions() as session, session.begin():
-            await repo.park_lease(session, conversation_id=conversation_id, owner=self.owner, parked_owner=parked_owner,
-                                  until=max(due, utcnow() + timedelta(milliseconds=100)))
+            await repo.park_lease(session, conversation_id=conversation_id, owner=self.owner, parked_owner=PARKED_OWNER,
+                                  until=_park_end(due))
+
+    async def _park_burst(self, conversation_id: int, waiting: Burst) -> bool:
+        """Park the conversation while its customer may still be typing, unless its pending messages changed
+        since the burst was read; False then. Why under the row lock: a piece stored while the conversation
+        was free, committed after that read but before the park, found no park to end and waited it out.
+        FOR UPDATE waits for such a piece (its insert holds KEY SHARE on the row, `repo.store_inbound`), so it
+        is read here; one stored after this commits reads the park under its lock, and ends it."""
+        async with self._sessions() as session, session.begin():
+            await session.get(Conversation, conversation_id, with_for_update=True)
+            if not await unchanged(session, conversation_id, waiting.seen):
+                return False
+            await repo.park_lease(session, conversation_id=conversation_id, owner=self.owner, parked_owner=BURST_OWNER,
+                                  until=_park_end(waiting.not_before))
+        return True
 
     def _wake_at(self, due: datetime) -> None:
         """Look for work again at `due`, not at the next poll: a burst's answer is not held up to

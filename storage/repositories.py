@@ -48,8 +48,13 @@ async def get_or_create_conversation(session: AsyncSession, *, bot: str, ref: Co
                                      contact_id: int | None) -> Conversation:
     """The conversation for (bot, channel reference), created on first message."""
     key = {"bot": bot, "channel": ref.channel, "workspace": ref.workspace, "chat": ref.chat, "thread": ref.thread}
+    # KEY SHARE, as the message's foreign key takes it anyway: a worker parking the conversation for a burst
+    # takes FOR UPDATE first (`Worker._park_burst`), so either it waits for this transaction and reads its
+    # message, or this read waits for the park and sees it (`Inbox.accept` ends it). Read unlocked, a park
+    # committed between this read and the insert was missed by both.
+    locked = select(Conversation).filter_by(**key).with_for_update(read=True, key_share=True)
     # Read first: most messages come in a conversation that exists, and the insert is then one round trip too many.
-    found = (await session.execute(select(Conversation).filter_by(**key))).scalar_one_or_none()
+    found = (await session.execute(locked)).scalar_one_or_none()
     if found is not None:
         return found
     now = utcnow()
@@ -58,7 +63,7 @@ async def get_or_create_conversation(session: AsyncSession, *, bot: str, ref: Co
                                                "unanswered_turns": 0, "created_at": now, "updated_at": now},
                        list(key))
     )
-    return (await session.execute(select(Conversation).filter_by(**key))).scalar_one()
+    return (await session.execute(locked)).scalar_one()
 
 
 @dataclass(frozen=True, slots=True)

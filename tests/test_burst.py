@@ -16,6 +16,7 @@ from channels.base import Capabilities
 from gateway.burst import BURST_OWNER, burst_followers
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender
+from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.models import Conversation, Message
 from tests.worker_rig import EchoPipeline, RecordingAdapter, build_worker, chat_message
@@ -160,3 +161,40 @@ async def test_an_edit_that_ends_a_question_is_answered_at_once(migrated_url):
     pipeline, delay = await _answered_after(migrated_url, "How much does the Plsu plan cots", edit)
     assert [text for _, text in pipeline.seen] == ["How much does the Plus plan cost?"]
     assert delay < 0.5
+
+
+async def test_a_piece_committed_as_the_worker_parks_ends_the_park(migrated_url, monkeypatch):
+    """The "?" stored while the conversation was free and committed as a worker, which had read the burst
+    without it, parked the conversation: its store read no park to end, the park read no "?", and the
+    question waited the park out."""
+    pipeline = TimedPipeline()
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, channels=("telegram",))
+    await inbox.accept("acme", _telegram("42", 0, "my order is late"))
+    stored, commit, question = asyncio.Event(), asyncio.Event(), []
+    store_inbound, handle = repo.store_inbound, worker.handler.handle
+
+    async def stored_uncommitted(session, **kwargs):
+        result = await store_inbound(session, **kwargs)
+        stored.set()
+        await commit.wait()
+        return result
+
+    async def handle_as_the_piece_comes(message):
+        if question:
+            return await handle(message)
+        monkeypatch.setattr(repo, "store_inbound", stored_uncommitted)
+        question.append(asyncio.create_task(inbox.accept("acme", _telegram("42", 1, "?"))))
+        await stored.wait()  # in the store, not committed: the burst is read without it
+        waiting = await handle(message)
+        commit.set()  # committed as the worker parks (or before: on SQLite, the park waits for it)
+        return waiting
+
+    worker.handler.handle = handle_as_the_piece_comes
+    draining = asyncio.create_task(worker.run_until_idle(timeout=30))
+    await stored.wait()
+    await question[0]
+    asked = time.monotonic()
+    await draining
+    await engine.dispose()
+    assert [text for _, text in pipeline.seen] == ["my order is late\n?"]
+    assert pipeline.started[0] - asked < 0.5  # not at the park's end, 1.5 s after the first piece
