@@ -106,11 +106,21 @@ class Inbox:
         own (`MessageHandler._finish`); a deletion then drops the answer."""
         async with self._sessions() as session, session.begin():
             waiting = (await session.execute(
-                select(Message).join(Conversation, Message.conversation_id == Conversation.id).where(
+                select(Message.id, Message.conversation_id, Message.meta)
+                .join(Conversation, Message.conversation_id == Conversation.id).where(
                     Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
-                    Message.status == "pending", Conversation.chat == edit.conversation.chat)
-                .with_for_update(of=Message))).scalars()
-            target = next((m for m in waiting if (m.meta or {}).get("platform_message_id") == edit.revises), None)
+                    Message.status == "pending", Conversation.chat == edit.conversation.chat))).all()
+            found = next((m for m in waiting if (m.meta or {}).get("platform_message_id") == edit.revises), None)
+            target = None
+            if found is not None:
+                # The conversation's row, then the message: the order the answer's store takes them in
+                # (`MessageHandler._finish`), which then finishes first. Every pending message of the chat
+                # was locked first, in the scan's order (an updated row last), and then the conversation:
+                # each side held a message the other waited for, and PostgreSQL aborted one.
+                await session.get(Conversation, found.conversation_id, with_for_update={"key_share": True})
+                target = await session.get(Message, found.id, with_for_update=True)
+                if target.status != "pending":  # answered or taken back meanwhile
+                    target = None
             if target is not None:
                 if edit.deleted:
                     target.status, target.error = "ignored", "deleted by the customer before it was answered"

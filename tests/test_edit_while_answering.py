@@ -3,11 +3,16 @@ answer to the text as read goes out, and the edited text is answered next, once,
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
-from sqlalchemy import select
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.models import ConversationRef, InboundMessage, Sender
+from storage import repositories as repo
+from storage.engine import create_engine
 from storage.models import Message
 from tests.worker_rig import EchoPipeline, build_worker
 
@@ -60,3 +65,53 @@ async def test_an_edit_back_to_the_text_answered_is_not_answered_again(migrated_
 async def test_a_deletion_while_the_answer_is_written_drops_the_answer(migrated_url):
     pipeline, sent, [question] = await _edited_mid_answer(migrated_url, None)
     assert sent == [] and question.status == "ignored"
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_an_edit_as_a_burst_s_answer_is_stored_does_not_deadlock(migrated_url, monkeypatch):
+    """The answer's store locks the conversation, then the first piece, then each follower; the edit locked
+    every pending message of the chat in the scan's order (the first piece, updated by its attempt count,
+    last), then the conversation: each held what the other waited for, and PostgreSQL aborted one."""
+    await _scanned_in_stored_order(migrated_url)
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, EchoPipeline(delay=0), channels=("telegram",))
+    pieces = [replace(QUESTION, external_id=f"tg-{n}", text=text)
+              for n, text in enumerate(("my order is late", "and nobody answers", "why?"))]
+    accepted = [await inbox.accept("acme", piece) for piece in pieces]
+    edit = replace(pieces[0], external_id="edit-0", text="my order 123 is late", revises="tg-0")
+    get, editing = AsyncSession.get, []
+
+    async def get_as_the_customer_edits(self, entity, ident, **kwargs):
+        if entity is Message and ident == accepted[1].message_id and kwargs.get("with_for_update") and not editing:
+            editing.append(asyncio.create_task(inbox.accept("acme", edit)))
+            await _until_waiting_for_a_lock(engine)  # the edit holds what it got, and waits for the rest
+        return await get(self, entity, ident, **kwargs)
+
+    monkeypatch.setattr(AsyncSession, "get", get_as_the_customer_edits)
+    async with sessions() as session:
+        first = await repo.next_pending(session, conversation_id=accepted[0].conversation_id)
+    outcomes = await asyncio.gather(worker.handler.handle(first), *editing, return_exceptions=True)
+    outcomes += await asyncio.gather(*editing, return_exceptions=True)
+    await engine.dispose()
+    assert not [o for o in outcomes if isinstance(o, BaseException)]
+    assert [text for _, text in adapter.sent] == ["echo: my order is late\nand nobody answers\nwhy?"]
+
+
+async def _until_waiting_for_a_lock(engine) -> None:
+    """Until a connection of the test's database waits for a row lock (pg_stat_activity)."""
+    for _ in range(1000):
+        async with engine.connect() as connection:
+            if await connection.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                            " AND wait_event_type = 'Lock'")):
+                return
+        await asyncio.sleep(0.01)
+    raise AssertionError("nothing waited for a lock")
+
+
+async def _scanned_in_stored_order(url: str) -> None:
+    """The database's plans read rows where they lie, as its bitmap scans of a large table do: an updated row
+    comes after the rows stored since it was (a small table is read by its index, in id order)."""
+    engine = create_engine(url)
+    async with engine.begin() as connection:
+        for plan in ("indexscan", "bitmapscan"):
+            await connection.execute(text(f'ALTER DATABASE "{url.rsplit("/", 1)[1]}" SET enable_{plan} = off'))
+    await engine.dispose()
