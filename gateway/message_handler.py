@@ -120,17 +120,18 @@ class MessageHandler:
             return burst
         self._waiting.forget(conversation.id)
         followers = burst.followers
-        # What each piece said as it was read: an edit landing while the model writes is answered after.
-        finish = functools.partial(self._finish, followers=tuple(m.id for m in followers),
-                                   answered=tuple((m.id, m.text) for m in [inbound, *followers]))
         pieces = in_sent_order([inbound, *followers])
+        # The reply quotes (threads on) the piece sent first, which may have been stored after the others.
+        # What each piece said as it was read: an edit landing while the model writes is answered after.
+        finish = functools.partial(self._finish, followers=tuple(m.id for m in followers), reply_to=pieces[0],
+                                   answered=tuple((m.id, m.text) for m in [inbound, *followers]))
         topic = message_topic(inbound.id)
         ref = ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,
                               thread=conversation.thread)
         await self._remove_interrupted_stream(inbound, adapter, ref)
         streamer = streamer_for(
             adapter, getattr(bot.channels, inbound.channel, None), ref,
-            reply_to=(inbound.meta or {}).get("platform_message_id")) if conversation.state == "bot" else None
+            reply_to=(pieces[0].meta or {}).get("platform_message_id")) if conversation.state == "bot" else None
         if streamer is not None:
             streamer.on_sent = functools.partial(self._record_streamed, inbound)
 
@@ -285,10 +286,11 @@ class MessageHandler:
 
     async def _finish(self, inbound: Message, result: PipelineResult | None, *, status: str,
                       error: str | None = None, streamer: EditStreamer | None = None,
-                      followers: tuple[int, ...] = (), answered: tuple[tuple[int, str], ...] = ()) -> bool:
+                      followers: tuple[int, ...] = (), answered: tuple[tuple[int, str], ...] = (),
+                      reply_to: Message | None = None) -> bool:
         """Store the reply and mark the inbound message in one transaction, then deliver. True when
         the bot's reply was dropped because an operator took the thread meanwhile. `followers`, the rest
-        of its burst, are marked with it. `answered` is each piece's text as the turn read it: a piece
+        of its burst, are marked with it; the reply answers `reply_to` (the piece sent first), else `inbound`. `answered` is each piece's text as the turn read it: a piece
         edited since (`Inbox._revise`) keeps that text, and its edit is stored as a message to answer next."""
         outbound_ids: list[int] = []
         edits: list[tuple[int, int]] = []
@@ -316,7 +318,7 @@ class MessageHandler:
             if result is not None:
                 for text in result.replies():
                     out = await repo.add_outbound(
-                        session, conversation=conversation, text=text, reply_to_id=inbound.id,
+                        session, conversation=conversation, text=text, reply_to_id=(reply_to or inbound).id,
                         author=result.author, citations=[c.as_dict() for c in result.citations],
                         tool_calls=result.tool_calls, retrieved=result.retrieved)
                     outbound_ids.append(out.id)

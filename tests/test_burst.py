@@ -58,16 +58,33 @@ async def test_burst_pieces_stored_out_of_order_are_joined_in_the_order_sent(mig
     """Two webhooks delivered side by side were stored in either order, and the pieces were joined in
     the store's: "the Plus plan cost?" / "How much does". Telegram's `date` is whole seconds, so its
     message_id (`sequence`) decides."""
-    pipeline = EchoPipeline(delay=0)
-    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, channels=("telegram",))
+    pipeline, adapter = EchoPipeline(delay=0), QuotingAdapter()
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, channels=("telegram",), adapter=adapter)
     sent = datetime(2026, 12, 6, 12, 0, tzinfo=timezone.utc)
     for sequence, text in ((12, "the Plus plan cost?"), (11, "How much does")):
         await inbox.accept("acme", InboundMessage(
             channel="telegram", external_id=f"tg-{sequence}", sender=Sender("42"), sent_at=sent, sequence=sequence,
-            conversation=ConversationRef("telegram", chat="42"), text=text))
+            conversation=ConversationRef("telegram", chat="42"), text=text, raw={"message_id": sequence}))
     await worker.run_until_idle(timeout=30)
+    async with sessions() as session:
+        reply_to = await session.scalar(select(Message.reply_to_id).where(Message.direction == "out"))
+        first_sent = await session.scalar(select(Message.id).where(Message.external_id == "tg-11"))
     await engine.dispose()
     assert [text for _, text in pipeline.seen] == ["How much does\nthe Plus plan cost?"]
+    # It quoted the piece stored first, "the Plus plan cost?": the question seemed to start there.
+    assert (reply_to, adapter.replied_to) == (first_sent, ["11"])
+
+
+class QuotingAdapter(RecordingAdapter):
+    """Records which platform message each reply quotes (Telegram's reply, Slack's and Discord's thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replied_to: list[str | None] = []
+
+    async def send(self, message):
+        self.replied_to.append(message.reply_to)
+        return await super().send(message)
 
 
 def _telegram(chat: str, n: int, text: str) -> InboundMessage:
