@@ -125,7 +125,9 @@ class Inbox:
                 if edit.deleted:
                     target.status, target.error = "ignored", "deleted by the customer before it was answered"
                 else:
+                    # The command it now holds, if any: "/start" edited into a question is a question.
                     target.text = edit.text
+                    target.meta = repo.with_command(target.meta, repo.inbound_meta(edit).get("command"))
                 await repo.end_park(session, conversation_id=target.conversation_id, parked_owner=BURST_OWNER)
         what = "deletion" if edit.deleted else "edit"
         if target is None:

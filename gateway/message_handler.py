@@ -124,7 +124,8 @@ class MessageHandler:
         # The reply quotes (threads on) the piece sent first, which may have been stored after the others.
         # What each piece said as it was read: an edit landing while the model writes is answered after.
         finish = functools.partial(self._finish, followers=tuple(m.id for m in followers), reply_to=pieces[0],
-                                   answered=tuple((m.id, m.text) for m in [inbound, *followers]))
+                                   answered=tuple((m.id, m.text, (m.meta or {}).get("command"))
+                                                  for m in [inbound, *followers]))
         topic = message_topic(inbound.id)
         ref = ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,
                               thread=conversation.thread)
@@ -172,8 +173,10 @@ class MessageHandler:
             result = handoff(bot, "failure", reason=error, trigger="gave_up", error=error)
             await finish(inbound, result, status="failed", error=error)
             return None
-        # Counted on its first attempt only: a message taken again after a crash is still one message.
-        if turn.state == "bot" and attempt == 1 and await self._rate_limited(inbound, turn, finish):
+        # Counted on its first attempt only: a message taken again after a crash is still one message. Nor
+        # is an edit answered after its message (`meta.edit_of`) a new one: the customer fixed a typo.
+        if turn.state == "bot" and attempt == 1 and not (inbound.meta or {}).get("edit_of") \
+                and await self._rate_limited(inbound, turn, finish):
             return None
         if attempt > 1:
             # A stream of the dead attempt's tokens may be open (web chat, another process): they are void.
@@ -245,10 +248,11 @@ class MessageHandler:
 
         One write at a time: the stream's and the tool journal's writes each store the whole `meta`, so
         one that committed after a newer one would undo it."""
-        async with self._meta_lock:
-            inbound.meta = {**(inbound.meta or {}), key: storable_json(value)}  # a tool's result may hold NUL
-            async with self._sessions() as session, session.begin():
-                await session.execute(update(Message).where(Message.id == inbound.id).values(meta=inbound.meta))
+        async with self._meta_lock, self._sessions() as session, session.begin():
+            # Merged into the row as stored, under its lock: an edit applied meanwhile changed its command
+            # (`Inbox._revise`), which the turn's copy would undo. A tool's result may hold NUL.
+            row = await session.get(Message, inbound.id, with_for_update=True)
+            row.meta = inbound.meta = {**(row.meta or {}), key: storable_json(value)}
 
     async def _remove_interrupted_stream(self, inbound: Message, adapter, ref: ConversationRef) -> None:
         """An earlier attempt at `inbound` streamed messages and never finished (the process died):
@@ -286,12 +290,13 @@ class MessageHandler:
 
     async def _finish(self, inbound: Message, result: PipelineResult | None, *, status: str,
                       error: str | None = None, streamer: EditStreamer | None = None,
-                      followers: tuple[int, ...] = (), answered: tuple[tuple[int, str], ...] = (),
+                      followers: tuple[int, ...] = (), answered: tuple[tuple[int, str, str | None], ...] = (),
                       reply_to: Message | None = None) -> bool:
         """Store the reply and mark the inbound message in one transaction, then deliver. True when
         the bot's reply was dropped because an operator took the thread meanwhile. `followers`, the rest
-        of its burst, are marked with it; the reply answers `reply_to` (the piece sent first), else `inbound`. `answered` is each piece's text as the turn read it: a piece
-        edited since (`Inbox._revise`) keeps that text, and its edit is stored as a message to answer next."""
+        of its burst, are marked with it; the reply answers `reply_to` (the piece sent first), else `inbound`.
+        `answered` is each piece's text and command as the turn read them: a piece edited since
+        (`Inbox._revise`) keeps them, and its edit is stored as a message to answer next."""
         outbound_ids: list[int] = []
         edits: list[tuple[int, int]] = []
         taken_over = False
@@ -340,11 +345,13 @@ class MessageHandler:
                 if piece is not None and piece.status == "pending":
                     piece.status, piece.updated_at = status, message.updated_at
                     piece.meta = {**(piece.meta or {}), "answered_with": inbound.id}
-            for piece_id, text in answered:
+            for piece_id, text, command in answered:
                 piece = await session.get(Message, piece_id)
                 if piece is not None and piece.status == status and piece.text != text:  # not deleted meanwhile
+                    # With the command the edit holds (`Inbox._revise`): "/start" edited into a question is one.
                     edit = await repo.add_edit_to_answer(session, of=piece, text=piece.text)
                     piece.text = text  # the record shows what was answered
+                    piece.meta = repo.with_command(piece.meta, command)
                     edits.append((piece.id, edit.id))
         for piece_id, edit_id in edits:
             log.info("inbound.edit_queued", message_id=piece_id, edit_message_id=edit_id,

@@ -146,6 +146,11 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
     return meta
 
 
+def with_command(meta: dict[str, Any] | None, command: str | None) -> dict[str, Any]:
+    """`meta` holding `command` (a bot command such as "start"), or no command when it is None."""
+    return {k: v for k, v in (meta or {}).items() if k != "command"} | ({"command": command} if command else {})
+
+
 _PLATFORM_META = ("sender", "platform_message_id", "command", "needs_reply", "sequence", "traceparent")
 """What `inbound_meta` (and the inbox) keep on a message from the platform; the rest of `meta` is what
 attempts at answering it did (a streamed draft, tool runs), which a message of its own starts without."""

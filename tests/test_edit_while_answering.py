@@ -10,7 +10,9 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.bot_settings import RateLimitSettings
 from gateway.models import ConversationRef, InboundMessage, Sender
+from gateway.ratelimit import RateLimiter
 from storage import repositories as repo
 from storage.engine import create_engine
 from storage.models import Message
@@ -22,21 +24,29 @@ QUESTION = InboundMessage(channel="telegram", external_id="tg-1", sender=Sender(
                           conversation=ConversationRef("telegram", chat="42"), text=TYPO)
 
 
-async def _edited_mid_answer(url: str, *edits: str | None) -> tuple[EchoPipeline, list, list[Message]]:
-    """QUESTION answered by a worker while the customer edits it to each of `edits` in turn (None: deletes
-    it) as the model writes: what the pipeline read, what was sent, and the inbound rows as stored."""
+async def _edited_mid_answer(url: str, *edits: str | None, question: InboundMessage = QUESTION,
+                             limiter=None) -> tuple[EchoPipeline, list, list[Message]]:
+    """`question` answered by a worker while the customer edits it to each of `edits` in turn (None: deletes
+    it) as the model writes: what the pipeline read (and `commands`, each turn's), what was sent, and the
+    inbound rows as stored."""
     engine, sessions, inbox, worker, adapter = build_worker(url, None, channels=("telegram",))
+    worker.handler.rate_limiter = limiter
 
     class EditedWhileWriting(EchoPipeline):
+        commands: list[str | None] = []
+
         async def handle(self, turn):
-            if turn.text == TYPO:
+            self.commands.append(turn.command)
+            if not self.seen:  # the question's turn
                 for n, text in enumerate(edits):
-                    await inbox.accept("acme", replace(QUESTION, external_id=f"edit-{n}", text=text or "",
+                    await inbox.accept("acme", replace(question, external_id=f"edit-{n}", text=text or "", raw={},
                                                        revises="tg-1", deleted=text is None))
+                # A tool ran after the edits, and was saved on the message (`meta`, the tool journal).
+                await turn.tool_journal.record("lookup", {}, result="ok", error=None, escalate=None)
             return await super().handle(turn)
 
     pipeline = worker.handler._pipeline = EditedWhileWriting(delay=0)
-    await inbox.accept("acme", QUESTION)
+    await inbox.accept("acme", question)
     await worker.run_until_idle(timeout=30)
     async with sessions() as session:
         inbound = list((await session.execute(
@@ -65,6 +75,25 @@ async def test_an_edit_back_to_the_text_answered_is_not_answered_again(migrated_
 async def test_a_deletion_while_the_answer_is_written_drops_the_answer(migrated_url):
     pipeline, sent, [question] = await _edited_mid_answer(migrated_url, None)
     assert sent == [] and question.status == "ignored"
+
+
+async def test_an_edit_of_a_command_into_a_question_is_answered_as_a_question(migrated_url):
+    """The edit queued after "/start"'s answer kept the original's `meta.command`: the question the
+    customer turned it into got the greeting again. (A tool's journal, saved on the message after the edit,
+    wrote back the command the turn had read.)"""
+    start = replace(QUESTION, text="", raw={"command": "start"})
+    pipeline, sent, [question, edit] = await _edited_mid_answer(migrated_url, FIXED, question=start)
+    assert pipeline.commands == ["start", None]
+    assert (question.text, question.meta["command"]) == ("", "start")  # the record shows what was answered
+    assert edit.text == FIXED and "command" not in edit.meta
+
+
+async def test_an_edit_answered_after_its_message_is_not_counted_against_the_rate_limit(migrated_url):
+    """It was one more message of the contact's: at one a minute, the corrected question got the notice."""
+    limiter = RateLimiter({"acme": RateLimitSettings(per_contact_per_minute=1)})
+    pipeline, sent, [question, edit] = await _edited_mid_answer(migrated_url, FIXED, limiter=limiter)
+    assert [text for _, text in sent] == [f"echo: {TYPO}", f"echo: {FIXED}"]
+    assert edit.error is None
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
