@@ -115,7 +115,7 @@ class MessageHandler:
             if conversation.state == "bot" else NO_BURST
         if burst.not_before is not None:
             # The customer is waiting for the answer from now: shown so, not only once the model starts.
-            await self._waiting.show(adapter, conversation)
+            self._waiting.show(adapter, conversation)
             bound.info("burst.waiting", pieces=1 + len(burst.followers), until=str(burst.not_before))
             return burst
         self._waiting.forget(conversation.id)
@@ -231,6 +231,10 @@ class MessageHandler:
                    escalate=(result.trigger or "other") if result.escalate else None,
                    duration_ms=round((time.monotonic() - started) * 1000))
         return None
+
+    async def close(self) -> None:
+        """End what outlives a turn: typing indicators still waiting for their platform."""
+        await self._waiting.close()
 
     async def _count_attempt(self, inbound: Message) -> int:
         """This attempt's number at the message, 1 for its first: kept in the store, so a turn taken

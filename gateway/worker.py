@@ -111,6 +111,7 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        await self.handler.close()
         log.info("worker.stopped", owner=self.owner)
 
     async def run_until_idle(self, *, timeout: float = 30.0) -> None:

@@ -215,3 +215,29 @@ async def test_a_piece_committed_as_the_worker_parks_ends_the_park(migrated_url,
     await engine.dispose()
     assert [text for _, text in pipeline.seen] == ["my order is late\n?"]
     assert pipeline.started[0] - asked < 0.5  # not at the park's end, 1.5 s after the first piece
+
+
+class HangingTypingAdapter(TypingAdapter):
+    """A platform that never answers a typing indicator (its HTTP timeout is long)."""
+
+    async def send_typing(self, ref) -> None:
+        await super().send_typing(ref)
+        await asyncio.Event().wait()
+
+
+async def test_a_slow_typing_indicator_holds_no_worker_turn_and_no_task_past_the_stop(migrated_url):
+    """The waiting indicator was awaited inline: a platform slow to show it held the worker's turn until its
+    HTTP timeout, and everyone else's question waited behind it."""
+    adapter, pipeline = HangingTypingAdapter(), EchoPipeline(delay=0)
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, channels=("telegram", "web"),
+                                                      adapter=adapter)
+    worker.handler._adapters = {("acme", "telegram"): adapter}
+    worker.concurrency = 1
+    await inbox.accept("acme", _telegram("42", 0, "hi"))  # waits for more, "typing…" meanwhile
+    await inbox.accept("acme", chat_message("bob", 0))
+    await worker.run_until_idle(timeout=5)
+    await worker.stop()
+    await engine.dispose()
+    assert [text for _, text in pipeline.seen] == ["bob #0", "hi"]
+    assert adapter.typed  # shown, and still unanswered by the platform
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("typing") and not t.done()]

@@ -13,6 +13,8 @@ from storage.models import Conversation
 log = structlog.get_logger("gateway.worker")
 
 TYPING_REFRESH_S = 4.0  # Telegram's indicator lasts 5 s, Discord's 10 s
+TYPING_TIMEOUT_S = 5.0
+"""The longest a platform is waited for to show the indicator: one shown later has nearly lapsed anyway."""
 
 
 def _sender(adapter: object, conversation: Conversation):
@@ -26,11 +28,13 @@ def _sender(adapter: object, conversation: Conversation):
     return lambda: send_typing(ref)
 
 
-async def _show(send, conversation: Conversation) -> bool:
+async def _show(send, conversation: Conversation, *, timeout_s: float = TYPING_TIMEOUT_S) -> bool:
     try:
-        await send()
+        async with asyncio.timeout(timeout_s):
+            await send()
     except Exception as exc:  # best effort: an indicator must never fail the answer
-        log.warning("typing.failed", conversation_id=conversation.id, error=str(exc)[:200])
+        log.warning("typing.failed", conversation_id=conversation.id,
+                    error=str(exc)[:200] or f"{type(exc).__name__} (after {timeout_s:g} s at most)")
         return False
     return True
 
@@ -51,17 +55,22 @@ def start_typing(adapter: object, conversation: Conversation, *, refresh_s: floa
 
 class WaitingIndicator:
     """The indicator while a conversation is parked for its customer to finish typing (a burst): shown
-    each time the worker looks at it, at most once every `refresh_s`. No task lives on between looks, so
-    it stops with the wait (`gateway.burst.BURST_MAX_WAIT_S` at most), then the answer's own indicator shows."""
+    each time the worker looks at it, at most once every `refresh_s`. Nothing refreshes it between looks,
+    so it stops with the wait (`gateway.burst.BURST_MAX_WAIT_S` at most), then the answer's own indicator
+    shows. Each showing is a task of its own, bounded by `timeout_s`: awaited in the turn, a platform slow
+    to answer held the worker's turn (and the park) until its HTTP timeout. `close` ends those left."""
 
     _KEPT = 1000  # conversations remembered at most; a forgotten one is only shown the indicator again
 
-    def __init__(self, *, refresh_s: float = TYPING_REFRESH_S) -> None:
+    def __init__(self, *, refresh_s: float = TYPING_REFRESH_S, timeout_s: float = TYPING_TIMEOUT_S) -> None:
         self.refresh_s = refresh_s
+        self.timeout_s = timeout_s
         self._shown: dict[int, float] = {}  # conversation id -> monotonic time it was last shown
+        self._showing: set[asyncio.Task] = set()
 
-    async def show(self, adapter: object, conversation: Conversation) -> None:
-        """Show the indicator unless it was shown for this conversation less than `refresh_s` ago."""
+    def show(self, adapter: object, conversation: Conversation) -> None:
+        """Show the indicator, without waiting for the platform, unless it was shown for this
+        conversation less than `refresh_s` ago."""
         send = _sender(adapter, conversation)
         now = time.monotonic()
         if send is None or now - self._shown.get(conversation.id, -self.refresh_s) < self.refresh_s:
@@ -69,7 +78,17 @@ class WaitingIndicator:
         if len(self._shown) >= self._KEPT:
             del self._shown[next(iter(self._shown))]
         self._shown[conversation.id] = now
-        await _show(send, conversation)
+        # A failure is logged by `_show`, once; the task ends with no error left for asyncio to report.
+        task = asyncio.create_task(_show(send, conversation, timeout_s=self.timeout_s), name=f"typing-{conversation.id}")
+        self._showing.add(task)
+        task.add_done_callback(self._showing.discard)
+
+    async def close(self) -> None:
+        """End the showings still waiting for their platform (at a stop: none outlives the worker)."""
+        showing = list(self._showing)
+        for task in showing:
+            task.cancel()
+        await asyncio.gather(*showing, return_exceptions=True)
 
     def forget(self, conversation_id: int) -> None:
         """The wait is over: the next wait in this conversation shows the indicator at once."""
