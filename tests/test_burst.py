@@ -19,7 +19,7 @@ from gateway.models import ConversationRef, InboundMessage, Sender
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.models import Conversation, Message
-from tests.worker_rig import EchoPipeline, RecordingAdapter, build_worker, chat_message
+from tests.worker_rig import EchoPipeline, RecordingAdapter, build_worker, chat_message, until_waiting_for_a_lock
 
 pytestmark = pytest.mark.asyncio
 
@@ -184,9 +184,7 @@ async def test_a_piece_committed_as_the_worker_parks_ends_the_park(migrated_url,
     """The "?" stored while the conversation was free and committed as a worker, which had read the burst
     without it, parked the conversation: its store read no park to end, the park read no "?", and the
     question waited the park out."""
-    pipeline = TimedPipeline()
-    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, channels=("telegram",))
-    await inbox.accept("acme", _telegram("42", 0, "my order is late"))
+    pipeline, engine, inbox, worker = await _my_order_is_late(migrated_url)
     stored, commit, question = asyncio.Event(), asyncio.Event(), []
     store_inbound, handle = repo.store_inbound, worker.handler.handle
 
@@ -207,14 +205,29 @@ async def test_a_piece_committed_as_the_worker_parks_ends_the_park(migrated_url,
         return waiting
 
     worker.handler.handle = handle_as_the_piece_comes
+    await _question_answered_at_once(pipeline, engine, worker, stored, question)
+
+
+async def _my_order_is_late(url: str) -> tuple[TimedPipeline, object, Inbox, object]:
+    """A worker on Telegram, and "my order is late" stored (it waits for more): pipeline, engine, inbox, worker."""
+    pipeline = TimedPipeline()
+    engine, sessions, inbox, worker, _ = build_worker(url, pipeline, channels=("telegram",))
+    await inbox.accept("acme", _telegram("42", 0, "my order is late"))
+    return pipeline, engine, inbox, worker
+
+
+async def _question_answered_at_once(pipeline: TimedPipeline, engine, worker, storing: asyncio.Event,
+                                     question: list[asyncio.Task]) -> None:
+    """Drain while the test's hooks store "?" (its task in `question`, then `storing` set): it is answered
+    with the first piece at once, not at the park's end (1.5 s after the first piece)."""
     draining = asyncio.create_task(worker.run_until_idle(timeout=30))
-    await stored.wait()
+    await storing.wait()
     await question[0]
     asked = time.monotonic()
     await draining
     await engine.dispose()
     assert [text for _, text in pipeline.seen] == ["my order is late\n?"]
-    assert pipeline.started[0] - asked < 0.5  # not at the park's end, 1.5 s after the first piece
+    assert pipeline.started[0] - asked < 0.5
 
 
 class HangingTypingAdapter(TypingAdapter):
@@ -241,3 +254,23 @@ async def test_a_slow_typing_indicator_holds_no_worker_turn_and_no_task_past_the
     assert [text for _, text in pipeline.seen] == ["bob #0", "hi"]
     assert adapter.typed  # shown, and still unanswered by the platform
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("typing") and not t.done()]
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_a_piece_stored_as_the_park_commits_sees_the_park_and_ends_it(migrated_url, monkeypatch):
+    """The other order: the "?" is stored as the worker, which read the burst without it, is parking. Its
+    store read the conversation unlocked, leased to the worker and not yet parked, so it ended no park (its
+    insert then waited for the park's commit), and the question waited the park out."""
+    pipeline, engine, inbox, worker = await _my_order_is_late(migrated_url)
+    storing, question = asyncio.Event(), []
+    park_lease = repo.park_lease
+
+    async def park_as_the_piece_comes(session, **kwargs):
+        await park_lease(session, **kwargs)
+        if not question:
+            question.append(asyncio.create_task(inbox.accept("acme", _telegram("42", 1, "?"))))
+            storing.set()
+            await until_waiting_for_a_lock(engine)  # the "?"'s store waits for the park's commit
+
+    monkeypatch.setattr(repo, "park_lease", park_as_the_piece_comes)
+    await _question_answered_at_once(pipeline, engine, worker, storing, question)

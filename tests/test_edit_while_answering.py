@@ -16,7 +16,7 @@ from gateway.ratelimit import RateLimiter
 from storage import repositories as repo
 from storage.engine import create_engine
 from storage.models import Message
-from tests.worker_rig import EchoPipeline, build_worker
+from tests.worker_rig import EchoPipeline, build_worker, until_waiting_for_a_lock
 
 TYPO = "How much does the Plsu plam cots?"
 FIXED = "How much does the Plus plan cost?"
@@ -112,33 +112,22 @@ async def test_an_edit_as_a_burst_s_answer_is_stored_does_not_deadlock(migrated_
     async def get_as_the_customer_edits(self, entity, ident, **kwargs):
         if entity is Message and ident == accepted[1].message_id and kwargs.get("with_for_update") and not editing:
             editing.append(asyncio.create_task(inbox.accept("acme", edit)))
-            await _until_waiting_for_a_lock(engine)  # the edit holds what it got, and waits for the rest
+            await until_waiting_for_a_lock(engine)  # the edit holds what it got, and waits for the rest
         return await get(self, entity, ident, **kwargs)
 
     monkeypatch.setattr(AsyncSession, "get", get_as_the_customer_edits)
     async with sessions() as session:
         first = await repo.next_pending(session, conversation_id=accepted[0].conversation_id)
-    outcomes = await asyncio.gather(worker.handler.handle(first), *editing, return_exceptions=True)
-    outcomes += await asyncio.gather(*editing, return_exceptions=True)
+    outcomes = await asyncio.gather(worker.handler.handle(first), return_exceptions=True)
+    outcomes += await asyncio.gather(*editing, return_exceptions=True)  # started as the answer was stored
     await engine.dispose()
     assert not [o for o in outcomes if isinstance(o, BaseException)]
     assert [text for _, text in adapter.sent] == ["echo: my order is late\nand nobody answers\nwhy?"]
 
 
-async def _until_waiting_for_a_lock(engine) -> None:
-    """Until a connection of the test's database waits for a row lock (pg_stat_activity)."""
-    for _ in range(1000):
-        async with engine.connect() as connection:
-            if await connection.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                                            " AND wait_event_type = 'Lock'")):
-                return
-        await asyncio.sleep(0.01)
-    raise AssertionError("nothing waited for a lock")
-
-
 async def _scanned_in_stored_order(url: str) -> None:
-    """The database's plans read rows where they lie, as its bitmap scans of a large table do: an updated row
-    comes after the rows stored since it was (a small table is read by its index, in id order)."""
+    """The database reads the tables where their rows lie (no index scans): on a busy table an updated row moves
+    to a later page, and comes after the rows stored since (a small table is read by its index, in id order)."""
     engine = create_engine(url)
     async with engine.begin() as connection:
         for plan in ("indexscan", "bitmapscan"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from channels.base import Capabilities
 from gateway.delivery.outbox import Outbox
@@ -100,3 +100,14 @@ async def answer_one(url: str, pipeline: EchoPipeline) -> tuple[Message, Recordi
         return reply, adapter
     finally:
         await engine.dispose()
+
+
+async def until_waiting_for_a_lock(engine) -> None:
+    """Until a connection to the engine's PostgreSQL database waits for a lock (pg_stat_activity)."""
+    for _ in range(1000):
+        async with engine.connect() as connection:
+            if await connection.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                            " AND wait_event_type = 'Lock'")):
+                return
+        await asyncio.sleep(0.01)
+    raise AssertionError("nothing waited for a lock")
