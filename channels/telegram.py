@@ -13,8 +13,9 @@ Inbound
 - In groups the bot answers only when @mentioned, replied to, or sent a command, unless
   `respond_in_groups: always`. A forum topic is one conversation (`ConversationRef.thread`); elsewhere
   in a group each member's questions are their own (`gateway.models.member_thread`).
-- `/start` and `/help` are flagged as `raw["command"]` so the pipeline sends the greeting; `/ask
-  question` works in groups where privacy mode hides plain messages.
+- `/start` and `/help` are flagged as `raw["command"]` so the pipeline sends the greeting (a deep link's
+  `/start <payload>` keeps the payload as `raw["start_payload"]`, not as text); `/ask question` works in
+  groups where privacy mode hides plain messages.
 
 Outbound: Markdown → Telegram HTML (`telegram_render`), split at 4096 UTF-16 units, citations as
 links. 429 `retry_after` is honoured in place (bounded), 5xx is retried with backoff, and chunks that

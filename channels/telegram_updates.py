@@ -21,6 +21,8 @@ ALLOWED_UPDATES = ("message", "edited_message", "channel_post", "edited_channel_
 """What we ask Telegram for (setWebhook / getUpdates); anything else is ignored if it arrives."""
 
 GREETING_COMMANDS = frozenset({"start", "help"})
+START_PAYLOAD_MAX = 64
+"""Telegram's limit on a deep link's `start` parameter; longer text after /start was typed, and is cut."""
 QUESTION_COMMANDS = frozenset({"ask"})
 _MEDIA = (  # (field, kind); order matters: an animation also carries a `document` copy
     ("photo", "image"), ("animation", "video"), ("video", "video"), ("video_note", "video"),
@@ -167,6 +169,10 @@ class UpdateParser:
         text = addr.text
         if addr.command:
             raw["command"] = addr.command
+            if addr.command == "start" and text:
+                # A deep link (t.me/<bot>?start=order123): where the customer came from, for an operator or
+                # a tool to see; the greeting answers it, and it is no question for search or the model.
+                raw["start_payload"], text = text[:START_PAYLOAD_MAX], ""
         elif is_group and addr.mention_spans:
             text = _strip_utf16(text, addr.mention_spans)
         if msg.get("forward_origin") or msg.get("forward_from") or msg.get("forward_date"):

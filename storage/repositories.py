@@ -139,6 +139,9 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
     command = message.raw.get("command") if isinstance(message.raw, dict) else None
     if isinstance(command, str):
         meta["command"] = command[:32]
+    payload = message.raw.get("start_payload") if isinstance(message.raw, dict) else None
+    if isinstance(payload, str) and payload:  # a Telegram deep link's: where the customer came from
+        meta["start_payload"] = payload[:64]
     if message.needs_reply:
         meta["needs_reply"] = True
     if message.sequence is not None:
@@ -151,7 +154,8 @@ def with_command(meta: dict[str, Any] | None, command: str | None) -> dict[str, 
     return {k: v for k, v in (meta or {}).items() if k != "command"} | ({"command": command} if command else {})
 
 
-_PLATFORM_META = ("sender", "platform_message_id", "command", "needs_reply", "sequence", "traceparent")
+_PLATFORM_META = ("sender", "platform_message_id", "command", "start_payload", "needs_reply", "sequence",
+                  "traceparent")
 """What `inbound_meta` (and the inbox) keep on a message from the platform; the rest of `meta` is what
 attempts at answering it did (a streamed draft, tool runs), which a message of its own starts without."""
 

@@ -209,6 +209,13 @@ def test_parse_start_and_help_are_flagged_for_the_greeting() -> None:
     assert ask.messages[0].text == "where is my order?" and "command" not in ask.messages[0].raw
 
 
+def test_parse_start_with_a_deep_link_payload_keeps_it_apart_from_the_text() -> None:
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    start = tg.parse(_request(_update("/start order123", entities=[{"type": "bot_command", "offset": 0, "length": 6}])))
+    [message] = start.messages
+    assert (message.text, message.raw["command"], message.raw["start_payload"]) == ("", "start", "order123")
+
+
 def test_parse_ignores_own_and_other_bots_messages() -> None:
     tg = TelegramAdapter("demo", _settings())
     own = tg.parse(_request(_update("echo", **{"from": {"id": BOT_ID, "is_bot": True, "first_name": "Me"}})))

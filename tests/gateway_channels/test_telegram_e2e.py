@@ -123,12 +123,19 @@ async def test_telegram_bad_or_missing_secret_is_401_and_stores_nothing(env, sec
     assert sent_to(fake, 1003) == []
 
 
-async def test_telegram_start_command_gets_the_configured_greeting(env):
-    client, _, fake = env
-    body = update(9004, 1004, "/start", entities=[{"type": "bot_command", "offset": 0, "length": 6}])
+@pytest.mark.parametrize(("chat", "text", "payload"), [(1004, "/start", None), (1014, "/start order123", "order123")],
+                         ids=["start", "deep-link"])
+async def test_telegram_start_command_gets_the_configured_greeting(env, chat, text, payload):
+    """A deep link (t.me/<bot>?start=order123) is a /start: greeted, its payload kept in the message's
+    meta for an operator or a tool; it was stored as the customer's words "order123", which the model
+    then read in the history as something they had said."""
+    client, services, fake = env
+    body = update(9004 + chat - 1004, chat, text, entities=[{"type": "bot_command", "offset": 0, "length": 6}])
     assert (await post(client, body)).status_code == 200
-    [reply] = await wait_until(lambda: sent_to(fake, 1004), what="the greeting")
+    [reply] = await wait_until(lambda: sent_to(fake, chat), what="the greeting")
     assert reply.text == GREETING
+    asked = (await settled_chat(services, channel="telegram", chat=str(chat)))[0]
+    assert asked.text == "" and asked.meta["command"] == "start" and asked.meta.get("start_payload") == payload
 
 
 async def test_telegram_photo_without_caption_gets_text_only_reply(env):
