@@ -16,6 +16,8 @@ Inbound
 - `/start` and `/help` are flagged as `raw["command"]` so the pipeline sends the greeting (a deep link's
   `/start <payload>` keeps the payload as `raw["start_payload"]`, not as text); `/ask question` works in
   groups where privacy mode hides plain messages.
+- A group upgraded to a supergroup gets a new chat id: Telegram's notices of it (and a send refused with
+  `migrate_to_chat_id`, resent to the new id) move its conversations there (`InboundMessage.moves_to`).
 
 Outbound: Markdown → Telegram HTML (`telegram_render`), split at 4096 UTF-16 units, citations as
 links. 429 `retry_after` is honoured in place (bounded), 5xx is retried with backoff, and chunks that
@@ -65,7 +67,7 @@ from channels.telegram_render import TELEGRAM_LIMIT, markdown_to_html, render_me
 from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser, decode_update
 from gateway.backoff import doubling
 from gateway.errors import ChannelSendError, ConfigError, RecipientUnreachable, SignatureInvalid
-from gateway.models import ConversationRef, OutboundMessage
+from gateway.models import ConversationRef, InboundMessage, OutboundMessage, Sender
 from gateway.settings import TelegramChannel
 
 log = structlog.get_logger(__name__)
@@ -140,6 +142,10 @@ class TelegramAdapter:
         self._poller: TelegramPoller | None = None
         # Chunks already delivered per outbound message, so a retried send never repeats them.
         self._sent_parts = SentParts()
+        # Groups upgraded to supergroups, old id -> new, learned from a refused send: this process's later
+        # sends, edits and typing go to the new id even before the stored conversation is moved.
+        self._moved: dict[str, int | str] = {}
+        self._deliver: Deliver | None = None  # the inbox's, given to start(): a refused send moves the chat
 
     # Inbound
     def verify(self, request: RawRequest) -> None:
@@ -171,7 +177,7 @@ class TelegramAdapter:
         chunks = render_messages(message.text, message.citations, limit=TELEGRAM_LIMIT,
                                  mention=(member, message.addressee or "") if member else None,
                                  sources_heading=message.sources_heading)
-        chat: int | str = _chat_id(conv.chat)
+        chat: int | str = self._chat_id(conv.chat)
         thread = _topic_id(conv)
         with self._sent_parts.resume(message) as done:
             for index, chunk in enumerate(chunks):
@@ -210,7 +216,10 @@ class TelegramAdapter:
                 waited += exc.retry_after
                 await asyncio.sleep(exc.retry_after)
             except TelegramMigrateToChat as exc:
-                chat = exc.migrate_to_chat_id  # the group became a supergroup with a new id
+                # The group became a supergroup with a new id: Telegram delivered nothing, so the resend
+                # there is the only copy; the conversation follows, so the next reply goes there at once.
+                await self._follow_move(chat, exc.migrate_to_chat_id)
+                chat = exc.migrate_to_chat_id
             except TelegramBadRequest as exc:
                 reason = exc.message.lower()
                 if "can't parse entities" in reason and parse_mode:
@@ -255,7 +264,7 @@ class TelegramAdapter:
         """Delete a message this bot sent (a streamed draft the final reply no longer needs). Telegram
         lets a bot delete its own messages for 48 hours; past that, the streamer edits it instead."""
         try:
-            await self.bot.delete_message(chat_id=_chat_id(conversation.chat), message_id=int(provider_message_id))
+            await self.bot.delete_message(chat_id=self._chat_id(conversation.chat), message_id=int(provider_message_id))
         except TelegramRetryAfter as exc:
             raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after),
                                    rate_limited=True) from exc
@@ -274,7 +283,7 @@ class TelegramAdapter:
         try:
             await self.bot.edit_message_text(
                 text=html,
-                chat_id=_chat_id(conversation.chat),
+                chat_id=self._chat_id(conversation.chat),
                 message_id=int(provider_message_id),
                 parse_mode="HTML",
                 link_preview_options=LinkPreviewOptions(is_disabled=True),
@@ -295,14 +304,40 @@ class TelegramAdapter:
     async def send_typing(self, conversation: ConversationRef) -> None:
         """Show "typing…" for about 5 s. Best effort: a failure here must not fail the answer."""
         thread = _topic_id(conversation)
+        chat = self._chat_id(conversation.chat)
         try:
-            await self.bot.send_chat_action(chat_id=_chat_id(conversation.chat), action="typing", message_thread_id=thread)
+            try:
+                await self.bot.send_chat_action(chat_id=chat, action="typing", message_thread_id=thread)
+            except TelegramMigrateToChat as exc:  # typing is what a turn sends first: it learns of it first
+                await self._follow_move(chat, exc.migrate_to_chat_id)
+                await self.bot.send_chat_action(chat_id=exc.migrate_to_chat_id, action="typing",
+                                                message_thread_id=thread)
         except AiogramError as exc:
             log.warning("telegram.typing_failed", bot=self.bot_name, chat=conversation.chat, error=str(exc)[:200])
+
+    def _chat_id(self, chat: str) -> int | str:
+        """Where to send for a stored chat id: its new id if the group was upgraded to a supergroup."""
+        return self._moved.get(chat) or _chat_id(chat)
+
+    async def _follow_move(self, old: int | str, new: int | str) -> None:
+        """Remember the upgraded group's new id, and move its stored conversations there (through the inbox,
+        as Telegram's own notice of the upgrade does). Best effort: that notice moves them too."""
+        self._moved[str(old)] = new
+        log.info("telegram.chat_moved", bot=self.bot_name, chat=str(old), to=str(new))
+        if self._deliver is None:
+            return
+        try:
+            await self._deliver(InboundMessage(
+                channel=self.name, external_id=f"moved:{old}", conversation=ConversationRef(channel=self.name, chat=str(old)),
+                sender=Sender(external_id=""), text="", moves_to=str(new)))
+        except Exception as exc:  # the store is away: the reply still goes to the new id, and is not lost
+            log.warning("telegram.chat_move_not_stored", bot=self.bot_name, chat=str(old), to=str(new),
+                        error=f"{type(exc).__name__}: {str(exc)[:200]}")
 
     # Lifecycle
     async def start(self, deliver: Deliver) -> None:
         """Learn our username (for @mentions); in polling mode, start long-polling getUpdates."""
+        self._deliver = deliver
         try:
             # Bounded, so an unreachable Telegram cannot hold up the gateway's startup.
             me = await self.bot.get_me(request_timeout=10)

@@ -133,6 +133,8 @@ class UpdateParser:
         chat = msg.get("chat") or {}
         if "id" not in chat or "message_id" not in msg:
             return ignore("message without chat or message_id")
+        if msg.get("migrate_to_chat_id") or msg.get("migrate_from_chat_id"):
+            return self._chat_move(update_id, msg)
         # A message sent on behalf of a chat (an anonymous group admin, a member posting as their channel)
         # carries a stand-in bot in `from` (@GroupAnonymousBot, @Channel_Bot): the person is `sender_chat`.
         user = msg.get("sender_chat") or msg.get("from") or chat
@@ -198,6 +200,20 @@ class UpdateParser:
             only_while_held=unaddressed,
         )
         return WebhookResult(messages=(inbound,))
+
+    @staticmethod
+    def _chat_move(update_id: int, msg: dict[str, Any]) -> WebhookResult:
+        """A group upgraded to a supergroup: its conversations follow it to the new chat id. Told in the
+        old chat (`migrate_to_chat_id`) and in the new one (`migrate_from_chat_id`); either moves them."""
+        here = str(msg["chat"]["id"])
+        old, new = (here, str(msg["migrate_to_chat_id"])) if msg.get("migrate_to_chat_id") else \
+            (str(msg["migrate_from_chat_id"]), here)
+        sender = msg.get("from") or {}
+        move = InboundMessage(
+            channel=CHANNEL, external_id=str(update_id), conversation=ConversationRef(channel=CHANNEL, chat=old),
+            sender=Sender(external_id=str(sender.get("id", "")), display_name=_display_name(sender)),
+            text="", raw={"update_id": update_id, "message_id": msg.get("message_id")}, moves_to=new)
+        return WebhookResult(messages=(move,))
 
     def _addressing(self, text: str, entities: list[dict[str, Any]]) -> _Addressing:
         """Find our @mentions and a leading /command; refuse commands that are not ours."""

@@ -11,10 +11,11 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.burst import BURST_OWNER
-from gateway.models import InboundMessage
+from gateway.models import ConversationRef, InboundMessage
 from gateway.observability import otel
 from gateway.pg_bridge import announce
 from storage import repositories as repo
+from storage.chat_moves import move_chat
 from storage.models import Conversation, Message
 from storage.text import storable_text
 
@@ -66,6 +67,9 @@ class Inbox:
         does not exist (a Slack thread reply without a mention, in a thread the bot was never asked in),
         or it is an edit or deletion (`revises`), applied to the message it names while that one waits."""
         message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
+        if message.moves_to is not None:
+            await self.move_chat(bot, message.conversation, message.moves_to)
+            return None
         if message.revises is not None:
             await self._revise(bot, message)
             return None
@@ -98,6 +102,15 @@ class Inbox:
             self._on_stored(stored.conversation_id)
         return Accepted(message_id=stored.message_id, conversation_id=stored.conversation_id,
                         duplicate=stored.duplicate)
+
+    async def move_chat(self, bot: str, ref: ConversationRef, new_chat: str) -> None:
+        """The chat `ref.chat` lives on as `new_chat` (storage/chat_moves.py): its conversations follow it."""
+        async with self._sessions() as session, session.begin():
+            moved = await move_chat(session, bot=bot, channel=ref.channel, workspace=ref.workspace,
+                                    old=ref.chat, new=new_chat)
+        if moved.moved or moved.merged or moved.busy:
+            log.info("inbound.chat_moved", bot=bot, channel=ref.channel, chat=ref.chat, to=new_chat,
+                     conversations=list(moved.moved), merged=list(moved.merged), busy=list(moved.busy))
 
     async def _revise(self, bot: str, edit: InboundMessage) -> None:
         """Apply an edit or a deletion to the message it names while that message waits for its answer:

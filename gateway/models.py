@@ -123,6 +123,9 @@ class InboundMessage:
     # (`Inbox.accept`): an answered question is not answered again for a typo fix.
     revises: str | None = None
     deleted: bool = False
+    # Not a message: the chat `conversation.chat` lives on under this id now (a Telegram group upgraded to
+    # a supergroup). Its conversations, and what is queued for them, follow it there (`Inbox.accept`).
+    moves_to: str | None = None
 
     @property
     def idempotency_key(self) -> tuple[str, str]:

@@ -216,6 +216,20 @@ def test_parse_start_with_a_deep_link_payload_keeps_it_apart_from_the_text() -> 
     assert (message.text, message.raw["command"], message.raw["start_payload"]) == ("", "start", "order123")
 
 
+@pytest.mark.parametrize(("chat", "field", "old", "new"), [
+    ({"id": -4001, "type": "group", "title": "Shop"}, {"migrate_to_chat_id": -1004001}, "-4001", "-1004001"),
+    ({"id": -1004001, "type": "supergroup", "title": "Shop"}, {"migrate_from_chat_id": -4001}, "-4001", "-1004001"),
+], ids=["in-old-group", "in-new-supergroup"])
+def test_parse_a_group_upgraded_to_a_supergroup_moves_its_chat(chat, field, old, new) -> None:
+    """Telegram's two notices of the upgrade were ignored as service messages: the conversations stayed
+    at the old id, which no longer receives anything."""
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    body = {"update_id": 7001, "message": {"message_id": 9, "date": 1700000000, "chat": chat,
+                                           "from": {"id": 367699112, "is_bot": False, "first_name": "Ann"}, **field}}
+    [move] = tg.parse(_request(body)).messages
+    assert (move.conversation.chat, move.moves_to, move.text) == (old, new, "")
+
+
 def test_parse_ignores_own_and_other_bots_messages() -> None:
     tg = TelegramAdapter("demo", _settings())
     own = tg.parse(_request(_update("echo", **{"from": {"id": BOT_ID, "is_bot": True, "first_name": "Me"}})))

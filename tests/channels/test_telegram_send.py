@@ -6,7 +6,7 @@ import pytest
 
 from channels.telegram import TelegramAdapter
 from gateway.errors import ChannelSendError, RecipientUnreachable
-from gateway.models import ConversationRef, OutboundMessage, member_thread
+from gateway.models import ConversationRef, InboundMessage, OutboundMessage, member_thread
 from tests.channels.telegram_helpers import DM, adapter_fixture, fake_fixture  # noqa: F401 - `fake`, `adapter` fixtures
 from tests.fakes.telegram_api import FakeTelegramAPI, utf16_len
 
@@ -78,9 +78,24 @@ async def test_send_falls_back_to_plain_text_when_html_is_refused(adapter: Teleg
 
 
 async def test_send_follows_group_migration_to_supergroup(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    """The move is told to the inbox (which moves the conversation) and remembered: the typing and the
+    reply that follow, still for the old id, go to the new one without being refused first."""
+    told: list[InboundMessage] = []
+    await adapter.start(_appender(told))
     fake.fail_next("sendMessage", status=400, description="Bad Request: group chat was upgraded", migrate_to_chat_id=-1009)
-    await adapter.send(OutboundMessage(conversation=ConversationRef(channel="telegram", chat="-55"), text="hi"))
-    assert fake.sent[0].chat_id == -1009
+    old = ConversationRef(channel="telegram", chat="-55")
+    await adapter.send(OutboundMessage(conversation=old, text="hi"))
+    await adapter.send_typing(old)
+    await adapter.send(OutboundMessage(conversation=old, text="again"))
+    assert [m.chat_id for m in fake.sent] == [-1009, -1009] and len(fake.calls("sendMessage")) == 3
+    assert fake.calls("sendChatAction")[0].params["chat_id"] == "-1009"
+    assert [(m.conversation.chat, m.moves_to) for m in told] == [("-55", "-1009")]
+
+
+def _appender(into: list[InboundMessage]):
+    async def deliver(message: InboundMessage) -> None:
+        into.append(message)
+    return deliver
 
 
 async def test_send_replies_in_the_forum_topic(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:

@@ -9,17 +9,15 @@ from sqlalchemy import select
 
 from storage.models import Usage
 from tests.english_replies import TEXT_ONLY_REPLY
-from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.gateway_channels.conftest import (
     GREETING,
-    gateway_app,
     messages_in_chat,
     replies,
     settle,
     settled_chat,
     wait_until,
 )
-from tests.gateway_channels.test_telegram_e2e import SECRET, TOKEN, post, sent_to, update
+from tests.gateway_channels.test_telegram_e2e import post, sent_to, telegram_gateway, update
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -28,12 +26,8 @@ PHOTO = [{"file_id": "AgAD-album", "file_unique_id": "u9", "width": 800, "height
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def env(tmp_path_factory):
-    async with FakeTelegramAPI(TOKEN) as fake:
-        channels = {"telegram": {"token": "${TG_TOKEN}", "webhook_secret": "${TG_SECRET}",
-                                 "api_base": fake.base_url, "greeting": GREETING}}
-        async with gateway_app(tmp_path_factory.mktemp("telegram-bursts"), channels=channels,
-                               env={"TG_TOKEN": TOKEN, "TG_SECRET": SECRET}) as (client, services):
-            yield client, services, fake
+    async with telegram_gateway(tmp_path_factory.mktemp("telegram-bursts")) as env_:
+        yield env_
 
 
 async def test_a_question_typed_in_pieces_is_answered_once_as_one_question(env):

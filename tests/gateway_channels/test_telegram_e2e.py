@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -34,14 +36,21 @@ SECRET = "s3cret-Token_value"
 URL = "/webhooks/acme/telegram"
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def env(tmp_path_factory):
+@asynccontextmanager
+async def telegram_gateway(tmp_path, **kwargs: Any) -> AsyncIterator[tuple[Any, Any, FakeTelegramAPI]]:
+    """(client, services, fake): the real app whose Telegram channel is on a fake Bot API."""
     async with FakeTelegramAPI(TOKEN) as fake:
         channels = {"telegram": {"token": "${TG_TOKEN}", "webhook_secret": "${TG_SECRET}",
                                  "api_base": fake.base_url, "greeting": GREETING}}
-        async with gateway_app(tmp_path_factory.mktemp("telegram"), channels=channels,
-                               env={"TG_TOKEN": TOKEN, "TG_SECRET": SECRET}) as (client, services):
+        async with gateway_app(tmp_path, channels=channels, env={"TG_TOKEN": TOKEN, "TG_SECRET": SECRET},
+                               **kwargs) as (client, services):
             yield client, services, fake
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory):
+    async with telegram_gateway(tmp_path_factory.mktemp("telegram")) as env_:
+        yield env_
 
 
 def update(update_id: int, chat: int, text: str | None = None, *, chat_type: str = "private",

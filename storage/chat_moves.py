@@ -1,0 +1,94 @@
+"""A chat that moved to a new id (a Telegram group upgraded to a supergroup): its conversations follow it.
+
+Telegram gives the supergroup a new chat id and tells it twice (`migrate_to_chat_id` in the old chat,
+`migrate_from_chat_id` in the new one), and a send to the old id is refused with the new one: each of the
+three moves the conversations, so the move is idempotent (a second finds nothing left at the old id).
+What is keyed by the conversation (its messages, replies not yet sent, an operator's hold, escalations)
+moves with it; the outbox reads the chat at send time, so a queued reply goes to the new id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.models import MEMBER_SCOPE, as_utc, utcnow
+from storage.models import Contact, Conversation, Escalation, EscalationEvent, Message, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMove:
+    """What a move did: conversations renamed, merged into one already at the new id, or left (busy)."""
+
+    moved: tuple[int, ...] = ()
+    merged: tuple[int, ...] = ()
+    busy: tuple[int, ...] = ()
+
+
+async def move_chat(session: AsyncSession, *, bot: str, channel: str, old: str, new: str,
+                    workspace: str = "") -> ChatMove:
+    """Move `bot`'s conversations in chat `old` to chat `new`, and the chat's own identity with them (an
+    anonymous admin writes as the group itself: contact `old`, conversation thread `member:<old>`)."""
+    if old == new:
+        return ChatMove()
+    rows = (await session.execute(select(Conversation).where(
+        Conversation.bot == bot, Conversation.channel == channel, Conversation.workspace == workspace,
+        Conversation.chat == old).order_by(Conversation.id).with_for_update())).scalars().all()
+    moved: list[int] = []
+    merged: list[int] = []
+    busy: list[int] = []
+    for conversation in rows:
+        thread = _renamed_thread(conversation.thread, old, new)
+        there = (await session.execute(select(Conversation).where(
+            Conversation.bot == bot, Conversation.channel == channel, Conversation.workspace == workspace,
+            Conversation.chat == new, Conversation.thread == thread).with_for_update())).scalar_one_or_none()
+        if there is None:
+            conversation.chat, conversation.thread = new, thread
+            moved.append(conversation.id)
+        elif conversation.lease_until is not None and as_utc(conversation.lease_until) > utcnow():
+            # A message came in the new chat before the move was heard of, and a worker is answering in the
+            # old conversation: merged by the next notice of the move (Telegram sends two, and a send one).
+            busy.append(conversation.id)
+        else:
+            await _merge(session, source=conversation, into=there)
+            merged.append(conversation.id)
+    await _move_contact(session, channel=channel, old=old, new=new)
+    await session.flush()
+    return ChatMove(moved=tuple(moved), merged=tuple(merged), busy=tuple(busy))
+
+
+def _renamed_thread(thread: str, old: str, new: str) -> str:
+    return MEMBER_SCOPE + new if thread == MEMBER_SCOPE + old else thread
+
+
+async def _merge(session: AsyncSession, *, source: Conversation, into: Conversation) -> None:
+    """`source`'s rows into `into` (the conversation a message in the new chat opened before the move
+    was heard of), then `source` goes. An operator's hold of `source` holds `into`."""
+    for model in (Message, Escalation, EscalationEvent, Usage):
+        await session.execute(update(model).where(model.conversation_id == source.id)
+                              .values(conversation_id=into.id).execution_options(synchronize_session=False))
+    if into.state == "bot" and source.state != "bot":
+        into.state, into.assigned_operator = source.state, source.assigned_operator
+        into.unanswered_turns = source.unanswered_turns
+    if into.contact_id is None:
+        into.contact_id = source.contact_id
+    await session.execute(delete(Conversation).where(Conversation.id == source.id)
+                          .execution_options(synchronize_session=False))
+
+
+async def _move_contact(session: AsyncSession, *, channel: str, old: str, new: str) -> None:
+    """The group's own contact (its anonymous admins write as the group) takes the new id, unless the new
+    id has one already: then conversations point at that one."""
+    contact = (await session.execute(select(Contact).where(
+        Contact.channel == channel, Contact.external_id == old))).scalar_one_or_none()
+    if contact is None:
+        return
+    existing = (await session.execute(select(Contact.id).where(
+        Contact.channel == channel, Contact.external_id == new))).scalar_one_or_none()
+    if existing is None:
+        contact.external_id = new
+    else:
+        await session.execute(update(Conversation).where(Conversation.contact_id == contact.id)
+                              .values(contact_id=existing).execution_options(synchronize_session=False))
