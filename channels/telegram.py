@@ -178,6 +178,8 @@ class TelegramAdapter:
                                  mention=(member, message.addressee or "") if member else None,
                                  sources_heading=message.sources_heading)
         chat: int | str = self._chat_id(conv.chat)
+        if conv.chat in self._moved:
+            reply_to = None  # a message of the old group: the supergroup numbers its own from 1, another one's
         thread = _topic_id(conv)
         with self._sent_parts.resume(message) as done:
             for index, chunk in enumerate(chunks):
@@ -219,7 +221,7 @@ class TelegramAdapter:
                 # The group became a supergroup with a new id: Telegram delivered nothing, so the resend
                 # there is the only copy; the conversation follows, so the next reply goes there at once.
                 await self._follow_move(chat, exc.migrate_to_chat_id)
-                chat = exc.migrate_to_chat_id
+                chat, reply_to = exc.migrate_to_chat_id, None  # that id is of the old group's messages
             except TelegramBadRequest as exc:
                 reason = exc.message.lower()
                 if "can't parse entities" in reason and parse_mode:

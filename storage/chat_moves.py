@@ -44,19 +44,33 @@ async def move_chat(session: AsyncSession, *, bot: str, channel: str, old: str, 
         there = (await session.execute(select(Conversation).where(
             Conversation.bot == bot, Conversation.channel == channel, Conversation.workspace == workspace,
             Conversation.chat == new, Conversation.thread == thread).with_for_update())).scalar_one_or_none()
-        if there is None:
-            conversation.chat, conversation.thread = new, thread
-            moved.append(conversation.id)
-        elif conversation.lease_until is not None and as_utc(conversation.lease_until) > utcnow():
+        if there is not None and conversation.lease_until is not None and as_utc(conversation.lease_until) > utcnow():
             # A message came in the new chat before the move was heard of, and a worker is answering in the
             # old conversation: merged by the next notice of the move (Telegram sends two, and a send one).
             busy.append(conversation.id)
+            continue
+        await _unquote_waiting(session, conversation.id, old=old)
+        if there is None:
+            conversation.chat, conversation.thread = new, thread
+            moved.append(conversation.id)
         else:
             await _merge(session, source=conversation, into=there)
             merged.append(conversation.id)
     await _move_contact(session, channel=channel, old=old, new=new)
     await session.flush()
     return ChatMove(moved=tuple(moved), merged=tuple(merged), busy=tuple(busy))
+
+
+async def _unquote_waiting(session: AsyncSession, conversation_id: int, *, old: str) -> None:
+    """Questions still waiting for their answer were the old chat's messages: their answer cannot quote them
+    in the new one, whose message ids start over (the same id there is someone else's message). Without
+    the id, the answer names the member instead, as an operator's reply does."""
+    waiting = (await session.execute(select(Message).where(
+        Message.conversation_id == conversation_id, Message.direction == "in", Message.status == "pending"))).scalars()
+    for message in waiting:
+        meta = dict(message.meta or {})
+        if meta.pop("platform_message_id", None) is not None:
+            message.meta = meta | {"moved_from_chat": old}
 
 
 def _renamed_thread(thread: str, old: str, new: str) -> str:

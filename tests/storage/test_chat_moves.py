@@ -47,9 +47,12 @@ async def test_a_conversation_the_new_chat_opened_first_takes_the_old_ones_messa
     [kept] = await _conversations(sessions)
     assert (kept.id, kept.chat, kept.state) == (later.conversation_id, NEW, "operator")
     async with sessions() as session:
-        texts = (await session.execute(select(Message.text).where(Message.conversation_id == kept.id)
-                                       .order_by(Message.id))).scalars().all()
-    assert texts == ["message 1", "message 2"]
+        stored = (await session.execute(select(Message).where(Message.conversation_id == kept.id)
+                                        .order_by(Message.id))).scalars().all()
+    assert [m.text for m in stored] == ["message 1", "message 2"]
+    # The old group's message id is no message of the supergroup's: its answer names the member instead.
+    assert "platform_message_id" not in stored[0].meta and stored[0].meta["moved_from_chat"] == OLD
+    assert stored[1].meta["platform_message_id"] == "2"
     await engine.dispose()
 
 
