@@ -118,10 +118,13 @@ class UpdateParser:
             return self._message(update_id, update[kind], update)
         if kind in ("edited_message", "edited_channel_post"):
             # Applied to the message while it waits for its answer (a typo fixed), else ignored by the inbox:
-            # answering an edit would double-reply to a question already answered.
+            # answering an edit would double-reply to a question already answered. In a group, an edit that
+            # addresses the bot of a message never stored (ignored: no @mention) is the question asked now.
             edited = self._message(update_id, update[kind], update)
             return replace(edited, messages=tuple(
-                replace(m, revises=str(update[kind]["message_id"]), only_while_held=False) for m in edited.messages))
+                replace(m, revises=str(update[kind]["message_id"]), only_while_held=False,
+                        new_if_never_stored=m.raw.get("chat_type") != "private" and not m.only_while_held)
+                for m in edited.messages))
         if kind == "callback_query":
             return WebhookResult(ignored=(f"update {update_id}: callback_query ignored (this bot sends no inline keyboards)",))
         return WebhookResult(ignored=(f"update {update_id}: unsupported update type {kind}",))

@@ -65,14 +65,14 @@ class Inbox:
 
         None when nothing is stored: the message is `existing_conversation_only` and its conversation
         does not exist (a Slack thread reply without a mention, in a thread the bot was never asked in),
-        or it is an edit or deletion (`revises`), applied to the message it names while that one waits."""
+        or it is an edit or deletion (`revises`), applied to the message it names while that one waits, or a
+        chat's move to a new id (`moves_to`), applied to its conversations."""
         message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
         if message.moves_to is not None:
             await self.move_chat(bot, message.conversation, message.moves_to)
             return None
         if message.revises is not None:
-            await self._revise(bot, message)
-            return None
+            return await self._revise(bot, message)
         async with self._sessions() as session, session.begin():
             if message.existing_conversation_only and await repo.find_conversation(
                     session, bot=bot, ref=message.conversation) is None:
@@ -112,7 +112,7 @@ class Inbox:
             log.info("inbound.chat_moved", bot=bot, channel=ref.channel, chat=ref.chat, to=new_chat,
                      conversations=list(moved.moved), merged=list(moved.merged), busy=list(moved.busy))
 
-    async def _revise(self, bot: str, edit: InboundMessage) -> None:
+    async def _revise(self, bot: str, edit: InboundMessage) -> Accepted | None:
         """Apply an edit or a deletion to the message it names while that message waits for its answer:
         the customer who fixed a typo, or took a message back, was answered on what they had withdrawn.
         An edit that lands while the answer is being written is answered after it, as a message of its
@@ -142,6 +142,13 @@ class Inbox:
                     target.text = edit.text
                     target.meta = repo.with_command(target.meta, repo.inbound_meta(edit).get("command"))
                 await repo.end_park(session, conversation_id=target.conversation_id, parked_owner=BURST_OWNER)
+            unknown = target is None and edit.new_if_never_stored and not edit.deleted and not (await session.execute(
+                select(Message.id).join(Conversation, Message.conversation_id == Conversation.id).where(
+                    Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
+                    Conversation.chat == edit.conversation.chat,
+                    Message.meta["platform_message_id"].as_string() == edit.revises).limit(1))).first()
+        if unknown:  # its first version was ignored (a group message without the bot's @mention)
+            return await self.accept(bot, dataclasses.replace(edit, revises=None, new_if_never_stored=False))
         what = "deletion" if edit.deleted else "edit"
         if target is None:
             log.info("inbound.ignored", bot=bot, channel=edit.channel, platform_message_id=edit.revises,
@@ -150,3 +157,4 @@ class Inbox:
             log.info("inbound.revised", bot=bot, channel=edit.channel, message_id=target.id, change=what)
             if self._on_stored is not None:  # a burst waited for may now read as a whole question
                 self._on_stored(target.conversation_id)
+        return None

@@ -123,6 +123,9 @@ class InboundMessage:
     # (`Inbox.accept`): an answered question is not answered again for a typo fix.
     revises: str | None = None
     deleted: bool = False
+    # An edit that is a message of its own when the one it revises was never stored: a group member's
+    # message ignored for want of the bot's @mention, edited to add it.
+    new_if_never_stored: bool = False
     # Not a message: the chat `conversation.chat` lives on under this id now (a Telegram group upgraded to
     # a supergroup). Its conversations, and what is queued for them, follow it there (`Inbox.accept`).
     moves_to: str | None = None

@@ -20,8 +20,8 @@ ASK = [{"type": "bot_command", "offset": 0, "length": 4}]
 UPGRADED = "Bad Request: group chat was upgraded to a supergroup chat"
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def env(tmp_path_factory):
+@pytest_asyncio.fixture(name="env", scope="module", loop_scope="module")
+async def started_env(tmp_path_factory):
     # Channels started: a refused send tells the inbox through the adapter's `deliver`, as polling does.
     async with telegram_gateway(tmp_path_factory.mktemp("telegram-migration"), start_channels=True) as env_:
         yield env_
