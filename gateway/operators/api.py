@@ -271,6 +271,8 @@ async def get_escalation(escalation_id: RowId, request: Request,
                 # Why a reply never reached the customer (blocked the bot, outside WhatsApp's 24 hours):
                 # the operator must know their answer did not arrive.
                 "error": m.error if m.direction == "out" and m.status == "failed" else None,
+                # Where the customer came from: a Telegram deep link's `/start order123`, whose text is empty.
+                **({"start_payload": (m.meta or {})["start_payload"]} if (m.meta or {}).get("start_payload") else {}),
             } for m in messages],
             "events": [{"kind": e.kind, "from_state": e.from_state, "to_state": e.to_state, "actor": e.actor,
                         "reason": e.reason, "at": utc_iso(e.created_at)} for e in events],

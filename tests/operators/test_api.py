@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy import select
 
+from storage.models import Message
 from tests.operators.conftest import TOKENS, auth
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -205,3 +207,16 @@ async def test_api_list_says_what_each_customer_last_wrote(client):
     escalation = await _escalation_for(client, first["conversation_id"])
     assert escalation["last_customer_message"]["text"] == "It was charged twice"
     assert escalation["last_customer_message"]["at"].endswith("+00:00")
+
+
+async def test_the_escalation_shows_the_deep_link_a_customer_came_from(client):
+    """A Telegram `/start order123` is stored with an empty text and its payload in `meta.start_payload`:
+    the operator saw an empty message, and not where the customer came from."""
+    opened = await _chat(client, "w-deep-link", "I want to talk to a real person")
+    escalation = await _escalation_for(client, opened["conversation_id"])
+    async with client.services.sessions() as session, session.begin():
+        first = (await session.execute(select(Message).where(
+            Message.conversation_id == opened["conversation_id"]).order_by(Message.id))).scalars().first()
+        first.meta = {**first.meta, "start_payload": "order123"}
+    detail = (await client.get(f"/v1/escalations/{escalation['id']}", headers=auth("sam"))).json()
+    assert [m.get("start_payload") for m in detail["messages"][:2]] == ["order123", None]
