@@ -8,7 +8,8 @@ first and then looks for the other's, so whichever commits second always finds t
 WhatsApp's "outside the 24-hour window" (Twilio error 63016) mostly arrives here, in a failed receipt,
 rather than as an error of the send: Twilio accepts the message and WhatsApp refuses it later. The reply
 is then queued again with `meta.window_closed`, and the outbox sends the configured Content template in
-its place (or fails it as undeliverable, saying so), once.
+its place (or fails it as undeliverable, saying so), once. A receipt failed with 21610 (the customer
+opted out, with a STOP that never reached the gateway) marks the contact opted out, as the STOP would have.
 """
 
 from __future__ import annotations
@@ -16,18 +17,20 @@ from __future__ import annotations
 from datetime import timedelta
 
 import structlog
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.models import utcnow
-from storage.models import Delivery, EarlyReceipt, Message
+from storage.models import Contact, Conversation, Delivery, EarlyReceipt, Message
 
 log = structlog.get_logger("gateway.receipts")
 
 # Receipts can arrive out of order (a late "sent" after "delivered"): a status only ever moves up.
 WINDOW_CLOSED_CODE = "63016"
 """Twilio's "outside the allowed window" error code."""
+OPTED_OUT_CODE = "21610"
+"""Twilio's "unsubscribed recipient": the customer opted out (a STOP we never saw), as a send's error or a receipt's."""
 STATUS_RANK = {"pending": 0, "sending": 0, "sent": 1, "delivered": 2, "read": 3, "failed": 3}
 EARLY_RECEIPT_TTL = timedelta(days=2)
 """A parked receipt nobody adopts (its send was never recorded) is dropped by the retention job after this."""
@@ -98,7 +101,12 @@ async def _apply(sessions: async_sessionmaker[AsyncSession], *, bot: str, channe
         await session.execute(update(Message).where(Message.id == delivery.message_id).values(**values))
         requeued = status == "failed" and error_code == WINDOW_CLOSED_CODE and channel == "whatsapp" \
             and await _requeue_for_template(session, delivery.message_id)
+        opted_out = status == "failed" and error_code == OPTED_OUT_CODE and channel == "whatsapp" \
+            and await _mark_opted_out(session, delivery.message_id)
     log.info("outbound.status", bot=bot, message_id=delivery.message_id, status=status, error_code=error_code)
+    if opted_out:
+        log.warning("outbound.recipient_opted_out", bot=bot, message_id=delivery.message_id,
+                    action="nothing more is sent to them until they write START")
     if requeued:
         log.warning("outbound.window_closed_requeued", bot=bot, message_id=delivery.message_id,
                     action="the template goes out in its place")
@@ -121,6 +129,25 @@ async def _requeue_for_template(session: AsyncSession, message_id: int) -> bool:
         status="pending", meta=meta, error=f"provider error {WINDOW_CLOSED_CODE}: outside the 24-hour window",
         updated_at=utcnow()).execution_options(synchronize_session=False))
     return True
+
+
+async def _mark_opted_out(session: AsyncSession, message_id: int) -> bool:
+    """Mark the contact of the reply Twilio refused with 21610 opted out, as a STOP does (the outbox does the
+    same for a send refused at once): else every later reply goes to Twilio and is refused one by one.
+
+    Not when the customer wrote after the reply was sent: a receipt can come minutes late, and a START (or any
+    message of theirs) since then is newer than what it says."""
+    reply = (await session.execute(select(Message.sent_at, Conversation.contact_id)
+                                   .join(Conversation, Conversation.id == Message.conversation_id)
+                                   .where(Message.id == message_id))).one_or_none()
+    if reply is None or reply.contact_id is None:
+        return False
+    not_since = Contact.last_inbound_at.is_(None) if reply.sent_at is None else \
+        or_(Contact.last_inbound_at.is_(None), Contact.last_inbound_at <= reply.sent_at)
+    result = await session.execute(update(Contact).where(Contact.id == reply.contact_id,
+                                                         Contact.opted_out_at.is_(None), not_since)
+                                   .values(opted_out_at=utcnow()).execution_options(synchronize_session=False))
+    return bool(result.rowcount)
 
 
 async def _park(sessions: async_sessionmaker[AsyncSession], *, channel: str, provider_id: str, status: str,

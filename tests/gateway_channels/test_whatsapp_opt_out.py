@@ -18,6 +18,8 @@ from tests.gateway_channels.whatsapp_rig import (
     inbound,
     post,
     sent_to,
+    status,
+    status_is,
     whatsapp_app,
 )
 
@@ -97,3 +99,46 @@ async def test_twilios_21610_marks_the_contact_opted_out_so_later_replies_are_no
     second = await store_reply(services, conversation_id=conversation_id, text="It ships tomorrow.")
     assert await services.outbox.deliver(second) == "failed"
     assert "opted out (STOP)" in (await get_message(services, second)).error and len(fake.requests) == asked
+
+
+async def _opted_out_at(services, phone: str):
+    async with services.sessions() as session:
+        return await session.scalar(select(Contact.opted_out_at).where(Contact.external_id == phone[1:]))
+
+
+async def test_a_receipt_failed_with_21610_marks_the_contact_opted_out(env):
+    # Twilio mostly accepts the send and reports 21610 later, in the status callback: only the send's own error
+    # marked the contact, so every later reply went to Twilio and failed the same way.
+    client, services, fake = env
+    phone = "+15550000028"
+    conversation_id, reply_id, sid = await answered(client, services, fake, "SM" + "e2" * 16, phone)
+    response = await post(client, status(sid, "undelivered", To=f"whatsapp:{phone}", ErrorCode="21610"))
+    assert response.status_code == 200
+    await wait_until(lambda: status_is(services, reply_id, "failed"), what="the failed receipt")
+    assert await _opted_out_at(services, phone) is not None
+    asked = len(fake.requests)
+    later = await store_reply(services, conversation_id=conversation_id, text="It ships tomorrow.")
+    assert await services.outbox.deliver(later) == "failed"
+    assert "opted out (STOP)" in (await get_message(services, later)).error and len(fake.requests) == asked
+
+
+async def test_a_receipt_failed_otherwise_leaves_the_contact_as_it_was(env):
+    client, services, fake = env
+    phone = "+15550000029"
+    _, reply_id, sid = await answered(client, services, fake, "SM" + "e3" * 16, phone)
+    await post(client, status(sid, "failed", To=f"whatsapp:{phone}", ErrorCode="30008"))
+    await wait_until(lambda: status_is(services, reply_id, "failed"), what="the failed receipt")
+    assert await _opted_out_at(services, phone) is None
+
+
+async def test_a_late_21610_receipt_for_a_reply_sent_before_the_customer_wrote_again_leaves_them_opted_in(env):
+    # A receipt can come minutes after its send: a 21610 for a reply sent before the customer's START (or any
+    # message of theirs since) says nothing about now, and marked them opted out again.
+    client, services, fake = env
+    phone = "+15550000030"
+    _, reply_id, sid = await answered(client, services, fake, "SM" + "e4" * 16, phone)
+    await post(client, inbound("SM" + "e5" * 16, phone, "start", OptOutType="START"))
+    await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=3)
+    await post(client, status(sid, "undelivered", To=f"whatsapp:{phone}", ErrorCode="21610"))
+    await wait_until(lambda: status_is(services, reply_id, "failed"), what="the failed receipt")
+    assert await _opted_out_at(services, phone) is None

@@ -12,7 +12,7 @@ from gateway.delivery.receipts import EARLY_RECEIPT_TTL, adopt_early_receipts, p
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender, utcnow
 from storage.engine import create_engine, session_factory
-from storage.models import Delivery, EarlyReceipt, Message
+from storage.models import Contact, Delivery, EarlyReceipt, Message
 
 
 async def _reply_with_parts(sessions, provider_ids: list[str]) -> int:
@@ -84,4 +84,27 @@ async def test_a_receipt_on_another_bots_webhook_does_not_touch_this_bots_reply(
     await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-acme", status="delivered",
                          error_code=None)
     assert await _status(sessions, reply_id) == "delivered"
+    await engine.dispose()
+
+
+async def test_a_21610_receipt_opts_the_contact_out_unless_they_wrote_since_the_reply(migrated_url):
+    """Twilio's 21610 (unsubscribed) in a receipt marks the contact opted out, on both databases; a receipt for
+    a reply sent before the customer's last message (a START since) is older news and changes nothing."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    reply_id = await _reply_with_parts(sessions, ["SM-old", "SM-new"])
+    async with sessions() as session, session.begin():  # sent, then the customer wrote (their START)
+        await session.execute(update(Message).where(Message.id == reply_id)
+                              .values(sent_at=utcnow() - timedelta(minutes=5)))
+    await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-old", status="failed",
+                         error_code="21610")
+    async with sessions() as session:
+        assert (await session.execute(select(Contact.opted_out_at))).scalar_one() is None
+    async with sessions() as session, session.begin():  # sent after the customer's last message
+        await session.execute(update(Message).where(Message.id == reply_id).values(sent_at=utcnow()))
+        await session.execute(update(Delivery).where(Delivery.provider_id == "SM-new").values(status="sent"))
+    await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-new", status="failed",
+                         error_code="21610")
+    async with sessions() as session:
+        assert (await session.execute(select(Contact.opted_out_at))).scalar_one() is not None
     await engine.dispose()
