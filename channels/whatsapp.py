@@ -50,7 +50,17 @@ from channels.sent_parts import SentParts
 from channels.whatsapp_render import to_whatsapp
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientOptedOut, RecipientUnreachable, SignatureInvalid
-from gateway.models import OPT_IN, OPT_OUT, Attachment, ConversationRef, InboundMessage, OutboundMessage, Sender, as_utc
+from gateway.models import (
+    HELP_ANSWERED,
+    OPT_IN,
+    OPT_OUT,
+    Attachment,
+    ConversationRef,
+    InboundMessage,
+    OutboundMessage,
+    Sender,
+    as_utc,
+)
 from gateway.settings import WhatsAppChannel
 
 # A message's id as Twilio writes it: SM (text) or MM (media), then 32 hex digits. One that begins so
@@ -78,12 +88,12 @@ EMPTY_TWIML = ImmediateResponse(status=200, body=b'<?xml version="1.0" encoding=
 _STATUSES = {"sent": "sent", "delivered": "delivered", "read": "read", "failed": "failed",
              "undelivered": "failed", "canceled": "failed"}
 
-# Twilio's opt-out keywords, and `OptOutType` (STOP, START, HELP), which Twilio adds when it manages
-# opt-outs for the sender. From the Body alone only the unmistakable words count: "yes", "cancel" or
-# "end" typed to a support bot are answers, not opt-outs.
+# Twilio's opt-out keywords, and `OptOutType` (STOP, START, HELP), which Twilio adds when Advanced Opt-Out
+# manages the sender's keywords (and has then answered the message itself, HELP included). From the Body
+# alone only the unmistakable words count: "yes", "cancel" or "end" typed to a support bot are answers.
 _KEYWORDS = {"stop": OPT_OUT, "stopall": OPT_OUT, "unsubscribe": OPT_OUT, "optout": OPT_OUT,
              "start": OPT_IN, "unstop": OPT_IN, "help": "help"}
-_OPT_OUT_TYPES = {"STOP": OPT_OUT, "START": OPT_IN, "HELP": "help"}
+_OPT_OUT_TYPES = {"STOP": OPT_OUT, "START": OPT_IN, "HELP": HELP_ANSWERED}
 
 _retry_after: contextvars.ContextVar[float | None] = contextvars.ContextVar("twilio_retry_after", default=None)
 
@@ -329,10 +339,11 @@ def _translate(exc: TwilioRestException) -> ChannelSendError | RecipientUnreacha
 
 
 def _keyword(form: Mapping[str, str], text: str) -> dict[str, str]:
-    """`{"command": "opt_out" | "opt_in" | "help"}` for an opt-out keyword message, else `{}`.
+    """`{"command": "opt_out" | "opt_in" | "help" | "help_answered"}` for a keyword message, else `{}`.
 
     Twilio confirms STOP and START itself: the pipeline sends nothing for them, and the store marks the
-    contact opted out (or in) so no later reply is sent to someone who said STOP."""
+    contact opted out (or in) so no later reply is sent to someone who said STOP. HELP gets the greeting,
+    unless `OptOutType` says Twilio's Advanced Opt-Out has answered it with the business's own help text."""
     command = _OPT_OUT_TYPES.get(form.get("OptOutType", "").upper()) or _KEYWORDS.get(text.strip().strip(".!").lower())
     return {"command": command} if command else {}
 

@@ -90,6 +90,10 @@ class Attachment:
 # lift the contact's opt-out (storage.repositories.store_inbound).
 OPT_OUT, OPT_IN = "opt_out", "opt_in"
 OPT_COMMANDS = frozenset({OPT_OUT, OPT_IN})
+# WhatsApp's HELP as Twilio's Advanced Opt-Out marks it (`OptOutType=HELP`): Twilio has answered it already.
+HELP_ANSWERED = "help_answered"
+ANSWERED_BY_PLATFORM = OPT_COMMANDS | {HELP_ANSWERED}
+"""Commands the platform answers itself: a reply of ours would be the person's second."""
 
 
 @dataclass(frozen=True, slots=True)

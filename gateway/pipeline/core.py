@@ -12,7 +12,7 @@ import structlog
 
 from gateway.budget import BUDGET_ESCALATION
 from gateway.errors import LLMError, RetrievalError
-from gateway.models import OPT_COMMANDS, CallerIdentity, Citation, is_blank
+from gateway.models import ANSWERED_BY_PLATFORM, CallerIdentity, Citation, is_blank
 from gateway.observability import otel
 from gateway.pipeline.answer import TurnRecord
 from gateway.pipeline.human_request import asks_for_human
@@ -91,8 +91,8 @@ class Pipeline:
     async def handle(self, turn: Turn) -> PipelineResult:
         """Run the steps for one message; raises only on bugs (the worker turns those into a handoff)."""
         bound = log.bind(message_id=turn.message_id, conversation_id=turn.conversation_id, bot=turn.bot.name)
-        if turn.command in OPT_COMMANDS:
-            # WhatsApp STOP / START: Twilio confirms it to the person; an answer of ours would be a second one.
+        if turn.command in ANSWERED_BY_PLATFORM:
+            # WhatsApp STOP / START, and HELP under Advanced Opt-Out: Twilio answers it; ours would be a second one.
             bound.info("pipeline.opt_keyword", command=turn.command)
             return PipelineResult(reply=None, answered=False)
         if turn.state != "bot":

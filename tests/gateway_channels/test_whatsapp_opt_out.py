@@ -67,6 +67,19 @@ async def test_whatsapp_help_keyword_gets_the_greeting(env):
     assert sent.form["Body"] == DEFAULT_GREETING
 
 
+async def test_whatsapp_help_answered_by_twilios_advanced_opt_out_gets_nothing_more(env):
+    # With Advanced Opt-Out Twilio answers HELP with the business's help text and marks it OptOutType=HELP:
+    # our greeting came as a second answer.
+    client, services, fake = env
+    phone = "+15550000025"
+    await post(client, inbound("SM" + "a0" * 16, phone, "help", OptOutType="HELP"))
+    [help_] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=1)
+    assert help_.meta["command"] == "help_answered"
+    await post(client, inbound("SM" + "a1" * 16, phone))  # not an opt-out: the next question is answered
+    [sent] = await wait_until(lambda: sent_to(fake, phone), what="the answer after HELP")
+    assert "Sources:" in sent.form["Body"]
+
+
 async def test_whatsapp_reply_held_behind_a_template_is_kept_through_stop_and_sent_after_start(env):
     # STOP is no answer to the template: its text was queued then, failed as opted out, and marked sent as
     # text, so after START the customer never got it.
