@@ -47,6 +47,8 @@ from twilio.rest import Client
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, StatusUpdate, WebhookResult
 from channels.render import render_citations, split_text
 from channels.sent_parts import SentParts
+from channels.whatsapp_media import attachments as media_of
+from channels.whatsapp_media import shared as shared_of
 from channels.whatsapp_render import to_whatsapp
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientOptedOut, RecipientUnreachable, SignatureInvalid
@@ -54,7 +56,6 @@ from gateway.models import (
     HELP_ANSWERED,
     OPT_IN,
     OPT_OUT,
-    Attachment,
     ConversationRef,
     InboundMessage,
     OutboundMessage,
@@ -203,12 +204,16 @@ class WhatsAppAdapter:
             raise BadRequest("Twilio webhook without From")
         if sender.removeprefix("whatsapp:") == self._from:
             return WebhookResult(ignored=(f"own message {sid} echoed back",))
-        text = form.get("Body", "")
-        attachments = _attachments(form)
+        body = form.get("Body", "")
+        attachments = media_of(form)
         if "Body" not in form and not attachments:
             # Twilio sends a Body with every message, empty or not. A blank one is a message: it gets the
             # greeting, as a bare mention does on the other channels.
             return WebhookResult(ignored=(f"message {sid} has no Body field and no media",))
+        # A shared location or contact card is something said: a line of text the pipeline answers and
+        # operators read ("I can only read text" answered it), its values in `meta.shared`.
+        lines, shared = shared_of(form, attachments)
+        text = "\n".join([body, *lines] if body.strip() else lines) if lines else body
         message = InboundMessage(
             channel=CHANNEL,
             external_id=sid,
@@ -222,7 +227,7 @@ class WhatsAppAdapter:
             text=text,
             attachments=attachments,
             reply_to=form.get("OriginalRepliedMessageSid") or None,
-            raw=dict(form) | _keyword(form, text),
+            raw=dict(form) | _keyword(form, body) | ({"shared": shared} if shared else {}),
         )
         return WebhookResult(messages=(message,))
 
@@ -356,33 +361,3 @@ def _contact_id(wa_id: str, sender: str) -> str:
         return wa_id
     address = sender.removeprefix("whatsapp:")
     return address[1:] if address.startswith("+") and address[1:].isdigit() else address
-
-
-def _attachments(form: Mapping[str, str]) -> tuple[Attachment, ...]:
-    """Media (`NumMedia`, `MediaUrl{i}`, `MediaContentType{i}`) and a shared location, as metadata."""
-    found: list[Attachment] = []
-    try:
-        count = int(form.get("NumMedia") or 0)
-    except ValueError:
-        count = 0
-    for i in range(min(count, 10)):  # Twilio delivers at most 10 media per message
-        url = form.get(f"MediaUrl{i}")
-        if url:
-            mime = form.get(f"MediaContentType{i}") or None
-            found.append(Attachment(kind=_kind(mime), url=url, mime_type=mime))
-    lat, lon = form.get("Latitude"), form.get("Longitude")
-    if lat and lon:
-        label = form.get("Address") or form.get("Label") or None
-        found.append(Attachment(kind="location", url=f"geo:{lat},{lon}", caption=label))
-    return tuple(found)
-
-
-def _kind(mime: str | None) -> str:
-    major = (mime or "").split("/", 1)[0]
-    if mime == "image/webp":
-        return "sticker"  # WhatsApp stickers arrive as WebP images
-    if major in ("image", "audio", "video"):
-        return major
-    if major in ("application", "text"):
-        return "document"
-    return "other"

@@ -131,8 +131,9 @@ async def _resend_after_template(session: AsyncSession, conversation: Conversati
 
 
 def inbound_meta(message: InboundMessage) -> dict[str, Any]:
-    """What the reply needs from the raw payload: the platform message id to answer, a command, and
-    who sent it (a conversation's contact is its first sender; in a shared thread others write too)."""
+    """What the reply needs from the raw payload: the platform message id to answer, a command, what was
+    shared (a location), and who sent it (a conversation's contact is its first sender; in a shared thread
+    others write too)."""
     meta: dict[str, Any] = {"sender": message.sender.external_id}
     platform_id = message.raw.get("message_id") if isinstance(message.raw, dict) else None
     meta["platform_message_id"] = str(platform_id) if platform_id is not None else message.external_id
@@ -142,6 +143,9 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
     payload = message.raw.get("start_payload") if isinstance(message.raw, dict) else None
     if isinstance(payload, str) and payload:  # a Telegram deep link's: where the customer came from
         meta["start_payload"] = payload[:64]
+    shared = message.raw.get("shared") if isinstance(message.raw, dict) else None
+    if isinstance(shared, dict):  # what a shared location or contact card held (channels/whatsapp_media.py)
+        meta["shared"] = shared
     if message.needs_reply:
         meta["needs_reply"] = True
     if message.sequence is not None:
@@ -154,8 +158,8 @@ def with_command(meta: dict[str, Any] | None, command: str | None) -> dict[str, 
     return {k: v for k, v in (meta or {}).items() if k != "command"} | ({"command": command} if command else {})
 
 
-_PLATFORM_META = ("sender", "platform_message_id", "command", "start_payload", "needs_reply", "sequence",
-                  "traceparent")
+_PLATFORM_META = ("sender", "platform_message_id", "command", "start_payload", "shared", "needs_reply",
+                  "sequence", "traceparent")
 """What `inbound_meta` (and the inbox) keep on a message from the platform; the rest of `meta` is what
 attempts at answering it did (a streamed draft, tool runs), which a message of its own starts without."""
 

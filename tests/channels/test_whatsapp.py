@@ -149,7 +149,9 @@ def test_whatsapp_parse_every_fixture(adapter: WhatsAppAdapter, path: Path) -> N
         assert message.external_id == sid
         assert message.conversation.chat == form["From"]
         assert "\x00" not in message.text
-        assert message.text == form.get("Body", "").replace("\x00", "")
+        # The Body, and a line for what was shared (a location) after it.
+        assert message.text.startswith(form.get("Body", "").replace("\x00", ""))
+        assert (message.text == form.get("Body", "").replace("\x00", "")) != ("shared" in message.raw)
         assert message.text.strip() or message.attachments
         assert message.sender.display_name == form.get("ProfileName", "")
     for update in result.status_updates:
@@ -177,7 +179,7 @@ def test_whatsapp_parse_fixture_outcomes(adapter: WhatsAppAdapter) -> None:
         ("image", "image/jpeg", "https://chatwoot-assets.local/sample.jpg"),
     ]
     location = parse("location_message.json").messages[0]
-    assert location.text == ""
+    assert location.text == "Shared location: (12.160894393921, 75.265205383301)"
     assert [(a.kind, a.url) for a in location.attachments] == [("location", "geo:12.160894393921,75.265205383301")]
 
 
@@ -273,3 +275,34 @@ def test_whatsapp_one_customer_is_one_contact_with_or_without_waid(adapter: What
     invoices = json.loads((Path(__file__).parents[2] / "examples/tools/invoices.json").read_text())["invoices"]
     owners = {i["owner"]["contact_external_id"] for i in invoices if i["owner"]["channel"] == "whatsapp"}
     assert owners == {"14155550123"}
+
+
+@pytest.mark.parametrize(("fields", "text"), [
+    ({"Latitude": "-33.8568", "Longitude": "151.2153", "Label": "Opera House", "Address": "Bennelong Point"},
+     "Shared location: Opera House, Bennelong Point (-33.8568, 151.2153)"),
+    ({"Latitude": "1.5", "Longitude": "2", "Address": "Main St 1"}, "Shared location: Main St 1 (1.5, 2.0)"),
+    ({"Latitude": "1.5", "Longitude": "2", "Label": "Shop", "Address": "Shop"}, "Shared location: Shop (1.5, 2.0)"),
+    # Not coordinates: nothing was shared (and no `geo:` attachment built from them).
+    ({"Latitude": "91", "Longitude": "2"}, "where?"), ({"Latitude": "nan", "Longitude": "2"}, "where?"),
+    ({"Latitude": "1", "Longitude": "inf"}, "where?"), ({"Latitude": "north", "Longitude": "2"}, "where?"),
+])
+def test_whatsapp_parse_a_shared_location_as_text(adapter: WhatsAppAdapter, fields: dict[str, str], text: str) -> None:
+    form = {"MessageSid": "SM701", "From": "whatsapp:+1555", "To": "whatsapp:+15550001111", "Body": "", **fields}
+    if text == "where?":
+        form["Body"] = text
+    (message,) = adapter.parse(_signed(form)).messages
+    assert message.text == text
+    assert bool(message.attachments) == (text != "where?") == ("shared" in message.raw)
+
+
+def test_whatsapp_parse_a_contact_card_names_it_and_keeps_the_caption(adapter: WhatsAppAdapter) -> None:
+    form = {"MessageSid": "MM702", "From": "whatsapp:+1555", "To": "whatsapp:+15550001111", "Body": "my wife",
+            "NumMedia": "2", "MediaUrl0": "https://api.twilio.com/m0", "MediaContentType0": "text/vcard",
+            "MediaUrl1": "https://api.twilio.com/m1", "MediaContentType1": "text/x-vcard; charset=utf-8"}
+    (message,) = adapter.parse(_signed(form)).messages
+    assert message.text == "my wife\nShared 2 contact cards"
+    assert message.raw["shared"] == {"contact_cards": 2}
+    long_place = {"MessageSid": "SM703", "From": "whatsapp:+1555", "To": "whatsapp:+15550001111", "Body": "",
+                  "Latitude": "1", "Longitude": "2", "Label": "x" * 5000}
+    (place,) = adapter.parse(_signed(long_place)).messages
+    assert len(place.raw["shared"]["location"]["label"]) == 200

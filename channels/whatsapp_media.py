@@ -1,0 +1,85 @@
+"""What a WhatsApp message carries besides its Body, from Twilio's webhook fields: media, a shared
+location, a shared contact card.
+
+A location (`Latitude`, `Longitude`, and for a named place `Label` and `Address`) and a contact card (a
+`text/vcard` medium) are things a customer says, not pictures: they become a line of the message's text
+("Shared location: …", "Shared a contact card"), which the pipeline answers and operators read, with the
+values themselves in `shared`. The gateway never downloads media, so a card is named, not read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.models import Attachment
+
+MAX_MEDIA = 10  # Twilio delivers at most 10 media per message
+_PLACE_CHARS = 200  # a place's name or address; WhatsApp's own are far shorter
+VCARD_TYPES = frozenset({"text/vcard", "text/x-vcard", "text/directory"})
+
+
+def attachments(form: Mapping[str, str]) -> tuple[Attachment, ...]:
+    """Media (`NumMedia`, `MediaUrl{i}`, `MediaContentType{i}`) and a shared location, as metadata."""
+    found: list[Attachment] = []
+    try:
+        count = int(form.get("NumMedia") or 0)
+    except ValueError:
+        count = 0
+    for i in range(min(count, MAX_MEDIA)):
+        url = form.get(f"MediaUrl{i}")
+        if url:
+            mime = form.get(f"MediaContentType{i}") or None
+            found.append(Attachment(kind=_kind(mime), url=url, mime_type=mime))
+    place = location(form)
+    if place is not None:
+        found.append(Attachment(kind="location", url=f"geo:{place['latitude']},{place['longitude']}",
+                                caption=place.get("label") or place.get("address") or None))
+    return tuple(found)
+
+
+def location(form: Mapping[str, str]) -> dict[str, Any] | None:
+    """The shared location: `latitude` and `longitude` as numbers, `label` and `address` when the customer
+    picked a named place; None without a valid pair of coordinates."""
+    try:
+        lat, lon = float(form.get("Latitude") or "nan"), float(form.get("Longitude") or "nan")
+    except ValueError:
+        return None
+    if not (math.isfinite(lat) and math.isfinite(lon) and -90 <= lat <= 90 and -180 <= lon <= 180):
+        return None
+    place: dict[str, Any] = {"latitude": lat, "longitude": lon}
+    for key in ("Label", "Address"):
+        value = " ".join((form.get(key) or "").split())[:_PLACE_CHARS]
+        if value:
+            place[key.lower()] = value
+    return place
+
+
+def shared(form: Mapping[str, str], found: tuple[Attachment, ...]) -> tuple[list[str], dict[str, Any]]:
+    """What the customer shared, as lines of text for the message and as values for its `meta.shared`."""
+    lines: list[str] = []
+    values: dict[str, Any] = {}
+    place = location(form)
+    if place is not None:
+        named = ", ".join(place[k] for k in ("label", "address") if k in place and
+                          (k == "label" or place[k] != place.get("label")))
+        coordinates = f"({place['latitude']}, {place['longitude']})"
+        lines.append(f"Shared location: {named} {coordinates}" if named else f"Shared location: {coordinates}")
+        values["location"] = place
+    cards = sum(1 for a in found if (a.mime_type or "").split(";", 1)[0].strip().lower() in VCARD_TYPES)
+    if cards:
+        lines.append("Shared a contact card" if cards == 1 else f"Shared {cards} contact cards")
+        values["contact_cards"] = cards
+    return lines, values
+
+
+def _kind(mime: str | None) -> str:
+    major = (mime or "").split("/", 1)[0]
+    if mime == "image/webp":
+        return "sticker"  # WhatsApp stickers arrive as WebP images
+    if major in ("image", "audio", "video"):
+        return major
+    if major in ("application", "text"):
+        return "document"
+    return "other"
