@@ -56,6 +56,9 @@ class Conversation(Base):
     # A worker leases a conversation to process its messages in order; an expired lease is free.
     lease_owner: Mapped[str | None] = mapped_column(String(128), default=None)
     lease_until: Mapped[datetime | None] = mapped_column(default=None)
+    # WhatsApp: the newest reply sent as the Content template (outside the 24 hours), whose own text waits
+    # for the customer's next message; only then does storing that message look for such replies.
+    held_template_id: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

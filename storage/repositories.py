@@ -103,7 +103,7 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
         opt = (message.raw or {}).get("command") if isinstance(message.raw, dict) else None
         if opt in OPT_COMMANDS:  # WhatsApp STOP / START (only a first delivery: a retry changes nothing)
             contact.opted_out_at = now if opt == OPT_OUT else None
-        if message.channel == "whatsapp" and contact.opted_out_at is None:  # STOP answers no template
+        if conversation.held_template_id is not None and contact.opted_out_at is None:  # STOP answers no template
             await _resend_after_template(session, conversation)
         return StoredInbound(message_id=inserted, conversation_id=conversation.id, contact_id=contact.id,
                              duplicate=False, lease_owner=conversation.lease_owner)
@@ -119,7 +119,10 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
 async def _resend_after_template(session: AsyncSession, conversation: Conversation) -> None:
     """Queue again, as text, the replies a WhatsApp template went out in place of (outside the 24 hours):
     the customer saw only the template, and their answer to it opens the window for the reply itself.
-    Queued before this message, so it is sent before this message is answered; once per reply."""
+    Queued before this message, so it is sent before this message is answered; once per reply. Run only
+    while the conversation's `held_template_id` is set (the outbox sets it), which it then clears unless a
+    template went out meanwhile: the look-up was one query more for every WhatsApp message stored."""
+    seen = conversation.held_template_id
     recent = (await session.execute(select(Message).where(
         Message.conversation_id == conversation.id, Message.direction == "out").order_by(Message.id.desc())
         .limit(20))).scalars()
@@ -128,6 +131,16 @@ async def _resend_after_template(session: AsyncSession, conversation: Conversati
                                   reply_to_id=held.reply_to_id, citations=held.citations)
         copy.meta = {"after_template": held.id}
         held.meta = {**held.meta, "text_sent_as": copy.id}
+    await session.execute(update(Conversation).where(Conversation.id == conversation.id,
+                                                     Conversation.held_template_id == seen)
+                          .values(held_template_id=None).execution_options(synchronize_session=False))
+
+
+async def mark_held_behind_template(session: AsyncSession, conversation_id: int, *, reply_id: int) -> None:
+    """The outbox sent the WhatsApp template in place of `reply_id`: its text waits for the customer's next
+    message, which `store_inbound` then looks at for it (and only then)."""
+    await session.execute(update(Conversation).where(Conversation.id == conversation_id)
+                          .values(held_template_id=reply_id).execution_options(synchronize_session=False))
 
 
 def inbound_meta(message: InboundMessage) -> dict[str, Any]:

@@ -6,15 +6,14 @@ worker then parks the conversation until that time, so later replies never overt
 split reply that went through before the failure are stored with it (`meta.delivered_parts`, their
 platform ids) and handed to the next attempt (`OutboundMessage.delivered_parts`), so it resumes after
 them even in a new process: the customer never gets part 1 twice, and its id is recorded with the
-reply's others, where its delivery receipt finds it. After
-`max_attempts`, or on a permanent error, the reply is marked failed and surfaced: a warning log,
-`gateway_send_failures_total` (via `Metrics.message_out`), and the message's `error`
-with its reason.
+reply's others, where its delivery receipt finds it. After `max_attempts`, or on a permanent error, the
+reply is marked failed and surfaced: a warning log, `gateway_send_failures_total` (via
+`Metrics.message_out`), and the message's `error` with its reason.
 
-WhatsApp's 24-hour window is checked here, because only the gateway knows when the contact last
-wrote: outside it, the configured Content template is sent instead, or the reply fails visibly. A reply
-WhatsApp refused later as outside the window (a 63016 receipt, `gateway/delivery/receipts.py`) comes back with
-`meta.window_closed` and gets the same treatment.
+WhatsApp's 24-hour window is checked here, because only the gateway knows when the contact last wrote:
+outside it, the configured Content template is sent instead (its conversation marked: the text follows the
+customer's next message), or the reply fails visibly. A reply WhatsApp refused later as outside the window
+(a 63016 receipt, `gateway/delivery/receipts.py`) comes back with `meta.window_closed`, treated the same.
 
 While a send is in flight its row is `sending`, and its `updated_at` is refreshed every `heartbeat_s`.
 Why: a `sending` row that has not moved for two lease periods is taken for a dead replica's and
@@ -168,8 +167,7 @@ class Outbox:
                 addressee=(contact.display_name if contact is not None else "") if reply_to is None else None,
                 citations=tuple(Citation(source=c.get("source", ""), title=c.get("title", ""), url=c.get("url"))
                                 for c in message.citations or []),
-                idempotency_key=f"m{message.id}",
-                attempt=message.attempts,
+                idempotency_key=f"m{message.id}", attempt=message.attempts,
                 delivered_parts=tuple(delivered),
                 sources_heading=self._sources_headings.get(message.bot, SOURCES_HEADING),
             )
@@ -246,6 +244,8 @@ class Outbox:
                             sent_at=utcnow() if status == "sent" else None,
                         ).execution_options(synchronize_session=False)
                     )
+                    if status == "sent" and "template" in meta:  # its text waits for the customer's next message
+                        await repo.mark_held_behind_template(session, conversation.id, reply_id=message_id)
                     if opted_out:  # so the next replies are refused here, not one by one by the platform
                         await session.execute(update(Contact).where(Contact.id == contact.id).values(opted_out_at=utcnow()))
                     if with_parts:

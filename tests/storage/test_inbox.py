@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from sqlalchemy import func, select
+import pytest
+from sqlalchemy import func, select, update
 
 from gateway.inbox import Inbox
 from gateway.models import Attachment, ConversationRef, InboundMessage, Sender
@@ -14,9 +15,9 @@ from storage.models import Contact, Conversation, Message
 from tests.statement_log import StatementLog
 
 
-def _message(external_id: str, *, chat: str = "c1", text: str = "hello") -> InboundMessage:
-    return InboundMessage(channel="telegram", external_id=external_id,
-                          conversation=ConversationRef(channel="telegram", chat=chat),
+def _message(external_id: str, *, chat: str = "c1", text: str = "hello", channel: str = "telegram") -> InboundMessage:
+    return InboundMessage(channel=channel, external_id=external_id,
+                          conversation=ConversationRef(channel=channel, chat=chat),
                           sender=Sender(external_id=f"user-{chat}", display_name="Ada"), text=text,
                           attachments=(Attachment(kind="image", file_id="F1", caption="pic"),))
 
@@ -110,21 +111,43 @@ async def test_inbox_revision_changes_only_a_waiting_message_of_its_chat(migrate
     await engine.dispose()
 
 
-async def test_inbox_stores_a_message_of_a_known_conversation_in_three_statements(migrated_url):
+@pytest.mark.parametrize("channel", ["telegram", "whatsapp"])
+async def test_inbox_stores_a_message_of_a_known_conversation_in_three_statements(migrated_url, channel):
     """The contact is upserted and read back in one statement, the conversation read before any insert,
-    and the message's id returned by its insert: seven statements on every message before."""
+    and the message's id returned by its insert: seven statements on every message before. (WhatsApp's
+    look for replies held behind a template ran on every message too: only a marked conversation has any.)"""
     engine = create_engine(migrated_url)
     sessions = session_factory(engine)
     inbox = Inbox(sessions)
-    first = await inbox.accept("acme", _message("update-1"))
+    first = await inbox.accept("acme", _message("update-1", channel=channel))
     log = StatementLog(engine)
-    second = await inbox.accept("acme", replace(_message("update-2"), sender=Sender("user-c1", display_name="")))
+    second = await inbox.accept("acme", replace(_message("update-2", channel=channel),
+                                                sender=Sender("user-c1", display_name="")))
     # (On PostgreSQL a `SELECT pg_notify(…)` wakes the other processes' workers too: it names no table.)
     assert [s for s in log.statements if " " in s] == ["INSERT contacts", "SELECT conversations", "INSERT messages"]
-    again = await inbox.accept("acme", _message("update-2"))
+    again = await inbox.accept("acme", _message("update-2", channel=channel))
     assert second.conversation_id == first.conversation_id and (again.message_id, again.duplicate) == (second.message_id, True)
     async with sessions() as session:
         contact = (await session.execute(select(Contact))).scalar_one()
         seen = (await session.execute(select(Message.created_at).where(Message.id == second.message_id))).scalar_one()
     assert contact.display_name == "Ada" and contact.last_inbound_at >= seen  # a nameless message keeps the name
+    await engine.dispose()
+
+
+async def test_inbox_looks_for_replies_held_behind_a_template_only_while_the_conversation_is_marked(migrated_url):
+    """The outbox marks a conversation when a WhatsApp template went out in place of a reply; the next message
+    looks for such replies once and clears the mark, unless another template went out meanwhile."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    first = await inbox.accept("acme", _message("wa-1", channel="whatsapp"))
+    async with sessions() as session, session.begin():
+        await session.execute(update(Conversation).where(Conversation.id == first.conversation_id)
+                              .values(held_template_id=first.message_id))
+    log = StatementLog(engine)
+    await inbox.accept("acme", _message("wa-2", channel="whatsapp"))
+    assert "SELECT messages" in log.statements and "UPDATE conversations" in log.statements
+    log.clear()
+    await inbox.accept("acme", _message("wa-3", channel="whatsapp"))
+    assert [s for s in log.statements if " " in s] == ["INSERT contacts", "SELECT conversations", "INSERT messages"]
     await engine.dispose()
