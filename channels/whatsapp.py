@@ -48,7 +48,7 @@ from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, 
 from channels.render import render_citations, split_text
 from channels.sent_parts import SentParts
 from channels.whatsapp_media import attachments as media_of
-from channels.whatsapp_media import shared as shared_of
+from channels.whatsapp_media import readable
 from channels.whatsapp_render import to_whatsapp
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientOptedOut, RecipientUnreachable, SignatureInvalid
@@ -211,9 +211,9 @@ class WhatsAppAdapter:
             # greeting, as a bare mention does on the other channels.
             return WebhookResult(ignored=(f"message {sid} has no Body field and no media",))
         # A shared location or contact card is something said: a line of text the pipeline answers and
-        # operators read ("I can only read text" answered it), its values in `meta.shared`.
-        lines, shared = shared_of(form, attachments)
-        text = "\n".join([body, *lines] if body.strip() else lines) if lines else body
+        # operators read ("I can only read text" answered it), its values in `meta.shared`; so is the ad
+        # a first message came from ("more information about this?").
+        text, shared = readable(form, body, attachments)
         message = InboundMessage(
             channel=CHANNEL,
             external_id=sid,

@@ -1,10 +1,12 @@
 """What a WhatsApp message carries besides its Body, from Twilio's webhook fields: media, a shared
-location, a shared contact card.
+location, a shared contact card, the ad a customer came from.
 
 A location (`Latitude`, `Longitude`, and for a named place `Label` and `Address`) and a contact card (a
 `text/vcard` medium) are things a customer says, not pictures: they become a line of the message's text
 ("Shared location: …", "Shared a contact card"), which the pipeline answers and operators read, with the
-values themselves in `shared`. The gateway never downloads media, so a card is named, not read.
+values themselves in `shared`. The gateway never downloads media, so a card is named, not read. A
+first message sent from a click-to-WhatsApp ad ("Can I get more information about this?") is about the ad
+(`ReferralHeadline`, `ReferralBody`): a line names it, or "this" meant nothing to the pipeline.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from gateway.models import Attachment
 
 MAX_MEDIA = 10  # Twilio delivers at most 10 media per message
-_PLACE_CHARS = 200  # a place's name or address; WhatsApp's own are far shorter
+_PLACE_CHARS = 200  # a place's name or address, an ad's headline; WhatsApp's own are far shorter
 VCARD_TYPES = frozenset({"text/vcard", "text/x-vcard", "text/directory"})
 
 
@@ -56,22 +58,33 @@ def location(form: Mapping[str, str]) -> dict[str, Any] | None:
     return place
 
 
-def shared(form: Mapping[str, str], found: tuple[Attachment, ...]) -> tuple[list[str], dict[str, Any]]:
-    """What the customer shared, as lines of text for the message and as values for its `meta.shared`."""
-    lines: list[str] = []
+def readable(form: Mapping[str, str], body: str, found: tuple[Attachment, ...]) -> tuple[str, dict[str, Any]]:
+    """The message's text with what the customer shared, and the values for its `meta.shared`: the ad it
+    came from before the Body (which stays last, so a question still ends the text), a location or contact
+    card after it."""
+    before: list[str] = []
+    after: list[str] = []
     values: dict[str, Any] = {}
+    ad = {key: value for key, field in (("headline", "ReferralHeadline"), ("body", "ReferralBody"),
+                                        ("source_url", "ReferralSourceUrl"))
+          if (value := " ".join((form.get(field) or "").split())[:_PLACE_CHARS])}
+    if ad.get("headline") or ad.get("body"):
+        before.append("(Sent from the ad: " + " - ".join(ad[k] for k in ("headline", "body") if k in ad) + ")")
+        values["ad"] = ad
     place = location(form)
     if place is not None:
         named = ", ".join(place[k] for k in ("label", "address") if k in place and
                           (k == "label" or place[k] != place.get("label")))
         coordinates = f"({place['latitude']}, {place['longitude']})"
-        lines.append(f"Shared location: {named} {coordinates}" if named else f"Shared location: {coordinates}")
+        after.append(f"Shared location: {named} {coordinates}" if named else f"Shared location: {coordinates}")
         values["location"] = place
     cards = sum(1 for a in found if (a.mime_type or "").split(";", 1)[0].strip().lower() in VCARD_TYPES)
     if cards:
-        lines.append("Shared a contact card" if cards == 1 else f"Shared {cards} contact cards")
+        after.append("Shared a contact card" if cards == 1 else f"Shared {cards} contact cards")
         values["contact_cards"] = cards
-    return lines, values
+    if not values:
+        return body, values
+    return "\n".join([*before, body, *after] if body.strip() else [*before, *after]), values
 
 
 def _kind(mime: str | None) -> str:

@@ -149,8 +149,8 @@ def test_whatsapp_parse_every_fixture(adapter: WhatsAppAdapter, path: Path) -> N
         assert message.external_id == sid
         assert message.conversation.chat == form["From"]
         assert "\x00" not in message.text
-        # The Body, and a line for what was shared (a location) after it.
-        assert message.text.startswith(form.get("Body", "").replace("\x00", ""))
+        # The Body, with a line for what was shared (a location after it, the ad it came from before it).
+        assert form.get("Body", "").replace("\x00", "") in message.text
         assert (message.text == form.get("Body", "").replace("\x00", "")) != ("shared" in message.raw)
         assert message.text.strip() or message.attachments
         assert message.sender.display_name == form.get("ProfileName", "")
@@ -178,6 +178,10 @@ def test_whatsapp_parse_fixture_outcomes(adapter: WhatsAppAdapter) -> None:
         ("image", "image/png", "https://chatwoot-assets.local/sample.png"),
         ("image", "image/jpeg", "https://chatwoot-assets.local/sample.jpg"),
     ]
+    ad = parse("whatsapp_ctwa_referral.json").messages[0]
+    assert ad.text == ("(Sent from the ad: German citizenship lawyer - Fast-track your German citizenship)\n"
+                       "Hallo! Kann ich hierzu mehr Informationen erhalten?")
+    assert ad.raw["shared"]["ad"]["source_url"] == "https://fb.me/4tBfhWhjr"
     location = parse("location_message.json").messages[0]
     assert location.text == "Shared location: (12.160894393921, 75.265205383301)"
     assert [(a.kind, a.url) for a in location.attachments] == [("location", "geo:12.160894393921,75.265205383301")]

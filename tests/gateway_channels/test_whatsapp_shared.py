@@ -1,5 +1,6 @@
 """A location or a contact card shared on WhatsApp, through the real app: something said, answered and shown
-to operators as text ("I can only read text" answered it), its values kept in the message's meta."""
+to operators as text ("I can only read text" answered it), its values kept in the message's meta. So is the
+click-to-WhatsApp ad a first message came from."""
 
 from __future__ import annotations
 
@@ -47,3 +48,17 @@ async def test_a_shared_contact_card_is_named_to_the_operator_and_answered(env):
     assert sent.form["Body"] != TEXT_ONLY_REPLY
     [question, _] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}")
     assert (question.text, question.meta["shared"]) == ("Shared a contact card", {"contact_cards": 1})
+
+
+async def test_a_first_message_from_an_ad_says_which_ad_it_is_about(env):
+    # "More information about this?" from a click-to-WhatsApp ad: without the ad, "this" was nothing.
+    client, services, fake = env
+    phone = "+15550000043"
+    await post(client, inbound("SM" + "f3" * 16, phone, "Can I get more information about this?",
+                               ReferralSourceType="ad", ReferralHeadline="Spring sale",
+                               ReferralBody="20% off the Plus plan", ReferralSourceUrl="https://fb.me/x1"))
+    await wait_until(lambda: sent_to(fake, phone), what="the answer")
+    [question, _] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}")
+    assert question.text == "(Sent from the ad: Spring sale - 20% off the Plus plan)\nCan I get more information about this?"
+    assert question.meta["shared"]["ad"] == {"headline": "Spring sale", "body": "20% off the Plus plan",
+                                             "source_url": "https://fb.me/x1"}
