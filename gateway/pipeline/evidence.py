@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
+from gateway.pipeline.number_words import WHOLE, amounts_in_words, approximate, near
+
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 MARKER = re.compile(r"\[\s*\d{1,4}(?:\s*,\s*\d{1,4})*\s*\]")
 _LIST_NUMBER = re.compile(r"^\s*\d{1,3}[.)]\s+")
@@ -115,7 +117,17 @@ class Evidence:
         # evidence does not hold is read as its numbers, as before.
         plain = _TIME.sub(lambda m: " " if self._holds_time(m) else m.group(0), plain)
         plain = _PHONE.sub(lambda m: " " if self._holds_phone(m.group(0)) else m.group(0), plain)
-        stated = [_readings(n) for n in _AMOUNT.findall(_ACRONYM.sub(" ", plain))]
+        plain = _ACRONYM.sub(" ", WHOLE.sub(" ", plain))
+        stated: list[set[Decimal]] = []
+        rounded: list[set[Decimal]] = []  # "about 60": near a held value will do
+        for start, values in [*((m.start(), _readings(m.group(0))) for m in _AMOUNT.finditer(plain)),
+                              *((start, {value}) for start, value in amounts_in_words(plain))]:
+            if approximate(plain[:start]):
+                rounded.append(values)
+            else:
+                stated.append(values)
+        if any(not any(near(value, self.numbers) for value in values) for values in rounded):
+            return True
         held = [values & self.numbers for values in stated]
         # Operands: the held values, and small counts in words ("two mugs at $10 each").
         operands = [v for v in held if v] + [{Decimal(n)} for w in _WORD.findall(plain.lower())

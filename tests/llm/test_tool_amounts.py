@@ -1,0 +1,46 @@
+"""Gate 2's check of an answer's amounts against the tools' data, as people write them: a whole ("100%"), a
+round figure ("about 60 dollars"), words ("sixty dollars")."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.llm.test_tool_contradictions import _gate
+
+INVOICE = {"invoice": "INV-7", "status": "paid", "total": 59.9}
+
+
+@pytest.mark.parametrize("answer", ["Your invoice INV-7 is 100% paid.", "Invoice INV-7 is 100 percent paid [1]."])
+def test_a_whole_in_percent_is_no_figure_from_nowhere(answer: str) -> None:
+    """"100% paid" held a 100 no tool gave, and the true answer became the fallback."""
+    assert _gate(answer, grounding=[INVOICE]).text == answer
+
+
+@pytest.mark.parametrize(("total", "answer"), [
+    (59.9, "Your invoice INV-7 comes to about 60 dollars [1]."),
+    ("60.00", "Your invoice INV-7 comes to about 60 dollars [1]."),
+    (59.9, "Invoice INV-7 is roughly $60 [1]."),
+    (59.9, "Your invoice INV-7 comes to about sixty dollars [1]."),
+    (45.0, "Your invoice INV-7 comes to forty-five dollars [1]."),
+    (120.0, "Your invoice INV-7 comes to one hundred and twenty euros [1]."),
+    (42.5, "Your invoice INV-7 comes to forty-two dollars and fifty cents [1]."),
+])
+def test_a_round_figure_or_an_amount_in_words_of_a_tools_amount_is_kept(total, answer: str) -> None:
+    """"about 60 dollars" of a total of 59.90 was a number from nowhere, and the answer became the fallback."""
+    verified = _gate(answer, grounding=[{**INVOICE, "total": total}])
+
+    assert verified.text == answer and not verified.replaced
+
+
+@pytest.mark.parametrize("answer", [
+    "Your invoice INV-7 comes to sixty dollars.",
+    "Your invoice INV-7 comes to sixty dollars [1].",
+    "Your invoice INV-7 comes to about 60 dollars [1].",
+    "Your invoice INV-7 comes to about sixty dollars [1].",
+    "Your invoice INV-7 comes to 60 dollars [1].",  # a round figure only when the answer says it is one
+])
+def test_an_amount_in_words_or_a_round_figure_far_from_the_tools_goes(answer: str) -> None:
+    """The tool says 45.00: "sixty dollars" went out, since only digits were read as numbers."""
+    verified = _gate(answer, grounding=[{**INVOICE, "total": 45.0}])
+
+    assert verified.replaced and verified.reason == "it contradicts the tools: a number no extract or tool result holds"
