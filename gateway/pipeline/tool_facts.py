@@ -24,6 +24,7 @@ listed anywhere, so an answer's word cannot be told for a status rather than a w
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -97,6 +98,7 @@ class ToolFacts:
                 pending.extend((str(k), v, depth + 1) for k, v in item.items())
             elif isinstance(item, (list, tuple)):
                 counts.add(Decimal(len(item)))
+                counts |= _column_sums(item)
                 pending.extend((key, v, depth + 1) for v in item)
             elif isinstance(item, bool) and (phrase := _key_phrase(key)):
                 flags.setdefault(phrase, set()).add(item)
@@ -132,6 +134,18 @@ class ToolFacts:
             if stated is not None and stated is not truth:
                 return f"a tool's {phrase!r} flag said to be the opposite"
         return None
+
+
+def _column_sums(records: list[Any] | tuple[Any, ...]) -> set[Decimal]:
+    """The total of each number a list's records give under one key: the 3 items of lines of 2 and 1, the
+    $59.90 of payments of 20.00 and 39.90 (and of 2000 and 3990 in cents)."""
+    sums: dict[str, Decimal] = {}
+    for record in records:
+        for key, value in record.items() if isinstance(record, dict) else ():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                sums[key] = sums.get(key, Decimal(0)) + Decimal(str(value))
+    return {total for key, value in sums.items() if len(records) > 1
+            for total in (value, value / 100 if _MINOR_UNITS.search(key) else value)}
 
 
 def _phrase(text: str) -> str:

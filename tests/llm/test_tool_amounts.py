@@ -1,11 +1,11 @@
 """Gate 2's check of an answer's amounts against the tools' data, as people write them: a whole ("100%"), a
-round figure ("about 60 dollars"), words ("sixty dollars")."""
+round figure ("about 60 dollars"), words ("sixty dollars"), a total of a result's list ("3 items")."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.llm.test_tool_contradictions import _gate
+from tests.llm.test_tool_contradictions import CART, _gate
 
 INVOICE = {"invoice": "INV-7", "status": "paid", "total": 59.9}
 
@@ -44,3 +44,23 @@ def test_an_amount_in_words_or_a_round_figure_far_from_the_tools_goes(answer: st
     verified = _gate(answer, grounding=[{**INVOICE, "total": 45.0}])
 
     assert verified.replaced and verified.reason == "it contradicts the tools: a number no extract or tool result holds"
+
+
+@pytest.mark.parametrize(("answer", "kept"), [
+    ("Order A-1042 holds 3 items [1].", True),
+    ("Your order A-1042 holds 3 items.", True),
+    ("Order A-1042 holds 7 items [1].", False),
+])
+def test_a_total_of_a_results_list_is_held(answer: str, kept: bool) -> None:
+    """A mug line of 2 and a tea line of 1 are 3 items; the 3 was a number from nowhere."""
+    verified = _gate(answer, grounding=[CART])
+
+    assert (verified.text == answer) is kept and verified.replaced is not kept
+
+
+def test_a_total_of_amounts_in_cents_is_held_in_units() -> None:
+    payments = {"payments": [{"id": "pi_1", "amount": 2000}, {"id": "pi_2", "amount": 3990}]}
+
+    assert _gate("Your two payments come to €59.90 [1].", grounding=[payments]).text == \
+        "Your two payments come to €59.90 [1]."
+    assert _gate("Your two payments come to €69.90 [1].", grounding=[payments]).replaced
