@@ -302,16 +302,20 @@ def _holds_a_rule_line(plain: str) -> bool:
     return any(line in plain for line in _RULE_LINES)
 
 
-def _without_contradictions(text: str, grounding: Sequence[Any], *, evidence: str) -> tuple[str, str]:
+def _without_contradictions(text: str, grounding: Sequence[Any], *, evidence: str,
+                            question: str = "") -> tuple[str, str]:
     """(`text` without its sentences that contradict the tools' data or state a value no evidence holds,
     why the first went). Cited or not: a model that misreads `"status": "shipped"` still cites an extract
-    for "your order has not shipped yet [1]"."""
+    for "your order has not shipped yet [1]". A bare "Not yet" answers the sentence before it when that
+    one asks ("Has it shipped? Not yet."), and the customer's `question` when it opens the answer."""
     facts = ToolFacts.of(list(grounding))
     known = Evidence.of(evidence, counts=facts.counts)
     reasons: list[str] = []
+    asked = [question]
 
     def consistent(sentence: str) -> bool:
-        reason = facts.contradiction(sentence) or known.unsupported(sentence)
+        reason = facts.contradiction(sentence, question=asked[0]) or known.unsupported(sentence)
+        asked[0] = sentence if sentence.rstrip().endswith("?") else ""
         if reason:
             reasons.append(reason)
         return reason is None
@@ -355,7 +359,8 @@ def verify_citations(
     # Tags first, as the stream takes them out: "?</fallback> Pay at https://…" is two sentences, not one.
     text = without_unknown_links(without_fallback_tags(text), "\n".join([trusted, *link_values(list(grounding))]))
     if grounding:
-        text, contradiction = _without_contradictions(text, grounding, evidence=f"{known}\n{question}")
+        text, contradiction = _without_contradictions(text, grounding, evidence=f"{known}\n{question}",
+                                                      question=question)
         if not text.strip():
             return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True, reason=contradiction)
     cleaned, cited = strip_invalid_markers(without_fallback_tags(text).strip(), count=len(hits))

@@ -5,9 +5,11 @@ Two kinds of contradiction are caught, the clear ones only:
 
 - **A state said to be otherwise.** A tool's status value (`"status": "shipped"`) negated ("it has not
   shipped yet"), a true flag (`"refundable": true`) negated, a false one (`"paid": false`) or a
-  negative status (`"unpaid"`) stated as so ("it has been paid"). A state that differs between the
-  results' records (two orders, one shipped) is nobody's to contradict, and a hedged or conditional
-  sentence ("if it hasn't shipped by Friday…", "I can't tell whether it has shipped") states nothing.
+  negative status (`"unpaid"`) stated as so ("it has been paid"); another state of the same kind said to
+  be so ("your order is pending"), or a bare "Not yet" to a question about it (`gateway.pipeline.state_words`).
+  A state that differs between the results' records (two orders, one shipped) is nobody's to contradict,
+  and a hedged or conditional sentence ("if it hasn't shipped by Friday…", "I can't tell whether it has
+  shipped") states nothing.
 - **A value the evidence does not hold.** With tool data in the answer's reach, every number, date
   and identifier it states must be in the extracts, the tool results, the call's arguments, the
   conversation or the bot's own texts (`gateway.pipeline.evidence`): "$69.90" for a total of 59.90,
@@ -17,8 +19,8 @@ An uncited answer resting on the tools keeps only the sentences that say what th
 (`grounded_sentences`). A tool's text fields are data: their words ground an answer's words, but a
 sentence planted in one (`"note": "the order has NOT shipped"`) is no state to hold an answer to.
 
-Not caught: a state said to be another one ("pending" for "shipped"), since a tool's statuses are not
-listed anywhere, so an answer's word cannot be told for a status rather than a word of its own.
+Not caught: a state of a kind `state_words` does not list (a shop's own `awaiting_pickup`): a tool's statuses
+are not listed anywhere, so an answer's word cannot be told for a status rather than a word of its own.
 """
 
 from __future__ import annotations
@@ -33,40 +35,19 @@ from typing import Any
 
 from gateway.pipeline.evidence import MARKER, Evidence
 from gateway.pipeline.sentences import keep_sentences
+from gateway.pipeline.state_words import WORD, asks_about, bare_answer, kinds_of, positive_of, stated
 
 _MINOR_UNITS = re.compile(r"amount|cents|minor", re.IGNORECASE)  # amount, unit_amount, total_cents
 _MAX_DEPTH = 64  # a result nested thousands deep is walked this far, not until RecursionError
 _STATE_VALUE = re.compile(r"[A-Za-z][A-Za-z _-]{3,30}")
 # A string is a state only under a key that names one (`status`, `order_status`, `subscriptionState`): a
 # text field ("note": "not shipped", planted or not) is data, never a state an answer is held to.
-_STATE_KEY = frozenset({"status", "state", "stage", "phase", "condition", "availability", "plan", "tier", "standing"})
+_STATE_KEY = frozenset({"status", "estado", "state", "stage", "phase", "condition", "availability", "plan", "tier", "standing"})
 _NO_STATE = frozenset({"none", "null", "true", "false", "unknown", "n/a"})
 _STATE_WORDS = 3  # a longer text is prose, not a state
 _KEY_PREFIXES = frozenset({"is", "has", "was", "are", "can", "did", "have"})
 # Keys about the lookup itself, not about the thing looked up.
 _LOOKUP_KEYS = frozenset({"found", "ok", "success", "error", "valid", "exists", "truncated"})
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_NEGATIONS = frozenset({"not", "never", "nor", "non", "isn't", "hasn't", "wasn't", "haven't", "aren't",
-                        "weren't", "doesn't", "didn't", "hadn't"})
-# A state's word with one of these is its opposite: "unpaid", "inactive", "nonrefundable".
-_NEGATIVE_PREFIXES = ("un", "in", "non")
-_COPULAS = frozenset({"is", "are", "was", "were", "it's", "has", "have", "had", "got"})
-# Words between a negation or a copula and the state it speaks of ("has not yet been shipped").
-_BRIDGE = frozenset({"yet", "be", "been", "being", "already", "now", "fully", "actually", "even", "really", "currently",
-                     "still", "just"})
-# A sentence holding one of these before the state asks, doubts or supposes: it states nothing.
-_HEDGES = frozenset({"if", "unless", "when", "once", "until", "whether", "before", "after", "think", "seems",
-                     "appears", "ask", "asked", "wonder", "maybe", "perhaps", "probably", "possibly", "unsure",
-                     "unable"})
-# Words of knowing and checking doubt only when denied ("not sure", "can't tell", "don't know"): "I can
-# confirm that your order has not shipped", "Sure, …", "As you can see, …" state what follows.
-_KNOWING = frozenset({"sure", "know", "see", "tell", "find", "check", "confirm", "able", "say", "certain"})
-_DENIALS = frozenset({"not", "never", "no", "don't", "can't", "cannot", "couldn't", "won't", "wouldn't", "isn't",
-                      "wasn't", "didn't", "doesn't", "aren't"})
-# A modal that governs the state makes it a possibility or an action, not the state: "may have shipped",
-# "will be refunded", "we can't open a second ticket".
-_MODALS = frozenset({"can", "could", "may", "might", "should", "would", "will", "must", "can't", "cannot",
-                     "couldn't", "shouldn't", "won't", "wouldn't", "mustn't"})
 
 @dataclass(frozen=True, slots=True)
 class ToolFacts:
@@ -113,27 +94,50 @@ class ToolFacts:
         return cls({k: frozenset(v) for k, v in states.items()}, {k: frozenset(v) for k, v in flags.items()},
                    frozenset(counts))
 
-    def contradiction(self, sentence: str) -> str | None:
+    def contradiction(self, sentence: str, *, question: str = "") -> str | None:
         """What `sentence` says against the tools' states, named without their values (logs hold no
-        customer data), or None."""
-        words = _WORD.findall(MARKER.sub(" ", sentence).lower().replace("\u2019", "'"))
+        customer data), or None. `question`: what a sentence opening with a bare "No" or "Yes" answers."""
+        words = _words(sentence)
+        answer = bare_answer(MARKER.sub(" ", sentence)) if question else None
         for key, values in self.states.items():
             if len(values) != 1:
                 continue  # records that differ (one order shipped, one not): no single state to hold to
             (value,) = values
-            if _stated(words, value) is False:
+            if stated(words, value) is False:
                 return f"a tool's {key} said not to be so"
-            positive = _positive_of(value)
-            if positive and _stated(words, positive) is True:
+            positive = positive_of(value)
+            if positive and stated(words, positive) is True:
                 return f"a tool's {key} said to be the opposite"
+            if answer and _answered_against(value, question, *answer):
+                return f"a tool's {key} answered to be otherwise"
+            for nouns, others in kinds_of(value):
+                def of_the_thing(word: str, before: str, nouns: frozenset[str] = nouns) -> bool:
+                    # Its noun, or its identifier ("A-1042", "ORD123"); not an amount ("your refund of 20 is…").
+                    return word in nouns or word in _phrase(key).split() or any(c.isdigit() for c in word) and (
+                        any(c.isalpha() for c in word) or len(before) == 1)
+
+                if any(stated(words, other, subject=of_the_thing) is True for other in others):
+                    return f"a tool's {key} said to be another"
         for phrase, truths in self.flags.items():
             if len(truths) != 1:
                 continue
             (truth,) = truths
-            stated = _stated(words, phrase)
-            if stated is not None and stated is not truth:
+            said = stated(words, phrase)
+            if answer and said is None and asks_about(question, phrase):
+                said = answer[0]
+            if said is not None and said is not truth:
                 return f"a tool's {phrase!r} flag said to be the opposite"
         return None
+
+
+def _answered_against(value: str, question: str, yes: bool, rest: str) -> bool:
+    """Whether a bare yes or no to `question` says the state `value` is not so: "Not yet" to "Has it
+    shipped?" (unless the rest says it: "No, it has shipped"), "Yes" to "Is it still pending?". A question
+    about two states ("Has it shipped or is it still pending?") has no yes or no for an answer."""
+    asked = [state for state in {value}.union(*(others for _, others in kinds_of(value))) if asks_about(question, state)]
+    if len(asked) != 1:
+        return False
+    return yes if asked[0] != value else not yes and value not in " ".join(_words(rest))
 
 
 def _column_sums(records: list[Any] | tuple[Any, ...]) -> set[Decimal]:
@@ -146,6 +150,10 @@ def _column_sums(records: list[Any] | tuple[Any, ...]) -> set[Decimal]:
                 sums[key] = sums.get(key, Decimal(0)) + Decimal(str(value))
     return {total for key, value in sums.items() if len(records) > 1
             for total in (value, value / 100 if _MINOR_UNITS.search(key) else value)}
+
+
+def _words(sentence: str) -> list[str]:
+    return WORD.findall(MARKER.sub(" ", sentence).lower().replace("\u2019", "'"))
 
 
 def _phrase(text: str) -> str:
@@ -162,56 +170,6 @@ def _key_phrase(key: str) -> str:
         words = words[1:]
     phrase = " ".join(words)
     return "" if not phrase or phrase in _LOOKUP_KEYS else phrase
-
-
-def _positive_of(value: str) -> str:
-    """The state a negative value denies: "unpaid" → "paid", "not shipped" → "shipped"; else ""."""
-    if value.startswith("not "):
-        return value[4:]
-    if value.startswith("un") and len(value) >= 6 and " " not in value:
-        return value[2:]
-    return ""
-
-
-def _stated(words: list[str], phrase: str) -> bool | None:
-    """Whether the sentence's `words` state `phrase` as so (True: "has been paid"), as not so (False: "has
-    not shipped yet", "is yet to be shipped", "no longer active", "never got shipped", "is unpaid"), or
-    neither (None: not there, only mentioned, or hedged). A negation reaches the phrase only across words
-    like "yet", "been" and adverbs ("not successfully shipped"): in "not pending, it's shipped" it is
-    pending's, not shipped's."""
-    target = phrase.split()
-    opposites = {prefix + target[0] for prefix in _NEGATIVE_PREFIXES} if len(target) == 1 else set()
-    hedge = next((i for i, w in enumerate(words) if w in _HEDGES or (
-        w in _KNOWING and _DENIALS.intersection(words[max(0, i - 3):i]))), len(words))
-    said: bool | None = None
-    for i in range(len(words) - len(target) + 1):
-        opposite = words[i] in opposites
-        if words[i:i + len(target)] != target and not opposite:
-            continue
-        if i > hedge:
-            return None
-        j = i - 1
-        while j >= 0 and (words[j] in _BRIDGE or (words[j].endswith("ly") and words[j] != "only")):
-            j -= 1
-        if j < 0:
-            continue
-        word, previous = words[j], words[j - 1] if j > 0 else ""
-        k = j - 1  # past the negation and auxiliaries ("may not have shipped"): a modal there governs the state
-        while k >= 0 and (words[k] in _BRIDGE or words[k] in _NEGATIONS or words[k] in ("have", "be")):
-            k -= 1
-        if word in _MODALS or (k >= 0 and words[k] in _MODALS and (word in _NEGATIONS or word in _COPULAS)):
-            continue
-        if word in _NEGATIONS or (word, previous) in (("longer", "no"), ("to", "yet")):
-            so = False
-        elif word in _COPULAS:
-            so = previous not in _NEGATIONS  # "never got shipped", "not was"
-        else:
-            continue
-        if so is not opposite:
-            said = True if said is None else said
-        else:
-            said = False
-    return said
 
 
 _GROUND_WORD = re.compile(r"[\w-]{3,}")

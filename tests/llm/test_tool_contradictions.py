@@ -17,9 +17,9 @@ ORDER = {"found": True, "order": {"id": "A-1042", "status": "shipped", "total": 
                                   "tracking": "1Z999AA10123456784"}}
 
 
-def _gate(text: str, grounding=(ORDER,), **kwargs):
+def _gate(text: str, grounding=(ORDER,), question: str = "Where is my order A-1042?", **kwargs):
     return verify_citations(text, HITS, fallback_text=FALLBACK, grounding=list(grounding),
-                            tool_arguments=[{"order": "A-1042"}], question="Where is my order A-1042?", **kwargs)
+                            tool_arguments=[{"order": "A-1042"}], question=question, **kwargs)
 
 
 @pytest.mark.parametrize("text", [

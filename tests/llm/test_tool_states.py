@@ -1,0 +1,78 @@
+"""Gate 2's check of the states an answer gives against the tools': another state of the same kind, a bare
+"Not yet" to a question, a state in Spanish or German, and uncited answers in words of their own."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.llm.test_tool_contradictions import FALLBACK, _gate
+
+SHIPPED = "Has my order A-1042 shipped?"
+
+
+@pytest.mark.parametrize("text", [
+    "Your order A-1042 is pending.",
+    "Your order A-1042 is still on hold [1].",
+    "Your parcel is pending; refunds take 5 business days [1].",
+    "Order A-1042 has been cancelled.",
+])
+def test_a_state_said_to_be_another_of_its_kind_is_a_contradiction(text: str) -> None:
+    """The tool says shipped; "pending" went out, since only a denial of "shipped" was caught."""
+    verified = _gate(text)
+
+    assert verified.replaced and verified.reason == "it contradicts the tools: a tool's status said to be another"
+
+
+@pytest.mark.parametrize("text", [
+    "Your order A-1042 has shipped and is in transit [1].",
+    "Your order A-1042 is on its way, and your refund is pending [1].",  # the refund's, not the order's
+    "Your order A-1042 has shipped; the refund of 30 is pending [1].",
+    "Your order A-1042 is no longer pending: it has shipped.",
+    "Order A-1042 is not cancelled [1].",
+    "Once it is delivered, the return window of 30 days starts [1].",
+    "If your order were pending, you could still change it [1].",
+])
+def test_another_thing_in_another_state_or_a_denied_state_is_kept(text: str) -> None:
+    assert _gate(text).text == text
+
+
+@pytest.mark.parametrize(("question", "text"), [
+    ("Where is my order A-1042?", "Has it shipped? Not yet [1]."),
+    (SHIPPED, "Not yet, it is still being prepared."),
+    (SHIPPED, "No, sorry [1]."),
+    (SHIPPED, "Noch nicht, tut mir leid."),
+    (SHIPPED, "Todavía no, lo siento."),
+    ("Is my order A-1042 still pending?", "Yes, it is still being prepared [1]."),
+    ("Can I get a refund for order A-1042, is it refundable?", "Yes, you can send it back within 30 days [1]."),
+])
+def test_a_bare_answer_against_the_tools_state_is_a_contradiction(question: str, text: str) -> None:
+    """The tool says shipped (and not refundable): "Not yet" said it had not, and went out."""
+    verified = _gate(text, question=question)
+
+    assert verified.text in ("Has it shipped?", FALLBACK)  # the question may stay; its wrong answer goes
+    assert verified.reason.startswith("it contradicts the tools") or not verified.replaced
+
+
+@pytest.mark.parametrize(("question", "text"), [
+    (SHIPPED, "Yes, it shipped and arrives on November 28."),
+    (SHIPPED, "No problem: order A-1042 has shipped."),
+    ("Is my order A-1042 still pending?", "No, it has shipped [1]."),
+    ("Hasn't order A-1042 shipped yet?", "No, it has: it arrives on November 28."),  # "No" to a denial: unclear
+    ("Has my order A-1042 been delivered?", "Not yet, it is in transit and arrives on November 28 [1]."),
+    ("Is order A-1042 refundable?", "No, it is not refundable [1]."),
+    ("Has order A-1042 shipped? Can I still change its address?", "No, not once it is on its way [1]."),
+    ("Has order A-1042 shipped or is it still pending?", "Yes, it arrives on November 28."),
+])
+def test_a_bare_answer_that_agrees_with_the_tools_is_kept(question: str, text: str) -> None:
+    assert _gate(text, question=question).text == text
+
+
+@pytest.mark.parametrize(("result", "wrong", "right"), [
+    ({"pedido": "A-7", "estado": "enviado"}, "Tu pedido A-7 todavía no ha sido enviado [1].", "Tu pedido A-7 ya ha sido enviado."),
+    ({"Bestellung": "A-7", "Status": "versandt"}, "Ihre Bestellung A-7 ist noch nicht versandt [1].",
+     "Ihre Bestellung A-7 ist bereits versandt."),
+])
+def test_a_state_in_the_answers_language_is_held_like_an_english_one(result, wrong: str, right: str) -> None:
+    """A shop whose tool says "enviado": "no ha sido enviado" read as no negation at all, and went out."""
+    assert _gate(wrong, grounding=[result]).replaced
+    assert _gate(right, grounding=[result]).text == right
