@@ -105,6 +105,13 @@ class Evidence:
                 return "an identifier no extract or tool result holds"
         return "a number no extract or tool result holds" if self.lacks_a_number_of(plain) else None
 
+    def holds_a_value_of(self, sentence: str) -> bool:
+        """Whether `sentence` states an identifier or a date the evidence holds ("A-1042", "November 28"):
+        it speaks of what the evidence speaks of, in whatever language."""
+        plain = MARKER.sub(" ", sentence)
+        return any(self.holds_date(readings) for readings in _dates(plain)) or any(
+            _is_identifier(token) and _squashed(token) in self.squashed for token in _TOKEN.findall(plain))
+
     def lacks_a_number_of(self, sentence: str) -> bool:
         """Whether `sentence` states a number the evidence does not hold, however written ("$59.90" is
         the 59.9 of a tool's JSON, "59,90 €" too)."""

@@ -35,7 +35,7 @@ from typing import Any
 
 from gateway.pipeline.evidence import MARKER, Evidence
 from gateway.pipeline.sentences import keep_sentences
-from gateway.pipeline.state_words import WORD, asks_about, bare_answer, kinds_of, positive_of, stated
+from gateway.pipeline.state_words import WORD, asks_about, bare_answer, kinds_of, positive_of, related_words, stated
 
 _MINOR_UNITS = re.compile(r"amount|cents|minor", re.IGNORECASE)  # amount, unit_amount, total_cents
 _MAX_DEPTH = 64  # a result nested thousands deep is walked this far, not until RecursionError
@@ -93,6 +93,10 @@ class ToolFacts:
 
         return cls({k: frozenset(v) for k, v in states.items()}, {k: frozenset(v) for k, v in flags.items()},
                    frozenset(counts))
+
+    def related_words(self) -> set[str]:
+        """The words an answer may say the results' states with ("parcel", "on its way" of "shipped")."""
+        return {word for values in self.states.values() for value in values for word in related_words(value)}
 
     def contradiction(self, sentence: str, *, question: str = "") -> str | None:
         """What `sentence` says against the tools' states, named without their values (logs hold no
@@ -176,30 +180,43 @@ _GROUND_WORD = re.compile(r"[\w-]{3,}")
 _COMMON_WORDS = frozenset({"the", "and", "for", "you", "your", "are", "was", "were", "not", "has", "have", "this",
                            "that", "with", "true", "false", "none", "null", "can", "will", "now", "right", "its",
                            "our", "here", "there", "yes", "any", "all", "also", "been", "from", "which", "what",
-                           "when", "where", "who", "how", "please", "let", "know", "thanks", "thank", "sure"})
+                           "when", "where", "who", "how", "please", "let", "know", "thanks", "thank", "sure",
+                           "good", "great", "news", "glad", "happy", "about", "just", "still", "already"})
 # Of a sentence's words (common ones aside), the share the tool results must hold for it to pass.
 GROUNDED_SHARE = 0.5
 
 
 def _stem(word: str) -> str:
+    """A word without its ending: "shipped", "shipping" and "ships" are all "ship"."""
     word = word.lower()
-    return word[:-1] if len(word) > 3 and word.endswith("s") else word
+    for ending in ("ing", "ed", "es", "s"):
+        if len(word) > len(ending) + 3 and word.endswith(ending):
+            word = word[:-len(ending)]
+            break
+    return word[:-1] if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiou" else word
 
 
-def grounded_sentences(text: str, tool_results: str) -> str:
-    """The sentences of an uncited, tool-grounded answer that say what the tools returned: at least half
-    of their words (common ones aside) and every number in them are in `tool_results`. One shared word
-    was enough before, and "Your invoice is paid. The Team plan is free for life." passed whole on an
-    invoice whose plan is "Plus"."""
+def _stems(words: list[str]) -> set[str]:
+    return {_stem(word) for word in words if word.lower() not in _COMMON_WORDS}
+
+
+def grounded_sentences(text: str, tool_results: str, *, question: str = "") -> str:
+    """The sentences of an uncited, tool-grounded answer that say what the tools returned: every number in
+    them is in `tool_results`, and at least half of their words (common ones aside) are the results'
+    (in any form: "shipping" of "shipped"), the customer's `question`'s, or words for the results' states
+    ("your parcel is on its way" of a shipped order); or they name an identifier or a date of the results,
+    in whatever language ("Tu pedido A-1042 ya ha sido enviado."). One shared word was enough before, and
+    "Your invoice is paid. The Team plan is free for life." passed whole on an invoice whose plan is "Plus"."""
     # By value: "2025-03-03" holds the 3 of "March 3"; a list of two orders, the 2 of "2 orders".
-    numbers = Evidence.of(tool_results, counts=ToolFacts.of([tool_results]).counts)
+    facts = ToolFacts.of([tool_results])
+    numbers = Evidence.of(tool_results, counts=facts.counts)
     # A date's words too: "2026-11-28" holds the "Nov" and "Saturday" of "It arrives on Saturday, Nov. 28".
-    known = {_stem(w) for w in _GROUND_WORD.findall(tool_results)} - _COMMON_WORDS | numbers.date_words()
+    known = _stems([*_GROUND_WORD.findall(f"{tool_results}\n{question}"), *facts.related_words()]) | numbers.date_words()
 
     def grounded(sentence: str) -> bool:
-        words = {_stem(w) for w in _GROUND_WORD.findall(sentence)} - _COMMON_WORDS
+        words = _stems(_GROUND_WORD.findall(sentence))
         if not words or numbers.lacks_a_number_of(sentence):
             return False
-        return len(words & known) >= GROUNDED_SHARE * len(words)
+        return len(words & known) >= GROUNDED_SHARE * len(words) or numbers.holds_a_value_of(sentence)
 
     return keep_sentences(text, grounded)

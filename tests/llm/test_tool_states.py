@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.llm.test_tool_contradictions import FALLBACK, _gate
+from tests.llm.test_tool_contradictions import FALLBACK, ORDER, _gate
 
 SHIPPED = "Has my order A-1042 shipped?"
 
@@ -65,6 +65,39 @@ def test_a_bare_answer_against_the_tools_state_is_a_contradiction(question: str,
 ])
 def test_a_bare_answer_that_agrees_with_the_tools_is_kept(question: str, text: str) -> None:
     assert _gate(text, question=question).text == text
+
+
+@pytest.mark.parametrize("text", [
+    "Tu pedido A-1042 ya ha sido enviado.",
+    "Ihre Bestellung A-1042 wurde bereits versandt.",
+    "Tu pedido A-1042 llegará el 28 de noviembre.",
+    "Ihre Bestellung A-1042 ist nicht storniert und kommt am 28. November an.",
+    "Good news: your package is on its way!",
+    "Your order A-1042 is shipping with UPS.",
+])
+def test_an_uncited_answer_in_words_of_its_own_or_another_language_is_kept(text: str) -> None:
+    """Half of an uncited sentence's words had to be the tool's, literally: every Spanish or German answer
+    on a shipped order, and "your package is on its way", became the fallback."""
+    result = {**ORDER, "carrier": "UPS"}
+
+    verified = _gate(text, grounding=[result])
+
+    assert verified.text == text and not verified.replaced
+
+
+@pytest.mark.parametrize("text", [
+    "Your order A-7 is processing and will be shipped soon.",
+    "Your order A-7 is still pending; it has not shipped yet [1].",
+    "Tu pedido A-7 está pendiente y se enviará pronto.",
+])
+def test_words_for_a_pending_order_are_kept(text: str) -> None:
+    assert _gate(text, grounding=[{"order": "A-7", "status": "pending"}]).text == text
+
+
+def test_an_uncited_claim_the_tools_do_not_make_still_goes() -> None:
+    text = "Your package is on its way. Your package qualifies for free returns for life."
+
+    assert _gate(text).text == "Your package is on its way."
 
 
 @pytest.mark.parametrize(("result", "wrong", "right"), [
