@@ -307,11 +307,13 @@ def _without_contradictions(text: str, grounding: Sequence[Any], *, evidence: st
     """(`text` without its sentences that contradict the tools' data or state a value no evidence holds,
     why the first went). Cited or not: a model that misreads `"status": "shipped"` still cites an extract
     for "your order has not shipped yet [1]". A bare "Not yet" answers the sentence before it when that
-    one asks ("Has it shipped? Not yet."), and the customer's `question` when it opens the answer."""
+    one asks ("Has it shipped? Not yet."), and the customer's `question` when it opens the answer: its last
+    line, this message's (`question` holds the whole conversation, and an earlier "Has it shipped?" is not
+    what a "No" to "Can I still cancel it" answers)."""
     facts = ToolFacts.of(list(grounding))
     known = Evidence.of(evidence, counts=facts.counts)
     reasons: list[str] = []
-    asked = [question]
+    asked = [question.rstrip().rpartition("\n")[2]]
 
     def consistent(sentence: str) -> bool:
         reason = facts.contradiction(sentence, question=asked[0]) or known.unsupported(sentence)

@@ -48,3 +48,21 @@ async def test_an_amount_the_conversation_already_held_is_no_new_claim_of_the_an
     result = await rig.pipeline.handle(rig.turn("Has it shipped?", history=history))
 
     assert result.reply == answer
+
+
+async def test_a_bare_no_answers_this_message_not_an_earlier_question(openai_fake) -> None:
+    """"Not yet" to "Has my order A-7 shipped?" says the shipped order has not; a "No" to a later message
+    that asks something else says nothing of shipping, though the conversation asked it before."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [ORDER_STATUS]}])
+    lookup = Turn(tool_calls=(ToolCallSpec("order_status", {"order": "A-7"}),))
+    openai_fake.script("primary", lookup, Turn(text="Not yet, it leaves our warehouse soon [1]."),
+                       Turn(text='{"queries": ["cancel order A-7"]}'), lookup,
+                       Turn(text="No, it is too late to cancel it [1]."))
+    history = [{"role": "user", "content": "Has my order A-7 shipped?"},
+               {"role": "assistant", "content": "Yes, order A-7 has shipped."}]
+
+    wrong = await rig.pipeline.handle(rig.turn("Has my order A-7 shipped?"))
+    right = await rig.pipeline.handle(rig.turn("OK. Then can I still cancel it", history=history))
+
+    assert wrong.reply == rig.bot.fallback_text and not wrong.answered
+    assert right.reply == "No, it is too late to cancel it [1]."
