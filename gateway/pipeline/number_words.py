@@ -23,7 +23,7 @@ WHOLE = re.compile(r"(?<![\d.,])100\s*(?:%|percent\b|per\s+cent\b)", re.IGNORECA
 # A number these come just before is said to be near the true one, not to be it.
 _APPROXIMATELY = re.compile(r"(?:\b(?:about|around|roughly|approximately|approx\.|almost|nearly|some|close\s+to"
                             r"|just\s+(?:under|over|below|above)|circa|ca\.|unos|unas|aproximadamente|casi|etwa"
-                            r"|ungef[aä]hr|rund|fast|environ|presque|cerca\s+de)|~|≈)\s*(?:[$€£]|US\$)?\s*$", re.IGNORECASE)
+                            r"|ungef[aä]hr|rund|environ|presque|cerca\s+de)|~|≈)\s*(?:[$€£]|US\$)?\s*$", re.IGNORECASE)
 _APPROXIMATE_SHARE = Decimal("0.05")  # "about 60" of 59.90, of 57, of 63; not of 45
 
 

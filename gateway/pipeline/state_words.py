@@ -14,7 +14,10 @@ from collections.abc import Callable
 
 WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)?")
 _NEGATIONS = frozenset({"not", "never", "nor", "non", "isn't", "hasn't", "wasn't", "haven't", "aren't",
-                        "weren't", "doesn't", "didn't", "hadn't", "no", "nunca", "nicht", "nie"})
+                        "weren't", "doesn't", "didn't", "hadn't", "nunca", "nicht", "nie"})
+# Spanish says "no" before the verb ("no ha sido enviado"); right before a state's word it is English
+# and speaks of some other thing: "you have no pending refunds".
+_VERB_NEGATIONS = _NEGATIONS | {"no"}
 # A state's word with one of these is its opposite: "unpaid", "inactive", "nonrefundable".
 _NEGATIVE_PREFIXES = ("un", "in", "non")
 _COPULAS = frozenset({"is", "are", "was", "were", "it's", "has", "have", "had", "got",
@@ -115,7 +118,7 @@ def stated(words: list[str], phrase: str, *, subject: Callable[[str, str], bool]
         if word in _NEGATIONS or (word, previous) in (("longer", "no"), ("to", "yet")):
             so = False
         elif word in _COPULAS:
-            so = previous not in _NEGATIONS  # "never got shipped", "not was"
+            so = previous not in _VERB_NEGATIONS  # "never got shipped", "not was", "no está"
         else:
             continue
         if so is not opposite:

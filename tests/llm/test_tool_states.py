@@ -86,6 +86,7 @@ def test_an_uncited_answer_in_words_of_its_own_or_another_language_is_kept(text:
 
 
 @pytest.mark.parametrize("text", [
+    "You have no pending refunds, and order A-7 is pending [1].",
     "Your order A-7 is processing and will be shipped soon.",
     "Your order A-7 is still pending; it has not shipped yet [1].",
     "Tu pedido A-7 está pendiente y se enviará pronto.",
