@@ -21,6 +21,7 @@ _LIST_NUMBER = re.compile(r"^\s*\d{1,3}[.)]\s+")
 _NUMBER = re.compile(r"\d+")
 # A number as written, with its thousands or decimal separators: "59.90", "1,200", "59,90".
 _AMOUNT = re.compile(r"\d+(?:[.,]\d+)*")
+_CENTS = re.compile(r"(?<![\d.,])\d+(?:,\d{3})*[.,]\d{2}(?![\d.,]\d)")  # 59.90, 1,200.50, 59,90
 _ACRONYM = re.compile(r"\b\d+[A-Z]{2,}\b")  # 2FA, 3DS: names, not numbers
 _MONTHS = {name: n for n, names in enumerate(
     [("jan", "january"), ("feb", "february"), ("mar", "march"), ("apr", "april"), ("may",), ("jun", "june"),
@@ -106,11 +107,12 @@ class Evidence:
         return "a number no extract or tool result holds" if self.lacks_a_number_of(plain) else None
 
     def holds_a_value_of(self, sentence: str) -> bool:
-        """Whether `sentence` states an identifier or a date the evidence holds ("A-1042", "November 28"):
-        it speaks of what the evidence speaks of, in whatever language."""
+        """Whether `sentence` states an identifier, a date or an amount with cents the evidence holds
+        ("A-1042", "November 28", "$59.90"): it speaks of what the evidence speaks of, in whatever language."""
         plain = MARKER.sub(" ", sentence)
         return any(self.holds_date(readings) for readings in _dates(plain)) or any(
-            _is_identifier(token) and _squashed(token) in self.squashed for token in _TOKEN.findall(plain))
+            _is_identifier(token) and _squashed(token) in self.squashed for token in _TOKEN.findall(plain)) or any(
+            _readings(amount) & self.numbers for amount in _CENTS.findall(plain))
 
     def lacks_a_number_of(self, sentence: str) -> bool:
         """Whether `sentence` states a number the evidence does not hold, however written ("$59.90" is

@@ -98,6 +98,18 @@ class ToolFacts:
         """The words an answer may say the results' states with ("parcel", "on its way" of "shipped")."""
         return {word for values in self.states.values() for value in values for word in related_words(value)}
 
+    def decides(self, question: str) -> bool:
+        """Whether the tools' states answer `question` yes or no, so that `contradiction` judges a bare
+        "Yes." to it: it asks about one state of a kind a result's state is of ("Has it shipped?", "Is it
+        still pending?"), or about one of their flags ("Is it refundable?")."""
+        for values in self.states.values():
+            if len(values) == 1:
+                (value,) = values
+                kind = {value}.union(*(others for _, others in kinds_of(value)))
+                if sum(asks_about(question, state) for state in kind) == 1:
+                    return True
+        return any(len(truths) == 1 and asks_about(question, phrase) for phrase, truths in self.flags.items())
+
     def contradiction(self, sentence: str, *, question: str = "") -> str | None:
         """What `sentence` says against the tools' states, named without their values (logs hold no
         customer data), or None. `question`: what a sentence opening with a bare "No" or "Yes" answers."""
@@ -213,8 +225,16 @@ def grounded_sentences(text: str, tool_results: str, *, question: str = "") -> s
     # A date's words too: "2026-11-28" holds the "Nov" and "Saturday" of "It arrives on Saturday, Nov. 28".
     known = _stems([*_GROUND_WORD.findall(f"{tool_results}\n{question}"), *facts.related_words()]) | numbers.date_words()
 
+    # A bare "Yes." or "Not yet." opening the answer, to a question the tools' states decide: gate 2's
+    # contradiction check has let it pass, so it says what they returned.
+    decided = [facts.decides(question.rstrip().rpartition("\n")[2])]
+
     def grounded(sentence: str) -> bool:
         words = _stems(_GROUND_WORD.findall(sentence))
+        bare, decided[0] = decided[0] and (answer := bare_answer(sentence)) is not None \
+            and not _GROUND_WORD.search(answer[1]), False
+        if bare:
+            return True
         if not words or numbers.lacks_a_number_of(sentence):
             return False
         return len(words & known) >= GROUNDED_SHARE * len(words) or numbers.holds_a_value_of(sentence)

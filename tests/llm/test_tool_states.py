@@ -95,6 +95,20 @@ def test_words_for_a_pending_order_are_kept(text: str) -> None:
     assert _gate(text, grounding=[{"order": "A-7", "status": "pending"}]).text == text
 
 
+@pytest.mark.parametrize(("question", "text", "kept"), [
+    (SHIPPED, "Yes. It arrives on November 28.", "Yes. It arrives on November 28."),
+    ("Is order A-1042 still pending?", "Nope. It arrives on November 28.", "Nope. It arrives on November 28."),
+    ("Is order A-1042 refundable?", "Nope. It arrives on November 28.", "Nope. It arrives on November 28."),
+    ("Is order A-1042 gift-wrapped?", "Yes. It arrives on November 28.", "It arrives on November 28."),  # no tool says
+    ("Where is my order A-1042?", "You paid $59.90, and the payment went through.",
+     "You paid $59.90, and the payment went through."),
+])
+def test_a_bare_answer_the_tools_state_decides_or_an_amount_they_hold_grounds_a_sentence(question, text, kept) -> None:
+    """A bare "Yes." that the tool's state bears out, and a sentence stating the tool's amount in its own
+    words, held no word of the results', and went."""
+    assert _gate(text, question=question).text == kept
+
+
 def test_an_uncited_claim_the_tools_do_not_make_still_goes() -> None:
     text = "Your package is on its way. Your package qualifies for free returns for life."
 
