@@ -47,6 +47,7 @@ _NO_STATE = frozenset({"none", "null", "true", "false", "unknown", "n/a"})
 _STATE_WORDS = 3  # a longer text is prose, not a state
 _KEY_PREFIXES = frozenset({"is", "has", "was", "are", "can", "did", "have"})
 # Keys about the lookup itself, not about the thing looked up.
+_THIS = frozenset({"your", "the", "this", "that", "my", "tu", "su", "ihre", "deine"})
 _LOOKUP_KEYS = frozenset({"found", "ok", "success", "error", "valid", "exists", "truncated"})
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +129,10 @@ class ToolFacts:
                 return f"a tool's {key} answered to be otherwise"
             for nouns, others in kinds_of(value):
                 def of_the_thing(word: str, before: str, nouns: frozenset[str] = nouns) -> bool:
-                    # Its noun, or its identifier ("A-1042", "ORD123"); not an amount ("your refund of 20 is…").
-                    return word in nouns or word in _phrase(key).split() or any(c.isdigit() for c in word) and (
-                        any(c.isalpha() for c in word) or len(before) == 1)
+                    # "your order", "the parcel" (not "an order is pending until…", any order), or its identifier
+                    # ("A-1042", "ORD123"; not an amount: "your refund of 20 is…").
+                    return (word in nouns or word in _phrase(key).split()) and before in _THIS or any(
+                        c.isdigit() for c in word) and (any(c.isalpha() for c in word) or len(before) == 1)
 
                 if any(stated(words, other, subject=of_the_thing) is True for other in others):
                     return f"a tool's {key} said to be another"
