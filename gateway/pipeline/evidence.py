@@ -3,7 +3,8 @@ each number, date, hour, phone number and identifier of a sentence must be one t
 results and arguments, the conversation or the bot's own texts hold ("$69.90" for a total of 59.90,
 "November 26" for `2026-11-28`, "A-1043" for order A-1042 are claims from nowhere), however written
 ("59,90 €" is the 59.9 of a tool's JSON, "17:00" the "5pm" of a prompt, 12/07/2026 December 7), or
-worked out in the sentence from values it gives ("2 mugs at $10 each: $20")."""
+worked out in the sentence from values it gives ("2 mugs at $10 each: $20"); in words, or near a held value
+when the sentence says it is ("sixty dollars", "about 60 dollars": `gateway.pipeline.number_words`)."""
 
 from __future__ import annotations
 
