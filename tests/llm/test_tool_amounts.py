@@ -10,7 +10,8 @@ from tests.llm.test_tool_contradictions import CART, _gate
 INVOICE = {"invoice": "INV-7", "status": "paid", "total": 59.9}
 
 
-@pytest.mark.parametrize("answer", ["Your invoice INV-7 is 100% paid.", "Invoice INV-7 is 100 percent paid [1]."])
+@pytest.mark.parametrize("answer", ["Your invoice INV-7 is 100% paid.", "Invoice INV-7 is 100 percent paid [1].",
+                                    "Invoice INV-7 is one hundred percent paid [1]."])
 def test_a_whole_in_percent_is_no_figure_from_nowhere(answer: str) -> None:
     """"100% paid" held a 100 no tool gave, and the true answer became the fallback."""
     assert _gate(answer, grounding=[INVOICE]).text == answer
