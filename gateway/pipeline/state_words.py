@@ -131,6 +131,7 @@ def stated(words: list[str], phrase: str, *, subject: Callable[[str, str], bool]
 # A sentence that opens with a bare yes or no answers the question before it.
 _BARE_ANSWER = re.compile(r"^\W*(?:(?P<no>not\s+yet|no(?:pe)?|noch\s+nicht|nein|todav[ií]a\s+no|a[uú]n\s+no)"
                           r"|(?P<yes>yes|yep|yeah|s[ií]|ja))(?:\s*[,.!;:\u2014-]|\s*$|(?<=yet)\b)", re.IGNORECASE)
+_TWO_QUESTIONS = frozenset({"and", "or", "also", "y", "o", "und", "oder"})
 _QUESTION_DENIES = frozenset({"not", "never", "isn't", "hasn't", "wasn't", "haven't", "aren't", "didn't", "doesn't",
                               "no", "nicht", "nunca"})
 
@@ -144,9 +145,12 @@ def bare_answer(sentence: str) -> tuple[bool, str] | None:
 def asks_about(question: str, phrase: str) -> bool:
     """Whether `question` asks whether `phrase` is so ("Has it shipped?", "Is it still pending?"), not
     whether it is not ("Hasn't it shipped yet?", where "No" is ambiguous). Of several questions, the last
-    is the one answered: "Has it shipped? Can I still change the address?"."""
+    is the one answered: "Has it shipped? Can I still change the address?". One that asks two things
+    ("Has it shipped, and can I still change the address?") has no yes or no for an answer."""
     asked = re.findall(r"[^.!?¿]*\?", question)
     words = [w.lower() for w in WORD.findall(asked[-1] if asked else question)]
+    if _TWO_QUESTIONS.intersection(words):
+        return False
     target = phrase.split()
     return not _QUESTION_DENIES.intersection(words) and any(
         words[i:i + len(target)] == target for i in range(len(words) - len(target) + 1))
