@@ -379,7 +379,8 @@ def verify_citations(
         cleaned, cited = strip_invalid_markers(without_invented_claims(without_fallback_tags(text), count=len(hits)),
                                                count=len(hits))
     else:
-        cleaned = grounded_sentences(cleaned, tool_text, question=question) if grounding else ""
+        cleaned = grounded_sentences(cleaned, tool_text, question=question,
+                                     results=json.dumps(list(grounding), default=str)) if grounding else ""
         if not cleaned:
             reason = "no sentence says what the tools returned" if grounding else "no valid citation"
             return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True, reason=reason)

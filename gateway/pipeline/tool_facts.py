@@ -214,16 +214,18 @@ def _stems(words: list[str]) -> set[str]:
     return {_stem(word) for word in words if word.lower() not in _COMMON_WORDS}
 
 
-def grounded_sentences(text: str, tool_results: str, *, question: str = "") -> str:
+def grounded_sentences(text: str, tool_results: str, *, question: str = "", results: str | None = None) -> str:
     """The sentences of an uncited, tool-grounded answer that say what the tools returned: every number in
     them is in `tool_results`, and at least half of their words (common ones aside) are the results'
     (in any form: "shipping" of "shipped"), the customer's `question`'s, or words for the results' states
     ("your parcel is on its way" of a shipped order); or they name an identifier or a date of the results,
-    in whatever language ("Tu pedido A-1042 ya ha sido enviado."). One shared word was enough before, and
+    in whatever language ("Tu pedido A-1042 ya ha sido enviado."): of `results` (the tools' answers without
+    the calls' arguments, which are the model's words) when given. One shared word was enough before, and
     "Your invoice is paid. The Team plan is free for life." passed whole on an invoice whose plan is "Plus"."""
     # By value: "2025-03-03" holds the 3 of "March 3"; a list of two orders, the 2 of "2 orders".
     facts = ToolFacts.of([tool_results])
     numbers = Evidence.of(tool_results, counts=facts.counts)
+    values = numbers if results is None else Evidence.of(results, counts=facts.counts)
     # A date's words too: "2026-11-28" holds the "Nov" and "Saturday" of "It arrives on Saturday, Nov. 28".
     known = _stems([*_GROUND_WORD.findall(f"{tool_results}\n{question}"), *facts.related_words()]) | numbers.date_words()
 
@@ -239,6 +241,6 @@ def grounded_sentences(text: str, tool_results: str, *, question: str = "") -> s
             return True
         if not words or numbers.lacks_a_number_of(sentence):
             return False
-        return len(words & known) >= GROUNDED_SHARE * len(words) or numbers.holds_a_value_of(sentence)
+        return len(words & known) >= GROUNDED_SHARE * len(words) or values.holds_a_value_of(sentence)
 
     return keep_sentences(text, grounded)

@@ -118,6 +118,13 @@ def test_an_uncited_claim_the_tools_do_not_make_still_goes() -> None:
     assert _gate(text).text == "Your package is on its way."
 
 
+def test_an_identifier_only_the_call_gave_grounds_no_sentence() -> None:
+    """The model asked for A-1042 and the tool found nothing: the identifier is the model's own word."""
+    verified = _gate("Tu pedido A-1042 ya ha sido enviado.", grounding=[{"found": False}])
+
+    assert verified.replaced and verified.text == FALLBACK
+
+
 @pytest.mark.parametrize(("result", "wrong", "right"), [
     ({"pedido": "A-7", "estado": "enviado"}, "Tu pedido A-7 todavía no ha sido enviado [1].", "Tu pedido A-7 ya ha sido enviado."),
     ({"Bestellung": "A-7", "Status": "versandt"}, "Ihre Bestellung A-7 ist noch nicht versandt [1].",
