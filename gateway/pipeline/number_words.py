@@ -16,7 +16,7 @@ _NUMBER_WORD = "|".join(sorted([*_UNITS, *_TENS, *_SCALES, "a", "and"], key=len,
 _WORDS = rf"(?:{_NUMBER_WORD})(?:[\s-]+(?:{_NUMBER_WORD}))*"
 # Only before a currency or "percent": "one of the two items" states no amount, "sixty dollars" does; with
 # its cents, one amount ("forty-two dollars and fifty cents" is 42.50).
-_IN_WORDS = re.compile(rf"\b({_WORDS})\s+(?:(cents?|pence)|dollars?|bucks|euros?|pounds?|francs?|(percent|per\s+cent))\b"
+IN_WORDS = re.compile(rf"\b({_WORDS})\s+(?:(cents?|pence)|dollars?|bucks|euros?|pounds?|francs?|(percent|per\s+cent))\b"
                        rf"(?:,?\s+(?:and\s+)?({_WORDS})\s+(?:cents?|pence)\b)?", re.IGNORECASE)
 # "100%", "100 percent": the whole of something, as "fully" is.
 WHOLE = re.compile(r"(?<![\d.,])100\s*(?:%|percent\b|per\s+cent\b)", re.IGNORECASE)
@@ -31,7 +31,7 @@ def amounts_in_words(text: str) -> list[tuple[int, Decimal]]:
     """(where it starts, its value) of each amount `text` writes in words: "sixty dollars", "forty-five
     euros", "one hundred and twenty dollars"."""
     found = []
-    for match in _IN_WORDS.finditer(text):
+    for match in IN_WORDS.finditer(text):
         value = _value_of(match.group(1))
         if value is not None:
             if match.group(3) and value == 100:

@@ -34,6 +34,7 @@ from decimal import Decimal
 from typing import Any
 
 from gateway.pipeline.evidence import MARKER, Evidence
+from gateway.pipeline.number_words import IN_WORDS
 from gateway.pipeline.sentences import keep_sentences
 from gateway.pipeline.state_words import WORD, asks_about, bare_answer, kinds_of, positive_of, related_words, stated
 
@@ -195,7 +196,13 @@ _COMMON_WORDS = frozenset({"the", "and", "for", "you", "your", "are", "was", "we
                            "that", "with", "true", "false", "none", "null", "can", "will", "now", "right", "its",
                            "our", "here", "there", "yes", "any", "all", "also", "been", "from", "which", "what",
                            "when", "where", "who", "how", "please", "let", "know", "thanks", "thank", "sure",
-                           "good", "great", "news", "glad", "happy", "about", "just", "still", "already"})
+                           "good", "great", "news", "glad", "happy", "about", "just", "still", "already",
+                           "dollar", "dollars", "euro", "euros", "pound", "pounds", "cents"})
+# Words of English no other language the gateway replies in writes: a sentence holding one is English, and
+# its words, not only a value of the results, must say what they returned.
+_ENGLISH = frozenset({"the", "is", "are", "your", "you", "for", "to", "of", "and", "with", "it", "this", "that",
+                      "at", "be", "been", "were", "its", "it's"})
+_WORD_OF_ANY_LENGTH = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 # Of a sentence's words (common ones aside), the share the tool results must hold for it to pass.
 GROUNDED_SHARE = 0.5
 
@@ -216,31 +223,39 @@ def _stems(words: list[str]) -> set[str]:
 
 def grounded_sentences(text: str, tool_results: str, *, question: str = "", results: str | None = None) -> str:
     """The sentences of an uncited, tool-grounded answer that say what the tools returned: every number in
-    them is in `tool_results`, and at least half of their words (common ones aside) are the results'
-    (in any form: "shipping" of "shipped"), the customer's `question`'s, or words for the results' states
-    ("your parcel is on its way" of a shipped order); or they name an identifier or a date of the results,
-    in whatever language ("Tu pedido A-1042 ya ha sido enviado."): of `results` (the tools' answers without
-    the calls' arguments, which are the model's words) when given. One shared word was enough before, and
-    "Your invoice is paid. The Team plan is free for life." passed whole on an invoice whose plan is "Plus"."""
+    them is in `tool_results`, and at least half of their words (common ones aside) are the results' (in
+    any form: "shipping" of "shipped") or words for the results' states ("your parcel is on its way" of a
+    shipped order); or, in a sentence in another language than English (whose words the results cannot
+    hold), they name an identifier, a date or an amount with cents of `results` (the tools' answers without
+    the calls' arguments, which are the model's words): "Tu pedido A-1042 ya ha sido enviado.". The
+    customer's words (`question`) ground nothing: "a free upgrade" asked for is no tool's. One shared word
+    was enough before, and "Your invoice is paid. The Team plan is free for life." passed whole on an
+    invoice whose plan is "Plus"."""
     # By value: "2025-03-03" holds the 3 of "March 3"; a list of two orders, the 2 of "2 orders".
     facts = ToolFacts.of([tool_results])
     numbers = Evidence.of(tool_results, counts=facts.counts)
     values = numbers if results is None else Evidence.of(results, counts=facts.counts)
     # A date's words too: "2026-11-28" holds the "Nov" and "Saturday" of "It arrives on Saturday, Nov. 28".
-    known = _stems([*_GROUND_WORD.findall(f"{tool_results}\n{question}"), *facts.related_words()]) | numbers.date_words()
+    # A key's words too: `due_date` holds the "due" of "€59.90 is due".
+    known = _stems([*_GROUND_WORD.findall(tool_results), *_GROUND_WORD.findall(tool_results.replace("_", " ")),
+                    *facts.related_words()]) | numbers.date_words()
 
     # A bare "Yes." or "Not yet." opening the answer, to a question the tools' states decide: gate 2's
     # contradiction check has let it pass, so it says what they returned.
     decided = [facts.decides(question.rstrip().rpartition("\n")[2])]
 
     def grounded(sentence: str) -> bool:
-        words = _stems(_GROUND_WORD.findall(sentence))
+        # An amount in words is checked as a number ("forty-five dollars"), not as words the results hold.
+        words = _stems(_GROUND_WORD.findall(IN_WORDS.sub(" ", sentence)))
         bare, decided[0] = decided[0] and (answer := bare_answer(sentence)) is not None \
             and not _GROUND_WORD.search(answer[1]), False
         if bare:
             return True
         if not words or numbers.lacks_a_number_of(sentence):
             return False
-        return len(words & known) >= GROUNDED_SHARE * len(words) or values.holds_a_value_of(sentence)
+        if len(words & known) >= GROUNDED_SHARE * len(words):
+            return True
+        english = _ENGLISH.intersection(w.lower() for w in _WORD_OF_ANY_LENGTH.findall(sentence))
+        return not english and values.holds_a_value_of(sentence)
 
     return keep_sentences(text, grounded)

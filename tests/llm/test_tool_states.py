@@ -77,6 +77,7 @@ def test_a_bare_answer_that_agrees_with_the_tools_is_kept(question: str, text: s
     "Ihre Bestellung A-1042 ist nicht storniert und kommt am 28. November an.",
     "Good news: your package is on its way!",
     "Your order A-1042 is shipping with UPS.",
+    "Your order A-1042 has a delivery date of November 28.",  # `delivery_date`'s words
 ])
 def test_an_uncited_answer_in_words_of_its_own_or_another_language_is_kept(text: str) -> None:
     """Half of an uncited sentence's words had to be the tool's, literally: every Spanish or German answer
@@ -103,12 +104,11 @@ def test_words_for_a_pending_order_are_kept(text: str) -> None:
     ("Is order A-1042 still pending?", "Nope. It arrives on November 28.", "Nope. It arrives on November 28."),
     ("Is order A-1042 refundable?", "Nope. It arrives on November 28.", "Nope. It arrives on November 28."),
     ("Is order A-1042 gift-wrapped?", "Yes. It arrives on November 28.", "It arrives on November 28."),  # no tool says
-    ("Where is my order A-1042?", "You paid $59.90, and the payment went through.",
-     "You paid $59.90, and the payment went through."),
+    ("Where is my order A-1042?", "Tu pago de 59,90 € se ha cobrado.", "Tu pago de 59,90 € se ha cobrado."),
 ])
 def test_a_bare_answer_the_tools_state_decides_or_an_amount_they_hold_grounds_a_sentence(question, text, kept) -> None:
-    """A bare "Yes." that the tool's state bears out, and a sentence stating the tool's amount in its own
-    words, held no word of the results', and went."""
+    """A bare "Yes." that the tool's state bears out, and a Spanish sentence stating the tool's amount, held
+    no word of the results', and went."""
     assert _gate(text, question=question).text == kept
 
 
@@ -116,6 +116,14 @@ def test_an_uncited_claim_the_tools_do_not_make_still_goes() -> None:
     text = "Your package is on its way. Your package qualifies for free returns for life."
 
     assert _gate(text).text == "Your package is on its way."
+
+
+def test_the_customers_words_ground_no_claim() -> None:
+    """The question's "free upgrade" made half of the answer's words, and the promise went out."""
+    verified = _gate("Yes, order A-1042 qualifies for a free upgrade.",
+                     question="Can I get a free upgrade for order A-1042?")
+
+    assert verified.replaced and verified.text == FALLBACK
 
 
 def test_an_identifier_only_the_call_gave_grounds_no_sentence() -> None:
