@@ -63,6 +63,12 @@ _KINDS: tuple[tuple[frozenset[str], dict[str, frozenset[str]]], ...] = tuple(
     ))
 
 
+def supposes(words: list[str]) -> bool:
+    """Whether a sentence's `words` hold a condition or a doubt anywhere ("The order is cancelled if it is not
+    paid…"): a rule, not the state of the customer's thing."""
+    return not _HEDGES.isdisjoint(words)
+
+
 def kinds_of(value: str) -> list[tuple[frozenset[str], set[str]]]:
     """For each kind of thing `value` is a state of: its nouns, and its states that `value` says are not so."""
     return [(nouns, set(states) - {value} - states[value]) for nouns, states in _KINDS if value in states]

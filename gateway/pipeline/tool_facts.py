@@ -36,7 +36,16 @@ from typing import Any
 from gateway.pipeline.evidence import MARKER, Evidence
 from gateway.pipeline.number_words import IN_WORDS
 from gateway.pipeline.sentences import keep_sentences
-from gateway.pipeline.state_words import WORD, asks_about, bare_answer, kinds_of, positive_of, related_words, stated
+from gateway.pipeline.state_words import (
+    WORD,
+    asks_about,
+    bare_answer,
+    kinds_of,
+    positive_of,
+    related_words,
+    stated,
+    supposes,
+)
 
 _MINOR_UNITS = re.compile(r"amount|cents|minor", re.IGNORECASE)  # amount, unit_amount, total_cents
 _MAX_DEPTH = 64  # a result nested thousands deep is walked this far, not until RecursionError
@@ -128,7 +137,7 @@ class ToolFacts:
                 return f"a tool's {key} said to be the opposite"
             if answer and _answered_against(value, question, *answer):
                 return f"a tool's {key} answered to be otherwise"
-            for nouns, others in kinds_of(value):
+            for nouns, others in [] if supposes(words) else kinds_of(value):
                 def of_the_thing(word: str, before: str, nouns: frozenset[str] = nouns) -> bool:
                     # "your order", "the parcel" (not "an order is pending until…", any order), or its identifier
                     # ("A-1042", "ORD123"; not an amount: "your refund of 20 is…").

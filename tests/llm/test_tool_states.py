@@ -28,6 +28,8 @@ def test_a_state_said_to_be_another_of_its_kind_is_a_contradiction(text: str) ->
     "Your order A-1042 is on its way, and your refund is pending [1].",  # the refund's, not the order's
     "Your order A-1042 has shipped; the refund of 30 is pending [1].",
     "Orders are processed within 5 business days [1]. An order is pending until we have your payment [1].",
+    "The order is cancelled automatically if it is not paid within 5 business days [1].",  # a rule, not a state
+    "Is your order still pending? It has shipped [1].",
     "Your order A-1042 is no longer pending: it has shipped.",
     "Order A-1042 is not cancelled [1].",
     "Once it is delivered, the return window of 30 days starts [1].",
