@@ -112,20 +112,18 @@ class ToolFacts:
     def decides(self, question: str) -> bool:
         """Whether the tools' states answer `question` yes or no, so that `contradiction` judges a bare
         "Yes." to it: it asks about one state of a kind a result's state is of ("Has it shipped?", "Is it
-        still pending?"), or about one of their flags ("Is it refundable?")."""
-        for values in self.states.values():
-            if len(values) == 1:
-                (value,) = values
-                kind = {value}.union(*(others for _, others in kinds_of(value)))
-                if sum(asks_about(question, state) for state in kind) == 1:
-                    return True
-        return any(len(truths) == 1 and asks_about(question, phrase) for phrase, truths in self.flags.items())
+        still pending?"), or about one of their flags ("Is it refundable?"); about one thing only ("Is my
+        shipped order refundable?" asks of the flag, and "No" says nothing of shipping)."""
+        states = {state for values in self.states.values() if len(values) == 1 for value in values
+                  for state in {value}.union(*(others for _, others in kinds_of(value)))}
+        flags = {phrase for phrase, truths in self.flags.items() if len(truths) == 1}
+        return sum(asks_about(question, topic) for topic in states | flags) == 1
 
     def contradiction(self, sentence: str, *, question: str = "") -> str | None:
         """What `sentence` says against the tools' states, named without their values (logs hold no
         customer data), or None. `question`: what a sentence opening with a bare "No" or "Yes" answers."""
         words = _words(sentence)
-        answer = bare_answer(MARKER.sub(" ", sentence)) if question else None
+        answer = bare_answer(MARKER.sub(" ", sentence)) if question and self.decides(question) else None
         for key, values in self.states.items():
             if len(values) != 1:
                 continue  # records that differ (one order shipped, one not): no single state to hold to

@@ -66,6 +66,7 @@ def test_a_bare_answer_against_the_tools_state_is_a_contradiction(question: str,
     ("Has order A-1042 shipped? Can I still change its address?", "No, not once it is on its way [1]."),
     ("Has order A-1042 shipped or is it still pending?", "Yes, it arrives on November 28."),
     ("Did my payment go through, and is order A-1042 refundable?", "Yes, your payment went through [1]."),
+    ("Is my shipped order A-1042 refundable?", "No, sorry [1]."),  # a question of a flag, not of shipping
     ("Has order A-1042 shipped and can I still change its address?", "No, the address can no longer change [1]."),
 ])
 def test_a_bare_answer_that_agrees_with_the_tools_is_kept(question: str, text: str) -> None:
