@@ -90,13 +90,14 @@ def positive_of(value: str) -> str:
     return ""
 
 
-def stated(words: list[str], phrase: str, *, subject: Callable[[str, str], bool] | None = None) -> bool | None:
+def stated(words: list[str], phrase: str, *, subject: Callable[[str, str], bool] | None = None,
+           pronouns: bool = True) -> bool | None:
     """Whether the sentence's `words` state `phrase` as so (True: "has been paid"), as not so (False: "has
     not shipped yet", "is yet to be shipped", "no longer active", "never got shipped", "is unpaid"), or
     neither (None: not there, only mentioned, or hedged). A negation reaches the phrase only across words
     like "yet", "been" and adverbs ("not successfully shipped"): in "not pending, it's shipped" it is
     pending's, not shipped's. With `subject`, only where the word before the verb (and the one before
-    that) pass it ("your order is pending", not "your refund is pending")."""
+    that) pass it ("your order is pending", not "your refund is pending"), or (with `pronouns`) is "it"."""
     target = phrase.split()
     opposites = {prefix + target[0] for prefix in _NEGATIVE_PREFIXES} if len(target) == 1 else set()
     hedge = next((i for i, w in enumerate(words) if w in _HEDGES or (
@@ -119,7 +120,11 @@ def stated(words: list[str], phrase: str, *, subject: Callable[[str, str], bool]
             k -= 1
         if word in _MODALS or (k >= 0 and words[k] in _MODALS and (word in _NEGATIONS or word in _COPULAS)):
             continue
-        if subject is not None and not (k >= 0 and (words[k] in _PRONOUNS or subject(words[k], words[k - 1] if k else ""))):
+        who = k  # the subject, before the verbs ("your order has not shipped")
+        while who >= 0 and (words[who] in _COPULAS or words[who] in _BRIDGE or words[who] in _VERB_NEGATIONS):
+            who -= 1
+        if subject is not None and not (who >= 0 and ((pronouns and words[who] in _PRONOUNS)
+                                                      or subject(words[who], words[who - 1] if who else ""))):
             continue
         if word in _NEGATIONS or (word, previous) in (("longer", "no"), ("to", "yet")):
             so = False

@@ -69,6 +69,8 @@ class ToolFacts:
     states: dict[str, frozenset[str]] = field(default_factory=dict)
     flags: dict[str, frozenset[bool]] = field(default_factory=dict)
     counts: frozenset[Decimal] = frozenset()
+    # Each state by (key, the key of the object holding it): an order's `status` apart from its payment's.
+    owned: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, results: Sequence[Any]) -> ToolFacts:
@@ -76,9 +78,10 @@ class ToolFacts:
         states: dict[str, set[str]] = {}
         flags: dict[str, set[bool]] = {}
         counts: set[Decimal] = set()
-        pending: list[tuple[str, Any, int]] = [("", r, 0) for r in results]
+        owned: dict[tuple[str, str], set[str]] = {}
+        pending: list[tuple[str, Any, int, str]] = [("", r, 0, "") for r in results]
         while pending:
-            key, item, depth = pending.pop()
+            key, item, depth, owner = pending.pop()
             if depth > _MAX_DEPTH:
                 continue
             if isinstance(item, str) and item.strip()[:1] in "[{":
@@ -87,11 +90,11 @@ class ToolFacts:
                 except (ValueError, RecursionError):
                     continue
             if isinstance(item, dict):
-                pending.extend((str(k), v, depth + 1) for k, v in item.items())
+                pending.extend((str(k), v, depth + 1, key) for k, v in item.items())
             elif isinstance(item, (list, tuple)):
                 counts.add(Decimal(len(item)))
                 counts |= _column_sums(item)
-                pending.extend((key, v, depth + 1) for v in item)
+                pending.extend((key, v, depth + 1, owner) for v in item)
             elif isinstance(item, bool) and (phrase := _key_phrase(key)):
                 flags.setdefault(phrase, set()).add(item)
             elif isinstance(item, int) and not isinstance(item, bool) and _MINOR_UNITS.search(key):
@@ -101,9 +104,10 @@ class ToolFacts:
                     and _STATE_VALUE.fullmatch(item.strip()) and len(item.split()) <= _STATE_WORDS \
                     and _phrase(item) not in _NO_STATE:
                 states.setdefault(key.lower(), set()).add(_phrase(item))
+                owned.setdefault((key.lower(), _phrase(owner)), set()).add(_phrase(item))
 
         return cls({k: frozenset(v) for k, v in states.items()}, {k: frozenset(v) for k, v in flags.items()},
-                   frozenset(counts))
+                   frozenset(counts), {k: frozenset(v) for k, v in owned.items()})
 
     def related_words(self) -> set[str]:
         """The words an answer may say the results' states with ("parcel", "on its way" of "shipped")."""
@@ -125,25 +129,20 @@ class ToolFacts:
         words = _words(sentence)
         answer = bare_answer(MARKER.sub(" ", sentence)) if question and self.decides(question) else None
         for key, values in self.states.items():
-            if len(values) != 1:
-                continue  # records that differ (one order shipped, one not): no single state to hold to
-            (value,) = values
-            if stated(words, value) is False:
-                return f"a tool's {key} said not to be so"
-            positive = positive_of(value)
-            if positive and stated(words, positive) is True:
-                return f"a tool's {key} said to be the opposite"
-            if answer and _answered_against(value, question, *answer):
-                return f"a tool's {key} answered to be otherwise"
-            for nouns, others in [] if supposes(words) else kinds_of(value):
-                def of_the_thing(word: str, before: str, nouns: frozenset[str] = nouns) -> bool:
-                    # "your order", "the parcel" (not "an order is pending until…", any order), or its identifier
-                    # ("A-1042", "ORD123"; not an amount: "your refund of 20 is…").
-                    return (word in nouns or word in _phrase(key).split()) and before in _THIS or any(
-                        c.isdigit() for c in word) and (any(c.isalpha() for c in word) or len(before) == 1)
-
-                if any(stated(words, other, subject=of_the_thing) is True for other in others):
-                    return f"a tool's {key} said to be another"
+            if len(values) == 1:
+                (value,) = values
+                if reason := _said_otherwise(words, key, value):
+                    return reason
+                if answer and _answered_against(value, question, *answer):
+                    return f"a tool's {key} answered to be otherwise"
+                continue
+            # Records that differ (one order shipped, one not) have no single state to hold to; the states of
+            # two things (an order's and its payment's) each hold a sentence that names its thing.
+            for (owned_key, owner), owned in self.owned.items():
+                if owned_key == key and owner and len(owned) == 1 and len(
+                        [other for other, _ in self.owned if other == key]) > 1:
+                    if reason := _said_otherwise(words, f"{owner} {key}", next(iter(owned)), thing=owner):
+                        return reason
         for phrase, truths in self.flags.items():
             if len(truths) != 1:
                 continue
@@ -154,6 +153,32 @@ class ToolFacts:
             if said is not None and said is not truth:
                 return f"a tool's {phrase!r} flag said to be the opposite"
         return None
+
+
+def _said_otherwise(words: list[str], name: str, value: str, *, thing: str = "") -> str | None:
+    """Why `words` say against a tool's state `value` (named `name`), or None. With `thing` (the key of
+    the object the state is of), only a sentence that names that thing counts ("your payment", not "it")."""
+    def named(word: str, before: str) -> bool:
+        return before in _THIS and word.removesuffix("s") == thing.removesuffix("s")
+
+    subject, pronouns = (named, False) if thing else (None, True)
+    if stated(words, value, subject=subject, pronouns=pronouns) is False:
+        return f"a tool's {name} said not to be so"
+    positive = positive_of(value)
+    if positive and stated(words, positive, subject=subject, pronouns=pronouns) is True:
+        return f"a tool's {name} said to be the opposite"
+    for nouns, others in [] if supposes(words) else kinds_of(value):
+        def of_the_thing(word: str, before: str, nouns: frozenset[str] = nouns) -> bool:
+            if thing:
+                return named(word, before) or (thing in nouns and word in nouns and before in _THIS)
+            # "your order", "the parcel" (not "an order is pending until…", any order), or its identifier
+            # ("A-1042", "ORD123"; not an amount: "your refund of 20 is…").
+            return (word in nouns or word in _phrase(name).split()) and before in _THIS or any(
+                c.isdigit() for c in word) and (any(c.isalpha() for c in word) or len(before) == 1)
+
+        if any(stated(words, other, subject=of_the_thing, pronouns=pronouns) is True for other in others):
+            return f"a tool's {name} said to be another"
+    return None
 
 
 def _answered_against(value: str, question: str, yes: bool, rest: str) -> bool:

@@ -145,3 +145,21 @@ def test_a_state_in_the_answers_language_is_held_like_an_english_one(result, wro
     """A shop whose tool says "enviado": "no ha sido enviado" read as no negation at all, and went out."""
     assert _gate(wrong, grounding=[result]).replaced
     assert _gate(right, grounding=[result]).text == right
+
+
+NESTED = {"order": {"id": "A-1042", "status": "shipped", "payment": {"status": "pending"}}}
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    ("Your order has not shipped yet [1].", False),
+    ("Your order is on hold [1].", False),
+    ("Your payment is still pending, and your order has shipped [1].", True),
+    ("It has not shipped yet [1].", True),  # "it" may be the payment: whose state is unclear
+    ("Your payment has not shipped [1].", True),
+])
+def test_the_states_of_two_things_under_one_key_are_each_held_to_their_own(text: str, kept: bool) -> None:
+    """An order's and its payment's `status` differed, so neither was held to anything: "Your order has not
+    shipped yet" went out on a shipped order."""
+    verified = _gate(text, grounding=[NESTED])
+
+    assert (verified.text == text) is kept and verified.replaced is not kept
