@@ -37,7 +37,8 @@ def amounts_in_words(text: str) -> list[tuple[int, Decimal]]:
             if match.group(3) and value == 100:
                 continue  # "one hundred percent paid": a whole, as "100%" is
             cents = _value_of(match.group(4) or "") or 0
-            found.append((match.start(), Decimal(value) / 100 if match.group(2) else Decimal(value) + Decimal(cents) / 100))
+            amount = Decimal(value) / 100 if match.group(2) else Decimal(value) + Decimal(cents) / 100
+            found.append((match.start(), amount))
     return found
 
 

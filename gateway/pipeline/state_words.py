@@ -51,7 +51,8 @@ _KINDS: tuple[tuple[frozenset[str], dict[str, frozenset[str]]], ...] = tuple(
                                 (entry.partition(":") for entry in states.split("; "))})
     for nouns, states in (
         ("order orders package parcel shipment delivery purchase item items",
-         "pending:processing; processing:pending; on hold; backordered; shipped:dispatched,in transit,out for delivery,delivered,on its way; "
+         "pending:processing; processing:pending; on hold; backordered; "
+         "shipped:dispatched,in transit,out for delivery,delivered,on its way; "
          "dispatched:shipped,in transit,out for delivery,delivered,on its way; "
          "in transit:shipped,dispatched,out for delivery,delivered,on its way; "
          "out for delivery:shipped,dispatched,in transit,delivered,on its way; "

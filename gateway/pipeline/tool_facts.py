@@ -52,7 +52,8 @@ _MAX_DEPTH = 64  # a result nested thousands deep is walked this far, not until 
 _STATE_VALUE = re.compile(r"[A-Za-z][A-Za-z _-]{3,30}")
 # A string is a state only under a key that names one (`status`, `order_status`, `subscriptionState`): a
 # text field ("note": "not shipped", planted or not) is data, never a state an answer is held to.
-_STATE_KEY = frozenset({"status", "estado", "state", "stage", "phase", "condition", "availability", "plan", "tier", "standing"})
+_STATE_KEY = frozenset({"status", "estado", "state", "stage", "phase", "condition", "availability", "plan", "tier",
+                        "standing"})
 _NO_STATE = frozenset({"none", "null", "true", "false", "unknown", "n/a"})
 _STATE_WORDS = 3  # a longer text is prose, not a state
 _KEY_PREFIXES = frozenset({"is", "has", "was", "are", "can", "did", "have"})
@@ -185,7 +186,8 @@ def _answered_against(value: str, question: str, yes: bool, rest: str) -> bool:
     """Whether a bare yes or no to `question` says the state `value` is not so: "Not yet" to "Has it
     shipped?" (unless the rest says it: "No, it has shipped"), "Yes" to "Is it still pending?". A question
     about two states ("Has it shipped or is it still pending?") has no yes or no for an answer."""
-    asked = [state for state in {value}.union(*(others for _, others in kinds_of(value))) if asks_about(question, state)]
+    kind = {value}.union(*(others for _, others in kinds_of(value)))
+    asked = [state for state in kind if asks_about(question, state)]
     if len(asked) != 1:
         return False
     return yes if asked[0] != value else not yes and value not in " ".join(_words(rest))

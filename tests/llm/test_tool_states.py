@@ -137,7 +137,8 @@ def test_an_identifier_only_the_call_gave_grounds_no_sentence() -> None:
 
 
 @pytest.mark.parametrize(("result", "wrong", "right"), [
-    ({"pedido": "A-7", "estado": "enviado"}, "Tu pedido A-7 todavía no ha sido enviado [1].", "Tu pedido A-7 ya ha sido enviado."),
+    ({"pedido": "A-7", "estado": "enviado"}, "Tu pedido A-7 todavía no ha sido enviado [1].",
+     "Tu pedido A-7 ya ha sido enviado."),
     ({"Bestellung": "A-7", "Status": "versandt"}, "Ihre Bestellung A-7 ist noch nicht versandt [1].",
      "Ihre Bestellung A-7 ist bereits versandt."),
 ])
