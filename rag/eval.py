@@ -18,7 +18,8 @@ Metrics (keys exactly as the contract names them):
 
 Recall and MRR rank what the search found before gate 1 (`SearchResult.candidates` when it
 refused), so they measure retrieval; the gate is measured by the two refusal rates.
-DIR is ingested into a throwaway Qdrant folder and SQLite file, removed afterwards.
+DIR is ingested into a throwaway Qdrant folder and SQLite file, removed afterwards. An answerable question
+whose gold texts no document holds is an `EvalFileError` naming its line, before anything is embedded.
 
 `evaluate` also keeps each question's outcome (rank, refused, the gate's inputs) and the files that
 failed to load, so `gateway eval` can show which questions to look at.
@@ -41,9 +42,10 @@ from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.index import open_index
 from rag.ingest import Ingestor
 from rag.search import Hit, HybridSearch
-from rag.sources import load_directory
+from rag.sources import Document, load_directory
 
 EVAL_BOT = "eval"
+GOLD_NOT_FOUND_SHOWN = 10
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Question:
     question: str
     gold_texts: tuple[str, ...]
     answerable: bool
+    where: str = ""  # "FILE:LINE" in the questions file
 
 
 @dataclass(frozen=True)
@@ -155,12 +158,32 @@ def _question(line: str, where: str) -> Question:
     if item.get("answerable", True) is False:
         if item.get("gold_texts"):  # which one is meant? either guess skews the metrics
             raise EvalFileError(f'{where}: says "answerable": false and gives "gold_texts"; drop one of them')
-        return Question(item["question"], (), False)
+        return Question(item["question"], (), False, where)
     golds = item.get("gold_texts")
     if not isinstance(golds, list) or not golds or not all(isinstance(g, str) and g.strip() for g in golds):
         raise EvalFileError(f'{where}: an answerable question needs "gold_texts" (a non-empty list of texts){has}; '
                             'mark one without an answer "answerable": false')
-    return Question(item["question"], tuple(golds), True)
+    return Question(item["question"], tuple(golds), True, where)
+
+
+def without_gold_in(questions: Sequence[Question], documents: Iterable[Document]) -> list[Question]:
+    """The answerable questions none of whose gold texts any of `documents` holds (title and text, by the
+    hit rule's two readings): no ranking can ever hit them, so they are a labelling error, not a miss."""
+    texts = [f"{doc.title}\n\n{doc.text}" for doc in documents]
+    # NUL keeps a gold text from matching across two documents; neither reading ever produces one.
+    corpus, corpus_plain = "\0".join(map(normalize, texts)), "\0".join(map(plain, texts))
+    return [q for q in questions if q.answerable and not any(
+        normalize(g) in corpus or (plain(g) and plain(g) in corpus_plain) for g in q.gold_texts)]
+
+
+def _gold_not_found(unfound: list[Question], docs_dir: Path, failed: list[tuple[str, str]]) -> EvalFileError:
+    lines = [f"{q.where}: no gold text of {q.question!r} is in any document of {docs_dir}" for q in unfound]
+    shown = lines[:GOLD_NOT_FOUND_SHOWN] + ([f"and {len(lines) - GOLD_NOT_FOUND_SHOWN} more"]
+                                            if len(lines) > GOLD_NOT_FOUND_SHOWN else [])
+    named = ", ".join(file for file, _ in failed[:3]) + (", …" if len(failed) > 3 else "")
+    files = f" ({len(failed)} file(s) failed to load: {named})" if failed else ""
+    return EvalFileError("\n".join(shown) + f"\nno search can find these{files}: correct the text as the document "
+                         'writes it, or mark the question "answerable": false')
 
 
 def first_hit_rank(hits: Sequence[Hit], gold_texts: Iterable[str]) -> int | None:
@@ -217,6 +240,9 @@ async def evaluate(
             )
             # The caller's own folder, often a folder of links to the documents: followed wherever they lead.
             loaded = await load_directory(Path(docs_dir), follow_symlinks_outside=True)
+            # Counted as misses, such questions read as a retrieval failure; found now, before any embedding.
+            if loaded.documents and (unfound := without_gold_in(questions, loaded.documents)):
+                raise _gold_not_found(unfound, Path(docs_dir), [*loaded.errors, *loaded.refused])
             documents_done = (lambda done, total: progress(done, total, "documents")) if progress else None
             await ingestor.ingest_documents(EVAL_BOT, "eval", loaded.documents, progress=documents_done)
             search = HybridSearch(index, dense, sparse)

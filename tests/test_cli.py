@@ -224,20 +224,23 @@ def test_cli_eval_prints_contract_keys_and_the_questions_to_look_at(tmp_path, kb
     assert "warning: scan.pdf was not loaded" in proc.stderr
     assert proc.stderr.count("scan.pdf") == 1  # not its log line as well
 
-    # Text mode lists what went wrong: here a gold text the documents lack, and an unanswerable the
-    # documents do answer.
+    # Text mode lists what went wrong: here an unanswerable the documents do answer.
     questions.write_text("\n".join(json.dumps(q) for q in [
-        {"question": "How much is the Plus plan?", "gold_texts": ["The Plus plan is free forever"]},
         {"question": "What is E-SYNC-409?", "answerable": False},
         {"question": "What is the capital of Peru?", "answerable": False},
     ]) + "\n")
     proc = _run("eval", "--docs", str(docs), "--questions", str(questions))
     assert proc.returncode == 0, proc.stderr
     misses = proc.stdout.split("question(s) to look at:")[1].strip().splitlines()
-    assert len(misses) == 2, proc.stdout
-    assert misses[0].startswith("- 'How much is the Plus plan?': no gold text in the top 10; best dense ")
-    assert misses[1].startswith("- 'What is E-SYNC-409?': unanswerable, not refused; best dense ")
-    assert misses[1].endswith("first chunk from 'Sync errors'")
+    assert len(misses) == 1, proc.stdout
+    assert misses[0].startswith("- 'What is E-SYNC-409?': unanswerable, not refused; best dense ")
+    assert misses[0].endswith("first chunk from 'Sync errors'")
+
+    # A gold text the documents lack is no miss of the search but a label to fix: an error naming its line.
+    questions.write_text(json.dumps({"question": "How much is the Plus plan?", "gold_texts": ["free forever"]}) + "\n")
+    proc = _run("eval", "--docs", str(docs), "--questions", str(questions))
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    assert f"error: {questions}:1: no gold text of 'How much is the Plus plan?' is in any document" in proc.stderr
 
 
 def test_cli_eval_with_an_api_embedding_model_says_what_failed_and_what_its_gate_needs(tmp_path, kb_config):

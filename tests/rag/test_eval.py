@@ -163,3 +163,21 @@ async def test_evaluate_reports_contract_metrics(tmp_path, dense, sparse):
         ("Who painted the Mona Lisa?", None, True, False),
     ]
     assert report.load_errors == []
+
+
+async def test_a_gold_text_no_document_holds_is_an_error_naming_its_line_not_a_miss(tmp_path, dense, sparse):
+    # Counted as a miss it read as a retrieval failure, and lowered recall for a typo in the labels.
+    docs = write_kb(tmp_path / "kb")
+    (docs / "scan.pdf").write_bytes(b"%PDF-1.4 not a real pdf")  # where the answer may have been
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("\n".join([
+        json.dumps({"question": "How long do refunds take?", "gold_texts": ["Refunds are processed within five business days."]}),
+        "",
+        json.dumps({"question": "Refunds?", "gold_texts": ["Refunds are processed within six business days."]}),
+        json.dumps({"question": "Who painted the Mona Lisa?", "answerable": False}),
+    ]) + "\n")
+    with pytest.raises(EvalFileError) as error:
+        await evaluate(docs, questions, dense=dense, sparse=sparse)
+    first, last = str(error.value).splitlines()
+    assert first == f"{questions}:3: no gold text of 'Refunds?' is in any document of {docs}"
+    assert "1 file(s) failed to load: scan.pdf" in last and '"answerable": false' in last
