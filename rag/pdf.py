@@ -65,6 +65,13 @@ class PdfNeedsPassword(ValueError):
     """A PDF that opens only with a password: recorded as the file's error, saying so."""
 
 
+class PdfUnreadable(ValueError):
+    """Empty, not a PDF at all (a web page saved under a .pdf name), or damaged: the file's error, saying which."""
+
+
+PDF_HEADER_WITHIN = 1024  # readers accept junk before `%PDF-` up to here (ISO 32000 implementation note)
+
+
 @dataclass
 class _Line:
     """One line of text as pypdf laid it out: its text, the size of most of its characters, its height."""
@@ -94,6 +101,22 @@ class _Line:
 
 def pdf_markdown(data: bytes) -> tuple[str | None, str]:
     """(title from the PDF's metadata, the text as Markdown)."""
+    from pypdf.errors import PyPdfError
+
+    if not data.strip():
+        raise PdfUnreadable("the file is empty (0 bytes)" if not data else "the file holds only white space")
+    if b"%PDF-" not in data[:PDF_HEADER_WITHIN]:
+        # pypdf said "Stream has ended unexpectedly" for an HTML error page saved as a .pdf.
+        opening = " ".join(data[:60].decode("latin-1").split())
+        raise PdfUnreadable(f"not a PDF: it begins {opening!r} (a web page or another file saved under a PDF's name?)")
+    try:
+        return _pdf_markdown(data)
+    except PyPdfError as exc:
+        raise PdfUnreadable(f"damaged PDF, cannot be read (truncated or corrupt; pypdf: {type(exc).__name__}: {exc}); "
+                            "save or download it again") from exc
+
+
+def _pdf_markdown(data: bytes) -> tuple[str | None, str]:
     from pypdf import PasswordType, PdfReader
 
     reader = PdfReader(io.BytesIO(data))

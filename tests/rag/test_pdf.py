@@ -167,3 +167,17 @@ async def test_a_pdf_that_needs_a_password_to_open_is_an_error_that_says_so(tmp_
         writer.write(out)
     [(doc_id, error)] = (await load_directory(tmp_path)).errors
     assert (doc_id, error) == ("locked.pdf", "PdfNeedsPassword: it needs a password to open; save a copy without one")
+
+
+async def test_an_empty_a_damaged_and_a_web_page_saved_as_pdf_each_say_which(tmp_path):
+    """All three said pypdf's "PdfStreamError: Stream has ended unexpectedly" or "EmptyFileError"."""
+    whole = build_pdf([text_at("Returns are free within thirty days.", size=11, y=700)])
+    (tmp_path / "empty.pdf").write_bytes(b"")
+    (tmp_path / "cut.pdf").write_bytes(whole[: len(whole) // 2])  # a download that stopped halfway
+    (tmp_path / "page.pdf").write_bytes(b"<!DOCTYPE html>\n<html><head><title>Sign in</title>")
+    errors = dict((await load_directory(tmp_path)).errors)
+    assert errors["empty.pdf"] == "PdfUnreadable: the file is empty (0 bytes)"
+    assert errors["cut.pdf"].startswith("PdfUnreadable: damaged PDF, cannot be read (truncated or corrupt; pypdf: ")
+    assert errors["cut.pdf"].endswith("save or download it again")
+    assert errors["page.pdf"] == ("PdfUnreadable: not a PDF: it begins '<!DOCTYPE html> <html><head><title>Sign in</title>' "
+                                  "(a web page or another file saved under a PDF's name?)")
