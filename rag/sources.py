@@ -192,8 +192,7 @@ def _refuse(result: LoadResult, doc_id: str, link: Path, what: str) -> None:
 
 
 GONE = object()  # what fetching a page that answered 410 gives `load_urls`
-_HOST_DOWN = (httpx.ConnectError, httpx.ConnectTimeout)
-"""Fetch errors that say the host itself is unreachable (refused, no route, no such name), not the page."""
+_HOST_DOWN = (httpx.ConnectError, httpx.ConnectTimeout)  # the host unreachable (refused, no route, no name)
 
 
 async def load_urls(urls: list[str], *, client: httpx.AsyncClient, validators: Validators | None = None,
@@ -357,7 +356,8 @@ def _from_response(url: str, response: httpx.Response) -> Document:
     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
     path = urlsplit(url).path.lower()
     fallback_title = path.rstrip("/").rsplit("/", 1)[-1] or urlsplit(url).netloc
-    if kind == "application/pdf" or path.endswith(".pdf"):
+    # A download link serves a PDF as application/octet-stream (S3's default), with no .pdf in its URL.
+    if kind == "application/pdf" or path.endswith(".pdf") or response.content.lstrip()[:5] == b"%PDF-":
         title, text = pdf_text(response.content)
         return Document(url, title or fallback_title, url, text, "pdf")
     # Raw Markdown is often served as text/plain (GitHub's raw files) or with no type; a .md URL that

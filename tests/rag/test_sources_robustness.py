@@ -60,6 +60,15 @@ async def test_broken_pdf_and_malformed_url_are_recorded_and_the_good_pages_load
     assert errors[f"{SITE}/broken.pdf"].startswith("Pdf")  # PdfStreamError or PdfReadError, with pypdf's reason
 
 
+async def test_a_pdf_served_as_octet_stream_is_read_and_a_pdf_url_answering_html_says_so():
+    client, _ = fake_site({"/files/41/download": (200, "application/octet-stream", tiny_pdf("Walruses sleep on ice")),
+                           "/manual.pdf": (200, "text/html", "<!DOCTYPE html><html><body>Please sign in</body></html>")})
+    async with client:
+        result = await load_urls([f"{SITE}/files/41/download", f"{SITE}/manual.pdf"], client=client)
+    assert [(d.format, d.text) for d in result.documents] == [("pdf", "Walruses sleep on ice")]
+    assert dict(result.errors)[f"{SITE}/manual.pdf"].startswith("PdfUnreadable: not a PDF: it begins '<!DOCTYPE html>")
+
+
 async def test_a_timeout_says_which_limit_it_hit(caplog):
     client, _ = fake_site({"/slow": httpx.ReadTimeout(""), "/ok": (200, "text/plain", "fine")}, timeout=10.0)
     async with client:
