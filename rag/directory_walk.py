@@ -3,6 +3,7 @@ reader takes are counted."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -56,3 +57,14 @@ def within(path: str, folder: str) -> bool:
 
 def is_hidden(relative_path: str) -> bool:
     return any(part.startswith(".") for part in relative_path.split("/"))
+
+
+def broken_link(link: Path) -> str:
+    """Why a symlink to a page cannot be read: its target is gone, or it leads back to itself (a loop
+    was said to be a target that "does not exist", though it is right there in the folder)."""
+    try:
+        os.stat(link)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"symlink loop: it leads back to itself (through {os.readlink(link)}); point it at the page"
+    return f"broken symlink: its target {os.readlink(link)} does not exist"

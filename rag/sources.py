@@ -37,7 +37,7 @@ from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
 from rag.crawl import USER_AGENT, Pace, describe_fetch_error, fetch, megabytes, robots_rules
 from rag.decoding import decode_text
-from rag.directory_walk import DOCUMENT_TYPES_NOT_READ, describe_skipped, files_under, is_hidden, within
+from rag.directory_walk import DOCUMENT_TYPES_NOT_READ, broken_link, describe_skipped, files_under, is_hidden, within
 from rag.html_text import html_to_markdown
 from rag.ingest_progress import Progress
 from rag.sitemap import sitemap_urls
@@ -145,7 +145,7 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
             continue
         if file.is_symlink() and not file.exists() and file.suffix.lower() in _SUFFIXES:
             # A page the folder names but cannot read (its target moved): said, not silently left out.
-            message = f"broken symlink: its target {os.readlink(file)} does not exist"
+            message = broken_link(file)
             log.warning("source.file_failed",
                         extra={"doc_id": doc_id, "error": message, IN_RUN_ERRORS: True})
             result.errors.append((doc_id, message))

@@ -72,3 +72,17 @@ def test_only_a_directory_source_takes_follow_symlinks_outside(tmp_path):
     with pytest.raises(ConfigError) as caught:
         load_settings(write_config(tmp_path, bots=[{"name": "acme", "sources": [source]}]))
     assert "`follow_symlinks_outside` is not read by a urls source" in str(caught.value)
+
+
+async def test_a_symlink_loop_is_said_to_be_one_not_a_missing_target(tmp_path):
+    (tmp_path / "faq.md").write_text("# FAQ\n\nAnswers.\n")
+    (tmp_path / "self.md").symlink_to("self.md")
+    (tmp_path / "a.md").symlink_to("b.md")
+    (tmp_path / "b.md").symlink_to("a.md")
+    result = await load_directory(tmp_path)
+    assert [d.doc_id for d in result.documents] == ["faq.md"]
+    assert dict(result.errors) == {
+        "a.md": "symlink loop: it leads back to itself (through b.md); point it at the page",
+        "b.md": "symlink loop: it leads back to itself (through a.md); point it at the page",
+        "self.md": "symlink loop: it leads back to itself (through self.md); point it at the page",
+    }
