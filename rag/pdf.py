@@ -33,6 +33,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from rag.blocks import first_heading
+
 HEADING_SIZE_RATIO = 1.15
 HEADING_MAX_CHARS = 150
 BOLD_HEADING_MAX_CHARS = 80
@@ -97,6 +99,13 @@ class _Line:
     @property
     def is_bold(self) -> bool:
         return self.bold >= BOLD_LINE_SHARE * max(1, self.chars)
+
+
+def pdf_text(data: bytes) -> tuple[str | None, str]:
+    """(title, text as Markdown) of a PDF: the title is the PDF's own, else its first level-1 heading, as
+    for a Markdown file."""
+    title, text = pdf_markdown(data)
+    return title or first_heading(text), text
 
 
 def pdf_markdown(data: bytes) -> tuple[str | None, str]:

@@ -40,6 +40,7 @@ from rag.decoding import decode_text
 from rag.directory_walk import DOCUMENT_TYPES_NOT_READ, broken_link, describe_skipped, files_under, is_hidden, within
 from rag.html_text import html_to_markdown
 from rag.ingest_progress import Progress
+from rag.pdf import pdf_text
 from rag.sitemap import sitemap_urls
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,9 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
             continue
         try:
             doc = await asyncio.to_thread(_read_file, file, doc_id)
+        except FileNotFoundError:  # deleted since the walk listed it: gone, as if the walk came a moment later
+            log.info("source.file_vanished", extra={"doc_id": doc_id, "effect": "its chunks are removed"})
+            continue
         except Exception as exc:  # one unreadable file must not stop the others
             message = describe_fetch_error(exc)
             log.warning("source.file_failed",
@@ -387,14 +391,3 @@ def _body_text(response: httpx.Response, *, markup: bool = False) -> str:
     # Not `response.text`: with no charset in Content-Type httpx assumes UTF-8, which misreads a page
     # that declares its charset only in <meta>, and it keeps a BOM.
     return decode_text(response.content, declared=response.charset_encoding, markup=markup)
-
-
-def pdf_text(data: bytes) -> tuple[str | None, str]:
-    """(title, text as Markdown) of a PDF: headings and paragraphs recovered from its layout (`rag.pdf`).
-    The title is the PDF's own, else its first level-1 heading, as for a Markdown file."""
-    from rag.pdf import pdf_markdown
-
-    title, text = pdf_markdown(data)
-    return title or first_heading(text), text
-
-

@@ -263,3 +263,22 @@ async def test_a_host_that_is_down_is_one_log_line_with_a_count_and_each_page_is
     [said] = [r for r in caplog.records if r.getMessage() == "source.host_unreachable"]
     assert (said.host, said.failed, said.pages) == (down.removeprefix("http://"), 3, 3)
     assert said.levelname == "WARNING" and said.error.startswith("ConnectError")
+
+
+async def test_a_file_deleted_while_the_source_is_read_is_gone_not_an_error(tmp_path, monkeypatch):
+    """It was "FileNotFoundError: [Errno 2] …", a partial run, and its chunks kept until the next run,
+    while a file deleted a moment earlier was simply not there."""
+    import rag.sources
+
+    (tmp_path / "faq.md").write_text("# FAQ\n\nAnswers.\n")
+    (tmp_path / "draft.md").write_text("# Draft\n\nSoon gone.\n")
+    read = rag.sources._read_file
+
+    def deleted_first(file, doc_id):  # the file goes between the walk and its reading
+        if file.name == "draft.md":
+            file.unlink()
+        return read(file, doc_id)
+
+    monkeypatch.setattr(rag.sources, "_read_file", deleted_first)
+    result = await load_directory(tmp_path)
+    assert [d.doc_id for d in result.documents] == ["faq.md"] and result.errors == []
