@@ -28,12 +28,15 @@ chunks, instead of the document silently vanishing.
 from __future__ import annotations
 
 import io
+import logging
 import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 
 from rag.blocks import first_heading
+
+log = logging.getLogger(__name__)
 
 HEADING_SIZE_RATIO = 1.15
 HEADING_MAX_CHARS = 150
@@ -44,6 +47,7 @@ HEADING_LEVELS = 3
 PARAGRAPH_GAP = 1.5
 RUNNING_LINES = 2
 RUNNING_MIN_PAGES = 3
+MIN_BLANK_PAGES = 2  # pages without text, when they are most of a PDF, that make a warning
 _MARKDOWN_OPENERS = ("#", "```", "~~~")
 _TOC_ENTRY = re.compile(r"(\.\s*){4,}\S*\d+$")
 _BOLD_FACE = re.compile(r"bold|black|heavy", re.I)
@@ -101,14 +105,14 @@ class _Line:
         return self.bold >= BOLD_LINE_SHARE * max(1, self.chars)
 
 
-def pdf_text(data: bytes) -> tuple[str | None, str]:
+def pdf_text(data: bytes, *, name: str | None = None) -> tuple[str | None, str]:
     """(title, text as Markdown) of a PDF: the title is the PDF's own, else its first level-1 heading, as
-    for a Markdown file."""
-    title, text = pdf_markdown(data)
+    for a Markdown file. `name` (its path or URL) is what a warning about it names."""
+    title, text = pdf_markdown(data, name=name)
     return title or first_heading(text), text
 
 
-def pdf_markdown(data: bytes) -> tuple[str | None, str]:
+def pdf_markdown(data: bytes, *, name: str | None = None) -> tuple[str | None, str]:
     """(title from the PDF's metadata, the text as Markdown)."""
     from pypdf.errors import PyPdfError
 
@@ -119,13 +123,13 @@ def pdf_markdown(data: bytes) -> tuple[str | None, str]:
         opening = " ".join(data[:60].decode("latin-1").split())
         raise PdfUnreadable(f"not a PDF: it begins {opening!r} (a web page or another file saved under a PDF's name?)")
     try:
-        return _pdf_markdown(data)
+        return _pdf_markdown(data, name)
     except PyPdfError as exc:
         raise PdfUnreadable(f"damaged PDF, cannot be read (truncated or corrupt; pypdf: {type(exc).__name__}: {exc}); "
                             "save or download it again") from exc
 
 
-def _pdf_markdown(data: bytes) -> tuple[str | None, str]:
+def _pdf_markdown(data: bytes, name: str | None) -> tuple[str | None, str]:
     from pypdf import PasswordType, PdfReader
 
     reader = PdfReader(io.BytesIO(data))
@@ -141,8 +145,25 @@ def _pdf_markdown(data: bytes) -> tuple[str | None, str]:
             raise PdfWithoutText(f"no text on its {len(pages)} page(s): a scanned PDF? OCR is not supported, "
                                  "so export it with its text (or as Markdown/HTML)")
         return title, ""
+    blank = [number + 1 for number, page_lines in enumerate(pages) if not page_lines]
+    if len(blank) >= MIN_BLANK_PAGES and len(blank) * 2 > len(pages):
+        # A scan with a typed cover page, or scanned annexes: only a few pages were indexed, without a word.
+        log.warning("source.pdf_pages_without_text", extra={
+            "doc_id": name, "without_text": len(blank), "pages": len(pages), "which": _page_ranges(blank),
+            "effect": "only the pages with text are indexed (a scanned PDF? OCR is not supported)"})
     style = _Style(_body_size(lines), _bold_marks_headings(lines))
     return title, mend_broken_words(_markdown(_without_running_lines(pages, style), style))
+
+
+def _page_ranges(numbers: list[int]) -> str:
+    """`2-4,7`: sorted page numbers, runs as ranges."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
 
 
 def mend_broken_words(text: str) -> str:

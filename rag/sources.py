@@ -340,7 +340,7 @@ def _read_file(file: Path, doc_id: str) -> Document:
     if (size := file.stat().st_size) > cap:
         raise SourceError(f"{megabytes(size)}, larger than the {megabytes(cap)} a {fmt} file may be; not read")
     if fmt == "pdf":
-        title, text = pdf_text(file.read_bytes())
+        title, text = pdf_text(file.read_bytes(), name=doc_id)
         return Document(doc_id, title or file.stem, None, text, "pdf")
     raw = decode_text(file.read_bytes(), markup=fmt == "html")
     if fmt == "html":
@@ -362,7 +362,7 @@ def _from_response(url: str, response: httpx.Response) -> Document:
     fallback_title = path.rstrip("/").rsplit("/", 1)[-1] or urlsplit(url).netloc
     # A download link serves a PDF as application/octet-stream (S3's default), with no .pdf in its URL.
     if kind == "application/pdf" or path.endswith(".pdf") or response.content.lstrip()[:5] == b"%PDF-":
-        title, text = pdf_text(response.content)
+        title, text = pdf_text(response.content, name=url)
         return Document(url, title or fallback_title, url, text, "pdf")
     # Raw Markdown is often served as text/plain (GitHub's raw files) or with no type; a .md URL that
     # answers with an HTML page (a repository's file view) is that page.

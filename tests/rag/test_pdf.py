@@ -181,3 +181,16 @@ async def test_an_empty_a_damaged_and_a_web_page_saved_as_pdf_each_say_which(tmp
     assert errors["cut.pdf"].endswith("save or download it again")
     assert errors["page.pdf"] == ("PdfUnreadable: not a PDF: it begins '<!DOCTYPE html> <html><head><title>Sign in</title>' "
                                   "(a web page or another file saved under a PDF's name?)")
+
+
+async def test_a_pdf_with_text_on_few_of_its_pages_is_loaded_with_a_warning_naming_them(tmp_path, caplog):
+    """A scan with a typed cover page indexed its cover alone, and nothing said the rest was missing."""
+    scanned = "0 0 1 rg 72 72 200 200 re f"  # an image-like page: paint, no text
+    pages = [text_at("Lease agreement", size=20, y=700), scanned, scanned, scanned, text_at("Signed", size=11, y=700)]
+    (tmp_path / "lease.pdf").write_bytes(build_pdf(pages))
+    (tmp_path / "brochure.pdf").write_bytes(build_pdf([text_at("Our offices", size=20, y=700), scanned]))  # a photo page
+    result = await load_directory(tmp_path)
+    assert sorted(d.doc_id for d in result.documents) == ["brochure.pdf", "lease.pdf"]
+    [warning] = [r for r in caplog.records if r.getMessage() == "source.pdf_pages_without_text"]
+    assert (warning.levelname, warning.doc_id, warning.without_text, warning.pages, warning.which) == (
+        "WARNING", "lease.pdf", 3, 5, "2-4")
