@@ -54,9 +54,13 @@ def decode_text(data: bytes, *, declared: str | None = None, markup: bool = Fals
 
 
 def _sniffed_charset(data: bytes) -> str | None:
+    """The charset the markup declares. One naming UTF-16/32 is ignored (WHATWG reads it as UTF-8): the
+    declaration was legible as ASCII, so the bytes are not that (a page re-saved as UTF-8 that kept Word's
+    `<meta charset="utf-16">` was read two bytes a character, as a page of CJK garbage)."""
     head = data[:SNIFF_BYTES]
     found = _XML_ENCODING.search(head) or _META_CHARSET.search(head)
-    return found.group(1).decode("ascii") if found else None
+    label = found.group(1).decode("ascii") if found else None
+    return None if label and label.lower().replace("-", "").replace("_", "").startswith(("utf16", "utf32")) else label
 
 
 def _strict(data: bytes, charset: str | None) -> str | None:
