@@ -1,8 +1,8 @@
 """Bytes to text for knowledge files and fetched pages.
 
 A byte order mark wins and is dropped (UTF-8, or UTF-16/32 as Windows Notepad saves "Unicode" text);
-then the declared charset (HTTP header, `<meta charset>`, XML
-declaration), then UTF-8, then a legacy charset. Binary content (NUL bytes, many control or
+then UTF-8 when the bytes are valid UTF-8 (whatever a label says), then the declared charset (HTTP header,
+`<meta charset>`, XML declaration), then a legacy charset. Binary content (NUL bytes, many control or
 undecodable characters) raises `NotTextError` instead of being indexed as garbage.
 """
 
@@ -45,6 +45,11 @@ def decode_text(data: bytes, *, declared: str | None = None, markup: bool = Fals
         if wide is not None:
             return _checked(wide)
         raise NotTextError("not text: contains NUL bytes (a binary file, or UTF-16/32 text without a BOM: save it as UTF-8)")
+    if not data.isascii() and (utf8 := _strict(data, "utf-8")) is not None:
+        # Legacy text is next to never valid UTF-8 (its accented letters would have to come in UTF-8's
+        # byte patterns), while a UTF-8 file under a stale label is common: a template's `<meta charset=
+        # "iso-8859-1">`, a server's default `charset=ISO-8859-1`. Read by the label, "Café" was "CafÃ©".
+        return _checked(utf8)
     candidates = [declared, _sniffed_charset(data) if markup else None, "utf-8"]
     for charset in candidates:
         text = _strict(data, charset)

@@ -190,12 +190,6 @@ async def test_utf16_and_utf32_files_with_a_bom_decode(tmp_path):
     assert decode_text("Hi".encode("utf-16-le"), declared="utf-16le") == "Hi"  # declared by a Content-Type
 
 
-@pytest.mark.parametrize("declaration", ['<meta charset="utf-16">', '<?xml version="1.0" encoding="UTF-16"?>'])
-def test_markup_declaring_utf16_in_bytes_legible_as_ascii_reads_as_utf8(declaration):
-    # Word's "Save as Web Page" declares UTF-16; a copy re-saved as UTF-8 kept it, and read as CJK garbage.
-    page = f"{declaration}<html><body><p>Caf\u00e9 hours: nine to five.</p></body></html>"
-    assert decode_text(page.encode("utf-8"), markup=True) == page
-
 
 async def test_pages_decode_by_meta_charset_or_content_type_or_fallback():
     client, _ = fake_site({
