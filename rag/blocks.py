@@ -12,6 +12,7 @@ HTML comments and base64 `data:` URIs are dropped from prose: they are invisible
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -81,17 +82,25 @@ def markdown_sections(text: str) -> list[tuple[tuple[tuple[int, str], ...], list
 # CRLF too: a file saved on Windows kept its metadata as the title and in every heading path.
 _FRONT_MATTER = re.compile(r"\A(?:\ufeff)?---[ \t]*\r?\n(.*?\r?\n)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 _FRONT_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+# Hugo's TOML front matter, between `+++` lines: it was indexed as the first chunk's opening paragraph.
+_TOML_FRONT_MATTER = re.compile(r"\A(?:\ufeff)?\+\+\+[ \t]*\r?\n(.*?\r?\n)\+\+\+[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+_TOML_TITLE = re.compile(r"^title[ \t]*=[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+_BLOCK_SCALAR = re.compile(r"[>|][+-]?\d?[+-]?")  # `title: >-` : the title is on the indented lines below
 
 
 def split_front_matter(markdown: str) -> tuple[str | None, str]:
-    """(its `title:`, the rest) of a Markdown file that opens with YAML front matter (Jekyll, Hugo,
+    """(its `title:`, the rest) of a Markdown file that opens with YAML (or Hugo's TOML) front matter (Jekyll, Hugo,
     Docusaurus); (None, the text) otherwise. Unstripped, its closing `---` made the block above it a
     setext heading, so every chunk's heading path held the metadata."""
-    match = _FRONT_MATTER.match(markdown)
+    match = _FRONT_MATTER.match(markdown) or _TOML_FRONT_MATTER.match(markdown)
     if match is None:
         return None, markdown
-    title = _FRONT_TITLE.search(match.group(1))
-    value = title.group(1).strip().strip("\"'").strip() if title else ""
+    title = (_FRONT_TITLE if match.re is _FRONT_MATTER else _TOML_TITLE).search(match.group(1))
+    value = title.group(1).strip() if title else ""  # `.strip()`: a CRLF file's line keeps its "\r"
+    if title and _BLOCK_SCALAR.fullmatch(value):  # a long title folded over lines; it was titled ">-"
+        below = match.group(1)[title.end():].lstrip("\r\n").splitlines()
+        value = " ".join(line.strip() for line in itertools.takewhile(lambda line: line[:1] in (" ", "\t"), below))
+    value = value.strip().strip("\"'").strip()
     return value or None, markdown[match.end():]
 
 

@@ -282,3 +282,13 @@ async def test_a_file_deleted_while_the_source_is_read_is_gone_not_an_error(tmp_
     monkeypatch.setattr(rag.sources, "_read_file", deleted_first)
     result = await load_directory(tmp_path)
     assert [d.doc_id for d in result.documents] == ["faq.md"] and result.errors == []
+
+
+async def test_hugo_toml_front_matter_and_a_folded_yaml_title_give_the_title_and_are_not_indexed(tmp_path):
+    """TOML front matter was indexed as the first paragraph; a folded `title: >-` titled the page ">-"."""
+    (tmp_path / "toml.md").write_text('+++\ntitle = "Returns policy"\ndraft = false\n+++\n\nReturns are free.\n')
+    (tmp_path / "folded.md").write_bytes(b"---\r\ntitle: >-\r\n  Shipping to the EU\r\n  and the UK\r\ntags: [eu]\r\n---\r\n"
+                                         b"Shipping takes a week.\r\n")
+    docs = {d.doc_id: d for d in (await load_directory(tmp_path)).documents}
+    assert (docs["toml.md"].title, docs["toml.md"].text.strip()) == ("Returns policy", "Returns are free.")
+    assert (docs["folded.md"].title, docs["folded.md"].text.strip()) == ("Shipping to the EU and the UK", "Shipping takes a week.")
