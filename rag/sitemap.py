@@ -96,6 +96,9 @@ def _parse_sitemap(url: str, body: bytes) -> tuple[bool, list[tuple[str, str | N
         body = _gunzip(body, what=url)
     if not body.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
         return False, [(page, None) for page in _text_sitemap(url, body)]
+    # Blank lines before `<?xml` (a WordPress plugin's or theme's stray output) made lxml refuse the whole
+    # sitemap ("XML declaration allowed only at the start"), and with it the source.
+    body = body.lstrip(b"\xef\xbb\xbf \t\r\n")
     try:
         parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
         root = etree.fromstring(body, parser=parser)
