@@ -38,6 +38,7 @@ from pathlib import Path
 
 from gateway.errors import GatewayError
 from gateway.settings import QdrantSettings, RetrievalSettings, Settings
+from rag.decoding import NotTextError, decode_text
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.index import open_index
 from rag.ingest import Ingestor
@@ -130,11 +131,12 @@ def load_questions(path: Path) -> list[Question]:
     a line with neither, or with both, is an error rather than a guess, since either guess skews the metrics.
     """
     try:
-        # utf-8-sig: a file saved by a Windows editor starts with a byte-order mark. Lines end at "\n" only
-        # (read_text makes "\r\n" one): str.splitlines() also breaks at U+2028, U+2029 and U+0085, which
-        # JSON allows unescaped inside a string (json.dumps(..., ensure_ascii=False) writes them).
-        lines = Path(path).read_text(encoding="utf-8-sig").split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
+        # Decoded as knowledge files are (`rag.decoding`): Windows PowerShell's `>` and Notepad's "Unicode"
+        # write UTF-16 with a byte-order mark, older editors windows-1252; UTF-8 alone refused both. Lines
+        # end at "\n" only ("\r" is JSON white space): str.splitlines() also breaks at U+2028, U+2029 and
+        # U+0085, which JSON allows unescaped inside a string (json.dumps(..., ensure_ascii=False) writes them).
+        lines = decode_text(Path(path).read_bytes()).split("\n")
+    except (OSError, NotTextError) as exc:
         raise EvalFileError(f"cannot read the questions file {path}: {exc}") from None
     questions = [_question(line, f"{path}:{number}") for number, line in enumerate(lines, start=1) if line.strip()]
     if not questions:

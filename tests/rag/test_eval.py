@@ -96,6 +96,14 @@ def test_eval_file_with_a_byte_order_mark_and_blank_lines_loads(tmp_path):
         ("Refunds?", ("five days",), True), ("Weather?", (), False)]
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "cp1252"])
+def test_eval_file_saved_as_utf16_by_powershell_or_in_a_legacy_charset_loads(tmp_path, encoding):
+    # Windows PowerShell's `echo … > q.jsonl` writes UTF-16 with a BOM: "cannot read the questions file".
+    path = tmp_path / "q.jsonl"
+    path.write_bytes('{"question": "Café hours?", "gold_texts": ["crème brûlée"]}\r\n'.encode(encoding))
+    assert [(q.question, q.gold_texts) for q in load_questions(path)] == [("Café hours?", ("crème brûlée",))]
+
+
 def test_eval_file_lines_end_at_newlines_only(tmp_path):
     # JSON allows U+2028, U+2029 and U+0085 unescaped in a string, and json.dumps(ensure_ascii=False)
     # writes them so: they are inside the line, not line ends. CRLF files load too.
