@@ -43,7 +43,7 @@ from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.index import open_index
 from rag.ingest import Ingestor
 from rag.search import Hit, HybridSearch
-from rag.sources import Document, load_directory
+from rag.sources import Document, describe_skipped, load_directory
 
 EVAL_BOT = "eval"
 GOLD_NOT_FOUND_SHOWN = 10
@@ -178,12 +178,15 @@ def without_gold_in(questions: Sequence[Question], documents: Iterable[Document]
         normalize(g) in corpus or (plain(g) and plain(g) in corpus_plain) for g in q.gold_texts)]
 
 
-def _gold_not_found(unfound: list[Question], docs_dir: Path, failed: list[tuple[str, str]]) -> EvalFileError:
+def _gold_not_found(unfound: list[Question], docs_dir: Path, failed: list[tuple[str, str]],
+                    skipped: dict[str, int]) -> EvalFileError:
     lines = [f"{q.where}: no gold text of {q.question!r} is in any document of {docs_dir}" for q in unfound]
     shown = lines[:GOLD_NOT_FOUND_SHOWN] + ([f"and {len(lines) - GOLD_NOT_FOUND_SHOWN} more"]
                                             if len(lines) > GOLD_NOT_FOUND_SHOWN else [])
     named = ", ".join(file for file, _ in failed[:3]) + (", …" if len(failed) > 3 else "")
-    files = f" ({len(failed)} file(s) failed to load: {named})" if failed else ""
+    why = ([f"{len(failed)} file(s) failed to load: {named}"] if failed else []) + (
+        [f"files of other types were not read: {describe_skipped(skipped)}"] if skipped else [])
+    files = f" ({'; '.join(why)})" if why else ""
     return EvalFileError("\n".join(shown) + f"\nno search can find these{files}: correct the text as the document "
                          'writes it, or mark the question "answerable": false')
 
@@ -244,7 +247,7 @@ async def evaluate(
             loaded = await load_directory(Path(docs_dir), follow_symlinks_outside=True)
             # Counted as misses, such questions read as a retrieval failure; found now, before any embedding.
             if loaded.documents and (unfound := without_gold_in(questions, loaded.documents)):
-                raise _gold_not_found(unfound, Path(docs_dir), [*loaded.errors, *loaded.refused])
+                raise _gold_not_found(unfound, Path(docs_dir), [*loaded.errors, *loaded.refused], loaded.skipped)
             documents_done = (lambda done, total: progress(done, total, "documents")) if progress else None
             await ingestor.ingest_documents(EVAL_BOT, "eval", loaded.documents, progress=documents_done)
             search = HybridSearch(index, dense, sparse)

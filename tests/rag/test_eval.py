@@ -177,6 +177,7 @@ async def test_a_gold_text_no_document_holds_is_an_error_naming_its_line_not_a_m
     # Counted as a miss it read as a retrieval failure, and lowered recall for a typo in the labels.
     docs = write_kb(tmp_path / "kb")
     (docs / "scan.pdf").write_bytes(b"%PDF-1.4 not a real pdf")  # where the answer may have been
+    (docs / "refunds.docx").write_bytes(b"PK\x03\x04")  # or there
     questions = tmp_path / "q.jsonl"
     questions.write_text("\n".join([
         json.dumps({"question": "How long do refunds take?", "gold_texts": ["Refunds are processed within five business days."]}),
@@ -188,4 +189,5 @@ async def test_a_gold_text_no_document_holds_is_an_error_naming_its_line_not_a_m
         await evaluate(docs, questions, dense=dense, sparse=sparse)
     first, last = str(error.value).splitlines()
     assert first == f"{questions}:3: no gold text of 'Refunds?' is in any document of {docs}"
-    assert "1 file(s) failed to load: scan.pdf" in last and '"answerable": false' in last
+    assert "(1 file(s) failed to load: scan.pdf; files of other types were not read: .docx (1))" in last
+    assert '"answerable": false' in last
