@@ -23,17 +23,26 @@ DOCUMENT_TYPES_NOT_READ = frozenset({".doc", ".docx", ".odt", ".rtf", ".pages", 
 """Suffixes of files written to be read, which a directory source does not take: said as a warning."""
 
 
-def files_under(root: Path, *, follow_outside: bool = False) -> tuple[list[Path], list[Path]]:
+def files_under(root: Path, *, follow_outside: bool = False) -> tuple[list[Path], list[Path], list[OSError]]:
     """Every file under `root`, sorted, following symlinked folders too (`rglob` skips them, while it
     follows symlinked files), each real folder once, so a link back up cannot loop. A link to a folder
     inside `root` is skipped: that folder is read under its own name, not under whichever name the walk
     met first (citations showed the alias, and removing the link re-embedded the folder). A link to a
-    folder outside `root` is followed only with `follow_outside`; else it is returned second, unread."""
+    folder outside `root` is followed only with `follow_outside`; else it is returned second, unread.
+    Third come the errors of the folders that could not be listed (no permission), each naming its folder:
+    `os.walk` passed over them in silence, and their pages' chunks were deleted as gone. A folder deleted
+    while it is walked is simply gone."""
     inside = os.path.realpath(root)
     seen: set[str] = set()
     files: list[Path] = []
     outside: list[Path] = []
-    for folder, dirs, names in os.walk(root, followlinks=True):
+    unreadable: list[OSError] = []
+
+    def not_listed(exc: OSError) -> None:
+        if not isinstance(exc, FileNotFoundError):
+            unreadable.append(exc)
+
+    for folder, dirs, names in os.walk(root, followlinks=True, onerror=not_listed):
         real = os.path.realpath(folder)
         if real in seen:
             dirs[:] = []
@@ -48,7 +57,7 @@ def files_under(root: Path, *, follow_outside: bool = False) -> tuple[list[Path]
                 outside.append(Path(link))
         dirs[:] = kept
         files.extend(Path(folder) / name for name in names)
-    return sorted(files), sorted(outside)
+    return sorted(files), sorted(outside), unreadable
 
 
 def within(path: str, folder: str) -> bool:

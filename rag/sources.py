@@ -136,9 +136,15 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
         where = "" if path.is_absolute() else f" (looked for {path.resolve()}: a relative path is read from the working directory)"
         raise SourceError(f"knowledge directory not found: {path}{where}")
     result = LoadResult()
-    files, outside = files_under(path, follow_outside=follow_symlinks_outside)
+    files, outside, unreadable = files_under(path, follow_outside=follow_symlinks_outside)
     for link in outside:  # folders
         _refuse(result, link.relative_to(path).as_posix(), link, "a folder")
+    for exc in unreadable:  # its pages may be there still: none of the source's chunks is deleted as gone
+        if (folder := f"{Path(exc.filename).relative_to(path).as_posix()}/") == "./":
+            raise SourceError(f"knowledge directory cannot be listed: {describe_fetch_error(exc)}")
+        if not is_hidden(folder):
+            _failed(result, folder, f"folder not read, its pages' chunks kept: {describe_fetch_error(exc)}")
+            result.listing_incomplete = True
     inside = os.path.realpath(path)
     for file in files:
         doc_id = file.relative_to(path).as_posix()
@@ -146,10 +152,7 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
             continue
         if file.is_symlink() and not file.exists() and file.suffix.lower() in _SUFFIXES:
             # A page the folder names but cannot read (its target moved): said, not silently left out.
-            message = broken_link(file)
-            log.warning("source.file_failed",
-                        extra={"doc_id": doc_id, "error": message, IN_RUN_ERRORS: True})
-            result.errors.append((doc_id, message))
+            _failed(result, doc_id, broken_link(file))
             continue
         if (not follow_symlinks_outside and file.suffix.lower() in _SUFFIXES
                 and not within(os.path.realpath(file), inside)):
@@ -166,10 +169,7 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
             log.info("source.file_vanished", extra={"doc_id": doc_id, "effect": "its chunks are removed"})
             continue
         except Exception as exc:  # one unreadable file must not stop the others
-            message = describe_fetch_error(exc)
-            log.warning("source.file_failed",
-                        extra={"doc_id": doc_id, "error": message, IN_RUN_ERRORS: True})
-            result.errors.append((doc_id, message))
+            _failed(result, doc_id, describe_fetch_error(exc))
             continue
         if doc.text.strip():
             result.documents.append(doc)
@@ -181,6 +181,11 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
         log.log(logging.WARNING if documents else logging.INFO, "source.files_not_read",
                 extra={"path": str(path), "skipped": describe_skipped(documents or result.skipped), SKIPPED_FILES: True})
     return result
+
+
+def _failed(result: LoadResult, doc_id: str, message: str) -> None:
+    log.warning("source.file_failed", extra={"doc_id": doc_id, "error": message, IN_RUN_ERRORS: True})
+    result.errors.append((doc_id, message))
 
 
 def _refuse(result: LoadResult, doc_id: str, link: Path, what: str) -> None:

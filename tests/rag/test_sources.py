@@ -292,3 +292,25 @@ async def test_hugo_toml_front_matter_and_a_folded_yaml_title_give_the_title_and
     docs = {d.doc_id: d for d in (await load_directory(tmp_path)).documents}
     assert (docs["toml.md"].title, docs["toml.md"].text.strip()) == ("Returns policy", "Returns are free.")
     assert (docs["folded.md"].title, docs["folded.md"].text.strip()) == ("Shipping to the EU and the UK", "Shipping takes a week.")
+
+
+async def test_a_folder_that_cannot_be_listed_is_an_error_and_no_page_is_deleted_as_gone(tmp_path, monkeypatch):
+    """os.walk passed over it in silence, and ingest deleted its pages' chunks. Permissions cannot deny
+    root (as tests may run), so the listing is refused as the system would refuse it."""
+    import os
+
+    (tmp_path / "faq.md").write_text("# FAQ\n\nAnswers.\n")
+    (tmp_path / "hr").mkdir()
+    (tmp_path / "hr" / "leave.md").write_text("# Leave\n\n25 days.\n")
+    listing = os.scandir
+
+    def refused(folder):
+        if os.fspath(folder).endswith("hr"):
+            raise PermissionError(13, "Permission denied", os.fspath(folder))
+        return listing(folder)
+
+    monkeypatch.setattr(os, "scandir", refused)
+    result = await load_directory(tmp_path)
+    assert [d.doc_id for d in result.documents] == ["faq.md"] and result.listing_incomplete
+    assert result.errors == [("hr/", "folder not read, its pages' chunks kept: PermissionError: [Errno 13] "
+                                     f"Permission denied: '{tmp_path / 'hr'}'")]
