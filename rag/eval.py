@@ -148,7 +148,12 @@ def _question(line: str, where: str) -> Question:
     try:
         item = json.loads(line)
     except ValueError as exc:
-        raise EvalFileError(f"{where}: not a JSON object ({exc})") from None
+        # A JSON array, or objects spread over lines, broke at "[" or "{" with only "Expecting value".
+        spread = line.strip() in ("[", "{", "[{") or line.strip().startswith("[{")
+        hint = "; the file is JSONL: one whole JSON object a line, not an array or an object over lines" if spread else ""
+        raise EvalFileError(f"{where}: not a JSON object ({exc}){hint}") from None
+    if isinstance(item, list):
+        raise EvalFileError(f"{where}: a JSON array, not an object; the file is JSONL: one whole JSON object a line")
     # A misspelt key ("gold_text", "query") is named: "needs gold_texts" alone sent the reader to check
     # a key the line seemed to have. Other keys (an id, a note) are allowed.
     others = sorted(set(item) - {"question", "gold_texts", "answerable"}) if isinstance(item, dict) else []

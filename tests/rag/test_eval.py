@@ -121,7 +121,10 @@ def test_eval_file_lines_end_at_newlines_only(tmp_path):
     ('{"question": "Refunds?", "gold_texts": []}', '"gold_texts"'),
     ('{"question": "Refunds?", "gold_texts": "five days"}', '"gold_texts"'),  # a string, not a list
     ('{"gold_texts": ["five days"]}', '"question"'),
-    ('["Refunds?"]', '"question"'),
+    ('["Refunds?"]', "a JSON array, not an object"),
+    ('[{"question": "Refunds?", "gold_texts": ["five days"]}]', "a JSON array, not an object; the file is JSONL"),
+    ("[", r"not a JSON object \(Expecting value.*\); the file is JSONL: one whole JSON object a line"),
+    ("{", r"not a JSON object \(Expecting property.*\); the file is JSONL: one whole JSON object a line"),
     ("Refunds?", "not a JSON object"),
     ('{"question": "Weather?", "answerable": "false"}', '"answerable" must be true or false'),  # text, not false
     ('{"question": "Weather?", "answerable": 0}', '"answerable" must be true or false'),
