@@ -34,7 +34,31 @@ def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, 
     if not text.strip():
         raise SourceError("no main text: the page holds only navigation, header, footer or scripts "
                          "(a page built by JavaScript has its text only in the browser)")
-    return title, text
+    return title, with_table_rules(text)
+
+
+_TABLE_ROW = re.compile(r"^[ \t]*\|.*\|[ \t]*$")
+_RULE_ROW = re.compile(r"^[ \t]*\|(?:[ \t]*:?-+:?[ \t]*\|)+[ \t]*$")
+
+
+def with_table_rules(markdown: str) -> str:
+    """`markdown` with a delimiter row (`|---|---|`) under the first row of each table that has none.
+    trafilatura writes one only under `<th>` cells; a table of `<td>`s alone (Word's, most CMSs', a `<thead>`
+    of `<td>`s) came out as pipes that Markdown does not read as a table: one paragraph of every row, whose
+    rows the chunker never read with their header ("Price: $12"). Its first row is taken as the header, as
+    in nearly all such tables."""
+    lines = markdown.split("\n")
+    out: list[str] = []
+    in_code = False  # a `<pre>`'s ASCII table stays as it was drawn
+    for i, line in enumerate(lines):
+        out.append(line)
+        if line.lstrip().startswith(("```", "~~~")):
+            in_code = not in_code
+        starts = not in_code and _TABLE_ROW.match(line) and not (i and _TABLE_ROW.match(lines[i - 1]))
+        if starts and i + 1 < len(lines) and _TABLE_ROW.match(lines[i + 1]) and not _RULE_ROW.match(lines[i + 1]):
+            columns = len(re.split(r"(?<!\\)\|", line.strip().strip("|")))
+            out.append("|" + "---|" * columns)
+    return "\n".join(out)
 
 
 def _page_title(html: str) -> str | None:

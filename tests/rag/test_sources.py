@@ -314,3 +314,18 @@ async def test_a_folder_that_cannot_be_listed_is_an_error_and_no_page_is_deleted
     assert [d.doc_id for d in result.documents] == ["faq.md"] and result.listing_incomplete
     assert result.errors == [("hr/", "folder not read, its pages' chunks kept: PermissionError: [Errno 13] "
                                      f"Permission denied: '{tmp_path / 'hr'}'")]
+
+
+@pytest.mark.parametrize("header", ["<tr><td>Plan</td><td>Price</td></tr>", "<thead><tr><td>Plan</td><td>Price</td></tr></thead>"])
+async def test_an_html_table_without_th_cells_is_a_table_whose_rows_read_with_their_header(tmp_path, header):
+    """Word's and most CMSs' tables have no <th>: trafilatura wrote them without a delimiter row, so Markdown
+    read one paragraph of pipes, and the chunker's sentences held no row at all."""
+    from rag.chunking import chunk_document
+
+    (tmp_path / "plans.html").write_text(
+        f"<html><body><main><h1>Plans</h1><p>How our plans compare for every customer.</p><table>{header}"
+        "<tr><td>Plus</td><td>$12</td></tr><tr><td>Team</td><td>$20</td></tr></table></main></body></html>")
+    [doc] = (await load_directory(tmp_path)).documents
+    [chunk] = chunk_document(doc.text, fmt="html", title=doc.title, bot="b", source="s", doc_id=doc.doc_id,
+                             count_tokens=lambda text: len(text.split()), max_tokens=256, text_tokens=512)
+    assert chunk.sentences[-2:] == ("Plan: Plus; Price: $12", "Plan: Team; Price: $20")
