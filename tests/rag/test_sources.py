@@ -314,6 +314,8 @@ async def test_a_folder_that_cannot_be_listed_is_an_error_and_no_page_is_deleted
     assert [d.doc_id for d in result.documents] == ["faq.md"] and result.listing_incomplete
     assert result.errors == [("hr/", "folder not read, its pages' chunks kept: PermissionError: [Errno 13] "
                                      f"Permission denied: '{tmp_path / 'hr'}'")]
+    with pytest.raises(SourceError, match="knowledge directory cannot be listed: PermissionError"):
+        await load_directory(tmp_path / "hr")  # the source's own folder: the whole source fails
 
 
 @pytest.mark.parametrize("header", ["<tr><td>Plan</td><td>Price</td></tr>", "<thead><tr><td>Plan</td><td>Price</td></tr></thead>"])
