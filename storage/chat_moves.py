@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.models import MEMBER_SCOPE, as_utc, utcnow
@@ -64,9 +64,14 @@ async def move_chat(session: AsyncSession, *, bot: str, channel: str, old: str, 
 async def _unquote_waiting(session: AsyncSession, conversation_id: int, *, old: str) -> None:
     """Questions still waiting for their answer were the old chat's messages: their answer cannot quote them
     in the new one, whose message ids start over (the same id there is someone else's message). Without
-    the id, the answer names the member instead, as an operator's reply does."""
+    the id, the answer names the member instead, as an operator's reply does. So are questions answered
+    whose reply is not out yet (queued, or waiting out a retry): the outbox reads the quote at send time."""
+    unsent_replies = select(Message.reply_to_id).where(
+        Message.conversation_id == conversation_id, Message.direction == "out",
+        Message.status.in_(("pending", "sending")), Message.reply_to_id.is_not(None))
     waiting = (await session.execute(select(Message).where(
-        Message.conversation_id == conversation_id, Message.direction == "in", Message.status == "pending"))).scalars()
+        Message.conversation_id == conversation_id, Message.direction == "in",
+        or_(Message.status == "pending", Message.id.in_(unsent_replies))))).scalars()
     for message in waiting:
         meta = dict(message.meta or {})
         if meta.pop("platform_message_id", None) is not None:

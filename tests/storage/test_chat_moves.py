@@ -9,6 +9,7 @@ from sqlalchemy import select
 
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender, member_thread, utcnow
+from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.models import Contact, Conversation, Message
 
@@ -80,4 +81,27 @@ async def test_the_group_itself_as_a_sender_moves_too_and_a_busy_conversation_wa
         (await session.get(Conversation, member.conversation_id)).lease_until = None
     await inbox.accept("acme", _move("5"))
     assert {c.chat for c in await _conversations(sessions)} == {NEW} and len(await _conversations(sessions)) == 2
+    await engine.dispose()
+
+
+async def test_a_reply_queued_before_the_move_does_not_quote_the_old_group_s_message(migrated_url):
+    """The question was answered just before the upgrade, its reply still queued (or waiting out a retry):
+    the outbox sent it to the supergroup as a reply to the old group's message id, another member's there."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    asked = await inbox.accept("acme", _said("1", OLD))
+    answered = await inbox.accept("acme", _said("2", OLD))
+    async with sessions() as session, session.begin():
+        conversation = await session.get(Conversation, asked.conversation_id)
+        for accepted in (asked, answered):
+            (await session.get(Message, accepted.message_id)).status = "done"
+        await repo.add_outbound(session, conversation=conversation, text="sent", reply_to_id=asked.message_id,
+                                status="sent")
+        await repo.add_outbound(session, conversation=conversation, text="queued", reply_to_id=answered.message_id)
+    await inbox.accept("acme", _move("3"))
+    async with sessions() as session:
+        sent, queued = [await session.get(Message, accepted.message_id) for accepted in (asked, answered)]
+    assert "platform_message_id" not in queued.meta and queued.meta["moved_from_chat"] == OLD
+    assert sent.meta["platform_message_id"] == "1"  # its reply is out: the record keeps what it answered
     await engine.dispose()
