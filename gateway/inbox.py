@@ -16,6 +16,7 @@ from gateway.observability import otel
 from gateway.pg_bridge import announce
 from storage import repositories as repo
 from storage.chat_moves import move_chat
+from storage.conflicts import run_again_on_conflict
 from storage.models import Conversation, Message
 from storage.text import storable_text
 
@@ -68,6 +69,11 @@ class Inbox:
         or it is an edit or deletion (`revises`), applied to the message it names while that one waits, or a
         chat's move to a new id (`moves_to`), applied to its conversations."""
         message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
+        # Storing is one transaction, idempotent by the delivery's id: one PostgreSQL aborted for a
+        # deadlock with another writer (a late receipt, an answer's store) is simply run again.
+        return await run_again_on_conflict(lambda: self._accept(bot, message), what="inbound")
+
+    async def _accept(self, bot: str, message: InboundMessage) -> Accepted | None:
         if message.moves_to is not None:
             await self.move_chat(bot, message.conversation, message.moves_to)
             return None
@@ -148,7 +154,7 @@ class Inbox:
                     Conversation.chat == edit.conversation.chat,
                     Message.meta["platform_message_id"].as_string() == edit.revises).limit(1))).first()
         if unknown:  # its first version was ignored (a group message without the bot's @mention)
-            return await self.accept(bot, dataclasses.replace(edit, revises=None, new_if_never_stored=False))
+            return await self._accept(bot, dataclasses.replace(edit, revises=None, new_if_never_stored=False))
         what = "deletion" if edit.deleted else "edit"
         if target is None:
             log.info("inbound.ignored", bot=bot, channel=edit.channel, platform_message_id=edit.revises,

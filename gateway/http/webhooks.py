@@ -19,6 +19,7 @@ from channels.base import RawRequest
 from gateway.delivery.receipts import record_receipt
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.http.deps import error, services
+from storage.conflicts import run_again_on_conflict
 
 log = structlog.get_logger("gateway.webhooks")
 router = APIRouter(tags=["webhooks"])
@@ -150,8 +151,10 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         if accepted is not None:  # None: logged as inbound.ignored, with its reason
             svc.metrics.message_in(bot=bot, channel=channel, duplicate=accepted.duplicate)
     for update_ in result.status_updates:
-        await record_receipt(svc.sessions, bot=bot, channel=channel, provider_id=update_.provider_message_id,
-                             status=update_.status, error_code=update_.error_code)
+        # Each step is idempotent (a status only moves up): one aborted for a deadlock runs again.
+        await run_again_on_conflict(lambda u=update_: record_receipt(
+            svc.sessions, bot=bot, channel=channel, provider_id=u.provider_message_id, status=u.status,
+            error_code=u.error_code), what="receipt")
     if result.response is not None:
         return Response(result.response.body, status_code=result.response.status,
                         media_type=result.response.content_type)
