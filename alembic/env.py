@@ -41,8 +41,16 @@ def _run(connection: Connection) -> None:
 async def _run_online() -> None:
     engine = create_engine(_url())
     async with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            # SQLite drops a column by copying the table and dropping the old one, and with the engine's
+            # foreign keys on, that drop cascaded: a downgrade of a `conversations` column deleted every
+            # message and escalation. Off for the migration only (SQLite ignores it inside a transaction).
+            await connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
         await connection.run_sync(_run)
         await connection.commit()
+        if sqlite:
+            await connection.exec_driver_sql("PRAGMA foreign_keys=ON")
     await engine.dispose()
 
 

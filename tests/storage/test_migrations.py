@@ -85,3 +85,42 @@ def test_db_upgrade_says_which_migrations_it_applied(tmp_path):
     upgraded, again = (_run("db", "upgrade", "--config", str(config)) for _ in range(2))
     assert upgraded.stdout.startswith(f"database was upgraded from migration 0006 to the latest, {head} ("), upgraded
     assert again.stdout.startswith("database is at the latest migration ("), again
+
+
+async def test_downgrading_the_newest_migration_and_upgrading_again_keeps_every_row(migrated_url):
+    """On SQLite a dropped column copies its table into a new one and drops the old: with foreign keys on,
+    dropping `conversations` cascaded to every message and escalation, so `alembic downgrade -1` (0013)
+    emptied the transcripts."""
+    import asyncio
+
+    from alembic import command
+    from sqlalchemy import text
+
+    from gateway.models import ConversationRef, InboundMessage, Sender
+    from gateway.preflight import alembic_config
+    from storage import repositories as repo
+    from storage.engine import session_factory
+
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+
+    async def counts() -> tuple[int, int, int]:
+        async with engine.connect() as conn:
+            return tuple([(await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one()
+                          for table in ("conversations", "messages", "contacts")])
+
+    try:
+        for n in range(3):
+            async with sessions() as session, session.begin():
+                await repo.store_inbound(session, bot="acme", message=InboundMessage(
+                    channel="whatsapp", external_id=f"w{n}", sender=Sender(external_id=f"+1555{n}"),
+                    conversation=ConversationRef(channel="whatsapp", chat=f"+1555{n}"), text="hello"))
+        before = await counts()
+        await engine.dispose()
+        await asyncio.to_thread(command.downgrade, alembic_config(migrated_url), "-1")
+        assert await counts() == before
+        await engine.dispose()
+        await asyncio.to_thread(command.upgrade, alembic_config(migrated_url), "head")
+        assert await counts() == before == (3, 3, 3)
+    finally:
+        await engine.dispose()
