@@ -60,6 +60,9 @@ def postgres_connect_args(url: str) -> tuple[str, dict[str, Any]]:
         if not seconds.isdigit() or int(seconds) <= 0:
             raise ValueError(f"option `connect_timeout` must be a whole number of seconds above 0, not {seconds!r}")
         connect_args["timeout"] = int(seconds)
+    if not str(query.get("prepared_statement_cache_size", "0")).isdigit():
+        raise ValueError("option `prepared_statement_cache_size` must be a whole number (0: no cache), not "
+                         f"{query['prepared_statement_cache_size']!r}")
     libpq = {key: value for key, value in query.items() if key in LIBPQ_OPTIONS}
     if libpq:
         connect_args["dsn"] = "postgresql://?" + urlencode(libpq)
@@ -69,14 +72,18 @@ def postgres_connect_args(url: str) -> tuple[str, dict[str, Any]]:
 
 def asyncpg_dsn(url: str) -> tuple[str, dict[str, Any]]:
     """(dsn, keywords) for `asyncpg.connect` of a PostgreSQL URL: libpq's spelling in the DSN (`sslmode`
-    for the `ssl` that SQLAlchemy's asyncpg dialect takes: a DSN's unknown `ssl` would be sent as a server
-    setting), `connect_timeout` as asyncpg's `timeout`."""
+    for the `ssl` that SQLAlchemy's asyncpg dialect takes), `connect_timeout` as asyncpg's `timeout`, and
+    SQLAlchemy's `prepared_statement_cache_size` as asyncpg's `statement_cache_size`: a DSN's option asyncpg
+    does not know is sent to the server as a setting, which refused the connection."""
     stripped, connect_args = postgres_connect_args(url)
     parsed = make_url(stripped).set(drivername="postgresql")
     query = dict(parse_qsl(connect_args.pop("dsn", "?").partition("?")[2]))
     if "ssl" in parsed.query:
         query.setdefault("sslmode", parsed.query["ssl"])
         parsed = parsed.difference_update_query(["ssl"])
+    if "prepared_statement_cache_size" in parsed.query:
+        connect_args["statement_cache_size"] = int(parsed.query["prepared_statement_cache_size"])
+        parsed = parsed.difference_update_query(["prepared_statement_cache_size"])
     return parsed.update_query_dict(query).render_as_string(hide_password=False), connect_args
 
 

@@ -90,6 +90,7 @@ async def test_connect_timeout_bounds_the_wait_for_a_server_that_never_answers()
     ("pgbouncer=true", "option `pgbouncer` is not supported"),
     ("channel_binding=require", "option `channel_binding=require` cannot be honoured"),
     ("connect_timeout=soon", "option `connect_timeout` must be a whole number of seconds above 0, not 'soon'"),
+    ("prepared_statement_cache_size=none", "option `prepared_statement_cache_size` must be a whole number"),
 ])
 def test_a_url_option_asyncpg_cannot_honour_is_a_config_error_naming_it(tmp_path, monkeypatch, option, words):
     from gateway.errors import ConfigError
@@ -119,3 +120,17 @@ def test_a_printed_database_url_hides_the_client_keys_password_too():
     shown = redacted_db_url("postgresql://gw:s3cret@db/gw?sslmode=verify-full&sslkey=/k.pem&sslpassword=k3y-pass")
     assert "s3cret" not in shown and "k3y-pass" not in shown
     assert shown == "postgresql://gw:***@db/gw?sslkey=%2Fk.pem&sslmode=verify-full&sslpassword=%2A%2A%2A"
+
+
+async def test_a_url_for_a_connection_pooler_connects_the_bridge_too(postgres_url):
+    # `prepared_statement_cache_size=0` (SQLAlchemy's setting for PgBouncer) reached the LISTEN/NOTIFY
+    # bridge's DSN, where asyncpg sends an option it does not know to the server as a setting: 'unrecognized
+    # configuration parameter "prepared_statement_cache_size"', the bridge reconnecting every 5 s for ever.
+    url = postgres_url.replace("postgresql+asyncpg://", "postgresql://") + "?prepared_statement_cache_size=0"
+    dsn, keywords = asyncpg_dsn(url)
+    assert keywords == {"statement_cache_size": 0}
+    connection = await asyncpg.connect(dsn, **keywords)
+    try:
+        assert await connection.fetchval("SELECT 1") == 1
+    finally:
+        await connection.close()
