@@ -18,8 +18,9 @@ LIBPQ_OPTIONS = frozenset({
     "passfile", "application_name", "options"})
 """libpq's URL options that asyncpg reads from a DSN itself (`application_name` and `options` go to the
 server at connect, as libpq sends them). `connect_timeout` is read here (asyncpg's `timeout`)."""
-DRIVER_OPTIONS = frozenset({"ssl", "prepared_statement_cache_size", "host"})
-"""Query options SQLAlchemy's asyncpg dialect takes as they are (`host` twice or more: several hosts)."""
+DRIVER_OPTIONS = frozenset({"ssl", "prepared_statement_cache_size", "host", "port"})
+"""Query options SQLAlchemy's asyncpg dialect takes as they are (`host` and `port` as libpq's, a socket folder
+among them, or twice or more: several hosts)."""
 IGNORED_OPTIONS = {"channel_binding": ("prefer", "disable")}
 """Options asyncpg has no counterpart of, harmless to drop with these values (libpq's default among them)."""
 
@@ -44,12 +45,12 @@ def postgres_connect_args(url: str) -> tuple[str, dict[str, Any]]:
     parsed = make_url(async_url(url))
     query = dict(parsed.query)
     for key, value in query.items():
-        if isinstance(value, tuple) and key != "host":
+        if isinstance(value, tuple) and key not in ("host", "port"):
             raise ValueError(f"option `{key}` is given more than once")
     unknown = sorted(set(query) - LIBPQ_OPTIONS - DRIVER_OPTIONS - set(IGNORED_OPTIONS) - {"connect_timeout"})
     if unknown:
         raise ValueError(f"option `{unknown[0]}` is not supported (asyncpg has no such setting): remove it from the "
-                         f"URL (supported: connect_timeout, {', '.join(sorted(LIBPQ_OPTIONS | {'ssl'}))})")
+                         f"URL (supported: connect_timeout, {', '.join(sorted(LIBPQ_OPTIONS | DRIVER_OPTIONS))})")
     for key, allowed in IGNORED_OPTIONS.items():
         if key in query and query[key] not in allowed:
             raise ValueError(f"option `{key}={query[key]}` cannot be honoured (asyncpg does not support it): "
@@ -60,6 +61,10 @@ def postgres_connect_args(url: str) -> tuple[str, dict[str, Any]]:
         if not seconds.isdigit() or int(seconds) <= 0:
             raise ValueError(f"option `connect_timeout` must be a whole number of seconds above 0, not {seconds!r}")
         connect_args["timeout"] = int(seconds)
+    ports = query.get("port", ())
+    for port in ",".join(ports if isinstance(ports, tuple) else [ports]).split(","):
+        if port and not port.isdigit():
+            raise ValueError(f"option `port` must be a port number (or several, comma-separated), not {port!r}")
     if not str(query.get("prepared_statement_cache_size", "0")).isdigit():
         raise ValueError("option `prepared_statement_cache_size` must be a whole number (0: no cache), not "
                          f"{query['prepared_statement_cache_size']!r}")

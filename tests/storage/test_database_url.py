@@ -91,6 +91,7 @@ async def test_connect_timeout_bounds_the_wait_for_a_server_that_never_answers()
     ("channel_binding=require", "option `channel_binding=require` cannot be honoured"),
     ("connect_timeout=soon", "option `connect_timeout` must be a whole number of seconds above 0, not 'soon'"),
     ("prepared_statement_cache_size=none", "option `prepared_statement_cache_size` must be a whole number"),
+    ("host=/var/run/postgresql&port=pg", "option `port` must be a port number (or several, comma-separated), not 'pg'"),
 ])
 def test_a_url_option_asyncpg_cannot_honour_is_a_config_error_naming_it(tmp_path, monkeypatch, option, words):
     from gateway.errors import ConfigError
@@ -132,5 +133,31 @@ async def test_a_url_for_a_connection_pooler_connects_the_bridge_too(postgres_ur
     connection = await asyncpg.connect(dsn, **keywords)
     try:
         assert await connection.fetchval("SELECT 1") == 1
+    finally:
+        await connection.close()
+
+
+async def test_a_socket_folder_and_port_given_as_libpq_options_connect(postgres_url):
+    # libpq's form for a local server (`postgresql:///gw?host=/var/run/postgresql&port=5433`) was refused:
+    # "option `port` is not supported (asyncpg has no such setting)", when SQLAlchemy and asyncpg both take it.
+    import os
+
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(postgres_url)
+    folder = "/var/run/postgresql"
+    if not os.path.exists(f"{folder}/.s.PGSQL.{parsed.port or 5432}"):
+        pytest.skip(f"the test server has no socket in {folder}")
+    url = f"postgresql://{parsed.username}@/{parsed.database}?host={folder}&port={parsed.port or 5432}"
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT inet_server_addr() IS NULL"))).scalar_one() is True
+    finally:
+        await engine.dispose()
+    dsn, keywords = asyncpg_dsn(url)
+    connection = await asyncpg.connect(dsn, **keywords)
+    try:
+        assert await connection.fetchval("SELECT inet_server_addr() IS NULL") is True
     finally:
         await connection.close()
