@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 from structlog.testing import capture_logs
@@ -167,33 +168,47 @@ async def test_a_listen_connection_gone_silent_is_replaced_and_hears_other_proce
         await proxy.close()
 
 
-async def test_identical_events_waiting_together_all_reach_the_other_processes(postgres_url):
-    """PostgreSQL delivers one NOTIFY of a transaction's identical ones (same channel and payload): two
-    equal events of a batch ("message" twice for a conversation, a token repeated) reached the other
-    processes once."""
+@contextlib.asynccontextmanager
+async def events_heard(postgres_url: str):
+    """The topics of the events NOTIFYed on `gateway_events` while in the block, as another process hears them."""
     import asyncpg
     from sqlalchemy.engine import make_url
 
-    from storage.engine import create_engine, session_factory
-
-    engine = create_engine(postgres_url)
-    bridge = PgBridge(postgres_url, sessions=session_factory(engine), bus=EventBus(), wake=None)
     heard: list[str] = []
     direct = await asyncpg.connect(make_url(postgres_url).set(drivername="postgresql")
                                    .render_as_string(hide_password=False))
     await direct.add_listener("gateway_events", lambda *args: heard.append(json.loads(args[3])["t"]))
     try:
-        for topic in ("conversation:3", "conversation:3", "message:1", "conversation:3"):
-            bridge._forward(topic, {"type": "message"})
-        sender = asyncio.create_task(bridge._send())
-        for _ in range(50):
-            if len(heard) >= 4:
-                break
-            await asyncio.sleep(0.1)
-        sender.cancel()
-        assert heard == ["conversation:3", "conversation:3", "message:1", "conversation:3"]
+        yield heard
     finally:
         await direct.close()
+
+
+async def send_until_heard(bridge: PgBridge, heard: list[str], count: int) -> None:
+    """Run the bridge's sender until `count` events are heard (5 s at most)."""
+    sender = asyncio.create_task(bridge._send())
+    for _ in range(50):
+        if len(heard) >= count:
+            break
+        await asyncio.sleep(0.1)
+    sender.cancel()
+
+
+async def test_identical_events_waiting_together_all_reach_the_other_processes(postgres_url):
+    """PostgreSQL delivers one NOTIFY of a transaction's identical ones (same channel and payload): two
+    equal events of a batch ("message" twice for a conversation, a token repeated) reached the other
+    processes once."""
+    from storage.engine import create_engine, session_factory
+
+    engine = create_engine(postgres_url)
+    bridge = PgBridge(postgres_url, sessions=session_factory(engine), bus=EventBus(), wake=None)
+    try:
+        async with events_heard(postgres_url) as heard:
+            for topic in ("conversation:3", "conversation:3", "message:1", "conversation:3"):
+                bridge._forward(topic, {"type": "message"})
+            await send_until_heard(bridge, heard, 4)
+        assert heard == ["conversation:3", "conversation:3", "message:1", "conversation:3"]
+    finally:
         await engine.dispose()
 
 
@@ -219,8 +234,10 @@ class _FailingSessions(_RecordingSessions):
         raise ConnectionResetError("the server closed the connection")
 
 
-async def test_a_failed_notify_says_how_many_events_it_lost_and_the_sender_goes_on():
-    sessions, bus = _FailingSessions(), EventBus()
+async def send_three_events(sessions) -> tuple[list[dict], bool]:
+    """Three events published on a bridge sending through `sessions`: (its logs, whether its sender was
+    still running after them)."""
+    bus = EventBus()
     bridge = PgBridge("postgresql://db/gw", sessions=sessions, bus=bus, wake=None)
     bus.forwarder = bridge._forward
     for n in range(3):
@@ -228,7 +245,13 @@ async def test_a_failed_notify_says_how_many_events_it_lost_and_the_sender_goes_
     with capture_logs() as logs:
         sender = asyncio.create_task(bridge._send())
         await asyncio.sleep(0.05)
-        assert not sender.done()  # still there for the next events
+        running = not sender.done()
         sender.cancel()
+    return logs, running
+
+
+async def test_a_failed_notify_says_how_many_events_it_lost_and_the_sender_goes_on():
+    logs, running = await send_three_events(_FailingSessions())
+    assert running  # still there for the next events
     [failed] = [e for e in logs if e["event"] == "pg_bridge.notify_failed"]
     assert failed["events_lost"] == 3 and "ConnectionResetError" in failed["error"]

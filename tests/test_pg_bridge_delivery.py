@@ -11,15 +11,12 @@ from structlog.testing import capture_logs
 
 from gateway.events import ESCALATIONS_TOPIC, EventBus
 from gateway.pg_bridge import MAX_PAYLOAD, PgBridge
-from tests.test_pg_bridge import _RecordingSessions
+from tests.test_pg_bridge import _RecordingSessions, events_heard, send_three_events, send_until_heard
 
 
 async def test_a_batch_whose_connection_is_killed_mid_transaction_is_sent_again_on_another(postgres_url):
     """PostgreSQL terminating the backend between two NOTIFYs of a batch (a restart, a failover): none of
     the batch was delivered, and all of it was lost (`events_lost`)."""
-    import asyncpg
-    from sqlalchemy.engine import make_url
-
     from storage.engine import create_engine, session_factory
 
     engine = create_engine(postgres_url)
@@ -33,25 +30,16 @@ async def test_a_batch_whose_connection_is_killed_mid_transaction_is_sent_again_
         return statement, parameters
 
     bridge = PgBridge(postgres_url, sessions=session_factory(engine), bus=EventBus(), wake=None)
-    heard: list[str] = []
-    direct = await asyncpg.connect(make_url(postgres_url).set(drivername="postgresql")
-                                   .render_as_string(hide_password=False))
-    await direct.add_listener("gateway_events", lambda *args: heard.append(json.loads(args[3])["t"]))
     try:
-        for n in range(3):
-            bridge._forward(f"conversation:{n}", {"type": "message"})
-        with capture_logs() as logs:
-            sender = asyncio.create_task(bridge._send())
-            for _ in range(50):
-                if len(heard) >= 3:
-                    break
-                await asyncio.sleep(0.1)
-            sender.cancel()
+        async with events_heard(postgres_url) as heard:
+            for n in range(3):
+                bridge._forward(f"conversation:{n}", {"type": "message"})
+            with capture_logs() as logs:
+                await send_until_heard(bridge, heard, 3)
         assert killed
         assert heard == ["conversation:0", "conversation:1", "conversation:2"]
         assert [e["event"] for e in logs if e["event"].startswith("pg_bridge.")] == ["pg_bridge.notify_retried"]
     finally:
-        await direct.close()
         await engine.dispose()
 
 
@@ -65,15 +53,8 @@ class _FailingOnceSessions(_RecordingSessions):
 
 
 async def test_a_batch_failing_twice_is_reported_lost_and_one_failing_once_is_not():
-    sessions, bus = _FailingOnceSessions(), EventBus()
-    bridge = PgBridge("postgresql://db/gw", sessions=sessions, bus=bus, wake=None)
-    bus.forwarder = bridge._forward
-    for n in range(3):
-        bus.publish(f"conversation:{n}", {"type": "message"})
-    with capture_logs() as logs:
-        sender = asyncio.create_task(bridge._send())
-        await asyncio.sleep(0.05)
-        sender.cancel()
+    sessions = _FailingOnceSessions()
+    logs, _ = await send_three_events(sessions)
     assert [p["t"] for p in sessions.payloads] == ["conversation:0", "conversation:1", "conversation:2"]
     assert not [e for e in logs if e["event"] == "pg_bridge.notify_failed"]
 
