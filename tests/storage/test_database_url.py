@@ -161,3 +161,19 @@ async def test_a_socket_folder_and_port_given_as_libpq_options_connect(postgres_
         assert await connection.fetchval("SELECT inet_server_addr() IS NULL") is True
     finally:
         await connection.close()
+
+
+@pytest.mark.parametrize("password", ["p@ss#word", "pa@ssword"])
+def test_a_password_with_an_unencoded_at_or_hash_is_a_config_error_that_does_not_print_it(tmp_path, monkeypatch,
+                                                                                           password):
+    # The URL parser ends the password at its first @ (or the host at a #): the rest was taken for the
+    # host, so every 'cannot reach the database postgresql://gw:***@ssword@db/gw' printed most of it.
+    from gateway.errors import ConfigError
+    from gateway.settings import load_settings
+    from tests.conftest import write_config
+
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    with pytest.raises(ConfigError) as info:
+        load_settings(write_config(tmp_path, database_url=f"postgresql://gw:{password}@db.example/gw"))
+    assert info.value.key == "database_url" and "percent-encode" in str(info.value)
+    assert "ss" not in str(info.value).replace("password", "")
