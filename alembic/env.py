@@ -33,6 +33,10 @@ def _run(connection: Connection) -> None:
     )
     with context.begin_transaction():
         if connection.dialect.name == "postgresql":
+            # A URL's `options=-c statement_timeout=…` (or lock_timeout) is for the gateway's queries: it
+            # cancelled the wait below and any migration longer than it, and the replica did not start.
+            connection.execute(text("SET LOCAL statement_timeout = 0"))
+            connection.execute(text("SET LOCAL lock_timeout = 0"))
             # Replicas may all run `db upgrade` at start: one migrates, the others wait, then find nothing to do.
             connection.execute(text("SELECT pg_advisory_xact_lock(7418265)"))
         context.run_migrations()

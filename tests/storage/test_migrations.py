@@ -124,3 +124,28 @@ async def test_downgrading_the_newest_migration_and_upgrading_again_keeps_every_
         assert await counts() == before == (3, 3, 3)
     finally:
         await engine.dispose()
+
+
+async def test_db_upgrade_waits_for_another_replicas_migration_past_the_urls_statement_timeout(postgres_url):
+    """A URL's `options=-c statement_timeout=…` (as providers set it) applied to the migrations too: a replica
+    waiting for another's migration (the advisory lock), or a migration longer than it (an index on a large
+    table), was cancelled ('canceling statement due to statement timeout') and the replica did not start."""
+    import asyncio
+
+    import asyncpg
+    from alembic import command
+    from sqlalchemy.engine import make_url
+
+    from gateway.preflight import alembic_config
+
+    other = await asyncpg.connect(make_url(postgres_url).set(drivername="postgresql").render_as_string(False))
+    try:
+        await other.execute("SELECT pg_advisory_lock(7418265)")  # another replica migrating
+        url = postgres_url + "?options=-c%20statement_timeout%3D200%20-c%20lock_timeout%3D200"
+        upgrading = asyncio.create_task(asyncio.to_thread(command.upgrade, alembic_config(url), "head"))
+        await asyncio.sleep(0.6)
+        assert not upgrading.done()
+        await other.execute("SELECT pg_advisory_unlock(7418265)")
+        await asyncio.wait_for(upgrading, timeout=60)
+    finally:
+        await other.close()
