@@ -6,7 +6,7 @@ import contextlib
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
@@ -26,13 +26,15 @@ IGNORED_OPTIONS = {"channel_binding": ("prefer", "disable")}
 
 
 def async_url(url: str) -> str:
-    """Normalize a database URL to its async driver (aiosqlite or asyncpg); its options are unchanged."""
-    parsed = make_url(url)
-    if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
-        parsed = parsed.set(drivername="sqlite+aiosqlite")
-    elif parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg"):
-        parsed = parsed.set(drivername="postgresql+asyncpg")
-    return parsed.render_as_string(hide_password=False)
+    """Normalize a database URL to its async driver (aiosqlite or asyncpg); the rest stays as written (SQLAlchemy
+    writes a URL back form-encoded, a space as +, and libpq's options would read a + that was written as one
+    as a space: `postgres_connect_args`)."""
+    driver = make_url(url).drivername
+    if driver in ("sqlite", "sqlite+pysqlite"):
+        driver = "sqlite+aiosqlite"
+    elif driver in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg"):
+        driver = "postgresql+asyncpg"
+    return f"{driver}://{url.strip().partition('://')[2]}"
 
 
 def postgres_connect_args(url: str) -> tuple[str, dict[str, Any]]:
@@ -68,9 +70,12 @@ def postgres_connect_args(url: str) -> tuple[str, dict[str, Any]]:
     if not str(query.get("prepared_statement_cache_size", "0")).isdigit():
         raise ValueError("option `prepared_statement_cache_size` must be a whole number (0: no cache), not "
                          f"{query['prepared_statement_cache_size']!r}")
-    libpq = {key: value for key, value in query.items() if key in LIBPQ_OPTIONS}
+    # As libpq reads them: SQLAlchemy's parser, a form's, made each + a space (a passphrase's, an option's).
+    written = {unquote(key): unquote(value) for key, _, value in
+               (part.partition("=") for part in url.partition("?")[2].partition("#")[0].split("&") if part)}
+    libpq = {key: written.get(key, value) for key, value in query.items() if key in LIBPQ_OPTIONS}
     if libpq:
-        connect_args["dsn"] = "postgresql://?" + urlencode(libpq)
+        connect_args["dsn"] = "postgresql://?" + urlencode(libpq, quote_via=quote)
     parsed = parsed.difference_update_query([key for key in query if key not in DRIVER_OPTIONS])
     return parsed.render_as_string(hide_password=False), connect_args
 

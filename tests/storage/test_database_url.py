@@ -177,3 +177,22 @@ def test_a_password_with_an_unencoded_at_or_hash_is_a_config_error_that_does_not
         load_settings(write_config(tmp_path, database_url=f"postgresql://gw:{password}@db.example/gw"))
     assert info.value.key == "database_url" and "percent-encode" in str(info.value)
     assert "ss" not in str(info.value).replace("password", "")
+
+
+async def test_a_plus_in_a_libpq_option_stays_a_plus_as_libpq_reads_it(postgres_url):
+    # libpq decodes only %XX in a URL; SQLAlchemy's parser, a form's, made every + a space, so
+    # `sslpassword=k3y+pass` (a generated passphrase) was the wrong passphrase, and `options=-c
+    # TimeZone=Etc/GMT+3` a broken option. `application_name` shows it, as psql sets it from the same URL.
+    url = postgres_url.replace("postgresql+asyncpg://", "postgresql://") + "?application_name=a+b%20c"
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT current_setting('application_name')"))).scalar_one() == "a+b c"
+    finally:
+        await engine.dispose()
+    dsn, keywords = asyncpg_dsn(url)
+    connection = await asyncpg.connect(dsn, **keywords)
+    try:
+        assert await connection.fetchval("SELECT current_setting('application_name')") == "a+b c"
+    finally:
+        await connection.close()
