@@ -10,23 +10,28 @@ from sqlalchemy import text
 from storage.engine import asyncpg_dsn, create_engine
 
 
+async def asked_on_the_engine_and_the_bridge(url: str, sql: str) -> tuple:
+    """`sql`'s value on a connection of the engine and on one the LISTEN/NOTIFY bridge opens, both from `url`."""
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            on_engine = (await conn.execute(text(sql))).scalar_one()
+    finally:
+        await engine.dispose()
+    dsn, keywords = asyncpg_dsn(url)
+    connection = await asyncpg.connect(dsn, **keywords)
+    try:
+        return on_engine, await connection.fetchval(sql)
+    finally:
+        await connection.close()
+
+
 async def test_a_url_with_libpq_sslmode_connects_through_the_engine_and_the_bridge(postgres_url):
     # `?sslmode=…` (libpq's, as managed databases give their URLs) reached asyncpg.connect() as a keyword
     # it does not take: "cannot reach the database …: connect() got an unexpected keyword argument 'sslmode'".
     url = postgres_url.replace("postgresql+asyncpg://", "postgresql://") + "?sslmode=disable"
-    engine = create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
-    finally:
-        await engine.dispose()
     # The LISTEN/NOTIFY bridge connects with a DSN, where `ssl` would be sent as a server setting.
-    dsn, keywords = asyncpg_dsn(url)
-    connection = await asyncpg.connect(dsn, **keywords)
-    try:
-        assert await connection.fetchval("SELECT 1") == 1
-    finally:
-        await connection.close()
+    assert await asked_on_the_engine_and_the_bridge(url, "SELECT 1") == (1, 1)
 
 
 def test_db_upgrade_against_a_database_not_created_yet_says_to_create_it(tmp_path, postgres_url):
@@ -128,13 +133,8 @@ async def test_a_url_for_a_connection_pooler_connects_the_bridge_too(postgres_ur
     # bridge's DSN, where asyncpg sends an option it does not know to the server as a setting: 'unrecognized
     # configuration parameter "prepared_statement_cache_size"', the bridge reconnecting every 5 s for ever.
     url = postgres_url.replace("postgresql+asyncpg://", "postgresql://") + "?prepared_statement_cache_size=0"
-    dsn, keywords = asyncpg_dsn(url)
-    assert keywords == {"statement_cache_size": 0}
-    connection = await asyncpg.connect(dsn, **keywords)
-    try:
-        assert await connection.fetchval("SELECT 1") == 1
-    finally:
-        await connection.close()
+    assert asyncpg_dsn(url)[1] == {"statement_cache_size": 0}
+    assert await asked_on_the_engine_and_the_bridge(url, "SELECT 1") == (1, 1)
 
 
 async def test_a_socket_folder_and_port_given_as_libpq_options_connect(postgres_url):
@@ -149,18 +149,7 @@ async def test_a_socket_folder_and_port_given_as_libpq_options_connect(postgres_
     if not os.path.exists(f"{folder}/.s.PGSQL.{parsed.port or 5432}"):
         pytest.skip(f"the test server has no socket in {folder}")
     url = f"postgresql://{parsed.username}@/{parsed.database}?host={folder}&port={parsed.port or 5432}"
-    engine = create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            assert (await conn.execute(text("SELECT inet_server_addr() IS NULL"))).scalar_one() is True
-    finally:
-        await engine.dispose()
-    dsn, keywords = asyncpg_dsn(url)
-    connection = await asyncpg.connect(dsn, **keywords)
-    try:
-        assert await connection.fetchval("SELECT inet_server_addr() IS NULL") is True
-    finally:
-        await connection.close()
+    assert await asked_on_the_engine_and_the_bridge(url, "SELECT inet_server_addr() IS NULL") == (True, True)
 
 
 @pytest.mark.parametrize("password", ["p@ss#word", "pa@ssword"])
@@ -184,15 +173,5 @@ async def test_a_plus_in_a_libpq_option_stays_a_plus_as_libpq_reads_it(postgres_
     # `sslpassword=k3y+pass` (a generated passphrase) was the wrong passphrase, and `options=-c
     # TimeZone=Etc/GMT+3` a broken option. `application_name` shows it, as psql sets it from the same URL.
     url = postgres_url.replace("postgresql+asyncpg://", "postgresql://") + "?application_name=a+b%20c"
-    engine = create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            assert (await conn.execute(text("SELECT current_setting('application_name')"))).scalar_one() == "a+b c"
-    finally:
-        await engine.dispose()
-    dsn, keywords = asyncpg_dsn(url)
-    connection = await asyncpg.connect(dsn, **keywords)
-    try:
-        assert await connection.fetchval("SELECT current_setting('application_name')") == "a+b c"
-    finally:
-        await connection.close()
+    assert await asked_on_the_engine_and_the_bridge(url, "SELECT current_setting('application_name')") == (
+        "a+b c", "a+b c")
