@@ -77,7 +77,9 @@ def redacted_db_url(url: str) -> str:
     """The URL as it may be printed: its password hidden, and the client key's (`?sslpassword=`) too."""
     from sqlalchemy.engine import make_url
 
-    parsed = make_url(url)
+    from storage.engine import several_hosts_as_options
+
+    parsed = make_url(several_hosts_as_options(url))
     secrets = {key: "***" for key in ("sslpassword", "password") if key in parsed.query}
     return parsed.update_query_dict(secrets).render_as_string(hide_password=True)
 
@@ -88,7 +90,7 @@ async def schema_revision(settings, engine=None) -> str | None:
     from sqlalchemy import inspect, text
     from sqlalchemy.engine import make_url
 
-    from storage.engine import create_engine, sqlite_file
+    from storage.engine import async_url, create_engine, sqlite_file
 
     if (database := sqlite_file(settings.database_url)) is not None and not database.exists():
         return None
@@ -105,7 +107,7 @@ async def schema_revision(settings, engine=None) -> str | None:
         cause = getattr(exc, "orig", None) or exc
         reason = " ".join(str(cause).split()) or type(cause).__name__
         if type(cause.__cause__).__name__ == "InvalidCatalogNameError":  # asyncpg: no database of that name
-            reason += f" on that server: create it first (createdb {make_url(settings.database_url).database})"
+            reason += f" on that server: create it first (createdb {make_url(async_url(settings.database_url)).database})"
         raise GatewayError(f"cannot reach the database {redacted_db_url(settings.database_url)}: {reason}") from None
     finally:
         if own:

@@ -240,7 +240,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unsupported database driver {make_url(value).drivername!r}; use SQLite "
                              "(sqlite:// or sqlite+aiosqlite://) or PostgreSQL (postgresql:// or postgresql+asyncpg://)")
         if driver == "postgresql+asyncpg":
-            if any(mark in (make_url(value).host or "") for mark in "@#"):
+            if any(mark in (make_url(async_url(value)).host or "") for mark in "@#"):
                 # The password ended at its first @ (the host at a #) and the rest was taken for the host, so
                 # every "cannot reach the database" line printed most of it. Not repeated here.
                 raise ValueError("its password (or user name) holds an @ or # as it is: percent-encode them "

@@ -25,10 +25,28 @@ IGNORED_OPTIONS = {"channel_binding": ("prefer", "disable")}
 """Options asyncpg has no counterpart of, harmless to drop with these values (libpq's default among them)."""
 
 
+def several_hosts_as_options(url: str) -> str:
+    """libpq's several hosts (`postgresql://gw@db1:5432,db2/gw`, a failover URL for target_session_attrs) as
+    SQLAlchemy reads them, `?host=db1:5432&host=db2:5432`: its parser took `5432,db2` for a port. Each gets a
+    port (5432 by default, as libpq's): the dialect takes several hosts only with theirs."""
+    scheme, sep, rest = url.strip().partition("://")
+    if not sep or not scheme.startswith("postgres"):
+        return url
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    user, at, hosts = rest[:end].rpartition("@") if "@" in rest[:end] else ("", "", rest[:end])
+    if "," not in hosts or "@" in hosts:
+        return url
+    spelled = [host if ":" in host else f"{host}:5432" for host in hosts.split(",")]
+    path, mark, query = rest[end:].partition("?")
+    options = "&".join(f"host={quote(host, safe='')}" for host in spelled)
+    return f"{scheme}://{user}{at}{path or '/'}?{query}{'&' if mark and query else ''}{options}"
+
+
 def async_url(url: str) -> str:
     """Normalize a database URL to its async driver (aiosqlite or asyncpg); the rest stays as written (SQLAlchemy
     writes a URL back form-encoded, a space as +, and libpq's options would read a + that was written as one
     as a space: `postgres_connect_args`)."""
+    url = several_hosts_as_options(url)
     driver = make_url(url).drivername
     if driver in ("sqlite", "sqlite+pysqlite"):
         driver = "sqlite+aiosqlite"
@@ -91,6 +109,11 @@ def asyncpg_dsn(url: str) -> tuple[str, dict[str, Any]]:
     if "ssl" in parsed.query:
         query.setdefault("sslmode", parsed.query["ssl"])
         parsed = parsed.difference_update_query(["ssl"])
+    if isinstance(parsed.query.get("host"), tuple):  # a DSN's option given twice: asyncpg reads only the last
+        spelled = [host.rpartition(":") if ":" in host else (host, "", "5432") for host in parsed.query["host"]]
+        connect_args["host"] = [host for host, _, _ in spelled]
+        connect_args["port"] = [int(port) for _, _, port in spelled]
+        parsed = parsed.difference_update_query(["host"])
     if "prepared_statement_cache_size" in parsed.query:
         connect_args["statement_cache_size"] = int(parsed.query["prepared_statement_cache_size"])
         parsed = parsed.difference_update_query(["prepared_statement_cache_size"])

@@ -175,3 +175,27 @@ async def test_a_plus_in_a_libpq_option_stays_a_plus_as_libpq_reads_it(postgres_
     url = postgres_url.replace("postgresql+asyncpg://", "postgresql://") + "?application_name=a+b%20c"
     assert await asked_on_the_engine_and_the_bridge(url, "SELECT current_setting('application_name')") == (
         "a+b c", "a+b c")
+
+
+async def test_a_url_naming_several_hosts_as_libpq_does_connects_to_the_one_that_takes_writes(postgres_url, tmp_path,
+                                                                                             monkeypatch):
+    # libpq's failover URL (`postgresql://gw@db1:5432,db2:5432/gw?target_session_attrs=read-write`, what
+    # target_session_attrs is for) was a config error, "invalid literal for int() with base 10: '5432,db2:5432'",
+    # and without ports the engine looked up a host named "db1,db2".
+    from sqlalchemy.engine import make_url
+
+    from gateway.preflight import redacted_db_url
+    from gateway.settings import load_settings
+    from storage.engine import postgres_connect_args
+    from tests.conftest import write_config
+
+    parsed = make_url(postgres_url)
+    port = parsed.port or 5432
+    url = (f"postgresql://{parsed.username}:s3cret@127.0.0.2:1,{parsed.host}:{port}/{parsed.database}"
+           "?target_session_attrs=read-write")  # the first one is down
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    assert load_settings(write_config(tmp_path, database_url=url)).database_url == url
+    assert "s3cret" not in redacted_db_url(url) and "host=127.0.0.2%3A1&" in redacted_db_url(url)
+    assert await asked_on_the_engine_and_the_bridge(url, "SELECT NOT pg_is_in_recovery()") == (True, True)
+    assert postgres_connect_args("postgresql://gw@db1,db2/gw")[0] == (
+        "postgresql+asyncpg://gw@/gw?host=db1%3A5432&host=db2%3A5432")
