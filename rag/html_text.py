@@ -39,14 +39,15 @@ def html_to_markdown(html: str, *, url: str | None = None) -> tuple[str | None, 
 
 _TABLE_ROW = re.compile(r"^[ \t]*\|.*\|[ \t]*$")
 _RULE_ROW = re.compile(r"^[ \t]*\|(?:[ \t]*:?-+:?[ \t]*\|)+[ \t]*$")
+_CELL_BREAK = re.compile(r"(?<!\\)\|")
+_HEADER_WORDS = 4  # "Largest attachment size" names a column; a longer cell is content
 
 
 def with_table_rules(markdown: str) -> str:
-    """`markdown` with a delimiter row (`|---|---|`) under the first row of each table that has none.
-    trafilatura writes one only under `<th>` cells; a table of `<td>`s alone (Word's, most CMSs', a `<thead>`
-    of `<td>`s) came out as pipes that Markdown does not read as a table: one paragraph of every row, whose
-    rows the chunker never read with their header ("Price: $12"). Its first row is taken as the header, as
-    in nearly all such tables."""
+    """`markdown` with a delimiter row (`|---|---|`) under the first row of each table that has none when
+    that row names the columns (`_names_columns`). trafilatura writes one only under `<th>` cells; a table
+    of `<td>`s alone (Word's, most CMSs') came out as pipes that Markdown does not read as a table, whose
+    rows the chunker never read with their header ("Price: $12")."""
     lines = markdown.split("\n")
     out: list[str] = []
     in_code = False  # a `<pre>`'s ASCII table stays as it was drawn
@@ -56,9 +57,30 @@ def with_table_rules(markdown: str) -> str:
             in_code = not in_code
         starts = not in_code and _TABLE_ROW.match(line) and not (i and _TABLE_ROW.match(lines[i - 1]))
         if starts and i + 1 < len(lines) and _TABLE_ROW.match(lines[i + 1]) and not _RULE_ROW.match(lines[i + 1]):
-            columns = len(re.split(r"(?<!\\)\|", line.strip().strip("|")))
-            out.append("|" + "---|" * columns)
+            end = i + 1
+            while end < len(lines) and _TABLE_ROW.match(lines[end]):
+                end += 1
+            first, *body = ([cell.strip() for cell in _CELL_BREAK.split(row.strip().strip("|"))] for row in lines[i:end])
+            if _names_columns(first, body):
+                out.append("|" + "---|" * len(first))
     return "\n".join(out)
+
+
+def _names_columns(first: list[str], body: list[list[str]]) -> bool:
+    """Whether a table's first row is its header: its cells all bold (Word's and editors' header row), or
+    short labels without figures over a column of figures ("Price" over "$12", "$20"). Any first row taken
+    so misread tables whose first row is data ("Monday | 9-17": "Monday: Tuesday; 9-17: 9-18", which the
+    offline responder quoted) and layout tables (a page's paragraphs in cells, joined by colons into one
+    sentence); without that evidence its rows stay cells alone, as before."""
+    cells = [cell for cell in first if cell]
+    if not cells:
+        return False
+    if all(len(cell) > 4 and cell.startswith("**") and cell.endswith("**") for cell in cells):
+        return True
+    if any(len(cell.split()) > _HEADER_WORDS or re.search(r"\d", cell) or cell[-1] in ".!?" for cell in cells):
+        return False
+    return any(name and all(column < len(row) and re.search(r"\d", row[column]) for row in body)
+               for column, name in enumerate(first))
 
 
 def _page_title(html: str) -> str | None:
@@ -98,6 +120,8 @@ def _without_page_furniture(html: str) -> str:
         return html
     for element in tree.xpath(_FURNITURE):
         element.drop_tree()  # keeps the text that follows the element
+    for cell in tree.xpath("//thead//td"):  # a header row by markup: trafilatura writes a header only of <th>s
+        cell.tag = "th"
     return lxml_html.tostring(tree, encoding="unicode")
 
 

@@ -318,16 +318,44 @@ async def test_a_folder_that_cannot_be_listed_is_an_error_and_no_page_is_deleted
         await load_directory(tmp_path / "hr")  # the source's own folder: the whole source fails
 
 
-@pytest.mark.parametrize("header", ["<tr><td>Plan</td><td>Price</td></tr>", "<thead><tr><td>Plan</td><td>Price</td></tr></thead>"])
+def _chunk(doc):
+    from rag.chunking import chunk_document
+
+    [chunk] = chunk_document(doc.text, fmt="html", title=doc.title, bot="b", source="s", doc_id=doc.doc_id,
+                             count_tokens=lambda text: len(text.split()), max_tokens=256, text_tokens=512)
+    return chunk
+
+
+@pytest.mark.parametrize("header", ["<tr><td>Plan</td><td>Price</td></tr>", "<thead><tr><td>Plan</td><td>Price</td></tr></thead>",
+                                    "<tr><td><b>Plan</b></td><td><strong>Price</strong></td></tr>"])
 async def test_an_html_table_without_th_cells_is_a_table_whose_rows_read_with_their_header(tmp_path, header):
     """Word's and most CMSs' tables have no <th>: trafilatura wrote them without a delimiter row, so Markdown
     read one paragraph of pipes, and the chunker's sentences held no row at all."""
-    from rag.chunking import chunk_document
-
     (tmp_path / "plans.html").write_text(
         f"<html><body><main><h1>Plans</h1><p>How our plans compare for every customer.</p><table>{header}"
         "<tr><td>Plus</td><td>$12</td></tr><tr><td>Team</td><td>$20</td></tr></table></main></body></html>")
     [doc] = (await load_directory(tmp_path)).documents
-    [chunk] = chunk_document(doc.text, fmt="html", title=doc.title, bot="b", source="s", doc_id=doc.doc_id,
-                             count_tokens=lambda text: len(text.split()), max_tokens=256, text_tokens=512)
-    assert chunk.sentences[-2:] == ("Plan: Plus; Price: $12", "Plan: Team; Price: $20")
+    assert [s.replace("*", "") for s in _chunk(doc).sentences[-2:]] == ["Plan: Plus; Price: $12", "Plan: Team; Price: $20"]
+
+
+@pytest.mark.parametrize("table", [
+    # a first row of data: "Monday: Tuesday; 9:00 to 17:00: 9:00 to 18:00" gave Monday as Tuesday's name
+    "<tr><td>Monday</td><td>9:00 to 17:00 at the front desk</td></tr><tr><td>Tuesday</td><td>9:00 to 18:00 at the front desk</td></tr>",
+    # a layout table: its paragraphs were joined by colons into one sentence
+    "<tr><td><p>Our store opens at nine every morning.</p></td><td><p>Write to us for repairs and questions.</p></td></tr>"
+    "<tr><td><p>Returns are accepted within thirty days.</p></td><td><p>Shipping is free on larger orders.</p></td></tr>",
+])
+async def test_an_html_table_whose_first_row_is_no_header_keeps_its_rows_apart(tmp_path, table):
+    (tmp_path / "hours.html").write_text(
+        f"<html><body><main><h1>Hours</h1><p>When and how to reach the store.</p><table>{table}</table></main></body></html>")
+    [doc] = (await load_directory(tmp_path)).documents
+    rows = ["; ".join(cell.split("</p>")[0].split(">")[-1] for cell in row.split("</td>")[:-1]) for row in table.split("</tr>")[:-1]]
+    assert _chunk(doc).sentences[-2:] == tuple(rows)
+
+
+async def test_an_html_tables_thead_of_td_cells_is_its_header_whatever_its_cells_hold(tmp_path):
+    (tmp_path / "contacts.html").write_text(
+        "<html><body><main><h1>Contacts</h1><p>Who to ask about what, by topic.</p><table><thead><tr><td>Topic</td>"
+        "<td>Contact person</td></tr></thead><tbody><tr><td>Billing</td><td>Ana Ruiz</td></tr></tbody></table></main></body></html>")
+    [doc] = (await load_directory(tmp_path)).documents
+    assert _chunk(doc).sentences[-1] == "Topic: Billing; Contact person: Ana Ruiz"
