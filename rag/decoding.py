@@ -41,10 +41,14 @@ def decode_text(data: bytes, *, declared: str | None = None, markup: bool = Fals
             return _checked(data[len(bom):].decode(charset, errors="replace"))
     if b"\x00" in data:
         # ASCII text never holds NUL; UTF-16/32 text is full of them, and binary files nearly always.
-        wide = _strict(data, declared) if declared and declared.lower().startswith(("utf-16", "utf-32", "utf16", "utf32")) else None
+        wide = _strict(data, declared) if _is_wide(declared) else None
         if wide is not None:
             return _checked(wide)
         raise NotTextError("not text: contains NUL bytes (a binary file, or UTF-16/32 text without a BOM: save it as UTF-8)")
+    if _is_wide(declared):
+        # Without a NUL byte the bytes are not UTF-16/32 (its spaces, line ends and markup are half NUL): a
+        # server's charset=utf-16 over a page saved as UTF-8 read it two bytes a character, as CJK garbage.
+        declared = None
     if not data.isascii() and (utf8 := _strict(data, "utf-8")) is not None:
         # Legacy text is next to never valid UTF-8 (its accented letters would have to come in UTF-8's
         # byte patterns), while a UTF-8 file under a stale label is common: a template's `<meta charset=
@@ -65,7 +69,12 @@ def _sniffed_charset(data: bytes) -> str | None:
     head = data[:SNIFF_BYTES]
     found = _XML_ENCODING.search(head) or _META_CHARSET.search(head)
     label = found.group(1).decode("ascii") if found else None
-    return None if label and label.lower().replace("-", "").replace("_", "").startswith(("utf16", "utf32")) else label
+    return None if _is_wide(label) else label
+
+
+def _is_wide(label: str | None) -> bool:
+    """Whether `label` names UTF-16 or UTF-32."""
+    return bool(label) and label.lower().replace("-", "").replace("_", "").startswith(("utf16", "utf32"))
 
 
 def _strict(data: bytes, charset: str | None) -> str | None:
