@@ -116,7 +116,7 @@ def pdf_markdown(data: bytes, *, name: str | None = None) -> tuple[str | None, s
     """(title from the PDF's metadata, the text as Markdown)."""
     from pypdf.errors import PyPdfError
 
-    if not data.strip():
+    if not data or data.isspace():  # (strip() copied the whole file, up to the size cap)
         raise PdfUnreadable("the file is empty (0 bytes)" if not data else "the file holds only white space")
     if b"%PDF-" not in data[:PDF_HEADER_WITHIN]:
         # pypdf said "Stream has ended unexpectedly" for an HTML error page saved as a .pdf.

@@ -366,7 +366,7 @@ def _from_response(url: str, response: httpx.Response) -> Document:
     path = urlsplit(url).path.lower()
     fallback_title = path.rstrip("/").rsplit("/", 1)[-1] or urlsplit(url).netloc
     # A download link serves a PDF as application/octet-stream (S3's default), with no .pdf in its URL.
-    if kind == "application/pdf" or path.endswith(".pdf") or response.content.lstrip()[:5] == b"%PDF-":
+    if kind == "application/pdf" or path.endswith(".pdf") or response.content[:1024].lstrip().startswith(b"%PDF-"):
         title, text = pdf_text(response.content, name=url)
         return Document(url, title or fallback_title, url, text, "pdf")
     # Raw Markdown is often served as text/plain (GitHub's raw files) or with no type; a .md URL that
