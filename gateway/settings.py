@@ -293,7 +293,7 @@ class Settings(BaseSettings):
             if op.name in operator_names:
                 raise ValueError(f"operators[{i}].name: duplicate operator name {op.name!r}")
             operator_names.add(op.name)
-            # Claims made in the Slack operator channel are held as "slack:<user id>".
+            # Claims made in the Slack operator channel before `slack_user_ids` are held as "slack:<user id>".
             if op.name.strip().lower().startswith("slack:"):
                 raise ValueError(f"operators[{i}].name: {op.name!r}: the prefix 'slack:' is reserved for "
                                  "operators in the Slack operator channel")

@@ -4,12 +4,15 @@ A Slack member may claim, resolve or reply there only when an operator of the co
 id in `slack_user_ids`, serves the bot, and has a token (an operator whose token is unset is disabled,
 in Slack too). Before, anyone who could post in the channel acted as an operator: a guest, an integration
 user, a colleague from sales. A channel no operator is mapped to is closed: every click is refused.
+A mapped member acts as their operator (holds, replies and resolves under the operator's name), as in
+the web console.
 """
 
 from __future__ import annotations
 
 import structlog
 
+from gateway.operators.slack_text import mention
 from gateway.settings import OperatorSettings, Settings
 
 log = structlog.get_logger("gateway.operators.slack")
@@ -25,6 +28,14 @@ def operator_of_member(settings: Settings, bot: str, member: str) -> str | None:
         if member in op.slack_user_ids and _acts_for(op, bot):
             return op.name
     return None
+
+
+def mention_of(settings: Settings, operator: str) -> str:
+    """An operator as a Slack mention, which notifies them: a configured operator by their first mapped
+    member, a claim from before the mapping (`slack:U…`) by its id; anyone else by name."""
+    member = next((op.slack_user_ids[0] for op in settings.operators if op.name == operator and op.slack_user_ids),
+                  None)
+    return f"<@{member}>" if member else mention(operator)
 
 
 def not_an_operator(bot: str, member: str) -> str:

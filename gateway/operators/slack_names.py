@@ -1,7 +1,8 @@
 """Readable names for Slack operators in the console and the operator API.
 
-An operator who acts from a Slack operator channel is held as `slack:<user id>` (`slack_operator`): the id
-is what stays the same, so claims, take-overs and the history keep it. People read a name, so the API
+A claim made from a Slack operator channel before its members were mapped to operators (`slack_user_ids`;
+now they act as their operator) is held as `slack:<user id>`: the id is what stays the same, so claims,
+take-overs and the history keep it. People read a name, so the API
 adds `operator_names`, each such id's Slack name as `users.info` gives it (the bot token needs the
 `users:read` scope). A name is remembered for an hour, and an id Slack would not name (no scope, a
 deleted member, Slack down or slow) for five minutes, shown as the id meanwhile: the console never waits

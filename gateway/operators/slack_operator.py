@@ -8,9 +8,9 @@
   Slack adapter.
 - Thread replies arrive as ordinary Slack events, become inbound messages, and the worker hands them to
   `intercept` before the pipeline sees them, so the bot never answers its own operators.
-The Slack user who acts is the operator, named `slack:<user id>`: a display name is the user's to
-change, and two members may share one, so it cannot say who holds a claim. Only members an operator's
-`slack_user_ids` names may act (`slack_access`); anyone else is told so privately and nothing changes.
+Only members an operator's `slack_user_ids` names may act (`slack_access`), as that operator (the hold,
+the audit trail, the console), so one person in the console and in Slack holds a thread once; anyone else
+is told so privately and nothing changes. (`slack:<user id>`: a claim from before members were mapped.)
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from channels.slack_render import mrkdwn_to_markdown
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.escalation.handoff import Escalations
 from gateway.models import as_utc, utcnow
-from gateway.operators.slack_access import not_an_operator, operator_of_member
-from gateway.operators.slack_text import clip, header_title, mention, named, plain, quoted, slack_time
+from gateway.operators.slack_access import mention_of, not_an_operator, operator_of_member
+from gateway.operators.slack_text import clip, header_title, named, plain, quoted, slack_time
 from gateway.operators.summary import summarize, summary_messages
 from gateway.settings import Settings
 from storage.models import Conversation, Escalation, Message
@@ -117,8 +117,9 @@ class SlackOperatorChannel:
                                  f"{named(event.get('previous_operator', ''))}.", thread_ts=escalation.slack_ts)
         elif kind == "reply_failed":
             # Without this, an operator replying from Slack never learned the customer did not get it.
-            await self._post(bot, channel, f"Not delivered to the customer: {mention(event.get('operator', ''))}'s "
-                             f"reply \"{plain(clip(event.get('text', ''), 200))}\" "
+            who = mention_of(self._settings, event.get("operator", ""))
+            await self._post(bot, channel, f"Not delivered to the customer: {who}'s reply "
+                             f"\"{plain(clip(event.get('text', ''), 200))}\" "
                              f"({plain(event.get('error') or 'refused')}).", thread_ts=escalation.slack_ts)
         elif kind == "stale_claim":
             await self._post(bot, channel, f"<!here> The customer has waited {event.get('waiting_minutes')} min for "
@@ -324,11 +325,11 @@ class SlackOperatorChannel:
             await self._post(inbound.bot, conversation.chat, "Not sent to the customer: send it again, please.",
                              thread_ts=conversation.thread)
             return True
-        if operator_of_member(self._settings, inbound.bot, sender) is None:
+        operator = operator_of_member(self._settings, inbound.bot, sender)
+        if operator is None:
             await self._refuse(inbound.bot, sender, action="reply", escalation_id=escalation.id,
                                thread_ts=conversation.thread)
             return True
-        operator = f"slack:{sender}"
         try:
             # Keyed by the operator's own stored message: a worker that died after relaying it and before
             # marking it done handles it again, and must not send the customer a second copy.
@@ -363,8 +364,8 @@ class SlackOperatorChannel:
 
     async def handle_action(self, bot: str, click: Click) -> str:
         """A Claim or Resolve click (`slack_actions.first_click`); returns what happened, for the log."""
-        operator = f"slack:{click.user_id}"
-        if operator_of_member(self._settings, bot, click.user_id) is None:
+        operator = operator_of_member(self._settings, bot, click.user_id)
+        if operator is None:
             # In the channel, under the header they clicked, not in its thread where they are not looking.
             await self._refuse(bot, click.user_id, action=click.action_id, escalation_id=click.escalation_id,
                                thread_ts=None)
@@ -380,7 +381,7 @@ class SlackOperatorChannel:
                     and slack_time(click.header_ts) < as_utc(row.created_at).timestamp() - HEADER_CLOCK_SLACK_S:
                 channel = self.channel_for(bot)
                 if channel:
-                    await self._post(bot, channel, f"{mention(operator)}: this header's conversation was deleted; "
+                    await self._post(bot, channel, f"<@{click.user_id}>: this header's conversation was deleted; "
                                                    "nothing was changed", thread_ts=click.header_ts)
                 return f"refused: the button is on header {click.header_ts}, not escalation {row.id}'s"
         try:
@@ -394,6 +395,6 @@ class SlackOperatorChannel:
                 row = await session.get(Escalation, click.escalation_id)
             # Only in this bot's own thread: another bot's header (same channel or not) is not this one's to answer in.
             if channel and row is not None and row.bot == bot and row.slack_ts:
-                await self._post(bot, channel, f"{mention(operator)}: {named(str(exc))}", thread_ts=row.slack_ts)
+                await self._post(bot, channel, f"<@{click.user_id}>: {named(str(exc))}", thread_ts=row.slack_ts)
             return f"refused: {exc}"
         return f"{click.action_id} {click.escalation_id} by {operator}"

@@ -8,7 +8,7 @@ from channels.slack_render import escape_mrkdwn
 from storage.models import Escalation
 
 SLACK_OPERATOR = re.compile(r"slack:([A-Z0-9]+)")
-"""An operator who acts from a Slack operator channel: `slack:<user id>`, the member's id."""
+"""A claim made from a Slack operator channel before members were mapped to operators: `slack:<user id>`."""
 
 
 def clip(text: str, limit: int = 500) -> str:

@@ -87,10 +87,10 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
                                     **sign(form, secret=SIGNING_SECRET)})
     assert ok.status_code == 200
     escalation = await client.services.escalations.get(escalation_id, bots=None)
-    assert escalation.state == "claimed" and escalation.operator == "slack:UOPS"  # the user id, not a name
+    assert escalation.state == "claimed" and escalation.operator == "sam"  # UOPS's operator, as in the console
     await wait_until(lambda: slack.count("chat.update") >= 1)
-    # The header names the claimer as Slack shows members (a mention), not by the raw `slack:UOPS`.
-    assert "Status: claimed by <@UOPS>." in slack.calls_to("chat.update")[-1].params["text"]
+    # The header names the claimer by their operator's name, not by the raw `slack:UOPS`.
+    assert "Status: claimed by sam." in slack.calls_to("chat.update")[-1].params["text"]
 
     # Another member of the channel, who set the same display name, writes first in the thread: not
     # the claimer, so it does not reach the customer (a display name is anyone's to choose).
@@ -100,7 +100,7 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
     await _post_event(client, impostor)
     refused = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == thread_ts
                                     and "Not sent to the customer" in c.params.get("text", "")])
-    assert "claimed by <@UOPS>" in refused[0].params["text"] and "slack:" not in refused[0].params["text"]
+    assert "claimed by sam" in refused[0].params["text"] and "slack:" not in refused[0].params["text"]
     assert not [c for c in slack.calls_to("chat.postMessage")
                 if c.params.get("channel") == "DCUST" and "card number" in c.params.get("text", "")]
 

@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from tests.fakes.slack_api import sign
 from tests.gateway_channels.conftest import wait_until
-from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET, SLACK_MEMBERS
+from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET, SLACK_MEMBERS, auth
 from tests.operators.test_slack_operator import _event, _post_event, _thread_reply
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -33,14 +33,19 @@ def _told(slack, member: str) -> list[str]:
     return [c.params["text"] for c in slack.calls_to("chat.postEphemeral") if c.params.get("user") == member]
 
 
+def _headers(slack) -> list:
+    return [c for c in slack.calls_to("chat.postMessage")
+            if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")]
+
+
 async def asked_for_a_person(client, slack, customer: str) -> tuple[int, str]:
-    """A Slack customer (DM `customer`) asks for a person, the module's first: (escalation id, thread ts), once
-    the thread has its summary."""
+    """A Slack customer (DM `customer`) asks for a person: (escalation id, thread ts), once the thread has its
+    summary."""
+    before = len(_headers(slack))
     ask = _event({"type": "message", "channel_type": "im", "channel": customer, "user": "UCUST",
                   "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, f"Ev{customer}Ask")
     assert (await _post_event(client, ask)).status_code == 200
-    header = await wait_until(lambda: next((c for c in slack.calls_to("chat.postMessage")
-                                            if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")), None))
+    header = await wait_until(lambda: next(iter(_headers(slack)[before:]), None))
     thread_ts = header.params["_ts"]
     blocks = header.params["blocks"] if isinstance(header.params["blocks"], list) else json.loads(header.params["blocks"])
     await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == thread_ts])
@@ -66,7 +71,7 @@ async def test_only_a_member_mapped_to_an_operator_of_the_bot_claims_replies_and
 
     assert (await _click(client, SLACK_MEMBERS["sam"], "escalation_claim", escalation_id, thread_ts)).status_code == 200
     escalation = await escalations.get(escalation_id, bots=None)
-    assert escalation.state == "claimed" and escalation.operator == "slack:UOPS"
+    assert escalation.state == "claimed" and escalation.operator == "sam"
 
     # A guest's thread reply does not reach the customer; the operator's does.
     to_customer = len([c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == "DACCESS"])
@@ -84,4 +89,31 @@ async def test_only_a_member_mapped_to_an_operator_of_the_bot_claims_replies_and
     assert (await escalations.get(escalation_id, bots=None)).state == "claimed"
     assert (await _click(client, SLACK_MEMBERS["sam"], "escalation_resolve", escalation_id, thread_ts)).status_code == 200
     assert (await escalations.get(escalation_id, bots=None)).state == "resolved"
+    await escalations.drain()
+
+
+async def test_a_mapped_member_acts_as_their_operator_so_console_and_slack_are_one_holder(client, slack):
+    """Held as `slack:UOPS`, sam's claim in the console made sam's own Slack reply a conflict with himself."""
+    escalation_id, thread_ts = await asked_for_a_person(client, slack, "DSAME")
+    escalations = client.services.escalations
+    assert (await client.post(f"/v1/escalations/{escalation_id}/claim", headers=auth("sam"))).status_code == 200
+    to_customer = len([c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == "DSAME"])
+
+    # sam, in Slack, answers the thread he holds in the console: it reaches the customer.
+    await _post_event(client, _thread_reply("Your refund is on its way.", thread_ts, "EvSameReply"))
+    sent = await wait_until(lambda: [c.params["text"] for c in slack.calls_to("chat.postMessage")
+                                     if c.params.get("channel") == "DSAME"][to_customer:])
+    assert sent == ["Your refund is on its way."]
+
+    # kim takes it in Slack, as kim: refused while sam holds it, with sam's member mentioned, not a stranger.
+    assert (await _click(client, SLACK_MEMBERS["kim"], "escalation_claim", escalation_id, thread_ts)).status_code == 200
+    refusal = await wait_until(lambda: [c.params["text"] for c in slack.calls_to("chat.postMessage") if
+                                        c.params.get("thread_ts") == thread_ts and "already claimed" in c.params["text"]])
+    assert refusal == [f"<@{SLACK_MEMBERS['kim']}>: escalation {escalation_id} is already claimed by sam"]
+
+    resolved = await _click(client, SLACK_MEMBERS["sam"], "escalation_resolve", escalation_id, thread_ts)
+    assert resolved.status_code == 200
+    shown = (await client.get(f"/v1/escalations/{escalation_id}", headers=auth("sam"))).json()
+    assert shown["state"] == "resolved" and shown["operator"] == "sam"
+    assert {e["actor"] for e in shown["events"] if e["kind"] in ("claimed", "reply", "resolved")} == {"sam"}
     await escalations.drain()

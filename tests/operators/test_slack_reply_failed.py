@@ -66,13 +66,14 @@ async def test_a_console_operators_failed_reply_is_told_in_the_thread_too(client
                              json={"text": "Still with us?"})
     assert sent.status_code == 201 and sent.json()["status"] == "failed"
     told = await wait_until(lambda: _in_thread(slack, thread_ts, "Not delivered to the customer"))
-    assert "sam's reply" in told[0].params["text"] and "<@" not in told[0].params["text"]
+    # sam is Slack member UOPS too: mentioned, so Slack tells him where he is looking.
+    assert "<@UOPS>'s reply" in told[0].params["text"]
 
 
 async def test_a_reply_in_a_handed_back_thread_points_to_the_customers_new_escalation(client, slack):
     """The reply was refused ("already resolved") and nothing said the customer waited in a new thread."""
     first, old_thread = await _escalated_and_claimed(client, slack, "DAGAIN")
-    await client.services.escalations.resolve(first, operator="slack:UOPS", bots=None)
+    await client.services.escalations.resolve(first, operator="sam", bots=None)
     headers = len([c for c in slack.calls_to("chat.postMessage") if c.params.get("blocks")])
     again = _event({"type": "message", "channel_type": "im", "channel": "DAGAIN", "user": "UCUST",
                     "text": "I need to talk to a human again", "ts": f"{time.time():.6f}"}, "EvAgain")
@@ -86,5 +87,5 @@ async def test_a_reply_in_a_handed_back_thread_points_to_the_customers_new_escal
     assert (await _post_event(client, late)).status_code == 200
     told = await wait_until(lambda: _in_thread(slack, old_thread, "Not sent to the customer"))
     text = told[0].params["text"]
-    assert f"escalation {first} is already resolved by <@UOPS>" in text
+    assert f"escalation {first} is already resolved by sam" in text
     assert text.endswith(f"The customer asked for a person again: answer in the thread of escalation #{second}.")

@@ -56,7 +56,7 @@ async def test_claim_and_resolve_clicks_over_the_socket_act_and_are_acked(app, s
     claimed = await slack.push(_click("escalation_claim", escalation_id), kind="interactive")
     await slack.wait_for_ack(claimed)
     escalation = await app.services.escalations.get(escalation_id, bots=None)
-    assert escalation.state == "claimed" and escalation.operator == "slack:UOPS"
+    assert escalation.state == "claimed" and escalation.operator == "sam"
 
     resolved = await slack.push(_click("escalation_resolve", escalation_id), kind="interactive")
     await slack.wait_for_ack(resolved)
