@@ -303,17 +303,17 @@ def _holds_a_rule_line(plain: str) -> bool:
 
 
 def _without_contradictions(text: str, grounding: Sequence[Any], *, evidence: str,
-                            question: str = "") -> tuple[str, str]:
+                            message: str = "") -> tuple[str, str]:
     """(`text` without its sentences that contradict the tools' data or state a value no evidence holds,
     why the first went). Cited or not: a model that misreads `"status": "shipped"` still cites an extract
     for "your order has not shipped yet [1]". A bare "Not yet" answers the sentence before it when that
-    one asks ("Has it shipped? Not yet."), and the customer's `question` when it opens the answer: its last
-    line, this message's (`question` holds the whole conversation, and an earlier "Has it shipped?" is not
-    what a "No" to "Can I still cancel it" answers)."""
+    one asks ("Has it shipped? Not yet."), and the customer's `message` when it opens the answer: this
+    message, whatever its lines (an earlier "Has it shipped?" is not what a "No" to "Can I still cancel it"
+    answers)."""
     facts = ToolFacts.of(list(grounding))
     known = Evidence.of(evidence, counts=facts.counts)
     reasons: list[str] = []
-    asked = [question.rstrip().rpartition("\n")[2]]
+    asked = [message]
 
     def consistent(sentence: str) -> bool:
         reason = facts.contradiction(sentence, question=asked[0]) or known.unsupported(sentence)
@@ -335,13 +335,16 @@ def verify_citations(
     tool_arguments: Sequence[Any] = (),
     vouched: str = "",
     question: str = "",
+    message: str = "",
     echo: PromptEcho | None = None,
 ) -> Verified:
     """Gate 2. `grounding`: the tool results an uncited answer may rest on instead of an extract; its
     sentences that say nothing of them go (`grounded_sentences`). The calls' `tool_arguments` count
     as words (the invoice number asked about) but vouch for no link: the model wrote them. Links that
     neither the extracts, `grounding` nor `vouched` (the bot's own texts) hold are taken out
-    (`without_unknown_links`). `question` is the customer's: a number from it is no claim. `echo`: the
+    (`without_unknown_links`). `question` is the conversation the model saw: a number from it is no claim.
+    `message` is the customer's message this answer answers: what an opening bare "Yes" or "No" answers
+    (a message of several lines is one message, not its last line). `echo`: the
     system prompt as `PromptEcho.of(vouched, hits)` makes it, when the caller has it already."""
     tool_text = json.dumps([*tool_arguments, *grounding], default=str) if grounding else ""
     trusted = "\n".join([*(getattr(h, "text", "") or "" for h in hits), *(h.url or "" for h in hits),
@@ -362,7 +365,7 @@ def verify_citations(
     text = without_unknown_links(without_fallback_tags(text), "\n".join([trusted, *link_values(list(grounding))]))
     if grounding:
         text, contradiction = _without_contradictions(text, grounding, evidence=f"{known}\n{question}",
-                                                      question=question)
+                                                      message=message)
         if not text.strip():
             return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True, reason=contradiction)
     cleaned, cited = strip_invalid_markers(without_fallback_tags(text).strip(), count=len(hits))
@@ -379,7 +382,7 @@ def verify_citations(
         cleaned, cited = strip_invalid_markers(without_invented_claims(without_fallback_tags(text), count=len(hits)),
                                                count=len(hits))
     else:
-        cleaned = grounded_sentences(cleaned, tool_text, question=question,
+        cleaned = grounded_sentences(cleaned, tool_text, message=message,
                                      results=json.dumps(list(grounding), default=str)) if grounding else ""
         if not cleaned:
             reason = "no sentence says what the tools returned" if grounding else "no valid citation"

@@ -255,14 +255,15 @@ def _stems(words: list[str]) -> set[str]:
     return {_stem(word) for word in words if word.lower() not in _COMMON_WORDS}
 
 
-def grounded_sentences(text: str, tool_results: str, *, question: str = "", results: str | None = None) -> str:
+def grounded_sentences(text: str, tool_results: str, *, message: str = "", results: str | None = None) -> str:
     """The sentences of an uncited, tool-grounded answer that say what the tools returned: every number in
     them is in `tool_results`, and at least half of their words (common ones aside) are the results' (in
     any form: "shipping" of "shipped") or words for the results' states ("your parcel is on its way" of a
     shipped order); or, in a sentence in another language than English (whose words the results cannot
     hold), they name an identifier, a date or an amount with cents of `results` (the tools' answers without
     the calls' arguments, which are the model's words): "Tu pedido A-1042 ya ha sido enviado.". The
-    customer's words (`question`) ground nothing: "a free upgrade" asked for is no tool's. One shared word
+    customer's words (`message`, what a bare "Yes." answers) ground nothing: "a free upgrade" asked for is
+    no tool's. One shared word
     was enough before, and "Your invoice is paid. The Team plan is free for life." passed whole on an
     invoice whose plan is "Plus"."""
     # By value: "2025-03-03" holds the 3 of "March 3"; a list of two orders, the 2 of "2 orders".
@@ -276,7 +277,7 @@ def grounded_sentences(text: str, tool_results: str, *, question: str = "", resu
 
     # A bare "Yes." or "Not yet." opening the answer, to a question the tools' states decide: gate 2's
     # contradiction check has let it pass, so it says what they returned.
-    decided = [facts.decides(question.rstrip().rpartition("\n")[2])]
+    decided = [facts.decides(message)]
 
     def grounded(sentence: str) -> bool:
         # An amount in words is checked as a number ("forty-five dollars"), not as words the results hold.

@@ -19,7 +19,8 @@ ORDER = {"found": True, "order": {"id": "A-1042", "status": "shipped", "total": 
 
 def _gate(text: str, grounding=(ORDER,), question: str = "Where is my order A-1042?", **kwargs):
     return verify_citations(text, HITS, fallback_text=FALLBACK, grounding=list(grounding),
-                            tool_arguments=[{"order": "A-1042"}], question=question, **kwargs)
+                            tool_arguments=[{"order": "A-1042"}], question=question, message=question,
+                            **kwargs)
 
 
 @pytest.mark.parametrize("text", [

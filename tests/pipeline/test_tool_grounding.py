@@ -66,3 +66,19 @@ async def test_a_bare_no_answers_this_message_not_an_earlier_question(openai_fak
 
     assert wrong.reply == rig.bot.fallback_text and not wrong.answered
     assert right.reply == "No, it is too late to cancel it [1]."
+
+
+async def test_a_bare_answer_answers_a_message_of_several_lines_whatever_its_last_line(openai_fake) -> None:
+    """The message's last line was taken for it: "Thanks, Ana" asks nothing, so "Not yet" to a shipped
+    order went out unjudged, and a true bare "Yes." went as saying nothing the tools returned."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [ORDER_STATUS]}])
+    lookup = Turn(tool_calls=(ToolCallSpec("order_status", {"order": "A-7"}),))
+    openai_fake.script("primary", lookup, Turn(text="Not yet, it leaves our warehouse soon [1]."),
+                       lookup, Turn(text="Yes."))
+    message = "Hi,\nhas my order A-7 shipped?\nThanks, Ana"
+
+    wrong = await rig.pipeline.handle(rig.turn(message))
+    right = await rig.pipeline.handle(rig.turn(message))
+
+    assert wrong.reply == rig.bot.fallback_text and not wrong.answered
+    assert right.reply == "Yes." and right.answered
