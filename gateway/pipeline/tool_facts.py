@@ -205,8 +205,13 @@ def _column_sums(records: list[Any] | tuple[Any, ...]) -> set[Decimal]:
             for total in (value, value / 100 if _MINOR_UNITS.search(key) else value)}
 
 
+# A "No" a mark ends is an answer ("No, it's still pending"), not the negation of the verb after it ("no
+# está pendiente"): its words are read without it.
+_ANSWER_NO = re.compile(r"\b(?:no|nope|nein)\b(?=\s*(?:[,;:!.\u2014\u2013]|\s-\s))", re.IGNORECASE)
+
+
 def _words(sentence: str) -> list[str]:
-    return WORD.findall(MARKER.sub(" ", sentence).lower().replace("\u2019", "'"))
+    return WORD.findall(_ANSWER_NO.sub(" ", MARKER.sub(" ", sentence)).lower().replace("\u2019", "'"))
 
 
 def _phrase(text: str) -> str:

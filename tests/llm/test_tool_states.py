@@ -164,3 +164,21 @@ def test_the_states_of_two_things_under_one_key_are_each_held_to_their_own(text:
     verified = _gate(text, grounding=[NESTED])
 
     assert (verified.text == text) is kept and verified.replaced is not kept
+
+
+@pytest.mark.parametrize(("result", "question", "text"), [
+    ({"order": "A-7", "status": "pending"}, "Has my order A-7 shipped?", "No, it's still pending."),
+    ({"order": "A-7", "status": "pending"}, "Has my order A-7 shipped?", "Nope - your order is still pending [1]."),
+    ({"ticket": "T-5", "status": "open"}, "Is my ticket T-5 closed?", "No, it's still open [1]."),
+    ({"pedido": "A-7", "estado": "pendiente"}, "¿Se envió mi pedido A-7?", "No, está pendiente."),
+])
+def test_a_bare_no_then_the_tools_state_is_kept(result, question: str, text: str) -> None:
+    """"No, it's still pending" on a pending order went as saying it was not pending: the answer's "No"
+    was read as the negation of the "is" after it, as "no está" is."""
+    assert _gate(text, grounding=[result], question=question).text == text
+
+
+def test_a_spanish_no_before_the_verb_still_denies_the_state() -> None:
+    verified = _gate("No, no está pendiente.", grounding=[{"pedido": "A-7", "estado": "pendiente"}])
+
+    assert verified.replaced and verified.reason == "it contradicts the tools: a tool's estado said not to be so"
