@@ -65,7 +65,7 @@ _KINDS: tuple[tuple[frozenset[str], dict[str, frozenset[str]]], ...] = tuple(
 
 
 def supposes(words: list[str]) -> bool:
-    """Whether a sentence's `words` hold a condition or a doubt anywhere ("The order is cancelled if it is not
+    """Whether a clause's `words` hold a condition or a doubt anywhere ("The order is cancelled if it is not
     paid…"): a rule, not the state of the customer's thing."""
     return not _HEDGES.isdisjoint(words)
 

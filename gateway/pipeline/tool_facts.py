@@ -128,11 +128,15 @@ class ToolFacts:
         """What `sentence` says against the tools' states, named without their values (logs hold no
         customer data), or None. `question`: what a sentence opening with a bare "No" or "Yes" answers."""
         words = _words(sentence)
+        # A condition or a doubt makes its clause a rule or a guess ("The order is cancelled if it is not paid
+        # within 5 days"), not the rest of the sentence ("Your order is pending, and we'll email you when it
+        # ships" says it is pending).
+        asserted = [word for clause in _clauses(sentence) if not supposes(clause) for word in clause]
         answer = bare_answer(MARKER.sub(" ", sentence)) if question and self.decides(question) else None
         for key, values in self.states.items():
             if len(values) == 1:
                 (value,) = values
-                if reason := _said_otherwise(words, key, value):
+                if reason := _said_otherwise(words, key, value, asserted=asserted):
                     return reason
                 if answer and _answered_against(value, question, *answer):
                     return f"a tool's {key} answered to be otherwise"
@@ -142,7 +146,8 @@ class ToolFacts:
             for (owned_key, owner), owned in self.owned.items():
                 if owned_key == key and owner and len(owned) == 1 and len(
                         [other for other, _ in self.owned if other == key]) > 1:
-                    if reason := _said_otherwise(words, f"{owner} {key}", next(iter(owned)), thing=owner):
+                    if reason := _said_otherwise(words, f"{owner} {key}", next(iter(owned)), thing=owner,
+                                                 asserted=asserted):
                         return reason
         for phrase, truths in self.flags.items():
             if len(truths) != 1:
@@ -156,9 +161,11 @@ class ToolFacts:
         return None
 
 
-def _said_otherwise(words: list[str], name: str, value: str, *, thing: str = "") -> str | None:
+def _said_otherwise(words: list[str], name: str, value: str, *, thing: str = "",
+                    asserted: list[str] | None = None) -> str | None:
     """Why `words` say against a tool's state `value` (named `name`), or None. With `thing` (the key of
-    the object the state is of), only a sentence that names that thing counts ("your payment", not "it")."""
+    the object the state is of), only a sentence that names that thing counts ("your payment", not "it").
+    Another state is looked for in `asserted`, the words of its clauses that suppose nothing."""
     def named(word: str, before: str) -> bool:
         return before in _THIS and word.removesuffix("s") == thing.removesuffix("s")
 
@@ -168,7 +175,7 @@ def _said_otherwise(words: list[str], name: str, value: str, *, thing: str = "")
     positive = positive_of(value)
     if positive and stated(words, positive, subject=subject, pronouns=pronouns) is True:
         return f"a tool's {name} said to be the opposite"
-    for nouns, others in [] if supposes(words) else kinds_of(value):
+    for nouns, others in kinds_of(value):
         def of_the_thing(word: str, before: str, nouns: frozenset[str] = nouns) -> bool:
             if thing:
                 return named(word, before) or (thing in nouns and word in nouns and before in _THIS)
@@ -177,7 +184,8 @@ def _said_otherwise(words: list[str], name: str, value: str, *, thing: str = "")
             return (word in nouns or word in _phrase(name).split()) and before in _THIS or any(
                 c.isdigit() for c in word) and (any(c.isalpha() for c in word) or len(before) == 1)
 
-        if any(stated(words, other, subject=of_the_thing, pronouns=pronouns) is True for other in others):
+        if any(stated(words if asserted is None else asserted, other, subject=of_the_thing, pronouns=pronouns)
+               is True for other in others):
             return f"a tool's {name} said to be another"
     return None
 
@@ -210,8 +218,17 @@ def _column_sums(records: list[Any] | tuple[Any, ...]) -> set[Decimal]:
 _ANSWER_NO = re.compile(r"\b(?:no|nope|nein)\b(?=\s*(?:[,;:!.\u2014\u2013]|\s-\s))", re.IGNORECASE)
 
 
+_CLAUSE = re.compile(r"[,;:()\u2014\u2013]|\s-\s")
+
+
+def _clauses(sentence: str) -> list[list[str]]:
+    """The words of each of the sentence's clauses (parts between commas, colons, dashes, brackets)."""
+    plain = _ANSWER_NO.sub(" ", MARKER.sub(" ", sentence)).lower().replace("\u2019", "'")
+    return [WORD.findall(clause) for clause in _CLAUSE.split(plain)]
+
+
 def _words(sentence: str) -> list[str]:
-    return WORD.findall(_ANSWER_NO.sub(" ", MARKER.sub(" ", sentence)).lower().replace("\u2019", "'"))
+    return [word for clause in _clauses(sentence) for word in clause]
 
 
 def _phrase(text: str) -> str:

@@ -15,6 +15,8 @@ SHIPPED = "Has my order A-1042 shipped?"
     "Your order A-1042 is still on hold [1].",
     "Your parcel is pending; refunds take 5 business days [1].",
     "Order A-1042 has been cancelled.",
+    "Your order A-1042 is pending, and we'll email you when it ships.",  # the condition is another clause's
+    "Your order A-1042 is on hold, so it ships once we have your new address [1].",
 ])
 def test_a_state_said_to_be_another_of_its_kind_is_a_contradiction(text: str) -> None:
     """The tool says shipped; "pending" went out, since only a denial of "shipped" was caught."""
