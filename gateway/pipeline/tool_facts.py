@@ -253,7 +253,11 @@ _COMMON_WORDS = frozenset({"the", "and", "for", "you", "your", "are", "was", "we
                            "our", "here", "there", "yes", "any", "all", "also", "been", "from", "which", "what",
                            "when", "where", "who", "how", "please", "let", "know", "thanks", "thank", "sure",
                            "good", "great", "news", "glad", "happy", "about", "just", "still", "already",
-                           "dollar", "dollars", "euro", "euros", "pound", "pounds", "cents"})
+                           "dollar", "dollars", "euro", "euros", "pound", "pounds", "cents",
+                           # Negations and regrets: the contradiction check judges what they deny ("it isn't
+                           # refundable, sorry"); they are no claim for the results to hold.
+                           "isn", "aren", "wasn", "weren", "hasn", "haven", "hadn", "doesn", "didn", "don", "won",
+                           "yet", "anymore", "longer", "nope", "sorry", "unfortunately", "afraid"})
 # Words of English no other language the gateway replies in writes: a sentence holding one is English, and
 # its words, not only a value of the results, must say what they returned.
 _ENGLISH = frozenset({"the", "is", "are", "your", "you", "for", "to", "of", "and", "with", "it", "this", "that",
@@ -305,7 +309,7 @@ def grounded_sentences(text: str, tool_results: str, *, message: str = "", resul
         # An amount in words is checked as a number ("forty-five dollars"), not as words the results hold.
         words = _stems(_GROUND_WORD.findall(IN_WORDS.sub(" ", sentence)))
         bare, decided[0] = decided[0] and (answer := bare_answer(sentence)) is not None \
-            and not _GROUND_WORD.search(answer[1]), False
+            and not _stems(_GROUND_WORD.findall(answer[1])), False
         if bare:
             return True
         if not words or numbers.lacks_a_number_of(sentence):

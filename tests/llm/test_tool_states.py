@@ -184,3 +184,16 @@ def test_a_spanish_no_before_the_verb_still_denies_the_state() -> None:
     verified = _gate("No, no está pendiente.", grounding=[{"pedido": "A-7", "estado": "pendiente"}])
 
     assert verified.replaced and verified.reason == "it contradicts the tools: a tool's estado said not to be so"
+
+
+@pytest.mark.parametrize(("result", "question", "text"), [
+    (ORDER, "Is my order A-1042 refundable?", "No, unfortunately it isn't refundable."),
+    (ORDER, "Is my order A-1042 refundable?", "No, sorry, it's not."),
+    ({"order": "A-7", "status": "pending"}, "Has my order A-7 shipped?", "Not yet, sorry."),
+    ({"payment": "P-7", "status": "succeeded", "refunded": False}, "Was my payment P-7 refunded?", "No, not yet."),
+    ({"ticket": "T-5", "status": "open"}, "Where is my ticket T-5?", "Your ticket is not closed yet."),
+])
+def test_an_uncited_answer_that_denies_in_words_of_its_own_is_kept(result, question: str, text: str) -> None:
+    """"isn't", "yet", "sorry" counted as words the results had to hold, and a true "No, sorry, it's not."
+    or "Not yet, sorry." became the fallback."""
+    assert _gate(text, grounding=[result], question=question).text == text
