@@ -5,7 +5,7 @@ is in ("pending" of an order the tool says has shipped); and what a bare "No" or
 
 The words are English, with the few of Spanish and German a state is said with (negations, copulas, a bare
 yes or no): a tool's state in the answer's language ("estado": "enviado") is held like an English one, and
-a state in words of another language than the tool's is never taken for a contradiction."""
+the listed states have their Spanish and German words ("no ha sido enviado" of "status": "shipped")."""
 
 from __future__ import annotations
 
@@ -50,18 +50,47 @@ _KINDS: tuple[tuple[frozenset[str], dict[str, frozenset[str]]], ...] = tuple(
     (frozenset(nouns.split()), {state: frozenset(also.split(",")) - {""} for state, _, also in
                                 (entry.partition(":") for entry in states.split("; "))})
     for nouns, states in (
-        ("order orders package parcel shipment delivery purchase item items",
+        ("order orders package parcel shipment delivery purchase item items pedido pedidos paquete envío compra "
+         "bestellung bestellungen paket sendung lieferung",
          "pending:processing; processing:pending; on hold; backordered; "
          "shipped:dispatched,in transit,out for delivery,delivered,on its way; "
          "dispatched:shipped,in transit,out for delivery,delivered,on its way; "
          "in transit:shipped,dispatched,out for delivery,delivered,on its way; "
          "out for delivery:shipped,dispatched,in transit,delivered,on its way; "
          "delivered:shipped,dispatched; cancelled:canceled; canceled:cancelled; returned:delivered,shipped,dispatched"),
-        ("ticket tickets request case issue",
+        ("ticket tickets request case issue solicitud caso incidencia anfrage",
          "open; in progress:open; on hold:open; resolved:closed; closed:resolved"),
-        ("payment invoice bill charge balance",
+        ("payment invoice bill charge balance pago factura cobro zahlung rechnung",
          "paid:succeeded; succeeded:paid; failed; overdue; refunded:paid,succeeded; void; draft"),
     ))
+
+# The states above as a Spanish or German answer says them of an English tool's state (and the other way
+# round): "no ha sido enviado" of `"status": "shipped"` denies it as "has not shipped" does.
+_TRANSLATIONS = {english: frozenset(words.split()) for english, words in (
+    ("shipped", "enviado enviada despachado despachada versandt verschickt"),
+    ("delivered", "entregado entregada zugestellt geliefert"),
+    ("pending", "pendiente ausstehend"),
+    ("cancelled", "cancelado cancelada anulado anulada storniert"),
+    ("canceled", "cancelado cancelada anulado anulada storniert"),
+    ("returned", "devuelto devuelta retourniert"),
+    ("paid", "pagado pagada bezahlt"),
+    ("refunded", "reembolsado reembolsada erstattet"),
+    ("failed", "fallido fallida fehlgeschlagen"),
+    ("overdue", "vencido vencida überfällig"),
+    ("open", "abierto abierta offen"),
+    ("closed", "cerrado cerrada geschlossen"),
+    ("resolved", "resuelto resuelta gelöst"),
+)}
+
+
+def english(value: str) -> str:
+    """The English state a tool's Spanish or German one is ("enviado" → "shipped"), else `value`."""
+    return next((state for state, words in _TRANSLATIONS.items() if value in words), value)
+
+
+def said_as(state: str) -> frozenset[str]:
+    """The words an answer says the English `state` with, in English, Spanish or German."""
+    return _TRANSLATIONS.get(state, frozenset()) | {state}
 
 
 def supposes(words: list[str]) -> bool:

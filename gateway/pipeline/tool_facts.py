@@ -40,9 +40,11 @@ from gateway.pipeline.state_words import (
     WORD,
     asks_about,
     bare_answer,
+    english,
     kinds_of,
     positive_of,
     related_words,
+    said_as,
     stated,
     supposes,
 )
@@ -58,7 +60,7 @@ _NO_STATE = frozenset({"none", "null", "true", "false", "unknown", "n/a"})
 _STATE_WORDS = 3  # a longer text is prose, not a state
 _KEY_PREFIXES = frozenset({"is", "has", "was", "are", "can", "did", "have"})
 # Keys about the lookup itself, not about the thing looked up.
-_THIS = frozenset({"your", "the", "this", "that", "my", "tu", "su", "ihre", "deine"})
+_THIS = frozenset({"your", "the", "this", "that", "my", "tu", "su", "el", "la", "ihre", "deine", "die"})
 _LOOKUP_KEYS = frozenset({"found", "ok", "success", "error", "valid", "exists", "truncated"})
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +172,13 @@ def _said_otherwise(words: list[str], name: str, value: str, *, thing: str = "",
         return before in _THIS and word.removesuffix("s") == thing.removesuffix("s")
 
     subject, pronouns = (named, False) if thing else (None, True)
-    if stated(words, value, subject=subject, pronouns=pronouns) is False:
+    if any(stated(words, form, subject=subject, pronouns=pronouns) is False
+           for form in said_as(english(value)) | {value}):
         return f"a tool's {name} said not to be so"
     positive = positive_of(value)
     if positive and stated(words, positive, subject=subject, pronouns=pronouns) is True:
         return f"a tool's {name} said to be the opposite"
-    for nouns, others in kinds_of(value):
+    for nouns, others in kinds_of(english(value)):
         def of_the_thing(word: str, before: str, nouns: frozenset[str] = nouns) -> bool:
             if thing:
                 return named(word, before) or (thing in nouns and word in nouns and before in _THIS)
@@ -184,8 +187,8 @@ def _said_otherwise(words: list[str], name: str, value: str, *, thing: str = "",
             return (word in nouns or word in _phrase(name).split()) and before in _THIS or any(
                 c.isdigit() for c in word) and (any(c.isalpha() for c in word) or len(before) == 1)
 
-        if any(stated(words if asserted is None else asserted, other, subject=of_the_thing, pronouns=pronouns)
-               is True for other in others):
+        if any(stated(words if asserted is None else asserted, form, subject=of_the_thing, pronouns=pronouns)
+               is True for other in others for form in said_as(other)):
             return f"a tool's {name} said to be another"
     return None
 

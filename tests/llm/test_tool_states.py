@@ -197,3 +197,30 @@ def test_an_uncited_answer_that_denies_in_words_of_its_own_is_kept(result, quest
     """"isn't", "yet", "sorry" counted as words the results had to hold, and a true "No, sorry, it's not."
     or "Not yet, sorry." became the fallback."""
     assert _gate(text, grounding=[result], question=question).text == text
+
+
+@pytest.mark.parametrize(("result", "text"), [
+    (ORDER, "Tu pedido A-1042 todavía no ha sido enviado."),
+    (ORDER, "Ihre Bestellung A-1042 wurde noch nicht versandt."),
+    (ORDER, "Tu pedido está pendiente de pago."),
+    ({"order": "A-7", "status": "pending"}, "Tu pedido A-7 ya ha sido enviado."),
+    ({"order": "A-7", "status": "pending"}, "Ihre Bestellung wurde bereits versandt."),
+    ({"ticket": "T-5", "status": "open"}, "Su solicitud T-5 está cerrada."),
+])
+def test_a_state_said_otherwise_in_spanish_or_german_of_an_english_tools_state_is_a_contradiction(result,
+                                                                                                  text) -> None:
+    """A Spanish sentence naming the order's identifier is grounded in any words, and "todavía no ha sido
+    enviado" of `"status": "shipped"` went out: only the tool's own word was looked for."""
+    verified = _gate(text, grounding=[result])
+
+    assert verified.replaced and verified.reason.startswith("it contradicts the tools: a tool's status")
+
+
+@pytest.mark.parametrize(("result", "text"), [
+    (ORDER, "Tu pedido A-1042 ya ha sido enviado y no está cancelado."),
+    (ORDER, "Ihre Bestellung A-1042 ist versandt und nicht storniert."),
+    ({"order": "A-7", "status": "pending"}, "Tu pedido A-7 está pendiente y todavía no ha sido enviado."),
+    ({"ticket": "T-5", "status": "open"}, "Su solicitud T-5 sigue abierta, no está cerrada."),
+])
+def test_the_tools_state_said_in_spanish_or_german_is_kept(result, text: str) -> None:
+    assert _gate(text, grounding=[result]).text == text
