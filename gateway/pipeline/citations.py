@@ -302,16 +302,13 @@ def _holds_a_rule_line(plain: str) -> bool:
     return any(line in plain for line in _RULE_LINES)
 
 
-def _without_contradictions(text: str, grounding: Sequence[Any], *, evidence: str,
-                            message: str = "") -> tuple[str, str]:
+def _without_contradictions(text: str, facts: ToolFacts, *, known: Evidence, message: str = "") -> tuple[str, str]:
     """(`text` without its sentences that contradict the tools' data or state a value no evidence holds,
     why the first went). Cited or not: a model that misreads `"status": "shipped"` still cites an extract
     for "your order has not shipped yet [1]". A bare "Not yet" answers the sentence before it when that
     one asks ("Has it shipped? Not yet."), and the customer's `message` when it opens the answer: this
     message, whatever its lines (an earlier "Has it shipped?" is not what a "No" to "Can I still cancel it"
     answers)."""
-    facts = ToolFacts.of(list(grounding))
-    known = Evidence.of(evidence, counts=facts.counts)
     reasons: list[str] = []
     asked = [message]
 
@@ -363,9 +360,14 @@ def verify_citations(
     # a link inside a text field is text someone may have written there ("send your card to https://…").
     # Tags first, as the stream takes them out: "?</fallback> Pay at https://…" is two sentences, not one.
     text = without_unknown_links(without_fallback_tags(text), "\n".join([trusted, *link_values(list(grounding))]))
+    # Read once, for both checks: a result of 16,000 characters is walked and searched once per answer.
+    facts = ToolFacts.of(list(grounding))
+    results = json.dumps(list(grounding), default=str)
+    of_results = Evidence.of(results, counts=facts.counts)
+    of_tools = of_results | Evidence.of(json.dumps(list(tool_arguments), default=str))
     if grounding:
-        text, contradiction = _without_contradictions(text, grounding, evidence=f"{known}\n{question}",
-                                                      message=message)
+        text, contradiction = _without_contradictions(
+            text, facts, known=of_tools | Evidence.of(f"{trusted}\n{question}"), message=message)
         if not text.strip():
             return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True, reason=contradiction)
     cleaned, cited = strip_invalid_markers(without_fallback_tags(text).strip(), count=len(hits))
@@ -382,8 +384,8 @@ def verify_citations(
         cleaned, cited = strip_invalid_markers(without_invented_claims(without_fallback_tags(text), count=len(hits)),
                                                count=len(hits))
     else:
-        cleaned = grounded_sentences(cleaned, tool_text, message=message,
-                                     results=json.dumps(list(grounding), default=str)) if grounding else ""
+        cleaned = grounded_sentences(cleaned, tool_text, message=message, facts=facts,
+                                     read=(of_tools, of_results)) if grounding else ""
         if not cleaned:
             reason = "no sentence says what the tools returned" if grounding else "no valid citation"
             return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True, reason=reason)

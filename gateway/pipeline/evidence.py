@@ -73,6 +73,11 @@ class Evidence:
                    frozenset(t for match in _TIME.finditer(text) for t in _time_readings(match)),
                    frozenset(d for match in _PHONE.finditer(text) if len(d := _digits(match.group(0))) >= _PHONE_DIGITS))
 
+    def __or__(self, other: Evidence) -> Evidence:
+        """What the two texts hold together: a long tool result is read once, not once per check."""
+        return Evidence(self.numbers | other.numbers, self.dates + other.dates, f"{self.squashed} {other.squashed}",
+                        self.times | other.times, self.phones | other.phones)
+
     def holds_date(self, readings: list[Date], *, within: str = "") -> bool:
         """Whether one of a written date's `readings` is a date of the evidence, or one a duration stated
         `within` its sentence away from one ("until December 28 (30 days)" of a delivery on 2026-11-28)."""

@@ -281,10 +281,11 @@ def _stem(word: str) -> str:
 
 
 def _stems(words: list[str]) -> set[str]:
-    return {_stem(word) for word in words if word.lower() not in _COMMON_WORDS}
+    return {_stem(word) for word in set(words) if word.lower() not in _COMMON_WORDS}
 
 
-def grounded_sentences(text: str, tool_results: str, *, message: str = "", results: str | None = None) -> str:
+def grounded_sentences(text: str, tool_results: str, *, message: str = "", results: str | None = None,
+                       facts: ToolFacts | None = None, read: tuple[Evidence, Evidence] | None = None) -> str:
     """The sentences of an uncited, tool-grounded answer that say what the tools returned: every number in
     them is in `tool_results`, and at least half of their words (common ones aside) are the results' (in
     any form: "shipping" of "shipped") or words for the results' states ("your parcel is on its way" of a
@@ -294,11 +295,14 @@ def grounded_sentences(text: str, tool_results: str, *, message: str = "", resul
     customer's words (`message`, what a bare "Yes." answers) ground nothing: "a free upgrade" asked for is
     no tool's. One shared word
     was enough before, and "Your invoice is paid. The Team plan is free for life." passed whole on an
-    invoice whose plan is "Plus"."""
+    invoice whose plan is "Plus". `facts` and `read` (the `Evidence` of `tool_results` and of `results`):
+    what the caller has read of them already."""
     # By value: "2025-03-03" holds the 3 of "March 3"; a list of two orders, the 2 of "2 orders".
-    facts = ToolFacts.of([tool_results])
-    numbers = Evidence.of(tool_results, counts=facts.counts)
-    values = numbers if results is None else Evidence.of(results, counts=facts.counts)
+    facts = facts or ToolFacts.of([tool_results])
+    if read is None:
+        numbers = Evidence.of(tool_results, counts=facts.counts)
+        read = numbers, numbers if results is None else Evidence.of(results, counts=facts.counts)
+    numbers, values = read
     # A date's words too: "2026-11-28" holds the "Nov" and "Saturday" of "It arrives on Saturday, Nov. 28".
     # A key's words too: `due_date` holds the "due" of "€59.90 is due".
     known = _stems([*_GROUND_WORD.findall(tool_results), *_GROUND_WORD.findall(tool_results.replace("_", " ")),
