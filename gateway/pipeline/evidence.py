@@ -280,3 +280,7 @@ _DATE_FORMS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], list[Date]]]]
 
 def _same_date(one: Date, other: Date) -> bool:
     return one[1:] == other[1:] and (one[0] is None or other[0] is None or one[0] == other[0])
+
+
+# For `tool_facts`, which tells which thing a sentence names by its identifier.
+is_identifier, squashed = _is_identifier, _squashed

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from gateway.pipeline.evidence import MARKER, Evidence
+from gateway.pipeline.evidence import MARKER, Evidence, is_identifier, squashed
 from gateway.pipeline.number_words import IN_WORDS
 from gateway.pipeline.sentences import keep_sentences
 from gateway.pipeline.state_words import (
@@ -74,6 +74,9 @@ class ToolFacts:
     counts: frozenset[Decimal] = frozenset()
     # Each state by (key, the key of the object holding it): an order's `status` apart from its payment's.
     owned: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    # The identifiers of the objects each key's states are of ("a1042"): "Your return RMA123 is pending"
+    # names another thing than order A-1042, whose status is "shipped".
+    ids: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, results: Sequence[Any]) -> ToolFacts:
@@ -82,9 +85,10 @@ class ToolFacts:
         flags: dict[str, set[bool]] = {}
         counts: set[Decimal] = set()
         owned: dict[tuple[str, str], set[str]] = {}
-        pending: list[tuple[str, Any, int, str]] = [("", r, 0, "") for r in results]
+        ids: dict[str, set[str]] = {}
+        pending: list[tuple[str, Any, int, str, frozenset[str]]] = [("", r, 0, "", frozenset()) for r in results]
         while pending:
-            key, item, depth, owner = pending.pop()
+            key, item, depth, owner, named = pending.pop()
             if depth > _MAX_DEPTH:
                 continue
             if isinstance(item, str) and item.strip()[:1] in "[{":
@@ -93,11 +97,12 @@ class ToolFacts:
                 except (ValueError, RecursionError):
                     continue
             if isinstance(item, dict):
-                pending.extend((str(k), v, depth + 1, key) for k, v in item.items())
+                own = frozenset(squashed(v) for v in item.values() if isinstance(v, str) and is_identifier(v))
+                pending.extend((str(k), v, depth + 1, key, own) for k, v in item.items())
             elif isinstance(item, (list, tuple)):
                 counts.add(Decimal(len(item)))
                 counts |= _column_sums(item)
-                pending.extend((key, v, depth + 1, owner) for v in item)
+                pending.extend((key, v, depth + 1, owner, named) for v in item)
             elif isinstance(item, bool) and (phrase := _key_phrase(key)):
                 flags.setdefault(phrase, set()).add(item)
             elif isinstance(item, int) and not isinstance(item, bool) and _MINOR_UNITS.search(key):
@@ -108,9 +113,11 @@ class ToolFacts:
                     and _phrase(item) not in _NO_STATE:
                 states.setdefault(key.lower(), set()).add(_phrase(item))
                 owned.setdefault((key.lower(), _phrase(owner)), set()).add(_phrase(item))
+                ids.setdefault(key.lower(), set()).update(named)
 
         return cls({k: frozenset(v) for k, v in states.items()}, {k: frozenset(v) for k, v in flags.items()},
-                   frozenset(counts), {k: frozenset(v) for k, v in owned.items()})
+                   frozenset(counts), {k: frozenset(v) for k, v in owned.items()},
+                   {k: frozenset(v) for k, v in ids.items()})
 
     def related_words(self) -> set[str]:
         """The words an answer may say the results' states with ("parcel", "on its way" of "shipped")."""
@@ -138,7 +145,7 @@ class ToolFacts:
         for key, values in self.states.items():
             if len(values) == 1:
                 (value,) = values
-                if reason := _said_otherwise(words, key, value, asserted=asserted):
+                if reason := _said_otherwise(words, key, value, asserted=asserted, ids=self.ids.get(key)):
                     return reason
                 if answer and _answered_against(value, question, *answer):
                     return f"a tool's {key} answered to be otherwise"
@@ -164,10 +171,11 @@ class ToolFacts:
 
 
 def _said_otherwise(words: list[str], name: str, value: str, *, thing: str = "",
-                    asserted: list[str] | None = None) -> str | None:
+                    asserted: list[str] | None = None, ids: frozenset[str] | None = None) -> str | None:
     """Why `words` say against a tool's state `value` (named `name`), or None. With `thing` (the key of
     the object the state is of), only a sentence that names that thing counts ("your payment", not "it").
-    Another state is looked for in `asserted`, the words of its clauses that suppose nothing."""
+    Another state is looked for in `asserted`, the words of its clauses that suppose nothing, of a subject
+    that is the thing: its noun, or one of its `ids` (any identifier when the results give none)."""
     def named(word: str, before: str) -> bool:
         return before in _THIS and word.removesuffix("s") == thing.removesuffix("s")
 
@@ -183,9 +191,14 @@ def _said_otherwise(words: list[str], name: str, value: str, *, thing: str = "",
             if thing:
                 return named(word, before) or (thing in nouns and word in nouns and before in _THIS)
             # "your order", "the parcel" (not "an order is pending until…", any order), or its identifier
-            # ("A-1042", "ORD123"; not an amount: "your refund of 20 is…").
-            return (word in nouns or word in _phrase(name).split()) and before in _THIS or any(
-                c.isdigit() for c in word) and (any(c.isalpha() for c in word) or len(before) == 1)
+            # ("A-1042", read as "a" and "1042"; "ORD123"; not an amount: "your refund of 20 is…").
+            if (word in nouns or word in _phrase(name).split()) and before in _THIS:
+                return True
+            if not any(c.isdigit() for c in word):
+                return False
+            if ids:
+                return any(i == word or i == before + word or i.endswith(word) and len(word) >= 3 for i in ids)
+            return any(c.isalpha() for c in word) or len(before) == 1
 
         if any(stated(words if asserted is None else asserted, form, subject=of_the_thing, pronouns=pronouns)
                is True for other in others for form in said_as(other)):

@@ -224,3 +224,24 @@ def test_a_state_said_otherwise_in_spanish_or_german_of_an_english_tools_state_i
 ])
 def test_the_tools_state_said_in_spanish_or_german_is_kept(result, text: str) -> None:
     assert _gate(text, grounding=[result]).text == text
+
+
+RETURN = {"return": {"id": "RMA123", "state": "pending"}}
+
+
+@pytest.mark.parametrize(("grounding", "text"), [
+    ([ORDER, RETURN], "Your return RMA123 is pending."),
+    ([ORDER, {"return": {"id": "R-77", "state": "pending"}}], "Your return R-77 is still pending [1]."),
+    ([ORDER, RETURN], "Order A-1042 has shipped, and return RMA123 is pending [1]."),
+])
+def test_another_things_identifier_does_not_name_the_tools_thing(grounding, text: str) -> None:
+    """Any identifier counted as the order's: "Your return RMA123 is pending" went as saying the shipped
+    order was pending, though the return lookup gave RMA123 as pending."""
+    assert _gate(text, grounding=grounding).text == text
+
+
+@pytest.mark.parametrize("text", ["Your order A-1042 is pending.", "Order A-1042 is on hold, return RMA123 too [1]."])
+def test_the_things_own_identifier_still_names_it(text: str) -> None:
+    verified = _gate(text, grounding=[ORDER, RETURN])
+
+    assert verified.replaced and verified.reason == "it contradicts the tools: a tool's status said to be another"
