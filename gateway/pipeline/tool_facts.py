@@ -77,6 +77,10 @@ class ToolFacts:
     # The identifiers of the objects each key's states are of ("a1042"): "Your return RMA123 is pending"
     # names another thing than order A-1042, whose status is "shipped".
     ids: dict[str, frozenset[str]] = field(default_factory=dict)
+    # Each key's states by an identifier of the object holding them, and by its last digits ("a1043" and
+    # "1043"): of a list of orders, one shipped and one pending, "Order A-1043 has shipped" is held to
+    # A-1043's. Looked up by the sentence's words, so a list of thousands costs a sentence no more.
+    by_id: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, results: Sequence[Any]) -> ToolFacts:
@@ -86,6 +90,7 @@ class ToolFacts:
         counts: set[Decimal] = set()
         owned: dict[tuple[str, str], set[str]] = {}
         ids: dict[str, set[str]] = {}
+        by_id: dict[str, dict[str, set[str]]] = {}
         pending: list[tuple[str, Any, int, str, frozenset[str]]] = [("", r, 0, "", frozenset()) for r in results]
         while pending:
             key, item, depth, owner, named = pending.pop()
@@ -114,10 +119,15 @@ class ToolFacts:
                 states.setdefault(key.lower(), set()).add(_phrase(item))
                 owned.setdefault((key.lower(), _phrase(owner)), set()).add(_phrase(item))
                 ids.setdefault(key.lower(), set()).update(named)
+                for ident in named:
+                    digits = re.search(r"\d{3,}$", ident)
+                    for token in {ident, digits.group(0) if digits else ident}:
+                        by_id.setdefault(key.lower(), {}).setdefault(token, set()).add(_phrase(item))
 
         return cls({k: frozenset(v) for k, v in states.items()}, {k: frozenset(v) for k, v in flags.items()},
                    frozenset(counts), {k: frozenset(v) for k, v in owned.items()},
-                   {k: frozenset(v) for k, v in ids.items()})
+                   {k: frozenset(v) for k, v in ids.items()},
+                   {k: {token: frozenset(v) for token, v in index.items()} for k, index in by_id.items()})
 
     def related_words(self) -> set[str]:
         """The words an answer may say the results' states with ("parcel", "on its way" of "shipped")."""
@@ -158,6 +168,15 @@ class ToolFacts:
                     if reason := _said_otherwise(words, f"{owner} {key}", next(iter(owned)), thing=owner,
                                                  asserted=asserted):
                         return reason
+            # …and each record's state holds a sentence that names it by its identifier ("Order A-1043 has
+            # shipped" of A-1043's "pending"), not one that says "your order" or "it".
+            index = self.by_id.get(key, {})
+            named = {token for i, word in enumerate(words) if any(c.isdigit() for c in word)
+                     for token in (word, (words[i - 1] if i else "") + word) if len(index.get(token, ())) == 1}
+            for token in named:
+                if reason := _said_otherwise(words, key, next(iter(index[token])), asserted=asserted,
+                                             ids=frozenset({token}), by_id=True):
+                    return reason
         for phrase, truths in self.flags.items():
             if len(truths) != 1:
                 continue
@@ -171,15 +190,22 @@ class ToolFacts:
 
 
 def _said_otherwise(words: list[str], name: str, value: str, *, thing: str = "",
-                    asserted: list[str] | None = None, ids: frozenset[str] | None = None) -> str | None:
+                    asserted: list[str] | None = None, ids: frozenset[str] | None = None,
+                    by_id: bool = False) -> str | None:
     """Why `words` say against a tool's state `value` (named `name`), or None. With `thing` (the key of
     the object the state is of), only a sentence that names that thing counts ("your payment", not "it").
     Another state is looked for in `asserted`, the words of its clauses that suppose nothing, of a subject
-    that is the thing: its noun, or one of its `ids` (any identifier when the results give none)."""
+    that is the thing: its noun, or one of its `ids` (any identifier when the results give none); `by_id`:
+    only one of its `ids`."""
     def named(word: str, before: str) -> bool:
         return before in _THIS and word.removesuffix("s") == thing.removesuffix("s")
 
-    subject, pronouns = (named, False) if thing else (None, True)
+    def identified(word: str, before: str) -> bool:
+        # "A-1042" is read as "a" and "1042"; "INV-2025-004217" ends in "004217".
+        return any(c.isdigit() for c in word) and any(
+            i == word or i == before + word or i.endswith(word) and len(word) >= 3 for i in ids or ())
+
+    subject, pronouns = (named, False) if thing else (identified, False) if by_id else (None, True)
     if any(stated(words, form, subject=subject, pronouns=pronouns) is False
            for form in said_as(english(value)) | {value}):
         return f"a tool's {name} said not to be so"
@@ -190,15 +216,15 @@ def _said_otherwise(words: list[str], name: str, value: str, *, thing: str = "",
         def of_the_thing(word: str, before: str, nouns: frozenset[str] = nouns) -> bool:
             if thing:
                 return named(word, before) or (thing in nouns and word in nouns and before in _THIS)
+            if by_id:
+                return identified(word, before)
             # "your order", "the parcel" (not "an order is pending until…", any order), or its identifier
-            # ("A-1042", read as "a" and "1042"; "ORD123"; not an amount: "your refund of 20 is…").
+            # ("A-1042", "ORD123"; not an amount: "your refund of 20 is…").
             if (word in nouns or word in _phrase(name).split()) and before in _THIS:
                 return True
-            if not any(c.isdigit() for c in word):
-                return False
             if ids:
-                return any(i == word or i == before + word or i.endswith(word) and len(word) >= 3 for i in ids)
-            return any(c.isalpha() for c in word) or len(before) == 1
+                return identified(word, before)
+            return any(c.isdigit() for c in word) and (any(c.isalpha() for c in word) or len(before) == 1)
 
         if any(stated(words if asserted is None else asserted, form, subject=of_the_thing, pronouns=pronouns)
                is True for other in others for form in said_as(other)):

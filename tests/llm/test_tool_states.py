@@ -245,3 +245,21 @@ def test_the_things_own_identifier_still_names_it(text: str) -> None:
     verified = _gate(text, grounding=[ORDER, RETURN])
 
     assert verified.replaced and verified.reason == "it contradicts the tools: a tool's status said to be another"
+
+
+ORDERS = {"orders": [{"id": "A-1042", "status": "shipped"}, {"id": "A-1043", "status": "pending"}]}
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    ("Order A-1043 has shipped.", False),
+    ("Order A-1042 is still pending [1].", False),
+    ("Order A-1043 has not shipped yet [1].", True),
+    ("A-1042 has shipped, A-1043 is pending and will ship soon [1].", True),
+    ("Your order is pending [1].", True),  # which of the two: unclear
+])
+def test_each_record_of_a_list_is_held_to_its_own_state(text: str, kept: bool) -> None:
+    """Two orders, one shipped and one pending, held no sentence to anything: "Order A-1043 has shipped"
+    went out for the pending one."""
+    verified = _gate(text, grounding=[ORDERS])
+
+    assert (verified.text == text) is kept and verified.replaced is not kept
