@@ -133,6 +133,11 @@ class ToolFacts:
         """The words an answer may say the results' states with ("parcel", "on its way" of "shipped")."""
         return {word for values in self.states.values() for value in values for word in related_words(value)}
 
+    def state_words(self) -> set[str]:
+        """The results' states in English, Spanish and German ("versandt", "enviado" of "shipped")."""
+        return {form for values in self.states.values() for value in values
+                for form in said_as(english(value)) | {value}}
+
     def decides(self, question: str) -> bool:
         """Whether the tools' states answer `question` yes or no, so that `contradiction` judges a bare
         "Yes." to it: it asks about one state of a kind a result's state is of ("Has it shipped?", "Is it
@@ -330,7 +335,8 @@ def grounded_sentences(text: str, tool_results: str, *, message: str = "", resul
     any form: "shipping" of "shipped") or words for the results' states ("your parcel is on its way" of a
     shipped order); or, in a sentence in another language than English (whose words the results cannot
     hold), they name an identifier, a date or an amount with cents of `results` (the tools' answers without
-    the calls' arguments, which are the model's words): "Tu pedido A-1042 ya ha sido enviado.". The
+    the calls' arguments, which are the model's words): "Tu pedido A-1042 ya ha sido enviado.", or one of
+    the results' states in Spanish or German ("Nein, sie wurde bereits versandt."). The
     customer's words (`message`, what a bare "Yes." answers) ground nothing: "a free upgrade" asked for is
     no tool's. One shared word
     was enough before, and "Your invoice is paid. The Team plan is free for life." passed whole on an
@@ -350,6 +356,7 @@ def grounded_sentences(text: str, tool_results: str, *, message: str = "", resul
     # A bare "Yes." or "Not yet." opening the answer, to a question the tools' states decide: gate 2's
     # contradiction check has let it pass, so it says what they returned.
     decided = [facts.decides(message)]
+    states = facts.state_words()  # "Nein, sie wurde bereits versandt." says the results' "shipped"
 
     def grounded(sentence: str) -> bool:
         # An amount in words is checked as a number ("forty-five dollars"), not as words the results hold.
@@ -363,6 +370,6 @@ def grounded_sentences(text: str, tool_results: str, *, message: str = "", resul
         if len(words & known) >= GROUNDED_SHARE * len(words):
             return True
         english = _ENGLISH.intersection(w.lower() for w in _WORD_OF_ANY_LENGTH.findall(sentence))
-        return not english and values.holds_a_value_of(sentence)
+        return not english and (values.holds_a_value_of(sentence) or not states.isdisjoint(_words(sentence)))
 
     return keep_sentences(text, grounded)

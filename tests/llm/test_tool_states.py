@@ -263,3 +263,18 @@ def test_each_record_of_a_list_is_held_to_its_own_state(text: str, kept: bool) -
     verified = _gate(text, grounding=[ORDERS])
 
     assert (verified.text == text) is kept and verified.replaced is not kept
+
+
+@pytest.mark.parametrize(("question", "text"), [
+    ("Ist meine Bestellung A-1042 noch ausstehend?", "Nein, sie wurde bereits versandt."),
+    ("¿Está cancelado mi pedido A-1042?", "No, tu pedido no está cancelado: ya fue enviado."),
+    ("¿Está pendiente mi pedido A-1042?", "No, ya ha sido enviado."),
+])
+def test_an_uncited_spanish_or_german_answer_saying_the_tools_state_is_kept(question: str, text: str) -> None:
+    """Without an identifier, date or amount, a Spanish or German sentence was grounded by nothing, and
+    "Nein, sie wurde bereits versandt." on a shipped order became the fallback."""
+    assert _gate(text, question=question).text == text
+
+
+def test_a_spanish_state_word_grounds_no_other_state() -> None:
+    assert _gate("Tu pedido está cancelado.").replaced
