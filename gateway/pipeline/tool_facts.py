@@ -256,8 +256,25 @@ def _column_sums(records: list[Any] | tuple[Any, ...]) -> set[Decimal]:
         for key, value in record.items() if isinstance(record, dict) else ():
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 sums[key] = sums.get(key, Decimal(0)) + Decimal(str(value))
-    return {total for key, value in sums.items() if len(records) > 1
-            for total in (value, value / 100 if _MINOR_UNITS.search(key) else value)}
+    totals = {total for key, value in sums.items() if len(records) > 1
+              for total in (value, value / 100 if _MINOR_UNITS.search(key) else value)}
+    return totals | {line for record in records if isinstance(record, dict) for line in _line_totals(record)}
+
+
+_QUANTITY = re.compile(r"^(?:quantity|qty|count|units)$", re.IGNORECASE)
+_PRICE = re.compile(r"price|unit_?amount|amount|cost", re.IGNORECASE)
+
+
+def _line_totals(record: dict[Any, Any]) -> set[Decimal]:
+    """A line's quantity times its price: "the 2 mugs came to $39.90" of `quantity` 2 and `price` 19.95."""
+    def number(value: Any) -> Decimal | None:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return Decimal(str(value)) if ok else None
+
+    quantities = [q for key, value in record.items() if _QUANTITY.match(str(key)) and (q := number(value))]
+    prices = [(str(key), p) for key, value in record.items() if _PRICE.search(str(key)) and (p := number(value))]
+    return {total for q in quantities for key, p in prices
+            for total in (q * p, q * p / 100 if _MINOR_UNITS.search(key) else q * p)}
 
 
 # A "No" a mark ends is an answer ("No, it's still pending"), not the negation of the verb after it ("no

@@ -65,3 +65,19 @@ def test_a_total_of_amounts_in_cents_is_held_in_units() -> None:
     assert _gate("Your two payments come to €59.90 [1].", grounding=[payments]).text == \
         "Your two payments come to €59.90 [1]."
     assert _gate("Your two payments come to €69.90 [1].", grounding=[payments]).replaced
+
+
+LINES = {"order": "A-7", "items": [{"name": "mug", "quantity": 2, "price": 19.95},
+                                   {"name": "tea", "quantity": 1, "unit_amount": 2000}]}
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    ("The 2 mugs came to $39.90 [1].", True),
+    ("Your 2 mugs cost $39.90 and the tea $20.00 [1].", True),
+    ("The 2 mugs came to $49.90 [1].", False),
+])
+def test_a_lines_total_is_its_quantity_times_its_price(text: str, kept: bool) -> None:
+    """"The 2 mugs came to $39.90" of 2 mugs at 19.95 lost its sentence: 39.90 is no number the tool gave."""
+    verified = _gate(text, grounding=[LINES])
+
+    assert (verified.text == text) is kept

@@ -179,7 +179,7 @@ def test_a_sum_or_product_of_the_values_a_sentence_gives_is_supported(answer: st
 
 
 @pytest.mark.parametrize("answer", [
-    "The mugs come to $20.00 [1].",  # worked out from values the sentence does not give
+    "The mugs come to $35.00 [1].",  # 2 × 10.00 is 20.00, the line's total
     "Your total is $79.80 for the 2 mugs [1].",  # 2 × 39.90: no second value beside the 2
     "The 2 mugs at $10.00 each come to $25.00 [1].",
 ])
