@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from sqlalchemy import func, select
 
 from gateway.app import create_app
@@ -151,3 +152,12 @@ async def metric(client: httpx.AsyncClient, series: str) -> float:
 def replies(messages: list[Message]) -> list[Message]:
     """The outbound messages of a transcript."""
     return [m for m in messages if m.direction == "out"]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def whatsapp_env(tmp_path_factory):
+    """The WhatsApp rig (`whatsapp_rig.whatsapp_app`) for a module's tests: (client, services, fake Twilio)."""
+    from tests.gateway_channels.whatsapp_rig import whatsapp_app  # the rig imports this module's helpers
+
+    async with whatsapp_app(tmp_path_factory.mktemp("whatsapp")) as rig:
+        yield rig

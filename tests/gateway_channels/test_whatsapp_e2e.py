@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import pytest_asyncio
 
 from tests.english_replies import DEFAULT_GREETING, TEXT_ONLY_REPLY
 from tests.fakes.twilio_api import Reply
@@ -35,19 +34,13 @@ from tests.gateway_channels.whatsapp_rig import (
     sent_to,
     status,
     status_is,
-    whatsapp_app,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def env(tmp_path_factory):
-    async with whatsapp_app(tmp_path_factory.mktemp("whatsapp")) as rig:
-        yield rig
-
-async def test_whatsapp_question_is_answered_once_with_citations(env):
-    client, services, fake = env
+async def test_whatsapp_question_is_answered_once_with_citations(whatsapp_env):
+    client, services, fake = whatsapp_env
     response = await post(client, inbound("SM" + "a" * 32, "+15550000001"))
     # Twilio reads the answer as TwiML: an empty <Response/> sends nothing back (nor logs error 12300).
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/xml")
@@ -62,17 +55,17 @@ async def test_whatsapp_question_is_answered_once_with_citations(env):
 
 
 @pytest.mark.parametrize(("phone", "body"), [("+15550000090", ""), ("+15550000091", "   ")], ids=["empty", "spaces"])
-async def test_whatsapp_blank_message_gets_the_greeting(env, phone, body):
+async def test_whatsapp_blank_message_gets_the_greeting(whatsapp_env, phone, body):
     # As a bare mention does on Telegram and Slack: the person is there but asked nothing yet.
-    client, services, fake = env
+    client, services, fake = whatsapp_env
     response = await post(client, inbound("SM" + phone[-2:] * 16, phone, body))
     assert response.status_code == 200
     [sent] = await wait_until(lambda: sent_to(fake, phone), what="the greeting")
     assert sent.form["Body"] == DEFAULT_GREETING
 
 
-async def test_whatsapp_duplicate_and_concurrent_deliveries_reply_once(env):
-    client, services, fake = env
+async def test_whatsapp_duplicate_and_concurrent_deliveries_reply_once(whatsapp_env):
+    client, services, fake = whatsapp_env
     form = inbound("SM" + "b" * 32, "+15550000002")
     results = await asyncio.gather(*(post(client, form) for _ in range(6)))
     assert all(r.status_code == 200 for r in results)
@@ -85,8 +78,8 @@ async def test_whatsapp_duplicate_and_concurrent_deliveries_reply_once(env):
 
 @pytest.mark.parametrize("signature, token", [(None, AUTH_TOKEN), ("valid", "another-token"), ("bm90IGl0", AUTH_TOKEN)],
                          ids=["missing", "wrong-key", "garbage"])
-async def test_whatsapp_bad_signature_is_401_and_stores_nothing(env, signature, token):
-    client, services, fake = env
+async def test_whatsapp_bad_signature_is_401_and_stores_nothing(whatsapp_env, signature, token):
+    client, services, fake = whatsapp_env
     before = await count_messages(services, channel="whatsapp")
     response = await post(client, inbound("SM" + "c" * 32, "+15550000003"), signature=signature, token=token)
     assert response.status_code == 401
@@ -95,8 +88,8 @@ async def test_whatsapp_bad_signature_is_401_and_stores_nothing(env, signature, 
     assert sent_to(fake, "+15550000003") == []
 
 
-async def test_whatsapp_media_without_text_gets_text_only_reply(env):
-    client, services, fake = env
+async def test_whatsapp_media_without_text_gets_text_only_reply(whatsapp_env):
+    client, services, fake = whatsapp_env
     form = inbound("SM" + "d" * 32, "+15550000004", body="", NumMedia="1",
                    MediaUrl0="https://api.twilio.com/2010-04-01/Accounts/AC/Messages/MM1/Media/ME1",
                    MediaContentType0="image/jpeg")
@@ -107,8 +100,8 @@ async def test_whatsapp_media_without_text_gets_text_only_reply(env):
     assert first.attachments[0]["url"].endswith("/Media/ME1") and first.attachments[0]["kind"] == "image"
 
 
-async def test_whatsapp_status_callbacks_update_the_reply_and_ignore_late_sent(env):
-    client, services, fake = env
+async def test_whatsapp_status_callbacks_update_the_reply_and_ignore_late_sent(whatsapp_env):
+    client, services, fake = whatsapp_env
     _, reply_id, sid = await answered(client, services, fake, "SM" + "e" * 32, "+15550000005")
     acknowledged = await post(client, status(sid, "delivered"))
     assert acknowledged.status_code == 200 and acknowledged.text.endswith("<Response/>")
@@ -120,8 +113,8 @@ async def test_whatsapp_status_callbacks_update_the_reply_and_ignore_late_sent(e
     assert (await get_message(services, reply_id)).status == "read"
 
 
-async def test_whatsapp_failed_status_callback_records_the_error_code(env):
-    client, services, fake = env
+async def test_whatsapp_failed_status_callback_records_the_error_code(whatsapp_env):
+    client, services, fake = whatsapp_env
     _, reply_id, sid = await answered(client, services, fake, "SM" + "f" * 32, "+15550000006")
     await post(client, status(sid, "undelivered", ErrorCode="30008"))
     failed = await get_message(services, reply_id)
@@ -130,8 +123,8 @@ async def test_whatsapp_failed_status_callback_records_the_error_code(env):
     assert (part.status, part.error_code) == ("failed", "30008")
 
 
-async def test_whatsapp_status_callback_before_the_send_is_recorded_is_kept_and_applied(env):
-    client, services, fake = env
+async def test_whatsapp_status_callback_before_the_send_is_recorded_is_kept_and_applied(whatsapp_env):
+    client, services, fake = whatsapp_env
     sid = "SM" + "9" * 32
     fake.script(Reply(sid=sid))  # the reply will get this SID
     # Twilio can call back before the outbox has written down the send: the receipt is parked...
@@ -145,15 +138,15 @@ async def test_whatsapp_status_callback_before_the_send_is_recorded_is_kept_and_
     assert await early_receipts(services) == []
 
 
-async def test_whatsapp_bad_signature_on_status_callback_changes_nothing(env):
-    client, services, fake = env
+async def test_whatsapp_bad_signature_on_status_callback_changes_nothing(whatsapp_env):
+    client, services, fake = whatsapp_env
     _, reply_id, sid = await answered(client, services, fake, "SM" + "1" * 32, "+15550000007")
     assert (await post(client, status(sid, "failed", ErrorCode="30008"), signature="bm9wZQ==")).status_code == 401
     assert (await get_message(services, reply_id)).status == "sent"
 
 
-async def test_whatsapp_reply_outside_the_window_without_template_fails_visibly(env):
-    client, services, fake = env
+async def test_whatsapp_reply_outside_the_window_without_template_fails_visibly(whatsapp_env):
+    client, services, fake = whatsapp_env
     conversation_id, _, _ = await answered(client, services, fake, "SM" + "2" * 32, "+15550000008")
     failures_before = await send_failures(client, "whatsapp")
     await leave_window(services, conversation_id)
@@ -165,8 +158,8 @@ async def test_whatsapp_reply_outside_the_window_without_template_fails_visibly(
     assert await send_failures(client, "whatsapp") == failures_before + 1
 
 
-async def test_whatsapp_reply_outside_the_window_uses_the_content_template(env):
-    client, services, fake = env
+async def test_whatsapp_reply_outside_the_window_uses_the_content_template(whatsapp_env):
+    client, services, fake = whatsapp_env
     conversation_id, _, _ = await answered(client, services, fake, "SM" + "3" * 32, "+15550000009")
     await leave_window(services, conversation_id)
     with content_template(services, "HX" + "9" * 32):
@@ -179,9 +172,9 @@ async def test_whatsapp_reply_outside_the_window_uses_the_content_template(env):
     assert [d.provider_id for d in await deliveries(services, reply_id)] == [template.sid]
 
 
-async def test_whatsapp_63016_receipt_sends_the_template_once_in_the_replys_place(env):
+async def test_whatsapp_63016_receipt_sends_the_template_once_in_the_replys_place(whatsapp_env):
     # Twilio accepts a free-form message and WhatsApp refuses it later: 63016 comes in a status callback.
-    client, services, fake = env
+    client, services, fake = whatsapp_env
     _, reply_id, sid = await answered(client, services, fake, "SM" + "6" * 32, "+15550000012")
     with content_template(services, "HX" + "7" * 32):
         assert (await post(client, status(sid, "undelivered", ErrorCode="63016"))).status_code == 200
@@ -200,8 +193,8 @@ async def test_whatsapp_63016_receipt_sends_the_template_once_in_the_replys_plac
     assert (await get_message(services, reply_id)).status == "delivered"
 
 
-async def test_whatsapp_63016_receipt_without_a_template_fails_saying_why(env):
-    client, services, fake = env
+async def test_whatsapp_63016_receipt_without_a_template_fails_saying_why(whatsapp_env):
+    client, services, fake = whatsapp_env
     _, reply_id, sid = await answered(client, services, fake, "SM" + "7" * 32, "+15550000013")
     await post(client, status(sid, "undelivered", ErrorCode="63016"))
     services.worker.notify()
@@ -212,8 +205,8 @@ async def test_whatsapp_63016_receipt_without_a_template_fails_saying_why(env):
     assert len(sent_to(fake, "+15550000013")) == 1  # nothing resent free-form
 
 
-async def test_whatsapp_emoji_reply_is_split_within_twilios_utf16_limit(env):
-    client, services, fake = env
+async def test_whatsapp_emoji_reply_is_split_within_twilios_utf16_limit(whatsapp_env):
+    client, services, fake = whatsapp_env
     conversation_id, _, _ = await answered(client, services, fake, "SM" + "0" * 32, "+15550000014")
     text = " ".join(["Great news 🎉🎉"] * 400)  # an emoji is two UTF-16 units: Twilio counts it twice
     reply_id = await store_reply(services, conversation_id=conversation_id, text=text)
@@ -223,8 +216,8 @@ async def test_whatsapp_emoji_reply_is_split_within_twilios_utf16_limit(env):
     assert sum(p.form["Body"].count("🎉") for p in parts) == 800
 
 
-async def test_whatsapp_long_reply_is_split_at_1600_with_plain_links(env):
-    client, services, fake = env
+async def test_whatsapp_long_reply_is_split_at_1600_with_plain_links(whatsapp_env):
+    client, services, fake = whatsapp_env
     conversation_id, _, _ = await answered(client, services, fake, "SM" + "4" * 32, "+15550000010")
     text = "\n\n".join(f"Step {i}: " + "open the app and check the settings. " * 8 for i in range(14))
     reply_id = await store_reply(services, conversation_id=conversation_id, text=text, citations=[
@@ -237,8 +230,8 @@ async def test_whatsapp_long_reply_is_split_at_1600_with_plain_links(env):
     assert "Plans and pricing (https://help.example.com/plans)" in body
 
 
-async def test_whatsapp_twilio_rate_limit_is_retried_by_the_outbox(env):
-    client, services, fake = env
+async def test_whatsapp_twilio_rate_limit_is_retried_by_the_outbox(whatsapp_env):
+    client, services, fake = whatsapp_env
     conversation_id, _, _ = await answered(client, services, fake, "SM" + "5" * 32, "+15550000011")
     # More 429s than the adapter retries in place: the outbox takes over with its own backoff.
     fake.script(*[Reply(status=429, code=20429, message="Too Many Requests", retry_after=0)] * 3)
@@ -253,9 +246,9 @@ async def test_whatsapp_twilio_rate_limit_is_retried_by_the_outbox(env):
     assert [p.form["Body"] for p in sent_to(fake, "+15550000011")].count("One more thing.") == 1
 
 
-async def test_whatsapp_reply_sent_as_a_template_follows_as_text_once_the_customer_answers(env):
+async def test_whatsapp_reply_sent_as_a_template_follows_as_text_once_the_customer_answers(whatsapp_env):
     # The template only says there is news; the operator's words must reach the customer once they write.
-    client, services, fake = env
+    client, services, fake = whatsapp_env
     phone = "+15550000025"
     await held_behind_template(client, services, fake, phone, sids="c1", text="Your refund was approved.",
                                content_sid="HX" + "5" * 32)

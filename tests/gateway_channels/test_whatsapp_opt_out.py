@@ -4,7 +4,6 @@ answers, not an operator's reply, not a template) until START, and what was held
 from __future__ import annotations
 
 import pytest
-import pytest_asyncio
 from sqlalchemy import select
 
 from gateway.message_handler import OPTED_OUT
@@ -20,21 +19,14 @@ from tests.gateway_channels.whatsapp_rig import (
     sent_to,
     status,
     status_is,
-    whatsapp_app,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def env(tmp_path_factory):
-    async with whatsapp_app(tmp_path_factory.mktemp("whatsapp")) as rig:
-        yield rig
-
-
-async def test_whatsapp_stop_is_not_answered_and_nothing_is_sent_until_start(env):
+async def test_whatsapp_stop_is_not_answered_and_nothing_is_sent_until_start(whatsapp_env):
     # Twilio confirms STOP and START itself, and refuses sends to an opted-out number (21610).
-    client, services, fake = env
+    client, services, fake = whatsapp_env
     phone = "+15550000020"
     await post(client, inbound("SM" + "ab" * 16, phone, "Stop"))
     [stop] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=1)
@@ -60,17 +52,17 @@ async def _failed_reply(services, phone: str):
     return next((m for m in stored if m.direction == "out" and m.status == "failed"), None)
 
 
-async def test_whatsapp_help_keyword_gets_the_greeting(env):
-    client, services, fake = env
+async def test_whatsapp_help_keyword_gets_the_greeting(whatsapp_env):
+    client, services, fake = whatsapp_env
     await post(client, inbound("SM" + "af" * 16, "+15550000024", "HELP"))
     [sent] = await wait_until(lambda: sent_to(fake, "+15550000024"), what="the greeting")
     assert sent.form["Body"] == DEFAULT_GREETING
 
 
-async def test_whatsapp_help_answered_by_twilios_advanced_opt_out_gets_nothing_more(env):
+async def test_whatsapp_help_answered_by_twilios_advanced_opt_out_gets_nothing_more(whatsapp_env):
     # With Advanced Opt-Out Twilio answers HELP with the business's help text and marks it OptOutType=HELP:
     # our greeting came as a second answer.
-    client, services, fake = env
+    client, services, fake = whatsapp_env
     phone = "+15550000025"
     await post(client, inbound("SM" + "a0" * 16, phone, "help", OptOutType="HELP"))
     [help_] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=1)
@@ -80,10 +72,10 @@ async def test_whatsapp_help_answered_by_twilios_advanced_opt_out_gets_nothing_m
     assert "Sources:" in sent.form["Body"]
 
 
-async def test_whatsapp_reply_held_behind_a_template_is_kept_through_stop_and_sent_after_start(env):
+async def test_whatsapp_reply_held_behind_a_template_is_kept_through_stop_and_sent_after_start(whatsapp_env):
     # STOP is no answer to the template: its text was queued then, failed as opted out, and marked sent as
     # text, so after START the customer never got it.
-    client, services, fake = env
+    client, services, fake = whatsapp_env
     phone = "+15550000026"
     await held_behind_template(client, services, fake, phone, sids="d1", text="Your parcel was found.",
                                content_sid="HX" + "6" * 32)
@@ -97,10 +89,10 @@ async def test_whatsapp_reply_held_behind_a_template_is_kept_through_stop_and_se
     assert bodies[1:] == ["HX" + "6" * 32, "Your parcel was found."]
 
 
-async def test_twilios_21610_marks_the_contact_opted_out_so_later_replies_are_not_sent(env):
+async def test_twilios_21610_marks_the_contact_opted_out_so_later_replies_are_not_sent(whatsapp_env):
     # A STOP that never reached us (sent before the bot, or handled by Twilio alone): every later reply went to
     # Twilio and was refused one by one.
-    client, services, fake = env
+    client, services, fake = whatsapp_env
     phone = "+15550000027"
     conversation_id, _, _ = await answered(client, services, fake, "SM" + "e1" * 16, phone)
     fake.script(Reply(status=400, code=21610, message="Attempt to send to unsubscribed recipient"))
@@ -119,10 +111,10 @@ async def _opted_out_at(services, phone: str):
         return await session.scalar(select(Contact.opted_out_at).where(Contact.external_id == phone[1:]))
 
 
-async def test_a_receipt_failed_with_21610_marks_the_contact_opted_out(env):
+async def test_a_receipt_failed_with_21610_marks_the_contact_opted_out(whatsapp_env):
     # Twilio mostly accepts the send and reports 21610 later, in the status callback: only the send's own error
     # marked the contact, so every later reply went to Twilio and failed the same way.
-    client, services, fake = env
+    client, services, fake = whatsapp_env
     phone = "+15550000028"
     conversation_id, reply_id, sid = await answered(client, services, fake, "SM" + "e2" * 16, phone)
     response = await post(client, status(sid, "undelivered", To=f"whatsapp:{phone}", ErrorCode="21610"))
@@ -135,8 +127,8 @@ async def test_a_receipt_failed_with_21610_marks_the_contact_opted_out(env):
     assert "opted out (STOP)" in (await get_message(services, later)).error and len(fake.requests) == asked
 
 
-async def test_a_receipt_failed_otherwise_leaves_the_contact_as_it_was(env):
-    client, services, fake = env
+async def test_a_receipt_failed_otherwise_leaves_the_contact_as_it_was(whatsapp_env):
+    client, services, fake = whatsapp_env
     phone = "+15550000029"
     _, reply_id, sid = await answered(client, services, fake, "SM" + "e3" * 16, phone)
     await post(client, status(sid, "failed", To=f"whatsapp:{phone}", ErrorCode="30008"))
@@ -144,10 +136,10 @@ async def test_a_receipt_failed_otherwise_leaves_the_contact_as_it_was(env):
     assert await _opted_out_at(services, phone) is None
 
 
-async def test_a_late_21610_receipt_for_a_reply_sent_before_the_customer_wrote_again_leaves_them_opted_in(env):
+async def test_a_late_21610_receipt_for_a_reply_sent_before_the_customer_wrote_again_leaves_them_opted_in(whatsapp_env):
     # A receipt can come minutes after its send: a 21610 for a reply sent before the customer's START (or any
     # message of theirs since) says nothing about now, and marked them opted out again.
-    client, services, fake = env
+    client, services, fake = whatsapp_env
     phone = "+15550000030"
     _, reply_id, sid = await answered(client, services, fake, "SM" + "e4" * 16, phone)
     await post(client, inbound("SM" + "e5" * 16, phone, "start", OptOutType="START"))

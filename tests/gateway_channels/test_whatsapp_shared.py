@@ -5,23 +5,16 @@ click-to-WhatsApp ad a first message came from."""
 from __future__ import annotations
 
 import pytest
-import pytest_asyncio
 
 from tests.english_replies import TEXT_ONLY_REPLY
 from tests.gateway_channels.conftest import settled_chat, wait_until
-from tests.gateway_channels.whatsapp_rig import inbound, post, sent_to, whatsapp_app
+from tests.gateway_channels.whatsapp_rig import inbound, post, sent_to
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def env(tmp_path_factory):
-    async with whatsapp_app(tmp_path_factory.mktemp("whatsapp")) as rig:
-        yield rig
-
-
-async def test_a_shared_location_is_read_as_text_and_answered(env):
-    client, services, fake = env
+async def test_a_shared_location_is_read_as_text_and_answered(whatsapp_env):
+    client, services, fake = whatsapp_env
     phone = "+15550000041"
     # Twilio's fields for a place picked on WhatsApp's map: no Body text, no media.
     await post(client, inbound("SM" + "f1" * 16, phone, "", Latitude="52.520008", Longitude="13.404954",
@@ -38,8 +31,8 @@ async def test_a_shared_location_is_read_as_text_and_answered(env):
                                      "caption": "Acme Store Mitte"}]
 
 
-async def test_a_shared_contact_card_is_named_to_the_operator_and_answered(env):
-    client, services, fake = env
+async def test_a_shared_contact_card_is_named_to_the_operator_and_answered(whatsapp_env):
+    client, services, fake = whatsapp_env
     phone = "+15550000042"
     media = "https://api.twilio.com/2010-04-01/Accounts/AC1/Messages/MM1/Media/ME1"
     await post(client, inbound("MM" + "f2" * 16, phone, "", NumMedia="1", MediaUrl0=media,
@@ -50,9 +43,9 @@ async def test_a_shared_contact_card_is_named_to_the_operator_and_answered(env):
     assert (question.text, question.meta["shared"]) == ("Shared a contact card", {"contact_cards": 1})
 
 
-async def test_a_first_message_from_an_ad_says_which_ad_it_is_about(env):
+async def test_a_first_message_from_an_ad_says_which_ad_it_is_about(whatsapp_env):
     # "More information about this?" from a click-to-WhatsApp ad: without the ad, "this" was nothing.
-    client, services, fake = env
+    client, services, fake = whatsapp_env
     phone = "+15550000043"
     await post(client, inbound("SM" + "f3" * 16, phone, "Can I get more information about this?",
                                ReferralSourceType="ad", ReferralHeadline="Spring sale",
