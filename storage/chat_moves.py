@@ -20,7 +20,8 @@ from storage.models import Contact, Conversation, Escalation, EscalationEvent, M
 
 @dataclass(frozen=True, slots=True)
 class ChatMove:
-    """What a move did: conversations renamed, merged into one already at the new id, or left (busy)."""
+    """What a move did: conversations renamed, merged away (into the one of the pair that stays), or left
+    (busy: both of a pair held by workers)."""
 
     moved: tuple[int, ...] = ()
     merged: tuple[int, ...] = ()
@@ -44,15 +45,24 @@ async def move_chat(session: AsyncSession, *, bot: str, channel: str, old: str, 
         there = (await session.execute(select(Conversation).where(
             Conversation.bot == bot, Conversation.channel == channel, Conversation.workspace == workspace,
             Conversation.chat == new, Conversation.thread == thread).with_for_update())).scalar_one_or_none()
-        if there is not None and conversation.lease_until is not None and as_utc(conversation.lease_until) > utcnow():
-            # A message came in the new chat before the move was heard of, and a worker is answering in the
-            # old conversation: merged by the next notice of the move (Telegram sends two, and a send one).
+        if there is not None and _leased(conversation) and _leased(there):
+            # A worker answers in each: neither row may go from under it. The next notice merges them
+            # (Telegram sends two, and a send to the old id a third); only a race with all three is left.
             busy.append(conversation.id)
             continue
         await _unquote_waiting(session, conversation.id, old=old)
         if there is None:
             conversation.chat, conversation.thread = new, thread
             moved.append(conversation.id)
+        elif _leased(conversation):
+            # A worker answers in the old conversation (and sends under its lease, so the refused send's
+            # notice always finds it held): the new chat's conversation merges into it, which takes the new
+            # id. Skipping it instead left it at the old id for good when it was held at every notice.
+            await _merge(session, source=there, into=conversation)
+            await session.flush()  # `there` is gone before its ref is taken
+            conversation.chat, conversation.thread = new, thread
+            moved.append(conversation.id)
+            merged.append(there.id)
         else:
             await _merge(session, source=conversation, into=there)
             merged.append(conversation.id)
@@ -78,13 +88,17 @@ async def _unquote_waiting(session: AsyncSession, conversation_id: int, *, old: 
             message.meta = meta | {"moved_from_chat": old}
 
 
+def _leased(conversation: Conversation) -> bool:
+    return conversation.lease_until is not None and as_utc(conversation.lease_until) > utcnow()
+
+
 def _renamed_thread(thread: str, old: str, new: str) -> str:
     return MEMBER_SCOPE + new if thread == MEMBER_SCOPE + old else thread
 
 
 async def _merge(session: AsyncSession, *, source: Conversation, into: Conversation) -> None:
-    """`source`'s rows into `into` (the conversation a message in the new chat opened before the move
-    was heard of), then `source` goes. An operator's hold of `source` holds `into`."""
+    """`source`'s rows into `into` (one of them the conversation a message in the new chat opened before
+    the move was heard of), then `source` goes. An operator's hold of `source` holds `into`."""
     for model in (Message, Escalation, EscalationEvent, Usage):
         await session.execute(update(model).where(model.conversation_id == source.id)
                               .values(conversation_id=into.id).execution_options(synchronize_session=False))
