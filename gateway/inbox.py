@@ -45,6 +45,12 @@ def _storable(value: Any) -> Any:
     return value
 
 
+def first_stored_edit_key(chat: str, platform_message_id: str) -> str:
+    """The delivery key of a message stored from an edit because its first version never was: one per
+    platform message (ids are per chat), whichever of its edits and redeliveries comes first."""
+    return f"edit-of:{chat}:{platform_message_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class Accepted:
     """What the caller needs to acknowledge, and to wait for the answer if it wants to."""
@@ -154,7 +160,12 @@ class Inbox:
                     Conversation.chat == edit.conversation.chat,
                     Message.meta["platform_message_id"].as_string() == edit.revises).limit(1))).first()
         if unknown:  # its first version was ignored (a group message without the bot's @mention)
-            return await self._accept(bot, dataclasses.replace(edit, revises=None, new_if_never_stored=False))
+            # Stored under a key of the message it edits, not of this update: two edits handled at once both
+            # found it never stored (that check and this store are two transactions), and both were stored
+            # and answered; the delivery key now lets one in, and the other is its duplicate.
+            return await self._accept(bot, dataclasses.replace(
+                edit, revises=None, new_if_never_stored=False,
+                external_id=first_stored_edit_key(edit.conversation.chat, edit.revises)))
         what = "deletion" if edit.deleted else "edit"
         if target is None:
             log.info("inbound.ignored", bot=bot, channel=edit.channel, platform_message_id=edit.revises,

@@ -111,6 +111,31 @@ async def test_inbox_revision_changes_only_a_waiting_message_of_its_chat(migrate
     await engine.dispose()
 
 
+async def test_two_edits_of_a_message_never_stored_handled_at_once_are_stored_once(migrated_url):
+    """A group message ignored for want of the @mention, edited twice to add it: each edit found it never
+    stored (one transaction), then stored itself under its own update's id (another), and was answered."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    store = inbox._accept
+    both_looked = asyncio.Barrier(2)
+
+    async def after_both_looked(bot, message):
+        if message.revises is None:  # the store of an edit found never stored: the other one has looked too
+            await both_looked.wait()
+        return await store(bot, message)
+
+    inbox._accept = after_both_looked
+    edits = [replace(_message(f"u{n}", chat="g1", text="@bot the price?"), revises="20", new_if_never_stored=True,
+                     raw={"message_id": 20}) for n in (2, 3)]
+    results = await asyncio.gather(*(inbox.accept("acme", edit) for edit in edits))
+    assert sorted(accepted.duplicate for accepted in results) == [False, True]
+    assert results[0].message_id == results[1].message_id and await _count(sessions, Message) == 1
+    async with sessions() as session:
+        assert (await session.get(Message, results[0].message_id)).meta["platform_message_id"] == "20"
+    await engine.dispose()
+
+
 @pytest.mark.parametrize("channel", ["telegram", "whatsapp"])
 async def test_inbox_stores_a_message_of_a_known_conversation_in_three_statements(migrated_url, channel):
     """The contact is upserted and read back in one statement, the conversation read before any insert,
