@@ -34,6 +34,13 @@ async def move_chat(session: AsyncSession, *, bot: str, channel: str, old: str, 
     anonymous admin writes as the group itself: contact `old`, conversation thread `member:<old>`)."""
     if old == new:
         return ChatMove()
+    # The escalations first, then the conversations: the order every operator transition takes them in
+    # (a reply locks its escalation, then writes to the conversation). Conversations first, a merge and a
+    # reply each held a row the other waited for, and PostgreSQL aborted one of them.
+    await session.execute(select(Escalation.id).join(Conversation, Escalation.conversation_id == Conversation.id)
+                          .where(Conversation.bot == bot, Conversation.channel == channel,
+                                 Conversation.workspace == workspace, Conversation.chat.in_((old, new)))
+                          .order_by(Escalation.id).with_for_update(of=Escalation))
     rows = (await session.execute(select(Conversation).where(
         Conversation.bot == bot, Conversation.channel == channel, Conversation.workspace == workspace,
         Conversation.chat == old).order_by(Conversation.id).with_for_update())).scalars().all()

@@ -200,7 +200,9 @@ class Escalations(ClaimTransitions):
                 current = await session.get(Escalation, escalation_id, with_for_update=True)
                 if current is None or current.state != "claimed" or current.operator != operator:
                     raise Conflict(conflict_message(current))
-                conversation = await session.get(Conversation, escalation.conversation_id)
+                # Its conversation as of the lock: a chat's move may have merged the one read above away.
+                escalation = current
+                conversation = await session.get(Conversation, current.conversation_id)
                 message = await repo.add_outbound(session, conversation=conversation, text=text, author="operator",
                                                   external_id=key)
                 message.meta = {"operator": operator, "escalation_id": escalation_id}
