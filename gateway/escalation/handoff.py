@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.escalation.claims import ClaimTransitions
 from gateway.escalation.handback import answer_if_handed_back, requeue_unanswered
-from gateway.escalation.records import conflict_message, live_escalation, record_event
+from gateway.escalation.records import conflict_message, live_escalation, locked, record_event
 from gateway.events import ESCALATIONS_TOPIC, EventBus
 from gateway.models import CLIENT_ID, CLIENT_ID_RULE, as_utc, is_blank, utcnow
 from gateway.operators.notices import acknowledgement_extras
@@ -240,6 +240,7 @@ class Escalations(ClaimTransitions):
                 .execution_options(synchronize_session=False))
             if done.rowcount != 1:
                 raise Conflict(conflict_message(await session.get(Escalation, escalation_id)))
+            escalation = await locked(session, escalation_id)
             conversation = await session.get(Conversation, escalation.conversation_id)
             from_state = conversation.state
             conversation.state, conversation.assigned_operator, conversation.unanswered_turns = "bot", None, 0

@@ -19,6 +19,12 @@ async def live_escalation(session: AsyncSession, conversation_id: int) -> Escala
         .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
 
 
+async def locked(session: AsyncSession, escalation_id: int) -> Escalation:
+    """The escalation as this transaction's lock on it sees it: its conversation read before the lock may
+    have been merged away by a chat's move (storage/chat_moves.py), which locks escalations first."""
+    return await session.get(Escalation, escalation_id, populate_existing=True)
+
+
 def record_event(session: AsyncSession, escalation: Escalation, *, kind: str, actor: str, reason: str = "",
                  from_state: str | None = None, to_state: str | None = None) -> None:
     """Add one row to the audit trail of an escalation, inside the caller's transaction. The reason is

@@ -38,21 +38,37 @@ async def world(migrated_url):
     await engine.dispose()
 
 
-async def test_a_reply_after_the_merge_goes_to_the_conversation_that_stays(world):
-    """The reply read the escalation's conversation before it locked the escalation: merged away meanwhile,
-    that conversation was gone, and the reply failed (a 500 to the operator)."""
-    engine, inbox, escalations, escalation_id, stays = world
+def _merge_after_the_read(inbox: Inbox, escalations: Escalations) -> None:
+    """The chat's move commits between an operator action's read of the escalation and its lock."""
     get, merged = escalations.get, []
 
     async def get_as_the_chat_moves(escalation_id, **kwargs):
         found = await get(escalation_id, **kwargs)
         if not merged:
-            merged.append(await inbox.accept("acme", _move("3")))  # committed between the read and the lock
+            merged.append(await inbox.accept("acme", _move("3")))
         return found
 
     escalations.get = get_as_the_chat_moves
+
+
+async def test_a_reply_after_the_merge_goes_to_the_conversation_that_stays(world):
+    """The reply read the escalation's conversation before it locked the escalation: merged away meanwhile,
+    that conversation was gone, and the reply failed (a 500 to the operator)."""
+    engine, inbox, escalations, escalation_id, stays = world
+    _merge_after_the_read(inbox, escalations)
     reply = await escalations.reply(escalation_id, operator="sam", text="Sam here.", bots=None)
     assert reply.conversation_id == stays and (await escalations.get(escalation_id, bots=None)).conversation_id == stays
+
+
+@pytest.mark.parametrize(("transition", "state"), [("release", "waiting"), ("resolve", "bot")])
+async def test_a_transition_after_the_merge_changes_the_conversation_that_stays(world, transition, state):
+    """A release set the state of the conversation merged away (the one that stays kept "operator" with
+    nobody holding it), and a resolve failed on it."""
+    engine, inbox, escalations, escalation_id, stays = world
+    _merge_after_the_read(inbox, escalations)
+    await getattr(escalations, transition)(escalation_id, operator="sam", bots=None)
+    async with session_factory(engine)() as session:
+        assert (await session.get(Conversation, stays)).state == state
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
