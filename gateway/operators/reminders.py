@@ -18,7 +18,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.escalation.handoff import Escalations
-from gateway.escalation.records import record_event
+from gateway.escalation.records import locked, record_event
 from gateway.models import as_utc, utcnow
 from gateway.operators.notices import is_open, next_opening
 from gateway.settings import Settings
@@ -90,6 +90,7 @@ class HandoffReminders:
                     .values(reminded_at=now).execution_options(synchronize_session=False))
                 if won.rowcount != 1:
                     continue  # released, taken over or resolved meanwhile, or another replica reminded it
+                escalation = await locked(session, escalation.id)
                 minutes = max(1, int((now - since).total_seconds() // 60))
                 record_event(session, escalation, kind="reminded", actor="system",
                              reason=f"the customer has waited {minutes} min for {escalation.operator}'s reply")

@@ -4,6 +4,7 @@ opened (storage/chat_moves.py): the reply lands in the conversation that stays, 
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
@@ -12,10 +13,12 @@ from structlog.testing import capture_logs
 from gateway.escalation.handoff import Escalations
 from gateway.events import EventBus
 from gateway.inbox import Inbox
+from gateway.models import utcnow
+from gateway.operators import reminders
 from gateway.settings import Settings
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
-from storage.models import Conversation, Message
+from storage.models import Conversation, EscalationEvent, Message
 from tests.storage.test_chat_moves import NEW, OLD, _move, _said
 from tests.worker_rig import until_waiting_for_a_lock
 
@@ -69,6 +72,29 @@ async def test_a_transition_after_the_merge_changes_the_conversation_that_stays(
     await getattr(escalations, transition)(escalation_id, operator="sam", bots=None)
     async with session_factory(engine)() as session:
         assert (await session.get(Conversation, stays)).state == state
+
+
+async def test_a_stale_claim_s_reminder_after_the_merge_is_recorded_on_the_conversation_that_stays(
+        world, monkeypatch):
+    """The reminder recorded its event on the conversation it had read before its update: merged away
+    meanwhile, the insert failed on the foreign key, and the round with it."""
+    engine, inbox, escalations, escalation_id, stays = world
+    await inbox.accept("acme", _said("4", OLD))  # the customer waits for sam's reply
+    waiting_since, merged = reminders._customer_waiting_since, []
+
+    async def waiting_as_the_chat_moves(session, escalation):
+        since = await waiting_since(session, escalation)
+        if not merged:
+            merged.append(await inbox.accept("acme", _move("3")))
+        return since
+
+    monkeypatch.setattr(reminders, "_customer_waiting_since", waiting_as_the_chat_moves)
+    sessions = session_factory(engine)
+    remind = reminders.HandoffReminders(sessions, settings=Settings(bots=[{"name": "acme"}]), escalations=escalations)
+    assert await remind.run_once(now=utcnow() + timedelta(hours=1)) == [escalation_id]
+    async with sessions() as session:
+        assert (await session.execute(select(EscalationEvent.conversation_id).where(
+            EscalationEvent.kind == "reminded"))).scalar_one() == stays
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
