@@ -66,6 +66,10 @@ class Inbox:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, on_stored=None) -> None:
         self._sessions = sessions
         self._on_stored = on_stored
+        # Moves that left a pair of conversations both held by workers (`ChatMove.busy`): tried again
+        # before each message this process stores, so they converge once a turn ends even when no
+        # notice of the move comes again (the sends to the old id already go to the new one).
+        self._unfinished_moves: dict[tuple[str, ConversationRef], str] = {}
 
     async def accept(self, bot: str, message: InboundMessage) -> Accepted | None:
         """Store `message` for `bot` once; a repeated delivery is acknowledged but not stored again.
@@ -75,6 +79,12 @@ class Inbox:
         or it is an edit or deletion (`revises`), applied to the message it names while that one waits, or a
         chat's move to a new id (`moves_to`), applied to its conversations."""
         message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
+        for (moving_bot, ref), new_chat in list(self._unfinished_moves.items()):
+            try:
+                await run_again_on_conflict(lambda: self.move_chat(moving_bot, ref, new_chat), what="chat move")
+            except Exception as exc:  # the message is stored all the same; the move is tried with the next
+                log.warning("inbound.chat_move_failed", bot=moving_bot, channel=ref.channel, chat=ref.chat,
+                            to=new_chat, error=f"{type(exc).__name__}: {str(exc)[:200]}")
         # Storing is one transaction, idempotent by the delivery's id: one PostgreSQL aborted for a
         # deadlock with another writer (a late receipt, an answer's store) is simply run again.
         return await run_again_on_conflict(lambda: self._accept(bot, message), what="inbound")
@@ -120,6 +130,11 @@ class Inbox:
         async with self._sessions() as session, session.begin():
             moved = await move_chat(session, bot=bot, channel=ref.channel, workspace=ref.workspace,
                                     old=ref.chat, new=new_chat)
+        key = (bot, ConversationRef(channel=ref.channel, workspace=ref.workspace, chat=ref.chat))
+        if moved.busy:
+            self._unfinished_moves[key] = new_chat
+        else:
+            self._unfinished_moves.pop(key, None)
         if moved.moved or moved.merged or moved.busy:
             log.info("inbound.chat_moved", bot=bot, channel=ref.channel, chat=ref.chat, to=new_chat,
                      conversations=list(moved.moved), merged=list(moved.merged), busy=list(moved.busy))

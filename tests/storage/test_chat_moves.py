@@ -86,8 +86,9 @@ async def test_the_group_itself_as_a_sender_moves_too_and_a_busy_conversation_ta
     await engine.dispose()
 
 
-async def test_two_conversations_both_held_wait_for_the_next_notice(migrated_url):
-    """Workers answer in the old conversation and in the new chat's: neither is merged away under its worker."""
+async def test_two_conversations_both_held_are_merged_once_a_turn_ends(migrated_url):
+    """Workers answer in the old conversation and in the new chat's: neither is merged away under its worker.
+    The move is tried again before the next message is stored, as no other notice of it may come."""
     engine = create_engine(migrated_url)
     sessions = session_factory(engine)
     inbox = Inbox(sessions)
@@ -97,9 +98,10 @@ async def test_two_conversations_both_held_wait_for_the_next_notice(migrated_url
     await inbox.accept("acme", _move("3"))
     assert [c.chat for c in await _conversations(sessions)] == [OLD, NEW]
     await _lease(sessions, new.conversation_id)  # that turn is over; the old one is still being answered
-    await inbox.accept("acme", _move("4"))
+    then = await inbox.accept("acme", _said("4", NEW))
     [kept] = await _conversations(sessions)
-    assert (kept.id, kept.chat) == (old.conversation_id, NEW)
+    assert (kept.id, kept.chat, then.conversation_id) == (old.conversation_id, NEW, old.conversation_id)
+    assert not inbox._unfinished_moves
     await engine.dispose()
 
 
