@@ -203,7 +203,7 @@ class Answerer:
                                     grounding=[c["result"] for c in grounded],
                                     tool_arguments=[c["arguments"] for c in grounded],
                                     vouched=bot.system_prompt or "", question=_said_before(turn, history),
-                                    message=turn.text, echo=echo)
+                                    message=turn.text, echo=echo, reply_lang=bot.replies.lang)
         if verified.replaced:
             log.info("gate2.replaced", reason=verified.reason, message_id=turn.message_id,
                      conversation_id=turn.conversation_id)

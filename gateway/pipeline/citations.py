@@ -334,6 +334,7 @@ def verify_citations(
     question: str = "",
     message: str = "",
     echo: PromptEcho | None = None,
+    reply_lang: str | None = None,
 ) -> Verified:
     """Gate 2. `grounding`: the tool results an uncited answer may rest on instead of an extract; its
     sentences that say nothing of them go (`grounded_sentences`). The calls' `tool_arguments` count
@@ -342,7 +343,8 @@ def verify_citations(
     (`without_unknown_links`). `question` is the conversation the model saw: a number from it is no claim.
     `message` is the customer's message this answer answers: what an opening bare "Yes" or "No" answers
     (a message of several lines is one message, not its last line). `echo`: the
-    system prompt as `PromptEcho.of(vouched, hits)` makes it, when the caller has it already."""
+    system prompt as `PromptEcho.of(vouched, hits)` makes it, when the caller has it already. `reply_lang`:
+    the turn's reply language, which tells an uncited sentence's language (`answer_language`)."""
     tool_text = json.dumps([*tool_arguments, *grounding], default=str) if grounding else ""
     trusted = "\n".join([*(getattr(h, "text", "") or "" for h in hits), *(h.url or "" for h in hits),
                           fallback_text, vouched])
@@ -385,7 +387,7 @@ def verify_citations(
                                                count=len(hits))
     else:
         cleaned = grounded_sentences(cleaned, tool_text, message=message, facts=facts,
-                                     read=(of_tools, of_results)) if grounding else ""
+                                     read=(of_tools, of_results), reply_lang=reply_lang) if grounding else ""
         if not cleaned:
             reason = "no sentence says what the tools returned" if grounding else "no valid citation"
             return Verified(text=fallback_text, citations=(), cited_indices=(), replaced=True, reason=reason)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from gateway.pipeline.answer_language import in_english
 from gateway.pipeline.evidence import MARKER, Evidence, is_identifier, squashed
 from gateway.pipeline.number_words import IN_WORDS
 from gateway.pipeline.sentences import keep_sentences
@@ -322,11 +323,6 @@ _COMMON_WORDS = frozenset({"the", "and", "for", "you", "your", "are", "was", "we
                            # refundable, sorry"); they are no claim for the results to hold.
                            "isn", "aren", "wasn", "weren", "hasn", "haven", "hadn", "doesn", "didn", "don", "won",
                            "yet", "anymore", "longer", "nope", "sorry", "unfortunately", "afraid"})
-# Words of English no other language the gateway replies in writes: a sentence holding one is English, and
-# its words, not only a value of the results, must say what they returned.
-_ENGLISH = frozenset({"the", "is", "are", "your", "you", "for", "to", "of", "and", "with", "it", "this", "that",
-                      "at", "be", "been", "were", "its", "it's"})
-_WORD_OF_ANY_LENGTH = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 # Of a sentence's words (common ones aside), the share the tool results must hold for it to pass.
 GROUNDED_SHARE = 0.5
 
@@ -346,12 +342,13 @@ def _stems(words: list[str]) -> set[str]:
 
 
 def grounded_sentences(text: str, tool_results: str, *, message: str = "", results: str | None = None,
-                       facts: ToolFacts | None = None, read: tuple[Evidence, Evidence] | None = None) -> str:
+                       facts: ToolFacts | None = None, read: tuple[Evidence, Evidence] | None = None,
+                       reply_lang: str | None = None) -> str:
     """The sentences of an uncited, tool-grounded answer that say what the tools returned: every number in
     them is in `tool_results`, and at least half of their words (common ones aside) are the results' (in
     any form: "shipping" of "shipped") or words for the results' states ("your parcel is on its way" of a
     shipped order); or, in a sentence in another language than English (whose words the results cannot
-    hold), they name an identifier, a date or an amount with cents of `results` (the tools' answers without
+    hold; `answer_language.in_english` tells by `reply_lang`, the turn's BCP 47 reply language), they name an identifier, a date or an amount with cents of `results` (the tools' answers without
     the calls' arguments, which are the model's words): "Tu pedido A-1042 ya ha sido enviado.", or one of
     the results' states in Spanish or German ("Nein, sie wurde bereits versandt."). The
     customer's words (`message`, what a bare "Yes." answers) ground nothing: "a free upgrade" asked for is
@@ -376,8 +373,9 @@ def grounded_sentences(text: str, tool_results: str, *, message: str = "", resul
     states = facts.state_words()  # "Nein, sie wurde bereits versandt." says the results' "shipped"
 
     def grounded(sentence: str) -> bool:
-        # An amount in words is checked as a number ("forty-five dollars"), not as words the results hold.
-        words = _stems(_GROUND_WORD.findall(IN_WORDS.sub(" ", sentence)))
+        # An amount in words is checked as a number ("forty-five dollars"), not as words the results hold; so
+        # is a number (the "2026" of "11/28/2026", which `2026-11-28` holds as no word of its own).
+        words = {w for w in _stems(_GROUND_WORD.findall(IN_WORDS.sub(" ", sentence))) if not w.isdigit()}
         bare, decided[0] = decided[0] and (answer := bare_answer(sentence)) is not None \
             and not _stems(_GROUND_WORD.findall(answer[1])), False
         if bare:
@@ -386,7 +384,6 @@ def grounded_sentences(text: str, tool_results: str, *, message: str = "", resul
             return False
         if len(words & known) >= GROUNDED_SHARE * len(words):
             return True
-        english = _ENGLISH.intersection(w.lower() for w in _WORD_OF_ANY_LENGTH.findall(sentence))
-        return not english and (values.holds_a_value_of(sentence) or not states.isdisjoint(_words(sentence)))
+        return not in_english(sentence, reply_lang) and (values.holds_a_value_of(sentence) or not states.isdisjoint(_words(sentence)))
 
     return keep_sentences(text, grounded)

@@ -82,3 +82,18 @@ async def test_a_bare_answer_answers_a_message_of_several_lines_whatever_its_las
 
     assert wrong.reply == rig.bot.fallback_text and not wrong.answered
     assert right.reply == "Yes." and right.answered
+
+
+async def test_an_uncited_sentence_is_read_in_the_bots_reply_language(openai_fake) -> None:
+    """With no "the" or "is" in it, "Order A-7: free upgrade included!" was read as another language than
+    English and passed on its order number; the bot's `replies.lang` (English here) reaches gate 2."""
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [ORDER_STATUS]}])
+    lookup = Turn(tool_calls=(ToolCallSpec("order_status", {"order": "A-7"}),))
+    openai_fake.script("primary", lookup, Turn(text="Order A-7: free upgrade included!"),
+                       lookup, Turn(text="Order A-7: shipped!"))
+
+    wrong = await rig.pipeline.handle(rig.turn("Has my order A-7 shipped?"))
+    right = await rig.pipeline.handle(rig.turn("Has my order A-7 shipped?"))
+
+    assert wrong.reply == rig.bot.fallback_text and not wrong.answered
+    assert right.reply == "Order A-7: shipped!"
