@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
+from gateway.pipeline.month_names import ALL_MONTHS, FULL_MONTH_NAMES, MONTHS, SPANISH_MONTHS, alternation
 from gateway.pipeline.number_words import WHOLE, amounts_in_words, approximate, near
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -24,14 +25,15 @@ _NUMBER = re.compile(r"\d+")
 _AMOUNT = re.compile(r"\d+(?:[.,]\d+)*")
 _CENTS = re.compile(r"(?<![\d.,])\d+(?:,\d{3})*[.,]\d{2}(?![\d.,]\d)")  # 59.90, 1,200.50, 59,90
 _ACRONYM = re.compile(r"\b\d+[A-Z]{2,}\b")  # 2FA, 3DS: names, not numbers
-_MONTHS = {name: n for n, names in enumerate(
-    [("jan", "january"), ("feb", "february"), ("mar", "march"), ("apr", "april"), ("may",), ("jun", "june"),
-     ("jul", "july"), ("aug", "august"), ("sep", "sept", "september"), ("oct", "october"), ("nov", "november"),
-     ("dec", "december")], start=1) for name in names}
-_MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_MONTHS = MONTHS
+_MONTH = alternation(_MONTHS)
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})")
 _MONTH_DAY = re.compile(rf"\b({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
-_DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH})\b\.?(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+# "28 November", "28th of November", German "28. November 2026".
+_DAY_MONTH = re.compile(rf"(?<![$€£¥])\b(\d{{1,2}})(?:st|nd|rd|th|\.(?=\s+(?:{FULL_MONTH_NAMES})\b))?\s+(?:of\s+)?({_MONTH})\b\.?(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+# Spanish "2 de diciembre (de 2026)".
+_DE_MONTH = re.compile(rf"\b(\d{{1,2}})\s+de\s+({alternation(SPANISH_MONTHS)})\b(?:,?\s+(?:de\s+|del\s+)?(\d{{4}}))?",
+                       re.IGNORECASE)
 # 12/07/2026, 07.12.2026, 2026/12/07, 28/11/26: day and month in either order (a dotted one has a 4-digit year,
 # so a version such as 1.2.10 is none).
 _NUMERIC_DATE = re.compile(r"(?<![\d.,/])(?:(\d{4})([/.])(\d{1,2})\2(\d{1,2})|(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})"
@@ -92,7 +94,7 @@ class Evidence:
         with its year, the day as an ordinal ("Saturday, November 28th" of 2026-11-28)."""
         words: set[str] = set()
         for year, month, day in self.dates:
-            words |= {name for name, n in _MONTHS.items() if n == month}
+            words |= {name for name, n in ALL_MONTHS.items() if n == month}
             words.add(f"{day}{'th' if 10 <= day % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(day % 10, 'th')}")
             if year is not None:
                 try:
@@ -274,6 +276,7 @@ _DATE_FORMS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], list[Date]]]]
     (_ISO_DATE, lambda m: [(int(m[1]), int(m[2]), int(m[3]))]),
     (_MONTH_DAY, lambda m: [(int(m[3]) if m[3] else None, _MONTHS[m[1].lower()], int(m[2]))]),
     (_DAY_MONTH, lambda m: [(int(m[3]) if m[3] else None, _MONTHS[m[2].lower()], int(m[1]))]),
+    (_DE_MONTH, lambda m: [(int(m[3]) if m[3] else None, SPANISH_MONTHS[m[2].lower()], int(m[1]))]),
     (_NUMERIC_DATE, _numeric_readings),
 ]
 

@@ -50,3 +50,14 @@ def test_a_month_abbreviation_ends_no_sentence() -> None:
     dropped the second, which held no word, and the customer read "It arrives on Nov."."""
     assert [s for s, _ in split_sentences("It arrives on Nov. 28. Your tracking is 1Z999 [1].")] == [
         "It arrives on Nov. 28.", "Your tracking is 1Z999 [1]."]
+
+
+@pytest.mark.parametrize(("text", "sentences"), [
+    ("Ihre Bestellung kommt am 28. November an. Danke!", ["Ihre Bestellung kommt am 28. November an.", "Danke!"]),
+    ("Sie wurde am 2. Dezember 2026 versandt.", ["Sie wurde am 2. Dezember 2026 versandt."]),
+    ("Plus costs 6. May I help?", ["Plus costs 6.", "May I help?"]),  # "May" starts a sentence
+    ("Step 3. Open Settings.", ["Step 3.", "Open Settings."]),
+])
+def test_a_days_ordinal_dot_before_a_month_ends_no_sentence(text: str, sentences: list[str]) -> None:
+    """"am 28. November" was cut in two: "…am 28." and "November an.", neither a date."""
+    assert [sentence for sentence, _ in split_sentences(text)] == sentences
