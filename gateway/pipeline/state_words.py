@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from gateway.pipeline.bare_states import said_bare
+
 WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)?")
 _NEGATIONS = frozenset({"not", "never", "nor", "non", "isn't", "hasn't", "wasn't", "haven't", "aren't",
                         "weren't", "doesn't", "didn't", "hadn't", "nunca", "nicht", "nie"})
@@ -57,7 +59,11 @@ _KINDS: tuple[tuple[frozenset[str], dict[str, frozenset[str]]], ...] = tuple(
          "dispatched:shipped,in transit,out for delivery,delivered,on its way; "
          "in transit:shipped,dispatched,out for delivery,delivered,on its way; "
          "out for delivery:shipped,dispatched,in transit,delivered,on its way; "
-         "delivered:shipped,dispatched; cancelled:canceled; canceled:cancelled; returned:delivered,shipped,dispatched"),
+         # "On its way" is no tool's state, but an answer's word for the stages after shipping: of a pending
+         # order it says another state, of a delivered or returned one it is a stage ahead or behind.
+         "on its way:shipped,dispatched,in transit,out for delivery; "
+         "delivered:shipped,dispatched,on its way; cancelled:canceled; canceled:cancelled; "
+         "returned:delivered,shipped,dispatched,on its way"),
         ("ticket tickets request case issue solicitud caso incidencia anfrage",
          "open; in progress:open; on hold:open; resolved:closed; closed:resolved"),
         ("payment invoice bill charge balance pago factura cobro zahlung rechnung",
@@ -153,10 +159,15 @@ def stated(words: list[str], phrase: str, *, subject: Callable[[str, str], bool]
         who = k  # the subject, before the verbs ("your order has not shipped")
         while who >= 0 and (words[who] in _COPULAS or words[who] in _BRIDGE or words[who] in _VERB_NEGATIONS):
             who -= 1
-        if subject is not None and not (who >= 0 and ((pronouns and words[who] in _PRONOUNS)
-                                                      or subject(words[who], words[who - 1] if who else ""))):
+        # "your payment failed": the thing, then its state, with no "is" or "has" between.
+        bare = subject is not None and word not in _NEGATIONS and word not in _COPULAS and said_bare(
+            words, target, j, subject)
+        if subject is not None and not bare and not (who >= 0 and (
+                (pronouns and words[who] in _PRONOUNS) or subject(words[who], words[who - 1] if who else ""))):
             continue
-        if word in _NEGATIONS or (word, previous) in (("longer", "no"), ("to", "yet")):
+        if bare:
+            so = True
+        elif word in _NEGATIONS or (word, previous) in (("longer", "no"), ("to", "yet")):
             so = False
         elif word in _COPULAS:
             so = previous not in _VERB_NEGATIONS  # "never got shipped", "not was", "no está"
