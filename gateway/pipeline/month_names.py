@@ -29,5 +29,5 @@ def alternation(names: dict[str, int]) -> str:
 
 # A full month name after a day's ordinal dot ("am 28. November"): not an abbreviation ("Dec. 28" ends its own
 # way), nor "May", which also starts a sentence after an amount ("Plus costs $6. May I help with more?").
-FULL_MONTH_NAMES = alternation({name: n for name, n in MONTHS.items() if len(name) > 3})
+FULL_MONTH_NAMES = alternation({name: n for name, n in MONTHS.items() if len(name) > 3 or name == "mai"})
 FULL_MONTH = re.compile(rf"(?:{FULL_MONTH_NAMES})\b", re.IGNORECASE)

@@ -55,6 +55,8 @@ def test_a_month_abbreviation_ends_no_sentence() -> None:
 @pytest.mark.parametrize(("text", "sentences"), [
     ("Ihre Bestellung kommt am 28. November an. Danke!", ["Ihre Bestellung kommt am 28. November an.", "Danke!"]),
     ("Sie wurde am 2. Dezember 2026 versandt.", ["Sie wurde am 2. Dezember 2026 versandt."]),
+    ("Sie kommt am 3. Mai. Danke!", ["Sie kommt am 3. Mai.", "Danke!"]),
+    ("Sie kam am 3. März an.", ["Sie kam am 3. März an."]),
     ("Plus costs 6. May I help?", ["Plus costs 6.", "May I help?"]),  # "May" starts a sentence
     ("Step 3. Open Settings.", ["Step 3.", "Open Settings."]),
 ])
