@@ -29,11 +29,10 @@ _MONTHS = MONTHS
 _MONTH = alternation(_MONTHS)
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})")
 _MONTH_DAY = re.compile(rf"\b({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
-# "28 November", "28th of November", German "28. November 2026".
-_DAY_MONTH = re.compile(rf"(?<![$€£¥])\b(\d{{1,2}})(?:st|nd|rd|th|\.(?=\s+(?:{FULL_MONTH_NAMES})\b))?\s+(?:of\s+)?({_MONTH})\b\.?(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
-# Spanish "2 de diciembre (de 2026)".
-_DE_MONTH = re.compile(rf"\b(\d{{1,2}})\s+de\s+({alternation(SPANISH_MONTHS)})\b(?:,?\s+(?:de\s+|del\s+)?(\d{{4}}))?",
-                       re.IGNORECASE)
+# "28 November", "28th of November", German "28. November 2026", Spanish "2 de diciembre (de 2026)" (a Spanish
+# name only after "de": "2 mayo jars" is no date). One pattern: a 16,000-character result is searched once.
+_DAY_MONTH = re.compile(rf"(?<![$€£¥])\b(\d{{1,2}})(?:st|nd|rd|th|\.(?=\s+(?:{FULL_MONTH_NAMES})\b))?\s+(of\s+|de\s+)?"
+                        rf"({alternation(ALL_MONTHS)})\b\.?(?:,?\s+(?:de\s+|del\s+)?(\d{{4}}))?", re.IGNORECASE)
 # 12/07/2026, 07.12.2026, 2026/12/07, 28/11/26: day and month in either order (a dotted one has a 4-digit year,
 # so a version such as 1.2.10 is none).
 _NUMERIC_DATE = re.compile(r"(?<![\d.,/])(?:(\d{4})([/.])(\d{1,2})\2(\d{1,2})|(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})"
@@ -230,7 +229,8 @@ Date = tuple[int | None, int, int]
 
 
 def _dates(text: str) -> list[list[Date]]:
-    """The readings of each date written as 2026-11-28, November 28(, 2026), 28 November, or in numbers
+    """The readings of each date written as 2026-11-28, November 28(, 2026), 28 November, 28. November,
+    2 de diciembre, or in numbers
     (12/07/2026 is July 12 or December 7): one reading, or two for a day and month that may be either."""
     found = [read(match) for pattern, read in _DATE_FORMS for match in pattern.finditer(text)]
     return [valid for readings in found if (valid := [d for d in readings if 1 <= d[1] <= 12 and 1 <= d[2] <= 31])]
@@ -272,11 +272,19 @@ def _numeric_readings(match: re.Match[str]) -> list[Date]:
     return [(full, int(second), int(first)), (full, int(first), int(second))]
 
 
+def _day_month_readings(match: re.Match[str]) -> list[Date]:
+    """The date a `_DAY_MONTH` match is; none for a Spanish month's name without "de" before it."""
+    day, of, month, year = match.groups()
+    name = month.lower()
+    if name in SPANISH_MONTHS and name not in _MONTHS and not (of or "").lower().startswith("de"):
+        return []
+    return [(int(year) if year else None, ALL_MONTHS[name], int(day))]
+
+
 _DATE_FORMS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], list[Date]]]] = [
     (_ISO_DATE, lambda m: [(int(m[1]), int(m[2]), int(m[3]))]),
     (_MONTH_DAY, lambda m: [(int(m[3]) if m[3] else None, _MONTHS[m[1].lower()], int(m[2]))]),
-    (_DAY_MONTH, lambda m: [(int(m[3]) if m[3] else None, _MONTHS[m[2].lower()], int(m[1]))]),
-    (_DE_MONTH, lambda m: [(int(m[3]) if m[3] else None, SPANISH_MONTHS[m[2].lower()], int(m[1]))]),
+    (_DAY_MONTH, _day_month_readings),
     (_NUMERIC_DATE, _numeric_readings),
 ]
 
