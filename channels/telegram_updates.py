@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from channels.base import WebhookResult
+from channels.shared_content import contact, contact_line, location_line, place, with_shared
 from gateway.errors import BadRequest
 from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, member_thread
 
@@ -24,10 +25,10 @@ GREETING_COMMANDS = frozenset({"start", "help"})
 START_PAYLOAD_MAX = 64
 """Telegram's limit on a deep link's `start` parameter; longer text after /start was typed, and is cut."""
 QUESTION_COMMANDS = frozenset({"ask"})
-_MEDIA = (  # (field, kind); order matters: an animation also carries a `document` copy
+_MEDIA = (  # (field, kind); order matters: an animation also carries a `document` copy, a venue a `location`
     ("photo", "image"), ("animation", "video"), ("video", "video"), ("video_note", "video"),
     ("voice", "audio"), ("audio", "audio"), ("document", "document"), ("sticker", "sticker"),
-    ("location", "location"), ("venue", "location"), ("contact", "other"), ("poll", "other"),
+    ("venue", "location"), ("location", "location"), ("contact", "other"), ("poll", "other"),
     ("dice", "other"), ("game", "other"), ("invoice", "other"), ("story", "other"),
 )
 
@@ -99,6 +100,25 @@ def _display_name(user: dict[str, Any]) -> str:
     return name or user.get("title") or user.get("username") or str(user.get("id", ""))
 
 
+def _shared(msg: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """The lines and `meta.shared` values of a shared location, venue (a named place; it carries its
+    `location` too) or contact (the person's name and number, which the customer chose to give us)."""
+    venue = msg.get("venue") if isinstance(msg.get("venue"), dict) else None
+    spot = (venue or {}).get("location") or msg.get("location")
+    if isinstance(spot, dict):
+        where = place(spot.get("latitude"), spot.get("longitude"),
+                      label=(venue or {}).get("title"), address=(venue or {}).get("address"))
+        if where is not None:
+            return [location_line(where)], {"location": where}
+    card = msg.get("contact")
+    if isinstance(card, dict):
+        who = contact(first_name=card.get("first_name"), last_name=card.get("last_name"),
+                      phone=card.get("phone_number"), user_id=card.get("user_id"))
+        if who is not None:
+            return [contact_line(who)], {"contact": who}
+    return [], {}
+
+
 class UpdateParser:
     """Parses updates for one bot. `username` is learned by the adapter's start() (getMe)."""
 
@@ -147,7 +167,8 @@ class UpdateParser:
         text = msg.get("text") or msg.get("caption") or ""
         entities = msg.get("entities") or msg.get("caption_entities") or []
         attachments = self._attachments(msg)
-        if not text and not attachments:
+        shared_lines, shared = _shared(msg)
+        if not text and not attachments and not shared:
             content = [k for k in msg if k not in _ABOUT_FIELDS]
             service = next((k for k in content if k in _SERVICE_FIELDS), None)
             if service is not None or not content:
@@ -182,6 +203,10 @@ class UpdateParser:
             text = _strip_utf16(text, addr.mention_spans)
         if msg.get("forward_origin") or msg.get("forward_from") or msg.get("forward_date"):
             raw["forwarded"] = True
+        if shared:
+            # A location, a venue or a contact is something said: a line the pipeline answers and operators
+            # read ("I can only read text" answered it), its values in `meta.shared`, as on WhatsApp.
+            text, raw["shared"] = with_shared(text, after=shared_lines), shared
 
         if msg.get("is_topic_message") and msg.get("message_thread_id"):
             thread = str(msg["message_thread_id"])  # a forum topic is one conversation, for all in it

@@ -3,22 +3,22 @@ location, a shared contact card, the ad a customer came from.
 
 A location (`Latitude`, `Longitude`, and for a named place `Label` and `Address`) and a contact card (a
 `text/vcard` medium) are things a customer says, not pictures: they become a line of the message's text
-("Shared location: …", "Shared a contact card"), which the pipeline answers and operators read, with the
-values themselves in `shared`. The gateway never downloads media, so a card is named, not read. A
-first message sent from a click-to-WhatsApp ad ("Can I get more information about this?") is about the ad
-(`ReferralHeadline`, `ReferralBody`): a line names it, or "this" meant nothing to the pipeline.
+("Shared location: …", "Shared a contact card"; channels/shared_content.py, as on Telegram), which the
+pipeline answers and operators read, with the values themselves in `shared`. The gateway never downloads
+media, so a card is named, not read. A first message sent from a click-to-WhatsApp ad ("Can I get more
+information about this?") is about the ad (`ReferralHeadline`, `ReferralBody`): a line names it, or "this"
+meant nothing to the pipeline.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from channels.shared_content import bounded, cards_line, location_line, place, with_shared
 from gateway.models import Attachment
 
 MAX_MEDIA = 10  # Twilio delivers at most 10 media per message
-_PLACE_CHARS = 200  # a place's name or address, an ad's headline; WhatsApp's own are far shorter
 VCARD_TYPES = frozenset({"text/vcard", "text/x-vcard", "text/directory"})
 
 
@@ -42,20 +42,8 @@ def attachments(form: Mapping[str, str]) -> tuple[Attachment, ...]:
 
 
 def location(form: Mapping[str, str]) -> dict[str, Any] | None:
-    """The shared location: `latitude` and `longitude` as numbers, `label` and `address` when the customer
-    picked a named place; None without a valid pair of coordinates."""
-    try:
-        lat, lon = float(form.get("Latitude") or "nan"), float(form.get("Longitude") or "nan")
-    except ValueError:
-        return None
-    if not (math.isfinite(lat) and math.isfinite(lon) and -90 <= lat <= 90 and -180 <= lon <= 180):
-        return None
-    place: dict[str, Any] = {"latitude": lat, "longitude": lon}
-    for key in ("Label", "Address"):
-        value = " ".join((form.get(key) or "").split())[:_PLACE_CHARS]
-        if value:
-            place[key.lower()] = value
-    return place
+    """The shared location (`Latitude`, `Longitude`, `Label`, `Address`), as `shared_content.place`."""
+    return place(form.get("Latitude"), form.get("Longitude"), label=form.get("Label"), address=form.get("Address"))
 
 
 def readable(form: Mapping[str, str], body: str, found: tuple[Attachment, ...]) -> tuple[str, dict[str, Any]]:
@@ -67,24 +55,19 @@ def readable(form: Mapping[str, str], body: str, found: tuple[Attachment, ...]) 
     values: dict[str, Any] = {}
     ad = {key: value for key, field in (("headline", "ReferralHeadline"), ("body", "ReferralBody"),
                                         ("source_url", "ReferralSourceUrl"))
-          if (value := " ".join((form.get(field) or "").split())[:_PLACE_CHARS])}
+          if (value := bounded(form.get(field)))}
     if ad.get("headline") or ad.get("body"):
         before.append("(Sent from the ad: " + " - ".join(ad[k] for k in ("headline", "body") if k in ad) + ")")
         values["ad"] = ad
-    place = location(form)
-    if place is not None:
-        named = ", ".join(place[k] for k in ("label", "address") if k in place and
-                          (k == "label" or place[k] != place.get("label")))
-        coordinates = f"({place['latitude']}, {place['longitude']})"
-        after.append(f"Shared location: {named} {coordinates}" if named else f"Shared location: {coordinates}")
-        values["location"] = place
+    where = location(form)
+    if where is not None:
+        after.append(location_line(where))
+        values["location"] = where
     cards = sum(1 for a in found if (a.mime_type or "").split(";", 1)[0].strip().lower() in VCARD_TYPES)
     if cards:
-        after.append("Shared a contact card" if cards == 1 else f"Shared {cards} contact cards")
+        after.append(cards_line(cards))
         values["contact_cards"] = cards
-    if not values:
-        return body, values
-    return "\n".join([*before, body, *after] if body.strip() else [*before, *after]), values
+    return with_shared(body, before=before, after=after), values
 
 
 def _kind(mime: str | None) -> str:

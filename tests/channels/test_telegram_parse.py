@@ -63,7 +63,7 @@ EXPECTED = {  # file name -> ("message", text) or ("ignored", reason fragment)
     "message_with_document.json": ("message", "doc description"),
     "message_with_game.json": ("message", ""),
     "message_with_invoice.json": ("ignored", "no integer update_id"),
-    "message_with_location.json": ("message", ""),
+    "message_with_location.json": ("message", "Shared location: (55.693416, 37.624605)"),
     "message_with_photo.json": ("message", "photo description"),
     "message_with_sticker.json": ("message", ""),
     "message_with_successful_payment.json": ("ignored", "service message (successful_payment)"),
