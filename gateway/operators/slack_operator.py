@@ -349,7 +349,7 @@ class SlackOperatorChannel:
             return
         try:
             await self._adapters[(bot, "slack")].client.chat_postEphemeral(
-                channel=channel, user=member, text=not_an_operator(bot, member), **({"thread_ts": thread_ts} if thread_ts else {}))
+                channel=channel, user=member, text=not_an_operator(self._settings, bot, member), **({"thread_ts": thread_ts} if thread_ts else {}))
         except Exception as exc:  # the refusal stands whether or not Slack shows it
             log.warning("slack_operator.post_failed", bot=bot, channel=channel, error=str(exc))
 

@@ -67,6 +67,14 @@ async def test_only_a_member_mapped_to_an_operator_of_the_bot_claims_replies_and
         assert len(told) == 2 and "You are not an operator for this bot (acme)" in told[0] and member in told[0]
         assert {c.params["channel"] for c in slack.calls_to("chat.postEphemeral")} == {OPS_CHANNEL}
         assert not [c for c in slack.calls_to("chat.postEphemeral") if c.params.get("thread_ts")]  # beside the header
+    # Each is told what would let them act: a guest has no operator whose `slack_user_ids` an admin could
+    # extend (they were told of "your operator's" all the same), lee's operator has to serve this bot.
+    [guest, _] = _told(slack, "UGUEST")
+    assert "No operator in the gateway's config names your Slack member id UGUEST" in guest
+    assert "your operator" not in guest.lower()
+    [lee, _] = _told(slack, SLACK_MEMBERS["lee"])
+    assert "is operator lee's, which would need to serve this bot (add acme to its `bots`):" in lee
+    assert "a token" not in lee  # lee has one
     assert slack.count("chat.update") == 0  # the header was not touched
 
     assert (await _click(client, SLACK_MEMBERS["sam"], "escalation_claim", escalation_id, thread_ts)).status_code == 200
