@@ -11,9 +11,10 @@ import pytest
 import pytest_asyncio
 from nacl.signing import SigningKey
 
-from channels.discord import classify_gateway_message
+from channels.discord import DiscordAdapter, classify_gateway_message
 from channels.discord_parse import revision_of
-from tests.fakes.discord_api import APPLICATION_ID, BOT_USER_ID, INTERACTION_CHANNEL_ID, FakeDiscord
+from tests.english_replies import TEXT_ONLY_REPLY
+from tests.fakes.discord_api import APPLICATION_ID, BOT_USER_ID, INTERACTION_CHANNEL_ID, FakeDiscord, message_object
 from tests.gateway_channels.conftest import (
     QUESTION,
     count_messages,
@@ -247,6 +248,40 @@ async def test_discord_message_edited_or_deleted_before_its_answer(env):
     assert fake.channel_messages("1600000000000000032") == []
 
 
+ONLY_MEDIA = {  # channel -> a DM's content besides its empty text, and the attachment kind it is stored as
+    "1600000000000000041": ({"attachments": [{"id": "1800000000000000001", "filename": "receipt.png", "size": 2048,
+                                              "url": "https://cdn.discordapp.com/attachments/1/2/receipt.png",
+                                              "proxy_url": "https://media.discordapp.net/attachments/1/2/receipt.png",
+                                              "content_type": "image/png"}]}, "image"),
+    "1600000000000000042": ({"sticker_items": [{"id": "749054660769218631", "name": "Wumpus Wave",
+                                                "format_type": 3}]}, "sticker"),
+}
+
+
+async def test_discord_dm_of_only_an_attachment_or_sticker_gets_the_text_only_reply(env):
+    """As a photo or a sticker alone on Telegram, WhatsApp or Slack: through discord.py's own reading of the
+    MESSAGE_CREATE, the customer is told only text is read (not greeted, not left without an answer)."""
+    client, services, fake = env
+    # A connection of its own (an adapter starts once), reading into the app, which answers over REST.
+    reader = DiscordAdapter("acme", services.adapters[("acme", "discord")].settings)
+    await reader.start(services._deliver_for("acme"))
+    try:
+        await asyncio.wait_for(reader.client.wait_until_ready(), timeout=10)
+        for channel, (content, _) in ONLY_MEDIA.items():
+            await fake.dispatch("MESSAGE_CREATE", message_object(
+                message_id=str(int(channel) - 100000000000000), channel_id=channel, content="",
+                author={"id": "1300000000000000077", "username": "bob", "discriminator": "0", "avatar": None},
+                timestamp="2026-11-29T10:00:00+00:00", **content))
+        replies = [await wait_until(lambda c=c: fake.channel_messages(c), what="the reply") for c in ONLY_MEDIA]
+    finally:
+        await reader.stop()
+    assert [r["content"] for [r] in replies] == [TEXT_ONLY_REPLY] * 2
+    for channel, (_, kind) in ONLY_MEDIA.items():
+        [question, _] = await settled_chat(services, channel="discord", chat=channel)
+        assert question.text == "" and [a["kind"] for a in question.attachments] == [kind]
+
+
+# Last: stopping the app's adapter closes the HTTP session its replies are sent with.
 async def test_discord_gateway_connection_is_reported_by_readyz(env):
     client, services, fake = env
     adapter = services.adapters[("acme", "discord")]
