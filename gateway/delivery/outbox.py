@@ -6,11 +6,12 @@ worker then parks the conversation until that time, so later replies never overt
 split reply that went through before the failure are stored with it (`meta.delivered_parts`, their
 platform ids) and handed to the next attempt (`OutboundMessage.delivered_parts`), so it resumes after
 them even in a new process: the customer never gets part 1 twice, and its id is recorded with the
-reply's others, where its delivery receipt finds it. After `max_attempts`, or on a permanent error, the
+reply's others, where its delivery receipt finds it. A rate limit is no failed attempt: it is waited out,
+up to `max_wait_s` after the reply was stored. After `max_attempts`, that wait, or a permanent error, the
 reply is marked failed and surfaced: a warning log, `gateway_send_failures_total` (via
 `Metrics.message_out`), and the message's `error` with its reason.
 
-WhatsApp's 24-hour window is checked here, because only the gateway knows when the contact last wrote:
+WhatsApp's 24-hour window is checked here (`window.py`), because only the gateway knows when the contact last wrote:
 outside it, the configured Content template is sent instead (its conversation marked: the text follows the
 customer's next message), or the reply fails visibly. A reply WhatsApp refused later as outside the window
 (a 63016 receipt, `gateway/delivery/receipts.py`) comes back with `meta.window_closed`, treated the same.
@@ -43,26 +44,25 @@ from gateway.backoff import doubling
 from gateway.delivery.receipts import adopt_early_receipts
 from gateway.delivery.send_breaker import SendBreaker
 from gateway.delivery.streaming import remove_leftovers
+from gateway.delivery.window import OUTSIDE_WINDOW, OutsideWindow, send_within_window
 from gateway.errors import ChannelError, ChannelSendError, RecipientOptedOut, RecipientUnreachable
 from gateway.events import ESCALATIONS_TOPIC, EventBus, conversation_topic
-from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage, utcnow
+from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage, as_utc, utcnow
 from gateway.observability import otel
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Delivery, Escalation, Message
 
 log = structlog.get_logger("gateway.outbox")
 
-OUTSIDE_WINDOW = "outside the 24-hour window"
 RECORD_ATTEMPTS = 15  # about a minute of backoff: longer than a database restart or failover
 HEARTBEAT_S = 10.0
 """How often an in-flight send refreshes its row; well under the two lease periods (60 s by default)
 after which a `sending` row counts as a dead replica's."""
+MAX_WAIT_S = 3600.0
+"""A reply still rate limited this long after it was stored fails (`rate_limited_too_long`): a bot the platform
+keeps limiting must not queue its replies forever, and rate limits do not use up `max_attempts`."""
 RETRYING = ("retry", "deferred")
 """`deliver` results that leave the reply pending for a later attempt."""
-
-
-class OutsideWindow(RecipientUnreachable):
-    """WhatsApp: the contact last wrote more than 24 h ago and no template is configured."""
 
 
 def next_attempt_at(message: Message) -> datetime | None:
@@ -86,7 +86,7 @@ class Outbox:
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, adapters: Mapping[tuple[str, str], ChannelAdapter],
                  bus: EventBus, metrics=None, max_attempts: int = 10, backoff_s: float = 2.0,
-                 max_backoff_s: float = 300.0, max_platform_wait_s: float = 3600.0,
+                 max_backoff_s: float = 300.0, max_platform_wait_s: float = 3600.0, max_wait_s: float = MAX_WAIT_S,
                  heartbeat_s: float = HEARTBEAT_S, breaker: SendBreaker | None = None,
                  sources_headings: Mapping[str, str] | None = None) -> None:
         self._sessions = sessions
@@ -102,6 +102,7 @@ class Outbox:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.max_platform_wait_s = max_platform_wait_s  # the longest `retry_after` a platform may impose
+        self.max_wait_s = max_wait_s
         self.heartbeat_s = heartbeat_s
 
     async def deliver(self, message_id: int, *,
@@ -184,7 +185,7 @@ class Outbox:
                             recording = record_landed.set(
                                 lambda landed: self._record_landed(message.id, meta, _merged(delivered, landed), bound))
                             try:
-                                provider_ids, template = await self._send(
+                                provider_ids, template = await send_within_window(
                                     adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None,
                                     window_closed="window_closed" in meta,
                                     opted_out_at=contact.opted_out_at if contact else None)
@@ -206,15 +207,22 @@ class Outbox:
                     self._breaker.failed(message.bot, message.channel, error=str(exc)[:200])
                 else:  # a refusal or a rate limit: the platform is there and answering
                     self._breaker.reached(message.bot, message.channel)
+                # A rate limit is the platform saying "later", not a failed attempt: it counts against the
+                # time a reply may wait (`max_wait_s`), not `max_attempts`, so a 13-minute limit delays it.
+                rate_limits = int(meta.get("rate_limits", 0)) + (1 if exc.rate_limited else 0)
+                failures, waited = message.attempts - rate_limits, utcnow() - as_utc(message.created_at)
                 if exc.permanent:
                     status, reason, error = "failed", "permanent", f"send failed: {exc}"
-                elif message.attempts >= self.max_attempts:
+                elif exc.rate_limited and waited.total_seconds() >= self.max_wait_s:
+                    status, reason = "failed", "rate_limited_too_long"
+                    error = f"still rate limited {int(waited.total_seconds())}s after it was stored: {exc}"
+                elif not exc.rate_limited and failures >= self.max_attempts:
                     status, reason = "failed", "attempts_exhausted"
-                    error = f"send failed after {message.attempts} attempts: {exc}"
+                    error = f"send failed after {failures} attempts: {exc}"
                 else:
                     delay = self._backoff(message.attempts, exc.retry_after)
-                    status = "retry"
-                    error = f"attempt {message.attempts}/{self.max_attempts} failed, retrying in {delay:g}s: {exc}"
+                    status, meta["rate_limits"] = "retry", rate_limits
+                    error = f"attempt {failures}/{self.max_attempts} failed, retrying in {delay:g}s: {exc}"
                     meta["next_attempt_at"] = (utcnow() + timedelta(seconds=delay)).isoformat()
                     # Stored in the same UPDATE that schedules the retry. Not after a failed `via`: the
                     # streamer's ids are of streamed messages it blanks, not parts of a whole send.
@@ -339,25 +347,6 @@ class Outbox:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    async def _send(self, adapter: ChannelAdapter, outbound: OutboundMessage, *,
-                    last_inbound_at: datetime | None, window_closed: bool = False,
-                    opted_out_at: datetime | None = None) -> tuple[list[str], str | None]:
-        """Send through the adapter; on WhatsApp outside the window, the template or OutsideWindow; to a
-        contact who opted out (STOP), nothing: Twilio would refuse it (21610), a template too."""
-        if opted_out_at is not None:
-            raise RecipientUnreachable(f"the contact opted out (STOP) at {opted_out_at}; nothing is sent to them "
-                                       "until they send START")
-        if outbound.conversation.channel == "whatsapp" and hasattr(adapter, "send_template"):
-            from channels.whatsapp import within_window  # Twilio is imported only where WhatsApp is used
-
-            if window_closed or not within_window(last_inbound_at, utcnow()):
-                content_sid = getattr(getattr(adapter, "settings", None), "content_sid", None)
-                if not content_sid:
-                    raise OutsideWindow(f"{OUTSIDE_WINDOW} (the contact last wrote at {last_inbound_at}; "
-                                        "configure whatsapp.content_sid to reach them with a template)")
-                return list(await adapter.send_template(outbound.conversation, content_sid=content_sid)), content_sid
-        return list(await adapter.send(outbound)), None
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         """Exponential up to `max_backoff_s`, and never sooner than the platform's own wait (up to an hour).

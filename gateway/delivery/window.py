@@ -1,0 +1,39 @@
+"""WhatsApp's 24-hour window and a contact's opt-out, checked before a reply is sent (`Outbox.deliver`).
+
+Only the gateway knows when the contact last wrote: outside the window the configured Content template is
+sent instead, or the reply fails visibly (`OutsideWindow`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from channels.base import ChannelAdapter
+from gateway.errors import RecipientUnreachable
+from gateway.models import OutboundMessage, utcnow
+
+OUTSIDE_WINDOW = "outside the 24-hour window"
+
+
+class OutsideWindow(RecipientUnreachable):
+    """WhatsApp: the contact last wrote more than 24 h ago and no template is configured."""
+
+
+async def send_within_window(adapter: ChannelAdapter, outbound: OutboundMessage, *,
+                             last_inbound_at: datetime | None, window_closed: bool = False,
+                             opted_out_at: datetime | None = None) -> tuple[list[str], str | None]:
+    """Send through the adapter; on WhatsApp outside the window, the template or OutsideWindow; to a
+    contact who opted out (STOP), nothing: Twilio would refuse it (21610), a template too."""
+    if opted_out_at is not None:
+        raise RecipientUnreachable(f"the contact opted out (STOP) at {opted_out_at}; nothing is sent to them "
+                                   "until they send START")
+    if outbound.conversation.channel == "whatsapp" and hasattr(adapter, "send_template"):
+        from channels.whatsapp import within_window  # Twilio is imported only where WhatsApp is used
+
+        if window_closed or not within_window(last_inbound_at, utcnow()):
+            content_sid = getattr(getattr(adapter, "settings", None), "content_sid", None)
+            if not content_sid:
+                raise OutsideWindow(f"{OUTSIDE_WINDOW} (the contact last wrote at {last_inbound_at}; "
+                                    "configure whatsapp.content_sid to reach them with a template)")
+            return list(await adapter.send_template(outbound.conversation, content_sid=content_sid)), content_sid
+    return list(await adapter.send(outbound)), None
