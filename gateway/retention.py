@@ -22,6 +22,9 @@ from storage.models import Contact, Conversation, DataDeletion, Document, Escala
 log = structlog.get_logger("gateway.retention")
 
 PURGE_BATCH = 1000  # expired conversations deleted per transaction
+IDS_PER_STATEMENT = 1000
+"""The most ids one statement names: PostgreSQL takes 32,767 parameters, and 1,000 conversations of groups
+with a hundred writers each are 100,000 people."""
 
 
 @dataclass
@@ -52,17 +55,36 @@ def _sent_by_contact():
         Message.meta["sender"].as_string() == Contact.external_id)
 
 
+def _parts(ids: list[int]) -> list[list[int]]:
+    """`ids` in lists of at most `IDS_PER_STATEMENT`, each short enough for one statement's IN (...)."""
+    return [ids[start:start + IDS_PER_STATEMENT] for start in range(0, len(ids), IDS_PER_STATEMENT)]
+
+
+async def _people_of(session: AsyncSession, conversation_ids: list[int]) -> dict[int, set[int]]:
+    """Each conversation's people: its contact, and whoever wrote in it (in a group only the first writer
+    is the contact)."""
+    people: dict[int, set[int]] = {}
+    for part in _parts(conversation_ids):
+        contacts = select(Conversation.id, Conversation.contact_id).where(
+            Conversation.id.in_(part), Conversation.contact_id.is_not(None))
+        writers = (select(Message.conversation_id, Contact.id).select_from(Message).join(Contact, _sent_by_contact())
+                   .where(Message.conversation_id.in_(part)).distinct())
+        for query in (contacts, writers):
+            for conversation, contact in (await session.execute(query)).all():
+                people.setdefault(conversation, set()).add(contact)
+    return people
+
+
 async def _delete_conversations(session: AsyncSession, ids: list[int], report: DeletionReport) -> None:
     """Delete conversations and count what goes with them (messages and escalations cascade)."""
-    if not ids:
-        return
-    report.messages += await _count(session, Message, Message.conversation_id.in_(ids))
-    report.escalations += await _count(session, Escalation, Escalation.conversation_id.in_(ids))
-    # Explicit deletes rather than trusting every backend's ON DELETE CASCADE to be enabled.
-    await session.execute(delete(Escalation).where(Escalation.conversation_id.in_(ids)))
-    await session.execute(delete(Message).where(Message.conversation_id.in_(ids)))
-    result = await session.execute(delete(Conversation).where(Conversation.id.in_(ids)))
-    report.conversations += result.rowcount
+    for part in _parts(ids):  # a contact forgotten may have more conversations than a statement takes
+        report.messages += await _count(session, Message, Message.conversation_id.in_(part))
+        report.escalations += await _count(session, Escalation, Escalation.conversation_id.in_(part))
+        # Explicit deletes rather than trusting every backend's ON DELETE CASCADE to be enabled.
+        await session.execute(delete(Escalation).where(Escalation.conversation_id.in_(part)))
+        await session.execute(delete(Message).where(Message.conversation_id.in_(part)))
+        result = await session.execute(delete(Conversation).where(Conversation.id.in_(part)))
+        report.conversations += result.rowcount
 
 
 async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel: str, user: str,
@@ -139,36 +161,29 @@ async def _purge_batch(session: AsyncSession, bot: str, expired, cutoff: datetim
     # has one writer and needs none of it), and a conversation one of them is held in is kept
     # whole: the next purge finds it again, and its people with it. Skipping only the held person
     # had deleted the conversation that made them a candidate, so no later purge looked at them.
-    people = select(Contact.id).where(
-        Contact.id.in_(select(Conversation.contact_id).where(Conversation.id.in_(locked)))
-        | exists().where(_sent_by_contact(), Message.conversation_id.in_(locked)))
-    everyone = set((await session.execute(people)).scalars()) if locked else set()
-    free = set((await session.execute(select(Contact.id).where(Contact.id.in_(everyone))
-                                      .with_for_update(skip_locked=True))).scalars()) if everyone else set()
-    held = everyone - free
-    unheld = [Conversation.contact_id.is_(None) | Conversation.contact_id.not_in(held),
-              ~exists().where(Message.conversation_id == Conversation.id, _sent_by_contact(),
-                              Contact.id.in_(held))] if held else []
-    ids = list((await session.execute(expired.where(Conversation.id.in_(locked), *unheld)))
-               .scalars()) if locked else []
+    people = await _people_of(session, locked)
+    everyone = sorted(set().union(*people.values()))
+    free: set[int] = set()
+    for part in _parts(everyone):  # a batch of groups of many writers each is more people than a statement takes
+        free.update((await session.execute(select(Contact.id).where(Contact.id.in_(part))
+                                           .with_for_update(skip_locked=True))).scalars())
+    unheld = [c for c in locked if people.get(c, set()) <= free]
+    ids = list((await session.execute(expired.where(Conversation.id.in_(unheld)))).scalars()) if unheld else []
     before = report.conversations
     # Contacts are shared by the bots: only the people of the conversations purged here (each one's
     # contact, and whoever wrote in it: in a group only the first writer is the contact) are this
     # bot's to remove. "No conversation's contact" alone took another bot's group members too.
-    theirs = list((await session.execute(select(Contact.id).where(
-        Contact.id.in_(select(Conversation.contact_id).where(Conversation.id.in_(ids)))
-        | exists().where(_sent_by_contact(), Message.conversation_id.in_(ids))))).scalars()) if ids else []
+    theirs = sorted(set().union(*(people.get(c, set()) for c in ids)))
     await _delete_conversations(session, ids, report)
     # Left with no conversation and no message with any bot, they carry only personal data: removed
     # too. Not one who wrote within the period (to any bot).
-    orphans = select(Contact.id).where(Contact.id.in_(theirs),
-                                       ~exists().where(Conversation.contact_id == Contact.id),
+    orphans = select(Contact.id).where(~exists().where(Conversation.contact_id == Contact.id),
                                        ~exists().where(_sent_by_contact()),
                                        Contact.created_at < cutoff,
                                        Contact.last_inbound_at.is_(None) | (Contact.last_inbound_at < cutoff))
-    if theirs:
+    for part in _parts(theirs):
         report.contacts += (await session.execute(delete(Contact).where(Contact.id.in_(
-            orphans.with_for_update(skip_locked=True))))).rowcount
+            orphans.where(Contact.id.in_(part)).with_for_update(skip_locked=True))))).rowcount
     if ids:
         report.by_bot[bot] = report.by_bot.get(bot, 0) + report.conversations - before
         session.add(DataDeletion(kind="retention", bot=bot, counts={
@@ -195,8 +210,8 @@ async def purge_removed_sources(sessions: async_sessionmaker[AsyncSession], sett
             ids = [row.id for row in mine]
             # In parts: a crawled site of 40,000 pages was more ids than one statement takes (32,767 on
             # PostgreSQL), and its rows stayed, retried and failed on every run.
-            for start in range(0, len(ids), PURGE_BATCH):
-                await session.execute(delete(Document).where(Document.id.in_(ids[start:start + PURGE_BATCH])))
+            for part in _parts(ids):
+                await session.execute(delete(Document).where(Document.id.in_(part)))
             session.add(DataDeletion(kind="source", bot=bot, counts={
                 "documents": len(mine), "chunks": len(chunk_ids),
                 "sources": len({row.source for row in mine})}))

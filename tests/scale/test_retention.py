@@ -309,11 +309,11 @@ async def test_retention_removed_source_chunks_are_deleted(migrated_url, tmp_pat
 
 async def test_a_removed_source_of_many_documents_is_deleted_in_parts(migrated_url, tmp_path, monkeypatch) -> None:
     """One DELETE named every document of the source: past 32,767 (a large crawled site) PostgreSQL refused
-    it, and the rows stayed. `PURGE_BATCH` small here stands in for that size."""
+    it, and the rows stayed. `IDS_PER_STATEMENT` small here stands in for that size."""
     import gateway.retention as retention
     from tests.statement_log import StatementLog
 
-    monkeypatch.setattr(retention, "PURGE_BATCH", 2, raising=False)
+    monkeypatch.setattr(retention, "IDS_PER_STATEMENT", 2, raising=False)
     engine = create_engine(migrated_url)
     sessions = session_factory(engine)
     settings = Settings(database_url=migrated_url, bots=[{"name": "acme"}])
