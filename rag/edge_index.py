@@ -26,6 +26,7 @@ import qdrant_edge as qe
 from qdrant_client import models as qm
 
 from gateway.errors import ConfigError, IndexBusy, RetrievalError
+from rag import knowledge_index
 from rag.knowledge_index import (
     DENSE,
     RRF_K,
@@ -100,10 +101,12 @@ class EdgeIndex:
             await self._run(self._update, bot, operation)
 
     async def delete_points(self, bot: str, ids: list[str]) -> None:
-        """Remove points by chunk id; unknown ids are ignored."""
+        """Remove points by chunk id, `IDS_PER_DELETE` a call; unknown ids are ignored."""
         if ids and await self._exists(bot):
             self._term_stats.invalidate(bot)
-            await self._run(self._update, bot, qe.UpdateOperation.delete_points(list(ids)))
+            for start in range(0, len(ids), knowledge_index.IDS_PER_DELETE):
+                part = list(ids[start : start + knowledge_index.IDS_PER_DELETE])
+                await self._run(self._update, bot, qe.UpdateOperation.delete_points(part))
 
     async def count(self, bot: str) -> int:
         """Number of chunks in the bot's shard (0 when it does not exist)."""

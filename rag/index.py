@@ -28,7 +28,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from gateway.errors import ConfigError, IndexBusy, RetrievalError
 from gateway.settings import QdrantSettings
-from rag import local_sparse
+from rag import knowledge_index, local_sparse
 from rag.knowledge_index import (
     DENSE,
     RRF_K,
@@ -234,12 +234,13 @@ class QdrantIndex:
             await self._call(self.client.upsert(name, points=structs, wait=True))
 
     async def delete_points(self, bot: str, ids: list[str]) -> None:
-        """Remove points by chunk id; unknown ids are ignored."""
+        """Remove points by chunk id, `IDS_PER_DELETE` a call; unknown ids are ignored."""
         if ids and await self._exists(bot):
             self._term_stats.invalidate(bot)
-            await self._call(
-                self.client.delete(collection_name(bot), points_selector=qm.PointIdsList(points=list(ids)), wait=True)
-            )
+            for start in range(0, len(ids), knowledge_index.IDS_PER_DELETE):
+                part = list(ids[start : start + knowledge_index.IDS_PER_DELETE])
+                await self._call(
+                    self.client.delete(collection_name(bot), points_selector=qm.PointIdsList(points=part), wait=True))
 
     async def count(self, bot: str) -> int:
         """Number of chunks in the bot's collection (0 when it does not exist)."""

@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 DENSE = "dense"
 SPARSE = "bm25"
 SENTENCES = "sentences"
+IDS_PER_DELETE = 1024
+"""Points removed per delete call: a removed source of a large crawled site is 100,000 chunk ids, one request
+of megabytes (a Qdrant server refuses a body past its limit, and the purge failed every run)."""
 RRF_K: int = RetrievalSettings.model_fields["rrf_k"].default
 """RRF's constant when a bot sets none (`retrieval.rrf_k`): Qdrant's own, 2, which ranked best of 1-60 on
 the four tuning sets with the priors on (bench/README.md)."""
