@@ -11,7 +11,8 @@ the outbox with its `retry_after`, so one rate-limited channel does not hold a w
 carries a deterministic nonce with `enforce_nonce`, so a send retried after a lost response is
 deduplicated by Discord instead of posted twice; Discord only checks nonces for a few minutes, so the
 adapter also remembers which chunks of a reply went through, and a retry resumes after them (after a
-restart, from the ids the outbox kept: `delivered_parts`). `/ask` follow-ups (webhook messages) take
+restart, from the ids the outbox kept: `delivered_parts`) and after those the channel shows it posted
+(`channels.discord_reconcile`). `/ask` follow-ups (webhook messages) take
 no nonce: one whose answer was lost (a timeout after the request went out, or a 5xx) is reported as
 "outcome unknown" and not resent (`channels.discord_followups`). A streamed `/ask` answer is edited,
 and continued, through its interaction too.
@@ -54,6 +55,7 @@ from channels.discord_client import GatewayClient
 from channels.discord_errors import translate
 from channels.discord_followups import FollowupPoster, InteractionExpired, Interactions, PendingInteraction
 from channels.discord_parse import classify_gateway_message, parse_interaction, payload_of, without_token
+from channels.discord_reconcile import adopt_landed
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
 from channels.sent_parts import Landed, SentParts
 from gateway.backoff import doubling
@@ -196,6 +198,8 @@ class DiscordAdapter:
             else:
                 self._interactions.moved_on(message.conversation)  # a later answer's parts stay in the channel
             channel = self._channel(message.conversation)
+            if message.attempt > 1:  # an earlier attempt's lost answer may hide a post (channels.discord_reconcile)
+                await adopt_landed(self.client, channel, message, chunks, ids)
             for index, chunk in enumerate(chunks):
                 if index < len(ids):
                     continue  # delivered by an earlier attempt of this same reply

@@ -1,7 +1,7 @@
 """A fake Discord: the REST API under /api/v10 and a gateway websocket at /gateway, on 127.0.0.1.
 
 It speaks enough of the protocol for discord.py: login (users/@me, applications/@me), messages
-(create honouring `nonce` + `enforce_nonce`, edit), typing, interaction follow-ups (and their edits), and a gateway
+(create honouring `nonce` + `enforce_nonce`, edit, a channel's history after an id), typing, interaction follow-ups (and their edits), and a gateway
 that sends HELLO, answers IDENTIFY with READY, acks heartbeats and can dispatch events. Every REST
 request is recorded; `fail_next` scripts 429s (with Discord's headers) or any other error, and
 `drop_next` accepts a request and then closes the connection unanswered (a timeout after Discord acted).
@@ -196,6 +196,12 @@ class FakeDiscord:
             if parts[1] in self.no_history and (payload or {}).get("message_reference"):
                 return _json({"message": "Missing Permissions", "code": 50013}, status=403)
             return _too_long(payload) or _json(self._create(parts[1], payload or {}))
+        if parts[0] == "channels" and len(parts) == 3 and parts[2] == "messages" and request.method == "GET":
+            if parts[1] in self.no_history:
+                return _json({"message": "Missing Access", "code": 50001}, status=403)
+            after, limit = int(request.query.get("after", 0)), int(request.query.get("limit", 50))
+            found = [m for m in self.channel_messages(parts[1]) if int(m["id"]) > after]
+            return _json(sorted(found, key=lambda m: int(m["id"]), reverse=True)[:limit])  # newest first, as Discord
         if parts[0] == "channels" and len(parts) == 4 and request.method == "PATCH":
             message = self.messages.get(parts[3])
             return _edited(message if message and message["channel_id"] == parts[1] else None, payload)

@@ -1,0 +1,52 @@
+"""A Discord send retried after Discord stopped checking its nonce finds what the lost attempt posted."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from channels.discord import DiscordAdapter
+from gateway.errors import ChannelSendError
+from gateway.models import ConversationRef, OutboundMessage
+from tests.channels.discord_helpers import CHANNEL, GUILD, fake_fixture, settings_for  # noqa: F401 - `fake`
+from tests.fakes.discord_api import FakeDiscord
+
+QUESTION = "900000000000000010"
+
+
+@pytest.fixture
+async def adapter(fake: FakeDiscord):
+    instance = DiscordAdapter("support", settings_for(fake))
+    yield instance
+    await instance.stop()
+
+
+def _reply(text: str, *, attempt: int = 1, reply_to: str = QUESTION) -> OutboundMessage:
+    return OutboundMessage(conversation=ConversationRef(channel="discord", workspace=GUILD, chat=CHANNEL), text=text,
+                           reply_to=reply_to, idempotency_key="m7", attempt=attempt)
+
+
+async def test_a_post_whose_answer_was_lost_is_not_posted_again_after_the_nonce_window(fake, adapter):
+    # Discord posts the answer, the connection drops before its answer arrives, and the outbox's retry
+    # comes after Discord stopped checking the nonce (more failures, a paused channel, a restart): the
+    # customer got the answer twice.
+    fake.nonce_ttl = 0
+    fake.drop_next("POST", f"/channels/{CHANNEL}/messages")
+    first = _reply("Our plans start at 9 dollars a month.")
+    with pytest.raises(ChannelSendError):
+        await adapter.send(first)
+    (posted,) = fake.channel_messages(CHANNEL)
+    ids = await adapter.send(dataclasses.replace(first, attempt=2))
+    assert ids == [posted["id"]] and len(fake.channel_messages(CHANNEL)) == 1
+
+
+async def test_the_same_text_answering_another_question_is_not_taken_for_the_lost_post(fake, adapter):
+    # The bot gave the same answer to someone else's question in the channel since: it is not this reply's.
+    fake.nonce_ttl = 0
+    await adapter.send(_reply("Yes.", reply_to="900000000000000011"))
+    fake.fail_next("POST", f"/channels/{CHANNEL}/messages", status=503, body={"message": "busy", "code": 0})
+    with pytest.raises(ChannelSendError):
+        await adapter.send(_reply("Yes."))
+    ids = await adapter.send(_reply("Yes.", attempt=2))
+    assert len(fake.channel_messages(CHANNEL)) == 2 and ids == [fake.channel_messages(CHANNEL)[-1]["id"]]
