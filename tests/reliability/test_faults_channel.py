@@ -134,36 +134,34 @@ async def test_an_operator_message_held_by_a_flood_wait_is_not_taken_for_a_dead_
     assert [m.text for m in sent_to(fake, chat)].count("Ann here, one moment.") == 1
 
 
+async def _rate_limited_reply(env, chat: int, *, times: int, **outbox) -> Message:
+    """The reply to a question in `chat` after `times` 429s longer than the adapter waits in place,
+    with these outbox settings meanwhile."""
+    client, services, fake = env
+    saved = {name: getattr(services.outbox, name) for name in outbox}
+    for name, value in outbox.items():
+        setattr(services.outbox, name, value)
+    try:
+        fake.fail_next("sendMessage", status=429, retry_after=120, times=times)
+        await _ask(client, chat)
+        return await _reply_row(services, chat)
+    finally:
+        for name, value in saved.items():
+            setattr(services.outbox, name, value)
+
+
 async def test_a_long_rate_limit_delays_the_reply_without_using_up_its_attempts(env):
     # Telegram (like Discord and Slack) answers 429 with a retry_after past the adapter's in-place wait,
     # again and again for longer than `max_attempts` retries: nothing is wrong with the reply, the platform
     # says "later". Each 429 counted as a failed attempt, so the reply failed after the tenth.
-    client, services, fake = env
-    chat = 9700
-    saved = services.outbox.max_attempts
-    services.outbox.max_attempts = 3
-    try:
-        fake.fail_next("sendMessage", status=429, retry_after=120, times=5)
-        await _ask(client, chat)
-        reply = await _reply_row(services, chat)
-    finally:
-        services.outbox.max_attempts = saved
+    reply = await _rate_limited_reply(env, 9700, times=5, max_attempts=3)
     assert reply.status == "sent" and reply.attempts == 6, reply.error
-    assert len(sent_to(fake, chat)) == 1
+    assert len(sent_to(env[2], 9700)) == 1
 
 
 async def test_a_reply_still_rate_limited_past_its_longest_wait_fails(env):
     # A bot the platform keeps limiting must not queue its replies forever: past `max_wait_s` after the
     # reply was stored, the next 429 fails it, visibly.
-    client, services, fake = env
-    chat = 9800
-    saved = services.outbox.max_wait_s
-    services.outbox.max_wait_s = 0.0
-    try:
-        fake.fail_next("sendMessage", status=429, retry_after=120)
-        await _ask(client, chat)
-        reply = await _reply_row(services, chat)
-    finally:
-        services.outbox.max_wait_s = saved
+    reply = await _rate_limited_reply(env, 9800, times=1, max_wait_s=0.0)
     assert reply.status == "failed" and reply.attempts == 1 and "still rate limited" in reply.error
-    assert sent_to(fake, chat) == []
+    assert sent_to(env[2], 9800) == []
