@@ -222,7 +222,8 @@ class Outbox:
                 else:
                     delay = self._backoff(message.attempts, exc.retry_after)
                     status, meta["rate_limits"] = "retry", rate_limits
-                    error = f"attempt {failures}/{self.max_attempts} failed, retrying in {delay:g}s: {exc}"
+                    done = "rate limited" if exc.rate_limited else f"attempt {failures}/{self.max_attempts} failed"
+                    error = f"{done}, retrying in {delay:g}s: {exc}"
                     meta["next_attempt_at"] = (utcnow() + timedelta(seconds=delay)).isoformat()
                     # Stored in the same UPDATE that schedules the retry. Not after a failed `via`: the
                     # streamer's ids are of streamed messages it blanks, not parts of a whole send.
