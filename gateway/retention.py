@@ -153,6 +153,11 @@ async def _purge_batch(session: AsyncSession, bot: str, expired, cutoff: datetim
     # so the delete took the new message with it, after its webhook had been acknowledged. The
     # lock waits for that store (on SQLite, for the write lock) and keeps new ones and a worker's
     # lease out; the second read sees what they committed.
+    # Their escalations before them, the order a chat's move and every operator transition take them in:
+    # the conversation first, the purge waited for an escalation one of those held while it waited for the
+    # conversation, and PostgreSQL aborted one of the two.
+    await session.execute(select(Escalation.id).where(Escalation.conversation_id.in_(expired))
+                          .order_by(Escalation.id).with_for_update())
     locked = list((await session.execute(expired.with_for_update())).scalars())
     # A contact row another transaction holds is a store under way: it updates the contact before
     # it inserts into the conversation, so it would wait for this one while this one waited for it

@@ -16,6 +16,7 @@ from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message
 from tests.conftest import upgrade, write_config
+from tests.worker_rig import until_waiting_for_a_lock
 
 
 async def _store(sessions, *, bot: str, channel: str, user: str, chat: str, n: int = 2) -> int:
@@ -328,3 +329,27 @@ async def test_a_removed_source_of_many_documents_is_deleted_in_parts(migrated_u
     finally:
         await engine.dispose()
 
+
+
+async def test_retention_waits_for_a_chat_move_instead_of_deadlocking(postgres_url) -> None:
+    # A chat's move (storage/chat_moves.py) and every operator transition lock the escalation, then its
+    # conversation. The purge locked the conversation, then waited for the escalation to delete it: each
+    # held a row the other waited for, and PostgreSQL aborted one (the night's purge, or the move).
+    await asyncio.to_thread(upgrade, postgres_url)
+    engine = create_engine(postgres_url)
+    sessions = session_factory(engine)
+    settings = Settings(database_url=postgres_url, bots=[{"name": "acme", "retention_days": 30}])
+    try:
+        gone = await _expired_web_conversation(sessions, "s-old")
+        moving = sessions()
+        await moving.begin()
+        await moving.execute(select(Escalation.id).where(Escalation.conversation_id == gone).with_for_update())
+        purge = asyncio.create_task(purge_expired(sessions, settings))
+        await until_waiting_for_a_lock(engine)
+        await moving.execute(select(Conversation.id).where(Conversation.id == gone).with_for_update())
+        await moving.commit()
+        await moving.close()
+        report = await asyncio.wait_for(purge, 30)
+        assert report.conversations == 1 and report.escalations == 1
+    finally:
+        await engine.dispose()
