@@ -16,6 +16,8 @@ ANOTHER = "it contradicts the tools: a tool's status said to be another"
     (PAID, "Your payment failed [1]."),
     (PAID, "Your invoice INV-2026-0042 failed [1]."),
     (PAID, "Sorry, your payment already failed [1]."),
+    (PAID, "Your payment failed and needs a new card [1]."),
+    (PAID, "Your payment failed, we will charge the card tomorrow [1]."),
     (PENDING, "Your order A-7 shipped [1]."),
     (PENDING, "Your order is on its way [1]."),
     (PENDING, "Good news: your package is on its way!"),
@@ -40,6 +42,10 @@ def test_a_state_said_without_is_or_has_or_on_its_way_is_a_contradiction(result,
     ({"order": "A-7", "status": "shipped"}, "Your order A-7 shipped and is on its way [1]."),
     ({"order": "A-7", "status": "delivered"}, "Your order A-7 shipped and was delivered [1]."),
     ({"order": "A-7", "status": "delivered"}, "Your order A-7 is on its way [1]."),  # a stage behind, never held
+    # The state's word describes the thing, and the sentence's verb comes after it.
+    ({"order": "A-7", "status": "delivered"}, "The items returned within 30 days are refunded in full [1]."),
+    (PAID, "The payment refunded to your card was a duplicate charge [1]."),
+    (PENDING, "Your order cancelled by mistake can be restored [1]."),
 ])
 def test_a_state_said_plainly_of_another_thing_or_time_is_kept(result, text: str) -> None:
     assert _gate(text, grounding=[result]).text == text
