@@ -24,13 +24,22 @@ _ENGLISH = frozenset({"the", "is", "are", "your", "you", "for", "to", "of", "and
 # Frequent words of the other languages an answer is likely in, that English does not write.
 _OTHER = frozenset((
     "el un una unos unas está están estar hemos fue sido ser su sus tu tus usted pedido pedidos para por pero "
-    "muy ya todavía aún también que qué cuando der die das dem des ein eine einen einem einer und oder ist "
+    "sí muy ya todavía aún también que qué cuando der die das dem des ein eine einen einem einer und oder ist "
     "sind wurde wurden wird werden haben ihr ihre ihren ihrem dein deine sie wir für nicht noch schon bereits "
     "auch bis zum zur vom beim auf nach bei über les une sont été votre vos avec pour pas déjà aussi nous "
     "vous elle uma são foi seu sua você já não gli è sono stato suo vostro già anche"
 ).split())
 # A letter no English word has: an accent, an umlaut, another script (not an emoji or a currency sign).
 _NOT_ENGLISH_LETTER = re.compile(r"[^\W\d_a-zA-Z]")
+# A capitalised word: a name, which an English sentence writes as it is ("Hi José", "to Zürich"). With its
+# accent read as another language, "Hi José, order A-1042: free upgrade included!" passed on its identifier.
+_NAME_OR_WORD = re.compile(r"\w+")
+
+
+def _without_names(sentence: str) -> str:
+    """`sentence` without its capitalised words in Latin letters (a Russian sentence's "Ваш" stays)."""
+    return _NAME_OR_WORD.sub(lambda word: "" if word.group()[0].isupper() and max(word.group()) <= "\u024f"
+                             else word.group(), sentence)
 
 
 def is_english(tag: str | None) -> bool:
@@ -45,4 +54,4 @@ def in_english(sentence: str, reply_lang: str | None = None) -> bool:
     words = [w.lower() for w in _WORD.findall(sentence.replace("\u2019", "'"))]
     if not is_english(reply_lang):
         return not _ENGLISH.isdisjoint(words)
-    return _OTHER.isdisjoint(words) and not _NOT_ENGLISH_LETTER.search(sentence)
+    return _OTHER.isdisjoint(words) and not _NOT_ENGLISH_LETTER.search(_without_names(sentence))

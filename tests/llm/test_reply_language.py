@@ -13,6 +13,8 @@ from tests.llm.test_tool_contradictions import FALLBACK, ORDER, _gate
     "Order A-1042: free upgrade included!",
     "Order A-1042: lifetime warranty activated.",
     "A-1042 qualifies: free returns forever!",
+    "Hi José, order A-1042: free upgrade included!",  # a customer's name is no other language
+    "Zoë, order A-1042: lifetime warranty activated.",
 ])
 def test_a_short_english_claim_is_not_grounded_by_its_identifier_alone(text: str) -> None:
     """No "the", "is" or "for" in it, so it was read as another language, and its order number passed it."""
