@@ -272,7 +272,8 @@ async def test_telegram_send_failing_every_attempt_is_marked_failed_and_counted(
     client, services, fake = env
     conversation_id = await _conversation_in(client, services, fake, 9009, 1009)
     failures_before = await send_failures(client, "telegram")
-    fake.fail_next("sendMessage", status=429, retry_after=60, times=2)
+    # A platform failing (a rate limit is no failed attempt: it only delays the reply, test_faults_channel).
+    fake.fail_next("sendMessage", status=502, html=True, times=40)  # more than the adapter retries in place
     services.outbox.max_backoff_s, services.outbox.max_platform_wait_s, services.outbox.max_attempts = 0.2, 0.2, 2
     try:
         reply_id = await store_reply(services, conversation_id=conversation_id, text="Your refund is on its way.")
@@ -281,6 +282,7 @@ async def test_telegram_send_failing_every_attempt_is_marked_failed_and_counted(
         await wait_until(lambda: _status_is(services, reply_id, "failed"), what="the reply to fail")
     finally:
         services.outbox.max_backoff_s, services.outbox.max_platform_wait_s, services.outbox.max_attempts = 300.0, 3600.0, 5
+        fake._scripts["sendmessage"].clear()
     failed = await get_message(services, reply_id)
     assert failed.error.startswith("send failed after 2 attempts") and failed.attempts == 2
     assert sent_to(fake, 1009) == []
