@@ -187,12 +187,13 @@ class Escalations(ClaimTransitions):
             raise BadRequest(f"message_id must be {CLIENT_ID_RULE}")
         escalation = await self.get(escalation_id, bots=bots)
         key = reply_key(escalation_id, operator, message_id) if message_id is not None else None
-        if key is not None and (stored := await self._stored_reply(escalation, key)) is not None:
+        if key is not None and (stored := await self._stored_reply(escalation.conversation_id, key)) is not None:
             return _repeated(stored, text=text, message_id=message_id)
         if escalation.state == "open":
             escalation = await self.claim(escalation_id, operator=operator, bots=bots, reason="replied")
         if escalation.state != "claimed" or escalation.operator != operator:
             raise Conflict(conflict_message(escalation))
+        conversation_id = escalation.conversation_id
         try:
             async with self._sessions() as session, session.begin():
                 # Checked again under a row lock: a take-over between the check above and this insert must
@@ -201,29 +202,30 @@ class Escalations(ClaimTransitions):
                 if current is None or current.state != "claimed" or current.operator != operator:
                     raise Conflict(conflict_message(current))
                 # Its conversation as of the lock: a chat's move may have merged the one read above away.
-                escalation = current
-                conversation = await session.get(Conversation, current.conversation_id)
+                # (A plain id: the row itself is expired when the insert below fails and rolls back.)
+                conversation_id = current.conversation_id
+                conversation = await session.get(Conversation, conversation_id)
                 message = await repo.add_outbound(session, conversation=conversation, text=text, author="operator",
                                                   external_id=key)
                 message.meta = {"operator": operator, "escalation_id": escalation_id}
         except IntegrityError:
             # A concurrent request with the same key stored it first: answer with that reply, send nothing.
-            stored = await self._stored_reply(escalation, key) if key is not None else None
+            stored = await self._stored_reply(conversation_id, key) if key is not None else None
             if stored is None:
                 raise
             return _repeated(stored, text=text, message_id=message_id)
-        log.info("escalation.reply", escalation_id=escalation_id, conversation_id=escalation.conversation_id,
+        log.info("escalation.reply", escalation_id=escalation_id, conversation_id=conversation_id,
                  operator=operator, bot=escalation.bot, message_id=message.id)
         await self._deliver(message.id)
         await self.emit({"type": "reply", "escalation_id": escalation_id, "bot": escalation.bot,
-                          "conversation_id": escalation.conversation_id, "operator": operator, "text": text,
+                          "conversation_id": conversation_id, "operator": operator, "text": text,
                          "source": source})
         return SentReply(message=message, created=True)
 
-    async def _stored_reply(self, escalation: Escalation, key: str) -> Message | None:
+    async def _stored_reply(self, conversation_id: int, key: str) -> Message | None:
         """The reply stored under an idempotency key in the escalation's conversation, as it is now."""
         async with self._sessions() as session:
-            conversation = await session.get(Conversation, escalation.conversation_id)
+            conversation = await session.get(Conversation, conversation_id)
             return await repo.outbound_by_external_id(session, conversation=conversation, external_id=key)
 
     async def resolve(self, escalation_id: int, *, operator: str, bots: Iterable[str] | None,
