@@ -7,7 +7,7 @@ split reply that went through before the failure are stored with it (`meta.deliv
 platform ids) and handed to the next attempt (`OutboundMessage.delivered_parts`), so it resumes after
 them even in a new process: the customer never gets part 1 twice, and its id is recorded with the
 reply's others, where its delivery receipt finds it. A rate limit is no failed attempt: it is waited out,
-up to `max_wait_s` after the reply was stored. After `max_attempts`, that wait, or a permanent error, the
+up to `max_wait_s` after its first rate limit. After `max_attempts`, that wait, or a permanent error, the
 reply is marked failed and surfaced: a warning log, `gateway_send_failures_total` (via
 `Metrics.message_out`), and the message's `error` with its reason.
 
@@ -59,7 +59,7 @@ HEARTBEAT_S = 10.0
 """How often an in-flight send refreshes its row; well under the two lease periods (60 s by default)
 after which a `sending` row counts as a dead replica's."""
 MAX_WAIT_S = 3600.0
-"""A reply still rate limited this long after it was stored fails (`rate_limited_too_long`): a bot the platform
+"""A reply still rate limited this long after its first rate limit fails (`rate_limited_too_long`): a bot the platform
 keeps limiting must not queue its replies forever, and rate limits do not use up `max_attempts`."""
 RETRYING = ("retry", "deferred")
 """`deliver` results that leave the reply pending for a later attempt."""
@@ -209,13 +209,18 @@ class Outbox:
                     self._breaker.reached(message.bot, message.channel)
                 # A rate limit is the platform saying "later", not a failed attempt: it counts against the
                 # time a reply may wait (`max_wait_s`), not `max_attempts`, so a 13-minute limit delays it.
+                # Measured from its first rate limit, not from when it was stored: a reply held meanwhile
+                # (a parked conversation, a paused channel, an operator's) was not waiting on the platform.
                 rate_limits = int(meta.get("rate_limits", 0)) + (1 if exc.rate_limited else 0)
-                failures, waited = message.attempts - rate_limits, utcnow() - as_utc(message.created_at)
+                if exc.rate_limited:
+                    meta.setdefault("rate_limited_since", utcnow().isoformat())
+                failures = message.attempts - rate_limits
+                waited = utcnow() - as_utc(datetime.fromisoformat(meta.get("rate_limited_since", utcnow().isoformat())))
                 if exc.permanent:
                     status, reason, error = "failed", "permanent", f"send failed: {exc}"
                 elif exc.rate_limited and waited.total_seconds() >= self.max_wait_s:
                     status, reason = "failed", "rate_limited_too_long"
-                    error = f"still rate limited {int(waited.total_seconds())}s after it was stored: {exc}"
+                    error = f"still rate limited {int(waited.total_seconds())}s after its first rate limit: {exc}"
                 elif not exc.rate_limited and failures >= self.max_attempts:
                     status, reason = "failed", "attempts_exhausted"
                     error = f"send failed after {failures} attempts: {exc}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from sqlalchemy import update
+
 from channels.telegram import TelegramAdapter
 from gateway.delivery.outbox import Outbox, next_attempt_at
 from gateway.delivery.send_breaker import FAILURES_TO_PAUSE, FIRST_PAUSE_S, MAX_PAUSE_S, PROBE_WAIT_S, SendBreaker
@@ -112,3 +114,27 @@ def test_after_a_pause_one_send_probes_while_the_others_wait() -> None:
     assert breaker.paused_until("acme", "slack") is None  # the next probe
     breaker.reached("acme", "slack")
     assert [breaker.paused_until("acme", "slack") for _ in range(3)] == [None, None, None]
+
+
+async def test_a_reply_held_past_the_longest_wait_is_not_failed_by_its_first_rate_limit(migrated_url) -> None:
+    # A reply that waited behind a paused channel or a parked conversation for over an hour met its first 429
+    # and failed at once as 'still rate limited', since the wait was counted from when it was stored.
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        async with FakeTelegramAPI(TOKEN) as telegram:
+            adapter = TelegramAdapter("acme", TelegramChannel(token=TOKEN, webhook_secret="s3cret",
+                                                              api_base=telegram.base_url))
+            outbox = Outbox(sessions, adapters={("acme", "telegram"): adapter}, bus=EventBus(), max_wait_s=3600.0)
+            reply_id = await _reply(sessions, "acme", "900", 0)
+            async with sessions() as session, session.begin():
+                await session.execute(update(Message).where(Message.id == reply_id)
+                                      .values(created_at=utcnow() - timedelta(hours=2)))
+            telegram.fail_next("sendMessage", status=429, retry_after=120)
+            assert await outbox.deliver(reply_id) == "retry"
+            async with sessions() as session:
+                reply = await session.get(Message, reply_id)
+            assert reply.status == "pending" and "rate limited" in reply.error
+            await adapter.stop()
+    finally:
+        await engine.dispose()
