@@ -47,6 +47,7 @@ async def adopt_landed(client: discord.Client, channel: discord.abc.Messageable,
             break
         replies_to_question = index > 0 or not message.reply_to or (
             found.reference is not None and str(found.reference.message_id) == message.reply_to)
-        if found.author.id == me and found.content == chunks[index] and replies_to_question:
+        # Discord trims a message's content: a chunk starting with an indented line is stored without it.
+        if found.author.id == me and found.content == chunks[index].strip() and replies_to_question:
             await ids.add(str(found.id), more=index + 1 < len(chunks))
             log.info("discord.reconciled", extra={"message_id": found.id, "chunk": index})

@@ -50,3 +50,17 @@ async def test_the_same_text_answering_another_question_is_not_taken_for_the_los
         await adapter.send(_reply("Yes."))
     ids = await adapter.send(_reply("Yes.", attempt=2))
     assert len(fake.channel_messages(CHANNEL)) == 2 and ids == [fake.channel_messages(CHANNEL)[-1]["id"]]
+
+
+async def test_a_lost_chunk_starting_with_an_indented_line_is_found_though_discord_trimmed_it(fake, adapter):
+    # Discord trims a message's content, so a later chunk starting with an indented paragraph never matched
+    # its own post in the channel and was posted a second time.
+    fake.nonce_ttl = 0
+    fake.drop_next("POST", f"/channels/{CHANNEL}/messages", after=1)
+    first = _reply("Our plans are listed below in detail. " * 52 + "\n\n  The rest follows here.")
+    with pytest.raises(ChannelSendError):
+        await adapter.send(first)
+    posted = fake.channel_messages(CHANNEL)
+    assert len(posted) == 2 and posted[1]["content"] == "The rest follows here."
+    ids = await adapter.send(dataclasses.replace(first, attempt=2))
+    assert ids == [m["id"] for m in posted] and len(fake.channel_messages(CHANNEL)) == 2

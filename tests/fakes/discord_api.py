@@ -224,7 +224,9 @@ class FakeDiscord:
         if seen is not None and time.monotonic() - seen[1] < self.nonce_ttl:
             return self.messages[seen[0]]  # Discord returns the original
         message_id = str(next(_snowflakes))
-        message = message_object(message_id=message_id, channel_id=channel_id, content=payload.get("content", ""),
+        # Discord trims a message's content: a chunk starting with an indented line is stored without it.
+        content = payload.get("content", "").strip()
+        message = message_object(message_id=message_id, channel_id=channel_id, content=content,
                                  author=_user(BOT_USER_ID, "gatewaybot", bot=True), timestamp=_now(),
                                  type=19 if payload.get("message_reference") else 0, flags=payload.get("flags", 0))
         # Discord omits absent optional fields rather than sending null.
