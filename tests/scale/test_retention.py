@@ -330,7 +330,6 @@ async def test_a_removed_source_of_many_documents_is_deleted_in_parts(migrated_u
         await engine.dispose()
 
 
-
 async def test_retention_waits_for_a_chat_move_instead_of_deadlocking(postgres_url) -> None:
     # A chat's move (storage/chat_moves.py) and every operator transition lock the escalation, then its
     # conversation. The purge locked the conversation, then waited for the escalation to delete it: each
