@@ -214,6 +214,8 @@ class Outbox:
                 rate_limits = int(meta.get("rate_limits", 0)) + (1 if exc.rate_limited else 0)
                 if exc.rate_limited:
                     meta.setdefault("rate_limited_since", utcnow().isoformat())
+                else:  # the streak of rate limits is over: a later one waits anew
+                    meta.pop("rate_limited_since", None)
                 failures = message.attempts - rate_limits
                 waited = utcnow() - as_utc(datetime.fromisoformat(meta.get("rate_limited_since", utcnow().isoformat())))
                 if exc.permanent:

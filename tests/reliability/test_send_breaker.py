@@ -138,3 +138,38 @@ async def test_a_reply_held_past_the_longest_wait_is_not_failed_by_its_first_rat
             await adapter.stop()
     finally:
         await engine.dispose()
+
+
+async def test_a_rate_limit_after_other_failures_is_a_new_wait_not_the_old_one(migrated_url) -> None:
+    # The longest wait is for one streak of rate limits: a reply limited two hours ago, then failing otherwise
+    # (an outage), then limited again, was failed at its new 429 as 'still rate limited 7200s'.
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        async with FakeTelegramAPI(TOKEN) as telegram:
+            adapter = TelegramAdapter("acme", TelegramChannel(token=TOKEN, webhook_secret="s3cret",
+                                                              api_base=telegram.base_url))
+            outbox = Outbox(sessions, adapters={("acme", "telegram"): adapter}, bus=EventBus(), max_wait_s=3600.0)
+            reply_id = await _reply(sessions, "acme", "901", 0)
+            telegram.fail_next("sendMessage", status=429, retry_after=120)
+            assert await outbox.deliver(reply_id) == "retry"
+            await _due_now(sessions, reply_id, rate_limited_since=(utcnow() - timedelta(hours=2)).isoformat())
+            telegram.fail_next("sendMessage", status=502, html=True, times=40)  # an outage, past in-place retries
+            assert await outbox.deliver(reply_id) == "retry"
+            telegram._scripts["sendmessage"].clear()
+            await _due_now(sessions, reply_id)
+            telegram.fail_next("sendMessage", status=429, retry_after=120)
+            assert await outbox.deliver(reply_id) == "retry"
+            async with sessions() as session:
+                reply = await session.get(Message, reply_id)
+            assert reply.status == "pending" and reply.error.startswith("rate limited")
+            await adapter.stop()
+    finally:
+        await engine.dispose()
+
+
+async def _due_now(sessions, reply_id: int, **meta) -> None:
+    """The reply's retry is due now (its back-off skipped), with `meta` set on it."""
+    async with sessions() as session, session.begin():
+        reply = await session.get(Message, reply_id)
+        reply.meta = {**{k: v for k, v in reply.meta.items() if k != "next_attempt_at"}, **meta}
