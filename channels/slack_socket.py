@@ -36,7 +36,7 @@ async def open_socket_mode(adapter: SlackAdapter, deliver: Deliver) -> SocketMod
             for message in result.messages:
                 await deliver(message)
         elif request.type == "interactive" and adapter.on_interactive is not None:
-            # A Claim or Resolve click: handled as the Interactivity URL's route handles it, then acked.
+            # A Claim or Resolve click: taken as the Interactivity URL's route takes it; acted on after the ack.
             await adapter.on_interactive(request.payload)
         else:
             log.info("slack.ignored", bot=adapter.bot, reason=f"socket mode {request.type!r} is not handled")

@@ -32,7 +32,7 @@ from gateway.observability.metrics import Metrics
 from gateway.observability.repeats import RepeatLog
 from gateway.operators.auth import OperatorAuth
 from gateway.operators.reminders import HandoffReminders
-from gateway.operators.slack_actions import interactive_handler
+from gateway.operators.slack_actions import ClickWork, interactive_handler
 from gateway.operators.slack_names import SlackOperatorNames
 from gateway.operators.slack_operator import SlackOperatorChannel
 from gateway.pg_bridge import PgBridge
@@ -103,6 +103,7 @@ class Services:
     leader: LeaderElection | None = None
     operator_auth: OperatorAuth | None = None
     slack_operator: SlackOperatorChannel | None = None
+    slack_clicks: ClickWork | None = None  # its buttons' clicks, acknowledged and still being acted on
     slack_names: SlackOperatorNames | None = None  # Slack operators' names, for the console
     reminders: HandoffReminders | None = None
     rate_limiter: RateLimiter | None = None
@@ -196,6 +197,8 @@ class Services:
         if self.reminders is not None:
             await _bounded_step("reminders.stop", self.reminders.stop)
         await self.worker.stop()
+        if self.slack_clicks is not None:  # before the escalations' drain: a click's claim adds to it
+            await self.slack_clicks.drain(timeout=STOP_STEP_S)
         # Bounded: a hanging operator-channel post must not hold the exit past the documented bound.
         await self.escalations.drain(timeout=ESCALATION_DRAIN_S)
         # Every adapter, started or not: stop() also closes the HTTP sessions that sends opened (a send
@@ -252,9 +255,10 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     slack_operator = SlackOperatorChannel(sessions, settings=settings, escalations=escalations, adapters=adapters,
                                           llm=llm, budget=budget)
     escalations.listeners.append(slack_operator.on_event)
+    slack_clicks = ClickWork(slack_operator)
     for (bot_name, channel), adapter in adapters.items():
         if channel == "slack":  # its buttons' clicks, when they come over Socket Mode
-            adapter.on_interactive = interactive_handler(slack_operator, bot_name)
+            adapter.on_interactive = interactive_handler(slack_clicks, bot_name)
     outbox.tell_escalation = escalations.emit  # built after the outbox, which it sends with
     reminders = HandoffReminders(sessions, settings=settings, escalations=escalations,
                                  checks=[slack_operator.post_missing_headers])
@@ -280,7 +284,8 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
     services = Services(settings=settings, engine=engine, sessions=sessions, bus=bus, metrics=metrics, adapters=adapters,
                     knowledge=knowledge, llm=llm, pipeline=pipeline, outbox=outbox, inbox=inbox, worker=worker,
                     escalations=escalations, scheduler=scheduler, operator_auth=OperatorAuth(settings),
-                    slack_operator=slack_operator, slack_names=SlackOperatorNames(adapters), reminders=reminders,
+                    slack_operator=slack_operator, slack_clicks=slack_clicks, slack_names=SlackOperatorNames(adapters),
+                    reminders=reminders,
                     admin_token_path=admin_path, admin_url_path=admin_url_path,
                     reply_timeout=settings.worker.reply_timeout, rate_limiter=rate_limiter, budget=budget)
     services.leader = leader

@@ -29,6 +29,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.background import cancel, settle
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.escalation.claims import ClaimTransitions
 from gateway.escalation.handback import answer_if_handed_back, requeue_unanswered
@@ -326,16 +327,8 @@ class Escalations(ClaimTransitions):
         """Wait for pending side effects (tests and shutdown). With `timeout`, what is still running
         then is cancelled and logged: a hanging operator-channel post held the shutdown past its bound
         (a header not posted is posted by `post_missing_headers` after the restart)."""
-        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
-        while self._tasks:
-            left = None if deadline is None else deadline - asyncio.get_running_loop().time()
-            if left is not None and left <= 0:
-                break
-            await asyncio.wait(list(self._tasks), timeout=left)
-        if pending := {task: event for task, event in self._tasks.items() if not task.done()}:
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        if pending := {task: self._tasks[task] for task in await settle(self._tasks, timeout=timeout)}:
+            await cancel(pending)
             log.warning("escalation.side_effects_abandoned", count=len(pending), wait_s=timeout,
                         events=[f"{e.get('type')}:{e.get('escalation_id')}" for e in pending.values()])
 

@@ -5,10 +5,16 @@ Slack signing secret and verified by its Slack adapter. A signed payload of anot
 (a list, a user or actions that are not objects, a value that is no escalation id, JSON nested too deeply
 to parse) is a 400 naming what is wrong, and changes nothing: it was a 500, and an id past the database's
 integers an overflow.
+
+A well-formed click is acknowledged first and acted on after (`ClickWork`): Slack wants the answer within
+3 seconds, and the click's database write and Slack posts (a rate-limit wait of up to 2 s among them) could
+take longer, so the operator saw an error although the click had worked. A refusal reaches the member as
+a message (ephemeral, or in the thread), never as the answer to the click.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,6 +26,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from channels.base import RawRequest
+from gateway.background import cancel, settle
 from gateway.errors import BadRequest, GatewayError, SignatureInvalid
 from gateway.http.deps import MAX_ID, error, services
 from gateway.http.webhooks import CappedRoute, log_signature_invalid
@@ -67,7 +74,7 @@ async def slack_actions(bot: str, request: Request) -> Response:
     """Slack interactivity (block_actions) for the operator channel's buttons."""
     svc = services(request)
     adapter = svc.adapters.get((bot, "slack"))
-    if adapter is None or svc.slack_operator is None:
+    if adapter is None or svc.slack_clicks is None:
         return error(404, f"bot {bot!r} has no slack channel")
     body = await request.body()
     raw = RawRequest(url=str(request.url), headers={k.lower(): v for k, v in request.headers.items()},
@@ -88,7 +95,7 @@ async def slack_actions(bot: str, request: Request) -> Response:
     if not isinstance(payload, dict):
         return _malformed(bot, "`payload` must be a JSON object")
     try:
-        outcome = await act_on(svc.slack_operator, bot, payload)
+        outcome = act_on(svc.slack_clicks, bot, payload)
     except BadRequest as exc:
         return _malformed(bot, str(exc))
     return JSONResponse({"ok": True, **({"ignored": outcome.removeprefix(IGNORED)} if outcome.startswith(IGNORED) else {})})
@@ -97,36 +104,62 @@ async def slack_actions(bot: str, request: Request) -> Response:
 IGNORED = "ignored: "
 
 
-async def act_on(operator: SlackOperatorChannel, bot: str, payload: dict[str, Any]) -> str:
-    """Do what a verified interactivity payload asks: from this route, or from Socket Mode, where Slack
-    sends the same payload in an `interactive` envelope (`interactive_handler`); returns what happened,
-    also logged. Raises `BadRequest` for a `block_actions` payload not in Slack's shape, and changes
-    nothing then."""
+class ClickWork:
+    """The clicks acknowledged to Slack and still being acted on, awaited (or cancelled) at shutdown."""
+
+    def __init__(self, operator: SlackOperatorChannel) -> None:
+        self._operator = operator
+        self._tasks: set[asyncio.Task] = set()
+
+    def start(self, bot: str, click: Click) -> None:
+        task = asyncio.ensure_future(self._act(bot, click))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _act(self, bot: str, click: Click) -> None:
+        try:
+            outcome = await self._operator.handle_action(bot, click)
+        except GatewayError as exc:
+            outcome = f"failed: {exc}"
+        except Exception:  # nobody awaits this task: unlogged, the failure would vanish
+            log.exception("slack_operator.action_failed", bot=bot, action=click.action_id,
+                          escalation_id=click.escalation_id, user=click.user_id)
+            return
+        log.info("slack_operator.action", bot=bot, outcome=outcome)
+
+    async def drain(self, *, timeout: float | None = None) -> None:
+        """Wait for the clicks being acted on (tests and shutdown); with `timeout`, cancel and log what is left."""
+        if pending := await settle(self._tasks, timeout=timeout):
+            await cancel(pending)
+            log.warning("slack_operator.actions_abandoned", count=len(pending), wait_s=timeout)
+
+
+def act_on(clicks: ClickWork, bot: str, payload: dict[str, Any]) -> str:
+    """Take a verified interactivity payload: from this route, or from Socket Mode, where Slack sends the
+    same payload in an `interactive` envelope (`interactive_handler`). A click is acted on in the
+    background (`ClickWork`), so the caller acknowledges at once; returns "acting" or why nothing is
+    done. Raises `BadRequest` for a `block_actions` payload not in Slack's shape, and changes nothing then."""
     if payload.get("type") != "block_actions":
         outcome = f"{IGNORED}payload type {payload.get('type')!r:.60}"
         log.info("slack_operator.action", bot=bot, outcome=outcome)
         return outcome
     click = first_click(payload)
     if click is None:
-        outcome = "no action"
-    else:
-        try:
-            outcome = await operator.handle_action(bot, click)
-        except GatewayError as exc:
-            outcome = f"failed: {exc}"
-    log.info("slack_operator.action", bot=bot, outcome=outcome)
-    return outcome
+        log.info("slack_operator.action", bot=bot, outcome="no action")
+        return "no action"
+    clicks.start(bot, click)
+    return "acting"
 
 
-def interactive_handler(operator: SlackOperatorChannel, bot: str) -> Callable[[Any], Awaitable[None]]:
+def interactive_handler(clicks: ClickWork, bot: str) -> Callable[[Any], Awaitable[None]]:
     """What a bot's Slack adapter calls with a Socket Mode `interactive` payload (already authenticated by
-    the app token's socket): `act_on`, with a malformed payload logged as the route's 400 is."""
+    the app token's socket), before it acks: `act_on`, with a malformed payload logged as the route's 400 is."""
     async def on_interactive(payload: Any) -> None:
         if not isinstance(payload, dict):
             log.warning("slack_operator.bad_action", bot=bot, reason="`payload` must be a JSON object")
             return
         try:
-            await act_on(operator, bot, payload)
+            act_on(clicks, bot, payload)
         except BadRequest as exc:
             log.warning("slack_operator.bad_action", bot=bot, reason=str(exc))
     return on_interactive

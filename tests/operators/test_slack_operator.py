@@ -86,6 +86,7 @@ async def test_slack_operator_thread_relays_both_ways(client, slack):
                            headers={"content-type": "application/x-www-form-urlencoded",
                                     **sign(form, secret=SIGNING_SECRET)})
     assert ok.status_code == 200
+    await client.services.slack_clicks.drain()  # acknowledged first, claimed after
     escalation = await client.services.escalations.get(escalation_id, bots=None)
     assert escalation.state == "claimed" and escalation.operator == "sam"  # UOPS's operator, as in the console
     await wait_until(lambda: slack.count("chat.update") >= 1)
@@ -393,4 +394,5 @@ async def test_a_button_left_on_a_deleted_escalations_header_does_not_act_on_the
         response = await client.post("/webhooks/acme/slack/actions", content=form, headers={
             "content-type": "application/x-www-form-urlencoded", **sign(form, secret=SIGNING_SECRET)})
         assert response.status_code == 200
+        await client.services.slack_clicks.drain()
         assert (await client.services.escalations.get(escalation_id, bots=None)).state == state, header_ts

@@ -40,6 +40,7 @@ async def _escalated_and_claimed(client, slack, customer: str) -> tuple[int, str
     clicked = await client.post("/webhooks/acme/slack/actions", content=form, headers={
         "content-type": "application/x-www-form-urlencoded", **sign(form, secret=SIGNING_SECRET)})
     assert clicked.status_code == 200
+    await client.services.slack_clicks.drain()  # acknowledged first, claimed after
     return escalation_id, header.params["_ts"]
 
 

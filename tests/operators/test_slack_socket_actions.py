@@ -14,6 +14,7 @@ from tests.conftest import app_client
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN
 from tests.gateway_channels.conftest import wait_until
 from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET, TOKENS
+from tests.operators.test_slack_operator_access import held_claims
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -55,11 +56,13 @@ async def test_claim_and_resolve_clicks_over_the_socket_act_and_are_acked(app, s
     escalation_id = await _escalation(app, "DSOCK1")
     claimed = await slack.push(_click("escalation_claim", escalation_id), kind="interactive")
     await slack.wait_for_ack(claimed)
+    await app.services.slack_clicks.drain()  # acked first, claimed after
     escalation = await app.services.escalations.get(escalation_id, bots=None)
     assert escalation.state == "claimed" and escalation.operator == "sam"
 
     resolved = await slack.push(_click("escalation_resolve", escalation_id), kind="interactive")
     await slack.wait_for_ack(resolved)
+    await app.services.slack_clicks.drain()
     assert (await app.services.escalations.get(escalation_id, bots=None)).state == "resolved"
 
 
@@ -69,6 +72,7 @@ async def test_a_malformed_click_over_the_socket_changes_nothing_and_is_acked(ap
     bad = await slack.push({"type": "block_actions", "user": {"id": "UOPS"},
                             "actions": [{"action_id": "escalation_claim", "value": "not-an-id"}]}, kind="interactive")
     await slack.wait_for_ack(bad)
+    await app.services.slack_clicks.drain()
     assert (await app.services.escalations.get(escalation_id, bots=None)).state == "open"
 
 
@@ -77,6 +81,20 @@ async def test_a_click_over_the_socket_by_a_member_who_is_no_operator_changes_no
     escalation_id = await _escalation(app, "DSOCK3")
     refused = await slack.push(_click("escalation_claim", escalation_id, user="UGUEST"), kind="interactive")
     await slack.wait_for_ack(refused)
+    await app.services.slack_clicks.drain()
     assert (await app.services.escalations.get(escalation_id, bots=None)).state == "open"
     told = await wait_until(lambda: [c for c in slack.calls_to("chat.postEphemeral") if c.params.get("user") == "UGUEST"])
     assert "not an operator for this bot" in told[0].params["text"]
+
+
+async def test_a_click_over_the_socket_is_acked_before_its_slow_work_and_still_claims(app, slack, monkeypatch):
+    """Acked only once the claim was done, a slow one passed Slack's 3 s and the member saw an error."""
+    escalation_id = await _escalation(app, "DSOCK4")
+    release = held_claims(app.services.escalations, monkeypatch)
+    claimed = await slack.push(_click("escalation_claim", escalation_id), kind="interactive")
+    await slack.wait_for_ack(claimed, timeout=2)
+    assert (await app.services.escalations.get(escalation_id, bots=None)).state == "open"
+    release.set()
+    await app.services.slack_clicks.drain()
+    escalation = await app.services.escalations.get(escalation_id, bots=None)
+    assert escalation.state == "claimed" and escalation.operator == "sam"
