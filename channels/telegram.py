@@ -10,6 +10,7 @@ Inbound
 - An edit of a message still waiting for its answer replaces its text (a typo fixed in time; one that
   lands while the answer is written is answered after it); an edit of one already answered is ignored (answering it would double-reply). Deletions never reach bots. Callback queries, inline queries and payments
   are ignored with a reason, as are service messages, our own and other bots' messages.
+- `my_chat_member` (the bot kicked, left, or added back) is logged; replies to a chat it left fail at once.
 - In groups the bot answers only when @mentioned, replied to, or sent a command, unless
   `respond_in_groups: always`. A forum topic is one conversation (`ConversationRef.thread`); elsewhere
   in a group each member's questions are their own (`gateway.models.member_thread`).
@@ -132,9 +133,8 @@ class TelegramAdapter:
         self.bot_name = bot
         self.settings = settings
         self.bot = make_bot(settings, session=http)
-        self.parser = UpdateParser(
-            bot_id=self.bot.id, username=username, respond_in_groups=settings.respond_in_groups
-        )
+        self.parser = UpdateParser(bot_id=self.bot.id, username=username,
+                                   respond_in_groups=settings.respond_in_groups, bot_name=bot)
         self.max_attempts = max_attempts
         self.max_retry_wait = max_retry_wait
         self.polling_timeout = polling_timeout
@@ -170,6 +170,8 @@ class TelegramAdapter:
         A failure carries the ids of the chunks that went through as `sent_ids` (the outbox stores them);
         a retry resumes after them: from memory, or in a new process from `message.delivered_parts`."""
         conv = message.conversation
+        if conv.chat in self.parser.removed_from:  # told by `my_chat_member`: no 403 to collect per reply
+            raise RecipientUnreachable(f"telegram: the bot was removed from chat {conv.chat}")
         reply_to = int(message.reply_to) if message.reply_to and message.reply_to.isdigit() else None
         # In a group, a message for the member that replies to none of theirs (an operator's) names them.
         addressed = message.addressee is not None and reply_to is None

@@ -12,14 +12,21 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
+import structlog
+
 from channels.base import WebhookResult
 from channels.shared_content import contact, contact_line, location_line, place, with_shared
 from gateway.errors import BadRequest
 from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, member_thread
 
+log = structlog.get_logger("channels.telegram")
+
 CHANNEL = "telegram"
-ALLOWED_UPDATES = ("message", "edited_message", "channel_post", "edited_channel_post")
-"""What we ask Telegram for (setWebhook / getUpdates); anything else is ignored if it arrives."""
+ALLOWED_UPDATES = ("message", "edited_message", "channel_post", "edited_channel_post", "my_chat_member")
+"""What we ask Telegram for (setWebhook / getUpdates); anything else is ignored if it arrives. Telegram sends
+`my_chat_member` only when asked: without it, a bot removed from a group learned it from each reply's 403."""
+_GONE, _PRESENT = frozenset({"left", "kicked"}), frozenset({"member", "administrator"})
+"""The bot's own status in a chat (`ChatMember.status`): replies cannot reach it, or can again."""
 
 GREETING_COMMANDS = frozenset({"start", "help"})
 START_PAYLOAD_MAX = 64
@@ -122,10 +129,15 @@ def _shared(msg: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
 class UpdateParser:
     """Parses updates for one bot. `username` is learned by the adapter's start() (getMe)."""
 
-    def __init__(self, *, bot_id: int, username: str | None = None, respond_in_groups: str = "mention") -> None:
+    def __init__(self, *, bot_id: int, username: str | None = None, respond_in_groups: str = "mention",
+                 bot_name: str = "") -> None:
         self.bot_id = bot_id
         self.username = username
         self.respond_in_groups = respond_in_groups
+        self.bot_name = bot_name
+        # Chats the bot was removed from (kicked, left, blocked in private), as `my_chat_member` told: the
+        # adapter fails replies to them at once as unreachable instead of collecting a 403 for each.
+        self.removed_from: set[str] = set()
 
     def parse(self, update: dict[str, Any]) -> WebhookResult:
         """One update → at most one message, else the reason it is ignored."""
@@ -145,6 +157,8 @@ class UpdateParser:
                 replace(m, revises=str(update[kind]["message_id"]), only_while_held=False,
                         new_if_never_stored=m.raw.get("chat_type") != "private" and not m.only_while_held)
                 for m in edited.messages))
+        if kind == "my_chat_member" and isinstance(update[kind], dict):
+            return self._membership(update_id, update[kind])
         if kind == "callback_query":
             return WebhookResult(ignored=(f"update {update_id}: callback_query ignored (this bot sends no inline keyboards)",))
         return WebhookResult(ignored=(f"update {update_id}: unsupported update type {kind}",))
@@ -228,6 +242,18 @@ class UpdateParser:
             only_while_held=unaddressed,
         )
         return WebhookResult(messages=(inbound,))
+
+    def _membership(self, update_id: int, change: dict[str, Any]) -> WebhookResult:
+        """The bot's own membership changed: remember chats it can no longer write to."""
+        chat = str((change.get("chat") or {}).get("id", ""))
+        status = (change.get("new_chat_member") or {}).get("status")
+        if status in _GONE:
+            self.removed_from.add(chat)
+            log.warning("telegram.removed_from_chat", bot=self.bot_name, chat=chat, status=status, update_id=update_id)
+        elif status in _PRESENT:
+            self.removed_from.discard(chat)
+            log.info("telegram.added_to_chat", bot=self.bot_name, chat=chat, status=status, update_id=update_id)
+        return WebhookResult(ignored=(f"update {update_id}: the bot's membership in chat {chat} is now {status}",))
 
     @staticmethod
     def _chat_move(update_id: int, msg: dict[str, Any]) -> WebhookResult:

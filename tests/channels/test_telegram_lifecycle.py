@@ -69,7 +69,8 @@ async def test_polling_delivers_updates_and_stops_cleanly(fake: FakeTelegramAPI)
     assert received.messages[0].text == "first" and received.messages[2].raw["command"] == "start"
     assert received.messages[0].sender.display_name == "Ann Lee"
     assert fake.calls("deleteWebhook") and not fake.webhook
-    assert fake.calls("getUpdates")[0].params["allowed_updates"] == ["message", "edited_message", "channel_post", "edited_channel_post"]
+    assert fake.calls("getUpdates")[0].params["allowed_updates"] == ["message", "edited_message", "channel_post",
+                                                                     "edited_channel_post", "my_chat_member"]
 
 
 async def test_polling_reads_an_update_aiogram_cannot_validate_and_goes_on(fake: FakeTelegramAPI) -> None:
@@ -179,6 +180,7 @@ async def test_set_webhook_registers_url_with_secret(fake: FakeTelegramAPI) -> N
     await set_webhook(_settings(fake.base_url), "https://gw.example/webhooks/demo/telegram")
     assert fake.webhook["url"] == "https://gw.example/webhooks/demo/telegram"
     assert fake.webhook["secret_token"] == SECRET
+    assert "my_chat_member" in fake.webhook["allowed_updates"]  # else a removal from a group is never told
 
 
 async def test_set_webhook_answered_by_an_error_page_is_one_error(fake: FakeTelegramAPI) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from structlog.testing import capture_logs
 
 from tests.english_replies import TEXT_ONLY_REPLY
 from tests.fakes.telegram_api import FakeTelegramAPI, utf16_len
@@ -319,3 +320,37 @@ async def test_telegram_permanent_refusal_fails_at_once(env):
 
 async def _status_is(services, message_id: int, status: str) -> bool:
     return (await get_message(services, message_id)).status == status
+
+
+def membership(update_id: int, chat: int, old: str, new: str) -> dict[str, Any]:
+    """A `my_chat_member` update as Telegram sends it (ChatMemberUpdated): the bot's own status changed."""
+    bot = {"id": int(TOKEN.split(":")[0]), "is_bot": True, "first_name": "Support", "username": "support_bot"}
+    member = {"kicked": {"until_date": 0}}.get(new, {})
+    return {"update_id": update_id, "my_chat_member": {
+        "chat": {"id": chat, "title": "Acme customers", "type": "supergroup"},
+        "from": {"id": 5550002, "is_bot": False, "first_name": "Admin"}, "date": 1700000100,
+        "old_chat_member": {"user": bot, "status": old}, "new_chat_member": {"user": bot, "status": new, **member}}}
+
+
+async def test_telegram_bot_removed_from_a_group_fails_its_replies_at_once_until_added_back(env):
+    """Removed from a group, the bot heard nothing of it: each later reply there went out and got a 403."""
+    client, services, fake = env
+    chat = -1001020
+    await post(client, update(9030, chat, "/ask " + QUESTION, chat_type="supergroup",
+                              entities=[{"type": "bot_command", "offset": 0, "length": 4}]))
+    await wait_until(lambda: sent_to(fake, chat), what="the answer in the group")
+    conversation_id = (await settled_chat(services, channel="telegram", chat=str(chat)))[0].conversation_id
+    with capture_logs() as logs:
+        assert (await post(client, membership(9031, chat, "member", "kicked"))).status_code == 200
+    assert [e["chat"] for e in logs if e["event"] == "telegram.removed_from_chat"] == [str(chat)]
+    sends = len(fake.calls("sendMessage"))
+    reply_id = await store_reply(services, conversation_id=conversation_id, text="Still there?")
+    assert await services.outbox.deliver(reply_id) == "failed"
+    failed = await get_message(services, reply_id)
+    assert failed.attempts == 1 and "recipient unreachable" in failed.error and "removed" in failed.error
+    assert len(fake.calls("sendMessage")) == sends  # refused here, not by a 403 from Telegram
+    with capture_logs() as logs:
+        assert (await post(client, membership(9032, chat, "left", "member"))).status_code == 200
+    assert [e["chat"] for e in logs if e["event"] == "telegram.added_to_chat"] == [str(chat)]
+    again = await store_reply(services, conversation_id=conversation_id, text="Back again.")
+    assert await services.outbox.deliver(again) == "sent"
