@@ -200,6 +200,9 @@
     var said = el("span", "op-text", m.text);
     said.dir = "auto";  // an Arabic or Hebrew message reads right to left
     li.appendChild(said);
+    if (m.start_payload) {  // a Telegram deep link's payload (t.me/<bot>?start=order123): where they came from
+      li.appendChild(el("span", "op-start", "Opened from a link with start=" + m.start_payload));
+    }
     if (m.status === "failed" && m.direction === "out") {
       li.appendChild(el("span", "op-failed", "Not delivered" + (m.error ? ": " + m.error : "")));
     }

@@ -247,3 +247,23 @@ def test_console_says_when_the_list_cannot_be_loaded_instead_of_keeping_the_old_
     operator.select_option("#op-filter", "open")
     operator.wait_for_selector(f".op-item[data-id='{escalation}']")
     assert operator.locator("#op-list-error").is_hidden()
+
+
+def test_console_shows_a_telegram_deep_links_start_payload_as_text(open_tab, live_url):
+    """The API gives a `/start order123` message its `start_payload`; the console showed only the message's
+    empty text, so the operator never saw where the customer came from."""
+    escalation = escalate(live_url, "console-start", "Deep link here, I want to talk to a human")
+    operator = open_tab()
+
+    def came_from_a_link(route):  # the console's side only: tests/operators/test_api.py has the API's
+        body = route.fetch().json()
+        first = body["messages"][0]
+        body["messages"][0] = {**first, "text": "", "start_payload": "<b>order123</b>"}
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    operator.route(re.compile(rf".*/v1/escalations/{escalation}$"), came_from_a_link)
+    sign_in(operator, live_url)
+    operator.locator(".op-item", has_text="Deep link here").click()
+    shown = operator.wait_for_selector("#op-transcript .op-msg--contact .op-start")
+    assert shown.inner_text() == "Opened from a link with start=<b>order123</b>"
+    assert operator.locator("#op-transcript .op-start b").count() == 0
