@@ -3,6 +3,7 @@ without an attempt, and other channels' replies go out at once."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from datetime import timedelta
 
 from sqlalchemy import update
@@ -119,51 +120,51 @@ def test_after_a_pause_one_send_probes_while_the_others_wait() -> None:
 async def test_a_reply_held_past_the_longest_wait_is_not_failed_by_its_first_rate_limit(migrated_url) -> None:
     # A reply that waited behind a paused channel or a parked conversation for over an hour met its first 429
     # and failed at once as 'still rate limited', since the wait was counted from when it was stored.
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    try:
-        async with FakeTelegramAPI(TOKEN) as telegram:
-            adapter = TelegramAdapter("acme", TelegramChannel(token=TOKEN, webhook_secret="s3cret",
-                                                              api_base=telegram.base_url))
-            outbox = Outbox(sessions, adapters={("acme", "telegram"): adapter}, bus=EventBus(), max_wait_s=3600.0)
-            reply_id = await _reply(sessions, "acme", "900", 0)
-            async with sessions() as session, session.begin():
-                await session.execute(update(Message).where(Message.id == reply_id)
-                                      .values(created_at=utcnow() - timedelta(hours=2)))
-            telegram.fail_next("sendMessage", status=429, retry_after=120)
-            assert await outbox.deliver(reply_id) == "retry"
-            async with sessions() as session:
-                reply = await session.get(Message, reply_id)
-            assert reply.status == "pending" and "rate limited" in reply.error
-            await adapter.stop()
-    finally:
-        await engine.dispose()
+    async with _telegram_outbox(migrated_url) as (sessions, telegram, outbox):
+        reply_id = await _reply(sessions, "acme", "900", 0)
+        async with sessions() as session, session.begin():
+            await session.execute(update(Message).where(Message.id == reply_id)
+                                  .values(created_at=utcnow() - timedelta(hours=2)))
+        telegram.fail_next("sendMessage", status=429, retry_after=120)
+        assert await outbox.deliver(reply_id) == "retry"
+        async with sessions() as session:
+            reply = await session.get(Message, reply_id)
+        assert reply.status == "pending" and "rate limited" in reply.error
 
 
 async def test_a_rate_limit_after_other_failures_is_a_new_wait_not_the_old_one(migrated_url) -> None:
     # The longest wait is for one streak of rate limits: a reply limited two hours ago, then failing otherwise
     # (an outage), then limited again, was failed at its new 429 as 'still rate limited 7200s'.
-    engine = create_engine(migrated_url)
+    async with _telegram_outbox(migrated_url) as (sessions, telegram, outbox):
+        reply_id = await _reply(sessions, "acme", "901", 0)
+        telegram.fail_next("sendMessage", status=429, retry_after=120)
+        assert await outbox.deliver(reply_id) == "retry"
+        await _due_now(sessions, reply_id, rate_limited_since=(utcnow() - timedelta(hours=2)).isoformat())
+        telegram.fail_next("sendMessage", status=502, html=True, times=40)  # an outage, past in-place retries
+        assert await outbox.deliver(reply_id) == "retry"
+        telegram._scripts["sendmessage"].clear()
+        await _due_now(sessions, reply_id)
+        telegram.fail_next("sendMessage", status=429, retry_after=120)
+        assert await outbox.deliver(reply_id) == "retry"
+        async with sessions() as session:
+            reply = await session.get(Message, reply_id)
+        assert reply.status == "pending" and reply.error.startswith("rate limited")
+
+
+@asynccontextmanager
+async def _telegram_outbox(database_url: str):
+    """(sessions, fake Telegram, an outbox sending through the real Telegram adapter), waiting an hour at most."""
+    engine = create_engine(database_url)
     sessions = session_factory(engine)
     try:
         async with FakeTelegramAPI(TOKEN) as telegram:
             adapter = TelegramAdapter("acme", TelegramChannel(token=TOKEN, webhook_secret="s3cret",
                                                               api_base=telegram.base_url))
-            outbox = Outbox(sessions, adapters={("acme", "telegram"): adapter}, bus=EventBus(), max_wait_s=3600.0)
-            reply_id = await _reply(sessions, "acme", "901", 0)
-            telegram.fail_next("sendMessage", status=429, retry_after=120)
-            assert await outbox.deliver(reply_id) == "retry"
-            await _due_now(sessions, reply_id, rate_limited_since=(utcnow() - timedelta(hours=2)).isoformat())
-            telegram.fail_next("sendMessage", status=502, html=True, times=40)  # an outage, past in-place retries
-            assert await outbox.deliver(reply_id) == "retry"
-            telegram._scripts["sendmessage"].clear()
-            await _due_now(sessions, reply_id)
-            telegram.fail_next("sendMessage", status=429, retry_after=120)
-            assert await outbox.deliver(reply_id) == "retry"
-            async with sessions() as session:
-                reply = await session.get(Message, reply_id)
-            assert reply.status == "pending" and reply.error.startswith("rate limited")
-            await adapter.stop()
+            try:
+                yield sessions, telegram, Outbox(sessions, adapters={("acme", "telegram"): adapter}, bus=EventBus(),
+                                                 max_wait_s=3600.0)
+            finally:
+                await adapter.stop()
     finally:
         await engine.dispose()
 
