@@ -227,7 +227,10 @@ class Outbox:
                     status, reason = "failed", "attempts_exhausted"
                     error = f"send failed after {failures} attempts: {exc}"
                 else:
-                    delay = self._backoff(message.attempts, exc.retry_after)
+                    # Each kind of wait counts its own tries: rate limits did not double the back-off of a
+                    # later outage, and an outage did not lengthen a platform's "retry after 20 s".
+                    delay = self._backoff(rate_limits if exc.rate_limited else failures, exc.retry_after,
+                                          rate_limited=exc.rate_limited)
                     status, meta["rate_limits"] = "retry", rate_limits
                     done = "rate limited" if exc.rate_limited else f"attempt {failures}/{self.max_attempts} failed"
                     error = f"{done}, retrying in {delay:g}s: {exc}"
@@ -356,18 +359,21 @@ class Outbox:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+    def _backoff(self, attempt: int, retry_after: float | None, *, rate_limited: bool = False) -> float:
         """Exponential up to `max_backoff_s`, and never sooner than the platform's own wait (up to an hour).
 
         With the defaults, 10 attempts span about 13 minutes: a platform outage of that length delays the
         reply rather than losing it. Why the platform's wait may pass `max_backoff_s`: a send retried before
         a long flood wait ends (Telegram can ask for many minutes) is refused again and only uses up the
-        attempts. Why it is only a floor: an adapter's fixed wait for a 5xx (5 s) would spend every
-        attempt within half a minute."""
+        attempts. Why it is only a floor for other failures: an adapter's fixed wait for a 5xx (5 s) would
+        spend every attempt within half a minute. A rate limit's `retry_after` is the schedule itself: the
+        platform said when it takes the send again, and doubling past that only delays the reply."""
+        platform_wait = None if retry_after is None else min(
+            max(retry_after, 0.0), max(self.max_backoff_s, self.max_platform_wait_s))
+        if rate_limited and platform_wait is not None:
+            return round(platform_wait, 3)
         wait = doubling(attempt, first=self.backoff_s, cap=self.max_backoff_s)
-        if retry_after is not None:
-            wait = max(wait, min(max(retry_after, 0.0), max(self.max_backoff_s, self.max_platform_wait_s)))
-        return round(wait, 3)
+        return round(wait if platform_wait is None else max(wait, platform_wait), 3)
 
     async def _remove_streamed(self, adapter, outbound: OutboundMessage, inbound: Message | None) -> None:
         """Sent whole (not edited into place), a reply must not leave what was streamed for it in the

@@ -174,3 +174,23 @@ async def _due_now(sessions, reply_id: int, **meta) -> None:
     async with sessions() as session, session.begin():
         reply = await session.get(Message, reply_id)
         reply.meta = {**{k: v for k, v in reply.meta.items() if k != "next_attempt_at"}, **meta}
+
+
+async def test_the_wait_after_a_rate_limit_is_the_platforms_not_a_doubling_of_every_try(migrated_url) -> None:
+    # The back-off doubled on every try, rate limits included: a reply told "retry after 20 s" for the ninth
+    # time waited 300 s, and its first real failure after nine rate limits waited 300 s instead of 5.
+    async with _telegram_outbox(migrated_url) as (sessions, telegram, outbox):
+        reply_id = await _reply(sessions, "acme", "902", 0)
+        for _ in range(9):
+            await _due_now(sessions, reply_id)
+            telegram.fail_next("sendMessage", status=429, retry_after=20)  # past the adapter's in-place wait
+            assert await outbox.deliver(reply_id) == "retry"
+        async with sessions() as session:
+            reply = await session.get(Message, reply_id)
+        assert next_attempt_at(reply) <= utcnow() + timedelta(seconds=20)
+        await _due_now(sessions, reply_id)
+        telegram.fail_next("sendMessage", status=502, html=True, times=40)  # an outage, past in-place retries
+        assert await outbox.deliver(reply_id) == "retry"
+        async with sessions() as session:
+            reply = await session.get(Message, reply_id)
+        assert reply.error.startswith("attempt 1/") and next_attempt_at(reply) <= utcnow() + timedelta(seconds=10)
