@@ -18,6 +18,8 @@ LIBPQ_OPTIONS = frozenset({
     "passfile", "application_name", "options"})
 """libpq's URL options that asyncpg reads from a DSN itself (`application_name` and `options` go to the
 server at connect, as libpq sends them). `connect_timeout` is read here (asyncpg's `timeout`)."""
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+"""libpq's `sslmode` values, which asyncpg takes too."""
 DRIVER_OPTIONS = frozenset({"ssl", "prepared_statement_cache_size", "host", "port"})
 """Query options SQLAlchemy's asyncpg dialect takes as they are (`host` and `port` as libpq's, a socket folder
 among them, or twice or more: several hosts)."""
@@ -75,6 +77,9 @@ def postgres_connect_args(url: str) -> tuple[str, dict[str, Any]]:
         if key in query and query[key] not in allowed:
             raise ValueError(f"option `{key}={query[key]}` cannot be honoured (asyncpg does not support it): "
                              f"remove it, or use {' or '.join(allowed)}")
+    sslmode = query.get("sslmode", query.get("ssl"))
+    if sslmode is not None and sslmode not in SSL_MODES:  # asyncpg would refuse it only at the first connection
+        raise ValueError(f"option `sslmode` must be one of {', '.join(SSL_MODES)}, not {sslmode!r}")
     connect_args: dict[str, Any] = {}
     if "connect_timeout" in query:
         seconds = str(query["connect_timeout"])

@@ -110,6 +110,20 @@ def test_a_url_option_asyncpg_cannot_honour_is_a_config_error_naming_it(tmp_path
     assert info.value.key == "database_url" and words in str(info.value)
 
 
+def test_a_misspelt_sslmode_is_a_config_error_not_a_failure_at_the_first_connection(tmp_path, monkeypatch):
+    # `sslmode=requried` loaded, and the server started, then failed at its first query.
+    from gateway.errors import ConfigError
+    from gateway.settings import load_settings
+    from tests.conftest import write_config
+
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    config = write_config(tmp_path, database_url="postgresql://u@db.example/gw?sslmode=requried")
+    with pytest.raises(ConfigError) as info:
+        load_settings(config)
+    assert info.value.key == "database_url" and "option `sslmode` must be one of disable, allow, prefer, require, " \
+        "verify-ca, verify-full, not 'requried'" in str(info.value)
+
+
 def test_options_asyncpg_has_or_can_drop_load():
     from storage.engine import postgres_connect_args
 
