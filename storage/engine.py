@@ -44,11 +44,32 @@ def several_hosts_as_options(url: str) -> str:
     return f"{scheme}://{user}{at}{path or '/'}?{query}{'&' if mark and query else ''}{options}"
 
 
+def host_list_as_options(url: str) -> str:
+    """libpq's other spelling of several hosts, `?host=db1,db2&port=5432,5433` (one port for all, or one each),
+    as `?host=db1:5432&host=db2:5433`: SQLAlchemy's dialect took `db1,db2` for one host, then refused it,
+    "All ports are required to be present for asyncpg multiple host URL", at the first query."""
+    base, mark, rest = url.partition("?")
+    query, hash_mark, fragment = rest.partition("#")
+    parts = [part for part in query.split("&") if part]
+    hosts = [unquote(part[5:]) for part in parts if part.startswith("host=")]
+    ports = [unquote(part[5:]) for part in parts if part.startswith("port=")]
+    if len(hosts) != 1 or "," not in hosts[0] or hosts[0].startswith("/") or len(ports) > 1:
+        return url
+    names = hosts[0].split(",")
+    numbers = ports[0].split(",") if ports else ["5432"]
+    if len(numbers) not in (1, len(names)):
+        return url  # libpq's own error; `postgres_connect_args` checks each port
+    spelled = [f"{name}:{numbers[0] if len(numbers) == 1 else numbers[i]}" for i, name in enumerate(names)]
+    kept = [part for part in parts if not part.startswith(("host=", "port="))]
+    options = kept + [f"host={quote(host, safe='')}" for host in spelled]
+    return f"{base}{mark}{'&'.join(options)}{hash_mark}{fragment}"
+
+
 def async_url(url: str) -> str:
     """Normalize a database URL to its async driver (aiosqlite or asyncpg); the rest stays as written (SQLAlchemy
     writes a URL back form-encoded, a space as +, and libpq's options would read a + that was written as one
     as a space: `postgres_connect_args`)."""
-    url = several_hosts_as_options(url)
+    url = host_list_as_options(several_hosts_as_options(url))
     driver = make_url(url).drivername
     if driver in ("sqlite", "sqlite+pysqlite"):
         driver = "sqlite+aiosqlite"

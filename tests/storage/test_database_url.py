@@ -213,3 +213,20 @@ async def test_a_url_naming_several_hosts_as_libpq_does_connects_to_the_one_that
     assert await asked_on_the_engine_and_the_bridge(url, "SELECT NOT pg_is_in_recovery()") == (True, True)
     assert postgres_connect_args("postgresql://gw@db1,db2/gw")[0] == (
         "postgresql+asyncpg://gw@/gw?host=db1%3A5432&host=db2%3A5432")
+
+
+async def test_several_hosts_given_as_the_host_option_connect_as_libpq_does(postgres_url):
+    # `?host=db1,db2` (libpq's other spelling of a failover list) was "All ports are required to be present for
+    # asyncpg multiple host URL" from the engine, at the first query.
+    from sqlalchemy.engine import make_url
+
+    from storage.engine import postgres_connect_args
+
+    assert postgres_connect_args("postgresql://gw@/gw?host=db1,db2&sslmode=require")[0] == (
+        "postgresql+asyncpg://gw@/gw?host=db1%3A5432&host=db2%3A5432")
+    assert postgres_connect_args("postgresql://gw@/gw?host=db1,db2&port=5433")[0] == (
+        "postgresql+asyncpg://gw@/gw?host=db1%3A5433&host=db2%3A5433")
+    parsed = make_url(postgres_url)
+    url = (f"postgresql://{parsed.username}@/{parsed.database}?host=127.0.0.2,{parsed.host}"
+           f"&port=1,{parsed.port or 5432}&target_session_attrs=read-write")  # the first one is down
+    assert await asked_on_the_engine_and_the_bridge(url, "SELECT NOT pg_is_in_recovery()") == (True, True)
