@@ -24,13 +24,14 @@ URL = "/webhooks/acme/whatsapp"
 
 
 @asynccontextmanager
-async def whatsapp_app(tmp_path: Path):
-    """The app with bot `acme` on WhatsApp against a fake Twilio: (client, services, fake)."""
+async def whatsapp_app(tmp_path: Path, *, database_url: str | None = None):
+    """The app with bot `acme` on WhatsApp against a fake Twilio: (client, services, fake); on SQLite unless
+    `database_url` names another database."""
     fake = FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
     channels = {"whatsapp": {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": BOT_NUMBER,
                              "public_url": PUBLIC_URL, "api_base": fake.base_url}}
     try:
-        async with gateway_app(tmp_path, channels=channels,
+        async with gateway_app(tmp_path, channels=channels, database_url=database_url,
                                env={"WA_SID": ACCOUNT_SID, "WA_TOKEN": AUTH_TOKEN}) as (client, services):
             yield client, services, fake
     finally:

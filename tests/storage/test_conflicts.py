@@ -20,30 +20,35 @@ from tests.conftest import upgrade
 
 ABORTS = (
     # A sequence, since the aborted transaction rolls back everything else it wrote.
-    "CREATE SEQUENCE inserts_tried",
-    """CREATE FUNCTION abort_as_deadlock() RETURNS trigger AS $$
+    "CREATE SEQUENCE {table}_tried",
+    """CREATE FUNCTION abort_{table}_as_deadlock() RETURNS trigger AS $$
     BEGIN
-      IF nextval('inserts_tried') <= {times} THEN
+      IF nextval('{table}_tried') <= {times} THEN
         RAISE EXCEPTION 'deadlock detected (test)' USING ERRCODE = 'deadlock_detected';
       END IF;
       RETURN NEW;
     END $$ LANGUAGE plpgsql""",
-    "CREATE TRIGGER abort_first BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION abort_as_deadlock()",
+    "CREATE TRIGGER abort_first BEFORE {event} ON {table} FOR EACH ROW EXECUTE FUNCTION abort_{table}_as_deadlock()",
 )
-"""The first `times` inserts into `messages` are aborted as PostgreSQL aborts a deadlock's victim."""
+
+
+async def abort_first(connection, *, times: int, table: str = "messages", event: str = "INSERT") -> None:
+    """The first `times` writes (`event`) of a row of `table` are aborted as PostgreSQL aborts a deadlock's
+    victim; `SELECT last_value FROM <table>_tried` counts the writes tried."""
+    for statement in ABORTS:
+        await connection.execute(text(statement.format(table=table, times=times, event=event)))
 
 
 async def _aborting(postgres_url: str, *, times: int):
     await asyncio.to_thread(upgrade, postgres_url)
     engine = create_engine(postgres_url)
     async with engine.begin() as connection:
-        for statement in ABORTS:
-            await connection.execute(text(statement.replace("{times}", str(times))))
+        await abort_first(connection, times=times)
     return engine
 
 
 async def _inserts_tried(session) -> int:
-    return (await session.execute(text("SELECT last_value FROM inserts_tried"))).scalar_one()
+    return (await session.execute(text("SELECT last_value FROM messages_tried"))).scalar_one()
 
 
 def _message(external_id: str) -> InboundMessage:
