@@ -9,7 +9,12 @@ from pydantic import ValidationError
 from structlog.testing import capture_logs
 
 from gateway.operators.auth import Operator, OperatorAuth
-from gateway.operators.slack_access import operator_of_member, unguarded_operator_channels, warn_unguarded
+from gateway.operators.slack_access import (
+    not_an_operator,
+    operator_of_member,
+    unguarded_operator_channels,
+    warn_unguarded,
+)
 from gateway.operators.summary import SUMMARY_PROMPT, summarize
 from gateway.settings import BotSettings, Settings
 
@@ -69,6 +74,21 @@ def test_an_operator_channel_nobody_is_mapped_to_is_closed_and_said_at_start():
     [entry] = [e for e in logs if e["event"] == "slack_operator.no_operators"]
     assert entry["log_level"] == "error" and entry["bot"] == "acme" and "slack_user_ids" in entry["fix"]
 
+
+
+def test_a_member_whose_operator_has_no_token_is_told_the_token_is_what_is_missing():
+    """An operator whose token is unset (its ${VAR}) is disabled in Slack too: their member is refused, and
+    told that the token is what their operator lacks, not sent to ask for a mapping they already have."""
+    settings = Settings(bots=[{"name": "acme"}, {"name": "beta"}], operators=[
+        {"name": "off", "token": "", "bots": ["acme"], "slack_user_ids": ["UOFF"]},
+        {"name": "away", "token": "", "bots": ["beta"], "slack_user_ids": ["UAWAY"]}])
+    refused = "You are not an operator for this bot (acme), so nothing was changed or sent."
+    assert not_an_operator(settings, "acme", "UOFF") == (
+        f"{refused} Your Slack member id UOFF is operator off's, which would need a token (its `token` is unset): "
+        "ask an admin to change that in the gateway's config.")
+    assert not_an_operator(settings, "acme", "UAWAY") == (
+        f"{refused} Your Slack member id UAWAY is operator away's, which would need to serve this bot (add acme "
+        "to its `bots`) and a token (its `token` is unset): ask an admin to change that in the gateway's config.")
 
 class _Row:
     def __init__(self, id_: int, author: str, text: str) -> None:
