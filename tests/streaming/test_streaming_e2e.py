@@ -124,6 +124,23 @@ async def test_telegram_stream_sends_once_edits_at_the_interval_and_ends_with_th
     assert [d.provider_id for d in await deliveries(services, reply.id)] == [str(message.message_id)]
 
 
+
+async def test_telegram_stream_of_a_burst_quotes_the_piece_sent_first(env):
+    """A question typed in two pieces whose webhooks were stored in the other order ("cost?" before "How much
+    does the Plus plan"): the streamed answer's first message quotes the piece sent first, as a reply sent
+    whole does (test_burst.py), not the one the worker took up, whose message the stream was started on."""
+    client, services, llm, telegram, _ = env
+    llm.script("streamer", Turn(text=ANSWER))
+    await post_telegram(client, 7011, 3011, "cost?", message_id=94)
+    await post_telegram(client, 7010, 3011, "How much does the Plus plan", message_id=93)
+    stored = await settled_chat(services, channel="telegram", chat="3011", count=3)
+    [first_sent] = [m for m in stored if m.meta.get("platform_message_id") == "93"]
+    [reply] = [m for m in stored if m.direction == "out"]
+    calls = tg_calls(telegram, 3011)
+    assert calls[0].method.lower() == "sendmessage" and len(calls) >= 2  # streamed: sent once, then edited
+    assert [c.params["reply_parameters"]["message_id"] for c in calls if c.method.lower() == "sendmessage"] == [93]
+    assert reply.reply_to_id == first_sent.id and reply.status == "sent"
+
 async def test_telegram_long_stream_rolls_over_and_never_shows_text_twice(env):
     client, services, llm, telegram, _ = env
     tokens = numbered_words(900)
