@@ -13,13 +13,21 @@ import pytest
 from sqlalchemy import select
 
 from channels.base import Capabilities
+from channels.shared_content import location_line
 from gateway.burst import BURST_OWNER, burst_followers
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.models import Conversation, Message
-from tests.worker_rig import EchoPipeline, RecordingAdapter, build_worker, chat_message, until_waiting_for_a_lock
+from tests.worker_rig import (
+    EchoPipeline,
+    RecordingAdapter,
+    build_worker,
+    chat_message,
+    until_waiting_for_a_lock,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -91,6 +99,25 @@ def _telegram(chat: str, n: int, text: str) -> InboundMessage:
     return InboundMessage(channel="telegram", external_id=f"tg-{chat}-{n}", sender=Sender(chat),
                           conversation=ConversationRef("telegram", chat=chat), text=text)
 
+
+
+async def test_a_location_shared_in_a_later_piece_is_answered_and_kept_on_it(migrated_url):
+    """"is this your store" / a shared place: the place's line is read with the question, and the piece marked
+    done with it keeps what it shared (`meta.shared`, channels/shared_content.py) for operators and tools."""
+    pipeline = EchoPipeline(delay=0)
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, channels=("telegram",),
+                                                      settings=worker_settings(burst_seconds=0.3))
+    where = {"location": {"latitude": 52.520008, "longitude": 13.404954, "label": "Acme Store Mitte"}}
+    await inbox.accept("acme", _telegram("43", 0, "is this your store"))
+    await inbox.accept("acme", replace(_telegram("43", 1, location_line(where["location"])), raw={"shared": where}))
+    await worker.run_until_idle(timeout=30)
+    async with sessions() as session:
+        first, later = (await session.execute(select(Message).where(Message.direction == "in")
+                                              .order_by(Message.id))).scalars().all()
+    await engine.dispose()
+    assert [text for _, text in pipeline.seen] == ["is this your store\nShared location: Acme Store Mitte (52.520008, 13.404954)"]
+    assert (later.status, later.meta["answered_with"]) == ("done", first.id)
+    assert later.meta["shared"] == where and "shared" not in first.meta
 
 async def test_burst_wait_holds_no_worker_turn(migrated_url):
     """The wait slept inside the turn: eight customers typing in pieces held every one of
