@@ -8,10 +8,12 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import func, select, update
 
+from channels.telegram import TelegramAdapter
 from gateway.inbox import Inbox
 from gateway.models import Attachment, ConversationRef, InboundMessage, Sender
 from storage.engine import create_engine, session_factory
 from storage.models import Contact, Conversation, Message
+from tests.channels.telegram_helpers import _request, _settings, _update
 from tests.statement_log import StatementLog
 
 
@@ -135,6 +137,51 @@ async def test_two_edits_of_a_message_never_stored_handled_at_once_are_stored_on
         assert (await session.get(Message, results[0].message_id)).meta["platform_message_id"] == "20"
     await engine.dispose()
 
+
+
+def _telegram_group_edit(update_id: int, text: str) -> InboundMessage:
+    """Telegram's edit (update `update_id`) of group message 20, to `text` addressing the bot, as its adapter parses it."""
+    mention = [{"type": "mention", "offset": 0, "length": len("@support_bot")}]
+    message = _update(text, update_id=update_id, chat_type="supergroup", message_id=20, edit_date=1700000060,
+                      entities=mention)["message"]
+    [edit] = TelegramAdapter("acme", _settings(), username="support_bot").parse(
+        _request({"update_id": update_id, "edited_message": message})).messages
+    return edit
+
+
+@pytest.mark.parametrize("stored_first", [pytest.param("older", marks=pytest.mark.xfail(
+    strict=True, reason="the edit whose store commits first is kept, though older")), "newer"])
+async def test_of_two_edits_of_a_message_never_stored_handled_at_once_the_newest_is_kept(migrated_url, stored_first):
+    """The member edited their message twice, quickly, to ask the bot: both edits found it never stored, and the
+    one whose store committed first was kept, the other taken for its duplicate; when that was the older edit,
+    the question answered was the one the member had already changed."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    store = inbox._accept
+    edits = {"older": _telegram_group_edit(9702, "@support_bot the price?"),
+             "newer": _telegram_group_edit(9703, "@support_bot the price of the Plus plan?")}
+    both_looked, first_stored = asyncio.Barrier(2), asyncio.Event()
+
+    async def in_this_order(bot, message):
+        if message.revises is not None:
+            return await store(bot, message)
+        await both_looked.wait()  # the store of an edit found never stored: the other one has looked too
+        if message.text != edits[stored_first].text:
+            await first_stored.wait()
+        try:
+            return await store(bot, message)
+        finally:
+            first_stored.set()
+
+    inbox._accept = in_this_order
+    results = await asyncio.gather(*(inbox.accept("acme", edit) for edit in edits.values()))
+    assert sorted(accepted.duplicate for accepted in results) == [False, True]
+    assert await _count(sessions, Message) == 1
+    async with sessions() as session:
+        stored = await session.get(Message, results[0].message_id)
+    assert (stored.text, stored.status) == ("the price of the Plus plan?", "pending")
+    await engine.dispose()
 
 @pytest.mark.parametrize("channel", ["telegram", "whatsapp"])
 async def test_inbox_stores_a_message_of_a_known_conversation_in_three_statements(migrated_url, channel):
