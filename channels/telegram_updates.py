@@ -154,7 +154,7 @@ class UpdateParser:
             # addresses the bot of a message never stored (ignored: no @mention) is the question asked now.
             edited = self._message(update_id, update[kind], update)
             return replace(edited, messages=tuple(
-                replace(m, revises=str(update[kind]["message_id"]), only_while_held=False,
+                replace(m, revises=str(update[kind]["message_id"]), only_while_held=False, revision=update_id,
                         new_if_never_stored=m.raw.get("chat_type") != "private" and not m.only_while_held)
                 for m in edited.messages))
         if kind == "my_chat_member" and isinstance(update[kind], dict):

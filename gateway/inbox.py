@@ -51,6 +51,13 @@ def first_stored_edit_key(chat: str, platform_message_id: str) -> str:
     return f"edit-of:{chat}:{platform_message_id}"
 
 
+def _newer(edit: InboundMessage, meta: dict[str, Any] | None) -> bool:
+    """Whether `edit` comes after the edit the message's text is from (`meta.revision`); true where the
+    platform does not number its edits."""
+    applied = (meta or {}).get("revision")
+    return edit.revision is None or not isinstance(applied, int) or edit.revision > applied
+
+
 @dataclass(frozen=True, slots=True)
 class Accepted:
     """What the caller needs to acknowledge, and to wait for the answer if it wants to."""
@@ -161,13 +168,19 @@ class Inbox:
                 target = await session.get(Message, found.id, with_for_update=True)
                 if target.status != "pending":  # answered or taken back meanwhile
                     target = None
+            older = target is not None and not edit.deleted and not _newer(edit, target.meta)
+            if older:  # the edit after it was applied first: its text stands
+                log.info("inbound.ignored", bot=bot, channel=edit.channel, message_id=target.id,
+                         revision=edit.revision, reason="an edit no newer than the one already applied")
+                return None
             if target is not None:
                 if edit.deleted:
                     target.status, target.error = "ignored", "deleted by the customer before it was answered"
                 else:
                     # The command it now holds, if any: "/start" edited into a question is a question.
                     target.text = edit.text
-                    target.meta = repo.with_command(target.meta, repo.inbound_meta(edit).get("command"))
+                    target.meta = repo.with_command(target.meta, repo.inbound_meta(edit).get("command")) | (
+                        {"revision": edit.revision} if edit.revision is not None else {})
                 await repo.end_park(session, conversation_id=target.conversation_id, parked_owner=BURST_OWNER)
             unknown = target is None and edit.new_if_never_stored and not edit.deleted and not (await session.execute(
                 select(Message.id).join(Conversation, Message.conversation_id == Conversation.id).where(
@@ -177,10 +190,14 @@ class Inbox:
         if unknown:  # its first version was ignored (a group message without the bot's @mention)
             # Stored under a key of the message it edits, not of this update: two edits handled at once both
             # found it never stored (that check and this store are two transactions), and both were stored
-            # and answered; the delivery key now lets one in, and the other is its duplicate.
-            return await self._accept(bot, dataclasses.replace(
+            # and answered; the delivery key now lets one in, and the other is its duplicate, applied to it as
+            # an edit when it is the newer of the two.
+            accepted = await self._accept(bot, dataclasses.replace(
                 edit, revises=None, new_if_never_stored=False,
                 external_id=first_stored_edit_key(edit.conversation.chat, edit.revises)))
+            if accepted is not None and accepted.duplicate:
+                await self._revise(bot, dataclasses.replace(edit, new_if_never_stored=False))
+            return accepted
         what = "deletion" if edit.deleted else "edit"
         if target is None:
             log.info("inbound.ignored", bot=bot, channel=edit.channel, platform_message_id=edit.revises,

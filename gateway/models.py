@@ -130,6 +130,9 @@ class InboundMessage:
     # An edit that is a message of its own when the one it revises was never stored: a group member's
     # message ignored for want of the bot's @mention, edited to add it.
     new_if_never_stored: bool = False
+    # An edit's place among the edits of its message, where the platform numbers them (Telegram's update_id
+    # counts up): an older edit handled after a newer one (two webhooks at once) does not undo it.
+    revision: int | None = None
     # Not a message: the chat `conversation.chat` lives on under this id now (a Telegram group upgraded to
     # a supergroup). Its conversations, and what is queued for them, follow it there (`Inbox.accept`).
     moves_to: str | None = None

@@ -163,6 +163,8 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
         meta["needs_reply"] = True
     if message.sequence is not None:
         meta["sequence"] = message.sequence
+    if message.revision is not None:  # stored from an edit: a later edit of it must be newer (`Inbox._revise`)
+        meta["revision"] = message.revision
     return meta
 
 
@@ -172,7 +174,7 @@ def with_command(meta: dict[str, Any] | None, command: str | None) -> dict[str, 
 
 
 _PLATFORM_META = ("sender", "platform_message_id", "command", "start_payload", "shared", "needs_reply",
-                  "sequence", "traceparent")
+                  "sequence", "revision", "traceparent")
 """What `inbound_meta` (and the inbox) keep on a message from the platform; the rest of `meta` is what
 attempts at answering it did (a streamed draft, tool runs), which a message of its own starts without."""
 
