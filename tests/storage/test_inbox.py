@@ -139,14 +139,18 @@ async def test_two_edits_of_a_message_never_stored_handled_at_once_are_stored_on
 
 
 
+def _parsed(update: dict) -> InboundMessage:
+    """A Telegram update as its adapter parses it."""
+    [message] = TelegramAdapter("acme", _settings(), username="support_bot").parse(_request(update)).messages
+    return message
+
+
 def _telegram_group_edit(update_id: int, text: str) -> InboundMessage:
-    """Telegram's edit (update `update_id`) of group message 20, to `text` addressing the bot, as its adapter parses it."""
+    """Telegram's edit (update `update_id`) of group message 20, to `text` addressing the bot."""
     mention = [{"type": "mention", "offset": 0, "length": len("@support_bot")}]
     message = _update(text, update_id=update_id, chat_type="supergroup", message_id=20, edit_date=1700000060,
                       entities=mention)["message"]
-    [edit] = TelegramAdapter("acme", _settings(), username="support_bot").parse(
-        _request({"update_id": update_id, "edited_message": message})).messages
-    return edit
+    return _parsed({"update_id": update_id, "edited_message": message})
 
 
 @pytest.mark.parametrize("stored_first", ["older", "newer"])
@@ -180,6 +184,23 @@ async def test_of_two_edits_of_a_message_never_stored_handled_at_once_the_newest
     async with sessions() as session:
         stored = await session.get(Message, results[0].message_id)
     assert (stored.text, stored.status) == ("the price of the Plus plan?", "pending")
+    await engine.dispose()
+
+
+@pytest.mark.xfail(strict=True, reason="the edit moves the text, not meta.shared")
+async def test_a_live_location_moved_while_its_message_waits_moves_its_shared_values_too(migrated_url):
+    """Telegram sends each move of a live location as an edit of its message: the text took the new place, and
+    `meta.shared` (what operators and tools read) kept the old one."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    here, there = {"latitude": 52.52, "longitude": 13.405}, {"latitude": 52.5163, "longitude": 13.3777}
+    stored = await inbox.accept("acme", _parsed(_update("", update_id=5001, location=here | {"live_period": 900})))
+    moved = _update("", update_id=5002, location=there | {"live_period": 900}, edit_date=1700000030)["message"]
+    assert await inbox.accept("acme", _parsed({"update_id": 5002, "edited_message": moved})) is None
+    async with sessions() as session:
+        message = await session.get(Message, stored.message_id)
+    assert (message.text, message.meta["shared"]) == ("Shared location: (52.5163, 13.3777)", {"location": there})
     await engine.dispose()
 
 @pytest.mark.parametrize("channel", ["telegram", "whatsapp"])
