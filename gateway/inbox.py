@@ -177,9 +177,10 @@ class Inbox:
                 if edit.deleted:
                     target.status, target.error = "ignored", "deleted by the customer before it was answered"
                 else:
-                    # The command it now holds, if any: "/start" edited into a question is a question.
+                    # The command it now holds, if any ("/start" edited into a question is a question), and what
+                    # it shares (each move of a Telegram live location is an edit).
                     target.text = edit.text
-                    target.meta = repo.with_command(target.meta, repo.inbound_meta(edit).get("command")) | (
+                    target.meta = repo.with_said(target.meta, repo.inbound_meta(edit)) | (
                         {"revision": edit.revision} if edit.revision is not None else {})
                 await repo.end_park(session, conversation_id=target.conversation_id, parked_owner=BURST_OWNER)
             unknown = target is None and edit.new_if_never_stored and not edit.deleted and not (await session.execute(

@@ -124,7 +124,7 @@ class MessageHandler:
         # The reply quotes (threads on) the piece sent first, which may have been stored after the others.
         # What each piece said as it was read: an edit landing while the model writes is answered after.
         finish = functools.partial(self._finish, followers=tuple(m.id for m in followers), reply_to=pieces[0],
-                                   answered=tuple((m.id, m.text, (m.meta or {}).get("command"))
+                                   answered=tuple((m.id, m.text, repo.said(m.meta))
                                                   for m in [inbound, *followers]))
         topic = message_topic(inbound.id)
         ref = ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,
@@ -294,12 +294,12 @@ class MessageHandler:
 
     async def _finish(self, inbound: Message, result: PipelineResult | None, *, status: str,
                       error: str | None = None, streamer: EditStreamer | None = None,
-                      followers: tuple[int, ...] = (), answered: tuple[tuple[int, str, str | None], ...] = (),
+                      followers: tuple[int, ...] = (), answered: tuple[tuple[int, str, dict], ...] = (),
                       reply_to: Message | None = None) -> bool:
         """Store the reply and mark the inbound message in one transaction, then deliver. True when
         the bot's reply was dropped because an operator took the thread meanwhile. `followers`, the rest
         of its burst, are marked with it; the reply answers `reply_to` (the piece sent first), else `inbound`.
-        `answered` is each piece's text and command as the turn read them: a piece edited since
+        `answered` is each piece's text, command and shared values as the turn read them: a piece edited since
         (`Inbox._revise`) keeps them, and its edit is stored as a message to answer next."""
         outbound_ids: list[int] = []
         edits: list[tuple[int, int]] = []
@@ -349,13 +349,14 @@ class MessageHandler:
                 if piece is not None and piece.status == "pending":
                     piece.status, piece.updated_at = status, message.updated_at
                     piece.meta = {**(piece.meta or {}), "answered_with": inbound.id}
-            for piece_id, text, command in answered:
+            for piece_id, text, text_meta in answered:
                 piece = await session.get(Message, piece_id)
                 if piece is not None and piece.status == status and piece.text != text:  # not deleted meanwhile
-                    # With the command the edit holds (`Inbox._revise`): "/start" edited into a question is one.
+                    # With the command and shared place the edit holds (`Inbox._revise`): "/start" edited into a
+                    # question is one; the record keeps what was answered.
                     edit = await repo.add_edit_to_answer(session, of=piece, text=piece.text)
-                    piece.text = text  # the record shows what was answered
-                    piece.meta = repo.with_command(piece.meta, command)
+                    piece.text = text
+                    piece.meta = repo.with_said(piece.meta, text_meta)
                     edits.append((piece.id, edit.id))
         for piece_id, edit_id in edits:
             log.info("inbound.edit_queued", message_id=piece_id, edit_message_id=edit_id,

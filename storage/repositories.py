@@ -168,9 +168,18 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
     return meta
 
 
-def with_command(meta: dict[str, Any] | None, command: str | None) -> dict[str, Any]:
-    """`meta` holding `command` (a bot command such as "start"), or no command when it is None."""
-    return {k: v for k, v in (meta or {}).items() if k != "command"} | ({"command": command} if command else {})
+SAID_META = ("command", "shared")  # what meta says of the text: the bot command it is, what it shares
+
+
+def said(meta: dict[str, Any] | None) -> dict[str, Any]:
+    """The part of `meta` an edit of the text changes (`SAID_META`)."""
+    return {k: v for k, v in (meta or {}).items() if k in SAID_META}
+
+
+def with_said(meta: dict[str, Any] | None, text_meta: dict[str, Any]) -> dict[str, Any]:
+    """`meta` holding what `text_meta` says of a text (its command, what it shares; none it lacks): "/start"
+    edited into a question is no command, a live location moved shares its new place."""
+    return {k: v for k, v in (meta or {}).items() if k not in SAID_META} | said(text_meta)
 
 
 _PLATFORM_META = ("sender", "platform_message_id", "command", "start_payload", "shared", "needs_reply",

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from channels.shared_content import location_line
 from gateway.bot_settings import RateLimitSettings
 from gateway.models import ConversationRef, InboundMessage, Sender
 from gateway.ratelimit import RateLimiter
@@ -25,10 +26,10 @@ QUESTION = InboundMessage(channel="telegram", external_id="tg-1", sender=Sender(
 
 
 async def _edited_mid_answer(url: str, *edits: str | None, question: InboundMessage = QUESTION,
-                             limiter=None) -> tuple[EchoPipeline, list, list[Message]]:
+                             limiter=None, edit_raw: dict | None = None) -> tuple[EchoPipeline, list, list[Message]]:
     """`question` answered by a worker while the customer edits it to each of `edits` in turn (None: deletes
-    it) as the model writes: what the pipeline read (and `commands`, each turn's), what was sent, and the
-    inbound rows as stored."""
+    it; `edit_raw`, each edit's raw payload) as the model writes: what the pipeline read (and `commands`, each
+    turn's), what was sent, and the inbound rows as stored."""
     engine, sessions, inbox, worker, adapter = build_worker(url, None, channels=("telegram",))
     worker.handler.rate_limiter = limiter
 
@@ -39,7 +40,7 @@ async def _edited_mid_answer(url: str, *edits: str | None, question: InboundMess
             self.commands.append(turn.command)
             if not self.seen:  # the question's turn
                 for n, text in enumerate(edits):
-                    await inbox.accept("acme", replace(question, external_id=f"edit-{n}", text=text or "", raw={},
+                    await inbox.accept("acme", replace(question, external_id=f"edit-{n}", text=text or "", raw=edit_raw or {},
                                                        revises="tg-1", deleted=text is None))
                 # A tool ran after the edits, and was saved on the message (`meta`, the tool journal).
                 await turn.tool_journal.record("lookup", {}, result="ok", error=None, escalate=None)
@@ -86,6 +87,18 @@ async def test_an_edit_of_a_command_into_a_question_is_answered_as_a_question(mi
     assert pipeline.commands == ["start", None]
     assert (question.text, question.meta["command"]) == ("", "start")  # the record shows what was answered
     assert edit.text == FIXED and "command" not in edit.meta
+
+
+async def test_a_live_location_moved_while_it_is_answered_keeps_the_place_answered_on_its_message(migrated_url):
+    """Each move of a Telegram live location is an edit: the place answered stays on the message's record, text
+    and `meta.shared` alike, and the new place is the next message's, as an edited text is."""
+    here, there = {"latitude": 52.52, "longitude": 13.405}, {"latitude": 52.5163, "longitude": 13.3777}
+    asked = replace(QUESTION, text=location_line(here), raw={"shared": {"location": here}})
+    pipeline, _, [question, edit] = await _edited_mid_answer(
+        migrated_url, location_line(there), question=asked, edit_raw={"shared": {"location": there}})
+    assert [text for _, text in pipeline.seen] == [location_line(here), location_line(there)]
+    assert (question.text, question.meta["shared"]) == (location_line(here), {"location": here})
+    assert (edit.text, edit.meta["shared"]) == (location_line(there), {"location": there})
 
 
 async def test_an_edit_answered_after_its_message_is_not_counted_against_the_rate_limit(migrated_url):

@@ -187,7 +187,6 @@ async def test_of_two_edits_of_a_message_never_stored_handled_at_once_the_newest
     await engine.dispose()
 
 
-@pytest.mark.xfail(strict=True, reason="the edit moves the text, not meta.shared")
 async def test_a_live_location_moved_while_its_message_waits_moves_its_shared_values_too(migrated_url):
     """Telegram sends each move of a live location as an edit of its message: the text took the new place, and
     `meta.shared` (what operators and tools read) kept the old one."""
