@@ -351,6 +351,8 @@ class MessageHandler:
                     piece.meta = {**(piece.meta or {}), "answered_with": inbound.id}
             for piece_id, text, text_meta in answered:
                 piece = await session.get(Message, piece_id)
+                if piece is not None and _a_place_moved(text_meta, piece.meta):
+                    continue  # a live location's move is no new question: the record keeps the newest place
                 if piece is not None and piece.status == status and piece.text != text:  # not deleted meanwhile
                     # With the command and shared place the edit holds (`Inbox._revise`): "/start" edited into a
                     # question is one; the record keeps what was answered.
@@ -370,6 +372,17 @@ class MessageHandler:
             if await self._outbox.deliver(out_id, via=via) in RETRYING:
                 break  # the drain loop parks the conversation; the rest wait their turn
         return taken_over
+
+
+def _a_place_moved(answered_meta: dict, meta: dict | None) -> bool:
+    """Whether a message read as sharing a place shares one still, only elsewhere: a Telegram live location
+    moved (each move is an edit, every few seconds for hours), which answered after it would have been a
+    stream of "Shared location" answers. (A location message holds no text of its own to edit.)"""
+    def location(said: dict) -> object:
+        return (said.get("shared") or {}).get("location")
+    now = repo.said(meta)
+    return location(answered_meta) is not None and location(now) is not None and (
+        answered_meta.get("command") == now.get("command"))
 
 
 async def _sender(session: AsyncSession, inbound: Message, conversation: Conversation) -> Contact | None:
