@@ -5,9 +5,10 @@ Inbound arrives two ways:
 - HTTP interactions (`verify` + `parse`): Ed25519-signed; PING → type 1, `/ask question:...` → an
   InboundMessage keyed by the interaction id and a deferred response (type 5, "thinking...").
 
-Outbound goes through discord.py's HTTP client, which owns Discord's 429 buckets: it sleeps out a
-`retry_after` up to `WAIT_IN_PLACE_S`, and a longer one (or a 5xx, never retried in place) goes back to
-the outbox with its `retry_after`, so one rate-limited channel does not hold a worker slot. Every chunk
+Outbound goes through discord.py's HTTP client, which owns Discord's 429 buckets: a send (an edit, a
+typing indicator) waits out rate limits up to `WAIT_IN_PLACE_S` in all, and a longer wait (or a 5xx, never
+retried in place) goes back to the outbox with its `retry_after`, so one rate-limited channel does not
+hold a worker slot. Every chunk
 carries a deterministic nonce with `enforce_nonce`, so a send retried after a lost response is
 deduplicated by Discord instead of posted twice; Discord only checks nonces for a few minutes, so the
 adapter also remembers which chunks of a reply went through, and a retry resumes after them (after a
@@ -39,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import json
 import logging
 import time
@@ -52,15 +52,16 @@ from nacl.signing import VerifyKey
 
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.discord_client import GatewayClient
-from channels.discord_errors import translate
+from channels.discord_errors import WAIT_IN_PLACE_S, translate, within_wait_budget
 from channels.discord_followups import FollowupPoster, InteractionExpired, Interactions, PendingInteraction
+from channels.discord_inbound import InboxFeed
 from channels.discord_parse import classify_gateway_message, parse_interaction, payload_of, without_token
 from channels.discord_reconcile import adopt_landed
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
 from channels.sent_parts import Landed, SentParts
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, SignatureInvalid
-from gateway.models import USE_ASK, ConversationRef, InboundMessage, OutboundMessage
+from gateway.models import USE_ASK, ConversationRef, OutboundMessage
 from gateway.settings import DiscordChannel
 
 __all__ = [
@@ -84,8 +85,6 @@ DEFAULT_GATEWAY = "wss://gateway.discord.gg/"
 SIGNATURE_MAX_AGE = 300  # seconds; Discord does not replay, so an old timestamp means a captured request
 INTERACTION_TTL = 15 * 60  # an interaction token accepts follow-ups for 15 minutes
 _MISSING_PERMISSIONS = 50013
-DELIVER_PATIENCE = 600.0
-"""Seconds a gateway message is retried into the inbox before it is logged as lost."""
 
 
 # ---- the adapter ---------------------------------------------------------------------------------------
@@ -97,7 +96,8 @@ class DiscordAdapter:
     name = "discord"
     capabilities = Capabilities(max_length=MAX_LENGTH, markdown="discord", threads=True, edits=True, typing=True)
 
-    def __init__(self, bot: str, settings: DiscordChannel, *, use_ask: str = USE_ASK) -> None:
+    def __init__(self, bot: str, settings: DiscordChannel, *, use_ask: str = USE_ASK,
+                 wait_in_place_s: float = WAIT_IN_PLACE_S) -> None:
         # No `http` session to inject, unlike the other adapters: discord.py owns its aiohttp session
         # and rate-limit buckets.
         self.bot = bot
@@ -108,20 +108,21 @@ class DiscordAdapter:
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.gateway_url or DEFAULT_GATEWAY)
         intents = discord.Intents.default()
         intents.message_content = True  # privileged: enable it in the Developer Portal too
-        self.client = GatewayClient(self._on_message, on_revision=self._deliver_in_turn, bot=bot, intents=intents)
+        self._inbox = InboxFeed(bot)  # gateway messages, in Discord's order
+        self.client = GatewayClient(self._on_message, on_revision=self._inbox.in_turn, bot=bot, intents=intents,
+                                    wait_in_place_s=wait_in_place_s)
+        self._wait_in_place_s = wait_in_place_s  # a send's rate limits, waited out in place, in all
         self._verify_key = VerifyKey(bytes.fromhex(settings.public_key)) if settings.public_key else None
         if self._verify_key is None:  # said once at start, not only as a 401 per interaction
             log.warning("discord.public_key is not set: /ask interactions are refused (401); channel messages "
                         "still work", extra={"bot": bot})
-        self._deliver: Deliver | None = None
         self._task: asyncio.Task[None] | None = None
         self._login_lock = asyncio.Lock()
         self._logged_in = False
         self._interactions = Interactions()  # `/ask`: unanswered, and answered while their token lives
         # Ids of the chunks already delivered per reply, so a retried send never posts them again.
         self._sent_parts = SentParts()
-        self._followups = FollowupPoster()  # `/ask` answers: retried by us, never resent blindly
-        self._deliver_in_order = asyncio.Lock()  # gateway messages reach the inbox one at a time (`_on_message`)
+        self._followups = FollowupPoster(max_wait_s=wait_in_place_s)  # `/ask` answers: retried by us, never resent blindly
         self._gateway_problem: str | None = None  # why the connection is down, while it is
         self._stopping = False
 
@@ -166,6 +167,7 @@ class DiscordAdapter:
 
     # -- outbound --
 
+    @within_wait_budget
     async def send(self, message: OutboundMessage) -> list[str]:
         """Render, split at 2000 chars and post; the first chunk replies to `reply_to`.
 
@@ -233,6 +235,7 @@ class DiscordAdapter:
             self._interactions.landed(sent, interaction)
             await ids.add(sent, more=index + 1 < len(chunks))
 
+    @within_wait_budget
     async def send_typing(self, conversation: ConversationRef) -> None:
         """Show "bot is typing..." for about 10 seconds; not while an `/ask` here awaits its answer, whose
         "thinking…" shows already (and the channel's endpoint needs the bot to see the channel)."""
@@ -244,6 +247,7 @@ class DiscordAdapter:
         except Exception as exc:
             raise translate(exc) from exc
 
+    @within_wait_budget
     async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str) -> None:
         """Replace a message's text (streaming by edits). `text` must fit in 2000 characters."""
         content = to_discord_markdown(text)
@@ -290,7 +294,7 @@ class DiscordAdapter:
         """Log in and run the gateway connection in the background (`_run_gateway`, which reconnects).
         A rejected token raises; Discord unreachable at start does not: the connection loop logs in
         again with backoff, so a blip at boot does not leave the channel deaf until a restart."""
-        self._deliver = deliver
+        self._inbox.deliver = deliver
         try:
             await self._ensure_login()
         except ChannelSendError as exc:
@@ -370,28 +374,4 @@ class DiscordAdapter:
         if isinstance(result, str):
             log.info("discord.ignored", extra={"bot": self.bot, "discord_message_id": message.id, "reason": result})
             return
-        await self._deliver_in_turn(result)
-
-    async def _deliver_in_turn(self, result: InboundMessage) -> None:
-        message_id = result.revises or result.external_id
-        if self._deliver is None:
-            log.warning("discord.undelivered", extra={"bot": self.bot, "message_id": message_id})
-            return
-        # discord.py runs each event in its own task, so two messages would race into the inbox and be
-        # stored (and answered) in whichever order their inserts finished. The tasks start in the order
-        # Discord sent the events, and reach this lock before their first await: its FIFO queue keeps
-        # that order (an edit after the message it edits, too).
-        async with self._deliver_in_order:
-            deadline = time.monotonic() + DELIVER_PATIENCE
-            for attempt in itertools.count(1):
-                try:
-                    await self._deliver(result)
-                    return
-                except Exception:  # the database is away: Discord will not send this message again
-                    if time.monotonic() >= deadline:
-                        log.exception("discord.deliver_failed", extra={"bot": self.bot, "message_id": message_id,
-                                                                       "attempts": attempt})
-                        return
-                    log.warning("discord.deliver_retry", extra={"bot": self.bot, "message_id": message_id,
-                                                                "attempt": attempt}, exc_info=True)
-                    await asyncio.sleep(doubling(attempt, first=0.5, cap=30.0))
+        await self._inbox.in_turn(result)

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import discord
 
-from channels.discord_errors import WAIT_IN_PLACE_S
+from channels.discord_errors import WAIT_IN_PLACE_S, may_wait
 from channels.discord_parse import revision_of
 from gateway.models import InboundMessage
 
@@ -31,7 +31,7 @@ class GatewayClient(discord.Client):
         # The gateway never joins a voice channel: discord.py's "davey is not installed, voice will NOT
         # be supported" warning at every start only sent deployers looking for a package they do not need.
         discord.VoiceClient.warn_dave = False
-        super().__init__(http_trace=_server_errors_raised(), **options)
+        super().__init__(http_trace=_http_trace(), **options)
         # A longer rate limit raises RateLimited (back to the outbox) instead of being slept out while the
         # delivery worker's slot waits. Set on the HTTP client: the Client option is floored at 30 s.
         self.http.max_ratelimit_timeout = wait_in_place_s
@@ -120,15 +120,26 @@ def _release_global_lock_on_cancel(http: discord.http.HTTPClient) -> None:
     http.request = request_releasing_lock  # type: ignore[method-assign]
 
 
-def _server_errors_raised() -> aiohttp.TraceConfig:
-    """A 5xx raises DiscordServerError at once. Why: discord.py retried 500/502/504/524 in place, four
-    times over 16 s, holding the delivery worker's slot; the outbox retries later instead, and the chunk's
-    nonce (`enforce_nonce`) has Discord return the message it already posted rather than post it twice."""
+def _http_trace() -> aiohttp.TraceConfig:
+    """What discord.py would retry in place and the outbox retries instead, raised as each response ends.
+
+    A 5xx raises DiscordServerError at once. Why: discord.py retried 500/502/504/524 in place, four times
+    over 16 s, holding the delivery worker's slot; the outbox retries later instead, and the chunk's nonce
+    (`enforce_nonce`) has Discord return the message it already posted rather than post it twice.
+
+    A 429 whose wait would overdraw the send's budget (`wait_budget`) raises RateLimited. Why: discord.py
+    waits out each 429 up to `max_ratelimit_timeout`, and up to five of them per request: 25 s in a worker
+    slot where every other adapter waits 5 s in all per send."""
 
     async def on_request_end(_session: Any, _context: Any, params: aiohttp.TraceRequestEndParams) -> None:
         response = params.response
         if response.status >= 500:
             raise discord.DiscordServerError(response, await discord.http.json_or_text(response))
+        if response.status == 429 and response.headers.get("Via"):  # without Via: Cloudflare's, never waited
+            data = await discord.http.json_or_text(response)
+            retry_after = data.get("retry_after") if isinstance(data, dict) else None
+            if isinstance(retry_after, (int, float)) and not may_wait(float(retry_after)):
+                raise discord.RateLimited(float(retry_after))
 
     trace = aiohttp.TraceConfig()
     trace.on_request_end.append(on_request_end)

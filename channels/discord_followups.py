@@ -4,7 +4,7 @@ Why not discord.py's `Webhook.send`: its webhook client posts again after every 
 and sleeps out any 429, however long. A follow-up takes no nonce, so a 5xx that came back after
 Discord had posted it (Cloudflare's 502/504 in front of a slow Discord) showed the answer twice, and a
 2-minute global rate limit held a worker slot for 2 minutes. Here a short rate limit is waited out in
-place (`max_wait_s` in all, `WAIT_IN_PLACE_S` as for channel messages), a longer one goes back to the
+place (`max_wait_s` in all, and within the send's `wait_budget`, as for channel messages), a longer one goes back to the
 outbox with its `retry_after`, and a 5xx or a lost answer is "outcome unknown", never resent.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import discord
 
-from channels.discord_errors import WAIT_IN_PLACE_S, outcome_unknown, translate
+from channels.discord_errors import WAIT_IN_PLACE_S, may_wait, outcome_unknown, translate
 from gateway.errors import ChannelSendError, RecipientUnreachable
 from gateway.models import ConversationRef
 
@@ -143,7 +143,7 @@ class FollowupPoster:
             if status == 429:
                 retry_after = _retry_after(data, headers)
                 # Without Discord's `Via` (Cloudflare's own limit, often an hour's ban) it is not waited out here.
-                if not headers.get("Via") or waited + retry_after > self._max_wait_s:
+                if not headers.get("Via") or waited + retry_after > self._max_wait_s or not may_wait(retry_after):
                     raise ChannelSendError(f"discord follow-up rate limited for {retry_after:g} s",
                                            retry_after=retry_after, rate_limited=True)
                 waited += retry_after

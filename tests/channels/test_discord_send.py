@@ -248,6 +248,20 @@ async def test_send_rate_limited_for_seconds_goes_back_to_the_outbox_at_once(fak
     assert len(fake.received("POST", f"/channels/{CHANNEL}/messages")) == 1 and not fake.channel_messages(CHANNEL)
 
 
+async def test_send_waits_out_rate_limits_in_place_for_the_bound_in_all(fake: FakeDiscord):
+    adapter = DiscordAdapter("support", settings_for(fake), wait_in_place_s=0.5)
+    # discord.py waits out each 429 up to the bound, five times over: 25 s in a worker slot at 5 s.
+    fake.rate_limit_next("POST", f"/channels/{CHANNEL}/messages", retry_after=0.3)
+    fake.rate_limit_next("POST", f"/channels/{CHANNEL}/messages", retry_after=0.3)
+    try:
+        with pytest.raises(ChannelSendError) as info:
+            await adapter.send(OutboundMessage(conversation=conversation(), text="Hello"))
+    finally:
+        await adapter.stop()
+    assert info.value.rate_limited and info.value.retry_after == 0.3 and not info.value.permanent
+    assert len(fake.received("POST", f"/channels/{CHANNEL}/messages")) == 2 and not fake.channel_messages(CHANNEL)
+
+
 async def test_send_answered_500_after_it_landed_is_not_retried_in_place_nor_posted_twice(fake: FakeDiscord,
                                                                                          adapter: DiscordAdapter):
     outbound = OutboundMessage(conversation=conversation(), text="Hello")
