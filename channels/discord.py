@@ -54,7 +54,7 @@ from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.discord_client import GatewayClient
 from channels.discord_errors import WAIT_IN_PLACE_S, translate, within_wait_budget
 from channels.discord_followups import FollowupPoster, InteractionExpired, Interactions, PendingInteraction
-from channels.discord_inbound import InboxFeed
+from channels.discord_inbound import InboxFeed, ThreadLookup
 from channels.discord_parse import classify_gateway_message, parse_interaction, payload_of, without_token
 from channels.discord_reconcile import adopt_landed
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
@@ -111,6 +111,7 @@ class DiscordAdapter:
         self._inbox = InboxFeed(bot)  # gateway messages, in Discord's order
         self.client = GatewayClient(self._on_message, on_revision=self._inbox.in_turn, bot=bot, intents=intents,
                                     wait_in_place_s=wait_in_place_s)
+        self._threads = ThreadLookup(self.client, bot=bot)  # a thread discord.py does not hold, asked of Discord
         self._wait_in_place_s = wait_in_place_s  # a send's rate limits, waited out in place, in all
         self._verify_key = VerifyKey(bytes.fromhex(settings.public_key)) if settings.public_key else None
         if self._verify_key is None:  # said once at start, not only as a 401 per interaction
@@ -363,15 +364,17 @@ class DiscordAdapter:
             self._task = None
 
     async def _on_message(self, message: discord.Message) -> None:
-        me = self.client.user
-        result = classify_gateway_message(
-            payload_of(message),
-            bot_user_id=str(me.id) if me else "",
-            respond_in_groups=self.settings.respond_in_groups,
-            in_thread=isinstance(message.channel, discord.Thread),
-            bot_role_ids=(str(role.id),) if message.guild and (role := message.guild.self_role) else (),
-        )
-        if isinstance(result, str):
-            log.info("discord.ignored", extra={"bot": self.bot, "discord_message_id": message.id, "reason": result})
-            return
-        await self._inbox.in_turn(result)
+        async with self._inbox.turn():  # before its first await: Discord's order (channels.discord_inbound)
+            me = self.client.user
+            result = classify_gateway_message(
+                payload_of(message),
+                bot_user_id=str(me.id) if me else "",
+                respond_in_groups=self.settings.respond_in_groups,
+                in_thread=await self._threads.in_thread(message),
+                bot_role_ids=(str(role.id),) if message.guild and (role := message.guild.self_role) else (),
+            )
+            if isinstance(result, str):
+                log.info("discord.ignored", extra={"bot": self.bot, "discord_message_id": message.id,
+                                                   "reason": result})
+                return
+            await self._inbox.patiently(result)

@@ -1,5 +1,5 @@
 """Gateway messages into the inbox: one at a time, in the order Discord sent them, retried while the
-inbox cannot store them (Discord never sends a MESSAGE_CREATE again)."""
+inbox cannot store them (Discord never sends a MESSAGE_CREATE again); and whether one came in a thread."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
+import discord
+
 from channels.base import Deliver
+from channels.discord_errors import WAIT_IN_PLACE_S, wait_budget
 from gateway.backoff import doubling
 from gateway.models import InboundMessage
 
@@ -18,6 +21,9 @@ log = logging.getLogger("channels.discord")
 
 DELIVER_PATIENCE = 600.0
 """Seconds a gateway message is retried into the inbox before it is logged as lost."""
+LOOKUP_TIMEOUT_S = 10.0
+"""The longest a channel's look-up holds the messages behind it (`InboxFeed.turn`)."""
+_KNOWN_MAX = 10_000
 
 
 class InboxFeed:
@@ -61,3 +67,37 @@ class InboxFeed:
                 log.warning("discord.deliver_retry", extra={"bot": self.bot, "message_id": message_id,
                                                             "attempt": attempt}, exc_info=True)
                 await asyncio.sleep(doubling(attempt, first=0.5, cap=30.0))
+
+
+class ThreadLookup:
+    """Whether a server message came in a thread, asking Discord about a channel discord.py does not hold.
+
+    Why: discord.py gives a message whose channel is not in its cache (a thread the bot never joined, one
+    unarchived by this very message) a PartialMessageable, which reads as a plain channel: each member got
+    a conversation of their own in the thread, and an operator's reply a mention of its member."""
+
+    def __init__(self, client: discord.Client, *, bot: str = "") -> None:
+        self._client = client
+        self._bot = bot
+        self._known: dict[int, bool] = {}  # channel id → a thread? (a channel never changes kind)
+
+    async def in_thread(self, message: discord.Message) -> bool:
+        """Whether `message` is in a thread; a channel that cannot be looked up counts as none (logged)."""
+        channel = message.channel
+        if isinstance(channel, discord.Thread):
+            return True
+        if not isinstance(channel, discord.PartialMessageable) or channel.guild_id is None:
+            return False  # a channel discord.py holds, or a DM
+        if (known := self._known.get(channel.id)) is not None:
+            return known
+        try:
+            with wait_budget(WAIT_IN_PLACE_S):
+                fetched = await asyncio.wait_for(self._client.fetch_channel(channel.id), LOOKUP_TIMEOUT_S)
+        except Exception as exc:  # no access, an outage: read as a channel, and asked again next time
+            log.warning("discord.channel_unresolved", extra={"bot": self._bot, "channel_id": channel.id,
+                                                             "error": f"{type(exc).__name__}: {exc}"[:200]})
+            return False
+        if len(self._known) >= _KNOWN_MAX:
+            self._known.clear()
+        self._known[channel.id] = isinstance(fetched, discord.Thread)
+        return self._known[channel.id]

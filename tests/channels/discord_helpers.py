@@ -67,9 +67,10 @@ def settings_for(fake: FakeDiscord | None = None, **extra: Any) -> DiscordChanne
     )
 
 
-def guild_message(content: str, *, message_id: str = "900000000000000010", **extra: Any) -> dict[str, Any]:
+def guild_message(content: str, *, message_id: str = "900000000000000010", channel_id: str = CHANNEL,
+                  **extra: Any) -> dict[str, Any]:
     author = extra.pop("author", {"id": "900000000000000003", "username": "alice", "discriminator": "0", "avatar": None})
-    return message_object(message_id=message_id, channel_id=CHANNEL, content=content, author=author,
+    return message_object(message_id=message_id, channel_id=channel_id, content=content, author=author,
                           timestamp="2026-11-29T10:00:00+00:00", guild_id=GUILD, **extra)
 
 

@@ -9,8 +9,9 @@ import pytest
 
 from channels.discord import DiscordAdapter
 from gateway.errors import ChannelSendError
-from gateway.models import InboundMessage
+from gateway.models import ConversationRef, InboundMessage, OutboundMessage
 from tests.channels.discord_helpers import (  # noqa: F401 - `fake` fixture
+    CHANNEL,
     FIXTURES,
     GUILD,
     connected,
@@ -19,7 +20,7 @@ from tests.channels.discord_helpers import (  # noqa: F401 - `fake` fixture
     settings_for,
     wait_for,
 )
-from tests.fakes.discord_api import BOT_USER_ID, FakeDiscord
+from tests.fakes.discord_api import BOT_USER_ID, FakeDiscord, thread_object
 
 
 async def test_start_connects_gateway_with_message_content_intent_and_delivers(fake: FakeDiscord):
@@ -99,6 +100,28 @@ async def test_messages_reach_the_inbox_in_the_order_discord_sent_them(fake: Fak
     finally:
         await adapter.stop()
     assert stored == [f"question {i}" for i in range(5)]
+
+
+async def test_a_thread_missing_from_the_cache_is_one_conversation_answered_inside_it(fake: FakeDiscord):
+    # discord.py reads a message in a thread it does not hold (not joined, unarchived by the message) as
+    # in a plain channel: each member got a conversation of their own there, and operators' replies a mention.
+    thread = "900000000000000077"
+    fake.channels[thread] = thread_object(thread_id=thread, parent_id=CHANNEL, guild_id=GUILD)
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    async with connected(adapter, fake) as delivered:
+        for i, author in enumerate(("900000000000000003", "900000000000000004")):
+            user = {"id": author, "username": f"member{i}", "discriminator": "0", "avatar": None}
+            await fake.dispatch("MESSAGE_CREATE", guild_message(f"in the thread {i}", channel_id=thread, author=user,
+                                                                message_id=f"90000000000000007{i}"))
+        await fake.dispatch("MESSAGE_CREATE", guild_message("in the channel", message_id="900000000000000079"))
+        await wait_for(delivered, 3)
+        first, second, plain = delivered
+        assert first.conversation == second.conversation == ConversationRef(
+            channel="discord", workspace=GUILD, chat=thread, thread=thread)
+        assert plain.conversation.chat == CHANNEL and plain.conversation.thread == "member:900000000000000003"
+        await adapter.send(OutboundMessage(conversation=first.conversation, text="Hi both", addressee="member0"))
+    assert len(fake.received("GET", f"/channels/{thread}")) == 1  # asked once, then known
+    assert [m["content"] for m in fake.channel_messages(thread)] == ["Hi both"]  # a thread's: no mention
 
 
 async def test_an_event_discord_py_cannot_read_is_skipped_and_the_gateway_goes_on(fake: FakeDiscord):

@@ -1,6 +1,7 @@
 """A fake Discord: the REST API under /api/v10 and a gateway websocket at /gateway, on 127.0.0.1.
 
-It speaks enough of the protocol for discord.py: login (users/@me, applications/@me), messages
+It speaks enough of the protocol for discord.py: login (users/@me, applications/@me), a channel's object
+(the ones put in `channels`: a thread, `thread_object`), messages
 (create honouring `nonce` + `enforce_nonce`, edit, a channel's history after an id), typing, interaction follow-ups (and their edits), and a gateway
 that sends HELLO, answers IDENTIFY with READY, acks heartbeats and can dispatch events. Every REST
 request is recorded; `fail_next` scripts 429s (with Discord's headers) or any other error, and
@@ -64,6 +65,7 @@ class FakeDiscord:
     identify_close_code: int | None = None  # answer IDENTIFY by closing with this code (4004: bad token)
     # Channels where the bot lacks Read Message History: Discord refuses a reply there (403, 50013).
     no_history: set[str] = field(default_factory=set)
+    channels: dict[str, dict[str, Any]] = field(default_factory=dict)  # id → channel object (GET /channels/{id})
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
     _sequence: int = 0
     _runner: web.AppRunner | None = None
@@ -190,6 +192,10 @@ class FakeDiscord:
             return _json(_user(BOT_USER_ID, "gatewaybot", bot=True))
         if request.method == "GET" and parts == ["oauth2", "applications", "@me"]:
             return _json(_application())
+        if parts[0] == "channels" and len(parts) == 2 and request.method == "GET":
+            if parts[1] in self.channels:
+                return _json(self.channels[parts[1]])
+            return _json({"message": "Unknown Channel", "code": 10003}, status=404)
         if parts[0] == "channels" and len(parts) == 3 and parts[2] == "typing" and request.method == "POST":
             return web.Response(status=204)
         if parts[0] == "channels" and len(parts) == 3 and parts[2] == "messages" and request.method == "POST":
@@ -315,6 +321,16 @@ def message_object(*, message_id: str, channel_id: str, content: str, author: di
         "edited_timestamp": None,
         "flags": 0,
         **extra,
+    }
+
+
+def thread_object(*, thread_id: str, parent_id: str, guild_id: str) -> dict[str, Any]:
+    """A public thread (type 11) as GET /channels/{id} returns it (the fields discord.py reads)."""
+    return {
+        "id": thread_id, "type": 11, "guild_id": guild_id, "parent_id": parent_id, "owner_id": "900000000000000003",
+        "name": "help thread", "message_count": 1, "member_count": 1, "rate_limit_per_user": 0, "flags": 0,
+        "thread_metadata": {"archived": False, "auto_archive_duration": 1440, "archive_timestamp": _now(),
+                            "locked": False},
     }
 
 
