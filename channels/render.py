@@ -5,7 +5,8 @@ paragraph, line, sentence and word boundaries, and never cuts inside a fenced co
 (nor a Markdown link, nor a link in angle brackets such as Slack's `<url|label>`, nor a bold or italic
 run within a line) unless that span alone is longer than the limit. A code block longer than the
 limit is cut between its lines, and each part closes and reopens the fence so it still renders as
-code (fences are found as CommonMark reads them: one indented in a list item too, never inline code); a bold or italic run longer than the limit is closed and reopened the same way, and a Markdown
+code (fences are found as CommonMark reads them: one indented in a list item or in a block quote too,
+never inline code); a bold or italic run longer than the limit is closed and reopened the same way, and a Markdown
 table cut between its rows starts each later part with its header and `|---|` lines again, so it
 is still a table. Only the whitespace at a cut is dropped, and those added marks and headers.
 
@@ -91,15 +92,17 @@ def _find_fences(text: str) -> list[_Fence]:
             continue
         first, last = tok.map[0], min(tok.map[1], len(starts)) - 1
         opener = text[starts[first]:line_end(first)]
-        indent = opener[: len(opener) - len(opener.lstrip(" "))]
-        if not opener.lstrip(" ").startswith(tok.markup):
-            continue  # in a block quote: its lines start with ">", which no closer added here would carry
+        prefix = opener[: max(opener.find(tok.markup), 0)]
+        if not opener.startswith(prefix + tok.markup) or prefix.strip(" >"):
+            continue  # on a list item's marker line ("- ```"): no closer or opener added here could carry it
         closing = text[starts[last]:line_end(last)].strip() if last > first else ""
+        closing = closing.lstrip("> ") if ">" in prefix else closing  # a block quote's closing "> ```"
         closed = len(closing) >= len(tok.markup) and set(closing) == {tok.markup[0]}
         close_start = starts[last] if closed else line_end(last)
-        # The closer keeps the opener's indent, which a fence in a list item needs to stay in it.
+        # The closer keeps the opener's indent, which a fence in a list item needs to stay in it, and its
+        # ">", which one in a block quote needs; so does the opener again at the top of the next part.
         fences.append(_Fence(starts[first], line_end(first), close_start, line_end(last), opener.strip(),
-                             indent + tok.markup))
+                             prefix + tok.markup))
     return fences
 
 

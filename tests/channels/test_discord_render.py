@@ -49,3 +49,15 @@ def test_a_line_starting_with_inline_code_is_no_code_block_for_the_prose_after_i
     next ``` line, were sent as typed."""
     text = "```a``` is code &amp; more\n\n#### Heading\n\n```\n#### kept &amp;\n```"
     assert to_discord_markdown(text) == "```a``` is code & more\n\n**Heading**\n\n```\n#### kept &amp;\n```"
+
+
+def test_a_long_code_block_in_a_block_quote_is_closed_and_reopened_across_messages():
+    """A fence in a block quote (`> ```…`) was left to be cut as prose: the first message ended inside the
+    code block unclosed, and the second showed the rest of the code as quoted text."""
+    code = "\n".join(f"> step_{i} = run(value_{i})  # a comment" for i in range(90))
+    text = "The log said:\n\n> ```python\n" + code + "\n> ```\n\nDone."
+    chunks = render_message(OutboundMessage(ConversationRef(channel="discord", chat="1"), text))
+    assert len(chunks) == 2 and all(len(c) <= MAX_LENGTH for c in chunks)
+    assert chunks[0].endswith("\n> ```") and chunks[1].startswith("> ```python\n> step_")
+    assert chunks[1].endswith("> step_89 = run(value_89)  # a comment\n> ```\n\nDone.")
+
