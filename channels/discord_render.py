@@ -1,6 +1,7 @@
 """Answer Markdown → Discord Markdown, split into 2000-character chunks with stable nonces.
 
 An HTML entity in the answer (`&amp;`) becomes its character, as CommonMark reads it (Discord showed it as typed).
+A code block is fenced with ```, and ``` inside one is broken with zero-width spaces (`_code_block`).
 """
 
 from __future__ import annotations
@@ -23,13 +24,37 @@ _IMAGE = re.compile(r"!\[([^\]\n]*)\]\(")
 # keeps it as written, as CommonMark does.
 _ENTITY_OR_CODE = re.compile(r"(`+)[^`].*?\1|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});", re.DOTALL)
 _MARKUP = set("\\`*_~|<>[]()#-:")
+_FENCE_LINE = re.compile(r"^([ >]*)(`{3,}|~{3,})(.*)$")  # a fence's line, after its indent or quote marks
+_TICKS = re.compile(r"`{3,}")
+ZERO_WIDTH_SPACE = "\u200b"
 
 
 def to_discord_markdown(text: str) -> str:
     """CommonMark-ish answer → Discord Markdown: mostly the same; small headings and images adapted."""
     # Code blocks pass through untouched: the real ones only. A line that merely starts with inline code
     # ("```a``` is…") was taken for a fence, and the prose after it, up to the next ``` line, went unconverted.
-    return outside(fence_spans(text), text, _convert_prose)
+    return outside(fence_spans(text), text, _convert_prose, inside=_code_block)
+
+
+def _code_block(block: str) -> str:
+    """A fenced code block as Discord can show it. Discord ends a block at the first ``` in it and knows
+    no longer fence (````) nor ~~~: the fence becomes ```, and a run of three backticks or more inside
+    keeps its look with a zero-width space between its backticks (it is copied with them)."""
+    lines = block.split("\n")
+    opener = _FENCE_LINE.match(lines[0])
+    if opener is None:
+        return block
+    prefix, marker, info = opener.groups()
+    closer = _FENCE_LINE.match(lines[-1]) if len(lines) > 1 else None
+    closed = (closer is not None and not closer.group(3).strip() and closer.group(2)[0] == marker[0]
+              and len(closer.group(2)) >= len(marker))
+    body = lines[1:-1] if closed else lines[1:]
+    shown = [f"{prefix}```{_breaking_ticks(info)}", *(_breaking_ticks(line) for line in body)]
+    return "\n".join(shown + ([f"{closer.group(1)}```"] if closer is not None and closed else []))
+
+
+def _breaking_ticks(line: str) -> str:
+    return _TICKS.sub(lambda run: ZERO_WIDTH_SPACE.join(run.group(0)), line)
 
 
 def _convert_prose(text: str) -> str:

@@ -297,14 +297,16 @@ def fence_spans(text: str) -> list[tuple[int, int]]:
     return [(fence.start, fence.end) for fence in _find_fences(text)]
 
 
-def outside(spans: re.Pattern[str] | Iterable[tuple[int, int]], text: str, convert: Callable[[str], str]) -> str:
+def outside(spans: re.Pattern[str] | Iterable[tuple[int, int]], text: str, convert: Callable[[str], str], *,
+            inside: Callable[[str], str] | None = None) -> str:
     """`text` with `convert` applied between `spans` (a pattern's matches, or (start, end) pairs in order:
-    code, which a dialect converter must leave as written); the spans pass through unchanged."""
+    code, which a dialect converter must leave as written); the spans pass through unchanged, or through
+    `inside` (what a dialect's code blocks need)."""
     found = ((m.start(), m.end()) for m in spans.finditer(text)) if isinstance(spans, re.Pattern) else spans
     out, pos = [], 0
     for start, end in found:
         out.append(convert(text[pos:start]))
-        out.append(text[start:end])
+        out.append(inside(text[start:end]) if inside is not None else text[start:end])
         pos = end
     out.append(convert(text[pos:]))
     return "".join(out)

@@ -61,3 +61,11 @@ def test_a_long_code_block_in_a_block_quote_is_closed_and_reopened_across_messag
     assert chunks[0].endswith("\n> ```") and chunks[1].startswith("> ```python\n> step_")
     assert chunks[1].endswith("> step_89 = run(value_89)  # a comment\n> ```\n\nDone.")
 
+
+def test_three_backticks_inside_a_code_block_do_not_end_it_on_discord():
+    """Discord ends a code block at the first ``` in it, and knows no longer fence (````) nor ~~~: an answer
+    showing Markdown source broke out of its block there. Such a run keeps its look, split by zero-width spaces."""
+    ticks = "`\u200b`\u200b`"
+    text = "Write:\n\n````md\n```python\nprint(1)\n```\n````\n\n~~~sh\necho '```'\n~~~\n\nThen ```x``` inline."
+    assert to_discord_markdown(text) == (
+        f"Write:\n\n```md\n{ticks}python\nprint(1)\n{ticks}\n```\n\n```sh\necho '{ticks}'\n```\n\nThen ```x``` inline.")
