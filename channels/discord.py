@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -53,7 +54,14 @@ from nacl.signing import VerifyKey
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.discord_client import GatewayClient
 from channels.discord_errors import WAIT_IN_PLACE_S, translate, within_wait_budget
-from channels.discord_followups import FollowupPoster, InteractionExpired, Interactions, PendingInteraction
+from channels.discord_followups import (
+    FollowupPoster,
+    InteractionExpired,
+    Interactions,
+    PendingInteraction,
+    restored,
+    to_store,
+)
 from channels.discord_inbound import InboxFeed, ThreadLookup
 from channels.discord_parse import classify_gateway_message, parse_interaction, payload_of, without_token
 from channels.discord_reconcile import adopt_landed
@@ -157,14 +165,18 @@ class DiscordAdapter:
         if not isinstance(body, dict):
             raise BadRequest("interaction body is not an object")
         result = parse_interaction(body, use_ask=self.use_ask)
-        now = time.monotonic()
+        now, messages = time.monotonic(), []
         for message in result.messages:
+            message = without_token(message)  # a 15-minute credential: out of the raw payload
             if body.get("application_id") and body.get("token"):
+                application_id, token = int(body["application_id"]), str(body["token"])
                 self._interactions.add(message.external_id, PendingInteraction(
-                    int(body["application_id"]), str(body["token"]), now + INTERACTION_TTL, message.conversation))
-        # The token is a 15-minute credential: keep it in memory, out of the stored raw payload.
-        messages = tuple(without_token(m) for m in result.messages)
-        return WebhookResult(messages=messages, ignored=result.ignored, response=result.response)
+                    application_id, token, now + INTERACTION_TTL, message.conversation))
+                # Stored with the message (`meta.interaction`): its answer after a restart goes through it too.
+                stored = to_store(application_id, token, time.time() + INTERACTION_TTL)
+                message = dataclasses.replace(message, raw={**message.raw, "interaction": stored})
+            messages.append(message)
+        return WebhookResult(messages=tuple(messages), ignored=result.ignored, response=result.response)
 
     # -- outbound --
 
@@ -175,6 +187,8 @@ class DiscordAdapter:
         In a server channel, a message addressed to the member that replies to none of theirs (an
         operator's: `addressee` is set) starts with a mention of that member, which pings them and no
         one else: the channel is shared."""
+        if message.interaction is not None and message.reply_to:  # one this process never saw (a restart)
+            self._interactions.restore(message.reply_to, restored(message.interaction, message.conversation))
         key, interaction = self._interactions.for_send(message.reply_to, message.addressee, message.conversation)
         addressed = interaction is None and not message.reply_to and message.addressee is not None
         member = message.conversation.member if addressed else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +30,29 @@ _TOKEN_GONE = {10015, 50027}  # Unknown Webhook, Invalid Webhook Token: the 15 m
 
 @dataclass(frozen=True, slots=True)
 class PendingInteraction:
-    """An `/ask` that was deferred and still awaits its follow-up (in memory: the token is a credential)."""
+    """An `/ask` that was deferred and still awaits its follow-up (the token is a credential: in memory, and
+    stored with its message only, `to_store`)."""
 
     application_id: int
     token: str
     expires: float  # time.monotonic()
     conversation: ConversationRef
+
+
+def to_store(application_id: int, token: str, expires_at: float) -> dict[str, Any]:
+    """An `/ask`'s interaction as it is stored with the message (`meta.interaction`); `expires_at` is
+    wall-clock (time.time()), which a process started later can read."""
+    return {"application_id": str(application_id), "token": token, "expires_at": expires_at}
+
+
+def restored(stored: Mapping[str, Any], conversation: ConversationRef) -> PendingInteraction | None:
+    """The interaction `to_store` stored, while its token lives; None once expired or unreadable."""
+    try:
+        application_id, token = int(stored["application_id"]), str(stored["token"])
+        left = float(stored["expires_at"]) - time.time()
+    except (KeyError, TypeError, ValueError):
+        return None
+    return PendingInteraction(application_id, token, time.monotonic() + left, conversation) if left > 0 else None
 
 
 class Interactions:
@@ -59,6 +76,12 @@ class Interactions:
         """An `/ask` deferred ("thinking…"), awaiting its answer."""
         self._prune()
         self._pending[interaction_id] = interaction
+
+    def restore(self, interaction_id: str, interaction: PendingInteraction | None) -> None:
+        """An `/ask` this process does not hold (it started after the interaction came), as stored with it:
+        answered through its follow-ups like one it parsed itself."""
+        if interaction is not None and interaction_id not in self._pending:
+            self.add(interaction_id, interaction)
 
     def for_send(self, reply_to: str | None, addressee: str | None,
                  conversation: ConversationRef) -> tuple[str | None, PendingInteraction | None]:

@@ -132,7 +132,8 @@ class MessageHandler:
         await self._remove_interrupted_stream(inbound, adapter, ref)
         streamer = streamer_for(
             adapter, getattr(bot.channels, inbound.channel, None), ref,
-            reply_to=(pieces[0].meta or {}).get("platform_message_id")) if conversation.state == "bot" else None
+            reply_to=(pieces[0].meta or {}).get("platform_message_id"),
+            interaction=(pieces[0].meta or {}).get("interaction")) if conversation.state == "bot" else None
         if streamer is not None:
             streamer.on_sent = functools.partial(self._record_streamed, inbound)
 

@@ -6,6 +6,7 @@ They hold no live client, so they can be stored and replayed as they are.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -189,6 +190,10 @@ class OutboundMessage:
     delivered_parts: tuple[str, ...] = ()
     # The bot's `replies.sources_heading`, over the citations (each adapter sets it in its own bold).
     sources_heading: str = SOURCES_HEADING
+    # The Discord `/ask` that `reply_to` names, as stored with it (`meta.interaction`: application_id, token,
+    # expires_at): its answer goes to the interaction's follow-ups in a process that never saw it. A
+    # credential, kept out of the repr (and so out of any log line that prints the message).
+    interaction: Mapping[str, Any] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

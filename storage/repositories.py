@@ -159,6 +159,9 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
     shared = message.raw.get("shared") if isinstance(message.raw, dict) else None
     if isinstance(shared, dict):  # what a shared location or contact card held (channels/whatsapp_media.py)
         meta["shared"] = shared
+    interaction = message.raw.get("interaction") if isinstance(message.raw, dict) else None
+    if isinstance(interaction, dict):  # a Discord `/ask`'s token, for its answer after a restart: a credential
+        meta["interaction"] = interaction
     if message.needs_reply:
         meta["needs_reply"] = True
     if message.sequence is not None:

@@ -107,3 +107,16 @@ def test_control_characters_in_a_field_neither_reach_the_terminal_nor_forge_a_li
     logging.getLogger("rag.crawl").warning("sitemap.other_sites_skipped", extra={"example": planted})
     [line] = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
     assert line["example"] == planted
+
+
+def test_a_discord_interaction_token_in_a_follow_up_url_is_redacted(capsys) -> None:
+    """An `/ask`'s token is in its follow-up's URL (`/webhooks/{application_id}/{token}`) and posts as the bot
+    for 15 minutes; no config names it. The gateway's own webhook paths (`/webhooks/{bot}/discord/…`) stay."""
+    configure_logging(level="INFO")
+    token = "aW50ZXJhY3Rpb246MTIzNDU2Nzg5MDpBQkNERUZHSElKS0xNTk9QUVJTVFVWV1hZWg"
+    logging.getLogger("aiohttp.client").warning(
+        f"POST https://discord.com/api/v10/webhooks/1100000000000000002/{token}/messages/12?wait=true failed; "
+        "POST /webhooks/123/discord/interactions")
+    out = capsys.readouterr().err
+    assert token not in out and "/webhooks/1100000000000000002/[REDACTED]/messages/12" in out
+    assert "/webhooks/123/discord/interactions" in out

@@ -171,6 +171,7 @@ class Outbox:
                 idempotency_key=f"m{message.id}", attempt=message.attempts,
                 delivered_parts=tuple(delivered),
                 sources_heading=self._sources_headings.get(message.bot, SOURCES_HEADING),
+                interaction=(inbound.meta or {}).get("interaction") if reply_to is not None else None,  # Discord's /ask
             )
             try:
                 async with self._heartbeat(message.id, bound):
@@ -388,11 +389,8 @@ class Outbox:
                                   .execution_options(synchronize_session=False))
 
     async def recover(self, *, older_than_s: float = 120.0) -> int:
-        """Requeue replies left in `sending` by a crash.
-
-        Delivery is at-least-once only for this window: a process killed after the platform accepted
-        the send but before we recorded it may send that one reply again.
-        """
+        """Requeue replies left in `sending` by a crash. Delivery is at-least-once only for this window: a
+        process killed after the platform accepted the send but before we recorded it may send that one again."""
         async with self._sessions() as session, session.begin():
             requeued = await repo.requeue_sends_after_crash(session, now=utcnow(),
                                                             older_than=timedelta(seconds=older_than_s))

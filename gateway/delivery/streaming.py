@@ -44,13 +44,14 @@ _WORD = re.compile(r"\w")
 
 
 def streamer_for(adapter: Any, channel_settings: Any, conversation: ConversationRef, *,
-                 reply_to: str | None = None) -> EditStreamer | None:
-    """An EditStreamer when the channel can edit messages and its settings say `stream: true`."""
+                 reply_to: str | None = None, interaction: Mapping[str, Any] | None = None) -> EditStreamer | None:
+    """An EditStreamer when the channel can edit messages and its settings say `stream: true`;
+    `interaction`: the stored Discord `/ask` that `reply_to` names (`OutboundMessage.interaction`)."""
     if adapter is None or not getattr(adapter.capabilities, "edits", False) or not hasattr(adapter, "edit"):
         return None
     if not getattr(channel_settings, "stream", False):
         return None
-    return EditStreamer(adapter, conversation, reply_to=reply_to)
+    return EditStreamer(adapter, conversation, reply_to=reply_to, interaction=interaction)
 
 
 class EditStreamer:
@@ -66,7 +67,7 @@ class EditStreamer:
     MAX_RETRY_WAIT: ClassVar[float] = 10.0
 
     def __init__(self, adapter: Any, conversation: ConversationRef, *, reply_to: str | None = None,
-                 min_interval: float | None = None,
+                 min_interval: float | None = None, interaction: Mapping[str, Any] | None = None,
                  on_sent: Callable[[list[str]], Awaitable[None]] | None = None) -> None:
         self.adapter = adapter
         # Told the ids each time a message is sent, so a process killed mid-stream leaves a record of
@@ -74,6 +75,7 @@ class EditStreamer:
         self.on_sent = on_sent
         self.conversation = conversation
         self.reply_to = reply_to
+        self.interaction = interaction  # a Discord `/ask`'s, stored with `reply_to` (a credential: never logged)
         if min_interval is None:
             min_interval = self.INTERVALS.get(adapter.name, self.DEFAULT_INTERVAL)
             if adapter.name == "telegram" and conversation.chat.startswith("-"):  # groups have negative ids
@@ -205,8 +207,9 @@ class EditStreamer:
             self._messages[-1] = (provider_id, text)
             return True
         reply_to = self.reply_to if not self._messages else None
-        ids = await self._call(self.adapter.send(OutboundMessage(conversation=self.conversation, text=text,
-                                                                 reply_to=reply_to)))
+        ids = await self._call(self.adapter.send(OutboundMessage(
+            conversation=self.conversation, text=text, reply_to=reply_to,
+            interaction=self.interaction if reply_to is not None else None)))
         if not ids:  # rendered to nothing visible yet (e.g. only markup); try again with more text
             return False
         self._messages.append((str(ids[0]), text))

@@ -145,12 +145,15 @@ class _CurrentStderrHandler(logging.StreamHandler):
 def redact(text: str) -> str:
     """Replace every configured secret in `text` with a marker, the password of any URL
     (`postgresql://billing:s3cret@db/…` in a tool's or a driver's exception) that is not configured, and
-    a phone number but its last 4 digits (`whatsapp:+…4567`: a WhatsApp chat, or Twilio's error text)."""
+    a phone number but its last 4 digits (`whatsapp:+…4567`: a WhatsApp chat, or Twilio's error text), and a
+    Discord interaction's token in its follow-up's URL."""
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub("[REDACTED]", text)
     if "+" in text:  # logs hold ids, not phone numbers (docs/data.md); the conversation id names the chat
         text = _PHONE.sub(r"\1…\2", text)
     text = without_session_ids(text)
+    if "/webhooks/" in text:  # a Discord interaction's token, in its follow-up's URL: posts as the bot
+        text = _INTERACTION_TOKEN.sub(r"\1[REDACTED]", text)
     return _URL_PASSWORD.sub(r"\1[REDACTED]@", text) if "://" in text else text
 
 
@@ -160,6 +163,7 @@ def without_session_ids(text: str) -> str:
     return _SESSION_PATH.sub(r"\1…", text) if "/sessions/" in text else text
 
 
+_INTERACTION_TOKEN = re.compile(r"(/webhooks/\d+/)[A-Za-z0-9_.-]{20,}")  # not the gateway's /webhooks/{bot}/discord
 _SESSION_PATH = re.compile(r"(/v1/bots/[^/\s]+/sessions/)[^/\s?#]+")
 _URL_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@")
 _PHONE = re.compile(r"(?<![\w+])(\+)\d{3,11}(\d{4})(?!\d)")  # E.164: "+" and 7-15 digits

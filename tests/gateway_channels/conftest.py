@@ -129,12 +129,14 @@ async def get_message(services: Services, message_id: int) -> Message:
 
 
 async def store_reply(services: Services, *, conversation_id: int, text: str,
-                      citations: list[dict[str, str]] | None = None, author: str = "operator") -> int:
-    """Store an outbound reply in a conversation, as an operator reply would be; returns its id."""
+                      citations: list[dict[str, str]] | None = None, author: str = "operator",
+                      reply_to_id: int | None = None) -> int:
+    """Store an outbound reply in a conversation, as an operator reply would be (or, with `reply_to_id`,
+    an answer to that message); returns its id."""
     async with services.sessions() as session, session.begin():
         conversation = await session.get(Conversation, conversation_id)
         message = await repo.add_outbound(session, conversation=conversation, text=text, author=author,
-                                          citations=citations or [])
+                                          citations=citations or [], reply_to_id=reply_to_id)
         return message.id
 
 

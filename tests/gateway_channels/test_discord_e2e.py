@@ -12,6 +12,7 @@ import pytest_asyncio
 from nacl.signing import SigningKey
 
 from channels.discord import DiscordAdapter, classify_gateway_message
+from channels.discord_followups import Interactions
 from channels.discord_parse import revision_of
 from tests.english_replies import TEXT_ONLY_REPLY
 from tests.fakes.discord_api import APPLICATION_ID, BOT_USER_ID, INTERACTION_CHANNEL_ID, FakeDiscord, message_object
@@ -93,7 +94,24 @@ async def test_discord_ask_is_deferred_then_answered_once_by_followup(env):
     assert "$" in reply["content"] and "Sources:" in reply["content"]
     stored = await settled_chat(services, channel="discord", chat="1300000000000000001")
     assert [(m.direction, m.status) for m in stored][-2:] == [("in", "done"), ("out", "sent")]
-    assert "token" not in json.dumps(stored[0].meta)  # the interaction token is never stored
+    # Stored with the question, for its answer after a restart (tests/channels/test_discord_interaction_restart.py).
+    assert stored[0].meta["interaction"]["token"] == "tok-1400000000000000001"
+
+
+async def test_discord_ask_answered_by_a_process_that_never_saw_it_goes_to_its_followups(env):
+    """The /ask's token lived in memory only: after a restart its answer went to the channel, where a bot
+    added for its commands alone cannot post, instead of ending the "thinking…" state."""
+    client, services, fake = env
+    channel = "1300000000000000007"
+    await post(client, ask("1400000000000000007", channel=channel))
+    await wait_until(lambda: followups(fake, "1400000000000000007"), what="the follow-up")
+    question, _ = await settled_chat(services, channel="discord", chat=channel)
+    services.adapters[("acme", "discord")]._interactions = Interactions()  # a new process: nothing in memory
+    reply_id = await store_reply(services, conversation_id=question.conversation_id, text="And on Sundays: closed.",
+                                 author="bot", reply_to_id=question.id)
+    assert await services.outbox.deliver(reply_id) == "sent"
+    assert [m["content"] for m in followups(fake, "1400000000000000007")][1:] == ["And on Sundays: closed."]
+    assert fake.channel_messages(channel) == []
 
 
 async def test_discord_duplicate_and_concurrent_interactions_reply_once(env):

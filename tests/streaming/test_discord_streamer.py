@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from channels.discord import DiscordAdapter
+from channels.discord_followups import Interactions
 from gateway.delivery.streaming import EditStreamer
 from gateway.models import ConversationRef, OutboundMessage
+from storage.repositories import inbound_meta
 from tests.channels.discord_helpers import ask_interaction, settings_for, signed
 from tests.fakes.discord_api import APPLICATION_ID, FakeDiscord
 from tests.streaming.conftest import numbered_words, words
@@ -52,9 +54,15 @@ async def test_discord_streamer_rolls_over_at_2000_chars_and_edits_into_the_fina
     assert all(len(m["content"]) <= 2000 for m in messages)
 
 
-async def test_discord_streamer_answers_an_ask_with_follow_ups_it_edits_through_the_interaction(fake, adapter):
+@pytest.mark.parametrize("restarted", [False, True])
+async def test_discord_streamer_answers_an_ask_with_follow_ups_it_edits_through_the_interaction(fake, adapter,
+                                                                                               restarted):
     (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
-    streamer = EditStreamer(adapter, question.conversation, reply_to=question.external_id, min_interval=0.02)
+    stored = inbound_meta(question).get("interaction")
+    if restarted:  # answered by a new process, which knows the interaction only as stored with the question
+        adapter._interactions = Interactions()
+    streamer = EditStreamer(adapter, question.conversation, reply_to=question.external_id, min_interval=0.02,
+                            interaction=stored)
     tokens = numbered_words(450)  # about 2,700 characters: two Discord messages
     for token in tokens:
         await streamer.feed(token)
