@@ -10,7 +10,8 @@ Inbound
 - An edit of a message still waiting for its answer replaces its text (a typo fixed in time; one that
   lands while the answer is written is answered after it); an edit of one already answered is ignored (answering it would double-reply). Deletions never reach bots. Callback queries, inline queries and payments
   are ignored with a reason, as are service messages, our own and other bots' messages.
-- `my_chat_member` (the bot kicked, left, or added back) is logged; replies to a chat it left fail at once.
+- `my_chat_member` (the bot kicked, left, or added back) is logged; replies to a chat it left fail at once,
+  as they do after a send's 403 saying the bot was kicked or blocked (`telegram_errors.REMOVED`).
 - In groups the bot answers only when @mentioned, replied to, or sent a command, unless
   `respond_in_groups: always`. A forum topic is one conversation (`ConversationRef.thread`); elsewhere
   in a group each member's questions are their own (`gateway.models.member_thread`).
@@ -63,6 +64,7 @@ from aiogram.utils.token import TokenValidationError
 
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.sent_parts import SentParts
+from channels.telegram_errors import REMOVED, UNREACHABLE, is_error_page, says
 from channels.telegram_polling import TelegramPoller
 from channels.telegram_render import TELEGRAM_LIMIT, markdown_to_html, render_messages, visible_length, visible_text
 from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser, decode_update
@@ -80,8 +82,6 @@ _RESPONSE_MODELS = tuple({Response[method.__returning__] for method in (
     SendMessage, EditMessageText, DeleteMessage, SendChatAction, GetMe, DeleteWebhook, SetWebhook, GetUpdates)})
 
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
-_UNREACHABLE = ("chat not found", "user is deactivated", "bot was kicked", "have no rights to send",
-                "not enough rights", "need administrator rights", "chat_write_forbidden")
 
 
 def make_bot(settings: TelegramChannel, *, session: BaseSession | None = None) -> Bot:
@@ -105,7 +105,7 @@ async def set_webhook(settings: TelegramChannel, url: str) -> None:
     except TelegramAPIError as exc:
         raise ChannelSendError(f"setWebhook failed: {exc.message}", permanent=True) from exc
     except ClientDecodeError as exc:  # a proxy's 502 page in an outage: one line, not aiogram's traceback
-        what = "an error page, not JSON; try again shortly" if _is_error_page(exc) else "an answer it could not read"
+        what = "an error page, not JSON; try again shortly" if is_error_page(exc) else "an answer it could not read"
         raise ChannelSendError(f"setWebhook failed: Telegram answered with {what}", permanent=True) from exc
     finally:
         await bot.session.close()
@@ -187,8 +187,14 @@ class TelegramAdapter:
             for index, chunk in enumerate(chunks):
                 if index < len(done):
                     continue  # delivered by an earlier attempt of this same send
-                chat, message_id = await self._send_chunk(chat, chunk, thread=thread,
-                                                          reply_to=reply_to if index == 0 else None)
+                try:
+                    chat, message_id = await self._send_chunk(chat, chunk, thread=thread,
+                                                              reply_to=reply_to if index == 0 else None)
+                except RecipientUnreachable as exc:
+                    if says(REMOVED, str(exc)):
+                        self.parser.removed_from.add(conv.chat)
+                        log.warning("telegram.removed_from_chat", bot=self.bot_name, chat=conv.chat, error=str(exc))
+                    raise
                 await done.add(message_id, more=index + 1 < len(chunks))
                 log.info("telegram.sent", bot=self.bot_name, chat=conv.chat, telegram_message_id=message_id, part=index + 1,
                          parts=len(chunks))
@@ -232,7 +238,7 @@ class TelegramAdapter:
                     parse_mode, text = None, visible_text(html)
                 elif "thread not found" in reason and thread is not None:
                     thread = None  # the topic was closed or deleted; answer in the main chat
-                elif any(marker in reason for marker in _UNREACHABLE):
+                elif says(UNREACHABLE, reason):
                     raise RecipientUnreachable(f"telegram: {exc.message}") from exc
                 else:
                     raise ChannelSendError(f"telegram refused the message: {exc.message}", permanent=True) from exc
@@ -243,7 +249,7 @@ class TelegramAdapter:
                     raise ChannelSendError(f"telegram server error: {exc.message}", retry_after=5.0) from exc
                 await asyncio.sleep(doubling(attempt, first=0.5, cap=5.0))
             except ClientDecodeError as exc:
-                if not _is_error_page(exc):
+                if not is_error_page(exc):
                     # JSON we could not read as a Message: Telegram may well have delivered it.
                     raise ChannelSendError("telegram send outcome unknown (unreadable answer); not resent to "
                                            "avoid a duplicate", permanent=True) from exc
@@ -379,11 +385,6 @@ class TelegramAdapter:
             self._polling = None
             log.info("telegram.polling_stopped", bot=self.bot_name)
         await self.bot.session.close()
-
-
-def _is_error_page(exc: ClientDecodeError) -> bool:
-    """Whether the answer was not JSON at all (an HTML error page), rather than JSON of another shape."""
-    return isinstance(exc.data, (str, bytes))
 
 
 def _chat_id(chat: str) -> int | str:
