@@ -17,7 +17,7 @@ Inbound
   in a group each member's questions are their own (`gateway.models.member_thread`).
 - `/start` and `/help` are flagged as `raw["command"]` so the pipeline sends the greeting (a deep link's
   `/start <payload>` keeps the payload as `raw["start_payload"]`, not as text); `/ask question` works in
-  groups where privacy mode hides plain messages.
+  groups where privacy mode hides plain messages, and so does `/help question`, answered as the question.
 - A group upgraded to a supergroup gets a new chat id: Telegram's notices of it (and a send refused with
   `migrate_to_chat_id`, resent to the new id) move its conversations there (`InboundMessage.moves_to`).
 

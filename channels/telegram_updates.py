@@ -290,8 +290,11 @@ class UpdateParser:
                 elif name not in GREETING_COMMANDS | QUESTION_COMMANDS:
                     found.refusal = f"unsupported command /{name}"
                 else:
-                    found.command = name if name in GREETING_COMMANDS else None
                     found.text = _utf16_slice(text, offset + length, 1 << 30).strip()
+                    # "/help my order never arrived" is that question, answered as /ask's: greeted instead,
+                    # its words went unread. A bare /help, and /start (a deep link's payload), greet.
+                    greets = name in GREETING_COMMANDS and not (name == "help" and found.text)
+                    found.command = name if greets else None
                     found.addressed = True  # in groups, a command is how users address a bot
         return found
 

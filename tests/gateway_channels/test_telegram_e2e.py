@@ -148,6 +148,20 @@ async def test_telegram_start_command_gets_the_configured_greeting(env, chat, te
     assert asked.text == "" and asked.meta["command"] == "start" and asked.meta.get("start_payload") == payload
 
 
+async def test_telegram_help_with_a_question_answers_the_question(env):
+    """ "/help my order never arrived" was greeted and its words dropped: the customer's question went unread.
+    The words are the question, answered as /ask's are; a bare /help is still greeted."""
+    client, services, fake = env
+    for update_id, chat, text in ((9024, 1024, "/help"), (9034, 1034, f"/help {QUESTION}")):
+        body = update(update_id, chat, text, entities=[{"type": "bot_command", "offset": 0, "length": 5}])
+        assert (await post(client, body)).status_code == 200
+    [greeted] = await wait_until(lambda: sent_to(fake, 1024), what="the greeting")
+    [answered] = await wait_until(lambda: sent_to(fake, 1034), what="the answer")
+    assert greeted.text == GREETING and answered.text != GREETING and "$" in answered.text
+    asked = (await settled_chat(services, channel="telegram", chat="1034"))[0]
+    assert asked.text == QUESTION and "command" not in asked.meta
+
+
 async def test_telegram_photo_without_caption_gets_text_only_reply(env):
     client, services, fake = env
     photo = [{"file_id": "AgAD-small", "file_unique_id": "u1", "width": 90, "height": 90},
