@@ -21,10 +21,10 @@ Inbound
 - A group upgraded to a supergroup gets a new chat id: Telegram's notices of it (and a send refused with
   `migrate_to_chat_id`, resent to the new id) move its conversations there (`InboundMessage.moves_to`).
 
-Outbound: Markdown → Telegram HTML (`telegram_render`), split at 4096 UTF-16 units, citations as
-links. 429 `retry_after` is honoured in place (bounded), 5xx is retried with backoff, and chunks that
-went through are remembered so a retried send resumes rather than repeats. An error page that is not
-JSON (Telegram's proxies answer 502/504 in HTML during outages) counts as a server error.
+Outbound: Markdown → Telegram HTML (`telegram_render`), split at 4096 UTF-16 units, citations as links. 429
+`retry_after` is honoured in place (bounded), 5xx is retried with backoff, and chunks that went through are remembered
+so a retried send resumes rather than repeats. An error page that is not JSON (Telegram's proxies answer 502/504 in
+HTML in outages) is a server error. A closed forum topic fails its reply at once (`telegram.topic_closed`).
 """
 
 from __future__ import annotations
@@ -238,6 +238,9 @@ class TelegramAdapter:
                     parse_mode, text = None, visible_text(html)
                 elif "thread not found" in reason and thread is not None:
                     thread = None  # the topic was closed or deleted; answer in the main chat
+                elif "topic_closed" in reason and thread is not None:  # not to the general chat: no one asked there
+                    log.warning("telegram.topic_closed", bot=self.bot_name, chat=str(chat), thread=thread)
+                    raise RecipientUnreachable(f"telegram: forum topic {thread} is closed; reopen it to answer") from exc
                 elif says(UNREACHABLE, reason):
                     raise RecipientUnreachable(f"telegram: {exc.message}") from exc
                 else:

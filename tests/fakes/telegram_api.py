@@ -13,7 +13,8 @@ What makes it useful:
 - Message ids are numbered per chat, as Telegram does: two chats' replies share ids.
 - `fail_next(method, ...)` scripts the next replies: 429 with `parameters.retry_after`, 5xx, 403...,
   or (`html=True`) the HTML error page Telegram's proxies answer 502/504 with during an outage.
-- `push_update(update)` queues an update for `getUpdates` long polling.
+- `push_update(update)` queues an update for `getUpdates` long polling; `closed_topics` holds the forum
+  topics closed meanwhile, where a send is refused with "TOPIC_CLOSED".
 
     async with FakeTelegramAPI(token) as fake:
         fake.fail_next("sendMessage", status=429, retry_after=1)
@@ -172,6 +173,7 @@ class FakeTelegramAPI:
         self.requests: list[RecordedCall] = []
         self.sent: list[SentMessage] = []
         self.webhook: dict[str, Any] = {}
+        self.closed_topics: set[tuple[int | str, int]] = set()  # (chat, message_thread_id): members can't post
         self._scripts: dict[str, deque[_Scripted | None]] = defaultdict(deque)  # None: let one call through
         self._updates: list[dict[str, Any]] = []
         self._updates_event = asyncio.Event()
@@ -317,6 +319,8 @@ class FakeTelegramAPI:
         chat_id: int | str = int(chat) if re.fullmatch(r"-?\d+", str(chat)) else str(chat)
         reply = params.get("reply_parameters") or {}
         thread = params.get("message_thread_id")
+        if thread and (chat_id, int(thread)) in self.closed_topics:
+            raise _ApiError(400, "Bad Request: TOPIC_CLOSED")  # as Telegram answers a bot that is no admin
         msg = SentMessage(next(self._ids[chat_id]), chat_id, text, entities, str(params.get("text", "")),
                           params.get("parse_mode"), int(thread) if thread else None,
                           int(reply["message_id"]) if isinstance(reply, dict) and reply.get("message_id") else None)

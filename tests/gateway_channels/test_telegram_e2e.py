@@ -332,6 +332,26 @@ async def test_telegram_permanent_refusal_fails_at_once(env):
     assert failed.attempts == 1 and "recipient unreachable" in failed.error and "blocked" in failed.error
 
 
+async def test_telegram_reply_to_a_topic_closed_meanwhile_fails_at_once_for_an_operator_to_see(env):
+    """A forum topic closed after the question: the reply failed as "telegram refused the message", like any
+    odd refusal. It fails at once, not retried nor posted in the general chat (where it would answer a
+    question no one there asked), saying the topic is closed, in the error the console shows."""
+    client, services, fake = env
+    chat, topic = -1001050, {"message_thread_id": 77, "is_topic_message": True}
+    await post(client, update(9050, chat, "/ask " + QUESTION, chat_type="supergroup", **topic,
+                              entities=[{"type": "bot_command", "offset": 0, "length": 4}]))
+    await wait_until(lambda: sent_to(fake, chat), what="the answer in the topic")
+    conversation_id = (await settled_chat(services, channel="telegram", chat=str(chat)))[0].conversation_id
+    fake.closed_topics.add((chat, 77))
+    with capture_logs() as logs:
+        reply_id = await store_reply(services, conversation_id=conversation_id, text="One more thing.")
+        assert await services.outbox.deliver(reply_id) == "failed"
+    failed = await get_message(services, reply_id)
+    assert failed.attempts == 1 and "topic 77" in failed.error and "closed" in failed.error
+    assert [(e["chat"], e["thread"]) for e in logs if e["event"] == "telegram.topic_closed"] == [(str(chat), 77)]
+    assert len(sent_to(fake, chat)) == 1  # nothing posted outside the topic
+
+
 async def _status_is(services, message_id: int, status: str) -> bool:
     return (await get_message(services, message_id)).status == status
 
