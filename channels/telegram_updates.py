@@ -120,7 +120,7 @@ def _shared(msg: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     card = msg.get("contact")
     if isinstance(card, dict):
         who = contact(first_name=card.get("first_name"), last_name=card.get("last_name"),
-                      phone=card.get("phone_number"), user_id=card.get("user_id"))
+                      phone=card.get("phone_number"), user_id=card.get("user_id"), vcard=card.get("vcard"))
         if who is not None:
             return [contact_line(who)], {"contact": who}
     return [], {}

@@ -67,6 +67,31 @@ async def test_a_shared_contact_gives_its_name_and_number(env):
     assert question.meta["shared"] == {"contact": {"name": "Jane Doe", "phone": "+15550001234", "user_id": 4242}}
 
 
+# As phones write them: folded lines, escaped commas, Apple's "item1." groups, Android's quoted-printable 2.1.
+VCARD_30 = ("BEGIN:VCARD\r\nVERSION:3.0\r\nN:Doe;Jane;;;\r\nFN:Jane Doe\r\nORG:Acme\\, Inc.;Sales\r\n"
+            "item1.EMAIL;type=INTERNET;type=pref:jane.doe@acme.exa\r\n mple\r\nEMAIL:jd@home.example\r\n"
+            "TEL;type=CELL:+15550001234\r\nURL:javascript:alert(1)\r\nitem2.URL:https://acme.example/team\r\n"
+            "END:VCARD")
+VCARD_21 = ("BEGIN:VCARD\nVERSION:2.1\nN;CHARSET=UTF-8;ENCODING=QUOTED-PRINTABLE:M=C3=BCller;J=C3=BCrgen\n"
+            "ORG;CHARSET=UTF-8;ENCODING=QUOTED-PRINTABLE:B=C3=A4ckerei M=C3=BCller\nEMAIL;HOME:not an address\n"
+            "END:VCARD")
+
+
+async def test_a_shared_contacts_vcard_gives_its_email_organization_and_website(env):
+    """The contact's `vcard` (what the phone's address book holds) was not read: only the name and number."""
+    question = await answered(env, shared(9806, 8806, contact=Contact(
+        phone_number="+15550001234", first_name="Jane", last_name="Doe", vcard=VCARD_30)), 8806)
+    assert question.text == ("Shared a contact card: Jane Doe, +15550001234, jane.doe@acme.example, "
+                             "Acme, Inc. (Sales), https://acme.example/team")
+    assert question.meta["shared"] == {"contact": {
+        "name": "Jane Doe", "phone": "+15550001234", "email": "jane.doe@acme.example",
+        "organization": "Acme, Inc. (Sales)", "url": "https://acme.example/team"}}
+    android = await answered(env, shared(9807, 8807, contact=Contact(
+        phone_number="+4930123456", first_name="Jürgen", vcard=VCARD_21)), 8807)
+    assert android.meta["shared"]["contact"] == {"name": "Jürgen", "phone": "+4930123456",
+                                                 "organization": "Bäckerei Müller"}
+
+
 async def test_coordinates_off_the_globe_and_overlong_names_are_not_taken(env):
     client, services, fake = env
     # Telegram sends no such values, but a parser of untrusted JSON takes none past the globe or the bounds.
