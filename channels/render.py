@@ -1,14 +1,15 @@
 """Splitting and citation footers shared by every channel.
 
-`split_text` cuts an answer into parts that each fit a platform's limit. It prefers, in order,
-paragraph, line, sentence and word boundaries, and never cuts inside a fenced code block or a URL
-(nor a Markdown link, nor a link in angle brackets such as Slack's `<url|label>`, nor a bold or italic
-run within a line) unless that span alone is longer than the limit. A code block longer than the
-limit is cut between its lines, and each part closes and reopens the fence so it still renders as
-code (fences are found as CommonMark reads them: one indented in a list item or in a block quote too,
-never inline code); a bold or italic run longer than the limit is closed and reopened the same way, and a Markdown
-table cut between its rows starts each later part with its header and `|---|` lines again, so it
-is still a table. Only the whitespace at a cut is dropped, and those added marks and headers.
+`split_text` cuts an answer into parts that each fit a platform's limit. It prefers, in order, paragraph,
+line, sentence and word boundaries, and never cuts inside a fenced code block or a URL (nor a Markdown link,
+nor a link in angle brackets such as Slack's `<url|label>`, nor an inline code span, nor a bold or italic run
+within a paragraph) unless that span alone is longer than the limit. A code block longer than the limit is cut
+between its lines, and each part closes and reopens the fence so it still renders as code (fences are found as
+CommonMark reads them: one indented in a list item or in a block quote too, never inline code); a bold or italic run, an inline
+code span or a link's label longer than the limit is closed and reopened the same way (`[…` + `](url)`, nested
+ones inner first), and a Markdown table cut between its rows starts each later part with its header and
+`|---|` lines again, so it is still a table. Only the whitespace at a cut is dropped, and those added marks
+and headers.
 
 Platform dialects (Telegram HTML, Slack mrkdwn, WhatsApp plain text...) live in each channel's module;
 this module knows nothing about any one platform.
@@ -26,7 +27,7 @@ from typing import Literal
 
 from markdown_it import MarkdownIt
 
-from channels.split_spans import Emphasis, Table, emphasis_spans, table_spans
+from channels.split_spans import Table, Wrapped, code_spans, emphasis_spans, table_spans
 from gateway.models import SOURCES_HEADING, Citation
 
 Unit = Literal["chars", "utf16"]
@@ -148,16 +149,29 @@ class _Splitter:
         overhead = max((self.measure(f.opener) + self.measure(f.closer) + 2 for f in fences), default=0)
         # A fence that fits in one part is never cut; one that doesn't is cut between lines.
         self.big_fences = [f for f in fences if self.span(f.start, f.end) > limit and overhead * 2 < limit]
-        links = [m.span() for rx in (_MD_LINK, _ANGLE_LINK, _URL) for m in rx.finditer(text)]
-        # Emphasis cut between its sentences showed its marks as typed in both parts: one that fits is kept
-        # whole, a longer one (outside code) is closed at the cut and reopened in the next part.
-        # A mark inside a URL ("/_a" … "b_/") is no emphasis.
-        in_link = _covered(links, len(text))
-        emphasis = [e for e in emphasis_spans(text) if not any(f.start < e.end and e.start < f.end for f in fences)
-                    and not in_link[e.start] and not in_link[e.end - 1]]
-        small = limit >= 8 * max((len(e.mark) for e in emphasis), default=0)
-        self.big_emphasis = [e for e in emphasis if self.span(e.start, e.end) > limit and small]
-        links += [(e.start, e.end) for e in emphasis if e not in self.big_emphasis]
+        md_links = list(_MD_LINK.finditer(text))
+        md_spans = [m.span() for m in md_links]
+        starts = [start for start, _ in md_spans]
+
+        def in_md_link(span: tuple[int, int]) -> tuple[int, int]:
+            """A bare URL's match ends with the Markdown link it is in: in "**[a](https://x)**." its "**." too."""
+            i = bisect_right(starts, span[0]) - 1
+            return (span[0], min(span[1], md_spans[i][1])) if i >= 0 and span[0] < md_spans[i][1] else span
+
+        links = md_spans + [m.span() for m in _ANGLE_LINK.finditer(text)] + [in_md_link(m.span()) for m in _URL.finditer(text)]
+        # Emphasis, a code span or a link's label cut between its sentences showed its marks as typed in both
+        # parts: one that fits is kept whole, a longer one (outside a code block) is closed at the cut and
+        # reopened in the next part. A mark inside a URL ("/_a" … "b_/") or a code span is no emphasis.
+        code = [c for c in code_spans(text) if not any(f.start < c.end and c.start < f.end for f in fences)]
+        in_link, in_code = _covered(links, len(text)), _covered([(c.start, c.end) for c in code], len(text))
+        wrapped = code + [e for e in emphasis_spans(text) if not any(f.start < e.end and e.start < f.end for f in fences)
+                          and not in_link[e.start] and not in_link[e.end - 1] and not in_code[e.start]
+                          and not in_code[e.end - 1]]
+        wrapped += [Wrapped(m.start(), m.end(), "[", m.group(0)[m.group(0).index("]"):]) for m in md_links
+                    if m.group(0).startswith("[") and not in_code[m.start()]]
+        self.big_wrapped = [w for w in wrapped if self.span(w.start, w.end) > limit
+                            and (self.measure(w.opener) + self.measure(w.closer)) * 4 <= limit]
+        links += [(w.start, w.end) for w in wrapped if w not in self.big_wrapped]
         self.protected = sorted(
             [(f.start, f.end) for f in fences if f not in self.big_fences]
             + [(s, e) for s, e in links if self.span(s, e) <= limit]
@@ -183,12 +197,9 @@ class _Splitter:
                 return fence
         return None
 
-    def emphasis_at(self, pos: int) -> Emphasis | None:
-        """The oversized emphasis run whose text contains `pos`, if any."""
-        for run in self.big_emphasis:
-            if run.start + len(run.mark) < pos < run.end - len(run.mark):
-                return run
-        return None
+    def wrapped_at(self, pos: int) -> list[Wrapped]:
+        """The oversized spans (emphasis, code, a link's label) whose text contains `pos`, outermost first."""
+        return sorted((w for w in self.big_wrapped if w.inside(pos)), key=lambda w: (w.start, -w.end))
 
     def table_at(self, pos: int) -> Table | None:
         """The table whose rows contain `pos`, if any."""
@@ -201,8 +212,8 @@ class _Splitter:
         for s, e in self.protected:
             if s < end < e:
                 return False
-        for run in self.big_emphasis:  # never between a mark and its text
-            if run.start < end <= run.start + len(run.mark) or run.end - len(run.mark) <= end < run.end:
+        for run in self.big_wrapped:  # never between a mark and its text
+            if run.start < end <= run.start + len(run.opener) or run.end - len(run.closer) <= end < run.end:
                 return False
         for table in self.tables:  # whole rows only, after the header
             if table.start < end < table.end and not (table.body <= end and level <= _LINE_LEVEL):
@@ -252,8 +263,9 @@ class _Splitter:
                 break
             budget = self.limit - self.measure(prefix)
             hard = self.furthest(start, budget)
-            if any(e.start < hard and e.end > start for e in self.big_emphasis):
-                budget -= 2  # room for the closing mark
+            closers = sum(self.measure(w.closer) for w in self.big_wrapped if w.start < hard and w.end > start)
+            if closers:
+                budget -= closers  # room for the closing marks
                 hard = self.furthest(start, budget)
             end = nxt = -1
             if any(f.start < hard and f.end > start for f in self.big_fences):
@@ -271,14 +283,14 @@ class _Splitter:
                 raise ValueError(f"limit {self.limit} is too small to make progress")
             if end < 0:
                 end, nxt = self.choose(start, hard, budget)
-            fence, run, table = self.fence_at(end), self.emphasis_at(end), self.table_at(end)
+            fence, runs, table = self.fence_at(end), self.wrapped_at(end), self.table_at(end)
             body = text[start:end].rstrip()
             if body:
-                parts.append(prefix + body + (f"\n{fence.closer}" if fence else run.mark if run else ""))
+                parts.append(prefix + body + (f"\n{fence.closer}" if fence else "".join(r.closer for r in runs[::-1])))
             if fence and self.fence_at(nxt) is fence:
                 prefix = f"{fence.opener}\n"
-            elif run and run.start < nxt < run.end - len(run.mark):
-                prefix = run.mark
+            elif reopened := [r for r in runs if r.inside(nxt)]:
+                prefix = "".join(r.opener for r in reopened)
             elif table and table.body < nxt <= table.end and self.table_at(nxt) is table:
                 prefix = table.head
             else:

@@ -1,15 +1,18 @@
-"""Spans of an answer that `split_text` must not cut blindly: emphasis runs and Markdown tables.
+"""Spans of an answer that `split_text` must not cut blindly: emphasis runs, code spans, links and tables.
 
 Emphasis within a line is Markdown's `**bold**`, `*italic*`, `_italic_`, `~~strike~~` and Slack's and
-WhatsApp's `*bold*`, `_italic_`, `~strike~`. A table is a header line, its `|---|---|` line and the rows
-that follow up to a blank line. Both are found in linear time (a line of stray asterisks included), so
-any length is found.
+WhatsApp's `*bold*`, `_italic_`, `~strike~`. A code span is a run of backticks up to the next run of as
+many, within its paragraph (CommonMark's rule). A table is a header line, its `|---|---|` line and the rows
+that follow up to a blank line. All are found in linear time (a line of stray asterisks or backticks
+included), so any length is found. Emphasis, a code span and a link's label are `Wrapped`: a cut inside
+one closes it and the next part reopens it.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from collections import defaultdict
 from dataclasses import dataclass
 
 _OPENER = re.compile(r"(?<![\w*_~])(?:\*\*|__|~~|[*_~])(?=\S)")
@@ -17,14 +20,24 @@ _OPENER = re.compile(r"(?<![\w*_~])(?:\*\*|__|~~|[*_~])(?=\S)")
 _CLOSERS = {
     mark: re.compile(rf"(?<![\s{re.escape(mark[0])}]){re.escape(mark)}(?![\w*_~])") for mark in ("**", "__", "~~", "*", "_", "~")
 }
+_BACKTICKS = re.compile(r"`+")
+_BLOCK_START = re.compile(r"[ \t]*(?:[-+*][ \t]|\d{1,9}[.)][ \t]|#{1,6}[ \t]|>|\||```|~~~)")
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _TABLE_DELIMITER = re.compile(r"^ {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$")
 
 
 @dataclass(frozen=True, slots=True)
-class Emphasis:
+class Wrapped:
+    """Text between an opening and a closing mark: `**…**`, `` `…` ``, a link's `[…](url)`."""
+
     start: int  # the opening mark
     end: int  # after the closing mark
-    mark: str  # "**", "_", ...
+    opener: str  # "**", "`", "["
+    closer: str  # "**", "`", "](https://…)"
+
+    def inside(self, pos: int) -> bool:
+        """Whether `pos` is within the text, past the opener and before the closer."""
+        return self.start + len(self.opener) < pos < self.end - len(self.closer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +48,13 @@ class Table:
     head: str  # the header and delimiter lines, each ending in a newline
 
 
-def emphasis_spans(text: str) -> list[Emphasis]:
-    """Each emphasis run in `text`, first opener to its nearest closer of the same mark, never across a line."""
-    spans: list[Emphasis] = []
+def emphasis_spans(text: str) -> list[Wrapped]:
+    """Each emphasis run in `text`, first opener to its nearest closer of the same mark, across the lines of
+    a paragraph (as Markdown reads `**a` and `b**` on two lines of one) but never past its end: a blank line,
+    or a line that starts a list item, a heading, a quote or a table row."""
+    spans: list[Wrapped] = []
     line_start = 0
-    for line in text.split("\n"):
+    for line in _paragraphs(text):
         closers = {mark: [m.start() for m in rx.finditer(line)] for mark, rx in _CLOSERS.items() if mark[0] in line}
         pos = 0
         while (opener := _OPENER.search(line, pos)) is not None:
@@ -50,10 +65,46 @@ def emphasis_spans(text: str) -> list[Emphasis]:
                 i = bisect_left(starts, opener.start() + len(mark) + 1)
                 if i < len(starts):
                     end = starts[i] + len(mark)
-                    spans.append(Emphasis(line_start + opener.start(), line_start + end, mark))
+                    spans.append(Wrapped(line_start + opener.start(), line_start + end, mark, mark))
                     pos = end
                     break
         line_start += len(line) + 1
+    return spans
+
+
+def _paragraphs(text: str) -> list[str]:
+    """`text` cut before each line that starts a block of its own (and at blank lines), each part's lines
+    joined by their newlines: the parts, joined by newlines, are `text` again."""
+    parts: list[str] = []
+    for line in text.split("\n"):
+        if parts and line.strip() and parts[-1].strip() and not _BLOCK_START.match(line):
+            parts[-1] += "\n" + line
+        else:
+            parts.append(line)
+    return parts
+
+
+def code_spans(text: str) -> list[Wrapped]:
+    """Each inline code span: a run of backticks to the next run of the same length in its paragraph."""
+    runs = [m.span() for m in _BACKTICKS.finditer(text)]
+    by_length: dict[int, list[int]] = defaultdict(list)  # run length -> the starts of such runs, in order
+    index = {}
+    for i, (start, end) in enumerate(runs):
+        by_length[end - start].append(start)
+        index[start] = i
+    breaks = [m.start() for m in _BLANK_LINE.finditer(text)] + [len(text)]
+    spans: list[Wrapped] = []
+    i = 0
+    while i < len(runs):
+        start, end = runs[i]
+        same = by_length[end - start]
+        j = bisect_left(same, end)
+        if j < len(same) and same[j] < breaks[bisect_left(breaks, start)]:
+            mark = text[start:end]
+            spans.append(Wrapped(start, same[j] + len(mark), mark, mark))
+            i = index[same[j]] + 1
+        else:
+            i += 1
     return spans
 
 

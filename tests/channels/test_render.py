@@ -19,8 +19,9 @@ _URL = re.compile(r"https?://\S+")
 
 
 def _content(text: str) -> str:
-    """What must survive a split: everything but whitespace and the fence lines and emphasis marks a split may add."""
-    return re.sub(r"[\s*_~]+", "", _FENCE_LINE.sub("", text))
+    """What must survive a split: everything but whitespace and the fence lines, emphasis and code marks a split
+    may add."""
+    return re.sub(r"[\s*_~`]+", "", _FENCE_LINE.sub("", text))
 
 
 def _fence_lines(part: str) -> int:
@@ -144,6 +145,18 @@ def test_split_text_closes_and_reopens_a_run_longer_than_the_limit(mark: str) ->
     assert re.sub(r"\s+", " ", " ".join(p.strip("*_~ ") for p in parts)).count("important") == 60
 
 
+def test_split_text_closes_and_reopens_a_code_span_and_a_links_text_longer_than_the_limit() -> None:
+    """Cut as typed, one part showed "`This is…" and "[This is…", the next "…sentence.`" and "…](https://…)"."""
+    body = " ".join(["This is an important sentence."] * 60)
+    code = split_text(f"Run `{body}` now.", limit=500)
+    assert len(code) >= 4 and all(len(p) <= 500 and p.count("`") == 2 for p in code)
+    link = split_text(f"See [{body}](https://help.example.com/a) now, and **[{body}](https://e.com/b)**.", limit=500)
+    assert len(link) >= 8 and all(len(p) <= 500 and p.count("[") == p.count("](https://") >= 1 for p in link)
+    inner = [p for p in link if "help.example.com" not in p]  # the link in bold: closed inner first
+    assert len(inner) >= 3 and all(p.startswith("**[") and p.rstrip(".").endswith("](https://e.com/b)**") for p in inner)
+    assert sum(p.count("important") for p in code) == sum(p.count("important") for p in link) / 2 == 60
+
+
 def test_split_text_repeats_a_tables_header_in_each_part() -> None:
     """A table cut between rows lost its header, and the later part was no table: raw pipes."""
     head = "| Plan | Price |\n|---|---:|\n"
@@ -248,14 +261,14 @@ def test_split_text_property_parts_fit_nothing_lost_fences_balanced(text: str, l
 
 @settings(max_examples=200, deadline=None)
 @given(
-    text=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="`~*_|"), max_size=600),
+    text=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="`~*_|["), max_size=600),
     limit=st.integers(min_value=2, max_value=120),
     unit=st.sampled_from(["chars", "utf16"]),
 )
 def test_split_text_property_arbitrary_text_in_order(text: str, limit: int, unit: str) -> None:
     parts = split_text(text, limit=limit, unit=unit)
     assert all(text_length(p, unit=unit) <= limit for p in parts)
-    # Without fences, emphasis or tables a part is a verbatim slice of the text, and the parts come in order.
+    # Without fences, emphasis, code, links or tables a part is a verbatim slice of the text, in order.
     pos = 0
     for part in parts:
         found = text.find(part, pos)

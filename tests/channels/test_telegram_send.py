@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from channels.telegram import TelegramAdapter
@@ -103,6 +105,33 @@ async def test_send_falls_back_to_plain_text_when_html_is_refused(adapter: Teleg
     await adapter.send(OutboundMessage(conversation=DM, text="**important** & true"))
     (msg,) = fake.sent
     assert msg.parse_mode is None and msg.text == "important & true"
+
+
+_LONG = " ".join(f"Step {i} is done." for i in range(500))  # about 8,000 characters, in sentences
+
+
+@pytest.mark.parametrize(("markdown", "entity"), [
+    (f"See [{_LONG}](https://help.example.com/steps) now.", "text_link"),
+    (f"Run `{_LONG}` now.", "code"),
+    ("Run `" + "x" * 6000 + "` now.", "code"),
+    ("**" + "\n".join(f"Step {i} is done." for i in range(500)) + "**", "bold"),
+    (f"**Bold [{_LONG}](https://help.example.com/steps) end.**", "text_link"),
+], ids=["link", "code", "code-without-spaces", "bold-over-lines", "link-in-bold"])
+async def test_send_splits_a_span_longer_than_a_message_keeping_its_formatting(
+        adapter: TelegramAdapter, fake: FakeTelegramAPI, markdown: str, entity: str) -> None:
+    """A link, code or bold span over 4,096 characters was cut as typed: each part showed its Markdown marks
+    ("[Step 0…", "…](https://…)", "`Step…"). Each part closes the span and the next reopens it."""
+    await adapter.send(OutboundMessage(conversation=DM, text=markdown))
+    assert len(fake.sent) >= 2 and all(m.parse_mode == "HTML" for m in fake.sent)  # no plain-text fallback
+    for message in fake.sent:
+        assert not re.search(r"\*\*|`|\[|\]\(", message.text), message.text[:80]
+        assert utf16_len(message.text) < 10 or any(  # "Run", cut at the last space before code without one
+            e["type"] == entity and e["length"] >= utf16_len(message.text) - 10 for e in message.entities)
+        assert all(e.get("url", "https://help.example.com/steps") == "https://help.example.com/steps"
+                   for e in message.entities)
+    words = "".join(m.text for m in fake.sent)
+    typed = markdown.replace("https://help.example.com/steps", "")
+    assert words.count(" is done.") == typed.count(" is done.") and words.count("x") == typed.count("x")
 
 
 async def test_send_follows_group_migration_to_supergroup(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
