@@ -15,10 +15,10 @@ from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 
-_OPENER = re.compile(r"(?<![\w*_~])(?:\*\*|__|~~|[*_~])(?=\S)")
+_OPENER = re.compile(r"(?<![\w*_~])(?:\*\*\*|___|\*\*|__|~~|[*_~])(?=\S)")  # "***": bold and italic at once
 # A closer follows its text directly: not a space, nor its own mark ("**x**" holds no "*" run).
 _CLOSERS = {
-    mark: re.compile(rf"(?<![\s{re.escape(mark[0])}]){re.escape(mark)}(?![\w*_~])") for mark in ("**", "__", "~~", "*", "_", "~")
+    mark: re.compile(rf"(?<![\s{re.escape(mark[0])}]){re.escape(mark)}(?![\w*_~])") for mark in ("***", "___", "**", "__", "~~", "*", "_", "~")
 }
 _BACKTICKS = re.compile(r"`+")
 _BLOCK_START = re.compile(r"[ \t]*(?:[-+*][ \t]|\d{1,9}[.)][ \t]|#{1,6}[ \t]|>|\||```|~~~)")
@@ -59,7 +59,7 @@ def emphasis_spans(text: str) -> list[Wrapped]:
         pos = 0
         while (opener := _OPENER.search(line, pos)) is not None:
             pos = opener.start() + 1
-            candidates = [opener.group(0)] + ([opener.group(0)[0]] if len(opener.group(0)) == 2 else [])
+            candidates = list(dict.fromkeys(opener.group(0)[:n] for n in (3, 2, 1) if n <= len(opener.group(0))))
             for mark in candidates:
                 starts = closers.get(mark, [])
                 i = bisect_left(starts, opener.start() + len(mark) + 1)

@@ -133,7 +133,7 @@ def test_split_text_keeps_a_bold_run_longer_than_600_characters_whole() -> None:
     assert sum(bold in p for p in split_text(text, limit=len(bold) + 40)) == 1
 
 
-@pytest.mark.parametrize("mark", ["**", "*", "_", "~"])
+@pytest.mark.parametrize("mark", ["**", "*", "_", "~", "***", "___"])
 def test_split_text_closes_and_reopens_a_run_longer_than_the_limit(mark: str) -> None:
     """A run longer than a part was cut anyway: '**This is…sentence.' then 'This is…sentence.**', marks as typed."""
     body = " ".join(["This is an important sentence."] * 60)
