@@ -125,13 +125,14 @@ def _cut_span(match: re.Match[str]) -> tuple[int, int]:
     return match.span()
 
 
-def _covered(spans: list[tuple[int, int]], size: int) -> bytearray:
-    """For each index of a text of `size`, 1 if a span covers it (linear in the text, not spans × spans)."""
-    marks = [0] * (size + 1)
+def _covered(spans: Iterable[tuple[int, int]], size: int) -> bytearray:
+    """For each index of a text of `size`, 1 if a span covers it. Linear in the text for spans that overlap
+    only a few deep (links and URLs, code spans, fences), and the filling is done in C."""
+    marks = bytearray(size + 1)
     for start, end in spans:
-        marks[start] += 1
-        marks[end] -= 1
-    return bytearray(1 if depth else 0 for depth in accumulate(marks[:size]))
+        if end > start:
+            marks[start:end] = b"\x01" * (end - start)
+    return marks
 
 
 class _Splitter:
@@ -162,9 +163,10 @@ class _Splitter:
         # Emphasis, a code span or a link's label cut between its sentences showed its marks as typed in both
         # parts: one that fits is kept whole, a longer one (outside a code block) is closed at the cut and
         # reopened in the next part. A mark inside a URL ("/_a" … "b_/") or a code span is no emphasis.
-        code = [c for c in code_spans(text) if not any(f.start < c.end and c.start < f.end for f in fences)]
-        in_link, in_code = _covered(links, len(text)), _covered([(c.start, c.end) for c in code], len(text))
-        wrapped = code + [e for e in emphasis_spans(text) if not any(f.start < e.end and e.start < f.end for f in fences)
+        fenced = list(accumulate(_covered(((f.start, f.end) for f in fences), len(text)), initial=0))
+        code = [c for c in code_spans(text) if fenced[c.end] == fenced[c.start]]  # none in a code block
+        in_link, in_code = _covered(links, len(text)), _covered(((c.start, c.end) for c in code), len(text))
+        wrapped = code + [e for e in emphasis_spans(text) if fenced[e.end] == fenced[e.start]
                           and not in_link[e.start] and not in_link[e.end - 1] and not in_code[e.start]
                           and not in_code[e.end - 1]]
         wrapped += [Wrapped(m.start(), m.end(), "[", m.group(0)[m.group(0).index("]"):]) for m in md_links
@@ -176,6 +178,7 @@ class _Splitter:
             [(f.start, f.end) for f in fences if f not in self.big_fences]
             + [(s, e) for s, e in links if self.span(s, e) <= limit]
         )
+        self.in_protected = _covered(((s + 1, e) for s, e in self.protected), len(text))  # strictly inside one
         # A table cut between rows lost its header, and the later part showed its rows as raw pipes.
         self.tables = [t for t in table_spans(text) if self.measure(t.head) * 4 <= limit
                        and not any(f.start < t.end and t.start < f.end for f in fences)]
@@ -209,9 +212,8 @@ class _Splitter:
         return None
 
     def allowed(self, end: int, nxt: int, level: int) -> bool:
-        for s, e in self.protected:
-            if s < end < e:
-                return False
+        if self.in_protected[end]:
+            return False
         for run in self.big_wrapped:  # never between a mark and its text
             if run.start < end <= run.start + len(run.opener) or run.end - len(run.closer) <= end < run.end:
                 return False

@@ -75,13 +75,13 @@ def emphasis_spans(text: str) -> list[Wrapped]:
 def _paragraphs(text: str) -> list[str]:
     """`text` cut before each line that starts a block of its own (and at blank lines), each part's lines
     joined by their newlines: the parts, joined by newlines, are `text` again."""
-    parts: list[str] = []
+    parts: list[list[str]] = []
     for line in text.split("\n"):
-        if parts and line.strip() and parts[-1].strip() and not _BLOCK_START.match(line):
-            parts[-1] += "\n" + line
+        if parts and line.strip() and parts[-1][-1].strip() and not _BLOCK_START.match(line):
+            parts[-1].append(line)
         else:
-            parts.append(line)
-    return parts
+            parts.append([line])
+    return ["\n".join(lines) for lines in parts]
 
 
 def code_spans(text: str) -> list[Wrapped]:
