@@ -10,8 +10,9 @@ Inbound
 - An edit of a message still waiting for its answer replaces its text (a typo fixed in time; one that
   lands while the answer is written is answered after it); an edit of one already answered is ignored (answering it would double-reply). Deletions never reach bots. Callback queries, inline queries and payments
   are ignored with a reason, as are service messages, our own and other bots' messages.
-- `my_chat_member` (the bot kicked, left, or added back) is logged; replies to a chat it left fail at once,
-  as they do after a send's 403 saying the bot was kicked or blocked (`telegram_errors.REMOVED`).
+- `my_chat_member` (the bot kicked, left, blocked, or added back) is logged and stored (`bot_removed`): the
+  outbox of every replica fails replies to a chat it left at once (storage/removed_chats.py). A send's 403
+  saying the bot was kicked or blocked (`telegram_errors.REMOVED`) is `BotRemoved`, which the outbox stores too.
 - In groups the bot answers only when @mentioned, replied to, or sent a command, unless
   `respond_in_groups: always`. A forum topic is one conversation (`ConversationRef.thread`); elsewhere
   in a group each member's questions are their own (`gateway.models.member_thread`).
@@ -69,7 +70,7 @@ from channels.telegram_polling import TelegramPoller
 from channels.telegram_render import TELEGRAM_LIMIT, markdown_to_html, render_messages, visible_length, visible_text
 from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser, decode_update
 from gateway.backoff import doubling
-from gateway.errors import ChannelSendError, ConfigError, RecipientUnreachable, SignatureInvalid
+from gateway.errors import BotRemoved, ChannelSendError, ConfigError, RecipientUnreachable, SignatureInvalid
 from gateway.models import ConversationRef, InboundMessage, OutboundMessage, Sender
 from gateway.settings import TelegramChannel
 
@@ -170,8 +171,6 @@ class TelegramAdapter:
         A failure carries the ids of the chunks that went through as `sent_ids` (the outbox stores them);
         a retry resumes after them: from memory, or in a new process from `message.delivered_parts`."""
         conv = message.conversation
-        if conv.chat in self.parser.removed_from:  # told by `my_chat_member`: no 403 to collect per reply
-            raise RecipientUnreachable(f"telegram: the bot was removed from chat {conv.chat}")
         reply_to = int(message.reply_to) if message.reply_to and message.reply_to.isdigit() else None
         # In a group, a message for the member that replies to none of theirs (an operator's) names them.
         addressed = message.addressee is not None and reply_to is None
@@ -191,9 +190,9 @@ class TelegramAdapter:
                     chat, message_id = await self._send_chunk(chat, chunk, thread=thread,
                                                               reply_to=reply_to if index == 0 else None)
                 except RecipientUnreachable as exc:
-                    if says(REMOVED, str(exc)):
-                        self.parser.removed_from.add(conv.chat)
+                    if says(REMOVED, str(exc)):  # missed `my_chat_member`: the outbox stores the removal
                         log.warning("telegram.removed_from_chat", bot=self.bot_name, chat=conv.chat, error=str(exc))
+                        raise BotRemoved(str(exc)) from exc
                     raise
                 await done.add(message_id, more=index + 1 < len(chunks))
                 log.info("telegram.sent", bot=self.bot_name, chat=conv.chat, telegram_message_id=message_id, part=index + 1,

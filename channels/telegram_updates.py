@@ -135,9 +135,6 @@ class UpdateParser:
         self.username = username
         self.respond_in_groups = respond_in_groups
         self.bot_name = bot_name
-        # Chats the bot was removed from (kicked, left, blocked in private), as `my_chat_member` told: the
-        # adapter fails replies to them at once as unreachable instead of collecting a 403 for each.
-        self.removed_from: set[str] = set()
 
     def parse(self, update: dict[str, Any]) -> WebhookResult:
         """One update → at most one message, else the reason it is ignored."""
@@ -244,16 +241,24 @@ class UpdateParser:
         return WebhookResult(messages=(inbound,))
 
     def _membership(self, update_id: int, change: dict[str, Any]) -> WebhookResult:
-        """The bot's own membership changed: remember chats it can no longer write to."""
+        """The bot's own membership changed. Removed (kicked, left, blocked in private) or back: a notice the
+        inbox stores (`bot_removed`), so every replica fails replies there at once meanwhile, not this process
+        alone. Any other change (restricted, say) is only logged."""
         chat = str((change.get("chat") or {}).get("id", ""))
         status = (change.get("new_chat_member") or {}).get("status")
+        if not chat or status not in _GONE | _PRESENT:
+            return WebhookResult(ignored=(f"update {update_id}: the bot's membership in chat {chat} is now {status}",))
         if status in _GONE:
-            self.removed_from.add(chat)
             log.warning("telegram.removed_from_chat", bot=self.bot_name, chat=chat, status=status, update_id=update_id)
-        elif status in _PRESENT:
-            self.removed_from.discard(chat)
+        else:
             log.info("telegram.added_to_chat", bot=self.bot_name, chat=chat, status=status, update_id=update_id)
-        return WebhookResult(ignored=(f"update {update_id}: the bot's membership in chat {chat} is now {status}",))
+        who = change.get("from") or {}
+        when = {"sent_at": datetime.fromtimestamp(change["date"], tz=timezone.utc)} if isinstance(change.get("date"), int) else {}
+        notice = InboundMessage(
+            channel=CHANNEL, external_id=str(update_id), conversation=ConversationRef(channel=CHANNEL, chat=chat),
+            sender=Sender(external_id=str(who.get("id", "")), display_name=_display_name(who)), text="",
+            raw={"update_id": update_id, "status": status}, bot_removed=status in _GONE, **when)
+        return WebhookResult(messages=(notice,))
 
     @staticmethod
     def _chat_move(update_id: int, msg: dict[str, Any]) -> WebhookResult:

@@ -78,6 +78,11 @@ class RecipientOptedOut(RecipientUnreachable):
     """The recipient told the platform to stop sending (WhatsApp's STOP: Twilio 21610), until they opt in."""
 
 
+class BotRemoved(RecipientUnreachable):
+    """The platform says the bot was removed from the chat (kicked from a group, blocked by the person): the
+    outbox stores it (storage/removed_chats.py), so later replies there fail without a call, until it is back."""
+
+
 class LLMError(GatewayError):
     """Every model in the fallback chain failed."""
 

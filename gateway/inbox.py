@@ -18,6 +18,7 @@ from storage import repositories as repo
 from storage.chat_moves import move_chat
 from storage.conflicts import run_again_on_conflict
 from storage.models import Conversation, Message
+from storage.removed_chats import mark_removed
 from storage.text import storable_text
 
 HELD_STATES = ("waiting", "operator")
@@ -83,8 +84,9 @@ class Inbox:
 
         None when nothing is stored: the message is `existing_conversation_only` and its conversation
         does not exist (a Slack thread reply without a mention, in a thread the bot was never asked in),
-        or it is an edit or deletion (`revises`), applied to the message it names while that one waits, or a
-        chat's move to a new id (`moves_to`), applied to its conversations."""
+        or it is an edit or deletion (`revises`), applied to the message it names while that one waits, a
+        chat's move to a new id (`moves_to`), applied to its conversations, or the bot's removal from a chat
+        or return to it (`bot_removed`), recorded for every replica's outbox."""
         message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
         for (moving_bot, ref), new_chat in list(self._unfinished_moves.items()):
             try:
@@ -99,6 +101,11 @@ class Inbox:
     async def _accept(self, bot: str, message: InboundMessage) -> Accepted | None:
         if message.moves_to is not None:
             await self.move_chat(bot, message.conversation, message.moves_to)
+            return None
+        if message.bot_removed is not None:
+            async with self._sessions() as session, session.begin():
+                await mark_removed(session, bot=bot, channel=message.channel, chat=message.conversation.chat,
+                                   removed=message.bot_removed, at=message.sent_at)
             return None
         if message.revises is not None:
             return await self._revise(bot, message)

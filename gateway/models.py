@@ -137,6 +137,9 @@ class InboundMessage:
     # Not a message: the chat `conversation.chat` lives on under this id now (a Telegram group upgraded to
     # a supergroup). Its conversations, and what is queued for them, follow it there (`Inbox.accept`).
     moves_to: str | None = None
+    # Not a message: the bot was removed from `conversation.chat` (True: kicked, left, blocked in private) or
+    # is back in it (False). Stored (`Inbox.accept`), so every replica fails replies there at once meanwhile.
+    bot_removed: bool | None = None
 
     @property
     def idempotency_key(self) -> tuple[str, str]:

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.delivery.receipts import purge_early_receipts
 from gateway.models import utcnow
 from gateway.settings import Settings
-from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message
+from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message, RemovedChat
 
 log = structlog.get_logger("gateway.retention")
 
@@ -109,6 +109,8 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
         await _delete_conversations(session, ids, report)
         if contact_ids:
             report.contacts = (await session.execute(delete(Contact).where(Contact.id.in_(contact_ids)))).rowcount
+        # Their private chat's id is theirs: the mark that they blocked the bot goes too.
+        await session.execute(delete(RemovedChat).where(RemovedChat.channel == channel, RemovedChat.chat == user))
         session.add(DataDeletion(kind="forget", channel=channel, actor=actor, counts=report.as_dict()))
     log.info("retention.forgot_contact", channel=channel, **report.as_dict())
     return report

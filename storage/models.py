@@ -271,3 +271,15 @@ class DataDeletion(Base):
     actor: Mapped[str] = mapped_column(String(128), default="system")
     counts: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class RemovedChat(Base):
+    """A chat the bot was removed from (kicked from a group, blocked in private), until it is added back:
+    replies to it fail at once, on every replica (storage/removed_chats.py)."""
+
+    __tablename__ = "removed_chats"
+
+    bot: Mapped[str] = mapped_column(String(64), primary_key=True)
+    channel: Mapped[str] = mapped_column(String(32), primary_key=True)
+    chat: Mapped[str] = mapped_column(String(255), primary_key=True)
+    removed_at: Mapped[datetime] = mapped_column(default=utcnow)

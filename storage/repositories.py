@@ -20,7 +20,8 @@ from storage.models import Contact, Conversation, Message
 from storage.text import storable_json, storable_text
 
 
-def _insert_ignore(session: AsyncSession, model: type, values: dict[str, Any], conflict: list[str]):
+def insert_ignore(session: AsyncSession, model: type, values: dict[str, Any], conflict: list[str]):
+    """INSERT … ON CONFLICT (`conflict`) DO NOTHING, in the session's dialect: a row two writers may add at once."""
     dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return insert(model).values(**values).on_conflict_do_nothing(index_elements=conflict)
@@ -59,7 +60,7 @@ async def get_or_create_conversation(session: AsyncSession, *, bot: str, ref: Co
         return found
     now = utcnow()
     await session.execute(
-        _insert_ignore(session, Conversation, {**key, "contact_id": contact_id, "state": "bot",
+        insert_ignore(session, Conversation, {**key, "contact_id": contact_id, "state": "bot",
                                                "unanswered_turns": 0, "created_at": now, "updated_at": now},
                        list(key))
     )
@@ -89,7 +90,7 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
         conversation.contact_id = contact.id
     now = utcnow()
     result = await session.execute(
-        _insert_ignore(session, Message, {
+        insert_ignore(session, Message, {
             "conversation_id": conversation.id, "bot": bot, "channel": message.channel, "direction": "in",
             "author": "contact", "external_id": message.external_id, "text": message.text,
             "attachments": [_attachment_dict(a) for a in message.attachments], "citations": [],

@@ -45,12 +45,13 @@ from gateway.delivery.receipts import adopt_early_receipts
 from gateway.delivery.send_breaker import SendBreaker
 from gateway.delivery.streaming import remove_leftovers
 from gateway.delivery.window import OUTSIDE_WINDOW, OutsideWindow, send_within_window
-from gateway.errors import ChannelError, ChannelSendError, RecipientOptedOut, RecipientUnreachable
+from gateway.errors import BotRemoved, ChannelError, ChannelSendError, RecipientOptedOut, RecipientUnreachable
 from gateway.events import ESCALATIONS_TOPIC, EventBus, conversation_topic
 from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage, as_utc, utcnow
 from gateway.observability import otel
 from storage import repositories as repo
-from storage.models import Contact, Conversation, Delivery, Escalation, Message
+from storage.models import Contact, Conversation, Delivery, Escalation, Message, RemovedChat
+from storage.removed_chats import mark_removed, removed_from_its_chat
 
 log = structlog.get_logger("gateway.outbox")
 
@@ -139,11 +140,13 @@ class Outbox:
                 return "skipped"
             for key, value in claimed._mapping.items():  # the claimed row, as a refresh would read it
                 set_committed_value(message, key, value)
-            # The conversation, its contact and the message replied to, in one round trip (they were three).
+            # The conversation, its contact, the message replied to, its chat's removal mark: one round trip.
             inbound_row = aliased(Message)
-            conversation, contact, inbound = (await session.execute(
-                select(Conversation, Contact, inbound_row).where(Conversation.id == message.conversation_id)
+            conversation, contact, inbound, removed_at = (await session.execute(
+                select(Conversation, Contact, inbound_row, RemovedChat.removed_at)
+                .where(Conversation.id == message.conversation_id)
                 .outerjoin(Contact, Contact.id == Conversation.contact_id)
+                .outerjoin(RemovedChat, removed_from_its_chat())
                 .outerjoin(inbound_row, inbound_row.id == message.reply_to_id if message.reply_to_id else false())
             )).one()
         # `reply_to` is the customer's message: grepping its id finds the send too.
@@ -152,6 +155,7 @@ class Outbox:
         adapter = self._adapters.get((message.bot, message.channel))
         status, error, reason, provider_ids, meta = "sent", None, None, [], dict(message.meta or {})
         opted_out = False  # the platform says the contact opted out (a STOP that never reached us)
+        removed = False  # the platform says the bot was removed from the chat (a `my_chat_member` missed)
         meta.pop("next_attempt_at", None)
         # Parts an earlier attempt delivered (module docstring); kept in `meta` only while a retry is due.
         delivered = [str(p) for p in meta.pop("delivered_parts", None) or []]
@@ -189,7 +193,7 @@ class Outbox:
                                 provider_ids, template = await send_within_window(
                                     adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None,
                                     window_closed="window_closed" in meta,
-                                    opted_out_at=contact.opted_out_at if contact else None)
+                                    opted_out_at=contact.opted_out_at if contact else None, removed_at=removed_at)
                             finally:
                                 record_landed.reset(recording)
                 if template:
@@ -200,6 +204,7 @@ class Outbox:
             except RecipientUnreachable as exc:
                 self._breaker.reached(message.bot, message.channel)
                 opted_out = isinstance(exc, RecipientOptedOut) and contact is not None and contact.opted_out_at is None
+                removed = isinstance(exc, BotRemoved) and removed_at is None
                 provider_ids = _sent_ids(exc)
                 status, reason, error = "failed", "unreachable", f"recipient unreachable: {exc}"
             except ChannelSendError as exc:
@@ -268,6 +273,9 @@ class Outbox:
                         await repo.mark_held_behind_template(session, conversation.id, reply_id=message_id)
                     if opted_out:  # so the next replies are refused here, not one by one by the platform
                         await session.execute(update(Contact).where(Contact.id == contact.id).values(opted_out_at=utcnow()))
+                    if removed:  # likewise, on every replica, until the platform says the bot is back
+                        await mark_removed(session, bot=message.bot, channel=message.channel, chat=conversation.chat,
+                                           removed=True, at=utcnow())
                     if with_parts:
                         for provider_id in dict.fromkeys(str(p) for p in provider_ids):
                             session.add(Delivery(message_id=message_id, channel=message.channel,

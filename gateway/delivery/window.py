@@ -1,4 +1,5 @@
-"""WhatsApp's 24-hour window and a contact's opt-out, checked before a reply is sent (`Outbox.deliver`).
+"""WhatsApp's 24-hour window, a contact's opt-out and a chat the bot was removed from, checked before a reply
+is sent (`Outbox.deliver`).
 
 Only the gateway knows when the contact last wrote: outside the window the configured Content template is
 sent instead, or the reply fails visibly (`OutsideWindow`).
@@ -21,9 +22,14 @@ class OutsideWindow(RecipientUnreachable):
 
 async def send_within_window(adapter: ChannelAdapter, outbound: OutboundMessage, *,
                              last_inbound_at: datetime | None, window_closed: bool = False,
-                             opted_out_at: datetime | None = None) -> tuple[list[str], str | None]:
+                             opted_out_at: datetime | None = None,
+                             removed_at: datetime | None = None) -> tuple[list[str], str | None]:
     """Send through the adapter; on WhatsApp outside the window, the template or OutsideWindow; to a
-    contact who opted out (STOP), nothing: Twilio would refuse it (21610), a template too."""
+    contact who opted out (STOP), nothing: Twilio would refuse it (21610), a template too; nor to a chat the
+    bot was removed from (storage/removed_chats.py), which would refuse it (Telegram's 403)."""
+    if removed_at is not None:
+        raise RecipientUnreachable(f"the bot was removed from chat {outbound.conversation.chat} at {removed_at}; "
+                                   "nothing is sent there until it is added back")
     if opted_out_at is not None:
         raise RecipientUnreachable(f"the contact opted out (STOP) at {opted_out_at}; nothing is sent to them "
                                    "until they send START")

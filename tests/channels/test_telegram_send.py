@@ -7,7 +7,7 @@ import re
 import pytest
 
 from channels.telegram import TelegramAdapter
-from gateway.errors import ChannelSendError, RecipientUnreachable
+from gateway.errors import BotRemoved, ChannelSendError, RecipientUnreachable
 from gateway.models import ConversationRef, InboundMessage, OutboundMessage, member_thread
 from tests.channels.telegram_helpers import DM, adapter_fixture, fake_fixture  # noqa: F401 - `fake`, `adapter` fixtures
 from tests.fakes.telegram_api import FakeTelegramAPI, utf16_len
@@ -74,30 +74,24 @@ async def test_send_to_blocked_user_raises_recipient_unreachable(adapter: Telegr
 
 @pytest.mark.parametrize("refusal", ["Forbidden: bot was kicked from the supergroup chat",
                                      "Forbidden: bot was blocked by the user"])
-async def test_send_refused_as_removed_fails_later_replies_at_once_until_added_back(
-        adapter: TelegramAdapter, fake: FakeTelegramAPI, refusal: str) -> None:
-    """A 403 "kicked"/"blocked" told the same as `my_chat_member` does, yet each later reply went out for its own 403."""
+async def test_send_refused_as_removed_says_the_bot_was_removed(adapter: TelegramAdapter, fake: FakeTelegramAPI,
+                                                                refusal: str) -> None:
+    """A 403 "kicked"/"blocked" tells what `my_chat_member` does: `BotRemoved`, which the outbox stores
+    (tests/reliability/test_removed_chats.py), so later replies there fail without a call each."""
     group = ConversationRef(channel="telegram", chat="-100777")
     fake.fail_next("sendMessage", status=403, description=refusal)
-    with pytest.raises(RecipientUnreachable):
+    with pytest.raises(BotRemoved):
         await adapter.send(OutboundMessage(conversation=group, text="hi"))
-    with pytest.raises(RecipientUnreachable, match="removed"):
-        await adapter.send(OutboundMessage(conversation=group, text="again"))
-    assert len(fake.calls("sendMessage")) == 1 and "-100777" in adapter.parser.removed_from
-    bot = {"id": adapter.bot.id, "is_bot": True, "first_name": "Support"}
-    adapter.parser.parse({"update_id": 9, "my_chat_member": {"chat": {"id": -100777, "type": "supergroup"},
-                          "date": 1, "new_chat_member": {"user": bot, "status": "member"}}})
-    await adapter.send(OutboundMessage(conversation=group, text="back"))
-    assert [m.text for m in fake.sent] == ["back"]
 
 
-async def test_send_refused_for_rights_does_not_mark_the_chat_removed(adapter: TelegramAdapter,
-                                                                      fake: FakeTelegramAPI) -> None:
+async def test_send_refused_for_rights_does_not_say_the_bot_was_removed(adapter: TelegramAdapter,
+                                                                        fake: FakeTelegramAPI) -> None:
     fake.fail_next("sendMessage", status=403, description="Forbidden: bot can't initiate conversation with a user")
-    with pytest.raises(RecipientUnreachable):
+    with pytest.raises(RecipientUnreachable) as refused:
         await adapter.send(OutboundMessage(conversation=DM, text="hi"))
+    assert not isinstance(refused.value, BotRemoved)
     await adapter.send(OutboundMessage(conversation=DM, text="after /start"))
-    assert not adapter.parser.removed_from and len(fake.sent) == 1
+    assert len(fake.sent) == 1
 
 
 async def test_send_falls_back_to_plain_text_when_html_is_refused(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:

@@ -109,6 +109,10 @@ async def test_downgrading_the_newest_migration_and_upgrading_again_keeps_every_
             return tuple([(await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one()
                           for table in ("conversations", "messages", "contacts")])
 
+    async def tables() -> set[str]:
+        async with engine.connect() as conn:
+            return await conn.run_sync(lambda sync: set(inspect(sync).get_table_names()))
+
     try:
         for n in range(3):
             async with sessions() as session, session.begin():
@@ -119,9 +123,11 @@ async def test_downgrading_the_newest_migration_and_upgrading_again_keeps_every_
         await engine.dispose()
         await asyncio.to_thread(command.downgrade, alembic_config(migrated_url), "-1")
         assert await counts() == before
+        assert "removed_chats" not in await tables()  # 0014's
         await engine.dispose()
         await asyncio.to_thread(command.upgrade, alembic_config(migrated_url), "head")
         assert await counts() == before == (3, 3, 3)
+        assert "removed_chats" in await tables()
     finally:
         await engine.dispose()
 
