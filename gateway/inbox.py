@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -15,7 +16,7 @@ from gateway.models import ConversationRef, InboundMessage
 from gateway.observability import otel
 from gateway.pg_bridge import announce
 from storage import repositories as repo
-from storage.chat_moves import move_chat
+from storage.chat_moves import move_chat, unfinished_moves
 from storage.conflicts import run_again_on_conflict
 from storage.models import Conversation, Message
 from storage.removed_chats import mark_removed
@@ -76,7 +77,9 @@ class Inbox:
         self._on_stored = on_stored
         # Moves that left a pair of conversations both held by workers (`ChatMove.busy`): tried again
         # before each message this process stores, so they converge once a turn ends even when no
-        # notice of the move comes again (the sends to the old id already go to the new one).
+        # notice of the move comes again (the sends to the old id already go to the new one). The ones
+        # this process made, and those stored by any process (`finish_moves`): read periodically, not
+        # once per message.
         self._unfinished_moves: dict[tuple[str, ConversationRef], str] = {}
 
     async def accept(self, bot: str, message: InboundMessage) -> Accepted | None:
@@ -88,12 +91,7 @@ class Inbox:
         chat's move to a new id (`moves_to`), applied to its conversations, or the bot's removal from a chat
         or return to it (`bot_removed`), recorded for every replica's outbox."""
         message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
-        for (moving_bot, ref), new_chat in list(self._unfinished_moves.items()):
-            try:
-                await run_again_on_conflict(lambda: self.move_chat(moving_bot, ref, new_chat), what="chat move")
-            except Exception as exc:  # the message is stored all the same; the move is tried with the next
-                log.warning("inbound.chat_move_failed", bot=moving_bot, channel=ref.channel, chat=ref.chat,
-                            to=new_chat, error=f"{type(exc).__name__}: {str(exc)[:200]}")
+        await self._retry_moves()
         # Storing is one transaction, idempotent by the delivery's id: one PostgreSQL aborted for a
         # deadlock with another writer (a late receipt, an answer's store) is simply run again.
         return await run_again_on_conflict(lambda: self._accept(bot, message), what="inbound")
@@ -138,6 +136,23 @@ class Inbox:
             self._on_stored(stored.conversation_id)
         return Accepted(message_id=stored.message_id, conversation_id=stored.conversation_id,
                         duplicate=stored.duplicate)
+
+    async def finish_moves(self, now: datetime | None = None) -> None:
+        """Try again every move left unfinished, by any process (a periodic check, `HandoffReminders`): the
+        one that made it may be gone, and other replicas store the chat's messages meanwhile."""
+        async with self._sessions() as session:
+            stored = await unfinished_moves(session)
+        self._unfinished_moves = {(m.bot, ConversationRef(channel=m.channel, workspace=m.workspace, chat=m.chat)):
+                                  m.new_chat for m in stored}
+        await self._retry_moves()
+
+    async def _retry_moves(self) -> None:
+        for (moving_bot, ref), new_chat in list(self._unfinished_moves.items()):
+            try:
+                await run_again_on_conflict(lambda: self.move_chat(moving_bot, ref, new_chat), what="chat move")
+            except Exception as exc:  # the message is stored all the same; the move is tried with the next
+                log.warning("inbound.chat_move_failed", bot=moving_bot, channel=ref.channel, chat=ref.chat,
+                            to=new_chat, error=f"{type(exc).__name__}: {str(exc)[:200]}")
 
     async def move_chat(self, bot: str, ref: ConversationRef, new_chat: str) -> None:
         """The chat `ref.chat` lives on as `new_chat` (storage/chat_moves.py): its conversations follow it."""

@@ -268,6 +268,7 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
                     adapters=adapters, intercept=slack_operator.intercept,
                     on_handoff_message=escalations.customer_message)
     inbox = Inbox(sessions, on_stored=worker.notify)
+    reminders.checks.append(inbox.finish_moves)  # chat moves left unfinished, by this process or another
     # Scale-out: rate limits before the pipeline, timed sends, and scheduled jobs only on the leader.
     rate_limiter = RateLimiter.from_settings(settings, metrics=metrics)
     worker.handler.rate_limiter = rate_limiter

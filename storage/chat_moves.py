@@ -4,7 +4,9 @@ Telegram gives the supergroup a new chat id and tells it twice (`migrate_to_chat
 `migrate_from_chat_id` in the new one), and a send to the old id is refused with the new one: each of the
 three moves the conversations, so the move is idempotent (a second finds nothing left at the old id).
 What is keyed by the conversation (its messages, replies not yet sent, an operator's hold, escalations)
-moves with it; the outbox reads the chat at send time, so a queued reply goes to the new id.
+moves with it; the outbox reads the chat at send time, so a queued reply goes to the new id. A move that
+finds workers answering in both conversations of a pair leaves that pair, and is recorded
+(`unfinished_chat_moves`) until a try finds it done, so any process, a restarted one too, finishes it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.models import MEMBER_SCOPE, as_utc, utcnow
-from storage.models import Contact, Conversation, Escalation, EscalationEvent, Message, Usage
+from storage.models import Contact, Conversation, Escalation, EscalationEvent, Message, UnfinishedChatMove, Usage
+from storage.repositories import insert_ignore
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +77,20 @@ async def move_chat(session: AsyncSession, *, bot: str, channel: str, old: str, 
             await _merge(session, source=conversation, into=there)
             merged.append(conversation.id)
     await _move_contact(session, channel=channel, old=old, new=new)
+    # Last, after the rows above, in the order every move takes them (the escalations, then the conversations).
+    key = {"bot": bot, "channel": channel, "workspace": workspace, "chat": old}
+    if busy:  # any process tries it again (`unfinished_moves`): Telegram does not tell the upgrade again
+        await session.execute(insert_ignore(session, UnfinishedChatMove, {**key, "new_chat": new, "since": utcnow()},
+                                            list(key)))
+    else:
+        await session.execute(delete(UnfinishedChatMove).filter_by(**key))
     await session.flush()
     return ChatMove(moved=tuple(moved), merged=tuple(merged), busy=tuple(busy))
+
+
+async def unfinished_moves(session: AsyncSession) -> list[UnfinishedChatMove]:
+    """The moves that left a pair of conversations both held by workers, oldest first, to be tried again."""
+    return list((await session.execute(select(UnfinishedChatMove).order_by(UnfinishedChatMove.since))).scalars())
 
 
 async def _unquote_waiting(session: AsyncSession, conversation_id: int, *, old: str) -> None:

@@ -283,3 +283,17 @@ class RemovedChat(Base):
     channel: Mapped[str] = mapped_column(String(32), primary_key=True)
     chat: Mapped[str] = mapped_column(String(255), primary_key=True)
     removed_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class UnfinishedChatMove(Base):
+    """A chat's move to a new id (storage/chat_moves.py) that left a pair of conversations both held by workers:
+    any process tries it again, until it is done (`Inbox.finish_moves`)."""
+
+    __tablename__ = "unfinished_chat_moves"
+
+    bot: Mapped[str] = mapped_column(String(64), primary_key=True)
+    channel: Mapped[str] = mapped_column(String(32), primary_key=True)
+    workspace: Mapped[str] = mapped_column(String(255), primary_key=True)
+    chat: Mapped[str] = mapped_column(String(255), primary_key=True)  # the old id
+    new_chat: Mapped[str] = mapped_column(String(255))
+    since: Mapped[datetime] = mapped_column(default=utcnow)

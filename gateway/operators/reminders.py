@@ -29,8 +29,8 @@ log = structlog.get_logger("gateway.operators.reminders")
 
 
 class HandoffReminders:
-    """Checks open escalations every `interval` seconds; also runs `checks`, other periodic repairs of
-    the handoff (the Slack operator channel's missing headers), each given the same `now`."""
+    """Checks open escalations every `interval` seconds; also runs `checks`, other periodic repairs (the
+    Slack operator channel's missing headers, chat moves left unfinished), each given the same `now`."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, settings: Settings, escalations: Escalations,
                  interval: float = 30.0, checks: Iterable[Callable[[datetime], Awaitable[object]]] = ()) -> None:

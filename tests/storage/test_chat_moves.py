@@ -11,7 +11,7 @@ from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender, member_thread, utcnow
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
-from storage.models import Contact, Conversation, Message
+from storage.models import Contact, Conversation, Message, UnfinishedChatMove
 
 OLD, NEW = "-4001", "-1004001"
 
@@ -126,3 +126,44 @@ async def test_a_reply_queued_before_the_move_does_not_quote_the_old_group_s_mes
     assert "platform_message_id" not in queued.meta and queued.meta["moved_from_chat"] == OLD
     assert sent.meta["platform_message_id"] == "1"  # its reply is out: the record keeps what it answered
     await engine.dispose()
+
+
+async def _left_busy(sessions):
+    """A move that found workers in both conversations of the pair, by a process gone since; the turns are over."""
+    old = await Inbox(sessions).accept("acme", _said("1", OLD))
+    new = await Inbox(sessions).accept("acme", _said("2", NEW))
+    await _lease(sessions, old.conversation_id, new.conversation_id, until=utcnow() + timedelta(minutes=1))
+    await Inbox(sessions).accept("acme", _move("3"))
+    await _lease(sessions, old.conversation_id, new.conversation_id)
+    return new.conversation_id
+
+
+async def _finished(sessions, kept_id: int) -> None:
+    [kept] = await _conversations(sessions)
+    assert (kept.id, kept.chat) == (kept_id, NEW)  # the old one merged into it
+    async with sessions() as session:
+        assert (await session.execute(select(UnfinishedChatMove))).first() is None  # nothing left to finish
+
+
+async def test_a_move_left_busy_is_finished_by_a_process_that_did_not_make_it(migrated_url):
+    """Only the process that left the pair (both held by workers) knew to try the move again: after its
+    restart, or with the next message stored by another replica, the two stayed apart for good, since
+    Telegram does not tell the upgrade again."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    kept_id = await _left_busy(sessions)
+    await Inbox(sessions).finish_moves()
+    await _finished(sessions, kept_id)
+    await engine.dispose()
+
+
+async def test_the_periodic_repairs_of_a_gateway_finish_the_moves_left_unfinished(migrated_url, tmp_path):
+    from gateway.services import build_services
+    from gateway.settings import load_settings
+    from tests.conftest import write_config
+
+    services = build_services(load_settings(write_config(tmp_path, database_url=migrated_url)), with_scheduler=False)
+    kept_id = await _left_busy(services.sessions)
+    await services.reminders.run_once()  # also run at start, then every 30 s
+    await _finished(services.sessions, kept_id)
+    await services.engine.dispose()

@@ -123,11 +123,11 @@ async def test_downgrading_the_newest_migration_and_upgrading_again_keeps_every_
         await engine.dispose()
         await asyncio.to_thread(command.downgrade, alembic_config(migrated_url), "-1")
         assert await counts() == before
-        assert "removed_chats" not in await tables()  # 0014's
+        assert not {"removed_chats", "unfinished_chat_moves"} & await tables()  # 0014's
         await engine.dispose()
         await asyncio.to_thread(command.upgrade, alembic_config(migrated_url), "head")
         assert await counts() == before == (3, 3, 3)
-        assert "removed_chats" in await tables()
+        assert {"removed_chats", "unfinished_chat_moves"} <= await tables()
     finally:
         await engine.dispose()
 
