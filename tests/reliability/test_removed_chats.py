@@ -19,9 +19,9 @@ from tests.reliability.test_send_breaker import TOKEN, _reply, _telegram_outbox
 GROUP = "-1001020"
 
 
-async def _heard(sessions, update_id: int, *, old: str, new: str) -> None:
-    """The bot's membership change, as the replica Telegram sent it to parses and stores it."""
-    parser = UpdateParser(bot_id=int(TOKEN.split(":")[0]), bot_name="acme")
+async def _heard(sessions, update_id: int, *, old: str, new: str, parser: UpdateParser | None = None) -> None:
+    """The bot's membership change, as the replica Telegram sent it to (`parser`'s) parses and stores it."""
+    parser = parser or UpdateParser(bot_id=int(TOKEN.split(":")[0]), bot_name="acme")
     [notice] = parser.parse(membership(update_id, int(GROUP), old, new)).messages
     assert await Inbox(sessions).accept("acme", notice) is None  # not a message to answer
 
@@ -40,6 +40,18 @@ async def test_a_removal_heard_by_one_replica_fails_the_replies_of_another_at_on
         await _heard(sessions, 2, old="left", new="member")
         again = await _reply(sessions, "acme", GROUP, 1)
         assert await outbox.deliver(again) == "sent"
+        assert len(telegram.calls("sendMessage")) == 1
+
+
+async def test_a_return_heard_by_another_replica_lets_the_replica_that_heard_the_removal_send_again(migrated_url):
+    """Each process kept the removals it heard in memory: the bot added back, a replica that had heard the
+    removal but not the return refused every reply to that group until it restarted."""
+    async with _telegram_outbox(migrated_url) as (sessions, telegram, outbox):
+        this_replica = outbox._adapters[("acme", "telegram")].parser
+        await _heard(sessions, 1, old="member", new="kicked", parser=this_replica)
+        await _heard(sessions, 2, old="left", new="member")  # told to another replica
+        reply_id = await _reply(sessions, "acme", GROUP, 0)
+        assert await outbox.deliver(reply_id) == "sent"
         assert len(telegram.calls("sendMessage")) == 1
 
 
