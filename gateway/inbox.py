@@ -147,10 +147,11 @@ class Inbox:
         await self._retry_moves()
 
     async def _retry_moves(self) -> None:
+        """Try each move this process knows unfinished; one that fails is logged and tried again later."""
         for (moving_bot, ref), new_chat in list(self._unfinished_moves.items()):
             try:
                 await run_again_on_conflict(lambda: self.move_chat(moving_bot, ref, new_chat), what="chat move")
-            except Exception as exc:  # the message is stored all the same; the move is tried with the next
+            except Exception as exc:  # a message is stored all the same; the move is tried with the next, or check
                 log.warning("inbound.chat_move_failed", bot=moving_bot, channel=ref.channel, chat=ref.chat,
                             to=new_chat, error=f"{type(exc).__name__}: {str(exc)[:200]}")
 
