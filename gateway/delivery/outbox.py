@@ -26,8 +26,7 @@ conversation lease, so without the heartbeat it would be requeued and sent a sec
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 
 import structlog
@@ -41,6 +40,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from channels.base import ChannelAdapter
 from channels.sent_parts import record_landed
 from gateway.backoff import doubling
+from gateway.delivery.heartbeat import sending_heartbeat
 from gateway.delivery.receipts import adopt_early_receipts
 from gateway.delivery.send_breaker import SendBreaker
 from gateway.delivery.streaming import remove_leftovers
@@ -178,7 +178,7 @@ class Outbox:
                 interaction=(inbound.meta or {}).get("interaction") if reply_to is not None else None,  # Discord's /ask
             )
             try:
-                async with self._heartbeat(message.id, bound):
+                async with sending_heartbeat(self._sessions, message.id, every_s=self.heartbeat_s, bound=bound):
                     with otel.span("outbox.send", kind=SpanKind.PRODUCER, attributes={
                             "gateway.message_id": message.id, "gateway.channel": message.channel,
                             "gateway.attempt": message.attempts}):
@@ -344,29 +344,6 @@ class Outbox:
                     .values(meta={**meta, "delivered_parts": landed}).execution_options(synchronize_session=False))
         except (DBAPIError, OSError) as exc:
             bound.warning("outbound.parts_not_saved", provider_ids=landed, error=type(exc).__name__)
-
-    @contextlib.asynccontextmanager
-    async def _heartbeat(self, message_id: int, bound) -> AsyncIterator[None]:
-        """Refresh the `sending` row's `updated_at` every `heartbeat_s` while the body runs (module docstring)."""
-
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(self.heartbeat_s)
-                try:
-                    async with self._sessions() as session, session.begin():
-                        await session.execute(
-                            update(Message).where(Message.id == message_id, Message.status == "sending")
-                            .values(updated_at=utcnow()).execution_options(synchronize_session=False))
-                except Exception as exc:  # a database blip: the next beat tries again
-                    bound.warning("outbound.heartbeat_failed", error=type(exc).__name__)
-
-        task = asyncio.create_task(beat(), name=f"outbox-heartbeat-{message_id}")
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     def _backoff(self, attempt: int, retry_after: float | None, *, rate_limited: bool = False) -> float:
         """Exponential up to `max_backoff_s`, and never sooner than the platform's own wait (up to an hour).
