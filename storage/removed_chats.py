@@ -5,7 +5,9 @@ one process's memory, only that process failed later replies there at once, and 
 Stored here by the inbox (`InboundMessage.bot_removed`), the mark is read by every replica's outbox in the
 query that reads the reply's conversation anyway (`removed_from_its_chat`): no statement more per send, and no copy
 in memory that another replica's "added back" could leave stale. The platform's notice of the bot's return
-clears it.
+clears it, and so does a reply that went out answering a message the chat sent after the removal: only a
+bot in the chat receives one, so its return was missed (an update dropped, a webhook set without
+`my_chat_member`), and the mark would otherwise refuse that chat's replies for good (`still_removed`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sqlalchemy import and_, delete
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
+from gateway.models import as_utc
 from storage.models import Conversation, RemovedChat
 from storage.repositories import insert_ignore
 
@@ -37,3 +40,11 @@ def removed_from_its_chat() -> ColumnElement[bool]:
     `removed_at` is then when the bot was removed from it, or None."""
     return and_(RemovedChat.bot == Conversation.bot, RemovedChat.channel == Conversation.channel,
                 RemovedChat.chat == Conversation.chat)
+
+
+def still_removed(removed_at: datetime | None, *, heard_at: datetime | None) -> datetime | None:
+    """`removed_at`, unless the message being answered was sent in the chat after it (`heard_at`): the bot
+    is back in the chat then, though its return was not heard."""
+    if removed_at is not None and heard_at is not None and as_utc(heard_at) > as_utc(removed_at):
+        return None
+    return removed_at

@@ -51,7 +51,7 @@ from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundM
 from gateway.observability import otel
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Delivery, Escalation, Message, RemovedChat
-from storage.removed_chats import mark_removed, removed_from_its_chat
+from storage.removed_chats import mark_removed, removed_from_its_chat, still_removed
 
 log = structlog.get_logger("gateway.outbox")
 
@@ -193,7 +193,8 @@ class Outbox:
                                 provider_ids, template = await send_within_window(
                                     adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None,
                                     window_closed="window_closed" in meta,
-                                    opted_out_at=contact.opted_out_at if contact else None, removed_at=removed_at)
+                                    opted_out_at=contact.opted_out_at if contact else None,
+                                    removed_at=still_removed(removed_at, heard_at=inbound and (inbound.sent_at or inbound.created_at)))
                             finally:
                                 record_landed.reset(recording)
                 if template:
@@ -271,6 +272,9 @@ class Outbox:
                     )
                     if status == "sent" and "template" in meta:  # its text waits for the customer's next message
                         await repo.mark_held_behind_template(session, conversation.id, reply_id=message_id)
+                    if status == "sent" and removed_at is not None:  # it is back in the chat (`still_removed`)
+                        await mark_removed(session, bot=message.bot, channel=message.channel, chat=conversation.chat,
+                                           removed=False, at=utcnow())
                     if opted_out:  # so the next replies are refused here, not one by one by the platform
                         await session.execute(update(Contact).where(Contact.id == contact.id).values(opted_out_at=utcnow()))
                     if removed:  # likewise, on every replica, until the platform says the bot is back

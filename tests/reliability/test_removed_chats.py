@@ -4,14 +4,17 @@ process started after the removal, fails replies there at once rather than send 
 
 from __future__ import annotations
 
+import time
+
 from sqlalchemy import select
 
 from channels.telegram_updates import UpdateParser
 from gateway.inbox import Inbox
 from gateway.models import utcnow
 from gateway.retention import forget_contact
+from storage import repositories as repo
 from storage.engine import create_engine, session_factory
-from storage.models import Message, RemovedChat
+from storage.models import Conversation, Message, RemovedChat
 from storage.removed_chats import mark_removed
 from tests.gateway_channels.test_telegram_e2e import membership
 from tests.reliability.test_send_breaker import TOKEN, _reply, _telegram_outbox
@@ -19,10 +22,15 @@ from tests.reliability.test_send_breaker import TOKEN, _reply, _telegram_outbox
 GROUP = "-1001020"
 
 
-async def _heard(sessions, update_id: int, *, old: str, new: str, parser: UpdateParser | None = None) -> None:
-    """The bot's membership change, as the replica Telegram sent it to (`parser`'s) parses and stores it."""
+async def _heard(sessions, update_id: int, *, old: str, new: str, parser: UpdateParser | None = None,
+                 now: bool = True) -> None:
+    """The bot's membership change, as the replica Telegram sent it to (`parser`'s) parses and stores it:
+    dated now, after the questions stored before it, or with `now=False` at its fixture's date, before them."""
     parser = parser or UpdateParser(bot_id=int(TOKEN.split(":")[0]), bot_name="acme")
-    [notice] = parser.parse(membership(update_id, int(GROUP), old, new)).messages
+    change = membership(update_id, int(GROUP), old, new)
+    if now:
+        change["my_chat_member"]["date"] = int(time.time()) + 1
+    [notice] = parser.parse(change).messages
     assert await Inbox(sessions).accept("acme", notice) is None  # not a message to answer
 
 
@@ -53,6 +61,23 @@ async def test_a_return_heard_by_another_replica_lets_the_replica_that_heard_the
         reply_id = await _reply(sessions, "acme", GROUP, 0)
         assert await outbox.deliver(reply_id) == "sent"
         assert len(telegram.calls("sendMessage")) == 1
+
+
+async def test_a_question_asked_in_the_group_after_the_removal_is_answered_and_ends_the_mark(migrated_url):
+    """The bot's return was never heard (an update dropped, a webhook set without `my_chat_member`), yet a
+    member asked it a question there, which only a member bot receives: every reply to the group was refused
+    for good, where a restart used to forget the removal."""
+    async with _telegram_outbox(migrated_url) as (sessions, telegram, outbox):
+        await _heard(sessions, 1, old="member", new="kicked", now=False)  # dated before the question
+        answer_id = await _reply(sessions, "acme", GROUP, 0)
+        assert await outbox.deliver(answer_id) == "sent"
+        async with sessions() as session:
+            assert (await session.execute(select(RemovedChat))).first() is None
+            conversation = (await session.get(Message, answer_id)).conversation_id
+        async with sessions() as session, session.begin():  # an operator's reply, which answers no question
+            operator_reply = (await repo.add_outbound(session, conversation=await session.get(Conversation, conversation),
+                                                      text="A person here.", author="operator")).id
+        assert await outbox.deliver(operator_reply) == "sent"
 
 
 async def test_forgetting_a_person_deletes_the_mark_of_their_private_chat_that_blocked_the_bot(migrated_url):
