@@ -51,6 +51,23 @@ async def test_a_removal_heard_by_one_replica_fails_the_replies_of_another_at_on
         assert len(telegram.calls("sendMessage")) == 1
 
 
+async def test_a_send_refused_as_the_bot_was_kicked_stores_the_removal_for_every_replica(migrated_url):
+    """`my_chat_member` missed (an update dropped): Telegram's 403 "bot was kicked" says the same, yet each later
+    reply there went out for a 403 of its own. The outbox stores it as the notice would be."""
+    async with _telegram_outbox(migrated_url) as (sessions, telegram, outbox):
+        first, later = await _reply(sessions, "acme", GROUP, 0), await _reply(sessions, "acme", GROUP, 1)
+        telegram.fail_next("sendMessage", status=403, description="Forbidden: bot was kicked from the supergroup chat")
+        assert await outbox.deliver(first) == "failed"
+        async with sessions() as session:
+            assert (await session.execute(select(RemovedChat.chat))).scalars().all() == [GROUP]
+        assert await outbox.deliver(later) == "failed"
+        assert len(telegram.calls("sendMessage")) == 1  # the later one was refused here
+        telegram.fail_next("sendMessage", status=403, description="Forbidden: bot can't initiate conversation with a user")
+        assert await outbox.deliver(await _reply(sessions, "acme", "4242", 0)) == "failed"
+        async with sessions() as session:  # a refusal of another kind marks nothing
+            assert (await session.execute(select(RemovedChat.chat))).scalars().all() == [GROUP]
+
+
 async def test_a_return_heard_by_another_replica_lets_the_replica_that_heard_the_removal_send_again(migrated_url):
     """Each process kept the removals it heard in memory: the bot added back, a replica that had heard the
     removal but not the return refused every reply to that group until it restarted."""
