@@ -5,8 +5,9 @@ is kept in `storage.models.Document`:
 - same hash → skipped without chunking or embedding;
 - new hash → re-chunked; chunks whose (stable) id already exists are kept, only new chunks are
   embedded and written, and chunks no longer produced are deleted;
-- a new document with the content of one already indexed (a renamed file) takes that one's vectors, read
-  back from the index, under its own chunk ids and payload: nothing is embedded again;
+- a new document with the content of one already indexed (a renamed file), or of one met earlier in the
+  same run (the same page in two folders), takes that one's vectors under its own chunk ids and payload:
+  nothing is embedded again, and each keeps its own chunks (deleting one copy leaves the other's);
 - a document the source no longer yields has all its chunks deleted. A document whose fetch
   failed this run keeps its chunks: a flaky page must not empty the knowledge base;
 - a fetched page also keeps its HTTP validators (ETag, Last-Modified); the next run fetches it
@@ -78,7 +79,7 @@ class _Pending:
     new: list[Chunk]
     stale: list[str]
     row: DocumentRow | None
-    donor: DocumentRow | None = None  # a document of the same content whose points are indexed (renamed)
+    donor: list[str] | None = None  # the chunk ids of a document of the same content (renamed, or a copy)
 
 
 class Ingestor:
@@ -251,7 +252,8 @@ class Ingestor:
         revalidated: list[tuple[DocumentRow, Document]] = []  # unchanged content, new validators or settings stamp
         bad: set[str] = set()  # documents of this run that could not be chunked or stored
         # Same content, same settings, points all there: a renamed (or copied) file reuses its vectors.
-        donors = {r.content_hash: r for r in rows.values() if r.settings_hash == self.settings_hash and absent.isdisjoint(r.chunk_ids)}
+        donors = {r.content_hash: r.chunk_ids for r in rows.values()
+                  if r.settings_hash == self.settings_hash and absent.isdisjoint(r.chunk_ids)}
         tally = DocumentProgress(progress, len(documents))
         for doc in documents:
             if doc.doc_id in seen:
@@ -278,6 +280,7 @@ class Ingestor:
                 kept = old if row is not None and row.settings_hash == self.settings_hash else set()
                 pending.append(_Pending(doc, content_hash, chunks, [c for c in chunks if c.chunk_id not in kept],
                                         sorted(old - ids), row, donors.get(content_hash)))
+                donors.setdefault(content_hash, [c.chunk_id for c in chunks])  # for a copy later in the run
                 if sum(len(p.new) for p in pending) >= FLUSH_CHUNKS:
                     bad |= await self._flush(bot, source, pending, report, tally)
                     pending = []
@@ -336,8 +339,8 @@ class Ingestor:
         new = [(p.doc, c) for p in pending for c in p.new]
         share = [1 / len(p.new) for p in pending for _ in p.new]  # of its document, per chunk
         # The same content gives the same chunks in the same order: each takes its donor's vectors.
-        donors = {c.chunk_id: old for p in pending if p.donor and len(p.donor.chunk_ids) == len(p.chunks)
-                  for c, old in zip(p.chunks, p.donor.chunk_ids)}
+        donors = {c.chunk_id: old for p in pending if p.donor and len(p.donor) == len(p.chunks)
+                  for c, old in zip(p.chunks, p.donor)}
         for start in range(0, len(new), EMBED_STEP):
             points, reused = await reusing_points(self.index, self.dense, self.sparse, bot, source,
                                                   new[start : start + EMBED_STEP], donors)

@@ -4,12 +4,16 @@ A chunk becomes one dense vector (the token-weighted mean of its ≤256-token wi
 chunk is not judged by its first window alone), its BM25 vector, and one dense vector per
 sentence (the `sentences` multivector behind the ranking prior in `rag.search`). Kept apart from
 `rag.ingest`, which only decides which chunks are new. A chunk whose document has the content of one
-already indexed (a renamed file) takes that document's vectors instead of being embedded again.
+already indexed (a renamed file), or of one embedded earlier in the same run (the same page in two
+folders), takes that document's vectors instead of being embedded again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+from qdrant_client import models as qm
 
 from rag.chunking import Chunk
 from rag.embeddings import DenseEmbedder, SparseEmbedder
@@ -45,22 +49,34 @@ async def reusing_points(
     chunks: list[tuple[Document, Chunk]], donors: dict[str, str],
 ) -> tuple[list[IndexPoint], int]:
     """`index_points`, except for a chunk with a donor (chunk id -> the id of the same chunk of a document with
-    the same content: a file renamed or copied): that point's vectors are read back from the index and
-    written under the chunk's own id and payload, not embedded again. A donor the index no longer holds is
-    embedded after all. Returns the points and how many were reused."""
+    the same content: a file renamed or copied): the donor's vectors, read back from the index or embedded
+    in this same call, are written under the chunk's own id and payload, not embedded again. A donor that
+    is neither (the index no longer holds it) is embedded after all. Returns the points and how many were reused."""
     wanted = [donors[c.chunk_id] for _, c in chunks if c.chunk_id in donors]
     stored = await index.vectors(bot, wanted) if wanted else {}
-    points, fresh = [], []
+    here = {c.chunk_id for _, c in chunks}
+    points, fresh, copies = [], [], []
     for doc, c in chunks:
-        if (v := stored.get(donors.get(c.chunk_id, ""))) is None:
+        donor = donors.get(c.chunk_id, "")
+        if (v := stored.get(donor)) is not None:
+            points.append(_point(source, doc, c, v.dense, v.sparse, v.sentences))
+        elif donor in here and donor not in donors:  # its donor is embedded below
+            copies.append((doc, c, donor))
+        else:
             fresh.append((doc, c))
-            continue
-        points.append(IndexPoint(c.chunk_id, c.text, source, doc.doc_id, doc.title, c.heading_path, doc.url,
-                                 v.dense, v.sparse, v.sentences))
-    reused = len(points)
-    if fresh:
-        points += await index_points(dense, sparse, source, fresh)
+    reused = len(points) + len(copies)
+    embedded = {p.chunk_id: p for p in await index_points(dense, sparse, source, fresh)} if fresh else {}
+    points += embedded.values()
+    for doc, c, donor in copies:
+        p = embedded[donor]
+        points.append(_point(source, doc, c, p.dense, p.sparse, p.sentences))
     return points, reused
+
+
+def _point(source: str, doc: Document, c: Chunk, dense: list[float], sparse: qm.SparseVector,
+           sentences: Sequence[Sequence[float]]) -> IndexPoint:
+    """The chunk's point with vectors made for the same chunk of another document."""
+    return IndexPoint(c.chunk_id, c.text, source, doc.doc_id, doc.title, c.heading_path, doc.url, dense, sparse, sentences)
 
 
 def weighted_mean(vectors: list[list[float]], weights: list[int]) -> list[float]:

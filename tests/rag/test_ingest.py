@@ -287,6 +287,35 @@ async def test_a_renamed_file_reuses_its_vectors_under_its_new_path(tmp_path, in
         assert len(vectors.sentences) == len(old_vectors.sentences) > 0
 
 
+@pytest.mark.parametrize("flush_chunks", [256, 1], ids=["one-flush", "a-flush-each"])
+async def test_the_same_document_in_two_folders_is_embedded_once_and_each_copy_keeps_its_chunks(
+        tmp_path, index, dense, sparse, sessions, monkeypatch, flush_chunks):
+    """Two copies of a page (same content, two paths) in one run were both embedded, chunk by chunk."""
+    monkeypatch.setattr(rag.ingest, "FLUSH_CHUNKS", flush_chunks)  # 1: the copy comes in a later flush
+    folder = tmp_path / "kb"
+    (folder / "archive").mkdir(parents=True)
+    text = (write_kb(tmp_path / "all") / "billing.md").read_text()
+    for name in ("billing.md", "archive/billing.md"):
+        (folder / name).write_text(text)
+    counting = CountingEmbedder(dense)
+    ingestor = Ingestor(index, counting, sparse, sessions)
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+    first = await ingestor.ingest_source("acme", source)
+    assert counting.embedded and len(counting.embedded) == len(set(counting.embedded))  # each text once
+    rows = {row.doc_id: row for row in await _rows(sessions)}
+    original, copy = rows["billing.md"].chunk_ids, rows["archive/billing.md"].chunk_ids
+    assert first.added == 2 * len(original) == await index.count("acme") and set(original).isdisjoint(copy)
+    points = await _points(index)
+    for copy_id, original_id in zip(copy, original, strict=True):
+        (payload, vectors), (original_payload, original_vectors) = points[copy_id], points[original_id]
+        assert (payload["document"], original_payload["document"]) == ("archive/billing.md", "billing.md")
+        assert vectors.dense == pytest.approx(original_vectors.dense, abs=1e-6) and len(vectors.sentences) > 0
+    (folder / "billing.md").unlink()  # deleting one copy leaves the other whole
+    second = await ingestor.ingest_source("acme", source)
+    assert (second.deleted, second.unchanged) == (len(original), len(copy))
+    assert sorted(await _points(index)) == sorted(copy)
+
+
 async def _rows(sessions) -> list[DocumentRow]:
     async with sessions() as session:
         return list((await session.scalars(select(DocumentRow))).all())
