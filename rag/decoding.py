@@ -3,7 +3,9 @@
 A byte order mark wins and is dropped (UTF-8, or UTF-16/32 as Windows Notepad saves "Unicode" text);
 then UTF-8 when the bytes are valid UTF-8 (whatever a label says), then the declared charset (HTTP header,
 `<meta charset>`, XML declaration), then a legacy charset. Binary content (NUL bytes, many control or
-undecodable characters) raises `NotTextError` instead of being indexed as garbage.
+undecodable characters) raises `NotTextError` instead of being indexed as garbage. Line endings come out as
+LF whatever the file was saved with (Windows' CRLF, old Mac's CR): a CRLF text file kept a CR in each line of
+its chunks, and of its answers and citations; LF text is left as it is, so its chunks and their ids are too.
 """
 
 from __future__ import annotations
@@ -127,8 +129,8 @@ def _is_latin(text: str) -> bool:
 
 
 def _checked(text: str) -> str:
-    """`text`, unless too much of it is control characters or replacement marks: binary, not text."""
+    """`text` with LF line endings, unless too much of it is control characters or replacement marks: binary, not text."""
     junk = len(_JUNK.findall(text))
     if text and junk / len(text) > MAX_JUNK_RATIO:
         raise NotTextError(f"not text: {junk} of {len(text)} characters are control or undecodable bytes (a binary file?)")
-    return text
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
