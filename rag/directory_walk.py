@@ -31,7 +31,8 @@ def files_under(root: Path, *, follow_outside: bool = False) -> tuple[list[Path]
     folder outside `root` is followed only with `follow_outside`; else it is returned second, unread.
     Third come the errors of the folders that could not be listed (no permission), each naming its folder:
     `os.walk` passed over them in silence, and their pages' chunks were deleted as gone. A folder deleted
-    while it is walked is simply gone."""
+    while it is walked is simply gone. A hidden folder (`.git/`, `.obsidian/`: `is_hidden`) is not entered
+    at all: a `.git/` of thousands of object folders was walked to its end, then all of it left out."""
     inside = os.path.realpath(root)
     seen: set[str] = set()
     files: list[Path] = []
@@ -50,6 +51,8 @@ def files_under(root: Path, *, follow_outside: bool = False) -> tuple[list[Path]
         seen.add(real)
         kept = []
         for name in dirs:
+            if name.startswith("."):
+                continue
             link = os.path.join(folder, name)
             if not os.path.islink(link) or (away := not within(os.path.realpath(link), inside)) and follow_outside:
                 kept.append(name)

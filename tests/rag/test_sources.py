@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import httpx
 import pytest
@@ -48,6 +49,25 @@ async def test_load_directory_skips_hidden_files_and_folders(tmp_path):
     (tmp_path / "drafts" / "next.md").write_text("# Next\n\nComing soon.")
     result = await load_directory(tmp_path)
     assert sorted(d.doc_id for d in result.documents) == ["drafts/next.md", "faq.md"]
+
+
+async def test_load_directory_does_not_walk_into_hidden_folders(tmp_path, monkeypatch):
+    """A `.git/` of thousands of object folders was walked to its last one, then every file of it left out."""
+    (tmp_path / "faq.md").write_text("# FAQ\n\nAnswers.")
+    for hidden in (".git/objects/ab", "docs/.obsidian/plugins"):
+        (tmp_path / hidden).mkdir(parents=True)
+        (tmp_path / hidden / "page.md").write_text("# Hidden\n\nNot knowledge.")
+    listed: list[str] = []
+    scandir = os.scandir
+
+    def recording(path="."):
+        listed.append(os.path.relpath(path, tmp_path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", recording)
+    result = await load_directory(tmp_path)
+    assert [d.doc_id for d in result.documents] == ["faq.md"]
+    assert sorted(listed) == [".", "docs"]  # neither hidden folder was listed
 
 
 async def test_load_directory_counts_the_files_of_types_it_does_not_read(tmp_path, caplog):
