@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import tomllib
 from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
@@ -97,11 +98,26 @@ def split_front_matter(markdown: str) -> tuple[str | None, str]:
         return None, markdown
     title = (_FRONT_TITLE if match.re is _FRONT_MATTER else _TOML_TITLE).search(match.group(1))
     value = title.group(1).strip() if title else ""  # `.strip()`: a CRLF file's line keeps its "\r"
-    if title and _BLOCK_SCALAR.fullmatch(value):  # a long title folded over lines; it was titled ">-"
-        below = match.group(1)[title.end():].lstrip("\r\n").splitlines()
-        value = " ".join(line.strip() for line in itertools.takewhile(lambda line: line[:1] in (" ", "\t"), below))
-    value = value.strip().strip("\"'").strip()
+    if match.re is _TOML_FRONT_MATTER:
+        value = _toml_value(value)
+    else:
+        if title and _BLOCK_SCALAR.fullmatch(value):  # a long title folded over lines; it was titled ">-"
+            below = match.group(1)[title.end():].lstrip("\r\n").splitlines()
+            value = " ".join(line.strip() for line in itertools.takewhile(lambda line: line[:1] in (" ", "\t"), below))
+        value = value.strip().strip("\"'")
+    value = value.strip()
     return value or None, markdown[match.end():]
+
+
+def _toml_value(written: str) -> str:
+    """A TOML `title = …` value as TOML reads it: its quotes and escapes resolved and a trailing `# comment`
+    dropped (`"X" # menu label` titled the page `X" # menu label`). What TOML cannot read (an unquoted
+    title) is taken as written, less its quotes."""
+    try:
+        value = tomllib.loads(f"title = {written}")["title"]
+    except tomllib.TOMLDecodeError:
+        return written.strip("\"'")
+    return value if isinstance(value, str) else str(value)
 
 
 def heading_texts(markdown: str) -> list[str]:

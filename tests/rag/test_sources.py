@@ -314,6 +314,16 @@ async def test_hugo_toml_front_matter_and_a_folded_yaml_title_give_the_title_and
     assert (docs["folded.md"].title, docs["folded.md"].text.strip()) == ("Shipping to the EU and the UK", "Shipping takes a week.")
 
 
+@pytest.mark.parametrize("line, title", [('title = "Returns policy" # shown in the menu', "Returns policy"),
+                                         ("title = 'Returns # policy' # literal", "Returns # policy"),
+                                         ('title = "Say \\"hi\\""', 'Say "hi"')])
+async def test_a_hugo_toml_title_is_read_as_toml_without_its_comment(tmp_path, line, title):
+    """`title = "X" # comment` titled the page `X" # comment`, in every chunk's heading path."""
+    (tmp_path / "page.md").write_text(f"+++\n{line}\n+++\n\nReturns are free.\n")
+    (doc,) = (await load_directory(tmp_path)).documents
+    assert doc.title == title
+
+
 async def test_a_folder_that_cannot_be_listed_is_an_error_and_no_page_is_deleted_as_gone(tmp_path, monkeypatch):
     """os.walk passed over it in silence, and ingest deleted its pages' chunks. Permissions cannot deny
     root (as tests may run), so the listing is refused as the system would refuse it."""
