@@ -71,16 +71,25 @@ def _names_columns(first: list[str], body: list[list[str]]) -> bool:
     short labels without figures over a column of figures ("Price" over "$12", "$20"). Any first row taken
     so misread tables whose first row is data ("Monday | 9-17": "Monday: Tuesday; 9-17: 9-18", which the
     offline responder quoted) and layout tables (a page's paragraphs in cells, joined by colons into one
-    sentence); without that evidence its rows stay cells alone, as before."""
+    sentence); without that evidence its rows stay cells alone, as before. A table of two columns whose
+    first column is a label in every row is a key/value table ("Colour | Red", "Weight | 2 kg"), whose first
+    row is no header though figures stand under it ("Colour: Weight; Red: 2 kg"): only bold cells tell one there."""
     cells = [cell for cell in first if cell]
     if not cells:
         return False
     if all(len(cell) > 4 and cell.startswith("**") and cell.endswith("**") for cell in cells):
         return True
-    if any(len(cell.split()) > _HEADER_WORDS or re.search(r"\d", cell) or cell[-1] in ".!?" for cell in cells):
+    if not all(map(_is_label, cells)):
+        return False
+    if len(first) == 2 and all(row and _is_label(row[0]) for row in [first, *body]):
         return False
     return any(name and all(column < len(row) and re.search(r"\d", row[column]) for row in body)
                for column, name in enumerate(first))
+
+
+def _is_label(cell: str) -> bool:
+    """Whether a cell reads as a name (of a column, or of a row's value): a few words, no figures, no sentence."""
+    return bool(cell) and len(cell.split()) <= _HEADER_WORDS and not re.search(r"\d", cell) and cell[-1] not in ".!?"
 
 
 def _page_title(html: str) -> str | None:

@@ -356,7 +356,7 @@ def _chunk(doc):
     return chunk
 
 
-@pytest.mark.parametrize("header", ["<tr><td>Plan</td><td>Price</td></tr>", "<thead><tr><td>Plan</td><td>Price</td></tr></thead>",
+@pytest.mark.parametrize("header", ["<thead><tr><td>Plan</td><td>Price</td></tr></thead>",
                                     "<tr><td><b>Plan</b></td><td><strong>Price</strong></td></tr>"])
 async def test_an_html_table_without_th_cells_is_a_table_whose_rows_read_with_their_header(tmp_path, header):
     """Word's and most CMSs' tables have no <th>: trafilatura wrote them without a delimiter row, so Markdown
@@ -381,6 +381,29 @@ async def test_an_html_table_whose_first_row_is_no_header_keeps_its_rows_apart(t
     [doc] = (await load_directory(tmp_path)).documents
     rows = ["; ".join(cell.split("</p>")[0].split(">")[-1] for cell in row.split("</td>")[:-1]) for row in table.split("</tr>")[:-1]]
     assert _chunk(doc).sentences[-2:] == tuple(rows)
+
+
+@pytest.mark.parametrize("rows", [
+    [("Colour", "Red"), ("Size", "42 EU"), ("Weight", "2 kg")],  # a product's key/value table
+    [("Plan", "Price"), ("Plus", "$12"), ("Team", "$20")],  # the same shape: only markup can tell a header
+])
+async def test_a_two_column_table_of_labels_and_values_has_no_header_without_markup(tmp_path, rows):
+    """A key/value table's first row was read as its header over a column of figures: "Colour: Size;
+    Red: 42 EU", a sentence the page never says."""
+    cells = "".join(f"<tr><td>{label}</td><td>{value}</td></tr>" for label, value in rows)
+    (tmp_path / "item.html").write_text("<html><body><main><h1>Walking boots</h1><p>Everything about our walking "
+                                        f"boots for every season.</p><table>{cells}</table></main></body></html>")
+    [doc] = (await load_directory(tmp_path)).documents
+    assert "---" not in doc.text and not any(f"{rows[0][0]}:" in s for s in _chunk(doc).sentences)
+
+
+async def test_a_table_of_more_columns_gets_its_first_row_as_header_over_columns_of_figures(tmp_path):
+    (tmp_path / "plans.html").write_text(
+        "<html><body><main><h1>Plans</h1><p>How our plans compare for every customer.</p><table><tr><td>Plan</td>"
+        "<td>Price</td><td>Seats</td></tr><tr><td>Plus</td><td>$12</td><td>5</td></tr><tr><td>Team</td><td>$20</td>"
+        "<td>25</td></tr></table></main></body></html>")
+    [doc] = (await load_directory(tmp_path)).documents
+    assert _chunk(doc).sentences[-2:] == ("Plan: Plus; Price: $12; Seats: 5", "Plan: Team; Price: $20; Seats: 25")
 
 
 async def test_an_html_tables_thead_of_td_cells_is_its_header_whatever_its_cells_hold(tmp_path):
