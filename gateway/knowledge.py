@@ -32,8 +32,8 @@ if TYPE_CHECKING:  # the models and Qdrant load in `open`, not when the CLI star
     from rag.ingest import IngestReport
 
 log = structlog.get_logger("gateway.knowledge")
-# A standard-library logger whose warnings reach the terminal of the `gateway ingest` that waits, also
-# through the server (`gateway.http.admin.RELAYED_LOGGERS`, whose warnings go to the CLI that asked).
+# The warning that a run waits for another run of its source: it reaches the terminal of the `gateway ingest`
+# that waits, also through the server (`gateway.observability.relay`, as every warning of the run does).
 waits = logging.getLogger("gateway.knowledge.wait")
 _RUN_KINDS = {"schedule": "scheduled", "startup": "start-up", "cli": "`gateway ingest`"}
 MAX_SOURCE_RUNS = 4

@@ -8,7 +8,6 @@ import re
 import structlog
 from sqlalchemy import select
 
-from gateway.http.admin import RELAYED_LOGGERS
 from gateway.knowledge import Knowledge
 from gateway.scheduler import IngestScheduler
 from gateway.settings import load_settings
@@ -195,7 +194,7 @@ async def test_a_run_that_waits_for_another_run_of_its_source_says_so(tmp_path, 
             manual = asyncio.create_task(knowledge.ingest_source("acme", "site", trigger="cli"))
             await asyncio.sleep(0)
             [waiting] = [r for r in caplog.records if "already going" in r.getMessage()]
-            assert waiting.levelname == "WARNING" and waiting.name in RELAYED_LOGGERS  # relayed to a CLI's terminal
+            assert waiting.levelname == "WARNING"  # a warning: relayed to a CLI's terminal
             assert re.fullmatch(r"acme/site: a scheduled run of this source is already going \(since \d\d:\d\d:\d\d UTC\); "
                                 r"this one starts when it ends", waiting.getMessage())
             site.release.set()

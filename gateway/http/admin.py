@@ -9,47 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import secrets
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextvars import ContextVar
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.admin_client import NDJSON
-from gateway.errors import IN_RUN_ERRORS
 from gateway.http.deps import error, services
-from gateway.observability.logs import record_fields, redact
+from gateway.observability.relay import install, relay_to
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], include_in_schema=False)
 HEARTBEAT_S = 15.0  # a line at least this often while an ingest streams (`gateway.admin_client.READ_TIMEOUT_S`)
 HEARTBEAT = json.dumps({"heartbeat": True}) + "\n"
-_relay_to: ContextVar[Callable[[str, str], None] | None] = ContextVar("admin_ingest_warnings", default=None)
-
-
-class _RelayWarnings(logging.Handler):
-    """Sends the knowledge base's warnings (a sitemap's URLs on other sites skipped, a capped
-    Crawl-delay) to the CLI whose ingest logged them, as a local ingest prints them on its terminal.
-    The streamed ingest's task carries `_relay_to` in its context (so do the threads it starts with
-    `asyncio.to_thread`); every other run has none. Errors a run records are left out: the CLI prints
-    them from the run, as its `!` lines."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        relay = _relay_to.get()
-        if relay is None or getattr(record, IN_RUN_ERRORS, False):
-            return
-        # The fields a log line shows beside its event (`ingest.points_missing missing=3 …`), and
-        # secrets redacted as on the server's own log (a sitemap URL may carry a password).
-        fields = " ".join(f"{key}={value}" for key, value in record_fields(record).items())
-        relay(record.levelname.lower(), redact(f"{record.getMessage()} {fields}".strip()))
-
-
-RELAYED_LOGGERS = ("rag", "gateway.knowledge.wait")
-"""The knowledge base's, and the note that an ingest waits for another run of its source."""
-for _name in RELAYED_LOGGERS:
-    logging.getLogger(_name).addHandler(_RelayWarnings(level=logging.WARNING))
+install()  # a streamed ingest's warnings go to its CLI, whatever logs them
 
 
 @router.post("/ingest")
@@ -109,12 +83,12 @@ async def _progress_lines(knowledge, *, bot: str | None, source: str | None,
         else:  # one of the ingest's worker threads (`asyncio.to_thread`): the queue is the loop's
             loop.call_soon_threadsafe(events.put_nowait, line)
 
-    relaying = _relay_to.set(relay)
+    relaying = relay_to.set(relay)
     try:  # the task copies the context as it is created: its warnings, and only its, come here
         task = knowledge.start_ingest(bot=bot, source=source, trigger="cli",
                                       progress=lambda done, total, label: events.put_nowait(_progress_line(done, total, label)))
     finally:
-        _relay_to.reset(relaying)
+        relay_to.reset(relaying)
     waiter: asyncio.Future | None = None
     try:
         while not task.done():

@@ -23,7 +23,10 @@ def configure_logging_for(settings) -> None:
 
 
 def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: list[str] | tuple[str, ...] = ()) -> None:
-    """Route stdlib and structlog output through one renderer; redact configured secrets everywhere."""
+    """Route stdlib and structlog output through one renderer; redact configured secrets everywhere. A
+    warning is also relayed to the caller whose work logged it, if any (`gateway.observability.relay`)."""
+    from gateway.observability.relay import RELAY, relay_structlog
+
     global _SECRET_PATTERNS
     _SECRET_PATTERNS = [re.compile(re.escape(s)) for s in secrets if s and len(s) >= 6]
     renderer = {"json": structlog.processors.JSONRenderer(), "cli": _cli_line}.get(fmt) \
@@ -34,7 +37,7 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, _redact, renderer],
+        processors=[relay_structlog, *shared, structlog.processors.format_exc_info, _redact, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),
         cache_logger_on_first_use=False,
@@ -50,7 +53,7 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     ))
     handler.addFilter(_RedactFilter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [handler, RELAY]
     root.setLevel(level.upper())
     # twilio's client writes every request's headers at INFO: 8 lines a send, half of a busy log; at DEBUG,
     # markdown-it writes a line per parser rule and block of every reply rendered (20 for one sentence).
