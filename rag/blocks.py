@@ -17,6 +17,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 
+import yaml
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
@@ -98,26 +99,26 @@ def split_front_matter(markdown: str) -> tuple[str | None, str]:
         return None, markdown
     title = (_FRONT_TITLE if match.re is _FRONT_MATTER else _TOML_TITLE).search(match.group(1))
     value = title.group(1).strip() if title else ""  # `.strip()`: a CRLF file's line keeps its "\r"
-    if match.re is _TOML_FRONT_MATTER:
-        value = _toml_value(value)
-    else:
-        if title and _BLOCK_SCALAR.fullmatch(value):  # a long title folded over lines; it was titled ">-"
-            below = match.group(1)[title.end():].lstrip("\r\n").splitlines()
-            value = " ".join(line.strip() for line in itertools.takewhile(lambda line: line[:1] in (" ", "\t"), below))
+    if title and match.re is _FRONT_MATTER and _BLOCK_SCALAR.fullmatch(value):  # folded over lines; it was titled ">-"
+        below = match.group(1)[title.end():].lstrip("\r\n").splitlines()
+        value = " ".join(line.strip() for line in itertools.takewhile(lambda line: line[:1] in (" ", "\t"), below))
         value = value.strip().strip("\"'")
+    elif title:
+        value = _title_value(value, toml=match.re is _TOML_FRONT_MATTER)
     value = value.strip()
     return value or None, markdown[match.end():]
 
 
-def _toml_value(written: str) -> str:
-    """A TOML `title = …` value as TOML reads it: its quotes and escapes resolved and a trailing `# comment`
-    dropped (`"X" # menu label` titled the page `X" # menu label`). What TOML cannot read (an unquoted
-    title) is taken as written, less its quotes."""
+def _title_value(written: str, *, toml: bool) -> str:
+    """A front matter's title as its format (TOML, else YAML) reads the value: quotes and escapes resolved, a
+    trailing `# comment` dropped (`"X" # menu label` titled the page `X" # menu label`). What the format does
+    not read as a string (an unquoted TOML title; YAML's `Q&A: billing`, `Yes`, a date) is taken as written,
+    less its quotes."""
     try:
-        value = tomllib.loads(f"title = {written}")["title"]
-    except tomllib.TOMLDecodeError:
-        return written.strip("\"'")
-    return value if isinstance(value, str) else str(value)
+        value = tomllib.loads(f"title = {written}")["title"] if toml else yaml.safe_load(f"title: {written}")["title"]
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, KeyError, TypeError):
+        value = None
+    return value if isinstance(value, str) else written.strip("\"'")
 
 
 def heading_texts(markdown: str) -> list[str]:

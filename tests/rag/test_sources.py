@@ -324,6 +324,17 @@ async def test_a_hugo_toml_title_is_read_as_toml_without_its_comment(tmp_path, l
     assert doc.title == title
 
 
+@pytest.mark.parametrize("line, title", [('title: "Returns policy" # shown in the menu', "Returns policy"),
+                                         ("title: Returns policy # shown in the menu", "Returns policy"),
+                                         ("title: 'It''s free'", "It's free"), ("title: C# basics", "C# basics"),
+                                         ("title: Q&A: billing", "Q&A: billing"), ("title: Yes", "Yes")])
+async def test_a_yaml_title_is_read_as_yaml_without_its_comment(tmp_path, line, title):
+    """`title: "X" # comment` titled the page `X" # comment`; what YAML cannot read is taken as written."""
+    (tmp_path / "page.md").write_text(f"---\n{line}\n---\n\nReturns are free.\n")
+    (doc,) = (await load_directory(tmp_path)).documents
+    assert doc.title == title
+
+
 async def test_a_folder_that_cannot_be_listed_is_an_error_and_no_page_is_deleted_as_gone(tmp_path, monkeypatch):
     """os.walk passed over it in silence, and ingest deleted its pages' chunks. Permissions cannot deny
     root (as tests may run), so the listing is refused as the system would refuse it."""
