@@ -105,9 +105,7 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
                 else:
                     async for line in response.aiter_lines():
                         event = _event(line)
-                        if isinstance(warning := event.get("warning"), str):  # as a local ingest logs it
-                            # One line, obeyed by no terminal: a warning may quote what a site wrote.
-                            print(one_terminal_line(f"{event.get('level', 'warning')}: {warning}"), file=sys.stderr)
+                        _print_warning(event)
                         if isinstance(shown := event.get("progress"), dict) and progress is not None:
                             progress(shown.get("done", 0), shown.get("total", 0), str(shown.get("label", "ingest")))
                         runs = event["runs"] if isinstance(event.get("runs"), list) else runs
@@ -136,10 +134,19 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
         return 1
     if not streamed:
         body = response.json()
+        for event in body.get("warnings") or ():
+            _print_warning(event)
         if isinstance(body.get("schedules"), dict) and schedules is not None:
             schedules.update(body["schedules"])
         return body["runs"]
     return runs
+
+
+def _print_warning(event: object) -> None:
+    """A warning the server's run logged, printed as a local ingest logs it; anything else is left alone."""
+    if isinstance(event, dict) and isinstance(warning := event.get("warning"), str):
+        # One line, obeyed by no terminal: a warning may quote what a site wrote.
+        print(one_terminal_line(f"{event.get('level', 'warning')}: {warning}"), file=sys.stderr)
 
 
 def _event(line: str) -> dict:

@@ -29,7 +29,7 @@ install()  # a streamed ingest's warnings go to its CLI, whatever logs them
 @router.post("/ingest")
 async def ingest(request: Request, bot: str | None = None, source: str | None = None,
                  config_fingerprint: str | None = None, authorization: str = Header(default="")) -> JSONResponse:
-    """Run an ingest now and return its counts.
+    """Run an ingest now and return its counts, and the warnings it logged (`_progress_lines` when streamed).
 
     `config_fingerprint` is the caller's `Settings.ingest_fingerprint()`: when it differs from this
     server's, the job would silently run with another configuration, so it is refused (409). A
@@ -55,8 +55,13 @@ async def ingest(request: Request, bot: str | None = None, source: str | None = 
     if NDJSON in request.headers.get("accept", ""):
         return StreamingResponse(_progress_lines(svc.knowledge, bot=bot, source=source, schedules=schedules),
                                  media_type=NDJSON)
-    reports = await svc.knowledge.ingest(bot=bot, source=source, trigger="cli")
-    return JSONResponse({"runs": [r.as_dict() for r in reports], "schedules": schedules})
+    warnings: list[dict[str, str]] = []  # what the stream sends as its `warning` lines, in one list
+    relaying = relay_to.set(lambda level, message: warnings.append({"warning": message, "level": level}))
+    try:
+        reports = await svc.knowledge.ingest(bot=bot, source=source, trigger="cli")
+    finally:
+        relay_to.reset(relaying)
+    return JSONResponse({"runs": [r.as_dict() for r in reports], "schedules": schedules, "warnings": warnings})
 
 
 def loaded_schedules(settings) -> dict[str, str]:
