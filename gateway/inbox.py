@@ -15,6 +15,7 @@ from gateway.burst import BURST_OWNER
 from gateway.models import ConversationRef, InboundMessage
 from gateway.observability import otel
 from gateway.pg_bridge import announce
+from storage import message_meta
 from storage import repositories as repo
 from storage.chat_moves import move_chat, unfinished_moves
 from storage.conflicts import run_again_on_conflict
@@ -203,7 +204,7 @@ class Inbox:
                     # The command it now holds, if any ("/start" edited into a question is a question), and what
                     # it shares (each move of a Telegram live location is an edit).
                     target.text = edit.text
-                    target.meta = repo.with_said(target.meta, repo.inbound_meta(edit)) | (
+                    target.meta = message_meta.with_said(target.meta, message_meta.inbound_meta(edit)) | (
                         {"revision": edit.revision} if edit.revision is not None else {})
                 await repo.end_park(session, conversation_id=target.conversation_id, parked_owner=BURST_OWNER)
             unknown = target is None and edit.new_if_never_stored and not edit.deleted and not (await session.execute(

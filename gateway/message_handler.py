@@ -43,6 +43,7 @@ from gateway.pipeline.core import handoff
 from gateway.pipeline.tool_journal import META_KEY as TOOL_RUNS
 from gateway.pipeline.tool_journal import ToolJournal
 from gateway.settings import Settings
+from storage import message_meta
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Message
 from storage.text import storable_json, storable_text
@@ -124,7 +125,7 @@ class MessageHandler:
         # The reply quotes (threads on) the piece sent first, which may have been stored after the others.
         # What each piece said as it was read: an edit landing while the model writes is answered after.
         finish = functools.partial(self._finish, followers=tuple(m.id for m in followers), reply_to=pieces[0],
-                                   answered=tuple((m.id, m.text, repo.said(m.meta))
+                                   answered=tuple((m.id, m.text, message_meta.said(m.meta))
                                                   for m in [inbound, *followers]))
         topic = message_topic(inbound.id)
         ref = ConversationRef(channel=conversation.channel, workspace=conversation.workspace, chat=conversation.chat,
@@ -359,7 +360,7 @@ class MessageHandler:
                     # question is one; the record keeps what was answered.
                     edit = await repo.add_edit_to_answer(session, of=piece, text=piece.text)
                     piece.text = text
-                    piece.meta = repo.with_said(piece.meta, text_meta)
+                    piece.meta = message_meta.with_said(piece.meta, text_meta)
                     edits.append((piece.id, edit.id))
         for piece_id, edit_id in edits:
             log.info("inbound.edit_queued", message_id=piece_id, edit_message_id=edit_id,
@@ -381,7 +382,7 @@ def _a_place_moved(answered_meta: dict, meta: dict | None) -> bool:
     stream of "Shared location" answers. (A location message holds no text of its own to edit.)"""
     def location(said: dict) -> object:
         return (said.get("shared") or {}).get("location")
-    now = repo.said(meta)
+    now = message_meta.said(meta)
     return location(answered_meta) is not None and location(now) is not None and (
         answered_meta.get("command") == now.get("command"))
 

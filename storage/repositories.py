@@ -16,6 +16,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.models import OPT_COMMANDS, OPT_OUT, ConversationRef, InboundMessage, utcnow
+from storage.message_meta import PLATFORM_META, inbound_meta
 from storage.models import Contact, Conversation, Message
 from storage.text import storable_json, storable_text
 
@@ -144,54 +145,6 @@ async def mark_held_behind_template(session: AsyncSession, conversation_id: int,
                           .values(held_template_id=reply_id).execution_options(synchronize_session=False))
 
 
-def inbound_meta(message: InboundMessage) -> dict[str, Any]:
-    """What the reply needs from the raw payload: the platform message id to answer, a command, what was
-    shared (a location), and who sent it (a conversation's contact is its first sender; in a shared thread
-    others write too)."""
-    meta: dict[str, Any] = {"sender": message.sender.external_id}
-    platform_id = message.raw.get("message_id") if isinstance(message.raw, dict) else None
-    meta["platform_message_id"] = str(platform_id) if platform_id is not None else message.external_id
-    command = message.raw.get("command") if isinstance(message.raw, dict) else None
-    if isinstance(command, str):
-        meta["command"] = command[:32]
-    payload = message.raw.get("start_payload") if isinstance(message.raw, dict) else None
-    if isinstance(payload, str) and payload:  # a Telegram deep link's: where the customer came from
-        meta["start_payload"] = payload[:64]
-    shared = message.raw.get("shared") if isinstance(message.raw, dict) else None
-    if isinstance(shared, dict):  # what a shared location or contact card held (channels/whatsapp_media.py)
-        meta["shared"] = shared
-    interaction = message.raw.get("interaction") if isinstance(message.raw, dict) else None
-    if isinstance(interaction, dict):  # a Discord `/ask`'s token, for its answer after a restart: a credential
-        meta["interaction"] = interaction
-    if message.needs_reply:
-        meta["needs_reply"] = True
-    if message.sequence is not None:
-        meta["sequence"] = message.sequence
-    if message.revision is not None:  # stored from an edit: a later edit of it must be newer (`Inbox._revise`)
-        meta["revision"] = message.revision
-    return meta
-
-
-SAID_META = ("command", "shared")  # what meta says of the text: the bot command it is, what it shares
-
-
-def said(meta: dict[str, Any] | None) -> dict[str, Any]:
-    """The part of `meta` an edit of the text changes (`SAID_META`)."""
-    return {k: v for k, v in (meta or {}).items() if k in SAID_META}
-
-
-def with_said(meta: dict[str, Any] | None, text_meta: dict[str, Any]) -> dict[str, Any]:
-    """`meta` holding what `text_meta` says of a text (its command, what it shares; none it lacks): "/start"
-    edited into a question is no command, a live location moved shares its new place."""
-    return {k: v for k, v in (meta or {}).items() if k not in SAID_META} | said(text_meta)
-
-
-_PLATFORM_META = ("sender", "platform_message_id", "command", "start_payload", "shared", "needs_reply",
-                  "sequence", "revision", "traceparent")
-"""What `inbound_meta` (and the inbox) keep on a message from the platform; the rest of `meta` is what
-attempts at answering it did (a streamed draft, tool runs), which a message of its own starts without."""
-
-
 async def add_edit_to_answer(session: AsyncSession, *, of: Message, text: str) -> Message:
     """A pending message of `of`'s with its edited `text`, answered as a turn of its own after `of`'s
     answer (stored before it, so the history holds both): an edit that arrived while `of` was answered."""
@@ -199,7 +152,7 @@ async def add_edit_to_answer(session: AsyncSession, *, of: Message, text: str) -
     edit = Message(
         conversation_id=of.conversation_id, bot=of.bot, channel=of.channel, direction="in", author=of.author,
         external_id=f"{of.external_id}~edit{of.id}"[-255:], text=text, attachments=list(of.attachments or []),
-        meta={k: v for k, v in (of.meta or {}).items() if k in _PLATFORM_META} | {"edit_of": of.id},
+        meta={k: v for k, v in (of.meta or {}).items() if k in PLATFORM_META} | {"edit_of": of.id},
         citations=[], tool_calls=[], retrieved=[], provider_ids=[], status="pending", attempts=0,
         created_at=now, updated_at=now, sent_at=of.sent_at)
     session.add(edit)

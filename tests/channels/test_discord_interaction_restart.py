@@ -7,7 +7,7 @@ import time
 
 from channels.discord import DiscordAdapter
 from gateway.models import OutboundMessage
-from storage.repositories import inbound_meta
+from storage.message_meta import inbound_meta
 from tests.channels.discord_helpers import ask_interaction, fake_fixture, settings_for, signed  # noqa: F401 - fixture
 from tests.fakes.discord_api import APPLICATION_ID, INTERACTION_CHANNEL_ID, FakeDiscord
 

@@ -12,7 +12,7 @@ from channels.discord import DiscordAdapter
 from channels.discord_followups import Interactions
 from gateway.delivery.streaming import EditStreamer
 from gateway.models import ConversationRef, OutboundMessage
-from storage.repositories import inbound_meta
+from storage.message_meta import inbound_meta
 from tests.channels.discord_helpers import ask_interaction, settings_for, signed
 from tests.fakes.discord_api import APPLICATION_ID, FakeDiscord
 from tests.streaming.conftest import numbered_words, words
