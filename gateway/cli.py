@@ -145,10 +145,10 @@ def _settings(args):
 
 
 def _serve(args) -> int:
+    settings = _settings(args)  # first: a typo is told before qdrant-client and fastembed load (4 s)
     from gateway.observability.logs import configure_logging_for
     from rag.index import folder_in_use
 
-    settings = _settings(args)
     # The checks and the app's imports take 5-30 s on 2 cores, which `make run` showed as silence.
     configure_logging_for(settings)
     structlog.get_logger().info("gateway.starting", url=local_url(args.host, args.port), role=args.role,
@@ -295,6 +295,7 @@ async def _eval(args) -> int:
 
 
 async def _chat(args) -> int:
+    settings = _settings(args)  # first: a typo was told after LiteLLM and the app had loaded (14 s)
     from channels.web import WebAdapter
     from gateway.http.webchat import wait_for_reply
     from gateway.models import ConversationRef, InboundMessage, Sender
@@ -303,7 +304,6 @@ async def _chat(args) -> int:
     from gateway.terminal_chat import converse
     from storage import repositories as repo
 
-    settings = _settings(args)
     configure_logging(level="WARNING")
     await require_schema(settings)
     bot = settings.bot(args.bot) if args.bot else (settings.bots[0] if settings.bots else None)

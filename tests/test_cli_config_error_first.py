@@ -1,0 +1,33 @@
+"""A config error is answered before the heavy imports: a typo fixed and tried again should not wait out
+LiteLLM, uvicorn, qdrant-client and fastembed loading (`gateway chat` took 14 s to say one line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, write_config
+
+HEAVY = ("litellm", "uvicorn", "qdrant_client", "fastembed")
+
+PROBE = """
+import json, sys
+from gateway.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "loaded": [m for m in %r if m in sys.modules]}))
+""" % (HEAVY,)
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "1"], ["chat"], ["ingest"], ["db", "upgrade"]])
+def test_cli_config_error_comes_before_the_heavy_imports(tmp_path, command):
+    config = write_config(tmp_path, bots=[{"name": "acme", "sytem_prompt": "hi", "channels": {"web": {}}}])
+    proc = subprocess.run([sys.executable, "-c", PROBE, *command, "--config", str(config)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                               "PYTHONPATH": str(ROOT)})
+    assert proc.stderr.strip() == "config error: bots[0].sytem_prompt: unknown key; did you mean system_prompt?"
+    assert json.loads(proc.stdout) == {"code": 2, "loaded": []}
