@@ -237,6 +237,8 @@ def config_error(exc: ValidationError, schema: type[BaseModel] | None = None) ->
         near = difflib.get_close_matches(str(err["loc"][-1]), _keys_at(schema, err["loc"][:-1]), n=1, cutoff=0.75)
         if near:  # `sytem_prompt` was only "unknown key", which sends a reader to the README's tables
             msg += f"; did you mean {near[0]}?"
+    elif err["type"] in ("literal_error", "enum") and isinstance(err.get("input"), str | int | float):
+        msg += f"; got {str(err['input'])[:60]!r}"  # `type: dir` is one source among many: show the word
     if not key and ": " in msg and msg.split(": ", 1)[0].replace(".", "").replace("[", "").replace("]", "").replace("_", "").isalnum():
         key, msg = msg.split(": ", 1)
     return ConfigError(key, msg)

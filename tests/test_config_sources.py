@@ -48,3 +48,12 @@ def test_a_source_location_that_cannot_be_read_is_a_config_error(tmp_path, sourc
     with pytest.raises(ConfigError) as caught:
         load_settings(config)
     assert caught.value.key == "bots[0].sources[0]" and words in str(caught.value)
+
+
+def test_a_source_type_misspelt_is_named_with_what_was_written(tmp_path):
+    """`type: dir` said only "Input should be 'directory', 'urls' or 'sitemap'", which left the reader
+    to find which of a bot's sources held the wrong word."""
+    config = write_config(tmp_path, bots=[_bot({"name": "s", "type": "dir", "path": str(tmp_path)})])
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config)
+    assert str(caught.value) == "bots[0].sources[0].type: Input should be 'directory', 'urls' or 'sitemap'; got 'dir'"
