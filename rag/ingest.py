@@ -63,7 +63,7 @@ from storage.models import Document as DocumentRow
 log = logging.getLogger(__name__)
 
 FLUSH_CHUNKS = 256
-EMBED_STEP = 64
+EMBED_STEP = 16
 """Chunks embedded and written per step of a flush: the progress bar moves after each step, so a
 manual of hundreds of chunks does not hold it still for a minute."""
 TEXT_TOKENS = 512

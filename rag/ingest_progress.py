@@ -14,6 +14,10 @@ class DocumentProgress:
 
     def __init__(self, report: Progress | None, total: int) -> None:
         self.report, self.total, self.done = report, total, 0.0
+        if report is not None and total:
+            # Shown at once: the first embedding step (with the model's first load) takes many seconds,
+            # during which a bar that had not appeared yet looked like a hung command.
+            report(0.0, total)
 
     def advance(self, documents: float) -> None:
         self.done = min(float(self.total), self.done + documents)
