@@ -28,6 +28,7 @@ from gateway.preflight import (
     schema_revision,
     uncalibrated_gates,
 )
+from gateway.process_exit import exit_after_stop
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -182,6 +183,7 @@ def _serve(args) -> int:
         # uvicorn raises Ctrl-C's SIGINT again once it has shut down gracefully: a stop asked for and
         # done is no failure (it was exit 130, and `make run` ended on make's "Error 130").
         pass
+    exit_after_stop(0)
     return 0
 
 
