@@ -183,7 +183,8 @@ class Knowledge:
         bots = [self._bot(bot)] if bot else list(self._settings.bots)
         targets = [(b.name, s.name) for b in bots for s in b.sources if source is None or s.name == source]
         if source and not targets:
-            raise KeyError(f"source {source!r} of bot {bot!r}" if bot else f"source {source!r}: no bot has it")
+            raise KeyError(f"source {source!r} of bot {bot!r} ({_its_sources(bots[0])})" if bot
+                           else f"source {source!r}: no bot has it")
         return targets
 
     async def ingest_source(self, bot: str, source: str, *, trigger: str = "manual",
@@ -194,7 +195,7 @@ class Knowledge:
         bot_settings = self._bot(bot)
         src = next((s for s in bot_settings.sources if s.name == source), None)
         if src is None:
-            raise KeyError(f"source {source!r} of bot {bot!r}")
+            raise KeyError(f"source {source!r} of bot {bot!r} ({_its_sources(bot_settings)})")
         label = f"{bot}/{source}"
 
         def report_progress(done: int, total: int) -> None:
@@ -285,4 +286,10 @@ class Knowledge:
         try:
             return self._settings.bot(name)
         except KeyError:
-            raise KeyError(f"bot {name!r}") from None
+            known = ", ".join(b.name for b in self._settings.bots) or "none"
+            raise KeyError(f"bot {name!r} (configured: {known})") from None
+
+
+def _its_sources(bot: BotSettings) -> str:
+    """A bot's source names, for an error about one it does not have."""
+    return f"its sources: {', '.join(s.name for s in bot.sources)}" if bot.sources else "it has no sources"

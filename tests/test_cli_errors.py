@@ -105,7 +105,7 @@ def test_ingest_source_without_bot_ingests_it_for_every_bot_that_has_it(tmp_path
     proc = _run("ingest", "--config", str(config), "--source", "nope")
     assert proc.returncode == 2 and proc.stderr.strip() == "error: unknown source 'nope': no bot has it"
     proc = _run("ingest", "--config", str(config), "--bot", "alpha", "--source", "manual")
-    assert proc.returncode == 2 and proc.stderr.strip() == "error: unknown source 'manual' of bot 'alpha'"
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: unknown source 'manual' of bot 'alpha' (its sources: help)"
 
 
 @contextmanager
@@ -128,7 +128,7 @@ def test_an_unknown_bot_is_the_same_error_locally_and_through_the_server(tmp_pat
     config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=_docs(tmp_path))])
     assert _run("db", "upgrade", "--config", str(config)).returncode == 0
     local = _run("ingest", "--config", str(config), "--bot", "nope")
-    assert local.returncode == 2 and local.stderr.strip() == "error: unknown bot 'nope'"
+    assert local.returncode == 2 and local.stderr.strip() == "error: unknown bot 'nope' (configured: acme)"
     assert "held by the running server" not in local.stderr
 
     # The CLI checks the name against its own configuration first, which is the server's (a changed
@@ -137,8 +137,9 @@ def test_an_unknown_bot_is_the_same_error_locally_and_through_the_server(tmp_pat
         code = asyncio.run(ingest_via_server(load_settings(config), bot="nope", source=None, as_json=False))
     remote = capsys.readouterr().err
     assert "held by the running server" in remote  # it really went through the server
-    assert code == 2 and remote.strip().splitlines()[-1] == "error: unknown bot 'nope'"
-    # Other commands that take --bot say it as plainly (chat printed a KeyError traceback).
+    assert code == 2 and remote.strip().splitlines()[-1] == "error: unknown bot 'nope' (configured: acme)"
+    # Other commands that take --bot say it as plainly (chat printed a KeyError traceback), and all name
+    # the configured ones (ingest named none, so a typo sent the reader to the config).
     chat = _run("chat", "--config", str(config), "--bot", "nope")
     assert chat.returncode == 2 and chat.stderr.strip() == "error: unknown bot 'nope' (configured: acme)"
 
