@@ -39,7 +39,7 @@ def uncalibrated_gates(settings, bots=None) -> list[str]:
     `embedding.model` is not the model it was calibrated for. Why: the bar is a cosine, and cosines are
     the model's own. multilingual-e5-small scored questions about another corpus 0.71-0.87 on the
     benchmark's sets (bench/README.md), so with it the default 0.46 would refuse almost nothing, silently."""
-    from rag.embeddings import MINILM_NAME
+    from rag.model_files import MINILM_NAME
 
     model = settings.embedding.model
     if model == MINILM_NAME:

@@ -39,13 +39,13 @@ from rag.model_files import (
     ENCODER_MAX_TOKENS,
     MINILM_DIM,
     MINILM_DIR,
+    MINILM_NAME,
     MINILM_SHA256,
     ModelIntegrityError,
     load_minilm,
     minilm_onnx_path,
 )
 
-MINILM_NAME = "minilm-int8"
 LOCAL_BATCH_SIZE = 8
 """Texts per batch for a local encoder. Smaller batches ran faster on 2 cores: a full ingest took
 19 s at 8 against 29 s at 64 on the S10 manual (449 chunks), 122 s against 148 s on the

@@ -35,15 +35,16 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError
 from gateway.settings import QdrantSettings, RetrievalSettings, Settings
 from rag.decoding import NotTextError, decode_text
-from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.index import open_index
-from rag.ingest import Ingestor
-from rag.search import Hit, HybridSearch
 from rag.sources import Document, describe_skipped, load_directory
+
+if TYPE_CHECKING:  # imported where used: a mistyped path is told without loading qdrant-client and fastembed
+    from rag.embeddings import DenseEmbedder, SparseEmbedder
+    from rag.search import Hit
 
 EVAL_BOT = "eval"
 GOLD_NOT_FOUND_SHOWN = 10
@@ -225,16 +226,26 @@ async def evaluate(
     """Ingest `docs_dir` into a throwaway index and run every question: the contract's metrics, each
     question's outcome and the files that failed to load. `progress(done, total, stage)` is told
     about each document ingested ("documents") and each question asked ("questions")."""
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    from storage.engine import session_factory
-    from storage.models import Base
-
     settings = settings or Settings()
     if retrieval is None:
         retrieval = settings.bots[0].retrieval if settings.bots else RetrievalSettings()
     retrieval = retrieval.model_copy(update={"k": max(k_values)})
     questions = load_questions(questions_path)
+    # The caller's own folder, often a folder of links to the documents: followed wherever they lead.
+    loaded = await load_directory(Path(docs_dir), follow_symlinks_outside=True)
+    # Counted as misses, such questions read as a retrieval failure; found now, before any embedding.
+    if loaded.documents and (unfound := without_gold_in(questions, loaded.documents)):
+        raise _gold_not_found(unfound, Path(docs_dir), [*loaded.errors, *loaded.refused], loaded.skipped)
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from rag.embeddings import DenseEmbedder, SparseEmbedder
+    from rag.index import open_index
+    from rag.ingest import Ingestor
+    from rag.search import HybridSearch
+    from storage.engine import session_factory
+    from storage.models import Base
+
     dense = dense or DenseEmbedder.from_settings(settings.embedding)
     sparse = sparse or SparseEmbedder()
 
@@ -248,11 +259,6 @@ async def evaluate(
                 index, dense, sparse, session_factory(engine), max_chunk_tokens=settings.embedding.max_chunk_tokens,
                 text_tokens=settings.embedding.chunk_text_tokens,
             )
-            # The caller's own folder, often a folder of links to the documents: followed wherever they lead.
-            loaded = await load_directory(Path(docs_dir), follow_symlinks_outside=True)
-            # Counted as misses, such questions read as a retrieval failure; found now, before any embedding.
-            if loaded.documents and (unfound := without_gold_in(questions, loaded.documents)):
-                raise _gold_not_found(unfound, Path(docs_dir), [*loaded.errors, *loaded.refused], loaded.skipped)
             documents_done = (lambda done, total: progress(done, total, "documents")) if progress else None
             await ingestor.ingest_documents(EVAL_BOT, "eval", loaded.documents, progress=documents_done)
             search = HybridSearch(index, dense, sparse)

