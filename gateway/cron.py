@@ -14,11 +14,19 @@ import datetime as dt
 from apscheduler.triggers.cron import CronTrigger
 
 DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")  # crontab's 0-6; 7 is Sunday again
+NICKNAMES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
+             "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
+"""crontab(5)'s shorthands, each the five fields it stands for."""
 
 
 def cron_trigger(expression: str, *, timezone: str = "UTC") -> CronTrigger:
-    """The trigger for a five-field cron expression; ValueError saying what is wrong with it."""
-    fields = expression.split()
+    """The trigger for a five-field cron expression (or a crontab nickname such as `@daily`); ValueError
+    saying what is wrong with it."""
+    nickname = expression.strip().lower()
+    if nickname == "@reboot":
+        raise ValueError("not a schedule here (`serve` ingests at start a bot whose index is empty, and `make run` "
+                         "ingests before it serves); give a time, such as @daily or 0 3 * * *")
+    fields = NICKNAMES.get(nickname, expression).split()
     if len(fields) != 5:
         raise ValueError(f"5 fields are needed (minute hour day month weekday), got {len(fields)}")
     minute, hour, day, month, weekday = fields

@@ -55,3 +55,24 @@ def test_a_schedule_that_would_never_run_or_run_otherwise_than_written_is_a_conf
     with pytest.raises(ConfigError) as info:
         load_settings(write_config(tmp_path, bots=[], retention_schedule=expression))
     assert info.value.key == "retention_schedule" and words in str(info.value)
+
+
+@pytest.mark.parametrize("nickname, same_as", [
+    ("@hourly", "0 * * * *"), ("@daily", "0 0 * * *"), ("@midnight", "0 0 * * *"), ("@weekly", "0 0 * * 0"),
+    ("@monthly", "0 0 1 * *"), ("@yearly", "0 0 1 1 *"), ("@annually", "0 0 1 1 *"), ("@DAILY", "0 0 * * *"),
+])
+def test_cron_trigger_reads_crontabs_nicknames(nickname, same_as):
+    """crontab(5)'s `@daily` was "5 fields are needed …, got 1", though the README says schedules are read
+    as crontab reads them."""
+    fires = [cron_trigger(e).get_next_fire_time(None, WEDNESDAY) for e in (nickname, same_as)]
+    assert fires[0] == fires[1]
+
+
+def test_cron_reboot_is_refused_with_what_runs_at_start_instead(tmp_path):
+    bots = [{"name": "acme", "channels": {"web": {}},
+             "sources": [{"name": "kb", "type": "directory", "path": str(tmp_path), "schedule": "@reboot"}]}]
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write_config(tmp_path, bots=bots))
+    assert str(caught.value) == ("bots[0].sources[0].schedule: bad cron expression '@reboot': not a schedule here "
+                                 "(`serve` ingests at start a bot whose index is empty, and `make run` ingests "
+                                 "before it serves); give a time, such as @daily or 0 3 * * *")
