@@ -35,8 +35,9 @@ async def show_runs(settings, *, bot: str | None, source: str | None, limit: int
         which = " of ".join(f"{kind} {name!r}" for kind, name in (("source", source), ("bot", bot)) if name)
         print(f"no ingest runs recorded{' for ' + which if which else ''}", file=sys.stderr)
     else:
+        width = max(len(f"{run.bot}/{run.source}") for run in runs)  # one column, however long the names
         for run in runs:
-            print_run(run)
+            print_run(run, width=width)
     return 0
 
 
@@ -48,12 +49,12 @@ def run_dict(run: IngestRun) -> dict[str, object]:
             "errors_dropped": run.errors_dropped}
 
 
-def print_run(run: IngestRun) -> None:
+def print_run(run: IngestRun, *, width: int = 0) -> None:
     started = as_utc(run.started_at).strftime("%Y-%m-%d %H:%M:%S")
     took = f"{run.duration_s:.1f}s" if run.duration_s is not None else "-"
     counts = (f"{run.added} added, {run.updated} updated, {run.deleted} deleted, {run.unchanged} unchanged"
               if run.status not in ("running", "interrupted", "skipped") else "")
-    print(f"{started}  {run.bot}/{run.source}  {run.trigger:<8}  {run.status:<11}  {took:>7}  {counts}".rstrip())
+    print(f"{started}  {f'{run.bot}/{run.source}':<{width}}  {run.trigger:<8}  {run.status:<11}  {took:>7}  {counts}".rstrip())
     for error in run.errors[:ERRORS_SHOWN]:
         print(f"    ! {one_terminal_line(redact(error))}")  # it may quote a URL a sitemap listed
     if len(run.errors) > ERRORS_SHOWN:

@@ -98,3 +98,26 @@ def test_cli_ingest_shows_each_error_on_one_line_the_terminal_obeys_none_of(caps
     assert print_reports([run], as_json=False) == 1
     err = capsys.readouterr().err
     assert "  ! https://x.example/\\x1b]0;pwned\\x07\\n  ! everything fine: answered 404\n" in err and "\x1b" not in err
+
+
+def test_ingest_runs_keeps_its_columns_aligned_across_source_names(tmp_path, capsys):
+    """`acme/warehouse  cli       failed` over `acme/help-center  cli       ok`: each column after the
+    bot/source started where that name's length put it, so the statuses did not line up."""
+    config = write_config(tmp_path)
+    settings = load_settings(config)
+    upgrade(settings.database_url)
+
+    async def record() -> None:
+        engine = create_engine(settings.database_url)
+        sessions = session_factory(engine)
+        try:
+            for source in ("kb", "help-center"):
+                run = await start_run(sessions, "acme", source, trigger="cli")
+                await record_run(sessions, IngestReport("acme", source, added=1, duration_s=0.5), trigger="cli", run_id=run)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(record())
+    assert main(["ingest-runs", "--config", str(config)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and len({line.index(" cli ") for line in lines}) == 1, lines
