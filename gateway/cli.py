@@ -148,7 +148,7 @@ def _settings(args):
 def _serve(args) -> int:
     settings = _settings(args)  # first: a typo is told before qdrant-client and fastembed load (4 s)
     from gateway.observability.logs import configure_logging_for
-    from rag.index import folder_in_use
+    from rag.index_lock import folder_in_use
 
     # The checks and the app's imports take 5-30 s on 2 cores, which `make run` showed as silence.
     configure_logging_for(settings)
@@ -298,13 +298,9 @@ async def _eval(args) -> int:
 
 async def _chat(args) -> int:
     settings = _settings(args)  # first: a typo was told after LiteLLM and the app had loaded (14 s)
-    from channels.web import WebAdapter
-    from gateway.http.webchat import wait_for_reply
-    from gateway.models import ConversationRef, InboundMessage, Sender
     from gateway.observability.logs import configure_logging
-    from gateway.services import build_services
     from gateway.terminal_chat import converse
-    from storage import repositories as repo
+    from rag.index_lock import folder_in_use
 
     configure_logging(level="WARNING")
     await require_schema(settings)
@@ -314,21 +310,24 @@ async def _chat(args) -> int:
         return 2
     for warning in [*uncalibrated_gates(settings, [bot]), *models_missing_keys(settings)]:  # serve logs them
         print(f"note: {warning}", file=sys.stderr)
+    session_id = f"terminal-{uuid.uuid4().hex[:12]}"
+    if folder_in_use(settings.qdrant):  # a running server holds the index: no model or index of ours is needed
+        return await _chat_via_server(settings, bot, session_id=session_id, converse=converse)
+    from channels.web import WebAdapter
+    from gateway.http.webchat import wait_for_reply
+    from gateway.models import ConversationRef, InboundMessage, Sender
+    from gateway.services import build_services
+    from storage import repositories as repo
+
     svc = build_services(settings, with_scheduler=False, poll_interval=0.2)
     # The terminal is a web chat session: for a bot without the web chat, each reply was shown, then
     # logged and stored as not delivered ("channel 'web' is not enabled").
     svc.adapters.setdefault((bot.name, "web"), WebAdapter(bot.name))
-    session_id = f"terminal-{uuid.uuid4().hex[:12]}"
     try:
         await svc.start(scheduler=False, channels=False)
-    except IndexBusy:
+    except IndexBusy:  # a server that took the folder since the check above
         await svc.stop()
-        if bot.channels.web is None or not bot.channels.web.enabled:  # each line was refused, and status 0
-            print(f"error: bot {bot.name!r} has no web chat, which is how `gateway chat` reaches the running server "
-                  "that holds the index; stop the server to chat with it here, or give it `web: {}`", file=sys.stderr)
-            return 1
-        # The running server holds the index: chat through its web chat instead, as a browser would.
-        return await chat_via_server(settings, bot.name, session_id=session_id, converse=converse)
+        return await _chat_via_server(settings, bot, session_id=session_id, converse=converse)
     if bot.sources and await svc.knowledge.index.count(bot.name) == 0:
         # `serve` ingests an empty index at start; here every question would get the fallback, unexplained.
         print(f"note: bot {bot.name!r} has nothing in its index yet: run `gateway ingest` first (or `gateway "
@@ -352,6 +351,15 @@ async def _chat(args) -> int:
         return await converse(bot.name, ask, follow)
     finally:
         await svc.stop()
+
+
+async def _chat_via_server(settings, bot, *, session_id: str, converse) -> int:
+    """`chat` through the running server's web chat, as a browser would: that server holds the index."""
+    if bot.channels.web is None or not bot.channels.web.enabled:  # each line was refused, and status 0
+        print(f"error: bot {bot.name!r} has no web chat, which is how `gateway chat` reaches the running server "
+              "that holds the index; stop the server to chat with it here, or give it `web: {}`", file=sys.stderr)
+        return 1
+    return await chat_via_server(settings, bot.name, session_id=session_id, converse=converse)
 
 
 async def _set_webhook(args) -> int:

@@ -57,6 +57,8 @@ def models_missing_keys(settings) -> list[str]:
     """One warning per configured model whose provider key (or base URL) LiteLLM finds neither in its
     `litellm_params` nor in the environment. Why at start: each call failed three times as a provider
     outage ("The api_key client option must be set") before the fallback answered, on every message."""
+    if not settings.models:  # only `offline`: no key to look for, and LiteLLM takes seconds to import
+        return []
     import litellm
 
     warnings = []

@@ -12,12 +12,10 @@ message that says what to do.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import importlib.metadata
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,24 +50,6 @@ LAYOUT_RECHECK_S = 300.0
 """How long a collection read without sentence vectors is taken at its word. Why not for good: with a
 shared server another replica's ingest rebuilds the collection, and this process should then rank
 with the sentence prior again without a restart (the same period as the term statistics)."""
-
-
-def folder_in_use(settings: QdrantSettings) -> bool:
-    """Whether another process holds the embedded index's folder, checked without opening it (which
-    loads every point in local mode). Local mode locks `<path>/.lock` and qdrant-edge `<path>/edge/.lock`,
-    both with flock, so trying the same lock and letting it go at once tells. A server (`url`) is never busy."""
-    if settings.url or not settings.path:
-        return False
-    lock = Path(settings.path) / ("edge" if settings.engine == "edge" else "") / ".lock"
-    if not lock.exists():
-        return False
-    with open(lock, "a+") as held:
-        try:
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(held, fcntl.LOCK_UN)
-    return False
 
 
 def open_index(settings: QdrantSettings) -> KnowledgeIndex:
