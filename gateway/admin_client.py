@@ -172,6 +172,11 @@ async def chat_via_server(settings: Settings, bot: str, *, session_id: str, conv
     """`gateway chat` through the running server's web chat (`converse` is the terminal loop)."""
     import httpx
 
+    web = settings.bot(bot).channels.web
+    if web is None or not web.enabled:  # each line was refused, and status 0
+        print(f"error: bot {bot!r} has no web chat, which is how `gateway chat` reaches the running server "
+              "that holds the index; stop the server to chat with it here, or give it `web: {}`", file=sys.stderr)
+        return 1
     url_path = admin_files(settings.qdrant.path)[1]
     if not url_path.exists():
         print(f"error: {settings.qdrant.path} is in use by another process, and no running gateway server was "

@@ -204,6 +204,7 @@ def _db_upgrade(args) -> int:
 async def _ingest(args) -> int:
     from gateway.knowledge import Knowledge
     from gateway.observability.logs import configure_logging
+    from rag.index_lock import folder_in_use
     from storage.engine import create_engine, session_factory
 
     settings = _settings(args)
@@ -219,6 +220,8 @@ async def _ingest(args) -> int:
             print(f"error: unknown {exc.args[0]}", file=sys.stderr)
             return 2
         await require_schema(settings, engine)
+        if folder_in_use(settings.qdrant):  # before the models load (seconds): the server does the work
+            return await ingest_via_server(settings, bot=args.bot, source=args.source, as_json=args.json)
         try:
             await knowledge.open()
         except IndexBusy:
@@ -312,7 +315,7 @@ async def _chat(args) -> int:
         print(f"note: {warning}", file=sys.stderr)
     session_id = f"terminal-{uuid.uuid4().hex[:12]}"
     if folder_in_use(settings.qdrant):  # a running server holds the index: no model or index of ours is needed
-        return await _chat_via_server(settings, bot, session_id=session_id, converse=converse)
+        return await chat_via_server(settings, bot.name, session_id=session_id, converse=converse)
     from channels.web import WebAdapter
     from gateway.http.webchat import wait_for_reply
     from gateway.models import ConversationRef, InboundMessage, Sender
@@ -327,7 +330,7 @@ async def _chat(args) -> int:
         await svc.start(scheduler=False, channels=False)
     except IndexBusy:  # a server that took the folder since the check above
         await svc.stop()
-        return await _chat_via_server(settings, bot, session_id=session_id, converse=converse)
+        return await chat_via_server(settings, bot.name, session_id=session_id, converse=converse)
     if bot.sources and await svc.knowledge.index.count(bot.name) == 0:
         # `serve` ingests an empty index at start; here every question would get the fallback, unexplained.
         print(f"note: bot {bot.name!r} has nothing in its index yet: run `gateway ingest` first (or `gateway "
@@ -351,15 +354,6 @@ async def _chat(args) -> int:
         return await converse(bot.name, ask, follow)
     finally:
         await svc.stop()
-
-
-async def _chat_via_server(settings, bot, *, session_id: str, converse) -> int:
-    """`chat` through the running server's web chat, as a browser would: that server holds the index."""
-    if bot.channels.web is None or not bot.channels.web.enabled:  # each line was refused, and status 0
-        print(f"error: bot {bot.name!r} has no web chat, which is how `gateway chat` reaches the running server "
-              "that holds the index; stop the server to chat with it here, or give it `web: {}`", file=sys.stderr)
-        return 1
-    return await chat_via_server(settings, bot.name, session_id=session_id, converse=converse)
 
 
 async def _set_webhook(args) -> int:
