@@ -17,6 +17,7 @@ import numpy as np
 from qdrant_client import models as qm
 
 from gateway.settings import RetrievalSettings
+from gateway.url_secrets import without_query_secrets
 from rag.term_stats import TermStats
 
 log = logging.getLogger(__name__)
@@ -57,10 +58,12 @@ class ChunkPayload:
             "chunk_id": payload.get("chunk_id", point_id),
             "text": payload.get("text", ""),
             "source": payload.get("source", ""),
-            "document": payload.get("document", ""),
+            # A page's URL as configured may carry the gateway's credential (`?access_token=…`): what a hit
+            # shows the model, the customer's citation and the operator's passages goes without it.
+            "document": without_query_secrets(payload.get("document", "")),
             "title": payload.get("title", ""),
             "heading_path": tuple(payload.get("heading_path", [])),
-            "url": payload.get("url"),
+            "url": without_query_secrets(url) if (url := payload.get("url")) else url,
         }
 
 

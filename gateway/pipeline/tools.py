@@ -30,7 +30,7 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 import structlog
@@ -39,6 +39,7 @@ from gateway.bot_settings import ESCALATE_TOOL, path_fields, url_fields, url_ori
 from gateway.errors import ConfigError
 from gateway.models import CallerIdentity
 from gateway.settings import BotSettings, Settings, ToolSettings
+from gateway.url_secrets import query_secrets
 
 _ESCALATE_SCHEMA = {
     "type": "object",
@@ -46,7 +47,6 @@ _ESCALATE_SCHEMA = {
     "required": ["reason"],
 }
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SECRET_QUERY_NAME = re.compile(r"key|token|secret|pass|auth|sig|credential", re.IGNORECASE)
 DEFAULT_RESULT_CHARS = ToolSettings.model_fields["max_result_chars"].default
 MIN_SECRET_CHARS = 6  # shorter values would redact ordinary words out of every log line
 log = structlog.get_logger("gateway.tools")
@@ -248,8 +248,7 @@ def http_tool_secrets(settings: Settings) -> list[str]:
                 continue
             for value in spec.headers.values():
                 found += [value, value.split()[-1]] if value.split() else []
-            query = urlsplit(spec.url or "").query
-            found += [v for k, v in parse_qsl(query) if _SECRET_QUERY_NAME.search(k) and "{" not in v]
+            found += query_secrets(spec.url or "")
     return sorted({v for v in found if len(v) >= MIN_SECRET_CHARS})
 
 
