@@ -32,3 +32,10 @@ def without_query_secrets(url: str) -> str:
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     kept = [(name, value) for name, value in pairs if not SECRET_QUERY_NAME.search(name)]
     return url if len(kept) == len(pairs) else urlunsplit(parts._replace(query=urlencode(kept)))
+
+
+def source_url_secrets(settings) -> list[str]:
+    """The credentials in the query of every `urls` and `sitemap` source's URL, for log redaction: a page
+    that fails is logged, and shown by `/readyz`, by its URL."""
+    return [value for bot in settings.bots for source in bot.sources
+            for url in [*source.urls, *([source.url] if source.url else [])] for value in query_secrets(url)]

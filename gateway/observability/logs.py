@@ -17,9 +17,11 @@ def configure_logging_for(settings) -> None:
     """`configure_logging` with the config's level, format and every secret it holds to redact."""
     from gateway.config_file import secret_values
     from gateway.pipeline.tools import http_tool_secrets
+    from gateway.url_secrets import source_url_secrets
 
     configure_logging(level=settings.log_level, fmt=settings.log_format,
-                      secrets=[value for _, value in secret_values(settings.model_dump())] + http_tool_secrets(settings))
+                      secrets=[value for _, value in secret_values(settings.model_dump())] + http_tool_secrets(settings)
+                      + source_url_secrets(settings))
 
 
 def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: list[str] | tuple[str, ...] = ()) -> None:

@@ -55,3 +55,17 @@ def test_without_query_secrets_keeps_every_other_parameter_and_what_is_no_web_ur
     assert without_query_secrets("https://w.example/p?page=2&apikey=k1&lang=en") == "https://w.example/p?page=2&lang=en"
     assert without_query_secrets("https://w.example/p?page=2") == "https://w.example/p?page=2"
     assert without_query_secrets("faq?token=1.md") == "faq?token=1.md"  # a directory source's file name
+
+
+async def test_a_failing_source_urls_credential_is_redacted_from_readyz_and_the_log(tmp_path, capfd):
+    """/readyz answers anyone, and its error of a failed page named the URL with its token."""
+    async with serving(_private_wiki(up=False)) as base:
+        async with app_client(tmp_path, bots=[_bot(base)], env={"WIKI_TOKEN": WIKI_TOKEN}, start_worker=False,
+                              log_level="WARNING") as client:
+            [report] = await client.services.knowledge.ingest()
+            ready = await client.get("/readyz")
+    assert report.status != "ok" and "503" in report.errors[-1]
+    wiki = ready.json()["ingest"]["acme/wiki"]
+    assert "access_token=[REDACTED]" in wiki["error"], wiki
+    assert WIKI_TOKEN not in ready.text
+    assert WIKI_TOKEN not in capfd.readouterr().err
