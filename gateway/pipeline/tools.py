@@ -38,6 +38,7 @@ import structlog
 from gateway.bot_settings import ESCALATE_TOOL, path_fields, url_fields, url_origin
 from gateway.errors import ConfigError
 from gateway.models import CallerIdentity
+from gateway.pipeline.tool_arguments import argument_problem
 from gateway.settings import BotSettings, Settings, ToolSettings
 from gateway.url_secrets import query_secrets
 
@@ -156,6 +157,8 @@ class BotTools:
         if undeclared := sorted(set(arguments) - set(declared if isinstance(declared, dict) else ())):
             return ToolOutcome(name, arguments, None, error=f"invalid arguments: {', '.join(map(repr, undeclared))} "
                                                             f"{'is not a parameter' if len(undeclared) == 1 else 'are not parameters'} of this tool")
+        if problem := argument_problem(arguments, declared if isinstance(declared, dict) else {}):
+            return ToolOutcome(name, arguments, None, error=f"invalid arguments: {problem}")
         if spec.type == "python" and (mismatch := _signature_mismatch(self._callables[name], identity, arguments)):
             return ToolOutcome(name, arguments, None, error=f"invalid arguments: {mismatch}")
         if spec.type == "http" and (missing := [f for f in url_fields(spec.url) if arguments.get(f) is None]):

@@ -205,3 +205,26 @@ def test_idempotency_keys_differ_between_messages_and_installs():
     assert first_key("42:2026-12-03T12:00:00+00:00:web/s/m1") == first_key("42:2026-12-03T12:00:00+00:00:web/s/m1")
     assert len({first_key("42:2026-12-03T12:00:00+00:00:web/s/m1"), first_key("43:2026-12-03T12:00:01+00:00:web/s/m2"),
                 first_key("42:2026-11-02T08:00:00+00:00:tg/7/99")}) == 3
+
+
+async def test_an_argument_of_another_type_than_declared_is_refused_without_a_request():
+    """A customer talked the model into `{"email": {"$ne": null}}` (an operator query, where the API takes a
+    string): it reached the service as it was, which matched every customer's orders."""
+    async with api() as (base, seen):
+        schema = {"type": "object", "properties": {"email": {"type": "string"}, "limit": {"type": "integer"},
+                                                   "status": {"type": "string", "enum": ["open", "closed"]},
+                                                   "tags": {"type": ["array", "null"]}}}
+        tools = BotTools(bot({"name": "orders", "type": "http", "method": "POST", "url": base + "/orders",
+                              "parameters": schema}))
+        operator = await tools.call("orders", {"email": {"$ne": None}}, identity=ALICE)
+        listed = await tools.call("orders", {"email": ["a@example.com", "b@example.com"]}, identity=ALICE)
+        flag = await tools.call("orders", {"email": "a@example.com", "limit": True}, identity=ALICE)
+        other = await tools.call("orders", {"email": "a@example.com", "status": "any"}, identity=ALICE)
+        sent = await tools.call("orders", {"email": "a@example.com", "limit": 5, "status": "open", "tags": None},
+                                identity=ALICE)
+    assert operator.error == "invalid arguments: 'email' must be a string, not an object"
+    assert listed.error == "invalid arguments: 'email' must be a string, not an array"
+    assert flag.error == "invalid arguments: 'limit' must be an integer, not a boolean"
+    assert other.error == "invalid arguments: 'status' must be one of 'open', 'closed'"
+    assert sent.error is None
+    assert [body for _, _, _, body in seen] == [{"email": "a@example.com", "limit": 5, "status": "open", "tags": None}]

@@ -1,0 +1,49 @@
+"""Each argument the model passes to a tool, checked against the JSON type (and `enum`) its schema
+declares for it. A tool reads what it declared: a customer who talks the model into
+`{"email": {"$ne": null}}` must not hand an object to code (or an API) that takes a string."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_JSON_TYPES = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "a boolean",
+               "array": "an array", "object": "an object", "null": "null"}
+
+
+def json_type(value: Any) -> str:
+    """The JSON type of a decoded JSON value (a bool is a boolean, not an integer)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _fits(value: Any, declared: str) -> bool:
+    got = json_type(value)
+    return got == declared or (declared == "number" and got == "integer") or (
+        declared == "integer" and got == "number" and float(value).is_integer())
+
+
+def argument_problem(arguments: dict[str, Any], properties: dict[str, Any]) -> str | None:
+    """Why an argument is not of its declared `type` or not among its `enum`, or None. A property without
+    either (or a type this check does not know) takes anything, as before."""
+    for name, value in arguments.items():
+        schema = properties.get(name)
+        if not isinstance(schema, dict):
+            continue
+        declared = schema.get("type")
+        types = [t for t in ([declared] if isinstance(declared, str) else declared or []) if t in _JSON_TYPES]
+        if types and not any(_fits(value, t) for t in types):
+            wanted = " or ".join(_JSON_TYPES[t] for t in types)
+            return f"{name!r} must be {wanted}, not {_JSON_TYPES[json_type(value)]}"
+        choices = schema.get("enum")
+        if isinstance(choices, list) and value not in choices:
+            return f"{name!r} must be one of {', '.join(map(repr, choices))}"
+    return None
