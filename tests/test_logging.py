@@ -120,3 +120,20 @@ def test_a_discord_interaction_token_in_a_follow_up_url_is_redacted(capsys) -> N
     out = capsys.readouterr().err
     assert token not in out and "/webhooks/1100000000000000002/[REDACTED]/messages/12" in out
     assert "/webhooks/123/discord/interactions" in out
+
+
+def test_control_characters_in_a_librarys_message_neither_reach_the_terminal_nor_forge_a_line(capsys) -> None:
+    """A library formats what others wrote into its message itself (`logger.warning("…: %s", body)`): on
+    the console that message came out as it was, so a newline in it began a line that looked like the
+    gateway's, and an escape sequence reached the reader's terminal. A traceback keeps its lines."""
+    planted = "refused\x1b[2J\n2026-12-06T00:00:00Z [critical ] admin.token_leaked"
+    configure_logging(level="INFO", fmt="console")
+    logging.getLogger("some.library").warning("the provider answered: %s", planted)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("some.library").exception("call failed")
+    out = capsys.readouterr().err
+    assert "\x1b" not in out and "\n2026-12-06T00:00:00Z" not in out
+    assert "the provider answered: refused\\x1b[2J\\n2026-12-06T00:00:00Z" in out
+    assert "Traceback (most recent call last):\n" in out

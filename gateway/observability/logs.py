@@ -48,10 +48,13 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     # Standard-library records (rag/, uvicorn, libraries) go through the same renderer, with their
     # `extra=` fields: a plain Formatter dropped them ("ingest.done" without its counts) and wrote
     # text lines into a JSON log.
+    # The console prints a record's message as it is, and a library formats into it what others wrote (a
+    # provider's answer): on one line, as its fields are (`_cli_line` does so for the whole line).
+    one_line = [] if fmt in ("json", "cli") else [_event_on_one_line]
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder(), _drop_record_noise],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.format_exc_info,
-                    _redact, renderer],
+                    _redact, *one_line, renderer],
     ))
     handler.addFilter(_RedactFilter())
     root = logging.getLogger()
@@ -97,6 +100,12 @@ def one_terminal_line(text: str) -> str:
     escape (`\\x1b`, `\\n`). A field may hold what others wrote (a sitemap's URL on another site): an
     escape sequence in it was a command to the reader's terminal, and a newline began a forged line."""
     return _TERMINAL_CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def _event_on_one_line(_logger, _name, event_dict):
+    if isinstance(event := event_dict.get("event"), str):
+        event_dict["event"] = one_terminal_line(event)
+    return event_dict
 
 
 def printable(text: object) -> str:
