@@ -31,12 +31,15 @@ def _fits(value: Any, declared: str) -> bool:
         declared == "integer" and got == "number" and float(value).is_integer())
 
 
-def argument_problem(arguments: dict[str, Any], properties: dict[str, Any]) -> str | None:
-    """Why an argument is not of its declared `type` or not among its `enum`, or None. A property without
-    either (or a type this check does not know) takes anything, as before."""
+def argument_problem(arguments: dict[str, Any], schema: dict[str, Any]) -> str | None:
+    """Why an argument is not of the `type` its property in `schema` declares or not among its `enum`, or
+    None. A property without either (or a type this check does not know) takes anything, as before; and
+    `null` for one that is not `required` is no value given (models write it for an optional field)."""
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = schema.get("required") if isinstance(schema.get("required"), list) else []
     for name, value in arguments.items():
         schema = properties.get(name)
-        if not isinstance(schema, dict):
+        if not isinstance(schema, dict) or (value is None and name not in required):
             continue
         declared = schema.get("type")
         types = [t for t in ([declared] if isinstance(declared, str) else declared or []) if t in _JSON_TYPES]

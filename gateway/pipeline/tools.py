@@ -157,7 +157,7 @@ class BotTools:
         if undeclared := sorted(set(arguments) - set(declared if isinstance(declared, dict) else ())):
             return ToolOutcome(name, arguments, None, error=f"invalid arguments: {', '.join(map(repr, undeclared))} "
                                                             f"{'is not a parameter' if len(undeclared) == 1 else 'are not parameters'} of this tool")
-        if problem := argument_problem(arguments, declared if isinstance(declared, dict) else {}):
+        if problem := argument_problem(arguments, self._parameters[name]):
             return ToolOutcome(name, arguments, None, error=f"invalid arguments: {problem}")
         if spec.type == "python" and (mismatch := _signature_mismatch(self._callables[name], identity, arguments)):
             return ToolOutcome(name, arguments, None, error=f"invalid arguments: {mismatch}")

@@ -213,18 +213,24 @@ async def test_an_argument_of_another_type_than_declared_is_refused_without_a_re
     async with api() as (base, seen):
         schema = {"type": "object", "properties": {"email": {"type": "string"}, "limit": {"type": "integer"},
                                                    "status": {"type": "string", "enum": ["open", "closed"]},
-                                                   "tags": {"type": ["array", "null"]}}}
+                                                   "tags": {"type": ["array", "null"]}}, "required": ["email"]}
         tools = BotTools(bot({"name": "orders", "type": "http", "method": "POST", "url": base + "/orders",
                               "parameters": schema}))
         operator = await tools.call("orders", {"email": {"$ne": None}}, identity=ALICE)
         listed = await tools.call("orders", {"email": ["a@example.com", "b@example.com"]}, identity=ALICE)
         flag = await tools.call("orders", {"email": "a@example.com", "limit": True}, identity=ALICE)
         other = await tools.call("orders", {"email": "a@example.com", "status": "any"}, identity=ALICE)
+        no_email = await tools.call("orders", {"email": None}, identity=ALICE)
         sent = await tools.call("orders", {"email": "a@example.com", "limit": 5, "status": "open", "tags": None},
                                 identity=ALICE)
+        # `null` for an optional field is no value (models write it so), whatever its type or enum.
+        optional = await tools.call("orders", {"email": "b@example.com", "status": None, "limit": None},
+                                    identity=ALICE)
     assert operator.error == "invalid arguments: 'email' must be a string, not an object"
     assert listed.error == "invalid arguments: 'email' must be a string, not an array"
     assert flag.error == "invalid arguments: 'limit' must be an integer, not a boolean"
     assert other.error == "invalid arguments: 'status' must be one of 'open', 'closed'"
-    assert sent.error is None
-    assert [body for _, _, _, body in seen] == [{"email": "a@example.com", "limit": 5, "status": "open", "tags": None}]
+    assert no_email.error == "invalid arguments: 'email' must be a string, not null"
+    assert sent.error is None and optional.error is None
+    assert [body for _, _, _, body in seen] == [{"email": "a@example.com", "limit": 5, "status": "open", "tags": None},
+                                                {"email": "b@example.com", "status": None, "limit": None}]
