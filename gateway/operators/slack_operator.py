@@ -27,15 +27,15 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from channels.slack_errors import rate_limit_wait
-from channels.slack_render import mrkdwn_to_markdown
-from gateway.errors import BadRequest, Conflict, NotFound
+from gateway.errors import Conflict, NotFound
 from gateway.escalation.handoff import Escalations
 from gateway.models import as_utc, utcnow
-from gateway.operators.slack_access import mention_of, not_an_operator, operator_of_member
+from gateway.operators.slack_access import mention_of, operator_of_member
+from gateway.operators.slack_relay import ThreadRelay
 from gateway.operators.slack_text import clip, header_title, named, plain, quoted, slack_time
 from gateway.operators.summary import summarize, summary_messages
 from gateway.settings import Settings
-from storage.models import Conversation, Escalation, Message
+from storage.models import Escalation, Message
 
 if TYPE_CHECKING:
     from gateway.operators.slack_actions import Click
@@ -53,7 +53,7 @@ RATE_LIMIT_WAIT_S = 2.0
 HEADER_CLOCK_SLACK_S = 60.0  # Slack's clock against ours, as `_find_header` reads the history from
 
 
-class SlackOperatorChannel:
+class SlackOperatorChannel(ThreadRelay):
     """Posts escalations to each bot's operator channel and relays its threads."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, settings: Settings, escalations: Escalations,
@@ -309,58 +309,6 @@ class SlackOperatorChannel:
             log.warning("slack_operator.post_failed", bot=bot, channel=channel, error=str(exc), retry_after=retry_after)
             return None
         return str(response.get("ts"))
-
-    async def intercept(self, inbound: Message, conversation: Conversation) -> bool:
-        """A worker hook: True when `inbound` is an operator's reply in an escalation thread (relayed)."""
-        if inbound.channel != "slack" or conversation.chat != self.channel_for(inbound.bot):
-            return False
-        async with self._sessions() as session:
-            escalation = (await session.execute(select(Escalation).where(
-                Escalation.bot == inbound.bot, Escalation.slack_ts == conversation.thread))).scalar_one_or_none()
-        if escalation is None:
-            return True  # chatter in the operator channel is never answered by the bot
-        # The message's own sender: the thread's conversation belongs to whoever wrote in it first.
-        sender = (inbound.meta or {}).get("sender")
-        if not sender:  # stored before senders were recorded: it cannot be attributed to anyone
-            await self._post(inbound.bot, conversation.chat, "Not sent to the customer: send it again, please.",
-                             thread_ts=conversation.thread)
-            return True
-        operator = operator_of_member(self._settings, inbound.bot, sender)
-        if operator is None:
-            await self._refuse(inbound.bot, sender, action="reply", escalation_id=escalation.id,
-                               thread_ts=conversation.thread)
-            return True
-        try:
-            # Keyed by the operator's own stored message: a worker that died after relaying it and before
-            # marking it done handles it again, and must not send the customer a second copy.
-            # Written in Slack's mrkdwn; the customer's channel renders Markdown.
-            await self._escalations.reply(escalation.id, operator=operator, text=mrkdwn_to_markdown(inbound.text), bots=None,
-                                          source="slack", message_id=f"slack-in-{inbound.id}")
-        except (Conflict, BadRequest, NotFound) as exc:
-            await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {named(str(exc))}"
-                             f"{await self._newer_escalation(escalation)}", thread_ts=conversation.thread)
-        return True
-
-    async def _refuse(self, bot: str, member: str, *, action: str, escalation_id: int, thread_ts: str | None) -> None:
-        """Tell a member who is no operator of `bot`, in a message only they see, that nothing happened."""
-        log.warning("slack_operator.not_an_operator", bot=bot, user=member, action=action, escalation_id=escalation_id)
-        channel = self.channel_for(bot)
-        if channel is None:
-            return
-        try:
-            await self._adapters[(bot, "slack")].client.chat_postEphemeral(
-                channel=channel, user=member, text=not_an_operator(self._settings, bot, member), **({"thread_ts": thread_ts} if thread_ts else {}))
-        except Exception as exc:  # the refusal stands whether or not Slack shows it
-            log.warning("slack_operator.post_failed", bot=bot, channel=channel, error=str(exc))
-
-    async def _newer_escalation(self, escalation: Escalation) -> str:
-        """Where to answer instead, when the customer asked for a person again after this thread's
-        escalation was handed back: the old thread refused the reply and said nothing of the new one."""
-        async with self._sessions() as session:
-            newer = (await session.execute(select(Escalation.id).where(
-                Escalation.conversation_id == escalation.conversation_id, Escalation.id > escalation.id,
-                Escalation.state.in_(("open", "claimed"))).order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
-        return f" The customer asked for a person again: answer in the thread of escalation #{newer}." if newer else ""
 
     async def handle_action(self, bot: str, click: Click) -> str:
         """A Claim or Resolve click (`slack_actions.first_click`); returns what happened, for the log."""

@@ -24,13 +24,16 @@ def _in_thread(slack, thread_ts: str, words: str) -> list:
 
 async def _escalated_and_claimed(client, slack, customer: str) -> tuple[int, str]:
     """A Slack customer (DM `customer`) asks for a person and Slack operator UOPS claims: (id, thread ts)."""
+    def headers() -> list:
+        return [c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == OPS_CHANNEL
+                and c.params.get("blocks")]
+
+    before = len(headers())
     ask = _event({"type": "message", "channel_type": "im", "channel": customer, "user": "UCUST",
                   "text": "I need to talk to a human", "ts": f"{time.time():.6f}"}, f"Ev{customer}")
     assert (await _post_event(client, ask)).status_code == 200
-    header = await wait_until(lambda: next((c for c in slack.calls_to("chat.postMessage")
-                                            if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")
-                                            and c.params.get("_ts") not in seen), None))
-    seen.add(header.params["_ts"])
+    # The header posted for this ask, counted: each module's fake Slack numbers its ts afresh.
+    header = (await wait_until(lambda: headers()[before:]))[0]
     # The summary follows once the thread's ts is stored: from then on a thread reply finds its escalation.
     await wait_until(lambda: _in_thread(slack, header.params["_ts"], "*Summary:*"))
     blocks = header.params["blocks"] if isinstance(header.params["blocks"], list) else json.loads(header.params["blocks"])
@@ -42,9 +45,6 @@ async def _escalated_and_claimed(client, slack, customer: str) -> tuple[int, str
     assert clicked.status_code == 200
     await client.services.slack_clicks.drain()  # acknowledged first, claimed after
     return escalation_id, header.params["_ts"]
-
-
-seen: set[str] = set()
 
 
 async def test_a_slack_operators_reply_the_customer_never_got_is_told_in_the_thread(client, slack):

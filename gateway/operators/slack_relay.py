@@ -1,0 +1,99 @@
+"""What members write in an escalation's Slack thread, on its way to the customer (`ThreadRelay.intercept`).
+
+An operator's thread reply is sent to the customer on whatever channel the customer is on, as their
+operator (`slack_access`); anyone else is told privately that nothing was sent. Only text is relayed: a
+file posted with it (a screenshot, a PDF) stays in Slack, where the customer cannot open it (its
+`url_private` needs the app's token), so the operator is told so in a message only they see, and the
+words posted with it still go.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from sqlalchemy import select
+
+from channels.slack_render import mrkdwn_to_markdown
+from gateway.errors import BadRequest, Conflict, NotFound
+from gateway.models import is_blank
+from gateway.operators.slack_access import not_an_operator, operator_of_member
+from gateway.operators.slack_text import named
+from storage.models import Conversation, Escalation, Message
+
+log = structlog.get_logger("gateway.operators.slack")
+
+
+def files_not_sent(attachments: list[dict[str, Any]]) -> str:
+    """What an operator who posted files in the thread reads: they were not sent, and why."""
+    kinds = sorted({str(a.get("kind") or "file") for a in attachments})
+    what = f"Your file ({kinds[0]})" if len(attachments) == 1 else f"Your {len(attachments)} files ({', '.join(kinds)})"
+    return (f"{what} was not sent to the customer: only text is relayed from this thread. Describe it in "
+            "words, or send it to the customer some other way (e-mail, a link they can open).")
+
+
+class ThreadRelay:
+    """The `SlackOperatorChannel` half that relays thread messages to the customer (a mixin: it uses the
+    channel's `_sessions`, `_settings`, `_escalations`, `_adapters`, `_post` and `channel_for`)."""
+
+    async def intercept(self, inbound: Message, conversation: Conversation) -> bool:
+        """A worker hook: True when `inbound` is an operator's reply in an escalation thread (relayed)."""
+        if inbound.channel != "slack" or conversation.chat != self.channel_for(inbound.bot):
+            return False
+        async with self._sessions() as session:
+            escalation = (await session.execute(select(Escalation).where(
+                Escalation.bot == inbound.bot, Escalation.slack_ts == conversation.thread))).scalar_one_or_none()
+        if escalation is None:
+            return True  # chatter in the operator channel is never answered by the bot
+        # The message's own sender: the thread's conversation belongs to whoever wrote in it first.
+        sender = (inbound.meta or {}).get("sender")
+        if not sender:  # stored before senders were recorded: it cannot be attributed to anyone
+            await self._post(inbound.bot, conversation.chat, "Not sent to the customer: send it again, please.",
+                             thread_ts=conversation.thread)
+            return True
+        operator = operator_of_member(self._settings, inbound.bot, sender)
+        if operator is None:
+            await self._refuse(inbound.bot, sender, action="reply", escalation_id=escalation.id,
+                               thread_ts=conversation.thread)
+            return True
+        if inbound.attachments:
+            log.info("slack_operator.file_not_relayed", escalation_id=escalation.id, operator=operator,
+                     message_id=inbound.id, files=len(inbound.attachments))
+            await self._tell(inbound.bot, sender, files_not_sent(inbound.attachments), thread_ts=conversation.thread)
+            if is_blank(inbound.text or ""):
+                return True  # a file alone: nothing to send, and "text must not be empty" would say nothing of it
+        try:
+            # Keyed by the operator's own stored message: a worker that died after relaying it and before
+            # marking it done handles it again, and must not send the customer a second copy.
+            # Written in Slack's mrkdwn; the customer's channel renders Markdown.
+            await self._escalations.reply(escalation.id, operator=operator, text=mrkdwn_to_markdown(inbound.text), bots=None,
+                                          source="slack", message_id=f"slack-in-{inbound.id}")
+        except (Conflict, BadRequest, NotFound) as exc:
+            await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {named(str(exc))}"
+                             f"{await self._newer_escalation(escalation)}", thread_ts=conversation.thread)
+        return True
+
+    async def _refuse(self, bot: str, member: str, *, action: str, escalation_id: int, thread_ts: str | None) -> None:
+        """Tell a member who is no operator of `bot`, in a message only they see, that nothing happened."""
+        log.warning("slack_operator.not_an_operator", bot=bot, user=member, action=action, escalation_id=escalation_id)
+        await self._tell(bot, member, not_an_operator(self._settings, bot, member), thread_ts=thread_ts)
+
+    async def _tell(self, bot: str, member: str, text: str, *, thread_ts: str | None) -> None:
+        """A message in the operator channel (in `thread_ts`, when given) that only `member` sees."""
+        channel = self.channel_for(bot)
+        if channel is None:
+            return
+        try:
+            await self._adapters[(bot, "slack")].client.chat_postEphemeral(
+                channel=channel, user=member, text=text, **({"thread_ts": thread_ts} if thread_ts else {}))
+        except Exception as exc:  # what it says stands whether or not Slack shows it
+            log.warning("slack_operator.post_failed", bot=bot, channel=channel, error=str(exc))
+
+    async def _newer_escalation(self, escalation: Escalation) -> str:
+        """Where to answer instead, when the customer asked for a person again after this thread's
+        escalation was handed back: the old thread refused the reply and said nothing of the new one."""
+        async with self._sessions() as session:
+            newer = (await session.execute(select(Escalation.id).where(
+                Escalation.conversation_id == escalation.conversation_id, Escalation.id > escalation.id,
+                Escalation.state.in_(("open", "claimed"))).order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
+        return f" The customer asked for a person again: answer in the thread of escalation #{newer}." if newer else ""
