@@ -302,6 +302,7 @@ async def _eval(args) -> int:
 async def _chat(args) -> int:
     settings = _settings(args)  # first: a typo was told after LiteLLM and the app had loaded (14 s)
     from gateway.observability.logs import configure_logging
+    from gateway.operators.slack_access import unguarded_notes
     from gateway.terminal_chat import converse
     from rag.index_lock import folder_in_use
 
@@ -311,7 +312,8 @@ async def _chat(args) -> int:
     if bot is None:
         print("error: no bots configured", file=sys.stderr)
         return 2
-    for warning in [*uncalibrated_gates(settings, [bot]), *models_missing_keys(settings)]:  # serve logs them
+    for warning in [*uncalibrated_gates(settings, [bot]), *models_missing_keys(settings),  # serve logs them
+                    *unguarded_notes(settings)]:
         print(f"note: {warning}", file=sys.stderr)
     session_id = f"terminal-{uuid.uuid4().hex[:12]}"
     if folder_in_use(settings.qdrant):  # a running server holds the index: no model or index of ours is needed

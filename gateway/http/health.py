@@ -11,6 +11,7 @@ from sqlalchemy import func, select, text
 from gateway.http.deps import services, utc_iso
 from gateway.models import as_utc, utcnow
 from gateway.observability.logs import redact
+from gateway.operators.slack_access import operator_channel_status
 from rag.ingest_runs import latest_runs
 from storage import repositories as repo
 from storage.models import Message
@@ -37,7 +38,8 @@ async def readyz(request: Request) -> JSONResponse:
     because the limiter fails open (every replica shares that Redis; failing them all would stop every
     message over a limiter outage). It is asked alongside the other checks, within its own short timeout.
     `models` names each model whose provider refused its key, its name or its account (401, 403, 404, no
-    credit) on its last call, the provider's words redacted as the log's are."""
+    credit) on its last call, the provider's words redacted as the log's are. `operator_channels` says, for
+    each bot with a Slack operator channel, "ok" or that it refuses everyone (no operator names a member)."""
     svc = services(request)
     limiter = getattr(svc, "rate_limiter", None)
     redis = asyncio.create_task(_redis_status(limiter)) if limiter is not None and limiter.backend == "redis" else None
@@ -63,6 +65,8 @@ async def readyz(request: Request) -> JSONResponse:
                             for (bot, channel), adapter in svc.adapters.items()
                             if isinstance(getattr(adapter, "connection_status", None), str)},
             **({"redis": await redis} if redis is not None else {}),
+            # Reported, not readiness: each bot's Slack operator channel, "ok" or why it refuses every operator.
+            "operator_channels": operator_channel_status(svc.settings),
             # Reported, not readiness: the fallbacks still answer, but only an operator can fix it.
             "models": {name: redact(error) for name, error in svc.llm.refused.items()} if svc.role != "web" else {},
             "schedule": svc.scheduler.next_runs() if svc.scheduler and svc.role != "web" else {},

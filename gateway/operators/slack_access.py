@@ -53,23 +53,42 @@ def not_an_operator(settings: Settings, bot: str, member: str) -> str:
             f"{' and '.join(missing)}: ask an admin to change that in the gateway's config.")
 
 
+def _has_operator_channel(bot) -> bool:
+    slack = bot.channels.slack
+    return slack is not None and slack.enabled and bool(slack.operator_channel)
+
+
 def unguarded_operator_channels(settings: Settings) -> dict[str, str]:
     """Bot → operator channel, for each Slack operator channel no enabled operator may act in."""
     unguarded: dict[str, str] = {}
     for bot in settings.bots:
-        slack = bot.channels.slack
-        if slack is None or not slack.enabled or not slack.operator_channel:
+        if not _has_operator_channel(bot):
             continue
         if not any(op.slack_user_ids and _acts_for(op, bot.name) for op in settings.operators):
-            unguarded[bot.name] = slack.operator_channel
+            unguarded[bot.name] = bot.channels.slack.operator_channel
     return unguarded
+
+
+NO_OPERATORS = ("no operator who serves this bot (and has a token) names a Slack member id: every click and thread "
+                "reply in its operator channel is refused")
+NO_OPERATORS_FIX = "add `slack_user_ids: [U0123ABCD]` (each person's Slack member id) to the operators who serve this bot"
+
+
+def operator_channel_status(settings: Settings) -> dict[str, str]:
+    """Bot → "ok", or why its Slack operator channel refuses everyone, for each bot that has one (`/readyz`:
+    a channel that refuses every operator is a misconfiguration, not a reason to stop taking messages)."""
+    unguarded = unguarded_operator_channels(settings)
+    return {bot.name: f"refuses everyone: {NO_OPERATORS}; {NO_OPERATORS_FIX}" if bot.name in unguarded else "ok"
+            for bot in settings.bots if _has_operator_channel(bot)}
+
+
+def unguarded_notes(settings: Settings) -> list[str]:
+    """One line per operator channel that refuses everyone, for a command that prints notes (`chat`)."""
+    return [f"bot {bot!r}, Slack operator channel {channel}: {NO_OPERATORS}; {NO_OPERATORS_FIX}"
+            for bot, channel in unguarded_operator_channels(settings).items()]
 
 
 def warn_unguarded(settings: Settings) -> None:
     """At start: say which operator channels refuse every click and reply, and what to add to open them."""
     for bot, channel in unguarded_operator_channels(settings).items():
-        log.error("slack_operator.no_operators", bot=bot, channel=channel,
-                  reason="no operator who serves this bot (and has a token) names a Slack member id: every "
-                         "click and thread reply in its operator channel is refused",
-                  fix="add `slack_user_ids: [U0123ABCD]` (each person's Slack member id) to the operators "
-                      "who serve this bot")
+        log.error("slack_operator.no_operators", bot=bot, channel=channel, reason=NO_OPERATORS, fix=NO_OPERATORS_FIX)
