@@ -191,7 +191,8 @@ class SlackAdapter:
             log.warning("slack.token_gone", bot=self.bot, reason=gone)
             return WebhookResult(ignored=(gone,), extra=extra)
         message, reason = parse_event(body, bot_ids=bot_ids(body, bot_user_id=self.bot_user_id),
-                                      respond_in_groups=self.settings.respond_in_groups, channel_name=self.name)
+                                      respond_in_groups=self.settings.respond_in_groups, channel_name=self.name,
+                                      operator_channel=self.settings.operator_channel)
         if message is None:
             return WebhookResult(ignored=(reason,), extra=extra)
         return WebhookResult(messages=(message,), extra=extra)

@@ -31,6 +31,7 @@ def parse_event(
     bot_ids: set[str],
     respond_in_groups: str,
     channel_name: str = "slack",
+    operator_channel: str | None = None,
 ) -> tuple[InboundMessage | None, str]:
     """One `event_callback` envelope → (message, "") or (None, why it is ignored)."""
     event = body.get("event") or {}
@@ -38,7 +39,7 @@ def parse_event(
     if kind not in ("message", "app_mention"):
         return None, f"event type {kind!r} is not handled"
     if subtype in ("message_changed", "message_deleted"):
-        return _revision(body, event, bot_ids=bot_ids, channel_name=channel_name)
+        return _revision(body, event, bot_ids=bot_ids, channel_name=channel_name, operator_channel=operator_channel)
     if subtype == "bot_message" or event.get("bot_id"):
         return None, f"from a bot (bot_id={event.get('bot_id')})"
     if subtype not in _ANSWERED_SUBTYPES:
@@ -103,10 +104,12 @@ def _plain_text(raw_text: str, bot_ids: set[str]) -> str:
     return slack_to_plain(raw_text).strip()
 
 
-def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
-              channel_name: str) -> tuple[InboundMessage | None, str]:
+def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str], channel_name: str,
+              operator_channel: str | None) -> tuple[InboundMessage | None, str]:
     """`message_changed` / `message_deleted` → a revision of the message it names (`InboundMessage.revises`):
-    applied while that message waits for its answer, ignored by the inbox once it was answered."""
+    applied while that message waits for its answer, ignored by the inbox once it was answered; in a thread
+    of the operator channel, stored once it was answered, for the operator channel to pass the operator's
+    edit on to the customer (`stored_if_answered`)."""
     # A deleted message that has thread replies is not removed: it becomes a "tombstone", announced as an edit.
     tombstone = (event.get("message") or {}).get("subtype") == "tombstone"
     deleted = event.get("subtype") == "message_deleted" or tombstone
@@ -118,14 +121,22 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
         return None, f"{event.get('subtype')}: a bot's message"
     if not ts or not channel:
         return None, f"{event.get('subtype')} without ts or channel"
+    previous = event.get("previous_message") or {}
+    if not deleted and "text" in previous and previous.get("text") == changed.get("text"):
+        return None, "message_changed: its text did not change (a link preview, a reply count)"
+    thread = changed.get("thread_ts") or previous.get("thread_ts")
+    in_operator_thread = bool(operator_channel) and channel == operator_channel and bool(thread) and thread != ts
     return InboundMessage(
         channel=channel_name,
         external_id=str(body.get("event_id") or f"{channel}:{ts}:{event.get('subtype')}"),
-        conversation=ConversationRef(channel=channel_name, workspace=str(body.get("team_id") or ""), chat=channel),
+        conversation=ConversationRef(channel=channel_name, workspace=str(body.get("team_id") or ""), chat=channel,
+                                     thread=thread if in_operator_thread else ""),
         sender=Sender(external_id=str(changed.get("user") or "")),
         text="" if deleted else _plain_text(changed.get("text") or "", bot_ids),
         revises=str(ts),
         deleted=deleted,
+        stored_if_answered=in_operator_thread,
+        existing_conversation_only=in_operator_thread,  # the thread's, where the operator wrote what they revise
     ), ""
 
 

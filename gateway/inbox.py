@@ -224,6 +224,10 @@ class Inbox:
                 await self._revise(bot, dataclasses.replace(edit, new_if_never_stored=False))
             return accepted
         what = "deletion" if edit.deleted else "edit"
+        if target is None and edit.stored_if_answered:  # passed on by whoever handles its conversation
+            return await self._accept(bot, dataclasses.replace(
+                edit, revises=None, deleted=False, stored_if_answered=False,
+                raw={**edit.raw, "revises": edit.revises, "deleted": edit.deleted}))
         if target is None:
             log.info("inbound.ignored", bot=bot, channel=edit.channel, platform_message_id=edit.revises,
                      reason=f"{what} of a message already answered (or never stored): not answered again")

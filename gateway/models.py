@@ -131,6 +131,10 @@ class InboundMessage:
     # An edit that is a message of its own when the one it revises was never stored: a group member's
     # message ignored for want of the bot's @mention, edited to add it.
     new_if_never_stored: bool = False
+    # An edit or deletion that is a message of its own when the one it revises was answered already (stored
+    # with `meta.revises` and `meta.deleted`): an operator's, in a Slack operator thread, of a reply relayed
+    # to the customer, which the operator channel passes on (`gateway/operators/slack_edits.py`).
+    stored_if_answered: bool = False
     # An edit's place among the edits of its message, where the platform numbers them (Telegram's update_id
     # counts up): an older edit handled after a newer one (two webhooks at once) does not undo it.
     revision: int | None = None

@@ -33,6 +33,9 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
         meta["sequence"] = message.sequence
     if message.revision is not None:  # stored from an edit: a later edit of it must be newer (`Inbox._revise`)
         meta["revision"] = message.revision
+    revises = message.raw.get("revises") if isinstance(message.raw, dict) else None
+    if isinstance(revises, str):  # an edit stored as a message (`InboundMessage.stored_if_answered`)
+        meta["revises"], meta["deleted"] = revises, bool(message.raw.get("deleted"))
     return meta
 
 

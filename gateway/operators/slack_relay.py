@@ -4,7 +4,8 @@ An operator's thread reply is sent to the customer on whatever channel the custo
 operator (`slack_access`); anyone else is told privately that nothing was sent. Only text is relayed: a
 file posted with it (a screenshot, a PDF) stays in Slack, where the customer cannot open it (its
 `url_private` needs the app's token), so the operator is told so in a message only they see, and the
-words posted with it still go.
+words posted with it still go. An operator's edit or deletion of a relayed reply is passed on
+(`slack_edits`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from channels.slack_render import mrkdwn_to_markdown
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.models import is_blank
 from gateway.operators.slack_access import not_an_operator, operator_of_member
+from gateway.operators.slack_edits import RevisionRelay
 from gateway.operators.slack_text import named
 from storage.models import Conversation, Escalation, Message
 
@@ -32,14 +34,17 @@ def files_not_sent(attachments: list[dict[str, Any]]) -> str:
             "words, or send it to the customer some other way (e-mail, a link they can open).")
 
 
-class ThreadRelay:
+class ThreadRelay(RevisionRelay):
     """The `SlackOperatorChannel` half that relays thread messages to the customer (a mixin: it uses the
     channel's `_sessions`, `_settings`, `_escalations`, `_adapters`, `_post` and `channel_for`)."""
 
     async def intercept(self, inbound: Message, conversation: Conversation) -> bool:
         """A worker hook: True when `inbound` is an operator's reply in an escalation thread (relayed)."""
-        if inbound.channel != "slack" or conversation.chat != self.channel_for(inbound.bot):
+        if inbound.channel != "slack":
             return False
+        if conversation.chat != self.channel_for(inbound.bot):
+            # An operator's stored edit is no question for the bot, even once the channel is no longer theirs.
+            return bool((inbound.meta or {}).get("revises"))
         async with self._sessions() as session:
             escalation = (await session.execute(select(Escalation).where(
                 Escalation.bot == inbound.bot, Escalation.slack_ts == conversation.thread))).scalar_one_or_none()
@@ -55,6 +60,9 @@ class ThreadRelay:
         if operator is None:
             await self._refuse(inbound.bot, sender, action="reply", escalation_id=escalation.id,
                                thread_ts=conversation.thread)
+            return True
+        if (inbound.meta or {}).get("revises"):  # an edit or deletion of a reply relayed already
+            await self._pass_on_revision(inbound, conversation, escalation=escalation, operator=operator, sender=sender)
             return True
         if inbound.attachments:
             log.info("slack_operator.file_not_relayed", escalation_id=escalation.id, operator=operator,

@@ -131,6 +131,26 @@ def test_slack_deleted_thread_parent_left_as_a_tombstone_withdraws_the_message()
     assert revision.revises == "5.5" and revision.deleted and revision.text == ""
 
 
+def test_slack_edit_in_an_operator_thread_is_kept_once_answered_and_one_that_changes_no_text_is_ignored():
+    """An operator's edit of a thread reply already relayed is stored for the operator channel to pass on
+    (elsewhere an edit of an answered message is dropped); a `message_changed` that changes no text (Slack
+    adds a link's preview, or a reply count) is no edit, and would have told the operator of one."""
+    adapter = make_adapter(operator_channel="COPS")
+    before = {"type": "message", "text": "refund is 10", "user": "UOPS", "ts": "5.6", "thread_ts": "5.5"}
+
+    def changed(channel: str, text: str) -> dict:
+        return {"type": "message", "subtype": "message_changed", "hidden": True, "channel": channel, "ts": "9.1",
+                "message": {**before, "text": text}, "previous_message": before}
+
+    (revision,) = adapter.parse_payload(envelope(changed("COPS", "refund is 12"))).messages
+    assert revision.revises == "5.6" and revision.text == "refund is 12" and revision.conversation.thread == "5.5"
+    assert revision.stored_if_answered and revision.existing_conversation_only
+    (elsewhere,) = adapter.parse_payload(envelope(changed("C1", "refund is 12"))).messages
+    assert not elsewhere.stored_if_answered and elsewhere.conversation.thread == ""
+    result = adapter.parse_payload(envelope(changed("COPS", "refund is 10")))
+    assert not result.messages and "its text did not change" in result.ignored[0]
+
+
 def test_slack_top_level_dm_stays_one_conversation():
     event = {"type": "message", "user": "U9", "text": "hi", "ts": "1.5", "channel": "D1", "channel_type": "im"}
     (message,) = make_adapter().parse_payload(envelope(event)).messages

@@ -1,0 +1,136 @@
+"""An operator's edit or deletion, in the Slack thread, of a reply already relayed to the customer reaches
+the customer where their platform can change a sent message, and is told to the operator where it cannot.
+Why: the edit was ignored as "an edit of a message already answered", and the customer kept the first
+version (a wrong amount, a wrong date) while the operator saw it corrected in Slack."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from sqlalchemy import select
+
+from storage.models import Message
+from tests.conftest import app_client
+from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.fakes.twilio_api import FakeTwilio
+from tests.gateway_channels.conftest import wait_until
+from tests.gateway_channels.whatsapp_rig import ACCOUNT_SID, AUTH_TOKEN, BOT_NUMBER, PUBLIC_URL, inbound, post
+from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET, TOKENS
+from tests.operators.test_slack_operator import _event, _post_event, _thread_reply
+from tests.operators.test_slack_reply_failed import _escalated_and_claimed
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+def _revision(subtype: str, thread_ts: str, ts: str, text: str, event_id: str, *, new_text: str = "") -> bytes:
+    """Slack's message_changed / message_deleted of member UOPS's thread message `ts`."""
+    before = {"type": "message", "user": "UOPS", "text": text, "ts": ts, "thread_ts": thread_ts}
+    event = {"type": "message", "subtype": subtype, "channel": OPS_CHANNEL, "hidden": True, "ts": f"{time.time():.6f}",
+             "previous_message": before}
+    if subtype == "message_changed":
+        event["message"] = {**before, "text": new_text, "edited": {"user": "UOPS", "ts": event["ts"]}}
+    else:
+        event["deleted_ts"] = ts
+    return _event(event, event_id)
+
+
+async def _relayed(client, text: str) -> Message:
+    """The reply sent to the customer for the operator's thread message `text`, once it is sent."""
+    async def sent():
+        async with client.services.sessions() as session:
+            return (await session.execute(select(Message).where(
+                Message.direction == "out", Message.author == "operator", Message.text == text,
+                Message.status == "sent"))).scalar_one_or_none()
+
+    return await wait_until(sent)
+
+
+def _told(slack, thread_ts: str) -> list[str]:
+    return [c.params["text"] for c in slack.calls_to("chat.postEphemeral") if c.params.get("thread_ts") == thread_ts]
+
+
+async def test_an_operators_edit_and_deletion_reach_a_customer_whose_platform_edits(client, slack):
+    _, thread_ts = await _escalated_and_claimed(client, slack, "DEDIT")
+    ts = f"{time.time():.6f}"
+    assert (await _post_event(client, _thread_reply("Your refund is 10 EUR.", thread_ts, "EvEditReply", ts=ts))).status_code == 200
+    reply = await _relayed(client, "Your refund is 10 EUR.")
+    [customer_ts] = reply.provider_ids
+
+    edited = _revision("message_changed", thread_ts, ts, "Your refund is 10 EUR.", "EvEdit", new_text="Your refund is *12* EUR.")
+    assert (await _post_event(client, edited)).status_code == 200
+    update = await wait_until(lambda: [c.params for c in slack.calls_to("chat.update") if c.params.get("channel") == "DEDIT"])
+    assert update[0]["ts"] == customer_ts and update[0]["text"] == "Your refund is *12* EUR."
+    await _relayed(client, "Your refund is **12** EUR.")  # what the console and transcript show, as Markdown
+    assert not _told(slack, thread_ts)
+
+    deleted = _revision("message_deleted", thread_ts, ts, "Your refund is *12* EUR.", "EvDelete")
+    assert (await _post_event(client, deleted)).status_code == 200
+    # Slack lets no bot delete a DM message of its own here: blanked, as the streamer does.
+    blanked = await wait_until(lambda: [c.params for c in slack.calls_to("chat.update")
+                                        if c.params.get("channel") == "DEDIT"][1:])
+    assert blanked[0]["ts"] == customer_ts and blanked[0]["text"] == "—"
+    # Neither the edit nor the deletion was answered by the bot, in the thread or anywhere.
+    assert not [c for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == thread_ts
+                and "12" in c.params.get("text", "")]
+
+
+async def test_an_operators_edit_of_a_web_chat_reply_is_stored_and_the_operator_told_an_open_page_keeps_it(client, slack):
+    def headers():
+        return [c for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == OPS_CHANNEL and c.params.get("blocks")]
+
+    before = len(headers())
+    asked = await client.post("/v1/bots/acme/chat", json={"session_id": "web-edit-1", "text": "I need to talk to a human"})
+    assert asked.status_code == 200
+    header = (await wait_until(lambda: headers()[before:]))[0]
+    thread_ts = header.params["_ts"]
+    blocks = header.params["blocks"] if isinstance(header.params["blocks"], list) else json.loads(header.params["blocks"])
+    await client.services.escalations.claim(int(blocks[1]["elements"][0]["value"]), operator="sam", bots=None)
+    ts = f"{time.time():.6f}"
+    await _post_event(client, _thread_reply("Your order ships Monday.", thread_ts, "EvWebReply", ts=ts))
+    await _relayed(client, "Your order ships Monday.")
+
+    edited = _revision("message_changed", thread_ts, ts, "Your order ships Monday.", "EvWebEdit",
+                       new_text="Your order ships Tuesday.")
+    assert (await _post_event(client, edited)).status_code == 200
+    told = await wait_until(lambda: _told(slack, thread_ts))
+    assert "a page they have open now still shows the first version" in told[0]
+    transcript = (await client.get("/v1/bots/acme/sessions/web-edit-1/messages")).json()["messages"]
+    assert [m["text"] for m in transcript if m["author"] == "operator"] == ["Your order ships Tuesday."]
+
+
+async def test_an_operators_edit_of_a_whatsapp_reply_tells_them_the_customer_still_has_the_first_version(tmp_path):
+    """WhatsApp cannot change a sent message: the operator is told so, in a message only they see."""
+    slack, twilio = await FakeSlack.start(), FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
+    channels = {"whatsapp": {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": BOT_NUMBER,
+                             "public_url": PUBLIC_URL, "api_base": twilio.base_url},
+                "slack": {"bot_token": "${OPS_SLACK_BOT}", "signing_secret": "${OPS_SLACK_SECRET}",
+                          "api_base": slack.api_base, "operator_channel": OPS_CHANNEL}}
+    operators = [{"name": "sam", "token": "${OPS_SAM_TOKEN}", "bots": ["acme"], "slack_user_ids": ["UOPS"]}]
+    env = {"WA_SID": ACCOUNT_SID, "WA_TOKEN": AUTH_TOKEN, "OPS_SLACK_BOT": BOT_TOKEN, "OPS_SLACK_SECRET": SIGNING_SECRET,
+           "OPS_SAM_TOKEN": TOKENS["sam"]}
+    try:
+        async with app_client(tmp_path, bots=[{"name": "acme", "channels": channels}], operators=operators,
+                              env=env) as client:
+            assert (await post(client, inbound("SMedit1", "+15550001111", "I need to talk to a human"))).status_code == 200
+            header = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("blocks")])
+            thread_ts = header[0].params["_ts"]
+            blocks = header[0].params["blocks"]
+            escalation_id = int((blocks if isinstance(blocks, list) else json.loads(blocks))[1]["elements"][0]["value"])
+            await client.services.escalations.claim(escalation_id, operator="sam", bots=None)
+            ts = f"{time.time():.6f}"
+            await _post_event(client, _thread_reply("It arrives on the 3rd.", thread_ts, "EvWaReply", ts=ts))
+            await _relayed(client, "It arrives on the 3rd.")
+            sends = len(twilio.state.requests)
+
+            edited = _revision("message_changed", thread_ts, ts, "It arrives on the 3rd.", "EvWaEdit",
+                               new_text="It arrives on the 4th.")
+            assert (await _post_event(client, edited)).status_code == 200
+            told = await wait_until(lambda: _told(slack, thread_ts))
+            assert told[0].startswith("WhatsApp cannot change a message once sent: the customer still has the first")
+            assert len(twilio.state.requests) == sends  # nothing more went to the customer
+            await _relayed(client, "It arrives on the 3rd.")  # what the customer has, as the console shows it
+    finally:
+        twilio.stop()
+        await slack.stop()
