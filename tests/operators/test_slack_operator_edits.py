@@ -5,6 +5,7 @@ version (a wrong amount, a wrong date) while the operator saw it corrected in Sl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -14,8 +15,12 @@ from sqlalchemy import select
 from storage.models import Message
 from tests.conftest import app_client
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.fakes.twilio_api import FakeTwilio
 from tests.gateway_channels.conftest import wait_until
+from tests.gateway_channels.test_telegram_e2e import SECRET as TG_SECRET
+from tests.gateway_channels.test_telegram_e2e import TOKEN as TG_TOKEN
+from tests.gateway_channels.test_telegram_e2e import update as tg_update
 from tests.gateway_channels.whatsapp_rig import ACCOUNT_SID, AUTH_TOKEN, BOT_NUMBER, PUBLIC_URL, inbound, post
 from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET, TOKENS
 from tests.operators.test_slack_operator import _event, _post_event, _thread_reply
@@ -100,28 +105,65 @@ async def test_an_operators_edit_of_a_web_chat_reply_is_stored_and_the_operator_
     assert [m["text"] for m in transcript if m["author"] == "operator"] == ["Your order ships Tuesday."]
 
 
+@contextlib.asynccontextmanager
+async def _customer_app(tmp_path, slack, channels: dict, env: dict):
+    """The app with bot `acme` on the customer's `channels` and the operator channel on the fake `slack`."""
+    slack_channel = {"bot_token": "${OPS_SLACK_BOT}", "signing_secret": "${OPS_SLACK_SECRET}",
+                     "api_base": slack.api_base, "operator_channel": OPS_CHANNEL}
+    operators = [{"name": "sam", "token": "${OPS_SAM_TOKEN}", "bots": ["acme"], "slack_user_ids": ["UOPS"]}]
+    env = {**env, "OPS_SLACK_BOT": BOT_TOKEN, "OPS_SLACK_SECRET": SIGNING_SECRET, "OPS_SAM_TOKEN": TOKENS["sam"]}
+    async with app_client(tmp_path, bots=[{"name": "acme", "channels": {**channels, "slack": slack_channel}}],
+                          operators=operators, env=env) as client:
+        yield client
+
+
+async def _operator_replied(client, slack, text: str) -> tuple[str, str, Message]:
+    """Operator sam claims the escalation just opened and replies `text` in its thread: (thread ts, the
+    reply's ts in Slack, the reply once sent to the customer)."""
+    header = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("blocks")])
+    thread_ts, blocks = header[0].params["_ts"], header[0].params["blocks"]
+    escalation_id = int((blocks if isinstance(blocks, list) else json.loads(blocks))[1]["elements"][0]["value"])
+    await client.services.escalations.claim(escalation_id, operator="sam", bots=None)
+    ts = f"{time.time():.6f}"
+    await _post_event(client, _thread_reply(text, thread_ts, f"Ev{ts}", ts=ts))
+    return thread_ts, ts, await _relayed(client, text)
+
+
+async def test_an_operators_edit_and_deletion_reach_a_telegram_customer(tmp_path):
+    slack = await FakeSlack.start()
+    try:
+        async with FakeTelegramAPI(TG_TOKEN) as telegram, _customer_app(tmp_path, slack, {"telegram": {
+                "token": "${TG_TOKEN}", "webhook_secret": "${TG_SECRET}", "api_base": telegram.base_url}},
+                {"TG_TOKEN": TG_TOKEN, "TG_SECRET": TG_SECRET}) as client:
+            asked = await client.post("/webhooks/acme/telegram", json=tg_update(1, 777, "I need to talk to a human"),
+                                      headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET})
+            assert asked.status_code == 200
+            thread_ts, ts, reply = await _operator_replied(client, slack, "Your refund is 10 EUR.")
+            [sent] = [m for m in telegram.sent if str(m.message_id) == reply.provider_ids[0]]
+
+            edited = _revision("message_changed", thread_ts, ts, "Your refund is 10 EUR.", "EvTgEdit",
+                               new_text="Your refund is *12* EUR.")
+            assert (await _post_event(client, edited)).status_code == 200
+            await wait_until(lambda: sent.edits)
+            assert sent.text == "Your refund is 12 EUR." and sent.entities[0]["type"] == "bold"
+
+            deleted = _revision("message_deleted", thread_ts, ts, "Your refund is *12* EUR.", "EvTgDelete")
+            assert (await _post_event(client, deleted)).status_code == 200
+            await wait_until(lambda: sent.deleted)
+            assert not _told(slack, thread_ts)
+    finally:
+        await slack.stop()
+
+
 async def test_an_operators_edit_of_a_whatsapp_reply_tells_them_the_customer_still_has_the_first_version(tmp_path):
     """WhatsApp cannot change a sent message: the operator is told so, in a message only they see."""
     slack, twilio = await FakeSlack.start(), FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
-    channels = {"whatsapp": {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": BOT_NUMBER,
-                             "public_url": PUBLIC_URL, "api_base": twilio.base_url},
-                "slack": {"bot_token": "${OPS_SLACK_BOT}", "signing_secret": "${OPS_SLACK_SECRET}",
-                          "api_base": slack.api_base, "operator_channel": OPS_CHANNEL}}
-    operators = [{"name": "sam", "token": "${OPS_SAM_TOKEN}", "bots": ["acme"], "slack_user_ids": ["UOPS"]}]
-    env = {"WA_SID": ACCOUNT_SID, "WA_TOKEN": AUTH_TOKEN, "OPS_SLACK_BOT": BOT_TOKEN, "OPS_SLACK_SECRET": SIGNING_SECRET,
-           "OPS_SAM_TOKEN": TOKENS["sam"]}
+    whatsapp = {"whatsapp": {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": BOT_NUMBER,
+                             "public_url": PUBLIC_URL, "api_base": twilio.base_url}}
     try:
-        async with app_client(tmp_path, bots=[{"name": "acme", "channels": channels}], operators=operators,
-                              env=env) as client:
+        async with _customer_app(tmp_path, slack, whatsapp, {"WA_SID": ACCOUNT_SID, "WA_TOKEN": AUTH_TOKEN}) as client:
             assert (await post(client, inbound("SMedit1", "+15550001111", "I need to talk to a human"))).status_code == 200
-            header = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("blocks")])
-            thread_ts = header[0].params["_ts"]
-            blocks = header[0].params["blocks"]
-            escalation_id = int((blocks if isinstance(blocks, list) else json.loads(blocks))[1]["elements"][0]["value"])
-            await client.services.escalations.claim(escalation_id, operator="sam", bots=None)
-            ts = f"{time.time():.6f}"
-            await _post_event(client, _thread_reply("It arrives on the 3rd.", thread_ts, "EvWaReply", ts=ts))
-            await _relayed(client, "It arrives on the 3rd.")
+            thread_ts, ts, _ = await _operator_replied(client, slack, "It arrives on the 3rd.")
             sends = len(twilio.state.requests)
 
             edited = _revision("message_changed", thread_ts, ts, "It arrives on the 3rd.", "EvWaEdit",
