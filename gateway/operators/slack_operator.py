@@ -7,7 +7,8 @@
   `gateway/operators/slack_actions.py`), signed with the bot's Slack signing secret and verified by its
   Slack adapter.
 - Thread replies arrive as ordinary Slack events, become inbound messages, and the worker hands them to
-  `intercept` before the pipeline sees them, so the bot never answers its own operators.
+  `intercept` (`gateway/operators/slack_relay.py`: text only, files told; edits and deletions passed on by
+  `slack_edits.py`) before the pipeline sees them, so the bot never answers its own operators.
 Only members an operator's `slack_user_ids` names may act (`slack_access`), as that operator (the hold,
 the audit trail, the console), so one person in the console and in Slack holds a thread once; anyone else
 is told so privately and nothing changes. (`slack:<user id>`: a claim from before members were mapped.)
