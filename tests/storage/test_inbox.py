@@ -113,6 +113,37 @@ async def test_inbox_revision_changes_only_a_waiting_message_of_its_chat(migrate
     await engine.dispose()
 
 
+async def test_inbox_revision_kept_once_answered_is_stored_as_a_message_of_its_thread(migrated_url):
+    """An operator's edit in a Slack operator thread (`stored_if_answered`): applied while the message waits,
+    a message of its own once it was answered (`meta.revises`, `meta.deleted`), for the relay to pass on;
+    into the thread's conversation only, and once per delivery."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    thread = ConversationRef(channel="slack", chat="COPS", thread="5.5")
+    said = replace(_message("Ev1", text="refund is 10", channel="slack"), conversation=thread, attachments=())
+    first = await inbox.accept("acme", said)
+    edit = replace(said, external_id="Ev2", text="refund is 11", revises="Ev1", stored_if_answered=True,
+                   existing_conversation_only=True)
+    assert await inbox.accept("acme", edit) is None  # still waiting: its text changes, nothing is stored
+    async with sessions() as session:
+        await session.execute(update(Message).where(Message.id == first.message_id).values(status="done"))
+        await session.commit()
+    kept = await inbox.accept("acme", replace(edit, external_id="Ev3", text="refund is 12"))
+    again = await inbox.accept("acme", replace(edit, external_id="Ev3", text="refund is 12"))
+    gone = await inbox.accept("acme", replace(edit, external_id="Ev4", text="", deleted=True))
+    elsewhere = await inbox.accept("acme", replace(edit, external_id="Ev5", conversation=replace(thread, thread="7.7")))
+    assert kept.conversation_id == first.conversation_id and again.duplicate and elsewhere is None
+    async with sessions() as session:
+        original, edited, deleted = [await session.get(Message, i) for i in (first.message_id, kept.message_id,
+                                                                              gone.message_id)]
+    assert original.text == "refund is 11"
+    assert (edited.text, edited.meta["revises"], edited.meta["deleted"]) == ("refund is 12", "Ev1", False)
+    assert (deleted.meta["revises"], deleted.meta["deleted"], deleted.status) == ("Ev1", True, "pending")
+    assert await _count(sessions, Message) == 3
+    await engine.dispose()
+
+
 async def test_two_edits_of_a_message_never_stored_handled_at_once_are_stored_once(migrated_url):
     """A group message ignored for want of the @mention, edited twice to add it: each edit found it never
     stored (one transaction), then stored itself under its own update's id (another), and was answered."""
