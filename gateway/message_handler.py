@@ -45,8 +45,9 @@ from gateway.pipeline.tool_journal import ToolJournal
 from gateway.settings import Settings
 from storage import message_meta
 from storage import repositories as repo
+from storage.meta_keys import set_meta_key
 from storage.models import Contact, Conversation, Message
-from storage.text import storable_json, storable_text
+from storage.text import storable_text
 
 MAX_TURN_ATTEMPTS = 5
 """Attempts at one message before it is given up (the failure reply and a person)."""
@@ -252,13 +253,12 @@ class MessageHandler:
     async def _record_meta(self, inbound: Message, key: str, value: object) -> None:
         """Set one key of `inbound.meta`, in the database too: what a later attempt at it must know.
 
-        One write at a time: the stream's and the tool journal's writes each store the whole `meta`, so
-        one that committed after a newer one would undo it."""
+        One write at a time: a key written twice (the stream's ids) must not have the older value commit last."""
         async with self._meta_lock, self._sessions() as session, session.begin():
-            # Merged into the row as stored, under its lock: an edit applied meanwhile changed its command
-            # (`Inbox._revise`), which the turn's copy would undo. A tool's result may hold NUL.
-            row = await session.get(Message, inbound.id, with_for_update=True)
-            row.meta = inbound.meta = {**(row.meta or {}), key: storable_json(value)}
+            # Merged into the row as stored, by the UPDATE itself (one statement; it was a locked read, then
+            # the write): an edit applied meanwhile changed its command (`Inbox._revise`), which the turn's
+            # copy would undo. A tool's result may hold NUL.
+            inbound.meta = await set_meta_key(session, message_id=inbound.id, key=key, value=value)
 
     async def _remove_interrupted_stream(self, inbound: Message, adapter, ref: ConversationRef) -> None:
         """An earlier attempt at `inbound` streamed messages and never finished (the process died):

@@ -79,3 +79,29 @@ async def test_a_claim_uses_the_row_as_it_claimed_it_not_as_read_before(migrated
         reply = await session.get(Message, reply_id)
     assert (reply.attempts, reply.provider_ids, reply.meta.get("sender")) == (2, ["p0", "p1"], "another replica")
     await engine.dispose()
+
+
+async def test_a_key_of_a_questions_meta_is_set_in_one_statement_keeping_what_changed_meanwhile(migrated_url):
+    """A streamed message's id or a tool's run is kept on the question (`MessageHandler._record_meta`): a
+    locked read of the row, then the write of its whole `meta`, two statements. One UPDATE merges the key
+    into `meta` as stored, so an edit's command committed since the turn read the question stays."""
+    engine, sessions, inbox, worker, _adapter = build_worker(migrated_url, EchoPipeline())
+    accepted = await inbox.accept("acme", chat_message("erin", 1))
+    async with sessions() as session:
+        question = await session.get(Message, accepted.message_id)
+    read = dict(question.meta)
+    async with sessions() as session, session.begin():  # an edit made it a command meanwhile
+        await session.execute(update(Message).where(Message.id == question.id)
+                              .values(meta={**read, "command": "start"}))
+    log = StatementLog(engine)
+    run = {"name": "lookup", "result": "Zürich\x00 ✓", "args": {"n": 1.5, "ids": [1, None, True]}}
+    await worker.handler._record_meta(question, "tool_runs", run)
+    await worker.handler._record_meta(question, "streamed", ["p1"])
+    assert [s for s in log.statements if " " in s] == ["UPDATE messages", "UPDATE messages"]
+    async with sessions() as session:
+        stored = (await session.get(Message, question.id)).meta
+    expected = {**read, "command": "start", "streamed": ["p1"],
+                "tool_runs": {**run, "result": "Zürich ✓"}}
+    assert stored == question.meta == expected
+    await engine.dispose()
+
