@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 
 import structlog
-from sqlalchemy import select, update
+from sqlalchemy import and_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.budget import usage_record
@@ -92,8 +92,7 @@ class MessageHandler:
                          channel=inbound.channel)
         started = time.monotonic()
         async with self._sessions() as session:
-            conversation = await session.get(Conversation, inbound.conversation_id)
-            contact = await _sender(session, inbound, conversation)
+            conversation, contact = await _conversation_and_sender(session, inbound)
             past = await repo.history(session, conversation_id=conversation.id, before_id=inbound.id,
                                       limit=self._settings.bot(inbound.bot).history_turns * 2
                                       if self._has_bot(inbound.bot) else 0)
@@ -387,13 +386,15 @@ def _a_place_moved(answered_meta: dict, meta: dict | None) -> bool:
         answered_meta.get("command") == now.get("command"))
 
 
-async def _sender(session: AsyncSession, inbound: Message, conversation: Conversation) -> Contact | None:
-    """Who sent this message: the identity tools authorize against. In a group chat or a shared thread
-    the conversation's contact is only whoever wrote first; the message records its own sender."""
+async def _conversation_and_sender(session: AsyncSession, inbound: Message) -> tuple[Conversation, Contact | None]:
+    """The message's conversation and who sent it (the identity tools authorize against), in one statement: in a
+    group chat or a shared thread the conversation's contact is whoever wrote first; the message names its sender."""
     sender = (inbound.meta or {}).get("sender")
-    if sender:
-        found = (await session.execute(select(Contact).where(
-            Contact.channel == inbound.channel, Contact.external_id == sender))).scalar_one_or_none()
+    who = and_(Contact.channel == inbound.channel, Contact.external_id == sender) if sender \
+        else Contact.id == Conversation.contact_id
+    conversation, found = (await session.execute(select(Conversation, Contact).outerjoin(Contact, who).where(
+        Conversation.id == inbound.conversation_id))).one()
+    if sender and found is None:
         # Its row may be gone (retention, a deletion request): still this sender, never the first writer.
-        return found if found is not None else Contact(channel=inbound.channel, external_id=sender, display_name="")
-    return await session.get(Contact, conversation.contact_id) if conversation.contact_id else None
+        return conversation, Contact(channel=inbound.channel, external_id=sender, display_name="")
+    return conversation, found

@@ -105,3 +105,26 @@ async def test_a_key_of_a_questions_meta_is_set_in_one_statement_keeping_what_ch
     assert stored == question.meta == expected
     await engine.dispose()
 
+
+class _PaidEcho(EchoPipeline):
+    """Echoes after two model calls (a follow-up's rewrite and its answer), each a `usage` row."""
+
+    async def handle(self, turn):
+        result = await super().handle(turn)
+        result.usage = [{"model": model, "prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.001,
+                         "partial": False} for model in ("rewrite", "answer")]
+        return result
+
+
+async def test_a_turn_reads_its_conversation_and_sender_in_one_statement(migrated_url):
+    """The turn read its conversation, then its sender's contact: two statements before its history's."""
+    engine, sessions, inbox, worker, _adapter = build_worker(migrated_url, _PaidEcho(delay=0))
+    accepted = await inbox.accept("acme", chat_message("erin", 1))
+    async with sessions() as session:
+        question = await session.get(Message, accepted.message_id)
+    log = StatementLog(engine)
+    await worker.handler.handle(question)
+    assert [s for s in log.statements if " " in s][:3] == [
+        "SELECT conversations", "SELECT messages",  # the conversation with its sender; the history
+        "UPDATE messages"]  # the attempt counted
+    await engine.dispose()

@@ -64,7 +64,7 @@ async def test_a_tool_gets_the_sender_of_each_message_in_a_shared_topic(tmp_path
 async def test_a_sender_whose_contact_row_is_gone_is_still_the_sender(tmp_path):
     """Retention or a deletion request may remove a member's contact row while their message waits:
     the tool must still get that member, never fall back to the group's first writer."""
-    from gateway.message_handler import _sender
+    from gateway.message_handler import _conversation_and_sender
     from storage.engine import create_engine, session_factory
     from storage.models import Base, Contact, Conversation
 
@@ -75,7 +75,10 @@ async def test_a_sender_whose_contact_row_is_gone_is_still_the_sender(tmp_path):
         first = Contact(channel="telegram", external_id="111", display_name="Ann")
         session.add(first)
         await session.flush()
-        inbound = Message(channel="telegram", meta={"sender": "222"})
-        sender = await _sender(session, inbound, Conversation(contact_id=first.id))
+        group = Conversation(bot="acme", channel="telegram", chat="-100", contact_id=first.id)
+        session.add(group)
+        await session.flush()
+        inbound = Message(channel="telegram", conversation_id=group.id, meta={"sender": "222"})
+        conversation, sender = await _conversation_and_sender(session, inbound)
     await engine.dispose()
-    assert (sender.external_id, sender.id) == ("222", None)
+    assert (conversation.id, sender.external_id, sender.id) == (group.id, "222", None)
