@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.models import utcnow
@@ -73,17 +73,21 @@ class DailyBudget:
         if not usage:
             return
         async with self._sessions() as session, session.begin():
-            session.add_all(usage_record(bot, row, conversation_id=conversation_id) for row in usage)
+            await store_usage(session, bot, usage, conversation_id=conversation_id)
         if self._metrics is not None:
             self._metrics.record_usage(bot, usage)
 
 
-def usage_record(bot: str, row: dict[str, Any], *, conversation_id: int | None = None,
-                 message_id: int | None = None) -> Usage:
-    """The stored `usage` row for one `usage_row`."""
-    return Usage(bot=bot, conversation_id=conversation_id, message_id=message_id, model=row["model"],
-                 prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],
-                 cost_usd=row["cost_usd"] or 0.0, partial=row["partial"])
+async def store_usage(session: AsyncSession, bot: str, usage: list[dict[str, Any]], *,
+                      conversation_id: int | None = None, message_id: int | None = None) -> None:
+    """Store `usage_row`s as `usage` rows, all in one INSERT (added to the session, each was an INSERT of
+    its own: a follow-up's rewrite and answer, two round trips)."""
+    if usage:
+        with session.no_autoflush:  # the session's other changes go at the commit, each row's once, as before
+            await session.execute(insert(Usage).values([{
+                "bot": bot, "conversation_id": conversation_id, "message_id": message_id, "model": row["model"],
+                "prompt_tokens": row["prompt_tokens"], "completion_tokens": row["completion_tokens"],
+                "cost_usd": row["cost_usd"] or 0.0, "partial": row["partial"]} for row in usage]))
 
 
 def usage_row(result: Any) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import structlog
 from sqlalchemy import and_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.budget import usage_record
+from gateway.budget import store_usage
 from gateway.burst import NO_BURST, Burst, burst_followers, in_sent_order
 from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
@@ -334,8 +334,8 @@ class MessageHandler:
                     outbound_ids.append(out.id)
                 if result.reply is not None:
                     conversation.unanswered_turns = 0 if result.answered else conversation.unanswered_turns + 1
-                session.add_all(usage_record(inbound.bot, row, conversation_id=conversation.id, message_id=inbound.id)
-                                for row in result.usage)
+                await store_usage(session, inbound.bot, result.usage, conversation_id=conversation.id,
+                                  message_id=inbound.id)
                 if result.escalate and self._on_escalate is not None:
                     await self._on_escalate(session, conversation=conversation, reason=result.escalate,
                                            trigger=result.trigger or "other")

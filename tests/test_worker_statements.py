@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from storage import repositories as repo
-from storage.models import Conversation, Message
+from storage.models import Conversation, Message, Usage
 from tests.statement_log import StatementLog
 from tests.worker_rig import EchoPipeline, build_worker, chat_message
 
@@ -127,4 +127,22 @@ async def test_a_turn_reads_its_conversation_and_sender_in_one_statement(migrate
     assert [s for s in log.statements if " " in s][:3] == [
         "SELECT conversations", "SELECT messages",  # the conversation with its sender; the history
         "UPDATE messages"]  # the attempt counted
+    await engine.dispose()
+
+
+async def test_a_turns_model_calls_are_stored_in_one_insert(migrated_url):
+    """Each model call's `usage` row was an INSERT of its own on SQLite (the ORM batches them only where
+    the database returns the new ids in order): a follow-up's rewrite and answer, two statements."""
+    engine, sessions, inbox, worker, _adapter = build_worker(migrated_url, _PaidEcho(delay=0))
+    accepted = await inbox.accept("acme", chat_message("erin", 1))
+    async with sessions() as session:
+        question = await session.get(Message, accepted.message_id)
+    log = StatementLog(engine)
+    await worker.handler.handle(question)
+    assert log.counts()["INSERT usage"] == 1
+    async with sessions() as session:
+        usage = (await session.execute(select(Usage).order_by(Usage.id))).scalars().all()
+    assert [(u.model, u.message_id, u.conversation_id, u.prompt_tokens, u.cost_usd, u.partial, u.created_at is not None)
+            for u in usage] == [(model, question.id, question.conversation_id, 10, 0.001, False, True)
+                                for model in ("rewrite", "answer")]
     await engine.dispose()
