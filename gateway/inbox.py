@@ -61,6 +61,11 @@ def _newer(edit: InboundMessage, meta: dict[str, Any] | None) -> bool:
     return edit.revision is None or not isinstance(applied, int) or edit.revision > applied
 
 
+def _names(edit: InboundMessage):
+    """The SQL condition that a message is the one `edit` revises (its `meta.platform_message_id`)."""
+    return Message.meta["platform_message_id"].as_string() == edit.revises
+
+
 @dataclass(frozen=True, slots=True)
 class Accepted:
     """What the caller needs to acknowledge, and to wait for the answer if it wants to."""
@@ -176,12 +181,14 @@ class Inbox:
         An edit that lands while the answer is being written is answered after it, as a message of its
         own (`MessageHandler._finish`); a deletion then drops the answer."""
         async with self._sessions() as session, session.begin():
-            waiting = (await session.execute(
-                select(Message.id, Message.conversation_id, Message.meta)
+            # The message it names, found by the database: reading every pending message of the chat with
+            # its whole `meta` to pick it in Python cost a busy chat (a burst, a queue held by a person) more.
+            found = (await session.execute(
+                select(Message.id, Message.conversation_id)
                 .join(Conversation, Message.conversation_id == Conversation.id).where(
                     Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
-                    Message.status == "pending", Conversation.chat == edit.conversation.chat))).all()
-            found = next((m for m in waiting if (m.meta or {}).get("platform_message_id") == edit.revises), None)
+                    Message.status == "pending", Conversation.chat == edit.conversation.chat,
+                    _names(edit)).order_by(Message.id).limit(1))).first()
             target = None
             if found is not None:
                 # The conversation's row, then the message: the order the answer's store takes them in
@@ -210,8 +217,7 @@ class Inbox:
             unknown = target is None and edit.new_if_never_stored and not edit.deleted and not (await session.execute(
                 select(Message.id).join(Conversation, Message.conversation_id == Conversation.id).where(
                     Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
-                    Conversation.chat == edit.conversation.chat,
-                    Message.meta["platform_message_id"].as_string() == edit.revises).limit(1))).first()
+                    Conversation.chat == edit.conversation.chat, _names(edit)).limit(1))).first()
         if unknown:  # its first version was ignored (a group message without the bot's @mention)
             # Stored under a key of the message it edits, not of this update: two edits handled at once both
             # found it never stored (that check and this store are two transactions), and both were stored
