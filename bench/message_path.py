@@ -10,7 +10,10 @@ CPU time (less moved by other work on the machine than the wall times), and the 
 `--profile FILE` writes a cProfile of the whole run (loop thread only).
 
     HF_HUB_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/python -m bench.message_path \
-        [--db sqlite|postgres] [--n 50] [--chats 5] [--profile out.prof]
+        [--db sqlite|postgres] [--n 50] [--chats 5] [--stream] [--profile out.prof]
+
+`--stream`: the Telegram channel streams its answers (`stream: true`): a message sent, then edited into
+the reply, its id kept on the question meanwhile.
 
 Not a test: the times depend on the machine and its load (the counts do not).
 """
@@ -55,7 +58,7 @@ async def _idle(services, fake_tg: FakeTelegramAPI, sent: int, deadline: float) 
         await asyncio.sleep(0.002)
 
 
-async def run(db: str, n: int, chats: int, profile_to: str | None) -> None:
+async def run(db: str, n: int, chats: int, profile_to: str | None, stream: bool = False) -> None:
     from gateway.app import create_app
     from gateway.settings import load_settings
 
@@ -71,7 +74,7 @@ async def run(db: str, n: int, chats: int, profile_to: str | None) -> None:
             bot = {"name": "acme", "model": "fast", "sources": [
                 {"name": "help", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}],
                 "channels": {"telegram": {"token": "${PERF_TG_TOKEN}", "webhook_secret": "${PERF_TG_SECRET}",
-                                          "api_base": fake_tg.base_url}}}
+                                          "api_base": fake_tg.base_url, "stream": stream}}}
             models = [{"model_name": "fast", "litellm_params": {"model": "openai/fast", "api_base": llm.base_url,
                                                                  "api_key": "${PERF_LLM_KEY:-sk-fake}"}}]
             # A long poll interval: only the message's own wake-ups claim work, not the idle polls.
@@ -104,7 +107,7 @@ async def run(db: str, n: int, chats: int, profile_to: str | None) -> None:
                             content=json.dumps(_update(1000 + i, 5000 + i % chats, f"How much is Plus? ({i})")))
                         ack = time.perf_counter() - t0
                         response.raise_for_status()
-                        while len(fake_tg.sent) < i + 1:
+                        while len(fake_tg.sent) < i + 1:  # a streamed answer's first send comes first
                             if time.perf_counter() - t0 > 30:
                                 raise TimeoutError(f"message {i}: no reply sent")
                             await asyncio.sleep(0.001)
@@ -125,7 +128,7 @@ async def run(db: str, n: int, chats: int, profile_to: str | None) -> None:
         if db == "postgres" and url:
             await asyncio.to_thread(drop_postgres, url)
         shutil.rmtree(tmp, ignore_errors=True)
-    _print(db, n, chats, acks, replies, cpu, per_message, transactions, sample_sql)
+    _print(db + (" (streamed)" if stream else ""), n, chats, acks, replies, cpu, per_message, transactions, sample_sql)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -158,6 +161,7 @@ if __name__ == "__main__":
     parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--chats", type=int, default=5)
+    parser.add_argument("--stream", action="store_true", help="the Telegram channel streams its answers")
     parser.add_argument("--profile", metavar="FILE")
     args = parser.parse_args()
-    asyncio.run(run(args.db, args.n, args.chats, args.profile))
+    asyncio.run(run(args.db, args.n, args.chats, args.profile, args.stream))
