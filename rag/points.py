@@ -51,17 +51,19 @@ async def reusing_points(
     """`index_points`, except for a chunk with a donor (chunk id -> the id of the same chunk of a document with
     the same content: a file renamed or copied): the donor's vectors, read back from the index or embedded
     in this same call, are written under the chunk's own id and payload, not embedded again. A donor that
-    is neither (the index no longer holds it) is embedded after all. Returns the points and how many were reused."""
-    wanted = [donors[c.chunk_id] for _, c in chunks if c.chunk_id in donors]
-    stored = await index.vectors(bot, wanted) if wanted else {}
+    is neither (the index no longer holds it) is embedded after all. A donor embedded in this call is never read
+    back: the index holds its previous vectors (of another chunker or model) until this call's are written.
+    Returns the points and how many were reused."""
     here = {c.chunk_id for _, c in chunks}
+    wanted = [donor for _, c in chunks if (donor := donors.get(c.chunk_id)) is not None and donor not in here]
+    stored = await index.vectors(bot, wanted) if wanted else {}
     points, fresh, copies = [], [], []
     for doc, c in chunks:
         donor = donors.get(c.chunk_id, "")
-        if (v := stored.get(donor)) is not None:
-            points.append(_point(source, doc, c, v.dense, v.sparse, v.sentences))
-        elif donor in here and donor not in donors:  # its donor is embedded below
+        if donor in here and donor not in donors:  # its donor is embedded below
             copies.append((doc, c, donor))
+        elif (v := stored.get(donor)) is not None:
+            points.append(_point(source, doc, c, v.dense, v.sparse, v.sentences))
         else:
             fresh.append((doc, c))
     reused = len(points) + len(copies)

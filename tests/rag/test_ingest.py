@@ -317,6 +317,32 @@ async def test_the_same_document_in_two_folders_is_embedded_once_and_each_copy_k
     assert sorted(await _points(index)) == sorted(copy)
 
 
+async def test_a_copy_of_a_page_embedded_again_under_new_settings_takes_its_new_vectors(
+        tmp_path, index, dense, sparse, sessions, monkeypatch):
+    """The page indexed under the previous chunker, its copy added in the run that embeds it again: the copy took
+    the page's previous vectors, still in the index while the same batch embedded the new ones, and kept them."""
+    folder = tmp_path / "kb"
+    (folder / "copy").mkdir(parents=True)  # listed after the page
+    text = (write_kb(tmp_path / "all") / "billing.md").read_text()
+    (folder / "billing.md").write_text(text)
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+    await Ingestor(index, dense, sparse, sessions).ingest_source("acme", source)
+    (folder / "copy/billing.md").write_text(text)
+    monkeypatch.setattr(rag.fingerprint, "CHUNKER_VERSION", "next")
+    await Ingestor(index, Reversed(dense), sparse, sessions).ingest_source("acme", source)  # vectors of its own
+    rows = {row.doc_id: row for row in await _rows(sessions)}
+    points = await _points(index)
+    for copy_id, original_id in zip(rows["copy/billing.md"].chunk_ids, rows["billing.md"].chunk_ids, strict=True):
+        assert points[copy_id][1].dense == pytest.approx(points[original_id][1].dense, abs=1e-6)
+
+
+class Reversed(CountingEmbedder):
+    """The real embedder's vectors, each reversed: another model's, of the same size."""
+
+    async def aembed_documents(self, texts):
+        return [list(reversed(vector)) for vector in await super().aembed_documents(texts)]
+
+
 async def _rows(sessions) -> list[DocumentRow]:
     async with sessions() as session:
         return list((await session.scalars(select(DocumentRow))).all())
