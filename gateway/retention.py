@@ -182,6 +182,10 @@ async def _purge_batch(session: AsyncSession, bot: str, expired, cutoff: datetim
     # bot's to remove. "No conversation's contact" alone took another bot's group members too.
     theirs = sorted(set().union(*(people.get(c, set()) for c in ids)))
     await _delete_conversations(session, ids, report)
+    if ids:  # a chat the bot has no conversation in now: its removal mark (a private chat's id is the person's)
+        await session.execute(delete(RemovedChat).where(RemovedChat.bot == bot, ~exists().where(
+            Conversation.bot == RemovedChat.bot, Conversation.channel == RemovedChat.channel,
+            Conversation.chat == RemovedChat.chat)))
     # Left with no conversation and no message with any bot, they carry only personal data: removed
     # too. Not one who wrote within the period (to any bot).
     orphans = select(Contact.id).where(~exists().where(Conversation.contact_id == Contact.id),

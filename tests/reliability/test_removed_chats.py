@@ -110,3 +110,33 @@ async def test_forgetting_a_person_deletes_the_mark_of_their_private_chat_that_b
             assert list((await session.execute(select(RemovedChat.chat))).scalars()) == [GROUP]
     finally:
         await engine.dispose()
+
+
+async def test_retention_deletes_the_mark_of_a_chat_whose_conversations_it_purged(migrated_url):
+    """A person who blocked the bot: retention purged their conversation and contact, and `removed_chats` kept
+    their private chat's id (personal data) for good."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from gateway.retention import purge_expired
+    from gateway.settings import Settings
+    from tests.scale.test_retention import _store
+
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        old = await _store(sessions, bot="acme", channel="telegram", user="5550001", chat="5550001")
+        await _store(sessions, bot="acme", channel="telegram", user="5550002", chat="5550002")
+        long_ago = utcnow() - timedelta(days=45)
+        async with sessions() as session, session.begin():
+            await session.execute(update(Conversation).where(Conversation.id == old).values(created_at=long_ago))
+            await session.execute(update(Message).where(Message.conversation_id == old).values(created_at=long_ago))
+            for chat in ("5550001", "5550002"):
+                await mark_removed(session, bot="acme", channel="telegram", chat=chat, removed=True, at=long_ago)
+        report = await purge_expired(sessions, Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 30}]))
+        assert report.conversations == 1
+        async with sessions() as session:  # the other chat still has its conversation: its mark stays
+            assert list((await session.execute(select(RemovedChat.chat))).scalars()) == ["5550002"]
+    finally:
+        await engine.dispose()
