@@ -156,6 +156,7 @@ class Outbox:
         status, error, reason, provider_ids, meta = "sent", None, None, [], dict(message.meta or {})
         opted_out = False  # the platform says the contact opted out (a STOP that never reached us)
         removed = False  # the platform says the bot was removed from the chat (a `my_chat_member` missed)
+        attempted_at = utcnow()  # a removal it tells is dated so: a question asked since is the bot's, back
         meta.pop("next_attempt_at", None)
         # Parts an earlier attempt delivered (module docstring); kept in `meta` only while a retry is due.
         delivered = [str(p) for p in meta.pop("delivered_parts", None) or []]
@@ -279,7 +280,7 @@ class Outbox:
                         await session.execute(update(Contact).where(Contact.id == contact.id).values(opted_out_at=utcnow()))
                     if removed:  # likewise, on every replica, until the platform says the bot is back
                         await mark_removed(session, bot=message.bot, channel=message.channel, chat=conversation.chat,
-                                           removed=True, at=utcnow())
+                                           removed=True, at=attempted_at)
                     if with_parts:
                         for provider_id in dict.fromkeys(str(p) for p in provider_ids):
                             session.add(Delivery(message_id=message_id, channel=message.channel,

@@ -140,3 +140,23 @@ async def test_retention_deletes_the_mark_of_a_chat_whose_conversations_it_purge
             assert list((await session.execute(select(RemovedChat.chat))).scalars()) == ["5550002"]
     finally:
         await engine.dispose()
+
+
+async def test_a_question_asked_while_a_refused_send_was_under_way_is_answered(migrated_url):
+    """The refusal was dated when its outcome was recorded (after the adapter's in-place retries, or a database
+    away meanwhile), not when the send began: a question the group asked in between, so with the bot back in it,
+    had its answer refused as if asked before the removal, and the member was never answered."""
+    async with _telegram_outbox(migrated_url) as (sessions, telegram, outbox):
+        stale = await _reply(sessions, "acme", GROUP, 0)
+        adapter = outbox._adapters[("acme", "telegram")]
+        send, asked = adapter.send, []
+
+        async def asked_meanwhile(message):
+            asked.append(await _reply(sessions, "acme", GROUP, 1))  # the bot added back, and asked, during the send
+            return await send(message)
+
+        adapter.send = asked_meanwhile
+        telegram.fail_next("sendMessage", status=403, description="Forbidden: bot was kicked from the supergroup chat")
+        assert await outbox.deliver(stale) == "failed"
+        adapter.send = send
+        assert await outbox.deliver(asked[0]) == "sent"
