@@ -44,7 +44,7 @@ from gateway.delivery.heartbeat import sending_heartbeat
 from gateway.delivery.receipts import adopt_early_receipts
 from gateway.delivery.send_breaker import SendBreaker
 from gateway.delivery.streaming import remove_leftovers
-from gateway.delivery.window import OUTSIDE_WINDOW, OutsideWindow, send_within_window
+from gateway.delivery.window import OUTSIDE_WINDOW, OutsideWindow, RefusedHere, send_within_window
 from gateway.errors import BotRemoved, ChannelError, ChannelSendError, RecipientOptedOut, RecipientUnreachable
 from gateway.events import ESCALATIONS_TOPIC, EventBus, conversation_topic
 from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage, as_utc, utcnow
@@ -202,9 +202,12 @@ class Outbox:
                     meta["template"] = template
                     bound.info("outbound.template_sent", content_sid=template, reason=OUTSIDE_WINDOW)
             except OutsideWindow as exc:
+                self._breaker.released(message.bot, message.channel)
                 status, reason, error = "failed", "outside_window", f"undeliverable: {exc}"
             except RecipientUnreachable as exc:
-                self._breaker.reached(message.bot, message.channel)
+                # Refused here, the platform was not asked: that says nothing of whether it is back.
+                (self._breaker.released if isinstance(exc, RefusedHere) else self._breaker.reached)(
+                    message.bot, message.channel)
                 opted_out = isinstance(exc, RecipientOptedOut) and contact is not None and contact.opted_out_at is None
                 removed = isinstance(exc, BotRemoved) and removed_at is None
                 provider_ids = _sent_ids(exc)

@@ -69,6 +69,13 @@ class SendBreaker:
         if health is not None and health.pauses:
             log.info("outbound.channel_resumed", bot=bot, channel=channel, pauses=health.pauses)
 
+    def released(self, bot: str, channel: str) -> None:
+        """A send refused without asking the platform (a removed chat, an opt-out): the pause stands, and if it
+        was the probe, the next send probes at once rather than after `PROBE_TIMEOUT_S`."""
+        health = self._health.get((bot, channel))
+        if health is not None:
+            health.probe_started = None
+
     def failed(self, bot: str, channel: str, error: str) -> None:
         """A send that may go through later did not (not a rate limit: module docstring)."""
         health = self._health.setdefault((bot, channel), _ChannelHealth())

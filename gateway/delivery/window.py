@@ -16,7 +16,11 @@ from gateway.models import OutboundMessage, utcnow
 OUTSIDE_WINDOW = "outside the 24-hour window"
 
 
-class OutsideWindow(RecipientUnreachable):
+class RefusedHere(RecipientUnreachable):
+    """Refused by the gateway, the platform not asked: it tells nothing of the platform (`SendBreaker.released`)."""
+
+
+class OutsideWindow(RefusedHere):
     """WhatsApp: the contact last wrote more than 24 h ago and no template is configured."""
 
 
@@ -28,10 +32,10 @@ async def send_within_window(adapter: ChannelAdapter, outbound: OutboundMessage,
     contact who opted out (STOP), nothing: Twilio would refuse it (21610), a template too; nor to a chat the
     bot was removed from (storage/removed_chats.py), which would refuse it (Telegram's 403)."""
     if removed_at is not None:
-        raise RecipientUnreachable(f"the bot was removed from chat {outbound.conversation.chat} at {removed_at}; "
+        raise RefusedHere(f"the bot was removed from chat {outbound.conversation.chat} at {removed_at}; "
                                    "nothing is sent there until it is added back")
     if opted_out_at is not None:
-        raise RecipientUnreachable(f"the contact opted out (STOP) at {opted_out_at}; nothing is sent to them "
+        raise RefusedHere(f"the contact opted out (STOP) at {opted_out_at}; nothing is sent to them "
                                    "until they send START")
     if outbound.conversation.channel == "whatsapp" and hasattr(adapter, "send_template"):
         from channels.whatsapp import within_window  # Twilio is imported only where WhatsApp is used

@@ -160,3 +160,24 @@ async def test_a_question_asked_while_a_refused_send_was_under_way_is_answered(m
         assert await outbox.deliver(stale) == "failed"
         adapter.send = send
         assert await outbox.deliver(asked[0]) == "sent"
+
+
+async def test_a_reply_refused_here_neither_ends_a_pause_of_its_platform_nor_holds_its_probe(migrated_url):
+    """A channel paused as its platform was down: the reply tried after the pause (the probe) went to a chat the
+    bot was removed from, was refused without a call, and was taken for the platform answering. The pause
+    ended, and every reply waiting went to a platform no one had asked."""
+    from gateway.delivery.send_breaker import FAILURES_TO_PAUSE, FIRST_PAUSE_S, SendBreaker
+    from tests.reliability.test_send_breaker import Clock
+
+    async with _telegram_outbox(migrated_url) as (sessions, telegram, outbox):
+        clock = Clock()
+        outbox._breaker = breaker = SendBreaker(clock=clock)
+        for _ in range(FAILURES_TO_PAUSE):
+            breaker.failed("acme", "telegram", error="timeout")
+        clock.now += FIRST_PAUSE_S
+        refused = await _reply(sessions, "acme", GROUP, 0)
+        async with sessions() as session, session.begin():
+            await mark_removed(session, bot="acme", channel="telegram", chat=GROUP, removed=True, at=utcnow())
+        assert await outbox.deliver(refused) == "failed" and telegram.calls("sendMessage") == []
+        assert breaker.paused_until("acme", "telegram") is None  # the next reply is the probe, at once
+        assert breaker.paused_until("acme", "telegram") is not None  # and the others wait for it
