@@ -14,25 +14,29 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import and_, delete
+from sqlalchemy import and_, case, delete
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
 from gateway.models import as_utc
 from storage.models import Conversation, RemovedChat
-from storage.repositories import insert_ignore
+from storage.repositories import dialect_insert
 
 
 async def mark_removed(session: AsyncSession, *, bot: str, channel: str, chat: str, removed: bool,
                        at: datetime) -> None:
-    """Record that `bot` was removed from `chat` at `at` (the earliest removal kept), or is back in it."""
+    """Record that `bot` was removed from `chat` at `at` (the latest removal kept), or is back in it."""
     if not removed:
         await session.execute(delete(RemovedChat).where(RemovedChat.bot == bot, RemovedChat.channel == channel,
                                                         RemovedChat.chat == chat))
         return
-    # One statement, so two replicas told at once (a notice and a refused send) do not collide on the key.
-    await session.execute(insert_ignore(session, RemovedChat, {"bot": bot, "channel": channel, "chat": chat,
-                                                               "removed_at": at}, ["bot", "channel", "chat"]))
+    # One statement, so two replicas told at once (a notice and a refused send) do not collide on the key. The
+    # latest removal: one kept from before a return unheard let through each reply to a question asked since.
+    insert = dialect_insert(session, RemovedChat).values(bot=bot, channel=channel, chat=chat, removed_at=at)
+    later = case((insert.excluded.removed_at > RemovedChat.removed_at, insert.excluded.removed_at),
+                 else_=RemovedChat.removed_at)
+    await session.execute(insert.on_conflict_do_update(index_elements=["bot", "channel", "chat"],
+                                                       set_={"removed_at": later}))
 
 
 def removed_from_its_chat() -> ColumnElement[bool]:

@@ -23,9 +23,13 @@ from storage.text import storable_json, storable_text
 
 def insert_ignore(session: AsyncSession, model: type, values: dict[str, Any], conflict: list[str]):
     """INSERT … ON CONFLICT (`conflict`) DO NOTHING, in the session's dialect: a row two writers may add at once."""
+    return dialect_insert(session, model).values(**values).on_conflict_do_nothing(index_elements=conflict)
+
+
+def dialect_insert(session: AsyncSession, model: type):
+    """The session's dialect's INSERT of `model`, which has ON CONFLICT (PostgreSQL's or SQLite's)."""
     dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return insert(model).values(**values).on_conflict_do_nothing(index_elements=conflict)
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(model)
 
 
 async def upsert_contact(session: AsyncSession, *, channel: str, external_id: str, display_name: str,

@@ -209,7 +209,7 @@ class Outbox:
                 (self._breaker.released if isinstance(exc, RefusedHere) else self._breaker.reached)(
                     message.bot, message.channel)
                 opted_out = isinstance(exc, RecipientOptedOut) and contact is not None and contact.opted_out_at is None
-                removed = isinstance(exc, BotRemoved) and removed_at is None
+                removed = isinstance(exc, BotRemoved)  # told anew: a mark from before is dated from now on
                 provider_ids = _sent_ids(exc)
                 status, reason, error = "failed", "unreachable", f"recipient unreachable: {exc}"
             except ChannelSendError as exc:

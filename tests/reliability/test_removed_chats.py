@@ -181,3 +181,15 @@ async def test_a_reply_refused_here_neither_ends_a_pause_of_its_platform_nor_hol
         assert await outbox.deliver(refused) == "failed" and telegram.calls("sendMessage") == []
         assert breaker.paused_until("acme", "telegram") is None  # the next reply is the probe, at once
         assert breaker.paused_until("acme", "telegram") is not None  # and the others wait for it
+
+
+async def test_a_removal_told_again_by_a_refused_send_dates_the_mark_anew(migrated_url):
+    """The mark kept its first removal's date: the bot back unheard, questions asked, then removed again, each
+    reply to those questions was sent for a 403 of its own, since each was asked after the mark's date."""
+    async with _telegram_outbox(migrated_url) as (sessions, telegram, outbox):
+        await _heard(sessions, 1, old="member", new="kicked", now=False)  # dated before the questions
+        first, second = await _reply(sessions, "acme", GROUP, 0), await _reply(sessions, "acme", GROUP, 1)
+        telegram.fail_next("sendMessage", status=403, description="Forbidden: bot was kicked from the supergroup chat")
+        assert await outbox.deliver(first) == "failed"
+        assert await outbox.deliver(second) == "failed"
+        assert len(telegram.calls("sendMessage")) == 1  # the second was refused here
