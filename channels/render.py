@@ -217,6 +217,10 @@ class _Splitter:
         for run in self.big_wrapped:  # never between a mark and its text
             if run.start < end <= run.start + len(run.opener) or run.end - len(run.closer) <= end < run.end:
                 return False
+            # Nor where the mark added would run into a like character: "`a`" + "``" reads "`a```", no closer.
+            if (run.inside(end) and self.text[end - 1] == run.closer[0]) or (
+                    run.inside(nxt) and self.text[nxt] == run.opener[-1]):
+                return False
         for table in self.tables:  # whole rows only, after the header
             if table.start < end < table.end and not (table.body <= end and level <= _LINE_LEVEL):
                 return False

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 
 from channels.render import render_citations, split_text, text_length, utf16_len
 from gateway.models import Citation
@@ -155,6 +156,17 @@ def test_split_text_closes_and_reopens_a_code_span_and_a_links_text_longer_than_
     inner = [p for p in link if "help.example.com" not in p]  # the link in bold: closed inner first
     assert len(inner) >= 3 and all(p.startswith("**[") and p.rstrip(".").endswith("](https://e.com/b)**") for p in inner)
     assert sum(p.count("important") for p in code) == sum(p.count("important") for p in link) / 2 == 60
+
+
+def test_split_text_never_runs_a_reopened_code_spans_backticks_into_the_texts() -> None:
+    """A double-backtick span holding `quoted` words, cut next to one: the part ended "`step```" and the next
+    began "```step`", runs of three that close nothing, and both parts showed their backticks as typed."""
+    body = " ".join(["run `step` then go"] * 120)
+    parts = split_text(f"Do `` {body} `` now.", limit=300)
+    assert len(parts) >= 8 and all(len(p) <= 300 and "```" not in p for p in parts)
+    md = MarkdownIt("commonmark")
+    assert all([t.type for t in md.parseInline(p)[0].children].count("code_inline") == 1 for p in parts)
+    assert sum(p.count("run `step` then go") for p in parts) == 120
 
 
 def test_split_text_repeats_a_tables_header_in_each_part() -> None:
