@@ -94,11 +94,15 @@ def vcard_fields(card: Any) -> dict[str, str]:
         options = {p.strip().upper() for p in params}
         if options & {"ENCODING=QUOTED-PRINTABLE", "QUOTED-PRINTABLE"}:  # vCard 2.1, as Android writes non-ASCII
             value = quopri.decodestring(value.encode()).decode("utf-8", errors="replace")
-        parts = [bounded(_ESCAPED.sub(_unescape, part)) for part in re.split(r"(?<!\\);", value)]
+        limit = {"email": EMAIL_CHARS, "url": URL_CHARS}.get(field, NAME_CHARS)
+        parts = [bounded(_ESCAPED.sub(_unescape, part), limit + 1) for part in re.split(r"(?<!\\);", value)]
         if field == "organization" and (units := [p for p in parts[1:] if p]) and parts[0]:
             text = bounded(f"{parts[0]} ({', '.join(units)})")
         else:
-            text = bounded(";".join(parts).removeprefix("mailto:"), EMAIL_CHARS if field == "email" else URL_CHARS)
+            text = bounded(";".join(parts).removeprefix("mailto:"), limit + 1)
+            if len(text) > limit and field != "organization":
+                continue  # an address or a link cut short is another's: none is better
+            text = text[:limit]
         if (field == "organization" and text) or (field == "email" and _EMAIL.fullmatch(text)) or (
                 field == "url" and text.lower().startswith(("https://", "http://")) and " " not in text):
             found[field] = text
