@@ -12,7 +12,8 @@ import re
 
 from markdown_it import MarkdownIt
 
-from channels.render import fence_spans, outside, render_citations, split_text
+from channels.citations import render_citations
+from channels.render import fence_spans, outside, split_text
 from gateway.models import OutboundMessage
 
 MAX_LENGTH = 2000

@@ -1,4 +1,4 @@
-"""Splitting and citation footers shared by every channel.
+"""Splitting shared by every channel.
 
 `split_text` cuts an answer into parts that each fit a platform's limit. It prefers, in order, paragraph,
 line, sentence and word boundaries, and never cuts inside a fenced code block or a URL (nor a Markdown link,
@@ -11,13 +11,12 @@ ones inner first), and a Markdown table cut between its rows starts each later p
 `|---|` lines again, so it is still a table. Only the whitespace at a cut is dropped, and those added marks
 and headers.
 
-Platform dialects (Telegram HTML, Slack mrkdwn, WhatsApp plain text...) live in each channel's module;
-this module knows nothing about any one platform.
+Platform dialects (Telegram HTML, Slack mrkdwn, WhatsApp plain text...) live in each channel's module, and the
+citation footers in channels/citations.py; this module knows nothing about any one platform.
 """
 
 from __future__ import annotations
 
-import html
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
@@ -28,10 +27,8 @@ from typing import Literal
 from markdown_it import MarkdownIt
 
 from channels.split_spans import Table, Wrapped, code_spans, emphasis_spans, table_spans
-from gateway.models import SOURCES_HEADING, Citation
 
 Unit = Literal["chars", "utf16"]
-CitationStyle = Literal["markdown", "html", "mrkdwn", "plain"]
 
 _PARAGRAPH = re.compile(r"[^\S\n]*\n(?:[^\S\n]*\n)+")
 _LINE = re.compile(r"[^\S\n]*\n")
@@ -343,58 +340,3 @@ def split_text(text: str, *, limit: int, unit: Unit = "chars") -> list[str]:
     if text_length(text, unit=unit) <= limit:
         return [text]
     return _Splitter(text, limit, unit).run()
-
-
-def render_citations(
-    citations: Iterable[Citation], *, style: CitationStyle, heading: str = SOURCES_HEADING
-) -> str:
-    """A numbered footer under `heading` (a bot's `replies.sources_heading`), with each citation as a
-    link in the given dialect.
-
-    `markdown` gives `[title](url)`, `html` an escaped `<a href>`, `mrkdwn` Slack's `<url|title>`,
-    and `plain` `title (url)`; the heading is bold where the dialect has bold. Duplicates are dropped;
-    citations without a URL are listed by title. Returns "" when there is nothing to cite.
-    """
-    seen: set[tuple[str, str | None]] = set()
-    lines: list[str] = []
-    for citation in citations:
-        title = (citation.title or citation.source).strip() or citation.source
-        key = (title, citation.url)
-        if key in seen:
-            continue
-        seen.add(key)
-        lines.append(f"{len(lines) + 1}. {_link(title, citation.url, style)}")
-    if not lines:
-        return ""
-    return "\n".join([_bold(heading.strip(), style), *lines])
-
-
-def _bold(text: str, style: CitationStyle) -> str:
-    if not text or style == "plain":
-        return text
-    if style == "html":
-        return f"<b>{html.escape(text)}</b>"
-    if style == "mrkdwn":
-        return f"*{_mrkdwn_text(text)}*"
-    return f"**{text}**"
-
-
-def _mrkdwn_text(text: str) -> str:
-    """`text` with the three characters Slack treats as control (& < >) escaped."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _link(title: str, url: str | None, style: CitationStyle) -> str:
-    if style == "html":
-        if not url:
-            return html.escape(title)
-        return f'<a href="{html.escape(url, quote=True)}">{html.escape(title)}</a>'
-    if style == "mrkdwn":
-        safe = _mrkdwn_text(title)
-        return f"<{url}|{safe.replace('|', '¦')}>" if url else safe
-    if style == "markdown":
-        if not url:
-            return title
-        safe = title.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
-        return f"[{safe}](<{url}>)" if any(c in url for c in " ()") else f"[{safe}]({url})"
-    return f"{title} ({url})" if url else title

@@ -35,7 +35,8 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, WebhookResult
-from channels.render import render_citations, split_text
+from channels.citations import render_citations
+from channels.render import split_text
 from channels.sent_parts import SentParts
 from channels.slack_errors import TOKEN_REFUSED, TRANSIENT, UNREACHABLE, rate_limit_wait, token_refused
 from channels.slack_events import bot_ids, parse_event

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from channels.render import render_citations, split_text, utf16_len
+from channels.citations import render_citations
+from channels.render import split_text, utf16_len
 from gateway.models import SOURCES_HEADING, Citation
 
 TELEGRAM_LIMIT = 4096

@@ -45,7 +45,8 @@ from twilio.request_validator import RequestValidator
 from twilio.rest import Client
 
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, StatusUpdate, WebhookResult
-from channels.render import render_citations, split_text
+from channels.citations import render_citations
+from channels.render import split_text
 from channels.sent_parts import SentParts
 from channels.whatsapp_media import attachments as media_of
 from channels.whatsapp_media import readable

@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 
 import structlog
 
-from channels.render import fence_open_at, render_citations, split_text, text_length
+from channels.citations import render_citations
+from channels.render import fence_open_at, split_text, text_length
 from gateway.errors import ChannelSendError
 from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage
 

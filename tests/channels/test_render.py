@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from channels.render import render_citations, split_text, text_length, utf16_len
+from channels.citations import render_citations
+from channels.render import split_text, text_length, utf16_len
 from gateway.models import Citation
 
 BLNS = Path(__file__).resolve().parents[1] / "fixtures" / "badinput" / "blns.json"
