@@ -98,7 +98,8 @@ def _find_fences(text: str) -> list[_Fence]:
         closed = len(closing) >= len(tok.markup) and set(closing) == {tok.markup[0]}
         close_start = starts[last] if closed else line_end(last)
         # The closer keeps the opener's indent, which a fence in a list item needs to stay in it, and its
-        # ">", which one in a block quote needs; so does the opener again at the top of the next part.
+        # ">", which one in a block quote needs; the opener again at the top of the next part keeps the ">" only
+        # (that part is out of the list item), and so do its closers there (`_Splitter.piece`).
         fences.append(_Fence(starts[first], line_end(first), close_start, line_end(last), opener.strip(),
                              prefix + tok.markup))
     return fences
@@ -252,9 +253,19 @@ class _Splitter:
                 return fence.start, fence.start
         return hard, hard
 
+    def piece(self, start: int, end: int, reopened: _Fence | None) -> str:
+        """text[start:end], right-stripped; in a part that reopened `reopened`, its closing line unindented, as the
+        opener reopening it is. Why: out of its list item, a closer indented four spaces closes nothing, and the
+        code block ran over the closer and the text after it."""
+        body = self.text[start:end].rstrip()
+        if reopened is not None and start <= reopened.close_start < start + len(body):
+            cut = reopened.close_start - start
+            body = body[:cut] + body[cut:].lstrip(" ")
+        return body
+
     def run(self) -> list[str]:
         text, parts, start = self.text, [], 0
-        prefix = ""
+        prefix, open_fence = "", None
         while start < len(text):
             while start < len(text) and text[start] == "\n":
                 start += 1
@@ -262,7 +273,7 @@ class _Splitter:
             if not rest:
                 break
             if self.measure(prefix) + self.span(start, start + len(rest)) <= self.limit:
-                parts.append(prefix + rest)
+                parts.append(prefix + self.piece(start, len(text), open_fence))
                 break
             budget = self.limit - self.measure(prefix)
             hard = self.furthest(start, budget)
@@ -287,10 +298,12 @@ class _Splitter:
             if end < 0:
                 end, nxt = self.choose(start, hard, budget)
             fence, runs, table = self.fence_at(end), self.wrapped_at(end), self.table_at(end)
-            body = text[start:end].rstrip()
+            body = self.piece(start, end, open_fence)
             if body:
-                parts.append(prefix + body + (f"\n{fence.closer}" if fence else "".join(r.closer for r in runs[::-1])))
-            if fence and self.fence_at(nxt) is fence:
+                closer = (fence.closer.lstrip(" ") if fence is open_fence else fence.closer) if fence else ""
+                parts.append(prefix + body + (f"\n{closer}" if fence else "".join(r.closer for r in runs[::-1])))
+            open_fence = fence if fence and self.fence_at(nxt) is fence else None
+            if open_fence is not None:
                 prefix = f"{fence.opener}\n"
             elif reopened := [r for r in runs if r.inside(nxt)]:
                 prefix = "".join(r.opener for r in reopened)

@@ -40,8 +40,8 @@ def test_a_long_code_block_in_a_list_item_is_closed_and_reopened_across_messages
     assert len(chunks) == 2 and all(len(c) <= MAX_LENGTH for c in chunks)
     assert chunks[0].endswith("\n    ```") and chunks[1].startswith("```bash\n    step_")
     fences = [[line for line in c.split("\n") if line.strip() in ("```", "```bash")] for c in chunks]
-    assert fences == [["    ```bash", "    ```"], ["```bash", "    ```"]]
-    assert chunks[1].endswith("    ```\n\n2. Done.")
+    assert fences == [["    ```bash", "    ```"], ["```bash", "```"]]  # out of the list item, as its opener
+    assert chunks[1].endswith("\n```\n\n2. Done.")
 
 
 def test_a_line_starting_with_inline_code_is_no_code_block_for_the_prose_after_it():

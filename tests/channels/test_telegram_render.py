@@ -132,3 +132,13 @@ def test_render_messages_keeps_a_cut_table_a_table_and_a_long_bold_run_bold() ->
     assert all("| " not in m.replace(" | ", "") for m in messages)
     bold = render_messages("**" + " ".join(["This is an important sentence."] * 200) + "**")
     assert len(bold) == 2 and all(m.startswith("<b>") and m.endswith("</b>") and "*" not in m for m in bold)
+
+
+def test_render_messages_keeps_a_long_code_block_of_a_list_item_code_in_each_message() -> None:
+    """A code block indented in a list item ('1. Install:' then '    ```bash') longer than a message was reopened
+    unindented and closed indented: outside the list no closer, so each later message showed '    ```' as code,
+    and the last one '2. Done.' too."""
+    code = "\n".join(f"    step_{i} = run(value_{i})  # a comment" for i in range(40))
+    messages = render_messages("1. Install:\n\n    ```bash\n" + code + "\n    ```\n\n2. Done.", limit=500)
+    assert len(messages) >= 3 and all(m.count("<pre>") == 1 and "```" not in m for m in messages)
+    assert messages[-1].endswith("</code></pre>\n\n2. Done.") and sum(m.count("step_") for m in messages) == 40
