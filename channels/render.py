@@ -277,7 +277,8 @@ class _Splitter:
                 break
             budget = self.limit - self.measure(prefix)
             hard = self.furthest(start, budget)
-            closers = sum(self.measure(w.closer) for w in self.big_wrapped if w.start < hard and w.end > start)
+            closers = sum(self.measure(w.closer) + w.closer.startswith("`") for w in self.big_wrapped
+                          if w.start < hard and w.end > start)  # and a space a code span's may need (`_marks`)
             if closers:
                 budget -= closers  # room for the closing marks
                 hard = self.furthest(start, budget)
@@ -301,18 +302,25 @@ class _Splitter:
             body = self.piece(start, end, open_fence)
             if body:
                 closer = (fence.closer.lstrip(" ") if fence is open_fence else fence.closer) if fence else ""
-                parts.append(prefix + body + (f"\n{closer}" if fence else "".join(r.closer for r in runs[::-1])))
+                parts.append(prefix + body + (f"\n{closer}" if fence else _code_gap(runs, body[-1:]) + "".join(
+                    r.closer for r in runs[::-1])))
             open_fence = fence if fence and self.fence_at(nxt) is fence else None
             if open_fence is not None:
                 prefix = f"{fence.opener}\n"
             elif reopened := [r for r in runs if r.inside(nxt)]:
-                prefix = "".join(r.opener for r in reopened)
+                prefix = "".join(r.opener for r in reopened) + _code_gap(reopened, text[nxt])
             elif table and table.body < nxt <= table.end and self.table_at(nxt) is table:
                 prefix = table.head
             else:
                 prefix = ""
             start = nxt
         return parts
+
+
+def _code_gap(runs: list[Wrapped], beside: str) -> str:
+    """A space between a code span's mark added at a cut (the innermost of `runs`) and a backtick `beside` it,
+    which CommonMark drops: "`a`" + "``" read "`a```", a run of three that closes nothing."""
+    return " " if runs and runs[-1].opener.startswith("`") and beside == "`" else ""
 
 
 # A platform without an escape (Slack, WhatsApp) formats `*not bold*` however the answer escaped it:
