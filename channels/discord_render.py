@@ -40,7 +40,8 @@ def to_discord_markdown(text: str) -> str:
 def _code_block(block: str) -> str:
     """A fenced code block as Discord can show it. Discord ends a block at the first ``` in it and knows
     no longer fence (````) nor ~~~: the fence becomes ```, and a run of three backticks or more inside
-    keeps its look with a zero-width space between its backticks (it is copied with them)."""
+    keeps its look with a zero-width space between its backticks (it is copied with them); one left unclosed is
+    closed."""
     lines = block.split("\n")
     opener = _FENCE_LINE.match(lines[0])
     if opener is None:
@@ -51,7 +52,8 @@ def _code_block(block: str) -> str:
               and len(closer.group(2)) >= len(marker))
     body = lines[1:-1] if closed else lines[1:]
     shown = [f"{prefix}```{_breaking_ticks(info)}", *(_breaking_ticks(line) for line in body)]
-    return "\n".join(shown + ([f"{closer.group(1)}```"] if closer is not None and closed else []))
+    # One left unclosed (an answer cut off in it) ends with its container on CommonMark; Discord shows it as typed.
+    return "\n".join(shown + [f"{closer.group(1) if closer is not None and closed else prefix}```"])
 
 
 def _breaking_ticks(line: str) -> str:

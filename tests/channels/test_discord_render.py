@@ -69,3 +69,10 @@ def test_three_backticks_inside_a_code_block_do_not_end_it_on_discord():
     text = "Write:\n\n````md\n```python\nprint(1)\n```\n````\n\n~~~sh\necho '```'\n~~~\n\nThen ```x``` inline."
     assert to_discord_markdown(text) == (
         f"Write:\n\n```md\n{ticks}python\nprint(1)\n{ticks}\n```\n\n```sh\necho '{ticks}'\n```\n\nThen ```x``` inline.")
+
+
+def test_a_code_block_left_unclosed_is_closed_on_discord():
+    """An answer cut off inside a code block (the model's output limit) ends its block on every CommonMark
+    platform; Discord shows an unclosed ``` as typed, and the code after it as prose."""
+    assert to_discord_markdown("Run:\n\n~~~sh\necho '```'\nls") == "Run:\n\n```sh\necho '`\u200b`\u200b`'\nls\n```"
+    assert to_discord_markdown("> ```\n> a\n\nAfter.") == "> ```\n> a\n> ```\n\nAfter."
