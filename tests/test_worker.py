@@ -163,6 +163,14 @@ def test_outbox_waits_as_long_as_the_platform_asks_up_to_an_hour() -> None:
     assert waits[:3] == [5.0, 5.0, 8.0] and sum(waits) > 600
 
 
+def test_a_rate_limit_is_waited_as_the_platform_asks_but_never_not_at_all() -> None:
+    # The platform's wait is the schedule of a rate-limited send (not a doubling of every try); one of 0 s
+    # (or below) retried the reply at once, again and again, until its hour was up.
+    outbox = Outbox(None, adapters={}, bus=None)  # type: ignore[arg-type]
+    assert outbox._backoff(9, retry_after=20.0, rate_limited=True) == 20.0
+    assert outbox._backoff(9, retry_after=0.0, rate_limited=True) == outbox._backoff(9, retry_after=-3, rate_limited=True) == 1.0
+
+
 async def test_worker_claims_only_as_many_conversations_as_it_has_free_slots(migrated_url):
     """Claimed beyond its slots, a conversation held its lease while it queued for one, and each round's
     oldest 50 went ahead of anything newer (review: a web message waited minutes behind failing sends)."""

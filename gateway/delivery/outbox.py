@@ -55,6 +55,7 @@ from storage.removed_chats import mark_removed, removed_from_its_chat, still_rem
 
 log = structlog.get_logger("gateway.outbox")
 
+MIN_RATE_LIMIT_WAIT_S = 1.0  # the shortest wait for a rate-limited send, whatever the platform said
 RECORD_ATTEMPTS = 15  # about a minute of backoff: longer than a database restart or failover
 HEARTBEAT_S = 10.0
 """How often an in-flight send refreshes its row; well under the two lease periods (60 s by default)
@@ -364,8 +365,8 @@ class Outbox:
         platform said when it takes the send again, and doubling past that only delays the reply."""
         platform_wait = None if retry_after is None else min(
             max(retry_after, 0.0), max(self.max_backoff_s, self.max_platform_wait_s))
-        if rate_limited and platform_wait is not None:
-            return round(platform_wait, 3)
+        if rate_limited and platform_wait is not None:  # at least a second: "0" was a retry at once, over and over
+            return round(max(platform_wait, MIN_RATE_LIMIT_WAIT_S), 3)
         wait = doubling(attempt, first=self.backoff_s, cap=self.max_backoff_s)
         return round(wait if platform_wait is None else max(wait, platform_wait), 3)
 
