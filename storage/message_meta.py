@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.models import InboundMessage
+from storage.text import storable_json
 
 
 def inbound_meta(message: InboundMessage) -> dict[str, Any]:
@@ -36,7 +37,9 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
     revises = message.raw.get("revises") if isinstance(message.raw, dict) else None
     if isinstance(revises, str):  # an edit stored as a message (`InboundMessage.stored_if_answered`)
         meta["revises"], meta["deleted"] = revises, bool(message.raw.get("deleted"))
-    return meta
+    # The raw payload is as the platform sent it (a form field may hold NUL): PostgreSQL's jsonb, which the
+    # one-statement merge of a key casts `meta` to (storage/meta_keys.py), refuses what its json took.
+    return storable_json(meta)
 
 
 SAID_META = ("command", "shared")  # what meta says of the text: the bot command it is, what it shares

@@ -146,3 +146,21 @@ async def test_a_turns_model_calls_are_stored_in_one_insert(migrated_url):
             for u in usage] == [(model, question.id, question.conversation_id, 10, 0.001, False, True)
                                 for model in ("rewrite", "answer")]
     await engine.dispose()
+
+
+async def test_a_key_is_set_on_a_questions_meta_holding_what_a_platform_shared_with_a_nul(migrated_url):
+    """What a platform shared (a WhatsApp place's label, a form field) was kept in `meta` as sent, NUL
+    included, which PostgreSQL's `json` takes as `\\u0000` and its `jsonb` refuses: the one-statement merge
+    casts `meta` to `jsonb`, so a streamed answer or a tool's run on such a question failed the turn."""
+    import dataclasses
+
+    engine, sessions, inbox, worker, _adapter = build_worker(migrated_url, EchoPipeline())
+    shared = {"place": {"label": "Gate\x00 7", "latitude": 1.5}}
+    accepted = await inbox.accept("acme", dataclasses.replace(chat_message("erin", 1), raw={"shared": shared}))
+    async with sessions() as session:
+        question = await session.get(Message, accepted.message_id)
+    await worker.handler._record_meta(question, "streamed", ["p1"])
+    async with sessions() as session:
+        stored = (await session.get(Message, question.id)).meta
+    assert (stored["streamed"], stored["shared"]) == (["p1"], {"place": {"label": "Gate 7", "latitude": 1.5}})
+    await engine.dispose()
