@@ -100,7 +100,8 @@ class MessageHandler:
             await self._finish(inbound, None, status="ignored", error="bot no longer configured")
             return None
         if self._intercept is not None and await self._intercept(inbound, conversation):
-            await self._finish(inbound, None, status="done")
+            await self._finish(inbound, None, status="done",  # an edit landing meanwhile is stored to pass on
+                               answered=((inbound.id, inbound.text, message_meta.said(inbound.meta)),))
             return None
         if contact is not None and contact.opted_out_at is not None and \
                 (inbound.meta or {}).get("command") not in OPT_COMMANDS:
@@ -382,8 +383,7 @@ def _a_place_moved(answered_meta: dict, meta: dict | None) -> bool:
     def location(said: dict) -> object:
         return (said.get("shared") or {}).get("location")
     now = message_meta.said(meta)
-    return location(answered_meta) is not None and location(now) is not None and (
-        answered_meta.get("command") == now.get("command"))
+    return location(answered_meta) is not None and location(now) is not None and answered_meta.get("command") == now.get("command")
 
 
 async def _conversation_and_sender(session: AsyncSession, inbound: Message) -> tuple[Conversation, Contact | None]:

@@ -53,7 +53,7 @@ class RevisionRelay:
             original = (await session.execute(select(Message).where(
                 Message.conversation_id == conversation.id, Message.direction == "in",
                 Message.meta["platform_message_id"].as_string() == str(meta.get("revises")))
-                .limit(1))).scalar_one_or_none()
+                .order_by(Message.id).limit(1))).scalar_one_or_none()  # the first: an edit of it holds its id too
             customer = await session.get(Conversation, escalation.conversation_id)
             reply = None
             if original is not None and customer is not None and (original.meta or {}).get("sender") == sender:

@@ -176,3 +176,28 @@ async def test_an_operators_edit_of_a_whatsapp_reply_tells_them_the_customer_sti
     finally:
         twilio.stop()
         await slack.stop()
+
+
+async def test_an_operators_edit_made_while_their_reply_was_relayed_reaches_the_customer(client, slack, monkeypatch):
+    """The edit applied to the operator's message while it waited (the inbox's `_revise`) landed after the relay
+    had read its text: the customer got the first version, the message was marked done with the new one, and
+    nothing passed the edit on, while the operator saw it corrected in Slack."""
+    _, thread_ts = await _escalated_and_claimed(client, slack, "DRACE")
+    ts = f"{time.time():.6f}"
+    escalations = client.services.escalations
+    relay = escalations.reply
+
+    async def edited_meanwhile(*args, **kwargs):
+        monkeypatch.setattr(escalations, "reply", relay)
+        edited = _revision("message_changed", thread_ts, ts, "Pick-up at 9.", "EvRaceEdit", new_text="Pick-up at 10.")
+        assert (await _post_event(client, edited)).status_code == 200
+        return await relay(*args, **kwargs)
+
+    monkeypatch.setattr(escalations, "reply", edited_meanwhile)
+    assert (await _post_event(client, _thread_reply("Pick-up at 9.", thread_ts, "EvRaceReply", ts=ts))).status_code == 200
+    update = await wait_until(lambda: [c.params for c in slack.calls_to("chat.update") if c.params.get("channel") == "DRACE"])
+    reply = await _relayed(client, "Pick-up at 10.")
+    sent = [c.params for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == "DRACE"]
+    assert [p["_ts"] for p in sent if p["text"] == "Pick-up at 9."] == reply.provider_ids == [update[0]["ts"]]
+    assert update[0]["text"] == "Pick-up at 10."
+    assert "Pick-up at 10." not in [p["text"] for p in sent]  # passed on as the edit it is, not a second reply
