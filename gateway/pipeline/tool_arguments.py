@@ -31,22 +31,37 @@ def _fits(value: Any, declared: str) -> bool:
         declared == "integer" and got == "number" and float(value).is_integer())
 
 
-def argument_problem(arguments: dict[str, Any], schema: dict[str, Any]) -> str | None:
+def argument_problem(arguments: dict[str, Any], schema: dict[str, Any], path: str = "") -> str | None:
     """Why an argument is not of the `type` its property in `schema` declares or not among its `enum`, or
-    None. A property without either (or a type this check does not know) takes anything, as before; and
-    `null` for one that is not `required` is no value given (models write it for an optional field)."""
+    None; an object's own `properties` and an array's `items` are checked the same way, at any depth
+    (`{"filter": {"email": {"$ne": null}}}`). A property without either (or a type this check does not
+    know) takes anything, as before; and `null` for one that is not `required` is no value given (models
+    write it for an optional field)."""
     properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
     required = schema.get("required") if isinstance(schema.get("required"), list) else []
     for name, value in arguments.items():
-        schema = properties.get(name)
-        if not isinstance(schema, dict) or (value is None and name not in required):
-            continue
-        declared = schema.get("type")
-        types = [t for t in ([declared] if isinstance(declared, str) else declared or []) if t in _JSON_TYPES]
-        if types and not any(_fits(value, t) for t in types):
-            wanted = " or ".join(_JSON_TYPES[t] for t in types)
-            return f"{name!r} must be {wanted}, not {_JSON_TYPES[json_type(value)]}"
-        choices = schema.get("enum")
-        if isinstance(choices, list) and value not in choices:
-            return f"{name!r} must be one of {', '.join(map(repr, choices))}"
+        declared = properties.get(name)
+        if isinstance(declared, dict) and not (value is None and name not in required):
+            if problem := _value_problem(value, declared, f"{path}.{name}" if path else name):
+                return problem
+    return None
+
+
+def _value_problem(value: Any, schema: dict[str, Any], where: str) -> str | None:
+    declared = schema.get("type")
+    types = [t for t in ([declared] if isinstance(declared, str) else declared if isinstance(declared, list) else [])
+             if isinstance(t, str) and t in _JSON_TYPES]
+    if types and not any(_fits(value, t) for t in types):
+        wanted = " or ".join(_JSON_TYPES[t] for t in types)
+        return f"{where!r} must be {wanted}, not {_JSON_TYPES[json_type(value)]}"
+    choices = schema.get("enum")
+    if isinstance(choices, list) and value not in choices:
+        return f"{where!r} must be one of {', '.join(map(repr, choices))}"
+    if isinstance(value, dict):
+        return argument_problem(value, schema, where)
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, dict):
+        for index, item in enumerate(value):
+            if problem := _value_problem(item, items, f"{where}[{index}]"):
+                return problem
     return None

@@ -234,3 +234,34 @@ async def test_an_argument_of_another_type_than_declared_is_refused_without_a_re
     assert sent.error is None and optional.error is None
     assert [body for _, _, _, body in seen] == [{"email": "a@example.com", "limit": 5, "status": "open", "tags": None},
                                                 {"email": "b@example.com", "status": None, "limit": None}]
+
+
+async def test_an_argument_nested_in_an_object_or_array_is_checked_against_its_declared_type():
+    """The operator query one level down (`{"filter": {"email": {"$ne": null}}}`, `{"emails": [{"$ne": null}]}`)
+    reached the API as written: only the top-level properties' types were checked."""
+    async with api() as (base, seen):
+        schema = {"type": "object", "required": ["filter"], "properties": {
+            "filter": {"type": "object", "required": ["email"],
+                       "properties": {"email": {"type": "string"}, "status": {"type": ["string", "null"],
+                                                                              "enum": ["open", "closed", None]}}},
+            "emails": {"type": "array", "items": {"type": "string"}}}}
+        tools = BotTools(bot({"name": "orders", "type": "http", "method": "POST", "url": base + "/orders",
+                              "parameters": schema}))
+        nested = await tools.call("orders", {"filter": {"email": {"$ne": None}}}, identity=ALICE)
+        listed = await tools.call("orders", {"filter": {"email": "a@example.com"}, "emails": ["b@x.org", {"$ne": None}]},
+                                  identity=ALICE)
+        other = await tools.call("orders", {"filter": {"email": "a@example.com", "status": "any"}}, identity=ALICE)
+        sent = await tools.call("orders", {"filter": {"email": "a@example.com", "status": None}, "emails": ["b@x.org"]},
+                                identity=ALICE)
+    assert nested.error == "invalid arguments: 'filter.email' must be a string, not an object"
+    assert listed.error == "invalid arguments: 'emails[1]' must be a string, not an object"
+    assert other.error == "invalid arguments: 'filter.status' must be one of 'open', 'closed', None"
+    assert sent.error is None
+    assert [body for _, _, _, body in seen] == [{"filter": {"email": "a@example.com", "status": None}, "emails": ["b@x.org"]}]
+
+
+def test_a_malformed_type_in_a_tools_schema_takes_anything_rather_than_failing_the_turn():
+    from gateway.pipeline.tool_arguments import argument_problem
+
+    schema = {"properties": {"n": {"type": 5}, "tags": {"type": [["string"]], "items": {"type": {"x": 1}}}}}
+    assert argument_problem({"n": "a", "tags": ["b"]}, schema) is None
