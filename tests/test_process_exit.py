@@ -4,6 +4,7 @@ and fastembed's modules one object at a time took 4-8 s after "Finished server p
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -41,3 +42,18 @@ def test_exit_after_stop_leaves_a_process_with_a_working_thread_to_python():
     proc = _run("busy")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["exiting", "returned", "atexit ran", "torn down"]
+
+
+def test_exit_after_stop_flushes_what_was_printed_and_logged_and_keeps_the_exit_code(tmp_path):
+    """A pipe (make run's tee, a container's log) buffers stdout: os._exit alone drops what sits there,
+    the last lines of the server's output and its log file's last records."""
+    log = tmp_path / "gateway.log"
+    script = ("import logging, sys\nfrom gateway.process_exit import exit_after_stop\n"
+              f"logging.basicConfig(filename={str(log)!r})\n"
+              "print('last line'); sys.stderr.write('last error'); logging.getLogger().warning('last record')\n"
+              "exit_after_stop(3)\n")
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env=buffered)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "last line\n", "last error")
+    assert log.read_text() == "WARNING:root:last record\n"
