@@ -203,12 +203,12 @@ def _db_upgrade(args) -> int:
 
 async def _ingest(args) -> int:
     from gateway.knowledge import Knowledge
-    from gateway.observability.logs import configure_logging
+    from gateway.observability.logs import configure_logging_for
     from rag.index_lock import folder_in_use
     from storage.engine import create_engine, session_factory
 
     settings = _settings(args)
-    configure_logging(level="WARNING", fmt="cli")  # `warning: …`, as through a server (admin_client)
+    configure_logging_for(settings, level="WARNING", fmt="cli")  # `warning: …`, as through a server (admin_client)
     if not args.json:  # the report below prints these as its `!` lines
         _hide_run_errors()
     engine = create_engine(settings.database_url)
@@ -236,8 +236,11 @@ async def _ingest(args) -> int:
 
 async def _ingest_runs(args) -> int:
     from gateway.ingest_history import show_runs
+    from gateway.observability.logs import configure_logging_for
 
-    return await show_runs(_settings(args), bot=args.bot, source=args.source, limit=args.limit, as_json=args.json)
+    settings = _settings(args)
+    configure_logging_for(settings, level="WARNING", fmt="cli")  # its errors redacted as /readyz shows them
+    return await show_runs(settings, bot=args.bot, source=args.source, limit=args.limit, as_json=args.json)
 
 
 def _hide_run_errors() -> None:
@@ -301,12 +304,12 @@ async def _eval(args) -> int:
 
 async def _chat(args) -> int:
     settings = _settings(args)  # first: a typo was told after LiteLLM and the app had loaded (14 s)
-    from gateway.observability.logs import configure_logging
+    from gateway.observability.logs import configure_logging_for
     from gateway.operators.slack_access import unguarded_notes
     from gateway.terminal_chat import converse
     from rag.index_lock import folder_in_use
 
-    configure_logging(level="WARNING")
+    configure_logging_for(settings, level="WARNING", fmt="console")
     await require_schema(settings)
     bot = settings.bot(args.bot) if args.bot else (settings.bots[0] if settings.bots else None)
     if bot is None:
@@ -373,12 +376,12 @@ async def _set_webhook(args) -> int:
 
 
 async def _forget(args) -> int:
-    from gateway.observability.logs import configure_logging
+    from gateway.observability.logs import configure_logging_for
     from gateway.retention import forget_contact
     from storage.engine import create_engine, session_factory
 
     settings = _settings(args)
-    configure_logging(level=settings.log_level, fmt=settings.log_format)  # logs to stderr, counts to stdout
+    configure_logging_for(settings)  # logs to stderr, counts to stdout
     engine = create_engine(settings.database_url)
     try:
         await require_schema(settings, engine)

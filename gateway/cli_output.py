@@ -11,13 +11,14 @@ import logging
 import sys
 
 from gateway.errors import IN_RUN_ERRORS
-from gateway.observability.logs import one_terminal_line
+from gateway.observability.logs import one_terminal_line, redact
 from rag.ingest_runs import errors_not_kept
 
 EVAL_MISSES_SHOWN = 20
 
 
 def print_reports(runs: list[dict], *, as_json: bool) -> int:
+    runs = [{**run, "errors": [redact(error) for error in run.get("errors", [])]} for run in runs]  # as /readyz shows them
     totals = {k: sum(r[k] for r in runs) for k in ("added", "updated", "deleted", "unchanged")}
     if as_json:
         print(json.dumps({**totals, "runs": runs}))

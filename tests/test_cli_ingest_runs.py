@@ -121,3 +121,39 @@ def test_ingest_runs_keeps_its_columns_aligned_across_source_names(tmp_path, cap
     assert main(["ingest-runs", "--config", str(config)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and len({line.index(" cli ") for line in lines}) == 1, lines
+
+
+def test_ingest_runs_redacts_a_source_urls_credential_as_readyz_does(tmp_path, capsys, monkeypatch):
+    """A page of a private wiki that failed is recorded by its URL, `?access_token=` and all: /readyz and the
+    log redact it, while `gateway ingest-runs`, which configured no redaction, printed it whole."""
+    from gateway.observability.logs import configure_logging
+
+    configure_logging(level="WARNING")  # no secrets known, as in a fresh `gateway ingest-runs`
+    monkeypatch.setenv("WIKI_TOKEN", "wiki-token-4f9a2c")
+    wiki = "https://wiki.example.com/export?page=refunds&access_token=${WIKI_TOKEN}"
+    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "wiki", "type": "urls", "urls": [wiki]}]}])
+    settings = load_settings(config)
+    upgrade(settings.database_url)
+    error = "https://wiki.example.com/export?page=refunds&access_token=wiki-token-4f9a2c: answered 503"
+
+    async def record() -> None:
+        engine = create_engine(settings.database_url)
+        sessions = session_factory(engine)
+        try:
+            run = await start_run(sessions, "acme", "wiki", trigger="schedule")
+            await record_run(sessions, IngestReport("acme", "wiki", errors=[error], status="failed"),
+                             trigger="schedule", run_id=run)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(record())
+    assert main(["ingest-runs", "--config", str(config)]) == 0
+    assert main(["ingest-runs", "--config", str(config), "--json"]) == 0
+    # And `gateway ingest`'s own report of the run, printed once the command has read the config.
+    report = IngestReport("acme", "wiki", errors=[error], status="failed").as_dict()
+    assert print_reports([report], as_json=False) == print_reports([report], as_json=True) == 1
+    out, err = capsys.readouterr()
+    assert "wiki-token-4f9a2c" not in out + err
+    assert "    ! https://wiki.example.com/export?page=refunds&access_token=[REDACTED]: answered 503" in out
+    assert "  ! https://wiki.example.com/export?page=refunds&access_token=[REDACTED]: answered 503" in err

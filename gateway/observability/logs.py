@@ -13,13 +13,15 @@ from gateway.errors import IN_RUN_ERRORS, SKIPPED_FILES
 _SECRET_PATTERNS: list[re.Pattern[str]] = []
 
 
-def configure_logging_for(settings) -> None:
-    """`configure_logging` with the config's level, format and every secret it holds to redact."""
+def configure_logging_for(settings, *, level: str | None = None, fmt: str | None = None) -> None:
+    """`configure_logging` with the config's level and format (or the command's own) and every secret it
+    holds to redact: a CLI command that prints a run's errors (`ingest`, `ingest-runs`) shows them redacted
+    as /readyz and the server's log do."""
     from gateway.config_file import secret_values
     from gateway.pipeline.tools import http_tool_secrets
     from gateway.url_secrets import source_url_secrets
 
-    configure_logging(level=settings.log_level, fmt=settings.log_format,
+    configure_logging(level=level or settings.log_level, fmt=fmt or settings.log_format,
                       secrets=[value for _, value in secret_values(settings.model_dump())] + http_tool_secrets(settings)
                       + source_url_secrets(settings))
 
