@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
+import structlog
+
 from gateway.observability.logs import configure_logging
 
 
@@ -137,3 +140,19 @@ def test_control_characters_in_a_librarys_message_neither_reach_the_terminal_nor
     assert "\x1b" not in out and "\n2026-12-06T00:00:00Z" not in out
     assert "the provider answered: refused\\x1b[2J\\n2026-12-06T00:00:00Z" in out
     assert "Traceback (most recent call last):\n" in out
+
+
+@pytest.mark.parametrize("fmt", ["console", "cli"])
+def test_an_escape_sequence_in_an_exceptions_message_does_not_reach_the_terminal(capsys, fmt) -> None:
+    """An exception's message quotes what others wrote (a provider's error body): in the traceback under
+    a line it reached the terminal as it was, an OSC 52 writing the reader's clipboard. Its lines stay."""
+    configure_logging(level="INFO", fmt=fmt)
+    for logger in (logging.getLogger("some.library"), structlog.get_logger()):
+        try:
+            raise ValueError("the provider said: \x1b]52;c;ZXZpbA==\x07 no")
+        except ValueError:
+            logger.exception("call_failed")
+    out = capsys.readouterr().err
+    assert "\x1b" not in out and "\x07" not in out
+    assert out.count("ValueError: the provider said: \\x1b]52;c;ZXZpbA==\\x07 no\n") == 2
+    assert out.count("Traceback (most recent call last):\n") == 2

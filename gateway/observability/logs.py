@@ -40,8 +40,10 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    # A traceback keeps its lines, but its exception's message may quote what others wrote too.
+    shown_trace = [] if fmt == "json" else [_trace_obeyed_by_no_terminal]
     structlog.configure(
-        processors=[relay_structlog, *shared, structlog.processors.format_exc_info, _redact, renderer],
+        processors=[relay_structlog, *shared, structlog.processors.format_exc_info, _redact, *shown_trace, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),
         cache_logger_on_first_use=False,
@@ -56,7 +58,7 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder(), _drop_record_noise],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.format_exc_info,
-                    _redact, *one_line, renderer],
+                    _redact, *one_line, *shown_trace, renderer],
     ))
     handler.addFilter(_RedactFilter())
     root = logging.getLogger()
@@ -107,6 +109,12 @@ def one_terminal_line(text: str) -> str:
 def _event_on_one_line(_logger, _name, event_dict):
     if isinstance(event := event_dict.get("event"), str):
         event_dict["event"] = one_terminal_line(event)
+    return event_dict
+
+
+def _trace_obeyed_by_no_terminal(_logger, _name, event_dict):
+    if isinstance(trace := event_dict.get("exception"), str):
+        event_dict["exception"] = _CONTROL_BUT_NEWLINE.sub(lambda m: repr(m.group())[1:-1], trace)
     return event_dict
 
 
