@@ -73,11 +73,13 @@ def schedule_notes(settings: Settings, loaded: dict[str, str]) -> list[str]:
     """What the running server's schedules (`loaded`, "bot/source" -> cron) differ in from the config
     file's now. An edited schedule was silently ignored until a restart: the ingest went through, and
     the source kept running on the old cron."""
+    from gateway.cron import cron_fields
+
     notes = []
     for bot in settings.bots:
         for source in bot.sources:
             running = loaded.get(f"{bot.name}/{source.name}")
-            if running is not None and running.split() != source.schedule.split():
+            if running is not None and cron_fields(running) != cron_fields(source.schedule):
                 notes.append(f"the running server runs {bot.name}/{source.name} on {running!r}, as loaded at start, not "
                              f"on {source.schedule!r} as {settings.config_path or 'the config'} now says: restart it "
                              "to use the new schedule")

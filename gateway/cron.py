@@ -26,7 +26,7 @@ def cron_trigger(expression: str, *, timezone: str = "UTC") -> CronTrigger:
     if nickname == "@reboot":
         raise ValueError("not a schedule here (`serve` ingests at start a bot whose index is empty, and `make run` "
                          "ingests before it serves); give a time, such as @daily or 0 3 * * *")
-    fields = NICKNAMES.get(nickname, expression).split()
+    fields = cron_fields(expression)
     if len(fields) != 5:
         raise ValueError(f"5 fields are needed (minute hour day month weekday), got {len(fields)}")
     minute, hour, day, month, weekday = fields
@@ -39,6 +39,11 @@ def cron_trigger(expression: str, *, timezone: str = "UTC") -> CronTrigger:
     if trigger.get_next_fire_time(None, dt.datetime.now(dt.timezone.utc)) is None:
         raise ValueError("it never runs (no such date)")
     return trigger
+
+
+def cron_fields(expression: str) -> list[str]:
+    """The fields `expression` is written in, or those its nickname stands for (`@Daily` → 0 0 * * *)."""
+    return NICKNAMES.get(expression.strip().lower(), expression).split()
 
 
 def checked_cron(expression: str) -> str:

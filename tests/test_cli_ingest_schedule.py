@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.admin_client import admin_files, ingest_via_server
+from gateway.admin_client import admin_files, ingest_via_server, schedule_notes
 from gateway.settings import load_settings
 from tests.conftest import app_client, docs_source, write_config
 from tests.fakes.web_server import replaying_admin_ingest, serving
@@ -60,3 +60,13 @@ async def test_cli_ingest_through_the_server_shows_a_relayed_warning_on_one_line
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and "\nnote: all good" not in err
     assert "example=https://x.example/\\x1b]52;c;ZXZpbA==\\x07\\nnote: all good" in err
+
+
+def test_a_schedule_written_as_its_nickname_is_the_same_schedule(tmp_path):
+    """`@daily` in the file and `0 0 * * *` loaded by the server (or `@Daily` and `@daily`) run at the same
+    times: a restart asked for would change nothing."""
+    source = {**docs_source(tmp_path), "schedule": "@Daily"}
+    settings = load_settings(write_config(tmp_path, bots=[{"name": "acme", "sources": [source]}]))
+    assert schedule_notes(settings, {"acme/help": "0 0 * * *"}) == []
+    assert schedule_notes(settings, {"acme/help": "@daily"}) == []
+    assert len(schedule_notes(settings, {"acme/help": "@hourly"})) == 1
