@@ -156,3 +156,19 @@ def test_an_escape_sequence_in_an_exceptions_message_does_not_reach_the_terminal
     assert "\x1b" not in out and "\x07" not in out
     assert out.count("ValueError: the provider said: \\x1b]52;c;ZXZpbA==\\x07 no\n") == 2
     assert out.count("Traceback (most recent call last):\n") == 2
+
+
+def test_a_traceback_a_library_logs_as_its_message_keeps_its_lines(capsys) -> None:
+    """uvicorn logs a failed start's traceback (Starlette's `traceback.format_exc()`) as a record's message,
+    before 'Application startup failed': written on one line, `\\n  File …` and all, the one error that says why
+    `serve` did not start could not be read. It keeps its lines, its control characters still escaped."""
+    configure_logging(level="INFO", fmt="console")
+    try:
+        raise RuntimeError("the index could not start \x1b[2J")
+    except RuntimeError:
+        import traceback
+
+        logging.getLogger("uvicorn.error").error(traceback.format_exc())
+    out = capsys.readouterr().err
+    assert "Traceback (most recent call last):" in out and "\n  File " in out
+    assert out.endswith("RuntimeError: the index could not start \\x1b[2J\n") and "\x1b" not in out

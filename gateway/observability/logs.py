@@ -106,9 +106,16 @@ def one_terminal_line(text: str) -> str:
     return _TERMINAL_CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
+TRACEBACK = "Traceback (most recent call last):\n"
+
+
 def _event_on_one_line(_logger, _name, event_dict):
     if isinstance(event := event_dict.get("event"), str):
-        event_dict["event"] = one_terminal_line(event)
+        if event.startswith(TRACEBACK) and "exception" not in event_dict:
+            # uvicorn logs a failed start's traceback as a message: shown as a traceback, on its lines.
+            event_dict["event"], event_dict["exception"] = TRACEBACK.strip(), event[len(TRACEBACK):].rstrip("\n")
+        else:
+            event_dict["event"] = one_terminal_line(event)
     return event_dict
 
 
