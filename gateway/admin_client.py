@@ -185,6 +185,14 @@ async def chat_via_server(settings: Settings, bot: str, *, session_id: str, conv
               f"found to chat through ({url_path} is missing). Stop the other process and retry.", file=sys.stderr)
         return 1
     url = url_path.read_text().strip()
+    try:  # a server killed (or its machine lost) leaves its URL behind: found before the first question
+        async with httpx.AsyncClient(timeout=5) as probe:
+            (await probe.get(f"{url}/healthz")).raise_for_status()
+    except httpx.HTTPError as exc:
+        print(f"error: {settings.qdrant.path} is in use by another process, and no gateway server answers at {url}, "
+              f"where one last recorded it listens ({str(exc) or type(exc).__name__}). Stop the other process (an "
+              "ingest, another chat) and retry.", file=sys.stderr)
+        return 1
     print(f"{settings.qdrant.path} is held by the running server; chatting through its web chat at {url}",
           file=sys.stderr)
     async with httpx.AsyncClient(base_url=url, timeout=180) as client:
