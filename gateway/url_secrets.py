@@ -7,8 +7,20 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-SECRET_QUERY_NAME = re.compile(r"key|token|secret|pass|auth|sig|credential", re.IGNORECASE)
-"""A query parameter named like this carries a credential (`apikey`, `access_token`, `X-Amz-Signature`)."""
+_CREDENTIAL_WORDS = frozenset({"token", "secret", "password", "passwd", "pwd", "pass", "sig", "signature",
+                               "credential", "credentials", "auth", "authorization", "apikey", "sas"})
+_KEY_OWNERS = frozenset({"api", "access", "private", "secret", "subscription", "license", "client", "app",
+                         "auth", "master", "signing", "sas"})
+
+
+def is_credential_name(name: str) -> bool:
+    """Whether a query parameter named `name` carries a credential (`apikey`, `api_key`, `access_token`,
+    `X-Amz-Signature`, Azure's `sig`, a bare `key`), read word by word: `spaceKey`, `author`, `keyword`
+    and `passage` are not (a substring match took them, and a citation lost the page it named)."""
+    words = [w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)]
+    if any(word in _CREDENTIAL_WORDS for word in words):
+        return True
+    return bool(words) and words[-1] == "key" and (len(words) == 1 or words[-2] in _KEY_OWNERS)
 
 
 def query_secrets(url: str) -> list[str]:
@@ -17,7 +29,7 @@ def query_secrets(url: str) -> list[str]:
         query = urlsplit(url or "").query
     except ValueError:
         return []
-    return [value for name, value in parse_qsl(query) if SECRET_QUERY_NAME.search(name) and "{" not in value]
+    return [value for name, value in parse_qsl(query) if is_credential_name(name) and "{" not in value]
 
 
 def without_query_secrets(url: str) -> str:
@@ -30,7 +42,7 @@ def without_query_secrets(url: str) -> str:
     if parts.scheme.lower() not in ("http", "https"):
         return url
     pairs = parse_qsl(parts.query, keep_blank_values=True)
-    kept = [(name, value) for name, value in pairs if not SECRET_QUERY_NAME.search(name)]
+    kept = [(name, value) for name, value in pairs if not is_credential_name(name)]
     return url if len(kept) == len(pairs) else urlunsplit(parts._replace(query=urlencode(kept)))
 
 

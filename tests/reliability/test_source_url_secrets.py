@@ -69,3 +69,16 @@ async def test_a_failing_source_urls_credential_is_redacted_from_readyz_and_the_
     assert "access_token=[REDACTED]" in wiki["error"], wiki
     assert WIKI_TOKEN not in ready.text
     assert WIKI_TOKEN not in capfd.readouterr().err
+
+
+def test_a_parameter_only_named_near_a_credential_stays_in_the_citation():
+    # `spaceKey`, `author`, `keyword`, `passage` matched "key", "auth", "pass": a Confluence page's citation lost
+    # its `spaceKey` and pointed elsewhere, and the value ("DOC") was redacted from every log line.
+    from gateway.url_secrets import query_secrets, without_query_secrets
+
+    page = "https://wiki.example/pages/viewpage.action?spaceKey=DOC&title=Refunds&author=ann&keyword=vat&passage=2"
+    assert without_query_secrets(page) == page and query_secrets(page) == []
+    signed = ("https://b.example/f.pdf?X-Amz-Credential=c1&X-Amz-Signature=s1&sig=s2&api_key=k1&apiKey=k2"
+              "&subscription-key=k3&access_token=t1&client_secret=s3&password=p1&key=k4&page=2")
+    assert without_query_secrets(signed) == "https://b.example/f.pdf?page=2"
+    assert query_secrets(signed) == ["c1", "s1", "s2", "k1", "k2", "k3", "t1", "s3", "p1", "k4"]
