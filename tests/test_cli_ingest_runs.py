@@ -13,32 +13,40 @@ from storage.engine import create_engine, session_factory
 from tests.conftest import upgrade, write_config
 
 
-def _record_history(tmp_path):
-    """Three finished runs of two sources and one still running; returns the config path."""
-    config = write_config(tmp_path)
+def _recorded(config, record) -> None:
+    """The config's database migrated, then `record(sessions)` run on it: the runs a test lists."""
     settings = load_settings(config)
     upgrade(settings.database_url)
 
-    async def record() -> None:
+    async def run() -> None:
         engine = create_engine(settings.database_url)
-        sessions = session_factory(engine)
         try:
-            run = await start_run(sessions, "acme", "docs", trigger="cli")
-            await record_run(sessions, IngestReport("acme", "docs", added=4, duration_s=1.25), trigger="cli", run_id=run)
-            errors = [f"https://example.com/p{i}: answered 404 Not Found" for i in range(5)]
-            errors[0] = "https://bot:s3cret@example.com/p0: answered 404 Not Found"  # a source URL's password
-            # A URL a sitemap listed, as its site's owner wrote it: a C1 CSI (XML allows it) and a line of its own.
-            errors[1] = "https://example.com/p1\x9b2J\n    ! all pages read: answered 404 Not Found"
-            run = await start_run(sessions, "acme", "site", trigger="schedule")
-            await record_run(sessions, IngestReport("acme", "site", unchanged=9, errors=errors, status="partial"),
-                             trigger="schedule", run_id=run)
-            run = await start_run(sessions, "acme", "docs", trigger="schedule")
-            await record_run(sessions, IngestReport("acme", "docs", unchanged=4), trigger="schedule", run_id=run)
-            await start_run(sessions, "acme", "site", trigger="schedule")
+            await record(session_factory(engine))
         finally:
             await engine.dispose()
 
-    asyncio.run(record())
+    asyncio.run(run())
+
+
+def _record_history(tmp_path):
+    """Three finished runs of two sources and one still running; returns the config path."""
+    config = write_config(tmp_path)
+
+    async def record(sessions) -> None:
+        run = await start_run(sessions, "acme", "docs", trigger="cli")
+        await record_run(sessions, IngestReport("acme", "docs", added=4, duration_s=1.25), trigger="cli", run_id=run)
+        errors = [f"https://example.com/p{i}: answered 404 Not Found" for i in range(5)]
+        errors[0] = "https://bot:s3cret@example.com/p0: answered 404 Not Found"  # a source URL's password
+        # A URL a sitemap listed, as its site's owner wrote it: a C1 CSI (XML allows it) and a line of its own.
+        errors[1] = "https://example.com/p1\x9b2J\n    ! all pages read: answered 404 Not Found"
+        run = await start_run(sessions, "acme", "site", trigger="schedule")
+        await record_run(sessions, IngestReport("acme", "site", unchanged=9, errors=errors, status="partial"),
+                         trigger="schedule", run_id=run)
+        run = await start_run(sessions, "acme", "docs", trigger="schedule")
+        await record_run(sessions, IngestReport("acme", "docs", unchanged=4), trigger="schedule", run_id=run)
+        await start_run(sessions, "acme", "site", trigger="schedule")
+
+    _recorded(config, record)
     return config
 
 
@@ -104,20 +112,13 @@ def test_ingest_runs_keeps_its_columns_aligned_across_source_names(tmp_path, cap
     """`acme/warehouse  cli       failed` over `acme/help-center  cli       ok`: each column after the
     bot/source started where that name's length put it, so the statuses did not line up."""
     config = write_config(tmp_path)
-    settings = load_settings(config)
-    upgrade(settings.database_url)
 
-    async def record() -> None:
-        engine = create_engine(settings.database_url)
-        sessions = session_factory(engine)
-        try:
-            for source in ("kb", "help-center"):
-                run = await start_run(sessions, "acme", source, trigger="cli")
-                await record_run(sessions, IngestReport("acme", source, added=1, duration_s=0.5), trigger="cli", run_id=run)
-        finally:
-            await engine.dispose()
+    async def record(sessions) -> None:
+        for source in ("kb", "help-center"):
+            run = await start_run(sessions, "acme", source, trigger="cli")
+            await record_run(sessions, IngestReport("acme", source, added=1, duration_s=0.5), trigger="cli", run_id=run)
 
-    asyncio.run(record())
+    _recorded(config, record)
     assert main(["ingest-runs", "--config", str(config)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and len({line.index(" cli ") for line in lines}) == 1, lines
@@ -133,21 +134,14 @@ def test_ingest_runs_redacts_a_source_urls_credential_as_readyz_does(tmp_path, c
     wiki = "https://wiki.example.com/export?page=refunds&access_token=${WIKI_TOKEN}"
     config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
         {"name": "wiki", "type": "urls", "urls": [wiki]}]}])
-    settings = load_settings(config)
-    upgrade(settings.database_url)
     error = "https://wiki.example.com/export?page=refunds&access_token=wiki-token-4f9a2c: answered 503"
 
-    async def record() -> None:
-        engine = create_engine(settings.database_url)
-        sessions = session_factory(engine)
-        try:
-            run = await start_run(sessions, "acme", "wiki", trigger="schedule")
-            await record_run(sessions, IngestReport("acme", "wiki", errors=[error], status="failed"),
-                             trigger="schedule", run_id=run)
-        finally:
-            await engine.dispose()
+    async def record(sessions) -> None:
+        run = await start_run(sessions, "acme", "wiki", trigger="schedule")
+        await record_run(sessions, IngestReport("acme", "wiki", errors=[error], status="failed"),
+                         trigger="schedule", run_id=run)
 
-    asyncio.run(record())
+    _recorded(config, record)
     assert main(["ingest-runs", "--config", str(config)]) == 0
     assert main(["ingest-runs", "--config", str(config), "--json"]) == 0
     # And `gateway ingest`'s own report of the run, printed once the command has read the config.

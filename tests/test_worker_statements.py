@@ -116,14 +116,20 @@ class _PaidEcho(EchoPipeline):
         return result
 
 
-async def test_a_turn_reads_its_conversation_and_sender_in_one_statement(migrated_url):
-    """The turn read its conversation, then its sender's contact: two statements before its history's."""
+async def _one_paid_turn_logged(migrated_url: str):
+    """(engine, sessions, the question, the statements of its turn) of a question answered by `_PaidEcho`."""
     engine, sessions, inbox, worker, _adapter = build_worker(migrated_url, _PaidEcho(delay=0))
     accepted = await inbox.accept("acme", chat_message("erin", 1))
     async with sessions() as session:
         question = await session.get(Message, accepted.message_id)
     log = StatementLog(engine)
     await worker.handler.handle(question)
+    return engine, sessions, question, log
+
+
+async def test_a_turn_reads_its_conversation_and_sender_in_one_statement(migrated_url):
+    """The turn read its conversation, then its sender's contact: two statements before its history's."""
+    engine, _sessions, _question, log = await _one_paid_turn_logged(migrated_url)
     assert [s for s in log.statements if " " in s][:3] == [
         "SELECT conversations", "SELECT messages",  # the conversation with its sender; the history
         "UPDATE messages"]  # the attempt counted
@@ -133,12 +139,7 @@ async def test_a_turn_reads_its_conversation_and_sender_in_one_statement(migrate
 async def test_a_turns_model_calls_are_stored_in_one_insert(migrated_url):
     """Each model call's `usage` row was an INSERT of its own on SQLite (the ORM batches them only where
     the database returns the new ids in order): a follow-up's rewrite and answer, two statements."""
-    engine, sessions, inbox, worker, _adapter = build_worker(migrated_url, _PaidEcho(delay=0))
-    accepted = await inbox.accept("acme", chat_message("erin", 1))
-    async with sessions() as session:
-        question = await session.get(Message, accepted.message_id)
-    log = StatementLog(engine)
-    await worker.handler.handle(question)
+    engine, sessions, question, log = await _one_paid_turn_logged(migrated_url)
     assert log.counts()["INSERT usage"] == 1
     async with sessions() as session:
         usage = (await session.execute(select(Usage).order_by(Usage.id))).scalars().all()
