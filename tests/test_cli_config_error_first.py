@@ -45,8 +45,8 @@ def test_eval_names_a_missing_folder_or_file_before_the_heavy_imports(tmp_path, 
         questions.write_text('{"question": "How much is Plus?", "gold_texts": ["$6 per month"]}\n')
     proc = subprocess.run([sys.executable, "-c", PROBE, "eval", "--docs", str(docs), "--questions", str(questions)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                               "PYTHONPATH": str(ROOT)})
+                          env={**{k: v for k, v in os.environ.items() if k != "GATEWAY_CONFIG"},  # make exports it
+                               "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(ROOT)})
     said = {"docs": f"error: knowledge directory not found: {docs}",
             "questions": f"error: cannot read the questions file {questions}: [Errno 2] No such file or directory: "
                          f"'{questions}'"}

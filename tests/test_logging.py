@@ -158,10 +158,16 @@ def test_an_escape_sequence_in_an_exceptions_message_does_not_reach_the_terminal
     assert out.count("Traceback (most recent call last):\n") == 2
 
 
-def test_a_traceback_a_library_logs_as_its_message_keeps_its_lines(capsys) -> None:
+def test_a_traceback_a_library_logs_as_its_message_keeps_its_lines(capsys, monkeypatch) -> None:
     """uvicorn logs a failed start's traceback (Starlette's `traceback.format_exc()`) as a record's message,
     before 'Application startup failed': written on one line, `\\n  File …` and all, the one error that says why
     `serve` did not start could not be read. It keeps its lines, its control characters still escaped."""
+    # As `serve` runs uvicorn (no log config of its own): a fake server an earlier test ran in this process
+    # left uvicorn's default config, its own handler on an old stderr and no propagation.
+    uvicorn_logger = logging.getLogger("uvicorn")
+    monkeypatch.setattr(uvicorn_logger, "handlers", [])
+    monkeypatch.setattr(uvicorn_logger, "propagate", True)
+    monkeypatch.setattr(logging.getLogger("uvicorn.error"), "disabled", False)
     configure_logging(level="INFO", fmt="console")
     try:
         raise RuntimeError("the index could not start \x1b[2J")
