@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import structlog
@@ -158,23 +161,22 @@ def test_an_escape_sequence_in_an_exceptions_message_does_not_reach_the_terminal
     assert out.count("Traceback (most recent call last):\n") == 2
 
 
-def test_a_traceback_a_library_logs_as_its_message_keeps_its_lines(capsys, monkeypatch) -> None:
+def test_a_traceback_a_library_logs_as_its_message_keeps_its_lines() -> None:
     """uvicorn logs a failed start's traceback (Starlette's `traceback.format_exc()`) as a record's message,
     before 'Application startup failed': written on one line, `\\n  File …` and all, the one error that says why
-    `serve` did not start could not be read. It keeps its lines, its control characters still escaped."""
-    # As `serve` runs uvicorn (no log config of its own): a fake server an earlier test ran in this process
-    # left uvicorn's default config, its own handler on an old stderr and no propagation.
-    uvicorn_logger = logging.getLogger("uvicorn")
-    monkeypatch.setattr(uvicorn_logger, "handlers", [])
-    monkeypatch.setattr(uvicorn_logger, "propagate", True)
-    monkeypatch.setattr(logging.getLogger("uvicorn.error"), "disabled", False)
-    configure_logging(level="INFO", fmt="console")
-    try:
-        raise RuntimeError("the index could not start \x1b[2J")
-    except RuntimeError:
-        import traceback
-
-        logging.getLogger("uvicorn.error").error(traceback.format_exc())
-    out = capsys.readouterr().err
+    `serve` did not start could not be read. It keeps its lines, its control characters still escaped. (In a
+    process of its own, as `serve` runs: a fake server an earlier test started here leaves uvicorn's loggers
+    configured its way.)"""
+    program = "\n".join([
+        "import logging, traceback",
+        "from gateway.observability.logs import configure_logging",
+        "configure_logging(level='INFO', fmt='console')",
+        "try:",
+        "    raise RuntimeError('the index could not start \\x1b[2J')",
+        "except RuntimeError:",
+        "    logging.getLogger('uvicorn.error').error(traceback.format_exc())",
+    ])
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[1]).stderr
     assert "Traceback (most recent call last):" in out and "\n  File " in out
     assert out.endswith("RuntimeError: the index could not start \\x1b[2J\n") and "\x1b" not in out

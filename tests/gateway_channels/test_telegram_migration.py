@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy import update as sql_update
 
 from storage.models import Conversation
-from tests.gateway_channels.conftest import QUESTION, messages_in_chat, settle, store_reply, wait_until
+from tests.gateway_channels.conftest import QUESTION, get_message, messages_in_chat, settle, store_reply, wait_until
 from tests.gateway_channels.test_telegram_e2e import post, sent_to, telegram_gateway, update
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -62,7 +62,8 @@ async def test_a_held_conversation_follows_the_group_to_its_supergroup(env):
     stored = await wait_until(lambda: _texts_in(services, str(new)), what="the member's message stored")
     assert "still waiting for the refund" in stored
     reply_id = await store_reply(services, conversation_id=held.id, text="Refund sent today.")
-    assert await services.outbox.deliver(reply_id) == "sent"
+    if await services.outbox.deliver(reply_id) == "skipped":  # the gateway's own drain took it first
+        await wait_until(lambda: _sent(services, reply_id), what="the operator's reply sent")
     assert sent_to(fake, new)[-1].text.endswith("Refund sent today.") and len(sent_to(fake, new)) == 1
 
 
@@ -90,3 +91,7 @@ async def test_a_reply_refused_as_upgraded_goes_once_to_the_supergroup_and_the_c
 
 async def _texts_in(services, chat: str) -> list[str]:
     return [m.text for m in await messages_in_chat(services, channel="telegram", chat=chat)]
+
+
+async def _sent(services, message_id: int) -> bool:
+    return (await get_message(services, message_id)).status == "sent"

@@ -52,6 +52,15 @@ async def _relayed(client, text: str) -> Message:
     return await wait_until(sent)
 
 
+async def _thread_recorded(client, escalation_id: int, thread_ts: str) -> None:
+    """The gateway has stored the thread it posted (the fake answered the post first: an operator's reply
+    posted before the store found no escalation in that thread, and was never relayed)."""
+    async def recorded():
+        return (await client.services.escalations.get(escalation_id, bots=None)).slack_ts == thread_ts
+
+    await wait_until(recorded, what="the escalation's thread stored")
+
+
 def _told(slack, thread_ts: str) -> list[str]:
     return [c.params["text"] for c in slack.calls_to("chat.postEphemeral") if c.params.get("thread_ts") == thread_ts]
 
@@ -91,6 +100,7 @@ async def test_an_operators_edit_of_a_web_chat_reply_is_stored_and_the_operator_
     header = (await wait_until(lambda: headers()[before:]))[0]
     thread_ts = header.params["_ts"]
     blocks = header.params["blocks"] if isinstance(header.params["blocks"], list) else json.loads(header.params["blocks"])
+    await _thread_recorded(client, int(blocks[1]["elements"][0]["value"]), thread_ts)
     await client.services.escalations.claim(int(blocks[1]["elements"][0]["value"]), operator="sam", bots=None)
     ts = f"{time.time():.6f}"
     await _post_event(client, _thread_reply("Your order ships Monday.", thread_ts, "EvWebReply", ts=ts))
@@ -123,6 +133,7 @@ async def _operator_replied(client, slack, text: str) -> tuple[str, str, Message
     header = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("blocks")])
     thread_ts, blocks = header[0].params["_ts"], header[0].params["blocks"]
     escalation_id = int((blocks if isinstance(blocks, list) else json.loads(blocks))[1]["elements"][0]["value"])
+    await _thread_recorded(client, escalation_id, thread_ts)
     await client.services.escalations.claim(escalation_id, operator="sam", bots=None)
     ts = f"{time.time():.6f}"
     await _post_event(client, _thread_reply(text, thread_ts, f"Ev{ts}", ts=ts))
