@@ -33,7 +33,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -44,6 +44,7 @@ from twilio.http.async_http_client import AsyncTwilioHttpClient
 from twilio.request_validator import RequestValidator
 from twilio.rest import Client
 
+from channels import whatsapp_reconcile as reconcile
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, StatusUpdate, WebhookResult
 from channels.citations import render_citations
 from channels.render import split_text
@@ -301,10 +302,14 @@ class WhatsAppAdapter:
             params["status_callback"] = self.webhook_url
         for attempt in range(1, self.max_attempts + 1):
             _retry_after.set(None)
+            began = datetime.now(timezone.utc)
             try:
                 created = await self._rest().messages.create_async(**params)
                 return str(created.sid)
             except TwilioRestException as exc:
+                # A 500/502/504 may come after Twilio created the message: resending would send it twice.
+                if exc.status >= 500 and exc.status != 503 and (sid := await self._reconcile(params, began)):
+                    return sid
                 wait = self._retry_wait(exc, attempt)
                 if wait is None:
                     raise _translate(exc) from exc
@@ -314,12 +319,19 @@ class WhatsAppAdapter:
                 if attempt == self.max_attempts:
                     raise ChannelSendError(f"Twilio unreachable: {exc}") from exc
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                # The request may have been processed; retrying (here or in the outbox) could send the
-                # message twice, so the outcome is reported as unknown and never resent.
+                # The request may have been processed. Found in Twilio's list, it was; not found, it may
+                # still be: retrying (here or in the outbox) could send it twice, so the outcome is
+                # reported as unknown and never resent.
+                if sid := await self._reconcile(params, began):
+                    return sid
                 raise ChannelSendError(f"Twilio request failed, outcome unknown: {exc!r}", permanent=True) from exc
             log.warning("whatsapp.send_retry", bot=self.bot, chat=to, attempt=attempt, wait=wait)
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    async def _reconcile(self, params: dict[str, Any], began: datetime) -> str | None:
+        """The SID Twilio gave this create call's message, when its list shows one (`whatsapp_reconcile`)."""
+        return await reconcile.lookup(self._rest(), params, began, bot=self.bot)
 
     def _retry_wait(self, exc: TwilioRestException, attempt: int) -> float | None:
         """Seconds to wait before retrying, or None when this error must not be retried here."""

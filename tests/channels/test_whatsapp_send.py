@@ -89,16 +89,6 @@ async def test_whatsapp_logs_name_the_customer_by_the_last_digits_only(
     assert CUSTOMER.chat.removeprefix("whatsapp:+") not in repr(lines)
 
 
-async def test_whatsapp_send_outcome_unknown_after_twilio_accepted_is_never_resent(
-    live: WhatsAppAdapter, fake: FakeTwilio
-) -> None:
-    fake.script(Reply(drop=True))  # Twilio took the message, then the connection died before the answer
-    with pytest.raises(ChannelSendError) as info:
-        await live.send(OutboundMessage(conversation=CUSTOMER, text="hello"))
-    assert "outcome unknown" in str(info.value) and info.value.permanent  # the outbox will not resend it
-    assert len(fake.requests) == 1 and len(fake.delivered) == 1
-
-
 async def test_whatsapp_send_gives_up_after_bounded_retries(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
     fake.script(*[Reply(status=429, code=20429, retry_after=0)] * 5)
     with pytest.raises(ChannelSendError) as info:

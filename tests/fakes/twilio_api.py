@@ -5,7 +5,8 @@ protocol: `POST /2010-04-01/Accounts/{AccountSid}/Messages.json` with a form bod
 auth, answering 201 with a message resource, or Twilio's JSON error body. Every request is
 recorded; replies can be scripted (429 with `Retry-After`, 5xx, error 63016 outside the WhatsApp
 window...) and are consumed in order, after which requests succeed. A Body over 1,600 UTF-16 units is
-refused with 21617, as Twilio does.
+refused with 21617, as Twilio does. `GET …/Messages.json?To=&From=&PageSize=` lists the messages
+created, newest first, as Twilio's list does; `fail_lists` answers that many lists with a 500.
 
     fake = FakeTwilio(account_sid="AC...", auth_token="...").start()
     fake.script(Reply(status=429, code=20429, retry_after=0))
@@ -25,6 +26,8 @@ import threading
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import format_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl
 
@@ -38,8 +41,9 @@ class Reply:
     """A scripted answer: an error status with a Twilio error code, optionally `Retry-After`.
 
     `drop=True` accepts the message (it counts as delivered) and then closes the connection without
-    answering, as a timeout after Twilio processed the request looks to the client. `sid` fixes the
-    SID the accepted message gets (default: a random one).
+    answering, as a timeout after Twilio processed the request looks to the client. `created=True`
+    with an error status creates the message and still answers the error (a 500 after the fact).
+    `sid` fixes the SID the accepted message gets (default: a random one).
     """
 
     status: int = 201
@@ -47,6 +51,7 @@ class Reply:
     message: str = ""
     retry_after: float | None = None
     drop: bool = False
+    created: bool = False
     sid: str | None = None
 
 
@@ -61,6 +66,7 @@ class RecordedRequest:
     authorized: bool
     status: int = 0
     sid: str | None = None
+    created_at: datetime | None = None
 
 
 @dataclass
@@ -69,6 +75,8 @@ class _State:
     auth_token: str
     replies: deque[Reply] = field(default_factory=deque)
     requests: list[RecordedRequest] = field(default_factory=list)
+    messages: list[RecordedRequest] = field(default_factory=list)
+    fail_lists: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -119,8 +127,26 @@ class FakeTwilio:
 
     @property
     def delivered(self) -> list[RecordedRequest]:
-        """The requests that created a message (answered 201)."""
-        return [r for r in self.requests if r.status == 201]
+        """The requests that created a message (answered 201, or an error after creating it)."""
+        with self.state.lock:
+            return list(self.state.messages)
+
+    @property
+    def lists(self) -> list[RecordedRequest]:
+        """The list requests (GET) received."""
+        return [r for r in self.requests if r.method == "GET"]
+
+    def fail_lists(self, count: int) -> None:
+        """Answer the next `count` list requests with a 500."""
+        with self.state.lock:
+            self.state.fail_lists = count
+
+    def seed(self, *, to: str, from_: str, body: str, created_at: datetime) -> None:
+        """A message created earlier, outside any request of the test (it shows in lists)."""
+        record = RecordedRequest("POST", "", {}, {"To": to, "From": from_, "Body": body}, True, 201,
+                                 "SM" + uuid.uuid4().hex, created_at)
+        with self.state.lock:
+            self.state.messages.append(record)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -153,28 +179,65 @@ class _Handler(BaseHTTPRequestHandler):
         if len(form.get("Body", "").encode("utf-16-le")) // 2 > BODY_LIMIT:
             return self._error(record, Reply(status=400, code=21617,
                                              message="The concatenated message body exceeds the 1600 character limit."))
-        if reply.status >= 300:
+        if reply.status >= 300 and not reply.created:
             return self._error(record, reply)
         record.sid = reply.sid or "SM" + uuid.uuid4().hex
         record.status = 201
+        record.created_at = datetime.now(timezone.utc)
+        with self.state.lock:
+            self.state.messages.append(record)
+        if reply.status >= 300:
+            return self._error(record, reply)
         if reply.drop:
             self.close_connection = True
             return
-        self._json(201, {
+        self._json(201, self._resource(record))
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        path, _, query = self.path.partition("?")
+        params = dict(parse_qsl(query, keep_blank_values=True))
+        record = RecordedRequest("GET", self.path, {k.lower(): v for k, v in self.headers.items()}, params,
+                                 self._authorized())
+        with self.state.lock:
+            self.state.requests.append(record)
+            failing, self.state.fail_lists = self.state.fail_lists > 0, max(0, self.state.fail_lists - 1)
+            created = list(self.state.messages)
+        match = _MESSAGES.match(path)
+        if match is None:
+            return self._error(record, Reply(status=404, code=20404, message="The requested resource was not found"))
+        if not record.authorized or match.group("sid") != self.state.account_sid:
+            return self._error(record, Reply(status=401, code=20003, message="Authenticate"))
+        if failing:
+            return self._error(record, Reply(status=500, code=20500, message="Internal Server Error"))
+        record.status = 200
+        found = [m for m in reversed(created)
+                 if params.get("To", m.form["To"]) == m.form["To"] and params.get("From", m.form.get("From")) == m.form.get("From")]
+        size = int(params.get("PageSize") or 50)
+        uri = f"/2010-04-01/Accounts/{self.state.account_sid}/Messages.json?PageSize={size}&Page=0"
+        self._json(200, {"messages": [self._resource(m) for m in found[:size]], "end": min(size, len(found)) - 1,
+                         "first_page_uri": uri, "next_page_uri": None, "page": 0, "page_size": size,
+                         "previous_page_uri": None, "start": 0, "uri": uri})
+
+    def _resource(self, record: RecordedRequest) -> dict[str, object]:
+        created = format_datetime(record.created_at or datetime.now(timezone.utc), usegmt=True)
+        return {
             "sid": record.sid,
             "account_sid": self.state.account_sid,
-            "to": form["To"],
-            "from": form.get("From"),
-            "body": form.get("Body", ""),
+            "to": record.form["To"],
+            "from": record.form.get("From"),
+            "body": record.form.get("Body", ""),
             "status": "queued",
             "num_segments": "1",
             "num_media": "0",
             "direction": "outbound-api",
             "api_version": "2010-04-01",
+            "date_created": created,
+            "date_updated": created,
+            "date_sent": None,
             "error_code": None,
             "error_message": None,
             "uri": f"/2010-04-01/Accounts/{self.state.account_sid}/Messages/{record.sid}.json",
-        })
+        }
 
     def _authorized(self) -> bool:
         header = self.headers.get("Authorization", "")

@@ -1,0 +1,96 @@
+"""A send whose outcome Twilio left unknown (a 500 after the fact, a lost answer) is looked up in
+Twilio's Messages list before it is given up or sent again: found, it went; not found after an answered
+error, it is sent again. Real SDK against the local fake Twilio."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from channels.whatsapp import WhatsAppAdapter
+from gateway.errors import ChannelSendError
+from gateway.models import OutboundMessage
+from tests.channels.test_whatsapp import ACCOUNT_SID, AUTH_TOKEN, CUSTOMER, _settings
+from tests.fakes.twilio_api import FakeTwilio, Reply
+
+SENDER = "whatsapp:+15550001111"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeTwilio]:
+    server = FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def live(fake: FakeTwilio) -> AsyncIterator[WhatsAppAdapter]:
+    adapter = WhatsAppAdapter("support", _settings(fake.base_url), backoff=0.01)
+    yield adapter
+    await adapter.stop()
+
+
+async def _send(adapter: WhatsAppAdapter, text: str = "hello") -> list[str]:
+    return await adapter.send(OutboundMessage(conversation=CUSTOMER, text=text))
+
+
+async def test_a_500_after_twilio_created_the_message_is_a_send_not_a_resend(
+    live: WhatsAppAdapter, fake: FakeTwilio
+) -> None:
+    fake.script(Reply(status=500, code=20500, created=True))
+    ids = await _send(live)
+    (created,) = fake.delivered
+    assert ids == [created.sid]
+    (listing,) = fake.lists
+    assert (listing.form["To"], listing.form["From"]) == (CUSTOMER.chat, SENDER)
+
+
+async def test_a_500_that_created_nothing_is_retried_by_the_outbox(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    fake.script(Reply(status=500, code=20500))
+    with pytest.raises(ChannelSendError) as info:
+        await _send(live)
+    assert not info.value.permanent and not fake.delivered and len(fake.lists) == 1
+    ids = await _send(live)  # the outbox's next try
+    assert ids == [fake.delivered[0].sid] and len(fake.delivered) == 1
+
+
+async def test_an_answer_lost_after_twilio_took_the_message_is_found(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    fake.script(Reply(drop=True))
+    ids = await _send(live)
+    assert ids == [fake.delivered[0].sid] and len(fake.delivered) == 1
+    assert [r.method for r in fake.requests] == ["POST", "GET"]
+
+
+async def test_a_lost_answer_whose_lookup_fails_stays_unknown_and_is_never_resent(
+    live: WhatsAppAdapter, fake: FakeTwilio
+) -> None:
+    fake.script(Reply(drop=True))
+    fake.fail_lists(1)
+    with pytest.raises(ChannelSendError) as info:
+        await _send(live)
+    assert "outcome unknown" in str(info.value) and info.value.permanent
+    assert len(fake.delivered) == 1
+
+
+async def test_the_same_text_sent_before_the_attempt_is_not_taken_for_it(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    fake.seed(to=CUSTOMER.chat, from_=SENDER, body="hello", created_at=datetime.now(timezone.utc) - timedelta(hours=1))
+    fake.seed(to=CUSTOMER.chat, from_=SENDER, body="something else", created_at=datetime.now(timezone.utc))
+    fake.script(Reply(status=502, code=20500))
+    with pytest.raises(ChannelSendError) as info:
+        await _send(live)
+    assert not info.value.permanent  # nothing of this attempt was found: the outbox sends it again
+
+
+async def test_a_503_is_retried_in_place_without_a_lookup(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    fake.script(Reply(status=503, code=20503, retry_after=0))
+    ids = await _send(live)
+    assert ids == [fake.delivered[0].sid] and not fake.lists  # Twilio's 503 processed nothing
+
+
+async def test_a_template_is_not_looked_up(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    fake.script(Reply(status=500, code=20500, created=True))
+    with pytest.raises(ChannelSendError):
+        await live.send_template(CUSTOMER, content_sid="HX" + "0" * 32)
+    assert not fake.lists  # Twilio renders a template's Body: there is nothing to match it by
