@@ -121,7 +121,8 @@ async def test_downgrading_the_newest_migration_and_upgrading_again_keeps_every_
                     conversation=ConversationRef(channel="whatsapp", chat=f"+1555{n}"), text="hello"))
         before = await counts()
         await engine.dispose()
-        await asyncio.to_thread(command.downgrade, alembic_config(migrated_url), "-1")
+        # Past 0015, which has nothing to undo, and 0014, which drops two tables.
+        await asyncio.to_thread(command.downgrade, alembic_config(migrated_url), "0013")
         assert await counts() == before
         assert not {"removed_chats", "unfinished_chat_moves"} & await tables()  # 0014's
         await engine.dispose()
@@ -155,3 +156,39 @@ async def test_db_upgrade_waits_for_another_replicas_migration_past_the_urls_sta
         await asyncio.wait_for(upgrading, timeout=60)
     finally:
         await other.close()
+
+
+async def test_a_meta_stored_with_nul_before_0015_takes_a_merged_key_after_it(database_url):
+    """PostgreSQL's `json` took a NUL (`\\u0000`) and a lone surrogate in `meta`, from a platform's payload, before
+    what meta keeps was made storable; `jsonb` refuses both, and the one-statement merge of a key casts to it:
+    on such a message a streamed answer's id or a tool's run failed with 'unsupported Unicode escape sequence'."""
+    import asyncio
+
+    from sqlalchemy import JSON, column, table
+
+    from gateway.models import ConversationRef, InboundMessage, Sender
+    from storage import repositories as repo
+    from storage.engine import session_factory
+    from storage.meta_keys import set_meta_key
+    from tests.conftest import upgrade
+
+    await asyncio.to_thread(upgrade, database_url, "0014")
+    engine = create_engine(database_url)
+    sessions = session_factory(engine)
+    messages = table("messages", column("id"), column("meta", JSON))
+    stuck = {"sender": "+15550", "shared": {"label": "Caf\x00e", "name": "\ud800x", "path": "C:\\u0000"}}
+    try:
+        async with sessions() as session, session.begin():
+            stored = await repo.store_inbound(session, bot="acme", message=InboundMessage(
+                channel="whatsapp", external_id="w0", sender=Sender(external_id="+15550"),
+                conversation=ConversationRef(channel="whatsapp", chat="+15550"), text="where?"))
+            await session.execute(messages.update().where(messages.c.id == stored.message_id).values(meta=stuck))
+        await engine.dispose()
+        await asyncio.to_thread(upgrade, database_url)
+        async with sessions() as session, session.begin():
+            merged = await set_meta_key(session, message_id=stored.message_id, key="draft_id", value="42")
+    finally:
+        await engine.dispose()
+    if engine.dialect.name == "postgresql":  # SQLite's JSON functions take both: its rows are left as they are
+        stuck = {"sender": "+15550", "shared": {"label": "Cafe", "name": "\ufffdx", "path": "C:\\u0000"}}
+    assert merged == {**stuck, "draft_id": "42"}
