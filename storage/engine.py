@@ -27,6 +27,30 @@ IGNORED_OPTIONS = {"channel_binding": ("prefer", "disable")}
 """Options asyncpg has no counterpart of, harmless to drop with these values (libpq's default among them)."""
 
 
+def unbracketed(host: str) -> str:
+    """`host` without the brackets an IPv6 address is written in (`[::1]` is `::1`)."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def split_host(spelled: str) -> tuple[str, str]:
+    """(host, port) of `db1:5432`, `[::1]:5432`, `db1`, `[::1]` or a bare `::1` (port "" when none): an IPv6
+    address's own colons are not a port's."""
+    if spelled.startswith("["):
+        host, _, rest = spelled[1:].partition("]")
+        return host, rest[1:] if rest.startswith(":") else ""
+    if spelled.count(":") > 1:
+        return spelled, ""
+    host, _, port = spelled.partition(":")
+    return host, port
+
+
+def host_and_port(host: str, port: str, *, default_port: str = "") -> str:
+    """`host:port` (`port` or else `default_port`), an IPv6 address in brackets: `[::1]:5432`, not `::1:5432`."""
+    port = port or default_port
+    name = f"[{host}]" if ":" in host else host
+    return f"{name}:{port}" if port else name
+
+
 def several_hosts_as_options(url: str) -> str:
     """libpq's several hosts (`postgresql://gw@db1:5432,db2/gw`, a failover URL for target_session_attrs) as
     SQLAlchemy reads them, `?host=db1:5432&host=db2:5432`: its parser took `5432,db2` for a port. Each gets a
@@ -38,7 +62,7 @@ def several_hosts_as_options(url: str) -> str:
     user, at, hosts = rest[:end].rpartition("@") if "@" in rest[:end] else ("", "", rest[:end])
     if "," not in hosts or "@" in hosts:
         return url
-    spelled = [host if ":" in host else f"{host}:5432" for host in hosts.split(",")]
+    spelled = [host_and_port(*split_host(host), default_port="5432") for host in hosts.split(",")]
     path, mark, query = rest[end:].partition("?")
     options = "&".join(f"host={quote(host, safe='')}" for host in spelled)
     return f"{scheme}://{user}{at}{path or '/'}?{query}{'&' if mark and query else ''}{options}"
@@ -59,7 +83,8 @@ def host_list_as_options(url: str) -> str:
     numbers = ports[0].split(",") if ports else ["5432"]
     if len(numbers) not in (1, len(names)):
         return url  # libpq's own error; `postgres_connect_args` checks each port
-    spelled = [f"{name}:{numbers[0] if len(numbers) == 1 else numbers[i]}" for i, name in enumerate(names)]
+    spelled = [host_and_port(unbracketed(name), numbers[0] if len(numbers) == 1 else numbers[i])
+               for i, name in enumerate(names)]
     kept = [part for part in parts if not part.startswith(("host=", "port="))]
     options = kept + [f"host={quote(host, safe='')}" for host in spelled]
     return f"{base}{mark}{'&'.join(options)}{hash_mark}{fragment}"
@@ -83,8 +108,9 @@ def postgres_connect_args(url: str) -> tuple[str, dict[str, Any]]:
 
     Managed databases give URLs with libpq's options (`?sslmode=require&connect_timeout=10`), and each
     reached asyncpg.connect() as a keyword it does not take: "connect() got an unexpected keyword argument
-    'sslmode'" at the first query. Raises ValueError naming an option asyncpg cannot honour (checked when
-    the configuration loads)."""
+    'sslmode'" at the first query. Several hosts (`?host=db1:5432&host=[::1]:5432`, as `async_url` spells
+    them) are asyncpg's lists of hosts and ports: the dialect split each at every colon, an IPv6 address's
+    too. Raises ValueError naming an option asyncpg cannot honour (checked when the configuration loads)."""
     parsed = make_url(async_url(url))
     query = dict(parsed.query)
     for key, value in query.items():
@@ -114,6 +140,15 @@ def postgres_connect_args(url: str) -> tuple[str, dict[str, Any]]:
     if not str(query.get("prepared_statement_cache_size", "0")).isdigit():
         raise ValueError("option `prepared_statement_cache_size` must be a whole number (0: no cache), not "
                          f"{query['prepared_statement_cache_size']!r}")
+    hosts = query.get("host")
+    if isinstance(hosts, tuple):  # several (`async_url`): asyncpg's lists, as the dialect would split them but for IPv6
+        split = [split_host(host) for host in hosts]
+        for _, port in split:
+            if port and not port.isdigit():
+                raise ValueError(f"option `host` must give a port number after a host's colon, not {port!r}")
+        connect_args["host"] = [host for host, _ in split]
+        connect_args["port"] = [int(port or 5432) for _, port in split]
+        parsed = parsed.difference_update_query(["host"])
     # As libpq reads them: SQLAlchemy's parser, a form's, made each + a space (a passphrase's, an option's).
     written = {unquote(key): unquote(value) for key, _, value in
                (part.partition("=") for part in url.partition("?")[2].partition("#")[0].split("&") if part)}
@@ -135,11 +170,6 @@ def asyncpg_dsn(url: str) -> tuple[str, dict[str, Any]]:
     if "ssl" in parsed.query:
         query.setdefault("sslmode", parsed.query["ssl"])
         parsed = parsed.difference_update_query(["ssl"])
-    if isinstance(parsed.query.get("host"), tuple):  # a DSN's option given twice: asyncpg reads only the last
-        spelled = [host.rpartition(":") if ":" in host else (host, "", "5432") for host in parsed.query["host"]]
-        connect_args["host"] = [host for host, _, _ in spelled]
-        connect_args["port"] = [int(port) for _, _, port in spelled]
-        parsed = parsed.difference_update_query(["host"])
     if "prepared_statement_cache_size" in parsed.query:
         connect_args["statement_cache_size"] = int(parsed.query["prepared_statement_cache_size"])
         parsed = parsed.difference_update_query(["prepared_statement_cache_size"])

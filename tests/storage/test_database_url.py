@@ -211,8 +211,8 @@ async def test_a_url_naming_several_hosts_as_libpq_does_connects_to_the_one_that
     assert load_settings(write_config(tmp_path, database_url=url)).database_url == url
     assert "s3cret" not in redacted_db_url(url) and "host=127.0.0.2%3A1&" in redacted_db_url(url)
     assert await asked_on_the_engine_and_the_bridge(url, "SELECT NOT pg_is_in_recovery()") == (True, True)
-    assert postgres_connect_args("postgresql://gw@db1,db2/gw")[0] == (
-        "postgresql+asyncpg://gw@/gw?host=db1%3A5432&host=db2%3A5432")
+    assert postgres_connect_args("postgresql://gw@db1,db2/gw") == (
+        "postgresql+asyncpg://gw@/gw", {"host": ["db1", "db2"], "port": [5432, 5432]})
 
 
 async def test_several_hosts_given_as_the_host_option_connect_as_libpq_does(postgres_url):
@@ -222,11 +222,29 @@ async def test_several_hosts_given_as_the_host_option_connect_as_libpq_does(post
 
     from storage.engine import postgres_connect_args
 
-    assert postgres_connect_args("postgresql://gw@/gw?host=db1,db2&sslmode=require")[0] == (
-        "postgresql+asyncpg://gw@/gw?host=db1%3A5432&host=db2%3A5432")
-    assert postgres_connect_args("postgresql://gw@/gw?host=db1,db2&port=5433")[0] == (
-        "postgresql+asyncpg://gw@/gw?host=db1%3A5433&host=db2%3A5433")
+    assert postgres_connect_args("postgresql://gw@/gw?host=db1,db2&sslmode=require") == (
+        "postgresql+asyncpg://gw@/gw", {"host": ["db1", "db2"], "port": [5432, 5432], "dsn": "postgresql://?sslmode=require"})
+    assert postgres_connect_args("postgresql://gw@/gw?host=db1,db2&port=5433") == (
+        "postgresql+asyncpg://gw@/gw", {"host": ["db1", "db2"], "port": [5433, 5433]})
     parsed = make_url(postgres_url)
     url = (f"postgresql://{parsed.username}@/{parsed.database}?host=127.0.0.2,{parsed.host}"
            f"&port=1,{parsed.port or 5432}&target_session_attrs=read-write")  # the first one is down
+    assert await asked_on_the_engine_and_the_bridge(url, "SELECT NOT pg_is_in_recovery()") == (True, True)
+
+
+@pytest.mark.parametrize("down", ["::1", "[::1]"])
+async def test_an_ipv6_address_in_a_list_of_hosts_connects_as_libpq_does(postgres_url, down):
+    # `?host=::1,db2` became `host=::1:5432`, which the engine split at every colon: "All ports are required to
+    # be present for asyncpg multiple host URL", or a host named "[" on the bridge; `postgresql://gw@[::1],db2/gw`
+    # kept `[::1]` without its port. Each host is given to asyncpg as a name (`::1`) and a port of its own.
+    from sqlalchemy.engine import make_url
+
+    from storage.engine import postgres_connect_args
+
+    for url in (f"postgresql://gw@/gw?host={down},db2&port=5433", "postgresql://gw@[::1]:5433,db2:5433/gw"):
+        _, connect_args = postgres_connect_args(url)
+        assert (connect_args["host"], connect_args["port"]) == (["::1", "db2"], [5433, 5433])
+    parsed = make_url(postgres_url)
+    url = (f"postgresql://{parsed.username}@/{parsed.database}?host={down},{parsed.host}"
+           f"&port=1,{parsed.port or 5432}&target_session_attrs=read-write")  # nothing listens on ::1, port 1
     assert await asked_on_the_engine_and_the_bridge(url, "SELECT NOT pg_is_in_recovery()") == (True, True)
