@@ -7,7 +7,8 @@ query that reads the reply's conversation anyway (`removed_from_its_chat`): no s
 in memory that another replica's "added back" could leave stale. The platform's notice of the bot's return
 clears it, and so does a reply that went out answering a message the chat sent after the removal: only a
 bot in the chat receives one, so its return was missed (an update dropped, a webhook set without
-`my_chat_member`), and the mark would otherwise refuse that chat's replies for good (`still_removed`).
+`my_chat_member`), and the mark would otherwise refuse that chat's replies for good (`still_removed`); the
+mark it read, that is: a removal marked while it was sent (another replica's refused send) stands.
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ from storage.repositories import dialect_insert
 
 
 async def mark_removed(session: AsyncSession, *, bot: str, channel: str, chat: str, removed: bool,
-                       at: datetime) -> None:
-    """Record that `bot` was removed from `chat` at `at` (the latest removal kept), or is back in it."""
+                       at: datetime, read: datetime | None = None) -> None:
+    """Record that `bot` was removed from `chat` at `at` (the latest removal kept), or is back in it: with
+    `read`, back since the removal of that date (the mark a send read), not since one marked after it."""
     if not removed:
+        # A reply that went out ends the mark it read, not one another replica's refused send set meanwhile.
+        newer_kept = () if read is None else (RemovedChat.removed_at <= read,)
         await session.execute(delete(RemovedChat).where(RemovedChat.bot == bot, RemovedChat.channel == channel,
-                                                        RemovedChat.chat == chat))
+                                                        RemovedChat.chat == chat, *newer_kept))
         return
     # One statement, so two replicas told at once (a notice and a refused send) do not collide on the key. The
     # latest removal: one kept from before a return unheard let through each reply to a question asked since.

@@ -279,7 +279,7 @@ class Outbox:
                         await repo.mark_held_behind_template(session, conversation.id, reply_id=message_id)
                     if status == "sent" and removed_at is not None:  # it is back in the chat (`still_removed`)
                         await mark_removed(session, bot=message.bot, channel=message.channel, chat=conversation.chat,
-                                           removed=False, at=utcnow())
+                                           removed=False, at=utcnow(), read=removed_at)
                     if opted_out:  # so the next replies are refused here, not one by one by the platform
                         await session.execute(update(Contact).where(Contact.id == contact.id).values(opted_out_at=utcnow()))
                     if removed:  # likewise, on every replica, until the platform says the bot is back

@@ -193,3 +193,28 @@ async def test_a_removal_told_again_by_a_refused_send_dates_the_mark_anew(migrat
         assert await outbox.deliver(first) == "failed"
         assert await outbox.deliver(second) == "failed"
         assert len(telegram.calls("sendMessage")) == 1  # the second was refused here
+
+
+async def test_a_removal_marked_while_a_reply_went_out_outlives_that_reply(migrated_url):
+    """A reply to a question asked after the mark ends the mark as it goes out (the bot is back). A removal
+    marked while it was being sent (another replica's send refused with a 403) was deleted with it: the reply
+    deleted whatever mark the chat had, and each later reply there went out for a 403 of its own."""
+    async with _telegram_outbox(migrated_url) as (sessions, telegram, outbox):
+        await _heard(sessions, 1, old="member", new="kicked", now=False)  # dated before the questions
+        answer, later = await _reply(sessions, "acme", GROUP, 0), await _reply(sessions, "acme", GROUP, 1)
+        adapter = outbox._adapters[("acme", "telegram")]
+        send = adapter.send
+
+        async def removed_meanwhile(message):
+            sent = await send(message)
+            async with sessions() as session, session.begin():  # told to another replica by its refused send
+                await mark_removed(session, bot="acme", channel="telegram", chat=GROUP, removed=True, at=utcnow())
+            return sent
+
+        adapter.send = removed_meanwhile
+        assert await outbox.deliver(answer) == "sent"
+        adapter.send = send
+        async with sessions() as session:
+            assert (await session.execute(select(RemovedChat.chat))).scalars().all() == [GROUP]
+        assert await outbox.deliver(later) == "failed"  # asked before the new removal: refused here
+        assert len(telegram.calls("sendMessage")) == 1
