@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import asynccontextmanager
 from datetime import timedelta
 
 from sqlalchemy import func, select, update
@@ -63,6 +64,19 @@ async def _age_everything(sessions, when) -> None:
 async def _count(sessions, model, *where) -> int:
     async with sessions() as session:
         return (await session.execute(select(func.count()).select_from(model).where(*where))).scalar_one()
+
+
+@asynccontextmanager
+async def _purge_rig(url: str, *, migrate: bool = False):
+    """(engine, sessions, settings of bot acme keeping 30 days) on `url`, a bare database migrated first with
+    `migrate`; the engine disposed after."""
+    if migrate:
+        await asyncio.to_thread(upgrade, url)
+    engine = create_engine(url)
+    try:
+        yield engine, session_factory(engine), Settings(database_url=url, bots=[{"name": "acme", "retention_days": 30}])
+    finally:
+        await engine.dispose()
 
 
 async def test_forget_cli_deletes_the_contact_and_audits_without_personal_data(migrated_url, tmp_path, capsys) -> None:
@@ -127,10 +141,7 @@ async def test_retention_deletes_a_large_backlog_a_batch_per_transaction(migrate
     import gateway.retention as retention
 
     monkeypatch.setattr(retention, "PURGE_BATCH", 2, raising=False)
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 30}])
-    try:
+    async with _purge_rig(migrated_url) as (_, sessions, settings):
         for n in range(5):
             await _expired_web_conversation(sessions, f"s-backlog-{n}")
         report = await purge_expired(sessions, settings)
@@ -140,8 +151,6 @@ async def test_retention_deletes_a_large_backlog_a_batch_per_transaction(migrate
             audits = (await session.execute(select(DataDeletion.counts).where(DataDeletion.kind == "retention")
                                             .order_by(DataDeletion.id))).scalars().all()
         assert audits == [{"conversations": 2}, {"conversations": 2}, {"conversations": 1}]
-    finally:
-        await engine.dispose()
 
 
 async def test_retention_keeps_the_contacts_of_another_bots_group_members(migrated_url) -> None:
@@ -171,10 +180,7 @@ async def test_retention_keeps_a_conversation_whose_customer_writes_while_it_is_
     # A customer comes back to an expired conversation just as the purge runs: their message is being
     # stored (its webhook about to be acknowledged) when the purge looks. It used to read past the
     # uncommitted message, then delete the conversation and the message with it.
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 30}])
-    try:
+    async with _purge_rig(migrated_url) as (_, sessions, settings):
         old = await _expired_web_conversation(sessions, "s-back")
         storing = sessions()
         await storing.begin()
@@ -189,18 +195,13 @@ async def test_retention_keeps_a_conversation_whose_customer_writes_while_it_is_
         assert stored.conversation_id == old and report.conversations == 0
         assert await _count(sessions, Message, Message.id == stored.message_id) == 1
         assert await _count(sessions, Conversation, Conversation.id == old) == 1
-    finally:
-        await engine.dispose()
 
 
 async def test_retention_never_deadlocks_with_a_store_that_holds_the_contact(migrated_url) -> None:
     # A store updates the contact first, then inserts into the conversation. The purge used to delete the
     # conversation, then wait for the contact to delete it as an orphan, while the store waited for the
     # conversation: PostgreSQL aborted the store ("deadlock detected", a 500 to the webhook).
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 30}])
-    try:
+    async with _purge_rig(migrated_url) as (_, sessions, settings):
         old = await _expired_web_conversation(sessions, "s-back", contacts_too=True)
         storing = sessions()
         await storing.begin()
@@ -216,19 +217,13 @@ async def test_retention_never_deadlocks_with_a_store_that_holds_the_contact(mig
         await asyncio.wait_for(purge, 30)
         assert stored.conversation_id == old
         assert await _count(sessions, Message, Message.id == stored.message_id) == 1
-    finally:
-        await engine.dispose()
 
 
 async def test_a_group_member_held_during_a_purge_is_purged_by_a_later_one(postgres_url) -> None:
     # The purge skips a contact another transaction holds (SKIP LOCKED, never a deadlock). It deleted the
     # group conversation all the same, and with it what made the member a candidate: no later purge looked
     # at them again, and their contact row stayed for good. (PostgreSQL: SQLite's one writer holds no row.)
-    await asyncio.to_thread(upgrade, postgres_url)
-    engine = create_engine(postgres_url)
-    sessions = session_factory(engine)
-    settings = Settings(database_url=postgres_url, bots=[{"name": "acme", "retention_days": 30}])
-    try:
+    async with _purge_rig(postgres_url, migrate=True) as (_, sessions, settings):
         group = await _store(sessions, bot="acme", channel="telegram", user="first", chat="-100old")
         await _member_writes(sessions, bot="acme", chat="-100old", member="member", text="me too")
         long_ago = utcnow() - timedelta(days=45)
@@ -245,8 +240,6 @@ async def test_a_group_member_held_during_a_purge_is_purged_by_a_later_one(postg
         await purge_expired(sessions, settings)  # the next day's
         assert await _count(sessions, Conversation, Conversation.id == group) == 0
         assert await _count(sessions, Contact, Contact.external_id.in_(["first", "member"])) == 0
-    finally:
-        await engine.dispose()
 
 
 async def test_forget_waits_for_a_store_of_the_contacts_message_instead_of_deadlocking(migrated_url) -> None:
@@ -334,11 +327,7 @@ async def test_retention_waits_for_a_chat_move_instead_of_deadlocking(postgres_u
     # A chat's move (storage/chat_moves.py) and every operator transition lock the escalation, then its
     # conversation. The purge locked the conversation, then waited for the escalation to delete it: each
     # held a row the other waited for, and PostgreSQL aborted one (the night's purge, or the move).
-    await asyncio.to_thread(upgrade, postgres_url)
-    engine = create_engine(postgres_url)
-    sessions = session_factory(engine)
-    settings = Settings(database_url=postgres_url, bots=[{"name": "acme", "retention_days": 30}])
-    try:
+    async with _purge_rig(postgres_url, migrate=True) as (engine, sessions, settings):
         gone = await _expired_web_conversation(sessions, "s-old")
         moving = sessions()
         await moving.begin()
@@ -350,5 +339,3 @@ async def test_retention_waits_for_a_chat_move_instead_of_deadlocking(postgres_u
         await moving.close()
         report = await asyncio.wait_for(purge, 30)
         assert report.conversations == 1 and report.escalations == 1
-    finally:
-        await engine.dispose()
