@@ -85,7 +85,9 @@ class Inbox:
         # before each message this process stores, so they converge once a turn ends even when no
         # notice of the move comes again (the sends to the old id already go to the new one). The ones
         # this process made, and those stored by any process (`finish_moves`): read periodically, not
-        # once per message.
+        # once per message. The table is what every process trusts; reading it before each message
+        # instead cost every message a statement and a transaction more (bench/message_path.py: 22 → 23
+        # statements, 12 → 13 transactions), for a table nearly always empty.
         self._unfinished_moves: dict[tuple[str, ConversationRef], str] = {}
 
     async def accept(self, bot: str, message: InboundMessage) -> Accepted | None:
