@@ -48,8 +48,6 @@ import time
 import discord
 import yarl
 from discord.gateway import DiscordWebSocket
-from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
 
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.discord_client import GatewayClient
@@ -66,9 +64,10 @@ from channels.discord_inbound import InboxFeed, ThreadLookup
 from channels.discord_parse import classify_gateway_message, parse_interaction, payload_of, without_token
 from channels.discord_reconcile import adopt_landed
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
+from channels.discord_signature import SIGNATURE_MAX_AGE, verify_key, verify_signature
 from channels.sent_parts import Landed, SentParts
 from gateway.backoff import doubling
-from gateway.errors import BadRequest, ChannelSendError, SignatureInvalid
+from gateway.errors import BadRequest, ChannelSendError
 from gateway.models import USE_ASK, ConversationRef, OutboundMessage
 from gateway.settings import DiscordChannel
 
@@ -90,7 +89,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_API_BASE = "https://discord.com/api/v10"
 DEFAULT_GATEWAY = "wss://gateway.discord.gg/"
-SIGNATURE_MAX_AGE = 300  # seconds; Discord does not replay, so an old timestamp means a captured request
 INTERACTION_TTL = 15 * 60  # an interaction token accepts follow-ups for 15 minutes
 _MISSING_PERMISSIONS = 50013
 
@@ -121,7 +119,7 @@ class DiscordAdapter:
                                     wait_in_place_s=wait_in_place_s)
         self._threads = ThreadLookup(self.client, bot=bot)  # a thread discord.py does not hold, asked of Discord
         self._wait_in_place_s = wait_in_place_s  # a send's rate limits, waited out in place, in all
-        self._verify_key = VerifyKey(bytes.fromhex(settings.public_key)) if settings.public_key else None
+        self._verify_key = verify_key(settings.public_key)
         if self._verify_key is None:  # said once at start, not only as a 401 per interaction
             log.warning("discord.public_key is not set: /ask interactions are refused (401); channel messages "
                         "still work", extra={"bot": bot})
@@ -139,22 +137,7 @@ class DiscordAdapter:
 
     def verify(self, request: RawRequest) -> None:
         """Check the Ed25519 signature over timestamp + body, and refuse stale timestamps."""
-        if self._verify_key is None:
-            raise SignatureInvalid("discord.public_key is not configured: interactions are disabled")
-        signature = request.header("x-signature-ed25519")
-        timestamp = request.header("x-signature-timestamp")
-        if not signature or not timestamp:
-            raise SignatureInvalid("missing X-Signature-Ed25519 or X-Signature-Timestamp")
-        try:
-            self._verify_key.verify(timestamp.encode() + request.body, bytes.fromhex(signature))
-        except (BadSignatureError, ValueError) as exc:
-            raise SignatureInvalid("bad Ed25519 signature") from exc
-        try:
-            age = abs(time.time() - int(timestamp))
-        except ValueError as exc:
-            raise SignatureInvalid("malformed X-Signature-Timestamp") from exc
-        if age > SIGNATURE_MAX_AGE:
-            raise SignatureInvalid(f"stale X-Signature-Timestamp ({int(age)} s old)")
+        verify_signature(self._verify_key, request)
 
     def parse(self, request: RawRequest) -> WebhookResult:
         """A verified interaction → WebhookResult; remembers `/ask` tokens for the follow-up."""
