@@ -23,7 +23,11 @@ DELIVER_PATIENCE = 600.0
 """Seconds a gateway message is retried into the inbox before it is logged as lost."""
 LOOKUP_TIMEOUT_S = 10.0
 """The longest a channel's look-up holds the messages behind it (`InboxFeed.turn`)."""
+FAILED_TTL_S = 60.0
+"""How long a channel that could not be looked up (no access: 403, 404; an outage) is read as a plain
+channel without asking Discord again."""
 _KNOWN_MAX = 10_000
+_FAILED_MAX = 1_000
 
 
 class InboxFeed:
@@ -80,6 +84,9 @@ class ThreadLookup:
         self._client = client
         self._bot = bot
         self._known: dict[int, bool] = {}  # channel id → a thread? (a channel never changes kind)
+        # channel id → until when (monotonic) a failed look-up is not tried again. Why: every message in a
+        # thread the bot cannot read asked again, holding the messages behind it up to LOOKUP_TIMEOUT_S.
+        self._failed: dict[int, float] = {}
 
     async def in_thread(self, message: discord.Message) -> bool:
         """Whether `message` is in a thread; a channel that cannot be looked up counts as none (logged)."""
@@ -90,12 +97,19 @@ class ThreadLookup:
             return False  # a channel discord.py holds, or a DM
         if (known := self._known.get(channel.id)) is not None:
             return known
+        if self._failed.get(channel.id, 0.0) > time.monotonic():
+            return False
         try:
             with wait_budget(WAIT_IN_PLACE_S):
                 fetched = await asyncio.wait_for(self._client.fetch_channel(channel.id), LOOKUP_TIMEOUT_S)
-        except Exception as exc:  # no access, an outage: read as a channel, and asked again next time
+        except Exception as exc:  # no access, an outage: read as a channel, and asked again after a while
+            self._failed.pop(channel.id, None)
+            if len(self._failed) >= _FAILED_MAX:  # the oldest first: they all live FAILED_TTL_S
+                del self._failed[next(iter(self._failed))]
+            self._failed[channel.id] = time.monotonic() + FAILED_TTL_S
             log.warning("discord.channel_unresolved", extra={"bot": self._bot, "channel_id": channel.id,
-                                                             "error": f"{type(exc).__name__}: {exc}"[:200]})
+                                                             "error": f"{type(exc).__name__}: {exc}"[:200],
+                                                             "retry_in_s": FAILED_TTL_S})
             return False
         if len(self._known) >= _KNOWN_MAX:
             self._known.clear()

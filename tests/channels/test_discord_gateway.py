@@ -124,6 +124,27 @@ async def test_a_thread_missing_from_the_cache_is_one_conversation_answered_insi
     assert [m["content"] for m in fake.channel_messages(thread)] == ["Hi both"]  # a thread's: no mention
 
 
+async def test_a_thread_the_bot_cannot_read_is_asked_about_once_for_a_while(fake: FakeDiscord, monkeypatch):
+    # Each message in a thread the bot cannot read (403) asked Discord again, holding the messages behind it.
+    monkeypatch.setattr("channels.discord_inbound.FAILED_TTL_S", 1.0)
+    thread = "900000000000000078"
+    fake.channels[thread] = thread_object(thread_id=thread, parent_id=CHANNEL, guild_id=GUILD)
+    fake.fail_next("GET", f"/channels/{thread}", status=403, body={"message": "Missing Access", "code": 50001})
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    async with connected(adapter, fake) as delivered:
+        for i in range(2):
+            await fake.dispatch("MESSAGE_CREATE", guild_message(f"unreadable {i}", channel_id=thread,
+                                                                message_id=f"90000000000000008{i}"))
+            await wait_for(delivered, i + 1)
+        assert len(fake.received("GET", f"/channels/{thread}")) == 1
+        assert delivered[1].conversation.chat == thread and delivered[1].conversation.thread.startswith("member:")
+        await asyncio.sleep(1.0)  # the failure is forgotten: access granted since is seen
+        await fake.dispatch("MESSAGE_CREATE", guild_message("readable", channel_id=thread, message_id="900000000000000082"))
+        await wait_for(delivered, 3)
+    assert len(fake.received("GET", f"/channels/{thread}")) == 2
+    assert delivered[2].conversation.thread == thread
+
+
 async def test_an_event_discord_py_cannot_read_is_skipped_and_the_gateway_goes_on(fake: FakeDiscord):
     # A captured embed-only MESSAGE_UPDATE (no `type`): discord.py's parser raises KeyError, which used to
     # end the connect loop for good, leaving the socket open and every later message lost.
