@@ -361,7 +361,7 @@ class DiscordAdapter:
             self._task = None
 
     async def _on_message(self, message: discord.Message) -> None:
-        async with self._inbox.turn():  # before its first await: Discord's order (channels.discord_inbound)
+        async with self._inbox.turn(message.channel.id):  # before its first await: Discord's order (discord_inbound)
             me = self.client.user
             result = classify_gateway_message(
                 payload_of(message),

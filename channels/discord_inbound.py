@@ -1,5 +1,5 @@
-"""Gateway messages into the inbox: one at a time, in the order Discord sent them, retried while the
-inbox cannot store them (Discord never sends a MESSAGE_CREATE again); and whether one came in a thread."""
+"""Gateway messages into the inbox: one at a time per channel, in the order Discord sent them, retried while
+the inbox cannot store them (Discord never sends a MESSAGE_CREATE again); and whether one came in a thread."""
 
 from __future__ import annotations
 
@@ -36,20 +36,34 @@ class InboxFeed:
     def __init__(self, bot: str) -> None:
         self.bot = bot  # for the log lines
         self.deliver: Deliver | None = None  # set by the adapter's start()
-        self._in_order = asyncio.Lock()
+        self._in_order: dict[str, tuple[asyncio.Lock, int]] = {}  # channel id → its lock, and the events at it
 
     @contextlib.asynccontextmanager
-    async def turn(self) -> AsyncIterator[None]:
-        """Held from an event's first step to its delivery. Why: discord.py runs each event in its own task,
-        so two messages would race into the inbox and be stored (and answered) in whichever order their
-        inserts finished. The tasks start in the order Discord sent the events, and reach this lock before
-        their first await: its FIFO queue keeps that order (an edit after the message it edits, too)."""
-        async with self._in_order:
-            yield
+    async def turn(self, channel_id: int | str) -> AsyncIterator[None]:
+        """Held from an event's first step to its delivery, per channel (a thread is one). Why: discord.py runs
+        each event in its own task, so two messages would race into the inbox and be stored (and answered) in
+        whichever order their inserts finished. The tasks start in the order Discord sent the events, and
+        reach this lock before their first await: its FIFO queue keeps that order (an edit after the message
+        it edits, too). Why per channel: a conversation never spans two, and with one lock for the bot, a
+        thread's look-up (up to LOOKUP_TIMEOUT_S) or a message waiting out a database outage held every
+        channel's messages."""
+        key = str(channel_id)
+        lock, users = self._in_order.get(key) or (asyncio.Lock(), 0)
+        self._in_order[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._in_order[key]
+            if users > 1:
+                self._in_order[key] = (lock, users - 1)
+            else:
+                del self._in_order[key]
 
     async def in_turn(self, result: InboundMessage) -> None:
-        """Deliver `result` after the events before it."""
-        async with self.turn():
+        """Deliver `result` (an edit or a deletion: its conversation's `chat` is its channel) after the
+        events before it in its channel."""
+        async with self.turn(result.conversation.chat):
             await self.patiently(result)
 
     async def patiently(self, result: InboundMessage) -> None:

@@ -115,7 +115,7 @@ async def test_a_thread_missing_from_the_cache_is_one_conversation_answered_insi
                                                                 message_id=f"90000000000000007{i}"))
         await fake.dispatch("MESSAGE_CREATE", guild_message("in the channel", message_id="900000000000000079"))
         await wait_for(delivered, 3)
-        first, second, plain = delivered
+        first, second, plain = sorted(delivered, key=lambda m: m.external_id)  # in order per channel only
         assert first.conversation == second.conversation == ConversationRef(
             channel="discord", workspace=GUILD, chat=thread, thread=thread)
         assert plain.conversation.chat == CHANNEL and plain.conversation.thread == "member:900000000000000003"
@@ -139,10 +139,27 @@ async def test_a_thread_the_bot_cannot_read_is_asked_about_once_for_a_while(fake
         assert len(fake.received("GET", f"/channels/{thread}")) == 1
         assert delivered[1].conversation.chat == thread and delivered[1].conversation.thread.startswith("member:")
         await asyncio.sleep(1.0)  # the failure is forgotten: access granted since is seen
-        await fake.dispatch("MESSAGE_CREATE", guild_message("readable", channel_id=thread, message_id="900000000000000082"))
+        await fake.dispatch("MESSAGE_CREATE", guild_message("readable", channel_id=thread,
+                                                            message_id="900000000000000082"))
         await wait_for(delivered, 3)
     assert len(fake.received("GET", f"/channels/{thread}")) == 2
     assert delivered[2].conversation.thread == thread
+
+
+async def test_a_slow_look_up_in_one_channel_does_not_hold_the_messages_of_another(fake: FakeDiscord):
+    # One lock ordered every message of the bot: a thread's look-up (up to 10 s) held all the others.
+    thread = "900000000000000083"
+    fake.channels[thread] = thread_object(thread_id=thread, parent_id=CHANNEL, guild_id=GUILD)
+    fake.delays[f"/channels/{thread}"] = 1.5
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    async with connected(adapter, fake) as delivered:
+        await fake.dispatch("MESSAGE_CREATE", guild_message("in the thread", channel_id=thread,
+                                                            message_id="900000000000000084"))
+        await fake.dispatch("MESSAGE_CREATE", guild_message("in the channel", message_id="900000000000000085"))
+        await wait_for(delivered, 2)
+        assert adapter._inbox._in_order == {}  # a channel's lock goes with its last event
+    assert [m.text for m in delivered] == ["in the channel", "in the thread"]
+    assert delivered[1].conversation.thread == thread
 
 
 async def test_an_event_discord_py_cannot_read_is_skipped_and_the_gateway_goes_on(fake: FakeDiscord):

@@ -4,7 +4,7 @@ It speaks enough of the protocol for discord.py: login (users/@me, applications/
 (the ones put in `channels`: a thread, `thread_object`), messages
 (create honouring `nonce` + `enforce_nonce`, edit, a channel's history after an id), typing, interaction follow-ups (and their edits), and a gateway
 that sends HELLO, answers IDENTIFY with READY, acks heartbeats and can dispatch events. Every REST
-request is recorded; `fail_next` scripts 429s (with Discord's headers) or any other error, and
+request is recorded; `delays` slows the answers to some paths; `fail_next` scripts 429s (with Discord's headers) or any other error, and
 `drop_next` accepts a request and then closes the connection unanswered (a timeout after Discord acted).
 As Discord does, content over 2,000 characters is refused (400, code 50035), and a nonce dedupes a
 create only for `nonce_ttl` seconds ("in the past few minutes").
@@ -66,6 +66,7 @@ class FakeDiscord:
     # Channels where the bot lacks Read Message History: Discord refuses a reply there (403, 50013).
     no_history: set[str] = field(default_factory=set)
     channels: dict[str, dict[str, Any]] = field(default_factory=dict)  # id → channel object (GET /channels/{id})
+    delays: dict[str, float] = field(default_factory=dict)  # path suffix → seconds before answering (a slow Discord)
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
     _sequence: int = 0
     _runner: web.AppRunner | None = None
@@ -167,6 +168,8 @@ class FakeDiscord:
         payload = json.loads(body) if body and request.content_type == "application/json" else None
         path = request.path
         self.requests.append(Recorded(request.method, path, dict(request.headers), payload))
+        if delay := next((seconds for suffix, seconds in self.delays.items() if path.endswith(suffix)), 0.0):
+            await asyncio.sleep(delay)
         for failure in self._failures:
             if failure.remaining and failure.method == request.method and path.endswith(failure.path_suffix):
                 if failure.skip:
