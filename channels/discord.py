@@ -246,12 +246,18 @@ class DiscordAdapter:
             raise translate(exc) from exc
 
     @within_wait_budget
-    async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str) -> None:
-        """Replace a message's text (streaming by edits). `text` must fit in 2000 characters."""
+    async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str, *,
+                   addressee: str | None = None) -> None:
+        """Replace a message's text (streaming by edits). `text` must fit in 2000 characters. With an
+        `addressee`, as `send` took it, a channel message keeps its mention of the conversation's member."""
+        interaction = self._interactions.of_followup(provider_message_id)
+        member = conversation.member if addressee is not None and interaction is None else None
         content = to_discord_markdown(text)
+        if member and member.isdigit() and content.strip():  # as `render_message` addressed it
+            content = f"<@{member}> {content.strip()}"
         if len(content) > MAX_LENGTH:
             raise BadRequest(f"an edit must fit in {MAX_LENGTH} characters; roll over into a new message")
-        if (interaction := self._interactions.of_followup(provider_message_id)) is not None:
+        if interaction is not None:
             try:
                 await self._followups.edit(interaction.application_id, interaction.token, provider_message_id,
                                            content)

@@ -18,6 +18,7 @@ so the console and the transcript show what the customer has.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import structlog
@@ -30,7 +31,7 @@ from gateway.escalation.handoff import reply_key
 from gateway.models import ConversationRef
 from gateway.operators.slack_text import plain
 from storage import repositories as repo
-from storage.models import Conversation, Escalation, Message
+from storage.models import Contact, Conversation, Escalation, Message
 
 log = structlog.get_logger("gateway.operators.slack")
 
@@ -39,6 +40,20 @@ DELIVERED = ("sent", "delivered", "read")
 
 def _can_edit(adapter: Any) -> bool:
     return adapter is not None and getattr(adapter.capabilities, "edits", False) and hasattr(adapter, "edit")
+
+
+def _takes_addressee(adapter: Any) -> bool:
+    return "addressee" in inspect.signature(adapter.edit).parameters
+
+
+async def _addressee(session: Any, reply: Message, customer: Conversation) -> str | None:
+    """The `addressee` the outbox sent `reply` with (gateway/delivery/outbox.py): the contact's name when it
+    replied to no message of theirs, else None."""
+    answered = await session.get(Message, reply.reply_to_id) if reply.reply_to_id else None
+    if answered is not None and (answered.meta or {}).get("platform_message_id"):
+        return None
+    contact = await session.get(Contact, customer.contact_id) if customer.contact_id else None
+    return contact.display_name if contact is not None else ""
 
 
 class RevisionRelay:
@@ -55,10 +70,11 @@ class RevisionRelay:
                 Message.meta["platform_message_id"].as_string() == str(meta.get("revises")))
                 .order_by(Message.id).limit(1))).scalar_one_or_none()  # the first: an edit of it holds its id too
             customer = await session.get(Conversation, escalation.conversation_id)
-            reply = None
+            reply, addressee = None, None
             if original is not None and customer is not None and (original.meta or {}).get("sender") == sender:
                 reply = await repo.outbound_by_external_id(session, conversation=customer, external_id=reply_key(
                     escalation.id, operator, f"slack-in-{original.id}"))
+                addressee = await _addressee(session, reply, customer) if reply is not None else None
         if reply is None:  # refused, a file alone, or another member's: the customer never had it
             log.info("slack_operator.revision_ignored", escalation_id=escalation.id, message_id=inbound.id,
                      change=what, reason="not a reply relayed to the customer")
@@ -82,7 +98,8 @@ class RevisionRelay:
             notice = (f"{platform} cannot change a message once sent: the customer still has the first version. "
                       "Send a correction as a new reply.")
         else:
-            notice, changed = await self._change_sent(adapter, customer, reply, text=text, deleted=deleted, what=what)
+            notice, changed = await self._change_sent(adapter, customer, reply, text=text, deleted=deleted, what=what,
+                                                      addressee=addressee)
         if changed:
             async with self._sessions() as session, session.begin():
                 stored = await session.get(Message, reply.id)
@@ -96,8 +113,10 @@ class RevisionRelay:
             await self._tell(inbound.bot, sender, notice, thread_ts=conversation.thread)
 
     async def _change_sent(self, adapter: Any, customer: Conversation, reply: Message, *, text: str, deleted: bool,
-                           what: str) -> tuple[str | None, bool]:
-        """Edit (or remove) the reply's messages on the customer's platform: (what to tell the operator, done)."""
+                           what: str, addressee: str | None = None) -> tuple[str | None, bool]:
+        """Edit (or remove) the reply's messages on the customer's platform: (what to tell the operator, done).
+        A platform whose `edit` takes the `addressee` a send took (Discord: a mention of the member in a shared
+        channel, in front of the first part) is given it for the first part, so the edit keeps the mention."""
         ref = ConversationRef(channel=customer.channel, workspace=customer.workspace, chat=customer.chat,
                               thread=customer.thread)
         ids = [str(p) for p in reply.provider_ids]
@@ -111,7 +130,8 @@ class RevisionRelay:
                 if deleted:
                     await remove_message(adapter, ref, provider_id)
                 else:
-                    await adapter.edit(ref, provider_id, parts[index])
+                    addressed = index == 0 and addressee is not None and _takes_addressee(adapter)
+                    await adapter.edit(ref, provider_id, parts[index], **({"addressee": addressee} if addressed else {}))
         except Exception as exc:  # the platform refused (too old to edit, gone): the operator must know
             log.warning("slack_operator.revision_failed", message_id=reply.id, channel=reply.channel,
                         error=f"{type(exc).__name__}: {exc}"[:200])

@@ -1,0 +1,53 @@
+"""An operator's edit or deletion, in the Slack thread, of a reply relayed to a Discord customer changes the
+message the customer got, in place (PATCH on Discord's API); the generic path is tested for Slack, Telegram
+and WhatsApp customers in test_slack_operator_edits.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from channels.discord import classify_gateway_message
+from tests.fakes.discord_api import BOT_USER_ID, FakeDiscord
+from tests.fakes.slack_api import FakeSlack
+from tests.gateway_channels.conftest import wait_until
+from tests.gateway_channels.test_discord_e2e import gateway_message
+from tests.operators.test_slack_operator_edits import _customer_app, _operator_replied, _post_event, _revision, _told
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+GUILD, CHANNEL, ANN = "1700000000000000041", "1600000000000000041", "1300000000000000041"
+
+
+def _edits(fake: FakeDiscord, message_id: str) -> list[dict]:
+    return [r.json for r in fake.received("PATCH", f"/channels/{CHANNEL}/messages/{message_id}")]
+
+
+async def test_an_operators_edit_and_deletion_reach_a_discord_member_in_place(tmp_path):
+    """In a server channel the operator's reply starts with a mention of the member it is for: the edit keeps it."""
+    slack, fake = await FakeSlack.start(), await FakeDiscord().start()
+    discord = {"discord": {"token": "${DISCORD_TOKEN}", "api_base": fake.api_base, "gateway_url": fake.gateway_url}}
+    try:
+        async with _customer_app(tmp_path, slack, discord, {"DISCORD_TOKEN": fake.token}) as client:
+            payload = gateway_message("1500000000000000041", CHANNEL, f"<@{BOT_USER_ID}> I need to talk to a human",
+                                      guild=GUILD, author=ANN)
+            payload["mentions"] = [{"id": BOT_USER_ID}]
+            await client.services._deliver_for("acme")(classify_gateway_message(payload, bot_user_id=BOT_USER_ID))
+            thread_ts, ts, reply = await _operator_replied(client, slack, "Your refund is 10 EUR.")
+            [message_id] = reply.provider_ids
+            assert fake.messages[message_id]["content"] == f"<@{ANN}> Your refund is 10 EUR."
+
+            edited = _revision("message_changed", thread_ts, ts, "Your refund is 10 EUR.", "EvDcEdit",
+                               new_text="Your refund is *12* EUR.")
+            assert (await _post_event(client, edited)).status_code == 200
+            [edit] = await wait_until(lambda: _edits(fake, message_id), what="the edit")
+            assert fake.messages[message_id]["content"] == f"<@{ANN}> Your refund is **12** EUR."
+            assert edit["allowed_mentions"]["parse"] == []  # an edit pings no one
+
+            deleted = _revision("message_deleted", thread_ts, ts, "Your refund is *12* EUR.", "EvDcDelete")
+            assert (await _post_event(client, deleted)).status_code == 200
+            await wait_until(lambda: _edits(fake, message_id)[1:], what="the deletion")
+            assert fake.messages[message_id]["content"] == "—"
+            assert not _told(slack, thread_ts)
+    finally:
+        await fake.close()
+        await slack.stop()
