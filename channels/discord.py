@@ -173,16 +173,14 @@ class DiscordAdapter:
         if message.interaction is not None and message.reply_to:  # one this process never saw (a restart)
             self._interactions.restore(message.reply_to, restored(message.interaction, message.conversation))
         key, interaction = self._interactions.for_send(message.reply_to, message.addressee, message.conversation)
-        addressed = interaction is None and not message.reply_to and message.addressee is not None
-        member = message.conversation.member if addressed else None
-        member = member if member and member.isdigit() else None  # a snowflake, or no mention at all
-        chunks = render_message(message, mention=member)
+        # An `/ask` answered past its 15 minutes goes to the channel, where it can reply to nothing (an
+        # interaction is no message): it is addressed to the member who asked, as an operator's message is.
+        late = message.interaction is not None
+        chunks, member = _rendered(message, interaction is None and (
+            late or (not message.reply_to and message.addressee is not None)))
         if not chunks:
             return []
         await self._ensure_login()
-        mentions = (discord.AllowedMentions(everyone=False, roles=False, replied_user=False,
-                                            users=[discord.Object(int(member))])
-                    if member else discord.AllowedMentions.none())
         with self._sent_parts.resume(message) as ids:
             if interaction is not None:
                 try:
@@ -195,16 +193,22 @@ class DiscordAdapter:
                     self._interactions.expired(key, interaction)
                     log.warning("discord.interaction_expired", extra={"bot": self.bot, "interaction_id": key,
                                                                       "error": str(exc)[:200]})
+                    late = True
+                    if not ids:
+                        chunks, member = _rendered(message, True)
             else:
                 self._interactions.moved_on(message.conversation)  # a later answer's parts stay in the channel
             channel = self._channel(message.conversation)
+            mentions = (discord.AllowedMentions(everyone=False, roles=False, replied_user=False,
+                                                users=[discord.Object(int(member))])
+                        if member else discord.AllowedMentions.none())
             if message.attempt > 1:  # an earlier attempt's lost answer may hide a post (channels.discord_reconcile)
                 await adopt_landed(self.client, channel, message, chunks, ids)
             for index, chunk in enumerate(chunks):
                 if index < len(ids):
                     continue  # delivered by an earlier attempt of this same reply
                 reference = None
-                if index == 0 and message.reply_to and message.reply_to.isdigit():
+                if index == 0 and message.reply_to and message.reply_to.isdigit() and not late:
                     reference = discord.MessageReference(
                         message_id=int(message.reply_to), channel_id=channel.id, fail_if_not_exists=False
                     )
@@ -381,3 +385,11 @@ class DiscordAdapter:
                                                    "reason": result})
                 return
             await self._inbox.patiently(result)
+
+
+def _rendered(message: OutboundMessage, addressed: bool) -> tuple[list[str], str | None]:
+    """The chunks of `message`, addressed (a mention in front) to the conversation's member if `addressed` and
+    the conversation is one member's in a server channel; and that member, or None."""
+    member = message.conversation.member if addressed else None
+    member = member if member and member.isdigit() else None  # a snowflake, or no mention at all
+    return render_message(message, mention=member), member

@@ -34,4 +34,8 @@ async def test_an_ask_answered_after_a_restart_still_goes_to_its_followups(fake:
         await after.stop()
     assert [m["content"] for m in fake.channel_messages(INTERACTION_CHANNEL_ID)] == ["Part 1.", "Part 2."]
     assert len(fake.received("POST", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN")) == 2
-    assert [m["content"] for m in fake.channel_messages(ask.chat)] == ["Late."]
+    # Late, in a shared channel: addressed to the member who asked (the interaction is no message to reply to).
+    [late] = fake.channel_messages(ask.chat)
+    assert late["content"] == f"<@{ask.member}> Late." and "message_reference" not in late
+    [posted] = fake.received("POST", f"/channels/{ask.chat}/messages")
+    assert posted.json["allowed_mentions"]["users"] == [int(ask.member)] and posted.json["allowed_mentions"]["parse"] == []

@@ -139,7 +139,9 @@ async def test_followup_refused_for_an_expired_token_goes_to_the_channel(fake: F
     outbound = OutboundMessage(conversation=question.conversation, text="9 to 5.", reply_to=question.external_id)
     ids = await adapter.send(outbound)
     (posted,) = fake.channel_messages(question.conversation.chat)
-    assert ids == [posted["id"]] and posted["content"] == "9 to 5."
+    # In a shared channel, to the member who asked: it replies to no message of theirs (an interaction is none).
+    assert ids == [posted["id"]] and posted["content"] == f"<@{question.conversation.member}> 9 to 5."
+    assert "message_reference" not in posted
     assert not fake.channel_messages(INTERACTION_CHANNEL_ID)
 
 
