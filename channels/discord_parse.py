@@ -57,8 +57,12 @@ def classify_gateway_message(
     text = re.sub(rf"<@!?{re.escape(bot_user_id)}>", "", content) if bot_user_id else content
     for role_id in bot_role_ids:
         text = text.replace(f"<@&{role_id}>", "")
-    text = text.strip()
-    attachments = tuple(_attachment(a, caption=text or None) for a in payload.get("attachments") or ())
+    # A forward's content is empty: what it forwards (text, files) is in its snapshots. Not read for a mention.
+    forwarded = [snapshot.get("message") or {} for snapshot in payload.get("message_snapshots") or ()]
+    text = "\n\n".join(part for part in (text.strip(), *(str(f.get("content") or "").strip() for f in forwarded))
+                        if part)
+    files = [*(payload.get("attachments") or ()), *(a for f in forwarded for a in f.get("attachments") or ())]
+    attachments = tuple(_attachment(a, caption=text or None) for a in files)
     attachments += tuple(
         Attachment(kind="sticker", file_id=str(s.get("id")), caption=s.get("name"))
         for s in payload.get("sticker_items") or ()
@@ -199,10 +203,9 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
         },
         "mentions": [{"id": str(user.id)} for user in message.mentions],
         "mention_roles": [str(role_id) for role_id in message.raw_role_mentions],
-        "attachments": [
-            {"id": str(a.id), "url": a.url, "content_type": a.content_type, "filename": a.filename}
-            for a in message.attachments
-        ],
+        "attachments": _attachments_of(message.attachments),
+        "message_snapshots": [{"message": {"content": shot.content, "attachments": _attachments_of(shot.attachments)}}
+                              for shot in message.message_snapshots],
         "sticker_items": [{"id": str(s.id), "name": s.name} for s in message.stickers],
     }
     if guild_id:
@@ -212,6 +215,10 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
     if isinstance(resolved, discord.Message):
         payload["referenced_message"] = {"author": {"id": str(resolved.author.id)}}
     return payload
+
+
+def _attachments_of(attachments: list[discord.Attachment]) -> list[dict[str, Any]]:
+    return [{"id": str(a.id), "url": a.url, "content_type": a.content_type, "filename": a.filename} for a in attachments]
 
 
 def without_token(message: InboundMessage) -> InboundMessage:

@@ -162,6 +162,28 @@ async def test_a_slow_look_up_in_one_channel_does_not_hold_the_messages_of_anoth
     assert delivered[1].conversation.thread == thread
 
 
+async def test_a_forwarded_message_is_read_for_what_it_forwards(fake: FakeDiscord):
+    # A forward carries its text and files in `message_snapshots`, its own content empty: a member who
+    # forwarded an error message to the bot was greeted as if they had said nothing.
+    adapter = DiscordAdapter("support", settings_for(fake))
+    shot = guild_message("", message_id="900000000000000090")  # the original, elsewhere
+    snapshot = {key: shot[key] for key in ("type", "content", "embeds", "mentions", "mention_roles", "timestamp",
+                                           "edited_timestamp", "flags")}
+    snapshot |= {"content": "Error 502 while saving", "attachments": [{
+        "id": "900000000000000092", "filename": "trace.log", "size": 10, "url": "https://cdn.example/trace.log",
+        "proxy_url": "https://cdn.example/trace.log"}]}
+    dm = guild_message("", message_id="900000000000000091", channel_id="900000000000000093",
+                       message_reference={"type": 1, "channel_id": CHANNEL, "message_id": "900000000000000090"},
+                       message_snapshots=[{"message": snapshot}])
+    del dm["guild_id"]
+    async with connected(adapter, fake) as delivered:
+        await fake.dispatch("MESSAGE_CREATE", dm)
+        await wait_for(delivered, 1)
+    [forward] = delivered
+    assert forward.text == "Error 502 while saving" and forward.reply_to is None
+    assert [(a.kind, a.url) for a in forward.attachments] == [("document", "https://cdn.example/trace.log")]
+
+
 async def test_an_event_discord_py_cannot_read_is_skipped_and_the_gateway_goes_on(fake: FakeDiscord):
     # A captured embed-only MESSAGE_UPDATE (no `type`): discord.py's parser raises KeyError, which used to
     # end the connect loop for good, leaving the socket open and every later message lost.
