@@ -22,7 +22,7 @@ log = logging.getLogger("channels.discord")
 DELIVER_PATIENCE = 600.0
 """Seconds a gateway message is retried into the inbox before it is logged as lost."""
 LOOKUP_TIMEOUT_S = 10.0
-"""The longest a channel's look-up holds the messages behind it (`InboxFeed.turn`)."""
+"""The longest a channel's look-up holds the messages behind it in that channel (`InboxFeed.turn`)."""
 FAILED_TTL_S = 60.0
 """How long a channel that could not be looked up (no access: 403, 404; an outage) is read as a plain
 channel without asking Discord again."""
