@@ -24,8 +24,9 @@ DELIVER_PATIENCE = 600.0
 LOOKUP_TIMEOUT_S = 10.0
 """The longest a channel's look-up holds the messages behind it in that channel (`InboxFeed.turn`)."""
 FAILED_TTL_S = 60.0
-"""How long a channel that could not be looked up (no access: 403, 404; an outage) is read as a plain
-channel without asking Discord again."""
+"""How long a channel the bot may not look up (403, 404) is read as a plain channel without asking Discord
+again. A look-up that failed otherwise (a timeout, a 5xx) is asked again at the next message: remembered,
+a thread's messages were read as a channel's, a conversation per member, for as long."""
 _KNOWN_MAX = 10_000
 _FAILED_MAX = 1_000
 
@@ -116,14 +117,16 @@ class ThreadLookup:
         try:
             with wait_budget(WAIT_IN_PLACE_S):
                 fetched = await asyncio.wait_for(self._client.fetch_channel(channel.id), LOOKUP_TIMEOUT_S)
-        except Exception as exc:  # no access, an outage: read as a channel, and asked again after a while
-            self._failed.pop(channel.id, None)
-            if len(self._failed) >= _FAILED_MAX:  # the oldest first: they all live FAILED_TTL_S
-                del self._failed[next(iter(self._failed))]
-            self._failed[channel.id] = time.monotonic() + FAILED_TTL_S
+        except Exception as exc:  # no access, an outage: read as a channel, and asked again (later, if no access)
+            refused = isinstance(exc, (discord.Forbidden, discord.NotFound))
+            if refused:
+                self._failed.pop(channel.id, None)
+                if len(self._failed) >= _FAILED_MAX:  # the oldest first: they all live FAILED_TTL_S
+                    del self._failed[next(iter(self._failed))]
+                self._failed[channel.id] = time.monotonic() + FAILED_TTL_S
             log.warning("discord.channel_unresolved", extra={"bot": self._bot, "channel_id": channel.id,
                                                              "error": f"{type(exc).__name__}: {exc}"[:200],
-                                                             "retry_in_s": FAILED_TTL_S})
+                                                             "retry_in_s": FAILED_TTL_S if refused else 0})
             return False
         if len(self._known) >= _KNOWN_MAX:
             self._known.clear()

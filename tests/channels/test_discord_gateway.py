@@ -146,6 +146,24 @@ async def test_a_thread_the_bot_cannot_read_is_asked_about_once_for_a_while(fake
     assert delivered[2].conversation.thread == thread
 
 
+async def test_a_look_up_that_timed_out_is_not_remembered(fake: FakeDiscord, monkeypatch):
+    # A slow answer is no "no access": remembered, the thread's next messages were read as a plain channel,
+    # a conversation per member, for a minute.
+    monkeypatch.setattr("channels.discord_inbound.LOOKUP_TIMEOUT_S", 0.3)
+    thread = "900000000000000079"
+    fake.channels[thread] = thread_object(thread_id=thread, parent_id=CHANNEL, guild_id=GUILD)
+    fake.delays[f"/channels/{thread}"] = 1.0
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    async with connected(adapter, fake) as delivered:
+        await fake.dispatch("MESSAGE_CREATE", guild_message("slow", channel_id=thread, message_id="900000000000000086"))
+        await wait_for(delivered, 1)
+        fake.delays.pop(f"/channels/{thread}")
+        await fake.dispatch("MESSAGE_CREATE", guild_message("fast", channel_id=thread, message_id="900000000000000087"))
+        await wait_for(delivered, 2)
+    assert delivered[0].conversation.thread.startswith("member:")  # the timed-out look-up: read as a channel
+    assert delivered[1].conversation.thread == thread
+
+
 async def test_a_slow_look_up_in_one_channel_does_not_hold_the_messages_of_another(fake: FakeDiscord):
     # One lock ordered every message of the bot: a thread's look-up (up to 10 s) held all the others.
     thread = "900000000000000083"
