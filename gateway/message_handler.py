@@ -36,6 +36,7 @@ from gateway.burst import NO_BURST, Burst, burst_followers, in_sent_order
 from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, WaitingIndicator, start_typing
+from gateway.edits_meanwhile import queue_edits_made_meanwhile
 from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import OPT_COMMANDS, CallerIdentity, ConversationRef, as_utc, utcnow
 from gateway.pipeline import Pipeline, PipelineResult, Turn
@@ -304,7 +305,6 @@ class MessageHandler:
         `answered` is each piece's text, command and shared values as the turn read them: a piece edited since
         (`Inbox._revise`) keeps them, and its edit is stored as a message to answer next."""
         outbound_ids: list[int] = []
-        edits: list[tuple[int, int]] = []
         taken_over = False
         async with self._sessions() as session, session.begin():
             # The conversation's row locked first (its state is read below): an operator's claim or take-over
@@ -351,17 +351,7 @@ class MessageHandler:
                 if piece is not None and piece.status == "pending":
                     piece.status, piece.updated_at = status, message.updated_at
                     piece.meta = {**(piece.meta or {}), "answered_with": inbound.id}
-            for piece_id, text, text_meta in answered:
-                piece = await session.get(Message, piece_id)
-                if piece is not None and _a_place_moved(text_meta, piece.meta):
-                    continue  # a live location's move is no new question: the record keeps the newest place
-                if piece is not None and piece.status == status and piece.text != text:  # not deleted meanwhile
-                    # With the command and shared place the edit holds (`Inbox._revise`): "/start" edited into a
-                    # question is one; the record keeps what was answered.
-                    edit = await repo.add_edit_to_answer(session, of=piece, text=piece.text)
-                    piece.text = text
-                    piece.meta = message_meta.with_said(piece.meta, text_meta)
-                    edits.append((piece.id, edit.id))
+            edits = await queue_edits_made_meanwhile(session, answered, status=status)
         for piece_id, edit_id in edits:
             log.info("inbound.edit_queued", message_id=piece_id, edit_message_id=edit_id,
                      reason="edited while its answer was written: the edit is answered next")
@@ -374,16 +364,6 @@ class MessageHandler:
             if await self._outbox.deliver(out_id, via=via) in RETRYING:
                 break  # the drain loop parks the conversation; the rest wait their turn
         return taken_over
-
-
-def _a_place_moved(answered_meta: dict, meta: dict | None) -> bool:
-    """Whether a message read as sharing a place shares one still, only elsewhere: a Telegram live location
-    moved (each move is an edit, every few seconds for hours), which answered after it would have been a
-    stream of "Shared location" answers. (A location message holds no text of its own to edit.)"""
-    def location(said: dict) -> object:
-        return (said.get("shared") or {}).get("location")
-    now = message_meta.said(meta)
-    return location(answered_meta) is not None and location(now) is not None and answered_meta.get("command") == now.get("command")
 
 
 async def _conversation_and_sender(session: AsyncSession, inbound: Message) -> tuple[Conversation, Contact | None]:
