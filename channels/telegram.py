@@ -35,10 +35,7 @@ import secrets
 
 import aiohttp
 import structlog
-from aiogram import Bot
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.session.base import BaseSession, Response
-from aiogram.client.telegram import TelegramAPIServer
+from aiogram.client.session.base import BaseSession
 from aiogram.exceptions import (
     AiogramError,
     ClientDecodeError,
@@ -50,66 +47,23 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.methods import (
-    DeleteMessage,
-    DeleteWebhook,
-    EditMessageText,
-    GetMe,
-    GetUpdates,
-    SendChatAction,
-    SendMessage,
-    SetWebhook,
-)
 from aiogram.types import LinkPreviewOptions, ReplyParameters
-from aiogram.utils.token import TokenValidationError
 
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.sent_parts import SentParts
+from channels.telegram_bot import make_bot
 from channels.telegram_errors import REMOVED, UNREACHABLE, is_error_page, says
 from channels.telegram_polling import TelegramPoller
 from channels.telegram_render import TELEGRAM_LIMIT, markdown_to_html, render_messages, visible_length, visible_text
-from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser, decode_update
+from channels.telegram_updates import UpdateParser, decode_update
 from gateway.backoff import doubling
-from gateway.errors import BotRemoved, ChannelSendError, ConfigError, RecipientUnreachable, SignatureInvalid
+from gateway.errors import BotRemoved, ChannelSendError, RecipientUnreachable, SignatureInvalid
 from gateway.models import ConversationRef, InboundMessage, OutboundMessage, Sender
 from gateway.settings import TelegramChannel
 
 log = structlog.get_logger(__name__)
 
-# aiogram reads each answer as `Response[<the method's result type>]`, a generic model that pydantic caches
-# only weakly: once garbage-collected it was built again, 15–25 ms of the event loop for every send and
-# typing action. Held here, the ones this adapter calls are built once.
-_RESPONSE_MODELS = tuple({Response[method.__returning__] for method in (
-    SendMessage, EditMessageText, DeleteMessage, SendChatAction, GetMe, DeleteWebhook, SetWebhook, GetUpdates)})
-
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
-
-
-def make_bot(settings: TelegramChannel, *, session: BaseSession | None = None) -> Bot:
-    """An aiogram Bot for these settings, pointed at `api_base` when it is set."""
-    if session is None:
-        session = AiohttpSession(api=TelegramAPIServer.from_base(settings.api_base)) if settings.api_base else AiohttpSession()
-    try:
-        return Bot(settings.token, session=session)
-    except TokenValidationError:
-        raise ConfigError("telegram.token", "not a Telegram bot token (expected <bot id>:<secret>)") from None
-
-
-async def set_webhook(settings: TelegramChannel, url: str) -> None:
-    """Register `url` (<public base>/webhooks/{bot}/telegram) with Telegram, with our secret token."""
-    secret = settings.webhook_secret
-    if not secret:  # its characters were checked when the config loaded (`TelegramChannel`)
-        raise ConfigError("telegram.webhook_secret", "1-256 characters of A-Z, a-z, 0-9, _ and - are required")
-    bot = make_bot(settings)
-    try:
-        await bot.set_webhook(url=url, secret_token=secret, allowed_updates=list(ALLOWED_UPDATES))
-    except TelegramAPIError as exc:
-        raise ChannelSendError(f"setWebhook failed: {exc.message}", permanent=True) from exc
-    except ClientDecodeError as exc:  # a proxy's 502 page in an outage: one line, not aiogram's traceback
-        what = "an error page, not JSON; try again shortly" if is_error_page(exc) else "an answer it could not read"
-        raise ChannelSendError(f"setWebhook failed: Telegram answered with {what}", permanent=True) from exc
-    finally:
-        await bot.session.close()
 
 
 class TelegramAdapter:

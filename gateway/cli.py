@@ -362,7 +362,7 @@ async def _chat(args) -> int:
 
 
 async def _set_webhook(args) -> int:
-    from channels.telegram import set_webhook
+    from channels.telegram_bot import set_webhook
 
     settings = _settings(args)
     bot = settings.bot(args.bot)

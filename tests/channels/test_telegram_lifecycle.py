@@ -8,7 +8,8 @@ import time
 import pytest
 import structlog
 
-from channels.telegram import TelegramAdapter, set_webhook
+from channels.telegram import TelegramAdapter
+from channels.telegram_bot import set_webhook
 from gateway.errors import ChannelSendError, ConfigError
 from gateway.models import InboundMessage
 from tests.channels.telegram_helpers import (  # noqa: F401 - `fake` fixture

@@ -9,7 +9,8 @@ from aiogram.exceptions import TelegramBadRequest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from channels.telegram import TelegramAdapter, make_bot
+from channels.telegram import TelegramAdapter
+from channels.telegram_bot import make_bot
 from channels.telegram_render import markdown_to_html, render_messages, visible_length
 from gateway.models import Citation, OutboundMessage
 from tests.channels.telegram_helpers import (  # noqa: F401 - `fake` and `adapter` fixtures

@@ -1,0 +1,58 @@
+"""The aiogram `Bot` of a Telegram channel's settings, and the webhook's registration with Telegram."""
+
+from __future__ import annotations
+
+from aiogram import Bot
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.session.base import BaseSession, Response
+from aiogram.client.telegram import TelegramAPIServer
+from aiogram.exceptions import ClientDecodeError, TelegramAPIError
+from aiogram.methods import (
+    DeleteMessage,
+    DeleteWebhook,
+    EditMessageText,
+    GetMe,
+    GetUpdates,
+    SendChatAction,
+    SendMessage,
+    SetWebhook,
+)
+from aiogram.utils.token import TokenValidationError
+
+from channels.telegram_errors import is_error_page
+from channels.telegram_updates import ALLOWED_UPDATES
+from gateway.errors import ChannelSendError, ConfigError
+from gateway.settings import TelegramChannel
+
+# aiogram reads each answer as `Response[<the method's result type>]`, a generic model that pydantic caches
+# only weakly: once garbage-collected it was built again, 15–25 ms of the event loop for every send and
+# typing action. Held here, the ones this adapter calls are built once.
+_RESPONSE_MODELS = tuple({Response[method.__returning__] for method in (
+    SendMessage, EditMessageText, DeleteMessage, SendChatAction, GetMe, DeleteWebhook, SetWebhook, GetUpdates)})
+
+
+def make_bot(settings: TelegramChannel, *, session: BaseSession | None = None) -> Bot:
+    """An aiogram Bot for these settings, pointed at `api_base` when it is set."""
+    if session is None:
+        session = AiohttpSession(api=TelegramAPIServer.from_base(settings.api_base)) if settings.api_base else AiohttpSession()
+    try:
+        return Bot(settings.token, session=session)
+    except TokenValidationError:
+        raise ConfigError("telegram.token", "not a Telegram bot token (expected <bot id>:<secret>)") from None
+
+
+async def set_webhook(settings: TelegramChannel, url: str) -> None:
+    """Register `url` (<public base>/webhooks/{bot}/telegram) with Telegram, with our secret token."""
+    secret = settings.webhook_secret
+    if not secret:  # its characters were checked when the config loaded (`TelegramChannel`)
+        raise ConfigError("telegram.webhook_secret", "1-256 characters of A-Z, a-z, 0-9, _ and - are required")
+    bot = make_bot(settings)
+    try:
+        await bot.set_webhook(url=url, secret_token=secret, allowed_updates=list(ALLOWED_UPDATES))
+    except TelegramAPIError as exc:
+        raise ChannelSendError(f"setWebhook failed: {exc.message}", permanent=True) from exc
+    except ClientDecodeError as exc:  # a proxy's 502 page in an outage: one line, not aiogram's traceback
+        what = "an error page, not JSON; try again shortly" if is_error_page(exc) else "an answer it could not read"
+        raise ChannelSendError(f"setWebhook failed: Telegram answered with {what}", permanent=True) from exc
+    finally:
+        await bot.session.close()
