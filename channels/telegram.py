@@ -8,8 +8,11 @@ Inbound
   session, reads each update as the webhook body is read, and moves the offset past it only once stored.
 - `external_id` is the `update_id`, Telegram's own delivery id, so redeliveries dedupe.
 - An edit of a message still waiting for its answer replaces its text (a typo fixed in time; one that
-  lands while the answer is written is answered after it); an edit of one already answered is ignored (answering it would double-reply). Deletions never reach bots. Callback queries, inline queries and payments
-  are ignored with a reason, as are service messages, our own and other bots' messages.
+  lands while the answer is written is answered after it); an edit of one already answered is ignored
+  (answering it would double-reply). A live location's moves are edits too, flagged
+  (`InboundMessage.live_location`): its record takes the newest place, and no move is answered. Deletions
+  never reach bots. Callback queries, inline queries and payments are ignored with a reason, as are service
+  messages, our own and other bots' messages.
 - `my_chat_member` (the bot kicked, left, blocked, or added back) is logged and stored (`bot_removed`): the
   outbox of every replica fails replies to a chat it left at once (storage/removed_chats.py). A send's 403
   saying the bot was kicked or blocked (`telegram_errors.REMOVED`) is `BotRemoved`, which the outbox stores too.

@@ -149,10 +149,13 @@ class UpdateParser:
             # Applied to the message while it waits for its answer (a typo fixed), else ignored by the inbox:
             # answering an edit would double-reply to a question already answered. In a group, an edit that
             # addresses the bot of a message never stored (ignored: no @mention) is the question asked now.
+            # A location is edited only as a live location moves (a message of its own holds no text to edit).
             edited = self._message(update_id, update[kind], update)
+            moved = isinstance(update[kind].get("location"), dict)
             return replace(edited, messages=tuple(
                 replace(m, revises=str(update[kind]["message_id"]), only_while_held=False, revision=update_id,
-                        new_if_never_stored=m.raw.get("chat_type") != "private" and not m.only_while_held)
+                        live_location=moved, new_if_never_stored=not moved
+                        and m.raw.get("chat_type") != "private" and not m.only_while_held)
                 for m in edited.messages))
         if kind == "my_chat_member" and isinstance(update[kind], dict):
             return self._membership(update_id, update[kind])
@@ -237,6 +240,7 @@ class UpdateParser:
             sequence=msg["message_id"] if isinstance(msg["message_id"], int) else None,
             raw={**raw, "update": update},
             only_while_held=unaddressed,
+            live_location=isinstance(msg.get("location"), dict) and "live_period" in msg["location"],
         )
         return WebhookResult(messages=(inbound,))
 

@@ -113,6 +113,8 @@ class Inbox:
                 await mark_removed(session, bot=bot, channel=message.channel, chat=message.conversation.chat,
                                    removed=message.bot_removed, at=message.sent_at)
             return None
+        if message.revises is not None and message.live_location:
+            return await self._move_place(bot, message)
         if message.revises is not None:
             return await self._revise(bot, message)
         async with self._sessions() as session, session.begin():
@@ -177,6 +179,33 @@ class Inbox:
             log.info("inbound.chat_moved", bot=bot, channel=ref.channel, chat=ref.chat, to=new_chat,
                      conversations=list(moved.moved), merged=list(moved.merged), busy=list(moved.busy))
 
+    async def _move_place(self, bot: str, move: InboundMessage) -> None:
+        """A shared live location moved (`InboundMessage.live_location`): its message, answered or not, takes the
+        newest place, text and `meta.shared` (what operators and tools read). No question, nor an edit to answer:
+        one being answered keeps its answer (gateway/edits_meanwhile.py), and a move comes every few seconds
+        for hours, so it wakes no worker and is logged at debug only."""
+        async with self._sessions() as session, session.begin():
+            found = (await session.execute(
+                select(Message.id, Message.conversation_id)
+                .join(Conversation, Message.conversation_id == Conversation.id).where(
+                    Message.bot == bot, Message.channel == move.channel, Message.direction == "in",
+                    Conversation.chat == move.conversation.chat, _names(move)).order_by(Message.id).limit(1))).first()
+            if found is not None:
+                # Locked in the order the answer's store takes them (`Inbox._revise`).
+                await session.get(Conversation, found.conversation_id, with_for_update={"key_share": True})
+                target = await session.get(Message, found.id, with_for_update=True)
+                newer = _newer(move, target.meta)
+                if newer:
+                    target.text = move.text
+                    target.meta = message_meta.with_said(target.meta, message_meta.inbound_meta(move)) | {
+                        "live_location": True} | ({"revision": move.revision} if move.revision is not None else {})
+        if found is None:  # its first version was ignored (a group member's, without the bot's @mention)
+            log.debug("inbound.ignored", bot=bot, channel=move.channel, platform_message_id=move.revises,
+                      reason="a live location's move, of a message never stored")
+        else:
+            log.debug("inbound.place_moved", bot=bot, channel=move.channel, message_id=found.id,
+                      revision=move.revision, applied=newer)
+
     async def _revise(self, bot: str, edit: InboundMessage) -> Accepted | None:
         """Apply an edit or a deletion to the message it names while that message waits for its answer:
         the customer who fixed a typo, or took a message back, was answered on what they had withdrawn.
@@ -211,7 +240,7 @@ class Inbox:
                     target.status, target.error = "ignored", "deleted by the customer before it was answered"
                 else:
                     # The command it now holds, if any ("/start" edited into a question is a question), and what
-                    # it shares (each move of a Telegram live location is an edit).
+                    # it shares.
                     target.text = edit.text
                     target.meta = message_meta.with_said(target.meta, message_meta.inbound_meta(edit)) | (
                         {"revision": edit.revision} if edit.revision is not None else {})

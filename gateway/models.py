@@ -138,6 +138,10 @@ class InboundMessage:
     # An edit's place among the edits of its message, where the platform numbers them (Telegram's update_id
     # counts up): an older edit handled after a newer one (two webhooks at once) does not undo it.
     revision: int | None = None
+    # A shared live location (Telegram's, with its `live_period`), or a move of one (an edit, `revises` set):
+    # the place changes as the person moves, every few seconds for hours. A move is no question and no edit to
+    # answer: applied to its message, answered or not, so the record keeps the newest place (`Inbox.accept`).
+    live_location: bool = False
     # Not a message: the chat `conversation.chat` lives on under this id now (a Telegram group upgraded to
     # a supergroup). Its conversations, and what is queued for them, follow it there (`Inbox.accept`).
     moves_to: str | None = None

@@ -32,6 +32,8 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
         meta["needs_reply"] = True
     if message.sequence is not None:
         meta["sequence"] = message.sequence
+    if message.live_location:  # its text changes only as the place moves, which no one answers
+        meta["live_location"] = True
     if message.revision is not None:  # stored from an edit: a later edit of it must be newer (`Inbox._revise`)
         meta["revision"] = message.revision
     revises = message.raw.get("revises") if isinstance(message.raw, dict) else None
@@ -57,6 +59,6 @@ def with_said(meta: dict[str, Any] | None, text_meta: dict[str, Any]) -> dict[st
 
 
 PLATFORM_META = ("sender", "platform_message_id", "command", "start_payload", "shared", "needs_reply",
-                  "sequence", "revision", "traceparent")
+                  "sequence", "revision", "live_location", "traceparent")
 """What `inbound_meta` (and the inbox) keep on a message from the platform; the rest of `meta` is what
 attempts at answering it did (a streamed draft, tool runs), which a message of its own starts without."""

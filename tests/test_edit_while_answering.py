@@ -93,9 +93,10 @@ async def test_a_live_location_moved_while_it_is_answered_is_not_answered_again(
     """Each move of a Telegram live location is an edit (every few seconds, for up to 8 hours): a move landing
     while the answer was written was answered after it, and the next move during that answer again, a
     stream of "Shared location" answers. The move is no new question: the record takes the newest place,
-    text and `meta.shared` alike, and nothing more is answered."""
+    text and `meta.shared` alike, and nothing more is answered. (Its edits are moves as the parser flags them,
+    `InboundMessage.live_location`.)"""
     here, there = {"latitude": 52.52, "longitude": 13.405}, {"latitude": 52.5163, "longitude": 13.3777}
-    asked = replace(QUESTION, text=location_line(here), raw={"shared": {"location": here}})
+    asked = replace(QUESTION, text=location_line(here), raw={"shared": {"location": here}}, live_location=True)
     pipeline, sent, [question] = await _edited_mid_answer(
         migrated_url, location_line(there), question=asked, edit_raw={"shared": {"location": there}})
     assert [text for _, text in pipeline.seen] == [location_line(here)] and len(sent) == 1

@@ -262,3 +262,25 @@ def test_each_member_of_a_group_has_a_conversation_of_their_own() -> None:
     assert conversation(367699112, 6, **topic).member is None
     private = tg.parse(_request(_update("hi", update_id=7))).messages[0].conversation
     assert private.thread == "" and private.member is None
+
+
+def test_parse_a_live_location_and_its_moves_are_flagged_as_a_place_that_moves() -> None:
+    """Each move of a live location is an `edited_message` (every few seconds, for up to 8 hours): flagged,
+    the inbox applies it as the place moving, never as a question or an edit to answer. A location sent once
+    (no `live_period`) is not live; nor is an edit of text."""
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    here = {"latitude": 52.52, "longitude": 13.405, "live_period": 900}
+    [shared] = tg.parse(_request(_update("", location=here))).messages
+    there = _update("", update_id=5002, chat_type="supergroup", edit_date=1700000030,
+                    location=here | {"latitude": 52.5163, "heading": 90})["message"]
+    [moved] = tg.parse(_request({"update_id": 5002, "edited_message": there})).messages
+    everything = TelegramAdapter("demo", _settings(respond_in_groups="always"), username="support_bot")
+    [in_group] = everything.parse(_request({"update_id": 5002, "edited_message": there})).messages
+    assert shared.live_location and shared.revises is None
+    assert moved.live_location and moved.revises == "42" and moved.text == "Shared location: (52.5163, 13.405)"
+    # A group the bot answers in whole: still no question of one it never stored (it joined after the sharing began).
+    assert in_group.live_location and not in_group.new_if_never_stored
+    [once] = tg.parse(_request(_update("", location={"latitude": 52.52, "longitude": 13.405}))).messages
+    typo = _update("teh price?", update_id=5003, edit_date=1700000030)["message"]
+    [edited] = tg.parse(_request({"update_id": 5003, "edited_message": typo})).messages
+    assert not once.live_location and not edited.live_location
