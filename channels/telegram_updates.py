@@ -150,10 +150,14 @@ class UpdateParser:
             # answering an edit would double-reply to a question already answered. In a group, an edit that
             # addresses the bot of a message never stored (ignored: no @mention) is the question asked now.
             # A location is edited only as a live location moves (a message of its own holds no text to edit).
+            # Edits are ordered by their `edit_date`, then update id: Telegram restarts update ids at random after
+            # a week without updates, so a later edit may come under a lower one.
             edited = self._message(update_id, update[kind], update)
             moved = isinstance(update[kind].get("location"), dict)
+            edit_date = update[kind].get("edit_date")
+            revision = (edit_date if isinstance(edit_date, int) else 0, update_id)
             return replace(edited, messages=tuple(
-                replace(m, revises=str(update[kind]["message_id"]), only_while_held=False, revision=update_id,
+                replace(m, revises=str(update[kind]["message_id"]), only_while_held=False, revision=revision,
                         live_location=moved, new_if_never_stored=not moved
                         and m.raw.get("chat_type") != "private" and not m.only_while_held)
                 for m in edited.messages))

@@ -56,9 +56,18 @@ def first_stored_edit_key(chat: str, platform_message_id: str) -> str:
 
 def _newer(edit: InboundMessage, meta: dict[str, Any] | None) -> bool:
     """Whether `edit` comes after the edit the message's text is from (`meta.revision`); true where the
-    platform does not number its edits."""
+    platform does not order its edits."""
     applied = (meta or {}).get("revision")
-    return edit.revision is None or not isinstance(applied, int) or edit.revision > applied
+    if edit.revision is None:
+        return True
+    if isinstance(applied, int):  # stored before edits were ordered by their date too: a Telegram update id
+        return edit.revision[-1] > applied
+    return not isinstance(applied, list) or tuple(edit.revision) > tuple(applied)
+
+
+def _revision(edit: InboundMessage) -> dict[str, Any]:
+    """The `meta.revision` of a message whose text is now `edit`'s."""
+    return {"revision": list(edit.revision)} if edit.revision is not None else {}
 
 
 def _names(edit: InboundMessage):
@@ -198,7 +207,7 @@ class Inbox:
                 if newer:
                     target.text = move.text
                     target.meta = message_meta.with_said(target.meta, message_meta.inbound_meta(move)) | {
-                        "live_location": True} | ({"revision": move.revision} if move.revision is not None else {})
+                        "live_location": True} | _revision(move)
         if found is None:  # its first version was ignored (a group member's, without the bot's @mention)
             log.debug("inbound.ignored", bot=bot, channel=move.channel, platform_message_id=move.revises,
                       reason="a live location's move, of a message never stored")
@@ -242,8 +251,7 @@ class Inbox:
                     # The command it now holds, if any ("/start" edited into a question is a question), and what
                     # it shares.
                     target.text = edit.text
-                    target.meta = message_meta.with_said(target.meta, message_meta.inbound_meta(edit)) | (
-                        {"revision": edit.revision} if edit.revision is not None else {})
+                    target.meta = message_meta.with_said(target.meta, message_meta.inbound_meta(edit)) | _revision(edit)
                 await repo.end_park(session, conversation_id=target.conversation_id, parked_owner=BURST_OWNER)
             unknown = target is None and edit.new_if_never_stored and not edit.deleted and not (await session.execute(
                 select(Message.id).join(Conversation, Message.conversation_id == Conversation.id).where(

@@ -135,9 +135,10 @@ class InboundMessage:
     # with `meta.revises` and `meta.deleted`): an operator's, in a Slack operator thread, of a reply relayed
     # to the customer, which the operator channel passes on (`gateway/operators/slack_edits.py`).
     stored_if_answered: bool = False
-    # An edit's place among the edits of its message, where the platform numbers them (Telegram's update_id
-    # counts up): an older edit handled after a newer one (two webhooks at once) does not undo it.
-    revision: int | None = None
+    # An edit's place among the edits of its message, where the platform orders them, compared item by item
+    # (Telegram's: its `edit_date`, then its update_id, which Telegram restarts at random after a week without
+    # updates): an older edit handled after a newer one (two webhooks at once) does not undo it.
+    revision: tuple[int, ...] | None = None
     # A shared live location (Telegram's, with its `live_period`), or a move of one (an edit, `revises` set):
     # the place changes as the person moves, every few seconds for hours. A move is no question and no edit to
     # answer: applied to its message, answered or not, so the record keeps the newest place (`Inbox.accept`).

@@ -35,7 +35,7 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
     if message.live_location:  # its text changes only as the place moves, which no one answers
         meta["live_location"] = True
     if message.revision is not None:  # stored from an edit: a later edit of it must be newer (`Inbox._revise`)
-        meta["revision"] = message.revision
+        meta["revision"] = list(message.revision)
     revises = message.raw.get("revises") if isinstance(message.raw, dict) else None
     if isinstance(revises, str):  # an edit stored as a message (`InboundMessage.stored_if_answered`)
         meta["revises"], meta["deleted"] = revises, bool(message.raw.get("deleted"))

@@ -219,6 +219,48 @@ async def test_of_two_edits_of_a_message_never_stored_handled_at_once_the_newest
     await engine.dispose()
 
 
+async def test_an_edit_after_telegram_restarted_its_update_ids_is_still_the_newer_one(migrated_url):
+    """Edits were ordered by update id alone, which Telegram restarts at random after a week without updates:
+    the customer's later edit, under a lower id, was taken for an older one and ignored. An edit's `edit_date`
+    comes first, its update id after (two edits in one second): the later edit stands, whatever its id, and an
+    edit older than the one applied, handled late under a higher id, does not undo it."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+
+    def edit(update_id: int, text: str, edit_date: int) -> InboundMessage:
+        return _parsed({"update_id": update_id, "edited_message": _update(text, edit_date=edit_date)["message"]})
+
+    stored = await inbox.accept("acme", _parsed(_update("teh price?", update_id=880001)))
+    assert await inbox.accept("acme", edit(880002, "the price?", 1700000060)) is None
+    assert await inbox.accept("acme", edit(17, "the price of the Plus plan?", 1700000120)) is None  # ids restarted
+    assert await inbox.accept("acme", edit(880003, "the prize?", 1700000090)) is None  # older, handled late
+    async with sessions() as session:
+        message = await session.get(Message, stored.message_id)
+    assert (message.text, message.status) == ("the price of the Plus plan?", "pending")
+    await engine.dispose()
+
+
+async def test_an_edit_of_a_message_whose_revision_was_stored_as_an_update_id_alone_is_compared_by_it(migrated_url):
+    """A message stored before edits were ordered by date holds the update id alone (`meta.revision`)."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    stored = await inbox.accept("acme", _parsed(_update("teh price?", update_id=880001)))
+    async with sessions() as session, session.begin():
+        message = await session.get(Message, stored.message_id)
+        message.meta = {**message.meta, "revision": 880005}
+    texts = []
+    for update_id, text in ((880004, "older"), (880006, "the price?")):
+        message = _update(text, edit_date=1700000060)["message"]
+        assert await inbox.accept("acme", _parsed({"update_id": update_id, "edited_message": message})) is None
+        async with sessions() as session:
+            message = await session.get(Message, stored.message_id)
+        texts.append((message.text, message.meta["revision"]))
+    assert texts == [("teh price?", 880005), ("the price?", [1700000060, 880006])]
+    await engine.dispose()
+
+
 async def test_a_live_location_moved_while_its_message_waits_moves_its_shared_values_too(migrated_url):
     """Telegram sends each move of a live location as an edit of its message: the text took the new place, and
     `meta.shared` (what operators and tools read) kept the old one."""
