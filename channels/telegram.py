@@ -14,8 +14,9 @@ Inbound
   never reach bots. Callback queries, inline queries and payments are ignored with a reason, as are service
   messages, our own and other bots' messages.
 - `my_chat_member` (the bot kicked, left, blocked, or added back) is logged and stored (`bot_removed`): the
-  outbox of every replica fails replies to a chat it left at once (storage/removed_chats.py). A send's 403
-  saying the bot was kicked or blocked (`telegram_errors.REMOVED`) is `BotRemoved`, which the outbox stores too.
+  outbox of every replica fails replies to a chat it left at once (storage/removed_chats.py). A send's, edit's or
+  deletion's 403 saying the bot was kicked or blocked (`telegram_errors.REMOVED`) is `BotRemoved`, which the
+  outbox stores too (a streamed answer meets it at its final edit).
 - In groups the bot answers only when @mentioned, replied to, or sent a command, unless
   `respond_in_groups: always`. A forum topic is one conversation (`ConversationRef.thread`); elsewhere
   in a group each member's questions are their own (`gateway.models.member_thread`).
@@ -148,8 +149,7 @@ class TelegramAdapter:
                                                               reply_to=reply_to if index == 0 else None)
                 except RecipientUnreachable as exc:
                     if says(REMOVED, str(exc)):  # missed `my_chat_member`: the outbox stores the removal
-                        log.warning("telegram.removed_from_chat", bot=self.bot_name, chat=conv.chat, error=str(exc))
-                        raise BotRemoved(str(exc)) from exc
+                        raise self._unreachable(conv.chat, str(exc)) from exc
                     raise
                 await done.add(message_id, more=index + 1 < len(chunks))
                 log.info("telegram.sent", bot=self.bot_name, chat=conv.chat, telegram_message_id=message_id, part=index + 1,
@@ -238,7 +238,7 @@ class TelegramAdapter:
             raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after),
                                    rate_limited=True) from exc
         except TelegramForbiddenError as exc:
-            raise RecipientUnreachable(f"telegram: {exc.message}") from exc
+            raise self._unreachable(conversation.chat, f"telegram: {exc.message}") from exc
         except (TelegramAPIError, ClientDecodeError) as exc:
             raise ChannelSendError(f"telegram refused the deletion: {exc.message}", permanent=True) from exc
 
@@ -266,7 +266,7 @@ class TelegramAdapter:
                 return
             raise ChannelSendError(f"telegram refused the edit: {exc.message}", permanent=True) from exc
         except TelegramForbiddenError as exc:
-            raise RecipientUnreachable(f"telegram: {exc.message}") from exc
+            raise self._unreachable(conversation.chat, f"telegram: {exc.message}") from exc
         except (TelegramAPIError, ClientDecodeError) as exc:
             raise ChannelSendError(f"telegram edit failed: {exc.message}") from exc
 
@@ -283,6 +283,14 @@ class TelegramAdapter:
                                                 message_thread_id=thread)
         except AiogramError as exc:
             log.warning("telegram.typing_failed", bot=self.bot_name, chat=conversation.chat, error=str(exc)[:200])
+
+    def _unreachable(self, chat: str, error: str) -> RecipientUnreachable:
+        """Telegram's refusal of a send, edit or deletion in `chat`: `BotRemoved` when it says the bot was removed
+        (kicked, blocked: `my_chat_member` missed), which the outbox stores for every replica, else unreachable."""
+        if not says(REMOVED, error):
+            return RecipientUnreachable(error)
+        log.warning("telegram.removed_from_chat", bot=self.bot_name, chat=chat, error=error)
+        return BotRemoved(error)
 
     def _chat_id(self, chat: str) -> int | str:
         """Where to send for a stored chat id: its new id if the group was upgraded to a supergroup."""

@@ -205,6 +205,22 @@ async def test_edit_rate_limit_reports_retry_after(adapter: TelegramAdapter, fak
     assert err.value.retry_after == 3
 
 
+@pytest.mark.parametrize("method", ["editMessageText", "deleteMessage"])
+async def test_edit_and_delete_refused_as_removed_say_the_bot_was_removed(adapter: TelegramAdapter,
+                                                                         fake: FakeTelegramAPI, method: str) -> None:
+    """A streamed answer's edits and deletions meet the 403 first when the person blocks the bot mid-answer: it
+    said `RecipientUnreachable` only, so the outbox stored no removal (a send's 403 is `BotRemoved`)."""
+    (mid,) = await adapter.send(OutboundMessage(conversation=DM, text="Thinking"))
+    change = adapter.edit(DM, mid, "Thinking harder") if method == "editMessageText" else adapter.delete(DM, mid)
+    fake.fail_next(method, status=403, description="Forbidden: bot was blocked by the user")
+    with pytest.raises(BotRemoved):
+        await change
+    fake.fail_next(method, status=403, description="Forbidden: bot can't initiate conversation with a user")
+    with pytest.raises(RecipientUnreachable) as refused:
+        await (adapter.edit(DM, mid, "Thinking harder") if method == "editMessageText" else adapter.delete(DM, mid))
+    assert not isinstance(refused.value, BotRemoved)
+
+
 async def test_send_typing_sends_chat_action(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
     await adapter.send_typing(ConversationRef(channel="telegram", chat="-100777", thread="5"))
     (call,) = fake.calls("sendChatAction")

@@ -4,13 +4,15 @@ process started after the removal, fails replies there at once rather than send 
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from sqlalchemy import select
 
 from channels.telegram_updates import UpdateParser
+from gateway.delivery.streaming import EditStreamer
 from gateway.inbox import Inbox
-from gateway.models import utcnow
+from gateway.models import ConversationRef, utcnow
 from gateway.retention import forget_contact
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
@@ -66,6 +68,25 @@ async def test_a_send_refused_as_the_bot_was_kicked_stores_the_removal_for_every
         assert await outbox.deliver(await _reply(sessions, "acme", "4242", 0)) == "failed"
         async with sessions() as session:  # a refusal of another kind marks nothing
             assert (await session.execute(select(RemovedChat.chat))).scalars().all() == [GROUP]
+
+
+async def test_a_streamed_reply_whose_final_edit_is_refused_as_the_bot_was_blocked_stores_the_removal(migrated_url):
+    """The person blocked the bot while its answer streamed: the final edit into place met the 403, which said
+    only "unreachable", so nothing was stored and each later reply there went out for a 403 of its own."""
+    async with _telegram_outbox(migrated_url) as (sessions, telegram, outbox):
+        first, later = await _reply(sessions, "acme", "4242", 0), await _reply(sessions, "acme", "4242", 1)
+        adapter = outbox._adapters[("acme", "telegram")]
+        streamer = EditStreamer(adapter, ConversationRef(channel="telegram", chat="4242"), min_interval=0)
+        await streamer.feed("Plus costs")
+        async with asyncio.timeout(10):
+            while not streamer.started:  # shown to the customer, to be edited into the reply
+                await asyncio.sleep(0.01)
+        telegram.fail_next("editMessageText", status=403, description="Forbidden: bot was blocked by the user")
+        assert await outbox.deliver(first, via=streamer.finish) == "failed"
+        async with sessions() as session:
+            assert (await session.execute(select(RemovedChat.chat))).scalars().all() == ["4242"]
+        assert await outbox.deliver(later) == "failed"
+        assert len(telegram.calls("sendMessage")) == 1  # the streamed one: the later reply was refused here
 
 
 async def test_a_return_heard_by_another_replica_lets_the_replica_that_heard_the_removal_send_again(migrated_url):
