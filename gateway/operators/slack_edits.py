@@ -6,7 +6,8 @@ relay, in the thread's order, and survives a restart. Then, on the customer's ch
 
 - one that edits sent messages (`capabilities.edits`: Telegram, Discord, Slack) gets the new text in the
   messages it already has (each part of a reply split in several, when the new text splits alike); a
-  deletion deletes them where the platform lets the bot (Telegram), else blanks them to "—";
+  deletion deletes them where the platform lets the bot (Telegram), else blanks them to "—"; a refusal that
+  says the bot was removed from the chat (`BotRemoved`) is stored as the outbox stores a send's;
 - the web chat keeps its transcript in the store: the stored reply takes the new text, which the widget
   shows when it loads the conversation again (an open page keeps the first version: the operator is told);
 - any other (WhatsApp) cannot change a sent message: the operator is told, in a message only they see,
@@ -27,11 +28,13 @@ from sqlalchemy import select
 from channels.render import split_text
 from channels.slack_render import mrkdwn_to_markdown
 from gateway.delivery.streaming import remove_message
+from gateway.errors import BotRemoved
 from gateway.escalation.handoff import reply_key
-from gateway.models import ConversationRef
+from gateway.models import ConversationRef, utcnow
 from gateway.operators.slack_text import plain
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Escalation, Message
+from storage.removed_chats import mark_removed
 
 log = structlog.get_logger("gateway.operators.slack")
 
@@ -135,5 +138,9 @@ class RevisionRelay:
         except Exception as exc:  # the platform refused (too old to edit, gone): the operator must know
             log.warning("slack_operator.revision_failed", message_id=reply.id, channel=reply.channel,
                         error=f"{type(exc).__name__}: {exc}"[:200])
+            if isinstance(exc, BotRemoved):  # stored as the outbox stores a send's: later replies fail at once
+                async with self._sessions() as session, session.begin():
+                    await mark_removed(session, bot=reply.bot, channel=reply.channel, chat=customer.chat,
+                                       removed=True, at=utcnow())
             return f"Your {what} did not reach the customer ({plain(str(exc)[:200])}): they still have the first version.", False
         return None, True

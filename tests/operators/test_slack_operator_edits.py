@@ -12,7 +12,7 @@ import time
 import pytest
 from sqlalchemy import select
 
-from storage.models import Message
+from storage.models import Message, RemovedChat
 from tests.conftest import app_client
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 from tests.fakes.telegram_api import FakeTelegramAPI
@@ -162,6 +162,34 @@ async def test_an_operators_edit_and_deletion_reach_a_telegram_customer(tmp_path
             assert (await _post_event(client, deleted)).status_code == 200
             await wait_until(lambda: sent.deleted)
             assert not _told(slack, thread_ts)
+    finally:
+        await slack.stop()
+
+
+async def test_an_operators_edit_refused_as_the_customer_blocked_the_bot_stores_the_removal(tmp_path):
+    """The customer blocked the bot after the operator's reply: the edit's 403 was told to the operator, but no
+    removal was stored, as the outbox stores a send's, and each later reply to that chat went out for a 403."""
+    slack = await FakeSlack.start()
+    try:
+        async with FakeTelegramAPI(TG_TOKEN) as telegram, _customer_app(tmp_path, slack, {"telegram": {
+                "token": "${TG_TOKEN}", "webhook_secret": "${TG_SECRET}", "api_base": telegram.base_url}},
+                {"TG_TOKEN": TG_TOKEN, "TG_SECRET": TG_SECRET}) as client:
+            asked = await client.post("/webhooks/acme/telegram", json=tg_update(1, 778, "I need to talk to a human"),
+                                      headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET})
+            assert asked.status_code == 200
+            thread_ts, ts, _ = await _operator_replied(client, slack, "Your refund is 10 EUR.")
+            telegram.fail_next("editMessageText", status=403, description="Forbidden: bot was blocked by the user")
+            edited = _revision("message_changed", thread_ts, ts, "Your refund is 10 EUR.", "EvTgBlocked",
+                               new_text="Your refund is 12 EUR.")
+            assert (await _post_event(client, edited)).status_code == 200
+            [told] = await wait_until(lambda: _told(slack, thread_ts), what="the operator told")
+            assert "did not reach the customer" in told and "blocked" in told
+
+            async def removed():
+                async with client.services.sessions() as session:
+                    return (await session.execute(select(RemovedChat.chat))).scalars().all()
+
+            assert await wait_until(removed, timeout=5, what="the removal stored") == ["778"]
     finally:
         await slack.stop()
 
