@@ -7,7 +7,8 @@ within a paragraph) unless that span alone is longer than the limit. A code bloc
 between its lines, and each part closes and reopens the fence so it still renders as code (fences are found as
 CommonMark reads them: one indented in a list item or in a block quote too, never inline code); a bold or italic run, an inline
 code span or a link's label longer than the limit is closed and reopened the same way (`[…` + `](url)`, nested
-ones inner first), and a Markdown table cut between its rows starts each later part with its header and
+ones inner first; one with no space in a part's reach, a token or a path, is cut where the part is full, not
+also before it), and a Markdown table cut between its rows starts each later part with its header and
 `|---|` lines again, so it is still a table. Only the whitespace at a cut is dropped, and those added marks
 and headers.
 
@@ -49,6 +50,7 @@ _MD_LINK = re.compile(r"!?\[[^\[\]\n]*\]\([^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)")
 # Markdown's `<url>`. Cut at a space in the label, Slack showed both halves as raw text.
 _ANGLE_LINK = re.compile(r"<(?:https?|ftp|mailto|tel):[^<>\n]*>", re.IGNORECASE)
 _NEWLINE = re.compile(r"\n")
+_SPACE = re.compile(r"\s")
 # Only to find fenced code blocks, which are block structure: the inline pass (links, emphasis, code
 # spans) would cost most of the parse, and on an answer full of "[" or "*_" 10 µs a character, on the
 # event loop of every channel's send (bench.splitter).
@@ -242,7 +244,7 @@ class _Splitter:
                         fallback = (end, nxt)
                     break
                 i -= 1
-        if fallback is not None:
+        if fallback is not None and not self.cut_in_run_anyway(fallback[1], hard, budget):
             return fallback
         # No boundary at all: cut hard, but before a protected span rather than inside it.
         for s, e in self.protected:
@@ -252,6 +254,14 @@ class _Splitter:
             if fence.start < hard <= fence.open_end and fence.start > start:
                 return fence.start, fence.start
         return hard, hard
+
+    def cut_in_run_anyway(self, nxt: int, hard: int, budget: int) -> bool:
+        """Whether `hard` is inside an oversized span (a code span) that starts after the boundary a part would
+        end at (`nxt`, its next part's start) and holds no space within a part's reach: it is cut hard in any
+        case, so cutting before it too only made one more part ("Set the key to" alone)."""
+        return self.allowed(hard, hard, len(_LEVELS)) and any(
+            nxt <= w.start and w.inside(hard) and not _SPACE.search(self.text, w.start, self.furthest(w.start, budget))
+            for w in self.big_wrapped)
 
     def piece(self, start: int, end: int, reopened: _Fence | None) -> str:
         """text[start:end], right-stripped; in a part that reopened `reopened`, its closing line unindented, as the

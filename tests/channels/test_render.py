@@ -174,6 +174,18 @@ def test_split_text_never_runs_a_reopened_code_spans_backticks_into_the_texts() 
     assert all([t.type for t in md.parseInline(p)[0].children].count("code_inline") == 1 for p in parts[1:])
 
 
+def test_split_text_cuts_a_code_span_with_no_spaces_in_it_rather_than_before_it() -> None:
+    """A code span longer than a message with no space in it (a token, a long path) must be cut hard anyway, yet
+    the part before it was cut at the last space before it: "Set the key to" went out as a message of its own."""
+    token = "".join(f"k{i:03d}" for i in range(50))
+    parts = split_text(f"Set the key to `{token}` and restart.", limit=100)
+    assert len(parts) == 3 and all(len(p) <= 100 for p in parts)
+    assert parts[0].startswith("Set the key to `k000") and parts[-1].endswith("` and restart.")
+    md = MarkdownIt("commonmark")
+    assert all([t.type for t in md.parseInline(p)[0].children].count("code_inline") == 1 for p in parts)
+    assert "".join(re.findall(r"`([^`]*)`", "".join(parts))) == token
+
+
 def test_split_text_repeats_a_tables_header_in_each_part() -> None:
     """A table cut between rows lost its header, and the later part was no table: raw pipes."""
     head = "| Plan | Price |\n|---|---:|\n"
