@@ -27,7 +27,7 @@ from typing import Literal
 
 from markdown_it import MarkdownIt
 
-from channels.split_spans import Table, Wrapped, code_spans, emphasis_spans, table_spans
+from channels.split_spans import BLOCK_START, Table, Wrapped, code_spans, emphasis_spans, table_spans
 
 Unit = Literal["chars", "utf16"]
 
@@ -44,8 +44,11 @@ _LINE_LEVEL = 1  # paragraph and line cuts are the only ones allowed inside a co
 
 _URL = re.compile(r"(?:https?|ftp|mailto|tel):[^\s<>\"`]+|www\.[^\s<>\"`]+", re.IGNORECASE)
 # No "[" in the label: with one allowed, each "[" of a run of them searched the rest of its line for
-# "](", and a 13,000-character line of "[" took 0.6 s to split, 130,000 a minute, on the event loop.
-_MD_LINK = re.compile(r"!?\[[^\[\]\n]*\]\([^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)")
+# "](", and a 13,000-character line of "[" took 0.6 s to split, 130,000 a minute, on the event loop. The label
+# may go on over a line break (CommonMark's soft break), not past its paragraph: a blank line, or a line that
+# starts a block of its own (`split_spans.BLOCK_START`).
+_MD_LINK = re.compile(r"!?\[[^\[\]\n]*(?:\n(?![^\S\n]*\n|" + BLOCK_START.pattern + r")[^\[\]\n]*)*"
+                      r"\]\([^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)")
 # A link in angle brackets: Slack's `<url|label>` (its label may hold spaces and sentence ends) and
 # Markdown's `<url>`. Cut at a space in the label, Slack showed both halves as raw text.
 _ANGLE_LINK = re.compile(r"<(?:https?|ftp|mailto|tel):[^<>\n]*>", re.IGNORECASE)

@@ -21,7 +21,7 @@ _CLOSERS = {
     mark: re.compile(rf"(?<![\s{re.escape(mark[0])}]){re.escape(mark)}(?![\w*_~])") for mark in ("***", "___", "**", "__", "~~", "*", "_", "~")
 }
 _BACKTICKS = re.compile(r"`+")
-_BLOCK_START = re.compile(r"[ \t]*(?:[-+*][ \t]|\d{1,9}[.)][ \t]|#{1,6}[ \t]|>|\||```|~~~)")
+BLOCK_START = re.compile(r"[ \t]*(?:[-+*][ \t]|\d{1,9}[.)][ \t]|#{1,6}[ \t]|>|\||```|~~~)")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _TABLE_DELIMITER = re.compile(r"^ {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$")
 
@@ -77,7 +77,7 @@ def _paragraphs(text: str) -> list[str]:
     joined by their newlines: the parts, joined by newlines, are `text` again."""
     parts: list[list[str]] = []
     for line in text.split("\n"):
-        if parts and line.strip() and parts[-1][-1].strip() and not _BLOCK_START.match(line):
+        if parts and line.strip() and parts[-1][-1].strip() and not BLOCK_START.match(line):
             parts[-1].append(line)
         else:
             parts.append([line])

@@ -186,6 +186,24 @@ def test_split_text_cuts_a_code_span_with_no_spaces_in_it_rather_than_before_it(
     assert "".join(re.findall(r"`([^`]*)`", "".join(parts))) == token
 
 
+def test_split_text_keeps_a_link_whose_text_wraps_across_lines_a_link() -> None:
+    """A link's text may run over a line break (CommonMark's soft break), which the splitter did not read as a
+    link: cut at that line, one part ended "[Read the" and the next began "guide](https://…)", both as typed."""
+    md = MarkdownIt("commonmark")
+
+    def links(part: str) -> int:
+        return sum(t.type == "link_open" for block in md.parse(part) if block.children for t in block.children)
+
+    fits = split_text("Intro " + "word " * 50 + "\n[Read the\nguide](https://x.test/p) after.", limit=270)
+    assert len(fits) == 2 and fits[1] == "[Read the\nguide](https://x.test/p) after." and links(fits[1]) == 1
+    body = " ".join(["This is an important sentence."] * 10)
+    longer = split_text(f"See [{body}\n{body}](https://help.example.com/a) now.", limit=400)
+    assert len(longer) >= 2 and all(len(p) <= 400 and links(p) == 1 for p in longer)
+    assert longer[0].startswith("See [This") and longer[-1].endswith("](https://help.example.com/a) now.")
+    # A blank line ends the paragraph, and with it any link: "[a" and "b](…)" are as typed, and left so.
+    assert links("".join(split_text("[" + "a " * 200 + "\n\n" + "b](https://x.test/p)", limit=300))) == 0
+
+
 def test_split_text_repeats_a_tables_header_in_each_part() -> None:
     """A table cut between rows lost its header, and the later part was no table: raw pipes."""
     head = "| Plan | Price |\n|---|---:|\n"
