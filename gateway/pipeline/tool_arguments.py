@@ -31,6 +31,20 @@ def _fits(value: Any, declared: str) -> bool:
         declared == "integer" and got == "number" and float(value).is_integer())
 
 
+def same_json(a: Any, b: Any) -> bool:
+    """JSON Schema's equality of two decoded JSON values, which `==` is not: `True == 1` in Python, but a
+    boolean is no number in JSON; 1 and 1.0 are one number; arrays and objects are equal item by item."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[key], b[key]) for key in a)
+    return type(a) is type(b) and a == b
+
+
 def argument_problem(arguments: dict[str, Any], schema: dict[str, Any], path: str = "") -> str | None:
     """Why an argument is not of the `type` its property in `schema` declares or not among its `enum`, or
     None; an object's own `properties` and an array's `items` are checked the same way, at any depth
@@ -55,7 +69,7 @@ def _value_problem(value: Any, schema: dict[str, Any], where: str) -> str | None
         wanted = " or ".join(_JSON_TYPES[t] for t in types)
         return f"{where!r} must be {wanted}, not {_JSON_TYPES[json_type(value)]}"
     choices = schema.get("enum")
-    if isinstance(choices, list) and value not in choices:
+    if isinstance(choices, list) and not any(same_json(value, choice) for choice in choices):
         return f"{where!r} must be one of {', '.join(map(repr, choices))}"
     if isinstance(value, dict):
         return argument_problem(value, schema, where)

@@ -265,3 +265,22 @@ def test_a_malformed_type_in_a_tools_schema_takes_anything_rather_than_failing_t
 
     schema = {"properties": {"n": {"type": 5}, "tags": {"type": [["string"]], "items": {"type": {"x": 1}}}}}
     assert argument_problem({"n": "a", "tags": ["b"]}, schema) is None
+
+
+def test_an_enum_is_matched_by_json_value_so_true_is_not_1_nor_1_true():
+    """`enum: [1]` without a `type` took `true` (Python's True == 1), and `enum: [true]` took 1: a customer
+    could talk the model into a flag where the tool takes a number. JSON Schema compares JSON values: a
+    boolean is no number, 1.0 is the number 1, "1" is a string, and arrays and objects item by item."""
+    from gateway.pipeline.tool_arguments import argument_problem
+
+    schema = {"properties": {"n": {"enum": [1, 2]}, "flag": {"enum": [True]}, "pair": {"enum": [[1, 0]]},
+                             "opts": {"enum": [{"page": 1}]}}}
+    assert argument_problem({"n": True}, schema) == "'n' must be one of 1, 2"
+    assert argument_problem({"n": "1"}, schema) == "'n' must be one of 1, 2"
+    assert argument_problem({"n": 1.0}, schema) is None and argument_problem({"n": 2}, schema) is None
+    assert argument_problem({"flag": 1}, schema) == "'flag' must be one of True"
+    assert argument_problem({"flag": True}, schema) is None
+    assert argument_problem({"pair": [True, False]}, schema) == "'pair' must be one of [1, 0]"
+    assert argument_problem({"pair": [1.0, 0]}, schema) is None
+    assert argument_problem({"opts": {"page": True}}, schema) == "'opts' must be one of {'page': 1}"
+    assert argument_problem({"opts": {"page": 1}}, schema) is None
