@@ -1,6 +1,7 @@
-"""Query parameters of a configured URL that are credentials in all but name (`?apikey=…`,
-`?access_token=${WIKI_TOKEN}`): found to redact them from logs, and taken out of a URL before anyone is
-shown it."""
+"""Configured values that are credentials in all but name, found by their names read word by word: a
+configured URL's query parameters (`?apikey=…`, `?access_token=${WIKI_TOKEN}`), found to redact them from
+logs and taken out of a URL before anyone is shown it; and a model's provider credentials besides `api_key`
+(`aws_secret_access_key`, `vertex_credentials`, … in its `litellm_params`), found to redact them."""
 
 from __future__ import annotations
 
@@ -51,3 +52,23 @@ def source_url_secrets(settings) -> list[str]:
     that fails is logged, and shown by `/readyz`, by its URL."""
     return [value for bot in settings.bots for source in bot.sources
             for url in [*source.urls, *([source.url] if source.url else [])] for value in query_secrets(url)]
+
+
+def credential_values(params: dict) -> list[str]:
+    """The values of `params`' keys named like a credential (`aws_secret_access_key`, `aws_session_token`,
+    `azure_ad_token`, `client_secret`, `vertex_credentials`), and of such keys in a mapping under one (a
+    service account's `private_key`); for a URL (a token endpoint's), only what it carries in its query.
+    Not a number (`input_cost_per_token: 0.000002`), nor `aws_access_key_id`, `aws_region_name`, `tenant_id`."""
+    found: list[str] = []
+    for name, value in params.items():
+        if isinstance(value, dict):
+            found += credential_values(value)
+        elif isinstance(value, str) and is_credential_name(str(name)):
+            found += query_secrets(value) if value.startswith(("http://", "https://")) else [value]
+    return found
+
+
+def model_secrets(settings) -> list[str]:
+    """The provider credentials in every model's `litellm_params`, for log redaction: a provider's error
+    (LiteLLM's text, which /readyz shows for a refused model) may quote what it was sent."""
+    return [value for entry in settings.models for value in credential_values(entry.litellm_params)]

@@ -1,0 +1,76 @@
+"""A model's provider credentials other than `api_key` (`aws_secret_access_key`, `aws_session_token`,
+`vertex_credentials`, `azure_ad_token`, `client_secret` in its `litellm_params`) are the gateway's: a log
+line, `/readyz`, a CLI command's error and a provider's error text show them redacted, as they do `api_key`."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from gateway.observability.logs import configure_logging_for, redact
+from tests.conftest import app_client, docs_source, write_config
+from tests.fakes.openai_server import Turn, model_entry
+
+AWS_SECRET = "aws-SECRET-wJalrXUtnFEMI-K7MDENG"
+AWS_SESSION = "aws-SESSION-FwoGZXIvYXdzEJr"
+AZURE_AD = "azure-AD-eyJ0eXAiOiJKV1Qi"
+CLIENT_SECRET = "client-SECRET-8Q~abcDEF"
+VERTEX_JSON = json.dumps({"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----vertexJSONkey"})
+VERTEX_KEY = "-----BEGIN PRIVATE KEY-----vertexDICTkey"
+ENV = {"AWS_SECRET": AWS_SECRET, "AWS_SESSION": AWS_SESSION, "AZURE_AD": AZURE_AD, "CLIENT_SECRET": CLIENT_SECRET,
+       "VERTEX_JSON": VERTEX_JSON, "VERTEX_KEY": VERTEX_KEY}
+SECRETS = [AWS_SECRET, AWS_SESSION, AZURE_AD, CLIENT_SECRET, VERTEX_JSON, VERTEX_KEY]
+
+MODELS = [
+    {"model_name": "claude", "litellm_params": {
+        "model": "bedrock/anthropic.claude-3-haiku", "aws_access_key_id": "AKIAEXAMPLEKEYID",
+        "aws_secret_access_key": "${AWS_SECRET}", "aws_session_token": "${AWS_SESSION}",
+        "aws_region_name": "eu-central-1"}},
+    {"model_name": "azure", "litellm_params": {
+        "model": "azure/gpt-4o", "api_base": "https://acme.openai.azure.example", "api_version": "2024-06-01",
+        "azure_ad_token": "${AZURE_AD}", "client_secret": "${CLIENT_SECRET}", "tenant_id": "tenant-0042"}},
+    {"model_name": "gemini", "litellm_params": {
+        "model": "vertex_ai/gemini-1.5-flash", "vertex_project": "acme-prod-project",
+        "vertex_credentials": "${VERTEX_JSON}"}},
+    {"model_name": "gemini-dict", "litellm_params": {
+        "model": "vertex_ai/gemini-1.5-pro", "vertex_location": "europe-west4",
+        "vertex_credentials": {"type": "service_account", "client_email": "bot@acme-prod.iam.example",
+                               "private_key": "${VERTEX_KEY}",
+                               "token_uri": "https://oauth2.googleapis.example/token"}}},
+]
+
+
+def test_a_models_provider_credentials_are_redacted_wherever_the_log_and_readyz_show_text(tmp_path, monkeypatch, capsys):
+    from gateway.settings import load_settings
+
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings(write_config(tmp_path, models=MODELS))
+    configure_logging_for(settings, level="WARNING", fmt="json")
+    said = "; ".join(f"provider said: invalid credential {value!r}" for value in SECRETS)
+    logging.getLogger("gateway.llm").warning("llm.call_failed %s", said)
+    err = capsys.readouterr().err
+    shown = redact(said)  # as /readyz shows a refused model's error, and `ingest-runs` a run's
+    for secret in SECRETS:
+        assert secret not in err and secret not in shown
+    assert err.count("[REDACTED]") >= len(SECRETS)
+    # What names no credential stays readable: the region, the project, the tenant, the key id, an https URL.
+    kept = redact("eu-central-1 acme-prod-project tenant-0042 AKIAEXAMPLEKEYID https://oauth2.googleapis.example/token")
+    assert "[REDACTED]" not in kept
+
+
+@pytest.mark.usefixtures("fresh_fake")
+async def test_a_providers_refusal_quoting_a_credential_is_redacted_in_readyz_and_the_log(tmp_path, fake, capfd):
+    """Some providers' 401 repeats what it was sent; /readyz answers anyone."""
+    fake.script("primary", Turn(status=401, error=f"invalid client secret {CLIENT_SECRET} for tenant tenant-0042"))
+    models = [model_entry(fake, "primary", client_secret="${CLIENT_SECRET}")]
+    bots = [{"name": "acme", "model": "primary", "channels": {"web": {}}, "sources": [docs_source(tmp_path)]}]
+    async with app_client(tmp_path, bots=bots, models=models, env=ENV, ingest=True, llm={"num_retries": 0}) as client:
+        await client.post("/v1/bots/acme/chat", json={"session_id": "cred-1", "text": "How much does the Plus plan cost?"})
+        ready = await client.get("/readyz")
+    refused = ready.json()["models"]["primary"]
+    assert refused.startswith("error: AuthenticationError") and "tenant-0042" in refused, refused
+    assert CLIENT_SECRET not in ready.text and "[REDACTED]" in refused
+    assert CLIENT_SECRET not in capfd.readouterr().err
