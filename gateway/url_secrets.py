@@ -1,6 +1,7 @@
 """Configured values that are credentials in all but name, found by their names read word by word: a
-configured URL's query parameters (`?apikey=…`, `?access_token=${WIKI_TOKEN}`), found to redact them from
-logs and taken out of a URL before anyone is shown it; and a model's provider credentials besides `api_key`
+configured URL's query parameters (`?apikey=…`, `?access_token=${WIKI_TOKEN}`) and its userinfo
+(`https://user:password@wiki/…`), found to redact them from logs and taken out of a URL before anyone is
+shown it; and a model's provider credentials besides `api_key`
 (`aws_secret_access_key`, `vertex_credentials`, … in its `litellm_params`), found to redact them."""
 
 from __future__ import annotations
@@ -33,25 +34,48 @@ def query_secrets(url: str) -> list[str]:
     return [value for name, value in parse_qsl(query) if is_credential_name(name) and "{" not in value]
 
 
-def without_query_secrets(url: str) -> str:
-    """`url` without its query parameters named like a credential; the others kept, in order. Anything
-    else (a URL without any, a directory source's `faq?.md`) is returned as it is."""
+def userinfo_secret(url: str) -> str | None:
+    """The credential in `url`'s userinfo, as written: the password of `user:password@`, or the user of
+    `token@` (a token given alone as HTTP Basic's user)."""
+    try:
+        parts = urlsplit(url or "")
+        user, password = parts.username, parts.password
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or "@" not in parts.netloc:
+        return None
+    return password or user or None
+
+
+def without_url_secrets(url: str) -> str:
+    """`url` as it may be shown: without its userinfo (`user:password@`, `token@`) and its query parameters
+    named like a credential, the others kept, in order. Anything else (a URL without any, a directory
+    source's `faq?.md`) is returned as it is."""
     try:
         parts = urlsplit(url)
+        host = parts.hostname
+        port = parts.port
     except ValueError:
         return url
     if parts.scheme.lower() not in ("http", "https"):
         return url
+    changed = False
+    if "@" in parts.netloc and host:
+        netloc = f"[{host}]" if ":" in host else host
+        parts, changed = parts._replace(netloc=netloc + (f":{port}" if port is not None else "")), True
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     kept = [(name, value) for name, value in pairs if not is_credential_name(name)]
-    return url if len(kept) == len(pairs) else urlunsplit(parts._replace(query=urlencode(kept)))
+    if len(kept) != len(pairs):
+        parts, changed = parts._replace(query=urlencode(kept)), True
+    return urlunsplit(parts) if changed else url
 
 
 def source_url_secrets(settings) -> list[str]:
-    """The credentials in the query of every `urls` and `sitemap` source's URL, for log redaction: a page
-    that fails is logged, and shown by `/readyz`, by its URL."""
+    """The credentials in every `urls` and `sitemap` source's URL (its userinfo's and its query's), for log
+    redaction: a page that fails is logged, and shown by `/readyz`, by its URL."""
     return [value for bot in settings.bots for source in bot.sources
-            for url in [*source.urls, *([source.url] if source.url else [])] for value in query_secrets(url)]
+            for url in [*source.urls, *([source.url] if source.url else [])]
+            for value in [*query_secrets(url), *filter(None, [userinfo_secret(url)])]]
 
 
 def credential_values(params: dict) -> list[str]:

@@ -17,7 +17,7 @@ import numpy as np
 from qdrant_client import models as qm
 
 from gateway.settings import RetrievalSettings
-from gateway.url_secrets import without_query_secrets
+from gateway.url_secrets import without_url_secrets
 from rag.term_stats import TermStats
 
 log = logging.getLogger(__name__)
@@ -60,10 +60,10 @@ class ChunkPayload:
             "source": payload.get("source", ""),
             # A page's URL as configured may carry the gateway's credential (`?access_token=…`): what a hit
             # shows the model, the customer's citation and the operator's passages goes without it.
-            "document": without_query_secrets(payload.get("document", "")),
+            "document": without_url_secrets(payload.get("document", "")),
             "title": payload.get("title", ""),
             "heading_path": tuple(payload.get("heading_path", [])),
-            "url": without_query_secrets(url) if (url := payload.get("url")) else url,
+            "url": without_url_secrets(url) if (url := payload.get("url")) else url,
         }
 
 
