@@ -2,12 +2,15 @@
 
 The web chat's contact is a session id the caller picks, so only the client's address bounds a caller.
 That address must be one the caller cannot choose anew for each message:
-- `X-Forwarded-For` is read only from a peer on a private or loopback network, where a proxy sits: a
-  peer on a public address is the client itself, and wrote a new header for every message. uvicorn
-  trusts the header only from `--forwarded-allow-ips` (127.0.0.1 by default), so a proxy elsewhere
-  would otherwise put every visitor on one budget; its last hop is the one that proxy appended, which
-  a client cannot choose through it. A proxy on a public address (a CDN) goes in `FORWARDED_ALLOW_IPS`,
-  which makes uvicorn give the visitor's address as the peer.
+- With `FORWARDED_ALLOW_IPS` set (uvicorn's own setting, read by `serve`), it names the proxies: uvicorn
+  gives a request through one of them the visitor's address as its peer, and any other peer is a client,
+  whose `X-Forwarded-For` is its own and is not read. Set but empty, no peer is a proxy.
+- Unset (uvicorn then trusts only loopback), `X-Forwarded-For` is read from a peer on a private or
+  loopback network, where a proxy sits, so a proxy on a docker or cloud network needs no setting; its last
+  hop is the one that proxy appended, which a client cannot choose through it. A peer on a public address
+  is the client itself, and wrote a new header for every message. A proxy on a public address (a CDN)
+  goes in `FORWARDED_ALLOW_IPS`; so does any proxy once a client may reach the gateway from a private
+  network without one (a load balancer that hides the client's address, a host beside the gateway).
 - An IPv6 address counts by its /64: one subscriber gets a whole /64, 2^64 addresses to send from.
 - A hop's port, which some proxies write (`203.0.113.7:51234`), is left out: it is new with each connection.
 """
@@ -34,11 +37,16 @@ def forwarded_trust_warning() -> str | None:
     return None
 
 
+def proxies_named() -> bool:
+    """Whether `FORWARDED_ALLOW_IPS` is set: then uvicorn has dealt with every proxy it names (module docstring)."""
+    return os.environ.get("FORWARDED_ALLOW_IPS") is not None
+
+
 def client_address(request: Request) -> str:
     """The budget key of the request's client: its network (`budget_key`) and, behind a proxy, the
     network of the address that proxy saw."""
     peer = request.client.host
-    if not may_be_a_proxy(peer):
+    if proxies_named() or not may_be_a_proxy(peer):
         return budget_key(peer)
     # Every line of it, as one list: a proxy may add a line of its own (HAProxy) after the client's.
     forwarded = ",".join(request.headers.getlist("x-forwarded-for"))

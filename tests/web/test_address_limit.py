@@ -89,6 +89,22 @@ async def test_a_client_on_the_internet_cannot_escape_its_limit_with_a_forged_fo
         assert await _inbound(app.state.services) == 2
 
 
+@pytest.mark.parametrize(("named", "peer"), [("10.0.0.9,127.0.0.1", "10.0.0.2"), ("", "10.0.0.3")],
+                         ids=["a proxy named", "none named"])
+async def test_a_private_peer_forwarded_allow_ips_does_not_name_cannot_escape_its_limit_with_a_forged_header(
+        tmp_path, monkeypatch, named, peer):
+    # With FORWARDED_ALLOW_IPS set, uvicorn gives a request through a proxy it names the visitor's address as
+    # its peer; any other peer, a private one too (a host beside the gateway, a load balancer that hides the
+    # client's address), wrote its X-Forwarded-For itself: a new one each time was a fresh budget per message.
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", named)
+    async with limited_app(tmp_path, 2) as app:
+        async with client_from(app, peer) as insider:  # a peer of its own: the in-process limiter outlives the app
+            statuses = [(await insider.post("/v1/bots/acme/chat", headers={"X-Forwarded-For": f"198.51.100.{i}"},
+                                            json={"session_id": f"insider-{i}", "text": "Hello?"})).status_code
+                        for i in range(3)]
+        assert statuses == [200, 200, 429]
+
+
 async def test_an_ipv6_client_cannot_escape_its_limit_by_moving_within_its_network(tmp_path):
     # One subscriber gets a whole /64 (2^64 addresses): counted per address, each message could come
     # from a new one. Directly and behind a proxy alike, the /64 is the budget's owner.
