@@ -194,3 +194,52 @@ async def test_the_wait_after_a_rate_limit_is_the_platforms_not_a_doubling_of_ev
         async with sessions() as session:
             reply = await session.get(Message, reply_id)
         assert reply.error.startswith("attempt 1/") and next_attempt_at(reply) <= utcnow() + timedelta(seconds=10)
+
+
+async def _whatsapp_reply(sessions, phone: str, *, wrote_hours_ago: float) -> int:
+    """A reply to `phone`'s WhatsApp question, the contact having last written `wrote_hours_ago` hours ago."""
+    from storage.models import Contact
+
+    conversation_ref = ConversationRef(channel="whatsapp", workspace="whatsapp:+15550001111", chat=f"whatsapp:{phone}")
+    inbound = InboundMessage(channel="whatsapp", external_id=f"SM-{phone}", sender=Sender(f"whatsapp:{phone}"),
+                             text="Plans?", conversation=conversation_ref)
+    accepted = await Inbox(sessions).accept("acme", inbound)
+    async with sessions() as session, session.begin():
+        conversation = await session.get(Conversation, accepted.conversation_id)
+        await session.execute(update(Contact).where(Contact.id == conversation.contact_id)
+                              .values(last_inbound_at=utcnow() - timedelta(hours=wrote_hours_ago)))
+        return (await repo.add_outbound(session, conversation=conversation, text="Plus costs $6.",
+                                        reply_to_id=accepted.message_id)).id
+
+
+async def test_a_reply_outside_the_whatsapp_window_neither_ends_a_pause_nor_holds_its_probe(migrated_url) -> None:
+    """A reply past the 24-hour window without a template is refused here (`OutsideWindow`), Twilio not asked.
+    Tried as the probe after a pause, it said nothing of whether Twilio is back: the pause must stand, and the
+    probe's slot must be given back at once, or every WhatsApp reply waited `PROBE_TIMEOUT_S` for a probe
+    that had ended."""
+    from channels.whatsapp import WhatsAppAdapter
+    from tests.channels.test_whatsapp import ACCOUNT_SID, AUTH_TOKEN, _settings
+    from tests.fakes.twilio_api import FakeTwilio
+
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    twilio = FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
+    adapter = WhatsAppAdapter("acme", _settings(twilio.base_url))
+    try:
+        clock = Clock()
+        outbox = Outbox(sessions, adapters={("acme", "whatsapp"): adapter}, bus=EventBus())
+        outbox._breaker = breaker = SendBreaker(clock=clock)
+        for _ in range(FAILURES_TO_PAUSE):
+            breaker.failed("acme", "whatsapp", error="timeout")
+        clock.now += FIRST_PAUSE_S
+        late = await _whatsapp_reply(sessions, "+491511230001", wrote_hours_ago=25)
+        assert await outbox.deliver(late) == "failed" and twilio.requests == []
+        async with sessions() as session:
+            failed = await session.get(Message, late)
+        assert "outside the 24-hour window" in failed.error
+        assert breaker.paused_until("acme", "whatsapp") is None  # the next reply is the probe, at once
+        assert breaker.paused_until("acme", "whatsapp") is not None  # the pause stands: the others wait for it
+    finally:
+        await adapter.stop()
+        twilio.stop()
+        await engine.dispose()
