@@ -17,6 +17,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm  # noqa: E402
 
 from gateway.backoff import doubling
+from gateway.observability.logs import redact
 
 
 class MalformedAnswer(Exception):
@@ -123,5 +124,7 @@ def client_fault(error: Exception) -> bool:
 
 
 def short(error: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(error).split())
+    """`error`'s text on one line, at most `limit` characters, redacted before it is cut: a credential a
+    provider's error quotes across the cut kept its first part, which no longer matched it."""
+    text = " ".join(redact(str(error)).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -74,3 +74,20 @@ async def test_a_providers_refusal_quoting_a_credential_is_redacted_in_readyz_an
     assert refused.startswith("error: AuthenticationError") and "tenant-0042" in refused, refused
     assert CLIENT_SECRET not in ready.text and "[REDACTED]" in refused
     assert CLIENT_SECRET not in capfd.readouterr().err
+
+
+@pytest.mark.usefixtures("fresh_fake")
+@pytest.mark.parametrize("pad", [60, 90], ids=["cut for readyz", "cut for the log"])
+async def test_a_credential_a_providers_error_quotes_where_it_is_cut_short_shows_no_part_of_it(tmp_path, fake, capfd, pad):
+    """/readyz keeps a refused model's error to 160 characters, and the log to 200: cut first, then redacted,
+    a key quoted across the cut kept its first part, which no longer matched the key."""
+    fake.script("primary", Turn(status=401, error="x" * pad + f" invalid client secret {CLIENT_SECRET}"))
+    models = [model_entry(fake, "primary", client_secret="${CLIENT_SECRET}")]
+    bots = [{"name": "acme", "model": "primary", "channels": {"web": {}}, "sources": [docs_source(tmp_path)]}]
+    async with app_client(tmp_path, bots=bots, models=models, env=ENV, ingest=True, llm={"num_retries": 0}) as client:
+        await client.post("/v1/bots/acme/chat", json={"session_id": "cut-1", "text": "How much does the Plus plan cost?"})
+        ready = await client.get("/readyz")
+    assert ready.json()["models"]["primary"].startswith("error: AuthenticationError")
+    err = capfd.readouterr().err
+    assert "llm.call_failed" in err
+    assert CLIENT_SECRET[:8] not in ready.text and CLIENT_SECRET[:8] not in err
