@@ -180,3 +180,21 @@ def test_a_traceback_a_library_logs_as_its_message_keeps_its_lines() -> None:
                          cwd=Path(__file__).resolve().parents[1]).stderr
     assert "Traceback (most recent call last):" in out and "\n  File " in out
     assert out.endswith("RuntimeError: the index could not start \\x1b[2J\n") and "\x1b" not in out
+
+
+def test_a_secret_a_field_was_cut_short_inside_is_redacted_with_no_part_of_it_left(capsys) -> None:
+    """Many fields are cut before they are logged (`error=str(exc)[:200]`): a token quoted across the cut left
+    its first part, which no longer matched the token, in the log."""
+    import structlog
+
+    token = "723738643:AAH-cut-TOKEN-7f3kQ9"
+    configure_logging(level="INFO", secrets=[token])
+    quoted = f"Cannot connect to https://api.telegram.example/bot{token}/sendMessage"
+    structlog.get_logger("gateway.outbox").warning("outbound.channel_paused", error=quoted[:60])
+    structlog.get_logger("gateway.llm").warning("llm.call_failed", error=quoted[:62] + "…")
+    logging.getLogger("gateway.delivery").warning("send failed: %s", quoted[:64])
+    out = capsys.readouterr().err
+    assert token[:6] not in out and out.count("[REDACTED]") == 3, out
+    # A field that is only the token's first part (the bot's id, which starts a Telegram token) was not cut.
+    structlog.get_logger("gateway.outbox").warning("outbound.sent", bot_id="723738643", chat="7237")
+    assert "bot_id=723738643 chat=7237" in capsys.readouterr().err

@@ -11,6 +11,9 @@ import structlog
 from gateway.errors import IN_RUN_ERRORS, SKIPPED_FILES
 
 _SECRET_PATTERNS: list[re.Pattern[str]] = []
+_SECRETS: list[str] = []
+CUT_SECRET_CHARS = 6
+"""A field cut short (`error=str(exc)[:200]`) that ends in this many characters of a secret or more ends inside it."""
 
 
 def configure_logging_for(settings, *, level: str | None = None, fmt: str | None = None) -> None:
@@ -31,8 +34,9 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     warning is also relayed to the caller whose work logged it, if any (`gateway.observability.relay`)."""
     from gateway.observability.relay import RELAY, relay_structlog
 
-    global _SECRET_PATTERNS
-    _SECRET_PATTERNS = [re.compile(re.escape(s)) for s in secrets if s and len(s) >= 6]
+    global _SECRET_PATTERNS, _SECRETS
+    _SECRETS = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
+    _SECRET_PATTERNS = [re.compile(re.escape(s)) for s in _SECRETS]
     renderer = {"json": structlog.processors.JSONRenderer(), "cli": _cli_line}.get(fmt) \
         or structlog.dev.ConsoleRenderer(colors=False)
     shared = [
@@ -180,12 +184,25 @@ def redact(text: str) -> str:
     Discord interaction's token in its follow-up's URL."""
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub("[REDACTED]", text)
+    text = _without_cut_secret(text)
     if "+" in text:  # logs hold ids, not phone numbers (docs/data.md); the conversation id names the chat
         text = _PHONE.sub(r"\1…\2", text)
     text = without_session_ids(text)
     if "/webhooks/" in text:  # a Discord interaction's token, in its follow-up's URL: posts as the bot
         text = _INTERACTION_TOKEN.sub(r"\1[REDACTED]", text)
     return _URL_PASSWORD.sub(r"\1[REDACTED]@", text) if "://" in text else text
+
+
+def _without_cut_secret(text: str) -> str:
+    """`text` without the first part of a secret it ends with (before a `…`), left where a field was cut
+    short inside the secret: that part no longer matched it. A text that is only such a part (the bot's id,
+    which begins a Telegram token) was not cut, and is kept."""
+    body = text.removesuffix("…")
+    for secret in _SECRETS:
+        start = body.rfind(secret[:CUT_SECRET_CHARS], max(0, len(body) - len(secret)))
+        if start > 0 and secret.startswith(body[start:]):
+            return body[:start] + "[REDACTED]" + text[len(body):]
+    return text
 
 
 def without_session_ids(text: str) -> str:
