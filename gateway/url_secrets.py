@@ -53,16 +53,13 @@ def without_url_secrets(url: str) -> str:
     source's `faq?.md`) is returned as it is."""
     try:
         parts = urlsplit(url)
-        host = parts.hostname
-        port = parts.port
     except ValueError:
         return url
     if parts.scheme.lower() not in ("http", "https"):
         return url
-    changed = False
-    if "@" in parts.netloc and host:
-        netloc = f"[{host}]" if ":" in host else host
-        parts, changed = parts._replace(netloc=netloc + (f":{port}" if port is not None else "")), True
+    changed = "@" in parts.netloc
+    if changed:  # the host and port as written, after the userinfo's last `@`
+        parts = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     kept = [(name, value) for name, value in pairs if not is_credential_name(name)]
     if len(kept) != len(pairs):

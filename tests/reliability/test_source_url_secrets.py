@@ -149,8 +149,10 @@ async def test_a_failing_source_urls_userinfo_is_redacted_from_readyz_and_the_lo
 def test_without_url_secrets_drops_the_userinfo_and_keeps_the_host_port_and_path():
     from gateway.url_secrets import userinfo_secret, without_url_secrets
 
-    assert without_url_secrets("https://bot:p%40ss@Wiki.example:8443/a/@ann?page=2&token=t1") == \
+    assert without_url_secrets("https://bot:p%40ss@wiki.example:8443/a/@ann?page=2&token=t1") == \
         "https://wiki.example:8443/a/@ann?page=2"
+    assert without_url_secrets("https://bot:p@ss@wiki.example/a") == "https://wiki.example/a"  # an @ unescaped
+    assert without_url_secrets("https://wiki.example:port/a?token=t1") == "https://wiki.example:port/a"
     assert without_url_secrets("http://tok123@[2001:db8::1]:8080/x") == "http://[2001:db8::1]:8080/x"
     assert without_url_secrets("https://wiki.example/users/@ann?q=a@b") == "https://wiki.example/users/@ann?q=a@b"
     assert [userinfo_secret(u) for u in ("https://bot:p%40ss@w.example/", "https://tok123@w.example/",
