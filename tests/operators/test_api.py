@@ -76,6 +76,13 @@ async def test_api_escalation_of_another_bot_is_404(client):
         assert (await method(f"/v1/escalations/{escalation_id}{path}", headers=auth("sam"))).status_code == 404
     reply = await client.post(f"/v1/escalations/{escalation_id}/reply", json={"text": "hi"}, headers=auth("sam"))
     assert reply.status_code == 404
+    # Every other way in: a note (operators' eyes only), a release, taking over the conversation itself.
+    note = await client.post(f"/v1/escalations/{escalation_id}/notes", json={"text": "seen"}, headers=auth("sam"))
+    release = await client.post(f"/v1/escalations/{escalation_id}/release", headers=auth("sam"))
+    take_over = await client.post(f"/v1/conversations/{conversation_id}/claim", headers=auth("sam"))
+    assert (note.status_code, release.status_code, take_over.status_code) == (404, 404, 404)
+    kims_view = (await client.get(f"/v1/escalations/{escalation_id}", headers=auth("kim"))).json()
+    assert kims_view["state"] == "open" and kims_view["notes"] == [] and kims_view["operator"] is None
     sams = (await client.get("/v1/escalations", headers=auth("sam"))).json()["escalations"]
     assert all(e["bot"] == "acme" for e in sams)
 
