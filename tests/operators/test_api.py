@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from sqlalchemy import select
@@ -227,3 +228,31 @@ async def test_the_escalation_shows_the_deep_link_a_customer_came_from(client):
         first.meta = {**first.meta, "start_payload": "order123"}
     detail = (await client.get(f"/v1/escalations/{escalation['id']}", headers=auth("sam"))).json()
     assert [m.get("start_payload") for m in detail["messages"][:2]] == ["order123", None]
+
+
+async def test_api_the_live_stream_carries_only_events_of_the_bots_the_operator_serves(client):
+    """The console's live stream (a customer's words as they come, replies, claims) is filtered by the
+    operator's bots in code no test held: dropping the filter showed another team's customers to every console."""
+    from starlette.requests import Request
+
+    from gateway.events import ESCALATIONS_TOPIC
+    from gateway.operators.api import stream_escalations
+
+    async def never_disconnects() -> dict:
+        await asyncio.Event().wait()
+        return {}
+
+    scope = {"type": "http", "method": "GET", "path": "/v1/escalations/stream", "query_string": b"",
+             "headers": [(b"authorization", f"Bearer {TOKENS['sam']}".encode())], "app": client._transport.app}
+    response = await stream_escalations(Request(scope, never_disconnects))
+    events = response.body_iterator
+    try:
+        ready = await asyncio.wait_for(anext(events), 5)
+        assert ready["event"] == "ready" and json.loads(ready["data"]) == {"operator": "sam"}
+        for bot in ("other", "acme"):
+            client.services.bus.publish(ESCALATIONS_TOPIC, {"type": "customer_message", "bot": bot, "escalation_id": 0,
+                                                            "text": f"a customer of {bot}"}, forward=False)
+        shown = await asyncio.wait_for(anext(events), 5)
+        assert shown["event"] == "customer_message" and json.loads(shown["data"])["bot"] == "acme", shown
+    finally:
+        await events.aclose()
