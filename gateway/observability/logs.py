@@ -179,7 +179,8 @@ class _CurrentStderrHandler(logging.StreamHandler):
 
 def redact(text: str) -> str:
     """Replace every configured secret in `text` with a marker, the password of any URL
-    (`postgresql://billing:s3cret@db/…` in a tool's or a driver's exception) that is not configured, and
+    (`postgresql://billing:s3cret@db/…` in a tool's or a driver's exception) that is not configured (and
+    the user of one with an empty password, `https://sk_live_…:@api…`, which is a key), and
     a phone number but its last 4 digits (`whatsapp:+…4567`: a WhatsApp chat, or Twilio's error text), and a
     Discord interaction's token in its follow-up's URL."""
     for pattern in _SECRET_PATTERNS:
@@ -190,7 +191,7 @@ def redact(text: str) -> str:
     text = without_session_ids(text)
     if "/webhooks/" in text:  # a Discord interaction's token, in its follow-up's URL: posts as the bot
         text = _INTERACTION_TOKEN.sub(r"\1[REDACTED]", text)
-    return _URL_PASSWORD.sub(r"\1[REDACTED]@", text) if "://" in text else text
+    return _URL_KEY_AS_USER.sub(r"\1[REDACTED]\2", _URL_PASSWORD.sub(r"\1[REDACTED]@", text)) if "://" in text else text
 
 
 def _without_cut_secret(text: str) -> str:
@@ -214,6 +215,8 @@ def without_session_ids(text: str) -> str:
 _INTERACTION_TOKEN = re.compile(r"(/webhooks/\d+/)[A-Za-z0-9_.-]{20,}")  # not the gateway's /webhooks/{bot}/discord
 _SESSION_PATH = re.compile(r"(/v1/bots/[^/\s]+/sessions/)[^/\s?#]+")
 _URL_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@")
+# A key given as HTTP Basic's user with an empty password (`https://sk_live_…:@api…`, as Stripe documents it).
+_URL_KEY_AS_USER = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^\s:/@]+(:@)")
 _PHONE = re.compile(r"(?<![\w+])(\+)\d{3,11}(\d{4})(?!\d)")  # E.164: "+" and 7-15 digits
 
 

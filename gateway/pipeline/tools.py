@@ -40,7 +40,7 @@ from gateway.errors import ConfigError
 from gateway.models import CallerIdentity
 from gateway.pipeline.tool_arguments import argument_problem
 from gateway.settings import BotSettings, Settings, ToolSettings
-from gateway.url_secrets import query_secrets
+from gateway.url_secrets import query_secrets, userinfo_secret
 
 _ESCALATE_SCHEMA = {
     "type": "object",
@@ -243,7 +243,8 @@ def _path_segment(value: Any) -> str:
 
 def http_tool_secrets(settings: Settings) -> list[str]:
     """Values of http tools' config that are secrets in all but name, for log redaction: header
-    values (and their credential after `Bearer`), and query values named like a key or a token."""
+    values (and their credential after `Bearer`), query values named like a key or a token, and the
+    URL's userinfo (`https://sk_live_…:@api/…`)."""
     found: list[str] = []
     for bot in settings.bots:
         for spec in bot.tools:
@@ -251,7 +252,7 @@ def http_tool_secrets(settings: Settings) -> list[str]:
                 continue
             for value in spec.headers.values():
                 found += [value, value.split()[-1]] if value.split() else []
-            found += query_secrets(spec.url or "")
+            found += query_secrets(spec.url or "") + [userinfo_secret(spec.url or "") or ""]
     return sorted({v for v in found if len(v) >= MIN_SECRET_CHARS})
 
 

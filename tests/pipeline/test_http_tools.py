@@ -163,6 +163,21 @@ def test_http_tool_credentials_are_redacted_from_logs():
     assert http_tool_secrets(settings) == sorted([f"Bearer {STOCK_KEY}", STOCK_KEY, WEATHER_KEY])
 
 
+def test_an_http_tools_credential_given_as_its_urls_user_is_redacted_from_logs(capsys):
+    """A key given as HTTP Basic's user with no password (`https://sk_live_…:@api.stripe.example/v1/…`, as
+    Stripe documents it) was neither among the secrets a log redacts nor a URL password to its pattern."""
+    from gateway.observability.logs import configure_logging, redact
+
+    key = "sk_live_51HqLyjWDarjtT1zdp7dc"
+    settings = Settings(bots=[bot({"name": "charges", "type": "http", "url": f"https://{key}:@api.stripe.example/v1/charges/{{id}}",
+                                   "parameters": params("id")})])
+    assert key in http_tool_secrets(settings)
+    configure_logging(level="INFO")  # no secret configured: the pattern alone
+    assert redact(f"GET https://{key}:@api.stripe.example/v1/charges failed") == \
+        "GET https://[REDACTED]:@api.stripe.example/v1/charges failed"
+    assert redact("https://user@host/x") == "https://user@host/x"  # a user name alone is no secret
+
+
 async def test_a_call_that_changes_something_carries_the_same_idempotency_key_in_every_attempt():
     """The process died during a POST (never saved, so the retry makes it again): both requests carry one
     `Idempotency-Key`, which the API can dedupe on. A GET carries none."""
