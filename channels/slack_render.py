@@ -105,6 +105,8 @@ def _prose_to_mrkdwn(text: str) -> str | None:
     text = _MD_LINK.sub(link, text)
     text = _AUTOLINK.sub(lambda m: hold(f"<{safe_link_url(m.group(1)) or escape_mrkdwn(m.group(1))}>"), text)
     text = _BARE_URL.sub(bare, text)
+    # What is still `[x](y)` is no link by CommonMark (`[a](()`); the converter would make it one, unchecked.
+    text = text.replace("](", hold("]("))
     # Held, so an entity's character is shown as itself: "&#42;" is a "*", not the start of bold.
     text = escape_mrkdwn(_ENTITY.sub(lambda m: hold(escape_mrkdwn(html.unescape(m.group(0)))), text))
     text = re.sub(r"^(\s*)&gt; (?=\S)", r"\1> ", text, flags=re.MULTILINE)  # keep Markdown quotes as Slack quotes
