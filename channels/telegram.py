@@ -58,7 +58,14 @@ from channels.sent_parts import SentParts
 from channels.telegram_bot import make_bot
 from channels.telegram_errors import REMOVED, UNREACHABLE, is_error_page, says
 from channels.telegram_polling import TelegramPoller
-from channels.telegram_render import TELEGRAM_LIMIT, markdown_to_html, render_messages, visible_length, visible_text
+from channels.telegram_render import (
+    TELEGRAM_LIMIT,
+    markdown_to_html,
+    mention_html,
+    render_messages,
+    visible_length,
+    visible_text,
+)
 from channels.telegram_updates import UpdateParser, decode_update
 from gateway.backoff import doubling
 from gateway.errors import BotRemoved, ChannelSendError, RecipientUnreachable, SignatureInvalid
@@ -242,9 +249,13 @@ class TelegramAdapter:
         except (TelegramAPIError, ClientDecodeError) as exc:
             raise ChannelSendError(f"telegram refused the deletion: {exc.message}", permanent=True) from exc
 
-    async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str) -> None:
-        """Replace a sent message's text (streaming by edits). The caller rolls over past the limit."""
-        html = markdown_to_html(text)
+    async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str, *,
+                   addressee: str | None = None) -> None:
+        """Replace a sent message's text (streaming by edits). The caller rolls over past the limit.
+
+        With `addressee`, as `send` took it, a group message keeps its mention of the member it is for."""
+        member = conversation.member if addressee is not None else None
+        html = (mention_html(member, addressee or "") if member and member.isdigit() else "") + markdown_to_html(text)
         if visible_length(html) > TELEGRAM_LIMIT:
             raise ChannelSendError("edit longer than Telegram's 4096 limit; send a new message instead", permanent=True)
         if not visible_text(html).strip():

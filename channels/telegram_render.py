@@ -214,10 +214,8 @@ def render_messages(text: str, citations: Sequence[Citation] = (), *, limit: int
     the last message when it fits, else it becomes a message of its own. `mention` (a user id and
     name) puts a text mention of that user in front of the first message, which notifies them.
     """
-    prefix = ""
-    if mention is not None:
-        user_id, name = mention
-        prefix = f'<a href="tg://user?id={int(user_id)}">{_esc(name.strip() or user_id)}</a> '
+    prefix = mention_html(*mention) if mention is not None else ""
+    if prefix:
         limit -= visible_length(prefix)  # every part leaves room for it: the first one carries it
     messages = [m for part in split_text(text, limit=limit, unit="utf16") for m in _render_part(part, limit)]
     if prefix and messages:
@@ -229,6 +227,11 @@ def render_messages(text: str, citations: Sequence[Citation] = (), *, limit: int
         else:
             messages.extend(_split_footer(footer, limit))
     return messages
+
+
+def mention_html(user_id: str, name: str) -> str:
+    """A text mention of a member (it notifies them), with the space after it, to put in front of a message."""
+    return f'<a href="tg://user?id={int(user_id)}">{_esc(name.strip() or user_id)}</a> '
 
 
 def _render_part(part: str, limit: int) -> list[str]:

@@ -166,6 +166,33 @@ async def test_an_operators_edit_and_deletion_reach_a_telegram_customer(tmp_path
         await slack.stop()
 
 
+async def test_an_operators_edit_in_a_telegram_group_keeps_the_members_mention(tmp_path):
+    """In a group the operator's reply starts with a mention of the member it is for: the edit dropped it."""
+    slack = await FakeSlack.start()
+    try:
+        async with FakeTelegramAPI(TG_TOKEN) as telegram, _customer_app(tmp_path, slack, {"telegram": {
+                "token": "${TG_TOKEN}", "webhook_secret": "${TG_SECRET}", "api_base": telegram.base_url}},
+                {"TG_TOKEN": TG_TOKEN, "TG_SECRET": TG_SECRET}) as client:
+            earlier = {"message_id": 70, "date": 1700000000, "chat": {"id": -1001012, "type": "supergroup"},
+                       "from": {"id": telegram.bot_id, "is_bot": True, "first_name": "Support"}, "text": "Ask me."}
+            asked = await client.post("/webhooks/acme/telegram", headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET},
+                                      json=tg_update(2, -1001012, "I need to talk to a human", chat_type="supergroup",
+                                                     message_id=77, reply_to_message=earlier))
+            assert asked.status_code == 200
+            thread_ts, ts, reply = await _operator_replied(client, slack, "Your refund is 10 EUR.")
+            [sent] = [m for m in telegram.sent if str(m.message_id) == reply.provider_ids[0]]
+            assert sent.text == "Ann Your refund is 10 EUR." and sent.entities[0]["type"] == "text_mention"
+
+            edited = _revision("message_changed", thread_ts, ts, "Your refund is 10 EUR.", "EvTgGroupEdit",
+                               new_text="Your refund is 12 EUR.")
+            assert (await _post_event(client, edited)).status_code == 200
+            await wait_until(lambda: sent.edits)
+            assert sent.text == "Ann Your refund is 12 EUR."
+            assert sent.entities[0]["type"] == "text_mention" and sent.entities[0]["user"]["id"] == 5550001
+    finally:
+        await slack.stop()
+
+
 async def test_an_operators_edit_refused_as_the_customer_blocked_the_bot_stores_the_removal(tmp_path):
     """The customer blocked the bot after the operator's reply: the edit's 403 was told to the operator, but no
     removal was stored, as the outbox stores a send's, and each later reply to that chat went out for a 403."""
