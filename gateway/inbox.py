@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.burst import BURST_OWNER
+from gateway.edits_meanwhile import TAKEN_BACK
 from gateway.models import ConversationRef, InboundMessage
 from gateway.observability import otel
 from gateway.pg_bridge import announce
@@ -246,7 +247,7 @@ class Inbox:
                 return None
             if target is not None:
                 if edit.deleted:
-                    target.status, target.error = "ignored", "deleted by the customer before it was answered"
+                    target.status, target.error = "ignored", TAKEN_BACK
                 else:
                     # The command it now holds, if any ("/start" edited into a question is a question), and what
                     # it shares.

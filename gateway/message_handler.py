@@ -36,7 +36,7 @@ from gateway.burst import NO_BURST, Burst, burst_followers, in_sent_order
 from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, WaitingIndicator, start_typing
-from gateway.edits_meanwhile import queue_edits_made_meanwhile
+from gateway.edits_meanwhile import queue_edits_made_meanwhile, taken_back
 from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import OPT_COMMANDS, CallerIdentity, ConversationRef, as_utc, utcnow
 from gateway.pipeline import Pipeline, PipelineResult, Turn
@@ -101,7 +101,7 @@ class MessageHandler:
             await self._finish(inbound, None, status="ignored", error="bot no longer configured")
             return None
         if self._intercept is not None and await self._intercept(inbound, conversation):
-            await self._finish(inbound, None, status="done",  # an edit landing meanwhile is stored to pass on
+            await self._finish(inbound, None, status="done", relayed=True,  # an edit landing meanwhile is passed on
                                answered=((inbound.id, inbound.text, message_meta.said(inbound.meta)),))
             return None
         if contact is not None and contact.opted_out_at is not None and \
@@ -298,12 +298,13 @@ class MessageHandler:
     async def _finish(self, inbound: Message, result: PipelineResult | None, *, status: str,
                       error: str | None = None, streamer: EditStreamer | None = None,
                       followers: tuple[int, ...] = (), answered: tuple[tuple[int, str, dict], ...] = (),
-                      reply_to: Message | None = None) -> bool:
+                      reply_to: Message | None = None, relayed: bool = False) -> bool:
         """Store the reply and mark the inbound message in one transaction, then deliver. True when
         the bot's reply was dropped because an operator took the thread meanwhile. `followers`, the rest
         of its burst, are marked with it; the reply answers `reply_to` (the piece sent first), else `inbound`.
         `answered` is each piece's text, command and shared values as the turn read them: a piece edited since
-        (`Inbox._revise`) keeps them, and its edit is stored as a message to answer next."""
+        (`Inbox._revise`) keeps them, and its edit is stored as a message to answer next. `relayed`: `inbound` went
+        on as it is (`intercept`), so its deletion meanwhile is passed on after it, not taken for a dropped answer."""
         outbound_ids: list[int] = []
         taken_over = False
         async with self._sessions() as session, session.begin():
@@ -315,7 +316,8 @@ class MessageHandler:
                                              with_for_update={"key_share": True})
             # Row lock (on SQLite, the write lock): a worker that lost its lease and this one cannot both see `pending`.
             message = await session.get(Message, inbound.id, with_for_update=True)
-            if message.status != "pending":  # another worker finished it (lease lost): do not answer twice
+            deleted = (inbound.id,) if relayed and taken_back(message) else ()
+            if message.status != "pending" and not deleted:  # another worker finished it (lease lost): do not answer twice
                 log.warning("inbound.already_finished", message_id=inbound.id, status=message.status)
                 return False
             if result is not None and result.author == "bot" and result.reply is not None \
@@ -351,10 +353,11 @@ class MessageHandler:
                 if piece is not None and piece.status == "pending":
                     piece.status, piece.updated_at = status, message.updated_at
                     piece.meta = {**(piece.meta or {}), "answered_with": inbound.id}
-            edits = await queue_edits_made_meanwhile(session, answered, status=status)
-        for piece_id, edit_id in edits:
-            log.info("inbound.edit_queued", message_id=piece_id, edit_message_id=edit_id,
-                     reason="edited while its answer was written: the edit is answered next")
+            edits = await queue_edits_made_meanwhile(session, answered, status=status, deleted=deleted)
+        for piece_id, edit_id, change in edits:
+            log.info("inbound.edit_queued", message_id=piece_id, edit_message_id=edit_id, change=change,
+                     reason="relayed as it was when deleted: the deletion is passed on next" if change == "deletion"
+                     else "edited while its answer was written: the edit is answered next")
         for message_id in (inbound.id, *followers):
             self._bus.publish(message_topic(message_id), {"type": "done", "status": status})
         self._bus.publish(conversation_topic(inbound.conversation_id), {"type": "message"})

@@ -61,8 +61,9 @@ class ThreadRelay(RevisionRelay):
             await self._refuse(inbound.bot, sender, action="reply", escalation_id=escalation.id,
                                thread_ts=conversation.thread)
             return True
-        if (inbound.meta or {}).get("edit_of"):  # edited while it was relayed (`MessageHandler._finish`)
-            inbound.meta = {**inbound.meta, "revises": inbound.meta.get("platform_message_id"), "deleted": False}
+        if (inbound.meta or {}).get("edit_of"):  # edited or deleted while it was relayed (`gateway.edits_meanwhile`)
+            inbound.meta = {**inbound.meta, "revises": inbound.meta.get("platform_message_id"),
+                            "deleted": bool(inbound.meta.get("deleted"))}
         if (inbound.meta or {}).get("revises"):  # an edit or deletion of a reply relayed already
             await self._pass_on_revision(inbound, conversation, escalation=escalation, operator=operator, sender=sender)
             return True

@@ -267,3 +267,33 @@ async def test_an_operators_edit_made_while_their_reply_was_relayed_reaches_the_
     assert [p["_ts"] for p in sent if p["text"] == "Pick-up at 9."] == reply.provider_ids == [update[0]["ts"]]
     assert update[0]["text"] == "Pick-up at 10."
     assert "Pick-up at 10." not in [p["text"] for p in sent]  # passed on as the edit it is, not a second reply
+
+
+async def test_an_operators_deletion_made_while_their_reply_was_relayed_takes_the_reply_back(client, slack, monkeypatch):
+    """The deletion found the operator's message still waiting (the relay under way) and marked it taken back,
+    so the relay's finish found it no longer pending and stopped there: the customer kept the reply the
+    operator had deleted in Slack, and nothing passed the deletion on."""
+    _, thread_ts = await _escalated_and_claimed(client, slack, "DRACEDEL")
+    ts = f"{time.time():.6f}"
+    escalations = client.services.escalations
+    relay = escalations.reply
+
+    async def deleted_meanwhile(*args, **kwargs):
+        monkeypatch.setattr(escalations, "reply", relay)
+        deleted = _revision("message_deleted", thread_ts, ts, "Your code is 4711.", "EvRaceDelete")
+        assert (await _post_event(client, deleted)).status_code == 200
+        return await relay(*args, **kwargs)
+
+    monkeypatch.setattr(escalations, "reply", deleted_meanwhile)
+    assert (await _post_event(client, _thread_reply("Your code is 4711.", thread_ts, "EvRaceDelReply", ts=ts))).status_code == 200
+    reply = await _relayed(client, "Your code is 4711.")
+    # Slack lets no bot delete a DM message of its own here: blanked, as any deletion of a relayed reply is.
+    blanked = await wait_until(lambda: [c.params for c in slack.calls_to("chat.update") if c.params.get("channel") == "DRACEDEL"])
+    assert [(b["ts"], b["text"]) for b in blanked] == [(reply.provider_ids[0], "—")]
+    async with client.services.sessions() as session:
+        relayed = (await session.execute(select(Message).where(
+            Message.direction == "in", Message.text == "Your code is 4711.").order_by(Message.id))).scalars().first()
+        stored = await session.get(Message, reply.id)
+    assert relayed.status == "done"  # it was relayed; the deletion is a message of its own, passed on after it
+    assert (stored.meta or {}).get("deleted_by_operator") is True
+    assert not _told(slack, thread_ts)
