@@ -1,6 +1,8 @@
 """Slack Events API `event_callback` envelopes → normalized InboundMessages, or a reason to ignore them.
 
-Pure: no network. The rules for which events are answered are in `channels.slack`'s docstring.
+Pure: no network. The rules for which events are answered are in `channels.slack`'s docstring. A
+`message_changed` is an edit only when it comes from a member (`user`) and is one: a changed text, or
+Slack's `edited` mark where no `previous_message` came to compare (a link preview, an unfurl, is neither).
 """
 
 from __future__ import annotations
@@ -117,13 +119,21 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
     ts = (event.get("deleted_ts") or changed.get("ts")) if deleted else \
         changed.get("ts") or (event.get("previous_message") or {}).get("ts")
     channel = event.get("channel")
-    if changed.get("bot_id") or changed.get("user") in bot_ids:
+    if changed.get("bot_id") or changed.get("user") in bot_ids or changed.get("subtype") == "bot_message":
         return None, f"{event.get('subtype')}: a bot's message"
     if not ts or not channel:
         return None, f"{event.get('subtype')} without ts or channel"
     previous = event.get("previous_message") or {}
+    if not deleted and not changed.get("user"):
+        # No member wrote it (an integration's post; Slack unfurling a bot's link embeds it without one): there is
+        # nobody whose edit it could be, and nobody to answer.
+        return None, "message_changed of a message without a user (an integration's, or its link preview)"
     if not deleted and "text" in previous and previous.get("text") == changed.get("text"):
         return None, "message_changed: its text did not change (a link preview, a reply count)"
+    if not deleted and "text" not in previous and not changed.get("edited"):
+        # Slack marks a person's edit `edited`; a link preview (an unfurl), a reply count or language metadata
+        # added to the message is announced without it, and `previous_message` need not come to compare texts.
+        return None, "message_changed: no edit (a link preview, a reply count), and no earlier text to compare"
     thread = changed.get("thread_ts") or previous.get("thread_ts")
     in_operator_thread = bool(operator_channel) and channel == operator_channel and bool(thread) and thread != ts
     return InboundMessage(

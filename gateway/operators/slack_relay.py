@@ -52,6 +52,11 @@ class ThreadRelay(RevisionRelay):
             return True  # chatter in the operator channel is never answered by the bot
         # The message's own sender: the thread's conversation belongs to whoever wrote in it first.
         sender = (inbound.meta or {}).get("sender")
+        if not sender and (inbound.meta or {}).get("revises"):
+            # A change of a post no member wrote (an integration's, deleted): nothing of it reached the customer.
+            log.info("slack_operator.revision_ignored", escalation_id=escalation.id, message_id=inbound.id,
+                     change="deletion" if inbound.meta.get("deleted") else "edit", reason="a message without a sender")
+            return True
         if not sender:  # stored before senders were recorded: it cannot be attributed to anyone
             await self._post(inbound.bot, conversation.chat, "Not sent to the customer: send it again, please.",
                              thread_ts=conversation.thread)

@@ -282,3 +282,20 @@ def test_slack_adapter_satisfies_protocol():
     assert isinstance(adapter, ChannelAdapter)
     assert adapter.capabilities.max_length == 3000 and adapter.capabilities.markdown == "mrkdwn"
     assert adapter.capabilities.threads and adapter.capabilities.edits and not adapter.capabilities.typing
+
+
+def test_slack_link_preview_without_a_previous_message_is_no_edit():
+    """Slack adds a link's preview (an unfurl) with a `message_changed` that need not carry `previous_message`,
+    and has no `edited`: read as an edit of the same text, in an operator thread it was stored and handled as one."""
+    adapter = make_adapter(operator_channel="COPS")
+    message = {"type": "message", "text": "see <https://example.com/a>", "user": "UOPS", "ts": "5.6", "thread_ts": "5.5",
+               "attachments": [{"from_url": "https://example.com/a", "title": "A"}]}
+    for channel in ("COPS", "C1"):
+        unfurl = {"type": "message", "subtype": "message_changed", "hidden": True, "channel": channel, "ts": "9.1",
+                  "message": message}
+        result = adapter.parse_payload(envelope(unfurl))
+        assert not result.messages and "no edit" in result.ignored[0]
+    edited = {**message, "text": "see <https://example.com/b>", "edited": {"user": "UOPS", "ts": "9.2"}}
+    (revision,) = adapter.parse_payload(envelope({"type": "message", "subtype": "message_changed", "hidden": True,
+                                                  "channel": "COPS", "ts": "9.2", "message": edited})).messages
+    assert revision.revises == "5.6" and revision.text == "see https://example.com/b"

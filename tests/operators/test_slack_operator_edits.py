@@ -297,3 +297,36 @@ async def test_an_operators_deletion_made_while_their_reply_was_relayed_takes_th
     assert relayed.status == "done"  # it was relayed; the deletion is a message of its own, passed on after it
     assert (stored.meta or {}).get("deleted_by_operator") is True
     assert not _told(slack, thread_ts)
+
+
+def _changed_without_user(thread_ts: str, ts: str, event_id: str, subtype: str = "message_changed", **message) -> bytes:
+    """Slack's `message_changed` (or `message_deleted`) in the thread of a message no member wrote (an
+    integration's post: no `user`, no `bot_id`), with `message` (or `previous_message`) as given."""
+    event = {"type": "message", "subtype": subtype, "channel": OPS_CHANNEL, "hidden": True, "ts": f"{time.time():.6f}"}
+    embedded = {"type": "message", "ts": ts, "thread_ts": thread_ts, **message}
+    event |= {"deleted_ts": ts, "previous_message": embedded} if subtype == "message_deleted" else {"message": embedded}
+    return _event(event, event_id)
+
+
+async def test_a_change_of_a_message_without_a_user_is_not_answered_in_the_thread(client, slack):
+    """A `message_changed` whose message has no `user` (Slack unfurling an integration's link: the message it
+    embeds has none, and no `previous_message` need come) or a deletion of such a post was stored as a revision
+    by nobody, and the thread got the public "Not sent to the customer: send it again, please."."""
+    _, thread_ts = await _escalated_and_claimed(client, slack, "DNOUSER")
+    await _post_event(client, _thread_reply("We are on it.", thread_ts, "EvNoUserBefore"))  # the thread's conversation
+    await _relayed(client, "We are on it.")
+    posted = f"{time.time():.6f}"
+    link = "Incident opened: <https://status.example.com/1>"
+    unfurled = _changed_without_user(thread_ts, posted, "EvNoUserUnfurl", text=link,
+                                     attachments=[{"from_url": "https://status.example.com/1", "title": "Incident 1"}])
+    changed = _changed_without_user(thread_ts, posted, "EvNoUserChange", text="Incident resolved",
+                                    edited={"ts": f"{time.time():.6f}"})
+    deleted = _changed_without_user(thread_ts, posted, "EvNoUserDelete", "message_deleted", text="Incident resolved")
+    for body in (unfurled, changed, deleted):
+        assert (await _post_event(client, body)).status_code == 200
+    # The thread's messages are handled in order: once the operator's next reply is relayed, the three were too.
+    await _post_event(client, _thread_reply("Fixed on our side.", thread_ts, "EvNoUserAfter"))
+    await _relayed(client, "Fixed on our side.")
+    in_thread = [c.params["text"] for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == thread_ts]
+    assert not [text for text in in_thread if "Not sent to the customer" in text]
+    assert not _told(slack, thread_ts)
