@@ -24,6 +24,7 @@ from typing import Any
 
 import structlog
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from channels.render import split_text
 from channels.slack_render import mrkdwn_to_markdown
@@ -39,6 +40,14 @@ from storage.removed_chats import mark_removed
 log = structlog.get_logger("gateway.operators.slack")
 
 DELIVERED = ("sent", "delivered", "read")
+
+
+async def first_of(session: AsyncSession, conversation_id: int, platform_message_id: str) -> Message | None:
+    """The thread message stored for Slack's message `platform_message_id` (the first: an edit of it holds its id too)."""
+    return (await session.execute(select(Message).where(
+        Message.conversation_id == conversation_id, Message.direction == "in",
+        Message.meta["platform_message_id"].as_string() == platform_message_id)
+        .order_by(Message.id).limit(1))).scalar_one_or_none()
 
 
 def _can_edit(adapter: Any) -> bool:
@@ -68,10 +77,7 @@ class RevisionRelay:
         meta = inbound.meta or {}
         deleted, what = bool(meta.get("deleted")), "deletion" if meta.get("deleted") else "edit"
         async with self._sessions() as session:
-            original = (await session.execute(select(Message).where(
-                Message.conversation_id == conversation.id, Message.direction == "in",
-                Message.meta["platform_message_id"].as_string() == str(meta.get("revises")))
-                .order_by(Message.id).limit(1))).scalar_one_or_none()  # the first: an edit of it holds its id too
+            original = await first_of(session, conversation.id, str(meta.get("revises")))
             customer = await session.get(Conversation, escalation.conversation_id)
             reply, addressee = None, None
             if original is not None and customer is not None and (original.meta or {}).get("sender") == sender:

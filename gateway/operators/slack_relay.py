@@ -19,8 +19,9 @@ from channels.slack_render import mrkdwn_to_markdown
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.models import is_blank
 from gateway.operators.slack_access import not_an_operator, operator_of_member
-from gateway.operators.slack_edits import RevisionRelay
+from gateway.operators.slack_edits import RevisionRelay, first_of
 from gateway.operators.slack_text import named
+from storage.meta_keys import set_meta_key
 from storage.models import Conversation, Escalation, Message
 
 log = structlog.get_logger("gateway.operators.slack")
@@ -63,8 +64,7 @@ class ThreadRelay(RevisionRelay):
             return True
         operator = operator_of_member(self._settings, inbound.bot, sender)
         if operator is None:
-            await self._refuse(inbound.bot, sender, action="reply", escalation_id=escalation.id,
-                               thread_ts=conversation.thread)
+            await self._refuse_once(inbound, conversation, escalation_id=escalation.id, sender=sender)
             return True
         if (inbound.meta or {}).get("edit_of"):  # edited or deleted while it was relayed (`gateway.edits_meanwhile`)
             inbound.meta = {**inbound.meta, "revises": inbound.meta.get("platform_message_id"),
@@ -88,6 +88,22 @@ class ThreadRelay(RevisionRelay):
             await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {named(str(exc))}"
                              f"{await self._newer_escalation(escalation)}", thread_ts=conversation.thread)
         return True
+
+    async def _refuse_once(self, inbound: Message, conversation: Conversation, *, escalation_id: int, sender: str) -> None:
+        """Refuse a thread message of a member who is no operator, once per message: an edit or deletion of one
+        they were refused for (`meta.refused` on it) is logged, not refused again (each typo fixed was another)."""
+        meta = inbound.meta or {}
+        revised = meta.get("revises") or (meta.get("platform_message_id") if meta.get("edit_of") else None)
+        async with self._sessions() as session, session.begin():
+            first = await first_of(session, conversation.id, str(revised)) if revised else None
+            refused = bool(first is not None and (first.meta or {}).get("refused"))
+            if not refused:
+                await set_meta_key(session, message_id=(first or inbound).id, key="refused", value=True)
+        if refused:
+            log.info("slack_operator.revision_ignored", escalation_id=escalation_id, message_id=inbound.id,
+                     change="deletion" if meta.get("deleted") else "edit", reason="not an operator: refused once already")
+            return
+        await self._refuse(inbound.bot, sender, action="reply", escalation_id=escalation_id, thread_ts=conversation.thread)
 
     async def _refuse(self, bot: str, member: str, *, action: str, escalation_id: int, thread_ts: str | None) -> None:
         """Tell a member who is no operator of `bot`, in a message only they see, that nothing happened."""

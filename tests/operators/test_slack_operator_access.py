@@ -159,3 +159,35 @@ async def test_a_click_is_answered_before_its_slow_work_and_still_claims(client,
     escalation = await escalations.get(escalation_id, bots=None)
     assert escalation.state == "claimed" and escalation.operator == "sam"
     await escalations.drain()
+
+
+def _revised(member: str, thread_ts: str, ts: str, before: str, after: str | None, event_id: str) -> bytes:
+    """Slack's `message_changed` (to `after`) or, with `after=None`, `message_deleted` of `member`'s thread message."""
+    original = {"type": "message", "user": member, "text": before, "ts": ts, "thread_ts": thread_ts}
+    event = {"type": "message", "channel": OPS_CHANNEL, "hidden": True, "ts": f"{time.time():.6f}",
+             "previous_message": original}
+    if after is None:
+        event |= {"subtype": "message_deleted", "deleted_ts": ts}
+    else:
+        event |= {"subtype": "message_changed", "message": {**original, "text": after, "edited": {"user": member}}}
+    return _event(event, event_id)
+
+
+async def test_a_non_operator_is_refused_once_per_message_not_again_on_each_edit(client, slack):
+    """Each edit (and the deletion) of a thread message the member had been refused for was refused again:
+    another "You are not an operator" for every typo fixed."""
+    _, thread_ts = await asked_for_a_person(client, slack, "DONCE")
+    ts = f"{time.time():.6f}"
+    await _post_event(client, _thread_reply("Try restarting it", thread_ts, "EvOnceGuest", user="UGUEST3", ts=ts))
+    await wait_until(lambda: _told(slack, "UGUEST3"))
+    for number, (before, after) in enumerate([("Try restarting it", "Try restarting it."),
+                                              ("Try restarting it.", "Try restarting it twice."),
+                                              ("Try restarting it twice.", None)]):
+        assert (await _post_event(client, _revised("UGUEST3", thread_ts, ts, before, after, f"EvOnceEdit{number}"))).status_code == 200
+    # The thread's messages are handled in order: once the operator's reply is relayed, the edits were handled too.
+    await _post_event(client, _thread_reply("Hello, sam here.", thread_ts, "EvOnceOps"))
+    await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage")
+                              if c.params.get("channel") == "DONCE" and c.params.get("text") == "Hello, sam here."])
+    told = _told(slack, "UGUEST3")
+    assert len(told) == 1 and told[0].startswith("You are not an operator")
+    await client.services.escalations.drain()
