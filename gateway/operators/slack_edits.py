@@ -91,6 +91,11 @@ class RevisionRelay:
         text = mrkdwn_to_markdown(inbound.text or "")
         if not deleted and text == reply.text:  # nothing the customer would see changed
             return
+        if deleted and (reply.meta or {}).get("deleted_by_operator"):
+            # Taken back already: Slack's retry of a deletion applied while it was relayed, which left no stored event.
+            log.info("slack_operator.revision_ignored", escalation_id=escalation.id, message_id=inbound.id,
+                     change=what, reason="the reply was taken back already")
+            return
         adapter = self._adapters.get((reply.bot, reply.channel))
         notice, changed = None, False
         if reply.status not in DELIVERED:

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from storage.models import Message, RemovedChat
 from tests.conftest import app_client
-from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, sign
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.fakes.twilio_api import FakeTwilio
 from tests.gateway_channels.conftest import wait_until
@@ -335,3 +335,31 @@ async def test_a_change_of_a_message_without_a_user_is_not_answered_in_the_threa
     assert not [text for text in in_thread if "Not sent to the customer" in text]
     assert not _told(slack, thread_ts)
 
+
+async def test_slacks_retry_of_a_deletion_made_while_the_reply_was_relayed_is_passed_on_once(client, slack, monkeypatch):
+    """The deletion applied to the waiting message left no stored event, so Slack's retry of it (its first
+    delivery answered late, `X-Slack-Retry-Num`) was stored as a deletion of its own and passed on again: a
+    second change of the customer's message (on Telegram, a refused delete the operator is told failed)."""
+    _, thread_ts = await _escalated_and_claimed(client, slack, "DRETRYDEL")
+    ts = f"{time.time():.6f}"
+    escalations = client.services.escalations
+    relay = escalations.reply
+    deleted = _revision("message_deleted", thread_ts, ts, "Your PIN is 1234.", "EvRetryDelete")
+
+    async def deleted_meanwhile(*args, **kwargs):
+        monkeypatch.setattr(escalations, "reply", relay)
+        assert (await _post_event(client, deleted)).status_code == 200
+        return await relay(*args, **kwargs)
+
+    monkeypatch.setattr(escalations, "reply", deleted_meanwhile)
+    assert (await _post_event(client, _thread_reply("Your PIN is 1234.", thread_ts, "EvRetryDelReply", ts=ts))).status_code == 200
+    await wait_until(lambda: [c for c in slack.calls_to("chat.update") if c.params.get("channel") == "DRETRYDEL"])
+    retried = await client.post("/webhooks/acme/slack/events", content=deleted, headers={
+        "content-type": "application/json", "x-slack-retry-num": "1", "x-slack-retry-reason": "http_timeout",
+        **sign(deleted, secret=SIGNING_SECRET)})
+    assert retried.status_code == 200
+    # The thread's messages are handled in order: once the next reply is relayed, the retry was handled too.
+    assert (await _post_event(client, _thread_reply("Anything else?", thread_ts, "EvRetryDelNext"))).status_code == 200
+    await _relayed(client, "Anything else?")
+    assert len([c for c in slack.calls_to("chat.update") if c.params.get("channel") == "DRETRYDEL"]) == 1
+    assert not _told(slack, thread_ts)
