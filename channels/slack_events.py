@@ -71,7 +71,8 @@ def parse_event(
         # bot already has a conversation in (it was asked there). `parent_user_id` is the thread's
         # author, the customer when the bot answered under their question, so only the store can tell
         # the bot's threads from others': the inbox stores such a reply only into an existing conversation.
-        needs_conversation = event.get("parent_user_id") not in bot_ids
+        # A reply also sent to the channel (`thread_broadcast`) names the thread's author in its `root` instead.
+        needs_conversation = (event.get("parent_user_id") or (event.get("root") or {}).get("user")) not in bot_ids
     text = _plain_text(raw_text, bot_ids)
     attachments = tuple(_attachment(f, text) for f in event.get("files") or ())
     profile = event.get("user_profile") or {}
