@@ -342,6 +342,10 @@ class SlackOperatorChannel(ThreadRelay):
             channel = self.channel_for(bot)
             async with self._sessions() as session:
                 row = await session.get(Escalation, click.escalation_id)
+            if click.action_id == RESOLVE_ACTION and row is not None and row.state == "resolved" and row.operator == operator:
+                # Their own first click of a double click (the button stays until the header is updated), as a
+                # Claim the holder repeats is no conflict either.
+                return f"{click.action_id} {click.escalation_id} by {operator} (resolved already)"
             # Only in this bot's own thread: another bot's header (same channel or not) is not this one's to answer in.
             if channel and row is not None and row.bot == bot and row.slack_ts:
                 await self._post(bot, channel, f"<@{click.user_id}>: {named(str(exc))}", thread_ts=row.slack_ts)

@@ -191,3 +191,19 @@ async def test_a_non_operator_is_refused_once_per_message_not_again_on_each_edit
     told = _told(slack, "UGUEST3")
     assert len(told) == 1 and told[0].startswith("You are not an operator")
     await client.services.escalations.drain()
+
+
+async def test_a_resolve_clicked_twice_by_its_operator_is_not_answered_as_a_conflict(client, slack):
+    """Slack leaves the button live until the header is updated: the second click of a double click on Resolve
+    was refused as a conflict with the operator's own first, and the thread read, for everyone, "<@UOPS>:
+    escalation … is already resolved by sam", as a retried Claim by its holder is not."""
+    escalation_id, thread_ts = await asked_for_a_person(client, slack, "DTWICE")
+    assert (await _click(client, SLACK_MEMBERS["sam"], "escalation_claim", escalation_id, thread_ts)).status_code == 200
+    first = _post_click(client, SLACK_MEMBERS["sam"], "escalation_resolve", escalation_id, thread_ts)
+    second = _post_click(client, SLACK_MEMBERS["sam"], "escalation_resolve", escalation_id, thread_ts)
+    assert [r.status_code for r in await asyncio.gather(first, second)] == [200, 200]
+    await client.services.slack_clicks.drain()
+    assert (await client.services.escalations.get(escalation_id, bots=None)).state == "resolved"
+    await client.services.escalations.drain()
+    assert not [c for c in slack.calls_to("chat.postMessage") if c.params.get("thread_ts") == thread_ts
+                and "already" in c.params.get("text", "")]
