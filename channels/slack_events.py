@@ -125,7 +125,7 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
     if not ts or not channel:
         return None, f"{event.get('subtype')} without ts or channel"
     previous = event.get("previous_message") or {}
-    if not deleted and not changed.get("user"):
+    if not deleted and not (changed.get("user") or previous.get("user")):
         # No member wrote it (an integration's post; Slack unfurling a bot's link embeds it without one): there is
         # nobody whose edit it could be, and nobody to answer.
         return None, "message_changed of a message without a user (an integration's, or its link preview)"
