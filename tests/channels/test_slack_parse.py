@@ -299,3 +299,17 @@ def test_slack_link_preview_without_a_previous_message_is_no_edit():
     (revision,) = adapter.parse_payload(envelope({"type": "message", "subtype": "message_changed", "hidden": True,
                                                   "channel": "COPS", "ts": "9.2", "message": edited})).messages
     assert revision.revises == "5.6" and revision.text == "see https://example.com/b"
+
+
+def test_slack_edit_whose_message_lacks_its_user_is_still_the_members_edit():
+    """Only a change naming no member at all is dropped as an integration's: one whose `previous_message` names
+    the member is still an edit."""
+    before = {"type": "message", "text": "refund is 10", "user": "UOPS", "ts": "5.6", "thread_ts": "5.5"}
+    after = {"type": "message", "text": "refund is 12", "ts": "5.6", "thread_ts": "5.5", "edited": {"ts": "9.1"}}
+    changed = {"type": "message", "subtype": "message_changed", "hidden": True, "channel": "COPS", "ts": "9.1",
+               "message": after, "previous_message": before}
+    (revision,) = make_adapter(operator_channel="COPS").parse_payload(envelope(changed)).messages
+    assert revision.revises == "5.6" and revision.text == "refund is 12"
+    result = make_adapter(operator_channel="COPS").parse_payload(envelope({**changed, "previous_message": {
+        k: v for k, v in before.items() if k != "user"}}))
+    assert not result.messages and "without a user" in result.ignored[0]
