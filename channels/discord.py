@@ -275,6 +275,10 @@ class DiscordAdapter:
         except Exception as exc:
             raise translate(exc) from exc
 
+    def adopt_followups(self, message_ids: list[str], interaction: dict, conversation: ConversationRef) -> None:
+        """Messages an earlier process posted through `interaction` (stored with its `/ask`): edited through it."""
+        self._interactions.adopt(message_ids, restored(interaction, conversation))
+
     def _channel(self, conversation: ConversationRef) -> discord.PartialMessageable:
         # A thread is a channel on Discord, and a thread's conversation has its id as `chat`: posting
         # there replies inside it. A server channel's `thread` names a member, not a channel.

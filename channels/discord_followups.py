@@ -116,6 +116,13 @@ class Interactions:
     def landed(self, message_id: str, interaction: PendingInteraction) -> None:
         self._followup_of[message_id] = interaction
 
+    def adopt(self, message_ids: list[str], interaction: PendingInteraction | None) -> None:
+        """Follow-ups an earlier process posted through `interaction` (it died mid-stream): edited through it
+        as this process's own are, while its token lives."""
+        if interaction is not None:
+            for message_id in message_ids:
+                self._followup_of[str(message_id)] = interaction
+
     def of_followup(self, message_id: str) -> PendingInteraction | None:
         """The live interaction `message_id` was posted through, if any."""
         self._prune()

@@ -268,7 +268,7 @@ class MessageHandler:
         if not leftover or adapter is None:
             return
         log.warning("stream.interrupted_attempt", message_id=inbound.id, provider_ids=leftover)
-        await remove_leftovers(adapter, ref, [str(i) for i in leftover])
+        await remove_leftovers(adapter, ref, [str(i) for i in leftover], interaction=inbound.meta.get("interaction"))
         await self._record_streamed(inbound, [])
 
     async def _rate_limited(self, inbound: Message, turn: Turn, finish: Callable) -> bool:

@@ -376,7 +376,8 @@ class Outbox:
         leftover = (inbound.meta or {}).get("streamed") if inbound is not None else None
         if not leftover or not getattr(adapter.capabilities, "edits", False):
             return
-        await remove_leftovers(adapter, outbound.conversation, [str(i) for i in leftover])
+        await remove_leftovers(adapter, outbound.conversation, [str(i) for i in leftover],
+                               interaction=outbound.interaction)
         inbound.meta = {**inbound.meta, "streamed": []}
         async with self._sessions() as session, session.begin():
             await session.execute(update(Message).where(Message.id == inbound.id).values(meta=inbound.meta)

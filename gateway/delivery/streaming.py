@@ -303,9 +303,16 @@ class EditStreamer:
             await self._paced(lambda pid=provider_id: remove_message(self.adapter, self.conversation, pid))
 
 
-async def remove_leftovers(adapter: Any, conversation: ConversationRef, provider_ids: list[str]) -> None:
+async def remove_leftovers(adapter: Any, conversation: ConversationRef, provider_ids: list[str], *,
+                           interaction: Mapping[str, Any] | None = None) -> None:
     """Remove messages an earlier, interrupted attempt streamed (deleted, or edited to `SURPLUS_TEXT`
-    where the platform cannot delete), best effort: the answer is about to be sent again in full."""
+    where the platform cannot delete), best effort: the answer is about to be sent again in full.
+
+    `interaction`: the Discord `/ask` they answered (`meta.interaction`). They are its follow-ups, edited
+    through its token: the process that posted them is gone, and the channel's own endpoint needs the bot
+    to see the channel, which an app added for its commands alone does not."""
+    if interaction and hasattr(adapter, "adopt_followups"):
+        adapter.adopt_followups(provider_ids, dict(interaction), conversation)
     for provider_id in provider_ids:
         try:
             await remove_message(adapter, conversation, provider_id)

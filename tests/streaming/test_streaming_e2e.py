@@ -12,6 +12,7 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
+from channels.discord_followups import Interactions
 from gateway.app import create_app
 from gateway.delivery.streaming import EditStreamer
 from gateway.settings import load_settings
@@ -292,3 +293,35 @@ async def test_a_reply_sent_whole_after_a_crash_removes_what_was_streamed_for_it
     assert streamed.deleted
     answers = [m for m in telegram.sent if m.chat_id == 3007 and not m.deleted]
     assert len(answers) == 1 and "$6 per month" in answers[0].text
+
+
+async def test_a_discord_ask_stream_cut_by_a_crash_is_blanked_through_its_interaction(env, discord_fake):
+    """The worker dies while an `/ask` answer streams as a follow-up, and the process that takes the question
+    up again never saw the interaction. The cut-off follow-up must be blanked through the interaction's token,
+    as the stream edited it: the channel's own endpoint needs the bot to see the channel, which an app added
+    for its commands alone does not (Discord: 403 Missing Access), and the partial stayed beside the answer."""
+    client, services, llm, _, _ = env
+    llm.script("streamer", Turn(text=ANSWER + " " + ANSWER + " " + ANSWER), Turn(text=ANSWER))
+    body = ask_interaction(QUESTION) | {"id": "1400000000000000777", "token": "tok-crash-777",
+                                        "channel_id": "1300000000000000777"}
+    raw = json.dumps(body).encode()
+    response = await client.post("/webhooks/acme/discord/interactions", content=raw, headers=signed(raw).headers)
+    assert response.status_code == 200 and response.json() == {"type": 5}
+    [partial] = await wait_until(lambda: [m for m in discord_fake.messages.values()
+                                          if m.get("interaction_token") == body["token"]], what="the streamed partial")
+    await services.worker.stop(timeout=0)  # the process dies here
+    adapter = services.adapters[("acme", "discord")]
+    saved = adapter._interactions
+    try:
+        adapter._interactions = Interactions()  # the next process holds no interaction in memory
+        discord_fake.fail_next("PATCH", f"/channels/{body['channel_id']}/messages/{partial['id']}", status=403,
+                               body={"message": "Missing Access", "code": 50001}, times=5)
+        await services.worker.start()
+        _, reply = await settled_chat(services, channel="discord", chat=body["channel_id"])
+    finally:
+        adapter._interactions = saved
+    assert reply.status == "sent"
+    assert discord_fake.messages[partial["id"]]["content"] == "—"  # blanked, not left cut off beside the answer
+    answers = [m for m in discord_fake.messages.values()
+               if m.get("interaction_token") == body["token"] and m["id"] != partial["id"]]
+    assert len(answers) == 1 and "$6 per month" in answers[0]["content"]
