@@ -22,6 +22,8 @@ _THREAD_TYPES = {10, 11, 12}
 _ANSWERED_TYPES = {0: "default", 19: "reply"}  # every other message type is a system notice
 _CROSSPOST_FLAG = 1 << 1
 _ATTACHMENT_KINDS = {"image": "image", "audio": "audio", "video": "video"}
+_UNREAD_CONTENT = ("poll", "message_snapshots")
+"""What a message may carry besides text, attachments and stickers: a poll, and the copy of a forwarded message."""
 
 
 def classify_gateway_message(
@@ -67,6 +69,10 @@ def classify_gateway_message(
         Attachment(kind="sticker", file_id=str(s.get("id")), caption=s.get("name"))
         for s in payload.get("sticker_items") or ()
     )
+    if not text and not attachments and (unread := next((k for k in _UNREAD_CONTENT if payload.get(k)), None)):
+        # Content of a kind not read here (a poll, a forwarded message): the customer sent something, so it gets
+        # the text-only reply, as on Telegram, rather than the greeting an empty message gets.
+        attachments = (Attachment(kind="other", caption=unread),)
     channel_id = str(payload.get("channel_id", ""))
     return InboundMessage(
         channel="discord",
@@ -208,6 +214,10 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
                               for shot in message.message_snapshots],
         "sticker_items": [{"id": str(s.id), "name": s.name} for s in message.stickers],
     }
+    if message.poll is not None:
+        payload["poll"] = {"question": {"text": message.poll.question}}
+    if message.message_snapshots:
+        payload["message_snapshots"] = [{"message": {"content": m.content}} for m in message.message_snapshots]
     if guild_id:
         payload["guild_id"] = str(guild_id)
     if reference and reference.message_id:

@@ -180,6 +180,17 @@ def test_parse_gateway_message_media_without_text_yields_attachment():
     assert message.attachments[0].url == "https://cdn.example/a.png" and message.attachments[0].file_id == "77"
 
 
+@pytest.mark.parametrize("content", [{"poll": {"question": {"text": "Which plan?"}}},
+                                     {"message_snapshots": [{"message": {"content": "Your order 1234 shipped"}}]}])
+def test_a_poll_or_a_forwarded_message_alone_is_something_sent_not_an_empty_message(content):
+    """Greeted as an empty message, the customer was never told it could not be read."""
+    payload = guild_message("", **content)
+    del payload["guild_id"]
+    message = parse_gateway_message(payload, bot_user_id=BOT_USER_ID)
+    assert message is not None and message.text == ""
+    assert [(a.kind, a.caption) for a in message.attachments] == [("other", next(iter(content)))]
+
+
 def test_parse_gateway_message_caption_used_as_text():
     attachment = {"id": "78", "filename": "r.pdf", "content_type": "application/pdf"}
     attachment["url"] = "https://cdn.example/r.pdf"

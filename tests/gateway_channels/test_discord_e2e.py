@@ -273,6 +273,10 @@ ONLY_MEDIA = {  # channel -> a DM's content besides its empty text, and the atta
                                               "content_type": "image/png"}]}, "image"),
     "1600000000000000042": ({"sticker_items": [{"id": "749054660769218631", "name": "Wumpus Wave",
                                                 "format_type": 3}]}, "sticker"),
+    # Content of a kind the gateway does not read: it was taken for an empty message and greeted.
+    "1600000000000000043": ({"poll": {"question": {"text": "Which plan?"}, "expiry": "2026-11-30T10:00:00+00:00",
+                                      "allow_multiselect": False, "layout_type": 1,
+                                      "answers": [{"answer_id": 1, "poll_media": {"text": "Plus"}}]}}, "other"),
 }
 
 
@@ -293,7 +297,7 @@ async def test_discord_dm_of_only_an_attachment_or_sticker_gets_the_text_only_re
         replies = [await wait_until(lambda c=c: fake.channel_messages(c), what="the reply") for c in ONLY_MEDIA]
     finally:
         await reader.stop()
-    assert [r["content"] for [r] in replies] == [TEXT_ONLY_REPLY] * 2
+    assert [r["content"] for [r] in replies] == [TEXT_ONLY_REPLY] * len(ONLY_MEDIA)
     for channel, (_, kind) in ONLY_MEDIA.items():
         [question, _] = await settled_chat(services, channel="discord", chat=channel)
         assert question.text == "" and [a["kind"] for a in question.attachments] == [kind]
