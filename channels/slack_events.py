@@ -75,6 +75,10 @@ def parse_event(
         needs_conversation = (event.get("parent_user_id") or (event.get("root") or {}).get("user")) not in bot_ids
     text = _plain_text(raw_text, bot_ids)
     attachments = tuple(_attachment(f, text) for f in event.get("files") or ())
+    if not text and not attachments and event.get("attachments"):
+        # A message shared into the chat without a comment (`is_share`): something sent, which gets the
+        # text-only reply, not the greeting an empty message gets.
+        attachments = (Attachment(kind="other", caption="shared message"),)
     profile = event.get("user_profile") or {}
     return (
         InboundMessage(

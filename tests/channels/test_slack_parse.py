@@ -217,6 +217,17 @@ def test_slack_media_without_text_yields_empty_text_message():
     assert message.text == "" and message.attachments[0].kind == "image"
 
 
+def test_slack_message_shared_into_a_dm_without_a_comment_is_something_sent_not_an_empty_message():
+    """A message shared into the DM comes as an `attachments` entry (`is_share`) with no text of its own: taken
+    for an empty message, it was greeted, and the customer never told it could not be read."""
+    share = {"is_share": True, "is_msg_unfurl": True, "text": "Your order 1234 shipped", "author_id": "U2",
+             "channel_id": "C222", "ts": "1700000000.000100", "fallback": "[November 14th] Your order 1234 shipped"}
+    body = envelope({"type": "message", "channel": "D111", "channel_type": "im", "user": "U999", "text": "",
+                     "ts": "1700000001.000200", "attachments": [share]})
+    (message,) = make_adapter().parse_payload(body).messages
+    assert message.text == "" and [(a.kind, a.caption) for a in message.attachments] == [("other", "shared message")]
+
+
 def test_slack_retry_delivery_keeps_event_id_and_reports_retry():
     body = (SLACK_FIXTURES / "event_callback_app_mention.json").read_bytes()
     first = make_adapter().parse(signed(body))
