@@ -23,7 +23,8 @@ _ANSWERED_TYPES = {0: "default", 19: "reply"}  # every other message type is a s
 _CROSSPOST_FLAG = 1 << 1
 _ATTACHMENT_KINDS = {"image": "image", "audio": "audio", "video": "video"}
 _UNREAD_CONTENT = ("poll", "message_snapshots")
-"""What a message may carry besides text, attachments and stickers: a poll, and the copy of a forwarded message."""
+"""What a message may carry besides text, attachments and stickers: a poll, and the copy of a forwarded message
+(read for its text and files; only one of neither, a forwarded poll, say, is unread)."""
 
 
 def classify_gateway_message(
@@ -216,8 +217,6 @@ def payload_of(message: discord.Message) -> dict[str, Any]:
     }
     if message.poll is not None:
         payload["poll"] = {"question": {"text": message.poll.question}}
-    if message.message_snapshots:
-        payload["message_snapshots"] = [{"message": {"content": m.content}} for m in message.message_snapshots]
     if guild_id:
         payload["guild_id"] = str(guild_id)
     if reference and reference.message_id:
