@@ -2,7 +2,7 @@
 
 A full ingest of one eval set (`Ingestor.ingest_documents`: chunk, embed windows and sentences, BM25,
 write to Qdrant local mode and SQLite in a temporary folder) with each `--steps` value as
-`rag.ingest.EMBED_STEP` (chunks embedded and written per step of a flush), `--runs` times each,
+`rag.points.EMBED_STEP` (chunks embedded and written per step of a flush), `--runs` times each,
 interleaved (16, 64, 16, 64, ...) so that the machine's other work falls on both. The encoder is warmed up
 first. Prints per run the chunks, seconds, chunks/s, how many times the progress bar moved and the longest
 wait between two of its moves (the first one included: the bar shows 0 at once), and a digest of every stored
@@ -20,7 +20,7 @@ import hashlib
 import statistics
 import time
 
-import rag.ingest
+import rag.points
 from bench.data import set_files
 from bench.retrieval import machine, scratch
 from gateway.observability.logs import configure_logging
@@ -32,7 +32,7 @@ from rag.sources import load_directory
 async def one_run(dense: DenseEmbedder, sparse: SparseEmbedder, docs: list, step: int) -> dict[str, float]:
     """One full ingest into a fresh store and index with `EMBED_STEP = step`."""
     moves: list[float] = []
-    rag.ingest.EMBED_STEP = step
+    rag.points.EMBED_STEP = step
     async with scratch("bench-embed-step-") as work:
         ingestor = Ingestor(work.index, dense, sparse, work.sessions)
         started = time.perf_counter()

@@ -56,16 +56,13 @@ from rag.index_check import check_index, delete_unrecorded
 from rag.ingest_progress import DocumentProgress, Progress
 from rag.ingest_runs import IngestReport, describe, record_run, start_run
 from rag.knowledge_index import KnowledgeIndex
-from rag.points import reusing_points
+from rag.points import write_points
 from rag.sources import Document, Validators, describe_skipped, load_source
 from storage.models import Document as DocumentRow
 
 log = logging.getLogger(__name__)
 
 FLUSH_CHUNKS = 256
-EMBED_STEP = 16
-"""Chunks embedded and written per step of a flush: the progress bar moves after each step, so a
-manual of hundreds of chunks does not hold it still for a minute."""
 TEXT_TOKENS = 512
 """Default chunk size (heading path + text, MiniLM word pieces), twice the encoder's 256: the
 dense vector is the mean of the chunk's ≤256-token windows, BM25 and the answer step get all of
@@ -333,21 +330,13 @@ class Ingestor:
         ids of the documents the store refused (each recorded as an error, its new points removed)."""
         if not pending:
             return set()
-        # Points first, then the store: a crash in between only costs a re-embed next run. Embedded and
-        # written EMBED_STEP at a time: one long document (a manual of thousands of chunks, each with
-        # its sentence vectors) never holds all its vectors in memory at once.
+        # Points first, then the store: a crash in between only costs a re-embed next run.
         new = [(p.doc, c) for p in pending for c in p.new]
         share = [1 / len(p.new) for p in pending for _ in p.new]  # of its document, per chunk
         # The same content gives the same chunks in the same order: each takes its donor's vectors.
         donors = {c.chunk_id: old for p in pending if p.donor and len(p.donor) == len(p.chunks)
                   for c, old in zip(p.chunks, p.donor)}
-        for start in range(0, len(new), EMBED_STEP):
-            points, reused = await reusing_points(self.index, self.dense, self.sparse, bot, source,
-                                                  new[start : start + EMBED_STEP], donors)
-            if reused:
-                log.info("ingest.vectors_reused", extra={"bot": bot, "source": source, "chunks": reused})
-            await self.index.upsert(bot, points)
-            tally.advance(sum(share[start : start + EMBED_STEP]))
+        await write_points(self.index, self.dense, self.sparse, bot, source, new, donors, share=share, advance=tally.advance)
         await self.index.delete_points(bot, [i for p in pending for i in p.stale])
         refused = await self._rows(bot, source).write(pending)
         for p, exc in refused:

@@ -3,14 +3,16 @@
 A chunk becomes one dense vector (the token-weighted mean of its ≤256-token windows, so a long
 chunk is not judged by its first window alone), its BM25 vector, and one dense vector per
 sentence (the `sentences` multivector behind the ranking prior in `rag.search`). Kept apart from
-`rag.ingest`, which only decides which chunks are new. A chunk whose document has the content of one
+`rag.ingest`, which only decides which chunks are new; written a step of chunks at a time
+(`write_points`). A chunk whose document has the content of one
 already indexed (a renamed file), or of one embedded earlier in the same run (the same page in two
 folders), takes that document's vectors instead of being embedded again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from qdrant_client import models as qm
@@ -19,6 +21,27 @@ from rag.chunking import Chunk
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.knowledge_index import IndexPoint, KnowledgeIndex
 from rag.sources import Document
+
+log = logging.getLogger(__name__)
+
+EMBED_STEP = 16
+"""Chunks embedded and written per step of a flush: the progress bar moves after each step, so a
+manual of hundreds of chunks does not hold it still for a minute."""
+
+
+async def write_points(
+    index: KnowledgeIndex, dense: DenseEmbedder, sparse: SparseEmbedder, bot: str, source: str,
+    chunks: list[tuple[Document, Chunk]], donors: dict[str, str], *, share: list[float], advance: Callable[[float], None],
+) -> None:
+    """Embed and write the chunks' points EMBED_STEP at a time (a donor's vectors reused: `reusing_points`),
+    each step then told to `advance` as the sum of its chunks' `share`. Why in steps: one long document (a manual
+    of thousands of chunks, each with its sentence vectors) never holds all its vectors in memory at once."""
+    for start in range(0, len(chunks), EMBED_STEP):
+        points, reused = await reusing_points(index, dense, sparse, bot, source, chunks[start : start + EMBED_STEP], donors)
+        if reused:
+            log.info("ingest.vectors_reused", extra={"bot": bot, "source": source, "chunks": reused})
+        await index.upsert(bot, points)
+        advance(sum(share[start : start + EMBED_STEP]))
 
 
 async def index_points(

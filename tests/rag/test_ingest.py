@@ -6,6 +6,7 @@ import pytest
 from sqlalchemy import select
 
 import rag.fingerprint
+import rag.points
 from gateway.settings import BotSettings, SourceSettings
 from rag.ingest import Ingestor
 from rag.sources import Document
@@ -131,7 +132,7 @@ async def test_ingest_re_embeds_when_the_index_lost_its_points(tmp_path, index, 
 
 async def test_a_long_document_is_embedded_and_written_a_slice_at_a_time(index, dense, sparse, sessions, monkeypatch):
     # Memory stays bounded by the slice, not by the document: five sections, slices of two.
-    monkeypatch.setattr(rag.ingest, "EMBED_STEP", 2)
+    monkeypatch.setattr(rag.points, "EMBED_STEP", 2)
     text = "\n\n".join(f"# Section {i}\n\nSection {i} explains setting number {i} in plain words." for i in range(5))
     counting = CountingEmbedder(dense)
     shown: list[tuple[float, int, int]] = []  # (done, total, points in the index when it was shown)
