@@ -18,7 +18,9 @@ and that is enough for the common case:
   digits aside, and size recur there on at least half the pages, and at least `RUNNING_MIN_PAGES`, and
   that is not a heading set larger) is dropped:
   page numbers and a repeated title would otherwise land in every chunk;
-- a table-of-contents entry (dot leaders and a page number) is text, however large.
+- a table-of-contents entry (dot leaders and a page number) is text, however large;
+- a line break inside a text string is one whether written LF, CRLF or CR (as `rag.decoding` makes the
+  other formats' line endings LF), and the title from the PDF's metadata is one line.
 
 A PDF set in one size and face throughout comes out as paragraphs. A PDF with pages but no text (a
 scan) raises `PdfWithoutText`, so the source records it as an error and keeps the document's previous
@@ -138,7 +140,8 @@ def _pdf_markdown(data: bytes, name: str | None) -> tuple[str | None, str]:
     if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
         raise PdfNeedsPassword("it needs a password to open; save a copy without one")
     pages = [[line for line in _page_lines(page, number) if line.text] for number, page in enumerate(reader.pages)]
-    title = reader.metadata.title if reader.metadata and reader.metadata.title else None
+    # One line, as a Markdown file's is: a line break in it (CRLF too) went into every chunk's heading path.
+    title = " ".join(reader.metadata.title.split()) or None if reader.metadata and reader.metadata.title else None
     lines = [line for page_lines in pages for line in page_lines]
     if not lines:
         if pages:
@@ -254,7 +257,8 @@ def _page_lines(page, number: int) -> list[_Line]:
         scale = math.sqrt(abs(tm[0] * tm[3] - tm[1] * tm[2])) * math.sqrt(abs(cm[0] * cm[3] - cm[1] * cm[2]))
         size = round(font_size * scale * 2) / 2
         bold = bool(_BOLD_FACE.search(str(font.get("/BaseFont", "")) if hasattr(font, "get") else ""))
-        for i, piece in enumerate(text.split("\n")):
+        # A string's line breaks come as written (CRLF, or old Mac's CR): a lone CR ran two lines into one.
+        for i, piece in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n")):
             if i:
                 lines.append(_Line(page=number))
             if piece.strip():

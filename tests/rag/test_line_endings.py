@@ -40,3 +40,31 @@ async def test_a_fetched_text_page_with_crlf_line_endings_reads_as_lf():
     async with client:
         result = await load_urls(["https://help.example/notes.txt"], client=client)
     assert [d.text for d in result.documents] == [TEXT]
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r"], ids=["crlf", "cr"])
+async def test_a_pdf_whose_strings_break_lines_otherwise_gives_the_chunks_of_its_lf_copy(tmp_path, dense, newline):
+    """pypdf passes a text string's line breaks on as written: a lone CR was read as a space, so the lines it
+    broke ran together ("Install the app, then sign in." one line, where the LF copy keeps two), and a title from
+    the PDF's metadata kept its CR in every chunk's heading path, answer and citation."""
+    import io
+
+    from pypdf import PdfReader, PdfWriter
+
+    from tests.rag.pdfs import build_pdf, text_at
+
+    page = " ".join([text_at("Setup", size=20, y=740), text_at("Install the app,\\nthen sign in.", size=11, y=710),
+                     text_at("Call support\\nif it fails.", size=11, y=670)])
+    for folder, ending in (("lf", "\\n"), ("other", newline.replace("\r", "\\r").replace("\n", "\\n"))):
+        writer = PdfWriter(clone_from=PdfReader(io.BytesIO(build_pdf([page.replace("\\n", ending)]))))
+        writer.add_metadata({"/Title": "Setup guide\nfor admins".replace("\n", newline if folder == "other" else "\n")})
+        (tmp_path / folder).mkdir()
+        with open(tmp_path / folder / "setup.pdf", "wb") as out:
+            writer.write(out)
+    [lf] = (await load_directory(tmp_path / "lf")).documents
+    [other] = (await load_directory(tmp_path / "other")).documents
+    assert "\r" not in other.text and "\r" not in other.title
+    assert (other.title, other.text) == (lf.title, lf.text)
+    assert lf.title == "Setup guide for admins"  # a title is one line, as a Markdown file's
+    assert "Install the app, then sign in." not in other.text  # two lines, not run into one
+    assert _chunks(other, dense) == _chunks(lf, dense)
