@@ -7,7 +7,9 @@ is kept in `storage.models.Document`:
   embedded and written, and chunks no longer produced are deleted;
 - a new document with the content of one already indexed (a renamed file), or of one met earlier in the
   same run (the same page in two folders), takes that one's vectors under its own chunk ids and payload:
-  nothing is embedded again, and each keeps its own chunks (deleting one copy leaves the other's);
+  nothing is embedded again, and each keeps its own chunks (deleting one copy leaves the other's). The title is
+  part of the content: it roots the heading path, which every window and the BM25 text hold, so copies titled
+  by their different file names are embedded each (only their sentence vectors come out the same; README.md);
 - a document the source no longer yields has all its chunks deleted. A document whose fetch
   failed this run keeps its chunks: a flaky page must not empty the knowledge base;
 - a fetched page also keeps its HTTP validators (ETag, Last-Modified); the next run fetches it
