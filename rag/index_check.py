@@ -11,7 +11,8 @@ disagree with it in two ways:
 
 So a run looks its source's recorded ids up by id (ids only: no payload, no vectors), and when some
 are missing from an index that is not empty, or the index holds more points than the store records
-chunks for the bot, it also lists the ids of the points its source wrote, so that the chunks of edits
+chunks for the bot, or the store records none of the source's (a first run killed midway), it also lists
+the ids of the points its source wrote, so that the chunks of edits
 and deletions it missed are removed at the end of the run (`delete_unrecorded`), once the store holds
 what this run wrote. Only its own source's: runs of one source never overlap (a lock per source, shared
 by every process on PostgreSQL), while another source's run, in another process, may have written
@@ -50,7 +51,10 @@ async def check_index(
     `absent` is wanted (no listing of the source's points)."""
     recorded = {chunk_id for row in rows.values() for chunk_id in row.chunk_ids}
     if not recorded:
-        return IndexCheck(set(), 0)
+        # Nothing recorded, yet the source may have points: its first run was killed after writing some and
+        # before recording any document. Such a point of a page edited or deleted meanwhile stayed for good.
+        indexed = await index.count(bot) if list_held else 0
+        return IndexCheck(set(), indexed, frozenset(await index.point_ids(bot, source)) if indexed else frozenset())
     indexed = await index.count(bot)
     if indexed == 0:
         return IndexCheck(recorded, 0)

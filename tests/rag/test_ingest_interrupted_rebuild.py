@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 
 import rag.ingest
+import rag.points
 from gateway.scheduler import IngestScheduler
 from gateway.settings import QdrantSettings, SourceSettings
 from rag.index import open_index
@@ -302,3 +303,34 @@ async def test_another_processs_unrecorded_points_are_no_leftovers(tmp_path, ind
     added = await there
     assert (unchanged.deleted, added.added) == (0, 1)
     await assert_all_indexed(index, sessions)
+
+
+async def test_a_first_run_killed_midway_leaves_no_points_after_the_next_run(tmp_path, index, dense, sparse, sessions,
+                                                                             monkeypatch):
+    """A source's first run killed after writing some points, before recording any document: with nothing
+    recorded for the source, the next run looked for no leftovers, so a page edited (or deleted) meanwhile kept
+    its old chunk in the index for good, nothing recording it, and search still returned it."""
+    monkeypatch.setattr(rag.points, "EMBED_STEP", 1)
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    page = folder / "refunds.md"
+    page.write_text("# Refunds\n\nRefunds take five business days.\n\n# Cards\n\nCards are charged monthly.\n")
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+    ingestor = Ingestor(index, dense, sparse, sessions)
+    monkeypatch.setattr(index, "upsert", DiesAfter(index, 1))
+    killed = await ingestor.ingest_source("acme", source)
+    assert killed.status == "failed" and await index.count("acme") == 1 and await recorded(sessions) == {}
+    monkeypatch.undo()  # the real upsert, and the normal step
+
+    page.write_text(page.read_text().replace("five business days", "ten business days"))
+    again = await ingestor.ingest_source("acme", source)
+    assert again.status == "ok" and again.added == 2
+    assert await assert_all_indexed(index, sessions) == 2  # the killed run's point of the old text is gone
+    assert not any("five business days" in text for text in await _texts(index))
+
+
+async def _texts(index) -> list[str]:
+    from qdrant_client import models as qm
+
+    arms = await index.hybrid_query("acme", [1.0] * 384, qm.SparseVector(indices=[1], values=[1.0]), prefetch=1000, limit=1)
+    return [p.payload["text"] for p in arms.dense]
