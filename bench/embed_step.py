@@ -4,7 +4,8 @@ A full ingest of one eval set (`Ingestor.ingest_documents`: chunk, embed windows
 write to Qdrant local mode and SQLite in a temporary folder) with each `--steps` value as
 `rag.points.EMBED_STEP` (chunks embedded and written per step of a flush), `--runs` times each,
 interleaved (16, 64, 16, 64, ...) so that the machine's other work falls on both. The encoder is warmed up
-first. Prints per run the chunks, seconds, chunks/s, how many times the progress bar moved and the longest
+first. Prints per run the chunks, seconds (and this process's CPU seconds, all threads: less moved by the
+machine's other work than wall time), chunks/s, how many times the progress bar moved and the longest
 wait between two of its moves (the first one included: the bar shows 0 at once), and a digest of every stored
 dense and sentence vector (the same digest: the step changed no vector, so no ranking), then the median per step.
 
@@ -35,15 +36,15 @@ async def one_run(dense: DenseEmbedder, sparse: SparseEmbedder, docs: list, step
     rag.points.EMBED_STEP = step
     async with scratch("bench-embed-step-") as work:
         ingestor = Ingestor(work.index, dense, sparse, work.sessions)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         report = await ingestor.ingest_documents("bench", "bench", docs,
                                                  progress=lambda done, total: moves.append(time.perf_counter()))
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         ids = sorted(await work.index.point_ids("bench", "bench"))
         stored = await work.index.vectors("bench", ids)
         vectors = hashlib.sha256(repr([(i, stored[i].dense, stored[i].sentences) for i in ids]).encode()).hexdigest()[:12]
     gaps = [b - a for a, b in zip([started, *moves], moves)]
-    return {"chunks": report.added, "s": elapsed, "chunks_s": report.added / elapsed, "moves": len(moves),
+    return {"chunks": report.added, "s": elapsed, "cpu_s": cpu, "chunks_s": report.added / elapsed, "moves": len(moves),
             "longest_wait_s": max(gaps, default=elapsed), "vectors": vectors}
 
 
@@ -60,12 +61,13 @@ async def run(name: str, steps: list[int], runs: int) -> None:
         for step in steps:
             result = await one_run(dense, sparse, docs, step)
             results[step].append(result)
-            print(f"run {i + 1} step {step}: {result['chunks']} chunks in {result['s']:.1f} s = "
+            print(f"run {i + 1} step {step}: {result['chunks']} chunks in {result['s']:.1f} s (CPU {result['cpu_s']:.1f} s) = "
                   f"{result['chunks_s']:.1f} chunks/s; bar moved {result['moves']} times, longest wait "
                   f"{result['longest_wait_s']:.1f} s; vectors {result['vectors']}", flush=True)
     for step, rows in results.items():
         print(f"step {step}: median {statistics.median(r['chunks_s'] for r in rows):.1f} chunks/s over {len(rows)} runs "
-              f"(min {min(r['chunks_s'] for r in rows):.1f}, max {max(r['chunks_s'] for r in rows):.1f}); longest wait "
+              f"(min {min(r['chunks_s'] for r in rows):.1f}, max {max(r['chunks_s'] for r in rows):.1f}), CPU median "
+              f"{statistics.median(r['cpu_s'] for r in rows):.1f} s; longest wait "
               f"median {statistics.median(r['longest_wait_s'] for r in rows):.1f} s")
 
 

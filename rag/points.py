@@ -28,11 +28,12 @@ EMBED_STEP = 64
 """Chunks embedded and written per step of a flush (memory stays bounded by the step, not by a manual
 of thousands of chunks). Not smaller: each step's texts are sorted by length into the encoder's batches,
 and steps of 16 padded them more, ingesting about 9% slower (bench/README.md, `bench.embed_step`)."""
-SLICE_BATCHES = 8
+SLICE_BATCHES = 2
 """A step's windows, then its sentences, are embedded this many encoder batches at a time, and the progress
-bar moves after each part: a step of 64 chunks (about 400 texts) held it still for half a minute. The parts
-follow the order by length that one call sorts the texts in (`rag.embeddings`), so the encoder sees the
-same batches, and gives the same vectors, as with one call."""
+bar moves after each part: a step of 64 chunks (about 400 texts) held it still for half a minute, and parts
+of 8 batches (64 windows of up to 256 tokens) for 8-12 s under load. The parts follow the order by length
+that one call sorts the texts in (`rag.embeddings`), so the encoder sees the same batches, and gives the
+same vectors, as with one call."""
 
 
 async def write_points(
