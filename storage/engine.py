@@ -141,14 +141,18 @@ def postgres_connect_args(url: str) -> tuple[str, dict[str, Any]]:
         raise ValueError("option `prepared_statement_cache_size` must be a whole number (0: no cache), not "
                          f"{query['prepared_statement_cache_size']!r}")
     hosts = query.get("host")
+    if isinstance(hosts, str) and ":" in hosts and not hosts.startswith("/"):
+        hosts = (hosts,)  # libpq's bare IPv6 address (`?host=::1`): asyncpg's DSN split it at a colon
     if isinstance(hosts, tuple):  # several (`async_url`): asyncpg's lists, as the dialect would split them but for IPv6
         split = [split_host(host) for host in hosts]
         for _, port in split:
             if port and not port.isdigit():
                 raise ValueError(f"option `host` must give a port number after a host's colon, not {port!r}")
+        given = query.get("port")  # one `port=` for every host without its own, as libpq reads it
+        default = int(given) if isinstance(given, str) and given.isdigit() else 5432
         connect_args["host"] = [host for host, _ in split]
-        connect_args["port"] = [int(port or 5432) for _, port in split]
-        parsed = parsed.difference_update_query(["host"])
+        connect_args["port"] = [int(port) if port else default for _, port in split]
+        parsed = parsed.difference_update_query(["host", "port"])
     # As libpq reads them: SQLAlchemy's parser, a form's, made each + a space (a passphrase's, an option's).
     written = {unquote(key): unquote(value) for key, _, value in
                (part.partition("=") for part in url.partition("?")[2].partition("#")[0].split("&") if part)}

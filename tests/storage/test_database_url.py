@@ -248,3 +248,39 @@ async def test_an_ipv6_address_in_a_list_of_hosts_connects_as_libpq_does(postgre
     url = (f"postgresql://{parsed.username}@/{parsed.database}?host={down},{parsed.host}"
            f"&port=1,{parsed.port or 5432}&target_session_attrs=read-write")  # nothing listens on ::1, port 1
     assert await asked_on_the_engine_and_the_bridge(url, "SELECT NOT pg_is_in_recovery()") == (True, True)
+
+
+async def test_a_single_ipv6_host_and_its_port_are_reached_by_the_engine_and_the_bridge():
+    # libpq's `?host=::1&port=N` (an IPv6 address is written bare in `host=`): the engine connected, but the
+    # bridge's DSN handed asyncpg `host=::1`, which it splits at the colon ("Name or service not known"); and
+    # with several hosts (`?host=db1&host=::1&port=N`) `port=` was dropped for 5432. Both reach ::1 on N.
+    import asyncio
+    import socket
+
+    port = 18951
+    arrived: list[int] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        arrived.append(writer.get_extra_info("sockname")[1])
+        writer.close()
+
+    try:
+        server = await asyncio.start_server(accept, "::1", port, family=socket.AF_INET6)
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    async with server:
+        for url in (f"postgresql://gw@/gw?host=::1&port={port}", f"postgresql://gw@/gw?host=::1&host=::1&port={port}"):
+            arrived.clear()
+            engine = create_engine(url)
+            try:
+                with pytest.raises(Exception):  # the fake closes at once: the address is what is checked
+                    async with engine.connect():
+                        pass
+            finally:
+                await engine.dispose()
+            dsn, keywords = asyncpg_dsn(url)
+            with pytest.raises(Exception) as bridge:
+                await asyncpg.connect(dsn, **keywords, timeout=5)
+            assert not isinstance(bridge.value, socket.gaierror), (url, bridge.value)
+            assert arrived and set(arrived) == {port}, (url, arrived)
+            assert len(arrived) >= 2, (url, arrived)  # the engine's connection and the bridge's
