@@ -12,6 +12,7 @@ from gateway.errors import IN_RUN_ERRORS, SKIPPED_FILES
 
 _SECRET_PATTERNS: list[re.Pattern[str]] = []
 _SECRETS: list[str] = []
+_CUT_SECRET_START: re.Pattern[str] | None = None
 CUT_SECRET_CHARS = 6
 """A field cut short (`error=str(exc)[:200]`) that ends in this many characters of a secret or more ends inside it."""
 
@@ -34,9 +35,11 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     warning is also relayed to the caller whose work logged it, if any (`gateway.observability.relay`)."""
     from gateway.observability.relay import RELAY, relay_structlog
 
-    global _SECRET_PATTERNS, _SECRETS
+    global _SECRET_PATTERNS, _SECRETS, _CUT_SECRET_START
     _SECRETS = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
     _SECRET_PATTERNS = [re.compile(re.escape(s)) for s in _SECRETS]
+    _CUT_SECRET_START = re.compile("|".join(sorted({re.escape(s[:CUT_SECRET_CHARS]) for s in _SECRETS}))) \
+        if _SECRETS else None
     renderer = {"json": structlog.processors.JSONRenderer(), "cli": _cli_line}.get(fmt) \
         or structlog.dev.ConsoleRenderer(colors=False)
     shared = [
@@ -199,6 +202,9 @@ def _without_cut_secret(text: str) -> str:
     short inside the secret: that part no longer matched it. A text that is only such a part (the bot's id,
     which begins a Telegram token) was not cut, and is kept."""
     body = text.removesuffix("…")
+    # Most fields end in no secret's start: one search of the tail, not a look per secret (per field of every line).
+    if _CUT_SECRET_START is None or _CUT_SECRET_START.search(body, max(0, len(body) - len(_SECRETS[0]))) is None:
+        return text
     for secret in _SECRETS:
         start = body.rfind(secret[:CUT_SECRET_CHARS], max(0, len(body) - len(secret)))
         if start > 0 and secret.startswith(body[start:]):
