@@ -192,3 +192,41 @@ async def test_a_meta_stored_with_nul_before_0015_takes_a_merged_key_after_it(da
     if engine.dialect.name == "postgresql":  # SQLite's JSON functions take both: its rows are left as they are
         stuck = {"sender": "+15550", "shared": {"label": "Cafe", "name": "\ufffdx", "path": "C:\\u0000"}}
     assert merged == {**stuck, "draft_id": "42"}
+
+
+async def test_0015_cleans_every_row_of_a_table_larger_than_its_batch(postgres_url):
+    """0015 reads the suspect rows 500 at a time, from the last id it read: with more of them than that, the
+    ones left unchanged at the front (an escaped backslash's `\\\\u0000`) must not keep it from the rest."""
+    import asyncio
+
+    from sqlalchemy import text
+
+    from gateway.models import ConversationRef, InboundMessage, Sender
+    from storage import repositories as repo
+    from storage.engine import session_factory
+    from tests.conftest import upgrade
+
+    await asyncio.to_thread(upgrade, postgres_url, "0014")
+    engine = create_engine(postgres_url)
+    try:
+        async with session_factory(engine)() as session, session.begin():
+            stored = await repo.store_inbound(session, bot="acme", message=InboundMessage(
+                channel="whatsapp", external_id="w0", sender=Sender(external_id="+15550"),
+                conversation=ConversationRef(channel="whatsapp", chat="+15550"), text="where?"))
+        async with engine.begin() as conn:
+            columns = ", ".join((await conn.execute(text(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages' "
+                "AND column_name NOT IN ('id', 'external_id', 'meta')"))).scalars())
+            await conn.execute(text(
+                f"INSERT INTO messages ({columns}, external_id, meta) SELECT {columns}, 'w' || g, CAST(CASE WHEN g <= 1100 "
+                "THEN '{\"path\": \"C:\\\\u0000\"}' ELSE '{\"label\": \"Caf\\u0000e\"}' END AS json) "
+                "FROM messages, generate_series(1, 1300) AS g WHERE id = :id"), {"id": stored.message_id})
+        await engine.dispose()
+        await asyncio.to_thread(upgrade, postgres_url)
+        async with engine.connect() as conn:  # jsonb refuses a NUL: every row casts now
+            labels = (await conn.execute(text(
+                "SELECT CAST(meta AS jsonb) ->> 'label' FROM messages WHERE external_id != 'w0' ORDER BY id"))).scalars().all()
+            paths = (await conn.execute(text("SELECT count(*) FROM messages WHERE meta ->> 'path' = 'C:\\u0000'"))).scalar()
+    finally:
+        await engine.dispose()
+    assert labels[1100:] == ["Cafe"] * 200 and paths == 1100
