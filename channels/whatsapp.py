@@ -28,6 +28,7 @@ the template.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import json
 import re
@@ -155,6 +156,7 @@ class WhatsAppAdapter:
         self._from = settings.from_number.removeprefix("whatsapp:")
         # Parts already delivered of a reply whose send failed later, by reply: a retry resumes after them.
         self._sent_parts = SentParts()
+        self._given_sids: collections.deque[str] = collections.deque(maxlen=reconcile.GIVEN_SIDS_KEPT)
 
     # -- inbound ----------------------------------------------------------------------------
 
@@ -305,6 +307,7 @@ class WhatsAppAdapter:
             began = datetime.now(timezone.utc)
             try:
                 created = await self._rest().messages.create_async(**params)
+                self._given_sids.append(str(created.sid))
                 return str(created.sid)
             except TwilioRestException as exc:
                 # A 500/502/504 may come after Twilio created the message: resending would send it twice.
@@ -331,7 +334,10 @@ class WhatsAppAdapter:
 
     async def _reconcile(self, params: dict[str, Any], began: datetime) -> str | None:
         """The SID Twilio gave this create call's message, when its list shows one (`whatsapp_reconcile`)."""
-        return await reconcile.lookup(self._rest(), params, began, bot=self.bot)
+        sid = await reconcile.lookup(self._rest(), params, began, bot=self.bot, given=self._given_sids)
+        if sid is not None:
+            self._given_sids.append(sid)
+        return sid
 
     def _retry_wait(self, exc: TwilioRestException, attempt: int) -> float | None:
         """Seconds to wait before retrying, or None when this error must not be retried here."""

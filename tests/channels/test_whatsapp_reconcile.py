@@ -94,3 +94,16 @@ async def test_a_template_is_not_looked_up(live: WhatsAppAdapter, fake: FakeTwil
     with pytest.raises(ChannelSendError):
         await live.send_template(CUSTOMER, content_sid="HX" + "0" * 32)
     assert not fake.lists  # Twilio renders a template's Body: there is nothing to match it by
+
+
+async def test_a_reply_with_the_text_of_one_just_sent_is_not_taken_for_it(live: WhatsAppAdapter, fake: FakeTwilio) -> None:
+    # A short reply repeats ("Thanks!", a canned notice): the first went out; the second met a 502 that created
+    # nothing. The list showed the first, created within CLOCK_SLACK, so the second was reported sent with the
+    # first's SID (its receipts the first's) and the customer never had it; a SID Twilio gave a send is no other's.
+    (first,) = await _send(live, "Thanks!")
+    fake.script(Reply(status=502, code=20500))
+    with pytest.raises(ChannelSendError) as info:
+        await _send(live, "Thanks!")
+    assert not info.value.permanent and len(fake.lists) == 1  # looked up, not found: the outbox sends it again
+    second = await _send(live, "Thanks!")
+    assert second != [first] and len(fake.delivered) == 2
