@@ -81,6 +81,8 @@ WINDOW = timedelta(hours=24)
 WINDOW_MARGIN = timedelta(minutes=10)
 """Free-form text stops this long before the window closes: the send is queued at Twilio and reaches
 WhatsApp a little later, which judges it by when it arrives."""
+REQUEST_TIMEOUT_S = 30.0
+"""A request to Twilio unanswered after this long has an unknown outcome (a create is then looked up)."""
 OUTSIDE_WINDOW = 63016
 # Codes meaning "this person cannot be reached right now", not "try again": outside the window,
 # opted out (STOP), invalid or unknown WhatsApp address, not a WhatsApp user.
@@ -119,6 +121,8 @@ class _HeaderAwareHttpClient(AsyncTwilioHttpClient):
     """
 
     async def request(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+        # Twilio's client hands aiohttp the call's timeout, None unless given, which aiohttp takes for none at all.
+        kwargs["timeout"] = kwargs.get("timeout") or REQUEST_TIMEOUT_S
         response = await super().request(*args, **kwargs)
         value = (response.headers or {}).get("Retry-After")
         try:

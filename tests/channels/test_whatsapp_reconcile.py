@@ -107,3 +107,19 @@ async def test_a_reply_with_the_text_of_one_just_sent_is_not_taken_for_it(live: 
     assert not info.value.permanent and len(fake.lists) == 1  # looked up, not found: the outbox sends it again
     second = await _send(live, "Thanks!")
     assert second != [first] and len(fake.delivered) == 2
+
+
+async def test_a_create_twilio_never_answers_ends_at_the_request_timeout_and_is_looked_up(
+    live: WhatsAppAdapter, fake: FakeTwilio, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Twilio's async client hands aiohttp timeout=None, which is no timeout at all: a create Twilio took and
+    # never answered held the send (and its worker slot) until the connection died, and the lookup after it too.
+    import asyncio
+
+    from channels import whatsapp
+
+    monkeypatch.setattr(whatsapp, "REQUEST_TIMEOUT_S", 0.5)
+    fake.script(Reply(delay=5, created=False))
+    ids = await asyncio.wait_for(_send(live), timeout=3)
+    assert ids == [fake.delivered[0].sid] and len(fake.delivered) == 1 and len(fake.lists) == 1
+

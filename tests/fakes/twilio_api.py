@@ -23,6 +23,7 @@ import base64
 import json
 import re
 import threading
+import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
@@ -43,7 +44,8 @@ class Reply:
     `drop=True` accepts the message (it counts as delivered) and then closes the connection without
     answering, as a timeout after Twilio processed the request looks to the client. `created=True`
     with an error status creates the message and still answers the error (a 500 after the fact).
-    `sid` fixes the SID the accepted message gets (default: a random one).
+    `sid` fixes the SID the accepted message gets (default: a random one). `delay` holds the answer this
+    many seconds after the message is created: Twilio taking it, then not answering in time.
     """
 
     status: int = 201
@@ -53,6 +55,7 @@ class Reply:
     drop: bool = False
     created: bool = False
     sid: str | None = None
+    delay: float = 0.0
 
 
 @dataclass
@@ -191,6 +194,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.drop:
             self.close_connection = True
             return
+        time.sleep(reply.delay)
         self._json(201, self._resource(record))
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
