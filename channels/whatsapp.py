@@ -320,8 +320,8 @@ class WhatsAppAdapter:
                 wait = self._retry_wait(exc, attempt)
                 if wait is None:
                     raise _translate(exc) from exc
-            except aiohttp.ClientConnectorError as exc:
-                # The connection never opened, so nothing was sent: safe to retry.
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+                # The connection never opened (refused, or not open by REQUEST_TIMEOUT_S), so nothing was sent: safe to retry.
                 wait = doubling(attempt, first=self.backoff)
                 if attempt == self.max_attempts:
                     raise ChannelSendError(f"Twilio unreachable: {exc}") from exc

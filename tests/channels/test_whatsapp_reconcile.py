@@ -123,3 +123,27 @@ async def test_a_create_twilio_never_answers_ends_at_the_request_timeout_and_is_
     ids = await asyncio.wait_for(_send(live), timeout=3)
     assert ids == [fake.delivered[0].sid] and len(fake.delivered) == 1 and len(fake.lists) == 1
 
+
+async def test_a_connection_to_twilio_that_times_out_opening_is_retried_not_left_unknown(fake: FakeTwilio) -> None:
+    # With a timeout on every request, one that runs out while the connection is still being opened (Twilio
+    # unreachable, its packets dropped) is aiohttp's ConnectionTimeoutError: nothing went out, so it is retried
+    # as a refused connection is, not reported 'outcome unknown' and never sent.
+    import aiohttp
+
+    from channels.whatsapp import _HeaderAwareHttpClient
+
+    class FirstConnectTimesOut(_HeaderAwareHttpClient):
+        calls = 0
+
+        async def request(self, *args, **kwargs):
+            FirstConnectTimesOut.calls += 1
+            if FirstConnectTimesOut.calls == 1:
+                raise aiohttp.ConnectionTimeoutError("Connection timeout to host")
+            return await super().request(*args, **kwargs)
+
+    adapter = WhatsAppAdapter("support", _settings(fake.base_url), backoff=0.01, http=FirstConnectTimesOut())
+    try:
+        ids = await _send(adapter)
+    finally:
+        await adapter.stop()
+    assert ids == [fake.delivered[0].sid] and len(fake.delivered) == 1 and not fake.lists
