@@ -198,3 +198,23 @@ def test_a_secret_a_field_was_cut_short_inside_is_redacted_with_no_part_of_it_le
     # A field that is only the token's first part (the bot's id, which starts a Telegram token) was not cut.
     structlog.get_logger("gateway.outbox").warning("outbound.sent", bot_id="723738643", chat="7237")
     assert "bot_id=723738643 chat=7237" in capsys.readouterr().err
+
+
+def test_a_secret_cut_short_in_a_relayed_warnings_field_is_redacted_there_too(capsys) -> None:
+    """The admin API's caller gets an ingest's warnings as one line, `event key=value …`, redacted whole: a
+    field cut inside a secret ended its own value on the server's log, but not that line, so it kept its part."""
+    from gateway.observability.relay import relay_to
+
+    token = "723738643:AAH-cut-TOKEN-7f3kQ9"
+    configure_logging(level="INFO", secrets=[token])
+    quoted = f"Cannot connect to https://api.telegram.example/bot{token}/sendMessage"
+    relayed: list[str] = []
+    relaying = relay_to.set(lambda level, message: relayed.append(message))
+    try:
+        structlog.get_logger("gateway.knowledge").warning("source.page_failed", error=quoted[:60], source="wiki")
+        logging.getLogger("rag.sources").warning("page failed", extra={"error": quoted[:60], "source": "wiki"})
+    finally:
+        relay_to.reset(relaying)
+    assert len(relayed) == 2 and all("source=wiki" in line for line in relayed), relayed
+    assert not any(token[:6] in line for line in relayed), relayed
+    assert token[:6] not in capsys.readouterr().err

@@ -60,5 +60,6 @@ def relay_structlog(_logger, method: str, event_dict: dict) -> dict:
 
 
 def _line(event: str, fields: dict) -> str:
-    """`event key=value …`, secrets redacted as on the server's own log (a sitemap URL may carry a password)."""
-    return redact(" ".join([event, *(f"{key}={value}" for key, value in fields.items())]).strip())
+    """`event key=value …`, secrets redacted as on the server's own log (a sitemap URL may carry a password):
+    each value on its own too, as a field cut inside a secret ends its value, not this line."""
+    return redact(" ".join([event, *(f"{key}={redact(str(value))}" for key, value in fields.items())]).strip())
