@@ -241,17 +241,24 @@ def _path_segment(value: Any) -> str:
     return text.replace(".", "%2E") if text.strip(".") == "" else text
 
 
+PLAIN_HEADERS = frozenset({"accept", "accept-charset", "accept-encoding", "accept-language", "cache-control",
+                           "content-language", "content-type", "user-agent"})
+"""Headers that name what is sent or wanted, never who asks: their values are no secrets. Any other
+header's is one (a custom `X-Shop-Token` is no name a rule could know)."""
+
+
 def http_tool_secrets(settings: Settings) -> list[str]:
     """Values of http tools' config that are secrets in all but name, for log redaction: header
-    values (and their credential after `Bearer`), query values named like a key or a token, and the
-    URL's userinfo (`https://sk_live_…:@api/…`)."""
+    values but `PLAIN_HEADERS`' (and their credential after `Bearer`), query values named like a key or a
+    token, and the URL's userinfo (`https://sk_live_…:@api/…`)."""
     found: list[str] = []
     for bot in settings.bots:
         for spec in bot.tools:
             if spec.type != "http":
                 continue
-            for value in spec.headers.values():
-                found += [value, value.split()[-1]] if value.split() else []
+            for name, value in spec.headers.items():
+                if name.lower() not in PLAIN_HEADERS:
+                    found += [value, value.split()[-1]] if value.split() else []
             found += query_secrets(spec.url or "") + [userinfo_secret(spec.url or "") or ""]
     return sorted({v for v in found if len(v) >= MIN_SECRET_CHARS})
 

@@ -163,6 +163,16 @@ def test_http_tool_credentials_are_redacted_from_logs():
     assert http_tool_secrets(settings) == sorted([f"Bearer {STOCK_KEY}", STOCK_KEY, WEATHER_KEY])
 
 
+def test_an_http_tools_plain_headers_are_no_secrets():
+    """`Accept: application/json` was a secret: every "application/json" in the logs read [REDACTED]."""
+    settings = Settings(bots=[bot(
+        {"name": "stock", "type": "http", "url": "https://api.example/v1/{sku}", "parameters": params("sku"),
+         "headers": {"Accept": "application/json", "Content-Type": "application/json; charset=utf-8",
+                     "User-Agent": "acme-support-bot/1.0", "X-Shop-Token": STOCK_KEY}},
+    )])
+    assert http_tool_secrets(settings) == [STOCK_KEY]
+
+
 def test_an_http_tools_credential_given_as_its_urls_user_is_redacted_from_logs(capsys):
     """A key given as HTTP Basic's user with no password (`https://sk_live_…:@api.stripe.example/v1/…`, as
     Stripe documents it) was neither among the secrets a log redacts nor a URL password to its pattern."""
