@@ -6,6 +6,7 @@ shown it; and a model's provider credentials besides `api_key`
 
 from __future__ import annotations
 
+import json
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -85,8 +86,28 @@ def credential_values(params: dict) -> list[str]:
         if isinstance(value, dict):
             found += credential_values(value)
         elif isinstance(value, str) and is_credential_name(str(name)):
-            found += query_secrets(value) if value.startswith(("http://", "https://")) else [value]
+            if value.startswith(("http://", "https://")):
+                found += query_secrets(value)
+                continue
+            # The credential after a scheme (`Bearer KEY`) is quoted alone too, and so is a key inside a JSON
+            # credential (a service account's `private_key` in `vertex_credentials`).
+            found.append(value)
+            if (inner := _json_object(value)) is not None:
+                found += credential_values(inner)
+            elif " " in value.strip():
+                found.append(value.split()[-1])
     return found
+
+
+def _json_object(text: str) -> dict | None:
+    """`text` read as a JSON object, else None."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def model_secrets(settings) -> list[str]:

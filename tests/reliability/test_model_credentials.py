@@ -91,3 +91,17 @@ async def test_a_credential_a_providers_error_quotes_where_it_is_cut_short_shows
     err = capfd.readouterr().err
     assert "llm.call_failed" in err
     assert CLIENT_SECRET[:8] not in ready.text and CLIENT_SECRET[:8] not in err
+
+
+def test_a_bearer_header_and_a_key_inside_a_json_credential_are_each_a_secret_of_their_own():
+    """`extra_headers: {Authorization: "Bearer KEY"}` was one secret, so KEY quoted alone showed; a
+    `vertex_credentials` JSON string was one too, so its `private_key` quoted alone showed."""
+    from gateway.url_secrets import credential_values
+
+    params = {"model": "openai/gpt-4o", "extra_headers": {"Authorization": "Bearer sk-proxy-HEADERkey123",
+                                                          "Accept": "application/json"},
+              "vertex_credentials": VERTEX_JSON}
+    found = credential_values(params)
+    assert "sk-proxy-HEADERkey123" in found and "Bearer sk-proxy-HEADERkey123" in found
+    assert "-----BEGIN PRIVATE KEY-----vertexJSONkey" in found and VERTEX_JSON in found
+    assert "application/json" not in found
