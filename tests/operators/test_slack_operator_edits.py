@@ -140,85 +140,76 @@ async def _operator_replied(client, slack, text: str) -> tuple[str, str, Message
     return thread_ts, ts, await _relayed(client, text)
 
 
-async def test_an_operators_edit_and_deletion_reach_a_telegram_customer(tmp_path):
+@contextlib.asynccontextmanager
+async def _telegram_customer(tmp_path, update: dict):
+    """(client, fake Slack, fake Telegram, the operator's thread ts, the reply's ts in Slack, the reply once
+    sent): the app with a Telegram customer, whose `update` asked for a human, answered by operator sam."""
     slack = await FakeSlack.start()
     try:
         async with FakeTelegramAPI(TG_TOKEN) as telegram, _customer_app(tmp_path, slack, {"telegram": {
                 "token": "${TG_TOKEN}", "webhook_secret": "${TG_SECRET}", "api_base": telegram.base_url}},
                 {"TG_TOKEN": TG_TOKEN, "TG_SECRET": TG_SECRET}) as client:
-            asked = await client.post("/webhooks/acme/telegram", json=tg_update(1, 777, "I need to talk to a human"),
+            asked = await client.post("/webhooks/acme/telegram", json=update,
                                       headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET})
             assert asked.status_code == 200
             thread_ts, ts, reply = await _operator_replied(client, slack, "Your refund is 10 EUR.")
-            [sent] = [m for m in telegram.sent if str(m.message_id) == reply.provider_ids[0]]
-
-            edited = _revision("message_changed", thread_ts, ts, "Your refund is 10 EUR.", "EvTgEdit",
-                               new_text="Your refund is *12* EUR.")
-            assert (await _post_event(client, edited)).status_code == 200
-            await wait_until(lambda: sent.edits)
-            assert sent.text == "Your refund is 12 EUR." and sent.entities[0]["type"] == "bold"
-
-            deleted = _revision("message_deleted", thread_ts, ts, "Your refund is *12* EUR.", "EvTgDelete")
-            assert (await _post_event(client, deleted)).status_code == 200
-            await wait_until(lambda: sent.deleted)
-            assert not _told(slack, thread_ts)
+            yield client, slack, telegram, thread_ts, ts, reply
     finally:
         await slack.stop()
+
+
+async def test_an_operators_edit_and_deletion_reach_a_telegram_customer(tmp_path):
+    async with _telegram_customer(tmp_path, tg_update(1, 777, "I need to talk to a human")) as (
+            client, slack, telegram, thread_ts, ts, reply):
+        [sent] = [m for m in telegram.sent if str(m.message_id) == reply.provider_ids[0]]
+
+        edited = _revision("message_changed", thread_ts, ts, "Your refund is 10 EUR.", "EvTgEdit",
+                           new_text="Your refund is *12* EUR.")
+        assert (await _post_event(client, edited)).status_code == 200
+        await wait_until(lambda: sent.edits)
+        assert sent.text == "Your refund is 12 EUR." and sent.entities[0]["type"] == "bold"
+
+        deleted = _revision("message_deleted", thread_ts, ts, "Your refund is *12* EUR.", "EvTgDelete")
+        assert (await _post_event(client, deleted)).status_code == 200
+        await wait_until(lambda: sent.deleted)
+        assert not _told(slack, thread_ts)
 
 
 async def test_an_operators_edit_in_a_telegram_group_keeps_the_members_mention(tmp_path):
     """In a group the operator's reply starts with a mention of the member it is for: the edit dropped it."""
-    slack = await FakeSlack.start()
-    try:
-        async with FakeTelegramAPI(TG_TOKEN) as telegram, _customer_app(tmp_path, slack, {"telegram": {
-                "token": "${TG_TOKEN}", "webhook_secret": "${TG_SECRET}", "api_base": telegram.base_url}},
-                {"TG_TOKEN": TG_TOKEN, "TG_SECRET": TG_SECRET}) as client:
-            earlier = {"message_id": 70, "date": 1700000000, "chat": {"id": -1001012, "type": "supergroup"},
-                       "from": {"id": telegram.bot_id, "is_bot": True, "first_name": "Support"}, "text": "Ask me."}
-            asked = await client.post("/webhooks/acme/telegram", headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET},
-                                      json=tg_update(2, -1001012, "I need to talk to a human", chat_type="supergroup",
-                                                     message_id=77, reply_to_message=earlier))
-            assert asked.status_code == 200
-            thread_ts, ts, reply = await _operator_replied(client, slack, "Your refund is 10 EUR.")
-            [sent] = [m for m in telegram.sent if str(m.message_id) == reply.provider_ids[0]]
-            assert sent.text == "Ann Your refund is 10 EUR." and sent.entities[0]["type"] == "text_mention"
+    earlier = {"message_id": 70, "date": 1700000000, "chat": {"id": -1001012, "type": "supergroup"},
+               "from": {"id": int(TG_TOKEN.split(":")[0]), "is_bot": True, "first_name": "Support"}, "text": "Ask me."}
+    asked = tg_update(2, -1001012, "I need to talk to a human", chat_type="supergroup", message_id=77,
+                      reply_to_message=earlier)
+    async with _telegram_customer(tmp_path, asked) as (client, slack, telegram, thread_ts, ts, reply):
+        [sent] = [m for m in telegram.sent if str(m.message_id) == reply.provider_ids[0]]
+        assert sent.text == "Ann Your refund is 10 EUR." and sent.entities[0]["type"] == "text_mention"
 
-            edited = _revision("message_changed", thread_ts, ts, "Your refund is 10 EUR.", "EvTgGroupEdit",
-                               new_text="Your refund is 12 EUR.")
-            assert (await _post_event(client, edited)).status_code == 200
-            await wait_until(lambda: sent.edits)
-            assert sent.text == "Ann Your refund is 12 EUR."
-            assert sent.entities[0]["type"] == "text_mention" and sent.entities[0]["user"]["id"] == 5550001
-    finally:
-        await slack.stop()
+        edited = _revision("message_changed", thread_ts, ts, "Your refund is 10 EUR.", "EvTgGroupEdit",
+                           new_text="Your refund is 12 EUR.")
+        assert (await _post_event(client, edited)).status_code == 200
+        await wait_until(lambda: sent.edits)
+        assert sent.text == "Ann Your refund is 12 EUR."
+        assert sent.entities[0]["type"] == "text_mention" and sent.entities[0]["user"]["id"] == 5550001
 
 
 async def test_an_operators_edit_refused_as_the_customer_blocked_the_bot_stores_the_removal(tmp_path):
     """The customer blocked the bot after the operator's reply: the edit's 403 was told to the operator, but no
     removal was stored, as the outbox stores a send's, and each later reply to that chat went out for a 403."""
-    slack = await FakeSlack.start()
-    try:
-        async with FakeTelegramAPI(TG_TOKEN) as telegram, _customer_app(tmp_path, slack, {"telegram": {
-                "token": "${TG_TOKEN}", "webhook_secret": "${TG_SECRET}", "api_base": telegram.base_url}},
-                {"TG_TOKEN": TG_TOKEN, "TG_SECRET": TG_SECRET}) as client:
-            asked = await client.post("/webhooks/acme/telegram", json=tg_update(1, 778, "I need to talk to a human"),
-                                      headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET})
-            assert asked.status_code == 200
-            thread_ts, ts, _ = await _operator_replied(client, slack, "Your refund is 10 EUR.")
-            telegram.fail_next("editMessageText", status=403, description="Forbidden: bot was blocked by the user")
-            edited = _revision("message_changed", thread_ts, ts, "Your refund is 10 EUR.", "EvTgBlocked",
-                               new_text="Your refund is 12 EUR.")
-            assert (await _post_event(client, edited)).status_code == 200
-            [told] = await wait_until(lambda: _told(slack, thread_ts), what="the operator told")
-            assert "did not reach the customer" in told and "blocked" in told
+    async with _telegram_customer(tmp_path, tg_update(1, 778, "I need to talk to a human")) as (
+            client, slack, telegram, thread_ts, ts, _):
+        telegram.fail_next("editMessageText", status=403, description="Forbidden: bot was blocked by the user")
+        edited = _revision("message_changed", thread_ts, ts, "Your refund is 10 EUR.", "EvTgBlocked",
+                           new_text="Your refund is 12 EUR.")
+        assert (await _post_event(client, edited)).status_code == 200
+        [told] = await wait_until(lambda: _told(slack, thread_ts), what="the operator told")
+        assert "did not reach the customer" in told and "blocked" in told
 
-            async def removed():
-                async with client.services.sessions() as session:
-                    return (await session.execute(select(RemovedChat.chat))).scalars().all()
+        async def removed():
+            async with client.services.sessions() as session:
+                return (await session.execute(select(RemovedChat.chat))).scalars().all()
 
-            assert await wait_until(removed, timeout=5, what="the removal stored") == ["778"]
-    finally:
-        await slack.stop()
+        assert await wait_until(removed, timeout=5, what="the removal stored") == ["778"]
 
 
 async def test_an_operators_edit_of_a_whatsapp_reply_tells_them_the_customer_still_has_the_first_version(tmp_path):
