@@ -4,7 +4,6 @@ error, it is sent again. Real SDK against the local fake Twilio."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -12,24 +11,11 @@ import pytest
 from channels.whatsapp import WhatsAppAdapter
 from gateway.errors import ChannelSendError
 from gateway.models import OutboundMessage
-from tests.channels.test_whatsapp import ACCOUNT_SID, AUTH_TOKEN, CUSTOMER, _settings
+from tests.channels.test_whatsapp import CUSTOMER, _settings
+from tests.channels.whatsapp_helpers import fake_fixture, live_fixture  # noqa: F401 - `fake`, `live` fixtures
 from tests.fakes.twilio_api import FakeTwilio, Reply
 
 SENDER = "whatsapp:+15550001111"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeTwilio]:
-    server = FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-async def live(fake: FakeTwilio) -> AsyncIterator[WhatsAppAdapter]:
-    adapter = WhatsAppAdapter("support", _settings(fake.base_url), backoff=0.01)
-    yield adapter
-    await adapter.stop()
 
 
 async def _send(adapter: WhatsAppAdapter, text: str = "hello") -> list[str]:

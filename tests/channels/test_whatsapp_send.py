@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -12,23 +11,9 @@ from channels.whatsapp import MAX_LENGTH, WhatsAppAdapter
 from gateway.errors import ChannelSendError, RecipientUnreachable
 from gateway.models import Citation, ConversationRef, OutboundMessage
 from gateway.observability.logs import configure_logging
-from tests.channels.test_whatsapp import ACCOUNT_SID, AUTH_TOKEN, CUSTOMER, WEBHOOK_URL, _settings
+from tests.channels.test_whatsapp import ACCOUNT_SID, CUSTOMER, WEBHOOK_URL, _settings
+from tests.channels.whatsapp_helpers import fake_fixture, live_fixture  # noqa: F401 - `fake`, `live` fixtures
 from tests.fakes.twilio_api import FakeTwilio, Reply
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeTwilio]:
-    server = FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-async def live(fake: FakeTwilio) -> AsyncIterator[WhatsAppAdapter]:
-    adapter = WhatsAppAdapter("support", _settings(fake.base_url), backoff=0.01)
-    yield adapter
-    await adapter.stop()
-
 
 # -- sending through the real SDK -----------------------------------------------------------
 
