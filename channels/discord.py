@@ -91,6 +91,7 @@ DEFAULT_API_BASE = "https://discord.com/api/v10"
 DEFAULT_GATEWAY = "wss://gateway.discord.gg/"
 INTERACTION_TTL = 15 * 60  # an interaction token accepts follow-ups for 15 minutes
 _MISSING_PERMISSIONS = 50013
+_MENTIONED_MAX = 1_000
 
 
 # ---- the adapter ---------------------------------------------------------------------------------------
@@ -129,6 +130,7 @@ class DiscordAdapter:
         self._interactions = Interactions()  # `/ask`: unanswered, and answered while their token lives
         # Ids of the chunks already delivered per reply, so a retried send never posts them again.
         self._sent_parts = SentParts()
+        self._mentioned: dict[str, str] = {}  # a late `/ask`'s post → the member it mentions: its edits keep it
         self._followups = FollowupPoster(max_wait_s=wait_in_place_s)  # `/ask` answers: retried by us, never resent blindly
         self._gateway_problem: str | None = None  # why the connection is down, while it is
         self._stopping = False
@@ -227,6 +229,8 @@ class DiscordAdapter:
                 except Exception as exc:  # translated at the boundary, re-raised as our own tree
                     raise translate(exc, sent=len(ids)) from exc
                 await ids.add(str(sent.id), more=index + 1 < len(chunks))
+                if index == 0 and member and late:  # a late `/ask`, streamed: its edits come with no addressee
+                    self._mentioned = {**dict(list(self._mentioned.items())[-_MENTIONED_MAX + 1:]), str(sent.id): member}
         return list(ids)
 
     async def _send_followups(self, interaction: PendingInteraction, chunks: list[str], ids: Landed) -> None:
@@ -252,10 +256,11 @@ class DiscordAdapter:
     @within_wait_budget
     async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str, *,
                    addressee: str | None = None) -> None:
-        """Replace a message's text (streaming by edits). `text` must fit in 2000 characters. With an
-        `addressee`, as `send` took it, a channel message keeps its mention of the conversation's member."""
+        """Replace a message's text (streaming by edits). `text` must fit in 2000 characters. A channel message
+        keeps its mention of the conversation's member: with an `addressee`, as `send` took it; a late `/ask`'s too."""
         interaction = self._interactions.of_followup(provider_message_id)
-        member = conversation.member if addressee is not None and interaction is None else None
+        member = None if interaction is not None else conversation.member if addressee is not None \
+            else self._mentioned.get(provider_message_id)
         content = to_discord_markdown(text)
         if member and member.isdigit() and content.strip():  # as `render_message` addressed it
             content = f"<@{member}> {content.strip()}"

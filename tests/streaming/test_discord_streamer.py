@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import time
 from typing import Any
 
 import pytest
@@ -78,3 +80,24 @@ async def test_discord_streamer_answers_an_ask_with_follow_ups_it_edits_through_
     assert fake.received("PATCH", f"/webhooks/{APPLICATION_ID}/A_UNIQUE_TOKEN/messages/{ids[0]}")
     assert not fake.channel_messages(question.conversation.chat)
     assert not [r for r in fake.requests if r.path.startswith("/api/v10/channels/")]
+
+
+async def test_a_late_ask_streamed_to_the_channel_keeps_its_mention_of_the_member(fake, adapter):
+    # Past its 15 minutes an `/ask` is answered in the channel, addressed to the member who asked (it replies to
+    # no message); streamed, each edit put the text alone in place, so the answer ended up addressed to no one.
+    (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
+    expired = {**inbound_meta(question)["interaction"], "expires_at": time.time() - 1}
+    adapter._interactions = Interactions()  # answered by a new process, past the token's life
+    member = question.conversation.member
+    streamer = EditStreamer(adapter, question.conversation, reply_to=question.external_id, min_interval=0.02,
+                            interaction=expired)
+    for token in re.findall(r"\S+\s*", "We open at nine and close at five on weekdays."):
+        await streamer.feed(token)
+        await asyncio.sleep(0.03)
+    await streamer.close()
+    final = "We open at nine and close at five on weekdays, and at noon on Saturdays."
+    ids = await streamer.finish(OutboundMessage(question.conversation, final, reply_to=question.external_id,
+                                                interaction=expired))
+    [shown] = fake.channel_messages(question.conversation.chat)
+    assert ids == [shown["id"]] and fake.received("PATCH", shown["id"])  # streamed: edited into place
+    assert shown["content"] == f"<@{member}> {final}"
