@@ -146,7 +146,7 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
         external_id=str(body.get("event_id") or f"{channel}:{ts}:{event.get('subtype')}"),
         conversation=ConversationRef(channel=channel_name, workspace=str(body.get("team_id") or ""), chat=channel,
                                      thread=thread if in_operator_thread else ""),
-        sender=Sender(external_id=str(changed.get("user") or "")),
+        sender=Sender(external_id=str(changed.get("user") or previous.get("user") or "")),  # the member, either way
         text="" if deleted else _plain_text(changed.get("text") or "", bot_ids),
         revises=str(ts),
         deleted=deleted,

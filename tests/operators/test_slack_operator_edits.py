@@ -354,3 +354,17 @@ async def test_slacks_retry_of_a_deletion_made_while_the_reply_was_relayed_is_pa
     await _relayed(client, "Anything else?")
     assert len([c for c in slack.calls_to("chat.update") if c.params.get("channel") == "DRETRYDEL"]) == 1
     assert not _told(slack, thread_ts)
+
+
+async def test_an_operators_edit_whose_message_slack_sent_without_its_user_reaches_the_customer(client, slack):
+    # c6a0072 kept such an edit (its previous_message names the member), but read its sender from the message
+    # alone: blank, the relay took it for a change of a post no member wrote, and the customer kept the first text.
+    _, thread_ts = await _escalated_and_claimed(client, slack, "DMEMBERLESS")
+    ts = f"{time.time():.6f}"
+    assert (await _post_event(client, _thread_reply("Desk opens at 8.", thread_ts, "EvNoUserReply", ts=ts))).status_code == 200
+    [customer_ts] = (await _relayed(client, "Desk opens at 8.")).provider_ids
+    event = json.loads(_revision("message_changed", thread_ts, ts, "Desk opens at 8.", "EvNoUserEdit", new_text="Desk opens at 7."))
+    del event["event"]["message"]["user"]
+    assert (await _post_event(client, _event(event["event"], "EvNoUserEdit"))).status_code == 200
+    update = await wait_until(lambda: [c.params for c in slack.calls_to("chat.update") if c.params.get("channel") == "DMEMBERLESS"])
+    assert update[0]["ts"] == customer_ts and update[0]["text"] == "Desk opens at 7."
