@@ -24,7 +24,7 @@ A gateway message the inbox cannot store (the database is away) is retried with 
 The gateway connection is kept alive two ways. discord.py reconnects after network errors itself, but
 an event its models cannot read (a captured embed-only MESSAGE_UPDATE lacks `type`) raised out of its
 connect loop and ended it for good, the socket left open and every later message lost. So each event
-parser is wrapped to log and skip what it cannot read (`discord.event_unreadable`), and `_run_gateway`
+parser is wrapped to log and skip what it cannot read (`discord.event_unreadable`), and `GatewayConnection.run`
 reconnects, with backoff, after anything else that ends the loop; `connection_status` tells `/readyz`.
 
 `discord.http.Route.BASE` and `DiscordWebSocket.DEFAULT_GATEWAY` are class attributes, so one process
@@ -38,7 +38,6 @@ the channel.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import json
@@ -51,6 +50,7 @@ from discord.gateway import DiscordWebSocket
 
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.discord_client import GatewayClient
+from channels.discord_connection import GatewayConnection
 from channels.discord_errors import WAIT_IN_PLACE_S, translate, within_wait_budget
 from channels.discord_followups import (
     FollowupPoster,
@@ -66,7 +66,6 @@ from channels.discord_reconcile import adopt_landed
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
 from channels.discord_signature import SIGNATURE_MAX_AGE, verify_key, verify_signature
 from channels.sent_parts import Landed, SentParts
-from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError
 from gateway.models import USE_ASK, ConversationRef, OutboundMessage
 from gateway.settings import DiscordChannel
@@ -132,8 +131,7 @@ class DiscordAdapter:
         self._sent_parts = SentParts()
         self._mentioned: dict[str, str] = {}  # a late `/ask`'s post → the member it mentions: its edits keep it
         self._followups = FollowupPoster(max_wait_s=wait_in_place_s)  # `/ask` answers: retried by us, never resent blindly
-        self._gateway_problem: str | None = None  # why the connection is down, while it is
-        self._stopping = False
+        self._connection = GatewayConnection(self.client, self._ensure_login, bot=bot)  # run, and run again
 
     # -- webhooks (interactions endpoint) --
 
@@ -308,7 +306,7 @@ class DiscordAdapter:
     # -- gateway --
 
     async def start(self, deliver: Deliver) -> None:
-        """Log in and run the gateway connection in the background (`_run_gateway`, which reconnects).
+        """Log in and run the gateway connection in the background (`GatewayConnection.run`, which reconnects).
         A rejected token raises; Discord unreachable at start does not: the connection loop logs in
         again with backoff, so a blip at boot does not leave the channel deaf until a restart."""
         self._inbox.deliver = deliver
@@ -319,59 +317,16 @@ class DiscordAdapter:
                 raise
             log.warning("discord.login_failed", extra={"bot": self.bot, "error": str(exc)[:200],
                                                        "next": "retrying in the background"})
-        self._task = asyncio.create_task(self._run_gateway(), name=f"discord-gateway:{self.bot}")
+        self._task = asyncio.create_task(self._connection.run(), name=f"discord-gateway:{self.bot}")
 
     @property
     def connection_status(self) -> str:
-        """The gateway connection, for `/readyz`: not started, connecting, connected, reconnecting after
-        an error, or stopped (by `stop()`, or by Discord: a rejected token or intents)."""
-        if self._task is None:
-            return "not started"
-        if self._gateway_problem is not None:
-            return self._gateway_problem
-        if self.client.is_closed() or self._task.done():
-            return "stopped"
-        return "connected" if self.client.is_ready() else "connecting"
-
-    async def _run_gateway(self) -> None:
-        """discord.py's connect loop, started again (with backoff) whenever an error ends it."""
-        failures = 0
-        while not self.client.is_closed():
-            started = time.monotonic()
-            try:
-                await self._ensure_login()  # at once when logged in; start() may have failed to
-                await self.client.connect(reconnect=True)
-                return  # closed on purpose
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if self._stopping:
-                    return
-                login = isinstance(exc, ChannelSendError)  # `_ensure_login`'s: Discord unreachable, or the token
-                if self.client.is_closed() or (login and exc.permanent):
-                    # A rejected token, or discord.py closed the client itself: a fatal close code (4004 bad
-                    # token, 4010-4013 bad shard or intents) that no retry fixes.
-                    self._gateway_problem = f"stopped by Discord: {type(exc).__name__}: {exc}"[:200]
-                    log.error("discord.gateway_stopped", extra={"bot": self.bot, "error": self._gateway_problem})
-                    return
-                failures = 1 if time.monotonic() - started > 60 else failures + 1
-                # With what went wrong: /readyz showed only "ChannelSendError", the detail was in the log alone.
-                self._gateway_problem = (f"{'logging in again' if login else 'reconnecting'} after "
-                                         f"{type(exc).__name__}: {exc}")[:200]
-                if login:  # an outage, said in one line: the traceback would show only our own frames
-                    log.warning("discord.login_failed", extra={"bot": self.bot, "error": str(exc)[:200],
-                                                               "failures": failures})
-                else:
-                    log.exception("discord.gateway_failed", extra={"bot": self.bot, "failures": failures})
-                if self.client.ws is not None:  # the loop ended but left its socket open
-                    with contextlib.suppress(Exception):
-                        await self.client.ws.close(code=1000)
-                await asyncio.sleep(doubling(failures, first=2.0, cap=60.0))
-                self._gateway_problem = None
+        """The gateway connection, for `/readyz` (`GatewayConnection.status`)."""
+        return self._connection.status(self._task)
 
     async def stop(self) -> None:
         """Close the gateway connection and the HTTP session."""
-        self._stopping = True
+        self._connection.stopping = True
         await self.client.close()
         await self._followups.close()
         if self._task is not None:
