@@ -54,6 +54,11 @@ def _can_edit(adapter: Any) -> bool:
     return adapter is not None and getattr(adapter.capabilities, "edits", False) and hasattr(adapter, "edit")
 
 
+MENTION_ROOM = 24
+"""Characters a mention of a member takes in front of a message: Discord's `<@` snowflake `> ` (Telegram's is
+the member's name and a space)."""
+
+
 def _takes_addressee(adapter: Any) -> bool:
     return "addressee" in inspect.signature(adapter.edit).parameters
 
@@ -134,7 +139,11 @@ class RevisionRelay:
         ref = ConversationRef(channel=customer.channel, workspace=customer.workspace, chat=customer.chat,
                               thread=customer.thread)
         ids = [str(p) for p in reply.provider_ids]
-        parts = [] if deleted else split_text(text, limit=adapter.capabilities.max_length,
+        addressed = addressee is not None and _takes_addressee(adapter)
+        # The send left room for the mention (`render_messages`, `render_message`): so does the edit, or a reply
+        # that took one message more for it is one part short here, and the first part too long with it.
+        room = max(MENTION_ROOM, len(addressee or "") + 1) if addressed else 0
+        parts = [] if deleted else split_text(text, limit=adapter.capabilities.max_length - room,
                                                unit=adapter.capabilities.length_unit)
         if not deleted and len(parts) != len(ids):
             return (f"Your edit was not passed on: it does not fit the {len(ids)} message(s) the customer got. "
@@ -144,8 +153,8 @@ class RevisionRelay:
                 if deleted:
                     await remove_message(adapter, ref, provider_id)
                 else:
-                    addressed = index == 0 and addressee is not None and _takes_addressee(adapter)
-                    await adapter.edit(ref, provider_id, parts[index], **({"addressee": addressee} if addressed else {}))
+                    mention = {"addressee": addressee} if addressed and index == 0 else {}
+                    await adapter.edit(ref, provider_id, parts[index], **mention)
         except Exception as exc:  # the platform refused (too old to edit, gone): the operator must know
             log.warning("slack_operator.revision_failed", message_id=reply.id, channel=reply.channel,
                         error=f"{type(exc).__name__}: {exc}"[:200])

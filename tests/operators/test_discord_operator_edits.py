@@ -51,3 +51,30 @@ async def test_an_operators_edit_and_deletion_reach_a_discord_member_in_place(tm
     finally:
         await fake.close()
         await slack.stop()
+
+
+async def test_an_operators_edit_of_a_reply_sent_in_two_parts_for_its_mention_reaches_both(tmp_path):
+    """The send split the reply with room for the member's mention; the edit split at the full limit, so a
+    reply that took two messages for the mention's sake was one part to the edit, and never passed on."""
+    slack, fake = await FakeSlack.start(), await FakeDiscord().start()
+    discord = {"discord": {"token": "${DISCORD_TOKEN}", "api_base": fake.api_base, "gateway_url": fake.gateway_url}}
+    long_reply = " ".join(f"Step {i} of your refund is done." for i in range(60)) + " " + "Thanks" * 13 + "!!"
+    assert len(long_reply) == 1990
+    try:
+        async with _customer_app(tmp_path, slack, discord, {"DISCORD_TOKEN": fake.token}) as client:
+            payload = gateway_message("1500000000000000042", CHANNEL, f"<@{BOT_USER_ID}> I need to talk to a human",
+                                      guild=GUILD, author=ANN)
+            payload["mentions"] = [{"id": BOT_USER_ID}]
+            await client.services._deliver_for("acme")(classify_gateway_message(payload, bot_user_id=BOT_USER_ID))
+            thread_ts, ts, reply = await _operator_replied(client, slack, long_reply)
+            first, second = reply.provider_ids
+            edited = _revision("message_changed", thread_ts, ts, long_reply, "EvDcLongEdit",
+                               new_text=long_reply.replace("done", "paid"))
+            assert (await _post_event(client, edited)).status_code == 200
+            await wait_until(lambda: _edits(fake, first) and _edits(fake, second), what="both parts edited")
+            assert fake.messages[first]["content"].startswith(f"<@{ANN}> Step 0 of your refund is paid.")
+            assert all(len(fake.messages[m]["content"]) <= 2000 for m in (first, second))
+            assert not _told(slack, thread_ts)
+    finally:
+        await fake.close()
+        await slack.stop()
