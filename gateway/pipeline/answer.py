@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -273,13 +274,35 @@ def _stored(outcome: ToolOutcome, turn, *, limit: int) -> tuple[Any, str]:
     """(what to store, its JSON for the model) of one call's outcome: its error or its bounded result. A
     replayed result was bounded when it was saved; a cut one would be cut again, nested."""
     stored = {"error": outcome.error} if outcome.error else outcome.result
-    if outcome.replayed:
+    if outcome.replayed:  # saved in its stored form, JSON already
         return stored, json.dumps(stored, default=str)
+    stored = as_json(stored)
     bounded = bounded_result(stored, limit=limit)
     if bounded[0] is not stored:
         log.warning("tool.result_truncated", tool=outcome.name, chars=len(json.dumps(stored, default=str)),
                     kept=limit, message_id=turn.message_id, conversation_id=turn.conversation_id)
     return bounded
+
+
+def as_json(value: Any) -> Any:
+    """`value` as JSON holds it, as the model is shown it: a datetime, a Decimal or a UUID as its text, a key
+    that is no string (a date) as one, NaN and infinities (no JSON, refused by PostgreSQL's jsonb) as null.
+    A python tool returning a database row kept its objects in the stored turn, which the JSON column
+    could not write: the reply was never stored. A date as a key failed even the model's copy."""
+    if isinstance(value, dict):
+        return {_json_key(k): as_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [as_json(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int)):
+        return value
+    return str(value)
+
+
+def _json_key(key: Any) -> str:
+    """A dict key as `json.dumps` writes it (`1`, `true`, `null`), or the text of a key it refuses (a date)."""
+    return key if isinstance(key, str) else json.dumps(key) if key is None or isinstance(key, (int, float)) else str(key)
 
 
 def _call_record(round_no: int, call_id: str, outcome: ToolOutcome, payload: Any) -> dict[str, Any]:

@@ -7,6 +7,9 @@ import functools
 import json
 import os
 import threading
+import uuid
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +149,11 @@ def city_weather(city: str) -> dict:
 def city_weather_with_units(identity: CallerIdentity, city: str, units: str) -> dict:
     """Needs `units`, which its config does not declare: no call could supply it."""
     return {"city": city, "units": units}
+
+
+async def shipment(identity: CallerIdentity, order: str) -> dict:
+    """What a tool reading a database row returns: a timestamp, a date as a key, money as a Decimal, a
+    UUID, and a missing number as NaN (as pandas gives it)."""
+    return {"order": order, "shipped_at": datetime(2025, 3, 4, 10, 0, tzinfo=UTC), "total": Decimal("59.90"),
+            "tracking": uuid.UUID("12345678-1234-5678-1234-567812345678"), "by_day": {date(2025, 3, 4): "shipped"},
+            "weight": float("nan")}

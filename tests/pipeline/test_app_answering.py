@@ -24,6 +24,8 @@ async def client(tmp_path_factory, fake):
     bots = [
         {"name": "acme", "model": "primary", "fallbacks": ["backup"], "sources": source, "channels": {"web": {}},
          "tools": [{"name": "invoice_status", "type": "python", "import_path": "examples.tools.invoice:invoice_status"},
+                   {"name": "shipment", "type": "python", "import_path": "tests.pipeline.sample_tools:shipment",
+                    "parameters": {"type": "object", "properties": {"order": {"type": "string"}}}},
                    {"name": "escalate_to_human", "type": "builtin"}]},
         # About $0.0019 a call with the fake's usage (12 + 7 tokens): one answer spends the budget.
         {"name": "thrifty", "model": "priced", "daily_budget_usd": 0.001, "sources": source,
@@ -85,6 +87,26 @@ async def test_app_tool_calls_and_usage_stored_with_the_turn(client, fake):
     usage = await _rows(client, Usage, Usage.message_id == body["message_id"])
     assert [(u.model, u.prompt_tokens, u.completion_tokens) for u in usage] == [("primary", 30, 5), ("primary", 50, 9)]
     assert all(u.partial and u.cost_usd == 0.0 for u in usage)  # the fake model has no known price
+
+
+async def test_app_a_tool_result_with_dates_and_decimals_is_answered_and_stored(client, fake):
+    # A row from a database: a datetime, a Decimal, a UUID, a date as a key, a NaN. The model was shown them
+    # as text, but the stored turn kept the objects, which no JSON column can hold (PostgreSQL's jsonb not
+    # NaN either): the reply was never stored. A date as a key failed even the model's copy.
+    ask = ToolCallSpec("shipment", {"order": "A-7"}, id="call-ship")
+    fake.script("primary", Turn(tool_calls=(ask,)), Turn(text="Your order A-7 has shipped."))
+
+    body = (await client.post("/v1/bots/acme/chat", json={
+        "session_id": "ship-1", "text": "Has my order A-7 shipped?"})).json()
+
+    assert body["reply"] == "Your order A-7 has shipped."
+    [reply] = await _rows(client, Message, Message.reply_to_id == body["message_id"])
+    [call] = reply.tool_calls
+    assert call["result"] == {"order": "A-7", "shipped_at": "2025-03-04 10:00:00+00:00", "total": "59.90",
+                              "tracking": "12345678-1234-5678-1234-567812345678",
+                              "by_day": {"2025-03-04": "shipped"}, "weight": None}
+    sent = [m for m in fake.requests_for("primary")[1].messages if m["role"] == "tool"][0]["content"]
+    assert "2025-03-04 10:00:00+00:00" in sent and "59.90" in sent
 
 
 async def test_app_daily_budget_spent_stops_model_calls(client, fake):
