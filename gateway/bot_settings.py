@@ -204,6 +204,11 @@ class EscalationSettings(_Strict):
         "speak to a person", "real human", "want a human", "human please", "talk to a representative",
         "speak to a representative", "need a human", "need a person", "get a human", "talk to an operator",
         "speak to an operator",
+        # "with" as often as "to": "Can I speak with a human?" went to the model.
+        "speak with a human", "talk with a human", "chat with a human", "speak with a person", "talk with a person",
+        "chat with a person", "speak with someone", "talk with someone", "speak with an agent", "talk with an agent",
+        "speak with a representative", "talk with a representative", "speak with an operator", "actual person",
+        "actual human",
     ])
     max_unanswered_turns: int = Field(default=3, ge=0)  # 0: never escalate by count (it acted as 1)
     acknowledgement: str = "I've asked a person from our team to take over. They'll reply here shortly."

@@ -46,6 +46,15 @@ PHRASES = EscalationSettings().phrases
     "I need a human",
     "Can I get a human?",
     "talk to an operator please",
+    # "with" instead of "to" (review of the pipeline): each went to the model, and the customer who
+    # asked for a person got the bot.
+    "Can I speak with a human?",
+    "I want to speak with someone about my invoice",
+    "Can I talk with a person please",
+    "Can I chat with a human?",
+    "Could I speak with an agent?",
+    "I'd like to talk with a representative",
+    "can I talk to an actual person",
 ])
 def test_requests_for_a_person_are_recognised(text):
     assert asks_for_human(text, PHRASES) is not None
@@ -66,6 +75,7 @@ def test_requests_for_a_person_are_recognised(text):
     "humans are great",
     "How do I get a human-readable export?",
     "I need a person-to-person transfer between accounts",
+    "I don't want to speak with a human, just tell me the price",
 ])
 def test_the_phrases_inside_other_questions_or_negated_are_not_requests(text):
     assert asks_for_human(text, PHRASES) is None
