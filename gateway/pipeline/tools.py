@@ -224,8 +224,8 @@ class BotTools:
         response.raise_for_status()
         try:
             return response.json()
-        except ValueError:
-            return response.text[:4000]
+        except ValueError:  # text: bounded by the tool's `max_result_chars`, and the cut marked, as JSON is
+            return response.text
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

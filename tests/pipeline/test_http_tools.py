@@ -309,3 +309,33 @@ def test_an_enum_is_matched_by_json_value_so_true_is_not_1_nor_1_true():
     assert argument_problem({"pair": [1.0, 0]}, schema) is None
     assert argument_problem({"opts": {"page": True}}, schema) == "'opts' must be one of {'page': 1}"
     assert argument_problem({"opts": {"page": 1}}, schema) is None
+
+
+async def test_a_text_answer_reaches_the_model_up_to_the_tools_limit_and_a_cut_is_marked(openai_fake):
+    # A service answering in plain text (a CSV of orders) was cut at 4,000 characters, below the tool's
+    # `max_result_chars` (16,000 by default) and without the mark of a cut: the model read the first
+    # lines as all of them ("you have 90 orders").
+    from tests.fakes.openai_server import ToolCallSpec, Turn
+    from tests.pipeline.conftest import make_rig
+
+    csv = "\n".join(f"A-{n},shipped" for n in range(1, 501))  # about 5,800 characters
+
+    async def orders(request: web.Request) -> web.Response:
+        return web.Response(text=csv, content_type="text/csv")
+
+    app = web.Application()
+    app.router.add_get("/orders", orders)
+    async with serving(app) as base:
+        rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [
+            {"name": "orders", "type": "http", "url": base + "/orders"},
+            {"name": "few_orders", "type": "http", "url": base + "/orders", "max_result_chars": 1000}]}])
+        openai_fake.script("primary", Turn(tool_calls=(ToolCallSpec("orders", {}, id="o1"),
+                                                       ToolCallSpec("few_orders", {}, id="o2"))),
+                           Turn(text="Your last order, A-500, has shipped."))
+        result = await rig.pipeline.handle(rig.turn("Have my orders shipped?"))
+
+    whole, cut = [c["result"] for c in result.tool_calls]
+    assert whole == csv
+    assert cut["truncated"].startswith(f"the first 1,000 of {len(json.dumps(csv)):,} characters")
+    sent = [m["content"] for m in openai_fake.requests_for("primary")[1].messages if m["role"] == "tool"]
+    assert "A-500,shipped" in sent[0] and "truncated" in sent[1]
