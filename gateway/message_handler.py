@@ -335,7 +335,7 @@ class MessageHandler:
                         author=result.author, citations=[c.as_dict() for c in result.citations],
                         tool_calls=result.tool_calls, retrieved=result.retrieved)
                     outbound_ids.append(out.id)
-                if result.reply is not None:
+                if result.reply is not None and result.counts:
                     conversation.unanswered_turns = 0 if result.answered else conversation.unanswered_turns + 1
                 await store_usage(session, inbound.bot, result.usage, conversation_id=conversation.id,
                                   message_id=inbound.id)

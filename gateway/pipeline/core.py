@@ -69,6 +69,9 @@ class PipelineResult:
     # What opened the escalation, for the log: `escalate` may be the model's words, quoting the customer.
     trigger: str | None = None
     answered: bool = True
+    # Whether the turn counts towards `escalation.max_unanswered_turns` (or, answered, resets the count): small
+    # talk does neither. An "ok" after each "I don't know…" set it back to 0, and the customer never got a person.
+    counts: bool = True
     error: str | None = None
     author: str = "bot"
     queries: list[str] = field(default_factory=list)
@@ -126,7 +129,7 @@ class Pipeline:
         if kind is not None:
             bound.info("pipeline.small_talk", kind=kind)
             return PipelineResult(reply=turn.bot.thanks_text if kind == "thanks" else greeting(turn),
-                                  answered=True)
+                                  answered=True, counts=False)
 
         if await self._budget_spent(turn, bound):
             # Checked before any model call (the rewrite is one): a spent budget means none at all today.

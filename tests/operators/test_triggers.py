@@ -278,3 +278,19 @@ async def test_a_bot_without_escalation_opens_none_and_promises_no_person(client
     assert body["state"] == "bot" and await _escalations(client, body["conversation_id"]) == []
     [request, *_] = fake.requests_for("primary")
     assert "escalate_to_human" not in [t["function"]["name"] for t in request.body.get("tools", [])]
+
+
+
+@module_loop
+async def test_an_ok_between_unanswered_questions_does_not_reset_their_count(client, fake):
+    # "ok" after "I don't know…" is small talk: answered with the thanks text, it set the count of
+    # unanswered turns back to 0, so a customer who said "ok" after each failed question never got a person.
+    dont_know = Turn(text="I don't know the answer to that from our help center.")
+    for text in ["How do I export my notes to PDF?", "ok", "Can I print a notebook?", "ok", "Is there a dark mode?"]:
+        if text != "ok":  # a question after the first is rewritten first, then answered
+            fake.script("primary", *([Turn(text='{"queries": ["' + text + '"]}')] if "PDF" not in text else []),
+                        dont_know)
+        body = await _chat(client, "acme", "t-ok-between", text)
+    [escalation] = await _escalations(client, body["conversation_id"])
+    assert escalation.reason == "3 consecutive turns without an answer"
+    assert body["state"] == "waiting"
