@@ -114,10 +114,12 @@ class Pipeline:
             # A bare mention or an empty /ask: the person is there but asked nothing yet.
             return PipelineResult(reply=greeting(turn), answered=True)
         limit = _question_limit(turn.bot)
-        if len(text) > limit:
+        # A long complaint asking for a person gets one rather than "too long": its first and last `limit`
+        # characters are read for the request (a line break apart, no clause spans them), never the whole.
+        wanted = _asks_for_human(text if len(text) <= limit else f"{text[:limit]}\n{text[-limit:]}", turn.bot)
+        if len(text) > limit and not wanted:
             bound.info("pipeline.too_long", chars=len(text))
             return PipelineResult(reply=turn.bot.replies.too_long_reply(chars=len(text), limit=limit), answered=False)
-        wanted = _asks_for_human(text, turn.bot)
         if wanted:
             return PipelineResult(reply=turn.bot.escalation.acknowledgement, escalate=f"customer asked: {wanted!r}",
                                   trigger="customer_asked", answered=False)

@@ -40,3 +40,18 @@ async def test_a_web_chat_that_accepts_longer_texts_raises_the_limit_everywhere(
     result = await rig.pipeline.handle(rig.turn("How much is Plus? " + "x" * 5000))
 
     assert result.reply == "Plus costs $6 per month [1]." and len(rig.search.calls) == 1
+
+
+@pytest.mark.parametrize("where", ["end", "start"])
+async def test_a_long_message_that_asks_for_a_person_gets_one(openai_fake, where) -> None:
+    """A long complaint that asks for a person (a Telegram message may hold 4,096 characters, Slack's 40,000)
+    was told it is too long and to write a shorter one, and nobody was asked."""
+    rig = make_rig(openai_fake)
+    complaint = "My sync has been broken for days and I lost my notes again. " * 80  # about 4,800 characters
+    text = complaint + "I want to talk to a human." if where == "end" else "I want to talk to a human. " + complaint
+
+    result = await rig.pipeline.handle(rig.turn(text))
+
+    assert result.trigger == "customer_asked" and result.escalate == "customer asked: 'talk to a human'"
+    assert result.reply == rig.bot.escalation.acknowledgement
+    assert rig.search.calls == [] and openai_fake.requests == []
