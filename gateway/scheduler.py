@@ -86,6 +86,11 @@ class IngestScheduler:
         try:
             report = await self._knowledge.ingest_source(bot, source, trigger="schedule")
             _log_run("ingest.scheduled_done", report)
+        except asyncio.CancelledError:
+            # The server stops mid-run (SIGTERM): the ingester recorded the run as cancelled and warned. Raised
+            # on, APScheduler logged it as `error: Job "ingest …" raised an exception` with its traceback.
+            log.info("ingest.scheduled_cancelled", bot=bot, source=source)
+            return
         except Exception:  # recorded in ingest_runs by the ingester; the scheduler keeps going
             log.exception("ingest.scheduled_failed", bot=bot, source=source)
         self.log_next_runs(f"{bot}/{source}")  # this source's: every other one's is as logged before

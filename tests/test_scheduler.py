@@ -266,3 +266,28 @@ async def test_a_qdrant_not_answering_yet_at_start_is_asked_again_and_the_ingest
     waits = [e["retry_in"] for e in logs if e["event"] == "ingest.startup_check_failed"]
     assert waits == [0.01, 0.02]
     assert [e["reason"] for e in logs if e["event"] == "ingest.startup_start"] == ["the collection is empty"]
+
+
+async def test_a_scheduled_run_stopped_by_a_shutdown_is_no_error_of_the_scheduler(tmp_path, caplog):
+    # A SIGTERM during a scheduled run: the ingester records it as cancelled and logs it as a warning, and
+    # APScheduler logged the job's CancelledError as `error: Job "ingest acme/site …" raised an exception`
+    # with its traceback, on every deploy or restart that met a run (an alert on error lines fired).
+    import logging
+    from datetime import datetime, timezone
+
+    async with HangingSite() as site:
+        bot = {"name": "acme", "channels": {"web": {}},
+               "sources": [{"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 4 * * 1"}]}
+        async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
+            scheduler = IngestScheduler(settings, knowledge=knowledge)
+            scheduler._scheduler.start()  # the cron clock alone: the empty collection's start-up run would hang too
+            with caplog.at_level(logging.INFO, logger="apscheduler"):
+                scheduler._scheduler.modify_job("acme/site", next_run_time=datetime.now(timezone.utc))
+                await asyncio.wait_for(site.asked.wait(), 30)  # the run is going
+                scheduler.shutdown()  # what `Services.stop` does first, then closes the knowledge base
+                await knowledge.close()
+                await asyncio.sleep(0.1)  # APScheduler's executor sees the job's end
+            [run] = await runs(sessions)
+    assert (run.status, run.errors) == ("failed", ["cancelled before it finished"])
+    errors = [r for r in caplog.records if r.name.startswith("apscheduler") and r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
