@@ -142,6 +142,7 @@ class Ingestor:
             return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=run_id)
         # A refused symlink is an error whose chunks go (kept, they would go on serving what it pointed to).
         errors = [f"{doc_id}: {message}" for doc_id, message in [*loaded.errors, *loaded.refused]]
+        counted: list[IngestReport] = []  # the run's counts so far, when it is cut short
         try:
             async with self._writing:
                 # A page answered 304 whose sitemap <lastmod> moved: the new one is its, so it is not asked for next time.
@@ -160,17 +161,21 @@ class Ingestor:
                     progress=progress,
                     started=started,
                     run_id=run_id,
+                    counted=counted,
                 )
         except BaseException as exc:  # index or store down, or a bug: the run must not stay `running`
             return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=run_id,
-                                      errors=errors)
+                                      errors=errors, counted=counted[0] if counted else None)
 
     async def _failed(
         self, bot: str, source: str, exc: BaseException, *, trigger: str, started: float, run_id: int | None,
-        errors: list[str] | None = None, record: bool = True,
+        errors: list[str] | None = None, record: bool = True, counted: IngestReport | None = None,
     ) -> IngestReport:
-        """Record a run that `exc` ended as failed and return its report; re-raise a cancellation."""
-        report = IngestReport(bot, source, errors=[*(errors or []), describe(exc)], status="failed")
+        """Record a run that `exc` ended as failed and return its report; re-raise a cancellation. `counted`: what
+        the run wrote before (its chunks are in the index: no later run counts them as added)."""
+        report = counted or IngestReport(bot, source, errors=list(errors or []))
+        report.errors.append(describe(exc))
+        report.status = "failed"
         report.duration_s = time.perf_counter() - started
         log.warning("ingest.source_failed", extra={"bot": bot, "source": source, "error": report.errors[-1],
                                                    IN_RUN_ERRORS: True})
@@ -199,6 +204,7 @@ class Ingestor:
         progress: Progress | None = None,
         started: float | None = None,
         run_id: int | None = None,
+        counted: list[IngestReport] | None = None,
     ) -> IngestReport:
         """Ingest already-loaded documents as the full content of `source` (others get deleted, unless
         `delete_missing` is False: the listing is known to be incomplete).
@@ -212,6 +218,8 @@ class Ingestor:
         documents = [storable(doc) for doc in documents]
         not_modified = {store_key(doc_id) for doc_id in not_modified or ()}
         report = IngestReport(bot, source, documents=len(documents) + len(not_modified), errors=list(errors or []))
+        if counted is not None:  # the caller records a run cut short with what it wrote so far
+            counted.append(report)
         failed_ids = {store_key(doc_id) for doc_id in failed_ids or ()}
         loader_failures = bool(failed_ids)
         await self.index.ensure_collection(bot, await self.dense.probe_dim())

@@ -150,3 +150,28 @@ async def test_a_cancelled_ingest_is_recorded_as_failed_then_still_cancelled(tmp
     async with sessions() as session:
         [run] = (await session.scalars(select(IngestRun))).all()
     assert run.status == "failed" and run.errors == ["cancelled before it finished"]
+
+
+async def test_a_run_cut_short_counts_what_it_wrote_before(tmp_path, local_index, dense, sparse, sessions,
+                                                           monkeypatch):
+    """A run cancelled (a deploy) after a flush was recorded as 0 added: the chunks it wrote were never counted
+    as added by any run, the next one finding them unchanged."""
+    monkeypatch.setattr("rag.ingest.FLUSH_CHUNKS", 1)  # each document its own flush
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nNarwhals have one long spiral tusk.")
+    (tmp_path / "docs" / "b.md").write_text("# B\n\nOkapis are related to giraffes.")
+    upsert, calls = local_index.upsert, []
+
+    async def second_cancelled(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise asyncio.CancelledError
+        return await upsert(*args, **kwargs)
+
+    monkeypatch.setattr(local_index, "upsert", second_cancelled)
+    source = SourceSettings(name="docs", type="directory", path=str(tmp_path / "docs"))
+    with pytest.raises(asyncio.CancelledError):
+        await Ingestor(local_index, dense, sparse, sessions).ingest_source("acme", source)
+    [run] = await runs(sessions)
+    assert run.status == "failed" and run.errors == ["cancelled before it finished"]
+    assert run.added == 1  # the first document's chunk, written and recorded
