@@ -13,6 +13,7 @@ by its estimate), and once the bot's budget is spent the summary is extractive.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -131,14 +132,16 @@ async def summarize(llm, bot: BotSettings, messages: Sequence[Any], *, reason: s
     models = bot.language_models()
     if llm is None or not models:
         return fallback
-    # The conversation too: SQLite may give a deleted row's id again (retention, `gateway forget`), and
-    # another conversation's summary must never be shown for it.
-    key = (bot.name, conversation_id, reason, *(getattr(m, "id", None) for m in list(messages)[:1] + list(messages)[-1:]))
+    transcript = "\n".join(_turn(m) for m in list(messages)[-30:] if (m.text or "").strip())
+    # What it was written from, not only the row ids: SQLite gives a deleted conversation's ids (its own and
+    # its messages') again (retention, `gateway forget`), and a forgotten person's summary was shown for the
+    # conversation that took them.
+    key = (bot.name, conversation_id, reason, hashlib.sha256(transcript.encode("utf-8", "surrogatepass")).hexdigest(),
+           *(getattr(m, "id", None) for m in list(messages)[:1] + list(messages)[-1:]))
     if key in _cache:
         return _cache[key]
     if budget is not None and await _over_budget(budget, bot):
         return fallback  # not cached: tomorrow's look may call the model
-    transcript = "\n".join(_turn(m) for m in list(messages)[-30:] if (m.text or "").strip())
     spent: list[dict[str, Any]] = []
     try:
         result = await asyncio.wait_for(llm.complete(model=models[0], fallbacks=models[1:], messages=[

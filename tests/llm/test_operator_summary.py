@@ -89,3 +89,38 @@ async def test_the_model_writing_the_summary_is_told_which_tools_ran_but_not_the
     transcript = request.messages[-1]["content"]
     assert '"tools": ["invoice_status", "create_ticket (interrupted)"]' in transcript
     assert '"found"' not in transcript
+
+
+async def test_a_forgotten_conversations_summary_is_never_shown_for_the_one_that_takes_its_ids(
+        openai_fake, migrated_url) -> None:
+    """`gateway forget` deleted the newest conversation; on SQLite the next one takes its conversation and
+    message ids again, and escalated for the same reason it was keyed the same as the forgotten one's
+    summary, so the operator was shown what the forgotten person had asked."""
+    from gateway.models import ConversationRef, InboundMessage, Sender
+    from gateway.operators.summary import summary_messages
+    from gateway.retention import forget_contact
+    from storage import repositories as repo
+    from storage.engine import create_engine, session_factory
+
+    openai_fake.script("primary", Turn(text="Ada was charged twice."), Turn(text="Ben wants to change plan."))
+    router = LLMRouter([fake_model(openai_fake, "primary")], timeout=5, retry=NO_RETRY)
+    bot = BotSettings(name=f"acme-forgotten-{migrated_url.split('+')[0]}", model="primary")  # summaries are cached per process
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+
+    async def escalated(user: str, text: str) -> dict[str, str]:
+        async with sessions() as session, session.begin():
+            stored = await repo.store_inbound(session, bot=bot.name, message=InboundMessage(
+                channel="web", external_id=f"{user}-1", conversation=ConversationRef(channel="web", chat=user),
+                sender=Sender(external_id=user), text=text))
+        async with sessions() as session:
+            messages = await summary_messages(session, conversation_id=stored.conversation_id)
+        return await summarize(router, bot, messages, reason="the customer asked for a person",
+                               conversation_id=stored.conversation_id)
+
+    try:
+        assert (await escalated("ada", "I was charged twice, card ending 4242"))["text"] == "Ada was charged twice."
+        await forget_contact(sessions, channel="web", user="ada")
+        assert (await escalated("ben", "Move me to the Team plan"))["text"] == "Ben wants to change plan."
+    finally:
+        await engine.dispose()
