@@ -316,6 +316,10 @@ class MessageHandler:
                                              with_for_update={"key_share": True})
             # Row lock (on SQLite, the write lock): a worker that lost its lease and this one cannot both see `pending`.
             message = await session.get(Message, inbound.id, with_for_update=True)
+            if conversation is None or message is None:
+                # Erased while the model wrote (`gateway forget`): nothing is stored or sent to that person.
+                log.info("inbound.forgotten", message_id=inbound.id, conversation_id=inbound.conversation_id)
+                return False
             deleted = (inbound.id,) if relayed and taken_back(message) else ()
             if message.status != "pending" and not deleted:  # another worker finished it (lease lost): do not answer twice
                 log.warning("inbound.already_finished", message_id=inbound.id, status=message.status)
