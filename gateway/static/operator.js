@@ -454,7 +454,9 @@
       for (;;) {
         var chunk = await reader.read();
         if (chunk.done) break;
-        buffer += decoder.decode(chunk.value, { stream: true }).replace(/\r\n/g, "\n");
+        // The server ends its lines with CRLF, and a CR may end one chunk and its LF begin the next: the
+        // buffer is normalized whole, not each chunk (a lone CR at its end waits for the LF that follows).
+        buffer = (buffer + decoder.decode(chunk.value, { stream: true })).replace(/\r\n/g, "\n");
         var parts = buffer.split("\n\n");
         buffer = parts.pop();
         for (var i = 0; i < parts.length; i++) await onEvent(parts[i]);
