@@ -554,6 +554,16 @@
     showTyping(true);
     var botLi = null;
     var streamed = "";
+    // The bubble is drawn again (the whole answer parsed) once a frame, not once a token: tokens that come
+    // together (a slow network handing over what it held, a long answer) took seconds of the page's time.
+    var frame = null;
+    function draw() {
+      if (frame !== null) cancelAnimationFrame(frame);
+      frame = null;
+      if (!botLi) return;
+      fillBubble(botLi.querySelector(".gw-bubble"), "bot", streamed, null);
+      scrollToEnd();
+    }
     try {
       var reply = await chat(text, clientId, function (token) {
         if (elsewhere()) return;
@@ -571,13 +581,14 @@
           botLi.dataset.local = "pending";
         }
         streamed += token;
-        fillBubble(botLi.querySelector(".gw-bubble"), "bot", streamed, null);
-        scrollToEnd();
+        if (frame === null) frame = requestAnimationFrame(draw);
       });
+      if (frame !== null) draw();  // all that streamed: a pending answer keeps it on the page
       if (elsewhere()) return;  // stored with its bot's conversation, which shows it when picked again
       delete userLi.dataset.local;
       finishReply(reply || {}, userLi, botLi);
     } catch (err) {
+      if (frame !== null) draw();  // what streamed so far, all of it, stays on the page
       if (elsewhere()) return;
       if (err.interrupted || err.timedOut) {
         // Stored (or perhaps stored, when the request hung): keep what streamed and follow the transcript.
