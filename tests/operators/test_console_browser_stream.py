@@ -1,4 +1,5 @@
-"""The operator console's live stream read in a real headless Chromium, its bytes cut where a network cuts them."""
+"""The operator console in a real headless Chromium, fed as networks and people feed it: its live stream cut
+where a network cuts it, a reply pasted longer than the limit."""
 
 from __future__ import annotations
 
@@ -38,3 +39,21 @@ def test_console_reads_live_events_whose_crlf_comes_in_two_chunks(open_tab, live
     sign_in(operator, live_url)
     escalation = escalate(live_url, "console-split-crlf", "Split here, I want to talk to a human")
     operator.wait_for_selector(f".op-item[data-id='{escalation}']", timeout=15_000)
+
+
+def test_console_keeps_all_of_a_pasted_reply_over_the_limit_and_says_it_is_too_long(open_tab, live_url):
+    """The reply box's maxlength cut a pasted reply at 4,000 UTF-16 units without a word (an emoji counts
+    two there, one for the server), and Send reply sent the customer its first part only."""
+    escalation = escalate(live_url, "console-long-paste", "Long paste here, I want to talk to a human")
+    operator = open_tab()
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{escalation}']")
+    operator.wait_for_selector("#op-transcript .op-msg")
+    operator.focus("#op-reply")
+    operator.keyboard.insert_text("Step by step: " + "x" * 4100)
+    assert len(operator.locator("#op-reply").input_value()) == 4114
+    operator.press("#op-reply", "Enter")
+    operator.wait_for_selector("#op-error:not([hidden])")
+    assert "4000" in operator.locator("#op-error").inner_text()
+    assert len(operator.locator("#op-reply").input_value()) == 4114  # kept, to be shortened
+    assert operator.locator(".op-msg--operator").count() == 0
