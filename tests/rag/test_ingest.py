@@ -15,7 +15,9 @@ from tests.rag.ingest_helpers import CountingEmbedder, point_documents, runs
 from tests.rag.kb import write_kb
 
 
-async def test_ingest_incremental_skips_unchanged_replaces_changed_removes_deleted(tmp_path, index, dense, sparse, sessions):
+async def test_ingest_incremental_skips_unchanged_replaces_changed_removes_deleted(tmp_path, index, dense, sparse, sessions,
+                                                                                monkeypatch):
+    monkeypatch.setattr(rag.points, "SLICE_BATCHES", 1_000)  # a flush's windows in one call, its sentences in one
     folder = write_kb(tmp_path / "kb")
     counting = CountingEmbedder(dense)
     ingestor = Ingestor(index, counting, sparse, sessions)
