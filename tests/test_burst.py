@@ -105,8 +105,9 @@ async def test_a_location_shared_in_a_later_piece_is_answered_and_kept_on_it(mig
     """"is this your store" / a shared place: the place's line is read with the question, and the piece marked
     done with it keeps what it shared (`meta.shared`, channels/shared_content.py) for operators and tools."""
     pipeline = EchoPipeline(delay=0)
+    # A pause the second piece comes within also on a loaded machine (0.3 s was not, under a CI's load).
     engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, channels=("telegram",),
-                                                      settings=worker_settings(burst_seconds=0.3))
+                                                      settings=worker_settings(burst_seconds=2.0))
     where = {"location": {"latitude": 52.520008, "longitude": 13.404954, "label": "Acme Store Mitte"}}
     await inbox.accept("acme", _telegram("43", 0, "is this your store"))
     await inbox.accept("acme", replace(_telegram("43", 1, location_line(where["location"])), raw={"shared": where}))
@@ -172,11 +173,18 @@ async def test_typing_shows_while_a_burst_waits_once_per_refresh(migrated_url):
     assert len(adapter.typed) == 2  # then the answer's own, which ended with it
 
 
+PAUSE_S = 6.0
+"""The customer's pause (`worker.burst_seconds`) in the tests of a piece that ends it: answered at once is
+answered well before it."""
+
+
 async def _answered_after(url: str, first: str, then: Callable[[], InboundMessage]) -> tuple[TimedPipeline, float]:
     """`first` from a Telegram customer, parked for their pause, then `then` while it is: the pipeline, and
     how long after `then` the model was asked."""
     pipeline = TimedPipeline()
-    engine, sessions, inbox, worker, _ = build_worker(url, pipeline, channels=("telegram",))
+    # A pause far longer than "at once" may take on a loaded machine (0.5 s was met at 0.6 s under a CI's load).
+    engine, sessions, inbox, worker, _ = build_worker(url, pipeline, channels=("telegram",),
+                                                      settings=worker_settings(burst_seconds=PAUSE_S))
     await inbox.accept("acme", _telegram("42", 0, first))
     draining = asyncio.create_task(worker.run_until_idle(timeout=30))
     for _ in range(500):  # until the worker has looked, and parked the conversation for the customer's pause
@@ -195,7 +203,7 @@ async def test_the_piece_that_ends_a_question_is_answered_at_once(migrated_url):
     """"my order is late" / "?": the "?" waited out the park the first piece had set (up to `burst_seconds`)."""
     pipeline, delay = await _answered_after(migrated_url, "my order is late", lambda: _telegram("42", 1, "?"))
     assert [text for _, text in pipeline.seen] == ["my order is late\n?"]
-    assert delay < 0.5  # not at the park's end, 1.5 s after the first piece
+    assert delay < PAUSE_S / 2  # not at the park's end, PAUSE_S after the first piece
 
 
 async def test_an_edit_that_ends_a_question_is_answered_at_once(migrated_url):
@@ -204,7 +212,7 @@ async def test_an_edit_that_ends_a_question_is_answered_at_once(migrated_url):
 
     pipeline, delay = await _answered_after(migrated_url, "How much does the Plsu plan cots", edit)
     assert [text for _, text in pipeline.seen] == ["How much does the Plus plan cost?"]
-    assert delay < 0.5
+    assert delay < PAUSE_S / 2
 
 
 async def test_a_piece_committed_as_the_worker_parks_ends_the_park(migrated_url, monkeypatch):
