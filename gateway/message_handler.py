@@ -94,6 +94,8 @@ class MessageHandler:
         started = time.monotonic()
         async with self._sessions() as session:
             conversation, contact = await _conversation_and_sender(session, inbound)
+            if conversation is None:  # erased since the worker read the message (`gateway forget`)
+                return _forgotten(inbound)
             past = await repo.history(session, conversation_id=conversation.id, before_id=inbound.id,
                                       limit=self._settings.bot(inbound.bot).history_turns * 2
                                       if self._has_bot(inbound.bot) else 0)
@@ -169,6 +171,8 @@ class MessageHandler:
                                      seed=f"{inbound.id}:{as_utc(inbound.created_at).isoformat()}:{inbound.external_id}"),
         )
         attempt = await self._count_attempt(inbound)
+        if attempt is None:  # erased meanwhile: nothing was shown yet (no stream, no typing)
+            return _forgotten(inbound)
         if attempt > MAX_TURN_ATTEMPTS:
             # Every attempt died before its turn was stored (a process killed each time, a store that
             # refuses it): no more paid model calls; the customer gets the failure reply and a person.
@@ -240,12 +244,12 @@ class MessageHandler:
         """End what outlives a turn: typing indicators still waiting for their platform."""
         await self._waiting.close()
 
-    async def _count_attempt(self, inbound: Message) -> int:
+    async def _count_attempt(self, inbound: Message) -> int | None:
         """This attempt's number at the message, 1 for its first: kept in the store, so a turn taken
-        again after a crash, by any replica, is known as one."""
+        again after a crash, by any replica, is known as one. None when the message is gone."""
         async with self._sessions() as session, session.begin():
-            return (await session.execute(update(Message).where(Message.id == inbound.id)
-                                          .values(attempts=Message.attempts + 1).returning(Message.attempts))).scalar_one()
+            return (await session.execute(update(Message).where(Message.id == inbound.id).values(
+                attempts=Message.attempts + 1).returning(Message.attempts))).scalar_one_or_none()
 
     async def _record_streamed(self, inbound: Message, provider_ids: list[str]) -> None:
         """Keep the ids of the messages streamed for `inbound` on it, for `_remove_interrupted_stream`."""
@@ -318,7 +322,7 @@ class MessageHandler:
             message = await session.get(Message, inbound.id, with_for_update=True)
             if conversation is None or message is None:
                 # Erased while the model wrote (`gateway forget`): nothing is stored or sent to that person.
-                log.info("inbound.forgotten", message_id=inbound.id, conversation_id=inbound.conversation_id)
+                _forgotten(inbound)
                 return False
             deleted = (inbound.id,) if relayed and taken_back(message) else ()
             if message.status != "pending" and not deleted:  # another worker finished it (lease lost): do not answer twice
@@ -373,15 +377,21 @@ class MessageHandler:
         return taken_over
 
 
-async def _conversation_and_sender(session: AsyncSession, inbound: Message) -> tuple[Conversation, Contact | None]:
+def _forgotten(inbound: Message) -> None:
+    """Log that `inbound`'s conversation was erased (`gateway forget`) under its turn: it ends there, unanswered."""
+    log.info("inbound.forgotten", message_id=inbound.id, conversation_id=inbound.conversation_id)
+
+
+async def _conversation_and_sender(session: AsyncSession, inbound: Message) -> tuple[Conversation | None, Contact | None]:
     """The message's conversation and who sent it (the identity tools authorize against), in one statement: in a
-    group chat or a shared thread the conversation's contact is whoever wrote first; the message names its sender."""
+    group chat or a shared thread the conversation's contact is whoever wrote first; the message names its sender.
+    (None, None) when the conversation is gone."""
     sender = (inbound.meta or {}).get("sender")
     who = and_(Contact.channel == inbound.channel, Contact.external_id == sender) if sender \
         else Contact.id == Conversation.contact_id
     conversation, found = (await session.execute(select(Conversation, Contact).outerjoin(Contact, who).where(
-        Conversation.id == inbound.conversation_id))).one()
-    if sender and found is None:
+        Conversation.id == inbound.conversation_id))).one_or_none() or (None, None)
+    if sender and found is None and conversation is not None:
         # Its row may be gone (retention, a deletion request): still this sender, never the first writer.
         return conversation, Contact(channel=inbound.channel, external_id=sender, display_name="")
     return conversation, found

@@ -1,8 +1,9 @@
-"""`gateway forget` while the contact's message is being answered: the turn in hand ends quietly, nothing is
-sent to the forgotten person, and the worker goes on with the others."""
+"""`gateway forget` between the worker's read of the contact's message and the send of its answer: the turn in
+hand ends quietly, nothing is sent to the forgotten person, and the worker goes on with the others."""
 
 from __future__ import annotations
 
+import pytest
 import structlog
 from sqlalchemy import func, select
 
@@ -10,6 +11,15 @@ from gateway.pipeline import PipelineResult
 from gateway.retention import forget_contact
 from storage.models import Contact, Conversation, Message
 from tests.worker_rig import EchoPipeline, build_worker, chat_message
+
+
+async def left_of_alice(sessions) -> list[int]:
+    """Alice's conversations, the messages that name her, and her contact rows."""
+    async with sessions() as session:
+        return [(await session.execute(select(func.count()).select_from(model).where(where))).scalar_one()
+                for model, where in ((Conversation, Conversation.chat == "alice"),
+                                     (Message, Message.text.contains("alice")),
+                                     (Contact, Contact.external_id == "alice"))]
 
 
 class ForgetMidTurn(EchoPipeline):
@@ -35,11 +45,42 @@ async def test_a_contact_forgotten_while_their_message_is_answered_gets_nothing_
             await worker.run_until_idle(timeout=30)
         assert [text for _, text in adapter.sent] == ["echo: bob #0"]
         assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception")] == []
-        async with sessions() as session:
-            left = [(await session.execute(select(func.count()).select_from(model).where(where))).scalar_one()
-                    for model, where in ((Conversation, Conversation.chat == "alice"),
-                                         (Message, Message.text.contains("alice")),
-                                         (Contact, Contact.external_id == "alice"))]
-        assert left == [0, 0, 0]
+        assert await left_of_alice(sessions) == [0, 0, 0]
+    finally:
+        await engine.dispose()
+
+
+def forget_alice_first(sessions, step):
+    """`step` (taking alice's message, or the id of her reply), with alice forgotten just before it runs."""
+    async def forgetting(message, *args, **kwargs):
+        if isinstance(message, int):
+            async with sessions() as session:
+                reply = await session.get(Message, message)
+            ours = reply is not None and reply.text.startswith("echo: alice")
+        else:
+            ours = message.text.startswith("alice")
+        if ours:
+            await forget_contact(sessions, channel="web", user="alice")
+        return await step(message, *args, **kwargs)
+    return forgetting
+
+
+@pytest.mark.parametrize("step", ["handle", "_count_attempt", "deliver"])
+async def test_a_contact_forgotten_after_the_worker_read_their_message_gets_nothing_and_nothing_crashes(
+        migrated_url, step):
+    # Forgotten between the worker's read of the message and the turn's start: its conversation is gone when
+    # the turn reads it (`handle`), or when it counts its attempt (`_count_attempt`); or once the answer is
+    # stored, before it is sent (`deliver`).
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, EchoPipeline())
+    owner = worker.handler._outbox if step == "deliver" else worker.handler
+    setattr(owner, step, forget_alice_first(sessions, getattr(owner, step)))
+    try:
+        await inbox.accept("acme", chat_message("alice", 0))
+        await inbox.accept("acme", chat_message("bob", 0))
+        with structlog.testing.capture_logs() as logs:
+            await worker.run_until_idle(timeout=30)
+        assert [text for _, text in adapter.sent] == ["echo: bob #0"]
+        assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception", "warning")] == []
+        assert await left_of_alice(sessions) == [0, 0, 0]
     finally:
         await engine.dispose()
