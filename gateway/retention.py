@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import delete, exists, func, or_, select
+from sqlalchemy import delete, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.delivery.receipts import purge_early_receipts
@@ -37,6 +37,7 @@ class DeletionReport:
     escalations: int = 0
     chunks: int = 0
     documents: int = 0
+    opt_outs_kept: int = 0  # contacts forgotten but for their STOP (`forget_contact`)
     by_bot: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)  # chunks of each removed "bot/source"
 
@@ -108,7 +109,13 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
             Conversation.channel == channel, or_(*conditions)))).scalars())
         await _delete_conversations(session, ids, report)
         if contact_ids:
-            report.contacts = (await session.execute(delete(Contact).where(Contact.id.in_(contact_ids)))).rowcount
+            # Their STOP outlives them: opt-out rules want the suppression kept, so an opted-out contact stays as
+            # its channel, user id and the STOP's time alone (no name, nothing they wrote), and is never messaged.
+            report.opt_outs_kept = (await session.execute(update(Contact).where(
+                Contact.id.in_(contact_ids), Contact.opted_out_at.is_not(None)).values(
+                display_name="", last_inbound_at=None, created_at=Contact.opted_out_at))).rowcount
+            report.contacts = (await session.execute(delete(Contact).where(
+                Contact.id.in_(contact_ids), Contact.opted_out_at.is_(None)))).rowcount
         # Their private chat's id is theirs: the mark that they blocked the bot goes too.
         await session.execute(delete(RemovedChat).where(RemovedChat.channel == channel, RemovedChat.chat == user))
         session.add(DataDeletion(kind="forget", channel=channel, actor=actor, counts=report.as_dict()))

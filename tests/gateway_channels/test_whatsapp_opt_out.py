@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import select
 
 from gateway.message_handler import OPTED_OUT
+from gateway.retention import forget_contact
 from storage.models import Contact
 from tests.english_replies import DEFAULT_GREETING
 from tests.fakes.twilio_api import Reply
@@ -147,3 +148,26 @@ async def test_a_late_21610_receipt_for_a_reply_sent_before_the_customer_wrote_a
     await post(client, status(sid, "undelivered", To=f"whatsapp:{phone}", ErrorCode="21610"))
     await wait_until(lambda: status_is(services, reply_id, "failed"), what="the failed receipt")
     assert await _opted_out_at(services, phone) is None
+
+
+async def test_a_contact_who_sent_stop_and_was_forgotten_is_still_not_messaged(whatsapp_env):
+    # `gateway forget` deleted the contact with its STOP: their next message was answered, and an operator's
+    # reply sent, to a number that had opted out. What stays is the STOP alone: their number and its time.
+    client, services, fake = whatsapp_env
+    phone = "+15550000031"
+    await post(client, inbound("SM" + "f1" * 16, phone, "STOP"))
+    await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=1)
+    report = await forget_contact(services.sessions, channel="whatsapp", user=phone[1:])
+    assert (report.conversations, report.messages, report.contacts, report.opt_outs_kept) == (1, 1, 0, 1)
+    assert await messages_in_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}") == []
+    async with services.sessions() as session:
+        [kept] = (await session.execute(select(Contact).where(Contact.external_id == phone[1:]))).scalars().all()
+    assert (kept.channel, kept.display_name, kept.last_inbound_at) == ("whatsapp", "", None)
+    assert kept.opted_out_at is not None and kept.created_at == kept.opted_out_at
+    await post(client, inbound("SM" + "f2" * 16, phone))  # a question after: not answered, as before forget
+    [question] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=1)
+    assert (question.status, question.error) == ("ignored", OPTED_OUT)
+    reply_id = await store_reply(services, conversation_id=question.conversation_id, text="We refunded your order.")
+    assert await services.outbox.deliver(reply_id) == "failed"
+    await settle()
+    assert sent_to(fake, phone) == []
