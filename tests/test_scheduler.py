@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
 
 import structlog
 from sqlalchemy import select
@@ -23,6 +25,29 @@ def _one_document(tmp_path):
     docs.mkdir()
     (docs / "a.md").write_text("# A\n\nThe answer is forty-two.\n")
     return docs
+
+
+def _fire_now(scheduler: IngestScheduler) -> None:
+    """Bring acme/site's cron round now."""
+    scheduler._scheduler.modify_job("acme/site", next_run_time=datetime.now(timezone.utc))
+
+
+@asynccontextmanager
+async def _scheduled_run_going(tmp_path):
+    """(the site, the store's sessions, the knowledge base, the scheduler) while a scheduled run of acme/site
+    waits on its one page, which answers once `site.release` is set; the scheduler is shut down after."""
+    async with HangingSite() as site:
+        bot = {"name": "acme", "channels": {"web": {}},
+               "sources": [{"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 4 * * 1"}]}
+        async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
+            scheduler = IngestScheduler(settings, knowledge=knowledge)
+            scheduler._scheduler.start()  # the cron clock alone: the empty collection's start-up run would hang too
+            try:
+                _fire_now(scheduler)
+                await asyncio.wait_for(site.asked.wait(), 30)  # the run is going
+                yield site, sessions, knowledge, scheduler
+            finally:
+                scheduler.shutdown()
 
 
 async def test_scheduler_records_failing_run_and_keeps_going(tmp_path):
@@ -203,36 +228,24 @@ async def test_a_run_that_waits_for_another_run_of_its_source_says_so(tmp_path, 
 
 async def test_a_scheduled_run_skipped_while_the_last_one_still_goes_is_recorded_and_logged(tmp_path):
     # APScheduler's own warning was all there was: `ingest-runs` showed nothing for that night.
-    from datetime import datetime, timezone
-
     from gateway.scheduler import STILL_RUNNING
     from rag.ingest_runs import latest_runs
 
-    async with HangingSite() as site:
-        bot = {"name": "acme", "channels": {"web": {}},
-               "sources": [{"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 4 * * 1"}]}
-        async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
-            scheduler = IngestScheduler(settings, knowledge=knowledge)
-            scheduler._scheduler.start()  # the cron clock alone: the empty collection's start-up run would hang too
-            try:
-                with structlog.testing.capture_logs() as logs:
-                    scheduler._scheduler.modify_job("acme/site", next_run_time=datetime.now(timezone.utc))
-                    await asyncio.wait_for(site.asked.wait(), 30)  # the run is going
-                    scheduler._scheduler.modify_job("acme/site", next_run_time=datetime.now(timezone.utc))
-                    for _ in range(250):  # until the skipped run is recorded
-                        if len(recorded := await runs(sessions)) == 2:
-                            break
-                        await asyncio.sleep(0.02)
-                    assert [(r.trigger, r.status) for r in recorded] == [("schedule", "running"), ("schedule", "skipped")]
-                    assert recorded[1].errors == [STILL_RUNNING]
-                    site.release.set()
-                    for _ in range(500):  # until the run that was going ends
-                        if (recorded := await runs(sessions))[0].status != "running":
-                            break
-                        await asyncio.sleep(0.02)
-            finally:
-                scheduler.shutdown()
-            latest = await latest_runs(sessions)
+    async with _scheduled_run_going(tmp_path) as (site, sessions, _, scheduler):
+        with structlog.testing.capture_logs() as logs:
+            _fire_now(scheduler)
+            for _ in range(250):  # until the skipped run is recorded
+                if len(recorded := await runs(sessions)) == 2:
+                    break
+                await asyncio.sleep(0.02)
+            assert [(r.trigger, r.status) for r in recorded] == [("schedule", "running"), ("schedule", "skipped")]
+            assert recorded[1].errors == [STILL_RUNNING]
+            site.release.set()
+            for _ in range(500):  # until the run that was going ends
+                if (recorded := await runs(sessions))[0].status != "running":
+                    break
+                await asyncio.sleep(0.02)
+        latest = await latest_runs(sessions)
     [skipped] = [e for e in logs if e["event"] == "ingest.scheduled_skipped"]
     assert (skipped["log_level"], skipped["source"], skipped["why"]) == ("warning", "site", STILL_RUNNING)
     assert recorded[0].status == "ok" and latest[("acme", "site")].id == recorded[0].id  # /readyz: the run that ran
@@ -273,20 +286,12 @@ async def test_a_scheduled_run_stopped_by_a_shutdown_is_no_error_of_the_schedule
     # APScheduler logged the job's CancelledError as `error: Job "ingest acme/site …" raised an exception`
     # with its traceback, on every deploy or restart that met a run (an alert on error lines fired).
     import logging
-    from datetime import datetime, timezone
 
-    async with HangingSite() as site:
-        bot = {"name": "acme", "channels": {"web": {}},
-               "sources": [{"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 4 * * 1"}]}
-        async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
-            scheduler = IngestScheduler(settings, knowledge=knowledge)
-            scheduler._scheduler.start()  # the cron clock alone: the empty collection's start-up run would hang too
-            with caplog.at_level(logging.INFO, logger="apscheduler"):
-                scheduler._scheduler.modify_job("acme/site", next_run_time=datetime.now(timezone.utc))
-                await asyncio.wait_for(site.asked.wait(), 30)  # the run is going
-                scheduler.shutdown()  # what `Services.stop` does first, then closes the knowledge base
-                await knowledge.close()
-                await asyncio.sleep(0.1)  # APScheduler's executor sees the job's end
+    with caplog.at_level(logging.INFO, logger="apscheduler"):
+        async with _scheduled_run_going(tmp_path) as (_, sessions, knowledge, scheduler):
+            scheduler.shutdown()  # what `Services.stop` does first, then closes the knowledge base
+            await knowledge.close()
+            await asyncio.sleep(0.1)  # APScheduler's executor sees the job's end
             [run] = await runs(sessions)
     assert (run.status, run.errors) == ("failed", ["cancelled before it finished"])
     errors = [r for r in caplog.records if r.name.startswith("apscheduler") and r.levelno >= logging.ERROR]
