@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import tempfile
-import time
 from dataclasses import replace
 
+from bench._timing import Spread, timed
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender
 from gateway.observability.logs import configure_logging
@@ -42,18 +41,18 @@ async def run(db: str, pending: int, edits: int) -> None:
         wall, cpu = [], []
         for j in range(edits):
             edit = replace(base, external_id=f"e{j}", text=f"edited {j}", revises=f"m{pending - 1}")
-            t0, c0 = time.perf_counter(), time.process_time()
-            await inbox.accept("acme", edit)
-            wall.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
+            with timed() as took:
+                await inbox.accept("acme", edit)
+            wall.append(took.wall_s)
+            cpu.append(took.cpu_s)
     finally:
         await engine.dispose()
         if db == "postgres":
             await asyncio.to_thread(drop_postgres, url)
+    wall_ms, cpu_ms = Spread.of(s * 1000 for s in wall), Spread.of(s * 1000 for s in cpu)
     print(f"{db}: {edits} edits of one message in a chat of {pending} pending messages; {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}\nwall median {statistics.median(wall) * 1000:.2f} ms, p90 "
-          f"{sorted(wall)[int(0.9 * edits)] * 1000:.2f} ms; CPU median {statistics.median(cpu) * 1000:.2f} ms; "
-          f"statements per edit {len(log.statements) / edits:g}")
+          f"load average {os.getloadavg()[0]:.1f}\nwall median {wall_ms.median:.2f} ms, p90 {wall_ms.p90:.2f} ms; "
+          f"CPU median {cpu_ms.median:.2f} ms; statements per edit {len(log.statements) / edits:g}")
 
 
 if __name__ == "__main__":

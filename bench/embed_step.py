@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import statistics
 import time
 
 import rag.points
+from bench._timing import Spread, timed
 from bench.data import set_files
 from bench.retrieval import machine, scratch
 from gateway.observability.logs import configure_logging
@@ -36,16 +36,16 @@ async def one_run(dense: DenseEmbedder, sparse: SparseEmbedder, docs: list, step
     rag.points.EMBED_STEP = step
     async with scratch("bench-embed-step-") as work:
         ingestor = Ingestor(work.index, dense, sparse, work.sessions)
-        started, cpu = time.perf_counter(), time.process_time()
-        report = await ingestor.ingest_documents("bench", "bench", docs,
-                                                 progress=lambda done, total: moves.append(time.perf_counter()))
-        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        started = time.perf_counter()
+        with timed() as took:
+            report = await ingestor.ingest_documents("bench", "bench", docs,
+                                                     progress=lambda done, total: moves.append(time.perf_counter()))
         ids = sorted(await work.index.point_ids("bench", "bench"))
         stored = await work.index.vectors("bench", ids)
         vectors = hashlib.sha256(repr([(i, stored[i].dense, stored[i].sentences) for i in ids]).encode()).hexdigest()[:12]
     gaps = [b - a for a, b in zip([started, *moves], moves)]
-    return {"chunks": report.added, "s": elapsed, "cpu_s": cpu, "chunks_s": report.added / elapsed, "moves": len(moves),
-            "longest_wait_s": max(gaps, default=elapsed), "vectors": vectors}
+    return {"chunks": report.added, "s": took.wall_s, "cpu_s": took.cpu_s, "chunks_s": report.added / took.wall_s,
+            "moves": len(moves), "longest_wait_s": max(gaps, default=took.wall_s), "vectors": vectors}
 
 
 async def run(name: str, steps: list[int], runs: int) -> None:
@@ -65,10 +65,9 @@ async def run(name: str, steps: list[int], runs: int) -> None:
                   f"{result['chunks_s']:.1f} chunks/s; bar moved {result['moves']} times, longest wait "
                   f"{result['longest_wait_s']:.1f} s; vectors {result['vectors']}", flush=True)
     for step, rows in results.items():
-        print(f"step {step}: median {statistics.median(r['chunks_s'] for r in rows):.1f} chunks/s over {len(rows)} runs "
-              f"(min {min(r['chunks_s'] for r in rows):.1f}, max {max(r['chunks_s'] for r in rows):.1f}), CPU median "
-              f"{statistics.median(r['cpu_s'] for r in rows):.1f} s; longest wait "
-              f"median {statistics.median(r['longest_wait_s'] for r in rows):.1f} s")
+        rate, cpu, wait = (Spread.of(r[key] for r in rows) for key in ("chunks_s", "cpu_s", "longest_wait_s"))
+        print(f"step {step}: median {rate.median:.1f} chunks/s over {len(rows)} runs (min {rate.min:.1f}, max "
+              f"{rate.max:.1f}), CPU median {cpu.median:.1f} s; longest wait median {wait.median:.1f} s")
 
 
 if __name__ == "__main__":
