@@ -25,8 +25,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.errors import RetrievalError
-from gateway.models import utcnow
 from gateway.settings import BotSettings, RetrievalSettings, Settings
+from gateway.source_runs import SourceRun
 
 if TYPE_CHECKING:  # the models and Qdrant load in `open`, not when the CLI starts
     from rag.ingest import IngestReport
@@ -35,7 +35,6 @@ log = structlog.get_logger("gateway.knowledge")
 # The warning that a run waits for another run of its source: it reaches the terminal of the `gateway ingest`
 # that waits, also through the server (`gateway.observability.relay`, as every warning of the run does).
 waits = logging.getLogger("gateway.knowledge.wait")
-_RUN_KINDS = {"schedule": "scheduled", "startup": "start-up", "cli": "`gateway ingest`"}
 MAX_SOURCE_RUNS = 4
 """Runs of different sources at once in a process. Each holds a database connection for its advisory
 lock while it fetches: twenty sources due in the same minute took the pool (10 + 10) and starved the
@@ -53,7 +52,7 @@ class Knowledge:
         self._search = None
         self._ingestor = None
         self._source_locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._holders: dict[tuple[str, str], tuple[str, str]] = {}  # (bot, source) -> (its run's kind, since), to say whom a run waits for
+        self._holders: dict[tuple[str, str], SourceRun] = {}  # (bot, source) -> its run here: whom a run waits for, how far it is
         self._source_runs = asyncio.Semaphore(MAX_SOURCE_RUNS)
         self._running: set[asyncio.Task] = set()  # tasks inside `ingest_source`, for `close`
         self._background: set[asyncio.Task] = set()  # `start_ingest`'s and the server check, held until they end
@@ -212,10 +211,10 @@ class Knowledge:
         if lock.locked() and (holder := self._holders.get((bot, source))):
             # A `gateway ingest` behind a scheduled crawl sat without a word until the crawl ended.
             waits.warning("%s: a %s run of this source is already going (since %s UTC); this one starts when it ends",
-                          label, *holder)
+                          label, holder.kind, holder.since_hms)
         try:
             async with lock:
-                self._holders[bot, source] = (_RUN_KINDS.get(trigger, trigger), utcnow().strftime("%H:%M:%S"))
+                self._holders[bot, source] = SourceRun(trigger)
                 try:
                     async with self._source_runs, self._advisory_lock(bot, source):
                         await self._mark_interrupted(bot, source)  # no run of it goes on anywhere now
@@ -225,6 +224,10 @@ class Knowledge:
                     self._holders.pop((bot, source), None)
         finally:
             self._running.discard(task)
+
+    def holder(self, bot: str, source: str) -> SourceRun | None:
+        """The run of the source that holds its turn in this process, None when none does."""
+        return self._holders.get((bot, source))
 
     async def record_skipped(self, bot: str, source: str, *, trigger: str, why: str) -> None:
         """Record a run of the source that did not start, and why (`ingest-runs` shows it)."""

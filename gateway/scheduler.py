@@ -20,6 +20,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from gateway.backoff import doubling
 from gateway.cron import cron_trigger
 from gateway.settings import Settings
+from gateway.source_runs import SourceRun
 
 if TYPE_CHECKING:  # rag imports the embedders; the scheduler needs only the report's shape
     from rag.ingest_runs import IngestReport
@@ -96,21 +97,23 @@ class IngestScheduler:
         self.log_next_runs(f"{bot}/{source}")  # this source's: every other one's is as logged before
 
     def _skipped(self, event: JobSubmissionEvent) -> None:
-        """A source's cron came round while its previous run was still going (`max_instances=1`): recorded
-        and logged as a `skipped` run. APScheduler's own warning was all there was, and `ingest-runs` showed
-        nothing for that night. (Called by APScheduler inside the event loop.)"""
+        """A source's cron came round while its previous scheduled run was still going, or still waiting for
+        another run of its source (`max_instances=1`): recorded and logged as a `skipped` run, with which.
+        APScheduler's own warning was all there was, and `ingest-runs` showed nothing for that night. (Called
+        by APScheduler inside the event loop.)"""
         if (target := self._sources.get(event.job_id)) is None:
             return  # another leader-only job (retention): not an ingest
         bot, source = target
-        log.warning("ingest.scheduled_skipped", bot=bot, source=source, why=STILL_RUNNING,
+        why = why_skipped(self._knowledge.holder(bot, source))
+        log.warning("ingest.scheduled_skipped", bot=bot, source=source, why=why,
                     scheduled_at=[t.isoformat() for t in event.scheduled_run_times])
-        task = asyncio.get_running_loop().create_task(self._record_skipped(bot, source), name="ingest-skipped")
+        task = asyncio.get_running_loop().create_task(self._record_skipped(bot, source, why), name="ingest-skipped")
         self._recording.add(task)
         task.add_done_callback(self._recording.discard)
 
-    async def _record_skipped(self, bot: str, source: str) -> None:
+    async def _record_skipped(self, bot: str, source: str, why: str) -> None:
         try:
-            await self._knowledge.record_skipped(bot, source, trigger="schedule", why=STILL_RUNNING)
+            await self._knowledge.record_skipped(bot, source, trigger="schedule", why=why)
         except Exception:  # the store is down: the log line above is all there is
             log.exception("ingest.skipped_not_recorded", bot=bot, source=source)
 
@@ -186,6 +189,16 @@ class IngestScheduler:
         for job_id, when in self.next_runs().items():
             if job is None or job_id == job:
                 log.info("ingest.next_run", job=job_id, next_run=when)
+
+
+def why_skipped(holder: SourceRun | None) -> str:
+    """Why a scheduled run did not start, given `holder`, the run holding its source: the previous scheduled
+    run was still going, or was still waiting for another kind of run of the source (a first deploy's
+    start-up run, a `gateway ingest`), which is then named."""
+    if holder is None or holder.trigger == "schedule":
+        return STILL_RUNNING
+    return (f"not run: a {holder.kind} run of this source was still going (since {holder.since_hms} UTC), and the "
+            "previous scheduled run was waiting for it")
 
 
 def _log_run(event: str, report: IngestReport) -> None:

@@ -251,6 +251,40 @@ async def test_a_scheduled_run_skipped_while_the_last_one_still_goes_is_recorded
     assert recorded[0].status == "ok" and latest[("acme", "site")].id == recorded[0].id  # /readyz: the run that ran
 
 
+async def test_a_scheduled_run_skipped_behind_a_start_up_run_names_that_run(tmp_path):
+    # A first deploy's start-up ingest of a large site outlasts two of its hourly crons: the first waits for
+    # it, the second was recorded as skipped because "the previous scheduled run of this source was still
+    # going", which had not even started; the run going was the start-up one.
+    async with HangingSite() as site:
+        bot = {"name": "acme", "channels": {"web": {}},
+               "sources": [{"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 4 * * 1"}]}
+        async with open_knowledge(tmp_path, bot) as (settings, sessions, knowledge):
+            scheduler = IngestScheduler(settings, knowledge=knowledge)
+            scheduler.start()  # the empty collection's start-up run, held on the page
+            try:
+                await asyncio.wait_for(site.asked.wait(), 30)
+                with structlog.testing.capture_logs() as logs:
+                    _fire_now(scheduler)
+                    for _ in range(250):  # until that scheduled run waits for the start-up run
+                        if any(e["event"] == "ingest.scheduled_start" for e in logs):
+                            break
+                        await asyncio.sleep(0.02)
+                    _fire_now(scheduler)
+                    for _ in range(250):  # until the skipped run is recorded
+                        if len(recorded := await runs(sessions)) == 2:
+                            break
+                        await asyncio.sleep(0.02)
+            finally:
+                site.release.set()
+                scheduler.shutdown()
+    assert [(r.trigger, r.status) for r in recorded] == [("startup", "running"), ("schedule", "skipped")]
+    why = (r"not run: a start-up run of this source was still going \(since \d\d:\d\d:\d\d UTC\), and the previous "
+           r"scheduled run was waiting for it")
+    assert re.fullmatch(why, recorded[1].errors[0]), recorded[1].errors
+    [skipped] = [e for e in logs if e["event"] == "ingest.scheduled_skipped"]
+    assert skipped["why"] == recorded[1].errors[0]
+
+
 async def test_a_qdrant_not_answering_yet_at_start_is_asked_again_and_the_ingest_runs(tmp_path, monkeypatch):
     # docker compose starts the gateway beside its Qdrant server: a check before the server answered was
     # logged and dropped, and the empty bot answered with its fallback until its cron, that night at 03:00.
