@@ -1,6 +1,6 @@
 """`gateway ingest-runs`: the recorded ingest runs, newest first, without writing SQL.
 
-Every run is recorded (`ingest_runs`); /readyz shows only each source's last one, so a maintainer
+Every run is recorded (`ingest_runs`); /readyz shows only each source's last one and the one going, so a maintainer
 asking "when did this page start failing?" or "did last night's run finish?" had to query the
 database by hand. This reads the store alone (no index, no models), so it works beside a running
 server too.

@@ -25,6 +25,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.errors import RetrievalError
+from gateway.models import utcnow
 from gateway.settings import BotSettings, RetrievalSettings, Settings
 from gateway.source_runs import SourceRun
 
@@ -196,12 +197,15 @@ class Knowledge:
         if src is None:
             raise KeyError(f"source {source!r} of bot {bot!r} ({_its_sources(bot_settings)})")
         label = f"{bot}/{source}"
+        run = SourceRun(trigger)
 
         def report_progress(done: int, total: int) -> None:
+            run.documents = (done, total)
             if progress is not None:
                 progress(done, total, label)
 
         def report_fetching(done: int, total: int) -> None:  # its own bar, before the documents' one
+            run.pages = (done, total)
             if progress is not None:
                 progress(done, total, f"{label} pages fetched")
 
@@ -214,7 +218,8 @@ class Knowledge:
                           label, holder.kind, holder.since_hms)
         try:
             async with lock:
-                self._holders[bot, source] = SourceRun(trigger)
+                run.since = utcnow()  # it holds the source from now
+                self._holders[bot, source] = run
                 try:
                     async with self._source_runs, self._advisory_lock(bot, source):
                         await self._mark_interrupted(bot, source)  # no run of it goes on anywhere now
@@ -239,10 +244,10 @@ class Knowledge:
         """At start: mark `interrupted` the runs a killed process left `running` (a `kill -9` mid-ingest left
         its row so until the next run of its source ended, often the next night). A source whose run is
         going in another process (it holds the source's advisory lock) is left alone: that run is real."""
-        from rag.ingest_runs import running_sources
+        from rag.ingest_runs import running_runs
 
         try:
-            for bot, source in await running_sources(self._sessions):
+            for bot, source in await running_runs(self._sessions):
                 if self._source_locks[bot, source].locked():
                     continue
                 async with self._advisory_lock(bot, source, wait=False) as held:

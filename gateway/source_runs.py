@@ -1,5 +1,5 @@
-"""The run of each source this process holds: whom another run of the source waits for, and whom a
-scheduled run that could not start was behind."""
+"""The run of each source this process holds: whom another run of the source waits for, whom a
+scheduled run that could not start was behind, and how far it has come (/readyz)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ class SourceRun:
 
     trigger: str
     since: datetime = field(default_factory=utcnow)
+    pages: tuple[int, int] | None = None  # (fetched, listed) of a urls or sitemap source, as it fetches them
+    documents: tuple[float, int] | None = None  # (stored, loaded), once it stores them
 
     @property
     def kind(self) -> str:
@@ -27,3 +29,12 @@ class SourceRun:
     @property
     def since_hms(self) -> str:
         return self.since.strftime("%H:%M:%S")
+
+    def progress(self) -> dict[str, float]:
+        """How far it is, as far as it has said: pages fetched, then documents stored."""
+        out: dict[str, float] = {}
+        if self.pages is not None:
+            out["pages_fetched"], out["pages"] = self.pages
+        if self.documents is not None:
+            out["documents_done"], out["documents"] = self.documents
+        return out

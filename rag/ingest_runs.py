@@ -106,12 +106,11 @@ async def mark_interrupted(sessions: async_sessionmaker[AsyncSession], bot: str,
         return marked
 
 
-async def running_sources(sessions: async_sessionmaker[AsyncSession]) -> list[tuple[str, str]]:
-    """The (bot, source) pairs with a run recorded as `running`."""
+async def running_runs(sessions: async_sessionmaker[AsyncSession]) -> dict[tuple[str, str], IngestRun]:
+    """(bot, source) -> its newest run recorded as `running`, for each source that has one."""
     async with sessions() as session:
-        found = await session.execute(select(IngestRun.bot, IngestRun.source).where(IngestRun.status == "running")
-                                      .distinct())
-        return [(bot, source) for bot, source in found]
+        found = await session.scalars(select(IngestRun).where(IngestRun.status == "running").order_by(IngestRun.id))
+        return {(run.bot, run.source): run for run in found}
 
 
 def _interrupt(bot: str, source: str):

@@ -12,7 +12,7 @@ from gateway.http.deps import services, utc_iso
 from gateway.models import as_utc, utcnow
 from gateway.observability.logs import redact
 from gateway.operators.slack_access import operator_channel_status
-from rag.ingest_runs import latest_runs
+from rag.ingest_runs import latest_runs, running_runs
 from storage import repositories as repo
 from storage.models import Message
 
@@ -97,20 +97,27 @@ async def _chunk_counts(svc) -> dict[str, int]:
 
 
 async def _last_ingests(svc) -> dict[str, dict[str, object]]:
-    """"bot/source" -> how its last finished ingest ended, for every configured source."""
+    """"bot/source" -> how its last finished ingest ended, for every configured source, and under `running`
+    the run going, if one is: what started it, when, and how far it is when this process runs it. Without
+    it a crawl of hours showed only the run before it."""
     try:
-        runs = await latest_runs(svc.sessions)
+        runs, going = await latest_runs(svc.sessions), await running_runs(svc.sessions)
     except Exception:  # the database answered SELECT 1 a moment ago; this is detail, not readiness
         return {}
     out: dict[str, dict[str, object]] = {}
     for bot in svc.settings.bots:
         for source in bot.sources:
             run = runs.get((bot.name, source.name))
-            out[f"{bot.name}/{source.name}"] = {"status": "never run"} if run is None else {
+            entry: dict[str, object] = {"status": "never run"} if run is None else {
                 "status": run.status, "started_at": utc_iso(run.started_at),
                 # The last error says what is wrong now; the count says whether it is one page or many. Redacted
                 # as the log is: /readyz answers anyone, and a sitemap's URL may carry a password.
                 **({"error": redact(run.errors[-1]), "errors": len(run.errors) + run.errors_dropped} if run.errors and run.status != "ok" else {})}
+            if (now := going.get((bot.name, source.name))) is not None:
+                here = svc.knowledge.holder(bot.name, source.name)  # None when another process runs it
+                entry["running"] = {"trigger": now.trigger, "started_at": utc_iso(now.started_at),
+                                    **(here.progress() if here is not None else {})}
+            out[f"{bot.name}/{source.name}"] = entry
     return out
 
 

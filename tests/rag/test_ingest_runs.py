@@ -122,3 +122,54 @@ async def test_the_next_run_of_a_source_marks_its_orphaned_run_interrupted_as_it
             site.release.set()
             await asyncio.wait_for(run, 60)
     assert status == "interrupted"
+
+
+async def test_readyz_shows_a_run_going_beside_the_last_one_that_ended(tmp_path):
+    """/readyz showed a source's last finished run alone: through a crawl of hours, nothing said one was going."""
+    async with HangingSite() as site:
+        bot = {"name": "acme", "sources": [{"name": "site", "type": "urls", "urls": [site.url], "schedule": "0 3 * * *"}]}
+        async with app_client(tmp_path, bots=[bot], start_worker=False) as client:
+            site.release.set()
+            await client.services.knowledge.ingest_source("acme", "site", trigger="cli")
+            ended = (await client.get("/readyz")).json()["ingest"]["acme/site"]
+            site.release, site.asked = asyncio.Event(), asyncio.Event()  # the next run waits on the page
+            run = asyncio.create_task(client.services.knowledge.ingest_source("acme", "site", trigger="schedule"))
+            await asyncio.wait_for(site.asked.wait(), 30)
+            going = (await client.get("/readyz")).json()["ingest"]["acme/site"]
+            site.release.set()
+            await asyncio.wait_for(run, 60)
+            after = (await client.get("/readyz")).json()["ingest"]["acme/site"]
+    assert ended["status"] == "ok" and "running" not in ended
+    running = going.pop("running")
+    assert going == ended  # the last run that ended, as before
+    assert running.pop("started_at") > ended["started_at"]
+    assert running == {"trigger": "schedule", "pages_fetched": 0, "pages": 1}
+    assert after["status"] == "ok" and after["started_at"] > ended["started_at"] and "running" not in after
+
+
+async def test_readyz_shows_how_many_documents_a_run_going_has_stored(tmp_path, monkeypatch):
+    import rag.ingest
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a", "b"):
+        (docs / f"{name}.md").write_text(f"# {name}\n\nThe page {name} says hello.\n")
+    bot = {"name": "acme", "sources": [{"name": "docs", "type": "directory", "path": str(docs), "schedule": "0 3 * * *"}]}
+    async with app_client(tmp_path, bots=[bot], start_worker=False, ingest=True) as client:
+        for name in ("c", "d"):  # two new documents, the first two unchanged
+            (docs / f"{name}.md").write_text(f"# {name}\n\nThe page {name} says hello.\n")
+        writing, release = asyncio.Event(), asyncio.Event()
+        write_points = rag.ingest.write_points
+
+        async def held(*args, **kwargs):
+            writing.set()
+            await release.wait()
+            return await write_points(*args, **kwargs)
+
+        monkeypatch.setattr(rag.ingest, "write_points", held)
+        run = asyncio.create_task(client.services.knowledge.ingest_source("acme", "docs", trigger="cli"))
+        await asyncio.wait_for(writing.wait(), 30)
+        running = (await client.get("/readyz")).json()["ingest"]["acme/docs"]["running"]
+        release.set()
+        assert (await asyncio.wait_for(run, 60)).added > 0
+    assert (running["trigger"], running["documents_done"], running["documents"]) == ("cli", 2, 4)
