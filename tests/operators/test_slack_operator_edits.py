@@ -235,22 +235,28 @@ async def test_an_operators_edit_of_a_whatsapp_reply_tells_them_the_customer_sti
         await slack.stop()
 
 
+def _revised_while_relayed(client, monkeypatch, revision: bytes) -> None:
+    """Slack's `revision` of the operator's thread message comes while the gateway relays that message (in
+    `escalations.reply`, once)."""
+    escalations = client.services.escalations
+    relay = escalations.reply
+
+    async def revised_meanwhile(*args, **kwargs):
+        monkeypatch.setattr(escalations, "reply", relay)
+        assert (await _post_event(client, revision)).status_code == 200
+        return await relay(*args, **kwargs)
+
+    monkeypatch.setattr(escalations, "reply", revised_meanwhile)
+
+
 async def test_an_operators_edit_made_while_their_reply_was_relayed_reaches_the_customer(client, slack, monkeypatch):
     """The edit applied to the operator's message while it waited (the inbox's `_revise`) landed after the relay
     had read its text: the customer got the first version, the message was marked done with the new one, and
     nothing passed the edit on, while the operator saw it corrected in Slack."""
     _, thread_ts = await _escalated_and_claimed(client, slack, "DRACE")
     ts = f"{time.time():.6f}"
-    escalations = client.services.escalations
-    relay = escalations.reply
-
-    async def edited_meanwhile(*args, **kwargs):
-        monkeypatch.setattr(escalations, "reply", relay)
-        edited = _revision("message_changed", thread_ts, ts, "Pick-up at 9.", "EvRaceEdit", new_text="Pick-up at 10.")
-        assert (await _post_event(client, edited)).status_code == 200
-        return await relay(*args, **kwargs)
-
-    monkeypatch.setattr(escalations, "reply", edited_meanwhile)
+    _revised_while_relayed(client, monkeypatch, _revision(
+        "message_changed", thread_ts, ts, "Pick-up at 9.", "EvRaceEdit", new_text="Pick-up at 10."))
     assert (await _post_event(client, _thread_reply("Pick-up at 9.", thread_ts, "EvRaceReply", ts=ts))).status_code == 200
     update = await wait_until(lambda: [c.params for c in slack.calls_to("chat.update") if c.params.get("channel") == "DRACE"])
     reply = await _relayed(client, "Pick-up at 10.")
@@ -266,16 +272,8 @@ async def test_an_operators_deletion_made_while_their_reply_was_relayed_takes_th
     operator had deleted in Slack, and nothing passed the deletion on."""
     _, thread_ts = await _escalated_and_claimed(client, slack, "DRACEDEL")
     ts = f"{time.time():.6f}"
-    escalations = client.services.escalations
-    relay = escalations.reply
-
-    async def deleted_meanwhile(*args, **kwargs):
-        monkeypatch.setattr(escalations, "reply", relay)
-        deleted = _revision("message_deleted", thread_ts, ts, "Your code is 4711.", "EvRaceDelete")
-        assert (await _post_event(client, deleted)).status_code == 200
-        return await relay(*args, **kwargs)
-
-    monkeypatch.setattr(escalations, "reply", deleted_meanwhile)
+    _revised_while_relayed(client, monkeypatch, _revision(
+        "message_deleted", thread_ts, ts, "Your code is 4711.", "EvRaceDelete"))
     assert (await _post_event(client, _thread_reply("Your code is 4711.", thread_ts, "EvRaceDelReply", ts=ts))).status_code == 200
     reply = await _relayed(client, "Your code is 4711.")
     # Slack lets no bot delete a DM message of its own here: blanked, as any deletion of a relayed reply is.
@@ -333,16 +331,8 @@ async def test_slacks_retry_of_a_deletion_made_while_the_reply_was_relayed_is_pa
     second change of the customer's message (on Telegram, a refused delete the operator is told failed)."""
     _, thread_ts = await _escalated_and_claimed(client, slack, "DRETRYDEL")
     ts = f"{time.time():.6f}"
-    escalations = client.services.escalations
-    relay = escalations.reply
     deleted = _revision("message_deleted", thread_ts, ts, "Your PIN is 1234.", "EvRetryDelete")
-
-    async def deleted_meanwhile(*args, **kwargs):
-        monkeypatch.setattr(escalations, "reply", relay)
-        assert (await _post_event(client, deleted)).status_code == 200
-        return await relay(*args, **kwargs)
-
-    monkeypatch.setattr(escalations, "reply", deleted_meanwhile)
+    _revised_while_relayed(client, monkeypatch, deleted)
     assert (await _post_event(client, _thread_reply("Your PIN is 1234.", thread_ts, "EvRetryDelReply", ts=ts))).status_code == 200
     await wait_until(lambda: [c for c in slack.calls_to("chat.update") if c.params.get("channel") == "DRETRYDEL"])
     retried = await client.post("/webhooks/acme/slack/events", content=deleted, headers={
