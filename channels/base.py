@@ -38,7 +38,7 @@ class Capabilities:
     markdown: Literal["html", "markdownv2", "mrkdwn", "discord", "plain", "markdown"]
     length_unit: Literal["chars", "utf16"] = "chars"
     threads: bool = False
-    edits: bool = False
+    edits: bool = False  # with `edit`, and `render` (the parts `send` posts): an edit of a sent reply takes them
     typing: bool = False
     delivery_receipts: bool = False  # the platform calls back with sent/delivered/read per message
 

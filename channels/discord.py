@@ -251,15 +251,21 @@ class DiscordAdapter:
         except Exception as exc:
             raise translate(exc) from exc
 
+    def render(self, message: OutboundMessage) -> list[str]:
+        """The chunks `send` posts for `message` in the channel: one addressed to the member (an operator's, a
+        late `/ask`'s answer) starts with the mention, and the chunks are split with it."""
+        return _rendered(message, message.interaction is not None or (
+            not message.reply_to and message.addressee is not None))[0]
+
     @within_wait_budget
     async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str, *,
-                   addressee: str | None = None) -> None:
-        """Replace a message's text (streaming by edits). `text` must fit in 2000 characters. A channel message
-        keeps its mention of the conversation's member: with an `addressee`, as `send` took it; a late `/ask`'s too."""
+                   rendered: bool = False) -> None:
+        """Replace a message's text: Markdown (streaming by edits) of at most 2000 characters, or, `rendered`, one
+        of `render`'s chunks as it is (an operator's edit: the first keeps its mention). A late `/ask`'s post
+        keeps its mention of the member too."""
         interaction = self._interactions.of_followup(provider_message_id)
-        member = None if interaction is not None else conversation.member if addressee is not None \
-            else self._mentioned.get(provider_message_id)
-        content = to_discord_markdown(text)
+        member = None if interaction is not None or rendered else self._mentioned.get(provider_message_id)
+        content = text if rendered else to_discord_markdown(text)
         if member and member.isdigit() and content.strip():  # as `render_message` addressed it
             content = f"<@{member}> {content.strip()}"
         if len(content) > MAX_LENGTH:

@@ -45,7 +45,7 @@ from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_u
 from channels.slack_socket import open_socket_mode as _open_socket_mode
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
-from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage
+from gateway.models import Citation, ConversationRef, OutboundMessage
 from gateway.settings import SlackChannel
 
 __all__ = [
@@ -200,11 +200,12 @@ class SlackAdapter:
 
     # ---- outbound ----------------------------------------------------------------------------
 
-    def render(self, text: str, citations: tuple[Citation, ...] = (), *, heading: str = SOURCES_HEADING) -> list[str]:
-        """Markdown answer + citations under `heading` → mrkdwn parts of at most SLACK_MESSAGE_LIMIT chars."""
-        body = markdown_to_mrkdwn(text)
-        safe = tuple(Citation(c.source, c.title, safe_link_url(c.url)) for c in citations)
-        footer = render_citations(safe, style="mrkdwn", heading=heading)
+    def render(self, message: OutboundMessage) -> list[str]:
+        """The mrkdwn parts `send` posts for `message` (its sources under their heading), each of at most
+        SLACK_MESSAGE_LIMIT chars."""
+        body = markdown_to_mrkdwn(message.text)
+        safe = tuple(Citation(c.source, c.title, safe_link_url(c.url)) for c in message.citations)
+        footer = render_citations(safe, style="mrkdwn", heading=message.sources_heading)
         full = f"{body}\n\n{footer}" if body and footer else body or footer
         return split_text(full, limit=SLACK_MESSAGE_LIMIT)
 
@@ -216,7 +217,7 @@ class SlackAdapter:
         the rest, so an interrupted reply is finished without a duplicate, even after a restart.
         """
         conv = message.conversation
-        parts = self.render(message.text, message.citations, heading=message.sources_heading)
+        parts = self.render(message)
         with self._sent_parts.resume(message) as sent:
             if message.idempotency_key and message.attempt > 1:
                 landed = await self._landed_parts(conv, message.idempotency_key)
@@ -263,15 +264,14 @@ class SlackAdapter:
             log.info("slack.reconciled", bot=self.bot, chat=conv.chat, reply=reply, parts=sorted(landed))
         return landed
 
-    async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str) -> None:
-        """Replace a posted message's text (streaming by edits). The text must fit in one message.
-
-        chat.update is Tier 3 (about 50 a minute per workspace): callers should edit at most about once a second.
-        """
-        rendered = markdown_to_mrkdwn(text)
-        if len(rendered) > SLACK_MESSAGE_LIMIT:
+    async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str, *,
+                   rendered: bool = False) -> None:
+        """Replace a posted message's text: Markdown that fits in one message (streaming by edits), or, `rendered`,
+        one of `render`'s parts as it is. chat.update is Tier 3 (50 a minute a workspace): once a second at most."""
+        mrkdwn = text if rendered else markdown_to_mrkdwn(text)
+        if len(mrkdwn) > SLACK_MESSAGE_LIMIT:
             raise ChannelSendError("edit longer than one Slack message; roll over into a new one", permanent=True)
-        await self._call("chat_update", channel=conversation.chat, ts=provider_message_id, text=rendered)
+        await self._call("chat_update", channel=conversation.chat, ts=provider_message_id, text=mrkdwn)
 
     async def send_typing(self, conversation: ConversationRef) -> None:
         """Slack has no typing indicator for bot tokens over the Web API, so this does nothing."""

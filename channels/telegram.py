@@ -61,7 +61,6 @@ from channels.telegram_polling import TelegramPoller
 from channels.telegram_render import (
     TELEGRAM_LIMIT,
     markdown_to_html,
-    mention_html,
     render_messages,
     visible_length,
     visible_text,
@@ -137,12 +136,7 @@ class TelegramAdapter:
         a retry resumes after them: from memory, or in a new process from `message.delivered_parts`."""
         conv = message.conversation
         reply_to = int(message.reply_to) if message.reply_to and message.reply_to.isdigit() else None
-        # In a group, a message for the member that replies to none of theirs (an operator's) names them.
-        addressed = message.addressee is not None and reply_to is None
-        member = conv.member if addressed and conv.member and conv.member.isdigit() else None
-        chunks = render_messages(message.text, message.citations, limit=TELEGRAM_LIMIT,
-                                 mention=(member, message.addressee or "") if member else None,
-                                 sources_heading=message.sources_heading)
+        chunks = self.render(message)
         chat: int | str = self._chat_id(conv.chat)
         if conv.chat in self._moved:
             reply_to = None  # a message of the old group: the supergroup numbers its own from 1, another one's
@@ -162,6 +156,15 @@ class TelegramAdapter:
                 log.info("telegram.sent", bot=self.bot_name, chat=conv.chat, telegram_message_id=message_id, part=index + 1,
                          parts=len(chunks))
         return list(done)
+
+    def render(self, message: OutboundMessage) -> list[str]:
+        """The HTML messages `send` posts for `message`. In a group, one for the member that replies to none of
+        theirs (an operator's) names them in front of the first, and every part leaves room for the mention."""
+        member = message.conversation.member
+        addressed = message.addressee is not None and not (message.reply_to and message.reply_to.isdigit())
+        mention = (member, message.addressee or "") if addressed and member and member.isdigit() else None
+        return render_messages(message.text, message.citations, limit=TELEGRAM_LIMIT, mention=mention,
+                               sources_heading=message.sources_heading)
 
     async def _send_chunk(self, chat: int | str, html: str, *, thread: int | None, reply_to: int | None) -> tuple[int | str, str]:
         parse_mode: str | None = "HTML"
@@ -250,12 +253,10 @@ class TelegramAdapter:
             raise ChannelSendError(f"telegram refused the deletion: {exc.message}", permanent=True) from exc
 
     async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str, *,
-                   addressee: str | None = None) -> None:
-        """Replace a sent message's text (streaming by edits). The caller rolls over past the limit.
-
-        With `addressee`, as `send` took it, a group message keeps its mention of the member it is for."""
-        member = conversation.member if addressee is not None else None
-        html = (mention_html(member, addressee or "") if member and member.isdigit() else "") + markdown_to_html(text)
+                   rendered: bool = False) -> None:
+        """Replace a sent message's text: Markdown (streaming by edits; the caller rolls over past the limit),
+        or, `rendered`, one of `render`'s messages as it is (an operator's edit: the first keeps its mention)."""
+        html = text if rendered else markdown_to_html(text)
         if visible_length(html) > TELEGRAM_LIMIT:
             raise ChannelSendError("edit longer than Telegram's 4096 limit; send a new message instead", permanent=True)
         if not visible_text(html).strip():

@@ -19,19 +19,17 @@ so the console and the transcript show what the customer has.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import structlog
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from channels.render import split_text
 from channels.slack_render import mrkdwn_to_markdown
 from gateway.delivery.streaming import remove_message
 from gateway.errors import BotRemoved
 from gateway.escalation.handoff import reply_key
-from gateway.models import ConversationRef, utcnow
+from gateway.models import ConversationRef, OutboundMessage, utcnow
 from gateway.operators.slack_text import plain
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Escalation, Message
@@ -52,15 +50,6 @@ async def first_of(session: AsyncSession, conversation_id: int, platform_message
 
 def _can_edit(adapter: Any) -> bool:
     return adapter is not None and getattr(adapter.capabilities, "edits", False) and hasattr(adapter, "edit")
-
-
-MENTION_ROOM = 24
-"""Characters a mention of a member takes in front of a message: Discord's `<@` snowflake `> ` (Telegram's is
-the member's name and a space)."""
-
-
-def _takes_addressee(adapter: Any) -> bool:
-    return "addressee" in inspect.signature(adapter.edit).parameters
 
 
 async def _addressee(session: Any, reply: Message, customer: Conversation) -> str | None:
@@ -134,17 +123,12 @@ class RevisionRelay:
     async def _change_sent(self, adapter: Any, customer: Conversation, reply: Message, *, text: str, deleted: bool,
                            what: str, addressee: str | None = None) -> tuple[str | None, bool]:
         """Edit (or remove) the reply's messages on the customer's platform: (what to tell the operator, done).
-        A platform whose `edit` takes the `addressee` a send took (Discord: a mention of the member in a shared
-        channel, in front of the first part) is given it for the first part, so the edit keeps the mention."""
+        The new text is rendered and split as the send was (`render`: in a shared chat, the member's mention in
+        front of the first part, and room left for it), so each message takes the part that send would post there."""
         ref = ConversationRef(channel=customer.channel, workspace=customer.workspace, chat=customer.chat,
                               thread=customer.thread)
         ids = [str(p) for p in reply.provider_ids]
-        addressed = addressee is not None and _takes_addressee(adapter)
-        # The send left room for the mention (`render_messages`, `render_message`): so does the edit, or a reply
-        # that took one message more for it is one part short here, and the first part too long with it.
-        room = max(MENTION_ROOM, len(addressee or "") + 1) if addressed else 0
-        parts = [] if deleted else split_text(text, limit=adapter.capabilities.max_length - room,
-                                               unit=adapter.capabilities.length_unit)
+        parts = [] if deleted else adapter.render(OutboundMessage(conversation=ref, text=text, addressee=addressee))
         if not deleted and len(parts) != len(ids):
             return (f"Your edit was not passed on: it does not fit the {len(ids)} message(s) the customer got. "
                     "Send a correction as a new reply."), False
@@ -153,8 +137,7 @@ class RevisionRelay:
                 if deleted:
                     await remove_message(adapter, ref, provider_id)
                 else:
-                    mention = {"addressee": addressee} if addressed and index == 0 else {}
-                    await adapter.edit(ref, provider_id, parts[index], **mention)
+                    await adapter.edit(ref, provider_id, parts[index], rendered=True)
         except Exception as exc:  # the platform refused (too old to edit, gone): the operator must know
             log.warning("slack_operator.revision_failed", message_id=reply.id, channel=reply.channel,
                         error=f"{type(exc).__name__}: {exc}"[:200])

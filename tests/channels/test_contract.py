@@ -169,6 +169,7 @@ async def test_contract_capabilities_are_sane(built: tuple[Case, Any]) -> None:
     assert caps.markdown in ("html", "markdownv2", "mrkdwn", "discord", "plain", "markdown")
     if caps.edits:
         assert callable(getattr(adapter, "edit", None)), "edits=True needs an edit() method"
+        assert callable(getattr(adapter, "render", None)), "edits=True needs render() (a reply's parts)"
     if caps.typing:
         assert callable(getattr(adapter, "send_typing", None)), "typing=True needs send_typing()"
 

@@ -79,3 +79,21 @@ async def test_an_operators_edit_of_a_reply_sent_in_two_parts_for_its_mention_re
         assert fake.messages[first]["content"].startswith(f"<@{ANN}> Step 0 of your refund is paid.")
         assert all(len(fake.messages[m]["content"]) <= 2000 for m in (first, second))
         assert not _told(slack, thread_ts)
+
+
+async def test_an_operators_edit_of_a_reply_whose_second_part_is_full_reaches_both_parts(tmp_path):
+    """The send left room for the mention in the first part only; the edit left 24 characters in every part,
+    so a reply whose second part took more than 1,976 characters was three parts to the edit, and never passed on."""
+    long_reply = " ".join(f"Step {i} of your refund is done." for i in range(130))[:3960]
+    async with _operator_answered(tmp_path, "1500000000000000043", long_reply) as (
+            client, slack, fake, thread_ts, ts, reply):
+        first, second = reply.provider_ids
+        assert len(fake.messages[second]["content"]) > 1976
+        new_text = long_reply.replace("done", "paid")
+        edited = _revision("message_changed", thread_ts, ts, long_reply, "EvDcFullEdit", new_text=new_text)
+        assert (await _post_event(client, edited)).status_code == 200
+        await wait_until(lambda: (_edits(fake, first) and _edits(fake, second)) or _told(slack, thread_ts),
+                         what="both parts edited, or a word to the operator")
+        assert not _told(slack, thread_ts)
+        assert fake.messages[first]["content"].startswith(f"<@{ANN}> Step 0 of your refund is paid.")
+        assert " ".join(fake.messages[m]["content"] for m in (first, second)) == f"<@{ANN}> {new_text}"

@@ -141,9 +141,9 @@ async def _operator_replied(client, slack, text: str) -> tuple[str, str, Message
 
 
 @contextlib.asynccontextmanager
-async def _telegram_customer(tmp_path, update: dict):
+async def _telegram_customer(tmp_path, update: dict, reply_text: str = "Your refund is 10 EUR."):
     """(client, fake Slack, fake Telegram, the operator's thread ts, the reply's ts in Slack, the reply once
-    sent): the app with a Telegram customer, whose `update` asked for a human, answered by operator sam."""
+    sent): the app with a Telegram customer, whose `update` asked for a human, answered `reply_text` by operator sam."""
     slack = await FakeSlack.start()
     try:
         async with FakeTelegramAPI(TG_TOKEN) as telegram, _customer_app(tmp_path, slack, {"telegram": {
@@ -152,7 +152,7 @@ async def _telegram_customer(tmp_path, update: dict):
             asked = await client.post("/webhooks/acme/telegram", json=update,
                                       headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET})
             assert asked.status_code == 200
-            thread_ts, ts, reply = await _operator_replied(client, slack, "Your refund is 10 EUR.")
+            thread_ts, ts, reply = await _operator_replied(client, slack, reply_text)
             yield client, slack, telegram, thread_ts, ts, reply
     finally:
         await slack.stop()
