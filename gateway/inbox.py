@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import structlog
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.burst import BURST_OWNER
@@ -20,6 +20,7 @@ from storage import message_meta
 from storage import repositories as repo
 from storage.chat_moves import move_chat, unfinished_moves
 from storage.conflicts import run_again_on_conflict
+from storage.meta_keys import merged_meta, stored_revision_before
 from storage.models import Conversation, Message
 from storage.removed_chats import mark_removed
 from storage.text import storable_text
@@ -74,6 +75,19 @@ def _revision(edit: InboundMessage) -> dict[str, Any]:
 def _names(edit: InboundMessage):
     """The SQL condition that a message is the one `edit` revises (its `meta.platform_message_id`)."""
     return Message.meta["platform_message_id"].as_string() == edit.revises
+
+
+def _answered_place_moved(dialect: str, bot: str, move: InboundMessage):
+    """The UPDATE … RETURNING id that moves the place of `move`'s message when it is answered (not pending) and
+    holds an older revision: what `Inbox._move_place` writes under its locks, merged by the database."""
+    named = select(func.min(Message.id)).join(Conversation, Message.conversation_id == Conversation.id).where(
+        Message.bot == bot, Message.channel == move.channel, Message.direction == "in",
+        Conversation.chat == move.conversation.chat, _names(move)).correlate(None).scalar_subquery()
+    changes = message_meta.said(message_meta.inbound_meta(move)) | {"live_location": True} | _revision(move)
+    return (update(Message).where(Message.id == named, Message.status != "pending",
+                                  stored_revision_before(dialect, move.revision))
+            .values(text=move.text, meta=merged_meta(dialect, changes, dropped=message_meta.SAID_META))
+            .returning(Message.id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +209,14 @@ class Inbox:
         one being answered keeps its answer (gateway/edits_meanwhile.py), and a move comes every few seconds
         for hours, so it wakes no worker and is logged at debug only."""
         async with self._sessions() as session, session.begin():
+            # Nearly every move is of a message answered long ago: one UPDATE, when the move is surely the newer. The
+            # locks below keep a move in step with a turn reading the message (a burst's park, the answer's store),
+            # which only a pending message has; it, a message never stored and an older move are read below.
+            moved = (await session.execute(_answered_place_moved(session.bind.dialect.name, bot, move))).scalar_one_or_none()
+            if moved is not None:
+                log.debug("inbound.place_moved", bot=bot, channel=move.channel, message_id=moved,
+                          revision=move.revision, applied=True)
+                return None
             found = (await session.execute(
                 select(Message.id, Message.conversation_id)
                 .join(Conversation, Message.conversation_id == Conversation.id).where(

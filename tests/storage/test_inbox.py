@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import pytest
 from sqlalchemy import func, select, update
-from structlog.testing import capture_logs
 
 from channels.telegram import TelegramAdapter
 from gateway.inbox import Inbox
@@ -258,46 +257,6 @@ async def test_an_edit_of_a_message_whose_revision_was_stored_as_an_update_id_al
             message = await session.get(Message, stored.message_id)
         texts.append((message.text, message.meta["revision"]))
     assert texts == [("teh price?", 880005), ("the price?", [1700000060, 880006])]
-    await engine.dispose()
-
-
-async def test_a_live_location_moved_while_its_message_waits_moves_its_shared_values_too(migrated_url):
-    """Telegram sends each move of a live location as an edit of its message: the text took the new place, and
-    `meta.shared` (what operators and tools read) kept the old one."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    inbox = Inbox(sessions)
-    here, there = {"latitude": 52.52, "longitude": 13.405}, {"latitude": 52.5163, "longitude": 13.3777}
-    stored = await inbox.accept("acme", _parsed(_update("", update_id=5001, location=here | {"live_period": 900})))
-    moved = _update("", update_id=5002, location=there | {"live_period": 900}, edit_date=1700000030)["message"]
-    assert await inbox.accept("acme", _parsed({"update_id": 5002, "edited_message": moved})) is None
-    async with sessions() as session:
-        message = await session.get(Message, stored.message_id)
-    assert (message.text, message.meta["shared"]) == ("Shared location: (52.5163, 13.3777)", {"location": there})
-    await engine.dispose()
-
-async def test_a_live_location_moved_after_its_answer_moves_the_record_and_is_no_ignored_edit(migrated_url):
-    """Once its message was answered, each move (every few seconds, for up to 8 hours) was logged at info as an
-    edit "not answered again", and the record kept the place it had when answered. A move is no edit to answer:
-    the record takes the newest place, nothing is stored to answer, and the log at info says nothing of it."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    woken: list[int] = []
-    inbox = Inbox(sessions, on_stored=woken.append)
-    here, there = {"latitude": 52.52, "longitude": 13.405}, {"latitude": 52.5163, "longitude": 13.3777}
-    stored = await inbox.accept("acme", _parsed(_update("", update_id=5001, location=here | {"live_period": 900})))
-    async with sessions() as session, session.begin():
-        await session.execute(update(Message).where(Message.id == stored.message_id).values(status="done"))
-    with capture_logs() as logs:
-        for n in (1, 2):
-            move = _update("", location=there | {"live_period": 900, "heading": n}, edit_date=1700000000 + 30 * n)
-            assert await inbox.accept("acme", _parsed({"update_id": 5001 + n, "edited_message": move["message"]})) is None
-    async with sessions() as session:
-        message = await session.get(Message, stored.message_id)
-    assert (message.text, message.meta["shared"], message.status) == ("Shared location: (52.5163, 13.3777)",
-                                                                      {"location": there}, "done")
-    assert await _count(sessions, Message) == 1 and woken == [stored.conversation_id]  # the question's only
-    assert [e for e in logs if e["log_level"] != "debug"] == []
     await engine.dispose()
 
 
