@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -21,8 +20,8 @@ from gateway.pipeline.held_stream import HeldStream
 from gateway.pipeline.prompts import build_messages, render_tool_result
 from gateway.pipeline.rewrite import bounded_history
 from gateway.pipeline.sentences import whole_sentences
-from gateway.pipeline.tool_journal import ToolJournal
-from gateway.pipeline.tools import DEFAULT_RESULT_CHARS, BotTools, ToolOutcome
+from gateway.pipeline.tool_runs import call_record, loads, run_call, with_stored
+from gateway.pipeline.tools import BotTools, ToolOutcome
 
 log = structlog.get_logger("gateway.answer")
 
@@ -95,6 +94,7 @@ class Answerer:
         rounds = 0
         final = False  # the call after a model ignored tool_choice="none": no tools offered at all
         started = time.monotonic()
+        asked: dict[str, asyncio.Future] = {}  # each distinct call (tool, arguments) of the turn: its outcome
         echo = PromptEcho.of(bot.system_prompt or "", hits)  # once: the stream of each round and gate 2 use it
         while True:
             # Rounds are bounded in number and, together, in time: a model asking for slow tools every
@@ -144,7 +144,7 @@ class Answerer:
                     outcome = await tools.call(c.name, c.arguments or "{}", identity=turn.identity) \
                         if tools is not None and c.name == ESCALATE_TOOL else None
                     escalate = escalate or (outcome.escalate if outcome is not None else None)
-                    calls.append({"round": rounds + 1, "id": c.id, "name": c.name, "arguments": _loads(c.arguments),
+                    calls.append({"round": rounds + 1, "id": c.id, "name": c.name, "arguments": loads(c.arguments),
                                   "result": outcome.result if outcome and outcome.escalate else {"error": NOT_RUN}})
                 if escalate or final or not schemas:
                     break
@@ -171,26 +171,27 @@ class Answerer:
             journal = turn.tool_journal
             finished: dict[int, tuple[ToolOutcome, tuple[Any, str]]] = {}
             # In the order the model asked, before any runs: the n-th same call gets the same key every attempt.
-            keys = [journal.key(c.name, _loads(c.arguments)) if journal else None for c in run]
+            keys = [journal.key(c.name, loads(c.arguments)) if journal else None for c in run]
             try:
-                ran = await asyncio.gather(*(_run_call(tools, c, turn, journal, finished, index, keys[index])
+                ran = await asyncio.gather(*(run_call(tools, c, turn, journal, finished, index, keys[index], asked)
                                              for index, c in enumerate(run)))
             except asyncio.CancelledError:
                 # The turn's deadline stopped the round: a call it cut off may have taken effect all the
                 # same (a ticket), and the operator who gets the turn must see every call that was made.
                 for index, c in enumerate(run):
-                    done, (payload, _) = finished.get(index) or _with_stored(
-                        ToolOutcome(c.name, _loads(c.arguments), None, error=INTERRUPTED), turn)
-                    calls.append(_call_record(rounds, c.id, done, payload))
+                    done, (payload, _) = finished.get(index) or with_stored(
+                        ToolOutcome(c.name, loads(c.arguments), None, error=INTERRUPTED), turn)
+                    calls.append(call_record(rounds, c.id, done, payload))
                 raise
-            outcomes = [*ran, *(_with_stored(ToolOutcome(c.name, _loads(c.arguments), None, error=TOO_MANY), turn)
+            outcomes = [*ran, *(with_stored(ToolOutcome(c.name, loads(c.arguments), None, error=TOO_MANY), turn)
                                 for c in result.tool_calls[MAX_CALLS_PER_ROUND:])]
             for index, (call, (outcome, (payload, content))) in enumerate(zip(result.tool_calls, outcomes)):
                 if index < MAX_CALLS_PER_ROUND:
-                    log.info("tool.replayed" if outcome.replayed else "tool.called", tool=outcome.name,
-                             error=outcome.error, message_id=turn.message_id, conversation_id=turn.conversation_id)
+                    event = "tool.repeated" if outcome.repeated else "tool.replayed" if outcome.replayed else "tool.called"
+                    log.info(event, tool=outcome.name, error=outcome.error, message_id=turn.message_id,
+                             conversation_id=turn.conversation_id)
                 escalate = escalate or outcome.escalate
-                calls.append(_call_record(rounds, call.id, outcome, payload))
+                calls.append(call_record(rounds, call.id, outcome, payload))
                 messages.append({"role": "tool", "tool_call_id": call.id,
                                  "content": render_tool_result(name=outcome.name, content=content)})
             if escalate:
@@ -244,86 +245,6 @@ def _fitting_history(bot, history: list[dict[str, Any]], *, turn, hits: list[Any
     return kept, messages
 
 
-async def _run_call(tools: BotTools, call, turn, journal: ToolJournal | None,
-                    finished: dict[int, tuple[ToolOutcome, tuple[Any, str]]], index: int,
-                    key: str | None) -> tuple[ToolOutcome, tuple[Any, str]]:
-    """One call of a round, with what is stored of it (`_stored`): the outcome an earlier attempt at this
-    message saved for it, else a real call, saved (as stored with the turn) as soon as it returns.
-    `finished[index]` gets it too, so a round cut off by the turn's deadline still knows which of its
-    calls returned, and with what."""
-    arguments = _loads(call.arguments)
-    if journal is not None and (saved := journal.replay(call.name, arguments)) is not None:
-        finished[index] = _with_stored(ToolOutcome(call.name, arguments, saved.get("result"), error=saved.get("error"),
-                                                   escalate=saved.get("escalate"), replayed=True), turn)
-        return finished[index]
-    outcome = await tools.call(call.name, call.arguments or "{}", identity=turn.identity, key=key)
-    finished[index] = _with_stored(outcome, turn, limit=tools.result_limit(call.name))
-    if journal is not None:
-        # The result as stored (bounded once, here): an error's stored form is the error itself.
-        await journal.record(call.name, arguments, result=None if outcome.error else finished[index][1][0],
-                             error=outcome.error, escalate=outcome.escalate)
-    return finished[index]
-
-
-def _with_stored(outcome: ToolOutcome, turn, *, limit: int = DEFAULT_RESULT_CHARS) -> tuple[ToolOutcome, tuple[Any, str]]:
-    """The outcome with its stored form, computed once: a 3 MB result is serialized once, not per use."""
-    return outcome, _stored(outcome, turn, limit=limit)
-
-
-def _stored(outcome: ToolOutcome, turn, *, limit: int) -> tuple[Any, str]:
-    """(what to store, its JSON for the model) of one call's outcome: its error or its bounded result. A
-    replayed result was bounded when it was saved; a cut one would be cut again, nested."""
-    stored = {"error": outcome.error} if outcome.error else outcome.result
-    if outcome.replayed:  # saved in its stored form, JSON already
-        return stored, json.dumps(stored, default=str)
-    stored = as_json(stored)
-    bounded = bounded_result(stored, limit=limit)
-    if bounded[0] is not stored:
-        log.warning("tool.result_truncated", tool=outcome.name, chars=len(json.dumps(stored, default=str)),
-                    kept=limit, message_id=turn.message_id, conversation_id=turn.conversation_id)
-    return bounded
-
-
-def as_json(value: Any) -> Any:
-    """`value` as JSON holds it, as the model is shown it: a datetime, a Decimal or a UUID as its text, a key
-    that is no string (a date) as one, NaN and infinities (no JSON, refused by PostgreSQL's jsonb) as null.
-    A python tool returning a database row kept its objects in the stored turn, which the JSON column
-    could not write: the reply was never stored. A date as a key failed even the model's copy."""
-    if isinstance(value, dict):
-        return {_json_key(k): as_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [as_json(v) for v in value]
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, (str, int)):
-        return value
-    return str(value)
-
-
-def _json_key(key: Any) -> str:
-    """A dict key as `json.dumps` writes it (`1`, `true`, `null`), or the text of a key it refuses (a date)."""
-    return key if isinstance(key, str) else json.dumps(key) if key is None or isinstance(key, (int, float)) else str(key)
-
-
-def _call_record(round_no: int, call_id: str, outcome: ToolOutcome, payload: Any) -> dict[str, Any]:
-    """One call as stored with the turn (and shown to operators)."""
-    return {"round": round_no, "id": call_id, "name": outcome.name, "arguments": outcome.arguments,
-            "result": payload, **({"replayed": True} if outcome.replayed else {})}
-
-
-def bounded_result(result: Any, *, limit: int = DEFAULT_RESULT_CHARS) -> tuple[Any, str]:
-    """(what to store, its JSON for the model): `result`, or its first `limit` characters as text when it
-    is longer, marked as cut so the model does not take a part for the whole. A 3 MB answer went whole
-    into the prompt (which the provider refused, so the customer was told the assistant is down) and into
-    the stored turn."""
-    text = json.dumps(result, default=str)
-    if len(text) <= limit:
-        return result, text
-    cut = {"truncated": f"the first {limit:,} of {len(text):,} characters; the rest was cut and is not shown",
-           "text": text[:limit]}
-    return cut, json.dumps(cut)
-
-
 def without_tool_rounds(messages: list[dict[str, Any]], opening: int) -> list[dict[str, Any]]:
     """`messages` for a call that offers no tools: the turn's tool rounds (from `opening`) left out and
     their results added to the system message as data, after the extracts. A provider may refuse tool
@@ -369,9 +290,3 @@ def replayable(arguments: str | None) -> str:
     except (ValueError, RecursionError):  # RecursionError: nested past what json.loads can read
         return "{}"
 
-
-def _loads(arguments: str | None) -> Any:
-    try:
-        return json.loads(arguments or "{}")
-    except (ValueError, RecursionError):
-        return arguments

@@ -42,22 +42,22 @@ class ToolJournal:
         self._seed = seed
         self._occurrences: Counter[str] = Counter()
         self._entries: list[dict[str, Any]] = [e for e in saved or [] if isinstance(e, dict) and "name" in e]
-        # Each earlier call answers one call of this attempt: a model that asks twice ran twice.
+        # Each earlier call answers one call of this attempt (which asks once a distinct call: tool_runs.py).
         self._unused: dict[str, list[dict[str, Any]]] = {}
         for entry in self._entries:
-            self._unused.setdefault(_key(entry["name"], entry.get("arguments")), []).append(entry)
+            self._unused.setdefault(call_identity(entry["name"], entry.get("arguments")), []).append(entry)
         self._save = save
 
     def key(self, name: str, arguments: Any) -> str:
         """The idempotency key of this attempt's next call of `name` with these arguments: the same for
         the same call in every attempt, when the model asks in the same order (replayed calls count too)."""
-        call = _key(name, arguments)
+        call = call_identity(name, arguments)
         self._occurrences[call] += 1
         return hashlib.sha256(f"{self._seed}\0{call}\0{self._occurrences[call]}".encode()).hexdigest()[:40]
 
     def replay(self, name: str, arguments: Any) -> dict[str, Any] | None:
         """The saved outcome of an earlier attempt's call of `name` with these arguments, used up; or None."""
-        pending = self._unused.get(_key(name, arguments))
+        pending = self._unused.get(call_identity(name, arguments))
         return pending.pop(0) if pending else None
 
     async def record(self, name: str, arguments: Any, *, result: Any, error: str | None,
@@ -72,6 +72,6 @@ class ToolJournal:
             log.warning("tool.journal_failed", tool=name, exc_info=True)
 
 
-def _key(name: str, arguments: Any) -> str:
+def call_identity(name: str, arguments: Any) -> str:
     """One call's identity: its tool and its arguments, whatever order the model wrote their keys in."""
     return json.dumps([name, arguments], sort_keys=True, default=str)

@@ -79,6 +79,7 @@ class ToolOutcome:
     error: str | None = None
     escalate: str | None = None
     replayed: bool = False  # an earlier attempt at the same message ran it (gateway/pipeline/tool_journal.py)
+    repeated: bool = False  # the same call earlier in the turn ran, and this one was given its outcome
 
 
 class BotTools:

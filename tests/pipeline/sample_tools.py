@@ -93,8 +93,9 @@ def sleepy(identity: CallerIdentity) -> dict:
 MEETING: dict[str, int] = {"arrived": 0}
 
 
-async def meet(identity: CallerIdentity) -> dict:
-    """Returns only once three calls of it are running at the same time (so never, one after another)."""
+async def meet(identity: CallerIdentity, seat: int = 0) -> dict:
+    """Returns only once three calls of it are running at the same time (so never, one after another); three
+    calls, not one asked three times, which a turn runs once: each takes a `seat` of its own."""
     MEETING["arrived"] += 1
     while MEETING["arrived"] < 3:
         await asyncio.sleep(0.01)

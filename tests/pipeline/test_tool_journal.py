@@ -7,8 +7,8 @@ import asyncio
 
 from structlog.testing import capture_logs
 
-from gateway.pipeline.answer import bounded_result
 from gateway.pipeline.tool_journal import ToolJournal
+from gateway.pipeline.tool_runs import bounded_result
 from gateway.pipeline.tools import DEFAULT_RESULT_CHARS
 from tests.fakes.openai_server import ToolCallSpec, Turn
 from tests.pipeline import sample_tools
@@ -76,8 +76,9 @@ async def test_a_retry_replays_the_calls_an_earlier_attempt_finished_instead_of_
     assert [e["arguments"]["title"] for e in saved[-1]] == ["Refund order A-7", "Second problem"]
 
 
-async def test_a_saved_call_answers_one_call_only(openai_fake) -> None:
-    """A model that asks twice for the same call meant two: one is replayed, the other runs."""
+async def test_a_saved_call_answers_the_same_call_asked_again_too(openai_fake) -> None:
+    """A turn runs a call asked twice once (tests/pipeline/test_tool_repeats.py): a retry replays it, and its
+    repeat gets the replayed outcome, where it ran, opening the ticket the first attempt had opened again."""
     sample_tools.TICKETS.clear()
     entry = {"name": "create_ticket", "arguments": {"title": "Broken login"}, "result": {"ticket": "T-9"},
              "error": None, "escalate": None}
@@ -88,8 +89,9 @@ async def test_a_saved_call_answers_one_call_only(openai_fake) -> None:
     turn = rig.turn("Open two tickets for my broken login")
     turn.tool_journal = _journal([entry])
     result = await rig.pipeline.handle(turn)
-    assert [c.get("replayed", False) for c in result.tool_calls] == [True, False]
-    assert len(sample_tools.TICKETS) == 1
+    assert [(c["result"], c.get("replayed", False), c.get("repeated", False)) for c in result.tool_calls] == [
+        ({"ticket": "T-9"}, True, False), ({"ticket": "T-9"}, False, True)]
+    assert sample_tools.TICKETS == []
 
 
 async def test_a_replayed_result_that_was_cut_is_not_cut_again(openai_fake) -> None:

@@ -306,8 +306,9 @@ async def test_the_calls_of_one_round_run_side_by_side(openai_fake) -> None:
     """One after the other, eight slow lookups took eight timeouts. `meet` returns only when three of it
     run at once, else it times out."""
     sample_tools.MEETING["arrived"] = 0
-    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("meet", timeout=5)]}])
-    calls = tuple(ToolCallSpec("meet", {}, id=f"m{i}") for i in range(3))
+    seat = {"type": "object", "properties": {"seat": {"type": "integer"}}}
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("meet", timeout=5, parameters=seat)]}])
+    calls = tuple(ToolCallSpec("meet", {"seat": i}, id=f"m{i}") for i in range(3))
     openai_fake.script("primary", Turn(tool_calls=calls), Turn(text="Plus costs $6 per month [1]."))
     result = await rig.pipeline.handle(rig.turn("How much is Plus?"))
     assert [c["result"] for c in result.tool_calls] == [{"met": 3}] * 3

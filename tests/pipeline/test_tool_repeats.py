@@ -1,0 +1,40 @@
+"""The same tool call asked again in one turn, in the same round or a later one: it runs once, and every call
+gets its result."""
+
+from __future__ import annotations
+
+from structlog.testing import capture_logs
+
+from tests.fakes.openai_server import ToolCallSpec, Turn
+from tests.pipeline import sample_tools
+from tests.pipeline.conftest import make_rig
+
+TICKET = {"name": "create_ticket", "type": "python", "import_path": "tests.pipeline.sample_tools:create_ticket",
+          "parameters": {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}}
+
+
+async def test_the_same_call_asked_again_in_a_turn_runs_once_and_each_call_gets_its_result(openai_fake) -> None:
+    """A model asked twice in a round for the same ticket, and once more in the next round (having lost track of
+    the first): every call ran, and the customer had three tickets for one refund."""
+    sample_tools.TICKETS.clear()
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [TICKET]}])
+    refund = {"title": "Refund order A-7"}
+    openai_fake.script("primary",
+                       Turn(tool_calls=(ToolCallSpec("create_ticket", refund, id="t1"),
+                                        ToolCallSpec("create_ticket", refund, id="t2"),
+                                        ToolCallSpec("create_ticket", {"title": "Other problem"}, id="t3"))),
+                       Turn(tool_calls=(ToolCallSpec("create_ticket", refund, id="t4"),)),
+                       Turn(text="Ticket T-1 is open for your refund."))
+    with capture_logs() as logs:
+        result = await rig.pipeline.handle(rig.turn("Please open a ticket for my refund"))
+
+    assert [t["title"] for t in sample_tools.TICKETS] == ["Refund order A-7", "Other problem"]
+    assert result.reply == "Ticket T-1 is open for your refund."
+    assert [(c["id"], c["result"]["ticket"], c.get("repeated", False)) for c in result.tool_calls] == [
+        ("t1", "T-1", False), ("t2", "T-1", True), ("t3", "T-2", False), ("t4", "T-1", True)]
+    # Each call id is answered, as the protocol requires: the model read the one ticket three times.
+    last = openai_fake.requests_for("primary")[-1].messages
+    answered = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
+    assert list(answered) == ["t1", "t2", "t3", "t4"] and all("T-1" in answered[i] for i in ("t1", "t2", "t4"))
+    assert [e["event"] for e in logs if e["event"].startswith("tool.")] == [
+        "tool.called", "tool.repeated", "tool.called", "tool.repeated"]
