@@ -21,6 +21,7 @@ log = structlog.get_logger("gateway.rewrite")
 MAX_QUERIES = 4
 REWRITE_DEADLINE_SECONDS = 10.0
 HISTORY_TOKEN_BUDGET = 1500  # about 4 characters a token; bounds what a rewrite call costs
+MIN_TURN_TOKENS = 50  # less of a turn says too little to keep: the window ends there
 REWRITE_PROMPT = """You rewrite a customer's latest message into standalone search queries for a help-center search.
 Use the conversation only to resolve what the latest message refers to. Reply with JSON only:
 {"queries": ["...", "..."]} with 1 to 4 short queries. Do not answer the question."""
@@ -111,18 +112,33 @@ def parse_queries(output: str | None) -> list[str]:
 
 def bounded_history(history: list[dict[str, Any]], *, max_turns: int,
                     token_budget: int = HISTORY_TOKEN_BUDGET) -> list[dict[str, Any]]:
-    """The most recent user/assistant turns that fit in `max_turns` and the token budget; no tool turns."""
+    """The most recent user/assistant turns that fit in `max_turns` and the token budget; no tool turns.
+
+    A turn takes at most half the budget, and the oldest one kept may take what is left: a longer one is cut
+    (`_cut`). A turn that did not fit ended the window, so one long answer emptied it, and its follow-up was
+    neither rewritten nor answered with the conversation."""
     kept: list[dict[str, Any]] = []
     used = 0
     for turn in reversed(history):
         if turn.get("role") not in ("user", "assistant") or not turn.get("content"):
             continue
-        cost = len(turn["content"]) // 4 + 4
-        if len(kept) >= max_turns * 2 or used + cost > token_budget:
+        room = min(token_budget - used, token_budget // 2)
+        if len(kept) >= max_turns * 2 or room < MIN_TURN_TOKENS:
             break
-        kept.append({"role": turn["role"], "content": turn["content"]})
-        used += cost
+        content = _cut(turn["content"], chars=(room - 4) * 4)
+        kept.append({"role": turn["role"], "content": content})
+        used += len(content) // 4 + 4
     return list(reversed(kept))
+
+
+def _cut(text: str, *, chars: int) -> str:
+    """`text`, or its start and its end in `chars` characters with the middle marked as cut: what a follow-up
+    refers to is often at either end ("Team costs $12 …", "… Want the yearly price?")."""
+    if len(text) <= chars:
+        return text
+    marker = f" [… cut here: the whole was {len(text):,} characters …] "
+    keep = max(chars - len(marker), 0)
+    return f"{text[:keep - keep // 2]}{marker}{text[len(text) - keep // 2:]}"
 
 
 def _heuristic(turns: list[dict[str, Any]], text: str) -> list[str]:

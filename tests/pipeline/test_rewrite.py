@@ -7,7 +7,7 @@ import json
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.pipeline.rewrite import bounded_history
+from gateway.pipeline.rewrite import HISTORY_TOKEN_BUDGET, bounded_history
 from tests.fakes.openai_server import Turn
 
 HISTORY = [
@@ -149,7 +149,30 @@ async def test_rewrite_history_bounded_by_turns_and_tokens_without_tool_turns(ri
     assert "tool output" not in transcript
     assert rig.search.calls == [["a", "b", "c", "d"]]  # at most four queries
     long = [{"role": "user", "content": "word " * 2000}, {"role": "user", "content": "short"}]
-    assert bounded_history(long, max_turns=6) == [{"role": "user", "content": "short"}]
+    cut, short = bounded_history(long, max_turns=6)  # the older turn cut to what is left, not dropped
+    assert short == {"role": "user", "content": "short"} and "cut here" in cut["content"]
+    assert len(cut["content"]) // 4 + 4 <= HISTORY_TOKEN_BUDGET // 2
+
+
+async def test_a_long_answer_is_cut_in_the_history_not_the_whole_history_dropped(rig, openai_fake) -> None:
+    """The history is bounded by a budget, filled newest first, and a turn that did not fit ended it: after one
+    long answer (a 9,000-character how-to) the window was empty, so the follow-up was neither rewritten nor
+    answered with the conversation. A turn takes at most half the budget, cut in its middle and marked."""
+    long_answer = "Team costs $12 per user per month [1]. " + "Set up each seat as shown. " * 330 + "Want the yearly price?"
+    history = [{"role": "user", "content": "How much is the Team plan?"}, {"role": "assistant", "content": long_answer}]
+    openai_fake.script("primary", Turn(text=json.dumps({"queries": REWRITES})),
+                       Turn(text="Team costs $120 per user per year [2]."))
+
+    await rig.pipeline.handle(rig.turn(FOLLOW_UP, history=history))
+
+    rewrite_request, answer_request = openai_fake.requests_for("primary")
+    assert rig.search.calls == [REWRITES]
+    transcript = rewrite_request.messages[-1]["content"]
+    assert "user: How much is the Team plan?" in transcript and "assistant: Team costs $12 per user" in transcript
+    assert "Want the yearly price?" in transcript and "cut here" in transcript and len(transcript) < 7000
+    said = [m for m in answer_request.messages if m["role"] in ("user", "assistant")]
+    assert [m["role"] for m in said] == ["user", "assistant", "user"] and "cut here" in said[1]["content"]
+    assert said[1]["content"].startswith("Team costs $12") and said[1]["content"].endswith("Want the yearly price?")
 
 
 async def test_rewrite_offline_model_uses_heuristic_without_model_call(openai_fake) -> None:
