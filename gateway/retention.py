@@ -52,8 +52,7 @@ async def _count(session: AsyncSession, model: type, where) -> int:
 
 def _sent_by_contact():
     """Messages the contact (of the enclosing query) sent: the sender each inbound message records."""
-    return (Message.direction == "in") & (Message.channel == Contact.channel) & (
-        Message.meta["sender"].as_string() == Contact.external_id)
+    return (Message.direction == "in") & (Message.channel == Contact.channel) & (Message.sender == Contact.external_id)
 
 
 def _parts(ids: list[int]) -> list[list[int]]:

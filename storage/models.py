@@ -77,6 +77,7 @@ class Message(Base):
         Index("ix_messages_conversation", "conversation_id", "id"),
         Index("ix_messages_status", "direction", "status"),
         Index("ix_messages_reply_to", "reply_to_id"),  # a message's replies (web chat), and deletions' SET NULL
+        Index("ix_messages_sender", "sender"),  # a person's messages: retention's orphans, `gateway forget`
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -87,6 +88,9 @@ class Message(Base):
     author: Mapped[str] = mapped_column(String(16), default="contact")  # contact | bot | operator | system
     external_id: Mapped[str | None] = mapped_column(String(255), default=None)
     reply_to_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id", ondelete="SET NULL"), default=None)
+    # Inbound: who sent it (the platform's user id, `Contact.external_id`), as `meta["sender"]` says, in a
+    # column for its index; None outbound. In a group the conversation's contact is only its first writer.
+    sender: Mapped[str | None] = mapped_column(String(255), default=None)
     text: Mapped[str] = mapped_column(Text, default="")
     attachments: Mapped[list[Any]] = mapped_column(default=list)
     # Small facts a later step needs: from the platform (its message id to reply to, a bot command, the

@@ -94,12 +94,13 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
     if conversation.contact_id is None:
         conversation.contact_id = contact.id
     now = utcnow()
+    meta = inbound_meta(message)
     result = await session.execute(
         insert_ignore(session, Message, {
             "conversation_id": conversation.id, "bot": bot, "channel": message.channel, "direction": "in",
-            "author": "contact", "external_id": message.external_id, "text": message.text,
+            "author": "contact", "external_id": message.external_id, "sender": meta["sender"], "text": message.text,
             "attachments": [_attachment_dict(a) for a in message.attachments], "citations": [],
-            "meta": inbound_meta(message) | ({"traceparent": traceparent} if traceparent else {}),
+            "meta": meta | ({"traceparent": traceparent} if traceparent else {}),
             "tool_calls": [], "retrieved": [], "provider_ids": [], "status": "pending", "attempts": 0,
             "created_at": now, "updated_at": now, "sent_at": message.sent_at,
         }, ["bot", "channel", "direction", "external_id"]).returning(Message.id)
@@ -155,7 +156,8 @@ async def add_edit_to_answer(session: AsyncSession, *, of: Message, text: str) -
     now = utcnow()
     edit = Message(
         conversation_id=of.conversation_id, bot=of.bot, channel=of.channel, direction="in", author=of.author,
-        external_id=f"{of.external_id}~edit{of.id}"[-255:], text=text, attachments=list(of.attachments or []),
+        external_id=f"{of.external_id}~edit{of.id}"[-255:], sender=of.sender, text=text,
+        attachments=list(of.attachments or []),
         meta={k: v for k, v in (of.meta or {}).items() if k in PLATFORM_META} | {"edit_of": of.id},
         citations=[], tool_calls=[], retrieved=[], provider_ids=[], status="pending", attempts=0,
         created_at=now, updated_at=now, sent_at=of.sent_at)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, select
 
 from storage.engine import create_engine
-from storage.models import Base
+from storage.models import Base, Message
 
 
 async def test_migrations_upgrade_creates_every_table(migrated_url):
@@ -121,7 +121,8 @@ async def test_downgrading_the_newest_migration_and_upgrading_again_keeps_every_
                     conversation=ConversationRef(channel="whatsapp", chat=f"+1555{n}"), text="hello"))
         before = await counts()
         await engine.dispose()
-        # Past 0015, which has nothing to undo, and 0014, which drops two tables.
+        # Past 0016, which drops a column of `messages` (on SQLite, a copy of the table), 0015, which has nothing
+        # to undo, and 0014, which drops two tables.
         await asyncio.to_thread(command.downgrade, alembic_config(migrated_url), "0013")
         assert await counts() == before
         assert not {"removed_chats", "unfinished_chat_moves"} & await tables()  # 0014's
@@ -164,34 +165,28 @@ async def test_a_meta_stored_with_nul_before_0015_takes_a_merged_key_after_it(da
     on such a message a streamed answer's id or a tool's run failed with 'unsupported Unicode escape sequence'."""
     import asyncio
 
-    from sqlalchemy import JSON, column, table
-
-    from gateway.models import ConversationRef, InboundMessage, Sender
-    from storage import repositories as repo
     from storage.engine import session_factory
     from storage.meta_keys import set_meta_key
     from tests.conftest import upgrade
+    from tests.storage.old_rows import old_message, store_old
 
     await asyncio.to_thread(upgrade, database_url, "0014")
     engine = create_engine(database_url)
     sessions = session_factory(engine)
-    messages = table("messages", column("id"), column("meta", JSON))
     stuck = {"sender": "+15550", "shared": {"label": "Caf\x00e", "name": "\ud800x", "path": "C:\\u0000"}}
     try:
-        async with sessions() as session, session.begin():
-            stored = await repo.store_inbound(session, bot="acme", message=InboundMessage(
-                channel="whatsapp", external_id="w0", sender=Sender(external_id="+15550"),
-                conversation=ConversationRef(channel="whatsapp", chat="+15550"), text="where?"))
-            await session.execute(messages.update().where(messages.c.id == stored.message_id).values(meta=stuck))
+        await store_old(engine, [old_message("w0", stuck)])
         await engine.dispose()
         await asyncio.to_thread(upgrade, database_url)
         async with sessions() as session, session.begin():
-            merged = await set_meta_key(session, message_id=stored.message_id, key="draft_id", value="42")
+            message_id = (await session.execute(select(Message.id))).scalar_one()
+            merged = await set_meta_key(session, message_id=message_id, key="draft_id", value="42")
+            sender = (await session.execute(select(Message.sender))).scalar_one()  # 0016 read it past the NUL
     finally:
         await engine.dispose()
     if engine.dialect.name == "postgresql":  # SQLite's JSON functions take both: its rows are left as they are
         stuck = {"sender": "+15550", "shared": {"label": "Cafe", "name": "\ufffdx", "path": "C:\\u0000"}}
-    assert merged == {**stuck, "draft_id": "42"}
+    assert merged == {**stuck, "draft_id": "42"} and sender == "+15550"
 
 
 async def test_0015_cleans_every_row_of_a_table_larger_than_its_batch(postgres_url):
@@ -201,18 +196,13 @@ async def test_0015_cleans_every_row_of_a_table_larger_than_its_batch(postgres_u
 
     from sqlalchemy import text
 
-    from gateway.models import ConversationRef, InboundMessage, Sender
-    from storage import repositories as repo
-    from storage.engine import session_factory
     from tests.conftest import upgrade
+    from tests.storage.old_rows import old_message, store_old
 
     await asyncio.to_thread(upgrade, postgres_url, "0014")
     engine = create_engine(postgres_url)
     try:
-        async with session_factory(engine)() as session, session.begin():
-            stored = await repo.store_inbound(session, bot="acme", message=InboundMessage(
-                channel="whatsapp", external_id="w0", sender=Sender(external_id="+15550"),
-                conversation=ConversationRef(channel="whatsapp", chat="+15550"), text="where?"))
+        await store_old(engine, [old_message("w0", {"sender": "+15550"})])
         async with engine.begin() as conn:
             columns = ", ".join((await conn.execute(text(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages' "
@@ -220,7 +210,7 @@ async def test_0015_cleans_every_row_of_a_table_larger_than_its_batch(postgres_u
             await conn.execute(text(
                 f"INSERT INTO messages ({columns}, external_id, meta) SELECT {columns}, 'w' || g, CAST(CASE WHEN g <= 1100 "
                 "THEN '{\"path\": \"C:\\\\u0000\"}' ELSE '{\"label\": \"Caf\\u0000e\"}' END AS json) "
-                "FROM messages, generate_series(1, 1300) AS g WHERE id = :id"), {"id": stored.message_id})
+                "FROM messages, generate_series(1, 1300) AS g WHERE external_id = 'w0'"))
         await engine.dispose()
         await asyncio.to_thread(upgrade, postgres_url)
         async with engine.connect() as conn:  # jsonb refuses a NUL: every row casts now
