@@ -55,6 +55,11 @@ def _sent_by_contact():
     return (Message.direction == "in") & (Message.channel == Contact.channel) & (Message.sender == Contact.external_id)
 
 
+def _sent_by(channel: str, user: str):
+    """Messages the person `user` of `channel` sent, in any conversation of any bot."""
+    return (Message.direction == "in") & (Message.channel == channel) & (Message.sender == user)
+
+
 def _parts(ids: list[int]) -> list[list[int]]:
     """`ids` in lists of at most `IDS_PER_STATEMENT`, each short enough for one statement's IN (...)."""
     return [ids[start:start + IDS_PER_STATEMENT] for start in range(0, len(ids), IDS_PER_STATEMENT)]
@@ -91,22 +96,33 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
                          actor: str = "cli") -> DeletionReport:
     """Delete a contact (channel + platform user id), their conversations, messages and escalations.
 
-    Conversations are found by their contact, and by chat id for one-to-one channels where the chat is
-    the user (Telegram DMs, WhatsApp numbers, web chat sessions).
+    Their conversations are found by their contact, by chat id for one-to-one channels where the chat is
+    the user (Telegram DMs, WhatsApp numbers, web chat sessions), and by the messages they sent. One in
+    which someone else wrote too (a group, a shared thread; its contact is only its first writer) is the
+    others' as well: only their messages go from it, with the replies to them.
     """
     report = DeletionReport()
+    theirs = _sent_by(channel, user)
     async with sessions() as session, session.begin():
         # Locked first, as a store of their message takes them (contact, then conversation): a store under
         # way finishes before this reads their conversations, instead of a deadlock that aborted one.
         contact_ids = list((await session.execute(select(Contact.id).where(
             Contact.channel == channel, Contact.external_id == user).with_for_update())).scalars())
-        conditions = [Conversation.chat == user]
+        conditions = [Conversation.chat == user, Conversation.id.in_(select(Message.conversation_id).where(theirs))]
         if contact_ids:
             conditions.append(Conversation.contact_id.in_(contact_ids))
-
+        # A message of no recorded sender is taken for theirs: the others' are those that name another.
+        others = exists().where(Message.conversation_id == Conversation.id, Message.direction == "in",
+                                Message.sender != user)
         ids = list((await session.execute(select(Conversation.id).where(
-            Conversation.channel == channel, or_(*conditions)))).scalars())
+            Conversation.channel == channel, or_(*conditions), ~others))).scalars())
         await _delete_conversations(session, ids, report)
+        # What is left of theirs is in the others' conversations. The replies first: deleting a message
+        # sets its replies' `reply_to_id` to NULL, and they could not be told apart after.
+        replies = (Message.direction == "out") & Message.reply_to_id.in_(select(Message.id).where(theirs))
+        for where in (replies, theirs):
+            report.messages += (await session.execute(
+                delete(Message).where(where).execution_options(synchronize_session=False))).rowcount
         if contact_ids:
             # Their STOP outlives them: opt-out rules want the suppression kept, so an opted-out contact stays as
             # its channel, user id and the STOP's time alone (no name, nothing they wrote), and is never messaged.

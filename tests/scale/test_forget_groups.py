@@ -1,0 +1,76 @@
+"""`gateway forget` in group conversations: a group's conversation is every member's (its contact is only the
+first writer), so the person's own messages go and the other members' stay, in every group of the channel."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from gateway.models import ConversationRef, InboundMessage, Sender
+from gateway.retention import forget_contact
+from storage import repositories as repo
+from storage.engine import create_engine, session_factory
+from storage.models import Contact, Conversation, Message
+from tests.scale.test_retention import _count
+
+
+async def _says(sessions, *, who: str, chat: str, text: str, bot: str = "acme", channel: str = "telegram") -> int:
+    """`who` writes `text` in `chat` and the bot answers them; the conversation's id."""
+    async with sessions() as session, session.begin():
+        stored = await repo.store_inbound(session, bot=bot, message=InboundMessage(
+            channel=channel, external_id=f"{chat}-{who}-{text}", sender=Sender(external_id=who),
+            conversation=ConversationRef(channel=channel, chat=chat), text=text))
+        conversation = await session.get(Conversation, stored.conversation_id)
+        await repo.add_outbound(session, conversation=conversation, text=f"about {text}", reply_to_id=stored.message_id)
+    return stored.conversation_id
+
+
+async def _texts(sessions, conversation: int) -> list[str]:
+    async with sessions() as session:
+        return list((await session.execute(select(Message.text).where(Message.conversation_id == conversation)
+                                           .order_by(Message.id))).scalars())
+
+
+async def test_forget_finds_a_members_messages_in_every_group_of_the_channel_and_keeps_the_others(migrated_url):
+    # Messages written in a group someone else started were not linked to the person: `forget` left them all.
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        first = await _says(sessions, who="ann", chat="-100a", text="hi all")
+        await _says(sessions, who="bob", chat="-100a", text="my address is 1 Main St")
+        await _says(sessions, who="ann", chat="-100a", text="thanks")
+        second = await _says(sessions, who="cat", chat="-100b", text="hello", bot="shop")  # another bot's group
+        await _says(sessions, who="bob", chat="-100b", text="my phone is 555", bot="shop")
+        elsewhere = await _says(sessions, who="bob", chat="bob", text="bob on another channel", channel="whatsapp")
+        report = await forget_contact(sessions, channel="telegram", user="bob")
+        # Their messages, and the replies to them; no conversation was theirs alone.
+        assert (report.messages, report.conversations, report.contacts) == (4, 0, 1)
+        assert await _texts(sessions, first) == ["hi all", "about hi all", "thanks", "about thanks"]
+        assert await _texts(sessions, second) == ["hello", "about hello"]
+        assert await _texts(sessions, elsewhere) == ["bob on another channel", "about bob on another channel"]
+        assert await _count(sessions, Contact, Contact.channel == "telegram", Contact.external_id == "bob") == 0
+    finally:
+        await engine.dispose()
+
+
+async def test_forget_of_the_member_who_started_a_group_keeps_the_others_messages_in_it(migrated_url):
+    # The group's conversation has its first writer for contact: forgetting them deleted it whole, with every
+    # other member's messages.
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        group = await _says(sessions, who="ann", chat="-100a", text="hi all")
+        await _says(sessions, who="bob", chat="-100a", text="me too")
+        await _says(sessions, who="ann", chat="-100a", text="bye")
+        private = await _says(sessions, who="ann", chat="ann", text="just us")
+        alone = await _says(sessions, who="ann", chat="-100quiet", text="anyone?")  # a group only she wrote in
+        report = await forget_contact(sessions, channel="telegram", user="ann")
+        assert (report.messages, report.conversations, report.contacts) == (8, 2, 1)
+        assert await _texts(sessions, group) == ["me too", "about me too"]
+        async with sessions() as session:
+            kept = await session.get(Conversation, group)
+            assert kept is not None and kept.contact_id is None
+        assert await _count(sessions, Conversation, Conversation.id.in_([private, alone])) == 0
+        assert await _count(sessions, Contact, Contact.external_id == "ann") == 0
+        assert await _count(sessions, Contact, Contact.external_id == "bob") == 1
+    finally:
+        await engine.dispose()
