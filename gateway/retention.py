@@ -37,7 +37,7 @@ class DeletionReport:
     escalations: int = 0
     chunks: int = 0
     documents: int = 0
-    opt_outs_kept: int = 0  # contacts forgotten but for their STOP (`forget_contact`)
+    opt_outs_kept: int = 0  # contacts removed (forgotten, purged) but for their STOP
     by_bot: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)  # chunks of each removed "bot/source"
 
@@ -58,6 +58,10 @@ def _sent_by_contact():
 def _sent_by(channel: str, user: str):
     """Messages the person `user` of `channel` sent, in any conversation of any bot."""
     return (Message.direction == "in") & (Message.channel == channel) & (Message.sender == user)
+
+
+# What is left of a contact who opted out: channel, user id and the STOP's time; nothing they wrote or were called.
+_OPT_OUT_ONLY = {"display_name": "", "last_inbound_at": None, "created_at": Contact.opted_out_at}
 
 
 def _parts(ids: list[int]) -> list[list[int]]:
@@ -127,8 +131,7 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
             # Their STOP outlives them: opt-out rules want the suppression kept, so an opted-out contact stays as
             # its channel, user id and the STOP's time alone (no name, nothing they wrote), and is never messaged.
             report.opt_outs_kept = (await session.execute(update(Contact).where(
-                Contact.id.in_(contact_ids), Contact.opted_out_at.is_not(None)).values(
-                display_name="", last_inbound_at=None, created_at=Contact.opted_out_at))).rowcount
+                Contact.id.in_(contact_ids), Contact.opted_out_at.is_not(None)).values(**_OPT_OUT_ONLY))).rowcount
             report.contacts = (await session.execute(delete(Contact).where(
                 Contact.id.in_(contact_ids), Contact.opted_out_at.is_(None)))).rowcount
         # Their private chat's id is theirs: the mark that they blocked the bot goes too.
@@ -215,8 +218,14 @@ async def _purge_batch(session: AsyncSession, bot: str, expired, cutoff: datetim
                                        Contact.created_at < cutoff,
                                        Contact.last_inbound_at.is_(None) | (Contact.last_inbound_at < cutoff))
     for part in _parts(theirs):
+        held = orphans.where(Contact.id.in_(part)).with_for_update(skip_locked=True)
+        # A STOP outlives the conversations it was sent in (as it outlives `forget`): the contact stays as
+        # its opt-out alone, or the person's next message was answered as a newcomer's.
+        report.opt_outs_kept += (await session.execute(update(Contact).where(
+            Contact.id.in_(held.where(Contact.opted_out_at.is_not(None)))).values(
+            **_OPT_OUT_ONLY))).rowcount
         report.contacts += (await session.execute(delete(Contact).where(Contact.id.in_(
-            orphans.where(Contact.id.in_(part)).with_for_update(skip_locked=True))))).rowcount
+            held.where(Contact.opted_out_at.is_(None)))))).rowcount
     if ids:
         report.by_bot[bot] = report.by_bot.get(bot, 0) + report.conversations - before
         session.add(DataDeletion(kind="retention", bot=bot, counts={

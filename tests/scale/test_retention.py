@@ -134,6 +134,24 @@ async def test_retention_purges_only_old_conversations_of_bots_with_a_period(mig
         await engine.dispose()
 
 
+async def test_retention_keeps_the_opt_out_of_a_contact_whose_conversations_it_purged(migrated_url) -> None:
+    # A STOP must outlive the conversations it was sent in: with the contact gone, their next message was
+    # answered as a new person's. What stays is the opt-out alone, as `forget` keeps it.
+    async with _purge_rig(migrated_url) as (_, sessions, settings):
+        stopped = await _expired_web_conversation(sessions, "s-stop", contacts_too=True)
+        await _expired_web_conversation(sessions, "s-gone", contacts_too=True)
+        stop_time = utcnow() - timedelta(days=40)
+        async with sessions() as session, session.begin():
+            await session.execute(update(Contact).where(Contact.external_id == "s-stop").values(opted_out_at=stop_time))
+        report = await purge_expired(sessions, settings)
+        assert (report.conversations, report.contacts, report.opt_outs_kept) == (2, 1, 1)
+        assert await _count(sessions, Conversation, Conversation.id == stopped) == 0
+        async with sessions() as session:
+            kept = (await session.execute(select(Contact))).scalars().all()
+        assert [(c.external_id, c.display_name, c.last_inbound_at) for c in kept] == [("s-stop", "", None)]
+        assert kept[0].opted_out_at is not None
+
+
 async def test_retention_deletes_a_large_backlog_a_batch_per_transaction(migrated_url, monkeypatch) -> None:
     """All of a bot's expired conversations went in one transaction, locking every one, and past 32,767
     of them (a period set on a large store) the id list exceeded a statement's parameters: "the number of
