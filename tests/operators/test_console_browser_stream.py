@@ -1,5 +1,5 @@
 """The operator console in a real headless Chromium, fed as networks and people feed it: its live stream cut
-where a network cuts it, a reply pasted longer than the limit."""
+where a network cuts it, a reply or a note pasted longer than the limit."""
 
 from __future__ import annotations
 
@@ -57,3 +57,21 @@ def test_console_keeps_all_of_a_pasted_reply_over_the_limit_and_says_it_is_too_l
     assert "4000" in operator.locator("#op-error").inner_text()
     assert len(operator.locator("#op-reply").input_value()) == 4114  # kept, to be shortened
     assert operator.locator(".op-msg--operator").count() == 0
+
+
+def test_console_keeps_all_of_a_pasted_note_over_the_limit_and_says_it_is_too_long(open_tab, live_url):
+    """The note box's maxlength cut a pasted note at 4,000 UTF-16 units without a word, and Add note
+    stored its first part only, as the reply box did."""
+    escalation = escalate(live_url, "console-long-note", "Long note here, I want to talk to a human")
+    operator = open_tab()
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{escalation}']")
+    operator.wait_for_selector("#op-transcript .op-msg")
+    operator.focus("#op-note")
+    operator.keyboard.insert_text("Context: " + "x" * 4100)
+    assert len(operator.locator("#op-note").input_value()) == 4109
+    operator.press("#op-note", "Enter")
+    operator.wait_for_selector("#op-error:not([hidden])")
+    assert "4000" in operator.locator("#op-error").inner_text()
+    assert len(operator.locator("#op-note").input_value()) == 4109  # kept, to be shortened
+    assert operator.locator("#op-notes li").count() == 0
