@@ -216,22 +216,38 @@
   }
   var MD_CITE = /^\[(\d{1,3})\](?!\()/;
 
-  /** The index of the `_` that closes an _italic_ run opened at `open`, or -1: one at a word's end, not inside
-   *  snake_case, with no space just inside it. */
-  function underscoreEnd(text, open) {
-    var end = text.indexOf("_", open + 2);
-    while (end > 0) {
-      if (/\S/.test(text.charAt(end - 1)) && !WORD_CHAR.test(text.charAt(end + 1)) && text.charAt(end + 1) !== "_") {
-        return end;
+  /** The `_`s of `root` that can close an _italic_ run (after a non-space, before no letter, digit nor `_`),
+   *  found in one pass when first asked: a function giving the first at or after a position, or -1. Looking
+   *  through every `_` after each opener took time quadratic in a reply of unmatched ones ("_a _a _a …"). */
+  function underscoreCloses(root) {
+    var next = null;
+    return function (from) {
+      if (!next) {
+        next = new Int32Array(root.length + 1);
+        next[root.length] = -1;
+        for (var j = root.length - 1; j >= 0; j--) {
+          var closes = root.charAt(j) === "_" && /\S/.test(root.charAt(j - 1))
+            && !WORD_CHAR.test(root.charAt(j + 1)) && root.charAt(j + 1) !== "_";
+          next[j] = closes ? j : next[j + 1];
+        }
       }
-      end = text.indexOf("_", end + 1);
-    }
-    return -1;
+      return from < root.length ? next[from] : -1;
+    };
+  }
+
+  /** The index of the `_` that closes an _italic_ run opened at `open` in `text`, or -1. `text` is the part at
+   *  `offset` of the text `closes` was made for: its last `_` may close here and not there (a letter after it). */
+  function underscoreEnd(text, open, closes, offset) {
+    var last = text.length - 1, end = closes(offset + open + 2) - offset;
+    if (end >= open + 2 && end < last) return end;
+    return last >= open + 2 && text.charAt(last) === "_" && /\S/.test(text.charAt(last - 1)) ? last : -1;
   }
 
   /** Inline marks into `parent`: `code`, **bold**, *italic*, _italic_, ~~strike~~, [text](http url), [n].
-   *  Text nodes otherwise. */
-  function appendInline(parent, text, citations) {
+   *  Text nodes otherwise. A mark's inside is drawn with the `closes` of the whole text and its `offset` there. */
+  function appendInline(parent, text, citations, closes, offset) {
+    closes = closes || underscoreCloses(text);
+    offset = offset || 0;
     var plain = "";
     function flushText() { if (plain) { parent.appendChild(document.createTextNode(plain)); plain = ""; } }
     var i = 0;
@@ -242,7 +258,7 @@
       if (close > from && /\S/.test(text.charAt(from)) && /\S/.test(text.charAt(close - 1))) {
         flushText();
         var node = el(tag);
-        appendInline(node, text.slice(from, close), citations);
+        appendInline(node, text.slice(from, close), citations, closes, offset + from);
         parent.appendChild(node);
         i = close + mark.length;
       } else {
@@ -277,7 +293,7 @@
             && text.charAt(end + 1) !== "*") {
           flushText();
           var em = el("em");
-          appendInline(em, text.slice(i + 1, end), citations);
+          appendInline(em, text.slice(i + 1, end), citations, closes, offset + i + 1);
           parent.appendChild(em);
           i = end + 1;
           continue;
@@ -301,11 +317,11 @@
         continue;
       }
       if (ch === "_" && !WORD_CHAR.test(text.charAt(i - 1)) && /[^\s_]/.test(text.charAt(i + 1))) {
-        end = underscoreEnd(text, i);
+        end = underscoreEnd(text, i, closes, offset);
         if (end > 0) {
           flushText();
           var it = el("em");
-          appendInline(it, text.slice(i + 1, end), citations);
+          appendInline(it, text.slice(i + 1, end), citations, closes, offset + i + 1);
           parent.appendChild(it);
           i = end + 1;
           continue;

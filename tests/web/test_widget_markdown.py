@@ -216,3 +216,36 @@ def test_widget_shows_the_bots_sources_heading_live_and_after_a_reload(page, liv
     page.reload()
     page.wait_for_selector(".gw-msg--bot .gw-sources")
     assert page.locator(".gw-msg--bot .gw-sources-label").all_inner_texts() == ["Quellen:"]
+
+
+# Counts the string and pattern operations (charAt, indexOf, test, exec) each text's drawing makes.
+COUNTED = """({texts}) => texts.map((text, i) => {
+  let ops = 0;
+  const counted = [[String.prototype, 'charAt'], [String.prototype, 'indexOf'], [RegExp.prototype, 'test'],
+                   [RegExp.prototype, 'exec']].map(([proto, name]) => [proto, name, proto[name]]);
+  counted.forEach(([proto, name, f]) => { proto[name] = function () { ops += 1; return f.apply(this, arguments); }; });
+  let li;
+  try {
+    li = window.GatewayWidget.appendMessage({id: 900 + i, direction: 'out', author: 'bot', text, citations: []});
+  } finally {
+    counted.forEach(([proto, name, f]) => { proto[name] = f; });
+  }
+  const bubble = li.querySelector('.gw-bubble');
+  let depth = 0;
+  for (let em = bubble.querySelector('em'); em; em = em.querySelector('em')) depth += 1;
+  return {ops, text: bubble.textContent, ems: bubble.querySelectorAll('em').length, depth};
+})"""
+
+
+def test_widget_draws_many_unmatched_underscores_in_time_linear_in_their_length(page, live_server):
+    """Each `_` that could open an _italic_ run looked through every `_` after it for its close, so a reply of
+    many unmatched ones took time quadratic in its length: "_a " 2,000 times, 8 million operations."""
+    _open(page, live_server)
+    texts = ["_a " * 2000, "*_a " * 1500, "_a " * 1000 + "_" * 1000]
+    shown = page.evaluate(COUNTED, {"texts": texts})
+    assert [(s["text"], s["ems"]) for s in shown[:2]] == [(texts[0], 0), (texts[1], 0)]
+    # Each "_a" but the last opens a run that the last of the underscores after it closes.
+    assert (shown[2]["text"], shown[2]["ems"], shown[2]["depth"]) == ("a " * 999 + "_a _", 999, 999)
+    for text, s in zip(texts, shown):
+        assert len(text) < s["ops"] < 40 * len(text)
+    assert page.errors == []
