@@ -90,6 +90,22 @@ def _answered_place_moved(dialect: str, bot: str, move: InboundMessage):
             .returning(Message.id))
 
 
+def _applied(meta: dict[str, Any] | None, external_id: str) -> dict[str, Any]:
+    """`meta` with `external_id` among `applied_edits`: the deliveries of the edits applied to the message
+    while it waited (those that are a message of their own once it is answered, `stored_if_answered`)."""
+    applied = list((meta or {}).get("applied_edits") or [])
+    return {**(meta or {}), "applied_edits": applied if external_id in applied else [*applied, external_id]}
+
+
+async def _applied_already(session: AsyncSession, bot: str, edit: InboundMessage) -> bool:
+    """Whether `edit` is a redelivery of one applied to the message it names while that message waited."""
+    meta = (await session.execute(
+        select(Message.meta).join(Conversation, Message.conversation_id == Conversation.id).where(
+            Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
+            Conversation.chat == edit.conversation.chat, _names(edit)).order_by(Message.id).limit(1))).scalar()
+    return edit.external_id in ((meta or {}).get("applied_edits") or [])
+
+
 @dataclass(frozen=True, slots=True)
 class Accepted:
     """What the caller needs to acknowledge, and to wait for the answer if it wants to."""
@@ -275,7 +291,10 @@ class Inbox:
                     # it shares.
                     target.text = edit.text
                     target.meta = message_meta.with_said(target.meta, message_meta.inbound_meta(edit)) | _revision(edit)
+                if edit.stored_if_answered:  # no event of it is stored: this tells its redelivery from a new change
+                    target.meta = _applied(target.meta, edit.external_id)
                 await repo.end_park(session, conversation_id=target.conversation_id, parked_owner=BURST_OWNER)
+            redelivered = target is None and edit.stored_if_answered and await _applied_already(session, bot, edit)
             unknown = target is None and edit.new_if_never_stored and not edit.deleted and not (await session.execute(
                 select(Message.id).join(Conversation, Message.conversation_id == Conversation.id).where(
                     Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
@@ -292,6 +311,10 @@ class Inbox:
                 await self._revise(bot, dataclasses.replace(edit, new_if_never_stored=False))
             return accepted
         what = "deletion" if edit.deleted else "edit"
+        if redelivered:  # Slack's retry of an operator's edit applied while their reply waited: passed on once
+            log.info("inbound.ignored", bot=bot, channel=edit.channel, external_id=edit.external_id,
+                     reason=f"a redelivery of the {what} applied to its message while it waited")
+            return None
         if target is None and edit.stored_if_answered:  # passed on by whoever handles its conversation
             return await self._accept(bot, dataclasses.replace(
                 edit, revises=None, deleted=False, stored_if_answered=False,

@@ -1,0 +1,113 @@
+"""Slack's retry of an operator's edit or deletion (its first delivery taken for lost: the same event_id,
+`X-Slack-Retry-Num`) changes nothing more for the customer, nor tells the operator again. The first delivery of
+one made while the reply was relayed is applied to the waiting message and leaves no event stored, so the
+retry was stored as a change of its own and passed on again."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.fakes.slack_api import FakeSlack, sign
+from tests.fakes.twilio_api import FakeTwilio
+from tests.gateway_channels.conftest import wait_until
+from tests.gateway_channels.whatsapp_rig import ACCOUNT_SID, AUTH_TOKEN, BOT_NUMBER, PUBLIC_URL, inbound, post
+from tests.operators.conftest import SIGNING_SECRET
+from tests.operators.test_slack_operator import _post_event, _thread_reply
+from tests.operators.test_slack_operator_edits import _customer_app, _relayed, _revision, _thread_recorded, _told
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def _retried(client, body: bytes) -> None:
+    headers = {"content-type": "application/json", "x-slack-retry-num": "1", "x-slack-retry-reason": "http_timeout",
+               **sign(body, secret=SIGNING_SECRET)}
+    assert (await client.post("/webhooks/acme/slack/events", content=body, headers=headers)).status_code == 200
+
+
+async def _claimed(client, slack) -> str:
+    """Operator sam claims the escalation just opened: its thread's ts."""
+    header = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("blocks")])
+    thread_ts, blocks = header[0].params["_ts"], header[0].params["blocks"]
+    escalation_id = int((blocks if isinstance(blocks, list) else json.loads(blocks))[1]["elements"][0]["value"])
+    await _thread_recorded(client, escalation_id, thread_ts)
+    await client.services.escalations.claim(escalation_id, operator="sam", bots=None)
+    return thread_ts
+
+
+async def _revised_while_relayed(client, monkeypatch, thread_ts: str, ts: str, text: str, revision: bytes) -> None:
+    """Sam's reply `text` (Slack's `ts`), and the `revision` of it that comes while it is relayed."""
+    escalations = client.services.escalations
+    relay = escalations.reply
+
+    async def revised_meanwhile(*args, **kwargs):
+        monkeypatch.setattr(escalations, "reply", relay)
+        assert (await _post_event(client, revision)).status_code == 200
+        return await relay(*args, **kwargs)
+
+    monkeypatch.setattr(escalations, "reply", revised_meanwhile)
+    assert (await _post_event(client, _thread_reply(text, thread_ts, f"Ev{ts}", ts=ts))).status_code == 200
+
+
+async def _handled_up_to_now(client, thread_ts: str) -> None:
+    """The thread's messages are handled in order: once sam's next reply is relayed, all before it were."""
+    ts = f"{time.time():.6f}"
+    assert (await _post_event(client, _thread_reply("Anything else?", thread_ts, f"Ev{ts}", ts=ts))).status_code == 200
+    await _relayed(client, "Anything else?")
+
+
+async def test_slacks_retry_of_an_edit_of_a_whatsapp_reply_tells_the_operator_once_and_the_customer_nothing(
+        tmp_path, monkeypatch):
+    """Retried, an edit made while the reply was relayed told the operator a second time that WhatsApp cannot
+    change a sent message; one made after it was a duplicate already."""
+    slack, twilio = await FakeSlack.start(), FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
+    whatsapp = {"whatsapp": {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": BOT_NUMBER,
+                             "public_url": PUBLIC_URL, "api_base": twilio.base_url}}
+    try:
+        async with _customer_app(tmp_path, slack, whatsapp, {"WA_SID": ACCOUNT_SID, "WA_TOKEN": AUTH_TOKEN}) as client:
+            assert (await post(client, inbound("SMretry1", "+15550002222", "I need to talk to a human"))).status_code == 200
+            thread_ts, ts = await _claimed(client, slack), f"{time.time():.6f}"
+            meanwhile = _revision("message_changed", thread_ts, ts, "Pick-up at 9.", "EvWaMeanwhile",
+                                  new_text="Pick-up at 10.")
+            await _revised_while_relayed(client, monkeypatch, thread_ts, ts, "Pick-up at 9.", meanwhile)
+            await wait_until(lambda: _told(slack, thread_ts), what="the operator told")
+            await _retried(client, meanwhile)
+            later = _revision("message_changed", thread_ts, ts, "Pick-up at 10.", "EvWaLater", new_text="Pick-up at 11.")
+            assert (await _post_event(client, later)).status_code == 200
+            await _retried(client, later)
+            await _handled_up_to_now(client, thread_ts)
+
+            assert [r.form.get("Body") for r in twilio.delivered if "Pick-up" in r.form.get("Body", "")] == ["Pick-up at 9."]
+            told = _told(slack, thread_ts)
+            assert len(told) == 2 and all(t.startswith("WhatsApp cannot change a message once sent") for t in told)
+            await _relayed(client, "Pick-up at 9.")  # what the customer has, as the console shows it
+    finally:
+        twilio.stop()
+        await slack.stop()
+
+
+@pytest.mark.parametrize("deleted", [False, True], ids=["edit", "deletion"])
+async def test_slacks_retry_of_a_change_of_a_web_chat_reply_tells_the_operator_once(tmp_path, monkeypatch, deleted):
+    """Retried, a deletion made while the reply was relayed told the operator a second time that the web chat
+    cannot take a message back."""
+    slack = await FakeSlack.start()
+    try:
+        async with _customer_app(tmp_path, slack, {"web": {}}, {}) as client:
+            asked = await client.post("/v1/bots/acme/chat", json={"session_id": "web-retry", "text": "I need to talk to a human"})
+            assert asked.status_code == 200
+            thread_ts, ts = await _claimed(client, slack), f"{time.time():.6f}"
+            change = (_revision("message_deleted", thread_ts, ts, "Pick-up at 9.", "EvWebMeanwhile") if deleted else
+                      _revision("message_changed", thread_ts, ts, "Pick-up at 9.", "EvWebMeanwhile", new_text="Pick-up at 10."))
+            await _revised_while_relayed(client, monkeypatch, thread_ts, ts, "Pick-up at 9.", change)
+            await wait_until(lambda: _told(slack, thread_ts), what="the operator told")
+            await _retried(client, change)
+            await _handled_up_to_now(client, thread_ts)
+
+            assert len(_told(slack, thread_ts)) == 1
+            transcript = (await client.get("/v1/bots/acme/sessions/web-retry/messages")).json()["messages"]
+            shown = [m["text"] for m in transcript if m["author"] == "operator"]
+            assert shown == ["Pick-up at 9." if deleted else "Pick-up at 10.", "Anything else?"]
+    finally:
+        await slack.stop()
