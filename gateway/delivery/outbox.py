@@ -25,14 +25,13 @@ conversation lease, so without the heartbeat it would be requeued and sent a sec
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 
 import structlog
 from opentelemetry.trace import SpanKind
 from sqlalchemy import false, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 from sqlalchemy.orm.attributes import set_committed_value
@@ -42,6 +41,7 @@ from channels.sent_parts import record_landed
 from gateway.backoff import doubling
 from gateway.delivery.heartbeat import sending_heartbeat
 from gateway.delivery.receipts import adopt_early_receipts
+from gateway.delivery.record import record_outcome
 from gateway.delivery.send_breaker import SendBreaker
 from gateway.delivery.streaming import remove_leftovers
 from gateway.delivery.window import OUTSIDE_WINDOW, OutsideWindow, RefusedHere, send_within_window
@@ -50,13 +50,12 @@ from gateway.events import ESCALATIONS_TOPIC, EventBus, conversation_topic
 from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage, as_utc, utcnow
 from gateway.observability import otel
 from storage import repositories as repo
-from storage.models import Contact, Conversation, Delivery, Escalation, Message, RemovedChat
-from storage.removed_chats import mark_removed, removed_from_its_chat, still_removed
+from storage.models import Contact, Conversation, Escalation, Message, RemovedChat
+from storage.removed_chats import removed_from_its_chat, still_removed
 
 log = structlog.get_logger("gateway.outbox")
 
 MIN_RATE_LIMIT_WAIT_S = 1.0  # the shortest wait for a rate-limited send, whatever the platform said
-RECORD_ATTEMPTS = 15  # about a minute of backoff: longer than a database restart or failover
 HEARTBEAT_S = 10.0
 """How often an in-flight send refreshes its row; well under the two lease periods (60 s by default)
 after which a `sending` row counts as a dead replica's."""
@@ -260,50 +259,11 @@ class Outbox:
         if status != "retry":
             # The reply is settled: every part that reached the customer, this attempt's and earlier ones'.
             provider_ids = _merged(delivered, provider_ids)
-        # The platform has the outcome now; if the database is briefly away (a restart, a failover),
-        # keep trying to record it. Giving up would leave the row `sending`, and the requeue of
-        # stalled sends would then send the reply a second time.
-        with_parts = status == "sent"
-        record_attempt = 0
-        while True:
-            try:
-                async with self._sessions() as session, session.begin():
-                    await session.execute(
-                        update(Message).where(Message.id == message_id).values(
-                            status="pending" if status == "retry" else status, error=error, meta=meta,
-                            provider_ids=provider_ids if status != "retry" else [], updated_at=utcnow(),
-                            sent_at=utcnow() if status == "sent" else None,
-                        ).execution_options(synchronize_session=False)
-                    )
-                    if status == "sent" and "template" in meta:  # its text waits for the customer's next message
-                        await repo.mark_held_behind_template(session, conversation.id, reply_id=message_id)
-                    if status == "sent" and removed_at is not None:  # it is back in the chat (`still_removed`)
-                        await mark_removed(session, bot=message.bot, channel=message.channel, chat=conversation.chat,
-                                           removed=False, at=utcnow(), read=removed_at)
-                    if opted_out:  # so the next replies are refused here, not one by one by the platform
-                        await session.execute(update(Contact).where(Contact.id == contact.id).values(opted_out_at=utcnow()))
-                    if removed:  # likewise, on every replica, until the platform says the bot is back
-                        await mark_removed(session, bot=message.bot, channel=message.channel, chat=conversation.chat,
-                                           removed=True, at=attempted_at)
-                    if with_parts:
-                        for provider_id in dict.fromkeys(str(p) for p in provider_ids):
-                            session.add(Delivery(message_id=message_id, channel=message.channel,
-                                                 provider_id=provider_id))
-                break
-            except IntegrityError:
-                # No retry makes a constraint pass. The reply is out: record that at once, without its
-                # parts (its ids stay on the message), rather than leave it `sending` to be sent again.
-                if not with_parts:
-                    raise
-                bound.error("outbound.parts_not_recorded", provider_ids=provider_ids)
-                with_parts = False
-            except (DBAPIError, OSError) as exc:
-                record_attempt += 1
-                if record_attempt == RECORD_ATTEMPTS:
-                    raise
-                bound.warning("outbound.record_retry", status=status, error=type(exc).__name__,
-                              attempt=record_attempt)
-                await asyncio.sleep(doubling(record_attempt, first=0.5, cap=5.0))
+        # The platform has the outcome now: recorded through a database blip (`record.py`).
+        await record_outcome(self._sessions, message, chat=conversation.chat, status=status, error=error, meta=meta,
+                             provider_ids=provider_ids, removed_at=removed_at,
+                             opted_out_contact=contact.id if opted_out else None,
+                             removed_since=attempted_at if removed else None, bound=bound)
         if status == "sent":
             self._breaker.reached(message.bot, message.channel)
             bound.info("outbound.sent", provider_ids=provider_ids)

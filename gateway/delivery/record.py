@@ -1,0 +1,70 @@
+"""Recording a send's outcome: the reply's row settled (or scheduled for a retry), the parts that reached
+the customer stored as its deliveries, and what the platform said of the chat kept for the next replies.
+
+The platform has the outcome by then, so a database briefly away (a restart, a failover) is waited out:
+giving up would leave the row `sending`, and the requeue of stalled sends would send the reply a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from sqlalchemy import update
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.backoff import doubling
+from gateway.models import utcnow
+from storage import repositories as repo
+from storage.models import Contact, Delivery, Message
+from storage.removed_chats import mark_removed
+
+RECORD_ATTEMPTS = 15  # about a minute of backoff: longer than a database restart or failover
+
+
+async def record_outcome(sessions: async_sessionmaker[AsyncSession], message: Message, *, chat: str, status: str,
+                         error: str | None, meta: dict, provider_ids: list[str], removed_at: datetime | None,
+                         opted_out_contact: int | None, removed_since: datetime | None, bound) -> None:
+    """Store `status` (sent, failed, or retry: pending again) on `message`, in `chat`. `removed_at` is the
+    chat's removal mark the send read (a reply that went out ends it); `opted_out_contact`, a contact the
+    platform said opted out; `removed_since`, when a refused send said the bot was removed from the chat."""
+    with_parts = status == "sent"
+    record_attempt = 0
+    while True:
+        try:
+            async with sessions() as session, session.begin():
+                await session.execute(
+                    update(Message).where(Message.id == message.id).values(
+                        status="pending" if status == "retry" else status, error=error, meta=meta,
+                        provider_ids=provider_ids if status != "retry" else [], updated_at=utcnow(),
+                        sent_at=utcnow() if status == "sent" else None,
+                    ).execution_options(synchronize_session=False)
+                )
+                if status == "sent" and "template" in meta:  # its text waits for the customer's next message
+                    await repo.mark_held_behind_template(session, message.conversation_id, reply_id=message.id)
+                if status == "sent" and removed_at is not None:  # it is back in the chat (`still_removed`)
+                    await mark_removed(session, bot=message.bot, channel=message.channel, chat=chat,
+                                       removed=False, at=utcnow(), read=removed_at)
+                if opted_out_contact is not None:  # so the next replies are refused here, not one by one by the platform
+                    await session.execute(update(Contact).where(Contact.id == opted_out_contact).values(opted_out_at=utcnow()))
+                if removed_since is not None:  # likewise, on every replica, until the platform says the bot is back
+                    await mark_removed(session, bot=message.bot, channel=message.channel, chat=chat,
+                                       removed=True, at=removed_since)
+                if with_parts:
+                    for provider_id in dict.fromkeys(str(p) for p in provider_ids):
+                        session.add(Delivery(message_id=message.id, channel=message.channel, provider_id=provider_id))
+            return
+        except IntegrityError:
+            # No retry makes a constraint pass. The reply is out: record that at once, without its
+            # parts (its ids stay on the message), rather than leave it `sending` to be sent again.
+            if not with_parts:
+                raise
+            bound.error("outbound.parts_not_recorded", provider_ids=provider_ids)
+            with_parts = False
+        except (DBAPIError, OSError) as exc:
+            record_attempt += 1
+            if record_attempt == RECORD_ATTEMPTS:
+                raise
+            bound.warning("outbound.record_retry", status=status, error=type(exc).__name__, attempt=record_attempt)
+            await asyncio.sleep(doubling(record_attempt, first=0.5, cap=5.0))
