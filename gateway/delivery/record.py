@@ -34,13 +34,18 @@ async def record_outcome(sessions: async_sessionmaker[AsyncSession], message: Me
     while True:
         try:
             async with sessions() as session, session.begin():
-                await session.execute(
+                recorded = (await session.execute(
                     update(Message).where(Message.id == message.id).values(
                         status="pending" if status == "retry" else status, error=error, meta=meta,
                         provider_ids=provider_ids if status != "retry" else [], updated_at=utcnow(),
                         sent_at=utcnow() if status == "sent" else None,
-                    ).execution_options(synchronize_session=False)
-                )
+                    ).returning(Message.id).execution_options(synchronize_session=False)
+                )).scalar_one_or_none()
+                if recorded is None:
+                    # Erased while it was sent (`gateway forget`): nothing of that person is kept, neither its
+                    # parts (their rows' foreign key would fail) nor a mark on their chat.
+                    bound.info("outbound.forgotten", status=status, provider_ids=provider_ids)
+                    return
                 if status == "sent" and "template" in meta:  # its text waits for the customer's next message
                     await repo.mark_held_behind_template(session, message.conversation_id, reply_id=message.id)
                 if status == "sent" and removed_at is not None:  # it is back in the chat (`still_removed`)

@@ -9,8 +9,8 @@ from sqlalchemy import func, select
 
 from gateway.pipeline import PipelineResult
 from gateway.retention import forget_contact
-from storage.models import Contact, Conversation, Message
-from tests.worker_rig import EchoPipeline, build_worker, chat_message
+from storage.models import Contact, Conversation, Delivery, Message
+from tests.worker_rig import EchoPipeline, RecordingAdapter, build_worker, chat_message
 
 
 async def left_of_alice(sessions) -> list[int]:
@@ -84,3 +84,60 @@ async def test_a_contact_forgotten_after_the_worker_read_their_message_gets_noth
         assert await left_of_alice(sessions) == [0, 0, 0]
     finally:
         await engine.dispose()
+
+
+class ForgettingWhileSending(RecordingAdapter):
+    """Sends as RecordingAdapter does, but alice is forgotten while her reply is on its way to her."""
+
+    sessions = None
+
+    async def send(self, message):
+        if message.conversation.chat == "alice":
+            await forget_contact(self.sessions, channel="web", user="alice")
+        return await super().send(message)
+
+
+async def test_a_contact_forgotten_while_their_reply_is_sent_gets_it_and_nothing_is_logged_as_an_error(migrated_url):
+    # The platform has the reply; its row is gone before the send is recorded (the deliveries' foreign key).
+    adapter = ForgettingWhileSending()
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, EchoPipeline(), adapter=adapter)
+    adapter.sessions = sessions
+    try:
+        await inbox.accept("acme", chat_message("alice", 0))
+        await inbox.accept("acme", chat_message("bob", 0))
+        with structlog.testing.capture_logs() as logs:
+            await worker.run_until_idle(timeout=30)
+        assert sorted(text for _, text in adapter.sent) == ["echo: alice #0", "echo: bob #0"]
+        assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception", "warning")] == []
+        assert [e["message_id"] for e in logs if e["event"] == "outbound.forgotten"] != []
+        assert await left_of_alice(sessions) == [0, 0, 0]
+    finally:
+        await engine.dispose()
+
+
+class PartRecordedTwice(RecordingAdapter):
+    """Sends, but its part's delivery is already stored for the reply (a constraint the record then breaks)."""
+
+    sessions = None
+
+    async def send(self, message):
+        async with self.sessions() as session, session.begin():
+            session.add(Delivery(message_id=int(message.idempotency_key[1:]), channel="web", provider_id="p1"))
+        return await super().send(message)
+
+
+async def test_a_reply_whose_parts_cannot_be_recorded_is_still_an_error_when_it_was_not_forgotten(migrated_url):
+    adapter = PartRecordedTwice()
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, EchoPipeline(), adapter=adapter)
+    adapter.sessions = sessions
+    try:
+        await inbox.accept("acme", chat_message("bob", 0))
+        with structlog.testing.capture_logs() as logs:
+            await worker.run_until_idle(timeout=30)
+        assert [e["event"] for e in logs if e["log_level"] == "error"] == ["outbound.parts_not_recorded"]
+        async with sessions() as session:
+            reply = (await session.execute(select(Message).where(Message.direction == "out"))).scalar_one()
+        assert (reply.status, reply.provider_ids) == ("sent", ["p1"])
+    finally:
+        await engine.dispose()
+
