@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 
 import structlog
-from sqlalchemy import and_, select, update
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.budget import store_usage
@@ -47,7 +47,7 @@ from gateway.settings import Settings
 from storage import message_meta
 from storage import repositories as repo
 from storage.meta_keys import set_meta_key
-from storage.models import Contact, Conversation, Message
+from storage.models import Conversation, Message
 from storage.text import storable_text
 
 MAX_TURN_ATTEMPTS = 5
@@ -93,7 +93,7 @@ class MessageHandler:
                          channel=inbound.channel)
         started = time.monotonic()
         async with self._sessions() as session:
-            conversation, contact = await _conversation_and_sender(session, inbound)
+            conversation, contact = await repo.conversation_and_sender(session, inbound)
             if conversation is None:  # erased since the worker read the message (`gateway forget`)
                 return _forgotten(inbound)
             past = await repo.history(session, conversation_id=conversation.id, before_id=inbound.id,
@@ -381,17 +381,3 @@ def _forgotten(inbound: Message) -> None:
     """Log that `inbound`'s conversation was erased (`gateway forget`) under its turn: it ends there, unanswered."""
     log.info("inbound.forgotten", message_id=inbound.id, conversation_id=inbound.conversation_id)
 
-
-async def _conversation_and_sender(session: AsyncSession, inbound: Message) -> tuple[Conversation | None, Contact | None]:
-    """The message's conversation and who sent it (the identity tools authorize against), in one statement: in a
-    group chat or a shared thread the conversation's contact is whoever wrote first; the message names its sender.
-    (None, None) when the conversation is gone."""
-    sender = (inbound.meta or {}).get("sender")
-    who = and_(Contact.channel == inbound.channel, Contact.external_id == sender) if sender \
-        else Contact.id == Conversation.contact_id
-    conversation, found = (await session.execute(select(Conversation, Contact).outerjoin(Contact, who).where(
-        Conversation.id == inbound.conversation_id))).one_or_none() or (None, None)
-    if sender and found is None and conversation is not None:
-        # Its row may be gone (retention, a deletion request): still this sender, never the first writer.
-        return conversation, Contact(channel=inbound.channel, external_id=sender, display_name="")
-    return conversation, found

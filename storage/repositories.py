@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, or_, select, update
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -361,3 +361,18 @@ async def outbox_depth(session: AsyncSession) -> int:
         select(func.count()).select_from(Message).where(Message.direction == "out",
                                                         Message.status.in_(("pending", "sending")))
     )).scalar_one()
+
+
+async def conversation_and_sender(session: AsyncSession, inbound: Message) -> tuple[Conversation | None, Contact | None]:
+    """The message's conversation and who sent it (the identity tools authorize against), in one statement: in a
+    group chat or a shared thread the conversation's contact is whoever wrote first; the message names its sender.
+    (None, None) when the conversation is gone."""
+    sender = (inbound.meta or {}).get("sender")
+    who = and_(Contact.channel == inbound.channel, Contact.external_id == sender) if sender \
+        else Contact.id == Conversation.contact_id
+    conversation, found = (await session.execute(select(Conversation, Contact).outerjoin(Contact, who).where(
+        Conversation.id == inbound.conversation_id))).one_or_none() or (None, None)
+    if sender and found is None and conversation is not None:
+        # Its row may be gone (retention, a deletion request): still this sender, never the first writer.
+        return conversation, Contact(channel=inbound.channel, external_id=sender, display_name="")
+    return conversation, found

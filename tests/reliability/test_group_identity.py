@@ -64,9 +64,9 @@ async def test_a_tool_gets_the_sender_of_each_message_in_a_shared_topic(tmp_path
 async def test_a_sender_whose_contact_row_is_gone_is_still_the_sender(tmp_path):
     """Retention or a deletion request may remove a member's contact row while their message waits:
     the tool must still get that member, never fall back to the group's first writer."""
-    from gateway.message_handler import _conversation_and_sender
     from storage.engine import create_engine, session_factory
     from storage.models import Base, Contact, Conversation
+    from storage.repositories import conversation_and_sender
 
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
     async with engine.begin() as conn:
@@ -79,6 +79,6 @@ async def test_a_sender_whose_contact_row_is_gone_is_still_the_sender(tmp_path):
         session.add(group)
         await session.flush()
         inbound = Message(channel="telegram", conversation_id=group.id, meta={"sender": "222"})
-        conversation, sender = await _conversation_and_sender(session, inbound)
+        conversation, sender = await conversation_and_sender(session, inbound)
     await engine.dispose()
     assert (conversation.id, sender.external_id, sender.id) == (group.id, "222", None)
