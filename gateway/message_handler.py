@@ -263,7 +263,9 @@ class MessageHandler:
             # Merged into the row as stored, by the UPDATE itself (one statement; it was a locked read, then
             # the write): an edit applied meanwhile changed its command (`Inbox._revise`), which the turn's
             # copy would undo. A tool's result may hold NUL.
-            inbound.meta = await set_meta_key(session, message_id=inbound.id, key=key, value=value)
+            meta = await set_meta_key(session, message_id=inbound.id, key=key, value=value)
+        if meta is not None:  # else erased meanwhile (`gateway forget`): the turn ends unanswered where it reads it
+            inbound.meta = meta
 
     async def _remove_interrupted_stream(self, inbound: Message, adapter, ref: ConversationRef) -> None:
         """An earlier attempt at `inbound` streamed messages and never finished (the process died):

@@ -67,10 +67,10 @@ def stored_revision_before(dialect: str, revision: tuple[int, ...] | None):
                and_(kind("revision") == "array", case((kind("revision") == "array", length)) == len(revision), before))
 
 
-async def set_meta_key(session: AsyncSession, *, message_id: int, key: str, value: Any) -> dict[str, Any]:
+async def set_meta_key(session: AsyncSession, *, message_id: int, key: str, value: Any) -> dict[str, Any] | None:
     """Set `meta[key]` of message `message_id` to `value` (`storable_json` applied) as the row stands when
     the UPDATE takes its lock, so a change of another key committed meanwhile stays; the whole `meta` as
-    written (NoResultFound when there is no such message)."""
+    written (None when there is no such message: erased by `gateway forget` meanwhile)."""
     dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
     return (await session.execute(update(Message).where(Message.id == message_id)
-                                  .values(meta=merged_meta(dialect, {key: value})).returning(Message.meta))).scalar_one()
+                                  .values(meta=merged_meta(dialect, {key: value})).returning(Message.meta))).scalar_one_or_none()

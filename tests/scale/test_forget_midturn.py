@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 
 from gateway.pipeline import PipelineResult
 from gateway.retention import forget_contact
+from storage.meta_keys import set_meta_key
 from storage.models import Contact, Conversation, Delivery, Message
 from tests.worker_rig import EchoPipeline, RecordingAdapter, build_worker, chat_message
 
@@ -141,3 +142,50 @@ async def test_a_reply_whose_parts_cannot_be_recorded_is_still_an_error_when_it_
     finally:
         await engine.dispose()
 
+
+class ForgottenAsTheLeftoverGoes(RecordingAdapter):
+    """Deletes messages; alice is forgotten while the partial stream of her dead attempt is deleted."""
+
+    sessions = None
+
+    async def delete(self, conversation, provider_id):
+        await forget_contact(self.sessions, channel="web", user="alice")
+
+
+class ForgetBeforeAToolRun(EchoPipeline):
+    """Alice's turn has her forgotten, then runs a tool, which the turn's journal saves on her message."""
+
+    sessions = None
+
+    async def handle(self, turn):
+        if turn.text.startswith("alice"):
+            await forget_contact(self.sessions, channel="web", user="alice")
+            await turn.tool_journal.record("lookup", {"order": 1}, result="ships", error=None, escalate=None)
+        return await super().handle(turn)
+
+
+@pytest.mark.parametrize("where", ["leftover stream", "tool run"])
+async def test_a_contact_forgotten_while_their_turn_keeps_what_a_retry_must_know_ends_the_turn_quietly(
+        migrated_url, where):
+    # What a later attempt must know is kept on the message (`_record_meta`): a retried attempt clearing the
+    # stream a dead one left, or a tool's run, with the message gone by then.
+    pipeline = ForgetBeforeAToolRun() if where == "tool run" else EchoPipeline()
+    adapter = ForgottenAsTheLeftoverGoes()
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, adapter=adapter)
+    pipeline.sessions = adapter.sessions = sessions
+    worker.handler._adapters = {("acme", "web"): adapter}  # a turn removes the leftover through its channel
+    try:
+        alice = await inbox.accept("acme", chat_message("alice", 0))
+        await inbox.accept("acme", chat_message("bob", 0))
+        if where == "leftover stream":
+            async with sessions() as session, session.begin():
+                await set_meta_key(session, message_id=alice.message_id, key="streamed", value=["s1"])
+        with structlog.testing.capture_logs() as logs:
+            await worker.run_until_idle(timeout=30)
+        assert [text for _, text in adapter.sent] == ["echo: bob #0"]
+        assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception", "warning")
+                and e["event"] != "stream.interrupted_attempt"] == []
+        assert [e["event"] for e in logs if e["event"] == "inbound.forgotten"] == ["inbound.forgotten"]
+        assert await left_of_alice(sessions) == [0, 0, 0]
+    finally:
+        await engine.dispose()
