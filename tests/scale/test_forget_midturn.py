@@ -23,6 +23,15 @@ async def left_of_alice(sessions) -> list[int]:
                                      (Contact, Contact.external_id == "alice"))]
 
 
+async def alice_then_bob_answered(inbox, worker) -> list[dict]:
+    """Alice's message, then Bob's, accepted and the worker run until idle; what it logged meanwhile."""
+    await inbox.accept("acme", chat_message("alice", 0))
+    await inbox.accept("acme", chat_message("bob", 0))
+    with structlog.testing.capture_logs() as logs:
+        await worker.run_until_idle(timeout=30)
+    return logs
+
+
 class ForgetMidTurn(EchoPipeline):
     """Answers as EchoPipeline does, but alice's turn asks for her data to be erased while the model writes."""
 
@@ -40,10 +49,7 @@ async def test_a_contact_forgotten_while_their_message_is_answered_gets_nothing_
     engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline)
     pipeline.sessions = sessions
     try:
-        await inbox.accept("acme", chat_message("alice", 0))
-        await inbox.accept("acme", chat_message("bob", 0))
-        with structlog.testing.capture_logs() as logs:
-            await worker.run_until_idle(timeout=30)
+        logs = await alice_then_bob_answered(inbox, worker)
         assert [text for _, text in adapter.sent] == ["echo: bob #0"]
         assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception")] == []
         assert await left_of_alice(sessions) == [0, 0, 0]
@@ -76,10 +82,7 @@ async def test_a_contact_forgotten_after_the_worker_read_their_message_gets_noth
     owner = worker.handler._outbox if step == "deliver" else worker.handler
     setattr(owner, step, forget_alice_first(sessions, getattr(owner, step)))
     try:
-        await inbox.accept("acme", chat_message("alice", 0))
-        await inbox.accept("acme", chat_message("bob", 0))
-        with structlog.testing.capture_logs() as logs:
-            await worker.run_until_idle(timeout=30)
+        logs = await alice_then_bob_answered(inbox, worker)
         assert [text for _, text in adapter.sent] == ["echo: bob #0"]
         assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception", "warning")] == []
         assert await left_of_alice(sessions) == [0, 0, 0]
@@ -104,10 +107,7 @@ async def test_a_contact_forgotten_while_their_reply_is_sent_gets_it_and_nothing
     engine, sessions, inbox, worker, _ = build_worker(migrated_url, EchoPipeline(), adapter=adapter)
     adapter.sessions = sessions
     try:
-        await inbox.accept("acme", chat_message("alice", 0))
-        await inbox.accept("acme", chat_message("bob", 0))
-        with structlog.testing.capture_logs() as logs:
-            await worker.run_until_idle(timeout=30)
+        logs = await alice_then_bob_answered(inbox, worker)
         assert sorted(text for _, text in adapter.sent) == ["echo: alice #0", "echo: bob #0"]
         assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception", "warning")] == []
         assert [e["message_id"] for e in logs if e["event"] == "outbound.forgotten"] != []
