@@ -16,7 +16,14 @@ from tests.gateway_channels.conftest import wait_until
 from tests.gateway_channels.whatsapp_rig import ACCOUNT_SID, AUTH_TOKEN, BOT_NUMBER, PUBLIC_URL, inbound, post
 from tests.operators.conftest import SIGNING_SECRET
 from tests.operators.test_slack_operator import _post_event, _thread_reply
-from tests.operators.test_slack_operator_edits import _customer_app, _relayed, _revision, _thread_recorded, _told
+from tests.operators.test_slack_operator_edits import (
+    _customer_app,
+    _relayed,
+    _revised_while_relayed,
+    _revision,
+    _thread_recorded,
+    _told,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -37,17 +44,10 @@ async def _claimed(client, slack) -> str:
     return thread_ts
 
 
-async def _revised_while_relayed(client, monkeypatch, thread_ts: str, ts: str, text: str, revision: bytes) -> None:
+async def _replied_and_revised_meanwhile(client, monkeypatch, thread_ts: str, ts: str, text: str,
+                                         revision: bytes) -> None:
     """Sam's reply `text` (Slack's `ts`), and the `revision` of it that comes while it is relayed."""
-    escalations = client.services.escalations
-    relay = escalations.reply
-
-    async def revised_meanwhile(*args, **kwargs):
-        monkeypatch.setattr(escalations, "reply", relay)
-        assert (await _post_event(client, revision)).status_code == 200
-        return await relay(*args, **kwargs)
-
-    monkeypatch.setattr(escalations, "reply", revised_meanwhile)
+    _revised_while_relayed(client, monkeypatch, revision)
     assert (await _post_event(client, _thread_reply(text, thread_ts, f"Ev{ts}", ts=ts))).status_code == 200
 
 
@@ -71,7 +71,7 @@ async def test_slacks_retry_of_an_edit_of_a_whatsapp_reply_tells_the_operator_on
             thread_ts, ts = await _claimed(client, slack), f"{time.time():.6f}"
             meanwhile = _revision("message_changed", thread_ts, ts, "Pick-up at 9.", "EvWaMeanwhile",
                                   new_text="Pick-up at 10.")
-            await _revised_while_relayed(client, monkeypatch, thread_ts, ts, "Pick-up at 9.", meanwhile)
+            await _replied_and_revised_meanwhile(client, monkeypatch, thread_ts, ts, "Pick-up at 9.", meanwhile)
             await wait_until(lambda: _told(slack, thread_ts), what="the operator told")
             await _retried(client, meanwhile)
             later = _revision("message_changed", thread_ts, ts, "Pick-up at 10.", "EvWaLater", new_text="Pick-up at 11.")
@@ -100,7 +100,7 @@ async def test_slacks_retry_of_a_change_of_a_web_chat_reply_tells_the_operator_o
             thread_ts, ts = await _claimed(client, slack), f"{time.time():.6f}"
             change = (_revision("message_deleted", thread_ts, ts, "Pick-up at 9.", "EvWebMeanwhile") if deleted else
                       _revision("message_changed", thread_ts, ts, "Pick-up at 9.", "EvWebMeanwhile", new_text="Pick-up at 10."))
-            await _revised_while_relayed(client, monkeypatch, thread_ts, ts, "Pick-up at 9.", change)
+            await _replied_and_revised_meanwhile(client, monkeypatch, thread_ts, ts, "Pick-up at 9.", change)
             await wait_until(lambda: _told(slack, thread_ts), what="the operator told")
             await _retried(client, change)
             await _handled_up_to_now(client, thread_ts)
