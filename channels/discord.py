@@ -266,6 +266,8 @@ class DiscordAdapter:
         interaction = self._interactions.of_followup(provider_message_id)
         member = None if interaction is not None or rendered else self._mentioned.get(provider_message_id)
         content = text if rendered else to_discord_markdown(text)
+        if rendered and interaction is not None:  # a follow-up names no one (`send`): nor does its edit
+            content = content.removeprefix(f"<@{conversation.member}> ")
         if member and member.isdigit() and content.strip():  # as `render_message` addressed it
             content = f"<@{member}> {content.strip()}"
         if len(content) > MAX_LENGTH:

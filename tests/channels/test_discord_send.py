@@ -373,3 +373,16 @@ async def test_send_thread_posts_into_thread(fake: FakeDiscord, adapter: Discord
     thread = ConversationRef(channel="discord", workspace=GUILD, chat="900000000000000077", thread="900000000000000077")
     await adapter.send(OutboundMessage(conversation=thread, text="In the thread"))
     assert len(fake.channel_messages("900000000000000077")) == 1
+
+
+async def test_an_operators_edit_of_a_reply_sent_as_an_ask_followup_adds_no_mention(fake: FakeDiscord,
+                                                                                     adapter: DiscordAdapter):
+    """An operator's reply to a member whose `/ask` still showed "thinking…" goes as the interaction's follow-up,
+    which names no one; the edit relayed of it (`render`, then `edit(rendered=True)`) put `<@member>` in front."""
+    (question,) = adapter.parse(signed(json.dumps(ask_interaction("Hours?")).encode())).messages
+    assert question.conversation.member  # a member's conversation in a server channel: `render` addresses it
+    (sent,) = await adapter.send(OutboundMessage(conversation=question.conversation, text="9 to 5.", addressee="Ann"))
+    assert fake.messages[sent]["content"] == "9 to 5."  # the follow-up, no mention
+    [part] = adapter.render(OutboundMessage(conversation=question.conversation, text="9 to 6.", addressee="Ann"))
+    await adapter.edit(question.conversation, sent, part, rendered=True)
+    assert fake.messages[sent]["content"] == "9 to 6."
