@@ -22,6 +22,8 @@ MAX_QUERIES = 4
 REWRITE_DEADLINE_SECONDS = 10.0
 HISTORY_TOKEN_BUDGET = 1500  # about 4 characters a token; bounds what a rewrite call costs
 MIN_TURN_TOKENS = 50  # less of a turn says too little to keep: the window ends there
+_CUT_MARKER = " [… cut here: the whole was {chars:,} characters …] "
+_CUT_MARKER_FOUND = re.compile(r" \[… cut here: the whole was [\d,]+ characters …\] ")
 REWRITE_PROMPT = """You rewrite a customer's latest message into standalone search queries for a help-center search.
 Use the conversation only to resolve what the latest message refers to. Reply with JSON only:
 {"queries": ["...", "..."]} with 1 to 4 short queries. Do not answer the question."""
@@ -136,7 +138,7 @@ def _cut(text: str, *, chars: int) -> str:
     refers to is often at either end ("Team costs $12 …", "… Want the yearly price?")."""
     if len(text) <= chars:
         return text
-    marker = f" [… cut here: the whole was {len(text):,} characters …] "
+    marker = _CUT_MARKER.format(chars=len(text))
     keep = max(chars - len(marker), 0)
     return f"{text[:keep - keep // 2]}{marker}{text[len(text) - keep // 2:]}"
 
@@ -149,6 +151,8 @@ def _heuristic(turns: list[dict[str, Any]], text: str) -> list[str]:
     ("How often does sync run?") is searched alone: with the previous question prepended, that query
     won the fusion and the answer was about the previous question."""
     previous = next((t["content"] for t in reversed(turns) if t["role"] == "user"), None)
+    if previous:  # a long one is cut in the window: the marker's words are not the customer's to search for
+        previous = _CUT_MARKER_FOUND.sub(" ", previous)
     stripped = text.strip()
     if previous and (len(stripped.split()) <= FRAGMENT_WORDS or _FOLLOW_UP.match(stripped)
                      or _REFERS_BACK.search(stripped)):

@@ -198,3 +198,17 @@ def test_offline_heuristic_prepends_the_previous_question_only_to_a_follow_up(te
 
     queries = _heuristic(HISTORY, text)
     assert queries == ([text, f"How much is the Team plan? {text}"] if follow_up else [text])
+
+
+def test_offline_heuristic_searches_a_cut_previous_question_without_the_cut_marker() -> None:
+    """A long previous question is cut in the window (`bounded_history`); the marker's words ("cut here", "the
+    whole was … characters") are the window's, not the customer's, and went into the search with it."""
+    from gateway.pipeline.rewrite import _heuristic, bounded_history
+
+    pasted = "My sync fails with E-SYNC-409 " + "and the log says retrying " * 400 + "what now?"
+    window = bounded_history([{"role": "user", "content": pasted}, {"role": "assistant", "content": "Try again."}],
+                             max_turns=3)
+    assert "cut here" in window[0]["content"]  # what the heuristic is given
+    queries = _heuristic(window, "and then?")
+    assert queries[1].startswith("My sync fails with E-SYNC-409") and queries[1].endswith("what now? and then?")
+    assert "cut here" not in queries[1] and "characters" not in queries[1]
