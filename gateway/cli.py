@@ -47,34 +47,35 @@ def _parser() -> argparse.ArgumentParser:
         return p
 
     serve = with_config(sub.add_parser("serve", help="run the HTTP server, worker, scheduler and channels"))
-    serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"), help="default: $HOST or 127.0.0.1")
     # A string: argparse converts it only for `serve`, where `PORT=abc` is then a usage error, not a traceback.
-    serve.add_argument("--port", type=int, default=os.environ.get("PORT", "8000"))
+    serve.add_argument("--port", type=int, default=os.environ.get("PORT", "8000"), help="default: $PORT or 8000")
     serve.add_argument("--role", choices=["all", "web"], default="all",
                        help="all: everything (default); web: only receive webhooks, web chat and operators, "
                             "while one `all` process runs the worker, scheduler and index")
 
     ingest = with_config(sub.add_parser("ingest", help="ingest the knowledge sources now"))
-    ingest.add_argument("--bot")
-    ingest.add_argument("--source")
+    ingest.add_argument("--bot", help="only this bot's sources")
+    ingest.add_argument("--source", help="only the sources of this name")
     ingest.add_argument("--json", action="store_true", help="print the counts as JSON")
 
     runs = with_config(sub.add_parser("ingest-runs", help="the recorded ingest runs, newest first"))
-    runs.add_argument("--bot")
-    runs.add_argument("--source")
+    runs.add_argument("--bot", help="only this bot's runs")
+    runs.add_argument("--source", help="only the runs of the sources of this name")
     runs.add_argument("--limit", type=_positive_int, default=20, help="runs shown (default 20)")
     runs.add_argument("--json", action="store_true", help="print the runs as JSON")
 
     ev = sub.add_parser("eval", help="retrieval metrics of a document folder against a question file")
     ev.add_argument("--config", help="config file for the defaults (optional)")
-    ev.add_argument("--docs", required=True)
-    ev.add_argument("--questions", required=True)
+    ev.add_argument("--docs", required=True, help="folder of documents, read as a directory source is")
+    ev.add_argument("--questions", required=True,
+                    help='JSONL, a line each: {"question", "gold_texts": [...]} or {"question", "answerable": false}')
     ev.add_argument("--k", type=_positive_int, default=None,
                     help="also report recall@N, N >= 1 (recall@1/3/5/10 are always there)")
-    ev.add_argument("--json", action="store_true")
+    ev.add_argument("--json", action="store_true", help="print the metrics as JSON")
 
     chat = with_config(sub.add_parser("chat", help="chat with a bot in the terminal"))
-    chat.add_argument("--bot")
+    chat.add_argument("--bot", help="default: the config's first bot")
 
     db = sub.add_parser("db", help="database migrations")
     db_sub = db.add_subparsers(dest="db_command", required=True)
@@ -89,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     tg = sub.add_parser("telegram", help="Telegram helpers")
     tg_sub = tg.add_subparsers(dest="tg_command", required=True)
     hook = with_config(tg_sub.add_parser("set-webhook", help="register <url>/webhooks/<bot>/telegram with Telegram"))
-    hook.add_argument("--bot", required=True)
+    hook.add_argument("--bot", required=True, help="the bot whose telegram channel to register")
     hook.add_argument("--url", required=True, help="the gateway's public base URL, e.g. https://bots.example.com")
     return parser
 
