@@ -203,6 +203,7 @@ def _db_upgrade(args) -> int:
 
 
 async def _ingest(args) -> int:
+    from gateway.cli_output import INGEST_INTERRUPTED, told_if_interrupted
     from gateway.knowledge import Knowledge
     from gateway.observability.logs import configure_logging_for
     from rag.index_lock import folder_in_use
@@ -227,7 +228,7 @@ async def _ingest(args) -> int:
             await knowledge.open()
         except IndexBusy:
             return await ingest_via_server(settings, bot=args.bot, source=args.source, as_json=args.json)
-        with progress_bar(as_json=args.json) as bar:
+        with told_if_interrupted(INGEST_INTERRUPTED), progress_bar(as_json=args.json) as bar:
             reports = await knowledge.ingest(bot=args.bot, source=args.source, trigger="cli", progress=bar.callback)
     finally:
         await knowledge.close()

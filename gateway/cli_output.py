@@ -6,15 +6,30 @@ bar, per-source errors, so the results can be piped while a person still sees wh
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from gateway.errors import IN_RUN_ERRORS
 from gateway.observability.logs import one_terminal_line, redact
 from rag.ingest_runs import errors_not_kept
 
 EVAL_MISSES_SHOWN = 20
+INGEST_INTERRUPTED = ("a run cut short is recorded as failed (`gateway ingest-runs` shows it); run `gateway ingest` "
+                      "again to finish it")
+
+
+@contextmanager
+def told_if_interrupted(what_now: str) -> Iterator[None]:
+    """Ctrl-C (asyncio.run cancels the task) ended `ingest` with exit 130 and no word on its runs."""
+    try:
+        yield
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        print(f"interrupted: {what_now}", file=sys.stderr)
+        raise
 
 
 def print_reports(runs: list[dict], *, as_json: bool) -> int:
