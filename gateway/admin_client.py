@@ -17,13 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.cli_output import print_reports, progress_bar
+from gateway.cli_output import print_reports, progress_bar, told_if_interrupted
 from gateway.observability.logs import one_terminal_line
 
 NDJSON = "application/x-ndjson"  # the admin ingest route streams progress lines when asked for this
 # Longest wait for the next line of that stream: the server sends one at least every 15 s while the
 # ingest runs (a heartbeat when nothing moved), so only a server that is gone is waited out this long.
 READ_TIMEOUT_S = 120.0
+THROUGH_SERVER_INTERRUPTED = "the server goes on with the ingest and records it; `gateway ingest-runs` shows how it ended"
 
 if TYPE_CHECKING:  # imported when used: every CLI command imports this module, and starts fast
     from gateway.settings import Settings
@@ -61,7 +62,8 @@ async def ingest_via_server(settings: Settings, *, bot: str | None, source: str 
     params = {k: v for k, v in (("bot", bot), ("source", source)) if v}
     params["config_fingerprint"] = settings.ingest_fingerprint()
     schedules: dict[str, str] = {}
-    with progress_bar(as_json=as_json) as bar:  # closed before the reports print: they go to stdout
+    # The bar is closed before the reports print: they go to stdout.
+    with told_if_interrupted(THROUGH_SERVER_INTERRUPTED), progress_bar(as_json=as_json) as bar:
         outcome = await _ingest_on_server(url, params, token=token_path.read_text().strip(), progress=bar.callback,
                                           schedules=schedules)
     for note in schedule_notes(settings, schedules):
