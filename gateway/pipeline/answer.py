@@ -20,7 +20,7 @@ from gateway.pipeline.held_stream import HeldStream
 from gateway.pipeline.prompts import build_messages, render_tool_result
 from gateway.pipeline.rewrite import bounded_history
 from gateway.pipeline.sentences import whole_sentences
-from gateway.pipeline.tool_runs import call_record, loads, run_call, with_stored
+from gateway.pipeline.tool_runs import Asked, call_record, loads, run_call, with_stored
 from gateway.pipeline.tools import BotTools, ToolOutcome
 
 log = structlog.get_logger("gateway.answer")
@@ -94,7 +94,7 @@ class Answerer:
         rounds = 0
         final = False  # the call after a model ignored tool_choice="none": no tools offered at all
         started = time.monotonic()
-        asked: dict[str, asyncio.Future] = {}  # each distinct call (tool, arguments) of the turn: its outcome
+        asked: dict[str, Asked] = {}  # each distinct call (tool, arguments) of the turn: its latest run
         echo = PromptEcho.of(bot.system_prompt or "", hits)  # once: the stream of each round and gate 2 use it
         while True:
             # Rounds are bounded in number and, together, in time: a model asking for slow tools every
@@ -173,8 +173,8 @@ class Answerer:
             # In the order the model asked, before any runs: the n-th same call gets the same key every attempt.
             keys = [journal.key(c.name, loads(c.arguments)) if journal else None for c in run]
             try:
-                ran = await asyncio.gather(*(run_call(tools, c, turn, journal, finished, index, keys[index], asked)
-                                             for index, c in enumerate(run)))
+                ran = await asyncio.gather(*(run_call(tools, c, turn, journal, finished, index, keys[index], asked,
+                                                      rounds) for index, c in enumerate(run)))
             except asyncio.CancelledError:
                 # The turn's deadline stopped the round: a call it cut off may have taken effect all the
                 # same (a ticket), and the operator who gets the turn must see every call that was made.

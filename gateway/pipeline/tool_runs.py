@@ -1,6 +1,6 @@
-"""Running a round's tool calls: each distinct call (its tool and arguments) once a turn, the outcome an earlier
-attempt at the message saved (gateway/pipeline/tool_journal.py) before a real run, and every result bounded and
-stored as the model is shown it."""
+"""Running a round's tool calls: each distinct call (its tool and arguments) once a turn, again in a later round
+when it failed (under the failed call's idempotency key), the outcome an earlier attempt at the message saved
+(gateway/pipeline/tool_journal.py) before a real run, and every result bounded and stored as the model is shown it."""
 
 from __future__ import annotations
 
@@ -18,9 +18,18 @@ from gateway.pipeline.tools import DEFAULT_RESULT_CHARS, BotTools, ToolOutcome
 log = structlog.get_logger("gateway.answer")  # the tool loop's events, as before they moved here
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Asked:
+    """A distinct call's (tool, arguments) latest run in the turn: its round, its key, its outcome when done."""
+
+    round_no: int
+    key: str | None
+    outcome: asyncio.Future
+
+
 async def run_call(tools: BotTools, call, turn, journal: ToolJournal | None,
                    finished: dict[int, tuple[ToolOutcome, tuple[Any, str]]], index: int,
-                   key: str | None, asked: dict[str, asyncio.Future]) -> tuple[ToolOutcome, tuple[Any, str]]:
+                   key: str | None, asked: dict[str, Asked], round_no: int) -> tuple[ToolOutcome, tuple[Any, str]]:
     """One call of a round, with what is stored of it (`_stored`): the outcome of the same call earlier in the
     turn (`asked`), else the one an earlier attempt at this message saved for it, else a real call, saved (as
     stored with the turn) as soon as it returns. `finished[index]` gets it too, so a round cut off by the
@@ -30,22 +39,27 @@ async def run_call(tools: BotTools, call, turn, journal: ToolJournal | None,
     if (first := asked.get(same)) is not None:
         # Asked again in this round or a later one (a model losing track of what it did): its outcome, not a second
         # run, which opened a second ticket or posted twice.
-        outcome, stored = await first
-        finished[index] = dataclasses.replace(outcome, replayed=False, repeated=True), stored
-        return finished[index]
-    asked[same] = asyncio.get_running_loop().create_future()
+        outcome, stored = await first.outcome
+        if first.round_no == round_no or not outcome.error:
+            finished[index] = dataclasses.replace(outcome, replayed=False, repeated=True), stored
+            return finished[index]
+        # It failed in an earlier round (a timeout, an HTTP 5xx): the model may try again, under the failed
+        # call's key, so that a service which did take that request drops this one.
+        key = first.key
+    asked[same] = Asked(round_no, key, asyncio.get_running_loop().create_future())
     try:
         finished[index] = await _run_first(tools, call, arguments, turn, journal, key)
     except BaseException:  # cut off by the turn's deadline: the same call waiting on it stops with it
-        asked[same].cancel()
+        asked[same].outcome.cancel()
         raise
-    asked[same].set_result(finished[index])
+    asked[same].outcome.set_result(finished[index])
     return finished[index]
 
 
 async def _run_first(tools: BotTools, call, arguments: Any, turn, journal: ToolJournal | None,
                      key: str | None) -> tuple[ToolOutcome, tuple[Any, str]]:
-    """A call's first asking in the turn: the outcome an earlier attempt saved, else a real call, saved."""
+    """A call that runs (first asked in the turn, or asked again after it failed): the outcome an earlier attempt
+    saved, else a real call, saved."""
     if journal is not None and (saved := journal.replay(call.name, arguments)) is not None:
         return with_stored(ToolOutcome(call.name, arguments, saved.get("result"), error=saved.get("error"),
                                        escalate=saved.get("escalate"), replayed=True), turn)

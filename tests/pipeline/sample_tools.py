@@ -128,6 +128,20 @@ async def create_ticket(identity: CallerIdentity, title: str) -> dict:
     return {"ticket": f"T-{number}", "title": title}
 
 
+KEYS_TAKEN: list[str | None] = []
+
+
+async def late_ticket(identity: CallerIdentity, title: str) -> dict:
+    """A ticket service that takes the first request but answers it after the tool's timeout. It dedupes on the
+    idempotency key (`KEYS_TAKEN`, one ticket a key): a request under a key it took gets that key's ticket."""
+    from gateway.pipeline.tools import idempotency_key
+
+    KEYS_TAKEN.append(idempotency_key())
+    if len(KEYS_TAKEN) == 1:
+        await asyncio.sleep(30)
+    return {"ticket": f"T-{list(dict.fromkeys(KEYS_TAKEN)).index(KEYS_TAKEN[-1]) + 1}", "title": title}
+
+
 async def call_key(identity: CallerIdentity) -> dict:
     """Reports the idempotency key the gateway gave this call (sync tools get it the same way)."""
     from gateway.pipeline.tools import idempotency_key

@@ -1,16 +1,21 @@
 """The same tool call asked again in one turn, in the same round or a later one: it runs once, and every call
-gets its result."""
+gets its result; one that failed runs again in a later round, under the failed call's idempotency key."""
 
 from __future__ import annotations
 
 from structlog.testing import capture_logs
 
+from gateway.pipeline.tool_journal import ToolJournal
 from tests.fakes.openai_server import ToolCallSpec, Turn
 from tests.pipeline import sample_tools
 from tests.pipeline.conftest import make_rig
 
 TICKET = {"name": "create_ticket", "type": "python", "import_path": "tests.pipeline.sample_tools:create_ticket",
           "parameters": {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}}
+
+
+async def _discard(entries: list[dict]) -> None:
+    """A journal's save, for a turn that only needs its keys."""
 
 
 async def test_the_same_call_asked_again_in_a_turn_runs_once_and_each_call_gets_its_result(openai_fake) -> None:
@@ -38,3 +43,33 @@ async def test_the_same_call_asked_again_in_a_turn_runs_once_and_each_call_gets_
     assert list(answered) == ["t1", "t2", "t3", "t4"] and all("T-1" in answered[i] for i in ("t1", "t2", "t4"))
     assert [e["event"] for e in logs if e["event"].startswith("tool.")] == [
         "tool.called", "tool.repeated", "tool.called", "tool.repeated"]
+
+
+async def test_a_call_that_failed_runs_again_in_a_later_round_under_the_failed_calls_key(openai_fake) -> None:
+    """The ticket service timed out (having taken the request): the model's try in the next round was given the
+    same error, marked repeated, and the tool never ran again in the turn however often it was asked. It runs
+    again, under the failed call's idempotency key, so the service gives the ticket it opened, not a second;
+    the same call in the failed call's own round still shares its run."""
+    sample_tools.KEYS_TAKEN.clear()
+    late = {"name": "late_ticket", "type": "python", "import_path": "tests.pipeline.sample_tools:late_ticket",
+            "timeout": 0.2, "parameters": TICKET["parameters"]}
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [late]}])
+    refund = {"title": "Refund order A-7"}
+    openai_fake.script("primary",
+                       Turn(tool_calls=(ToolCallSpec("late_ticket", refund, id="t1"),
+                                        ToolCallSpec("late_ticket", refund, id="t2"))),
+                       Turn(tool_calls=(ToolCallSpec("late_ticket", refund, id="t3"),)),
+                       Turn(text="Ticket T-1 is open for your refund."))
+    turn = rig.turn("Please open a ticket for my refund")
+    turn.tool_journal = ToolJournal([], save=_discard, seed="7")
+    with capture_logs() as logs:
+        result = await rig.pipeline.handle(turn)
+
+    first_key = ToolJournal([], save=_discard, seed="7").key("late_ticket", refund)
+    assert sample_tools.KEYS_TAKEN == [first_key, first_key]
+    timed_out = {"error": "tool timed out after 0.2s"}
+    assert [(c["id"], c["result"], c.get("repeated", False)) for c in result.tool_calls] == [
+        ("t1", timed_out, False), ("t2", timed_out, True), ("t3", {"ticket": "T-1", **refund}, False)]
+    assert [e["event"] for e in logs if e["event"].startswith("tool.")] == ["tool.called", "tool.repeated",
+                                                                           "tool.called"]
+
