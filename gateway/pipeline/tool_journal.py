@@ -42,7 +42,8 @@ class ToolJournal:
         self._seed = seed
         self._occurrences: Counter[str] = Counter()
         self._entries: list[dict[str, Any]] = [e for e in saved or [] if isinstance(e, dict) and "name" in e]
-        # Each earlier call answers one call of this attempt (a distinct call runs once a turn, again after it failed: tool_runs.py).
+        # Each earlier call answers one call of this attempt (a distinct call runs once a round, and once a turn
+        # unless it failed or only reads: tool_runs.py).
         self._unused: dict[str, list[dict[str, Any]]] = {}
         for entry in self._entries:
             self._unused.setdefault(call_identity(entry["name"], entry.get("arguments")), []).append(entry)

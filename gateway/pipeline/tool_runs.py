@@ -1,6 +1,7 @@
 """Running a round's tool calls: each distinct call (its tool and arguments) once a turn, again in a later round
-when it failed (under the failed call's idempotency key), the outcome an earlier attempt at the message saved
-(gateway/pipeline/tool_journal.py) before a real run, and every result bounded and stored as the model is shown it."""
+when it failed (under the failed call's idempotency key) or only reads (an http GET: what it read may have
+changed since), the outcome an earlier attempt at the message saved (gateway/pipeline/tool_journal.py) before a
+real run, and every result bounded and stored as the model is shown it."""
 
 from __future__ import annotations
 
@@ -31,12 +32,17 @@ async def run_call(tools: BotTools, call, turn, journal: ToolJournal | None,
                    finished: dict[int, tuple[ToolOutcome, tuple[Any, str]]], index: int,
                    key: str | None, asked: dict[str, Asked], round_no: int) -> tuple[ToolOutcome, tuple[Any, str]]:
     """One call of a round, with what is stored of it (`_stored`): the outcome of the same call earlier in the
-    turn (`asked`), else the one an earlier attempt at this message saved for it, else a real call, saved (as
-    stored with the turn) as soon as it returns. `finished[index]` gets it too, so a round cut off by the
-    turn's deadline still knows which of its calls returned, and with what."""
+    turn (`asked`: in this round, or in an earlier one that neither failed nor only read), else the one an
+    earlier attempt at this message saved for it, else a real call, saved (as stored with the turn) as soon as
+    it returns. `finished[index]` gets it too, so a round cut off by the turn's deadline still knows which of
+    its calls returned, and with what."""
     arguments = loads(call.arguments)
     same = call_identity(call.name, arguments)
-    if (first := asked.get(same)) is not None:
+    if (first := asked.get(same)) is not None and first.round_no < round_no and tools.reads_only(call.name):
+        # A read asked again in a later round reads afresh: a cart read again after `add_to_cart` was given
+        # the cart as it was before.
+        first = None
+    if first is not None:
         # Asked again in this round or a later one (a model losing track of what it did): its outcome, not a second
         # run, which opened a second ticket or posted twice.
         outcome, stored = await first.outcome

@@ -54,6 +54,7 @@ log = structlog.get_logger("gateway.tools")
 
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+_READ_ONLY_METHODS = ("GET", "HEAD")  # change nothing: no idempotency key sent, and read afresh when asked again
 _CALL_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("tool_call_key", default=None)
 
 
@@ -106,6 +107,11 @@ class BotTools:
         """How many characters of a call's result (as JSON) the model and the stored turn get."""
         spec = self._specs.get(name)
         return spec.max_result_chars if spec is not None else DEFAULT_RESULT_CHARS
+
+    def reads_only(self, name: str) -> bool:
+        """Whether a call of `name` changes nothing (an http GET). What a python tool does is not known."""
+        spec = self._specs.get(name)
+        return spec is not None and spec.type == "http" and spec.method.upper() in _READ_ONLY_METHODS
 
     def schemas(self) -> list[dict[str, Any]]:
         """OpenAI-style function declarations for exactly the tools this bot allows (built once: the
@@ -200,7 +206,7 @@ class BotTools:
             raise ToolError("refused: the arguments would send this call to another server")
         headers = {k: _ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), v) for k, v in spec.headers.items()}
         key = _CALL_KEY.get()
-        if key and spec.method.upper() not in ("GET", "HEAD") and \
+        if key and spec.method.upper() not in _READ_ONLY_METHODS and \
                 IDEMPOTENCY_HEADER.lower() not in {h.lower() for h in headers}:
             # A request that changes something: an API that dedupes on the key acts once, though the
             # gateway died during the call and made it again.

@@ -1,12 +1,17 @@
 """The same tool call asked again in one turn, in the same round or a later one: it runs once, and every call
-gets its result; one that failed runs again in a later round, under the failed call's idempotency key."""
+gets its result; one that failed runs again in a later round, under the failed call's idempotency key, and so
+does a read (an http GET)."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
+from aiohttp import web
 from structlog.testing import capture_logs
 
 from gateway.pipeline.tool_journal import ToolJournal
 from tests.fakes.openai_server import ToolCallSpec, Turn
+from tests.fakes.web_server import serving
 from tests.pipeline import sample_tools
 from tests.pipeline.conftest import make_rig
 
@@ -73,3 +78,50 @@ async def test_a_call_that_failed_runs_again_in_a_later_round_under_the_failed_c
     assert [e["event"] for e in logs if e["event"].startswith("tool.")] == ["tool.called", "tool.repeated",
                                                                            "tool.called"]
 
+
+
+@asynccontextmanager
+async def shop():
+    """A real cart service: `GET /cart` reads the cart, `POST /cart/items` adds a `sku`; yields its base URL
+    and the methods of the requests it got."""
+    cart: list[str] = []
+    seen: list[str] = []
+
+    async def read(request: web.Request) -> web.Response:
+        seen.append(request.method)
+        return web.json_response({"items": list(cart)})
+
+    async def add(request: web.Request) -> web.Response:
+        seen.append(request.method)
+        cart.append((await request.json())["sku"])
+        return web.json_response({"added": cart[-1]})
+
+    app = web.Application()
+    app.router.add_get("/cart", read)
+    app.router.add_post("/cart/items", add)
+    async with serving(app) as base:
+        yield base, seen
+
+
+async def test_a_read_asked_again_in_a_later_round_reads_afresh(openai_fake) -> None:
+    """A model read the cart, added to it, and read it again: the second read was given the first's result, the
+    empty cart, so it told the customer the item was not there. A GET in a later round runs again; in one round
+    it still runs once, and a call that is no GET (the add asked again) still runs once a turn."""
+    async with shop() as (base, seen):
+        rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [
+            {"name": "get_cart", "type": "http", "url": base + "/cart"},
+            {"name": "add_to_cart", "type": "http", "method": "POST", "url": base + "/cart/items",
+             "parameters": {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]}}]}])
+        openai_fake.script("primary",
+                           Turn(tool_calls=(ToolCallSpec("get_cart", {}, id="r1"),
+                                            ToolCallSpec("get_cart", {}, id="r2"))),
+                           Turn(tool_calls=(ToolCallSpec("add_to_cart", {"sku": "A-7"}, id="w1"),)),
+                           Turn(tool_calls=(ToolCallSpec("get_cart", {}, id="r3"),
+                                            ToolCallSpec("add_to_cart", {"sku": "A-7"}, id="w2"))),
+                           Turn(text="A-7 is in your cart."))
+        result = await rig.pipeline.handle(rig.turn("Put A-7 in my cart"))
+
+    assert seen == ["GET", "POST", "GET"]
+    assert [(c["id"], c["result"], c.get("repeated", False)) for c in result.tool_calls] == [
+        ("r1", {"items": []}, False), ("r2", {"items": []}, True), ("w1", {"added": "A-7"}, False),
+        ("r3", {"items": ["A-7"]}, False), ("w2", {"added": "A-7"}, True)]
