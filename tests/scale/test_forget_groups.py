@@ -3,6 +3,8 @@ first writer), so the person's own messages go and the other members' stay, in e
 
 from __future__ import annotations
 
+import asyncio
+
 from sqlalchemy import select
 
 from gateway.models import ConversationRef, InboundMessage, Sender
@@ -72,5 +74,30 @@ async def test_forget_of_the_member_who_started_a_group_keeps_the_others_message
         assert await _count(sessions, Conversation, Conversation.id.in_([private, alone])) == 0
         assert await _count(sessions, Contact, Contact.external_id == "ann") == 0
         assert await _count(sessions, Contact, Contact.external_id == "bob") == 1
+    finally:
+        await engine.dispose()
+
+
+async def test_a_members_message_stored_in_a_group_while_its_only_writer_is_forgotten_is_kept(migrated_url):
+    # Bob writes in a group only Ann had written in, as Ann is forgotten: `forget` read the group as hers alone
+    # past Bob's uncommitted message, then deleted it whole, Bob's message with it (after his webhook had been
+    # acknowledged). (PostgreSQL: SQLite's one writer makes `forget` wait for the store before it reads.)
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        group = await _says(sessions, who="ann", chat="-100a", text="hi all")
+        storing = sessions()
+        await storing.begin()
+        stored = await repo.store_inbound(storing, bot="acme", message=InboundMessage(
+            channel="telegram", external_id="bob-late", sender=Sender(external_id="bob"),
+            conversation=ConversationRef(channel="telegram", chat="-100a"), text="me too"))
+        forget = asyncio.create_task(forget_contact(sessions, channel="telegram", user="ann"))
+        await asyncio.sleep(1.5)  # `forget` has read Ann's conversations and waits on the store's lock
+        await storing.commit()
+        await storing.close()
+        report = await asyncio.wait_for(forget, 30)
+        assert stored.conversation_id == group
+        assert (report.conversations, report.messages) == (0, 2)
+        assert await _texts(sessions, group) == ["me too"]
     finally:
         await engine.dispose()

@@ -3,12 +3,16 @@ hand ends quietly, nothing is sent to the forgotten person, and the worker goes 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import structlog
 from sqlalchemy import func, select
 
 from gateway.pipeline import PipelineResult
 from gateway.retention import forget_contact
+from storage import repositories as repo
+from storage.engine import create_engine, session_factory
 from storage.meta_keys import set_meta_key
 from storage.models import Contact, Conversation, Delivery, Message
 from tests.worker_rig import EchoPipeline, RecordingAdapter, build_worker, chat_message
@@ -186,6 +190,30 @@ async def test_a_contact_forgotten_while_their_turn_keeps_what_a_retry_must_know
         assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception", "warning")
                 and e["event"] != "stream.interrupted_attempt"] == []
         assert [e["event"] for e in logs if e["event"] == "inbound.forgotten"] == ["inbound.forgotten"]
+        assert await left_of_alice(sessions) == [0, 0, 0]
+    finally:
+        await engine.dispose()
+
+
+async def test_forget_waits_for_a_turn_being_stored_instead_of_deadlocking(migrated_url):
+    # A turn's store locks the conversation, then the message (`MessageHandler._finish`); `forget` deleted the
+    # messages, then waited for the conversation: "deadlock detected" on PostgreSQL, one of the two aborted.
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        async with sessions() as session, session.begin():
+            stored = await repo.store_inbound(session, bot="acme", message=chat_message("alice", 0))
+        finishing = sessions()
+        await finishing.begin()
+        await finishing.get(Conversation, stored.conversation_id, with_for_update={"key_share": True})
+        forget = asyncio.create_task(forget_contact(sessions, channel="web", user="alice"))
+        await asyncio.sleep(1.5)  # `forget` has read alice's conversation and waits on the turn's lock
+        message = await asyncio.wait_for(finishing.get(Message, stored.message_id, with_for_update=True), 30)
+        message.status = "done"
+        await finishing.commit()
+        await finishing.close()
+        report = await asyncio.wait_for(forget, 30)
+        assert (report.conversations, report.messages) == (1, 1)
         assert await left_of_alice(sessions) == [0, 0, 0]
     finally:
         await engine.dispose()
