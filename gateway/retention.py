@@ -55,9 +55,16 @@ def _sent_by_contact():
     return (Message.direction == "in") & (Message.channel == Contact.channel) & (Message.sender == Contact.external_id)
 
 
+def _stored_sender():
+    """An inbound message's sender: its column, or the `meta.sender` alone that a gateway older than 0016
+    stores it with (one still running on this schema: a rollback, a replica not yet replaced)."""
+    return func.coalesce(Message.sender, Message.meta["sender"].as_string())
+
+
 def _sent_by(channel: str, user: str):
     """Messages the person `user` of `channel` sent, in any conversation of any bot."""
-    return (Message.direction == "in") & (Message.channel == channel) & (Message.sender == user)
+    return (Message.direction == "in") & (Message.channel == channel) & or_(
+        Message.sender == user, Message.sender.is_(None) & (Message.meta["sender"].as_string() == user))
 
 
 # What is left of a contact who opted out: channel, user id and the STOP's time; nothing they wrote or were called.
@@ -117,7 +124,7 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
             conditions.append(Conversation.contact_id.in_(contact_ids))
         # A message of no recorded sender is taken for theirs: the others' are those that name another.
         others = exists().where(Message.conversation_id == Conversation.id, Message.direction == "in",
-                                Message.sender != user)
+                                _stored_sender() != user)
         alone = select(Conversation.id).where(Conversation.channel == channel, or_(*conditions), ~others)
         # Locked, then asked again, as the purge does: another member's message being stored in one holds it
         # (the foreign key's lock) until it commits, unseen by a plain read, and the delete took it along.

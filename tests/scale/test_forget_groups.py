@@ -13,6 +13,7 @@ from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.models import Contact, Conversation, Message
 from tests.scale.test_retention import _count
+from tests.storage.old_rows import old_message, store_old
 
 
 async def _says(sessions, *, who: str, chat: str, text: str, bot: str = "acme", channel: str = "telegram") -> int:
@@ -99,5 +100,22 @@ async def test_a_members_message_stored_in_a_group_while_its_only_writer_is_forg
         assert stored.conversation_id == group
         assert (report.conversations, report.messages) == (0, 2)
         assert await _texts(sessions, group) == ["me too"]
+    finally:
+        await engine.dispose()
+
+
+async def test_forget_knows_the_sender_of_a_message_stored_by_a_gateway_older_than_0016(migrated_url):
+    # A gateway of before 0016 runs on its schema (a rollback, a replica not yet replaced) and stores messages
+    # with their sender in `meta` alone: forgetting another member took such a message of Bob's for hers and
+    # deleted the group whole, and forgetting Bob left it.
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        await store_old(engine, [old_message("bob-old", {"sender": "bob"})])  # Telegram group -100group
+        group = await _says(sessions, who="ann", chat="-100group", text="hi all")
+        await forget_contact(sessions, channel="telegram", user="ann")
+        assert await _texts(sessions, group) == ["hi"]
+        report = await forget_contact(sessions, channel="telegram", user="bob")
+        assert (report.conversations, report.messages) == (1, 1)
     finally:
         await engine.dispose()
