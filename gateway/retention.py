@@ -125,15 +125,16 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
         # A message of no recorded sender is taken for theirs: the others' are those that name another.
         others = exists().where(Message.conversation_id == Conversation.id, Message.direction == "in",
                                 _stored_sender() != user)
-        alone = select(Conversation.id).where(Conversation.channel == channel, or_(*conditions), ~others)
-        # Locked, then asked again, as the purge does: another member's message being stored in one holds it
-        # (the foreign key's lock) until it commits, unseen by a plain read, and the delete took it along.
-        # Their escalations first, the order a chat's move and an operator's transition take them in; then
-        # the conversations before their messages, as a turn's store takes them.
-        await session.execute(select(Escalation.id).where(Escalation.conversation_id.in_(alone))
+        found = select(Conversation.id).where(Conversation.channel == channel, or_(*conditions))
+        # Locked, then asked again, as the purge does: a store under way in one (another member's message, a
+        # turn's reply and an edit of theirs) holds it until it commits, unseen by a plain read, so the deletes
+        # took a member's message along or left that reply and edit. Their escalations first, the order a
+        # chat's move and an operator's transition take them in; the conversations before their messages, as
+        # a turn's store takes them.
+        await session.execute(select(Escalation.id).where(Escalation.conversation_id.in_(found))
                               .order_by(Escalation.id).with_for_update())
-        await session.execute(alone.order_by(Conversation.id).with_for_update())
-        ids = list((await session.execute(alone)).scalars())
+        await session.execute(found.order_by(Conversation.id).with_for_update())
+        ids = list((await session.execute(found.where(~others))).scalars())
         await _delete_conversations(session, ids, report)
         # What is left of theirs is in the others' conversations. The replies first: deleting a message
         # sets its replies' `reply_to_id` to NULL, and they could not be told apart after.

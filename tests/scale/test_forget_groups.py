@@ -119,3 +119,33 @@ async def test_forget_knows_the_sender_of_a_message_stored_by_a_gateway_older_th
         assert (report.conversations, report.messages) == (1, 1)
     finally:
         await engine.dispose()
+
+
+async def test_a_turn_of_a_member_stored_as_they_are_forgotten_leaves_nothing_of_theirs_in_the_group(migrated_url):
+    # A turn's store (`MessageHandler._finish`) holds the group's conversation and the member's message, and adds
+    # the reply and an edit that came meanwhile: `forget` looked for their messages and the replies before that
+    # store committed, deleted only the message it waited for, and the edit (their words) and the reply stayed.
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        group = await _says(sessions, who="ann", chat="-100a", text="hi all")
+        async with sessions() as session, session.begin():
+            stored = await repo.store_inbound(session, bot="acme", message=InboundMessage(
+                channel="telegram", external_id="bob-1", sender=Sender(external_id="bob"),
+                conversation=ConversationRef(channel="telegram", chat="-100a"), text="my card is 4242"))
+        finishing = sessions()
+        await finishing.begin()
+        conversation = await finishing.get(Conversation, group, with_for_update={"key_share": True})
+        message = await finishing.get(Message, stored.message_id, with_for_update=True)
+        forget = asyncio.create_task(forget_contact(sessions, channel="telegram", user="bob"))
+        await asyncio.sleep(1.5)  # `forget` has begun and waits on the turn's locks
+        await repo.add_outbound(finishing, conversation=conversation, text="noted, bob", reply_to_id=message.id)
+        await repo.add_edit_to_answer(finishing, of=message, text="my card is 4343")
+        message.status = "done"
+        await finishing.commit()
+        await finishing.close()
+        report = await asyncio.wait_for(forget, 30)
+        assert await _texts(sessions, group) == ["hi all", "about hi all"]
+        assert report.messages == 3
+    finally:
+        await engine.dispose()
