@@ -83,7 +83,10 @@ async def _people_of(session: AsyncSession, conversation_ids: list[int]) -> dict
     for part in _parts(conversation_ids):
         contacts = select(Conversation.id, Conversation.contact_id).where(
             Conversation.id.in_(part), Conversation.contact_id.is_not(None))
-        writers = (select(Message.conversation_id, Contact.id).select_from(Message).join(Contact, _sent_by_contact())
+        # Read from `meta` too where the column has none (`_stored_sender`): cheap here, within these conversations.
+        wrote = (Message.direction == "in") & (Message.channel == Contact.channel) & (
+            _stored_sender() == Contact.external_id)
+        writers = (select(Message.conversation_id, Contact.id).select_from(Message).join(Contact, wrote)
                    .where(Message.conversation_id.in_(part)).distinct())
         for query in (contacts, writers):
             for conversation, contact in (await session.execute(query)).all():

@@ -17,6 +17,7 @@ from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message
 from tests.conftest import upgrade, write_config
+from tests.storage.old_rows import old_message, store_old
 from tests.worker_rig import until_waiting_for_a_lock
 
 
@@ -192,6 +193,21 @@ async def test_retention_keeps_the_contacts_of_another_bots_group_members(migrat
         assert mine != group
     finally:
         await engine.dispose()
+
+
+async def test_retention_purges_a_group_member_whose_message_a_gateway_older_than_0016_stored(migrated_url) -> None:
+    # A gateway of before 0016 still running on its schema (a rollback, a replica not yet replaced) stores the
+    # sender in `meta` alone: the purge did not count such a member among the group's people, and their contact
+    # outlived the group, and the retention period, for good.
+    async with _purge_rig(migrated_url) as (engine, sessions, settings):
+        await store_old(engine, [old_message("m-old", {"sender": "member"})])  # Telegram group -100group of acme
+        await _member_writes(sessions, bot="acme", chat="-100group", member="first", text="hi all")
+        async with sessions() as session, session.begin():
+            await repo.upsert_contact(session, channel="telegram", external_id="member", display_name="M")
+        await _age_everything(sessions, utcnow() - timedelta(days=45))
+        report = await purge_expired(sessions, settings)
+        assert (report.conversations, report.contacts) == (1, 2)
+        assert await _count(sessions, Contact) == 0
 
 
 async def test_retention_keeps_a_conversation_whose_customer_writes_while_it_is_purged(migrated_url) -> None:
