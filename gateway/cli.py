@@ -13,8 +13,8 @@ from pathlib import Path
 
 import structlog
 
-from gateway.admin_client import chat_via_server, ingest_via_server, local_url
-from gateway.cli_output import hide_run_errors, print_metrics, print_misses, print_reports, progress_bar
+from gateway.admin_client import chat_via_server, local_url
+from gateway.cli_output import hide_run_errors_in_logs, print_metrics, print_misses, progress_bar
 from gateway.errors import SKIPPED_FILES, ConfigError, GatewayError, IndexBusy, UnknownBot
 from gateway.models import CHANNELS
 from gateway.preflight import (
@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "db":
             return _db_upgrade(args)
         if args.command == "ingest":
-            return asyncio.run(_ingest(args))
+            from gateway.cli_ingest import ingest
+
+            return asyncio.run(ingest(args))
         if args.command == "ingest-runs":
             return asyncio.run(_ingest_runs(args))
         if args.command == "eval":
@@ -202,40 +204,6 @@ def _db_upgrade(args) -> int:
     return 0
 
 
-async def _ingest(args) -> int:
-    from gateway.cli_output import INGEST_INTERRUPTED, told_if_interrupted
-    from gateway.knowledge import Knowledge
-    from gateway.observability.logs import configure_logging_for
-    from rag.index_lock import folder_in_use
-    from storage.engine import create_engine, session_factory
-
-    settings = _settings(args)
-    configure_logging_for(settings, level="WARNING", fmt="cli")  # `warning: …`, as through a server (admin_client)
-    if not args.json:  # the report below prints these as its `!` lines
-        _hide_run_errors()
-    engine = create_engine(settings.database_url)
-    knowledge = Knowledge(settings, sessions=session_factory(engine))
-    try:
-        try:  # before the models load and the index opens: a typo is answered at once
-            knowledge.ingest_targets(bot=args.bot, source=args.source)
-        except KeyError as exc:
-            print(f"error: unknown {exc.args[0]}", file=sys.stderr)
-            return 2
-        await require_schema(settings, engine)
-        if folder_in_use(settings.qdrant):  # before the models load (seconds): the server does the work
-            return await ingest_via_server(settings, bot=args.bot, source=args.source, as_json=args.json)
-        try:
-            await knowledge.open()
-        except IndexBusy:
-            return await ingest_via_server(settings, bot=args.bot, source=args.source, as_json=args.json)
-        with told_if_interrupted(INGEST_INTERRUPTED), progress_bar(as_json=args.json) as bar:
-            reports = await knowledge.ingest(bot=args.bot, source=args.source, trigger="cli", progress=bar.callback)
-    finally:
-        await knowledge.close()
-        await engine.dispose()
-    return print_reports([r.as_dict() for r in reports], as_json=args.json)
-
-
 async def _ingest_runs(args) -> int:
     from gateway.ingest_history import show_runs
     from gateway.observability.logs import configure_logging_for
@@ -243,11 +211,6 @@ async def _ingest_runs(args) -> int:
     settings = _settings(args)
     configure_logging_for(settings, level="WARNING", fmt="cli")  # its errors redacted as /readyz shows them
     return await show_runs(settings, bot=args.bot, source=args.source, limit=args.limit, as_json=args.json)
-
-
-def _hide_run_errors() -> None:
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(hide_run_errors())
 
 
 async def _eval(args) -> int:
@@ -260,7 +223,7 @@ async def _eval(args) -> int:
     from rag.sources import describe_skipped
 
     configure_logging(level="WARNING", fmt="cli")
-    _hide_run_errors()  # each file that failed is a `warning:` line below
+    hide_run_errors_in_logs()  # each file that failed is a `warning:` line below
     for handler in logging.getLogger().handlers:  # and the file types not read, a `note:` (or the error)
         handler.addFilter(lambda record: not getattr(record, SKIPPED_FILES, False))
 

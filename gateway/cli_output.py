@@ -61,6 +61,12 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
     return 1 if any(r["status"] in ("failed", "partial") for r in runs) else 0
 
 
+def hide_run_errors_in_logs() -> None:
+    """Let no log handler show the errors that the command prints itself."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(hide_run_errors())
+
+
 class hide_run_errors(logging.Filter):
     """Drops the log records of errors that `print_reports` prints anyway, as its `!` lines, so a
     failed file is not shown twice; other warnings (a capped crawl delay, say) still show."""
