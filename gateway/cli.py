@@ -14,7 +14,7 @@ from pathlib import Path
 import structlog
 
 from gateway.admin_client import chat_via_server, local_url
-from gateway.cli_output import hide_run_errors_in_logs, print_metrics, print_misses, progress_bar
+from gateway.cli_output import Terminated, hide_run_errors_in_logs, print_metrics, print_misses, progress_bar
 from gateway.errors import SKIPPED_FILES, ConfigError, GatewayError, IndexBusy, UnknownBot
 from gateway.models import CHANNELS
 from gateway.preflight import (
@@ -139,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        return 143
     return 1
 
 

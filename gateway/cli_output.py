@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,14 +23,35 @@ INGEST_INTERRUPTED = ("a run cut short is recorded as failed (`gateway ingest-ru
                       "again to finish it")
 
 
+class Terminated(Exception):
+    """SIGTERM stopped the command (`main` exits 143, 128 + SIGTERM, as a process the signal killed)."""
+
+
 @contextmanager
 def told_if_interrupted(what_now: str) -> Iterator[None]:
-    """Ctrl-C (asyncio.run cancels the task) ended `ingest` with exit 130 and no word on its runs."""
+    """Ctrl-C (asyncio.run cancels the task) ended `ingest` with exit 130 and no word on its runs. SIGTERM
+    (`timeout`, a supervisor) is made to cancel the task too, raising `Terminated`: it killed the process on
+    the spot, and the run it cut short stayed `running` until another gateway process marked it interrupted."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    terminated = False
+
+    def terminate() -> None:
+        nonlocal terminated
+        if not terminated:  # a second SIGTERM must not cut short the recording of the run
+            terminated = True
+            task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, terminate)
     try:
         yield
     except (asyncio.CancelledError, KeyboardInterrupt):
         print(f"interrupted: {what_now}", file=sys.stderr)
+        if terminated and task.uncancel() == 0:
+            raise Terminated from None
         raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def print_reports(runs: list[dict], *, as_json: bool) -> int:

@@ -1,6 +1,7 @@
 """Ctrl-C during `gateway ingest` says what became of the run it cut short."""
 
 import asyncio
+import json
 import os
 import signal
 
@@ -49,6 +50,56 @@ def test_ctrl_c_during_an_ingest_through_the_server_says_the_server_goes_on(tmp_
 
     monkeypatch.setattr(admin_client, "_ingest_on_server", interrupted)
     with pytest.raises(KeyboardInterrupt):
+        asyncio.run(admin_client.ingest_via_server(settings, bot=None, source=None, as_json=False))
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "interrupted: the server goes on with the ingest and records it; `gateway ingest-runs` shows how it ended")
+
+
+def test_sigterm_during_an_ingest_records_the_run_cancelled_and_exits_143(tmp_path, monkeypatch, capsys):
+    """SIGTERM (`timeout`, a cron supervisor) killed the process on the spot: its run stayed `running` in
+    `gateway ingest-runs` and /readyz until another gateway process marked it interrupted."""
+    from rag import ingest as rag_ingest
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "refunds.md").write_text("# Refunds\n\nRefunds are paid back within 14 days of the return.\n")
+    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "docs", "type": "directory", "path": str(docs)}]}])
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    write_points = rag_ingest.write_points
+
+    async def terminated_once_written(*args, **kwargs):  # its points are in the index, not yet in the store
+        await write_points(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(rag_ingest, "write_points", terminated_once_written)
+    assert main(["ingest", "--config", str(config)]) == 143
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "interrupted: a run cut short is recorded as failed (`gateway ingest-runs` shows it); run `gateway ingest` "
+        "again to finish it")
+    assert main(["ingest-runs", "--config", str(config), "--json"]) == 0
+    [run] = json.loads(capsys.readouterr().out)["runs"]
+    assert (run["status"], run["errors"]) == ("failed", ["cancelled before it finished"])
+
+
+def test_sigterm_during_an_ingest_through_the_server_says_the_server_goes_on(tmp_path, monkeypatch, capsys):
+    """Through a running server, SIGTERM stops only the CLI: it says so as Ctrl-C does, and exits 143."""
+    from gateway import admin_client
+    from gateway.cli_output import Terminated
+    from gateway.settings import load_settings
+
+    settings = load_settings(write_config(tmp_path))
+    token, url = admin_client.admin_files(settings.qdrant.path)
+    token.write_text("t")
+    url.write_text("http://127.0.0.1:1")
+
+    async def terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(admin_client, "_ingest_on_server", terminated)
+    with pytest.raises(Terminated):
         asyncio.run(admin_client.ingest_via_server(settings, bot=None, source=None, as_json=False))
     assert capsys.readouterr().err.splitlines()[-1] == (
         "interrupted: the server goes on with the ingest and records it; `gateway ingest-runs` shows how it ended")
