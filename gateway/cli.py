@@ -360,5 +360,14 @@ async def _forget(args) -> int:
     if args.json:
         print(json.dumps(counts))
     else:
-        print("deleted " + ", ".join(f"{v} {k}" for k, v in counts.items()) + " (recorded in data_deletions)")
+        print(f"deleted {_forgotten(counts, opt_outs_kept=report.opt_outs_kept)} (recorded in data_deletions)")
     return 0
+
+
+def _forgotten(counts: dict[str, int], *, opt_outs_kept: int) -> str:
+    """`1 contact, 2 conversations, …` ("1 contacts" read as a slip), and the opt-outs kept in their place,
+    which "0 contacts" alone hid."""
+    said = ", ".join(f"{n} {name if n != 1 else name.removesuffix('s')}" for name, n in counts.items())
+    if opt_outs_kept:
+        said += f"; kept {opt_outs_kept} opt-out{'s' if opt_outs_kept != 1 else ''} (WhatsApp STOP)"
+    return said

@@ -1,0 +1,59 @@
+"""What `gateway forget` prints: its counts in words that agree with them, and an opt-out it kept."""
+
+import asyncio
+import json
+
+from sqlalchemy import update
+
+from gateway.cli import main
+from gateway.models import ConversationRef, InboundMessage, Sender
+from storage import repositories as repo
+from storage.engine import create_engine, session_factory
+from storage.models import Contact
+from tests.conftest import write_config
+
+
+def _conversation_of(database_url: str, *, channel: str, user: str, opted_out: bool = False) -> None:
+    """One message of `user` in their one-to-one conversation (their contact opted out with `opted_out`)."""
+    async def store() -> None:
+        engine = create_engine(database_url)
+        try:
+            async with session_factory(engine)() as session, session.begin():
+                await repo.store_inbound(session, bot="acme", message=InboundMessage(
+                    channel=channel, external_id=f"{user}-1", conversation=ConversationRef(channel=channel, chat=user),
+                    sender=Sender(external_id=user, display_name="Ada"), text="hello"))
+                if opted_out:
+                    await session.execute(update(Contact).values(opted_out_at=Contact.created_at))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(store())
+
+
+def test_forget_says_one_contact_and_one_conversation_in_the_singular(tmp_path, capsys):
+    """It printed "deleted 1 contacts, 1 conversations, 1 messages, 0 escalations"."""
+    config = write_config(tmp_path)
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    _conversation_of(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}", channel="web", user="s1")
+    capsys.readouterr()
+    assert main(["forget", "--config", str(config), "--channel", "web", "--user", "s1"]) == 0
+    assert capsys.readouterr().out == (
+        "deleted 1 contact, 1 conversation, 1 message, 0 escalations (recorded in data_deletions)\n")
+
+
+def test_forget_says_it_kept_the_opt_out_of_a_contact_who_sent_stop(tmp_path, capsys):
+    """A contact who opted out is kept as that opt-out: the output said "deleted 0 contacts" and not a word of
+    the row left, which a person handling a deletion request must be able to tell the requester about."""
+    config = write_config(tmp_path)
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    _conversation_of(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}", channel="whatsapp", user="15550001",
+                     opted_out=True)
+    capsys.readouterr()
+    assert main(["forget", "--config", str(config), "--channel", "whatsapp", "--user", "15550001", "--json"]) == 0
+    # --json keeps its four counts: scripts read it (the opt-out is in the data_deletions row's counts).
+    assert json.loads(capsys.readouterr().out) == {"contacts": 0, "conversations": 1, "messages": 1, "escalations": 0}
+    _conversation_of(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}", channel="whatsapp", user="15550001")
+    assert main(["forget", "--config", str(config), "--channel", "whatsapp", "--user", "15550001"]) == 0
+    assert capsys.readouterr().out == (
+        "deleted 0 contacts, 1 conversation, 1 message, 0 escalations; kept 1 opt-out (WhatsApp STOP) "
+        "(recorded in data_deletions)\n")
