@@ -21,6 +21,9 @@ points it has not recorded yet.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -78,3 +81,16 @@ async def delete_unrecorded(
     leftovers = sorted(await index.present_ids(bot, unrecorded)) if unrecorded else []
     await index.delete_points(bot, leftovers)
     return len(leftovers)
+
+
+@asynccontextmanager
+async def unrecorded_if_cancelled(
+    index: KnowledgeIndex, sessions: async_sessionmaker[AsyncSession], bot: str, written: frozenset[str]
+) -> AsyncIterator[None]:
+    """Delete the points of `written` that the store does not record when the block is cancelled (Ctrl-C,
+    SIGTERM, a server's stop): left, searches found them until the next run of their source deleted them."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        await delete_unrecorded(index, sessions, bot, written)
+        raise

@@ -54,7 +54,7 @@ from rag.chunking import Chunk, chunk_document
 from rag.document_rows import DocumentRows, recorded_chunk_count, storable, store_key, validators_of
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.fingerprint import chunk_settings, digest, document_hash
-from rag.index_check import check_index, delete_unrecorded
+from rag.index_check import check_index, delete_unrecorded, unrecorded_if_cancelled
 from rag.ingest_progress import DocumentProgress, Progress
 from rag.ingest_runs import IngestReport, describe, record_run, start_run
 from rag.knowledge_index import KnowledgeIndex
@@ -346,9 +346,11 @@ class Ingestor:
         # The same content gives the same chunks in the same order: each takes its donor's vectors.
         donors = {c.chunk_id: old for p in pending if p.donor and len(p.donor) == len(p.chunks)
                   for c, old in zip(p.chunks, p.donor)}
-        await write_points(self.index, self.dense, self.sparse, bot, source, new, donors, share=share, advance=tally.advance)
-        await self.index.delete_points(bot, [i for p in pending for i in p.stale])
-        refused = await self._rows(bot, source).write(pending)
+        async with unrecorded_if_cancelled(self.index, self.sessions, bot, frozenset(c.chunk_id for _, c in new)):
+            await write_points(self.index, self.dense, self.sparse, bot, source, new, donors, share=share,
+                               advance=tally.advance)
+            await self.index.delete_points(bot, [i for p in pending for i in p.stale])
+            refused = await self._rows(bot, source).write(pending)
         for p, exc in refused:
             report.document_failed(p.doc.doc_id, exc)
         # A refused document keeps its old row: its new points would be orphans nothing deletes.

@@ -103,3 +103,32 @@ def test_sigterm_during_an_ingest_through_the_server_says_the_server_goes_on(tmp
         asyncio.run(admin_client.ingest_via_server(settings, bot=None, source=None, as_json=False))
     assert capsys.readouterr().err.splitlines()[-1] == (
         "interrupted: the server goes on with the ingest and records it; `gateway ingest-runs` shows how it ended")
+
+
+def test_an_ingest_cut_short_once_its_points_are_written_leaves_none_of_them_in_the_index(tmp_path, monkeypatch):
+    """Cut short between writing a document's points and recording them (Ctrl-C, SIGTERM, a server's stop), the
+    run left them in the index unrecorded, where searches found them until the next run of the source."""
+    from qdrant_client import QdrantClient
+
+    from rag import ingest as rag_ingest
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "refunds.md").write_text("# Refunds\n\nRefunds are paid back within 14 days of the return.\n")
+    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "docs", "type": "directory", "path": str(docs)}]}])
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    write_points = rag_ingest.write_points
+
+    async def terminated_once_written(*args, **kwargs):
+        await write_points(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(rag_ingest, "write_points", terminated_once_written)
+    assert main(["ingest", "--config", str(config)]) == 143
+    client = QdrantClient(path=str(tmp_path / "qdrant"))
+    try:
+        assert sum(client.count(c.name).count for c in client.get_collections().collections) == 0
+    finally:
+        client.close()
