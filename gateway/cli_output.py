@@ -11,6 +11,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -42,7 +43,10 @@ def told_if_interrupted(what_now: str) -> Iterator[None]:
             terminated = True
             task.cancel()
 
-    loop.add_signal_handler(signal.SIGTERM, terminate)
+    # Only the main thread takes signals (an ingest in a thread of its own, as the web tests run it, raised).
+    handled = threading.current_thread() is threading.main_thread()
+    if handled:
+        loop.add_signal_handler(signal.SIGTERM, terminate)
     try:
         yield
     except (asyncio.CancelledError, KeyboardInterrupt):
@@ -51,7 +55,8 @@ def told_if_interrupted(what_now: str) -> Iterator[None]:
             raise Terminated from None
         raise
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        if handled:
+            loop.remove_signal_handler(signal.SIGTERM)
 
 
 def print_reports(runs: list[dict], *, as_json: bool) -> int:

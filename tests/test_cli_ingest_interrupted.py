@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 
 import pytest
 
@@ -132,3 +133,18 @@ def test_an_ingest_cut_short_once_its_points_are_written_leaves_none_of_them_in_
         assert sum(client.count(c.name).count for c in client.get_collections().collections) == 0
     finally:
         client.close()
+
+
+def test_an_ingest_run_outside_the_main_thread_still_runs(tmp_path, monkeypatch):
+    """Signal handlers are for the main thread only: an ingest in a thread of its own (the web tests' `make run`)
+    must not fail for want of its SIGTERM handler."""
+    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "docs", "type": "directory", "path": str(tmp_path)}]}])
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    monkeypatch.setattr(Knowledge, "open", lambda self: asyncio.sleep(0))
+    monkeypatch.setattr(Knowledge, "ingest", lambda self, **kwargs: asyncio.sleep(0, []))
+    codes: list[int] = []
+    worker = threading.Thread(target=lambda: codes.append(main(["ingest", "--config", str(config)])))
+    worker.start()
+    worker.join(60)
+    assert codes == [0]
