@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 # LiteLLM fetches its price map from the network on import unless told otherwise; we run offline.
@@ -42,6 +42,7 @@ from gateway.llm_retry import (
     setup_refused,
     short,
 )
+from gateway.llm_stream import Accumulator, CallbackError, StreamFailed, TokenCallback, read_stream
 from gateway.observability.logs import adopt_litellm_loggers
 from gateway.offline.provider import MODEL as OFFLINE_LITELLM_MODEL
 from gateway.offline.provider import register_offline_provider
@@ -50,8 +51,6 @@ from gateway.settings import OFFLINE_MODEL, Settings
 adopt_litellm_loggers()  # LiteLLM just attached its own text handlers; ours render its records
 
 log = structlog.get_logger("gateway.llm")
-
-TokenCallback = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,24 +71,6 @@ class LLMResult:
     model_used: str
     usage: Usage
     finish_reason: str
-
-
-class _StreamFailed(Exception):
-    """A stream broke or ended without a finish_reason; `emitted` tells whether tokens were shown."""
-
-    def __init__(self, message: str, *, emitted: bool) -> None:
-        super().__init__(message)
-        self.emitted = emitted
-
-
-@dataclass
-class _Accumulator:
-    text: list[str] = field(default_factory=list)
-    calls: dict[int, dict[str, str]] = field(default_factory=dict)  # in the order the calls began
-    open_calls: dict[int, int] = field(default_factory=dict)  # the stream's index -> the call it fills now
-    finish_reason: str | None = None
-    usage: Any = None
-    emitted: bool = False
 
 
 def model_list_from_settings(settings: Settings) -> list[dict[str, Any]]:
@@ -193,7 +174,7 @@ class LLMRouter:
         for name in order:
             attempts = (self._retry.num_retries if retries is None else retries) + 1
             for attempt in range(attempts):
-                acc = _Accumulator()
+                acc = Accumulator()
                 try:
                     started = time.monotonic()
                     result = await self._call(name, messages, tools, tool_choice, on_token, metadata,
@@ -211,9 +192,9 @@ class LLMRouter:
                     if on_abandoned is not None:
                         await self._abandoned(on_abandoned, name, messages, tools, acc, metadata)
                     raise
-                except _CallbackError as exc:
+                except CallbackError as exc:
                     raise exc.original from None
-                except _StreamFailed as exc:
+                except StreamFailed as exc:
                     if exc.emitted and on_token is not None:
                         # Every surface replaces the streamed text with the final reply (the widget on
                         # `done`, chat apps by editing), so a retry or a fallback may still answer. It
@@ -234,7 +215,7 @@ class LLMRouter:
                     self.refused[name] = f"error: {type(error).__name__}: {short(error, 160)}"
                     log.error("llm.setup_refused", model=name, error=errors[-1], hint="check its api_key and model")
                 # A stream that went silent past the timeout (a reasoning model thinking) timed out too.
-                timed_out = isinstance(error.__cause__ if isinstance(error, _StreamFailed) else error, litellm.Timeout)
+                timed_out = isinstance(error.__cause__ if isinstance(error, StreamFailed) else error, litellm.Timeout)
                 if on_abandoned is not None and (timed_out or acc.text or acc.calls):
                     await self._abandoned(on_abandoned, name, messages, tools, acc, metadata)
                 if self._metrics is not None:
@@ -272,7 +253,7 @@ class LLMRouter:
         on_token: TokenCallback | None,
         metadata: dict[str, Any] | None,
         response_format: dict[str, Any] | None,
-        acc: _Accumulator,
+        acc: Accumulator,
     ) -> LLMResult:
         # A deployment's own `timeout` in litellm_params wins over the router-wide default.
         timeout = self._deployments.get(name, {}).get("timeout", self._timeout)
@@ -308,54 +289,9 @@ class LLMRouter:
             finish_reason=choice.finish_reason or ("tool_calls" if calls else "stop"),
         )
 
-    async def _stream(self, name: str, kwargs: dict[str, Any], on_token: TokenCallback, acc: _Accumulator) -> LLMResult:
+    async def _stream(self, name: str, kwargs: dict[str, Any], on_token: TokenCallback, acc: Accumulator) -> LLMResult:
         stream = await self._router.acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
-        iterator = stream.__aiter__()
-        while True:
-            try:
-                chunk = await iterator.__anext__()
-            except StopAsyncIteration:
-                break
-            except Exception as exc:
-                raise _StreamFailed(f"{type(exc).__name__}: {short(exc)}", emitted=acc.emitted) from exc
-            if getattr(chunk, "usage", None):
-                acc.usage = chunk.usage
-            if not chunk.choices:
-                continue
-            choice = chunk.choices[0]
-            delta = choice.delta
-            if delta is not None and delta.content:
-                acc.text.append(delta.content)
-                acc.emitted = True
-                try:
-                    await on_token(delta.content)
-                except Exception as exc:
-                    raise _CallbackError(exc) from exc
-            for call in (getattr(delta, "tool_calls", None) or []) if delta is not None else []:
-                slot = acc.calls.get(acc.open_calls.get(call.index or 0, -1))
-                if slot is None or (call.id and slot["id"] and call.id != slot["id"]):
-                    # A new id under an index in use is a new call: Ollama streams every call of a
-                    # parallel batch under index 0, and two lookups were merged into one unknown tool.
-                    acc.open_calls[call.index or 0] = len(acc.calls)
-                    slot = acc.calls[len(acc.calls)] = {"id": "", "name": "", "arguments": ""}
-                slot["id"] = call.id or slot["id"]
-                if call.function is not None:
-                    slot["name"] += call.function.name or ""
-                    slot["arguments"] += call.function.arguments or ""
-            if choice.finish_reason:
-                acc.finish_reason = choice.finish_reason
-        if not acc.finish_reason:
-            raise _StreamFailed("the stream ended without a finish_reason", emitted=acc.emitted)
-        if not acc.text and not acc.calls and acc.finish_reason in STOPPED_EMPTY:
-            # The provider's filter refused this request, or a reasoning model spent `max_tokens` before any
-            # text: an answer (gate 2 makes it the fallback), not an outage to retry (the same request stops
-            # the same way), fall back from and cool down for every bot over one customer's words.
-            log.warning("llm.content_filtered" if acc.finish_reason == "content_filter" else "llm.stopped_empty",
-                        model=name)
-        elif not acc.text and not acc.calls:
-            # A 200 whose body is no stream (an HTML error page, an empty body) comes out of LiteLLM as
-            # an empty answer with a finish_reason it made up; it was taken as the model's answer.
-            raise _StreamFailed("the stream carried no text and no tool call", emitted=False)
+        await read_stream(name, stream, on_token, acc)
         calls = tuple(
             ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}")
             for i, c in sorted(acc.calls.items())
@@ -369,7 +305,7 @@ class LLMRouter:
         )
 
     async def _abandoned(self, report: Callable[[LLMResult], None], name: str, messages: list[dict[str, Any]],
-                         tools: list[dict[str, Any]] | None, acc: _Accumulator, metadata: dict[str, Any] | None) -> None:
+                         tools: list[dict[str, Any]] | None, acc: Accumulator, metadata: dict[str, Any] | None) -> None:
         """Tell `report` what an attempt that did not finish spent. The offline responder bills nobody."""
         if self._pricing.is_free(name):
             return
@@ -384,14 +320,6 @@ class LLMRouter:
                  completion_tokens=usage.completion_tokens, cost_usd=usage.cost_usd,
                  **{k: v for k, v in (metadata or {}).items() if k in ("message_id", "bot")})
         report(LLMResult(text="".join(acc.text), tool_calls=(), model_used=name, usage=usage, finish_reason="abandoned"))
-
-
-class _CallbackError(Exception):
-    """The caller's on_token failed (e.g. the client went away): not the model's fault, never retried."""
-
-    def __init__(self, original: BaseException) -> None:
-        super().__init__(str(original))
-        self.original = original
 
 
 def _log_ids(metadata: dict[str, Any] | None) -> dict[str, Any]:

@@ -1,0 +1,99 @@
+"""Reading a streamed model answer: its text and tool calls gathered chunk by chunk as they come.
+
+`LLMRouter` (gateway/llm.py) decides what a broken stream leads to (a retry, the fallback); this module
+reads one stream and says how it ended: whole, broken (`StreamFailed`), or cut by the caller's own
+`on_token` failing (`CallbackError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from gateway.llm_retry import STOPPED_EMPTY, short
+
+log = structlog.get_logger("gateway.llm")
+
+TokenCallback = Callable[[str], Awaitable[None]]
+
+
+class StreamFailed(Exception):
+    """A stream broke or ended without a finish_reason; `emitted` tells whether tokens were shown."""
+
+    def __init__(self, message: str, *, emitted: bool) -> None:
+        super().__init__(message)
+        self.emitted = emitted
+
+
+class CallbackError(Exception):
+    """The caller's on_token failed (e.g. the client went away): not the model's fault, never retried."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+@dataclass
+class Accumulator:
+    """What a stream carried so far: kept by the caller, which reports what a stream cut short spent."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)  # in the order the calls began
+    open_calls: dict[int, int] = field(default_factory=dict)  # the stream's index -> the call it fills now
+    finish_reason: str | None = None
+    usage: Any = None
+    emitted: bool = False
+
+
+async def read_stream(name: str, stream: Any, on_token: TokenCallback, acc: Accumulator) -> None:
+    """Read `stream` of model `name` into `acc`, each piece of text to `on_token` as it comes. Raises
+    `StreamFailed` for a stream that broke or carried no answer, `CallbackError` when `on_token` failed."""
+    iterator = stream.__aiter__()
+    while True:
+        try:
+            chunk = await iterator.__anext__()
+        except StopAsyncIteration:
+            break
+        except Exception as exc:
+            raise StreamFailed(f"{type(exc).__name__}: {short(exc)}", emitted=acc.emitted) from exc
+        if getattr(chunk, "usage", None):
+            acc.usage = chunk.usage
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        delta = choice.delta
+        if delta is not None and delta.content:
+            acc.text.append(delta.content)
+            acc.emitted = True
+            try:
+                await on_token(delta.content)
+            except Exception as exc:
+                raise CallbackError(exc) from exc
+        for call in (getattr(delta, "tool_calls", None) or []) if delta is not None else []:
+            slot = acc.calls.get(acc.open_calls.get(call.index or 0, -1))
+            if slot is None or (call.id and slot["id"] and call.id != slot["id"]):
+                # A new id under an index in use is a new call: Ollama streams every call of a
+                # parallel batch under index 0, and two lookups were merged into one unknown tool.
+                acc.open_calls[call.index or 0] = len(acc.calls)
+                slot = acc.calls[len(acc.calls)] = {"id": "", "name": "", "arguments": ""}
+            slot["id"] = call.id or slot["id"]
+            if call.function is not None:
+                slot["name"] += call.function.name or ""
+                slot["arguments"] += call.function.arguments or ""
+        if choice.finish_reason:
+            acc.finish_reason = choice.finish_reason
+    if not acc.finish_reason:
+        raise StreamFailed("the stream ended without a finish_reason", emitted=acc.emitted)
+    if not acc.text and not acc.calls and acc.finish_reason in STOPPED_EMPTY:
+        # The provider's filter refused this request, or a reasoning model spent `max_tokens` before any
+        # text: an answer (gate 2 makes it the fallback), not an outage to retry (the same request stops
+        # the same way), fall back from and cool down for every bot over one customer's words.
+        log.warning("llm.content_filtered" if acc.finish_reason == "content_filter" else "llm.stopped_empty",
+                    model=name)
+    elif not acc.text and not acc.calls:
+        # A 200 whose body is no stream (an HTML error page, an empty body) comes out of LiteLLM as
+        # an empty answer with a finish_reason it made up; it was taken as the model's answer.
+        raise StreamFailed("the stream carried no text and no tool call", emitted=False)
