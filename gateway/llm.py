@@ -31,12 +31,14 @@ import litellm  # noqa: E402
 import structlog
 
 from gateway.errors import ConfigError, LLMError
+from gateway.llm_health import endpoint
 from gateway.llm_pricing import Pricing, Usage
 from gateway.llm_retry import (
     STOPPED_EMPTY,
     MalformedAnswer,
     RetryPolicy,
     client_fault,
+    failure_kind,
     missing_credentials,
     passing,
     setup_refused,
@@ -105,6 +107,9 @@ class LLMRouter:
             model_list.append({"model_name": OFFLINE_MODEL, "litellm_params": {"model": OFFLINE_LITELLM_MODEL}})
         self._names = {m["model_name"] for m in model_list}
         self._deployments = {m["model_name"]: m["litellm_params"] for m in model_list}
+        # Where each model is called, as the log may show it (a group of deployments names each of its own).
+        self._endpoints = {name: ", ".join(dict.fromkeys(endpoint(m["litellm_params"]) for m in model_list
+                                                         if m["model_name"] == name)) for name in self._names}
         self._pricing = Pricing(self._deployments, free_model=OFFLINE_LITELLM_MODEL)
         # Retries, fallbacks and cooldowns are ours (see the module docstring), so the Router does none:
         # its own cooldown, after one 401 or 404, refused the next conversations a provider that was
@@ -220,8 +225,11 @@ class LLMRouter:
                     await self._abandoned(on_abandoned, name, messages, tools, acc, metadata)
                 if self._metrics is not None:
                     self._metrics.llm_failures.labels(model=name, retryable=str(retryable).lower()).inc()
-                log.warning("llm.call_failed", model=name, attempt=attempt + 1, retryable=retryable, error=errors[-1],
-                            **_log_ids(metadata))
+                # The endpoint and the kind of failure: a refused connection said only "Connection error.".
+                failure = "timeout" if timed_out else failure_kind(error) if not isinstance(error, StreamFailed) \
+                    else "stream broken" if error.__cause__ is not None else "stream incomplete"
+                log.warning("llm.call_failed", model=name, endpoint=self._endpoints[name], failure=failure,
+                            attempt=attempt + 1, retryable=retryable, error=errors[-1], **_log_ids(metadata))
                 # A timeout took the model's whole `timeout` (its retries used up the turn's deadline), and a
                 # Retry-After past the backoff cap is refused again when retried sooner: the fallback, at once.
                 hanging = (timed_out or self._retry.waits_too_long(error)) and name != order[-1]

@@ -3,18 +3,22 @@
 `LLMRouter` (gateway/llm.py) runs the retry and fallback loop; this module holds the policy it
 follows: what counts as a passing failure (429, 5xx, timeouts, broken connections, faults inside
 the client libraries) rather than the provider saying no, the backoff between attempts, and the
-short one-line form in which a failure is logged and reported.
+short one-line form in which a failure is logged and reported, with its kind (`failure_kind`).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import socket
 from dataclasses import dataclass
 
 # LiteLLM fetches its price map from the network on import unless told otherwise; we run offline.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import aiohttp  # noqa: E402
+import httpx  # noqa: E402
 import litellm  # noqa: E402
+import openai  # noqa: E402
 
 from gateway.backoff import doubling
 from gateway.observability.logs import redact
@@ -128,3 +132,55 @@ def short(error: BaseException, limit: int = 200) -> str:
     provider's error quotes across the cut kept its first part, which no longer matched it."""
     text = " ".join(redact(str(error)).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_TIMEOUTS = (litellm.Timeout, openai.APITimeoutError, httpx.TimeoutException, TimeoutError)
+_UNREACHABLE = (openai.APIConnectionError, httpx.TransportError, aiohttp.ClientConnectionError, ConnectionError)
+
+
+def failure_kind(error: BaseException) -> str:
+    """What kind of failure `error` is, for an operator: "connection refused", "host not found",
+    "connection failed", "timeout", "HTTP 503", "auth (HTTP 401)", "auth (no api_key)", "no credit (HTTP
+    429)", "malformed answer", else "other: <the innermost exception's type>". Read from the exceptions
+    under it: LiteLLM raises a connection refused as an InternalServerError with status 500, which said
+    "OpenAIException - Connection error." and nothing of which endpoint, or why."""
+    chain = _causes(error)
+    if isinstance(error, MalformedAnswer):
+        return "malformed answer"
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "connection refused"
+    if any(isinstance(e, _TIMEOUTS) for e in chain):
+        return "timeout"
+    if any(isinstance(e, socket.gaierror) for e in chain):
+        return "host not found"
+    if any(isinstance(e, _UNREACHABLE) for e in chain):
+        return "connection failed"
+    if missing_credentials(error):
+        return "auth (no api_key)"
+    status = _http_status(chain)
+    if status is None:
+        return f"other: {type(chain[-1]).__name__}"
+    if out_of_credit(error):
+        return f"no credit (HTTP {status})"
+    return f"auth (HTTP {status})" if status in (401, 403) else f"HTTP {status}"
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    """`error` and the exceptions it was raised from or while handling, outermost first."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain and len(chain) < 16:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def _http_status(chain: list[BaseException]) -> int | None:
+    """The status an endpoint answered with, None when none answered: LiteLLM gives a failure without an
+    answer (a client error, a bad URL) status 500 too, which only an HTTP error under it confirms."""
+    for e in chain:
+        if isinstance(e, openai.APIStatusError) and type(e).__module__.startswith("openai"):  # LiteLLM's subclass it
+            return e.status_code
+        if isinstance(e, httpx.HTTPStatusError):
+            return e.response.status_code
+    status = getattr(chain[0], "status_code", None)
+    return status if isinstance(status, int) and status != 500 else None

@@ -1,7 +1,7 @@
 """Configured values that are credentials in all but name, found by their names read word by word: a
 configured URL's query parameters (`?apikey=…`, `?access_token=${WIKI_TOKEN}`) and its userinfo
 (`https://user:password@wiki/…`), found to redact them from logs and taken out of a URL before anyone is
-shown it; and a model's provider credentials besides `api_key`
+shown it (a model's `api_base`, by its `origin` alone); and a model's provider credentials besides `api_key`
 (`aws_secret_access_key`, `vertex_credentials`, … in its `litellm_params`), found to redact them."""
 
 from __future__ import annotations
@@ -66,6 +66,21 @@ def without_url_secrets(url: str) -> str:
     if len(kept) != len(pairs):
         parts, changed = parts._replace(query=urlencode(kept)), True
     return urlunsplit(parts) if changed else url
+
+
+def origin(url: str) -> str | None:
+    """`url`'s scheme, host and port alone (`https://api.example.com:443`, the scheme's port when it names
+    none), as a URL whose userinfo, path or query may carry a credential is shown; None when it is no
+    http(s) URL with a host."""
+    try:
+        parts = urlsplit((url or "").strip())
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is no number
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not host:
+        return None
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port or (443 if scheme == 'https' else 80)}"
 
 
 def source_url_secrets(settings) -> list[str]:

@@ -1,0 +1,113 @@
+"""What a failed model call tells an operator: `llm.call_failed` names the model, the endpoint it tried
+(scheme, host and port: no credentials, path or query) and the kind of failure."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from structlog.testing import capture_logs
+
+from gateway.errors import LLMError
+from gateway.llm import LLMRouter
+from gateway.llm_health import endpoint
+from gateway.llm_retry import RetryPolicy
+from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.llm.conftest import fake_model
+from tests.llm.test_router import FAST_RETRY, MESSAGES, Collector
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on: connecting to it is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_a_model_nothing_listens_for_is_logged_as_connection_refused_at_its_endpoint() -> None:
+    """A new user's `api_base` pointed at a port nothing listened on: three `llm.call_failed` lines said only
+    "OpenAIException - Connection error.", naming no endpoint, and /readyz showed nothing (review)."""
+    port = _closed_port()
+    router = LLMRouter([{"model_name": "primary", "litellm_params": {
+        "model": "openai/primary", "api_base": f"http://127.0.0.1:{port}/v1", "api_key": "sk-fake"}}], retry=FAST_RETRY)
+
+    with capture_logs() as logs, pytest.raises(LLMError):
+        await router.complete(model="primary", messages=MESSAGES)
+
+    failed = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert len(failed) == 2  # FAST_RETRY: one retry
+    assert {(e["model"], e["endpoint"], e["failure"]) for e in failed} == {
+        ("primary", f"http://127.0.0.1:{port}", "connection refused")}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize(("turn", "failure"), [(Turn(status=500), "HTTP 500"), (Turn(status=401), "auth (HTTP 401)"),
+                                               (Turn(delay=2, text="late"), "timeout")], ids=["500", "401", "timeout"])
+async def test_a_failing_endpoint_is_logged_with_its_status_and_endpoint(openai_fake: FakeOpenAI, turn, failure,
+                                                                         stream) -> None:
+    openai_fake.script("primary", turn)
+    openai_fake.script("backup", Turn(text="Backup [1]."))
+    router = LLMRouter([fake_model(openai_fake, n) for n in ("primary", "backup")], timeout=0.5,
+                       retry=RetryPolicy(num_retries=0))
+
+    with capture_logs() as logs:
+        result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES,
+                                       on_token=Collector() if stream else None)
+
+    assert result.model_used == "backup"
+    [failed] = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert failed["model"] == "primary" and failed["failure"] == failure
+    assert failed["endpoint"] == f"http://127.0.0.1:{openai_fake.port}"
+
+
+async def test_a_stream_broken_mid_answer_is_logged_as_such(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(text="Refunds take five days, as the policy says [1].", break_after=2))
+    openai_fake.script("backup", Turn(text="Backup [1]."))
+    router = LLMRouter([fake_model(openai_fake, n) for n in ("primary", "backup")], retry=RetryPolicy(num_retries=0))
+
+    with capture_logs() as logs:
+        await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=Collector())
+
+    [failed] = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert failed["failure"] == "stream broken" and failed["endpoint"] == f"http://127.0.0.1:{openai_fake.port}"
+
+
+async def test_a_model_without_a_key_is_logged_as_auth(openai_fake: FakeOpenAI, monkeypatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    router = LLMRouter([{"model_name": "primary", "litellm_params": {"model": "openai/primary",
+                                                                     "api_base": openai_fake.base_url}}])
+
+    with capture_logs() as logs, pytest.raises(LLMError):
+        await router.complete(model="primary", messages=MESSAGES)
+
+    [failed] = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert failed["failure"] == "auth (no api_key)" and not openai_fake.requests_for("primary")
+
+
+async def test_the_logged_endpoint_carries_no_credentials_path_or_query(openai_fake: FakeOpenAI) -> None:
+    """`api_base` may carry a credential (userinfo, a proxy's token in the path, `?api-key=`): the log and
+    /readyz answer anyone, so they show the scheme, host and port alone."""
+    router = LLMRouter([{"model_name": "primary", "litellm_params": {
+        "model": "openai/primary", "api_key": "sk-fake",
+        "api_base": f"http://bob:PASSWORD-1@127.0.0.1:{openai_fake.port}/PATH-TOKEN-2/v1?api-key=QUERY-KEY-3"}}],
+        retry=RetryPolicy(num_retries=0))
+
+    with capture_logs() as logs, pytest.raises(LLMError):
+        await router.complete(model="primary", messages=MESSAGES)
+
+    [failed] = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert failed["endpoint"] == f"http://127.0.0.1:{openai_fake.port}"
+    # The client refused the URL before any request: LiteLLM's status 500 for it is no endpoint's answer.
+    assert not failed["failure"].startswith("HTTP")
+
+
+@pytest.mark.parametrize(("params", "shown"), [
+    ({"model": "openai/x", "api_base": "https://key@proxy.example.com/t/SECRET/v1?k=1"}, "https://proxy.example.com:443"),
+    ({"model": "openai/x", "api_base": "http://[::1]:8080/v1"}, "http://[::1]:8080"),
+    ({"model": "openai/x", "api_base": "HTTP://Models.Example.com/v1"}, "http://models.example.com:80"),
+    ({"model": "ollama/llama3"}, "http://localhost:11434"),  # LiteLLM's default for the provider
+    ({"model": "openai/gpt-4o-mini"}, "openai's default"),
+    ({"model": "openai/x", "api_base": "not a url"}, "an api_base that is not a URL"),
+], ids=["secrets", "ipv6", "default-port", "provider-base", "provider-default", "unreadable"])
+def test_endpoint_is_scheme_host_and_port(params, shown) -> None:
+    assert endpoint(params) == shown
