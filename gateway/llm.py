@@ -31,7 +31,7 @@ import litellm  # noqa: E402
 import structlog
 
 from gateway.errors import ConfigError, LLMError
-from gateway.llm_health import endpoint
+from gateway.llm_health import ModelCalls, endpoint
 from gateway.llm_pricing import Pricing, Usage
 from gateway.llm_retry import (
     STOPPED_EMPTY,
@@ -101,6 +101,7 @@ class LLMRouter:
         self._cooldown = cooldown
         self._cooling_until: dict[str, float] = {}  # model -> monotonic time it may be tried first again
         self.refused: dict[str, str] = {}  # model -> why the provider refused its key, name or credit, until it answers
+        self.calls = ModelCalls()  # each model's last answer and last failure, for /readyz
         model_list = list(model_list)
         if not any(m["model_name"] == OFFLINE_MODEL for m in model_list):
             # The keyless default is always there, so any chain can end on it.
@@ -186,6 +187,7 @@ class LLMRouter:
                                               response_format, acc)
                     self._cooling_until.pop(name, None)
                     self.refused.pop(name, None)
+                    self.calls.answered(name)
                     # Which model answered, how fast and for how much: after `llm.call_failed` lines, the
                     # one thing an operator following a message wants to see next.
                     log.info("llm.answered", model=name, attempt=attempt + 1, fallback=name != chain[0],
@@ -228,6 +230,7 @@ class LLMRouter:
                 # The endpoint and the kind of failure: a refused connection said only "Connection error.".
                 failure = "timeout" if timed_out else failure_kind(error) if not isinstance(error, StreamFailed) \
                     else "stream broken" if error.__cause__ is not None else "stream incomplete"
+                self.calls.failed(name, failure, self._endpoints[name])
                 log.warning("llm.call_failed", model=name, endpoint=self._endpoints[name], failure=failure,
                             attempt=attempt + 1, retryable=retryable, error=errors[-1], **_log_ids(metadata))
                 # A timeout took the model's whole `timeout` (its retries used up the turn's deadline), and a

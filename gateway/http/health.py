@@ -38,7 +38,9 @@ async def readyz(request: Request) -> JSONResponse:
     because the limiter fails open (every replica shares that Redis; failing them all would stop every
     message over a limiter outage). It is asked alongside the other checks, within its own short timeout.
     `models` names each model whose provider refused its key, its name or its account (401, 403, 404, no
-    credit) on its last call, the provider's words redacted as the log's are. `operator_channels` says, for
+    credit) on its last call, the provider's words redacted as the log's are; `model_calls`, each model called since
+the process started: `last_success_at`, `last_failure` (`at`, `failure`, `endpoint`) and `failures_since_success`.
+`operator_channels` says, for
     each bot with a Slack operator channel, "ok" or that it refuses everyone (no operator names a member)."""
     svc = services(request)
     limiter = getattr(svc, "rate_limiter", None)
@@ -69,6 +71,9 @@ async def readyz(request: Request) -> JSONResponse:
             "operator_channels": operator_channel_status(svc.settings),
             # Reported, not readiness: the fallbacks still answer, but only an operator can fix it.
             "models": {name: redact(error) for name, error in svc.llm.refused.items()} if svc.role != "web" else {},
+            # Reported, not readiness: each model called since start, its last answer and last failure (when, its
+            # kind, the endpoint as scheme://host:port), so a model failing on every call is seen (a refused port).
+            "model_calls": svc.llm.calls.report() if svc.role != "web" else {},
             "schedule": svc.scheduler.next_runs() if svc.scheduler and svc.role != "web" else {},
             # Whether this replica runs them: every `all` replica lists the times, only the leader acts.
             "scheduler_leader": bool(svc.scheduler and svc.role != "web"

@@ -1,5 +1,6 @@
 """What a failed model call tells an operator: `llm.call_failed` names the model, the endpoint it tried
-(scheme, host and port: no credentials, path or query) and the kind of failure."""
+(scheme, host and port: no credentials, path or query) and the kind of failure, and `LLMRouter.calls`
+(shown by /readyz) keeps each model's last failure and last answer."""
 
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ async def test_a_model_nothing_listens_for_is_logged_as_connection_refused_at_it
     assert len(failed) == 2  # FAST_RETRY: one retry
     assert {(e["model"], e["endpoint"], e["failure"]) for e in failed} == {
         ("primary", f"http://127.0.0.1:{port}", "connection refused")}
+    seen = router.calls.report()["primary"]
+    assert seen["last_success_at"] is None and seen["failures_since_success"] == 2
+    assert seen["last_failure"]["failure"] == "connection refused"
+    assert seen["last_failure"]["endpoint"] == f"http://127.0.0.1:{port}" and seen["last_failure"]["at"]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -58,6 +63,20 @@ async def test_a_failing_endpoint_is_logged_with_its_status_and_endpoint(openai_
     [failed] = [e for e in logs if e["event"] == "llm.call_failed"]
     assert failed["model"] == "primary" and failed["failure"] == failure
     assert failed["endpoint"] == f"http://127.0.0.1:{openai_fake.port}"
+    report = router.calls.report()
+    assert report["primary"]["last_failure"]["failure"] == failure and report["primary"]["last_success_at"] is None
+    assert report["backup"]["last_success_at"] and report["backup"]["last_failure"] is None
+
+
+async def test_an_answer_after_failures_is_the_last_success_and_the_failure_stays(openai_fake: FakeOpenAI) -> None:
+    openai_fake.script("primary", Turn(status=500), Turn(text="Answered [1]."))
+    router = LLMRouter([fake_model(openai_fake, "primary")], retry=FAST_RETRY)
+
+    await router.complete(model="primary", messages=MESSAGES)
+
+    seen = router.calls.report()["primary"]
+    assert seen["last_failure"]["failure"] == "HTTP 500" and seen["failures_since_success"] == 0
+    assert seen["last_success_at"] >= seen["last_failure"]["at"]
 
 
 async def test_a_stream_broken_mid_answer_is_logged_as_such(openai_fake: FakeOpenAI) -> None:
@@ -99,6 +118,8 @@ async def test_the_logged_endpoint_carries_no_credentials_path_or_query(openai_f
     assert failed["endpoint"] == f"http://127.0.0.1:{openai_fake.port}"
     # The client refused the URL before any request: LiteLLM's status 500 for it is no endpoint's answer.
     assert not failed["failure"].startswith("HTTP")
+    shown = repr(router.calls.report())
+    assert not any(secret in shown for secret in ("PASSWORD-1", "PATH-TOKEN-2", "QUERY-KEY-3", "bob"))
 
 
 @pytest.mark.parametrize(("params", "shown"), [

@@ -96,3 +96,18 @@ async def test_a_key_the_provider_refuses_is_an_error_and_named_in_readyz_until_
     fake.script("primary", Turn(text=BACKUP_ANSWER))  # the key was fixed at the provider
     await client.post("/v1/bots/acme/chat", json={"session_id": "llm-401-fixed", "text": QUESTION})
     assert (await client.get("/readyz")).json()["models"] == {}
+
+
+async def test_a_model_failing_on_every_call_is_shown_in_readyz_with_its_endpoint_and_failure(client, fake):
+    """A model whose endpoint failed every call (a refused port) left /readyz `ready` with `"models": {}`:
+    nothing named the model or the endpoint (review). Readiness stays: the fallbacks still answer."""
+    fake.script("primary", Turn(status=500))
+    fake.script("backup", Turn(text=BACKUP_ANSWER))
+    await client.post("/v1/bots/acme/chat", json={"session_id": "llm-readyz", "text": QUESTION})
+
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    primary, backup = ready.json()["model_calls"]["primary"], ready.json()["model_calls"]["backup"]
+    assert primary["last_failure"]["failure"] == "HTTP 500" and primary["failures_since_success"] == 1
+    assert primary["last_failure"]["endpoint"] == f"http://127.0.0.1:{fake.port}" and primary["last_failure"]["at"]
+    assert backup["failures_since_success"] == 0 and backup["last_success_at"] >= primary["last_failure"]["at"]
