@@ -88,7 +88,9 @@ async def unrecorded_if_cancelled(
     index: KnowledgeIndex, sessions: async_sessionmaker[AsyncSession], bot: str, written: frozenset[str]
 ) -> AsyncIterator[None]:
     """Delete the points of `written` that the store does not record when the block is cancelled (Ctrl-C,
-    SIGTERM, a server's stop): left, searches found them until the next run of their source deleted them."""
+    SIGTERM, a server's stop): left, searches found them until the next run of their source deleted them.
+    Only around writing them: once the old points are deleted, they are all the index holds of their documents
+    (deleted too, those were answered in neither version), and a row commit cut short may still land."""
     try:
         yield
     except asyncio.CancelledError:

@@ -349,8 +349,8 @@ class Ingestor:
         async with unrecorded_if_cancelled(self.index, self.sessions, bot, frozenset(c.chunk_id for _, c in new)):
             await write_points(self.index, self.dense, self.sparse, bot, source, new, donors, share=share,
                                advance=tally.advance)
-            await self.index.delete_points(bot, [i for p in pending for i in p.stale])
-            refused = await self._rows(bot, source).write(pending)
+        await self.index.delete_points(bot, [i for p in pending for i in p.stale])
+        refused = await self._rows(bot, source).write(pending)
         for p, exc in refused:
             report.document_failed(p.doc.doc_id, exc)
         # A refused document keeps its old row: its new points would be orphans nothing deletes.

@@ -148,3 +148,35 @@ def test_an_ingest_run_outside_the_main_thread_still_runs(tmp_path, monkeypatch)
     worker.start()
     worker.join(60)
     assert codes == [0]
+
+
+def test_an_ingest_cut_short_as_it_records_a_changed_document_leaves_its_new_version_in_the_index(tmp_path,
+                                                                                                monkeypatch):
+    """Cut short once its old points were deleted, before its row was recorded, the run also deleted the new
+    version's: the document was answered in neither version until the next run of its source."""
+    from qdrant_client import QdrantClient
+
+    from rag.document_rows import DocumentRows
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "refunds.md").write_text("# Refunds\n\nRefunds are paid back within 14 days of the return.\n")
+    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "docs", "type": "directory", "path": str(docs)}]}])
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    assert main(["ingest", "--config", str(config)]) == 0
+    (docs / "refunds.md").write_text("# Refunds\n\nRefunds are paid back within 30 days of the return.\n")
+
+    async def terminated_as_it_records(self, writes):
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(DocumentRows, "_write", terminated_as_it_records)
+    assert main(["ingest", "--config", str(config)]) == 143
+    client = QdrantClient(path=str(tmp_path / "qdrant"))
+    try:
+        texts = [str(p.payload) for c in client.get_collections().collections
+                 for p in client.scroll(c.name, limit=100)[0]]
+    finally:
+        client.close()
+    assert len(texts) == 1 and "30 days" in texts[0]
