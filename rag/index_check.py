@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -94,5 +94,8 @@ async def unrecorded_if_cancelled(
     try:
         yield
     except asyncio.CancelledError:
-        await delete_unrecorded(index, sessions, bot, written)
+        # Its failure (the store gone as the server stops) must not replace the cancellation, which records
+        # the run as cut short: the next run of the source deletes the points it left.
+        with suppress(Exception):
+            await delete_unrecorded(index, sessions, bot, written)
         raise

@@ -180,3 +180,31 @@ def test_an_ingest_cut_short_as_it_records_a_changed_document_leaves_its_new_ver
     finally:
         client.close()
     assert len(texts) == 1 and "30 days" in texts[0]
+
+
+def test_an_ingest_cut_short_whose_clean_up_fails_still_ends_as_cut_short(tmp_path, monkeypatch, capsys):
+    """The deletion of a cut-short batch's points failing (the store gone as the server stops) replaced the
+    cancellation with its own error: the run was not recorded as cancelled and the CLI did not say so."""
+    from rag import index_check
+    from rag import ingest as rag_ingest
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "refunds.md").write_text("# Refunds\n\nRefunds are paid back within 14 days of the return.\n")
+    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "docs", "type": "directory", "path": str(docs)}]}])
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    write_points = rag_ingest.write_points
+
+    async def terminated_once_written(*args, **kwargs):
+        await write_points(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(30)
+
+    async def store_gone(*args, **kwargs):
+        raise ConnectionError("the store went away")
+
+    monkeypatch.setattr(rag_ingest, "write_points", terminated_once_written)
+    monkeypatch.setattr(index_check, "delete_unrecorded", store_gone)
+    assert main(["ingest", "--config", str(config)]) == 143
+    assert capsys.readouterr().err.splitlines()[-1].startswith("interrupted: a run cut short is recorded as failed")
