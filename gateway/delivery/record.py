@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.backoff import doubling
 from gateway.models import utcnow
 from storage import repositories as repo
-from storage.models import Contact, Delivery, Message
+from storage.models import Contact, Conversation, Delivery, Message
 from storage.removed_chats import mark_removed
 
 RECORD_ATTEMPTS = 15  # about a minute of backoff: longer than a database restart or failover
@@ -34,6 +34,14 @@ async def record_outcome(sessions: async_sessionmaker[AsyncSession], message: Me
     while True:
         try:
             async with sessions() as session, session.begin():
+                # What it marks besides the reply, locked before the reply's row, in the order `gateway forget`
+                # takes them (contact, conversation, then its messages): the other way round, each held what
+                # the other waited for, "deadlock detected" on PostgreSQL.
+                if opted_out_contact is not None:
+                    await session.execute(select(Contact.id).where(Contact.id == opted_out_contact).with_for_update())
+                if status == "sent" and "template" in meta:
+                    await session.execute(select(Conversation.id).where(
+                        Conversation.id == message.conversation_id).with_for_update())
                 recorded = (await session.execute(
                     update(Message).where(Message.id == message.id).values(
                         status="pending" if status == "retry" else status, error=error, meta=meta,
