@@ -34,10 +34,12 @@ def test_ctrl_c_during_an_ingest_says_the_run_is_recorded_and_to_ingest_again(tm
         "again to finish it")
 
 
-def test_ctrl_c_during_an_ingest_through_the_server_says_the_server_goes_on(tmp_path, monkeypatch, capsys):
-    """Through a running server, Ctrl-C stops only the CLI, and it said nothing: the user could think the
-    ingest was stopped while the server went on with it and recorded it."""
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_an_ingest_through_the_server_says_the_server_goes_on(tmp_path, monkeypatch, capsys, sent):
+    """Through a running server, Ctrl-C (or SIGTERM) stops only the CLI, and it said nothing: the user could
+    think the ingest was stopped while the server went on with it and recorded it."""
     from gateway import admin_client
+    from gateway.cli_output import Terminated
     from gateway.settings import load_settings
 
     settings = load_settings(write_config(tmp_path))
@@ -45,12 +47,12 @@ def test_ctrl_c_during_an_ingest_through_the_server_says_the_server_goes_on(tmp_
     token.write_text("t")
     url.write_text("http://127.0.0.1:1")
 
-    async def interrupted(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGINT)
+    async def signalled(*args, **kwargs):
+        os.kill(os.getpid(), sent)
         await asyncio.sleep(30)
 
-    monkeypatch.setattr(admin_client, "_ingest_on_server", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr(admin_client, "_ingest_on_server", signalled)
+    with pytest.raises(KeyboardInterrupt if sent == signal.SIGINT else Terminated):  # exit 130 or 143 in main()
         asyncio.run(admin_client.ingest_via_server(settings, bot=None, source=None, as_json=False))
     assert capsys.readouterr().err.splitlines()[-1] == (
         "interrupted: the server goes on with the ingest and records it; `gateway ingest-runs` shows how it ended")
@@ -82,28 +84,6 @@ def test_sigterm_during_an_ingest_records_the_run_cancelled_and_exits_143(tmp_pa
     assert main(["ingest-runs", "--config", str(config), "--json"]) == 0
     [run] = json.loads(capsys.readouterr().out)["runs"]
     assert (run["status"], run["errors"]) == ("failed", ["cancelled before it finished"])
-
-
-def test_sigterm_during_an_ingest_through_the_server_says_the_server_goes_on(tmp_path, monkeypatch, capsys):
-    """Through a running server, SIGTERM stops only the CLI: it says so as Ctrl-C does, and exits 143."""
-    from gateway import admin_client
-    from gateway.cli_output import Terminated
-    from gateway.settings import load_settings
-
-    settings = load_settings(write_config(tmp_path))
-    token, url = admin_client.admin_files(settings.qdrant.path)
-    token.write_text("t")
-    url.write_text("http://127.0.0.1:1")
-
-    async def terminated(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGTERM)
-        await asyncio.sleep(30)
-
-    monkeypatch.setattr(admin_client, "_ingest_on_server", terminated)
-    with pytest.raises(Terminated):
-        asyncio.run(admin_client.ingest_via_server(settings, bot=None, source=None, as_json=False))
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        "interrupted: the server goes on with the ingest and records it; `gateway ingest-runs` shows how it ended")
 
 
 def test_an_ingest_cut_short_once_its_points_are_written_leaves_none_of_them_in_the_index(tmp_path, monkeypatch):
