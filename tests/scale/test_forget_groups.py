@@ -10,9 +10,8 @@ from sqlalchemy import select
 from gateway.models import ConversationRef, InboundMessage, Sender
 from gateway.retention import forget_contact
 from storage import repositories as repo
-from storage.engine import create_engine, session_factory
 from storage.models import Contact, Conversation, Message
-from tests.scale.test_retention import _count
+from tests.scale.test_retention import _count, _purge_rig
 from tests.storage.old_rows import old_message, store_old
 
 
@@ -35,9 +34,7 @@ async def _texts(sessions, conversation: int) -> list[str]:
 
 async def test_forget_finds_a_members_messages_in_every_group_of_the_channel_and_keeps_the_others(migrated_url):
     # Messages written in a group someone else started were not linked to the person: `forget` left them all.
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    try:
+    async with _purge_rig(migrated_url) as (engine, sessions, _):
         first = await _says(sessions, who="ann", chat="-100a", text="hi all")
         await _says(sessions, who="bob", chat="-100a", text="my address is 1 Main St")
         await _says(sessions, who="ann", chat="-100a", text="thanks")
@@ -51,16 +48,12 @@ async def test_forget_finds_a_members_messages_in_every_group_of_the_channel_and
         assert await _texts(sessions, second) == ["hello", "about hello"]
         assert await _texts(sessions, elsewhere) == ["bob on another channel", "about bob on another channel"]
         assert await _count(sessions, Contact, Contact.channel == "telegram", Contact.external_id == "bob") == 0
-    finally:
-        await engine.dispose()
 
 
 async def test_forget_of_the_member_who_started_a_group_keeps_the_others_messages_in_it(migrated_url):
     # The group's conversation has its first writer for contact: forgetting them deleted it whole, with every
     # other member's messages.
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    try:
+    async with _purge_rig(migrated_url) as (engine, sessions, _):
         group = await _says(sessions, who="ann", chat="-100a", text="hi all")
         await _says(sessions, who="bob", chat="-100a", text="me too")
         await _says(sessions, who="ann", chat="-100a", text="bye")
@@ -75,17 +68,13 @@ async def test_forget_of_the_member_who_started_a_group_keeps_the_others_message
         assert await _count(sessions, Conversation, Conversation.id.in_([private, alone])) == 0
         assert await _count(sessions, Contact, Contact.external_id == "ann") == 0
         assert await _count(sessions, Contact, Contact.external_id == "bob") == 1
-    finally:
-        await engine.dispose()
 
 
 async def test_a_members_message_stored_in_a_group_while_its_only_writer_is_forgotten_is_kept(migrated_url):
     # Bob writes in a group only Ann had written in, as Ann is forgotten: `forget` read the group as hers alone
     # past Bob's uncommitted message, then deleted it whole, Bob's message with it (after his webhook had been
     # acknowledged). (PostgreSQL: SQLite's one writer makes `forget` wait for the store before it reads.)
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    try:
+    async with _purge_rig(migrated_url) as (engine, sessions, _):
         group = await _says(sessions, who="ann", chat="-100a", text="hi all")
         storing = sessions()
         await storing.begin()
@@ -100,34 +89,26 @@ async def test_a_members_message_stored_in_a_group_while_its_only_writer_is_forg
         assert stored.conversation_id == group
         assert (report.conversations, report.messages) == (0, 2)
         assert await _texts(sessions, group) == ["me too"]
-    finally:
-        await engine.dispose()
 
 
 async def test_forget_knows_the_sender_of_a_message_stored_by_a_gateway_older_than_0016(migrated_url):
     # A gateway of before 0016 runs on its schema (a rollback, a replica not yet replaced) and stores messages
     # with their sender in `meta` alone: forgetting another member took such a message of Bob's for hers and
     # deleted the group whole, and forgetting Bob left it.
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    try:
+    async with _purge_rig(migrated_url) as (engine, sessions, _):
         await store_old(engine, [old_message("bob-old", {"sender": "bob"})])  # Telegram group -100group
         group = await _says(sessions, who="ann", chat="-100group", text="hi all")
         await forget_contact(sessions, channel="telegram", user="ann")
         assert await _texts(sessions, group) == ["hi"]
         report = await forget_contact(sessions, channel="telegram", user="bob")
         assert (report.conversations, report.messages) == (1, 1)
-    finally:
-        await engine.dispose()
 
 
 async def test_a_turn_of_a_member_stored_as_they_are_forgotten_leaves_nothing_of_theirs_in_the_group(migrated_url):
     # A turn's store (`MessageHandler._finish`) holds the group's conversation and the member's message, and adds
     # the reply and an edit that came meanwhile: `forget` looked for their messages and the replies before that
     # store committed, deleted only the message it waited for, and the edit (their words) and the reply stayed.
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    try:
+    async with _purge_rig(migrated_url) as (engine, sessions, _):
         group = await _says(sessions, who="ann", chat="-100a", text="hi all")
         async with sessions() as session, session.begin():
             stored = await repo.store_inbound(session, bot="acme", message=InboundMessage(
@@ -147,5 +128,3 @@ async def test_a_turn_of_a_member_stored_as_they_are_forgotten_leaves_nothing_of
         report = await asyncio.wait_for(forget, 30)
         assert await _texts(sessions, group) == ["hi all", "about hi all"]
         assert report.messages == 3
-    finally:
-        await engine.dispose()
