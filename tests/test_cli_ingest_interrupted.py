@@ -13,6 +13,31 @@ from gateway.knowledge import Knowledge
 from tests.conftest import write_config
 
 
+def _one_document(tmp_path):
+    """(its folder, the config) of bot acme with one Markdown document to ingest, its database made."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "refunds.md").write_text("# Refunds\n\nRefunds are paid back within 14 days of the return.\n")
+    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "docs", "type": "directory", "path": str(docs)}]}])
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    return docs, config
+
+
+def _terminated_once_written(monkeypatch) -> None:
+    """The ingest gets SIGTERM once a batch's points are in the index, not yet in the store."""
+    from rag import ingest as rag_ingest
+
+    write_points = rag_ingest.write_points
+
+    async def terminated_once_written(*args, **kwargs):
+        await write_points(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(rag_ingest, "write_points", terminated_once_written)
+
+
 def test_ctrl_c_during_an_ingest_says_the_run_is_recorded_and_to_ingest_again(tmp_path, monkeypatch, capsys):
     """It ended with exit 130 and not a word: the user could not tell whether the knowledge base was
     left half done, nor that `gateway ingest-runs` shows the run as failed, "cancelled before it finished"."""
@@ -61,22 +86,8 @@ def test_a_signal_during_an_ingest_through_the_server_says_the_server_goes_on(tm
 def test_sigterm_during_an_ingest_records_the_run_cancelled_and_exits_143(tmp_path, monkeypatch, capsys):
     """SIGTERM (`timeout`, a cron supervisor) killed the process on the spot: its run stayed `running` in
     `gateway ingest-runs` and /readyz until another gateway process marked it interrupted."""
-    from rag import ingest as rag_ingest
-
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "refunds.md").write_text("# Refunds\n\nRefunds are paid back within 14 days of the return.\n")
-    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
-        {"name": "docs", "type": "directory", "path": str(docs)}]}])
-    assert main(["db", "upgrade", "--config", str(config)]) == 0
-    write_points = rag_ingest.write_points
-
-    async def terminated_once_written(*args, **kwargs):  # its points are in the index, not yet in the store
-        await write_points(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGTERM)
-        await asyncio.sleep(30)
-
-    monkeypatch.setattr(rag_ingest, "write_points", terminated_once_written)
+    _, config = _one_document(tmp_path)
+    _terminated_once_written(monkeypatch)
     assert main(["ingest", "--config", str(config)]) == 143
     assert capsys.readouterr().err.splitlines()[-1] == (
         "interrupted: a run cut short is recorded as failed (`gateway ingest-runs` shows it); run `gateway ingest` "
@@ -91,22 +102,8 @@ def test_an_ingest_cut_short_once_its_points_are_written_leaves_none_of_them_in_
     run left them in the index unrecorded, where searches found them until the next run of the source."""
     from qdrant_client import QdrantClient
 
-    from rag import ingest as rag_ingest
-
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "refunds.md").write_text("# Refunds\n\nRefunds are paid back within 14 days of the return.\n")
-    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
-        {"name": "docs", "type": "directory", "path": str(docs)}]}])
-    assert main(["db", "upgrade", "--config", str(config)]) == 0
-    write_points = rag_ingest.write_points
-
-    async def terminated_once_written(*args, **kwargs):
-        await write_points(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGTERM)
-        await asyncio.sleep(30)
-
-    monkeypatch.setattr(rag_ingest, "write_points", terminated_once_written)
+    _, config = _one_document(tmp_path)
+    _terminated_once_written(monkeypatch)
     assert main(["ingest", "--config", str(config)]) == 143
     client = QdrantClient(path=str(tmp_path / "qdrant"))
     try:
@@ -138,12 +135,7 @@ def test_an_ingest_cut_short_as_it_records_a_changed_document_leaves_its_new_ver
 
     from rag.document_rows import DocumentRows
 
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "refunds.md").write_text("# Refunds\n\nRefunds are paid back within 14 days of the return.\n")
-    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
-        {"name": "docs", "type": "directory", "path": str(docs)}]}])
-    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    docs, config = _one_document(tmp_path)
     assert main(["ingest", "--config", str(config)]) == 0
     (docs / "refunds.md").write_text("# Refunds\n\nRefunds are paid back within 30 days of the return.\n")
 
@@ -166,25 +158,13 @@ def test_an_ingest_cut_short_whose_clean_up_fails_still_ends_as_cut_short(tmp_pa
     """The deletion of a cut-short batch's points failing (the store gone as the server stops) replaced the
     cancellation with its own error: the run was not recorded as cancelled and the CLI did not say so."""
     from rag import index_check
-    from rag import ingest as rag_ingest
 
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "refunds.md").write_text("# Refunds\n\nRefunds are paid back within 14 days of the return.\n")
-    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
-        {"name": "docs", "type": "directory", "path": str(docs)}]}])
-    assert main(["db", "upgrade", "--config", str(config)]) == 0
-    write_points = rag_ingest.write_points
-
-    async def terminated_once_written(*args, **kwargs):
-        await write_points(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGTERM)
-        await asyncio.sleep(30)
+    _, config = _one_document(tmp_path)
 
     async def store_gone(*args, **kwargs):
         raise ConnectionError("the store went away")
 
-    monkeypatch.setattr(rag_ingest, "write_points", terminated_once_written)
+    _terminated_once_written(monkeypatch)
     monkeypatch.setattr(index_check, "delete_unrecorded", store_gone)
     assert main(["ingest", "--config", str(config)]) == 143
     assert capsys.readouterr().err.splitlines()[-1].startswith("interrupted: a run cut short is recorded as failed")
