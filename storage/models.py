@@ -5,10 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from gateway.models import utcnow
+
+# Inbound messages whose sender is not in their column (stored by a gateway older than migration 0016).
+UNKNOWN_SENDER = "direction = 'in' AND sender IS NULL"
 
 
 class Base(DeclarativeBase):
@@ -78,6 +81,8 @@ class Message(Base):
         Index("ix_messages_status", "direction", "status"),
         Index("ix_messages_reply_to", "reply_to_id"),  # a message's replies (web chat), and deletions' SET NULL
         Index("ix_messages_sender", "sender"),  # a person's messages: retention's orphans, `gateway forget`
+        # `gateway forget` reads the `meta` of these: without the index, of every outbound row too.
+        Index("ix_messages_sender_unknown", "id", postgresql_where=text(UNKNOWN_SENDER), sqlite_where=text(UNKNOWN_SENDER)),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

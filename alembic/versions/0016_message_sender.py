@@ -25,6 +25,7 @@ branch_labels = None
 depends_on = None
 
 BATCH = 1000
+UNKNOWN_SENDER = "direction = 'in' AND sender IS NULL"
 
 
 def upgrade() -> None:
@@ -47,6 +48,10 @@ def upgrade() -> None:
         after = rows[-1][0]
     # Built once the column is filled: one pass over it rather than an index update per row.
     op.create_index('ix_messages_sender', 'messages', ['sender'], unique=False)
+    # The inbound messages without one (a gateway older than 0016 still running: a rollback, a replica not yet
+    # replaced), which `gateway forget` reads `meta.sender` of: without it, every outbound row too.
+    op.create_index('ix_messages_sender_unknown', 'messages', ['id'], unique=False,
+                    postgresql_where=sa.text(UNKNOWN_SENDER), sqlite_where=sa.text(UNKNOWN_SENDER))
 
 
 def _sender(stored: str | None) -> str | None:
@@ -56,6 +61,7 @@ def _sender(stored: str | None) -> str | None:
 
 
 def downgrade() -> None:
+    op.drop_index('ix_messages_sender_unknown', table_name='messages')
     op.drop_index('ix_messages_sender', table_name='messages')
     with op.batch_alter_table('messages') as batch:
         batch.drop_column('sender')

@@ -7,7 +7,9 @@ import asyncio
 from sqlalchemy import inspect, select, text
 from sqlalchemy.dialects import postgresql
 
-from storage.engine import create_engine
+from gateway.models import ConversationRef, InboundMessage, Sender
+from storage import repositories as repo
+from storage.engine import create_engine, session_factory
 from storage.models import Message
 from tests.conftest import upgrade
 
@@ -66,3 +68,35 @@ async def test_the_web_chats_lookup_of_a_messages_replies_is_served_by_the_index
     assert "ix_messages_reply_to" in plan, plan
 
 
+
+
+async def test_forgets_look_up_of_a_sender_kept_in_meta_alone_is_served_by_an_index_on_postgres(postgres_url):
+    """`gateway forget` reads `meta.sender` of the inbound messages a gateway older than 0016 stored with no
+    `sender`; every outbound row has none either, so without an index of the former it read all inbound rows
+    (`ix_messages_status`) with their `meta` parsed."""
+    from gateway.retention import _sent_by
+
+    await asyncio.to_thread(upgrade, postgres_url)
+    engine = create_engine(postgres_url)
+    try:
+        async with session_factory(engine)() as session, session.begin():
+            first = await repo.store_inbound(session, bot="acme", message=InboundMessage(
+                channel="telegram", external_id="m0", sender=Sender(external_id="u0"),
+                conversation=ConversationRef(channel="telegram", chat="-100a"), text="hi"))
+        async with engine.begin() as conn:  # 20,000 more, half of them outbound; statistics for the planner
+            await conn.execute(text(
+                "INSERT INTO messages (conversation_id, bot, channel, direction, author, external_id, sender, text, "
+                "attachments, meta, citations, tool_calls, retrieved, status, attempts, provider_ids, created_at, "
+                "updated_at) SELECT conversation_id, bot, channel, CASE WHEN g % 2 = 0 THEN 'in' ELSE 'out' END, "
+                "author, 'm' || g, CASE WHEN g % 2 = 0 THEN 'u' || (g % 500) END, text, attachments, meta, citations, "
+                "tool_calls, retrieved, status, attempts, provider_ids, created_at, updated_at "
+                "FROM messages, generate_series(1, 20000) AS g WHERE messages.id = :first"),
+                {"first": first.message_id})
+            await conn.execute(text("ANALYZE messages"))
+        query = select(Message.id).where(_sent_by("telegram", "ann"))
+        sql = str(query.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+        async with engine.connect() as conn:
+            plan = "\n".join(row[0] for row in await conn.execute(text(f"EXPLAIN {sql}")))
+    finally:
+        await engine.dispose()
+    assert "ix_messages_sender_unknown" in plan and "Seq Scan" not in plan, plan
