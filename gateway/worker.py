@@ -220,7 +220,8 @@ class Worker:
                 if heartbeat.done():
                     # Its new holder drains the conversation now; going on would answer its messages twice
                     # (the message in hand, if any, was finished once: `_finish` checks it under a lock).
-                    log.warning("worker.lease_lost", conversation_id=conversation_id, owner=self.owner)
+                    if heartbeat.result():
+                        log.warning("worker.lease_lost", conversation_id=conversation_id, owner=self.owner)
                     break
                 async with self._sessions() as session:
                     message = await repo.next_pending(session, conversation_id=conversation_id)
@@ -350,15 +351,16 @@ class Worker:
         log.info("conversation.waiting_for_unsettled_reply", conversation_id=reply.conversation_id,
                  message_id=reply.id, sending_since=str(as_utc(reply.updated_at)))
 
-    async def _heartbeat(self, conversation_id: int) -> None:
-        """Renew the lease until cancelled; returns when another worker holds it (ours lapsed: a
-        database outage longer than the lease, a stalled process), which ends the drain."""
+    async def _heartbeat(self, conversation_id: int) -> bool:
+        """Renew the lease until cancelled; returns when it cannot, which ends the drain: True when another
+        worker holds it (ours lapsed: a database outage longer than the lease, a stalled process), False
+        when the conversation is gone (`gateway forget`, retention), which is no one's fault."""
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 async with self._sessions() as session, session.begin():
                     if not await repo.try_lease(session, conversation_id=conversation_id, owner=self.owner,
                                                 seconds=self.lease_seconds):
-                        return
+                        return await session.get(Conversation, conversation_id) is not None
             except Exception:  # a database blip must not end the heartbeat: renew once it is back
                 log.warning("worker.heartbeat_failed", conversation_id=conversation_id, exc_info=True)

@@ -41,10 +41,12 @@ class ForgetMidTurn(EchoPipeline):
     """Answers as EchoPipeline does, but alice's turn asks for her data to be erased while the model writes."""
 
     sessions = None
+    linger = 0.0  # seconds the model goes on writing after the forget
 
     async def handle(self, turn):
         if turn.text.startswith("alice"):
             await forget_contact(self.sessions, channel="web", user="alice")
+            await asyncio.sleep(self.linger)
             return PipelineResult(reply="your order ships tomorrow, alice")
         return await super().handle(turn)
 
@@ -58,6 +60,21 @@ async def test_a_contact_forgotten_while_their_message_is_answered_gets_nothing_
         assert [text for _, text in adapter.sent] == ["echo: bob #0"]
         assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception")] == []
         assert await left_of_alice(sessions) == [0, 0, 0]
+    finally:
+        await engine.dispose()
+
+
+async def test_a_conversation_forgotten_during_a_turn_longer_than_a_heartbeat_is_not_reported_as_a_lost_lease(
+        migrated_url):
+    # The heartbeat's renewal finds no conversation to lease: that is the forget, not another worker taking it.
+    pipeline = ForgetMidTurn()
+    pipeline.linger = 0.5
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline, lease=0.3)
+    pipeline.sessions = sessions
+    try:
+        logs = await alice_then_bob_answered(inbox, worker)
+        assert [text for _, text in adapter.sent] == ["echo: bob #0"]
+        assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception", "warning")] == []
     finally:
         await engine.dispose()
 
