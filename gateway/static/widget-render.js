@@ -215,6 +215,9 @@
     return ch === undefined ? null : { ch: ch, length: m[0].length };
   }
   var MD_CITE = /^\[(\d{1,3})\](?!\()/;
+  // Marks nested deeper than this stay text: a browser checks an element's ancestors as a child joins it, so
+  // each level costs more (20,000 nested _italic_ runs took seconds), and no reply means one this deep.
+  var MAX_INLINE_DEPTH = 1000;
 
   /** The `_`s of `root` that can close an _italic_ run (after a non-space, before no letter, digit nor `_`),
    *  found in one pass when first asked: a function giving the first at or after a position, or -1. Looking
@@ -235,104 +238,133 @@
     };
   }
 
-  /** The index of the `_` that closes an _italic_ run opened at `open` in `text`, or -1. `text` is the part at
-   *  `offset` of the text `closes` was made for: its last `_` may close here and not there (a letter after it). */
-  function underscoreEnd(text, open, closes, offset) {
-    var last = text.length - 1, end = closes(offset + open + 2) - offset;
-    if (end >= open + 2 && end < last) return end;
-    return last >= open + 2 && text.charAt(last) === "_" && /\S/.test(text.charAt(last - 1)) ? last : -1;
-  }
-
-  /** Inline marks into `parent`: `code`, **bold**, *italic*, _italic_, ~~strike~~, [text](http url), [n].
-   *  Text nodes otherwise. A mark's inside is drawn with the `closes` of the whole text and its `offset` there. */
-  function appendInline(parent, text, citations, closes, offset) {
-    closes = closes || underscoreCloses(text);
-    offset = offset || 0;
-    var plain = "";
-    function flushText() { if (plain) { parent.appendChild(document.createTextNode(plain)); plain = ""; } }
-    var i = 0;
-    /** "**bold**", "~~strike~~": the run from `i` between two `mark`s as a `tag`, when it neither starts nor
-     * ends with a space; else the mark as typed. Moves `i` past what it took. */
-    function paired(mark, tag) {
-      var from = i + mark.length, close = text.indexOf(mark, from);
-      if (close > from && /\S/.test(text.charAt(from)) && /\S/.test(text.charAt(close - 1))) {
-        flushText();
-        var node = el(tag);
-        appendInline(node, text.slice(from, close), citations, closes, offset + from);
-        parent.appendChild(node);
-        i = close + mark.length;
-      } else {
-        plain += mark;
-        i = from;
+  /** The backtick runs of `root`, found in one pass when first asked: a function giving the start of the first run
+   *  of `count` backticks or more after the run that holds `at` (a code span's close), or -1. Searching the text for
+   *  each opener took time n^1.5 in a reply of ever shorter unmatched runs ("````` ```` ``` …"). */
+  function backtickCloses(root) {
+    var runOf = null, starts = [], lengths = [], longer = [];
+    function scan() {
+      runOf = new Int32Array(root.length);
+      for (var j = 0; j < root.length; j++) {
+        if (root.charCodeAt(j) !== 96) continue;  // 96: "`"
+        if (j === 0 || root.charCodeAt(j - 1) !== 96) { starts.push(j); lengths.push(0); }
+        runOf[j] = starts.length - 1;
+        lengths[starts.length - 1] += 1;
+      }
+      var stack = [];  // longer[r]: the first run after r that is longer than it
+      for (var r = starts.length - 1; r >= 0; r--) {
+        while (stack.length && lengths[stack[stack.length - 1]] <= lengths[r]) stack.pop();
+        longer[r] = stack.length ? stack[stack.length - 1] : starts.length;
+        stack.push(r);
       }
     }
-    while (i < text.length) {
-      var ch = text.charAt(i);
-      var rest = ch === "`" || ch === "[" ? text.slice(i) : "";  // only where a pattern is tried
-      var end, m;
-      if (ch === "`") {
-        var ticks = /^`+/.exec(rest)[0];
-        end = text.indexOf(ticks, i + ticks.length);
-        if (end > i + ticks.length) {
-          flushText();
-          parent.appendChild(el("code", null, text.slice(i + ticks.length, end)));
-          i = end + ticks.length;
-          continue;
-        }
-        plain += ticks;
-        i += ticks.length;
+    return function (at, count) {
+      if (!runOf) scan();
+      var r = runOf[at] + 1;
+      // Each jump is to a longer run shorter than `count`: fewer jumps than the opener's backticks, drawn next.
+      while (r < starts.length && lengths[r] < count) r = longer[r];
+      return r < starts.length ? starts[r] : -1;
+    };
+  }
+
+  /** Inline marks into `parent`: `code`, **bold**, *italic*, _italic_, ~~strike~~, [text](http url), [n]; text
+   *  nodes otherwise. A mark is drawn over its range of `text` (`start`, `end`; it sees nothing outside: `at`); the
+   *  marks around it wait on a stack, not the call stack, which thousands of nested _italic_ runs overflowed. */
+  function appendInline(parent, text, citations) {
+    var underscoreNext = underscoreCloses(text), backtickNext = backtickCloses(text);
+    var node = parent, start = 0, end = text.length, after = end, outer = [], plain = "", i = 0, ch, to, m;
+    function at(j) { return j >= start && j < end ? text.charAt(j) : ""; }
+    function flushText() { if (plain) { node.appendChild(document.createTextNode(plain)); plain = ""; } }
+    /** Draws `text` from `from` to `to` inside a new `tag`, then goes on at `resume` in the range around it. */
+    function open(tag, from, to, resume) {
+      flushText();
+      outer.push({ node: node, start: start, end: end, after: after });
+      node = el(tag); start = i = from; end = to; after = resume;
+    }
+    /** Where `size` characters found at `found` (an index, or -1) lie inside the range drawn, else -1. */
+    function within(found, size) { return found >= 0 && found + size <= end ? found : -1; }
+    function nests() { return outer.length < MAX_INLINE_DEPTH; }
+    /** "**bold**", "~~strike~~": from `i`, between two `mark`s as a `tag` (no space inside either end); else text. */
+    function paired(mark, tag) {
+      var from = i + mark.length, close = within(text.indexOf(mark, from), mark.length);
+      var ok = close > from && nests() && /\S/.test(at(from)) && /\S/.test(at(close - 1));
+      if (ok) open(tag, from, close, close + mark.length);
+      else { plain += mark; i = from; }
+    }
+    /** The index of the `_` that closes an _italic_ run opened at `i`, or -1: the first that can close one in
+     *  the whole text, or else the last of the range (a letter after it may keep it from closing one there). */
+    function underscoreEnd() {
+      var last = end - 1, close = underscoreNext(i + 2);
+      if (close >= i + 2 && close < last) return close;
+      return last >= i + 2 && at(last) === "_" && /\S/.test(at(last - 1)) ? last : -1;
+    }
+    for (;;) {
+      if (i >= end) {
+        flushText();
+        if (!outer.length) break;
+        i = after;
+        var around = outer.pop();
+        around.node.appendChild(node);  // drawn whole, the mark joins the one around it
+        node = around.node; start = around.start; end = around.end; after = around.after;
         continue;
       }
-      if (ch === "*" && text.charAt(i + 1) === "*") {
+      ch = text.charAt(i);
+      if (ch === "`") {
+        var count = 1;
+        while (at(i + count) === "`") count += 1;
+        to = within(backtickNext(i, count), count);
+        if (to > i + count) {
+          flushText();
+          node.appendChild(el("code", null, text.slice(i + count, to)));
+          i = to + count;
+          continue;
+        }
+        plain += text.slice(i, i + count);  // no close: the run as typed
+        i += count;
+        continue;
+      }
+      if (ch === "*" && at(i + 1) === "*") {
         paired("**", "strong");
         continue;
       }
       if (ch === "*") {
-        end = text.indexOf("*", i + 1);
-        if (end > i + 1 && /\S/.test(text.charAt(i + 1)) && /\S/.test(text.charAt(end - 1))
-            && text.charAt(end + 1) !== "*") {
-          flushText();
-          var em = el("em");
-          appendInline(em, text.slice(i + 1, end), citations, closes, offset + i + 1);
-          parent.appendChild(em);
-          i = end + 1;
+        to = within(text.indexOf("*", i + 1), 1);
+        if (to > i + 1 && nests() && /\S/.test(at(i + 1)) && /\S/.test(at(to - 1)) && at(to + 1) !== "*") {
+          open("em", i + 1, to, to + 1);
           continue;
         }
         plain += ch;
         i += 1;
         continue;
       }
-      if (ch === "\\" && ESCAPABLE.test(text.charAt(i + 1))) {  // "\*not bold\*": the mark as typed, no backslash
-        plain += text.charAt(i + 1);
+      if (ch === "\\" && ESCAPABLE.test(at(i + 1))) {  // "\*not bold\*": the mark as typed, no backslash
+        plain += at(i + 1);
         i += 2;
         continue;
       }
-      if (ch === "&" && (m = entity(text.slice(i, i + 12)))) {
+      if (ch === "&" && (m = entity(text.slice(i, Math.min(i + 12, end))))) {
         plain += m.ch;
         i += m.length;
         continue;
       }
-      if (ch === "~" && text.charAt(i + 1) === "~") {
+      if (ch === "~" && at(i + 1) === "~") {
         paired("~~", "del");
         continue;
       }
-      if (ch === "_" && !WORD_CHAR.test(text.charAt(i - 1)) && /[^\s_]/.test(text.charAt(i + 1))) {
-        end = underscoreEnd(text, i, closes, offset);
-        if (end > 0) {
-          flushText();
-          var it = el("em");
-          appendInline(it, text.slice(i + 1, end), citations, closes, offset + i + 1);
-          parent.appendChild(it);
-          i = end + 1;
+      if (ch === "_" && !WORD_CHAR.test(at(i - 1)) && /[^\s_]/.test(at(i + 1)) && nests()) {
+        to = underscoreEnd();
+        if (to >= 0) {
+          open("em", i + 1, to, to + 1);
           continue;
         }
       }
       if (ch === "[") {
+        var rest = text.slice(i, end);  // only where a pattern is tried
         m = MD_LINK.exec(rest);
         var href = m && safeHttpUrl(m[2] !== undefined ? m[2] : m[3]);
         if (href) {
           flushText();
-          parent.appendChild(link(href, "gw-link", m[1]));
+          node.appendChild(link(href, "gw-link", m[1]));
           i += m[0].length;
           continue;
         }
@@ -350,7 +382,7 @@
           var marker = url ? link(url, "gw-cite-link", m[0]) : el("span", null, m[0]);
           marker.title = String(cited.title || cited.source || "source");
           sup.appendChild(marker);
-          parent.appendChild(sup);
+          node.appendChild(sup);
           i += m[0].length;
           continue;
         }
@@ -358,7 +390,6 @@
       plain += ch;
       i += 1;
     }
-    flushText();
   }
 
   window.GatewayWidgetRender = Object.freeze({

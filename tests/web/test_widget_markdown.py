@@ -249,3 +249,28 @@ def test_widget_draws_many_unmatched_underscores_in_time_linear_in_their_length(
     for text, s in zip(texts, shown):
         assert len(text) < s["ops"] < 40 * len(text)
     assert page.errors == []
+
+
+# As COUNTED, and what each indexOf looks through: the whole rest of the text when it finds nothing.
+SCANNED = COUNTED.replace("ops += 1; return f.apply(this, arguments);", """const r = f.apply(this, arguments);
+      ops += name === 'indexOf' ? (r < 0 ? this.length : r + String(arguments[0]).length) - (arguments[1] || 0) : 1;
+      return r;""")
+
+
+def test_widget_draws_nested_italics_and_unmatched_code_runs_in_time_linear_in_their_length(page, live_server):
+    """Each mark's inside was drawn by a call of its own: 20,000 nested _italic_ runs overflowed the call stack
+    and the reply was not shown (marks 1,000 deep are drawn, deeper ones stay text). Each run of backticks
+    looked through the rest of the reply for its close: ever shorter unmatched runs ("````` ```` ``` …",
+    80,000 characters) took 11 million steps."""
+    _open(page, live_server)
+    texts = ["_a " * 20000 + "_" * 20000, "x " + "".join("`" * k + " " for k in range(400, 0, -1)),
+             "`a` ``b`` `` `c` `` x ``` y `` `d``` ``"]
+    shown = page.evaluate(SCANNED, {"texts": texts})
+    assert (shown[0]["ems"], shown[0]["depth"]) == (1000, 1000)
+    assert shown[0]["text"] == "a " * 1000 + "_a " * 19000 + "_" * 19000
+    assert shown[1]["text"] == texts[1]
+    for text, s in zip(texts[:2], shown):
+        assert s["ops"] < 40 * len(text)
+    codes = page.locator(".gw-msg--bot").last.locator("code").evaluate_all("cs => cs.map(c => c.textContent)")
+    assert codes == ["a", "b", " `c` ", " y `` `d"]
+    assert page.errors == []
