@@ -584,17 +584,22 @@
   $("op-older").addEventListener("click", function () { loadOlder(); });
   $("op-newer").addEventListener("click", function () { select(Number($("op-newer").dataset.id)); });
   $("op-reply-form").addEventListener("submit", function (e) { e.preventDefault(); sendReply(); });
-  $("op-reply").addEventListener("keydown", function (e) {
-    // Enter sends, as in every chat; Shift+Enter starts a new line (and Enter that ends an input method's
-    // composition, a Japanese or Chinese word, only ends it).
-    // On a touch screen the keyboard's Enter is the only way to a new line: there, Send reply sends.
-    var send = e.ctrlKey || e.metaKey || !(e.shiftKey || window.matchMedia("(pointer: coarse)").matches);
-    // keyCode 229: that composition's Enter as Safari reports it, with isComposing false.
-    if (e.key === "Enter" && send && !e.isComposing && e.keyCode !== 229) {
-      e.preventDefault();
-      $("op-reply-form").requestSubmit();
-    }
-  });
+  /** Enter in `box` submits `form`, as in every chat; Shift+Enter starts a new line (and Enter that ends an
+   *  input method's composition, a Japanese or Chinese word, only ends it). The reply box and the note box
+   *  alike: two boxes on one page whose Enter did different things would send a half-written reply. */
+  function submitsOnEnter(box, form) {
+    $(box).addEventListener("keydown", function (e) {
+      // On a touch screen the keyboard's Enter is the only way to a new line: there, the form's button sends.
+      var send = e.ctrlKey || e.metaKey || !(e.shiftKey || window.matchMedia("(pointer: coarse)").matches);
+      // keyCode 229: that composition's Enter as Safari reports it, with isComposing false.
+      if (e.key === "Enter" && send && !e.isComposing && e.keyCode !== 229) {
+        e.preventDefault();
+        $(form).requestSubmit();
+      }
+    });
+  }
+  submitsOnEnter("op-reply", "op-reply-form");
+  submitsOnEnter("op-note", "op-note-form");
   $("op-note-form").addEventListener("submit", async function (e) {
     e.preventDefault();
     var text = $("op-note").value.trim();
@@ -611,8 +616,10 @@
   // still read it out as the box's description: only a hint that is shown describes the box.
   var coarse = window.matchMedia("(pointer: coarse)");
   function describeReply() {
-    if (coarse.matches) $("op-reply").removeAttribute("aria-describedby");
-    else $("op-reply").setAttribute("aria-describedby", "op-reply-hint");
+    ["op-reply", "op-note"].forEach(function (box) {
+      if (coarse.matches) $(box).removeAttribute("aria-describedby");
+      else $(box).setAttribute("aria-describedby", box + "-hint");
+    });
   }
   describeReply();
   coarse.addEventListener("change", describeReply);

@@ -1,0 +1,32 @@
+"""The console's note box in a real headless Chromium: a note of several lines, written from the keyboard."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.operators.conftest import CONSOLE_TOKEN
+from tests.operators.test_console_browser_list import _opened
+
+pytestmark = pytest.mark.browser
+
+
+def test_console_adds_a_note_of_several_lines_with_the_reply_boxs_keys(open_tab, live_url):
+    """The note box was a one-line input: Shift+Enter added the note instead of starting a new line, so "what was
+    tried, what to check" went as one line or as several notes, and a pasted note lost its line breaks."""
+    operator, escalation = _opened(open_tab, live_url, "console-note-lines", "Notes here, I want to talk to a human")
+    operator.focus("#op-note")
+    operator.keyboard.type("Tried a refund:")
+    operator.keyboard.press("Shift+Enter")
+    operator.keyboard.type("the card was declined.")
+    assert operator.locator("#op-note").input_value() == "Tried a refund:\nthe card was declined."
+    with operator.expect_response(lambda r: r.url.endswith("/notes")) as added:
+        operator.keyboard.press("Enter")  # as in the reply box: Enter sends
+    assert added.value.ok
+    operator.wait_for_function("() => document.getElementById('op-notes').textContent.includes('declined')")
+    assert operator.locator("#op-note").input_value() == ""
+    assert operator.locator("#op-notes li").last.inner_text().endswith("Tried a refund:\nthe card was declined.")
+    stored = operator.request.get(f"{live_url}/v1/escalations/{escalation}",
+                                  headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"}).json()["notes"]
+    assert [n["text"] for n in stored] == ["Tried a refund:\nthe card was declined."]
+    assert "Shift+Enter" in operator.locator("#op-note-hint").inner_text()
+    assert operator.locator("#op-note").get_attribute("aria-describedby") == "op-note-hint"
