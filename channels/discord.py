@@ -176,8 +176,11 @@ class DiscordAdapter:
         # An `/ask` answered past its 15 minutes goes to the channel, where it can reply to nothing (an
         # interaction is no message): it is addressed to the member who asked, as an operator's message is.
         late = message.interaction is not None
-        chunks, member = _rendered(message, interaction is None and (
-            late or (not message.reply_to and message.addressee is not None)))
+        chunks, member = _rendered(message, _addressed(message))
+        if interaction is not None and member:
+            # A follow-up names no one, yet is split with room for the mention, as `render` splits it: an operator's
+            # edit of it (`render`, then `edit`) finds the parts sent (one that fit one follow-up was two to the edit).
+            chunks, member = [chunks[0].removeprefix(f"<@{member}> "), *chunks[1:]], None
         if not chunks:
             return []
         await self._ensure_login()
@@ -254,8 +257,7 @@ class DiscordAdapter:
     def render(self, message: OutboundMessage) -> list[str]:
         """The chunks `send` posts for `message` in the channel: one addressed to the member (an operator's, a
         late `/ask`'s answer) starts with the mention, and the chunks are split with it."""
-        return _rendered(message, message.interaction is not None or (
-            not message.reply_to and message.addressee is not None))[0]
+        return _rendered(message, _addressed(message))[0]
 
     @within_wait_budget
     async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str, *,
@@ -357,6 +359,12 @@ class DiscordAdapter:
                                                    "reason": result})
                 return
             await self._inbox.patiently(result)
+
+
+def _addressed(message: OutboundMessage) -> bool:
+    """Whether `message` is addressed to the member (a late `/ask`'s answer, an operator's message): not one that
+    replies to their message, which says whom it is for."""
+    return message.interaction is not None or (not message.reply_to and message.addressee is not None)
 
 
 def _rendered(message: OutboundMessage, addressed: bool) -> tuple[list[str], str | None]:
