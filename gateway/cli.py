@@ -344,6 +344,7 @@ async def _set_webhook(args) -> int:
 
 async def _forget(args) -> int:
     from gateway.observability.logs import configure_logging_for
+    from gateway.operators.slack_forget import erase_operator_threads
     from gateway.retention import forget_contact
     from storage.engine import create_engine, session_factory
 
@@ -356,12 +357,18 @@ async def _forget(args) -> int:
                                       actor=f"cli:{os.environ.get('USER', 'unknown')}")
     finally:
         await engine.dispose()
+    left = await erase_operator_threads(settings, report.operator_threads)  # what the gateway posted about them
     counts = {k: getattr(report, k) for k in ("contacts", "conversations", "messages", "escalations")}
     if args.json:
         print(json.dumps(counts))
     else:
         print(f"deleted {_forgotten(counts, opt_outs_kept=report.opt_outs_kept)} (recorded in data_deletions)")
-    return 0
+        if erased := len(report.operator_threads) - len(left):
+            print(f"deleted {erased} Slack operator thread{'s' if erased != 1 else ''} (the operators' own replies stay)")
+    for thread, why in left:
+        print(f"warning: Slack operator thread {thread.ts} (bot {thread.bot}, channel {thread.channel or 'unknown'}) "
+              f"was not deleted: {why}; delete it in Slack", file=sys.stderr)
+    return 1 if left else 0
 
 
 def _forgotten(counts: dict[str, int], *, opt_outs_kept: int) -> str:

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.delivery.receipts import purge_early_receipts
 from gateway.models import utcnow
+from gateway.operators.slack_forget import OperatorThread
 from gateway.settings import Settings
 from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message, RemovedChat
 
@@ -40,10 +41,12 @@ class DeletionReport:
     opt_outs_kept: int = 0  # contacts removed (forgotten, purged) but for their STOP
     by_bot: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)  # chunks of each removed "bot/source"
+    # The Slack operator threads of the conversations deleted, for the caller to erase (`slack_forget`): not a count.
+    operator_threads: list[OperatorThread] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """Counts only, as stored in the audit row and printed by the CLI."""
-        return {k: v for k, v in self.__dict__.items() if v}
+        return {k: v for k, v in self.__dict__.items() if v and k != "operator_threads"}
 
 
 async def _count(session: AsyncSession, model: type, where) -> int:
@@ -138,6 +141,10 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
                               .order_by(Escalation.id).with_for_update())
         await session.execute(found.order_by(Conversation.id).with_for_update())
         ids = list((await session.execute(found.where(~others))).scalars())
+        for part in _parts(ids):  # read before their escalations go: the copies posted in Slack go after them
+            report.operator_threads += [OperatorThread(*row) for row in (await session.execute(
+                select(Escalation.bot, Escalation.slack_channel, Escalation.slack_ts).where(
+                    Escalation.conversation_id.in_(part), Escalation.slack_ts.is_not(None)))).all()]
         await _delete_conversations(session, ids, report)
         # What is left of theirs is in the others' conversations. The replies first: deleting a message
         # sets its replies' `reply_to_id` to NULL, and they could not be told apart after.

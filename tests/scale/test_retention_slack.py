@@ -1,0 +1,87 @@
+"""`gateway forget` and the Slack operator channel: what the gateway posted there about the person's
+conversations (an escalation's thread: header, summary, their messages relayed) goes too; the operators' own
+replies stay, as a bot token cannot delete them."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+
+from slack_sdk.web.async_client import AsyncWebClient
+from sqlalchemy import update
+
+from gateway.cli import main
+from storage.engine import create_engine, session_factory
+from storage.models import Escalation
+from tests.conftest import write_config
+from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.scale.test_retention import _count, _store
+
+OPERATORS = "COPS"
+
+
+async def _thread(client: AsyncWebClient, sessions, conversation: int, who: str) -> list[str]:
+    """The thread the gateway posts for `conversation`'s escalation, stored with it: [header ts, replies' ts]."""
+    header = (await client.chat_postMessage(channel=OPERATORS, text=f"Escalation: {who} asked for a human"))["ts"]
+    replies = [(await client.chat_postMessage(channel=OPERATORS, text=text, thread_ts=header))["ts"]
+               for text in (f"*Summary:* {who} wants a refund", "*Customer:* my secret 1")]
+    async with sessions() as session, session.begin():
+        await session.execute(update(Escalation).where(Escalation.conversation_id == conversation).values(
+            slack_channel=OPERATORS, slack_ts=header))
+    return [header, *replies]
+
+
+@asynccontextmanager
+async def _forgetting(url: str, tmp_path, monkeypatch):
+    """(fake Slack, sessions, a Slack client with the bot's token, config of bot acme with Slack, its token from
+    the environment as secrets are, and an operator channel)."""
+    monkeypatch.setenv("FORGET_SLACK_TOKEN", BOT_TOKEN)
+    monkeypatch.setenv("FORGET_SLACK_SECRET", "signing-secret")
+    slack, engine = await FakeSlack.start(), create_engine(url)
+    settings = {"bot_token": "${FORGET_SLACK_TOKEN}", "signing_secret": "${FORGET_SLACK_SECRET}",
+                "api_base": slack.api_base, "operator_channel": OPERATORS}
+    config = write_config(tmp_path, database_url=url, bots=[{"name": "acme", "channels": {"slack": settings}}])
+    try:
+        yield slack, session_factory(engine), AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_base), config
+    finally:
+        await engine.dispose()
+        await slack.stop()
+
+
+async def test_forget_deletes_the_gateways_posts_in_the_slack_operator_thread(migrated_url, tmp_path, capsys,
+                                                                            monkeypatch):
+    """The relayed copies (the customer's messages, the summary quoting them) stayed in the operator channel after
+    `gateway forget`, which had erased everything else of the person's."""
+    async with _forgetting(migrated_url, tmp_path, monkeypatch) as (slack, sessions, client, config):
+        gone = await _store(sessions, bot="acme", channel="telegram", user="4242", chat="4242")
+        kept = await _store(sessions, bot="acme", channel="telegram", user="777", chat="777")
+        theirs = await _thread(client, sessions, gone, "4242")
+        operator_reply = slack.say(OPERATORS, "On it, refunding now", thread_ts=theirs[0])
+        others = await _thread(client, sessions, kept, "777")
+        code = await asyncio.to_thread(main, ["forget", "--config", str(config), "--channel", "telegram",
+                                              "--user", "4242"])
+        assert code == 0
+        assert capsys.readouterr().out.splitlines()[1:] == [
+            "deleted 1 Slack operator thread (the operators' own replies stay)"]
+        assert sorted(slack.deleted) == sorted(theirs)  # the replies, then the header
+        assert slack.deleted[-1] == theirs[0] and operator_reply not in slack.deleted
+        assert not set(others) & set(slack.deleted)
+        assert await _count(sessions, Escalation, Escalation.conversation_id == gone) == 0
+
+
+async def test_forget_names_the_slack_threads_it_could_not_delete_and_exits_1(migrated_url, tmp_path, capsys,
+                                                                              monkeypatch):
+    """Slack refuses (a token without channels:history): the database is forgotten all the same, and the thread
+    left is named, so that someone deletes it by hand, instead of a silent success."""
+    async with _forgetting(migrated_url, tmp_path, monkeypatch) as (slack, sessions, client, config):
+        gone = await _store(sessions, bot="acme", channel="telegram", user="4242", chat="4242")
+        header = (await _thread(client, sessions, gone, "4242"))[0]
+        slack.fail("conversations.replies", error="missing_scope")
+        code = await asyncio.to_thread(main, ["forget", "--config", str(config), "--channel", "telegram",
+                                              "--user", "4242"])
+        assert code == 1
+        err = capsys.readouterr().err
+        assert f"warning: Slack operator thread {header} (bot acme, channel {OPERATORS}) was not deleted: " \
+               "Slack answered missing_scope; delete it in Slack" in err
+        assert slack.deleted == []
+        assert await _count(sessions, Escalation, Escalation.conversation_id == gone) == 0
