@@ -228,9 +228,23 @@ _PHONE = re.compile(r"(?<![\w+])(\+)\d{3,11}(\d{4})(?!\d)")  # E.164: "+" and 7-
 
 def _redact(_logger, _name, event_dict):
     for key, value in list(event_dict.items()):
-        if isinstance(value, str):
-            event_dict[key] = redact(value)
+        event_dict[key] = _redacted(value)
     return event_dict
+
+
+def _redacted(value, depth: int = 0):
+    """`value` with `redact` applied to every text in it: a field may be a list or a dict of texts too
+    (`ingest.done`'s `errors`, "<url>: answered 503"), which the renderer prints whole."""
+    if isinstance(value, str):
+        return redact(value)
+    if depth >= 20:  # deeper than any field we log: a rendering of it, redacted as text
+        return redact(repr(value))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_redacted(item, depth + 1) for item in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, dict):
+        return {key: _redacted(item, depth + 1) for key, item in value.items()}
+    return value
 
 
 # Attributes libraries set on every record, not fields of the line: uvicorn's ANSI-coloured copy of

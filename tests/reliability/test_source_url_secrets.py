@@ -157,3 +157,16 @@ def test_without_url_secrets_drops_the_userinfo_and_keeps_the_host_port_and_path
     assert without_url_secrets("https://wiki.example/users/@ann?q=a@b") == "https://wiki.example/users/@ann?q=a@b"
     assert [userinfo_secret(u) for u in ("https://bot:p%40ss@w.example/", "https://tok123@w.example/",
                                          "https://w.example/@ann", "mailto:ann@w.example")] == ["p%40ss", "tok123", None, None]
+
+
+async def test_a_failing_source_urls_credential_is_redacted_from_the_info_log_too(tmp_path, capfd):
+    """At the default level, `ingest.done` lists the run's errors ("<url>: answered 503"): a list field, which
+    redaction (of each text field) passed over, so the token was in the line whole."""
+    async with serving(_private_wiki(up=False)) as base:
+        async with app_client(tmp_path, bots=[_bot(base)], env={"WIKI_TOKEN": WIKI_TOKEN}, start_worker=False,
+                              log_level="INFO") as client:
+            [report] = await client.services.knowledge.ingest()
+    assert report.status != "ok" and any(WIKI_TOKEN in error for error in report.errors), report.errors
+    err = capfd.readouterr().err
+    assert "ingest.done" in err and "access_token=[REDACTED]" in err, err
+    assert WIKI_TOKEN not in err
