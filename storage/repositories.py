@@ -39,6 +39,9 @@ async def upsert_contact(session: AsyncSession, *, channel: str, external_id: st
     One statement (INSERT … ON CONFLICT DO UPDATE … RETURNING): it was an insert, a read and an update,
     three round trips on every inbound message."""
     now = seen_at or utcnow()
+    # A name is what the platform's user wrote: one past the column (VARCHAR(255) on PostgreSQL) failed the
+    # insert, and with it the message, which the platform then retried in vain.
+    display_name = display_name[:Contact.display_name.type.length]
     dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
     insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(Contact).values(
         channel=channel, external_id=external_id, display_name=display_name, created_at=now, last_inbound_at=now)
