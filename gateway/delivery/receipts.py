@@ -75,14 +75,29 @@ async def _apply(sessions: async_sessionmaker[AsyncSession], *, bot: str, channe
     """Record the receipt on its part and the reply; False when no part carries `provider_id` yet.
     `parked_id`: the parked receipt it came from, dropped in the same transaction (apart, a reader
     could see the reply delivered and its receipt still parked)."""
+    opting_out = status == "failed" and error_code == OPTED_OUT_CODE and channel == "whatsapp"
     async with sessions() as session, session.begin():
         # The bot's own parts only: a receipt comes to the webhook of the bot that sent the part (its status
         # callback), and one on another bot's route, signed with that bot's token, must not touch this one's.
-        delivery = (await session.execute(select(Delivery).join(Message, Message.id == Delivery.message_id).where(
-            Delivery.channel == channel, Delivery.provider_id == provider_id, Message.bot == bot)
-            .order_by(Delivery.id.desc()).limit(1)
-            .with_for_update(of=Delivery))).scalars().first()  # two receipts for one part must not interleave
-        if delivery is None:
+        ours = (Delivery.channel == channel, Delivery.provider_id == provider_id, Message.bot == bot)
+        named = (await session.execute(select(Delivery.message_id, Conversation.contact_id)
+                                       .join(Message, Message.id == Delivery.message_id)
+                                       .join(Conversation, Conversation.id == Message.conversation_id)
+                                       .where(*ours).order_by(Delivery.id.desc()).limit(1))).first()
+        if named is None:
+            return False
+        # Locked in `gateway forget`'s order (the contact, then the reply, then its parts, which its delete
+        # cascades to): the part first, a receipt and a forget of its contact each held a row the other
+        # waited for, "deadlock detected" on PostgreSQL.
+        if opting_out and named.contact_id is not None:
+            await session.execute(select(Contact.id).where(Contact.id == named.contact_id).with_for_update())
+        await session.execute(select(Message.id).where(Message.id == named.message_id)
+                              .with_for_update(key_share=True))
+        delivery = (await session.execute(select(Delivery).join(Message, Message.id == Delivery.message_id)
+                                          .where(*ours, Delivery.message_id == named.message_id)
+                                          .order_by(Delivery.id.desc()).limit(1)
+                                          .with_for_update(of=Delivery))).scalars().first()
+        if delivery is None:  # erased meanwhile (`gateway forget`), or queued again for the template
             return False
         if parked_id is not None:
             await session.execute(delete(EarlyReceipt).where(EarlyReceipt.id == parked_id))
@@ -101,8 +116,7 @@ async def _apply(sessions: async_sessionmaker[AsyncSession], *, bot: str, channe
         await session.execute(update(Message).where(Message.id == delivery.message_id).values(**values))
         requeued = status == "failed" and error_code == WINDOW_CLOSED_CODE and channel == "whatsapp" \
             and await _requeue_for_template(session, delivery.message_id)
-        opted_out = status == "failed" and error_code == OPTED_OUT_CODE and channel == "whatsapp" \
-            and await _mark_opted_out(session, delivery.message_id)
+        opted_out = opting_out and await _mark_opted_out(session, delivery.message_id)
     log.info("outbound.status", bot=bot, message_id=delivery.message_id, status=status, error_code=error_code)
     if opted_out:
         log.warning("outbound.recipient_opted_out", bot=bot, message_id=delivery.message_id,
