@@ -18,6 +18,7 @@ from gateway.delivery.receipts import purge_early_receipts
 from gateway.models import utcnow
 from gateway.operators.slack_forget import OperatorThread
 from gateway.settings import Settings
+from storage.message_meta import sent_by, stored_sender
 from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message, RemovedChat
 
 log = structlog.get_logger("gateway.retention")
@@ -58,16 +59,9 @@ def _sent_by_contact():
     return (Message.direction == "in") & (Message.channel == Contact.channel) & (Message.sender == Contact.external_id)
 
 
-def _stored_sender():
-    """An inbound message's sender: its column, or the `meta.sender` alone that a gateway older than 0016
-    stores it with (one still running on this schema: a rollback, a replica not yet replaced)."""
-    return func.coalesce(Message.sender, Message.meta["sender"].as_string())
-
-
 def _sent_by(channel: str, user: str):
     """Messages the person `user` of `channel` sent, in any conversation of any bot."""
-    return (Message.direction == "in") & (Message.channel == channel) & or_(
-        Message.sender == user, Message.sender.is_(None) & (Message.meta["sender"].as_string() == user))
+    return (Message.channel == channel) & sent_by(user)
 
 
 # What is left of a contact who opted out: channel, user id and the STOP's time; nothing they wrote or were called.
@@ -86,9 +80,9 @@ async def _people_of(session: AsyncSession, conversation_ids: list[int]) -> dict
     for part in _parts(conversation_ids):
         contacts = select(Conversation.id, Conversation.contact_id).where(
             Conversation.id.in_(part), Conversation.contact_id.is_not(None))
-        # Read from `meta` too where the column has none (`_stored_sender`): cheap here, within these conversations.
+        # Read from `meta` too where the column has none (`stored_sender`): cheap here, within these conversations.
         wrote = (Message.direction == "in") & (Message.channel == Contact.channel) & (
-            _stored_sender() == Contact.external_id)
+            stored_sender() == Contact.external_id)
         writers = (select(Message.conversation_id, Contact.id).select_from(Message).join(Contact, wrote)
                    .where(Message.conversation_id.in_(part)).distinct())
         for query in (contacts, writers):
@@ -130,7 +124,7 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
             conditions.append(Conversation.contact_id.in_(contact_ids))
         # A message of no recorded sender is taken for theirs: the others' are those that name another.
         others = exists().where(Message.conversation_id == Conversation.id, Message.direction == "in",
-                                _stored_sender() != user)
+                                stored_sender() != user)
         found = select(Conversation.id).where(Conversation.channel == channel, or_(*conditions))
         # Locked, then asked again, as the purge does: a store under way in one (another member's message, a
         # turn's reply and an edit of theirs) holds it until it commits, unseen by a plain read, so the deletes

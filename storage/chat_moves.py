@@ -17,6 +17,7 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.models import MEMBER_SCOPE, as_utc, utcnow
+from storage.message_meta import sent_by
 from storage.models import Contact, Conversation, Escalation, EscalationEvent, Message, UnfinishedChatMove, Usage
 from storage.repositories import insert_ignore
 
@@ -76,6 +77,11 @@ async def move_chat(session: AsyncSession, *, bot: str, channel: str, old: str, 
         else:
             await _merge(session, source=conversation, into=there)
             merged.append(conversation.id)
+    # What the group wrote as itself (its anonymous admins) names its new id, as its contact does: left at the
+    # old one, `gateway forget` of the group found its contact and none of what it wrote before the move.
+    await session.execute(update(Message).where(Message.conversation_id.in_(select(Conversation.id).where(
+        Conversation.bot == bot, Conversation.channel == channel, Conversation.workspace == workspace,
+        Conversation.chat == new)), sent_by(old)).values(sender=new).execution_options(synchronize_session=False))
     await _move_contact(session, channel=channel, old=old, new=new)
     # Last, after the rows above, in the order every move takes them (the escalations, then the conversations).
     key = {"bot": bot, "channel": channel, "workspace": workspace, "chat": old}

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import func, or_
+
 from gateway.models import InboundMessage
+from storage.models import Message
 from storage.text import storable_json
 
 
@@ -62,3 +65,16 @@ PLATFORM_META = ("sender", "platform_message_id", "command", "start_payload", "s
                   "sequence", "revision", "live_location", "traceparent")
 """What `inbound_meta` (and the inbox) keep on a message from the platform; the rest of `meta` is what
 attempts at answering it did (a streamed draft, tool runs), which a message of its own starts without."""
+
+
+def stored_sender():
+    """An inbound message's sender: its column, or the `meta.sender` alone that a gateway older than 0016
+    stores it with (one still running on this schema: a rollback, a replica not yet replaced)."""
+    return func.coalesce(Message.sender, Message.meta["sender"].as_string())
+
+
+def sent_by(user: str):
+    """Inbound messages `user` sent, their sender in the column or in `meta` alone (`stored_sender`), written so
+    that each half is served by an index (`ix_messages_sender`, `ix_messages_sender_unknown`)."""
+    return (Message.direction == "in") & or_(
+        Message.sender == user, Message.sender.is_(None) & (Message.meta["sender"].as_string() == user))
