@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.backoff import doubling
 from gateway.models import utcnow
 from storage import repositories as repo
-from storage.models import Contact, Conversation, Delivery, Message
+from storage.models import Contact, Conversation, DataDeletion, Delivery, Message
 from storage.removed_chats import mark_removed
 
 RECORD_ATTEMPTS = 15  # about a minute of backoff: longer than a database restart or failover
@@ -49,21 +49,22 @@ async def record_outcome(sessions: async_sessionmaker[AsyncSession], message: Me
                         sent_at=utcnow() if status == "sent" else None,
                     ).returning(Message.id).execution_options(synchronize_session=False)
                 )).scalar_one_or_none()
+                marks = {"chat": chat, "ended": removed_at if status == "sent" else None, "since": removed_since}
                 if recorded is None:
-                    # Erased while it was sent (`gateway forget`): nothing of that person is kept, neither its
-                    # parts (their rows' foreign key would fail) nor a mark on their chat.
-                    bound.info("outbound.forgotten", status=status, provider_ids=provider_ids)
+                    # Erased while it was sent: its parts are not kept (their rows' foreign key would fail), nor a
+                    # mark on a chat gone with it (a private chat's id is the person's). A group outlives a member
+                    # `gateway forget` erased: its chat is the others', marked as for any reply.
+                    kept = await _chat_outlives_it(session, message)
+                    bound.info(await _erased_by(session, message, chat_kept=kept), status=status,
+                               provider_ids=provider_ids)
+                    if kept:
+                        await _mark_chat(session, message, **marks)
                     return
                 if status == "sent" and "template" in meta:  # its text waits for the customer's next message
                     await repo.mark_held_behind_template(session, message.conversation_id, reply_id=message.id)
-                if status == "sent" and removed_at is not None:  # it is back in the chat (`still_removed`)
-                    await mark_removed(session, bot=message.bot, channel=message.channel, chat=chat,
-                                       removed=False, at=utcnow(), read=removed_at)
                 if opted_out_contact is not None:  # so the next replies are refused here, not one by one by the platform
                     await session.execute(update(Contact).where(Contact.id == opted_out_contact).values(opted_out_at=utcnow()))
-                if removed_since is not None:  # likewise, on every replica, until the platform says the bot is back
-                    await mark_removed(session, bot=message.bot, channel=message.channel, chat=chat,
-                                       removed=True, at=removed_since)
+                await _mark_chat(session, message, **marks)
                 if with_parts:
                     for provider_id in dict.fromkeys(str(p) for p in provider_ids):
                         session.add(Delivery(message_id=message.id, channel=message.channel, provider_id=provider_id))
@@ -81,3 +82,36 @@ async def record_outcome(sessions: async_sessionmaker[AsyncSession], message: Me
                 raise
             bound.warning("outbound.record_retry", status=status, error=type(exc).__name__, attempt=record_attempt)
             await asyncio.sleep(doubling(record_attempt, first=0.5, cap=5.0))
+
+
+async def _mark_chat(session: AsyncSession, message: Message, *, chat: str, ended: datetime | None,
+                     since: datetime | None) -> None:
+    """A reply that went out ends the chat's removal mark it read (`ended`: the bot is back in the chat,
+    `still_removed`); a send refused as the bot's removal marks it (`since`), so every replica refuses the
+    next replies there at once, until the platform says the bot is back."""
+    if ended is not None:
+        await mark_removed(session, bot=message.bot, channel=message.channel, chat=chat, removed=False,
+                           at=utcnow(), read=ended)
+    if since is not None:
+        await mark_removed(session, bot=message.bot, channel=message.channel, chat=chat, removed=True, at=since)
+
+
+async def _chat_outlives_it(session: AsyncSession, message: Message) -> bool:
+    """Whether the conversation of `message`, whose row is gone, is still there: `gateway forget` of a group's
+    member erases their messages and the replies to them, and leaves the others' conversation."""
+    return (await session.execute(select(Conversation.id).where(
+        Conversation.id == message.conversation_id))).scalar_one_or_none() is not None
+
+
+async def _erased_by(session: AsyncSession, message: Message, *, chat_kept: bool) -> str:
+    """The event telling what erased `message` as it was sent: `outbound.forgotten` (`gateway forget`) or
+    `outbound.purged` (the retention purge, which deletes only whole conversations)."""
+    if chat_kept:
+        return "outbound.forgotten"
+    # Whichever deleted it has committed, and its audit row (counts only) with it: the latest of those that
+    # could have is that one. By id, not time: the purge runs on the leader, whose clock is not this one's.
+    latest = (await session.execute(select(DataDeletion.kind).where(or_(
+        (DataDeletion.kind == "forget") & (DataDeletion.channel == message.channel),
+        (DataDeletion.kind == "retention") & (DataDeletion.bot == message.bot))
+    ).order_by(DataDeletion.id.desc()).limit(1))).scalar_one_or_none()
+    return "outbound.purged" if latest == "retention" else "outbound.forgotten"
