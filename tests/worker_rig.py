@@ -102,9 +102,12 @@ async def answer_one(url: str, pipeline: EchoPipeline) -> tuple[Message, Recordi
         await engine.dispose()
 
 
-async def until_waiting_for_a_lock(engine) -> None:
-    """Until a connection to the engine's PostgreSQL database waits for a lock (pg_stat_activity)."""
+async def until_waiting_for_a_lock(engine, *, unless_done: asyncio.Task | None = None) -> None:
+    """Until a connection to the engine's PostgreSQL database waits for a lock (pg_stat_activity), or the task
+    `unless_done` has finished (it took every lock it wanted)."""
     for _ in range(1000):
+        if unless_done is not None and unless_done.done():
+            return
         async with engine.connect() as connection:
             if await connection.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
                                             " AND wait_event_type = 'Lock'")):
