@@ -103,6 +103,36 @@ async def _delete_conversations(session: AsyncSession, ids: list[int], report: D
         report.conversations += result.rowcount
 
 
+class _EscalatedMeanwhile(Exception):
+    """An escalation was opened in a conversation between the locks of its escalations and its own."""
+
+
+async def _lock_with_escalations(session: AsyncSession, conversations) -> list[int]:
+    """Lock the conversations `conversations` selects (in order), their escalations first; their ids.
+
+    An escalation opened in one between the two locks (an operator taking it over) is not held: deleting it
+    would wait for whoever holds it while holding its conversation, which they may wait for (a deadlock:
+    an operator's reply, forget and the purge against each other). Raises `_EscalatedMeanwhile` then: the
+    conversation locked, no escalation comes in, and the next attempt takes them all in order."""
+    escalations = select(Escalation.id).where(Escalation.conversation_id.in_(conversations))
+    held = set((await session.execute(escalations.order_by(Escalation.id).with_for_update())).scalars())
+    locked = list((await session.execute(conversations.with_for_update())).scalars())
+    if set((await session.execute(escalations)).scalars()) - held:
+        raise _EscalatedMeanwhile
+    return locked
+
+
+async def _again_if_escalated_meanwhile(sessions: async_sessionmaker[AsyncSession], work):
+    """`await work(session)` in a transaction of its own, rolled back and run again while it raises
+    `_EscalatedMeanwhile` (each time another escalation opened in the instant between two statements)."""
+    while True:
+        try:
+            async with sessions() as session, session.begin():
+                return await work(session)
+        except _EscalatedMeanwhile:
+            continue
+
+
 async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel: str, user: str,
                          actor: str = "cli") -> DeletionReport:
     """Delete a contact (channel + platform user id), their conversations, messages and escalations.
@@ -112,51 +142,55 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
     which someone else wrote too (a group, a shared thread; its contact is only its first writer) is the
     others' as well: only their messages go from it, with the replies to them.
     """
+    report = await _again_if_escalated_meanwhile(
+        sessions, lambda session: _forget(session, channel=channel, user=user, actor=actor))
+    log.info("retention.forgot_contact", channel=channel, **report.as_dict())
+    return report
+
+
+async def _forget(session: AsyncSession, *, channel: str, user: str, actor: str) -> DeletionReport:
+    """`forget_contact` in the caller's transaction."""
     report = DeletionReport()
     theirs = _sent_by(channel, user)
-    async with sessions() as session, session.begin():
-        # Locked first, as a store of their message takes them (contact, then conversation): a store under
-        # way finishes before this reads their conversations, instead of a deadlock that aborted one.
-        contact_ids = list((await session.execute(select(Contact.id).where(
-            Contact.channel == channel, Contact.external_id == user).with_for_update())).scalars())
-        conditions = [Conversation.chat == user, Conversation.id.in_(select(Message.conversation_id).where(theirs))]
-        if contact_ids:
-            conditions.append(Conversation.contact_id.in_(contact_ids))
-        # A message of no recorded sender is taken for theirs: the others' are those that name another.
-        others = exists().where(Message.conversation_id == Conversation.id, Message.direction == "in",
-                                stored_sender() != user)
-        found = select(Conversation.id).where(Conversation.channel == channel, or_(*conditions))
-        # Locked, then asked again, as the purge does: a store under way in one (another member's message, a
-        # turn's reply and an edit of theirs) holds it until it commits, unseen by a plain read, so the deletes
-        # took a member's message along or left that reply and edit. Their escalations first, the order a
-        # chat's move and an operator's transition take them in; the conversations before their messages, as
-        # a turn's store takes them.
-        await session.execute(select(Escalation.id).where(Escalation.conversation_id.in_(found))
-                              .order_by(Escalation.id).with_for_update())
-        await session.execute(found.order_by(Conversation.id).with_for_update())
-        ids = list((await session.execute(found.where(~others))).scalars())
-        for part in _parts(ids):  # read before their escalations go: the copies posted in Slack go after them
-            report.operator_threads += [OperatorThread(*row) for row in (await session.execute(
-                select(Escalation.bot, Escalation.slack_channel, Escalation.slack_ts).where(
-                    Escalation.conversation_id.in_(part), Escalation.slack_ts.is_not(None)))).all()]
-        await _delete_conversations(session, ids, report)
-        # What is left of theirs is in the others' conversations. The replies first: deleting a message
-        # sets its replies' `reply_to_id` to NULL, and they could not be told apart after.
-        replies = (Message.direction == "out") & Message.reply_to_id.in_(select(Message.id).where(theirs))
-        for where in (replies, theirs):
-            report.messages += (await session.execute(
-                delete(Message).where(where).execution_options(synchronize_session=False))).rowcount
-        if contact_ids:
-            # Their STOP outlives them: opt-out rules want the suppression kept, so an opted-out contact stays as
-            # its channel, user id and the STOP's time alone (no name, nothing they wrote), and is never messaged.
-            report.opt_outs_kept = (await session.execute(update(Contact).where(
-                Contact.id.in_(contact_ids), Contact.opted_out_at.is_not(None)).values(**_OPT_OUT_ONLY))).rowcount
-            report.contacts = (await session.execute(delete(Contact).where(
-                Contact.id.in_(contact_ids), Contact.opted_out_at.is_(None)))).rowcount
-        # Their private chat's id is theirs: the mark that they blocked the bot goes too.
-        await session.execute(delete(RemovedChat).where(RemovedChat.channel == channel, RemovedChat.chat == user))
-        session.add(DataDeletion(kind="forget", channel=channel, actor=actor, counts=report.as_dict()))
-    log.info("retention.forgot_contact", channel=channel, **report.as_dict())
+    # Locked first, as a store of their message takes them (contact, then conversation): a store under
+    # way finishes before this reads their conversations, instead of a deadlock that aborted one.
+    contact_ids = list((await session.execute(select(Contact.id).where(
+        Contact.channel == channel, Contact.external_id == user).with_for_update())).scalars())
+    conditions = [Conversation.chat == user, Conversation.id.in_(select(Message.conversation_id).where(theirs))]
+    if contact_ids:
+        conditions.append(Conversation.contact_id.in_(contact_ids))
+    # A message of no recorded sender is taken for theirs: the others' are those that name another.
+    others = exists().where(Message.conversation_id == Conversation.id, Message.direction == "in",
+                            stored_sender() != user)
+    found = select(Conversation.id).where(Conversation.channel == channel, or_(*conditions))
+    # Locked, then asked again, as the purge does: a store under way in one (another member's message, a
+    # turn's reply and an edit of theirs) holds it until it commits, unseen by a plain read, so the deletes
+    # took a member's message along or left that reply and edit. Their escalations first, the order a
+    # chat's move and an operator's transition take them in; the conversations before their messages, as
+    # a turn's store takes them.
+    await _lock_with_escalations(session, found.order_by(Conversation.id))
+    ids = list((await session.execute(found.where(~others))).scalars())
+    for part in _parts(ids):  # read before their escalations go: the copies posted in Slack go after them
+        report.operator_threads += [OperatorThread(*row) for row in (await session.execute(
+            select(Escalation.bot, Escalation.slack_channel, Escalation.slack_ts).where(
+                Escalation.conversation_id.in_(part), Escalation.slack_ts.is_not(None)))).all()]
+    await _delete_conversations(session, ids, report)
+    # What is left of theirs is in the others' conversations. The replies first: deleting a message
+    # sets its replies' `reply_to_id` to NULL, and they could not be told apart after.
+    replies = (Message.direction == "out") & Message.reply_to_id.in_(select(Message.id).where(theirs))
+    for where in (replies, theirs):
+        report.messages += (await session.execute(
+            delete(Message).where(where).execution_options(synchronize_session=False))).rowcount
+    if contact_ids:
+        # Their STOP outlives them: opt-out rules want the suppression kept, so an opted-out contact stays as
+        # its channel, user id and the STOP's time alone (no name, nothing they wrote), and is never messaged.
+        report.opt_outs_kept = (await session.execute(update(Contact).where(
+            Contact.id.in_(contact_ids), Contact.opted_out_at.is_not(None)).values(**_OPT_OUT_ONLY))).rowcount
+        report.contacts = (await session.execute(delete(Contact).where(
+            Contact.id.in_(contact_ids), Contact.opted_out_at.is_(None)))).rowcount
+    # Their private chat's id is theirs: the mark that they blocked the bot goes too.
+    await session.execute(delete(RemovedChat).where(RemovedChat.channel == channel, RemovedChat.chat == user))
+    session.add(DataDeletion(kind="forget", channel=channel, actor=actor, counts=report.as_dict()))
     return report
 
 
@@ -179,9 +213,9 @@ async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Se
         # on a large store) its id list was more parameters than a statement takes, so it failed every night.
         after = 0
         while True:
-            async with sessions() as session, session.begin():
-                batch = expired.where(Conversation.id > after).order_by(Conversation.id).limit(PURGE_BATCH)
-                locked = await _purge_batch(session, bot.name, batch, cutoff, report)
+            batch = expired.where(Conversation.id > after).order_by(Conversation.id).limit(PURGE_BATCH)
+            locked = await _again_if_escalated_meanwhile(
+                sessions, lambda session: _purge_batch(session, bot.name, batch, cutoff, report))
             if len(locked) < PURGE_BATCH:
                 break
             after = locked[-1]
@@ -202,9 +236,7 @@ async def _purge_batch(session: AsyncSession, bot: str, expired, cutoff: datetim
     # Their escalations before them, the order a chat's move and every operator transition take them in:
     # the conversation first, the purge waited for an escalation one of those held while it waited for the
     # conversation, and PostgreSQL aborted one of the two.
-    await session.execute(select(Escalation.id).where(Escalation.conversation_id.in_(expired))
-                          .order_by(Escalation.id).with_for_update())
-    locked = list((await session.execute(expired.with_for_update())).scalars())
+    locked = await _lock_with_escalations(session, expired)
     # A contact row another transaction holds is a store under way: it updates the contact before
     # it inserts into the conversation, so it would wait for this one while this one waited for it
     # (PostgreSQL's "deadlock detected", a 500 to the webhook). So the people of these conversations

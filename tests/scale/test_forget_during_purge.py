@@ -8,7 +8,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import delete
+from sqlalchemy import delete, select, update
 
 from gateway.models import utcnow
 from gateway.retention import forget_contact, purge_expired
@@ -65,3 +65,66 @@ async def test_forget_of_a_member_during_the_purge_of_their_group_never_deadlock
             assert [await _count(sessions, model) for model in (Conversation, Message, Contact, Escalation)] == \
                 [0] * 4, f"{first} paused after statement {paused_after}"
             await _empty(sessions)
+
+
+async def _expired_chat_of_alice(sessions) -> int:
+    dm = await _says(sessions, who="alice", chat="alice", text="hello")
+    await _age_everything(sessions, utcnow() - timedelta(days=45))
+    return dm
+
+
+async def test_forget_as_an_operator_takes_the_conversation_over_during_the_purge_never_deadlocks(postgres_url):
+    # Forget locked the conversation's escalations (none yet), an operator opened one, the purge locked it, then
+    # forget locked the conversation and waited to delete that escalation while the purge waited for the
+    # conversation: "deadlock detected", forget aborted.
+    async with _purge_rig(postgres_url, migrate=True) as (engine, sessions, settings):
+        dm = await _expired_chat_of_alice(sessions)
+        purging: list[asyncio.Task] = []
+        purge_holds_it = asyncio.Event()
+
+        async def purge_paused():
+            purge_holds_it.set()
+            await until_waiting_for_a_lock(engine)
+
+        async def taken_over_meanwhile():
+            async with sessions() as session, session.begin():
+                session.add(Escalation(conversation_id=dm, bot="acme", reason="taken over by an operator"))
+            purging.append(asyncio.create_task(purge_expired(pausing_sessions(engine, purge_paused, after_statement=1),
+                                                             settings)))
+            await purge_holds_it.wait()
+
+        try:
+            report = await asyncio.wait_for(forget_contact(pausing_sessions(
+                engine, taken_over_meanwhile, after_statement=2), channel="telegram", user="alice"), 30)
+            await asyncio.wait_for(purging[0], 30)
+        finally:
+            for task in purging:
+                task.cancel()
+        assert (report.conversations, report.escalations) == (1, 1)
+        assert [await _count(sessions, model) for model in (Conversation, Escalation, Contact)] == [0] * 3
+
+
+async def test_the_purge_as_an_operator_takes_the_conversation_over_and_replies_never_deadlocks(postgres_url):
+    # The purge locked the conversation's escalations (none yet), an operator opened one and replied (its
+    # escalation locked, then the conversation written), while the purge, holding the conversation, waited to
+    # delete that escalation: "deadlock detected".
+    async with _purge_rig(postgres_url, migrate=True) as (engine, sessions, settings):
+        dm = await _expired_chat_of_alice(sessions)
+        replying = sessions()
+
+        async def taken_over_meanwhile():
+            async with sessions() as session, session.begin():
+                session.add(Escalation(conversation_id=dm, bot="acme", reason="taken over by an operator"))
+            await replying.begin()
+            await replying.execute(select(Escalation.id).where(Escalation.conversation_id == dm).with_for_update())
+
+        try:
+            purge = asyncio.create_task(purge_expired(pausing_sessions(engine, taken_over_meanwhile, after_statement=1),
+                                                      settings))
+            await until_waiting_for_a_lock(engine)
+            await replying.execute(update(Conversation).where(Conversation.id == dm).values(state="operator"))
+            await replying.commit()
+            await asyncio.wait_for(purge, 30)
+        finally:
+            await replying.close()
+        assert [await _count(sessions, model) for model in (Conversation, Escalation)] == [0, 0]
