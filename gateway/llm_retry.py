@@ -67,8 +67,9 @@ def out_of_credit(error: BaseException) -> bool:
 
 def setup_refused(error: BaseException) -> bool:
     """The provider refused the model's `models:` entry itself (its key, its model name, its account's
-    credit), not one request: every message fails so until an operator fixes it."""
-    return isinstance(error, _SETUP_REFUSED) or out_of_credit(error)
+    credit), not one request: every message fails so until an operator fixes it. A 401 or 403 by its status:
+    LiteLLM raises an OpenAI-compatible endpoint's 403 as a bare `APIError`, which was named nowhere."""
+    return isinstance(error, _SETUP_REFUSED) or out_of_credit(error) or _http_status(_causes(error)) in (401, 403)
 _NO_KEY = ("Missing credentials", "api_key client option must be set")
 
 

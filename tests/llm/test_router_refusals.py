@@ -14,12 +14,14 @@ from tests.llm.test_router import FAST_RETRY, MESSAGES
 NO_QUOTA = "You exceeded your current quota, please check your plan and billing details."
 
 
-@pytest.mark.parametrize("refusal", [Turn(status=401), Turn(status=429, retry_after=0, error=NO_QUOTA),
+@pytest.mark.parametrize("refusal", [Turn(status=401), Turn(status=403), Turn(status=429, retry_after=0, error=NO_QUOTA),
                                      Turn(status=400, error="Your credit balance is too low to access the API.")],
-                         ids=["bad-key", "openai-quota", "anthropic-credit"])
+                         ids=["bad-key", "forbidden-key", "openai-quota", "anthropic-credit"])
 async def test_a_refused_setup_goes_to_the_fallback_at_once_and_is_named(openai_fake: FakeOpenAI, refusal) -> None:
     """An account out of credit (OpenAI's 429 insufficient_quota) was retried and cooled down for as a rate
-    limit, one warning each time, while every message went to the fallback (review)."""
+    limit, one warning each time, while every message went to the fallback (review). A key the provider
+    forbids (403, which LiteLLM raises for an OpenAI-compatible endpoint as a bare `APIError`, not its
+    `PermissionDeniedError`) was named nowhere, unlike a 401."""
     openai_fake.script("primary", refusal, Turn(text="Retried [1]."))
     openai_fake.script("backup", Turn(text="Backup [1]."), Turn(text="Backup again [1]."))
     router = LLMRouter([fake_model(openai_fake, n) for n in ("primary", "backup")], retry=FAST_RETRY, cooldown=30)

@@ -78,23 +78,28 @@ async def test_llm_stream_broken_mid_answer_is_answered_once_by_the_fallback(cli
     assert len([r for r in await _replies(client, done["message_id"]) if r.author == "bot"]) == 1
 
 
-async def test_a_key_the_provider_refuses_is_an_error_and_named_in_readyz_until_the_model_answers(client, fake):
+@pytest.mark.parametrize(("status", "error_type"), [(401, "AuthenticationError"), (403, "APIError")],
+                         ids=["revoked", "forbidden"])
+async def test_a_key_the_provider_refuses_is_an_error_and_named_in_readyz_until_the_model_answers(
+        client, fake, status, error_type):
     """A revoked key (401) was one warning like any bad request, while every message quietly went to the
-    fallback model: nothing told the operator (review)."""
+    fallback model: nothing told the operator (review). A forbidden one (403) still was, and /readyz showed
+    it under `model_calls` as `auth (HTTP 403)` but not under `models` (review)."""
     # Some providers' 401 repeats the key it refused: /readyz answers anyone, so it shows it redacted.
-    fake.script("primary", Turn(status=401, error=f"Incorrect API key provided: {LLM_KEY}"))
+    fake.script("primary", Turn(status=status, error=f"Incorrect API key provided: {LLM_KEY}"))
     fake.script("backup", Turn(text=BACKUP_ANSWER))
     with structlog.testing.capture_logs() as logs:
-        body = (await client.post("/v1/bots/acme/chat", json={"session_id": "llm-401", "text": QUESTION})).json()
+        body = (await client.post("/v1/bots/acme/chat", json={"session_id": f"llm-{status}", "text": QUESTION})).json()
     assert body["reply"] == BACKUP_ANSWER and len(fake.requests_for("primary")) == 1  # not retried
     [refused] = [e for e in logs if e["event"] == "llm.setup_refused"]
     assert refused["log_level"] == "error" and refused["model"] == "primary"
     ready = await client.get("/readyz")
-    assert ready.status_code == 200 and ready.json()["models"]["primary"].startswith("error: AuthenticationError")
+    assert ready.status_code == 200 and ready.json()["models"]["primary"].startswith(f"error: {error_type}")
+    assert ready.json()["model_calls"]["primary"]["last_failure"]["failure"] == f"auth (HTTP {status})"
     assert LLM_KEY not in ready.text and "[REDACTED]" in ready.json()["models"]["primary"]
 
     fake.script("primary", Turn(text=BACKUP_ANSWER))  # the key was fixed at the provider
-    await client.post("/v1/bots/acme/chat", json={"session_id": "llm-401-fixed", "text": QUESTION})
+    await client.post("/v1/bots/acme/chat", json={"session_id": f"llm-{status}-fixed", "text": QUESTION})
     assert (await client.get("/readyz")).json()["models"] == {}
 
 
