@@ -31,7 +31,7 @@ import litellm  # noqa: E402
 import structlog
 
 from gateway.errors import ConfigError, LLMError
-from gateway.llm_health import ModelCalls, endpoint
+from gateway.llm_health import ModelCalls, called_endpoint, endpoint
 from gateway.llm_pricing import Pricing, Usage
 from gateway.llm_retry import (
     STOPPED_EMPTY,
@@ -230,8 +230,10 @@ class LLMRouter:
                 # The endpoint and the kind of failure: a refused connection said only "Connection error.".
                 failure = "timeout" if timed_out else failure_kind(error) if not isinstance(error, StreamFailed) \
                     else "stream broken" if error.__cause__ is not None else "stream incomplete"
-                self.calls.failed(name, failure, self._endpoints[name])
-                log.warning("llm.call_failed", model=name, endpoint=self._endpoints[name], failure=failure,
+                # The origin the failed request went to, else (no request made) the one its config names.
+                where = called_endpoint(error) or self._endpoints[name]
+                self.calls.failed(name, failure, where)
+                log.warning("llm.call_failed", model=name, endpoint=where, failure=failure,
                             attempt=attempt + 1, retryable=retryable, error=errors[-1], **_log_ids(metadata))
                 # A timeout took the model's whole `timeout` (its retries used up the turn's deadline), and a
                 # Retry-After past the backoff cap is refused again when retried sooner: the fallback, at once.

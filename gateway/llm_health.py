@@ -7,26 +7,61 @@ from __future__ import annotations
 from typing import Any
 
 import litellm
+from litellm.secret_managers.main import get_secret_str
+from litellm.types.utils import LlmProviders
+from litellm.utils import ProviderConfigManager
 
+from gateway.llm_retry import causes
 from gateway.models import utcnow
 from gateway.offline.provider import MODEL as OFFLINE_LITELLM_MODEL
 from gateway.url_secrets import origin
 
 
 def endpoint(params: dict[str, Any]) -> str:
-    """Where a deployment (its `litellm_params`) is called: the scheme, host and port of its `api_base`, or
-    of LiteLLM's default for its provider (Ollama's `http://localhost:11434`), else "<provider>'s default"."""
+    """Where a deployment (its `litellm_params`) is called, as LiteLLM reads it: the scheme, host and port of
+    its `api_base` (`os.environ/VAR`, LiteLLM's convention, read from VAR), else of its provider's base from
+    LiteLLM's environment variables (`OPENAI_BASE_URL`, `OLLAMA_API_BASE`, …) or default (Ollama's
+    `http://localhost:11434`), else "<provider>'s default"."""
     model = str(params.get("model", ""))
     if model == OFFLINE_LITELLM_MODEL:
         return "in process"
     api_base = params.get("api_base") or params.get("base_url")
+    if isinstance(api_base, str) and api_base.startswith("os.environ/"):
+        api_base = get_secret_str(api_base)  # None when unset: LiteLLM then calls the provider's base
     if api_base:
         return origin(str(api_base)) or "an api_base that is not a URL"
     try:
-        _, provider, _, default = litellm.get_llm_provider(model)
+        name, provider, _, default = litellm.get_llm_provider(model)
     except Exception:  # a provider LiteLLM does not know: the call fails saying so
         return "the provider's default"
+    default = default or _provider_base(name, provider)
     return (origin(default) if default else None) or f"{provider}'s default"
+
+
+def _provider_base(model: str, provider: str) -> str | None:
+    """The base LiteLLM calls `provider` at when no `api_base` is given, its environment variables read as
+    LiteLLM reads them (`get_llm_provider` leaves OpenAI's and Anthropic's out), None when it knows none."""
+    try:
+        info = ProviderConfigManager.get_provider_model_info(model, LlmProviders(provider))
+        return info.get_api_base() if info is not None else None
+    except Exception:  # a provider with no model info, or one whose base must be set (hosted vLLM's)
+        return None
+
+
+def called_endpoint(error: BaseException) -> str | None:
+    """The scheme, host and port of the request `error` came from, as the OpenAI SDK or httpx under it name
+    it; None when no request was made (a URL the client refused, an answer with nothing in it). LiteLLM's own
+    exceptions are not read: with `OPENAI_BASE_URL` set they name `https://api.openai.com`, never called."""
+    for cause in causes(error):
+        if not type(cause).__module__.startswith(("openai", "httpx")):
+            continue
+        try:
+            request = cause.request
+        except (AttributeError, RuntimeError):  # httpx raises RuntimeError for an error without its request
+            continue
+        if (where := origin(str(getattr(request, "url", "")))) is not None:
+            return where
+    return None
 
 
 class ModelCalls:

@@ -69,7 +69,7 @@ def setup_refused(error: BaseException) -> bool:
     """The provider refused the model's `models:` entry itself (its key, its model name, its account's
     credit), not one request: every message fails so until an operator fixes it. A 401 or 403 by its status:
     LiteLLM raises an OpenAI-compatible endpoint's 403 as a bare `APIError`, which was named nowhere."""
-    return isinstance(error, _SETUP_REFUSED) or out_of_credit(error) or _http_status(_causes(error)) in (401, 403)
+    return isinstance(error, _SETUP_REFUSED) or out_of_credit(error) or _http_status(causes(error)) in (401, 403)
 _NO_KEY = ("Missing credentials", "api_key client option must be set")
 
 
@@ -145,7 +145,7 @@ def failure_kind(error: BaseException) -> str:
     429)", "malformed answer", else "other: <the innermost exception's type>". Read from the exceptions
     under it: LiteLLM raises a connection refused as an InternalServerError with status 500, which said
     "OpenAIException - Connection error." and nothing of which endpoint, or why."""
-    chain = _causes(error)
+    chain = causes(error)
     if isinstance(error, MalformedAnswer):
         return "malformed answer"
     if any(isinstance(e, ConnectionRefusedError) for e in chain):
@@ -166,7 +166,7 @@ def failure_kind(error: BaseException) -> str:
     return f"auth (HTTP {status})" if status in (401, 403) else f"HTTP {status}"
 
 
-def _causes(error: BaseException) -> list[BaseException]:
+def causes(error: BaseException) -> list[BaseException]:
     """`error` and the exceptions it was raised from or while handling, outermost first."""
     chain: list[BaseException] = []
     while error is not None and error not in chain and len(chain) < 16:

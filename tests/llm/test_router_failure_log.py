@@ -122,13 +122,69 @@ async def test_the_logged_endpoint_carries_no_credentials_path_or_query(openai_f
     assert not any(secret in shown for secret in ("PASSWORD-1", "PATH-TOKEN-2", "QUERY-KEY-3", "bob"))
 
 
+@pytest.mark.parametrize("where", ["config-env-reference", "OPENAI_BASE_URL", "OPENAI_API_BASE"])
+async def test_the_logged_endpoint_is_the_one_called_when_the_environment_names_it(openai_fake: FakeOpenAI,
+                                                                                   monkeypatch, where) -> None:
+    """An `api_base` written `os.environ/VAR` (LiteLLM's convention) was logged as "an api_base that is not a
+    URL", and one LiteLLM read from its own environment variables as "openai's default", while the calls went
+    to the fake (review)."""
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_BASE"):
+        monkeypatch.delenv(name, raising=False)
+    params = {"model": "openai/primary", "api_key": "sk-fake"}
+    if where == "config-env-reference":
+        monkeypatch.setenv("PRIMARY_BASE", openai_fake.base_url)
+        params["api_base"] = "os.environ/PRIMARY_BASE"
+    else:
+        monkeypatch.setenv(where, openai_fake.base_url)
+    # A 503, which names the request it answered, then a 200 with no choices, which names none.
+    openai_fake.script("primary", Turn(status=503), Turn(raw_body=NO_CHOICES, raw_type="application/json"))
+    router = LLMRouter([{"model_name": "primary", "litellm_params": params}], retry=FAST_RETRY)
+
+    with capture_logs() as logs, pytest.raises(LLMError):
+        await router.complete(model="primary", messages=MESSAGES)
+
+    failed = [(e["failure"], e["endpoint"]) for e in logs if e["event"] == "llm.call_failed"]
+    here = f"http://127.0.0.1:{openai_fake.port}"
+    assert failed == [("HTTP 503", here), ("malformed answer", here)]
+    assert router.calls.report()["primary"]["last_failure"]["endpoint"] == here
+
+
+async def test_a_failure_in_a_group_of_deployments_names_the_one_called(openai_fake: FakeOpenAI) -> None:
+    """A model group (two deployments under one name) logged both endpoints on each failure, whichever was
+    called: the operator could not tell which one refused its connections."""
+    port = _closed_port()
+    deployments = [{"model_name": "primary", "litellm_params": {"model": "openai/primary", "api_key": "sk-fake",
+                                                                "api_base": base}}
+                   for base in (openai_fake.base_url, f"http://127.0.0.1:{port}/v1")]
+    openai_fake.script("primary", *[Turn(status=503)] * 16)
+    router = LLMRouter(deployments, retry=RetryPolicy(num_retries=15, backoff_base=0.001, backoff_max=0.001))
+
+    with capture_logs() as logs, pytest.raises(LLMError):
+        await router.complete(model="primary", messages=MESSAGES)
+
+    failed = {(e["failure"], e["endpoint"]) for e in logs if e["event"] == "llm.call_failed"}
+    # 16 attempts spread over both deployments at random: each is named alone, with what it did.
+    assert failed == {("HTTP 503", f"http://127.0.0.1:{openai_fake.port}"),
+                      ("connection refused", f"http://127.0.0.1:{port}")}
+
+
+NO_CHOICES = '{"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "primary", "choices": []}'
+
+
 @pytest.mark.parametrize(("params", "shown"), [
     ({"model": "openai/x", "api_base": "https://key@proxy.example.com/t/SECRET/v1?k=1"}, "https://proxy.example.com:443"),
     ({"model": "openai/x", "api_base": "http://[::1]:8080/v1"}, "http://[::1]:8080"),
     ({"model": "openai/x", "api_base": "HTTP://Models.Example.com/v1"}, "http://models.example.com:80"),
     ({"model": "ollama/llama3"}, "http://localhost:11434"),  # LiteLLM's default for the provider
-    ({"model": "openai/gpt-4o-mini"}, "openai's default"),
+    ({"model": "openai/gpt-4o-mini"}, "https://api.openai.com:443"),
+    ({"model": "azure/my-deployment"}, "azure's default"),  # LiteLLM knows none: it needs an api_base
     ({"model": "openai/x", "api_base": "not a url"}, "an api_base that is not a URL"),
-], ids=["secrets", "ipv6", "default-port", "provider-base", "provider-default", "unreadable"])
-def test_endpoint_is_scheme_host_and_port(params, shown) -> None:
+    ({"model": "openai/x", "api_base": "os.environ/SET_BASE"}, "https://set.example.com:8443"),
+    ({"model": "openai/x", "api_base": "os.environ/UNSET_BASE"}, "https://api.openai.com:443"),
+], ids=["secrets", "ipv6", "default-port", "provider-base", "provider-default", "no-default", "unreadable",
+        "env-reference", "unset-env-reference"])
+def test_endpoint_is_scheme_host_and_port(params, shown, monkeypatch) -> None:
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OLLAMA_API_BASE", "AZURE_API_BASE", "UNSET_BASE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SET_BASE", "https://user:pw@set.example.com:8443/v1")
     assert endpoint(params) == shown
