@@ -43,6 +43,7 @@ from gateway.llm_retry import (
     passing,
     setup_refused,
     short,
+    url_refused,
 )
 from gateway.llm_stream import Accumulator, CallbackError, StreamFailed, TokenCallback, read_stream
 from gateway.observability.logs import adopt_litellm_loggers
@@ -220,7 +221,8 @@ class LLMRouter:
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
                 if setup_refused(error):  # a revoked key was one warning as every message fell back
                     self.refused[name] = f"error: {type(error).__name__}: {short(error, 160)}"
-                    log.error("llm.setup_refused", model=name, error=errors[-1], hint="check its api_key and model")
+                    log.error("llm.setup_refused", model=name, error=errors[-1],
+                              hint="check its api_base" if url_refused(error) else "check its api_key and model")
                 # A stream that went silent past the timeout (a reasoning model thinking) timed out too.
                 timed_out = isinstance(error.__cause__ if isinstance(error, StreamFailed) else error, litellm.Timeout)
                 if on_abandoned is not None and (timed_out or acc.text or acc.calls):

@@ -49,7 +49,7 @@ def passing(error: BaseException) -> bool:
     """Whether `error` is a failure another try may not meet: one of `RETRYABLE`, or any 5xx. LiteLLM raises
     an OpenAI-compatible endpoint's 5xx it has no class for (529 "overloaded", a proxy's 520–524) as a bare
     `APIError`, which went to the fallback untried and never cooled the model down, on every message."""
-    if out_of_credit(error):
+    if out_of_credit(error) or url_refused(error):
         return False
     return isinstance(error, RETRYABLE) or (isinstance(getattr(error, "status_code", None), int)
                                             and 500 <= error.status_code <= 599)
@@ -69,7 +69,18 @@ def setup_refused(error: BaseException) -> bool:
     """The provider refused the model's `models:` entry itself (its key, its model name, its account's
     credit), not one request: every message fails so until an operator fixes it. A 401 or 403 by its status:
     LiteLLM raises an OpenAI-compatible endpoint's 403 as a bare `APIError`, which was named nowhere."""
-    return isinstance(error, _SETUP_REFUSED) or out_of_credit(error) or _http_status(causes(error)) in (401, 403)
+    return (isinstance(error, _SETUP_REFUSED) or out_of_credit(error) or url_refused(error)
+            or _http_status(causes(error)) in (401, 403))
+
+
+_URL_CREDENTIALS = "credentials encoded in URL"
+
+
+def url_refused(error: BaseException) -> bool:
+    """The HTTP client refused the model's `api_base` before sending anything: httpx takes a URL's
+    `user:password@` for a credential of its own, which it refuses beside the key's Authorization header.
+    LiteLLM raised it as a 500, retried and cooled down for as an outage; the same URL is refused again."""
+    return any(isinstance(e, ValueError) and _URL_CREDENTIALS in str(e) for e in causes(error))
 _NO_KEY = ("Missing credentials", "api_key client option must be set")
 
 
@@ -141,8 +152,8 @@ _UNREACHABLE = (openai.APIConnectionError, httpx.TransportError, aiohttp.ClientC
 
 def failure_kind(error: BaseException) -> str:
     """What kind of failure `error` is, for an operator: "connection refused", "host not found",
-    "connection failed", "timeout", "HTTP 503", "auth (HTTP 401)", "auth (no api_key)", "no credit (HTTP
-    429)", "malformed answer", else "other: <the innermost exception's type>". Read from the exceptions
+    "connection failed", "timeout", "HTTP 503", "auth (HTTP 401)", "auth (no api_key)", "bad api_base
+    (credentials in URL)", "no credit (HTTP 429)", "malformed answer", else "other: <the innermost exception's type>". Read from the exceptions
     under it: LiteLLM raises a connection refused as an InternalServerError with status 500, which said
     "OpenAIException - Connection error." and nothing of which endpoint, or why."""
     chain = causes(error)
@@ -158,6 +169,8 @@ def failure_kind(error: BaseException) -> str:
         return "connection failed"
     if missing_credentials(error):
         return "auth (no api_key)"
+    if url_refused(error):
+        return "bad api_base (credentials in URL)"
     status = _http_status(chain)
     if status is None:
         return f"other: {type(chain[-1]).__name__}"

@@ -1,12 +1,14 @@
 """Configured values that are credentials in all but name, found by their names read word by word: a
 configured URL's query parameters (`?apikey=…`, `?access_token=${WIKI_TOKEN}`) and its userinfo
 (`https://user:password@wiki/…`), found to redact them from logs and taken out of a URL before anyone is
-shown it (a model's `api_base`, by its `origin` alone); and a model's provider credentials besides `api_key`
-(`aws_secret_access_key`, `vertex_credentials`, … in its `litellm_params`), found to redact them."""
+shown it (a model's `api_base`, by its `origin` alone, its credentials redacted as well); and a model's provider
+credentials besides `api_key` (`aws_secret_access_key`, `vertex_credentials`, … in its `litellm_params`), found to
+redact them."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -46,6 +48,11 @@ def userinfo_secret(url: str) -> str | None:
     if parts.scheme.lower() not in ("http", "https") or "@" not in parts.netloc:
         return None
     return password or user or None
+
+
+def url_credentials(url: str) -> list[str]:
+    """The credentials `url` carries, for log redaction: its query's (`query_secrets`) and its userinfo's."""
+    return [*query_secrets(url), *filter(None, [userinfo_secret(url)])]
 
 
 def without_url_secrets(url: str) -> str:
@@ -88,7 +95,7 @@ def source_url_secrets(settings) -> list[str]:
     redaction: a page that fails is logged, and shown by `/readyz`, by its URL."""
     return [value for bot in settings.bots for source in bot.sources
             for url in [*source.urls, *([source.url] if source.url else [])]
-            for value in [*query_secrets(url), *filter(None, [userinfo_secret(url)])]]
+            for value in url_credentials(url)]
 
 
 def credential_values(params: dict) -> list[str]:
@@ -126,6 +133,17 @@ def _json_object(text: str) -> dict | None:
 
 
 def model_secrets(settings) -> list[str]:
-    """The provider credentials in every model's `litellm_params`, for log redaction: a provider's error
-    (LiteLLM's text, which /readyz shows for a refused model) may quote what it was sent."""
-    return [value for entry in settings.models for value in credential_values(entry.litellm_params)]
+    """The provider credentials in every model's `litellm_params` and in its `api_base`'s userinfo and query,
+    for log redaction: a provider's error (LiteLLM's text, which /readyz shows for a refused model) may quote
+    what it was sent."""
+    return [value for entry in settings.models
+            for value in [*credential_values(entry.litellm_params), *_api_base_secrets(entry.litellm_params)]]
+
+
+def _api_base_secrets(params: dict) -> list[str]:
+    """The credentials in a model's `api_base` (a proxy's `user:password@`, `?api-key=`), read from VAR when
+    it is written `os.environ/VAR`, LiteLLM's convention."""
+    base = params.get("api_base") or params.get("base_url")
+    if isinstance(base, str) and base.startswith("os.environ/"):
+        base = os.environ.get(base.removeprefix("os.environ/"))
+    return url_credentials(base) if isinstance(base, str) else []

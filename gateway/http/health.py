@@ -38,7 +38,7 @@ async def readyz(request: Request) -> JSONResponse:
     because the limiter fails open (every replica shares that Redis; failing them all would stop every
     message over a limiter outage). It is asked alongside the other checks, within its own short timeout.
     `models` names each model whose provider refused its key, its name or its account (401, 403, 404, no
-    credit) on its last call, the provider's words redacted as the log's are; `model_calls`, each model called since
+    credit), or whose `api_base` the HTTP client refused (`user:password@` beside a key), on its last call, the provider's words redacted as the log's are; `model_calls`, each model called since
 the process started: `last_success_at`, `last_failure` (`at`, `failure`, `endpoint`) and `failures_since_success`.
 `operator_channels` says, for
     each bot with a Slack operator channel, "ok" or that it refuses everyone (no operator names a member)."""

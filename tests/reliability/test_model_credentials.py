@@ -105,3 +105,22 @@ def test_a_bearer_header_and_a_key_inside_a_json_credential_are_each_a_secret_of
     assert "sk-proxy-HEADERkey123" in found and "Bearer sk-proxy-HEADERkey123" in found
     assert "-----BEGIN PRIVATE KEY-----vertexJSONkey" in found and VERTEX_JSON in found
     assert "application/json" not in found
+
+
+def test_the_password_of_a_models_api_base_is_a_secret_even_quoted_alone(tmp_path, monkeypatch, capsys):
+    """A proxy's `api_base` may carry HTTP Basic credentials (`https://user:password@proxy/v1`), written out
+    or read by LiteLLM from `os.environ/VAR`: a provider's error quoting the password alone showed it."""
+    from gateway.settings import load_settings
+
+    monkeypatch.setenv("PROXY_BASE", "https://gateway:PROXY-PASS-from-env@llm-proxy.example/v1?api-key=QUERY-KEY-77")
+    models = [{"model_name": "proxied", "litellm_params": {
+                  "model": "openai/gpt-4o", "api_base": "https://bot:PROXY-PASS-written@llm-proxy.example/v1"}},
+              {"model_name": "proxied-env", "litellm_params": {
+                  "model": "openai/gpt-4o", "api_base": "os.environ/PROXY_BASE"}}]
+    settings = load_settings(write_config(tmp_path, models=models))
+    configure_logging_for(settings, level="WARNING", fmt="json")
+    secrets = ("PROXY-PASS-written", "PROXY-PASS-from-env", "QUERY-KEY-77")
+    logging.getLogger("gateway.llm").warning("llm.call_failed %s", "; ".join(f"bad password {s}" for s in secrets))
+    err = capsys.readouterr().err
+    assert not any(secret in err for secret in secrets) and err.count("[REDACTED]") == len(secrets)
+    assert "llm-proxy.example" in redact("https://llm-proxy.example/v1")  # the host stays readable
