@@ -39,13 +39,12 @@ from gateway.llm_retry import (
     RetryPolicy,
     client_fault,
     failure_kind,
-    missing_credentials,
-    passing,
     setup_refused,
     short,
     url_refused,
+    worth_another_try,
 )
-from gateway.llm_stream import Accumulator, CallbackError, StreamFailed, TokenCallback, read_stream
+from gateway.llm_stream import Accumulator, CallbackError, StreamFailed, TokenCallback, read_stream, stream_cause
 from gateway.observability.logs import adopt_litellm_loggers
 from gateway.offline.provider import MODEL as OFFLINE_LITELLM_MODEL
 from gateway.offline.provider import register_offline_provider
@@ -209,15 +208,17 @@ class LLMRouter:
                         # runs unstreamed: its tokens would otherwise follow the broken ones.
                         log.warning("llm.stream_failed_after_tokens", model=name, error=str(exc))
                         on_token = None
-                    error: Exception = exc
+                    error: BaseException = exc
                     retryable = True
+                    if (cause := stream_cause(exc)) is not None:  # the provider said why: as it is unstreamed
+                        error, retryable = cause, worth_another_try(cause)
                 except LLMError:
                     raise
                 except Exception as exc:  # any provider failure: classify, then retry or fall back
                     fault = client_fault(exc)
                     if fault:  # a bug to report, with its traceback, not a provider outage
                         log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {short(exc)}", exc_info=exc)
-                    error, retryable = exc, fault or (passing(exc) and not missing_credentials(exc))
+                    error, retryable = exc, fault or worth_another_try(exc)
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
                 if setup_refused(error):  # a revoked key was one warning as every message fell back
                     self.refused[name] = f"error: {type(error).__name__}: {short(error, 160)}"

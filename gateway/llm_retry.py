@@ -55,6 +55,11 @@ def passing(error: BaseException) -> bool:
                                             and 500 <= error.status_code <= 599)
 
 
+def worth_another_try(error: BaseException) -> bool:
+    """Whether the provider's failure `error` is retried: a passing one, with a key to send."""
+    return passing(error) and not missing_credentials(error)
+
+
 _SETUP_REFUSED = (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)
 _NO_CREDIT = ("insufficient_quota", "exceeded your current quota", "credit balance is too low")
 
@@ -153,12 +158,16 @@ _UNREACHABLE = (openai.APIConnectionError, httpx.TransportError, aiohttp.ClientC
 def failure_kind(error: BaseException) -> str:
     """What kind of failure `error` is, for an operator: "connection refused", "host not found",
     "connection failed", "timeout", "HTTP 503", "auth (HTTP 401)", "auth (no api_key)", "bad api_base
-    (credentials in URL)", "no credit (HTTP 429)", "malformed answer", else "other: <the innermost exception's type>". Read from the exceptions
+    (credentials in URL)", "no credit (HTTP 429)" ("no credit" when a stream's error event said it),
+    "malformed answer", else "other: <the innermost exception's type>". Read from the exceptions
     under it: LiteLLM raises a connection refused as an InternalServerError with status 500, which said
     "OpenAIException - Connection error." and nothing of which endpoint, or why."""
     chain = causes(error)
     if isinstance(error, MalformedAnswer):
         return "malformed answer"
+    if out_of_credit(error):  # said in a stream's error event too, which LiteLLM raises as a connection error
+        status = _http_status(chain)
+        return f"no credit (HTTP {status})" if status else "no credit"
     if any(isinstance(e, ConnectionRefusedError) for e in chain):
         return "connection refused"
     if any(isinstance(e, _TIMEOUTS) for e in chain):
@@ -174,8 +183,6 @@ def failure_kind(error: BaseException) -> str:
     status = _http_status(chain)
     if status is None:
         return f"other: {type(chain[-1]).__name__}"
-    if out_of_credit(error):
-        return f"no credit (HTTP {status})"
     return f"auth (HTTP {status})" if status in (401, 403) else f"HTTP {status}"
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from gateway.llm_retry import STOPPED_EMPTY, short
+from gateway.llm_retry import STOPPED_EMPTY, client_fault, failure_kind, short
 
 log = structlog.get_logger("gateway.llm")
 
@@ -26,6 +26,17 @@ class StreamFailed(Exception):
     def __init__(self, message: str, *, emitted: bool) -> None:
         super().__init__(message)
         self.emitted = emitted
+
+
+def stream_cause(failed: StreamFailed) -> BaseException | None:
+    """The provider's reason under a stream that failed, when it gave one (a rate limit or a status in its
+    error event, a timeout, no key, no credit): that failure, to be classified, retried and named as it is
+    unstreamed. None for a dropped connection or a failure of no kind: "stream broken"."""
+    cause = failed.__cause__
+    if cause is None or client_fault(cause):
+        return None
+    kind = failure_kind(cause)
+    return None if kind == "connection failed" or kind.startswith("other: ") else cause
 
 
 class CallbackError(Exception):

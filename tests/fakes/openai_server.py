@@ -62,6 +62,8 @@ class Turn:
     - `chunk_delay`: streaming only; seconds between two content chunks (a slow provider mid-answer).
     - `stall`: streaming only; seconds of silence after the first chunk (a reasoning model thinking).
     - `omit_finish_reason`: streaming only; end with `[DONE]` but never send a finish_reason.
+    - `stream_error`: streaming only; after the text's first `break_after` words (all without it), send this
+      error event (`data: {"error": …}`) and end, as OpenAI reports a failure once its stream began.
     - `finish_reason`: send this one instead ("content_filter": the provider's filter refused).
     - `usage`: (prompt_tokens, completion_tokens); omitted from the reply when None.
     - `raw_body`: answer HTTP 200 with exactly this body (`raw_type`), stream or not: a proxy's HTML
@@ -78,6 +80,7 @@ class Turn:
     chunk_delay: float = 0.0
     stall: float = 0.0
     omit_finish_reason: bool = False
+    stream_error: dict[str, Any] | None = None
     finish_reason: str | None = None
     usage: tuple[int, int] | None = (12, 7)
     raw_body: str | None = None
@@ -302,11 +305,16 @@ async def _sse(model: str, turn: Turn, include_usage: bool):
     words = (turn.text or "").split(" ") if turn.text else []
     for i, word in enumerate(words):
         if turn.break_after is not None and i >= turn.break_after:
+            if turn.stream_error is not None:  # reported in the stream, not by a dropped connection
+                break
             # Let the sent bytes reach the client before the connection is torn down.
             await asyncio.sleep(0.05)
             raise _StreamBroken("fake: stream broken on purpose")
         yield chunk({"content": word if i == 0 else " " + word})
         await asyncio.sleep(turn.chunk_delay)
+    if turn.stream_error is not None:
+        yield f"data: {json.dumps({'error': turn.stream_error})}\n\n"
+        return
     for i, (spec, call) in enumerate(zip(turn.tool_calls, _tool_calls(turn))):
         index = i if spec.stream_index is None else spec.stream_index
         arguments = call["function"]["arguments"]

@@ -192,3 +192,28 @@ def test_endpoint_is_scheme_host_and_port(params, shown, monkeypatch) -> None:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SET_BASE", "https://user:pw@set.example.com:8443/v1")
     assert endpoint(params) == shown
+
+
+RATE_LIMITED = {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}
+NO_QUOTA = {"message": "You exceeded your current quota, please check your plan and billing details.",
+            "type": "insufficient_quota", "code": "insufficient_quota"}
+
+
+@pytest.mark.parametrize(("stream_error", "failure", "attempts", "refused"), [
+    (RATE_LIMITED, "HTTP 429", 2, False), (NO_QUOTA, "no credit", 1, True)], ids=["rate-limit", "no-credit"])
+async def test_a_stream_failing_for_a_known_reason_is_classified_as_unstreamed(
+        openai_fake: FakeOpenAI, stream_error, failure, attempts, refused) -> None:
+    """A provider that reports its failure in the stream it began (OpenAI's error event) was logged as "stream
+    broken" whatever it said, and an account out of credit was retried and never named (review): the
+    reason is classified, retried and named as the same failure without streaming is."""
+    openai_fake.script("primary", *[Turn(text="Refunds take five days.", break_after=0, stream_error=stream_error)] * 2)
+    openai_fake.script("backup", Turn(text="Backup [1]."))
+    router = LLMRouter([fake_model(openai_fake, n) for n in ("primary", "backup")], retry=FAST_RETRY)
+
+    with capture_logs() as logs:
+        result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=Collector())
+
+    assert result.model_used == "backup" and result.text == "Backup [1]."
+    failed = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert [e["failure"] for e in failed] == [failure] * attempts and len(openai_fake.requests_for("primary")) == attempts
+    assert ("primary" in router.refused) is refused
