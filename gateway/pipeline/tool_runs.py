@@ -1,6 +1,6 @@
 """Running a round's tool calls: each distinct call (its tool and arguments) once a turn, again in a later round
-when it failed (under the failed call's idempotency key) or only reads (an http GET: what it read may have
-changed since), the outcome an earlier attempt at the message saved (gateway/pipeline/tool_journal.py) before a
+when it failed (under the failed call's idempotency key; `MAX_FAILED_RUNS` in all) or only reads (an http GET:
+what it read may have changed since), the outcome an earlier attempt at the message saved (gateway/pipeline/tool_journal.py) before a
 real run, and every result bounded and stored as the model is shown it."""
 
 from __future__ import annotations
@@ -19,40 +19,47 @@ from gateway.pipeline.tools import DEFAULT_RESULT_CHARS, BotTools, ToolOutcome
 log = structlog.get_logger("gateway.answer")  # the tool loop's events, as before they moved here
 
 
+MAX_FAILED_RUNS = 2
+"""Runs of one call (tool and arguments) that fail, in one turn, after which it is given its failure unrun: a
+model asking again for a tool that is down ran it in every round, waiting on the service each time."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Asked:
-    """A distinct call's (tool, arguments) latest run in the turn: its round, its key, its outcome when done."""
+    """A distinct call's (tool, arguments) latest run in the turn: its round, its key, its outcome when done,
+    and how many of its runs before this one failed."""
 
     round_no: int
     key: str | None
     outcome: asyncio.Future
+    failed_before: int = 0
 
 
 async def run_call(tools: BotTools, call, turn, journal: ToolJournal | None,
                    finished: dict[int, tuple[ToolOutcome, tuple[Any, str]]], index: int,
                    key: str | None, asked: dict[str, Asked], round_no: int) -> tuple[ToolOutcome, tuple[Any, str]]:
     """One call of a round, with what is stored of it (`_stored`): the outcome of the same call earlier in the
-    turn (`asked`: in this round, or in an earlier one that neither failed nor only read), else the one an
-    earlier attempt at this message saved for it, else a real call, saved (as stored with the turn) as soon as
-    it returns. `finished[index]` gets it too, so a round cut off by the turn's deadline still knows which of
+    turn (`asked`: in this round, or in an earlier one that neither failed, but `MAX_FAILED_RUNS` times, nor
+    only read), else the one an earlier attempt at this message saved for it, else a real call, saved (as stored
+    with the turn) as soon as it returns. `finished[index]` gets it too, so a round cut off by the turn's deadline still knows which of
     its calls returned, and with what."""
     arguments = loads(call.arguments)
     same = call_identity(call.name, arguments)
-    if (first := asked.get(same)) is not None and first.round_no < round_no and tools.reads_only(call.name):
-        # A read asked again in a later round reads afresh: a cart read again after `add_to_cart` was given
-        # the cart as it was before.
-        first = None
-    if first is not None:
+    failed = 0
+    if (first := asked.get(same)) is not None:
         # Asked again in this round or a later one (a model losing track of what it did): its outcome, not a second
         # run, which opened a second ticket or posted twice.
         outcome, stored = await first.outcome
-        if first.round_no == round_no or not outcome.error:
+        failed = first.failed_before + bool(outcome.error)
+        # In a later round, a read reads afresh (a cart read again after `add_to_cart` was given the cart as it was
+        # before), and a call that failed (a timeout, an HTTP 5xx) may be tried again: up to its last allowed run.
+        again = first.round_no < round_no and (tools.reads_only(call.name) or outcome.error)
+        if not again or failed >= MAX_FAILED_RUNS:
             finished[index] = dataclasses.replace(outcome, replayed=False, repeated=True), stored
             return finished[index]
-        # It failed in an earlier round (a timeout, an HTTP 5xx): the model may try again, under the failed
-        # call's key, so that a service which did take that request drops this one.
-        key = first.key
-    asked[same] = Asked(round_no, key, asyncio.get_running_loop().create_future())
+        if not tools.reads_only(call.name):  # under the failed call's key: a service that took it drops this one
+            key = first.key
+    asked[same] = Asked(round_no, key, asyncio.get_running_loop().create_future(), failed)
     try:
         finished[index] = await _run_first(tools, call, arguments, turn, journal, key)
     except BaseException:  # cut off by the turn's deadline: the same call waiting on it stops with it

@@ -142,6 +142,15 @@ async def late_ticket(identity: CallerIdentity, title: str) -> dict:
     return {"ticket": f"T-{list(dict.fromkeys(KEYS_TAKEN)).index(KEYS_TAKEN[-1]) + 1}", "title": title}
 
 
+DOWN_RUNS: list[str] = []
+
+
+async def down_ticket(identity: CallerIdentity, title: str) -> dict:
+    """A ticket service that is down: every run (recorded in `DOWN_RUNS`) fails."""
+    DOWN_RUNS.append(title)
+    raise ToolError("the ticket service is unavailable")
+
+
 async def call_key(identity: CallerIdentity) -> dict:
     """Reports the idempotency key the gateway gave this call (sync tools get it the same way)."""
     from gateway.pipeline.tools import idempotency_key

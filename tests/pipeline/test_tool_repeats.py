@@ -79,6 +79,29 @@ async def test_a_call_that_failed_runs_again_in_a_later_round_under_the_failed_c
                                                                            "tool.called"]
 
 
+async def test_a_call_that_keeps_failing_runs_at_most_twice_in_a_turn(openai_fake) -> None:
+    """A model that asked for the same call of a tool that was down in every round ran it in every round (up to
+    `max_tool_rounds`, each run waiting on the service), for the same error each time: after its second failure
+    it is given that failure without a run; other arguments still run."""
+    sample_tools.DOWN_RUNS.clear()
+    down = {"name": "down_ticket", "type": "python", "import_path": "tests.pipeline.sample_tools:down_ticket",
+            "parameters": TICKET["parameters"]}
+    rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [down]}])
+    refund = {"title": "Refund order A-7"}
+    openai_fake.script("primary", *[Turn(tool_calls=(ToolCallSpec("down_ticket", refund, id=f"t{i}"),)) for i in (1, 2, 3)],
+                       Turn(tool_calls=(ToolCallSpec("down_ticket", refund, id="t4"),
+                                        ToolCallSpec("down_ticket", {"title": "Other"}, id="t5"))),
+                       Turn(text="Sorry, I could not open the ticket."))
+    with capture_logs() as logs:
+        result = await rig.pipeline.handle(rig.turn("Please open a ticket for my refund"))
+
+    assert sample_tools.DOWN_RUNS == ["Refund order A-7", "Refund order A-7", "Other"]
+    failed = {"error": "the ticket service is unavailable"}
+    assert [(c["id"], c["result"], c.get("repeated", False)) for c in result.tool_calls] == [
+        ("t1", failed, False), ("t2", failed, False), ("t3", failed, True), ("t4", failed, True), ("t5", failed, False)]
+    assert [e["event"] for e in logs if e["event"].startswith("tool.")] == [
+        "tool.called", "tool.called", "tool.repeated", "tool.repeated", "tool.called"]
+
 
 @asynccontextmanager
 async def shop():
