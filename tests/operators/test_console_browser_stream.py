@@ -41,37 +41,25 @@ def test_console_reads_live_events_whose_crlf_comes_in_two_chunks(open_tab, live
     operator.wait_for_selector(f".op-item[data-id='{escalation}']", timeout=15_000)
 
 
-def test_console_keeps_all_of_a_pasted_reply_over_the_limit_and_says_it_is_too_long(open_tab, live_url):
-    """The reply box's maxlength cut a pasted reply at 4,000 UTF-16 units without a word (an emoji counts
-    two there, one for the server), and Send reply sent the customer its first part only."""
-    escalation = escalate(live_url, "console-long-paste", "Long paste here, I want to talk to a human")
+@pytest.mark.parametrize(("box", "text", "stored"), [
+    ("#op-reply", "Step by step: ", ".op-msg--operator"),
+    ("#op-note", "Context: ", "#op-notes li"),
+], ids=["reply", "note"])
+def test_console_keeps_all_of_a_pasted_text_over_the_limit_and_says_it_is_too_long(open_tab, live_url, box, text,
+                                                                                  stored):
+    """The reply and note boxes' maxlength cut a pasted text at 4,000 UTF-16 units without a word (an emoji
+    counts two there, one for the server), and Send reply sent the customer its first part only (Add note
+    stored its first part only)."""
+    escalation = escalate(live_url, f"console-long-{box[4:]}", "Long paste here, I want to talk to a human")
     operator = open_tab()
     sign_in(operator, live_url)
     operator.click(f".op-item[data-id='{escalation}']")
     operator.wait_for_selector("#op-transcript .op-msg")
-    operator.focus("#op-reply")
-    operator.keyboard.insert_text("Step by step: " + "x" * 4100)
-    assert len(operator.locator("#op-reply").input_value()) == 4114
-    operator.press("#op-reply", "Enter")
+    operator.focus(box)
+    operator.keyboard.insert_text(text + "x" * 4100)
+    assert len(operator.locator(box).input_value()) == len(text) + 4100
+    operator.press(box, "Enter")
     operator.wait_for_selector("#op-error:not([hidden])")
     assert "4000" in operator.locator("#op-error").inner_text()
-    assert len(operator.locator("#op-reply").input_value()) == 4114  # kept, to be shortened
-    assert operator.locator(".op-msg--operator").count() == 0
-
-
-def test_console_keeps_all_of_a_pasted_note_over_the_limit_and_says_it_is_too_long(open_tab, live_url):
-    """The note box's maxlength cut a pasted note at 4,000 UTF-16 units without a word, and Add note
-    stored its first part only, as the reply box did."""
-    escalation = escalate(live_url, "console-long-note", "Long note here, I want to talk to a human")
-    operator = open_tab()
-    sign_in(operator, live_url)
-    operator.click(f".op-item[data-id='{escalation}']")
-    operator.wait_for_selector("#op-transcript .op-msg")
-    operator.focus("#op-note")
-    operator.keyboard.insert_text("Context: " + "x" * 4100)
-    assert len(operator.locator("#op-note").input_value()) == 4109
-    operator.press("#op-note", "Enter")
-    operator.wait_for_selector("#op-error:not([hidden])")
-    assert "4000" in operator.locator("#op-error").inner_text()
-    assert len(operator.locator("#op-note").input_value()) == 4109  # kept, to be shortened
-    assert operator.locator("#op-notes li").count() == 0
+    assert len(operator.locator(box).input_value()) == len(text) + 4100  # kept, to be shortened
+    assert operator.locator(stored).count() == 0
