@@ -66,12 +66,24 @@ def chat_message(chat: str, n: int) -> InboundMessage:
                           sender=Sender(chat), text=f"{chat} #{n}")
 
 
+class WithSessions:
+    """A pipeline or channel that uses the worker's database itself: `build_worker` makes it from its sessions
+    (`build_worker(url, Subclass)`)."""
+
+    def __init__(self, sessions, **options) -> None:
+        super().__init__(**options)
+        self.sessions = sessions
+
+
 def build_worker(url: str, pipeline, *, lease: float = 5.0, channels: tuple[str, ...] = ("web",),
-           adapter: RecordingAdapter | None = None, settings: Settings | None = None):
+           adapter=None, settings: Settings | None = None):
+    """A worker on `url`: (engine, sessions, inbox, worker, adapter). `pipeline` and `adapter` are the objects, or
+    callables (a `WithSessions` class) that make them from the worker's sessions."""
     engine = create_engine(url)
     sessions = session_factory(engine)
     bus = EventBus()
-    adapter = adapter or RecordingAdapter()
+    pipeline = pipeline(sessions) if callable(pipeline) else pipeline
+    adapter = (adapter(sessions) if callable(adapter) else adapter) or RecordingAdapter()
     outbox = Outbox(sessions, adapters={("acme", channel): adapter for channel in channels}, bus=bus)
     worker = Worker(sessions, settings or worker_settings(), pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=lease,
                     poll_interval=0.05, concurrency=4)

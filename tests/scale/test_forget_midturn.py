@@ -16,7 +16,7 @@ from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.meta_keys import set_meta_key
 from storage.models import Contact, Conversation, Delivery, Message
-from tests.worker_rig import EchoPipeline, RecordingAdapter, build_worker, chat_message
+from tests.worker_rig import EchoPipeline, RecordingAdapter, WithSessions, build_worker, chat_message
 
 
 async def left_of_alice(sessions) -> list[int]:
@@ -37,10 +37,9 @@ async def alice_then_bob_answered(inbox, worker) -> list[dict]:
     return logs
 
 
-class ForgetMidTurn(EchoPipeline):
+class ForgetMidTurn(WithSessions, EchoPipeline):
     """Answers as EchoPipeline does, but alice's turn asks for her data to be erased while the model writes."""
 
-    sessions = None
     linger = 0.0  # seconds the model goes on writing after the forget
 
     async def handle(self, turn):
@@ -51,10 +50,14 @@ class ForgetMidTurn(EchoPipeline):
         return await super().handle(turn)
 
 
+class ForgetMidALongTurn(ForgetMidTurn):
+    """ForgetMidTurn whose model goes on writing longer than a heartbeat of a 0.3 s lease."""
+
+    linger = 0.5
+
+
 async def test_a_contact_forgotten_while_their_message_is_answered_gets_nothing_and_nothing_crashes(migrated_url):
-    pipeline = ForgetMidTurn()
-    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline)
-    pipeline.sessions = sessions
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, ForgetMidTurn)
     try:
         logs = await alice_then_bob_answered(inbox, worker)
         assert [text for _, text in adapter.sent] == ["echo: bob #0"]
@@ -67,10 +70,7 @@ async def test_a_contact_forgotten_while_their_message_is_answered_gets_nothing_
 async def test_a_conversation_forgotten_during_a_turn_longer_than_a_heartbeat_is_not_reported_as_a_lost_lease(
         migrated_url):
     # The heartbeat's renewal finds no conversation to lease: that is the forget, not another worker taking it.
-    pipeline = ForgetMidTurn()
-    pipeline.linger = 0.5
-    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline, lease=0.3)
-    pipeline.sessions = sessions
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, ForgetMidALongTurn, lease=0.3)
     try:
         logs = await alice_then_bob_answered(inbox, worker)
         assert [text for _, text in adapter.sent] == ["echo: bob #0"]
@@ -112,10 +112,8 @@ async def test_a_contact_forgotten_after_the_worker_read_their_message_gets_noth
         await engine.dispose()
 
 
-class ForgettingWhileSending(RecordingAdapter):
+class ForgettingWhileSending(WithSessions, RecordingAdapter):
     """Sends as RecordingAdapter does, but alice is forgotten while her reply is on its way to her."""
-
-    sessions = None
 
     async def send(self, message):
         if message.conversation.chat == "alice":
@@ -125,9 +123,8 @@ class ForgettingWhileSending(RecordingAdapter):
 
 async def test_a_contact_forgotten_while_their_reply_is_sent_gets_it_and_nothing_is_logged_as_an_error(migrated_url):
     # The platform has the reply; its row is gone before the send is recorded (the deliveries' foreign key).
-    adapter = ForgettingWhileSending()
-    engine, sessions, inbox, worker, _ = build_worker(migrated_url, EchoPipeline(), adapter=adapter)
-    adapter.sessions = sessions
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, EchoPipeline(),
+                                                            adapter=ForgettingWhileSending)
     try:
         logs = await alice_then_bob_answered(inbox, worker)
         assert sorted(text for _, text in adapter.sent) == ["echo: alice #0", "echo: bob #0"]
@@ -138,10 +135,8 @@ async def test_a_contact_forgotten_while_their_reply_is_sent_gets_it_and_nothing
         await engine.dispose()
 
 
-class PartRecordedTwice(RecordingAdapter):
+class PartRecordedTwice(WithSessions, RecordingAdapter):
     """Sends, but its part's delivery is already stored for the reply (a constraint the record then breaks)."""
-
-    sessions = None
 
     async def send(self, message):
         async with self.sessions() as session, session.begin():
@@ -150,9 +145,7 @@ class PartRecordedTwice(RecordingAdapter):
 
 
 async def test_a_reply_whose_parts_cannot_be_recorded_is_still_an_error_when_it_was_not_forgotten(migrated_url):
-    adapter = PartRecordedTwice()
-    engine, sessions, inbox, worker, _ = build_worker(migrated_url, EchoPipeline(), adapter=adapter)
-    adapter.sessions = sessions
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, EchoPipeline(), adapter=PartRecordedTwice)
     try:
         await inbox.accept("acme", chat_message("bob", 0))
         with structlog.testing.capture_logs() as logs:
@@ -165,19 +158,15 @@ async def test_a_reply_whose_parts_cannot_be_recorded_is_still_an_error_when_it_
         await engine.dispose()
 
 
-class ForgottenAsTheLeftoverGoes(RecordingAdapter):
+class ForgottenAsTheLeftoverGoes(WithSessions, RecordingAdapter):
     """Deletes messages; alice is forgotten while the partial stream of her dead attempt is deleted."""
-
-    sessions = None
 
     async def delete(self, conversation, provider_id):
         await forget_contact(self.sessions, channel="web", user="alice")
 
 
-class ForgetBeforeAToolRun(EchoPipeline):
+class ForgetBeforeAToolRun(WithSessions, EchoPipeline):
     """Alice's turn has her forgotten, then runs a tool, which the turn's journal saves on her message."""
-
-    sessions = None
 
     async def handle(self, turn):
         if turn.text.startswith("alice"):
@@ -191,10 +180,8 @@ async def test_a_contact_forgotten_while_their_turn_keeps_what_a_retry_must_know
         migrated_url, where):
     # What a later attempt must know is kept on the message (`_record_meta`): a retried attempt clearing the
     # stream a dead one left, or a tool's run, with the message gone by then.
-    pipeline = ForgetBeforeAToolRun() if where == "tool run" else EchoPipeline()
-    adapter = ForgottenAsTheLeftoverGoes()
-    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, adapter=adapter)
-    pipeline.sessions = adapter.sessions = sessions
+    pipeline = ForgetBeforeAToolRun if where == "tool run" else EchoPipeline()
+    engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline, adapter=ForgottenAsTheLeftoverGoes)
     worker.handler._adapters = {("acme", "web"): adapter}  # a turn removes the leftover through its channel
     try:
         alice = await inbox.accept("acme", chat_message("alice", 0))
