@@ -5,43 +5,25 @@ retry was stored as a change of its own and passed on again."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
-from tests.fakes.slack_api import FakeSlack, sign
-from tests.fakes.twilio_api import FakeTwilio
+from tests.fakes.slack_api import FakeSlack
 from tests.gateway_channels.conftest import wait_until
-from tests.gateway_channels.whatsapp_rig import ACCOUNT_SID, AUTH_TOKEN, BOT_NUMBER, PUBLIC_URL, inbound, post
-from tests.operators.conftest import SIGNING_SECRET
 from tests.operators.test_slack_operator import _post_event, _thread_reply
 from tests.operators.test_slack_operator_edits import (
+    _claimed,
     _customer_app,
     _relayed,
+    _retried,
     _revised_while_relayed,
     _revision,
-    _thread_recorded,
     _told,
+    _whatsapp_customer,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-async def _retried(client, body: bytes) -> None:
-    headers = {"content-type": "application/json", "x-slack-retry-num": "1", "x-slack-retry-reason": "http_timeout",
-               **sign(body, secret=SIGNING_SECRET)}
-    assert (await client.post("/webhooks/acme/slack/events", content=body, headers=headers)).status_code == 200
-
-
-async def _claimed(client, slack) -> str:
-    """Operator sam claims the escalation just opened: its thread's ts."""
-    header = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("blocks")])
-    thread_ts, blocks = header[0].params["_ts"], header[0].params["blocks"]
-    escalation_id = int((blocks if isinstance(blocks, list) else json.loads(blocks))[1]["elements"][0]["value"])
-    await _thread_recorded(client, escalation_id, thread_ts)
-    await client.services.escalations.claim(escalation_id, operator="sam", bots=None)
-    return thread_ts
 
 
 async def _replied_and_revised_meanwhile(client, monkeypatch, thread_ts: str, ts: str, text: str,
@@ -62,30 +44,22 @@ async def test_slacks_retry_of_an_edit_of_a_whatsapp_reply_tells_the_operator_on
         tmp_path, monkeypatch):
     """Retried, an edit made while the reply was relayed told the operator a second time that WhatsApp cannot
     change a sent message; one made after it was a duplicate already."""
-    slack, twilio = await FakeSlack.start(), FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
-    whatsapp = {"whatsapp": {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": BOT_NUMBER,
-                             "public_url": PUBLIC_URL, "api_base": twilio.base_url}}
-    try:
-        async with _customer_app(tmp_path, slack, whatsapp, {"WA_SID": ACCOUNT_SID, "WA_TOKEN": AUTH_TOKEN}) as client:
-            assert (await post(client, inbound("SMretry1", "+15550002222", "I need to talk to a human"))).status_code == 200
-            thread_ts, ts = await _claimed(client, slack), f"{time.time():.6f}"
-            meanwhile = _revision("message_changed", thread_ts, ts, "Pick-up at 9.", "EvWaMeanwhile",
-                                  new_text="Pick-up at 10.")
-            await _replied_and_revised_meanwhile(client, monkeypatch, thread_ts, ts, "Pick-up at 9.", meanwhile)
-            await wait_until(lambda: _told(slack, thread_ts), what="the operator told")
-            await _retried(client, meanwhile)
-            later = _revision("message_changed", thread_ts, ts, "Pick-up at 10.", "EvWaLater", new_text="Pick-up at 11.")
-            assert (await _post_event(client, later)).status_code == 200
-            await _retried(client, later)
-            await _handled_up_to_now(client, thread_ts)
+    async with _whatsapp_customer(tmp_path, "SMretry1", "+15550002222") as (client, slack, twilio):
+        thread_ts, ts = await _claimed(client, slack), f"{time.time():.6f}"
+        meanwhile = _revision("message_changed", thread_ts, ts, "Pick-up at 9.", "EvWaMeanwhile",
+                              new_text="Pick-up at 10.")
+        await _replied_and_revised_meanwhile(client, monkeypatch, thread_ts, ts, "Pick-up at 9.", meanwhile)
+        await wait_until(lambda: _told(slack, thread_ts), what="the operator told")
+        await _retried(client, meanwhile)
+        later = _revision("message_changed", thread_ts, ts, "Pick-up at 10.", "EvWaLater", new_text="Pick-up at 11.")
+        assert (await _post_event(client, later)).status_code == 200
+        await _retried(client, later)
+        await _handled_up_to_now(client, thread_ts)
 
-            assert [r.form.get("Body") for r in twilio.delivered if "Pick-up" in r.form.get("Body", "")] == ["Pick-up at 9."]
-            told = _told(slack, thread_ts)
-            assert len(told) == 2 and all(t.startswith("WhatsApp cannot change a message once sent") for t in told)
-            await _relayed(client, "Pick-up at 9.")  # what the customer has, as the console shows it
-    finally:
-        twilio.stop()
-        await slack.stop()
+        assert [r.form.get("Body") for r in twilio.delivered if "Pick-up" in r.form.get("Body", "")] == ["Pick-up at 9."]
+        told = _told(slack, thread_ts)
+        assert len(told) == 2 and all(t.startswith("WhatsApp cannot change a message once sent") for t in told)
+        await _relayed(client, "Pick-up at 9.")  # what the customer has, as the console shows it
 
 
 @pytest.mark.parametrize("deleted", [False, True], ids=["edit", "deletion"])

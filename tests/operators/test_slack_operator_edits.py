@@ -61,6 +61,13 @@ async def _thread_recorded(client, escalation_id: int, thread_ts: str) -> None:
     await wait_until(recorded, what="the escalation's thread stored")
 
 
+async def _retried(client, body: bytes) -> None:
+    """Slack's retry of the event `body` (its first delivery answered late, `X-Slack-Retry-Num`)."""
+    headers = {"content-type": "application/json", "x-slack-retry-num": "1", "x-slack-retry-reason": "http_timeout",
+               **sign(body, secret=SIGNING_SECRET)}
+    assert (await client.post("/webhooks/acme/slack/events", content=body, headers=headers)).status_code == 200
+
+
 def _told(slack, thread_ts: str) -> list[str]:
     return [c.params["text"] for c in slack.calls_to("chat.postEphemeral") if c.params.get("thread_ts") == thread_ts]
 
@@ -127,15 +134,36 @@ async def _customer_app(tmp_path, slack, channels: dict, env: dict):
         yield client
 
 
-async def _operator_replied(client, slack, text: str) -> tuple[str, str, Message]:
-    """Operator sam claims the escalation just opened and replies `text` in its thread: (thread ts, the
-    reply's ts in Slack, the reply once sent to the customer)."""
+@contextlib.asynccontextmanager
+async def _whatsapp_customer(tmp_path, message_sid: str, number: str):
+    """(client, fake Slack, fake Twilio): the app with a WhatsApp customer, `number`, whose message
+    `message_sid` asked for a human."""
+    slack, twilio = await FakeSlack.start(), FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
+    whatsapp = {"whatsapp": {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": BOT_NUMBER,
+                             "public_url": PUBLIC_URL, "api_base": twilio.base_url}}
+    try:
+        async with _customer_app(tmp_path, slack, whatsapp, {"WA_SID": ACCOUNT_SID, "WA_TOKEN": AUTH_TOKEN}) as client:
+            assert (await post(client, inbound(message_sid, number, "I need to talk to a human"))).status_code == 200
+            yield client, slack, twilio
+    finally:
+        twilio.stop()
+        await slack.stop()
+
+
+async def _claimed(client, slack) -> str:
+    """Operator sam claims the escalation just opened: its thread's ts."""
     header = await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage") if c.params.get("blocks")])
     thread_ts, blocks = header[0].params["_ts"], header[0].params["blocks"]
     escalation_id = int((blocks if isinstance(blocks, list) else json.loads(blocks))[1]["elements"][0]["value"])
     await _thread_recorded(client, escalation_id, thread_ts)
     await client.services.escalations.claim(escalation_id, operator="sam", bots=None)
-    ts = f"{time.time():.6f}"
+    return thread_ts
+
+
+async def _operator_replied(client, slack, text: str) -> tuple[str, str, Message]:
+    """Operator sam claims the escalation just opened and replies `text` in its thread: (thread ts, the
+    reply's ts in Slack, the reply once sent to the customer)."""
+    thread_ts, ts = await _claimed(client, slack), f"{time.time():.6f}"
     await _post_event(client, _thread_reply(text, thread_ts, f"Ev{ts}", ts=ts))
     return thread_ts, ts, await _relayed(client, text)
 
@@ -214,25 +242,17 @@ async def test_an_operators_edit_refused_as_the_customer_blocked_the_bot_stores_
 
 async def test_an_operators_edit_of_a_whatsapp_reply_tells_them_the_customer_still_has_the_first_version(tmp_path):
     """WhatsApp cannot change a sent message: the operator is told so, in a message only they see."""
-    slack, twilio = await FakeSlack.start(), FakeTwilio(account_sid=ACCOUNT_SID, auth_token=AUTH_TOKEN).start()
-    whatsapp = {"whatsapp": {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": BOT_NUMBER,
-                             "public_url": PUBLIC_URL, "api_base": twilio.base_url}}
-    try:
-        async with _customer_app(tmp_path, slack, whatsapp, {"WA_SID": ACCOUNT_SID, "WA_TOKEN": AUTH_TOKEN}) as client:
-            assert (await post(client, inbound("SMedit1", "+15550001111", "I need to talk to a human"))).status_code == 200
-            thread_ts, ts, _ = await _operator_replied(client, slack, "It arrives on the 3rd.")
-            sends = len(twilio.state.requests)
+    async with _whatsapp_customer(tmp_path, "SMedit1", "+15550001111") as (client, slack, twilio):
+        thread_ts, ts, _ = await _operator_replied(client, slack, "It arrives on the 3rd.")
+        sends = len(twilio.state.requests)
 
-            edited = _revision("message_changed", thread_ts, ts, "It arrives on the 3rd.", "EvWaEdit",
-                               new_text="It arrives on the 4th.")
-            assert (await _post_event(client, edited)).status_code == 200
-            told = await wait_until(lambda: _told(slack, thread_ts))
-            assert told[0].startswith("WhatsApp cannot change a message once sent: the customer still has the first")
-            assert len(twilio.state.requests) == sends  # nothing more went to the customer
-            await _relayed(client, "It arrives on the 3rd.")  # what the customer has, as the console shows it
-    finally:
-        twilio.stop()
-        await slack.stop()
+        edited = _revision("message_changed", thread_ts, ts, "It arrives on the 3rd.", "EvWaEdit",
+                           new_text="It arrives on the 4th.")
+        assert (await _post_event(client, edited)).status_code == 200
+        told = await wait_until(lambda: _told(slack, thread_ts))
+        assert told[0].startswith("WhatsApp cannot change a message once sent: the customer still has the first")
+        assert len(twilio.state.requests) == sends  # nothing more went to the customer
+        await _relayed(client, "It arrives on the 3rd.")  # what the customer has, as the console shows it
 
 
 def _revised_while_relayed(client, monkeypatch, revision: bytes) -> None:
@@ -335,10 +355,7 @@ async def test_slacks_retry_of_a_deletion_made_while_the_reply_was_relayed_is_pa
     _revised_while_relayed(client, monkeypatch, deleted)
     assert (await _post_event(client, _thread_reply("Your PIN is 1234.", thread_ts, "EvRetryDelReply", ts=ts))).status_code == 200
     await wait_until(lambda: [c for c in slack.calls_to("chat.update") if c.params.get("channel") == "DRETRYDEL"])
-    retried = await client.post("/webhooks/acme/slack/events", content=deleted, headers={
-        "content-type": "application/json", "x-slack-retry-num": "1", "x-slack-retry-reason": "http_timeout",
-        **sign(deleted, secret=SIGNING_SECRET)})
-    assert retried.status_code == 200
+    await _retried(client, deleted)
     # The thread's messages are handled in order: once the next reply is relayed, the retry was handled too.
     assert (await _post_event(client, _thread_reply("Anything else?", thread_ts, "EvRetryDelNext"))).status_code == 200
     await _relayed(client, "Anything else?")
