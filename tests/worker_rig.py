@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
 
 from channels.base import Capabilities
 from gateway.delivery.outbox import Outbox
@@ -115,8 +115,13 @@ async def answer_one(url: str, pipeline: EchoPipeline) -> tuple[Message, Recordi
 
 
 async def until_waiting_for_a_lock(engine, *, unless_done: asyncio.Task | None = None) -> None:
-    """Until a connection to the engine's PostgreSQL database waits for a lock (pg_stat_activity), or the task
-    `unless_done` has finished (it took every lock it wanted)."""
+    """Until a connection to the engine's database waits for a lock, or the task `unless_done` has finished (it
+    took every lock it wanted). PostgreSQL shows the wait (pg_stat_activity); SQLite has one writer and no such
+    view: there, a statement that takes the write lock (a write, or a read FOR UPDATE: storage/engine.py) begun
+    and not returned is one that waits, as the test holds that lock. So on SQLite, call it before the other
+    side's first statement (right after starting its task)."""
+    if engine.dialect.name == "sqlite":
+        return await _until_a_writer_waits(engine, unless_done)
     for _ in range(1000):
         if unless_done is not None and unless_done.done():
             return
@@ -125,4 +130,29 @@ async def until_waiting_for_a_lock(engine, *, unless_done: asyncio.Task | None =
                                             " AND wait_event_type = 'Lock'")):
                 return
         await asyncio.sleep(0.01)
+    raise AssertionError("nothing waited for a lock")
+
+
+async def _until_a_writer_waits(engine, unless_done: asyncio.Task | None) -> None:
+    writing: set[int] = set()
+
+    # Before the statement is compiled, not before its cursor runs it: the engine's listener there takes the
+    # write lock for a read FOR UPDATE (BEGIN IMMEDIATE), and would wait before a listener of ours ran.
+    def began(_conn, statement, *_args) -> None:
+        if getattr(statement, "is_dml", False) or getattr(statement, "_for_update_arg", None) is not None:
+            writing.add(id(statement))
+
+    def returned(_conn, statement, *_args) -> None:
+        writing.discard(id(statement))
+
+    event.listen(engine.sync_engine, "before_execute", began)
+    event.listen(engine.sync_engine, "after_execute", returned)
+    try:
+        for _ in range(1000):
+            if writing or (unless_done is not None and unless_done.done()):
+                return
+            await asyncio.sleep(0.01)
+    finally:
+        event.remove(engine.sync_engine, "before_execute", began)
+        event.remove(engine.sync_engine, "after_execute", returned)
     raise AssertionError("nothing waited for a lock")

@@ -13,6 +13,7 @@ from storage import repositories as repo
 from storage.models import Contact, Conversation, Message
 from tests.scale.test_retention import _count, _purge_rig
 from tests.storage.old_rows import old_message, store_old
+from tests.worker_rig import until_waiting_for_a_lock
 
 
 async def _says(sessions, *, who: str, chat: str, text: str, bot: str = "acme", channel: str = "telegram") -> int:
@@ -82,7 +83,7 @@ async def test_a_members_message_stored_in_a_group_while_its_only_writer_is_forg
             channel="telegram", external_id="bob-late", sender=Sender(external_id="bob"),
             conversation=ConversationRef(channel="telegram", chat="-100a"), text="me too"))
         forget = asyncio.create_task(forget_contact(sessions, channel="telegram", user="ann"))
-        await asyncio.sleep(1.5)  # `forget` has read Ann's conversations and waits on the store's lock
+        await until_waiting_for_a_lock(engine)  # `forget` has read Ann's conversations and waits on the store's lock
         await storing.commit()
         await storing.close()
         report = await asyncio.wait_for(forget, 30)
@@ -119,7 +120,7 @@ async def test_a_turn_of_a_member_stored_as_they_are_forgotten_leaves_nothing_of
         conversation = await finishing.get(Conversation, group, with_for_update={"key_share": True})
         message = await finishing.get(Message, stored.message_id, with_for_update=True)
         forget = asyncio.create_task(forget_contact(sessions, channel="telegram", user="bob"))
-        await asyncio.sleep(1.5)  # `forget` has begun and waits on the turn's locks
+        await until_waiting_for_a_lock(engine)  # `forget` has begun and waits on the turn's locks
         await repo.add_outbound(finishing, conversation=conversation, text="noted, bob", reply_to_id=message.id)
         await repo.add_edit_to_answer(finishing, of=message, text="my card is 4343")
         message.status = "done"

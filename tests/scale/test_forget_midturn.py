@@ -16,7 +16,14 @@ from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.meta_keys import set_meta_key
 from storage.models import Contact, Conversation, Delivery, Message
-from tests.worker_rig import EchoPipeline, RecordingAdapter, WithSessions, build_worker, chat_message
+from tests.worker_rig import (
+    EchoPipeline,
+    RecordingAdapter,
+    WithSessions,
+    build_worker,
+    chat_message,
+    until_waiting_for_a_lock,
+)
 
 
 async def left_of_alice(sessions) -> list[int]:
@@ -212,7 +219,7 @@ async def test_forget_waits_for_a_turn_being_stored_instead_of_deadlocking(migra
         await finishing.begin()
         await finishing.get(Conversation, stored.conversation_id, with_for_update={"key_share": True})
         forget = asyncio.create_task(forget_contact(sessions, channel="web", user="alice"))
-        await asyncio.sleep(1.5)  # `forget` has read alice's conversation and waits on the turn's lock
+        await until_waiting_for_a_lock(engine)  # `forget` has read alice's conversation and waits on the turn's lock
         message = await asyncio.wait_for(finishing.get(Message, stored.message_id, with_for_update=True), 30)
         message.status = "done"
         await finishing.commit()
@@ -235,7 +242,7 @@ async def test_forget_while_a_template_sent_in_place_of_a_reply_is_recorded_wait
     async def held_as_alice_is_forgotten(session, conversation_id, *, reply_id):
         if not forgetting:
             forgetting.append(asyncio.create_task(forget_contact(sessions, channel="web", user="alice")))
-            await asyncio.sleep(1.5)  # forget has locked what it could, and waits for the rest
+            await until_waiting_for_a_lock(engine)  # forget has locked what it could, and waits for the rest
         await held(session, conversation_id, reply_id=reply_id)
 
     monkeypatch.setattr(repo, "mark_held_behind_template", held_as_alice_is_forgotten)

@@ -214,7 +214,7 @@ async def test_retention_keeps_a_conversation_whose_customer_writes_while_it_is_
     # A customer comes back to an expired conversation just as the purge runs: their message is being
     # stored (its webhook about to be acknowledged) when the purge looks. It used to read past the
     # uncommitted message, then delete the conversation and the message with it.
-    async with _purge_rig(migrated_url) as (_, sessions, settings):
+    async with _purge_rig(migrated_url) as (engine, sessions, settings):
         old = await _expired_web_conversation(sessions, "s-back")
         storing = sessions()
         await storing.begin()
@@ -222,7 +222,7 @@ async def test_retention_keeps_a_conversation_whose_customer_writes_while_it_is_
             channel="web", external_id="back-again", conversation=ConversationRef(channel="web", chat="s-back"),
             sender=Sender(external_id="s-back", display_name="Ada Lovelace"), text="I'm back"))
         purge = asyncio.create_task(purge_expired(sessions, settings))
-        await asyncio.sleep(1.5)  # the purge has read the candidates and waits on the store's lock
+        await until_waiting_for_a_lock(engine)  # the purge has read the candidates and waits on the store's lock
         await storing.commit()
         await storing.close()
         report = await asyncio.wait_for(purge, 30)
@@ -288,7 +288,7 @@ async def test_forget_waits_for_a_store_of_the_contacts_message_instead_of_deadl
         await repo.upsert_contact(storing, channel="telegram", external_id="4242", display_name="Ada Lovelace")
         await storing.flush()  # the store holds the contact's row
         forget = asyncio.create_task(forget_contact(sessions, channel="telegram", user="4242"))
-        await asyncio.sleep(1.5)
+        await until_waiting_for_a_lock(engine)  # forget waits on the contact the store holds
         await repo.store_inbound(storing, bot="acme", message=InboundMessage(
             channel="telegram", external_id="late", conversation=ConversationRef(channel="telegram", chat="4242"),
             sender=Sender(external_id="4242", display_name="Ada Lovelace"), text="one more thing"))
