@@ -68,14 +68,15 @@ async def _count(sessions, model, *where) -> int:
 
 
 @asynccontextmanager
-async def _purge_rig(url: str, *, migrate: bool = False):
-    """(engine, sessions, settings of bot acme keeping 30 days) on `url`, a bare database migrated first with
-    `migrate`; the engine disposed after."""
+async def _purge_rig(url: str, *, migrate: bool = False, bots: list[dict] | None = None):
+    """(engine, sessions, settings of `bots`, by default acme keeping 30 days) on `url`, a bare database migrated
+    first with `migrate`; the engine disposed after."""
     if migrate:
         await asyncio.to_thread(upgrade, url)
     engine = create_engine(url)
     try:
-        yield engine, session_factory(engine), Settings(database_url=url, bots=[{"name": "acme", "retention_days": 30}])
+        yield engine, session_factory(engine), Settings(
+            database_url=url, bots=bots or [{"name": "acme", "retention_days": 30}])
     finally:
         await engine.dispose()
 
@@ -107,10 +108,8 @@ async def test_forget_cli_deletes_the_contact_and_audits_without_personal_data(m
 
 
 async def test_retention_purges_only_old_conversations_of_bots_with_a_period(migrated_url) -> None:
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 30}, {"name": "keep"}])
-    try:
+    bots = [{"name": "acme", "retention_days": 30}, {"name": "keep"}]
+    async with _purge_rig(migrated_url, bots=bots) as (_, sessions, settings):
         old = await _store(sessions, bot="acme", channel="web", user="s-old", chat="s-old")
         fresh = await _store(sessions, bot="acme", channel="web", user="s-new", chat="s-new")
         other = await _store(sessions, bot="keep", channel="web", user="s-keep", chat="s-keep")
@@ -131,8 +130,6 @@ async def test_retention_purges_only_old_conversations_of_bots_with_a_period(mig
         assert await _count(sessions, Contact, Contact.external_id == "member") == 1
         assert await _count(sessions, DataDeletion, DataDeletion.kind == "retention") == 1
         assert (await purge_expired(sessions, settings)).conversations == 0  # idempotent
-    finally:
-        await engine.dispose()
 
 
 async def test_retention_keeps_the_opt_out_of_a_contact_whose_conversations_it_purged(migrated_url) -> None:
@@ -175,10 +172,8 @@ async def test_retention_deletes_a_large_backlog_a_batch_per_transaction(migrate
 async def test_retention_keeps_the_contacts_of_another_bots_group_members(migrated_url) -> None:
     # A group member who wrote only to a bot that keeps everything is no conversation's contact (the
     # group's first writer is): the purge of a bot with a period deleted their contact row all the same.
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    settings = Settings(database_url=migrated_url, bots=[{"name": "acme", "retention_days": 1}, {"name": "keep"}])
-    try:
+    bots = [{"name": "acme", "retention_days": 1}, {"name": "keep"}]
+    async with _purge_rig(migrated_url, bots=bots) as (_, sessions, settings):
         group = await _store(sessions, bot="keep", channel="telegram", user="first", chat="-100group")
         await _member_writes(sessions, bot="keep", chat="-100group", member="member", text="me too")
         mine = await _store(sessions, bot="acme", channel="telegram", user="mine", chat="-100mine")
@@ -191,8 +186,6 @@ async def test_retention_keeps_the_contacts_of_another_bots_group_members(migrat
         assert await _count(sessions, Contact, Contact.external_id.in_(["first", "member"])) == 2
         assert await _count(sessions, Message, Message.conversation_id == group) == 4
         assert mine != group
-    finally:
-        await engine.dispose()
 
 
 async def test_retention_purges_a_group_member_whose_message_a_gateway_older_than_0016_stored(migrated_url) -> None:
@@ -279,9 +272,7 @@ async def test_a_group_member_held_during_a_purge_is_purged_by_a_later_one(postg
 async def test_forget_waits_for_a_store_of_the_contacts_message_instead_of_deadlocking(migrated_url) -> None:
     # The store holds the contact's row when `forget` starts; forget deleted the conversation, then waited
     # for the contact, while the store waited for the conversation: "deadlock detected" on PostgreSQL.
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    try:
+    async with _purge_rig(migrated_url) as (engine, sessions, _):
         gone = await _store(sessions, bot="acme", channel="telegram", user="4242", chat="4242")
         storing = sessions()
         await storing.begin()
@@ -298,8 +289,6 @@ async def test_forget_waits_for_a_store_of_the_contacts_message_instead_of_deadl
         assert report.conversations == 1 and report.messages == 4 and report.contacts == 1
         assert await _count(sessions, Message, Message.conversation_id == gone) == 0
         assert await _count(sessions, Contact, Contact.external_id == "4242") == 0
-    finally:
-        await engine.dispose()
 
 class _Index:
     """Records deletions the way QdrantIndex.delete_points receives them."""
