@@ -45,6 +45,7 @@ def told_if_interrupted(what_now: str) -> Iterator[None]:
 
     # Only the main thread takes signals (an ingest in a thread of its own, as the web tests run it, raised).
     handled = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM)
     if handled:
         loop.add_signal_handler(signal.SIGTERM, terminate)
     try:
@@ -56,7 +57,9 @@ def told_if_interrupted(what_now: str) -> Iterator[None]:
         raise
     finally:
         if handled:
-            loop.remove_signal_handler(signal.SIGTERM)
+            loop.remove_signal_handler(signal.SIGTERM)  # which sets SIGTERM's default, not what was there before:
+            if previous is not None:  # a program calling `main` in-process keeps its own (None: not set from Python)
+                signal.signal(signal.SIGTERM, previous)
 
 
 def print_reports(runs: list[dict], *, as_json: bool) -> int:

@@ -168,3 +168,23 @@ def test_an_ingest_cut_short_whose_clean_up_fails_still_ends_as_cut_short(tmp_pa
     monkeypatch.setattr(index_check, "delete_unrecorded", store_gone)
     assert main(["ingest", "--config", str(config)]) == 143
     assert capsys.readouterr().err.splitlines()[-1].startswith("interrupted: a run cut short is recorded as failed")
+
+
+def test_an_ingest_in_process_gives_back_the_sigterm_handler_it_found(tmp_path, monkeypatch):
+    """`ingest` left SIGTERM at its default once it ended: a program (or a test run) that calls `main` had its
+    own handler replaced, and its next SIGTERM killed it on the spot instead of stopping it its way."""
+    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}, "sources": [
+        {"name": "docs", "type": "directory", "path": str(tmp_path)}]}])
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    monkeypatch.setattr(Knowledge, "open", lambda self: asyncio.sleep(0))
+    monkeypatch.setattr(Knowledge, "ingest", lambda self, **kwargs: asyncio.sleep(0, []))
+
+    def embedders_own(signum, frame):
+        raise AssertionError("not sent")
+
+    previous = signal.signal(signal.SIGTERM, embedders_own)
+    try:
+        assert main(["ingest", "--config", str(config)]) == 0
+        assert signal.getsignal(signal.SIGTERM) is embedders_own
+    finally:
+        signal.signal(signal.SIGTERM, previous)
