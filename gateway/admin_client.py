@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.cli_output import print_reports, progress_bar, told_if_interrupted
-from gateway.observability.logs import one_terminal_line
+from gateway.observability.logs import one_terminal_line, redact
 
 NDJSON = "application/x-ndjson"  # the admin ingest route streams progress lines when asked for this
 # Longest wait for the next line of that stream: the server sends one at least every 15 s while the
@@ -65,7 +65,7 @@ async def ingest_via_server(settings: Settings, *, bot: str | None, source: str 
     # The bar is closed before the reports print: they go to stdout.
     with told_if_interrupted(THROUGH_SERVER_INTERRUPTED), progress_bar(as_json=as_json) as bar:
         outcome = await _ingest_on_server(url, params, token=token_path.read_text().strip(), progress=bar.callback,
-                                          schedules=schedules)
+                                          schedules=schedules, settings=settings)
     for note in schedule_notes(settings, schedules):
         print(f"note: {note}", file=sys.stderr)
     return outcome if isinstance(outcome, int) else print_reports(outcome, as_json=as_json)
@@ -90,9 +90,11 @@ def schedule_notes(settings: Settings, loaded: dict[str, str]) -> list[str]:
 
 async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
                             progress: Callable[[int, int, str], None] | None,
-                            schedules: dict[str, str] | None = None) -> list[dict] | int:
+                            schedules: dict[str, str] | None = None,
+                            settings: Settings | None = None) -> list[dict] | int:
     """The runs of the server's ingest, or the exit code of an error (already printed); the server's
-    schedules, when it sends them, go into `schedules`."""
+    schedules, when it sends them, go into `schedules`. A refusal for another configuration says what
+    differs from `settings`."""
     import httpx
 
     # Streamed also without a bar to draw (--json, cron, CI): the lines keep the connection alive, where
@@ -127,7 +129,7 @@ async def _ingest_on_server(url: str, params: dict[str, str], *, token: str,
         print(f"error: {_error_of(response)}", file=sys.stderr)
         return 2
     if response.status_code == 409:  # the server runs with another configuration than ours
-        print(f"error: {_error_of(response)}", file=sys.stderr)
+        print(f"error: {_refusal(response, settings)}", file=sys.stderr)
         return 1
     if response.status_code != 200:
         print(f"error: server refused the ingest: {response.status_code} {response.text}", file=sys.stderr)
@@ -162,6 +164,28 @@ def _event(line: str) -> dict:
     if not isinstance(event, dict):
         raise ValueError(repr(line[:80]))
     return event
+
+
+def _refusal(response, settings: Settings | None) -> str:
+    """Why the server refused a job of another configuration: what differs, and what to do. A server of an
+    older version sends only its message, which named its file and not what in it was not ours."""
+    from gateway.config_diff import differences, said
+
+    try:
+        body = response.json()
+        loaded, theirs = body["loaded"], body.get("config_path")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        loaded = theirs = None
+    if loaded is None or settings is None:
+        return _error_of(response)
+    ours = settings.config_path or "this configuration"
+    head = (f"the running server ingests with {ours} as it was when it started, and the file has changed since"
+            if theirs == ours else f"the running server ingests with {theirs or 'its configuration'} as it was when "
+            f"it started, and {ours} differs from it")
+    found = said(differences(loaded, settings.ingest_config()), theirs="the server", ours="the file")
+    found = found or "keys this CLI does not know (the server runs another version of the gateway)"
+    return redact(f"{head} in what an ingest uses: {found}. Restart the server (`gateway serve`) to ingest with "
+                  f"{ours}, or stop it and run `gateway ingest` again")
 
 
 def _error_of(response) -> str:

@@ -344,11 +344,16 @@ class Settings(BaseSettings):
         level or operator token in the CLI's environment does not change what an ingest does, and
         neither does a source's `schedule` (only when the server runs it).
         """
+        return hashlib.sha256(json.dumps(self.ingest_config(), sort_keys=True).encode()).hexdigest()
+
+    def ingest_config(self) -> dict[str, Any]:
+        """What `ingest_fingerprint` hashes: `embedding`, and each bot's name and sources but their schedule.
+        A server that refuses a job sends its own, so the CLI can say what differs."""
         relevant = self.model_dump(mode="json", include={"embedding": True, "bots": {"__all__": {"name", "sources"}}})
         for bot in relevant.get("bots", []):
             for source in bot.get("sources", []):
                 source.pop("schedule", None)
-        return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
+        return relevant
 
 
 class _EnvOverrides(EnvSettingsSource):

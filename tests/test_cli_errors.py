@@ -258,22 +258,6 @@ def test_serve_with_a_known_embedding_model_it_cannot_load_is_a_config_error_bef
     assert len(lines) == 1 and lines[0].startswith(expected.replace("EMPTY", str(empty))), proc.stderr
 
 
-def test_ingest_with_a_changed_config_while_a_server_holds_the_index_is_refused(tmp_path):
-    """The server ingests with the configuration it loaded: a source added to the file since would be
-    silently left out, so the CLI's configuration must match the server's."""
-    docs = _docs(tmp_path)
-    config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=docs)])
-    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
-    with serving(config):
-        write_config(tmp_path, bots=[_bot("acme", "docs", "more", docs=docs)])
-        changed = _run("ingest", "--config", str(config), "--json")
-    assert "held by the running server" in changed.stderr
-    assert changed.returncode == 1 and changed.stdout == ""
-    assert changed.stderr.strip().splitlines()[-1] == (
-        f"error: the running server loaded {config} as it was at start; restart it to use the changed "
-        "configuration, or stop it and run ingest again")
-
-
 def test_a_busy_index_beside_another_servers_is_not_ingested_through_that_server(tmp_path, capsys):
     """Two configurations whose index folders share a parent: the running server holds folder A, and the
     CLI of configuration B finds B's folder busy (another process holds it). It used to find A's

@@ -45,8 +45,10 @@ async def ingest(request: Request, bot: str | None = None, source: str | None = 
     # The settings are frozen at start, so this is the fingerprint of the configuration the server loaded.
     if config_fingerprint is not None and config_fingerprint != svc.settings.ingest_fingerprint():
         loaded = svc.settings.config_path or "its configuration"
+        # With what it loaded (no secrets: embedding and sources), from which the CLI tells what differs.
         return error(409, f"the running server loaded {loaded} as it was at start; restart it to use the changed "
-                          "configuration, or stop it and run ingest again")
+                          "configuration, or stop it and run ingest again", loaded=svc.settings.ingest_config(),
+                     config_path=svc.settings.config_path)
     try:
         svc.knowledge.ingest_targets(bot=bot, source=source)  # an unknown bot or source is a 404, not a stream
     except KeyError as exc:

@@ -23,11 +23,13 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-def replaying_admin_ingest(body: bytes) -> web.Application:
+def replaying_admin_ingest(body: bytes, *, status: int = 200) -> web.Application:
     """A stand-in for a running server's `POST /v1/admin/ingest` that streams `body` (NDJSON lines) back,
-    for the CLI that reads them."""
+    for the CLI that reads them; with another `status`, `body` is its JSON error (a refusal)."""
 
     async def ingest(request: web.Request) -> web.StreamResponse:
+        if status != 200:
+            return web.Response(status=status, body=body, content_type="application/json")
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         await response.write(body)
