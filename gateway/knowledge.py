@@ -221,10 +221,13 @@ class Knowledge:
                 run.since = utcnow()  # it holds the source from now
                 self._holders[bot, source] = run
                 try:
-                    async with self._source_runs, self._advisory_lock(bot, source):
-                        await self._mark_interrupted(bot, source)  # no run of it goes on anywhere now
-                        return await self._ingestor.ingest_source(bot, src, trigger=trigger, progress=report_progress,
-                                                                  fetch_progress=report_fetching)
+                    async with self._source_runs:
+                        run.slot = True
+                        async with self._advisory_lock(bot, source):
+                            await self._mark_interrupted(bot, source)  # no run of it goes on anywhere now
+                            return await self._ingestor.ingest_source(bot, src, trigger=trigger,
+                                                                      progress=report_progress,
+                                                                      fetch_progress=report_fetching)
                 finally:
                     self._holders.pop((bot, source), None)
         finally:
@@ -233,6 +236,10 @@ class Knowledge:
     def holder(self, bot: str, source: str) -> SourceRun | None:
         """The run of the source that holds its turn in this process, None when none does."""
         return self._holders.get((bot, source))
+
+    def slot_holders(self) -> dict[str, SourceRun]:
+        """"bot/source" -> its run, of the runs that hold this process's `MAX_SOURCE_RUNS` slots."""
+        return {f"{bot}/{source}": run for (bot, source), run in self._holders.items() if run.slot}
 
     async def record_skipped(self, bot: str, source: str, *, trigger: str, why: str) -> None:
         """Record a run of the source that did not start, and why (`ingest-runs` shows it)."""

@@ -19,6 +19,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from gateway.backoff import doubling
 from gateway.cron import cron_trigger
+from gateway.knowledge import MAX_SOURCE_RUNS
 from gateway.settings import Settings
 from gateway.source_runs import SourceRun
 
@@ -104,7 +105,7 @@ class IngestScheduler:
         if (target := self._sources.get(event.job_id)) is None:
             return  # another leader-only job (retention): not an ingest
         bot, source = target
-        why = why_skipped(self._knowledge.holder(bot, source))
+        why = why_skipped(self._knowledge.holder(bot, source), self._knowledge.slot_holders())
         log.warning("ingest.scheduled_skipped", bot=bot, source=source, why=why,
                     scheduled_at=[t.isoformat() for t in event.scheduled_run_times])
         task = asyncio.get_running_loop().create_task(self._record_skipped(bot, source, why), name="ingest-skipped")
@@ -191,10 +192,20 @@ class IngestScheduler:
                 log.info("ingest.next_run", job=job_id, next_run=when)
 
 
-def why_skipped(holder: SourceRun | None) -> str:
+def why_skipped(holder: SourceRun | None, slot_holders: dict[str, SourceRun]) -> str:
     """Why a scheduled run did not start, given `holder`, the run holding its source: the previous scheduled
     run was still going, or was still waiting for another kind of run of the source (a first deploy's
-    start-up run, a `gateway ingest`), which is then named."""
+    start-up run, a `gateway ingest`), which is then named; or the run holding the source was still waiting
+    for a slot (`MAX_SOURCE_RUNS`), and then the runs of `slot_holders` ("bot/source" -> run) hold them."""
+    if holder is not None and not holder.slot:
+        # "Still going" sent the user looking for a run of this source that had not started.
+        held = ", ".join(f"{label} ({run.kind}, since {run.since_hms} UTC)" for label, run in slot_holders.items())
+        waiting = (f"waiting for one of the {MAX_SOURCE_RUNS} ingest slots (runs of different sources at once), held "
+                   f"by {held or 'runs that were just ending'}")
+        if holder.trigger == "schedule":
+            return f"not run: the previous scheduled run of this source was still {waiting}"
+        return (f"not run: a {holder.kind} run of this source (since {holder.since_hms} UTC) was still {waiting}, and "
+                "the previous scheduled run was waiting for it")
     if holder is None or holder.trigger == "schedule":
         return STILL_RUNNING
     return (f"not run: a {holder.kind} run of this source was still going (since {holder.since_hms} UTC), and the "

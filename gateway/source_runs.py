@@ -18,6 +18,7 @@ class SourceRun:
 
     trigger: str
     since: datetime = field(default_factory=utcnow)
+    slot: bool = False  # it holds one of the process's `MAX_SOURCE_RUNS` slots; until then it waits for one
     pages: tuple[int, int] | None = None  # (fetched, listed) of a urls or sitemap source, as it fetches them
     documents: tuple[float, int] | None = None  # (stored, loaded), once it stores them
 

@@ -104,7 +104,8 @@ async def _chunk_counts(svc) -> dict[str, int]:
 async def _last_ingests(svc) -> dict[str, dict[str, object]]:
     """"bot/source" -> how its last finished ingest ended, for every configured source, and under `running`
     the run going, if one is: what started it, when, and how far it is when this process runs it. Without
-    it a crawl of hours showed only the run before it."""
+    it a crawl of hours showed only the run before it. A run of this process that waits for an ingest slot
+    is under `waiting`, with the sources whose runs hold the slots."""
     try:
         runs, going = await latest_runs(svc.sessions), await running_runs(svc.sessions)
     except Exception:  # the database answered SELECT 1 a moment ago; this is detail, not readiness
@@ -118,10 +119,14 @@ async def _last_ingests(svc) -> dict[str, dict[str, object]]:
                 # The last error says what is wrong now; the count says whether it is one page or many. Redacted
                 # as the log is: /readyz answers anyone, and a sitemap's URL may carry a password.
                 **({"error": redact(run.errors[-1]), "errors": len(run.errors) + run.errors_dropped} if run.errors and run.status != "ok" else {})}
+            here = svc.knowledge.holder(bot.name, source.name)  # None when another process runs it
             if (now := going.get((bot.name, source.name))) is not None:
-                here = svc.knowledge.holder(bot.name, source.name)  # None when another process runs it
                 entry["running"] = {"trigger": now.trigger, "started_at": utc_iso(now.started_at),
                                     **(here.progress() if here is not None else {})}
+            elif here is not None and not here.slot:
+                # Recorded once it has a slot: until then the source read as idle, its run nowhere to be seen.
+                entry["waiting"] = {"trigger": here.trigger, "since": utc_iso(here.since),
+                                    "slots_held_by": list(svc.knowledge.slot_holders())}
             out[f"{bot.name}/{source.name}"] = entry
     return out
 
