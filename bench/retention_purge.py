@@ -1,11 +1,11 @@
 """The retention purge's batches on a large PostgreSQL store, people looked up by `meta->>'sender'` (the code
-before migration 0016) and by the indexed `messages.sender` column (now).
+before migration 0016, `before_0016`: both look-ups by sender) and by the indexed `messages.sender` column (now).
 
 Creates a database at `0015`, fills it with `--conversations` Telegram conversations of `--messages`
 messages (half of them inbound, each naming its sender in `meta`; one contact per conversation), times
 `gateway db upgrade` to head (0016: the column's backfill and index), ANALYZEs, prints both plans of the
 purge's "has this contact written anything left?" look-up, and times `--runs` purge batches each way:
-`--before-batch` expired conversations a batch with the old look-up (its cost grows with the batch),
+`--before-batch` expired conversations a batch with the old look-ups (their cost grows with the batch),
 `--batch` (the purge's own 1,000) with the column. Each way purges a bot of its own, so both read the same
 store; a batch is timed from its locks to its last statement (`_purge_batch`: its commit is not in it).
 
@@ -21,6 +21,8 @@ import argparse
 import asyncio
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import asyncpg
@@ -55,10 +57,31 @@ INSERT INTO messages (conversation_id, bot, channel, direction, author, external
 """
 
 
+def _meta_sender():
+    """An inbound message's sender as the code before 0016 read it, everywhere: from `meta` alone."""
+    return Message.meta["sender"].as_string()
+
+
 def _by_meta():
-    """The purge's look-up as it was before 0016 (gateway/retention.py then)."""
-    return (Message.direction == "in") & (Message.channel == Contact.channel) & (
-        Message.meta["sender"].as_string() == Contact.external_id)
+    """The purge's "has this contact written anything left?" look-up as it was before 0016 (gateway/retention.py
+    then)."""
+    return (Message.direction == "in") & (Message.channel == Contact.channel) & (_meta_sender() == Contact.external_id)
+
+
+@contextmanager
+def before_0016() -> Iterator[None]:
+    """The purge's two look-ups by sender as the code before 0016 made them: the one above, and that of the
+    writers of the conversations a batch deletes (`_people_of`, which reads `_stored_sender`: the column,
+    else `meta`, since a gateway older than 0016 may still write)."""
+    patched = {"_sent_by_contact": _by_meta, "_stored_sender": _meta_sender}
+    original = {name: getattr(retention, name) for name in patched}
+    for name, function in patched.items():
+        setattr(retention, name, function)
+    try:
+        yield
+    finally:
+        for name, function in original.items():
+            setattr(retention, name, function)
 
 
 def _orphans(sent, part: list[int]):
@@ -131,12 +154,8 @@ async def main(n: int, m: int, runs: int, batch: int, before_batch: int) -> None
         print(f"migration 0015 -> head (0016: backfill of messages.sender and its index): {migrated:.1f} s\n")
         await _plans(dsn)
         print()
-        sent_by_contact = retention._sent_by_contact
-        retention._sent_by_contact = _by_meta
-        try:
+        with before_0016():
             before = await _purge(url, "before", before_batch, runs)
-        finally:
-            retention._sent_by_contact = sent_by_contact
         after = await _purge(url, "after", batch, runs)
         for what, size, times in (("meta->>'sender' (before 0016)", before_batch, before),
                                   ("messages.sender (0016)", batch, after)):
