@@ -39,58 +39,76 @@ GRACEFUL_SHUTDOWN_S = 5
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gateway", description="Multi-channel bot gateway")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="gateway", description="Multi-channel bot gateway",
+        epilog="Every command that takes --config reads FILE, else $GATEWAY_CONFIG, else ./config.yaml. "
+               "`gateway COMMAND --help` tells a command's options.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(parent, name: str, summary: str, details: str = "") -> argparse.ArgumentParser:
+        # The summary is the overview's line; `COMMAND --help` began with the options, saying nothing of it.
+        return parent.add_parser(name, help=summary, description=f"{summary[0].upper()}{summary[1:]}.{details}")
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--config", help="config file (default: $GATEWAY_CONFIG or ./config.yaml)")
+        p.add_argument("--config", metavar="FILE", help="config file (default: $GATEWAY_CONFIG or ./config.yaml)")
         return p
 
-    serve = with_config(sub.add_parser("serve", help="run the HTTP server, worker, scheduler and channels"))
-    serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"), help="default: $HOST or 127.0.0.1")
+    serve = with_config(command(sub, "serve", "run the HTTP server, worker, scheduler and channels"))
+    serve.add_argument("--host", metavar="H", default=os.environ.get("HOST", "127.0.0.1"),
+                       help="address to listen on (default: $HOST or 127.0.0.1)")
     # A string: argparse converts it only for `serve`, where `PORT=abc` is then a usage error, not a traceback.
-    serve.add_argument("--port", type=int, default=os.environ.get("PORT", "8000"), help="default: $PORT or 8000")
+    serve.add_argument("--port", metavar="P", type=int, default=os.environ.get("PORT", "8000"),
+                       help="port to listen on (default: $PORT or 8000)")
     serve.add_argument("--role", choices=["all", "web"], default="all",
                        help="all: everything (default); web: only receive webhooks, web chat and operators, "
                             "while one `all` process runs the worker, scheduler and index")
 
-    ingest = with_config(sub.add_parser("ingest", help="ingest the knowledge sources now"))
-    ingest.add_argument("--bot", help="only this bot's sources")
-    ingest.add_argument("--source", help="only the sources of this name")
+    ingest = with_config(command(sub, "ingest", "ingest the knowledge sources now",
+                                 " While a server holds the index, the server does it."))
+    ingest.add_argument("--bot", metavar="NAME", help="only this bot's sources")
+    ingest.add_argument("--source", metavar="NAME", help="only the sources of this name")
     ingest.add_argument("--json", action="store_true", help="print the counts as JSON")
 
-    runs = with_config(sub.add_parser("ingest-runs", help="the recorded ingest runs, newest first"))
-    runs.add_argument("--bot", help="only this bot's runs")
-    runs.add_argument("--source", help="only the runs of the sources of this name")
-    runs.add_argument("--limit", type=_positive_int, default=20, help="runs shown (default 20)")
+    runs = with_config(command(sub, "ingest-runs", "show the recorded ingest runs, newest first"))
+    runs.add_argument("--bot", metavar="NAME", help="only this bot's runs")
+    runs.add_argument("--source", metavar="NAME", help="only the runs of the sources of this name")
+    runs.add_argument("--limit", metavar="N", type=_positive_int, default=20, help="runs shown (default 20)")
     runs.add_argument("--json", action="store_true", help="print the runs as JSON")
 
-    ev = sub.add_parser("eval", help="retrieval metrics of a document folder against a question file")
-    ev.add_argument("--config", help="config file for the defaults (optional)")
-    ev.add_argument("--docs", required=True, help="folder of documents, read as a directory source is")
-    ev.add_argument("--questions", required=True,
+    ev = command(sub, "eval", "retrieval metrics of a document folder against a question file",
+                 " The folder is ingested into a throwaway index.")
+    ev.add_argument("--config", metavar="FILE",
+                    help="the config whose embedding and first bot's retrieval settings it uses (default: "
+                         "$GATEWAY_CONFIG or ./config.yaml if there is one, else the built-in defaults)")
+    ev.add_argument("--docs", metavar="DIR", required=True,
+                    help="folder of documents (Markdown, text, HTML, PDF), read as a directory source is")
+    ev.add_argument("--questions", metavar="FILE.jsonl", required=True,
                     help='JSONL, a line each: {"question", "gold_texts": [...]} or {"question", "answerable": false}')
-    ev.add_argument("--k", type=_positive_int, default=None,
+    ev.add_argument("--k", metavar="N", type=_positive_int, default=None,
                     help="also report recall@N, N >= 1 (recall@1/3/5/10 are always there)")
     ev.add_argument("--json", action="store_true", help="print the metrics as JSON")
 
-    chat = with_config(sub.add_parser("chat", help="chat with a bot in the terminal"))
-    chat.add_argument("--bot", help="default: the config's first bot")
+    chat = with_config(command(sub, "chat", "chat with a bot in the terminal",
+                               " While a server holds the index, through that server's web chat."))
+    chat.add_argument("--bot", metavar="NAME", help="the bot to chat with (default: the config's first bot)")
 
-    db = sub.add_parser("db", help="database migrations")
-    db_sub = db.add_subparsers(dest="db_command", required=True)
-    with_config(db_sub.add_parser("upgrade", help="apply every migration"))
+    db = command(sub, "db", "database migrations")
+    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+    with_config(command(db_sub, "upgrade", "apply the migrations the database lacks",
+                        " `serve` applies none: run this after an upgrade of the gateway."))
 
-    forget = with_config(sub.add_parser("forget", help="delete a contact's messages, conversations and escalations"))
+    forget = with_config(command(sub, "forget", "delete a contact's messages, conversations and escalations",
+                                 " From a group others wrote in too, only their messages and the replies to them."))
     # A channel no contact is stored under ("sms", "Web") deleted nothing and still wrote an audit row.
-    forget.add_argument("--channel", required=True, choices=CHANNELS, help=", ".join(CHANNELS))
+    forget.add_argument("--channel", required=True, choices=CHANNELS, help="the channel the contact wrote on")
     forget.add_argument("--user", required=True, help="the platform's user id (web: the session id)")
     forget.add_argument("--json", action="store_true", help="print the counts as JSON")
 
-    tg = sub.add_parser("telegram", help="Telegram helpers")
-    tg_sub = tg.add_subparsers(dest="tg_command", required=True)
-    hook = with_config(tg_sub.add_parser("set-webhook", help="register <url>/webhooks/<bot>/telegram with Telegram"))
-    hook.add_argument("--bot", required=True, help="the bot whose telegram channel to register")
+    tg = command(sub, "telegram", "Telegram helpers")
+    tg_sub = tg.add_subparsers(dest="tg_command", required=True, metavar="COMMAND")
+    hook = with_config(command(tg_sub, "set-webhook", "register <url>/webhooks/<bot>/telegram with Telegram",
+                               " With the channel's webhook_secret, which Telegram sends back with every update."))
+    hook.add_argument("--bot", metavar="NAME", required=True, help="the bot whose telegram channel to register")
     hook.add_argument("--url", required=True, help="the gateway's public base URL, e.g. https://bots.example.com")
     return parser
 

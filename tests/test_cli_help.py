@@ -25,3 +25,21 @@ def test_every_option_of_every_command_has_a_help_text():
               for action in parser._actions if action.option_strings and not action.help]
     assert silent == []
     assert "$PORT" in commands["serve"].format_help() and "JSONL" in commands["eval"].format_help()
+
+
+def test_every_command_says_what_it_does_and_names_its_values_as_the_readme_does():
+    """`gateway serve --help` began with its options, the command's own purpose left to the overview; and the
+    values were named after the options (`--k K` "also report recall@N", `--questions QUESTIONS`)."""
+    commands = dict(_commands(_parser()))
+    assert [name for name, parser in commands.items() if not parser.description] == []
+    usage = {name: " ".join(parser.format_usage().split()) for name, parser in commands.items()}
+    assert "[--config FILE] [--host H] [--port P]" in usage["serve"]
+    assert "[--config FILE] [--bot NAME] [--source NAME] [--json]" in usage["ingest"]
+    assert "[--bot NAME] [--source NAME] [--limit N] [--json]" in usage["ingest-runs"]
+    assert "--docs DIR --questions FILE.jsonl [--k N] [--json]" in usage["eval"]
+    assert "[--config FILE] [--bot NAME]" in usage["chat"]
+    eval_help = " ".join(commands["eval"].format_help().split())
+    assert "$GATEWAY_CONFIG or ./config.yaml" in eval_help  # which config it reads without --config
+    # The choices are in the usage already: the help says what the value is.
+    forget = " ".join(commands["forget"].format_help().split())
+    assert "the channel the contact wrote on" in forget
