@@ -221,6 +221,10 @@ class Knowledge:
                 run.since = utcnow()  # it holds the source from now
                 self._holders[bot, source] = run
                 try:
+                    if self._source_runs.locked():  # a `gateway ingest` behind four crawls sat without a word
+                        waits.warning("%s: the %d ingest slots (runs of different sources at once) are all taken, by %s; "
+                                      "this run starts when one is free", label, MAX_SOURCE_RUNS,
+                                      ", ".join(self.slot_holders()))
                     async with self._source_runs:
                         run.slot = True
                         async with self._advisory_lock(bot, source):
