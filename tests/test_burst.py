@@ -161,7 +161,10 @@ class TypingAdapter(RecordingAdapter):
 async def test_typing_shows_while_a_burst_waits_once_per_refresh(migrated_url):
     """It started only after the wait: the customer saw nothing for up to `burst_seconds` (8 s at most)."""
     adapter, pipeline = TypingAdapter(), TimedPipeline()
-    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, channels=("telegram",), adapter=adapter)
+    # A wait longer than the default 1.5 s, yet shorter than the refresh: a worker slow to take its first look
+    # (a loaded machine) still looks while the customer may be typing.
+    engine, sessions, inbox, worker, _ = build_worker(migrated_url, pipeline, channels=("telegram",), adapter=adapter,
+                                                      settings=worker_settings(burst_seconds=3.5))
     worker.handler._adapters = {("acme", "telegram"): adapter}
     await inbox.accept("acme", _telegram("42", 0, "hi"))
     await worker.run_until_idle(timeout=30)
