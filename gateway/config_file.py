@@ -127,6 +127,17 @@ def resolve_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(explicit or os.environ.get("GATEWAY_CONFIG") or "config.yaml")
 
 
+def _origin(config_path: Path, explicit: str | os.PathLike[str] | None) -> str:
+    """Where a config file that is not there was looked for: run from another folder, a bare
+    "config.yaml" named no folder, nor how to give another file."""
+    said = [] if config_path.is_absolute() else [f"{config_path.absolute()}, relative to the working directory"]
+    if explicit is None and os.environ.get("GATEWAY_CONFIG"):
+        said.append("from $GATEWAY_CONFIG")
+    elif explicit is None:
+        said.append("give --config FILE or set GATEWAY_CONFIG")
+    return "; ".join(said) or "from --config"
+
+
 def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, str] | None = None) -> dict[str, Any]:
     """The config file's mapping, interpolated, with `config_path` set; `unset` gets the keys whose
     `${VAR}` is not set (key -> VAR). Raises `ConfigError`."""
@@ -135,7 +146,15 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
     try:
         raw = _load_yaml(config_path.read_text(encoding="utf-8"), config_path) or {}
     except FileNotFoundError:
-        raise ConfigError("", f"config file not found: {config_path}") from None
+        raise ConfigError("", f"config file not found: {config_path} ({_origin(config_path, path)})") from None
+    except IsADirectoryError:
+        raise ConfigError("", f"{config_path} is a folder, not a config file: give the file, as "
+                              f"{config_path / 'config.yaml'}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"{config_path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at position "
+                              f"{exc.start}): save it as UTF-8") from None
+    except OSError as exc:  # permission denied, say: one line, not a traceback
+        raise ConfigError("", f"cannot read {config_path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError("", f"{config_path} is not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(raw, dict):

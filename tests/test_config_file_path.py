@@ -1,0 +1,43 @@
+"""The config file itself: one that is missing, a folder, unreadable or not UTF-8 is one `config error:` line
+that says where it was looked for, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.cli import main
+from gateway.errors import ConfigError
+from gateway.settings import load_settings
+
+
+def test_a_missing_default_config_names_its_full_path_and_how_to_give_another(tmp_path, monkeypatch):
+    # Run from another folder, it said only "config file not found: config.yaml".
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GATEWAY_CONFIG", raising=False)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert str(info.value) == (f"config file not found: config.yaml ({tmp_path / 'config.yaml'}, relative to the "
+                               "working directory; give --config FILE or set GATEWAY_CONFIG)")
+
+
+def test_a_missing_config_from_the_environment_says_it_came_from_there(tmp_path, monkeypatch):
+    monkeypatch.setenv("GATEWAY_CONFIG", str(tmp_path / "gw.yaml"))
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert str(info.value) == f"config file not found: {tmp_path / 'gw.yaml'} (from $GATEWAY_CONFIG)"
+
+
+def test_a_config_path_that_is_a_folder_is_one_config_error_line(tmp_path, capsys):
+    # `--config .` ended in IsADirectoryError's traceback, exit 1.
+    assert main(["ingest-runs", "--config", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"config error: {tmp_path} is a folder, not a config file: give the file, "
+                                       f"as {tmp_path / 'config.yaml'}\n")
+
+
+def test_a_config_file_that_is_not_utf8_is_one_config_error_line(tmp_path, capsys):
+    # A file saved as UTF-16 (Windows PowerShell's `>`) ended in UnicodeDecodeError's traceback, exit 1.
+    path = tmp_path / "config.yaml"
+    path.write_text("bots: []\n", encoding="utf-16")
+    assert main(["ingest-runs", "--config", str(path)]) == 2
+    assert capsys.readouterr().err == (f"config error: {path} is not UTF-8 text (byte 0xff at position 0): "
+                                       "save it as UTF-8\n")
