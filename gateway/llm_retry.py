@@ -144,10 +144,15 @@ def client_fault(error: Exception) -> bool:
     return not isinstance(error, MalformedAnswer) and not type(error).__module__.startswith(_API_ERROR_MODULES)
 
 
+_ROUTER_NOTE = "\n\nLiteLLM: model group '"
+
+
 def short(error: BaseException, limit: int = 200) -> str:
     """`error`'s text on one line, at most `limit` characters, redacted before it is cut: a credential a
     provider's error quotes across the cut kept its first part, which no longer matched it."""
-    text = " ".join(redact(str(error)).split())
+    # The Router's own note on its fallbacks ("… No fallback was attempted.") is not ours: the gateway runs
+    # its chain itself, and a reader of that note took their `fallbacks` for never tried.
+    text = " ".join(redact(str(error).split(_ROUTER_NOTE, 1)[0]).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -217,3 +217,21 @@ async def test_a_stream_failing_for_a_known_reason_is_classified_as_unstreamed(
     failed = [e for e in logs if e["event"] == "llm.call_failed"]
     assert [e["failure"] for e in failed] == [failure] * attempts and len(openai_fake.requests_for("primary")) == attempts
     assert ("primary" in router.refused) is refused
+
+
+async def test_a_failure_the_fallback_answered_is_not_logged_as_no_fallback_attempted(openai_fake: FakeOpenAI) -> None:
+    """LiteLLM's Router adds "LiteLLM: model group 'primary' failed with the error above. No fallback was
+    attempted." to its error, and `llm.call_failed` quoted it while the gateway's own chain went on to the
+    backup, which answered: a new user read that their `fallbacks` were not tried (review)."""
+    openai_fake.script("backup", Turn(text="Backup [1]."))
+    router = LLMRouter([{"model_name": "primary", "litellm_params": {
+        "model": "openai/primary", "api_base": f"http://127.0.0.1:{_closed_port()}/v1", "api_key": "sk-fake"}},
+        fake_model(openai_fake, "backup")], retry=RetryPolicy(num_retries=0))
+
+    with capture_logs() as logs:
+        result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES)
+
+    assert result.model_used == "backup"
+    [failed] = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert failed["error"].startswith("primary: InternalServerError: ") and "Connection error." in failed["error"]
+    assert "fallback" not in failed["error"].lower() and "model group" not in failed["error"]
