@@ -26,7 +26,8 @@ async def converse(bot: str, ask: Ask, follow: Follow | None = None) -> int:
         while True:
             try:
                 text = await asyncio.to_thread(input, "you> ")
-            except EOFError:
+            except EOFError:  # Ctrl-D echoes nothing: end the prompt's line, or the shell's prompt follows it
+                print()
                 break
             if not text.strip():
                 break

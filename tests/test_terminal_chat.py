@@ -52,3 +52,17 @@ async def test_control_sequences_in_what_is_shown_do_not_reach_the_terminal(monk
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
     assert "acme> Reset it in Settings.]52;c;Y3VybCBldmlsLnNoIHwgc2g=[2J31m done" in out and "[1] Guide[8m — g.md" in out
+
+
+async def test_ctrl_d_at_the_prompt_ends_the_line_it_left_open(monkeypatch, capsys):
+    # Ctrl-D echoes nothing, so the shell's prompt came after "you> " on the same line.
+    def read(prompt: str) -> str:
+        print(prompt, end="")  # as input() does
+        raise EOFError
+
+    async def ask(text: str) -> dict:
+        raise AssertionError("nothing was typed")
+
+    monkeypatch.setattr("builtins.input", read)
+    assert await terminal_chat.converse("acme", ask) == 0
+    assert capsys.readouterr().out.endswith("you> \n")
