@@ -13,7 +13,7 @@ from pathlib import Path
 
 import structlog
 
-from gateway.admin_client import chat_via_server, local_url
+from gateway.admin_client import admin_files, chat_via_server, local_url
 from gateway.cli_output import Terminated, hide_run_errors_in_logs, print_metrics, print_misses, progress_bar
 from gateway.errors import SKIPPED_FILES, ConfigError, GatewayError, IndexBusy, UnknownBot
 from gateway.models import CHANNELS
@@ -168,6 +168,14 @@ def _settings(args):
     return load_settings(getattr(args, "config", None))
 
 
+def _holder(settings) -> str:
+    """Who holds the index folder, as said after "in use by another process": the server it records (a
+    second `make run` learns where the first one answers), else what it may be."""
+    url_path = admin_files(settings.qdrant.path)[1]
+    url = url_path.read_text().strip() if url_path.exists() else ""  # the server removes it as it stops
+    return f": the `gateway serve` at {url}" if url else " (a running `gateway serve`, or an ingest)"
+
+
 def _serve(args) -> int:
     settings = _settings(args)  # first: a typo is told before qdrant-client and fastembed load (4 s)
     from gateway.observability.logs import configure_logging_for
@@ -181,9 +189,9 @@ def _serve(args) -> int:
     asyncio.run(require_schema(settings))
     if args.role != "web" and folder_in_use(settings.qdrant):
         # Found at start, the lifespan's IndexBusy was a 60-line traceback ending "Application startup failed".
-        raise IndexBusy(f"the Qdrant folder {settings.qdrant.path} is in use by another process (a running `gateway "
-                        "serve`, or an ingest). Stop it first, or use a Qdrant server (qdrant.url) to run more than "
-                        "one process on one index (`--role web` processes hold no index)")
+        raise IndexBusy(f"the Qdrant folder {settings.qdrant.path} is in use by another process{_holder(settings)}. "
+                        "Stop it first, or use a Qdrant server (qdrant.url) to run more than one process on one index "
+                        "(`--role web` processes hold no index)")
     require_free_port(args.host, args.port)
     import uvicorn  # after the checks: importing the app takes seconds, a config error should not
 

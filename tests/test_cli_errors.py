@@ -282,16 +282,16 @@ def test_a_busy_index_beside_another_servers_is_not_ingested_through_that_server
 
 
 def test_serve_on_an_index_another_process_holds_is_one_line(tmp_path):
-    """It was a 60-line traceback through the app's lifespan, ending "Application startup failed"."""
+    """A 60-line traceback ending "Application startup failed"; then "a running `gateway serve`", naming none."""
     config = write_config(tmp_path, bots=[_bot("acme", "docs", docs=_docs(tmp_path))])
     assert _run("db", "upgrade", "--config", str(config)).returncode == 0
-    with serving(config):
+    with serving(config) as port:
         second = _run("serve", "--config", str(config), "--port", str(free_port()), timeout=120)
     assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
     assert second.stderr.strip().splitlines() == [
-        f"error: the Qdrant folder {tmp_path / 'qdrant'} is in use by another process (a running `gateway serve`, "
-        "or an ingest). Stop it first, or use a Qdrant server (qdrant.url) to run more than one process on one "
-        "index (`--role web` processes hold no index)"]
+        f"error: the Qdrant folder {tmp_path / 'qdrant'} is in use by another process: the `gateway serve` at "
+        f"http://127.0.0.1:{port}. Stop it first, or use a Qdrant server (qdrant.url) to run more than one process "
+        "on one index (`--role web` processes hold no index)"]
 
 
 @pytest.mark.parametrize("command", [["serve"], ["db", "upgrade"], ["ingest"], ["chat"],
