@@ -173,7 +173,7 @@ def _holder(settings) -> str:
     second `make run` learns where the first one answers), else what it may be."""
     url_path = admin_files(settings.qdrant.path)[1]
     url = url_path.read_text().strip() if url_path.exists() else ""  # the server removes it as it stops
-    return f": the `gateway serve` at {url}" if url else " (a running `gateway serve`, or an ingest)"
+    return f": the `gateway serve` at {url}" if url else " (a `gateway chat` or `gateway ingest`, or a `gateway serve`)"
 
 
 def _serve(args) -> int:

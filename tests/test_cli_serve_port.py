@@ -33,6 +33,24 @@ def test_serve_on_a_busy_port_says_so_before_starting_anything(tmp_path):
         "program?): stop it, or give another --port (PORT=… with make run)"], proc.stderr
 
 
+def test_serve_on_an_index_a_chat_holds_names_the_commands_that_hold_one(tmp_path):
+    # A `gateway chat` left open in another terminal holds the folder, and serve spoke only of "a running
+    # `gateway serve`, or an ingest".
+    import fcntl
+
+    config = write_config(tmp_path)
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    (tmp_path / "qdrant").mkdir()
+    with open(tmp_path / "qdrant" / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as local mode holds it
+        proc = _run("serve", "--config", str(config), "--port", "1", timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: the Qdrant folder {tmp_path / 'qdrant'} is in use by another process (a `gateway chat` or "
+        "`gateway ingest`, or a `gateway serve`). Stop it first, or use a Qdrant server (qdrant.url) to run more "
+        "than one process on one index (`--role web` processes hold no index)")
+
+
 def test_a_host_that_does_not_resolve_is_named():
     with pytest.raises(GatewayError, match=r"^cannot listen on no-such-host\.invalid:8000: .*: check --host"):
         require_free_port("no-such-host.invalid", 8000)
