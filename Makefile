@@ -15,8 +15,9 @@ export TOKENIZERS_PARALLELISM := false
 
 INGEST = $(BIN)/python -m gateway ingest --config "$(GATEWAY_CONFIG)"
 
-# The note is a variable: make echoes the recipe, and its words there read as a failure on every run.
-export RUN_NOTE := make run: a source failed to ingest, in whole or in part (see above); starting the server anyway
+# The note is a variable: make echoes the recipe, and its words there read as a failure on every run. Exit 1
+# is also a folder another process holds, or a running server that refused a changed config: not a source.
+export RUN_NOTE := make run: `gateway ingest` ended with errors (above); starting the server anyway, which retries a failed source on its schedule
 
 # A source that fails to ingest, in whole or in part (exit 1), is recorded, and retried on its schedule by the server, so the
 # server still starts; a config error (exit 2) stops here. The demo operator's token is for this local
