@@ -110,6 +110,9 @@ async def schema_revision(settings, engine=None) -> str | None:
         reason = " ".join(str(cause).split()) or type(cause).__name__
         if type(cause.__cause__).__name__ == "InvalidCatalogNameError":  # asyncpg: no database of that name
             reason += f" on that server: create it first (createdb {make_url(async_url(settings.database_url)).database})"
+        elif isinstance(cause, ConnectionRefusedError):  # asyncpg's words named no server down, nor a wrong port
+            host = make_url(async_url(settings.database_url)).host
+            reason += f": connection refused; is PostgreSQL running on {host or 'that host'}, and on that port?"
         raise GatewayError(f"cannot reach the database {redacted_db_url(settings.database_url)}: {reason}") from None
     finally:
         if own:

@@ -46,6 +46,22 @@ def test_db_upgrade_against_a_database_not_created_yet_says_to_create_it(tmp_pat
                                    "exist on that server: create it first (createdb gw_never_created)"), proc.stderr
 
 
+async def test_a_database_nothing_listens_for_says_to_check_that_postgresql_runs_there(tmp_path):
+    # The line ended in asyncpg's "[Errno 111] Connect call failed ('127.0.0.1', 5439)", and no word of a
+    # server not running or a wrong port.
+    from gateway.errors import GatewayError
+    from gateway.preflight import schema_revision
+    from gateway.settings import load_settings
+    from tests.conftest import write_config
+    from tests.scale.replicas import free_port
+
+    url = f"postgresql://127.0.0.1:{free_port()}/gw"
+    with pytest.raises(GatewayError) as info:
+        await schema_revision(load_settings(write_config(tmp_path, database_url=url)))
+    assert str(info.value).startswith(f"cannot reach the database {url}: ")
+    assert str(info.value).endswith(": connection refused; is PostgreSQL running on 127.0.0.1, and on that port?")
+
+
 async def test_libpq_options_of_a_providers_url_take_effect_on_the_engine_and_the_bridge(postgres_url):
     # `connect_timeout`, `application_name`, `options` (as cloud consoles add them) each failed every
     # connection: "connect() got an unexpected keyword argument 'connect_timeout'".
