@@ -182,7 +182,8 @@ def asyncpg_dsn(url: str) -> tuple[str, dict[str, Any]]:
 
 def is_sqlite(url: str) -> bool:
     """True for any SQLite URL."""
-    return make_url(url).get_backend_name() == "sqlite"
+    # Read after libpq's several hosts are rewritten: SQLAlchemy's parser takes `db1:5432,db2` for a port.
+    return make_url(several_hosts_as_options(url)).get_backend_name() == "sqlite"
 
 
 def sqlite_file(url: str) -> Path | None:

@@ -231,6 +231,23 @@ async def test_a_url_naming_several_hosts_as_libpq_does_connects_to_the_one_that
         "postgresql+asyncpg://gw@/gw", {"host": ["db1", "db2"], "port": [5432, 5432]})
 
 
+async def test_every_command_reads_a_url_naming_several_hosts_as_libpq_does(postgres_url, tmp_path, monkeypatch):
+    # The schema check every command makes first read such a URL as SQLAlchemy does: `gateway db upgrade`,
+    # `serve`, `ingest-runs`… ended in "ValueError: invalid literal for int() with base 10: '5432,db2:5432'".
+    from sqlalchemy.engine import make_url
+
+    from gateway.preflight import schema_revision
+    from gateway.settings import load_settings
+    from tests.conftest import write_config
+
+    parsed = make_url(postgres_url)
+    url = f"postgresql://{parsed.username}@127.0.0.2:1,{parsed.host}:{parsed.port or 5432}/{parsed.database}"
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    plain = write_config(tmp_path, database_url=postgres_url)
+    expected = await schema_revision(load_settings(plain))
+    assert await schema_revision(load_settings(write_config(tmp_path, database_url=url))) == expected
+
+
 async def test_several_hosts_given_as_the_host_option_connect_as_libpq_does(postgres_url):
     # `?host=db1,db2` (libpq's other spelling of a failover list) was "All ports are required to be present for
     # asyncpg multiple host URL" from the engine, at the first query.
