@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import sys
+import threading
 from collections.abc import Awaitable, Callable
 
 from gateway.observability.logs import printable
@@ -17,15 +20,18 @@ Follow = Callable[[int], Awaitable[list[dict]]]
 FOLLOW_EVERY_S = 1.0
 
 
-async def converse(bot: str, ask: Ask, follow: Follow | None = None) -> int:
-    """The terminal loop, until an empty line or end of input."""
+async def converse(bot: str, ask: Ask, follow: Follow | None = None, *,
+                   read_line: Callable[[str], str] | None = None) -> int:
+    """The terminal loop, until an empty line or end of input. `read_line(prompt)` reads a line, as `input`
+    does (default: standard input's, `StdinLines`)."""
+    read_line = read_line or StdinLines()
     print(f"Chatting with {bot!r}. Empty line or Ctrl-D to quit.")
     seen = _Seen()
     follower = asyncio.create_task(_follow(bot, follow, seen)) if follow is not None else None
     try:
         while True:
             try:
-                text = await asyncio.to_thread(input, "you> ")
+                text = await _read_line(read_line, "you> ")
             except EOFError:  # Ctrl-D echoes nothing: end the prompt's line, or the shell's prompt follows it
                 print()
                 break
@@ -46,6 +52,53 @@ async def converse(bot: str, ask: Ask, follow: Follow | None = None) -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await follower
     return 0
+
+
+class StdinLines:
+    """`input()` for the chat, reading file descriptor 0 itself: `sys.stdin`'s buffer holds a lock while it
+    waits, and a read still waiting as the interpreter ended (Ctrl-C at the prompt) was a fatal error."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def __call__(self, prompt: str) -> str:
+        print(prompt, end="", flush=True)
+        while b"\n" not in self._pending:
+            chunk = os.read(0, 4096)
+            if not chunk and not self._pending:
+                raise EOFError
+            if not chunk:
+                break
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line.decode(sys.stdin.encoding or "utf-8", errors="replace").removesuffix("\r")
+
+
+async def _read_line(read_line: Callable[[str], str], prompt: str) -> str:
+    """`read_line(prompt)` in a daemon thread. In asyncio's default executor, as `asyncio.to_thread` ran
+    it, asyncio.run waited for it as it ended: Ctrl-C at the prompt hung until the user pressed Enter."""
+    loop = asyncio.get_running_loop()
+    line: asyncio.Future[str] = loop.create_future()
+
+    def settle(text: str, error: BaseException | None) -> None:
+        if line.done():  # cancelled meanwhile (Ctrl-C): nobody waits for the line any more
+            return
+        if error is not None:
+            line.set_exception(error)
+        else:
+            line.set_result(text)
+
+    def read() -> None:
+        text, error = "", None
+        try:
+            text = read_line(prompt)
+        except BaseException as exc:  # EOFError (Ctrl-D) is the caller's to handle
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the chat ended without this line
+            loop.call_soon_threadsafe(settle, text, error)
+
+    threading.Thread(target=read, name="chat-input", daemon=True).start()
+    return await line
 
 
 class _Seen:
