@@ -35,6 +35,9 @@ async def converse(bot: str, ask: Ask, follow: Follow | None = None, *,
             except EOFError:  # Ctrl-D echoes nothing: end the prompt's line, or the shell's prompt follows it
                 print()
                 break
+            except asyncio.CancelledError:  # Ctrl-C at the prompt: the same
+                print()
+                raise
             if not text.strip():
                 break
             async with seen.turn:  # the turn's own replies are printed here, not by the follower

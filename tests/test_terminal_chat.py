@@ -83,6 +83,7 @@ def test_ctrl_c_at_the_prompt_quits_at_once():
         assert proc.stdout.read(len(shown)) == shown  # waiting at the prompt, its stdin open
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 130, proc.stderr.read()
+        assert proc.stdout.read() == "\n"  # the prompt's line ended, as after Ctrl-D
     finally:
         proc.kill()
         proc.wait()
