@@ -72,13 +72,16 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
     else:
         for run in runs:
             if run["status"] == "removed":
-                print(f"{run['bot']}/{run['source']}: no longer in the config; its {run['deleted']} chunks were deleted")
+                deleted = f"{run['deleted']} chunk was" if run["deleted"] == 1 else f"{run['deleted']} chunks were"
+                print(f"{run['bot']}/{run['source']}: no longer in the config; its {deleted} deleted")
                 continue
             dropped = run.get("errors_dropped", 0)  # a server of an older version sends none
             errors = f", {len(run['errors']) + dropped} error(s)" if run["errors"] else ""
             kept = ""
             if run["status"] == "failed":
-                kept = f"; failed, its {run['total']} chunks kept as they were" if run.get("total") else "; failed"
+                total = run.get("total")
+                kept = "; failed" if not total else "; failed, its 1 chunk kept as it was" if total == 1 else \
+                    f"; failed, its {total} chunks kept as they were"
             print(f"{run['bot']}/{run['source']}: {run['added']} added, {run['updated']} updated, "
                   f"{run['deleted']} deleted, {run['unchanged']} unchanged chunks in {run['duration_s']:.1f}s"
                   f"{errors}{kept}")
