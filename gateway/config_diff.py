@@ -34,7 +34,21 @@ def differences(theirs: Any, ours: Any, *, key: str = "") -> list[tuple[str, Any
 def said(found: list[tuple[str, Any, Any]], *, theirs: str, ours: str) -> str:
     """The differences, a clause each: `embedding.model: 'a' in the server, 'b' in the file`."""
     return "; ".join(f"{key}: only in {ours}" if a is ABSENT else f"{key}: only in {theirs}" if b is ABSENT else
-                     f"{key}: {a!r} in {theirs}, {b!r} in {ours}" for key, a, b in found)
+                     f"{key}: {_shown(a)!r} in {theirs}, {_shown(b)!r} in {ours}" for key, a, b in found)
+
+
+def _shown(value: Any) -> Any:
+    """`value` with the credentials of every URL in it masked (a source's `?access_token=`, `user:password@`):
+    the server's side is what it read, and a token rotated in the file was printed as the server's old one,
+    which the CLI's redaction (its own file's secrets) does not know."""
+    from gateway.url_secrets import url_credentials
+
+    if isinstance(value, list):
+        return [_shown(item) for item in value]
+    if isinstance(value, str):
+        for secret in url_credentials(value):
+            value = value.replace(secret, "[REDACTED]")
+    return value
 
 
 def _by_name(value: Any) -> Any:

@@ -74,3 +74,27 @@ def test_ingest_with_a_changed_config_while_a_server_holds_the_index_is_refused(
         f"error: the running server ingests with {config} as it was when it started, and the file has changed since "
         "in what an ingest uses: bots[acme].sources[more]: only in the file. Restart the server (`gateway serve`) "
         f"to ingest with {config}, or stop it and run `gateway ingest` again")
+
+
+async def test_cli_ingest_refused_over_a_rotated_source_token_shows_neither_token(tmp_path, capsys):
+    """The server's configuration holds its sources' URLs as it read them, credentials and all (a wiki's
+    `?access_token=`, a `user:password@`): a token rotated in the file was printed as the server's old one,
+    which only the CLI's own file's secrets were redacted from."""
+    import json
+
+    def wiki(token: str, password: str) -> dict:
+        return {"name": "wiki", "type": "urls", "urls": [
+            f"https://wiki.example.com/export?format=html&access_token={token}",
+            f"https://reader:{password}@intranet.example.com/faq"]}
+
+    server = load_settings(write_config(tmp_path, bots=[{"name": "acme", "sources": [wiki("oldtoken1234", "oldpass1234")]}]))
+    (tmp_path / "file").mkdir()
+    ours = load_settings(write_config(tmp_path / "file", bots=[{"name": "acme", "sources": [wiki("newtoken5678", "newpass5678")]}]))
+    body = json.dumps({"error": "another configuration", "loaded": server.ingest_config(),
+                       "config_path": server.config_path}).encode()
+
+    assert await _refused(ours, 409, body) == 1
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert "bots[acme].sources[wiki].urls:" in said  # what differs is still named
+    for secret in ("oldtoken1234", "oldpass1234", "newtoken5678", "newpass5678"):
+        assert secret not in said, said
