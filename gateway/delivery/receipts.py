@@ -80,19 +80,21 @@ async def _apply(sessions: async_sessionmaker[AsyncSession], *, bot: str, channe
         # The bot's own parts only: a receipt comes to the webhook of the bot that sent the part (its status
         # callback), and one on another bot's route, signed with that bot's token, must not touch this one's.
         ours = (Delivery.channel == channel, Delivery.provider_id == provider_id, Message.bot == bot)
-        named = (await session.execute(select(Delivery.message_id, Conversation.contact_id)
-                                       .join(Message, Message.id == Delivery.message_id)
-                                       .join(Conversation, Conversation.id == Message.conversation_id)
-                                       .where(*ours).order_by(Delivery.id.desc()).limit(1))).first()
-        if named is None:
-            return False
+        found = (select(Delivery.message_id, Conversation.contact_id).join(Message, Message.id == Delivery.message_id)
+                 .join(Conversation, Conversation.id == Message.conversation_id)
+                 .where(*ours).order_by(Delivery.id.desc()).limit(1))
         # Locked in `gateway forget`'s order (the contact, then the reply, then its parts, which its delete
         # cascades to): the part first, a receipt and a forget of its contact each held a row the other
-        # waited for, "deadlock detected" on PostgreSQL.
-        if opting_out and named.contact_id is not None:
-            await session.execute(select(Contact.id).where(Contact.id == named.contact_id).with_for_update())
-        await session.execute(select(Message.id).where(Message.id == named.message_id)
-                              .with_for_update(key_share=True))
+        # waited for, "deadlock detected" on PostgreSQL. The reply is locked as it is found (a round trip
+        # less on every receipt), but for one that may mark its contact opted out: the contact comes first.
+        named = (await session.execute(found if opting_out else found.with_for_update(of=Message, key_share=True))).first()
+        if named is None:
+            return False
+        if opting_out:
+            if named.contact_id is not None:
+                await session.execute(select(Contact.id).where(Contact.id == named.contact_id).with_for_update())
+            await session.execute(select(Message.id).where(Message.id == named.message_id)
+                                  .with_for_update(key_share=True))
         delivery = (await session.execute(select(Delivery).join(Message, Message.id == Delivery.message_id)
                                           .where(*ours, Delivery.message_id == named.message_id)
                                           .order_by(Delivery.id.desc()).limit(1)

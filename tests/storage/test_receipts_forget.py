@@ -1,5 +1,5 @@
 """A delivery receipt applied while `gateway forget` erases its contact, on PostgreSQL (SQLite's one writer holds
-no row): one waits for the other, never "deadlock detected"."""
+no row): one waits for the other, never "deadlock detected"; and, on both, what that order costs a receipt."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from storage.engine import create_engine, session_factory
 from storage.models import Contact, Delivery, Message
 from tests.conftest import upgrade
 from tests.pausing import pausing_sessions
+from tests.statement_log import StatementLog
 from tests.storage.test_receipts import _reply_with_parts
 from tests.worker_rig import until_waiting_for_a_lock
 
@@ -54,4 +55,24 @@ async def test_a_receipt_applied_as_its_contact_is_forgotten_waits_instead_of_de
     finally:
         for task in forgetting:
             task.cancel()
+        await engine.dispose()
+
+
+async def test_a_receipt_finds_its_part_with_its_reply_locked_in_one_statement(migrated_url):
+    """Every receipt of every part pays for forget's lock order: the reply is locked by the statement that finds
+    the part (a separate lock of it, after an unlocked read, was one more round trip a receipt)."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    try:
+        reply_id = await _reply_with_parts(sessions, ["SM-1"])
+        log = StatementLog(engine)
+        await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-1", status="delivered",
+                             error_code=None)
+        assert log.statements[:2] == ["SELECT deliveries", "SELECT deliveries"]  # the reply locked, then the part
+        if engine.dialect.name == "postgresql":  # SQLite's one writer locks no row
+            assert "FOR NO KEY UPDATE OF messages" in log.sql[0]  # as the update of the reply will
+        assert log.statements[2:] == ["UPDATE deliveries", "SELECT deliveries", "UPDATE messages"]
+        async with sessions() as session:
+            assert (await session.get(Message, reply_id)).status == "delivered"
+    finally:
         await engine.dispose()
