@@ -74,11 +74,14 @@ async def _erase(client: AsyncWebClient, channel: str, ts: str, me: Any) -> None
     """The app's replies in the thread `ts` of `channel`, then its header."""
     own: list[str] = []
     cursor = None
+    # A post is the app's by its bot id or its user id; one auth.test left out never matches (None would
+    # match every operator's reply, which the app cannot delete, and stop at the first).
+    bot_id, user_id = me.get("bot_id") or object(), me.get("user_id") or object()
     try:
         while True:
             page = await client.conversations_replies(channel=channel, ts=ts, cursor=cursor, limit=200)
             own += [str(m["ts"]) for m in page.get("messages") or [] if m.get("ts") and m["ts"] != ts
-                    and (m.get("bot_id") == me.get("bot_id") or m.get("user") == me.get("user_id"))]
+                    and (m.get("bot_id") == bot_id or m.get("user") == user_id)]
             cursor = (page.get("response_metadata") or {}).get("next_cursor")
             if not cursor:
                 break
