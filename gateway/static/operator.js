@@ -6,54 +6,22 @@
 (function () {
   "use strict";
   var KEY = "gw-operator-token";
-  var AUTHORS = { contact: "Customer", bot: "Bot", operator: "Operator", system: "Notice" };
   var REPLY_TIMEOUT_MS = 30000;
   var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null,
                 unsent: {}, listLoads: 0, detailReadings: 0, escalations: [], unread: {}, drafts: {},
                 stale: { list: false, detail: false }, refreshing: null, names: {} };  // unread: escalation id → true  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
   function $(id) { return document.getElementById(id); }
-  function el(tag, cls, text) {
-    var node = document.createElement(tag);
-    if (cls) node.className = cls;
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    return node;
-  }
+  var render = window.GatewayOperatorRender, keys = window.GatewayOperatorKeys;
+  var el = render.el, byWait = render.byWait, waiting = render.waiting, when = render.when;
+  var renderMessage = render.renderMessage;
+  // The API with this console's token, and the live stream's reading: operator-api.js.
+  var transport = window.GatewayOperatorApi({ state: state, signOut: signOut });
+  var api = transport.api, readEvents = transport.readEvents;
   /** An operator as people know them: a Slack operator (`slack:U0123`) by the name Slack gives them (the
    * API's `operator_names`), anyone else (and a Slack member Slack would not name) as they are held. */
   function who(operator) { return (operator && state.names[operator]) || operator; }
   function learnNames(names) { if (names && typeof names === "object") Object.assign(state.names, names); }
   function showError(id, message) { var n = $(id); n.textContent = message || ""; n.hidden = !message; }
-
-  /** An error whose request may have taken effect: no answer came (connection lost, timed out) or a 5xx. */
-  function unknownOutcome(message) { var err = new Error(message); err.unknown = true; return err; }
-
-  async function api(path, options) {
-    options = options || {};
-    // The token this request is sent with: a request left from a session signed out since (a reply's
-    // refresh, a list reload) must neither go out with no token nor, refused, sign out the next operator.
-    var token = state.token;
-    if (!token) throw new Error("unauthorized");
-    var headers = { Authorization: "Bearer " + token };
-    if (options.body) headers["Content-Type"] = "application/json";
-    var limit = options.timeout ? AbortSignal.timeout(options.timeout) : undefined;
-    var response;
-    try {
-      response = await fetch(path, { method: options.method || "GET", headers: headers,
-        body: options.body ? JSON.stringify(options.body) : undefined, signal: limit });
-    } catch (err) {
-      var why = err.name === "TimeoutError" ? "timed out" : "connection failed";
-      throw unknownOutcome("no answer from the server (" + why + ")");
-    }
-    var body = null;
-    try { body = await response.json(); } catch (e) { body = null; }
-    if (response.status === 401) {
-      if (token === state.token) signOut("That token was not accepted.");
-      throw new Error("unauthorized");
-    }
-    if (response.status >= 500) throw unknownOutcome((body && body.error) || ("server error " + response.status));
-    if (!response.ok) throw new Error((body && body.error) || ("request failed: " + response.status));
-    return body;
-  }
 
   async function loadList() {
     var list = $("op-escalations");
@@ -76,23 +44,6 @@
     learnNames(body.operator_names);
     state.escalations = body.escalations;
     drawList(list, body.escalations);
-  }
-
-  /** Open escalations first, the customer who has waited longest on top (the API lists newest first,
-   * which sank them to the bottom of a busy list); then the others in the API's order. */
-  function byWait(escalations) {
-    var open = escalations.filter(function (e) { return e.state === "open"; });
-    open.sort(function (a, b) { return Date.parse(a.created_at) - Date.parse(b.created_at) || a.id - b.id; });
-    return open.concat(escalations.filter(function (e) { return e.state !== "open"; }));
-  }
-
-  /** How long an open escalation's customer has waited for a person: "waiting 1 h 05 min". */
-  function waiting(e) {
-    if (e.state !== "open") return "";
-    var minutes = Math.max(0, Math.floor((Date.now() - Date.parse(e.created_at)) / 60000));
-    if (!minutes) return "waiting <1 min";
-    return "waiting " + (minutes < 60 ? minutes + " min" :
-      Math.floor(minutes / 60) + " h " + String(minutes % 60).padStart(2, "0") + " min");
   }
 
   /** Draw the escalations, keeping each one's button (and its parts) from the last drawing. The list is
@@ -187,159 +138,13 @@
     if (window.matchMedia("(max-width: 48rem)").matches) $("op-detail").scrollIntoView();
   }
 
-  function renderMessage(m) {
-    var li = el("li", "op-msg op-msg--" + m.author);
-    li.dataset.id = m.id;
-    var author = el("span", "op-author", AUTHORS[m.author] || m.author);
-    if (m.created_at) {
-      var written = el("time", "op-time", " · " + when(m.created_at));
-      written.dateTime = m.created_at;
-      author.appendChild(written);
-    }
-    li.appendChild(author);
-    var said = el("span", "op-text", m.text);
-    said.dir = "auto";  // an Arabic or Hebrew message reads right to left
-    li.appendChild(said);
-    if (m.start_payload) {  // a Telegram deep link's payload (t.me/<bot>?start=order123): where they came from
-      li.appendChild(el("span", "op-start", "Opened from a link with start=" + m.start_payload));
-    }
-    if (m.status === "failed" && m.direction === "out") {
-      li.appendChild(el("span", "op-failed", "Not delivered" + (m.error ? ": " + m.error : "")));
-    }
-    if (m.citations && m.citations.length) {
-      var cites = el("ul", "op-citations");
-      m.citations.forEach(function (c, i) {
-        cites.appendChild(el("li", null, "[" + (i + 1) + "] " + (c.title || c.source) + (c.url ? " — " + c.url : "")));
-      });
-      li.appendChild(cites);
-    }
-    if (m.retrieved && m.retrieved.length) {
-      var details = el("details", "op-passages");
-      details.appendChild(el("summary", null, "Retrieved passages (" + m.retrieved.length + ")"));
-      m.retrieved.forEach(function (p) {
-        var block = el("div", "op-passage");
-        block.appendChild(el("strong", null, (p.title || p.source) + " "));
-        block.appendChild(el("span", null, p.text));
-        details.appendChild(block);
-      });
-      li.appendChild(details);
-    }
-    if (m.tool_calls && m.tool_calls.length) {
-      var tools = el("details", "op-passages op-tools");
-      tools.appendChild(el("summary", null, "Tool calls (" + m.tool_calls.length + ")"));
-      m.tool_calls.forEach(function (c) {
-        var block = el("div", "op-passage");
-        block.appendChild(el("strong", null, c.name + " "));
-        block.appendChild(el("code", null, JSON.stringify(c.arguments || {})));
-        if (c.replayed) {
-          // An earlier attempt at this message ran it (the process stopped before the reply was stored).
-          block.appendChild(el("em", null, " (run once, by an earlier attempt)"));
-        }
-        block.appendChild(el("pre", "op-tool-result", JSON.stringify(c.result, null, 2)));
-        tools.appendChild(block);
-      });
-      li.appendChild(tools);
-    }
-    return li;
-  }
-
-  // "2026-12-03T14:31:57.966163+00:00" (the API's UTC) as "2026-12-03 14:31:57 UTC": to the second, zone named.
-  function when(iso) {
-    return /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$/.test(iso || "") ? iso.slice(0, 19).replace("T", " ") + " UTC" : iso;
-  }
-
-  async function loadDetail() {
-    var id = state.selected, reading = ++state.detailReadings;
-    if (id === null) return;
-    var d = await api("/v1/escalations/" + id);
-    // Another escalation was picked while this one loaded: drawing it would show one customer's thread
-    // while Claim and Send reply act on another's. And only the latest reading is drawn: a live event's,
-    // answered after an action's (Release), drew the escalation as it was before (claimed, Release shown).
-    if (id !== state.selected || reading !== state.detailReadings) return;
-    // A refresh of the escalation shown (a live event) keeps the earlier pages the operator opened.
-    var list = $("op-transcript"), oldest = d.messages.length ? d.messages[0].id : Infinity;
-    var same = state.detail && state.detail.id === d.id, gap = [];
-    var newestShown = same && list.lastElementChild ? Number(list.lastElementChild.dataset.id) : null;
-    if (newestShown !== null && newestShown < oldest && d.has_more) {
-      // More than a page came since the last reading (the stream was down, events were missed): the
-      // new page does not reach what is shown, and kept as they were, the messages between were missing.
-      gap = await messagesBetween(id, newestShown, oldest);
-      if (id !== state.selected || reading !== state.detailReadings) return;
-    }
-    var earlier = same ? Array.prototype.filter.call(list.children,
-      function (li) { return Number(li.dataset.id) < oldest; }) : [];
-    var keptNewest = earlier.length ? Number(earlier[earlier.length - 1].dataset.id) : -Infinity;
-    earlier = earlier.concat(gap.filter(function (m) { return m.id > keptNewest; }).map(renderMessage));
-    if (same && newestShown !== null) announce(gap.concat(d.messages).filter(function (m) { return m.id > newestShown; }));
-    else $("op-announce").textContent = "";  // another escalation: what its customer said before is not news
-    state.detail = d;
-    learnNames(d.operator_names);
-    $("op-detail").hidden = false;
-    $("op-title").textContent = "Escalation #" + d.id + " — " + d.state;
-    $("op-meta").textContent = [d.bot, d.channel, d.customer, d.operator ? "held by " + who(d.operator) : "unclaimed",
-                                "reason: " + d.reason].filter(Boolean).join(" · ");
-    $("op-summary").textContent = d.summary.text;
-    list.replaceChildren.apply(list, earlier.concat(d.messages.map(renderMessage)));
-    if (!earlier.length) $("op-older").hidden = !d.has_more;  // else it still tells of the page before them
-    $("op-notes").replaceChildren.apply($("op-notes"), d.notes.map(function (n) {
-      return el("li", null, who(n.author) + ": " + n.text);
-    }));
-    $("op-events").replaceChildren.apply($("op-events"), d.events.map(function (e) {
-      return el("li", null, when(e.at) + " · " + who(e.actor) + " · " + e.kind +
-        (e.to_state ? " → " + e.to_state : "") + (e.reason ? " · " + e.reason : ""));
-    }));
-    var mine = d.state === "claimed" && d.operator === state.me;
-    $("op-claim").disabled = d.state !== "open";
-    // Handed back, and the bot answers the customer again (no newer escalation): the operator may take
-    // the conversation back without the customer asking for a person.
-    $("op-take").hidden = !(d.state === "resolved" && d.conversation_state === "bot");
-    $("op-release").hidden = !mine;
-    $("op-takeover").hidden = !(d.state === "claimed" && !mine);
-    // Another operator's claim: Resolve and Send reply were offered, and refused with a 409 once used.
-    var theirs = d.state === "claimed" && !mine;
-    $("op-resolve").disabled = d.state === "resolved" || theirs;
-    $("op-reply").disabled = d.state === "resolved";
-    $("op-reply-form").querySelector("button[type=submit]").disabled = d.state === "resolved" || theirs;
-    $("op-reply").placeholder = theirs ? who(d.operator) + " holds this escalation: take it over to reply." : "";
-    showNewer();
-    // A refresh after a claim lost to another operator came after the 409 and wiped "already claimed by
-    // X" at once: what an action said stays until the next action, or another escalation is shown.
-    if (!same || !state.actionFailed) actionFailed("");
-    showReplyState();
-  }
-
-  /** Tell a screen reader what the customer wrote since the escalation was last read (the live region
-   * `op-announce`): the transcript is drawn again whole, so it cannot be a live region itself. */
-  function announce(messages) {
-    var said = messages.filter(function (m) { return m.author === "contact"; })
-      .map(function (m) { return "The customer wrote: " + m.text; });
-    if (said.length) $("op-announce").textContent = said.join("\n");
-  }
-
-  /** The messages of escalation `id` after message `after` and before message `before`, oldest first. */
-  async function messagesBetween(id, after, before) {
-    var found = [];
-    for (;;) {
-      var page = await api("/v1/escalations/" + id + "?before=" + encodeURIComponent(before));
-      var newer = page.messages.filter(function (m) { return m.id > after; });
-      found = newer.concat(found);
-      if (newer.length < page.messages.length || !page.has_more || !newer.length) return found;
-      before = newer[0].id;
-    }
-  }
-
-  /** The page of messages before the oldest one shown, put above it. */
-  async function loadOlder() {
-    var first = $("op-transcript").firstElementChild, id = state.selected;
-    if (id === null || !first) return;
-    try {
-      var d = await api("/v1/escalations/" + id + "?before=" + encodeURIComponent(first.dataset.id));
-      if (id !== state.selected) return;  // another escalation's transcript is shown now
-      var list = $("op-transcript");
-      d.messages.forEach(function (m, i) { list.insertBefore(renderMessage(m), list.children[i]); });
-      $("op-older").hidden = !d.has_more;
-    } catch (err) { showError("op-error", err.message); }
-  }
+  // The escalation shown: operator-detail.js, over this console's state and helpers.
+  var detail = window.GatewayOperatorDetail({
+    state: state, $: $, api: api, el: el, who: who, when: when, learnNames: learnNames,
+    renderMessage: renderMessage, showNewer: showNewer, actionFailed: actionFailed,
+    showReplyState: showReplyState, showError: showError,
+  });
+  var loadDetail = detail.loadDetail, loadOlder = detail.loadOlder;
 
   /** A notice about escalation `about`: it stays until that escalation is opened (or another notice comes). */
   function notice(message, about) {
@@ -450,17 +255,7 @@
       if (!response.ok || !response.body) throw new Error("stream refused");
       $("op-live").hidden = false;
       $("op-offline").hidden = true;
-      var reader = response.body.getReader(), decoder = new TextDecoder(), buffer = "";
-      for (;;) {
-        var chunk = await reader.read();
-        if (chunk.done) break;
-        // The server ends its lines with CRLF, and a CR may end one chunk and its LF begin the next: the
-        // buffer is normalized whole, not each chunk (a lone CR at its end waits for the LF that follows).
-        buffer = (buffer + decoder.decode(chunk.value, { stream: true })).replace(/\r\n/g, "\n");
-        var parts = buffer.split("\n\n");
-        buffer = parts.pop();
-        for (var i = 0; i < parts.length; i++) await onEvent(parts[i]);
-      }
+      await readEvents(response.body, onEvent);
     } catch (err) { if (controller.signal.aborted) return; }
     $("op-live").hidden = true;
     // Said in words: a small badge gone missing was all that told the operator the list had stopped
@@ -584,20 +379,7 @@
   $("op-older").addEventListener("click", function () { loadOlder(); });
   $("op-newer").addEventListener("click", function () { select(Number($("op-newer").dataset.id)); });
   $("op-reply-form").addEventListener("submit", function (e) { e.preventDefault(); sendReply(); });
-  /** Enter in `box` submits `form`, as in every chat; Shift+Enter starts a new line (and Enter that ends an
-   *  input method's composition, a Japanese or Chinese word, only ends it). The reply box and the note box
-   *  alike: two boxes on one page whose Enter did different things would send a half-written reply. */
-  function submitsOnEnter(box, form) {
-    $(box).addEventListener("keydown", function (e) {
-      // On a touch screen the keyboard's Enter is the only way to a new line: there, the form's button sends.
-      var send = e.ctrlKey || e.metaKey || !(e.shiftKey || window.matchMedia("(pointer: coarse)").matches);
-      // keyCode 229: that composition's Enter as Safari reports it, with isComposing false.
-      if (e.key === "Enter" && send && !e.isComposing && e.keyCode !== 229) {
-        e.preventDefault();
-        $(form).requestSubmit();
-      }
-    });
-  }
+  var submitsOnEnter = keys.submitsOnEnter;
   submitsOnEnter("op-reply", "op-reply-form");
   submitsOnEnter("op-note", "op-note-form");
   $("op-note-form").addEventListener("submit", async function (e) {
@@ -606,22 +388,7 @@
     if (!text) return;
     if (await act("notes", { text: text })) $("op-note").value = "";
   });
-  $("op-escalations").addEventListener("keydown", function (e) {
-    if (e.key !== "ArrowDown" && e.key !== "ArrowUp") return;
-    var items = Array.prototype.slice.call(document.querySelectorAll(".op-item"));
-    var index = items.indexOf(document.activeElement) + (e.key === "ArrowDown" ? 1 : -1);
-    if (items[index]) { e.preventDefault(); items[index].focus(); }
-  });
-  // On a touch screen the hint is hidden (operator.css: Enter there starts a new line), and a screen reader
-  // still read it out as the box's description: only a hint that is shown describes the box.
-  var coarse = window.matchMedia("(pointer: coarse)");
-  function describeReply() {
-    ["op-reply", "op-note"].forEach(function (box) {
-      if (coarse.matches) $(box).removeAttribute("aria-describedby");
-      else $(box).setAttribute("aria-describedby", box + "-hint");
-    });
-  }
-  describeReply();
-  coarse.addEventListener("change", describeReply);
+  keys.arrowsMoveIn("op-escalations");
+  keys.describedByHints(["op-reply", "op-note"]);
   if (state.token) signIn(state.token);
 })();
