@@ -71,9 +71,9 @@ def _by_meta():
 @contextmanager
 def before_0016() -> Iterator[None]:
     """The purge's two look-ups by sender as the code before 0016 made them: the one above, and that of the
-    writers of the conversations a batch deletes (`_people_of`, which reads `_stored_sender`: the column,
+    writers of the conversations a batch deletes (`_people_of`, which reads `stored_sender`: the column,
     else `meta`, since a gateway older than 0016 may still write)."""
-    patched = {"_sent_by_contact": _by_meta, "_stored_sender": _meta_sender}
+    patched = {"_sent_by_contact": _by_meta, "stored_sender": _meta_sender}  # as gateway/retention.py names them
     original = {name: getattr(retention, name) for name in patched}
     for name, function in patched.items():
         setattr(retention, name, function)
