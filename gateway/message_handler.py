@@ -93,7 +93,7 @@ class MessageHandler:
                          channel=inbound.channel)
         started = time.monotonic()
         async with self._sessions() as session:
-            conversation, contact = await repo.conversation_and_sender(session, inbound)
+            conversation, contact, opted_out_at = await repo.conversation_and_sender(session, inbound)
             if conversation is None:  # erased since the worker read the message (`gateway forget`)
                 return _forgotten(inbound)
             past = await repo.history(session, conversation_id=conversation.id, before_id=inbound.id,
@@ -106,11 +106,10 @@ class MessageHandler:
             await self._finish(inbound, None, status="done", relayed=True,  # an edit landing meanwhile is passed on
                                answered=((inbound.id, inbound.text, message_meta.said(inbound.meta)),))
             return None
-        if contact is not None and contact.opted_out_at is not None and \
-                (inbound.meta or {}).get("command") not in OPT_COMMANDS:
-            # After WhatsApp's STOP nothing reaches them until START: no search, no model call paid for,
-            # no unanswered turn counted toward a person who could not reach them either.
-            bound.info("inbound.opted_out", since=str(contact.opted_out_at))
+        if opted_out_at is not None and (inbound.meta or {}).get("command") not in OPT_COMMANDS:
+            # After WhatsApp's STOP to this bot nothing reaches them from it until START: no search, no model
+            # call paid for, no unanswered turn counted toward a person who could not reach them either.
+            bound.info("inbound.opted_out", since=str(opted_out_at))
             await self._finish(inbound, None, status="ignored", error=OPTED_OUT)
             return None
         bot = self._settings.bot(inbound.bot)

@@ -20,6 +20,7 @@ from gateway.operators.slack_forget import OperatorThread
 from gateway.settings import Settings
 from storage.message_meta import sent_by, stored_sender
 from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message, RemovedChat
+from storage.opt_outs import first_opt_out, kept_for_opt_out
 
 log = structlog.get_logger("gateway.retention")
 
@@ -65,7 +66,7 @@ def _sent_by(channel: str, user: str):
 
 
 # What is left of a contact who opted out: channel, user id and the STOP's time; nothing they wrote or were called.
-_OPT_OUT_ONLY = {"display_name": "", "last_inbound_at": None, "created_at": Contact.opted_out_at}
+_OPT_OUT_ONLY = {"display_name": "", "last_inbound_at": None, "created_at": first_opt_out()}
 
 
 def _parts(ids: list[int]) -> list[list[int]]:
@@ -185,9 +186,9 @@ async def _forget(session: AsyncSession, *, channel: str, user: str, actor: str)
         # Their STOP outlives them: opt-out rules want the suppression kept, so an opted-out contact stays as
         # its channel, user id and the STOP's time alone (no name, nothing they wrote), and is never messaged.
         report.opt_outs_kept = (await session.execute(update(Contact).where(
-            Contact.id.in_(contact_ids), Contact.opted_out_at.is_not(None)).values(**_OPT_OUT_ONLY))).rowcount
+            Contact.id.in_(contact_ids), kept_for_opt_out()).values(**_OPT_OUT_ONLY))).rowcount
         report.contacts = (await session.execute(delete(Contact).where(
-            Contact.id.in_(contact_ids), Contact.opted_out_at.is_(None)))).rowcount
+            Contact.id.in_(contact_ids), ~kept_for_opt_out()))).rowcount
     # Their private chat's id is theirs: the mark that they blocked the bot goes too.
     await session.execute(delete(RemovedChat).where(RemovedChat.channel == channel, RemovedChat.chat == user))
     session.add(DataDeletion(kind="forget", channel=channel, actor=actor, counts=report.as_dict()))
@@ -273,10 +274,10 @@ async def _purge_batch(session: AsyncSession, bot: str, expired, cutoff: datetim
         # A STOP outlives the conversations it was sent in (as it outlives `forget`): the contact stays as
         # its opt-out alone, or the person's next message was answered as a newcomer's.
         report.opt_outs_kept += (await session.execute(update(Contact).where(
-            Contact.id.in_(held.where(Contact.opted_out_at.is_not(None)))).values(
+            Contact.id.in_(held.where(kept_for_opt_out()))).values(
             **_OPT_OUT_ONLY))).rowcount
         report.contacts += (await session.execute(delete(Contact).where(Contact.id.in_(
-            held.where(Contact.opted_out_at.is_(None)))))).rowcount
+            held.where(~kept_for_opt_out()))))).rowcount
     if ids:
         report.by_bot[bot] = report.by_bot.get(bot, 0) + report.conversations - before
         session.add(DataDeletion(kind="retention", bot=bot, counts={

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.models import MEMBER_SCOPE, as_utc, utcnow
 from storage.message_meta import sent_by
 from storage.models import Contact, Conversation, Escalation, EscalationEvent, Message, UnfinishedChatMove, Usage
-from storage.repositories import insert_ignore
+from storage.upsert import insert_ignore
 
 
 @dataclass(frozen=True, slots=True)

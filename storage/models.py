@@ -31,9 +31,19 @@ class Contact(Base):
     external_id: Mapped[str] = mapped_column(String(255))
     display_name: Mapped[str] = mapped_column(String(255), default="")
     last_inbound_at: Mapped[datetime | None] = mapped_column(default=None)
-    # When the person opted out (WhatsApp STOP): nothing is sent to them until they opt in again (START).
-    opted_out_at: Mapped[datetime | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class OptOut(Base):
+    """A person's STOP to one bot (WhatsApp: said to that bot's business number): the bot sends them nothing
+    until they send it START (storage/opt_outs.py). Bot `""` is a STOP kept from before opt-outs were per bot
+    (migration 0017) by a person no bot had a conversation with: it holds for every bot, until a START."""
+
+    __tablename__ = "opt_outs"
+
+    contact_id: Mapped[int] = mapped_column(ForeignKey("contacts.id", ondelete="CASCADE"), primary_key=True)
+    bot: Mapped[str] = mapped_column(String(64), primary_key=True)
+    opted_out_at: Mapped[datetime] = mapped_column()
 
 
 class Conversation(Base):

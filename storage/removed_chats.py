@@ -21,7 +21,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from gateway.models import as_utc
 from storage.models import Conversation, RemovedChat
-from storage.repositories import dialect_insert
+from storage.upsert import dialect_insert
 
 
 async def mark_removed(session: AsyncSession, *, bot: str, channel: str, chat: str, removed: bool,

@@ -12,24 +12,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, case, func, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.models import OPT_COMMANDS, OPT_OUT, ConversationRef, InboundMessage, utcnow
+from storage import opt_outs
 from storage.message_meta import PLATFORM_META, inbound_meta
 from storage.models import Contact, Conversation, Message
 from storage.text import storable_json, storable_text
-
-
-def insert_ignore(session: AsyncSession, model: type, values: dict[str, Any], conflict: list[str]):
-    """INSERT … ON CONFLICT (`conflict`) DO NOTHING, in the session's dialect: a row two writers may add at once."""
-    return dialect_insert(session, model).values(**values).on_conflict_do_nothing(index_elements=conflict)
-
-
-def dialect_insert(session: AsyncSession, model: type):
-    """The session's dialect's INSERT of `model`, which has ON CONFLICT (PostgreSQL's or SQLite's)."""
-    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
-    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(model)
+from storage.upsert import dialect_insert, insert_ignore
 
 
 async def upsert_contact(session: AsyncSession, *, channel: str, external_id: str, display_name: str,
@@ -42,8 +32,7 @@ async def upsert_contact(session: AsyncSession, *, channel: str, external_id: st
     # A name is what the platform's user wrote: one past the column (VARCHAR(255) on PostgreSQL) failed the
     # insert, and with it the message, which the platform then retried in vain.
     display_name = display_name[:Contact.display_name.type.length]
-    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(Contact).values(
+    insert = dialect_insert(session, Contact).values(
         channel=channel, external_id=external_id, display_name=display_name, created_at=now, last_inbound_at=now)
     # A message without a name (some platforms omit it) keeps the one known.
     name = case((insert.excluded.display_name != "", insert.excluded.display_name), else_=Contact.display_name)
@@ -111,9 +100,12 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
     inserted = result.scalar_one_or_none()
     if inserted is not None:
         opt = (message.raw or {}).get("command") if isinstance(message.raw, dict) else None
-        if opt in OPT_COMMANDS:  # WhatsApp STOP / START (only a first delivery: a retry changes nothing)
-            contact.opted_out_at = now if opt == OPT_OUT else None
-        if conversation.held_template_id is not None and contact.opted_out_at is None:  # STOP answers no template
+        if opt == OPT_OUT:  # WhatsApp STOP / START, to this bot alone (only a first delivery: a retry changes nothing)
+            await opt_outs.opt_out(session, bot=bot, contact_id=contact.id, at=now)
+        elif opt in OPT_COMMANDS:
+            await opt_outs.opt_in(session, bot=bot, contact_id=contact.id)
+        if conversation.held_template_id is not None and opt != OPT_OUT and \
+                await opt_outs.opted_out_at(session, bot=bot, contact_id=contact.id) is None:  # STOP answers no template
             await _resend_after_template(session, conversation)
         return StoredInbound(message_id=inserted, conversation_id=conversation.id, contact_id=contact.id,
                              duplicate=False, lease_owner=conversation.lease_owner)
@@ -366,16 +358,20 @@ async def outbox_depth(session: AsyncSession) -> int:
     )).scalar_one()
 
 
-async def conversation_and_sender(session: AsyncSession, inbound: Message) -> tuple[Conversation | None, Contact | None]:
-    """The message's conversation and who sent it (the identity tools authorize against), in one statement: in a
-    group chat or a shared thread the conversation's contact is whoever wrote first; the message names its sender.
-    (None, None) when the conversation is gone."""
+async def conversation_and_sender(session: AsyncSession, inbound: Message
+                                  ) -> tuple[Conversation | None, Contact | None, datetime | None]:
+    """The message's conversation, who sent it (the identity tools authorize against), and when they opted out
+    of its bot (WhatsApp STOP, else None), in one statement: in a group chat or a shared thread the
+    conversation's contact is whoever wrote first; the message names its sender. (None, None, None) when the
+    conversation is gone."""
     sender = (inbound.meta or {}).get("sender")
     who = and_(Contact.channel == inbound.channel, Contact.external_id == sender) if sender \
         else Contact.id == Conversation.contact_id
-    conversation, found = (await session.execute(select(Conversation, Contact).outerjoin(Contact, who).where(
-        Conversation.id == inbound.conversation_id))).one_or_none() or (None, None)
+    query = select(Conversation, Contact).select_from(Conversation).outerjoin(Contact, who).where(
+        Conversation.id == inbound.conversation_id)
+    conversation, found, stopped = (await session.execute(opt_outs.with_opt_out(
+        query, bot=Conversation.bot, contact_id=Contact.id))).one_or_none() or (None, None, None)
     if sender and found is None and conversation is not None:
         # Its row may be gone (retention, a deletion request): still this sender, never the first writer.
-        return conversation, Contact(channel=inbound.channel, external_id=sender, display_name="")
-    return conversation, found
+        return conversation, Contact(channel=inbound.channel, external_id=sender, display_name=""), None
+    return conversation, found, stopped

@@ -3,13 +3,14 @@
 import asyncio
 import json
 
-from sqlalchemy import update
+from sqlalchemy import select
 
 from gateway.cli import main
 from gateway.models import ConversationRef, InboundMessage, Sender
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
 from storage.models import Contact
+from storage.opt_outs import opt_out
 from tests.conftest import write_config
 
 
@@ -23,7 +24,8 @@ def _conversation_of(database_url: str, *, channel: str, user: str, opted_out: b
                     channel=channel, external_id=f"{user}-1", conversation=ConversationRef(channel=channel, chat=user),
                     sender=Sender(external_id=user, display_name="Ada"), text="hello"))
                 if opted_out:
-                    await session.execute(update(Contact).values(opted_out_at=Contact.created_at))
+                    contact = (await session.execute(select(Contact))).scalar_one()
+                    await opt_out(session, bot="acme", contact_id=contact.id, at=contact.created_at)
         finally:
             await engine.dispose()
 

@@ -51,6 +51,7 @@ from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundM
 from gateway.observability import otel
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Escalation, Message, RemovedChat
+from storage.opt_outs import with_opt_out
 from storage.removed_chats import removed_from_its_chat, still_removed
 
 log = structlog.get_logger("gateway.outbox")
@@ -140,15 +141,16 @@ class Outbox:
                 return "skipped"
             for key, value in claimed._mapping.items():  # the claimed row, as a refresh would read it
                 set_committed_value(message, key, value)
-            # The conversation, its contact, the message replied to, its chat's removal mark: one round trip.
+            # The conversation, its contact and their STOP to its bot, the message replied to, its chat's removal
+            # mark: one round trip.
             inbound_row = aliased(Message)
-            conversation, contact, inbound, removed_at = (await session.execute(
+            conversation, contact, inbound, removed_at, opted_out_at = (await session.execute(with_opt_out(
                 select(Conversation, Contact, inbound_row, RemovedChat.removed_at)
                 .where(Conversation.id == message.conversation_id)
                 .outerjoin(Contact, Contact.id == Conversation.contact_id)
                 .outerjoin(RemovedChat, removed_from_its_chat())
-                .outerjoin(inbound_row, inbound_row.id == message.reply_to_id if message.reply_to_id else false())
-            )).one()
+                .outerjoin(inbound_row, inbound_row.id == message.reply_to_id if message.reply_to_id else false()),
+                bot=Conversation.bot, contact_id=Contact.id))).one()
         # `reply_to` is the customer's message: grepping its id finds the send too.
         bound = log.bind(message_id=message.id, reply_to=message.reply_to_id, conversation_id=conversation.id,
                          bot=message.bot, channel=message.channel, attempt=message.attempts)
@@ -194,7 +196,7 @@ class Outbox:
                                 provider_ids, template = await send_within_window(
                                     adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None,
                                     window_closed="window_closed" in meta,
-                                    opted_out_at=contact.opted_out_at if contact else None,
+                                    opted_out_at=opted_out_at,
                                     removed_at=still_removed(removed_at, heard_at=inbound and (inbound.sent_at or inbound.created_at)))
                             finally:
                                 record_landed.reset(recording)
@@ -208,7 +210,7 @@ class Outbox:
                 # Refused here, the platform was not asked: that says nothing of whether it is back.
                 (self._breaker.released if isinstance(exc, RefusedHere) else self._breaker.reached)(
                     message.bot, message.channel)
-                opted_out = isinstance(exc, RecipientOptedOut) and contact is not None and contact.opted_out_at is None
+                opted_out = isinstance(exc, RecipientOptedOut) and contact is not None and opted_out_at is None
                 removed = isinstance(exc, BotRemoved)  # told anew: a mark from before is dated from now on
                 provider_ids = _sent_ids(exc)
                 status, reason, error = "failed", "unreachable", f"recipient unreachable: {exc}"

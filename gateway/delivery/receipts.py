@@ -9,7 +9,8 @@ WhatsApp's "outside the 24-hour window" (Twilio error 63016) mostly arrives here
 rather than as an error of the send: Twilio accepts the message and WhatsApp refuses it later. The reply
 is then queued again with `meta.window_closed`, and the outbox sends the configured Content template in
 its place (or fails it as undeliverable, saying so), once. A receipt failed with 21610 (the customer
-opted out, with a STOP that never reached the gateway) marks the contact opted out, as the STOP would have.
+opted out, with a STOP that never reached the gateway) marks the contact opted out of the bot that sent it, as
+the STOP would have.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.models import utcnow
 from storage.models import Contact, Conversation, Delivery, EarlyReceipt, Message
+from storage.opt_outs import opt_out
 
 log = structlog.get_logger("gateway.receipts")
 
@@ -148,22 +150,23 @@ async def _requeue_for_template(session: AsyncSession, message_id: int) -> bool:
 
 
 async def _mark_opted_out(session: AsyncSession, message_id: int) -> bool:
-    """Mark the contact of the reply Twilio refused with 21610 opted out, as a STOP does (the outbox does the
-    same for a send refused at once): else every later reply goes to Twilio and is refused one by one.
+    """Mark the contact of the reply Twilio refused with 21610 opted out of its bot, as a STOP to it does (the
+    outbox does the same for a send refused at once): else every later reply goes to Twilio and is refused one by one.
 
     Not when the customer wrote after the reply was sent: a receipt can come minutes late, and a START (or any
     message of theirs) since then is newer than what it says."""
-    reply = (await session.execute(select(Message.sent_at, Conversation.contact_id)
+    reply = (await session.execute(select(Message.sent_at, Message.bot, Conversation.contact_id)
                                    .join(Conversation, Conversation.id == Message.conversation_id)
                                    .where(Message.id == message_id))).one_or_none()
     if reply is None or reply.contact_id is None:
         return False
     not_since = Contact.last_inbound_at.is_(None) if reply.sent_at is None else \
         or_(Contact.last_inbound_at.is_(None), Contact.last_inbound_at <= reply.sent_at)
-    result = await session.execute(update(Contact).where(Contact.id == reply.contact_id,
-                                                         Contact.opted_out_at.is_(None), not_since)
-                                   .values(opted_out_at=utcnow()).execution_options(synchronize_session=False))
-    return bool(result.rowcount)
+    # Locked, then asked: a START being stored (it updates the row) is waited for, and read once it commits.
+    if (await session.execute(select(Contact.id).where(Contact.id == reply.contact_id, not_since)
+                              .with_for_update())).scalar_one_or_none() is None:
+        return False
+    return await opt_out(session, bot=reply.bot, contact_id=reply.contact_id, at=utcnow())
 
 
 async def _park(sessions: async_sessionmaker[AsyncSession], *, channel: str, provider_id: str, status: str,

@@ -18,6 +18,7 @@ from gateway.backoff import doubling
 from gateway.models import utcnow
 from storage import repositories as repo
 from storage.models import Contact, Conversation, DataDeletion, Delivery, Message
+from storage.opt_outs import opt_out
 from storage.removed_chats import mark_removed
 
 RECORD_ATTEMPTS = 15  # about a minute of backoff: longer than a database restart or failover
@@ -28,7 +29,7 @@ async def record_outcome(sessions: async_sessionmaker[AsyncSession], message: Me
                          opted_out_contact: int | None, removed_since: datetime | None, bound) -> None:
     """Store `status` (sent, failed, or retry: pending again) on `message`, in `chat`. `removed_at` is the
     chat's removal mark the send read (a reply that went out ends it); `opted_out_contact`, a contact the
-    platform said opted out; `removed_since`, when a refused send said the bot was removed from the chat."""
+    platform said opted out (of the reply's bot); `removed_since`, when a refused send said the bot was removed from the chat."""
     with_parts = status == "sent"
     record_attempt = 0
     while True:
@@ -62,8 +63,8 @@ async def record_outcome(sessions: async_sessionmaker[AsyncSession], message: Me
                     return
                 if status == "sent" and "template" in meta:  # its text waits for the customer's next message
                     await repo.mark_held_behind_template(session, message.conversation_id, reply_id=message.id)
-                if opted_out_contact is not None:  # so the next replies are refused here, not one by one by the platform
-                    await session.execute(update(Contact).where(Contact.id == opted_out_contact).values(opted_out_at=utcnow()))
+                if opted_out_contact is not None:  # so the bot's next replies are refused here, not one by one by the platform
+                    await opt_out(session, bot=message.bot, contact_id=opted_out_contact, at=utcnow())
                 await _mark_chat(session, message, **marks)
                 if with_parts:
                     for provider_id in dict.fromkeys(str(p) for p in provider_ids):

@@ -79,6 +79,6 @@ async def test_a_sender_whose_contact_row_is_gone_is_still_the_sender(tmp_path):
         session.add(group)
         await session.flush()
         inbound = Message(channel="telegram", conversation_id=group.id, meta={"sender": "222"})
-        conversation, sender = await conversation_and_sender(session, inbound)
+        conversation, sender, _ = await conversation_and_sender(session, inbound)
     await engine.dispose()
     assert (conversation.id, sender.external_id, sender.id) == (group.id, "222", None)

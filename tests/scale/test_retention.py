@@ -15,7 +15,8 @@ from gateway.retention import forget_contact, purge_expired, purge_removed_sourc
 from gateway.settings import Settings
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
-from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message
+from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message, OptOut
+from storage.opt_outs import opt_out
 from tests.conftest import upgrade, write_config
 from tests.storage.old_rows import old_message, store_old
 from tests.worker_rig import until_waiting_for_a_lock
@@ -140,14 +141,16 @@ async def test_retention_keeps_the_opt_out_of_a_contact_whose_conversations_it_p
         await _expired_web_conversation(sessions, "s-gone", contacts_too=True)
         stop_time = utcnow() - timedelta(days=40)
         async with sessions() as session, session.begin():
-            await session.execute(update(Contact).where(Contact.external_id == "s-stop").values(opted_out_at=stop_time))
+            contact = (await session.execute(select(Contact).where(Contact.external_id == "s-stop"))).scalar_one()
+            await opt_out(session, bot="acme", contact_id=contact.id, at=stop_time)
         report = await purge_expired(sessions, settings)
         assert (report.conversations, report.contacts, report.opt_outs_kept) == (2, 1, 1)
         assert await _count(sessions, Conversation, Conversation.id == stopped) == 0
         async with sessions() as session:
             kept = (await session.execute(select(Contact))).scalars().all()
+            [stop] = (await session.execute(select(OptOut))).scalars().all()
         assert [(c.external_id, c.display_name, c.last_inbound_at) for c in kept] == [("s-stop", "", None)]
-        assert kept[0].opted_out_at is not None
+        assert (stop.contact_id, stop.bot, kept[0].created_at) == (kept[0].id, "acme", stop.opted_out_at)
 
 
 async def test_retention_deletes_a_large_backlog_a_batch_per_transaction(migrated_url, monkeypatch) -> None:

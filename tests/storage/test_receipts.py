@@ -12,7 +12,7 @@ from gateway.delivery.receipts import EARLY_RECEIPT_TTL, adopt_early_receipts, p
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender, utcnow
 from storage.engine import create_engine, session_factory
-from storage.models import Contact, Delivery, EarlyReceipt, Message
+from storage.models import Delivery, EarlyReceipt, Message, OptOut
 
 
 async def _reply_with_parts(sessions, provider_ids: list[str]) -> int:
@@ -99,12 +99,13 @@ async def test_a_21610_receipt_opts_the_contact_out_unless_they_wrote_since_the_
     await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-old", status="failed",
                          error_code="21610")
     async with sessions() as session:
-        assert (await session.execute(select(Contact.opted_out_at))).scalar_one() is None
+        assert (await session.execute(select(OptOut))).scalars().all() == []
     async with sessions() as session, session.begin():  # sent after the customer's last message
         await session.execute(update(Message).where(Message.id == reply_id).values(sent_at=utcnow()))
         await session.execute(update(Delivery).where(Delivery.provider_id == "SM-new").values(status="sent"))
     await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-new", status="failed",
                          error_code="21610")
     async with sessions() as session:
-        assert (await session.execute(select(Contact.opted_out_at))).scalar_one() is not None
+        [stop] = (await session.execute(select(OptOut))).scalars().all()
+    assert stop.bot == "acme"
     await engine.dispose()
