@@ -143,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "chat":
             return asyncio.run(_chat(args))
         if args.command == "forget":
-            return asyncio.run(_forget(args))
+            from gateway.cli_forget import forget
+
+            return asyncio.run(forget(args, _settings(args)))
         if args.command == "telegram":
             return asyncio.run(_set_webhook(args))
     except ConfigError as exc:
@@ -366,41 +368,3 @@ async def _set_webhook(args) -> int:
     await set_webhook(bot.channels.telegram, url)
     print(f"webhook set: {url}")
     return 0
-
-
-async def _forget(args) -> int:
-    from gateway.observability.logs import configure_logging_for
-    from gateway.operators.slack_forget import erase_operator_threads
-    from gateway.retention import forget_contact
-    from storage.engine import create_engine, session_factory
-
-    settings = _settings(args)
-    configure_logging_for(settings)  # logs to stderr, counts to stdout
-    engine = create_engine(settings.database_url)
-    try:
-        await require_schema(settings, engine)
-        report = await forget_contact(session_factory(engine), channel=args.channel, user=args.user,
-                                      actor=f"cli:{os.environ.get('USER', 'unknown')}")
-    finally:
-        await engine.dispose()
-    left = await erase_operator_threads(settings, report.operator_threads)  # what the gateway posted about them
-    counts = {k: getattr(report, k) for k in ("contacts", "conversations", "messages", "escalations")}
-    if args.json:
-        print(json.dumps(counts))
-    else:
-        print(f"deleted {_forgotten(counts, opt_outs_kept=report.opt_outs_kept)} (recorded in data_deletions)")
-        if erased := len(report.operator_threads) - len(left):
-            print(f"deleted {erased} Slack operator thread{'s' if erased != 1 else ''} (the operators' own replies stay)")
-    for thread, why in left:
-        print(f"warning: Slack operator thread {thread.ts} (bot {thread.bot}, channel {thread.channel or 'unknown'}) "
-              f"was not deleted: {why}; delete it in Slack", file=sys.stderr)
-    return 1 if left else 0
-
-
-def _forgotten(counts: dict[str, int], *, opt_outs_kept: int) -> str:
-    """`1 contact, 2 conversations, …` ("1 contacts" read as a slip), and the opt-outs kept in their place,
-    which "0 contacts" alone hid."""
-    said = ", ".join(f"{n} {name if n != 1 else name.removesuffix('s')}" for name, n in counts.items())
-    if opt_outs_kept:
-        said += f"; kept {opt_outs_kept} opt-out{'s' if opt_outs_kept != 1 else ''} (WhatsApp STOP)"
-    return said

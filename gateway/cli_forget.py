@@ -1,0 +1,47 @@
+"""`gateway forget`: a contact's data erased on request (gateway/retention.py), and what it prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from gateway.preflight import require_schema
+
+
+async def forget(args, settings) -> int:
+    """`gateway forget`: erase a contact, then the gateway's posts about them in Slack; prints the counts."""
+    from gateway.observability.logs import configure_logging_for
+    from gateway.operators.slack_forget import erase_operator_threads
+    from gateway.retention import forget_contact
+    from storage.engine import create_engine, session_factory
+
+    configure_logging_for(settings)  # logs to stderr, counts to stdout
+    engine = create_engine(settings.database_url)
+    try:
+        await require_schema(settings, engine)
+        report = await forget_contact(session_factory(engine), channel=args.channel, user=args.user,
+                                      actor=f"cli:{os.environ.get('USER', 'unknown')}")
+    finally:
+        await engine.dispose()
+    left = await erase_operator_threads(settings, report.operator_threads)  # what the gateway posted about them
+    counts = {k: getattr(report, k) for k in ("contacts", "conversations", "messages", "escalations")}
+    if args.json:
+        print(json.dumps(counts))
+    else:
+        print(f"deleted {_forgotten(counts, opt_outs_kept=report.opt_outs_kept)} (recorded in data_deletions)")
+        if erased := len(report.operator_threads) - len(left):
+            print(f"deleted {erased} Slack operator thread{'s' if erased != 1 else ''} (the operators' own replies stay)")
+    for thread, why in left:
+        print(f"warning: Slack operator thread {thread.ts} (bot {thread.bot}, channel {thread.channel or 'unknown'}) "
+              f"was not deleted: {why}; delete it in Slack", file=sys.stderr)
+    return 1 if left else 0
+
+
+def _forgotten(counts: dict[str, int], *, opt_outs_kept: int) -> str:
+    """`1 contact, 2 conversations, …` ("1 contacts" read as a slip), and the opt-outs kept in their place,
+    which "0 contacts" alone hid."""
+    said = ", ".join(f"{n} {name if n != 1 else name.removesuffix('s')}" for name, n in counts.items())
+    if opt_outs_kept:
+        said += f"; kept {opt_outs_kept} opt-out{'s' if opt_outs_kept != 1 else ''} (WhatsApp STOP)"
+    return said
