@@ -31,6 +31,9 @@ class Contact(Base):
     external_id: Mapped[str] = mapped_column(String(255))
     display_name: Mapped[str] = mapped_column(String(255), default="")
     last_inbound_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Their earliest STOP while one to any bot holds (`opt_outs` says to which): read by a gateway older than
+    # 0017 still running (a rollback), which then sends them nothing; this one reads `opt_outs` alone.
+    stopped_any_bot_at: Mapped[datetime | None] = mapped_column("opted_out_at", default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

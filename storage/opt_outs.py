@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Select, delete, func, or_, select
+from sqlalchemy import Select, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -56,9 +56,18 @@ async def opt_out(session: AsyncSession, *, bot: str, contact_id: int, at: datet
     """Record the contact's STOP to `bot` (a repeated STOP keeps the first); True when it is new."""
     result = await session.execute(insert_ignore(session, OptOut, {"contact_id": contact_id, "bot": bot,
                                                                    "opted_out_at": at}, ["contact_id", "bot"]))
+    await _mirror(session, contact_id)
     return bool(result.rowcount)
 
 
 async def opt_in(session: AsyncSession, *, bot: str, contact_id: int) -> None:
     """The contact's START to `bot`: its STOP goes, and a STOP of before 0017 that held for every bot."""
     await session.execute(delete(OptOut).where(_for(bot, contact_id)).execution_options(synchronize_session=False))
+    await _mirror(session, contact_id)
+
+
+async def _mirror(session: AsyncSession, contact_id: int) -> None:
+    """`contacts.opted_out_at` as a gateway older than 0017 reads it: their earliest STOP to any bot, else NULL."""
+    await session.execute(update(Contact).where(Contact.id == contact_id).values(
+        stopped_any_bot_at=select(func.min(OptOut.opted_out_at)).where(OptOut.contact_id == contact_id)
+        .scalar_subquery()).execution_options(synchronize_session=False))

@@ -4,7 +4,9 @@ A contact is one per (channel, user id), shared by the bots: a STOP to one bot's
 for every bot, and a START to another re-enabled the first. Each contact's STOP is carried over to every bot
 that has a conversation with them, or that they wrote to (never messaging someone who said STOP); one with
 neither (a contact kept for its STOP alone, after `gateway forget` or the purge) to bot "", every bot, until
-a START. The downgrade gives each contact its earliest STOP back, for every bot.
+a START. `contacts.opted_out_at` stays (migrations only add: a gateway rolled back to before 0017 may run on
+this schema and reads it), set by the code while a contact has a STOP to any bot. The downgrade gives each
+contact its earliest STOP back, for every bot.
 
 Revision ID: 0017
 Revises: 0016
@@ -39,13 +41,9 @@ def upgrade() -> None:
         f"AND m.channel = c.channel AND m.sender = c.external_id WHERE {STOPPED}")
     op.execute("INSERT INTO opt_outs (contact_id, bot, opted_out_at) SELECT c.id, '', c.opted_out_at FROM contacts c "
                f"WHERE {STOPPED} AND NOT EXISTS (SELECT 1 FROM opt_outs o WHERE o.contact_id = c.id)")
-    with op.batch_alter_table('contacts') as batch:
-        batch.drop_column('opted_out_at')
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('contacts') as batch:
-        batch.add_column(sa.Column('opted_out_at', sa.DateTime(timezone=True), nullable=True))
     op.execute("UPDATE contacts SET opted_out_at = "
                "(SELECT MIN(o.opted_out_at) FROM opt_outs o WHERE o.contact_id = contacts.id)")
     op.drop_table('opt_outs')

@@ -74,3 +74,33 @@ async def test_0017_carries_each_stop_over_to_every_bot_of_the_contact_and_back(
         assert [tuple(row) for row in back] == [(1, True), (2, True), (3, False), (4, False)]
     finally:
         await engine.dispose()
+
+
+async def test_a_gateway_older_than_0017_still_running_reads_each_stop_in_contacts(database_url) -> None:
+    """Migrations only add (a rolled-back gateway is let run on a newer schema, `require_schema`): 0017 dropped
+    `contacts.opted_out_at`, and an older gateway's every contact read failed. It stays, set while the contact
+    has a STOP to any bot (the older gateway then sends them nothing, the safe side), cleared with the last."""
+    from storage.opt_outs import opt_out
+
+    await asyncio.to_thread(upgrade, database_url)
+    engine = create_engine(database_url)
+    sessions = session_factory(engine)
+    now = datetime.now(timezone.utc)
+
+    async def seen_by_an_older_gateway() -> bool:
+        async with engine.connect() as conn:
+            return await conn.scalar(text("SELECT opted_out_at IS NOT NULL FROM contacts WHERE id = 1"))
+
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(_CONTACTS.insert(), [{"id": 1, "channel": "whatsapp", "external_id": "15550001",
+                                                     "display_name": "", "created_at": now, "last_inbound_at": now}])
+        seen = []
+        for change, bot in ((opt_out, "alpha"), (opt_out, "beta"), (opt_in, "alpha"), (opt_in, "beta")):
+            async with sessions() as session, session.begin():
+                await (change(session, bot=bot, contact_id=1, at=now) if change is opt_out
+                       else change(session, bot=bot, contact_id=1))
+            seen.append(await seen_by_an_older_gateway())
+        assert seen == [True, True, True, False]
+    finally:
+        await engine.dispose()
