@@ -184,7 +184,7 @@ class Knowledge:
         targets = [(b.name, s.name) for b in bots for s in b.sources if source is None or s.name == source]
         if source and not targets:
             raise KeyError(f"source {source!r} of bot {bot!r} ({_its_sources(bots[0])})" if bot
-                           else f"source {source!r}: no bot has it")
+                           else f"source {source!r}: no bot has it ({_all_sources(bots)})")
         return targets
 
     async def ingest_source(self, bot: str, source: str, *, trigger: str = "manual",
@@ -307,6 +307,12 @@ class Knowledge:
         except KeyError:
             known = ", ".join(b.name for b in self._settings.bots) or "none"
             raise KeyError(f"bot {name!r} (configured: {known})") from None
+
+
+def _all_sources(bots: list[BotSettings]) -> str:
+    """Every bot's source names, for an error about one no bot has."""
+    named = sorted({s.name for b in bots for s in b.sources})
+    return f"the sources: {', '.join(named)}" if named else "no bot has a source"
 
 
 def _its_sources(bot: BotSettings) -> str:

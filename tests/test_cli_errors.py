@@ -103,7 +103,7 @@ def test_ingest_source_without_bot_ingests_it_for_every_bot_that_has_it(tmp_path
     assert [(r["bot"], r["source"], r["status"]) for r in runs] == [("alpha", "help", "ok"), ("gamma", "help", "ok")]
 
     proc = _run("ingest", "--config", str(config), "--source", "nope")
-    assert proc.returncode == 2 and proc.stderr.strip() == "error: unknown source 'nope': no bot has it"
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: unknown source 'nope': no bot has it (the sources: help, manual)"
     proc = _run("ingest", "--config", str(config), "--bot", "alpha", "--source", "manual")
     assert proc.returncode == 2 and proc.stderr.strip() == "error: unknown source 'manual' of bot 'alpha' (its sources: help)"
 

@@ -56,7 +56,7 @@ async def test_admin_ingest_streams_progress_lines_then_the_runs(tmp_path):
 
         # An unknown source is the same 404 as without streaming, before anything is streamed.
         missing = await client.post("/v1/admin/ingest", headers=headers, params={"source": "nope"})
-        assert missing.status_code == 404 and missing.json()["error"] == "unknown source 'nope': no bot has it"
+        assert missing.status_code == 404 and missing.json()["error"] == "unknown source 'nope': no bot has it (the sources: help)"
 
 
 async def test_admin_ingest_whose_caller_goes_away_still_ends_and_is_recorded(tmp_path):
