@@ -16,13 +16,13 @@ UTF-16 units (an emoji counts twice, and a longer Body is refused with 21617). W
 is one-to-one through Twilio, so there are no groups, threads, edits or typing indicators here.
 
 The 24-hour customer-service window: free-form text is only allowed within 24 h of the customer's
-last message. The adapter cannot see the database, so the outbox (`gateway/delivery/outbox.py`) calls
-`within_window()` with the contact's `last_inbound_at` and picks `send()`, `send_template()`
-(settings.content_sid), or reports the message undeliverable; `WINDOW_MARGIN` keeps a reply computed
-in the window's last minutes from landing after it closes. `send()` raises `RecipientUnreachable` for
-error 63016 (outside the window) and the other "cannot reach this person" codes; 63016 mostly comes
-later, in a failed status callback, and `gateway/delivery/receipts.py` then queues the reply again for
-the template.
+last message to that number (so to the bot). The adapter cannot see the database, so the outbox
+(`gateway/delivery/outbox.py`) calls `within_window()` with the time of the customer's last message to the
+bot and picks `send()`, `send_template()` (settings.content_sid), or reports the message undeliverable;
+`WINDOW_MARGIN` keeps a reply computed in the window's last minutes from landing after it closes. `send()`
+raises `RecipientUnreachable` for error 63016 (outside the window) and the other "cannot reach this person"
+codes; 63016 mostly comes later, in a failed status callback, and `gateway/delivery/receipts.py` then queues
+the reply again for the template.
 """
 
 from __future__ import annotations

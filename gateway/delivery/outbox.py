@@ -11,8 +11,8 @@ up to `max_wait_s` after its first rate limit. After `max_attempts`, that wait, 
 reply is marked failed and surfaced: a warning log, `gateway_send_failures_total` (via
 `Metrics.message_out`), and the message's `error` with its reason.
 
-WhatsApp's 24-hour window is checked here (`window.py`), because only the gateway knows when the contact last wrote:
-outside it, the configured Content template is sent instead (its conversation marked: the text follows the
+WhatsApp's 24-hour window is checked here (`window.py`), because only the gateway knows when the contact last
+wrote to the reply's bot (its business number's window): outside it, the configured Content template is sent instead (its conversation marked: the text follows the
 customer's next message), or the reply fails visibly. A reply WhatsApp refused later as outside the window
 (a 63016 receipt, `gateway/delivery/receipts.py`) comes back with `meta.window_closed`, treated the same.
 
@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 
 import structlog
 from opentelemetry.trace import SpanKind
-from sqlalchemy import false, select, update
+from sqlalchemy import false, null, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
@@ -44,7 +44,13 @@ from gateway.delivery.receipts import adopt_early_receipts
 from gateway.delivery.record import record_outcome
 from gateway.delivery.send_breaker import SendBreaker
 from gateway.delivery.streaming import remove_leftovers
-from gateway.delivery.window import OUTSIDE_WINDOW, OutsideWindow, RefusedHere, send_within_window
+from gateway.delivery.window import (
+    OUTSIDE_WINDOW,
+    OutsideWindow,
+    RefusedHere,
+    last_written_to_bot,
+    send_within_window,
+)
 from gateway.errors import BotRemoved, ChannelError, ChannelSendError, RecipientOptedOut, RecipientUnreachable
 from gateway.events import ESCALATIONS_TOPIC, EventBus, conversation_topic
 from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage, as_utc, utcnow
@@ -142,10 +148,11 @@ class Outbox:
             for key, value in claimed._mapping.items():  # the claimed row, as a refresh would read it
                 set_committed_value(message, key, value)
             # The conversation, its contact and their STOP to its bot, the message replied to, its chat's removal
-            # mark: one round trip.
+            # mark, when the customer last wrote to its bot (WhatsApp's window, no other channel's): one round trip.
             inbound_row = aliased(Message)
-            conversation, contact, inbound, removed_at, opted_out_at = (await session.execute(with_opt_out(
-                select(Conversation, Contact, inbound_row, RemovedChat.removed_at)
+            wrote = last_written_to_bot() if message.channel == "whatsapp" else null()
+            conversation, contact, inbound, removed_at, wrote_at, opted_out_at = (await session.execute(with_opt_out(
+                select(Conversation, Contact, inbound_row, RemovedChat.removed_at, wrote)
                 .where(Conversation.id == message.conversation_id)
                 .outerjoin(Contact, Contact.id == Conversation.contact_id)
                 .outerjoin(RemovedChat, removed_from_its_chat())
@@ -194,7 +201,7 @@ class Outbox:
                                 lambda landed: self._record_landed(message.id, meta, _merged(delivered, landed), bound))
                             try:
                                 provider_ids, template = await send_within_window(
-                                    adapter, outbound, last_inbound_at=contact.last_inbound_at if contact else None,
+                                    adapter, outbound, last_inbound_at=wrote_at,
                                     window_closed="window_closed" in meta,
                                     opted_out_at=opted_out_at,
                                     removed_at=still_removed(removed_at, heard_at=inbound and (inbound.sent_at or inbound.created_at)))

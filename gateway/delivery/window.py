@@ -2,16 +2,21 @@
 is sent (`Outbox.deliver`).
 
 Only the gateway knows when the contact last wrote: outside the window the configured Content template is
-sent instead, or the reply fails visibly (`OutsideWindow`).
+sent instead, or the reply fails visibly (`OutsideWindow`). The window is one business number's, so one bot's:
+it is read from the customer's last message in the reply's conversation (`last_written_to_bot`), not from the
+contact's `last_inbound_at`, which a message to any bot refreshes.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from sqlalchemy import ScalarSelect, select
+
 from channels.base import ChannelAdapter
 from gateway.errors import RecipientUnreachable
 from gateway.models import OutboundMessage, utcnow
+from storage.models import Conversation, Message
 
 OUTSIDE_WINDOW = "outside the 24-hour window"
 
@@ -22,6 +27,14 @@ class RefusedHere(RecipientUnreachable):
 
 class OutsideWindow(RefusedHere):
     """WhatsApp: the contact last wrote more than 24 h ago and no template is configured."""
+
+
+def last_written_to_bot() -> ScalarSelect:
+    """When the customer last wrote in the conversation (of the enclosing query), so to its bot; NULL if never.
+    On WhatsApp a bot has one conversation per customer (its number and theirs). The newest inbound row by
+    `ix_messages_conversation`, read backwards: not a scan of the conversation."""
+    return (select(Message.created_at).where(Message.conversation_id == Conversation.id, Message.direction == "in")
+            .order_by(Message.id.desc()).limit(1).correlate(Conversation).scalar_subquery())
 
 
 async def send_within_window(adapter: ChannelAdapter, outbound: OutboundMessage, *,

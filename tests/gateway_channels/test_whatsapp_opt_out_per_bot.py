@@ -1,5 +1,6 @@
-"""WhatsApp's STOP and START are said to one business number, so to one bot: through the real app with two bots
-on two numbers, a STOP to one leaves the other answering, and a START to the other re-enables nothing of the first."""
+"""WhatsApp's STOP and START, and its 24-hour window, are one business number's, so one bot's: through the real
+app with two bots on two numbers, a STOP to one leaves the other answering, a START to the other re-enables nothing
+of the first, and a message to one opens no window of the other."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from tests.gateway_channels.conftest import (
     store_reply,
     wait_until,
 )
-from tests.gateway_channels.whatsapp_rig import ACCOUNT_SID, AUTH_TOKEN, PUBLIC_URL
+from tests.gateway_channels.whatsapp_rig import ACCOUNT_SID, AUTH_TOKEN, PUBLIC_URL, content_template, leave_window
 
 NUMBERS = {"alpha": "+14155230001", "beta": "+14155230002"}
 
@@ -139,3 +140,23 @@ async def test_forget_keeps_each_bots_stop_for_that_bot_alone(env):
     await say(client, "alpha", "SM" + "d3" * 16, phone)
     [question] = await chat(services, "alpha", phone, 3)
     assert (question.status, question.error) == ("ignored", OPTED_OUT)
+
+
+async def test_whatsapp_message_to_one_bot_opens_no_window_of_the_other(env):
+    # Twilio refuses free-form text outside *that number's* 24 hours (63016): beta, whose customer wrote to it
+    # 25 hours ago and to alpha just now, sends the template at once, no refused text first.
+    client, services, fake = env
+    phone = "+15550000104"
+    await say(client, "beta", "SM" + "e1" * 16, phone)
+    await wait_until(lambda: answers(fake, "beta", phone), what="beta's answer")
+    [_, answer] = await chat(services, "beta", phone, 2)
+    await leave_window(services, answer.conversation_id)
+    await say(client, "alpha", "SM" + "e2" * 16, phone)
+    [answered] = await wait_until(lambda: answers(fake, "alpha", phone), what="alpha's answer")
+    assert "ContentSid" not in answered.form  # alpha's own window is open
+    await chat(services, "alpha", phone, 4)
+    with content_template(services, "HX" + "4" * 32, bot="beta"):
+        reply_id = await store_reply(services, conversation_id=answer.conversation_id, text="Your refund is on its way.")
+        assert await services.outbox.deliver(reply_id) == "sent"
+    assert [r.form.get("ContentSid") for r in answers(fake, "beta", phone)] == [None, "HX" + "4" * 32]
+    assert (await get_message(services, reply_id)).meta["template"] == "HX" + "4" * 32

@@ -12,7 +12,7 @@ from sqlalchemy import update
 from twilio.request_validator import RequestValidator
 
 from gateway.models import utcnow
-from storage.models import Contact, Conversation
+from storage.models import Message
 from tests.fakes.twilio_api import FakeTwilio
 from tests.gateway_channels.conftest import QUESTION, gateway_app, get_message, settled_chat, store_reply, wait_until
 
@@ -76,17 +76,18 @@ async def answered(client, services, fake, sid: str, phone: str) -> tuple[int, i
 
 
 async def leave_window(services, conversation_id: int) -> None:
+    """The customer's messages in the conversation (to its bot) written 25 hours ago."""
     async with services.sessions() as session, session.begin():
-        conversation = await session.get(Conversation, conversation_id)
-        await session.execute(update(Contact).where(Contact.id == conversation.contact_id)
-                              .values(last_inbound_at=utcnow() - timedelta(hours=25)))
+        await session.execute(update(Message).where(Message.conversation_id == conversation_id,
+                                                    Message.direction == "in")
+                              .values(created_at=utcnow() - timedelta(hours=25)))
 
 
 
 @contextmanager
-def content_template(services, content_sid: str):
+def content_template(services, content_sid: str, *, bot: str = "acme"):
     """The bot's WhatsApp channel with a Content template (`content_sid`) while the block runs."""
-    adapter = services.adapters[("acme", "whatsapp")]
+    adapter = services.adapters[(bot, "whatsapp")]
     original = adapter.settings
     adapter.settings = original.model_copy(update={"content_sid": content_sid})
     try:

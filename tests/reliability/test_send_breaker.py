@@ -198,16 +198,14 @@ async def test_the_wait_after_a_rate_limit_is_the_platforms_not_a_doubling_of_ev
 
 async def _whatsapp_reply(sessions, phone: str, *, wrote_hours_ago: float) -> int:
     """A reply to `phone`'s WhatsApp question, the contact having last written `wrote_hours_ago` hours ago."""
-    from storage.models import Contact
-
     conversation_ref = ConversationRef(channel="whatsapp", workspace="whatsapp:+15550001111", chat=f"whatsapp:{phone}")
     inbound = InboundMessage(channel="whatsapp", external_id=f"SM-{phone}", sender=Sender(f"whatsapp:{phone}"),
                              text="Plans?", conversation=conversation_ref)
     accepted = await Inbox(sessions).accept("acme", inbound)
     async with sessions() as session, session.begin():
         conversation = await session.get(Conversation, accepted.conversation_id)
-        await session.execute(update(Contact).where(Contact.id == conversation.contact_id)
-                              .values(last_inbound_at=utcnow() - timedelta(hours=wrote_hours_ago)))
+        await session.execute(update(Message).where(Message.id == accepted.message_id)
+                              .values(created_at=utcnow() - timedelta(hours=wrote_hours_ago)))
         return (await repo.add_outbound(session, conversation=conversation, text="Plus costs $6.",
                                         reply_to_id=accepted.message_id)).id
 
