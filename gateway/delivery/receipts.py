@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import structlog
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -153,18 +153,21 @@ async def _mark_opted_out(session: AsyncSession, message_id: int) -> bool:
     """Mark the contact of the reply Twilio refused with 21610 opted out of its bot, as a STOP to it does (the
     outbox does the same for a send refused at once): else every later reply goes to Twilio and is refused one by one.
 
-    Not when the customer wrote after the reply was sent: a receipt can come minutes late, and a START (or any
-    message of theirs) since then is newer than what it says."""
-    reply = (await session.execute(select(Message.sent_at, Message.bot, Conversation.contact_id)
+    Not when the customer wrote to that bot after the reply was sent: a receipt can come minutes late, and a START
+    (or any message of theirs) since then is newer than what it says. What they wrote to another bot is not: a
+    STOP is said to one business number."""
+    # The contact locked, then asked: a START being stored (storing a message updates the contact's row) is waited
+    # for, and read by the next statement once it commits. Asked in this statement, it would not be seen.
+    reply = (await session.execute(select(Message.sent_at, Message.bot, Message.conversation_id, Conversation.contact_id)
                                    .join(Conversation, Conversation.id == Message.conversation_id)
-                                   .where(Message.id == message_id))).one_or_none()
-    if reply is None or reply.contact_id is None:
+                                   .join(Contact, Contact.id == Conversation.contact_id)
+                                   .where(Message.id == message_id).with_for_update(of=Contact))).one_or_none()
+    if reply is None:  # no such reply, or its conversation has no contact
         return False
-    not_since = Contact.last_inbound_at.is_(None) if reply.sent_at is None else \
-        or_(Contact.last_inbound_at.is_(None), Contact.last_inbound_at <= reply.sent_at)
-    # Locked, then asked: a START being stored (it updates the row) is waited for, and read once it commits.
-    if (await session.execute(select(Contact.id).where(Contact.id == reply.contact_id, not_since)
-                              .with_for_update())).scalar_one_or_none() is None:
+    wrote = [Message.conversation_id == reply.conversation_id, Message.direction == "in"]
+    if reply.sent_at is not None:
+        wrote.append(Message.created_at > reply.sent_at)
+    if (await session.execute(select(exists().where(*wrote)))).scalar_one():
         return False
     return await opt_out(session, bot=reply.bot, contact_id=reply.contact_id, at=utcnow())
 

@@ -109,3 +109,21 @@ async def test_a_21610_receipt_opts_the_contact_out_unless_they_wrote_since_the_
         [stop] = (await session.execute(select(OptOut))).scalars().all()
     assert stop.bot == "acme"
     await engine.dispose()
+
+
+async def test_a_21610_receipt_opts_out_of_its_bot_though_the_customer_wrote_to_another_since(migrated_url):
+    """A STOP is said to one business number (one bot): what the customer wrote to another bot since the reply
+    is no START to this one, so the 21610 still opts them out of the bot that sent it."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    reply_id = await _reply_with_parts(sessions, ["SM-acme"])
+    async with sessions() as session, session.begin():  # sent after the customer's message to acme
+        await session.execute(update(Message).where(Message.id == reply_id).values(sent_at=utcnow()))
+    await Inbox(sessions).accept("beta", InboundMessage(
+        channel="whatsapp", external_id="SM-to-beta", sender=Sender(external_id="+1"), text="hello beta",
+        conversation=ConversationRef(channel="whatsapp", workspace="whatsapp:+2", chat="whatsapp:+1")))
+    await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-acme", status="failed",
+                         error_code="21610")
+    async with sessions() as session:
+        assert [s.bot for s in (await session.execute(select(OptOut))).scalars()] == ["acme"]
+    await engine.dispose()
