@@ -88,8 +88,7 @@ class SlackAdapter:
     ) -> None:
         self.bot = bot
         self.settings = settings
-        # slack_sdk appends the method name to base_url verbatim, so the trailing slash matters.
-        self.api_base = (settings.api_base or "https://slack.com/api/").rstrip("/") + "/"
+        self.api_base = settings.web_api_base
         self._http = http
         self._sleep = sleep  # injectable so tests can assert on Retry-After without waiting
         self._max_attempts = max_attempts

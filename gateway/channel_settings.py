@@ -72,6 +72,11 @@ class SlackChannel(ChannelBase):
     app_token: str | None = None
     operator_channel: str | None = None
 
+    @property
+    def web_api_base(self) -> str:
+        """The Web API's base URL as slack_sdk wants it: it appends the method name verbatim, so the slash matters."""
+        return (self.api_base or "https://slack.com/api/").rstrip("/") + "/"
+
 
 class DiscordChannel(ChannelBase):
     token: str = ""

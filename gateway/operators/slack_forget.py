@@ -49,8 +49,7 @@ async def erase_operator_threads(settings: Settings, threads: list[OperatorThrea
         if slack is None or not slack.bot_token:
             left += [(thread, "the bot has no Slack token in the config") for thread in theirs]
             continue
-        base_url = (slack.api_base or "https://slack.com/api/").rstrip("/") + "/"  # slack_sdk appends the method
-        client = AsyncWebClient(token=slack.bot_token, base_url=base_url,
+        client = AsyncWebClient(token=slack.bot_token, base_url=slack.web_api_base,
                                 retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=3)])
         try:
             me = await client.auth_test()
