@@ -176,13 +176,17 @@
     if (state.selected === taken.id) $("op-reply").focus();
   }
 
-  async function act(action, body) {
+  /** POSTs an action on the selected escalation, then redraws it; true once the server took the action. A
+   *  redraw that fails after that is shown, but is no failure of the action: a note left in its box as unsent
+   *  would have been added twice. `accepted` runs as soon as the server answers, before the redraw. */
+  async function act(action, body, accepted) {
     actionFailed("");
     try {
       await api("/v1/escalations/" + state.selected + "/" + action, { method: "POST", body: body });
-      await Promise.all([loadDetail(), loadList()]);
-      return true;
     } catch (err) { actionFailed(err.message); return false; }
+    if (accepted) accepted();
+    try { await Promise.all([loadDetail(), loadList()]); } catch (err) { actionFailed(err.message); }
+    return true;
   }
 
   function newMessageId() {
@@ -384,9 +388,11 @@
   submitsOnEnter("op-note", "op-note-form");
   $("op-note-form").addEventListener("submit", async function (e) {
     e.preventDefault();
-    var text = $("op-note").value.trim();
-    if (!text) return;
-    if (await act("notes", { text: text })) $("op-note").value = "";
+    var box = $("op-note"), text = box.value.trim();
+    // A second Enter while the first note is on its way would add it twice.
+    if (!text || box.readOnly) return;
+    box.readOnly = true;
+    try { await act("notes", { text: text }, function () { box.value = ""; }); } finally { box.readOnly = false; }
   });
   keys.arrowsMoveIn("op-escalations");
   keys.describedByHints(["op-reply", "op-note"]);

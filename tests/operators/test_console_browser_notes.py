@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.operators.conftest import CONSOLE_TOKEN
@@ -30,3 +32,20 @@ def test_console_adds_a_note_of_several_lines_with_the_reply_boxs_keys(open_tab,
     assert [n["text"] for n in stored] == ["Tried a refund:\nthe card was declined."]
     assert "Shift+Enter" in operator.locator("#op-note-hint").inner_text()
     assert operator.locator("#op-note").get_attribute("aria-describedby") == "op-note-hint"
+
+
+def test_console_clears_a_note_the_server_took_though_the_redraw_after_it_failed(open_tab, live_url):
+    """The box was emptied only once the escalation had been drawn again: when that read failed, the note stayed
+    in the box under an error, as if unsent, and a second Enter added it twice."""
+    operator, escalation = _opened(open_tab, live_url, "console-note-redraw", "Notes, I want to talk to a human")
+    operator.route(re.compile(rf".*/v1/escalations/{escalation}(\?.*)?$"), lambda route: route.abort("connectionfailed"))
+    operator.fill("#op-note", "Called the bank.")
+    with operator.expect_response(lambda r: r.url.endswith("/notes")) as added:
+        operator.press("#op-note", "Enter")
+    assert added.value.ok
+    operator.wait_for_function("() => !document.getElementById('op-error').hidden")
+    assert operator.locator("#op-note").input_value() == ""
+    operator.press("#op-note", "Enter")  # nothing left to send
+    stored = operator.request.get(f"{live_url}/v1/escalations/{escalation}",
+                                  headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"}).json()["notes"]
+    assert [n["text"] for n in stored] == ["Called the bank."]
