@@ -15,6 +15,7 @@ from sqlalchemy import delete, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.delivery.receipts import purge_early_receipts
+from gateway.errors import Conflict
 from gateway.models import utcnow
 from gateway.operators.slack_forget import OperatorThread
 from gateway.settings import Settings
@@ -24,6 +25,8 @@ from storage.opt_outs import first_opt_out, kept_for_opt_out
 
 log = structlog.get_logger("gateway.retention")
 
+ESCALATED_MEANWHILE_ATTEMPTS = 5
+"""Tries of a forget, or of a purge's batch, each undone by an escalation opened in one of its conversations meanwhile."""
 PURGE_BATCH = 1000  # expired conversations deleted per transaction
 IDS_PER_STATEMENT = 1000
 """The most ids one statement names: PostgreSQL takes 32,767 parameters, and 1,000 conversations of groups
@@ -123,15 +126,21 @@ async def _lock_with_escalations(session: AsyncSession, conversations) -> list[i
     return locked
 
 
-async def _again_if_escalated_meanwhile(sessions: async_sessionmaker[AsyncSession], work):
+async def _again_if_escalated_meanwhile(sessions: async_sessionmaker[AsyncSession], work, **about):
     """`await work(session)` in a transaction of its own, rolled back and run again while it raises
-    `_EscalatedMeanwhile` (each time another escalation opened in the instant between two statements)."""
-    while True:
+    `_EscalatedMeanwhile` (each time another escalation opened in the instant between two statements), at most
+    `ESCALATED_MEANWHILE_ATTEMPTS` times in all; then `Conflict`. `about` (`job`, `bot` or `channel`) goes in
+    the log lines: an escalation opened on every attempt (a bug, or operators taking over its conversations
+    one after another) made it run for ever, holding its locks in turn, and said nothing."""
+    for attempt in range(1, ESCALATED_MEANWHILE_ATTEMPTS + 1):
         try:
             async with sessions() as session, session.begin():
                 return await work(session)
         except _EscalatedMeanwhile:
-            continue
+            log.warning("retention.escalated_meanwhile", attempt=attempt, attempts=ESCALATED_MEANWHILE_ATTEMPTS,
+                        **about)
+    raise Conflict(f"{about.get('job', 'retention')}: an escalation opened in its conversations during each of "
+                   f"{ESCALATED_MEANWHILE_ATTEMPTS} attempts, so nothing was deleted; run it again")
 
 
 async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel: str, user: str,
@@ -144,7 +153,8 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
     others' as well: only their messages go from it, with the replies to them.
     """
     report = await _again_if_escalated_meanwhile(
-        sessions, lambda session: _forget(session, channel=channel, user=user, actor=actor))
+        sessions, lambda session: _forget(session, channel=channel, user=user, actor=actor),
+        job="forget", channel=channel)
     log.info("retention.forgot_contact", channel=channel, **report.as_dict())
     return report
 
@@ -215,8 +225,13 @@ async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Se
         after = 0
         while True:
             batch = expired.where(Conversation.id > after).order_by(Conversation.id).limit(PURGE_BATCH)
-            locked = await _again_if_escalated_meanwhile(
-                sessions, lambda session: _purge_batch(session, bot.name, batch, cutoff, report))
+            try:
+                locked = await _again_if_escalated_meanwhile(
+                    sessions, lambda session: _purge_batch(session, bot.name, batch, cutoff, report),
+                    job="purge", bot=bot.name)
+            except Conflict as exc:  # the bot's next run tries again; the other bots are purged meanwhile
+                log.error("retention.purge_stopped", bot=bot.name, error=str(exc))
+                break
             if len(locked) < PURGE_BATCH:
                 break
             after = locked[-1]
