@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.models import MEMBER_SCOPE, as_utc, utcnow
 from storage.message_meta import sent_by
+from storage.meta_keys import merged_meta
 from storage.models import Contact, Conversation, Escalation, EscalationEvent, Message, UnfinishedChatMove, Usage
 from storage.upsert import insert_ignore
 
@@ -78,10 +79,14 @@ async def move_chat(session: AsyncSession, *, bot: str, channel: str, old: str, 
             await _merge(session, source=conversation, into=there)
             merged.append(conversation.id)
     # What the group wrote as itself (its anonymous admins) names its new id, as its contact does: left at the
-    # old one, `gateway forget` of the group found its contact and none of what it wrote before the move.
+    # old one, `gateway forget` of the group found its contact and none of what it wrote before the move. In
+    # `meta.sender` too, in the same statement: a turn reads its question's sender there (the identity its tools
+    # authorize against, `conversation_and_sender`), so one waiting across the move was answered as nobody known.
     await session.execute(update(Message).where(Message.conversation_id.in_(select(Conversation.id).where(
         Conversation.bot == bot, Conversation.channel == channel, Conversation.workspace == workspace,
-        Conversation.chat == new)), sent_by(old)).values(sender=new).execution_options(synchronize_session=False))
+        Conversation.chat == new)), sent_by(old)).values(
+        sender=new, meta=merged_meta(session.bind.dialect.name, {"sender": new}))
+        .execution_options(synchronize_session=False))
     await _move_contact(session, channel=channel, old=old, new=new)
     # Last, after the rows above, in the order every move takes them (the escalations, then the conversations).
     key = {"bot": bot, "channel": channel, "workspace": workspace, "chat": old}

@@ -167,3 +167,20 @@ async def test_the_periodic_repairs_of_a_gateway_finish_the_moves_left_unfinishe
     await services.reminders.run_once()  # also run at start, then every 30 s
     await _finished(services.sessions, kept_id)
     await services.engine.dispose()
+
+
+async def test_a_question_the_group_asked_as_itself_before_the_move_is_answered_as_the_moved_group(migrated_url):
+    """The move renamed the group's contact and the `sender` column of what it wrote as itself, but left their
+    `meta.sender` at the old id, which the turn reads: a question waiting across the move was answered as someone
+    unknown at the old id (no contact: the tools authorized against the old chat id), not as the group."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    asked = await inbox.accept("acme", _said("1", OLD, sender=OLD))
+    await inbox.accept("acme", _move("2"))
+    async with sessions() as session:
+        message = await session.get(Message, asked.message_id)
+        assert (message.sender, message.meta["sender"]) == (NEW, NEW)
+        conversation, contact, _ = await repo.conversation_and_sender(session, message)
+        assert contact.id is not None and contact.id == conversation.contact_id and contact.external_id == NEW
+    await engine.dispose()
