@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.delivery.receipts import purge_early_receipts
 from gateway.errors import Conflict
 from gateway.models import utcnow
-from gateway.operators.slack_forget import OperatorThread
+from gateway.operators.slack_forget import OperatorThread, erase_operator_threads
 from gateway.settings import Settings
 from storage.message_meta import sent_by, stored_sender
 from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message, RemovedChat
@@ -28,6 +28,7 @@ log = structlog.get_logger("gateway.retention")
 ESCALATED_MEANWHILE_ATTEMPTS = 5
 """Tries of a forget, or of a purge's batch, each undone by an escalation opened in one of its conversations meanwhile."""
 PURGE_BATCH = 1000  # expired conversations deleted per transaction
+PURGE_OPERATOR_THREADS = 500  # Slack operator threads of purged conversations erased per run, at most
 IDS_PER_STATEMENT = 1000
 """The most ids one statement names: PostgreSQL takes 32,767 parameters, and 1,000 conversations of groups
 with a hundred writers each are 100,000 people."""
@@ -96,7 +97,12 @@ async def _people_of(session: AsyncSession, conversation_ids: list[int]) -> dict
 
 
 async def _delete_conversations(session: AsyncSession, ids: list[int], report: DeletionReport) -> None:
-    """Delete conversations and count what goes with them (messages and escalations cascade)."""
+    """Delete conversations and count what goes with them (messages and escalations cascade); their escalations'
+    Slack operator threads go in `report.operator_threads`, for the caller to erase after the commit."""
+    for part in _parts(ids):  # read before their escalations go: the copies posted in Slack go after them
+        report.operator_threads += [OperatorThread(*row) for row in (await session.execute(
+            select(Escalation.bot, Escalation.slack_channel, Escalation.slack_ts).where(
+                Escalation.conversation_id.in_(part), Escalation.slack_ts.is_not(None)))).all()]
     for part in _parts(ids):  # a contact forgotten may have more conversations than a statement takes
         report.messages += await _count(session, Message, Message.conversation_id.in_(part))
         report.escalations += await _count(session, Escalation, Escalation.conversation_id.in_(part))
@@ -181,10 +187,6 @@ async def _forget(session: AsyncSession, *, channel: str, user: str, actor: str)
     # a turn's store takes them.
     await _lock_with_escalations(session, found.order_by(Conversation.id))
     ids = list((await session.execute(found.where(~others))).scalars())
-    for part in _parts(ids):  # read before their escalations go: the copies posted in Slack go after them
-        report.operator_threads += [OperatorThread(*row) for row in (await session.execute(
-            select(Escalation.bot, Escalation.slack_channel, Escalation.slack_ts).where(
-                Escalation.conversation_id.in_(part), Escalation.slack_ts.is_not(None)))).all()]
     await _delete_conversations(session, ids, report)
     # What is left of theirs is in the others' conversations. The replies first: deleting a message
     # sets its replies' `reply_to_id` to NULL, and they could not be told apart after.
@@ -346,4 +348,22 @@ async def run_retention(sessions: async_sessionmaker[AsyncSession], settings: Se
     if index is not None:
         sources = await purge_removed_sources(sessions, settings, index=index)
         report.documents, report.chunks = sources.documents, sources.chunks
+    await _erase_purged_threads(settings, report.operator_threads)
     return report
+
+
+async def _erase_purged_threads(settings: Settings, threads: list[OperatorThread]) -> None:
+    """The gateway's posts in the Slack operator threads of the conversations purged (their header, summary and
+    the customer's words relayed), as `gateway forget` erases them; last, so no other part of the job waits on
+    Slack. At most `PURGE_OPERATOR_THREADS` a run (a first purge of a full store must not hold the job for
+    hours, rate-limited); each one left (over that, Slack refused or was unreachable) is a warning line naming it,
+    for someone to delete by hand, as the rows that held it are gone."""
+    left = [(thread, f"over the {PURGE_OPERATOR_THREADS} threads a run deletes")
+            for thread in threads[PURGE_OPERATOR_THREADS:]]
+    try:
+        left += await erase_operator_threads(settings, threads[:PURGE_OPERATOR_THREADS])
+    except Exception:  # never the purge's failure: its rows are deleted and committed
+        log.exception("retention.operator_threads_failed", threads=len(threads))
+        return
+    for thread, why in left:
+        log.warning("retention.operator_thread_left", bot=thread.bot, channel=thread.channel, ts=thread.ts, why=why)

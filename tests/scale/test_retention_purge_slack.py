@@ -1,0 +1,63 @@
+"""The retention job and the Slack operator channel: the gateway's posts in the operator thread of a purged
+conversation's escalation (its header, the summary, the customer's messages relayed) go with it, as under
+`gateway forget`; Slack refusing is logged, never a failure of the purge."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from slack_sdk.web.async_client import AsyncWebClient
+from structlog.testing import capture_logs
+
+from gateway.retention import run_retention
+from gateway.settings import Settings
+from storage.engine import create_engine, session_factory
+from storage.models import Conversation, Escalation
+from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.scale.test_retention import _count, _expired_web_conversation, _store
+from tests.scale.test_retention_slack import OPERATORS, _thread
+
+
+@asynccontextmanager
+async def _purging(url: str):
+    """(fake Slack, sessions, a Slack client with the bot's token, settings of bot acme keeping 30 days, with
+    Slack and an operator channel)."""
+    slack, engine = await FakeSlack.start(), create_engine(url)
+    settings = Settings(database_url=url, bots=[{"name": "acme", "retention_days": 30, "channels": {"slack": {
+        "bot_token": BOT_TOKEN, "signing_secret": "signing-secret", "api_base": slack.api_base,
+        "operator_channel": OPERATORS}}}])
+    try:
+        yield slack, session_factory(engine), AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_base), settings
+    finally:
+        await engine.dispose()
+        await slack.stop()
+
+
+async def test_retention_deletes_the_gateways_posts_in_a_purged_conversations_slack_thread(migrated_url):
+    """The purge deleted the conversation and its escalation, and left the copies of the customer's words the
+    gateway had posted in the operator channel, which only `gateway forget` deleted."""
+    async with _purging(migrated_url) as (slack, sessions, client, settings):
+        expired = await _expired_web_conversation(sessions, "s-old")
+        kept = await _store(sessions, bot="acme", channel="web", user="s-new", chat="s-new")
+        theirs = await _thread(client, sessions, expired, "s-old")
+        operator_reply = slack.say(OPERATORS, "On it", thread_ts=theirs[0])
+        others = await _thread(client, sessions, kept, "s-new")
+        report = await run_retention(sessions, settings, knowledge=None)
+        assert report.conversations == 1
+        assert sorted(slack.deleted) == sorted(theirs) and slack.deleted[-1] == theirs[0]
+        assert operator_reply not in slack.deleted and not set(others) & set(slack.deleted)
+        assert await _count(sessions, Escalation, Escalation.conversation_id == expired) == 0
+
+
+async def test_retention_purges_though_slack_refuses_and_logs_the_thread_left(migrated_url):
+    async with _purging(migrated_url) as (slack, sessions, client, settings):
+        expired = await _expired_web_conversation(sessions, "s-old")
+        header = (await _thread(client, sessions, expired, "s-old"))[0]
+        slack.fail("conversations.replies", error="missing_scope")
+        with capture_logs() as logs:
+            report = await run_retention(sessions, settings, knowledge=None)
+        assert report.conversations == 1 and slack.deleted == []
+        assert await _count(sessions, Conversation, Conversation.id == expired) == 0
+        [left] = [e for e in logs if e["event"] == "retention.operator_thread_left"]
+        assert (left["log_level"], left["bot"], left["channel"], left["ts"]) == ("warning", "acme", OPERATORS, header)
+        assert left["why"] == "Slack answered missing_scope"
