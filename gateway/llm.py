@@ -44,7 +44,15 @@ from gateway.llm_retry import (
     url_refused,
     worth_another_try,
 )
-from gateway.llm_stream import Accumulator, CallbackError, StreamFailed, TokenCallback, read_stream, stream_cause
+from gateway.llm_stream import (
+    Accumulator,
+    CallbackError,
+    StreamFailed,
+    TokenCallback,
+    read_stream,
+    said_in_stream,
+    stream_cause,
+)
 from gateway.observability.logs import adopt_litellm_loggers
 from gateway.offline.provider import MODEL as OFFLINE_LITELLM_MODEL
 from gateway.offline.provider import register_offline_provider
@@ -209,12 +217,13 @@ class LLMRouter:
                         log.warning("llm.stream_failed_after_tokens", model=name, error=str(exc))
                         on_token = None
                     error: BaseException = exc
-                    retryable = True
+                    retryable, said = True, said_in_stream(exc)
                     if (cause := stream_cause(exc)) is not None:  # the provider said why: as it is unstreamed
                         error, retryable = cause, worth_another_try(cause)
                 except LLMError:
                     raise
                 except Exception as exc:  # any provider failure: classify, then retry or fall back
+                    said = None
                     fault = client_fault(exc)
                     if fault:  # a bug to report, with its traceback, not a provider outage
                         log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {short(exc)}", exc_info=exc)
@@ -231,8 +240,9 @@ class LLMRouter:
                 if self._metrics is not None:
                     self._metrics.llm_failures.labels(model=name, retryable=str(retryable).lower()).inc()
                 # The endpoint and the kind of failure: a refused connection said only "Connection error.".
-                failure = "timeout" if timed_out else failure_kind(error) if not isinstance(error, StreamFailed) \
-                    else "stream broken" if error.__cause__ is not None else "stream incomplete"
+                failure = "timeout" if timed_out else said or (failure_kind(error) if not isinstance(error, StreamFailed)
+                                                               else "stream broken" if error.__cause__ is not None
+                                                               else "stream incomplete")
                 # The origin the failed request went to, else (no request made) the one its config names.
                 where = called_endpoint(error) or self._endpoints[name]
                 self.calls.failed(name, failure, where)

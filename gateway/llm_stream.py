@@ -11,9 +11,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import openai
 import structlog
 
-from gateway.llm_retry import STOPPED_EMPTY, client_fault, failure_kind, short
+from gateway.llm_retry import STOPPED_EMPTY, causes, client_fault, failure_kind, out_of_credit, short
 
 log = structlog.get_logger("gateway.llm")
 
@@ -37,6 +38,44 @@ def stream_cause(failed: StreamFailed) -> BaseException | None:
         return None
     kind = failure_kind(cause)
     return None if kind == "connection failed" or kind.startswith("other: ") else cause
+
+
+# What an error event says, by its type, code or text, the first match winning: OpenAI names an overload a
+# `server_error` and says so only in its message; Anthropic's type is lost on the way (LiteLLM keeps its message).
+_SAID = (("overloaded", ("overloaded",)),
+         ("rate limited", ("rate_limit", "rate limit", "resource_exhausted", "too many requests")),
+         ("server error", ("server_error", "api_error", "internal_error", "internal server error", "server had an error")))
+
+
+def said_in_stream(failed: StreamFailed) -> str | None:
+    """What the error event that ended a stream said, when it said one of these: "rate limited", "overloaded"
+    or "server error"; None otherwise (a dropped connection, no credit, an event of another kind). LiteLLM
+    raises most error events (OpenAI's `data: {"error": …}`, Anthropic's `event: error`) as a broken
+    connection or a made-up 500, which were logged as "stream broken" whatever the provider said. Named
+    without a status, as the stream had answered 200."""
+    chain = causes(failed)
+    if any(out_of_credit(e) for e in chain):
+        return None
+    for error in reversed(chain):  # the provider's own exception is the innermost
+        text = _event_text(error)
+        if text is None:
+            continue
+        for kind, markers in _SAID:
+            if any(marker in text for marker in markers):
+                return kind
+    return None
+
+
+def _event_text(error: BaseException) -> str | None:
+    """The type, code and message of an error event as the client library raised it, lower-cased: the OpenAI
+    SDK's `APIError` with the event's `error` as its body (no HTTP status: it came in a 200), or a LiteLLM
+    provider exception (Anthropic's, with the event's message)."""
+    if isinstance(error, openai.APIError) and not isinstance(error, (openai.APIStatusError, openai.APIConnectionError)) \
+            and type(error).__module__.startswith("openai") and isinstance(error.body, dict):
+        return " ".join(str(error.body.get(key) or "") for key in ("type", "code", "message")).lower()
+    if type(error).__module__.startswith("litellm.llms.") and isinstance(getattr(error, "message", None), str):
+        return error.message.lower()
+    return None
 
 
 class CallbackError(Exception):

@@ -13,6 +13,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
+from tests.fakes.provider_streams import FakeProviders  # noqa: E402
 
 
 @pytest.fixture
@@ -28,3 +29,10 @@ def fake_model(fake: FakeOpenAI, name: str, **params: Any) -> dict[str, Any]:
         "model_name": name,
         "litellm_params": {"model": f"openai/{name}", "api_base": fake.base_url, "api_key": "sk-fake", **params},
     }
+
+
+@pytest.fixture
+def provider_fake() -> Iterator[FakeProviders]:
+    """A fresh fake of Anthropic's and Gemini's own endpoints (`tests.fakes.provider_streams`)."""
+    with FakeProviders() as fake:
+        yield fake

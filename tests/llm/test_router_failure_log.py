@@ -200,7 +200,7 @@ NO_QUOTA = {"message": "You exceeded your current quota, please check your plan 
 
 
 @pytest.mark.parametrize(("stream_error", "failure", "attempts", "refused"), [
-    (RATE_LIMITED, "HTTP 429", 2, False), (NO_QUOTA, "no credit", 1, True)], ids=["rate-limit", "no-credit"])
+    (RATE_LIMITED, "rate limited", 2, False), (NO_QUOTA, "no credit", 1, True)], ids=["rate-limit", "no-credit"])
 async def test_a_stream_failing_for_a_known_reason_is_classified_as_unstreamed(
         openai_fake: FakeOpenAI, stream_error, failure, attempts, refused) -> None:
     """A provider that reports its failure in the stream it began (OpenAI's error event) was logged as "stream

@@ -1,0 +1,66 @@
+"""A stream a provider ends with an error event: the failure is named by what the event says (`rate
+limited`, `overloaded`, `server error`), as LiteLLM raises most of them as a broken connection, and retried
+as the same failure unstreamed is. The events are the bytes OpenAI and Anthropic send, through the real
+LiteLLM."""
+
+from __future__ import annotations
+
+import pytest
+from structlog.testing import capture_logs
+
+from gateway.llm import LLMRouter
+from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.fakes.provider_streams import FakeProviders, Reply, anthropic_message, anthropic_stream
+from tests.llm.conftest import fake_model
+from tests.llm.test_router import FAST_RETRY, MESSAGES, Collector
+
+OPENAI_SERVER_ERROR = {"message": "The server had an error while processing your request. Sorry about that!",
+                       "type": "server_error", "param": None, "code": None}
+OPENAI_OVERLOADED = {"message": "That model is currently overloaded with other requests. You can retry your request.",
+                     "type": "server_error", "param": None, "code": None}
+OPENAI_RATE_LIMITED = {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}
+
+
+@pytest.mark.parametrize(("event", "failure"), [
+    (OPENAI_SERVER_ERROR, "server error"), (OPENAI_OVERLOADED, "overloaded"), (OPENAI_RATE_LIMITED, "rate limited"),
+], ids=["server-error", "overloaded", "rate-limited"])
+async def test_an_openai_error_event_is_named_by_what_it_says_and_retried(openai_fake: FakeOpenAI, event,
+                                                                            failure) -> None:
+    """`data: {"error": {"type": "server_error", …}}` mid-stream came out of LiteLLM as an APIConnectionError,
+    logged as "stream broken", as if the network had dropped it (review)."""
+    openai_fake.script("primary", *[Turn(text="Refunds take five days.", break_after=0, stream_error=event)] * 2)
+    openai_fake.script("backup", Turn(text="Backup [1]."))
+    router = LLMRouter([fake_model(openai_fake, n) for n in ("primary", "backup")], retry=FAST_RETRY)
+
+    with capture_logs() as logs:
+        result = await router.complete(model="primary", fallbacks=["backup"], messages=MESSAGES, on_token=Collector())
+
+    assert result.model_used == "backup"
+    failed = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert [(e["failure"], e["retryable"]) for e in failed] == [(failure, True)] * 2
+    assert router.calls.report()["primary"]["last_failure"]["failure"] == failure
+
+
+ANTHROPIC_EVENTS = [("overloaded_error", "Overloaded", "overloaded"),
+                    ("api_error", "Internal server error", "server error"),
+                    ("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit",
+                     "rate limited")]
+
+
+@pytest.mark.parametrize(("kind", "message", "failure"), ANTHROPIC_EVENTS, ids=[k for k, _, _ in ANTHROPIC_EVENTS])
+async def test_an_anthropic_error_event_is_named_by_what_it_says_and_retried(provider_fake: FakeProviders, kind,
+                                                                               message, failure) -> None:
+    """`event: error` with `overloaded_error` (Anthropic's busy hours) was logged as "stream broken" (review)."""
+    provider_fake.script("claude", Reply(body=anthropic_stream("Refunds take", error=kind, message=message)),
+                         anthropic_message("Refunds take five days [1]."))
+    router = LLMRouter([{"model_name": "claude", "litellm_params": {
+        "model": "anthropic/claude", "api_base": provider_fake.base_url, "api_key": "sk-ant-fake"}}], retry=FAST_RETRY)
+    seen = Collector()
+
+    with capture_logs() as logs:
+        result = await router.complete(model="claude", messages=MESSAGES, on_token=seen)
+
+    assert result.text == "Refunds take five days [1]." and seen.tokens == ["Refunds take"]  # retried unstreamed
+    [failed] = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert failed["failure"] == failure and failed["retryable"] is True
+    assert provider_fake.requests_for("claude") == ["/v1/messages"] * 2
