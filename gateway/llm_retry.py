@@ -19,6 +19,7 @@ import aiohttp  # noqa: E402
 import httpx  # noqa: E402
 import litellm  # noqa: E402
 import openai  # noqa: E402
+from litellm.llms.base_llm.chat.transformation import BaseLLMException  # noqa: E402
 
 from gateway.backoff import doubling
 from gateway.observability.logs import redact
@@ -51,8 +52,9 @@ def passing(error: BaseException) -> bool:
     `APIError`, which went to the fallback untried and never cooled the model down, on every message."""
     if out_of_credit(error) or url_refused(error):
         return False
-    return isinstance(error, RETRYABLE) or (isinstance(getattr(error, "status_code", None), int)
-                                            and 500 <= error.status_code <= 599)
+    status = getattr(error, "status_code", None)
+    # 429 too: a provider's own exception LiteLLM leaves unmapped (a `gemini/` stream's) is no RateLimitError.
+    return isinstance(error, RETRYABLE) or (isinstance(status, int) and (500 <= status <= 599 or status == 429))
 
 
 def worth_another_try(error: BaseException) -> bool:
@@ -139,8 +141,14 @@ def client_fault(error: Exception) -> bool:
     """Whether `error` came from inside the client libraries rather than from the provider (retried).
 
     LiteLLM 1.110 can raise a bare `LookupError` from its own context-variable bookkeeping, now and
-    then, on a call that would have worked.
+    then, on a call that would have worked. A provider's exception LiteLLM leaves unmapped (a `gemini/` stream
+    refused with a 429 comes out as its `VertexAIError`) is the provider's answer when it carries the status
+    the provider answered with, not one LiteLLM made up: classified by that status, as the mapped one is. A
+    500 counts only with the answer's headers: LiteLLM gives its own parsing faults that status.
     """
+    if isinstance(error, BaseLLMException) and isinstance(error.status_code, int) \
+            and not getattr(error, "status_code_is_synthesized", False) and (error.status_code != 500 or error.headers):
+        return False
     return not isinstance(error, MalformedAnswer) and not type(error).__module__.startswith(_API_ERROR_MODULES)
 
 

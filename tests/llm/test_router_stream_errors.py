@@ -1,16 +1,25 @@
 """A stream a provider ends with an error event: the failure is named by what the event says (`rate
 limited`, `overloaded`, `server error`), as LiteLLM raises most of them as a broken connection, and retried
-as the same failure unstreamed is. The events are the bytes OpenAI and Anthropic send, through the real
-LiteLLM."""
+as the same failure unstreamed is; and a `gemini/` stream refused with a status, classified by it. The events
+and answers are the bytes OpenAI, Anthropic and Google AI Studio send, through the real LiteLLM."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from structlog.testing import capture_logs
 
 from gateway.llm import LLMRouter
 from tests.fakes.openai_server import FakeOpenAI, Turn
-from tests.fakes.provider_streams import FakeProviders, Reply, anthropic_message, anthropic_stream
+from tests.fakes.provider_streams import (
+    GEMINI_RATE_LIMITED,
+    FakeProviders,
+    Reply,
+    anthropic_message,
+    anthropic_stream,
+    gemini_stream,
+)
 from tests.llm.conftest import fake_model
 from tests.llm.test_router import FAST_RETRY, MESSAGES, Collector
 
@@ -64,3 +73,35 @@ async def test_an_anthropic_error_event_is_named_by_what_it_says_and_retried(pro
     [failed] = [e for e in logs if e["event"] == "llm.call_failed"]
     assert failed["failure"] == failure and failed["retryable"] is True
     assert provider_fake.requests_for("claude") == ["/v1/messages"] * 2
+
+
+def _gemini_error(status: int, kind: str) -> Reply:
+    """Google AI Studio's answer to a request it refuses, as it is sent to a stream's request too."""
+    return Reply(status=status, body=json.dumps({"error": {"code": status, "message": "refused", "status": kind}}),
+                 content_type="application/json")
+
+
+@pytest.mark.parametrize(("reply", "failure", "retried"), [
+    (Reply(status=429, body=GEMINI_RATE_LIMITED, content_type="application/json"), "HTTP 429", True),
+    (_gemini_error(503, "UNAVAILABLE"), "HTTP 503", True), (_gemini_error(500, "INTERNAL"), "HTTP 500", True),
+    (_gemini_error(400, "INVALID_ARGUMENT"), "HTTP 400", False),
+], ids=["429", "503", "500", "400"])
+async def test_a_gemini_stream_refused_is_classified_by_its_status_not_as_a_client_fault(
+        provider_fake: FakeProviders, reply, failure, retried) -> None:
+    """LiteLLM raises a `gemini/` model's streamed 429 as its own `VertexAIError`, which was logged as
+    `llm.client_fault` (a bug of ours, with a traceback) and retried whatever its status, a 400 included
+    (review): it is the provider's answer, retried or not by its status as the same answer unstreamed is."""
+    provider_fake.script("gemini-x", reply, Reply(body=gemini_stream("Refunds take five days [1].")))
+    provider_fake.script("gemini-y", Reply(body=gemini_stream("Backup [1].")))
+    router = LLMRouter([{"model_name": name, "litellm_params": {
+        "model": f"gemini/{name}", "api_base": provider_fake.gemini_base, "api_key": "g-fake"}}
+        for name in ("gemini-x", "gemini-y")], retry=FAST_RETRY)
+
+    with capture_logs() as logs:
+        result = await router.complete(model="gemini-x", fallbacks=["gemini-y"], messages=MESSAGES, on_token=Collector())
+
+    assert [e for e in logs if e["event"] == "llm.client_fault"] == []
+    [failed] = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert (failed["failure"], failed["retryable"]) == (failure, retried)
+    assert result.model_used == ("gemini-x" if retried else "gemini-y")
+    assert provider_fake.requests_for("gemini-x")[0] == "/v1beta/models/gemini-x:streamGenerateContent?alt=sse"
