@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from gateway.app import create_app
 from gateway.observability import otel
+from gateway.observability.logs import configure_logging
 from gateway.settings import load_settings
 from tests.conftest import upgrade, write_config
 
@@ -75,6 +76,30 @@ def test_tracing_is_a_no_op_until_configured():
     with otel.span("anything") as current:
         assert otel.trace_id_of(current) is None
     assert otel.current_traceparent().startswith("00-")  # still a parent for log correlation
+
+
+def test_an_exception_on_a_span_is_redacted_as_the_log_redacts_it(spans):
+    """A span recorded its exception's message and traceback as they were: a provider's error quoting the key,
+    a driver's URL with its password and a customer's phone number went to the tracing backend, which the log
+    redacts (review)."""
+    key, password, phone = "sk-live-" + "OTEL1" * 4, "PASS" + "WORD-2", "+1555" + "1234567"
+    configure_logging(level="INFO", secrets=[key])
+    try:
+        with pytest.raises(RuntimeError), otel.span("pipeline.answer"):
+            try:
+                raise ValueError(f"tool failed at https://bob:{password}@db.internal/x")
+            except ValueError as inner:
+                raise RuntimeError(f"provider said: bad key {key} for whatsapp:{phone}") from inner
+    finally:
+        configure_logging(level="INFO")
+    [span] = spans.get_finished_spans()
+    [event] = span.events
+    assert event.name == "exception" and event.attributes["exception.type"] == "RuntimeError"
+    message, stacktrace = event.attributes["exception.message"], event.attributes["exception.stacktrace"]
+    assert message == "provider said: bad key [REDACTED] for whatsapp:+…4567"
+    assert "ValueError: tool failed at https://bob:[REDACTED]@db.internal/x" in stacktrace  # the chain is kept
+    assert not any(secret in message + stacktrace for secret in (key, password, phone))
+    assert span.status.description == "RuntimeError"
 
 
 class _Collector(http.server.BaseHTTPRequestHandler):

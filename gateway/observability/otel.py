@@ -7,6 +7,8 @@ another process. So the webhook's span context is stored with the message (`meta
 and the worker continues that trace: `message.process` → `pipeline.rewrite` / `pipeline.retrieve` /
 `pipeline.answer` → `outbox.send`. Log lines carry the same trace id whether tracing is on or off.
 
+An exception's message and traceback on a span are redacted as the log redacts them (`logs.redact`).
+
 The provider is this module's own (not the global one), so nothing else in the process is traced
 by accident and tests can swap the exporter.
 """
@@ -14,6 +16,7 @@ by accident and tests can swap the exporter.
 from __future__ import annotations
 
 import secrets
+import traceback
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -21,6 +24,8 @@ import structlog
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from gateway.observability.logs import redact
 
 _provider: Any = None
 _propagator = TraceContextTextMapPropagator()
@@ -66,12 +71,22 @@ def span(name: str, *, parent: str | None = None, kind: SpanKind = SpanKind.INTE
     tracer = _provider.get_tracer("gateway") if _provider is not None else trace.NoOpTracer()
     context = _propagator.extract({"traceparent": parent}) if parent else None
     with tracer.start_as_current_span(name, context=context, kind=kind, attributes=attributes,
-                                      record_exception=True, set_status_on_exception=False) as current:
+                                      record_exception=False, set_status_on_exception=False) as current:
         try:
             yield current
         except BaseException as exc:
+            if isinstance(exc, Exception) and current.is_recording():  # as OpenTelemetry's own recording does
+                current.record_exception(exc, attributes=_redacted_exception(exc))
             current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             raise
+
+
+def _redacted_exception(exc: BaseException) -> dict[str, str]:
+    """The message and traceback a span's exception event carries, redacted as the log redacts them: an
+    exception's text may quote a key (a provider's error), a URL's password (a driver's) or a customer's phone
+    number, and the tracing backend keeps it as the log would have."""
+    return {"exception.message": redact(str(exc)),
+            "exception.stacktrace": redact("".join(traceback.format_exception(exc)))}
 
 
 def trace_id_of(current: trace.Span) -> str | None:
