@@ -41,10 +41,12 @@ def stream_cause(failed: StreamFailed) -> BaseException | None:
 
 
 # What an error event says, by its type, code or text, the first match winning: OpenAI names an overload a
-# `server_error` and says so only in its message; Anthropic's type is lost on the way (LiteLLM keeps its message).
+# `server_error` and says so only in its message; Anthropic's type is lost on the way (LiteLLM keeps its message),
+# and Gemini's status comes in its message ("INTERNAL - An internal error has occurred.").
 _SAID = (("overloaded", ("overloaded",)),
          ("rate limited", ("rate_limit", "rate limit", "resource_exhausted", "too many requests")),
-         ("server error", ("server_error", "api_error", "internal_error", "internal server error", "server had an error")))
+         ("server error", ("server_error", "api_error", "internal_error", "internal server error", "internal error",
+                           "server had an error")))
 
 
 def said_in_stream(failed: StreamFailed) -> str | None:

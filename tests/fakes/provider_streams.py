@@ -72,13 +72,26 @@ def anthropic_message(text: str) -> Reply:
                  content_type="application/json")
 
 
-def gemini_stream(text: str) -> str:
-    """A Gemini `streamGenerateContent?alt=sse` answer writing `text` and stopping."""
-    chunk = {"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP",
-                             "index": 0}],
+def gemini_stream(text: str, *, error: tuple[int, str, str] | None = None) -> str:
+    """A Gemini `streamGenerateContent?alt=sse` answer writing `text` and stopping, or, with `error` (code,
+    status, message), the error chunk Google AI Studio ends a stream with when it fails once it began."""
+    chunk = {"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "index": 0}],
              "usageMetadata": {"promptTokenCount": 12, "candidatesTokenCount": 7, "totalTokenCount": 19},
              "modelVersion": "gemini-fake"}
+    if error is not None:
+        code, status, message = error
+        ending = {"error": {"code": code, "message": message, "status": status}}
+        return f"data: {json.dumps(chunk)}\r\n\r\ndata: {json.dumps(ending)}\r\n\r\n"
+    chunk["candidates"][0]["finishReason"] = "STOP"
     return f"data: {json.dumps(chunk)}\r\n\r\n"
+
+
+def gemini_answer(text: str) -> Reply:
+    """A whole (unstreamed, `generateContent`) Gemini answer writing `text`."""
+    return Reply(json.dumps({"candidates": [{"content": {"parts": [{"text": text}], "role": "model"},
+                                             "finishReason": "STOP", "index": 0}],
+                             "usageMetadata": {"promptTokenCount": 12, "candidatesTokenCount": 7,
+                                               "totalTokenCount": 19}}), content_type="application/json")
 
 
 GEMINI_RATE_LIMITED = json.dumps({"error": {

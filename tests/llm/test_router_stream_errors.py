@@ -11,6 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway.llm import LLMRouter
+from gateway.llm_retry import RetryPolicy
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.provider_streams import (
     GEMINI_RATE_LIMITED,
@@ -18,6 +19,7 @@ from tests.fakes.provider_streams import (
     Reply,
     anthropic_message,
     anthropic_stream,
+    gemini_answer,
     gemini_stream,
 )
 from tests.llm.conftest import fake_model
@@ -105,3 +107,25 @@ async def test_a_gemini_stream_refused_is_classified_by_its_status_not_as_a_clie
     assert (failed["failure"], failed["retryable"]) == (failure, retried)
     assert result.model_used == ("gemini-x" if retried else "gemini-y")
     assert provider_fake.requests_for("gemini-x")[0] == "/v1beta/models/gemini-x:streamGenerateContent?alt=sse"
+
+
+GEMINI_EVENTS = [((503, "UNAVAILABLE", "The model is overloaded. Please try again later."), "overloaded"),
+                 ((500, "INTERNAL", "An internal error has occurred. Please retry or report in"), "server error"),
+                 ((429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota)."), "rate limited")]
+
+
+@pytest.mark.parametrize(("error", "failure"), GEMINI_EVENTS, ids=[e[1] for e, _ in GEMINI_EVENTS])
+async def test_a_gemini_error_chunk_is_named_by_what_it_says(provider_fake: FakeProviders, error, failure) -> None:
+    """Google AI Studio's `{"error": {"status": "INTERNAL", …}}` ending a stream was "stream broken" (review)."""
+    provider_fake.script("gemini-x", Reply(body=gemini_stream("Refunds take", error=error)))
+    provider_fake.script("gemini-y", gemini_answer("Backup [1]."))  # unstreamed: tokens were shown
+    router = LLMRouter([{"model_name": name, "litellm_params": {
+        "model": f"gemini/{name}", "api_base": provider_fake.gemini_base, "api_key": "g-fake"}}
+        for name in ("gemini-x", "gemini-y")], retry=RetryPolicy(num_retries=0))
+
+    with capture_logs() as logs:
+        result = await router.complete(model="gemini-x", fallbacks=["gemini-y"], messages=MESSAGES, on_token=Collector())
+
+    assert result.model_used == "gemini-y"
+    [failed] = [e for e in logs if e["event"] == "llm.call_failed"]
+    assert (failed["failure"], failed["retryable"]) == (failure, True)
