@@ -362,7 +362,11 @@ async def _set_webhook(args) -> int:
     settings = _settings(args)
     bot = settings.bot(args.bot)
     if bot.channels.telegram is None:
-        print(f"error: bot {bot.name!r} has no telegram channel", file=sys.stderr)
+        # It said only that: which file to edit, and with which keys, were left to find.
+        print(f"error: bot {bot.name!r} has no telegram channel: add `channels.telegram` to it in "
+              f"{settings.config_path or 'the config file'}, as `telegram: {{token: ${{TELEGRAM_BOT_TOKEN}}, "
+              "webhook_secret: ${TELEGRAM_WEBHOOK_SECRET}}` under the bot's `channels:` (the secrets from the "
+              "environment; docs/channels/telegram.md), then run this again", file=sys.stderr)
         return 2
     url = args.url.rstrip("/") + f"/webhooks/{bot.name}/telegram"
     await set_webhook(bot.channels.telegram, url)
