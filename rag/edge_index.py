@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import logging
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -40,6 +41,7 @@ from rag.knowledge_index import (
     rrf,
     sentence_matrices,
     stored_vectors,
+    vector_size_mismatch,
 )
 from rag.term_stats import TermStats, TermStatsCache
 
@@ -84,9 +86,10 @@ class EdgeIndex:
             raise RetrievalError(f"qdrant-edge folder {self.root} is gone")
         await self._run(lambda: [shard.info() for shard in self._shards.values()])
 
-    async def ensure_collection(self, bot: str, dim: int) -> None:
-        """Open the bot's shard, creating it if missing; refuse a dense size that does not match."""
-        await self._run(self._open, bot, dim)
+    async def ensure_collection(self, bot: str, dim: int, *, model: str | None = None) -> None:
+        """Open the bot's shard, creating it if missing; refuse a dense size that does not match (the
+        embedding `model` that gives `dim` named in the error)."""
+        await self._run(self._open, bot, dim, model)
 
     async def drop(self, bot: str) -> None:
         """Delete the bot's whole shard."""
@@ -195,7 +198,7 @@ class EdgeIndex:
     def _folder(self, bot: str) -> Path:
         return self.root / collection_name(bot)
 
-    def _open(self, bot: str, dim: int | None) -> bool:
+    def _open(self, bot: str, dim: int | None, model: str | None = None) -> bool:
         """Load or create the bot's shard; with `dim` None only an existing one is loaded. With `dim`,
         the shard is checked against the embedder's size and the current layout."""
         if bot in self._shards and (dim is None or bot in self._checked):
@@ -215,10 +218,10 @@ class EdgeIndex:
             if dim is None or "incompatible" not in str(exc).lower():
                 raise
             if not _loads(folder, _config(dim, sentences=False)):
-                raise ConfigError(
-                    "embedding.model",
-                    f"shard {folder} does not match the embedder's {dim}-d vectors ({exc}); "
-                    "drop it (or use a new qdrant.path) and re-ingest",
+                held = re.search(r"expected vector size \d+, but got (\d+)", str(exc))  # qdrant-edge's words
+                raise vector_size_mismatch(
+                    f"shard {folder}", int(held.group(1)) if held else None, dim=dim, model=model,
+                    rebuild=f"stop the gateway and delete the folder {folder} (each bot's under {self.root})",
                 ) from None
             # A shard from before sentence vectors: start it again, empty, for a full re-ingest
             # (ingest embeds every recorded document again when the index is empty).

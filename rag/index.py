@@ -26,6 +26,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from gateway.errors import ConfigError, IndexBusy, RetrievalError
 from gateway.settings import QdrantSettings
+from gateway.url_secrets import without_url_secrets
 from rag import knowledge_index, local_sparse
 from rag.knowledge_index import (
     DENSE,
@@ -40,6 +41,7 @@ from rag.knowledge_index import (
     rrf,
     sentence_matrices,
     stored_vectors,
+    vector_size_mismatch,
     warn_without_sentences,
 )
 from rag.term_stats import TermStats, TermStatsCache
@@ -152,8 +154,9 @@ class QdrantIndex:
         log.warning("qdrant.server_check_failed", extra={"problem": problem})
         return problem
 
-    async def ensure_collection(self, bot: str, dim: int) -> None:
-        """Create the bot's collection if missing; refuse a dense size that does not match.
+    async def ensure_collection(self, bot: str, dim: int, *, model: str | None = None) -> None:
+        """Create the bot's collection if missing; refuse a dense size that does not match (the embedding
+        `model` that gives `dim` named in the error).
 
         A collection from before sentence vectors is dropped and created again, empty: ingest then
         sees an empty index and embeds every recorded document again (`rag.ingest`)."""
@@ -165,11 +168,8 @@ class QdrantIndex:
             vectors = info.config.params.vectors
             existing = vectors[DENSE].size if isinstance(vectors, dict) and DENSE in vectors else None
             if existing != dim:
-                raise ConfigError(
-                    "embedding.model",
-                    f"collection {name} holds {existing}-d vectors but the embedder gives {dim}-d; "
-                    "drop the collection (or use a new qdrant.path) and re-ingest",
-                )
+                raise vector_size_mismatch(f"collection {name}", existing, dim=dim, model=model,
+                                           rebuild=self._rebuild_hint(name))
             if SENTENCES in vectors:
                 self._known.add(name)
                 self._checked.add(name)
@@ -193,6 +193,15 @@ class QdrantIndex:
         self._known.add(name)
         self._checked.add(name)
         self._has_sentences[bot] = True
+
+    def _rebuild_hint(self, name: str) -> str:
+        """How the user empties the index for a new embedding model: local mode's folder holds every bot's
+        collections, and a server's are deleted one by one."""
+        if self.url is None:
+            return "stop the gateway and point qdrant.path at a new folder"
+        base = without_url_secrets(self.url).rstrip("/")
+        return (f"delete each bot's collection on the Qdrant server (`curl -X DELETE {base}/collections/{name}`, "
+                "with an `api-key` header when it needs one)")
 
     async def drop(self, bot: str) -> None:
         """Delete the bot's whole collection."""

@@ -222,7 +222,7 @@ class Ingestor:
             counted.append(report)
         failed_ids = {store_key(doc_id) for doc_id in failed_ids or ()}
         loader_failures = bool(failed_ids)
-        await self.index.ensure_collection(bot, await self.dense.probe_dim())
+        await self.index.ensure_collection(bot, await self.dense.probe_dim(), model=self.dense.model)
         rows = await self._rows(bot, source).load()
         incomplete_listing = not delete_missing  # said below; a source that gave nothing says so itself
         gave_nothing = not (documents or not_modified or failed_ids or gone)

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 from qdrant_client import models as qm
 
+from gateway.errors import ConfigError
 from gateway.settings import RetrievalSettings
 from gateway.url_secrets import without_url_secrets
 from rag.term_stats import TermStats
@@ -159,7 +160,7 @@ class KnowledgeIndex(Protocol):
 
     async def close(self) -> None: ...
     async def ping(self) -> None: ...
-    async def ensure_collection(self, bot: str, dim: int) -> None: ...
+    async def ensure_collection(self, bot: str, dim: int, *, model: str | None = None) -> None: ...
     async def drop(self, bot: str) -> None: ...
     async def upsert(self, bot: str, points: list[IndexPoint], *, batch: int = 256) -> None: ...
     async def delete_points(self, bot: str, ids: list[str]) -> None: ...
@@ -177,3 +178,18 @@ class KnowledgeIndex(Protocol):
 def collection_name(bot: str) -> str:
     """The collection that holds one bot's knowledge base."""
     return f"kb_{bot}"
+
+
+def vector_size_mismatch(what: str, held: int | None, *, dim: int, model: str | None, rebuild: str) -> ConfigError:
+    """The error of an index `what` whose dense vectors (`held` dimensions, None when unknown) are not the
+    `dim` the embedding `model` gives: `embedding.model` was changed after an ingest. It named the two sizes
+    alone and said to "drop the collection", which no command does; `rebuild` says how, for this engine."""
+    held_size = f"{held}-d vectors" if held else "vectors of another size"
+    named = f"embedding.model {model!r}" if model else "the configured embedding.model"
+    return ConfigError(
+        "embedding.model",
+        f"{what} holds {held_size}, from the embedding model it was built with, and {named} gives {dim}-d vectors, "
+        "so its chunks can neither be searched nor added to. Either set embedding.model back to the model the "
+        f"index was built with, or build the index again with the new one: {rebuild}, then run `gateway ingest`, "
+        "which embeds every document of every bot again (they share embedding.model)",
+    )

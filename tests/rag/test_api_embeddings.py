@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.errors import EmbeddingError
-from gateway.settings import RetrievalSettings
+from gateway.errors import ConfigError, EmbeddingError
+from gateway.settings import QdrantSettings, RetrievalSettings
 from rag.embeddings import DenseEmbedder
+from rag.index import open_index
 from rag.ingest import Ingestor
 from rag.search import HybridSearch
 from rag.sources import load_directory
@@ -58,3 +59,30 @@ async def test_a_provider_that_cannot_be_reached_is_one_error_naming_the_model(m
         await embedder.aembed_queries(["hello"])
     with pytest.raises(EmbeddingError, match="litellm/openai/fake-embed"):
         embedder.embed_documents(["hello"])
+
+
+
+@pytest.mark.parametrize("engine", ["local", "edge"])
+async def test_ingest_with_a_model_of_another_vector_size_names_the_model_and_what_to_do(
+        tmp_path, api_embedder, dense, sparse, sessions, engine):
+    """`embedding.model` changed after an ingest: the error named the two sizes, not the model that gives the
+    new one, and said to "drop the collection", which no command does."""
+    docs = (await load_directory(write_kb(tmp_path / "kb"))).documents
+    settings = QdrantSettings(path=str(tmp_path / "qdrant"), engine=engine)
+    index = open_index(settings)
+    try:
+        assert (await Ingestor(index, dense, sparse, sessions).ingest_documents("acme", "kb", docs)).added > 0
+    finally:
+        await index.close()
+    index = open_index(settings)  # the next run, with the model changed in the file
+    try:
+        with pytest.raises(ConfigError) as caught:
+            await Ingestor(index, api_embedder[1], sparse, sessions).ingest_documents("acme", "kb", docs)
+    finally:
+        await index.close()
+    said = str(caught.value)
+    assert said.startswith("embedding.model: "), said
+    assert f"'litellm/openai/fake-embed' gives {EMBEDDING_DIM}-d vectors" in said and "384-d" in said, said
+    assert "set embedding.model back" in said and "`gateway ingest`" in said, said
+    assert ("point qdrant.path at a new folder" in said if engine == "local"
+            else f"delete the folder {tmp_path / 'qdrant' / 'edge' / 'kb_acme'}" in said), said
