@@ -169,7 +169,7 @@ def _event(line: str) -> dict:
 def _refusal(response, settings: Settings | None) -> str:
     """Why the server refused a job of another configuration: what differs, and what to do. A server of an
     older version sends only its message, which named its file and not what in it was not ours."""
-    from gateway.config_diff import differences, said
+    from gateway.config_diff import credential_keys, differences, masked, said
 
     try:
         body = response.json()
@@ -182,8 +182,12 @@ def _refusal(response, settings: Settings | None) -> str:
     head = (f"the running server ingests with {ours} as it was when it started, and the file has changed since"
             if theirs == ours else f"the running server ingests with {theirs or 'its configuration'} as it was when "
             f"it started, and {ours} differs from it")
-    found = said(differences(loaded, settings.ingest_config()), theirs="the server", ours="the file")
-    found = found or "keys this CLI does not know (the server runs another version of the gateway)"
+    # Compared masked: the server masks the credentials in what it sends (an older one does not).
+    found = said(differences(masked(loaded), masked(settings.ingest_config())), theirs="the server", ours="the file")
+    # Nothing else differs, so a credential does, which neither side shows.
+    hidden = credential_keys(settings.ingest_config())
+    found = found or (f"{' or '.join(hidden)}: a credential in a URL (masked on both sides, so not shown)" if hidden
+                      else "keys this CLI does not know (the server runs another version of the gateway)")
     return redact(f"{head} in what an ingest uses: {found}. Restart the server (`gateway serve`) to ingest with "
                   f"{ours}, or stop it and run `gateway ingest` again")
 

@@ -34,21 +34,26 @@ def differences(theirs: Any, ours: Any, *, key: str = "") -> list[tuple[str, Any
 def said(found: list[tuple[str, Any, Any]], *, theirs: str, ours: str) -> str:
     """The differences, a clause each: `embedding.model: 'a' in the server, 'b' in the file`."""
     return "; ".join(f"{key}: only in {ours}" if a is ABSENT else f"{key}: only in {theirs}" if b is ABSENT else
-                     f"{key}: {_shown(a)!r} in {theirs}, {_shown(b)!r} in {ours}" for key, a, b in found)
+                     f"{key}: {masked(a)!r} in {theirs}, {masked(b)!r} in {ours}" for key, a, b in found)
 
 
-def _shown(value: Any) -> Any:
-    """`value` with the credentials of every URL in it masked (a source's `?access_token=`, `user:password@`):
-    the server's side is what it read, and a token rotated in the file was printed as the server's old one,
-    which the CLI's redaction (its own file's secrets) does not know."""
-    from gateway.url_secrets import url_credentials
+def masked(value: Any) -> Any:
+    """`value` with the credentials of every URL in it masked as `[REDACTED]` (a source's `?access_token=`,
+    `user:password@`), in its lists and mappings too. The server masks what it loaded before it sends it
+    (the 409 of `/v1/admin/ingest`), and the CLI masks its own side the same way before it compares them,
+    so that a URL with a credential differs only when the rest of it does."""
+    from gateway.url_secrets import masked_url
 
+    if isinstance(value, dict):
+        return {key: masked(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_shown(item) for item in value]
-    if isinstance(value, str):
-        for secret in url_credentials(value):
-            value = value.replace(secret, "[REDACTED]")
-    return value
+        return [masked(item) for item in value]
+    return masked_url(value) if isinstance(value, str) else value
+
+
+def credential_keys(value: Any) -> list[str]:
+    """The keys of `value` whose values carry a credential that `masked` hides."""
+    return [key for key, _, _ in differences(masked(value), value)]
 
 
 def _by_name(value: Any) -> Any:

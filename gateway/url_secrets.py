@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
 
 _CREDENTIAL_WORDS = frozenset({"token", "secret", "password", "passwd", "pwd", "pass", "sig", "signature",
                                "credential", "credentials", "auth", "authorization", "apikey", "sas"})
@@ -73,6 +73,31 @@ def without_url_secrets(url: str) -> str:
     if len(kept) != len(pairs):
         parts, changed = parts._replace(query=urlencode(kept)), True
     return urlunsplit(parts) if changed else url
+
+
+def masked_url(url: str) -> str:
+    """`url` with each credential it carries replaced by `[REDACTED]` where it is written: its userinfo's (the
+    password of `user:password@`, the key of `key@` or `key:@`) and its query's values named like one (a
+    `{field}` template's kept), read as written, so none is left whatever its encoding (`%2B`, a `+` that
+    decoding reads as a space). Anything but an http(s) URL is returned as it is."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.scheme.lower() not in ("http", "https"):
+        return url
+    netloc, query = parts.netloc, parts.query
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user, colon, password = userinfo.partition(":")
+        netloc = f"{user}:[REDACTED]@{host}" if password else f"[REDACTED]{colon}@{host}"
+    if query:
+        pairs = [pair.partition("=") for pair in query.split("&")]
+        query = "&".join(f"{name}=[REDACTED]" if sep and is_credential_name(unquote_plus(name)) and "{" not in value
+                         else name + sep + value for name, sep, value in pairs)
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def origin(url: str) -> str | None:

@@ -4,6 +4,8 @@ in it had changed since the server started)."""
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.admin_client import admin_files, ingest_via_server
 from gateway.settings import load_settings
 from tests.conftest import app_client, docs_source, write_config
@@ -98,3 +100,34 @@ async def test_cli_ingest_refused_over_a_rotated_source_token_shows_neither_toke
     assert "bots[acme].sources[wiki].urls:" in said  # what differs is still named
     for secret in ("oldtoken1234", "oldpass1234", "newtoken5678", "newpass5678"):
         assert secret not in said, said
+
+
+async def test_a_refusal_carries_no_credential_of_the_servers_source_urls(tmp_path, capsys):
+    """The 409's `loaded` held the server's source URLs as it read them, `?access_token=` and `user:password@`
+    and all, for the admin token's holder: only the CLI masked them, in what it printed."""
+    wiki = {"name": "wiki", "type": "urls", "schedule": "0 3 * * *", "urls": [
+        "https://wiki.example.com/export?format=html&access_token=${WIKI_TOKEN}",
+        "https://reader:${WIKI_PASSWORD}@intranet.example.com/faq",
+        "https://${WIKI_KEY}@files.example.com/faq.md?page=2"]}
+    env = {"WIKI_TOKEN": "Tok+en/Secret1", "WIKI_PASSWORD": "pass%40word2", "WIKI_KEY": "sk_live_key3"}
+    bots = [{"name": "acme", "sources": [wiki], "channels": {"web": {}}}]
+    async with app_client(tmp_path, bots=bots, env=env) as client:
+        with pytest.MonkeyPatch.context() as patch:  # the user adds a source to the file the server loaded
+            for key, value in env.items():
+                patch.setenv(key, value)
+            edited = load_settings(write_config(tmp_path, bots=[{**bots[0], "sources": [wiki, docs_source(tmp_path)]}]))
+        refusal = await client.post("/v1/admin/ingest", headers={"Authorization": f"Bearer {client.services.admin_token}"},
+                                    params={"config_fingerprint": edited.ingest_fingerprint()})
+    assert refusal.status_code == 409
+    body = refusal.text
+    for secret in ["Tok+en/Secret1", "Tok en/Secret1", "Tok%2Ben", "Secret1", "pass%40word2", "pass@word2", "sk_live_key3"]:
+        assert secret not in body, (secret, body)
+    assert "https://wiki.example.com/export?format=html&access_token=[REDACTED]" in body  # the rest as it was
+    assert "files.example.com/faq.md?page=2" in body
+
+    # The CLI says what it said before: the source added, and no URL of the masked ones as differing.
+    assert await _refused(edited, refusal.status_code, refusal.content) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: the running server ingests with {edited.config_path} as it was when it started, and the file has "
+        "changed since in what an ingest uses: bots[acme].sources[help]: only in the file. Restart the server "
+        f"(`gateway serve`) to ingest with {edited.config_path}, or stop it and run `gateway ingest` again")

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.admin_client import NDJSON
+from gateway.config_diff import masked
 from gateway.http.deps import error, services
 from gateway.observability.relay import install, relay_to
 
@@ -45,9 +46,10 @@ async def ingest(request: Request, bot: str | None = None, source: str | None = 
     # The settings are frozen at start, so this is the fingerprint of the configuration the server loaded.
     if config_fingerprint is not None and config_fingerprint != svc.settings.ingest_fingerprint():
         loaded = svc.settings.config_path or "its configuration"
-        # With what it loaded (no secrets: embedding and sources), from which the CLI tells what differs.
+        # With what it loaded (embedding and sources, their URLs' credentials masked: they went to the admin
+        # token's holder as read), from which the CLI tells what differs.
         return error(409, f"the running server loaded {loaded} as it was at start; restart it to use the changed "
-                          "configuration, or stop it and run ingest again", loaded=svc.settings.ingest_config(),
+                          "configuration, or stop it and run ingest again", loaded=masked(svc.settings.ingest_config()),
                      config_path=svc.settings.config_path)
     try:
         svc.knowledge.ingest_targets(bot=bot, source=source)  # an unknown bot or source is a 404, not a stream
