@@ -161,7 +161,9 @@ async def forget_contact(sessions: async_sessionmaker[AsyncSession], *, channel:
     report = await _again_if_escalated_meanwhile(
         sessions, lambda session: _forget(session, channel=channel, user=user, actor=actor),
         job="forget", channel=channel)
-    log.info("retention.forgot_contact", channel=channel, **report.as_dict())
+    # Whether anyone was found: a mistyped id was a line of `channel=` alone. The id itself is not logged, as the
+    # audit row keeps none: the log would otherwise keep who asked to be forgotten.
+    log.info("retention.forgot_contact", channel=channel, found=any(report.as_dict().values()), **report.as_dict())
     return report
 
 

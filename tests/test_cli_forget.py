@@ -3,6 +3,7 @@
 import asyncio
 import json
 
+import pytest
 from sqlalchemy import select
 
 from gateway.cli import main
@@ -59,3 +60,22 @@ def test_forget_says_it_kept_the_opt_out_of_a_contact_who_sent_stop(tmp_path, ca
     assert capsys.readouterr().out == (
         "deleted 0 contacts, 1 conversation, 1 message, 0 escalations; kept 1 opt-out (WhatsApp STOP) "
         "(recorded in data_deletions)\n")
+
+
+@pytest.mark.parametrize(("channel", "user"), [("web", "f3a9c2e87b1d4c5e9a0b"), ("whatsapp", "14155550123"),
+                                               ("telegram", "100200300")])
+def test_forget_log_line_says_whether_anyone_was_found_and_not_who(tmp_path, capsys, channel, user):
+    """`retention.forgot_contact` for a user id nobody has said only `channel=web`: whether the id was mistyped,
+    or the person really had nothing stored, could not be told from the log. Who was asked for stays out of it,
+    as out of the audit row: the log would keep who wanted to be forgotten."""
+    config = write_config(tmp_path, log_level="INFO")
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    capsys.readouterr()
+    assert main(["forget", "--config", str(config), "--channel", channel, "--user", user]) == 0
+    line = next(line for line in capsys.readouterr().err.splitlines() if "retention.forgot_contact" in line)
+    assert f"channel={channel}" in line and "found=False" in line and user[-4:] not in line, line
+
+    _conversation_of(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}", channel=channel, user=user)
+    assert main(["forget", "--config", str(config), "--channel", channel, "--user", user]) == 0
+    line = next(line for line in capsys.readouterr().err.splitlines() if "retention.forgot_contact" in line)
+    assert "found=True" in line and "contacts=1" in line and user[-4:] not in line, line
