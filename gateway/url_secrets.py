@@ -51,8 +51,21 @@ def userinfo_secret(url: str) -> str | None:
 
 
 def url_credentials(url: str) -> list[str]:
-    """The credentials `url` carries, for log redaction: its query's (`query_secrets`) and its userinfo's."""
-    return [*query_secrets(url), *filter(None, [userinfo_secret(url)])]
+    """The credentials `url` carries, for log redaction: its query's (`query_secrets`), also as written when
+    that differs (`a+b%2Fc`, which decodes to `a b/c`: a line quotes the URL as written), and its userinfo's."""
+    written = [value for name, _, value in _query_pairs(url)
+               if value and is_credential_name(unquote_plus(name)) and "{" not in value]
+    decoded = query_secrets(url)
+    return [*decoded, *(value for value in written if value not in decoded), *filter(None, [userinfo_secret(url)])]
+
+
+def _query_pairs(url: str) -> list[tuple[str, str, str]]:
+    """`url`'s query as written, `(name, "=", value)` a parameter, nothing decoded."""
+    try:
+        query = urlsplit(url or "").query
+    except ValueError:
+        return []
+    return [pair.partition("=") for pair in query.split("&")] if query else []
 
 
 def without_url_secrets(url: str) -> str:
@@ -92,9 +105,8 @@ def masked_url(url: str) -> str:
         user, colon, password = userinfo.partition(":")
         netloc = f"{user}:[REDACTED]@{host}" if password else f"[REDACTED]{colon}@{host}"
     if query:
-        pairs = [pair.partition("=") for pair in query.split("&")]
         query = "&".join(f"{name}=[REDACTED]" if sep and is_credential_name(unquote_plus(name)) and "{" not in value
-                         else name + sep + value for name, sep, value in pairs)
+                         else name + sep + value for name, sep, value in _query_pairs(url))
     if (netloc, query) == (parts.netloc, parts.query):
         return url
     return urlunsplit(parts._replace(netloc=netloc, query=query))

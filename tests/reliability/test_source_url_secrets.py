@@ -170,3 +170,19 @@ async def test_a_failing_source_urls_credential_is_redacted_from_the_info_log_to
     err = capfd.readouterr().err
     assert "ingest.done" in err and "access_token=[REDACTED]" in err, err
     assert WIKI_TOKEN not in err
+
+
+async def test_a_source_urls_credential_written_encoded_is_redacted_from_readyz_and_the_log(tmp_path, capfd):
+    """A token with a `+` or a `%2F` in it was looked for as the URL decodes it (`a b/c`), so the line that
+    quoted the URL as written (`a+b%2Fc`) kept it whole."""
+    token = "Wiki+Tok%2Fen-7Hq2Lp9"
+    async with serving(_private_wiki(up=False)) as base:
+        async with app_client(tmp_path, bots=[_bot(base)], env={"WIKI_TOKEN": token}, start_worker=False,
+                              log_level="INFO") as client:
+            [report] = await client.services.knowledge.ingest()
+            ready = await client.get("/readyz")
+    assert report.status != "ok" and any(token in error for error in report.errors), report.errors
+    err = capfd.readouterr().err
+    assert "ingest.done" in err and "access_token=[REDACTED]" in err, err
+    for shown in (err, ready.text):
+        assert "7Hq2Lp9" not in shown, shown
