@@ -40,7 +40,7 @@ from gateway.errors import ConfigError
 from gateway.models import CallerIdentity
 from gateway.pipeline.tool_arguments import argument_problem
 from gateway.settings import BotSettings, Settings, ToolSettings
-from gateway.url_secrets import query_secrets, userinfo_secret
+from gateway.url_secrets import url_credentials
 
 _ESCALATE_SCHEMA = {
     "type": "object",
@@ -266,7 +266,7 @@ def http_tool_secrets(settings: Settings) -> list[str]:
             for name, value in spec.headers.items():
                 if name.lower() not in PLAIN_HEADERS:
                     found += [value, value.split()[-1]] if value.split() else []
-            found += query_secrets(spec.url or "") + [userinfo_secret(spec.url or "") or ""]
+            found += url_credentials(spec.url or "")  # the query's (decoded and as written) and the userinfo's
     return sorted({v for v in found if len(v) >= MIN_SECRET_CHARS})
 
 

@@ -161,6 +161,10 @@ def test_http_tool_credentials_are_redacted_from_logs():
          "parameters": params("city")},
     )])
     assert http_tool_secrets(settings) == sorted([f"Bearer {STOCK_KEY}", STOCK_KEY, WEATHER_KEY])
+    # A key with a `+` or a `%2F` in it was redacted only as decoded (`ab cd/…`): a line quotes the URL as written.
+    settings = Settings(bots=[bot({"name": "weather", "type": "http", "url": "https://api.example/w?apikey=ab+cd%2F"
+                                   + WEATHER_KEY, "parameters": params()})])
+    assert f"ab+cd%2F{WEATHER_KEY}" in http_tool_secrets(settings)
 
 
 def test_an_http_tools_plain_headers_are_no_secrets():
