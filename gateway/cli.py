@@ -368,7 +368,15 @@ async def _set_webhook(args) -> int:
               "webhook_secret: ${TELEGRAM_WEBHOOK_SECRET}}` under the bot's `channels:` (the secrets from the "
               "environment; docs/channels/telegram.md), then run this again", file=sys.stderr)
         return 2
+    channel, where = bot.channels.telegram, settings.config_path or "the config file"
+    refused = ("is off (`enabled: false`) in {}, so the gateway would refuse every update sent to the webhook: turn "
+               "it on first" if not channel.enabled else "is in `mode: polling` in {}, which fetches the updates itself "
+               "(a webhook would stop it): set `mode: webhook`, with a `webhook_secret`, to receive them on a webhook"
+               if channel.mode == "polling" else "")
+    if refused:  # registered, the webhook got no answer, or Telegram refused the running server's polling (409)
+        print(f"error: the telegram channel of bot {bot.name!r} {refused.format(where)}", file=sys.stderr)
+        return 2
     url = args.url.rstrip("/") + f"/webhooks/{bot.name}/telegram"
-    await set_webhook(bot.channels.telegram, url)
+    await set_webhook(channel, url)
     print(f"webhook set: {url}")
     return 0

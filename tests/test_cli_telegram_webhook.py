@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.cli import main
 from tests.conftest import write_config
 
@@ -16,3 +18,23 @@ def test_cli_set_webhook_on_a_bot_without_telegram_says_how_to_add_it(tmp_path, 
     assert lines[0].startswith("error: bot 'acme' has no telegram channel: add `channels.telegram` to it in "
                                f"{config}"), lines[0]
     assert "token: ${TELEGRAM_BOT_TOKEN}" in lines[0] and "webhook_secret: ${TELEGRAM_WEBHOOK_SECRET}" in lines[0]
+
+
+@pytest.mark.parametrize(("telegram", "said"), [
+    ({"mode": "polling"}, "is in `mode: polling` in {config}, which fetches the updates itself (a webhook would stop "
+                          "it): set `mode: webhook`, with a `webhook_secret`, to receive them on a webhook"),
+    ({"enabled": False, "webhook_secret": "${CLI_TG_SECRET}"},
+     "is off (`enabled: false`) in {config}, so the gateway would refuse every update sent to the webhook: turn it on first"),
+], ids=["polling", "disabled"])
+def test_cli_set_webhook_on_a_telegram_channel_that_takes_no_webhook_says_why(tmp_path, capsys, monkeypatch,
+                                                                              telegram, said):
+    # A polling bot without a secret was told "telegram.webhook_secret: 1-256 characters … are required"; with one,
+    # the webhook was registered, and Telegram refused the running server's polling from then on (409).
+    monkeypatch.setenv("CLI_TG_TOKEN", "123456:cli-test-token")
+    monkeypatch.setenv("CLI_TG_SECRET", "s3cret-Value_1")
+    config = write_config(tmp_path, bots=[{"name": "acme", "channels": {"telegram": {
+        "token": "${CLI_TG_TOKEN}", "api_base": "http://127.0.0.1:9", **telegram}}}])
+    assert main(["telegram", "set-webhook", "--config", str(config), "--bot", "acme",
+                 "--url", "https://bots.example.com"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: the telegram channel of bot 'acme' " + said.format(config=config)]
