@@ -17,7 +17,8 @@ class OperatorSettings(_Strict):
 
     name: str
     token: str
-    bots: list[str] = Field(default_factory=lambda: ["*"])
+    # No default: an operator whose `bots` was left out served every bot. `["*"]` says so, written out.
+    bots: list[str] = Field(default_factory=list)
     # Who this operator is in Slack: only these members may act in the operator channel of a bot they serve.
     slack_user_ids: list[str] = Field(default_factory=list)
 

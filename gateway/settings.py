@@ -308,6 +308,9 @@ class Settings(BaseSettings):
                     raise ValueError(f"operators[{i}].slack_user_ids: {member} is already operator "
                                      f"{operator_members[member]!r}'s; a Slack member is one operator")
                 operator_members[member] = op.name
+            if "bots" not in op.model_fields_set:  # every bot is a choice to write, never what a forgotten line gives
+                raise ValueError(f"operators[{i}].bots: not given; list the bots this operator serves, or \"*\" for "
+                                 "every bot")
             if not op.bots:  # signed in, such an operator would see nothing and not know why
                 raise ValueError(f"operators[{i}].bots: empty; list the bots this operator serves, or \"*\" for all")
             for bot in op.bots:

@@ -65,7 +65,7 @@ def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
     ({"bots": [{"name": "b", "channels": {"slack": {"bot_token": "xoxb-literal", "signing_secret": "${X}"}}}]},
      "bots.channels.slack.bot_token", "environment only"),
     ({"bots": [{"name": "b"}, {"name": "b"}]}, "bots[1].name", "duplicate"),
-    ({"operators": [{"name": "sam", "token": "${OP_A}"}, {"name": "sam", "token": "${OP_B}"}]},
+    ({"operators": [{"name": "sam", "token": "${OP_A}", "bots": ["*"]}, {"name": "sam", "token": "${OP_B}", "bots": ["*"]}]},
      "operators[1].name", "duplicate operator name"),
     ({"worker": {"turn_timeout": 0}}, "worker.turn_timeout", "greater than 0"),
     # Loaded; on PostgreSQL every turn then failed in the worker (a negative LIMIT), the customer unanswered.
@@ -85,7 +85,7 @@ def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
      "models[0].litellm_params", "`timeout` must be a number of seconds above 0, not [1, 2]"),
     ({"models": [{"model_name": "m", "litellm_params": {"model": "openai/x", "stream_timeout": 0}}]},
      "models[0].litellm_params", "`stream_timeout` must be a number of seconds above 0, not 0"),
-    ({"operators": [{"name": " ", "token": "${OP_A}"}]}, "operators[0].name", "empty"),
+    ({"operators": [{"name": " ", "token": "${OP_A}", "bots": ["*"]}]}, "operators[0].name", "empty"),
     ({"bots": [{"name": "b", "tools": [{"name": "t", "import_path": "tools_without_function"}]}]},
      "bots[0].tools[0]", "a python tool needs `import_path` written as 'package.module:function'"),
     ({"bots": [{"name": "b", "tools": [{"name": "t"}]}]}, "bots[0].tools[0]", "a python tool needs `import_path`"),
@@ -141,7 +141,7 @@ def test_settings_an_operator_with_no_bots_is_a_config_error(tmp_path):
 def test_settings_production_refuses_placeholder_secret(tmp_path, monkeypatch, token):
     monkeypatch.setenv("OP_TOKEN", token)
     path = _write(tmp_path, {"environment": "production",
-                             "operators": [{"name": "o", "token": "${OP_TOKEN}"}]})
+                             "operators": [{"name": "o", "token": "${OP_TOKEN}", "bots": ["*"]}]})
     with pytest.raises(ConfigError, match="placeholder secret refused in production"):
         load_settings(path)
 
@@ -150,7 +150,7 @@ def test_settings_production_operator_tokens_empty_is_disabled_short_is_refused(
     # config.yaml's demo operator reads ${OPERATOR_TOKEN}: unset, that operator is disabled (not a
     # "placeholder secret" error); set, it must be long enough to be the operator's whole login.
     monkeypatch.delenv("OP_TOKEN", raising=False)
-    data = {"environment": "production", "operators": [{"name": "o", "token": "${OP_TOKEN}"}]}
+    data = {"environment": "production", "operators": [{"name": "o", "token": "${OP_TOKEN}", "bots": ["*"]}]}
     assert load_settings(_write(tmp_path, data)).operators[0].token == ""
     monkeypatch.setenv("OP_TOKEN", "abc123")
     with pytest.raises(ConfigError, match="shorter than 16 characters in production"):
@@ -164,7 +164,7 @@ def test_settings_production_refuses_a_secret_that_fell_back_to_its_default(tmp_
     """`${VAR:-literal}` would be a secret written in the file: a development convenience only."""
     monkeypatch.delenv("OP_TOKEN", raising=False)
     monkeypatch.delenv("ENVIRONMENT", raising=False)
-    data = {"operators": [{"name": "o", "token": "${OP_TOKEN:-written-in-the-file}"}]}
+    data = {"operators": [{"name": "o", "token": "${OP_TOKEN:-written-in-the-file}", "bots": ["*"]}]}
     monkeypatch.delenv("environment", raising=False)
     if environment == "file":
         data["environment"] = "production"
@@ -315,7 +315,7 @@ def test_settings_environment_overrides_only_the_documented_keys(tmp_path, monke
 def test_settings_ingest_fingerprint_follows_what_an_ingest_uses(tmp_path, monkeypatch):
     monkeypatch.setenv("OP_TOKEN", "first-token-7f3a")
     source = {"name": "s", "type": "directory", "path": "docs"}
-    data = {"bots": [{"name": "b", "sources": [source]}], "operators": [{"name": "o", "token": "${OP_TOKEN}"}]}
+    data = {"bots": [{"name": "b", "sources": [source]}], "operators": [{"name": "o", "token": "${OP_TOKEN}", "bots": ["*"]}]}
     first = load_settings(_write(tmp_path, data)).ingest_fingerprint()
     assert len(first) == 64 and "first-token" not in first
     # What an ingest does not use: the environment's log level, another operator token, a prompt.

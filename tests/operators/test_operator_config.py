@@ -25,37 +25,48 @@ def test_operator_config_refuses_the_reserved_slack_prefix():
     with pytest.raises(ValidationError, match=r"operators\[0\].name: 'slack:U123'.*reserved"):
         Settings(bots=[{"name": "acme"}], operators=[{"name": "slack:U123", "token": TOKEN, "bots": ["acme"]}])
     with pytest.raises(ValidationError, match="reserved"):
-        Settings(bots=[{"name": "acme"}], operators=[{"name": "Slack:U1", "token": TOKEN}])
+        Settings(bots=[{"name": "acme"}], operators=[{"name": "Slack:U1", "token": TOKEN, "bots": ["acme"]}])
 
 
 def test_operator_config_refuses_a_token_shared_by_two_operators():
     with pytest.raises(ValidationError, match=r"operators\[1\].token: the same token as operator 'sam'") as caught:
-        Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": TOKEN},
-                                                      {"name": "kim", "token": f" {TOKEN} "}])
+        Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": TOKEN, "bots": ["acme"]},
+                                                      {"name": "kim", "token": f" {TOKEN} ", "bots": ["acme"]}])
     assert TOKEN not in caught.value.errors()[0]["msg"]  # the message names operators, never the token
     # Operators without a token (an unset ${VAR}) are disabled, not duplicates of each other.
-    Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": ""}, {"name": "kim", "token": ""}])
+    Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": "", "bots": ["acme"]},
+                                                  {"name": "kim", "token": "", "bots": ["acme"]}])
 
+
+
+def test_an_operator_without_bots_is_a_config_error_not_an_operator_of_every_bot():
+    """`bots` left out (a team's operator, the line forgotten) made an operator of every bot: each other team's
+    conversations and replies open to that token. Every bot is `"*"`, written out, or nothing."""
+    with pytest.raises(ValidationError, match=r"operators\[0\].bots: not given; list the bots this operator serves, "
+                                              r"or \"\*\" for every bot"):
+        Settings(bots=[{"name": "acme"}, {"name": "beta"}], operators=[{"name": "sam", "token": TOKEN}])
+    auth = OperatorAuth(Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": TOKEN, "bots": ["*"]}]))
+    assert auth.authenticate(f"Bearer {TOKEN}") == Operator(name="sam", bots=None)
 
 
 def test_operator_auth_reads_a_token_as_its_duplicate_check_does_without_surrounding_white_space():
     # A token read from a secret file often ends in a newline. The sign-in strips what the operator
     # sends, so a digest of the token as configured ("…\n") matched nothing: that operator could never
     # sign in, with no word of why, while the duplicate check above already read the token stripped.
-    auth = OperatorAuth(Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": f"{TOKEN}\n"}]))
+    auth = OperatorAuth(Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": f"{TOKEN}\n", "bots": ["*"]}]))
     assert auth.authenticate(f"Bearer {TOKEN}") == Operator(name="sam", bots=None)
     assert auth.authenticate("Bearer a-long-operator-token") is None
 
 
 def test_operator_slack_user_ids_are_checked_member_ids_of_one_operator_each():
     with pytest.raises(ValidationError, match=r"'@dana' is not a Slack member id"):
-        Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": TOKEN, "slack_user_ids": ["@dana"]}])
+        Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": TOKEN, "bots": ["*"], "slack_user_ids": ["@dana"]}])
     with pytest.raises(ValidationError, match=r"a list of Slack member ids, as \[U0123ABCD\]"):
-        Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": TOKEN, "slack_user_ids": "U0123ABCD"}])
+        Settings(bots=[{"name": "acme"}], operators=[{"name": "sam", "token": TOKEN, "bots": ["*"], "slack_user_ids": "U0123ABCD"}])
     with pytest.raises(ValidationError, match=r"operators\[1\].slack_user_ids: U0123ABCD is already operator 'sam'"):
         Settings(bots=[{"name": "acme"}], operators=[
-            {"name": "sam", "token": TOKEN, "slack_user_ids": ["U0123ABCD"]},
-            {"name": "kim", "token": f"{TOKEN}-2", "slack_user_ids": [" U0123ABCD"]}])
+            {"name": "sam", "token": TOKEN, "bots": ["*"], "slack_user_ids": ["U0123ABCD"]},
+            {"name": "kim", "token": f"{TOKEN}-2", "bots": ["*"], "slack_user_ids": [" U0123ABCD"]}])
 
 
 def test_an_operator_channel_nobody_is_mapped_to_is_closed_and_said_at_start():
@@ -65,7 +76,7 @@ def test_an_operator_channel_nobody_is_mapped_to_is_closed_and_said_at_start():
     bots = [{"name": "acme", "channels": {"slack": slack}}, {"name": "beta", "channels": {"slack": slack}}]
     settings = Settings(bots=bots, operators=[
         {"name": "sam", "token": TOKEN, "bots": ["beta"], "slack_user_ids": ["UOPS"]},
-        {"name": "off", "token": "", "slack_user_ids": ["UOFF"]}])  # no token: disabled, in Slack too
+        {"name": "off", "token": "", "bots": ["*"], "slack_user_ids": ["UOFF"]}])  # no token: disabled, in Slack too
     assert unguarded_operator_channels(settings) == {"acme": "COPS"}
     assert operator_of_member(settings, "beta", "UOPS") == "sam"
     assert operator_of_member(settings, "acme", "UOPS") is None and operator_of_member(settings, "acme", "UOFF") is None
