@@ -8,6 +8,7 @@ import socket
 import urllib.request
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 
 from gateway.errors import SourceError
@@ -36,7 +37,12 @@ def internal_host(url: str) -> bool:
     """True when `url` names this machine or a private network by address (`127.0.0.1`, `10.0.0.5`,
     `169.254.169.254`, `[::1]`, `[::ffff:127.0.0.1]`, `2130706433`) or as `localhost`. A name that resolves
     to one is not seen here."""
-    host = (urlsplit(url).hostname or "").rstrip(".")
+    return _internal_name(urlsplit(url).hostname or "")
+
+
+def _internal_name(host: str) -> bool:
+    """`internal_host` of a host as a URL names it (an IPv6 address without its brackets)."""
+    host = host.rstrip(".").lower()
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
@@ -78,3 +84,40 @@ def _proxied(url: httpx.URL) -> bool:
     """Whether the environment sends `url` through a proxy (httpx reads the same variables)."""
     proxies = urllib.request.getproxies()
     return bool(proxies.get(url.scheme) or proxies.get("all")) and not urllib.request.proxy_bypass(url.host)
+
+
+def crawl_transport() -> httpx.AsyncHTTPTransport:
+    """The ingest client's transport: it refuses, before a byte of the request is sent, a connection that a
+    host not naming an internal address itself reached an `off_limits_address` on (its name resolved there).
+    Why: `check_peer` kept such an answer out of the knowledge base, but the GET had reached the service by
+    then, path and query included, and a GET alone acts on many an internal endpoint (an admin port's
+    /shutdown, a cache purge). A proxy's connections (`_proxied`) go through another transport, untouched."""
+    transport = httpx.AsyncHTTPTransport()
+    # httpx takes no network backend of its own; its connection pool (httpcore's) does, and holds it here.
+    transport._pool._network_backend = _PeerCheckingBackend(transport._pool._network_backend)
+    return transport
+
+
+class _PeerCheckingBackend(httpcore.AsyncNetworkBackend):
+    """Connects as `backend` does, then closes (raising `SourceError`) a connection `crawl_transport` refuses."""
+
+    def __init__(self, backend: httpcore.AsyncNetworkBackend) -> None:
+        self._backend = backend
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                          socket_options=None) -> httpcore.AsyncNetworkStream:
+        stream = await self._backend.connect_tcp(host, port, timeout=timeout, local_address=local_address,
+                                                 socket_options=socket_options)
+        peer = stream.get_extra_info("server_addr")
+        if peer and not _internal_name(host) and off_limits_address(str(peer[0])):
+            await stream.aclose()
+            raise SourceError(f"{host} resolved to {peer[0]}, an address of this machine or of the cloud's metadata "
+                              "service; not read (nothing was sent to it)")
+        return stream
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options=None) -> httpcore.AsyncNetworkStream:
+        return await self._backend.connect_unix_socket(path, timeout=timeout, socket_options=socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)

@@ -19,9 +19,10 @@ from aiohttp import web
 
 import rag.crawl
 import rag.sitemap
+from gateway.bot_settings import SourceSettings
 from gateway.errors import SourceError
 from rag.crawl_bounds import off_limits_address, same_site
-from rag.sources import load_sitemap, load_urls
+from rag.sources import load_sitemap, load_source, load_urls
 from tests.fakes.web_server import PAGE, serving
 
 
@@ -311,3 +312,23 @@ async def test_a_public_name_that_resolves_to_this_machine_is_not_read(dns_answe
     assert all(map(off_limits, ["169.254.169.254", "::1", "::ffff:127.0.0.1", "0.0.0.0", "fe80::1", "fd00:ec2::254",
                                 "100.100.100.200"]))
     assert not any(map(off_limits, ["10.1.2.3", "192.168.0.7", "100.101.1.2", "93.184.216.34", "2606:4700::1"]))
+
+
+async def test_a_public_name_that_resolves_to_this_machine_is_sent_no_request_at_all(dns_answers):
+    """The answer of a service on this machine was kept out of the knowledge base, but the GET had already
+    reached it, path and query included: a GET alone acts on many an internal endpoint (an admin port's
+    /shutdown, a cache purge, a metadata service handing out a token). The ingest's client refuses the
+    connection before it sends a byte; a private network's address is still read (an intranet wiki)."""
+    async with server({"/admin/purge": lambda _: html("Purged"), "/faq": lambda _: html("Intranet FAQ")}) as (
+            internal, asked):
+        port = internal.rsplit(":", 1)[1]
+        dns_answers["docs.example.com"] = "127.0.0.1"
+        result = await load_source(SourceSettings(name="docs", type="urls",
+                                                  urls=[f"http://docs.example.com:{port}/admin/purge?all=1"]))
+        assert asked == []
+        [(url, error)] = result.errors
+        assert url == f"http://docs.example.com:{port}/admin/purge?all=1"
+        assert "docs.example.com resolved to 127.0.0.1" in error and "not read" in error
+        # Named by its address in the config, the same service is read: the operator chose it.
+        named = await load_source(SourceSettings(name="docs", type="urls", urls=[f"{internal}/faq"]))
+    assert [d.title for d in named.documents] == ["Intranet FAQ"] and asked == ["/faq"]
