@@ -1,6 +1,7 @@
 """Each argument the model passes to a tool, checked against the JSON type (and `enum`) its schema
-declares for it. A tool reads what it declared: a customer who talks the model into
-`{"email": {"$ne": null}}` must not hand an object to code (or an API) that takes a string."""
+declares for it, and each key of an object against the `properties` its schema lists. A tool reads what it
+declared: a customer who talks the model into `{"email": {"$ne": null}}` must not hand an object to code (or
+an API) that takes a string, nor `{"filter": {"email": …, "$where": …}}` a key it never declared."""
 
 from __future__ import annotations
 
@@ -72,10 +73,31 @@ def _value_problem(value: Any, schema: dict[str, Any], where: str) -> str | None
     if isinstance(choices, list) and not any(same_json(value, choice) for choice in choices):
         return f"{where!r} must be one of {', '.join(map(repr, choices))}"
     if isinstance(value, dict):
-        return argument_problem(value, schema, where)
+        return _undeclared_key(value, schema, where) or argument_problem(value, schema, where)
     items = schema.get("items")
     if isinstance(value, list) and isinstance(items, dict):
         for index, item in enumerate(value):
             if problem := _value_problem(item, items, f"{where}[{index}]"):
                 return problem
+    return None
+
+
+def _undeclared_key(value: dict[str, Any], schema: dict[str, Any], where: str) -> str | None:
+    """Why a key of an object is not one its schema's `properties` declare, or None. As a tool's own
+    undeclared parameters are refused (`BotTools._call`), so are an object's at any depth: `{"filter": {"email":
+    …, "$where": …}}` handed a query operator to the API. `additionalProperties` (true, or a schema the
+    other values are checked against) or `patternProperties` lets other keys in; an object whose schema
+    lists no `properties` takes any."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or "patternProperties" in schema:
+        return None
+    extra = schema.get("additionalProperties", False)
+    for name, item in value.items():
+        if name in properties or extra is True:
+            continue
+        if isinstance(extra, dict):
+            if problem := _value_problem(item, extra, f"{where}.{name}"):
+                return problem
+            continue
+        return f"{f'{where}.{name}'!r} is not a property {where!r} declares"
     return None

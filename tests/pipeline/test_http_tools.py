@@ -289,6 +289,32 @@ async def test_an_argument_nested_in_an_object_or_array_is_checked_against_its_d
     assert [body for _, _, _, body in seen] == [{"filter": {"email": "a@example.com", "status": None}, "emails": ["b@x.org"]}]
 
 
+async def test_a_key_an_objects_schema_does_not_declare_is_refused_at_any_depth():
+    """An undeclared parameter was refused only at the top: one level down, in an object whose schema lists
+    its `properties`, `{"filter": {"email": …, "$where": "…"}}` (a query operator) and `{"customer": {…,
+    "role": "admin"}}` reached the API as the model wrote them. `additionalProperties` says otherwise when
+    a schema wants other keys; an object declared without `properties` still takes any."""
+    async with api() as (base, seen):
+        schema = {"type": "object", "properties": {
+            "filter": {"type": "object", "properties": {"email": {"type": "string"}}},
+            "customer": {"type": "object", "properties": {"name": {"type": "string"}},
+                         "additionalProperties": {"type": "string"}},
+            "labels": {"type": "object", "properties": {}, "additionalProperties": True},
+            "extra": {"type": "object"}}}
+        tools = BotTools(bot({"name": "orders", "type": "http", "method": "POST", "url": base + "/orders",
+                              "parameters": schema}))
+        operator = await tools.call("orders", {"filter": {"email": "a@example.com", "$where": "sleep(9)"}}, identity=ALICE)
+        listed = await tools.call("orders", {"filter": {"email": "a@example.com"},
+                                             "customer": {"name": "Al", "role": ["admin"]}}, identity=ALICE)
+        sent = await tools.call("orders", {"filter": {"email": "a@example.com"}, "customer": {"name": "Al", "tier": "gold"},
+                                           "labels": {"any": 1}, "extra": {"free": {"form": True}}}, identity=ALICE)
+    assert operator.error == "invalid arguments: 'filter.$where' is not a property 'filter' declares"
+    assert listed.error == "invalid arguments: 'customer.role' must be a string, not an array"
+    assert sent.error is None
+    assert [body for _, _, _, body in seen] == [{"filter": {"email": "a@example.com"}, "customer": {"name": "Al", "tier": "gold"},
+                                                 "labels": {"any": 1}, "extra": {"free": {"form": True}}}]
+
+
 def test_a_malformed_type_in_a_tools_schema_takes_anything_rather_than_failing_the_turn():
     from gateway.pipeline.tool_arguments import argument_problem
 
