@@ -8,7 +8,6 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
@@ -123,5 +122,5 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     app.include_router(slack_actions.router)  # before the catch-all /webhooks/{bot}/{channel_path}
     app.include_router(webhooks.router)
     app.include_router(admin.router)
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount("/static", operator_console.StaticAssets(directory=STATIC_DIR), name="static")
     return app

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
+from starlette.types import Scope
 
 from gateway.http.webchat import STATIC_DIR
 
@@ -19,7 +22,23 @@ SECURITY_HEADERS = {
 }
 
 
+CONSOLE_PAGE = "operator.html"
+
+
 @router.get("/operator")
 async def console() -> FileResponse:
     """The console page; its script and styles are under /static/operator.*."""
-    return FileResponse(STATIC_DIR / "operator.html", media_type="text/html", headers=SECURITY_HEADERS)
+    return FileResponse(STATIC_DIR / CONSOLE_PAGE, media_type="text/html", headers=SECURITY_HEADERS)
+
+
+class StaticAssets(StaticFiles):
+    """The files under /static, where the console's page is too: it gets the headers `/operator` sends. Why:
+    /static/operator.html is the same console, and without them any site could frame it (clickjacking its
+    buttons once an operator signed in inside the frame) and it ran without its CSP. The widget's page stays
+    frameable: sites embed it."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        if path == CONSOLE_PAGE:
+            response.headers.update(SECURITY_HEADERS)
+        return response

@@ -256,3 +256,17 @@ async def test_api_the_live_stream_carries_only_events_of_the_bots_the_operator_
         assert shown["event"] == "customer_message" and json.loads(shown["data"])["bot"] == "acme", shown
     finally:
         await events.aclose()
+
+
+async def test_the_console_page_keeps_its_security_headers_under_its_static_address_too(client):
+    """The console is also a file of /static, which answered /static/operator.html with none of the headers
+    /operator sends: that address could be framed by any site (clickjacking the Claim, Reply and Resolve
+    buttons once an operator signed in inside the frame) and ran without the page's CSP."""
+    console = await client.get("/operator")
+    static = await client.get("/static/operator.html")
+    assert static.status_code == 200 and static.text == console.text
+    for header in ("content-security-policy", "x-content-type-options", "referrer-policy", "cache-control"):
+        assert static.headers.get(header) == console.headers[header], header
+    assert "frame-ancestors 'none'" in static.headers["content-security-policy"]
+    # The widget's page is made to be framed (README: Embedding it in your site): left as it was.
+    assert "content-security-policy" not in (await client.get("/static/index.html")).headers
