@@ -11,7 +11,8 @@ site of the URL asked for. Otherwise whoever edits a listed page or the sitemap 
 gateway fetch an internal address (a cloud metadata service, an admin port) and put the answer in
 the knowledge base that customers read. robots.txt may redirect to another host (RFC 9309: a CDN),
 but not from a public site to a loopback, private or link-local address: its body never reaches the
-knowledge base, yet the GET alone reaches whatever listens there. Bodies are read up to a cap, gzip included.
+knowledge base, yet the GET alone reaches whatever listens there. Bodies are read up to a cap, gzip included,
+and one compressed more than once (`Content-Encoding: gzip, gzip`) is not read at all.
 
 A site's owner controls its DNS too: a name that answers with 127.0.0.1 or 169.254.169.254 (at once, or
 after a first honest answer: rebinding) makes the same-site URLs reach this machine or the cloud's
@@ -98,6 +99,12 @@ async def _fetch(url: str, *, client: httpx.AsyncClient, headers: dict[str, str]
 
 
 async def _read_capped(response: httpx.Response, max_bytes: int, *, what: str) -> bytes:
+    encodings = [e for e in response.headers.get_list("content-encoding", split_commas=True)
+                 if e.strip().lower() not in ("", "identity")]
+    if len(encodings) > 1:
+        # httpx inflates every layer of a received piece whole before the cap below sees a byte of it: a 64 kB
+        # piece gzipped once is at most about 64 MB, but gzipped twice 700 bytes were 400 MB. No server needs two.
+        raise SourceError(f"{what} is compressed more than once (Content-Encoding: {', '.join(encodings)}); not read")
     chunks, size = [], 0
     async for chunk in response.aiter_bytes():
         size += len(chunk)

@@ -10,6 +10,8 @@ import asyncio
 import gzip
 import inspect
 import socket
+import tracemalloc
+import zlib
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 
@@ -111,6 +113,36 @@ async def test_a_gzip_bomb_sitemap_fails_its_source_instead_of_filling_memory(mo
     async with server(routes) as (site, _), httpx.AsyncClient(timeout=5) as client:
         with pytest.raises(SourceError, match="larger than 1 MB uncompressed"):
             await load_sitemap(f"{site}/sitemap.xml.gz", client=client)
+
+
+def _gzipped_zeros(size: int, *, times: int) -> bytes:
+    """`size` zero bytes gzipped, then gzipped again `times - 1` times: 200 MB in well under a kilobyte twice over."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    body = b"".join(packer.compress(bytes(1 << 20)) for _ in range(size >> 20)) + packer.flush()
+    for _ in range(times - 1):
+        body = gzip.compress(body)
+    return body
+
+
+async def test_a_page_compressed_twice_is_refused_before_it_is_inflated():
+    """`Content-Encoding: gzip, gzip`: httpx inflated each layer of a received piece whole before the size
+    cap saw any of it, so 700 bytes became 400 MB in memory at once (a third layer: the whole server's
+    memory, ingest running in the server's process). A page compressed once is still read."""
+    bomb = _gzipped_zeros(200 << 20, times=2)
+    assert len(bomb) < 2_000
+    page = gzip.compress(PAGE.format("Compressed once").encode())
+    routes = {"/bomb": web.Response(body=bomb, headers={"Content-Encoding": "gzip, gzip", "Content-Type": "text/html"}),
+              "/page": web.Response(body=page, headers={"Content-Encoding": "gzip", "Content-Type": "text/html"})}
+    async with server(routes) as (site, _), httpx.AsyncClient(timeout=5) as client:
+        tracemalloc.start()
+        try:
+            result = await load_urls([f"{site}/bomb", f"{site}/page"], client=client)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 64 << 20, f"{peak >> 20} MB held"
+    assert dict(result.errors)[f"{site}/bomb"] == "is compressed more than once (Content-Encoding: gzip, gzip); not read"
+    assert [d.title for d in result.documents] == ["Compressed once"]
 
 
 @pytest.mark.parametrize(("url", "other", "same"), [
