@@ -86,7 +86,17 @@ def _without_web_chat(request: Request, bot: str) -> JSONResponse | None:
     return None
 
 
+CROSS_SITE = frozenset({"cross-site", "same-site"})
+"""`Sec-Fetch-Site` of a browser request a page of another origin sent. Why refused: a body without a type is
+read as JSON, and `fetch(url, {mode: "no-cors", body: blob})` sends one with no type and no CORS preflight, so
+any site could make its visitors' browsers write to the bot (each with its own per-address budget). The widget
+posts from its own origin (framed or not), and a client that is no browser page sends no such header."""
+
+
 def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | None:
+    if request.headers.get("sec-fetch-site", "").strip().lower() in CROSS_SITE:
+        return error(403, "a page of another site cannot post to the web chat; embed the widget in an <iframe> "
+                          "(README: Embedding it in your site)")
     if (refused := _without_web_chat(request, bot)) is not None:
         return refused
     settings = services(request).settings.bot(bot)
