@@ -120,3 +120,21 @@ def test_make_clean_leaves_no_sqlite_journal_behind(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in var.iterdir()) == [".gitkeep"]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_install_says_what_the_silent_pip_step_does_before_it(tmp_path):
+    """A first `make run` sat for minutes on a `pip install --quiet` line, saying nothing of how long or
+    how much, which reads as a hang."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"  # stands in for the venv's python: 3.11+, pip succeeds at once
+    python.write_text("#!/bin/sh\nexit 0\n")
+    python.chmod(0o755)
+    proc = subprocess.run(["make", "install", f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    pip = next(i for i, line in enumerate(lines) if "pip install" in line)
+    note = next(i for i, line in enumerate(lines) if line.startswith("make: installing"))
+    assert note < pip and "minutes" in lines[note] and "GB" in lines[note], proc.stdout
+    assert not any("echo" in line for line in lines), proc.stdout  # the note alone, not its recipe line
