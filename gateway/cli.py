@@ -38,8 +38,19 @@ GRACEFUL_SHUTDOWN_S = 5
 """How long `serve` waits for open requests on shutdown: open SSE streams (console, widget) never end by themselves."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose missing COMMAND names the commands (`gateway` alone said only "the following
+    arguments are required: COMMAND"). Subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        subs = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and message.endswith("required: COMMAND"):
+            message += f" (one of: {', '.join(subs[0].choices)})"
+        super().error(message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gateway", description="Multi-channel bot gateway",
         epilog="Every command that takes --config reads FILE, else $GATEWAY_CONFIG, else ./config.yaml. "
                "`gateway COMMAND --help` tells a command's options.")

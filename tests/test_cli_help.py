@@ -43,3 +43,16 @@ def test_every_command_says_what_it_does_and_names_its_values_as_the_readme_does
     # The choices are in the usage already: the help says what the value is.
     forget = " ".join(commands["forget"].format_help().split())
     assert "the channel the contact wrote on" in forget
+
+
+def test_cli_without_a_command_names_the_commands(capsys):
+    """`gateway` alone (and `gateway db`, `gateway telegram`) said only "the following arguments are required:
+    COMMAND", leaving a first-day user to guess the words or find `--help`."""
+    import pytest
+
+    for argv, names in ((["db"], "upgrade"), (["telegram"], "set-webhook"),
+                        ([], "serve, ingest, ingest-runs, eval, chat, db, forget, telegram")):
+        with pytest.raises(SystemExit) as exit_:
+            _parser().parse_args(argv)
+        assert exit_.value.code == 2
+        assert f"COMMAND (one of: {names})" in capsys.readouterr().err
