@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -218,6 +220,22 @@ def _serve(args) -> int:
             # where the end of that wait would have cut them off with a 500, and no new turn starts.
             app.state.services.begin_stop()
             super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            # SIGHUP (a closed terminal, or a `kill -HUP` meant as a reload) killed the server outright, with
+            # no graceful stop and no word why: it stops as SIGTERM does, and says there is no reload.
+            with super().capture_signals():
+                previous = signal.signal(signal.SIGHUP, self.hang_up)
+                try:
+                    yield
+                finally:
+                    signal.signal(signal.SIGHUP, previous)
+
+        def hang_up(self, sig, frame) -> None:
+            structlog.get_logger().warning("gateway.hangup", note="SIGHUP stops the gateway as SIGTERM does: it "
+                                           "has no config reload; start it again to read the config")
+            self.handle_exit(signal.SIGTERM, frame)
 
     config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)

@@ -104,3 +104,21 @@ def test_ctrl_c_stops_serve_gracefully_with_exit_0(tmp_path) -> None:
     finally:
         server.kill()
     assert "gateway.stopped" in server.log_path.read_text()
+
+
+@pytest.mark.timeout(300)
+def test_sighup_stops_serve_gracefully_and_says_there_is_no_reload(tmp_path) -> None:
+    """A `kill -HUP` (a reload elsewhere, or a closed terminal) killed `serve` outright: no graceful stop, and no
+    word in the log of why it went or that the gateway has no config reload."""
+    config = write_config(tmp_path, log_level="INFO")
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    server = Replica(config, role="web")
+    server.start()
+    try:
+        asyncio.run(server.wait_ready(timeout=240))
+        server.proc.send_signal(signal.SIGHUP)
+        assert server.proc.wait(timeout=60) == -signal.SIGTERM, server.log()  # as after SIGTERM
+    finally:
+        server.kill()
+    log = server.log_path.read_text()
+    assert "gateway.hangup" in log and "no config reload" in log and "gateway.stopped" in log, log
