@@ -10,12 +10,11 @@ import logging
 import os
 import signal
 import sys
-import uuid
 from pathlib import Path
 
 import structlog
 
-from gateway.admin_client import admin_files, chat_via_server, local_url
+from gateway.admin_client import admin_files, local_url
 from gateway.cli_output import Terminated, hide_run_errors_in_logs, print_metrics, print_misses, progress_bar
 from gateway.errors import SKIPPED_FILES, ConfigError, GatewayError, IndexBusy, UnknownBot
 from gateway.models import CHANNELS
@@ -23,7 +22,6 @@ from gateway.preflight import (
     alembic_config,
     check_embedding_model,
     migration_revisions,
-    models_missing_keys,
     redacted_db_url,
     require_free_port,
     require_schema,
@@ -154,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "eval":
             return asyncio.run(_eval(args))
         if args.command == "chat":
-            return asyncio.run(_chat(args))
+            from gateway.cli_chat import chat
+
+            return asyncio.run(chat(args, _settings(args)))
         if args.command == "forget":
             from gateway.cli_forget import forget
 
@@ -324,65 +324,6 @@ async def _eval(args) -> int:
     print_metrics(report.metrics)
     print_misses(report.outcomes, k=max(k_values))
     return 0
-
-
-async def _chat(args) -> int:
-    settings = _settings(args)  # first: a typo was told after LiteLLM and the app had loaded (14 s)
-    from gateway.observability.logs import configure_logging_for
-    from gateway.operators.slack_access import unguarded_notes
-    from gateway.terminal_chat import converse
-    from rag.index_lock import folder_in_use
-
-    configure_logging_for(settings, level="WARNING", fmt="console")
-    await require_schema(settings)
-    bot = settings.bot(args.bot) if args.bot else (settings.bots[0] if settings.bots else None)
-    if bot is None:
-        print("error: no bots configured", file=sys.stderr)
-        return 2
-    for warning in [*uncalibrated_gates(settings, [bot]), *models_missing_keys(settings),  # serve logs them
-                    *unguarded_notes(settings)]:
-        print(f"note: {warning}", file=sys.stderr)
-    session_id = f"terminal-{uuid.uuid4().hex[:12]}"
-    if folder_in_use(settings.qdrant):  # a running server holds the index: no model or index of ours is needed
-        return await chat_via_server(settings, bot.name, session_id=session_id, converse=converse)
-    from channels.web import WebAdapter
-    from gateway.http.webchat import wait_for_reply
-    from gateway.models import ConversationRef, InboundMessage, Sender
-    from gateway.services import build_services
-    from storage import repositories as repo
-
-    svc = build_services(settings, with_scheduler=False, poll_interval=0.2)
-    # The terminal is a web chat session: for a bot without the web chat, each reply was shown, then
-    # logged and stored as not delivered ("channel 'web' is not enabled").
-    svc.adapters.setdefault((bot.name, "web"), WebAdapter(bot.name))
-    try:
-        await svc.start(scheduler=False, channels=False)
-    except IndexBusy:  # a server that took the folder since the check above
-        await svc.stop()
-        return await chat_via_server(settings, bot.name, session_id=session_id, converse=converse)
-    if bot.sources and await svc.knowledge.index.count(bot.name) == 0:
-        # `serve` ingests an empty index at start; here every question would get the fallback, unexplained.
-        print(f"note: bot {bot.name!r} has nothing in its index yet: run `gateway ingest` first (or `gateway "
-              "serve`, which ingests an empty index at start)", file=sys.stderr)
-    ref = ConversationRef(channel="web", chat=session_id)
-
-    async def ask(text: str) -> dict:
-        message = InboundMessage(channel="web", external_id=uuid.uuid4().hex, conversation=ref,
-                                 sender=Sender(external_id=session_id, display_name="Terminal"), text=text)
-        accepted = await svc.inbox.accept(bot.name, message)
-        return await wait_for_reply(svc, accepted.message_id, timeout=120)
-
-    async def follow(after: int) -> list[dict]:
-        async with svc.sessions() as session:
-            conversation = await repo.find_conversation(session, bot=bot.name, ref=ref)
-            rows = await repo.transcript(session, conversation_id=conversation.id, after_id=after) if conversation else []
-        return [{"id": m.id, "direction": m.direction, "author": m.author, "text": m.text}
-                for m in rows if m.status != "ignored"]
-
-    try:
-        return await converse(bot.name, ask, follow)
-    finally:
-        await svc.stop()
 
 
 async def _set_webhook(args) -> int:

@@ -306,6 +306,8 @@ def test_cli_chat_answers_in_the_terminal(kb_config, web):
                           timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1",
                                             "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     assert proc.returncode == 0, proc.stderr
+    # 10-30 s of silence before "Chatting with" read as a hang: it says first what it loads, and why here.
+    assert f"no server holds {config.parent / 'qdrant'}; loading bot 'acme' here (10-30 s)" in proc.stderr, proc.stderr
     answer = next(line for line in proc.stdout.splitlines() if "acme>" in line)
     assert "$12" in answer and "[1]" in answer
     assert "[1] Plans" in proc.stdout  # the citation, listed under the answer
