@@ -79,8 +79,9 @@ def _without_web_chat(request: Request, bot: str) -> JSONResponse | None:
     """404 for an unknown bot or one whose web chat is off: its chat and its transcripts alike."""
     try:
         settings = services(request).settings.bot(bot)
-    except KeyError:
-        return error(404, f"unknown bot {bot!r}")
+    except KeyError:  # a typo in a URL: the names are those GET /v1/bots gives anyone
+        names = [b.name for b in services(request).settings.bots if b.channels.web is not None and b.channels.web.enabled]
+        return error(404, f"unknown bot {bot!r}; the bots with a web chat: {', '.join(names) or 'none'} (GET /v1/bots)")
     if settings.channels.web is None or not settings.channels.web.enabled:
         return error(404, f"bot {bot!r} has no web chat")
     return None

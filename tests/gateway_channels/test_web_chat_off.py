@@ -31,3 +31,14 @@ async def test_a_transcript_kept_from_before_the_web_chat_was_turned_off_is_not_
         response = await client.get("/v1/bots/acme/sessions/s-1/messages")
         assert response.status_code == 404 and "has no web chat" in response.json()["error"]
         assert "4242" not in response.text
+
+
+async def test_web_chat_of_an_unknown_bot_names_the_bots_that_have_one(tmp_path) -> None:
+    """`/v1/bots/acmee/chat` said only "unknown bot 'acmee'", leaving a typo to be found by reading the config;
+    the 404 names what `GET /v1/bots` lists anyway (only bots with a web chat)."""
+    async with gateway_app(tmp_path, channels={}, env={}) as (client, _services):
+        for path in ("/v1/bots/acmee/chat", "/v1/bots/acmee/sessions/s-1/messages"):
+            response = (await client.post(path, json={"session_id": "s-1", "text": "hi"}) if path.endswith("chat")
+                        else await client.get(path))
+            assert response.status_code == 404
+            assert response.json()["error"] == "unknown bot 'acmee'; the bots with a web chat: acme (GET /v1/bots)"
