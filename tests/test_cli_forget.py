@@ -79,3 +79,19 @@ def test_forget_log_line_says_whether_anyone_was_found_and_not_who(tmp_path, cap
     assert main(["forget", "--config", str(config), "--channel", channel, "--user", user]) == 0
     line = next(line for line in capsys.readouterr().err.splitlines() if "retention.forgot_contact" in line)
     assert "found=True" in line and "contacts=1" in line and user[-4:] not in line, line
+
+
+def test_forget_of_a_user_id_nobody_has_says_so_on_stderr(tmp_path, capsys):
+    """A mistyped id printed "deleted 0 contacts, …" and exit 0, as a done job: the typo went unseen (for the
+    web chat, the id is the session id, not the conversation's number)."""
+    config = write_config(tmp_path)
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    _conversation_of(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}", channel="web", user="s1")
+    capsys.readouterr()
+    assert main(["forget", "--config", str(config), "--channel", "web", "--user", "s2"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "deleted 0 contacts, 0 conversations, 0 messages, 0 escalations (recorded in data_deletions)\n"
+    assert ("note: no web contact has the user id 's2', so nothing was deleted (for the web chat, the user id is "
+            "the session_id)") in err
+    assert main(["forget", "--config", str(config), "--channel", "web", "--user", "s1"]) == 0
+    assert "note:" not in capsys.readouterr().err
