@@ -104,8 +104,11 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
                                 status_code=400)
         if first.get("type") == "missing" and not where:
             return JSONResponse({"error": "a JSON body is required"}, status_code=422)
-        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}" if where
-                             else first.get("msg", "invalid request")}, status_code=422)
+        said = first.get("msg", "invalid request")
+        if first.get("type") == "missing" and isinstance(exc.body, dict):  # a misspelt key: show what came
+            keys = [str(k)[:40] for k in list(exc.body)[:10]]
+            said += f" (the body has: {', '.join(keys)})" if keys else " (the body has no keys)"
+        return JSONResponse({"error": f"{where}: {said}" if where else said}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -42,3 +42,14 @@ async def test_a_body_the_parser_cannot_read_says_why_not_only_that_it_failed(tm
     assert (deep.status_code, deep.json()) == (400, {"error": "the body is not valid JSON: it is nested too deeply"})
     assert digits.status_code == 400 and digits.json()["error"].startswith("the body is not valid JSON: Exceeds the limit")
     assert transcript["messages"] == []
+
+
+async def test_a_missing_field_names_the_keys_the_body_has(tmp_path) -> None:
+    """`{"session": "s-1", "text": "hi"}` got "session_id: Field required", which left a misspelt key to be
+    found by comparing with the README; the 422 now lists the keys it got."""
+    async with app_client(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}], start_worker=False) as client:
+        misspelt = await client.post("/v1/bots/acme/chat", json={"session": "s-1", "text": "hi"})
+        empty = await client.post("/v1/bots/acme/chat", json={})
+    assert (misspelt.status_code, misspelt.json()) == (
+        422, {"error": "session_id: Field required (the body has: session, text)"})
+    assert empty.json()["error"] == "session_id: Field required (the body has no keys)"
