@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -188,7 +189,10 @@ def _refusal(response, settings: Settings | None) -> str:
     hidden = credential_keys(settings.ingest_config())
     found = found or (f"{' or '.join(hidden)}: a credential in a URL (masked on both sides, so not shown)" if hidden
                       else "keys this CLI does not know (the server runs another version of the gateway)")
-    return redact(f"{head} in what an ingest uses: {found}. Restart the server (`gateway serve`) to ingest with "
+    # Another file than the server's: a plain restart (`make run` too) would load the server's own again.
+    restart = "the server (`gateway serve`)" if theirs == ours else \
+        f"the server on that file (`gateway serve --config {shlex.quote(str(ours))}`)"
+    return redact(f"{head} in what an ingest uses: {found}. Restart {restart} to ingest with "
                   f"{ours}, or stop it and run `gateway ingest` again")
 
 

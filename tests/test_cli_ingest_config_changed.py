@@ -49,9 +49,12 @@ async def test_cli_ingest_refused_by_a_server_of_another_configuration_says_what
     (tmp_path / "other").mkdir()  # another file than the server's: both are named
     other = load_settings(write_config(tmp_path / "other", bots=[{**bots[0], "sources": []}]))
     assert await _refused(other, refusal.status_code, refusal.content) == 1
-    assert capsys.readouterr().err.splitlines()[-1].startswith(
+    # "Restart the server (`gateway serve`)" restarted it on its own file again (`make run` too): it names ours.
+    assert capsys.readouterr().err.splitlines()[-1] == (
         f"error: the running server ingests with {path} as it was when it started, and {other.config_path} differs "
-        "from it in what an ingest uses: bots[acme].sources[help]: only in the server. Restart")
+        "from it in what an ingest uses: bots[acme].sources[help]: only in the server. Restart the server on "
+        f"that file (`gateway serve --config {other.config_path}`) to ingest with {other.config_path}, or stop it "
+        "and run `gateway ingest` again")
 
 
 async def test_cli_ingest_refused_by_a_server_that_says_only_why_shows_its_message(tmp_path, capsys):
