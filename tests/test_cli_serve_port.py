@@ -78,3 +78,5 @@ def test_serve_says_it_is_starting_before_the_seconds_of_loading(tmp_path):
     assert f"config={config}" in starting[0] and "role=web" in starting[0]
     started = next(line for line in lines if "gateway.started" in line)
     assert f"url=http://127.0.0.1:{port}" in started
+    # The console's address was only in the README: the line a first run ends on names it too.
+    assert f"console=http://127.0.0.1:{port}/operator" in started
