@@ -168,6 +168,8 @@ def _question(line: str, where: str) -> Question:
             raise EvalFileError(f'{where}: says "answerable": false and gives "gold_texts"; drop one of them')
         return Question(item["question"], (), False, where)
     golds = item.get("gold_texts")
+    if isinstance(golds, str) and golds.strip():
+        raise EvalFileError(f'{where}: "gold_texts" is a string; write it as a list: [{json.dumps(golds)}]')
     if not isinstance(golds, list) or not golds or not all(isinstance(g, str) and g.strip() for g in golds):
         raise EvalFileError(f'{where}: an answerable question needs "gold_texts" (a non-empty list of texts){has}; '
                             'mark one without an answer "answerable": false')

@@ -119,7 +119,8 @@ def test_eval_file_lines_end_at_newlines_only(tmp_path):
 @pytest.mark.parametrize(("line", "says"), [
     ('{"question": "Refunds?"}', '"gold_texts"'),  # neither gold texts nor answerable: false
     ('{"question": "Refunds?", "gold_texts": []}', '"gold_texts"'),
-    ('{"question": "Refunds?", "gold_texts": "five days"}', '"gold_texts"'),  # a string, not a list
+    # A string, not a list: "needs a non-empty list" left "five days" looking right; the fix is shown.
+    ('{"question": "Refunds?", "gold_texts": "five days"}', r'"gold_texts" is a string; write it as a list: \["five days"\]'),
     ('{"gold_texts": ["five days"]}', '"question"'),
     ('["Refunds?"]', "a JSON array, not an object"),
     ('[{"question": "Refunds?", "gold_texts": ["five days"]}]', "a JSON array, not an object; the file is JSONL"),
