@@ -33,7 +33,9 @@ async def show_runs(settings, *, bot: str | None, source: str | None, limit: int
         print(json.dumps({"runs": [run_dict(run) for run in runs]}))
     elif not runs:
         which = " of ".join(f"{kind} {name!r}" for kind, name in (("source", source), ("bot", bot)) if name)
-        print(f"no ingest runs recorded{' for ' + which if which else ''}", file=sys.stderr)
+        names = [b.name for b in settings.bots]
+        unknown = f" (the config's bots: {', '.join(names) or 'none'})" if bot and bot not in names else ""
+        print(f"no ingest runs recorded{' for ' + which if which else ''}{unknown}", file=sys.stderr)
     else:
         width = max(len(f"{run.bot}/{run.source}") for run in runs)  # one column, however long the names
         for run in runs:

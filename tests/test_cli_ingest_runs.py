@@ -72,7 +72,10 @@ def test_ingest_runs_filters_by_source_and_limit_and_prints_json(tmp_path, capsy
     [run] = json.loads(capsys.readouterr().out)["runs"]
     assert (run["source"], run["status"], run["duration_s"]) == ("site", "running", None)
     assert main(["ingest-runs", "--config", str(config), "--bot", "other"]) == 0
-    assert capsys.readouterr().err == "no ingest runs recorded for bot 'other'\n"
+    # A typo in --bot read as a bot never ingested: a name the config does not have is said to be one.
+    assert capsys.readouterr().err == "no ingest runs recorded for bot 'other' (the config's bots: acme)\n"
+    assert main(["ingest-runs", "--config", str(config), "--bot", "acme", "--source", "nope"]) == 0
+    assert capsys.readouterr().err == "no ingest runs recorded for source 'nope' of bot 'acme'\n"
 
 
 def test_a_run_with_more_errors_than_it_keeps_says_how_many_it_dropped(tmp_path, capsys):
