@@ -354,7 +354,9 @@ def test_forget_logs_its_deletion_only(tmp_path):
     proc = _run("forget", "--config", str(config), "--channel", "web", "--user", "me-1")
     assert proc.returncode == 0 and proc.stdout.startswith("deleted 0 contacts")
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and "retention.forgot_contact" in lines[0], proc.stderr
+    # The log line, and the note that no contact had the id (the user id nobody has: nothing else).
+    assert len(lines) == 2 and "retention.forgot_contact" in lines[0], proc.stderr
+    assert lines[1].startswith("note: no web contact has the user id 'me-1'"), proc.stderr
 
 
 def test_a_port_in_the_environment_that_is_no_number_concerns_serve_only(tmp_path):
