@@ -318,8 +318,16 @@ async def reply(escalation_id: RowId, body: ReplyBody, request: Request) -> Resp
     svc = services(request)
 
     async def action(op: Operator) -> Response:
-        sent = await svc.escalations.send_reply(escalation_id, operator=op.name, text=body.text, bots=op.bots,
-                                                message_id=body.message_id)
+        try:
+            sent = await svc.escalations.send_reply(escalation_id, operator=op.name, text=body.text, bots=op.bots,
+                                                    message_id=body.message_id)
+        except Conflict as exc:  # handed back: say how to reach the customer again, not only that it is over
+            async with svc.sessions() as session:
+                escalation = await session.get(Escalation, escalation_id)
+            if escalation is None or escalation.state != "resolved":
+                raise
+            raise Conflict(f"{exc}; to write to them, take the conversation back: "
+                           f"POST /v1/conversations/{escalation.conversation_id}/claim") from None
         async with svc.sessions() as session:
             status = (await session.get(type(sent.message), sent.message.id)).status
         return JSONResponse({"message_id": sent.message.id, "status": status}, status_code=201 if sent.created else 200)
