@@ -296,8 +296,8 @@ async def test_cli_telegram_set_webhook_registers_url_and_secret(tmp_path):
 
 @pytest.mark.parametrize("web", [{}, {"enabled": False}], ids=["web-chat", "no-web-chat"])
 def test_cli_chat_answers_in_the_terminal(kb_config, web):
-    """Also for a bot without the web chat (a Telegram-only bot, say): each reply was shown, then logged
-    and stored as not delivered ("channel 'web' is not enabled")."""
+    """Also for a bot without the web chat (a Telegram-only bot): each reply was shown, then logged and stored
+    as not delivered ("channel 'web' is not enabled"). It says what it loads first (10-30 s of silence)."""
     config, _ = kb_config
     config.write_text(config.read_text().replace("web: {}", f"web: {json.dumps(web)}"))
     assert _run("ingest", "--config", str(config)).returncode == 0
@@ -305,9 +305,7 @@ def test_cli_chat_answers_in_the_terminal(kb_config, web):
                           input="How much does the Plus plan cost?\n\n", capture_output=True, text=True,
                           timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1",
                                             "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
-    assert proc.returncode == 0, proc.stderr
-    # 10-30 s of silence before "Chatting with" read as a hang: it says first what it loads, and why here.
-    assert f"no server holds {config.parent / 'qdrant'}; loading bot 'acme' here (10-30 s)" in proc.stderr, proc.stderr
+    assert proc.returncode == 0 and f"no server holds {config.parent / 'qdrant'}; loading bot 'acme'" in proc.stderr
     answer = next(line for line in proc.stdout.splitlines() if "acme>" in line)
     assert "$12" in answer and "[1]" in answer
     assert "[1] Plans" in proc.stdout  # the citation, listed under the answer
