@@ -276,7 +276,7 @@ async def scratch(prefix: str) -> AsyncIterator[Scratch]:
     from storage.models import Base
 
     with tempfile.TemporaryDirectory(prefix=prefix) as folder:
-        store = create_async_engine(f"sqlite+aiosqlite:///{folder}/bench.db")
+        store = create_async_engine(f"sqlite+aiosqlite:///{folder}/bench.db", hide_parameters=True)
         async with store.begin() as conn:
             await conn.run_sync(Base.metadata.create_all)
         index = QdrantIndex(AsyncQdrantClient(path=f"{folder}/qdrant"))

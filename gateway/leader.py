@@ -60,7 +60,8 @@ class LeaderElection:
             return
         # Its own connection outside the app's pool: the lock lives exactly as long as this connection.
         url, connect_args = postgres_connect_args(self._url)
-        self._engine = create_async_engine(url, poolclass=NullPool, connect_args=connect_args)
+        self._engine = create_async_engine(url, poolclass=NullPool, hide_parameters=True,
+                                           connect_args=connect_args)
         await self.campaign()
         self._task = asyncio.create_task(self._run(), name=f"leader-{self.name}")
 

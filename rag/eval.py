@@ -252,7 +252,7 @@ async def evaluate(
     sparse = sparse or SparseEmbedder()
 
     with tempfile.TemporaryDirectory(prefix="gateway-eval-") as tmp:
-        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp}/eval.db")
+        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp}/eval.db", hide_parameters=True)
         async with engine.begin() as conn:
             await conn.run_sync(Base.metadata.create_all)
         index = open_index(QdrantSettings(path=f"{tmp}/qdrant", engine=settings.qdrant.engine))

@@ -195,11 +195,14 @@ def sqlite_file(url: str) -> Path | None:
 
 
 def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
-    """Build the async engine; on SQLite, make the folder and turn on WAL and a busy timeout."""
+    """Build the async engine; on SQLite, make the folder and turn on WAL and a busy timeout.
+
+    A failing statement's error names the statement but not its parameters (`hide_parameters`): they are
+    customers' words and phone numbers, and the error's text reaches the log, a span and a run's errors."""
     url = async_url(url)
     if is_sqlite(url):
         database = sqlite_file(url)
-        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+        engine = create_async_engine(url, echo=echo, hide_parameters=True, connect_args={"timeout": 30})
 
         first_connection = [True]
 
@@ -242,8 +245,8 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
 
         return engine
     url, connect_args = postgres_connect_args(url)
-    return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=10,
-                               connect_args=connect_args)
+    return create_async_engine(url, echo=echo, hide_parameters=True, pool_pre_ping=True, pool_size=10,
+                               max_overflow=10, connect_args=connect_args)
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
