@@ -45,6 +45,7 @@ from gateway.llm_retry import (
     worth_another_try,
 )
 from gateway.llm_stream import (
+    REFUSED_IN_STREAM,
     Accumulator,
     CallbackError,
     StreamFailed,
@@ -220,6 +221,7 @@ class LLMRouter:
                     retryable, said = True, said_in_stream(exc)
                     if (cause := stream_cause(exc)) is not None:  # the provider said why: as it is unstreamed
                         error, retryable = cause, worth_another_try(cause)
+                    retryable = retryable and said not in REFUSED_IN_STREAM  # refused again if asked again
                 except LLMError:
                     raise
                 except Exception as exc:  # any provider failure: classify, then retry or fall back
@@ -229,7 +231,7 @@ class LLMRouter:
                         log.error("llm.client_fault", model=name, error=f"{type(exc).__name__}: {short(exc)}", exc_info=exc)
                     error, retryable = exc, fault or worth_another_try(exc)
                 errors.append(f"{name}: {type(error).__name__}: {short(error)}")
-                if setup_refused(error):  # a revoked key was one warning as every message fell back
+                if setup_refused(error) or said == "auth":  # a revoked key was one warning as every message fell back
                     self.refused[name] = f"error: {type(error).__name__}: {short(error, 160)}"
                     log.error("llm.setup_refused", model=name, error=errors[-1],
                               hint="check its api_base" if url_refused(error) else "check its api_key and model")

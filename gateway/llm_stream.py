@@ -48,36 +48,65 @@ _SAID = (("overloaded", ("overloaded",)),
          ("server error", ("server_error", "api_error", "internal_error", "internal server error", "internal error",
                            "server had an error")))
 
+# An event refusing the model's key, or the request itself, by its type or code alone (a message may say
+# anything): asked again, either fails the same way. OpenAI's bad key is an `invalid_request_error` whose code
+# is `invalid_api_key`, so the key is looked for first. (Gemini's come out of LiteLLM with their status.)
+_REFUSED = (("auth", ("authentication_error", "permission_error", "invalid_api_key")),
+            ("bad request", ("invalid_request_error", "request_too_large")))
+
+REFUSED_IN_STREAM = ("auth", "bad request")
+"""What `said_in_stream` names a refusal: not retried (as a 401 or a 400 unstreamed); "auth" is also the
+model's setup refused (`llm.setup_refused`), "bad request" only this request (to the fallback)."""
+
 
 def said_in_stream(failed: StreamFailed) -> str | None:
-    """What the error event that ended a stream said, when it said one of these: "rate limited", "overloaded"
-    or "server error"; None otherwise (a dropped connection, no credit, an event of another kind). LiteLLM
-    raises most error events (OpenAI's `data: {"error": …}`, Anthropic's `event: error`) as a broken
-    connection or a made-up 500, which were logged as "stream broken" whatever the provider said. Named
-    without a status, as the stream had answered 200."""
+    """What the error event that ended a stream said, when it said one of these: "auth" (the key refused),
+    "bad request", "rate limited", "overloaded" or "server error"; None otherwise (a dropped connection, no
+    credit, an event of another kind). LiteLLM raises most error events (OpenAI's `data: {"error": …}`,
+    Anthropic's `event: error`) as a broken connection or a made-up 500, which were logged as "stream broken"
+    and retried whatever the provider said. Named without a status, as the stream had answered 200."""
     chain = causes(failed)
     if any(out_of_credit(e) for e in chain):
         return None
     for error in reversed(chain):  # the provider's own exception is the innermost
-        text = _event_text(error)
-        if text is None:
+        said = _event(error)
+        if said is None:
             continue
+        kinds, message = said
+        for kind, markers in _REFUSED:
+            if any(marker in kinds for marker in markers):
+                return kind
         for kind, markers in _SAID:
-            if any(marker in text for marker in markers):
+            if any(marker in f"{' '.join(kinds)} {message}" for marker in markers):
                 return kind
     return None
 
 
-def _event_text(error: BaseException) -> str | None:
-    """The type, code and message of an error event as the client library raised it, lower-cased: the OpenAI
-    SDK's `APIError` with the event's `error` as its body (no HTTP status: it came in a 200), or a LiteLLM
-    provider exception (Anthropic's, with the event's message)."""
+def _event(error: BaseException) -> tuple[tuple[str, ...], str] | None:
+    """(the type and code, the message) of an error event as the client library raised it, lower-cased: the
+    OpenAI SDK's `APIError` with the event's `error` as its body (no HTTP status: it came in a 200), or a
+    LiteLLM provider exception (Anthropic's, with the event's message, its type read from the event)."""
     if isinstance(error, openai.APIError) and not isinstance(error, (openai.APIStatusError, openai.APIConnectionError)) \
             and type(error).__module__.startswith("openai") and isinstance(error.body, dict):
-        return " ".join(str(error.body.get(key) or "") for key in ("type", "code", "message")).lower()
+        kinds = tuple(str(error.body.get(key) or "").lower() for key in ("type", "code"))
+        return kinds, str(error.body.get("message") or "").lower()
     if type(error).__module__.startswith("litellm.llms.") and isinstance(getattr(error, "message", None), str):
-        return error.message.lower()
+        return _anthropic_event_type(error), error.message.lower()
     return None
+
+
+def _anthropic_event_type(error: BaseException) -> tuple[str, ...]:
+    """The `error.type` of the Anthropic `event: error` that `error` was raised for, else (). LiteLLM raises it
+    with the message alone, as a 500: "invalid x-api-key" said nothing of a refused key. The event it parsed is
+    still in the frame that raised it (`{"type": "error", "error": {"type": …}}`); a LiteLLM that no longer
+    keeps it there only loses the name (tests/llm/test_router_stream_refusals.py runs the real one)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    for value in (tb.tb_frame.f_locals.values() if tb is not None else ()):
+        if isinstance(value, dict) and value.get("type") == "error" and isinstance(value.get("error"), dict):
+            return (str(value["error"].get("type") or "").lower(),)
+    return ()
 
 
 class CallbackError(Exception):
