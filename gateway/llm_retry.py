@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import socket
 from dataclasses import dataclass
 
@@ -126,15 +127,33 @@ class RetryPolicy:
 
 
 def _retry_after(error: BaseException) -> float | None:
-    response = getattr(error, "response", None)
-    headers = getattr(response, "headers", None)
-    if not headers:
-        return None
+    """The seconds the provider asked to wait, None when it did not say: a `Retry-After` header, else the
+    `retryDelay` of Google's `RetryInfo` in its error body (`"retryDelay": "7s"`). Looked for along the whole
+    chain: LiteLLM raises a `gemini/` refusal as its own `VertexAIError` (under its RateLimitError when not
+    streamed), with the answer's headers in `.headers` and a `.response` of its making, without them."""
+    chain = causes(error)
+    for e in chain:
+        for headers in (getattr(e, "headers", None), getattr(getattr(e, "response", None), "headers", None)):
+            items = headers.items() if hasattr(headers, "items") else ()  # httpx's, or a plain dict of any case
+            seconds = _seconds(next((value for key, value in items if str(key).lower() == "retry-after"), None))
+            if seconds is not None:
+                return seconds
+    for e in chain:
+        if (found := _RETRY_DELAY.search(str(e))) is not None:
+            return float(found.group(1))
+    return None
+
+
+_RETRY_DELAY = re.compile(r'"retryDelay"\s*:\s*"(\d+(?:\.\d+)?)s"')
+
+
+def _seconds(value: object) -> float | None:
+    """A Retry-After header's seconds (an HTTP date is not read: no provider sends one), 0 included."""
     try:
-        value = float(headers.get("retry-after", ""))
+        seconds = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
-    return value if value >= 0 else None
+    return seconds if seconds >= 0 else None
 
 
 def client_fault(error: Exception) -> bool:

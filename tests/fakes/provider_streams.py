@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import uvicorn
 from starlette.applications import Starlette
@@ -28,11 +28,12 @@ from starlette.routing import Route
 
 @dataclass(frozen=True)
 class Reply:
-    """One whole HTTP answer: `body` as it is sent, with `status` and `content_type`."""
+    """One whole HTTP answer: `body` as it is sent, with `status`, `content_type` and `headers`."""
 
     body: str
     status: int = 200
     content_type: str = "text/event-stream"
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def _event(name: str, data: dict) -> str:
@@ -173,4 +174,4 @@ class FakeProviders:
         if reply is None:  # loud, and a status no one retries
             return JSONResponse({"error": {"type": "invalid_request_error",
                                            "message": f"fake: no scripted reply left for model {model!r}"}}, 400)
-        return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
+        return Response(reply.body, status_code=reply.status, media_type=reply.content_type, headers=reply.headers)
