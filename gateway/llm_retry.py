@@ -69,8 +69,10 @@ _NO_CREDIT = ("insufficient_quota", "exceeded your current quota", "credit balan
 
 def out_of_credit(error: BaseException) -> bool:
     """The provider's account has no credit left: OpenAI says so with a 429 (`insufficient_quota`), which
-    was retried and cooled down for as a rate limit, Anthropic with a 400."""
-    return any(marker in str(error) for marker in _NO_CREDIT)
+    was retried and cooled down for as a rate limit, Anthropic with a 400. Gemini says OpenAI's words ("You
+    exceeded your current quota…") of a per-minute quota too, but with when to retry (its `RetryInfo`): that
+    one is a rate limit, its daily quota (no `retryDelay`) no credit."""
+    return any(marker in str(error) for marker in _NO_CREDIT) and _retry_delay(causes(error)) is None
 
 
 def setup_refused(error: BaseException) -> bool:
@@ -138,6 +140,11 @@ def _retry_after(error: BaseException) -> float | None:
             seconds = _seconds(next((value for key, value in items if str(key).lower() == "retry-after"), None))
             if seconds is not None:
                 return seconds
+    return _retry_delay(chain)
+
+
+def _retry_delay(chain: list[BaseException]) -> float | None:
+    """The `retryDelay` of a Google `RetryInfo` that an error of `chain` quotes from the error's body."""
     for e in chain:
         if (found := _RETRY_DELAY.search(str(e))) is not None:
             return float(found.group(1))

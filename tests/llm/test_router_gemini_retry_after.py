@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.llm import LLMRouter
 from gateway.llm_retry import RetryPolicy
@@ -62,3 +63,43 @@ async def test_a_gemini_wait_within_the_cap_is_waited_before_the_retry(provider_
 
     assert result.model_used == "gemini-x" and len(provider_fake.requests_for("gemini-x")) == 2
     assert time.monotonic() - started >= 1.0  # not the 10 ms backoff: the provider's second
+
+
+GEMINI_QUOTA = ("You exceeded your current quota, please check your plan and billing details. For more information on "
+                "this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.")
+
+
+def _quota_refused(*, retry_delay: str | None) -> Reply:
+    """Google AI Studio's 429 for a quota: per minute it says when to retry (RetryInfo), per day it does not."""
+    details = [{"@type": "type.googleapis.com/google.rpc.Help", "links": [{
+        "description": "Learn more about Gemini API quotas", "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}]}]
+    if retry_delay is not None:
+        details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay})
+    return Reply(status=429, content_type="application/json", body=json.dumps(
+        {"error": {"code": 429, "message": GEMINI_QUOTA, "status": "RESOURCE_EXHAUSTED", "details": details}}))
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+async def test_a_gemini_quota_that_says_when_to_retry_is_a_rate_limit_not_no_credit(provider_fake: FakeProviders,
+                                                                                      streamed) -> None:
+    """Gemini's per-minute quota says "You exceeded your current quota, please check your plan and billing
+    details", OpenAI's words for an account without credit: it was `llm.setup_refused` "no credit", never
+    retried, though its RetryInfo said to try again in a second (review). Its daily quota, which says no
+    such thing, is still no credit."""
+    answer = Reply(body=gemini_stream("Waited [1].")) if streamed else gemini_answer("Waited [1].")
+    provider_fake.script("gemini-x", _quota_refused(retry_delay="0.2s"), answer, _quota_refused(retry_delay=None))
+    provider_fake.script("gemini-y", answer)
+    router = _router(provider_fake, cap=5.0)
+    ask = {"model": "gemini-x", "fallbacks": ["gemini-y"], "messages": MESSAGES,
+           "on_token": Collector() if streamed else None}
+
+    with capture_logs() as logs:
+        result = await router.complete(**ask)
+    assert result.model_used == "gemini-x" and len(provider_fake.requests_for("gemini-x")) == 2
+    assert [e["failure"] for e in logs if e["event"] == "llm.call_failed"] == ["HTTP 429"]
+    assert [e for e in logs if e["event"] == "llm.setup_refused"] == [] and router.refused == {}
+
+    with capture_logs() as logs:
+        daily = await router.complete(**ask)
+    assert daily.model_used == "gemini-y" and len(provider_fake.requests_for("gemini-x")) == 3
+    assert [e["failure"] for e in logs if e["event"] == "llm.call_failed"] == ["no credit (HTTP 429)"]
