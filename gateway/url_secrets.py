@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from urllib.parse import parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
 
 _CREDENTIAL_WORDS = frozenset({"token", "secret", "password", "passwd", "pwd", "pass", "sig", "signature",
                                "credential", "credentials", "auth", "authorization", "apikey", "sas"})
@@ -68,15 +68,20 @@ def _query_pairs(url: str) -> list[tuple[str, str, str]]:
     return [pair.partition("=") for pair in query.split("&")] if query else []
 
 
+def _http_url(url: str) -> SplitResult | None:
+    """`url` split, when it is an http(s) URL; None for anything else (a directory source's `faq?.md`)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    return parts if parts.scheme.lower() in ("http", "https") else None
+
+
 def without_url_secrets(url: str) -> str:
     """`url` as it may be shown: without its userinfo (`user:password@`, `token@`) and its query parameters
     named like a credential, the others kept, in order. Anything else (a URL without any, a directory
     source's `faq?.md`) is returned as it is."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.scheme.lower() not in ("http", "https"):
+    if (parts := _http_url(url)) is None:
         return url
     changed = "@" in parts.netloc
     if changed:  # the host and port as written, after the userinfo's last `@`
@@ -93,11 +98,7 @@ def masked_url(url: str) -> str:
     password of `user:password@`, the key of `key@` or `key:@`) and its query's values named like one (a
     `{field}` template's kept), read as written, so none is left whatever its encoding (`%2B`, a `+` that
     decoding reads as a space). Anything but an http(s) URL is returned as it is."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.scheme.lower() not in ("http", "https"):
+    if (parts := _http_url(url)) is None:
         return url
     netloc, query = parts.netloc, parts.query
     if "@" in netloc:

@@ -93,32 +93,29 @@ async def test_no_turn_starts_once_the_stop_is_asked_for_and_it_is_answered_afte
 def test_ctrl_c_stops_serve_gracefully_with_exit_0(tmp_path) -> None:
     """uvicorn raises Ctrl-C's SIGINT again after its graceful shutdown, so `serve` ended with 130 and
     `make run` stopped with Ctrl-C printed make's "Error 130", which reads as a failure."""
+    returncode, log = _serve_then_send(tmp_path, signal.SIGINT)
+    assert returncode == 0, log
+    assert "gateway.stopped" in log
+
+
+def _serve_then_send(tmp_path, sig: signal.Signals) -> tuple[int, str]:
+    """Starts `serve`, sends it `sig` once it is ready: its exit code and its log."""
     config = write_config(tmp_path, log_level="INFO")
     assert _run("db", "upgrade", "--config", str(config)).returncode == 0
     server = Replica(config, role="web")
     server.start()
     try:
         asyncio.run(server.wait_ready(timeout=240))
-        server.proc.send_signal(signal.SIGINT)
-        assert server.proc.wait(timeout=60) == 0, server.log()
+        server.proc.send_signal(sig)
+        return server.proc.wait(timeout=60), server.log_path.read_text()
     finally:
         server.kill()
-    assert "gateway.stopped" in server.log_path.read_text()
 
 
 @pytest.mark.timeout(300)
 def test_sighup_stops_serve_gracefully_and_says_there_is_no_reload(tmp_path) -> None:
     """A `kill -HUP` (a reload elsewhere, or a closed terminal) killed `serve` outright: no graceful stop, and no
     word in the log of why it went or that the gateway has no config reload."""
-    config = write_config(tmp_path, log_level="INFO")
-    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
-    server = Replica(config, role="web")
-    server.start()
-    try:
-        asyncio.run(server.wait_ready(timeout=240))
-        server.proc.send_signal(signal.SIGHUP)
-        assert server.proc.wait(timeout=60) == -signal.SIGTERM, server.log()  # as after SIGTERM
-    finally:
-        server.kill()
-    log = server.log_path.read_text()
+    returncode, log = _serve_then_send(tmp_path, signal.SIGHUP)
+    assert returncode == -signal.SIGTERM, log  # as after SIGTERM
     assert "gateway.hangup" in log and "no config reload" in log and "gateway.stopped" in log, log
