@@ -1,10 +1,11 @@
 """Every captured Discord gateway dispatch and message object (tests/fixtures/payloads/discord) sent over the
 fake gateway websocket, through discord.py's own parsing, into the adapter: what reaches the inbox (a message,
-or an edit or deletion of one) or is dropped, and the connection still delivering afterwards. The control
-frames (HELLO, RECONNECT, INVALID_SESSION) are the fake gateway's own protocol, not dispatched here."""
+or an edit or deletion of one) or is dropped, and the connection still delivering afterwards. RECONNECT
+and INVALID_SESSION are sent as captured too; HELLO is what the fake gateway opens every connection with."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -66,3 +67,24 @@ async def test_discord_gateway_fixture_through_discord_py(fake: FakeDiscord, nam
         assert revision.deleted == (event == "MESSAGE_DELETE")
     else:
         assert texts == [expected]
+
+
+@pytest.mark.parametrize("name", ["discord_api_docs/gateway_reconnect.json", "discord_api_docs/gateway_invalid_session.json"])
+async def test_discord_reconnect_or_invalid_session_frame_loses_no_later_message(fake: FakeDiscord, name: str) -> None:
+    """Discord sends RECONNECT (op 7) to move a connection, and INVALID_SESSION (op 9) when a session ends:
+    discord.py reconnects (resuming or identifying again), and messages sent after it still arrive."""
+    frame = (FIXTURES / name).read_text()
+    adapter = DiscordAdapter("support", settings_for(fake))
+    async with connected(adapter, fake) as delivered:
+        identified = len(fake.identifies)
+        sockets = list(fake._sockets)
+        for ws in sockets:
+            await ws.send_str(frame)
+        async with asyncio.timeout(10):  # the old socket closed and a new one opened
+            while not fake._sockets or set(map(id, fake._sockets)) & set(map(id, sockets)):
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # its RESUME or IDENTIFY sent
+        await fake.dispatch("MESSAGE_CREATE", guild_message("after the reconnect", message_id="900000000000000078"))
+        await wait_for(delivered, 1)
+    assert [m.text for m in delivered] == ["after the reconnect"]
+    assert len(fake.identifies) >= identified
