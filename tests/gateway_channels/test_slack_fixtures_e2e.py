@@ -97,3 +97,32 @@ async def test_slack_every_fixture_is_answered_or_acknowledged(env, path: Path):
     assert reply.get("thread_ts") == (event.get("thread_ts") or event["ts"])
     await settle()
     assert len(posted_to(fake, channel)) == 1
+
+
+@ASYNC
+@pytest.mark.parametrize("name", ["event_callback_message_in_thread_channel.json",
+                                  "event_callback_message_thread_broadcast.json"])
+async def test_slack_thread_fixture_is_answered_in_the_thread_the_bot_was_asked_in(env, name: str):  # noqa: F811
+    """The same captured thread replies, in a thread where a member asked the bot first (an app_mention at
+    the thread's root): answered, without a mention, in that thread."""
+    client, services, fake = env
+    index = 900 + sorted(EXPECTED).index(name)
+    body = json.loads((FIXTURES / name).read_text())
+    event = body["event"]
+    channel = event["channel"] = f"C{index}THREAD"
+    body["event_id"] = f"EvThread{index}"
+    mention = {"type": "event_callback", "team_id": "T111", "api_app_id": "A111", "event_id": f"EvRoot{index}",
+               "event_time": 1, "authorizations": body["authorizations"],
+               "event": {"type": "app_mention", "channel": channel, "user": "W333", "ts": event["thread_ts"],
+                         "text": f"<@{body['authorizations'][0]['user_id']}> hello", "team": "T111"}}
+    for payload in (mention, body):
+        raw = json.dumps(payload).encode()
+        response = await client.post(URL, content=raw, headers={"content-type": "application/json",
+                                                                **sign(raw, secret=SIGNING_SECRET)})
+        assert response.status_code == 200
+        await wait_until(lambda n=len(posted_to(fake, channel)): len(posted_to(fake, channel)) > n,
+                         what=f"the answer to {payload['event_id']}")
+    first, second = posted_to(fake, channel)
+    assert first["thread_ts"] == second["thread_ts"] == event["thread_ts"]
+    await settle()
+    assert len(posted_to(fake, channel)) == 2
