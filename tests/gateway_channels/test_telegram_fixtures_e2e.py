@@ -98,20 +98,3 @@ async def test_telegram_every_fixture_is_answered_or_left_silently(env, path: Pa
     await settle()
     assert len(sent_to(fake, chat)) == 1
     assert len(await messages_in_chat(services, channel="telegram", chat=str(chat))) == 2
-
-
-@ASYNC
-async def test_telegram_edited_message_fixture_revises_the_message_while_it_waits(env):
-    """The captured edit, of a message still waiting for its answer (the customer's burst pause): what is
-    answered, once, is the edited text."""
-    client, services, fake = env
-    edit, chat = _own_ids(json.loads((FIXTURES / "illemius_telegram_types" / "edited_message.json").read_bytes()), 60)
-    original = {"update_id": edit["update_id"] - 1, "message": {
-        **{k: v for k, v in edit["edited_message"].items() if k != "edit_date"}, "text": "hi there"}}
-    assert (await post(client, original)).status_code == 200
-    assert (await post(client, edit)).status_code == 200
-    await wait_until(lambda: sent_to(fake, chat), what="the answer")
-    inbound, _ = await settled_chat(services, channel="telegram", chat=str(chat))
-    assert inbound.text == "hi there (edited)"
-    await settle()
-    assert len(sent_to(fake, chat)) == 1
