@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.operators.conftest import CONSOLE_TOKEN, console_server, escalate, sign_in
+from tests.operators.conftest import CONSOLE_TOKEN, WAIT_MS, console_server, escalate, sign_in
 
 pytestmark = pytest.mark.browser
 OTHER = "console-operator-rex-token-42"
@@ -38,7 +38,12 @@ def test_console_keeps_saying_who_took_the_escalation_a_claim_lost_to(open_tab, 
     sam.click("#op-claim")
     won = sam.request.post(f"{live_url}/v1/escalations/{escalation}/claim", headers={"Authorization": f"Bearer {OTHER}"})
     assert won.status == 200
-    sam.wait_for_timeout(500)  # the live event's refresh of the transcript is held too by now
+    # Rex's claim reaches Sam's console as a live event, whose refresh of the transcript is held too: its
+    # way (the event, the page's reading of it) took more than a fixed half second on a loaded machine.
+    for _ in range(WAIT_MS // 50):
+        if {"claim", "detail"} <= held.keys():
+            break
+        sam.wait_for_timeout(50)  # the route handlers run while Playwright waits
     assert {"claim", "detail"} <= held.keys()
     with sam.expect_response(claim_url):
         held["claim"].continue_()
