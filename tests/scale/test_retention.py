@@ -231,14 +231,16 @@ async def test_retention_never_deadlocks_with_a_store_that_holds_the_contact(mig
     # A store updates the contact first, then inserts into the conversation. The purge used to delete the
     # conversation, then wait for the contact to delete it as an orphan, while the store waited for the
     # conversation: PostgreSQL aborted the store ("deadlock detected", a 500 to the webhook).
-    async with _purge_rig(migrated_url) as (_, sessions, settings):
+    async with _purge_rig(migrated_url) as (engine, sessions, settings):
         old = await _expired_web_conversation(sessions, "s-back", contacts_too=True)
         storing = sessions()
         await storing.begin()
         await repo.upsert_contact(storing, channel="web", external_id="s-back", display_name="Ada Lovelace")
         await storing.flush()  # the store holds the contact's row
         purge = asyncio.create_task(purge_expired(sessions, settings))
-        await asyncio.sleep(1.5)
+        # The purge waits on the contact (SQLite: on the store's write lock), or skips it and ends (PostgreSQL);
+        # a fixed 1.5 s could end before it got that far on a loaded machine, the store then going first.
+        await until_waiting_for_a_lock(engine, unless_done=purge)
         stored = await repo.store_inbound(storing, bot="acme", message=InboundMessage(
             channel="web", external_id="back-again", conversation=ConversationRef(channel="web", chat="s-back"),
             sender=Sender(external_id="s-back", display_name="Ada Lovelace"), text="I'm back"))
