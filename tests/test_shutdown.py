@@ -79,7 +79,14 @@ async def test_no_turn_starts_once_the_stop_is_asked_for_and_it_is_answered_afte
         client.services.begin_stop()  # what `serve` does on SIGTERM
         response = await client.post("/v1/bots/acme/chat", json={"session_id": "late-1", "text": "Hello?"})
         assert response.status_code == 202 and response.json()["pending"] is True
-        await asyncio.sleep(1.5)  # seven poll intervals
+        # Until the worker's loop has seen the stop and ended, and no turn it began is still running: a fixed
+        # 1.5 s could pass, on a loaded machine, before a turn begun by mistake had stored anything.
+        worker = client.services.worker
+        for _ in range(300):
+            if worker._loop_task.done() and not worker._active:
+                break
+            await asyncio.sleep(0.05)
+        assert worker._loop_task.done() and not worker._active
         assert await _web_rows(client, "late-1") == [("in", "pending")]
     async with app_client(tmp_path, bots=bots) as client:  # the restart
         for _ in range(100):
