@@ -226,7 +226,9 @@ def test_widget_gives_up_on_hung_request_and_follows_the_transcript(page, live_s
 
     transcript.add(3, "contact", "Is anyone there?")
     transcript.add(4, "bot", "Yes, here is your answer.")
-    for _ in range(5):
+    # A poll's interval on the page's clock, then a moment of real time for it: the next poll is due only once
+    # the last one is answered, so on a loaded machine five rounds could move the clock past no poll at all.
+    for _ in range(POLL_WAIT_MS // 200):
         page.clock.fast_forward(3_500)
         if page.locator("#gw-status").is_hidden():
             break
@@ -253,7 +255,7 @@ def test_widget_offers_retry_when_hung_request_never_stored_the_message(page, li
     page.wait_for_selector(".gw-msg--contact")
     page.clock.fast_forward(70_000)
     _idle(page, timeout=10_000)
-    for _ in range(6):
+    for _ in range(POLL_WAIT_MS // 200):  # two polls answered, however many rounds that takes (as above)
         page.clock.fast_forward(3_500)
         page.wait_for_timeout(200)
         if page.locator(".gw-msg--failed").count():
