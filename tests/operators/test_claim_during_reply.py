@@ -11,7 +11,7 @@ from gateway.escalation.handoff import Escalations
 from gateway.settings import Settings
 from storage import repositories as repo
 from storage.models import Conversation, Message
-from tests.worker_rig import EchoPipeline, build_worker, chat_message
+from tests.worker_rig import EchoPipeline, build_worker, chat_message, until_waiting_for_a_lock
 
 
 async def test_a_take_over_while_the_reply_is_stored_never_lets_the_bot_talk_after_the_person(
@@ -27,7 +27,9 @@ async def test_a_take_over_while_the_reply_is_stored_never_lets_the_bot_talk_aft
         if kwargs.get("author", "bot") == "bot" and not claims:
             claims.append(asyncio.create_task(escalations.claim_conversation(
                 accepted.conversation_id, operator="kim", bots=None)))
-            await asyncio.wait(claims, timeout=1.0)  # it waits for the lock once there is one
+            # Until it waits for the lock the worker's transaction holds (or is done: there was none yet); a fixed
+            # second could pass first on a loaded machine, and the reply was then stored before it got that far.
+            await until_waiting_for_a_lock(engine, unless_done=claims[0])
         return await store(session, **kwargs)
 
     monkeypatch.setattr(repo, "add_outbound", add_outbound)
