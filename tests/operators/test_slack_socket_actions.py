@@ -92,7 +92,9 @@ async def test_a_click_over_the_socket_is_acked_before_its_slow_work_and_still_c
     escalation_id = await _escalation(app, "DSOCK4")
     release = held_claims(app.services.escalations, monkeypatch)
     claimed = await slack.push(_click("escalation_claim", escalation_id), kind="interactive")
-    await slack.wait_for_ack(claimed, timeout=2)
+    # The claim is held until released below: an ack that waited for it would never come, so the wait can be
+    # long enough for a loaded machine (2 s was not always).
+    await slack.wait_for_ack(claimed, timeout=30)
     assert (await app.services.escalations.get(escalation_id, bots=None)).state == "open"
     release.set()
     await app.services.slack_clicks.drain()
