@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
 
@@ -70,10 +71,11 @@ def test_widget_readme_iframe_snippet_works_from_another_origin(browser, live_se
             chat.locator("#gw-chat[data-ready='true']").wait_for(timeout=30_000)
             chat.locator("#gw-input").fill("How do I fix sync error E-SYNC-409?")
             chat.locator("#gw-input").press("Enter")
-            chat.locator(".gw-msg--bot .gw-bubble").first.wait_for(timeout=60_000)
+            # The answer's bubble goes in empty at its first token and is filled at the next frame: words in it
+            # are waited for (read as soon as the bubble showed, it could still be empty).
+            expect(chat.locator(".gw-msg--bot .gw-bubble").first).to_have_text(re.compile(r"\S"), timeout=60_000)
             # Cross-origin: the host page cannot reach into the frame.
             assert page.evaluate("() => document.querySelector('iframe').contentDocument") is None
-            assert chat.locator(".gw-msg--bot .gw-bubble").first.inner_text().strip()
             assert errors == []
         finally:
             context.close()
