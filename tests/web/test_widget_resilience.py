@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tests.web.test_widget_browser import ANSWER_WAIT_MS, _ask, _open, _sse, _wait_bot_text
+from tests.web.test_widget_browser import ANSWER_WAIT_MS, _after_a_poll, _ask, _open, _sse, _wait_bot_text
 
 pytestmark = pytest.mark.browser
 
@@ -177,7 +177,7 @@ def test_widget_marks_failed_send_and_retries_with_same_message_id(page, live_se
     assert page.locator(".gw-msg--contact").count() == 1
     ids = {b.get("message_id") for b in bodies}
     assert len(bodies) >= 2 and len(ids) == 1 and None not in ids, bodies
-    page.wait_for_timeout(3500)  # a polling round: the stored copy is not shown twice
+    _after_a_poll(page)  # a polling round: the stored copy is not shown twice
     assert page.locator(".gw-msg--contact").count() == 1
     assert page.errors == []
 
