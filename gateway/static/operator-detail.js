@@ -67,6 +67,10 @@
       // X" at once: what an action said stays until the next action, or another escalation is shown.
       if (!same || !state.actionFailed) actionFailed("");
       showReplyState();
+      // On a phone the escalation sits below the list (operator.css): a newly shown one is brought into view
+      // here, where it is drawn. The pick's own reading is not drawn when a live event's newer one overtook
+      // it, and the pick then scrolled to a pane still hidden.
+      if (!same && window.matchMedia("(max-width: 48rem)").matches) $("op-detail").scrollIntoView();
     }
 
     /** Tell a screen reader what the customer wrote since the escalation was last read (the live region

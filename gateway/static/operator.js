@@ -134,7 +134,7 @@
       showError("op-list-error", "Could not open escalation #" + id + ": " + err.message);
       return;
     }
-    // On a phone the escalation sits below the list (operator.css): bring it into view.
+    // On a phone the escalation sits below the list (operator.css): in view (one shown anew is as it is drawn).
     if (window.matchMedia("(max-width: 48rem)").matches) $("op-detail").scrollIntoView();
   }
 

@@ -267,3 +267,29 @@ def test_console_shows_a_telegram_deep_links_start_payload_as_text(open_tab, liv
     shown = operator.wait_for_selector("#op-transcript .op-msg--contact .op-start")
     assert shown.inner_text() == "Opened from a link with start=<b>order123</b>"
     assert operator.locator("#op-transcript .op-start b").count() == 0
+
+
+def test_console_on_a_phone_scrolls_to_the_escalation_a_live_event_drew_first(open_tab, live_url):
+    """On a phone the picked escalation is brought into view below the list. A live event about it while it
+    was being read started a newer reading, the pick's own was then not drawn, and the pick scrolled to the
+    pane still hidden: the newer reading drew the escalation out of view, and the operator saw no change."""
+    escalation = escalate(live_url, "console-phone-event", "Phone event here, I want to talk to a human")
+    operator = open_tab(viewport={"width": 400, "height": 800})
+    readings = []
+    # The first two held (a third, of the stream's `ready` read late, goes on: it is then the newest).
+    operator.route(re.compile(rf".*/v1/escalations/{escalation}$"),
+                   lambda route: readings.append(route) if len(readings) < 2 else route.continue_())
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{escalation}']")
+    operator.request.post(f"{live_url}/v1/escalations/{escalation}/notes", data={"text": "on it"},
+                          headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"})
+    for _ in range(WAIT_MS // 50):  # the pick's reading, and the one its live event asked for
+        if len(readings) == 2:
+            break
+        operator.wait_for_timeout(50)
+    with operator.expect_response(lambda r: r.request == readings[0].request):
+        readings[0].continue_()  # the pick's: no longer the newest, not drawn
+    operator.wait_for_timeout(200)  # for the page to read it first (later, the pick scrolled to a pane drawn)
+    readings[1].continue_()
+    operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{escalation}')")
+    assert operator.evaluate("window.scrollY") > 0  # drawn and brought into view in one step
