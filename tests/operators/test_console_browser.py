@@ -171,10 +171,10 @@ def test_console_shows_an_escalation_opened_before_its_live_stream_connected(ope
 def test_console_fits_a_phone_screen(open_tab, live_url):
     """Under 48rem the list and the escalation stack: side by side they overflowed a 400 px screen,
     the escalation squeezed into a column a few words wide."""
+    escalation = escalate(live_url, "console-phone", "Phone here, I want to talk to a human")  # its own
     operator = open_tab(viewport={"width": 400, "height": 800})
     sign_in(operator, live_url)
-    operator.wait_for_selector(".op-item", timeout=WAIT_MS)  # the previous test's escalation
-    operator.locator(".op-item").first.click()
+    operator.click(f".op-item[data-id='{escalation}']")
     operator.wait_for_selector("#op-transcript .op-msg")
     assert operator.evaluate("document.documentElement.scrollWidth") <= 400
     detail, items = operator.locator("#op-detail").bounding_box(), operator.locator(".op-item").first.bounding_box()
