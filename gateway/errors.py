@@ -14,6 +14,7 @@
     │   └── IndexBusy               the Qdrant folder is held by another process
     ├── EmbeddingError              an API embedding model's provider failed or could not be reached
     ├── SourceError                 a whole knowledge source could not be loaded
+    ├── BodyTooLarge                a fetched body past its cap or compressed twice (gateway/capped_body.py)
     ├── ModelIntegrityError         a model file is missing or not the pinned one (rag/model_files.py)
     └── EvalFileError               the eval questions file breaks its format (rag/eval.py)
     UnknownBot (a KeyError)         no bot of that name in the config

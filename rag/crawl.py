@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import httpx
 from protego import Protego
 
+from gateway.capped_body import BodyTooLarge, read_capped
 from gateway.errors import GatewayError, SourceError
 from rag.crawl_bounds import check_peer, internal_host, same_site
 
@@ -99,24 +100,10 @@ async def _fetch(url: str, *, client: httpx.AsyncClient, headers: dict[str, str]
 
 
 async def _read_capped(response: httpx.Response, max_bytes: int, *, what: str) -> bytes:
-    encodings = [e for e in response.headers.get_list("content-encoding", split_commas=True)
-                 if e.strip().lower() not in ("", "identity")]
-    if len(encodings) > 1:
-        # httpx inflates every layer of a received piece whole before the cap below sees a byte of it: a 64 kB
-        # piece gzipped once is at most about 64 MB, but gzipped twice 700 bytes were 400 MB. No server needs two.
-        raise SourceError(f"{what} is compressed more than once (Content-Encoding: {', '.join(encodings)}); not read")
-    chunks, size = [], 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > max_bytes:
-            raise SourceError(f"{what} is larger than {megabytes(max_bytes)}; not read")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def megabytes(size: int) -> str:
-    """`20 MB`, `1.5 MB`: a byte count as an error message says it."""
-    return f"{size / (1024 * 1024):g} MB"
+    try:
+        return await read_capped(response, max_bytes)
+    except BodyTooLarge as exc:
+        raise SourceError(f"{what} {exc}; not read") from None
 
 
 class Pace:

@@ -18,8 +18,9 @@ from urllib.parse import urljoin
 import httpx
 from lxml import etree
 
+from gateway.capped_body import megabytes
 from gateway.errors import IN_RUN_ERRORS, SourceError
-from rag.crawl import describe_fetch_error, fetch, megabytes
+from rag.crawl import describe_fetch_error, fetch
 from rag.crawl_bounds import same_site
 
 log = logging.getLogger(__name__)

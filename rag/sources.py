@@ -32,10 +32,11 @@ from urllib.parse import urldefrag, urlsplit
 
 import httpx
 
+from gateway.capped_body import megabytes
 from gateway.errors import IN_RUN_ERRORS, SKIPPED_FILES, SourceError
 from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
-from rag.crawl import USER_AGENT, Pace, describe_fetch_error, fetch, megabytes, robots_rules
+from rag.crawl import USER_AGENT, Pace, describe_fetch_error, fetch, robots_rules
 from rag.crawl_bounds import crawl_transport
 from rag.decoding import decode_text
 from rag.directory_walk import DOCUMENT_TYPES_NOT_READ, broken_link, describe_skipped, files_under, is_hidden, within

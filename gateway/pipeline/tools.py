@@ -11,7 +11,7 @@ Kinds:
   shows the model only its type; its text (a query, a path, a connection string) goes to the log.
 - `http`: a request to a URL template filled with the arguments; headers may use `${ENV}`. An argument
   can only fill its own path segment (`..` included; an empty one is refused), and an error names the status, never the URL
-  (its query may hold an API key).
+  (its query may hold an API key). Its answer is read up to `MAX_RESPONSE_BYTES` (`gateway.capped_body`).
 
 A call of a python or an http tool with an argument its schema does not declare (`parameters`, else a
 python tool module's `PARAMETERS`) is refused without running it, so only declared parameters are sent.
@@ -36,6 +36,7 @@ import httpx
 import structlog
 
 from gateway.bot_settings import ESCALATE_TOOL, path_fields, url_fields, url_origin
+from gateway.capped_body import BodyTooLarge, read_capped
 from gateway.errors import ConfigError
 from gateway.models import CallerIdentity
 from gateway.pipeline.tool_arguments import argument_problem
@@ -54,6 +55,7 @@ log = structlog.get_logger("gateway.tools")
 
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_RESPONSE_BYTES = 4 << 20  # of an http tool's answer, decoded: past it the call is "response too large"
 _READ_ONLY_METHODS = ("GET", "HEAD")  # change nothing: no idempotency key sent, and read afresh when asked again
 _CALL_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("tool_call_key", default=None)
 
@@ -222,17 +224,27 @@ class BotTools:
                          for k, v in body.items() if k not in in_path and v is not None}
                 # Merged into the configured query (`?apikey=…`), which httpx's `params=` would replace.
                 target = httpx.URL(url).copy_merge_params(query) if query else url
-                response = await client.request(spec.method.upper(), target, headers=headers)
+                request = client.build_request(spec.method.upper(), target, headers=headers)
             else:
-                response = await client.request(spec.method.upper(), url, headers=headers, json=body)
+                request = client.build_request(spec.method.upper(), url, headers=headers, json=body)
+            response = await client.send(request, stream=True)
+            try:
+                response.raise_for_status()
+                content = await read_capped(response, MAX_RESPONSE_BYTES)
+            except BodyTooLarge as exc:
+                # Read whole, an API's answer (or a few hundred bytes gzipped twice) took all the server's
+                # memory before `max_result_chars` cut it: the model is told, and the turn goes on.
+                log.warning("tool.response_too_large", tool=spec.name, bot=self.bot.name, problem=str(exc))
+                raise ToolError(f"response too large: the service's answer {exc}; not read") from None
+            finally:
+                await response.aclose()
         finally:
             if self._http is None:
                 await client.aclose()
-        response.raise_for_status()
         try:
-            return response.json()
+            return json.loads(content)
         except ValueError:  # text: bounded by the tool's `max_result_chars`, and the cut marked, as JSON is
-            return response.text
+            return content.decode(response.encoding or "utf-8", errors="replace")
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

@@ -1,0 +1,86 @@
+"""An http tool's answer is read up to a cap: a hostile or broken API cannot fill the server's memory.
+
+A real server on loopback (a port of this test's own) answers with a body larger than the cap, streamed,
+and with a few hundred bytes that inflate to 200 MB (`Content-Encoding: gzip, gzip`); memory is measured
+as the ingest's gzip bomb test measures it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tracemalloc
+import zlib
+from contextlib import asynccontextmanager
+
+from aiohttp import web
+
+from gateway.models import CallerIdentity
+from gateway.pipeline.tools import BotTools
+from gateway.settings import BotSettings
+
+ALICE = CallerIdentity(bot="acme", channel="web", contact_external_id="alice")
+PORT = 18917
+
+
+def _gzipped_zeros(size: int, *, times: int) -> bytes:
+    """`size` zero bytes gzipped, then gzipped again `times - 1` times."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    body = b"".join(packer.compress(bytes(1 << 20)) for _ in range(size >> 20)) + packer.flush()
+    for _ in range(times - 1):
+        body = gzip.compress(body)
+    return body
+
+
+@asynccontextmanager
+async def hostile_api():
+    """/bomb: 200 MB of zeros gzipped twice; /huge: 64 MB streamed 1 MB at a time; /fine: a small JSON
+    answer gzipped once."""
+    bomb = _gzipped_zeros(200 << 20, times=2)
+    assert len(bomb) < 2_000
+
+    async def huge(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        piece = b"x" * (1 << 20)
+        for _ in range(64):
+            await response.write(piece)
+        return response
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.path == "/bomb":
+            return web.Response(body=bomb, headers={"Content-Encoding": "gzip, gzip", "Content-Type": "application/json"})
+        if request.path == "/huge":
+            return await huge(request)
+        return web.Response(body=gzip.compress(json.dumps({"stock": 7}).encode()),
+                            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", PORT).start()
+    try:
+        yield f"http://127.0.0.1:{PORT}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_http_tools_answer_past_its_cap_is_a_tool_error_not_the_servers_memory():
+    async with hostile_api() as base:
+        tools = BotTools(BotSettings(name="acme", tools=[
+            {"name": name, "type": "http", "url": f"{base}/{name}", "timeout": 30} for name in ("bomb", "huge", "fine")]))
+        tracemalloc.start()
+        try:
+            bomb = await tools.call("bomb", {}, identity=ALICE)
+            huge = await tools.call("huge", {}, identity=ALICE)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        fine = await tools.call("fine", {}, identity=ALICE)
+    assert peak < 32 << 20, f"{peak >> 20} MB held"
+    assert bomb.result is None
+    assert bomb.error == "response too large: the service's answer is compressed more than once " \
+                         "(Content-Encoding: gzip, gzip); not read"
+    assert huge.result is None
+    assert huge.error == "response too large: the service's answer is larger than 4 MB; not read"
+    assert (fine.error, fine.result) == (None, {"stock": 7})
