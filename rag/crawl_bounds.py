@@ -52,7 +52,22 @@ def _internal_name(host: str) -> bool:
             address = ipaddress.IPv4Address(socket.inet_aton(host))
         except OSError:
             return False
-    return not address.is_global
+    return not carried_ipv4(address).is_global
+
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+"""The well-known NAT64 prefix (RFC 6052): on a network with NAT64, 64:ff9b::a9fe:a9fe *is* 169.254.169.254."""
+
+
+def carried_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The IPv4 address an IPv6 one stands for, the way it reaches it: IPv4-mapped (`::ffff:127.0.0.1`),
+    NAT64 (`64:ff9b::7f00:1`) or 6to4 (`2002:a9fe:a9fe::`); else `ip` itself. Why: a rule on IPv4 addresses
+    (loopback, link-local) passed over each of them, and each reaches that IPv4 address where it routes."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return ip
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip.ipv4_mapped or ip.sixtofour or ip
 
 
 _METADATA_ADDRESSES = frozenset({ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("fd00:ec2::254")})
@@ -62,9 +77,13 @@ _METADATA_ADDRESSES = frozenset({ipaddress.ip_address("100.100.100.200"), ipaddr
 def off_limits_address(address: str) -> bool:
     """True for an address a fetch for a site named by a public host must never read from: this machine
     (loopback, unspecified), the link (link-local: the cloud metadata service at 169.254.169.254) and the
-    metadata services at other addresses. Private networks are not: an intranet wiki lives there."""
+    metadata services at other addresses. Private networks are not: an intranet wiki lives there. An IPv4
+    address carried in an IPv6 one (`carried_ipv4`: NAT64, 6to4, IPv4-mapped) counts as that address."""
     ip = ip_of(address)
-    return ip is not None and (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip in _METADATA_ADDRESSES)
+    if ip is None:
+        return False
+    ip = carried_ipv4(ip)
+    return ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip in _METADATA_ADDRESSES
 
 
 def check_peer(url: str, response: httpx.Response) -> None:

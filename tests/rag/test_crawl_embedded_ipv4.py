@@ -1,0 +1,44 @@
+"""An IPv4 address written as an IPv6 one is still that IPv4 address to the crawl's address rules.
+
+On a network with NAT64 (an IPv6-only cloud host, DNS64), 64:ff9b::a9fe:a9fe *is* the metadata service at
+169.254.169.254 and 64:ff9b::7f00:1 this machine's 127.0.0.1; a 6to4 address (2002:a9fe:a9fe::) and an
+IPv4-mapped one (::ffff:169.254.169.254) carry an IPv4 address too. A site's DNS may answer with any of
+them, and a robots.txt may redirect to one."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from gateway.errors import SourceError
+from rag.crawl_bounds import internal_host, off_limits_address
+from rag.sources import load_sitemap
+
+WRAPPED_INTERNAL = ["64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "64:ff9b::169.254.169.254", "::ffff:169.254.169.254",
+                    "::ffff:127.0.0.1", "2002:a9fe:a9fe::", "2002:7f00:1::1", "64:ff9b::0:0"]
+
+
+@pytest.mark.parametrize("address", WRAPPED_INTERNAL)
+def test_off_limits_address_sees_the_ipv4_address_inside_a_nat64_6to4_or_mapped_one(address):
+    assert off_limits_address(address)
+    assert internal_host(f"http://[{address}]/latest/meta-data/")
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "64:ff9b::a01:203", "2002:5db8:d822::", "::ffff:93.184.216.34"])
+def test_off_limits_address_still_allows_a_public_or_private_ipv4_address_so_wrapped(address):
+    # 8.8.8.8, 10.1.2.3 (an intranet wiki's), 93.184.216.34: read as the IPv4 address itself would be.
+    assert not off_limits_address(address)
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::", "64:ff9b::7f00:1"])
+async def test_a_public_sites_robots_txt_cannot_redirect_to_a_wrapped_internal_address(address):
+    asked: list[str] = []
+
+    def public_site(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        return httpx.Response(301, headers={"Location": f"http://[{address}]/latest/meta-data/"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(public_site), timeout=5) as client:
+        with pytest.raises(SourceError, match="internal address"):
+            await load_sitemap("https://docs.example.com/sitemap.xml", client=client)
+    assert asked == ["https://docs.example.com/robots.txt"]
