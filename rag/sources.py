@@ -42,6 +42,7 @@ from rag.decoding import decode_text
 from rag.directory_walk import DOCUMENT_TYPES_NOT_READ, broken_link, describe_skipped, files_under, is_hidden, within
 from rag.html_text import html_to_markdown
 from rag.ingest_progress import Progress
+from rag.page_open import LeadsOutside, open_page
 from rag.pdf import pdf_text
 from rag.sitemap import sitemap_urls
 
@@ -94,10 +95,8 @@ class LoadResult:
     refused: list[tuple[str, str]] = field(default_factory=list)
 
 
-async def load_source(
-    source: SourceSettings, *, client: httpx.AsyncClient | None = None, base_dir: Path | None = None,
-    validators: Validators | None = None, progress: Progress | None = None,
-) -> LoadResult:
+async def load_source(source: SourceSettings, *, client: httpx.AsyncClient | None = None, base_dir: Path | None = None,
+                      validators: Validators | None = None, progress: Progress | None = None) -> LoadResult:
     """Load any configured source. Relative directory paths resolve against `base_dir`; pages with
     `validators` are fetched conditionally; `progress` is told (pages fetched, pages listed) as pages
     come in (a crawl under a robots.txt Crawl-delay takes minutes before any document is ingested)."""
@@ -156,17 +155,16 @@ async def load_directory(path: Path, *, follow_symlinks_outside: bool = False) -
             # A page the folder names but cannot read (its target moved): said, not silently left out.
             _failed(result, doc_id, broken_link(file))
             continue
-        if (not follow_symlinks_outside and file.suffix.lower() in _SUFFIXES
-                and not within(os.path.realpath(file), inside)):
-            _refuse(result, doc_id, file, "a file")
-            continue
-        if not file.is_file():
-            continue
+        if not file.is_file() and (follow_symlinks_outside or within(os.path.realpath(file), inside)):
+            continue  # (a link out of the folder to a device or a FIFO goes on, to be refused as it is opened)
         if (suffix := file.suffix.lower()) not in _SUFFIXES:
             result.skipped[suffix] += 1
             continue
         try:
-            doc = await asyncio.to_thread(_read_file, file, doc_id)
+            doc = await asyncio.to_thread(_read_file, file, doc_id, None if follow_symlinks_outside else inside)
+        except LeadsOutside:  # checked as it is opened: a page swapped for a link since the walk is refused too
+            _refuse(result, doc_id, file, "a file")
+            continue
         except FileNotFoundError:  # deleted since the walk listed it: gone, as if the walk came a moment later
             log.info("source.file_vanished", extra={"doc_id": doc_id, "effect": "its chunks are removed"})
             continue
@@ -341,15 +339,17 @@ def _client(client: httpx.AsyncClient | None) -> contextlib.AbstractAsyncContext
     return httpx.AsyncClient(timeout=TIMEOUT, headers={"User-Agent": USER_AGENT}, transport=crawl_transport())
 
 
-def _read_file(file: Path, doc_id: str) -> Document:
+def _read_file(file: Path, doc_id: str, inside: str | None) -> Document:
     fmt = _SUFFIXES[file.suffix.lower()]
     cap = MAX_PDF_FILE_BYTES if fmt == "pdf" else MAX_TEXT_FILE_BYTES
-    if (size := file.stat().st_size) > cap:
-        raise SourceError(f"{megabytes(size)}, larger than the {megabytes(cap)} a {fmt} file may be; not read")
+    with open_page(file, inside) as page:  # opened once, within `inside` (None: anywhere): `open_page` says why
+        if (size := os.fstat(page.fileno()).st_size) > cap:
+            raise SourceError(f"{megabytes(size)}, larger than the {megabytes(cap)} a {fmt} file may be; not read")
+        data = page.read(cap)  # no more, if it grew since
     if fmt == "pdf":
-        title, text = pdf_text(file.read_bytes(), name=doc_id)
+        title, text = pdf_text(data, name=doc_id)
         return Document(doc_id, title or file.stem, None, text, "pdf")
-    raw = decode_text(file.read_bytes(), markup=fmt == "html")
+    raw = decode_text(data, markup=fmt == "html")
     if fmt == "html":
         title, text = html_to_markdown(raw)
         return Document(doc_id, title or file.stem, None, text, "html")

@@ -294,10 +294,10 @@ async def test_a_file_deleted_while_the_source_is_read_is_gone_not_an_error(tmp_
     (tmp_path / "draft.md").write_text("# Draft\n\nSoon gone.\n")
     read = rag.sources._read_file
 
-    def deleted_first(file, doc_id):  # the file goes between the walk and its reading
+    def deleted_first(file, *args):  # the file goes between the walk and its reading
         if file.name == "draft.md":
             file.unlink()
-        return read(file, doc_id)
+        return read(file, *args)
 
     monkeypatch.setattr(rag.sources, "_read_file", deleted_first)
     result = await load_directory(tmp_path)
