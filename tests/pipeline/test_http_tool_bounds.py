@@ -84,3 +84,39 @@ async def test_an_http_tools_answer_past_its_cap_is_a_tool_error_not_the_servers
     assert huge.result is None
     assert huge.error == "response too large: the service's answer is larger than 4 MB; not read"
     assert (fine.error, fine.result) == (None, {"stock": 7})
+
+
+async def test_an_http_tools_answer_gzipped_once_is_inflated_no_further_than_its_cap():
+    """httpx inflates each received piece whole: 64 kB of gzipped zeros are 64 MB, so an answer gzipped once
+    held 145 MB before the cap saw it. A deflate answer (with its zlib header, or raw) is read as before."""
+    bomb = _gzipped_zeros(512 << 20, times=1)
+    small = json.dumps({"stock": 7}).encode()
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    routes = {"/bomb": (bomb, "gzip"), "/zlib": (zlib.compress(small), "deflate"),
+              "/raw": (packer.compress(small) + packer.flush(), "deflate")}
+
+    async def handle(request: web.Request) -> web.Response:
+        body, encoding = routes[request.path]
+        return web.Response(body=body, headers={"Content-Encoding": encoding, "Content-Type": "application/json"})
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", PORT + 1).start()
+    try:
+        tools = BotTools(BotSettings(name="acme", tools=[
+            {"name": name, "type": "http", "url": f"http://127.0.0.1:{PORT + 1}/{name}", "timeout": 30}
+            for name in ("bomb", "zlib", "raw")]))
+        tracemalloc.start()
+        try:
+            bomb = await tools.call("bomb", {}, identity=ALICE)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        deflated = [await tools.call(name, {}, identity=ALICE) for name in ("zlib", "raw")]
+    finally:
+        await runner.cleanup()
+    assert peak < 32 << 20, f"{peak >> 20} MB held"
+    assert bomb.error == "response too large: the service's answer is larger than 4 MB; not read"
+    assert [(d.error, d.result) for d in deflated] == [(None, {"stock": 7})] * 2
