@@ -1,5 +1,5 @@
 """An IP address as the gateway's address rules read it (the web chat's per-address limit, the crawl's
-refused addresses)."""
+refused addresses), an IPv4 address written as IPv6 read as that IPv4 address."""
 
 from __future__ import annotations
 
@@ -14,3 +14,18 @@ def ip_of(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     except ValueError:
         return None
     return getattr(ip, "ipv4_mapped", None) or ip
+
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+"""The well-known NAT64 prefix (RFC 6052): on a network with NAT64, 64:ff9b::a9fe:a9fe *is* 169.254.169.254."""
+
+
+def carried_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The IPv4 address an IPv6 one stands for, the way it reaches it: IPv4-mapped (`::ffff:127.0.0.1`),
+    NAT64 (`64:ff9b::7f00:1`) or 6to4 (`2002:a9fe:a9fe::`); else `ip` itself. Why: a rule on IPv4 addresses
+    (loopback, link-local) passed over each of them, and each reaches that IPv4 address where it routes."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return ip
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip.ipv4_mapped or ip.sixtofour or ip

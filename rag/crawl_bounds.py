@@ -12,7 +12,7 @@ import httpcore
 import httpx
 
 from gateway.errors import SourceError
-from gateway.ip_address import ip_of
+from gateway.ip_address import carried_ipv4, ip_of
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -53,21 +53,6 @@ def _internal_name(host: str) -> bool:
         except OSError:
             return False
     return not carried_ipv4(address).is_global
-
-
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-"""The well-known NAT64 prefix (RFC 6052): on a network with NAT64, 64:ff9b::a9fe:a9fe *is* 169.254.169.254."""
-
-
-def carried_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    """The IPv4 address an IPv6 one stands for, the way it reaches it: IPv4-mapped (`::ffff:127.0.0.1`),
-    NAT64 (`64:ff9b::7f00:1`) or 6to4 (`2002:a9fe:a9fe::`); else `ip` itself. Why: a rule on IPv4 addresses
-    (loopback, link-local) passed over each of them, and each reaches that IPv4 address where it routes."""
-    if not isinstance(ip, ipaddress.IPv6Address):
-        return ip
-    if ip in _NAT64:
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return ip.ipv4_mapped or ip.sixtofour or ip
 
 
 _METADATA_ADDRESSES = frozenset({ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("fd00:ec2::254")})

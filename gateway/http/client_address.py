@@ -11,7 +11,8 @@ That address must be one the caller cannot choose anew for each message:
   is the client itself, and wrote a new header for every message. A proxy on a public address (a CDN)
   goes in `FORWARDED_ALLOW_IPS`; so does any proxy once a client may reach the gateway from a private
   network without one (a load balancer that hides the client's address, a host beside the gateway).
-- An IPv6 address counts by its /64: one subscriber gets a whole /64, 2^64 addresses to send from.
+- An IPv6 address counts by its /64: one subscriber gets a whole /64, 2^64 addresses to send from; one
+  that carries an IPv4 address (NAT64 `64:ff9b::cb00:7107`, 6to4 `2002:cb00:7107::/48`) counts as that address.
 - A hop's port, which some proxies write (`203.0.113.7:51234`), is left out: it is new with each connection.
 """
 
@@ -23,7 +24,7 @@ import re
 
 from fastapi import Request
 
-from gateway.ip_address import ip_of
+from gateway.ip_address import carried_ipv4, ip_of
 
 IPV6_SUBSCRIBER_PREFIX = 64
 
@@ -65,10 +66,14 @@ def _without_port(hop: str) -> str:
 
 
 def budget_key(address: str) -> str:
-    """`address` as one client's budget: an IPv6 address as its /64 network, anything else as given."""
+    """`address` as one client's budget: an IPv6 address as its /64 network, one that carries an IPv4 address
+    (NAT64, 6to4: `carried_ipv4`) as that address, anything else as given. Why: behind NAT64 every IPv4
+    visitor is in 64:ff9b::/96, one /64 whose budget one of them used up; a 6to4 host has a /48."""
     ip = ip_of(address)
     if ip is None or ip.version == 4:
         return address
+    if (carried := carried_ipv4(ip)).version == 4:
+        return str(carried)
     return str(ipaddress.IPv6Network((ip, IPV6_SUBSCRIBER_PREFIX), strict=False))
 
 

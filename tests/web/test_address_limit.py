@@ -174,3 +174,18 @@ async def test_trusting_every_proxy_is_warned_about_at_start(tmp_path, monkeypat
         async with app.router.lifespan_context(app):
             pass
     assert any(e["event"] == "http.forwarded_allow_all" and e["log_level"] == "warning" for e in logs) == warned
+
+
+async def test_an_ipv4_client_written_as_ipv6_is_counted_as_its_ipv4_address(tmp_path):
+    # Behind NAT64/SIIT every IPv4 visitor is a 64:ff9b::/96 address, all in one /64: one visitor used up
+    # the budget of every IPv4 visitor. A 6to4 host has a /48 of its IPv4 address's, 65,536 /64s to move to.
+    async with limited_app(tmp_path, 2) as app:
+
+        async def status(peer: str, i: int) -> int:
+            async with client_from(app, peer) as client:
+                return (await client.post("/v1/bots/acme/chat",
+                                          json={"session_id": f"wrapped-{peer}-{i}", "text": "Hello?"})).status_code
+
+        assert [await status("64:ff9b::cb00:7107", i) for i in range(3)] == [200, 200, 429]  # 203.0.113.7
+        assert await status("64:ff9b::c633:6407", 9) == 200  # 198.51.100.7: someone else
+        assert [await status(f"2002:cb00:7108:{i + 1:x}::1", i) for i in range(3)] == [200, 200, 429]  # 203.0.113.8
