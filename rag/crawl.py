@@ -17,7 +17,7 @@ and one compressed more than once (`Content-Encoding: gzip, gzip`) is not read a
 A site's owner controls its DNS too: a name that answers with 127.0.0.1 or 169.254.169.254 (at once, or
 after a first honest answer: rebinding) makes the same-site URLs reach this machine or the cloud's
 metadata service. So the address each fetch actually connected to is checked before its request is sent
-(`crawl_transport`, the ingest client's) and again before its answer is read (`off_limits_address`), unless the configured URL names such an address itself. A private network's
+(`crawl_client`, the ingest's) and again before its answer is read (`off_limits_address`), unless the configured URL names such an address itself. A private network's
 addresses stay allowed: an intranet wiki is configured by its name.
 """
 

@@ -90,20 +90,23 @@ def _proxied(url: httpx.URL) -> bool:
     return bool(proxies.get(url.scheme) or proxies.get("all")) and not urllib.request.proxy_bypass(url.host)
 
 
-def crawl_transport() -> httpx.AsyncHTTPTransport:
-    """The ingest client's transport: it refuses, before a byte of the request is sent, a connection that a
-    host not naming an internal address itself reached an `off_limits_address` on (its name resolved there).
-    Why: `check_peer` kept such an answer out of the knowledge base, but the GET had reached the service by
-    then, path and query included, and a GET alone acts on many an internal endpoint (an admin port's
-    /shutdown, a cache purge). A proxy's connections (`_proxied`) go through another transport, untouched."""
-    transport = httpx.AsyncHTTPTransport()
-    # httpx takes no network backend of its own; its connection pool (httpcore's) does, and holds it here.
-    transport._pool._network_backend = _PeerCheckingBackend(transport._pool._network_backend)
-    return transport
+def crawl_client(**options) -> httpx.AsyncClient:
+    """The ingest's client (`httpx.AsyncClient(**options)`): its direct connections refuse, before a byte of the
+    request is sent, a connection that a host not naming an internal address itself reached an
+    `off_limits_address` on (its name resolved there). Why: `check_peer` kept such an answer out of the knowledge
+    base, but the GET had reached the service by then, path and query included, and a GET alone acts on many an
+    internal endpoint (an admin port's /shutdown, a cache purge). The environment's proxies (`_proxied`) are
+    used as httpx uses them, their connections untouched: a client given a transport of its own ignores them,
+    and an ingest behind a proxy connected directly, which a network whose only way out is its proxy refuses."""
+    client = httpx.AsyncClient(**options)
+    # httpx takes no network backend of its own; the default transport's connection pool (httpcore's) does.
+    pool = client._transport._pool
+    pool._network_backend = _PeerCheckingBackend(pool._network_backend)
+    return client
 
 
 class _PeerCheckingBackend(httpcore.AsyncNetworkBackend):
-    """Connects as `backend` does, then closes (raising `SourceError`) a connection `crawl_transport` refuses."""
+    """Connects as `backend` does, then closes (raising `SourceError`) a connection `crawl_client` refuses."""
 
     def __init__(self, backend: httpcore.AsyncNetworkBackend) -> None:
         self._backend = backend

@@ -37,7 +37,7 @@ from gateway.errors import IN_RUN_ERRORS, SKIPPED_FILES, SourceError
 from gateway.settings import SourceSettings
 from rag.blocks import first_heading, split_front_matter
 from rag.crawl import USER_AGENT, Pace, describe_fetch_error, fetch, robots_rules
-from rag.crawl_bounds import crawl_transport
+from rag.crawl_bounds import crawl_client
 from rag.decoding import decode_text
 from rag.directory_walk import DOCUMENT_TYPES_NOT_READ, broken_link, describe_skipped, files_under, is_hidden, within
 from rag.html_text import html_to_markdown
@@ -336,7 +336,7 @@ def _client(client: httpx.AsyncClient | None) -> contextlib.AbstractAsyncContext
     """The caller's client, lent without closing it, or a new one closed after use."""
     if client is not None:
         return contextlib.nullcontext(client)
-    return httpx.AsyncClient(timeout=TIMEOUT, headers={"User-Agent": USER_AGENT}, transport=crawl_transport())
+    return crawl_client(timeout=TIMEOUT, headers={"User-Agent": USER_AGENT})
 
 
 def _read_file(file: Path, doc_id: str, inside: str | None) -> Document:

@@ -364,3 +364,15 @@ async def test_a_public_name_that_resolves_to_this_machine_is_sent_no_request_at
         # Named by its address in the config, the same service is read: the operator chose it.
         named = await load_source(SourceSettings(name="docs", type="urls", urls=[f"{internal}/faq"]))
     assert [d.title for d in named.documents] == ["Intranet FAQ"] and asked == ["/faq"]
+
+
+async def test_an_ingest_behind_the_environments_proxy_goes_through_it(monkeypatch):
+    """`HTTP(S)_PROXY` in the environment: a network whose only way out is its proxy. The ingest's own client
+    sends the pages through it, as httpx does for a client built without a transport of its own."""
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    async with server({"/faq": lambda _: html("Through the proxy")}) as (proxy, asked):
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        result = await load_source(SourceSettings(name="docs", type="urls", urls=["http://docs.example.invalid/faq"]))
+    assert result.errors == [] and [d.title for d in result.documents] == ["Through the proxy"]
+    assert asked == ["/faq"]
