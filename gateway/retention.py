@@ -343,14 +343,16 @@ async def run_retention(sessions: async_sessionmaker[AsyncSession], settings: Se
                         knowledge: Any) -> DeletionReport:
     """The scheduled (leader-only) job: expired conversations, then removed sources' chunks."""
     report = await purge_expired(sessions, settings)
-    async with sessions() as session, session.begin():
-        await purge_early_receipts(session)  # receipts whose send was never recorded: nothing to attach to
-    # Knowledge opens its index lazily; without an open index the sources wait for the next run.
-    index = getattr(knowledge, "index", None)
-    if index is not None:
-        sources = await purge_removed_sources(sessions, settings, index=index)
-        report.documents, report.chunks = sources.documents, sources.chunks
-    await _erase_purged_threads(settings, report.operator_threads)
+    try:
+        async with sessions() as session, session.begin():
+            await purge_early_receipts(session)  # receipts whose send was never recorded: nothing to attach to
+        # Knowledge opens its index lazily; without an open index the sources wait for the next run.
+        index = getattr(knowledge, "index", None)
+        if index is not None:
+            sources = await purge_removed_sources(sessions, settings, index=index)
+            report.documents, report.chunks = sources.documents, sources.chunks
+    finally:  # the purged rows are committed: their threads are known to this run alone, whatever fails after
+        await _erase_purged_threads(settings, report.operator_threads)
     return report
 
 

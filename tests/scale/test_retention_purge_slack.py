@@ -5,14 +5,18 @@ conversation's escalation (its header, the summary, the customer's messages rela
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
+from uuid import uuid4
 
+import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 from structlog.testing import capture_logs
 
 from gateway.retention import run_retention
-from gateway.settings import Settings
+from gateway.settings import QdrantSettings, Settings
+from rag.index import open_index
 from storage.engine import create_engine, session_factory
-from storage.models import Conversation, Escalation
+from storage.models import Conversation, Document, Escalation
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 from tests.scale.test_retention import _count, _expired_web_conversation, _store
 from tests.scale.test_retention_slack import OPERATORS, _thread
@@ -61,3 +65,22 @@ async def test_retention_purges_though_slack_refuses_and_logs_the_thread_left(mi
         [left] = [e for e in logs if e["event"] == "retention.operator_thread_left"]
         assert (left["log_level"], left["bot"], left["channel"], left["ts"]) == ("warning", "acme", OPERATORS, header)
         assert left["why"] == "Slack answered missing_scope"
+
+
+async def test_retention_deletes_the_purged_threads_though_a_later_step_of_the_job_fails(migrated_url):
+    """The sources' step after the purge failed (the Qdrant server down): the conversations were gone, committed,
+    and their threads, known only to that run, were neither deleted nor named, the customer's words left in
+    Slack for good."""
+    async with _purging(migrated_url) as (slack, sessions, client, settings):
+        expired = await _expired_web_conversation(sessions, "s-old")
+        theirs = await _thread(client, sessions, expired, "s-old")
+        async with sessions() as session, session.begin():  # a removed source's chunks, to delete from the index
+            session.add(Document(bot="acme", source="gone", doc_id="a.md", content_hash="h", chunk_ids=[str(uuid4())]))
+        index = open_index(QdrantSettings(url="http://127.0.0.1:19001"))  # nothing listens there
+        try:
+            with pytest.raises(Exception):
+                await run_retention(sessions, settings, knowledge=SimpleNamespace(index=index))
+        finally:
+            await index.close()
+        assert await _count(sessions, Conversation, Conversation.id == expired) == 0
+        assert sorted(slack.deleted) == sorted(theirs)
