@@ -6,6 +6,7 @@ request was carried out without keeping the personal data it was about.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -210,10 +211,11 @@ async def _forget(session: AsyncSession, *, channel: str, user: str, actor: str)
 
 
 async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Settings, *,
-                        now: datetime | None = None) -> DeletionReport:
-    """Delete each bot's conversations with no message newer than its `retention_days`."""
+                        now: datetime | None = None, report: DeletionReport | None = None) -> DeletionReport:
+    """Delete each bot's conversations with no message newer than its `retention_days`, counted in `report`
+    (a new one by default), which holds what was committed when a batch fails."""
     now = now or utcnow()
-    report = DeletionReport()
+    report = report if report is not None else DeletionReport()
     for bot in settings.bots:
         if not bot.retention_days:
             continue
@@ -229,11 +231,16 @@ async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Se
         after = 0
         while True:
             batch = expired.where(Conversation.id > after).order_by(Conversation.id).limit(PURGE_BATCH)
+            committed = len(report.operator_threads)
             try:
                 locked = await _again_if_escalated_meanwhile(
                     sessions, lambda session: _purge_batch(session, bot.name, batch, cutoff, report),
                     job="purge", bot=bot.name)
-            except Conflict as exc:  # the bot's next run tries again; the other bots are purged meanwhile
+            except BaseException as exc:
+                del report.operator_threads[committed:]  # rolled back: their conversations keep them
+                if not isinstance(exc, Conflict):
+                    raise
+                # The bot's next run tries again; the other bots are purged meanwhile.
                 log.error("retention.purge_stopped", bot=bot.name, error=str(exc))
                 break
             if len(locked) < PURGE_BATCH:
@@ -342,8 +349,9 @@ async def purge_removed_sources(sessions: async_sessionmaker[AsyncSession], sett
 async def run_retention(sessions: async_sessionmaker[AsyncSession], settings: Settings, *,
                         knowledge: Any) -> DeletionReport:
     """The scheduled (leader-only) job: expired conversations, then removed sources' chunks."""
-    report = await purge_expired(sessions, settings)
+    report = DeletionReport()
     try:
+        await purge_expired(sessions, settings, report=report)
         async with sessions() as session, session.begin():
             await purge_early_receipts(session)  # receipts whose send was never recorded: nothing to attach to
         # Knowledge opens its index lazily; without an open index the sources wait for the next run.
@@ -351,8 +359,13 @@ async def run_retention(sessions: async_sessionmaker[AsyncSession], settings: Se
         if index is not None:
             sources = await purge_removed_sources(sessions, settings, index=index)
             report.documents, report.chunks = sources.documents, sources.chunks
-    finally:  # the purged rows are committed: their threads are known to this run alone, whatever fails after
+    except asyncio.CancelledError:  # stopping: Slack is not waited for, each thread is named for someone to delete
+        _left([(thread, "the retention job was stopped first") for thread in report.operator_threads])
+        raise
+    except Exception:  # the rows purged are committed: their threads are known to this run alone
         await _erase_purged_threads(settings, report.operator_threads)
+        raise
+    await _erase_purged_threads(settings, report.operator_threads)
     return report
 
 
@@ -369,5 +382,10 @@ async def _erase_purged_threads(settings: Settings, threads: list[OperatorThread
     except Exception:  # never the purge's failure: its rows are deleted and committed
         log.exception("retention.operator_threads_failed", threads=len(threads))
         return
+    _left(left)
+
+
+def _left(left: list[tuple[OperatorThread, str]]) -> None:
+    """A warning line for each thread left in Slack, with why: nothing else knows it once its rows are gone."""
     for thread, why in left:
         log.warning("retention.operator_thread_left", bot=thread.bot, channel=thread.channel, ts=thread.ts, why=why)

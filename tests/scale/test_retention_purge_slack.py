@@ -5,18 +5,21 @@ conversation's escalation (its header, the summary, the customer's messages rela
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from uuid import uuid4
 
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
+from sqlalchemy import text, update
+from sqlalchemy.exc import DBAPIError
 from structlog.testing import capture_logs
 
 from gateway.retention import run_retention
 from gateway.settings import QdrantSettings, Settings
 from rag.index import open_index
 from storage.engine import create_engine, session_factory
-from storage.models import Conversation, Document, Escalation
+from storage.models import Conversation, Document, Escalation, Message
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 from tests.scale.test_retention import _count, _expired_web_conversation, _store
 from tests.scale.test_retention_slack import OPERATORS, _thread
@@ -84,3 +87,37 @@ async def test_retention_deletes_the_purged_threads_though_a_later_step_of_the_j
             await index.close()
         assert await _count(sessions, Conversation, Conversation.id == expired) == 0
         assert sorted(slack.deleted) == sorted(theirs)
+
+
+_REFUSE_BETA = {  # a real failure of the database in bot beta's purge, once acme's is committed
+    "sqlite": ["CREATE TRIGGER refuse_beta BEFORE DELETE ON conversations WHEN OLD.bot = 'beta' "
+               "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"],
+    "postgresql": ["CREATE FUNCTION refuse_beta() RETURNS trigger AS $$ BEGIN IF OLD.bot = 'beta' THEN RAISE EXCEPTION "
+                   "'refused by the test'; END IF; RETURN OLD; END $$ LANGUAGE plpgsql",
+                   "CREATE TRIGGER refuse_beta BEFORE DELETE ON conversations FOR EACH ROW EXECUTE FUNCTION refuse_beta()"],
+}
+
+
+async def test_a_purge_that_fails_midway_deletes_the_threads_of_what_it_committed_and_only_those(migrated_url):
+    """Bot acme's conversations purged and committed, then bot beta's batch failed (a database error): the threads
+    of acme's were lost with the job's report, the customer's words left in Slack unnamed; and beta's, read in the
+    batch rolled back, are of conversations still stored, which keep them."""
+    async with _purging(migrated_url) as (slack, sessions, client, settings):
+        settings = Settings(database_url=migrated_url, bots=[
+            settings.bots[0].model_dump(), {"name": "beta", "retention_days": 30}])
+        expired = await _expired_web_conversation(sessions, "s-old")
+        theirs = await _thread(client, sessions, expired, "s-old")
+        beta = await _store(sessions, bot="beta", channel="web", user="s-beta", chat="s-beta")
+        betas = await _thread(client, sessions, beta, "s-beta")
+        long_ago = datetime.now(UTC) - timedelta(days=45)
+        async with sessions() as session, session.begin():
+            await session.execute(update(Conversation).where(Conversation.id == beta).values(created_at=long_ago))
+            await session.execute(update(Message).where(Message.conversation_id == beta).values(created_at=long_ago))
+            for statement in _REFUSE_BETA[session.bind.dialect.name]:
+                await session.execute(text(statement))
+        with capture_logs() as logs, pytest.raises(DBAPIError, match="refused by the test"):
+            await run_retention(sessions, settings, knowledge=None)
+        assert await _count(sessions, Conversation, Conversation.id == expired) == 0
+        assert await _count(sessions, Conversation, Conversation.id == beta) == 1
+        assert sorted(slack.deleted) == sorted(theirs) and not set(betas) & set(slack.deleted)
+        assert [e for e in logs if e["event"] == "retention.operator_thread_left"] == []
