@@ -82,14 +82,18 @@ def _value_problem(value: Any, schema: dict[str, Any], where: str) -> str | None
     return None
 
 
+_DECLARED_ELSEWHERE = ("patternProperties", "allOf", "anyOf", "oneOf", "$ref", "dependentSchemas", "if")
+
+
 def _undeclared_key(value: dict[str, Any], schema: dict[str, Any], where: str) -> str | None:
     """Why a key of an object is not one its schema's `properties` declare, or None. As a tool's own
     undeclared parameters are refused (`BotTools._call`), so are an object's at any depth: `{"filter": {"email":
     …, "$where": …}}` handed a query operator to the API. `additionalProperties` (true, or a schema the
     other values are checked against) or `patternProperties` lets other keys in; an object whose schema
-    lists no `properties` takes any."""
+    lists no `properties` takes any, and so does one that declares keys elsewhere too (`allOf`, `anyOf`,
+    `oneOf`, `$ref`, `dependentSchemas`, `if`), which this does not follow: a key those declare was refused."""
     properties = schema.get("properties")
-    if not isinstance(properties, dict) or "patternProperties" in schema:
+    if not isinstance(properties, dict) or any(key in schema for key in _DECLARED_ELSEWHERE):
         return None
     extra = schema.get("additionalProperties", False)
     for name, item in value.items():

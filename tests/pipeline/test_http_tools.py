@@ -315,6 +315,20 @@ async def test_a_key_an_objects_schema_does_not_declare_is_refused_at_any_depth(
                                                  "labels": {"any": 1}, "extra": {"free": {"form": True}}}]
 
 
+def test_a_key_declared_in_an_anyof_or_allof_is_not_refused_as_undeclared():
+    """The nested check read an object's own `properties` only: a key declared by `anyOf`/`allOf`/`$ref` (an
+    order looked up by id or by email) was refused as undeclared, and the tool could not be called (review)."""
+    from gateway.pipeline.tool_arguments import argument_problem
+
+    lookup = {"type": "object", "properties": {"kind": {"type": "string"}},
+              "anyOf": [{"properties": {"id": {"type": "string"}}}, {"properties": {"email": {"type": "string"}}}]}
+    both = {"type": "object", "properties": {"kind": {"type": "string"}},
+            "allOf": [{"properties": {"email": {"type": "string"}}}]}
+    schema = {"type": "object", "properties": {"lookup": lookup, "both": both}}
+    assert argument_problem({"lookup": {"kind": "order", "email": "a@example.com"},
+                             "both": {"kind": "x", "email": "b@example.com"}}, schema) is None
+
+
 def test_a_malformed_type_in_a_tools_schema_takes_anything_rather_than_failing_the_turn():
     from gateway.pipeline.tool_arguments import argument_problem
 
