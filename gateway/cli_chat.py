@@ -36,7 +36,8 @@ async def chat(args, settings) -> int:
     from storage import repositories as repo
 
     # Loading LiteLLM, the encoder and the index took 10-30 s of silence, which read as a hang.
-    print(f"no server holds {settings.qdrant.path}; loading bot {bot.name!r} here (10-30 s)…", file=sys.stderr)
+    held = "" if settings.qdrant.url else f"no server holds {settings.qdrant.path}; "  # a Qdrant server is never held
+    print(f"{held}loading bot {bot.name!r} here (10-30 s)…", file=sys.stderr)
     svc = build_services(settings, with_scheduler=False, poll_interval=0.2)
     # The terminal is a web chat session: for a bot without the web chat, each reply was shown, then
     # logged and stored as not delivered ("channel 'web' is not enabled").
