@@ -12,6 +12,9 @@ from gateway.models import utcnow
 
 # Inbound messages whose sender is not in their column (stored by a gateway older than migration 0016).
 UNKNOWN_SENDER = "direction = 'in' AND sender IS NULL"
+# Every table with an `id`: SQLite gives an id once, never again after its row is deleted (as PostgreSQL's
+# sequences), so a link, log line or audit note naming one never comes to name another's (migration 0018).
+NEVER_REUSED = {"sqlite_autoincrement": True}
 
 
 class Base(DeclarativeBase):
@@ -24,7 +27,7 @@ class Contact(Base):
     """A person's identity on one channel."""
 
     __tablename__ = "contacts"
-    __table_args__ = (UniqueConstraint("channel", "external_id", name="uq_contacts_channel_external_id"),)
+    __table_args__ = (UniqueConstraint("channel", "external_id", name="uq_contacts_channel_external_id"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     channel: Mapped[str] = mapped_column(String(32))
@@ -57,6 +60,7 @@ class Conversation(Base):
         UniqueConstraint("bot", "channel", "workspace", "chat", "thread", name="uq_conversations_ref"),
         Index("ix_conversations_lease", "lease_until"),
         Index("ix_conversations_contact", "contact_id"),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -96,6 +100,7 @@ class Message(Base):
         Index("ix_messages_sender", "sender"),  # a person's messages: retention's orphans, `gateway forget`
         # `gateway forget` reads the `meta` of these: without the index, of every outbound row too.
         Index("ix_messages_sender_unknown", "id", postgresql_where=text(UNKNOWN_SENDER), sqlite_where=text(UNKNOWN_SENDER)),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -138,7 +143,7 @@ class Escalation(Base):
 
     __tablename__ = "escalations"
     __table_args__ = (Index("ix_escalations_bot_state", "bot", "state"),
-                      Index("ix_escalations_conversation", "conversation_id", "id"))
+                      Index("ix_escalations_conversation", "conversation_id", "id"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     conversation_id: Mapped[int] = mapped_column(ForeignKey("conversations.id", ondelete="CASCADE"))
@@ -164,7 +169,7 @@ class EscalationEvent(Base):
 
     __tablename__ = "escalation_events"
     __table_args__ = (Index("ix_escalation_events_escalation", "escalation_id", "id"),
-                      Index("ix_escalation_events_conversation", "conversation_id"))
+                      Index("ix_escalation_events_conversation", "conversation_id"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     escalation_id: Mapped[int] = mapped_column(ForeignKey("escalations.id", ondelete="CASCADE"))
@@ -183,7 +188,7 @@ class Usage(Base):
 
     __tablename__ = "usage"
     __table_args__ = (Index("ix_usage_bot_created", "bot", "created_at"), Index("ix_usage_message", "message_id"),
-                      Index("ix_usage_conversation", "conversation_id"))
+                      Index("ix_usage_conversation", "conversation_id"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     bot: Mapped[str] = mapped_column(String(64))
@@ -201,7 +206,7 @@ class Document(Base):
     """An ingested document: its content hash lets re-ingest skip it without embedding."""
 
     __tablename__ = "documents"
-    __table_args__ = (UniqueConstraint("bot", "source", "doc_id", name="uq_documents_doc"),)
+    __table_args__ = (UniqueConstraint("bot", "source", "doc_id", name="uq_documents_doc"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     bot: Mapped[str] = mapped_column(String(64))
@@ -227,7 +232,7 @@ class IngestRun(Base):
     """One ingest of one source: counts, duration, errors."""
 
     __tablename__ = "ingest_runs"
-    __table_args__ = (Index("ix_ingest_runs_source", "bot", "source", "started_at"),)
+    __table_args__ = (Index("ix_ingest_runs_source", "bot", "source", "started_at"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     bot: Mapped[str] = mapped_column(String(64))
@@ -256,6 +261,7 @@ class Delivery(Base):
     __table_args__ = (
         UniqueConstraint("message_id", "provider_id", name="uq_deliveries_message_part"),
         Index("ix_deliveries_provider_id", "channel", "provider_id"),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -271,7 +277,7 @@ class EarlyReceipt(Base):
     """A delivery receipt that arrived before the outbox recorded the part it names (gateway/delivery/receipts.py)."""
 
     __tablename__ = "early_receipts"
-    __table_args__ = (UniqueConstraint("channel", "provider_id", name="uq_early_receipts_provider_id"),)
+    __table_args__ = (UniqueConstraint("channel", "provider_id", name="uq_early_receipts_provider_id"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     channel: Mapped[str] = mapped_column(String(32))
@@ -285,6 +291,7 @@ class DataDeletion(Base):
     """Audit of a deletion (`forget`, retention): what kind, where and how much; never whose data."""
 
     __tablename__ = "data_deletions"
+    __table_args__ = NEVER_REUSED
 
     id: Mapped[int] = mapped_column(primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))  # forget | retention | source
