@@ -54,8 +54,11 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     configure_logging_for(settings)
     svc = services or build_services(settings)
     svc.role = role
-    for name in svc.operator_auth.disabled if svc.operator_auth else ():
-        log.warning("operator.disabled", operator=name, reason="no token: its ${VAR} is unset")
+    disabled = set(svc.operator_auth.disabled if svc.operator_auth else ())
+    for i, op in enumerate(settings.operators):
+        if op.name in disabled:
+            log.warning("operator.disabled", operator=op.name,
+                        reason=f"no token: {settings.empty_secret_reason(f'operators[{i}].token')}")
     warn_unguarded(settings)
     svc.admin_url = url
     if settings.tracing.otlp_endpoint:

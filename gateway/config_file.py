@@ -47,10 +47,11 @@ def secret_values(data: Any, path: str = "") -> list[tuple[str, str]]:
 
 
 def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list[str] | None = None,
-                 unset: dict[str, str] | None = None) -> Any:
+                 unset: dict[str, str] | None = None, secret_vars: dict[str, str] | None = None) -> Any:
     """Replace `${VAR}` everywhere; refuse literal secrets; name the key on any problem. The paths of
-    secrets that took the default of `${VAR:-default}` (VAR unset) are added to `defaulted`, and each
-    key whose `${VAR}` (without a default) is unset is recorded in `unset` with the variable's name."""
+    secrets that took the default of `${VAR:-default}` (VAR unset) are added to `defaulted`, each
+    key whose `${VAR}` (without a default) is unset is recorded in `unset` with the variable's name, and
+    each secret's `${VAR}` in `secret_vars` (key -> VAR)."""
     if isinstance(data, dict):
         out = {}
         for key, value in data.items():
@@ -61,20 +62,22 @@ def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list
                     raise ConfigError(sub, "secrets come from the environment only; write it as ${SOME_ENV_VAR}")
                 if ref.group(1) not in env and ref.group(2) and defaulted is not None:
                     defaulted.append(f"{sub} (${{{ref.group(1)}}} is not set)")
+                if secret_vars is not None:
+                    secret_vars[sub] = ref.group(1)
             if _TOOL.search(path):
                 _refuse_literal_tool_secret(key, value, sub)
             # An http tool's headers and URL hold its credentials: read as secrets are, without the newline
             # a secret file ends with (kept, every call of the tool failed).
             tool_secrets = _TOOL.search(path) and key in ("headers", "url")
             out[key] = _interpolate(value, {k: v.strip() for k, v in env.items()} if tool_secrets else env, sub,
-                                    defaulted, unset)
+                                    defaulted, unset, secret_vars)
             if key in SECRET_KEYS and isinstance(out[key], str):
                 # A secret file's trailing newline is never part of the secret: kept, every signature
                 # (Slack, Twilio) and every sign-in with it failed, with nothing saying why.
                 out[key] = out[key].strip()
         return out
     if isinstance(data, list):
-        return [_interpolate(v, env, f"{path}[{i}]", defaulted, unset) for i, v in enumerate(data)]
+        return [_interpolate(v, env, f"{path}[{i}]", defaulted, unset, secret_vars) for i, v in enumerate(data)]
     if isinstance(data, str):
 
         def sub(match: re.Match[str]) -> str:
@@ -138,9 +141,11 @@ def _origin(config_path: Path, explicit: str | os.PathLike[str] | None) -> str:
     return "; ".join(said) or "from --config"
 
 
-def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, str] | None = None) -> dict[str, Any]:
+def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, str] | None = None,
+                secret_vars: dict[str, str] | None = None) -> dict[str, Any]:
     """The config file's mapping, interpolated, with `config_path` set; `unset` gets the keys whose
-    `${VAR}` is not set (key -> VAR). Raises `ConfigError`."""
+    `${VAR}` is not set (key -> VAR), `secret_vars` each secret key's `${VAR}` (key -> VAR). Raises
+    `ConfigError`."""
     config_path = resolve_config_path(path)
     environ = dict(os.environ)
     try:
@@ -160,7 +165,7 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
     if not isinstance(raw, dict):
         raise ConfigError("", f"{config_path} must hold a mapping at the top level")
     defaulted: list[str] = []
-    data = _interpolate(raw, environ, defaulted=defaulted, unset=unset)
+    data = _interpolate(raw, environ, defaulted=defaulted, unset=unset, secret_vars=secret_vars)
     # `${VAR:-default}` under a secret key is a development convenience: in production the default
     # would be a secret written in the file (and often shared, as in an example config).
     # Read as pydantic-settings reads it: the variable's name in any case, and the value as written.

@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -196,6 +196,8 @@ class Settings(BaseSettings):
     operators: list[OperatorSettings] = Field(default_factory=list)
     bots: list[BotSettings] = Field(default_factory=list)
     config_path: str | None = None
+    # Each secret key's `${VAR}` and whether VAR was set, as `load_settings` read them (for log lines).
+    _secret_vars: dict[str, tuple[str, bool]] = PrivateAttr(default_factory=dict)
 
     @field_validator("retention_schedule")
     @classmethod
@@ -339,6 +341,13 @@ class Settings(BaseSettings):
                 return bot
         raise UnknownBot(name, [b.name for b in self.bots])
 
+    def empty_secret_reason(self, key: str) -> str:
+        """Why the secret at `key` (as `operators[0].token`) is empty, naming its variable when known."""
+        name, was_set = self._secret_vars.get(key, (None, False))
+        if name is None:
+            return f"its `{key.rsplit('.', 1)[-1]}` is empty"
+        return f"${{{name}}} is {'empty' if was_set else 'unset'}"
+
     def ingest_fingerprint(self) -> str:
         """A hash of what an ingest depends on: the embedding settings and each bot's sources.
 
@@ -371,10 +380,13 @@ class _EnvOverrides(EnvSettingsSource):
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     """Read, interpolate and validate the configuration. Raises `ConfigError` naming the key."""
     unset: dict[str, str] = {}
-    data = read_config(path, unset=unset)
+    secret_vars: dict[str, str] = {}
+    data = read_config(path, unset=unset, secret_vars=secret_vars)
     try:
-        return Settings(**data)
+        settings = Settings(**data)
     except ValidationError as exc:
         raise name_env_override(name_unset_variable(config_error(exc, Settings), unset), ENV_OVERRIDES) from None
     except ConfigError as exc:
         raise name_env_override(name_unset_variable(exc, unset), ENV_OVERRIDES) from None
+    settings._secret_vars = {key: (name, name in os.environ) for key, name in secret_vars.items()}
+    return settings
