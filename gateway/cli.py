@@ -239,11 +239,14 @@ def _serve(args) -> int:
 
     config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    # uvicorn raises the signal that stopped it again once it has shut down gracefully, with the handler
+    # that was there before it started. A stop asked for and done is no failure: SIGTERM (and SIGHUP,
+    # which stops as it does) killed the process (-15, make's "*** [run] Terminated", a failed unit to
+    # systemd), and Ctrl-C's SIGINT was exit 130 (make's "Error 130"). Both now end with exit 0.
+    signal.signal(signal.SIGTERM, lambda sig, frame: None)
     try:
         Server(config).run()
     except KeyboardInterrupt:
-        # uvicorn raises Ctrl-C's SIGINT again once it has shut down gracefully: a stop asked for and
-        # done is no failure (it was exit 130, and `make run` ended on make's "Error 130").
         pass
     exit_after_stop(0)
     return 0

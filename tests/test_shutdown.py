@@ -105,6 +105,16 @@ def test_ctrl_c_stops_serve_gracefully_with_exit_0(tmp_path) -> None:
     assert "gateway.stopped" in log
 
 
+@pytest.mark.timeout(300)
+def test_sigterm_stops_serve_gracefully_with_exit_0(tmp_path) -> None:
+    """uvicorn raises SIGTERM again once it has stopped gracefully, so `serve` died of it (-15, 143 in a shell)
+    and `make run` stopped with SIGTERM ended on make's "*** [run] Terminated": a stop asked for and done
+    reads as a failure to systemd, Docker and Kubernetes, as Ctrl-C's 130 did."""
+    returncode, log = _serve_then_send(tmp_path, signal.SIGTERM)
+    assert returncode == 0, log
+    assert "gateway.stopped" in log
+
+
 def _serve_then_send(tmp_path, sig: signal.Signals) -> tuple[int, str]:
     """Starts `serve`, sends it `sig` once it is ready: its exit code and its log."""
     config = write_config(tmp_path, log_level="INFO")
@@ -124,5 +134,5 @@ def test_sighup_stops_serve_gracefully_and_says_there_is_no_reload(tmp_path) -> 
     """A `kill -HUP` (a reload elsewhere, or a closed terminal) killed `serve` outright: no graceful stop, and no
     word in the log of why it went or that the gateway has no config reload."""
     returncode, log = _serve_then_send(tmp_path, signal.SIGHUP)
-    assert returncode == -signal.SIGTERM, log  # as after SIGTERM
+    assert returncode == 0, log  # as after SIGTERM
     assert "gateway.hangup" in log and "no config reload" in log and "gateway.stopped" in log, log
