@@ -82,9 +82,9 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
                 total = run.get("total")
                 kept = "; failed" if not total else "; failed, its 1 chunk kept as it was" if total == 1 else \
                     f"; failed, its {total} chunks kept as they were"
-            print(f"{run['bot']}/{run['source']}: {run['added']} added, {run['updated']} updated, "
-                  f"{run['deleted']} deleted, {run['unchanged']} unchanged chunks in {run['duration_s']:.1f}s"
-                  f"{errors}{kept}")
+            chunks = f"{run['added']} added, {run['updated']} updated, {run['deleted']} deleted, {run['unchanged']} unchanged"
+            chunks = f"{documents} (chunks: {chunks})" if (documents := _documents(run)) else f"{chunks} chunks"
+            print(f"{run['bot']}/{run['source']}: {chunks} in {run['duration_s']:.1f}s{errors}{kept}")
             for err in run["errors"]:
                 print(f"  ! {one_terminal_line(err)}", file=sys.stderr)  # it may quote a URL a sitemap listed
             if dropped:
@@ -92,6 +92,21 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
     # A partial run had errors too (a page that failed, a folder that came back empty): a cron job
     # or a deploy script must see it, not only a reader of the `!` lines.
     return 1 if any(r["status"] in ("failed", "partial") for r in runs) else 0
+
+
+def _documents(run: dict) -> str:
+    """"1 new document, 2 changed, 1 removed" (or "no document changed"): an edited document is chunks
+    `updated` and the old ones they replace `deleted`, which read as two changes. "" from a server of an
+    older version, which does not count documents, and for a failed run, which stored none."""
+    counts = [run.get(f"documents_{k}") for k in ("new", "changed", "removed")]
+    if None in counts or run["status"] == "failed":
+        return ""
+    parts = [[n, word] for n, word in zip(counts, ("new", "changed", "removed")) if n]
+    if not parts:
+        return "no document changed"
+    noun = "document" if parts[0][0] == 1 else "documents"  # on the first part only: "1 new document, 2 changed"
+    parts[0][1] = f"new {noun}" if parts[0][1] == "new" else f"{noun} {parts[0][1]}"
+    return ", ".join(f"{n} {word}" for n, word in parts)
 
 
 def hide_run_errors_in_logs() -> None:

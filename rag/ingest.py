@@ -361,12 +361,7 @@ class Ingestor:
         for p in pending:
             if p.doc.doc_id in failed:
                 continue
-            if p.row is None:
-                report.added += len(p.chunks)
-            else:
-                report.updated += len(p.new)
-                report.unchanged += len(p.chunks) - len(p.new)
-                report.deleted += len(p.stale)
+            report.document_stored(new=p.row is None, chunks=len(p.chunks), written=len(p.new), stale=len(p.stale))
         return failed
 
     def _rows(self, bot: str, source: str) -> DocumentRows:
@@ -397,4 +392,4 @@ class Ingestor:
         ids = [i for row in gone for i in row.chunk_ids]
         await self.index.delete_points(bot, ids)
         await self._rows(bot, source).delete(gone)
-        report.deleted += len(ids)
+        report.deleted, report.documents_removed = report.deleted + len(ids), report.documents_removed + len(gone)

@@ -48,6 +48,11 @@ class IngestReport:
     # The chunks the source has in the knowledge base after the run. A failed run keeps the ones it had,
     # and its counts, all 0, read as an empty source without this.
     total: int = 0
+    # Documents, beside the chunk counts: an edited document is `updated` chunks written and the `deleted`
+    # ones they replace, which alone read as two changes.
+    documents_new: int = 0
+    documents_changed: int = 0
+    documents_removed: int = 0
 
     def as_dict(self) -> dict[str, object]:
         """Plain dict for `ingest --json` and the admin API: the errors kept, and how many were dropped."""
@@ -60,6 +65,16 @@ class IngestReport:
         self.errors.append(f"{doc_id}: {error}")
         logging.getLogger("rag.ingest").warning("ingest.document_failed", extra={
             "bot": self.bot, "source": self.source, "document": doc_id, "error": error, IN_RUN_ERRORS: True})
+
+    def document_stored(self, *, new: bool, chunks: int, written: int, stale: int) -> None:
+        """Count a new or changed document that was stored: its `chunks`, `written` anew, `stale` deleted."""
+        if new:
+            self.documents_new += 1
+            self.added += chunks
+        else:
+            self.documents_changed += 1
+            self.updated, self.unchanged, self.deleted = self.updated + written, self.unchanged + chunks - written, \
+                self.deleted + stale
 
     def counts(self) -> dict[str, int]:
         """The chunk counts only."""

@@ -188,7 +188,7 @@ def test_cli_ingest_goes_through_running_server_that_holds_the_index(kb_config):
         assert json.loads(proc.stdout)["added"] >= 2
         # At a terminal, the server streams its progress and the CLI draws the same bar as without a server.
         code, stdout, terminal = _run_on_a_terminal("ingest", "--config", str(config))
-        assert code == 0 and "acme/docs: 0 added, 0 updated, 0 deleted" in stdout, terminal
+        assert code == 0 and "acme/docs: no document changed (chunks: 0 added, 0 updated, 0 deleted" in stdout, terminal
         assert "ingesting through it" in terminal and "2/2" in terminal
         # `chat` beside the server talks to its web chat, leaves the server's files alone, and loads none of
         # what answers locally (it took 16 s to start, loading LiteLLM and the app it did not use).
