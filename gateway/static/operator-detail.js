@@ -35,6 +35,8 @@
       else $("op-announce").textContent = "";  // another escalation: what its customer said before is not news
       state.detail = d;
       learnNames(d.operator_names);
+      // A pick's "Could not open escalation" clears when an escalation opens: this one, or a new pick.
+      if ($("op-list-error").dataset.kind === "pick") showError("op-list-error", "");
       $("op-detail").hidden = false;
       $("op-title").textContent = "Escalation #" + d.id + " — " + d.state;
       $("op-meta").textContent = [d.bot, d.channel, d.customer, d.operator ? "held by " + who(d.operator) : "unclaimed",

@@ -12,8 +12,7 @@
                 stale: { list: false, detail: false }, refreshing: null, names: {} };  // unread: escalation id → true  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
   function $(id) { return document.getElementById(id); }
   var render = window.GatewayOperatorRender, keys = window.GatewayOperatorKeys;
-  var el = render.el, byWait = render.byWait, waiting = render.waiting, when = render.when;
-  var renderMessage = render.renderMessage;
+  var el = render.el, byWait = render.byWait, waiting = render.waiting, when = render.when, renderMessage = render.renderMessage;
   // The API with this console's token, and the live stream's reading: operator-api.js.
   var transport = window.GatewayOperatorApi({ state: state, signOut: signOut });
   var api = transport.api, readEvents = transport.readEvents;
@@ -21,7 +20,8 @@
    * API's `operator_names`), anyone else (and a Slack member Slack would not name) as they are held. */
   function who(operator) { return (operator && state.names[operator]) || operator; }
   function learnNames(names) { if (names && typeof names === "object") Object.assign(state.names, names); }
-  function showError(id, message) { var n = $(id); n.textContent = message || ""; n.hidden = !message; }
+  // `kind`: above the list, a list that did not load ("list") or a pick that did not open ("pick"); each clears its own only.
+  function showError(id, message, kind) { var n = $(id); n.textContent = message || ""; n.hidden = !message; n.dataset.kind = message && kind || ""; }
 
   async function loadList() {
     var list = $("op-escalations");
@@ -37,10 +37,10 @@
       // Shown beside the list: the detail pane's error line is hidden while nothing is picked, and the
       // old list stayed under the new filter's name, as if it were the answer.
       list.replaceChildren();
-      showError("op-list-error", "Could not load the escalations: " + err.message);
+      showError("op-list-error", "Could not load the escalations: " + err.message, "list");
       throw err;
     }
-    showError("op-list-error", "");
+    if ($("op-list-error").dataset.kind === "list") showError("op-list-error", "");  // a pick's stays: every live event reads the list
     learnNames(body.operator_names);
     state.escalations = body.escalations;
     drawList(list, body.escalations);
@@ -131,7 +131,7 @@
       // acting on the one that could not be read: nothing is shown rather than the wrong customer.
       state.detail = null;
       $("op-detail").hidden = true;
-      showError("op-list-error", "Could not open escalation #" + id + ": " + err.message);
+      showError("op-list-error", "Could not open escalation #" + id + ": " + err.message, "pick");
       return;
     }
     // On a phone the escalation sits below the list (operator.css): in view (one shown anew is as it is drawn).
