@@ -248,6 +248,8 @@ def _serve(args) -> int:
         Server(config).run()
     except KeyboardInterrupt:
         pass
+    finally:  # a SIGTERM from here on (a thread that holds the exit up) ends the process, as it would have
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     exit_after_stop(0)
     return 0
 
