@@ -3,10 +3,11 @@
 Inbound
 - Webhook: Telegram sends `X-Telegram-Bot-Api-Secret-Token` (the secret given to setWebhook); we
   compare it in constant time. The header carries no timestamp, so there is no staleness check;
-  replays are absorbed by the inbox's dedupe on `update_id`.
+  replays are absorbed by the inbox's dedupe on the update's key (`external_id`).
 - Polling (`mode: polling`): `telegram_polling.TelegramPoller` long-polls getUpdates through the bot's
   session, reads each update as the webhook body is read, and moves the offset past it only once stored.
-- `external_id` is the `update_id`, Telegram's own delivery id, so redeliveries dedupe.
+- `external_id` is `update_id:chat:message_id` (`telegram_updates.delivery_key`): a redelivery dedupes, and a
+  new message under an update id Telegram reused (it restarts them after a week without updates) does not.
 - An edit of a message still waiting for its answer replaces its text (a typo fixed in time; one that
   lands while the answer is written is answered after it); an edit of one already answered is ignored
   (answering it would double-reply). A live location's moves are edits too, flagged

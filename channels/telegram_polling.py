@@ -10,7 +10,7 @@ Why not aiogram's `Dispatcher.start_polling`:
 Here updates stay dicts, read by `UpdateParser` exactly as a webhook body is. An update that cannot be
 read is logged and skipped. The offset moves past an update only once its messages are stored, so a
 storage outage holds polling up (Telegram keeps unconfirmed updates for 24 hours) and the inbox's
-dedupe on `update_id` absorbs what is fetched twice. Only an outage does: an update whose storing fails
+dedupe on the update's key (`delivery_key`) absorbs what is fetched twice. Only an outage does: an update whose storing fails
 for another reason (a bug, a value the database refuses) is tried `MAX_DELIVER_ATTEMPTS` times, then
 logged with its id and skipped, so it cannot hold up every later message.
 """

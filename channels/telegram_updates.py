@@ -76,6 +76,14 @@ def decode_update(body: bytes) -> dict[str, Any]:
     return data
 
 
+def delivery_key(update_id: int, chat: Any, item: Any) -> str:
+    """An update's `external_id`: its update id with its chat and message id (a membership change's date).
+    The update id alone is no key: after a week without updates Telegram restarts the ids at a random
+    number, and a new message under an id an old stored one had was dropped as its redelivery. A redelivery
+    is the same update, so the same key; a chat's message ids never repeat."""
+    return f"{update_id}:{chat}:{item}"
+
+
 def _utf16_slice(text: str, offset: int, length: int) -> str:
     """Entity offsets are in UTF-16 units; slice accordingly."""
     raw = text.encode("utf-16-le")
@@ -157,7 +165,8 @@ class UpdateParser:
             edit_date = update[kind].get("edit_date")
             revision = (edit_date if isinstance(edit_date, int) else 0, update_id)
             return replace(edited, messages=tuple(
-                replace(m, revises=str(update[kind]["message_id"]), only_while_held=False, revision=revision,
+                replace(m, external_id=f"{m.external_id}:{revision[0]}", revises=str(update[kind]["message_id"]),
+                        only_while_held=False, revision=revision,
                         live_location=moved, new_if_never_stored=not moved
                         and m.raw.get("chat_type") != "private" and not m.only_while_held)
                 for m in edited.messages))
@@ -234,7 +243,7 @@ class UpdateParser:
         sent_at = datetime.fromtimestamp(int(msg.get("date") or 0), tz=timezone.utc)
         inbound = InboundMessage(
             channel=CHANNEL,
-            external_id=str(update_id),
+            external_id=delivery_key(update_id, chat["id"], msg["message_id"]),
             conversation=ConversationRef(channel=CHANNEL, chat=str(chat["id"]), thread=thread),
             sender=Sender(external_id=str(user.get("id", "")), display_name=_display_name(user), is_bot=False),
             text=text,
@@ -263,7 +272,8 @@ class UpdateParser:
         who = change.get("from") or {}
         when = {"sent_at": datetime.fromtimestamp(change["date"], tz=timezone.utc)} if isinstance(change.get("date"), int) else {}
         notice = InboundMessage(
-            channel=CHANNEL, external_id=str(update_id), conversation=ConversationRef(channel=CHANNEL, chat=chat),
+            channel=CHANNEL, external_id=delivery_key(update_id, chat, change.get("date")),
+            conversation=ConversationRef(channel=CHANNEL, chat=chat),
             sender=Sender(external_id=str(who.get("id", "")), display_name=_display_name(who)), text="",
             raw={"update_id": update_id, "status": status}, bot_removed=status in _GONE, **when)
         return WebhookResult(messages=(notice,))
@@ -277,7 +287,8 @@ class UpdateParser:
             (str(msg["migrate_from_chat_id"]), here)
         sender = msg.get("from") or {}
         move = InboundMessage(
-            channel=CHANNEL, external_id=str(update_id), conversation=ConversationRef(channel=CHANNEL, chat=old),
+            channel=CHANNEL, external_id=delivery_key(update_id, here, msg.get("message_id")),
+            conversation=ConversationRef(channel=CHANNEL, chat=old),
             sender=Sender(external_id=str(sender.get("id", "")), display_name=_display_name(sender)),
             text="", raw={"update_id": update_id, "message_id": msg.get("message_id")}, moves_to=new)
         return WebhookResult(messages=(move,))

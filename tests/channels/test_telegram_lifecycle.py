@@ -66,7 +66,7 @@ async def test_polling_delivers_updates_and_stops_cleanly(fake: FakeTelegramAPI)
     await tg.stop()
     assert time.monotonic() - started < 3
     # The edit goes to the inbox as a revision, applied only while its message waits for an answer.
-    assert [(m.external_id, m.revises) for m in received.messages] == [("9001", None), ("9002", "42"), ("9003", None)]
+    assert [(str(m.raw["update_id"]), m.revises) for m in received.messages] == [("9001", None), ("9002", "42"), ("9003", None)]
     assert received.messages[0].text == "first" and received.messages[2].raw["command"] == "start"
     assert received.messages[0].sender.display_name == "Ann Lee"
     assert fake.calls("deleteWebhook") and not fake.webhook
@@ -88,7 +88,7 @@ async def test_polling_reads_an_update_aiogram_cannot_validate_and_goes_on(fake:
         await received.wait(timeout=5)
     finally:
         await tg.stop()
-    assert [(m.external_id, m.text) for m in received.messages] == [("9101", "what about this story?"), ("9102", "hello")]
+    assert [(str(m.raw["update_id"]), m.text) for m in received.messages] == [("9101", "what about this story?"), ("9102", "hello")]
 
 
 async def test_polling_holds_an_update_until_it_is_stored(fake: FakeTelegramAPI) -> None:
@@ -99,11 +99,11 @@ async def test_polling_holds_an_update_until_it_is_stored(fake: FakeTelegramAPI)
     done = asyncio.Event()
 
     async def deliver(message: InboundMessage) -> None:
-        attempts.append(message.external_id)
-        if message.external_id == "9201" and attempts.count("9201") < 3:
+        attempts.append(str(message.raw["update_id"]))
+        if str(message.raw["update_id"]) == "9201" and attempts.count("9201") < 3:
             raise ConnectionError("database is down")
-        if message.external_id not in stored:  # the inbox dedupes a refetched update the same way
-            stored.append(message.external_id)
+        if str(message.raw["update_id"]) not in stored:  # the inbox dedupes a refetched update the same way
+            stored.append(str(message.raw["update_id"]))
         if len(stored) == 2:
             done.set()
 
@@ -127,10 +127,10 @@ async def test_polling_skips_an_update_that_fails_for_another_reason_after_a_few
     done = asyncio.Event()
 
     async def deliver(message: InboundMessage) -> None:
-        attempts.append(message.external_id)
+        attempts.append(str(message.raw["update_id"]))
         if message.text == "poison":
             raise ValueError("a value the database refuses")
-        stored.append(message.external_id)
+        stored.append(str(message.raw["update_id"]))
         done.set()
 
     await tg.start(deliver)

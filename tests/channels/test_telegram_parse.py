@@ -9,6 +9,7 @@ import pytest
 
 from channels.base import ChannelAdapter
 from channels.telegram import TelegramAdapter
+from channels.telegram_updates import delivery_key
 from gateway.errors import BadRequest, ConfigError, SignatureInvalid
 from gateway.settings import TelegramChannel
 from tests.channels.telegram_helpers import FIXTURES, SECRET, _request, _settings, _update
@@ -99,7 +100,8 @@ def test_parse_fixture_is_normalized_or_ignored_with_reason(path: Path) -> None:
                                                                    str(edited["chat"]["id"]))
         return
     assert msg.revises is None
-    assert msg.channel == "telegram" and msg.external_id == str(update["update_id"])
+    assert msg.channel == "telegram" and msg.external_id == delivery_key(
+        update["update_id"], update["message"]["chat"]["id"], update["message"]["message_id"])
     assert msg.text == expected
     assert msg.conversation.chat == str(update["message"]["chat"]["id"])
     assert msg.sender.external_id == str(update["message"]["from"]["id"]) and not msg.sender.is_bot

@@ -14,6 +14,7 @@ import json
 import pytest
 import pytest_asyncio
 
+from channels.telegram_updates import delivery_key
 from gateway.models import is_blank
 from tests.conftest import FIXTURES, drop_postgres, fresh_postgres_url
 from tests.fakes.discord_api import FakeDiscord
@@ -85,7 +86,7 @@ async def _post_everywhere(client, index: int, text: str) -> dict[str, int]:
 
 
 def _external_ids(index: int) -> dict[str, str]:
-    return {"telegram": str(100000 + index), "slack": f"Ev{index:06d}", "discord": f"14{index:017d}",
+    return {"telegram": delivery_key(100000 + index, 7001, 100000 + index), "slack": f"Ev{index:06d}", "discord": f"14{index:017d}",
             "whatsapp": f"SM{index:032d}", "web": f"blns-{index}/blns-{index}"}
 
 
@@ -292,7 +293,7 @@ async def test_webhook_nul_byte_in_json_text_is_never_5xx_and_stored_at_most_onc
 def _signed_text(channel: str, text: str, n: int) -> tuple[dict, str]:
     """A validly signed text message on a webhook channel, as request kwargs, and its external id."""
     return {
-        "telegram": (telegram_request(telegram_update(880000 + n, text)), str(880000 + n)),
+        "telegram": (telegram_request(telegram_update(880000 + n, text)), delivery_key(880000 + n, 7001, 880000 + n)),
         "slack": (slack_request(slack_event(f"EvTXT{n:05d}", text)), f"EvTXT{n:05d}"),
         "discord": (discord_request(discord_ask(f"14880000000000{n:05d}", text)), f"14880000000000{n:05d}"),
     }[channel]

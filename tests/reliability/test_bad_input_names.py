@@ -45,7 +45,7 @@ async def test_a_sender_name_longer_than_the_column_is_stored_clipped_never_a_50
                                          **discord_request(json.dumps(discord).encode())),
         }
         stored = {channel: await count_by_external_id(services, channel=channel, external_id=external_id)
-                  for channel, external_id in (("telegram", "5001"), ("whatsapp", "SM" + "1" * 32),
+                  for channel, external_id in (("telegram", "5001:7001:1"), ("whatsapp", "SM" + "1" * 32),
                                                ("discord", "14000000000000000001"))}
         async with services.sessions() as session:
             names = (await session.execute(select(Contact.channel, Contact.display_name))).all()
