@@ -84,7 +84,8 @@ class Answerer:
         tools = self._tools.get(bot.name)
         schemas = tools.schemas() if tools else []
         history = bounded_history(turn.history, max_turns=bot.history_turns)
-        messages = build_messages(bot, history=history, user_text=turn.text, hits=hits)
+        messages = build_messages(bot, history=history, user_text=turn.text, hits=hits,
+                                  attachments=turn.attachments)
         conversation = (bot.name, turn.conversation_id)
         if history and (too_long := self._too_long.get(conversation)) is not None:
             history, messages = _fitting_history(bot, history, turn=turn, hits=hits, below=too_long)
@@ -120,7 +121,8 @@ class Answerer:
                 log.warning("llm.history_dropped", turns=len(history), message_id=turn.message_id)
                 self._remember_too_long(conversation, _size(request))
                 history, rest = [], messages[opening:]
-                messages = build_messages(bot, history=[], user_text=turn.text, hits=hits)
+                messages = build_messages(bot, history=[], user_text=turn.text, hits=hits,
+                                          attachments=turn.attachments)
                 opening = len(messages)
                 messages += rest
                 continue
@@ -233,12 +235,14 @@ def _fitting_history(bot, history: list[dict[str, Any]], *, turn, hits: list[Any
     of this conversation every model refused. Should it still not fit, that call is refused and retried
     without history once more, and the smaller size is remembered."""
     kept = list(history)
-    messages = build_messages(bot, history=kept, user_text=turn.text, hits=hits)
+    messages = build_messages(bot, history=kept, user_text=turn.text, hits=hits,
+                              attachments=turn.attachments)
     while kept and _size(messages) >= below:
         kept = kept[1:]
         while kept and kept[0].get("role") != "user":  # a history starts with the customer's turn
             kept = kept[1:]
-        messages = build_messages(bot, history=kept, user_text=turn.text, hits=hits)
+        messages = build_messages(bot, history=kept, user_text=turn.text, hits=hits,
+                                  attachments=turn.attachments)
     if len(kept) < len(history):
         log.info("llm.history_trimmed", turns=len(history), kept=len(kept), message_id=turn.message_id,
                  conversation_id=turn.conversation_id)

@@ -47,14 +47,15 @@ def bot_config(tmp_path: Path, channels: dict[str, Any]) -> dict[str, Any]:
 @asynccontextmanager
 async def gateway_app(tmp_path: Path, *, channels: dict[str, Any], env: dict[str, str], start_channels: bool = False,
                       bot: dict[str, Any] | None = None, database_url: str | None = None,
-                      ) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
-    """The real app for one bot with these channels (and the other bot keys in `bot`); secrets come
-    from `env` as `${VAR}` references. Its database is SQLite in `tmp_path` unless `database_url` says otherwise."""
+                      top: dict[str, Any] | None = None) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
+    """The real app for one bot with these channels (and the other bot keys in `bot`, top-level config keys
+    such as `models` in `top`); secrets come from `env` as `${VAR}` references. Its database is SQLite in
+    `tmp_path` unless `database_url` says otherwise."""
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)
         settings = load_settings(write_config(tmp_path, bots=[bot_config(tmp_path, channels) | (bot or {})],
-                                              database_url=database_url))
+                                              database_url=database_url, **(top or {})))
     await asyncio.to_thread(upgrade, settings.database_url)
     app = create_app(settings, start_scheduler=False, start_channels=start_channels)
     services: Services = app.state.services
