@@ -70,6 +70,9 @@ class WebhookResult:
     status_updates: tuple[StatusUpdate, ...] = ()
     response: ImmediateResponse | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The platform gives up on `response` after a few seconds and never sends the request again (a Discord
+    # interaction: 3 s): storing the messages is waited for this long at most, then goes on in the background.
+    respond_within: float | None = None
 
 
 Deliver = Callable[[InboundMessage], Awaitable[None]]

@@ -89,6 +89,9 @@ log = logging.getLogger(__name__)
 DEFAULT_API_BASE = "https://discord.com/api/v10"
 DEFAULT_GATEWAY = "wss://gateway.discord.gg/"
 INTERACTION_TTL = 15 * 60  # an interaction token accepts follow-ups for 15 minutes
+# Discord shows "The application did not respond" when an interaction's response takes over 3 s: the
+# question's store is waited for this long, the way there and back left over (`WebhookResult.respond_within`).
+INTERACTION_RESPONSE_S = 2.0
 _MISSING_PERMISSIONS = 50013
 _MENTIONED_MAX = 1_000
 
@@ -159,7 +162,8 @@ class DiscordAdapter:
                 stored = to_store(application_id, token, time.time() + INTERACTION_TTL)
                 message = dataclasses.replace(message, raw={**message.raw, "interaction": stored})
             messages.append(message)
-        return WebhookResult(messages=tuple(messages), ignored=result.ignored, response=result.response)
+        return WebhookResult(messages=tuple(messages), ignored=result.ignored, response=result.response,
+                             respond_within=INTERACTION_RESPONSE_S if messages else None)
 
     # -- outbound --
 

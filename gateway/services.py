@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from channels.base import ChannelAdapter
 from channels.web import WebAdapter
 from gateway.admin_client import admin_files
+from gateway.background import settle
 from gateway.budget import DailyBudget
 from gateway.delivery.outbox import HEARTBEAT_S, Outbox
 from gateway.escalation.handoff import Escalations
@@ -120,6 +121,9 @@ class Services:
     (the answer is stored and read later) rather than be cut off by the server's shutdown."""
     signature_log: RepeatLog = field(default_factory=RepeatLog)
     """Badly signed webhooks per bot and channel: the first few logged, then a count a minute."""
+    late_stores: set[asyncio.Task] = field(default_factory=set)
+    """Webhook messages still being stored after their platform got its answer (`WebhookResult.respond_within`):
+    waited for at stop, before the database closes."""
     _wrote_admin_files: bool = False
     _started: list[Any] = field(default_factory=list)
 
@@ -207,6 +211,8 @@ class Services:
         await asyncio.gather(*(_bounded_step("adapter.stop", adapter.stop, bot=bot, channel=name)
                                for (bot, name), adapter in reversed(list(self.adapters.items()))))
         self._started.clear()
+        if self.late_stores:
+            await _bounded_step("webhook.late_stores", functools.partial(settle, self.late_stores))
         if self.pg_bridge is not None:
             await _bounded_step("pg_bridge.stop", self.pg_bridge.stop)
         await self.knowledge.close()

@@ -146,10 +146,10 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         return _unusable(channel, f"unexpected {channel} payload: {malformed}")
     for reason in result.ignored:
         bound.info("webhook.ignored", reason=reason)
-    for message in result.messages:
-        accepted = await svc.inbox.accept(bot, message)  # the inbox makes it storable
-        if accepted is not None:  # None: logged as inbound.ignored, with its reason
-            svc.metrics.message_in(bot=bot, channel=channel, duplicate=accepted.duplicate)
+    if result.respond_within is None:
+        await _store(svc, bot, channel, result.messages)
+    else:
+        await _store_in_time(svc, bound, bot, channel, result)
     for update_ in result.status_updates:
         # Each step is idempotent (a status only moves up): one aborted for a deadlock runs again.
         await run_again_on_conflict(lambda u=update_: record_receipt(
@@ -159,6 +159,39 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         return Response(result.response.body, status_code=result.response.status,
                         media_type=result.response.content_type)
     return JSONResponse({"ok": True})
+
+
+async def _store(svc, bot: str, channel: str, messages) -> None:
+    for message in messages:
+        accepted = await svc.inbox.accept(bot, message)  # the inbox makes it storable
+        if accepted is not None:  # None: logged as inbound.ignored, with its reason
+            svc.metrics.message_in(bot=bot, channel=channel, duplicate=accepted.duplicate)
+
+
+async def _store_in_time(svc, bound, bot: str, channel: str, result) -> None:
+    """Store `result`'s messages, waiting `result.respond_within` seconds at most: the platform gives up on
+    the response after that and never asks again, so a slow database must not cost the response. A store
+    still going then goes on in the background (`Services.late_stores`, waited for at stop): the platform
+    sends no retry that could store it twice, and a crash meanwhile loses no more than a missed response
+    would have (the question was lost with it too). Logged as `webhook.store_slow`, and a late store that
+    fails as `webhook.store_failed`."""
+    task = asyncio.ensure_future(_store(svc, bot, channel, result.messages))
+    svc.late_stores.add(task)
+    task.add_done_callback(svc.late_stores.discard)
+    done, _ = await asyncio.wait({task}, timeout=result.respond_within)
+    if done:
+        task.result()  # a failure is the request's, as when stored in line
+        return
+    ids = [m.external_id for m in result.messages]
+    bound.warning("webhook.store_slow", waited_s=result.respond_within, external_ids=ids)
+    task.add_done_callback(lambda t: _late_outcome(bound, t, ids))
+
+
+def _late_outcome(bound, task: asyncio.Task, ids: list[str]) -> None:
+    if task.cancelled():
+        bound.error("webhook.store_failed", external_ids=ids, error="cancelled")
+    elif (exc := task.exception()) is not None:
+        bound.error("webhook.store_failed", external_ids=ids, error=f"{type(exc).__name__}: {exc}"[:300])
 
 
 def _unusable(channel: str, detail: str) -> Response:
