@@ -53,6 +53,20 @@ async def test_whatsapp_send_splits_long_answers_at_1600(live: WhatsAppAdapter, 
     assert "".join(bodies).count("Paragraph") == 12
 
 
+async def test_whatsapp_send_creates_each_part_only_after_the_one_before_was_accepted(
+    live: WhatsAppAdapter, fake: FakeTwilio
+) -> None:
+    # Twilio does not promise to deliver messages in the order they were created, let alone created at
+    # once: a part is created only once Twilio accepted the one before (its answer held 0.3 s here).
+    fake.script(Reply(delay=0.3), Reply(delay=0.3), Reply(delay=0.3))
+    paragraphs = [f"Paragraph {i}. " + "Some helpful sentence about refunds. " * 12 for i in range(12)]
+    await live.send(OutboundMessage(conversation=CUSTOMER, text="\n\n".join(paragraphs)))
+    created = [r.created_at for r in fake.delivered]
+    assert len(created) >= 3
+    assert all((later - earlier).total_seconds() >= 0.3 for earlier, later in zip(created, created[1:]))
+    assert not any("(1/" in r.form["Body"] for r in fake.delivered)  # no part markers, as on every channel
+
+
 async def test_whatsapp_send_retries_429_once_then_delivers_exactly_once(
     live: WhatsAppAdapter, fake: FakeTwilio
 ) -> None:
