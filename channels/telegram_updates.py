@@ -35,7 +35,7 @@ QUESTION_COMMANDS = frozenset({"ask"})
 _MEDIA = (  # (field, kind); order matters: an animation also carries a `document` copy, a venue a `location`
     ("photo", "image"), ("animation", "video"), ("video", "video"), ("video_note", "video"),
     ("voice", "audio"), ("audio", "audio"), ("document", "document"), ("sticker", "sticker"),
-    ("venue", "location"), ("location", "location"), ("contact", "other"), ("poll", "other"),
+    ("venue", "location"), ("location", "location"), ("contact", "contact"), ("poll", "other"),
     ("dice", "other"), ("game", "other"), ("invoice", "other"), ("story", "other"),
 )
 

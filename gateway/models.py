@@ -80,7 +80,8 @@ class Sender:
 class Attachment:
     """Media metadata. We never download media; we record where it is."""
 
-    kind: Literal["image", "audio", "video", "document", "sticker", "location", "other"]
+    # "contact": a Telegram contact card, whose name and number are read into the message's text.
+    kind: Literal["image", "audio", "video", "document", "sticker", "location", "contact", "other"]
     url: str | None = None
     file_id: str | None = None
     mime_type: str | None = None

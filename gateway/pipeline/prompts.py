@@ -38,8 +38,9 @@ EXTRACT_TAG = "extract"
 TOOL_RESULT_TAG = "tool_result"
 FALLBACK_TAG = "fallback"
 ATTACHMENTS_TAG = "attachments"
-# Read by the gateway itself: a shared location or venue is the message's "Shared location: …" line.
-_SEEN_KINDS = frozenset({"location"})
+# Read by the gateway itself: a shared location or venue is the message's "Shared location: …" line, a Telegram
+# contact card its "Shared a contact card: …" line (a WhatsApp one is a vCard file, named, not read: a document).
+_SEEN_KINDS = frozenset({"location", "contact"})
 
 RULES = """Rules:
 - Answer only from the numbered extracts below. Do not use outside knowledge.

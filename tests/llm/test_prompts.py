@@ -142,3 +142,18 @@ def test_system_prompt_tells_attachments_the_model_cannot_see_as_data() -> None:
     assert system.index("</extract>") < system.index("<attachments count=")  # after the extracts, as data
     assert [e.n for e in parse_extracts(system)] == [1]
     assert "<attachments" not in system_prompt(BOT, [PASSWORD], attachments=[{"kind": "location"}])
+
+
+def test_a_shared_telegram_contact_card_is_not_told_as_an_attachment_the_model_cannot_see() -> None:
+    """Its name and number are the message's "Shared a contact card" line, which the model reads: told it
+    "cannot see or open" an attachment and must never guess it, the model refused to use the card it was given."""
+    from channels.telegram_updates import UpdateParser
+    from storage.repositories import _attachment_dict
+
+    [message] = UpdateParser(bot_id=1).parse({"update_id": 5, "message": {
+        "message_id": 7, "date": 1_765_000_000, "chat": {"id": 42, "type": "private"},
+        "from": {"id": 42, "is_bot": False, "first_name": "Ann"},
+        "contact": {"phone_number": "+15550100", "first_name": "Bob"}}}).messages
+    assert "+15550100" in message.text
+    stored = [_attachment_dict(a) for a in message.attachments]
+    assert "<attachments" not in system_prompt(BOT, [PASSWORD], attachments=stored)
