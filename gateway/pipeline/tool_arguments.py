@@ -82,7 +82,9 @@ def _value_problem(value: Any, schema: dict[str, Any], where: str) -> str | None
     return None
 
 
-_DECLARED_ELSEWHERE = ("patternProperties", "allOf", "anyOf", "oneOf", "$ref", "dependentSchemas", "if")
+# Where keys are declared or let in in a way this does not follow: an object whose schema says one takes any key.
+_NOT_FOLLOWED = ("patternProperties", "$ref", "dependentSchemas", "if")
+_BRANCHES = ("allOf", "anyOf", "oneOf")
 
 
 def _undeclared_key(value: dict[str, Any], schema: dict[str, Any], where: str) -> str | None:
@@ -90,14 +92,16 @@ def _undeclared_key(value: dict[str, Any], schema: dict[str, Any], where: str) -
     undeclared parameters are refused (`BotTools._call`), so are an object's at any depth: `{"filter": {"email":
     …, "$where": …}}` handed a query operator to the API. `additionalProperties` (true, or a schema the
     other values are checked against) or `patternProperties` lets other keys in; an object whose schema
-    lists no `properties` takes any, and so does one that declares keys elsewhere too (`allOf`, `anyOf`,
-    `oneOf`, `$ref`, `dependentSchemas`, `if`), which this does not follow: a key those declare was refused."""
+    lists no `properties` takes any. A key an `allOf`/`anyOf`/`oneOf` branch declares is declared (it was
+    refused, and the tool could not be called), and no other: a branch that only says which key is required
+    let every key in. One whose keys come from where this does not follow (`$ref`, `if`, `dependentSchemas`)
+    takes any."""
     properties = schema.get("properties")
-    if not isinstance(properties, dict) or any(key in schema for key in _DECLARED_ELSEWHERE):
+    if not isinstance(properties, dict) or (declared := _declared_keys(schema)) is None:
         return None
     extra = schema.get("additionalProperties", False)
     for name, item in value.items():
-        if name in properties or extra is True:
+        if name in declared or extra is True:
             continue
         if isinstance(extra, dict):
             if problem := _value_problem(item, extra, f"{where}.{name}"):
@@ -105,3 +109,23 @@ def _undeclared_key(value: dict[str, Any], schema: dict[str, Any], where: str) -
             continue
         return f"{f'{where}.{name}'!r} is not a property {where!r} declares"
     return None
+
+
+def _declared_keys(schema: dict[str, Any], *, branch: bool = False) -> set[str] | None:
+    """The keys `schema` and its `allOf`/`anyOf`/`oneOf` branches declare; None when any key may be let in
+    by what this does not follow (or, in a branch, by its `additionalProperties`)."""
+    properties = schema.get("properties", {})
+    if any(key in schema for key in _NOT_FOLLOWED) or not isinstance(properties, dict) or \
+            (branch and schema.get("additionalProperties", False) is not False):
+        return None
+    keys = set(properties)
+    for word in _BRANCHES:
+        branches = schema.get(word, [])
+        if not isinstance(branches, list):
+            return None
+        for sub in branches:
+            more = _declared_keys(sub, branch=True) if isinstance(sub, dict) else None
+            if more is None:
+                return None
+            keys |= more
+    return keys
