@@ -25,6 +25,8 @@ log = structlog.get_logger("gateway.webhooks")
 router = APIRouter(tags=["webhooks"])
 
 MAX_BODY_BYTES = 1_000_000
+# A store left going after the platform's response, run again after each of these pauses while it fails.
+LATE_STORE_RETRIES_S = (1.0, 5.0, 30.0)
 BODY_DEADLINE_S = 30.0  # a platform posts its few kilobytes at once; only a slow-loris client needs longer
 CHANNEL_PATHS = {
     "telegram": "telegram",
@@ -173,25 +175,42 @@ async def _store_in_time(svc, bound, bot: str, channel: str, result) -> None:
     the response after that and never asks again, so a slow database must not cost the response. A store
     still going then goes on in the background (`Services.late_stores`, waited for at stop): the platform
     sends no retry that could store it twice, and a crash meanwhile loses no more than a missed response
-    would have (the question was lost with it too). Logged as `webhook.store_slow`, and a late store that
-    fails as `webhook.store_failed`."""
+    would have (the question was lost with it too). Logged as `webhook.store_slow`; a late store that fails
+    is run again (`LATE_STORE_RETRIES_S`, logged as `webhook.store_retry`: nothing else would, and storing is
+    idempotent), and one that fails each time is logged as `webhook.store_failed`."""
     task = asyncio.ensure_future(_store(svc, bot, channel, result.messages))
-    svc.late_stores.add(task)
-    task.add_done_callback(svc.late_stores.discard)
+    _keep(svc, task)
     done, _ = await asyncio.wait({task}, timeout=result.respond_within)
     if done:
         task.result()  # a failure is the request's, as when stored in line
         return
     ids = [m.external_id for m in result.messages]
     bound.warning("webhook.store_slow", waited_s=result.respond_within, external_ids=ids)
-    task.add_done_callback(lambda t: _late_outcome(bound, t, ids))
+    _keep(svc, asyncio.ensure_future(_store_late(svc, bound, bot, channel, result.messages, task, ids)))
 
 
-def _late_outcome(bound, task: asyncio.Task, ids: list[str]) -> None:
-    if task.cancelled():
-        bound.error("webhook.store_failed", external_ids=ids, error="cancelled")
-    elif (exc := task.exception()) is not None:
-        bound.error("webhook.store_failed", external_ids=ids, error=f"{type(exc).__name__}: {exc}"[:300])
+def _keep(svc, task: asyncio.Task) -> None:
+    svc.late_stores.add(task)
+    task.add_done_callback(svc.late_stores.discard)
+
+
+async def _store_late(svc, bound, bot: str, channel: str, messages, first: asyncio.Task, ids: list[str]) -> None:
+    """`first` (the store the response did not wait for) to its end, run again while it fails: the platform got
+    its answer (a Discord "thinking…") and sends the question no more, so a database away a moment lost it."""
+    for attempt, pause in enumerate((*LATE_STORE_RETRIES_S, None), start=1):
+        try:
+            await (first if attempt == 1 else _store(svc, bot, channel, messages))
+            return
+        except asyncio.CancelledError:
+            bound.error("webhook.store_failed", external_ids=ids, error="cancelled")
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+            if pause is None:
+                bound.error("webhook.store_failed", external_ids=ids, error=error, attempts=attempt)
+                return
+            bound.warning("webhook.store_retry", external_ids=ids, error=error, attempt=attempt, retry_in_s=pause)
+            await asyncio.sleep(pause)
 
 
 def _unusable(channel: str, detail: str) -> Response:

@@ -69,3 +69,36 @@ async def test_discord_ask_with_a_fast_store_is_stored_before_its_deferral(env):
     assert not services.late_stores
     [question, *_] = await messages_in_chat(services, channel="discord", chat="1300000000000000702")
     assert question.direction == "in" and question.external_id == "1400000000000000702"
+
+
+def failing_once_sessions(engine, *, after_s: float):
+    """Sessions of `engine` whose first transaction fails, `after_s` after its first statement, as a database
+    that went away mid-store does; the next ones work."""
+    from sqlalchemy.exc import OperationalError
+
+    async def fail() -> None:
+        await asyncio.sleep(after_s)
+        raise OperationalError("INSERT", {}, Exception("server closed the connection unexpectedly"))
+
+    return pausing_sessions(engine, fail, after_statement=1)
+
+
+async def test_discord_ask_whose_late_store_fails_once_is_stored_again_and_answered(env):
+    """The store going on after the deferral failed (the database went away a moment): it was logged and the
+    question lost, its "thinking…" shown for 15 minutes and never answered, though Discord sends it no more."""
+    client, services, fake = env
+    fast = services.inbox._sessions
+    services.inbox._sessions = failing_once_sessions(services.engine, after_s=2.5)
+    try:
+        with capture_logs() as logs:
+            response = await post(client, ask("1400000000000000703", channel="1300000000000000703"))
+            services.inbox._sessions = fast
+            assert response.json() == {"type": 5}
+            await wait_until(lambda: followups(fake, "1400000000000000703"), timeout=30, what="the answer")
+    finally:
+        services.inbox._sessions = fast
+    assert [e["external_ids"] for e in logs if e["event"] == "webhook.store_retry"] == [["1400000000000000703"]]
+    assert not [e for e in logs if e["event"] == "webhook.store_failed"]
+    await settle()
+    stored = await settled_chat(services, channel="discord", chat="1300000000000000703")
+    assert [m.direction for m in stored] == ["in", "out"]
