@@ -36,6 +36,7 @@
       state.detail = d;
       learnNames(d.operator_names);
       // A pick's "Could not open escalation" clears when an escalation opens: this one, or a new pick.
+      state.pickError = "";  // also when the list's own error is shown, which a pick's took the place of until now
       if ($("op-list-error").dataset.kind === "pick") showError("op-list-error", "");
       $("op-detail").hidden = false;
       $("op-title").textContent = "Escalation #" + d.id + " — " + d.state;

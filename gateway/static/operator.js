@@ -40,7 +40,7 @@
       showError("op-list-error", "Could not load the escalations: " + err.message, "list");
       throw err;
     }
-    if ($("op-list-error").dataset.kind === "list") showError("op-list-error", "");  // a pick's stays: every live event reads the list
+    if ($("op-list-error").dataset.kind === "list") showError("op-list-error", state.pickError || "", "pick");  // a pick's stays (back after the list's own): every live event reads the list
     learnNames(body.operator_names);
     state.escalations = body.escalations;
     drawList(list, body.escalations);
@@ -131,7 +131,7 @@
       // acting on the one that could not be read: nothing is shown rather than the wrong customer.
       state.detail = null;
       $("op-detail").hidden = true;
-      showError("op-list-error", "Could not open escalation #" + id + ": " + err.message, "pick");
+      showError("op-list-error", state.pickError = "Could not open escalation #" + id + ": " + err.message, "pick");
       return;
     }
     // On a phone the escalation sits below the list (operator.css): in view (one shown anew is as it is drawn).

@@ -50,3 +50,26 @@ def test_console_keeps_a_picks_error_across_list_reloads_until_a_new_pick_or_it_
     expect(operator.locator("#op-title")).to_contain_text(f"#{broken}")
     expect(operator.locator("#op-detail")).to_be_visible()
     expect(error).to_be_hidden()
+
+
+def test_console_shows_a_picks_error_again_after_a_list_that_did_not_load_loads(open_tab, live_url):
+    """The list's own error took the pick's place, and the next good reload cleared it: the pick's error was
+    gone though nothing had opened, the empty pane again with no word of why."""
+    shown = escalate(live_url, "console-pick-error-c", "Cy here, I want to talk to a human")
+    broken = escalate(live_url, "console-pick-error-d", "Di here, I want to talk to a human")
+    operator = open_tab()
+    operator.route(re.compile(rf".*/v1/escalations/{broken}$"), lambda route: route.abort("connectionfailed"))
+    sign_in(operator, live_url)
+    error = operator.locator("#op-list-error")
+    operator.click(f".op-item[data-id='{broken}']")
+    expect(error).to_contain_text(f"Could not open escalation #{broken}")
+
+    operator.route(LISTING, lambda route: route.abort("connectionfailed"))
+    _note(operator, live_url, shown)  # a live event: the list is read again, and does not load
+    expect(error).to_contain_text("Could not load the escalations")
+    operator.unroute(LISTING)
+    with operator.expect_response(LISTING) as listed:  # the next one loads
+        _note(operator, live_url, shown)
+    assert listed.value.status == 200
+    expect(error).to_contain_text(f"Could not open escalation #{broken}")
+    expect(error).to_be_visible()
