@@ -379,6 +379,10 @@ async def _erase_purged_threads(settings: Settings, threads: list[OperatorThread
             for thread in threads[PURGE_OPERATOR_THREADS:]]
     try:
         left += await erase_operator_threads(settings, threads[:PURGE_OPERATOR_THREADS])
+    except asyncio.CancelledError:  # stopped while Slack was asked: which went is not known, so each is named
+        _left(left + [(thread, "the retention job was stopped while it deleted them (it may be gone)")
+                      for thread in threads[:PURGE_OPERATOR_THREADS]])
+        raise
     except Exception:  # never the purge's failure: its rows are deleted and committed
         log.exception("retention.operator_threads_failed", threads=len(threads))
         return

@@ -121,3 +121,28 @@ async def test_a_purge_that_fails_midway_deletes_the_threads_of_what_it_committe
         assert await _count(sessions, Conversation, Conversation.id == beta) == 1
         assert sorted(slack.deleted) == sorted(theirs) and not set(betas) & set(slack.deleted)
         assert [e for e in logs if e["event"] == "retention.operator_thread_left"] == []
+
+
+async def test_a_retention_job_stopped_while_it_deletes_the_purged_threads_names_them(migrated_url):
+    """Stopped while Slack was asked (a slow or rate-limited Slack, a shutdown meanwhile): the conversations were
+    gone, committed, and their threads were neither deleted nor named, known to that run alone."""
+    import asyncio
+
+    async with _purging(migrated_url) as (slack, sessions, client, settings):
+        expired = await _expired_web_conversation(sessions, "s-old")
+        header = (await _thread(client, sessions, expired, "s-old"))[0]
+        slack.delays["conversations.replies"] = 5.0
+        with capture_logs() as logs:
+            job = asyncio.ensure_future(run_retention(sessions, settings, knowledge=None))
+            for _ in range(200):
+                if slack.delayed:
+                    break
+                await asyncio.sleep(0.05)
+            assert slack.delayed, "Slack was never asked"
+            job.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await job
+        assert await _count(sessions, Conversation, Conversation.id == expired) == 0
+        [left] = [e for e in logs if e["event"] == "retention.operator_thread_left"]
+        assert (left["bot"], left["channel"], left["ts"]) == ("acme", OPERATORS, header)
+        assert "stopped" in left["why"]
