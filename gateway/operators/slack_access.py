@@ -42,13 +42,15 @@ def not_an_operator(settings: Settings, bot: str, member: str) -> str:
     """What the refused member reads (an ephemeral message only they see): why, what to ask for, and their id.
     A member no operator names has no operator whose `slack_user_ids` an admin could extend."""
     refused = f"You are not an operator for this bot ({bot}), so nothing was changed or sent."
-    mapped = next((op for op in settings.operators if member in op.slack_user_ids), None)
+    index, mapped = next(((i, op) for i, op in enumerate(settings.operators) if member in op.slack_user_ids),
+                         (None, None))
     if mapped is None:
         return (f"{refused} No operator in the gateway's config names your Slack member id {member}. To act "
                 f"here, ask an admin to add it to the `slack_user_ids` of an operator who serves this bot and "
                 "has a token.")
     missing = [] if "*" in mapped.bots or bot in mapped.bots else [f"to serve this bot (add {bot} to its `bots`)"]
-    missing += [] if mapped.token else ["a token (its `token` is unset)"]
+    # The variable its token references, as `operator.disabled` names it: what the admin has to set.
+    missing += [] if mapped.token else [f"a token ({settings.empty_secret_reason(f'operators[{index}].token')})"]
     return (f"{refused} Your Slack member id {member} is operator {mapped.name}'s, which would need "
             f"{' and '.join(missing)}: ask an admin to change that in the gateway's config.")
 

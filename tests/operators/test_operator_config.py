@@ -95,11 +95,29 @@ def test_a_member_whose_operator_has_no_token_is_told_the_token_is_what_is_missi
         {"name": "away", "token": "", "bots": ["beta"], "slack_user_ids": ["UAWAY"]}])
     refused = "You are not an operator for this bot (acme), so nothing was changed or sent."
     assert not_an_operator(settings, "acme", "UOFF") == (
-        f"{refused} Your Slack member id UOFF is operator off's, which would need a token (its `token` is unset): "
+        f"{refused} Your Slack member id UOFF is operator off's, which would need a token (its `token` is empty): "
         "ask an admin to change that in the gateway's config.")
     assert not_an_operator(settings, "acme", "UAWAY") == (
         f"{refused} Your Slack member id UAWAY is operator away's, which would need to serve this bot (add acme "
-        "to its `bots`) and a token (its `token` is unset): ask an admin to change that in the gateway's config.")
+        "to its `bots`) and a token (its `token` is empty): ask an admin to change that in the gateway's config.")
+
+
+def test_a_member_whose_operator_has_no_token_is_told_which_variable_to_set(tmp_path, monkeypatch):
+    """The refusal said "its `token` is unset", so the admin the member asked had to open config.yaml to learn
+    which variable to set; it names the one the operator's token references, as `operator.disabled` does."""
+    from gateway.settings import load_settings
+    from tests.conftest import write_config
+
+    monkeypatch.delenv("NU2_OFF_OPERATOR_TOKEN", raising=False)
+    monkeypatch.setenv("NU2_BLANK_OPERATOR_TOKEN", "")
+    settings = load_settings(write_config(tmp_path, operators=[
+        {"name": "off", "token": "${NU2_OFF_OPERATOR_TOKEN}", "bots": ["*"], "slack_user_ids": ["UOFF"]},
+        {"name": "blank", "token": "${NU2_BLANK_OPERATOR_TOKEN}", "bots": ["*"], "slack_user_ids": ["UBLANK"]}]))
+    bot = settings.bots[0].name
+    assert "which would need a token (${NU2_OFF_OPERATOR_TOKEN} is unset): ask an admin" in (
+        not_an_operator(settings, bot, "UOFF"))
+    assert "which would need a token (${NU2_BLANK_OPERATOR_TOKEN} is empty): ask an admin" in (
+        not_an_operator(settings, bot, "UBLANK"))
 
 class _Row:
     def __init__(self, id_: int, author: str, text: str) -> None:
