@@ -32,7 +32,7 @@ async def forget(args, settings) -> int:
         print(f"deleted {_forgotten(counts, opt_outs_kept=report.opt_outs_kept)} (recorded in data_deletions)")
         if erased := len(report.operator_threads) - len(left):
             print(f"deleted {erased} Slack operator thread{'s' if erased != 1 else ''} (the operators' own replies stay)")
-    if not any(counts.values()) and not report.opt_outs_kept:  # a typo looked like a job done
+    if not any(report.as_dict().values()):  # nothing at all matched (a removed chat's mark is a match): a typo
         hint = " (for the web chat, the user id is the session_id)" if args.channel == "web" else ""
         print(f"note: no {args.channel} contact has the user id {args.user!r}, so nothing was deleted{hint}",
               file=sys.stderr)

@@ -46,6 +46,7 @@ class DeletionReport:
     chunks: int = 0
     documents: int = 0
     opt_outs_kept: int = 0  # contacts removed (forgotten, purged) but for their STOP
+    removed_chats: int = 0  # marks that the bot was blocked in a forgotten person's private chat
     by_bot: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)  # chunks of each removed "bot/source"
     # The Slack operator threads of the conversations deleted, for the caller to erase (`slack_forget`): not a count.
@@ -205,7 +206,8 @@ async def _forget(session: AsyncSession, *, channel: str, user: str, actor: str)
         report.contacts = (await session.execute(delete(Contact).where(
             Contact.id.in_(contact_ids), ~kept_for_opt_out()))).rowcount
     # Their private chat's id is theirs: the mark that they blocked the bot goes too.
-    await session.execute(delete(RemovedChat).where(RemovedChat.channel == channel, RemovedChat.chat == user))
+    report.removed_chats = (await session.execute(
+        delete(RemovedChat).where(RemovedChat.channel == channel, RemovedChat.chat == user))).rowcount
     session.add(DataDeletion(kind="forget", channel=channel, actor=actor, counts=report.as_dict()))
     return report
 

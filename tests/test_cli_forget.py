@@ -95,3 +95,38 @@ def test_forget_of_a_user_id_nobody_has_says_so_on_stderr(tmp_path, capsys):
             "the session_id)") in err
     assert main(["forget", "--config", str(config), "--channel", "web", "--user", "s1"]) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_forget_of_a_user_known_only_by_a_removed_chat_mark_does_not_say_nothing_was_deleted(tmp_path, capsys):
+    """A person who blocked the bot leaves a `removed_chats` mark under their private chat's id, which forget
+    deletes; the note "no telegram contact has the user id …, so nothing was deleted" printed all the same, as
+    the mark was counted nowhere, and the log line said `found=False`. Stdout and `--json` stay the four counts."""
+    from datetime import UTC, datetime
+
+    from storage.removed_chats import mark_removed
+
+    config = write_config(tmp_path, log_level="INFO")
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+
+    async def mark() -> None:
+        engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}")
+        try:
+            async with session_factory(engine)() as session, session.begin():
+                await mark_removed(session, bot="acme", channel="telegram", chat="100200300", removed=True,
+                                   at=datetime.now(UTC))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(mark())
+    capsys.readouterr()
+    assert main(["forget", "--config", str(config), "--channel", "telegram", "--user", "100200300", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"contacts": 0, "conversations": 0, "messages": 0, "escalations": 0}
+    assert "note:" not in err, err
+    line = next(line for line in err.splitlines() if "retention.forgot_contact" in line)
+    assert "found=True" in line and "removed_chats=1" in line and "100200300" not in line, line
+    # Once it is gone, nothing is left to find: the note is back.
+    assert main(["forget", "--config", str(config), "--channel", "telegram", "--user", "100200300"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "deleted 0 contacts, 0 conversations, 0 messages, 0 escalations (recorded in data_deletions)\n"
+    assert "note: no telegram contact has the user id '100200300', so nothing was deleted" in err
