@@ -23,6 +23,7 @@ from gateway.http.deps import AfterId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
 from gateway.inbox import storable
 from gateway.models import CHANNELS, CLIENT_ID, CLIENT_ID_RULE, ConversationRef, InboundMessage, Sender, is_blank
+from gateway.settings import BotSettings
 from storage import repositories as repo
 from storage.models import Conversation, Message
 
@@ -62,6 +63,11 @@ async def widget() -> FileResponse:
     return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
 
+def _has_web_chat(bot: BotSettings) -> bool:
+    """Whether `bot` has its web chat on: the bots GET /v1/bots lists, the only ones a chat may name."""
+    return bot.channels.web is not None and bot.channels.web.enabled
+
+
 @router.get("/v1/bots")
 async def list_bots(request: Request, response: Response) -> dict[str, Any]:
     """The bots that have the web chat enabled. The `Gateway-Reply-Timeout` header gives
@@ -72,7 +78,7 @@ async def list_bots(request: Request, response: Response) -> dict[str, Any]:
     return {"bots": [{"name": b.name, "channels": [c for c in CHANNELS if getattr(b.channels, c) is not None],
                       # The widget's words (`replies.widget`) and their language (`replies.lang`).
                       "texts": b.replies.widget.model_dump(), "lang": b.replies.lang}
-                     for b in svc.settings.bots if b.channels.web is not None and b.channels.web.enabled]}
+                     for b in svc.settings.bots if _has_web_chat(b)]}
 
 
 def _without_web_chat(request: Request, bot: str) -> JSONResponse | None:
@@ -80,9 +86,9 @@ def _without_web_chat(request: Request, bot: str) -> JSONResponse | None:
     try:
         settings = services(request).settings.bot(bot)
     except KeyError:  # a typo in a URL: the names are those GET /v1/bots gives anyone
-        names = [b.name for b in services(request).settings.bots if b.channels.web is not None and b.channels.web.enabled]
+        names = [b.name for b in services(request).settings.bots if _has_web_chat(b)]
         return error(404, f"unknown bot {bot!r}; the bots with a web chat: {', '.join(names) or 'none'} (GET /v1/bots)")
-    if settings.channels.web is None or not settings.channels.web.enabled:
+    if not _has_web_chat(settings):
         return error(404, f"bot {bot!r} has no web chat")
     return None
 
