@@ -53,10 +53,15 @@ def userinfo_secret(url: str) -> str | None:
 def url_credentials(url: str) -> list[str]:
     """The credentials `url` carries, for log redaction: its query's (`query_secrets`), also as written when
     that differs (`a+b%2Fc`, which decodes to `a b/c`: a line quotes the URL as written), and its userinfo's."""
-    written = [value for name, _, value in _query_pairs(url)
-               if value and is_credential_name(unquote_plus(name)) and "{" not in value]
+    written = [value for name, _, value in _query_pairs(url) if value and _is_written_secret(name, value)]
     decoded = query_secrets(url)
     return [*decoded, *(value for value in written if value not in decoded), *filter(None, [userinfo_secret(url)])]
+
+
+def _is_written_secret(name: str, value: str) -> bool:
+    """Whether a query parameter, as written (`name` not decoded), holds a credential: named like one, and no
+    `{field}` template (a source's URL fills it per page)."""
+    return is_credential_name(unquote_plus(name)) and "{" not in value
 
 
 def _query_pairs(url: str) -> list[tuple[str, str, str]]:
@@ -106,8 +111,8 @@ def masked_url(url: str) -> str:
         user, colon, password = userinfo.partition(":")
         netloc = f"{user}:[REDACTED]@{host}" if password else f"[REDACTED]{colon}@{host}"
     if query:
-        query = "&".join(f"{name}=[REDACTED]" if sep and is_credential_name(unquote_plus(name)) and "{" not in value
-                         else name + sep + value for name, sep, value in _query_pairs(url))
+        query = "&".join(f"{name}=[REDACTED]" if sep and _is_written_secret(name, value) else name + sep + value
+                         for name, sep, value in _query_pairs(url))
     if (netloc, query) == (parts.netloc, parts.query):
         return url
     return urlunsplit(parts._replace(netloc=netloc, query=query))
