@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -34,17 +36,24 @@ USA_ASK = "Usa /ask, por favor."
 URL = "/webhooks/acme/discord/interactions"
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def env(tmp_path_factory):
+@asynccontextmanager
+async def discord_gateway(tmp_path, **kwargs: Any) -> AsyncIterator[tuple[Any, Any, FakeDiscord]]:
+    """(client, services, fake): the real app whose Discord channel is on a fake Discord."""
     fake = await FakeDiscord().start()
     channels = {"discord": {"token": "${DISCORD_TOKEN}", "public_key": SIGNING_KEY.verify_key.encode().hex(),
                             "api_base": fake.api_base, "gateway_url": fake.gateway_url}}
     try:
-        async with gateway_app(tmp_path_factory.mktemp("discord"), channels=channels,
-                               env={"DISCORD_TOKEN": fake.token}, bot={"replies": {"use_ask": USA_ASK}}) as app:
+        async with gateway_app(tmp_path, channels=channels, env={"DISCORD_TOKEN": fake.token},
+                               bot={"replies": {"use_ask": USA_ASK}}, **kwargs) as app:
             yield (*app, fake)
     finally:
         await fake.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory):
+    async with discord_gateway(tmp_path_factory.mktemp("discord")) as env_:
+        yield env_
 
 
 async def post(client, body: dict[str, Any], *, key: SigningKey = SIGNING_KEY, timestamp: int | None = None,

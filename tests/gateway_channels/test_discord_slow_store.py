@@ -11,9 +11,8 @@ import pytest
 import pytest_asyncio
 from structlog.testing import capture_logs
 
-from tests.fakes.discord_api import FakeDiscord
-from tests.gateway_channels.conftest import gateway_app, messages_in_chat, settle, settled_chat, wait_until
-from tests.gateway_channels.test_discord_e2e import SIGNING_KEY, USA_ASK, ask, followups, post
+from tests.gateway_channels.conftest import messages_in_chat, settle, settled_chat, wait_until
+from tests.gateway_channels.test_discord_e2e import ask, discord_gateway, followups, post
 from tests.pausing import pausing_sessions
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -23,15 +22,8 @@ SLOW_STORE_S = 4.0  # past Discord's 3 s
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def env(tmp_path_factory):
-    fake = await FakeDiscord().start()
-    channels = {"discord": {"token": "${DISCORD_TOKEN}", "public_key": SIGNING_KEY.verify_key.encode().hex(),
-                            "api_base": fake.api_base, "gateway_url": fake.gateway_url}}
-    try:
-        async with gateway_app(tmp_path_factory.mktemp("discord-slow"), channels=channels,
-                               env={"DISCORD_TOKEN": fake.token}, bot={"replies": {"use_ask": USA_ASK}}) as app:
-            yield (*app, fake)
-    finally:
-        await fake.close()
+    async with discord_gateway(tmp_path_factory.mktemp("discord-slow")) as env_:
+        yield env_
 
 
 async def test_discord_ask_is_deferred_in_time_while_the_store_is_slow_and_answered_once(env):
