@@ -9,8 +9,11 @@ import time
 
 import pytest
 import pytest_asyncio
+from sqlalchemy import select
 from structlog.testing import capture_logs
 
+from storage.engine import create_engine, session_factory
+from storage.models import Message
 from tests.gateway_channels.conftest import messages_in_chat, settle, settled_chat, wait_until
 from tests.gateway_channels.test_discord_e2e import ask, discord_gateway, followups, post
 from tests.pausing import pausing_sessions
@@ -94,3 +97,30 @@ async def test_discord_ask_whose_late_store_fails_once_is_stored_again_and_answe
     await settle()
     stored = await settled_chat(services, channel="discord", chat="1300000000000000703")
     assert [m.direction for m in stored] == ["in", "out"]
+
+
+async def test_discord_ask_still_storing_at_stop_is_stored_before_the_database_closes_and_answered_after(tmp_path, database_url):
+    """A stop (a deploy's SIGTERM) right after the deferral waits for the background store before it closes
+    the database: the question is stored, and the next process answers it through its interaction. (On
+    SQLite the paused store's write lock holds up the stop's other steps too; PostgreSQL tells them apart.)"""
+    async with discord_gateway(tmp_path, database_url=database_url) as (client, services, fake):
+        services.inbox._sessions = pausing_sessions(services.engine, lambda: asyncio.sleep(4.0), after_statement=1)
+        response = await post(client, ask("1400000000000000704", channel="1300000000000000704"))
+        assert response.json() == {"type": 5} and services.late_stores  # still storing as the stop begins
+        url = services.settings.database_url
+    # Read at once, as a process that exits after its stop would have left it.
+    engine = create_engine(url)
+    try:
+        async with session_factory(engine)() as session:
+            stored = (await session.execute(select(Message.direction).where(
+                Message.external_id == "1400000000000000704"))).scalars().all()
+    finally:
+        await engine.dispose()
+    assert stored == ["in"]
+    assert followups(fake, "1400000000000000704") == []  # the stopped worker did not take it
+    async with discord_gateway(tmp_path, database_url=database_url) as (_, _, restarted):
+        [reply] = await wait_until(lambda: followups(restarted, "1400000000000000704"), timeout=30,
+                                   what="the answer after the restart")
+        assert "$" in reply["content"]
+        await settle()
+        assert len(followups(restarted, "1400000000000000704")) == 1
