@@ -73,6 +73,9 @@ class WebhookResult:
     # The platform gives up on `response` after a few seconds and never sends the request again (a Discord
     # interaction: 3 s): storing the messages is waited for this long at most, then goes on in the background.
     respond_within: float | None = None
+    # Said to the sender when that background store fails (the question was not kept): the `/ask` whose
+    # "thinking…" would otherwise show until its token expires.
+    if_not_stored: Callable[[], Awaitable[None]] | None = None
 
 
 Deliver = Callable[[InboundMessage], Awaitable[None]]

@@ -67,7 +67,7 @@ from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_
 from channels.discord_signature import SIGNATURE_MAX_AGE, verify_key, verify_signature
 from channels.sent_parts import Landed, SentParts
 from gateway.errors import BadRequest, ChannelSendError
-from gateway.models import USE_ASK, ConversationRef, OutboundMessage
+from gateway.models import USE_ASK, ConversationRef, InboundMessage, OutboundMessage
 from gateway.settings import DiscordChannel
 
 __all__ = [
@@ -105,13 +105,14 @@ class DiscordAdapter:
     name = "discord"
     capabilities = Capabilities(max_length=MAX_LENGTH, markdown="discord", threads=True, edits=True, typing=True)
 
-    def __init__(self, bot: str, settings: DiscordChannel, *, use_ask: str = USE_ASK,
+    def __init__(self, bot: str, settings: DiscordChannel, *, use_ask: str = USE_ASK, not_stored: str = "",
                  wait_in_place_s: float = WAIT_IN_PLACE_S) -> None:
         # No `http` session to inject, unlike the other adapters: discord.py owns its aiohttp session
         # and rate-limit buckets.
         self.bot = bot
         self.settings = settings
         self.use_ask = use_ask  # the answer to another slash command than /ask (the bot's `replies.use_ask`)
+        self.not_stored = not_stored  # an `/ask` whose store failed after its deferral (`WebhookResult.if_not_stored`)
         # Class attributes, hence process-wide: one process talks to one Discord API base and gateway.
         discord.http.Route.BASE = (settings.api_base or DEFAULT_API_BASE).rstrip("/")
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.gateway_url or DEFAULT_GATEWAY)
@@ -163,7 +164,20 @@ class DiscordAdapter:
                 message = dataclasses.replace(message, raw={**message.raw, "interaction": stored})
             messages.append(message)
         return WebhookResult(messages=tuple(messages), ignored=result.ignored, response=result.response,
-                             respond_within=INTERACTION_RESPONSE_S if messages else None)
+                             respond_within=INTERACTION_RESPONSE_S if messages else None,
+                             if_not_stored=functools.partial(self._not_stored, tuple(messages)))
+
+    async def _not_stored(self, messages: tuple[InboundMessage, ...]) -> None:
+        """Answer each `/ask` whose question was not stored with `not_stored`, once: no answer will come."""
+        for message in messages:
+            key, interaction = self._interactions.for_send(message.external_id, "", message.conversation)
+            if key is None or not self.not_stored:
+                continue
+            self._interactions.expired(key, interaction)  # nothing else goes through it
+            try:
+                await self._followups.post(interaction.application_id, interaction.token, self.not_stored)
+            except ChannelSendError as exc:
+                log.warning("discord.not_stored_notice_failed", extra={"bot": self.bot, "error": str(exc)[:200]})
 
     # -- outbound --
 

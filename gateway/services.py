@@ -78,7 +78,8 @@ def build_adapters(settings: Settings) -> dict[tuple[str, str], ChannelAdapter]:
             module_name, _, cls_name = ADAPTER_CLASSES[channel].partition(":")
             cls = getattr(importlib.import_module(module_name), cls_name)
             # Discord alone answers on the spot in the bot's words (a slash command other than /ask).
-            extra = {"use_ask": bot.replies.use_ask} if channel == "discord" else {}
+            extra = {"use_ask": bot.replies.use_ask, "not_stored": bot.replies.outage("failure", escalates=False)
+                     } if channel == "discord" else {}
             adapters[(bot.name, channel)] = cls(bot.name, config, **extra)
     return adapters
 

@@ -177,7 +177,8 @@ async def _store_in_time(svc, bound, bot: str, channel: str, result) -> None:
     sends no retry that could store it twice, and a crash meanwhile loses no more than a missed response
     would have (the question was lost with it too). Logged as `webhook.store_slow`; a late store that fails
     is run again (`LATE_STORE_RETRIES_S`, logged as `webhook.store_retry`: nothing else would, and storing is
-    idempotent), and one that fails each time is logged as `webhook.store_failed`."""
+    idempotent), and one that fails each time is logged as `webhook.store_failed`, its sender then told so
+    (`WebhookResult.if_not_stored`)."""
     task = asyncio.ensure_future(_store(svc, bot, channel, result.messages))
     _keep(svc, task)
     done, _ = await asyncio.wait({task}, timeout=result.respond_within)
@@ -186,7 +187,7 @@ async def _store_in_time(svc, bound, bot: str, channel: str, result) -> None:
         return
     ids = [m.external_id for m in result.messages]
     bound.warning("webhook.store_slow", waited_s=result.respond_within, external_ids=ids)
-    _keep(svc, asyncio.ensure_future(_store_late(svc, bound, bot, channel, result.messages, task, ids)))
+    _keep(svc, asyncio.ensure_future(_store_late(svc, bound, bot, channel, result, task, ids)))
 
 
 def _keep(svc, task: asyncio.Task) -> None:
@@ -194,12 +195,13 @@ def _keep(svc, task: asyncio.Task) -> None:
     task.add_done_callback(svc.late_stores.discard)
 
 
-async def _store_late(svc, bound, bot: str, channel: str, messages, first: asyncio.Task, ids: list[str]) -> None:
+async def _store_late(svc, bound, bot: str, channel: str, result, first: asyncio.Task, ids: list[str]) -> None:
     """`first` (the store the response did not wait for) to its end, run again while it fails: the platform got
-    its answer (a Discord "thinking…") and sends the question no more, so a database away a moment lost it."""
+    its answer (a Discord "thinking…") and sends the question no more, so a database away a moment lost it.
+    One that fails each time is said to its sender (`if_not_stored`), as no answer will come."""
     for attempt, pause in enumerate((*LATE_STORE_RETRIES_S, None), start=1):
         try:
-            await (first if attempt == 1 else _store(svc, bot, channel, messages))
+            await (first if attempt == 1 else _store(svc, bot, channel, result.messages))
             return
         except asyncio.CancelledError:
             bound.error("webhook.store_failed", external_ids=ids, error="cancelled")
@@ -208,6 +210,8 @@ async def _store_late(svc, bound, bot: str, channel: str, messages, first: async
             error = f"{type(exc).__name__}: {exc}"[:300]
             if pause is None:
                 bound.error("webhook.store_failed", external_ids=ids, error=error, attempts=attempt)
+                if result.if_not_stored is not None:  # this task is waited for at stop, and so is the notice
+                    await result.if_not_stored()
                 return
             bound.warning("webhook.store_retry", external_ids=ids, error=error, attempt=attempt, retry_in_s=pause)
             await asyncio.sleep(pause)

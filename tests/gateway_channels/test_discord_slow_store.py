@@ -10,10 +10,13 @@ import time
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from structlog.testing import capture_logs
 
+from gateway.http import webhooks
 from storage.engine import create_engine, session_factory
 from storage.models import Message
+from tests.english_replies import ENGLISH
 from tests.gateway_channels.conftest import messages_in_chat, settle, settled_chat, wait_until
 from tests.gateway_channels.test_discord_e2e import ask, discord_gateway, followups, post
 from tests.pausing import pausing_sessions
@@ -97,6 +100,44 @@ async def test_discord_ask_whose_late_store_fails_once_is_stored_again_and_answe
     await settle()
     stored = await settled_chat(services, channel="discord", chat="1300000000000000703")
     assert [m.direction for m in stored] == ["in", "out"]
+
+
+def failing_sessions(engine, *, after_s: float) -> async_sessionmaker[AsyncSession]:
+    """Sessions of `engine` whose every statement fails, the first `after_s` late: a database gone for good."""
+    late = [after_s]
+
+    class Failing(AsyncSession):
+        async def execute(self, statement, *args, **kwargs):
+            if late:
+                await asyncio.sleep(late.pop())
+            raise RuntimeError("the database went away")
+
+    return async_sessionmaker(engine, class_=Failing, expire_on_commit=False)
+
+
+async def test_discord_ask_whose_store_fails_each_time_is_told_so_once(env, monkeypatch):
+    """A store still going after the deferral that fails each time it is run has no request left to fail: it is
+    logged as `webhook.store_failed`, and the deferral's "thinking…", which showed for the token's 15 minutes,
+    is answered with the bot's `failure` and `try_again` words, once."""
+    client, services, fake = env
+    fast = services.inbox._sessions
+    monkeypatch.setattr(webhooks, "LATE_STORE_RETRIES_S", (0.1,))
+
+    services.inbox._sessions = failing_sessions(services.engine, after_s=SLOW_STORE_S)
+    try:
+        with capture_logs() as logs:
+            first = await post(client, ask("1400000000000000705", channel="1300000000000000705"))
+            [notice] = await wait_until(lambda: followups(fake, "1400000000000000705"), timeout=30, what="the notice")
+    finally:
+        services.inbox._sessions = fast
+    assert first.status_code == 200 and first.json() == {"type": 5}
+    [failed] = [e for e in logs if e["event"] == "webhook.store_failed"]
+    assert failed["log_level"] == "error" and failed["external_ids"] == ["1400000000000000705"]
+    assert failed["error"] == "RuntimeError: the database went away" and failed["attempts"] == 2
+    assert notice["content"] == ENGLISH.outage("failure", escalates=False)
+    await settle()
+    assert await messages_in_chat(services, channel="discord", chat="1300000000000000705") == []
+    assert len(followups(fake, "1400000000000000705")) == 1
 
 
 async def test_discord_ask_still_storing_at_stop_is_stored_before_the_database_closes_and_answered_after(tmp_path, database_url):
