@@ -17,18 +17,10 @@ from aiohttp import web
 from gateway.models import CallerIdentity
 from gateway.pipeline.tools import BotTools
 from gateway.settings import BotSettings
+from tests.rag.test_crawl_safety import _gzipped_zeros
 
 ALICE = CallerIdentity(bot="acme", channel="web", contact_external_id="alice")
 PORT = 18917
-
-
-def _gzipped_zeros(size: int, *, times: int) -> bytes:
-    """`size` zero bytes gzipped, then gzipped again `times - 1` times."""
-    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    body = b"".join(packer.compress(bytes(1 << 20)) for _ in range(size >> 20)) + packer.flush()
-    for _ in range(times - 1):
-        body = gzip.compress(body)
-    return body
 
 
 @asynccontextmanager

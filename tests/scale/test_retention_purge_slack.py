@@ -15,6 +15,7 @@ from sqlalchemy import text, update
 from sqlalchemy.exc import DBAPIError
 from structlog.testing import capture_logs
 
+from gateway import retention
 from gateway.retention import run_retention
 from gateway.settings import QdrantSettings, Settings
 from rag.index import open_index
@@ -68,6 +69,22 @@ async def test_retention_purges_though_slack_refuses_and_logs_the_thread_left(mi
         [left] = [e for e in logs if e["event"] == "retention.operator_thread_left"]
         assert (left["log_level"], left["bot"], left["channel"], left["ts"]) == ("warning", "acme", OPERATORS, header)
         assert left["why"] == "Slack answered missing_scope"
+
+
+async def test_retention_deletes_at_most_its_bound_of_threads_a_run_and_names_the_others(migrated_url, monkeypatch):
+    """A first purge of a full store must not hold the job for hours on Slack's rate limits: past the bound,
+    each thread is a warning naming it (its rows are gone, so no later run can find it)."""
+    monkeypatch.setattr(retention, "PURGE_OPERATOR_THREADS", 1)
+    async with _purging(migrated_url) as (slack, sessions, client, settings):
+        headers = [(await _thread(client, sessions, await _expired_web_conversation(sessions, who), who))[0]
+                   for who in ("s-old-1", "s-old-2")]
+        with capture_logs() as logs:
+            report = await run_retention(sessions, settings, knowledge=None)
+        assert report.conversations == 2
+        left = [e for e in logs if e["event"] == "retention.operator_thread_left"]
+        assert [e["why"] for e in left] == ["over the 1 threads a run deletes"]
+        assert {left[0]["ts"], *(ts for ts in headers if ts in slack.deleted)} == set(headers)
+        assert left[0]["ts"] not in slack.deleted
 
 
 async def test_retention_deletes_the_purged_threads_though_a_later_step_of_the_job_fails(migrated_url):
