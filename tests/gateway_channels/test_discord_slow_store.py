@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from structlog.testing import capture_logs
 
+from gateway import services as services_module
 from gateway.http import webhooks
 from storage.engine import create_engine, session_factory
 from storage.models import Message
@@ -140,10 +141,14 @@ async def test_discord_ask_whose_store_fails_each_time_is_told_so_once(env, monk
     assert len(followups(fake, "1400000000000000705")) == 1
 
 
-async def test_discord_ask_still_storing_at_stop_is_stored_before_the_database_closes_and_answered_after(tmp_path, database_url):
+async def test_discord_ask_still_storing_at_stop_is_stored_before_the_database_closes_and_answered_after(
+        tmp_path, database_url, monkeypatch):
     """A stop (a deploy's SIGTERM) right after the deferral waits for the background store before it closes
     the database: the question is stored, and the next process answers it through its interaction. (On
     SQLite the paused store's write lock holds up the stop's other steps too; PostgreSQL tells them apart.)"""
+    # Each step of a stop is bounded (2 s); the store's 4 s pause ended 2 s after the deferral, right at that
+    # bound, so which came first was a toss (CI's failure): the bound is well past the pause here.
+    monkeypatch.setattr(services_module, "STOP_STEP_S", 10.0)
     async with discord_gateway(tmp_path, database_url=database_url) as (client, services, fake):
         services.inbox._sessions = pausing_sessions(services.engine, lambda: asyncio.sleep(4.0), after_statement=1)
         response = await post(client, ask("1400000000000000704", channel="1300000000000000704"))
