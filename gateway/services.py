@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from channels.base import ChannelAdapter
 from channels.web import WebAdapter
 from gateway.admin_client import admin_files
-from gateway.background import settle
+from gateway.background import cancel, settle
 from gateway.budget import DailyBudget
 from gateway.delivery.outbox import HEARTBEAT_S, Outbox
 from gateway.escalation.handoff import Escalations
@@ -55,6 +55,10 @@ ESCALATION_DRAIN_S = 3.0
 STOP_STEP_S = 2.0
 """How long a stop waits for each of its other steps (the leader, the reminders, the channels, the
 PostgreSQL bridge) before it abandons that step, logs it, and goes on with the rest."""
+LATE_STORE_STOP_S = 10.0
+"""How long a stop waits for webhook stores still going after their response was sent (a Discord `/ask`
+deferred while the database was slow), counted from the stop's start: alongside the worker's own 10 s, so it
+adds nothing to the stop's worst case, and before the channels stop, so a store given up can still be said."""
 
 ADAPTER_CLASSES = {
     "telegram": "channels.telegram:TelegramAdapter",
@@ -193,6 +197,9 @@ class Services:
     async def stop(self) -> None:
         """Stop everything `start` started, then close the stores. The channels go last: the turns
         the worker finishes, the reminders and the operator notices still send through them."""
+        # From the start: a store given 2 s, as the other steps are, was cut off by a database that paused a
+        # moment, and the question with it; these run alongside the steps below.
+        late_stores = asyncio.ensure_future(settle(self.late_stores, timeout=LATE_STORE_STOP_S))
         if self.scheduler is not None:
             self.scheduler.shutdown()
         # Each step bounded (STOP_STEP_S), as the worker and the drain are: one that hangs (a database or a
@@ -206,14 +213,16 @@ class Services:
             await self.slack_clicks.drain(timeout=STOP_STEP_S)
         # Bounded: a hanging operator-channel post must not hold the exit past the documented bound.
         await self.escalations.drain(timeout=ESCALATION_DRAIN_S)
+        if still_storing := await late_stores:
+            # Cancelled, each sender is told its question was not stored (`webhook.store_failed`), through
+            # the channels, which are still up: no answer would come, and Discord showed "thinking…" 15 min.
+            await _bounded_step("webhook.late_stores", functools.partial(cancel, still_storing))
         # Every adapter, started or not: stop() also closes the HTTP sessions that sends opened (a send
         # after it would open a new one, which nothing closes). What arrives meanwhile is stored, and
         # answered after the restart. Side by side: each channel's bound is not added to the others'.
         await asyncio.gather(*(_bounded_step("adapter.stop", adapter.stop, bot=bot, channel=name)
                                for (bot, name), adapter in reversed(list(self.adapters.items()))))
         self._started.clear()
-        if self.late_stores:
-            await _bounded_step("webhook.late_stores", functools.partial(settle, self.late_stores))
         if self.pg_bridge is not None:
             await _bounded_step("pg_bridge.stop", self.pg_bridge.stop)
         await self.knowledge.close()

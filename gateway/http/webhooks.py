@@ -198,23 +198,32 @@ def _keep(svc, task: asyncio.Task) -> None:
 async def _store_late(svc, bound, bot: str, channel: str, result, first: asyncio.Task, ids: list[str]) -> None:
     """`first` (the store the response did not wait for) to its end, run again while it fails: the platform got
     its answer (a Discord "thinking…") and sends the question no more, so a database away a moment lost it.
-    One that fails each time is said to its sender (`if_not_stored`), as no answer will come."""
-    for attempt, pause in enumerate((*LATE_STORE_RETRIES_S, None), start=1):
-        try:
-            await (first if attempt == 1 else _store(svc, bot, channel, result.messages))
-            return
-        except asyncio.CancelledError:
-            bound.error("webhook.store_failed", external_ids=ids, error="cancelled")
-            raise
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"[:300]
-            if pause is None:
-                bound.error("webhook.store_failed", external_ids=ids, error=error, attempts=attempt)
-                if result.if_not_stored is not None:  # this task is waited for at stop, and so is the notice
-                    await result.if_not_stored()
+    One that fails each time, or that a stop gives up on (`LATE_STORE_STOP_S`), is said to its sender
+    (`if_not_stored`), as no answer will come."""
+    try:
+        for attempt, pause in enumerate((*LATE_STORE_RETRIES_S, None), start=1):
+            try:
+                await (first if attempt == 1 else _store(svc, bot, channel, result.messages))
                 return
-            bound.warning("webhook.store_retry", external_ids=ids, error=error, attempt=attempt, retry_in_s=pause)
-            await asyncio.sleep(pause)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"[:300]
+                if pause is None:
+                    break
+                bound.warning("webhook.store_retry", external_ids=ids, error=error, attempt=attempt,
+                              retry_in_s=pause)
+                await asyncio.sleep(pause)
+        bound.error("webhook.store_failed", external_ids=ids, error=error, attempts=attempt)
+    except asyncio.CancelledError:  # a stop that waited its bound: the transaction is rolled back
+        bound.error("webhook.store_failed", external_ids=ids, error="cancelled: the gateway stopped",
+                    attempts=attempt)
+        await _say_not_stored(result)
+        raise
+    await _say_not_stored(result)
+
+
+async def _say_not_stored(result) -> None:
+    if result.if_not_stored is not None:  # this task is waited for at stop, and so is the notice
+        await result.if_not_stored()
 
 
 def _unusable(channel: str, detail: str) -> Response:

@@ -142,15 +142,14 @@ async def test_discord_ask_whose_store_fails_each_time_is_told_so_once(env, monk
 
 
 async def test_discord_ask_still_storing_at_stop_is_stored_before_the_database_closes_and_answered_after(
-        tmp_path, database_url, monkeypatch):
+        tmp_path, database_url):
     """A stop (a deploy's SIGTERM) right after the deferral waits for the background store before it closes
     the database: the question is stored, and the next process answers it through its interaction. (On
     SQLite the paused store's write lock holds up the stop's other steps too; PostgreSQL tells them apart.)"""
-    # Each step of a stop is bounded (2 s); the store's 4 s pause ended 2 s after the deferral, right at that
-    # bound, so which came first was a toss (CI's failure): the bound is well past the pause here.
-    monkeypatch.setattr(services_module, "STOP_STEP_S", 10.0)
+    # The pause ends about 5 s into the stop: past the 2 s each other step gets (the bound late stores had,
+    # which cut this one off), well within the 10 s they get now.
     async with discord_gateway(tmp_path, database_url=database_url) as (client, services, fake):
-        services.inbox._sessions = pausing_sessions(services.engine, lambda: asyncio.sleep(4.0), after_statement=1)
+        services.inbox._sessions = pausing_sessions(services.engine, lambda: asyncio.sleep(7.0), after_statement=1)
         response = await post(client, ask("1400000000000000704", channel="1300000000000000704"))
         assert response.json() == {"type": 5} and services.late_stores  # still storing as the stop begins
         url = services.settings.database_url
@@ -170,3 +169,20 @@ async def test_discord_ask_still_storing_at_stop_is_stored_before_the_database_c
         assert "$" in reply["content"]
         await settle()
         assert len(followups(restarted, "1400000000000000704")) == 1
+
+
+async def test_discord_ask_still_storing_when_the_stop_stops_waiting_is_told_so_once(tmp_path, monkeypatch, capsys):
+    """A store that outlasts the stop's wait (`LATE_STORE_STOP_S`) is cancelled, so its question is not stored
+    and no process will answer it: its "thinking…" is answered with the failure words, through the channel,
+    still up then, rather than left to expire 15 minutes later."""
+    monkeypatch.setattr(services_module, "LATE_STORE_STOP_S", 1.0)
+    async with discord_gateway(tmp_path) as (client, services, fake):
+        services.inbox._sessions = pausing_sessions(services.engine, lambda: asyncio.sleep(600), after_statement=1)
+        response = await post(client, ask("1400000000000000706", channel="1300000000000000706"))
+        assert response.json() == {"type": 5} and services.late_stores
+    [notice] = followups(fake, "1400000000000000706")
+    assert notice["content"] == ENGLISH.outage("failure", escalates=False)
+    logs = capsys.readouterr().err
+    [failed] = [line for line in logs.splitlines() if "webhook.store_failed" in line]
+    assert "error='cancelled: the gateway stopped'" in failed and "1400000000000000706" in failed
+    assert "gateway.stop_step_timed_out" not in logs
