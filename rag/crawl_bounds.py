@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import urllib.request
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpcore
@@ -98,18 +99,29 @@ def crawl_client(**options) -> httpx.AsyncClient:
     internal endpoint (an admin port's /shutdown, a cache purge). The environment's proxies (`_proxied`) are
     used as httpx uses them, their connections untouched: a client given a transport of its own ignores them,
     and an ingest behind a proxy connected directly, which a network whose only way out is its proxy refuses."""
+    return guarded_client(lambda host, address: SourceError(
+        f"{host} resolved to {address}, an address of this machine or of the cloud's metadata service; not read "
+        "(nothing was sent to it)"), **options)
+
+
+def guarded_client(refusal: Callable[[str, str], Exception], **options) -> httpx.AsyncClient:
+    """`httpx.AsyncClient(**options)` whose direct connections refuse a host that names no internal address
+    itself but reached an `off_limits_address`, raising `refusal(host, address)` before a byte is sent
+    (`crawl_client` says why; an http tool's calls use it too)."""
     client = httpx.AsyncClient(**options)
     # httpx takes no network backend of its own; the default transport's connection pool (httpcore's) does.
     pool = client._transport._pool
-    pool._network_backend = _PeerCheckingBackend(pool._network_backend)
+    pool._network_backend = _PeerCheckingBackend(pool._network_backend, refusal)
     return client
 
 
 class _PeerCheckingBackend(httpcore.AsyncNetworkBackend):
-    """Connects as `backend` does, then closes (raising `SourceError`) a connection `crawl_client` refuses."""
+    """Connects as `backend` does, then closes (raising `refusal(host, address)`) a connection `guarded_client`
+    refuses."""
 
-    def __init__(self, backend: httpcore.AsyncNetworkBackend) -> None:
+    def __init__(self, backend: httpcore.AsyncNetworkBackend, refusal: Callable[[str, str], Exception]) -> None:
         self._backend = backend
+        self._refusal = refusal
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                           socket_options=None) -> httpcore.AsyncNetworkStream:
@@ -118,8 +130,7 @@ class _PeerCheckingBackend(httpcore.AsyncNetworkBackend):
         peer = stream.get_extra_info("server_addr")
         if peer and not _internal_name(host) and off_limits_address(str(peer[0])):
             await stream.aclose()
-            raise SourceError(f"{host} resolved to {peer[0]}, an address of this machine or of the cloud's metadata "
-                              "service; not read (nothing was sent to it)")
+            raise self._refusal(host, str(peer[0]))
         return stream
 
     async def connect_unix_socket(self, path: str, timeout: float | None = None,

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -227,3 +228,18 @@ async def chat_events(client: httpx.AsyncClient, bot: str, session_id: str, text
             elif line.startswith("data:") and current:
                 events.append((current, json.loads(line.split(":", 1)[1])))
     return events
+
+
+@pytest.fixture
+def dns_answers(monkeypatch):
+    """A DNS whose answers for some names the test chooses (`answers[name] = address`): a site's owner
+    controls its own, and may point it at this machine or at the cloud's metadata service."""
+    answers: dict[str, str] = {}
+    resolve = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        name = host.decode() if isinstance(host, bytes) else host
+        return resolve(answers.get(name, host), *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return answers

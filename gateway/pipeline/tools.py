@@ -12,6 +12,8 @@ Kinds:
 - `http`: a request to a URL template filled with the arguments; headers may use `${ENV}`. An argument
   can only fill its own path segment (`..` included; an empty one is refused), and an error names the status, never the URL
   (its query may hold an API key). Its answer is read up to `MAX_RESPONSE_BYTES` (`gateway.capped_body`).
+  A redirect is not followed, and a host that resolved to this machine or the cloud's metadata service is not
+  called unless the URL names such an address itself (`rag.crawl_bounds.guarded_client`).
 
 A call of a python or an http tool with an argument its schema does not declare (`parameters`, else a
 python tool module's `PARAMETERS`) is refused without running it, so only declared parameters are sent.
@@ -42,6 +44,7 @@ from gateway.models import CallerIdentity
 from gateway.pipeline.tool_arguments import argument_problem
 from gateway.settings import BotSettings, Settings, ToolSettings
 from gateway.url_secrets import url_credentials
+from rag.crawl_bounds import guarded_client
 
 _ESCALATE_SCHEMA = {
     "type": "object",
@@ -70,6 +73,15 @@ def idempotency_key() -> str | None:
 class ToolError(Exception):
     """Raised by a `python` tool for a failure the model should hear about, in words meant for it
     ("that order was cancelled, it cannot be changed")."""
+
+
+class _OffLimitsAddress(ToolError):
+    """An http tool's host, named by no internal address, resolved to this machine or the metadata service."""
+
+    def __init__(self, host: str, address: str) -> None:
+        super().__init__("refused: the service's name resolved to an address of this machine or of the cloud's "
+                         "metadata service; nothing was sent")
+        self.host, self.address = host, address
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +227,9 @@ class BotTools:
             headers[IDEMPOTENCY_HEADER] = key
         # Only declared parameters reach here (`_call`): an extra `"role": "admin"` is refused as the model's invention.
         body = dict(arguments)
-        client = self._http or httpx.AsyncClient(timeout=spec.timeout)
+        # Not the model's choice (the host is the config's), but the host's DNS may answer 127.0.0.1 or
+        # 169.254.169.254: refused before a byte is sent, unless the config names such an address itself.
+        client = self._http or guarded_client(_OffLimitsAddress, timeout=spec.timeout)
         try:
             if spec.method.upper() in ("GET", "DELETE"):
                 # What the URL's path does not take goes in its query string; it was not sent at all.
@@ -227,7 +241,12 @@ class BotTools:
                 request = client.build_request(spec.method.upper(), target, headers=headers)
             else:
                 request = client.build_request(spec.method.upper(), url, headers=headers, json=body)
-            response = await client.send(request, stream=True)
+            try:  # redirects are not followed (the client's default): a 3xx is the service's answer
+                response = await client.send(request, stream=True)
+            except _OffLimitsAddress as exc:
+                log.warning("tool.internal_address", tool=spec.name, bot=self.bot.name, host=exc.host,
+                            address=exc.address)
+                raise
             try:
                 response.raise_for_status()
                 content = await read_capped(response, MAX_RESPONSE_BYTES)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import inspect
-import socket
 import tracemalloc
 import zlib
 from collections.abc import Callable
@@ -308,21 +307,6 @@ async def test_robots_txt_crawl_delay_spaces_the_page_fetches_one_at_a_time(monk
     assert len(result.documents) == 4
     [capped] = [r for r in caplog.records if r.getMessage() == "crawl.delay_capped"]
     assert (capped.crawl_delay, capped.cap) == (3600, 0.1)
-
-
-@pytest.fixture
-def dns_answers(monkeypatch):
-    """A DNS whose answers for some names the test chooses (`answers[name] = address`): a site's owner
-    controls its own, and may point it at this machine or at the cloud's metadata service."""
-    answers: dict[str, str] = {}
-    resolve = socket.getaddrinfo
-
-    def getaddrinfo(host, *args, **kwargs):
-        name = host.decode() if isinstance(host, bytes) else host
-        return resolve(answers.get(name, host), *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    return answers
 
 
 async def test_a_public_name_that_resolves_to_this_machine_is_not_read(dns_answers):
