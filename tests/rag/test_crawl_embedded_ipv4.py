@@ -1,7 +1,8 @@
 """An IPv4 address written as an IPv6 one is still that IPv4 address to the crawl's address rules.
 
 On a network with NAT64 (an IPv6-only cloud host, DNS64), 64:ff9b::a9fe:a9fe *is* the metadata service at
-169.254.169.254 and 64:ff9b::7f00:1 this machine's 127.0.0.1; a 6to4 address (2002:a9fe:a9fe::) and an
+169.254.169.254 and 64:ff9b::7f00:1 this machine's 127.0.0.1 (and so are they under the local-use prefix,
+64:ff9b:1::/48); a Teredo address (2001::/32) carries one inverted, a 6to4 address (2002:a9fe:a9fe::) and an
 IPv4-mapped one (::ffff:169.254.169.254) carry an IPv4 address too. A site's DNS may answer with any of
 them, and a robots.txt may redirect to one."""
 
@@ -15,7 +16,10 @@ from rag.crawl_bounds import internal_host, off_limits_address
 from rag.sources import load_sitemap
 
 WRAPPED_INTERNAL = ["64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "64:ff9b::169.254.169.254", "::ffff:169.254.169.254",
-                    "::ffff:127.0.0.1", "2002:a9fe:a9fe::", "2002:7f00:1::1", "64:ff9b::0:0"]
+                    "::ffff:127.0.0.1", "2002:a9fe:a9fe::", "2002:7f00:1::1", "64:ff9b::0:0",
+                    # NAT64's local-use prefix (RFC 8215, as a /96), and Teredo (its client address stored inverted)
+                    "64:ff9b:1::a9fe:a9fe", "64:ff9b:1:0:0:0:7f00:1", "2001:0:4136:e378:8000:63bf:80ff:fffe",
+                    "2001:0:4136:e378:8000:63bf:5601:5601"]
 
 
 @pytest.mark.parametrize("address", WRAPPED_INTERNAL)
@@ -24,7 +28,8 @@ def test_off_limits_address_sees_the_ipv4_address_inside_a_nat64_6to4_or_mapped_
     assert internal_host(f"http://[{address}]/latest/meta-data/")
 
 
-@pytest.mark.parametrize("address", ["64:ff9b::808:808", "64:ff9b::a01:203", "2002:5db8:d822::", "::ffff:93.184.216.34"])
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "64:ff9b::a01:203", "2002:5db8:d822::", "::ffff:93.184.216.34",
+                                     "64:ff9b:1::808:808", "2001:0:4136:e378:8000:63bf:f7f7:f7f7"])
 def test_off_limits_address_still_allows_a_public_or_private_ipv4_address_so_wrapped(address):
     # 8.8.8.8, 10.1.2.3 (an intranet wiki's), 93.184.216.34: read as the IPv4 address itself would be.
     assert not off_limits_address(address)
