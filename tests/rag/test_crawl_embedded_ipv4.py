@@ -19,7 +19,9 @@ WRAPPED_INTERNAL = ["64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "64:ff9b::169.254.1
                     "::ffff:127.0.0.1", "2002:a9fe:a9fe::", "2002:7f00:1::1", "64:ff9b::0:0",
                     # NAT64's local-use prefix (RFC 8215, as a /96), and Teredo (its client address stored inverted)
                     "64:ff9b:1::a9fe:a9fe", "64:ff9b:1:0:0:0:7f00:1", "2001:0:4136:e378:8000:63bf:80ff:fffe",
-                    "2001:0:4136:e378:8000:63bf:5601:5601"]
+                    "2001:0:4136:e378:8000:63bf:5601:5601",
+                    # IPv4-compatible (RFC 4291, deprecated, still tunnelled where the sit driver is loaded)
+                    "::7f00:1", "::169.254.169.254"]
 
 
 @pytest.mark.parametrize("address", WRAPPED_INTERNAL)
@@ -29,7 +31,8 @@ def test_off_limits_address_sees_the_ipv4_address_inside_a_nat64_6to4_or_mapped_
 
 
 @pytest.mark.parametrize("address", ["64:ff9b::808:808", "64:ff9b::a01:203", "2002:5db8:d822::", "::ffff:93.184.216.34",
-                                     "64:ff9b:1::808:808", "2001:0:4136:e378:8000:63bf:f7f7:f7f7"])
+                                     "64:ff9b:1::808:808", "2001:0:4136:e378:8000:63bf:f7f7:f7f7",
+                                     "::808:808"])
 def test_off_limits_address_still_allows_a_public_or_private_ipv4_address_so_wrapped(address):
     # 8.8.8.8, 10.1.2.3 (an intranet wiki's), 93.184.216.34: read as the IPv4 address itself would be.
     assert not off_limits_address(address)
