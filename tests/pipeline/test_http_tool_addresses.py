@@ -31,7 +31,7 @@ async def internal_service():
         return web.json_response({"secret": "instance-credentials"})
 
     app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
+    app.router.add_route("*", r"/{tail:[\s\S]*}", handle)  # a decoded CRLF in the path too
     async with serving(app) as base:
         yield base, asked
 
@@ -69,3 +69,25 @@ async def test_an_http_tools_redirect_is_not_followed():
         outcome = await order_tool(f"{base}/redirect/{{order_id}}").call("order", {"order_id": "A-1"}, identity=ALICE)
     assert outcome.error == "the service answered HTTP 302"
     assert asked == ["/redirect/A-1"]
+
+
+async def test_an_argument_meant_to_change_the_host_stays_inside_its_path_segment_or_query_value():
+    # `@` (userinfo), `//` (a network path), `\\` (read as `/` by some parsers), an encoded `/` and CRLF (a header
+    # of its own): each is percent-encoded where it stands, so the call reaches the configured server and path.
+    tricks = ["@169.254.169.254", "//169.254.169.254/latest", "\\\\169.254.169.254", "..%2f..%2fadmin",
+              "x\r\nHost: 169.254.169.254", "http://169.254.169.254/"]
+    async with internal_service() as (base, asked):
+        tool = BotTools(BotSettings(name="acme", tools=[{
+            "name": "order", "type": "http", "url": base + "/v1/orders/{order_id}?q={q}",
+            "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}, "q": {"type": "string"}}}}]))
+        for trick in tricks:
+            outcome = await tool.call("order", {"order_id": trick, "q": trick}, identity=ALICE)
+            assert outcome.error is None, (trick, outcome.error)
+    assert asked == [
+        "/v1/orders/%40169.254.169.254?q=%40169.254.169.254",
+        "/v1/orders/%2F%2F169.254.169.254%2Flatest?q=%2F%2F169.254.169.254%2Flatest",
+        "/v1/orders/%5C%5C169.254.169.254?q=%5C%5C169.254.169.254",
+        "/v1/orders/..%252f..%252fadmin?q=..%252f..%252fadmin",
+        "/v1/orders/x%0D%0AHost%3A%20169.254.169.254?q=x%0D%0AHost%3A%20169.254.169.254",
+        "/v1/orders/http%3A%2F%2F169.254.169.254%2F?q=http%3A%2F%2F169.254.169.254%2F",
+    ]
