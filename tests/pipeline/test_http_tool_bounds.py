@@ -1,6 +1,6 @@
 """An http tool's answer is read up to a cap: a hostile or broken API cannot fill the server's memory.
 
-A real server on loopback (a port of this test's own) answers with a body larger than the cap, streamed,
+A real server on loopback (at a free port) answers with a body larger than the cap, streamed,
 and with a few hundred bytes that inflate to 200 MB (`Content-Encoding: gzip, gzip`); memory is measured
 as the ingest's gzip bomb test measures it."""
 
@@ -17,10 +17,10 @@ from aiohttp import web
 from gateway.models import CallerIdentity
 from gateway.pipeline.tools import BotTools
 from gateway.settings import BotSettings
+from tests.fakes.web_server import serving
 from tests.rag.test_crawl_safety import _gzipped_zeros
 
 ALICE = CallerIdentity(bot="acme", channel="web", contact_external_id="alice")
-PORT = 18917
 
 
 @asynccontextmanager
@@ -48,13 +48,8 @@ async def hostile_api():
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", PORT).start()
-    try:
-        yield f"http://127.0.0.1:{PORT}"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as base:
+        yield base
 
 
 async def test_an_http_tools_answer_past_its_cap_is_a_tool_error_not_the_servers_memory():
@@ -93,12 +88,9 @@ async def test_an_http_tools_answer_gzipped_once_is_inflated_no_further_than_its
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", PORT + 1).start()
-    try:
+    async with serving(app) as base:
         tools = BotTools(BotSettings(name="acme", tools=[
-            {"name": name, "type": "http", "url": f"http://127.0.0.1:{PORT + 1}/{name}", "timeout": 30}
+            {"name": name, "type": "http", "url": f"{base}/{name}", "timeout": 30}
             for name in ("bomb", "zlib", "raw")]))
         tracemalloc.start()
         try:
@@ -107,8 +99,6 @@ async def test_an_http_tools_answer_gzipped_once_is_inflated_no_further_than_its
         finally:
             tracemalloc.stop()
         deflated = [await tools.call(name, {}, identity=ALICE) for name in ("zlib", "raw")]
-    finally:
-        await runner.cleanup()
     assert peak < 32 << 20, f"{peak >> 20} MB held"
     assert bomb.error == "response too large: the service's answer is larger than 4 MB; not read"
     assert [(d.error, d.result) for d in deflated] == [(None, {"stock": 7})] * 2
