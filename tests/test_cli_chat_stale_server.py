@@ -11,6 +11,7 @@ import sys
 from gateway.admin_client import admin_files
 from gateway.settings import load_settings
 from tests.conftest import ROOT, upgrade, write_config
+from tests.fakes.web_server import closed_port
 from tests.rag.test_index_lock import HOLD
 
 
@@ -20,7 +21,8 @@ def test_chat_says_no_server_answers_where_a_gone_one_recorded_it_listens(tmp_pa
     upgrade(settings.database_url)
     token, url = admin_files(settings.qdrant.path)
     token.write_text("t")
-    url.write_text("http://127.0.0.1:19405")  # nothing listens there any more
+    gone = f"http://127.0.0.1:{closed_port()}"
+    url.write_text(gone)  # nothing listens there any more
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     holder = subprocess.Popen([sys.executable, "-c", HOLD, settings.qdrant.path, "local"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
@@ -34,4 +36,4 @@ def test_chat_says_no_server_answers_where_a_gone_one_recorded_it_listens(tmp_pa
     assert proc.returncode == 1 and "held by the running server" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(
         f"error: {settings.qdrant.path} is in use by another process, and no gateway server answers at "
-        "http://127.0.0.1:19405, where one last recorded it listens (")
+        f"{gone}, where one last recorded it listens (")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from storage.engine import create_engine, session_factory
 from tests.conftest import app_client, docs_source
+from tests.fakes.web_server import closed_port
 
 STORE_GAUGES = ("gateway_queue_depth ", "gateway_queue_lag_seconds ", "gateway_outbox_depth ",
                 "gateway_ingest_last_run_ok{", "gateway_ingest_last_run_end_timestamp_seconds{")
@@ -18,7 +19,7 @@ async def test_metrics_leave_out_what_the_database_could_not_say_and_flag_the_sc
         assert all(gauge in up for gauge in STORE_GAUGES) and "gateway_database_scrape_error 0.0" in up
         svc = client.services
         working = svc.sessions
-        down = create_engine("postgresql+asyncpg://root@127.0.0.1:18599/nothing_listens_here")
+        down = create_engine(f"postgresql+asyncpg://root@127.0.0.1:{closed_port()}/nothing_listens_here")
         svc.sessions = session_factory(down)  # what a stopped database looks like to the app
         try:
             assert (await client.get("/readyz")).status_code == 503

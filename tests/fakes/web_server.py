@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -9,6 +10,14 @@ from aiohttp import web
 
 PAGE = "<html><head><title>{0}</title></head><body><main><h1>{0}</h1><p>All about {0} for customers.</p></main></body></html>"
 """A short HTML page named `{0}` (`PAGE.format(name)`): its title, heading and one paragraph."""
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: one the system just gave out and took back (a fixed one may be
+    another program's)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @asynccontextmanager

@@ -14,6 +14,7 @@ import pytest
 
 from gateway.settings import QdrantSettings
 from rag.index_lock import folder_in_use
+from tests.fakes.web_server import closed_port
 
 HOLD = "import sys; from gateway.settings import QdrantSettings; from rag.index import open_index; " \
        "index = open_index(QdrantSettings(path=sys.argv[1], engine=sys.argv[2])); print('held', flush=True); " \
@@ -37,4 +38,4 @@ def test_a_held_folder_is_in_use_and_a_crashed_holders_lock_file_is_not(tmp_path
     lock = Path(settings.path) / ("edge" if engine == "edge" else "") / ".lock"
     assert lock.exists()
     assert not folder_in_use(settings)
-    assert not folder_in_use(QdrantSettings(url="http://127.0.0.1:19401", path=settings.path))
+    assert not folder_in_use(QdrantSettings(url=f"http://127.0.0.1:{closed_port()}", path=settings.path))

@@ -22,6 +22,7 @@ from rag.index import open_index
 from storage.engine import create_engine, session_factory
 from storage.models import Conversation, Document, Escalation, Message
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.fakes.web_server import closed_port
 from tests.scale.test_retention import _count, _expired_web_conversation, _store
 from tests.scale.test_retention_slack import OPERATORS, _thread
 
@@ -96,7 +97,7 @@ async def test_retention_deletes_the_purged_threads_though_a_later_step_of_the_j
         theirs = await _thread(client, sessions, expired, "s-old")
         async with sessions() as session, session.begin():  # a removed source's chunks, to delete from the index
             session.add(Document(bot="acme", source="gone", doc_id="a.md", content_hash="h", chunk_ids=[str(uuid4())]))
-        index = open_index(QdrantSettings(url="http://127.0.0.1:19001"))  # nothing listens there
+        index = open_index(QdrantSettings(url=f"http://127.0.0.1:{closed_port()}"))  # nothing listens there
         try:
             with pytest.raises(Exception):
                 await run_retention(sessions, settings, knowledge=SimpleNamespace(index=index))
