@@ -160,7 +160,8 @@ class Knowledge:
         if self._index is None:
             await self.open()
         purged = await purge_removed_sources(self._sessions, self._settings, index=self._index, bots=bots)
-        return [IngestReport(*key.split("/", 1), deleted=chunks, status="removed")
+        return [IngestReport(*key.split("/", 1), deleted=chunks, status="removed",
+                             documents_removed=purged.documents_by_source[key])
                 for key, chunks in sorted(purged.by_source.items())]
 
     def start_ingest(self, *, bot: str | None = None, source: str | None = None, trigger: str = "manual",

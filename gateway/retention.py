@@ -49,6 +49,7 @@ class DeletionReport:
     removed_chats: int = 0  # marks that the bot was blocked in a forgotten person's private chat
     by_bot: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)  # chunks of each removed "bot/source"
+    documents_by_source: dict[str, int] = field(default_factory=dict)  # and its documents
     # The Slack operator threads of the conversations deleted, for the caller to erase (`slack_forget`): not a count.
     operator_threads: list[OperatorThread] = field(default_factory=list)
 
@@ -343,6 +344,7 @@ async def purge_removed_sources(sessions: async_sessionmaker[AsyncSession], sett
         for row in mine:
             key = f"{bot}/{row.source}"
             report.by_source[key] = report.by_source.get(key, 0) + len(row.chunk_ids or [])
+            report.documents_by_source[key] = report.documents_by_source.get(key, 0) + 1
     if gone:
         log.info("retention.removed_sources_purged", **report.as_dict())
     return report
