@@ -95,13 +95,15 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
 
 
 def _documents(run: dict) -> str:
-    """"1 new document, 2 changed, 1 removed" (or "no document changed"): an edited document is chunks
-    `updated` and the old ones they replace `deleted`, which read as two changes. "" from a server of an
-    older version, which does not count documents, and for a failed run, which stored none."""
+    """"1 new document, 2 changed, 3 re-embedded, 1 removed" (or "no document changed"): an edited document is
+    chunks `updated` and the old ones they replace `deleted`, which read as two changes; a re-embedded one has
+    its content as it was (another model or chunking, chunks the index lost). "" from a server of an older
+    version, which does not count documents, and for a failed run, which stored none."""
     counts = [run.get(f"documents_{k}") for k in ("new", "changed", "removed")]
     if None in counts or run["status"] == "failed":
         return ""
-    parts = [[n, word] for n, word in zip(counts, ("new", "changed", "removed")) if n]
+    counts.insert(2, run.get("documents_reembedded", 0))  # a server of an older version counts them as changed
+    parts = [[n, word] for n, word in zip(counts, ("new", "changed", "re-embedded", "removed")) if n]
     if not parts:
         return "no document changed"
     noun = "document" if parts[0][0] == 1 else "documents"  # on the first part only: "1 new document, 2 changed"

@@ -18,6 +18,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from rag.chunking import Chunk
+from rag.fingerprint import content_hash
 from rag.sources import Document, Validators
 from storage.models import Document as DocumentRow
 from storage.text import storable_text
@@ -131,15 +132,16 @@ class DocumentRows:
         return refused
 
     async def restamp(self, unchanged: list[tuple[DocumentRow, Document]]) -> None:
-        """Unchanged documents with new HTTP validators or `<lastmod>`, or no settings stamp yet (an older row): the
-        same content hash means their chunks were made under the current settings."""
+        """Unchanged documents with new HTTP validators or `<lastmod>`, or an older row (no settings stamp yet, a
+        content hash that holds the settings, `rag.fingerprint`): its hash matched under the current settings, so
+        its chunks were made under them; it is stored in the current form."""
         if not unchanged:
             return
         async with self.sessions() as session:
             for row, doc in unchanged:
                 row = await session.merge(row)
                 row.etag, row.last_modified, row.lastmod = validators_of(doc)
-                row.settings_hash = self.settings_hash
+                row.settings_hash, row.content_hash = self.settings_hash, content_hash(doc)
             await session.commit()
 
     async def relisted(self, lastmods: dict[str, str]) -> None:

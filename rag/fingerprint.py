@@ -1,7 +1,12 @@
 """What decides whether a document's chunks can be kept: a hash of the document's own content (text,
-title, URL, format) and of the settings its chunks were made under (the chunker's version, the
-embedding model, the two token budgets). `rag.ingest` stores both per document; a new hash means the
-document is chunked again, and other settings mean every kept chunk is embedded again.
+title, URL, format) and one of the settings its chunks were made under (the chunker's version, the
+embedding model, the two token budgets). `rag.ingest` stores both per document; a new content hash means
+the document is chunked again (`documents_changed`), and other settings alone mean it is chunked and
+every kept chunk embedded again (`documents_reembedded`).
+
+Rows stored before held `document_hash`, the content hashed together with the settings: one that still
+matches under the current settings is unchanged (and stored anew in the current form); under other
+settings it cannot tell whether its content changed, and counts as changed, once.
 """
 
 from __future__ import annotations
@@ -22,8 +27,13 @@ def chunk_settings(model: str, max_tokens: int, text_tokens: int) -> tuple[str, 
     return (CHUNKER_VERSION, model, str(max_tokens), str(text_tokens))
 
 
+def content_hash(doc: Document) -> str:
+    """The hash of the document's own content, stored per document: the same hash, the same content."""
+    return digest((doc.format, doc.title, doc.url or "", doc.text))
+
+
 def document_hash(settings: tuple[str, ...], doc: Document) -> str:
-    """The document's content hash under those settings: the same hash, the same chunks."""
+    """The content hash with those settings, as rows stored it before `content_hash` (still recognised)."""
     return digest((*settings, doc.format, doc.title, doc.url or "", doc.text))
 
 

@@ -1,10 +1,9 @@
 """Incremental ingest: load a source, chunk, embed only what changed, keep Qdrant and the store in step.
 
-Per document, a content hash (`rag.fingerprint`: text, title, URL, format, chunking settings and embedding model)
-is kept in `storage.models.Document`:
-- same hash → skipped without chunking or embedding;
-- new hash → re-chunked; chunks whose (stable) id already exists are kept, only new chunks are
-  embedded and written, and chunks no longer produced are deleted;
+Per document, hashes of its content (`rag.fingerprint`: text, title, URL, format) and of the settings (chunking,
+embedding model) are kept in `storage.models.Document`. The same → skipped without chunking or embedding; new content
+(`documents_changed`) or settings (`documents_reembedded`) → re-chunked, chunks whose (stable) id already exists
+kept, only new chunks embedded and written, and chunks no longer produced deleted. Besides:
 - a new document with the content of one already indexed (a renamed file), or of one met earlier in the
   same run (the same page in two folders), takes that one's vectors under its own chunk ids and payload:
   nothing is embedded again, and each keeps its own chunks (deleting one copy leaves the other's). The title is
@@ -19,7 +18,7 @@ is kept in `storage.models.Document`:
 A document counts as unchanged only if its hash matches AND its recorded chunks are in the index.
 The index can lack them: its folder was lost or the engine switched (an empty index), or a run was
 killed midway through embedding them again (a partly rebuilt one). Such a document is re-chunked and
-its missing chunks embedded and written again (counted as `updated`), the ones present are kept.
+its missing chunks embedded and written again (`updated`; `documents_reembedded`), the ones present are kept.
 An index that lacks some may also hold chunks the store no longer records (an older copy of the
 index: the engine switched back, a restored backup); those are deleted at the end of the run
 (counted as `deleted`). See `rag.index_check`.
@@ -53,7 +52,7 @@ from gateway.settings import BotSettings, SourceSettings
 from rag.chunking import Chunk, chunk_document
 from rag.document_rows import DocumentRows, recorded_chunk_count, storable, store_key, validators_of
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.fingerprint import chunk_settings, digest, document_hash
+from rag.fingerprint import chunk_settings, content_hash, digest, document_hash
 from rag.index_check import check_index, delete_unrecorded, unrecorded_if_cancelled
 from rag.ingest_progress import DocumentProgress, Progress
 from rag.ingest_runs import IngestReport, describe, record_run, start_run
@@ -79,6 +78,7 @@ class _Pending:
     stale: list[str]
     row: DocumentRow | None
     donor: list[str] | None = None  # the chunk ids of a document of the same content (renamed, or a copy)
+    reembedded: bool = False  # its content as its row has it: embedded again for other settings or lost chunks
 
 
 class Ingestor:
@@ -268,11 +268,14 @@ class Ingestor:
                 continue
             seen.add(doc.doc_id)
             row = rows.get(doc.doc_id)
-            content_hash = document_hash(self._settings, doc)
-            if row is not None and row.content_hash == content_hash and doc.doc_id not in lost:
+            doc_hash, former_hash = content_hash(doc), document_hash(self._settings, doc)
+            former = row is not None and row.content_hash == former_hash  # an older row's, which held the settings
+            same_content = former or (row is not None and row.content_hash == doc_hash)
+            if same_content and (former or row.settings_hash == self.settings_hash) and doc.doc_id not in lost:
                 report.unchanged += len(row.chunk_ids)
                 tally.advance(1)
-                if (row.etag, row.last_modified, row.lastmod) != validators_of(doc) or row.settings_hash != self.settings_hash:
+                if former or (row.etag, row.last_modified, row.lastmod, row.settings_hash) != (
+                        *validators_of(doc), self.settings_hash):
                     revalidated.append((row, doc))
             # In a thread: a long document takes a while to chunk (its tokens are counted), and ingest
             # runs inside the server, whose event loop must keep answering meanwhile.
@@ -285,9 +288,10 @@ class Ingestor:
                 # A chunk id names the chunk's text, not how it was embedded: under other settings (a
                 # chunker version that reads its sentences otherwise, another model) a kept id is stale too.
                 kept = old if row is not None and row.settings_hash == self.settings_hash else set()
-                pending.append(_Pending(doc, content_hash, chunks, [c for c in chunks if c.chunk_id not in kept],
-                                        sorted(old - ids), row, donors.get(content_hash)))
-                donors.setdefault(content_hash, [c.chunk_id for c in chunks])  # for a copy later in the run
+                pending.append(_Pending(doc, doc_hash, chunks, [c for c in chunks if c.chunk_id not in kept],
+                                        sorted(old - ids), row, donors.get(doc_hash) or donors.get(former_hash),
+                                        reembedded=same_content))
+                donors.setdefault(doc_hash, [c.chunk_id for c in chunks])  # for a copy later in the run
                 if sum(len(p.new) for p in pending) >= FLUSH_CHUNKS:
                     bad |= await self._flush(bot, source, pending, report, tally)
                     pending = []
@@ -361,7 +365,8 @@ class Ingestor:
         for p in pending:
             if p.doc.doc_id in failed:
                 continue
-            report.document_stored(new=p.row is None, chunks=len(p.chunks), written=len(p.new), stale=len(p.stale))
+            report.document_stored(new=p.row is None, reembedded=p.reembedded, chunks=len(p.chunks), written=len(p.new),
+                                   stale=len(p.stale))
         return failed
 
     def _rows(self, bot: str, source: str) -> DocumentRows:

@@ -53,6 +53,9 @@ class IngestReport:
     documents_new: int = 0
     documents_changed: int = 0
     documents_removed: int = 0
+    # Documents chunked and embedded again with their content as it was: the embedding model or the chunking
+    # changed, or the index lost their chunks. Not `documents_changed`, which is their content.
+    documents_reembedded: int = 0
 
     def as_dict(self) -> dict[str, object]:
         """Plain dict for `ingest --json` and the admin API: the errors kept, and how many were dropped."""
@@ -66,13 +69,17 @@ class IngestReport:
         logging.getLogger("rag.ingest").warning("ingest.document_failed", extra={
             "bot": self.bot, "source": self.source, "document": doc_id, "error": error, IN_RUN_ERRORS: True})
 
-    def document_stored(self, *, new: bool, chunks: int, written: int, stale: int) -> None:
-        """Count a new or changed document that was stored: its `chunks`, `written` anew, `stale` deleted."""
+    def document_stored(self, *, new: bool, reembedded: bool = False, chunks: int, written: int, stale: int) -> None:
+        """Count a new, changed or `reembedded` (same content) document that was stored: its `chunks`, `written`
+        anew, `stale` deleted."""
         if new:
             self.documents_new += 1
             self.added += chunks
         else:
-            self.documents_changed += 1
+            if reembedded:
+                self.documents_reembedded += 1
+            else:
+                self.documents_changed += 1
             self.updated, self.unchanged, self.deleted = self.updated + written, self.unchanged + chunks - written, \
                 self.deleted + stale
 
