@@ -6,7 +6,6 @@ request was carried out without keeping the personal data it was about.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.delivery.receipts import purge_early_receipts
 from gateway.errors import Conflict
 from gateway.models import utcnow
-from gateway.operators.slack_forget import OperatorThread, erase_operator_threads
+from gateway.operators.slack_forget import OperatorThread
+from gateway.operators.slack_purged import erase_purged_threads, keep_purged_threads
 from gateway.settings import Settings
 from storage.message_meta import sent_by, stored_sender
 from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message, RemovedChat
@@ -29,7 +29,6 @@ log = structlog.get_logger("gateway.retention")
 ESCALATED_MEANWHILE_ATTEMPTS = 5
 """Tries of a forget, or of a purge's batch, each undone by an escalation opened in one of its conversations meanwhile."""
 PURGE_BATCH = 1000  # expired conversations deleted per transaction
-PURGE_OPERATOR_THREADS = 500  # Slack operator threads of purged conversations erased per run, at most
 IDS_PER_STATEMENT = 1000
 """The most ids one statement names: PostgreSQL takes 32,767 parameters, and 1,000 conversations of groups
 with a hundred writers each are 100,000 people."""
@@ -50,7 +49,8 @@ class DeletionReport:
     by_bot: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)  # chunks of each removed "bot/source"
     documents_by_source: dict[str, int] = field(default_factory=dict)  # and its documents
-    # The Slack operator threads of the conversations deleted, for the caller to erase (`slack_forget`): not a count.
+    # The Slack operator threads of the conversations deleted, for `gateway forget` to erase (`slack_forget`; the
+    # purge stores them, `slack_purged`): not a count.
     operator_threads: list[OperatorThread] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -287,7 +287,10 @@ async def _purge_batch(session: AsyncSession, bot: str, expired, cutoff: datetim
     # contact, and whoever wrote in it: in a group only the first writer is the contact) are this
     # bot's to remove. "No conversation's contact" alone took another bot's group members too.
     theirs = sorted(set().union(*(people.get(c, set()) for c in ids)))
+    threads = len(report.operator_threads)
     await _delete_conversations(session, ids, report)
+    # Stored with the delete: the rows that named them are gone, and Slack is asked after the commit.
+    await keep_purged_threads(session, report.operator_threads[threads:])
     if ids:  # a chat the bot has no conversation in now: its removal mark (a private chat's id is the person's)
         await session.execute(delete(RemovedChat).where(RemovedChat.bot == bot, ~exists().where(
             Conversation.bot == RemovedChat.bot, Conversation.channel == RemovedChat.channel,
@@ -352,7 +355,8 @@ async def purge_removed_sources(sessions: async_sessionmaker[AsyncSession], sett
 
 async def run_retention(sessions: async_sessionmaker[AsyncSession], settings: Settings, *,
                         knowledge: Any) -> DeletionReport:
-    """The scheduled (leader-only) job: expired conversations, then removed sources' chunks."""
+    """The scheduled (leader-only) job: expired conversations, then removed sources' chunks, then the gateway's
+    posts in the Slack operator threads of the conversations purged, by this run or left by an earlier one."""
     report = DeletionReport()
     try:
         await purge_expired(sessions, settings, report=report)
@@ -363,37 +367,11 @@ async def run_retention(sessions: async_sessionmaker[AsyncSession], settings: Se
         if index is not None:
             sources = await purge_removed_sources(sessions, settings, index=index)
             report.documents, report.chunks = sources.documents, sources.chunks
-    except asyncio.CancelledError:  # stopping: Slack is not waited for, each thread is named for someone to delete
-        _left([(thread, "the retention job was stopped first") for thread in report.operator_threads])
+    except Exception:  # the rows purged are committed, their threads stored: Slack is asked all the same
+        try:
+            await erase_purged_threads(sessions, settings)
+        except Exception:  # the store may be what failed: the threads stay stored, and the job's error is raised
+            log.exception("retention.operator_threads_failed", threads=[])
         raise
-    except Exception:  # the rows purged are committed: their threads are known to this run alone
-        await _erase_purged_threads(settings, report.operator_threads)
-        raise
-    await _erase_purged_threads(settings, report.operator_threads)
+    await erase_purged_threads(sessions, settings)
     return report
-
-
-async def _erase_purged_threads(settings: Settings, threads: list[OperatorThread]) -> None:
-    """The gateway's posts in the Slack operator threads of the conversations purged (their header, summary and
-    the customer's words relayed), as `gateway forget` erases them; last, so no other part of the job waits on
-    Slack. At most `PURGE_OPERATOR_THREADS` a run (a first purge of a full store must not hold the job for
-    hours, rate-limited); each one left (over that, Slack refused or was unreachable) is a warning line naming it,
-    for someone to delete by hand, as the rows that held it are gone."""
-    left = [(thread, f"over the {PURGE_OPERATOR_THREADS} threads a run deletes")
-            for thread in threads[PURGE_OPERATOR_THREADS:]]
-    try:
-        left += await erase_operator_threads(settings, threads[:PURGE_OPERATOR_THREADS])
-    except asyncio.CancelledError:  # stopped while Slack was asked: which went is not known, so each is named
-        _left(left + [(thread, "the retention job was stopped while it deleted them (it may be gone)")
-                      for thread in threads[:PURGE_OPERATOR_THREADS]])
-        raise
-    except Exception:  # never the purge's failure: its rows are deleted and committed
-        log.exception("retention.operator_threads_failed", threads=len(threads))
-        return
-    _left(left)
-
-
-def _left(left: list[tuple[OperatorThread, str]]) -> None:
-    """A warning line for each thread left in Slack, with why: nothing else knows it once its rows are gone."""
-    for thread, why in left:
-        log.warning("retention.operator_thread_left", bot=thread.bot, channel=thread.channel, ts=thread.ts, why=why)

@@ -326,3 +326,18 @@ class UnfinishedChatMove(Base):
     chat: Mapped[str] = mapped_column(String(255), primary_key=True)  # the old id
     new_chat: Mapped[str] = mapped_column(String(255))
     since: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PurgedOperatorThread(Base):
+    """A Slack operator thread of a conversation the retention job purged, whose posts in Slack are still to be
+    deleted (gateway/operators/slack_purged.py): stored with the purge, gone once they are, so a run that did not
+    get to it (its bound, Slack refusing, a stop) leaves it to the next."""
+
+    __tablename__ = "purged_operator_threads"
+
+    bot: Mapped[str] = mapped_column(String(64), primary_key=True)
+    channel: Mapped[str] = mapped_column(String(255), primary_key=True)  # "": the bot's operator channel
+    ts: Mapped[str] = mapped_column(String(64), primary_key=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    why: Mapped[str | None] = mapped_column(Text, default=None)  # why its last attempt failed
+    since: Mapped[datetime] = mapped_column(default=utcnow)

@@ -15,7 +15,7 @@ from sqlalchemy import text, update
 from sqlalchemy.exc import DBAPIError
 from structlog.testing import capture_logs
 
-from gateway import retention
+from gateway.operators import slack_purged
 from gateway.retention import run_retention
 from gateway.settings import QdrantSettings, Settings
 from rag.index import open_index
@@ -58,34 +58,74 @@ async def test_retention_deletes_the_gateways_posts_in_a_purged_conversations_sl
         assert await _count(sessions, Escalation, Escalation.conversation_id == expired) == 0
 
 
-async def test_retention_purges_though_slack_refuses_and_logs_the_thread_left(migrated_url):
+async def test_retention_purges_though_slack_refuses_and_the_next_run_deletes_the_thread_left(migrated_url):
+    """A thread whose delete Slack refused was named once and never tried again: its rows were gone."""
     async with _purging(migrated_url) as (slack, sessions, client, settings):
         expired = await _expired_web_conversation(sessions, "s-old")
-        header = (await _thread(client, sessions, expired, "s-old"))[0]
+        theirs = await _thread(client, sessions, expired, "s-old")
         slack.fail("conversations.replies", error="missing_scope")
         with capture_logs() as logs:
             report = await run_retention(sessions, settings, knowledge=None)
         assert report.conversations == 1 and slack.deleted == []
         assert await _count(sessions, Conversation, Conversation.id == expired) == 0
         [left] = [e for e in logs if e["event"] == "retention.operator_thread_left"]
-        assert (left["log_level"], left["bot"], left["channel"], left["ts"]) == ("warning", "acme", OPERATORS, header)
-        assert left["why"] == "Slack answered missing_scope"
+        assert (left["log_level"], left["bot"], left["channel"], left["ts"]) == ("warning", "acme", OPERATORS, theirs[0])
+        assert (left["why"], left["attempt"], left["retried"]) == ("Slack answered missing_scope", 1, True)
+        with capture_logs() as logs:
+            await run_retention(sessions, settings, knowledge=None)
+        assert sorted(slack.deleted) == sorted(theirs)
+        assert [e for e in logs if e["event"] == "retention.operator_thread_left"] == []
 
 
-async def test_retention_deletes_at_most_its_bound_of_threads_a_run_and_names_the_others(migrated_url, monkeypatch):
-    """A first purge of a full store must not hold the job for hours on Slack's rate limits: past the bound,
-    each thread is a warning naming it (its rows are gone, so no later run can find it)."""
-    monkeypatch.setattr(retention, "PURGE_OPERATOR_THREADS", 1)
+async def test_retention_gives_up_a_thread_slack_refuses_on_each_of_its_attempts_and_says_so(migrated_url, monkeypatch):
+    monkeypatch.setattr(slack_purged, "OPERATOR_THREAD_ATTEMPTS", 2)
+    async with _purging(migrated_url) as (slack, sessions, client, settings):
+        header = (await _thread(client, sessions, await _expired_web_conversation(sessions, "s-old"), "s-old"))[0]
+        left = []
+        for _ in range(3):
+            slack.fail("conversations.replies", error="missing_scope")
+            with capture_logs() as logs:
+                await run_retention(sessions, settings, knowledge=None)
+            left += [(e["ts"], e["attempt"], e["retried"]) for e in logs if e["event"] == "retention.operator_thread_left"]
+        assert left == [(header, 1, True), (header, 2, False)] and slack.deleted == []
+
+
+async def test_retention_names_each_thread_of_a_deletion_that_failed_otherwise_and_tries_it_again(
+        migrated_url, monkeypatch):
+    """`retention.operator_threads_failed` gave a count alone: which threads were left was not known."""
+    async def broken(settings, threads):
+        raise RuntimeError("a bug")
+
+    async with _purging(migrated_url) as (slack, sessions, client, settings):
+        theirs = await _thread(client, sessions, await _expired_web_conversation(sessions, "s-old"), "s-old")
+        real = slack_purged.erase_operator_threads
+        monkeypatch.setattr(slack_purged, "erase_operator_threads", broken)
+        with capture_logs() as logs:
+            await run_retention(sessions, settings, knowledge=None)
+        [failed] = [e for e in logs if e["event"] == "retention.operator_threads_failed"]
+        assert failed["threads"] == [{"bot": "acme", "channel": OPERATORS, "ts": theirs[0]}]
+        monkeypatch.setattr(slack_purged, "erase_operator_threads", real)
+        await run_retention(sessions, settings, knowledge=None)
+        assert sorted(slack.deleted) == sorted(theirs)
+
+
+async def test_retention_deletes_at_most_its_bound_of_threads_a_run_and_the_next_run_the_others(
+        migrated_url, monkeypatch):
+    """A first purge of a full store must not hold the job for hours on Slack's rate limits; the threads past the
+    bound were named in a warning and never deleted, as their rows were gone."""
+    monkeypatch.setattr(slack_purged, "PURGE_OPERATOR_THREADS", 1)
+    monkeypatch.setattr(slack_purged, "ROWS_PER_STATEMENT", 1)  # the batch's two threads stored in two statements
     async with _purging(migrated_url) as (slack, sessions, client, settings):
         headers = [(await _thread(client, sessions, await _expired_web_conversation(sessions, who), who))[0]
                    for who in ("s-old-1", "s-old-2")]
         with capture_logs() as logs:
             report = await run_retention(sessions, settings, knowledge=None)
         assert report.conversations == 2
-        left = [e for e in logs if e["event"] == "retention.operator_thread_left"]
-        assert [e["why"] for e in left] == ["over the 1 threads a run deletes"]
-        assert {left[0]["ts"], *(ts for ts in headers if ts in slack.deleted)} == set(headers)
-        assert left[0]["ts"] not in slack.deleted
+        assert [h for h in headers if h in slack.deleted] == headers[:1]
+        [waiting] = [e for e in logs if e["event"] == "retention.operator_threads_waiting"]
+        assert waiting["waiting"] == 1
+        await run_retention(sessions, settings, knowledge=None)
+        assert [h for h in headers if h in slack.deleted] == headers
 
 
 async def test_retention_deletes_the_purged_threads_though_a_later_step_of_the_job_fails(migrated_url):
@@ -141,14 +181,14 @@ async def test_a_purge_that_fails_midway_deletes_the_threads_of_what_it_committe
         assert [e for e in logs if e["event"] == "retention.operator_thread_left"] == []
 
 
-async def test_a_retention_job_stopped_while_it_deletes_the_purged_threads_names_them(migrated_url):
+async def test_a_retention_job_stopped_while_it_deletes_the_purged_threads_leaves_them_to_the_next_run(migrated_url):
     """Stopped while Slack was asked (a slow or rate-limited Slack, a shutdown meanwhile): the conversations were
-    gone, committed, and their threads were neither deleted nor named, known to that run alone."""
+    gone, committed, and their threads were known to that run alone, named for someone to delete by hand."""
     import asyncio
 
     async with _purging(migrated_url) as (slack, sessions, client, settings):
         expired = await _expired_web_conversation(sessions, "s-old")
-        header = (await _thread(client, sessions, expired, "s-old"))[0]
+        theirs = await _thread(client, sessions, expired, "s-old")
         slack.delays["conversations.replies"] = 5.0
         with capture_logs() as logs:
             job = asyncio.ensure_future(run_retention(sessions, settings, knowledge=None))
@@ -161,6 +201,7 @@ async def test_a_retention_job_stopped_while_it_deletes_the_purged_threads_names
             with pytest.raises(asyncio.CancelledError):
                 await job
         assert await _count(sessions, Conversation, Conversation.id == expired) == 0
-        [left] = [e for e in logs if e["event"] == "retention.operator_thread_left"]
-        assert (left["bot"], left["channel"], left["ts"]) == ("acme", OPERATORS, header)
-        assert "stopped" in left["why"]
+        assert slack.deleted == [] and [e for e in logs if e["event"] == "retention.operator_thread_left"] == []
+        del slack.delays["conversations.replies"]
+        await run_retention(sessions, settings, knowledge=None)
+        assert sorted(slack.deleted) == sorted(theirs)

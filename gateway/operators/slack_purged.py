@@ -1,0 +1,79 @@
+"""The Slack operator threads of the conversations the retention job purges, deleted in Slack after the purge.
+
+The purge stores each thread (`storage.models.PurgedOperatorThread`) in the transaction that deletes its
+escalation, so the thread outlives the rows that named it. After the purge, a run deletes the gateway's posts in
+at most `PURGE_OPERATOR_THREADS` of them (a first purge of a full store must not hold the job for hours of
+Slack's rate limits), the ones tried the fewest times first, and drops each row once its thread is gone. The
+others wait for the next run: those past the bound (`retention.operator_threads_waiting`), those Slack refused or
+could not be reached for (a `retention.operator_thread_left` warning each time, given up after
+`OPERATOR_THREAD_ATTEMPTS` runs, for someone to delete by hand), and those of a run stopped meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.operators.slack_forget import OperatorThread, erase_operator_threads
+from gateway.settings import Settings
+from storage.models import PurgedOperatorThread
+from storage.upsert import dialect_insert
+
+log = structlog.get_logger("gateway.retention")
+
+PURGE_OPERATOR_THREADS = 500  # Slack operator threads of purged conversations erased per run, at most
+OPERATOR_THREAD_ATTEMPTS = 5  # runs that try a thread Slack refuses (one a day on the default schedule)
+ROWS_PER_STATEMENT = 1000  # 3 parameters a row: PostgreSQL takes 32,767 a statement
+
+
+async def keep_purged_threads(session: AsyncSession, threads: list[OperatorThread]) -> None:
+    """Store `threads` in the caller's transaction, the one that deletes their escalations."""
+    rows = [{"bot": t.bot, "channel": t.channel or "", "ts": t.ts} for t in dict.fromkeys(threads)]
+    for start in range(0, len(rows), ROWS_PER_STATEMENT):  # a batch's threads may be more than a statement takes
+        await session.execute(dialect_insert(session, PurgedOperatorThread).values(
+            rows[start:start + ROWS_PER_STATEMENT]).on_conflict_do_nothing(index_elements=["bot", "channel", "ts"]))
+
+
+async def erase_purged_threads(sessions: async_sessionmaker[AsyncSession], settings: Settings) -> None:
+    """Delete the gateway's posts in up to `PURGE_OPERATOR_THREADS` stored threads, and the rows of those gone.
+
+    Never a failure of the purge, whose rows are committed; a stop leaves every thread stored for the next run."""
+    order = (PurgedOperatorThread.attempts, PurgedOperatorThread.since, PurgedOperatorThread.bot,
+             PurgedOperatorThread.channel, PurgedOperatorThread.ts)
+    async with sessions() as session:
+        rows = list((await session.scalars(select(PurgedOperatorThread).order_by(*order)
+                                           .limit(PURGE_OPERATOR_THREADS))).all())
+        waiting = (await session.execute(select(func.count()).select_from(PurgedOperatorThread))).scalar_one() - len(rows)
+    if not rows:
+        return
+    threads = {OperatorThread(row.bot, row.channel or None, row.ts): row for row in rows}
+    try:
+        left = dict(await erase_operator_threads(settings, list(threads)))
+    except asyncio.CancelledError:
+        raise  # which went is not known: each is stored still, and the next run asks Slack again
+    except Exception as exc:  # a bug, or an answer nothing expected: each is tried again
+        log.exception("retention.operator_threads_failed", threads=[_named(t) for t in threads])
+        left = dict.fromkeys(threads, f"{type(exc).__name__}: {exc}")
+    async with sessions() as session, session.begin():
+        for thread, row in threads.items():
+            where = (PurgedOperatorThread.bot == row.bot, PurgedOperatorThread.channel == row.channel,
+                     PurgedOperatorThread.ts == row.ts)
+            why = left.get(thread)
+            retried = why is not None and row.attempts + 1 < OPERATOR_THREAD_ATTEMPTS
+            if retried:
+                await session.execute(update(PurgedOperatorThread).where(*where).values(
+                    attempts=row.attempts + 1, why=why[:1000]))
+            else:
+                await session.execute(delete(PurgedOperatorThread).where(*where))
+            if why is not None:
+                log.warning("retention.operator_thread_left", **_named(thread), why=why, attempt=row.attempts + 1,
+                            attempts=OPERATOR_THREAD_ATTEMPTS, retried=retried)
+    if waiting:
+        log.info("retention.operator_threads_waiting", waiting=waiting, bound=PURGE_OPERATOR_THREADS)
+
+
+def _named(thread: OperatorThread) -> dict[str, str | None]:
+    return {"bot": thread.bot, "channel": thread.channel, "ts": thread.ts}
