@@ -12,7 +12,7 @@ from gateway.preflight import require_schema
 async def forget(args, settings) -> int:
     """`gateway forget`: erase a contact, then the gateway's posts about them in Slack; prints the counts."""
     from gateway.observability.logs import configure_logging_for
-    from gateway.operators.slack_forget import erase_operator_threads
+    from gateway.operators.slack_purged import OPERATOR_THREAD_ATTEMPTS, erase_forgotten_threads
     from gateway.retention import forget_contact
     from storage.engine import create_engine, session_factory
 
@@ -20,25 +20,31 @@ async def forget(args, settings) -> int:
     engine = create_engine(settings.database_url)
     try:
         await require_schema(settings, engine)
-        report = await forget_contact(session_factory(engine), channel=args.channel, user=args.user,
+        sessions = session_factory(engine)
+        report = await forget_contact(sessions, channel=args.channel, user=args.user,
                                       actor=f"cli:{os.environ.get('USER', 'unknown')}")
+        # What the gateway posted about them; stored with the forget, so what this leaves the retention job retries.
+        left = await erase_forgotten_threads(sessions, settings, report.operator_threads)
     finally:
         await engine.dispose()
-    left = await erase_operator_threads(settings, report.operator_threads)  # what the gateway posted about them
     counts = {k: getattr(report, k) for k in ("contacts", "conversations", "messages", "escalations")}
     if args.json:
         print(json.dumps(counts))
     else:
         print(f"deleted {_forgotten(counts, opt_outs_kept=report.opt_outs_kept)} (recorded in data_deletions)")
-        if erased := len(report.operator_threads) - len(left):
+        if erased := len(set(report.operator_threads)) - len(left):
             print(f"deleted {erased} Slack operator thread{'s' if erased != 1 else ''} (the operators' own replies stay)")
     if not any(report.as_dict().values()):  # nothing at all matched (a removed chat's mark is a match): a typo
         hint = " (for the web chat, the user id is the session_id)" if args.channel == "web" else ""
         print(f"note: no {args.channel} contact has the user id {args.user!r}, so nothing was deleted{hint}",
               file=sys.stderr)
+    retries = OPERATOR_THREAD_ATTEMPTS - 1  # this was the first attempt
+    then = (f"the retention job tries it again on its next runs (gateway serve, retention_schedule), up to {retries} "
+            f"time{'s' if retries != 1 else ''}; else delete it in Slack") if retries else "delete it in Slack"
     for thread, why in left:
         print(f"warning: Slack operator thread {thread.ts} (bot {thread.bot}, channel {thread.channel or 'unknown'}) "
-              f"was not deleted: {why}; delete it in Slack", file=sys.stderr)
+              f"was not deleted: {why}; {then}", file=sys.stderr)
+    # Not done yet: the person's words are still in Slack, which a script carrying out erasure requests must see.
     return 1 if left else 0
 
 

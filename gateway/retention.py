@@ -193,6 +193,8 @@ async def _forget(session: AsyncSession, *, channel: str, user: str, actor: str)
     await _lock_with_escalations(session, found.order_by(Conversation.id))
     ids = list((await session.execute(found.where(~others))).scalars())
     await _delete_conversations(session, ids, report)
+    # Stored with the delete, as the purge's: a forget stopped before Slack answered leaves them to the retention job.
+    await keep_purged_threads(session, report.operator_threads)
     # What is left of theirs is in the others' conversations. The replies first: deleting a message
     # sets its replies' `reply_to_id` to NULL, and they could not be told apart after.
     replies = (Message.direction == "out") & Message.reply_to_id.in_(select(Message.id).where(theirs))

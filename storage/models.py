@@ -329,9 +329,9 @@ class UnfinishedChatMove(Base):
 
 
 class PurgedOperatorThread(Base):
-    """A Slack operator thread of a conversation the retention job purged, whose posts in Slack are still to be
-    deleted (gateway/operators/slack_purged.py): stored with the purge, gone once they are, so a run that did not
-    get to it (its bound, Slack refusing, a stop) leaves it to the next."""
+    """A Slack operator thread of a conversation the retention job purged or `gateway forget` deleted, whose posts in
+    Slack are still to be deleted (gateway/operators/slack_purged.py): stored with the delete, gone once they are,
+    so a run (or forget) that did not get to it (its bound, Slack refusing, a stop) leaves it to the next run."""
 
     __tablename__ = "purged_operator_threads"
 

@@ -1,12 +1,15 @@
-"""The Slack operator threads of the conversations the retention job purges, deleted in Slack after the purge.
+"""The Slack operator threads of the conversations the retention job purges or `gateway forget` deletes, deleted
+in Slack after the rows.
 
-The purge stores each thread (`storage.models.PurgedOperatorThread`) in the transaction that deletes its
-escalation, so the thread outlives the rows that named it. After the purge, a run deletes the gateway's posts in
-at most `PURGE_OPERATOR_THREADS` of them (a first purge of a full store must not hold the job for hours of
-Slack's rate limits), the ones tried the fewest times first, and drops each row once its thread is gone. The
-others wait for the next run: those past the bound (`retention.operator_threads_waiting`), those Slack refused or
-could not be reached for (a `retention.operator_thread_left` warning each time, given up after
-`OPERATOR_THREAD_ATTEMPTS` runs, for someone to delete by hand), and those of a run stopped meanwhile.
+The purge and `gateway forget` store each thread (`storage.models.PurgedOperatorThread`) in the transaction that
+deletes its escalation, so the thread outlives the rows that named it, and a process stopped before Slack answered
+leaves it stored. `gateway forget` makes the first attempt at its own (`erase_forgotten_threads`). After the purge,
+a run deletes the gateway's posts in at most `PURGE_OPERATOR_THREADS` stored threads (a first purge of a full
+store must not hold the job for hours of Slack's rate limits), the ones tried the fewest times first, and drops
+each row once its thread is gone. The others wait for the next run: those past the bound
+(`retention.operator_threads_waiting`), those Slack refused or could not be reached for (a
+`retention.operator_thread_left` warning each time, given up after `OPERATOR_THREAD_ATTEMPTS` attempts, for
+someone to delete by hand), and those of a run (or a forget) stopped meanwhile.
 """
 
 from __future__ import annotations
@@ -47,9 +50,27 @@ async def erase_purged_threads(sessions: async_sessionmaker[AsyncSession], setti
         rows = list((await session.scalars(select(PurgedOperatorThread).order_by(*order)
                                            .limit(PURGE_OPERATOR_THREADS))).all())
         waiting = (await session.execute(select(func.count()).select_from(PurgedOperatorThread))).scalar_one() - len(rows)
-    if not rows:
-        return
-    threads = {OperatorThread(row.bot, row.channel or None, row.ts): row for row in rows}
+    if rows:
+        await _erase_stored(sessions, settings, {OperatorThread(row.bot, row.channel or None, row.ts): row.attempts
+                                                 for row in rows})
+    if waiting:
+        log.info("retention.operator_threads_waiting", waiting=waiting, bound=PURGE_OPERATOR_THREADS)
+
+
+async def erase_forgotten_threads(sessions: async_sessionmaker[AsyncSession], settings: Settings,
+                                  threads: list[OperatorThread]) -> list[tuple[OperatorThread, str]]:
+    """`gateway forget`'s attempt at the threads it stored (`keep_purged_threads`, in its transaction): their
+    first, the retention job's runs the others. The threads left, each with why."""
+    if not threads:
+        return []
+    left = await _erase_stored(sessions, settings, dict.fromkeys(threads, 0))
+    return [(thread, left[thread]) for thread in dict.fromkeys(threads) if thread in left]
+
+
+async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Settings,
+                        threads: dict[OperatorThread, int]) -> dict[OperatorThread, str]:
+    """Delete the gateway's posts in `threads` (each with the attempts made before this one), drop the rows of
+    those gone or given up, count this attempt in the others'; the threads left, each with why."""
     try:
         left = dict(await erase_operator_threads(settings, list(threads)))
     except asyncio.CancelledError:
@@ -58,21 +79,20 @@ async def erase_purged_threads(sessions: async_sessionmaker[AsyncSession], setti
         log.exception("retention.operator_threads_failed", threads=[_named(t) for t in threads])
         left = dict.fromkeys(threads, f"{type(exc).__name__}: {exc}")
     async with sessions() as session, session.begin():
-        for thread, row in threads.items():
-            where = (PurgedOperatorThread.bot == row.bot, PurgedOperatorThread.channel == row.channel,
-                     PurgedOperatorThread.ts == row.ts)
+        for thread, attempts in threads.items():
+            where = (PurgedOperatorThread.bot == thread.bot, PurgedOperatorThread.channel == (thread.channel or ""),
+                     PurgedOperatorThread.ts == thread.ts)
             why = left.get(thread)
-            retried = why is not None and row.attempts + 1 < OPERATOR_THREAD_ATTEMPTS
+            retried = why is not None and attempts + 1 < OPERATOR_THREAD_ATTEMPTS
             if retried:
                 await session.execute(update(PurgedOperatorThread).where(*where).values(
-                    attempts=row.attempts + 1, why=why[:1000]))
+                    attempts=attempts + 1, why=why[:1000]))
             else:
                 await session.execute(delete(PurgedOperatorThread).where(*where))
             if why is not None:
-                log.warning("retention.operator_thread_left", **_named(thread), why=why, attempt=row.attempts + 1,
+                log.warning("retention.operator_thread_left", **_named(thread), why=why, attempt=attempts + 1,
                             attempts=OPERATOR_THREAD_ATTEMPTS, retried=retried)
-    if waiting:
-        log.info("retention.operator_threads_waiting", waiting=waiting, bound=PURGE_OPERATOR_THREADS)
+    return left
 
 
 def _named(thread: OperatorThread) -> dict[str, str | None]:

@@ -9,11 +9,13 @@ from contextlib import asynccontextmanager
 
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from gateway.cli import main
+from gateway.retention import forget_contact, run_retention
+from gateway.settings import load_settings
 from storage.engine import create_engine, session_factory
-from storage.models import Escalation
+from storage.models import Escalation, PurgedOperatorThread
 from tests.conftest import write_config
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 from tests.scale.test_retention import _count, _store
@@ -71,21 +73,49 @@ async def test_forget_deletes_the_gateways_posts_in_the_slack_operator_thread(mi
         assert slack.deleted[-1] == theirs[0] and operator_reply not in slack.deleted
         assert not set(others) & set(slack.deleted)
         assert await _count(sessions, Escalation, Escalation.conversation_id == gone) == 0
+        assert await _count(sessions, PurgedOperatorThread) == 0  # gone from Slack: nothing left to try again
 
 
-async def test_forget_names_the_slack_threads_it_could_not_delete_and_exits_1(migrated_url, tmp_path, capsys,
-                                                                              monkeypatch):
+async def test_forget_names_the_slack_thread_it_could_not_delete_exits_1_and_the_retention_job_deletes_it_later(
+        migrated_url, tmp_path, capsys, monkeypatch):
     """Slack refuses (a token without channels:history): the database is forgotten all the same, and the thread
-    left is named, so that someone deletes it by hand, instead of a silent success."""
+    left is named, instead of a silent success. It was named once and never tried again: its escalation's row,
+    the only record of it, was gone, so a forget run again found nothing; it is stored for the retention job
+    (which `gateway serve` runs though no bot keeps a retention period), whose next run deletes it."""
     async with _forgetting(migrated_url, tmp_path, monkeypatch) as (slack, sessions, client, config):
         gone = await _store(sessions, bot="acme", channel="telegram", user="4242", chat="4242")
-        header = (await _thread(client, sessions, gone, "4242"))[0]
+        theirs = await _thread(client, sessions, gone, "4242")
         slack.fail("conversations.replies", error="missing_scope")
         code = await asyncio.to_thread(main, ["forget", "--config", str(config), "--channel", "telegram",
                                               "--user", "4242"])
         assert code == 1
         err = capsys.readouterr().err
-        assert f"warning: Slack operator thread {header} (bot acme, channel {OPERATORS}) was not deleted: " \
-               "Slack answered missing_scope; delete it in Slack" in err
+        assert f"warning: Slack operator thread {theirs[0]} (bot acme, channel {OPERATORS}) was not deleted: " \
+               "Slack answered missing_scope; the retention job tries it again on its next runs (gateway serve, " \
+               "retention_schedule), up to 4 times; else delete it in Slack" in err
         assert slack.deleted == []
         assert await _count(sessions, Escalation, Escalation.conversation_id == gone) == 0
+        async with sessions() as session:
+            [row] = (await session.scalars(select(PurgedOperatorThread))).all()
+        assert (row.bot, row.channel, row.ts, row.attempts, row.why) == (
+            "acme", OPERATORS, theirs[0], 1, "Slack answered missing_scope")
+        settings = load_settings(config)
+        assert not settings.bots[0].retention_days
+        await run_retention(sessions, settings, knowledge=None)
+        assert sorted(slack.deleted) == sorted(theirs)
+        assert await _count(sessions, PurgedOperatorThread) == 0
+
+
+async def test_a_forget_stopped_after_its_commit_leaves_its_slack_threads_to_the_retention_job(
+        migrated_url, tmp_path, monkeypatch):
+    """The threads to delete were in the forget process's memory alone between its commit and Slack's answers: a
+    forget killed then (a ^C, a deploy, Slack slow) left the gateway's copies of the person's words in Slack,
+    and nothing named them. They are stored in the transaction that deletes their escalations."""
+    async with _forgetting(migrated_url, tmp_path, monkeypatch) as (slack, sessions, client, config):
+        gone = await _store(sessions, bot="acme", channel="telegram", user="4242", chat="4242")
+        theirs = await _thread(client, sessions, gone, "4242")
+        await forget_contact(sessions, channel="telegram", user="4242")  # the process dies here, before Slack
+        assert slack.deleted == [] and await _count(sessions, PurgedOperatorThread) == 1
+        await run_retention(sessions, load_settings(config), knowledge=None)
+        assert sorted(slack.deleted) == sorted(theirs)
+        assert await _count(sessions, PurgedOperatorThread) == 0
