@@ -72,8 +72,12 @@ def print_reports(runs: list[dict], *, as_json: bool) -> int:
     else:
         for run in runs:
             if run["status"] == "removed":
-                deleted = f"{run['deleted']} chunk was" if run["deleted"] == 1 else f"{run['deleted']} chunks were"
-                print(f"{run['bot']}/{run['source']}: no longer in the config; its {deleted} deleted")
+                chunks, documents = run["deleted"], run.get("documents_removed")  # none from an older server
+                deleted = f"{chunks} chunk{'s' if chunks != 1 else ''}"
+                if documents:
+                    deleted = f"{documents} document{'s' if documents != 1 else ''} ({deleted})"
+                were = "was" if (documents or chunks) == 1 else "were"
+                print(f"{run['bot']}/{run['source']}: no longer in the config; its {deleted} {were} deleted")
                 continue
             dropped = run.get("errors_dropped", 0)  # a server of an older version sends none
             errors = f", {len(run['errors']) + dropped} error(s)" if run["errors"] else ""

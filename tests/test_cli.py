@@ -394,7 +394,9 @@ def test_cli_ingest_deletes_the_chunks_of_a_source_taken_out_of_the_config(kb_co
     write_config(tmp_path, bots=[bot])  # "docs" renamed "manual"
     renamed = _run("ingest", "--config", str(config))
     assert renamed.returncode == 0, renamed.stderr
-    assert f"acme/docs: no longer in the config; its {first['added']} chunks were deleted" in renamed.stdout
+    # Its documents too, as `--json`'s `documents_removed` counts them: the chunks alone did not say how much went.
+    assert f"acme/docs: no longer in the config; its 2 documents ({first['added']} chunks) were deleted" in \
+        renamed.stdout
     again = json.loads(_run("ingest", "--config", str(config), "--json").stdout)
     assert [(r["source"], r["status"]) for r in again["runs"]] == [("manual", "ok")]
     assert again["unchanged"] == first["added"] and again["deleted"] == 0
