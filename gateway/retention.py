@@ -49,8 +49,8 @@ class DeletionReport:
     by_bot: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)  # chunks of each removed "bot/source"
     documents_by_source: dict[str, int] = field(default_factory=dict)  # and its documents
-    # The Slack operator threads of the conversations deleted, for `gateway forget` to erase (`slack_forget`; the
-    # purge stores them, `slack_purged`): not a count.
+    # The Slack operator threads of the conversations `gateway forget` deleted, stored with them (`slack_purged`) for
+    # it to erase after the commit; the purge's are stored alone, for the retention job's end. Not a count.
     operator_threads: list[OperatorThread] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -99,11 +99,13 @@ async def _people_of(session: AsyncSession, conversation_ids: list[int]) -> dict
     return people
 
 
-async def _delete_conversations(session: AsyncSession, ids: list[int], report: DeletionReport) -> None:
+async def _delete_conversations(session: AsyncSession, ids: list[int], report: DeletionReport) -> list[OperatorThread]:
     """Delete conversations and count what goes with them (messages and escalations cascade); their escalations'
-    Slack operator threads go in `report.operator_threads`, for the caller to erase after the commit."""
+    Slack operator threads are stored (`purged_operator_threads`) in the same transaction, as the rows that named
+    them go, and returned: the posts in Slack go after the commit."""
+    threads: list[OperatorThread] = []
     for part in _parts(ids):  # read before their escalations go: the copies posted in Slack go after them
-        report.operator_threads += [OperatorThread(*row) for row in (await session.execute(
+        threads += [OperatorThread(*row) for row in (await session.execute(
             select(Escalation.bot, Escalation.slack_channel, Escalation.slack_ts).where(
                 Escalation.conversation_id.in_(part), Escalation.slack_ts.is_not(None)))).all()]
     for part in _parts(ids):  # a contact forgotten may have more conversations than a statement takes
@@ -114,6 +116,9 @@ async def _delete_conversations(session: AsyncSession, ids: list[int], report: D
         await session.execute(delete(Message).where(Message.conversation_id.in_(part)))
         result = await session.execute(delete(Conversation).where(Conversation.id.in_(part)))
         report.conversations += result.rowcount
+    # A process stopped before Slack answered leaves them to the retention job (`slack_purged`).
+    await keep_purged_threads(session, threads)
+    return threads
 
 
 class _EscalatedMeanwhile(Exception):
@@ -192,9 +197,7 @@ async def _forget(session: AsyncSession, *, channel: str, user: str, actor: str)
     # a turn's store takes them.
     await _lock_with_escalations(session, found.order_by(Conversation.id))
     ids = list((await session.execute(found.where(~others))).scalars())
-    await _delete_conversations(session, ids, report)
-    # Stored with the delete, as the purge's: a forget stopped before Slack answered leaves them to the retention job.
-    await keep_purged_threads(session, report.operator_threads)
+    report.operator_threads = await _delete_conversations(session, ids, report)
     # What is left of theirs is in the others' conversations. The replies first: deleting a message
     # sets its replies' `reply_to_id` to NULL, and they could not be told apart after.
     replies = (Message.direction == "out") & Message.reply_to_id.in_(select(Message.id).where(theirs))
@@ -236,15 +239,11 @@ async def purge_expired(sessions: async_sessionmaker[AsyncSession], settings: Se
         after = 0
         while True:
             batch = expired.where(Conversation.id > after).order_by(Conversation.id).limit(PURGE_BATCH)
-            committed = len(report.operator_threads)
             try:
                 locked = await _again_if_escalated_meanwhile(
                     sessions, lambda session: _purge_batch(session, bot.name, batch, cutoff, report),
                     job="purge", bot=bot.name)
-            except BaseException as exc:
-                del report.operator_threads[committed:]  # rolled back: their conversations keep them
-                if not isinstance(exc, Conflict):
-                    raise
+            except Conflict as exc:
                 # The bot's next run tries again; the other bots are purged meanwhile.
                 log.error("retention.purge_stopped", bot=bot.name, error=str(exc))
                 break
@@ -289,10 +288,7 @@ async def _purge_batch(session: AsyncSession, bot: str, expired, cutoff: datetim
     # contact, and whoever wrote in it: in a group only the first writer is the contact) are this
     # bot's to remove. "No conversation's contact" alone took another bot's group members too.
     theirs = sorted(set().union(*(people.get(c, set()) for c in ids)))
-    threads = len(report.operator_threads)
-    await _delete_conversations(session, ids, report)
-    # Stored with the delete: the rows that named them are gone, and Slack is asked after the commit.
-    await keep_purged_threads(session, report.operator_threads[threads:])
+    await _delete_conversations(session, ids, report)  # their threads stored with them, for `run_retention`'s end
     if ids:  # a chat the bot has no conversation in now: its removal mark (a private chat's id is the person's)
         await session.execute(delete(RemovedChat).where(RemovedChat.bot == bot, ~exists().where(
             Conversation.bot == RemovedChat.bot, Conversation.channel == RemovedChat.channel,
