@@ -80,6 +80,10 @@ def parse_event(
         # text-only reply, not the greeting an empty message gets.
         attachments = (Attachment(kind="other", caption="shared message"),)
     profile = event.get("user_profile") or {}
+    # Slack sends an `app_mention` again, under a new event id, each time a message naming the bot is edited
+    # (its `edited` mark says so): a typo fixed in a question already answered was answered twice. It is an edit
+    # of that message, applied while it waits; a question at last when the bot's mention was added by it.
+    edited = kind == "app_mention" and isinstance(event.get("edited"), dict)
     return (
         InboundMessage(
             channel=channel_name,
@@ -99,6 +103,9 @@ def parse_event(
             sent_at=_sent_at(ts),
             raw={**body, "message_id": ts},  # kept as the message's platform id, which an edit names
             existing_conversation_only=needs_conversation,
+            revises=ts if edited else None,
+            new_if_never_stored=edited,
+            revision=_edit_order(event["edited"]) if edited else None,
         ),
         "",
     )
@@ -153,6 +160,14 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
         stored_if_answered=in_operator_thread,
         existing_conversation_only=in_operator_thread,  # the thread's, where the operator wrote what they revise
     ), ""
+
+
+def _edit_order(edited: dict[str, Any]) -> tuple[int, ...] | None:
+    """An edit's place among its message's edits: the microseconds of its `edited.ts` (None when malformed)."""
+    seconds, _, fraction = str(edited.get("ts") or "").partition(".")
+    if not seconds.isdigit() or not (fraction or "0").isdigit():
+        return None
+    return (int(seconds), int(fraction.ljust(6, "0")[:6] or 0))
 
 
 def _attachment(file: dict[str, Any], caption: str) -> Attachment:

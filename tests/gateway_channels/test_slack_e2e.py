@@ -16,6 +16,7 @@ from tests.gateway_channels.conftest import (
     count_messages,
     deliveries,
     gateway_app,
+    messages_in_chat,
     settle,
     settled_chat,
     store_reply,
@@ -200,6 +201,47 @@ async def test_slack_reply_in_a_thread_the_bot_was_never_asked_in_is_ignored(env
     await settle()
     assert await count_messages(services, channel="slack") == before
     assert posted_to(fake, "C0014") == []
+
+
+def edited_mention(event_id: str, channel: str, ts: str, text: str, **event: Any) -> dict[str, Any]:
+    """The `app_mention` Slack sends again when a message naming the bot is edited: the same `ts`, a new
+    `event_id`, and the `edited` mark (slackapi/bolt-js#960)."""
+    return envelope(event_id, channel, f"<@{BOT_USER_ID}> {text}", kind="app_mention", channel_type="channel", ts=ts,
+                    edited={"user": "U0CUSTOMER", "ts": str(float(ts) + 5)}, **event)
+
+
+async def test_slack_mention_edited_after_its_answer_is_not_answered_again(env):
+    """A member who fixed a typo in a question the bot had answered got a second answer: Slack sends the
+    edited message as a new `app_mention`, under a new event id."""
+    client, services, fake = env
+    ts = "1700000401.000100"
+    mention = envelope("Ev0401", "C0401", f"<@{BOT_USER_ID}> How much is the Pro plan?", kind="app_mention",
+                       channel_type="channel", ts=ts)
+    assert (await post(client, mention)).status_code == 200
+    await wait_until(lambda: posted_to(fake, "C0401"), what="the answer")
+    await settled_chat(services, channel="slack", chat="C0401", count=2)
+    # Once the bot answered in the thread, the message is the thread's parent: Slack adds its thread_ts.
+    assert (await post(client, edited_mention("Ev0402", "C0401", ts, QUESTION, thread_ts=ts))).status_code == 200
+    await settle()
+    assert len(posted_to(fake, "C0401")) == 1
+    assert [m.direction for m in await messages_in_chat(services, channel="slack", chat="C0401")] == ["in", "out"]
+
+
+async def test_slack_message_edited_to_mention_the_bot_is_answered_once(env):
+    """A member who forgot the @mention and edited it in: the first version was ignored, the edit is the question."""
+    client, services, fake = env
+    ts = "1700000403.000100"
+    plain = envelope("Ev0403", "C0403", QUESTION, channel_type="channel", ts=ts)
+    assert (await post(client, plain)).status_code == 200
+    edited = edited_mention("Ev0404", "C0403", ts, QUESTION)
+    assert (await post(client, edited)).status_code == 200
+    assert (await post(client, edited, retry=1)).status_code == 200
+    [reply] = await wait_until(lambda: posted_to(fake, "C0403"), what="the answer")
+    assert reply["thread_ts"] == ts and "$" in reply["text"]
+    stored = await settled_chat(services, channel="slack", chat="C0403", count=2)
+    assert [m.direction for m in stored] == ["in", "out"]
+    await settle()
+    assert len(posted_to(fake, "C0403")) == 1
 
 
 def revision(event_id: str, channel: str, ts: str, text: str | None) -> dict[str, Any]:
