@@ -115,6 +115,18 @@ def _display_name(user: dict[str, Any]) -> str:
     return name or user.get("title") or user.get("username") or str(user.get("id", ""))
 
 
+def _replied_to(msg: dict[str, Any]) -> dict[str, Any]:
+    """The message `msg` replies to, or {}. Telegram sends each message of a forum topic as a reply to the topic's
+    creation (a service message, whose id is the topic's): that is no reply, and in a topic the bot opened it made
+    every member's message one to the bot, answered without a mention."""
+    reply = msg.get("reply_to_message")
+    if not isinstance(reply, dict):
+        return {}
+    topic_root = "forum_topic_created" in reply or (
+        bool(msg.get("is_topic_message")) and reply.get("message_id") == msg.get("message_thread_id"))
+    return {} if topic_root else reply
+
+
 def _shared(msg: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """The lines and `meta.shared` values of a shared location, venue (a named place; it carries its
     `location` too) or contact (the person's name and number, which the customer chose to give us)."""
@@ -209,7 +221,8 @@ class UpdateParser:
         if addr.refusal:
             return ignore(addr.refusal)
         is_group = chat.get("type") != "private"
-        replied_to_us = ((msg.get("reply_to_message") or {}).get("from") or {}).get("id") == self.bot_id
+        reply = _replied_to(msg)
+        replied_to_us = (reply.get("from") or {}).get("id") == self.bot_id
         # Not addressed to the bot: ignored, unless an operator is talking with this member here (the
         # inbox decides: `only_while_held`), whose answers would otherwise never reach them.
         # A channel is a broadcast, its posts the admins' news, not questions: `always` does not reach them,
@@ -239,7 +252,6 @@ class UpdateParser:
             thread = str(msg["message_thread_id"])  # a forum topic is one conversation, for all in it
         else:
             thread = member_thread(str(user.get("id", ""))) if is_group else ""
-        reply = msg.get("reply_to_message") or {}
         sent_at = datetime.fromtimestamp(int(msg.get("date") or 0), tz=timezone.utc)
         inbound = InboundMessage(
             channel=CHANNEL,

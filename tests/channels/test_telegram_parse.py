@@ -246,6 +246,22 @@ def test_parse_forum_topic_sets_thread() -> None:
     assert result.messages[0].conversation.thread == "77"
 
 
+def test_a_message_in_a_forum_topic_the_bot_created_is_no_reply_to_the_bot() -> None:
+    """Telegram sends every message of a forum topic as a reply to the topic's creation (a service message):
+    in a topic the bot opened, each member's message read as a reply to the bot, answered without a mention."""
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    bot = {"id": BOT_ID, "is_bot": True, "first_name": "Support", "username": "support_bot"}
+    created = {"message_id": 77, "date": 1700000000, "chat": {"id": -100777, "type": "supergroup", "is_forum": True},
+               "from": bot, "message_thread_id": 77, "forum_topic_created": {"name": "Order 1234", "icon_color": 7322096}}
+    topic = {"chat_type": "supergroup", "message_thread_id": 77, "is_topic_message": True}
+    [chatter] = tg.parse(_request(_update("thanks all, see you tomorrow", reply_to_message=created, **topic))).messages
+    assert chatter.only_while_held and chatter.reply_to is None and chatter.conversation.thread == "77"
+    answer = {"message_id": 80, "date": 1700000000, "chat": created["chat"], "from": bot, "message_thread_id": 77,
+              "is_topic_message": True, "text": "Your order ships Monday."}
+    [reply] = tg.parse(_request(_update("and to Berlin?", reply_to_message=answer, **topic))).messages
+    assert not reply.only_while_held and reply.reply_to == "80"
+
+
 def test_each_member_of_a_group_has_a_conversation_of_their_own() -> None:
     """In a group, what a tool returned for one member must not be history for another member's answer."""
     tg = TelegramAdapter("demo", _settings(respond_in_groups="always"))
