@@ -95,6 +95,7 @@ class TelegramAdapter:
         max_attempts: int = 4,
         max_retry_wait: float = 5.0,
         polling_timeout: int = 25,
+        identity_retry_s: float = 5.0,
     ) -> None:
         self.bot_name = bot
         self.settings = settings
@@ -104,6 +105,8 @@ class TelegramAdapter:
         self.max_attempts = max_attempts
         self.max_retry_wait = max_retry_wait
         self.polling_timeout = polling_timeout
+        self.identity_retry_s = identity_retry_s  # the first wait before asking getMe again; doubles up to 5 min
+        self._identity: asyncio.Task[None] | None = None
         self._polling: asyncio.Task[None] | None = None
         self._poller: TelegramPoller | None = None
         # Chunks already delivered per outbound message, so a retried send never repeats them.
@@ -328,12 +331,8 @@ class TelegramAdapter:
     async def start(self, deliver: Deliver) -> None:
         """Learn our username (for @mentions); in polling mode, start long-polling getUpdates."""
         self._deliver = deliver
-        try:
-            # Bounded, so an unreachable Telegram cannot hold up the gateway's startup.
-            me = await self.bot.get_me(request_timeout=10)
-            self.parser.username = me.username
-        except AiogramError as exc:
-            log.warning("telegram.get_me_failed", bot=self.bot_name, error=str(exc)[:200])
+        if self._identity is None and not await self._learn_username(failures=0):
+            self._identity = asyncio.create_task(self._learn_username_later(), name=f"telegram-getme-{self.bot_name}")
         if self.settings.mode != "polling" or self._polling is not None:
             return
         try:
@@ -346,6 +345,26 @@ class TelegramAdapter:
         self._polling = asyncio.create_task(self._poller.run(), name=f"telegram-polling-{self.bot_name}")
         log.info("telegram.polling_started", bot=self.bot_name)
 
+    async def _learn_username(self, *, failures: int) -> bool:
+        """Ask getMe for our username (what a group's @mentions and commands name; asked again until known, or each
+        was ignored until a restart); bounded, so an unreachable Telegram cannot hold up startup. False: it failed."""
+        try:
+            self.parser.username = (await self.bot.get_me(request_timeout=10)).username
+        except AiogramError as exc:
+            log.warning("telegram.get_me_failed", bot=self.bot_name, error=str(exc)[:200], failures=failures + 1)
+            return False
+        if failures:
+            log.info("telegram.username_learned", bot=self.bot_name, username=self.parser.username, failures=failures)
+        return True
+
+    async def _learn_username_later(self) -> None:
+        failures = 1
+        while True:
+            await asyncio.sleep(doubling(failures, first=self.identity_retry_s, cap=300.0))
+            if await self._learn_username(failures=failures):
+                return
+            failures += 1
+
     @property
     def connection_status(self) -> str | None:
         """Long polling, for `/readyz` (None in webhook mode: Telegram calls us). A wrong token or no route
@@ -357,7 +376,11 @@ class TelegramAdapter:
         return self._poller.problem or ("polling" if self._poller.polled else "connecting")
 
     async def stop(self) -> None:
-        """Stop polling (if running) and close the HTTP session."""
+        """Stop polling (if running), and asking getMe again, and close the HTTP session."""
+        if self._identity is not None:
+            self._identity.cancel()
+            await asyncio.gather(self._identity, return_exceptions=True)
+            self._identity = None
         if self._polling is not None:
             # Safe at any point: the offset only passes stored updates, so an interrupted one comes again.
             self._polling.cancel()

@@ -53,6 +53,24 @@ async def test_start_learns_username_so_group_mentions_work(fake: FakeTelegramAP
         await tg.stop()
 
 
+async def test_start_learns_username_later_when_telegram_was_unreachable_at_start(fake: FakeTelegramAPI) -> None:
+    """getMe was asked once, at start: a Telegram blip then (a container up before its network) left the username
+    unknown until a restart, so every @mention and /ask@bot in a group was ignored."""
+    fake.fail_next("getMe", status=502, times=2)
+    tg = TelegramAdapter("demo", _settings(fake.base_url), identity_retry_s=0.05)
+    update = _update("/ask@support_bot hours?", chat_type="group", entities=[{"type": "bot_command", "offset": 0, "length": 16}])
+    await tg.start(lambda m: asyncio.sleep(0))
+    try:
+        deadline = time.monotonic() + 10
+        while tg.parse(_request(update)).ignored and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        [asked] = tg.parse(_request(update)).messages
+        assert asked.text == "hours?" and not asked.only_while_held
+        assert len(fake.calls("getMe")) == 3
+    finally:
+        await tg.stop()
+
+
 async def test_polling_delivers_updates_and_stops_cleanly(fake: FakeTelegramAPI) -> None:
     fake.webhook = {"url": "https://old.example/hook"}
     tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling"), polling_timeout=1)
