@@ -203,11 +203,16 @@ async def test_slack_reply_in_a_thread_the_bot_was_never_asked_in_is_ignored(env
     assert posted_to(fake, "C0014") == []
 
 
+def channel_mention(event_id: str, channel: str, ts: str, text: str, **event: Any) -> dict[str, Any]:
+    """The `app_mention` of a channel message naming the bot."""
+    return envelope(event_id, channel, f"<@{BOT_USER_ID}> {text}", kind="app_mention", channel_type="channel", ts=ts,
+                    **event)
+
+
 def edited_mention(event_id: str, channel: str, ts: str, text: str, **event: Any) -> dict[str, Any]:
     """The `app_mention` Slack sends again when a message naming the bot is edited: the same `ts`, a new
     `event_id`, and the `edited` mark (slackapi/bolt-js#960)."""
-    return envelope(event_id, channel, f"<@{BOT_USER_ID}> {text}", kind="app_mention", channel_type="channel", ts=ts,
-                    edited={"user": "U0CUSTOMER", "ts": str(float(ts) + 5)}, **event)
+    return channel_mention(event_id, channel, ts, text, edited={"user": "U0CUSTOMER", "ts": str(float(ts) + 5)}, **event)
 
 
 async def test_slack_mention_edited_after_its_answer_is_not_answered_again(env):
@@ -215,9 +220,7 @@ async def test_slack_mention_edited_after_its_answer_is_not_answered_again(env):
     edited message as a new `app_mention`, under a new event id."""
     client, services, fake = env
     ts = "1700000401.000100"
-    mention = envelope("Ev0401", "C0401", f"<@{BOT_USER_ID}> How much is the Pro plan?", kind="app_mention",
-                       channel_type="channel", ts=ts)
-    assert (await post(client, mention)).status_code == 200
+    assert (await post(client, channel_mention("Ev0401", "C0401", ts, "How much is the Pro plan?"))).status_code == 200
     await wait_until(lambda: posted_to(fake, "C0401"), what="the answer")
     await settled_chat(services, channel="slack", chat="C0401", count=2)
     # Once the bot answered in the thread, the message is the thread's parent: Slack adds its thread_ts.
