@@ -122,6 +122,7 @@ class DiscordAdapter:
         self.client = GatewayClient(self._on_message, on_revision=self._inbox.in_turn, bot=bot, intents=intents,
                                     wait_in_place_s=wait_in_place_s)
         self._threads = ThreadLookup(self.client, bot=bot)  # a thread discord.py does not hold, asked of Discord
+        self.client.thread_of = self._threads.of_channel
         self._wait_in_place_s = wait_in_place_s  # a send's rate limits, waited out in place, in all
         self._verify_key = verify_key(settings.public_key)
         if self._verify_key is None:  # said once at start, not only as a 401 per interaction

@@ -38,6 +38,8 @@ class GatewayClient(discord.Client):
         self._on_message = on_message
         self._on_revision = on_revision  # edits and deletions; None: ignored with a logged reason
         self._bot = bot  # for the log lines
+        # Whether a server channel (id, guild id) is a thread, for an edit that is a question of its own (the adapter's).
+        self.thread_of: Callable[[int, int], Awaitable[bool]] | None = None
         # The websocket looks each event's parser up in this dict: one unreadable event is skipped, not fatal.
         parsers = self._connection.parsers
         for event, parse in list(parsers.items()):
@@ -82,8 +84,10 @@ class GatewayClient(discord.Client):
         # The bot's own role, as a new message reads it: an edit of "<@&role> how do I…" kept the mention.
         guild = self.get_guild(guild_id) if guild_id else None
         roles = (str(role.id),) if guild is not None and (role := guild.self_role) else ()
+        threaded = data is not None and guild_id is not None and self.thread_of is not None \
+            and await self.thread_of(channel_id, guild_id)
         revision = revision_of(message_id, channel_id, dict(data) if data is not None else None, event=event,
-                               bot_user_id=bot_user_id, bot_role_ids=roles)
+                               bot_user_id=bot_user_id, bot_role_ids=roles, in_thread=threaded)
         if isinstance(revision, str) or self._on_revision is None:
             self._ignored(message_id, revision if isinstance(revision, str) else f"{event}: nothing to answer")
         else:

@@ -9,6 +9,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import discord
 
@@ -105,7 +106,14 @@ class ThreadLookup:
 
     async def in_thread(self, message: discord.Message) -> bool:
         """Whether `message` is in a thread; a channel that cannot be looked up counts as none (logged)."""
-        channel = message.channel
+        return await self._is_thread(message.channel)
+
+    async def of_channel(self, channel_id: int, guild_id: int) -> bool:
+        """Whether the server channel `channel_id` is a thread (an edited message's, which names its channel)."""
+        return await self._is_thread(self._client.get_channel(channel_id)
+                                     or self._client.get_partial_messageable(channel_id, guild_id=guild_id))
+
+    async def _is_thread(self, channel: Any) -> bool:
         if isinstance(channel, discord.Thread):
             return True
         if not isinstance(channel, discord.PartialMessageable) or channel.guild_id is None:

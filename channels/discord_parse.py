@@ -95,21 +95,25 @@ def classify_gateway_message(
 
 
 def revision_of(message_id: int, channel_id: int, data: dict[str, Any] | None, *, event: str,
-                bot_user_id: str, bot_role_ids: tuple[str, ...] = ()) -> InboundMessage | str:
+                bot_user_id: str, bot_role_ids: tuple[str, ...] = (), in_thread: bool = False) -> InboundMessage | str:
     """MESSAGE_UPDATE (`data`: the message as edited) or a deletion (`data` None) → a revision of the
     message it names (`InboundMessage.revises`), applied while that message waits for its answer; one
-    already answered is not answered again, or every typo fix would be. Or the reason it is ignored."""
+    already answered is not answered again, or every typo fix would be. A server message that now addresses
+    the bot and was never stored (ignored for want of its @mention) is the question asked now, in the
+    conversation it would have had (`in_thread`: its channel is a thread). Or the reason it is ignored."""
     where = ConversationRef(channel="discord", chat=str(channel_id))
     if data is None:
         return InboundMessage(channel="discord", external_id=f"{event}:{message_id}", conversation=where,
                               sender=Sender(external_id=""), text="", revises=str(message_id), deleted=True)
     if "content" not in data or "author" not in data:
         return f"{event}: no content (an embed was added)"
-    edited = classify_gateway_message(data, bot_user_id=bot_user_id, respond_in_groups="always",
-                                      bot_role_ids=bot_role_ids)
+    edited = classify_gateway_message(data, bot_user_id=bot_user_id, respond_in_groups="mention",
+                                      bot_role_ids=bot_role_ids, in_thread=in_thread)
     if isinstance(edited, str):
         return f"{event}: {edited}"
-    return dataclasses.replace(edited, conversation=where, revises=str(message_id))
+    addressed = bool(data.get("guild_id")) and not edited.only_while_held
+    return dataclasses.replace(edited, conversation=edited.conversation if addressed else where,
+                               revises=str(message_id), only_while_held=False, new_if_never_stored=addressed)
 
 
 def conversation_ref(guild_id: str, channel_id: str, author_id: str, *, in_thread: bool) -> ConversationRef:

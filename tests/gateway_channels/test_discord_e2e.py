@@ -12,10 +12,13 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from nacl.signing import SigningKey
+from structlog.testing import capture_logs
 
 from channels.discord import DiscordAdapter, classify_gateway_message
 from channels.discord_followups import Interactions
 from channels.discord_parse import revision_of
+from gateway.models import member_thread
+from storage.models import Conversation
 from tests.english_replies import TEXT_ONLY_REPLY
 from tests.fakes.discord_api import APPLICATION_ID, BOT_USER_ID, INTERACTION_CHANNEL_ID, FakeDiscord, message_object
 from tests.gateway_channels.conftest import (
@@ -310,6 +313,38 @@ async def test_discord_dm_of_only_an_attachment_or_sticker_gets_the_text_only_re
     for channel, (_, kind) in ONLY_MEDIA.items():
         [question, _] = await settled_chat(services, channel="discord", chat=channel)
         assert question.text == "" and [a["kind"] for a in question.attachments] == [kind]
+
+
+async def test_discord_server_message_edited_to_mention_the_bot_is_answered_once(env):
+    """A member who forgot the bot's @mention and edited it in (as on Telegram and Slack): the first version was
+    ignored, never stored, and the edit was applied to nothing, so the question went unanswered."""
+    client, services, fake = env
+    reader = DiscordAdapter("acme", services.adapters[("acme", "discord")].settings)
+    await reader.start(services._deliver_for("acme"))
+    channel, guild = "1600000000000000051", "1700000000000000051"
+    member = {"id": "1300000000000000078", "username": "ann", "discriminator": "0", "avatar": None}
+    asked = message_object(message_id="1500000000000000051", channel_id=channel, content=QUESTION, author=member,
+                           timestamp="2026-11-29T10:00:00+00:00", guild_id=guild)
+    edited = {**asked, "content": f"<@{BOT_USER_ID}> {QUESTION}", "edited_timestamp": "2026-11-29T10:00:09+00:00",
+              "mentions": [{"id": BOT_USER_ID, "username": "acme", "discriminator": "0", "avatar": None, "bot": True}]}
+    try:
+        await asyncio.wait_for(reader.client.wait_until_ready(), timeout=10)
+        with capture_logs() as logs:
+            await fake.dispatch("MESSAGE_CREATE", asked)
+            # Read and ignored before the edit comes: discord.py updates the message it handed on_message in place.
+            await wait_until(lambda: any(e["event"] == "inbound.ignored" for e in logs), what="the question ignored")
+        for _ in range(2):
+            await fake.dispatch("MESSAGE_UPDATE", edited)
+        [reply] = await wait_until(lambda: fake.channel_messages(channel), what="the answer to the edit")
+        [question, answer] = await settled_chat(services, channel="discord", chat=channel)
+        await settle()
+    finally:
+        await reader.stop()
+    assert "$" in reply["content"] and len(fake.channel_messages(channel)) == 1
+    assert question.text == QUESTION and question.conversation_id == answer.conversation_id
+    async with services.sessions() as session:
+        conversation = await session.get(Conversation, question.conversation_id)
+    assert (conversation.workspace, conversation.thread) == (guild, member_thread(member["id"]))
 
 
 # Last: stopping the app's adapter closes the HTTP session its replies are sent with.
