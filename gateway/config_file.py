@@ -149,7 +149,8 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
     config_path = resolve_config_path(path)
     environ = dict(os.environ)
     try:
-        raw = _load_yaml(config_path.read_text(encoding="utf-8"), config_path) or {}
+        text = config_path.read_text(encoding="utf-8")
+        raw = _load_yaml(text, config_path) or {}
     except FileNotFoundError:
         raise ConfigError("", f"config file not found: {config_path} ({_origin(config_path, path)})") from None
     except IsADirectoryError:
@@ -161,7 +162,7 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
     except OSError as exc:  # permission denied, say: one line, not a traceback
         raise ConfigError("", f"cannot read {config_path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError("", f"{config_path} is not valid YAML: {_yaml_problem(exc)}") from None
+        raise ConfigError("", f"{config_path} is not valid YAML: {_yaml_problem(exc)}{_unquoted_var(exc, text)}") from None
     if not isinstance(raw, dict):
         raise ConfigError("", f"{config_path} must hold a mapping at the top level")
     defaulted: list[str] = []
@@ -248,6 +249,18 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     context = getattr(exc, "context", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     return f"{problem}{where}" + (f" ({context})" if context else "")
+
+
+def _unquoted_var(exc: yaml.YAMLError, text: str) -> str:
+    """A hint when the YAML error is a `${VAR}` written bare inside `{ }` or `[ ]` (`{token: ${TOKEN}}`), which
+    YAML reads as a mapping opened after "$": PyYAML's "expected ',' or '}', but got '{'" said nothing of it."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None or "flow" not in str(getattr(exc, "context", "")) or not 0 < mark.column:
+        return ""
+    line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
+    if line[mark.column - 1:mark.column + 1] != "${" or (end := line.find("}", mark.column)) < 0:
+        return ""
+    return f'; a ${{VAR}} inside {{ }} or [ ] must be quoted: write "{line[mark.column - 1:end + 1]}"'
 
 
 def config_error(exc: ValidationError, schema: type[BaseModel] | None = None) -> ConfigError:

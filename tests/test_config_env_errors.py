@@ -3,6 +3,8 @@ secret is read without the newline a secret file ends with."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from channels.base import RawRequest
@@ -70,3 +72,24 @@ def test_an_http_tools_credential_is_read_without_the_newline_a_secret_file_ends
     spec = load_settings(write_config(tmp_path, bots=[{"name": "b", "tools": [tool]}])).bots[0].tools[0]
     assert spec.headers == {"Authorization": "Bearer sk-live-1234"}
     assert spec.url == "https://api.example/orders/{id}?api_key=k-5678&v=2"
+
+
+@pytest.mark.parametrize("channels", [
+    "{telegram: {token: ${CFG_TG_TOKEN}, webhook_secret: ${CFG_TG_SECRET}}}",
+    "{web: {}, telegram: {token: \"${CFG_TG_TOKEN}\", webhook_secret: ${CFG_TG_SECRET:-s3cret}}}",
+], ids=["first-unquoted", "second-unquoted"])
+def test_an_unquoted_env_var_inside_braces_says_to_quote_it(tmp_path, monkeypatch, channels):
+    # YAML reads `{token: ${VAR}}` as a nested mapping opened after "$": the error was only PyYAML's "expected ','
+    # or '}', but got '{'", with nothing about the ${VAR} that every secret must be written as.
+    monkeypatch.setenv("CFG_TG_TOKEN", "123456:abc")
+    monkeypatch.setenv("CFG_TG_SECRET", "s3cret")
+    path = tmp_path / "config.yaml"
+    path.write_text(f"bots:\n  - name: acme\n    channels: {channels}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    var = "${CFG_TG_TOKEN}" if channels.startswith("{telegram") else "${CFG_TG_SECRET:-s3cret}"
+    assert str(caught.value).endswith(f"(while parsing a flow mapping); a ${{VAR}} inside {{ }} or [ ] must be "
+                                      f"quoted: write \"{var}\""), str(caught.value)
+    quoted = re.sub(r'(?<!")(\$\{[^}]*\})', r'"\1"', channels)  # as the message says, every one
+    path.write_text(f"bots:\n  - name: acme\n    channels: {quoted}\n")
+    assert load_settings(path).bots[0].channels.telegram.token == "123456:abc"
