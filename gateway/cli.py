@@ -339,8 +339,8 @@ async def _set_webhook(args) -> int:
     if bot.channels.telegram is None:
         # It said only that: which file to edit, and with which keys, were left to find.
         print(f"error: bot {bot.name!r} has no telegram channel: add `channels.telegram` to it in "
-              f"{settings.config_path or 'the config file'}, as `telegram: {{token: ${{TELEGRAM_BOT_TOKEN}}, "
-              "webhook_secret: ${TELEGRAM_WEBHOOK_SECRET}}` under the bot's `channels:` (the secrets from the "
+              f"{settings.config_path or 'the config file'}, as `telegram: {{token: \"${{TELEGRAM_BOT_TOKEN}}\", "
+              "webhook_secret: \"${TELEGRAM_WEBHOOK_SECRET}\"}` under the bot's `channels:` (the secrets from the "
               "environment; docs/channels/telegram.md), then run this again", file=sys.stderr)
         return 2
     channel, where = bot.channels.telegram, settings.config_path or "the config file"

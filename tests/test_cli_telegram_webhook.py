@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.cli import main
+from gateway.settings import load_settings
 from tests.conftest import write_config
 
 
@@ -17,7 +18,22 @@ def test_cli_set_webhook_on_a_bot_without_telegram_says_how_to_add_it(tmp_path, 
     assert len(lines) == 1, lines
     assert lines[0].startswith("error: bot 'acme' has no telegram channel: add `channels.telegram` to it in "
                                f"{config}"), lines[0]
-    assert "token: ${TELEGRAM_BOT_TOKEN}" in lines[0] and "webhook_secret: ${TELEGRAM_WEBHOOK_SECRET}" in lines[0]
+    assert "token: \"${TELEGRAM_BOT_TOKEN}\"" in lines[0] and "webhook_secret: \"${TELEGRAM_WEBHOOK_SECRET}\"" in lines[0]
+
+
+def test_cli_set_webhook_suggests_a_telegram_channel_that_loads_as_written(tmp_path, capsys, monkeypatch):
+    # It suggested `telegram: {token: ${TELEGRAM_BOT_TOKEN}, …}`, which, pasted under `channels:`, is not valid
+    # YAML (a bare ${VAR} inside { } opens a mapping after the "$"): the next command failed on the file.
+    config = write_config(tmp_path)
+    assert main(["telegram", "set-webhook", "--config", str(config), "--bot", "acme",
+                 "--url", "https://bots.example.com"]) == 2
+    suggested = capsys.readouterr().err.split("`")[3]
+    assert suggested.startswith("telegram: {"), suggested
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456:cli-test-token")
+    monkeypatch.setenv("TELEGRAM_WEBHOOK_SECRET", "s3cret-Value_1")
+    config.write_text(f"bots:\n  - name: acme\n    channels:\n      {suggested}\n")
+    telegram = load_settings(config).bot("acme").channels.telegram
+    assert (telegram.token, telegram.webhook_secret) == ("123456:cli-test-token", "s3cret-Value_1")
 
 
 @pytest.mark.parametrize(("telegram", "said"), [
