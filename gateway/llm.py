@@ -89,6 +89,21 @@ def model_list_from_settings(settings: Settings) -> list[dict[str, Any]]:
     return [entry.model_dump() for entry in settings.models]
 
 
+def _refused(exc: Exception, model_list: list[dict[str, Any]]) -> ConfigError:
+    """The config error for a model list the Router refused. A model of no provider LiteLLM knows (a typo,
+    `gpt-4o-mni`) is named by its entry, with the form a model is written in: LiteLLM's own text spoke of
+    Hugging Face endpoints and `completion(…)`."""
+    model = getattr(exc, "model", None)
+    index = next((i for i, m in enumerate(model_list) if m["litellm_params"].get("model") == model), None)
+    if "LLM Provider NOT provided" in str(exc) and index is not None:
+        return ConfigError(f"models[{index}].litellm_params.model",
+                           f"{model!r} names no provider LiteLLM knows: write it as <provider>/<model>, as "
+                           "openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest or ollama/llama3 (the providers: "
+                           "https://docs.litellm.ai/docs/providers)")
+    return ConfigError("models", f"LiteLLM refused the model list: {type(exc).__name__}: "
+                                 f"{' '.join(str(exc).split())[:300]}")
+
+
 class LLMRouter:
     """Calls models by name with retries, fallbacks, streaming and usage accounting."""
 
@@ -127,8 +142,7 @@ class LLMRouter:
         try:
             self._router = litellm.Router(model_list=model_list, num_retries=0, timeout=timeout, disable_cooldowns=True)
         except Exception as exc:  # a `litellm_params` LiteLLM refuses: one config line, not its traceback
-            raise ConfigError("models", f"LiteLLM refused the model list: {type(exc).__name__}: "
-                                        f"{' '.join(str(exc).split())[:300]}") from None
+            raise _refused(exc, model_list) from None
 
     async def warm_up(self) -> None:
         """One streamed and one whole answer from the built-in offline model (no key, no network, not

@@ -61,6 +61,7 @@ def models_missing_keys(settings) -> list[str]:
         return []
     import litellm
 
+    litellm.suppress_debug_info = True  # else a model of no known provider prints a red "Provider List" banner
     warnings = []
     for entry in settings.models:
         params = entry.litellm_params

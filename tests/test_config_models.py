@@ -20,3 +20,27 @@ def test_an_unknown_model_error_shows_a_models_entry_that_loads(tmp_path, monkey
     entry = yaml.safe_load(shown.replace("<provider>/<model>", "openai/gpt-4o-mini"))
     settings = load_settings(write_config(tmp_path, models=[entry], bots=[{"name": "b", "model": "gpt-4o-mini"}]))
     assert settings.models[0].litellm_params["api_key"] == "sk-test"
+
+
+def test_a_model_without_a_provider_is_one_line_that_says_how_to_write_it(tmp_path, monkeypatch, capsys):
+    # `model: gpt-4o-mni` (a typo, so no provider LiteLLM knows) printed LiteLLM's red "Provider List: …" banner on
+    # stdout, then "config error: models: LiteLLM refused the model list: BadRequestError: litellm.BadRequestError:
+    # LLM Provider NOT provided … For 'Huggingface' inference endpoints pass in `completion(model=…)`", naming
+    # neither the entry nor the form a model is written in.
+    from gateway.llm import LLMRouter
+    from gateway.preflight import models_missing_keys
+
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    monkeypatch.setenv("YOUR_KEY", "sk-test")
+    settings = load_settings(write_config(tmp_path, models=[
+        {"model_name": "main", "litellm_params": {"model": "openai/gpt-4o-mini", "api_key": "${YOUR_KEY}"}},
+        {"model_name": "gpt", "litellm_params": {"model": "gpt-4o-mni", "api_key": "${YOUR_KEY}"}}],
+        bots=[{"name": "b", "model": "gpt"}]))
+    assert models_missing_keys(settings) == []
+    with pytest.raises(ConfigError) as info:
+        LLMRouter.from_settings(settings)
+    assert str(info.value) == (
+        "models[1].litellm_params.model: 'gpt-4o-mni' names no provider LiteLLM knows: write it as "
+        "<provider>/<model>, as openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest or ollama/llama3 (the "
+        "providers: https://docs.litellm.ai/docs/providers)")
+    assert capsys.readouterr().out == ""
