@@ -233,6 +233,10 @@ class Ingestor:
             held = f"; it held {describe_skipped(skipped)}" if skipped else ""
             report.errors.append("the source gave no documents, so nothing was ingested: check its path or URLs "
                                  f"(a directory takes Markdown, text, HTML and PDF files{held})")
+        if delete_missing and rows and failed_ids and not (documents or not_modified or gone):
+            # Every document it listed failed (a replaced `urls` list whose new page has a typo, the site down):
+            # a run that loaded nothing keeps the documents no longer listed too, until one that loads a page.
+            delete_missing = False
         if delete_missing and rows and gave_nothing:
             # Nothing at all where documents were: an unmounted volume, a folder emptied by a failed
             # sync, a robots.txt that now disallows every page, far more often than a knowledge base

@@ -144,3 +144,26 @@ async def test_pages_are_counted_as_they_are_fetched_before_any_document_is_stor
     fetched = [e for e in events if e[0] == "fetched"]
     assert fetched == [("fetched", 0, 3), ("fetched", 1, 3), ("fetched", 2, 3), ("fetched", 3, 3)]
     assert events.index(fetched[-1]) < next(i for i, e in enumerate(events) if e[0] == "documents")
+
+
+async def test_a_run_whose_every_page_failed_keeps_the_pages_no_longer_listed(index, dense, sparse, sessions):
+    """A `urls` list replaced by pages that all fail (a typo in the new URL, the site down) stored nothing, and
+    yet deleted every page of the old list: a `failed` run emptied the bot's knowledge base, where README says a
+    failed run's counts are all 0 and its chunks kept. They go on the next run that loads a page."""
+    site = Site()
+    async with site.serving() as base:
+        site.pages = {"/billing": (None, None, page_html("Billing", "Invoices are sent on the first day of the month.")),
+                      "/refunds": (None, None, page_html("Refunds", "Refunds reach the card in five days."))}
+        ingestor = Ingestor(index, dense, sparse, sessions)
+        old = SourceSettings(name="site", type="urls", urls=[f"{base}/billing", f"{base}/refunds"])
+        first = await ingestor.ingest_source("acme", old)
+        assert first.status == "ok" and (total := await index.count("acme")) > 0
+
+        new = SourceSettings(name="site", type="urls", urls=[f"{base}/news"])  # not served yet: a 500
+        failed = await ingestor.ingest_source("acme", new)
+        assert failed.status == "failed" and (failed.deleted, failed.added) == (0, 0), failed.as_dict()
+        assert failed.total == total and await index.count("acme") == total
+
+        site.pages["/news"] = (None, None, page_html("News", "The office is closed on public holidays."))
+        loaded = await ingestor.ingest_source("acme", new)
+        assert loaded.status == "ok" and loaded.deleted == total and await index.count("acme") == loaded.added
