@@ -78,6 +78,19 @@ def test_make_says_python_3_11_is_needed_before_pip_does(tmp_path, old_venv):
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_says_so_when_the_python_it_was_given_is_not_there(tmp_path):
+    """A machine without `python3` (or a PYTHON=python3.12 not installed) was told "make: python3 is /bin/sh: 2:
+    python3: not found, and the gateway needs Python 3.11 or newer": the shell's error read as a version."""
+    missing = tmp_path / "python3.12"
+    proc = subprocess.run(["make", "install", f"VENV={tmp_path / 'venv'}", f"PYTHON={missing}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and not (tmp_path / "venv").exists()
+    assert f"make: {missing} was not found: install Python 3.11 or newer, or run make with PYTHON=python3.11 (or " \
+           "another interpreter of 3.11 or newer on your PATH)" in proc.stderr, proc.stderr
+    assert "/bin/sh" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_ctrl_c_on_make_run_is_a_clean_stop(tmp_path):
     """Ctrl-C reaches make, its shell and the server at once. The shell around `serve` died of it, or
     passed on serve's 130, and make ended on "*** [Makefile:…: run] Interrupt" or "Error 130", as after a
