@@ -3,6 +3,7 @@ rate limits (its channels are in `gateway.channel_settings`). Re-exported by `ga
 
 from __future__ import annotations
 
+import os
 import re
 import string
 from typing import Any, Literal
@@ -32,6 +33,11 @@ class RetrievalSettings(_Strict):
     keyword_override_score: float = Field(default=0.0, ge=0.0)
 
 
+def home_expanded(value: str | None) -> str | None:
+    """A path as a shell would read its `~`: `~/docs` was a folder named "~" in the working directory."""
+    return os.path.expanduser(value) if value and value.startswith("~") else value
+
+
 class SourceSettings(_Strict):
     """A knowledge source, re-ingested on its own cron `schedule`."""
 
@@ -45,6 +51,11 @@ class SourceSettings(_Strict):
     # A directory's symlinks out of its folder are not read unless this says so: anyone who can write to the
     # folder could otherwise make the bot serve any file the server can read (`/etc/passwd`, an env file).
     follow_symlinks_outside: bool = False
+
+    @field_validator("path")
+    @classmethod
+    def _home(cls, value: str | None) -> str | None:
+        return home_expanded(value)
 
     @field_validator("schedule")
     @classmethod

@@ -29,6 +29,7 @@ from gateway.bot_settings import (
     RetrievalSettings,
     SourceSettings,
     ToolSettings,
+    home_expanded,
 )
 from gateway.channel_settings import (
     ChannelBase,
@@ -89,6 +90,11 @@ class QdrantSettings(_Strict):
     api_key: str | None = None
     timeout: float = 10.0
     engine: Literal["local", "edge"] = "local"
+
+    @field_validator("path")
+    @classmethod
+    def _home(cls, value: str | None) -> str | None:
+        return home_expanded(value)
 
     @field_validator("url")
     @classmethod

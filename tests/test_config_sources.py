@@ -57,3 +57,21 @@ def test_a_source_type_misspelt_is_named_with_what_was_written(tmp_path):
     with pytest.raises(ConfigError) as caught:
         load_settings(config)
     assert str(caught.value) == "bots[0].sources[0].type: Input should be 'directory', 'urls' or 'sitemap'; got 'dir'"
+
+
+async def test_a_path_written_with_a_tilde_is_read_from_the_home_folder(tmp_path, monkeypatch):
+    # `path: ~/docs` was read as a folder named "~" in the working directory: the source "not found" at
+    # <repo>/~/docs, and `qdrant.path: ~/index` made a folder named "~" there (which `rm -rf ~` then reads as home).
+    from rag.sources import load_source
+
+    home = tmp_path / "home"
+    (home / "docs").mkdir(parents=True)
+    (home / "docs" / "hours.md").write_text("# Hours\n\nWe open at 9 and close at 17 on weekdays.\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    config = write_config(tmp_path, qdrant={"path": "~/index"},
+                          bots=[_bot({"name": "s", "type": "directory", "path": "~/docs"})])
+    settings = load_settings(config)
+    assert settings.qdrant.path == str(home / "index")
+    loaded = await load_source(settings.bots[0].sources[0])
+    assert [doc.doc_id for doc in loaded.documents] == ["hours.md"] and not loaded.errors, loaded.errors
