@@ -162,7 +162,7 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
     except OSError as exc:  # permission denied, say: one line, not a traceback
         raise ConfigError("", f"cannot read {config_path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError("", f"{config_path} is not valid YAML: {_yaml_problem(exc)}{_unquoted_var(exc, text)}") from None
+        raise ConfigError("", f"{config_path} is not valid YAML: {_yaml_problem(exc)}{_yaml_hint(exc, text)}") from None
     if not isinstance(raw, dict):
         raise ConfigError("", f"{config_path} must hold a mapping at the top level")
     defaulted: list[str] = []
@@ -251,11 +251,16 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{problem}{where}" + (f" ({context})" if context else "")
 
 
-def _unquoted_var(exc: yaml.YAMLError, text: str) -> str:
-    """A hint when the YAML error is a `${VAR}` written bare inside `{ }` or `[ ]` (`{token: ${TOKEN}}`), which
-    YAML reads as a mapping opened after "$": PyYAML's "expected ',' or '}', but got '{'" said nothing of it."""
-    mark = getattr(exc, "problem_mark", None)
-    if mark is None or "flow" not in str(getattr(exc, "context", "")) or not 0 < mark.column:
+def _yaml_hint(exc: yaml.YAMLError, text: str) -> str:
+    """What to write instead, for the YAML slips PyYAML's own words do not explain: a `${VAR}` written bare inside
+    `{ }` or `[ ]` (`{token: ${TOKEN}}`), which YAML reads as a mapping opened after "$" ("expected ',' or '}',
+    but got '{'"), a bare `*` (`bots: [*]`, an alias with no name) and a tab in the indentation."""
+    mark, context = getattr(exc, "problem_mark", None), str(getattr(exc, "context", ""))
+    if context == "while scanning an alias":
+        return '; a * alone starts a YAML alias: write it in quotes, as bots: ["*"]'
+    if "'\\t'" in str(getattr(exc, "problem", "")):
+        return "; YAML indents with spaces, never a tab: replace the tab with spaces"
+    if mark is None or "flow" not in context or not 0 < mark.column:
         return ""
     line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
     if line[mark.column - 1:mark.column + 1] != "${" or (end := line.find("}", mark.column)) < 0:

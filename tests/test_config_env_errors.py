@@ -93,3 +93,18 @@ def test_an_unquoted_env_var_inside_braces_says_to_quote_it(tmp_path, monkeypatc
     quoted = re.sub(r'(?<!")(\$\{[^}]*\})', r'"\1"', channels)  # as the message says, every one
     path.write_text(f"bots:\n  - name: acme\n    channels: {quoted}\n")
     assert load_settings(path).bots[0].channels.telegram.token == "123456:abc"
+
+
+@pytest.mark.parametrize(("text", "hint"), [
+    ("operators:\n  - {name: sam, token: \"${SAM_TOKEN}\", bots: [*]}\n",
+     '; a * alone starts a YAML alias: write it in quotes, as bots: ["*"]'),
+    ("bots:\n  - name: acme\n\tmodel: offline\n", "; YAML indents with spaces, never a tab: replace the tab with spaces"),
+], ids=["bare-star", "tab"])
+def test_a_yaml_slip_a_newcomer_makes_says_how_to_write_it(tmp_path, text, hint):
+    # `bots: [*]` was "expected alphabetic or numeric character, but found ']' (while scanning an alias)", and a tab
+    # "found character '\t' that cannot start any token": true, and no word on what to write instead.
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert str(caught.value).endswith(hint), str(caught.value)
