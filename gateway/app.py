@@ -60,6 +60,9 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
             log.warning("operator.disabled", operator=op.name,
                         reason=f"no token: {settings.empty_secret_reason(f'operators[{i}].token')}")
     warn_unguarded(settings)
+    if not settings.bots:  # an empty or unsaved file: a server that answers nothing, said only as `bots=[]`
+        log.warning("gateway.no_bots", config=settings.config_path,
+                    reason="the config has no bots, so nothing is answered: add one under `bots:`")
     svc.admin_url = url
     if settings.tracing.otlp_endpoint:
         otel.configure(otlp_endpoint=settings.tracing.otlp_endpoint, service_name=settings.tracing.service_name,

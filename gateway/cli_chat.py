@@ -21,7 +21,8 @@ async def chat(args, settings) -> int:
     await require_schema(settings)
     bot = settings.bot(args.bot) if args.bot else (settings.bots[0] if settings.bots else None)
     if bot is None:
-        print("error: no bots configured", file=sys.stderr)
+        print(f"error: no bots configured in {settings.config_path or 'the config file'}: add one under `bots:` "
+              "(README.md, Configuration)", file=sys.stderr)
         return 2
     for warning in [*uncalibrated_gates(settings, [bot]), *models_missing_keys(settings),  # serve logs them
                     *unguarded_notes(settings)]:

@@ -80,3 +80,23 @@ def test_serve_says_it_is_starting_before_the_seconds_of_loading(tmp_path):
     assert f"url=http://127.0.0.1:{port}" in started
     # The console's address was only in the README: the line a first run ends on names it too.
     assert f"console=http://127.0.0.1:{port}/operator" in started
+
+
+def test_a_config_without_bots_is_said_by_serve_and_chat(tmp_path, capsys):
+    """An empty config.yaml (a file not saved yet, `bots:` left out) started a server that answered nothing, its
+    log saying only `bots=[]`, and `gateway chat` said "error: no bots configured", naming no file."""
+    import json
+
+    from gateway.app import create_app
+    from gateway.cli import main
+    from gateway.settings import load_settings
+
+    config = write_config(tmp_path, bots=[], log_format="json")
+    assert main(["db", "upgrade", "--config", str(config)]) == 0
+    capsys.readouterr()
+    create_app(load_settings(config), start_worker=False, start_scheduler=False, start_channels=False)
+    logs = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    assert [(e["level"], e["config"]) for e in logs if e["event"] == "gateway.no_bots"] == [("warning", str(config))]
+    assert main(["chat", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: no bots configured in {config}: add one under `bots:` (README.md, Configuration)")
