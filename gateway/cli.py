@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", metavar="H", default=os.environ.get("HOST", "127.0.0.1"),
                        help="address to listen on (default: $HOST or 127.0.0.1)")
     # A string: argparse converts it only for `serve`, where `PORT=abc` is then a usage error, not a traceback.
-    serve.add_argument("--port", metavar="P", type=int, default=os.environ.get("PORT", "8000"),
+    serve.add_argument("--port", metavar="P", type=_port, default=os.environ.get("PORT", "8000"),
                        help="port to listen on (default: $PORT or 8000)")
     serve.add_argument("--role", choices=["all", "web"], default="all",
                        help="all: everything (default); web: only receive webhooks, web chat and operators, "
@@ -133,6 +133,17 @@ def _positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
     return number
+
+
+def _port(value: str) -> int:
+    """A TCP port: 99999 started everything, then ended in uvicorn's "OverflowError: bind()" tracebacks."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {value!r}") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"{value} is not a port: give a number from 1 to 65535 (PORT=… with make run)")
+    return port
 
 
 def main(argv: list[str] | None = None) -> int:

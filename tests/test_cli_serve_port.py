@@ -100,3 +100,18 @@ def test_a_config_without_bots_is_said_by_serve_and_chat(tmp_path, capsys):
     assert main(["chat", "--config", str(config)]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"error: no bots configured in {config}: add one under `bots:` (README.md, Configuration)")
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_a_port_out_of_range_is_a_usage_error_before_anything_starts(tmp_path, capsys, port):
+    """`--port 99999` (or `make run PORT=99999`) started the worker, scheduler and index, then ended in three
+    tracebacks, "OverflowError: bind(): port must be 0-65535": the probe of a free port wrapped it to 34463."""
+    from gateway.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--config", str(write_config(tmp_path)), "--port", port])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].endswith(
+        f"argument --port: {port} is not a port: give a number from 1 to 65535 (PORT=… with make run)"), err
+    assert "Traceback" not in err and "gateway.starting" not in err
