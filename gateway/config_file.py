@@ -281,6 +281,10 @@ def config_error(exc: ValidationError, schema: type[BaseModel] | None = None) ->
             msg += f"; did you mean {near[0]}?"
     elif err["type"] in ("literal_error", "enum") and isinstance(err.get("input"), str | int | float):
         msg += f"; got {str(err['input'])[:60]!r}"  # `type: dir` is one source among many: show the word
+    elif err["type"] == "list_type" and isinstance(err.get("input"), str | int | float):
+        msg += f"; got {str(err['input'])[:60]!r}: write a list, as [{str(err['input'])[:60]}] (or one item a line, each starting with -)"
+    elif err["type"] == "list_type" and isinstance(err.get("input"), dict):  # a list's item written without its "- "
+        msg += "; got a mapping: write a list, its items each starting with -"
     if not key and ": " in msg and msg.split(": ", 1)[0].replace(".", "").replace("[", "").replace("]", "").replace("_", "").isalnum():
         key, msg = msg.split(": ", 1)
     return ConfigError(key, msg)

@@ -44,3 +44,16 @@ def test_a_model_without_a_provider_is_one_line_that_says_how_to_write_it(tmp_pa
         "<provider>/<model>, as openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest or ollama/llama3 (the "
         "providers: https://docs.litellm.ai/docs/providers)")
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(("bot", "said"), [
+    ({"name": "b", "fallbacks": "offline"}, "bots[0].fallbacks: Input should be a valid list; got 'offline': write "
+                                            "a list, as [offline] (or one item a line, each starting with -)"),
+    ({"name": "b", "sources": {"name": "s", "type": "urls", "urls": "http://docs.example.test/faq"}},
+     "bots[0].sources: Input should be a valid list; got a mapping: write a list, its items each starting with -"),
+], ids=["word", "mapping"])
+def test_a_value_where_a_list_goes_says_how_to_write_the_list(tmp_path, bot, said):
+    # `fallbacks: offline` was "Input should be a valid list", and a source written without its "- " the same.
+    with pytest.raises(ConfigError) as info:
+        load_settings(write_config(tmp_path, bots=[bot]))
+    assert str(info.value) == said
