@@ -44,8 +44,9 @@ async def show_runs(settings, *, bot: str | None, source: str | None, limit: int
 
 
 def run_dict(run: IngestRun) -> dict[str, object]:
+    took = None if run.duration_s is None else round(run.duration_s, 3)  # as `ingest --json` gives it
     return {"id": run.id, "bot": run.bot, "source": run.source, "trigger": run.trigger, "status": run.status,
-            "started_at": as_utc(run.started_at).isoformat(), "duration_s": run.duration_s,
+            "started_at": as_utc(run.started_at).isoformat(), "duration_s": took,
             "added": run.added, "updated": run.updated, "deleted": run.deleted, "unchanged": run.unchanged,
             "errors": [redact(error) for error in run.errors],  # as /readyz and the log show them
             "errors_dropped": run.errors_dropped}
