@@ -9,11 +9,10 @@ kept, only new chunks embedded and written, and chunks no longer produced delete
   nothing is embedded again, and each keeps its own chunks (deleting one copy leaves the other's). The title is
   part of the content: it roots the heading path, which every window and the BM25 text hold, so copies titled
   by their different file names are embedded each (only their sentence vectors come out the same; README.md);
-- a document the source no longer yields has all its chunks deleted. A document whose fetch
-  failed this run keeps its chunks: a flaky page must not empty the knowledge base;
-- a fetched page also keeps its HTTP validators (ETag, Last-Modified); the next run fetches it
-  conditionally, and a 304 keeps its chunks without downloading it (not when its chunks are missing
-  from the index: then the page is needed in full, to embed it again).
+- a document the source no longer yields has all its chunks deleted, but not by a run that loaded none; one
+  whose fetch failed this run keeps its chunks: a flaky page must not empty the knowledge base;
+- a fetched page keeps its HTTP validators (ETag, Last-Modified) for the next run's conditional fetch: a 304
+  keeps its chunks without downloading it (unless they are missing from the index: then it is fetched whole).
 
 A document counts as unchanged only if its hash matches AND its recorded chunks are in the index.
 The index can lack them: its folder was lost or the engine switched (an empty index), or a run was
@@ -23,14 +22,11 @@ An index that lacks some may also hold chunks the store no longer records (an ol
 index: the engine switched back, a restored backup); those are deleted at the end of the run
 (counted as `deleted`). See `rag.index_check`.
 
-A new chunk is embedded as its windows (averaged into its one dense vector), its BM25 text, and
-each of its sentences (`Chunk.sentences`, stored as the `sentences` multivector for the ranking
-prior in `rag.search`): see `rag.points`.
+A new chunk is embedded as its windows (averaged into its dense vector), its BM25 text and each of its
+sentences (the `sentences` multivector for the ranking prior in `rag.search`): see `rag.points`.
 
-Counts in `IngestReport` are in CHUNKS: `added` (chunks of new documents), `updated` (new chunks
-written for changed documents), `deleted` (chunks removed), `unchanged` (chunks kept as they were).
-Every run is recorded as a `storage.models.IngestRun` (`rag.ingest_runs`), and always ends as ok,
-partial or failed, whatever went wrong.
+Chunk counts in `IngestReport`: `added` (of new documents), `updated` (written for changed ones), `deleted`,
+`unchanged`. Every run is recorded (`storage.models.IngestRun`) and ends ok, partial or failed, whatever went wrong.
 
 One bad document fails alone: what the store cannot hold is cleaned first (NUL bytes, which
 PostgreSQL refuses; an id, title or URL longer than its column), and a document that still cannot
