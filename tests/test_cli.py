@@ -382,21 +382,3 @@ def test_cli_ingest_and_eval_show_progress_on_a_terminal(tmp_path, kb_config):
     code, stdout, terminal = _run_on_a_terminal("eval", "--docs", str(docs), "--questions", str(questions))
     assert code == 0 and "recall@1" in stdout
     assert "documents" in terminal and "questions" in terminal and "2/2" in terminal
-
-
-def test_cli_ingest_deletes_the_chunks_of_a_source_taken_out_of_the_config(kb_config, tmp_path):
-    """A renamed source answered twice over until the daily retention job; a bot the config does not
-    name is left alone."""
-    config, docs = kb_config
-    first = json.loads(_run("ingest", "--config", str(config), "--json").stdout)
-    bot = {"name": "acme", "sources": [{"name": "manual", "type": "directory", "path": str(docs)}],
-           "channels": {"web": {}}}
-    write_config(tmp_path, bots=[bot])  # "docs" renamed "manual"
-    renamed = _run("ingest", "--config", str(config))
-    assert renamed.returncode == 0, renamed.stderr
-    # Its documents too, as `--json`'s `documents_removed` counts them: the chunks alone did not say how much went.
-    assert f"acme/docs: no longer in the config; its 2 documents ({first['added']} chunks) were deleted" in \
-        renamed.stdout
-    again = json.loads(_run("ingest", "--config", str(config), "--json").stdout)
-    assert [(r["source"], r["status"]) for r in again["runs"]] == [("manual", "ok")]
-    assert again["unchanged"] == first["added"] and again["deleted"] == 0
