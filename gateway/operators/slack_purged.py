@@ -79,7 +79,8 @@ async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Se
         log.exception("retention.operator_threads_failed", threads=[_named(t) for t in threads])
         left = dict.fromkeys(threads, f"{type(exc).__name__}: {exc}")
     async with sessions() as session, session.begin():
-        for thread, attempts in threads.items():
+        # In the key's order, as any other run or forget takes them: each in its own order deadlocked on PostgreSQL.
+        for thread, attempts in sorted(threads.items(), key=lambda item: _key(item[0])):
             where = (PurgedOperatorThread.bot == thread.bot, PurgedOperatorThread.channel == (thread.channel or ""),
                      PurgedOperatorThread.ts == thread.ts)
             why = left.get(thread)
@@ -93,6 +94,11 @@ async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Se
                 log.warning("retention.operator_thread_left", **_named(thread), why=why, attempt=attempts + 1,
                             attempts=OPERATOR_THREAD_ATTEMPTS, retried=retried)
     return left
+
+
+def _key(thread: OperatorThread) -> tuple[str, str, str]:
+    """The thread's row's primary key."""
+    return thread.bot, thread.channel or "", thread.ts
 
 
 def _named(thread: OperatorThread) -> dict[str, str | None]:

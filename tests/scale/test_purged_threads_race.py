@@ -1,0 +1,55 @@
+"""`gateway forget` and the retention job at once on the stored Slack operator threads (`purged_operator_threads`):
+each updates (or drops) the rows of the threads it tried, in one transaction, and the two must not deadlock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from sqlalchemy import select
+
+from gateway.operators.slack_forget import OperatorThread
+from gateway.operators.slack_purged import erase_forgotten_threads, erase_purged_threads, keep_purged_threads
+from gateway.settings import load_settings
+from storage.engine import create_engine, session_factory
+from storage.models import PurgedOperatorThread
+from tests.conftest import write_config
+from tests.pausing import pausing_sessions
+
+
+async def test_forget_and_the_retention_job_record_their_attempts_at_the_same_threads_at_once(migrated_url, tmp_path):
+    """Each took the rows' locks in its own order (forget: its escalations'; the job: the fewest attempts first),
+    so on PostgreSQL a forget whose attempt ended as the job's did deadlocked with it: one of them failed, a
+    forget after its commit with a traceback and no counts printed."""
+    engine = create_engine(migrated_url)
+    try:
+        threads = [OperatorThread("acme", "COPS", ts) for ts in ("1700000000.000100", "1700000000.000200")]
+        async with session_factory(engine)() as session, session.begin():
+            await keep_purged_threads(session, threads)
+        # The bot's Slack is gone from the config: each attempt is left at once, and its row updated.
+        settings = load_settings(write_config(tmp_path, database_url=migrated_url,
+                                              bots=[{"name": "acme", "channels": {"web": {}}}]))
+        arrived, both = [], asyncio.Event()
+
+        def meet():
+            async def pause() -> None:  # each holds its first row until the other holds one too (or 3 s passed)
+                arrived.append(1)
+                if len(arrived) == 2:
+                    both.set()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(both.wait(), 3)
+            return pause
+
+        def sessions():
+            return pausing_sessions(engine, meet(), after_locking="purged_operator_threads")
+
+        forgot, _ = await asyncio.wait_for(asyncio.gather(
+            erase_forgotten_threads(sessions(), settings, threads[::-1]),  # in its escalations' order
+            erase_purged_threads(sessions(), settings)), 60)
+        assert sorted(thread.ts for thread, _ in forgot) == [t.ts for t in threads]
+        async with session_factory(engine)() as session:
+            rows = (await session.scalars(select(PurgedOperatorThread).order_by(PurgedOperatorThread.ts))).all()
+        assert [(row.ts, row.why) for row in rows] == [(t.ts, "the bot has no Slack token in the config")
+                                                        for t in threads]
+    finally:
+        await engine.dispose()
