@@ -78,21 +78,24 @@ async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Se
     except Exception as exc:  # a bug, or an answer nothing expected: each is tried again
         log.exception("retention.operator_threads_failed", threads=[_named(t) for t in threads])
         left = dict.fromkeys(threads, f"{type(exc).__name__}: {exc}")
-    async with sessions() as session, session.begin():
-        # In the key's order, as any other run or forget takes them: each in its own order deadlocked on PostgreSQL.
-        for thread, attempts in sorted(threads.items(), key=lambda item: _key(item[0])):
-            where = (PurgedOperatorThread.bot == thread.bot, PurgedOperatorThread.channel == (thread.channel or ""),
-                     PurgedOperatorThread.ts == thread.ts)
-            why = left.get(thread)
-            retried = why is not None and attempts + 1 < OPERATOR_THREAD_ATTEMPTS
-            if retried:
-                await session.execute(update(PurgedOperatorThread).where(*where).values(
-                    attempts=attempts + 1, why=why[:1000]))
-            else:
-                await session.execute(delete(PurgedOperatorThread).where(*where))
-            if why is not None:
-                log.warning("retention.operator_thread_left", **_named(thread), why=why, attempt=attempts + 1,
-                            attempts=OPERATOR_THREAD_ATTEMPTS, retried=retried)
+    try:  # after Slack's answers: a store that fails now must not hide them (forget's are printed)
+        async with sessions() as session, session.begin():
+            # In the key's order, as any other run or forget takes them: each in its own order deadlocked on PostgreSQL.
+            for thread, attempts in sorted(threads.items(), key=lambda item: _key(item[0])):
+                where = (PurgedOperatorThread.bot == thread.bot, PurgedOperatorThread.channel == (thread.channel or ""),
+                         PurgedOperatorThread.ts == thread.ts)
+                why = left.get(thread)
+                retried = why is not None and attempts + 1 < OPERATOR_THREAD_ATTEMPTS
+                if retried:
+                    await session.execute(update(PurgedOperatorThread).where(*where).values(
+                        attempts=attempts + 1, why=why[:1000]))
+                else:
+                    await session.execute(delete(PurgedOperatorThread).where(*where))
+                if why is not None:
+                    log.warning("retention.operator_thread_left", **_named(thread), why=why, attempt=attempts + 1,
+                                attempts=OPERATOR_THREAD_ATTEMPTS, retried=retried)
+    except Exception:  # each row stays as it was: the next run asks Slack again, and drops those gone
+        log.exception("retention.operator_threads_failed", threads=[_named(t) for t in threads])
     return left
 
 

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 
 from gateway.cli import main
 from gateway.retention import forget_contact, run_retention
@@ -118,4 +118,36 @@ async def test_a_forget_stopped_after_its_commit_leaves_its_slack_threads_to_the
         assert slack.deleted == [] and await _count(sessions, PurgedOperatorThread) == 1
         await run_retention(sessions, load_settings(config), knowledge=None)
         assert sorted(slack.deleted) == sorted(theirs)
+        assert await _count(sessions, PurgedOperatorThread) == 0
+
+
+async def test_a_forget_whose_store_fails_after_slack_answered_prints_what_it_deleted(migrated_url, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """Its attempt is recorded after Slack's answers (the rows of the threads gone dropped): a store that failed
+    then (restarted, unreachable) ended the forget, committed minutes before, in a traceback, its counts and the
+    threads Slack deleted unsaid. The rows stay as they were, and the retention job finds those threads gone."""
+    async with _forgetting(migrated_url, tmp_path, monkeypatch) as (slack, sessions, client, config):
+        gone = await _store(sessions, bot="acme", channel="telegram", user="4242", chat="4242")
+        theirs = await _thread(client, sessions, gone, "4242")
+        slack.delays["conversations.replies"] = 2.0
+        forget = asyncio.ensure_future(asyncio.to_thread(main, ["forget", "--config", str(config), "--channel",
+                                                                "telegram", "--user", "4242"]))
+        for _ in range(600):  # Slack is being asked: the forget is committed
+            if slack.delayed or forget.done():
+                break
+            await asyncio.sleep(0.05)
+        rename = "ALTER TABLE {} RENAME TO {}"
+        async with sessions() as session, session.begin():  # the store fails from here on, for that table
+            await session.execute(text(rename.format("purged_operator_threads", "purged_operator_threads_away")))
+        try:
+            code = await asyncio.wait_for(forget, 60)
+        finally:
+            async with sessions() as session, session.begin():
+                await session.execute(text(rename.format("purged_operator_threads_away", "purged_operator_threads")))
+        assert code == 0 and sorted(slack.deleted) == sorted(theirs)
+        assert capsys.readouterr().out.splitlines() == [
+            "deleted 1 contact, 1 conversation, 3 messages, 1 escalation (recorded in data_deletions)",
+            "deleted 1 Slack operator thread (the operators' own replies stay)"]
+        assert await _count(sessions, PurgedOperatorThread) == 1
+        await run_retention(sessions, load_settings(config), knowledge=None)  # gone in Slack: its row is dropped
         assert await _count(sessions, PurgedOperatorThread) == 0
