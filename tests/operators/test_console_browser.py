@@ -13,6 +13,7 @@ import re
 import pytest
 
 from tests.operators.conftest import CONSOLE_TOKEN, WAIT_MS, escalate, sign_in
+from tests.web.page_fetches import FETCHES, wait_read
 
 pytestmark = pytest.mark.browser
 
@@ -188,6 +189,7 @@ def test_console_keeps_the_picked_escalation_when_an_earlier_pick_answers_late(o
     first = escalate(live_url, "console-late-a", "Alpha here, I want to talk to a human")
     second = escalate(live_url, "console-late-b", "Bravo here, I want to talk to a human")
     operator = open_tab()
+    operator.add_init_script(FETCHES)
     held = []
     operator.route(re.compile(rf".*/v1/escalations/{first}$"), lambda route: held.append(route))
     sign_in(operator, live_url)
@@ -196,7 +198,7 @@ def test_console_keeps_the_picked_escalation_when_an_earlier_pick_answers_late(o
     operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{second}')")
     with operator.expect_response(re.compile(rf".*/v1/escalations/{first}$")):
         held[0].continue_()
-    operator.wait_for_timeout(300)  # the late answer is read by now
+    wait_read(operator, rf"/v1/escalations/{first}$")  # the late answer is read (a fixed 300 ms was not always)
     assert f"#{second}" in operator.locator("#op-title").inner_text()
     assert "Bravo" in operator.locator("#op-transcript").inner_text()
     assert "Alpha" not in operator.locator("#op-transcript").inner_text()
@@ -275,6 +277,7 @@ def test_console_on_a_phone_scrolls_to_the_escalation_a_live_event_drew_first(op
     pane still hidden: the newer reading drew the escalation out of view, and the operator saw no change."""
     escalation = escalate(live_url, "console-phone-event", "Phone event here, I want to talk to a human")
     operator = open_tab(viewport={"width": 400, "height": 800})
+    operator.add_init_script(FETCHES)
     readings = []
     # The first two held (a third, of the stream's `ready` read late, goes on: it is then the newest).
     operator.route(re.compile(rf".*/v1/escalations/{escalation}$"),
@@ -289,7 +292,8 @@ def test_console_on_a_phone_scrolls_to_the_escalation_a_live_event_drew_first(op
         operator.wait_for_timeout(50)
     with operator.expect_response(lambda r: r.request == readings[0].request):
         readings[0].continue_()  # the pick's: no longer the newest, not drawn
-    operator.wait_for_timeout(200)  # for the page to read it first (later, the pick scrolled to a pane drawn)
+    # For the page to read it first (later, the pick scrolled to a pane drawn).
+    wait_read(operator, rf"/v1/escalations/{escalation}$", first=1)
     readings[1].continue_()
     operator.wait_for_function(f"() => document.getElementById('op-title').textContent.includes('#{escalation}')")
     assert operator.evaluate("window.scrollY") > 0  # drawn and brought into view in one step

@@ -14,6 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.operators.conftest import CONSOLE_TOKEN, WAIT_MS, escalate, sign_in
+from tests.web.page_fetches import FETCHES, wait_read
 
 pytestmark = pytest.mark.browser
 LISTING = re.compile(r".*/v1/escalations\?state=.*")
@@ -52,6 +53,7 @@ def _opened(new_tab, url: str, session: str, text: str):
 def test_console_opens_the_escalation_tapped_while_a_live_event_redraws_the_list(open_tab, live_url):
     escalation = escalate(live_url, "console-tap", "Tap here, I want to talk to a human")
     operator = open_tab(viewport={"width": 400, "height": 800})
+    operator.add_init_script(FETCHES)
     sign_in(operator, live_url)
     box = operator.locator(f".op-item[data-id='{escalation}']").bounding_box()
     operator.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
@@ -59,7 +61,7 @@ def test_console_opens_the_escalation_tapped_while_a_live_event_redraws_the_list
     with operator.expect_response(LISTING):  # a live event: another operator adds a note
         operator.request.post(f"{live_url}/v1/escalations/{escalation}/notes", data={"text": "on it"},
                               headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"})
-    operator.wait_for_timeout(300)  # the list is drawn again by now
+    wait_read(operator, r"/v1/escalations\?state=")  # the list is drawn again (300 ms was not always enough)
     operator.mouse.up()
     operator.wait_for_selector("#op-transcript .op-msg", timeout=10_000)
     assert f"#{escalation}" in operator.locator("#op-title").inner_text()
@@ -257,8 +259,13 @@ def test_console_reads_once_for_the_live_events_that_came_while_it_was_reading(o
                                timeout=WAIT_MS)
     held[0].continue_()
     operator.wait_for_function("() => document.getElementById('op-notes').textContent.includes('note 4')")
-    operator.wait_for_timeout(500)
-    assert len(readings) == 2  # the held one, then one for the four events that came meanwhile
+    # One more note, after: its event comes after the four in the stream, so once its reading is drawn, any
+    # reading those four asked for has been asked too (a fixed half second proved nothing on a busy machine).
+    operator.request.post(notes, data={"text": "note 5"}, headers=token)
+    operator.wait_for_function("() => document.getElementById('op-notes').textContent.includes('note 5')",
+                               timeout=WAIT_MS)
+    # The held one, then one for the four events that came meanwhile, then note 5's.
+    assert len(readings) == 3, readings
 
 
 def test_console_on_a_touch_screen_keeps_enter_for_a_new_line(open_tab, live_url):

@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.operators.conftest import CONSOLE_TOKEN, escalate, sign_in
+from tests.web.page_fetches import FETCHES, wait_read
 
 pytestmark = pytest.mark.browser
 LISTING = re.compile(r".*/v1/escalations\?state=.*")
@@ -25,6 +26,7 @@ def test_console_keeps_a_picks_error_across_list_reloads_until_a_new_pick_or_it_
     shown = escalate(live_url, "console-pick-error-a", "Ada here, I want to talk to a human")
     broken = escalate(live_url, "console-pick-error-b", "Bo here, I want to talk to a human")
     operator = open_tab()
+    operator.add_init_script(FETCHES)
     unreadable = re.compile(rf".*/v1/escalations/{broken}$")
     operator.route(unreadable, lambda route: route.abort("connectionfailed"))
     sign_in(operator, live_url)
@@ -35,7 +37,7 @@ def test_console_keeps_a_picks_error_across_list_reloads_until_a_new_pick_or_it_
     with operator.expect_response(LISTING) as listed:  # the list is read again, and read well
         _note(operator, live_url, shown)
     assert listed.value.status == 200
-    operator.wait_for_timeout(300)  # drawn by now
+    wait_read(operator, r"/v1/escalations\?state=")  # drawn (a fixed 300 ms was not always enough)
     expect(error).to_be_visible()
     expect(error).to_contain_text(f"Could not open escalation #{broken}")
 

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from tests.operators.conftest import CONSOLE_TOKEN, WAIT_MS, console_server, escalate, sign_in
+from tests.web.page_fetches import FETCHES, asked, wait_read
 
 pytestmark = pytest.mark.browser
 OTHER = "console-operator-rex-token-42"
@@ -97,14 +98,15 @@ def test_console_refusing_a_token_asks_nothing_more_with_it(open_tab, live_url):
     """A refused token signs out; the sign-in then went on to ask who the (now empty) token was, was
     refused again, and that second sign-out wiped the token the operator had begun to type again."""
     screen = open_tab()
-    asked: list[str] = []
-    screen.on("request", lambda request: asked.append(request.url) if "/v1/" in request.url else None)
+    screen.add_init_script(FETCHES)
     screen.goto(live_url + "/operator")
     screen.fill("#op-token", "wrong-token")
     screen.press("#op-token", "Enter")
     screen.wait_for_selector("#op-login-error:not([hidden])")
-    screen.wait_for_timeout(300)
-    assert [url.split("/v1/")[1] for url in asked] == ["escalations?state=open%2Cclaimed"]
+    # The refusal read and acted on: a question asked after it has been asked by now.
+    wait_read(screen, "/v1/")
+    fetched = screen.evaluate("() => window.__fetches.map(f => f.url)")
+    assert [url.split("/v1/")[1] for url in fetched if "/v1/" in url] == ["escalations?state=open%2Cclaimed"]
 
 
 def test_console_offers_no_resolve_or_send_on_another_operators_claim(open_tab, live_url):
@@ -112,6 +114,7 @@ def test_console_offers_no_resolve_or_send_on_another_operators_claim(open_tab, 
     used; Sam's reply, typed out, went nowhere."""
     escalation = escalate(live_url, "console-held", "Held here, I want to talk to a human")
     sam = open_tab()
+    sam.add_init_script(FETCHES)
     sign_in(sam, live_url)
     sam.click(f".op-item[data-id='{escalation}']")
     sam.wait_for_selector("#op-transcript .op-msg")
@@ -124,7 +127,8 @@ def test_console_offers_no_resolve_or_send_on_another_operators_claim(open_tab, 
     assert sam.locator("#op-reply").get_attribute("placeholder") == "rex holds this escalation: take it over to reply."
     sam.fill("#op-reply", "Sam's answer")
     sam.press("#op-reply", "Enter")  # not sent: it would be refused
-    sam.wait_for_timeout(300)
+    # A send starts its request within Enter's own handler (the press returns after it ran): none started.
+    assert asked(sam, "/reply$") == 0 and sam.locator("#op-reply-state").is_hidden()
     assert sam.locator("#op-error").is_hidden() and sam.locator("#op-reply").input_value() == "Sam's answer"
     sam.click("#op-takeover")
     sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('held by sam')")

@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from tests.web.page_fetches import FETCHES, wait_read
 from tests.web.test_widget_browser import ANSWER_WAIT_MS, _after_a_poll, _ask, _open, _sse, _wait_bot_text
 
 pytestmark = pytest.mark.browser
@@ -325,6 +326,7 @@ def test_widget_lets_the_visitor_ask_another_bot_while_the_first_still_answers(p
     """Send stayed disabled after picking another assistant until the first one's request ended; and
     that request's end re-enabled Send while the other bot's own answer was on its way."""
     _two_bots(page)
+    page.add_init_script(FETCHES)
     held: dict[str, list] = {"acme": [], "beta": []}
     page.route("**/v1/bots/acme/chat", lambda route: held["acme"].append(route))
     page.route("**/v1/bots/beta/chat", lambda route: held["beta"].append(route))
@@ -339,7 +341,7 @@ def test_widget_lets_the_visitor_ask_another_bot_while_the_first_still_answers(p
         page.wait_for_timeout(50)
     done = {"reply": "Open Settings.", "citations": [], "conversation_id": 1, "state": "bot", "message_id": 1}
     held["acme"][0].fulfill(status=200, headers={"content-type": "text/event-stream"}, body=_sse(("done", done)))
-    page.wait_for_timeout(300)
+    wait_read(page, "/v1/bots/acme/chat$")  # acme's answer read and its request ended (300 ms was not always)
     assert page.locator("#gw-send").is_disabled()  # beta's answer is still on its way
     held["beta"][0].fulfill(status=200, headers={"content-type": "text/event-stream"}, body=_sse(
         ("done", {**done, "reply": "Yes, to 40 countries.", "message_id": 2})))
