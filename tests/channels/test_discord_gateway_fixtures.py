@@ -76,14 +76,14 @@ async def test_discord_reconnect_or_invalid_session_frame_loses_no_later_message
     frame = (FIXTURES / name).read_text()
     adapter = DiscordAdapter("support", settings_for(fake))
     async with connected(adapter, fake) as delivered:
-        identified = len(fake.identifies)
+        identified, started = len(fake.identifies), fake.sessions_started
         sockets = list(fake._sockets)
         for ws in sockets:
             await ws.send_str(frame)
-        async with asyncio.timeout(10):  # the old socket closed and a new one opened
-            while not fake._sockets or set(map(id, fake._sockets)) & set(map(id, sockets)):
+        async with asyncio.timeout(30):  # the old socket closed, a new one opened, its RESUME or IDENTIFY handled
+            while (not fake._sockets or set(map(id, fake._sockets)) & set(map(id, sockets))
+                   or fake.sessions_started == started):
                 await asyncio.sleep(0.02)
-            await asyncio.sleep(0.3)  # its RESUME or IDENTIFY sent
         await fake.dispatch("MESSAGE_CREATE", guild_message("after the reconnect", message_id="900000000000000078"))
         await wait_for(delivered, 1)
     assert [m.text for m in delivered] == ["after the reconnect"]

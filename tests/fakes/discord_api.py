@@ -59,6 +59,7 @@ class FakeDiscord:
     requests: list[Recorded] = field(default_factory=list)
     messages: dict[str, dict[str, Any]] = field(default_factory=dict)  # id → message object
     identifies: list[dict[str, Any]] = field(default_factory=list)
+    sessions_started: int = 0  # IDENTIFYs and RESUMEs handled (READY sent for an IDENTIFY)
     _failures: list[_Failure] = field(default_factory=list)
     _nonces: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)  # → (message id, at)
     nonce_ttl: float = 300.0
@@ -155,7 +156,7 @@ class FakeDiscord:
         for ws in list(self._sockets):
             await ws.send_str(json.dumps(frame))
 
-    async def wait_identified(self, timeout: float = 5.0) -> None:
+    async def wait_identified(self, timeout: float = 30.0) -> None:
         """Until a client has sent IDENTIFY."""
         async with asyncio.timeout(timeout):
             while not self.identifies:
@@ -267,6 +268,8 @@ class FakeDiscord:
                         await ws.close(code=self.identify_close_code, message=b"Authentication failed.")
                         break
                     await self._send_ready(ws)
+                if data.get("op") in (2, 6):
+                    self.sessions_started += 1
         finally:
             self._sockets.remove(ws)
         return ws
