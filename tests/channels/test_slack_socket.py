@@ -72,7 +72,7 @@ async def test_slack_socket_mode_delivers_and_acks(fake: FakeSlack):
 async def test_slack_socket_mode_bad_app_token_fails_fast(fake: FakeSlack):
     adapter = make_adapter(fake, app_token="xapp-wrong")
     with pytest.raises(ChannelSendError, match="invalid_auth"):
-        await asyncio.wait_for(adapter.start(_collector([])), timeout=5)
+        await asyncio.wait_for(adapter.start(_collector([])), timeout=30)
 
 
 class _ShortSleeps(list):
@@ -89,7 +89,7 @@ async def test_slack_socket_mode_is_opened_again_while_slack_is_down_at_start(fa
     sleeps = _ShortSleeps()
     adapter = make_adapter(fake, app_token=APP_TOKEN, sleeps=sleeps)
     delivered: list[InboundMessage] = []
-    await asyncio.wait_for(adapter.start(_collector(delivered)), timeout=5)
+    await asyncio.wait_for(adapter.start(_collector(delivered)), timeout=30)
     try:
         assert adapter.connection_status.startswith("connecting again after slack socket mode")
         for _ in range(300):
@@ -113,7 +113,7 @@ async def test_slack_unreachable_at_start_is_retried_in_the_background_and_stop_
 
     sleeps = _ShortSleeps()
     adapter = make_adapter(app_token=APP_TOKEN, api_base=f"http://127.0.0.1:{free_port()}/api/", sleeps=sleeps)
-    await asyncio.wait_for(adapter.start(_collector([])), timeout=5)
+    await asyncio.wait_for(adapter.start(_collector([])), timeout=30)
     for _ in range(300):
         if len(sleeps) >= 2:
             break

@@ -148,7 +148,7 @@ class FakeSlack:
             await ws.send_str(json.dumps(message))
         return envelope_id
 
-    async def wait_for_ack(self, envelope_id: str, *, timeout: float = 3.0) -> None:
+    async def wait_for_ack(self, envelope_id: str, *, timeout: float = 30.0) -> None:
         """Wait until the client acknowledged an envelope."""
         deadline = time.monotonic() + timeout
         while envelope_id not in self.acks:

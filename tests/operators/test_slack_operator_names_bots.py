@@ -40,11 +40,22 @@ async def test_names_of_several_bots_operators_are_looked_up_side_by_side(client
         escalation = next(e["id"] for e in listed if e["conversation_id"] == chat.json()["conversation_id"])
         await client.services.escalations.claim(escalation, operator=f"slack:{user}", bots=None)
     slack.delays["users.info"] = SLOW_S
-    started = time.monotonic()
-    listed = (await client.get("/v1/escalations?state=claimed", headers=headers)).json()
-    took = time.monotonic() - started
+    most = 0
+
+    async def watch() -> None:
+        nonlocal most
+        while True:
+            most = max(most, slack.delayed)
+            await asyncio.sleep(0.01)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        listed = (await client.get("/v1/escalations?state=claimed", headers=headers)).json()
+    finally:
+        watcher.cancel()
     assert listed["operator_names"] == {"slack:UANA": "Uana", "slack:UBEN": "Uben", "slack:UCAL": "Ucal"}
-    assert took < 2 * SLOW_S, f"took {took:.2f}s: one bot's look-ups after another's"
+    # Asked at the same time, not how long the list took (a loaded machine took longer with no fault).
+    assert most == 3, f"{most} look-ups at once: one bot's look-ups after another's"
 
 
 async def test_many_operators_are_looked_up_a_few_at_a_time_and_a_slow_lookup_is_named_next_time(slack):
@@ -76,11 +87,16 @@ async def test_many_operators_are_looked_up_a_few_at_a_time_and_a_slow_lookup_is
         started = time.monotonic()
         first = await names.names(("acme", f"slack:{user}") for user in users)
         took = time.monotonic() - started
-        await asyncio.sleep(40 / LOOKUPS_AT_ONCE * 0.4 - took + 0.5)  # the rest end meanwhile
+        # Until the rest end (a fixed wait was not always enough on a loaded machine): a list asks no member
+        # again whose look-up is under way, and each waits up to LOOKUP_TIMEOUT_S for those.
         second = await names.names(("acme", f"slack:{user}") for user in users)
+        async with asyncio.timeout(60):
+            while len(second) < 40:
+                second = await names.names(("acme", f"slack:{user}") for user in users)
     finally:
         watcher.cancel()
     assert most <= LOOKUPS_AT_ONCE
-    assert took < LOOKUP_TIMEOUT_S + 0.3 and 0 < len(first) < 40
+    # Did not wait for them all (40 / 8 × 0.4 s, and 16 s one at a time); the margin is for a loaded machine.
+    assert took < LOOKUP_TIMEOUT_S + 3 and 0 < len(first) < 40
     assert second == {f"slack:{user}": user.title() for user in users}
     assert slack.count("users.info") - before == 40  # each member asked once

@@ -260,7 +260,7 @@ async def test_a_page_sending_a_byte_at_a_time_is_stopped_at_the_fetch_deadline(
     assert [d.doc_id for d in result.documents] == [f"{base}/faq"]
     message = dict(result.errors)[f"{base}/trickle"]
     assert "not fully received within 1s" in message and base not in message  # the URL is the error's key, once
-    assert took < 5  # not the 10 s the trickle would take
+    assert took < 8  # not the 10 s or more the trickle takes (a margin for a loaded machine)
 
 
 async def test_a_page_gone_for_good_is_left_out_and_a_missing_one_is_an_error():

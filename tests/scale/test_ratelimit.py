@@ -97,5 +97,5 @@ async def test_ratelimit_loop_held_by_other_work_is_not_a_storage_outage(monkeyp
     started = time.monotonic()
     with structlog.testing.capture_logs() as logs:
         assert (await limiter.check(bot="acme", channel="web", contact="u1")).allowed  # fails open, as before
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 5  # its 0.1 s timeout, with a loaded machine's margin, not the 10 s
     assert [(e["event"], e["error"]) for e in logs] == [("ratelimit.unavailable", "TimeoutError")]

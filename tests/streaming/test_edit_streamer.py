@@ -101,7 +101,7 @@ async def test_a_restart_during_a_rollover_still_shows_the_new_text(fake, adapte
     await streamer.close()
 
 
-async def until(condition, timeout: float = 3.0) -> None:
+async def until(condition, timeout: float = 30.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
