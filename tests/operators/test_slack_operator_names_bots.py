@@ -4,6 +4,7 @@ each, and the names of all of them are looked up side by side, not one bot after
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -15,6 +16,23 @@ from tests.fakes.slack_api import BOT_TOKEN
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TOKEN = "lee-token-0123456789"
 SLOW_S = 1.0
+
+
+@contextlib.asynccontextmanager
+async def _most_at_once(slack):
+    """`[n]`: the most users.info calls the fake Slack held at once while the block ran."""
+    most = [0]
+
+    async def watch() -> None:
+        while True:
+            most[0] = max(most[0], slack.delayed)
+            await asyncio.sleep(0.01)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        yield most
+    finally:
+        watcher.cancel()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -40,22 +58,11 @@ async def test_names_of_several_bots_operators_are_looked_up_side_by_side(client
         escalation = next(e["id"] for e in listed if e["conversation_id"] == chat.json()["conversation_id"])
         await client.services.escalations.claim(escalation, operator=f"slack:{user}", bots=None)
     slack.delays["users.info"] = SLOW_S
-    most = 0
-
-    async def watch() -> None:
-        nonlocal most
-        while True:
-            most = max(most, slack.delayed)
-            await asyncio.sleep(0.01)
-
-    watcher = asyncio.create_task(watch())
-    try:
+    async with _most_at_once(slack) as most:
         listed = (await client.get("/v1/escalations?state=claimed", headers=headers)).json()
-    finally:
-        watcher.cancel()
     assert listed["operator_names"] == {"slack:UANA": "Uana", "slack:UBEN": "Uben", "slack:UCAL": "Ucal"}
     # Asked at the same time, not how long the list took (a loaded machine took longer with no fault).
-    assert most == 3, f"{most} look-ups at once: one bot's look-ups after another's"
+    assert most[0] == 3, f"{most[0]} look-ups at once: one bot's look-ups after another's"
 
 
 async def test_many_operators_are_looked_up_a_few_at_a_time_and_a_slow_lookup_is_named_next_time(slack):
@@ -74,16 +81,8 @@ async def test_many_operators_are_looked_up_a_few_at_a_time_and_a_slow_lookup_is
     client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_base, retry_handlers=[])
     names = SlackOperatorNames({("acme", "slack"): SimpleNamespace(client=client)})
     slack.delays["users.info"] = 0.4
-    most, before = 0, slack.count("users.info")
-
-    async def watch() -> None:
-        nonlocal most
-        while True:
-            most = max(most, slack.delayed)
-            await asyncio.sleep(0.01)
-
-    watcher = asyncio.create_task(watch())
-    try:
+    before = slack.count("users.info")
+    async with _most_at_once(slack) as most:
         started = time.monotonic()
         first = await names.names(("acme", f"slack:{user}") for user in users)
         took = time.monotonic() - started
@@ -93,9 +92,7 @@ async def test_many_operators_are_looked_up_a_few_at_a_time_and_a_slow_lookup_is
         async with asyncio.timeout(60):
             while len(second) < 40:
                 second = await names.names(("acme", f"slack:{user}") for user in users)
-    finally:
-        watcher.cancel()
-    assert most <= LOOKUPS_AT_ONCE
+    assert most[0] <= LOOKUPS_AT_ONCE
     # Did not wait for them all (40 / 8 × 0.4 s, and 16 s one at a time); the margin is for a loaded machine.
     assert took < LOOKUP_TIMEOUT_S + 3 and 0 < len(first) < 40
     assert second == {f"slack:{user}": user.title() for user in users}
