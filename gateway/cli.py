@@ -334,6 +334,8 @@ async def _eval(args) -> int:
         return 1
     if skipped:
         print(f"note: {skipped}", file=sys.stderr)
+    for line in report.gold_not_found:
+        print(f"warning: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(report.metrics))
         return 0
