@@ -58,6 +58,10 @@ def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list
             sub = f"{path}.{key}" if path else str(key)
             if key in SECRET_KEYS and isinstance(value, str) and value:
                 ref = _ENV_REF.fullmatch(value.strip())
+                if ref is None and value.strip().startswith("os.environ/"):  # LiteLLM proxy's own form
+                    var = value.strip().removeprefix("os.environ/")
+                    raise ConfigError(sub, f"write it as ${{{var}}}: this file reads a variable as ${{VAR}}, "
+                                           "not LiteLLM's os.environ/VAR")
                 if ref is None:
                     raise ConfigError(sub, "secrets come from the environment only; write it as ${SOME_ENV_VAR}")
                 if ref.group(1) not in env and ref.group(2) and defaulted is not None:

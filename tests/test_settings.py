@@ -64,6 +64,8 @@ def test_settings_env_overrides_database_url(tmp_path, monkeypatch):
      "bots[0].channels", "telegram.token is required"),
     ({"bots": [{"name": "b", "channels": {"slack": {"bot_token": "xoxb-literal", "signing_secret": "${X}"}}}]},
      "bots.channels.slack.bot_token", "environment only"),
+    ({"models": [{"model_name": "m", "litellm_params": {"model": "o/x", "api_key": "os.environ/OPENAI_API_KEY"}}]},
+     "models[0].litellm_params.api_key", "write it as ${OPENAI_API_KEY}: this file reads a variable as ${VAR}, not LiteLLM's os.environ/VAR"),
     ({"bots": [{"name": "b"}, {"name": "b"}]}, "bots[1].name", "duplicate"),
     ({"operators": [{"name": "sam", "token": "${OP_A}", "bots": ["*"]}, {"name": "sam", "token": "${OP_B}", "bots": ["*"]}]},
      "operators[1].name", "duplicate operator name"),
