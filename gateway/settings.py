@@ -88,7 +88,7 @@ class QdrantSettings(_Strict):
     path: str | None = "var/qdrant"
     url: str | None = None
     api_key: str | None = None
-    timeout: float = 10.0
+    timeout: float = Field(default=10.0, ge=1)  # whole seconds to qdrant-client: 0.5 was 0, no time at all
     engine: Literal["local", "edge"] = "local"
 
     @field_validator("path")

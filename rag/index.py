@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -109,7 +110,7 @@ class QdrantIndex:
             # check_compatibility=False: `check_server_version` does it, asynchronously and with the URL
             # in its message. The client's own check sends a blocking request from a thread at
             # construction and, with the server down, only warns "Failed to obtain server version".
-            client = AsyncQdrantClient(url=settings.url, api_key=settings.api_key, timeout=int(settings.timeout),
+            client = AsyncQdrantClient(url=settings.url, api_key=settings.api_key, timeout=math.ceil(settings.timeout),
                                        check_compatibility=False)
             return cls(client, url=settings.url)
         if not settings.path:
