@@ -23,7 +23,7 @@ from gateway.models import as_utc, utcnow
 from gateway.operators.notices import is_open, next_opening
 from gateway.settings import Settings
 from storage import repositories as repo
-from storage.models import Conversation, Escalation, Message
+from storage.models import Conversation, Escalation, EscalationEvent, Message
 
 log = structlog.get_logger("gateway.operators.reminders")
 
@@ -153,10 +153,18 @@ def _not_reminded_since(start):
 
 
 async def _customer_waiting_since(session: AsyncSession, escalation: Escalation) -> datetime | None:
-    """When the customer's first message still waiting for the holder's reply was written, or None."""
+    """When the customer began to wait for the holder's reply, or None: from the claim when they asked for
+    a person and nobody has written to them since (what they asked came before the claim: a holder who
+    claimed and closed the browser was never noticed), else from their first message since the last reply."""
     operator_reply = (await session.execute(select(func.max(Message.id)).where(
         Message.conversation_id == escalation.conversation_id, Message.direction == "out",
         Message.author == "operator"))).scalar_one_or_none() or 0
+    answered = operator_reply and as_utc((await session.execute(select(Message.created_at).where(
+        Message.id == operator_reply))).scalar_one()) >= as_utc(escalation.created_at)
+    asked = (await session.execute(select(EscalationEvent.id).where(   # not a conversation taken without one
+        EscalationEvent.escalation_id == escalation.id, EscalationEvent.kind == "opened").limit(1))).first()
+    if asked and not answered:
+        return as_utc(escalation.claimed_at)
     first = (await session.execute(select(Message.created_at).where(
         Message.conversation_id == escalation.conversation_id, Message.direction == "in",
         Message.id > operator_reply, Message.created_at >= escalation.claimed_at)

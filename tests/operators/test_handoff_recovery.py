@@ -4,7 +4,7 @@ API's edges (auth before the body, JSON without a content type, who am I, newest
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import update
@@ -103,7 +103,9 @@ async def test_stale_claim_pings_the_operators_once(client):
     assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))).status_code == 200
     reminders = client.services.reminders
     later = utcnow() + TIMEOUT + timedelta(seconds=5)
-    assert eid not in await reminders.run_once(now=later)  # the customer has not written since the claim
+    assert (await client.post(f"/v1/escalations/{eid}/reply", headers=auth("sam"),
+                              json={"text": "Sam here, looking."})).status_code == 201
+    assert eid not in await reminders.run_once(now=later)  # answered, and no word from the customer since
     held = await client.post("/v1/bots/acme/chat", json={"session_id": "rec-3", "text": "Hello? Anyone?"})
     assert held.json()["reply"] is None
     assert eid not in await reminders.run_once()  # not waiting long yet
@@ -113,6 +115,37 @@ async def test_stale_claim_pings_the_operators_once(client):
     assert event["operator"] == "sam" and event["escalation_id"] == eid
     assert eid not in await reminders.run_once(now=later + timedelta(seconds=1))
     assert (await _kinds(client, eid))[-1] == "reminded"
+
+
+async def test_stale_claim_pings_when_the_holder_never_answered_the_customer_who_asked(client):
+    # The customer asked for a person, sam claimed it and closed the browser: nobody has written to them,
+    # and their request came before the claim, so "a customer message since the claim" never came.
+    eid, _ = await _open(client, "rec-3b")
+    claimed = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))
+    assert claimed.status_code == 200
+    reminders = client.services.reminders
+    claimed_at = datetime.fromisoformat(claimed.json()["claimed_at"])
+    assert eid not in await reminders.run_once(now=claimed_at + TIMEOUT - timedelta(seconds=5))
+    async with client.services.bus.subscribe(ESCALATIONS_TOPIC) as queue:
+        assert eid in await reminders.run_once(now=claimed_at + TIMEOUT + timedelta(seconds=5))
+        event = await _next_event(queue, "stale_claim")
+    assert event["operator"] == "sam" and event["escalation_id"] == eid and event["waiting_minutes"] == 15
+    assert eid not in await reminders.run_once(now=claimed_at + 2 * TIMEOUT)  # once per wait
+    assert (await _kinds(client, eid))[-1] == "reminded"
+
+    # Kim takes it over and answers: the customer waits for nobody, whoever holds it.
+    assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"),
+                              json={"take_over": True})).status_code == 200
+    assert (await client.post(f"/v1/escalations/{eid}/reply", headers=auth("kim"),
+                              json={"text": "Kim here."})).status_code == 201
+    assert eid not in await reminders.run_once(now=utcnow() + 3 * TIMEOUT)
+
+
+async def test_a_conversation_taken_without_escalating_is_no_stale_claim_until_the_customer_writes(client):
+    answered = await client.post("/v1/bots/acme/chat", json={"session_id": "rec-3c", "text": "How do I reset my password?"})
+    taken = await client.post(f"/v1/conversations/{answered.json()['conversation_id']}/claim", headers=auth("sam"))
+    assert taken.status_code == 200
+    assert taken.json()["id"] not in await client.services.reminders.run_once(now=utcnow() + 3 * TIMEOUT)
 
 
 async def test_api_operator_token_is_checked_before_the_body(client):

@@ -87,15 +87,17 @@ async def test_reminders_unclaimed_escalation_tells_customer_once_and_pings_oper
 
 
 @module_loop
-async def test_reminders_claimed_escalation_gets_no_reminder(client):
+async def test_reminders_claimed_escalation_tells_the_customer_nothing(client):
     escalation = await _escalate(client, "r-2")
     claimed = await client.post(f"/v1/escalations/{escalation.id}/claim", headers=auth("sam"))
     assert claimed.status_code == 200
+    assert (await client.post(f"/v1/escalations/{escalation.id}/reply", headers=auth("sam"),
+                              json={"text": "Sam here."})).status_code == 201
 
     reminded = await client.services.reminders.run_once(
         now=_aware(escalation.created_at) + timedelta(seconds=10 * TIMEOUT))
 
-    assert escalation.id not in reminded
+    assert escalation.id not in reminded  # answered, and the customer has not written since
     assert UNCLAIMED not in await _customer_texts(client, "r-2")
     async with client.services.sessions() as session:
         row = await session.get(Escalation, escalation.id)
