@@ -268,9 +268,10 @@ async def get_escalation(escalation_id: RowId, request: Request,
                 # What the bot looked up or did for this reply (a ticket it opened, an interrupted call).
                 "tool_calls": m.tool_calls or [],
                 "created_at": utc_iso(m.created_at),
-                # Why a reply never reached the customer (blocked the bot, outside WhatsApp's 24 hours):
-                # the operator must know their answer did not arrive.
-                "error": m.error if m.direction == "out" and m.status == "failed" else None,
+                # Why a reply never reached the customer (blocked the bot, outside WhatsApp's 24 hours),
+                # or has not yet (`pending`: its send failed, a retry is due): the operator must know their
+                # answer did not arrive.
+                "error": m.error if m.direction == "out" and m.status in ("failed", "pending", "sending") else None,
                 # Where the customer came from: a Telegram deep link's `/start order123`, whose text is empty.
                 **({"start_payload": (m.meta or {})["start_payload"]} if (m.meta or {}).get("start_payload") else {}),
             } for m in messages],

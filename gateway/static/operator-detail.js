@@ -2,6 +2,7 @@
  * drawing it. Loaded before operator.js, which gives it the console's state and helpers. */
 (function () {
   "use strict";
+  var RECHECK_MS = 5000;
 
   /** The pane's readers over the console `c`: its state, API and the helpers the drawing uses. */
   window.GatewayOperatorDetail = function (c) {
@@ -74,6 +75,15 @@
       // here, where it is drawn. The pick's own reading is not drawn when a live event's newer one overtook
       // it, and the pick then scrolled to a pane still hidden.
       if (!same && window.matchMedia("(max-width: 48rem)").matches) $("op-detail").scrollIntoView();
+      recheckUndelivered(d);
+    }
+
+    /** A reply shown as not delivered yet is read again every few seconds until it is settled: its retry
+     * going through sends no live event, and "Not delivered yet" stayed on it as if it never went. */
+    function recheckUndelivered(d) {
+      clearTimeout(state.recheck);
+      if (!d.messages.some(window.GatewayOperatorRender.undelivered)) return;
+      state.recheck = setTimeout(function () { if (state.token && state.selected === d.id) c.refresh(true); }, RECHECK_MS);
     }
 
     /** Tell a screen reader what the customer wrote since the escalation was last read (the live region

@@ -27,6 +27,9 @@
       Math.floor(minutes / 60) + " h " + String(minutes % 60).padStart(2, "0") + " min");
   }
 
+  /** A reply stored but not yet sent: queued, being sent, or waiting for a retry after a failed send. */
+  function undelivered(m) { return m.direction === "out" && (m.status === "pending" || m.status === "sending"); }
+
   function renderMessage(m) {
     var li = el("li", "op-msg op-msg--" + m.author);
     li.dataset.id = m.id;
@@ -45,6 +48,8 @@
     }
     if (m.status === "failed" && m.direction === "out") {
       li.appendChild(el("span", "op-failed", "Not delivered" + (m.error ? ": " + m.error : "")));
+    } else if (undelivered(m)) {  // a send that failed for a reason that may pass waits for its retry
+      li.appendChild(el("span", "op-pending", m.error ? "Not delivered yet: " + m.error : "Sending…"));
     }
     if (m.citations && m.citations.length) {
       var cites = el("ul", "op-citations");
@@ -89,6 +94,6 @@
   }
 
   window.GatewayOperatorRender = Object.freeze({
-    el: el, byWait: byWait, waiting: waiting, renderMessage: renderMessage, when: when,
+    el: el, byWait: byWait, waiting: waiting, renderMessage: renderMessage, when: when, undelivered: undelivered,
   });
 })();

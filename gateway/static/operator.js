@@ -142,7 +142,7 @@
   var detail = window.GatewayOperatorDetail({
     state: state, $: $, api: api, el: el, who: who, when: when, learnNames: learnNames,
     renderMessage: renderMessage, showNewer: showNewer, actionFailed: actionFailed,
-    showReplyState: showReplyState, showError: showError,
+    showReplyState: showReplyState, showError: showError, refresh: refresh,
   });
   var loadDetail = detail.loadDetail, loadOlder = detail.loadOlder;
 
