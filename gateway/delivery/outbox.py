@@ -295,11 +295,15 @@ class Outbox:
     async def _tell_operators(self, message: Message, *, error: str | None) -> None:
         """An operator's reply that failed after a retry (its API call had answered `pending`): the
         console showed "Not delivered" only when something else refreshed it. Best effort."""
+        # The escalation it was written in: the conversation's newest may be a later one (the reply's retry
+        # outlasted a hand-back, the customer asked again), whose thread nobody wrote it in.
+        escalation_id = (message.meta or {}).get("escalation_id")
         try:
-            async with self._sessions() as session:
-                escalation_id = (await session.execute(
-                    select(Escalation.id).where(Escalation.conversation_id == message.conversation_id)
-                    .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
+            if not isinstance(escalation_id, int):  # a reply stored before its escalation was recorded with it
+                async with self._sessions() as session:
+                    escalation_id = (await session.execute(
+                        select(Escalation.id).where(Escalation.conversation_id == message.conversation_id)
+                        .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
         except (DBAPIError, OSError):
             return
         if escalation_id is None:

@@ -224,14 +224,11 @@ async def test_a_reply_that_never_reached_the_customer_shows_why(client):
     assert all(m["error"] is None for m in detail["messages"] if m["id"] != message_id)
 
 
-async def test_an_operator_reply_that_fails_after_a_retry_is_told_to_the_console_live(client):
-    """The reply call answered `pending` (a retry was due); when the retry failed for good, the console
-    showed "Not delivered" only once something else refreshed it."""
+async def _retry_refused_for_good(client, message_id: int) -> dict:
+    """Send the operator's reply `message_id` again as its retry, the customer's platform refusing it for
+    good; the `reply_failed` event that tells the operators."""
     from gateway.errors import ChannelSendError
 
-    eid, _ = await _open(client, "rec-failed-live")
-    sent = await client.post(f"/v1/escalations/{eid}/reply", headers=auth("sam"), json={"text": "Still there?"})
-    message_id = sent.json()["message_id"]
     services = client.services
     async with services.sessions() as session, session.begin():  # its retry is due
         await session.execute(update(Message).where(Message.id == message_id).values(status="pending"))
@@ -247,8 +244,31 @@ async def test_an_operator_reply_that_fails_after_a_retry_is_told_to_the_console
     try:
         async with services.bus.subscribe(ESCALATIONS_TOPIC) as queue:
             assert await services.outbox.deliver(message_id) == "failed"
-            event = await _next_event(queue, "reply_failed")
+            return await _next_event(queue, "reply_failed")
     finally:
         services.adapters[("acme", "web")] = web
+
+
+async def test_an_operator_reply_that_fails_after_a_retry_is_told_to_the_console_live(client):
+    """The reply call answered `pending` (a retry was due); when the retry failed for good, the console
+    showed "Not delivered" only once something else refreshed it."""
+    eid, _ = await _open(client, "rec-failed-live")
+    sent = await client.post(f"/v1/escalations/{eid}/reply", headers=auth("sam"), json={"text": "Still there?"})
+    message_id = sent.json()["message_id"]
+    event = await _retry_refused_for_good(client, message_id)
     assert event["escalation_id"] == eid and event["message_id"] == message_id and event["bot"] == "acme"
     assert "the customer left" in event["error"]
+
+
+async def test_a_reply_that_fails_after_its_escalation_was_handed_back_is_told_in_that_escalation(client):
+    """The reply waited for a retry (the channel down); meanwhile the operator resolved, and the customer
+    asked for a person again. Its failure was told in the customer's newest escalation (its console notice,
+    its Slack thread), where nobody had written it, and not in the operator's own."""
+    first, _ = await _open(client, "rec-failed-later")
+    sent = await client.post(f"/v1/escalations/{first}/reply", headers=auth("sam"), json={"text": "Checking."})
+    message_id = sent.json()["message_id"]
+    assert (await client.post(f"/v1/escalations/{first}/resolve", headers=auth("sam"))).status_code == 200
+    second, _ = await _open(client, "rec-failed-later")
+    assert second != first
+    event = await _retry_refused_for_good(client, message_id)
+    assert event["escalation_id"] == first and event["message_id"] == message_id
