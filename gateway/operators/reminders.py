@@ -155,7 +155,8 @@ def _not_reminded_since(start):
 async def _customer_waiting_since(session: AsyncSession, escalation: Escalation) -> datetime | None:
     """When the customer began to wait for the holder's reply, or None: from the claim when they asked for
     a person and nobody has written to them since (what they asked came before the claim: a holder who
-    claimed and closed the browser was never noticed), else from their first message since the last reply."""
+    claimed and closed the browser was never noticed), else from their first message since the last reply;
+    never before the claim: a holder who took over a stale claim has the whole timeout to answer it too."""
     operator_reply = (await session.execute(select(func.max(Message.id)).where(
         Message.conversation_id == escalation.conversation_id, Message.direction == "out",
         Message.author == "operator"))).scalar_one_or_none() or 0
@@ -167,6 +168,6 @@ async def _customer_waiting_since(session: AsyncSession, escalation: Escalation)
         return as_utc(escalation.claimed_at)
     first = (await session.execute(select(Message.created_at).where(
         Message.conversation_id == escalation.conversation_id, Message.direction == "in",
-        Message.id > operator_reply, Message.created_at >= escalation.claimed_at)
+        Message.id > operator_reply, Message.created_at >= escalation.created_at)
         .order_by(Message.id).limit(1))).scalar_one_or_none()
-    return as_utc(first) if first is not None else None
+    return max(as_utc(first), as_utc(escalation.claimed_at)) if first is not None else None

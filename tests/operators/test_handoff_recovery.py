@@ -272,3 +272,26 @@ async def test_a_reply_that_fails_after_its_escalation_was_handed_back_is_told_i
     assert second != first
     event = await _retry_refused_for_good(client, message_id)
     assert event["escalation_id"] == first and event["message_id"] == message_id
+
+
+async def test_stale_claim_taken_over_pings_again_when_the_new_holder_does_not_answer_either(client):
+    """The documented answer to a stale claim is a take-over; the customer's message came before it, and
+    only a message after the claim started a wait, so a new holder who did not answer either was never pinged."""
+    eid, _ = await _open(client, "rec-3d")
+    assert (await client.post(f"/v1/escalations/{eid}/reply", headers=auth("sam"), json={"text": "Sam here."})).status_code == 201
+    asked = await client.post("/v1/bots/acme/chat", json={"session_id": "rec-3d", "text": "Hello??"})
+    async with client.services.sessions() as session, session.begin():  # sam claimed, answered and went home
+        await session.execute(update(Escalation).where(Escalation.id == eid)
+                              .values(created_at=utcnow() - 4 * TIMEOUT, claimed_at=utcnow() - 3 * TIMEOUT))
+        await session.execute(update(Message).where(Message.id == asked.json()["message_id"])
+                              .values(created_at=utcnow() - 2 * TIMEOUT))
+    reminders = client.services.reminders
+    assert eid in await reminders.run_once()
+    taken = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"), json={"take_over": True})
+    assert taken.status_code == 200
+    taken_at = datetime.fromisoformat(taken.json()["claimed_at"])
+    assert eid not in await reminders.run_once(now=taken_at + TIMEOUT - timedelta(seconds=5))  # kim's own timeout
+    async with client.services.bus.subscribe(ESCALATIONS_TOPIC) as queue:
+        assert eid in await reminders.run_once(now=taken_at + TIMEOUT + timedelta(seconds=5))
+        event = await _next_event(queue, "stale_claim")
+    assert event["operator"] == "kim" and event["escalation_id"] == eid
