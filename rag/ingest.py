@@ -51,7 +51,7 @@ from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.fingerprint import chunk_settings, content_hash, digest, document_hash
 from rag.index_check import check_index, delete_unrecorded, unrecorded_if_cancelled
 from rag.ingest_progress import DocumentProgress, Progress
-from rag.ingest_runs import IngestReport, describe, record_run, start_run
+from rag.ingest_runs import IngestReport, describe, record_run, start_run, start_run_through_cancel
 from rag.knowledge_index import KnowledgeIndex
 from rag.points import write_points
 from rag.sources import Document, Validators, describe_skipped, load_source
@@ -109,11 +109,8 @@ class Ingestor:
         self, bot: BotSettings, *, sources: list[str] | None = None, trigger: str = "manual", progress: Progress | None = None
     ) -> list[IngestReport]:
         """Ingest each of the bot's sources (or the named ones); one failing source never stops the rest."""
-        return [
-            await self.ingest_source(bot.name, source, trigger=trigger, progress=progress)
-            for source in bot.sources
-            if sources is None or source.name in sources
-        ]
+        return [await self.ingest_source(bot.name, source, trigger=trigger, progress=progress)
+                for source in bot.sources if sources is None or source.name in sources]
 
     async def ingest_source(
         self, bot: str, source: SourceSettings, *, trigger: str = "manual", progress: Progress | None = None,
@@ -128,9 +125,12 @@ class Ingestor:
         """
         started = time.perf_counter()
         try:
-            run_id = await start_run(self.sessions, bot, source.name, trigger=trigger)
+            run_id, cancelled = await start_run_through_cancel(self.sessions, bot, source.name, trigger=trigger)
         except Exception as exc:  # the store refuses even the run row: nothing to record it in
             return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=None, record=False)
+        if cancelled is not None:  # a stop as the row was written: recorded as cancelled, not left `running`
+            return await self._failed(bot, source.name, cancelled, trigger=trigger, started=started, run_id=run_id,
+                                      record=run_id is not None)
         try:
             validators = await self._validators(bot, source.name) if source.type != "directory" else {}
             loaded = await load_source(source, base_dir=self.base_dir, validators=validators, progress=fetch_progress)

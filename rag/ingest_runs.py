@@ -97,6 +97,21 @@ async def start_run(sessions: async_sessionmaker[AsyncSession], bot: str, source
         return run.id
 
 
+async def start_run_through_cancel(sessions: async_sessionmaker[AsyncSession], bot: str, source: str, *,
+                                   trigger: str) -> tuple[int | None, asyncio.CancelledError | None]:
+    """`start_run` finished though its caller is cancelled meanwhile (a stop as the row is written, or as its
+    session closes after the commit): then (its id, or None, and the cancellation), for the caller to record
+    the run as cancelled. Cut off there, the row stayed `running` until the source's next run."""
+    starting = asyncio.ensure_future(start_run(sessions, bot, source, trigger=trigger))
+    try:
+        return await asyncio.shield(starting), None
+    except asyncio.CancelledError as cancelled:
+        try:
+            return await starting, cancelled
+        except Exception:  # not written after all: nothing to record the end in
+            return None, cancelled
+
+
 async def record_run(
     sessions: async_sessionmaker[AsyncSession], report: IngestReport, *, trigger: str, run_id: int | None = None
 ) -> None:

@@ -140,7 +140,10 @@ async def test_two_processes_ingesting_one_source_take_turns_on_postgres(tmp_pat
 async def test_shutdown_records_a_running_ingest_as_cancelled_not_running(tmp_path):
     # Left to be cancelled with the event loop, the run came to record itself after the database was
     # closed and stayed `running`; `Knowledge.close` now cancels it and lets it record the end.
+    fetching = asyncio.Event()
+
     async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        fetching.set()
         await reader.read()  # a web server that accepts the request and says nothing
 
     server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
@@ -150,11 +153,9 @@ async def test_shutdown_records_a_running_ingest_as_cancelled_not_running(tmp_pa
     try:
         async with open_knowledge(tmp_path, bot) as (_, sessions, knowledge):
             ingest = asyncio.create_task(knowledge.ingest_source("acme", "site"))
-            for _ in range(100):  # until the run is recorded as started and the fetch is waiting
-                async with sessions() as session:
-                    if (await session.execute(select(IngestRun))).scalars().first() is not None:
-                        break
-                await asyncio.sleep(0.05)
+            # The fetch is waiting: the run's row is written. (Its row seen was not enough: a cancel as its
+            # session closed, after the commit, left it `running`; test_ingest_runs has that case.)
+            await asyncio.wait_for(fetching.wait(), timeout=60)
             ingest.cancel()  # what the scheduler's shutdown does
             await knowledge.close()
             assert ingest.done()

@@ -6,6 +6,7 @@ import asyncio
 
 import httpx
 from aiohttp import web
+from sqlalchemy import select
 
 from gateway.app import create_app
 from gateway.settings import load_settings
@@ -173,3 +174,34 @@ async def test_readyz_shows_how_many_documents_a_run_going_has_stored(tmp_path, 
         release.set()
         assert (await asyncio.wait_for(run, 60)).added > 0
     assert (running["trigger"], running["documents_done"], running["documents"]) == ("cli", 2, 4)
+
+
+async def test_a_run_cancelled_as_its_row_is_written_is_recorded_as_cancelled_not_left_running(tmp_path, monkeypatch):
+    """A stop that lands as the run's row is written (CI caught one as its session closed, after the commit) cut
+    the start off, and nothing recorded the run's end: it stayed `running` until the source's next run."""
+    import rag.ingest as ingest_module
+    import rag.ingest_runs as runs_module
+
+    written = asyncio.Event()
+
+    async def slow_to_close(*args, **kwargs) -> int:
+        run_id = await start_run(*args, **kwargs)
+        written.set()
+        await asyncio.sleep(0.5)  # the session still closing when the cancel lands
+        return run_id
+
+    monkeypatch.setattr(runs_module, "start_run", slow_to_close)
+    monkeypatch.setattr(ingest_module, "start_run", slow_to_close)  # where it was called from before
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nSome text.\n")
+    bot = {"name": "acme", "channels": {"web": {}}, "sources": [{"name": "docs", "type": "directory", "path": str(docs)}]}
+    async with open_knowledge(tmp_path, bot) as (_, sessions, knowledge):
+        ingest = asyncio.create_task(knowledge.ingest_source("acme", "docs"))
+        await asyncio.wait_for(written.wait(), timeout=60)
+        ingest.cancel()
+        await asyncio.wait({ingest}, timeout=60)
+        assert ingest.cancelled()  # recorded, and still cancelled
+        async with sessions() as session:
+            [run] = (await session.execute(select(IngestRun))).scalars().all()
+    assert (run.status, run.errors) == ("failed", ["cancelled before it finished"])
