@@ -9,7 +9,7 @@ kept, only new chunks embedded and written, and chunks no longer produced delete
   nothing is embedded again, and each keeps its own chunks (deleting one copy leaves the other's). The title is
   part of the content: it roots the heading path, which every window and the BM25 text hold, so copies titled
   by their different file names are embedded each (only their sentence vectors come out the same; README.md);
-- a document the source no longer yields has all its chunks deleted, but not by a run that loaded none; one
+- a document the source no longer yields has all its chunks deleted, but not by a run of pages that loaded none; one
   whose fetch failed this run keeps its chunks: a flaky page must not empty the knowledge base;
 - a fetched page keeps its HTTP validators (ETag, Last-Modified) for the next run's conditional fetch: a 304
   keeps its chunks without downloading it (unless they are missing from the index: then it is fetched whole).
@@ -157,7 +157,7 @@ class Ingestor:
                     progress=progress,
                     started=started,
                     run_id=run_id,
-                    counted=counted,
+                    counted=counted, folder_listing=source.type == "directory",
                 )
         except BaseException as exc:  # index or store down, or a bug: the run must not stay `running`
             return await self._failed(bot, source.name, exc, trigger=trigger, started=started, run_id=run_id,
@@ -201,9 +201,10 @@ class Ingestor:
         started: float | None = None,
         run_id: int | None = None,
         counted: list[IngestReport] | None = None,
+        folder_listing: bool = False,
     ) -> IngestReport:
         """Ingest already-loaded documents as the full content of `source` (others get deleted, unless
-        `delete_missing` is False: the listing is known to be incomplete).
+        `delete_missing` is False: the listing is known to be incomplete, or none loaded and it is no `folder_listing`).
         `not_modified` pages (a 304 to a conditional fetch) keep their chunks and count as unchanged.
         A source that gives nothing at all keeps its documents, unless pages said they are `gone` (410).
         A document that cannot be chunked or stored is an error of the run and keeps its old chunks.
@@ -229,9 +230,8 @@ class Ingestor:
             held = f"; it held {describe_skipped(skipped)}" if skipped else ""
             report.errors.append("the source gave no documents, so nothing was ingested: check its path or URLs "
                                  f"(a directory takes Markdown, text, HTML and PDF files{held})")
-        if delete_missing and rows and failed_ids and not (documents or not_modified or gone):
-            # Every document it listed failed (a replaced `urls` list whose new page has a typo, the site down):
-            # a run that loaded nothing keeps the documents no longer listed too, until one that loads a page.
+        if delete_missing and rows and failed_ids and not (documents or not_modified or gone or folder_listing):
+            # Every page failed (a new URL mistyped, the site down): unlisted ones kept; a folder's deleted file is gone.
             delete_missing = False
         if delete_missing and rows and gave_nothing:
             # Nothing at all where documents were: an unmounted volume, a folder emptied by a failed

@@ -167,3 +167,23 @@ async def test_a_run_whose_every_page_failed_keeps_the_pages_no_longer_listed(in
         site.pages["/news"] = (None, None, page_html("News", "The office is closed on public holidays."))
         loaded = await ingestor.ingest_source("acme", new)
         assert loaded.status == "ok" and loaded.deleted == total and await index.count("acme") == loaded.added
+
+
+async def test_a_directory_whose_only_file_left_fails_still_deletes_the_files_taken_out(tmp_path, index, dense, sparse,
+                                                                                         sessions):
+    """A run that loaded none of its documents keeps those no longer listed (a `urls` list whose new page failed),
+    but a folder's listing is the folder: a file deleted beside one that cannot be read (a broken PDF) was kept,
+    and served, for as long as that one stayed broken, with no word of it in the run."""
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    (folder / "old-prices.md").write_text("# Old prices\n\nThe Starter plan costs 5 dollars a month.\n")
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not a pdf")
+    source = SourceSettings(name="docs", type="directory", path=str(folder))
+    ingestor = Ingestor(index, dense, sparse, sessions)
+    first = await ingestor.ingest_source("acme", source)
+    assert first.status == "partial" and (total := await index.count("acme")) > 0
+
+    (folder / "old-prices.md").unlink()
+    second = await ingestor.ingest_source("acme", source)
+    assert second.errors[0].startswith("broken.pdf") and second.deleted == total, second.as_dict()
+    assert await index.count("acme") == 0
