@@ -112,8 +112,11 @@ def revision_of(message_id: int, channel_id: int, data: dict[str, Any] | None, *
     if isinstance(edited, str):
         return f"{event}: {edited}"
     addressed = bool(data.get("guild_id")) and not edited.only_while_held
+    # Its id, which a message stored from it keeps (`meta.platform_message_id`), not its delivery key ("edit-of:…"):
+    # the answer replies to it, and the member's later edits and deletion find it.
     return dataclasses.replace(edited, conversation=edited.conversation if addressed else where,
-                               revises=str(message_id), only_while_held=False, new_if_never_stored=addressed)
+                               revises=str(message_id), only_while_held=False, new_if_never_stored=addressed,
+                               raw={**edited.raw, "message_id": str(message_id)})
 
 
 def conversation_ref(guild_id: str, channel_id: str, author_id: str, *, in_thread: bool) -> ConversationRef:

@@ -341,6 +341,8 @@ async def test_discord_server_message_edited_to_mention_the_bot_is_answered_once
     finally:
         await reader.stop()
     assert "$" in reply["content"] and len(fake.channel_messages(channel)) == 1
+    # It replies to the member's message, as any answer in a server channel (it named "edit-of:…", no message).
+    assert str(reply["message_reference"]["message_id"]) == asked["id"] == question.meta["platform_message_id"]
     assert question.text == QUESTION and question.conversation_id == answer.conversation_id
     async with services.sessions() as session:
         conversation = await session.get(Conversation, question.conversation_id)
