@@ -119,10 +119,10 @@ class DiscordAdapter:
         intents = discord.Intents.default()
         intents.message_content = True  # privileged: enable it in the Developer Portal too
         self._inbox = InboxFeed(bot)  # gateway messages, in Discord's order
-        self.client = GatewayClient(self._on_message, on_revision=self._inbox.in_turn, bot=bot, intents=intents,
+        self.client = GatewayClient(self._on_message, on_revision=self._inbox.patiently, bot=bot, intents=intents,
                                     wait_in_place_s=wait_in_place_s)
         self._threads = ThreadLookup(self.client, bot=bot)  # a thread discord.py does not hold, asked of Discord
-        self.client.thread_of = self._threads.of_channel
+        self.client.thread_of, self.client.turn = self._threads.of_channel, self._inbox.turn
         self._wait_in_place_s = wait_in_place_s  # a send's rate limits, waited out in place, in all
         self._verify_key = verify_key(settings.public_key)
         if self._verify_key is None:  # said once at start, not only as a 401 per interaction

@@ -40,6 +40,8 @@ class GatewayClient(discord.Client):
         self._bot = bot  # for the log lines
         # Whether a server channel (id, guild id) is a thread, for an edit that is a question of its own (the adapter's).
         self.thread_of: Callable[[int, int], Awaitable[bool]] | None = None
+        # A channel's turn (the adapter's `InboxFeed.turn`), taken by an edit before its first await, as by a new message.
+        self.turn: Callable[[int], contextlib.AbstractAsyncContextManager[None]] = lambda _channel_id: contextlib.nullcontext()
         # The websocket looks each event's parser up in this dict: one unreadable event is skipped, not fatal.
         parsers = self._connection.parsers
         for event, parse in list(parsers.items()):
@@ -66,32 +68,36 @@ class GatewayClient(discord.Client):
     # The raw events fire for every message, not only the ones discord.py still holds in its cache.
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         """Gateway MESSAGE_UPDATE: revises the message while it waits for its answer (the adapter)."""
-        await self._revise(payload.message_id, payload.channel_id, payload.data, "MESSAGE_UPDATE",
-                           guild_id=payload.guild_id)
+        # discord.py reads guild_id off the guild it holds: None for one it does not (and no thread look-up then).
+        guild_id = payload.guild_id or (int(g) if str(g := payload.data.get("guild_id") or "").isdigit() else None)
+        await self._revise(payload.message_id, payload.channel_id, payload.data, "MESSAGE_UPDATE", guild_id=guild_id)
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
         """Gateway MESSAGE_DELETE: withdraws the message while it waits for its answer."""
         await self._revise(payload.message_id, payload.channel_id, None, "MESSAGE_DELETE")
 
     async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
-        """Gateway MESSAGE_DELETE_BULK: each one as a MESSAGE_DELETE."""
-        for message_id in sorted(payload.message_ids):
-            await self._revise(message_id, payload.channel_id, None, "MESSAGE_DELETE_BULK")
+        """Gateway MESSAGE_DELETE_BULK: each one as a MESSAGE_DELETE, all in one turn (before the events after it)."""
+        async with self.turn(payload.channel_id):
+            for message_id in sorted(payload.message_ids):
+                await self._revise(message_id, payload.channel_id, None, "MESSAGE_DELETE_BULK", turn_held=True)
 
     async def _revise(self, message_id: int, channel_id: int, data: Any, event: str, *,
-                      guild_id: int | None = None) -> None:
+                      guild_id: int | None = None, turn_held: bool = False) -> None:
         bot_user_id = str(self.user.id) if self.user else ""
         # The bot's own role, as a new message reads it: an edit of "<@&role> how do I…" kept the mention.
         guild = self.get_guild(guild_id) if guild_id else None
         roles = (str(role.id),) if guild is not None and (role := guild.self_role) else ()
-        threaded = data is not None and guild_id is not None and self.thread_of is not None \
-            and await self.thread_of(channel_id, guild_id)
-        revision = revision_of(message_id, channel_id, dict(data) if data is not None else None, event=event,
-                               bot_user_id=bot_user_id, bot_role_ids=roles, in_thread=threaded)
-        if isinstance(revision, str) or self._on_revision is None:
-            self._ignored(message_id, revision if isinstance(revision, str) else f"{event}: nothing to answer")
-        else:
-            await self._on_revision(revision)
+        # The turn first: a thread's look-up awaited before it let the events after it (a deletion) go in first.
+        async with contextlib.nullcontext() if turn_held else self.turn(channel_id):
+            threaded = data is not None and guild_id is not None and self.thread_of is not None \
+                and await self.thread_of(channel_id, guild_id)
+            revision = revision_of(message_id, channel_id, dict(data) if data is not None else None, event=event,
+                                   bot_user_id=bot_user_id, bot_role_ids=roles, in_thread=threaded)
+            if isinstance(revision, str) or self._on_revision is None:
+                self._ignored(message_id, revision if isinstance(revision, str) else f"{event}: nothing to answer")
+            else:
+                await self._on_revision(revision)
 
     def _ignored(self, message_id: int, reason: str) -> None:
         log.info("discord.ignored", extra={"bot": self._bot, "message_id": message_id, "reason": reason})

@@ -62,14 +62,8 @@ class InboxFeed:
             else:
                 del self._in_order[key]
 
-    async def in_turn(self, result: InboundMessage) -> None:
-        """Deliver `result` (an edit or a deletion: its conversation's `chat` is its channel) after the
-        events before it in its channel."""
-        async with self.turn(result.conversation.chat):
-            await self.patiently(result)
-
     async def patiently(self, result: InboundMessage) -> None:
-        """Deliver `result`, retried with backoff for up to `DELIVER_PATIENCE` (the caller holds `turn`)."""
+        """Deliver `result`, retried with backoff for up to `DELIVER_PATIENCE` (the caller holds `turn`: an edit's, too)."""
         message_id = result.revises or result.external_id
         if self.deliver is None:
             log.warning("discord.undelivered", extra={"bot": self.bot, "message_id": message_id})
