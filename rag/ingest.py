@@ -223,8 +223,7 @@ class Ingestor:
         rows = await self._rows(bot, source).load()
         incomplete_listing = not delete_missing  # said below; a source that gave nothing says so itself
         gave_nothing = not (documents or not_modified or failed_ids or gone)
-        # A first run of a source that gives nothing, and says nothing went wrong: most often a wrong
-        # path, or a folder of files no loader takes. A failed run says so where an "ok" would hide it.
+        # A first run that gives nothing, and no error: most often a wrong path, or files no loader takes. Said.
         empty_first_run = gave_nothing and not rows and not report.errors
         if empty_first_run:
             held = f"; it held {describe_skipped(skipped)}" if skipped else ""
@@ -233,6 +232,8 @@ class Ingestor:
         if delete_missing and rows and failed_ids and not (documents or not_modified or gone or folder_listing):
             # Every page failed (a new URL mistyped, the site down): unlisted ones kept; a folder's deleted file is gone.
             delete_missing = False
+            if kept := len(rows.keys() - failed_ids):  # said, or they went on answering with no word of it
+                report.errors.append(f"no page loaded, so the {kept} documents no longer listed were kept until one does")
         if delete_missing and rows and gave_nothing:
             # Nothing at all where documents were: an unmounted volume, a folder emptied by a failed
             # sync, a robots.txt that now disallows every page, far more often than a knowledge base
@@ -240,8 +241,7 @@ class Ingestor:
             delete_missing = False
             report.errors.append(f"the source gave no documents; its {len(rows)} documents were kept (take the "
                                  "source out of the config to delete them)")
-        # Chunks the store calls indexed but the index lacks (the folder was deleted, the engine
-        # switched, a rebuild was killed midway): their documents are embedded again, not skipped.
+        # Chunks the store records but the index lacks (folder deleted, engine switched, rebuild killed): embedded again.
         check = await check_index(self.index, self.sessions, bot, source, rows)
         absent, indexed = check.absent, check.indexed
         lost = {doc_id for doc_id, row in rows.items() if not absent.isdisjoint(row.chunk_ids)}

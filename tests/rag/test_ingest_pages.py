@@ -163,6 +163,7 @@ async def test_a_run_whose_every_page_failed_keeps_the_pages_no_longer_listed(in
         failed = await ingestor.ingest_source("acme", new)
         assert failed.status == "failed" and (failed.deleted, failed.added) == (0, 0), failed.as_dict()
         assert failed.total == total and await index.count("acme") == total
+        assert "no page loaded, so the 2 documents no longer listed were kept until one does" in failed.errors
 
         site.pages["/news"] = (None, None, page_html("News", "The office is closed on public holidays."))
         loaded = await ingestor.ingest_source("acme", new)
