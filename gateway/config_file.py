@@ -260,8 +260,11 @@ def _yaml_hint(exc: yaml.YAMLError, text: str) -> str:
     `{ }` or `[ ]` (`{token: ${TOKEN}}`), which YAML reads as a mapping opened after "$" ("expected ',' or '}',
     but got '{'"), a bare `*` (`bots: [*]`, an alias with no name) and a tab in the indentation."""
     mark, context = getattr(exc, "problem_mark", None), str(getattr(exc, "context", ""))
-    if context == "while scanning an alias":
-        return '; a * alone starts a YAML alias: write it in quotes, as bots: ["*"]'
+    if context == "while scanning an alias":  # `bots: [*]`, or a prompt that begins "*Note*:"
+        line = text.splitlines()[mark.line] if mark is not None and mark.line < len(text.splitlines()) else ""
+        if re.search(r"[\[,]\s*\*\s*[\],]|-\s+\*\s*$", line):
+            return '; a * alone starts a YAML alias: write it in quotes, as bots: ["*"]'
+        return '; a value that begins with * is read as a YAML alias: write the value in quotes ("*Note*: …")'
     if "'\\t'" in str(getattr(exc, "problem", "")):
         return "; YAML indents with spaces, never a tab: replace the tab with spaces"
     if mark is None or "flow" not in context or not 0 < mark.column:

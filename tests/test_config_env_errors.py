@@ -98,8 +98,10 @@ def test_an_unquoted_env_var_inside_braces_says_to_quote_it(tmp_path, monkeypatc
 @pytest.mark.parametrize(("text", "hint"), [
     ("operators:\n  - {name: sam, token: \"${SAM_TOKEN}\", bots: [*]}\n",
      '; a * alone starts a YAML alias: write it in quotes, as bots: ["*"]'),
+    ("bots:\n  - name: acme\n    system_prompt: *Note*: be brief\n",
+     '; a value that begins with * is read as a YAML alias: write the value in quotes ("*Note*: …")'),
     ("bots:\n  - name: acme\n\tmodel: offline\n", "; YAML indents with spaces, never a tab: replace the tab with spaces"),
-], ids=["bare-star", "tab"])
+], ids=["bare-star", "star-first", "tab"])
 def test_a_yaml_slip_a_newcomer_makes_says_how_to_write_it(tmp_path, text, hint):
     # `bots: [*]` was "expected alphabetic or numeric character, but found ']' (while scanning an alias)", and a tab
     # "found character '\t' that cannot start any token": true, and no word on what to write instead.
