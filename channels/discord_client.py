@@ -90,10 +90,14 @@ class GatewayClient(discord.Client):
         roles = (str(role.id),) if guild is not None and (role := guild.self_role) else ()
         # The turn first: a thread's look-up awaited before it let the events after it (a deletion) go in first.
         async with contextlib.nullcontext() if turn_held else self.turn(channel_id):
-            threaded = data is not None and guild_id is not None and self.thread_of is not None \
-                and await self.thread_of(channel_id, guild_id)
             revision = revision_of(message_id, channel_id, dict(data) if data is not None else None, event=event,
-                                   bot_user_id=bot_user_id, bot_role_ids=roles, in_thread=threaded)
+                                   bot_user_id=bot_user_id, bot_role_ids=roles)
+            # Asked only of an edit that is a question now, which a thread's is: every other one (the bot's own
+            # streamed answer) held the channel's turn up to LOOKUP_TIMEOUT_S for a look-up it did not need.
+            if not isinstance(revision, str) and revision.new_if_never_stored and guild_id is not None \
+                    and self.thread_of is not None and await self.thread_of(channel_id, guild_id):
+                revision = revision_of(message_id, channel_id, dict(data), event=event, bot_user_id=bot_user_id,
+                                       bot_role_ids=roles, in_thread=True)
             if isinstance(revision, str) or self._on_revision is None:
                 self._ignored(message_id, revision if isinstance(revision, str) else f"{event}: nothing to answer")
             else:

@@ -299,6 +299,28 @@ async def test_a_token_rejected_at_start_still_fails_start(fake: FakeDiscord):
         await adapter.stop()
 
 
+async def test_an_edit_that_is_no_question_does_not_hold_its_thread_for_a_look_up(fake: FakeDiscord, monkeypatch):
+    # Each edit asked whether its channel is a thread, inside the channel's turn, though only an edit that becomes a
+    # question needs it: the bot's own streamed answer, edited every second in a thread whose look-up times out,
+    # held the member's next message up to LOOKUP_TIMEOUT_S per edit.
+    monkeypatch.setattr("channels.discord_inbound.LOOKUP_TIMEOUT_S", 0.3)
+    thread = "900000000000000088"
+    fake.channels[thread] = thread_object(thread_id=thread, parent_id=CHANNEL, guild_id=GUILD)
+    fake.delays[f"/channels/{thread}"] = 1.0  # every look-up times out: none is remembered
+    bot = {"id": BOT_USER_ID, "username": "acme", "discriminator": "0", "avatar": None, "bot": True}
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    async with connected(adapter, fake) as delivered:
+        for i in range(3):
+            await fake.dispatch("MESSAGE_UPDATE", guild_message(f"the answer, part {i}", channel_id=thread,
+                                                                message_id="900000000000000089", author=bot,
+                                                                edited_timestamp="2026-12-01T10:00:00+00:00"))
+        await fake.dispatch("MESSAGE_CREATE", guild_message("and another thing", channel_id=thread,
+                                                            message_id="900000000000000090"))
+        await wait_for(delivered, 1)
+    assert [m.text for m in delivered] == ["and another thing"]
+    assert len(fake.received("GET", f"/channels/{thread}")) == 1  # the member's message's only
+
+
 async def test_edits_and_deletions_are_delivered_as_revisions_in_order(fake: FakeDiscord, caplog):
     """The inbox applies them to a message still waiting for its answer (a typo fixed, a message taken
     back); they were dropped, and the customer was answered on what they had corrected or deleted."""
