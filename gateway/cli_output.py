@@ -182,10 +182,10 @@ def print_misses(outcomes, *, k: int, limit: int = EVAL_MISSES_SHOWN) -> None:
     for o in misses[:limit]:
         if not o.question.answerable:
             verdict = "unanswerable, not refused"
+        elif not o.gold_in_documents:  # refused or not: the label is what to fix first
+            verdict = "no document holds its gold text (a label to fix)"
         elif o.refused:
             verdict = "refused by gate 1" + (f" (gold at rank {o.rank})" if o.rank else "")
-        elif not o.gold_in_documents:
-            verdict = "no document holds its gold text (a label to fix)"
         else:
             verdict = f"no gold text in the top {k}"
         dense = f"{o.best_dense_score:.2f}" if o.best_dense_score is not None else "-"

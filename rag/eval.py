@@ -88,7 +88,6 @@ class EvalReport:
     gold_not_found: list[str] = field(default_factory=list)  # a line each (`gold_not_found_lines`), to show
 
 
-
 def normalize(text: str) -> str:
     """Collapse whitespace and lower-case, as the contract defines a hit."""
     return " ".join(text.split()).lower()

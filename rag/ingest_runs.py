@@ -97,6 +97,9 @@ async def start_run(sessions: async_sessionmaker[AsyncSession], bot: str, source
         return run.id
 
 
+START_AFTER_CANCEL_S = 5.0  # how long a cancelled start may still take to write its row
+
+
 async def start_run_through_cancel(sessions: async_sessionmaker[AsyncSession], bot: str, source: str, *,
                                    trigger: str) -> tuple[int | None, asyncio.CancelledError | None]:
     """`start_run` finished though its caller is cancelled meanwhile (a stop as the row is written, or as its
@@ -106,9 +109,9 @@ async def start_run_through_cancel(sessions: async_sessionmaker[AsyncSession], b
     try:
         return await asyncio.shield(starting), None
     except asyncio.CancelledError as cancelled:
-        try:
-            return await starting, cancelled
-        except Exception:  # not written after all: nothing to record the end in
+        try:  # bounded: a database slow to connect must not hold a stopping `gateway ingest` for its minute
+            return await asyncio.wait_for(starting, timeout=START_AFTER_CANCEL_S), cancelled
+        except Exception:  # not written after all, or not in time: nothing to record the end in
             return None, cancelled
 
 

@@ -205,3 +205,30 @@ async def test_a_run_cancelled_as_its_row_is_written_is_recorded_as_cancelled_no
         async with sessions() as session:
             [run] = (await session.execute(select(IngestRun))).scalars().all()
     assert (run.status, run.errors) == ("failed", ["cancelled before it finished"])
+
+
+async def test_a_cancelled_start_is_waited_for_a_bounded_time(tmp_path, monkeypatch):
+    """The row's write is waited for after a cancel, but not for as long as a slow database takes (a stopping
+    `gateway ingest` ignores a second SIGTERM): past `START_AFTER_CANCEL_S` the cancel goes on."""
+    import rag.ingest_runs as runs_module
+
+    written = asyncio.Event()
+
+    async def stuck_after_writing(*args, **kwargs) -> int:
+        run_id = await start_run(*args, **kwargs)
+        written.set()
+        await asyncio.sleep(600)  # a session that never closes
+        return run_id
+
+    monkeypatch.setattr(runs_module, "start_run", stuck_after_writing)
+    monkeypatch.setattr(runs_module, "START_AFTER_CANCEL_S", 0.5)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nSome text.\n")
+    bot = {"name": "acme", "channels": {"web": {}}, "sources": [{"name": "docs", "type": "directory", "path": str(docs)}]}
+    async with open_knowledge(tmp_path, bot) as (_, _sessions, knowledge):
+        ingest = asyncio.create_task(knowledge.ingest_source("acme", "docs"))
+        await asyncio.wait_for(written.wait(), timeout=60)
+        ingest.cancel()
+        done, _ = await asyncio.wait({ingest}, timeout=30)  # not the 600 s the write would take
+        assert done and ingest.cancelled()
