@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 
 import httpx
 from aiohttp import web
@@ -176,22 +177,23 @@ async def test_readyz_shows_how_many_documents_a_run_going_has_stored(tmp_path, 
     assert (running["trigger"], running["documents_done"], running["documents"]) == ("cli", 2, 4)
 
 
-async def test_a_run_cancelled_as_its_row_is_written_is_recorded_as_cancelled_not_left_running(tmp_path, monkeypatch):
-    """A stop that lands as the run's row is written (CI caught one as its session closed, after the commit) cut
-    the start off, and nothing recorded the run's end: it stayed `running` until the source's next run."""
+@asynccontextmanager
+async def _cancelled_once_its_row_is_written(tmp_path, monkeypatch, *, then_s: float):
+    """A directory source's ingest, cancelled as soon as its run's row is written, whose start then takes `then_s`
+    more seconds (its session closing); yields (the ingest task, the store's sessions), the knowledge still open."""
     import rag.ingest as ingest_module
     import rag.ingest_runs as runs_module
 
     written = asyncio.Event()
 
-    async def slow_to_close(*args, **kwargs) -> int:
+    async def slow_after_writing(*args, **kwargs) -> int:
         run_id = await start_run(*args, **kwargs)
         written.set()
-        await asyncio.sleep(0.5)  # the session still closing when the cancel lands
+        await asyncio.sleep(then_s)
         return run_id
 
-    monkeypatch.setattr(runs_module, "start_run", slow_to_close)
-    monkeypatch.setattr(ingest_module, "start_run", slow_to_close)  # where it was called from before
+    monkeypatch.setattr(runs_module, "start_run", slow_after_writing)
+    monkeypatch.setattr(ingest_module, "start_run", slow_after_writing)  # where it was called from before
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.md").write_text("# A\n\nSome text.\n")
@@ -200,6 +202,13 @@ async def test_a_run_cancelled_as_its_row_is_written_is_recorded_as_cancelled_no
         ingest = asyncio.create_task(knowledge.ingest_source("acme", "docs"))
         await asyncio.wait_for(written.wait(), timeout=60)
         ingest.cancel()
+        yield ingest, sessions
+
+
+async def test_a_run_cancelled_as_its_row_is_written_is_recorded_as_cancelled_not_left_running(tmp_path, monkeypatch):
+    """A stop that lands as the run's row is written (CI caught one as its session closed, after the commit) cut
+    the start off, and nothing recorded the run's end: it stayed `running` until the source's next run."""
+    async with _cancelled_once_its_row_is_written(tmp_path, monkeypatch, then_s=0.5) as (ingest, sessions):
         await asyncio.wait({ingest}, timeout=60)
         assert ingest.cancelled()  # recorded, and still cancelled
         async with sessions() as session:
@@ -212,23 +221,7 @@ async def test_a_cancelled_start_is_waited_for_a_bounded_time(tmp_path, monkeypa
     `gateway ingest` ignores a second SIGTERM): past `START_AFTER_CANCEL_S` the cancel goes on."""
     import rag.ingest_runs as runs_module
 
-    written = asyncio.Event()
-
-    async def stuck_after_writing(*args, **kwargs) -> int:
-        run_id = await start_run(*args, **kwargs)
-        written.set()
-        await asyncio.sleep(600)  # a session that never closes
-        return run_id
-
-    monkeypatch.setattr(runs_module, "start_run", stuck_after_writing)
     monkeypatch.setattr(runs_module, "START_AFTER_CANCEL_S", 0.5)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.md").write_text("# A\n\nSome text.\n")
-    bot = {"name": "acme", "channels": {"web": {}}, "sources": [{"name": "docs", "type": "directory", "path": str(docs)}]}
-    async with open_knowledge(tmp_path, bot) as (_, _sessions, knowledge):
-        ingest = asyncio.create_task(knowledge.ingest_source("acme", "docs"))
-        await asyncio.wait_for(written.wait(), timeout=60)
-        ingest.cancel()
-        done, _ = await asyncio.wait({ingest}, timeout=30)  # not the 600 s the write would take
+    async with _cancelled_once_its_row_is_written(tmp_path, monkeypatch, then_s=600) as (ingest, _):
+        done, _ = await asyncio.wait({ingest}, timeout=30)  # not the 600 s the session would take to close
         assert done and ingest.cancelled()
