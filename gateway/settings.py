@@ -67,8 +67,10 @@ __all__ = [
 ]
 
 MIN_PRODUCTION_TOKEN = 16
-"""An operator token shorter than this is refused in production: it is the whole of the operator's login."""
+"""A secret we choose (an operator token, a Telegram webhook secret) shorter than this is refused in production: each
+is the whole proof of who sends, and a route refused nothing to a client trying one after another."""
 _OPERATOR_TOKEN = re.compile(r"operators\[\d+\]\.token")
+_CHOSEN_SECRET = re.compile(rf"{_OPERATOR_TOKEN.pattern}|bots\[\d+\]\.channels\.telegram\.webhook_secret")
 ENV_OVERRIDES = frozenset({"database_url", "redis_url", "environment", "log_level", "log_format"})
 """The top-level keys an environment variable of the same name (any case) overrides. Only these:
 a stray `WORKER=1` or `BOTS=...` from a process manager must not replace a correct file."""
@@ -334,10 +336,9 @@ class Settings(BaseSettings):
                     demo = (" (the demo token `make run` sets when OPERATOR_TOKEN is unset; set your own, made with "
                             "`openssl rand -hex 24`)") if value.strip() == DEMO_OPERATOR_TOKEN else ""
                     raise ValueError(f"{path}: placeholder secret refused in production{demo}")
-            for i, op in enumerate(self.operators):
-                if 0 < len(op.token) < MIN_PRODUCTION_TOKEN:
-                    raise ValueError(f"operators[{i}].token: shorter than {MIN_PRODUCTION_TOKEN} characters in "
-                                     "production; make one with `openssl rand -hex 24`")
+                if _CHOSEN_SECRET.fullmatch(path) and len(value.strip()) < MIN_PRODUCTION_TOKEN:
+                    raise ValueError(f"{path}: shorter than {MIN_PRODUCTION_TOKEN} characters in production; make one "
+                                     "with `openssl rand -hex 24`")
         return self
 
     def bot(self, name: str) -> BotSettings:
