@@ -77,10 +77,8 @@ a stray `WORKER=1` or `BOTS=...` from a process manager must not replace a corre
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _LOG_LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # the standard library takes these too
-
 DATABASE_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
-"""The async drivers the gateway runs on; `storage.engine.async_url` maps `sqlite://`,
-`postgresql://` and the like onto them."""
+"""The async drivers the gateway runs on; `storage.engine.async_url` maps `sqlite://` and the like onto them."""
 
 
 class QdrantSettings(_Strict):
@@ -327,10 +325,13 @@ class Settings(BaseSettings):
                 if bot != "*" and bot not in names:
                     raise ValueError(f"operators[{i}].bots: unknown bot {bot!r}")
         if self.environment == "production":
+            # An operator without a token is disabled (logged at start); a polling bot is sent no webhook secret.
+            unused = {f"bots[{i}].channels.telegram.webhook_secret" for i, bot in enumerate(self.bots)
+                      if bot.channels.telegram and bot.channels.telegram.mode == "polling"}
             for path, value in secret_values(self.model_dump()):
                 if not value.strip():
-                    if _OPERATOR_TOKEN.fullmatch(path):
-                        continue  # an operator without a token is disabled (logged at start), as config.yaml says
+                    if _OPERATOR_TOKEN.fullmatch(path) or path in unused:
+                        continue
                     raise ValueError(f"{path}: empty in production (an unset ${{VAR}}?)")
                 if value.strip().lower() in PLACEHOLDER_SECRETS:
                     demo = (" (the demo token `make run` sets when OPERATOR_TOKEN is unset; set your own, made with "

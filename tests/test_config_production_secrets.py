@@ -32,3 +32,15 @@ def test_a_long_telegram_webhook_secret_loads_in_production_and_a_short_one_in_d
     monkeypatch.setenv("TG_SECRET", "abc")
     development = load_settings(write_config(tmp_path, bots=[_telegram_bot()]))
     assert development.bots[0].channels.telegram.webhook_secret == "abc"
+
+
+def test_telegram_in_polling_mode_needs_no_webhook_secret_in_production(tmp_path, monkeypatch):
+    """Polling asks Telegram for updates, so no request ever carries the secret: README says it is not needed,
+    and production must not refuse it as an empty secret (webhook mode still does)."""
+    monkeypatch.setenv("TG_TOKEN", "723738643:AAH-production-token")
+    polling = {"name": "acme", "channels": {"telegram": {"token": "${TG_TOKEN}", "mode": "polling"}}}
+    settings = load_settings(write_config(tmp_path, bots=[polling], environment="production"))
+    assert settings.bots[0].channels.telegram.mode == "polling"
+    webhook = {"name": "acme", "channels": {"telegram": {"token": "${TG_TOKEN}", "webhook_secret": ""}}}
+    with pytest.raises(ConfigError, match=r"telegram.webhook_secret is required .* in webhook mode"):
+        load_settings(write_config(tmp_path, bots=[webhook], environment="production"))
