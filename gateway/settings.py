@@ -337,7 +337,7 @@ class Settings(BaseSettings):
                     demo = (" (the demo token `make run` sets when OPERATOR_TOKEN is unset; set your own, made with "
                             "`openssl rand -hex 24`)") if value.strip() == DEMO_OPERATOR_TOKEN else ""
                     raise ValueError(f"{path}: placeholder secret refused in production{demo}")
-                if _CHOSEN_SECRET.fullmatch(path) and len(value.strip()) < MIN_PRODUCTION_TOKEN:
+                if _CHOSEN_SECRET.fullmatch(path) and path not in unused and len(value.strip()) < MIN_PRODUCTION_TOKEN:
                     raise ValueError(f"{path}: shorter than {MIN_PRODUCTION_TOKEN} characters in production; make one "
                                      "with `openssl rand -hex 24`")
         return self
