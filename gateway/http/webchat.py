@@ -63,9 +63,14 @@ async def widget() -> FileResponse:
     return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
 
+def _enabled(channel: Any) -> bool:
+    """Whether a bot's channel runs: written in its config and not `enabled: false` (which has no adapter)."""
+    return channel is not None and channel.enabled
+
+
 def _has_web_chat(bot: BotSettings) -> bool:
     """Whether `bot` has its web chat on: the bots GET /v1/bots lists, the only ones a chat may name."""
-    return bot.channels.web is not None and bot.channels.web.enabled
+    return _enabled(bot.channels.web)
 
 
 @router.get("/v1/bots")
@@ -75,7 +80,7 @@ async def list_bots(request: Request, response: Response) -> dict[str, Any]:
     request that has not ended is lost."""
     svc = services(request)
     response.headers["Gateway-Reply-Timeout"] = f"{svc.reply_timeout:g}"
-    return {"bots": [{"name": b.name, "channels": [c for c in CHANNELS if getattr(b.channels, c) is not None],
+    return {"bots": [{"name": b.name, "channels": [c for c in CHANNELS if _enabled(getattr(b.channels, c))],
                       # The widget's words (`replies.widget`) and their language (`replies.lang`).
                       "texts": b.replies.widget.model_dump(), "lang": b.replies.lang}
                      for b in svc.settings.bots if _has_web_chat(b)]}

@@ -42,3 +42,10 @@ async def test_web_chat_of_an_unknown_bot_names_the_bots_that_have_one(tmp_path)
                         else await client.get(path))
             assert response.status_code == 404
             assert response.json()["error"] == "unknown bot 'acmee'; the bots with a web chat: acme (GET /v1/bots)"
+
+
+async def test_a_channel_turned_off_is_not_among_the_bots_channels(tmp_path) -> None:
+    """`GET /v1/bots` listed a channel written with `enabled: false` (no adapter runs for it), so a client
+    read the bot as reachable on Telegram while the gateway answered every Telegram update 404."""
+    async with gateway_app(tmp_path, channels={"telegram": {"enabled": False}}, env={}) as (client, _services):
+        assert [b["channels"] for b in (await client.get("/v1/bots")).json()["bots"]] == [["web"]]
