@@ -20,6 +20,7 @@ from storage import message_meta
 from storage import repositories as repo
 from storage.chat_moves import move_chat, unfinished_moves
 from storage.conflicts import run_again_on_conflict
+from storage.message_meta import first_stored_edit_key
 from storage.meta_keys import merged_meta, stored_revision_before
 from storage.models import Conversation, Message
 from storage.removed_chats import mark_removed
@@ -48,12 +49,6 @@ def _storable(value: Any) -> Any:
         changed = {k: v for k, v in changes.items() if v is not getattr(value, k)}
         return dataclasses.replace(value, **changed) if changed else value
     return value
-
-
-def first_stored_edit_key(chat: str, platform_message_id: str) -> str:
-    """The delivery key of a message stored from an edit because its first version never was: one per
-    platform message (ids are per chat), whichever of its edits and redeliveries comes first."""
-    return f"edit-of:{chat}:{platform_message_id}"
 
 
 def _newer(edit: InboundMessage, meta: dict[str, Any] | None) -> bool:

@@ -47,6 +47,13 @@ def inbound_meta(message: InboundMessage) -> dict[str, Any]:
     return storable_json(meta)
 
 
+def first_stored_edit_key(chat: str, platform_message_id: str) -> str:
+    """The delivery key of a message stored from an edit because its first version never was: one per
+    platform message (ids are per chat), whichever of its edits and redeliveries comes first. The first
+    version's own delivery, retried after it, is its duplicate (`repositories.store_inbound`)."""
+    return f"edit-of:{chat}:{platform_message_id}"
+
+
 SAID_META = ("command", "shared")  # what meta says of the text: the bot command it is, what it shares
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.models import OPT_COMMANDS, OPT_OUT, ConversationRef, InboundMessage, utcnow
 from storage import opt_outs
-from storage.message_meta import PLATFORM_META, inbound_meta
+from storage.message_meta import PLATFORM_META, first_stored_edit_key, inbound_meta
 from storage.models import Contact, Conversation, Message
 from storage.text import storable_json, storable_text
 from storage.upsert import dialect_insert, insert_ignore
@@ -87,6 +87,14 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
         conversation.contact_id = contact.id
     now = utcnow()
     meta = inbound_meta(message)
+    # Stored already from an edit (`first_stored_edit_key`) when its first delivery failed and the edit that made
+    # it a question came before the platform's retry of it (Slack's, Telegram's): the same message, so its retry
+    # is that one's duplicate, neither answered twice nor put back to the text the member replaced. Asked in the
+    # insert, of the delivery key's index: no round trip more.
+    edit_key = first_stored_edit_key(message.conversation.chat, meta["platform_message_id"])
+    delivered = (Message.bot == bot, Message.channel == message.channel, Message.direction == "in")
+    stored_from_edit = None if edit_key == message.external_id else \
+        select(Message.id).where(*delivered, Message.external_id == edit_key).exists()
     result = await session.execute(
         insert_ignore(session, Message, {
             "conversation_id": conversation.id, "bot": bot, "channel": message.channel, "direction": "in",
@@ -95,7 +103,7 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
             "meta": meta | ({"traceparent": traceparent} if traceparent else {}),
             "tool_calls": [], "retrieved": [], "provider_ids": [], "status": "pending", "attempts": 0,
             "created_at": now, "updated_at": now, "sent_at": message.sent_at,
-        }, ["bot", "channel", "direction", "external_id"]).returning(Message.id)
+        }, ["bot", "channel", "direction", "external_id"], unless=stored_from_edit).returning(Message.id)
     )
     inserted = result.scalar_one_or_none()
     if inserted is not None:
@@ -109,11 +117,9 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
             await _resend_after_template(session, conversation)
         return StoredInbound(message_id=inserted, conversation_id=conversation.id, contact_id=contact.id,
                              duplicate=False, lease_owner=conversation.lease_owner)
-    # A repeated delivery: the row stored the first time (its conversation may have been another).
+    # A repeated delivery: the row stored the first time (its conversation may have been another), or from its edit.
     stored = (await session.execute(select(Message.id, Message.conversation_id).where(
-        Message.bot == bot, Message.channel == message.channel, Message.direction == "in",
-        Message.external_id == message.external_id,
-    ))).one()
+        *delivered, Message.external_id.in_({message.external_id, edit_key})).order_by(Message.id).limit(1))).one()
     return StoredInbound(message_id=stored.id, conversation_id=stored.conversation_id,
                          contact_id=contact.id, duplicate=True)
 

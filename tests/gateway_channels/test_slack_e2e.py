@@ -247,6 +247,22 @@ async def test_slack_message_edited_to_mention_the_bot_is_answered_once(env):
     assert len(posted_to(fake, "C0403")) == 1
 
 
+async def test_slack_mention_retried_after_its_edit_was_stored_is_answered_once(env):
+    """The first delivery of a question failed and the member edited it meanwhile: the edited `app_mention`,
+    its first version never stored, was stored as the question, and Slack's retry of the original (same `ts`,
+    its own event id) was stored and answered too, on the text the member had already changed."""
+    client, services, fake = env
+    ts = "1700000405.000100"
+    assert (await post(client, edited_mention("Ev0406", "C0405", ts, QUESTION))).status_code == 200
+    assert (await post(client, channel_mention("Ev0405", "C0405", ts, "How much?"), retry=1)).status_code == 200
+    [reply] = await wait_until(lambda: posted_to(fake, "C0405"), what="the answer")
+    assert reply["thread_ts"] == ts and "$" in reply["text"]
+    await settle()
+    stored = await settled_chat(services, channel="slack", chat="C0405", count=2)
+    assert [(m.direction, m.text) for m in stored][:1] == [("in", QUESTION)] and len(stored) == 2
+    assert len(posted_to(fake, "C0405")) == 1
+
+
 def revision(event_id: str, channel: str, ts: str, text: str | None) -> dict[str, Any]:
     """Slack's `message_changed` (new `text`) or, with `text=None`, `message_deleted` of the DM at `ts`."""
     original = {"type": "message", "user": "U0CUSTOMER", "text": "How much?", "ts": ts, "team": "T111"}

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.gateway_channels.conftest import QUESTION, count_messages, settle, wait_until
+from tests.gateway_channels.conftest import QUESTION, count_messages, messages_in_chat, settle, wait_until
 from tests.gateway_channels.test_telegram_e2e import post, sent_to, update
 from tests.gateway_channels.test_telegram_migration import started_env  # noqa: F401 - `env`, channels started (@mentions)
 
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 GROUP = -1007010
 
 
-def edited(update_id: int, text: str, **extra: Any) -> dict[str, Any]:
-    message = update(update_id, GROUP, text, chat_type="supergroup", message_id=20, edit_date=1700000060, **extra)
+def edited(update_id: int, text: str, *, chat: int = GROUP, **extra: Any) -> dict[str, Any]:
+    message = update(update_id, chat, text, chat_type="supergroup", message_id=20, edit_date=1700000060, **extra)
     return {"update_id": update_id, "edited_message": message["message"]}
 
 
@@ -37,3 +37,21 @@ async def test_a_group_message_edited_to_mention_the_bot_is_answered_once(env):
     assert answer.reply_to == 20 and "$" in answer.text
     await settle()
     assert len(sent_to(fake, GROUP)) == 1 and await count_messages(services, channel="telegram") == before + 2
+
+
+async def test_a_group_question_redelivered_after_its_edit_was_stored_is_answered_once(env):
+    """The original update's delivery failed, and the member's edit came first: stored as the question (its
+    first version never stored), then Telegram's redelivery of the original was stored and answered as well,
+    on the text the member had already changed."""
+    client, services, fake = env
+    chat = GROUP - 1
+    mention = [{"type": "mention", "offset": 0, "length": 12}]
+    await post(client, edited(9712, "@support_bot " + QUESTION, chat=chat, entities=mention))
+    await post(client, update(9711, chat, "@support_bot How much?", chat_type="supergroup", message_id=20,
+                              entities=mention))
+    [answer] = await wait_until(lambda: sent_to(fake, chat), what="the answer to the edited message")
+    assert answer.reply_to == 20 and "$" in answer.text
+    await settle()
+    stored = await messages_in_chat(services, channel="telegram", chat=str(chat))
+    assert [(m.direction, m.text) for m in stored][:1] == [("in", QUESTION)] and len(stored) == 2
+    assert len(sent_to(fake, chat)) == 1
