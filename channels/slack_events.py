@@ -157,6 +157,9 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
         text="" if deleted else _plain_text(changed.get("text") or "", bot_ids),
         revises=str(ts),
         deleted=deleted,
+        # Ordered by its own `edited.ts`, as an edited `app_mention` is: an older edit handled late (a retry, two
+        # webhooks at once) does not put back the text the member replaced (`Inbox._revise`).
+        revision=_edit_order(changed["edited"]) if not deleted and isinstance(changed.get("edited"), dict) else None,
         stored_if_answered=in_operator_thread,
         existing_conversation_only=in_operator_thread,  # the thread's, where the operator wrote what they revise
     ), ""
