@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import discord
@@ -114,9 +114,24 @@ def revision_of(message_id: int, channel_id: int, data: dict[str, Any] | None, *
     addressed = bool(data.get("guild_id")) and not edited.only_while_held
     # Its id, which a message stored from it keeps (`meta.platform_message_id`), not its delivery key ("edit-of:…"):
     # the answer replies to it, and the member's later edits and deletion find it.
+    # Ordered by its `edited_timestamp`, as Slack's and Telegram's edits by theirs: an older edit handled late (two
+    # replicas' connections, a resumed session) does not put back the text the member replaced (`Inbox._revise`).
     return dataclasses.replace(edited, conversation=edited.conversation if addressed else where,
                                revises=str(message_id), only_while_held=False, new_if_never_stored=addressed,
-                               raw={**edited.raw, "message_id": str(message_id)})
+                               raw={**edited.raw, "message_id": str(message_id)},
+                               revision=_edit_order(data.get("edited_timestamp")))
+
+
+def _edit_order(edited_timestamp: Any) -> tuple[int, ...] | None:
+    """An edit's place among its message's edits: the microseconds of its `edited_timestamp` (None when malformed)."""
+    try:
+        edited = datetime.fromisoformat(edited_timestamp) if isinstance(edited_timestamp, str) else None
+    except ValueError:
+        return None
+    if edited is None or edited.tzinfo is None:
+        return None
+    since = edited - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (since.days * 86400 + since.seconds, since.microseconds)
 
 
 def conversation_ref(guild_id: str, channel_id: str, author_id: str, *, in_thread: bool) -> ConversationRef:

@@ -4,6 +4,7 @@ by its own date (`InboundMessage.revision`), so the newest text stands, as Teleg
 
 from __future__ import annotations
 
+from channels.discord_parse import classify_gateway_message, revision_of
 from gateway.inbox import Inbox
 from gateway.models import InboundMessage
 from storage.engine import create_engine, session_factory
@@ -48,3 +49,19 @@ async def test_a_slack_edit_handled_after_a_newer_one_does_not_undo_it(migrated_
     assert await _in_order_applied(migrated_url, parsed("Ev1", original), newer, older) == (
         "the price of the Plus plan?", "pending")
 
+
+async def test_a_discord_edit_handled_after_a_newer_one_does_not_undo_it(migrated_url):
+    """A Discord MESSAGE_UPDATE carried no order either: each is ordered by its `edited_timestamp`."""
+    payload = {"id": "1500000000000000091", "type": 0, "channel_id": "1600000000000000091", "content": "teh price?",
+               "timestamp": "2026-11-29T10:00:00+00:00", "mentions": [], "attachments": [], "flags": 0,
+               "author": {"id": "1300000000000000077", "username": "bo", "global_name": "Bob", "bot": False}}
+
+    def edit(text: str, edited_at: str) -> InboundMessage:
+        return revision_of(int(payload["id"]), int(payload["channel_id"]),
+                           {**payload, "content": text, "edited_timestamp": edited_at},
+                           event="MESSAGE_UPDATE", bot_user_id="999")
+
+    newer = edit("the price of the Plus plan?", "2026-11-29T10:01:30.000200+00:00")
+    older = edit("the price?", "2026-11-29T10:01:00+00:00")
+    original = classify_gateway_message(payload, bot_user_id="999")
+    assert await _in_order_applied(migrated_url, original, newer, older) == ("the price of the Plus plan?", "pending")
