@@ -51,8 +51,7 @@ async def erase_purged_threads(sessions: async_sessionmaker[AsyncSession], setti
                                            .limit(PURGE_OPERATOR_THREADS))).all())
         waiting = (await session.execute(select(func.count()).select_from(PurgedOperatorThread))).scalar_one() - len(rows)
     if rows:
-        await _erase_stored(sessions, settings, {OperatorThread(row.bot, row.channel or None, row.ts): row.attempts
-                                                 for row in rows})
+        await _erase_stored(sessions, settings, [OperatorThread(row.bot, row.channel or None, row.ts) for row in rows])
     if waiting:
         log.info("retention.operator_threads_waiting", waiting=waiting, bound=PURGE_OPERATOR_THREADS)
 
@@ -63,16 +62,16 @@ async def erase_forgotten_threads(sessions: async_sessionmaker[AsyncSession], se
     first, the retention job's runs the others. The threads left, each with why."""
     if not threads:
         return []
-    left = await _erase_stored(sessions, settings, dict.fromkeys(threads, 0))
+    left = await _erase_stored(sessions, settings, list(dict.fromkeys(threads)))
     return [(thread, left[thread]) for thread in dict.fromkeys(threads) if thread in left]
 
 
 async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Settings,
-                        threads: dict[OperatorThread, int]) -> dict[OperatorThread, str]:
-    """Delete the gateway's posts in `threads` (each with the attempts made before this one), drop the rows of
-    those gone or given up, count this attempt in the others'; the threads left, each with why."""
+                        threads: list[OperatorThread]) -> dict[OperatorThread, str]:
+    """Delete the gateway's posts in `threads`, drop the rows of those gone or given up, count this attempt in the
+    others'; the threads left, each with why."""
     try:
-        left = dict(await erase_operator_threads(settings, list(threads)))
+        left = dict(await erase_operator_threads(settings, threads))
     except asyncio.CancelledError:
         raise  # which went is not known: each is stored still, and the next run asks Slack again
     except Exception as exc:  # a bug, or an answer nothing expected: each is tried again
@@ -81,19 +80,25 @@ async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Se
     try:  # after Slack's answers: a store that fails now must not hide them (forget's are printed)
         async with sessions() as session, session.begin():
             # In the key's order, as any other run or forget takes them: each in its own order deadlocked on PostgreSQL.
-            for thread, attempts in sorted(threads.items(), key=lambda item: _key(item[0])):
+            for thread in sorted(threads, key=_key):
                 where = (PurgedOperatorThread.bot == thread.bot, PurgedOperatorThread.channel == (thread.channel or ""),
                          PurgedOperatorThread.ts == thread.ts)
                 why = left.get(thread)
-                retried = why is not None and attempts + 1 < OPERATOR_THREAD_ATTEMPTS
-                if retried:
-                    await session.execute(update(PurgedOperatorThread).where(*where).values(
-                        attempts=attempts + 1, why=why[:1000]))
-                else:
+                if why is None:
                     await session.execute(delete(PurgedOperatorThread).where(*where))
-                if why is not None:
-                    log.warning("retention.operator_thread_left", **_named(thread), why=why, attempt=attempts + 1,
-                                attempts=OPERATOR_THREAD_ATTEMPTS, retried=retried)
+                    continue
+                # Counted in the row, never from a count read before Slack answered: `gateway forget` and a run
+                # trying the thread at once each add theirs (the row's lock orders them on PostgreSQL).
+                attempt = (await session.execute(update(PurgedOperatorThread).where(*where).values(
+                    attempts=PurgedOperatorThread.attempts + 1, why=why[:1000])
+                    .returning(PurgedOperatorThread.attempts))).scalar_one_or_none()
+                if attempt is None:  # the other's attempt dropped the row meanwhile: nothing of it to count
+                    continue
+                retried = attempt < OPERATOR_THREAD_ATTEMPTS
+                if not retried:
+                    await session.execute(delete(PurgedOperatorThread).where(*where))
+                log.warning("retention.operator_thread_left", **_named(thread), why=why, attempt=attempt,
+                            attempts=OPERATOR_THREAD_ATTEMPTS, retried=retried)
     except Exception:  # each row stays as it was: the next run asks Slack again, and drops those gone
         log.exception("retention.operator_threads_failed", threads=[_named(t) for t in threads])
     return left

@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 
 from sqlalchemy import select
+from structlog.testing import capture_logs
 
+from gateway.operators import slack_purged
 from gateway.operators.slack_forget import OperatorThread
 from gateway.operators.slack_purged import erase_forgotten_threads, erase_purged_threads, keep_purged_threads
 from gateway.settings import load_settings
@@ -51,5 +53,33 @@ async def test_forget_and_the_retention_job_record_their_attempts_at_the_same_th
             rows = (await session.scalars(select(PurgedOperatorThread).order_by(PurgedOperatorThread.ts))).all()
         assert [(row.ts, row.why) for row in rows] == [(t.ts, "the bot has no Slack token in the config")
                                                         for t in threads]
+    finally:
+        await engine.dispose()
+
+
+async def test_two_attempts_at_a_thread_at_once_are_counted_as_two(migrated_url, tmp_path, monkeypatch):
+    """The job read a thread's attempts before asking Slack and wrote that count plus one after; `gateway forget`
+    did the same from 0: a forget's attempt made while the job waited for Slack was counted once for both, so a
+    thread Slack refuses was tried more times than `OPERATOR_THREAD_ATTEMPTS` said."""
+    engine = create_engine(migrated_url)
+    try:
+        sessions, thread = session_factory(engine), OperatorThread("acme", "COPS", "1700000000.000100")
+        async with sessions() as session, session.begin():
+            await keep_purged_threads(session, [thread])
+        settings = load_settings(write_config(tmp_path, database_url=migrated_url,
+                                              bots=[{"name": "acme", "channels": {"web": {}}}]))
+        real = slack_purged.erase_operator_threads
+
+        async def forget_meanwhile(settings, threads):  # while the job waits for Slack, forget tries the thread
+            monkeypatch.setattr(slack_purged, "erase_operator_threads", real)
+            await erase_forgotten_threads(sessions, settings, threads)
+            return await real(settings, threads)
+
+        monkeypatch.setattr(slack_purged, "erase_operator_threads", forget_meanwhile)
+        with capture_logs() as logs:
+            await erase_purged_threads(sessions, settings)
+        async with sessions() as session:
+            assert (await session.scalars(select(PurgedOperatorThread.attempts))).all() == [2]
+        assert [e["attempt"] for e in logs if e["event"] == "retention.operator_thread_left"] == [1, 2]
     finally:
         await engine.dispose()
