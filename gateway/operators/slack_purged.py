@@ -77,6 +77,7 @@ async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Se
     except Exception as exc:  # a bug, or an answer nothing expected: each is tried again
         log.exception("retention.operator_threads_failed", threads=[_named(t) for t in threads])
         left = dict.fromkeys(threads, f"{type(exc).__name__}: {exc}")
+    recorded: list[dict] = []  # each attempt left, logged once its transaction has committed
     try:  # after Slack's answers: a store that fails now must not hide them (forget's are printed)
         async with sessions() as session, session.begin():
             # In the key's order, as any other run or forget takes them: each in its own order deadlocked on PostgreSQL.
@@ -97,10 +98,13 @@ async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Se
                 retried = attempt < OPERATOR_THREAD_ATTEMPTS
                 if not retried:
                     await session.execute(delete(PurgedOperatorThread).where(*where))
-                log.warning("retention.operator_thread_left", **_named(thread), why=why, attempt=attempt,
-                            attempts=OPERATOR_THREAD_ATTEMPTS, retried=retried)
+                recorded.append({**_named(thread), "why": why, "attempt": attempt,
+                                 "attempts": OPERATOR_THREAD_ATTEMPTS, "retried": retried})
     except Exception:  # each row stays as it was: the next run asks Slack again, and drops those gone
         log.exception("retention.operator_threads_failed", threads=[_named(t) for t in threads])
+        return left
+    for attempt in recorded:
+        log.warning("retention.operator_thread_left", **attempt)
     return left
 
 
