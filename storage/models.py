@@ -341,3 +341,4 @@ class PurgedOperatorThread(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     why: Mapped[str | None] = mapped_column(Text, default=None)  # why its last attempt failed
     since: Mapped[datetime] = mapped_column(default=utcnow)
+    tried: Mapped[datetime | None] = mapped_column(default=None)  # its last attempt: a run takes the longest waiting

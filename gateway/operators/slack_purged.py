@@ -5,7 +5,8 @@ The purge and `gateway forget` store each thread (`storage.models.PurgedOperator
 deletes its escalation, so the thread outlives the rows that named it, and a process stopped before Slack answered
 leaves it stored. `gateway forget` makes the first attempt at its own (`erase_forgotten_threads`). After the purge,
 a run deletes the gateway's posts in at most `PURGE_OPERATOR_THREADS` stored threads (a first purge of a full
-store must not hold the job for hours of Slack's rate limits), the ones tried the fewest times first, and drops
+store must not hold the job for hours of Slack's rate limits), the ones waiting longest since their last attempt
+(or, never tried, since they were stored) first, and drops
 each row once its thread is gone. The others wait for the next run: those past the bound
 (`retention.operator_threads_waiting`), those Slack refused or could not be reached for (a
 `retention.operator_thread_left` warning each time, given up after `OPERATOR_THREAD_ATTEMPTS` attempts, for
@@ -20,6 +21,7 @@ import structlog
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.models import utcnow
 from gateway.operators.slack_forget import OperatorThread, erase_operator_threads
 from gateway.settings import Settings
 from storage.models import PurgedOperatorThread
@@ -44,7 +46,9 @@ async def erase_purged_threads(sessions: async_sessionmaker[AsyncSession], setti
     """Delete the gateway's posts in up to `PURGE_OPERATOR_THREADS` stored threads, and the rows of those gone.
 
     Never a failure of the purge, whose rows are committed; a stop leaves every thread stored for the next run."""
-    order = (PurgedOperatorThread.attempts, PurgedOperatorThread.since, PurgedOperatorThread.bot,
+    # The longest waiting first, a queue each attempt sends a thread to the end of: by fewest attempts, one Slack
+    # refused waited behind each run's new threads, for good once they were more than the bound.
+    order = (func.coalesce(PurgedOperatorThread.tried, PurgedOperatorThread.since), PurgedOperatorThread.bot,
              PurgedOperatorThread.channel, PurgedOperatorThread.ts)
     async with sessions() as session:
         rows = list((await session.scalars(select(PurgedOperatorThread).order_by(*order)
@@ -91,7 +95,7 @@ async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Se
                 # Counted in the row, never from a count read before Slack answered: `gateway forget` and a run
                 # trying the thread at once each add theirs (the row's lock orders them on PostgreSQL).
                 attempt = (await session.execute(update(PurgedOperatorThread).where(*where).values(
-                    attempts=PurgedOperatorThread.attempts + 1, why=why[:1000])
+                    attempts=PurgedOperatorThread.attempts + 1, why=why[:1000], tried=utcnow())
                     .returning(PurgedOperatorThread.attempts))).scalar_one_or_none()
                 if attempt is None:  # the other's attempt dropped the row meanwhile: nothing of it to count
                     continue

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from sqlalchemy import select, text
 from structlog.testing import capture_logs
 
+from gateway.operators import slack_purged
 from gateway.operators.slack_forget import OperatorThread
 from gateway.operators.slack_purged import erase_purged_threads, keep_purged_threads
 from gateway.settings import load_settings
@@ -15,7 +16,7 @@ from storage.engine import create_engine, session_factory
 from storage.models import PurgedOperatorThread
 from tests.conftest import write_config
 
-FIRST, SECOND = (OperatorThread("acme", "COPS", ts) for ts in ("1700000000.000100", "1700000000.000200"))
+FIRST, SECOND, THIRD = (OperatorThread("acme", "COPS", f"1700000000.000{n}00") for n in (1, 2, 3))
 
 _REFUSE_SECOND = {  # a real failure of the database as the attempt at SECOND is recorded, after FIRST's
     "sqlite": [f"CREATE TRIGGER refuse_second BEFORE UPDATE ON purged_operator_threads WHEN OLD.ts = '{SECOND.ts}' "
@@ -60,3 +61,26 @@ async def test_an_attempt_the_store_failed_to_record_is_not_logged_as_recorded(m
         [failed] = [e for e in logs if e["event"] == "retention.operator_threads_failed"]
         assert [t["ts"] for t in failed["threads"]] == [FIRST.ts, SECOND.ts]
         assert await _attempts(sessions) == {FIRST.ts: 0, SECOND.ts: 0}
+
+
+async def test_a_run_takes_the_threads_waiting_longest_since_their_last_attempt(migrated_url, tmp_path, monkeypatch):
+    """A run took the threads tried the fewest times first: with more new threads a run than its bound (a purge
+    of over 500 escalated conversations a day), a thread Slack had refused once waited behind each day's new ones,
+    never tried again, the customer's words left in Slack. It now takes the one whose last attempt (or, never
+    tried, whose purge) is oldest."""
+    monkeypatch.setattr(slack_purged, "PURGE_OPERATOR_THREADS", 1)
+    async with _stored(migrated_url, tmp_path, [FIRST]) as (sessions, settings):
+        tried = []
+        for fresh in (SECOND, THIRD):  # the first run tries FIRST; then a new thread before each run
+            with capture_logs() as logs:
+                await erase_purged_threads(sessions, settings)
+            tried += [e["ts"] for e in logs if e["event"] == "retention.operator_thread_left"]
+            async with sessions() as session, session.begin():
+                await keep_purged_threads(session, [fresh])
+        for _ in range(3):
+            with capture_logs() as logs:
+                await erase_purged_threads(sessions, settings)
+            tried += [e["ts"] for e in logs if e["event"] == "retention.operator_thread_left"]
+        # A queue: each attempt sends the thread to its end, behind the threads stored before it (THIRD after FIRST's
+        # second attempt). Before, FIRST's second attempt waited for SECOND and THIRD, each new when its run came.
+        assert tried == [FIRST.ts, FIRST.ts, SECOND.ts, FIRST.ts, THIRD.ts]
