@@ -100,12 +100,11 @@ class ToolOutcome:
 class BotTools:
     """The tools one bot allows, ready to describe to the model and to call."""
 
-    def __init__(self, bot: BotSettings, *, http: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, bot: BotSettings) -> None:
         self.bot = bot
         # With escalation off there is nobody to hand over to: the model is not offered the tool.
         self._specs = {t.name: t for t in bot.tools
                        if bot.escalation.enabled or not (t.type == "builtin" and t.name == ESCALATE_TOOL)}
-        self._http = http
         self._callables: dict[str, Any] = {}
         for spec in bot.tools:
             if spec.type == "python":
@@ -229,7 +228,8 @@ class BotTools:
         body = dict(arguments)
         # Not the model's choice (the host is the config's), but the host's DNS may answer 127.0.0.1 or
         # 169.254.169.254: refused before a byte is sent, unless the config names such an address itself.
-        client = self._http or guarded_client(_OffLimitsAddress, timeout=spec.timeout)
+        # Made here, never passed in: a client given from outside (BotTools took one) checked no address.
+        client = guarded_client(_OffLimitsAddress, timeout=spec.timeout)
         try:
             if spec.method.upper() in ("GET", "DELETE"):
                 # What the URL's path does not take goes in its query string; it was not sent at all.
@@ -258,8 +258,7 @@ class BotTools:
             finally:
                 await response.aclose()
         finally:
-            if self._http is None:
-                await client.aclose()
+            await client.aclose()
         try:
             return json.loads(content)
         except ValueError:  # text: bounded by the tool's `max_result_chars`, and the cut marked, as JSON is

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
+import httpx
+import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
@@ -91,3 +93,17 @@ async def test_an_argument_meant_to_change_the_host_stays_inside_its_path_segmen
         "/v1/orders/x%0D%0AHost%3A%20169.254.169.254?q=x%0D%0AHost%3A%20169.254.169.254",
         "/v1/orders/http%3A%2F%2F169.254.169.254%2F?q=http%3A%2F%2F169.254.169.254%2F",
     ]
+
+
+async def test_an_http_tool_cannot_be_given_a_client_that_skips_the_address_check(dns_answers):
+    """`BotTools(bot, http=client)` sent every call through that client instead of the guarded one made per call, so
+    a host that resolved to this machine was called; nothing passed one, and nothing can now."""
+    async with internal_service() as (base, asked):
+        dns_answers["api.shop.example"] = "127.0.0.1"
+        url = f"http://api.shop.example:{base.rsplit(':', 1)[1]}/admin/purge/{{order_id}}"
+        with pytest.raises(TypeError):
+            async with httpx.AsyncClient() as client:
+                BotTools(BotSettings(name="acme", tools=[{"name": "order", "type": "http", "url": url,
+                                                          "parameters": ORDER}]), http=client)
+        outcome = await order_tool(url).call("order", {"order_id": "A-1"}, identity=ALICE)
+        assert outcome.error is not None and asked == []
