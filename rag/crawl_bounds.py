@@ -13,7 +13,7 @@ import httpcore
 import httpx
 
 from gateway.errors import SourceError
-from gateway.ip_address import carried_ipv4, ip_of
+from gateway.ip_address import carried_ipv4, ip_of, local_use_readings
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -64,12 +64,21 @@ def off_limits_address(address: str) -> bool:
     """True for an address a fetch for a site named by a public host must never read from: this machine
     (loopback, unspecified), the link (link-local: the cloud metadata service at 169.254.169.254) and the
     metadata services at other addresses. Private networks are not: an intranet wiki lives there. An IPv4
-    address carried in an IPv6 one (`carried_ipv4`: NAT64, 6to4, IPv4-mapped) counts as that address."""
+    address carried in an IPv6 one (`carried_ipv4`: NAT64, 6to4, IPv4-mapped) counts as that address; under
+    NAT64's local-use prefix, as each address a translator may read in it (`local_use_readings`), and 0.0.0.0 is
+    none there: a translator's IPv4 side forwards nothing to it (RFC 1122 3.2.1.3), and every address of a
+    network on a /48 or /56 prefix reads so at /96."""
     ip = ip_of(address)
     if ip is None:
         return False
+    if readings := local_use_readings(ip):
+        return any(_this_machine_or_metadata(reading) for reading in readings)
     ip = carried_ipv4(ip)
-    return ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip in _METADATA_ADDRESSES
+    return _this_machine_or_metadata(ip) or ip.is_unspecified
+
+
+def _this_machine_or_metadata(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return ip.is_loopback or ip.is_link_local or ip in _METADATA_ADDRESSES
 
 
 def check_peer(url: str, response: httpx.Response) -> None:

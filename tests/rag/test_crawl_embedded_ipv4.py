@@ -38,6 +38,34 @@ def test_off_limits_address_still_allows_a_public_or_private_ipv4_address_so_wra
     assert not off_limits_address(address)
 
 
+# Under the local-use prefix the IPv4 address sits where the network's translator reads it, at the length its
+# prefix has (RFC 6052: /48, /56, /64 or /96 within 64:ff9b:1::/48), which the address does not tell; a translator
+# ignores the bits after it. 169.254.169.254 and 127.0.0.1, each at one of the other lengths:
+LOCAL_USE_INTERNAL = ["64:ff9b:1:0:a9:fea9:fe00:0",  # /64
+                      "64:ff9b:1:0:a9:fea9:fe12:3456",  # /64, with bits after it (read as 254.18.52.86 as a /96)
+                      "64:ff9b:1:7f:0:1:abcd:ef01",  # /56 (read as 171.205.239.1)
+                      "64:ff9b:1:a9fe:a9:fe00:1234:5678"]  # /48 (read as 18.52.86.120)
+# 8.8.8.8 as a /48, 93.184.216.34 as a /56 (each 0.0.0.0 as a /96: every address of such a network was refused),
+# 10.1.2.3 as a /64; no length reads any of them as this machine, the link or a metadata address.
+LOCAL_USE_ALLOWED = ["64:ff9b:1:808:8:800::", "64:ff9b:1:5d:b8:d822::", "64:ff9b:1:0:a:102:300:0"]
+
+
+@pytest.mark.parametrize("address", LOCAL_USE_INTERNAL)
+def test_off_limits_address_reads_the_local_use_prefix_at_each_length_a_translator_may_use(address):
+    assert off_limits_address(address)
+
+
+@pytest.mark.parametrize("address", LOCAL_USE_ALLOWED)
+def test_off_limits_address_allows_a_public_or_private_address_under_the_local_use_prefix_at_any_length(address):
+    assert not off_limits_address(address)
+
+
+def test_off_limits_address_reads_the_well_known_prefix_as_a_96_only():
+    # 64:ff9b::/96 is that prefix whole (RFC 6052 2.1); an address beside it in 64:ff9b::/32 is in no translation
+    # prefix the gateway can know (as any network-specific one, 2001:db8:122:344::/64), so it is not read at a /64.
+    assert not off_limits_address("64:ff9b:0:0:a9:fea9:fe00:0")
+
+
 @pytest.mark.parametrize("address", ["64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::", "64:ff9b::7f00:1"])
 async def test_a_public_sites_robots_txt_cannot_redirect_to_a_wrapped_internal_address(address):
     asked: list[str] = []
