@@ -31,6 +31,26 @@ HELD_STATES = ("waiting", "operator")
 
 log = structlog.get_logger("gateway.inbox")
 
+ID_MAX_CHARS = 255
+"""The longest id the store holds (VARCHAR(255)): a message's delivery id, a conversation's chat, thread and
+workspace, a sender's id. Platform ids are far shorter; a longer one is no platform's."""
+
+
+class UnstorableMessage(ValueError):
+    """A message whose ids the store cannot hold (`overlong_id`): unusable, not a database outage."""
+
+
+def overlong_id(message: InboundMessage) -> str | None:
+    """Which id of `message` is longer than `ID_MAX_CHARS`, said as a reason, or None. Stored as it came, one
+    failed the insert on PostgreSQL (a 500 the platform retried for ever; SQLite kept it whole), and Telegram
+    polling, taking the database's error for an outage, fetched that update again and again, the later ones
+    queued behind it. Webhooks answer it with 400 (`gateway.http.webhooks`), the inbox refuses it too."""
+    ref = message.conversation
+    fields = {"id": message.external_id, "chat": ref.chat, "thread": ref.thread, "workspace": ref.workspace,
+              "sender": message.sender.external_id}
+    return next((f"{name} is {len(value)} characters, longer than the {ID_MAX_CHARS} an id may have"
+                 for name, value in fields.items() if isinstance(value, str) and len(value) > ID_MAX_CHARS), None)
+
 
 def storable(message: InboundMessage) -> InboundMessage:
     """The message as the database can store it: `storable_text` applied to every string field,
@@ -134,6 +154,8 @@ class Inbox:
         chat's move to a new id (`moves_to`), applied to its conversations, or the bot's removal from a chat
         or return to it (`bot_removed`), recorded for every replica's outbox."""
         message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
+        if (too_long := overlong_id(message)) is not None:
+            raise UnstorableMessage(too_long)
         await self._retry_moves()
         # Storing is one transaction, idempotent by the delivery's id: one PostgreSQL aborted for a
         # deadlock with another writer (a late receipt, an answer's store) is simply run again.

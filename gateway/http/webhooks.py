@@ -19,6 +19,7 @@ from channels.base import RawRequest
 from gateway.delivery.receipts import record_receipt
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.http.deps import error, services
+from gateway.inbox import overlong_id
 from storage.conflicts import run_again_on_conflict
 
 log = structlog.get_logger("gateway.webhooks")
@@ -235,9 +236,11 @@ def _unusable(channel: str, detail: str) -> Response:
 
 
 def _malformed(message) -> str | None:
-    """What is not text in a parsed message that must be (`"text": 12345` parses, then fails to store)."""
+    """What is not text in a parsed message that must be (`"text": 12345` parses, then fails to store), or
+    an id longer than the store holds."""
     fields = {"text": message.text, "id": message.external_id, "sender": message.sender.external_id,
               "chat": message.conversation.chat, "thread": message.conversation.thread,
               "workspace": message.conversation.workspace, "reply_to": message.reply_to}
-    return next((f"{name} is {type(value).__name__}, not text" for name, value in fields.items()
-                 if not isinstance(value, str) and not (name == "reply_to" and value is None)), None)
+    wrong_type = next((f"{name} is {type(value).__name__}, not text" for name, value in fields.items()
+                       if not isinstance(value, str) and not (name == "reply_to" and value is None)), None)
+    return wrong_type or overlong_id(message)  # a 300-character chat id: a 500 on PostgreSQL, retried for ever
