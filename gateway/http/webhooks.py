@@ -19,7 +19,7 @@ from channels.base import RawRequest
 from gateway.delivery.receipts import record_receipt
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.http.deps import error, services
-from gateway.inbox import overlong_id
+from gateway.inbox import ID_MAX_CHARS, overlong_id
 from storage.conflicts import run_again_on_conflict
 
 log = structlog.get_logger("gateway.webhooks")
@@ -29,6 +29,7 @@ MAX_BODY_BYTES = 1_000_000
 # A store left going after the platform's response, run again after each of these pauses while it fails.
 LATE_STORE_RETRIES_S = (1.0, 5.0, 30.0)
 BODY_DEADLINE_S = 30.0  # a platform posts its few kilobytes at once; only a slow-loris client needs longer
+ERROR_CODE_MAX_CHARS = 64  # deliveries.error_code and early_receipts.error_code: Twilio's are five digits
 CHANNEL_PATHS = {
     "telegram": "telegram",
     "slack/events": "slack",
@@ -143,7 +144,8 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         # knows ("message": "hello", a date out of range): a clear 400, not a 500 it would retry.
         bound.warning("webhook.unexpected_shape", error=f"{type(exc).__name__}: {str(exc)[:200]}")
         return _unusable(channel, f"unexpected {channel} payload: {type(exc).__name__}")
-    malformed = next((problem for m in result.messages if (problem := _malformed(m))), None)
+    malformed = next((problem for m in result.messages if (problem := _malformed(m))), None) or next(
+        (problem for u in result.status_updates if (problem := _malformed_receipt(u))), None)
     if malformed:
         bound.warning("webhook.unexpected_shape", error=malformed)
         return _unusable(channel, f"unexpected {channel} payload: {malformed}")
@@ -244,3 +246,12 @@ def _malformed(message) -> str | None:
     wrong_type = next((f"{name} is {type(value).__name__}, not text" for name, value in fields.items()
                        if not isinstance(value, str) and not (name == "reply_to" and value is None)), None)
     return wrong_type or overlong_id(message)  # a 300-character chat id: a 500 on PostgreSQL, retried for ever
+
+
+def _malformed_receipt(update) -> str | None:
+    """A delivery receipt's message id or error code longer than the store holds (Twilio's are 34 characters
+    and five digits): stored, one failed the insert on PostgreSQL with a 500 that Twilio retried."""
+    return next((f"{name} is {len(value)} characters, longer than the {limit} the store holds"
+                 for name, value, limit in (("message id", update.provider_message_id, ID_MAX_CHARS),
+                                            ("error_code", update.error_code, ERROR_CODE_MAX_CHARS))
+                 if isinstance(value, str) and len(value) > limit), None)

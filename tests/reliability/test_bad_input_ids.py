@@ -16,8 +16,10 @@ from sqlalchemy import func, select
 
 from gateway.inbox import ID_MAX_CHARS, Inbox, UnstorableMessage
 from gateway.models import ConversationRef, InboundMessage, Sender
-from storage.models import Message
+from storage.models import EarlyReceipt, Message
 from tests.reliability.conftest import (
+    BOT_NUMBER,
+    WA_SID,
     channels_config,
     discord_ask,
     discord_request,
@@ -87,3 +89,28 @@ async def test_the_inbox_refuses_an_overlong_id_as_no_outage(tmp_path):
     with pytest.raises(UnstorableMessage, match=f"chat is 300 characters, longer than the {ID_MAX_CHARS}"):
         await inbox.accept("acme", message)
     assert issubclass(UnstorableMessage, ValueError)
+
+
+def _receipt(sid: str, error_code: str) -> dict:
+    return whatsapp_request({"MessageSid": sid, "SmsSid": sid, "AccountSid": WA_SID, "From": f"whatsapp:{BOT_NUMBER}",
+                             "To": "whatsapp:+15550007001", "MessageStatus": "failed", "SmsStatus": "failed",
+                             "ErrorCode": error_code})
+
+
+@pytest.mark.asyncio
+async def test_a_signed_receipt_with_an_overlong_sid_or_error_code_is_400_and_stores_nothing(tmp_path, database_url):
+    """Twilio's error codes are five digits (63016) and its SIDs 34 characters; the store holds 64 and 255.
+    One longer failed the insert on PostgreSQL with a 500 that Twilio retried."""
+    channels = channels_config(telegram_api="http://127.0.0.1:9", slack_api="http://127.0.0.1:9/api/",
+                               discord_api="http://127.0.0.1:9/api/v10", twilio_api="http://127.0.0.1:9")
+    async with running_app(tmp_path, bots=[{"name": "acme", "channels": channels}], start_worker=False,
+                           database_url=database_url) as (client, services):
+        answers = {"error-code": await client.post(PATHS["whatsapp"], **_receipt("SM" + "1" * 32, "6" * 65)),
+                   "sid": await client.post(PATHS["whatsapp"], **_receipt("X" + LONG, "63016"))}
+        async with services.sessions() as session:
+            stored = (await session.execute(select(func.count()).select_from(EarlyReceipt))).scalar_one()
+    assert {name: r.status_code for name, r in answers.items()} == dict.fromkeys(answers, 400), \
+        {name: r.text for name, r in answers.items()}
+    assert "error_code is 65 characters" in answers["error-code"].json()["error"]
+    assert "message id is 301 characters" in answers["sid"].json()["error"]
+    assert stored == 0
