@@ -37,7 +37,10 @@ def same_site(url: str, other: str) -> bool:
 def internal_host(url: str) -> bool:
     """True when `url` names this machine or a private network by address (`127.0.0.1`, `10.0.0.5`,
     `169.254.169.254`, `[::1]`, `[::ffff:127.0.0.1]`, `2130706433`) or as `localhost`. A name that resolves
-    to one is not seen here."""
+    to one is not seen here. Under NAT64's local-use prefix, any reading a translator may make of it
+    (`local_use_readings`, one in 0.0.0.0/8 aside) that is no public address: read as a /96 alone, 127.0.0.1 or
+    169.254.169.254 at a /48, /56 or /64 with other bits after it was a public address here while
+    `off_limits_address` refused it, and a public site's robots.txt could redirect the crawl there."""
     return _internal_name(urlsplit(url).hostname or "")
 
 
@@ -53,7 +56,15 @@ def _internal_name(host: str) -> bool:
             address = ipaddress.IPv4Address(socket.inet_aton(host))
         except OSError:
             return False
+    if readings := local_use_readings(address):  # read as `off_limits_address` reads it, at each length
+        counted = [reading for reading in readings if reading not in _THIS_NETWORK] or readings
+        return any(not reading.is_global for reading in counted)
     return not carried_ipv4(address).is_global
+
+
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+"""No translator forwards to it (RFC 1122 3.2.1.3): a reading of the local-use prefix there is none (at the lengths
+the network does not use, the prefix's zeros read so)."""
 
 
 _METADATA_ADDRESSES = frozenset({ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("fd00:ec2::254")})

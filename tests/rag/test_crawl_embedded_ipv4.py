@@ -55,6 +55,21 @@ def test_off_limits_address_reads_the_local_use_prefix_at_each_length_a_translat
     assert off_limits_address(address)
 
 
+@pytest.mark.parametrize("address", [*LOCAL_USE_INTERNAL, "64:ff9b:1:0:7f:0:108:808"])
+def test_internal_host_reads_the_local_use_prefix_at_each_length_as_off_limits_address_does(address):
+    # Read as a /96 alone, 127.0.0.1 at a /64 with bits after it (64:ff9b:1:0:7f:0:108:808) was 1.8.8.8, a public
+    # address: a public site's robots.txt redirecting there was followed, which through a proxy (that resolves and
+    # connects, so no address is checked here) reached this machine, or the metadata service at a /48 or /56.
+    assert internal_host(f"http://[{address}]/latest/meta-data/")
+
+
+@pytest.mark.parametrize("address", ["64:ff9b:1:808:8:800::", "64:ff9b:1:5d:b8:d822::"])
+def test_internal_host_reads_a_public_address_under_the_local_use_prefix_as_public(address):
+    # 8.8.8.8 as a /48, 93.184.216.34 as a /56: 0.0.0.0 as a /96 (read so, every address of such a network was
+    # internal), and a reading in 0.0.0.0/8 is none, as no translator forwards there.
+    assert not internal_host(f"http://[{address}]/")
+
+
 @pytest.mark.parametrize("address", LOCAL_USE_ALLOWED)
 def test_off_limits_address_allows_a_public_or_private_address_under_the_local_use_prefix_at_any_length(address):
     assert not off_limits_address(address)
@@ -66,7 +81,10 @@ def test_off_limits_address_reads_the_well_known_prefix_as_a_96_only():
     assert not off_limits_address("64:ff9b:0:0:a9:fea9:fe00:0")
 
 
-@pytest.mark.parametrize("address", ["64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::", "64:ff9b::7f00:1"])
+@pytest.mark.parametrize("address", ["64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::", "64:ff9b::7f00:1",
+                                     # the local-use prefix at a /48, /56 and /64, each a public address as a /96
+                                     "64:ff9b:1:a9fe:a9:fe00:1234:5678", "64:ff9b:1:7f:0:1:abcd:ef01",
+                                     "64:ff9b:1:0:7f:0:108:808"])
 async def test_a_public_sites_robots_txt_cannot_redirect_to_a_wrapped_internal_address(address):
     asked: list[str] = []
 
