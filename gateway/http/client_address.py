@@ -12,7 +12,8 @@ That address must be one the caller cannot choose anew for each message:
   goes in `FORWARDED_ALLOW_IPS`; so does any proxy once a client may reach the gateway from a private
   network without one (a load balancer that hides the client's address, a host beside the gateway).
 - An IPv6 address counts by its /64: one subscriber gets a whole /64, 2^64 addresses to send from; one
-  that carries an IPv4 address (NAT64 `64:ff9b::cb00:7107`, 6to4 `2002:cb00:7107::/48`) counts as that address.
+  that carries an IPv4 address (NAT64 `64:ff9b::cb00:7107`, 6to4 `2002:cb00:7107::/48`) counts as that address,
+  and one under NAT64's local-use prefix (`64:ff9b:1::/48`, whose length the address does not tell) as itself.
 - A hop's port, which some proxies write (`203.0.113.7:51234`), is left out: it is new with each connection.
 """
 
@@ -24,7 +25,7 @@ import re
 
 from fastapi import Request
 
-from gateway.ip_address import carried_ipv4, ip_of
+from gateway.ip_address import carried_ipv4, ip_of, local_use_readings
 
 IPV6_SUBSCRIBER_PREFIX = 64
 
@@ -67,11 +68,19 @@ def _without_port(hop: str) -> str:
 
 def budget_key(address: str) -> str:
     """`address` as one client's budget: an IPv6 address as its /64 network, one that carries an IPv4 address
-    (NAT64, 6to4: `carried_ipv4`) as that address, anything else as given. Why: behind NAT64 every IPv4
-    visitor is in 64:ff9b::/96, one /64 whose budget one of them used up; a 6to4 host has a /48."""
+    (NAT64, 6to4: `carried_ipv4`) as that address, one under NAT64's local-use prefix as the whole address,
+    anything else as given. Why: behind NAT64 every IPv4 visitor is in 64:ff9b::/96, one /64 whose budget one of
+    them used up; a 6to4 host has a /48. The local-use prefix (64:ff9b:1::/48) may be a /48, /56, /64 or /96
+    within it, which the address does not tell (`local_use_readings`): read as a /96, every visitor behind a /48
+    or /56 was 0.0.0.0, and behind a /64 its last octet and three zeros; by its /64, a /48's or /56's visitor
+    shares it with a /16 or a /8 of IPv4 addresses, and a /64's or /96's with all. Its translator writes each
+    IPv4 visitor as one address, and no other host can answer from one (it routes to the translator), so the
+    whole address is the visitor's, whatever the length."""
     ip = ip_of(address)
     if ip is None or ip.version == 4:
         return address
+    if local_use_readings(ip):
+        return str(ip)
     if (carried := carried_ipv4(ip)).version == 4:
         return str(carried)
     return str(ipaddress.IPv6Network((ip, IPV6_SUBSCRIBER_PREFIX), strict=False))

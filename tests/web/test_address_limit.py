@@ -189,3 +189,25 @@ async def test_an_ipv4_client_written_as_ipv6_is_counted_as_its_ipv4_address(tmp
         assert [await status("64:ff9b::cb00:7107", i) for i in range(3)] == [200, 200, 429]  # 203.0.113.7
         assert await status("64:ff9b::c633:6407", 9) == 200  # 198.51.100.7: someone else
         assert [await status(f"2002:cb00:7108:{i + 1:x}::1", i) for i in range(3)] == [200, 200, 429]  # 203.0.113.8
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("64:ff9b:1:cb00:71:700::", "64:ff9b:1:c633:64:700::"),  # a /48 prefix
+    ("64:ff9b:1:cb:0:7107::", "64:ff9b:1:c6:33:6407::"),  # a /56
+    ("64:ff9b:1:0:cb:71:700:0", "64:ff9b:1:0:c6:3364:700:0"),  # a /64
+    ("64:ff9b:1::cb00:7107", "64:ff9b:1::c633:6407"),  # a /96
+], ids=["48", "56", "64", "96"])
+async def test_ipv4_clients_behind_a_local_use_translator_each_have_a_budget_whatever_its_prefix_length(
+        tmp_path, first, second):
+    # 203.0.113.7 and 198.51.100.7 under NAT64's local-use prefix (64:ff9b:1::/48), at the length the network's
+    # translator uses. Read as a /96 alone, each client behind a /48 or /56 was 0.0.0.0, and behind a /64 its
+    # last octet and three zeros (7.0.0.0 for both): one budget for all of them, which one used up.
+    async with limited_app(tmp_path, 2) as app:
+
+        async def status(peer: str, i: int) -> int:
+            async with client_from(app, peer) as client:
+                return (await client.post("/v1/bots/acme/chat",
+                                          json={"session_id": f"local-use-{peer}-{i}", "text": "Hello?"})).status_code
+
+        assert [await status(first, i) for i in range(3)] == [200, 200, 429]
+        assert await status(second, 9) == 200  # someone else
