@@ -62,6 +62,15 @@ async def _addressee(session: Any, reply: Message, customer: Conversation) -> st
     return contact.display_name if contact is not None else ""
 
 
+def _older(edit_meta: dict[str, Any], reply_meta: dict[str, Any] | None) -> bool:
+    """Whether an operator's edit (its `meta.revision`: Slack's `edited.ts`) is no newer than the one the reply took
+    last (the reply's `meta.revision`), as the inbox orders the edits of a waiting message (`gateway.inbox._newer`).
+    Why: the edits were passed on in the order they were stored, so an older one stored late (its first delivery
+    lost, Slack's retry after the next edit was stored) put the text the operator had replaced back."""
+    edit, passed_on = edit_meta.get("revision"), (reply_meta or {}).get("revision")
+    return isinstance(edit, list) and isinstance(passed_on, list) and tuple(edit) <= tuple(passed_on)
+
+
 class RevisionRelay:
     """The `ThreadRelay` half that passes an operator's edits and deletions on (a mixin, as `ThreadRelay`)."""
 
@@ -85,10 +94,16 @@ class RevisionRelay:
         text = mrkdwn_to_markdown(inbound.text or "")
         if not deleted and text == reply.text:  # nothing the customer would see changed
             return
-        if deleted and (reply.meta or {}).get("deleted_by_operator"):
-            # Taken back already: Slack's retry of a deletion applied while it was relayed, which left no stored event.
+        if (reply.meta or {}).get("deleted_by_operator"):
+            # Taken back already: Slack's retry of a deletion applied while it was relayed, which left no stored
+            # event; or an edit, which came before the deletion (Slack edits no deleted message) and was late.
             log.info("slack_operator.revision_ignored", escalation_id=escalation.id, message_id=inbound.id,
                      change=what, reason="the reply was taken back already")
+            return
+        if not deleted and _older(meta, reply.meta):
+            # Slack's retry of an edit whose first delivery was lost, stored after the next edit: its text was replaced.
+            log.info("slack_operator.revision_ignored", escalation_id=escalation.id, message_id=inbound.id,
+                     change=what, reason="an edit no newer than the one passed on already")
             return
         adapter = self._adapters.get((reply.bot, reply.channel))
         notice, changed = None, False
@@ -115,6 +130,8 @@ class RevisionRelay:
                     stored.meta = {**(stored.meta or {}), "deleted_by_operator": True}
                 else:
                     stored.text = text
+                    if isinstance(meta.get("revision"), list):  # the edit the customer's copy is from (`_older`)
+                        stored.meta = {**(stored.meta or {}), "revision": meta["revision"]}
         log.info("slack_operator.revision_relayed" if changed else "slack_operator.revision_not_relayed",
                  escalation_id=escalation.id, message_id=reply.id, channel=reply.channel, change=what)
         if notice:

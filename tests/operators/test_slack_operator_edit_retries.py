@@ -5,13 +5,14 @@ retry was stored as a change of its own and passed on again."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
 from tests.fakes.slack_api import FakeSlack
 from tests.gateway_channels.conftest import wait_until
-from tests.operators.test_slack_operator import _post_event, _thread_reply
+from tests.operators.test_slack_operator import _event, _post_event, _thread_reply
 from tests.operators.test_slack_operator_edits import (
     _claimed,
     _customer_app,
@@ -22,6 +23,7 @@ from tests.operators.test_slack_operator_edits import (
     _told,
     _whatsapp_customer,
 )
+from tests.operators.test_slack_reply_failed import _escalated_and_claimed
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -85,3 +87,46 @@ async def test_slacks_retry_of_a_change_of_a_web_chat_reply_tells_the_operator_o
             assert shown == ["Pick-up at 9." if deleted else "Pick-up at 10.", "Anything else?"]
     finally:
         await slack.stop()
+
+
+def _edited_at(body: bytes, edited_ts: str) -> bytes:
+    """Slack's `message_changed` `body` as an edit made at `edited_ts` (its `edited.ts`, the edits' order)."""
+    event = json.loads(body)
+    event["event"]["message"]["edited"]["ts"] = edited_ts
+    return _event(event["event"], event["event_id"])
+
+
+@pytest.mark.parametrize("then", ["edit", "deletion"])
+async def test_an_older_edit_passed_on_after_a_newer_change_does_not_put_its_text_back(client, slack, then):
+    """Edits of a relayed reply were passed on in the order they were stored, not Slack's: an older edit handled
+    late (its first delivery lost, Slack's retry after the next edit was stored; two webhooks at once) put the
+    text the operator had replaced back on the customer's copy, or wrote it over the "—" of a reply they took back."""
+    customer = f"DOLDER{then.upper()}"
+    _, thread_ts = await _escalated_and_claimed(client, slack, customer)
+    ts = f"{time.time():.6f}"
+    assert (await _post_event(client, _thread_reply("Pick-up at 9.", thread_ts, f"Ev{customer}Reply", ts=ts))).status_code == 200
+    [customer_ts] = (await _relayed(client, "Pick-up at 9.")).provider_ids
+    edited = float(ts) + 10
+    older = _edited_at(_revision("message_changed", thread_ts, ts, "Pick-up at 9.", f"Ev{customer}Older",
+                                 new_text="Pick-up at 10."), f"{edited:.6f}")
+    newer = (_edited_at(_revision("message_changed", thread_ts, ts, "Pick-up at 10.", f"Ev{customer}Newer",
+                                  new_text="Pick-up at 11."), f"{edited + 5:.6f}") if then == "edit" else
+             _revision("message_deleted", thread_ts, ts, "Pick-up at 10.", f"Ev{customer}Deleted"))
+
+    def updates() -> list[str]:
+        return [c.params["text"] for c in slack.calls_to("chat.update") if c.params.get("channel") == customer]
+
+    assert (await _post_event(client, newer)).status_code == 200
+    await wait_until(updates, what="the newer change passed on")
+    assert (await _post_event(client, older)).status_code == 200
+    # The thread's messages are handled in order: once the next reply is relayed, the older edit was handled too.
+    next_ts = f"{time.time():.6f}"
+    assert (await _post_event(client, _thread_reply(f"Anything else, {customer}?", thread_ts, f"Ev{next_ts}",
+                                                    ts=next_ts))).status_code == 200
+    await _relayed(client, f"Anything else, {customer}?")
+
+    assert updates() == ["Pick-up at 11." if then == "edit" else "—"]
+    assert [c.params["ts"] for c in slack.calls_to("chat.update") if c.params.get("channel") == customer] == [customer_ts]
+    if then == "edit":
+        await _relayed(client, "Pick-up at 11.")  # what the customer has, as the console shows it
+    assert not _told(slack, thread_ts)
