@@ -12,7 +12,7 @@ from gateway.preflight import require_schema
 async def forget(args, settings) -> int:
     """`gateway forget`: erase a contact, then the gateway's posts about them in Slack; prints the counts."""
     from gateway.observability.logs import configure_logging_for
-    from gateway.operators.slack_purged import OPERATOR_THREAD_ATTEMPTS, erase_forgotten_threads
+    from gateway.operators.slack_purged import erase_forgotten_threads
     from gateway.retention import forget_contact
     from storage.engine import create_engine, session_factory
 
@@ -38,14 +38,23 @@ async def forget(args, settings) -> int:
         hint = " (for the web chat, the user id is the session_id)" if args.channel == "web" else ""
         print(f"note: no {args.channel} contact has the user id {args.user!r}, so nothing was deleted{hint}",
               file=sys.stderr)
-    retries = OPERATOR_THREAD_ATTEMPTS - 1  # this was the first attempt
-    then = (f"the retention job tries it again on its next runs (gateway serve, retention_schedule), up to {retries} "
-            f"time{'s' if retries != 1 else ''}; else delete it in Slack") if retries else "delete it in Slack"
-    for thread, why in left:
+    for thread, outcome in left:
         print(f"warning: Slack operator thread {thread.ts} (bot {thread.bot}, channel {thread.channel or 'unknown'}) "
-              f"was not deleted: {why}; {then}", file=sys.stderr)
+              f"was not deleted: {outcome.why}; {_then(outcome)}", file=sys.stderr)
     # Not done yet: the person's words are still in Slack, which a script carrying out erasure requests must see.
     return 1 if left else 0
+
+
+def _then(left) -> str:
+    """What becomes of a thread forget left (`slack_purged.Left`), as it is: the retention job's attempts left (this
+    was the first, unless a run tried it at once), none, or none since another attempt dropped it meanwhile."""
+    if left.dropped:
+        return ("another attempt at it (the retention job's, or another forget's) ended meanwhile, having deleted it "
+                "or given it up, so nothing tries it again: delete it in Slack if it is still there")
+    if left.retries == 0:
+        return "delete it in Slack"
+    times = f", up to {left.retries} time{'s' if left.retries != 1 else ''}" if left.retries else ""
+    return f"the retention job tries it again on its next runs (gateway serve, retention_schedule){times}; else delete it in Slack"
 
 
 def _forgotten(counts: dict[str, int], *, opt_outs_kept: int) -> str:

@@ -10,12 +10,14 @@ store must not hold the job for hours of Slack's rate limits), the ones waiting 
 each row once its thread is gone. The others wait for the next run: those past the bound
 (`retention.operator_threads_waiting`), those Slack refused or could not be reached for (a
 `retention.operator_thread_left` warning each time, given up after `OPERATOR_THREAD_ATTEMPTS` attempts, for
-someone to delete by hand), and those of a run (or a forget) stopped meanwhile.
+someone to delete by hand), and those of a run (or a forget) stopped meanwhile. An attempt that finds a thread's
+row dropped meanwhile by another (which deleted the thread or gave it up) is logged too, and no retry is promised.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import structlog
 from sqlalchemy import delete, func, select, update
@@ -32,6 +34,17 @@ log = structlog.get_logger("gateway.retention")
 PURGE_OPERATOR_THREADS = 500  # Slack operator threads of purged conversations erased per run, at most
 OPERATOR_THREAD_ATTEMPTS = 5  # runs that try a thread Slack refuses (one a day on the default schedule)
 ROWS_PER_STATEMENT = 1000  # 3 parameters a row: PostgreSQL takes 32,767 a statement
+
+
+@dataclass(frozen=True)
+class Left:
+    """A thread an attempt did not delete: why, and how many more times the retention job tries it (0: never;
+    None: not known, as the store failed to record the attempt and left the thread's row as it was, tried again
+    next run). `dropped`: another attempt (a run's, or another forget's) dropped the row meanwhile, having deleted
+    the thread or given it up, so this one found no row to count itself in."""
+    why: str
+    retries: int | None
+    dropped: bool = False
 
 
 async def keep_purged_threads(session: AsyncSession, threads: list[OperatorThread]) -> None:
@@ -61,9 +74,9 @@ async def erase_purged_threads(sessions: async_sessionmaker[AsyncSession], setti
 
 
 async def erase_forgotten_threads(sessions: async_sessionmaker[AsyncSession], settings: Settings,
-                                  threads: list[OperatorThread]) -> list[tuple[OperatorThread, str]]:
+                                  threads: list[OperatorThread]) -> list[tuple[OperatorThread, Left]]:
     """`gateway forget`'s attempt at the threads it stored (`keep_purged_threads`, in its transaction): their
-    first, the retention job's runs the others. The threads left, each with why."""
+    first, the retention job's runs the others. The threads left, each with why and what happens to it next."""
     if not threads:
         return []
     left = await _erase_stored(sessions, settings, list(dict.fromkeys(threads)))
@@ -71,9 +84,9 @@ async def erase_forgotten_threads(sessions: async_sessionmaker[AsyncSession], se
 
 
 async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Settings,
-                        threads: list[OperatorThread]) -> dict[OperatorThread, str]:
+                        threads: list[OperatorThread]) -> dict[OperatorThread, Left]:
     """Delete the gateway's posts in `threads`, drop the rows of those gone or given up, count this attempt in the
-    others'; the threads left, each with why."""
+    others'; the threads left, each with why and what happens to it next (`Left`)."""
     try:
         left = dict(await erase_operator_threads(settings, threads))
     except asyncio.CancelledError:
@@ -82,6 +95,7 @@ async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Se
         log.exception("retention.operator_threads_failed", threads=[_named(t) for t in threads])
         left = dict.fromkeys(threads, f"{type(exc).__name__}: {exc}")
     recorded: list[dict] = []  # each attempt left, logged once its transaction has committed
+    outcome: dict[OperatorThread, Left] = {}
     try:  # after Slack's answers: a store that fails now must not hide them (forget's are printed)
         async with sessions() as session, session.begin():
             # In the key's order, as any other run or forget takes them: each in its own order deadlocked on PostgreSQL.
@@ -97,19 +111,25 @@ async def _erase_stored(sessions: async_sessionmaker[AsyncSession], settings: Se
                 attempt = (await session.execute(update(PurgedOperatorThread).where(*where).values(
                     attempts=PurgedOperatorThread.attempts + 1, why=why[:1000], tried=utcnow())
                     .returning(PurgedOperatorThread.attempts))).scalar_one_or_none()
-                if attempt is None:  # the other's attempt dropped the row meanwhile: nothing of it to count
+                if attempt is None:
+                    # Another attempt (a run's, a forget's) dropped the row meanwhile, the thread deleted or given up:
+                    # nothing tries it again, and this attempt has no count to add to, but is said as any other.
+                    outcome[thread] = Left(why, 0, dropped=True)
+                    recorded.append({**_named(thread), "why": why, "attempt": None,
+                                     "attempts": OPERATOR_THREAD_ATTEMPTS, "retried": False, "dropped_meanwhile": True})
                     continue
                 retried = attempt < OPERATOR_THREAD_ATTEMPTS
                 if not retried:
                     await session.execute(delete(PurgedOperatorThread).where(*where))
+                outcome[thread] = Left(why, max(OPERATOR_THREAD_ATTEMPTS - attempt, 0))
                 recorded.append({**_named(thread), "why": why, "attempt": attempt,
                                  "attempts": OPERATOR_THREAD_ATTEMPTS, "retried": retried})
     except Exception:  # each row stays as it was: the next run asks Slack again, and drops those gone
         log.exception("retention.operator_threads_failed", threads=[_named(t) for t in threads])
-        return left
+        return {thread: Left(why, None) for thread, why in left.items()}
     for attempt in recorded:
         log.warning("retention.operator_thread_left", **attempt)
-    return left
+    return outcome
 
 
 def _key(thread: OperatorThread) -> tuple[str, str, str]:

@@ -6,12 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from structlog.testing import capture_logs
 
 from gateway.operators import slack_purged
 from gateway.operators.slack_forget import OperatorThread
-from gateway.operators.slack_purged import erase_forgotten_threads, erase_purged_threads, keep_purged_threads
+from gateway.operators.slack_purged import (
+    OPERATOR_THREAD_ATTEMPTS,
+    erase_forgotten_threads,
+    erase_purged_threads,
+    keep_purged_threads,
+)
 from gateway.settings import load_settings
 from storage.engine import create_engine, session_factory
 from storage.models import PurgedOperatorThread
@@ -81,5 +86,39 @@ async def test_two_attempts_at_a_thread_at_once_are_counted_as_two(migrated_url,
         async with sessions() as session:
             assert (await session.scalars(select(PurgedOperatorThread.attempts))).all() == [2]
         assert [e["attempt"] for e in logs if e["event"] == "retention.operator_thread_left"] == [1, 2]
+    finally:
+        await engine.dispose()
+
+
+async def test_an_attempt_at_a_thread_another_dropped_meanwhile_is_logged_and_not_said_to_be_tried_again(
+        migrated_url, tmp_path, monkeypatch):
+    """While `gateway forget` waited for Slack, a run made its last attempt at the thread and dropped its row: forget's
+    attempt found no row to count itself in and was neither logged nor told apart, so forget printed that the
+    retention job tries the thread again, which nothing did."""
+    engine = create_engine(migrated_url)
+    try:
+        sessions, thread = session_factory(engine), OperatorThread("acme", "COPS", "1700000000.000100")
+        async with sessions() as session, session.begin():
+            await keep_purged_threads(session, [thread])
+            await session.execute(update(PurgedOperatorThread).values(attempts=OPERATOR_THREAD_ATTEMPTS - 1))
+        settings = load_settings(write_config(tmp_path, database_url=migrated_url,
+                                              bots=[{"name": "acme", "channels": {"web": {}}}]))
+        real = slack_purged.erase_operator_threads
+
+        async def the_job_meanwhile(settings, threads):  # while forget waits for Slack, a run gives the thread up
+            monkeypatch.setattr(slack_purged, "erase_operator_threads", real)
+            await erase_purged_threads(sessions, settings)
+            return await real(settings, threads)
+
+        monkeypatch.setattr(slack_purged, "erase_operator_threads", the_job_meanwhile)
+        with capture_logs() as logs:
+            [(left_thread, left)] = await erase_forgotten_threads(sessions, settings, [thread])
+        assert left_thread == thread and (left.why, left.retries, left.dropped) == (
+            "the bot has no Slack token in the config", 0, True)
+        assert [(e["attempt"], e["retried"], e.get("dropped_meanwhile", False)) for e in logs
+                if e["event"] == "retention.operator_thread_left"] == [(OPERATOR_THREAD_ATTEMPTS, False, False),
+                                                                      (None, False, True)]
+        async with sessions() as session:
+            assert (await session.scalars(select(PurgedOperatorThread))).all() == []
     finally:
         await engine.dispose()

@@ -12,6 +12,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy import select, text, update
 
 from gateway.cli import main
+from gateway.operators import slack_purged
+from gateway.operators.slack_purged import OPERATOR_THREAD_ATTEMPTS, erase_purged_threads
 from gateway.retention import forget_contact, run_retention
 from gateway.settings import load_settings
 from storage.engine import create_engine, session_factory
@@ -151,3 +153,39 @@ async def test_a_forget_whose_store_fails_after_slack_answered_prints_what_it_de
         assert await _count(sessions, PurgedOperatorThread) == 1
         await run_retention(sessions, load_settings(config), knowledge=None)  # gone in Slack: its row is dropped
         assert await _count(sessions, PurgedOperatorThread) == 0
+
+
+async def test_forget_says_nothing_tries_again_a_thread_whose_row_another_attempt_dropped_meanwhile(
+        migrated_url, tmp_path, capsys, monkeypatch):
+    """While forget waited for Slack, the retention job made its last attempt at the thread (a thread stored before,
+    tried 4 times) and dropped its row: forget printed that the retention job tries the thread again, up to 4
+    times, though nothing ever did, and the person's words stayed in Slack unsaid."""
+    async with _forgetting(migrated_url, tmp_path, monkeypatch) as (slack, sessions, client, config):
+        gone = await _store(sessions, bot="acme", channel="telegram", user="4242", chat="4242")
+        theirs = await _thread(client, sessions, gone, "4242")
+        slack.fail("conversations.replies", error="missing_scope", times=2)  # the job's attempt, then forget's
+        real = slack_purged.erase_operator_threads
+
+        async def the_job_meanwhile(settings, threads):  # in the forget's process: its loop, its own engine
+            monkeypatch.setattr(slack_purged, "erase_operator_threads", real)
+            engine = create_engine(migrated_url)
+            try:
+                job = session_factory(engine)
+                async with job() as session, session.begin():
+                    await session.execute(update(PurgedOperatorThread).values(attempts=OPERATOR_THREAD_ATTEMPTS - 1))
+                await erase_purged_threads(job, settings)
+            finally:
+                await engine.dispose()
+            return await real(settings, threads)
+
+        monkeypatch.setattr(slack_purged, "erase_operator_threads", the_job_meanwhile)
+        code = await asyncio.to_thread(main, ["forget", "--config", str(config), "--channel", "telegram",
+                                              "--user", "4242"])
+        assert code == 1
+        err = capsys.readouterr().err
+        assert f"warning: Slack operator thread {theirs[0]} (bot acme, channel {OPERATORS}) was not deleted: " \
+               "Slack answered missing_scope; another attempt at it (the retention job's, or another forget's) " \
+               "ended meanwhile, having deleted it or given it up, so nothing tries it again: delete it in Slack " \
+               "if it is still there" in err
+        assert "tries it again on its next runs" not in err
+        assert slack.deleted == [] and await _count(sessions, PurgedOperatorThread) == 0
