@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from channels.slack_render import slack_to_plain
-from gateway.models import Attachment, ConversationRef, InboundMessage, Sender
+from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, may_still_come
 
 _ANSWERED_SUBTYPES = {None, "file_share", "thread_broadcast", "me_message"}
 
@@ -148,11 +148,17 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
         return None, "message_changed: no edit (a link preview, a reply count), and no earlier text to compare"
     thread = changed.get("thread_ts") or previous.get("thread_ts")
     in_operator_thread = bool(operator_channel) and channel == operator_channel and bool(thread) and thread != ts
+    # A DM's edit of a message never stored (every DM is) and sent recently, by its `ts`: the DM's delivery failed and
+    # the edit came before Slack's retry of it. The edit is the question, stored with the DM's own `ts` and date, and
+    # the retry is its duplicate, never answered on the text the customer replaced; an older DM's edit stays ignored.
+    in_dm = (event.get("channel_type") or ("im" if channel.startswith("D") else "")) == "im"
+    the_dm = {"raw": {"message_id": ts}, "sent_at": _sent_at(ts), "reply_to": thread if thread and thread != ts else None} \
+        if in_dm else {}
     return InboundMessage(
         channel=channel_name,
         external_id=str(body.get("event_id") or f"{channel}:{ts}:{event.get('subtype')}"),
         conversation=ConversationRef(channel=channel_name, workspace=str(body.get("team_id") or ""), chat=channel,
-                                     thread=thread if in_operator_thread else ""),
+                                     thread=thread if (in_operator_thread or in_dm) and thread and thread != ts else ""),
         sender=Sender(external_id=str(changed.get("user") or previous.get("user") or "")),  # the member, either way
         text="" if deleted else _plain_text(changed.get("text") or "", bot_ids),
         revises=str(ts),
@@ -162,6 +168,8 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
         revision=_edit_order(changed["edited"]) if not deleted and isinstance(changed.get("edited"), dict) else None,
         stored_if_answered=in_operator_thread,
         existing_conversation_only=in_operator_thread,  # the thread's, where the operator wrote what they revise
+        new_if_never_stored=in_dm and not deleted and may_still_come(the_dm["sent_at"]),
+        **the_dm,
     ), ""
 
 

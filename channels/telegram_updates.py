@@ -17,7 +17,7 @@ import structlog
 from channels.base import WebhookResult
 from channels.shared_content import contact, contact_line, location_line, place, with_shared
 from gateway.errors import BadRequest
-from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, member_thread
+from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, may_still_come, member_thread
 
 log = structlog.get_logger("channels.telegram")
 
@@ -168,7 +168,10 @@ class UpdateParser:
         if kind in ("edited_message", "edited_channel_post"):
             # Applied to the message while it waits for its answer (a typo fixed), else ignored by the inbox:
             # answering an edit would double-reply to a question already answered. In a group, an edit that
-            # addresses the bot of a message never stored (ignored: no @mention) is the question asked now.
+            # addresses the bot of a message never stored (ignored: no @mention) is the question asked now; in a
+            # private chat, every message is stored, so one never stored and recent (by its `date`) is one whose
+            # delivery failed, edited before Telegram resent it: the edit is the question, and the resend its
+            # duplicate (never answered on the text the customer replaced). An older one's edit stays ignored.
             # A location is edited only as a live location moves (a message of its own holds no text to edit).
             # Edits are ordered by their `edit_date`, then update id: Telegram restarts update ids at random after
             # a week without updates, so a later edit may come under a lower one.
@@ -179,8 +182,8 @@ class UpdateParser:
             return replace(edited, messages=tuple(
                 replace(m, external_id=f"{m.external_id}:{revision[0]}", revises=str(update[kind]["message_id"]),
                         only_while_held=False, revision=revision,
-                        live_location=moved, new_if_never_stored=not moved
-                        and m.raw.get("chat_type") != "private" and not m.only_while_held)
+                        live_location=moved, new_if_never_stored=not moved and (
+                            may_still_come(m.sent_at) if m.raw.get("chat_type") == "private" else not m.only_while_held))
                 for m in edited.messages))
         if kind == "my_chat_member" and isinstance(update[kind], dict):
             return self._membership(update_id, update[kind])

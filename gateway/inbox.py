@@ -316,7 +316,7 @@ class Inbox:
                 select(Message.id).join(Conversation, Message.conversation_id == Conversation.id).where(
                     Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
                     Conversation.chat == edit.conversation.chat, _names(edit)).limit(1))).first()
-        if unknown:  # its first version was ignored (a group message without the bot's @mention)
+        if unknown:  # its first version was ignored (a group message without the bot's @mention), or its delivery failed
             # Stored under a key of the message it edits, not of this update: two edits handled at once both
             # found it never stored (that check and this store are two transactions), and both were stored
             # and answered; the delivery key now lets one in, and the other is its duplicate, applied to it as

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 _INVISIBLE = re.compile(r"[\s\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]")
@@ -31,6 +31,20 @@ def is_blank(text: str) -> bool:
 def utcnow() -> datetime:
     """Timezone-aware now, in UTC."""
     return datetime.now(timezone.utc)
+
+
+NEVER_STORED_EDIT_WINDOW = timedelta(hours=23)
+"""How recent (by its own date) a private chat's message must be for an edit of it, never stored, to be stored as
+the question (`InboundMessage.new_if_never_stored`): its first delivery failed, and the platform may still send it
+(Telegram resends an update for 24 hours, Slack retries for minutes). Below the shortest retention (`retention_days`
+is 1 or more, counted from a message's store) by an hour for clocks: a message never stored that is older was sent
+before the bot had the chat, or purged since, and its edit is no question asked now."""
+
+
+def may_still_come(sent_at: datetime, now: datetime | None = None) -> bool:
+    """Whether a private chat's message sent at `sent_at` (the platform's date of it) is recent enough that, never
+    stored, its first delivery failed and may still come (`NEVER_STORED_EDIT_WINDOW`)."""
+    return (now or utcnow()) - sent_at < NEVER_STORED_EDIT_WINDOW
 
 
 def as_utc(value: datetime) -> datetime:
@@ -130,7 +144,9 @@ class InboundMessage:
     revises: str | None = None
     deleted: bool = False
     # An edit that is a message of its own when the one it revises was never stored: a group member's
-    # message ignored for want of the bot's @mention, edited to add it.
+    # message ignored for want of the bot's @mention, edited to add it; a private chat's message whose first
+    # delivery failed, edited before the platform's retry of it, which is then its duplicate (only a message sent
+    # within `NEVER_STORED_EDIT_WINDOW`: an older one never stored was sent before the bot had the chat, or purged).
     new_if_never_stored: bool = False
     # An edit or deletion that is a message of its own when the one it revises was answered already (stored
     # with `meta.revises` and `meta.deleted`): an operator's, in a Slack operator thread, of a reply relayed

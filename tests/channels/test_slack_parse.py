@@ -12,7 +12,7 @@ import pytest
 from channels.base import ChannelAdapter, RawRequest
 from channels.slack import slack_to_plain
 from gateway.errors import BadRequest, SignatureInvalid
-from gateway.models import ConversationRef, InboundMessage
+from gateway.models import NEVER_STORED_EDIT_WINDOW, ConversationRef, InboundMessage
 from tests.channels.slack_helpers import SECRET, SLACK_FIXTURES, make_adapter
 from tests.fakes.slack_api import sign
 
@@ -324,3 +324,24 @@ def test_slack_edit_whose_message_lacks_its_user_is_still_the_members_edit():
     result = make_adapter(operator_channel="COPS").parse_payload(envelope({**changed, "previous_message": {
         k: v for k, v in before.items() if k != "user"}}))
     assert not result.messages and "without a user" in result.ignored[0]
+
+
+def test_slack_dm_edit_is_a_question_if_never_stored_only_while_its_message_may_still_be_retried():
+    """A DM whose first delivery failed and was edited meanwhile: the `message_changed` came first and was dropped,
+    and Slack's retry of the original was answered on the text the customer had replaced. An edit of an older DM,
+    or of a channel message (one that never named the bot), is no question."""
+    now = time.time()
+    old = now - NEVER_STORED_EDIT_WINDOW.total_seconds() - 60
+
+    def changed(channel: str, channel_type: str, sent: float) -> dict:
+        before = {"type": "message", "text": "how much?", "user": "U9", "ts": f"{sent:.6f}"}
+        return {"type": "message", "subtype": "message_changed", "hidden": True, "channel": channel,
+                "channel_type": channel_type, "ts": f"{now:.6f}", "previous_message": before,
+                "message": {**before, "text": "the price?", "edited": {"user": "U9", "ts": f"{now:.6f}"}}}
+
+    (dm,) = make_adapter().parse_payload(envelope(changed("D1", "im", now - 60))).messages
+    assert dm.new_if_never_stored and dm.revises == f"{now - 60:.6f}" and dm.conversation.thread == ""
+    assert dm.raw["message_id"] == dm.revises and abs(dm.sent_at.timestamp() - (now - 60)) < 1  # its own, once stored
+    for channel, channel_type, sent in (("D1", "im", old), ("C1", "channel", now - 60)):
+        (edit,) = make_adapter().parse_payload(envelope(changed(channel, channel_type, sent))).messages
+        assert not edit.new_if_never_stored

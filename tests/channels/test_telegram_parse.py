@@ -11,6 +11,7 @@ from channels.base import ChannelAdapter
 from channels.telegram import TelegramAdapter
 from channels.telegram_updates import delivery_key
 from gateway.errors import BadRequest, ConfigError, SignatureInvalid
+from gateway.models import NEVER_STORED_EDIT_WINDOW, utcnow
 from gateway.settings import TelegramChannel
 from tests.channels.telegram_helpers import FIXTURES, SECRET, _request, _settings, _update
 
@@ -302,3 +303,14 @@ def test_parse_a_live_location_and_its_moves_are_flagged_as_a_place_that_moves()
     typo = _update("teh price?", update_id=5003, edit_date=1700000030)["message"]
     [edited] = tg.parse(_request({"update_id": 5003, "edited_message": typo})).messages
     assert not once.live_location and not edited.live_location
+
+
+def test_parse_a_private_edit_is_a_question_if_never_stored_only_while_its_message_may_still_be_resent() -> None:
+    """A private chat's edit of a message whose first delivery failed came first, and was dropped: Telegram's resend
+    of the original was then answered on the text the customer had replaced. One of an older message is no question."""
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    now = int(utcnow().timestamp())
+    for date, question in ((now - 60, True), (now - int(NEVER_STORED_EDIT_WINDOW.total_seconds()) - 60, False)):
+        edit = _update("the price?", update_id=5004, date=date, edit_date=now)["message"]
+        [edited] = tg.parse(_request({"update_id": 5004, "edited_message": edit})).messages
+        assert edited.revises == "42" and edited.new_if_never_stored is question

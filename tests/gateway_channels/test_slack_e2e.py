@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
+from gateway.models import NEVER_STORED_EDIT_WINDOW
 from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, FakeSlack, sign
 from tests.gateway_channels.conftest import (
     QUESTION,
@@ -289,3 +291,35 @@ async def test_slack_edit_or_deletion_of_a_waiting_message_changes_what_is_answe
     assert taken_back.status == "ignored" and "deleted" in taken_back.error
     await settle()
     assert posted_to(fake, "D0302") == []
+
+
+async def test_slack_dm_question_retried_after_its_edit_is_answered_once_on_the_edit(env):
+    """The first delivery of a DM failed and the customer edited it meanwhile: the `message_changed` was dropped
+    as an edit of a message already answered, then Slack's retry of the original was stored and answered on the
+    text the customer had replaced."""
+    client, services, fake = env
+    ts = f"{int(time.time()) - 120}.000100"
+    for retry in (None, 1):  # the edit, and Slack's retry of it
+        assert (await post(client, revision("Ev0502", "D0501", ts, QUESTION), retry=retry)).status_code == 200
+    assert (await post(client, envelope("Ev0501", "D0501", "How much?", ts=ts), retry=1)).status_code == 200
+    [reply] = await wait_until(lambda: posted_to(fake, "D0501"), what="the answer")
+    assert "$" in reply["text"]
+    await settle()
+    stored = await settled_chat(services, channel="slack", chat="D0501", count=2)
+    assert [(m.direction, m.text) for m in stored][:1] == [("in", QUESTION)] and len(stored) == 2
+    assert len(posted_to(fake, "D0501")) == 1
+
+
+async def test_slack_edit_of_an_old_dm_or_of_a_channel_message_never_stored_is_not_answered(env):
+    """A DM older than any retry (sent before the app was installed, or purged): its edit is no question of today;
+    nor is a channel member's edit of a message that never named the bot."""
+    client, services, fake = env
+    before = await count_messages(services, channel="slack")
+    old = f"{int(time.time() - (NEVER_STORED_EDIT_WINDOW + timedelta(minutes=5)).total_seconds())}.000100"
+    assert (await post(client, revision("Ev0503", "D0503", old, QUESTION))).status_code == 200
+    in_channel = revision("Ev0504", "C0504", f"{int(time.time()) - 60}.000100", QUESTION)
+    in_channel["event"]["channel_type"] = "channel"
+    assert (await post(client, in_channel)).status_code == 200
+    await settle()
+    assert posted_to(fake, "D0503") == posted_to(fake, "C0504") == []
+    assert await count_messages(services, channel="slack") == before

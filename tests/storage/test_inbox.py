@@ -10,7 +10,7 @@ from sqlalchemy import func, select, update
 
 from channels.telegram import TelegramAdapter
 from gateway.inbox import Inbox
-from gateway.models import Attachment, ConversationRef, InboundMessage, Sender
+from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, utcnow
 from storage.engine import create_engine, session_factory
 from storage.models import Contact, Conversation, Message
 from tests.channels.telegram_helpers import _request, _settings, _update
@@ -299,4 +299,28 @@ async def test_inbox_looks_for_replies_held_behind_a_template_only_while_the_con
     log.clear()
     await inbox.accept("acme", _message("wa-3", channel="whatsapp"))
     assert [s for s in log.statements if " " in s] == ["INSERT contacts", "SELECT conversations", "INSERT messages"]
+    await engine.dispose()
+
+
+async def test_a_private_message_resent_after_its_edit_was_stored_is_its_duplicate(migrated_url):
+    """A private chat's message whose delivery failed, edited meanwhile: the edit came first and was dropped, and
+    Telegram's resend of the original was stored and answered on the replaced text. The edit is the question now
+    (its first version never stored), the resend its duplicate, and a later edit is applied to it while it waits."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    date = int(utcnow().timestamp()) - 60
+
+    def edit(update_id: int, text: str) -> InboundMessage:
+        message = _update(text, date=date, edit_date=date + update_id % 10)["message"]
+        return _parsed({"update_id": update_id, "edited_message": message})
+
+    stored = await inbox.accept("acme", edit(880002, "the price?"))
+    resent = await inbox.accept("acme", _parsed(_update("teh price?", update_id=880001, date=date)))
+    assert not stored.duplicate and resent.duplicate and resent.message_id == stored.message_id
+    assert await inbox.accept("acme", edit(880003, "the price of the Plus plan?")) is None
+    async with sessions() as session:
+        [message] = (await session.execute(select(Message))).scalars().all()
+    assert (message.text, message.status) == ("the price of the Plus plan?", "pending")
+    assert message.external_id == "edit-of:367699112:42"  # the private chat's, and its message's id
     await engine.dispose()
