@@ -291,12 +291,27 @@ async def claim(escalation_id: RowId, request: Request, body: ClaimBody | None =
     `{"take_over": true}`: then the claim passes to you (recorded, and the holder's console is told)."""
     svc = services(request)
 
-    async def action(op: Operator) -> dict[str, Any]:
-        return escalation_dict(await svc.escalations.claim(
-            escalation_id, operator=op.name, bots=op.bots, take_over=bool(body and body.take_over),
-            reason=body.reason if body else ""))
+    async def action(op: Operator) -> dict[str, Any] | Response:
+        try:
+            return escalation_dict(await svc.escalations.claim(
+                escalation_id, operator=op.name, bots=op.bots, take_over=bool(body and body.take_over),
+                reason=body.reason if body else ""))
+        except Conflict as exc:
+            return await _held_by_another(request, escalation_id, op, exc)
 
     return await _guarded(request, action)
+
+
+async def _held_by_another(request: Request, escalation_id: int, op: Operator, exc: Conflict) -> Response:
+    """A claim or reply refused because another operator holds the escalation: the 409 with a `hint` naming
+    `{"take_over": true}`, which an API caller had to find in the README. A field of its own: the error's text
+    is what the console and Slack show, where Take over is a button or no option at all."""
+    async with services(request).sessions() as session:
+        escalation = await session.get(Escalation, escalation_id)
+    if escalation is None or escalation.state != "claimed" or escalation.operator in (None, op.name):
+        raise exc
+    return error(409, str(exc), hint=f"to take it over from {escalation.operator}, "
+                                     f'POST /v1/escalations/{escalation_id}/claim with {{"take_over": true}}')
 
 
 @router.post("/v1/escalations/{escalation_id}/release")
@@ -326,7 +341,7 @@ async def reply(escalation_id: RowId, body: ReplyBody, request: Request) -> Resp
             async with svc.sessions() as session:
                 escalation = await session.get(Escalation, escalation_id)
             if escalation is None or escalation.state != "resolved":
-                raise
+                return await _held_by_another(request, escalation_id, op, exc)
             raise Conflict(f"{exc}; to write to them, take the conversation back: "
                            f"POST /v1/conversations/{escalation.conversation_id}/claim") from None
         async with svc.sessions() as session:

@@ -1,0 +1,43 @@
+"""What the operator API's 409s tell the caller to do next: a claim another operator holds names the
+`take_over` that takes it; a reply to a handed-back escalation says where the customer is now."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.operators.conftest import auth
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def _open(client, session_id: str, text: str = "Can I speak to a human agent?") -> tuple[int, int]:
+    """The customer of web session `session_id` asks for a person: the escalation's id and conversation id."""
+    chat = (await client.post("/v1/bots/acme/chat", json={"session_id": session_id, "text": text})).json()
+    listed = (await client.get("/v1/escalations?state=open", headers=auth("sam"))).json()["escalations"]
+    return next(e["id"] for e in listed if e["conversation_id"] == chat["conversation_id"]), chat["conversation_id"]
+
+
+async def test_claim_held_by_another_operator_says_how_to_take_it_over(client):
+    """The 409 said only "already claimed by sam": an API caller had to find `{"take_over": true}` in the
+    README. The hint is a field of its own, so the error's text (the console and Slack show it) stays short."""
+    eid, _ = await _open(client, "conflict-claim-1")
+    assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))).status_code == 200
+    held = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"))
+    assert held.status_code == 409
+    assert held.json() == {"error": f"escalation {eid} is already claimed by sam",
+                           "hint": f'to take it over from sam, POST /v1/escalations/{eid}/claim with {{"take_over": true}}'}
+    # The holder's own retried claim is no conflict, and a resolved escalation has no claim to take over.
+    assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))).status_code == 200
+    assert (await client.post(f"/v1/escalations/{eid}/resolve", headers=auth("sam"))).status_code == 200
+    done = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"))
+    assert done.status_code == 409 and "hint" not in done.json()
+
+
+async def test_reply_held_by_another_operator_says_how_to_take_it_over(client):
+    """A reply to an escalation another operator holds is the same 409 as a claim: the same hint."""
+    eid, _ = await _open(client, "conflict-reply-1")
+    assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))).status_code == 200
+    late = await client.post(f"/v1/escalations/{eid}/reply", headers=auth("kim"), json={"text": "Kim here"})
+    assert late.status_code == 409 and late.json()["error"] == f"escalation {eid} is already claimed by sam"
+    assert '{"take_over": true}' in late.json()["hint"]
+
