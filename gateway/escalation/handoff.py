@@ -33,7 +33,7 @@ from gateway.background import cancel, settle
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.escalation.claims import ClaimTransitions
 from gateway.escalation.handback import answer_if_handed_back, requeue_unanswered
-from gateway.escalation.records import conflict_message, live_escalation, locked, record_event
+from gateway.escalation.records import conflict_now, live_escalation, locked, record_event
 from gateway.events import ESCALATIONS_TOPIC, EventBus
 from gateway.models import CLIENT_ID, CLIENT_ID_RULE, as_utc, is_blank, utcnow
 from gateway.operators.notices import acknowledgement_extras
@@ -193,7 +193,8 @@ class Escalations(ClaimTransitions):
         if escalation.state == "open":
             escalation = await self.claim(escalation_id, operator=operator, bots=bots, reason="replied")
         if escalation.state != "claimed" or escalation.operator != operator:
-            raise Conflict(conflict_message(escalation))
+            async with self._sessions() as session:
+                raise Conflict(await conflict_now(session, escalation))
         conversation_id = escalation.conversation_id
         try:
             async with self._sessions() as session, session.begin():
@@ -201,7 +202,7 @@ class Escalations(ClaimTransitions):
                 # not let the previous holder's reply through.
                 current = await session.get(Escalation, escalation_id, with_for_update=True)
                 if current is None or current.state != "claimed" or current.operator != operator:
-                    raise Conflict(conflict_message(current))
+                    raise Conflict(await conflict_now(session, current))
                 # Its conversation as of the lock: a chat's move may have merged the one read above away.
                 # (A plain id: the row itself is expired when the insert below fails and rolls back.)
                 conversation_id = current.conversation_id
@@ -242,7 +243,7 @@ class Escalations(ClaimTransitions):
                 ).values(state="resolved", resolved_at=now, operator=operator)
                 .execution_options(synchronize_session=False))
             if done.rowcount != 1:
-                raise Conflict(conflict_message(await session.get(Escalation, escalation_id)))
+                raise Conflict(await conflict_now(session, await session.get(Escalation, escalation_id)))
             escalation = await locked(session, escalation_id)
             conversation = await session.get(Conversation, escalation.conversation_id)
             from_state = conversation.state

@@ -34,8 +34,9 @@ def record_event(session: AsyncSession, escalation: Escalation, *, kind: str, ac
                                 reason=storable_text((reason or "")[:2000]), created_at=utcnow()))
 
 
-def conflict_message(escalation: Escalation | None) -> str:
-    """Why a conditional transition found the escalation in another state (the 409's text)."""
+def conflict_message(escalation: Escalation | None, *, newer: Escalation | None = None) -> str:
+    """Why a conditional transition found the escalation in another state (the 409's text). `newer`: the
+    conversation's live escalation, when a resolved one's customer asked for a person again since."""
     if escalation is None:
         return "the escalation no longer exists"
     if escalation.state == "claimed":
@@ -43,5 +44,17 @@ def conflict_message(escalation: Escalation | None) -> str:
     if escalation.state == "resolved":
         # Who, so an operator whose reply came after a colleague's hand-back knows whom to ask.
         by = f" by {escalation.operator}" if escalation.operator else ""
-        return f"escalation {escalation.id} is already resolved{by}: the bot answers the customer again"
+        if newer is None:
+            return f"escalation {escalation.id} is already resolved{by}: the bot answers the customer again"
+        held = f"claimed by {newer.operator}" if newer.state == "claimed" else newer.state
+        return (f"escalation {escalation.id} is already resolved{by}, and the customer asked for a person again: "
+                f"escalation {newer.id}, {held}")
     return f"escalation {escalation.id} is {escalation.state}; claim it first"
+
+
+async def conflict_now(session: AsyncSession, escalation: Escalation | None) -> str:
+    """`conflict_message` as the conversation is now: after a hand-back, the bot answers the customer only
+    while they have not asked for a person again (a newer escalation, which the message then names)."""
+    resolved = escalation is not None and escalation.state == "resolved"
+    newer = await live_escalation(session, escalation.conversation_id) if resolved else None
+    return conflict_message(escalation, newer=newer if newer is not None and newer.id != escalation.id else None)

@@ -30,6 +30,7 @@ from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
 from gateway.errors import BadRequest, Conflict, NotFound
+from gateway.escalation.records import live_escalation
 from gateway.events import ESCALATIONS_TOPIC
 from gateway.http.deps import MAX_ID, RowId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
@@ -340,8 +341,11 @@ async def reply(escalation_id: RowId, body: ReplyBody, request: Request) -> Resp
         except Conflict as exc:  # handed back: say how to reach the customer again, not only that it is over
             async with svc.sessions() as session:
                 escalation = await session.get(Escalation, escalation_id)
+                newer = await live_escalation(session, escalation.conversation_id) if escalation else None
             if escalation is None or escalation.state != "resolved":
                 return await _held_by_another(request, escalation_id, op, exc)
+            if newer is not None:  # the customer asked for a person again: the message names that escalation
+                raise
             raise Conflict(f"{exc}; to write to them, take the conversation back: "
                            f"POST /v1/conversations/{escalation.conversation_id}/claim") from None
         async with svc.sessions() as session:

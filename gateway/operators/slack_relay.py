@@ -85,7 +85,7 @@ class ThreadRelay(RevisionRelay):
             await self._escalations.reply(escalation.id, operator=operator, text=mrkdwn_to_markdown(inbound.text), bots=None,
                                           source="slack", message_id=f"slack-in-{inbound.id}")
         except (Conflict, BadRequest, NotFound) as exc:
-            await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {named(str(exc))}"
+            await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {named(str(exc)).rstrip('.')}."
                              f"{await self._newer_escalation(escalation)}", thread_ts=conversation.thread)
         return True
 
@@ -128,4 +128,5 @@ class ThreadRelay(RevisionRelay):
             newer = (await session.execute(select(Escalation.id).where(
                 Escalation.conversation_id == escalation.conversation_id, Escalation.id > escalation.id,
                 Escalation.state.in_(("open", "claimed"))).order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
-        return f" The customer asked for a person again: answer in the thread of escalation #{newer}." if newer else ""
+        # The refusal itself says that the customer asked again (`conflict_now`): this says where to answer.
+        return f" Answer in the thread of escalation #{newer}." if newer else ""

@@ -41,3 +41,21 @@ async def test_reply_held_by_another_operator_says_how_to_take_it_over(client):
     assert late.status_code == 409 and late.json()["error"] == f"escalation {eid} is already claimed by sam"
     assert '{"take_over": true}' in late.json()["hint"]
 
+
+async def test_reply_after_a_handback_where_the_customer_asked_again_names_the_new_escalation(client):
+    """After the hand-back the customer asked for a person again: the reply's 409 still said "the bot answers
+    the customer again" and sent the operator to take the conversation back, while escalation #2 waited."""
+    first, conversation = await _open(client, "conflict-again-1")
+    assert (await client.post(f"/v1/escalations/{first}/claim", headers=auth("sam"))).status_code == 200
+    assert (await client.post(f"/v1/escalations/{first}/resolve", headers=auth("sam"))).status_code == 200
+    second, again = await _open(client, "conflict-again-1", "I want to talk to a human again")
+    assert again == conversation and second != first
+
+    late = await client.post(f"/v1/escalations/{first}/reply", headers=auth("sam"), json={"text": "PS"})
+    assert late.status_code == 409
+    assert late.json()["error"] == (f"escalation {first} is already resolved by sam, and the customer asked for a "
+                                    f"person again: escalation {second}, open")
+    assert (await client.post(f"/v1/escalations/{second}/claim", headers=auth("kim"))).status_code == 200
+    resolved = await client.post(f"/v1/escalations/{first}/resolve", headers=auth("sam"))
+    assert resolved.status_code == 409 and resolved.json()["error"].endswith(
+        f"asked for a person again: escalation {second}, claimed by kim")

@@ -88,5 +88,6 @@ async def test_a_reply_in_a_handed_back_thread_points_to_the_customers_new_escal
     assert (await _post_event(client, late)).status_code == 200
     told = await wait_until(lambda: _in_thread(slack, old_thread, "Not sent to the customer"))
     text = told[0].params["text"]
-    assert f"escalation {first} is already resolved by sam" in text
-    assert text.endswith(f"The customer asked for a person again: answer in the thread of escalation #{second}.")
+    assert f"escalation {first} is already resolved by sam, and the customer asked for a person again" in text
+    assert text.endswith(f"escalation {second}, open. Answer in the thread of escalation #{second}.")
+    assert text.count("asked for a person again") == 1  # said once, not by the refusal and again by Slack
