@@ -144,6 +144,8 @@ def escalation_dict(escalation: Escalation, conversation: Conversation | None = 
         "operator": escalation.operator, "conversation_id": escalation.conversation_id,
         "notes": escalation.notes or [],
         "created_at": utc_iso(escalation.created_at),
+        # When the current wait for a claim began: the escalation's opening, or its last release.
+        "waiting_since": utc_iso(escalation.waiting_since or escalation.created_at),
         "claimed_at": utc_iso(escalation.claimed_at),
         "resolved_at": utc_iso(escalation.resolved_at),
     }

@@ -14,14 +14,25 @@
    * which sank them to the bottom of a busy list); then the others in the API's order. */
   function byWait(escalations) {
     var open = escalations.filter(function (e) { return e.state === "open"; });
-    open.sort(function (a, b) { return Date.parse(a.created_at) - Date.parse(b.created_at) || a.id - b.id; });
+    open.sort(function (a, b) { return Date.parse(waitStart(a)) - Date.parse(waitStart(b)) || a.id - b.id; });
     return open.concat(escalations.filter(function (e) { return e.state !== "open"; }));
+  }
+
+  /** When the customer's current wait for a person began: the escalation's opening, or the last release of
+   * its claim (counted from the opening, a released escalation looked as if nobody had answered it for hours). */
+  function waitStart(e) { return e.waiting_since || e.created_at; }
+
+  /** What the wait's title says: when it began, and why then. */
+  function waitTitle(e) {
+    if (e.state !== "open") return "";
+    var released = waitStart(e) !== e.created_at;
+    return (released ? "released " + when(waitStart(e)) + "; " : "") + "escalated " + when(e.created_at);
   }
 
   /** How long an open escalation's customer has waited for a person: "waiting 1 h 05 min". */
   function waiting(e) {
     if (e.state !== "open") return "";
-    var minutes = Math.max(0, Math.floor((Date.now() - Date.parse(e.created_at)) / 60000));
+    var minutes = Math.max(0, Math.floor((Date.now() - Date.parse(waitStart(e))) / 60000));
     if (!minutes) return "waiting <1 min";
     return "waiting " + (minutes < 60 ? minutes + " min" :
       Math.floor(minutes / 60) + " h " + String(minutes % 60).padStart(2, "0") + " min");
@@ -94,6 +105,6 @@
   }
 
   window.GatewayOperatorRender = Object.freeze({
-    el: el, byWait: byWait, waiting: waiting, renderMessage: renderMessage, when: when, undelivered: undelivered,
+    el: el, byWait: byWait, waiting: waiting, waitTitle: waitTitle, renderMessage: renderMessage, when: when, undelivered: undelivered,
   });
 })();

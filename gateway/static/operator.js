@@ -63,7 +63,7 @@
       parts[1].textContent = "#" + e.id + " " + (e.customer || "customer");
       parts[2].textContent = " · " + e.bot + " · " + (e.channel || "") + " — " + e.reason;
       parts[3].textContent = waiting(e);
-      parts[3].title = e.state === "open" ? "escalated " + when(e.created_at) : "";
+      parts[3].title = render.waitTitle(e);
       parts[3].hidden = e.state !== "open";
       parts[4].hidden = !state.unread[e.id];
       parts[5].textContent = e.last_customer_message ? "“" + e.last_customer_message.text + "”" : "";

@@ -85,8 +85,14 @@ def console_server(root: Path, *, more_operators: str = ""):
 
 
 @pytest.fixture(scope="module")
-def live_url(tmp_path_factory):
-    with console_server(tmp_path_factory.mktemp("console")) as url:
+def console_root(tmp_path_factory) -> Path:
+    """The folder of the console tests' app: its SQLite database is `gateway.db` there."""
+    return tmp_path_factory.mktemp("console")
+
+
+@pytest.fixture(scope="module")
+def live_url(console_root):
+    with console_server(console_root) as url:
         yield url
 
 
