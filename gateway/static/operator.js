@@ -8,13 +8,14 @@
   var KEY = "gw-operator-token";
   var REPLY_TIMEOUT_MS = 30000;
   var state = { token: sessionStorage.getItem(KEY) || "", selected: null, detail: null, abort: null, me: null,
-                unsent: {}, listLoads: 0, detailReadings: 0, escalations: [], unread: {}, drafts: {},
+                unsent: {}, listLoads: 0, detailReadings: 0, escalations: [], unread: {},
                 stale: { list: false, detail: false }, refreshing: null, names: {} };  // unread: escalation id → true  // unsent: escalation id → the reply not yet confirmed: { text, messageId, phase }
   function $(id) { return document.getElementById(id); }
   var render = window.GatewayOperatorRender, keys = window.GatewayOperatorKeys;
   var el = render.el, byWait = render.byWait, waiting = render.waiting, when = render.when, renderMessage = render.renderMessage;
   // The API with this console's token, and the live stream's reading: operator-api.js.
   var transport = window.GatewayOperatorApi({ state: state, signOut: signOut });
+  var drafts = window.GatewayOperatorDrafts(state, $("op-reply"));  // each escalation's, kept across reloads
   var api = transport.api, readEvents = transport.readEvents;
   /** An operator as people know them: a Slack operator (`slack:U0123`) by the name Slack gives them (the
    * API's `operator_names`), anyone else (and a Slack member Slack would not name) as they are held. */
@@ -114,11 +115,7 @@
   async function select(id) {
     // The reply box is one for every escalation: a reply written for one customer stayed in it when the
     // operator opened another, one Enter away from reaching the wrong person. Each keeps its own draft.
-    if (state.selected !== null && state.selected !== id) {
-      state.drafts[state.selected] = $("op-reply").value;
-      $("op-reply").value = state.drafts[id] || "";
-      delete state.drafts[id];
-    }
+    if (state.selected !== id) $("op-reply").value = drafts.get(id);
     state.selected = id;
     delete state.unread[id];
     if ($("op-notice").dataset.about === String(id)) notice("");  // read: the escalation it told of is open
@@ -236,7 +233,7 @@
       if (state.selected === id) actionFailed(lost); else notice(lost, id);
     }
     if (state.selected === id && $("op-reply").value.trim() === text) $("op-reply").value = "";
-    if ((state.drafts[id] || "").trim() === text) delete state.drafts[id];  // sent while another was open
+    drafts.sent(id, text);  // also when sent while another was open
     showReplyState();
     try { await Promise.all([loadDetail(), loadList()]); } catch (err) { showError("op-error", err.message); }
   }
@@ -345,6 +342,7 @@
 
   function signOut(message) {
     state.token = "";
+    drafts.clearAll();
     state.me = null;
     sessionStorage.removeItem(KEY);
     if (state.abort) state.abort.abort();
@@ -356,7 +354,7 @@
     document.title = "Operator console";
     // Nothing of this operator's session stays for the next one to sign in at this screen: the
     // escalation open (of bots the next may not serve), its draft reply, the list and its notices.
-    Object.assign(state, { selected: null, detail: null, unsent: {}, escalations: [], unread: {}, drafts: {}, names: {} });
+    Object.assign(state, { selected: null, detail: null, unsent: {}, escalations: [], unread: {}, names: {} });
     state.listLoads++;  // a list or an escalation still loading is not drawn
     state.detailReadings++;
     $("op-escalations").replaceChildren();

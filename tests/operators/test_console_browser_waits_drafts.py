@@ -1,4 +1,5 @@
-"""The console across time: how long a released escalation's customer has waited."""
+"""The console across time: how long a released escalation's customer has waited, and reply drafts that
+outlive a reload of the page."""
 
 from __future__ import annotations
 
@@ -32,3 +33,38 @@ def test_console_counts_a_released_escalations_wait_from_its_release(open_tab, l
     shown = operator.locator(".op-item").evaluate_all("items => items.map(b => Number(b.dataset.id))")
     assert shown.index(other) < shown.index(released)
 
+
+def test_console_keeps_a_reply_draft_across_a_reload_until_it_is_sent(open_tab, live_url):
+    """Drafts lived in the page's memory: a reload (or a tab the browser discarded) lost the reply the
+    operator was writing. Each escalation's is kept in localStorage, and forgotten once it is sent."""
+    anna = escalate(live_url, "console-kept-a", "Anna kept, I want to talk to a human")
+    ben = escalate(live_url, "console-kept-b", "Ben kept, I want to talk to a human")
+    operator = open_tab()
+    sign_in(operator, live_url)
+    for escalation, draft in ((anna, "Anna, your refund is on its way."), (ben, "Ben, one moment please.")):
+        operator.click(f".op-item[data-id='{escalation}']")
+        expect(operator.locator("#op-title")).to_contain_text(f"#{escalation}")
+        operator.fill("#op-reply", draft)
+
+    operator.reload()  # signed in still (the token is the tab's), nothing open
+    operator.wait_for_selector("#op-live:not([hidden])")
+    operator.click(f".op-item[data-id='{anna}']")
+    expect(operator.locator("#op-title")).to_contain_text(f"#{anna}")
+    expect(operator.locator("#op-reply")).to_have_value("Anna, your refund is on its way.")
+    with operator.expect_response(lambda r: r.url.endswith(f"/{anna}/reply")) as answered:
+        operator.press("#op-reply", "Enter")
+    assert answered.value.status == 201
+    expect(operator.locator("#op-reply")).to_have_value("")
+
+    operator.reload()
+    operator.wait_for_selector("#op-live:not([hidden])")
+    operator.click(f".op-item[data-id='{anna}']")
+    expect(operator.locator("#op-title")).to_contain_text(f"#{anna}")
+    expect(operator.locator("#op-reply")).to_have_value("")  # sent: not offered again
+    operator.click(f".op-item[data-id='{ben}']")
+    expect(operator.locator("#op-title")).to_contain_text(f"#{ben}")
+    expect(operator.locator("#op-reply")).to_have_value("Ben, one moment please.")
+
+    operator.click("#op-signout")  # the next operator at this screen reads none of them
+    kept = operator.evaluate("() => Object.keys(localStorage).filter(k => k.startsWith('gw-operator-draft:'))")
+    assert kept == []
