@@ -232,7 +232,8 @@ class Escalations(ClaimTransitions):
 
     async def resolve(self, escalation_id: int, *, operator: str, bots: Iterable[str] | None,
                       reason: str = "") -> Escalation:
-        """open|claimed → resolved, conversation → bot; the customer is told the bot is back."""
+        """open|claimed → resolved, conversation → bot; the customer is told the bot is back. Repeated by who
+        resolved it, while the customer has not asked for a person again since, it returns the escalation."""
         escalation = await self.get(escalation_id, bots=bots)
         async with self._sessions() as session, session.begin():
             now = utcnow()
@@ -243,7 +244,13 @@ class Escalations(ClaimTransitions):
                 ).values(state="resolved", resolved_at=now, operator=operator)
                 .execution_options(synchronize_session=False))
             if done.rowcount != 1:
-                raise Conflict(await conflict_now(session, await session.get(Escalation, escalation_id)))
+                current = await session.get(Escalation, escalation_id)
+                if current is not None and current.state == "resolved" and current.operator == operator \
+                        and await live_escalation(session, current.conversation_id) is None:
+                    # A retried hand-back (no answer came, a double press) by who made it: done already, as a
+                    # claim retried by its holder is. Once the customer asked again, it says where they are.
+                    return current
+                raise Conflict(await conflict_now(session, current))
             escalation = await locked(session, escalation_id)
             conversation = await session.get(Conversation, escalation.conversation_id)
             from_state = conversation.state

@@ -59,3 +59,22 @@ async def test_reply_after_a_handback_where_the_customer_asked_again_names_the_n
     resolved = await client.post(f"/v1/escalations/{first}/resolve", headers=auth("sam"))
     assert resolved.status_code == 409 and resolved.json()["error"].endswith(
         f"asked for a person again: escalation {second}, claimed by kim")
+
+
+async def test_a_resolve_repeated_by_who_resolved_it_is_no_conflict(client):
+    """A resolve retried after no answer came (or a double press of Resolve) was a 409, "already resolved by
+    sam", to sam himself: the hand-back had worked, and the console showed it as an error. A repeated claim
+    by its holder was never a conflict; a repeated resolve by who resolved it is not either."""
+    eid, _ = await _open(client, "conflict-resolve-twice")
+    assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))).status_code == 200
+    assert (await client.post(f"/v1/escalations/{eid}/resolve", headers=auth("sam"))).status_code == 200
+    again = await client.post(f"/v1/escalations/{eid}/resolve", headers=auth("sam"))
+    assert again.status_code == 200 and again.json()["state"] == "resolved" and again.json()["operator"] == "sam"
+    detail = (await client.get(f"/v1/escalations/{eid}", headers=auth("sam"))).json()
+    assert [e["kind"] for e in detail["events"]].count("resolved") == 1  # nothing done twice
+    other = await client.post(f"/v1/escalations/{eid}/resolve", headers=auth("kim"))
+    assert other.status_code == 409 and "already resolved by sam" in other.json()["error"]
+    # Once the customer asked again, the old escalation's resolve is no repeat: it says where they are now.
+    await _open(client, "conflict-resolve-twice", "I want to talk to a human again")
+    later = await client.post(f"/v1/escalations/{eid}/resolve", headers=auth("sam"))
+    assert later.status_code == 409 and "asked for a person again" in later.json()["error"]
