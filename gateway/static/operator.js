@@ -289,7 +289,7 @@
       notice("A reply in escalation #" + event.escalation_id + " was not delivered: " + (event.error || "unknown error"), event.escalation_id);
     } else if (event.type === "stale_claim") {
       notice("Escalation #" + event.escalation_id + ": the customer has waited " + event.waiting_minutes +
-        " min for " + who(event.operator) + "'s reply.", event.escalation_id);
+        " min for " + (event.operator === state.me ? "your" : who(event.operator) + "'s") + " reply.", event.escalation_id);
     }
     refresh(event.escalation_id === state.selected);
   }

@@ -3,6 +3,7 @@ outlive a reload of the page."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -68,3 +69,29 @@ def test_console_keeps_a_reply_draft_across_a_reload_until_it_is_sent(open_tab, 
     operator.click("#op-signout")  # the next operator at this screen reads none of them
     kept = operator.evaluate("() => Object.keys(localStorage).filter(k => k.startsWith('gw-operator-draft:'))")
     assert kept == []
+
+
+def test_console_tells_the_holder_of_a_stale_claim_that_the_wait_is_for_their_reply(open_tab, live_url):
+    """The stale-claim ping read "the customer has waited 16 min for sam's reply" on sam's own console, as if
+    about a colleague; it says "your reply" to the holder, and names the holder to everyone else."""
+    mine = escalate(live_url, "console-stale-mine", "Stale mine, I want to talk to a human")
+    operator = open_tab()
+    pings = [{"escalation_id": mine, "operator": "sam"}]
+
+    def one_ping_a_stream(route):  # a stream brings the next ping and ends; none left, the server is away
+        if not pings:
+            return route.abort("connectionrefused")
+        ping = pings.pop(0)
+        event = json.dumps({"type": "stale_claim", "bot": "acme", "conversation_id": 1, "waiting_minutes": 16, **ping})
+        route.fulfill(status=200, content_type="text/event-stream",
+                      body=f"event: ready\ndata: {{}}\n\nevent: stale_claim\ndata: {event}\n\n")
+
+    operator.route("**/v1/escalations/stream", one_ping_a_stream)
+    operator.goto(live_url + "/operator")  # signed in without waiting for a live stream: none stays up
+    operator.fill("#op-token", CONSOLE_TOKEN)
+    operator.press("#op-token", "Enter")
+    expect(operator.locator("#op-notice")).to_have_text(
+        f"Escalation #{mine}: the customer has waited 16 min for your reply.")
+    pings.append({"escalation_id": mine, "operator": "kim"})
+    expect(operator.locator("#op-notice")).to_have_text(  # the console's next stream: a colleague's claim
+        f"Escalation #{mine}: the customer has waited 16 min for kim's reply.", timeout=10_000)
