@@ -181,6 +181,7 @@
     try {
       await api("/v1/escalations/" + state.selected + "/" + action, { method: "POST", body: body });
     } catch (err) { actionFailed(err.message); return false; }
+    if ($("op-notice").dataset.about === String(state.selected)) notice("");  // acted on: read ("took over from you")
     if (accepted) accepted();
     try { await Promise.all([loadDetail(), loadList()]); } catch (err) { actionFailed(err.message); }
     return true;

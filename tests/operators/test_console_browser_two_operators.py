@@ -133,3 +133,24 @@ def test_console_offers_no_resolve_or_send_on_another_operators_claim(open_tab, 
     sam.click("#op-takeover")
     sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('held by sam')")
     assert sam.locator("#op-resolve").is_enabled() and sam.locator("#op-reply-form button[type=submit]").is_enabled()
+
+
+def test_console_drops_a_notice_about_the_escalation_once_the_operator_acts_on_it(open_tab, live_url):
+    """Rex took over the escalation Sam was reading: "rex took over … from you" appeared, and it stayed on
+    through Sam taking it back, releasing it and resolving it, since it went only when the escalation was
+    opened, and it was open already. An action on that escalation is the notice read."""
+    escalation = escalate(live_url, "console-notice-acted", "Acted here, I want to talk to a human")
+    sam = open_tab()
+    sign_in(sam, live_url)
+    sam.click(f".op-item[data-id='{escalation}']")
+    sam.wait_for_selector("#op-transcript .op-msg")
+    sam.click("#op-claim")
+    # The claim done with (its focus moved to the reply box): its live event may draw "held by sam" before.
+    sam.wait_for_function("() => document.activeElement === document.getElementById('op-reply')")
+    assert sam.request.post(f"{live_url}/v1/escalations/{escalation}/claim", data={"take_over": True},
+                            headers={"Authorization": f"Bearer {OTHER}"}).status == 200
+    sam.wait_for_selector("#op-notice:not([hidden])")
+    assert sam.locator("#op-notice").inner_text() == f"rex took over escalation #{escalation} from you."
+    sam.click("#op-takeover")
+    sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('held by sam')")
+    sam.wait_for_selector("#op-notice", state="hidden")
