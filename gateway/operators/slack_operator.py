@@ -123,8 +123,10 @@ class SlackOperatorChannel(ThreadRelay):
                              f"\"{plain(clip(event.get('text', ''), 200))}\" "
                              f"({plain(event.get('error') or 'refused')}).", thread_ts=escalation.slack_ts)
         elif kind == "stale_claim":
+            # The holder mentioned: `@here` reaches only the members active now, and they may be the one away.
+            holder = mention_of(self._settings, event.get("operator", ""))
             await self._post(bot, channel, f"<!here> The customer has waited {event.get('waiting_minutes')} min for "
-                             f"{named(event.get('operator', ''))}'s reply; another operator can take it over in "
+                             f"{holder}'s reply; another operator can take it over in "
                              "the console.", thread_ts=escalation.slack_ts, reply_broadcast=True)
         elif kind == "reminder":
             await self._post(bot, channel, "<!here> Still unclaimed: the customer has been told we're busy. "
