@@ -306,7 +306,7 @@ async def claim(escalation_id: RowId, request: Request, body: ClaimBody | None =
 
 
 async def _held_by_another(request: Request, escalation_id: int, op: Operator, exc: Conflict) -> Response:
-    """A claim or reply refused because another operator holds the escalation: the 409 with a `hint` naming
+    """A claim, reply or resolve refused because another operator holds the escalation: the 409 with a `hint` naming
     `{"take_over": true}`, which an API caller had to find in the README. A field of its own: the error's text
     is what the console and Slack show, where Take over is a button or no option at all."""
     async with services(request).sessions() as session:
@@ -362,9 +362,12 @@ async def resolve(escalation_id: RowId, request: Request, body: ResolveBody | No
     """Hand the conversation back to the bot; the customer is told."""
     svc = services(request)
 
-    async def action(op: Operator) -> dict[str, Any]:
-        return escalation_dict(await svc.escalations.resolve(
-            escalation_id, operator=op.name, bots=op.bots, reason=body.reason if body else ""))
+    async def action(op: Operator) -> dict[str, Any] | Response:
+        try:
+            return escalation_dict(await svc.escalations.resolve(
+                escalation_id, operator=op.name, bots=op.bots, reason=body.reason if body else ""))
+        except Conflict as exc:
+            return await _held_by_another(request, escalation_id, op, exc)
 
     return await _guarded(request, action)
 

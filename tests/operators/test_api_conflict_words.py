@@ -33,13 +33,16 @@ async def test_claim_held_by_another_operator_says_how_to_take_it_over(client):
     assert done.status_code == 409 and "hint" not in done.json()
 
 
-async def test_reply_held_by_another_operator_says_how_to_take_it_over(client):
-    """A reply to an escalation another operator holds is the same 409 as a claim: the same hint."""
+async def test_reply_or_resolve_held_by_another_operator_says_how_to_take_it_over(client):
+    """A reply to (or a resolve of) an escalation another operator holds is the same 409 as a claim: the same hint."""
     eid, _ = await _open(client, "conflict-reply-1")
     assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))).status_code == 200
     late = await client.post(f"/v1/escalations/{eid}/reply", headers=auth("kim"), json={"text": "Kim here"})
     assert late.status_code == 409 and late.json()["error"] == f"escalation {eid} is already claimed by sam"
     assert '{"take_over": true}' in late.json()["hint"]
+    # A hand-back too: only the holder resolves, so the way to it is the same.
+    handed = await client.post(f"/v1/escalations/{eid}/resolve", headers=auth("kim"))
+    assert handed.status_code == 409 and '{"take_over": true}' in handed.json()["hint"]
 
 
 async def test_reply_after_a_handback_where_the_customer_asked_again_names_the_new_escalation(client):
