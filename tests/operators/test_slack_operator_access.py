@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from tests.fakes.slack_api import sign
 from tests.gateway_channels.conftest import wait_until
 from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET, SLACK_MEMBERS, auth
-from tests.operators.test_slack_operator import _event, _post_event, _thread_reply
+from tests.operators.test_slack_operator import _event, _post_event, _thread_reply, _until_handled
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -94,10 +94,11 @@ async def test_only_a_member_mapped_to_an_operator_of_the_bot_claims_replies_and
     assert _told(slack, "UGUEST")[-1].startswith("You are not an operator")
     assert slack.calls_to("chat.postEphemeral")[-1].params["thread_ts"] == thread_ts  # in the thread they wrote in
     await _post_event(client, _thread_reply("Refund issued.", thread_ts, "EvAccessOps"))
-    sent = await wait_until(lambda: [c.params["text"] for c in slack.calls_to("chat.postMessage")
-                                     if c.params.get("channel") == "DACCESS"][to_customer:])
-    await asyncio.sleep(0.2)
-    assert sent == ["Refund issued."]
+    await wait_until(lambda: [c for c in slack.calls_to("chat.postMessage")
+                              if c.params.get("channel") == "DACCESS"][to_customer:])
+    await _until_handled(client, "Refund issued.", direction="in")  # its relay is done: a second copy is sent by now
+    assert [c.params["text"] for c in slack.calls_to("chat.postMessage")
+            if c.params.get("channel") == "DACCESS"][to_customer:] == ["Refund issued."]
 
     assert (await _click(client, "UGUEST", "escalation_resolve", escalation_id, thread_ts)).status_code == 200
     assert (await escalations.get(escalation_id, bots=None)).state == "claimed"
