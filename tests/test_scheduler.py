@@ -197,11 +197,13 @@ async def test_at_most_max_source_runs_sources_run_at_once(tmp_path):
         async with open_knowledge(tmp_path, {"name": "acme", "channels": {"web": {}}, "sources": sources}) as (
                 _, _, knowledge):
             runs = [asyncio.create_task(knowledge.ingest_source("acme", s["name"])) for s in sources]
-            for _ in range(1000):  # until the site holds as many requests as it will get
-                if site.holding >= MAX_SOURCE_RUNS:
+            # Until every run holds its source and waits for a slot or fetches in one, and the fetching ones
+            # are at the site: a run without a slot, held at the semaphore, sends no request.
+            for _ in range(1000):
+                if all(knowledge.holder("acme", s["name"]) for s in sources) and site.holding >= MAX_SOURCE_RUNS:
                     break
                 await asyncio.sleep(0.02)
-            await asyncio.sleep(0.3)  # time for a fifth request, were one to come
+            assert len(knowledge.slot_holders()) == MAX_SOURCE_RUNS
             assert site.holding == MAX_SOURCE_RUNS
             site.release.set()
             reports = await asyncio.wait_for(asyncio.gather(*runs), 60)
