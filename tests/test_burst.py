@@ -168,7 +168,9 @@ async def test_typing_shows_while_a_burst_waits_once_per_refresh(migrated_url):
     worker.handler._adapters = {("acme", "telegram"): adapter}
     await inbox.accept("acme", _telegram("42", 0, "hi"))
     await worker.run_until_idle(timeout=30)
-    await asyncio.sleep(0.3)
+    # The answer's indicator ended with its turn; a showing of the wait's, if one were still running, ends here.
+    showings = [t for t in asyncio.all_tasks() if t.get_name().startswith("typing-")]
+    await asyncio.wait_for(asyncio.gather(*showings), 10)
     await engine.dispose()
     [answer] = pipeline.started
     waiting = [t for t in adapter.typed if t < answer - 0.5]
