@@ -75,7 +75,7 @@ def test_crash_restart_answers_every_stored_message_exactly_once(tmp_path):
     with FakeOpenAI() as fake:
         # The first answer hangs, so the process is killed in the middle of the LLM call.
         fake.script("slow", Turn(text="never delivered", delay=60), Turn(text="I don't know."),
-                    Turn(text="I don't know."), Turn(text="I don't know."))
+                    Turn(text="I don't know."), Turn(text="I don't know."), Turn(text="I don't know."))
         db = tmp_path / "gateway.db"
         config = write_config(tmp_path, database_url=f"sqlite+aiosqlite:///{db}",
                               models=[{"model_name": "slow", "litellm_params": {
@@ -110,12 +110,15 @@ def test_crash_restart_answers_every_stored_message_exactly_once(tmp_path):
         try:
             _wait_until(lambda: _started(server, port), timeout=240, what="the restarted server")
 
-            def answered() -> bool:
+            def answered(count: int) -> bool:
                 with engine.connect() as conn:
-                    return conn.execute(select(Message.id).where(Message.direction == "out",
-                                                                 Message.status == "sent")).all().__len__() >= 2
-            _wait_until(answered, timeout=120, what="both answers after restart")
-            time.sleep(1.0)  # give a duplicate, if any, the time to appear
+                    return len(conn.execute(select(Message.id).where(Message.direction == "out",
+                                                                     Message.status == "sent")).all()) >= count
+            _wait_until(lambda: answered(2), timeout=120, what="both answers after restart")
+            # A later question of the same conversation is answered after every earlier one: once it is, a
+            # second answer to m1 or m2 would be stored.
+            _post(port, "m3", "third question")
+            _wait_until(lambda: answered(3), timeout=120, what="the later question's answer")
         finally:
             server.terminate()
             server.wait(60)  # a loaded machine stops a server in more than 10 s
@@ -125,8 +128,8 @@ def test_crash_restart_answers_every_stored_message_exactly_once(tmp_path):
                                    .order_by(Message.id)).all()
             replies = conn.execute(select(Message.reply_to_id, Message.status).where(Message.direction == "out")
                                    .order_by(Message.id)).all()
-        assert [s for _, s in inbound] == ["done", "done"]
-        assert [r for r, _ in replies] == [inbound[0].id, inbound[1].id]  # once each, in order
+        assert [s for _, s in inbound] == ["done", "done", "done"]
+        assert [r for r, _ in replies] == [inbound[0].id, inbound[1].id, inbound[2].id]  # once each, in order
         assert {s for _, s in replies} == {"sent"}
         engine.dispose()
 
@@ -214,7 +217,8 @@ def test_a_burst_killed_mid_answer_is_answered_once_as_one_question_after_restar
                                    "X-Twilio-Signature": signature}).status_code == 200
 
     with FakeOpenAI() as fake:
-        fake.script("slow", Turn(text="never delivered", delay=60), Turn(text="Your order ships today."))
+        fake.script("slow", Turn(text="never delivered", delay=60), Turn(text="Your order ships today."),
+                    Turn(text="You're welcome."))
         db = tmp_path / "gateway.db"
         config = write_config(tmp_path, database_url=f"sqlite+aiosqlite:///{db}",
                               models=[{"model_name": "slow", "litellm_params": {
@@ -235,7 +239,10 @@ def test_a_burst_killed_mid_answer_is_answered_once_as_one_question_after_restar
                         server.send_signal(signal.SIGKILL)
                     else:
                         _wait_until(lambda: twilio.delivered, timeout=120, what="the answer after restart")
-                        time.sleep(1.0)  # give a duplicate, if any, the time to appear
+                        # A later message is answered after every earlier piece: once it is, a second answer
+                        # to the burst (or to one of its pieces) would be stored.
+                        post(port, 4, "When will it arrive?")
+                        _wait_until(lambda: len(twilio.delivered) >= 2, timeout=120, what="the later answer")
                 finally:
                     server.kill() if attempt == "first" else server.terminate()
                     server.wait(60)  # a loaded machine stops a server in more than 10 s
@@ -246,7 +253,8 @@ def test_a_burst_killed_mid_answer_is_answered_once_as_one_question_after_restar
         finally:
             engine.dispose()
             twilio.stop()
-    assert [s for _, s in inbound] == ["done"] * 3
-    assert [tuple(r) for r in replies] == [(inbound[0].id, "sent")] and len(twilio.delivered) == 1
-    asked = [m["content"] for m in fake.requests_for("slow")[-1].body["messages"] if m["role"] == "user"]
+    assert [s for _, s in inbound] == ["done"] * 4
+    assert [tuple(r) for r in replies] == [(inbound[0].id, "sent"), (inbound[3].id, "sent")]
+    assert len(twilio.delivered) == 2
+    asked = [m["content"] for m in fake.requests_for("slow")[1].body["messages"] if m["role"] == "user"]
     assert "my order\nis late\n?" in asked[-1]
