@@ -14,7 +14,14 @@ import urllib.request
 
 import pytest
 
-from tests.web.conftest import _prepare, browser, chromium_path, serving, write_config  # noqa: F401 - fixtures
+from tests.web.conftest import (  # noqa: F401 - fixtures
+    _prepare,
+    browser,
+    chromium_path,
+    hostile_images_had_their_turn,
+    serving,
+    write_config,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -95,7 +102,7 @@ def test_widget_hostile_document_answer_renders_as_inert_text(browser, hostile_s
             """() => document.getElementById('gw-form').getAttribute('aria-busy') === 'false'
                      && [...document.querySelectorAll('.gw-msg--bot .gw-bubble')].some(b => b.textContent.trim())""",
             timeout=60_000)
-        page.wait_for_timeout(500)
+        hostile_images_had_their_turn(page)
         shown = page.locator(".gw-msg--bot .gw-bubble").last.inner_text()
         assert any(marker in shown for marker in ("<script", "onerror", "javascript:")), shown  # shown as text
         assert page.evaluate("() => window.__pwned") is None
@@ -136,7 +143,7 @@ def test_console_hostile_document_answer_renders_as_inert_text(browser, hostile_
         operator.wait_for_selector(".op-item", timeout=60_000)
         operator.locator(".op-item").first.click()
         operator.wait_for_selector("#op-transcript .op-msg", timeout=60_000)
-        operator.wait_for_timeout(500)
+        hostile_images_had_their_turn(operator)
         transcript = operator.locator("#op-transcript").inner_text()
         assert any(marker in transcript for marker in ("<script", "onerror", "javascript:")), transcript
         operator.locator(".op-tools summary").first.click()

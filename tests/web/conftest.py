@@ -170,3 +170,15 @@ def page(browser, live_server):
         yield tab
     finally:
         context.close()
+
+
+def hostile_images_had_their_turn(page) -> None:
+    """Return once an `<img src=x onerror=…>` built from hostile text, were there one, has run its onerror.
+
+    Such an image asked for the page's `x` when it was built; an image of the same URL asked for now fails
+    after it (the same resource, or a later request for it), so its error event is the barrier."""
+    page.evaluate("""() => new Promise(done => {
+      const probe = new Image();
+      probe.onerror = probe.onload = () => done(true);
+      probe.src = 'x';
+    })""")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.web.conftest import hostile_images_had_their_turn
 from tests.web.test_widget_browser import _ask, _open, _sse, _wait_bot_text
 
 pytestmark = pytest.mark.browser
@@ -116,7 +117,7 @@ def test_widget_markdown_renderer_keeps_blns_and_injections_inert(page, live_ser
     assert problems == []
     transcript = page.locator("#gw-transcript")
     assert transcript.locator("script, img, svg, iframe, style, b").count() == 0
-    page.wait_for_timeout(300)  # an onerror would fire by now
+    hostile_images_had_their_turn(page)
     assert page.evaluate("() => window.__pwned") is None
     assert page.errors == []
 
