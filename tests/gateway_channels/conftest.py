@@ -21,6 +21,7 @@ import pytest_asyncio
 from sqlalchemy import func, select
 
 from gateway.app import create_app
+from gateway.models import utcnow
 from gateway.services import Services
 from gateway.settings import load_settings
 from storage import repositories as repo
@@ -80,9 +81,21 @@ async def wait_until(predicate: Callable[[], Any], *, timeout: float = 30.0, wha
         await asyncio.sleep(0.05)
 
 
-async def settle(seconds: float = 0.6) -> None:
-    """Give the worker a few poll rounds, to show that something does NOT happen."""
+async def settle(seconds: float = 0.6, *, services: Services | None = None) -> None:
+    """Give the worker a few poll rounds, to show that something does NOT happen. With `services`, then
+    also until nothing is claimable now and no turn is in flight: on a loaded machine the worker may not
+    have looked within `seconds`, and a message stored meanwhile must have been handled, not merely
+    not yet (a conversation parked for later, a burst's wait or a back-off, is not claimable now)."""
     await asyncio.sleep(seconds)
+    if services is None:
+        return
+
+    async def idle() -> bool:
+        async with services.sessions() as session:
+            claimable = await repo.conversations_with_work(session, now=utcnow(), limit=1)
+        return not claimable and not services.worker._active
+
+    await wait_until(idle, what="nothing claimable now and no turn in flight")
 
 
 async def messages_in_chat(services: Services, *, channel: str, chat: str) -> list[Message]:

@@ -67,5 +67,5 @@ async def test_telegram_photo_without_caption_still_gets_the_text_only_reply_and
     client, services, tg = env
     assert (await post(client, update(9404, 1404, photo=PHOTO, message_id=8))).status_code == 200
     [reply] = await wait_until(lambda: sent_to(tg, 1404), what="the text-only reply")
-    await settle()
+    await settle(services=services)
     assert reply.text == TEXT_ONLY_REPLY and fake.requests == []

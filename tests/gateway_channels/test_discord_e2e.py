@@ -132,7 +132,7 @@ async def test_discord_duplicate_and_concurrent_interactions_reply_once(env):
     results = await asyncio.gather(*(post(client, body) for _ in range(4)))
     assert all(r.status_code == 200 for r in results)
     await wait_until(lambda: followups(fake, "1400000000000000002"), what="the follow-up")
-    await settle()
+    await settle(services=services)
     assert len(followups(fake, "1400000000000000002")) == 1
     stored = await settled_chat(services, channel="discord", chat="1300000000000000002")
     assert [m.direction for m in stored] == ["in", "out"]
@@ -161,7 +161,7 @@ async def test_discord_bad_stale_or_missing_signature_is_401_and_stores_nothing(
               "unsigned": {"signed": False}}[case]
     response = await post(client, ask("1400000000000000003", channel="1300000000000000003"), **kwargs)
     assert response.status_code == 401
-    await settle(0.3)
+    await settle(0.3, services=services)
     assert await count_messages(services, channel="discord") == before
     assert followups(fake, "1400000000000000003") == []
 
@@ -186,7 +186,7 @@ async def test_discord_gateway_dm_is_answered_as_a_reply_with_typing(env):
     [reply] = await wait_until(lambda: fake.channel_messages("1600000000000000001"), what="the reply")
     assert str(reply["message_reference"]["message_id"]) == "1500000000000000001"  # (a) replies to the question
     assert fake.received("POST", "/channels/1600000000000000001/typing")
-    await settle()
+    await settle(services=services)
     assert len(fake.channel_messages("1600000000000000001")) == 1
 
 
@@ -274,7 +274,7 @@ async def test_discord_message_edited_or_deleted_before_its_answer(env):
     assert "$" in reply["content"]
     [taken_back] = await settled_chat(services, channel="discord", chat="1600000000000000032", count=1)
     assert taken_back.status == "ignored"
-    await settle()
+    await settle(services=services)
     assert fake.channel_messages("1600000000000000032") == []
 
 
@@ -337,7 +337,7 @@ async def test_discord_server_message_edited_to_mention_the_bot_is_answered_once
             await fake.dispatch("MESSAGE_UPDATE", edited)
         [reply] = await wait_until(lambda: fake.channel_messages(channel), what="the answer to the edit")
         [question, answer] = await settled_chat(services, channel="discord", chat=channel)
-        await settle()
+        await settle(services=services)
     finally:
         await reader.stop()
     assert "$" in reply["content"] and len(fake.channel_messages(channel)) == 1

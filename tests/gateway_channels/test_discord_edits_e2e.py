@@ -65,7 +65,7 @@ async def test_discord_edit_waiting_for_its_thread_look_up_stays_before_the_dele
         await fake.dispatch("MESSAGE_UPDATE", edited)
         await fake.dispatch("MESSAGE_DELETE", {"id": edited["id"], "channel_id": thread, "guild_id": guild})
         await settled_chat(services, channel="discord", chat=thread, count=1)
-        await settle()
+        await settle(services=services)
     finally:
         await reader.stop()
         fake.delays.pop(f"/channels/{thread}")

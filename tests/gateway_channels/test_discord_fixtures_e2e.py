@@ -47,5 +47,5 @@ async def test_discord_every_interaction_fixture_is_answered_at_once(env, path: 
     assert response.status_code == 200, response.text
     expected = EXPECTED[path.name]
     assert response.json() == (USE_ASK if expected == "use /ask" else expected)
-    await settle(0.3)
+    await settle(0.3, services=services)
     assert await count_messages(services, channel="discord") == before

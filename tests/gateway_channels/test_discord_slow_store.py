@@ -54,7 +54,7 @@ async def test_discord_ask_is_deferred_in_time_while_the_store_is_slow_and_answe
     slow = [e["external_ids"] for e in logs if e["event"] == "webhook.store_slow"]
     assert slow and all(ids == ["1400000000000000701"] for ids in slow)  # the second waited behind the first
     assert not [e for e in logs if e["event"] == "webhook.store_failed"]
-    await settle()
+    await settle(services=services)
     assert len(followups(fake, "1400000000000000701")) == 1
     stored = await settled_chat(services, channel="discord", chat="1300000000000000701")
     assert [m.direction for m in stored] == ["in", "out"]
@@ -98,7 +98,7 @@ async def test_discord_ask_whose_late_store_fails_once_is_stored_again_and_answe
         services.inbox._sessions = fast
     assert [e["external_ids"] for e in logs if e["event"] == "webhook.store_retry"] == [["1400000000000000703"]]
     assert not [e for e in logs if e["event"] == "webhook.store_failed"]
-    await settle()
+    await settle(services=services)
     stored = await settled_chat(services, channel="discord", chat="1300000000000000703")
     assert [m.direction for m in stored] == ["in", "out"]
 
@@ -136,7 +136,7 @@ async def test_discord_ask_whose_store_fails_each_time_is_told_so_once(env, monk
     assert failed["log_level"] == "error" and failed["external_ids"] == ["1400000000000000705"]
     assert failed["error"] == "RuntimeError: the database went away" and failed["attempts"] == 2
     assert notice["content"] == ENGLISH.outage("failure", escalates=False)
-    await settle()
+    await settle(services=services)
     assert await messages_in_chat(services, channel="discord", chat="1300000000000000705") == []
     assert len(followups(fake, "1400000000000000705")) == 1
 
@@ -163,11 +163,11 @@ async def test_discord_ask_still_storing_at_stop_is_stored_before_the_database_c
         await engine.dispose()
     assert stored == ["in"]
     assert followups(fake, "1400000000000000704") == []  # the stopped worker did not take it
-    async with discord_gateway(tmp_path, database_url=database_url) as (_, _, restarted):
+    async with discord_gateway(tmp_path, database_url=database_url) as (_, restarted_services, restarted):
         [reply] = await wait_until(lambda: followups(restarted, "1400000000000000704"), timeout=30,
                                    what="the answer after the restart")
         assert "$" in reply["content"]
-        await settle()
+        await settle(services=restarted_services)
         assert len(followups(restarted, "1400000000000000704")) == 1
 
 

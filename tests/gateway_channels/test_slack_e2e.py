@@ -94,7 +94,7 @@ async def test_slack_retries_and_concurrent_deliveries_reply_once(env):
     results = await asyncio.gather(post(client, body), *(post(client, body, retry=n) for n in (1, 2, 3)))
     assert all(r.status_code == 200 for r in results)
     await wait_until(lambda: posted_to(fake, "D0002"), what="the reply")
-    await settle()
+    await settle(services=services)
     assert len(posted_to(fake, "D0002")) == 1
     assert [m.direction for m in await settled_chat(services, channel="slack", chat="D0002")] == ["in", "out"]
 
@@ -107,7 +107,7 @@ async def test_slack_bad_stale_or_missing_signature_is_401_and_stores_nothing(en
               "unsigned": {"signed": False}}[case]
     response = await post(client, envelope("Ev0003", "D0003", QUESTION), **kwargs)
     assert response.status_code == 401
-    await settle(0.3)
+    await settle(0.3, services=services)
     assert await count_messages(services, channel="slack") == before
     assert posted_to(fake, "D0003") == []
 
@@ -146,7 +146,7 @@ async def test_slack_channel_message_without_mention_is_ignored(env):
     before = await count_messages(services, channel="slack")
     body = envelope("Ev0004", "C0004", "anyone know the price?", channel_type="channel")
     assert (await post(client, body)).status_code == 200
-    await settle()
+    await settle(services=services)
     assert await count_messages(services, channel="slack") == before
     assert posted_to(fake, "C0004") == []
 
@@ -200,7 +200,7 @@ async def test_slack_reply_in_a_thread_the_bot_was_never_asked_in_is_ignored(env
     body = envelope("Ev0014", "C0014", "lunch at noon?", channel_type="channel", ts="1700000016.001600",
                     thread_ts="1700000015.001500", parent_user_id="U0OTHER")
     assert (await post(client, body)).status_code == 200
-    await settle()
+    await settle(services=services)
     assert await count_messages(services, channel="slack") == before
     assert posted_to(fake, "C0014") == []
 
@@ -227,7 +227,7 @@ async def test_slack_mention_edited_after_its_answer_is_not_answered_again(env):
     await settled_chat(services, channel="slack", chat="C0401", count=2)
     # Once the bot answered in the thread, the message is the thread's parent: Slack adds its thread_ts.
     assert (await post(client, edited_mention("Ev0402", "C0401", ts, QUESTION, thread_ts=ts))).status_code == 200
-    await settle()
+    await settle(services=services)
     assert len(posted_to(fake, "C0401")) == 1
     assert [m.direction for m in await messages_in_chat(services, channel="slack", chat="C0401")] == ["in", "out"]
 
@@ -245,7 +245,7 @@ async def test_slack_message_edited_to_mention_the_bot_is_answered_once(env):
     assert reply["thread_ts"] == ts and "$" in reply["text"]
     stored = await settled_chat(services, channel="slack", chat="C0403", count=2)
     assert [m.direction for m in stored] == ["in", "out"]
-    await settle()
+    await settle(services=services)
     assert len(posted_to(fake, "C0403")) == 1
 
 
@@ -289,7 +289,7 @@ async def test_slack_edit_or_deletion_of_a_waiting_message_changes_what_is_answe
     await post(client, revision("Ev0304", "D0302", ts, None))
     [taken_back] = await settled_chat(services, channel="slack", chat="D0302", count=1)
     assert taken_back.status == "ignored" and "deleted" in taken_back.error
-    await settle()
+    await settle(services=services)
     assert posted_to(fake, "D0302") == []
 
 

@@ -87,7 +87,7 @@ async def test_slack_every_fixture_is_answered_or_acknowledged(env, path: Path):
         return
     channel = (event or {}).get("channel")
     if expected == SILENT:
-        await settle()
+        await settle(services=services)
         assert await count_messages(services, channel="slack") == before
         assert channel is None or posted_to(fake, channel) == []
         return
@@ -95,7 +95,7 @@ async def test_slack_every_fixture_is_answered_or_acknowledged(env, path: Path):
     inbound, out = await settled_chat(services, channel="slack", chat=channel)
     assert (inbound.status, out.status) == ("done", "sent") and reply["text"]
     assert reply.get("thread_ts") == (event.get("thread_ts") or event["ts"])
-    await settle()
+    await settle(services=services)
     assert len(posted_to(fake, channel)) == 1
 
 
@@ -124,5 +124,5 @@ async def test_slack_thread_fixture_is_answered_in_the_thread_the_bot_was_asked_
                          what=f"the answer to {payload['event_id']}")
     first, second = posted_to(fake, channel)
     assert first["thread_ts"] == second["thread_ts"] == event["thread_ts"]
-    await settle()
+    await settle(services=services)
     assert len(posted_to(fake, channel)) == 2

@@ -7,10 +7,12 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import select
 
-from storage.models import Usage
+from gateway.burst import BURST_OWNER
+from storage.models import Conversation, Usage
 from tests.english_replies import TEXT_ONLY_REPLY
 from tests.gateway_channels.conftest import (
     GREETING,
+    get_message,
     messages_in_chat,
     replies,
     settle,
@@ -20,6 +22,10 @@ from tests.gateway_channels.conftest import (
 from tests.gateway_channels.test_telegram_e2e import post, sent_to, telegram_gateway, update
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+async def _handled(services, message_id: int) -> bool:
+    return (await get_message(services, message_id)).status != "pending"
+
 
 PHOTO = [{"file_id": "AgAD-album", "file_unique_id": "u9", "width": 800, "height": 600}]
 
@@ -43,7 +49,7 @@ async def test_a_question_typed_in_pieces_is_answered_once_as_one_question(env):
     assert [m.status for m in (first, *rest)] == ["done"] * 3
     assert [m.meta["answered_with"] for m in rest] == [first.id, first.id]
     assert [r.reply_to_id for r in replies(stored)] == [first.id]
-    await settle()
+    await settle(services=services)
     assert len(sent_to(fake, 3101)) == 1
 
 
@@ -58,7 +64,7 @@ async def test_an_album_with_one_caption_gets_one_answer(env):
     [reply] = await wait_until(lambda: sent_to(fake, 3102), what="the reply")
     assert "$" in reply.text
     await settled_chat(services, channel="telegram", chat="3102", count=4)
-    await settle()
+    await settle(services=services)
     assert [m.text for m in sent_to(fake, 3102)] == [reply.text]
 
 
@@ -67,7 +73,7 @@ async def test_an_album_without_caption_gets_the_text_only_reply_once(env):
     for offset in range(3):
         await post(client, update(9321 + offset, 3103, None, message_id=321 + offset, photo=PHOTO, media_group_id="78"))
     await settled_chat(services, channel="telegram", chat="3103", count=4)
-    await settle()
+    await settle(services=services)
     assert [m.text for m in sent_to(fake, 3103)] == [TEXT_ONLY_REPLY]
 
 
@@ -106,7 +112,7 @@ async def test_an_edit_after_the_answer_is_not_answered_again(env):
     await wait_until(lambda: sent_to(fake, 3106), what="the reply")
     await settled_chat(services, channel="telegram", chat="3106")
     await post(client, edited(9352, 3106, "How much does the Plus plan cost per year?", message_id=351))
-    await settle()
+    await settle(services=services)
     assert len(sent_to(fake, 3106)) == 1
     [question, _] = await messages_in_chat(services, channel="telegram", chat="3106")
     assert question.text == "How much does the Plus plan cost?"
@@ -119,9 +125,13 @@ async def test_a_thread_a_person_takes_while_the_burst_waits_is_theirs(env):
     await post(client, update(9361, 3107, "my order is late", message_id=361))  # no "?": the answer waits
     [question] = await wait_until(lambda: messages_in_chat(services, channel="telegram", chat="3107"),
                                   what="the stored question")
-    await settle(0.5)  # the worker has it, and waits for the customer to pause
+    async def parked() -> bool:  # the worker has it, and waits for the customer to pause
+        async with services.sessions() as session:
+            return (await session.get(Conversation, question.conversation_id)).lease_owner == BURST_OWNER
+    await wait_until(parked, what="the burst's wait")
     await services.escalations.claim_conversation(question.conversation_id, operator="sam", bots=None)
-    await settle(2.5)  # past the burst's wait
+    await wait_until(lambda: _handled(services, question.id), what="the question, past the burst's wait")
+    await settle(services=services)
     async with services.sessions() as session:
         spent = (await session.execute(select(Usage).where(Usage.message_id == question.id))).scalars().all()
     assert spent == []  # no model was asked

@@ -87,7 +87,7 @@ async def test_telegram_replies_in_two_chats_with_the_same_message_id_are_each_s
         stored = await settled_chat(services, channel="telegram", chat=chat)
         assert [(m.direction, m.status) for m in stored] == [("in", "done"), ("out", "sent")] and stored[1].attempts == 1
         assert [d.provider_id for d in await deliveries(services, stored[1].id)] == ["1000"]
-    await settle()
+    await settle(services=services)
     assert len(sent_to(fake, 7001)) == len(sent_to(fake, 7002)) == 1
 
 
@@ -114,7 +114,7 @@ async def test_telegram_duplicate_and_concurrent_deliveries_reply_once(env):
     again = await asyncio.gather(*(post(client, body) for _ in range(5)))
     assert first.status_code == 200 and all(r.status_code == 200 for r in again)
     await wait_until(lambda: sent_to(fake, 1002), what="the reply")
-    await settle()
+    await settle(services=services)
     assert len(sent_to(fake, 1002)) == 1
     stored = await settled_chat(services, channel="telegram", chat="1002")
     assert [m.direction for m in stored] == ["in", "out"]
@@ -128,7 +128,7 @@ async def test_telegram_bad_or_missing_secret_is_401_and_stores_nothing(env, sec
     before = await count_messages(services, channel="telegram")
     response = await post(client, update(9003, 1003, QUESTION), secret=secret)
     assert response.status_code == 401
-    await settle(0.3)
+    await settle(0.3, services=services)
     assert await count_messages(services, channel="telegram") == before
     assert sent_to(fake, 1003) == []
 
@@ -191,7 +191,7 @@ async def test_telegram_group_message_without_mention_is_ignored_and_not_stored(
     before = await count_messages(services, channel="telegram")
     body = update(9006, -1001006, "does anyone know the price?", chat_type="supergroup")
     assert (await post(client, body)).status_code == 200
-    await settle()
+    await settle(services=services)
     assert await count_messages(services, channel="telegram") == before
     assert sent_to(fake, -1001006) == []
 

@@ -83,7 +83,7 @@ async def test_telegram_every_fixture_is_answered_or_left_silently(env, path: Pa
     assert response.status_code == 200, response.text
     expected = EXPECTED[path.name]
     if expected == SILENT:
-        await settle()
+        await settle(services=services)
         assert await count_messages(services, channel="telegram") == before
         assert chat is None or sent_to(fake, chat) == []
         return
@@ -95,6 +95,6 @@ async def test_telegram_every_fixture_is_answered_or_left_silently(env, path: Pa
         assert inbound.attachments, "the media must be kept, not lost"
     else:
         assert reply.text and reply.text != TEXT_ONLY_REPLY
-    await settle()
+    await settle(services=services)
     assert len(sent_to(fake, chat)) == 1
     assert len(await messages_in_chat(services, channel="telegram", chat=str(chat))) == 2

@@ -27,7 +27,7 @@ async def test_a_group_message_edited_to_mention_the_bot_is_answered_once(env):
     client, services, fake = env
     await post(client, update(9701, GROUP, QUESTION, chat_type="supergroup", message_id=20))
     await post(client, edited(9702, QUESTION + " (edited)"))  # still not for the bot
-    await settle()
+    await settle(services=services)
     before = await count_messages(services, channel="telegram")
     assert sent_to(fake, GROUP) == []
     mention = [{"type": "mention", "offset": 0, "length": 12}]
@@ -35,7 +35,7 @@ async def test_a_group_message_edited_to_mention_the_bot_is_answered_once(env):
         await post(client, edited(update_id, "@support_bot " + QUESTION, entities=mention))
     [answer] = await wait_until(lambda: sent_to(fake, GROUP), what="the answer to the edited message")
     assert answer.reply_to == 20 and "$" in answer.text
-    await settle()
+    await settle(services=services)
     assert len(sent_to(fake, GROUP)) == 1 and await count_messages(services, channel="telegram") == before + 2
 
 

@@ -81,7 +81,7 @@ async def test_a_reply_refused_as_upgraded_goes_once_to_the_supergroup_and_the_c
     [moved] = await wait_until(lambda: conversations_in(services, str(new)), what="the conversation moved")
     await post(client, update(9512, new, "/ask " + QUESTION, chat_type="supergroup", message_id=1, entities=ASK))
     await wait_until(lambda: len(sent_to(fake, new)) == 2, what="the second answer")
-    await settle()
+    await settle(services=services)
     assert await conversations_in(services, str(old)) == [] and len(await conversations_in(services, str(new))) == 1
     assert [m.direction for m in await messages_in_chat(services, channel="telegram", chat=str(new))] == \
         ["in", "out", "in", "out"]

@@ -42,9 +42,9 @@ async def test_telegram_redelivered_update_is_still_stored_and_answered_once(env
     responses = await asyncio.gather(*(post(client, body) for _ in range(3)))
     assert all(r.status_code == 200 for r in responses)
     await wait_until(lambda: sent_to(fake, 1311), what="the answer")
-    await settle()
+    await settle(services=services)
     assert (await post(client, body)).status_code == 200  # redelivered once more after it was answered
-    await settle()
+    await settle(services=services)
     assert len(sent_to(fake, 1311)) == 1
     stored = await settled_chat(services, channel="telegram", chat="1311")
     assert [m.direction for m in stored] == ["in", "out"]

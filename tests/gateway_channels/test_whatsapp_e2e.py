@@ -70,7 +70,7 @@ async def test_whatsapp_duplicate_and_concurrent_deliveries_reply_once(whatsapp_
     results = await asyncio.gather(*(post(client, form) for _ in range(6)))
     assert all(r.status_code == 200 for r in results)
     await wait_until(lambda: sent_to(fake, "+15550000002"), what="the reply")
-    await settle()
+    await settle(services=services)
     assert len(sent_to(fake, "+15550000002")) == 1
     stored = await settled_chat(services, channel="whatsapp", chat="whatsapp:+15550000002")
     assert [m.direction for m in stored] == ["in", "out"]
@@ -83,7 +83,7 @@ async def test_whatsapp_bad_signature_is_401_and_stores_nothing(whatsapp_env, si
     before = await count_messages(services, channel="whatsapp")
     response = await post(client, inbound("SM" + "c" * 32, "+15550000003"), signature=signature, token=token)
     assert response.status_code == 401
-    await settle(0.3)
+    await settle(0.3, services=services)
     assert await count_messages(services, channel="whatsapp") == before
     assert sent_to(fake, "+15550000003") == []
 
@@ -184,7 +184,7 @@ async def test_whatsapp_63016_receipt_sends_the_template_once_in_the_replys_plac
         await wait_until(lambda: status_is(services, reply_id, "sent"), what="the reply recorded as sent")
         # A second refusal (a late copy of the callback) sends nothing more.
         await post(client, status(sid, "failed", ErrorCode="63016"))
-        await settle()
+        await settle(services=services)
     assert [r.form.get("ContentSid") for r in sent_to(fake, "+15550000012")] == [None, "HX" + "7" * 32]
     reply = await get_message(services, reply_id)
     assert reply.meta["template"] == "HX" + "7" * 32 and reply.meta["window_closed"] == [sid]
@@ -199,7 +199,7 @@ async def test_whatsapp_63016_receipt_without_a_template_fails_saying_why(whatsa
     await post(client, status(sid, "undelivered", ErrorCode="63016"))
     services.worker.notify()
     await wait_until(lambda: status_is(services, reply_id, "failed"), what="the reply failed")
-    await settle()
+    await settle(services=services)
     failed = await get_message(services, reply_id)
     assert "outside the 24-hour window" in failed.error and "content_sid" in failed.error
     assert len(sent_to(fake, "+15550000013")) == 1  # nothing resent free-form
@@ -256,7 +256,7 @@ async def test_whatsapp_reply_sent_as_a_template_follows_as_text_once_the_custom
     await wait_until(lambda: len(sent_to(fake, phone)) >= 4, what="the held reply and the answer")
     await post(client, inbound("SM" + "c3" * 16, phone))
     await wait_until(lambda: len(sent_to(fake, phone)) >= 5, what="the next answer")
-    await settle()
+    await settle(services=services)
     bodies = [r.form.get("Body") or r.form["ContentSid"] for r in sent_to(fake, phone)]
     assert bodies[1:3] == ["HX" + "5" * 32, "Your refund was approved."]
     assert bodies.count("Your refund was approved.") == 1 and len(bodies) == 5

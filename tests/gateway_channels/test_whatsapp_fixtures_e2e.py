@@ -65,7 +65,7 @@ async def test_whatsapp_every_fixture_is_answered_or_acknowledged(whatsapp_env, 
     sender = form["From"]
     to_sender = lambda: [r for r in fake.delivered if r.form.get("To") == sender]  # noqa: E731
     if EXPECTED[path.name] == SILENT:
-        await settle()
+        await settle(services=services)
         assert await count_messages(services, channel="whatsapp") == before
         assert to_sender() == []
         return
@@ -77,5 +77,5 @@ async def test_whatsapp_every_fixture_is_answered_or_acknowledged(whatsapp_env, 
     assert sent.form["From"].startswith("whatsapp:") == sender.startswith("whatsapp:")
     if int(form.get("NumMedia", "0")):
         assert len(inbound.attachments) == int(form["NumMedia"])
-    await settle()
+    await settle(services=services)
     assert len(to_sender()) == 1

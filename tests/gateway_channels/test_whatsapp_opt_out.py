@@ -44,7 +44,7 @@ async def test_whatsapp_stop_is_not_answered_and_nothing_is_sent_until_start(wha
     await post(client, inbound("SM" + "ae" * 16, phone))
     [sent] = await wait_until(lambda: sent_to(fake, phone), what="the answer after START")
     assert "Sources:" in sent.form["Body"]
-    await settle()
+    await settle(services=services)
     assert len(sent_to(fake, phone)) == 1  # STOP and START got no answer of ours
 
 
@@ -85,7 +85,7 @@ async def test_whatsapp_reply_held_behind_a_template_is_kept_through_stop_and_se
     assert await _failed_reply(services, phone) is None
     await post(client, inbound("SM" + "d3" * 16, phone, "START"))
     await wait_until(lambda: len(sent_to(fake, phone)) >= 3, what="the held reply after START")
-    await settle()
+    await settle(services=services)
     bodies = [r.form.get("Body") or r.form["ContentSid"] for r in sent_to(fake, phone)]
     assert bodies[1:] == ["HX" + "6" * 32, "Your parcel was found."]
 
@@ -169,5 +169,5 @@ async def test_a_contact_who_sent_stop_and_was_forgotten_is_still_not_messaged(w
     assert (question.status, question.error) == ("ignored", OPTED_OUT)
     reply_id = await store_reply(services, conversation_id=question.conversation_id, text="We refunded your order.")
     assert await services.outbox.deliver(reply_id) == "failed"
-    await settle()
+    await settle(services=services)
     assert sent_to(fake, phone) == []

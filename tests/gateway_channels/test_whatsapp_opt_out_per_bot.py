@@ -107,7 +107,7 @@ async def test_whatsapp_stop_to_one_bot_leaves_the_other_bot_answering(env):
     reply_id = await store_reply(services, conversation_id=question.conversation_id, text="We refunded your order.")
     assert await services.outbox.deliver(reply_id) == "failed"
     assert "opted out (STOP)" in (await get_message(services, reply_id)).error
-    await settle()
+    await settle(services=services)
     assert answers(fake, "alpha", phone) == []
 
 
@@ -123,7 +123,7 @@ async def test_whatsapp_start_to_one_bot_does_not_re_enable_another_it_was_stopp
     await say(client, "alpha", "SM" + "c5" * 16, phone)
     [_, question] = await chat(services, "alpha", phone, 6)
     assert (question.status, question.error) == ("ignored", OPTED_OUT)
-    await settle()
+    await settle(services=services)
     assert answers(fake, "alpha", phone) == []
 
 
