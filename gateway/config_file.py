@@ -265,14 +265,47 @@ def _yaml_hint(exc: yaml.YAMLError, text: str) -> str:
         if re.search(r"[\[,]\s*\*\s*[\],]|-\s+\*\s*$", line):
             return '; a * alone starts a YAML alias: write it in quotes, as bots: ["*"]'
         return '; a value that begins with * is read as a YAML alias: write the value in quotes ("*Note*: …")'
-    if "'\\t'" in str(getattr(exc, "problem", "")):
+    problem = str(getattr(exc, "problem", ""))
+    if "'\\t'" in problem:
         return "; YAML indents with spaces, never a tab: replace the tab with spaces"
+    if block := _block_hint(exc, problem, text.splitlines()):
+        return block
     if mark is None or "flow" not in context or not 0 < mark.column:
         return ""
     line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
     if line[mark.column - 1:mark.column + 1] != "${" or (end := line.find("}", mark.column)) < 0:
         return ""
     return f'; a ${{VAR}} inside {{ }} or [ ] must be quoted: write "{line[mark.column - 1:end + 1]}"'
+
+
+def _block_hint(exc: yaml.YAMLError, problem: str, lines: list[str]) -> str:
+    """What to write instead, for the block-style slips whose PyYAML words name its parser's states: a key
+    indented more or less than its neighbours ("expected <block end>, but found '<block mapping start>'", or under
+    a text, which YAML reads as the text's next line, "mapping values are not allowed here"), a value holding ": "
+    (the same words, at its second colon) and a line that is no `key: value`, as `model:offline` or a text's
+    second line ("could not find expected ':'", told at the line after it)."""
+    mark, start = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
+    if mark is None:
+        return ""
+    indentation = (f"; check the indentation of line {mark.line + 1}: the keys of one mapping, and the items of "
+                   "one list, start in the same column")
+    if re.fullmatch(r"expected <block end>, but found '<block (mapping|sequence) start>'", problem):
+        return indentation
+    if problem == "mapping values are not allowed here" and mark.line < len(lines):
+        if lines[mark.line].find(":") == mark.column:  # a line's own key, read as the line before's text going on
+            return indentation
+        key, _, value = lines[mark.line].strip().partition(": ")
+        if value and not value.startswith(("'", '"')) and '"' not in value and " #" not in value:
+            return f'; a value with ": " in it must be quoted: write {key}: "{value}"'
+        return '; a value with ": " in it must be quoted'
+    if problem == "could not find expected ':'" and start is not None and start.line < len(lines):
+        line = lines[start.line].strip()
+        if glued := re.fullmatch(r"(-\s+)?([\w.-]+):(?!//)(\S.*)", line):
+            return (f"; line {start.line + 1} is no `key: value`: a key needs a space after its colon "
+                    f"({glued[2]}: {glued[3]})")
+        return (f"; line {start.line + 1} is no `key: value`: a key needs a space after its colon, and a text over "
+                "several lines goes in quotes or under `key: >`, indented below it")
+    return ""
 
 
 def config_error(exc: ValidationError, schema: type[BaseModel] | None = None) -> ConfigError:

@@ -101,10 +101,26 @@ def test_an_unquoted_env_var_inside_braces_says_to_quote_it(tmp_path, monkeypatc
     ("bots:\n  - name: acme\n    system_prompt: *Note*: be brief\n",
      '; a value that begins with * is read as a YAML alias: write the value in quotes ("*Note*: …")'),
     ("bots:\n  - name: acme\n\tmodel: offline\n", "; YAML indents with spaces, never a tab: replace the tab with spaces"),
-], ids=["bare-star", "star-first", "tab"])
+    ("bots:\n  - name: acme\n    fallback_text: \"Sorry\"\n      model: offline\n",
+     "; check the indentation of line 4: the keys of one mapping, and the items of one list, start in the same "
+     "column"),
+    ("bots:\n  - name: acme\n    fallback_text: Sorry\n      model: offline\n",  # read as the text's second line
+     "; check the indentation of line 4: the keys of one mapping, and the items of one list, start in the same "
+     "column"),
+    ("bots:\n  - name: acme\n    fallback_text: Sorry: we are closed\n",
+     '; a value with ": " in it must be quoted: write fallback_text: "Sorry: we are closed"'),
+    ("bots:\n  - name: acme\n    model:offline\n    fallbacks: []\n",
+     "; line 3 is no `key: value`: a key needs a space after its colon (model: offline)"),
+    ("bots:\n  - name: acme\n    system_prompt: You are\n    kind and brief\n    model: offline\n",
+     "; line 4 is no `key: value`: a key needs a space after its colon, and a text over several lines goes "
+     "in quotes or under `key: >`, indented below it"),
+], ids=["bare-star", "star-first", "tab", "indented-deeper", "indented-under-a-text", "colon-in-value", "no-space-after-colon",
+        "text-over-lines"])
 def test_a_yaml_slip_a_newcomer_makes_says_how_to_write_it(tmp_path, text, hint):
-    # `bots: [*]` was "expected alphabetic or numeric character, but found ']' (while scanning an alias)", and a tab
-    # "found character '\t' that cannot start any token": true, and no word on what to write instead.
+    # `bots: [*]` was "expected alphabetic or numeric character, but found ']' (while scanning an alias)", a tab
+    # "found character '\t' that cannot start any token", a key indented too far "expected <block end>, but found
+    # '<block mapping start>'", a colon in a value "mapping values are not allowed here" and `model:offline` "could
+    # not find expected ':'" (on the line after it): true, and no word on what to write instead.
     path = tmp_path / "config.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError) as caught:
