@@ -136,11 +136,12 @@ def _positive_int(value: str) -> int:
 
 
 def _port(value: str) -> int:
-    """A TCP port: 99999 started everything, then ended in uvicorn's "OverflowError: bind()" tracebacks."""
+    """A TCP port: 99999 started everything, then ended in uvicorn's "OverflowError: bind()" tracebacks, and
+    argparse's "invalid int value: ''" of `make run PORT=` said nothing of PORT."""
     try:
         port = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {value!r}") from None
+        port, value = 0, repr(value)  # `make run PORT=` (an unset variable) is '' here
     if not 0 < port < 65536:
         raise argparse.ArgumentTypeError(f"{value} is not a port: give a number from 1 to 65535 (PORT=… with make run)")
     return port

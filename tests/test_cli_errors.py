@@ -367,7 +367,7 @@ def test_a_port_in_the_environment_that_is_no_number_concerns_serve_only(tmp_pat
     assert upgraded.returncode == 0, upgraded.stderr
     served = _run("serve", "--config", str(config), env={"PORT": "abc"})
     assert served.returncode == 2 and served.stderr.strip().splitlines()[-1] == (
-        "gateway serve: error: argument --port: invalid int value: 'abc'")
+        "gateway serve: error: argument --port: 'abc' is not a port: give a number from 1 to 65535 (PORT=… with make run)")
 
 
 def test_chat_beside_a_server_with_a_bot_without_web_chat_says_why_it_cannot(tmp_path):

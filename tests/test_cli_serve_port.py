@@ -102,14 +102,16 @@ def test_a_config_without_bots_is_said_by_serve_and_chat(tmp_path, capsys):
         f"error: no bots configured in {config}: add one under `bots:` (README.md, Configuration)")
 
 
-@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+@pytest.mark.parametrize("port", ["99999", "-1", "65536", "''", "'abc'"])
 def test_a_port_out_of_range_is_a_usage_error_before_anything_starts(tmp_path, capsys, port):
     """`--port 99999` (or `make run PORT=99999`) started the worker, scheduler and index, then ended in three
-    tracebacks, "OverflowError: bind(): port must be 0-65535": the probe of a free port wrapped it to 34463."""
+    tracebacks, "OverflowError: bind(): port must be 0-65535": the probe of a free port wrapped it to 34463. One
+    that is no number (`make run PORT=` with an unset variable) was argparse's "invalid int value: ''", with no
+    word of PORT."""
     from gateway.cli import main
 
     with pytest.raises(SystemExit) as exited:
-        main(["serve", "--config", str(write_config(tmp_path)), "--port", port])
+        main(["serve", "--config", str(write_config(tmp_path)), "--port", port.strip("'")])
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].endswith(
