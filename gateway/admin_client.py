@@ -25,6 +25,9 @@ NDJSON = "application/x-ndjson"  # the admin ingest route streams progress lines
 # Longest wait for the next line of that stream: the server sends one at least every 15 s while the
 # ingest runs (a heartbeat when nothing moved), so only a server that is gone is waited out this long.
 READ_TIMEOUT_S = 120.0
+# What holds the folder when no server does: a second `gateway ingest` beside the first, most often.
+NOT_A_SERVER = (", so it is most likely another `gateway ingest` or `gateway chat` on this config. Wait for it to end "
+                "(or stop it) and run this again.")
 THROUGH_SERVER_INTERRUPTED = "the server goes on with the ingest and records it; `gateway ingest-runs` shows how it ended"
 
 if TYPE_CHECKING:  # imported when used: every CLI command imports this module, and starts fast
@@ -51,8 +54,7 @@ async def ingest_via_server(settings: Settings, *, bot: str | None, source: str 
     token_path, url_path = admin_files(settings.qdrant.path)
     if not token_path.exists():
         print(f"error: {settings.qdrant.path} is in use by another process, and no running gateway server "
-              f"was found to ingest through ({token_path} is missing). Stop the other process and retry.",
-              file=sys.stderr)
+              f"was found to ingest through ({token_path} is missing){NOT_A_SERVER}", file=sys.stderr)
         return 1
     # The server records where it listens; a server started without `gateway serve` (tests, a custom
     # ASGI runner) does not, and then HOST/PORT say where it is.
@@ -216,7 +218,7 @@ async def chat_via_server(settings: Settings, bot: str, *, session_id: str, conv
     url_path = admin_files(settings.qdrant.path)[1]
     if not url_path.exists():
         print(f"error: {settings.qdrant.path} is in use by another process, and no running gateway server was "
-              f"found to chat through ({url_path} is missing). Stop the other process and retry.", file=sys.stderr)
+              f"found to chat through ({url_path} is missing){NOT_A_SERVER}", file=sys.stderr)
         return 1
     url = url_path.read_text().strip()
     try:  # a server killed (or its machine lost) leaves its URL behind: found before the first question
