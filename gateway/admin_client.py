@@ -191,8 +191,9 @@ def _refusal(response, settings: Settings | None) -> str:
     hidden = credential_keys(settings.ingest_config())
     found = found or (f"{' or '.join(hidden)}: a credential in a URL (masked on both sides, so not shown)" if hidden
                       else "keys this CLI does not know (the server runs another version of the gateway)")
-    # Another file than the server's: a plain restart (`make run` too) would load the server's own again.
-    restart = "the server (`gateway serve`)" if theirs == ours else \
+    # Another file than the server's: a plain restart (`make run` too) would load the server's own again. The same
+    # file: `make run`, as the README's "Try it" started it, restarts it and ingests first.
+    restart = "the server (`gateway serve`, or `make run`, which ingests first)" if theirs == ours else \
         f"the server on that file (`gateway serve --config {shlex.quote(str(ours))}`)"
     return redact(f"{head} in what an ingest uses: {found}. Restart {restart} to ingest with "
                   f"{ours}, or stop it and run `gateway ingest` again")

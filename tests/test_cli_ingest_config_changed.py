@@ -43,8 +43,8 @@ async def test_cli_ingest_refused_by_a_server_of_another_configuration_says_what
         f"error: the running server ingests with {path} as it was when it started, and the file has changed since "
         "in what an ingest uses: embedding.max_chunk_tokens: 256 in the server, 128 in the file; "
         f"bots[acme].sources[help].path: {source['path']!r} in the server, {moved!r} in the file; "
-        f"bots[acme].sources[faq]: only in the file. Restart the server (`gateway serve`) to ingest with {path}, "
-        "or stop it and run `gateway ingest` again")
+        f"bots[acme].sources[faq]: only in the file. Restart the server (`gateway serve`, or `make run`, "
+        f"which ingests first) to ingest with {path}, or stop it and run `gateway ingest` again")
 
     (tmp_path / "other").mkdir()  # another file than the server's: both are named
     other = load_settings(write_config(tmp_path / "other", bots=[{**bots[0], "sources": []}]))
@@ -77,8 +77,8 @@ def test_ingest_with_a_changed_config_while_a_server_holds_the_index_is_refused(
     assert changed.returncode == 1 and changed.stdout == ""
     assert changed.stderr.strip().splitlines()[-1] == (
         f"error: the running server ingests with {config} as it was when it started, and the file has changed since "
-        "in what an ingest uses: bots[acme].sources[more]: only in the file. Restart the server (`gateway serve`) "
-        f"to ingest with {config}, or stop it and run `gateway ingest` again")
+        "in what an ingest uses: bots[acme].sources[more]: only in the file. Restart the server (`gateway serve`, or `make run`, "
+        f"which ingests first) to ingest with {config}, or stop it and run `gateway ingest` again")
 
 
 async def test_cli_ingest_refused_over_a_rotated_source_token_shows_neither_token(tmp_path, capsys):
@@ -133,4 +133,4 @@ async def test_a_refusal_carries_no_credential_of_the_servers_source_urls(tmp_pa
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"error: the running server ingests with {edited.config_path} as it was when it started, and the file has "
         "changed since in what an ingest uses: bots[acme].sources[help]: only in the file. Restart the server "
-        f"(`gateway serve`) to ingest with {edited.config_path}, or stop it and run `gateway ingest` again")
+        f"(`gateway serve`, or `make run`, which ingests first) to ingest with {edited.config_path}, or stop it and run `gateway ingest` again")
