@@ -111,6 +111,11 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
                                 status_code=400)
         if first.get("type") == "missing" and not where:
             return JSONResponse({"error": "a JSON body is required"}, status_code=422)
+        if first.get("type") == "model_attributes_type" and not where:  # `[{…}]` or `"hi"`: valid JSON, no object
+            kind = {list: "a list", str: "a string", bool: "true or false", type(None): "null"}.get(
+                type(exc.body), "a number")
+            return JSONResponse({"error": f'the body must be a JSON object ({{"key": value, …}}), not {kind}'},
+                                status_code=422)
         said = first.get("msg", "invalid request")
         if first.get("type") == "missing" and isinstance(exc.body, dict):  # a misspelt key: show what came
             keys = [str(k)[:40] for k in list(exc.body)[:10]]

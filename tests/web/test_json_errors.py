@@ -53,3 +53,14 @@ async def test_a_missing_field_names_the_keys_the_body_has(tmp_path) -> None:
     assert (misspelt.status_code, misspelt.json()) == (
         422, {"error": "session_id: Field required (the body has: session, text)"})
     assert empty.json()["error"] == "session_id: Field required (the body has no keys)"
+
+
+async def test_a_body_that_is_no_json_object_says_so(tmp_path) -> None:
+    """`[{"session_id": …}]` or a bare `"hi"`, valid JSON of another type, got pydantic's "Input should be a valid
+    dictionary or object to extract fields from", which names neither the body nor what to send."""
+    async with app_client(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}], start_worker=False) as client:
+        listed = await client.post("/v1/bots/acme/chat", json=[{"session_id": "s-1", "text": "hi"}])
+        text = await client.post("/v1/bots/acme/chat", json="hi")
+    assert (listed.status_code, listed.json()) == (
+        422, {"error": 'the body must be a JSON object ({"key": value, …}), not a list'})
+    assert text.json()["error"] == 'the body must be a JSON object ({"key": value, …}), not a string'
