@@ -139,7 +139,12 @@ def load_questions(path: Path) -> list[Question]:
         # end at "\n" only ("\r" is JSON white space): str.splitlines() also breaks at U+2028, U+2029 and
         # U+0085, which JSON allows unescaped inside a string (json.dumps(..., ensure_ascii=False) writes them).
         lines = decode_text(Path(path).read_bytes()).split("\n")
-    except (OSError, NotTextError) as exc:
+    except IsADirectoryError:
+        raise EvalFileError(f"the questions file {path} is a folder: give the .jsonl file of questions (--docs takes "
+                            "the folder of documents)") from None
+    except OSError as exc:  # its strerror: str(exc) names the path a second time, as "[Errno 2] …: '…'"
+        raise EvalFileError(f"cannot read the questions file {path}: {exc.strerror or exc}") from None
+    except NotTextError as exc:
         raise EvalFileError(f"cannot read the questions file {path}: {exc}") from None
     questions = [_question(line, f"{path}:{number}") for number, line in enumerate(lines, start=1) if line.strip()]
     if not questions:

@@ -142,8 +142,16 @@ def test_eval_file_bad_line_is_named_with_what_is_wrong(tmp_path, line, says):
 
 
 def test_eval_file_missing_or_empty_is_a_clear_error(tmp_path):
-    with pytest.raises(EvalFileError, match="cannot read the questions file"):
-        load_questions(tmp_path / "missing.jsonl")
+    # Python's "[Errno 2] No such file or directory: '…/missing.jsonl'" named the path twice; and a folder given
+    # for the file (`--questions examples/help-center`, the --docs folder) was "[Errno 21] Is a directory: …".
+    missing = tmp_path / "missing.jsonl"
+    with pytest.raises(EvalFileError) as caught:
+        load_questions(missing)
+    assert str(caught.value) == f"cannot read the questions file {missing}: No such file or directory"
+    with pytest.raises(EvalFileError) as caught:
+        load_questions(tmp_path)
+    assert str(caught.value) == (f"the questions file {tmp_path} is a folder: give the .jsonl file of questions "
+                                 "(--docs takes the folder of documents)")
     (tmp_path / "empty.jsonl").write_text("\n\n")
     with pytest.raises(EvalFileError, match="no questions"):
         load_questions(tmp_path / "empty.jsonl")
