@@ -37,6 +37,10 @@ async def ingest(args) -> int:
         except KeyError as exc:
             print(f"error: unknown {exc.args[0]}", file=sys.stderr)
             return 2
+        if not settings.bots:  # an empty file, or the wrong one: said as chat says it, not "no source … for it"
+            print(f"nothing to ingest: no bots configured in {settings.config_path or 'the config file'}: add one "
+                  "under `bots:` (README.md, Configuration)", file=sys.stderr)
+            return 0
         await require_schema(settings, engine)
         if folder_in_use(settings.qdrant):  # before the models load (seconds): the server does the work
             return await ingest_via_server(settings, bot=args.bot, source=args.source, as_json=args.json)

@@ -82,9 +82,10 @@ def test_serve_says_it_is_starting_before_the_seconds_of_loading(tmp_path):
     assert f"console=http://127.0.0.1:{port}/operator" in started
 
 
-def test_a_config_without_bots_is_said_by_serve_and_chat(tmp_path, capsys):
+def test_a_config_without_bots_is_said_by_serve_chat_and_ingest(tmp_path, capsys):
     """An empty config.yaml (a file not saved yet, `bots:` left out) started a server that answered nothing, its
-    log saying only `bots=[]`, and `gateway chat` said "error: no bots configured", naming no file."""
+    log saying only `bots=[]`, `gateway chat` said "error: no bots configured", naming no file, and `gateway
+    ingest` "nothing to ingest: no source is configured for it", naming neither the file nor that it has no bot."""
     import json
 
     from gateway.app import create_app
@@ -100,6 +101,9 @@ def test_a_config_without_bots_is_said_by_serve_and_chat(tmp_path, capsys):
     assert main(["chat", "--config", str(config)]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"error: no bots configured in {config}: add one under `bots:` (README.md, Configuration)")
+    assert main(["ingest", "--config", str(config)]) == 0  # nothing went wrong: a cron job stays quiet
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"nothing to ingest: no bots configured in {config}: add one under `bots:` (README.md, Configuration)")
 
 
 @pytest.mark.parametrize("port", ["99999", "-1", "65536", "''", "'abc'"])
