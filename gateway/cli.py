@@ -179,8 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownBot as exc:  # `chat --bot`, `telegram set-webhook --bot`: a typo, not a traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except GatewayError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except GatewayError as exc:  # an embedding provider's refusal may quote its key
+        from gateway.observability.logs import redact
+
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -30,12 +30,25 @@ def configure_logging_for(settings, *, level: str | None = None, fmt: str | None
                       + source_url_secrets(settings) + model_secrets(settings))
 
 
+# The provider credentials LiteLLM reads from the environment (OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, …), for
+# `embedding.model: litellm/…` and a model without `api_key`: no config key names them, and a 401 may quote one.
+_PROVIDER_ENV_KEY = re.compile(r"(_API_KEY|_SECRET_ACCESS_KEY|_SESSION_TOKEN|_AD_TOKEN|_API_TOKEN)$", re.IGNORECASE)
+
+
+def provider_env_secrets() -> list[str]:
+    """The values of the environment's variables named like a provider's credential."""
+    import os
+
+    return [value.strip() for name, value in os.environ.items() if _PROVIDER_ENV_KEY.search(name) and value.strip()]
+
+
 def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: list[str] | tuple[str, ...] = ()) -> None:
     """Route stdlib and structlog output through one renderer; redact configured secrets everywhere. A
     warning is also relayed to the caller whose work logged it, if any (`gateway.observability.relay`)."""
     from gateway.observability.relay import RELAY, relay_structlog
 
     global _SECRET_PATTERNS, _SECRETS, _CUT_SECRET_START
+    secrets = [*secrets, *provider_env_secrets()]
     _SECRETS = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
     _SECRET_PATTERNS = [re.compile(re.escape(s)) for s in _SECRETS]
     _CUT_SECRET_START = re.compile("|".join(sorted({re.escape(s[:CUT_SECRET_CHARS]) for s in _SECRETS}))) \

@@ -124,3 +124,19 @@ def test_the_password_of_a_models_api_base_is_a_secret_even_quoted_alone(tmp_pat
     err = capsys.readouterr().err
     assert not any(secret in err for secret in secrets) and err.count("[REDACTED]") == len(secrets)
     assert "llm-proxy.example" in redact("https://llm-proxy.example/v1")  # the host stays readable
+
+
+def test_a_provider_key_read_from_the_environment_is_a_secret_too(tmp_path, monkeypatch, capsys):
+    """`embedding.model: litellm/…` (and a model without `api_key`) takes its key from LiteLLM's variables
+    (OPENAI_API_KEY …): a 401 quoting the key ("Incorrect API key provided: sk-…") showed it whole on
+    `gateway ingest`'s `!` line, in `gateway eval`'s error, the log and /readyz, since no config key named it."""
+    from gateway.settings import load_settings
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-key-0123456789")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-from-env")
+    monkeypatch.setenv("LOG_FORMAT_NOTE", "production")  # not named like a credential: not redacted
+    settings = load_settings(write_config(tmp_path, embedding={"model": "litellm/openai/text-embedding-3-small"}))
+    configure_logging_for(settings, level="WARNING", fmt="json")
+    said = redact("AuthenticationError: Incorrect API key provided: sk-env-key-0123456789 (aws-secret-from-env) "
+                  "production")
+    assert said == "AuthenticationError: Incorrect API key provided: [REDACTED] ([REDACTED]) production"
