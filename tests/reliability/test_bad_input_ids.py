@@ -10,6 +10,7 @@ database outage and stopped fetching every other update behind it.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from sqlalchemy import func, select
@@ -113,4 +114,38 @@ async def test_a_signed_receipt_with_an_overlong_sid_or_error_code_is_400_and_st
         {name: r.text for name, r in answers.items()}
     assert "error_code is 65 characters" in answers["error-code"].json()["error"]
     assert "message id is 301 characters" in answers["sid"].json()["error"]
+    assert stored == 0
+
+
+def _slack_dm_edit(channel: str) -> dict:
+    ts = f"{int(time.time())}.000100"  # a recent DM: its edit is the question when it was never stored
+    body = {"token": "legacy", "team_id": "T111", "api_app_id": "A111", "type": "event_callback",
+            "event_id": "Ev0EDIT01", "event_time": int(time.time()),
+            "authorizations": [{"team_id": "T111", "user_id": "UBOT", "is_bot": True}],
+            "event": {"type": "message", "subtype": "message_changed", "channel": channel, "channel_type": "im",
+                      "message": {"type": "message", "user": "U0CUSTOMER", "text": "hi, edited", "ts": ts,
+                                  "edited": {"user": "U0CUSTOMER", "ts": f"{int(time.time())}.000200"}},
+                      "previous_message": {"type": "message", "user": "U0CUSTOMER", "text": "hi", "ts": ts}}}
+    return slack_request(json.dumps(body).encode())
+
+
+@pytest.mark.asyncio
+async def test_an_edit_whose_first_stored_key_is_longer_than_its_column_is_400_and_stores_nothing(tmp_path,
+                                                                                                 database_url):
+    """An edit of a private message never stored is stored under `edit-of:{chat}:{message id}`, longer than
+    the chat id itself: a chat of 240 characters passed the id check, and that key failed the insert on
+    PostgreSQL with a 500 the platform retried (SQLite kept it whole)."""
+    channels = channels_config(telegram_api="http://127.0.0.1:9", slack_api="http://127.0.0.1:9/api/",
+                               discord_api="http://127.0.0.1:9/api/v10", twilio_api="http://127.0.0.1:9")
+    async with running_app(tmp_path, bots=[{"name": "acme", "channels": channels}], start_worker=False,
+                           database_url=database_url) as (client, services):
+        # (Telegram's delivery id holds the chat id already, checked as it is; Discord's edits come by its gateway,
+        # through the inbox's same check.)
+        answers = {"slack": await client.post(PATHS["slack"], **_slack_dm_edit("D" + "9" * 239))}
+        async with services.sessions() as session:
+            stored = (await session.execute(select(func.count()).select_from(Message))).scalar_one()
+    assert {name: r.status_code for name, r in answers.items()} == dict.fromkeys(answers, 400), \
+        {name: r.text for name, r in answers.items()}
+    assert all(f"longer than the {ID_MAX_CHARS}" in r.json()["error"] for r in answers.values()), \
+        {name: r.text for name, r in answers.items()}
     assert stored == 0
