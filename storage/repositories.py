@@ -93,8 +93,14 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
     # insert, of the delivery key's index: no round trip more.
     edit_key = first_stored_edit_key(message.conversation.chat, meta["platform_message_id"])
     delivered = (Message.bot == bot, Message.channel == message.channel, Message.direction == "in")
-    stored_from_edit = None if edit_key == message.external_id else \
-        select(Message.id).where(*delivered, Message.external_id == edit_key).exists()
+    if edit_key != message.external_id:
+        same = select(Message.id).where(*delivered, Message.external_id == edit_key)
+    else:  # itself the edit's copy: `Inbox._revise` found its first version unstored in a transaction of its own,
+        # and a retry of that version stored since is the message (the edit applied to it, as to any stored one).
+        # Both writers upsert the sender's contact first, whose row lock orders the two inserts on PostgreSQL.
+        same = select(Message.id).join(Conversation, Message.conversation_id == Conversation.id).where(
+            *delivered, Conversation.chat == message.conversation.chat,
+            Message.meta["platform_message_id"].as_string() == meta["platform_message_id"])
     result = await session.execute(
         insert_ignore(session, Message, {
             "conversation_id": conversation.id, "bot": bot, "channel": message.channel, "direction": "in",
@@ -103,7 +109,7 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
             "meta": meta | ({"traceparent": traceparent} if traceparent else {}),
             "tool_calls": [], "retrieved": [], "provider_ids": [], "status": "pending", "attempts": 0,
             "created_at": now, "updated_at": now, "sent_at": message.sent_at,
-        }, ["bot", "channel", "direction", "external_id"], unless=stored_from_edit).returning(Message.id)
+        }, ["bot", "channel", "direction", "external_id"], unless=same.exists()).returning(Message.id)
     )
     inserted = result.scalar_one_or_none()
     if inserted is not None:
@@ -117,9 +123,11 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
             await _resend_after_template(session, conversation)
         return StoredInbound(message_id=inserted, conversation_id=conversation.id, contact_id=contact.id,
                              duplicate=False, lease_owner=conversation.lease_owner)
-    # A repeated delivery: the row stored the first time (its conversation may have been another), or from its edit.
+    # A repeated delivery: the row stored the first time (its conversation may have been another), or the same message
+    # stored from its edit (or, for the edit's copy, from its first version).
     stored = (await session.execute(select(Message.id, Message.conversation_id).where(
-        *delivered, Message.external_id.in_({message.external_id, edit_key})).order_by(Message.id).limit(1))).one()
+        *delivered, or_(Message.external_id == message.external_id, Message.id.in_(same))).order_by(Message.id)
+        .limit(1))).one()
     return StoredInbound(message_id=stored.id, conversation_id=stored.conversation_id,
                          contact_id=contact.id, duplicate=True)
 

@@ -324,3 +324,22 @@ async def test_a_private_message_resent_after_its_edit_was_stored_is_its_duplica
     assert (message.text, message.status) == ("the price of the Plus plan?", "pending")
     assert message.external_id == "edit-of:367699112:42"  # the private chat's, and its message's id
     await engine.dispose()
+
+
+async def test_a_first_version_stored_between_its_edits_check_and_store_is_the_edits_duplicate(migrated_url):
+    """`Inbox._revise` looks for the message an edit revises in one transaction and stores the edit as the question
+    (under `edit-of:…`) in another: the platform's retry of the first version stored between the two was answered,
+    and so was the edit, on the text the customer replaced and on the new one. The edit's store now finds it."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    date = int(utcnow().timestamp()) - 60
+    edit = _parsed({"update_id": 880012, "edited_message": _update("the price?", date=date, edit_date=date + 2)["message"]})
+    first = await inbox.accept("acme", _parsed(_update("teh price?", update_id=880011, date=date)))
+    # What `_revise` stores once it found the message never stored: the retry above came in between.
+    as_question = replace(edit, revises=None, new_if_never_stored=False, external_id="edit-of:367699112:42")
+    late = await inbox.accept("acme", as_question)
+    assert late.duplicate and late.message_id == first.message_id
+    async with sessions() as session:
+        assert (await session.execute(select(func.count()).select_from(Message))).scalar_one() == 1
+    await engine.dispose()
