@@ -9,7 +9,8 @@ run that did not start, because the previous one of its source was still going, 
 
 A run keeps at most `MAX_ERRORS` errors (a site that was down gives one a page): the first ones and
 the last (a failed run's cause), and says how many it dropped (`errors_dropped`), in its row, its
-report (`gateway ingest --json`) and `gateway ingest-runs`.
+report (`gateway ingest --json`) and `gateway ingest-runs`. Its row holds them redacted (`logs.redact`), as the
+log shows them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.errors import IN_RUN_ERRORS, GatewayError
+from gateway.observability.logs import redact
 from storage.models import IngestRun
 from storage.text import storable_text
 
@@ -130,7 +132,9 @@ async def record_run(
         run.deleted = report.deleted
         run.unchanged = report.unchanged
         kept, run.errors_dropped = kept_errors(report.errors)
-        run.errors = [storable_text(error) for error in kept]
+        # Redacted as the log, /readyz and `gateway ingest-runs` show them: a provider's 401 may quote its key, and
+        # whoever reads the database (a backup, a support dump) is no operator of this process's secrets.
+        run.errors = [storable_text(redact(error)) for error in kept]
         run.duration_s = report.duration_s
         await session.flush()
         await session.execute(_interrupt(report.bot, report.source).where(IngestRun.id < run.id))

@@ -69,6 +69,27 @@ async def test_readyz_shows_a_failing_sources_error_without_the_password_in_its_
     assert "pw-9f8e7d6c5b" not in ready.text
 
 
+async def test_a_runs_errors_are_stored_redacted_as_readyz_and_ingest_runs_show_them(tmp_path, monkeypatch, capsys):
+    """A provider's 401 quoting the key LiteLLM read from the environment was redacted where it was shown, and
+    stored whole in `ingest_runs`: anyone who reads the database (a backup, a support dump) read the key."""
+    from gateway.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-key-0123456789")
+    error = "AuthenticationError: Incorrect API key provided: sk-env-key-0123456789"
+    bot = {"name": "acme", "sources": [{"name": "docs", "type": "directory", "path": str(tmp_path), "schedule": "0 3 * * *"}]}
+    async with app_client(tmp_path, bots=[bot], start_worker=False) as client:
+        sessions = client.services.sessions
+        await record_run(sessions, IngestReport("acme", "docs", errors=[error], status="failed"), trigger="schedule")
+        async with sessions() as session:
+            [stored] = (await session.scalars(select(IngestRun.errors))).all()
+        ready = (await client.get("/readyz")).json()["ingest"]["acme/docs"]
+    said = "AuthenticationError: Incorrect API key provided: [REDACTED]"
+    assert stored == [said] and ready["error"] == said
+    assert await asyncio.to_thread(main, ["ingest-runs", "--config", str(tmp_path / "config.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert f"    ! {said}\n" in out and "sk-env-key" not in out
+
+
 async def test_a_run_a_killed_process_left_running_is_marked_interrupted_when_the_server_starts(tmp_path):
     """A `kill -9` mid-ingest left its row `running` until the next run of its source ended, often the next night."""
     bot = {"name": "acme", "sources": [{"name": "docs", "type": "directory", "path": str(tmp_path), "schedule": "0 3 * * *"}]}
