@@ -268,6 +268,8 @@ def _yaml_hint(exc: yaml.YAMLError, text: str) -> str:
     problem = str(getattr(exc, "problem", ""))
     if "'\\t'" in problem:
         return "; YAML indents with spaces, never a tab: replace the tab with spaces"
+    if context == "while scanning a quoted scalar" and problem == "found unexpected end of stream":
+        return _unclosed_quote_hint(getattr(exc, "context_mark", None), text.splitlines())
     if block := _block_hint(exc, problem, text.splitlines()):
         return block
     if mark is None or "flow" not in context or not 0 < mark.column:
@@ -278,15 +280,31 @@ def _yaml_hint(exc: yaml.YAMLError, text: str) -> str:
     return f'; a ${{VAR}} inside {{ }} or [ ] must be quoted: write "{line[mark.column - 1:end + 1]}"'
 
 
+def _unclosed_quote_hint(start, lines: list[str]) -> str:
+    """What to write for a quote never closed (`fallback_text: "Sorry`), which PyYAML reads as a text running to
+    the file's end, and tells there ("found unexpected end of stream"), not at the quote."""
+    if start is None or start.line >= len(lines) or start.column >= len(lines[start.line]):
+        return ""
+    line, quote = lines[start.line], lines[start.line][start.column]
+    where = f"the {quote} at line {start.line + 1}, column {start.column + 1} is never closed"
+    if plain := re.fullmatch(rf"\s*(?:-\s+)?([\w.-]+):\s+{quote}([^\"']*?)\s*", line):
+        return f"; {where}: write {plain[1]}: {quote}{plain[2]}{quote}"
+    return f"; {where}: end its text with another {quote}"
+
+
 def _block_hint(exc: yaml.YAMLError, problem: str, lines: list[str]) -> str:
     """What to write instead, for the block-style slips whose PyYAML words name its parser's states: a key
     indented more or less than its neighbours ("expected <block end>, but found '<block mapping start>'", or under
     a text, which YAML reads as the text's next line, "mapping values are not allowed here"), a value holding ": "
     (the same words, at its second colon) and a line that is no `key: value`, as `model:offline` or a text's
-    second line ("could not find expected ':'", told at the line after it)."""
+    second line ("could not find expected ':'", told at the line after it), and a list item with no space after
+    its dash (`-name: acme`, told at its line or the next)."""
     mark, start = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
     if mark is None:
         return ""
+    for number in range(min(mark.line, len(lines) - 1), max(mark.line - 2, -1), -1):
+        if dashed := re.fullmatch(r"\s*-([^\s-].*)", lines[number]):
+            return f"; line {number + 1} is no list item: a dash needs a space after it (- {dashed[1].rstrip()})"
     indentation = (f"; check the indentation of line {mark.line + 1}: the keys of one mapping, and the items of "
                    "one list, start in the same column")
     if re.fullmatch(r"expected <block end>, but found '<block (mapping|sequence) start>'", problem):
@@ -325,6 +343,8 @@ def config_error(exc: ValidationError, schema: type[BaseModel] | None = None) ->
         msg += f"; got {str(err['input'])[:60]!r}: write a list, as [{str(err['input'])[:60]}] (or one item a line, each starting with -)"
     elif err["type"] == "list_type" and isinstance(err.get("input"), dict):  # a list's item written without its "- "
         msg += "; got a mapping: write a list, its items each starting with -"
+        if dashed := next((k for k in err["input"] if isinstance(k, str) and re.match(r"-[^\s-]", k)), None):
+            msg += f" and a space (- {dashed[1:]}, not {dashed})"  # `-name: acme` is a key named "-name"
     if not key and ": " in msg and msg.split(": ", 1)[0].replace(".", "").replace("[", "").replace("]", "").replace("_", "").isalnum():
         key, msg = msg.split(": ", 1)
     return ConfigError(key, msg)

@@ -114,13 +114,22 @@ def test_an_unquoted_env_var_inside_braces_says_to_quote_it(tmp_path, monkeypatc
     ("bots:\n  - name: acme\n    system_prompt: You are\n    kind and brief\n    model: offline\n",
      "; line 4 is no `key: value`: a key needs a space after its colon, and a text over several lines goes "
      "in quotes or under `key: >`, indented below it"),
+    ("bots:\n  - name: acme\n    fallback_text: \"Sorry, we are closed\n    model: offline\n",
+     "; the \" at line 3, column 20 is never closed: write fallback_text: \"Sorry, we are closed\""),
+    ("bots: ['acme, beta]\n", "; the ' at line 1, column 8 is never closed: end its text with another '"),
+    ("bots:\n  -name: acme\n    model: offline\n",
+     "; line 2 is no list item: a dash needs a space after it (- name: acme)"),
+    ("operators:\n  - name: sam\n    bots:\n      - acme\n      -beta\n",
+     "; line 5 is no list item: a dash needs a space after it (- beta)"),
 ], ids=["bare-star", "star-first", "tab", "indented-deeper", "indented-under-a-text", "colon-in-value", "no-space-after-colon",
-        "text-over-lines"])
+        "text-over-lines", "unclosed-quote", "unclosed-quote-in-brackets", "no-space-after-dash", "no-space-after-dash-of-a-word"])
 def test_a_yaml_slip_a_newcomer_makes_says_how_to_write_it(tmp_path, text, hint):
     # `bots: [*]` was "expected alphabetic or numeric character, but found ']' (while scanning an alias)", a tab
     # "found character '\t' that cannot start any token", a key indented too far "expected <block end>, but found
     # '<block mapping start>'", a colon in a value "mapping values are not allowed here" and `model:offline` "could
-    # not find expected ':'" (on the line after it): true, and no word on what to write instead.
+    # not find expected ':'" (on the line after it), a quote never closed "found unexpected end of stream" (at the
+    # file's end) and `-name: acme` the indentation hint or "expected <block end>, but found '-'": true, and no word
+    # on what to write instead.
     path = tmp_path / "config.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError) as caught:

@@ -51,7 +51,10 @@ def test_a_model_without_a_provider_is_one_line_that_says_how_to_write_it(tmp_pa
                                             "a list, as [offline] (or one item a line, each starting with -)"),
     ({"name": "b", "sources": {"name": "s", "type": "urls", "urls": "http://docs.example.test/faq"}},
      "bots[0].sources: Input should be a valid list; got a mapping: write a list, its items each starting with -"),
-], ids=["word", "mapping"])
+    ({"name": "b", "sources": {"-name": "s", "type": "urls", "urls": ["http://docs.example.test/faq"]}},
+     "bots[0].sources: Input should be a valid list; got a mapping: write a list, its items each starting with - "
+     "and a space (- name, not -name)"),
+], ids=["word", "mapping", "no-space-after-dash"])
 def test_a_value_where_a_list_goes_says_how_to_write_the_list(tmp_path, bot, said):
     # `fallbacks: offline` was "Input should be a valid list", and a source written without its "- " the same.
     with pytest.raises(ConfigError) as info:
