@@ -1,3 +1,8 @@
 """The multi-channel bot gateway: channels in, one pipeline, answers out."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("bot-gateway")  # pyproject.toml's, as installed (`make setup`, the Docker image)
+except PackageNotFoundError:  # a checkout run without being installed
+    __version__ = "0+unknown"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import structlog
 
+from gateway import __version__
 from gateway.admin_client import admin_files, local_url
 from gateway.cli_output import Terminated, hide_run_errors_in_logs, print_metrics, print_misses, progress_bar
 from gateway.errors import SKIPPED_FILES, ConfigError, GatewayError, IndexBusy, UnknownBot
@@ -54,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="gateway", description="Multi-channel bot gateway",
         epilog="Every command that takes --config reads FILE, else $GATEWAY_CONFIG, else ./config.yaml. "
                "`gateway COMMAND --help` tells a command's options.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print the gateway's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(parent, name: str, summary: str, details: str = "") -> argparse.ArgumentParser:

@@ -56,3 +56,18 @@ def test_cli_without_a_command_names_the_commands(capsys):
             _parser().parse_args(argv)
         assert exit_.value.code == 2
         assert f"COMMAND (one of: {names})" in capsys.readouterr().err
+
+
+def test_cli_version_prints_the_packages_version(capsys):
+    """`gateway --version` said "the following arguments are required: COMMAND": a newcomer asked for the version
+    (to report a bug, or to check an upgrade took) had to find pyproject.toml."""
+    import tomllib
+    from pathlib import Path
+
+    import pytest
+
+    version = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    with pytest.raises(SystemExit) as exit_:
+        _parser().parse_args(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"gateway {version}\n"
