@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from gateway import __version__
 from gateway.http import admin, health, webchat, webhooks
@@ -44,6 +45,22 @@ def unreadable_body(cause: BaseException) -> str:
     if isinstance(cause, ValueError):  # an integer of more than 4,300 digits, say
         return f"the body is not valid JSON: {cause}"
     return f"{FASTAPI_BODY_ERROR} ({type(cause).__name__})"
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed_methods(request: Request, said: str) -> list[str]:
+    """The methods the request's path takes, of all its routes: Starlette's 405 (`said`, its `Allow`) names
+    those of the path's first route only (`/readyz`'s HEAD, not its GET). A 405 from inside a route (the
+    static files) keeps what that said."""
+    def takes(method: str) -> bool:
+        probe = {"type": "http", "method": method, "path": request.scope["path"],
+                 "root_path": request.scope.get("root_path", "")}
+        return any(route.matches(probe)[0] is Match.FULL for route in request.app.routes)
+
+    found = [method for method in _METHODS if takes(method)]
+    return found if found and request.method not in found else [m.strip() for m in said.split(",") if m.strip()]
 
 
 def create_app(settings: Settings, *, services: Services | None = None, start_worker: bool = True,
@@ -123,12 +140,17 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
         return JSONResponse({"error": f"{where}: {said}" if where else said}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # The same {"error": …} shape as every other error.
-        detail = str(exc.detail)
+        detail, headers = str(exc.detail), exc.headers
         if detail == FASTAPI_BODY_ERROR and exc.__cause__ is not None:
             detail = unreadable_body(exc.__cause__)
-        return JSONResponse({"error": detail}, status_code=exc.status_code, headers=exc.headers)
+        if exc.status_code == 405 and (methods := allowed_methods(request, (headers or {}).get("Allow", ""))):
+            # "Method Not Allowed" alone left a `GET /v1/bots/acme/chat` to guess what to send.
+            said = f"{', '.join(methods[:-1])} or {methods[-1]}" if len(methods) > 1 else methods[0]
+            detail, headers = f"method {request.method} not allowed here: use {said}", {
+                **(headers or {}), "Allow": ", ".join(methods)}
+        return JSONResponse({"error": detail}, status_code=exc.status_code, headers=headers)
 
     app.include_router(health.router)
     app.include_router(webchat.router)
