@@ -33,13 +33,17 @@ def configure_logging_for(settings, *, level: str | None = None, fmt: str | None
 # The provider credentials LiteLLM reads from the environment (OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, …), for
 # `embedding.model: litellm/…` and a model without `api_key`: no config key names them, and a 401 may quote one.
 _PROVIDER_ENV_KEY = re.compile(r"(_API_KEY|_SECRET_ACCESS_KEY|_SESSION_TOKEN|_AD_TOKEN|_API_TOKEN)$", re.IGNORECASE)
+# Shorter is a local server's placeholder (`ollama`, `lm-studio`, `sk-1234`), a word that names the model and
+# server too, not a key: no provider issues one that short (30 characters and more).
+MIN_ENV_SECRET_CHARS = 16
 
 
 def provider_env_secrets() -> list[str]:
-    """The values of the environment's variables named like a provider's credential."""
+    """The values of the environment's variables named like a provider's credential (a placeholder's left)."""
     import os
 
-    return [value.strip() for name, value in os.environ.items() if _PROVIDER_ENV_KEY.search(name) and value.strip()]
+    return [value.strip() for name, value in os.environ.items()
+            if _PROVIDER_ENV_KEY.search(name) and len(value.strip()) >= MIN_ENV_SECRET_CHARS]
 
 
 def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: list[str] | tuple[str, ...] = ()) -> None:

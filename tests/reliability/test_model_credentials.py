@@ -140,3 +140,18 @@ def test_a_provider_key_read_from_the_environment_is_a_secret_too(tmp_path, monk
     said = redact("AuthenticationError: Incorrect API key provided: sk-env-key-0123456789 (aws-secret-from-env) "
                   "production")
     assert said == "AuthenticationError: Incorrect API key provided: [REDACTED] ([REDACTED]) production"
+
+
+def test_a_placeholder_in_a_provider_variable_is_no_secret(tmp_path, monkeypatch):
+    """A local server's placeholder key (`OPENAI_API_KEY=ollama`, as Ollama's guide writes it; `lm-studio`) is a
+    word that names the model and server too: redacted, `ollama/llama3` read `[REDACTED]/llama3` in every log
+    line, /readyz and CLI error. No provider issues a key that short; a real one still is redacted."""
+    from gateway.settings import load_settings
+
+    monkeypatch.setenv("OPENAI_API_KEY", "ollama")
+    monkeypatch.setenv("LM_STUDIO_API_KEY", "lm-studio")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-api03-real-key-0123")
+    settings = load_settings(write_config(tmp_path))
+    configure_logging_for(settings, level="WARNING", fmt="json")
+    said = "the model ollama/llama3 (lm-studio) failed: key sk-ant-api03-real-key-0123, served by ollama"
+    assert redact(said) == "the model ollama/llama3 (lm-studio) failed: key [REDACTED], served by ollama"
