@@ -62,7 +62,10 @@ class IngestReport:
     def as_dict(self) -> dict[str, object]:
         """Plain dict for `ingest --json` and the admin API: the errors kept, and how many were dropped."""
         kept, dropped = kept_errors(self.errors)
-        return {**asdict(self), "errors": kept, "errors_dropped": dropped, "duration_s": round(self.duration_s, 3)}
+        # Redacted here, by the process that ran it: a `gateway ingest` through the server may run where the
+        # server's environment keys (OPENAI_API_KEY …) are unset, and could not tell them from text.
+        return {**asdict(self), "errors": [redact(error) for error in kept], "errors_dropped": dropped,
+                "duration_s": round(self.duration_s, 3)}
 
     def document_failed(self, doc_id: str, exc: Exception) -> None:
         """Record one document's failure as an error of the run, and log it with the document's id."""

@@ -246,3 +246,21 @@ async def test_a_cancelled_start_is_waited_for_a_bounded_time(tmp_path, monkeypa
     async with _cancelled_once_its_row_is_written(tmp_path, monkeypatch, then_s=600) as (ingest, _):
         done, _ = await asyncio.wait({ingest}, timeout=30)  # not the 600 s the session would take to close
         assert done and ingest.cancelled()
+
+
+async def test_a_runs_errors_are_stored_and_sent_redacted(sessions, tmp_path, monkeypatch):
+    """An error quoting a key the server's environment holds (OPENAI_API_KEY, for `embedding.model: litellm/…`)
+    was stored and sent whole: `gateway ingest-runs`, or `gateway ingest` through the server, run from a shell
+    without that variable, could not know it as a secret and printed it."""
+    from gateway.observability.logs import configure_logging_for
+
+    key = "sk-proj-server-env-key-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    configure_logging_for(load_settings(write_config(tmp_path)), level="WARNING", fmt="json")  # the server's
+    report = IngestReport("acme", "docs", errors=[f"AuthenticationError: Incorrect API key provided: {key}"])
+    run = await start_run(sessions, "acme", "docs", trigger="admin")
+    await record_run(sessions, report, trigger="admin", run_id=run)
+    sent = report.as_dict()["errors"]
+    async with sessions() as session:
+        stored = (await session.get(IngestRun, run)).errors
+    assert sent == stored == ["AuthenticationError: Incorrect API key provided: [REDACTED]"]
