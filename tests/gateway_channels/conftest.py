@@ -81,7 +81,7 @@ async def wait_until(predicate: Callable[[], Any], *, timeout: float = 30.0, wha
         await asyncio.sleep(0.05)
 
 
-async def settle(seconds: float = 0.6, *, services: Services | None = None) -> None:
+async def settle(seconds: float = 0.6, *, services: Services | None = None, timeout: float = 30.0) -> None:
     """Give the worker a few poll rounds, to show that something does NOT happen. With `services`, then
     also until nothing is claimable now and no turn is in flight: on a loaded machine the worker may not
     have looked within `seconds`, and a message stored meanwhile must have been handled, not merely
@@ -91,11 +91,15 @@ async def settle(seconds: float = 0.6, *, services: Services | None = None) -> N
         return
 
     async def idle() -> bool:
+        # A lease of the worker's own is a turn in flight too: it is committed before the drain is in `_active`
+        # (an await apart), and released only as the drain ends. A park's lease is another owner's.
         async with services.sessions() as session:
             claimable = await repo.conversations_with_work(session, now=utcnow(), limit=1)
-        return not claimable and not services.worker._active
+            leased = (await session.execute(select(Conversation.id).where(
+                Conversation.lease_owner == services.worker.owner).limit(1))).first()
+        return not claimable and leased is None and not services.worker._active
 
-    await wait_until(idle, what="nothing claimable now and no turn in flight")
+    await wait_until(idle, timeout=timeout, what="nothing claimable now and no turn in flight")
 
 
 async def messages_in_chat(services: Services, *, channel: str, chat: str) -> list[Message]:
