@@ -1,6 +1,8 @@
-/* The operator console's reply drafts: one per escalation, kept in localStorage under the operator's name
+/* The operator console's reply drafts: one per escalation, kept in sessionStorage under the operator's name
  * (a reload, or a tab the browser discarded, lost a half-written reply), cleared once that reply is sent,
- * and every one of the operator's cleared when they sign out. Loaded before operator.js. */
+ * and every one of the operator's cleared when they sign out. The tab's, as the token is: in localStorage a
+ * draft outlived a tab closed without Sign out, on a shared computer, for whoever came next. Loaded before
+ * operator.js. */
 (function () {
   "use strict";
   var PREFIX = "gw-operator-draft:";
@@ -9,15 +11,15 @@
    *  what is typed in `box` is kept as the shown escalation's draft. */
   window.GatewayOperatorDrafts = function (state, box) {
     function key(id) { return PREFIX + state.me + ":" + id; }
-    // localStorage may be refused (a private window's quota, a policy): then a draft lives as long as the page.
+    // The storage may be refused (a private window's quota, a policy): then a draft lives as long as the page.
     var memory = {};
     function get(id) {
-      try { return localStorage.getItem(key(id)) || ""; } catch (e) { return memory[key(id)] || ""; }
+      try { return sessionStorage.getItem(key(id)) || ""; } catch (e) { return memory[key(id)] || ""; }
     }
     function put(id, text) {
       var k = key(id);
       if (text.trim()) memory[k] = text; else delete memory[k];
-      try { if (text.trim()) localStorage.setItem(k, text); else localStorage.removeItem(k); } catch (e) { /* memory only */ }
+      try { if (text.trim()) sessionStorage.setItem(k, text); else sessionStorage.removeItem(k); } catch (e) { /* memory only */ }
     }
     /** Forget the draft of escalation `id` once `sent` went: one the operator changed meanwhile stays. */
     function sent(id, text) { if (get(id).trim() === text) put(id, ""); }
@@ -26,7 +28,7 @@
       var mine = PREFIX + state.me + ":";
       memory = {};
       try {
-        Object.keys(localStorage).forEach(function (k) { if (k.indexOf(mine) === 0) localStorage.removeItem(k); });
+        Object.keys(sessionStorage).forEach(function (k) { if (k.indexOf(mine) === 0) sessionStorage.removeItem(k); });
       } catch (e) { /* nothing was kept */ }
     }
     box.addEventListener("input", function () { if (state.selected !== null) put(state.selected, box.value); });

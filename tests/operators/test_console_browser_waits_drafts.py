@@ -37,7 +37,7 @@ def test_console_counts_a_released_escalations_wait_from_its_release(open_tab, l
 
 def test_console_keeps_a_reply_draft_across_a_reload_until_it_is_sent(open_tab, live_url):
     """Drafts lived in the page's memory: a reload (or a tab the browser discarded) lost the reply the
-    operator was writing. Each escalation's is kept in localStorage, and forgotten once it is sent."""
+    operator was writing. Each escalation's is kept in the tab's storage, and forgotten once it is sent."""
     anna = escalate(live_url, "console-kept-a", "Anna kept, I want to talk to a human")
     ben = escalate(live_url, "console-kept-b", "Ben kept, I want to talk to a human")
     operator = open_tab()
@@ -67,7 +67,8 @@ def test_console_keeps_a_reply_draft_across_a_reload_until_it_is_sent(open_tab, 
     expect(operator.locator("#op-reply")).to_have_value("Ben, one moment please.")
 
     operator.click("#op-signout")  # the next operator at this screen reads none of them
-    kept = operator.evaluate("() => Object.keys(localStorage).filter(k => k.startsWith('gw-operator-draft:'))")
+    kept = operator.evaluate("() => Object.keys(localStorage).concat(Object.keys(sessionStorage))"
+                             ".filter(k => k.startsWith('gw-operator-draft:'))")
     assert kept == []
 
 
@@ -95,3 +96,26 @@ def test_console_tells_the_holder_of_a_stale_claim_that_the_wait_is_for_their_re
     pings.append({"escalation_id": mine, "operator": "kim"})
     expect(operator.locator("#op-notice")).to_have_text(  # the console's next stream: a colleague's claim
         f"Escalation #{mine}: the customer has waited 16 min for kim's reply.", timeout=10_000)
+
+
+def test_a_draft_does_not_outlive_the_tab_it_was_written_in(open_tab, live_url):
+    """Kept in localStorage, a draft outlived its sign-in: the token is the tab's (sessionStorage), so an
+    operator who closed the tab on a shared computer, as people leave, rather than pressing Sign out, left
+    their half-written replies to customers on it for whoever opened the console next."""
+    carla = escalate(live_url, "console-tab-closed", "Carla here, I want to talk to a human")
+    operator = open_tab()
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{carla}']")
+    expect(operator.locator("#op-title")).to_contain_text(f"#{carla}")
+    operator.fill("#op-reply", "Carla, your card ending 4242 was refunded.")
+    operator.reload()  # the tab's own reload keeps it
+    operator.wait_for_selector("#op-live:not([hidden])")
+    operator.click(f".op-item[data-id='{carla}']")
+    expect(operator.locator("#op-reply")).to_have_value("Carla, your card ending 4242 was refunded.")
+
+    operator.close()  # no sign-out: the next person at this screen opens the console
+    following = operator.context.new_page()
+    following.goto(live_url + "/operator")
+    kept = following.evaluate("() => Object.keys(localStorage).concat(Object.keys(sessionStorage))"
+                              ".filter(k => k.startsWith('gw-operator-draft:'))")
+    assert kept == []
