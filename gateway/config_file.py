@@ -314,7 +314,9 @@ def _block_hint(exc: yaml.YAMLError, problem: str, lines: list[str]) -> str:
             return indentation
         key, _, value = lines[mark.line].strip().partition(": ")
         if value and not value.startswith(("'", '"')) and '"' not in value and " #" not in value:
-            return f'; a value with ": " in it must be quoted: write {key}: "{value}"'
+            # In double quotes a backslash is an escape (C:\Docs: an error, \n a line break): single ones then.
+            quoted = "'" + value.replace("'", "''") + "'" if "\\" in value else f'"{value}"'
+            return f'; a value with ": " in it must be quoted: write {key}: {quoted}'
         return '; a value with ": " in it must be quoted'
     if problem == "could not find expected ':'" and start is not None and start.line < len(lines):
         line = lines[start.line].strip()

@@ -135,3 +135,17 @@ def test_a_yaml_slip_a_newcomer_makes_says_how_to_write_it(tmp_path, text, hint)
     with pytest.raises(ConfigError) as caught:
         load_settings(path)
     assert str(caught.value).endswith(hint), str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["Sorry: we are closed", r"Put it in C:\Docs: then run it", r"Mind \n: it's kept"],
+                         ids=["plain", "backslash", "backslash-and-quote"])
+def test_the_quoted_value_a_colon_slip_suggests_loads_as_written(tmp_path, value):
+    """The hint's own line, written as told, must load with the value intact: in double quotes a backslash
+    is an escape, so `C:\\Docs: then` became '"C:\\Docs: then"', a second error (\\D is no escape) or another text."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"bots:\n  - name: acme\n    fallback_text: {value}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    suggested = str(caught.value).split("must be quoted: write ", 1)[1]
+    path.write_text(f"bots:\n  - name: acme\n    {suggested}\n")
+    assert load_settings(path).bots[0].fallback_text == value
