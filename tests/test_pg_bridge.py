@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 
 from structlog.testing import capture_logs
 
@@ -18,6 +19,14 @@ def test_bridge_applies_to_every_postgresql_spelling_and_not_sqlite():
         assert PgBridge.applies_to(url), url
         assert PgBridge(url, sessions=None, bus=EventBus(), wake=None).dsn.startswith("postgresql://")
     assert not PgBridge.applies_to("sqlite+aiosqlite:///var/gateway.db")
+
+
+async def until(condition, what: str, timeout: float = 10.0) -> None:
+    """Until `condition()` holds; fails naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
 
 
 class _RecordingSessions:
@@ -54,7 +63,7 @@ async def test_bridge_joins_waiting_tokens_keeps_order_and_skips_its_own_echo():
     bus.publish("message:1", {"type": "token", "text": "x" * (TOKEN_BATCH_CHARS + 10)})
     bus.publish("message:1", {"type": "done", "status": "sent"})
     sender = asyncio.create_task(bridge._send())
-    await asyncio.sleep(0.05)
+    await until(lambda: sender.done() or len(sessions.payloads) >= 4, "the four events NOTIFYed")
     sender.cancel()
     events = [(p["t"], p["e"]) for p in sessions.payloads]
     assert events[:2] == [("message:1", {"type": "token", "text": "Plus costs $12."}), ("conversation:1", {"type": "message"})]
@@ -80,9 +89,9 @@ async def test_a_turns_events_go_in_one_transaction_and_later_ones_in_the_next()
     sender = asyncio.create_task(bridge._send())
     bus.publish("message:7", {"type": "done", "status": "done"})
     bus.publish("conversation:3", {"type": "message"})
-    await asyncio.sleep(0.05)
+    await until(lambda: sender.done() or len(sessions.payloads) >= 2, "the turn's two events NOTIFYed")
     bus.publish("conversation:3", {"type": "message", "status": "sent"})
-    await asyncio.sleep(0.05)
+    await until(lambda: sender.done() or len(sessions.payloads) >= 3, "the later event NOTIFYed")
     sender.cancel()
     assert [p["t"] for p in sessions.payloads] == ["message:7", "conversation:3", "conversation:3"]
     assert sessions.transactions == 2
@@ -220,9 +229,9 @@ async def test_half_an_emoji_in_a_streamed_token_does_not_stop_the_sender():
     bus.forwarder = bridge._forward
     sender = asyncio.create_task(bridge._send())
     bus.publish("message:1", {"type": "token", "text": "Done \ud83d"})
-    await asyncio.sleep(0.05)
+    await until(lambda: sender.done() or len(sessions.payloads) >= 1, "the half emoji's token NOTIFYed")
     bus.publish("message:1", {"type": "done", "status": "sent"})
-    await asyncio.sleep(0.05)
+    await until(lambda: sender.done() or len(sessions.payloads) >= 2, "the next event NOTIFYed")
     assert not sender.done()
     sender.cancel()
     assert [p["e"] for p in sessions.payloads] == [{"type": "token", "text": "Done \ud83d"},
@@ -244,7 +253,8 @@ async def send_three_events(sessions) -> tuple[list[dict], bool]:
         bus.publish(f"conversation:{n}", {"type": "message"})
     with capture_logs() as logs:
         sender = asyncio.create_task(bridge._send())
-        await asyncio.sleep(0.05)
+        await until(lambda: sender.done() or len(sessions.payloads) >= 3
+                    or any(e["event"] == "pg_bridge.notify_failed" for e in logs), "the three events sent or lost")
         running = not sender.done()
         sender.cancel()
     return logs, running
