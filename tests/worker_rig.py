@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from sqlalchemy import event, select, text
+from sqlalchemy import event, select, text, update
 
 from channels.base import Capabilities
 from gateway.delivery.outbox import Outbox
@@ -16,7 +16,7 @@ from gateway.pipeline import PipelineResult
 from gateway.settings import BotSettings, Settings
 from gateway.worker import Worker
 from storage.engine import create_engine, session_factory
-from storage.models import Message
+from storage.models import Conversation, Message
 
 
 class RecordingAdapter:
@@ -92,11 +92,22 @@ def build_worker(url: str, pipeline, *, lease: float = 5.0, channels: tuple[str,
 
 
 async def kill_worker(worker: Worker, engine) -> None:
-    """End a worker as SIGKILL would: its tasks stop mid-step, its leases and `sending` rows stay behind."""
+    """End a worker as SIGKILL would: its tasks stop mid-step, its leases and `sending` rows stay behind.
+
+    A cancelled drain releases its lease on the way out, which SIGKILL never lets it do: the leases it held
+    are put back as they were, so the next worker waits for them to expire, as after a real crash."""
+    async with worker._sessions() as session:
+        held = (await session.execute(select(Conversation.id, Conversation.lease_owner, Conversation.lease_until)
+                                      .where(Conversation.lease_owner == worker.owner))).all()
     worker._stopping = True
-    for task in [worker._loop_task, *worker._active.values()]:
+    tasks = [task for task in [worker._loop_task, *worker._active.values()] if task is not None]
+    for task in tasks:
         task.cancel()
-    await asyncio.sleep(0.05)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    async with worker._sessions() as session, session.begin():
+        for conversation_id, owner, until in held:
+            await session.execute(update(Conversation).where(Conversation.id == conversation_id)
+                                  .values(lease_owner=owner, lease_until=until))
     await engine.dispose()
 
 
