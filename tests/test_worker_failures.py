@@ -104,8 +104,7 @@ async def test_worker_restart_answers_unanswered_messages_once(migrated_url):
     pipeline = EchoPipeline()
     engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline, lease=1.0)
     await worker.start()
-    await asyncio.sleep(1.2)
-    await worker.run_until_idle(timeout=30)
+    await worker.run_until_idle(timeout=30)  # polls until nothing is pending: past the dead lease's expiry
     await worker.stop()
     assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1", "echo: alice #2"]
     async with sessions() as session:
@@ -147,8 +146,7 @@ async def test_a_tool_call_an_attempt_finished_is_replayed_after_a_crash_then_fo
     retry.handle = replay
     engine, sessions, inbox, worker, adapter = build_worker(migrated_url, retry, lease=1.0)
     await worker.start()
-    await asyncio.sleep(1.2)  # the dead lease expires
-    await worker.run_until_idle(timeout=30)
+    await worker.run_until_idle(timeout=30)  # polls until nothing is pending: past the dead lease's expiry
     await worker.stop()
     assert replayed == [{"name": "create_ticket", "arguments": {"title": "refund"}, "result": {"ticket": "T-1"},
                          "error": None, "escalate": None}]
@@ -274,8 +272,7 @@ async def test_a_message_taken_again_after_a_crash_counts_once_against_the_rate_
     pipeline = EchoPipeline(delay=0)
     engine, sessions, inbox, worker, adapter = build_worker(migrated_url, pipeline, lease=1.0)
     worker.handler.rate_limiter = limiter
-    await asyncio.sleep(1.2)  # the dead lease expires
-    await worker.run_until_idle(timeout=30)
+    await worker.run_until_idle(timeout=30)  # polls until nothing is pending: past the dead lease's expiry
     await inbox.accept("acme", chat_message("alice", 1))
     await worker.run_until_idle(timeout=30)
     assert [t for _, t in adapter.sent] == ["echo: alice #0", "echo: alice #1"]
