@@ -39,6 +39,21 @@ async def _post(client: httpx.AsyncClient, replicas: list[Replica], update: dict
     return acked
 
 
+async def _until_answered(fake: FakeTelegramAPI, expected: dict[int, list[int]], replicas: list[Replica], what: str,
+                          timeout: float = 180.0) -> None:
+    """Until every expected message has a reply; on timeout, fail naming the (chat, update) pairs unanswered."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answered = {(int(sent.chat_id), sent.reply_to) for sent in fake.sent}
+        missing = [(chat, u) for chat, us in expected.items() for u in us if (chat, u) not in answered]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            logs = "\n".join(r.log() for r in replicas)
+            raise AssertionError(f"{what}: no reply within {timeout:.0f} s to (chat, update) {missing}\n{logs}")
+        await asyncio.sleep(0.2)
+
+
 async def test_replicas_answer_each_message_once_in_order_with_a_replica_killed(postgres_url, tmp_path) -> None:
     async with FakeTelegramAPI(TOKEN) as fake:
         configs = [replica_config(tmp_path, database_url=postgres_url, telegram_api=fake.base_url, index=i)
@@ -76,11 +91,17 @@ async def test_replicas_answer_each_message_once_in_order_with_a_replica_killed(
                 await asyncio.gather(killer(), *(chat(client, 9000 + c) for c in range(CHATS)))
             assert victim.proc.returncode is not None and victim.proc.returncode < 0  # really SIGKILLed
 
-            total = CHATS * PER_CHAT
-            deadline = time.monotonic() + 30
-            while len(fake.sent) < total and time.monotonic() < deadline:
-                await asyncio.sleep(0.2)
-            await asyncio.sleep(2 * 2 + 1)  # past a lease expiry: a double answer would show up now
+            await _until_answered(fake, expected, replicas, "the messages")
+            # One more message per chat, answered only after every earlier message of its chat (in order),
+            # so after the dead replica's lease expired and what it held was answered again: a double
+            # answer is stored before this one is, and no fixed wait can fall short under load.
+            async with httpx.AsyncClient() as client:
+                for chat_id in expected:
+                    update_id = chat_id * 100 + PER_CHAT
+                    expected[chat_id].append(update_id)
+                    await _post(client, replicas, telegram_update(update_id, chat_id=chat_id, text="last one"),
+                                copies=1)
+            await _until_answered(fake, expected, replicas, "each chat's last message (sent after the others)")
         finally:
             for replica in replicas:
                 replica.stop()
