@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from gateway.events import ESCALATIONS_TOPIC, EventBus
 from gateway.pg_bridge import MAX_PAYLOAD, PgBridge
-from tests.test_pg_bridge import _RecordingSessions, events_heard, send_three_events, send_until_heard
+from tests.test_pg_bridge import _RecordingSessions, events_heard, send_three_events, send_until_heard, until
 
 
 async def test_a_batch_whose_connection_is_killed_mid_transaction_is_sent_again_on_another(postgres_url):
@@ -87,7 +87,7 @@ async def test_an_event_too_large_for_a_notify_goes_with_its_text_cut_and_marked
     bus.publish(ESCALATIONS_TOPIC, {"type": "claimed", "escalation_id": 9, "bot": "acme", "operator": "sam"})
     with capture_logs() as logs:
         sender = asyncio.create_task(bridge._send())
-        await asyncio.sleep(0.05)
+        await until(lambda: sender.done() or len(sessions.payloads) >= 2, "the two events NOTIFYed")
         sender.cancel()
     first, second = (p["e"] for p in sessions.payloads)
     assert {k: v for k, v in first.items() if k != "text"} == {
