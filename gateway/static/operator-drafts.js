@@ -6,6 +6,11 @@
 (function () {
   "use strict";
   var PREFIX = "gw-operator-draft:";
+  // Drafts were once kept in localStorage, which nothing clears now: one left there (a tab closed without
+  // Sign out) would stay on a shared computer for good, so any found is removed as the console loads.
+  try {
+    Object.keys(localStorage).forEach(function (k) { if (k.indexOf(PREFIX) === 0) localStorage.removeItem(k); });
+  } catch (e) { /* none could have been kept */ }
 
   /** The drafts of the console whose `state` names the operator (`me`) and the escalation shown (`selected`);
    *  what is typed in `box` is kept as the shown escalation's draft. */

@@ -119,3 +119,18 @@ def test_a_draft_does_not_outlive_the_tab_it_was_written_in(open_tab, live_url):
     kept = following.evaluate("() => Object.keys(localStorage).concat(Object.keys(sessionStorage))"
                               ".filter(k => k.startsWith('gw-operator-draft:'))")
     assert kept == []
+
+
+def test_a_draft_an_earlier_version_kept_in_local_storage_is_forgotten(open_tab, live_url):
+    """Drafts were kept in localStorage until the tab's storage took over, and nothing read or removed those
+    afterwards (Sign out clears the tab's): a half-written reply left on a shared computer before the upgrade
+    stayed there for good. The console removes them as it loads."""
+    operator = open_tab()
+    operator.goto(live_url + "/operator")
+    operator.evaluate("() => { localStorage.setItem('gw-operator-draft:sam:7', 'Dana, your card ending 1111…');"
+                      " localStorage.setItem('gw-operator-draft:kim:8', 'Eli, refunded.');"
+                      " localStorage.setItem('other-key', 'kept'); }")
+    operator.reload()
+    operator.wait_for_selector("#op-token")
+    left = operator.evaluate("() => Object.keys(localStorage).sort()")
+    assert left == ["other-key"]
