@@ -53,10 +53,12 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 def allowed_methods(request: Request, said: str) -> list[str]:
     """The methods the request's path takes, of all its routes: Starlette's 405 (`said`, its `Allow`) names
     those of the path's first route only (`/readyz`'s HEAD, not its GET). A 405 from inside a route (the
-    static files) keeps what that said."""
+    static files) keeps what that said. The app's root path, not the request's: a mount (/static) set that to
+    its own, and the rest of the path would be matched as a route's (`/static/operator` as `/operator`)."""
+    root_path = request.scope.get("app_root_path", request.scope.get("root_path", ""))
+
     def takes(method: str) -> bool:
-        probe = {"type": "http", "method": method, "path": request.scope["path"],
-                 "root_path": request.scope.get("root_path", "")}
+        probe = {"type": "http", "method": method, "path": request.scope["path"], "root_path": root_path}
         return any(route.matches(probe)[0] is Match.FULL for route in request.app.routes)
 
     found = [method for method in _METHODS if takes(method)]
