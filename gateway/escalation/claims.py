@@ -44,7 +44,7 @@ class ClaimTransitions:
                 current = await session.get(Escalation, escalation_id)
                 if current.state == "claimed" and current.operator == operator:
                     return current  # a retried claim by the holder is not a conflict
-                raise Conflict(await conflict_now(session, current))
+                raise await conflict_now(session, current)
             escalation = await locked(session, escalation_id)
             await session.execute(
                 update(Conversation).where(Conversation.id == escalation.conversation_id)
@@ -80,7 +80,7 @@ class ClaimTransitions:
                                          Escalation.operator == previous)
                 .values(operator=operator, claimed_at=utcnow()).execution_options(synchronize_session=False))
             if won.rowcount != 1:  # resolved, released or taken by a third operator meanwhile
-                raise Conflict(await conflict_now(session, await session.get(Escalation, escalation.id)))
+                raise await conflict_now(session, await session.get(Escalation, escalation.id))
             escalation = await locked(session, escalation.id)
             await session.execute(
                 update(Conversation).where(Conversation.id == escalation.conversation_id)
@@ -111,7 +111,7 @@ class ClaimTransitions:
                 current = await session.get(Escalation, escalation_id)
                 if current is not None and current.state == "open":
                     raise Conflict(f"escalation {escalation_id} is not claimed")
-                raise Conflict(await conflict_now(session, current))
+                raise await conflict_now(session, current)
             escalation = await locked(session, escalation_id)
             await session.execute(
                 update(Conversation).where(Conversation.id == escalation.conversation_id)

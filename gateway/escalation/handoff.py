@@ -194,7 +194,7 @@ class Escalations(ClaimTransitions):
             escalation = await self.claim(escalation_id, operator=operator, bots=bots, reason="replied")
         if escalation.state != "claimed" or escalation.operator != operator:
             async with self._sessions() as session:
-                raise Conflict(await conflict_now(session, escalation))
+                raise await conflict_now(session, escalation)
         conversation_id = escalation.conversation_id
         try:
             async with self._sessions() as session, session.begin():
@@ -202,7 +202,7 @@ class Escalations(ClaimTransitions):
                 # not let the previous holder's reply through.
                 current = await session.get(Escalation, escalation_id, with_for_update=True)
                 if current is None or current.state != "claimed" or current.operator != operator:
-                    raise Conflict(await conflict_now(session, current))
+                    raise await conflict_now(session, current)
                 # Its conversation as of the lock: a chat's move may have merged the one read above away.
                 # (A plain id: the row itself is expired when the insert below fails and rolls back.)
                 conversation_id = current.conversation_id
@@ -250,7 +250,7 @@ class Escalations(ClaimTransitions):
                     # A retried hand-back (no answer came, a double press) by who made it: done already, as a
                     # claim retried by its holder is. Once the customer asked again, it says where they are.
                     return current
-                raise Conflict(await conflict_now(session, current))
+                raise await conflict_now(session, current)
             escalation = await locked(session, escalation_id)
             conversation = await session.get(Conversation, escalation.conversation_id)
             from_state = conversation.state

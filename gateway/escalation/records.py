@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.errors import Conflict
 from gateway.models import utcnow
 from storage.models import Escalation, EscalationEvent
 from storage.text import storable_text
@@ -52,9 +53,14 @@ def conflict_message(escalation: Escalation | None, *, newer: Escalation | None 
     return f"escalation {escalation.id} is {escalation.state}; claim it first"
 
 
-async def conflict_now(session: AsyncSession, escalation: Escalation | None) -> str:
-    """`conflict_message` as the conversation is now: after a hand-back, the bot answers the customer only
-    while they have not asked for a person again (a newer escalation, which the message then names)."""
+async def conflict_now(session: AsyncSession, escalation: Escalation | None) -> Conflict:
+    """The Conflict of `conflict_message` as the conversation is now: after a hand-back, the bot answers the
+    customer only while they have not asked for a person again (a newer escalation, which the message then
+    names). It carries the state it was worded from: a caller adding what to do next reads no other."""
     resolved = escalation is not None and escalation.state == "resolved"
     newer = await live_escalation(session, escalation.conversation_id) if resolved else None
-    return conflict_message(escalation, newer=newer if newer is not None and newer.id != escalation.id else None)
+    newer = newer if newer is not None and newer.id != escalation.id else None
+    if escalation is None:
+        return Conflict(conflict_message(None))
+    return Conflict(conflict_message(escalation, newer=newer), state=escalation.state,
+                    conversation_id=escalation.conversation_id, asked_again=newer is not None)

@@ -30,7 +30,6 @@ from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
 from gateway.errors import BadRequest, Conflict, NotFound
-from gateway.escalation.records import live_escalation
 from gateway.events import ESCALATIONS_TOPIC
 from gateway.http.deps import MAX_ID, RowId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
@@ -341,15 +340,14 @@ async def reply(escalation_id: RowId, body: ReplyBody, request: Request) -> Resp
             sent = await svc.escalations.send_reply(escalation_id, operator=op.name, text=body.text, bots=op.bots,
                                                     message_id=body.message_id)
         except Conflict as exc:  # handed back: say how to reach the customer again, not only that it is over
-            async with svc.sessions() as session:
-                escalation = await session.get(Escalation, escalation_id)
-                newer = await live_escalation(session, escalation.conversation_id) if escalation else None
-            if escalation is None or escalation.state != "resolved":
+            # Worded from the state the refusal was raised on: read again, a customer asking for a person in
+            # between made the way back follow a message saying the bot answers them (or the reverse).
+            if exc.state != "resolved":
                 return await _held_by_another(request, escalation_id, op, exc)
-            if newer is not None:  # the customer asked for a person again: the message names that escalation
+            if exc.asked_again:  # the customer asked for a person again: the message names that escalation
                 raise
             raise Conflict(f"{exc}; to write to them, take the conversation back: "
-                           f"POST /v1/conversations/{escalation.conversation_id}/claim") from None
+                           f"POST /v1/conversations/{exc.conversation_id}/claim") from None
         async with svc.sessions() as session:
             status = (await session.get(type(sent.message), sent.message.id)).status
         return JSONResponse({"message_id": sent.message.id, "status": status}, status_code=201 if sent.created else 200)

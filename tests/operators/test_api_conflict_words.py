@@ -81,3 +81,29 @@ async def test_a_resolve_repeated_by_who_resolved_it_is_no_conflict(client):
     await _open(client, "conflict-resolve-twice", "I want to talk to a human again")
     later = await client.post(f"/v1/escalations/{eid}/resolve", headers=auth("sam"))
     assert later.status_code == 409 and "asked for a person again" in later.json()["error"]
+
+
+async def test_a_reply_refused_as_the_customer_asks_again_words_the_409_from_the_state_it_was_refused_on(client):
+    """The reply's 409 was worded from a second read of the escalation: when the customer asked for a person
+    again between the refusal and that read, the route re-raised the refusal's own "the bot answers the
+    customer again" without the way back, the refusal and the reread each saying half of two states."""
+    eid, conversation = await _open(client, "conflict-race-1")
+    assert (await client.post(f"/v1/escalations/{eid}/resolve", headers=auth("sam"))).status_code == 200
+    escalations = client.services.escalations
+    refused = escalations.send_reply
+
+    async def refused_then_asked_again(*args, **kwargs):
+        try:
+            return await refused(*args, **kwargs)
+        finally:  # the customer asks again after the refusal, before the route words it
+            await _open(client, "conflict-race-1", "I want to talk to a human again")
+
+    escalations.send_reply = refused_then_asked_again
+    try:
+        late = await client.post(f"/v1/escalations/{eid}/reply", headers=auth("sam"), json={"text": "PS"})
+    finally:
+        del escalations.send_reply
+    assert late.status_code == 409
+    assert late.json()["error"] == (
+        f"escalation {eid} is already resolved by sam: the bot answers the customer again; to write to "
+        f"them, take the conversation back: POST /v1/conversations/{conversation}/claim")
