@@ -177,11 +177,12 @@
    *  redraw that fails after that is shown, but is no failure of the action: a note left in its box as unsent
    *  would have been added twice. `accepted` runs as soon as the server answers, before the redraw. */
   async function act(action, body, accepted) {
+    var id = state.selected;  // the one acted on: the operator may open another before the server answers
     actionFailed("");
     try {
-      await api("/v1/escalations/" + state.selected + "/" + action, { method: "POST", body: body });
+      await api("/v1/escalations/" + id + "/" + action, { method: "POST", body: body });
     } catch (err) { actionFailed(err.message); return false; }
-    if ($("op-notice").dataset.about === String(state.selected)) notice("");  // acted on: read ("took over from you")
+    if ($("op-notice").dataset.about === String(id)) notice("");  // acted on: read ("took over from you")
     if (accepted) accepted();
     try { await Promise.all([loadDetail(), loadList()]); } catch (err) { actionFailed(err.message); }
     return true;

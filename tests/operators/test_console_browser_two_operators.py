@@ -154,3 +154,38 @@ def test_console_drops_a_notice_about_the_escalation_once_the_operator_acts_on_i
     sam.click("#op-takeover")
     sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('held by sam')")
     sam.wait_for_selector("#op-notice", state="hidden")
+
+
+def test_console_an_action_answered_after_the_operator_opened_another_escalation_keeps_that_ones_notice(
+        open_tab, live_url):
+    """Sam claimed one escalation and, while the claim was on its way, opened another that Rex then took over
+    from him: the claim's answer dropped "rex took over … from you" as read, for it cleared the notice of the
+    escalation shown once it came, not of the one acted on."""
+    acted = escalate(live_url, "console-notice-switch-a", "Switch A, I want to talk to a human")
+    shown = escalate(live_url, "console-notice-switch-b", "Switch B, I want to talk to a human")
+    sam = open_tab()
+    assert sam.request.post(f"{live_url}/v1/escalations/{shown}/claim",
+                            headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"}).status == 200
+    sign_in(sam, live_url)
+    sam.click(f".op-item[data-id='{acted}']")
+    sam.wait_for_selector("#op-transcript .op-msg")
+    held: dict[str, object] = {}
+    claim_url = re.compile(rf".*/v1/escalations/{acted}/claim$")
+    sam.route(claim_url, lambda route: held.__setitem__("claim", route))
+    sam.click("#op-claim")
+    for _ in range(WAIT_MS // 50):
+        if "claim" in held:
+            break
+        sam.wait_for_timeout(50)  # the route handler runs while Playwright waits
+    assert "claim" in held
+    sam.click(f".op-item[data-id='{shown}']")
+    sam.wait_for_function("() => document.getElementById('op-transcript').textContent.includes('Switch B')")
+    assert sam.request.post(f"{live_url}/v1/escalations/{shown}/claim", data={"take_over": True},
+                            headers={"Authorization": f"Bearer {OTHER}"}).status == 200
+    sam.wait_for_selector("#op-notice:not([hidden])")
+    with sam.expect_response(claim_url):
+        held["claim"].continue_()
+    # The claim done with: its act moved the focus to the reply box after it dropped (or kept) the notice.
+    sam.wait_for_function("() => document.activeElement === document.getElementById('op-reply')")
+    assert sam.locator("#op-notice").is_visible()
+    assert sam.locator("#op-notice").inner_text() == f"rex took over escalation #{shown} from you."
