@@ -15,7 +15,16 @@ from typing import Any
 import discord
 
 from channels.base import ImmediateResponse, WebhookResult
-from gateway.models import USE_ASK, Attachment, ConversationRef, InboundMessage, Sender, member_thread, utcnow
+from gateway.models import (
+    USE_ASK,
+    Attachment,
+    ConversationRef,
+    InboundMessage,
+    Sender,
+    may_still_come,
+    member_thread,
+    utcnow,
+)
 
 # Channel types whose id is a thread's (public, private, announcement): a thread is one conversation.
 _THREAD_TYPES = {10, 11, 12}
@@ -100,7 +109,8 @@ def revision_of(message_id: int, channel_id: int, data: dict[str, Any] | None, *
     message it names (`InboundMessage.revises`), applied while that message waits for its answer; one
     already answered is not answered again, or every typo fix would be. A server message that now addresses
     the bot and was never stored (ignored for want of its @mention) is the question asked now, in the
-    conversation it would have had (`in_thread`: its channel is a thread). Or the reason it is ignored."""
+    conversation it would have had (`in_thread`: its channel is a thread), and so is a recent DM never stored
+    (its store failed). Or the reason it is ignored."""
     where = ConversationRef(channel="discord", chat=str(channel_id))
     if data is None:
         return InboundMessage(channel="discord", external_id=f"{event}:{message_id}", conversation=where,
@@ -112,12 +122,17 @@ def revision_of(message_id: int, channel_id: int, data: dict[str, Any] | None, *
     if isinstance(edited, str):
         return f"{event}: {edited}"
     addressed = bool(data.get("guild_id")) and not edited.only_while_held
+    # A DM's edit of a message never stored (every DM is) and sent recently, by its snowflake's date: its store failed
+    # and the member edited it since. The edit is the question, as in a Telegram private chat or a Slack DM (its own
+    # id, date and reply kept); an older DM's edit (sent before the bot had the chat, or purged) stays ignored.
+    asked_in_dm = not data.get("guild_id") and may_still_come(discord.utils.snowflake_time(message_id))
     # Its id, which a message stored from it keeps (`meta.platform_message_id`), not its delivery key ("edit-of:…"):
     # the answer replies to it, and the member's later edits and deletion find it.
     # Ordered by its `edited_timestamp`, as Slack's and Telegram's edits by theirs: an older edit handled late (two
     # replicas' connections, a resumed session) does not put back the text the member replaced (`Inbox._revise`).
     return dataclasses.replace(edited, conversation=edited.conversation if addressed else where,
-                               revises=str(message_id), only_while_held=False, new_if_never_stored=addressed,
+                               revises=str(message_id), only_while_held=False,
+                               new_if_never_stored=addressed or asked_in_dm,
                                raw={**edited.raw, "message_id": str(message_id)},
                                revision=_edit_order(data.get("edited_timestamp")))
 

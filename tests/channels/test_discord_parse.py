@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
+import discord
 import pytest
 from nacl.signing import SigningKey
 
@@ -12,7 +14,7 @@ from channels.base import RawRequest
 from channels.discord import DiscordAdapter, classify_gateway_message
 from channels.discord_parse import parse_interaction, revision_of
 from gateway.errors import BadRequest, SignatureInvalid
-from gateway.models import ConversationRef
+from gateway.models import NEVER_STORED_EDIT_WINDOW, ConversationRef, utcnow
 from gateway.settings import DiscordChannel
 from tests.channels.discord_helpers import (
     CHANNEL,
@@ -286,3 +288,17 @@ def test_revision_of_a_message_addressed_by_the_bots_role_reads_as_a_new_one_doe
               "mention_roles": ["99"], "author": {"id": "5", "username": "mason"}}
     revision = revision_of(11, 22, edited, event="MESSAGE_UPDATE", bot_user_id="999", bot_role_ids=("99",))
     assert revision.text == "how do I reset my password" and revision.revises == "11"
+
+
+def test_revision_of_a_dm_is_a_question_if_never_stored_only_while_its_message_may_still_come() -> None:
+    """A DM's edit of a message never stored (its store failed) was ignored, as Telegram's private chats' and Slack's
+    DMs' were: the customer's question went unanswered. Every DM is stored, so one sent within the window (by its
+    snowflake's date) is the question as edited; an older one's edit (sent before the bot had the chat) is not."""
+    now = utcnow()
+    for sent, question in ((now - timedelta(seconds=60), True), (now - NEVER_STORED_EDIT_WINDOW - timedelta(minutes=1), False)):
+        message_id = discord.utils.time_snowflake(sent)
+        edited = {"id": str(message_id), "channel_id": "22", "content": "the price?", "timestamp": sent.isoformat(),
+                  "edited_timestamp": now.isoformat(), "author": {"id": "5", "username": "mason"}}
+        revision = revision_of(message_id, 22, edited, event="MESSAGE_UPDATE", bot_user_id="999")
+        assert revision.revises == str(message_id) and revision.new_if_never_stored is question
+        assert revision.conversation == ConversationRef(channel="discord", chat="22") and revision.text == "the price?"

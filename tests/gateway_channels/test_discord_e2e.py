@@ -7,17 +7,19 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from discord.utils import time_snowflake
 from nacl.signing import SigningKey
 from structlog.testing import capture_logs
 
 from channels.discord import DiscordAdapter, classify_gateway_message
 from channels.discord_followups import Interactions
 from channels.discord_parse import revision_of
-from gateway.models import member_thread
+from gateway.models import member_thread, utcnow
 from storage.models import Conversation
 from tests.english_replies import TEXT_ONLY_REPLY
 from tests.fakes.discord_api import APPLICATION_ID, BOT_USER_ID, INTERACTION_CHANNEL_ID, FakeDiscord, message_object
@@ -347,6 +349,29 @@ async def test_discord_server_message_edited_to_mention_the_bot_is_answered_once
     async with services.sessions() as session:
         conversation = await session.get(Conversation, question.conversation_id)
     assert (conversation.workspace, conversation.thread) == (guild, member_thread(member["id"]))
+
+
+async def test_discord_dm_whose_store_failed_and_was_edited_is_answered_once_on_the_edit(env):
+    """A DM whose store failed, then edited: its edit was ignored as one of a message already answered, and the
+    question went unanswered, where a Telegram private chat's or a Slack DM's is answered (every DM is stored)."""
+    client, services, fake = env
+    reader = DiscordAdapter("acme", services.adapters[("acme", "discord")].settings)
+    await reader.start(services._deliver_for("acme"))
+    channel, sent = "1600000000000000052", datetime.now(timezone.utc) - timedelta(minutes=1)
+    member = {"id": "1300000000000000079", "username": "ned", "discriminator": "0", "avatar": None}
+    edited = {**message_object(message_id=str(time_snowflake(sent)), channel_id=channel, content=QUESTION,
+                               author=member, timestamp=sent.isoformat()), "edited_timestamp": utcnow().isoformat()}
+    try:
+        await asyncio.wait_for(reader.client.wait_until_ready(), timeout=10)
+        for _ in range(2):  # no MESSAGE_CREATE stored: the edit is the first the inbox hears of it
+            await fake.dispatch("MESSAGE_UPDATE", edited)
+        [reply] = await wait_until(lambda: fake.channel_messages(channel), what="the answer to the edit")
+        [question, _] = await settled_chat(services, channel="discord", chat=channel)
+        await settle(services=services)
+    finally:
+        await reader.stop()
+    assert "$" in reply["content"] and len(fake.channel_messages(channel)) == 1
+    assert question.text == QUESTION and question.meta["platform_message_id"] == edited["id"]
 
 
 # Last: stopping the app's adapter closes the HTTP session its replies are sent with.
