@@ -85,8 +85,12 @@ class ThreadRelay(RevisionRelay):
             await self._escalations.reply(escalation.id, operator=operator, text=mrkdwn_to_markdown(inbound.text), bots=None,
                                           source="slack", message_id=f"slack-in-{inbound.id}")
         except (Conflict, BadRequest, NotFound) as exc:
+            # Where to answer instead, from the state the refusal was worded from (`conflict_now`): read again,
+            # a customer asking for a person in between made it follow "the bot answers the customer again".
+            newer = exc.newer_id if isinstance(exc, Conflict) else None
+            where = f" Answer in the thread of escalation #{newer}." if newer else ""
             await self._post(inbound.bot, conversation.chat, f"Not sent to the customer: {named(str(exc)).rstrip('.')}."
-                             f"{await self._newer_escalation(escalation)}", thread_ts=conversation.thread)
+                             f"{where}", thread_ts=conversation.thread)
         return True
 
     async def _refuse_once(self, inbound: Message, conversation: Conversation, *, escalation_id: int, sender: str) -> None:
@@ -121,12 +125,3 @@ class ThreadRelay(RevisionRelay):
         except Exception as exc:  # what it says stands whether or not Slack shows it
             log.warning("slack_operator.post_failed", bot=bot, channel=channel, error=str(exc))
 
-    async def _newer_escalation(self, escalation: Escalation) -> str:
-        """Where to answer instead, when the customer asked for a person again after this thread's
-        escalation was handed back: the old thread refused the reply and said nothing of the new one."""
-        async with self._sessions() as session:
-            newer = (await session.execute(select(Escalation.id).where(
-                Escalation.conversation_id == escalation.conversation_id, Escalation.id > escalation.id,
-                Escalation.state.in_(("open", "claimed"))).order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
-        # The refusal itself says that the customer asked again (`conflict_now`): this says where to answer.
-        return f" Answer in the thread of escalation #{newer}." if newer else ""

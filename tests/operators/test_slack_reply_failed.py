@@ -9,6 +9,8 @@ from urllib.parse import urlencode
 
 import pytest
 
+from gateway.errors import Conflict
+from storage.models import Conversation, Escalation
 from tests.fakes.slack_api import sign
 from tests.gateway_channels.conftest import wait_until
 from tests.operators.conftest import OPS_CHANNEL, SIGNING_SECRET, auth
@@ -91,3 +93,37 @@ async def test_a_reply_in_a_handed_back_thread_points_to_the_customers_new_escal
     assert f"escalation {first} is already resolved by sam, and the customer asked for a person again" in text
     assert text.endswith(f"escalation {second}, open. Answer in the thread of escalation #{second}.")
     assert text.count("asked for a person again") == 1  # said once, not by the refusal and again by Slack
+
+
+class _AskedAgainMeanwhile:
+    """The escalation service, but the customer asks for a person again right after a reply is refused."""
+
+    def __init__(self, real, sessions) -> None:
+        self._real, self._sessions, self.opened = real, sessions, None
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+    async def reply(self, escalation_id: int, **kwargs):
+        try:
+            return await self._real.reply(escalation_id, **kwargs)
+        except Conflict:
+            async with self._sessions() as session, session.begin():
+                conversation = await session.get(Conversation, (await session.get(Escalation, escalation_id)).conversation_id)
+                self.opened = (await self._real.open_in(session, conversation=conversation, reason="again")).id
+            raise
+
+
+async def test_a_refused_reply_is_worded_from_the_state_it_was_refused_on(client, slack, monkeypatch):
+    """Read again after the refusal, a customer asking for a person in between made Slack say "the bot
+    answers the customer again. Answer in the thread of escalation #N": two ways, one of them wrong."""
+    first, thread = await _escalated_and_claimed(client, slack, "DRACE")
+    await client.services.escalations.resolve(first, operator="sam", bots=None)
+    meanwhile = _AskedAgainMeanwhile(client.services.escalations, client.services.sessions)
+    monkeypatch.setattr(client.services.slack_operator, "_escalations", meanwhile)
+    late = _thread_reply("One more thing", thread, "EvRaceLate")
+    assert (await _post_event(client, late)).status_code == 200
+    told = await wait_until(lambda: _in_thread(slack, thread, "Not sent to the customer"))
+    assert meanwhile.opened is not None
+    text = told[0].params["text"]
+    assert text.endswith("the bot answers the customer again.") and "Answer in the thread" not in text
