@@ -5,13 +5,15 @@ once after the restart, its finished tool calls replayed rather than run again."
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 
 import structlog
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from gateway.pipeline import PipelineResult
-from storage.models import Message, Usage
+from storage.models import Conversation, Message, Usage
+from tests.gateway_channels.conftest import wait_until
 from tests.worker_rig import EchoPipeline, answer_one, build_worker, chat_message, kill_worker, worker_settings
 
 
@@ -334,3 +336,47 @@ async def test_a_discord_ask_over_the_rate_limit_always_gets_the_notice(migrated
     notice = limiter.notice("acme")
     assert [t for _, t in adapter.sent] == ["echo: alice #0", notice, notice]
     await engine.dispose()
+
+
+async def test_killing_a_worker_keeps_the_lease_of_a_conversation_claimed_as_it_dies(migrated_url):
+    """`kill_worker` read the leases held before it stopped the loop: a conversation claimed in between had its
+    lease released by the cancelled drain and not put back, so the next worker took it before its lease ran out."""
+    begun: list[str] = []
+    pipeline = EchoPipeline(delay=0)
+
+    async def hang(turn):
+        begun.append(turn.text)
+        await asyncio.sleep(3600)
+
+    pipeline.handle = hang
+    engine, _, inbox, worker, _ = build_worker(migrated_url, pipeline)
+    await inbox.accept("acme", chat_message("alice", 0))
+    await worker.start()
+    await wait_until(lambda: begun, what="alice's turn")  # alice's turn is in flight as the worker dies
+    own, firsts = worker._sessions, []
+
+    @asynccontextmanager
+    async def bob_writes_first():
+        """The kill's first read; right after it, bob writes, and a loop still running begins his turn."""
+        async with own() as session:
+            yield session
+        await inbox.accept("acme", chat_message("bob", 0))
+        await wait_until(lambda: "bob #0" in begun or worker._loop_task.done(), what="bob claimed or no loop")
+
+    def sessions():
+        if asyncio.current_task() is killing and not firsts:
+            firsts.append(True)
+            return bob_writes_first()
+        return own()
+
+    worker._sessions = sessions
+    killing = asyncio.create_task(kill_worker(worker, engine))
+    await killing
+    engine, sessions, *_ = build_worker(migrated_url, EchoPipeline())
+    async with sessions() as session:
+        leases = dict((await session.execute(select(Conversation.chat, Conversation.lease_owner))).all())
+    await engine.dispose()
+    assert firsts and leases["alice"] == worker.owner
+    # Bob's turn, begun before the kill, keeps its lease too; a loop stopped first never claimed him.
+    assert leases.get("bob") == (worker.owner if "bob #0" in begun else None)
+

@@ -95,15 +95,20 @@ async def kill_worker(worker: Worker, engine) -> None:
     """End a worker as SIGKILL would: its tasks stop mid-step, its leases and `sending` rows stay behind.
 
     A cancelled drain releases its lease on the way out, which SIGKILL never lets it do: the leases it held
-    are put back as they were, so the next worker waits for them to expire, as after a real crash."""
+    are put back as they were, so the next worker waits for them to expire, as after a real crash. The loop
+    stops first: a conversation it claimed after the leases were read was released and not put back. Only the
+    loop claims; `_stopping` is set after the read, or a drain between two steps ended and released its lease."""
+    if worker._loop_task is not None:
+        worker._loop_task.cancel()
+        await asyncio.gather(worker._loop_task, return_exceptions=True)
     async with worker._sessions() as session:
         held = (await session.execute(select(Conversation.id, Conversation.lease_owner, Conversation.lease_until)
                                       .where(Conversation.lease_owner == worker.owner))).all()
     worker._stopping = True
-    tasks = [task for task in [worker._loop_task, *worker._active.values()] if task is not None]
-    for task in tasks:
+    drains = list(worker._active.values())
+    for task in drains:
         task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*drains, return_exceptions=True)
     async with worker._sessions() as session, session.begin():
         for conversation_id, owner, until in held:
             await session.execute(update(Conversation).where(Conversation.id == conversation_id)
