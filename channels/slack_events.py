@@ -51,8 +51,7 @@ def parse_event(
         return None, "event without user, channel or ts"
     if user in bot_ids:
         return None, "the bot's own message"
-    channel_type = event.get("channel_type") or ("im" if channel.startswith("D") else "channel")
-    is_dm = channel_type == "im"
+    is_dm = _in_dm(event, channel)
     raw_text = event.get("text") or ""
     mentions = {m for m in re.findall(r"<@([A-Z0-9]+)(?:\|[^>]*)?>", raw_text)}
     thread_ts = event.get("thread_ts")
@@ -151,7 +150,7 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
     # A DM's edit of a message never stored (every DM is) and sent recently, by its `ts`: the DM's delivery failed and
     # the edit came before Slack's retry of it. The edit is the question, stored with the DM's own `ts` and date, and
     # the retry is its duplicate, never answered on the text the customer replaced; an older DM's edit stays ignored.
-    in_dm = (event.get("channel_type") or ("im" if channel.startswith("D") else "")) == "im"
+    in_dm = _in_dm(event, channel)
     the_dm = {"raw": {"message_id": ts}, "sent_at": _sent_at(ts), "reply_to": thread if thread and thread != ts else None} \
         if in_dm else {}
     return InboundMessage(
@@ -196,3 +195,8 @@ def _sent_at(ts: Any) -> datetime:
         return datetime.fromtimestamp(float(ts), tz=timezone.utc)
     except (TypeError, ValueError, OverflowError, OSError):
         return datetime.now(timezone.utc)
+
+
+def _in_dm(event: dict[str, Any], channel: str) -> bool:
+    """Whether the event is in a DM: its `channel_type`, or a DM's channel id (`D…`) where Slack left it out."""
+    return (event.get("channel_type") or ("im" if channel.startswith("D") else "")) == "im"
