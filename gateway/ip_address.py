@@ -19,21 +19,21 @@ def ip_of(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 """The well-known NAT64 prefix (RFC 6052): on a network with NAT64, 64:ff9b::a9fe:a9fe *is* 169.254.169.254."""
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
-"""NAT64's local-use prefix (RFC 8215): a network's own translator, read here as a /96 within it (its IPv4 address
-in the last 32 bits), as DNS64 on a /96 writes it; `local_use_readings` reads it at every length."""
+"""NAT64's local-use prefix (RFC 8215): a network's own translator, whose prefix length within it the address does
+not tell; `local_use_readings` reads it at every length, so it stands for no one IPv4 address (`carried_ipv4`)."""
 _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 """IPv4-compatible addresses (RFC 4291, deprecated): `::7f00:1` is 127.0.0.1 where the kernel still tunnels them."""
 
 
 def carried_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """The IPv4 address an IPv6 one stands for, the way it reaches it: IPv4-mapped (`::ffff:127.0.0.1`),
-    NAT64 (`64:ff9b::7f00:1`, and `64:ff9b:1::7f00:1` under the local-use prefix), 6to4 (`2002:a9fe:a9fe::`),
+    NAT64 (`64:ff9b::7f00:1`; the local-use prefix is read by `local_use_readings`), 6to4 (`2002:a9fe:a9fe::`),
     Teredo's client (`2001:0:…:80ff:fffe`, stored inverted) or IPv4-compatible (`::7f00:1`, but `::` and `::1`,
     IPv6's own unspecified and loopback addresses); else `ip` itself. Why: a rule on IPv4 addresses
     (loopback, link-local) passed over each of them, and each reaches that IPv4 address where it routes."""
     if not isinstance(ip, ipaddress.IPv6Address):
         return ip
-    if ip in _NAT64 or ip in _NAT64_LOCAL or (ip in _IPV4_COMPATIBLE and int(ip) > 1):
+    if ip in _NAT64 or (ip in _IPV4_COMPATIBLE and int(ip) > 1):
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None) or ip
 
