@@ -18,13 +18,15 @@ from channels.render import LITERAL_MARKS, outside
 _HOLD = re.compile("\ue000(\\d+)\ue001")
 _FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
-_MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~>])")
+# Any ASCII punctuation may be backslash-escaped, as in CommonMark: `\<!channel>` is the text "<!channel>".
+_MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 # The URL may be empty ("[a]( )"): such a link becomes its label like any unsafe one (the converter made it `< |a>`).
 # It may hold one level of parentheses (`https://en.wikipedia.org/wiki/Fee_(banking)`): read only up to the
 # first ")", the link was cut there and its rest shown as text.
-# Or be in angle brackets, as CommonMark allows, with spaces in it: `[t](<https://x.io/a b>)`.
+# Or be in angle brackets, as CommonMark allows, with spaces in it: `[t](<https://x.io/a b>)`. Without them it may
+# hold `<` and `>` (not first), which `safe_link_url` percent-encodes: `[t](https://x.io/?q=<2>)`.
 _MD_LINK = re.compile(
-    r"!?\[([^\]\n]*)\]\(\s*(?:<([^<>\n]*)>|((?:[^()\s>]|\([^()\s>]*\))*))(?:\s+\"[^\"]*\")?\s*\)"
+    r"!?\[([^\]\n]*)\]\(\s*(?:<([^<>\n]*)>|(?!<)((?:[^()\s]|\([^()\s]*\))*))(?:\s+\"[^\"]*\")?\s*\)"
 )
 # An HTML entity a model wrote ("A &amp; B") is a character in Markdown, as in CommonMark; with a semicolon only.
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
@@ -86,7 +88,9 @@ def _prose_to_mrkdwn(text: str) -> str | None:
         label = _unescape(match.group(1).strip())
         url = _unescape(match.group(3) if match.group(2) is None else match.group(2).strip().replace(" ", "%20"))
         url = safe_link_url(url)
-        label = escape_mrkdwn(re.sub(r"[*_~`]", "", label)).replace("|", "¦")
+        label = escape_mrkdwn(re.sub(r"[*_~`]", "", label))
+        # Held pieces in the label (inline code, an escaped `\|`) are put back first: a `|` in them ended the label.
+        label = _restore(held, label).replace("|", "¦")
         if not url:
             return hold(label)
         return hold(f"<{url}|{label}>" if label else f"<{url}>")
@@ -112,10 +116,15 @@ def _prose_to_mrkdwn(text: str) -> str | None:
     text = re.sub(r"^(\s*)&gt; (?=\S)", r"\1> ", text, flags=re.MULTILINE)  # keep Markdown quotes as Slack quotes
     lead = len(text) - len(text.lstrip("\n"))
     trail = len(text) - len(text.rstrip("\n"))
-    converted = SlackMarkdownConverter().convert(text)
-    for _ in range(3):  # held values may hold others (inline code inside a link label)
-        converted = _HOLD.sub(lambda m: held[int(m.group(1))], converted)
+    converted = _restore(held, SlackMarkdownConverter().convert(text))
     return "\n" * lead + converted + "\n" * trail
+
+
+def _restore(held: list[str], text: str) -> str:
+    """`text` with the pieces `_prose_to_mrkdwn` held put back."""
+    for _ in range(3):  # held values may hold others (inline code inside a link label)
+        text = _HOLD.sub(lambda m: held[int(m.group(1))], text)
+    return text
 
 
 def _unescape(text: str) -> str:

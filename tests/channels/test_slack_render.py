@@ -103,3 +103,33 @@ def test_slack_an_escaped_mark_stays_literal():
     """Slack has no escape: `\\*not bold\\*` was sent as `*not bold*`, which Slack shows bold."""
     assert markdown_to_mrkdwn("\\*not bold\\* \\_no\\_ \\~no\\~ a\\\\b \\# **bold**") == (
         "∗not bold∗ ＿no＿ ∼no∼ a\\b # *bold*")
+
+
+def test_slack_link_label_or_url_with_control_characters_stays_one_link():
+    """A `|` that reached a label held (escaped `\\|`, or in inline code) was sent raw (`<https://x.io|a|b>`), and a URL
+    holding `<` or `>` was no link at all (`[a](<https://x.io/?q=>&lt;2&gt;)`): each is one link now, its URL
+    percent-encoded and its label without `|` or a raw `<`/`>`."""
+    assert markdown_to_mrkdwn("[a\\|b](https://x.io)") == "<https://x.io|a¦b>"
+    assert markdown_to_mrkdwn("[`a|b` <c>](https://x.io)") == "<https://x.io|`a¦b` &lt;c&gt;>"
+    assert markdown_to_mrkdwn("[a|b & c](https://x.io/?q=1&r=<2>|3)") == (
+        "<https://x.io/?q=1&amp;r=%3C2%3E%7C3|a¦b &amp; c>")
+    assert markdown_to_mrkdwn("[x](<https://x.io/a|b>) https://x.io/c|d") == (
+        "<https://x.io/a%7Cb|x> <https://x.io/c%7Cd>")
+
+
+def test_slack_escaped_angle_bracket_is_text_never_a_mention():
+    """CommonMark's `\\<` is a literal `<`: it was sent as `\\&lt;!channel&gt;`, its backslash shown."""
+    assert markdown_to_mrkdwn("\\<!channel> \\<@U123> <!here> &lt;@U1&gt;") == (
+        "&lt;!channel&gt; &lt;@U123&gt; &lt;!here&gt; &lt;@U1&gt;")
+
+
+_LINK = re.compile(r"<(https?://|mailto:)[^<>\s|]+(\|[^<>|]*)?>")
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.text(alphabet="ab|<>&`\\ *", max_size=12), st.text(alphabet="ab|<>&()", max_size=8))
+def test_slack_any_link_label_and_url_render_as_one_well_formed_link(label: str, path: str):
+    for text in (f"[{label}](<https://x.io/{path}>)", f"[{label}](https://x.io/{path})"):
+        out = markdown_to_mrkdwn(text)
+        assert all(_LINK.fullmatch(token) for token in re.findall(r"<[^<>]*>", out)), (text, out)
+        assert "<" not in _LINK.sub("", out) and ">" not in _LINK.sub("", out), (text, out)
