@@ -345,3 +345,33 @@ def test_slack_dm_edit_is_a_question_if_never_stored_only_while_its_message_may_
     for channel, channel_type, sent in (("D1", "im", old), ("C1", "channel", now - 60)):
         (edit,) = make_adapter().parse_payload(envelope(changed(channel, channel_type, sent))).messages
         assert not edit.new_if_never_stored
+
+
+def test_slack_channel_edit_is_a_question_if_never_stored_where_every_channel_message_is_answered():
+    """With `respond_in_groups: always` every channel message is a question, as a DM is: one whose first delivery
+    failed and that the member edited meanwhile was lost (its edit dropped as one of a message already answered,
+    Slack's retry answered on the replaced text). Its edit is the question now, in the conversation the message
+    would have opened; never in the operator channel, with `mention`, for a deletion or for an old message."""
+    now = time.time()
+
+    def changed(sent: float, *, thread_ts: str | None = None, subtype: str = "message_changed") -> dict:
+        before = {"type": "message", "text": "how much?", "user": "U9", "ts": f"{sent:.6f}",
+                  **({"thread_ts": thread_ts} if thread_ts else {})}
+        event = {"type": "message", "subtype": subtype, "hidden": True, "channel": "C1", "channel_type": "channel",
+                 "ts": f"{now:.6f}", "previous_message": before}
+        if subtype == "message_deleted":
+            return event | {"deleted_ts": before["ts"]}
+        return event | {"message": {**before, "text": "the price?", "edited": {"user": "U9", "ts": f"{now:.6f}"}}}
+
+    always = make_adapter(respond_in_groups="always")
+    (top,) = always.parse_payload(envelope(changed(now - 60))).messages
+    assert top.new_if_never_stored and top.revises == f"{now - 60:.6f}" == top.conversation.thread
+    assert top.raw["message_id"] == top.revises and top.reply_to is None and abs(top.sent_at.timestamp() - now + 60) < 1
+    (reply,) = always.parse_payload(envelope(changed(now - 60, thread_ts="5.5"))).messages
+    assert reply.new_if_never_stored and reply.conversation.thread == reply.reply_to == "5.5"
+    old = now - NEVER_STORED_EDIT_WINDOW.total_seconds() - 60
+    for adapter, event in ((make_adapter(), changed(now - 60)), (always, changed(old)),
+                           (always, changed(now - 60, subtype="message_deleted")),
+                           (make_adapter(respond_in_groups="always", operator_channel="C1"), changed(now - 60))):
+        (edit,) = adapter.parse_payload(envelope(event)).messages
+        assert not edit.new_if_never_stored
