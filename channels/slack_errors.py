@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from slack_sdk.errors import SlackApiError
 
 # The recipient (a channel, a member) cannot be reached: the reply fails for this conversation only.
@@ -23,8 +25,12 @@ def token_refused(method: str, error: str) -> str:
 
 
 def rate_limit_wait(exc: SlackApiError) -> float | None:
-    """The seconds Slack asks to wait (`Retry-After`, 1 when it names none) when `exc` is a rate limit; else None."""
+    """The seconds Slack asks to wait (`Retry-After`, 1 when it names none or no finite number ≥ 0) when `exc` is a rate limit; else None."""
     data = exc.response.data if isinstance(exc.response.data, dict) else {}
     if exc.response.status_code != 429 and data.get("error") != "ratelimited":
         return None
-    return float(exc.response.headers.get("Retry-After", 1) or 1)
+    try:
+        seconds = float(exc.response.headers.get("Retry-After", 1) or 1)
+    except ValueError:  # no number of seconds: failed the send with a ValueError
+        return 1.0
+    return seconds if math.isfinite(seconds) and seconds >= 0 else 1.0  # "inf" waited for ever, "nan" never

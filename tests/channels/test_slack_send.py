@@ -59,6 +59,15 @@ async def test_slack_send_honours_retry_after_once(fake: FakeSlack):
     assert sleeps == [2.0]
 
 
+@pytest.mark.parametrize("header", ["soon", "nan", "-3", "inf", ""])
+async def test_slack_send_malformed_retry_after_waits_one_second(fake: FakeSlack, header: str):
+    """A `Retry-After` that is no number of seconds failed the send with a ValueError (or waited for ever): 1 s it is."""
+    sleeps = Sleeps()
+    fake.fail("chat.postMessage", status=429, retry_after=header)
+    await make_adapter(fake, sleeps=sleeps).send(OutboundMessage(CONV, "hello"))
+    assert sleeps == [1.0] and len(fake.posted()) == 1
+
+
 async def test_slack_send_long_retry_after_surfaces_to_worker(fake: FakeSlack):
     fake.fail("chat.postMessage", status=429, retry_after=120)
     with pytest.raises(ChannelSendError) as info:
