@@ -107,7 +107,9 @@ def _prose_to_mrkdwn(text: str) -> str | None:
     text = _INLINE_CODE.sub(lambda m: hold("`" + escape_mrkdwn(m.group(2)) + "`"), text)
     text = _MD_ESCAPE.sub(lambda m: hold(escape_mrkdwn(LITERAL_MARKS.get(m.group(1), m.group(1)))), text)
     text = _MD_LINK.sub(link, text)
-    text = _AUTOLINK.sub(lambda m: hold(f"<{safe_link_url(m.group(1)) or escape_mrkdwn(m.group(1))}>"), text)
+    # An autolink whose URL is not safe (`<https:x>`) is its text, angle brackets and all, not a Slack link control.
+    text = _AUTOLINK.sub(lambda m: hold(f"<{url}>" if (url := safe_link_url(m.group(1))) else escape_mrkdwn(m.group(0))),
+                         text)
     text = _BARE_URL.sub(bare, text)
     # What is still `[x](y)` is no link by CommonMark (`[a](()`); the converter would make it one, unchecked.
     text = text.replace("](", hold("]("))

@@ -133,3 +133,10 @@ def test_slack_any_link_label_and_url_render_as_one_well_formed_link(label: str,
         out = markdown_to_mrkdwn(text)
         assert all(_LINK.fullmatch(token) for token in re.findall(r"<[^<>]*>", out)), (text, out)
         assert "<" not in _LINK.sub("", out) and ">" not in _LINK.sub("", out), (text, out)
+
+
+def test_slack_an_autolink_that_is_no_safe_url_is_text():
+    """`<https:x>` or `<https://>` matched as an autolink but failed `safe_link_url`, and was sent between raw angle
+    brackets (`<https:x>`): a Slack link control to a URL never vetted. It is its text now, escaped."""
+    assert markdown_to_mrkdwn("<https://> and <http:evil.io> or <https://x.io>") == (
+        "&lt;https://&gt; and &lt;http:evil.io&gt; or <https://x.io>")
