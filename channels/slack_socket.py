@@ -14,7 +14,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.base import Deliver
+from channels.base import Deliver, WebhookResult
 from gateway.errors import ChannelSendError
 
 if TYPE_CHECKING:
@@ -29,7 +29,13 @@ async def open_socket_mode(adapter: SlackAdapter, deliver: Deliver) -> SocketMod
 
     async def on_request(client: SocketModeClient, request: SocketModeRequest) -> None:
         if request.type == "events_api":
-            result = adapter.parse_payload(request.payload)
+            try:
+                result = adapter.parse_payload(request.payload)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError) as exc:
+                # As the Events API route's 400 that Slack does not retry: unacked, it came again with the same error.
+                payload = request.payload if isinstance(request.payload, dict) else {}
+                result = WebhookResult(ignored=(f"unreadable payload ({type(exc).__name__}: {str(exc)[:200]})",),
+                                       extra={"event_id": payload.get("event_id")})
             for reason in result.ignored:
                 log.info("slack.ignored", bot=adapter.bot, reason=reason, event_id=result.extra.get("event_id"))
             # Stored before the ack: if storing fails, Slack redelivers and the inbox deduplicates.

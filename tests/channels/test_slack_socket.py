@@ -123,3 +123,29 @@ async def test_slack_unreachable_at_start_is_retried_in_the_background_and_stop_
     await adapter.stop()
     assert adapter._socket_task is None and adapter._socket is None
     assert make_adapter(api_base="http://127.0.0.1:1/api/").connection_status is None  # Events API: no socket
+
+
+async def test_slack_socket_mode_acks_a_payload_it_cannot_read_and_goes_on(fake: FakeSlack):
+    """What the Events API route answers with a 400 that Slack does not retry (a `text` that is no text) raised in
+    the Socket Mode listener: no ack, so Slack sent it again, and the same error each time."""
+    adapter = make_adapter(fake, app_token=APP_TOKEN)
+    delivered: list[InboundMessage] = []
+    await adapter.start(_collector(delivered))
+    try:
+        for _ in range(100):
+            if fake.sockets:
+                break
+            await asyncio.sleep(0.01)
+        good = json.loads((SLACK_FIXTURES / "event_callback_app_mention.json").read_text())
+        bad = json.loads(json.dumps(good)) | {"event_id": "EvBad"}
+        bad["event"]["text"] = 5
+        with capture_logs() as logs:
+            unreadable = await fake.push(bad)
+            await fake.wait_for_ack(unreadable, timeout=5)
+        first = await fake.push(good)
+        await fake.wait_for_ack(first)
+        assert [m.external_id for m in delivered] == ["Ev111"]
+        assert any(e["event"] == "slack.ignored" and "unreadable" in e["reason"] and e["event_id"] == "EvBad"
+                   for e in logs)
+    finally:
+        await adapter.stop()
