@@ -54,8 +54,9 @@ class ClaimTransitions:
             notice = await self._tell_claimed(session, escalation.conversation_id)
             self._after_commit(session, {"type": "claimed", "escalation_id": escalation_id, "bot": escalation.bot,
                                          "conversation_id": escalation.conversation_id, "operator": operator})
-        if self._metrics:
-            self._metrics.observe_claim(escalation.bot, (now - as_utc(escalation.created_at)).total_seconds())
+        if self._metrics:  # the customer's current wait: from the opening, or from the claim's last release
+            waited = now - as_utc(escalation.waiting_since or escalation.created_at)
+            self._metrics.observe_claim(escalation.bot, waited.total_seconds())
         log.info("escalation.claimed", escalation_id=escalation_id, conversation_id=escalation.conversation_id,
                  operator=operator, bot=escalation.bot)
         if notice is not None:

@@ -44,7 +44,7 @@ class Metrics:
         self.refusals = Counter("gateway_gate1_refusals_total", "Questions refused by gate 1", ["bot"], registry=r)
         self.escalations = Counter("gateway_escalations_total", "Escalations opened", ["bot"], registry=r)
         handoff_buckets = (10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
-        self.time_to_claim = Histogram("gateway_escalation_time_to_claim_seconds", "Escalation opened → claimed",
+        self.time_to_claim = Histogram("gateway_escalation_time_to_claim_seconds", "Escalation waiting (opened or released) → claimed",
                                        ["bot"], buckets=handoff_buckets, registry=r)
         self.time_to_resolve = Histogram("gateway_escalation_time_to_resolve_seconds",
                                          "Escalation opened → resolved", ["bot"], buckets=handoff_buckets, registry=r)
