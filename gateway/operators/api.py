@@ -299,20 +299,20 @@ async def claim(escalation_id: RowId, request: Request, body: ClaimBody | None =
                 escalation_id, operator=op.name, bots=op.bots, take_over=bool(body and body.take_over),
                 reason=body.reason if body else ""))
         except Conflict as exc:
-            return await _held_by_another(request, escalation_id, op, exc)
+            return _held_by_another(escalation_id, op, exc)
 
     return await _guarded(request, action)
 
 
-async def _held_by_another(request: Request, escalation_id: int, op: Operator, exc: Conflict) -> Response:
+def _held_by_another(escalation_id: int, op: Operator, exc: Conflict) -> Response:
     """A claim, reply or resolve refused because another operator holds the escalation: the 409 with a `hint` naming
     `{"take_over": true}`, which an API caller had to find in the README. A field of its own: the error's text
-    is what the console and Slack show, where Take over is a button or no option at all."""
-    async with services(request).sessions() as session:
-        escalation = await session.get(Escalation, escalation_id)
-    if escalation is None or escalation.state != "claimed" or escalation.operator in (None, op.name):
+    is what the console and Slack show, where Take over is a button or no option at all. Worded from the state
+    the refusal carries (`conflict_now`), as its text is: a second read of the row, after the claim passed on
+    or was released, named another holder than the error, or left the hint out of "already claimed by sam"."""
+    if exc.state != "claimed" or exc.operator in (None, op.name):
         raise exc
-    return error(409, str(exc), hint=f"to take it over from {escalation.operator}, "
+    return error(409, str(exc), hint=f"to take it over from {exc.operator}, "
                                      f'POST /v1/escalations/{escalation_id}/claim with {{"take_over": true}}')
 
 
@@ -343,7 +343,7 @@ async def reply(escalation_id: RowId, body: ReplyBody, request: Request) -> Resp
             # Worded from the state the refusal was raised on: read again, a customer asking for a person in
             # between made the way back follow a message saying the bot answers them (or the reverse).
             if exc.state != "resolved":
-                return await _held_by_another(request, escalation_id, op, exc)
+                return _held_by_another(escalation_id, op, exc)
             if exc.asked_again:  # the customer asked for a person again: the message names that escalation
                 raise
             raise Conflict(f"{exc}; to write to them, take the conversation back: "
@@ -365,7 +365,7 @@ async def resolve(escalation_id: RowId, request: Request, body: ResolveBody | No
             return escalation_dict(await svc.escalations.resolve(
                 escalation_id, operator=op.name, bots=op.bots, reason=body.reason if body else ""))
         except Conflict as exc:
-            return await _held_by_another(request, escalation_id, op, exc)
+            return _held_by_another(escalation_id, op, exc)
 
     return await _guarded(request, action)
 

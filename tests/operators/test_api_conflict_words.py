@@ -107,3 +107,28 @@ async def test_a_reply_refused_as_the_customer_asks_again_words_the_409_from_the
     assert late.json()["error"] == (
         f"escalation {eid} is already resolved by sam: the bot answers the customer again; to write to "
         f"them, take the conversation back: POST /v1/conversations/{conversation}/claim")
+
+
+async def test_a_claim_refused_words_its_hint_from_the_holder_it_was_refused_for(client):
+    """The 409's hint came from a second read of the escalation: when the claim passed on between the refusal
+    and that read (taken over by a third operator, or released), the error named sam while the hint named
+    another holder, or the hint was left out while the error still said "already claimed by sam"."""
+    eid, _ = await _open(client, "conflict-hint-race")
+    assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))).status_code == 200
+    escalations = client.services.escalations
+    refused = escalations.claim
+
+    async def refused_then_released(*args, **kwargs):
+        try:
+            return await refused(*args, **kwargs)
+        finally:  # sam releases it after kim's refusal, before the route words the 409
+            await escalations.release(eid, operator="sam", bots=None)
+
+    escalations.claim = refused_then_released
+    try:
+        held = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"))
+    finally:
+        del escalations.claim
+    assert held.status_code == 409
+    assert held.json() == {"error": f"escalation {eid} is already claimed by sam",
+                           "hint": f'to take it over from sam, POST /v1/escalations/{eid}/claim with {{"take_over": true}}'}
