@@ -41,8 +41,8 @@ class ClaimTransitions:
                 .values(state="claimed", operator=operator, claimed_at=now)
                 .execution_options(synchronize_session=False))
             if won.rowcount != 1:
-                current = await session.get(Escalation, escalation_id)
-                if current.state == "claimed" and current.operator == operator:
+                current = await session.get(Escalation, escalation_id)  # None: erased meanwhile (forget)
+                if current is not None and current.state == "claimed" and current.operator == operator:
                     return current  # a retried claim by the holder is not a conflict
                 raise await conflict_now(session, current)
             escalation = await locked(session, escalation_id)

@@ -1,0 +1,55 @@
+"""Claims racing each other and the escalation's erasure: one claim wins, every other gets a 409 that says why."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import delete
+
+from gateway.errors import Conflict
+from storage.models import Escalation
+from tests.operators.conftest import auth
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def _open(client, session_id: str) -> int:
+    chat = (await client.post("/v1/bots/acme/chat", json={"session_id": session_id,
+                                                          "text": "Can I speak to a human agent?"})).json()
+    listed = (await client.get("/v1/escalations?state=open", headers=auth("sam"))).json()["escalations"]
+    return next(e["id"] for e in listed if e["conversation_id"] == chat["conversation_id"])
+
+
+async def test_two_operators_claiming_at_once_one_wins_the_other_is_told_who(client):
+    eid = await _open(client, "race-two-claims")
+    sam, kim = await asyncio.gather(client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam")),
+                                    client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim")))
+    assert sorted([sam.status_code, kim.status_code]) == [200, 409]
+    won, lost = ("sam", kim) if sam.status_code == 200 else ("kim", sam)
+    assert lost.json() == {"error": f"escalation {eid} is already claimed by {won}",
+                           "hint": f'to take it over from {won}, POST /v1/escalations/{eid}/claim with {{"take_over": true}}'}
+    detail = (await client.get(f"/v1/escalations/{eid}", headers=auth("sam"))).json()
+    assert detail["operator"] == won and [e["kind"] for e in detail["events"]].count("claimed") == 1
+
+
+async def test_a_claim_of_an_escalation_erased_meanwhile_is_a_conflict_not_a_crash(client):
+    """The customer's data was erased (`gateway forget`, retention) between the claim's check and its update:
+    the claim read the row it could not update and failed on None (a 500)."""
+    eid = await _open(client, "race-claim-erased")
+    escalations = client.services.escalations
+    found = escalations.get
+
+    async def found_then_erased(*args, **kwargs):
+        escalation = await found(*args, **kwargs)
+        async with escalations._sessions() as session, session.begin():
+            await session.execute(delete(Escalation).where(Escalation.id == eid))
+        return escalation
+
+    escalations.get = found_then_erased
+    try:
+        with pytest.raises(Conflict, match="no longer exists"):
+            await escalations.claim(eid, operator="sam", bots=None)
+    finally:
+        del escalations.get
+
