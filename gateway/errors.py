@@ -56,13 +56,15 @@ class Conflict(GatewayError):
     carries that state, so a caller wording what to do next reads the same state as the message: `state` (None
     when the escalation is gone or the conflict is no state's), its `conversation_id`, and `asked_again`, when a
     resolved one's customer asked for a person again since (the message names that escalation: `newer_id`), and
-    `operator`, who held or resolved it then."""
+    the escalation's `escalation_id` and `operator`, who held or resolved it then."""
 
     def __init__(self, message: str, *, state: str | None = None, conversation_id: int | None = None,
-                 asked_again: bool = False, newer_id: int | None = None, operator: str | None = None) -> None:
+                 asked_again: bool = False, newer_id: int | None = None, operator: str | None = None,
+                 escalation_id: int | None = None) -> None:
         super().__init__(message)
         self.state = state
         self.operator = operator
+        self.escalation_id = escalation_id
         self.conversation_id = conversation_id
         self.asked_again = asked_again
         self.newer_id = newer_id

@@ -64,4 +64,5 @@ async def conflict_now(session: AsyncSession, escalation: Escalation | None) -> 
         return Conflict(conflict_message(None))
     return Conflict(conflict_message(escalation, newer=newer), state=escalation.state,
                     conversation_id=escalation.conversation_id, asked_again=newer is not None,
-                    newer_id=newer.id if newer is not None else None, operator=escalation.operator)
+                    newer_id=newer.id if newer is not None else None, operator=escalation.operator,
+                    escalation_id=escalation.id)

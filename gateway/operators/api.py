@@ -305,8 +305,8 @@ async def claim(escalation_id: RowId, request: Request, body: ClaimBody | None =
 
 
 def _held_by_another(escalation_id: int, op: Operator, exc: Conflict) -> Response:
-    """A claim, reply or resolve refused because another operator holds the escalation: the 409 with a `hint` naming
-    `{"take_over": true}`, which an API caller had to find in the README. A field of its own: the error's text
+    """A claim (of an escalation or of its conversation), reply or resolve refused because another operator holds
+    it: the 409 with a `hint` naming `{"take_over": true}`, which an API caller had to find in the README. A field of its own: the error's text
     is what the console and Slack show, where Take over is a button or no option at all. Worded from the state
     the refusal carries (`conflict_now`), as its text is: a second read of the row, after the claim passed on
     or was released, named another holder than the error, or left the hint out of "already claimed by sam"."""
@@ -386,8 +386,13 @@ async def claim_conversation(conversation_id: RowId, request: Request, body: NoB
     """Take over a conversation whether or not it escalated (no fields; `body` only refuses a malformed one)."""
     svc = services(request)
 
-    async def action(op: Operator) -> dict[str, Any]:
-        return escalation_dict(await svc.escalations.claim_conversation(
-            conversation_id, operator=op.name, bots=op.bots))
+    async def action(op: Operator) -> dict[str, Any] | Response:
+        try:
+            return escalation_dict(await svc.escalations.claim_conversation(
+                conversation_id, operator=op.name, bots=op.bots))
+        except Conflict as exc:  # its escalation is held: the way to take it over, as for an escalation's claim
+            if exc.escalation_id is None:
+                raise
+            return _held_by_another(exc.escalation_id, op, exc)
 
     return await _guarded(request, action)

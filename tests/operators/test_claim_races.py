@@ -53,3 +53,17 @@ async def test_a_claim_of_an_escalation_erased_meanwhile_is_a_conflict_not_a_cra
     finally:
         del escalations.get
 
+
+async def test_two_operators_taking_a_conversation_at_once_the_other_is_told_how_to_take_it_over(client):
+    """Both take the conversation back from the bot at once: the loser's 409 ("already claimed by sam") had no
+    hint, while the same refusal of POST /v1/escalations/{id}/claim names `{"take_over": true}`."""
+    eid = await _open(client, "race-take-conversation")
+    conversation = (await client.get(f"/v1/escalations/{eid}", headers=auth("sam"))).json()["conversation_id"]
+    assert (await client.post(f"/v1/escalations/{eid}/resolve", headers=auth("sam"))).status_code == 200
+    sam, kim = await asyncio.gather(client.post(f"/v1/conversations/{conversation}/claim", headers=auth("sam")),
+                                    client.post(f"/v1/conversations/{conversation}/claim", headers=auth("kim")))
+    assert sorted([sam.status_code, kim.status_code]) == [200, 409]
+    (won, taken), lost = (("sam", sam), kim) if sam.status_code == 200 else (("kim", kim), sam)
+    new = taken.json()["id"]
+    assert lost.json() == {"error": f"escalation {new} is already claimed by {won}",
+                           "hint": f'to take it over from {won}, POST /v1/escalations/{new}/claim with {{"take_over": true}}'}
