@@ -10,11 +10,41 @@
   window.GatewayOperatorActions = function (c) {
     var state = c.state, $ = c.$, api = c.api, showError = c.showError, drafts = c.drafts;
 
-    /** What the operator's own action said went wrong: kept on the page across refreshes. */
-    function actionFailed(message) {
-      state.actionFailed = !!message;
+    /** What the operator's own action on escalation `id` (the one shown, when not given) said went wrong, shown
+     * on that escalation while it is as the refusal found it (`keepsActionError`). An answer that came after the
+     * operator opened another escalation is a notice about the one acted on: in the pane, it read as a refusal
+     * of the escalation shown, and stayed there. */
+    function actionFailed(message, id) {
+      if (id === undefined) id = state.selected;
       // "claimed by slack:U0123" (a 409) names the Slack member as the console does elsewhere.
-      showError("op-error", message && message.replace(/\bslack:[A-Z0-9]+\b/g, c.who));
+      var said = message && message.replace(/\bslack:[A-Z0-9]+\b/g, c.who);
+      if (message && id !== state.selected) {
+        if (state.token) c.notice("Escalation #" + id + ": " + said, id);  // not to the next operator at this screen
+        return;
+      }
+      state.actionError = message ? { id: id, reading: state.detailReadings, seen: null } : null;
+      showError("op-error", said);
+    }
+
+    /** The server refused an action on escalation `id`: said, and the escalation read again, so that what it
+     * was refused on (held by another, resolved) is drawn beside it. */
+    function refused(err, id) {
+      actionFailed(err.message, id);
+      if (!err.unknown && state.selected === id) c.refresh(true);
+    }
+
+    /** Whether the error of an action stays on escalation `d`, drawn by reading number `reading`: a refresh after
+     * a claim lost to another operator came after the 409 and wiped "already claimed by X" at once, so it stays
+     * while the escalation's state and holder are those the first reading after the refusal found ("held by X"),
+     * and goes once they change (X released it: it is open again, and Claim offered beside "claimed by X").
+     * A reading begun before the refusal may show the escalation as it was before: it keeps the error. */
+    function keepsActionError(d, reading) {
+      var e = state.actionError;
+      if (!e || e.id !== d.id) return false;
+      if (reading <= e.reading) return true;
+      var now = d.state + " " + (d.operator || "");
+      if (e.seen === null) e.seen = now;
+      return e.seen === now;
     }
 
     /** Take the shown escalation's conversation back from the bot (`POST /v1/conversations/{id}/claim`): a
@@ -26,7 +56,7 @@
       var taken;
       try {
         taken = await api("/v1/conversations/" + d.conversation_id + "/claim", { method: "POST" });
-      } catch (err) { actionFailed(err.message); return; }
+      } catch (err) { refused(err, d.id); return; }
       await c.select(taken.id);
       c.loadList().catch(function () {});  // said beside the list
       if (state.selected === taken.id) $("op-reply").focus();
@@ -40,10 +70,10 @@
       actionFailed("");
       try {
         await api("/v1/escalations/" + id + "/" + action, { method: "POST", body: body });
-      } catch (err) { actionFailed(err.message); return false; }
+      } catch (err) { refused(err, id); return false; }
       if ($("op-notice").dataset.about === String(id)) c.notice("");  // acted on: read ("took over from you")
       if (accepted) accepted();
-      try { await Promise.all([c.loadDetail(), c.loadList()]); } catch (err) { actionFailed(err.message); }
+      try { await Promise.all([c.loadDetail(), c.loadList()]); } catch (err) { actionFailed(err.message); }  // the one shown: its reading
       return true;
     }
 
@@ -82,7 +112,7 @@
           body: { text: text, message_id: pending.messageId } });
       } catch (err) {
         if (err.unknown) pending.phase = "unknown";
-        else { forget(id, pending); actionFailed(err.message); }  // refused: nothing was sent
+        else { forget(id, pending); refused(err, id); }  // refused: nothing was sent
         showReplyState();
         return;
       }
@@ -99,7 +129,7 @@
       try { await Promise.all([c.loadDetail(), c.loadList()]); } catch (err) { showError("op-error", err.message); }
     }
 
-    return { actionFailed: actionFailed, takeConversation: takeConversation, act: act,
+    return { actionFailed: actionFailed, keepsActionError: keepsActionError, takeConversation: takeConversation, act: act,
              showReplyState: showReplyState, sendReply: sendReply };
   };
 })();

@@ -67,9 +67,8 @@
       $("op-reply-form").querySelector("button[type=submit]").disabled = d.state === "resolved" || theirs;
       $("op-reply").placeholder = theirs ? who(d.operator) + " holds this escalation: take it over to reply." : "";
       showNewer();
-      // A refresh after a claim lost to another operator came after the 409 and wiped "already claimed by
-      // X" at once: what an action said stays until the next action, or another escalation is shown.
-      if (!same || !state.actionFailed) actionFailed("");
+      // What an action on this escalation said went wrong stays while it is as the refusal found it.
+      if (!c.keepsActionError(d, reading)) actionFailed("");
       showReplyState();
       // On a phone the escalation sits below the list (operator.css): a newly shown one is brought into view
       // here, where it is drawn. The pick's own reading is not drawn when a live event's newer one overtook

@@ -36,6 +36,7 @@
   var detail = window.GatewayOperatorDetail({
     state: state, $: $, api: api, el: render.el, who: who, when: render.when, learnNames: learnNames,
     renderMessage: render.renderMessage, showNewer: list.showNewer, actionFailed: actions.actionFailed,
+    keepsActionError: actions.keepsActionError,
     showReplyState: actions.showReplyState, showError: showError, refresh: live.refresh,
   });
   var loadDetail = c.loadDetail = detail.loadDetail, loadOlder = detail.loadOlder;
@@ -110,7 +111,8 @@
     document.title = "Operator console";
     // Nothing of this operator's session stays for the next one to sign in at this screen: the
     // escalation open (of bots the next may not serve), its draft reply, the list and its notices.
-    Object.assign(state, { selected: null, detail: null, unsent: {}, escalations: [], unread: {}, names: {} });
+    Object.assign(state, { selected: null, detail: null, unsent: {}, escalations: [], unread: {}, names: {},
+                           actionError: null });
     state.listLoads++;  // a list or an escalation still loading is not drawn
     state.detailReadings++;
     $("op-escalations").replaceChildren();
