@@ -288,8 +288,27 @@ def _unclosed_quote_hint(start, lines: list[str]) -> str:
     line, quote = lines[start.line], lines[start.line][start.column]
     where = f"the {quote} at line {start.line + 1}, column {start.column + 1} is never closed"
     if plain := re.fullmatch(rf"\s*(?:-\s+)?([\w.-]+):\s+{quote}([^\"']*?)\s*", line):
-        return f"; {where}: write {plain[1]}: {quote}{plain[2]}{quote}"
+        return f"; {where}: write {plain[1]}: {quote}{_shown(plain[1], plain[2])}{quote}"
     return f"; {where}: end its text with another {quote}"
+
+
+# A value that reads as a credential whatever its key: a provider's key prefix, a long hex string, or a long word
+# of mixed case and digits (a Telegram token); not `text-embedding-3-small`, `openai/gpt-4o-mini`.
+_SECRET_LOOKING = re.compile(r"(sk|pk|rk|hf|ghp|gho|glpat|github_pat|xox[abpr]|xapp)[-_]\w{8,}.*|(AKIA|AIza)\w{12,}"
+                             r"|[0-9a-fA-F]{24,}|(?=\S*\d)(?=\S*[a-z])(?=\S*[A-Z])[\w:.+/=-]{20,}")
+
+
+def _shown(key: str, value: str) -> str:
+    """`value` as a hint may quote it: `…` in its place when its key is named like a credential (`api_key`,
+    `signing_secret`, a header's `Authorization`) or it looks like one, and it is no `${VAR}`. A hint echoed the
+    slipped line, and a key written there in the clear (`api_key:sk-…`, before the file refuses it) went to the
+    terminal, `gateway serve`'s log and CI's output."""
+    from gateway.url_secrets import is_credential_name
+
+    if not value.strip() or _ENV_REF.fullmatch(value.strip()):
+        return value
+    named = key in SECRET_KEYS or bool(_SECRET_NAME.search(key)) or is_credential_name(key)
+    return "…" if named or _SECRET_LOOKING.fullmatch(value.strip()) else value
 
 
 def _block_hint(exc: yaml.YAMLError, problem: str, lines: list[str]) -> str:
@@ -304,7 +323,9 @@ def _block_hint(exc: yaml.YAMLError, problem: str, lines: list[str]) -> str:
         return ""
     for number in range(min(mark.line, len(lines) - 1), max(mark.line - 2, -1), -1):
         if dashed := re.fullmatch(r"\s*-([^\s-].*)", lines[number]):
-            return f"; line {number + 1} is no list item: a dash needs a space after it (- {dashed[1].rstrip()})"
+            key, colon, value = dashed[1].rstrip().partition(": ")
+            item = f"{key}: {_shown(key, value)}" if colon else _shown("", key)
+            return f"; line {number + 1} is no list item: a dash needs a space after it (- {item})"
     indentation = (f"; check the indentation of line {mark.line + 1}: the keys of one mapping, and the items of "
                    "one list, start in the same column")
     if re.fullmatch(r"expected <block end>, but found '<block (mapping|sequence) start>'", problem):
@@ -314,6 +335,8 @@ def _block_hint(exc: yaml.YAMLError, problem: str, lines: list[str]) -> str:
             return indentation
         key, _, value = lines[mark.line].strip().partition(": ")
         if value and not value.startswith(("'", '"')) and '"' not in value and " #" not in value:
+            if _shown(key, value) != value:  # a credential's: the line's number and key alone
+                return f'; a value with ": " in it must be quoted: write {key}: "…"'
             # In double quotes a backslash is an escape (C:\Docs: an error, \n a line break): single ones then.
             quoted = "'" + value.replace("'", "''") + "'" if "\\" in value else f'"{value}"'
             return f'; a value with ": " in it must be quoted: write {key}: {quoted}'
@@ -322,7 +345,7 @@ def _block_hint(exc: yaml.YAMLError, problem: str, lines: list[str]) -> str:
         line = lines[start.line].strip()
         if glued := re.fullmatch(r"(-\s+)?([\w.-]+):(?!//)(\S.*)", line):
             return (f"; line {start.line + 1} is no `key: value`: a key needs a space after its colon "
-                    f"({glued[2]}: {glued[3]})")
+                    f"({glued[2]}: {_shown(glued[2], glued[3])})")
         return (f"; line {start.line + 1} is no `key: value`: a key needs a space after its colon, and a text over "
                 "several lines goes in quotes or under `key: >`, indented below it")
     return ""

@@ -149,3 +149,32 @@ def test_the_quoted_value_a_colon_slip_suggests_loads_as_written(tmp_path, value
     suggested = str(caught.value).split("must be quoted: write ", 1)[1]
     path.write_text(f"bots:\n  - name: acme\n    {suggested}\n")
     assert load_settings(path).bots[0].fallback_text == value
+
+
+SECRET = "sk-live-Ab12Cd34Ef56Gh78Ij90"
+
+
+@pytest.mark.parametrize(("text", "hint"), [
+    (f"models:\n  - model_name: m\n    litellm_params:\n      model: x\n      api_key:{SECRET}\n      timeout: 30\n",
+     "; line 5 is no `key: value`: a key needs a space after its colon (api_key: …)"),
+    (f"bots:\n  - name: acme\n    channels:\n      telegram: {{token: \"{SECRET}}}\n    model: offline\n",
+     "; the \" at line 4, column 25 is never closed: end its text with another \""),
+    (f"bots:\n  - name: acme\n    channels:\n      slack:\n        signing_secret: \"{SECRET}\n",
+     "; the \" at line 5, column 25 is never closed: write signing_secret: \"…\""),
+    (f"models:\n  - model_name: m\n    litellm_params:\n      api_key: Bearer: {SECRET}\n",
+     '; a value with ": " in it must be quoted: write api_key: "…"'),
+    (f"operators:\n  - name: sam\n    bots:\n      - acme\n      -{SECRET}\n",
+     "; line 5 is no list item: a dash needs a space after it (- …)"),
+    (f"bots:\n  - name: acme\n    model:{SECRET}\n    fallbacks: []\n",
+     "; line 3 is no `key: value`: a key needs a space after its colon (model: …)"),
+], ids=["glued-key", "unclosed-in-braces", "unclosed", "colon-in-value", "dash", "secret-under-another-key"])
+def test_a_yaml_slip_on_a_line_with_a_secret_does_not_echo_it(tmp_path, text, hint):
+    """The hints that say how to write a slipped line quoted its value: a literal key written on it (`api_key:sk-…`,
+    before the file refuses it) went to the terminal, the log of `gateway serve` and CI's output. The line's number
+    and key are shown, the value of a key named like a credential, or that looks like one, is not."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    said = str(caught.value)
+    assert SECRET not in said and SECRET[:12] not in said and said.endswith(hint), said
