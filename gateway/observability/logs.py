@@ -30,9 +30,12 @@ def configure_logging_for(settings, *, level: str | None = None, fmt: str | None
                       + source_url_secrets(settings) + model_secrets(settings))
 
 
-# The provider credentials LiteLLM reads from the environment (OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, …), for
-# `embedding.model: litellm/…` and a model without `api_key`: no config key names them, and a 401 may quote one.
-_PROVIDER_ENV_KEY = re.compile(r"(_API_KEY|_SECRET_ACCESS_KEY|_SESSION_TOKEN|_AD_TOKEN|_API_TOKEN)$", re.IGNORECASE)
+# The provider credentials LiteLLM and its callbacks read from the environment (OPENAI_API_KEY, HF_TOKEN,
+# WATSONX_APIKEY, LANGFUSE_SECRET_KEY, AWS_SECRET_ACCESS_KEY, …), for `embedding.model: litellm/…` and a model without
+# `api_key`, and any other credential there (DB_PASSWORD, a signing secret): no config key names them, and a 401 or a
+# driver's error may quote one. By the name's last word(s): not MAX_TOKENS, GITHUB_TOKEN_FILE (a path), LANGFUSE_PUBLIC_KEY.
+_PROVIDER_ENV_KEY = re.compile(
+    r"(^|_)(API_?KEY|SECRET(_ACCESS)?_KEY|PRIVATE_KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE)$", re.IGNORECASE)
 # Shorter is a local server's placeholder (`ollama`, `lm-studio`, `sk-1234`), a word that names the model and
 # server too, not a key: no provider issues one that short (30 characters and more).
 MIN_ENV_SECRET_CHARS = 16

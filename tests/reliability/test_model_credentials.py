@@ -155,3 +155,35 @@ def test_a_placeholder_in_a_provider_variable_is_no_secret(tmp_path, monkeypatch
     configure_logging_for(settings, level="WARNING", fmt="json")
     said = "the model ollama/llama3 (lm-studio) failed: key sk-ant-api03-real-key-0123, served by ollama"
     assert redact(said) == "the model ollama/llama3 (lm-studio) failed: key [REDACTED], served by ollama"
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "DATABRICKS_TOKEN", "WATSONX_APIKEY", "LANGFUSE_SECRET_KEY",
+                                  "DB_PASSWORD", "SLACK_SIGNING_SECRET", "TWILIO_AUTH_TOKEN", "TOKEN", "SECRET_KEY",
+                                  "GITHUB_APP_PRIVATE_KEY", "MINIO_SECRET_ACCESS_KEY", "azure_api_key"])
+def test_a_credential_in_the_environment_named_as_providers_and_tools_name_them_is_redacted(
+        tmp_path, monkeypatch, name):
+    """LiteLLM and its callbacks read more than `*_API_KEY` (HF_TOKEN, DATABRICKS_TOKEN, WATSONX_APIKEY,
+    LANGFUSE_SECRET_KEY), and a tool's or driver's error may quote a password from the environment: those were
+    shown whole. Any variable whose name ends in a credential's word is read now, 16 characters and more."""
+    from gateway.settings import load_settings
+
+    monkeypatch.setenv(name, "  cred-0123456789abcdef\n")
+    settings = load_settings(write_config(tmp_path))
+    configure_logging_for(settings, level="WARNING", fmt="json")
+    assert redact("401: bad credential cred-0123456789abcdef") == "401: bad credential [REDACTED]"
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("HF_TOKEN", "hf_short"),  # under 16 characters: a placeholder
+    ("MAX_TOKENS", "4096-tokens-at-most"), ("TOKENIZERS_PARALLELISM", "false-for-the-tests"),
+    ("GITHUB_TOKEN_FILE", "/run/secrets/github-token"), ("LANGFUSE_PUBLIC_KEY", "pk-lf-public-0123456789"),
+    ("GPG_KEY", "A035C8C19219BA821ECEA86B64E628F8D684696D"), ("SECRETARY_NAME", "ada-lovelace-the-first")])
+def test_a_variable_that_only_looks_like_a_credential_is_left_readable(tmp_path, monkeypatch, name, value):
+    """A count, a switch, a path to a secret file, a public key and a fingerprint are no credentials: redacted, each
+    took its words out of every log line that named them (`/run/secrets/github-token` in a startup error)."""
+    from gateway.settings import load_settings
+
+    monkeypatch.setenv(name, value)
+    settings = load_settings(write_config(tmp_path))
+    configure_logging_for(settings, level="WARNING", fmt="json")
+    assert redact(f"see {value}") == f"see {value}"
