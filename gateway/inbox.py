@@ -20,6 +20,7 @@ from storage import message_meta
 from storage import repositories as repo
 from storage.chat_moves import move_chat, unfinished_moves
 from storage.conflicts import run_again_on_conflict
+from storage.forgotten import was_forgotten
 from storage.message_meta import first_stored_edit_key
 from storage.meta_keys import merged_meta, stored_revision_before
 from storage.models import Conversation, Message
@@ -320,6 +321,13 @@ class Inbox:
                 select(Message.id).join(Conversation, Message.conversation_id == Conversation.id).where(
                     Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
                     Conversation.chat == edit.conversation.chat, _names(edit)).limit(1))).first()
+            # Never stored, or deleted by `gateway forget` (storage/forgotten.py): then its edit must not store it again.
+            forgotten = unknown and await was_forgotten(session, bot=bot, channel=edit.channel,
+                                                        chat=edit.conversation.chat, platform_message_id=edit.revises)
+        if forgotten:
+            log.info("inbound.ignored", bot=bot, channel=edit.channel, external_id=edit.external_id,
+                     reason="an edit of a message `gateway forget` deleted")
+            return None
         if unknown:  # its first version was ignored (a group message without the bot's @mention), or its delivery failed
             # Stored under a key of the message it edits, not of this update: two edits handled at once both
             # found it never stored (that check and this store are two transactions), and both were stored

@@ -20,6 +20,7 @@ from gateway.models import utcnow
 from gateway.operators.slack_forget import OperatorThread
 from gateway.operators.slack_purged import erase_purged_threads, keep_purged_threads
 from gateway.settings import Settings
+from storage.forgotten import drop_old_forgotten, remember_forgotten
 from storage.message_meta import sent_by, stored_sender
 from storage.models import Contact, Conversation, DataDeletion, Document, Escalation, Message, RemovedChat
 from storage.opt_outs import first_opt_out, kept_for_opt_out
@@ -197,6 +198,10 @@ async def _forget(session: AsyncSession, *, channel: str, user: str, actor: str)
     # a turn's store takes them.
     await _lock_with_escalations(session, found.order_by(Conversation.id))
     ids = list((await session.execute(found.where(~others))).scalars())
+    # What an edit of one of their messages names, kept (a sha256, no text): stored again from its edit otherwise.
+    for part in _parts(ids):
+        await remember_forgotten(session, Message.conversation_id.in_(part))
+    await remember_forgotten(session, theirs)
     report.operator_threads = await _delete_conversations(session, ids, report)
     # What is left of theirs is in the others' conversations. The replies first: deleting a message
     # sets its replies' `reply_to_id` to NULL, and they could not be told apart after.
@@ -360,6 +365,7 @@ async def run_retention(sessions: async_sessionmaker[AsyncSession], settings: Se
         await purge_expired(sessions, settings, report=report)
         async with sessions() as session, session.begin():
             await purge_early_receipts(session)  # receipts whose send was never recorded: nothing to attach to
+            await drop_old_forgotten(session)  # the keys `gateway forget` keeps of what it deleted, once old
         # Knowledge opens its index lazily; without an open index the sources wait for the next run.
         index = getattr(knowledge, "index", None)
         if index is not None:

@@ -342,3 +342,13 @@ class PurgedOperatorThread(Base):
     why: Mapped[str | None] = mapped_column(Text, default=None)  # why its last attempt failed
     since: Mapped[datetime] = mapped_column(default=utcnow)
     tried: Mapped[datetime | None] = mapped_column(default=None)  # its last attempt: a run takes the longest waiting
+
+
+class ForgottenMessage(Base):
+    """An inbound message `gateway forget` deleted, as a sha256 of where it was (storage/forgotten.py): an edit of it
+    that the platform sends later is not stored as the question it would be for a message never stored."""
+
+    __tablename__ = "forgotten_messages"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)  # no text, name, user or chat id
+    forgotten_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
