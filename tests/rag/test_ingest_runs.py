@@ -264,3 +264,30 @@ async def test_a_runs_errors_are_stored_and_sent_redacted(sessions, tmp_path, mo
     async with sessions() as session:
         stored = (await session.get(IngestRun, run)).errors
     assert sent == stored == ["AuthenticationError: Incorrect API key provided: [REDACTED]"]
+
+
+async def test_errors_an_older_gateway_stored_whole_are_redacted_where_they_are_read(tmp_path, monkeypatch, capsys):
+    """Rows written before errors were stored redacted (or with a key only a newer gateway knows to redact, HF_TOKEN)
+    hold the key whole: /readyz and `gateway ingest-runs` (its lines and --json) redact them as they read them."""
+    from gateway.cli import main
+
+    monkeypatch.setenv("HF_TOKEN", "hf_envtoken0123456789abcd")
+    monkeypatch.setenv("WIKI_PASS", "wiki-pass-0123456789")
+    error = ("AuthenticationError: Invalid token hf_envtoken0123456789abcd; "
+             "https://reader:wiki-pass-0123456789@wiki.example.com/p: answered 401")
+    bot = {"name": "acme", "sources": [{"name": "docs", "type": "directory", "path": str(tmp_path), "schedule": "0 3 * * *"}]}
+    async with app_client(tmp_path, bots=[bot], start_worker=False) as client:
+        sessions = client.services.sessions
+        async with sessions() as session:  # as an older gateway wrote it: the error whole
+            session.add(IngestRun(bot="acme", source="docs", trigger="schedule", status="failed", errors=[error],
+                                  duration_s=1.0))
+            await session.commit()
+        ready = (await client.get("/readyz")).json()["ingest"]["acme/docs"]
+    said = "AuthenticationError: Invalid token [REDACTED]; https://reader:[REDACTED]@wiki.example.com/p: answered 401"
+    assert ready["error"] == said
+    config = str(tmp_path / "config.yaml")
+    assert await asyncio.to_thread(main, ["ingest-runs", "--config", config]) == 0
+    assert await asyncio.to_thread(main, ["ingest-runs", "--config", config, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert f"    ! {said}\n" in out and f'"errors": ["{said}"]' in out
+    assert "hf_envtoken" not in out and "wiki-pass" not in out
