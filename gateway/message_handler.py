@@ -39,6 +39,7 @@ from gateway.delivery.typing_indicator import TYPING_REFRESH_S, WaitingIndicator
 from gateway.edits_meanwhile import queue_edits_made_meanwhile, taken_back
 from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import OPT_COMMANDS, CallerIdentity, ConversationRef, as_utc, utcnow
+from gateway.observability.logs import redact
 from gateway.pipeline import Pipeline, PipelineResult, Turn
 from gateway.pipeline.core import handoff
 from gateway.pipeline.tool_journal import META_KEY as TOOL_RUNS
@@ -352,7 +353,7 @@ class MessageHandler:
                     await self._on_escalate(session, conversation=conversation, reason=result.escalate,
                                            trigger=result.trigger or "other")
             message.status = status
-            message.error = storable_text(error) if error else error
+            message.error = storable_text(redact(error)) if error else error  # an exception's words may quote a key
             message.updated_at = utcnow()
             if TOOL_RUNS in (message.meta or {}):
                 # Finished, so never attempted again: its calls are stored with the reply, not twice.

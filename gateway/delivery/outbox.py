@@ -55,6 +55,7 @@ from gateway.errors import BotRemoved, ChannelError, ChannelSendError, Recipient
 from gateway.events import ESCALATIONS_TOPIC, EventBus, conversation_topic
 from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundMessage, as_utc, utcnow
 from gateway.observability import otel
+from gateway.observability.logs import redact
 from storage import repositories as repo
 from storage.models import Contact, Conversation, Escalation, Message, RemovedChat
 from storage.opt_outs import with_opt_out
@@ -265,6 +266,9 @@ class Outbox:
             except Exception as exc:  # an adapter bug must not leave the reply in limbo
                 bound.exception("outbound.adapter_crashed")
                 status, reason, error = "failed", "adapter_error", f"adapter error: {type(exc).__name__}"
+        # A platform's or a library's words may quote what they were sent with (Telegram's API URL holds the bot's
+        # token): stored, shown to operators (console, `reply_failed`) and logged redacted.
+        error = redact(error) if error else error
         if status != "retry":
             # The reply is settled: every part that reached the customer, this attempt's and earlier ones'.
             provider_ids = _merged(delivered, provider_ids)

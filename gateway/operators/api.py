@@ -33,6 +33,7 @@ from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.events import ESCALATIONS_TOPIC
 from gateway.http.deps import MAX_ID, RowId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
+from gateway.observability.logs import redact
 from gateway.operators.auth import Operator
 from gateway.operators.summary import summarize, summary_messages
 from storage import repositories as repo
@@ -273,7 +274,9 @@ async def get_escalation(escalation_id: RowId, request: Request,
                 # Why a reply never reached the customer (blocked the bot, outside WhatsApp's 24 hours),
                 # or has not yet (`pending`: its send failed, a retry is due): the operator must know their
                 # answer did not arrive.
-                "error": m.error if m.direction == "out" and m.status in ("failed", "pending", "sending") else None,
+                # Redacted as read too: an older gateway stored a platform's words whole (a token in a URL).
+                "error": redact(m.error) if m.error and m.direction == "out" and m.status in ("failed", "pending", "sending")
+                else None,
                 # Where the customer came from: a Telegram deep link's `/start order123`, whose text is empty.
                 **({"start_payload": (m.meta or {})["start_payload"]} if (m.meta or {}).get("start_payload") else {}),
             } for m in messages],

@@ -295,3 +295,43 @@ async def test_stale_claim_taken_over_pings_again_when_the_new_holder_does_not_a
         assert eid in await reminders.run_once(now=taken_at + TIMEOUT + timedelta(seconds=5))
         event = await _next_event(queue, "stale_claim")
     assert event["operator"] == "kim" and event["escalation_id"] == eid
+
+
+async def test_a_send_error_quoting_a_credential_is_stored_and_shown_redacted(client):
+    """A platform's or a client library's error may quote what it was sent with (Telegram's API URL holds the
+    bot's token): the outbox stored it whole in `messages.error`, which the console, its live `reply_failed`
+    event and the operator API showed. It is stored redacted now, and a row stored before is redacted as read."""
+    from gateway.errors import ChannelSendError
+    from tests.operators.conftest import BOT_TOKEN
+
+    services = client.services
+    eid, _ = await _open(client, "rec-secret")
+    sent = await client.post(f"/v1/escalations/{eid}/reply", headers=auth("sam"), json={"text": "Hello?"})
+    message_id = sent.json()["message_id"]
+    async with services.sessions() as session, session.begin():
+        await session.execute(update(Message).where(Message.id == message_id).values(status="pending"))
+
+    class Leaking:
+        capabilities = services.adapters[("acme", "web")].capabilities
+
+        async def send(self, message):
+            raise ChannelSendError(f"POST https://api.example.com/bot{BOT_TOKEN}/send: 401", permanent=True)
+
+    web = services.adapters[("acme", "web")]
+    services.adapters[("acme", "web")] = Leaking()
+    try:
+        async with services.bus.subscribe(ESCALATIONS_TOPIC) as queue:
+            assert await services.outbox.deliver(message_id) == "failed"
+            event = await _next_event(queue, "reply_failed")
+    finally:
+        services.adapters[("acme", "web")] = web
+    async with services.sessions() as session:
+        stored = (await session.get(Message, message_id)).error
+    detail = (await client.get(f"/v1/escalations/{eid}", headers=auth("sam"))).json()
+    [shown] = [m["error"] for m in detail["messages"] if m["id"] == message_id]
+    for said in (stored, event["error"], shown):
+        assert BOT_TOKEN not in said and "/bot[REDACTED]/send: 401" in said, said
+    async with services.sessions() as session, session.begin():  # as an older gateway stored it
+        await session.execute(update(Message).where(Message.id == message_id).values(error=f"token {BOT_TOKEN}"))
+    detail = (await client.get(f"/v1/escalations/{eid}", headers=auth("sam"))).json()
+    assert [m["error"] for m in detail["messages"] if m["id"] == message_id] == ["token [REDACTED]"]
