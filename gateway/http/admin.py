@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from gateway.admin_client import NDJSON
 from gateway.config_diff import masked
 from gateway.http.deps import error, services
+from gateway.observability.logs import redact
 from gateway.observability.relay import install, relay_to
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], include_in_schema=False)
@@ -123,7 +124,8 @@ async def _progress_lines(knowledge, *, bot: str | None, source: str | None,
     try:
         reports = task.result()
     except Exception as exc:
-        yield json.dumps({"error": f"the ingest failed: {type(exc).__name__}: {exc}"}) + "\n"
+        # Redacted here: the CLI prints it as it comes, and cannot tell a key only this process knows.
+        yield json.dumps({"error": redact(f"the ingest failed: {type(exc).__name__}: {exc}")}) + "\n"
     else:
         yield json.dumps({"runs": [r.as_dict() for r in reports], **({"schedules": schedules} if schedules else {})}) + "\n"
 

@@ -168,3 +168,27 @@ def test_a_dotenv_file_of_secrets_is_never_committed():
         pytest.skip("not a git checkout")
     ignored = subprocess.run(["git", "check-ignore", "-q", ".env"], cwd=ROOT, check=False)
     assert ignored.returncode == 0
+
+
+async def test_an_ingest_that_breaks_sends_its_error_to_the_cli_redacted():
+    """`gateway ingest` through a running server prints the server's `{"error": …}` line as it comes: an embedding
+    provider's refusal quoting its key went whole to the CLI, which cannot redact a key only the server knows."""
+    import asyncio
+
+    from gateway.http.admin import _progress_lines
+    from gateway.observability.logs import configure_logging
+
+    key = "sk-server-only-0123456789"
+
+    class Breaking:
+        def start_ingest(self, **_):
+            async def run():
+                raise RuntimeError(f"Incorrect API key provided: {key}")
+            return asyncio.ensure_future(run())
+
+    configure_logging(level="WARNING", secrets=[key])
+    try:
+        lines = [json.loads(line) async for line in _progress_lines(Breaking(), bot=None, source=None)]
+    finally:
+        configure_logging(level="WARNING")
+    assert lines == [{"error": "the ingest failed: RuntimeError: Incorrect API key provided: [REDACTED]"}]
