@@ -190,3 +190,37 @@ def _api_base_secrets(params: dict) -> list[str]:
     if isinstance(base, str) and base.startswith("os.environ/"):
         base = os.environ.get(base.removeprefix("os.environ/"))
     return url_credentials(base) if isinstance(base, str) else []
+
+
+def connection_secrets(settings) -> list[str]:
+    """The passwords in `database_url` and `redis_url`, for log redaction: their userinfo's and their query's
+    (`?password=`, `?sslpassword=` for a client key), each as written and decoded (`p%40ss` is `p@ss` to the
+    driver, whose error may quote it). A `user:password@` in a line is redacted anyway; a query's, or one quoted
+    apart from its URL, was not."""
+    found: list[str] = []
+    for url in (settings.database_url, getattr(settings, "redis_url", None)):
+        try:
+            parts = urlsplit(url or "")
+            password = parts.password
+        except ValueError:
+            continue
+        written = parts.netloc.rpartition("@")[0].partition(":")[2] if "@" in parts.netloc else ""
+        mine = [written, unquote_plus(written), password or ""]
+        mine += [value for name, value in parse_qsl(parts.query) if _is_connection_secret(name)]
+        mine += [value for name, _, value in _query_pairs(url or "") if _is_connection_secret(unquote_plus(name))]
+        # A development password (`postgres`, `password`) is a word other lines hold: redacted, "postgresql://" and
+        # "password authentication failed" lost their words. The regex for `user:password@` still takes it in a URL.
+        readable = f"{parts.scheme} {parts.hostname} {parts.path} {parts.username}".lower()
+        found += [value for value in mine if len(value) >= MIN_CONNECTION_SECRET_CHARS
+                  and value.lower() not in readable and value.lower() not in _WORDS]
+    return list(dict.fromkeys(value for value in found if value))
+
+
+MIN_CONNECTION_SECRET_CHARS = 8
+_WORDS = frozenset({"password", "postgres", "postgresql", "changeme", "database", "localhost", "redispass"})
+
+
+def _is_connection_secret(name: str) -> bool:
+    """Whether a database or Redis URL's query parameter holds a credential: named like one, or libpq's
+    `sslpassword` (the client key's), one word."""
+    return is_credential_name(name) or name.lower() in ("sslpassword", "password", "passwd")

@@ -23,11 +23,11 @@ def configure_logging_for(settings, *, level: str | None = None, fmt: str | None
     as /readyz and the server's log do."""
     from gateway.config_file import secret_values
     from gateway.pipeline.tools import http_tool_secrets
-    from gateway.url_secrets import model_secrets, source_url_secrets
+    from gateway.url_secrets import connection_secrets, model_secrets, source_url_secrets
 
     configure_logging(level=level or settings.log_level, fmt=fmt or settings.log_format,
                       secrets=[value for _, value in secret_values(settings.model_dump())] + http_tool_secrets(settings)
-                      + source_url_secrets(settings) + model_secrets(settings))
+                      + source_url_secrets(settings) + model_secrets(settings) + connection_secrets(settings))
 
 
 # The provider credentials LiteLLM and its callbacks read from the environment (OPENAI_API_KEY, HF_TOKEN,

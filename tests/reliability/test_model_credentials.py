@@ -187,3 +187,30 @@ def test_a_variable_that_only_looks_like_a_credential_is_left_readable(tmp_path,
     settings = load_settings(write_config(tmp_path))
     configure_logging_for(settings, level="WARNING", fmt="json")
     assert redact(f"see {value}") == f"see {value}"
+
+
+def test_the_database_and_redis_passwords_are_secrets_however_they_are_quoted(tmp_path, monkeypatch):
+    """A password given in `database_url`'s query (`?password=`, `?sslpassword=` for the client key) or quoted
+    apart from its URL (decoded: `p@ss…` written `p%40ss…`) by a driver's error was shown whole: only a
+    `user:password@` in a URL was redacted."""
+    from gateway.settings import load_settings
+
+    url = "postgresql://app:p%40ss-w0rd-1234@127.0.0.1:9/db?sslpassword=client-key-pass-99"
+    monkeypatch.setenv("REDIS_URL", "redis://:redis-pass-12345@127.0.0.1:9/1")  # as a deployment gives it
+    settings = load_settings(write_config(tmp_path, database_url=url))
+    configure_logging_for(settings, level="WARNING", fmt="json")
+    said = redact("refused p@ss-w0rd-1234, p%40ss-w0rd-1234, client-key-pass-99, redis-pass-12345; "
+                  "postgresql://app@h/db?password=client-key-pass-99")
+    assert said == "refused [REDACTED], [REDACTED], [REDACTED], [REDACTED]; postgresql://app@h/db?password=[REDACTED]"
+
+
+def test_a_development_database_password_leaves_the_words_it_is_readable(tmp_path, monkeypatch):
+    """`postgres:postgres@` (or `password`) redacted as a secret would take "postgresql://" and "password
+    authentication failed" out of every line: such a password is redacted only where a URL holds it."""
+    from gateway.settings import load_settings
+
+    url = "postgresql://postgres:postgres@127.0.0.1:9/db"
+    monkeypatch.setenv("REDIS_URL", "redis://:password@127.0.0.1:9/1")
+    configure_logging_for(load_settings(write_config(tmp_path, database_url=url)), level="WARNING", fmt="json")
+    assert redact(f"{url}: password authentication failed") == \
+        "postgresql://postgres:[REDACTED]@127.0.0.1:9/db: password authentication failed"
