@@ -125,6 +125,10 @@ def render_message(message: OutboundMessage, *, mention: str | None = None) -> l
 
 
 def chunk_nonce(message: OutboundMessage, index: int) -> str:
-    """A nonce (max 25 chars) stable across retries of the same chunk of the same reply."""
-    key = f"{message.conversation.chat}|{message.conversation.thread}|{message.reply_to}|{index}|{message.text}"
+    """A nonce (max 25 chars) stable across retries of the same chunk of the same reply, and another reply's
+    own: the outbox's message id (`idempotency_key`) is in it. Why: Discord returns the message an earlier
+    post with the same nonce created, for a few minutes, and two replies of the same text in a conversation
+    (an operator's "one moment" sent twice) made the same one: the second was never posted, yet marked sent."""
+    key = (f"{message.idempotency_key or ''}|{message.conversation.chat}|{message.conversation.thread}|"
+           f"{message.reply_to}|{index}|{message.text}")
     return hashlib.sha256(key.encode()).hexdigest()[:25]

@@ -64,3 +64,13 @@ async def test_a_lost_chunk_starting_with_an_indented_line_is_found_though_disco
     assert len(posted) == 2 and posted[1]["content"] == "The rest follows here."
     ids = await adapter.send(dataclasses.replace(first, attempt=2))
     assert ids == [m["id"] for m in posted] and len(fake.channel_messages(CHANNEL)) == 2
+
+
+async def test_two_replies_with_the_same_text_are_both_posted_within_the_nonce_window(fake, adapter):
+    # An operator answers "Thanks, one moment." twice in a few minutes (two outbox messages, neither replying
+    # to a message): the nonce, made of the text and the conversation alone, was the same, so Discord returned
+    # the first post for the second and the member never saw it, though the outbox marked it sent.
+    dm = ConversationRef(channel="discord", chat=CHANNEL)
+    first = await adapter.send(OutboundMessage(conversation=dm, text="Thanks, one moment.", idempotency_key="m1"))
+    second = await adapter.send(OutboundMessage(conversation=dm, text="Thanks, one moment.", idempotency_key="m2"))
+    assert first != second and len(fake.channel_messages(CHANNEL)) == 2
