@@ -312,6 +312,7 @@ class UpdateParser:
         """Find our @mentions and a leading /command; refuse commands that are not ours."""
         me = (self.username or "").lower()
         found = _Addressing(text=text)
+        command: tuple[str, int] | None = None  # ours: its name, and where its words start (UTF-16)
         for entity in entities:
             kind, offset, length = entity.get("type"), int(entity.get("offset", 0)), int(entity.get("length", 0))
             if kind == "mention" and me and _utf16_slice(text, offset, length).lower() == f"@{me}":
@@ -329,12 +330,18 @@ class UpdateParser:
                 elif name not in GREETING_COMMANDS | QUESTION_COMMANDS:
                     found.refusal = f"unsupported command /{name}"
                 else:
-                    found.text = _utf16_slice(text, offset + length, 1 << 30).strip()
-                    # "/help my order never arrived" is that question, answered as /ask's: greeted instead,
-                    # its words went unread. A bare /help, and /start (a deep link's payload), greet.
-                    greets = name in GREETING_COMMANDS and not (name == "help" and found.text)
-                    found.command = name if greets else None
-                    found.addressed = True  # in groups, a command is how users address a bot
+                    command = (name, offset + length)
+        if command is not None and found.refusal is None:
+            # Its words, without our @mentions after it ("/ask @bot what…"): their offsets are the whole text's.
+            name, start = command
+            after = [(offset - start, length) for offset, length in found.mention_spans if offset >= start]
+            words = _utf16_slice(text, start, 1 << 30)
+            found.text, found.mention_spans = (_strip_utf16(words, after) if after else words).strip(), []
+            # "/help my order never arrived" is that question, answered as /ask's: greeted instead,
+            # its words went unread. A bare /help, and /start (a deep link's payload), greet.
+            greets = name in GREETING_COMMANDS and not (name == "help" and found.text)
+            found.command = name if greets else None
+            found.addressed = True  # in groups, a command is how users address a bot
         return found
 
     @staticmethod

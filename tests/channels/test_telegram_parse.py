@@ -212,6 +212,18 @@ def test_parse_start_and_help_are_flagged_for_the_greeting() -> None:
     assert ask.messages[0].text == "where is my order?" and "command" not in ask.messages[0].raw
 
 
+def test_parse_a_command_that_mentions_the_bot_keeps_the_question_whole() -> None:
+    """`/ask @support_bot what…`: the mention's offsets (the whole text's) were cut out of the text after the
+    command, so the question came out as "@supp is the price"; and `/help @support_bot` was a question."""
+    tg = TelegramAdapter("demo", _settings(), username="support_bot")
+    cmd, mention = {"type": "bot_command", "offset": 0, "length": 4}, {"type": "mention", "offset": 5, "length": 12}
+    ask = tg.parse(_request(_update("/ask @support_bot what is the price", chat_type="group", entities=[cmd, mention])))
+    assert ask.messages[0].text == "what is the price"
+    bare = tg.parse(_request(_update("/help @support_bot", chat_type="group", entities=[{**cmd, "length": 5},
+                                                                                   {**mention, "offset": 6}])))
+    assert bare.messages[0].raw.get("command") == "help" and bare.messages[0].text == ""
+
+
 def test_parse_start_with_a_deep_link_payload_keeps_it_apart_from_the_text() -> None:
     tg = TelegramAdapter("demo", _settings(), username="support_bot")
     start = tg.parse(_request(_update("/start order123", entities=[{"type": "bot_command", "offset": 0, "length": 6}])))
