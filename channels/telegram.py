@@ -177,10 +177,7 @@ class TelegramAdapter:
         for attempt in range(1, self.max_attempts + 1):
             try:
                 sent = await self.bot.send_message(
-                    chat_id=chat,
-                    text=text,
-                    parse_mode=parse_mode,
-                    message_thread_id=thread,
+                    chat_id=chat, text=text, parse_mode=parse_mode, message_thread_id=thread,
                     link_preview_options=LinkPreviewOptions(is_disabled=True),
                     reply_parameters=ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None,
                 )
@@ -234,9 +231,8 @@ class TelegramAdapter:
                 if isinstance(exc.__cause__, aiohttp.ClientConnectorError):
                     # The connection never opened, so Telegram never saw it: safe to send again later.
                     raise ChannelSendError(f"telegram unreachable: {exc.message}", retry_after=5.0) from exc
-                # A timeout or a dropped connection after the request went out: Telegram may have
-                # delivered it, and sendMessage has no idempotency key, so resending could show the
-                # customer the reply twice. Fail it visibly instead (at most once).
+                # A timeout or a dropped connection after the request went out: Telegram may have delivered it, and
+                # sendMessage has no idempotency key, so a resend could show it twice. Fail it visibly (at most once).
                 raise ChannelSendError(f"telegram send outcome unknown ({exc.message}); not resent to avoid "
                                        "a duplicate", permanent=True) from exc
             except TelegramAPIError as exc:
@@ -266,13 +262,13 @@ class TelegramAdapter:
         if not visible_text(html).strip():
             return
         try:
-            await self.bot.edit_message_text(
-                text=html,
-                chat_id=self._chat_id(conversation.chat),
-                message_id=int(provider_message_id),
-                parse_mode="HTML",
-                link_preview_options=LinkPreviewOptions(is_disabled=True),
-            )
+            try:
+                await self._edit_text(conversation, provider_message_id, html, parse_mode="HTML")
+            except TelegramBadRequest as exc:
+                if "can't parse entities" not in exc.message.lower():
+                    raise
+                log.error("telegram.html_rejected", bot=self.bot_name, error=exc.message)  # as a send: words get through
+                await self._edit_text(conversation, provider_message_id, visible_text(html), parse_mode=None)
         except TelegramRetryAfter as exc:
             # Streaming edits are disposable: report the wait and let the streamer coalesce.
             raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after),
@@ -285,6 +281,10 @@ class TelegramAdapter:
             raise self._unreachable(conversation.chat, f"telegram: {exc.message}") from exc
         except (TelegramAPIError, ClientDecodeError) as exc:
             raise ChannelSendError(f"telegram edit failed: {exc.message}") from exc
+
+    async def _edit_text(self, conversation: ConversationRef, message_id: str, text: str, *, parse_mode: str | None) -> None:
+        await self.bot.edit_message_text(text=text, chat_id=self._chat_id(conversation.chat), message_id=int(message_id),
+                                         parse_mode=parse_mode, link_preview_options=LinkPreviewOptions(is_disabled=True))
 
     async def send_typing(self, conversation: ConversationRef) -> None:
         """Show "typing…" for about 5 s. Best effort: a failure here must not fail the answer."""

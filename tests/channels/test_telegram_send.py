@@ -197,6 +197,14 @@ async def test_edit_replaces_text_and_tolerates_not_modified(adapter: TelegramAd
     assert len(fake.calls("editMessageText")) == 2
 
 
+async def test_edit_falls_back_to_plain_text_when_html_is_refused(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    """As a send does: a streamed answer's edit refused for its HTML failed for good, and the stream stopped."""
+    (mid,) = await adapter.send(OutboundMessage(conversation=DM, text="Thinking"))
+    fake.fail_next("editMessageText", status=400, description="Bad Request: can't parse entities: test")
+    await adapter.edit(DM, mid, "**important** & true")
+    assert fake.sent[0].text == "important & true" and fake.calls("editMessageText")[-1].params.get("parse_mode") is None
+
+
 async def test_edit_rate_limit_reports_retry_after(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
     (mid,) = await adapter.send(OutboundMessage(conversation=DM, text="a"))
     fake.fail_next("editMessageText", status=429, retry_after=3)
