@@ -1,11 +1,10 @@
 """Telegram, through aiogram 3: webhook or long polling in, HTML messages out.
 
 Inbound
-- Webhook: Telegram sends `X-Telegram-Bot-Api-Secret-Token` (the secret given to setWebhook); we
-  compare it in constant time. The header carries no timestamp, so there is no staleness check;
-  replays are absorbed by the inbox's dedupe on the update's key (`external_id`).
-- Polling (`mode: polling`): `telegram_polling.TelegramPoller` long-polls getUpdates through the bot's
-  session, reads each update as the webhook body is read, and moves the offset past it only once stored.
+- Webhook: Telegram sends `X-Telegram-Bot-Api-Secret-Token` (the secret given to setWebhook); we compare it in
+  constant time. It carries no timestamp, so no staleness check: the inbox's dedupe (`external_id`) absorbs replays.
+- Polling (`mode: polling`): `telegram_polling.TelegramPoller` long-polls getUpdates through the bot's session, reads
+  each update as the webhook body is read, and moves the offset past it only once stored.
 - `external_id` is `update_id:chat:message_id` (`telegram_updates.delivery_key`): a redelivery dedupes, and a
   new message under an update id Telegram reused (it restarts them after a week without updates) does not.
 - An edit of a message still waiting for its answer replaces its text (a typo fixed in time; one that
@@ -18,9 +17,9 @@ Inbound
   outbox of every replica fails replies to a chat it left at once (storage/removed_chats.py). A send's, edit's or
   deletion's 403 saying the bot was kicked or blocked (`telegram_errors.REMOVED`) is `BotRemoved`, which the
   outbox stores too (a streamed answer meets it at its final edit).
-- In groups the bot answers only when @mentioned, replied to, or sent a command, unless
-  `respond_in_groups: always`. A forum topic is one conversation (`ConversationRef.thread`); elsewhere
-  in a group each member's questions are their own (`gateway.models.member_thread`).
+- In groups the bot answers only when @mentioned, replied to, or sent a command, unless `respond_in_groups: always`.
+  A forum topic is one conversation (`ConversationRef.thread`); elsewhere in a group each member's questions are
+  their own (`gateway.models.member_thread`).
 - `/start` and `/help` are flagged as `raw["command"]` so the pipeline sends the greeting (a deep link's
   `/start <payload>` keeps the payload as `raw["start_payload"]`, not as text); `/ask question` works in
   groups where privacy mode hides plain messages, and so does `/help question`, answered as the question.
@@ -30,13 +29,15 @@ Inbound
 Outbound: Markdown → Telegram HTML (`telegram_render`), split at 4096 UTF-16 units, citations as links. 429
 `retry_after` is honoured in place (bounded), 5xx is retried with backoff, and chunks that went through are remembered
 so a retried send resumes rather than repeats. An error page that is not JSON (Telegram's proxies answer 502/504 in
-HTML in outages) is a server error. A closed forum topic fails its reply at once (`telegram.topic_closed`).
+HTML in outages) is a server error. A closed forum topic fails its reply at once (`telegram.topic_closed`). A typing
+indicator refused with a 429 is not asked for again in that chat before its `retry_after` is over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 
 import aiohttp
 import structlog
@@ -56,7 +57,7 @@ from aiogram.types import LinkPreviewOptions, ReplyParameters
 
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.sent_parts import SentParts
-from channels.telegram_bot import make_bot
+from channels.telegram_bot import chat_id_of, make_bot, topic_id
 from channels.telegram_errors import REMOVED, UNREACHABLE, is_error_page, says
 from channels.telegram_polling import TelegramPoller
 from channels.telegram_render import (
@@ -115,6 +116,7 @@ class TelegramAdapter:
         # sends, edits and typing go to the new id even before the stored conversation is moved.
         self._moved: dict[str, int | str] = {}
         self._deliver: Deliver | None = None  # the inbox's, given to start(): a refused send moves the chat
+        self._typing_after: dict[str, float] = {}  # chat -> when (monotonic) a rate-limited typing may be asked again
 
     # Inbound
     def verify(self, request: RawRequest) -> None:
@@ -144,7 +146,7 @@ class TelegramAdapter:
         chat: int | str = self._chat_id(conv.chat)
         if conv.chat in self._moved:
             reply_to = None  # a message of the old group: the supergroup numbers its own from 1, another one's
-        thread = _topic_id(conv)
+        thread = topic_id(conv)
         with self._sent_parts.resume(message) as done:
             for index, chunk in enumerate(chunks):
                 if index < len(done):
@@ -288,8 +290,10 @@ class TelegramAdapter:
 
     async def send_typing(self, conversation: ConversationRef) -> None:
         """Show "typing…" for about 5 s. Best effort: a failure here must not fail the answer."""
-        thread = _topic_id(conversation)
+        thread = topic_id(conversation)
         chat = self._chat_id(conversation.chat)
+        if self._typing_after.get(str(chat), 0.0) > time.monotonic():
+            return  # Telegram said when to come back: asked at each refresh (4 s), each was one more refusal
         try:
             try:
                 await self.bot.send_chat_action(chat_id=chat, action="typing", message_thread_id=thread)
@@ -298,6 +302,9 @@ class TelegramAdapter:
                 await self.bot.send_chat_action(chat_id=exc.migrate_to_chat_id, action="typing",
                                                 message_thread_id=thread)
         except AiogramError as exc:
+            if isinstance(exc, TelegramRetryAfter):
+                self._typing_after = {c: t for c, t in self._typing_after.items() if t > time.monotonic()}
+                self._typing_after[str(chat)] = time.monotonic() + exc.retry_after
             log.warning("telegram.typing_failed", bot=self.bot_name, chat=conversation.chat, error=str(exc)[:200])
 
     def _unreachable(self, chat: str, error: str) -> RecipientUnreachable:
@@ -310,7 +317,7 @@ class TelegramAdapter:
 
     def _chat_id(self, chat: str) -> int | str:
         """Where to send for a stored chat id: its new id if the group was upgraded to a supergroup."""
-        return self._moved.get(chat) or _chat_id(chat)
+        return self._moved.get(chat) or chat_id_of(chat)
 
     async def _follow_move(self, old: int | str, new: int | str) -> None:
         """Remember the upgraded group's new id, and move its stored conversations there (through the inbox,
@@ -388,13 +395,3 @@ class TelegramAdapter:
             self._polling = None
             log.info("telegram.polling_stopped", bot=self.bot_name)
         await self.bot.session.close()
-
-
-def _chat_id(chat: str) -> int | str:
-    return int(chat) if chat.lstrip("-").isdigit() else chat
-
-
-def _topic_id(conversation: ConversationRef) -> int | None:
-    """The forum topic to post in (`message_thread_id`), or None: a group member's conversation
-    (`ConversationRef.member`) is posted in the group itself."""
-    return int(conversation.thread) if conversation.thread.isdigit() else None

@@ -1,4 +1,5 @@
-"""The aiogram `Bot` of a Telegram channel's settings, and the webhook's registration with Telegram."""
+"""The aiogram `Bot` of a Telegram channel's settings, the webhook's registration with Telegram, and where a
+conversation's messages go (its chat id and forum topic)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from aiogram.utils.token import TokenValidationError
 from channels.telegram_errors import is_error_page
 from channels.telegram_updates import ALLOWED_UPDATES
 from gateway.errors import ChannelSendError, ConfigError
+from gateway.models import ConversationRef
 from gateway.settings import TelegramChannel
 
 # aiogram reads each answer as `Response[<the method's result type>]`, a generic model that pydantic caches
@@ -56,3 +58,14 @@ async def set_webhook(settings: TelegramChannel, url: str) -> None:
         raise ChannelSendError(f"setWebhook failed: Telegram answered with {what}", permanent=True) from exc
     finally:
         await bot.session.close()
+
+
+def chat_id_of(chat: str) -> int | str:
+    """A stored chat id as the Bot API takes it: a number, or a channel's @username."""
+    return int(chat) if chat.lstrip("-").isdigit() else chat
+
+
+def topic_id(conversation: ConversationRef) -> int | None:
+    """The forum topic to post in (`message_thread_id`), or None: a group member's conversation
+    (`ConversationRef.member`) is posted in the group itself."""
+    return int(conversation.thread) if conversation.thread.isdigit() else None

@@ -236,6 +236,16 @@ async def test_send_typing_sends_chat_action(adapter: TelegramAdapter, fake: Fak
     assert call.params["message_thread_id"] == "5"
 
 
+async def test_typing_rate_limited_waits_out_retry_after_in_that_chat(adapter: TelegramAdapter, fake: FakeTelegramAPI) -> None:
+    """The indicator is refreshed every 4 s while an answer is written: after a 429 it asked again at each refresh,
+    each one refused, though Telegram said when to come back."""
+    fake.fail_next("sendChatAction", status=429, retry_after=30)
+    await adapter.send_typing(DM)  # best effort: refused, not raised
+    await adapter.send_typing(DM)
+    await adapter.send_typing(ConversationRef(channel="telegram", chat="-100777"))  # another chat is not held up
+    assert [c.params["chat_id"] for c in fake.calls("sendChatAction")] == [DM.chat, "-100777"]
+
+
 async def test_sends_reuse_the_response_models_aiogram_parametrizes(adapter: TelegramAdapter, fake: FakeTelegramAPI,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """aiogram reads every answer as `Response[<the method's type>]`, a generic model pydantic caches only
