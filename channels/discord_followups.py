@@ -20,6 +20,7 @@ import aiohttp
 import discord
 
 from channels.discord_errors import WAIT_IN_PLACE_S, may_wait, outcome_unknown, translate
+from gateway.backoff import asked_wait
 from gateway.errors import ChannelSendError, RecipientUnreachable
 from gateway.models import ConversationRef
 
@@ -220,10 +221,7 @@ class FollowupPoster:
 
 def _retry_after(data: Any, headers: Any) -> float:
     value = data.get("retry_after") if isinstance(data, dict) else None
-    try:
-        return float(value if value is not None else headers.get("Retry-After") or 1.0)
-    except (TypeError, ValueError):
-        return 1.0
+    return asked_wait(value if value is not None else headers.get("Retry-After"))
 
 
 def _message(data: Any) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 from slack_sdk.errors import SlackApiError
+
+from gateway.backoff import asked_wait
 
 # The recipient (a channel, a member) cannot be reached: the reply fails for this conversation only.
 UNREACHABLE = {
@@ -29,8 +29,4 @@ def rate_limit_wait(exc: SlackApiError) -> float | None:
     data = exc.response.data if isinstance(exc.response.data, dict) else {}
     if exc.response.status_code != 429 and data.get("error") != "ratelimited":
         return None
-    try:
-        seconds = float(exc.response.headers.get("Retry-After", 1) or 1)
-    except ValueError:  # no number of seconds: failed the send with a ValueError
-        return 1.0
-    return seconds if math.isfinite(seconds) and seconds >= 0 else 1.0  # "inf" waited for ever, "nan" never
+    return asked_wait(exc.response.headers.get("Retry-After"))

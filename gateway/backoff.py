@@ -1,4 +1,5 @@
-"""The one backoff curve every retry here uses: the first wait, then doubling, up to a cap."""
+"""The one backoff curve every retry here uses (the first wait, then doubling, up to a cap), and how a
+platform's asked-for wait is read."""
 
 from __future__ import annotations
 
@@ -8,3 +9,16 @@ import math
 def doubling(n: int, *, first: float, cap: float = math.inf) -> float:
     """The `n`-th wait (1-based): `first`, 2 × `first`, 4 × `first`, …, never above `cap`."""
     return min(first * 2 ** (n - 1), cap)
+
+
+def asked_wait(value: object, *, default: float = 1.0) -> float:
+    """A platform's asked-for wait (`Retry-After`, `retry_after`) in seconds: a finite number ≥ 0, else `default`.
+
+    A header such as "soon", "inf" or "nan" is no wait to honour: "inf" would wait for ever and "nan"
+    never (every comparison with it is false), so either is read as if the platform named none.
+    """
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return default
+    return seconds if math.isfinite(seconds) and seconds >= 0 else default

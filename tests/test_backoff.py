@@ -1,6 +1,9 @@
 """The shared backoff curve: first wait, doubling, capped."""
 
-from gateway.backoff import doubling
+import pytest
+
+from channels import discord_followups
+from gateway.backoff import asked_wait, doubling
 
 
 def test_doubling_starts_at_first_doubles_and_stops_at_the_cap():
@@ -9,3 +12,21 @@ def test_doubling_starts_at_first_doubles_and_stops_at_the_cap():
 
 def test_doubling_without_a_cap_keeps_doubling():
     assert doubling(11, first=1) == 1024
+
+
+@pytest.mark.parametrize("asked, read", [
+    ("2.5", 2.5), (3, 3.0), (0, 0.0),
+    (None, 1.0), ("", 1.0), ("soon", 1.0), ("-4", 1.0), ("inf", 1.0), ("nan", 1.0), (float("nan"), 1.0),
+])
+def test_an_asked_for_wait_is_a_finite_number_of_seconds_or_the_default(asked, read):
+    assert asked_wait(asked) == read
+
+
+@pytest.mark.parametrize("data, headers", [
+    ({"retry_after": float("nan")}, {}),  # JSON's NaN, which json.loads accepts
+    ({}, {"Retry-After": "inf"}),
+    ({"retry_after": "soon"}, {}),
+])
+def test_a_discord_follow_up_429_naming_no_finite_wait_waits_one_second(data, headers):
+    # "inf" waited for ever and NaN slipped past every `waited + retry_after > max` check into sleep().
+    assert discord_followups._retry_after(data, headers) == 1.0
