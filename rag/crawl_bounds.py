@@ -13,7 +13,7 @@ import httpcore
 import httpx
 
 from gateway.errors import SourceError
-from gateway.ip_address import carried_ipv4, ip_of, local_use_readings
+from gateway.ip_address import is_public, off_limits_address
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -36,11 +36,10 @@ def same_site(url: str, other: str) -> bool:
 
 def internal_host(url: str) -> bool:
     """True when `url` names this machine or a private network by address (`127.0.0.1`, `10.0.0.5`,
-    `169.254.169.254`, `[::1]`, `[::ffff:127.0.0.1]`, `2130706433`) or as `localhost`. A name that resolves
-    to one is not seen here. Under NAT64's local-use prefix, any reading a translator may make of it
-    (`local_use_readings`, one in 0.0.0.0/8 aside) that is no public address: read as a /96 alone, 127.0.0.1 or
-    169.254.169.254 at a /48, /56 or /64 with other bits after it was a public address here while
-    `off_limits_address` refused it, and a public site's robots.txt could redirect the crawl there."""
+    `169.254.169.254`, `[::1]`, `[::ffff:127.0.0.1]`, `2130706433`: one that is not `is_public`, which reads
+    NAT64's local-use prefix at each length as `off_limits_address` does) or as `localhost`. A name that resolves
+    to one is not seen here. Why every length: a public site's robots.txt could redirect the crawl to an address
+    refused by `off_limits_address` that a /96 alone read as public."""
     return _internal_name(urlsplit(url).hostname or "")
 
 
@@ -56,40 +55,7 @@ def _internal_name(host: str) -> bool:
             address = ipaddress.IPv4Address(socket.inet_aton(host))
         except OSError:
             return False
-    if readings := local_use_readings(address):  # read as `off_limits_address` reads it, at each length
-        counted = [reading for reading in readings if reading not in _THIS_NETWORK] or readings
-        return any(not reading.is_global for reading in counted)
-    return not carried_ipv4(address).is_global
-
-
-_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
-"""No translator forwards to it (RFC 1122 3.2.1.3): a reading of the local-use prefix there is none (at the lengths
-the network does not use, the prefix's zeros read so)."""
-
-
-_METADATA_ADDRESSES = frozenset({ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("fd00:ec2::254")})
-"""Cloud metadata services outside the link-local range (Alibaba's; AWS's over IPv6)."""
-
-
-def off_limits_address(address: str) -> bool:
-    """True for an address a fetch for a site named by a public host must never read from: this machine
-    (loopback, unspecified), the link (link-local: the cloud metadata service at 169.254.169.254) and the
-    metadata services at other addresses. Private networks are not: an intranet wiki lives there. An IPv4
-    address carried in an IPv6 one (`carried_ipv4`: NAT64, 6to4, IPv4-mapped) counts as that address; under
-    NAT64's local-use prefix, as each address a translator may read in it (`local_use_readings`), and 0.0.0.0 is
-    none there: a translator's IPv4 side forwards nothing to it (RFC 1122 3.2.1.3), and every address of a
-    network on a /48 or /56 prefix reads so at /96."""
-    ip = ip_of(address)
-    if ip is None:
-        return False
-    if readings := local_use_readings(ip):
-        return any(_this_machine_or_metadata(reading) for reading in readings)
-    ip = carried_ipv4(ip)
-    return _this_machine_or_metadata(ip) or ip.is_unspecified
-
-
-def _this_machine_or_metadata(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    return ip.is_loopback or ip.is_link_local or ip in _METADATA_ADDRESSES
+    return not is_public(address)
 
 
 def check_peer(url: str, response: httpx.Response) -> None:

@@ -25,7 +25,7 @@ import re
 
 from fastapi import Request
 
-from gateway.ip_address import carried_ipv4, ip_of, local_use_readings
+from gateway.ip_address import carried_ipv4, ip_of, under_local_use_prefix
 
 IPV6_SUBSCRIBER_PREFIX = 64
 
@@ -71,7 +71,7 @@ def budget_key(address: str) -> str:
     (NAT64, 6to4: `carried_ipv4`) as that address, one under NAT64's local-use prefix as the whole address,
     anything else as given. Why: behind NAT64 every IPv4 visitor is in 64:ff9b::/96, one /64 whose budget one of
     them used up; a 6to4 host has a /48. The local-use prefix (64:ff9b:1::/48) may be a /48, /56, /64 or /96
-    within it, which the address does not tell (`local_use_readings`): read as a /96, every visitor behind a /48
+    within it, which the address does not tell (`under_local_use_prefix`): read as a /96, every visitor behind a /48
     or /56 was 0.0.0.0, and behind a /64 its last octet and three zeros; by its /64, a /48's or /56's visitor
     shares it with a /16 or a /8 of IPv4 addresses, and a /64's or /96's with all. Its translator writes each
     IPv4 visitor as one address, and no other host can answer from one (it routes to the translator), so the
@@ -79,7 +79,7 @@ def budget_key(address: str) -> str:
     ip = ip_of(address)
     if ip is None or ip.version == 4:
         return address
-    if local_use_readings(ip):
+    if under_local_use_prefix(ip):
         return str(ip)
     if (carried := carried_ipv4(ip)).version == 4:
         return str(carried)
