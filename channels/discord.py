@@ -66,6 +66,7 @@ from channels.discord_reconcile import adopt_landed
 from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
 from channels.discord_signature import SIGNATURE_MAX_AGE, verify_key, verify_signature
 from channels.sent_parts import Landed, SentParts
+from gateway.background import cancel
 from gateway.errors import BadRequest, ChannelSendError
 from gateway.models import USE_ASK, ConversationRef, InboundMessage, OutboundMessage
 from gateway.settings import DiscordChannel
@@ -359,8 +360,7 @@ class DiscordAdapter:
         await self.client.close()
         await self._followups.close()
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel([self._task])
             self._task = None
 
     async def _on_message(self, message: discord.Message) -> None:

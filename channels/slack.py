@@ -43,6 +43,7 @@ from channels.slack_events import bot_ids, parse_event
 from channels.slack_install import SCOPE_EFFECTS, foreign_workspace, missing_scopes, token_gone
 from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_url, slack_to_plain
 from channels.slack_socket import open_socket_mode as _open_socket_mode
+from gateway.background import cancel
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
 from gateway.models import Citation, ConversationRef, OutboundMessage
@@ -390,8 +391,7 @@ class SlackAdapter:
     async def stop(self) -> None:
         """Close Socket Mode, if open."""
         if self._socket_task is not None:
-            self._socket_task.cancel()
-            await asyncio.gather(self._socket_task, return_exceptions=True)
+            await cancel([self._socket_task])
             self._socket_task = None
         if self._socket is not None:
             await self._socket.close()

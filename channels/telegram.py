@@ -68,6 +68,7 @@ from channels.telegram_render import (
     visible_text,
 )
 from channels.telegram_updates import UpdateParser, decode_update
+from gateway.background import cancel
 from gateway.backoff import doubling
 from gateway.errors import BotRemoved, ChannelSendError, RecipientUnreachable, SignatureInvalid
 from gateway.models import ConversationRef, InboundMessage, OutboundMessage, Sender
@@ -385,13 +386,11 @@ class TelegramAdapter:
     async def stop(self) -> None:
         """Stop polling (if running), and asking getMe again, and close the HTTP session."""
         if self._identity is not None:
-            self._identity.cancel()
-            await asyncio.gather(self._identity, return_exceptions=True)
+            await cancel([self._identity])
             self._identity = None
         if self._polling is not None:
             # Safe at any point: the offset only passes stored updates, so an interrupted one comes again.
-            self._polling.cancel()
-            await asyncio.gather(self._polling, return_exceptions=True)
+            await cancel([self._polling])
             self._polling = None
             log.info("telegram.polling_stopped", bot=self.bot_name)
         await self.bot.session.close()

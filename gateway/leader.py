@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from gateway.background import cancel
 from storage.engine import async_url, is_sqlite, postgres_connect_args
 
 log = structlog.get_logger("gateway.leader")
@@ -68,8 +69,7 @@ class LeaderElection:
     async def stop(self) -> None:
         """Stop campaigning and release the lock (closing the connection releases it too)."""
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel([self._task])
             self._task = None
         await self._drop()
         if self._engine is not None:

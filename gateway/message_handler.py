@@ -31,6 +31,7 @@ import structlog
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.background import cancel
 from gateway.budget import store_usage
 from gateway.burst import NO_BURST, Burst, burst_followers, in_sent_order
 from gateway.delivery.outbox import RETRYING, Outbox
@@ -212,8 +213,7 @@ class MessageHandler:
                              usage=turn.record.usage, tool_calls=turn.record.tool_calls)
         finally:
             if typing is not None:
-                typing.cancel()
-                await asyncio.gather(typing, return_exceptions=True)
+                await cancel([typing])
             if streamer is not None:
                 await streamer.close()  # no flush may race the final reply's edits
         try:

@@ -31,6 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.background import cancel
 from gateway.events import EventBus
 from storage.engine import async_url, asyncpg_dsn
 
@@ -84,9 +85,7 @@ class PgBridge:
     async def stop(self) -> None:
         """Stop both loops and close the connection."""
         self.bus.forwarder = None
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel(self._tasks)
         self._tasks = []
 
     def _forward(self, topic: str, event: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.background import cancel
 from gateway.backoff import doubling
 from gateway.burst import BURST_OWNER, Burst, unchanged
 from gateway.delivery.outbox import RETRYING, Outbox, next_attempt_at
@@ -103,14 +104,11 @@ class Worker:
         self._stopping = True
         self._wake.set()
         if self._loop_task:
-            self._loop_task.cancel()
-            await asyncio.gather(self._loop_task, return_exceptions=True)
+            await cancel([self._loop_task])
         if self._active:
             log.info("worker.stopping", owner=self.owner, in_flight=len(self._active), wait_s=timeout)
             _, pending = await asyncio.wait(list(self._active.values()), timeout=timeout)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await cancel(pending)
         await self.handler.close()
         log.info("worker.stopped", owner=self.owner)
 
@@ -264,8 +262,7 @@ class Worker:
         else:
             self._failed_drains.pop(conversation_id, None)
         finally:
-            heartbeat.cancel()
-            await asyncio.gather(heartbeat, return_exceptions=True)
+            await cancel([heartbeat])
             async with self._sessions() as session, session.begin():
                 # A parked lease is no longer ours: releasing it leaves it parked.
                 await repo.release_lease(session, conversation_id=conversation_id, owner=self.owner)

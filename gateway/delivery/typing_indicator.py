@@ -7,6 +7,7 @@ import time
 
 import structlog
 
+from gateway.background import cancel
 from gateway.models import ConversationRef
 from storage.models import Conversation
 
@@ -85,10 +86,7 @@ class WaitingIndicator:
 
     async def close(self) -> None:
         """End the showings still waiting for their platform (at a stop: none outlives the worker)."""
-        showing = list(self._showing)
-        for task in showing:
-            task.cancel()
-        await asyncio.gather(*showing, return_exceptions=True)
+        await cancel(self._showing)
 
     def forget(self, conversation_id: int) -> None:
         """The wait is over: the next wait in this conversation shows the indicator at once."""

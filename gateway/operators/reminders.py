@@ -17,6 +17,7 @@ import structlog
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.background import cancel
 from gateway.escalation.handoff import Escalations
 from gateway.escalation.records import locked, record_event
 from gateway.models import as_utc, utcnow
@@ -139,8 +140,7 @@ class HandoffReminders:
     async def stop(self) -> None:
         """Stop the periodic check."""
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel([self._task])
             self._task = None
 
 
