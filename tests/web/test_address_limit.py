@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from contextlib import asynccontextmanager
 
 import httpx
@@ -38,6 +39,15 @@ def client_from(app, address: str) -> httpx.AsyncClient:
     """An HTTP client of `app` whose connections come from `address` (a client's, or a proxy's)."""
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(address, 40000)),
                              base_url="http://gateway.test", timeout=30)
+
+
+async def chat_status(app, peer: str, *, forwarded: str | None = None) -> int:
+    """The status of one message to bot `acme`'s web chat from `peer` (with `forwarded` as its X-Forwarded-For),
+    in a session of its own, so that only the per-address limit can refuse it."""
+    headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+    async with client_from(app, peer) as client:
+        return (await client.post("/v1/bots/acme/chat", headers=headers,
+                                  json={"session_id": f"s-{uuid.uuid4().hex}", "text": "Hello?"})).status_code
 
 
 async def test_a_client_address_over_its_limit_gets_429_and_nothing_is_stored(tmp_path):
@@ -81,10 +91,7 @@ async def test_a_client_on_the_internet_cannot_escape_its_limit_with_a_forged_fo
     # A peer on a public address is the client itself, not a proxy: an X-Forwarded-For of its own
     # choosing each time gave it a fresh budget per message (a new session id each time, too).
     async with limited_app(tmp_path, 2) as app:
-        async with client_from(app, "93.184.216.34") as direct:
-            statuses = [(await direct.post("/v1/bots/acme/chat", headers={"X-Forwarded-For": f"198.51.100.{i}"},
-                                           json={"session_id": f"forged-{i}", "text": "Hello?"})).status_code
-                        for i in range(3)]
+        statuses = [await chat_status(app, "93.184.216.34", forwarded=f"198.51.100.{i}") for i in range(3)]
         assert statuses == [200, 200, 429]
         assert await _inbound(app.state.services) == 2
 
@@ -98,10 +105,8 @@ async def test_a_private_peer_forwarded_allow_ips_does_not_name_cannot_escape_it
     # client's address), wrote its X-Forwarded-For itself: a new one each time was a fresh budget per message.
     monkeypatch.setenv("FORWARDED_ALLOW_IPS", named)
     async with limited_app(tmp_path, 2) as app:
-        async with client_from(app, peer) as insider:  # a peer of its own: the in-process limiter outlives the app
-            statuses = [(await insider.post("/v1/bots/acme/chat", headers={"X-Forwarded-For": f"198.51.100.{i}"},
-                                            json={"session_id": f"insider-{i}", "text": "Hello?"})).status_code
-                        for i in range(3)]
+        # A peer of its own in each case: the in-process limiter outlives the app.
+        statuses = [await chat_status(app, peer, forwarded=f"198.51.100.{i}") for i in range(3)]
         assert statuses == [200, 200, 429]
 
 
@@ -109,18 +114,12 @@ async def test_an_ipv6_client_cannot_escape_its_limit_by_moving_within_its_netwo
     # One subscriber gets a whole /64 (2^64 addresses): counted per address, each message could come
     # from a new one. Directly and behind a proxy alike, the /64 is the budget's owner.
     async with limited_app(tmp_path, 2) as app:
-
-        async def status(peer: str, i: int, forwarded: str | None = None) -> int:
-            headers = {"X-Forwarded-For": forwarded} if forwarded else {}
-            async with client_from(app, peer) as client:
-                return (await client.post("/v1/bots/acme/chat", headers=headers,
-                                          json={"session_id": f"v6-{peer}-{forwarded}-{i}", "text": "Hello?"})).status_code
-
-        assert [await status(f"2a00:1450:4001:81a::{i + 1:x}", i) for i in range(3)] == [200, 200, 429]
-        assert [await status("10.0.0.2", i, forwarded=f"2a02:6b8:0:1::{i + 1:x}") for i in range(3)] == [200, 200, 429]
-        assert await status("2a00:1450:4001:81b::1", 9) == 200  # the next network is someone else
+        assert [await chat_status(app, f"2a00:1450:4001:81a::{i + 1:x}") for i in range(3)] == [200, 200, 429]
+        assert [await chat_status(app, "10.0.0.2", forwarded=f"2a02:6b8:0:1::{i + 1:x}")
+                for i in range(3)] == [200, 200, 429]
+        assert await chat_status(app, "2a00:1450:4001:81b::1") == 200  # the next network is someone else
         # An office's own IPv6 network (a private peer that sent no X-Forwarded-For) counts the same way.
-        assert [await status(f"fd12:3456:789a:1::{i + 1:x}", i) for i in range(3)] == [200, 200, 429]
+        assert [await chat_status(app, f"fd12:3456:789a:1::{i + 1:x}") for i in range(3)] == [200, 200, 429]
 
 
 async def test_the_web_chats_refusals_are_said_in_the_bots_words(tmp_path):
@@ -141,14 +140,10 @@ async def test_a_proxy_that_writes_the_clients_port_in_the_forwarded_hop_does_no
     # Some proxies (Azure Application Gateway, IIS ARR) append "address:port": the client's source port is new
     # with each connection, so each connection counted as another client, and an IPv6 one missed its /64.
     async with limited_app(tmp_path, 2) as app:
-
-        async def status(forwarded: str, i: int) -> int:  # each message from a new session
-            async with client_from(app, "10.0.0.3") as client:
-                return (await client.post("/v1/bots/acme/chat", headers={"X-Forwarded-For": forwarded},
-                                          json={"session_id": f"port-{len(forwarded)}-{i}", "text": "Hello?"})).status_code
-
-        assert [await status(f"198.51.100.7:{50000 + i}", i) for i in range(3)] == [200, 200, 429]
-        assert [await status(f"[2a02:6b8:0:2::{i + 1:x}]:{50000 + i}", i) for i in range(3)] == [200, 200, 429]
+        assert [await chat_status(app, "10.0.0.3", forwarded=f"198.51.100.7:{50000 + i}")
+                for i in range(3)] == [200, 200, 429]
+        assert [await chat_status(app, "10.0.0.3", forwarded=f"[2a02:6b8:0:2::{i + 1:x}]:{50000 + i}")
+                for i in range(3)] == [200, 200, 429]
 
 
 async def test_a_proxy_that_adds_its_own_forwarded_header_line_is_the_one_read(tmp_path):
@@ -180,15 +175,10 @@ async def test_an_ipv4_client_written_as_ipv6_is_counted_as_its_ipv4_address(tmp
     # Behind NAT64/SIIT every IPv4 visitor is a 64:ff9b::/96 address, all in one /64: one visitor used up
     # the budget of every IPv4 visitor. A 6to4 host has a /48 of its IPv4 address's, 65,536 /64s to move to.
     async with limited_app(tmp_path, 2) as app:
-
-        async def status(peer: str, i: int) -> int:
-            async with client_from(app, peer) as client:
-                return (await client.post("/v1/bots/acme/chat",
-                                          json={"session_id": f"wrapped-{peer}-{i}", "text": "Hello?"})).status_code
-
-        assert [await status("64:ff9b::cb00:7107", i) for i in range(3)] == [200, 200, 429]  # 203.0.113.7
-        assert await status("64:ff9b::c633:6407", 9) == 200  # 198.51.100.7: someone else
-        assert [await status(f"2002:cb00:7108:{i + 1:x}::1", i) for i in range(3)] == [200, 200, 429]  # 203.0.113.8
+        assert [await chat_status(app, "64:ff9b::cb00:7107") for _ in range(3)] == [200, 200, 429]  # 203.0.113.7
+        assert await chat_status(app, "64:ff9b::c633:6407") == 200  # 198.51.100.7: someone else
+        assert [await chat_status(app, f"2002:cb00:7108:{i + 1:x}::1")
+                for i in range(3)] == [200, 200, 429]  # 203.0.113.8
 
 
 @pytest.mark.parametrize(("first", "second"), [
@@ -203,11 +193,5 @@ async def test_ipv4_clients_behind_a_local_use_translator_each_have_a_budget_wha
     # translator uses. Read as a /96 alone, each client behind a /48 or /56 was 0.0.0.0, and behind a /64 its
     # last octet and three zeros (7.0.0.0 for both): one budget for all of them, which one used up.
     async with limited_app(tmp_path, 2) as app:
-
-        async def status(peer: str, i: int) -> int:
-            async with client_from(app, peer) as client:
-                return (await client.post("/v1/bots/acme/chat",
-                                          json={"session_id": f"local-use-{peer}-{i}", "text": "Hello?"})).status_code
-
-        assert [await status(first, i) for i in range(3)] == [200, 200, 429]
-        assert await status(second, 9) == 200  # someone else
+        assert [await chat_status(app, first) for _ in range(3)] == [200, 200, 429]
+        assert await chat_status(app, second) == 200  # someone else
