@@ -39,10 +39,11 @@ Error E-SYNC-409 means two devices edited the same note at once; a conflicted co
 """
 
 
-def _run(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def _run(*args: str, env: dict | None = None, timeout: float = 300, input: str | None = None,
+         ) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
     return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=ROOT, env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, input=input)
 
 
 @pytest.fixture
@@ -304,10 +305,7 @@ def test_cli_chat_answers_in_the_terminal(kb_config, web):
     config, _ = kb_config
     config.write_text(config.read_text().replace("web: {}", f"web: {json.dumps(web)}"))
     assert _run("ingest", "--config", str(config)).returncode == 0
-    proc = subprocess.run([sys.executable, "-m", "gateway", "chat", "--config", str(config)], cwd=ROOT,
-                          input="How much does the Plus plan cost?\n\n", capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1",
-                                            "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    proc = _run("chat", "--config", str(config), input="How much does the Plus plan cost?\n\n")
     assert proc.returncode == 0 and f"no server holds {config.parent / 'qdrant'}; loading bot 'acme'" in proc.stderr
     answer = next(line for line in proc.stdout.splitlines() if "acme>" in line)
     assert "$12" in answer and "[1]" in answer
@@ -320,9 +318,7 @@ def test_cli_chat_answers_in_the_terminal(kb_config, web):
 def test_cli_chat_on_a_bot_never_ingested_says_to_ingest_first(kb_config):
     config, _ = kb_config
     assert _run("db", "upgrade", "--config", str(config)).returncode == 0
-    proc = subprocess.run([sys.executable, "-m", "gateway", "chat", "--config", str(config)], cwd=ROOT, input="\n",
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    proc = _run("chat", "--config", str(config), input="\n")
     assert proc.returncode == 0, proc.stderr
     assert "note: bot 'acme' has nothing in its index yet: run `gateway ingest` first" in proc.stderr
 
@@ -331,9 +327,7 @@ def test_cli_chat_names_a_gate_bar_another_embedding_model_leaves_uncalibrated(t
     bot = {"name": "acme", "channels": {"web": {}}}
     config = write_config(tmp_path, bots=[bot], embedding={"model": "litellm/openai/text-embedding-3-small"})
     assert _run("db", "upgrade", "--config", str(config)).returncode == 0
-    proc = subprocess.run([sys.executable, "-m", "gateway", "chat", "--config", str(config)], cwd=ROOT, input="\n",
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    proc = _run("chat", "--config", str(config), input="\n")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.startswith("note: bot 'acme': gate 1's retrieval.min_dense_score 0.46"), proc.stderr
     assert "Chatting with 'acme'" in proc.stdout
