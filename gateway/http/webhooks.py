@@ -9,6 +9,7 @@ would not change: Slack, which retries any non-2xx, is told so with `X-Slack-No-
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 import structlog
 from fastapi import APIRouter, Request
@@ -81,20 +82,23 @@ class CappedRoute(APIRoute):
 
         async def capped(request: Request) -> Response:
             request = CappedRequest(request.scope, request.receive)
-            try:
-                await request.body()
-            except BodyTooLarge:
-                return error(413, f"body larger than {MAX_BODY_BYTES} bytes")
-            except BodyTooSlow:
-                return body_too_slow()
+            if isinstance(refused := await body_or_refusal(request.body()), Response):
+                return refused
             return await handler(request)
 
         return capped
 
 
-def body_too_slow() -> Response:
-    log.warning("http.body_too_slow", deadline_s=BODY_DEADLINE_S)
-    return error(408, f"body not received within {BODY_DEADLINE_S:g} s")
+async def body_or_refusal(reading: Awaitable[bytes]) -> bytes | Response:
+    """The body `reading` (a `read_capped`) gives, or the answer that refuses it: 413 past MAX_BODY_BYTES, 408
+    (logged as `http.body_too_slow`) past BODY_DEADLINE_S."""
+    try:
+        return await reading
+    except BodyTooLarge:
+        return error(413, f"body larger than {MAX_BODY_BYTES} bytes")
+    except BodyTooSlow:
+        log.warning("http.body_too_slow", deadline_s=BODY_DEADLINE_S)
+        return error(408, f"body not received within {BODY_DEADLINE_S:g} s")
 
 
 def log_signature_invalid(svc, bound, prefix: str, key: tuple[str, str], *, reason: str) -> None:
@@ -119,12 +123,8 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
     adapter = svc.adapters.get((bot, channel))
     if adapter is None:
         return error(404, f"bot {bot!r} has no {channel} channel")
-    try:
-        body = await read_capped(request)
-    except BodyTooLarge:
-        return error(413, f"body larger than {MAX_BODY_BYTES} bytes")
-    except BodyTooSlow:
-        return body_too_slow()
+    if isinstance(body := await body_or_refusal(read_capped(request)), Response):
+        return body
     raw = RawRequest(url=str(request.url), headers={k.lower(): v for k, v in request.headers.items()},
                      query=dict(request.query_params), body=body)
     bound = log.bind(bot=bot, channel=channel)
