@@ -92,17 +92,19 @@ def _revision(edit: InboundMessage) -> dict[str, Any]:
     return {"revision": list(edit.revision)} if edit.revision is not None else {}
 
 
-def _names(edit: InboundMessage):
-    """The SQL condition that a message is the one `edit` revises (its `meta.platform_message_id`)."""
-    return Message.meta["platform_message_id"].as_string() == edit.revises
+def _revised(bot: str, revision: InboundMessage, *columns):
+    """SELECT `columns` of the inbound message(s) of `bot` that `revision` revises: in its channel and chat, by its
+    `meta.platform_message_id` (the platform's message id, unique per chat only)."""
+    return select(*columns).join(Conversation, Message.conversation_id == Conversation.id).where(
+        Message.bot == bot, Message.channel == revision.channel, Message.direction == "in",
+        Conversation.chat == revision.conversation.chat,
+        Message.meta["platform_message_id"].as_string() == revision.revises)
 
 
 def _answered_place_moved(dialect: str, bot: str, move: InboundMessage):
     """The UPDATE … RETURNING id that moves the place of `move`'s message when it is answered (not pending) and
     holds an older revision: what `Inbox._move_place` writes under its locks, merged by the database."""
-    named = select(func.min(Message.id)).join(Conversation, Message.conversation_id == Conversation.id).where(
-        Message.bot == bot, Message.channel == move.channel, Message.direction == "in",
-        Conversation.chat == move.conversation.chat, _names(move)).correlate(None).scalar_subquery()
+    named = _revised(bot, move, func.min(Message.id)).correlate(None).scalar_subquery()
     changes = message_meta.said(message_meta.inbound_meta(move)) | {"live_location": True} | _revision(move)
     return (update(Message).where(Message.id == named, Message.status != "pending",
                                   stored_revision_before(dialect, move.revision))
@@ -119,10 +121,7 @@ def _applied(meta: dict[str, Any] | None, external_id: str) -> dict[str, Any]:
 
 async def _applied_already(session: AsyncSession, bot: str, edit: InboundMessage) -> bool:
     """Whether `edit` is a redelivery of one applied to the message it names while that message waited."""
-    meta = (await session.execute(
-        select(Message.meta).join(Conversation, Message.conversation_id == Conversation.id).where(
-            Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
-            Conversation.chat == edit.conversation.chat, _names(edit)).order_by(Message.id).limit(1))).scalar()
+    meta = (await session.execute(_revised(bot, edit, Message.meta).order_by(Message.id).limit(1))).scalar()
     return edit.external_id in ((meta or {}).get("applied_edits") or [])
 
 
@@ -256,10 +255,7 @@ class Inbox:
                           revision=move.revision, applied=True)
                 return None
             found = (await session.execute(
-                select(Message.id, Message.conversation_id)
-                .join(Conversation, Message.conversation_id == Conversation.id).where(
-                    Message.bot == bot, Message.channel == move.channel, Message.direction == "in",
-                    Conversation.chat == move.conversation.chat, _names(move)).order_by(Message.id).limit(1))).first()
+                _revised(bot, move, Message.id, Message.conversation_id).order_by(Message.id).limit(1))).first()
             if found is not None:
                 # Locked in the order the answer's store takes them (`Inbox._revise`).
                 await session.get(Conversation, found.conversation_id, with_for_update={"key_share": True})
@@ -285,11 +281,8 @@ class Inbox:
             # The message it names, found by the database: reading every pending message of the chat with
             # its whole `meta` to pick it in Python cost a busy chat (a burst, a queue held by a person) more.
             found = (await session.execute(
-                select(Message.id, Message.conversation_id)
-                .join(Conversation, Message.conversation_id == Conversation.id).where(
-                    Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
-                    Message.status == "pending", Conversation.chat == edit.conversation.chat,
-                    _names(edit)).order_by(Message.id).limit(1))).first()
+                _revised(bot, edit, Message.id, Message.conversation_id).where(Message.status == "pending")
+                .order_by(Message.id).limit(1))).first()
             target = None
             if found is not None:
                 # The conversation's row, then the message: the order the answer's store takes them in
@@ -318,9 +311,7 @@ class Inbox:
                 await repo.end_park(session, conversation_id=target.conversation_id, parked_owner=BURST_OWNER)
             redelivered = target is None and edit.stored_if_answered and await _applied_already(session, bot, edit)
             unknown = target is None and edit.new_if_never_stored and not edit.deleted and not (await session.execute(
-                select(Message.id).join(Conversation, Message.conversation_id == Conversation.id).where(
-                    Message.bot == bot, Message.channel == edit.channel, Message.direction == "in",
-                    Conversation.chat == edit.conversation.chat, _names(edit)).limit(1))).first()
+                _revised(bot, edit, Message.id).limit(1))).first()
             # Never stored, or deleted by `gateway forget` (storage/forgotten.py): then its edit must not store it again.
             forgotten = unknown and await was_forgotten(session, bot=bot, channel=edit.channel,
                                                         chat=edit.conversation.chat, platform_message_id=edit.revises)
