@@ -148,8 +148,6 @@ async def test_offline_never_calls_tools(router: LLMRouter) -> None:
 
 
 def test_offline_prefers_extract_whose_heading_matches() -> None:
-    from tests.llm.hits import FakeHit
-
     generic = FakeHit(text="Invoices list every charge on your account each month.", source="a.md", title="Invoices")
     headed = FakeHit(text="Every charge on your account is listed here.", source="b.md", title="Charges",
                      heading_path=("Billing", "Charges"))
@@ -159,8 +157,6 @@ def test_offline_prefers_extract_whose_heading_matches() -> None:
 
 
 def test_offline_quotes_text_unescaped() -> None:
-    from tests.llm.hits import FakeHit
-
     hit = FakeHit(text="Use the <Export> button & save the CSV file.", source="x.md", title="Export")
     messages = build_messages(BOT, history=[], user_text="how to export csv", hits=[hit])
 
@@ -195,8 +191,6 @@ def test_offline_matches_a_past_form_to_the_verb_the_page_uses() -> None:
 
 
 def test_offline_introduces_a_pronoun_sentence_with_its_section() -> None:
-    from tests.llm.hits import FakeHit
-
     plus = FakeHit(text="It costs $6 per month or $60 per year.", source="p.md", title="Plans", heading_path=("Plans", "Plus"))
     overview = FakeHit(text="There are three plans: Free, Plus and Team.", source="o.md", title="Plans")
     messages = build_messages(BOT, history=[], user_text="How much does the Plus plan cost?", hits=[plus, overview])
@@ -205,8 +199,6 @@ def test_offline_introduces_a_pronoun_sentence_with_its_section() -> None:
 
 
 def test_offline_ignores_addresses_and_the_bots_own_domain_words() -> None:
-    from tests.llm.hits import FakeHit
-
     bot = BotSettings(name="acme", system_prompt="You are the support assistant of Acme Notes.",
                       fallback_text=BOT.fallback_text)
     contact = FakeHit(text="Email: support@acme.example for everything, or see https://acme.example/help.",
@@ -218,8 +210,6 @@ def test_offline_ignores_addresses_and_the_bots_own_domain_words() -> None:
 
 
 def test_offline_prefers_instructions_over_a_page_summary() -> None:
-    from tests.llm.hits import FakeHit
-
     intro = FakeHit(text="How to create an account, reset a forgotten password and turn on 2FA.", source="a.md",
                     title="Your account")
     steps = FakeHit(text="To reset a password, choose Forgot password on the sign-in page.", source="a.md",
