@@ -24,14 +24,24 @@ def _message(external_id: str, *, chat: str = "c1", text: str = "hello", channel
                           attachments=(Attachment(kind="image", file_id="F1", caption="pic"),))
 
 
+@pytest.fixture
+async def engine(migrated_url):
+    engine = create_engine(migrated_url)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def sessions(engine):
+    return session_factory(engine)
+
+
 async def _count(sessions, model, *where) -> int:
     async with sessions() as session:
         return (await session.execute(select(func.count()).select_from(model).where(*where))).scalar_one()
 
 
-async def test_inbox_duplicate_delivery_is_stored_once(migrated_url):
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
+async def test_inbox_duplicate_delivery_is_stored_once(sessions):
     woken: list[int] = []
     inbox = Inbox(sessions, on_stored=woken.append)
     first = await inbox.accept("acme", _message("update-1"))
@@ -43,21 +53,16 @@ async def test_inbox_duplicate_delivery_is_stored_once(migrated_url):
     async with sessions() as session:
         stored = await session.get(Message, first.message_id)
     assert stored.attachments == [{"kind": "image", "file_id": "F1", "caption": "pic"}]
-    await engine.dispose()
 
 
-async def test_inbox_same_id_for_another_bot_is_a_new_message(migrated_url):
-    engine = create_engine(migrated_url)
-    inbox = Inbox(session_factory(engine))
+async def test_inbox_same_id_for_another_bot_is_a_new_message(sessions):
+    inbox = Inbox(sessions)
     a = await inbox.accept("acme", _message("1"))
     b = await inbox.accept("other", _message("1"))
     assert not b.duplicate and a.message_id != b.message_id
-    await engine.dispose()
 
 
-async def test_inbox_concurrent_retries_store_one_row_and_one_conversation(migrated_url):
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
+async def test_inbox_concurrent_retries_store_one_row_and_one_conversation(sessions):
     inbox = Inbox(sessions)
     results = await asyncio.gather(*[inbox.accept("acme", _message("update-7", chat="new-chat")) for _ in range(8)],
                                    return_exceptions=True)
@@ -67,12 +72,9 @@ async def test_inbox_concurrent_retries_store_one_row_and_one_conversation(migra
     assert await _count(sessions, Message) == 1
     assert await _count(sessions, Conversation) == 1
     assert await _count(sessions, Contact) == 1
-    await engine.dispose()
 
 
-async def test_inbox_existing_conversation_only_message_is_stored_only_into_an_existing_conversation(migrated_url):
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
+async def test_inbox_existing_conversation_only_message_is_stored_only_into_an_existing_conversation(sessions):
     inbox = Inbox(sessions)
     ref = ConversationRef(channel="slack", workspace="T1", chat="C13", thread="4.0")
 
@@ -89,13 +91,10 @@ async def test_inbox_existing_conversation_only_message_is_stored_only_into_an_e
     assert await inbox.accept("acme", message("Ev4", only=True, thread="9.0")) is None  # another thread
     assert await inbox.accept("other", message("Ev5", only=True)) is None  # another bot's
     assert await _count(sessions, Message) == 2
-    await engine.dispose()
 
 
-async def test_inbox_revision_changes_only_a_waiting_message_of_its_chat(migrated_url):
+async def test_inbox_revision_changes_only_a_waiting_message_of_its_chat(sessions):
     """An edit names the platform's message id (`platform_message_id`), which is unique per chat only."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     here = await inbox.accept("acme", _message("u1", chat="c1", text="teh price?"))
     there = await inbox.accept("acme", _message("u2", chat="c2", text="teh price?"))
@@ -110,15 +109,12 @@ async def test_inbox_revision_changes_only_a_waiting_message_of_its_chat(migrate
     assert (first.text, first.status) == ("the price?", "pending")
     assert (second.text, second.status) == ("teh price?", "ignored")
     assert await _count(sessions, Message) == 2
-    await engine.dispose()
 
 
-async def test_inbox_revision_kept_once_answered_is_stored_as_a_message_of_its_thread(migrated_url):
+async def test_inbox_revision_kept_once_answered_is_stored_as_a_message_of_its_thread(sessions):
     """An operator's edit in a Slack operator thread (`stored_if_answered`): applied while the message waits,
     a message of its own once it was answered (`meta.revises`, `meta.deleted`), for the relay to pass on;
     into the thread's conversation only, and once per delivery."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     thread = ConversationRef(channel="slack", chat="COPS", thread="5.5")
     said = replace(_message("Ev1", text="refund is 10", channel="slack"), conversation=thread, attachments=())
@@ -141,14 +137,11 @@ async def test_inbox_revision_kept_once_answered_is_stored_as_a_message_of_its_t
     assert (edited.text, edited.meta["revises"], edited.meta["deleted"]) == ("refund is 12", "Ev1", False)
     assert (deleted.meta["revises"], deleted.meta["deleted"], deleted.status) == ("Ev1", True, "pending")
     assert await _count(sessions, Message) == 3
-    await engine.dispose()
 
 
-async def test_two_edits_of_a_message_never_stored_handled_at_once_are_stored_once(migrated_url):
+async def test_two_edits_of_a_message_never_stored_handled_at_once_are_stored_once(sessions):
     """A group message ignored for want of the @mention, edited twice to add it: each edit found it never
     stored (one transaction), then stored itself under its own update's id (another), and was answered."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     store = inbox._accept
     both_looked = asyncio.Barrier(2)
@@ -166,7 +159,6 @@ async def test_two_edits_of_a_message_never_stored_handled_at_once_are_stored_on
     assert results[0].message_id == results[1].message_id and await _count(sessions, Message) == 1
     async with sessions() as session:
         assert (await session.get(Message, results[0].message_id)).meta["platform_message_id"] == "20"
-    await engine.dispose()
 
 
 
@@ -185,12 +177,10 @@ def _telegram_group_edit(update_id: int, text: str) -> InboundMessage:
 
 
 @pytest.mark.parametrize("stored_first", ["older", "newer"])
-async def test_of_two_edits_of_a_message_never_stored_handled_at_once_the_newest_is_kept(migrated_url, stored_first):
+async def test_of_two_edits_of_a_message_never_stored_handled_at_once_the_newest_is_kept(sessions, stored_first):
     """The member edited their message twice, quickly, to ask the bot: both edits found it never stored, and the
     one whose store committed first was kept, the other taken for its duplicate; when that was the older edit,
     the question answered was the one the member had already changed."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     store = inbox._accept
     edits = {"older": _telegram_group_edit(9702, "@support_bot the price?"),
@@ -215,16 +205,13 @@ async def test_of_two_edits_of_a_message_never_stored_handled_at_once_the_newest
     async with sessions() as session:
         stored = await session.get(Message, results[0].message_id)
     assert (stored.text, stored.status) == ("the price of the Plus plan?", "pending")
-    await engine.dispose()
 
 
-async def test_an_edit_after_telegram_restarted_its_update_ids_is_still_the_newer_one(migrated_url):
+async def test_an_edit_after_telegram_restarted_its_update_ids_is_still_the_newer_one(sessions):
     """Edits were ordered by update id alone, which Telegram restarts at random after a week without updates:
     the customer's later edit, under a lower id, was taken for an older one and ignored. An edit's `edit_date`
     comes first, its update id after (two edits in one second): the later edit stands, whatever its id, and an
     edit older than the one applied, handled late under a higher id, does not undo it."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
 
     def edit(update_id: int, text: str, edit_date: int) -> InboundMessage:
@@ -237,13 +224,10 @@ async def test_an_edit_after_telegram_restarted_its_update_ids_is_still_the_newe
     async with sessions() as session:
         message = await session.get(Message, stored.message_id)
     assert (message.text, message.status) == ("the price of the Plus plan?", "pending")
-    await engine.dispose()
 
 
-async def test_an_edit_of_a_message_whose_revision_was_stored_as_an_update_id_alone_is_compared_by_it(migrated_url):
+async def test_an_edit_of_a_message_whose_revision_was_stored_as_an_update_id_alone_is_compared_by_it(sessions):
     """A message stored before edits were ordered by date holds the update id alone (`meta.revision`)."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     stored = await inbox.accept("acme", _parsed(_update("teh price?", update_id=880001)))
     async with sessions() as session, session.begin():
@@ -257,16 +241,13 @@ async def test_an_edit_of_a_message_whose_revision_was_stored_as_an_update_id_al
             message = await session.get(Message, stored.message_id)
         texts.append((message.text, message.meta["revision"]))
     assert texts == [("teh price?", 880005), ("the price?", [1700000060, 880006])]
-    await engine.dispose()
 
 
 @pytest.mark.parametrize("channel", ["telegram", "whatsapp"])
-async def test_inbox_stores_a_message_of_a_known_conversation_in_three_statements(migrated_url, channel):
+async def test_inbox_stores_a_message_of_a_known_conversation_in_three_statements(engine, sessions, channel):
     """The contact is upserted and read back in one statement, the conversation read before any insert,
     and the message's id returned by its insert: seven statements on every message before. (WhatsApp's
     look for replies held behind a template ran on every message too: only a marked conversation has any.)"""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     first = await inbox.accept("acme", _message("update-1", channel=channel))
     log = StatementLog(engine)
@@ -280,14 +261,11 @@ async def test_inbox_stores_a_message_of_a_known_conversation_in_three_statement
         contact = (await session.execute(select(Contact))).scalar_one()
         seen = (await session.execute(select(Message.created_at).where(Message.id == second.message_id))).scalar_one()
     assert contact.display_name == "Ada" and contact.last_inbound_at >= seen  # a nameless message keeps the name
-    await engine.dispose()
 
 
-async def test_inbox_looks_for_replies_held_behind_a_template_only_while_the_conversation_is_marked(migrated_url):
+async def test_inbox_looks_for_replies_held_behind_a_template_only_while_the_conversation_is_marked(engine, sessions):
     """The outbox marks a conversation when a WhatsApp template went out in place of a reply; the next message
     looks for such replies once and clears the mark, unless another template went out meanwhile."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     first = await inbox.accept("acme", _message("wa-1", channel="whatsapp"))
     async with sessions() as session, session.begin():
@@ -299,15 +277,12 @@ async def test_inbox_looks_for_replies_held_behind_a_template_only_while_the_con
     log.clear()
     await inbox.accept("acme", _message("wa-3", channel="whatsapp"))
     assert [s for s in log.statements if " " in s] == ["INSERT contacts", "SELECT conversations", "INSERT messages"]
-    await engine.dispose()
 
 
-async def test_a_private_message_resent_after_its_edit_was_stored_is_its_duplicate(migrated_url):
+async def test_a_private_message_resent_after_its_edit_was_stored_is_its_duplicate(sessions):
     """A private chat's message whose delivery failed, edited meanwhile: the edit came first and was dropped, and
     Telegram's resend of the original was stored and answered on the replaced text. The edit is the question now
     (its first version never stored), the resend its duplicate, and a later edit is applied to it while it waits."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     date = int(utcnow().timestamp()) - 60
 
@@ -323,15 +298,12 @@ async def test_a_private_message_resent_after_its_edit_was_stored_is_its_duplica
         [message] = (await session.execute(select(Message))).scalars().all()
     assert (message.text, message.status) == ("the price of the Plus plan?", "pending")
     assert message.external_id == "edit-of:367699112:42"  # the private chat's, and its message's id
-    await engine.dispose()
 
 
-async def test_a_first_version_stored_between_its_edits_check_and_store_is_the_edits_duplicate(migrated_url):
+async def test_a_first_version_stored_between_its_edits_check_and_store_is_the_edits_duplicate(sessions):
     """`Inbox._revise` looks for the message an edit revises in one transaction and stores the edit as the question
     (under `edit-of:…`) in another: the platform's retry of the first version stored between the two was answered,
     and so was the edit, on the text the customer replaced and on the new one. The edit's store now finds it."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     date = int(utcnow().timestamp()) - 60
     edit = _parsed({"update_id": 880012, "edited_message": _update("the price?", date=date, edit_date=date + 2)["message"]})
@@ -342,4 +314,3 @@ async def test_a_first_version_stored_between_its_edits_check_and_store_is_the_e
     assert late.duplicate and late.message_id == first.message_id
     async with sessions() as session:
         assert (await session.execute(select(func.count()).select_from(Message))).scalar_one() == 1
-    await engine.dispose()
