@@ -14,7 +14,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.errors import Conflict, NotFound
-from gateway.escalation.records import conflict_now, live_escalation, locked, record_event
+from gateway.escalation.records import conflict_now, hand_conversation, live_escalation, locked, record_event
 from gateway.models import as_utc, utcnow
 from storage import repositories as repo
 from storage.models import Conversation, Escalation, Message
@@ -46,9 +46,7 @@ class ClaimTransitions:
                     return current  # a retried claim by the holder is not a conflict
                 raise await conflict_now(session, current)
             escalation = await locked(session, escalation_id)
-            await session.execute(
-                update(Conversation).where(Conversation.id == escalation.conversation_id)
-                .values(state="operator", assigned_operator=operator).execution_options(synchronize_session=False))
+            await session.execute(hand_conversation(escalation.conversation_id, state="operator", operator=operator))
             record_event(session, escalation, kind="claimed", from_state="waiting", to_state="operator", actor=operator,
                     reason=reason)
             notice = await self._tell_claimed(session, escalation.conversation_id)
@@ -83,9 +81,7 @@ class ClaimTransitions:
             if won.rowcount != 1:  # resolved, released or taken by a third operator meanwhile
                 raise await conflict_now(session, await session.get(Escalation, escalation.id))
             escalation = await locked(session, escalation.id)
-            await session.execute(
-                update(Conversation).where(Conversation.id == escalation.conversation_id)
-                .values(state="operator", assigned_operator=operator).execution_options(synchronize_session=False))
+            await session.execute(hand_conversation(escalation.conversation_id, state="operator", operator=operator))
             record_event(session, escalation, kind="taken_over", from_state="operator", to_state="operator",
                          actor=operator, reason=reason or f"taken over from {previous}")
             self._after_commit(session, {"type": "taken_over", "escalation_id": escalation.id, "bot": escalation.bot,
@@ -114,9 +110,7 @@ class ClaimTransitions:
                     raise Conflict(f"escalation {escalation_id} is not claimed")
                 raise await conflict_now(session, current)
             escalation = await locked(session, escalation_id)
-            await session.execute(
-                update(Conversation).where(Conversation.id == escalation.conversation_id)
-                .values(state="waiting", assigned_operator=None).execution_options(synchronize_session=False))
+            await session.execute(hand_conversation(escalation.conversation_id, state="waiting", operator=None))
             record_event(session, escalation, kind="released", from_state="operator", to_state="waiting",
                          actor=operator, reason=reason)
             self._after_commit(session, {"type": "released", "escalation_id": escalation_id, "bot": escalation.bot,
@@ -134,8 +128,7 @@ class ClaimTransitions:
             if conversation is None or conversation.bot not in self.servable(bots):
                 raise NotFound(f"no conversation {conversation_id}")
             taken = await session.execute(
-                update(Conversation).where(Conversation.id == conversation_id, Conversation.state == "bot")
-                .values(state="operator", assigned_operator=operator).execution_options(synchronize_session=False))
+                hand_conversation(conversation_id, state="operator", operator=operator, only_from="bot"))
             if taken.rowcount == 1:
                 now = utcnow()
                 escalation = Escalation(conversation_id=conversation_id, bot=conversation.bot, state="claimed",

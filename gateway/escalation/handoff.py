@@ -33,7 +33,7 @@ from gateway.background import cancel, settle
 from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.escalation.claims import ClaimTransitions
 from gateway.escalation.handback import answer_if_handed_back, requeue_unanswered
-from gateway.escalation.records import conflict_now, live_escalation, locked, record_event
+from gateway.escalation.records import conflict_now, hand_conversation, live_escalation, locked, record_event
 from gateway.events import ESCALATIONS_TOPIC, EventBus
 from gateway.models import CLIENT_ID, CLIENT_ID_RULE, as_utc, is_blank, utcnow
 from gateway.operators.notices import acknowledgement_extras
@@ -86,8 +86,7 @@ class Escalations(ClaimTransitions):
         names what opened it (`PipelineResult.trigger`): the log gets it and the reason's length, never
         the reason, which may be the model's words quoting the customer (operators read it in full)."""
         moved = await session.execute(
-            update(Conversation).where(Conversation.id == conversation.id, Conversation.state == "bot")
-            .values(state="waiting", assigned_operator=None).execution_options(synchronize_session=False))
+            hand_conversation(conversation.id, state="waiting", operator=None, only_from="bot"))
         if moved.rowcount != 1:
             existing = await live_escalation(session, conversation.id)
             if existing is not None:

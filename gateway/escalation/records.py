@@ -4,12 +4,12 @@ trail (`escalation_events`) and saying why a transition lost its race. Both `gat
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.errors import Conflict
 from gateway.models import utcnow
-from storage.models import Escalation, EscalationEvent
+from storage.models import Conversation, Escalation, EscalationEvent
 from storage.text import storable_text
 
 
@@ -18,6 +18,14 @@ async def live_escalation(session: AsyncSession, conversation_id: int) -> Escala
     return (await session.execute(select(Escalation).where(
         Escalation.conversation_id == conversation_id, Escalation.state.in_(("open", "claimed")))
         .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
+
+
+def hand_conversation(conversation_id: int, *, state: str, operator: str | None, only_from: str | None = None):
+    """The UPDATE that puts a conversation in `state`, assigned to `operator` (None: nobody); with `only_from`,
+    only a conversation in that state (its rowcount says whether it was)."""
+    guard = () if only_from is None else (Conversation.state == only_from,)
+    return (update(Conversation).where(Conversation.id == conversation_id, *guard)
+            .values(state=state, assigned_operator=operator).execution_options(synchronize_session=False))
 
 
 async def locked(session: AsyncSession, escalation_id: int) -> Escalation:
