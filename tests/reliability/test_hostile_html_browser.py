@@ -19,6 +19,7 @@ from tests.web.conftest import (  # noqa: F401 - fixtures
     browser,
     chromium_path,
     hostile_images_had_their_turn,
+    record_page_errors,
     serving,
     write_config,
 )
@@ -91,8 +92,7 @@ def test_widget_hostile_document_answer_renders_as_inert_text(browser, hostile_s
     context = browser.new_context()
     page = context.new_page()
     events: list[str] = []
-    page.on("pageerror", lambda exc: events.append(f"error: {exc}"))
-    page.on("dialog", lambda dialog: (events.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    record_page_errors(page, events)
     try:
         page.goto(hostile_server + "/")
         page.wait_for_selector("#gw-chat[data-ready='true']")
@@ -119,8 +119,7 @@ def test_console_hostile_document_answer_renders_as_inert_text(browser, hostile_
     customer, operator = context.new_page(), console.new_page()
     events: list[str] = []
     for tab in (customer, operator):
-        tab.on("pageerror", lambda exc: events.append(f"error: {exc}"))
-        tab.on("dialog", lambda dialog: (events.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+        record_page_errors(tab, events)
     try:
         customer.goto(hostile_server + "/")
         customer.wait_for_selector("#gw-chat[data-ready='true']")

@@ -164,12 +164,18 @@ def page(browser, live_server):
     context = browser.new_context()
     tab = context.new_page()
     tab.errors = []
-    tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
-    tab.on("dialog", lambda dialog: (tab.errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    record_page_errors(tab, tab.errors)
     try:
         yield tab
     finally:
         context.close()
+
+
+def record_page_errors(tab, errors: list[str]) -> None:
+    """Append to `errors` each uncaught script error of `tab` and each dialog it opens (dismissed, so the page
+    goes on): what text run as code instead of shown would leave."""
+    tab.on("pageerror", lambda exc: errors.append(f"error: {exc}"))
+    tab.on("dialog", lambda dialog: (errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
 
 
 def hostile_images_had_their_turn(page) -> None:
