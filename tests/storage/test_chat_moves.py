@@ -10,7 +10,6 @@ from sqlalchemy import select
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender, member_thread, utcnow
 from storage import repositories as repo
-from storage.engine import create_engine, session_factory
 from storage.models import Contact, Conversation, Message, UnfinishedChatMove
 
 OLD, NEW = "-4001", "-1004001"
@@ -33,11 +32,9 @@ async def _conversations(sessions) -> list[Conversation]:
         return list((await session.execute(select(Conversation).order_by(Conversation.id))).scalars())
 
 
-async def test_a_conversation_the_new_chat_opened_first_takes_the_old_ones_messages_and_hold(migrated_url):
+async def test_a_conversation_the_new_chat_opened_first_takes_the_old_ones_messages_and_hold(sessions):
     """A member's message in the supergroup stored before the notice of the upgrade opened a conversation
     at the new id: the move then failed on the unique key, or left the operator's hold behind."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     first = await inbox.accept("acme", _said("1", OLD))
     async with sessions() as session, session.begin():
@@ -54,7 +51,6 @@ async def test_a_conversation_the_new_chat_opened_first_takes_the_old_ones_messa
     # The old group's message id is no message of the supergroup's: its answer names the member instead.
     assert "platform_message_id" not in stored[0].meta and stored[0].meta["moved_from_chat"] == OLD
     assert stored[1].meta["platform_message_id"] == "2"
-    await engine.dispose()
 
 
 async def _lease(sessions, *conversation_ids: int, until=None) -> None:
@@ -64,12 +60,10 @@ async def _lease(sessions, *conversation_ids: int, until=None) -> None:
             conversation.lease_owner, conversation.lease_until = "worker-1", until
 
 
-async def test_the_group_itself_as_a_sender_moves_too_and_a_busy_conversation_takes_the_new_one(migrated_url):
+async def test_the_group_itself_as_a_sender_moves_too_and_a_busy_conversation_takes_the_new_one(sessions):
     """An anonymous admin writes as the group: their contact and thread carry the old chat id. A conversation
     a worker is answering in is not merged away under it: the new chat's conversation merges into it, and it
     takes the new id. It was skipped, to wait for another notice: held at each one, it stayed behind for good."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     admin = await inbox.accept("acme", _said("1", OLD, sender=OLD))
     member = await inbox.accept("acme", _said("2", OLD))
@@ -83,14 +77,11 @@ async def test_the_group_itself_as_a_sender_moves_too_and_a_busy_conversation_ta
         assert (await session.execute(select(Contact.external_id).join(
             Conversation, Conversation.contact_id == Contact.id).where(
             Conversation.id == admin.conversation_id))).scalar_one() == NEW
-    await engine.dispose()
 
 
-async def test_two_conversations_both_held_are_merged_once_a_turn_ends(migrated_url):
+async def test_two_conversations_both_held_are_merged_once_a_turn_ends(sessions):
     """Workers answer in the old conversation and in the new chat's: neither is merged away under its worker.
     The move is tried again before the next message is stored, as no other notice of it may come."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     old = await inbox.accept("acme", _said("1", OLD))
     new = await inbox.accept("acme", _said("2", NEW))
@@ -102,14 +93,11 @@ async def test_two_conversations_both_held_are_merged_once_a_turn_ends(migrated_
     [kept] = await _conversations(sessions)
     assert (kept.id, kept.chat, then.conversation_id) == (old.conversation_id, NEW, old.conversation_id)
     assert not inbox._unfinished_moves
-    await engine.dispose()
 
 
-async def test_a_reply_queued_before_the_move_does_not_quote_the_old_group_s_message(migrated_url):
+async def test_a_reply_queued_before_the_move_does_not_quote_the_old_group_s_message(sessions):
     """The question was answered just before the upgrade, its reply still queued (or waiting out a retry):
     the outbox sent it to the supergroup as a reply to the old group's message id, another member's there."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     asked = await inbox.accept("acme", _said("1", OLD))
     answered = await inbox.accept("acme", _said("2", OLD))
@@ -125,7 +113,6 @@ async def test_a_reply_queued_before_the_move_does_not_quote_the_old_group_s_mes
         sent, queued = [await session.get(Message, accepted.message_id) for accepted in (asked, answered)]
     assert "platform_message_id" not in queued.meta and queued.meta["moved_from_chat"] == OLD
     assert sent.meta["platform_message_id"] == "1"  # its reply is out: the record keeps what it answered
-    await engine.dispose()
 
 
 async def _left_busy(sessions):
@@ -145,16 +132,13 @@ async def _finished(sessions, kept_id: int) -> None:
         assert (await session.execute(select(UnfinishedChatMove))).first() is None  # nothing left to finish
 
 
-async def test_a_move_left_busy_is_finished_by_a_process_that_did_not_make_it(migrated_url):
+async def test_a_move_left_busy_is_finished_by_a_process_that_did_not_make_it(sessions):
     """Only the process that left the pair (both held by workers) knew to try the move again: after its
     restart, or with the next message stored by another replica, the two stayed apart for good, since
     Telegram does not tell the upgrade again."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     kept_id = await _left_busy(sessions)
     await Inbox(sessions).finish_moves()
     await _finished(sessions, kept_id)
-    await engine.dispose()
 
 
 async def test_the_periodic_repairs_of_a_gateway_finish_the_moves_left_unfinished(migrated_url, tmp_path):
@@ -169,12 +153,10 @@ async def test_the_periodic_repairs_of_a_gateway_finish_the_moves_left_unfinishe
     await services.engine.dispose()
 
 
-async def test_a_question_the_group_asked_as_itself_before_the_move_is_answered_as_the_moved_group(migrated_url):
+async def test_a_question_the_group_asked_as_itself_before_the_move_is_answered_as_the_moved_group(sessions):
     """The move renamed the group's contact and the `sender` column of what it wrote as itself, but left their
     `meta.sender` at the old id, which the turn reads: a question waiting across the move was answered as someone
     unknown at the old id (no contact: the tools authorized against the old chat id), not as the group."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
     asked = await inbox.accept("acme", _said("1", OLD, sender=OLD))
     await inbox.accept("acme", _move("2"))
@@ -183,4 +165,3 @@ async def test_a_question_the_group_asked_as_itself_before_the_move_is_answered_
         assert (message.sender, message.meta["sender"]) == (NEW, NEW)
         conversation, contact, _ = await repo.conversation_and_sender(session, message)
         assert contact.id is not None and contact.id == conversation.contact_id and contact.external_id == NEW
-    await engine.dispose()

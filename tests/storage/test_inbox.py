@@ -11,7 +11,6 @@ from sqlalchemy import func, select, update
 from channels.telegram import TelegramAdapter
 from gateway.inbox import Inbox
 from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, utcnow
-from storage.engine import create_engine, session_factory
 from storage.models import Contact, Conversation, Message
 from tests.channels.telegram_helpers import _request, _settings, _update
 from tests.statement_log import StatementLog
@@ -22,18 +21,6 @@ def _message(external_id: str, *, chat: str = "c1", text: str = "hello", channel
                           conversation=ConversationRef(channel=channel, chat=chat),
                           sender=Sender(external_id=f"user-{chat}", display_name="Ada"), text=text,
                           attachments=(Attachment(kind="image", file_id="F1", caption="pic"),))
-
-
-@pytest.fixture
-async def engine(migrated_url):
-    engine = create_engine(migrated_url)
-    yield engine
-    await engine.dispose()
-
-
-@pytest.fixture
-def sessions(engine):
-    return session_factory(engine)
 
 
 async def _count(sessions, model, *where) -> int:

@@ -11,7 +11,6 @@ from sqlalchemy import select, update
 from gateway.delivery.receipts import EARLY_RECEIPT_TTL, adopt_early_receipts, purge_early_receipts, record_receipt
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender, utcnow
-from storage.engine import create_engine, session_factory
 from storage.models import Delivery, EarlyReceipt, Message, OptOut
 
 
@@ -39,9 +38,7 @@ async def _status(sessions, message_id: int) -> str:
         return (await session.get(Message, message_id)).status
 
 
-async def test_receipt_before_the_send_is_parked_then_adopted(migrated_url):
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
+async def test_receipt_before_the_send_is_parked_then_adopted(sessions):
     # Two receipts race ahead of the record, concurrently and out of order: one parked row, the higher status.
     await asyncio.gather(
         record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-2", status="delivered", error_code=None),
@@ -54,12 +51,9 @@ async def test_receipt_before_the_send_is_parked_then_adopted(migrated_url):
     assert await _status(sessions, reply_id) == "sent"  # SM-1 has no receipt yet: the reply is as far as its least part
     await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-1", status="read", error_code=None)
     assert await _status(sessions, reply_id) == "delivered"
-    await engine.dispose()
 
 
-async def test_unadopted_receipts_are_purged_after_their_ttl(migrated_url):
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
+async def test_unadopted_receipts_are_purged_after_their_ttl(sessions):
     for sid in ("SM-old", "SM-new"):
         await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id=sid, status="failed", error_code="30008")
     async with sessions() as session, session.begin():
@@ -68,15 +62,12 @@ async def test_unadopted_receipts_are_purged_after_their_ttl(migrated_url):
     async with sessions() as session, session.begin():
         assert await purge_early_receipts(session) == 1
     assert await _parked(sessions) == [("SM-new", "failed")]
-    await engine.dispose()
 
 
-async def test_a_receipt_on_another_bots_webhook_does_not_touch_this_bots_reply(migrated_url):
+async def test_a_receipt_on_another_bots_webhook_does_not_touch_this_bots_reply(sessions):
     """Twilio sends a reply's receipts to the webhook of the bot that sent it (its status_callback). One
     that came in on another bot's route, signed with that bot's auth token, named this bot's message and
     marked it failed (with 63016, sent it again as a template)."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     reply_id = await _reply_with_parts(sessions, ["SM-acme"])
     await record_receipt(sessions, bot="beta", channel="whatsapp", provider_id="SM-acme", status="failed",
                          error_code="63016")
@@ -84,14 +75,11 @@ async def test_a_receipt_on_another_bots_webhook_does_not_touch_this_bots_reply(
     await record_receipt(sessions, bot="acme", channel="whatsapp", provider_id="SM-acme", status="delivered",
                          error_code=None)
     assert await _status(sessions, reply_id) == "delivered"
-    await engine.dispose()
 
 
-async def test_a_21610_receipt_opts_the_contact_out_unless_they_wrote_since_the_reply(migrated_url):
+async def test_a_21610_receipt_opts_the_contact_out_unless_they_wrote_since_the_reply(sessions):
     """Twilio's 21610 (unsubscribed) in a receipt marks the contact opted out, on both databases; a receipt for
     a reply sent before the customer's last message (a START since) is older news and changes nothing."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     reply_id = await _reply_with_parts(sessions, ["SM-old", "SM-new"])
     async with sessions() as session, session.begin():  # sent, then the customer wrote (their START)
         await session.execute(update(Message).where(Message.id == reply_id)
@@ -108,14 +96,11 @@ async def test_a_21610_receipt_opts_the_contact_out_unless_they_wrote_since_the_
     async with sessions() as session:
         [stop] = (await session.execute(select(OptOut))).scalars().all()
     assert stop.bot == "acme"
-    await engine.dispose()
 
 
-async def test_a_21610_receipt_opts_out_of_its_bot_though_the_customer_wrote_to_another_since(migrated_url):
+async def test_a_21610_receipt_opts_out_of_its_bot_though_the_customer_wrote_to_another_since(sessions):
     """A STOP is said to one business number (one bot): what the customer wrote to another bot since the reply
     is no START to this one, so the 21610 still opts them out of the bot that sent it."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     reply_id = await _reply_with_parts(sessions, ["SM-acme"])
     async with sessions() as session, session.begin():  # sent after the customer's message to acme
         await session.execute(update(Message).where(Message.id == reply_id).values(sent_at=utcnow()))
@@ -126,4 +111,3 @@ async def test_a_21610_receipt_opts_out_of_its_bot_though_the_customer_wrote_to_
                          error_code="21610")
     async with sessions() as session:
         assert [s.bot for s in (await session.execute(select(OptOut))).scalars()] == ["acme"]
-    await engine.dispose()
