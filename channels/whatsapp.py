@@ -59,7 +59,9 @@ from gateway.errors import BadRequest, ChannelSendError, RecipientOptedOut, Reci
 from gateway.models import (
     HELP_ANSWERED,
     OPT_IN,
+    OPT_IN_ANSWERED,
     OPT_OUT,
+    OPT_OUT_ANSWERED,
     ConversationRef,
     InboundMessage,
     OutboundMessage,
@@ -96,11 +98,13 @@ _STATUSES = {"sent": "sent", "delivered": "delivered", "read": "read", "failed":
              "undelivered": "failed", "canceled": "failed"}
 
 # Twilio's opt-out keywords, and `OptOutType` (STOP, START, HELP), which Twilio adds when Advanced Opt-Out
-# manages the sender's keywords (and has then answered the message itself, HELP included). From the Body
-# alone only the unmistakable words count: "yes", "cancel" or "end" typed to a support bot are answers.
+# manages the sender's keywords (and has then answered the message itself, HELP included). Without it Twilio
+# neither answered nor blocked anything (its default STOP filtering is SMS's, not WhatsApp's): the gateway
+# confirms. From the Body alone only the unmistakable words count: "yes", "cancel" or "end" typed to a support
+# bot are answers.
 _KEYWORDS = {"stop": OPT_OUT, "stopall": OPT_OUT, "unsubscribe": OPT_OUT, "optout": OPT_OUT,
              "start": OPT_IN, "unstop": OPT_IN, "help": "help"}
-_OPT_OUT_TYPES = {"STOP": OPT_OUT, "START": OPT_IN, "HELP": HELP_ANSWERED}
+_OPT_OUT_TYPES = {"STOP": OPT_OUT_ANSWERED, "START": OPT_IN_ANSWERED, "HELP": HELP_ANSWERED}
 
 _retry_after: contextvars.ContextVar[float | None] = contextvars.ContextVar("twilio_retry_after", default=None)
 
@@ -368,11 +372,12 @@ def _translate(exc: TwilioRestException) -> ChannelSendError | RecipientUnreacha
 
 
 def _keyword(form: Mapping[str, str], text: str) -> dict[str, str]:
-    """`{"command": "opt_out" | "opt_in" | "help" | "help_answered"}` for a keyword message, else `{}`.
+    """`{"command": …}` for a keyword message (`opt_out`, `opt_in`, `help`, or with `_answered` when `OptOutType`
+    says Twilio's Advanced Opt-Out answered it), else `{}`.
 
-    Twilio confirms STOP and START itself: the pipeline sends nothing for them, and the store marks the
-    contact opted out (or in) so no later reply is sent to someone who said STOP. HELP gets the greeting,
-    unless `OptOutType` says Twilio's Advanced Opt-Out has answered it with the business's own help text."""
+    The store marks the contact opted out (or in) so no later reply is sent to someone who said STOP. One
+    Twilio answered gets nothing more from the pipeline; a bare STOP or START gets the bot's confirmation
+    (`replies.opted_out`, `replies.opted_in`), and HELP the greeting."""
     command = _OPT_OUT_TYPES.get(form.get("OptOutType", "").upper()) or _KEYWORDS.get(text.strip().strip(".!").lower())
     return {"command": command} if command else {}
 

@@ -185,7 +185,7 @@ class MessageHandler:
         # Counted on its first attempt only: a message taken again after a crash is still one message. Nor
         # is an edit answered after its message (`meta.edit_of`) a new one: the customer fixed a typo.
         if turn.state == "bot" and attempt == 1 and not (inbound.meta or {}).get("edit_of") \
-                and await self._rate_limited(inbound, turn, finish):
+                and turn.command not in OPT_COMMANDS and await self._rate_limited(inbound, turn, finish):
             return None
         if attempt > 1:
             # A stream of the dead attempt's tokens may be open (web chat, another process): they are void.

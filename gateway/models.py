@@ -102,13 +102,16 @@ class Attachment:
     caption: str | None = None
 
 
-# The `command` of a WhatsApp STOP and START (Twilio's opt-out keywords): never answered, and they set or
-# lift the contact's opt-out (storage.repositories.store_inbound).
+# The `command` of a WhatsApp STOP and START (Twilio's opt-out keywords): they set or lift the contact's opt-out
+# (storage.repositories.store_inbound). Twilio answers them only under a Messaging Service's Advanced Opt-Out,
+# which marks them `OptOutType` (the `_answered` ones): a bare STOP or START is confirmed by the gateway, once.
 OPT_OUT, OPT_IN = "opt_out", "opt_in"
-OPT_COMMANDS = frozenset({OPT_OUT, OPT_IN})
+OPT_OUT_ANSWERED, OPT_IN_ANSWERED = "opt_out_answered", "opt_in_answered"
+OPT_OUTS = frozenset({OPT_OUT, OPT_OUT_ANSWERED})
+OPT_COMMANDS = frozenset({OPT_OUT, OPT_IN, OPT_OUT_ANSWERED, OPT_IN_ANSWERED})
 # WhatsApp's HELP as Twilio's Advanced Opt-Out marks it (`OptOutType=HELP`): Twilio has answered it already.
 HELP_ANSWERED = "help_answered"
-ANSWERED_BY_PLATFORM = OPT_COMMANDS | {HELP_ANSWERED}
+ANSWERED_BY_PLATFORM = frozenset({OPT_OUT_ANSWERED, OPT_IN_ANSWERED, HELP_ANSWERED})
 """Commands the platform answers itself: a reply of ours would be the person's second."""
 
 

@@ -91,6 +91,9 @@ class RepliesSettings(_Strict):
     person_will_help: str = "I've asked a person from our team to help you."
     try_again: str = "Please try again in a little while."
     ask_tomorrow: str = "Please ask again tomorrow."
+    # WhatsApp's confirmations of a STOP and a START that Twilio did not answer itself (no Advanced Opt-Out).
+    opted_out: str = "You won't get any more messages from us here. Send START to hear from us again."
+    opted_in: str = "You'll get our messages here again. Send STOP at any time to stop them."
     # What a message gets while a person holds its thread, where `escalation.claimed_message` (or,
     # before a claim, `escalation.acknowledgement`) is "".
     holding: str = "A person from our team has this conversation and will reply here."
@@ -114,8 +117,8 @@ class RepliesSettings(_Strict):
     widget: WidgetTexts = Field(default_factory=WidgetTexts)
 
     @field_validator("greeting", "text_only", "too_long", "llm_down", "search_down", "failure", "budget_spent",
-                     "holding", "sources_heading", "after_hours", "today", "tomorrow", "use_ask", "web_too_long",
-                     "web_rate_limited")
+                     "holding", "opted_out", "opted_in", "sources_heading", "after_hours", "today", "tomorrow",
+                     "use_ask", "web_too_long", "web_rate_limited")
     @classmethod
     def _said(cls, value: str) -> str:
         # Sent as it is: an empty text is refused by every platform, and the reply was never delivered.

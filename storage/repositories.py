@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.models import OPT_COMMANDS, OPT_OUT, ConversationRef, InboundMessage, utcnow
+from gateway.models import OPT_COMMANDS, OPT_OUTS, ConversationRef, InboundMessage, utcnow
 from storage import opt_outs
 from storage.message_meta import PLATFORM_META, first_stored_edit_key, inbound_meta
 from storage.models import Contact, Conversation, Message
@@ -114,11 +114,11 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
     inserted = result.scalar_one_or_none()
     if inserted is not None:
         opt = (message.raw or {}).get("command") if isinstance(message.raw, dict) else None
-        if opt == OPT_OUT:  # WhatsApp STOP / START, to this bot alone (only a first delivery: a retry changes nothing)
+        if opt in OPT_OUTS:  # WhatsApp STOP / START, to this bot alone (only a first delivery: a retry changes nothing)
             await opt_outs.opt_out(session, bot=bot, contact_id=contact.id, at=now)
         elif opt in OPT_COMMANDS:
             await opt_outs.opt_in(session, bot=bot, contact_id=contact.id)
-        if conversation.held_template_id is not None and opt != OPT_OUT and \
+        if conversation.held_template_id is not None and opt not in OPT_OUTS and \
                 await opt_outs.opted_out_at(session, bot=bot, contact_id=contact.id) is None:  # STOP answers no template
             await _resend_after_template(session, conversation)
         return StoredInbound(message_id=inserted, conversation_id=conversation.id, contact_id=contact.id,

@@ -15,7 +15,7 @@ from sqlalchemy import ScalarSelect, select
 
 from channels.base import ChannelAdapter
 from gateway.errors import RecipientUnreachable
-from gateway.models import OutboundMessage, utcnow
+from gateway.models import OPT_OUT, OutboundMessage, utcnow
 from storage.models import Conversation, Message
 
 OUTSIDE_WINDOW = "outside the 24-hour window"
@@ -35,6 +35,12 @@ def last_written_to_bot() -> ScalarSelect:
     `ix_messages_conversation`, read backwards: not a scan of the conversation."""
     return (select(Message.created_at).where(Message.conversation_id == Conversation.id, Message.direction == "in")
             .order_by(Message.id.desc()).limit(1).correlate(Conversation).scalar_subquery())
+
+
+def confirms_opt_out(message: Message, inbound: Message | None) -> bool:
+    """Whether `message` is the gateway's confirmation of the STOP it replies to (a bare one, which Twilio did
+    not answer): the one message an opted-out contact is sent, so they know the STOP was heard."""
+    return message.author == "system" and inbound is not None and (inbound.meta or {}).get("command") == OPT_OUT
 
 
 async def send_within_window(adapter: ChannelAdapter, outbound: OutboundMessage, *,

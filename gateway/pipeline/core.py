@@ -12,7 +12,7 @@ import structlog
 
 from gateway.budget import BUDGET_ESCALATION
 from gateway.errors import LLMError, RetrievalError
-from gateway.models import ANSWERED_BY_PLATFORM, CallerIdentity, Citation, is_blank
+from gateway.models import ANSWERED_BY_PLATFORM, OPT_IN, OPT_OUT, CallerIdentity, Citation, is_blank
 from gateway.observability import otel
 from gateway.pipeline.answer import TurnRecord
 from gateway.pipeline.human_request import asks_for_human
@@ -98,6 +98,13 @@ class Pipeline:
             # WhatsApp STOP / START, and HELP under Advanced Opt-Out: Twilio answers it; ours would be a second one.
             bound.info("pipeline.opt_keyword", command=turn.command)
             return PipelineResult(reply=None, answered=False)
+        if turn.command in (OPT_OUT, OPT_IN):
+            # A bare STOP / START, which Twilio neither answered nor acted on: the customer learns it was heard,
+            # and how to come back. Sent whoever holds the thread; the outbox lets this one through the opt-out.
+            bound.info("pipeline.opt_keyword", command=turn.command, confirmed=True)
+            replies = turn.bot.replies
+            return PipelineResult(reply=replies.opted_out if turn.command == OPT_OUT else replies.opted_in,
+                                  author="system", answered=False, counts=False)
         if turn.state != "bot":
             bound.info("pipeline.operator_holds_thread", state=turn.state, notice=turn.needs_reply)
             if turn.needs_reply:  # the person's reply comes as a message of its own; this ends the pending state

@@ -198,7 +198,8 @@ def test_whatsapp_parse_blank_body_is_a_message(adapter: WhatsAppAdapter, body: 
 
 @pytest.mark.parametrize(("body", "opt_out_type", "command"), [
     ("STOP", "", "opt_out"), (" Stop! ", "", "opt_out"), ("unsubscribe", "", "opt_out"), ("START", "", "opt_in"),
-    ("help", "", "help"), ("BAJA", "STOP", "opt_out"), ("yes", "START", "opt_in"),
+    ("help", "", "help"),  # Twilio answered none of these (no Advanced Opt-Out): the gateway confirms them
+    ("BAJA", "STOP", "opt_out_answered"), ("yes", "START", "opt_in_answered"), ("STOP", "STOP", "opt_out_answered"),
     ("HELP", "HELP", "help_answered"),  # Advanced Opt-Out: Twilio has answered it
     # Typed to a support bot these are answers or questions, unless Twilio says they were keywords.
     ("cancel", "", None), ("yes", "", None), ("stop my subscription", "", None), ("end", "", None),

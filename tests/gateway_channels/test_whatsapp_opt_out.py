@@ -9,7 +9,7 @@ from sqlalchemy import select
 from gateway.message_handler import OPTED_OUT
 from gateway.retention import forget_contact
 from storage.models import Contact, OptOut
-from tests.english_replies import DEFAULT_GREETING
+from tests.english_replies import DEFAULT_GREETING, ENGLISH
 from tests.fakes.twilio_api import Reply
 from tests.gateway_channels.conftest import get_message, messages_in_chat, settle, settled_chat, store_reply, wait_until
 from tests.gateway_channels.whatsapp_rig import (
@@ -26,12 +26,13 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 async def test_whatsapp_stop_is_not_answered_and_nothing_is_sent_until_start(whatsapp_env):
-    # Twilio confirms STOP and START itself, and refuses sends to an opted-out number (21610).
+    # Under Advanced Opt-Out (OptOutType) Twilio confirms STOP and START itself, and refuses sends to an
+    # opted-out number (21610).
     client, services, fake = whatsapp_env
     phone = "+15550000020"
-    await post(client, inbound("SM" + "ab" * 16, phone, "Stop"))
+    await post(client, inbound("SM" + "ab" * 16, phone, "Stop", OptOutType="STOP"))
     [stop] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=1)
-    assert (stop.text, stop.meta["command"]) == ("Stop", "opt_out")
+    assert (stop.text, stop.meta["command"]) == ("Stop", "opt_out_answered")
     await post(client, inbound("SM" + "ac" * 16, phone))  # a question after STOP: not answered, no model paid
     [_, question] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=2)
     assert (question.status, question.error) == ("ignored", OPTED_OUT)
@@ -46,6 +47,29 @@ async def test_whatsapp_stop_is_not_answered_and_nothing_is_sent_until_start(wha
     assert "Sources:" in sent.form["Body"]
     await settle(services=services)
     assert len(sent_to(fake, phone)) == 1  # STOP and START got no answer of ours
+
+
+async def test_whatsapp_stop_twilio_did_not_handle_is_confirmed_once_and_start_too(whatsapp_env):
+    # Twilio handles WhatsApp keywords only under a Messaging Service's Advanced Opt-Out, and marks those
+    # `OptOutType`. A bare STOP was answered by no one: the customer never learnt they were opted out, nor how
+    # to come back. It gets one confirmation of ours; nothing else is sent until START, which is confirmed too.
+    client, services, fake = whatsapp_env
+    phone = "+15550000035"
+    await post(client, inbound("SM" + "b1" * 16, phone, "STOP"))
+    [confirmed] = await wait_until(lambda: sent_to(fake, phone), what="the STOP's confirmation")
+    assert confirmed.form["Body"] == ENGLISH.opted_out
+    await post(client, inbound("SM" + "b2" * 16, phone))  # a question after STOP: not answered
+    *_, question = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=3)
+    assert (question.direction, question.status, question.error) == ("in", "ignored", OPTED_OUT)
+    await post(client, inbound("SM" + "b1" * 16, phone, "STOP"))  # Twilio's retry of the STOP: no second one
+    await post(client, inbound("SM" + "b3" * 16, phone, "start"))
+    await wait_until(lambda: len(sent_to(fake, phone)) >= 2, what="the START's confirmation")
+    assert sent_to(fake, phone)[1].form["Body"] == ENGLISH.opted_in
+    await post(client, inbound("SM" + "b4" * 16, phone))
+    await wait_until(lambda: len(sent_to(fake, phone)) >= 3, what="the answer after START")
+    await settle(services=services)
+    bodies = [r.form["Body"] for r in sent_to(fake, phone)]
+    assert len(bodies) == 3 and "Sources:" in bodies[2]
 
 
 async def _failed_reply(services, phone: str):
@@ -81,13 +105,15 @@ async def test_whatsapp_reply_held_behind_a_template_is_kept_through_stop_and_se
     await held_behind_template(client, services, fake, phone, sids="d1", text="Your parcel was found.",
                                content_sid="HX" + "6" * 32)
     await post(client, inbound("SM" + "d2" * 16, phone, "STOP"))
-    await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=4)
+    await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=5)
     assert await _failed_reply(services, phone) is None
     await post(client, inbound("SM" + "d3" * 16, phone, "START"))
-    await wait_until(lambda: len(sent_to(fake, phone)) >= 3, what="the held reply after START")
+    await wait_until(lambda: len(sent_to(fake, phone)) >= 5, what="the held reply after START")
     await settle(services=services)
     bodies = [r.form.get("Body") or r.form["ContentSid"] for r in sent_to(fake, phone)]
-    assert bodies[1:] == ["HX" + "6" * 32, "Your parcel was found."]
+    # The STOP and the START (bare: Twilio answered neither) are confirmed; the held text follows START.
+    assert bodies[1:3] == ["HX" + "6" * 32, ENGLISH.opted_out]
+    assert sorted(bodies[3:]) == sorted(["Your parcel was found.", ENGLISH.opted_in])
 
 
 async def test_twilios_21610_marks_the_contact_opted_out_so_later_replies_are_not_sent(whatsapp_env):
@@ -155,7 +181,7 @@ async def test_a_contact_who_sent_stop_and_was_forgotten_is_still_not_messaged(w
     # reply sent, to a number that had opted out. What stays is the STOP alone: their number and its time.
     client, services, fake = whatsapp_env
     phone = "+15550000031"
-    await post(client, inbound("SM" + "f1" * 16, phone, "STOP"))
+    await post(client, inbound("SM" + "f1" * 16, phone, "STOP", OptOutType="STOP"))
     await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=1)
     report = await forget_contact(services.sessions, channel="whatsapp", user=phone[1:])
     assert (report.conversations, report.messages, report.contacts, report.opt_outs_kept) == (1, 1, 0, 1)

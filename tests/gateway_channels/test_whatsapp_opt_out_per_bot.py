@@ -96,7 +96,7 @@ async def chat(services, bot: str, phone: str, count: int):
 async def test_whatsapp_stop_to_one_bot_leaves_the_other_bot_answering(env):
     client, services, fake = env
     phone = "+15550000101"
-    await say(client, "alpha", "SM" + "b1" * 16, phone, "STOP")
+    await say(client, "alpha", "SM" + "b1" * 16, phone, "STOP", OptOutType="STOP")
     await chat(services, "alpha", phone, 1)
     await say(client, "beta", "SM" + "b2" * 16, phone)  # another business: the STOP was not said to it
     [sent] = await wait_until(lambda: answers(fake, "beta", phone), what="beta's answer")
@@ -115,7 +115,7 @@ async def test_whatsapp_start_to_one_bot_does_not_re_enable_another_it_was_stopp
     client, services, fake = env
     phone = "+15550000102"
     for bot, sid in (("alpha", "c1"), ("beta", "c2")):
-        await say(client, bot, "SM" + sid * 16, phone, "STOP")
+        await say(client, bot, "SM" + sid * 16, phone, "STOP", OptOutType="STOP")
     await chat(services, "alpha", phone, 2)
     await say(client, "beta", "SM" + "c3" * 16, phone, "START", OptOutType="START")
     await say(client, "beta", "SM" + "c4" * 16, phone)
@@ -131,7 +131,7 @@ async def test_forget_keeps_each_bots_stop_for_that_bot_alone(env):
     # `gateway forget` keeps what is left of a STOP: still one bot's, not every bot's.
     client, services, fake = env
     phone = "+15550000103"
-    await say(client, "alpha", "SM" + "d1" * 16, phone, "STOP")
+    await say(client, "alpha", "SM" + "d1" * 16, phone, "STOP", OptOutType="STOP")
     await chat(services, "alpha", phone, 1)
     report = await forget_contact(services.sessions, channel="whatsapp", user=phone[1:])
     assert (report.conversations, report.contacts, report.opt_outs_kept) == (1, 0, 1)
