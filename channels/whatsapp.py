@@ -51,6 +51,7 @@ from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, 
 from channels.citations import render_citations
 from channels.render import split_text
 from channels.sent_parts import SentParts
+from channels.whatsapp_form import FormFields
 from channels.whatsapp_media import attachments as media_of
 from channels.whatsapp_media import readable
 from channels.whatsapp_render import to_whatsapp
@@ -177,7 +178,7 @@ class WhatsAppAdapter:
         query = urlsplit(request.url).query
         url = f"{self.webhook_url}?{query}" if query else self.webhook_url
         try:
-            params = dict(parse_qsl(request.body.decode("utf-8"), keep_blank_values=True))
+            params = FormFields(parse_qsl(request.body.decode("utf-8"), keep_blank_values=True))
         except UnicodeDecodeError:
             raise SignatureInvalid("body is not UTF-8 form data") from None
         if not self._validator.validate(url, params, signature):

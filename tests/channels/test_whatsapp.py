@@ -87,6 +87,30 @@ def test_whatsapp_a_signature_over_another_url_names_the_url_checked(adapter: Wh
         adapter.verify(other)
 
 
+class _Repeated(dict):
+    """Form fields with a repeated key, as Twilio's validator reads a multi-valued form (`getall`)."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        super().__init__(pairs)
+        self.pairs = pairs
+
+    def getall(self, key: str) -> list[str]:
+        return [v for k, v in self.pairs if k == key]
+
+
+def test_whatsapp_verify_signs_every_value_of_a_repeated_key(adapter: WhatsAppAdapter) -> None:
+    # Twilio signs each value of a key that comes more than once; only the last was checked, so such a request
+    # was refused as forged (and one signed over the last value alone passed).
+    pairs = [("MessageSid", "SM1"), ("Body", "hi"), ("Tag", "a"), ("Tag", "b")]
+    signature = RequestValidator(AUTH_TOKEN).compute_signature(WEBHOOK_URL, _Repeated(pairs))
+    headers = {"content-type": "application/x-www-form-urlencoded", "x-twilio-signature": signature}
+    adapter.verify(RawRequest(url=WEBHOOK_URL, headers=headers, query={}, body=urlencode(pairs).encode()))
+    last_only = RequestValidator(AUTH_TOKEN).compute_signature(WEBHOOK_URL, dict(pairs))
+    with pytest.raises(SignatureInvalid):
+        adapter.verify(RawRequest(url=WEBHOOK_URL, headers=headers | {"x-twilio-signature": last_only}, query={},
+                                  body=urlencode(pairs).encode()))
+
+
 def test_whatsapp_verify_rejects_a_tampered_body(adapter: WhatsAppAdapter) -> None:
     good = _signed({"MessageSid": "SM1", "Body": "hi"})
     tampered = RawRequest(url=good.url, headers=good.headers, query={}, body=b"MessageSid=SM1&Body=refund+me")
