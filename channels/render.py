@@ -27,7 +27,7 @@ from typing import Literal
 
 from markdown_it import MarkdownIt
 
-from channels.split_spans import BLOCK_START, Table, Wrapped, code_spans, emphasis_spans, table_spans
+from channels.split_spans import BLOCK_START, Table, Wrapped, cluster_cut, code_spans, emphasis_spans, table_spans
 
 Unit = Literal["chars", "utf16"]
 
@@ -256,7 +256,8 @@ class _Splitter:
         for fence in self.big_fences:
             if fence.start < hard <= fence.open_end and fence.start > start:
                 return fence.start, fence.start
-        return hard, hard
+        cut = cluster_cut(self.text, hard, start)  # not inside an emoji, a flag, an accented letter
+        return cut, cut
 
     def cut_in_run_anyway(self, nxt: int, hard: int, budget: int) -> bool:
         """Whether `hard` is inside an oversized span (a code span) that starts after the boundary a part would

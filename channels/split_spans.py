@@ -5,12 +5,14 @@ WhatsApp's `*bold*`, `_italic_`, `~strike~`. A code span is a run of backticks u
 many, within its paragraph (CommonMark's rule). A table is a header line, its `|---|---|` line and the rows
 that follow up to a blank line. All are found in linear time (a line of stray asterisks or backticks
 included), so any length is found. Emphasis, a code span and a link's label are `Wrapped`: a cut inside
-one closes it and the next part reopens it.
+one closes it and the next part reopens it. A cut with no boundary to take is moved back out of a character
+drawn as one (`cluster_cut`): an emoji with its modifiers, a flag, a letter with its accents.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
@@ -134,3 +136,31 @@ def table_spans(text: str) -> list[Table]:
 
 def _cells(line: str) -> int:
     return len(line.strip().strip("|").split("|"))
+
+
+# What attaches to the character before it: a ZWJ, a variation selector, a skin tone, a keycap, a tag (a
+# subdivision flag's letters); combining marks are found by their Unicode category.
+_ATTACHED = re.compile("[\u200d\ufe00-\ufe0f\u20e3\U0001f3fb-\U0001f3ff\U000e0020-\U000e007f]")
+_REGIONAL = re.compile("[\U0001f1e6-\U0001f1ff]")
+
+
+def _inside_cluster(text: str, pos: int) -> bool:
+    """Whether a cut before `text[pos]` splits what is drawn as one character."""
+    after, before = text[pos], text[pos - 1]
+    if _ATTACHED.match(after) or unicodedata.category(after) in ("Mn", "Me", "Mc") or before == "\u200d":
+        return True
+    if _REGIONAL.match(after) and _REGIONAL.match(before):
+        run = pos
+        while run > 0 and _REGIONAL.match(text[run - 1]):
+            run -= 1
+        return (pos - run) % 2 == 1  # flags pair from the first indicator on: an odd count leaves one alone
+    return False
+
+
+def cluster_cut(text: str, pos: int, floor: int) -> int:
+    """`pos`, moved back to the nearest cut after `floor` that splits no character drawn as one; `pos` when
+    there is none (one cluster longer than a part is cut anyway)."""
+    cut = pos
+    while floor < cut < len(text) and _inside_cluster(text, cut):
+        cut -= 1
+    return cut if cut > floor else pos

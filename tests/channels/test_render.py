@@ -359,3 +359,21 @@ def test_a_run_of_brackets_is_searched_for_links_once_not_once_per_bracket() -> 
     text = "word " * 30 + "[the guide](https://example.com/a) " + "[" * 5000
     parts = split_text(text, limit=160)
     assert any("[the guide](https://example.com/a)" in p for p in parts)
+
+
+@pytest.mark.parametrize(("unit", "emoji"), [
+    ("utf16", "\U0001f1e9\U0001f1ea"),  # a flag: two regional indicators
+    ("utf16", "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"),  # a family: people joined by ZWJ
+    ("utf16", "\U0001f44d\U0001f3fd"),  # a thumbs up with its skin tone
+    ("chars", "\u2764\ufe0f"),  # a heart with its emoji presentation selector
+    ("chars", "e\u0301"),  # e and its combining acute accent
+])
+def test_split_text_with_no_space_cuts_between_emoji_not_inside_one(unit: str, emoji: str) -> None:
+    # A text with nowhere else to cut was cut at the limit, inside an emoji: a flag became two letters (and
+    # every later flag was paired wrong), a family a row of people, a thumbs up lost its skin tone.
+    text = "a" + emoji * (4000 // text_length(emoji, unit=unit))
+    parts = split_text(text, limit=1600, unit=unit)
+    assert len(parts) > 1 and "".join(parts) == text
+    for part in parts:
+        assert text_length(part, unit=unit) <= 1600
+        assert part.lstrip("a").replace(emoji, "") == ""
