@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.models import OPT_COMMANDS, OPT_OUTS, ConversationRef, InboundMessage, utcnow
+from gateway.models import OPT_COMMANDS, OPT_IN, OPT_OUTS, ConversationRef, InboundMessage, utcnow
 from storage import opt_outs
 from storage.message_meta import PLATFORM_META, first_stored_edit_key, inbound_meta
 from storage.models import Contact, Conversation, Message
@@ -87,6 +87,8 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
         conversation.contact_id = contact.id
     now = utcnow()
     meta = inbound_meta(message)
+    if meta.get("command") == OPT_IN and await opt_outs.opted_out_at(session, bot=bot, contact_id=contact.id) is None:
+        meta["command"] = "start"  # someone beginning, not coming back: the greeting, not "you'll hear from us again"
     # Stored already from an edit (`first_stored_edit_key`) when its first delivery failed and the edit that made
     # it a question came before the platform's retry of it (Slack's, Telegram's): the same message, so its retry
     # is that one's duplicate, neither answered twice nor put back to the text the member replaced. Asked in the

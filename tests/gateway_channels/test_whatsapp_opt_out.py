@@ -72,6 +72,16 @@ async def test_whatsapp_stop_twilio_did_not_handle_is_confirmed_once_and_start_t
     assert len(bodies) == 3 and "Sources:" in bodies[2]
 
 
+async def test_whatsapp_start_from_someone_never_opted_out_gets_the_greeting(whatsapp_env):
+    # "Start" as a first message is someone beginning, not coming back: "You'll get our messages here again"
+    # answered a STOP they never sent.
+    client, services, fake = whatsapp_env
+    phone = "+15550000036"
+    await post(client, inbound("SM" + "b5" * 16, phone, "Start"))
+    [sent] = await wait_until(lambda: sent_to(fake, phone), what="the greeting")
+    assert sent.form["Body"] == DEFAULT_GREETING
+
+
 async def _failed_reply(services, phone: str):
     stored = await messages_in_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}")
     return next((m for m in stored if m.direction == "out" and m.status == "failed"), None)
