@@ -167,6 +167,9 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
         raise ConfigError("", f"cannot read {config_path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError("", f"{config_path} is not valid YAML: {_yaml_problem(exc)}{_yaml_hint(exc, text)}") from None
+    except RecursionError:  # PyYAML reads each level of nesting a call deeper
+        raise ConfigError("", f"{config_path} is not valid YAML: it is nested too deeply to read "
+                              "(hundreds of levels of lists or mappings)") from None
     if not isinstance(raw, dict):
         raise ConfigError("", f"{config_path} must hold a mapping at the top level")
     defaulted: list[str] = []

@@ -41,3 +41,12 @@ def test_a_config_file_that_is_not_utf8_is_one_config_error_line(tmp_path, capsy
     assert main(["ingest-runs", "--config", str(path)]) == 2
     assert capsys.readouterr().err == (f"config error: {path} is not UTF-8 text (byte 0xff at position 0): "
                                        "save it as UTF-8\n")
+
+
+def test_a_config_nested_past_what_the_yaml_reader_follows_is_one_config_error_line(tmp_path, capsys):
+    # PyYAML recurses once per level: a file of a few hundred `[` ended in RecursionError's traceback, exit 1.
+    path = tmp_path / "config.yaml"
+    path.write_text("[" * 5000 + "\n", encoding="utf-8")
+    assert main(["ingest-runs", "--config", str(path)]) == 2
+    assert capsys.readouterr().err == (f"config error: {path} is not valid YAML: it is nested too deeply to read "
+                                       "(hundreds of levels of lists or mappings)\n")
