@@ -154,7 +154,7 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
     environ = dict(os.environ)
     try:
         text = config_path.read_text(encoding="utf-8")
-        raw = _load_yaml(text, config_path) or {}
+        raw = _load_yaml(text, config_path)  # None: an empty file (or comments alone), no settings
     except FileNotFoundError:
         raise ConfigError("", f"config file not found: {config_path} ({_origin(config_path, path)})") from None
     except IsADirectoryError:
@@ -170,6 +170,8 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
     except RecursionError:  # PyYAML reads each level of nesting a call deeper
         raise ConfigError("", f"{config_path} is not valid YAML: it is nested too deeply to read "
                               "(hundreds of levels of lists or mappings)") from None
+    if raw is None:
+        raw = {}
     if not isinstance(raw, dict):
         raise ConfigError("", f"{config_path} must hold a mapping at the top level")
     defaulted: list[str] = []

@@ -50,3 +50,13 @@ def test_a_config_nested_past_what_the_yaml_reader_follows_is_one_config_error_l
     assert main(["ingest-runs", "--config", str(path)]) == 2
     assert capsys.readouterr().err == (f"config error: {path} is not valid YAML: it is nested too deeply to read "
                                        "(hundreds of levels of lists or mappings)\n")
+
+
+@pytest.mark.parametrize("text", ["[]", "false", "0", "''"])
+def test_an_empty_list_or_a_falsy_scalar_at_the_top_is_refused_as_a_list_or_scalar_is(tmp_path, capsys, text):
+    # `[1]` was refused ("must hold a mapping"), while `[]`, `false`, `0` or `''` were read as an empty mapping:
+    # a config of no bots, started without a word.
+    path = tmp_path / "config.yaml"
+    path.write_text(text + "\n", encoding="utf-8")
+    assert main(["ingest-runs", "--config", str(path)]) == 2
+    assert capsys.readouterr().err == f"config error: {path} must hold a mapping at the top level\n"
