@@ -32,7 +32,7 @@ def verify_signature(key: VerifyKey | None, request: RawRequest) -> None:
         raise SignatureInvalid("bad Ed25519 signature") from exc
     try:
         age = abs(time.time() - int(timestamp))
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:  # OverflowError: digits past what a float holds
         raise SignatureInvalid("malformed X-Signature-Timestamp") from exc
     if age > SIGNATURE_MAX_AGE:
         raise SignatureInvalid(f"stale X-Signature-Timestamp ({int(age)} s old)")

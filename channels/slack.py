@@ -127,7 +127,7 @@ class SlackAdapter:
             raise SignatureInvalid("slack.signing_secret is not configured")
         try:
             age = abs(self._verifier.clock.now() - int(timestamp))
-        except ValueError:
+        except (ValueError, OverflowError):  # OverflowError: digits past what a float holds
             raise SignatureInvalid("malformed X-Slack-Request-Timestamp") from None
         if age > STALE_AFTER_S:
             raise SignatureInvalid(f"stale Slack request ({int(age)} s old)")
