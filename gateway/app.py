@@ -91,7 +91,8 @@ def create_app(settings: Settings, *, services: Services | None = None, start_wo
     async def lifespan(app: FastAPI):
         await svc.start(worker=start_worker, scheduler=start_scheduler, channels=start_channels)
         log.info("gateway.started", url=svc.admin_url, bots=[b.name for b in settings.bots],
-                 channels=sorted(f"{b}/{c}" for b, c in svc.adapters),
+                 channels=sorted(f"{b}/{c}" for b, c in svc.adapters if (b, c) not in svc.start_failures),
+                 **({"failed_channels": sorted(f"{b}/{c}" for b, c in svc.start_failures)} if svc.start_failures else {}),
                  console=f"{svc.admin_url}/operator" if svc.admin_url else None)
         for warning in uncalibrated_gates(settings):
             log.warning("gate1.uncalibrated", reason=warning)

@@ -21,6 +21,7 @@ from gateway.admin_client import admin_files
 from gateway.background import cancel, settle
 from gateway.budget import DailyBudget
 from gateway.delivery.outbox import HEARTBEAT_S, Outbox
+from gateway.errors import ChannelSendError
 from gateway.escalation.handoff import Escalations
 from gateway.events import EventBus
 from gateway.inbox import Inbox
@@ -131,6 +132,8 @@ class Services:
     waited for at stop, before the database closes."""
     _wrote_admin_files: bool = False
     _started: list[Any] = field(default_factory=list)
+    start_failures: dict[tuple[str, str], str] = field(default_factory=dict)
+    """The channels whose start failed (a rejected token), and why: `gateway.started` and `/readyz` say so."""
 
     def begin_stop(self) -> None:
         """The process is asked to stop (SIGTERM), before the server's wait for open requests: those
@@ -168,7 +171,13 @@ class Services:
                 try:
                     await adapter.start(self._deliver_for(bot))
                     self._started.append(adapter)
-                except Exception:
+                except ChannelSendError as exc:  # said by the channel (a rejected token): one line, no traceback
+                    self.start_failures[(bot, name)] = f"not started: {exc}"[:200]
+                    log.error("channel.start_failed", bot=bot, channel=name, error=str(exc)[:200],
+                              hint=f"check the {name} channel's token in the config and the environment "
+                                   "variable it names; restart to try again")
+                except Exception as exc:
+                    self.start_failures[(bot, name)] = f"not started: {type(exc).__name__}"
                     log.exception("channel.start_failed", bot=bot, channel=name)
 
     def _write_admin_files(self) -> None:

@@ -63,9 +63,10 @@ the process started: `last_success_at`, `last_failure` (`at`, `failure`, `endpoi
     ready = all(v == "ok" for v in checks.values())
     body = {"status": "ready" if ready else "not ready", "role": svc.role, "checks": checks,
             # Long-lived platform connections (the Discord gateway), reported without failing readiness.
-            "connections": {f"{bot}/{channel}": redact(adapter.connection_status)
+            "connections": {f"{bot}/{channel}": redact(svc.start_failures.get((bot, channel)) or adapter.connection_status)
                             for (bot, channel), adapter in svc.adapters.items()
-                            if isinstance(getattr(adapter, "connection_status", None), str)},
+                            if (bot, channel) in svc.start_failures
+                            or isinstance(getattr(adapter, "connection_status", None), str)},
             **({"redis": await redis} if redis is not None else {}),
             # Reported, not readiness: each bot's Slack operator channel, "ok" or why it refuses every operator.
             "operator_channels": operator_channel_status(svc.settings),
