@@ -155,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "serve":
-            return _serve(args)
+            try:
+                return _serve(args)
+            except KeyboardInterrupt:  # Ctrl-C before uvicorn took the signals: a stop asked for, as after
+                structlog.get_logger().info("gateway.stopped", note="stopped while starting (Ctrl-C)")
+                return 0
         if args.command == "db":
             return _db_upgrade(args)
         if args.command == "ingest":

@@ -136,3 +136,24 @@ def test_sighup_stops_serve_gracefully_and_says_there_is_no_reload(tmp_path) -> 
     returncode, log = _serve_then_send(tmp_path, signal.SIGHUP)
     assert returncode == 0, log  # as after SIGTERM
     assert "gateway.hangup" in log and "no config reload" in log and "gateway.stopped" in log, log
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_while_serve_is_starting_is_a_stop_too_exit_0(tmp_path) -> None:
+    """Ctrl-C in the 5-30 s between `gateway.starting` and `gateway.started` (loading models: a newcomer's
+    "is it stuck?") ended `serve` with 130 and no word, and `make run` with make's "Error 130"."""
+    config = write_config(tmp_path, log_level="INFO")
+    assert _run("db", "upgrade", "--config", str(config)).returncode == 0
+    server = Replica(config, role="all")
+    server.start()
+    try:
+        deadline = time.monotonic() + 120
+        while "gateway.starting" not in server.log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server.proc.send_signal(signal.SIGINT)
+        returncode, log = server.proc.wait(timeout=60), server.log_path.read_text()
+    finally:
+        server.kill()
+    assert "gateway.started" not in log, "the signal came too late to test a stop while starting"
+    assert returncode == 0, log
+    assert "gateway.stopped" in log and "while starting" in log, log
