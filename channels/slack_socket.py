@@ -15,6 +15,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Deliver, WebhookResult
+from channels.slack_errors import TOKEN_REFUSED
 from gateway.errors import ChannelSendError
 
 if TYPE_CHECKING:
@@ -58,8 +59,11 @@ async def open_socket_mode(adapter: SlackAdapter, deliver: Deliver) -> SocketMod
     except SlackApiError as exc:
         await client.close()
         passing = exc.response.status_code >= 500 or exc.response.status_code == 429  # Slack's outage, not ours
-        raise ChannelSendError(f"slack socket mode: apps.connections.open failed: {exc.response.get('error')}",
-                               permanent=not passing) from exc
+        error = exc.response.get("error")
+        # The channel has two tokens: say it is the app token (xapp-…), not the bot token, that Slack refused.
+        said = (f"Slack refused the app_token (xapp-…): {error} from apps.connections.open" if error in TOKEN_REFUSED
+                else f"apps.connections.open failed: {error}")
+        raise ChannelSendError(f"slack socket mode: {said}", permanent=not passing) from exc
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         # Slack unreachable: the caller tries again. Closed here, or its session and task were left behind.
         await client.close()

@@ -71,8 +71,10 @@ async def test_slack_socket_mode_delivers_and_acks(fake: FakeSlack):
 
 async def test_slack_socket_mode_bad_app_token_fails_fast(fake: FakeSlack):
     adapter = make_adapter(fake, app_token="xapp-wrong")
-    with pytest.raises(ChannelSendError, match="invalid_auth"):
+    with pytest.raises(ChannelSendError, match="invalid_auth") as raised:
         await asyncio.wait_for(adapter.start(_collector([])), timeout=30)
+    # "apps.connections.open failed: invalid_auth" did not say which of the channel's two tokens was wrong.
+    assert "Slack refused the app_token" in str(raised.value) and raised.value.permanent
 
 
 class _ShortSleeps(list):
