@@ -38,7 +38,7 @@ from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, 
 from channels.citations import render_citations
 from channels.render import split_text
 from channels.sent_parts import SentParts
-from channels.slack_errors import TOKEN_REFUSED, TRANSIENT, UNREACHABLE, rate_limit_wait, token_refused
+from channels.slack_errors import TOKEN_REFUSED, TRANSIENT, UNREACHABLE, auth_test_error, rate_limit_wait, token_refused
 from channels.slack_events import bot_ids, parse_event
 from channels.slack_install import SCOPE_EFFECTS, foreign_workspace, missing_scopes, token_gone
 from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_url, slack_to_plain
@@ -335,7 +335,7 @@ class SlackAdapter:
         try:
             identity = await self.client.auth_test()
         except (SlackApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            log.warning("slack.auth_test_failed", bot=self.bot, error=str(exc))
+            log.warning("slack.auth_test_failed", bot=self.bot, error=auth_test_error(exc))
             if isinstance(exc, SlackApiError) and exc.response.get("error") in TOKEN_REFUSED:  # in /readyz from the start
                 self._uninstalled = token_refused("auth.test", exc.response.get("error"))
         else:

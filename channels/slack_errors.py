@@ -30,3 +30,13 @@ def rate_limit_wait(exc: SlackApiError) -> float | None:
     if exc.response.status_code != 429 and data.get("error") != "ratelimited":
         return None
     return asked_wait(exc.response.headers.get("Retry-After"))
+
+
+def auth_test_error(exc: Exception) -> str:
+    """auth.test's failure in one line: the SDK's own was two, and did not say which token was refused."""
+    if not isinstance(exc, SlackApiError):
+        return f"{type(exc).__name__}: {exc}"
+    error = exc.response.get("error")
+    if error in TOKEN_REFUSED:
+        return f"Slack refused the bot_token (xoxb-…): {error} from auth.test"
+    return f"auth.test failed: {error} (HTTP {exc.response.status_code})"

@@ -151,3 +151,12 @@ async def test_slack_socket_mode_acks_a_payload_it_cannot_read_and_goes_on(fake:
                    for e in logs)
     finally:
         await adapter.stop()
+
+async def test_slack_bot_token_refused_at_start_is_one_readable_line(fake: FakeSlack):
+    adapter = make_adapter(fake, bot_token="xoxb-wrong")
+    with capture_logs() as logs:
+        await asyncio.wait_for(adapter.start(_collector([])), timeout=30)
+    [failed] = [e for e in logs if e["event"] == "slack.auth_test_failed"]
+    # It was the SDK's two lines: "The request to the Slack API failed. (url: …)\nThe server responded with: {…}".
+    assert "\n" not in failed["error"] and "Slack refused the bot_token (xoxb-…)" in failed["error"]
+    assert "invalid_auth" in failed["error"]
