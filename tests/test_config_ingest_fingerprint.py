@@ -212,3 +212,14 @@ async def test_admin_ingest_relays_its_warnings_and_only_its_own(monkeypatch, ca
     err = capsys.readouterr().err
     assert "warning: sitemap.other_sites_skipped sitemap=http://user:[REDACTED]@x/s.xml skipped=1" in err
     assert "warning: ingest.points_missing missing=3" in err
+
+
+async def test_admin_ingest_without_its_token_says_where_the_token_is(tmp_path):
+    async with app_client(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}]) as client:
+        refused = await client.post("/v1/admin/ingest")
+        token_file = client.services.admin_token_path.name
+    # "admin token required" named neither the header nor the file: a newcomer trying the route was stuck.
+    assert refused.status_code == 401
+    assert refused.json()["error"] == (
+        "admin token required: send Authorization: Bearer <token>, the token this server wrote at start to "
+        f"{token_file} beside its index folder (`gateway ingest` on this machine reads it)")

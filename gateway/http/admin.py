@@ -43,7 +43,10 @@ async def ingest(request: Request, bot: str | None = None, source: str | None = 
                           "runs the worker and holds the index")
     supplied = authorization.removeprefix("Bearer ").strip()
     if not supplied or not secrets.compare_digest(supplied.encode(), svc.admin_token.encode()):
-        return error(401, "admin token required")
+        # Said with where the token is: "admin token required" alone left a newcomer trying the route stuck.
+        token_file = svc.admin_token_path.name if svc.admin_token_path else "<qdrant.path>.admin.token"
+        return error(401, "admin token required: send Authorization: Bearer <token>, the token this server wrote "
+                          f"at start to {token_file} beside its index folder (`gateway ingest` on this machine reads it)")
     # The settings are frozen at start, so this is the fingerprint of the configuration the server loaded.
     if config_fingerprint is not None and config_fingerprint != svc.settings.ingest_fingerprint():
         loaded = svc.settings.config_path or "its configuration"
