@@ -367,6 +367,9 @@ def config_error(exc: ValidationError, schema: type[BaseModel] | None = None) ->
         near = difflib.get_close_matches(str(err["loc"][-1]), _keys_at(schema, err["loc"][:-1]), n=1, cutoff=0.75)
         if near:  # `sytem_prompt` was only "unknown key", which sends a reader to the README's tables
             msg += f"; did you mean {near[0]}?"
+        elif parent := _parent_of(schema, err["loc"][:-1], str(err["loc"][-1])):
+            # An indentation slip: `telegram:` beside `channels:`, not under it.
+            msg += f"; it goes under {parent}: ({_format_location((*err['loc'][:-1], parent, err['loc'][-1]))})"
     elif err["type"] in ("literal_error", "enum") and isinstance(err.get("input"), str | int | float):
         msg += f"; got {str(err['input'])[:60]!r}"  # `type: dir` is one source among many: show the word
     elif err["type"] == "list_type" and isinstance(err.get("input"), str | int | float):
@@ -382,15 +385,34 @@ def config_error(exc: ValidationError, schema: type[BaseModel] | None = None) ->
 
 def _keys_at(schema: type[BaseModel] | None, loc: tuple) -> list[str]:
     """The keys the model at `loc` under `schema` takes (none when the path leaves the models)."""
+    model = _model_at(schema, loc)
+    return [field.alias or name for name, field in model.model_fields.items()] if model is not None else []
+
+
+def _model_at(schema: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
+    """The model at `loc` under `schema` (None when the path leaves the models)."""
     model = schema
     for part in loc:
         if model is None:
-            return []
+            return None
         if isinstance(part, int):  # a list's item: the field's annotation named the item's model already
             continue
         field = model.model_fields.get(part)
         model = _model_in(field.annotation) if field is not None else None
-    return [field.alias or name for name, field in model.model_fields.items()] if model is not None else []
+    return model
+
+
+def _parent_of(schema: type[BaseModel] | None, loc: tuple, key: str) -> str | None:
+    """The key at `loc` whose own model takes `key` (`channels` for `telegram` under a bot), if one does."""
+    fields = _model_at(schema, loc)
+    for name, field in (fields.model_fields.items() if fields is not None else ()):
+        annotation = field.annotation
+        if any(typing.get_origin(a) is list for a in (annotation, *typing.get_args(annotation))):
+            continue  # `bots[N].name`: an item of a list, not a key under it
+        child = _model_in(annotation)
+        if child is not None and key in [f.alias or n for n, f in child.model_fields.items()]:
+            return field.alias or name
+    return None
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
