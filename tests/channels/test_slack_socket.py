@@ -152,6 +152,7 @@ async def test_slack_socket_mode_acks_a_payload_it_cannot_read_and_goes_on(fake:
     finally:
         await adapter.stop()
 
+
 async def test_slack_bot_token_refused_at_start_is_one_readable_line(fake: FakeSlack):
     adapter = make_adapter(fake, bot_token="xoxb-wrong")
     with capture_logs() as logs:
