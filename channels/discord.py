@@ -127,8 +127,9 @@ class DiscordAdapter:
         self._wait_in_place_s = wait_in_place_s  # a send's rate limits, waited out in place, in all
         self._verify_key = verify_key(settings.public_key)
         if self._verify_key is None:  # said once at start, not only as a 401 per interaction
-            log.warning("discord.public_key is not set: /ask interactions are refused (401); channel messages "
-                        "still work", extra={"bot": bot})
+            log.warning("discord.public_key_missing", extra={
+                "bot": bot, "note": "discord.public_key is not set: /ask interactions are refused (401); channel "
+                                    "messages still work"})
         self._task: asyncio.Task[None] | None = None
         self._login_lock = asyncio.Lock()
         self._logged_in = False
