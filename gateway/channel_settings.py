@@ -143,12 +143,22 @@ class ChannelsSettings(_Strict):
             for key in keys:
                 if not getattr(cfg, key):
                     # Only a secret must come from the environment: a phone number or a URL may be written here.
-                    hint = " (set it from the environment)" if key in SECRET_KEYS else ""
+                    hint = f" (write it as {_env_name(channel, key)} and set that variable)" if key in SECRET_KEYS else ""
                     raise ValueError(f"{channel}.{key} is required when {channel} is enabled{hint}")
         # Telegram sends the secret with every webhook update; without one every update gets 401.
         telegram = self.telegram
         if telegram is not None and telegram.enabled and telegram.mode == "webhook" and not telegram.webhook_secret:
             raise ValueError("telegram.webhook_secret is required when telegram is enabled in webhook mode "
-                             "(set it from the environment, or use mode: polling)")
+                             f"(write it as {_env_name('telegram', 'webhook_secret')} and set that variable, "
+                             "or use mode: polling)")
         return self
 
+
+# The names README's examples use where `CHANNEL_KEY` is not the one (Twilio's own, a token the platform calls a bot's).
+_EXAMPLE_ENV_NAMES = {("telegram", "token"): "TELEGRAM_BOT_TOKEN", ("discord", "token"): "DISCORD_BOT_TOKEN",
+                      ("whatsapp", "auth_token"): "TWILIO_AUTH_TOKEN", ("whatsapp", "account_sid"): "TWILIO_ACCOUNT_SID"}
+
+
+def _env_name(channel: str, key: str) -> str:
+    """The `${VAR}` a missing secret's hint suggests (`${TELEGRAM_WEBHOOK_SECRET}`), as README's examples name it."""
+    return "${" + _EXAMPLE_ENV_NAMES.get((channel, key), f"{channel}_{key}".upper()) + "}"

@@ -252,7 +252,8 @@ def test_settings_telegram_webhook_mode_needs_a_webhook_secret(tmp_path, monkeyp
         with pytest.raises(ConfigError) as info:
             load_settings(config(**telegram))
         assert str(info.value).startswith("bots[0].channels: telegram.webhook_secret is required when telegram is "
-                                          "enabled in webhook mode (set it from the environment, or use mode: polling)")
+                                          "enabled in webhook mode (write it as ${TELEGRAM_WEBHOOK_SECRET} and "
+                                          "set that variable, or use mode: polling)")
         # Given as an unset ${VAR}: the variable is named.
         assert str(info.value).endswith("(${UNSET_TG_SECRET} is not set, so bots[0].channels.telegram.webhook_secret "
                                         "is empty)") == ("webhook_secret" in telegram)
@@ -384,8 +385,7 @@ def test_qdrant_urls_the_client_reads_are_kept_and_an_empty_one_means_local_mode
 
 
 def test_settings_a_missing_required_channel_key_says_where_to_set_it_only_for_a_secret(tmp_path, monkeypatch):
-    """"whatsapp.public_url is required … (set it from the environment)": a URL is no secret, and may
-    be written in config.yaml."""
+    """A missing public_url's error suggests no ${VAR}: a URL is no secret, and may be written in config.yaml."""
     monkeypatch.setenv("WA_SID", "AC" + "0" * 32)
     monkeypatch.setenv("WA_TOKEN", "twilio-auth-token-1234")
     whatsapp = {"account_sid": "${WA_SID}", "auth_token": "${WA_TOKEN}", "from_number": "whatsapp:+15550001111"}
@@ -396,5 +396,5 @@ def test_settings_a_missing_required_channel_key_says_where_to_set_it_only_for_a
         load_settings(_write(tmp_path, {"bots": [{"name": "b", "channels": {"whatsapp": {
             **whatsapp, "auth_token": "", "public_url": "https://bots.example.com"}}}]}))
     assert str(info.value).startswith("bots[0].channels: whatsapp.auth_token is required when whatsapp is enabled "
-                                      "(set it from the environment)")
+                                      "(write it as ${TWILIO_AUTH_TOKEN} and set that variable)")
 
