@@ -249,6 +249,8 @@ async def get_escalation(escalation_id: RowId, request: Request,
         escalation = await svc.escalations.get(escalation_id, bots=op.bots)
         async with svc.sessions() as session:
             conversation = await session.get(Conversation, escalation.conversation_id)
+            if conversation is None:  # erased since `get` (`gateway forget`, retention): its escalation with it
+                raise NotFound(f"no escalation {escalation_id}")
             contact = await session.get(Contact, conversation.contact_id) if conversation.contact_id else None
             # `history` leaves out ignored messages and returns the newest, oldest first; one more tells
             # whether an older page exists.

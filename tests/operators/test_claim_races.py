@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import delete
 
 from gateway.errors import Conflict
-from storage.models import Escalation
+from storage.models import Conversation, Escalation, Message
 from tests.operators.conftest import auth
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -52,6 +52,29 @@ async def test_a_claim_of_an_escalation_erased_meanwhile_is_a_conflict_not_a_cra
             await escalations.claim(eid, operator="sam", bots=None)
     finally:
         del escalations.get
+
+
+async def test_an_escalation_read_while_its_conversation_is_erased_is_404_not_a_crash(client):
+    """The customer's data was erased (`gateway forget`, retention) between the detail route's read of the
+    escalation and its read of the conversation: it read `conversation.contact_id` of None (a 500)."""
+    eid = await _open(client, "race-detail-erased")
+    escalations = client.services.escalations
+    found = escalations.get
+
+    async def found_then_erased(*args, **kwargs):
+        escalation = await found(*args, **kwargs)
+        async with escalations._sessions() as session, session.begin():
+            await session.execute(delete(Escalation).where(Escalation.id == eid))
+            await session.execute(delete(Message).where(Message.conversation_id == escalation.conversation_id))
+            await session.execute(delete(Conversation).where(Conversation.id == escalation.conversation_id))
+        return escalation
+
+    escalations.get = found_then_erased
+    try:
+        response = await client.get(f"/v1/escalations/{eid}", headers=auth("sam"))
+    finally:
+        del escalations.get
+    assert response.status_code == 404 and response.json() == {"error": f"no escalation {eid}"}, response.text
 
 
 async def test_two_operators_taking_a_conversation_at_once_the_other_is_told_how_to_take_it_over(client):
