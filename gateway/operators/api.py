@@ -204,10 +204,10 @@ async def stream_escalations(request: Request) -> Response:
     operator = getattr(request.state, "operator", None) or _operator(request)
     if operator is None:
         return error(401, UNAUTHORIZED)
-    bus = services(request).bus
+    svc = services(request)
 
     async def events():
-        async with bus.subscribe(ESCALATIONS_TOPIC) as queue:
+        async with svc.bus.subscribe(ESCALATIONS_TOPIC) as queue:
             yield {"event": "ready", "data": json.dumps({"operator": operator.name})}
             while True:
                 try:
@@ -216,7 +216,7 @@ async def stream_escalations(request: Request) -> Response:
                     if await request.is_disconnected():
                         return
                     continue
-                if operator.may_serve(event.get("bot", "")):
+                if event.get("bot", "") in svc.escalations.servable(operator.bots):  # configured, as every route
                     # Who took or released it, by name: the console says so at once, before it reads anything.
                     named = await operator_names(request, [(event.get("bot", ""), event.get(key))
                                                            for key in ("operator", "previous_operator")])

@@ -258,6 +258,35 @@ async def test_api_the_live_stream_carries_only_events_of_the_bots_the_operator_
         await events.aclose()
 
 
+async def test_api_the_live_stream_leaves_out_a_bot_no_longer_configured_as_every_route_does(client):
+    """An operator of every bot (`"*"`) or one still listing a bot removed from the config: the list, the
+    escalation and every action answer 404 for that bot's escalations, and the stream showed its events."""
+    from starlette.requests import Request
+
+    from gateway.events import ESCALATIONS_TOPIC
+    from gateway.operators.api import stream_escalations
+    from gateway.operators.auth import Operator
+
+    async def never_disconnects() -> dict:
+        await asyncio.Event().wait()
+        return {}
+
+    for operator in (Operator(name="root", bots=None), Operator(name="kim", bots=frozenset({"acme", "gone"}))):
+        scope = {"type": "http", "method": "GET", "path": "/v1/escalations/stream", "query_string": b"",
+                 "headers": [], "app": client._transport.app, "state": {"operator": operator}}
+        events = (await stream_escalations(Request(scope, never_disconnects))).body_iterator
+        try:
+            assert (await asyncio.wait_for(anext(events), 5))["event"] == "ready"
+            for bot in ("gone", "acme"):
+                client.services.bus.publish(ESCALATIONS_TOPIC, {"type": "customer_message", "bot": bot,
+                                                                "escalation_id": 0, "text": f"a customer of {bot}"},
+                                            forward=False)
+            shown = await asyncio.wait_for(anext(events), 5)
+            assert json.loads(shown["data"])["bot"] == "acme", (operator, shown)
+        finally:
+            await events.aclose()
+
+
 async def test_the_console_page_keeps_its_security_headers_under_its_static_address_too(client):
     """The console is also a file of /static, which answered /static/operator.html with none of the headers
     /operator sends: that address could be framed by any site (clickjacking the Claim, Reply and Resolve
