@@ -38,6 +38,7 @@ from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, WaitingIndicator, start_typing
 from gateway.edits_meanwhile import queue_edits_made_meanwhile, taken_back
+from gateway.escalation.handback import DRAFT_DROPPED
 from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import OPT_COMMANDS, CallerIdentity, ConversationRef, as_utc, utcnow
 from gateway.observability.logs import redact
@@ -313,6 +314,7 @@ class MessageHandler:
         on as it is (`intercept`), so its deletion meanwhile is passed on after it, not taken for a dropped answer."""
         outbound_ids: list[int] = []
         taken_over = False
+        dropped: dict[str, bool] = {}  # `meta.draft_dropped` (gateway/escalation/handback.py), or nothing
         async with self._sessions() as session, session.begin():
             # The conversation's row locked first (its state is read below): an operator's claim or take-over
             # committing between that read and this commit let the bot's reply out after the person joined.
@@ -335,6 +337,8 @@ class MessageHandler:
                 # An operator took the thread while the model was answering: the bot must not talk over them.
                 log.info("reply.dropped_operator_took_over", message_id=inbound.id,
                          conversation_id=conversation.id, state=conversation.state)
+                # A question, not a request for a person: the bot answers it if they hand back without a reply.
+                dropped = {} if result.escalate else {DRAFT_DROPPED: True}
                 result.reply = None
                 result.escalate = None
                 taken_over = True
@@ -355,14 +359,15 @@ class MessageHandler:
             message.status = status
             message.error = storable_text(redact(error)) if error else error  # an exception's words may quote a key
             message.updated_at = utcnow()
-            if TOOL_RUNS in (message.meta or {}):
+            if TOOL_RUNS in (message.meta or {}) or dropped:
                 # Finished, so never attempted again: its calls are stored with the reply, not twice.
-                message.meta = inbound.meta = {k: v for k, v in message.meta.items() if k != TOOL_RUNS}
+                message.meta = inbound.meta = {**{k: v for k, v in (message.meta or {}).items() if k != TOOL_RUNS},
+                                               **dropped}
             for follower_id in followers:
                 piece = await session.get(Message, follower_id, with_for_update=True)
                 if piece is not None and piece.status == "pending":
                     piece.status, piece.updated_at = status, message.updated_at
-                    piece.meta = {**(piece.meta or {}), "answered_with": inbound.id}
+                    piece.meta = {**(piece.meta or {}), "answered_with": inbound.id, **dropped}
             edits = await queue_edits_made_meanwhile(session, answered, status=status, deleted=deleted)
         for piece_id, edit_id, change in edits:
             log.info("inbound.edit_queued", message_id=piece_id, edit_message_id=edit_id, change=change,

@@ -5,6 +5,11 @@ Resolving hands the thread back to the bot. A message the customer sent after th
 otherwise stay unanswered. It goes back to `pending`, so the worker answers it, once: the update is
 conditional on the message being `done` with no reply, so of the two callers (`Escalations.resolve` and
 the worker's hook, `answer_if_handed_back`) only one moves it.
+
+A question the bot was answering when an operator took the conversation (POST /v1/conversations/{id}/claim)
+came before that escalation, and its draft was dropped (`gateway.message_handler`): the worker marks it
+(`meta.draft_dropped`), and it is answered the same way. Not a request for a person whose draft escalated:
+answered again, it would ask for one again. The mark goes when it is requeued.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
 from gateway.models import as_utc, utcnow
+from storage.meta_keys import merged_meta
 from storage.models import Conversation, Escalation, Message
 
 log = structlog.get_logger("gateway.escalation")
+# On a customer's message whose bot reply was dropped because an operator took the conversation meanwhile.
+DRAFT_DROPPED = "draft_dropped"
 
 
 async def answer_if_handed_back(sessions: async_sessionmaker[AsyncSession], message: Message) -> None:
@@ -38,14 +46,18 @@ async def answer_if_handed_back(sessions: async_sessionmaker[AsyncSession], mess
 
 
 async def requeue_unanswered(session: AsyncSession, *, conversation_id: int, since: datetime) -> int | None:
-    """Put the customer's last message back to `pending` when it came during the hold (after `since`)
-    and after the operator's last reply, and nothing answered it; returns its id. Conditional on
-    `done` with no reply, so of two callers (resolve and the worker's hook) only one requeues it."""
+    """Put the customer's last message back to `pending` when it came during the hold (after `since`), or
+    its draft was dropped for the operator who took the conversation (`DRAFT_DROPPED`), and after the
+    operator's last reply, and nothing answered it; returns its id. Conditional on `done` with no reply, so
+    of two callers (resolve and the worker's hook) only one requeues it."""
     last = (await session.execute(select(Message).where(
         Message.conversation_id == conversation_id, Message.direction == "in", Message.status != "ignored")
         .order_by(Message.id.desc()).limit(1))).scalar_one_or_none()
-    if last is None or last.status != "done" or as_utc(last.created_at) < as_utc(since):
+    if last is None or last.status != "done":
         return None  # still pending: the worker answers it after the hand-back anyway
+    dropped = (last.meta or {}).get(DRAFT_DROPPED) is True
+    if as_utc(last.created_at) < as_utc(since) and not dropped:
+        return None  # before the escalation: what asked for a person, or what the bot answered
     operator_reply = (await session.execute(select(func.max(Message.id)).where(
         Message.conversation_id == conversation_id, Message.direction == "out",
         Message.author == "operator"))).scalar_one_or_none()
@@ -55,5 +67,7 @@ async def requeue_unanswered(session: AsyncSession, *, conversation_id: int, sin
     answered = exists().where(reply.reply_to_id == last.id, reply.direction == "out")
     moved = await session.execute(
         update(Message).where(Message.id == last.id, Message.status == "done", ~answered)
-        .values(status="pending", updated_at=utcnow()).execution_options(synchronize_session=False))
+        .values(status="pending", updated_at=utcnow(),
+                **({"meta": merged_meta(session.bind.dialect.name, {}, dropped=(DRAFT_DROPPED,))} if dropped else {}))
+        .execution_options(synchronize_session=False))
     return last.id if moved.rowcount == 1 else None

@@ -1,0 +1,111 @@
+"""An operator takes a conversation (POST /v1/conversations/{id}/claim) while the bot answers the customer's
+question: the bot's draft is dropped. Handed back without an operator's reply, the question is answered by
+the bot, once; unless it was itself the customer's request for a person (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from gateway.delivery.outbox import Outbox
+from gateway.escalation.handoff import Escalations
+from gateway.events import EventBus
+from gateway.pipeline.core import PipelineResult
+from gateway.worker import Worker
+from storage.engine import create_engine, session_factory
+from storage.models import Conversation, Message
+from tests.worker_rig import RecordingAdapter, chat_message, worker_settings
+
+
+class TakenOverWhileAnswering:
+    """The first turn: kim takes the conversation while the model writes. Then it answers 'echo: <text>'."""
+
+    def __init__(self, *, asks_for_a_person: bool = False) -> None:
+        self.escalations: Escalations | None = None
+        self.asks_for_a_person = asks_for_a_person
+        self.turns: list[str] = []
+
+    async def handle(self, turn) -> PipelineResult:
+        if turn.state != "bot":
+            return PipelineResult(reply=None, answered=False)
+        self.turns.append(turn.text)
+        if len(self.turns) == 1:
+            await self.escalations.claim_conversation(turn.conversation_id, operator="kim", bots=None)
+            if self.asks_for_a_person:
+                return PipelineResult(reply="A person will be with you.", escalate="customer asked: 'a human'",
+                                      trigger="customer_asked", answered=False)
+        return PipelineResult(reply=f"echo: {turn.text}")
+
+
+async def _run(url: str, pipeline: TakenOverWhileAnswering, steps) -> tuple[list[Message], Conversation, list]:
+    """The customer's message, taken over while answered; then `steps(escalations, escalation_id)`; then the
+    worker again. (The customer's messages, the bot's replies in order, the conversation.)"""
+    engine = create_engine(url)
+    sessions = session_factory(engine)
+    bus = EventBus()
+    settings = worker_settings()
+    escalations = Escalations(sessions, settings=settings, bus=bus)
+    pipeline.escalations = escalations
+    outbox = Outbox(sessions, adapters={("acme", "web"): RecordingAdapter()}, bus=bus)
+    worker = Worker(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=5,
+                    poll_interval=0.05, concurrency=4, on_escalate=escalations.open_in,
+                    on_handoff_message=escalations.customer_message)
+    from gateway.inbox import Inbox
+
+    inbox = Inbox(sessions, on_stored=worker.notify)
+    try:
+        accepted = await inbox.accept("acme", chat_message("takeover", 1))
+        await worker.run_until_idle(timeout=20)
+        escalation = (await escalations.find(bots=None))[0]
+        assert escalation.operator == "kim" and escalation.state == "claimed"
+        await steps(escalations, escalation.id)
+        await escalations.customer_message(accepted.message_id)  # the worker's hook, late: never a second answer
+        await worker.run_until_idle(timeout=20)
+        await escalations.drain()
+        async with sessions() as session:
+            rows = (await session.execute(select(Message).where(
+                Message.conversation_id == accepted.conversation_id).order_by(Message.id))).scalars().all()
+            conversation = await session.get(Conversation, accepted.conversation_id)
+    finally:
+        await engine.dispose()
+    return ([m for m in rows if m.direction == "in"], conversation,
+            [(m.author, m.text, m.reply_to_id) for m in rows if m.direction == "out" and m.author != "system"])
+
+
+async def test_a_question_taken_over_and_handed_back_unanswered_is_answered_by_the_bot_once(migrated_url):
+    async def hand_back(escalations, eid):
+        await escalations.resolve(eid, operator="kim", bots=None)
+        await escalations.resolve(eid, operator="kim", bots=None)  # a double press
+
+    pipeline = TakenOverWhileAnswering()
+    inbound, conversation, replies = await _run(migrated_url, pipeline, hand_back)
+    assert conversation.state == "bot"
+    assert replies == [("bot", "echo: takeover #1", inbound[0].id)]
+    assert pipeline.turns == ["takeover #1", "takeover #1"] and inbound[0].status == "done"
+
+
+async def test_a_question_taken_over_released_then_resolved_unanswered_is_answered_by_the_bot(migrated_url):
+    async def release_then_resolve(escalations, eid):
+        await escalations.release(eid, operator="kim", bots=None)
+        await escalations.resolve(eid, operator="sam", bots=None)
+
+    inbound, _, replies = await _run(migrated_url, TakenOverWhileAnswering(), release_then_resolve)
+    assert replies == [("bot", "echo: takeover #1", inbound[0].id)]
+
+
+async def test_a_question_taken_over_and_answered_by_the_operator_is_not_answered_again(migrated_url):
+    async def reply_then_resolve(escalations, eid):
+        await escalations.reply(eid, operator="kim", text="Kim here: done.", bots=None)
+        await escalations.resolve(eid, operator="kim", bots=None)
+
+    _, _, replies = await _run(migrated_url, TakenOverWhileAnswering(), reply_then_resolve)
+    assert [(author, text) for author, text, _ in replies] == [("operator", "Kim here: done.")]
+
+
+async def test_a_request_for_a_person_taken_over_and_handed_back_is_not_asked_again(migrated_url):
+    """Its dropped draft escalated: answered again, it would open an escalation of its own."""
+    async def hand_back(escalations, eid):
+        await escalations.resolve(eid, operator="kim", bots=None)
+
+    pipeline = TakenOverWhileAnswering(asks_for_a_person=True)
+    _, conversation, replies = await _run(migrated_url, pipeline, hand_back)
+    assert replies == [] and pipeline.turns == ["takeover #1"] and conversation.state == "bot"
