@@ -38,7 +38,7 @@ from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, WaitingIndicator, start_typing
 from gateway.edits_meanwhile import queue_edits_made_meanwhile, taken_back
-from gateway.escalation.handback import DRAFT_DROPPED
+from gateway.escalation.handback import DRAFT_DROPPED, taken_over_before
 from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import OPT_COMMANDS, CallerIdentity, ConversationRef, as_utc, utcnow
 from gateway.observability.logs import redact
@@ -342,6 +342,8 @@ class MessageHandler:
                 result.reply = None
                 result.escalate = None
                 taken_over = True
+            elif result is not None and result.reply is None and not result.escalate and conversation.state != "bot":
+                dropped = await taken_over_before(session, message)  # taken before the bot began: the same
             if result is not None:
                 for text in result.replies():
                     out = await repo.add_outbound(

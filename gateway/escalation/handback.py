@@ -7,8 +7,8 @@ conditional on the message being `done` with no reply, so of the two callers (`E
 the worker's hook, `answer_if_handed_back`) only one moves it.
 
 A question the bot was answering when an operator took the conversation (POST /v1/conversations/{id}/claim)
-came before that escalation, and its draft was dropped (`gateway.message_handler`): the worker marks it
-(`meta.draft_dropped`), and it is answered the same way. Not a request for a person whose draft escalated:
+came before that escalation, and its draft was dropped (`gateway.message_handler`), or never begun (taken before
+the worker read it): the worker marks it (`meta.draft_dropped`), and it is answered the same way. Not a request for a person whose draft escalated:
 answered again, it would ask for one again. The mark goes when it is requeued.
 """
 
@@ -21,9 +21,10 @@ from sqlalchemy import exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
+from gateway.escalation.records import live_escalation
 from gateway.models import as_utc, utcnow
 from storage.meta_keys import merged_meta
-from storage.models import Conversation, Escalation, Message
+from storage.models import Conversation, Escalation, EscalationEvent, Message
 
 log = structlog.get_logger("gateway.escalation")
 # On a customer's message whose bot reply was dropped because an operator took the conversation meanwhile.
@@ -43,6 +44,19 @@ async def answer_if_handed_back(sessions: async_sessionmaker[AsyncSession], mess
     if requeued is not None:
         log.info("escalation.requeued_after_handback", message_id=requeued, escalation_id=last.id,
                  conversation_id=message.conversation_id, bot=message.bot)
+
+
+async def taken_over_before(session: AsyncSession, message: Message) -> dict[str, bool]:
+    """`{DRAFT_DROPPED: True}` when the worker holds `message` (no answer) because an operator took its
+    conversation after it came and before the bot began answering it; else `{}`. A message held because the
+    customer asked for a person (the escalation came after it, opened by the bot) is left as it is."""
+    escalation = await live_escalation(session, message.conversation_id)
+    if escalation is None or as_utc(message.created_at) >= as_utc(escalation.created_at):
+        return {}
+    taken = (await session.execute(select(EscalationEvent.id).where(
+        EscalationEvent.escalation_id == escalation.id, EscalationEvent.kind == "claimed",
+        EscalationEvent.from_state == "bot").limit(1))).scalar_one_or_none()
+    return {DRAFT_DROPPED: True} if taken is not None else {}
 
 
 async def requeue_unanswered(session: AsyncSession, *, conversation_id: int, since: datetime) -> int | None:

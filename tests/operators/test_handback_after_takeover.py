@@ -19,16 +19,17 @@ from tests.worker_rig import RecordingAdapter, chat_message, worker_settings
 class TakenOverWhileAnswering:
     """The first turn: kim takes the conversation while the model writes. Then it answers 'echo: <text>'."""
 
-    def __init__(self, *, asks_for_a_person: bool = False) -> None:
+    def __init__(self, *, asks_for_a_person: bool = False, takes_over: bool = True) -> None:
         self.escalations: Escalations | None = None
         self.asks_for_a_person = asks_for_a_person
+        self.takes_over = takes_over
         self.turns: list[str] = []
 
     async def handle(self, turn) -> PipelineResult:
         if turn.state != "bot":
             return PipelineResult(reply=None, answered=False)
         self.turns.append(turn.text)
-        if len(self.turns) == 1:
+        if len(self.turns) == 1 and self.takes_over:
             await self.escalations.claim_conversation(turn.conversation_id, operator="kim", bots=None)
             if self.asks_for_a_person:
                 return PipelineResult(reply="A person will be with you.", escalate="customer asked: 'a human'",
@@ -54,6 +55,8 @@ async def _run(url: str, pipeline: TakenOverWhileAnswering, steps) -> tuple[list
     inbox = Inbox(sessions, on_stored=worker.notify)
     try:
         accepted = await inbox.accept("acme", chat_message("takeover", 1))
+        if not pipeline.takes_over:  # before the worker read it
+            await escalations.claim_conversation(accepted.conversation_id, operator="kim", bots=None)
         await worker.run_until_idle(timeout=20)
         escalation = (await escalations.find(bots=None))[0]
         assert escalation.operator == "kim" and escalation.state == "claimed"
@@ -81,6 +84,16 @@ async def test_a_question_taken_over_and_handed_back_unanswered_is_answered_by_t
     assert conversation.state == "bot"
     assert replies == [("bot", "echo: takeover #1", inbound[0].id)]
     assert pipeline.turns == ["takeover #1", "takeover #1"] and inbound[0].status == "done"
+
+
+async def test_a_question_taken_over_before_the_bot_began_and_handed_back_is_answered_once(migrated_url):
+    """Taken while it waited for the worker (a chat platform waits seconds for the customer's pause)."""
+    async def hand_back(escalations, eid):
+        await escalations.resolve(eid, operator="kim", bots=None)
+
+    pipeline = TakenOverWhileAnswering(takes_over=False)
+    inbound, _, replies = await _run(migrated_url, pipeline, hand_back)
+    assert replies == [("bot", "echo: takeover #1", inbound[0].id)] and pipeline.turns == ["takeover #1"]
 
 
 async def test_a_question_taken_over_released_then_resolved_unanswered_is_answered_by_the_bot(migrated_url):
