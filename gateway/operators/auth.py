@@ -11,14 +11,11 @@ from gateway.settings import Settings
 
 @dataclass(frozen=True, slots=True)
 class Operator:
-    """An authenticated operator and the bots they may serve (`None` means every bot)."""
+    """An authenticated operator and the bots they may serve (`None` means every bot); which of those are served
+    now is `Escalations.servable`'s to say (of the bots configured)."""
 
     name: str
     bots: frozenset[str] | None
-
-    def may_serve(self, bot: str) -> bool:
-        """True when this operator may see and act on `bot`'s conversations."""
-        return self.bots is None or bot in self.bots
 
 
 def _digest(token: str) -> bytes:
