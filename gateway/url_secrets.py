@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from urllib.parse import SplitResult, parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
 
 _CREDENTIAL_WORDS = frozenset({"token", "secret", "password", "passwd", "pwd", "pass", "sig", "signature",
                                "credential", "credentials", "auth", "authorization", "apikey", "sas"})
@@ -205,9 +205,11 @@ def connection_secrets(settings) -> list[str]:
         except ValueError:
             continue
         written = parts.netloc.rpartition("@")[0].partition(":")[2] if "@" in parts.netloc else ""
-        mine = [written, unquote_plus(written), password or ""]
+        # Userinfo is percent-decoded with its `+` kept, as the drivers read it (`p%40ss+w` is `p@ss+w`).
+        mine = [written, unquote(written), password or ""]
         mine += [value for name, value in parse_qsl(parts.query) if _is_connection_secret(name)]
-        mine += [value for name, _, value in _query_pairs(url or "") if _is_connection_secret(unquote_plus(name))]
+        mine += [variant for name, _, value in _query_pairs(url or "") if _is_connection_secret(unquote_plus(name))
+                 for variant in (value, unquote(value))]  # libpq decodes a query's escapes, and keeps its `+`
         # A development password (`postgres`, `password`) is a word other lines hold: redacted, "postgresql://" and
         # "password authentication failed" lost their words. The regex for `user:password@` still takes it in a URL.
         readable = f"{parts.scheme} {parts.hostname} {parts.path} {parts.username}".lower()
