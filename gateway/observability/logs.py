@@ -12,6 +12,8 @@ from gateway.errors import IN_RUN_ERRORS, SKIPPED_FILES
 
 _SECRET_PATTERNS: list[re.Pattern[str]] = []
 _SECRETS: list[str] = []
+_PASSWORDS: frozenset[str] = frozenset()
+"""Secrets a person chose (a database's password, a `*_PASSWORD` variable), often led by a word (`postgres-…`)."""
 _CUT_SECRET_START: re.Pattern[str] | None = None
 CUT_SECRET_CHARS = 6
 """A field cut short (`error=str(exc)[:200]`) that ends in this many characters of a secret or more ends inside it."""
@@ -27,7 +29,7 @@ def configure_logging_for(settings, *, level: str | None = None, fmt: str | None
 
     configure_logging(level=level or settings.log_level, fmt=fmt or settings.log_format,
                       secrets=[value for _, value in secret_values(settings.model_dump())] + http_tool_secrets(settings)
-                      + source_url_secrets(settings) + model_secrets(settings) + connection_secrets(settings))
+                      + source_url_secrets(settings) + model_secrets(settings), passwords=connection_secrets(settings))
 
 
 # The provider credentials LiteLLM and its callbacks read from the environment (OPENAI_API_KEY, HF_TOKEN,
@@ -39,6 +41,7 @@ _PROVIDER_ENV_KEY = re.compile(
 # Shorter is a local server's placeholder (`ollama`, `lm-studio`, `sk-1234`), a word that names the model and
 # server too, not a key: no provider issues one that short (30 characters and more).
 MIN_ENV_SECRET_CHARS = 16
+_PASSWORD_ENV_KEY = re.compile(r"(^|_)(PASSWORD|PASSWD|PASSPHRASE)$", re.IGNORECASE)
 
 
 def provider_env_secrets() -> list[str]:
@@ -49,13 +52,19 @@ def provider_env_secrets() -> list[str]:
             if _PROVIDER_ENV_KEY.search(name) and len(value.strip()) >= MIN_ENV_SECRET_CHARS]
 
 
-def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: list[str] | tuple[str, ...] = ()) -> None:
-    """Route stdlib and structlog output through one renderer; redact configured secrets everywhere. A
-    warning is also relayed to the caller whose work logged it, if any (`gateway.observability.relay`)."""
+def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: list[str] | tuple[str, ...] = (),
+                      passwords: list[str] | tuple[str, ...] = ()) -> None:
+    """Route stdlib and structlog output through one renderer; redact configured secrets everywhere, and
+    `passwords` (and the environment's `*_PASSWORD`s) too, whose leading word alone does not read as one cut
+    short. A warning is also relayed to the caller whose work logged it, if any (`gateway.observability.relay`)."""
+    import os
+
     from gateway.observability.relay import RELAY, relay_structlog
 
-    global _SECRET_PATTERNS, _SECRETS, _CUT_SECRET_START
-    secrets = [*secrets, *provider_env_secrets()]
+    global _SECRET_PATTERNS, _SECRETS, _CUT_SECRET_START, _PASSWORDS
+    env_passwords = [value.strip() for name, value in os.environ.items() if _PASSWORD_ENV_KEY.search(name)]
+    _PASSWORDS = frozenset(passwords).union(env_passwords).difference(secrets)
+    secrets = [*secrets, *passwords, *provider_env_secrets()]
     _SECRETS = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
     _SECRET_PATTERNS = [re.compile(re.escape(s)) for s in _SECRETS]
     _CUT_SECRET_START = re.compile("|".join(sorted({re.escape(s[:CUT_SECRET_CHARS]) for s in _SECRETS}))) \
@@ -220,14 +229,15 @@ def redact(text: str) -> str:
 def _without_cut_secret(text: str) -> str:
     """`text` without the first part of a secret it ends with (before a `…`), left where a field was cut
     short inside the secret: that part no longer matched it. A text that is only such a part (the bot's id,
-    which begins a Telegram token) was not cut, and is kept."""
+    which begins a Telegram token) was not cut, and is kept; so is a password's leading word alone (a line
+    ending "connect to postgres", with a password `postgres-prod-…`), but not a cut past it (`postgres-pr`)."""
     body = text.removesuffix("…")
     # Most fields end in no secret's start: one search of the tail, not a look per secret (per field of every line).
     if _CUT_SECRET_START is None or _CUT_SECRET_START.search(body, max(0, len(body) - len(_SECRETS[0]))) is None:
         return text
     for secret in _SECRETS:
         start = body.rfind(secret[:CUT_SECRET_CHARS], max(0, len(body) - len(secret)))
-        if start > 0 and secret.startswith(body[start:]):
+        if start > 0 and secret.startswith(body[start:]) and not (secret in _PASSWORDS and body[start:].isalpha()):
             return body[:start] + "[REDACTED]" + text[len(body):]
     return text
 
