@@ -103,3 +103,34 @@ async def test_the_retention_job_drops_a_forgotten_messages_key_after_the_days_i
             assert not await was_forgotten(session, **where)
     finally:
         await engine.dispose()
+
+
+async def test_the_scheduled_retention_run_drops_old_forgotten_keys_and_keeps_recent_ones(migrated_url):
+    """`run_retention` is what drops them in production: a key older than `FORGOTTEN_KEPT_DAYS` goes, a newer stays."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from gateway.retention import run_retention
+    from gateway.settings import Settings
+    from storage.forgotten import FORGOTTEN_KEPT_DAYS, forgotten_key
+    from storage.models import ForgottenMessage
+
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    try:
+        for update_id, message_id in ((880041, 50), (880042, 51)):
+            await inbox.accept("acme", _parsed(_update("hi", update_id=update_id, message_id=message_id,
+                                                       date=int(utcnow().timestamp()))))
+        await forget_contact(sessions, channel="telegram", user=PERSON)
+        old = forgotten_key("acme", "telegram", PERSON, "50")
+        async with sessions() as session, session.begin():
+            await session.execute(update(ForgottenMessage).where(ForgottenMessage.key == old).values(
+                forgotten_at=utcnow() - timedelta(days=FORGOTTEN_KEPT_DAYS, hours=1)))
+        await run_retention(sessions, Settings(bots=[{"name": "acme"}]), knowledge=None)
+        async with sessions() as session:
+            kept = (await session.execute(select(ForgottenMessage.key))).scalars().all()
+        assert kept == [forgotten_key("acme", "telegram", PERSON, "51")]
+    finally:
+        await engine.dispose()
