@@ -42,7 +42,7 @@ def parse_event(
         return None, f"event type {kind!r} is not handled"
     if subtype in ("message_changed", "message_deleted"):
         return _revision(body, event, bot_ids=bot_ids, channel_name=channel_name, operator_channel=operator_channel,
-                         asked_anywhere=respond_in_groups == "always")
+                         every_message_answered=respond_in_groups == "always")
     if subtype == "bot_message" or event.get("bot_id"):
         return None, f"from a bot (bot_id={event.get('bot_id')})"
     if subtype not in _ANSWERED_SUBTYPES:
@@ -119,7 +119,7 @@ def _plain_text(raw_text: str, bot_ids: set[str]) -> str:
 
 
 def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str], channel_name: str,
-              operator_channel: str | None, asked_anywhere: bool) -> tuple[InboundMessage | None, str]:
+              operator_channel: str | None, every_message_answered: bool) -> tuple[InboundMessage | None, str]:
     """`message_changed` / `message_deleted` → a revision of the message it names (`InboundMessage.revises`):
     applied while that message waits for its answer, ignored by the inbox once it was answered; in a thread
     of the operator channel, stored once it was answered, for the operator channel to pass the operator's
@@ -154,9 +154,9 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
     # So is a channel's, where every message is answered (`respond_in_groups: always`; not the operator channel's),
     # in the conversation the message opened: its thread's, or its own `ts`'s at top level.
     in_dm = _in_dm(event, channel)
-    asked = in_dm or (asked_anywhere and channel != operator_channel)
+    asked = in_dm or (every_message_answered and channel != operator_channel)
     reply_to = thread if thread and thread != ts else None
-    the_dm = {"raw": {"message_id": ts}, "sent_at": _sent_at(ts), "reply_to": reply_to} if asked else {}
+    as_question = {"raw": {"message_id": ts}, "sent_at": _sent_at(ts), "reply_to": reply_to} if asked else {}
     own_thread = reply_to or ("" if in_dm else str(ts))
     return InboundMessage(
         channel=channel_name,
@@ -172,8 +172,8 @@ def _revision(body: dict[str, Any], event: dict[str, Any], *, bot_ids: set[str],
         revision=_edit_order(changed["edited"]) if not deleted and isinstance(changed.get("edited"), dict) else None,
         stored_if_answered=in_operator_thread,
         existing_conversation_only=in_operator_thread,  # the thread's, where the operator wrote what they revise
-        new_if_never_stored=asked and not deleted and may_still_come(the_dm["sent_at"]),
-        **the_dm,
+        new_if_never_stored=asked and not deleted and may_still_come(as_question["sent_at"]),
+        **as_question,
     ), ""
 
 

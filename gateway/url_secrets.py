@@ -206,20 +206,22 @@ def connection_secrets(settings) -> list[str]:
             continue
         written = parts.netloc.rpartition("@")[0].partition(":")[2] if "@" in parts.netloc else ""
         # Userinfo is percent-decoded with its `+` kept, as the drivers read it (`p%40ss+w` is `p@ss+w`).
-        mine = [written, unquote(written), password or ""]
-        mine += [value for name, value in parse_qsl(parts.query) if _is_connection_secret(name)]
-        mine += [variant for name, _, value in _query_pairs(url or "") if _is_connection_secret(unquote_plus(name))
-                 for variant in (value, unquote(value))]  # libpq decodes a query's escapes, and keeps its `+`
+        candidates = [written, unquote(written), password or ""]
+        candidates += [value for name, value in parse_qsl(parts.query) if _is_connection_secret(name)]
+        candidates += [variant for name, _, value in _query_pairs(url or "")
+                       if _is_connection_secret(unquote_plus(name))
+                       for variant in (value, unquote(value))]  # libpq decodes a query's escapes, and keeps its `+`
         # A development password (`postgres`, `password`) is a word other lines hold: redacted, "postgresql://" and
         # "password authentication failed" lost their words. The regex for `user:password@` still takes it in a URL.
         readable = f"{parts.scheme} {parts.hostname} {parts.path} {parts.username}".lower()
-        found += [value for value in mine if len(value) >= MIN_CONNECTION_SECRET_CHARS
-                  and value.lower() not in readable and value.lower() not in _WORDS]
+        found += [value for value in candidates if len(value) >= MIN_CONNECTION_SECRET_CHARS
+                  and value.lower() not in readable and value.lower() not in _WORD_PASSWORDS]
     return list(dict.fromkeys(value for value in found if value))
 
 
 MIN_CONNECTION_SECRET_CHARS = 8
-_WORDS = frozenset({"password", "postgres", "postgresql", "changeme", "database", "localhost", "redispass"})
+# Development passwords that are words a line is read by: redacted only where a URL holds them.
+_WORD_PASSWORDS = frozenset({"password", "postgres", "postgresql", "changeme", "database", "localhost", "redispass"})
 
 
 def _is_connection_secret(name: str) -> bool:
