@@ -84,6 +84,15 @@ def console_server(root: Path, *, more_operators: str = ""):
         yield url
 
 
+@contextlib.contextmanager
+def console_server_with_rex(root: Path, rex_token: str):
+    """`console_server` with a second operator, rex (`rex_token`), for the same bot: two operators at once."""
+    os.environ["CONSOLE_REX_TOKEN"] = rex_token
+    rex = '  - name: rex\n    token: "${CONSOLE_REX_TOKEN}"\n    bots: [acme]\n'
+    with console_server(root, more_operators=rex) as url:
+        yield url
+
+
 @pytest.fixture(scope="module")
 def console_root(tmp_path_factory) -> Path:
     """The folder of the console tests' app: its SQLite database is `gateway.db` there."""

@@ -3,12 +3,11 @@ that escalation is as the refusal found it (real headless Chromium, the real app
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
 
-from tests.operators.conftest import WAIT_MS, console_server, escalate, sign_in
+from tests.operators.conftest import WAIT_MS, console_server_with_rex, escalate, sign_in
 
 pytestmark = pytest.mark.browser
 OTHER = "console-operator-rex-token-43"
@@ -17,9 +16,7 @@ OTHER = "console-operator-rex-token-43"
 @pytest.fixture(scope="module")
 def live_url(tmp_path_factory):
     """The console test's app, with a second operator (rex) for the same bot."""
-    os.environ["CONSOLE_REX_TOKEN"] = OTHER
-    rex = '  - name: rex\n    token: "${CONSOLE_REX_TOKEN}"\n    bots: [acme]\n'
-    with console_server(tmp_path_factory.mktemp("console-errors"), more_operators=rex) as url:
+    with console_server_with_rex(tmp_path_factory.mktemp("console-errors"), OTHER) as url:
         yield url
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
 
-from tests.operators.conftest import CONSOLE_TOKEN, WAIT_MS, console_server, escalate, sign_in
+from tests.operators.conftest import CONSOLE_TOKEN, WAIT_MS, console_server_with_rex, escalate, sign_in
 from tests.web.page_fetches import FETCHES, asked, wait_read
 
 pytestmark = pytest.mark.browser
@@ -17,9 +16,7 @@ OTHER = "console-operator-rex-token-42"
 @pytest.fixture(scope="module")
 def live_url(tmp_path_factory):
     """The console test's app, with a second operator (rex) for the same bot."""
-    os.environ["CONSOLE_OTHER_TOKEN"] = OTHER
-    rex = '  - name: rex\n    token: "${CONSOLE_OTHER_TOKEN}"\n    bots: [acme]\n'
-    with console_server(tmp_path_factory.mktemp("console-two"), more_operators=rex) as url:
+    with console_server_with_rex(tmp_path_factory.mktemp("console-two"), OTHER) as url:
         yield url
 
 
