@@ -298,9 +298,10 @@ def _unclosed_quote_hint(start, lines: list[str]) -> str:
 
 
 # A value that reads as a credential whatever its key: a provider's key prefix, a long hex string, or a long word
-# of mixed case and digits (a Telegram token); not `text-embedding-3-small`, `openai/gpt-4o-mini`.
+# of mixed case and digits (a Telegram token); not `text-embedding-3-small`, `openai/gpt-4o-mini`, nor a model id
+# of one `/` and a `-` or `.` (`BAAI/bge-small-en-v1.5`): a key's base64 has no `-` beside its `/`s.
 _SECRET_LOOKING = re.compile(r"(sk|pk|rk|hf|ghp|gho|glpat|github_pat|xox[abpr]|xapp)[-_]\w{8,}.*|(AKIA|AIza)\w{12,}"
-                             r"|[0-9a-fA-F]{24,}|(?=\S*\d)(?=\S*[a-z])(?=\S*[A-Z])[\w:.+/=-]{20,}")
+                             r"|[0-9a-fA-F]{24,}|(?!(?=[^/]*/[^/]*$)\S*[-.])(?=\S*\d)(?=\S*[a-z])(?=\S*[A-Z])[\w:.+/=-]{20,}")
 
 
 def _shown(key: str, value: str) -> str:

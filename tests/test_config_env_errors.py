@@ -178,3 +178,14 @@ def test_a_yaml_slip_on_a_line_with_a_secret_does_not_echo_it(tmp_path, text, hi
         load_settings(path)
     said = str(caught.value)
     assert SECRET not in said and SECRET[:12] not in said and said.endswith(hint), said
+
+
+@pytest.mark.parametrize("model", ["BAAI/bge-small-en-v1.5", "meta-llama/Llama-3.1-8B-Instruct"])
+def test_a_yaml_slip_on_a_model_line_still_shows_the_model_it_names(tmp_path, model):
+    """A Hugging Face model id (`org/Name-7B`: mixed case and digits, 20 characters and more) read as a key, and the
+    hint said `(model: …)` where the model's name, which the config needs, should be; keys hold no `org/` name."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"bots:\n  - name: acme\n    model:{model}\n    fallbacks: []\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert str(caught.value).endswith(f"a key needs a space after its colon (model: {model})"), str(caught.value)
