@@ -63,7 +63,7 @@ from channels.discord_followups import (
 from channels.discord_inbound import InboxFeed, ThreadLookup
 from channels.discord_parse import classify_gateway_message, parse_interaction, payload_of, without_token
 from channels.discord_reconcile import adopt_landed
-from channels.discord_render import MAX_LENGTH, chunk_nonce, render_message, to_discord_markdown
+from channels.discord_render import MAX_LENGTH, addressed, chunk_nonce, render_message, to_discord_markdown, unaddressed
 from channels.discord_signature import SIGNATURE_MAX_AGE, verify_key, verify_signature
 from channels.sent_parts import Landed, SentParts
 from gateway.background import cancel
@@ -201,7 +201,7 @@ class DiscordAdapter:
         if interaction is not None and member:
             # A follow-up names no one, yet is split with room for the mention, as `render` splits it: an operator's
             # edit of it (`render`, then `edit`) finds the parts sent (one that fit one follow-up was two to the edit).
-            chunks, member = [chunks[0].removeprefix(f"<@{member}> "), *chunks[1:]], None
+            chunks, member = [unaddressed(chunks[0], member), *chunks[1:]], None
         if not chunks:
             return []
         await self._ensure_login()
@@ -290,9 +290,9 @@ class DiscordAdapter:
         member = None if interaction is not None or rendered else self._mentioned.get(provider_message_id)
         content = text if rendered else to_discord_markdown(text)
         if rendered and interaction is not None:  # a follow-up names no one (`send`): nor does its edit
-            content = content.removeprefix(f"<@{conversation.member}> ")
+            content = unaddressed(content, conversation.member)
         if member and member.isdigit() and content.strip():  # as `render_message` addressed it
-            content = f"<@{member}> {content.strip()}"
+            content = addressed(content.strip(), member)
         if len(content) > MAX_LENGTH:
             raise BadRequest(f"an edit must fit in {MAX_LENGTH} characters; roll over into a new message")
         if interaction is not None:

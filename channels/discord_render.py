@@ -14,6 +14,7 @@ from markdown_it import MarkdownIt
 
 from channels.citations import render_citations
 from channels.render import fence_spans, outside, split_text
+from channels.split_spans import BLOCK_START
 from gateway.models import OutboundMessage
 
 MAX_LENGTH = 2000
@@ -27,6 +28,9 @@ _ENTITY_OR_CODE = re.compile(r"(`+)[^`].*?\1|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,
 _MARKUP = set("\\`*_~|<>[]()#-:")
 _FENCE_LINE = re.compile(r"^([ >]*)(`{3,}|~{3,})(.*)$")  # a fence's line, after its indent or quote marks
 _TICKS = re.compile(r"`{3,}")
+# A body that starts with one of these (a heading, list, quote, code fence, Discord's `-#` subtext) is Markdown only
+# at the start of a line.
+_STARTS_A_BLOCK = re.compile(rf"{BLOCK_START.pattern}|-#[ \t]")
 ZERO_WIDTH_SPACE = "\u200b"
 
 
@@ -117,11 +121,28 @@ def render_message(message: OutboundMessage, *, mention: str | None = None) -> l
 
     `mention` is a member's id to address the reply to, as `<@id>` in front of it."""
     body = to_discord_markdown(message.text).strip()
-    if mention and body:
-        body = f"<@{mention}> {body}"
+    if mention:
+        body = addressed(body, mention)
     footer = render_citations(message.citations, style="markdown", heading=message.sources_heading)
     full = f"{body}\n\n{footer}" if body and footer else body or footer
     return split_text(full, limit=MAX_LENGTH)
+
+
+def addressed(body: str, member: str) -> str:
+    """`body` addressed to `member`: `<@id>` in front, on a line of its own when `body` starts with block Markdown.
+    Why: Discord reads a heading, list, quote or code fence only at a line's start; behind the mention an operator's
+    "## Hours" showed as typed, and a long code block was no fence to `split_text`, cut without being reopened."""
+    if not body.strip():
+        return body
+    return f"<@{member}>{chr(10) if _STARTS_A_BLOCK.match(body) else ' '}{body}"
+
+
+def unaddressed(content: str, member: str | None) -> str:
+    """`content` without the mention `addressed` put in front of it."""
+    for sep in (" ", "\n"):
+        if member and content.startswith(f"<@{member}>{sep}"):
+            return content[len(f"<@{member}>{sep}"):]
+    return content
 
 
 def chunk_nonce(message: OutboundMessage, index: int) -> str:
