@@ -32,6 +32,7 @@ _ANSWERED_TYPES = {0: "default", 19: "reply"}  # every other message type is a s
 _CROSSPOST_FLAG = 1 << 1
 _ATTACHMENT_KINDS = {"image": "image", "audio": "audio", "video": "video"}
 _UNREAD_CONTENT = ("poll", "message_snapshots")
+_CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)  # Discord's code: a mention in it shows as typed
 """What a message may carry besides text, attachments and stickers: a poll, and the copy of a forwarded message
 (read for its text and files; only one of neither, a forwarded poll, say, is unread)."""
 
@@ -66,9 +67,7 @@ def classify_gateway_message(
     # here (the inbox decides: `only_while_held`), whose answers would otherwise never reach them.
     unaddressed = bool(guild_id) and respond_in_groups == "mention" and not (mentioned or replied)
 
-    text = re.sub(rf"<@!?{re.escape(bot_user_id)}>", "", content) if bot_user_id else content
-    for role_id in bot_role_ids:
-        text = text.replace(f"<@&{role_id}>", "")
+    text = _without_mentions(content, bot_user_id, bot_role_ids)
     # A forward's content is empty: what it forwards (text, files) is in its snapshots. Not read for a mention.
     forwarded = [snapshot.get("message") or {} for snapshot in payload.get("message_snapshots") or ()]
     text = "\n\n".join(part for part in (text.strip(), *(str(f.get("content") or "").strip() for f in forwarded))
@@ -210,6 +209,25 @@ def _mentions_bot(payload: dict[str, Any], content: str, bot_user_id: str) -> bo
     if any(str(m.get("id")) == bot_user_id for m in payload.get("mentions") or ()):
         return True
     return f"<@{bot_user_id}>" in content or f"<@!{bot_user_id}>" in content
+
+
+def _without_mentions(content: str, bot_user_id: str, bot_role_ids: tuple[str, ...]) -> str:
+    """`content` without the bot's mentions: one space where one stood between words ("hey <@bot> what" was
+    "hey  what"), none at a line's edge; code (which shows a mention as typed) and the rest as written."""
+    marks = [rf"<@!?{re.escape(bot_user_id)}>"] if bot_user_id else []
+    marks += [re.escape(f"<@&{role_id}>") for role_id in bot_role_ids]
+    if not marks:
+        return content
+    mention = "(?:" + "|".join(marks) + ")"
+    pattern = re.compile(rf"{_CODE.pattern}|(?P<mention>[^\S\n]*{mention}(?:[^\S\n]*{mention})*[^\S\n]*)", re.DOTALL)
+
+    def drop(match: re.Match[str]) -> str:
+        if match.group("mention") is None:
+            return match.group(0)
+        before, after = content[match.start() - 1:match.start()], content[match.end():match.end() + 1]
+        return " " if before not in ("", "\n") and after not in ("", "\n") else ""
+
+    return pattern.sub(drop, content)
 
 
 def _attachment(item: dict[str, Any], *, caption: str | None) -> Attachment:

@@ -303,3 +303,18 @@ def test_revision_of_a_dm_is_a_question_if_never_stored_only_while_its_message_m
         revision = revision_of(message_id, 22, edited, event="MESSAGE_UPDATE", bot_user_id="999")
         assert revision.revises == str(message_id) and revision.new_if_never_stored is question
         assert revision.conversation == ConversationRef(channel="discord", chat="22") and revision.text == "the price?"
+
+
+@pytest.mark.parametrize(("content", "text"), [
+    (f"hey <@{BOT_USER_ID}> what are your hours?", "hey what are your hours?"),
+    (f"hey <@!{BOT_USER_ID}>  <@&99>\twhat?", "hey what?"),
+    (f"Hi\n<@{BOT_USER_ID}> first line\nsecond  line <@{BOT_USER_ID}>\nthird", "Hi\nfirst line\nsecond  line\nthird"),
+    (f"why <@{BOT_USER_ID}> does\n```\nx  =  1 # <@{BOT_USER_ID}>\n```\nand `a  <@{BOT_USER_ID}>  b`",
+     f"why does\n```\nx  =  1 # <@{BOT_USER_ID}>\n```\nand `a  <@{BOT_USER_ID}>  b`"),
+])
+def test_the_bots_mention_leaves_one_space_where_it_was_and_code_as_written(content: str, text: str):
+    """"hey <@bot> what" reached the model as "hey  what". Code shows a mention as typed, so it keeps it; newlines
+    and the spacing elsewhere stay as written."""
+    payload = {**guild_message(content, mentions=[{"id": BOT_USER_ID}]), "mention_roles": ["99"]}
+    message = classify_gateway_message(payload, bot_user_id=BOT_USER_ID, bot_role_ids=("99",))
+    assert message.text == text
