@@ -67,7 +67,7 @@ from channels.telegram_render import (
     visible_length,
     visible_text,
 )
-from channels.telegram_updates import UpdateParser, decode_update
+from channels.telegram_updates import UpdateParser, UsernameUnknown, decode_update
 from gateway.background import cancel
 from gateway.backoff import doubling
 from gateway.errors import BotRemoved, ChannelSendError, RecipientUnreachable, SignatureInvalid
@@ -133,7 +133,10 @@ class TelegramAdapter:
 
     def parse(self, request: RawRequest) -> WebhookResult:
         """A verified webhook body (one Update) → normalized messages or ignore reasons. Pure."""
-        return self.parser.parse(decode_update(request.body))
+        try:
+            return self.parser.parse(decode_update(request.body))
+        except UsernameUnknown as exc:  # Telegram sends it again, by when getMe may have answered
+            return exc.webhook_result()
 
     # Outbound
     async def send(self, message: OutboundMessage) -> list[str]:

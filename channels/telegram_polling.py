@@ -27,7 +27,7 @@ from aiogram.methods.base import TelegramMethod
 from sqlalchemy.exc import DBAPIError
 
 from channels.base import Deliver
-from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser
+from channels.telegram_updates import ALLOWED_UPDATES, UpdateParser, UsernameUnknown
 from gateway.backoff import doubling
 
 log = structlog.get_logger("channels.telegram")
@@ -106,6 +106,9 @@ class TelegramPoller:
             return True
         try:
             result = self.parser.parse(update)
+        except UsernameUnknown as exc:  # fetched again (the offset stays), by when getMe may have answered
+            log.info("telegram.update_deferred", bot=self.bot_name, update_id=update_id, reason=str(exc))
+            return False
         except Exception:  # noqa: BLE001 - one unreadable update must not stop the bot
             log.exception("telegram.update_unreadable", bot=self.bot_name, update_id=update_id)
             self.offset = update_id + 1

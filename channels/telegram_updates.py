@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from channels.base import WebhookResult
+from channels.base import ImmediateResponse, WebhookResult
 from channels.shared_content import contact, contact_line, location_line, place, with_shared
 from gateway.errors import BadRequest
 from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, may_still_come, member_thread
@@ -63,6 +63,17 @@ _ABOUT_FIELDS = frozenset({
     "is_paid_post", "suggested_post_info",
 })
 """Message fields that describe a message rather than carry its content."""
+
+
+class UsernameUnknown(Exception):
+    """A command naming a bot (`/ask@name`) read before getMe told us our own username: whether it is ours cannot be
+    told yet. Read again later (the webhook answers 503, which Telegram retries; polling fetches it again): ignored,
+    it was lost for good, Telegram never sending it again."""
+
+    def webhook_result(self) -> WebhookResult:
+        """The webhook's answer: 503, so Telegram sends the update again."""
+        body = json.dumps({"ok": False, "description": str(self)}).encode()
+        return WebhookResult(ignored=(str(self),), response=ImmediateResponse(status=503, body=body))
 
 
 def decode_update(body: bytes) -> dict[str, Any]:
@@ -324,9 +335,10 @@ class UpdateParser:
             elif kind == "bot_command" and offset == 0:
                 name, _, target = _utf16_slice(text, offset, length)[1:].partition("@")
                 name = name.lower()
+                if target and not me:
+                    raise UsernameUnknown(f"command /{name} addressed to @{target}: our username is not known yet")
                 if target and target.lower() != me:
-                    who = "another bot" if me else "a bot (our username is not known yet)"
-                    found.refusal = f"command /{name} addressed to {who} @{target}"
+                    found.refusal = f"command /{name} addressed to another bot @{target}"
                 elif name not in GREETING_COMMANDS | QUESTION_COMMANDS:
                     found.refusal = f"unsupported command /{name}"
                 else:

@@ -1,0 +1,60 @@
+"""Telegram: a `/command@name` read before getMe told the bot its own username.
+
+Whether `@name` is this bot cannot be told then. It was ignored ("addressed to a bot (our username is not known
+yet)"), and the webhook answered 200 (polling moved its offset past it): Telegram never sent it again, and the
+member's `/ask@support_bot` was lost for good. It is now read again once the username is known."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import structlog
+
+from channels.telegram import TelegramAdapter
+from gateway.models import InboundMessage
+from tests.channels.telegram_helpers import _request, _settings, _update, fake_fixture  # noqa: F401 - `fake`
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+ASK = {"type": "bot_command", "offset": 0, "length": 16}
+
+
+async def test_the_webhook_asks_telegram_to_send_it_again_until_the_username_is_known(fake: FakeTelegramAPI) -> None:
+    fake.fail_next("getMe", status=502, times=1)
+    tg = TelegramAdapter("demo", _settings(fake.base_url), identity_retry_s=60)
+    await tg.start(lambda m: asyncio.sleep(0))
+    try:
+        update = _update("/ask@support_bot hours?", chat_type="group", entities=[ASK])
+        early = tg.parse(_request(update))
+        assert not early.messages and early.response is not None and early.response.status == 503
+        assert "not known yet" in json.loads(early.response.body)["description"]
+        assert "not known yet" in early.ignored[0]
+        other = tg.parse(_request(_update("plain words", chat_type="group")))  # nothing to tell: read now
+        assert other.response is None and other.messages
+        tg.parser.username = "support_bot"  # getMe answered
+        [asked] = tg.parse(_request(update)).messages
+        assert asked.text == "hours?" and not asked.only_while_held
+    finally:
+        await tg.stop()
+
+
+async def test_polling_fetches_it_again_until_the_username_is_known(fake: FakeTelegramAPI) -> None:
+    fake.fail_next("getMe", status=502, times=2)
+    tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling"), polling_timeout=1, identity_retry_s=0.3)
+    received: list[InboundMessage] = []
+    arrived = asyncio.Event()
+
+    async def deliver(message: InboundMessage) -> None:
+        received.append(message)
+        arrived.set()
+
+    with structlog.testing.capture_logs() as logs:
+        await tg.start(deliver)
+        try:
+            fake.push_update(_update("/ask@support_bot hours?", update_id=9501, chat_type="group", entities=[ASK]))
+            await asyncio.wait_for(arrived.wait(), timeout=15)
+        finally:
+            await tg.stop()
+    [asked] = received
+    assert asked.text == "hours?" and not asked.only_while_held and asked.raw["update_id"] == 9501
+    assert any(e["event"] == "telegram.update_deferred" and e["update_id"] == 9501 for e in logs)
