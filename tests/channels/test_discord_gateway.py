@@ -44,6 +44,7 @@ async def test_start_connects_gateway_with_message_content_intent_and_delivers(f
 async def test_on_message_fixture_payloads_via_parse_message_create(fake: FakeDiscord):
     adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
     async with connected(adapter, fake) as delivered:
+        # "Type6" holds a type 0 message as captured, not a pin: delivered as one.
         names = ["MessageCreate.Type0.json", "MessageCreate.Type19.json", "MessageCreate.Type6.json"]
         for name in names:
             payload = json.loads((FIXTURES / "discord4j_discord_json" / name).read_text())["d"]

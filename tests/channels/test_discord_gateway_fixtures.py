@@ -19,13 +19,14 @@ from tests.channels.discord_helpers import (  # noqa: F401 - `fake` fixture
     settings_for,
     wait_for,
 )
-from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_api import BOT_USER_ID, FakeDiscord
 
 # file -> the dispatch it is sent as, and what the inbox gets: (text, only while held) of a message,
 # "revision" for an edit or deletion, or None for nothing.
 DISPATCHES = {
     "discord4j_discord_json/MessageCreate.Type0.json": ("MESSAGE_CREATE", (".ping", True)),  # no mention of us
     "discord4j_discord_json/MessageCreate.Type19.json": ("MESSAGE_CREATE", ("cool.", True)),  # a reply to another bot
+    # Named for a pin (type 6), yet a type 0 message as captured: read as one (a real pin: below).
     "discord4j_discord_json/MessageCreate.Type6.json": ("MESSAGE_CREATE", ("different message", True)),
     "discord4j_discord_json/MessageDelete.json": ("MESSAGE_DELETE", "revision"),
     "discord4j_discord_json/MessageReactionAdd.json": ("MESSAGE_REACTION_ADD", None),
@@ -88,3 +89,18 @@ async def test_discord_reconnect_or_invalid_session_frame_loses_no_later_message
         await wait_for(delivered, 1)
     assert [m.text for m in delivered] == ["after the reconnect"]
     assert len(fake.identifies) >= identified
+
+
+async def test_discord_a_real_pin_notice_reaches_no_inbox(fake: FakeDiscord) -> None:
+    """`MessageCreate.Type6.json` is labelled a pin but holds a type 0 message (`"type": 0`, text "different
+    message"): the test above reads it as the ordinary message it is. A pin notice proper is that message as
+    type 6 (CHANNEL_PINNED_MESSAGE), with no text, and naming the bot changes nothing: a system notice."""
+    data = json.loads((FIXTURES / "discord4j_discord_json/MessageCreate.Type6.json").read_text())["d"]
+    assert data["type"] == 0 and data["content"] == "different message"
+    pin = {**data, "type": 6, "content": "", "mentions": [{"id": BOT_USER_ID, "username": "me", "discriminator": "0"}]}
+    adapter = DiscordAdapter("support", settings_for(fake, respond_in_groups="always"))
+    async with connected(adapter, fake) as delivered:
+        await fake.dispatch("MESSAGE_CREATE", pin)
+        await fake.dispatch("MESSAGE_CREATE", guild_message("still listening", message_id="900000000000000078"))
+        await wait_for(delivered, 1)
+    assert [m.external_id for m in delivered] == ["900000000000000078"]

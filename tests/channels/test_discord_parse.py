@@ -38,6 +38,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "discord4j_discord_json/InteractionCreate.json": ("ignored", "interactions endpoint"),
     "discord4j_discord_json/MessageCreate.Type0.json": ("held_only", "neither mentions nor replies"),
     "discord4j_discord_json/MessageCreate.Type19.json": ("message", "cool."),
+    # Named for a pin (type 6), yet holds a type 0 message: an ordinary one (a real pin notice: below).
     "discord4j_discord_json/MessageCreate.Type6.json": ("held_only", "neither mentions nor replies"),
     "discord4j_discord_json/MessageDelete.json": ("ignored", "deletion"),
     "discord4j_discord_json/MessageReactionAdd.json": ("ignored", "reaction"),
@@ -318,3 +319,10 @@ def test_the_bots_mention_leaves_one_space_where_it_was_and_code_as_written(cont
     payload = {**guild_message(content, mentions=[{"id": BOT_USER_ID}]), "mention_roles": ["99"]}
     message = classify_gateway_message(payload, bot_user_id=BOT_USER_ID, bot_role_ids=("99",))
     assert message.text == text
+
+
+def test_the_fixture_named_for_a_pin_is_an_ordinary_message_and_a_real_pin_notice_is_ignored():
+    payload = json.loads((FIXTURES / "discord4j_discord_json/MessageCreate.Type6.json").read_text())["d"]
+    assert payload["type"] == 0  # as captured: what EXPECTED reads it as
+    pin = {**payload, "type": 6, "content": "", "mentions": [{"id": BOT_USER_ID}]}
+    assert classify_gateway_message(pin, bot_user_id=BOT_USER_ID) == "system message type 6"
