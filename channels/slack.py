@@ -1,4 +1,5 @@
-"""Slack: the Events API over HTTP (signed), Socket Mode for development, replies with chat.postMessage.
+"""Slack: the Events API over HTTP (signed), Socket Mode for development, replies with chat.postMessage;
+verification and event dispatch on a slack-bolt AsyncApp (`channels.slack_bolt_app`).
 
 Which events become messages (one answer per question, never two):
 - DMs (`message` with channel_type `im`) are always answered; `app_mention` in a DM is ignored because
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -31,13 +33,14 @@ from urllib.parse import parse_qs
 import aiohttp
 import structlog
 from slack_sdk.errors import SlackApiError
-from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, WebhookResult
 from channels.citations import render_citations
 from channels.render import split_text
 from channels.sent_parts import SentParts
+from channels.slack_bolt_app import STALE_AFTER_S, build_app, verify_signature
+from channels.slack_bolt_app import dispatch as _dispatch
 from channels.slack_errors import TOKEN_REFUSED, TRANSIENT, UNREACHABLE, auth_test_error, rate_limit_wait, token_refused
 from channels.slack_events import bot_ids, parse_event
 from channels.slack_install import SCOPE_EFFECTS, foreign_workspace, missing_scopes, token_gone
@@ -45,7 +48,7 @@ from channels.slack_render import escape_mrkdwn, markdown_to_mrkdwn, safe_link_u
 from channels.slack_socket import open_socket_mode as _open_socket_mode
 from gateway.background import cancel
 from gateway.backoff import doubling
-from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable, SignatureInvalid
+from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable
 from gateway.models import Citation, ConversationRef, OutboundMessage
 from gateway.settings import SlackChannel
 
@@ -66,7 +69,6 @@ log = structlog.get_logger("channels.slack")
 # Slack accepts 40k chars in `text`, but a section block stops at 3,000 and long messages are
 # collapsed behind "Show more"; 3,000 keeps every part readable and block-compatible.
 SLACK_MESSAGE_LIMIT = 3000
-STALE_AFTER_S = 5 * 60
 REPLY_EVENT = "gateway_reply"
 """Message metadata event type on every part the gateway posts: {"reply": key, "part": n}."""
 
@@ -94,7 +96,6 @@ class SlackAdapter:
         self._sleep = sleep  # injectable so tests can assert on Retry-After without waiting
         self._max_attempts = max_attempts
         self._max_wait_s = max_wait_s
-        self._verifier = SignatureVerifier(settings.signing_secret) if settings.signing_secret.strip() else None
         # retry_handlers=[]: we own retries, so an ambiguous failure is never silently re-posted.
         self.client = AsyncWebClient(
             token=settings.bot_token or None, base_url=self.api_base, session=http, retry_handlers=[]
@@ -114,29 +115,17 @@ class SlackAdapter:
         self._socket_problem: str | None = None
         # Parts already posted for a reply that later failed: a retry of the same reply resumes after them.
         self._sent_parts = SentParts()
+        self.app = build_app(self)  # slack-bolt: verification, url_verification and event dispatch
 
     # ---- inbound -----------------------------------------------------------------------------
 
     def verify(self, request: RawRequest) -> None:
-        """Check X-Slack-Signature (HMAC-SHA256 over `v0:{ts}:{body}`, constant-time) and freshness."""
-        timestamp = request.header("x-slack-request-timestamp")
-        signature = request.header("x-slack-signature")
-        if not timestamp or not signature:
-            raise SignatureInvalid("missing X-Slack-Signature or X-Slack-Request-Timestamp")
-        if self._verifier is None:
-            raise SignatureInvalid("slack.signing_secret is not configured")
-        try:
-            age = abs(self._verifier.clock.now() - int(timestamp))
-        except (ValueError, OverflowError):  # OverflowError: digits past what a float holds
-            raise SignatureInvalid("malformed X-Slack-Request-Timestamp") from None
-        if age > STALE_AFTER_S:
-            raise SignatureInvalid(f"stale Slack request ({int(age)} s old)")
-        try:
-            valid = self._verifier.is_valid(body=request.body, timestamp=timestamp, signature=signature)
-        except (UnicodeDecodeError, TypeError):  # compare_digest refuses a non-ASCII header with TypeError
-            valid = False
-        if not valid:
-            raise SignatureInvalid("bad Slack signature")
+        """Check X-Slack-Signature and its freshness with bolt's RequestVerification (`slack_bolt_app`)."""
+        verify_signature(self.settings.signing_secret, request, time.time())
+
+    async def dispatch(self, request: RawRequest) -> WebhookResult:
+        """`parse`, through the channel's bolt AsyncApp (url_verification, listeners): the webhook route's way."""
+        return await _dispatch(self, request)
 
     def parse(self, request: RawRequest) -> WebhookResult:
         """Turn a verified Events API delivery (JSON, or a form post for commands) into messages."""

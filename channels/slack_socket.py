@@ -1,13 +1,19 @@
-"""Slack Socket Mode (for development): a websocket whose events_api envelopes go through `parse_payload`,
-and whose interactive ones (the operator channel's buttons) through the adapter's `on_interactive`."""
+"""Slack Socket Mode (for development), on slack-bolt: the channel's bolt AsyncApp behind bolt's
+`AsyncSocketModeHandler`. Its events_api envelopes are dispatched by the app to the listeners that run
+`parse_payload` (`channels.slack_bolt_app`), and delivered (stored) before the ack; its interactive ones (the
+operator channel's buttons) go to the adapter's `on_interactive`, as the Interactivity URL's route takes them."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 import aiohttp
 import structlog
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.socket_mode.internals import build_headers
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
@@ -15,6 +21,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Deliver, WebhookResult
+from channels.slack_bolt_app import ERROR, RESULT
 from channels.slack_errors import TOKEN_REFUSED
 from gateway.errors import ChannelSendError
 
@@ -23,35 +30,53 @@ if TYPE_CHECKING:
 
 # Same logger name as the adapter: these events are the Slack channel's, wherever the code lives.
 log = structlog.get_logger("channels.slack")
+_SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError)
+
+
+class GatewaySocketModeHandler(AsyncSocketModeHandler):
+    """Bolt's Socket Mode handler, acking only once the events it carries are delivered (stored): if storing
+    fails, Slack sends the envelope again and the inbox deduplicates it."""
+
+    def __init__(self, adapter: SlackAdapter, deliver: Deliver) -> None:
+        web = AsyncWebClient(base_url=adapter.api_base, session=adapter._http, retry_handlers=[])
+        super().__init__(adapter.app, app_token=adapter.settings.app_token, web_client=web,
+                         logger=logging.getLogger("slack_sdk.socket_mode.aiohttp"))
+        self.adapter, self.deliver = adapter, deliver
+
+    async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
+        adapter = self.adapter
+        if req.type == "events_api":
+            result = await self._dispatch(req)
+            for reason in result.ignored:
+                log.info("slack.ignored", bot=adapter.bot, reason=reason, event_id=result.extra.get("event_id"))
+            for message in result.messages:
+                await self.deliver(message)
+        elif req.type == "interactive" and adapter.on_interactive is not None:
+            # A Claim or Resolve click: taken as the Interactivity URL's route takes it; acted on after the ack.
+            await adapter.on_interactive(req.payload)
+        else:
+            log.info("slack.ignored", bot=adapter.bot, reason=f"socket mode {req.type!r} is not handled")
+        await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+
+    async def _dispatch(self, req: SocketModeRequest) -> WebhookResult:
+        try:
+            request = AsyncBoltRequest(mode="socket_mode", body=req.payload, headers=build_headers(req))
+            await self.app.async_dispatch(request)
+            if (error := request.context.get(ERROR)) is not None:
+                raise error
+            result = request.context.get(RESULT)
+            # An envelope no listener takes (not an event_callback): parse_payload says why it is not handled.
+            return result if result is not None else self.adapter.parse_payload(req.payload)
+        except _SHAPE_ERRORS as exc:
+            # As the Events API route's 400 that Slack does not retry: unacked, it came again with the same error.
+            payload = req.payload if isinstance(req.payload, dict) else {}
+            return WebhookResult(ignored=(f"unreadable payload ({type(exc).__name__}: {str(exc)[:200]})",),
+                                 extra={"event_id": payload.get("event_id")})
 
 
 async def open_socket_mode(adapter: SlackAdapter, deliver: Deliver) -> SocketModeClient:
-    """Connect Socket Mode with the app token; every events_api envelope goes through `parse_payload`."""
-
-    async def on_request(client: SocketModeClient, request: SocketModeRequest) -> None:
-        if request.type == "events_api":
-            try:
-                result = adapter.parse_payload(request.payload)
-            except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError) as exc:
-                # As the Events API route's 400 that Slack does not retry: unacked, it came again with the same error.
-                payload = request.payload if isinstance(request.payload, dict) else {}
-                result = WebhookResult(ignored=(f"unreadable payload ({type(exc).__name__}: {str(exc)[:200]})",),
-                                       extra={"event_id": payload.get("event_id")})
-            for reason in result.ignored:
-                log.info("slack.ignored", bot=adapter.bot, reason=reason, event_id=result.extra.get("event_id"))
-            # Stored before the ack: if storing fails, Slack redelivers and the inbox deduplicates.
-            for message in result.messages:
-                await deliver(message)
-        elif request.type == "interactive" and adapter.on_interactive is not None:
-            # A Claim or Resolve click: taken as the Interactivity URL's route takes it; acted on after the ack.
-            await adapter.on_interactive(request.payload)
-        else:
-            log.info("slack.ignored", bot=adapter.bot, reason=f"socket mode {request.type!r} is not handled")
-        await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
-
-    web = AsyncWebClient(base_url=adapter.api_base, session=adapter._http, retry_handlers=[])
-    client = SocketModeClient(app_token=adapter.settings.app_token, web_client=web)
-    client.socket_mode_request_listeners.append(on_request)
+    """Connect Socket Mode with the app token, through bolt's handler on the channel's AsyncApp."""
+    client = GatewaySocketModeHandler(adapter, deliver).client
     try:
         # Fetched here, not inside connect(), which would retry a bad app token forever.
         client.wss_uri = await client.issue_new_wss_url()

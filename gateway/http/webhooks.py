@@ -135,7 +135,8 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         log_signature_invalid(svc, bound, "webhook", (bot, channel), reason=str(exc))
         return error(401, "invalid signature")
     try:
-        result = adapter.parse(raw)
+        # An adapter on its SDK's own dispatcher (Slack: a bolt AsyncApp) parses through it.
+        result = await adapter.dispatch(raw) if hasattr(adapter, "dispatch") else adapter.parse(raw)
     except BadRequest as exc:
         bound.warning("webhook.bad_request", reason=str(exc))
         return _unusable(channel, str(exc))

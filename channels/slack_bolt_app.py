@@ -1,0 +1,139 @@
+"""Slack on slack-bolt: one `AsyncApp` per Slack channel, with the channel's `AsyncWebClient` and signing secret.
+
+Bolt does the Slack protocol; the gateway's webhook route keeps what is the gateway's (the body cap, the
+inbox's dedup by `event_id`, 400 with `X-Slack-No-Retry` for a signed payload we cannot use, the logs):
+- `verify_signature`: bolt's `RequestVerification` middleware checks X-Slack-Signature (HMAC-SHA256 over
+  `v0:{ts}:{body}`) and its freshness (5 minutes) on the raw body, before bolt parses it, so an unsigned
+  body that is not even JSON still gets 401, never 400.
+- `dispatch`: `AsyncApp.async_dispatch` answers `url_verification` (bolt's UrlVerification) and routes
+  events to the listeners below (`message`, its `message_changed` edits, `app_mention`, any other event),
+  which run the adapter's `parse_payload`. `process_before_response=True`: a listener has run to its end
+  when dispatch returns, so the route stores the message before Slack gets its 200 (nothing is lost
+  between an ack and a store). What no listener takes (an interactive payload or a slash command posted to
+  the Events URL, an envelope of another type) is answered by the adapter's `parse`, as "not handled".
+- Socket Mode runs the same app (`channels.slack_socket`).
+No authorization call is made per request: `authorize` answers from what `auth.test` told the adapter at
+start (the foreign workspace and the uninstalled token are the adapter's checks, with their own logs).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.middleware.request_verification import RequestVerification
+from slack_bolt.request import BoltRequest
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
+
+from channels.base import ImmediateResponse, RawRequest, WebhookResult
+from gateway.errors import SignatureInvalid
+
+if TYPE_CHECKING:
+    from channels.slack import SlackAdapter
+
+STALE_AFTER_S = 5 * 60  # bolt's (slack_sdk's SignatureVerifier's) window; named here for the reason logged
+RESULT = "gateway_result"  # the listener's WebhookResult, in the request's bolt context
+ERROR = "gateway_error"  # an exception a listener or middleware raised, raised again by `dispatch`
+# Bolt's own logging (an info line with the whole body for each bad signature, "unhandled request" hints):
+# the gateway logs these itself (webhook.signature_invalid, webhook.ignored), so only bolt's errors show.
+BOLT_LOG = logging.getLogger("channels.slack.bolt")
+BOLT_LOG.setLevel(logging.ERROR)
+# What bolt may raise building a request from a body it cannot read (not JSON, not an object, odd fields).
+_UNREADABLE = (UnicodeDecodeError, ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError)
+
+
+def build_app(adapter: SlackAdapter) -> AsyncApp:
+    """The channel's bolt app: its listeners parse with `adapter.parse_payload` into the request's context."""
+
+    async def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
+        return AuthorizeResult(enterprise_id=enterprise_id, team_id=team_id, bot_user_id=adapter.bot_user_id,
+                               bot_token=adapter.settings.bot_token or None)
+
+    app = AsyncApp(
+        name=f"gateway-slack-{adapter.bot}", logger=BOLT_LOG, client=adapter.client,
+        signing_secret=adapter.settings.signing_secret or "unset", authorize=authorize,
+        process_before_response=True,
+        request_verification_enabled=False,  # done by `verify_signature`, before the body is parsed
+        ssl_check_enabled=False,  # an unsigned ssl_check is refused as any unsigned request is
+        ignoring_self_events_enabled=False,  # parse_event ignores every bot's message, with its reason logged
+        url_verification_enabled=True, attaching_function_token_enabled=False,
+        attaching_conversation_kwargs_enabled=False,
+    )
+
+    async def on_error(error: Exception, request: AsyncBoltRequest) -> None:
+        request.context[ERROR] = error
+
+    async def parse(ack: Any, body: dict[str, Any], context: Any) -> None:
+        await ack()  # the HTTP response (or the socket's ack) is sent once this listener has returned
+        try:
+            context[RESULT] = adapter.parse_payload(body)
+        except Exception as exc:  # a payload of a shape parse_payload does not know: the route's 400
+            context[ERROR] = exc
+
+    async def on_message(ack: Any, body: dict[str, Any], context: Any) -> None:
+        await parse(ack, body, context)
+
+    async def on_message_changed(ack: Any, body: dict[str, Any], context: Any) -> None:
+        await parse(ack, body, context)  # revises the message while it waits, new_if_never_stored, or ignored
+
+    async def on_app_mention(ack: Any, body: dict[str, Any], context: Any) -> None:
+        await parse(ack, body, context)
+
+    async def on_other_event(ack: Any, body: dict[str, Any], context: Any) -> None:
+        await parse(ack, body, context)  # app_uninstalled, tokens_revoked, reactions…: ignored with a reason
+
+    app.error(on_error)
+    app.event({"type": "message", "subtype": "message_changed"})(on_message_changed)
+    app.event("message")(on_message)
+    app.event("app_mention")(on_app_mention)
+    app.event(re.compile(".*"))(on_other_event)
+    return app
+
+
+def verify_signature(signing_secret: str, raw: RawRequest, now: float) -> None:
+    """Raise SignatureInvalid unless bolt's RequestVerification accepts the request; the reason says why."""
+    timestamp = raw.header("x-slack-request-timestamp")
+    signature = raw.header("x-slack-signature")
+    if not timestamp or not signature:
+        raise SignatureInvalid("missing X-Slack-Signature or X-Slack-Request-Timestamp")
+    if not signing_secret.strip():
+        raise SignatureInvalid("slack.signing_secret is not configured")
+    request = BoltRequest(body="", headers={"x-slack-request-timestamp": timestamp, "x-slack-signature": signature})
+    try:
+        request.raw_body = raw.body.decode("utf-8")  # bolt verifies text; a body that is none is no signed body
+        refused = RequestVerification(signing_secret, base_logger=BOLT_LOG).process(
+            req=request, resp=BoltResponse(status=200, body=""), next=lambda: None)
+    except (UnicodeDecodeError, ValueError, TypeError):  # a timestamp that is no number, a non-ASCII signature
+        refused = BoltResponse(status=401, body="")
+    if refused is None:
+        return
+    try:
+        age = abs(now - int(timestamp))
+    except ValueError:
+        raise SignatureInvalid("malformed X-Slack-Request-Timestamp") from None
+    if age > STALE_AFTER_S:
+        raise SignatureInvalid(f"stale Slack request ({int(age)} s old)")
+    raise SignatureInvalid("bad Slack signature")
+
+
+async def dispatch(adapter: SlackAdapter, raw: RawRequest) -> WebhookResult:
+    """Run a verified Events API request through the channel's bolt app; the parsed result, as `parse` gives."""
+    try:
+        request = AsyncBoltRequest(body=raw.body.decode("utf-8"), query=raw.query, headers=raw.headers)
+    except _UNREADABLE:
+        return adapter.parse(raw)  # a body bolt cannot read: parse says why (the route's 400), as it always did
+    response = await adapter.app.async_dispatch(request)
+    if (error := request.context.get(ERROR)) is not None:
+        raise error
+    result = request.context.get(RESULT)
+    if result is None:
+        if request.body.get("type") == "url_verification" and response.status == 200:
+            return WebhookResult(response=ImmediateResponse(body=response.body.encode()))
+        return adapter.parse(raw)  # no listener for it: "not handled", with its reason
+    if retry := raw.header("x-slack-retry-num"):
+        result.extra.update(retry_num=retry, retry_reason=raw.header("x-slack-retry-reason"))
+    return result

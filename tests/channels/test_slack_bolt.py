@@ -1,0 +1,65 @@
+"""The Slack channel runs on slack-bolt: an AsyncApp per channel verifies, answers url_verification and
+dispatches events to the listeners that parse them, the same results as the adapter's own `parse`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.middleware.request_verification import RequestVerification
+from slack_bolt.response import BoltResponse
+
+from channels.base import RawRequest
+from gateway.errors import SignatureInvalid
+from tests.channels.slack_helpers import make_adapter
+from tests.channels.test_slack_parse import FIXTURE_FILES, fixture_request, signed
+
+MENTION = {"type": "event_callback", "event_id": "Ev9", "team_id": "T1", "event": {
+    "type": "app_mention", "channel_type": "channel", "user": "U1", "text": "<@UBOT> hi", "channel": "C1",
+    "ts": "1700000000.000100"}}
+
+
+def test_each_slack_channel_has_its_own_bolt_app_with_its_client_and_answering_before_the_response():
+    one, two = make_adapter(), make_adapter()
+    assert isinstance(one.app, AsyncApp) and one.app is not two.app
+    assert one.app.client is one.client and one.app.process_before_response
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.name)
+async def test_bolt_dispatch_gives_what_parse_gives_for_every_fixture(path: Path):
+    adapter = make_adapter()
+    request = fixture_request(path)
+    assert _timeless(await adapter.dispatch(request)) == _timeless(adapter.parse(request))
+
+
+def _timeless(result):
+    """An edit's message is dated when parsed: two parses differ by their microseconds."""
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return dataclasses.replace(result, messages=tuple(dataclasses.replace(m, sent_at=epoch) for m in result.messages))
+
+
+async def test_an_event_is_parsed_by_the_bolt_listener_and_url_verification_answered_by_bolt(monkeypatch):
+    adapter = make_adapter()
+
+    def not_called(raw: RawRequest):
+        raise AssertionError("parsed outside bolt")
+
+    monkeypatch.setattr(adapter, "parse", not_called)
+    result = await adapter.dispatch(signed(json.dumps(MENTION).encode(), extra={"x-slack-retry-num": "1"}))
+    assert [m.external_id for m in result.messages] == ["Ev9"] and result.extra["retry_num"] == "1"
+    monkeypatch.setattr(adapter, "parse_payload", not_called)
+    challenge = await adapter.dispatch(signed(b'{"type": "url_verification", "challenge": "c1"}'))
+    assert json.loads(challenge.response.body) == {"challenge": "c1"}
+
+
+def test_the_signature_is_checked_by_bolts_request_verification(monkeypatch):
+    adapter = make_adapter()
+    request = signed(json.dumps(MENTION).encode())
+    adapter.verify(request)
+    monkeypatch.setattr(RequestVerification, "process", lambda self, **kw: BoltResponse(status=401, body=""))
+    with pytest.raises(SignatureInvalid, match="bad Slack signature"):
+        adapter.verify(request)
