@@ -55,7 +55,7 @@ def build_app(adapter: SlackAdapter) -> AsyncApp:
 
     app = AsyncApp(
         name=f"gateway-slack-{adapter.bot}", logger=BOLT_LOG, client=adapter.client,
-        signing_secret=adapter.settings.signing_secret or "unset", authorize=authorize,
+        signing_secret=adapter.settings.signing_secret, authorize=authorize,
         process_before_response=True,
         request_verification_enabled=False,  # done by `verify_signature`, before the body is parsed
         ssl_check_enabled=False,  # an unsigned ssl_check is refused as any unsigned request is
