@@ -107,13 +107,14 @@ def verify_signature(signing_secret: str, raw: RawRequest, now: float) -> None:
         request.raw_body = raw.body.decode("utf-8")  # bolt verifies text; a body that is none is no signed body
         refused = RequestVerification(signing_secret, base_logger=BOLT_LOG).process(
             req=request, resp=BoltResponse(status=200, body=""), next=lambda: None)
-    except (UnicodeDecodeError, ValueError, TypeError):  # a timestamp that is no number, a non-ASCII signature
+    except (UnicodeDecodeError, ValueError, TypeError, OverflowError):
+        # A timestamp that is no number, or of more digits than a float holds; a non-ASCII signature.
         refused = BoltResponse(status=401, body="")
     if refused is None:
         return
     try:
         age = abs(now - int(timestamp))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise SignatureInvalid("malformed X-Slack-Request-Timestamp") from None
     if age > STALE_AFTER_S:
         raise SignatureInvalid(f"stale Slack request ({int(age)} s old)")
