@@ -15,10 +15,11 @@ def asked_wait(value: object, *, default: float = 1.0) -> float:
     """A platform's asked-for wait (`Retry-After`, `retry_after`) in seconds: a finite number ≥ 0, else `default`.
 
     A header such as "soon", "inf" or "nan" is no wait to honour: "inf" would wait for ever and "nan"
-    never (every comparison with it is false), so either is read as if the platform named none.
+    never (every comparison with it is false), so either is read as if the platform named none; so is an
+    integer past what a float holds (a JSON `retry_after` of hundreds of digits), whose float() raised.
     """
     try:
         seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return default
     return seconds if math.isfinite(seconds) and seconds >= 0 else default

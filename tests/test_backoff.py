@@ -17,6 +17,7 @@ def test_doubling_without_a_cap_keeps_doubling():
 @pytest.mark.parametrize("asked, read", [
     ("2.5", 2.5), (3, 3.0), (0, 0.0),
     (None, 1.0), ("", 1.0), ("soon", 1.0), ("-4", 1.0), ("inf", 1.0), ("nan", 1.0), (float("nan"), 1.0),
+    pytest.param(10 ** 400, 1.0, id="int-past-a-float"),  # a JSON integer of 401 digits: float() raised
 ])
 def test_an_asked_for_wait_is_a_finite_number_of_seconds_or_the_default(asked, read):
     assert asked_wait(asked) == read
@@ -26,6 +27,7 @@ def test_an_asked_for_wait_is_a_finite_number_of_seconds_or_the_default(asked, r
     ({"retry_after": float("nan")}, {}),  # JSON's NaN, which json.loads accepts
     ({}, {"Retry-After": "inf"}),
     ({"retry_after": "soon"}, {}),
+    pytest.param({"retry_after": 10 ** 400}, {}, id="int-past-a-float"),  # json.loads' int: float() raised
 ])
 def test_a_discord_follow_up_429_naming_no_finite_wait_waits_one_second(data, headers):
     # "inf" waited for ever and NaN slipped past every `waited + retry_after > max` check into sleep().
