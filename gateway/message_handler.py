@@ -37,6 +37,7 @@ from gateway.burst import NO_BURST, Burst, burst_followers, in_sent_order
 from gateway.delivery.outbox import RETRYING, Outbox
 from gateway.delivery.streaming import EditStreamer, remove_leftovers, streamer_for
 from gateway.delivery.typing_indicator import TYPING_REFRESH_S, WaitingIndicator, start_typing
+from gateway.delivery.window import CONFIRMS_OPT_OUT
 from gateway.edits_meanwhile import queue_edits_made_meanwhile, taken_back
 from gateway.escalation.handback import DRAFT_DROPPED, taken_over_before
 from gateway.events import EventBus, conversation_topic, message_topic
@@ -350,6 +351,8 @@ class MessageHandler:
                         session, conversation=conversation, text=text, reply_to_id=(reply_to or inbound).id,
                         author=result.author, citations=[c.as_dict() for c in result.citations],
                         tool_calls=result.tool_calls, retrieved=result.retrieved)
+                    if result.confirms_opt_out:  # marked as the one message the outbox sends past the STOP
+                        out.meta = {**(out.meta or {}), CONFIRMS_OPT_OUT: True}
                     outbound_ids.append(out.id)
                 if result.reply is not None and result.counts:
                     conversation.unanswered_turns = 0 if result.answered else conversation.unanswered_turns + 1

@@ -205,7 +205,7 @@ class Outbox:
                                 provider_ids, template = await send_within_window(
                                     adapter, outbound, last_inbound_at=wrote_at,
                                     window_closed="window_closed" in meta,
-                                    opted_out_at=None if confirms_opt_out(message, inbound) else opted_out_at,
+                                    opted_out_at=None if confirms_opt_out(message) else opted_out_at,
                                     removed_at=still_removed(removed_at, heard_at=inbound and (inbound.sent_at or inbound.created_at)))
                             finally:
                                 record_landed.reset(recording)

@@ -15,7 +15,7 @@ from sqlalchemy import ScalarSelect, select
 
 from channels.base import ChannelAdapter
 from gateway.errors import RecipientUnreachable
-from gateway.models import OPT_OUT, OutboundMessage, utcnow
+from gateway.models import OutboundMessage, utcnow
 from storage.models import Conversation, Message
 
 OUTSIDE_WINDOW = "outside the 24-hour window"
@@ -37,10 +37,16 @@ def last_written_to_bot() -> ScalarSelect:
             .order_by(Message.id.desc()).limit(1).correlate(Conversation).scalar_subquery())
 
 
-def confirms_opt_out(message: Message, inbound: Message | None) -> bool:
-    """Whether `message` is the gateway's confirmation of the STOP it replies to (a bare one, which Twilio did
-    not answer): the one message an opted-out contact is sent, so they know the STOP was heard."""
-    return message.author == "system" and inbound is not None and (inbound.meta or {}).get("command") == OPT_OUT
+CONFIRMS_OPT_OUT = "confirms_opt_out"
+"""The `meta` key the STOP's own turn sets on its confirmation (`PipelineResult.confirms_opt_out`)."""
+
+
+def confirms_opt_out(message: Message) -> bool:
+    """Whether `message` is the gateway's confirmation of a bare STOP (which Twilio did not answer), as that STOP's
+    turn marked it: the one message an opted-out contact is sent, so they know the STOP was heard. Why marked,
+    not read off its author and the message it replies to: any notice of ours replying to the STOP passed, the
+    acknowledgement of a STOP turn handed to a person ("I've asked a person…") as well."""
+    return bool((message.meta or {}).get(CONFIRMS_OPT_OUT))
 
 
 async def send_within_window(adapter: ChannelAdapter, outbound: OutboundMessage, *,

@@ -75,6 +75,8 @@ class PipelineResult:
     error: str | None = None
     author: str = "bot"
     queries: list[str] = field(default_factory=list)
+    # The confirmation of a bare STOP: the one reply the outbox sends past it (gateway/delivery/window.py).
+    confirms_opt_out: bool = False
 
     def replies(self) -> list[str]:
         """The texts to store as outbound messages, in order."""
@@ -104,7 +106,8 @@ class Pipeline:
             bound.info("pipeline.opt_keyword", command=turn.command, confirmed=True)
             replies = turn.bot.replies
             return PipelineResult(reply=replies.opted_out if turn.command == OPT_OUT else replies.opted_in,
-                                  author="system", answered=False, counts=False)
+                                  author="system", answered=False, counts=False,
+                                  confirms_opt_out=turn.command == OPT_OUT)
         if turn.state != "bot":
             bound.info("pipeline.operator_holds_thread", state=turn.state, notice=turn.needs_reply)
             if turn.needs_reply:  # the person's reply comes as a message of its own; this ends the pending state

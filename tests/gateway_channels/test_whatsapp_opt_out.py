@@ -72,6 +72,22 @@ async def test_whatsapp_stop_twilio_did_not_handle_is_confirmed_once_and_start_t
     assert len(bodies) == 3 and "Sources:" in bodies[2]
 
 
+async def test_whatsapp_only_the_stops_own_confirmation_passes_the_opt_out(whatsapp_env):
+    # The outbox let through any notice of ours (author "system") replying to a bare STOP, not the confirmation
+    # alone: the acknowledgement of a STOP turn that failed and was handed to a person ("I've asked a person…",
+    # which copies the pending reply's reply_to) reached a contact who had just opted out.
+    client, services, fake = whatsapp_env
+    phone = "+15550000037"
+    await post(client, inbound("SM" + "b6" * 16, phone, "STOP"))
+    await wait_until(lambda: sent_to(fake, phone), what="the STOP's confirmation")
+    [stop, _] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=2)
+    notice = await store_reply(services, conversation_id=stop.conversation_id, text=ENGLISH.person_will_help,
+                               author="system", reply_to_id=stop.id)
+    assert await services.outbox.deliver(notice) == "failed"
+    assert "opted out (STOP)" in (await get_message(services, notice)).error
+    assert [r.form["Body"] for r in sent_to(fake, phone)] == [ENGLISH.opted_out]
+
+
 async def test_whatsapp_start_from_someone_never_opted_out_gets_the_greeting(whatsapp_env):
     # "Start" as a first message is someone beginning, not coming back: "You'll get our messages here again"
     # answered a STOP they never sent.
