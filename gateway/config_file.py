@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from gateway.config_yaml import load_yaml
 from gateway.errors import ConfigError
 
 SECRET_KEYS = frozenset(
@@ -154,7 +155,7 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
     environ = dict(os.environ)
     try:
         text = config_path.read_text(encoding="utf-8")
-        raw = _load_yaml(text, config_path)  # None: an empty file (or comments alone), no settings
+        raw = load_yaml(text, config_path)  # None: an empty file (or comments alone), no settings
     except FileNotFoundError:
         raise ConfigError("", f"config file not found: {config_path} ({_origin(config_path, path)})") from None
     except IsADirectoryError:
@@ -185,43 +186,6 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
                           f"a secret's default is for development only; {defaulted[0].split(' ', 1)[1][1:-1]} in production")
     data["config_path"] = str(config_path)
     return data
-
-
-def _load_yaml(text: str, config_path: Path) -> Any:
-    """`yaml.safe_load`, refusing a key written twice in one mapping: YAML keeps the last silently, so a
-    second `bots:` appended to the file replaced the bot list (and the next ingest deleted the first
-    list's knowledge)."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _refuse_duplicate_keys(node, config_path)
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def _refuse_duplicate_keys(node: yaml.Node, config_path: Path, path: str = "",
-                           seen: set[int] | None = None) -> None:
-    seen = set() if seen is None else seen
-    if id(node) in seen:  # an alias of a node already checked (or of one that holds it)
-        return
-    seen.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        first: dict[tuple[str, str], int] = {}
-        for key, value in node.value:
-            sub = f"{path}.{key.value}" if path else str(key.value)
-            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                line = key.start_mark.line + 1
-                if (key.tag, key.value) in first:
-                    raise ConfigError(sub, f"duplicate key, at lines {first[key.tag, key.value]} and {line} of "
-                                           f"{config_path}; YAML would keep only the last one, so write it once")
-                first[key.tag, key.value] = line
-            _refuse_duplicate_keys(value, config_path, sub, seen)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, value in enumerate(node.value):
-            _refuse_duplicate_keys(value, config_path, f"{path}[{i}]", seen)
 
 
 def name_unset_variable(error: ConfigError, unset: dict[str, str]) -> ConfigError:
