@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import discord
 
+from gateway.backoff import asked_wait
 from gateway.errors import ChannelSendError, RecipientUnreachable
 
 WAIT_IN_PLACE_S = 5.0
@@ -76,7 +77,7 @@ def translate(exc: BaseException, *, sent: int = 0) -> Exception:
     if isinstance(exc, discord.HTTPException):
         if exc.status == 429:
             retry = exc.response.headers.get("Retry-After") if exc.response is not None else None
-            return ChannelSendError(f"discord 429{note}", retry_after=float(retry) if retry else None,
+            return ChannelSendError(f"discord 429{note}", retry_after=asked_wait(retry) if retry else None,
                                     rate_limited=True)
         return ChannelSendError(f"discord {exc.status} ({exc.code}): {exc.text}{note}", permanent=True)
     if isinstance(exc, (OSError, asyncio.TimeoutError, aiohttp.ClientError, discord.ConnectionClosed)):

@@ -55,7 +55,7 @@ from channels.whatsapp_form import FormFields
 from channels.whatsapp_media import attachments as media_of
 from channels.whatsapp_media import readable
 from channels.whatsapp_render import to_whatsapp
-from gateway.backoff import doubling
+from gateway.backoff import asked_wait, doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientOptedOut, RecipientUnreachable, SignatureInvalid
 from gateway.models import (
     HELP_ANSWERED,
@@ -131,10 +131,7 @@ class _HeaderAwareHttpClient(AsyncTwilioHttpClient):
         kwargs["timeout"] = kwargs.get("timeout") or REQUEST_TIMEOUT_S
         response = await super().request(*args, **kwargs)
         value = (response.headers or {}).get("Retry-After")
-        try:
-            _retry_after.set(float(value) if value is not None else None)
-        except ValueError:
-            _retry_after.set(None)
+        _retry_after.set(asked_wait(value) if value is not None else None)  # "nan": no wait, nor a 500 later
         return response
 
 

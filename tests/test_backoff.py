@@ -1,9 +1,13 @@
 """The shared backoff curve: first wait, doubling, capped."""
 
+from types import SimpleNamespace
+
+import discord
 import pytest
 
-from channels import discord_followups
+from channels import discord_errors, discord_followups
 from gateway.backoff import asked_wait, doubling
+from gateway.errors import ChannelSendError
 
 
 def test_doubling_starts_at_first_doubles_and_stops_at_the_cap():
@@ -32,3 +36,12 @@ def test_an_asked_for_wait_is_a_finite_number_of_seconds_or_the_default(asked, r
 def test_a_discord_follow_up_429_naming_no_finite_wait_waits_one_second(data, headers):
     # "inf" waited for ever and NaN slipped past every `waited + retry_after > max` check into sleep().
     assert discord_followups._retry_after(data, headers) == 1.0
+
+
+@pytest.mark.parametrize("header", ["nan", "inf", "soon"])
+def test_a_discord_429_naming_no_finite_wait_is_a_rate_limit_of_one_second(header):
+    # translate() read Retry-After with float() alone: "soon" raised ValueError out of the send (an adapter
+    # error, the reply failed for good), and "nan" reached the outbox, whose timedelta(seconds=nan) raised.
+    response = SimpleNamespace(status=429, reason="Too Many Requests", headers={"Retry-After": header})
+    error = discord_errors.translate(discord.HTTPException(response, "You are being rate limited."))
+    assert isinstance(error, ChannelSendError) and error.rate_limited and error.retry_after == 1.0

@@ -76,6 +76,18 @@ async def test_whatsapp_send_retries_429_once_then_delivers_exactly_once(
     assert len(fake.delivered) == 1 and ids == [fake.delivered[0].sid]
 
 
+@pytest.mark.parametrize("asked", [float("nan"), float("inf")], ids=["nan", "inf"])
+async def test_whatsapp_429_naming_no_finite_wait_is_waited_as_one_second(
+    live: WhatsAppAdapter, fake: FakeTwilio, asked: float
+) -> None:
+    # Retry-After was read with float() alone: "nan" slipped past the in-place wait's bound and went to the
+    # outbox as the reply's retry_after, whose timedelta(seconds=nan) raised; "inf" was no wait to take either.
+    fake.script(Reply(status=429, code=20429, message="Too Many Requests", retry_after=asked))
+    ids = await live.send(OutboundMessage(conversation=CUSTOMER, text="hello"))
+    assert [r.status for r in fake.requests] == [429, 201]
+    assert len(fake.delivered) == 1 and ids == [fake.delivered[0].sid]
+
+
 async def test_whatsapp_logs_name_the_customer_by_the_last_digits_only(
     live: WhatsAppAdapter, fake: FakeTwilio, capsys
 ) -> None:
