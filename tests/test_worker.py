@@ -163,6 +163,15 @@ def test_outbox_waits_as_long_as_the_platform_asks_up_to_an_hour() -> None:
     assert waits[:3] == [5.0, 5.0, 8.0] and sum(waits) > 600
 
 
+def test_outbox_reads_a_platform_wait_of_nan_as_none_named() -> None:
+    # NaN passed max() and min() as NaN, and timedelta(seconds=nan) raised out of delivery; adapters clean
+    # their headers (asked_wait), and the outbox, where every one of them ends, does not rely on it.
+    outbox = Outbox(None, adapters={}, bus=None)  # type: ignore[arg-type]
+    assert outbox._backoff(1, retry_after=float("nan"), rate_limited=True) == outbox._backoff(1, retry_after=None)
+    assert outbox._backoff(3, retry_after=float("nan")) == outbox._backoff(3, retry_after=None)
+    assert outbox._backoff(1, retry_after=float("inf")) == 3600.0
+
+
 def test_a_rate_limit_is_waited_as_the_platform_asks_but_never_not_at_all() -> None:
     # The platform's wait is the schedule of a rate-limited send (not a doubling of every try); one of 0 s
     # (or below) retried the reply at once, again and again, until its hour was up.

@@ -25,6 +25,7 @@ conversation lease, so without the heartbeat it would be requeued and sent a sec
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 
@@ -341,6 +342,8 @@ class Outbox:
         attempts. Why it is only a floor for other failures: an adapter's fixed wait for a 5xx (5 s) would
         spend every attempt within half a minute. A rate limit's `retry_after` is the schedule itself: the
         platform said when it takes the send again, and doubling past that only delays the reply."""
+        if retry_after is not None and math.isnan(retry_after):  # no wait named: max() and min() would keep NaN
+            retry_after = None
         platform_wait = None if retry_after is None else min(
             max(retry_after, 0.0), max(self.max_backoff_s, self.max_platform_wait_s))
         if rate_limited and platform_wait is not None:  # at least a second: "0" was a retry at once, over and over
