@@ -331,7 +331,7 @@ async def _eval(args) -> int:
         if bar.callback is not None:
             bar.callback(done, total, stage)
 
-    with progress_bar(as_json=args.json) as bar:
+    with progress_bar(as_json=args.json, command="eval", unit="") as bar:
         report = await evaluate(Path(args.docs), Path(args.questions), settings=settings, k_values=k_values,
                                 progress=progress)
     for file, error in report.load_errors:  # on stderr, so --json stays one object

@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -129,17 +130,31 @@ class hide_run_errors(logging.Filter):
         return not getattr(record, IN_RUN_ERRORS, False)
 
 
-class progress_bar:
-    """A rich progress bar on stderr, fed by a (done, total, label) callback; `callback` is None
-    with `--json` or when stderr is not a terminal (stdout carries the results, and may be a pipe)."""
+PLAIN_PROGRESS_EVERY_S = 10.0
+"""Without a terminal, a plain progress line at most this often (none for a run shorter than it)."""
 
-    def __init__(self, *, as_json: bool) -> None:
+
+class progress_bar:
+    """Progress on stderr, fed by a (done, total, label) callback: a rich bar when stderr is a terminal; a
+    plain line every `PLAIN_PROGRESS_EVERY_S` when it is not (CI, a log file, a service manager), where an
+    ingest of one large file printed nothing for minutes. `callback` is None with `--json` at a terminal
+    (stdout carries the results, and may be a pipe)."""
+
+    def __init__(self, *, as_json: bool, command: str = "ingest", unit: str = "documents") -> None:
         self._progress = None
         self._tasks: dict[str, int] = {}
-        self.callback = None if as_json or not sys.stderr.isatty() else self._update
+        self._plain: PlainProgress | None = None
+        self.callback = None
+        if not sys.stderr.isatty():
+            self._plain = PlainProgress(every_s=PLAIN_PROGRESS_EVERY_S, command=command, unit=unit)
+            self.callback = self._plain.update
+        elif not as_json:
+            self.callback = self._update
 
     def __enter__(self):
-        if self.callback is not None:
+        if self._plain is not None:
+            self._plain.start()
+        elif self.callback is not None:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -154,7 +169,57 @@ class progress_bar:
         self._progress.update(self._tasks[label], completed=done, total=total)
 
     def __exit__(self, *exc):
+        if self._plain is not None:
+            self._plain.stop()
         return self._progress.__exit__(*exc) if self._progress is not None else None
+
+
+class PlainProgress:
+    """Progress as plain lines on stderr, `ingest: acme/docs 1.5/4 documents (38%), 12 s` (seconds since it
+    started; a crawl's `acme/site pages fetched 3/40 (8%)`, eval's `eval: questions 5/119 (4%)`): at most one
+    every `every_s`, none before `every_s` has passed, and from a ticker thread also when nothing moved (one
+    large file being chunked, a batch being embedded), so a long run always shows it is alive. Nothing is said
+    before the first move (the document count is not known yet)."""
+
+    def __init__(self, *, every_s: float, command: str = "ingest", unit: str = "documents",
+                 clock=time.monotonic) -> None:
+        self.every_s, self._clock, self.command, self.unit = every_s, clock, command, unit
+        self._started = self._said = clock()
+        self._state: tuple[float, int, str] | None = None
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._ticker = threading.Thread(target=self._tick_until_stopped, name="ingest-progress", daemon=True)
+        self._ticker.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._ticker is not None:
+            self._ticker.join()
+
+    def update(self, done: float, total: int, label: str = "ingest") -> None:
+        with self._lock:
+            self._state = (done, total, label)
+        self.tick()
+
+    def tick(self) -> None:
+        """Say the state if `every_s` has passed since the last line (or the start)."""
+        with self._lock:
+            now = self._clock()
+            if self._state is None or now - self._said < self.every_s:
+                return
+            self._said = now
+            done, total, label = self._state
+            share = f" ({round(100 * done / total)}%)" if total else ""
+            unit = f" {self.unit}" if self.unit and not label.endswith(" pages fetched") else ""
+            print(f"{self.command}: {label} {done:g}/{total}{unit}{share}, {int(now - self._started)} s",
+                  file=sys.stderr, flush=True)
+
+    def _tick_until_stopped(self) -> None:
+        while not self._stopped.wait(max(self.every_s, 0.5)):
+            self.tick()
 
 
 def print_metrics(metrics: dict) -> None:
