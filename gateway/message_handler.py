@@ -220,7 +220,7 @@ class MessageHandler:
                 await streamer.close()  # no flush may race the final reply's edits
         try:
             taken_over = await finish(inbound, result, status="failed" if result.error else "done",
-                                      error=result.error, streamer=streamer)
+                                      error=result.error, streamer=streamer, held=turn.state != "bot")
         finally:
             # The final reply did not replace the streamed text (not stored, or no reply): blank it.
             if streamer is not None and streamer.started and not streamer.finished:
@@ -306,13 +306,14 @@ class MessageHandler:
     async def _finish(self, inbound: Message, result: PipelineResult | None, *, status: str,
                       error: str | None = None, streamer: EditStreamer | None = None,
                       followers: tuple[int, ...] = (), answered: tuple[tuple[int, str, dict], ...] = (),
-                      reply_to: Message | None = None, relayed: bool = False) -> bool:
+                      reply_to: Message | None = None, relayed: bool = False, held: bool = False) -> bool:
         """Store the reply and mark the inbound message in one transaction, then deliver. True when
         the bot's reply was dropped because an operator took the thread meanwhile. `followers`, the rest
         of its burst, are marked with it; the reply answers `reply_to` (the piece sent first), else `inbound`.
         `answered` is each piece's text, command and shared values as the turn read them: a piece edited since
         (`Inbox._revise`) keeps them, and its edit is stored as a message to answer next. `relayed`: `inbound` went
-        on as it is (`intercept`), so its deletion meanwhile is passed on after it, not taken for a dropped answer."""
+        on as it is (`intercept`), so its deletion meanwhile is passed on after it, not taken for a dropped answer.
+        `held`: the turn read the thread as a person's (`inbound` went to them, not to the model)."""
         outbound_ids: list[int] = []
         taken_over = False
         dropped: dict[str, bool] = {}  # `meta.draft_dropped` (gateway/escalation/handback.py), or nothing
@@ -343,8 +344,10 @@ class MessageHandler:
                 result.reply = None
                 result.escalate = None
                 taken_over = True
-            elif result is not None and result.reply is None and not result.escalate and conversation.state != "bot":
-                dropped = await taken_over_before(session, message)  # taken before the bot began: the same
+            elif result is not None and result.reply is None and not result.escalate \
+                    and (conversation.state != "bot" or held):
+                # Taken before the bot began: the same. Also when handed back while it was relayed (`held`).
+                dropped = await taken_over_before(session, message)
             if result is not None:
                 for text in result.replies():
                     out = await repo.add_outbound(

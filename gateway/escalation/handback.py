@@ -49,8 +49,12 @@ async def answer_if_handed_back(sessions: async_sessionmaker[AsyncSession], mess
 async def taken_over_before(session: AsyncSession, message: Message) -> dict[str, bool]:
     """`{DRAFT_DROPPED: True}` when the worker holds `message` (no answer) because an operator took its
     conversation after it came and before the bot began answering it; else `{}`. A message held because the
-    customer asked for a person (the escalation came after it, opened by the bot) is left as it is."""
-    escalation = await live_escalation(session, message.conversation_id)
+    customer asked for a person (the escalation came after it, opened by the bot) is left as it is. Its
+    conversation's live escalation; with none, the last resolved: handed back while the worker relayed it
+    (which the resolve, seeing it pending, left to the worker's hook, `answer_if_handed_back`)."""
+    escalation = await live_escalation(session, message.conversation_id) or (await session.execute(
+        select(Escalation).where(Escalation.conversation_id == message.conversation_id, Escalation.state == "resolved")
+        .order_by(Escalation.id.desc()).limit(1))).scalar_one_or_none()
     if escalation is None or as_utc(message.created_at) >= as_utc(escalation.created_at):
         return {}
     taken = (await session.execute(select(EscalationEvent.id).where(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from gateway.delivery.outbox import Outbox
+from gateway.escalation.handback import DRAFT_DROPPED
 from gateway.escalation.handoff import Escalations
 from gateway.events import EventBus
 from gateway.pipeline.core import PipelineResult
@@ -19,14 +20,21 @@ from tests.worker_rig import RecordingAdapter, chat_message, worker_settings
 class TakenOverWhileAnswering:
     """The first turn: kim takes the conversation while the model writes. Then it answers 'echo: <text>'."""
 
-    def __init__(self, *, asks_for_a_person: bool = False, takes_over: bool = True) -> None:
+    def __init__(self, *, asks_for_a_person: bool = False, takes_over: bool = True,
+                 resolved_while_relayed: bool = False) -> None:
         self.escalations: Escalations | None = None
         self.asks_for_a_person = asks_for_a_person
         self.takes_over = takes_over
+        self.resolved_while_relayed = resolved_while_relayed  # kim hands back while the worker relays it
+        self.handed_back = False
         self.turns: list[str] = []
 
     async def handle(self, turn) -> PipelineResult:
         if turn.state != "bot":
+            if self.resolved_while_relayed:
+                self.resolved_while_relayed, self.handed_back = False, True
+                escalation = (await self.escalations.find(bots=None))[0]
+                await self.escalations.resolve(escalation.id, operator="kim", bots=None)
             return PipelineResult(reply=None, answered=False)
         self.turns.append(turn.text)
         if len(self.turns) == 1 and self.takes_over:
@@ -59,7 +67,7 @@ async def _run(url: str, pipeline: TakenOverWhileAnswering, steps) -> tuple[list
             await escalations.claim_conversation(accepted.conversation_id, operator="kim", bots=None)
         await worker.run_until_idle(timeout=20)
         escalation = (await escalations.find(bots=None))[0]
-        assert escalation.operator == "kim" and escalation.state == "claimed"
+        assert escalation.operator == "kim" and escalation.state == ("resolved" if pipeline.handed_back else "claimed")
         await steps(escalations, escalation.id)
         await escalations.customer_message(accepted.message_id)  # the worker's hook, late: never a second answer
         await worker.run_until_idle(timeout=20)
@@ -84,6 +92,19 @@ async def test_a_question_taken_over_and_handed_back_unanswered_is_answered_by_t
     assert conversation.state == "bot"
     assert replies == [("bot", "echo: takeover #1", inbound[0].id)]
     assert pipeline.turns == ["takeover #1", "takeover #1"] and inbound[0].status == "done"
+    assert DRAFT_DROPPED not in (inbound[0].meta or {})  # the mark went with the requeue
+
+
+async def test_a_question_taken_over_before_the_bot_began_and_handed_back_while_relayed_is_answered(migrated_url):
+    """The hand-back commits while the worker relays the message to the operator: the worker finishes it with
+    the thread the bot's again, and its hook (not the resolve, which saw it pending) requeues it."""
+    async def nothing(escalations, eid):
+        pass
+
+    pipeline = TakenOverWhileAnswering(takes_over=False, resolved_while_relayed=True)
+    inbound, conversation, replies = await _run(migrated_url, pipeline, nothing)
+    assert conversation.state == "bot" and pipeline.turns == ["takeover #1"]
+    assert replies == [("bot", "echo: takeover #1", inbound[0].id)]
 
 
 async def test_a_question_taken_over_before_the_bot_began_and_handed_back_is_answered_once(migrated_url):
