@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from sqlalchemy import delete
@@ -33,47 +34,43 @@ async def test_two_operators_claiming_at_once_one_wins_the_other_is_told_who(cli
     assert detail["operator"] == won and [e["kind"] for e in detail["events"]].count("claimed") == 1
 
 
-async def test_a_claim_of_an_escalation_erased_meanwhile_is_a_conflict_not_a_crash(client):
-    """The customer's data was erased (`gateway forget`, retention) between the claim's check and its update:
-    the claim read the row it could not update and failed on None (a 500)."""
-    eid = await _open(client, "race-claim-erased")
-    escalations = client.services.escalations
+@contextlib.contextmanager
+def erased_once_found(escalations, eid: int, *, with_conversation: bool = False):
+    """`escalations.get` finds escalation `eid`, then it is erased (`gateway forget`, retention) before the caller
+    goes on: the escalation, or the whole conversation with it."""
     found = escalations.get
 
     async def found_then_erased(*args, **kwargs):
         escalation = await found(*args, **kwargs)
         async with escalations._sessions() as session, session.begin():
             await session.execute(delete(Escalation).where(Escalation.id == eid))
+            if with_conversation:
+                await session.execute(delete(Message).where(Message.conversation_id == escalation.conversation_id))
+                await session.execute(delete(Conversation).where(Conversation.id == escalation.conversation_id))
         return escalation
 
     escalations.get = found_then_erased
     try:
-        with pytest.raises(Conflict, match="no longer exists"):
-            await escalations.claim(eid, operator="sam", bots=None)
+        yield
     finally:
         del escalations.get
+
+
+async def test_a_claim_of_an_escalation_erased_meanwhile_is_a_conflict_not_a_crash(client):
+    """The customer's data was erased (`gateway forget`, retention) between the claim's check and its update:
+    the claim read the row it could not update and failed on None (a 500)."""
+    eid = await _open(client, "race-claim-erased")
+    escalations = client.services.escalations
+    with erased_once_found(escalations, eid), pytest.raises(Conflict, match="no longer exists"):
+        await escalations.claim(eid, operator="sam", bots=None)
 
 
 async def test_an_escalation_read_while_its_conversation_is_erased_is_404_not_a_crash(client):
     """The customer's data was erased (`gateway forget`, retention) between the detail route's read of the
     escalation and its read of the conversation: it read `conversation.contact_id` of None (a 500)."""
     eid = await _open(client, "race-detail-erased")
-    escalations = client.services.escalations
-    found = escalations.get
-
-    async def found_then_erased(*args, **kwargs):
-        escalation = await found(*args, **kwargs)
-        async with escalations._sessions() as session, session.begin():
-            await session.execute(delete(Escalation).where(Escalation.id == eid))
-            await session.execute(delete(Message).where(Message.conversation_id == escalation.conversation_id))
-            await session.execute(delete(Conversation).where(Conversation.id == escalation.conversation_id))
-        return escalation
-
-    escalations.get = found_then_erased
-    try:
+    with erased_once_found(client.services.escalations, eid, with_conversation=True):
         response = await client.get(f"/v1/escalations/{eid}", headers=auth("sam"))
-    finally:
-        del escalations.get
     assert response.status_code == 404 and response.json() == {"error": f"no escalation {eid}"}, response.text
 
 
