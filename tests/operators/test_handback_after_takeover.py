@@ -4,6 +4,8 @@ the bot, once; unless it was itself the customer's request for a person (SQLite 
 
 from __future__ import annotations
 
+import dataclasses
+
 from sqlalchemy import select
 
 from gateway.delivery.outbox import Outbox
@@ -45,7 +47,8 @@ class TakenOverWhileAnswering:
         return PipelineResult(reply=f"echo: {turn.text}")
 
 
-async def _run(url: str, pipeline: TakenOverWhileAnswering, steps) -> tuple[list[Message], Conversation, list]:
+async def _run(url: str, pipeline: TakenOverWhileAnswering, steps,
+               text: str | None = None) -> tuple[list[Message], Conversation, list]:
     """The customer's message, taken over while answered; then `steps(escalations, escalation_id)`; then the
     worker again. (The customer's messages, the bot's replies in order, the conversation.)"""
     engine = create_engine(url)
@@ -62,7 +65,8 @@ async def _run(url: str, pipeline: TakenOverWhileAnswering, steps) -> tuple[list
 
     inbox = Inbox(sessions, on_stored=worker.notify)
     try:
-        accepted = await inbox.accept("acme", chat_message("takeover", 1))
+        message = chat_message("takeover", 1)
+        accepted = await inbox.accept("acme", dataclasses.replace(message, text=text) if text else message)
         if not pipeline.takes_over:  # before the worker read it
             await escalations.claim_conversation(accepted.conversation_id, operator="kim", bots=None)
         await worker.run_until_idle(timeout=20)
@@ -143,3 +147,16 @@ async def test_a_request_for_a_person_taken_over_and_handed_back_is_not_asked_ag
     pipeline = TakenOverWhileAnswering(asks_for_a_person=True)
     _, conversation, replies = await _run(migrated_url, pipeline, hand_back)
     assert replies == [] and pipeline.turns == ["takeover #1"] and conversation.state == "bot"
+
+
+async def test_a_request_for_a_person_taken_over_before_the_bot_began_and_handed_back_is_not_asked_again(
+        migrated_url):
+    """No draft to tell it by (the bot never read it): the bot's own phrases do. Answered after the hand-back,
+    it opened an escalation again, the one the operator had just closed."""
+    async def hand_back(escalations, eid):
+        await escalations.resolve(eid, operator="kim", bots=None)
+
+    pipeline = TakenOverWhileAnswering(takes_over=False)
+    inbound, conversation, replies = await _run(migrated_url, pipeline, hand_back, text="Can I talk to a human?")
+    assert replies == [] and pipeline.turns == [] and conversation.state == "bot"
+    assert DRAFT_DROPPED not in (inbound[0].meta or {})
