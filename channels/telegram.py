@@ -52,6 +52,7 @@ from aiogram.exceptions import (
     TelegramNetworkError,
     TelegramRetryAfter,
     TelegramServerError,
+    TelegramUnauthorizedError,
 )
 from aiogram.types import LinkPreviewOptions, ReplyParameters
 
@@ -362,6 +363,8 @@ class TelegramAdapter:
         try:
             self.parser.username = (await self.bot.get_me(request_timeout=10)).username
         except AiogramError as exc:
+            if isinstance(exc, TelegramUnauthorizedError) and not failures:  # at start: no retry fixes it (`failed_channels`)
+                raise ChannelSendError(f"telegram token rejected (getMe: {exc})"[:200], permanent=True) from exc
             log.warning("telegram.get_me_failed", bot=self.bot_name, error=str(exc)[:200], failures=failures + 1)
             return False
         if failures:

@@ -241,3 +241,16 @@ async def test_polling_that_keeps_failing_shows_in_the_connection_status(fake: F
     assert status == "polling"
     assert any(s.startswith("polling again after 1 failed getUpdates: ") and "Bad Gateway" in s for s in seen), seen
     assert TelegramAdapter("demo", _settings(fake.base_url)).connection_status is None  # webhook mode holds none
+
+
+async def test_a_token_telegram_rejects_at_start_fails_the_channel_start(fake: FakeTelegramAPI) -> None:
+    """As Discord's rejected token does: `channel.start_failed` and `failed_channels`, not a channel listed as
+    started that asks getMe again forever and polls into 401s (README's quick start is a Telegram bot)."""
+    tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling", token="723738643:AAH-not-the-token"))
+    try:
+        with pytest.raises(ChannelSendError, match="telegram token rejected") as raised:
+            await tg.start(Received(expect=1).deliver)
+        assert raised.value.permanent
+        assert tg.connection_status == "not started" and tg._identity is None and not fake.calls("getUpdates")
+    finally:
+        await tg.stop()
