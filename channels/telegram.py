@@ -59,7 +59,7 @@ from aiogram.types import LinkPreviewOptions, ReplyParameters
 from channels.base import Capabilities, Deliver, RawRequest, WebhookResult
 from channels.sent_parts import SentParts
 from channels.telegram_bot import chat_id_of, make_bot, topic_id
-from channels.telegram_errors import REMOVED, UNREACHABLE, is_error_page, says
+from channels.telegram_errors import REMOVED, UNREACHABLE, is_error_page, rate_limited, says
 from channels.telegram_polling import TelegramPoller
 from channels.telegram_render import (
     TELEGRAM_LIMIT,
@@ -194,8 +194,7 @@ class TelegramAdapter:
                 # Waited out here up to `max_retry_wait` in all; longer, the outbox waits with the
                 # conversation parked, and the worker's slot serves other chats meanwhile.
                 if waited + exc.retry_after > self.max_retry_wait or attempt == self.max_attempts:
-                    raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after),
-                                           rate_limited=True) from exc
+                    raise rate_limited(exc) from exc
                 log.warning("telegram.rate_limited", bot=self.bot_name, chat=str(chat), retry_after=exc.retry_after)
                 waited += exc.retry_after
                 await asyncio.sleep(exc.retry_after)
@@ -252,8 +251,7 @@ class TelegramAdapter:
         try:
             await self.bot.delete_message(chat_id=self._chat_id(conversation.chat), message_id=int(provider_message_id))
         except TelegramRetryAfter as exc:
-            raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after),
-                                   rate_limited=True) from exc
+            raise rate_limited(exc) from exc
         except TelegramForbiddenError as exc:
             raise self._unreachable(conversation.chat, f"telegram: {exc.message}") from exc
         except (TelegramAPIError, ClientDecodeError) as exc:
@@ -278,8 +276,7 @@ class TelegramAdapter:
                 await self._edit_text(conversation, provider_message_id, visible_text(html), parse_mode=None)
         except TelegramRetryAfter as exc:
             # Streaming edits are disposable: report the wait and let the streamer coalesce.
-            raise ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after),
-                                   rate_limited=True) from exc
+            raise rate_limited(exc) from exc
         except TelegramBadRequest as exc:
             if "message is not modified" in exc.message:
                 return

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aiogram.exceptions import ClientDecodeError
+from aiogram.exceptions import ClientDecodeError, TelegramRetryAfter
+
+from gateway.errors import ChannelSendError
 
 UNREACHABLE = ("chat not found", "user is deactivated", "bot was kicked", "have no rights to send",
                "not enough rights", "need administrator rights", "chat_write_forbidden")
@@ -21,3 +23,8 @@ def says(markers: tuple[str, ...], message: str) -> bool:
 def is_error_page(exc: ClientDecodeError) -> bool:
     """Whether the answer was not JSON at all (an HTML error page), rather than JSON of another shape."""
     return isinstance(exc.data, (str, bytes))
+
+
+def rate_limited(exc: TelegramRetryAfter) -> ChannelSendError:
+    """A 429 as the outbox reads it: refused, not sent, to be sent again after Telegram's `retry_after`."""
+    return ChannelSendError(f"telegram rate limit: {exc.message}", retry_after=float(exc.retry_after), rate_limited=True)
