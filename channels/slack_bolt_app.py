@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 STALE_AFTER_S = 5 * 60  # bolt's (slack_sdk's SignatureVerifier's) window; named here for the reason logged
 RESULT = "gateway_result"  # the listener's WebhookResult, in the request's bolt context
-ERROR = "gateway_error"  # an exception a listener or middleware raised, raised again by `dispatch`
+PARSE_ERROR = "gateway_parse_error"  # what the listener's parse_payload raised, raised again by `dispatch`
 # Bolt's own logging (an info line with the whole body for each bad signature, "unhandled request" hints):
 # the gateway logs these itself (webhook.signature_invalid, webhook.ignored), so only bolt's errors show.
 BOLT_LOG = logging.getLogger("channels.slack.bolt")
@@ -65,14 +65,15 @@ def build_app(adapter: SlackAdapter) -> AsyncApp:
     )
 
     async def on_error(error: Exception, request: AsyncBoltRequest) -> None:
-        request.context[ERROR] = error
+        """What bolt itself raised (its matchers, on an event that is no object or whose type is no string): no
+        result, so the caller's `parse` answers it as it answers any event it does not handle (bolt's 500 unsaid)."""
 
     async def parse(ack: Any, body: dict[str, Any], context: Any) -> None:
         await ack()  # the HTTP response (or the socket's ack) is sent once this listener has returned
         try:
             context[RESULT] = adapter.parse_payload(body)
         except Exception as exc:  # a payload of a shape parse_payload does not know: the route's 400
-            context[ERROR] = exc
+            context[PARSE_ERROR] = exc
 
     async def on_message(ack: Any, body: dict[str, Any], context: Any) -> None:
         await parse(ack, body, context)
@@ -128,13 +129,13 @@ async def dispatch(adapter: SlackAdapter, raw: RawRequest) -> WebhookResult:
     except _UNREADABLE:
         return adapter.parse(raw)  # a body bolt cannot read: parse says why (the route's 400), as it always did
     response = await adapter.app.async_dispatch(request)
-    if (error := request.context.get(ERROR)) is not None:
+    if (error := request.context.get(PARSE_ERROR)) is not None:
         raise error
     result = request.context.get(RESULT)
     if result is None:
         if request.body.get("type") == "url_verification" and response.status == 200:
             return WebhookResult(response=ImmediateResponse(body=response.body.encode()))
-        return adapter.parse(raw)  # no listener for it: "not handled", with its reason
+        return adapter.parse(raw)  # no listener for it, or bolt could not match it: "not handled", with its reason
     if retry := raw.header("x-slack-retry-num"):
         result.extra.update(retry_num=retry, retry_reason=raw.header("x-slack-retry-reason"))
     return result

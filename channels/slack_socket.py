@@ -21,7 +21,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Deliver, WebhookResult
-from channels.slack_bolt_app import ERROR, RESULT
+from channels.slack_bolt_app import PARSE_ERROR, RESULT
 from channels.slack_errors import TOKEN_REFUSED
 from gateway.errors import ChannelSendError
 
@@ -62,10 +62,10 @@ class GatewaySocketModeHandler(AsyncSocketModeHandler):
         try:
             request = AsyncBoltRequest(mode="socket_mode", body=req.payload, headers=build_headers(req))
             await self.app.async_dispatch(request)
-            if (error := request.context.get(ERROR)) is not None:
+            if (error := request.context.get(PARSE_ERROR)) is not None:
                 raise error
             result = request.context.get(RESULT)
-            # An envelope no listener takes (not an event_callback): parse_payload says why it is not handled.
+            # An envelope no listener takes (not an event_callback), or bolt could not match: parse_payload says why.
             return result if result is not None else self.adapter.parse_payload(req.payload)
         except _SHAPE_ERRORS as exc:
             # As the Events API route's 400 that Slack does not retry: unacked, it came again with the same error.

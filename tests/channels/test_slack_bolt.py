@@ -63,3 +63,13 @@ def test_the_signature_is_checked_by_bolts_request_verification(monkeypatch):
     monkeypatch.setattr(RequestVerification, "process", lambda self, **kw: BoltResponse(status=401, body=""))
     with pytest.raises(SignatureInvalid, match="bad Slack signature"):
         adapter.verify(request)
+
+
+@pytest.mark.parametrize("event", [[], {"type": 5}, {"type": ["message"]}], ids=["a-list", "a-number", "a-list-type"])
+async def test_an_event_bolt_cannot_match_is_answered_as_parse_answers_it_not_as_a_400(event):
+    """Bolt's own matchers raised on an event that is no object or whose type is no string (TypeError,
+    AttributeError): dispatch raised it, and the route answered 400 where `parse` had answered 200, not handled."""
+    adapter = make_adapter()
+    request = signed(json.dumps({"type": "event_callback", "event_id": "EvOdd", "event": event}).encode())
+    result = await adapter.dispatch(request)
+    assert result.ignored == adapter.parse(request).ignored and "is not handled" in result.ignored[0]
