@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from slack_bolt.async_app import AsyncApp
@@ -73,3 +75,20 @@ async def test_an_event_bolt_cannot_match_is_answered_as_parse_answers_it_not_as
     request = signed(json.dumps({"type": "event_callback", "event_id": "EvOdd", "event": event}).encode())
     result = await adapter.dispatch(request)
     assert result.ignored == adapter.parse(request).ignored and "is not handled" in result.ignored[0]
+
+
+async def test_bolt_logs_no_request_body_even_at_debug(caplog):
+    """Bolt logs a refused signature with the whole body at INFO, an unhandled request with its payload at WARNING;
+    logs hold ids, never what a customer wrote (docs/data.md): the gateway's own events say it without them."""
+    caplog.set_level(logging.DEBUG)
+    adapter = make_adapter()
+    words = "my card number is 4111"
+    body = json.dumps(MENTION | {"event": MENTION["event"] | {"text": f"<@UBOT> {words}"}}).encode()
+    forged = dataclasses.replace(signed(body), headers=signed(body).headers | {"x-slack-signature": "v0=" + "0" * 64})
+    with pytest.raises(SignatureInvalid):
+        adapter.verify(forged)
+    await adapter.dispatch(signed(body))
+    click = {"type": "block_actions", "user": {"id": "U1"}, "actions": [{"action_id": "a", "value": words}]}
+    await adapter.dispatch(signed(urlencode({"payload": json.dumps(click)}).encode(),
+                                  content_type="application/x-www-form-urlencoded"))
+    assert not [r for r in caplog.records if words in r.getMessage()]
