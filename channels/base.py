@@ -102,3 +102,12 @@ class ChannelAdapter(Protocol):
 
     async def stop(self) -> None:
         """Close whatever `start` opened."""
+
+
+@runtime_checkable
+class DispatchingAdapter(Protocol):
+    """A channel adapter whose platform SDK runs its own dispatcher (Slack: a bolt AsyncApp): the webhook route
+    hands it a verified request through `dispatch`, in place of `ChannelAdapter.parse`."""
+
+    async def dispatch(self, request: RawRequest) -> WebhookResult:
+        """What `parse` gives for a verified webhook body, through the SDK's dispatcher. Raise `BadRequest` on garbage."""

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
-from channels.base import RawRequest
+from channels.base import DispatchingAdapter, RawRequest
 from gateway.delivery.receipts import record_receipt
 from gateway.errors import BadRequest, SignatureInvalid
 from gateway.http.deps import error, services
@@ -135,8 +135,7 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         log_signature_invalid(svc, bound, "webhook", (bot, channel), reason=str(exc))
         return error(401, "invalid signature")
     try:
-        # An adapter on its SDK's own dispatcher (Slack: a bolt AsyncApp) parses through it.
-        result = await adapter.dispatch(raw) if hasattr(adapter, "dispatch") else adapter.parse(raw)
+        result = await adapter.dispatch(raw) if isinstance(adapter, DispatchingAdapter) else adapter.parse(raw)
     except BadRequest as exc:
         bound.warning("webhook.bad_request", reason=str(exc))
         return _unusable(channel, str(exc))

@@ -15,7 +15,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.middleware.request_verification import RequestVerification
 from slack_bolt.response import BoltResponse
 
-from channels.base import RawRequest
+from channels.base import DispatchingAdapter, RawRequest
 from gateway.errors import SignatureInvalid
 from tests.channels.slack_helpers import make_adapter
 from tests.channels.test_slack_parse import FIXTURE_FILES, fixture_request, signed
@@ -29,6 +29,7 @@ def test_each_slack_channel_has_its_own_bolt_app_with_its_client_and_answering_b
     one, two = make_adapter(), make_adapter()
     assert isinstance(one.app, AsyncApp) and one.app is not two.app
     assert one.app.client is one.client and one.app.process_before_response
+    assert isinstance(one, DispatchingAdapter)  # the webhook route's way to it
 
 
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.name)
