@@ -6,12 +6,11 @@ inbox's dedup by `event_id`, 400 with `X-Slack-No-Retry` for a signed payload we
   `v0:{ts}:{body}`) and its freshness (5 minutes) on the raw body, before bolt parses it, so an unsigned
   body that is not even JSON still gets 401, never 400.
 - `dispatch`: `AsyncApp.async_dispatch` answers `url_verification` (bolt's UrlVerification) and routes
-  events to the listeners below (`message`, its `message_changed` edits, `app_mention`, any other event),
-  which run the adapter's `parse_payload`. `process_before_response=True`: a listener has run to its end
-  when dispatch returns, so the route stores the message before Slack gets its 200 (nothing is lost
-  between an ack and a store). What no listener takes (an interactive payload or a slash command posted to
+  every event to the one listener, which runs the adapter's `parse_payload`. `process_before_response=True`:
+  the listener has run to its end when dispatch returns, so the route stores the message before Slack gets
+  its 200 (nothing is lost between an ack and a store). What no listener takes (an interactive payload or a slash command posted to
   the Events URL, an envelope of another type) is answered by the adapter's `parse`, as "not handled".
-- Socket Mode runs the same app (`channels.slack_socket`).
+- Socket Mode runs the same app (`channels.slack_socket`), through `run` as `dispatch` does.
 No authorization call is made per request: `authorize` answers from what `auth.test` told the adapter at
 start (the foreign workspace and the uninstalled token are the adapter's checks, with their own logs).
 """
@@ -36,8 +35,8 @@ if TYPE_CHECKING:
     from channels.slack import SlackAdapter
 
 STALE_AFTER_S = 5 * 60  # bolt's (slack_sdk's SignatureVerifier's) window; named here for the reason logged
-RESULT = "gateway_result"  # the listener's WebhookResult, in the request's bolt context
-PARSE_ERROR = "gateway_parse_error"  # what the listener's parse_payload raised, raised again by `dispatch`
+_RESULT = "gateway_result"  # the listener's WebhookResult, in the request's bolt context
+_PARSE_ERROR = "gateway_parse_error"  # what the listener's parse_payload raised, raised again by `run`
 # Bolt's own logging (an info line with the whole body for each bad signature, "unhandled request" hints):
 # the gateway logs these itself (webhook.signature_invalid, webhook.ignored), so only bolt's errors show.
 BOLT_LOG = logging.getLogger("channels.slack.bolt")
@@ -47,7 +46,7 @@ _UNREADABLE = (UnicodeDecodeError, ValueError, TypeError, AttributeError, KeyErr
 
 
 def build_app(adapter: SlackAdapter) -> AsyncApp:
-    """The channel's bolt app: its listeners parse with `adapter.parse_payload` into the request's context."""
+    """The channel's bolt app: its one listener parses every event with `adapter.parse_payload` (`run` reads it)."""
 
     async def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
         return AuthorizeResult(enterprise_id=enterprise_id, team_id=team_id, bot_user_id=adapter.bot_user_id,
@@ -59,7 +58,7 @@ def build_app(adapter: SlackAdapter) -> AsyncApp:
         process_before_response=True,
         request_verification_enabled=False,  # done by `verify_signature`, before the body is parsed
         ssl_check_enabled=False,  # an unsigned ssl_check is refused as any unsigned request is
-        ignoring_self_events_enabled=False,  # parse_event ignores every bot's message, with its reason logged
+        ignoring_self_events_enabled=False,  # slack_events.parse_event ignores every bot's message, with its reason logged
         url_verification_enabled=True, attaching_function_token_enabled=False,
         attaching_conversation_kwargs_enabled=False,
     )
@@ -68,30 +67,17 @@ def build_app(adapter: SlackAdapter) -> AsyncApp:
         """What bolt itself raised (its matchers, on an event that is no object or whose type is no string): no
         result, so the caller's `parse` answers it as it answers any event it does not handle (bolt's 500 unsaid)."""
 
-    async def parse(ack: Any, body: dict[str, Any], context: Any) -> None:
+    async def on_event(ack: Any, body: dict[str, Any], context: Any) -> None:
+        """Every event: messages and their edits, app_mention, and the rest (app_uninstalled, tokens_revoked,
+        reactions…), which parse_payload ignores with a reason."""
         await ack()  # the HTTP response (or the socket's ack) is sent once this listener has returned
         try:
-            context[RESULT] = adapter.parse_payload(body)
+            context[_RESULT] = adapter.parse_payload(body)
         except Exception as exc:  # a payload of a shape parse_payload does not know: the route's 400
-            context[PARSE_ERROR] = exc
-
-    async def on_message(ack: Any, body: dict[str, Any], context: Any) -> None:
-        await parse(ack, body, context)
-
-    async def on_message_changed(ack: Any, body: dict[str, Any], context: Any) -> None:
-        await parse(ack, body, context)  # revises the message while it waits, new_if_never_stored, or ignored
-
-    async def on_app_mention(ack: Any, body: dict[str, Any], context: Any) -> None:
-        await parse(ack, body, context)
-
-    async def on_other_event(ack: Any, body: dict[str, Any], context: Any) -> None:
-        await parse(ack, body, context)  # app_uninstalled, tokens_revoked, reactions…: ignored with a reason
+            context[_PARSE_ERROR] = exc
 
     app.error(on_error)
-    app.event({"type": "message", "subtype": "message_changed"})(on_message_changed)
-    app.event("message")(on_message)
-    app.event("app_mention")(on_app_mention)
-    app.event(re.compile(".*"))(on_other_event)
+    app.event(re.compile(".*"))(on_event)
     return app
 
 
@@ -122,16 +108,22 @@ def verify_signature(signing_secret: str, raw: RawRequest, now: float) -> None:
     raise SignatureInvalid("bad Slack signature")
 
 
+async def run(app: AsyncApp, request: AsyncBoltRequest) -> tuple[WebhookResult | None, BoltResponse]:
+    """Dispatch `request` (from the webhook route or the socket) through the channel's app: the listener's result, None
+    when no listener took it (or bolt could not match it), and bolt's response. What parse_payload raised is raised."""
+    response = await app.async_dispatch(request)
+    if (error := request.context.get(_PARSE_ERROR)) is not None:
+        raise error
+    return request.context.get(_RESULT), response
+
+
 async def dispatch(adapter: SlackAdapter, raw: RawRequest) -> WebhookResult:
     """Run a verified Events API request through the channel's bolt app; the parsed result, as `parse` gives."""
     try:
         request = AsyncBoltRequest(body=raw.body.decode("utf-8"), query=raw.query, headers=raw.headers)
     except _UNREADABLE:
         return adapter.parse(raw)  # a body bolt cannot read: parse says why (the route's 400), as it always did
-    response = await adapter.app.async_dispatch(request)
-    if (error := request.context.get(PARSE_ERROR)) is not None:
-        raise error
-    result = request.context.get(RESULT)
+    result, response = await run(adapter.app, request)
     if result is None:
         if request.body.get("type") == "url_verification" and response.status == 200:
             return WebhookResult(response=ImmediateResponse(body=response.body.encode()))

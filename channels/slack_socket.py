@@ -21,7 +21,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Deliver, WebhookResult
-from channels.slack_bolt_app import PARSE_ERROR, RESULT
+from channels.slack_bolt_app import run
 from channels.slack_errors import TOKEN_REFUSED
 from gateway.errors import ChannelSendError
 
@@ -61,10 +61,7 @@ class GatewaySocketModeHandler(AsyncSocketModeHandler):
     async def _dispatch(self, req: SocketModeRequest) -> WebhookResult:
         try:
             request = AsyncBoltRequest(mode="socket_mode", body=req.payload, headers=build_headers(req))
-            await self.app.async_dispatch(request)
-            if (error := request.context.get(PARSE_ERROR)) is not None:
-                raise error
-            result = request.context.get(RESULT)
+            result, _ = await run(self.app, request)
             # An envelope no listener takes (not an event_callback), or bolt could not match: parse_payload says why.
             return result if result is not None else self.adapter.parse_payload(req.payload)
         except _SHAPE_ERRORS as exc:
