@@ -32,9 +32,9 @@ _ANSWERED_TYPES = {0: "default", 19: "reply"}  # every other message type is a s
 _CROSSPOST_FLAG = 1 << 1
 _ATTACHMENT_KINDS = {"image": "image", "audio": "audio", "video": "video"}
 _UNREAD_CONTENT = ("poll", "message_snapshots")
-_CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)  # Discord's code: a mention in it shows as typed
 """What a message may carry besides text, attachments and stickers: a poll, and the copy of a forwarded message
 (read for its text and files; only one of neither, a forwarded poll, say, is unread)."""
+_CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)  # Discord's code: a mention in it shows as typed
 
 
 def classify_gateway_message(
