@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 # Same logger name as the adapter: these events are the Slack channel's, wherever the code lives.
 log = structlog.get_logger("channels.slack")
+PING_INTERVAL_S = 5  # how often the socket is pinged: a connection that stops answering is opened again
 _SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError)
 
 
@@ -39,8 +40,9 @@ class GatewaySocketModeHandler(AsyncSocketModeHandler):
 
     def __init__(self, adapter: SlackAdapter, deliver: Deliver) -> None:
         web = AsyncWebClient(base_url=adapter.api_base, session=adapter._http, retry_handlers=[])
+        # slack_sdk's own logger and ping interval (bolt's handler would take the app's logger, and 10 s).
         super().__init__(adapter.app, app_token=adapter.settings.app_token, web_client=web,
-                         logger=logging.getLogger("slack_sdk.socket_mode.aiohttp"))
+                         logger=logging.getLogger("slack_sdk.socket_mode.aiohttp"), ping_interval=PING_INTERVAL_S)
         self.adapter, self.deliver = adapter, deliver
 
     async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]

@@ -90,3 +90,17 @@ async def test_each_envelope_is_stored_once_and_acked_once_and_asks_slack_nothin
         assert fake.calls[calls_at_start:] == []  # no auth.test (nor anything else) per event
     finally:
         await adapter.stop()
+
+
+async def test_the_socket_is_pinged_as_often_as_before_bolt(fake: FakeSlack):
+    """slack_sdk's SocketModeClient pings every 5 s, and finds a dead connection (to open a new one) by it; bolt's
+    handler builds its client with 10 s, which left a dropped socket unseen twice as long."""
+
+    async def deliver(message: InboundMessage) -> None:
+        pass
+
+    adapter = await _connected(fake, deliver)
+    try:
+        assert adapter._socket.ping_interval == 5
+    finally:
+        await adapter.stop()
