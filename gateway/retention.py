@@ -200,8 +200,8 @@ async def _forget(session: AsyncSession, *, channel: str, user: str, actor: str)
     ids = list((await session.execute(found.where(~others))).scalars())
     # What an edit of one of their messages names, kept (a sha256, no text): stored again from its edit otherwise.
     for part in _parts(ids):
-        await remember_forgotten(session, Message.conversation_id.in_(part))
-    await remember_forgotten(session, theirs)
+        await remember_forgotten(session, Message.conversation_id.in_(part), params_per_statement=IDS_PER_STATEMENT)
+    await remember_forgotten(session, theirs, params_per_statement=IDS_PER_STATEMENT)
     report.operator_threads = await _delete_conversations(session, ids, report)
     # What is left of theirs is in the others' conversations. The replies first: deleting a message
     # sets its replies' `reply_to_id` to NULL, and they could not be told apart after.

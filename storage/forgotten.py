@@ -26,7 +26,6 @@ from storage.upsert import dialect_insert
 FORGOTTEN_KEPT_DAYS = 30
 """How long a forgotten message's key is kept: longer than a private chat's edit is a question
 (`NEVER_STORED_EDIT_WINDOW`, 23 hours), and than nearly every edit of a group message."""
-ROWS_PER_STATEMENT = 1000  # 2 parameters a row: far below what a statement takes on either database
 
 
 def forgotten_key(bot: str, channel: str, chat: str, platform_message_id: str) -> str:
@@ -34,8 +33,9 @@ def forgotten_key(bot: str, channel: str, chat: str, platform_message_id: str) -
     return hashlib.sha256(json.dumps([bot, channel, chat, platform_message_id]).encode()).hexdigest()
 
 
-async def remember_forgotten(session: AsyncSession, where) -> int:
-    """Keep the key of each inbound message `where` selects, before the caller deletes them; how many it read."""
+async def remember_forgotten(session: AsyncSession, where, *, params_per_statement: int = 1000) -> int:
+    """Keep the key of each inbound message `where` selects, before the caller deletes them; how many it read.
+    Each INSERT binds at most `params_per_statement` values (2 a key), the bound the caller keeps every statement to."""
     platform_id = Message.meta["platform_message_id"].as_string()
     rows = (await session.execute(
         select(Message.bot, Message.channel, Conversation.chat, platform_id)
@@ -43,9 +43,10 @@ async def remember_forgotten(session: AsyncSession, where) -> int:
         .where(Message.direction == "in", platform_id.is_not(None), where))).all()
     now = utcnow()
     keys = sorted({forgotten_key(bot, channel, chat, str(pid)) for bot, channel, chat, pid in rows})
-    for start in range(0, len(keys), ROWS_PER_STATEMENT):
+    rows = max(1, params_per_statement // 2)
+    for start in range(0, len(keys), rows):
         await session.execute(dialect_insert(session, ForgottenMessage).values(
-            [{"key": key, "forgotten_at": now} for key in keys[start:start + ROWS_PER_STATEMENT]])
+            [{"key": key, "forgotten_at": now} for key in keys[start:start + rows]])
             .on_conflict_do_nothing(index_elements=["key"]))
     return len(keys)
 
