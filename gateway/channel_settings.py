@@ -143,13 +143,13 @@ class ChannelsSettings(_Strict):
             for key in keys:
                 if not getattr(cfg, key):
                     # Only a secret must come from the environment: a phone number or a URL may be written here.
-                    hint = f" (write it as {_env_name(channel, key)} and set that variable)" if key in SECRET_KEYS else ""
+                    hint = f" (write it as {env_name(channel, key)} and set that variable)" if key in SECRET_KEYS else ""
                     raise ValueError(f"{channel}.{key} is required when {channel} is enabled{hint}")
         # Telegram sends the secret with every webhook update; without one every update gets 401.
         telegram = self.telegram
         if telegram is not None and telegram.enabled and telegram.mode == "webhook" and not telegram.webhook_secret:
             raise ValueError("telegram.webhook_secret is required when telegram is enabled in webhook mode "
-                             f"(write it as {_env_name('telegram', 'webhook_secret')} and set that variable, "
+                             f"(write it as {env_name('telegram', 'webhook_secret')} and set that variable, "
                              "or use mode: polling)")
         return self
 
@@ -159,6 +159,6 @@ _EXAMPLE_ENV_NAMES = {("telegram", "token"): "TELEGRAM_BOT_TOKEN", ("discord", "
                       ("whatsapp", "auth_token"): "TWILIO_AUTH_TOKEN", ("whatsapp", "account_sid"): "TWILIO_ACCOUNT_SID"}
 
 
-def _env_name(channel: str, key: str) -> str:
+def env_name(channel: str, key: str) -> str:
     """The `${VAR}` a missing secret's hint suggests (`${TELEGRAM_WEBHOOK_SECRET}`), as README's examples name it."""
     return "${" + _EXAMPLE_ENV_NAMES.get((channel, key), f"{channel}_{key}".upper()) + "}"

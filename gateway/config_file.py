@@ -47,6 +47,16 @@ def secret_values(data: Any, path: str = "") -> list[tuple[str, str]]:
     return found
 
 
+_CHANNEL_KEY = re.compile(r"\.channels\.(\w+)\.(\w+)$")
+
+
+def _secret_var(path: str) -> str:
+    """The `${VAR}` to write a literal secret as: a channel's as a missing one's hint names it."""
+    from gateway.channel_settings import env_name  # it imports this module
+    match = _CHANNEL_KEY.search(path)
+    return f"{env_name(*match.groups())} and set that variable" if match else "${SOME_ENV_VAR}"
+
+
 def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list[str] | None = None,
                  unset: dict[str, str] | None = None, secret_vars: dict[str, str] | None = None) -> Any:
     """Replace `${VAR}` everywhere; refuse literal secrets; name the key on any problem. The paths of
@@ -64,7 +74,7 @@ def _interpolate(data: Any, env: dict[str, str], path: str = "", defaulted: list
                     raise ConfigError(sub, f"write it as ${{{var}}}: this file reads a variable as ${{VAR}}, "
                                            "not LiteLLM's os.environ/VAR")
                 if ref is None:
-                    raise ConfigError(sub, "secrets come from the environment only; write it as ${SOME_ENV_VAR}")
+                    raise ConfigError(sub, f"secrets come from the environment only; write it as {_secret_var(sub)}")
                 if ref.group(1) not in env and ref.group(2) and defaulted is not None:
                     defaulted.append(f"{sub} (${{{ref.group(1)}}} is not set)")
                 if secret_vars is not None:
