@@ -324,7 +324,7 @@ class SlackAdapter:
         try:
             identity = await self.client.auth_test()
         except (SlackApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            log.warning("slack.auth_test_failed", bot=self.bot, error=auth_test_error(exc))
+            log.warning("slack.auth_test_failed", bot=self.bot, error=auth_test_error(exc, self.api_base))
             if isinstance(exc, SlackApiError) and exc.response.get("error") in TOKEN_REFUSED:  # in /readyz from the start
                 self._uninstalled = token_refused("auth.test", exc.response.get("error"))
         else:

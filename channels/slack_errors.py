@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+
 from slack_sdk.errors import SlackApiError
 
 from gateway.backoff import asked_wait
@@ -32,11 +35,23 @@ def rate_limit_wait(exc: SlackApiError) -> float | None:
     return asked_wait(exc.response.headers.get("Retry-After"))
 
 
-def auth_test_error(exc: Exception) -> str:
+def auth_test_error(exc: Exception, api_base: str = "") -> str:
     """auth.test's failure in one line: the SDK's own was two, and did not say which token was refused."""
     if not isinstance(exc, SlackApiError):
-        return f"{type(exc).__name__}: {exc}"
+        return f"cannot reach Slack at {api_base} (api_base) for auth.test: {_unreached(exc)}"
     error = exc.response.get("error")
     if error in TOKEN_REFUSED:
         return f"Slack refused the bot_token (xoxb-…): {error} from auth.test"
     return f"auth.test failed: {error} (HTTP {exc.response.status_code})"
+
+
+def _unreached(exc: Exception) -> str:
+    """Why no answer came, in the words of `llm.call_failed`'s `failure`: the exception's text named no cause."""
+    os_error = getattr(exc, "os_error", None)
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timeout"
+    if isinstance(os_error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(os_error, socket.gaierror):
+        return "host not found"
+    return f"connection failed ({type(exc).__name__})"

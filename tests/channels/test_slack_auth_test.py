@@ -1,0 +1,23 @@
+"""auth.test at start when Slack cannot be reached: one line an operator reads, naming where and why."""
+
+from __future__ import annotations
+
+import asyncio
+
+from structlog.testing import capture_logs
+
+from channels.slack import SlackAdapter
+from gateway.settings import SlackChannel
+from tests.channels.slack_helpers import SECRET
+from tests.fakes.slack_api import BOT_TOKEN
+
+
+async def test_slack_unreachable_at_start_names_the_api_base_and_why():
+    # It was the aiohttp exception as it is: "ClientConnectorError: Cannot connect to host 127.0.0.1:1
+    # ssl:default [Connect call failed ('127.0.0.1', 1)]", which named neither Slack nor the api_base key.
+    api_base = "http://127.0.0.1:1/api/"
+    adapter = SlackAdapter("demo", SlackChannel(bot_token=BOT_TOKEN, signing_secret=SECRET, api_base=api_base))
+    with capture_logs() as logs:
+        await asyncio.wait_for(adapter.start(lambda message: None), timeout=30)
+    [failed] = [e for e in logs if e["event"] == "slack.auth_test_failed"]
+    assert failed["error"] == f"cannot reach Slack at {api_base} (api_base) for auth.test: connection refused"
