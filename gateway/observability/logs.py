@@ -110,6 +110,7 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     # Alembic names each plugin it loads at INFO when the schema's revision is read: 7 lines before
     # `gateway forget`'s own answer. Its migration lines (alembic.runtime.migration) stay.
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    logging.getLogger("uvicorn.error").addFilter(_FORCED_STOP)  # the same object: added once
     adopt_litellm_loggers()
 
 
@@ -301,3 +302,19 @@ class _RedactFilter(logging.Filter):
         record.msg = redact(record.getMessage())
         record.args = ()
         return True
+
+
+class _ForcedStopFilter(logging.Filter):
+    """A second Ctrl-C makes uvicorn skip the lifespan's shutdown, and asyncio then cancels it: Starlette sent
+    that traceback as `lifespan.shutdown.failed`, which uvicorn logged at error after gateway.stopped. One line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg).rstrip()
+        if text.startswith("Traceback") and text.endswith("CancelledError"):
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                "stopped at once (a second Ctrl-C or signal): the graceful stop was cut short", (), None, None)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+_FORCED_STOP = _ForcedStopFilter()
