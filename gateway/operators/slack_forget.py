@@ -19,6 +19,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from gateway.observability.logs import redact
 from gateway.settings import Settings
 
 log = structlog.get_logger("gateway.retention")
@@ -98,4 +99,4 @@ async def _erase(client: AsyncWebClient, channel: str, ts: str, me: Any) -> None
 def _why(exc: BaseException) -> str:
     if isinstance(exc, SlackApiError):
         return f"Slack answered {exc.response.get('error') or exc.response.status_code}"
-    return str(exc) or type(exc).__name__
+    return redact(str(exc)) or type(exc).__name__  # stored and printed: a URL's token quoted stays out
