@@ -24,12 +24,12 @@ from sqlalchemy.orm import aliased
 
 from gateway.escalation.records import live_escalation
 from gateway.models import as_utc, utcnow
-from gateway.pipeline.human_request import asks_for_human
+from gateway.pipeline.core import person_asked_for
 from storage.meta_keys import merged_meta
 from storage.models import Conversation, Escalation, EscalationEvent, Message
 
 if TYPE_CHECKING:
-    from gateway.bot_settings import EscalationSettings
+    from gateway.settings import BotSettings
 
 log = structlog.get_logger("gateway.escalation")
 # On a customer's message whose bot reply was dropped because an operator took the conversation meanwhile.
@@ -52,15 +52,15 @@ async def answer_if_handed_back(sessions: async_sessionmaker[AsyncSession], mess
 
 
 async def taken_over_before(session: AsyncSession, message: Message,
-                            rules: EscalationSettings | None = None) -> dict[str, bool]:
+                            bot: BotSettings | None = None) -> dict[str, bool]:
     """`{DRAFT_DROPPED: True}` when the worker holds `message` (no answer) because an operator took its
     conversation after it came and before the bot began answering it; else `{}`. A message held because the
     customer asked for a person (the escalation came after it, opened by the bot) is left as it is. Its
     conversation's live escalation; with none, the last resolved: handed back while the worker relayed it
     (which the resolve, seeing it pending, left to the worker's hook, `answer_if_handed_back`). Nor a request for
-    a person by the bot's `rules` (`escalation.phrases`): no draft says so, the bot never read it; answered after
-    the hand-back, it would ask for one again."""
-    if rules is not None and rules.enabled and asks_for_human(message.text or "", rules.phrases) is not None:
+    a person as the turn reads one (`person_asked_for`, the `bot`'s `escalation.phrases`): no draft says so, the bot
+    never read it; answered after the hand-back, it would ask for one again."""
+    if bot is not None and person_asked_for((message.text or "").strip(), bot) is not None:
         return {}
     escalation = await live_escalation(session, message.conversation_id) or (await session.execute(
         select(Escalation).where(Escalation.conversation_id == message.conversation_id, Escalation.state == "resolved")

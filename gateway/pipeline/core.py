@@ -124,9 +124,7 @@ class Pipeline:
             # A bare mention or an empty /ask: the person is there but asked nothing yet.
             return PipelineResult(reply=greeting(turn), answered=True)
         limit = _question_limit(turn.bot)
-        # A long complaint asking for a person gets one rather than "too long": its first and last `limit`
-        # characters are read for the request (a line break apart, no clause spans them), never the whole.
-        wanted = _asks_for_human(text if len(text) <= limit else f"{text[:limit]}\n{text[-limit:]}", turn.bot)
+        wanted = person_asked_for(text, turn.bot)
         if len(text) > limit and not wanted:
             bound.info("pipeline.too_long", chars=len(text))
             return PipelineResult(reply=turn.bot.replies.too_long_reply(chars=len(text), limit=limit), answered=False)
@@ -225,8 +223,15 @@ def _without_closing_question(text: str) -> str:
     return " ".join(sentences[:-1]) if sentences[-1].endswith("?") else text.strip()
 
 
-def _asks_for_human(text: str, bot: BotSettings) -> str | None:
-    return asks_for_human(text, bot.escalation.phrases) if bot.escalation.enabled else None
+def person_asked_for(text: str, bot: BotSettings) -> str | None:
+    """The `escalation.phrases` phrase with which `text` asks `bot` for a person, as a turn reads it; None when
+    it asks for none or escalation is off. A long complaint asking for a person gets one rather than "too long":
+    its first and last question-limit characters are read (a line break apart, no clause spans them), never the
+    whole. The hand-back reads a message the bot never began with it too (`taken_over_before`)."""
+    if not bot.escalation.enabled:
+        return None
+    limit = _question_limit(bot)
+    return asks_for_human(text if len(text) <= limit else f"{text[:limit]}\n{text[-limit:]}", bot.escalation.phrases)
 
 
 def _small_talk_in_context(text: str, turn: Turn) -> Literal["accepts_offer", "thanks", "greeting"] | None:

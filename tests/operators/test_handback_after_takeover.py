@@ -160,3 +160,17 @@ async def test_a_request_for_a_person_taken_over_before_the_bot_began_and_handed
     inbound, conversation, replies = await _run(migrated_url, pipeline, hand_back, text="Can I talk to a human?")
     assert replies == [] and pipeline.turns == [] and conversation.state == "bot"
     assert DRAFT_DROPPED not in (inbound[0].meta or {})
+
+
+async def test_a_long_message_naming_a_person_only_in_its_middle_taken_before_the_bot_began_is_answered(
+        migrated_url):
+    """The hand-back reads a request for a person as a turn does (gateway.pipeline.core.person_asked_for): of a
+    message past the question limit, its first and last 4000 characters. The whole text was read, so a phrase in
+    its middle, which the bot reads as no request (too long), left the message unanswered after the hand-back."""
+    async def hand_back(escalations, eid):
+        await escalations.resolve(eid, operator="kim", bots=None)
+
+    text = f"{'word ' * 900}Can I talk to a human? {'more ' * 900}".strip()
+    pipeline = TakenOverWhileAnswering(takes_over=False)
+    inbound, conversation, replies = await _run(migrated_url, pipeline, hand_back, text=text)
+    assert replies == [("bot", f"echo: {text}", inbound[0].id)] and conversation.state == "bot"
