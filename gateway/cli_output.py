@@ -214,8 +214,10 @@ class PlainProgress:
             done, total, label = self._state
             share = f" ({round(100 * done / total)}%)" if total else ""
             unit = f" {self.unit}" if self.unit and not label.endswith(" pages fetched") else ""
-            print(f"{self.command}: {label} {done:g}/{total}{unit}{share}, {int(now - self._started)} s",
-                  file=sys.stderr, flush=True)
+            # One write, the newline in it: print() writes them apart, and the main thread's stderr (a log
+            # line, a warning) could land between them.
+            sys.stderr.write(f"{self.command}: {label} {done:g}/{total}{unit}{share}, {int(now - self._started)} s\n")
+            sys.stderr.flush()
 
     def _tick_until_stopped(self) -> None:
         while not self._stopped.wait(max(self.every_s, 0.5)):

@@ -54,3 +54,25 @@ def test_plain_progress_says_nothing_within_its_interval_and_a_run_still_moving_
     plain.tick()  # t=23
     assert err.getvalue().splitlines() == ["ingest: acme/docs 1.5/4 documents (38%), 12 s",
                                            "ingest: acme/docs 2/4 documents (50%), 23 s"]
+
+
+def test_a_plain_progress_line_is_one_write_so_no_other_threads_output_splits_it(monkeypatch):
+    """The ticker thread printed the line and its newline as two writes (print's), between which the ingest's own
+    stderr output (a log line, a warning) could land: 'ingest: … 12 s{log line}' and an empty line after it."""
+    class Writes:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.calls.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    err = Writes()
+    monkeypatch.setattr(cli_output.sys, "stderr", err)
+    clock = iter([0.0, 11.0])
+    plain = cli_output.PlainProgress(every_s=10.0, clock=lambda: next(clock))
+    plain.update(1, 4, "acme/docs")
+    assert err.calls == ["ingest: acme/docs 1/4 documents (25%), 11 s\n"]
