@@ -216,7 +216,8 @@ class PlainProgress:
             unit = f" {self.unit}" if self.unit and not label.endswith(" pages fetched") else ""
             # One write, the newline in it: print() writes them apart, and the main thread's stderr (a log
             # line, a warning) could land between them.
-            sys.stderr.write(f"{self.command}: {label} {done:g}/{total}{unit}{share}, {int(now - self._started)} s\n")
+            said = f"{done:.3f}".rstrip("0").rstrip(".")  # digits: {:g} wrote a million as 1e+06
+            sys.stderr.write(f"{self.command}: {label} {said}/{total}{unit}{share}, {int(now - self._started)} s\n")
             sys.stderr.flush()
 
     def _tick_until_stopped(self) -> None:

@@ -76,3 +76,17 @@ def test_a_plain_progress_line_is_one_write_so_no_other_threads_output_splits_it
     plain = cli_output.PlainProgress(every_s=10.0, clock=lambda: next(clock))
     plain.update(1, 4, "acme/docs")
     assert err.calls == ["ingest: acme/docs 1/4 documents (25%), 11 s\n"]
+
+
+def test_a_plain_progress_line_writes_a_count_of_millions_as_digits(monkeypatch):
+    """`{done:g}` wrote 1,500,000 pages fetched as '1.5e+06' (six significant digits, then an exponent)."""
+    import io
+
+    err = io.StringIO()
+    monkeypatch.setattr(cli_output.sys, "stderr", err)
+    clock = iter([0.0, 11.0, 22.0])
+    plain = cli_output.PlainProgress(every_s=10.0, clock=lambda: next(clock))
+    plain.update(1_500_000, 2_000_000, "acme/site pages fetched")
+    plain.update(1_234_567.125, 2_000_000, "acme/docs")
+    assert err.getvalue().splitlines() == ["ingest: acme/site pages fetched 1500000/2000000 (75%), 11 s",
+                                           "ingest: acme/docs 1234567.125/2000000 documents (62%), 22 s"]
