@@ -107,6 +107,7 @@ class SlackAdapter:
         self._enterprise: tuple[str | None, bool] = (None, False)
         self._foreign_warned: set[str] = set()
         self._uninstalled: str | None = None  # why no reply can be posted (app_uninstalled, a refused token)
+        self._unreached: str | None = None  # auth.test could not reach Slack at start; None once Slack answers
         # Socket Mode's `interactive` payloads (the operator channel's buttons), set by the gateway's wiring:
         # over the socket they do not come to the Interactivity URL's route.
         self.on_interactive: Callable[[Any], Awaitable[None]] | None = None
@@ -314,6 +315,7 @@ class SlackAdapter:
                 if self._uninstalled is not None:  # the token works again (a new one, the workspace back)
                     log.info("slack.token_back", bot=self.bot, was=self._uninstalled)
                     self._uninstalled = None
+                self._unreached = None  # Slack answered: reachable after all
                 return response
         raise AssertionError("unreachable")  # the loop always returns or raises
 
@@ -327,6 +329,8 @@ class SlackAdapter:
             log.warning("slack.auth_test_failed", bot=self.bot, error=auth_test_error(exc, self.api_base))
             if isinstance(exc, SlackApiError) and exc.response.get("error") in TOKEN_REFUSED:  # in /readyz from the start
                 self._uninstalled = token_refused("auth.test", exc.response.get("error"))
+            elif not isinstance(exc, SlackApiError):  # a wrong api_base, no network: in /readyz too, not healthy
+                self._unreached = auth_test_error(exc, self.api_base)[:200]
         else:
             self.bot_user_id = identity.get("user_id")
             self.team_id = identity.get("team_id")
@@ -344,6 +348,8 @@ class SlackAdapter:
             # at boot does not leave the channel deaf until a restart (/readyz's `connections` says so meanwhile).
             self._socket_failed(exc, failures=1)
             self._socket_task = asyncio.create_task(self._reopen_socket(deliver), name=f"slack-socket:{self.bot}")
+        else:
+            self._unreached = None  # Socket Mode opened: Slack is reachable
 
     def _socket_failed(self, exc: ChannelSendError, *, failures: int) -> None:
         self._socket_problem = f"connecting again after {exc}"[:200]
@@ -363,7 +369,7 @@ class SlackAdapter:
                 failures += 1
                 self._socket_failed(exc, failures=failures)
             else:
-                self._socket_problem = None
+                self._socket_problem = self._unreached = None
                 return
 
     @property
@@ -371,10 +377,12 @@ class SlackAdapter:
         """Socket Mode, for `/readyz` (None without an app token: the Events API holds no connection)."""
         if self._uninstalled is not None:
             return self._uninstalled
+        if self.settings.app_token and self._socket_problem is not None:
+            return self._socket_problem
+        if self._unreached is not None:  # auth.test at start; Events API too
+            return self._unreached
         if not self.settings.app_token:
             return None
-        if self._socket_problem is not None:
-            return self._socket_problem
         return "connected" if self._socket is not None else "not started"
 
     async def stop(self) -> None:

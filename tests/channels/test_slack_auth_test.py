@@ -7,8 +7,9 @@ import asyncio
 from structlog.testing import capture_logs
 
 from channels.slack import SlackAdapter
+from gateway.models import ConversationRef, OutboundMessage
 from gateway.settings import SlackChannel
-from tests.channels.slack_helpers import SECRET
+from tests.channels.slack_helpers import SECRET, fake_fixture  # noqa: F401 - `fake` fixture
 from tests.fakes.slack_api import BOT_TOKEN
 
 
@@ -21,3 +22,15 @@ async def test_slack_unreachable_at_start_names_the_api_base_and_why():
         await asyncio.wait_for(adapter.start(lambda message: None), timeout=30)
     [failed] = [e for e in logs if e["event"] == "slack.auth_test_failed"]
     assert failed["error"] == f"cannot reach Slack at {api_base} (api_base) for auth.test: connection refused"
+
+
+async def test_slack_unreachable_at_start_is_said_in_readyz_until_slack_answers(fake):
+    """Only a refused token was recorded: a wrong api_base or a network down at start showed nothing under
+    /readyz's `connections`, so the channel looked healthy until the first send failed."""
+    api_base = "http://127.0.0.1:1/api/"
+    adapter = SlackAdapter("demo", SlackChannel(bot_token=BOT_TOKEN, signing_secret=SECRET, api_base=api_base))
+    await asyncio.wait_for(adapter.start(lambda message: None), timeout=30)
+    assert adapter.connection_status == f"cannot reach Slack at {api_base} (api_base) for auth.test: connection refused"
+    adapter.client.base_url = fake.api_base  # the network is back: the first call Slack answers clears it
+    await adapter.send(OutboundMessage(ConversationRef("slack", "T111", "C111"), "hello"))
+    assert adapter.connection_status is None
