@@ -52,6 +52,9 @@ def build_app(adapter: SlackAdapter) -> AsyncApp:
         return AuthorizeResult(enterprise_id=enterprise_id, team_id=team_id, bot_user_id=adapter.bot_user_id,
                                bot_token=adapter.settings.bot_token or None)
 
+    # With SLACK_CLIENT_ID and SLACK_CLIENT_SECRET set, bolt builds an OAuth flow (AsyncOAuthSettings, file stores) on
+    # its own and offers no flag against it; harmless: `authorize` stays ours, the flow is reached only by bolt's
+    # install/redirect request handlers, never by `async_dispatch`, and its stores touch no file until used.
     app = AsyncApp(
         name=f"gateway-slack-{adapter.bot}", logger=BOLT_LOG, client=adapter.client,
         signing_secret=adapter.settings.signing_secret, authorize=authorize,

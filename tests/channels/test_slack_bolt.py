@@ -93,3 +93,22 @@ async def test_bolt_logs_no_request_body_even_at_debug(caplog):
     await adapter.dispatch(signed(urlencode({"payload": json.dumps(click)}).encode(),
                                   content_type="application/x-www-form-urlencoded"))
     assert not [r for r in caplog.records if words in r.getMessage()]
+
+
+
+async def test_slack_oauth_env_vars_leave_our_authorize_and_touch_no_file(monkeypatch):
+    """SLACK_CLIENT_ID and SLACK_CLIENT_SECRET make bolt build an OAuth flow with file stores on its own: events
+    still go through our `authorize`, and nothing is written where those stores keep their files."""
+    monkeypatch.setenv("SLACK_CLIENT_ID", "gateway-test-111.222")
+    monkeypatch.setenv("SLACK_CLIENT_SECRET", "not-ours")
+    adapter = make_adapter()
+    assert adapter.app.oauth_flow is not None  # bolt's own, unasked for
+
+    def not_called(raw: RawRequest):
+        raise AssertionError("bolt's authorization refused it: parsed outside bolt")
+
+    monkeypatch.setattr(adapter, "parse", not_called)
+    result = await adapter.dispatch(signed(json.dumps(MENTION).encode()))
+    assert [m.external_id for m in result.messages] == ["Ev9"]
+    stores = [Path(adapter.app.installation_store.base_dir), Path(adapter.app.oauth_flow.settings.state_store.base_dir)]
+    assert all(store.name == "gateway-test-111.222" and not store.exists() for store in stores)
