@@ -144,6 +144,15 @@ async def webhook(bot: str, channel_path: str, request: Request) -> Response:
         # knows ("message": "hello", a date out of range): a clear 400, not a 500 it would retry.
         bound.warning("webhook.unexpected_shape", error=f"{type(exc).__name__}: {str(exc)[:200]}")
         return _unusable(channel, f"unexpected {channel} payload: {type(exc).__name__}")
+    # A Slack retry (X-Slack-Retry-Num / -Reason) on every line logged for this delivery (inbound.stored,
+    # inbound.duplicate, webhook.ignored…), so an operator following a message sees Slack sent it again.
+    retry = {key: result.extra[key] for key in ("retry_num", "retry_reason") if result.extra.get(key)}
+    with structlog.contextvars.bound_contextvars(**retry):
+        return await _handle(svc, bound, bot, channel, result)
+
+
+async def _handle(svc, bound, bot: str, channel: str, result) -> Response:
+    """Check, log and store a parsed delivery; the platform's response."""
     malformed = next((problem for m in result.messages if (problem := _malformed(m))), None) or next(
         (problem for u in result.status_updates if (problem := _malformed_receipt(u))), None)
     if malformed:

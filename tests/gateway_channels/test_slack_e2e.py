@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import structlog
+import structlog.testing
 
 from gateway.models import NEVER_STORED_EDIT_WINDOW
 from tests.fakes.slack_api import BOT_TOKEN, BOT_USER_ID, FakeSlack, sign
@@ -97,6 +99,24 @@ async def test_slack_retries_and_concurrent_deliveries_reply_once(env):
     await settle(services=services)
     assert len(posted_to(fake, "D0002")) == 1
     assert [m.direction for m in await settled_chat(services, channel="slack", chat="D0002")] == ["in", "out"]
+
+
+async def test_slack_retry_is_said_on_the_log_lines_of_its_delivery(env):
+    """X-Slack-Retry-Num / -Reason reached `result.extra` and no log: an operator following a message could
+    not see that Slack had sent it again."""
+    client, services, _ = env
+    body = envelope("Ev0017", "D0017", QUESTION)
+    assert (await post(client, body)).status_code == 200
+    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        assert (await post(client, body, retry=2)).status_code == 200
+    [duplicate] = [e for e in logs if e["event"] == "inbound.duplicate"]
+    assert (duplicate["retry_num"], duplicate["retry_reason"]) == ("2", "http_timeout")
+    await settle(services=services)
+    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        assert (await post(client, envelope("Ev0018", "D0018", QUESTION))).status_code == 200
+    [stored] = [e for e in logs if e["event"] == "inbound.stored"]
+    assert "retry_num" not in stored  # a first delivery says nothing of retries
+    await settle(services=services)
 
 
 @pytest.mark.parametrize("case", ["bad-secret", "stale", "unsigned"])
