@@ -66,9 +66,10 @@ _ABOUT_FIELDS = frozenset({
 
 
 class UsernameUnknown(Exception):
-    """A command naming a bot (`/ask@name`) read before getMe told us our own username: whether it is ours cannot be
-    told yet. Read again later (the webhook answers 503, which Telegram retries; polling fetches it again): ignored,
-    it was lost for good, Telegram never sending it again."""
+    """A command naming a bot (`/ask@name`), or a group message with an @mention (a `mention` entity), read before
+    getMe told us our own username: whether it names us cannot be told yet. Read again later (the webhook answers
+    503, which Telegram retries; polling fetches it again): ignored, it was lost for good, Telegram never sending it
+    again; read at once, a mention of us was taken for one of someone else, and never answered."""
 
     def webhook_result(self) -> WebhookResult:
         """The webhook's answer: 503, so Telegram sends the update again."""
@@ -119,6 +120,7 @@ class _Addressing:
     mention_spans: list[tuple[int, int]] = field(default_factory=list)
     addressed: bool = False
     refusal: str | None = None
+    unjudged_mention: str | None = None  # an @mention read before our username was known: maybe us
 
 
 def _display_name(user: dict[str, Any]) -> str:
@@ -235,6 +237,8 @@ class UpdateParser:
         if addr.refusal:
             return ignore(addr.refusal)
         is_group = chat.get("type") != "private"
+        if is_group and addr.unjudged_mention:  # in a private chat every message is to us, whoever it names
+            raise UsernameUnknown(f"message mentions {addr.unjudged_mention}: our username is not known yet")
         reply = _replied_to(msg)
         replied_to_us = (reply.get("from") or {}).get("id") == self.bot_id
         # Not addressed to the bot: ignored, unless an operator is talking with this member here (the
@@ -329,6 +333,8 @@ class UpdateParser:
             if kind == "mention" and me and _utf16_slice(text, offset, length).lower() == f"@{me}":
                 found.mention_spans.append((offset, length))
                 found.addressed = True
+            elif kind == "mention" and not me:
+                found.unjudged_mention = _utf16_slice(text, offset, length)
             elif kind == "text_mention" and (entity.get("user") or {}).get("id") == self.bot_id:
                 found.mention_spans.append((offset, length))
                 found.addressed = True

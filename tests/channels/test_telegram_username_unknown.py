@@ -2,7 +2,10 @@
 
 Whether `@name` is this bot cannot be told then. It was ignored ("addressed to a bot (our username is not known
 yet)"), and the webhook answered 200 (polling moved its offset past it): Telegram never sent it again, and the
-member's `/ask@support_bot` was lost for good. It is now read again once the username is known."""
+member's `/ask@support_bot` was lost for good. It is now read again once the username is known.
+
+So is a group message with an `@name` mention entity: read then, `@support_bot hi` was taken for a message to
+someone else (`only_while_held`) and, no operator talking there, never answered."""
 
 from __future__ import annotations
 
@@ -58,3 +61,27 @@ async def test_polling_fetches_it_again_until_the_username_is_known(fake: FakeTe
     [asked] = received
     assert asked.text == "hours?" and not asked.only_while_held and asked.raw["update_id"] == 9501
     assert any(e["event"] == "telegram.update_deferred" and e["update_id"] == 9501 for e in logs)
+
+
+MENTION = {"type": "mention", "offset": 0, "length": 12}
+
+
+async def test_a_group_mention_waits_for_the_username_and_nothing_else_does(fake: FakeTelegramAPI) -> None:
+    fake.fail_next("getMe", status=502, times=1)
+    tg = TelegramAdapter("demo", _settings(fake.base_url), identity_retry_s=60)
+    await tg.start(lambda m: asyncio.sleep(0))
+    try:
+        update = _update("@support_bot hi", chat_type="group", entities=[MENTION])
+        early = tg.parse(_request(update))
+        assert not early.messages and early.response is not None and early.response.status == 503
+        assert "not known yet" in early.ignored[0]
+        # A private chat is addressed to us whatever it mentions; a group message without a mention tells nothing.
+        private = tg.parse(_request(_update("@support_bot hi", entities=[MENTION])))
+        assert private.response is None and private.messages
+        plain = tg.parse(_request(_update("plain words", chat_type="group")))
+        assert plain.response is None and plain.messages and plain.messages[0].only_while_held
+        tg.parser.username = "support_bot"  # getMe answered
+        [asked] = tg.parse(_request(update)).messages
+        assert asked.text == "hi" and not asked.only_while_held
+    finally:
+        await tg.stop()
