@@ -3,7 +3,7 @@
 A reviewer saw one 15 MB file (under the 20 MB cap) take minutes. This generates one realistic Markdown
 file of each `--mb` size (seeded: headings, paragraphs, lists, hard-wrapped lines, lines of 40-120
 sentences, code fences, tables, quotes; words drawn from examples/help-center) and times, `--runs` times
-each, chunking it as ingest does (`chunk_document` with the MiniLM tokenizer, 256/512 tokens); with `--full`
+each, chunking it as ingest does (`Ingestor.chunk`, ingest's own call and sizes); with `--full`
 also a whole ingest of it (`Ingestor.ingest_documents`: chunk, embed windows and sentences, BM25, write to
 Qdrant local mode and SQLite in a temporary folder). Prints seconds, MB/s and chunks per run, then the
 median per size: time that grows in step with the size is linear (MB/s stays level).
@@ -24,9 +24,9 @@ from pathlib import Path
 from bench._timing import timed
 from bench.retrieval import machine, scratch
 from gateway.observability.logs import configure_logging
-from rag.chunking import chunk_document
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.ingest import TEXT_TOKENS, Ingestor
+from rag.ingest import Ingestor
+from rag.ingest_runs import IngestReport
 from rag.sources import Document
 
 HELP_CENTER = Path(__file__).resolve().parent.parent / "examples" / "help-center"
@@ -70,15 +70,24 @@ def markdown(size: int, *, seed: int = 7) -> str:
 
 
 def chunk(text: str, dense: DenseEmbedder) -> list:
-    return chunk_document(text, fmt="markdown", title="manual", bot="bench", source="bench", doc_id="manual.md",
-                          count_tokens=dense.count_tokens, max_tokens=min(256, dense.max_tokens), text_tokens=TEXT_TOKENS)
+    """Its chunks as ingest makes them: ingest's own call, with its default sizes (repeating them here let the two
+    drift). Chunking uses neither the index, the sparse encoder nor the store."""
+    report = IngestReport(bot="bench", source="bench")
+    chunks = Ingestor(None, dense, None, None).chunk("bench", "bench", _document(text), report)  # type: ignore[arg-type]
+    if chunks is None:
+        raise RuntimeError(f"chunking failed: {report.errors}")
+    return chunks
+
+
+def _document(text: str) -> Document:
+    return Document("manual.md", "manual", None, text, "markdown")
 
 
 async def full_ingest(text: str, dense: DenseEmbedder, sparse: SparseEmbedder) -> float:
     async with scratch("bench-large-file-") as work:
         with timed() as took:
             await Ingestor(work.index, dense, sparse, work.sessions).ingest_documents(
-                "bench", "bench", [Document("manual.md", "manual", None, text, "markdown")])
+                "bench", "bench", [_document(text)])
     return took.wall_s
 
 
