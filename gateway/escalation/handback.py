@@ -24,7 +24,7 @@ from sqlalchemy.orm import aliased
 
 from gateway.escalation.records import live_escalation
 from gateway.models import as_utc, utcnow
-from gateway.pipeline.core import person_asked_for
+from gateway.pipeline.core import accepts_offer, person_asked_for
 from storage.meta_keys import merged_meta
 from storage.models import Conversation, Escalation, EscalationEvent, Message
 
@@ -58,9 +58,10 @@ async def taken_over_before(session: AsyncSession, message: Message,
     customer asked for a person (the escalation came after it, opened by the bot) is left as it is. Its
     conversation's live escalation; with none, the last resolved: handed back while the worker relayed it
     (which the resolve, seeing it pending, left to the worker's hook, `answer_if_handed_back`). Nor a request for
-    a person as the turn reads one (`person_asked_for`, the `bot`'s `escalation.phrases`): no draft says so, the bot
-    never read it; answered after the hand-back, it would ask for one again."""
-    if bot is not None and person_asked_for((message.text or "").strip(), bot) is not None:
+    a person as the turn reads one (`person_asked_for`, the `bot`'s `escalation.phrases`), or a yes to the bot's offer
+    of one (`accepts_offer`, after its `fallback_text`): no draft says so, the bot never read it; answered after the
+    hand-back, it would ask for one again."""
+    if bot is not None and await _asks_for_a_person(session, message, bot):
         return {}
     escalation = await live_escalation(session, message.conversation_id) or (await session.execute(
         select(Escalation).where(Escalation.conversation_id == message.conversation_id, Escalation.state == "resolved")
@@ -71,6 +72,18 @@ async def taken_over_before(session: AsyncSession, message: Message,
         EscalationEvent.escalation_id == escalation.id, EscalationEvent.kind == "claimed",
         EscalationEvent.from_state == "bot").limit(1))).scalar_one_or_none()
     return {DRAFT_DROPPED: True} if taken is not None else {}
+
+
+async def _asks_for_a_person(session: AsyncSession, message: Message, bot: BotSettings) -> bool:
+    """Whether the turn would read `message` as a request for a person: its phrases, or a yes to the offer of one
+    in the reply before it (the turn's history: the last stored outbound text before it, ignored ones left out)."""
+    text = (message.text or "").strip()
+    if person_asked_for(text, bot) is not None:
+        return True
+    last = (await session.execute(select(Message.text).where(
+        Message.conversation_id == message.conversation_id, Message.direction == "out", Message.id < message.id,
+        Message.status != "ignored", Message.text != "").order_by(Message.id.desc()).limit(1))).scalar_one_or_none()
+    return accepts_offer(text, [{"role": "assistant", "content": last}] if last else [], bot)
 
 
 async def requeue_unanswered(session: AsyncSession, *, conversation_id: int, since: datetime) -> int | None:

@@ -234,6 +234,24 @@ def person_asked_for(text: str, bot: BotSettings) -> str | None:
     return asks_for_human(text if len(text) <= limit else f"{text[:limit]}\n{text[-limit:]}", bot.escalation.phrases)
 
 
+def accepts_offer(text: str, history: list[dict[str, Any]], bot: BotSettings) -> bool:
+    """Whether `text` says yes to a person, offered by the bot's last reply in `history` (its `fallback_text`,
+    a question); "Yes, a person would be great" too. False when escalation is off. The hand-back reads a message
+    the bot never began with it too (`taken_over_before`): answered after it, it would open an escalation."""
+    return (bot.escalation.enabled and (is_yes(text) or starts_with_yes(text))
+            and _offers_a_person(_last_reply(history), bot))
+
+
+def _last_reply(history: list[dict[str, Any]]) -> str:
+    """The text of the last assistant message in `history` (the bot's, a person's, a notice), stripped; or ""."""
+    return next((str(m.get("content") or "") for m in reversed(history) if m.get("role") == "assistant"), "").strip()
+
+
+def _offers_a_person(last: str, bot: BotSettings) -> bool:
+    fallback = bot.fallback_text.strip()
+    return last == fallback and fallback.endswith("?")
+
+
 def _small_talk_in_context(text: str, turn: Turn) -> Literal["accepts_offer", "thanks", "greeting"] | None:
     """What a message that is only small talk, a "yes" or a "no" calls for; None when the pipeline goes on.
 
@@ -248,11 +266,12 @@ def _small_talk_in_context(text: str, turn: Turn) -> Literal["accepts_offer", "t
     yes = is_yes(text)
     if not yes and not is_no(text) and not starts_with_yes(text):
         return talk
-    last = next((str(m.get("content") or "") for m in reversed(turn.history) if m.get("role") == "assistant"), None)
-    last, fallback = (last or "").strip(), turn.bot.fallback_text.strip()
-    offered = last == fallback and fallback.endswith("?")
-    if offered and (yes or starts_with_yes(text)):  # "Yes, a person would be great" accepts it too
-        return "accepts_offer" if turn.bot.escalation.enabled else None
+    if accepts_offer(text, turn.history, turn.bot):
+        return "accepts_offer"
+    last = _last_reply(turn.history)
+    offered = _offers_a_person(last, turn.bot)
+    if offered and (yes or starts_with_yes(text)):
+        return None  # escalation is off: the model reads the "yes"
     if not yes and not is_no(text):
         return talk
     if not last:

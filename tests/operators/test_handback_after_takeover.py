@@ -13,6 +13,7 @@ from gateway.escalation.handback import DRAFT_DROPPED
 from gateway.escalation.handoff import Escalations
 from gateway.events import EventBus
 from gateway.pipeline.core import PipelineResult
+from gateway.settings import BotSettings, Settings
 from gateway.worker import Worker
 from storage.engine import create_engine, session_factory
 from storage.models import Conversation, Message
@@ -23,13 +24,14 @@ class TakenOverWhileAnswering:
     """The first turn: kim takes the conversation while the model writes. Then it answers 'echo: <text>'."""
 
     def __init__(self, *, asks_for_a_person: bool = False, takes_over: bool = True,
-                 resolved_while_relayed: bool = False) -> None:
+                 resolved_while_relayed: bool = False, first_reply: str | None = None) -> None:
         self.escalations: Escalations | None = None
         self.asks_for_a_person = asks_for_a_person
         self.takes_over = takes_over
         self.resolved_while_relayed = resolved_while_relayed  # kim hands back while the worker relays it
         self.handed_back = False
         self.turns: list[str] = []
+        self.first_reply = first_reply  # the bot's reply to an earlier message (`_run`'s `earlier`), not counted
 
     async def handle(self, turn) -> PipelineResult:
         if turn.state != "bot":
@@ -38,6 +40,9 @@ class TakenOverWhileAnswering:
                 escalation = (await self.escalations.find(bots=None))[0]
                 await self.escalations.resolve(escalation.id, operator="kim", bots=None)
             return PipelineResult(reply=None, answered=False)
+        if self.first_reply is not None:
+            reply, self.first_reply = self.first_reply, None
+            return PipelineResult(reply=reply, answered=False)
         self.turns.append(turn.text)
         if len(self.turns) == 1 and self.takes_over:
             await self.escalations.claim_conversation(turn.conversation_id, operator="kim", bots=None)
@@ -47,14 +52,16 @@ class TakenOverWhileAnswering:
         return PipelineResult(reply=f"echo: {turn.text}")
 
 
-async def _run(url: str, pipeline: TakenOverWhileAnswering, steps,
-               text: str | None = None) -> tuple[list[Message], Conversation, list]:
+async def _run(url: str, pipeline: TakenOverWhileAnswering, steps, text: str | None = None,
+               settings: Settings | None = None) -> tuple[list[Message], Conversation, list]:
     """The customer's message, taken over while answered; then `steps(escalations, escalation_id)`; then the
-    worker again. (The customer's messages, the bot's replies in order, the conversation.)"""
+    worker again. (The customer's messages, the bot's replies in order, the conversation.) With the pipeline's
+    `first_reply`, an earlier message of theirs, answered with it, comes first."""
+    pipeline_first_reply = pipeline.first_reply
     engine = create_engine(url)
     sessions = session_factory(engine)
     bus = EventBus()
-    settings = worker_settings()
+    settings = settings or worker_settings()
     escalations = Escalations(sessions, settings=settings, bus=bus)
     pipeline.escalations = escalations
     outbox = Outbox(sessions, adapters={("acme", "web"): RecordingAdapter()}, bus=bus)
@@ -65,6 +72,9 @@ async def _run(url: str, pipeline: TakenOverWhileAnswering, steps,
 
     inbox = Inbox(sessions, on_stored=worker.notify)
     try:
+        if pipeline.first_reply is not None:
+            await inbox.accept("acme", chat_message("takeover", 0))
+            await worker.run_until_idle(timeout=20)
         message = chat_message("takeover", 1)
         accepted = await inbox.accept("acme", dataclasses.replace(message, text=text) if text else message)
         if not pipeline.takes_over:  # before the worker read it
@@ -83,7 +93,8 @@ async def _run(url: str, pipeline: TakenOverWhileAnswering, steps,
     finally:
         await engine.dispose()
     return ([m for m in rows if m.direction == "in"], conversation,
-            [(m.author, m.text, m.reply_to_id) for m in rows if m.direction == "out" and m.author != "system"])
+            [(m.author, m.text, m.reply_to_id) for m in rows
+             if m.direction == "out" and m.author != "system" and m.text != pipeline_first_reply])
 
 
 async def test_a_question_taken_over_and_handed_back_unanswered_is_answered_by_the_bot_once(migrated_url):
@@ -174,3 +185,19 @@ async def test_a_long_message_naming_a_person_only_in_its_middle_taken_before_th
     pipeline = TakenOverWhileAnswering(takes_over=False)
     inbound, conversation, replies = await _run(migrated_url, pipeline, hand_back, text=text)
     assert replies == [("bot", f"echo: {text}", inbound[0].id)] and conversation.state == "bot"
+
+
+async def test_a_yes_to_the_offer_of_a_person_taken_over_before_the_bot_began_and_handed_back_is_not_answered(
+        migrated_url):
+    """The bot's last reply offered a person (its `fallback_text`, a question): the customer's "yes" accepts it, as
+    a turn reads it (gateway.pipeline.core.accepts_offer). Taken before the bot read it, then handed back, it was
+    answered: the turn opened an escalation again, the one the operator had just closed."""
+    async def hand_back(escalations, eid):
+        await escalations.resolve(eid, operator="kim", bots=None)
+
+    offer = "I don't know that one. Would you like me to get a person from our team?"
+    settings = Settings(bots=[BotSettings(name="acme", fallback_text=offer)])
+    pipeline = TakenOverWhileAnswering(takes_over=False, first_reply=offer)
+    inbound, conversation, replies = await _run(migrated_url, pipeline, hand_back, text="yes", settings=settings)
+    assert replies == [] and pipeline.turns == [] and conversation.state == "bot"
+    assert inbound[1].status == "done" and DRAFT_DROPPED not in (inbound[1].meta or {})
