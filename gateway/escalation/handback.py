@@ -89,8 +89,9 @@ async def _asks_for_a_person(session: AsyncSession, message: Message, bot: BotSe
 async def requeue_unanswered(session: AsyncSession, *, conversation_id: int, since: datetime) -> int | None:
     """Put the customer's last message back to `pending` when it came during the hold (after `since`), or
     its draft was dropped for the operator who took the conversation (`DRAFT_DROPPED`), and after the
-    operator's last reply, and nothing answered it; returns its id. Conditional on `done` with no reply, so
-    of two callers (resolve and the worker's hook) only one requeues it."""
+    operator's last reply, and nothing answered it; returns its id. A dropped one goes back with the dropped
+    pieces of its burst before it (`_dropped_before`), answered whole, once. Conditional on `done` with no
+    reply, in one statement, so of two callers (resolve and the worker's hook) only one requeues them."""
     last = (await session.execute(select(Message).where(
         Message.conversation_id == conversation_id, Message.direction == "in", Message.status != "ignored")
         .order_by(Message.id.desc()).limit(1))).scalar_one_or_none()
@@ -104,11 +105,28 @@ async def requeue_unanswered(session: AsyncSession, *, conversation_id: int, sin
         Message.author == "operator"))).scalar_one_or_none()
     if operator_reply is not None and operator_reply > last.id:
         return None
+    pieces = [last.id, *(await _dropped_before(session, last, after=operator_reply or 0))] if dropped else [last.id]
     reply = aliased(Message)
-    answered = exists().where(reply.reply_to_id == last.id, reply.direction == "out")
+    answered = exists().where(reply.reply_to_id == Message.id, reply.direction == "out")
     moved = await session.execute(
-        update(Message).where(Message.id == last.id, Message.status == "done", ~answered)
+        update(Message).where(Message.id.in_(pieces), Message.status == "done", ~answered)
         .values(status="pending", updated_at=utcnow(),
                 **({"meta": merged_meta(session.bind.dialect.name, {}, dropped=(DRAFT_DROPPED,))} if dropped else {}))
         .execution_options(synchronize_session=False))
-    return last.id if moved.rowcount == 1 else None
+    return last.id if moved.rowcount > 0 else None
+
+
+async def _dropped_before(session: AsyncSession, last: Message, *, after: int) -> list[int]:
+    """The customer's messages just before `last` (after the message id `after`) also marked `DRAFT_DROPPED`,
+    done: the rest of a burst the turn joined (its pieces all marked), or relayed piece by piece (taken before the
+    bot began). Requeued with `last`, the worker joins them again (gateway/burst.py): only `last` went back, and
+    the bot answered the question's last piece alone."""
+    earlier = (await session.execute(select(Message).where(
+        Message.conversation_id == last.conversation_id, Message.direction == "in", Message.status != "ignored",
+        Message.id < last.id, Message.id > after).order_by(Message.id.desc()))).scalars()
+    pieces: list[int] = []
+    for message in earlier:
+        if message.status != "done" or (message.meta or {}).get(DRAFT_DROPPED) is not True:
+            break
+        pieces.append(message.id)
+    return pieces

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from sqlalchemy import select
 
 from gateway.delivery.outbox import Outbox
 from gateway.escalation.handback import DRAFT_DROPPED
 from gateway.escalation.handoff import Escalations
 from gateway.events import EventBus
+from gateway.models import ConversationRef, InboundMessage, Sender
 from gateway.pipeline.core import PipelineResult
 from gateway.settings import BotSettings, Settings
 from gateway.worker import Worker
@@ -201,3 +203,48 @@ async def test_a_yes_to_the_offer_of_a_person_taken_over_before_the_bot_began_an
     inbound, conversation, replies = await _run(migrated_url, pipeline, hand_back, text="yes", settings=settings)
     assert replies == [] and pipeline.turns == [] and conversation.state == "bot"
     assert inbound[1].status == "done" and DRAFT_DROPPED not in (inbound[1].meta or {})
+
+
+@pytest.mark.parametrize("takes_over", [True, False], ids=["while_answering", "before_the_bot_began"])
+async def test_a_question_sent_in_pieces_taken_over_and_handed_back_is_answered_whole_once(migrated_url, takes_over):
+    """A burst (gateway/burst.py) taken over: each piece is marked (`draft_dropped`), while answered (the pieces
+    the turn joined) or before the bot began (each relayed alone). The hand-back requeued only the last piece:
+    the bot answered "the Plus plan cost?" alone. Now the whole burst goes back, and is answered once, joined."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    bus = EventBus()
+    settings = worker_settings(burst_seconds=0.5)
+    escalations = Escalations(sessions, settings=settings, bus=bus)
+    pipeline = TakenOverWhileAnswering(takes_over=takes_over)
+    pipeline.escalations = escalations
+    outbox = Outbox(sessions, adapters={("acme", "telegram"): RecordingAdapter()}, bus=bus)
+    worker = Worker(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=5,
+                    poll_interval=0.05, concurrency=4, on_escalate=escalations.open_in,
+                    on_handoff_message=escalations.customer_message)
+    from gateway.inbox import Inbox
+
+    inbox = Inbox(sessions, on_stored=worker.notify)
+    try:
+        for n, text in enumerate(("How much does", "the Plus plan cost?")):
+            accepted = await inbox.accept("acme", InboundMessage(
+                channel="telegram", external_id=f"tg-{n}", sender=Sender("42"), sequence=n,
+                conversation=ConversationRef("telegram", chat="42"), text=text, raw={"message_id": n}))
+        if not takes_over:
+            await escalations.claim_conversation(accepted.conversation_id, operator="kim", bots=None)
+        await worker.run_until_idle(timeout=20)
+        escalation = (await escalations.find(bots=None))[0]
+        await escalations.resolve(escalation.id, operator="kim", bots=None)
+        await escalations.customer_message(accepted.message_id)  # the worker's hook, late: never a second answer
+        await worker.run_until_idle(timeout=20)
+        await escalations.drain()
+        async with sessions() as session:
+            rows = (await session.execute(select(Message).where(
+                Message.conversation_id == accepted.conversation_id).order_by(Message.id))).scalars().all()
+    finally:
+        await engine.dispose()
+    inbound = [m for m in rows if m.direction == "in"]
+    replies = [(m.text, m.reply_to_id) for m in rows if m.direction == "out" and m.author == "bot"]
+    joined = "How much does\nthe Plus plan cost?"
+    assert replies == [(f"echo: {joined}", inbound[0].id)]
+    assert pipeline.turns == ([joined, joined] if takes_over else [joined])
+    assert all(m.status == "done" and DRAFT_DROPPED not in (m.meta or {}) for m in inbound)
