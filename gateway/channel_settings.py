@@ -3,12 +3,39 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gateway.config_file import SECRET_KEYS
+from gateway.config_file import SECRET_KEYS, secret_values
+
+_CHANNEL_SECRETS_NEEDED: ContextVar[bool] = ContextVar("channel_secrets_needed", default=True)
+
+
+@contextmanager
+def without_channel_secrets() -> Iterator[None]:
+    """Settings loaded inside need no channel secret (`slack.bot_token`, `telegram.token`, …): for the commands that
+    use no channel (`db upgrade`, `forget`), which refused on a deploy box without them though they never send."""
+    token = _CHANNEL_SECRETS_NEEDED.set(False)
+    try:
+        yield
+    finally:
+        _CHANNEL_SECRETS_NEEDED.reset(token)
+
+
+def secrets_allowed_empty(bots: list[Any]) -> set[str]:
+    """Paths of the secrets production lets be empty: a polling bot's webhook secret, which Telegram is never sent,
+    and every channel's secrets under `without_channel_secrets`."""
+    allowed = {f"bots[{i}].channels.telegram.webhook_secret" for i, bot in enumerate(bots)
+               if bot.channels.telegram and bot.channels.telegram.mode == "polling"}
+    if not _CHANNEL_SECRETS_NEEDED.get():
+        allowed |= {path for i, bot in enumerate(bots)
+                    for path, _ in secret_values(bot.channels.model_dump(), f"bots[{i}].channels")}
+    return allowed
 
 _ED25519_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TELEGRAM_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what setWebhook's secret_token accepts
@@ -136,6 +163,8 @@ class ChannelsSettings(_Strict):
 
     @model_validator(mode="after")
     def _secrets_present(self) -> "ChannelsSettings":
+        if not _CHANNEL_SECRETS_NEEDED.get():
+            return self
         for channel, keys in self._REQUIRED.items():
             cfg = getattr(self, channel)
             if cfg is None or not cfg.enabled:

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "forget":
             from gateway.cli_forget import forget
 
-            return asyncio.run(forget(args, _settings(args)))
+            return asyncio.run(forget(args, _settings(args, channel_secrets=False)))
         if args.command == "telegram":
             return asyncio.run(_set_webhook(args))
     except ConfigError as exc:
@@ -198,10 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     return 1
 
 
-def _settings(args):
+def _settings(args, *, channel_secrets: bool = True):
+    """The config; with `channel_secrets=False` for a command that sends on no channel (`db upgrade`, `forget`'s
+    database part), which an unset SLACK_BOT_TOKEN (or any channel's secret) refused on a deploy box."""
+    from gateway.channel_settings import without_channel_secrets
     from gateway.settings import load_settings
 
-    return load_settings(getattr(args, "config", None))
+    with without_channel_secrets() if not channel_secrets else contextlib.nullcontext():
+        return load_settings(getattr(args, "config", None))
 
 
 def _holder(settings) -> str:
@@ -278,7 +282,7 @@ def _serve(args) -> int:
 def _db_upgrade(args) -> int:
     from alembic import command
 
-    settings = _settings(args)
+    settings = _settings(args, channel_secrets=False)  # it uses database_url alone
     before = asyncio.run(schema_revision(settings))  # unreachable: one line, not Alembic's traceback
     command.upgrade(alembic_config(settings.database_url), "head")
     head, _ = migration_revisions()

@@ -40,6 +40,7 @@ from gateway.channel_settings import (
     WebChannel,
     WhatsAppChannel,
     _Strict,
+    secrets_allowed_empty,
 )
 from gateway.config_file import (
     DEMO_OPERATOR_TOKEN,
@@ -326,8 +327,7 @@ class Settings(BaseSettings):
                     raise ValueError(f"operators[{i}].bots: unknown bot {bot!r}")
         if self.environment == "production":
             # An operator without a token is disabled (logged at start); a polling bot is sent no webhook secret.
-            unused = {f"bots[{i}].channels.telegram.webhook_secret" for i, bot in enumerate(self.bots)
-                      if bot.channels.telegram and bot.channels.telegram.mode == "polling"}
+            unused = secrets_allowed_empty(self.bots)  # a polling bot's webhook secret; see without_channel_secrets
             for path, value in secret_values(self.model_dump()):
                 if not value.strip():
                     if _OPERATOR_TOKEN.fullmatch(path) or path in unused:
