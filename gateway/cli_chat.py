@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import uuid
+from pathlib import Path
 
 from gateway.admin_client import chat_via_server
 from gateway.errors import IndexBusy
@@ -12,7 +13,7 @@ from gateway.preflight import models_missing_keys, require_schema, uncalibrated_
 
 async def chat(args, settings) -> int:
     """`gateway chat`: through a running server's web chat, else with the bot loaded here."""
-    from gateway.observability.logs import configure_logging_for
+    from gateway.observability.logs import configure_logging_for, log_to_file
     from gateway.operators.slack_access import unguarded_notes
     from gateway.terminal_chat import converse
     from rag.index_lock import folder_in_use
@@ -39,6 +40,10 @@ async def chat(args, settings) -> int:
     # Loading LiteLLM, the encoder and the index took 10-30 s of silence, which read as a hang.
     held = "" if settings.qdrant.url else f"no server holds {settings.qdrant.path}; "  # a Qdrant server is never held
     print(f"{held}loading bot {bot.name!r} here (10-30 s)…", file=sys.stderr)
+    # The server's own warnings (llm.call_failed, …) were printed between the prompts, in the middle of the chat.
+    log_file = Path(settings.qdrant.path).parent / "chat.log" if settings.qdrant.path else Path("var/chat.log")
+    print(f"note: its log lines (warnings such as llm.call_failed) go to {log_file}, not this screen", file=sys.stderr)
+    log_to_file(log_file)
     svc = build_services(settings, with_scheduler=False, poll_interval=0.2)
     # The terminal is a web chat session: for a bot without the web chat, each reply was shown, then
     # logged and stored as not delivered ("channel 'web' is not enabled").

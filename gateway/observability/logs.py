@@ -62,6 +62,7 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     from gateway.observability.relay import RELAY, relay_structlog
 
     global _SECRET_PATTERNS, _SECRETS, _CUT_SECRET_START, _PASSWORDS
+    _LOG_FILE.clear()  # stderr again, until `log_to_file`
     env_passwords = [value.strip() for name, value in os.environ.items() if _PASSWORD_ENV_KEY.search(name)]
     _PASSWORDS = frozenset(passwords).union(env_passwords).difference(secrets)
     secrets = [*secrets, *passwords, *provider_env_secrets()]
@@ -193,14 +194,27 @@ def enable_langfuse(enabled: bool) -> bool:
     return enabled
 
 
+_LOG_FILE: list = []  # the file `log_to_file` set, if any
+
+
+def log_to_file(path) -> None:
+    """Write the log lines to the file at `path` (appended), not stderr: `gateway chat` with the bot loaded here,
+    whose warnings (`llm.call_failed`) were printed between the prompts."""
+    from pathlib import Path
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    _LOG_FILE[:] = [open(path, "a", encoding="utf-8", buffering=1)]  # noqa: SIM115 (open for the process's life)
+
+
 class _CurrentStderr:
-    """Writes to whatever `sys.stderr` is now (test capture and daemons swap it after configuration)."""
+    """Writes to whatever `sys.stderr` is now (test capture and daemons swap it after configuration), or to the
+    file `log_to_file` set."""
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        return (_LOG_FILE[0] if _LOG_FILE else sys.stderr).write(text)
 
     def flush(self) -> None:
-        sys.stderr.flush()
+        (_LOG_FILE[0] if _LOG_FILE else sys.stderr).flush()
 
 
 class _CurrentStderrHandler(logging.StreamHandler):
