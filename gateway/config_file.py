@@ -199,14 +199,14 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
 
 
 def name_unset_variable(error: ConfigError, unset: dict[str, str]) -> ConfigError:
-    """`error`, saying which `${VAR}` was not set when the key it names (or a key under it, or the
-    key above it) was given by one: "a directory source needs `path`" read as if no path was written."""
-    if error.problem.startswith("unknown key"):  # a misspelt key's value is not what is wrong
+    """`error`, naming the unset `${VAR}` that left its key (a key under it its problem names, one above) empty."""
+    if error.problem.startswith("unknown key") or not error.key:  # a misspelt key's value is not what is wrong
         return error
     for key, name in unset.items():
-        if error.key and (key == error.key or key.startswith((f"{error.key}.", f"{error.key}[")) or
-                          error.key.startswith((f"{key}.", f"{key}["))):
-            problem = error.problem.replace(" (an unset ${VAR}?)", "").replace("; an unset ${VAR}?", "")
+        under = key.startswith((f"{error.key}.", f"{error.key}[")) and key[len(error.key):].lstrip(".") in error.problem
+        if key == error.key or under or error.key.startswith((f"{key}.", f"{key}[")):  # not slack's, for telegram's
+            problem = re.sub(r" \(write it as \$\{\w+\} and set that variable\)", "", error.problem)
+            problem = problem.replace(" (an unset ${VAR}?)", "").replace("; an unset ${VAR}?", "")
             return ConfigError(error.key, f"{problem} (${{{name}}} is not set, so {key} is empty)")
     return error
 

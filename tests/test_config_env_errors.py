@@ -189,3 +189,17 @@ def test_a_yaml_slip_on_a_model_line_still_shows_the_model_it_names(tmp_path, mo
     with pytest.raises(ConfigError) as caught:
         load_settings(path)
     assert str(caught.value).endswith(f"a key needs a space after its colon (model: {model})"), str(caught.value)
+
+
+def test_a_missing_secret_names_its_own_unset_variable_not_another_channels(tmp_path, monkeypatch):
+    # Both unset: the error is Telegram's token, and it named ${SLACK_BOT_TOKEN}, the first unset key under
+    # bots[0].channels, as the variable that left it empty.
+    for name in ("TG_TOKEN_UNSET", "SLACK_BOT_UNSET", "SLACK_SIGNING_UNSET"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write_config(tmp_path, bots=[{"name": "b", "channels": {
+            "slack": {"bot_token": "${SLACK_BOT_UNSET}", "signing_secret": "${SLACK_SIGNING_UNSET}"},
+            "telegram": {"token": "${TG_TOKEN_UNSET}"}}}]))
+    said = str(caught.value)
+    assert "SLACK_BOT_UNSET" not in said and "SLACK_SIGNING_UNSET" not in said, said
+    assert "(${TG_TOKEN_UNSET} is not set, so bots[0].channels.telegram.token is empty)" in said, said
