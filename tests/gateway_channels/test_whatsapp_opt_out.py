@@ -83,8 +83,10 @@ async def test_whatsapp_only_the_stops_own_confirmation_passes_the_opt_out(whats
     [stop, _] = await settled_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}", count=2)
     notice = await store_reply(services, conversation_id=stop.conversation_id, text=ENGLISH.person_will_help,
                                author="system", reply_to_id=stop.id)
-    assert await services.outbox.deliver(notice) == "failed"
-    assert "opted out (STOP)" in (await get_message(services, notice)).error
+    # Delivered here or by the app's own outbox, whichever takes it first (a loaded CI's took it: "skipped").
+    assert await services.outbox.deliver(notice) in ("failed", "skipped")
+    refused = await wait_until(lambda: _status_failed(services, notice), what="the notice refused")
+    assert "opted out (STOP)" in refused.error
     assert [r.form["Body"] for r in sent_to(fake, phone)] == [ENGLISH.opted_out]
 
 
@@ -96,6 +98,11 @@ async def test_whatsapp_start_from_someone_never_opted_out_gets_the_greeting(wha
     await post(client, inbound("SM" + "b5" * 16, phone, "Start"))
     [sent] = await wait_until(lambda: sent_to(fake, phone), what="the greeting")
     assert sent.form["Body"] == DEFAULT_GREETING
+
+
+async def _status_failed(services, notice):
+    message = await get_message(services, notice)
+    return message if message.status == "failed" else None
 
 
 async def _failed_reply(services, phone: str):
