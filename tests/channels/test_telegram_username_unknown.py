@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
+import pytest
 import structlog
 
 from channels.telegram import TelegramAdapter
@@ -20,25 +22,35 @@ from tests.channels.telegram_helpers import _request, _settings, _update, fake_f
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 ASK = {"type": "bot_command", "offset": 0, "length": 16}
+MENTION = {"type": "mention", "offset": 0, "length": 12}
 
 
-async def test_the_webhook_asks_telegram_to_send_it_again_until_the_username_is_known(fake: FakeTelegramAPI) -> None:
+@pytest.fixture(name="unnamed")
+async def unnamed_fixture(fake: FakeTelegramAPI) -> AsyncIterator[TelegramAdapter]:
+    """A webhook adapter whose getMe failed: it does not know its own username yet (retried only in a minute)."""
     fake.fail_next("getMe", status=502, times=1)
     tg = TelegramAdapter("demo", _settings(fake.base_url), identity_retry_s=60)
     await tg.start(lambda m: asyncio.sleep(0))
-    try:
-        update = _update("/ask@support_bot hours?", chat_type="group", entities=[ASK])
-        early = tg.parse(_request(update))
-        assert not early.messages and early.response is not None and early.response.status == 503
-        assert "not known yet" in json.loads(early.response.body)["description"]
-        assert "not known yet" in early.ignored[0]
-        other = tg.parse(_request(_update("plain words", chat_type="group")))  # nothing to tell: read now
-        assert other.response is None and other.messages
-        tg.parser.username = "support_bot"  # getMe answered
-        [asked] = tg.parse(_request(update)).messages
-        assert asked.text == "hours?" and not asked.only_while_held
-    finally:
-        await tg.stop()
+    yield tg
+    await tg.stop()
+
+
+def _sent_again_later(tg: TelegramAdapter, update: dict) -> None:
+    """`update` is not read yet: the webhook answers 503, for Telegram to send it again, and says why."""
+    early = tg.parse(_request(update))
+    assert not early.messages and early.response is not None and early.response.status == 503
+    assert "not known yet" in json.loads(early.response.body)["description"]
+    assert "not known yet" in early.ignored[0]
+
+
+async def test_the_webhook_asks_telegram_to_send_it_again_until_the_username_is_known(unnamed) -> None:
+    update = _update("/ask@support_bot hours?", chat_type="group", entities=[ASK])
+    _sent_again_later(unnamed, update)
+    other = unnamed.parse(_request(_update("plain words", chat_type="group")))  # nothing to tell: read now
+    assert other.response is None and other.messages
+    unnamed.parser.username = "support_bot"  # getMe answered
+    [asked] = unnamed.parse(_request(update)).messages
+    assert asked.text == "hours?" and not asked.only_while_held
 
 
 async def test_polling_fetches_it_again_until_the_username_is_known(fake: FakeTelegramAPI) -> None:
@@ -63,25 +75,14 @@ async def test_polling_fetches_it_again_until_the_username_is_known(fake: FakeTe
     assert any(e["event"] == "telegram.update_deferred" and e["update_id"] == 9501 for e in logs)
 
 
-MENTION = {"type": "mention", "offset": 0, "length": 12}
-
-
-async def test_a_group_mention_waits_for_the_username_and_nothing_else_does(fake: FakeTelegramAPI) -> None:
-    fake.fail_next("getMe", status=502, times=1)
-    tg = TelegramAdapter("demo", _settings(fake.base_url), identity_retry_s=60)
-    await tg.start(lambda m: asyncio.sleep(0))
-    try:
-        update = _update("@support_bot hi", chat_type="group", entities=[MENTION])
-        early = tg.parse(_request(update))
-        assert not early.messages and early.response is not None and early.response.status == 503
-        assert "not known yet" in early.ignored[0]
-        # A private chat is addressed to us whatever it mentions; a group message without a mention tells nothing.
-        private = tg.parse(_request(_update("@support_bot hi", entities=[MENTION])))
-        assert private.response is None and private.messages
-        plain = tg.parse(_request(_update("plain words", chat_type="group")))
-        assert plain.response is None and plain.messages and plain.messages[0].only_while_held
-        tg.parser.username = "support_bot"  # getMe answered
-        [asked] = tg.parse(_request(update)).messages
-        assert asked.text == "hi" and not asked.only_while_held
-    finally:
-        await tg.stop()
+async def test_a_group_mention_waits_for_the_username_and_nothing_else_does(unnamed) -> None:
+    update = _update("@support_bot hi", chat_type="group", entities=[MENTION])
+    _sent_again_later(unnamed, update)
+    # A private chat is addressed to us whatever it mentions; a group message without a mention tells nothing.
+    private = unnamed.parse(_request(_update("@support_bot hi", entities=[MENTION])))
+    assert private.response is None and private.messages
+    plain = unnamed.parse(_request(_update("plain words", chat_type="group")))
+    assert plain.response is None and plain.messages and plain.messages[0].only_while_held
+    unnamed.parser.username = "support_bot"  # getMe answered
+    [asked] = unnamed.parse(_request(update)).messages
+    assert asked.text == "hi" and not asked.only_while_held
