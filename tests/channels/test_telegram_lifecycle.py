@@ -39,6 +39,27 @@ class Received:
         await asyncio.wait_for(self._enough.wait(), timeout=timeout)
 
 
+class Stored(Received):
+    """Stores what it is handed as the inbox does, an update once however often it is fetched, unless
+    `refuse(message, tries)` raises first. `attempts`: the update ids handed over; `stored`: those stored."""
+
+    def __init__(self, refuse, *, expect: int) -> None:
+        super().__init__(expect=expect)
+        self._refuse = refuse
+        self.attempts: list[str] = []
+
+    @property
+    def stored(self) -> list[str]:
+        return [str(m.raw["update_id"]) for m in self.messages]
+
+    async def deliver(self, message: InboundMessage) -> None:
+        update_id = str(message.raw["update_id"])
+        self.attempts.append(update_id)
+        self._refuse(message, self.attempts.count(update_id))
+        if update_id not in self.stored:
+            await super().deliver(message)
+
+
 async def test_start_learns_username_so_group_mentions_work(fake: FakeTelegramAPI) -> None:
     tg = TelegramAdapter("demo", _settings(fake.base_url))
     text = "@support_bot hi"
@@ -115,54 +136,42 @@ async def test_polling_reads_an_update_aiogram_cannot_validate_and_goes_on(fake:
 async def test_polling_holds_an_update_until_it_is_stored(fake: FakeTelegramAPI) -> None:
     # A storage outage must not lose what was fetched: the offset moves past an update only once stored.
     tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling"), polling_timeout=1)
-    attempts: list[str] = []
-    stored: list[str] = []
-    done = asyncio.Event()
 
-    async def deliver(message: InboundMessage) -> None:
-        attempts.append(str(message.raw["update_id"]))
-        if str(message.raw["update_id"]) == "9201" and attempts.count("9201") < 3:
+    def down_for_the_first_two_tries_of_9201(message: InboundMessage, tries: int) -> None:
+        if str(message.raw["update_id"]) == "9201" and tries < 3:
             raise ConnectionError("database is down")
-        if str(message.raw["update_id"]) not in stored:  # the inbox dedupes a refetched update the same way
-            stored.append(str(message.raw["update_id"]))
-        if len(stored) == 2:
-            done.set()
 
-    await tg.start(deliver)
+    inbox = Stored(down_for_the_first_two_tries_of_9201, expect=2)
+    await tg.start(inbox.deliver)
     try:
         fake.push_update(_update("one", update_id=9201))
         fake.push_update(_update("two", update_id=9202))
-        await asyncio.wait_for(done.wait(), timeout=10)
+        await inbox.wait(timeout=10)
     finally:
         await tg.stop()
-    assert stored == ["9201", "9202"]
+    assert inbox.stored == ["9201", "9202"]
     # 9201 was fetched again (the fake, like Telegram, drops what an offset confirmed); 9202 waited behind it.
-    assert attempts.count("9201") == 3 and attempts.count("9202") == 1
+    assert inbox.attempts.count("9201") == 3 and inbox.attempts.count("9202") == 1
 
 
 async def test_polling_skips_an_update_that_fails_for_another_reason_after_a_few_tries(fake: FakeTelegramAPI) -> None:
     # Not an outage (a bug, a value the database refuses): it must not hold up every later message.
     tg = TelegramAdapter("demo", _settings(fake.base_url, mode="polling"), polling_timeout=1)
-    attempts: list[str] = []
-    stored: list[str] = []
-    done = asyncio.Event()
 
-    async def deliver(message: InboundMessage) -> None:
-        attempts.append(str(message.raw["update_id"]))
+    def refused_if_poison(message: InboundMessage, tries: int) -> None:
         if message.text == "poison":
             raise ValueError("a value the database refuses")
-        stored.append(str(message.raw["update_id"]))
-        done.set()
 
-    await tg.start(deliver)
+    inbox = Stored(refused_if_poison, expect=1)
+    await tg.start(inbox.deliver)
     try:
         with structlog.testing.capture_logs() as logs:
             fake.push_update(_update("poison", update_id=9401))
             fake.push_update(_update("next", update_id=9402))
-            await asyncio.wait_for(done.wait(), timeout=15)
+            await inbox.wait(timeout=15)
     finally:
         await tg.stop()
-    assert attempts.count("9401") == 3 and stored == ["9402"]
+    assert inbox.attempts.count("9401") == 3 and inbox.stored == ["9402"] and inbox.attempts.count("9402") == 1
     # The line says which update was dropped, not what the customer wrote in it (it had the text).
     [dropped] = [e for e in logs if e["event"] == "telegram.update_dropped"]
     assert dropped["update_id"] == 9401 and dropped["chars"] == len("poison")
