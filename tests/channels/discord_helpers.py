@@ -90,6 +90,14 @@ async def fake_fixture():
     await server.close()
 
 
+@pytest.fixture(name="adapter")
+async def adapter_fixture(fake: FakeDiscord):
+    """The adapter of bot `support` on the fake Discord, not started; stopped after the test."""
+    instance = DiscordAdapter("support", settings_for(fake))
+    yield instance
+    await instance.stop()
+
+
 def parse_gateway_message(payload: dict[str, Any], *, bot_user_id: str, respond_in_groups: str = "mention",
                           in_thread: bool = False) -> InboundMessage | None:
     """`classify_gateway_message`, with None for an ignored message (its reason dropped)."""

@@ -14,9 +14,10 @@ import pytest
 from channels.discord import MAX_LENGTH, DiscordAdapter
 from gateway.models import ConversationRef, OutboundMessage
 from storage.message_meta import inbound_meta
-from tests.channels.discord_helpers import (  # noqa: F401 - `fake` fixture
+from tests.channels.discord_helpers import (  # noqa: F401 - `adapter`, `fake` fixtures
     CHANNEL,
     GUILD,
+    adapter_fixture,
     ask_interaction,
     fake_fixture,
     settings_for,
@@ -27,12 +28,6 @@ from tests.fakes.discord_api import FakeDiscord
 MEMBER = "900000000000000003"
 ADDRESSED = ConversationRef(channel="discord", workspace=GUILD, chat=CHANNEL, thread=f"member:{MEMBER}")
 
-
-@pytest.fixture
-async def adapter(fake: FakeDiscord):
-    instance = DiscordAdapter("support", settings_for(fake))
-    yield instance
-    await instance.stop()
 
 
 @pytest.mark.parametrize("text", ["## Hours\nWe open at 9.", "- Mon: 9\n- Tue: 9", "> You wrote: hi",

@@ -11,20 +11,13 @@ import pytest
 from channels.discord import MAX_LENGTH, DiscordAdapter
 from gateway.models import ConversationRef, OutboundMessage
 from tests.channels import discord_helpers as helpers
-from tests.channels.discord_helpers import fake_fixture  # noqa: F401 - the `fake` fixture
+from tests.channels.discord_helpers import adapter_fixture, fake_fixture  # noqa: F401 - the fixtures
 from tests.fakes.discord_api import FakeDiscord
 
 MEMBER = "900000000000000003"
 # Each ends its text: a mention of someone else in it, emoji (one character each, two UTF-16 units), a code block.
 ENDINGS = ["", " ask <@900000000000000077> too", " 😀👍🏽🇫🇷", "\n```py\nprint('ok')\n```"]
 
-
-
-@pytest.fixture
-async def adapter(fake: FakeDiscord):
-    instance = DiscordAdapter("support", helpers.settings_for(fake))
-    yield instance
-    await instance.stop()
 
 def _reply(size: int, ending: str, member: str) -> str:
     """A reply that is `size` characters long with `member`'s mention in front of it."""

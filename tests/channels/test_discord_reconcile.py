@@ -6,20 +6,17 @@ import dataclasses
 
 import pytest
 
-from channels.discord import DiscordAdapter
 from gateway.errors import ChannelSendError
 from gateway.models import ConversationRef, OutboundMessage
-from tests.channels.discord_helpers import CHANNEL, GUILD, fake_fixture, settings_for  # noqa: F401 - `fake`
-from tests.fakes.discord_api import FakeDiscord
+from tests.channels.discord_helpers import (  # noqa: F401 - `adapter`, `fake`
+    CHANNEL,
+    GUILD,
+    adapter_fixture,
+    fake_fixture,
+)
 
 QUESTION = "900000000000000010"
 
-
-@pytest.fixture
-async def adapter(fake: FakeDiscord):
-    instance = DiscordAdapter("support", settings_for(fake))
-    yield instance
-    await instance.stop()
 
 
 def _reply(text: str, *, attempt: int = 1, reply_to: str = QUESTION) -> OutboundMessage:

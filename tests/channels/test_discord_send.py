@@ -10,22 +10,16 @@ import pytest
 from channels.discord import MAX_LENGTH, DiscordAdapter
 from gateway.errors import BadRequest, ChannelSendError, RecipientUnreachable
 from gateway.models import Citation, ConversationRef, OutboundMessage
-from tests.channels.discord_helpers import (  # noqa: F401 - `fake` fixture
+from tests.channels.discord_helpers import (  # noqa: F401 - `adapter`, `fake` fixtures
     CHANNEL,
     GUILD,
+    adapter_fixture,
     ask_interaction,
     fake_fixture,
     settings_for,
     signed,
 )
 from tests.fakes.discord_api import APPLICATION_ID, INTERACTION_CHANNEL_ID, FakeDiscord
-
-
-@pytest.fixture
-async def adapter(fake: FakeDiscord):
-    instance = DiscordAdapter("support", settings_for(fake))
-    yield instance
-    await instance.stop()
 
 
 def conversation() -> ConversationRef:
