@@ -119,6 +119,24 @@ async def migrated_url(database_url):
     return database_url
 
 
+@pytest.fixture
+async def engine(migrated_url):
+    """An engine on the migrated database, disposed of once the test ends, however it ends."""
+    from storage.engine import create_engine
+
+    engine = create_engine(migrated_url)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def sessions(engine):
+    """The sessions of `engine` (the migrated database)."""
+    from storage.engine import session_factory
+
+    return session_factory(engine)
+
+
 def write_config(tmp_path: Path, *, database_url: str | None = None, bots: list[dict] | None = None,
                  **top) -> Path:
     """Write a config.yaml for a test and return its path."""

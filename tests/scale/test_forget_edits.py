@@ -11,7 +11,6 @@ from sqlalchemy import func, select
 from gateway.inbox import Inbox
 from gateway.models import InboundMessage, utcnow
 from gateway.retention import forget_contact
-from storage.engine import create_engine, session_factory
 from storage.models import Contact, Message
 from tests.storage.test_inbox import _parsed, _update
 
@@ -35,77 +34,57 @@ def _group(update_id: int, text: str, *, edit: bool) -> InboundMessage:
     return _parsed({"update_id": update_id, ("edited_message" if edit else "message"): message})
 
 
-async def test_an_edit_of_a_forgotten_private_message_does_not_store_it_again(migrated_url):
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
+async def test_an_edit_of_a_forgotten_private_message_does_not_store_it_again(sessions):
     inbox = Inbox(sessions)
     date = int(utcnow().timestamp()) - 60  # within NEVER_STORED_EDIT_WINDOW: an edit of a message never stored is a question
-    try:
-        await inbox.accept("acme", _parsed(_update("my card is 4111 1111", update_id=880001, date=date)))
-        report = await forget_contact(sessions, channel="telegram", user=PERSON)
-        assert report.messages == 1
-        assert await inbox.accept("acme", _private_edit(880002, "my card is 4111 1111 1111", date=date)) is None
-        assert (await _count(sessions, Message), await _count(sessions, Contact)) == (0, 0)
-        # Another message of the chat, never stored, is still the question its edit asks.
-        stored = await inbox.accept("acme", _private_edit(880003, "the price?", date=date, message_id=43))
-        assert stored is not None and not stored.duplicate
-    finally:
-        await engine.dispose()
+    await inbox.accept("acme", _parsed(_update("my card is 4111 1111", update_id=880001, date=date)))
+    report = await forget_contact(sessions, channel="telegram", user=PERSON)
+    assert report.messages == 1
+    assert await inbox.accept("acme", _private_edit(880002, "my card is 4111 1111 1111", date=date)) is None
+    assert (await _count(sessions, Message), await _count(sessions, Contact)) == (0, 0)
+    # Another message of the chat, never stored, is still the question its edit asks.
+    stored = await inbox.accept("acme", _private_edit(880003, "the price?", date=date, message_id=43))
+    assert stored is not None and not stored.duplicate
 
 
-async def test_an_edit_of_a_forgotten_group_message_does_not_store_it_again(migrated_url):
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
+async def test_an_edit_of_a_forgotten_group_message_does_not_store_it_again(sessions):
     inbox = Inbox(sessions)
-    try:
-        await inbox.accept("acme", _group(880011, "@support_bot my address is 1 Main St", edit=False))
-        await forget_contact(sessions, channel="telegram", user=PERSON)
-        assert await inbox.accept("acme", _group(880012, "@support_bot my address is 2 Main St", edit=True)) is None
-        assert (await _count(sessions, Message), await _count(sessions, Contact)) == (0, 0)
-    finally:
-        await engine.dispose()
+    await inbox.accept("acme", _group(880011, "@support_bot my address is 1 Main St", edit=False))
+    await forget_contact(sessions, channel="telegram", user=PERSON)
+    assert await inbox.accept("acme", _group(880012, "@support_bot my address is 2 Main St", edit=True)) is None
+    assert (await _count(sessions, Message), await _count(sessions, Contact)) == (0, 0)
 
 
-async def test_forget_keeps_no_content_of_the_messages_it_remembers(migrated_url):
+async def test_forget_keeps_no_content_of_the_messages_it_remembers(sessions):
     """What forget keeps to know a message is gone holds nothing the person wrote, nor their id or the chat's."""
     from storage.models import ForgottenMessage
 
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    try:
-        await Inbox(sessions).accept("acme", _parsed(_update("my card is 4111", update_id=880021,
-                                                             date=int(utcnow().timestamp()))))
-        await forget_contact(sessions, channel="telegram", user=PERSON)
-        async with sessions() as session:
-            [row] = (await session.execute(select(ForgottenMessage))).scalars().all()
-        assert set(ForgottenMessage.__table__.columns.keys()) == {"key", "forgotten_at"}
-        assert len(row.key) == 64 and PERSON not in row.key  # a sha256, in hex
-    finally:
-        await engine.dispose()
+    await Inbox(sessions).accept("acme", _parsed(_update("my card is 4111", update_id=880021,
+                                                         date=int(utcnow().timestamp()))))
+    await forget_contact(sessions, channel="telegram", user=PERSON)
+    async with sessions() as session:
+        [row] = (await session.execute(select(ForgottenMessage))).scalars().all()
+    assert set(ForgottenMessage.__table__.columns.keys()) == {"key", "forgotten_at"}
+    assert len(row.key) == 64 and PERSON not in row.key  # a sha256, in hex
 
 
-async def test_the_retention_job_drops_a_forgotten_messages_key_after_the_days_it_is_kept(migrated_url):
+async def test_the_retention_job_drops_a_forgotten_messages_key_after_the_days_it_is_kept(sessions):
     from datetime import timedelta
 
     from storage.forgotten import FORGOTTEN_KEPT_DAYS, drop_old_forgotten, remember_forgotten, was_forgotten
 
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    try:
-        await Inbox(sessions).accept("acme", _parsed(_update("hi", update_id=880031, date=int(utcnow().timestamp()))))
-        async with sessions() as session, session.begin():
-            assert await remember_forgotten(session, Message.id.is_not(None)) == 1
-        where = {"bot": "acme", "channel": "telegram", "chat": PERSON, "platform_message_id": "42"}
-        async with sessions() as session, session.begin():
-            assert await drop_old_forgotten(session, utcnow() + timedelta(days=FORGOTTEN_KEPT_DAYS - 1)) == 0
-            assert await was_forgotten(session, **where)
-            assert await drop_old_forgotten(session, utcnow() + timedelta(days=FORGOTTEN_KEPT_DAYS, hours=1)) == 1
-            assert not await was_forgotten(session, **where)
-    finally:
-        await engine.dispose()
+    await Inbox(sessions).accept("acme", _parsed(_update("hi", update_id=880031, date=int(utcnow().timestamp()))))
+    async with sessions() as session, session.begin():
+        assert await remember_forgotten(session, Message.id.is_not(None)) == 1
+    where = {"bot": "acme", "channel": "telegram", "chat": PERSON, "platform_message_id": "42"}
+    async with sessions() as session, session.begin():
+        assert await drop_old_forgotten(session, utcnow() + timedelta(days=FORGOTTEN_KEPT_DAYS - 1)) == 0
+        assert await was_forgotten(session, **where)
+        assert await drop_old_forgotten(session, utcnow() + timedelta(days=FORGOTTEN_KEPT_DAYS, hours=1)) == 1
+        assert not await was_forgotten(session, **where)
 
 
-async def test_the_scheduled_retention_run_drops_old_forgotten_keys_and_keeps_recent_ones(migrated_url):
+async def test_the_scheduled_retention_run_drops_old_forgotten_keys_and_keeps_recent_ones(sessions):
     """`run_retention` is what drops them in production: a key older than `FORGOTTEN_KEPT_DAYS` goes, a newer stays."""
     from datetime import timedelta
 
@@ -116,21 +95,16 @@ async def test_the_scheduled_retention_run_drops_old_forgotten_keys_and_keeps_re
     from storage.forgotten import FORGOTTEN_KEPT_DAYS, forgotten_key
     from storage.models import ForgottenMessage
 
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     inbox = Inbox(sessions)
-    try:
-        for update_id, message_id in ((880041, 50), (880042, 51)):
-            await inbox.accept("acme", _parsed(_update("hi", update_id=update_id, message_id=message_id,
-                                                       date=int(utcnow().timestamp()))))
-        await forget_contact(sessions, channel="telegram", user=PERSON)
-        old = forgotten_key("acme", "telegram", PERSON, "50")
-        async with sessions() as session, session.begin():
-            await session.execute(update(ForgottenMessage).where(ForgottenMessage.key == old).values(
-                forgotten_at=utcnow() - timedelta(days=FORGOTTEN_KEPT_DAYS, hours=1)))
-        await run_retention(sessions, Settings(bots=[{"name": "acme"}]), knowledge=None)
-        async with sessions() as session:
-            kept = (await session.execute(select(ForgottenMessage.key))).scalars().all()
-        assert kept == [forgotten_key("acme", "telegram", PERSON, "51")]
-    finally:
-        await engine.dispose()
+    for update_id, message_id in ((880041, 50), (880042, 51)):
+        await inbox.accept("acme", _parsed(_update("hi", update_id=update_id, message_id=message_id,
+                                                   date=int(utcnow().timestamp()))))
+    await forget_contact(sessions, channel="telegram", user=PERSON)
+    old = forgotten_key("acme", "telegram", PERSON, "50")
+    async with sessions() as session, session.begin():
+        await session.execute(update(ForgottenMessage).where(ForgottenMessage.key == old).values(
+            forgotten_at=utcnow() - timedelta(days=FORGOTTEN_KEPT_DAYS, hours=1)))
+    await run_retention(sessions, Settings(bots=[{"name": "acme"}]), knowledge=None)
+    async with sessions() as session:
+        kept = (await session.execute(select(ForgottenMessage.key))).scalars().all()
+    assert kept == [forgotten_key("acme", "telegram", PERSON, "51")]

@@ -13,7 +13,6 @@ from gateway.delivery.record import record_outcome
 from gateway.pipeline import PipelineResult
 from gateway.retention import forget_contact
 from storage import repositories as repo
-from storage.engine import create_engine, session_factory
 from storage.meta_keys import set_meta_key
 from storage.models import Contact, Conversation, Delivery, Message
 from tests.worker_rig import (
@@ -207,36 +206,29 @@ async def test_a_contact_forgotten_while_their_turn_keeps_what_a_retry_must_know
         await engine.dispose()
 
 
-async def test_forget_waits_for_a_turn_being_stored_instead_of_deadlocking(migrated_url):
+async def test_forget_waits_for_a_turn_being_stored_instead_of_deadlocking(engine, sessions):
     # A turn's store locks the conversation, then the message (`MessageHandler._finish`); `forget` deleted the
     # messages, then waited for the conversation: "deadlock detected" on PostgreSQL, one of the two aborted.
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    try:
-        async with sessions() as session, session.begin():
-            stored = await repo.store_inbound(session, bot="acme", message=chat_message("alice", 0))
-        finishing = sessions()
-        await finishing.begin()
-        await finishing.get(Conversation, stored.conversation_id, with_for_update={"key_share": True})
-        forget = asyncio.create_task(forget_contact(sessions, channel="web", user="alice"))
-        await until_waiting_for_a_lock(engine)  # `forget` has read alice's conversation and waits on the turn's lock
-        message = await asyncio.wait_for(finishing.get(Message, stored.message_id, with_for_update=True), 30)
-        message.status = "done"
-        await finishing.commit()
-        await finishing.close()
-        report = await asyncio.wait_for(forget, 30)
-        assert (report.conversations, report.messages) == (1, 1)
-        assert await left_of_alice(sessions) == [0, 0, 0]
-    finally:
-        await engine.dispose()
+    async with sessions() as session, session.begin():
+        stored = await repo.store_inbound(session, bot="acme", message=chat_message("alice", 0))
+    finishing = sessions()
+    await finishing.begin()
+    await finishing.get(Conversation, stored.conversation_id, with_for_update={"key_share": True})
+    forget = asyncio.create_task(forget_contact(sessions, channel="web", user="alice"))
+    await until_waiting_for_a_lock(engine)  # `forget` has read alice's conversation and waits on the turn's lock
+    message = await asyncio.wait_for(finishing.get(Message, stored.message_id, with_for_update=True), 30)
+    message.status = "done"
+    await finishing.commit()
+    await finishing.close()
+    report = await asyncio.wait_for(forget, 30)
+    assert (report.conversations, report.messages) == (1, 1)
+    assert await left_of_alice(sessions) == [0, 0, 0]
 
 
 async def test_forget_while_a_template_sent_in_place_of_a_reply_is_recorded_waits_instead_of_deadlocking(
-        migrated_url, monkeypatch):
+        engine, sessions, monkeypatch):
     # Recording a WhatsApp template sent in place of a reply updates the reply's row, then its conversation
     # (`mark_held_behind_template`); forget locks the conversation, then deletes its messages.
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
     held, forgetting = repo.mark_held_behind_template, []
 
     async def held_as_alice_is_forgotten(session, conversation_id, *, reply_id):
@@ -246,20 +238,17 @@ async def test_forget_while_a_template_sent_in_place_of_a_reply_is_recorded_wait
         await held(session, conversation_id, reply_id=reply_id)
 
     monkeypatch.setattr(repo, "mark_held_behind_template", held_as_alice_is_forgotten)
-    try:
-        async with sessions() as session, session.begin():
-            stored = await repo.store_inbound(session, bot="acme", message=chat_message("alice", 0))
-            reply = Message(conversation_id=stored.conversation_id, bot="acme", channel="web", direction="out",
-                            author="bot", text="echo: alice #0", status="sending", reply_to_id=stored.message_id)
-            session.add(reply)
-        with structlog.testing.capture_logs() as logs:
-            await asyncio.wait_for(record_outcome(
-                sessions, reply, chat="alice", status="sent", error=None, meta={"template": "reengage"},
-                provider_ids=["p1"], removed_at=None, opted_out_contact=None, removed_since=None,
-                bound=structlog.get_logger()), 30)
-            report = await asyncio.wait_for(forgetting[0], 30)
-        assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception", "warning")] == []
-        assert (report.conversations, report.messages) == (1, 2)
-        assert await left_of_alice(sessions) == [0, 0, 0]
-    finally:
-        await engine.dispose()
+    async with sessions() as session, session.begin():
+        stored = await repo.store_inbound(session, bot="acme", message=chat_message("alice", 0))
+        reply = Message(conversation_id=stored.conversation_id, bot="acme", channel="web", direction="out",
+                        author="bot", text="echo: alice #0", status="sending", reply_to_id=stored.message_id)
+        session.add(reply)
+    with structlog.testing.capture_logs() as logs:
+        await asyncio.wait_for(record_outcome(
+            sessions, reply, chat="alice", status="sent", error=None, meta={"template": "reengage"},
+            provider_ids=["p1"], removed_at=None, opted_out_contact=None, removed_since=None,
+            bound=structlog.get_logger()), 30)
+        report = await asyncio.wait_for(forgetting[0], 30)
+    assert [e["event"] for e in logs if e["log_level"] in ("error", "critical", "exception", "warning")] == []
+    assert (report.conversations, report.messages) == (1, 2)
+    assert await left_of_alice(sessions) == [0, 0, 0]
