@@ -4,6 +4,7 @@ the bot, once; unless it was itself the customer's request for a person (SQLite 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -54,26 +55,46 @@ class TakenOverWhileAnswering:
         return PipelineResult(reply=f"echo: {turn.text}")
 
 
+@contextlib.asynccontextmanager
+async def _rig(url: str, pipeline: TakenOverWhileAnswering, settings: Settings, channel: str):
+    """(sessions, escalations, worker, inbox) on the database at `url`: the worker runs `pipeline`, its escalations
+    its hooks, and sends acme's `channel` replies to a recording adapter."""
+    engine = create_engine(url)
+    sessions = session_factory(engine)
+    bus = EventBus()
+    escalations = Escalations(sessions, settings=settings, bus=bus)
+    pipeline.escalations = escalations
+    outbox = Outbox(sessions, adapters={("acme", channel): RecordingAdapter()}, bus=bus)
+    worker = Worker(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=5,
+                    poll_interval=0.05, concurrency=4, on_escalate=escalations.open_in,
+                    on_handoff_message=escalations.customer_message)
+    from gateway.inbox import Inbox
+
+    try:
+        yield sessions, escalations, worker, Inbox(sessions, on_stored=worker.notify)
+    finally:
+        await engine.dispose()
+
+
+async def _settled(sessions, escalations: Escalations, worker: Worker, accepted) -> tuple[list[Message], Conversation]:
+    """After the hand-back: the worker's hook for `accepted`, late, then the worker until idle. The conversation's
+    messages, in order, and the conversation."""
+    await escalations.customer_message(accepted.message_id)  # the worker's hook, late: never a second answer
+    await worker.run_until_idle(timeout=20)
+    await escalations.drain()
+    async with sessions() as session:
+        rows = (await session.execute(select(Message).where(
+            Message.conversation_id == accepted.conversation_id).order_by(Message.id))).scalars().all()
+        return rows, await session.get(Conversation, accepted.conversation_id)
+
+
 async def _run(url: str, pipeline: TakenOverWhileAnswering, steps, text: str | None = None,
                settings: Settings | None = None) -> tuple[list[Message], Conversation, list]:
     """The customer's message, taken over while answered; then `steps(escalations, escalation_id)`; then the
     worker again. (The customer's messages, the bot's replies in order, the conversation.) With the pipeline's
     `first_reply`, an earlier message of theirs, answered with it, comes first."""
     pipeline_first_reply = pipeline.first_reply
-    engine = create_engine(url)
-    sessions = session_factory(engine)
-    bus = EventBus()
-    settings = settings or worker_settings()
-    escalations = Escalations(sessions, settings=settings, bus=bus)
-    pipeline.escalations = escalations
-    outbox = Outbox(sessions, adapters={("acme", "web"): RecordingAdapter()}, bus=bus)
-    worker = Worker(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=5,
-                    poll_interval=0.05, concurrency=4, on_escalate=escalations.open_in,
-                    on_handoff_message=escalations.customer_message)
-    from gateway.inbox import Inbox
-
-    inbox = Inbox(sessions, on_stored=worker.notify)
-    try:
+    async with _rig(url, pipeline, settings or worker_settings(), "web") as (sessions, escalations, worker, inbox):
         if pipeline.first_reply is not None:
             await inbox.accept("acme", chat_message("takeover", 0))
             await worker.run_until_idle(timeout=20)
@@ -85,15 +106,7 @@ async def _run(url: str, pipeline: TakenOverWhileAnswering, steps, text: str | N
         escalation = (await escalations.find(bots=None))[0]
         assert escalation.operator == "kim" and escalation.state == ("resolved" if pipeline.handed_back else "claimed")
         await steps(escalations, escalation.id)
-        await escalations.customer_message(accepted.message_id)  # the worker's hook, late: never a second answer
-        await worker.run_until_idle(timeout=20)
-        await escalations.drain()
-        async with sessions() as session:
-            rows = (await session.execute(select(Message).where(
-                Message.conversation_id == accepted.conversation_id).order_by(Message.id))).scalars().all()
-            conversation = await session.get(Conversation, accepted.conversation_id)
-    finally:
-        await engine.dispose()
+        rows, conversation = await _settled(sessions, escalations, worker, accepted)
     return ([m for m in rows if m.direction == "in"], conversation,
             [(m.author, m.text, m.reply_to_id) for m in rows
              if m.direction == "out" and m.author != "system" and m.text != pipeline_first_reply])
@@ -210,21 +223,9 @@ async def test_a_question_sent_in_pieces_taken_over_and_handed_back_is_answered_
     """A burst (gateway/burst.py) taken over: each piece is marked (`draft_dropped`), while answered (the pieces
     the turn joined) or before the bot began (each relayed alone). The hand-back requeued only the last piece:
     the bot answered "the Plus plan cost?" alone. Now the whole burst goes back, and is answered once, joined."""
-    engine = create_engine(migrated_url)
-    sessions = session_factory(engine)
-    bus = EventBus()
-    settings = worker_settings(burst_seconds=0.5)
-    escalations = Escalations(sessions, settings=settings, bus=bus)
     pipeline = TakenOverWhileAnswering(takes_over=takes_over)
-    pipeline.escalations = escalations
-    outbox = Outbox(sessions, adapters={("acme", "telegram"): RecordingAdapter()}, bus=bus)
-    worker = Worker(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus, lease_seconds=5,
-                    poll_interval=0.05, concurrency=4, on_escalate=escalations.open_in,
-                    on_handoff_message=escalations.customer_message)
-    from gateway.inbox import Inbox
-
-    inbox = Inbox(sessions, on_stored=worker.notify)
-    try:
+    async with _rig(migrated_url, pipeline, worker_settings(burst_seconds=0.5), "telegram") as (
+            sessions, escalations, worker, inbox):
         for n, text in enumerate(("How much does", "the Plus plan cost?")):
             accepted = await inbox.accept("acme", InboundMessage(
                 channel="telegram", external_id=f"tg-{n}", sender=Sender("42"), sequence=n,
@@ -234,14 +235,7 @@ async def test_a_question_sent_in_pieces_taken_over_and_handed_back_is_answered_
         await worker.run_until_idle(timeout=20)
         escalation = (await escalations.find(bots=None))[0]
         await escalations.resolve(escalation.id, operator="kim", bots=None)
-        await escalations.customer_message(accepted.message_id)  # the worker's hook, late: never a second answer
-        await worker.run_until_idle(timeout=20)
-        await escalations.drain()
-        async with sessions() as session:
-            rows = (await session.execute(select(Message).where(
-                Message.conversation_id == accepted.conversation_id).order_by(Message.id))).scalars().all()
-    finally:
-        await engine.dispose()
+        rows, _ = await _settled(sessions, escalations, worker, accepted)
     inbound = [m for m in rows if m.direction == "in"]
     replies = [(m.text, m.reply_to_id) for m in rows if m.direction == "out" and m.author == "bot"]
     joined = "How much does\nthe Plus plan cost?"
