@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from tests.operators.conftest import auth
@@ -15,6 +17,25 @@ async def _open(client, session_id: str, text: str = "Can I speak to a human age
     chat = (await client.post("/v1/bots/acme/chat", json={"session_id": session_id, "text": text})).json()
     listed = (await client.get("/v1/escalations?state=open", headers=auth("sam"))).json()["escalations"]
     return next(e["id"] for e in listed if e["conversation_id"] == chat["conversation_id"]), chat["conversation_id"]
+
+
+@contextmanager
+def _then_after(escalations, method: str, then):
+    """In the block, `escalations.<method>` awaits `then()` once it has returned or raised: after the refusal,
+    before the route words its 409."""
+    refused = getattr(escalations, method)
+
+    async def refused_then(*args, **kwargs):
+        try:
+            return await refused(*args, **kwargs)
+        finally:
+            await then()
+
+    setattr(escalations, method, refused_then)
+    try:
+        yield
+    finally:
+        delattr(escalations, method)
 
 
 async def test_claim_held_by_another_operator_says_how_to_take_it_over(client):
@@ -89,20 +110,10 @@ async def test_a_reply_refused_as_the_customer_asks_again_words_the_409_from_the
     customer again" without the way back, the refusal and the reread each saying half of two states."""
     eid, conversation = await _open(client, "conflict-race-1")
     assert (await client.post(f"/v1/escalations/{eid}/resolve", headers=auth("sam"))).status_code == 200
-    escalations = client.services.escalations
-    refused = escalations.send_reply
-
-    async def refused_then_asked_again(*args, **kwargs):
-        try:
-            return await refused(*args, **kwargs)
-        finally:  # the customer asks again after the refusal, before the route words it
-            await _open(client, "conflict-race-1", "I want to talk to a human again")
-
-    escalations.send_reply = refused_then_asked_again
-    try:
+    # The customer asks again after the refusal, before the route words it.
+    with _then_after(client.services.escalations, "send_reply",
+                     lambda: _open(client, "conflict-race-1", "I want to talk to a human again")):
         late = await client.post(f"/v1/escalations/{eid}/reply", headers=auth("sam"), json={"text": "PS"})
-    finally:
-        del escalations.send_reply
     assert late.status_code == 409
     assert late.json()["error"] == (
         f"escalation {eid} is already resolved by sam: the bot answers the customer again; to write to "
@@ -116,19 +127,9 @@ async def test_a_claim_refused_words_its_hint_from_the_holder_it_was_refused_for
     eid, _ = await _open(client, "conflict-hint-race")
     assert (await client.post(f"/v1/escalations/{eid}/claim", headers=auth("sam"))).status_code == 200
     escalations = client.services.escalations
-    refused = escalations.claim
-
-    async def refused_then_released(*args, **kwargs):
-        try:
-            return await refused(*args, **kwargs)
-        finally:  # sam releases it after kim's refusal, before the route words the 409
-            await escalations.release(eid, operator="sam", bots=None)
-
-    escalations.claim = refused_then_released
-    try:
+    # Sam releases it after kim's refusal, before the route words the 409.
+    with _then_after(escalations, "claim", lambda: escalations.release(eid, operator="sam", bots=None)):
         held = await client.post(f"/v1/escalations/{eid}/claim", headers=auth("kim"))
-    finally:
-        del escalations.claim
     assert held.status_code == 409
     assert held.json() == {"error": f"escalation {eid} is already claimed by sam",
                            "hint": f'to take it over from sam, POST /v1/escalations/{eid}/claim with {{"take_over": true}}'}
