@@ -55,6 +55,30 @@ async def discord_gateway(tmp_path, **kwargs: Any) -> AsyncIterator[tuple[Any, A
         await fake.close()
 
 
+@asynccontextmanager
+async def reading(services) -> AsyncIterator[DiscordAdapter]:
+    """A Discord connection of acme's own (an adapter starts once), ready, reading into the app, which answers
+    over REST."""
+    reader = DiscordAdapter("acme", services.adapters[("acme", "discord")].settings)
+    await reader.start(services._deliver_for("acme"))
+    try:
+        await asyncio.wait_for(reader.client.wait_until_ready(), timeout=10)
+        yield reader
+    finally:
+        await reader.stop()
+
+
+async def answered_once_on_edit(services, fake: FakeDiscord, channel: str, edited: dict) -> tuple[dict, list]:
+    """`edited` comes twice (MESSAGE_UPDATE): one answer in `channel`, a price. (The answer, the settled chat.)"""
+    for _ in range(2):
+        await fake.dispatch("MESSAGE_UPDATE", edited)
+    [reply] = await wait_until(lambda: fake.channel_messages(channel), what="the answer to the edit")
+    chat = await settled_chat(services, channel="discord", chat=channel)
+    await settle(services=services)
+    assert "$" in reply["content"] and len(fake.channel_messages(channel)) == 1
+    return reply, chat
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def env(tmp_path_factory):
     async with discord_gateway(tmp_path_factory.mktemp("discord")) as env_:
@@ -298,19 +322,13 @@ async def test_discord_dm_of_only_an_attachment_or_sticker_gets_the_text_only_re
     """As a photo or a sticker alone on Telegram, WhatsApp or Slack: through discord.py's own reading of the
     MESSAGE_CREATE, the customer is told only text is read (not greeted, not left without an answer)."""
     client, services, fake = env
-    # A connection of its own (an adapter starts once), reading into the app, which answers over REST.
-    reader = DiscordAdapter("acme", services.adapters[("acme", "discord")].settings)
-    await reader.start(services._deliver_for("acme"))
-    try:
-        await asyncio.wait_for(reader.client.wait_until_ready(), timeout=10)
+    async with reading(services):
         for channel, (content, _) in ONLY_MEDIA.items():
             await fake.dispatch("MESSAGE_CREATE", message_object(
                 message_id=str(int(channel) - 100000000000000), channel_id=channel, content="",
                 author={"id": "1300000000000000077", "username": "bob", "discriminator": "0", "avatar": None},
                 timestamp="2026-11-29T10:00:00+00:00", **content))
         replies = [await wait_until(lambda c=c: fake.channel_messages(c), what="the reply") for c in ONLY_MEDIA]
-    finally:
-        await reader.stop()
     assert [r["content"] for [r] in replies] == [TEXT_ONLY_REPLY] * len(ONLY_MEDIA)
     for channel, (_, kind) in ONLY_MEDIA.items():
         [question, _] = await settled_chat(services, channel="discord", chat=channel)
@@ -321,28 +339,18 @@ async def test_discord_server_message_edited_to_mention_the_bot_is_answered_once
     """A member who forgot the bot's @mention and edited it in (as on Telegram and Slack): the first version was
     ignored, never stored, and the edit was applied to nothing, so the question went unanswered."""
     client, services, fake = env
-    reader = DiscordAdapter("acme", services.adapters[("acme", "discord")].settings)
-    await reader.start(services._deliver_for("acme"))
     channel, guild = "1600000000000000051", "1700000000000000051"
     member = {"id": "1300000000000000078", "username": "ann", "discriminator": "0", "avatar": None}
     asked = message_object(message_id="1500000000000000051", channel_id=channel, content=QUESTION, author=member,
                            timestamp="2026-11-29T10:00:00+00:00", guild_id=guild)
     edited = {**asked, "content": f"<@{BOT_USER_ID}> {QUESTION}", "edited_timestamp": "2026-11-29T10:00:09+00:00",
               "mentions": [{"id": BOT_USER_ID, "username": "acme", "discriminator": "0", "avatar": None, "bot": True}]}
-    try:
-        await asyncio.wait_for(reader.client.wait_until_ready(), timeout=10)
+    async with reading(services):
         with capture_logs() as logs:
             await fake.dispatch("MESSAGE_CREATE", asked)
             # Read and ignored before the edit comes: discord.py updates the message it handed on_message in place.
             await wait_until(lambda: any(e["event"] == "inbound.ignored" for e in logs), what="the question ignored")
-        for _ in range(2):
-            await fake.dispatch("MESSAGE_UPDATE", edited)
-        [reply] = await wait_until(lambda: fake.channel_messages(channel), what="the answer to the edit")
-        [question, answer] = await settled_chat(services, channel="discord", chat=channel)
-        await settle(services=services)
-    finally:
-        await reader.stop()
-    assert "$" in reply["content"] and len(fake.channel_messages(channel)) == 1
+        reply, [question, answer] = await answered_once_on_edit(services, fake, channel, edited)
     # It replies to the member's message, as any answer in a server channel (it named "edit-of:…", no message).
     assert str(reply["message_reference"]["message_id"]) == asked["id"] == question.meta["platform_message_id"]
     assert question.text == QUESTION and question.conversation_id == answer.conversation_id
@@ -355,22 +363,12 @@ async def test_discord_dm_whose_store_failed_and_was_edited_is_answered_once_on_
     """A DM whose store failed, then edited: its edit was ignored as one of a message already answered, and the
     question went unanswered, where a Telegram private chat's or a Slack DM's is answered (every DM is stored)."""
     client, services, fake = env
-    reader = DiscordAdapter("acme", services.adapters[("acme", "discord")].settings)
-    await reader.start(services._deliver_for("acme"))
     channel, sent = "1600000000000000052", datetime.now(timezone.utc) - timedelta(minutes=1)
     member = {"id": "1300000000000000079", "username": "ned", "discriminator": "0", "avatar": None}
     edited = {**message_object(message_id=str(time_snowflake(sent)), channel_id=channel, content=QUESTION,
                                author=member, timestamp=sent.isoformat()), "edited_timestamp": utcnow().isoformat()}
-    try:
-        await asyncio.wait_for(reader.client.wait_until_ready(), timeout=10)
-        for _ in range(2):  # no MESSAGE_CREATE stored: the edit is the first the inbox hears of it
-            await fake.dispatch("MESSAGE_UPDATE", edited)
-        [reply] = await wait_until(lambda: fake.channel_messages(channel), what="the answer to the edit")
-        [question, _] = await settled_chat(services, channel="discord", chat=channel)
-        await settle(services=services)
-    finally:
-        await reader.stop()
-    assert "$" in reply["content"] and len(fake.channel_messages(channel)) == 1
+    async with reading(services):  # no MESSAGE_CREATE stored: the edit is the first the inbox hears of it
+        reply, [question, _] = await answered_once_on_edit(services, fake, channel, edited)
     assert question.text == QUESTION and question.meta["platform_message_id"] == edited["id"]
 
 
