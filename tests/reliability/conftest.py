@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -23,7 +24,11 @@ from twilio.request_validator import RequestValidator
 from gateway.services import Services
 from storage.models import Message
 from tests.conftest import FIXTURES, app_client
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_api import sign as slack_sign
+from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.fakes.twilio_api import FakeTwilio
 
 # Secrets the suite configures through the environment; test_secrets greps every output for them.
 TG_TOKEN = "723738643:AAH-reliability-TOKEN-7f3k"
@@ -71,6 +76,36 @@ def channels_config(*, telegram_api: str, slack_api: str, discord_api: str, twil
         "whatsapp": {"account_sid": "${REL_WA_SID}", "auth_token": "${REL_WA_TOKEN}", "from_number": BOT_NUMBER,
                      "public_url": WA_PUBLIC_URL, "api_base": twilio_api},
     }
+
+
+@dataclass
+class ChannelFakes:
+    """A fake of each channel's platform API; `channels`, every channel of a bot on them (`channels_config`)."""
+
+    telegram: FakeTelegramAPI
+    slack: FakeSlack
+    discord: FakeDiscord
+    twilio: FakeTwilio
+
+    @property
+    def channels(self) -> dict[str, Any]:
+        return channels_config(telegram_api=self.telegram.base_url, slack_api=self.slack.api_base,
+                               discord_api=self.discord.api_base, twilio_api=self.twilio.base_url)
+
+
+@asynccontextmanager
+async def channel_fakes() -> AsyncIterator[ChannelFakes]:
+    """The fakes of Telegram, Slack, Discord and Twilio (the suite's tokens), each stopped once the block ends."""
+    twilio = FakeTwilio(account_sid=WA_SID, auth_token=WA_TOKEN).start()
+    discord = await FakeDiscord().start()
+    slack = await FakeSlack.start()
+    try:
+        async with FakeTelegramAPI(TG_TOKEN) as telegram:
+            yield ChannelFakes(telegram, slack, discord, twilio)
+    finally:
+        await slack.stop()
+        await discord.close()
+        twilio.stop()
 
 
 @asynccontextmanager

@@ -17,16 +17,11 @@ import pytest_asyncio
 from channels.telegram_updates import delivery_key
 from gateway.models import is_blank
 from tests.conftest import FIXTURES, drop_postgres, fresh_postgres_url
-from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.slack_api import FakeSlack
-from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.fakes.twilio_api import FakeTwilio
 from tests.reliability.conftest import (
-    TG_TOKEN,
     WA_SID,
     WA_TOKEN,
     blns,
-    channels_config,
+    channel_fakes,
     count_by_external_id,
     discord_ask,
     discord_request,
@@ -52,22 +47,14 @@ WEBHOOKS = {"telegram": TG, "slack": SLACK, "discord": DISCORD, "whatsapp": WA}
 async def env(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("badinput")
     database_url = await asyncio.to_thread(fresh_postgres_url)
-    twilio = FakeTwilio(account_sid=WA_SID, auth_token=WA_TOKEN).start()
-    discord = await FakeDiscord().start()
-    slack = await FakeSlack.start()
     try:
-        async with FakeTelegramAPI(TG_TOKEN) as telegram:
-            channels = channels_config(telegram_api=telegram.base_url, slack_api=slack.api_base,
-                                       discord_api=discord.api_base, twilio_api=twilio.base_url)
-            bots = [{"name": "acme", "channels": channels}]
+        async with channel_fakes() as fakes:
+            bots = [{"name": "acme", "channels": fakes.channels}]
             # The worker is off: the web chat answers 202 (pending) after this short wait.
             async with running_app(tmp_path, bots=bots, start_worker=False, database_url=database_url,
                                    worker={"reply_timeout": 0.05, "poll_interval": 0.2}) as (client, services):
                 yield client, services
     finally:
-        await slack.stop()
-        await discord.close()
-        twilio.stop()
         if database_url:
             await asyncio.to_thread(drop_postgres, database_url)
 

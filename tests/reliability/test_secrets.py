@@ -16,20 +16,16 @@ import pytest
 import structlog
 
 from tests.conftest import ROOT
-from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Turn
-from tests.fakes.slack_api import FakeSlack
-from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.fakes.twilio_api import FakeTwilio, Reply
+from tests.fakes.twilio_api import Reply
 from tests.gateway_channels.conftest import wait_until
 from tests.reliability.conftest import (
     LLM_KEY,
     SLACK_SIGNING_SECRET,
     TG_SECRET,
     TG_TOKEN,
-    WA_SID,
     WA_TOKEN,
-    channels_config,
+    channel_fakes,
     discord_ask,
     running_app,
     slack_event,
@@ -61,14 +57,10 @@ async def test_secrets_never_in_logs_errors_or_metrics(tmp_path, capfd, caplog):
     caplog.set_level(logging.DEBUG)
     secrets = dict(SECRETS)
     bodies: list[str] = []
-    twilio = FakeTwilio(account_sid=WA_SID, auth_token=WA_TOKEN).start()
-    discord = await FakeDiscord().start()
-    slack = await FakeSlack.start()
     llm = FakeOpenAI().start()
     try:
-        async with FakeTelegramAPI(TG_TOKEN) as telegram:
-            channels = channels_config(telegram_api=telegram.base_url, slack_api=slack.api_base,
-                                       discord_api=discord.api_base, twilio_api=twilio.base_url)
+        async with channel_fakes() as fakes:
+            channels = fakes.channels
             models = [{"model_name": "primary", "litellm_params": {
                 "model": "openai/primary", "api_base": llm.base_url, "api_key": "${REL_LLM_KEY}"}}]
             bots = [{"name": "acme", "model": "primary", "channels": channels}]
@@ -91,8 +83,8 @@ async def test_secrets_never_in_logs_errors_or_metrics(tmp_path, capfd, caplog):
                 # Errors: malformed bodies, an LLM failure, failing sends on two channels.
                 bodies.append((await client.post("/webhooks/acme/telegram", **telegram_request(b"{oops"))).text)
                 llm.script("primary", Turn(status=500), Turn(status=401))
-                telegram.fail_next("sendMessage", status=500, times=10)
-                twilio.script(*[Reply(status=500)] * 10)
+                fakes.telegram.fail_next("sendMessage", status=500, times=10)
+                fakes.twilio.script(*[Reply(status=500)] * 10)
                 services.outbox.max_backoff_s = services.outbox.max_platform_wait_s = 0.1
                 services.outbox.max_attempts = 2
                 assert (await client.post("/webhooks/acme/telegram",
@@ -127,9 +119,6 @@ async def test_secrets_never_in_logs_errors_or_metrics(tmp_path, capfd, caplog):
                            json.dumps((await client.get("/v1/bots")).json())]
     finally:
         llm.stop()
-        await slack.stop()
-        await discord.close()
-        twilio.stop()
     out, err = capfd.readouterr()
     logs = out + err + caplog.text
     assert "probe.structlog" in logs and "probe.stdlib" in logs
