@@ -16,6 +16,7 @@ import pytest
 
 from tests.web.conftest import (  # noqa: F401 - fixtures
     _prepare,
+    ask_in_chat,
     browser,
     chromium_path,
     hostile_images_had_their_turn,
@@ -94,10 +95,7 @@ def test_widget_hostile_document_answer_renders_as_inert_text(browser, hostile_s
     events: list[str] = []
     record_page_errors(page, events)
     try:
-        page.goto(hostile_server + "/")
-        page.wait_for_selector("#gw-chat[data-ready='true']")
-        page.fill("#gw-input", QUESTION)
-        page.press("#gw-input", "Enter")
+        ask_in_chat(page, hostile_server + "/", QUESTION)
         page.wait_for_function(
             """() => document.getElementById('gw-form').getAttribute('aria-busy') === 'false'
                      && [...document.querySelectorAll('.gw-msg--bot .gw-bubble')].some(b => b.textContent.trim())""",
@@ -121,10 +119,7 @@ def test_console_hostile_document_answer_renders_as_inert_text(browser, hostile_
     for tab in (customer, operator):
         record_page_errors(tab, events)
     try:
-        customer.goto(hostile_server + "/")
-        customer.wait_for_selector("#gw-chat[data-ready='true']")
-        customer.fill("#gw-input", QUESTION)
-        customer.press("#gw-input", "Enter")
+        ask_in_chat(customer, hostile_server + "/", QUESTION)
         customer.wait_for_function(
             "() => document.getElementById('gw-form').getAttribute('aria-busy') === 'false'"
             " && document.querySelectorAll('.gw-msg--bot').length >= 1", timeout=60_000)

@@ -178,6 +178,14 @@ def record_page_errors(tab, errors: list[str]) -> None:
     tab.on("dialog", lambda dialog: (errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
 
 
+def ask_in_chat(tab, url: str, text: str) -> None:
+    """Open the web chat at `url`, wait until it is ready, and send `text` (as a customer presses Enter)."""
+    tab.goto(url)
+    tab.wait_for_selector("#gw-chat[data-ready='true']")
+    tab.fill("#gw-input", text)
+    tab.press("#gw-input", "Enter")
+
+
 def hostile_images_had_their_turn(page) -> None:
     """Return once an `<img src=x onerror=…>` built from hostile text, were there one, has run its onerror.
 
