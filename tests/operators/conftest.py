@@ -25,6 +25,7 @@ OPS_CHANNEL = "COPS"
 # The Slack members who may act in the operator channel (`slack_user_ids`); any other member is refused.
 SLACK_MEMBERS = {"sam": "UOPS", "kim": "UIMP", "lee": "ULEE"}
 CONSOLE_TOKEN = "console-operator-token-42"  # operator sam's, in the console browser tests
+REX_TOKEN = "console-operator-rex-token-42"  # operator rex's, where the console tests take `rex_url`
 WAIT_MS = 60_000
 
 
@@ -84,12 +85,13 @@ def console_server(root: Path, *, more_operators: str = ""):
         yield url
 
 
-@contextlib.contextmanager
-def console_server_with_rex(root: Path, rex_token: str):
-    """`console_server` with a second operator, rex (`rex_token`), for the same bot: two operators at once."""
-    os.environ["CONSOLE_REX_TOKEN"] = rex_token
+@pytest.fixture(scope="module")
+def rex_url(tmp_path_factory):
+    """The URL of a module's `console_server` with a second operator, rex (REX_TOKEN), for the same bot: two
+    operators at once."""
+    os.environ["CONSOLE_REX_TOKEN"] = REX_TOKEN
     rex = '  - name: rex\n    token: "${CONSOLE_REX_TOKEN}"\n    bots: [acme]\n'
-    with console_server(root, more_operators=rex) as url:
+    with console_server(tmp_path_factory.mktemp("console-rex"), more_operators=rex) as url:
         yield url
 
 
@@ -126,6 +128,21 @@ def sign_in(operator, live_url: str) -> None:
     operator.fill("#op-token", CONSOLE_TOKEN)
     operator.press("#op-token", "Enter")
     operator.wait_for_selector("#op-live:not([hidden])", timeout=WAIT_MS)
+
+
+def open_escalation(operator, live_url: str, escalation: int) -> None:
+    """Sign in (`sign_in`), open `escalation` from the list, and wait for its transcript."""
+    sign_in(operator, live_url)
+    operator.click(f".op-item[data-id='{escalation}']")
+    operator.wait_for_selector("#op-transcript .op-msg")
+
+
+def open_listed(operator, has_text: str) -> None:
+    """Once an escalation shows live in the list, open the one whose item shows `has_text` (its own: the list puts
+    the longest waiting first), and wait for the customer's messages in its transcript."""
+    operator.wait_for_selector(".op-item", timeout=WAIT_MS)
+    operator.locator(".op-item", has_text=has_text).click()
+    operator.wait_for_selector("#op-transcript .op-msg--contact")
 
 
 def escalate(live_url: str, session_id: str, text: str) -> int:

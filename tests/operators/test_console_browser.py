@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from tests.operators.conftest import CONSOLE_TOKEN, WAIT_MS, escalate, sign_in
+from tests.operators.conftest import CONSOLE_TOKEN, WAIT_MS, escalate, open_escalation, open_listed, sign_in
+from tests.web.conftest import ask_in_chat
 from tests.web.page_fetches import FETCHES, wait_read
 
 pytestmark = pytest.mark.browser
@@ -37,15 +38,10 @@ def test_console_claim_reply_resolve_round_trip(open_tab, live_url):
     assert operator.locator("#op-login").is_hidden() and operator.locator("#op-main").is_visible()
     assert operator.locator(".op-item").count() == 0
 
-    customer.goto(live_url + "/")
-    customer.wait_for_selector("#gw-chat[data-ready='true']")
-    customer.fill("#gw-input", "I want to talk to a human <img src=x onerror=alert(1)>")
-    customer.press("#gw-input", "Enter")
+    ask_in_chat(customer, live_url + "/", "I want to talk to a human <img src=x onerror=alert(1)>")
 
     # It appears in the console without a reload (server-sent events).
-    operator.wait_for_selector(".op-item", timeout=WAIT_MS)
-    operator.locator(".op-item", has_text="talk to a human <img").click()  # its own: the list puts the longest waiting first
-    operator.wait_for_selector("#op-transcript .op-msg--contact")
+    open_listed(operator, "talk to a human <img")
     assert "<img" in operator.locator("#op-transcript .op-msg--contact .op-text").first.inner_text()
     # Each message says when it was written (the console's own format for the API's UTC times).
     assert re.fullmatch(r"Customer · \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC",
@@ -107,13 +103,8 @@ def test_console_reply_resent_after_a_dropped_connection_keeps_its_message_id(op
 
     operator.route("**/v1/escalations/*/reply", drop_the_first_answer)
     sign_in(operator, live_url)
-    customer.goto(live_url + "/")
-    customer.wait_for_selector("#gw-chat[data-ready='true']")
-    customer.fill("#gw-input", "Can I talk to a human about my parcel?")
-    customer.press("#gw-input", "Enter")
-    operator.wait_for_selector(".op-item", timeout=WAIT_MS)
-    operator.locator(".op-item", has_text="about my parcel").click()  # its own: the list puts the longest waiting first
-    operator.wait_for_selector("#op-transcript .op-msg--contact")
+    ask_in_chat(customer, live_url + "/", "Can I talk to a human about my parcel?")
+    open_listed(operator, "about my parcel")
 
     text = "Your parcel left the warehouse this morning."
     operator.fill("#op-reply", text)
@@ -174,9 +165,7 @@ def test_console_fits_a_phone_screen(open_tab, live_url):
     the escalation squeezed into a column a few words wide."""
     escalation = escalate(live_url, "console-phone", "Phone here, I want to talk to a human")  # its own
     operator = open_tab(viewport={"width": 400, "height": 800})
-    sign_in(operator, live_url)
-    operator.click(f".op-item[data-id='{escalation}']")
-    operator.wait_for_selector("#op-transcript .op-msg")
+    open_escalation(operator, live_url, escalation)
     assert operator.evaluate("document.documentElement.scrollWidth") <= 400
     detail, items = operator.locator("#op-detail").bounding_box(), operator.locator(".op-item").first.bounding_box()
     assert detail["width"] > 300 and detail["y"] > items["y"]  # full width, below the list

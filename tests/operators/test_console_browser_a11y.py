@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.operators.conftest import escalate, sign_in
+from tests.operators.conftest import escalate, open_escalation
 
 pytestmark = pytest.mark.browser
 
@@ -16,9 +16,7 @@ def test_console_announces_the_customers_new_message_and_nothing_else(open_tab, 
     session = "console-announce"
     escalation = escalate(live_url, session, "Announce here, I want to talk to a human")
     operator = open_tab()
-    sign_in(operator, live_url)
-    operator.click(f".op-item[data-id='{escalation}']")
-    operator.wait_for_selector("#op-transcript .op-msg")
+    open_escalation(operator, live_url, escalation)
     region = operator.locator("#op-announce")
     assert region.get_attribute("aria-live") == "polite" and region.inner_text() == ""
     operator.request.post(f"{live_url}/v1/bots/acme/chat", data={"session_id": session, "text": "Are you there?"})

@@ -7,22 +7,14 @@ import re
 
 import pytest
 
-from tests.operators.conftest import WAIT_MS, console_server_with_rex, escalate, sign_in
+from tests.operators.conftest import REX_TOKEN, WAIT_MS, escalate, open_escalation
 
 pytestmark = pytest.mark.browser
-OTHER = "console-operator-rex-token-43"
 
 
-@pytest.fixture(scope="module")
-def live_url(tmp_path_factory):
-    """The console test's app, with a second operator (rex) for the same bot."""
-    with console_server_with_rex(tmp_path_factory.mktemp("console-errors"), OTHER) as url:
-        yield url
-
-
-def _as_rex(page, live_url: str, path: str, **data) -> int:
-    return page.request.post(f"{live_url}{path}", data=data or None,
-                             headers={"Authorization": f"Bearer {OTHER}"}).status
+def _as_rex(page, rex_url: str, path: str, **data) -> int:
+    return page.request.post(f"{rex_url}{path}", data=data or None,
+                             headers={"Authorization": f"Bearer {REX_TOKEN}"}).status
 
 
 def _held_claim(sam, escalation: int) -> dict[str, object]:
@@ -38,39 +30,35 @@ def _held_claim(sam, escalation: int) -> dict[str, object]:
     return held
 
 
-def test_console_clears_a_lost_claims_error_once_the_escalation_is_open_again(open_tab, live_url):
+def test_console_clears_a_lost_claims_error_once_the_escalation_is_open_again(open_tab, rex_url):
     """Sam's claim lost to Rex ("already claimed by rex"); Rex then released it: the escalation was open again,
     Claim offered, and the error still said Rex held it, kept on every refresh until Sam's next action."""
-    escalation = escalate(live_url, "console-error-reopen", "Reopen here, I want to talk to a human")
+    escalation = escalate(rex_url, "console-error-reopen", "Reopen here, I want to talk to a human")
     sam = open_tab()
-    sign_in(sam, live_url)
-    sam.click(f".op-item[data-id='{escalation}']")
-    sam.wait_for_selector("#op-transcript .op-msg")
+    open_escalation(sam, rex_url, escalation)
     held = _held_claim(sam, escalation)
-    assert _as_rex(sam, live_url, f"/v1/escalations/{escalation}/claim") == 200
+    assert _as_rex(sam, rex_url, f"/v1/escalations/{escalation}/claim") == 200
     with sam.expect_response(re.compile(rf".*/v1/escalations/{escalation}/claim$")):
         held["claim"].continue_()
     sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('held by rex')")
     sam.wait_for_selector("#op-error:not([hidden])")
     assert "already claimed by rex" in sam.locator("#op-error").inner_text()
 
-    assert _as_rex(sam, live_url, f"/v1/escalations/{escalation}/release") == 200
+    assert _as_rex(sam, rex_url, f"/v1/escalations/{escalation}/release") == 200
     sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('unclaimed')")
     sam.wait_for_selector("#op-error", state="hidden")
     assert sam.locator("#op-claim").is_enabled()
 
 
-def test_console_shows_a_failed_action_on_the_escalation_it_was_about(open_tab, live_url):
+def test_console_shows_a_failed_action_on_the_escalation_it_was_about(open_tab, rex_url):
     """Sam pressed Claim on one escalation and opened another before the answer came: the refusal ("already
     claimed by rex") was shown on the escalation then open, which nobody held, and stayed there."""
-    acted = escalate(live_url, "console-error-switch-a", "Switch A, I want to talk to a human")
-    shown = escalate(live_url, "console-error-switch-b", "Switch B, I want to talk to a human")
+    acted = escalate(rex_url, "console-error-switch-a", "Switch A, I want to talk to a human")
+    shown = escalate(rex_url, "console-error-switch-b", "Switch B, I want to talk to a human")
     sam = open_tab()
-    sign_in(sam, live_url)
-    sam.click(f".op-item[data-id='{acted}']")
-    sam.wait_for_selector("#op-transcript .op-msg")
+    open_escalation(sam, rex_url, acted)
     held = _held_claim(sam, acted)
-    assert _as_rex(sam, live_url, f"/v1/escalations/{acted}/claim") == 200
+    assert _as_rex(sam, rex_url, f"/v1/escalations/{acted}/claim") == 200
     sam.click(f".op-item[data-id='{shown}']")
     sam.wait_for_function("() => document.getElementById('op-transcript').textContent.includes('Switch B')")
     with sam.expect_response(re.compile(rf".*/v1/escalations/{acted}/claim$")):

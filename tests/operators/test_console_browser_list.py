@@ -13,7 +13,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.operators.conftest import CONSOLE_TOKEN, WAIT_MS, escalate, sign_in
+from tests.operators.conftest import CONSOLE_TOKEN, WAIT_MS, escalate, open_escalation, sign_in
 from tests.web.page_fetches import FETCHES, wait_read
 
 pytestmark = pytest.mark.browser
@@ -159,9 +159,7 @@ def test_console_marks_an_escalation_whose_customer_wrote_while_another_was_read
     reading = escalate(live_url, "console-unread-a", "Read me, I want to talk to a human")
     other = escalate(live_url, "console-unread-b", "Other here, I want to talk to a human")
     operator = open_tab()
-    sign_in(operator, live_url)
-    operator.click(f".op-item[data-id='{reading}']")
-    operator.wait_for_selector("#op-transcript .op-msg")
+    open_escalation(operator, live_url, reading)
     badge = operator.locator(f".op-item[data-id='{other}'] .op-unread")
     assert badge.is_hidden()
     operator.request.post(f"{live_url}/v1/bots/acme/chat", data={"session_id": "console-unread-b", "text": "Hello?"})
@@ -207,9 +205,7 @@ def test_console_shows_no_escalation_rather_than_the_previous_one_when_a_pick_ca
     broken = escalate(live_url, "console-pick-b", "Ben here, I want to talk to a human")
     operator = open_tab()
     operator.route(re.compile(rf".*/v1/escalations/{broken}$"), lambda route: route.abort("connectionfailed"))
-    sign_in(operator, live_url)
-    operator.click(f".op-item[data-id='{shown}']")
-    operator.wait_for_selector("#op-transcript .op-msg")
+    open_escalation(operator, live_url, shown)
     operator.click(f".op-item[data-id='{broken}']")
     operator.wait_for_selector("#op-list-error:not([hidden])")
     assert f"Could not open escalation #{broken}" in operator.locator("#op-list-error").inner_text()
@@ -241,9 +237,7 @@ def test_console_reads_once_for_the_live_events_that_came_while_it_was_reading(o
     operator = open_tab()
     operator.add_init_script(KEEP_STREAM)
     detail = re.compile(rf".*/v1/escalations/{escalation}$")
-    sign_in(operator, live_url)
-    operator.click(f".op-item[data-id='{escalation}']")
-    operator.wait_for_selector("#op-transcript .op-msg")
+    open_escalation(operator, live_url, escalation)
     held, readings = [], []
     operator.on("request", lambda request: readings.append(request.url) if detail.match(request.url) else None)
     operator.route(detail, lambda route: held.append(route) if not held else route.continue_())  # the first is slow

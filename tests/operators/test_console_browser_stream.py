@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.operators.conftest import escalate, sign_in
+from tests.operators.conftest import escalate, open_escalation, sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -52,9 +52,7 @@ def test_console_keeps_all_of_a_pasted_text_over_the_limit_and_says_it_is_too_lo
     stored its first part only)."""
     escalation = escalate(live_url, f"console-long-{box[4:]}", "Long paste here, I want to talk to a human")
     operator = open_tab()
-    sign_in(operator, live_url)
-    operator.click(f".op-item[data-id='{escalation}']")
-    operator.wait_for_selector("#op-transcript .op-msg")
+    open_escalation(operator, live_url, escalation)
     operator.focus(box)
     operator.keyboard.insert_text(text + "x" * 4100)
     assert len(operator.locator(box).input_value()) == len(text) + 4100
