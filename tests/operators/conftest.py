@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import urllib.request
 from pathlib import Path
@@ -143,6 +144,25 @@ def open_listed(operator, has_text: str) -> None:
     operator.wait_for_selector(".op-item", timeout=WAIT_MS)
     operator.locator(".op-item", has_text=has_text).click()
     operator.wait_for_selector("#op-transcript .op-msg--contact")
+
+
+def as_rex(page, rex_url: str, path: str, **data) -> int:
+    """The status of operator rex's POST to `path` (with `data`, as JSON) on the app at `rex_url`."""
+    return page.request.post(f"{rex_url}{path}", data=data or None,
+                             headers={"Authorization": f"Bearer {REX_TOKEN}"}).status
+
+
+def held_claim(sam, escalation: int) -> dict[str, object]:
+    """Sam presses Claim on the escalation shown; the request is held (`["claim"]`) until the test lets it go."""
+    held: dict[str, object] = {}
+    sam.route(re.compile(rf".*/v1/escalations/{escalation}/claim$"), lambda route: held.__setitem__("claim", route))
+    sam.click("#op-claim")
+    for _ in range(WAIT_MS // 50):
+        if "claim" in held:
+            break
+        sam.wait_for_timeout(50)  # the route handler runs while Playwright waits
+    assert "claim" in held
+    return held
 
 
 def escalate(live_url: str, session_id: str, text: str) -> int:

@@ -7,27 +7,9 @@ import re
 
 import pytest
 
-from tests.operators.conftest import REX_TOKEN, WAIT_MS, escalate, open_escalation
+from tests.operators.conftest import as_rex, escalate, held_claim, open_escalation
 
 pytestmark = pytest.mark.browser
-
-
-def _as_rex(page, rex_url: str, path: str, **data) -> int:
-    return page.request.post(f"{rex_url}{path}", data=data or None,
-                             headers={"Authorization": f"Bearer {REX_TOKEN}"}).status
-
-
-def _held_claim(sam, escalation: int) -> dict[str, object]:
-    """Sam presses Claim on the escalation shown; the request is held (`["claim"]`) until the test lets it go."""
-    held: dict[str, object] = {}
-    sam.route(re.compile(rf".*/v1/escalations/{escalation}/claim$"), lambda route: held.__setitem__("claim", route))
-    sam.click("#op-claim")
-    for _ in range(WAIT_MS // 50):
-        if "claim" in held:
-            break
-        sam.wait_for_timeout(50)  # the route handler runs while Playwright waits
-    assert "claim" in held
-    return held
 
 
 def test_console_clears_a_lost_claims_error_once_the_escalation_is_open_again(open_tab, rex_url):
@@ -36,15 +18,15 @@ def test_console_clears_a_lost_claims_error_once_the_escalation_is_open_again(op
     escalation = escalate(rex_url, "console-error-reopen", "Reopen here, I want to talk to a human")
     sam = open_tab()
     open_escalation(sam, rex_url, escalation)
-    held = _held_claim(sam, escalation)
-    assert _as_rex(sam, rex_url, f"/v1/escalations/{escalation}/claim") == 200
+    held = held_claim(sam, escalation)
+    assert as_rex(sam, rex_url, f"/v1/escalations/{escalation}/claim") == 200
     with sam.expect_response(re.compile(rf".*/v1/escalations/{escalation}/claim$")):
         held["claim"].continue_()
     sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('held by rex')")
     sam.wait_for_selector("#op-error:not([hidden])")
     assert "already claimed by rex" in sam.locator("#op-error").inner_text()
 
-    assert _as_rex(sam, rex_url, f"/v1/escalations/{escalation}/release") == 200
+    assert as_rex(sam, rex_url, f"/v1/escalations/{escalation}/release") == 200
     sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('unclaimed')")
     sam.wait_for_selector("#op-error", state="hidden")
     assert sam.locator("#op-claim").is_enabled()
@@ -57,8 +39,8 @@ def test_console_shows_a_failed_action_on_the_escalation_it_was_about(open_tab, 
     shown = escalate(rex_url, "console-error-switch-b", "Switch B, I want to talk to a human")
     sam = open_tab()
     open_escalation(sam, rex_url, acted)
-    held = _held_claim(sam, acted)
-    assert _as_rex(sam, rex_url, f"/v1/escalations/{acted}/claim") == 200
+    held = held_claim(sam, acted)
+    assert as_rex(sam, rex_url, f"/v1/escalations/{acted}/claim") == 200
     sam.click(f".op-item[data-id='{shown}']")
     sam.wait_for_function("() => document.getElementById('op-transcript').textContent.includes('Switch B')")
     with sam.expect_response(re.compile(rf".*/v1/escalations/{acted}/claim$")):

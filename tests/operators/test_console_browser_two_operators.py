@@ -6,7 +6,16 @@ import re
 
 import pytest
 
-from tests.operators.conftest import CONSOLE_TOKEN, REX_TOKEN, WAIT_MS, escalate, open_escalation, sign_in
+from tests.operators.conftest import (
+    CONSOLE_TOKEN,
+    REX_TOKEN,
+    WAIT_MS,
+    as_rex,
+    escalate,
+    held_claim,
+    open_escalation,
+    sign_in,
+)
 from tests.web.page_fetches import FETCHES, asked, wait_read
 
 pytestmark = pytest.mark.browser
@@ -24,8 +33,7 @@ def test_console_keeps_saying_who_took_the_escalation_a_claim_lost_to(open_tab, 
     sam.route(claim_url, lambda route: held.__setitem__("claim", route))
     sam.route(detail_url, lambda route: held.__setitem__("detail", route))
     sam.click("#op-claim")
-    won = sam.request.post(f"{rex_url}/v1/escalations/{escalation}/claim", headers={"Authorization": f"Bearer {REX_TOKEN}"})
-    assert won.status == 200
+    assert as_rex(sam, rex_url, f"/v1/escalations/{escalation}/claim") == 200
     # Rex's claim reaches Sam's console as a live event, whose refresh of the transcript is held too: its
     # way (the event, the page's reading of it) took more than a fixed half second on a loaded machine.
     for _ in range(WAIT_MS // 50):
@@ -70,8 +78,7 @@ def test_console_tells_an_operator_with_no_escalation_open_that_theirs_was_taken
     sign_in(sam, rex_url)
     assert sam.request.post(f"{rex_url}/v1/escalations/{escalation}/claim",
                             headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"}).status == 200
-    assert sam.request.post(f"{rex_url}/v1/escalations/{escalation}/claim", data={"take_over": True},
-                            headers={"Authorization": f"Bearer {REX_TOKEN}"}).status == 200
+    assert as_rex(sam, rex_url, f"/v1/escalations/{escalation}/claim", take_over=True) == 200
     sam.wait_for_selector("#op-notice:not([hidden])")
     assert sam.locator("#op-notice").is_visible() and sam.locator("#op-detail").is_hidden()
     assert sam.locator("#op-notice").inner_text() == f"rex took over escalation #{escalation} from you."
@@ -102,8 +109,7 @@ def test_console_offers_no_resolve_or_send_on_another_operators_claim(open_tab, 
     sam.add_init_script(FETCHES)
     open_escalation(sam, rex_url, escalation)
     assert sam.locator("#op-resolve").is_enabled()
-    assert sam.request.post(f"{rex_url}/v1/escalations/{escalation}/claim",
-                            headers={"Authorization": f"Bearer {REX_TOKEN}"}).status == 200
+    assert as_rex(sam, rex_url, f"/v1/escalations/{escalation}/claim") == 200
     sam.wait_for_function("() => document.getElementById('op-meta').textContent.includes('held by rex')")
     assert sam.locator("#op-resolve").is_disabled()
     assert sam.locator("#op-reply-form button[type=submit]").is_disabled()
@@ -128,8 +134,7 @@ def test_console_drops_a_notice_about_the_escalation_once_the_operator_acts_on_i
     sam.click("#op-claim")
     # The claim done with (its focus moved to the reply box): its live event may draw "held by sam" before.
     sam.wait_for_function("() => document.activeElement === document.getElementById('op-reply')")
-    assert sam.request.post(f"{rex_url}/v1/escalations/{escalation}/claim", data={"take_over": True},
-                            headers={"Authorization": f"Bearer {REX_TOKEN}"}).status == 200
+    assert as_rex(sam, rex_url, f"/v1/escalations/{escalation}/claim", take_over=True) == 200
     sam.wait_for_selector("#op-notice:not([hidden])")
     assert sam.locator("#op-notice").inner_text() == f"rex took over escalation #{escalation} from you."
     sam.click("#op-takeover")
@@ -148,21 +153,12 @@ def test_console_an_action_answered_after_the_operator_opened_another_escalation
     assert sam.request.post(f"{rex_url}/v1/escalations/{shown}/claim",
                             headers={"Authorization": f"Bearer {CONSOLE_TOKEN}"}).status == 200
     open_escalation(sam, rex_url, acted)
-    held: dict[str, object] = {}
-    claim_url = re.compile(rf".*/v1/escalations/{acted}/claim$")
-    sam.route(claim_url, lambda route: held.__setitem__("claim", route))
-    sam.click("#op-claim")
-    for _ in range(WAIT_MS // 50):
-        if "claim" in held:
-            break
-        sam.wait_for_timeout(50)  # the route handler runs while Playwright waits
-    assert "claim" in held
+    held = held_claim(sam, acted)
     sam.click(f".op-item[data-id='{shown}']")
     sam.wait_for_function("() => document.getElementById('op-transcript').textContent.includes('Switch B')")
-    assert sam.request.post(f"{rex_url}/v1/escalations/{shown}/claim", data={"take_over": True},
-                            headers={"Authorization": f"Bearer {REX_TOKEN}"}).status == 200
+    assert as_rex(sam, rex_url, f"/v1/escalations/{shown}/claim", take_over=True) == 200
     sam.wait_for_selector("#op-notice:not([hidden])")
-    with sam.expect_response(claim_url):
+    with sam.expect_response(re.compile(rf".*/v1/escalations/{acted}/claim$")):
         held["claim"].continue_()
     # The claim done with: its act moved the focus to the reply box after it dropped (or kept) the notice.
     sam.wait_for_function("() => document.activeElement === document.getElementById('op-reply')")
