@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import asyncpg
 import structlog
@@ -12,12 +14,23 @@ from gateway.scheduler import IngestScheduler
 from gateway.settings import Settings
 
 
-async def test_leader_exactly_one_of_two_candidates_then_moves_when_its_connection_dies(postgres_url) -> None:
-    a = LeaderElection(postgres_url, name="test-scheduler", retry_seconds=3600)
-    b = LeaderElection(postgres_url, name="test-scheduler", retry_seconds=3600)
+@asynccontextmanager
+async def two_candidates(url: str, name: str) -> AsyncIterator[tuple[LeaderElection, LeaderElection]]:
+    """Two candidates for the lock `name` (retrying only after an hour), started in turn: the first leads.
+    Both are stopped once the block ends, however it ends."""
+    a = LeaderElection(url, name=name, retry_seconds=3600)
+    b = LeaderElection(url, name=name, retry_seconds=3600)
     await a.start()
     await b.start()
     try:
+        yield a, b
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_leader_exactly_one_of_two_candidates_then_moves_when_its_connection_dies(postgres_url) -> None:
+    async with two_candidates(postgres_url, "test-scheduler") as (a, b):
         assert (a.is_leader, b.is_leader) == (True, False)
         assert await a.holds() and not await b.holds()
         assert await b.campaign() is False  # still held by a
@@ -35,9 +48,6 @@ async def test_leader_exactly_one_of_two_candidates_then_moves_when_its_connecti
         assert await a.holds() is False and a.is_leader is False
         assert await b.campaign() is True and b.is_leader
         assert await a.campaign() is False  # the old leader comes back as a follower
-    finally:
-        await a.stop()
-        await b.stop()
 
 
 async def test_leader_keeps_the_lock_when_jobs_due_together_check_at_once(postgres_url) -> None:
@@ -55,16 +65,10 @@ async def test_leader_keeps_the_lock_when_jobs_due_together_check_at_once(postgr
 
 
 async def test_leader_moves_when_the_leader_stops(postgres_url) -> None:
-    a = LeaderElection(postgres_url, name="stop-test", retry_seconds=3600)
-    b = LeaderElection(postgres_url, name="stop-test", retry_seconds=3600)
-    await a.start()
-    await b.start()
-    try:
+    async with two_candidates(postgres_url, "stop-test") as (a, b):
         assert a.is_leader and not b.is_leader
         await a.stop()
         assert await b.campaign() is True
-    finally:
-        await b.stop()
 
 
 async def test_leader_sqlite_single_process_always_leads(tmp_path) -> None:
@@ -134,15 +138,9 @@ async def test_a_tick_right_after_the_leader_died_runs_on_a_follower_that_takes_
     the tick instead of skipping it (a 03:00 ingest was lost when the leader died at 02:59:58)."""
     settings = Settings(bots=[{"name": "acme", "sources": [
         {"name": "docs", "type": "directory", "path": str(tmp_path), "schedule": "0 3 * * *"}]}])
-    a = LeaderElection(postgres_url, name="tick-test", retry_seconds=3600)
-    b = LeaderElection(postgres_url, name="tick-test", retry_seconds=3600)
-    await a.start()
-    await b.start()
     knowledge = _Knowledge()
-    try:
+    async with two_candidates(postgres_url, "tick-test") as (a, b):
         assert a.is_leader and not b.is_leader
         await a.stop()  # as a SIGKILL does: its connection, and the lock with it, is gone
         await IngestScheduler(settings, knowledge=knowledge, leader=b)._run("acme", "docs")
         assert knowledge.runs == [("acme", "docs")] and b.is_leader
-    finally:
-        await b.stop()
