@@ -37,6 +37,14 @@ ID_MAX_CHARS = 255
 workspace, a sender's id. Platform ids are far shorter; a longer one is no platform's."""
 
 
+def logged_id(message: InboundMessage) -> str:
+    """`message.external_id` as logged. A web chat's is `<session_id>/<message_id>` (`gateway.http.webchat`), and a
+    session id reads the visitor's transcript and writes as them (README: Tools): it is masked, `…/m-1`."""
+    if message.channel == "web" and "/" in message.external_id:
+        return "…/" + message.external_id.split("/", 1)[1]
+    return message.external_id
+
+
 class UnstorableMessage(ValueError):
     """A message whose ids the store cannot hold (`overlong_id`): unusable, not a database outage."""
 
@@ -181,12 +189,12 @@ class Inbox:
         async with self._sessions() as session, session.begin():
             if message.existing_conversation_only and await repo.find_conversation(
                     session, bot=bot, ref=message.conversation) is None:
-                log.info("inbound.ignored", bot=bot, channel=message.channel, external_id=message.external_id,
+                log.info("inbound.ignored", bot=bot, channel=message.channel, external_id=logged_id(message),
                          reason="a thread reply without a mention, in a thread the bot has no conversation in")
                 return None
             if message.only_while_held and getattr(await repo.find_conversation(
                     session, bot=bot, ref=message.conversation), "state", "bot") not in HELD_STATES:
-                log.info("inbound.ignored", bot=bot, channel=message.channel, external_id=message.external_id,
+                log.info("inbound.ignored", bot=bot, channel=message.channel, external_id=logged_id(message),
                          reason="a group message without a mention, from a member no person is talking to")
                 return None
             stored = await repo.store_inbound(session, bot=bot, message=message,
@@ -201,7 +209,7 @@ class Inbox:
                     await repo.end_park(session, conversation_id=stored.conversation_id, parked_owner=BURST_OWNER)
                 await announce(session)  # wakes workers in other processes when this commits
         log.info("inbound.duplicate" if stored.duplicate else "inbound.stored", bot=bot, channel=message.channel,
-                 external_id=message.external_id, message_id=stored.message_id,
+                 external_id=logged_id(message), message_id=stored.message_id,
                  conversation_id=stored.conversation_id)
         if not stored.duplicate and self._on_stored is not None:
             self._on_stored(stored.conversation_id)
