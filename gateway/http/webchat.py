@@ -8,6 +8,7 @@ import json
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import structlog
@@ -105,10 +106,36 @@ any site could make its visitors' browsers write to the bot (each with its own p
 posts from its own origin (framed or not), and a client that is no browser page sends no such header."""
 
 
+def _from_another_site(request: Request) -> bool:
+    """Whether a browser sent this request from a page of another origin. `Sec-Fetch-Site` says so where the
+    browser sends it; it sends none to a plain-http origin other than loopback (a gateway on a LAN address), nor
+    does Safari before 16.4 (2023), so then `Origin`, which every browser sends with a cross-origin POST, is
+    compared with the host the request was sent to (`Host`, or a proxy's `X-Forwarded-Host`: a page cannot set
+    either). No `Origin` either: no browser page's cross-origin request (a backend, curl)."""
+    site = request.headers.get("sec-fetch-site", "").strip().lower()
+    if site:
+        return site in CROSS_SITE
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    parts = urlsplit(origin.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return True  # "null": a sandboxed or opaque page
+    hosts = [request.headers.get("host", ""), *request.headers.get("x-forwarded-host", "").split(",")]
+    return parts.netloc.lower() not in {_without_default_port(host) for host in hosts if host.strip()}
+
+
+def _without_default_port(host: str) -> str:
+    """A Host header as an Origin writes it: lower case, without the scheme's default port (`:443`, `:80`)."""
+    host = host.strip().lower()
+    return host.rsplit(":", 1)[0] if host.endswith((":443", ":80")) else host
+
+
 def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | None:
-    if request.headers.get("sec-fetch-site", "").strip().lower() in CROSS_SITE:
+    if _from_another_site(request):
         return error(403, "a page of another site cannot post to the web chat; embed the widget in an <iframe> "
-                          "(README: Embedding it in your site)")
+                          "(README: Embedding it in your site). Behind a proxy, pass on the Host header (nginx: "
+                          "proxy_set_header Host $host;)")
     if (refused := _without_web_chat(request, bot)) is not None:
         return refused
     settings = services(request).settings.bot(bot)

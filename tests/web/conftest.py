@@ -114,13 +114,13 @@ def _prepare(config: Path) -> None:
 
 
 @contextmanager
-def serving(app) -> Iterator[str]:
-    """Serve an ASGI app with uvicorn in a thread on an ephemeral port; yields its base URL."""
+def serving(app, *, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn in a thread (on an ephemeral port unless `port`); yields its base URL."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, port))
     from gateway.cli import GRACEFUL_SHUTDOWN_S
 
     # As `serve` does: a browser tab's open SSE stream would otherwise hold the shutdown until the join gives up.
@@ -134,7 +134,7 @@ def serving(app) -> Iterator[str]:
             raise RuntimeError("the gateway did not start; see the log above")
         time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield f"http://{host}:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(timeout=30)

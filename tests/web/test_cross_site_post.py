@@ -46,3 +46,65 @@ def test_a_page_of_another_site_cannot_post_into_the_chat_from_its_visitors_brow
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
     assert [m["direction"] for m in _transcript(live_server, session)][:1] == ["in"]
+
+
+def _own_address() -> str | None:
+    """This machine's address on its network (not loopback), or None: the route to a TEST-NET address names it
+    (a UDP `connect` sends nothing)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+@pytest.fixture(scope="module")
+def plain_http_server(tmp_path_factory):
+    """The gateway over plain http on this machine's network address, as on a LAN: not a "potentially
+    trustworthy" origin, to which browsers send no `Sec-Fetch-*` header at all."""
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+    from tests.web.conftest import _prepare, serving, write_config
+
+    address = _own_address()
+    if address is None:
+        pytest.skip("this machine has no network address but loopback")
+    root = tmp_path_factory.mktemp("plain-http")
+    config = write_config(root)
+    _prepare(config)
+    with serving(create_app(load_settings(config), start_scheduler=False), host=address) as url:
+        yield type("Served", (), {"url": url, "bot": "acme"})
+
+
+def test_a_page_of_another_site_cannot_post_into_a_chat_served_over_plain_http(browser, plain_http_server):
+    """Browsers send `Sec-Fetch-Site` only to https (and loopback) origins: over plain http the refusal above
+    relied on a header that never came, and another site's page posted into the chat. `Origin` comes with every
+    browser's cross-origin POST, secure or not."""
+    server, session = plain_http_server, "web-posted-over-plain-http"
+    attack = f"""<!doctype html><html><body><script>
+      fetch("{server.url}/v1/bots/{server.bot}/chat", {{method: "POST", mode: "no-cors",
+            body: new Blob([JSON.stringify({{session_id: "{session}", text: "How do I reset my password?"}})])}})
+        .then(() => {{ document.title = "done"; }}, () => {{ document.title = "done"; }});
+    </script></body></html>"""
+    with host_site(attack) as site:
+        page = browser.new_page()
+        try:
+            page.goto(site + "/")
+            page.wait_for_function("document.title === 'done'", timeout=30_000)
+        finally:
+            page.close()
+    assert _transcript(server, session) == []
+    # The widget itself, on that same plain-http origin, still chats: its posts are same-origin.
+    page = browser.new_page()
+    try:
+        page.goto(f"{server.url}/?bot={server.bot}")
+        page.fill("#gw-input", "How do I reset my password?")
+        page.click("#gw-send")
+        page.wait_for_selector(".gw-msg--bot .gw-bubble", timeout=60_000)
+        assert page.inner_text(".gw-msg--bot .gw-bubble").strip()
+    finally:
+        page.close()
