@@ -53,6 +53,7 @@ from channels.render import split_text
 from channels.sent_parts import SentParts
 from channels.whatsapp_form import FormFields
 from channels.whatsapp_media import attachments as media_of
+from channels.whatsapp_media import missing as missing_media
 from channels.whatsapp_media import readable
 from channels.whatsapp_render import to_whatsapp
 from gateway.backoff import asked_wait, doubling
@@ -217,6 +218,8 @@ class WhatsAppAdapter:
             return WebhookResult(ignored=(f"own message {sid} echoed back",))
         body = form.get("Body", "")
         attachments = media_of(form)
+        if unfetched := missing_media(attachments):  # answered as media the bot cannot read
+            log.warning("whatsapp.media_missing", bot=self.bot, sid=sid, missing=unfetched, num_media=form.get("NumMedia"))
         if "Body" not in form and not attachments:
             # Twilio sends a Body with every message, empty or not. A blank one is a message: it gets the
             # greeting, as a bare mention does on the other channels.

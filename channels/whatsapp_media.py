@@ -31,14 +31,21 @@ def attachments(form: Mapping[str, str]) -> tuple[Attachment, ...]:
         count = 0
     for i in range(min(count, MAX_MEDIA)):
         url = form.get(f"MediaUrl{i}")
-        if url:
-            mime = form.get(f"MediaContentType{i}") or None
-            found.append(Attachment(kind=_kind(mime), url=url, mime_type=mime))
+        mime = form.get(f"MediaContentType{i}") or None
+        # Counted in NumMedia with no MediaUrl: media Twilio could not fetch, or a form that lost the field. Still
+        # something the customer sent, which the bot cannot read (`missing`): it was dropped, and the photo got
+        # the greeting an empty message gets.
+        found.append(Attachment(kind=_kind(mime), url=url, mime_type=mime) if url else Attachment(kind="other", mime_type=mime))
     place = location(form)
     if place is not None:
         found.append(Attachment(kind="location", url=f"geo:{place['latitude']},{place['longitude']}",
                                 caption=place.get("label") or place.get("address") or None))
     return tuple(found)
+
+
+def missing(found: tuple[Attachment, ...]) -> int:
+    """How many of the media `attachments` found came without a URL (Twilio could not fetch them)."""
+    return sum(1 for a in found if a.kind == "other" and a.url is None)
 
 
 def location(form: Mapping[str, str]) -> dict[str, Any] | None:

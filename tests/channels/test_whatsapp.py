@@ -8,6 +8,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
+import structlog
 from twilio.request_validator import RequestValidator
 
 from channels.base import ChannelAdapter, RawRequest
@@ -242,6 +243,32 @@ def test_whatsapp_parse_media_without_caption_is_a_message_with_empty_text(adapt
     (message,) = adapter.parse(_signed(form)).messages
     assert message.text == ""
     assert message.attachments[0].kind == "audio"
+
+
+@pytest.mark.parametrize("fields", [{"NumMedia": "1"}, {"NumMedia": "2", "MediaContentType1": "image/jpeg"},
+                                    {"NumMedia": "1", "MediaUrl0": ""}], ids=["no-url", "stripped-form", "blank-url"])
+def test_whatsapp_parse_media_twilio_could_not_fetch_is_media_we_cannot_read(adapter: WhatsAppAdapter,
+                                                                             fields: dict[str, str]) -> None:
+    # NumMedia said media came, but no MediaUrl{i} (Twilio could not fetch it, or a form stripped on the way):
+    # no attachment and no text, so the customer who sent a photo got the greeting as if they had said nothing.
+    form = {"MessageSid": "SM" + "9a" * 16, "From": "whatsapp:+1555", "To": "whatsapp:+15550001111", "Body": "",
+            **fields}
+    with structlog.testing.capture_logs() as logs:
+        (message,) = adapter.parse(_signed(form)).messages
+    count = int(fields["NumMedia"])
+    assert message.text == "" and [a.kind for a in message.attachments] == ["other"] * count
+    assert all(a.url is None for a in message.attachments)
+    [logged] = [e for e in logs if e["event"] == "whatsapp.media_missing"]
+    assert (logged["sid"], logged["missing"], logged["log_level"]) == (form["MessageSid"], count, "warning")
+
+
+def test_whatsapp_parse_media_with_urls_logs_nothing_missing(adapter: WhatsAppAdapter) -> None:
+    form = {"MessageSid": "SM" + "9b" * 16, "From": "whatsapp:+1555", "To": "whatsapp:+15550001111", "Body": "",
+            "NumMedia": "1", "MediaUrl0": "https://api.twilio.com/media/ME1", "MediaContentType0": "image/png"}
+    with structlog.testing.capture_logs() as logs:
+        (message,) = adapter.parse(_signed(form)).messages
+    assert [a.kind for a in message.attachments] == ["image"]
+    assert not [e for e in logs if e["event"] == "whatsapp.media_missing"]
 
 
 def test_whatsapp_parse_ignores_our_own_number(adapter: WhatsAppAdapter) -> None:

@@ -100,6 +100,17 @@ async def test_whatsapp_media_without_text_gets_text_only_reply(whatsapp_env):
     assert first.attachments[0]["url"].endswith("/Media/ME1") and first.attachments[0]["kind"] == "image"
 
 
+async def test_whatsapp_media_twilio_could_not_fetch_gets_the_text_only_reply(whatsapp_env):
+    # NumMedia=1 and no MediaUrl0: stored with nothing in it, the photo was answered with the greeting.
+    client, services, fake = whatsapp_env
+    form = inbound("MM" + "d5" * 16, "+15550000005", body="", NumMedia="1")
+    assert (await post(client, form)).status_code == 200
+    [sent] = await wait_until(lambda: sent_to(fake, "+15550000005"), what="the text-only reply")
+    assert sent.form["Body"] == TEXT_ONLY_REPLY
+    first = (await messages_in_chat(services, channel="whatsapp", chat="whatsapp:+15550000005"))[0]
+    assert [a["kind"] for a in first.attachments] == ["other"]
+
+
 async def test_whatsapp_status_callbacks_update_the_reply_and_ignore_late_sent(whatsapp_env):
     client, services, fake = whatsapp_env
     _, reply_id, sid = await answered(client, services, fake, "SM" + "e" * 32, "+15550000005")
