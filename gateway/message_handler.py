@@ -44,7 +44,7 @@ from gateway.events import EventBus, conversation_topic, message_topic
 from gateway.models import OPT_COMMANDS, CallerIdentity, ConversationRef, as_utc, utcnow
 from gateway.observability.logs import redact
 from gateway.pipeline import Pipeline, PipelineResult, Turn
-from gateway.pipeline.core import handoff
+from gateway.pipeline.core import handoff, opt_keyword
 from gateway.pipeline.tool_journal import META_KEY as TOOL_RUNS
 from gateway.pipeline.tool_journal import ToolJournal
 from gateway.settings import Settings
@@ -181,7 +181,7 @@ class MessageHandler:
             # refuses it): no more paid model calls; the customer gets the failure reply and a person.
             bound.error("pipeline.gave_up", attempts=attempt - 1)
             error = f"gave up after {attempt - 1} attempts that did not finish"
-            result = handoff(bot, "failure", reason=error, trigger="gave_up", error=error)
+            result = opt_keyword(turn) or handoff(bot, "failure", reason=error, trigger="gave_up", error=error)
             await finish(inbound, result, status="failed", error=error)
             return None
         # Counted on its first attempt only: a message taken again after a crash is still one message. Nor
@@ -211,8 +211,8 @@ class MessageHandler:
                 reason, error = f"pipeline error: {type(exc).__name__}", str(exc)[:500]
                 trigger = "pipeline_error"
             # What the turn spent and did until then is stored with the failure reply.
-            result = handoff(turn.bot, "failure", reason=reason, trigger=trigger, error=error,
-                             usage=turn.record.usage, tool_calls=turn.record.tool_calls)
+            result = opt_keyword(turn) or handoff(turn.bot, "failure", reason=reason, trigger=trigger, error=error,
+                                                  usage=turn.record.usage, tool_calls=turn.record.tool_calls)
         finally:
             if typing is not None:
                 await cancel([typing])

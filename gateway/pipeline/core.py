@@ -96,18 +96,9 @@ class Pipeline:
     async def handle(self, turn: Turn) -> PipelineResult:
         """Run the steps for one message; raises only on bugs (the worker turns those into a handoff)."""
         bound = log.bind(message_id=turn.message_id, conversation_id=turn.conversation_id, bot=turn.bot.name)
-        if turn.command in ANSWERED_BY_PLATFORM:
-            # WhatsApp STOP / START, and HELP under Advanced Opt-Out: Twilio answers it; ours would be a second one.
-            bound.info("pipeline.opt_keyword", command=turn.command)
-            return PipelineResult(reply=None, answered=False)
-        if turn.command in (OPT_OUT, OPT_IN):
-            # A bare STOP / START, which Twilio neither answered nor acted on: the customer learns it was heard,
-            # and how to come back. Sent whoever holds the thread; the outbox lets this one through the opt-out.
-            bound.info("pipeline.opt_keyword", command=turn.command, confirmed=True)
-            replies = turn.bot.replies
-            return PipelineResult(reply=replies.opted_out if turn.command == OPT_OUT else replies.opted_in,
-                                  author="system", answered=False, counts=False,
-                                  confirms_opt_out=turn.command == OPT_OUT)
+        if (keyword := opt_keyword(turn)) is not None:
+            bound.info("pipeline.opt_keyword", command=turn.command, **({"confirmed": True} if keyword.reply else {}))
+            return keyword
         if turn.state != "bot":
             bound.info("pipeline.operator_holds_thread", state=turn.state, notice=turn.needs_reply)
             if turn.needs_reply:  # the person's reply comes as a message of its own; this ends the pending state
@@ -305,6 +296,22 @@ def holding_notice(bot: BotSettings, state: str) -> str:
     the bot's own wording for that state, or its `replies.holding` where the bot has none."""
     configured = bot.escalation.claimed_message if state == "operator" else bot.escalation.acknowledgement
     return configured or bot.replies.holding
+
+
+def opt_keyword(turn: Turn) -> PipelineResult | None:
+    """The whole answer to a WhatsApp STOP / START (HELP under Advanced Opt-Out), else None. Also a turn that failed
+    or gave up: the opt-out was recorded as the message was stored, and its confirmation, not the failure reply
+    (refused by the opt-out) and a person (who cannot reach them), is what the customer is owed."""
+    if turn.command in ANSWERED_BY_PLATFORM:
+        # Twilio answers it; ours would be a second one.
+        return PipelineResult(reply=None, answered=False)
+    if turn.command in (OPT_OUT, OPT_IN):
+        # A bare STOP / START, which Twilio neither answered nor acted on: the customer learns it was heard,
+        # and how to come back. Sent whoever holds the thread; the outbox lets this one through the opt-out.
+        replies = turn.bot.replies
+        return PipelineResult(reply=replies.opted_out if turn.command == OPT_OUT else replies.opted_in,
+                              author="system", answered=False, counts=False, confirms_opt_out=turn.command == OPT_OUT)
+    return None
 
 
 def handoff(bot: BotSettings, outage: Outage, *, reason: str, trigger: str, **fields: Any) -> PipelineResult:

@@ -4,11 +4,11 @@ answers, not an operator's reply, not a template) until START, and what was held
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from gateway.message_handler import OPTED_OUT
+from gateway.message_handler import MAX_TURN_ATTEMPTS, OPTED_OUT
 from gateway.retention import forget_contact
-from storage.models import Contact, OptOut
+from storage.models import Contact, Escalation, Message, OptOut
 from tests.english_replies import DEFAULT_GREETING, ENGLISH
 from tests.fakes.twilio_api import Reply
 from tests.gateway_channels.conftest import get_message, messages_in_chat, settle, settled_chat, store_reply, wait_until
@@ -230,3 +230,38 @@ async def test_a_contact_who_sent_stop_and_was_forgotten_is_still_not_messaged(w
     assert await services.outbox.deliver(reply_id) == "failed"
     await settle(services=services)
     assert sent_to(fake, phone) == []
+
+
+@pytest.mark.parametrize(("phone", "sid", "fields", "confirmation"), [
+    ("+15550000038", "SM" + "c1" * 16, {}, [ENGLISH.opted_out]),
+    ("+15550000039", "SM" + "c2" * 16, {"OptOutType": "STOP"}, []),  # Twilio's Advanced Opt-Out answered it
+], ids=["bare", "answered-by-twilio"])
+async def test_a_stop_whose_turn_gave_up_is_still_confirmed_and_hands_nothing_to_a_person(whatsapp_env, phone, sid,
+                                                                                          fields, confirmation):
+    # Every attempt at the STOP's turn died before it was stored (a process killed each time): the turn gave up
+    # with the failure reply ("I've asked a person…"), which the opt-out then refused, and an escalation. The
+    # customer never learnt their STOP was heard, and a person was asked to help someone who had opted out.
+    client, services, fake = whatsapp_env
+    await services.worker.stop()  # the STOP is stored, but its turn not begun, until the worker starts again
+    try:
+        await post(client, inbound(sid, phone, "STOP", **fields))
+        [stop] = await messages_in_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}")
+        async with services.sessions() as session, session.begin():
+            await session.execute(update(Message).where(Message.id == stop.id).values(attempts=MAX_TURN_ATTEMPTS))
+    finally:
+        await services.worker.start()
+    given_up = await wait_until(lambda: _settled(services, stop.id), what="the STOP's turn given up")
+    assert "gave up after 5 attempts" in given_up.error
+    await settle(services=services)
+    assert [r.form["Body"] for r in sent_to(fake, phone)] == confirmation
+    assert await _opted_out_at(services, phone) is not None  # recorded as it was stored, whatever the turn did
+    async with services.sessions() as session:
+        assert (await session.execute(select(Escalation).where(
+            Escalation.conversation_id == stop.conversation_id))).first() is None
+    stored = await messages_in_chat(services, channel="whatsapp", chat=f"whatsapp:{phone}")
+    assert [(m.direction, m.status) for m in stored] == [("in", "failed")] + [("out", "sent")] * len(confirmation)
+
+
+async def _settled(services, message_id: int):
+    message = await get_message(services, message_id)
+    return message if message.status not in ("pending", "sending") else None
