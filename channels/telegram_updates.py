@@ -66,8 +66,9 @@ _ABOUT_FIELDS = frozenset({
 
 
 class UsernameUnknown(Exception):
-    """A command naming a bot (`/ask@name`), or a group message with an @mention (a `mention` entity), read before
-    getMe told us our own username: whether it names us cannot be told yet. Read again later (the webhook answers
+    """A command naming a bot (`/ask@name`), or a group message with an @mention (a `mention` entity) and nothing
+    else addressing the bot (no reply to it, no bare /command, no `text_mention` of its id, no `respond_in_groups:
+    always`), read before getMe told us our own username: whether it names us cannot be told yet. Read again later (the webhook answers
     503, which Telegram retries; polling fetches it again): ignored, it was lost for good, Telegram never sending it
     again; read at once, a mention of us was taken for one of someone else, and never answered."""
 
@@ -237,8 +238,6 @@ class UpdateParser:
         if addr.refusal:
             return ignore(addr.refusal)
         is_group = chat.get("type") != "private"
-        if is_group and addr.unjudged_mention:  # in a private chat every message is to us, whoever it names
-            raise UsernameUnknown(f"message mentions {addr.unjudged_mention}: our username is not known yet")
         reply = _replied_to(msg)
         replied_to_us = (reply.get("from") or {}).get("id") == self.bot_id
         # Not addressed to the bot: ignored, unless an operator is talking with this member here (the
@@ -250,6 +249,9 @@ class UpdateParser:
         news = chat.get("type") == "channel" or bool(msg.get("is_automatic_forward"))
         everything = self.respond_in_groups == "always" and not news
         unaddressed = is_group and not everything and not (addr.addressed or replied_to_us)
+        if unaddressed and addr.unjudged_mention:  # addressed anyway (a reply to us, a bare /command, a text_mention
+            # of our id, `always`), or a private chat: the @mention, maybe of us, is left in its words unstripped
+            raise UsernameUnknown(f"message mentions {addr.unjudged_mention}: our username is not known yet")
         text = addr.text
         if addr.command:
             raw["command"] = addr.command

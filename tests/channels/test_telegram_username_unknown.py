@@ -18,11 +18,12 @@ import structlog
 
 from channels.telegram import TelegramAdapter
 from gateway.models import InboundMessage
-from tests.channels.telegram_helpers import _request, _settings, _update, fake_fixture  # noqa: F401 - `fake`
+from tests.channels.telegram_helpers import TOKEN, _request, _settings, _update, fake_fixture  # noqa: F401 - `fake`
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 ASK = {"type": "bot_command", "offset": 0, "length": 16}
 MENTION = {"type": "mention", "offset": 0, "length": 12}
+ASK_BARE = {"type": "bot_command", "offset": 0, "length": 4}
 
 
 @pytest.fixture(name="unnamed")
@@ -86,3 +87,48 @@ async def test_a_group_mention_waits_for_the_username_and_nothing_else_does(unna
     unnamed.parser.username = "support_bot"  # getMe answered
     [asked] = unnamed.parse(_request(update)).messages
     assert asked.text == "hi" and not asked.only_while_held
+
+
+BOT_ID = int(TOKEN.split(":", 1)[0])  # what the token says, with or without getMe
+OUR_MESSAGE = {"message_id": 40, "date": 1699999990, "chat": {"id": -100777, "type": "group"},
+               "from": {"id": BOT_ID, "is_bot": True, "first_name": "Support", "username": "support_bot"},
+               "text": "We open at 9."}
+SOMEONE = {"type": "mention", "offset": 0, "length": 6}  # "@carol"
+
+
+@pytest.mark.parametrize(("text", "fields", "settings", "words"), [
+    # A text_mention names the bot by its user id, which the token gives: no username needed.
+    ("Support @carol when do you open?", {"entities": [
+        {"type": "text_mention", "offset": 0, "length": 7, "user": {"id": BOT_ID, "is_bot": True, "first_name": "S"}},
+        {"type": "mention", "offset": 8, "length": 6}]}, {}, "@carol when do you open?"),
+    # A reply to the bot's own message is to the bot, whoever else it names.
+    ("@carol and on Sundays?", {"entities": [SOMEONE], "reply_to_message": OUR_MESSAGE}, {}, "@carol and on Sundays?"),
+    # A command without @name is ours (only a command naming a bot needs the username).
+    ("/ask @carol says you close at 5?", {"entities": [ASK_BARE, {"type": "mention", "offset": 5, "length": 6}]},
+     {}, "@carol says you close at 5?"),
+    # With respond_in_groups: always every group message is to the bot.
+    ("@carol do you ship abroad?", {"entities": [SOMEONE]}, {"respond_in_groups": "always"},
+     "@carol do you ship abroad?"),
+], ids=["text-mention-of-us", "reply-to-us", "bare-command", "respond-always"])
+async def test_a_group_message_addressed_to_us_otherwise_is_read_at_once(fake: FakeTelegramAPI, text, fields,
+                                                                        settings, words) -> None:
+    # Deferred (503, offset kept) until getMe answered: a member's question to the bot waited on an outage of
+    # getMe although nothing about it needed the bot's username.
+    fake.fail_next("getMe", status=502, times=1)
+    tg = TelegramAdapter("demo", _settings(fake.base_url, **settings), identity_retry_s=60)
+    await tg.start(lambda m: asyncio.sleep(0))
+    try:
+        assert tg.parser.username is None
+        result = tg.parse(_request(_update(text, chat_type="group", **fields)))
+        assert result.response is None, result.ignored
+        [asked] = result.messages
+        assert asked.text == words and not asked.only_while_held
+    finally:
+        await tg.stop()
+
+
+async def test_a_group_mention_alone_still_waits_for_the_username(unnamed) -> None:
+    # A reply to another member, with an @mention: whether it names us is all that tells.
+    other = OUR_MESSAGE | {"from": {"id": 5, "is_bot": False, "first_name": "Carol"}}
+    _sent_again_later(unnamed, _update("@support_bot is she right?", chat_type="group", entities=[MENTION],
+                                       reply_to_message=other))
