@@ -4,8 +4,9 @@ Inbound: Twilio posts `application/x-www-form-urlencoded` to `POST /webhooks/{bo
 signs it with `X-Twilio-Signature` over `public_url + /webhooks/{bot}/whatsapp` (from config, never
 from the proxied request) plus the sorted form fields. The same URL receives status callbacks,
 which become `StatusUpdate`s. Twilio sends no timestamp, so there is no staleness check; retries are
-deduplicated by `MessageSid` while its message is stored (a captured request replayed after the purge or
-`gateway forget` deleted it is stored again: README, Reliability and security, says why that stays). Twilio signs the fields joined with no separator, so a captured request
+deduplicated by `MessageSid` while its message is stored, and for 30 days after `gateway forget` deleted it
+(storage/forgotten.py; one replayed after the purge is stored again: README, Reliability and security, says why
+that stays). Twilio signs the fields joined with no separator, so a captured request
 can be re-cut (`MessageSid=SM1` + `NumMedia=0` → `MessageSid=SM1NumMedia0`) and still verify: the
 copies of the message id Twilio sends (`SmsMessageSid`, `SmsSid`) must then agree, or it is refused.
 Folding those copies into key names leaves one id, so an id that begins like Twilio's (`SM` or `MM`

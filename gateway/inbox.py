@@ -20,7 +20,7 @@ from storage import message_meta
 from storage import repositories as repo
 from storage.chat_moves import move_chat, unfinished_moves
 from storage.conflicts import run_again_on_conflict
-from storage.forgotten import was_forgotten
+from storage.forgotten import MessageForgotten, was_forgotten
 from storage.message_meta import first_stored_edit_key
 from storage.meta_keys import merged_meta, stored_revision_before
 from storage.models import Conversation, Message
@@ -163,8 +163,9 @@ class Inbox:
         None when nothing is stored: the message is `existing_conversation_only` and its conversation
         does not exist (a Slack thread reply without a mention, in a thread the bot was never asked in),
         or it is an edit or deletion (`revises`), applied to the message it names while that one waits, a
-        chat's move to a new id (`moves_to`), applied to its conversations, or the bot's removal from a chat
-        or return to it (`bot_removed`), recorded for every replica's outbox."""
+        chat's move to a new id (`moves_to`), applied to its conversations, the bot's removal from a chat
+        or return to it (`bot_removed`), recorded for every replica's outbox, or a redelivery of a message
+        `gateway forget` deleted (storage/forgotten.py)."""
         message = storable(message)  # every entry point (webhooks, polling, sockets, gateway) passes here
         if (too_long := overlong_id(message)) is not None:
             raise UnstorableMessage(too_long)
@@ -186,6 +187,14 @@ class Inbox:
             return await self._move_place(bot, message)
         if message.revises is not None:
             return await self._revise(bot, message)
+        try:
+            return await self._store(bot, message)
+        except MessageForgotten:  # raised out of the transaction: the contact and conversation it made are undone
+            log.info("inbound.ignored", bot=bot, channel=message.channel, external_id=message.external_id,
+                     reason="a redelivery of a message `gateway forget` deleted")
+            return None
+
+    async def _store(self, bot: str, message: InboundMessage) -> Accepted | None:
         async with self._sessions() as session, session.begin():
             if message.existing_conversation_only and await repo.find_conversation(
                     session, bot=bot, ref=message.conversation) is None:

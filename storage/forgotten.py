@@ -5,7 +5,8 @@ come, `gateway.models.may_still_come`), and so is a group member's edit that add
 (`InboundMessage.new_if_never_stored`). A forgotten message is one never stored to the inbox: its edit, which
 Telegram, Slack and Discord send with the whole new text, stored it again. The forget keeps, for each inbound message
 it deletes, the sha256 of its bot, channel, chat and platform message id (`forgotten_key`); an edit whose key is
-there is ignored (`gateway.inbox.Inbox._revise`). No text, name, user id or chat id is kept. The retention job
+there is ignored (`gateway.inbox.Inbox._revise`), and so is a redelivery of the message itself (a platform's
+retry, a Telegram update sent again: `repositories.store_inbound`). No text, name, user id or chat id is kept. The retention job
 drops a key after `FORGOTTEN_KEPT_DAYS`; an edit later than that, of a group message to ask the bot, is a question
 asked anew.
 """
@@ -26,6 +27,11 @@ from storage.upsert import dialect_insert
 FORGOTTEN_KEPT_DAYS = 30
 """How long a forgotten message's key is kept: longer than a private chat's edit is a question
 (`NEVER_STORED_EDIT_WINDOW`, 23 hours), and than nearly every edit of a group message."""
+
+
+class MessageForgotten(Exception):
+    """A delivery of a message `gateway forget` deleted (its key is kept): `store_inbound` stores nothing of it. Raised
+    out of the transaction, so the contact and conversation it upserted first are rolled back, not made anew."""
 
 
 def forgotten_key(bot: str, channel: str, chat: str, platform_message_id: str) -> str:

@@ -16,8 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.models import OPT_COMMANDS, OPT_IN, OPT_OUTS, ConversationRef, InboundMessage, utcnow
 from storage import opt_outs
+from storage.forgotten import MessageForgotten, forgotten_key
 from storage.message_meta import PLATFORM_META, first_stored_edit_key, inbound_meta
-from storage.models import Contact, Conversation, Message
+from storage.models import Contact, Conversation, ForgottenMessage, Message
 from storage.text import storable_json, storable_text
 from storage.upsert import dialect_insert, insert_ignore
 
@@ -103,6 +104,9 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
         same = select(Message.id).join(Conversation, Message.conversation_id == Conversation.id).where(
             *delivered, Conversation.chat == message.conversation.chat,
             Message.meta["platform_message_id"].as_string() == meta["platform_message_id"])
+    # A redelivery of a message `gateway forget` deleted (storage/forgotten.py) is not stored again: asked by the insert.
+    gone = select(ForgottenMessage.key).where(ForgottenMessage.key == forgotten_key(
+        bot, message.channel, message.conversation.chat, meta["platform_message_id"])).exists()
     result = await session.execute(
         insert_ignore(session, Message, {
             "conversation_id": conversation.id, "bot": bot, "channel": message.channel, "direction": "in",
@@ -111,7 +115,7 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
             "meta": meta | ({"traceparent": traceparent} if traceparent else {}),
             "tool_calls": [], "retrieved": [], "provider_ids": [], "status": "pending", "attempts": 0,
             "created_at": now, "updated_at": now, "sent_at": message.sent_at,
-        }, ["bot", "channel", "direction", "external_id"], unless=same.exists()).returning(Message.id)
+        }, ["bot", "channel", "direction", "external_id"], unless=same.exists() | gone).returning(Message.id)
     )
     inserted = result.scalar_one_or_none()
     if inserted is not None:
@@ -129,7 +133,9 @@ async def store_inbound(session: AsyncSession, *, bot: str, message: InboundMess
     # stored from its edit (or, for the edit's copy, from its first version).
     stored = (await session.execute(select(Message.id, Message.conversation_id).where(
         *delivered, or_(Message.external_id == message.external_id, Message.id.in_(same))).order_by(Message.id)
-        .limit(1))).one()
+        .limit(1))).one_or_none()
+    if stored is None:  # nothing of it stored, and nothing inserted: its key says `gateway forget` deleted it
+        raise MessageForgotten(message.external_id)
     return StoredInbound(message_id=stored.id, conversation_id=stored.conversation_id,
                          contact_id=contact.id, duplicate=True)
 

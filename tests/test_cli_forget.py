@@ -15,14 +15,15 @@ from storage.opt_outs import opt_out
 from tests.conftest import write_config
 
 
-def _conversation_of(database_url: str, *, channel: str, user: str, opted_out: bool = False) -> None:
-    """One message of `user` in their one-to-one conversation (their contact opted out with `opted_out`)."""
+def _conversation_of(database_url: str, *, channel: str, user: str, opted_out: bool = False, number: int = 1) -> None:
+    """Message `number` of `user` in their one-to-one conversation (their contact opted out with `opted_out`). A
+    message forgotten is not stored again (storage/forgotten.py): one after a forget takes a new number."""
     async def store() -> None:
         engine = create_engine(database_url)
         try:
             async with session_factory(engine)() as session, session.begin():
                 await repo.store_inbound(session, bot="acme", message=InboundMessage(
-                    channel=channel, external_id=f"{user}-1", conversation=ConversationRef(channel=channel, chat=user),
+                    channel=channel, external_id=f"{user}-{number}", conversation=ConversationRef(channel=channel, chat=user),
                     sender=Sender(external_id=user, display_name="Ada"), text="hello"))
                 if opted_out:
                     contact = (await session.execute(select(Contact))).scalar_one()
@@ -55,7 +56,7 @@ def test_forget_says_it_kept_the_opt_out_of_a_contact_who_sent_stop(tmp_path, ca
     assert main(["forget", "--config", str(config), "--channel", "whatsapp", "--user", "15550001", "--json"]) == 0
     # --json keeps its four counts: scripts read it (the opt-out is in the data_deletions row's counts).
     assert json.loads(capsys.readouterr().out) == {"contacts": 0, "conversations": 1, "messages": 1, "escalations": 0}
-    _conversation_of(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}", channel="whatsapp", user="15550001")
+    _conversation_of(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}", channel="whatsapp", user="15550001", number=2)
     assert main(["forget", "--config", str(config), "--channel", "whatsapp", "--user", "15550001"]) == 0
     assert capsys.readouterr().out == (
         "deleted 0 contacts, 1 conversation, 1 message, 0 escalations; kept 1 opt-out (WhatsApp STOP) "

@@ -204,6 +204,9 @@ async def chat(bot: str, body: ChatRequest, request: Request):
         sender=Sender(external_id=body.session_id, display_name="Web visitor"), text=body.text,
     )
     accepted = await svc.inbox.accept(bot, message)
+    if accepted is None:  # a retry of a message `gateway forget` deleted since: its reply went with it
+        return error(409, f"message_id {body.message_id!r} was used for a message since deleted (gateway forget); "
+                          "send it again with a new message_id")
     if accepted.duplicate and await _text_of(svc, accepted.message_id) != storable(message).text:
         # A retry repeats its text; another text under a used id is a client bug, and answering it with
         # the first message's reply would drop this message without anyone seeing it.

@@ -18,6 +18,7 @@ from storage.engine import create_engine, session_factory
 from storage.models import (
     Base,
     Contact,
+    Conversation,
     DataDeletion,
     Delivery,
     Document,
@@ -37,12 +38,29 @@ IDS = ("contact", "conversation", "message", "escalation")
 AT = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 
 
-async def _chat(sessions, user: str, *, escalate: bool = True) -> dict[str, int]:
-    """A web chat of `user` (a message, escalated with one event): the ids a link or a log line names."""
+async def _chat(sessions, user: str, *, escalate: bool = True, as_models: bool = False) -> dict[str, int]:
+    """A web chat of `user` (a message, escalated with one event): the ids a link or a log line names. With
+    `as_models` its rows are written as models, not by `store_inbound`, which reads a table of a later schema
+    (`forgotten_messages`, 0022) than an old one a test fills."""
     async with sessions() as session, session.begin():
-        stored = await repo.store_inbound(session, bot="acme", message=InboundMessage(
-            channel="web", external_id=f"{user}-1", conversation=ConversationRef(channel="web", chat=user),
-            sender=Sender(external_id=user), text="hello"))
+        if as_models:
+            contact = Contact(channel="web", external_id=user)
+            session.add(contact)
+            await session.flush()
+            conversation = Conversation(bot="acme", channel="web", chat=user, contact_id=contact.id)
+            session.add(conversation)
+            await session.flush()
+            message = Message(conversation_id=conversation.id, bot="acme", channel="web", direction="in",
+                              external_id=f"{user}-1", sender=user, text="hello",
+                              meta={"sender": user, "platform_message_id": f"{user}-1"})
+            session.add(message)
+            await session.flush()
+            stored = repo.StoredInbound(message_id=message.id, conversation_id=conversation.id,
+                                        contact_id=contact.id, duplicate=False)
+        else:
+            stored = await repo.store_inbound(session, bot="acme", message=InboundMessage(
+                channel="web", external_id=f"{user}-1", conversation=ConversationRef(channel="web", chat=user),
+                sender=Sender(external_id=user), text="hello"))
         ids = {"contact": stored.contact_id, "conversation": stored.conversation_id, "message": stored.message_id}
         if escalate:
             escalation = Escalation(conversation_id=stored.conversation_id, bot="acme", reason="asked for a person")
@@ -97,7 +115,7 @@ def test_a_sqlite_store_made_from_the_models_never_reuses_an_id_as_one_made_by_t
 
 async def _fill_every_table(sessions) -> None:
     """Rows in every table of 0017's schema (0018 adds no column: the models write it as it is)."""
-    older = await _chat(sessions, "older")
+    older = await _chat(sessions, "older", as_models=True)
     async with sessions() as session, session.begin():
         reply = Message(conversation_id=older["conversation"], bot="acme", channel="web", direction="out",
                         author="bot", reply_to_id=older["message"], text="hi", status="sent")
