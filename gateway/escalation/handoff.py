@@ -36,6 +36,7 @@ from gateway.escalation.handback import answer_if_handed_back, requeue_unanswere
 from gateway.escalation.records import conflict_now, hand_conversation, live_escalation, locked, record_event
 from gateway.events import ESCALATIONS_TOPIC, EventBus
 from gateway.models import CLIENT_ID, CLIENT_ID_RULE, as_utc, is_blank, utcnow
+from gateway.operators.attachments import kinds
 from gateway.operators.notices import acknowledgement_extras
 from gateway.settings import Settings
 from storage import repositories as repo
@@ -300,7 +301,7 @@ class Escalations(ClaimTransitions):
             return
         await self.emit({"type": "customer_message", "escalation_id": escalation.id, "bot": escalation.bot,
                           "conversation_id": escalation.conversation_id, "message_id": message_id,
-                          "text": message.text})
+                          "text": message.text, "attachments": kinds(message.attachments)})
 
     # ---- plumbing -------------------------------------------------------------------------------
 

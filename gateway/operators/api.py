@@ -33,6 +33,7 @@ from gateway.events import ESCALATIONS_TOPIC
 from gateway.http.deps import MAX_ID, RowId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
 from gateway.observability.logs import redact
+from gateway.operators.attachments import kinds, shown
 from gateway.operators.auth import Operator
 from gateway.operators.bodies import ClaimBody, NoBody, ReplyBody, ResolveBody, TextBody
 from gateway.operators.summary import summarize, summary_messages
@@ -144,7 +145,8 @@ async def list_escalations(request: Request, state: str | None = None, bot: str 
             contact = contacts.get(conversation.contact_id) if conversation and conversation.contact_id else None
             said = last.get(row.conversation_id)
             out.append({**escalation_dict(row, conversation, contact), "last_customer_message": {
-                "text": (said.text or "")[:200], "at": utc_iso(said.created_at)} if said else None})
+                "text": (said.text or "")[:200], "at": utc_iso(said.created_at),
+                "attachments": kinds(said.attachments)} if said else None})
         # One call for every bot's: bot after bot, a slow Slack made the list wait 2 s per bot.
         return {"escalations": out, "operator_names": await operator_names(request, [(r.bot, r.operator) for r in rows])}
 
@@ -224,6 +226,8 @@ async def get_escalation(escalation_id: RowId, request: Request,
             "messages": [{
                 "id": m.id, "direction": m.direction, "author": m.author, "text": m.text, "status": m.status,
                 "citations": m.citations or [], "retrieved": m.retrieved or [],
+                # The customer's files, by kind: a photo alone has no text (the console showed an empty message).
+                "attachments": shown(m.attachments),
                 # What the bot looked up or did for this reply (a ticket it opened, an interrupted call).
                 "tool_calls": m.tool_calls or [],
                 "created_at": utc_iso(m.created_at),

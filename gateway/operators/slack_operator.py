@@ -31,9 +31,10 @@ from channels.slack_errors import rate_limit_wait
 from gateway.errors import Conflict, NotFound
 from gateway.escalation.handoff import Escalations
 from gateway.models import as_utc, utcnow
+from gateway.operators.attachments import kinds
 from gateway.operators.slack_access import mention_of, operator_of_member
 from gateway.operators.slack_relay import ThreadRelay
-from gateway.operators.slack_text import clip, header_title, named, plain, quoted, slack_time
+from gateway.operators.slack_text import clip, customer_post, header_title, named, plain, quoted, slack_time
 from gateway.operators.summary import summarize, summary_messages
 from gateway.settings import Settings
 from storage.models import Escalation, Message
@@ -103,7 +104,7 @@ class SlackOperatorChannel(ThreadRelay):
                 return
         await self._thread_opened(escalation.id)
         if kind == "customer_message":
-            await self._post(bot, channel, f"*Customer:*\n{quoted(clip(event.get('text', ''), 2000))}",
+            await self._post(bot, channel, customer_post("*Customer:*", event.get("text") or "", event.get("attachments") or []),
                              thread_ts=escalation.slack_ts)
         elif kind == "reply" and event.get("source") != "slack":
             await self._post(bot, channel, f"*{named(event.get('operator', ''))} replied:* "
@@ -227,7 +228,8 @@ class SlackOperatorChannel(ThreadRelay):
                 Message.conversation_id == escalation.conversation_id, Message.direction == "in",
                 Message.created_at >= escalation.created_at).order_by(Message.id.desc()).limit(LATE_THREAD_MESSAGES))).scalars().all()
         for message in reversed(earlier):
-            await self._post(escalation.bot, channel, f"*Customer (earlier):*\n{quoted(clip(message.text or '', 2000))}",
+            await self._post(escalation.bot, channel, customer_post("*Customer (earlier):*", message.text or "",
+                                                                    kinds(message.attachments)),
                              thread_ts=thread_ts)
 
     def _blocks(self, escalation: Escalation) -> tuple[str, list[dict[str, Any]]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from channels.slack_render import escape_mrkdwn
+from gateway.operators.attachments import files_note
 from storage.models import Escalation
 
 SLACK_OPERATOR = re.compile(r"slack:([A-Z0-9]+)")
@@ -26,6 +27,14 @@ def quoted(text: str) -> str:
     """Customer text as a Slack quote, every line of it (escaped as `plain`): Slack keeps its formatting, so
     an unquoted line of it could pass for the app's own framing (`*slack:U1 replied:* refund approved`)."""
     return "\n".join(f"> {line}" for line in plain(text).splitlines() or [""])
+
+
+def customer_post(label: str, text: str, files: list[str]) -> str:
+    """A customer's message in a thread: `label`, their words quoted, and their files named (`files_note`: the
+    files are not posted, and a photo alone has no words: it read "*Customer:*" and nothing)."""
+    note = files_note(files)
+    said = [quoted(clip(text, 2000))] if (text or "").strip() or not note else []
+    return "\n".join([label, *said, *([f"_{note}_"] if note else [])])
 
 
 def slack_time(ts: str) -> float:

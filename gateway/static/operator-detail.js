@@ -89,7 +89,11 @@
      * `op-announce`): the transcript is drawn again whole, so it cannot be a live region itself. */
     function announce(messages) {
       var said = messages.filter(function (m) { return m.author === "contact"; })
-        .map(function (m) { return "The customer wrote: " + m.text; });
+        .map(function (m) {
+          var files = window.GatewayOperatorRender.filesNote((m.attachments || []).map(function (a) { return a.kind; }));
+          if (!m.text && files) return "The customer s" + files.slice(1);  // "The customer sent a file (image), …"
+          return "The customer wrote: " + m.text + (files ? " (" + files + ")" : "");
+        });
       if (said.length) $("op-announce").textContent = said.join("\n");
     }
 

@@ -36,6 +36,12 @@
      * drawn again on every live event: a new button in the old one's place between the press and the
      * release of a tap or click got no click (the pressed button had left the page), so the escalation the
      * operator picked never opened; a kept button also keeps the keyboard focus. */
+    /** What the customer last wrote, quoted, and the files they sent with it: a photo alone read “”. */
+    function said(last) {
+      var files = render.filesNote(last.attachments);
+      return (last.text ? "“" + last.text + "”" : "") + (last.text && files ? " · " : "") + files;
+    }
+
     function drawList(list, escalations) {
       var kept = {};
       Array.prototype.forEach.call(list.children, function (li) { kept[li.dataset.id] = li; });
@@ -52,7 +58,7 @@
         parts[3].title = render.waitTitle(e);
         parts[3].hidden = e.state !== "open";
         parts[4].hidden = !state.unread[e.id];
-        parts[5].textContent = e.last_customer_message ? "“" + e.last_customer_message.text + "”" : "";
+        parts[5].textContent = e.last_customer_message ? said(e.last_customer_message) : "";
         return li;
       });
       Object.keys(kept).forEach(function (id) { kept[id].remove(); });

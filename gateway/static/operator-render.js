@@ -54,6 +54,8 @@
     var said = el("span", "op-text", m.text);
     said.dir = "auto";  // an Arabic or Hebrew message reads right to left
     li.appendChild(said);
+    var files = filesNote((m.attachments || []).map(function (a) { return a.kind; }));
+    if (files) li.appendChild(el("span", "op-start op-files", files));  // a photo alone has no text
     if (m.start_payload) {  // a Telegram deep link's payload (t.me/<bot>?start=order123): where they came from
       li.appendChild(el("span", "op-start", "Opened from a link with start=" + m.start_payload));
     }
@@ -99,12 +101,20 @@
     return li;
   }
 
+  /** The customer's files, named (the gateway keeps only their kinds): "Sent a file (image), not shown here". */
+  function filesNote(kinds) {
+    if (!kinds || !kinds.length) return "";
+    if (kinds.length === 1) return "Sent a file (" + kinds[0] + "), not shown here";
+    var distinct = kinds.filter(function (k, i) { return kinds.indexOf(k) === i; });
+    return "Sent " + kinds.length + " files (" + distinct.join(", ") + "), not shown here";
+  }
+
   // "2026-12-03T14:31:57.966163+00:00" (the API's UTC) as "2026-12-03 14:31:57 UTC": to the second, zone named.
   function when(iso) {
     return /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$/.test(iso || "") ? iso.slice(0, 19).replace("T", " ") + " UTC" : iso;
   }
 
   window.GatewayOperatorRender = Object.freeze({
-    el: el, byWait: byWait, waiting: waiting, waitTitle: waitTitle, renderMessage: renderMessage, when: when, undelivered: undelivered,
+    el: el, byWait: byWait, waiting: waiting, waitTitle: waitTitle, renderMessage: renderMessage, filesNote: filesNote, when: when, undelivered: undelivered,
   });
 })();
