@@ -118,8 +118,11 @@ class HandoffReminders:
                 if text.strip() else None  # "" tells the customer nothing; the operators are still pinged
             record_event(session, escalation, kind="reminded", actor="system",
                          reason="nobody claimed it within the claim timeout")
+            # How long, and whether the customer heard anything: with `unclaimed_message: ""` they did not.
+            waited = now - as_utc(escalation.waiting_since or escalation.created_at)
             event = {"type": "reminder", "escalation_id": escalation_id, "bot": escalation.bot,
-                     "conversation_id": escalation.conversation_id}
+                     "conversation_id": escalation.conversation_id, "customer_told": message is not None,
+                     "waiting_minutes": max(1, int(waited.total_seconds() // 60))}
         log.warning("escalation.unclaimed", escalation_id=escalation_id, bot=event["bot"])
         await self._escalations.emit(event)
         return True, message.id if message is not None else None

@@ -130,7 +130,10 @@ class SlackOperatorChannel(ThreadRelay):
                              f"{holder}'s reply; another operator can take it over in "
                              "the console.", thread_ts=escalation.slack_ts, reply_broadcast=True)
         elif kind == "reminder":
-            await self._post(bot, channel, "<!here> Still unclaimed: the customer has been told we're busy. "
+            told = "has been told we're busy" if event.get("customer_told", True) \
+                else "was not told (unclaimed_message is empty)"
+            after = f" after {event['waiting_minutes']} min" if event.get("waiting_minutes") else ""
+            await self._post(bot, channel, f"<!here> Still unclaimed{after}: the customer {told}. "
                              "Can someone take it?", thread_ts=escalation.slack_ts, reply_broadcast=True)
 
     @contextlib.asynccontextmanager

@@ -57,6 +57,10 @@
         c.notice(who(event.operator) + " released escalation #" + event.escalation_id + ": it is open again.", event.escalation_id);
       } else if (event.type === "reply_failed") {
         c.notice("A reply in escalation #" + event.escalation_id + " was not delivered: " + (event.error || "unknown error"), event.escalation_id);
+      } else if (event.type === "reminder") {  // nobody claimed it within the claim timeout: it was only redrawn
+        c.notice("Escalation #" + event.escalation_id + " has waited " + (event.waiting_minutes ? event.waiting_minutes +
+          " min" : "past the claim timeout") + " and nobody has claimed it; the customer " +
+          (event.customer_told === false ? "was not told." : "was told everyone is busy."), event.escalation_id);
       } else if (event.type === "stale_claim") {
         c.notice("Escalation #" + event.escalation_id + ": the customer has waited " + event.waiting_minutes +
           " min for " + (event.operator === state.me ? "your" : who(event.operator) + "'s") + " reply.", event.escalation_id);

@@ -134,3 +134,20 @@ def test_a_draft_an_earlier_version_kept_in_local_storage_is_forgotten(open_tab,
     operator.wait_for_selector("#op-token")
     left = operator.evaluate("() => Object.keys(localStorage).sort()")
     assert left == ["other-key"]
+
+
+@pytest.mark.parametrize(("told", "words"), [(True, "was told everyone is busy."), (False, "was not told.")])
+def test_console_tells_the_operators_an_escalation_went_unclaimed(open_tab, live_url, told, words):
+    """The unclaimed reminder only redrew the list: the console said nothing of the customer who had waited
+    past the claim timeout, which the README calls pinging the operators again."""
+    waiting = escalate(live_url, f"console-unclaimed-{told}", "Unclaimed, I want to talk to a human")
+    operator = open_tab()
+    event = json.dumps({"type": "reminder", "bot": "acme", "escalation_id": waiting, "conversation_id": 1,
+                        "waiting_minutes": 15, "customer_told": told})
+    operator.route("**/v1/escalations/stream", lambda route: route.fulfill(
+        status=200, content_type="text/event-stream", body=f"event: ready\ndata: {{}}\n\nevent: reminder\ndata: {event}\n\n"))
+    operator.goto(live_url + "/operator")  # signed in without waiting for a live stream: none stays up
+    operator.fill("#op-token", CONSOLE_TOKEN)
+    operator.press("#op-token", "Enter")
+    expect(operator.locator("#op-notice")).to_have_text(
+        f"Escalation #{waiting} has waited 15 min and nobody has claimed it; the customer {words}")

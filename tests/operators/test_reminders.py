@@ -69,7 +69,7 @@ async def test_reminders_unclaimed_escalation_tells_customer_once_and_pings_oper
         event = await asyncio.wait_for(queue.get(), 5)
     assert escalation.id in reminded
     assert event == {"type": "reminder", "escalation_id": escalation.id, "bot": "acme",
-                     "conversation_id": escalation.conversation_id}
+                     "conversation_id": escalation.conversation_id, "customer_told": True, "waiting_minutes": 15}
     assert (await _customer_texts(client, "r-1")).count(UNCLAIMED) == 1
     [ping] = [c for c in _thread_posts(slack, thread_ts) if "Still unclaimed" in c.params.get("text", "")]
     assert ping.params["channel"] == OPS_CHANNEL and "<!here>" in ping.params["text"]
