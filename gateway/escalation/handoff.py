@@ -138,15 +138,21 @@ class Escalations(ClaimTransitions):
 
     async def find(self, *, bots: Iterable[str] | None, state: str | None = None,
                    bot: str | None = None, limit: int = 200) -> list[Escalation]:
-        """Escalations the caller may see, newest first; `bots=None` means every configured bot."""
-        query = select(Escalation).order_by(Escalation.id.desc()).limit(limit)
+        """Escalations the caller may see, newest first; `bots=None` means every configured bot. Every open and
+        claimed one, and the newest `limit` resolved: cut at the newest 200 of all, a backlog (a model outage
+        hands every conversation over) left out the customers who had waited longest."""
+        states = state.split(",") if state else ["open", "claimed", "resolved"]
+        query = select(Escalation).order_by(Escalation.id.desc())
         query = query.where(Escalation.bot.in_(sorted(self.servable(bots))))
-        if state:
-            query = query.where(Escalation.state.in_(state.split(",")))
         if bot:
             query = query.where(Escalation.bot == bot)
+        live = [s for s in states if s != "resolved"]
         async with self._sessions() as session:
-            return list((await session.execute(query)).scalars().all())
+            rows = list((await session.execute(query.where(Escalation.state.in_(live))))
+                        .scalars().all()) if live else []
+            if "resolved" in states:
+                rows += (await session.execute(query.where(Escalation.state == "resolved").limit(limit))).scalars().all()
+        return sorted(rows, key=lambda row: row.id, reverse=True)
 
     async def get(self, escalation_id: int, *, bots: Iterable[str] | None) -> Escalation:
         """One escalation; NotFound when it does not exist or belongs to a bot the caller may not serve
