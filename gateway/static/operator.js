@@ -97,6 +97,27 @@
     }
   }
 
+  /** Sign out from the button. A claim left held waited for a colleague to notice it (the stale-claim ping comes
+   * only once a customer has waited a whole claim timeout, and never after a "one moment" reply): the operator is
+   * asked to release theirs first. Cancel keeps them signed in. */
+  async function signOutAsked() {
+    var held = [];
+    try {
+      held = (await api("/v1/escalations?state=claimed")).escalations.filter(function (e) { return e.operator === state.me; });
+    } catch (err) { held = []; }  // the server away: nothing to release from here
+    if (held.length) {
+      var ids = held.map(function (e) { return "#" + e.id; }).join(", ");
+      if (!window.confirm("You still hold escalation " + ids + ". Release " + (held.length === 1 ? "it" : "them") +
+          " so a colleague can take over, and sign out? (Cancel keeps you signed in.)")) return;
+      for (var i = 0; i < held.length; i++) {
+        try {
+          await api("/v1/escalations/" + held[i].id + "/release", { method: "POST", body: { reason: "signed out" } });
+        } catch (err) { /* taken over or resolved meanwhile: not theirs to release any more */ }
+      }
+    }
+    signOut("");
+  }
+
   function signOut(message) {
     state.token = "";
     drafts.clearAll();
@@ -127,7 +148,7 @@
   }
 
   $("op-login").addEventListener("submit", function (e) { e.preventDefault(); signIn($("op-token").value.trim()); });
-  $("op-signout").addEventListener("click", function () { signOut(""); });
+  $("op-signout").addEventListener("click", function () { signOutAsked(); });
   $("op-filter").addEventListener("change", function () { loadList().catch(function () {}); });  // shown already
   // Claim disables its own button, which dropped the keyboard focus to the page: the reply box is next.
   async function claimThenReply(body) { if (await act("claim", body)) $("op-reply").focus(); }

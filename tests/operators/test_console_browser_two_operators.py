@@ -58,6 +58,7 @@ def test_console_shows_the_next_operator_nothing_of_the_one_who_signed_out(open_
     screen = open_tab()
     open_escalation(screen, rex_url, escalation)
     screen.fill("#op-reply", "Sam's half-written reply")
+    screen.once("dialog", lambda dialog: dialog.accept())  # the claims held are released
     screen.click("#op-signout")
     screen.wait_for_selector("#op-login:not([hidden])")
     assert screen.locator("#op-token").input_value() == ""

@@ -66,7 +66,9 @@ def test_console_keeps_a_reply_draft_across_a_reload_until_it_is_sent(open_tab, 
     expect(operator.locator("#op-title")).to_contain_text(f"#{ben}")
     expect(operator.locator("#op-reply")).to_have_value("Ben, one moment please.")
 
+    operator.once("dialog", lambda dialog: dialog.accept())  # the claims held are released
     operator.click("#op-signout")  # the next operator at this screen reads none of them
+    expect(operator.locator("#op-login")).to_be_visible()  # once the claims held are released
     kept = operator.evaluate("() => Object.keys(localStorage).concat(Object.keys(sessionStorage))"
                              ".filter(k => k.startsWith('gw-operator-draft:'))")
     assert kept == []
