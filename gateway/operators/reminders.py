@@ -21,8 +21,8 @@ from gateway.background import cancel
 from gateway.escalation.handoff import Escalations
 from gateway.escalation.records import locked, record_event
 from gateway.models import as_utc, utcnow
-from gateway.operators.notices import is_open, next_opening
-from gateway.settings import Settings
+from gateway.operators.notices import after_hours_message, is_open, next_opening
+from gateway.settings import BotSettings, Settings
 from storage import repositories as repo
 from storage.models import Conversation, Escalation, EscalationEvent, Message
 
@@ -57,7 +57,10 @@ class HandoffReminders:
             hours = bot.escalation.business_hours
             # Off hours the customer was already told when a person replies, and "everyone is busy" would
             # not be true; the clock starts again when the team starts work (the current shift's opening).
-            if hours is not None and (not is_open(hours, now) or next_opening(hours, now - timedelta(days=1)) > deadline):
+            if hours is not None and not is_open(hours, now):
+                await self._tell_closed(bot, deadline=deadline, now=now)
+                continue
+            if hours is not None and next_opening(hours, now - timedelta(days=1)) > deadline:
                 continue
             async with self._sessions() as session:
                 overdue = (await session.execute(select(Escalation.id).where(
@@ -72,6 +75,37 @@ class HandoffReminders:
                     await self._escalations.outbox.deliver(message_id)
             reminded += await self._remind_stale_claims(bot.name, deadline=deadline, now=now)
         return reminded
+
+    async def _tell_closed(self, bot: BotSettings, *, deadline: datetime, now: datetime) -> None:
+        """Closed now: the customer of an escalation whose wait began within business hours (so they heard
+        "a person will reply shortly", no off-hours note) and passed the claim timeout is told when a person
+        is back (`replies.after_hours`), once per wait (`after_hours` in the history). Operators are pinged
+        after the next opening, as before: nobody is there to read it now."""
+        hours = bot.escalation.business_hours
+        async with self._sessions() as session:
+            rows = (await session.execute(select(Escalation.id, _WAIT_START).where(
+                Escalation.bot == bot.name, Escalation.state == "open", _not_reminded_since(_WAIT_START),
+                _WAIT_START < deadline))).all()
+        for escalation_id, began in rows:
+            if not is_open(hours, as_utc(began)):
+                continue  # opened (or released) off hours: the acknowledgement said when already
+            async with self._sessions() as session, session.begin():
+                escalation = await session.get(Escalation, escalation_id, with_for_update=True)
+                if escalation is None or escalation.state != "open":
+                    continue
+                told = (await session.execute(select(EscalationEvent.id).where(  # in this wait (a release begins one)
+                    EscalationEvent.escalation_id == escalation_id, EscalationEvent.kind == "after_hours",
+                    EscalationEvent.created_at >= (escalation.waiting_since or escalation.created_at)).limit(1))).first()
+                if told is not None:
+                    continue
+                conversation = await session.get(Conversation, escalation.conversation_id)
+                message = await repo.add_outbound(session, conversation=conversation, author="system",
+                                                  text=after_hours_message(hours, now, bot.replies))
+                record_event(session, escalation, kind="after_hours", actor="system",
+                             reason="unclaimed at closing: the customer was told when a person is back")
+            log.info("escalation.after_hours_told", escalation_id=escalation_id, bot=bot.name)
+            if self._escalations.outbox is not None:
+                await self._escalations.outbox.deliver(message.id)
 
     async def _remind_stale_claims(self, bot: str, *, deadline: datetime, now: datetime) -> list[int]:
         """Claimed escalations whose customer wrote before `deadline` and got no operator reply since:

@@ -1,0 +1,60 @@
+"""An escalation opened shortly before the team's day ends, unclaimed at closing: the customer is told when a
+person is back. Why: they had heard "a person will reply here shortly" (opened within business hours, so no
+off-hours note), and the reminders skip every closed hour: nothing more reached them until the claim timeout
+had passed again after the next opening, a whole weekend later."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import select
+
+from gateway.escalation.handoff import Escalations
+from gateway.events import EventBus
+from gateway.models import ConversationRef
+from gateway.operators.reminders import HandoffReminders
+from gateway.settings import Settings
+from storage import repositories as repo
+from storage.engine import create_engine, session_factory
+from storage.models import EscalationEvent, Message
+
+HOURS = {"timezone": "UTC", "days": [0, 1, 2, 3, 4], "start": "09:00", "end": "17:00"}
+
+
+async def test_an_escalation_unclaimed_at_closing_tells_the_customer_when_a_person_is_back(migrated_url):
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(bots=[{"name": "acme", "escalation": {"claim_timeout_seconds": 600, "business_hours": HOURS}}])
+    escalations = Escalations(sessions, settings=settings, bus=EventBus())
+    reminders = HandoffReminders(sessions, settings=settings, escalations=escalations)
+    try:
+        async with sessions() as session, session.begin():
+            conversation = await repo.get_or_create_conversation(
+                session, bot="acme", ref=ConversationRef(channel="web", chat="closing"), contact_id=None)
+            opened = await escalations.open_in(session, conversation=conversation, reason="customer asked")
+            opened.created_at = datetime(2025, 6, 6, 16, 55, tzinfo=timezone.utc)  # Friday, within hours
+
+        async def texts() -> list[str]:
+            async with sessions() as session:
+                return list((await session.execute(select(Message.text).where(
+                    Message.conversation_id == conversation.id).order_by(Message.id))).scalars().all())
+
+        before = await texts()
+        assert await reminders.run_once(now=datetime(2025, 6, 6, 17, 2, tzinfo=timezone.utc)) == []
+        assert await texts() == before  # closed, but the timeout has not passed yet
+        await reminders.run_once(now=datetime(2025, 6, 6, 17, 6, tzinfo=timezone.utc))
+        await reminders.run_once(now=datetime(2025, 6, 7, 12, 0, tzinfo=timezone.utc))  # once, not each run
+        told = (await texts())[len(before):]
+        assert len(told) == 1 and "Monday at 09:00" in told[0] and "offline" in told[0]
+
+        # Monday the team still gets its claim timeout, and then the usual reminder.
+        monday = datetime(2025, 6, 9, 9, 0, tzinfo=timezone.utc)
+        assert await reminders.run_once(now=monday + timedelta(seconds=601)) == [opened.id]
+        assert (await texts())[-1] == settings.bot("acme").escalation.unclaimed_message
+        async with sessions() as session:
+            kinds = (await session.execute(select(EscalationEvent.kind).where(
+                EscalationEvent.escalation_id == opened.id).order_by(EscalationEvent.id))).scalars().all()
+        assert kinds == ["opened", "after_hours", "reminded"]
+    finally:
+        await escalations.drain()
+        await engine.dispose()
