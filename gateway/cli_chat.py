@@ -13,7 +13,7 @@ from gateway.preflight import models_missing_keys, require_schema, uncalibrated_
 
 async def chat(args, settings) -> int:
     """`gateway chat`: through a running server's web chat, else with the bot loaded here."""
-    from gateway.observability.logs import configure_logging_for, log_to_file
+    from gateway.observability.logs import configure_logging_for
     from gateway.operators.slack_access import unguarded_notes
     from gateway.terminal_chat import converse
     from rag.index_lock import folder_in_use
@@ -43,7 +43,7 @@ async def chat(args, settings) -> int:
     # The server's own warnings (llm.call_failed, …) were printed between the prompts, in the middle of the chat.
     log_file = Path(settings.qdrant.path).parent / "chat.log" if settings.qdrant.path else Path("var/chat.log")
     print(f"note: its log lines (warnings such as llm.call_failed) go to {log_file}, not this screen", file=sys.stderr)
-    log_to_file(log_file)
+    configure_logging_for(settings, level="WARNING", fmt="console", log_file=log_file)
     svc = build_services(settings, with_scheduler=False, poll_interval=0.2)
     # The terminal is a web chat session: for a bot without the web chat, each reply was shown, then
     # logged and stored as not delivered ("channel 'web' is not enabled").

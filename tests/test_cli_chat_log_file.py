@@ -33,3 +33,21 @@ def test_chat_without_a_server_writes_the_warnings_to_a_log_file(tmp_path, capsy
     assert f"note: its log lines (warnings such as llm.call_failed) go to {log_file}, not this screen" in err
     logged = log_file.read_text()
     assert "llm.call_failed" in logged and "a library's warning" in logged
+
+
+def test_the_log_file_is_the_callers_to_give_and_a_later_configuration_writes_to_stderr_again(tmp_path, capsys):
+    log_file = tmp_path / "sub" / "chat.log"
+    try:
+        configure_logging(level="WARNING", log_file=log_file)
+        structlog.get_logger("gateway.llm").warning("to.the.file")
+        logging.getLogger("litellm").warning("a library's line to the file")
+        configure_logging(level="WARNING")
+        structlog.get_logger("gateway.llm").warning("to.stderr")
+        logging.getLogger("litellm").warning("a library's line to stderr")
+    finally:
+        configure_logging(level="WARNING")
+    err = capsys.readouterr().err
+    logged = log_file.read_text()
+    assert "to.the.file" in logged and "a library's line to the file" in logged
+    assert "to.stderr" not in logged and "a library's line to stderr" not in logged
+    assert "to.stderr" in err and "a library's line to stderr" in err and "to.the.file" not in err

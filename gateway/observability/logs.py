@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from pathlib import Path
+from typing import TextIO
 
 import structlog
 
@@ -19,7 +21,8 @@ CUT_SECRET_CHARS = 6
 """A field cut short (`error=str(exc)[:200]`) that ends in this many characters of a secret or more ends inside it."""
 
 
-def configure_logging_for(settings, *, level: str | None = None, fmt: str | None = None) -> None:
+def configure_logging_for(settings, *, level: str | None = None, fmt: str | None = None,
+                          log_file: Path | str | None = None) -> None:
     """`configure_logging` with the config's level and format (or the command's own) and every secret it
     holds to redact: a CLI command that prints a run's errors (`ingest`, `ingest-runs`) shows them redacted
     as /readyz and the server's log do."""
@@ -29,7 +32,8 @@ def configure_logging_for(settings, *, level: str | None = None, fmt: str | None
 
     configure_logging(level=level or settings.log_level, fmt=fmt or settings.log_format,
                       secrets=[value for _, value in secret_values(settings.model_dump())] + http_tool_secrets(settings)
-                      + source_url_secrets(settings) + model_secrets(settings), passwords=connection_secrets(settings))
+                      + source_url_secrets(settings) + model_secrets(settings), passwords=connection_secrets(settings),
+                      log_file=log_file)
 
 
 # The provider credentials LiteLLM and its callbacks read from the environment (OPENAI_API_KEY, HF_TOKEN,
@@ -53,16 +57,19 @@ def provider_env_secrets() -> list[str]:
 
 
 def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: list[str] | tuple[str, ...] = (),
-                      passwords: list[str] | tuple[str, ...] = ()) -> None:
+                      passwords: list[str] | tuple[str, ...] = (), log_file: Path | str | None = None) -> None:
     """Route stdlib and structlog output through one renderer; redact configured secrets everywhere, and
     `passwords` (and the environment's `*_PASSWORD`s) too, whose leading word alone does not read as one cut
-    short. A warning is also relayed to the caller whose work logged it, if any (`gateway.observability.relay`)."""
+    short. A warning is also relayed to the caller whose work logged it, if any (`gateway.observability.relay`).
+
+    The lines go to stderr, or with `log_file` appended to that file (`gateway chat` with the bot loaded
+    here, whose warnings, `llm.call_failed`, were printed between the prompts); a later call without it
+    sends them to stderr again."""
     import os
 
     from gateway.observability.relay import RELAY, relay_structlog
 
     global _SECRET_PATTERNS, _SECRETS, _CUT_SECRET_START, _PASSWORDS
-    _LOG_FILE.clear()  # stderr again, until `log_to_file`
     env_passwords = [value.strip() for name, value in os.environ.items() if _PASSWORD_ENV_KEY.search(name)]
     _PASSWORDS = frozenset(passwords).union(env_passwords).difference(secrets)
     secrets = [*secrets, *passwords, *provider_env_secrets()]
@@ -82,10 +89,10 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     structlog.configure(
         processors=[relay_structlog, *shared, structlog.processors.format_exc_info, _redact, *shown_trace, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),
+        logger_factory=structlog.PrintLoggerFactory(output := _Output(_opened(log_file))),
         cache_logger_on_first_use=False,
     )
-    handler = _CurrentStderrHandler()
+    handler = logging.StreamHandler(output)
     # Standard-library records (rag/, uvicorn, libraries) go through the same renderer, with their
     # `extra=` fields: a plain Formatter dropped them ("ingest.done" without its counts) and wrote
     # text lines into a JSON log.
@@ -194,34 +201,26 @@ def enable_langfuse(enabled: bool) -> bool:
     return enabled
 
 
-_LOG_FILE: list = []  # the file `log_to_file` set, if any
-
-
-def log_to_file(path) -> None:
-    """Write the log lines to the file at `path` (appended), not stderr: `gateway chat` with the bot loaded here,
-    whose warnings (`llm.call_failed`) were printed between the prompts."""
-    from pathlib import Path
-
+def _opened(path: Path | str | None) -> TextIO | None:
+    """The file at `path` opened to append the log lines to (its folder made), or None for stderr."""
+    if path is None:
+        return None
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    _LOG_FILE[:] = [open(path, "a", encoding="utf-8", buffering=1)]  # noqa: SIM115 (open for the process's life)
+    return open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (open for the process's life)
 
 
-class _CurrentStderr:
-    """Writes to whatever `sys.stderr` is now (test capture and daemons swap it after configuration), or to the
-    file `log_to_file` set."""
+class _Output:
+    """Where the log lines go: `file`, else whatever `sys.stderr` is now (test capture and daemons swap it after
+    configuration), not the one at configuration time."""
+
+    def __init__(self, file: TextIO | None) -> None:
+        self.file = file
 
     def write(self, text: str) -> int:
-        return (_LOG_FILE[0] if _LOG_FILE else sys.stderr).write(text)
+        return (self.file or sys.stderr).write(text)
 
     def flush(self) -> None:
-        (_LOG_FILE[0] if _LOG_FILE else sys.stderr).flush()
-
-
-class _CurrentStderrHandler(logging.StreamHandler):
-    """A stream handler bound to the current `sys.stderr`, not the one at configuration time."""
-
-    def __init__(self) -> None:
-        super().__init__(_CurrentStderr())
+        (self.file or sys.stderr).flush()
 
 
 def redact(text: str) -> str:
