@@ -6,22 +6,7 @@ import asyncio
 import logging
 import traceback
 
-import pytest
-
 from gateway.observability.logs import configure_logging
-
-
-@pytest.fixture(autouse=True)
-def _uvicorn_loggers_as_serve_leaves_them(monkeypatch):
-    """`gateway serve` starts uvicorn with `log_config=None`: its loggers propagate to ours. A test run before in
-    the same process may have left them otherwise (a handler of their own, no propagation), and the line went
-    there, not to the captured stderr (CI: "Traceback" not in '')."""
-    for name in ("uvicorn", "uvicorn.error"):
-        logger = logging.getLogger(name)
-        monkeypatch.setattr(logger, "handlers", [])
-        monkeypatch.setattr(logger, "propagate", True)
-        monkeypatch.setattr(logger, "disabled", False)
-        monkeypatch.setattr(logger, "level", logging.NOTSET)
 
 
 def test_a_cancelled_lifespan_is_one_line_not_a_traceback(capsys) -> None:

@@ -160,7 +160,9 @@ class FakeOpenAI:
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/embeddings", self._embeddings, methods=["POST"]),
         ])
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical", lifespan="off")
+        # As `gateway serve` runs it (log_config=None, access_log=False): uvicorn's default log_config and a
+        # log_level gave its loggers a handler of their own, no propagation and a level, for the tests after too.
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="fake-openai", daemon=True)
         self._thread.start()

@@ -135,8 +135,9 @@ class FakeProviders:
         """Serve in a background thread; returns once the port is bound."""
         app = Starlette(routes=[Route("/v1/messages", self._anthropic, methods=["POST"]),
                                 Route("/v1beta/models/{action:path}", self._gemini, methods=["POST"])])
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical",
-                                                     lifespan="off"))
+        # As `gateway serve` runs it: no handler, propagation or level of its own left on uvicorn's loggers.
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None,
+                                                     access_log=False, lifespan="off"))
         self._thread = threading.Thread(target=self._server.run, name="fake-providers", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 10
