@@ -29,10 +29,11 @@ from qdrant_client import models as qm
 
 from bench.data import DATA
 from bench.retrieval import _percentiles, machine, padding_points, scratch
+from gateway.settings import EmbeddingSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.eval import load_questions
 from rag.index import QdrantIndex
-from rag.ingest import Ingestor
+from rag.ingest_setup import ingestor_for
 from rag.knowledge_index import DENSE, RRF_K, SPARSE, collection_name, rrf
 from rag.sources import load_directory
 
@@ -118,7 +119,8 @@ async def run(sets: list[str], pad: int) -> list[dict]:
         index = work.index
         for name in sets:
             bot, docs = f"edge-{name}", (await load_directory(DATA / name / "docs")).documents
-            chunks = (await Ingestor(index, dense, sparse, work.sessions).ingest_documents(bot, "bench", docs)).added
+            ingestor = ingestor_for(EmbeddingSettings(), index, dense, sparse, work.sessions)
+            chunks = (await ingestor.ingest_documents(bot, "bench", docs)).added
             questions = [q.question for q in load_questions(DATA / name / "questions.jsonl")]
             dvs, svs = await dense.aembed_queries(questions), await sparse.aembed_queries(questions)
             shard = qe.EdgeShard.create(f"{work.folder}/edge-{name}", edge_config)

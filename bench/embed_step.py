@@ -25,8 +25,9 @@ from bench._timing import Spread, timed
 from bench.data import set_files
 from bench.retrieval import machine, scratch
 from gateway.observability.logs import configure_logging
+from gateway.settings import EmbeddingSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
-from rag.ingest import Ingestor
+from rag.ingest_setup import ingestor_for
 from rag.sources import load_directory
 
 
@@ -35,7 +36,7 @@ async def one_run(dense: DenseEmbedder, sparse: SparseEmbedder, docs: list, step
     moves: list[float] = []
     rag.points.EMBED_STEP = step
     async with scratch("bench-embed-step-") as work:
-        ingestor = Ingestor(work.index, dense, sparse, work.sessions)
+        ingestor = ingestor_for(EmbeddingSettings(), work.index, dense, sparse, work.sessions)
         started = time.perf_counter()
         with timed() as took:
             report = await ingestor.ingest_documents("bench", "bench", docs,

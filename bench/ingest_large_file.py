@@ -24,9 +24,11 @@ from pathlib import Path
 from bench._timing import timed
 from bench.retrieval import machine, scratch
 from gateway.observability.logs import configure_logging
+from gateway.settings import EmbeddingSettings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.ingest import Ingestor
 from rag.ingest_runs import IngestReport
+from rag.ingest_setup import ingestor_for
 from rag.sources import Document
 
 HELP_CENTER = Path(__file__).resolve().parent.parent / "examples" / "help-center"
@@ -69,11 +71,11 @@ def markdown(size: int, *, seed: int = 7) -> str:
     return "\n\n".join(blocks)[:size]
 
 
-def chunk(text: str, dense: DenseEmbedder) -> list:
-    """Its chunks as ingest makes them: ingest's own call, with its default sizes (repeating them here let the two
-    drift). Chunking uses neither the index, the sparse encoder nor the store."""
+def chunk(text: str, ingestor: Ingestor) -> list:
+    """Its chunks as ingest makes them: ingest's own call, on an `Ingestor` built as the server builds it (its
+    chunk sizes from `embedding:`; repeating them here let the two drift)."""
     report = IngestReport(bot="bench", source="bench")
-    chunks = Ingestor(None, dense, None, None).chunk("bench", "bench", _document(text), report)  # type: ignore[arg-type]
+    chunks = ingestor.chunk("bench", "bench", _document(text), report)
     if chunks is None:
         raise RuntimeError(f"chunking failed: {report.errors}")
     return chunks
@@ -86,7 +88,7 @@ def _document(text: str) -> Document:
 async def full_ingest(text: str, dense: DenseEmbedder, sparse: SparseEmbedder) -> float:
     async with scratch("bench-large-file-") as work:
         with timed() as took:
-            await Ingestor(work.index, dense, sparse, work.sessions).ingest_documents(
+            await ingestor_for(EmbeddingSettings(), work.index, dense, sparse, work.sessions).ingest_documents(
                 "bench", "bench", [_document(text)])
     return took.wall_s
 
@@ -96,23 +98,30 @@ async def run(sizes: list[float], runs: int, full: bool) -> None:
     dense.embed_documents(["warm up the encoder"] * 16)
     info = machine()
     print(f"{info['date']}, {info['nproc']} CPUs ({info['cpu']}), Python {info['python']}; {runs} runs a size")
-    for mb in sizes:
-        text = markdown(int(mb * 1_000_000))
-        chunking, whole = [], []
-        for i in range(runs):
-            with timed() as took:
-                chunks = chunk(text, dense)
-            chunking.append(took.wall_s)
-            line = f"{mb:g} MB run {i + 1}: {len(chunks)} chunks, chunking {took.wall_s:.1f} s ({mb / took.wall_s:.3f} MB/s)"
-            if full:
-                whole.append(await full_ingest(text, dense, sparse))
-                line += f", full ingest {whole[-1]:.1f} s ({mb / whole[-1]:.4f} MB/s)"
-            print(line, flush=True)
-        median = statistics.median(chunking)
-        summary = f"{mb:g} MB: chunking median {median:.1f} s = {mb / median:.3f} MB/s"
-        if whole:
-            summary += f"; full ingest median {statistics.median(whole):.1f} s = {mb / statistics.median(whole):.4f} MB/s"
-        print(summary, flush=True)
+    async with scratch("bench-large-file-chunking-") as work:  # chunking alone writes to neither
+        chunker = ingestor_for(EmbeddingSettings(), work.index, dense, sparse, work.sessions)
+        for mb in sizes:
+            await one_size(mb, runs, full, chunker)
+
+
+async def one_size(mb: float, runs: int, full: bool, chunker: Ingestor) -> None:
+    """`runs` timings of one generated file of `mb` MB, then their median."""
+    text = markdown(int(mb * 1_000_000))
+    chunking, whole = [], []
+    for i in range(runs):
+        with timed() as took:
+            chunks = chunk(text, chunker)
+        chunking.append(took.wall_s)
+        line = f"{mb:g} MB run {i + 1}: {len(chunks)} chunks, chunking {took.wall_s:.1f} s ({mb / took.wall_s:.3f} MB/s)"
+        if full:
+            whole.append(await full_ingest(text, chunker.dense, chunker.sparse))
+            line += f", full ingest {whole[-1]:.1f} s ({mb / whole[-1]:.4f} MB/s)"
+        print(line, flush=True)
+    median = statistics.median(chunking)
+    summary = f"{mb:g} MB: chunking median {median:.1f} s = {mb / median:.3f} MB/s"
+    if whole:
+        summary += f"; full ingest median {statistics.median(whole):.1f} s = {mb / statistics.median(whole):.4f} MB/s"
+    print(summary, flush=True)
 
 
 if __name__ == "__main__":

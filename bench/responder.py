@@ -29,10 +29,10 @@ from bench.retrieval import machine, scratch
 from gateway.offline.extractive import answer
 from gateway.pipeline.citations import strip_invalid_markers
 from gateway.pipeline.prompts import build_messages
-from gateway.settings import BotSettings, load_settings
+from gateway.settings import BotSettings, EmbeddingSettings, load_settings
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.eval import first_hit_rank, load_questions, plain
-from rag.ingest import Ingestor
+from rag.ingest_setup import ingestor_for
 from rag.search import HybridSearch
 from rag.sources import load_directory
 
@@ -71,7 +71,8 @@ async def run(sets: list[str]) -> dict:
             docs_dir, questions_file = set_files(name)
             docs = (await load_directory(docs_dir)).documents
             bot = _bot(name)
-            await Ingestor(work.index, dense, sparse, work.sessions).ingest_documents(name, "bench", docs)
+            ingestor = ingestor_for(EmbeddingSettings(), work.index, dense, sparse, work.sessions)
+            await ingestor.ingest_documents(name, "bench", docs)
             search = HybridSearch(work.index, dense, sparse)
             questions = [q for q in load_questions(questions_file) if q.answerable]
             answers[name] = []

@@ -37,7 +37,7 @@ from typing import Any
 
 from bench.data import DATA, set_files
 from bench.recipes import RECIPES, Recipe, RecipeSearch, recipe_points
-from gateway.settings import QdrantSettings, RetrievalSettings
+from gateway.settings import EmbeddingSettings, QdrantSettings, RetrievalSettings
 from rag.chunking import chunk_document
 from rag.embeddings import DenseEmbedder, SparseEmbedder
 from rag.eval import first_hit_rank, load_questions
@@ -151,11 +151,11 @@ def _jitter(vector: list[float], rng: random.Random, sigma: float = 0.03) -> lis
 
 async def bench_ours(index, sessions, dense, sparse, name, docs, questions, retrieval, padding, offtopic=(), system="ours") -> Row:
     """Our pipeline: rag ingest (incremental), hybrid search, gate 1."""
-    from rag.ingest import Ingestor
+    from rag.ingest_setup import ingestor_for
 
     row = Row(system, name)
     bot = f"ours-{name}"
-    ingestor = Ingestor(index, dense, sparse, sessions)
+    ingestor = ingestor_for(EmbeddingSettings(), index, dense, sparse, sessions)
     started = time.perf_counter()
     report = await ingestor.ingest_documents(bot, "bench", docs)
     row.ingest_s = time.perf_counter() - started

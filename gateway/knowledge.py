@@ -62,7 +62,7 @@ class Knowledge:
         """Open the index (raises `IndexBusy` if another process holds the folder) and load the models."""
         from rag.embeddings import DenseEmbedder, SparseEmbedder
         from rag.index import open_index
-        from rag.ingest import Ingestor
+        from rag.ingest_setup import ingestor_for
         from rag.search import HybridSearch
 
         if self._index is not None:
@@ -76,9 +76,7 @@ class Knowledge:
         dense = await asyncio.to_thread(DenseEmbedder.from_settings, self._settings.embedding)
         sparse = await asyncio.to_thread(SparseEmbedder)
         self._search = HybridSearch(self._index, dense, sparse)
-        self._ingestor = Ingestor(self._index, dense, sparse, self._sessions,
-                                  max_chunk_tokens=self._settings.embedding.max_chunk_tokens,
-                                  text_tokens=self._settings.embedding.chunk_text_tokens)
+        self._ingestor = ingestor_for(self._settings.embedding, self._index, dense, sparse, self._sessions)
 
     async def warm_up(self) -> None:
         """Read each bot's BM25 term statistics now, before the server reports ready. Why: a bot's first

@@ -251,7 +251,7 @@ async def evaluate(
 
     from rag.embeddings import DenseEmbedder, SparseEmbedder
     from rag.index import open_index
-    from rag.ingest import Ingestor
+    from rag.ingest_setup import ingestor_for
     from rag.search import HybridSearch
     from storage.engine import session_factory
     from storage.models import Base
@@ -265,10 +265,7 @@ async def evaluate(
             await conn.run_sync(Base.metadata.create_all)
         index = open_index(QdrantSettings(path=f"{tmp}/qdrant", engine=settings.qdrant.engine))
         try:
-            ingestor = Ingestor(
-                index, dense, sparse, session_factory(engine), max_chunk_tokens=settings.embedding.max_chunk_tokens,
-                text_tokens=settings.embedding.chunk_text_tokens,
-            )
+            ingestor = ingestor_for(settings.embedding, index, dense, sparse, session_factory(engine))
             documents_done = (lambda done, total: progress(done, total, "documents")) if progress else None
             await ingestor.ingest_documents(EVAL_BOT, "eval", loaded.documents, progress=documents_done)
             search = HybridSearch(index, dense, sparse)
