@@ -305,7 +305,7 @@ async def _ingest_runs(args) -> int:
 async def _eval(args) -> int:
     from pydantic import ValidationError
 
-    from gateway.config_file import config_error
+    from gateway.config_errors import config_error
     from gateway.observability.logs import configure_logging
     from gateway.settings import Settings, load_settings
     from rag.eval import evaluate

@@ -42,11 +42,11 @@ from gateway.channel_settings import (
     _Strict,
     secrets_allowed_empty,
 )
+from gateway.config_errors import config_error
 from gateway.config_file import (
     DEMO_OPERATOR_TOKEN,
     PLACEHOLDER_SECRETS,
     SECRET_KEYS,
-    config_error,
     name_env_override,
     name_unset_variable,
     read_config,
