@@ -18,9 +18,9 @@ target_metadata = Base.metadata
 def _url() -> str:
     url = config.attributes.get("database_url") or config.get_main_option("sqlalchemy.url")
     if not url:
-        from gateway.settings import load_settings
+        from gateway.database_settings import load_database_settings
 
-        url = load_settings().database_url
+        url = load_database_settings().database_url
     return url
 
 

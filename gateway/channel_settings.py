@@ -18,8 +18,8 @@ _CHANNEL_SECRETS_NEEDED: ContextVar[bool] = ContextVar("channel_secrets_needed",
 
 @contextmanager
 def without_channel_secrets() -> Iterator[None]:
-    """Settings loaded inside need no channel secret (`slack.bot_token`, `telegram.token`, …): for the commands that
-    use no channel (`db upgrade`, `forget`), which refused on a deploy box without them though they never send."""
+    """Settings loaded inside need no channel secret (`slack.bot_token`, `telegram.token`, …): for `forget`, which
+    uses no channel and refused on a deploy box without them (`db upgrade` reads `database_url` alone)."""
     token = _CHANNEL_SECRETS_NEEDED.set(False)
     try:
         yield

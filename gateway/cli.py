@@ -199,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _settings(args, *, channel_secrets: bool = True):
-    """The config; with `channel_secrets=False` for a command that sends on no channel (`db upgrade`, `forget`'s
-    database part), which an unset SLACK_BOT_TOKEN (or any channel's secret) refused on a deploy box."""
+    """The config; with `channel_secrets=False` for a command that sends on no channel (`forget`'s database
+    part), which an unset SLACK_BOT_TOKEN (or any channel's secret) refused on a deploy box."""
     from gateway.channel_settings import without_channel_secrets
     from gateway.settings import load_settings
 
@@ -282,7 +282,9 @@ def _serve(args) -> int:
 def _db_upgrade(args) -> int:
     from alembic import command
 
-    settings = _settings(args, channel_secrets=False)  # it uses database_url alone
+    from gateway.database_settings import load_database_settings
+
+    settings = load_database_settings(getattr(args, "config", None))  # it uses database_url alone
     before = asyncio.run(schema_revision(settings))  # unreachable: one line, not Alembic's traceback
     command.upgrade(alembic_config(settings.database_url), "head")
     head, _ = migration_revisions()

@@ -145,10 +145,10 @@ def _origin(config_path: Path, explicit: str | os.PathLike[str] | None) -> str:
 
 
 def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, str] | None = None,
-                secret_vars: dict[str, str] | None = None) -> dict[str, Any]:
+                secret_vars: dict[str, str] | None = None, keys: frozenset[str] | None = None) -> dict[str, Any]:
     """The config file's mapping, interpolated, with `config_path` set; `unset` gets the keys whose
-    `${VAR}` is not set (key -> VAR), `secret_vars` each secret key's `${VAR}` (key -> VAR). Raises
-    `ConfigError`."""
+    `${VAR}` is not set (key -> VAR), `secret_vars` each secret key's `${VAR}` (key -> VAR). With `keys`,
+    only those top-level keys, the rest neither interpolated nor checked. Raises `ConfigError`."""
     config_path = resolve_config_path(path)
     environ = dict(os.environ)
     try:
@@ -173,6 +173,8 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError("", f"{config_path} must hold a mapping at the top level")
+    if keys is not None:
+        raw = {key: value for key, value in raw.items() if key in keys}
     defaulted: list[str] = []
     data = _interpolate(raw, environ, defaulted=defaulted, unset=unset, secret_vars=secret_vars)
     # `${VAR:-default}` under a secret key is a development convenience: in production the default

@@ -53,6 +53,7 @@ from gateway.config_file import (
     resolve_config_path,
     secret_values,
 )
+from gateway.database_settings import DEFAULT_DATABASE_URL, checked_database_url
 from gateway.errors import ConfigError, UnknownBot
 from gateway.reply_settings import RepliesSettings
 from gateway.runtime_settings import LLMSettings, OperatorSettings, TracingSettings, WorkerSettings
@@ -78,8 +79,6 @@ a stray `WORKER=1` or `BOTS=...` from a process manager must not replace a corre
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _LOG_LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # the standard library takes these too
-DATABASE_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
-"""The async drivers the gateway runs on; `storage.engine.async_url` maps `sqlite://` and the like onto them."""
 
 
 class QdrantSettings(_Strict):
@@ -186,7 +185,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid", frozen=True, env_prefix="", case_sensitive=False)
 
     environment: Literal["development", "production"] = "development"
-    database_url: str = "sqlite+aiosqlite:///var/gateway.db"
+    database_url: str = DEFAULT_DATABASE_URL
     redis_url: str | None = None
     log_level: str = "INFO"
     log_format: Literal["console", "json"] = "console"
@@ -233,29 +232,7 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _supported_database(cls, value: str) -> str:
-        # Checked here so a bad URL is a config error, not a SQLAlchemy traceback in the first command.
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
-
-        from storage.engine import async_url, postgres_connect_args
-
-        if not value.strip():
-            raise ValueError("is empty (an unset ${VAR}?); use sqlite+aiosqlite:///path/to.db or postgresql://user@host/db")
-        try:
-            driver = make_url(async_url(value)).drivername
-        except ArgumentError:  # its message would not say which part is wrong, and the URL may hold a password
-            raise ValueError("not a database URL; use sqlite+aiosqlite:///path/to.db or postgresql://user@host/db") from None
-        if driver not in DATABASE_DRIVERS:
-            raise ValueError(f"unsupported database driver {make_url(value).drivername!r}; use SQLite "
-                             "(sqlite:// or sqlite+aiosqlite://) or PostgreSQL (postgresql:// or postgresql+asyncpg://)")
-        if driver == "postgresql+asyncpg":
-            if any(mark in (make_url(async_url(value)).host or "") for mark in "@#"):
-                # The password ended at its first @ (the host at a #) and the rest was taken for the host, so
-                # every "cannot reach the database" line printed most of it. Not repeated here.
-                raise ValueError("its password (or user name) holds an @ or # as it is: percent-encode them "
-                                 "(@ as %40, # as %23)")
-            postgres_connect_args(value)  # an option asyncpg cannot honour: said here, not at the first query
-        return value
+        return checked_database_url(value)
 
     @field_validator("redis_url")
     @classmethod

@@ -22,14 +22,21 @@ print(json.dumps({"code": code, "loaded": [m for m in %r if m in sys.modules]}))
 """ % (HEAVY,)
 
 
-@pytest.mark.parametrize("command", [["serve", "--port", "1"], ["chat"], ["ingest"], ["db", "upgrade"]])
-def test_cli_config_error_comes_before_the_heavy_imports(tmp_path, command):
-    config = write_config(tmp_path, bots=[{"name": "acme", "sytem_prompt": "hi", "channels": {"web": {}}}])
+# `db upgrade` reads database_url alone: its config error is a bad one.
+@pytest.mark.parametrize("command, mistake, said", [
+    *[(command, {"bots": [{"name": "acme", "sytem_prompt": "hi", "channels": {"web": {}}}]},
+       "bots[0].sytem_prompt: unknown key; did you mean system_prompt?")
+      for command in (["serve", "--port", "1"], ["chat"], ["ingest"])],
+    (["db", "upgrade"], {"database_url": "mysql://u@h/db"}, "database_url: unsupported database driver 'mysql'; use "
+     "SQLite (sqlite:// or sqlite+aiosqlite://) or PostgreSQL (postgresql:// or postgresql+asyncpg://)"),
+])
+def test_cli_config_error_comes_before_the_heavy_imports(tmp_path, command, mistake, said):
+    config = write_config(tmp_path, **mistake)
     proc = subprocess.run([sys.executable, "-c", PROBE, *command, "--config", str(config)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                                "PYTHONPATH": str(ROOT)})
-    assert proc.stderr.strip() == "config error: bots[0].sytem_prompt: unknown key; did you mean system_prompt?"
+    assert proc.stderr.strip() == f"config error: {said}"
     assert json.loads(proc.stdout) == {"code": 2, "loaded": []}
 
 

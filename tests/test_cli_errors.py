@@ -294,8 +294,8 @@ def test_serve_on_an_index_another_process_holds_is_one_line(tmp_path):
         "on one index (`--role web` processes hold no index)"]
 
 
-@pytest.mark.parametrize("command", [["serve"], ["db", "upgrade"], ["ingest"], ["chat"],
-                                     ["forget", "--channel", "web", "--user", "u1"],
+# Not `db upgrade`: it reads database_url alone (tests/test_cli_db_upgrade_database_url_only.py).
+@pytest.mark.parametrize("command", [["serve"], ["ingest"], ["chat"], ["forget", "--channel", "web", "--user", "u1"],
                                      ["telegram", "set-webhook", "--bot", "acme", "--url", "https://x.example"]])
 def test_an_unknown_log_level_is_a_config_error_in_every_command(tmp_path, monkeypatch, capsys, command):
     # `log_level: verbose` crashed `serve` in the logging setup: `KeyError: 'level verbose'`.

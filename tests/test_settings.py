@@ -200,7 +200,7 @@ def test_settings_shipped_config_has_no_operator_token_of_its_own(monkeypatch):
 
 def test_settings_cli_exits_nonzero_with_message(tmp_path):
     path = _write(tmp_path, {"bots": [{"name": "b", "model": "missing-model"}]})
-    proc = subprocess.run([sys.executable, "-m", "gateway", "db", "upgrade", "--config", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "gateway", "ingest-runs", "--config", str(path)],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 2
     assert "bots[0].model" in proc.stderr and "unknown model 'missing-model'" in proc.stderr
