@@ -128,9 +128,11 @@ def _applied(meta: dict[str, Any] | None, external_id: str) -> dict[str, Any]:
 
 
 async def _applied_already(session: AsyncSession, bot: str, edit: InboundMessage) -> bool:
-    """Whether `edit` is a redelivery of one applied to the message it names while that message waited."""
-    meta = (await session.execute(_revised(bot, edit, Message.meta).order_by(Message.id).limit(1))).scalar()
-    return edit.external_id in ((meta or {}).get("applied_edits") or [])
+    """Whether `edit` is a redelivery of one applied to a message it names while that message waited: the first
+    one, or an edit of it stored to pass on (`add_edit_to_answer`, which holds its platform id too), which
+    `_revise` applies the next edit to while that one waits; only the first was read, and the retry passed on again."""
+    metas = (await session.execute(_revised(bot, edit, Message.meta))).scalars()
+    return any(edit.external_id in ((meta or {}).get("applied_edits") or []) for meta in metas)
 
 
 @dataclass(frozen=True, slots=True)

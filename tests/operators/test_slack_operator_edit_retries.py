@@ -64,6 +64,33 @@ async def test_slacks_retry_of_an_edit_of_a_whatsapp_reply_tells_the_operator_on
         await _relayed(client, "Pick-up at 9.")  # what the customer has, as the console shows it
 
 
+async def test_slacks_retry_of_an_edit_applied_to_the_edit_before_it_while_that_was_passed_on_changes_nothing(
+        tmp_path, monkeypatch):
+    """An edit that comes while the edit before it is passed on is applied to that edit's waiting message (the one
+    `queue_edits_made_meanwhile` stored, holding the reply's Slack id too), where the inbox's check for a
+    redelivery never looked: it read the reply's first message only, and Slack's retry was passed on again."""
+    async with _whatsapp_customer(tmp_path, "SMretry2", "+15550002223") as (client, slack, twilio):
+        thread_ts, ts = await _claimed(client, slack), f"{time.time():.6f}"
+        meanwhile = _revision("message_changed", thread_ts, ts, "Pick-up at 9.", "EvWaFirst", new_text="Pick-up at 10.")
+        later = _revision("message_changed", thread_ts, ts, "Pick-up at 10.", "EvWaNext", new_text="Pick-up at 11.")
+        operator = client.services.slack_operator
+        tell = operator._tell
+
+        async def edited_again_meanwhile(*args, **kwargs):  # `meanwhile` is passed on: its message waits
+            monkeypatch.setattr(operator, "_tell", tell)
+            assert (await _post_event(client, later)).status_code == 200
+            return await tell(*args, **kwargs)
+
+        monkeypatch.setattr(operator, "_tell", edited_again_meanwhile)
+        await _replied_and_revised_meanwhile(client, monkeypatch, thread_ts, ts, "Pick-up at 9.", meanwhile)
+        await wait_until(lambda: len(_told(slack, thread_ts)) == 2, what="the operator told of both edits")
+        await _retried(client, later)
+        await _handled_up_to_now(client, thread_ts)
+
+        assert [r.form.get("Body") for r in twilio.delivered if "Pick-up" in r.form.get("Body", "")] == ["Pick-up at 9."]
+        assert len(_told(slack, thread_ts)) == 2
+
+
 @pytest.mark.parametrize("deleted", [False, True], ids=["edit", "deletion"])
 async def test_slacks_retry_of_a_change_of_a_web_chat_reply_tells_the_operator_once(tmp_path, monkeypatch, deleted):
     """Retried, a deletion made while the reply was relayed told the operator a second time that the web chat

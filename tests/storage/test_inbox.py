@@ -11,6 +11,7 @@ from sqlalchemy import func, select, update
 from channels.telegram import TelegramAdapter
 from gateway.inbox import Inbox
 from gateway.models import Attachment, ConversationRef, InboundMessage, Sender, utcnow
+from storage import repositories as repo
 from storage.models import Contact, Conversation, Message
 from tests.channels.telegram_helpers import _request, _settings, _update
 from tests.statement_log import StatementLog
@@ -124,6 +125,31 @@ async def test_inbox_revision_kept_once_answered_is_stored_as_a_message_of_its_t
     assert (edited.text, edited.meta["revises"], edited.meta["deleted"]) == ("refund is 12", "Ev1", False)
     assert (deleted.meta["revises"], deleted.meta["deleted"], deleted.status) == ("Ev1", True, "pending")
     assert await _count(sessions, Message) == 3
+
+
+async def test_a_retry_of_an_edit_applied_to_a_waiting_edit_of_the_message_is_not_stored_again(sessions):
+    """An edit made while the operator's message was relayed is stored to pass on after it (`add_edit_to_answer`,
+    with the message's platform id), and the next edit is applied to that one while it waits: Slack's retry of
+    it was looked for on the first message only, stored as a change of its own and passed on a second time."""
+    inbox = Inbox(sessions)
+    thread = ConversationRef(channel="slack", chat="COPS", thread="5.5")
+    said = replace(_message("Ev1", text="refund is 10", channel="slack"), conversation=thread, attachments=())
+    first = await inbox.accept("acme", said)
+    edit = replace(said, external_id="Ev2", text="refund is 11", revises="Ev1", stored_if_answered=True,
+                   existing_conversation_only=True)
+    assert await inbox.accept("acme", edit) is None  # applied to the first while it waits
+    async with sessions() as session, session.begin():
+        original = await session.get(Message, first.message_id)
+        original.status = "done"
+        queued = (await repo.add_edit_to_answer(session, of=original, text="refund is 11")).id
+    assert await inbox.accept("acme", replace(edit, external_id="Ev3", text="refund is 12")) is None
+    async with sessions() as session, session.begin():
+        await session.execute(update(Message).where(Message.id == queued).values(status="done"))
+    for retried in ("Ev2", "Ev3"):
+        assert await inbox.accept("acme", replace(edit, external_id=retried, text="refund is 12")) is None
+    async with sessions() as session:
+        assert (await session.get(Message, queued)).text == "refund is 12"
+    assert await _count(sessions, Message) == 2
 
 
 async def test_two_edits_of_a_message_never_stored_handled_at_once_are_stored_once(sessions):
