@@ -59,6 +59,7 @@ from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundM
 from gateway.observability import otel
 from gateway.observability.logs import redact
 from storage import repositories as repo
+from storage.meta_keys import set_meta_key
 from storage.models import Contact, Conversation, Escalation, Message, RemovedChat
 from storage.opt_outs import with_opt_out
 from storage.removed_chats import removed_from_its_chat, still_removed
@@ -359,10 +360,11 @@ class Outbox:
             return
         await remove_leftovers(adapter, outbound.conversation, [str(i) for i in leftover],
                                interaction=outbound.interaction)
-        inbound.meta = {**inbound.meta, "streamed": []}
+        # The key alone, merged into the row as it stands: the whole `meta` read before the platform's calls undid
+        # a change committed meanwhile (a chat move dropping its quote, `storage.chat_moves`).
         async with self._sessions() as session, session.begin():
-            await session.execute(update(Message).where(Message.id == inbound.id).values(meta=inbound.meta)
-                                  .execution_options(synchronize_session=False))
+            meta = await set_meta_key(session, message_id=inbound.id, key="streamed", value=[])
+        inbound.meta = meta if meta is not None else {**inbound.meta, "streamed": []}
 
     async def recover(self, *, older_than_s: float = 120.0) -> int:
         """Requeue replies left in `sending` by a crash. Delivery is at-least-once only for this window: a

@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from channels.discord_followups import Interactions
 from gateway.app import create_app
+from gateway.delivery import outbox as outbox_module
 from gateway.delivery.streaming import EditStreamer
 from gateway.settings import load_settings
 from storage.models import Conversation, Message
@@ -293,6 +294,32 @@ async def test_a_reply_sent_whole_after_a_crash_removes_what_was_streamed_for_it
     assert streamed.deleted
     answers = [m for m in telegram.sent if m.chat_id == 3007 and not m.deleted]
     assert len(answers) == 1 and "$6 per month" in answers[0].text
+
+
+async def test_removing_what_was_streamed_keeps_a_change_of_the_questions_meta_made_meanwhile(env, monkeypatch):
+    """Sent whole after a crash, the reply's streamed leftovers were removed and the question's `meta` written back
+    whole as the outbox had read it before the removal's calls to the platform: a change committed meanwhile (the
+    chat moved, its quote dropped, `storage.chat_moves`) was undone."""
+    client, services, llm, telegram, _ = env
+    llm.script("streamer", Turn(text=ANSWER))
+    await post_telegram(client, 7008, 3008, QUESTION)
+    inbound, reply = await settled_chat(services, channel="telegram", chat="3008")
+    async with services.sessions() as session, session.begin():
+        row = await session.get(Message, reply.id)
+        row.status, row.provider_ids = "pending", []
+    remove = outbox_module.remove_leftovers
+
+    async def removed_while_the_chat_moved(*args, **kwargs):
+        await remove(*args, **kwargs)
+        async with services.sessions() as session, session.begin():
+            row = await session.get(Message, inbound.id)
+            row.meta = {**row.meta, "moved_from_chat": "3008"}
+
+    monkeypatch.setattr(outbox_module, "remove_leftovers", removed_while_the_chat_moved)
+    services.worker.notify()
+    inbound, reply = await settled_chat(services, channel="telegram", chat="3008")
+    assert reply.status == "sent" and inbound.meta["streamed"] == []
+    assert inbound.meta["moved_from_chat"] == "3008"
 
 
 async def test_a_discord_ask_stream_cut_by_a_crash_is_blanked_through_its_interaction(env, discord_fake):
