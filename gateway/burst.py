@@ -89,6 +89,23 @@ def same_burst(first: Message, later: list[Message], *, window_s: float) -> list
     return run
 
 
+async def burst_up_to(session: AsyncSession, message: Message, *, window_s: float, after: int = 0) -> list[Message]:
+    """`message` with the customer's messages before it (after the message id `after`, none taken back) that a burst
+    joins it with, as `burst_followers` takes them pending after the first: in sent order. `message` alone when
+    bursts are off, on a channel never merged, or when it is no plain message."""
+    if window_s <= 0 or message.channel in UNMERGED_CHANNELS or not _plain(message):
+        return [message]
+    earlier = (await session.execute(select(Message).where(
+        Message.conversation_id == message.conversation_id, Message.direction == "in", Message.status != "ignored",
+        Message.id < message.id, Message.id > after).order_by(Message.id.desc()).limit(MAX_PIECES - 1))).scalars()
+    run = [message]
+    for previous in earlier:  # the newest first: each continued by the piece after it, or the burst began after it
+        if not _plain(previous) or not same_burst(previous, [run[0]], window_s=window_s):
+            break
+        run.insert(0, previous)
+    return in_sent_order(run)
+
+
 class Burst(NamedTuple):
     """The pending messages answered with the first, or the time to look again: the customer may still be
     typing. Nothing waits in between: the worker parks the conversation until `not_before` and takes

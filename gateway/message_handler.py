@@ -347,7 +347,8 @@ class MessageHandler:
             elif result is not None and result.reply is None and not result.escalate \
                     and (conversation.state != "bot" or held):
                 # Taken before the bot began: the same (not a request for a person). Also when handed back meanwhile.
-                dropped = await taken_over_before(session, message, self._settings.bot(inbound.bot))
+                dropped = await taken_over_before(session, message, self._settings.bot(inbound.bot),
+                                                  burst_seconds=self._settings.worker.burst_seconds)
             if result is not None:
                 for text in result.replies():
                     out = await repo.add_outbound(

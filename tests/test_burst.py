@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from channels.base import Capabilities
 from channels.shared_content import location_line
-from gateway.burst import BURST_OWNER, burst_followers
+from gateway.burst import BURST_OWNER, burst_followers, burst_up_to
 from gateway.inbox import Inbox
 from gateway.models import ConversationRef, InboundMessage, Sender
 from storage import repositories as repo
@@ -326,3 +326,35 @@ async def test_a_piece_stored_as_the_park_commits_sees_the_park_and_ends_it(migr
 
     monkeypatch.setattr(repo, "park_lease", park_as_the_piece_comes)
     await _question_answered_at_once(pipeline, engine, worker, storing, question)
+
+
+async def test_the_pieces_of_a_burst_before_a_message_are_those_a_turn_joins_it_with(migrated_url):
+    """What the hand-back reads a piece relayed alone with (gateway.escalation.handback): the customer's plain pieces
+    before it, each within the window of the next, none before `after` (the reply before them)."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    inbox = Inbox(sessions)
+    ids = []
+    for n, text in enumerate(("/start", "A year ago", "I want", "to talk to a human")):
+        raw = {"command": "start"} if text == "/start" else {}
+        ids.append((await inbox.accept("acme", InboundMessage(
+            channel="telegram", external_id=f"tg-{n}", sender=Sender("42"), text=text, raw=raw,
+            conversation=ConversationRef("telegram", chat="42")))).message_id)
+    try:
+        async with sessions() as session, session.begin():
+            old = await session.get(Message, ids[1])
+            old.created_at = old.created_at.replace(year=old.created_at.year - 1)
+        async with sessions() as session:
+            last = await session.get(Message, ids[-1])
+
+            async def texts(**kwargs) -> list[str]:
+                return [m.text for m in await burst_up_to(session, last, **kwargs)]
+
+            assert await texts(window_s=60) == ["I want", "to talk to a human"]  # not the one a year before
+            assert await texts(window_s=10 ** 9) == ["A year ago", "I want", "to talk to a human"]  # not the command
+            assert await texts(window_s=10 ** 9, after=ids[2]) == ["to talk to a human"]
+            assert await texts(window_s=0) == ["to talk to a human"]
+            command = await session.get(Message, ids[0])
+            assert [m.id for m in await burst_up_to(session, command, window_s=60)] == [ids[0]]
+    finally:
+        await engine.dispose()

@@ -22,6 +22,7 @@ from sqlalchemy import exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
+from gateway.burst import burst_up_to
 from gateway.escalation.records import live_escalation
 from gateway.models import as_utc, utcnow
 from gateway.pipeline.core import accepts_offer, person_asked_for
@@ -51,8 +52,8 @@ async def answer_if_handed_back(sessions: async_sessionmaker[AsyncSession], mess
                  conversation_id=message.conversation_id, bot=message.bot)
 
 
-async def taken_over_before(session: AsyncSession, message: Message,
-                            bot: BotSettings | None = None) -> dict[str, bool]:
+async def taken_over_before(session: AsyncSession, message: Message, bot: BotSettings | None = None, *,
+                            burst_seconds: float = 0.0) -> dict[str, bool]:
     """`{DRAFT_DROPPED: True}` when the worker holds `message` (no answer) because an operator took its
     conversation after it came and before the bot began answering it; else `{}`. A message held because the
     customer asked for a person (the escalation came after it, opened by the bot) is left as it is. Its
@@ -60,8 +61,9 @@ async def taken_over_before(session: AsyncSession, message: Message,
     (which the resolve, seeing it pending, left to the worker's hook, `answer_if_handed_back`). Nor a request for
     a person as the turn reads one (`person_asked_for`, the `bot`'s `escalation.phrases`), or a yes to the bot's offer
     of one (`accepts_offer`, after its `fallback_text`): no draft says so, the bot never read it; answered after the
-    hand-back, it would ask for one again."""
-    if bot is not None and await _asks_for_a_person(session, message, bot):
+    hand-back, it would ask for one again. Read with the pieces of its burst before it (`worker.burst_seconds`),
+    joined as the turn joins them: requeued with them, it is answered so."""
+    if bot is not None and await _asks_for_a_person(session, message, bot, burst_seconds):
         return {}
     escalation = await live_escalation(session, message.conversation_id) or (await session.execute(
         select(Escalation).where(Escalation.conversation_id == message.conversation_id, Escalation.state == "resolved")
@@ -74,16 +76,19 @@ async def taken_over_before(session: AsyncSession, message: Message,
     return {DRAFT_DROPPED: True} if taken is not None else {}
 
 
-async def _asks_for_a_person(session: AsyncSession, message: Message, bot: BotSettings) -> bool:
+async def _asks_for_a_person(session: AsyncSession, message: Message, bot: BotSettings, burst_seconds: float) -> bool:
     """Whether the turn would read `message` as a request for a person: its phrases, or a yes to the offer of one
-    in the reply before it (the turn's history: the last stored outbound text before it, ignored ones left out)."""
-    text = (message.text or "").strip()
+    in the reply before it (the turn's history: the last stored outbound text before it, ignored ones left out).
+    The text is its burst's since that reply, joined as the turn joins it (`MessageHandler.handle`): each piece read
+    alone, "I want to talk to a human" / "it's urgent" left the second marked, and answered alone after the hand-back."""
+    last = (await session.execute(select(Message.id, Message.text).where(
+        Message.conversation_id == message.conversation_id, Message.direction == "out", Message.id < message.id,
+        Message.status != "ignored", Message.text != "").order_by(Message.id.desc()).limit(1))).first()
+    pieces = await burst_up_to(session, message, window_s=burst_seconds, after=last.id if last is not None else 0)
+    text = ("\n".join(m.text for m in pieces if (m.text or "").strip()) if len(pieces) > 1 else message.text or "").strip()
     if person_asked_for(text, bot) is not None:
         return True
-    last = (await session.execute(select(Message.text).where(
-        Message.conversation_id == message.conversation_id, Message.direction == "out", Message.id < message.id,
-        Message.status != "ignored", Message.text != "").order_by(Message.id.desc()).limit(1))).scalar_one_or_none()
-    return accepts_offer(text, [{"role": "assistant", "content": last}] if last else [], bot)
+    return accepts_offer(text, [{"role": "assistant", "content": last.text}] if last is not None else [], bot)
 
 
 async def requeue_unanswered(session: AsyncSession, *, conversation_id: int, since: datetime) -> int | None:

@@ -224,21 +224,51 @@ async def test_a_question_sent_in_pieces_taken_over_and_handed_back_is_answered_
     the turn joined) or before the bot began (each relayed alone). The hand-back requeued only the last piece:
     the bot answered "the Plus plan cost?" alone. Now the whole burst goes back, and is answered once, joined."""
     pipeline = TakenOverWhileAnswering(takes_over=takes_over)
-    async with _rig(migrated_url, pipeline, worker_settings(burst_seconds=0.5), "telegram") as (
-            sessions, escalations, worker, inbox):
-        for n, text in enumerate(("How much does", "the Plus plan cost?")):
-            accepted = await inbox.accept("acme", InboundMessage(
-                channel="telegram", external_id=f"tg-{n}", sender=Sender("42"), sequence=n,
-                conversation=ConversationRef("telegram", chat="42"), text=text, raw={"message_id": n}))
-        if not takes_over:
-            await escalations.claim_conversation(accepted.conversation_id, operator="kim", bots=None)
-        await worker.run_until_idle(timeout=20)
-        escalation = (await escalations.find(bots=None))[0]
-        await escalations.resolve(escalation.id, operator="kim", bots=None)
-        rows, _ = await _settled(sessions, escalations, worker, accepted)
-    inbound = [m for m in rows if m.direction == "in"]
-    replies = [(m.text, m.reply_to_id) for m in rows if m.direction == "out" and m.author == "bot"]
+    inbound, _, replies = await _burst_handed_back(migrated_url, pipeline, ("How much does", "the Plus plan cost?"))
     joined = "How much does\nthe Plus plan cost?"
     assert replies == [(f"echo: {joined}", inbound[0].id)]
     assert pipeline.turns == ([joined, joined] if takes_over else [joined])
     assert all(m.status == "done" and DRAFT_DROPPED not in (m.meta or {}) for m in inbound)
+
+
+@pytest.mark.parametrize("pieces", [("I want to talk to a human", "it's urgent"), ("Yes", "a person would be great")],
+                         ids=["request", "yes_to_the_offer"])
+async def test_a_request_for_a_person_sent_in_pieces_taken_before_the_bot_began_is_not_answered_after_it(
+        migrated_url, pieces):
+    """Each piece of a burst relayed alone was read alone for a request for a person (or a yes to the bot's offer of
+    one): the first was one, the second ("it's urgent") was not, so it was marked to answer, and after the hand-back
+    the bot answered it alone. The turn reads the burst joined (`gateway.burst`), and so does the hand-back now."""
+    offer = "I don't know that one. Would you like me to get a person from our team?"
+    settings = Settings(bots=[BotSettings(name="acme", fallback_text=offer)], worker={"burst_seconds": 0.5})
+    pipeline = TakenOverWhileAnswering(takes_over=False, first_reply=offer)
+    inbound, conversation, replies = await _burst_handed_back(migrated_url, pipeline, pieces, settings=settings)
+    assert replies == [] and pipeline.turns == [] and conversation.state == "bot"
+    assert [m.status for m in inbound] == ["done"] * 3
+
+
+async def _burst_handed_back(url: str, pipeline: TakenOverWhileAnswering, pieces: tuple[str, ...],
+                             settings: Settings | None = None) -> tuple[list[Message], Conversation, list]:
+    """The customer's burst `pieces` on Telegram, taken over (`pipeline.takes_over`: while answered, else before the
+    bot began), then handed back: (the customer's messages, the conversation, the bot's replies (text, reply_to_id)
+    but the pipeline's `first_reply`, answered to an earlier message of theirs first)."""
+    first_reply = pipeline.first_reply
+
+    def piece(n: int, text: str) -> InboundMessage:
+        return InboundMessage(channel="telegram", external_id=f"tg-{n}", sender=Sender("42"), sequence=n,
+                              conversation=ConversationRef("telegram", chat="42"), text=text, raw={"message_id": n})
+
+    async with _rig(url, pipeline, settings or worker_settings(burst_seconds=0.5), "telegram") as (
+            sessions, escalations, worker, inbox):
+        if first_reply is not None:
+            await inbox.accept("acme", piece(0, "Can I pay by cheque?"))
+            await worker.run_until_idle(timeout=20)
+        for n, text in enumerate(pieces, start=1):
+            accepted = await inbox.accept("acme", piece(n, text))
+        if not pipeline.takes_over:
+            await escalations.claim_conversation(accepted.conversation_id, operator="kim", bots=None)
+        await worker.run_until_idle(timeout=20)
+        escalation = (await escalations.find(bots=None))[0]
+        await escalations.resolve(escalation.id, operator="kim", bots=None)
+        rows, conversation = await _settled(sessions, escalations, worker, accepted)
+    return ([m for m in rows if m.direction == "in"], conversation,
+            [(m.text, m.reply_to_id) for m in rows if m.direction == "out" and m.author == "bot" and m.text != first_reply])
