@@ -59,7 +59,7 @@ from gateway.models import SOURCES_HEADING, Citation, ConversationRef, OutboundM
 from gateway.observability import otel
 from gateway.observability.logs import redact
 from storage import repositories as repo
-from storage.meta_keys import set_meta_key
+from storage.meta_keys import merged_meta, set_meta_key
 from storage.models import Contact, Conversation, Escalation, Message, RemovedChat
 from storage.opt_outs import with_opt_out
 from storage.removed_chats import removed_from_its_chat, still_removed
@@ -135,9 +135,11 @@ class Outbox:
             if paused_until is not None:
                 # Its platform is down (`send_breaker`): rescheduled without an attempt, so the worker
                 # parks the conversation until then instead of waiting on the platform's timeouts.
+                # The key merged into the row as it stands: what an attempt settled since the read (its landed parts)
+                # stays.
                 await session.execute(
                     update(Message).where(Message.id == message_id, Message.status == "pending")
-                    .values(meta={**(message.meta or {}), "next_attempt_at": paused_until.isoformat()})
+                    .values(meta=merged_meta(session.bind.dialect.name, {"next_attempt_at": paused_until.isoformat()}))
                     .execution_options(synchronize_session=False))
                 return "deferred"
             claimed = (await session.execute(

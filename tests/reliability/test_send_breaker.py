@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from channels.telegram import TelegramAdapter
 from gateway.delivery.outbox import Outbox, next_attempt_at
@@ -241,3 +242,30 @@ async def test_a_reply_outside_the_whatsapp_window_neither_ends_a_pause_nor_hold
         await adapter.stop()
         twilio.stop()
         await engine.dispose()
+
+
+async def test_a_reply_rescheduled_behind_a_pause_keeps_what_an_attempt_stored_on_it_meanwhile(migrated_url) -> None:
+    """Rescheduled for a pause's end, a reply's `meta` was written back whole as the outbox had read it: what another
+    attempt at it settled meanwhile (the parts it landed, `meta.delivered_parts`) was lost, and those parts were
+    sent again."""
+    async with _telegram_outbox(migrated_url) as (sessions, _, outbox):
+        reply_id = await _reply(sessions, "acme", "903", 0)
+        other = session_factory(sessions.kw["bind"])
+
+        class SettledAfterTheRead(AsyncSession):
+            async def get(self, *args, **kwargs):
+                row = await super().get(*args, **kwargs)
+                if row is not None and row.id == reply_id:  # another worker's attempt commits now
+                    async with other() as session, session.begin():
+                        await session.execute(update(Message).where(Message.id == reply_id)
+                                              .values(meta={"delivered_parts": ["41"]}))
+                return row
+
+        outbox._sessions = async_sessionmaker(sessions.kw["bind"], class_=SettledAfterTheRead, expire_on_commit=False)
+        outbox._breaker = breaker = SendBreaker()
+        for _ in range(FAILURES_TO_PAUSE):
+            breaker.failed("acme", "telegram", error="unreachable")
+        assert await outbox.deliver(reply_id) == "deferred"
+        async with sessions() as session:
+            reply = await session.get(Message, reply_id)
+        assert reply.meta["delivered_parts"] == ["41"] and next_attempt_at(reply) > utcnow()
