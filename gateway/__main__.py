@@ -1,5 +1,5 @@
 """`python -m gateway …` is the same as the `gateway` console script."""
 
-from gateway.cli import main
+from gateway.console import main
 
 raise SystemExit(main())
