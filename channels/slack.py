@@ -111,6 +111,7 @@ class SlackAdapter(SlackConnection):
         # over the socket they do not come to the Interactivity URL's route.
         self.on_interactive: Callable[[Any], Awaitable[None]] | None = None
         self._socket: Any = None
+        self._identity_task: asyncio.Task | None = None  # auth.test asked again after it failed at start
         self._socket_task: asyncio.Task | None = None  # opening Socket Mode again after Slack was unreachable
         self._socket_problem: str | None = None
         # Parts already posted for a reply that later failed: a retry of the same reply resumes after them.

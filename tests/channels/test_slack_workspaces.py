@@ -3,8 +3,12 @@ token answers one), and an uninstalled app can post nothing."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from structlog.testing import capture_logs
 
+from gateway.errors import ChannelSendError
 from tests.channels.slack_helpers import Sleeps, fake_fixture, make_adapter  # noqa: F401 - `fake` fixture
 from tests.fakes.slack_api import BOT_USER_ID, FakeSlack
 
@@ -105,5 +109,18 @@ async def test_slack_token_refused_at_start_is_said_in_readyz_from_the_start(fak
     """auth.test answered `account_inactive` (a deleted workspace or app): /readyz said all was well until
     the first reply failed."""
     fake.fail("auth.test", error="account_inactive")
+    with pytest.raises(ChannelSendError, match="account_inactive from auth.test") as raised:
+        await _started(fake)  # at start: a failed start (`channel.start_failed`), which /readyz says
+    assert raised.value.permanent
+    # Refused when auth.test is asked again after Slack failed at start: the channel runs, and /readyz says so.
+    fake.fail("auth.test", status=503, error="service_unavailable")
+    fake.fail("auth.test", error="account_inactive")
     adapter = await _started(fake)
-    assert adapter.connection_status.startswith("account_inactive from auth.test: Slack refuses this bot's token")
+    try:
+        async with asyncio.timeout(10):
+            while adapter.connection_status is None:
+                await asyncio.sleep(0.01)
+        assert adapter.connection_status.startswith("account_inactive from auth.test: Slack refuses this bot's token")
+        assert fake.count("auth.test") == 3 and adapter._identity_task.done()  # not asked again after
+    finally:
+        await adapter.stop()
