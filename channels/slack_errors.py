@@ -38,16 +38,18 @@ def rate_limit_wait(exc: SlackApiError) -> float | None:
 def auth_test_error(exc: Exception, api_base: str = "") -> str:
     """auth.test's failure in one line: the SDK's own was two, and did not say which token was refused."""
     if not isinstance(exc, SlackApiError):
-        return f"cannot reach Slack at {api_base} (api_base) for auth.test: {_unreached(exc)}"
+        return f"cannot reach Slack at {api_base} (api_base) for auth.test: {unreached_cause(exc)}"
     error = exc.response.get("error")
     if error in TOKEN_REFUSED:
         return f"Slack refused the bot_token (xoxb-…): {error} from auth.test"
     return f"auth.test failed: {error} (HTTP {exc.response.status_code})"
 
 
-def _unreached(exc: Exception) -> str:
+def unreached_cause(exc: BaseException | None) -> str:
     """Why no answer came, in the words of `llm.call_failed`'s `failure`: the exception's text named no cause."""
     os_error = getattr(exc, "os_error", None)
+    if exc is None:
+        return "connection failed"
     if isinstance(exc, asyncio.TimeoutError):
         return "timeout"
     if isinstance(os_error, ConnectionRefusedError):

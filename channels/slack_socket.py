@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
@@ -22,7 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Deliver, WebhookResult
 from channels.slack_bolt_app import run
-from channels.slack_errors import TOKEN_REFUSED
+from channels.slack_errors import TOKEN_REFUSED, unreached_cause
 from gateway.errors import ChannelSendError
 
 if TYPE_CHECKING:
@@ -34,6 +36,38 @@ PING_INTERVAL_S = 5  # how often the socket is pinged: a connection that stops a
 _SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError)
 
 
+class _SocketLog(logging.LoggerAdapter):
+    """slack_sdk's Socket Mode logger, but for its failed websocket connects: connect() logged each as an error with a
+    40-line traceback naming neither the channel nor the bot, and tried again every ping interval for ever. The first
+    connect's failure ends `open_socket_mode` (the caller opens it again, with backoff); a later one (a reconnect after
+    the session dropped) is one `slack.socket_mode_failed` line, as slack_sdk tries again by itself."""
+
+    def __init__(self, bot: str) -> None:
+        super().__init__(logging.getLogger("slack_sdk.socket_mode.aiohttp"), {})
+        self.bot = bot
+        self.first: asyncio.Future | None = None  # set while `open_socket_mode` waits for the first connect
+        self.failures = 0
+        self.wss = ""  # the websocket URL being opened, for the message
+
+    def log(self, level, msg, *args, **kwargs) -> None:  # type: ignore[override]
+        if not (isinstance(msg, str) and msg.startswith("Failed to connect")):
+            super().log(level, msg, *args, **kwargs)
+            return
+        error = f"slack socket mode: {wss_failure(self.wss, sys.exc_info()[1])}"
+        if self.first is not None and not self.first.done():
+            self.first.set_result(error)
+            return
+        self.failures += 1
+        log.warning("slack.socket_mode_failed", bot=self.bot, error=error[:200], failures=self.failures,
+                    next="slack_sdk connects again every few seconds")
+
+
+def wss_failure(url: str, exc: BaseException | None) -> str:
+    """Why the websocket Slack handed out could not be opened, naming its host (never the URL: it holds a ticket)."""
+    where = urlsplit(url).netloc or "?"
+    return f"cannot open the websocket Slack handed out ({where}): {unreached_cause(exc)}"
+
+
 class GatewaySocketModeHandler(AsyncSocketModeHandler):
     """Bolt's Socket Mode handler, acking only once the events it carries are delivered (stored): if storing
     fails, Slack sends the envelope again and the inbox deduplicates it."""
@@ -41,8 +75,9 @@ class GatewaySocketModeHandler(AsyncSocketModeHandler):
     def __init__(self, adapter: SlackAdapter, deliver: Deliver) -> None:
         web = AsyncWebClient(base_url=adapter.api_base, session=adapter._http, retry_handlers=[])
         # slack_sdk's own logger and ping interval (bolt's handler would take the app's logger, and 10 s).
+        # Its failed connects said as the channel's (`_SocketLog`).
         super().__init__(adapter.app, app_token=adapter.settings.app_token, web_client=web,
-                         logger=logging.getLogger("slack_sdk.socket_mode.aiohttp"), ping_interval=PING_INTERVAL_S)
+                         logger=_SocketLog(adapter.bot), ping_interval=PING_INTERVAL_S)
         self.adapter, self.deliver = adapter, deliver
 
     async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
@@ -79,7 +114,10 @@ async def open_socket_mode(adapter: SlackAdapter, deliver: Deliver) -> SocketMod
     try:
         # Fetched here, not inside connect(), which would retry a bad app token forever.
         client.wss_uri = await client.issue_new_wss_url()
-        await client.connect()
+        await _connect_once(client)
+    except ChannelSendError:  # the websocket Slack handed out could not be opened: the caller tries again
+        await client.close()
+        raise
     except SlackApiError as exc:
         await client.close()
         passing = exc.response.status_code >= 500 or exc.response.status_code == 429  # Slack's outage, not ours
@@ -94,3 +132,21 @@ async def open_socket_mode(adapter: SlackAdapter, deliver: Deliver) -> SocketMod
         raise ChannelSendError(f"slack socket mode: Slack unreachable ({type(exc).__name__})") from exc
     log.info("slack.socket_mode_connected", bot=adapter.bot)
     return client
+
+
+async def _connect_once(client: SocketModeClient) -> None:
+    """slack_sdk's connect(), ended by its first failure (a ChannelSendError the caller opens again after): by itself
+    it tried again every ping interval with the same, perhaps expired, URL, and the channel's start never returned."""
+    said: _SocketLog = client.logger  # type: ignore[assignment]
+    said.wss, said.first = client.wss_uri or "", asyncio.get_running_loop().create_future()
+    connecting = asyncio.ensure_future(client.connect())
+    try:
+        await asyncio.wait({connecting, said.first}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        first, said.first = said.first, None
+        if not connecting.done():
+            connecting.cancel()
+            await asyncio.gather(connecting, return_exceptions=True)
+    if first.done():
+        raise ChannelSendError(first.result())
+    connecting.result()

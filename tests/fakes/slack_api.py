@@ -75,6 +75,8 @@ class FakeSlack:
     users: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Fields auth.test adds or overrides (an org-wide token: `enterprise_id`, `is_enterprise_install`).
     identity: dict[str, Any] = field(default_factory=dict)
+    # The websocket URL apps.connections.open hands out, when not this server's own (one nothing listens on).
+    socket_url: str | None = None
     _ts: int = 0
 
     @classmethod
@@ -196,7 +198,7 @@ class FakeSlack:
             return {"ok": True, "user_id": BOT_USER_ID, "bot_id": BOT_ID, "team_id": "T111", "user": "gateway",
                     **self.identity}
         if method == "apps.connections.open":
-            return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link?ticket=t"}
+            return {"ok": True, "url": self.socket_url or f"ws://127.0.0.1:{self.port}/link?ticket=t"}
         if method == "chat.postMessage":
             if not call.params.get("channel"):
                 return {"ok": False, "error": "channel_not_found"}
