@@ -110,7 +110,9 @@ def configure_logging(*, level: str = "INFO", fmt: str = "console", secrets: lis
     root.setLevel(level.upper())
     # twilio's client writes every request's headers at INFO: 8 lines a send, half of a busy log; at DEBUG,
     # markdown-it writes a line per parser rule and block of every reply rendered (20 for one sentence).
-    for noisy in ("httpx", "httpcore", "litellm", "aiosqlite", "asyncio", "urllib3", "twilio", "markdown_it"):
+    # coredis (the rate limits' Redis client) writes each retry against a Redis that is down at INFO, 6 lines a
+    # check, where `ratelimit.unavailable` says the outage once.
+    for noisy in ("httpx", "httpcore", "litellm", "aiosqlite", "asyncio", "urllib3", "twilio", "markdown_it", "coredis"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # pypdf warns, without the file's name, about each broken structure it reads past; a PDF that
     # cannot be read is reported by the ingest with its name, and one that can is fine.

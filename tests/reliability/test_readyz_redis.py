@@ -125,3 +125,17 @@ async def test_readyz_without_redis_url_has_no_redis_field(tmp_path) -> None:
     async with running_app(tmp_path, bots=[LIMITED_BOT]) as (client, _):
         body = (await client.get("/readyz")).json()
         assert body["status"] == "ready" and "redis" not in body
+
+
+async def test_a_redis_down_is_said_once_in_the_log_not_by_its_client_per_retry(capsys) -> None:
+    """Each check against a Redis that is down (a message, a /readyz) also wrote coredis's own `Retry attempt 1 due to
+    error: [Errno 111] Connect call failed (…)` at INFO, three a call, naming no Redis nor what it was for."""
+    from gateway.observability.logs import configure_logging
+
+    configure_logging(level="INFO")
+    limiter, _ = _limiter(DOWN_REDIS)
+    for i in range(3):
+        await limiter.check(bot="acme", channel="web", contact=f"u{i}")
+    said = capsys.readouterr().err
+    assert said.count("ratelimit.unavailable") == 1
+    assert "coredis" not in said and "Retry attempt" not in said, said
