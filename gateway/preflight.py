@@ -87,6 +87,9 @@ def redacted_db_url(url: str) -> str:
     return parsed.update_query_dict(secrets).render_as_string(hide_password=True)
 
 
+LOGIN_REFUSED = {"28P01", "28000"}  # PostgreSQL's invalid_password, invalid_authorization_specification
+
+
 async def schema_revision(settings, engine=None) -> str | None:
     """The migration the database is at, None when it was never migrated (no `alembic_version`, or no
     SQLite file: asking would create it); a one-line `GatewayError` when it cannot be reached."""
@@ -114,6 +117,9 @@ async def schema_revision(settings, engine=None) -> str | None:
         elif isinstance(cause, ConnectionRefusedError):  # asyncpg's words named no server down, nor a wrong port
             host = make_url(async_url(settings.database_url)).host
             reason += f": connection refused; is PostgreSQL running on {host or 'that host'}, and on that port?"
+        elif getattr(cause.__cause__, "sqlstate", None) in LOGIN_REFUSED:  # reached: "cannot reach" sent one to look
+            raise GatewayError(f"the database {redacted_db_url(settings.database_url)} refused the login: {reason}; "
+                               "check the user and password in database_url (or DATABASE_URL)") from None
         raise GatewayError(f"cannot reach the database {redacted_db_url(settings.database_url)}: {reason}") from None
     finally:
         if own:
