@@ -44,14 +44,17 @@ setup: install migrate
 install: $(VENV)/.installed
 
 # Reinstall only when the lock changes. --require-hashes: every artifact is checked against the lock.
-# Python 3.11+ is checked first (and that PYTHON is there at all: the shell's "not found" read as its version): an older one failed in pip ("No matching distribution found for
+# Python 3.11+ is checked first (and that PYTHON is there at all, and runs: the shell's "not found", or a pyenv shim's
+# lines for a version not selected, read as its version): an older one failed in pip ("No matching distribution found for
 # annotated-doc==0.0.7"), and the venv it left was kept by every later run, whatever PYTHON said. pip is
 # quiet (its output is pages of lines), so a note says first what the minutes of silence are.
 PY311 = import sys; sys.exit(sys.version_info < (3, 11))
 $(VENV)/.installed: requirements-dev.lock pyproject.toml
 	@if test -x $(BIN)/python; then $(BIN)/python -c '$(PY311)' || { echo "make: $(VENV) was made with $$($(BIN)/python -V 2>&1), and the gateway needs Python 3.11 or newer: remove it (rm -rf $(VENV)) and run make again with PYTHON=python3.11 (or newer)" >&2; exit 1; }; \
 	else command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) was not found: install Python 3.11 or newer, or run make with PYTHON=python3.11 (or another interpreter of 3.11 or newer on your PATH)" >&2; exit 1; }; \
-	$(PYTHON) -c '$(PY311)' || { echo "make: $(PYTHON) is $$($(PYTHON) -V 2>&1), and the gateway needs Python 3.11 or newer: run make with PYTHON=python3.11 (or newer)" >&2; exit 1; }; fi
+	rc=0; $(PYTHON) -c '$(PY311)' 2>/dev/null || rc=$$?; \
+	if test $$rc -eq 1; then echo "make: $(PYTHON) is $$($(PYTHON) -V 2>&1), and the gateway needs Python 3.11 or newer: run make with PYTHON=python3.11 (or newer)" >&2; exit 1; \
+	elif test $$rc -ne 0; then echo "make: $(PYTHON) did not run (exit $$rc: $$($(PYTHON) -V 2>&1 | head -n 1)): install Python 3.11 or newer, or run make with PYTHON=python3.11 (or another interpreter of 3.11 or newer on your PATH)" >&2; exit 1; fi; fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "make: installing the pinned dependencies into $(VENV) (about 1 GB; a few minutes the first time, with no output until it is done)"
 	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements-dev.lock

@@ -91,6 +91,25 @@ def test_make_says_so_when_the_python_it_was_given_is_not_there(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_says_so_when_the_python_it_was_given_does_not_run(tmp_path):
+    """A pyenv shim of a version not selected (`python3.9` on PATH, 3.9 installed but not active) exits 127
+    with pyenv's lines, which were read as a version: "make: python3.9 is pyenv: python3.9: command not
+    found <blank line> The `python3.9' command exists in these Python versions: …, and the gateway needs
+    Python 3.11 or newer"."""
+    shim = tmp_path / "python3.9"
+    shim.write_text('#!/bin/sh\necho "pyenv: python3.9: command not found" >&2\necho >&2\n'
+                    'echo "The \\`python3.9\' command exists in these Python versions:" >&2\nexit 127\n')
+    shim.chmod(0o755)
+    proc = subprocess.run(["make", "install", f"VENV={tmp_path / 'venv'}", f"PYTHON={shim}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and not (tmp_path / "venv").exists()
+    assert f"make: {shim} did not run (exit 127: pyenv: python3.9: command not found): install Python 3.11 or " \
+           "newer, or run make with PYTHON=python3.11 (or another interpreter of 3.11 or newer on your PATH)" \
+           in proc.stderr, proc.stderr
+    assert "is pyenv" not in proc.stderr and "needs Python 3.11 or newer: run make" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_ctrl_c_on_make_run_is_a_clean_stop(tmp_path):
     """Ctrl-C reaches make, its shell and the server at once. The shell around `serve` died of it, or
     passed on serve's 130, and make ended on "*** [Makefile:…: run] Interrupt" or "Error 130", as after a
