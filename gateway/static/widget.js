@@ -274,7 +274,14 @@
     if (!state.bots.length) { showError("No assistant is configured on this server."); return; }
     clearError();
     var names = state.bots.map(function (b) { return b.name; });
-    var wanted = new URLSearchParams(window.location.search).get("bot") || store.get("bot");
+    var asked = new URLSearchParams(window.location.search).get("bot");
+    // A page's ?bot= naming no bot with a web chat (a typo in an embed, a bot whose web chat is off) is said,
+    // not swapped for the first bot, which may answer for another business. A remembered one just falls back.
+    if (asked && names.indexOf(asked) < 0) {
+      showError("There is no assistant named \u201c" + asked + "\u201d here.");
+      return;
+    }
+    var wanted = asked || store.get("bot");
     var chosen = names.indexOf(wanted) >= 0 ? wanted : names[0];
     if (state.bots.length > 1) {
       ui.botSelect.replaceChildren();

@@ -241,3 +241,16 @@ def test_widget_shows_no_handoff_banner_when_reply_is_null_but_bot_holds_the_thr
                            timeout=ANSWER_WAIT_MS)
     assert served and page.locator("#gw-handoff").is_hidden()
     assert page.errors == []
+
+
+def test_widget_says_so_when_its_bot_parameter_names_no_bot(page, live_server):
+    """An embed's `?bot=` with a typo opened the first bot's chat without a word, which may be another
+    business's assistant; it now says there is no such assistant and offers no chat."""
+    page.goto(live_server.url + "/?bot=acme-typo")
+    page.wait_for_selector("#gw-error:not([hidden])")
+    assert page.locator("#gw-error").inner_text() == "There is no assistant named \u201cacme-typo\u201d here."
+    assert page.locator("#gw-chat[data-ready='true']").count() == 0
+    assert page.errors == []
+    page.goto(live_server.url + "/?bot=acme")  # the right name still opens its chat
+    page.wait_for_selector("#gw-chat[data-ready='true']")
+    assert page.locator("#gw-error").is_hidden()
