@@ -3,6 +3,8 @@ conversation's messages go (its chat id and forum topic)."""
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.session.base import BaseSession, Response
@@ -41,6 +43,18 @@ def make_bot(settings: TelegramChannel, *, session: BaseSession | None = None) -
         return Bot(settings.token, session=session)
     except TokenValidationError:
         raise ConfigError("telegram.token", "not a Telegram bot token (expected <bot id>:<secret>)") from None
+
+
+def webhook_url(base: str, bot: str) -> str:
+    """`<base>/webhooks/{bot}/telegram` from the gateway's public base URL, or from the whole webhook URL already
+    (as docs/channels/telegram.md shows it first). ValueError: no http(s) URL with a host, or one with a query."""
+    parts = urlsplit(base.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(f"--url {base!r} is not the gateway's public base URL: give an http(s) URL with a host and no "
+                         f"query, as https://bots.example.com (the command adds /webhooks/{bot}/telegram)")
+    route = f"/webhooks/{bot}/telegram"
+    path = parts.path.rstrip("/")
+    return urlunsplit((parts.scheme, parts.netloc, path if path.endswith(route) else path + route, "", ""))
 
 
 async def set_webhook(settings: TelegramChannel, url: str) -> None:

@@ -361,7 +361,7 @@ async def _eval(args) -> int:
 
 
 async def _set_webhook(args) -> int:
-    from channels.telegram_bot import set_webhook
+    from channels.telegram_bot import set_webhook, webhook_url
 
     settings = _settings(args)
     bot = settings.bot(args.bot)
@@ -380,7 +380,11 @@ async def _set_webhook(args) -> int:
     if refused:  # registered, the webhook got no answer, or Telegram refused the running server's polling (409)
         print(f"error: the telegram channel of bot {bot.name!r} {refused.format(where)}", file=sys.stderr)
         return 2
-    url = args.url.rstrip("/") + f"/webhooks/{bot.name}/telegram"
+    try:
+        url = webhook_url(args.url, bot.name)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     await set_webhook(channel, url)
     print(f"webhook set: {url}")
     return 0
