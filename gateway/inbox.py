@@ -192,7 +192,7 @@ class Inbox:
         try:
             return await self._store(bot, message)
         except MessageForgotten:  # raised out of the transaction: the contact and conversation it made are undone
-            log.info("inbound.ignored", bot=bot, channel=message.channel, external_id=message.external_id,
+            log.info("inbound.ignored", bot=bot, channel=message.channel, external_id=logged_id(message),
                      reason="a redelivery of a message `gateway forget` deleted")
             return None
 
