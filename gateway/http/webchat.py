@@ -135,7 +135,7 @@ def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | N
     if _from_another_site(request):
         return error(403, "a page of another site cannot post to the web chat; embed the widget in an <iframe> "
                           "(README: Embedding it in your site). Behind a proxy, pass on the Host header (nginx: "
-                          "proxy_set_header Host $host;)")
+                          "proxy_set_header Host $http_host;)")
     if (refused := _without_web_chat(request, bot)) is not None:
         return refused
     settings = services(request).settings.bot(bot)
