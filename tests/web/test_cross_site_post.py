@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 
+from tests.web.conftest import ask_in_chat
 from tests.web.test_widget_embed import host_site
 
 pytestmark = pytest.mark.browser
@@ -101,9 +102,7 @@ def test_a_page_of_another_site_cannot_post_into_a_chat_served_over_plain_http(b
     # The widget itself, on that same plain-http origin, still chats: its posts are same-origin.
     page = browser.new_page()
     try:
-        page.goto(f"{server.url}/?bot={server.bot}")
-        page.fill("#gw-input", "How do I reset my password?")
-        page.click("#gw-send")
+        ask_in_chat(page, f"{server.url}/?bot={server.bot}", "How do I reset my password?")
         page.wait_for_selector(".gw-msg--bot .gw-bubble", timeout=60_000)
         assert page.inner_text(".gw-msg--bot .gw-bubble").strip()
     finally:
