@@ -4,6 +4,12 @@ ends it, and what `/readyz` says of it.
 A rejected token, or a close code no retry fixes (4004 bad token, 4010-4013 bad shard or intents), stops it
 for good, said in `/readyz`; anything else (Discord unreachable, a dropped socket) is retried after 2 s,
 doubling to 60 s, the count of failures starting again once a connection held a minute.
+
+4014, the Message Content Intent requested but not enabled in the Developer Portal, is retried the same way
+(turned on there, the next try connects, with no restart), each try one line naming the intent and where to turn
+it on (`discord.message_content_intent_missing`), also what `/readyz` says. Why: discord.py raises it as
+PrivilegedIntentsRequired without closing the client, and it was `discord.gateway_failed` with a traceback on every
+try, its text naming neither the intent nor this bot, and advising to stop requesting privileged intents.
 """
 
 from __future__ import annotations
@@ -20,6 +26,10 @@ from gateway.backoff import doubling
 from gateway.errors import ChannelSendError
 
 log = logging.getLogger("channels.discord")  # the adapter's log: its events are the adapter's
+
+INTENT_MISSING = ("Discord closed the gateway (4014): the Message Content Intent is not enabled for this bot's "
+                  "application; turn it on in the Developer Portal (Bot → Privileged Gateway Intents → Message "
+                  "Content Intent), and the next try connects")
 
 
 class GatewayConnection:
@@ -65,6 +75,12 @@ class GatewayConnection:
                     log.error("discord.gateway_stopped", extra={"bot": self._bot, "error": self.problem})
                     return
                 failures = 1 if time.monotonic() - started > 60 else failures + 1
+                if isinstance(exc, discord.PrivilegedIntentsRequired):  # 4014: fixed in the portal, no restart
+                    self.problem = INTENT_MISSING
+                    log.error("discord.message_content_intent_missing", extra={
+                        "bot": self._bot, "error": INTENT_MISSING, "failures": failures})
+                    await self._retry_after(failures)
+                    continue
                 # With what went wrong: /readyz showed only "ChannelSendError", the detail was in the log alone.
                 self.problem = (f"{'logging in again' if login else 'reconnecting'} after "
                                 f"{type(exc).__name__}: {exc}")[:200]
@@ -73,8 +89,12 @@ class GatewayConnection:
                                                                "failures": failures})
                 else:
                     log.exception("discord.gateway_failed", extra={"bot": self._bot, "failures": failures})
-                if self._client.ws is not None:  # the loop ended but left its socket open
-                    with contextlib.suppress(Exception):
-                        await self._client.ws.close(code=1000)
-                await asyncio.sleep(doubling(failures, first=2.0, cap=60.0))
-                self.problem = None
+                await self._retry_after(failures)
+
+    async def _retry_after(self, failures: int) -> None:
+        """Close the socket the loop left open, and wait before the next try."""
+        if self._client.ws is not None:  # the loop ended but left its socket open
+            with contextlib.suppress(Exception):
+                await self._client.ws.close(code=1000)
+        await asyncio.sleep(doubling(failures, first=2.0, cap=60.0))
+        self.problem = None
