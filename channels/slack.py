@@ -229,14 +229,19 @@ class SlackAdapter(SlackConnection):
         """Part number → ts of this reply's parts Slack already holds (from their metadata).
 
         Read from the thread, or from the latest 200 messages of an unthreaded chat. When Slack cannot
-        be asked (a missing history scope, an outage), nothing is known and the parts are posted again."""
+        be asked (a missing history scope, an outage), nothing is known and the parts are posted again. A rate
+        limit is no such case: it is waited out as a post's is (`_call`), or the reply goes back to the outbox
+        with its `retry_after`; posting blindly then showed the parts that had landed twice."""
         try:
             if conv.thread:
-                response = await self.client.conversations_replies(
-                    channel=conv.chat, ts=conv.thread, include_all_metadata=True, limit=200)
+                response = await self._call("conversations_replies", channel=conv.chat, ts=conv.thread,
+                                            include_all_metadata=True, limit=200)
             else:
-                response = await self.client.conversations_history(channel=conv.chat, include_all_metadata=True, limit=200)
-        except (SlackApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                response = await self._call("conversations_history", channel=conv.chat, include_all_metadata=True,
+                                            limit=200)
+        except (ChannelSendError, RecipientUnreachable) as exc:
+            if isinstance(exc, ChannelSendError) and exc.rate_limited:
+                raise
             log.warning("slack.reconcile_failed", bot=self.bot, chat=conv.chat, reply=reply, error=str(exc)[:200])
             return {}
         landed: dict[int, str] = {}

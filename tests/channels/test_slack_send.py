@@ -233,3 +233,24 @@ async def test_slack_retry_does_not_take_another_apps_post_for_a_landed_part(fak
              metadata={"event_type": "gateway_reply", "event_payload": {"reply": "m5", "part": "first"}})
     ids = await adapter.send(OutboundMessage(CONV, "hello", idempotency_key="m5", attempt=2))
     assert [p["text"] for p in fake.posted()] == ["hello"] and ids == [fake.posted()[0]["ts"]]
+
+
+async def test_slack_retry_whose_history_look_up_is_rate_limited_waits_instead_of_posting_again(fake: FakeSlack):
+    """conversations.replies / .history are rate limited hard (Tier 3, and 1 a minute for apps outside the Marketplace):
+    a 429 there was taken for "history cannot be read", and every part was posted again, the landed ones twice.
+    A short wait is waited out in place; a long one sends the reply back to the outbox with its retry_after."""
+    text = "\n\n".join(f"Part {i}. " + "x " * 1400 for i in range(2))
+    fake.fail_call("chat.postMessage", 2, status=500, landed=True)  # part 1 landed, unknown to the adapter
+    with pytest.raises(ChannelSendError):
+        await make_adapter(fake).send(OutboundMessage(CONV, text, idempotency_key="m61", attempt=1))
+    assert len(fake.posted()) == 2
+    fake.fail("conversations.replies", status=429, retry_after=60)
+    with pytest.raises(ChannelSendError) as info:
+        await make_adapter(fake).send(OutboundMessage(CONV, text, idempotency_key="m61", attempt=2))
+    assert info.value.rate_limited and info.value.retry_after == 60 and not info.value.permanent
+    assert len(fake.posted()) == 2  # nothing posted blindly
+    sleeps = Sleeps()
+    fake.fail("conversations.replies", status=429, retry_after=2)
+    ids = await make_adapter(fake, sleeps=sleeps).send(OutboundMessage(CONV, text, idempotency_key="m61", attempt=3))
+    assert sleeps == [2.0] and [p["text"].split(".")[0] for p in fake.posted()] == ["Part 0", "Part 1"]
+    assert ids == [p["ts"] for p in fake.posted()]
