@@ -9,7 +9,9 @@ carry the next chunks' text (the first one replying to the question) instead of 
 
 Discord's fetched messages carry no nonce, so the text is what tells them apart, and only after an anchor:
 a reply with no question and no landed chunk (an operator's message) is posted again as before, and so is
-any when the bot cannot read the channel's history (no Read Message History): a duplicate, as before.
+any when the bot cannot read the channel's history (no Read Message History): a duplicate, as before. A rate limit
+on that read is not such a case: it is waited out within the send's budget, as a post's is, or the send goes back
+to the outbox with its `retry_after` (`translate`) and posts nothing until the channel can be read.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 
 import discord
 
+from channels.discord_errors import translate
 from channels.sent_parts import Landed
 from gateway.models import OutboundMessage
 
@@ -38,6 +41,8 @@ async def adopt_landed(client: discord.Client, channel: discord.abc.Messageable,
         posted = [m async for m in channel.history(limit=LOOK_BACK, after=discord.Object(int(anchor)),
                                                    oldest_first=True)]
     except Exception as exc:  # no history permission, an outage: posted again, as before
+        if isinstance(exc, discord.RateLimited) or getattr(exc, "status", None) == 429:
+            raise translate(exc) from exc  # the channel can be read, later: posting blindly made a duplicate
         log.warning("discord.reconcile_failed", extra={"channel_id": getattr(channel, "id", None),
                                                        "error": str(exc)[:200]})
         return

@@ -71,3 +71,20 @@ async def test_two_replies_with_the_same_text_are_both_posted_within_the_nonce_w
     first = await adapter.send(OutboundMessage(conversation=dm, text="Thanks, one moment.", idempotency_key="m1"))
     second = await adapter.send(OutboundMessage(conversation=dm, text="Thanks, one moment.", idempotency_key="m2"))
     assert first != second and len(fake.channel_messages(CHANNEL)) == 2
+
+
+async def test_a_retry_whose_history_read_is_rate_limited_goes_back_to_the_outbox_and_posts_nothing(fake, adapter):
+    # A 429 on the history read was taken for "history cannot be read", and the chunk was posted a second time.
+    fake.nonce_ttl = 0
+    fake.drop_next("POST", f"/channels/{CHANNEL}/messages")
+    first = _reply("Our plans start at 9 dollars a month.")
+    with pytest.raises(ChannelSendError):
+        await adapter.send(first)
+    (posted,) = fake.channel_messages(CHANNEL)
+    fake.rate_limit_next("GET", f"/channels/{CHANNEL}/messages", retry_after=30)
+    with pytest.raises(ChannelSendError) as info:
+        await adapter.send(dataclasses.replace(first, attempt=2))
+    assert info.value.rate_limited and info.value.retry_after == 30 and not info.value.permanent
+    assert len(fake.channel_messages(CHANNEL)) == 1
+    ids = await adapter.send(dataclasses.replace(first, attempt=3))
+    assert ids == [posted["id"]] and len(fake.channel_messages(CHANNEL)) == 1
