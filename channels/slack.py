@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -68,6 +69,9 @@ log = structlog.get_logger("channels.slack")
 # Slack accepts 40k chars in `text`, but a section block stops at 3,000 and long messages are
 # collapsed behind "Show more"; 3,000 keeps every part readable and block-compatible.
 SLACK_MESSAGE_LIMIT = 3000
+SLACK_TEXT_MAX = 40_000
+"""Slack truncates a message's `text` past this many characters (escapes included)."""
+_ESCAPE = re.compile("&(?:amp|lt|gt);")
 REPLY_EVENT = "gateway_reply"
 """Message metadata event type on every part the gateway posts: {"reply": key, "part": n}."""
 
@@ -262,9 +266,11 @@ class SlackAdapter(SlackConnection):
     async def edit(self, conversation: ConversationRef, provider_message_id: str, text: str, *,
                    rendered: bool = False) -> None:
         """Replace a posted message's text: Markdown that fits in one message (streaming by edits), or, `rendered`,
-        one of `render`'s parts as it is. chat.update is Tier 3 (50 a minute a workspace): once a second at most."""
+        one of `render`'s parts as it is. chat.update is Tier 3 (50 a minute a workspace): once a second at most.
+        The limit is on what Slack shows, an escape (`&lt;`) one character: a streamed code answer within the
+        streamer's budget was over it once escaped, every edit was refused, and so was the final replacement."""
         mrkdwn = text if rendered else markdown_to_mrkdwn(text)
-        if len(mrkdwn) > SLACK_MESSAGE_LIMIT:
+        if len(_ESCAPE.sub("&", mrkdwn)) > SLACK_MESSAGE_LIMIT or len(mrkdwn) > SLACK_TEXT_MAX:
             raise ChannelSendError("edit longer than one Slack message; roll over into a new one", permanent=True)
         await self._call("chat_update", channel=conversation.chat, ts=provider_message_id, text=mrkdwn)
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from structlog.testing import capture_logs
 
 from channels.slack import SLACK_MESSAGE_LIMIT, SlackAdapter
+from gateway.delivery.streaming import EditStreamer
 from gateway.errors import ChannelSendError, RecipientUnreachable
 from gateway.models import Citation, ConversationRef, OutboundMessage
 from gateway.settings import SlackChannel
@@ -163,6 +166,26 @@ async def test_slack_edit_too_long_refused(fake: FakeSlack):
     with pytest.raises(ChannelSendError):
         await make_adapter(fake).edit(CONV, "1.0", "y" * (SLACK_MESSAGE_LIMIT + 1))
     assert fake.count("chat.update") == 0
+
+
+async def test_a_streamed_code_answer_whose_escapes_outgrow_the_limit_is_still_edited_into_place(fake: FakeSlack):
+    """mrkdwn escapes & < > as &amp; &lt; &gt;: a streamed C++ answer within the streamer's budget (Markdown) was over
+    3,000 once escaped, so each edit was refused as "longer than one Slack message", the final replacement failed
+    with a permanent error, the streamed message was removed, and the customer never got the answer. The limit is
+    on what Slack shows (an escape is one character); Slack takes up to 40,000 in `text`."""
+    conv = ConversationRef("slack", "T111", "D111", "")
+    code = "\n".join(f"if (a < b && c > d) {{ x <<= {i}; }}" for i in range(75))
+    text = f"Use this:\n\n```cpp\n{code}\n```"
+    streamer = EditStreamer(make_adapter(fake), conv, min_interval=0)
+    for start in range(0, len(text), 200):
+        await streamer.feed(text[start:start + 200])
+        await asyncio.sleep(0.02)
+    ids = await streamer.finish(OutboundMessage(conv, text))
+    (post,) = fake.posted()
+    assert ids == [post["ts"]] and fake.count("chat.postMessage") == 1
+    final = fake.calls_to("chat.update")[-1].params
+    assert final["ts"] == post["ts"] and final["text"].count("&lt;") == 3 * 75 and len(final["text"]) > SLACK_MESSAGE_LIMIT
+    assert len(final["text"].replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")) <= SLACK_MESSAGE_LIMIT
 
 
 async def test_slack_send_typing_is_a_no_op(fake: FakeSlack):
