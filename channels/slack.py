@@ -28,6 +28,7 @@ import json
 import re
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -168,6 +169,8 @@ class SlackAdapter(SlackConnection):
         if kind == "url_verification":
             challenge = json.dumps({"challenge": str(body.get("challenge", ""))}).encode()
             return WebhookResult(response=ImmediateResponse(body=challenge))
+        if kind == "app_rate_limited":
+            return self._rate_limited_events(body)
         if kind != "event_callback":
             return WebhookResult(ignored=(f"envelope type {kind!r} is not handled",))
         extra = {"event_id": body.get("event_id")}
@@ -191,6 +194,16 @@ class SlackAdapter(SlackConnection):
         if message is None:
             return WebhookResult(ignored=(reason,), extra=extra)
         return WebhookResult(messages=(message,), extra=extra)
+
+    def _rate_limited_events(self, body: dict[str, Any]) -> WebhookResult:
+        """Slack's `app_rate_limited`: past 30,000 events an hour in a workspace it drops the app's events for a
+        minute, never retried; the questions in it are lost, so it is a warning naming that minute."""
+        minute = body.get("minute_rate_limited")
+        when = (datetime.fromtimestamp(minute, tz=timezone.utc).isoformat()
+                if isinstance(minute, int) and not isinstance(minute, bool) and 0 <= minute < 2**37 else str(minute))
+        log.warning("slack.app_rate_limited", bot=self.bot, team=body.get("team_id"), minute=when)
+        return WebhookResult(ignored=(f"app_rate_limited: Slack stopped delivering this app's events in workspace "
+                                      f"{body.get('team_id')} for the minute from {when} (over 30,000 an hour)",))
 
     # ---- outbound ----------------------------------------------------------------------------
 

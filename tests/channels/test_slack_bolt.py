@@ -14,6 +14,7 @@ import pytest
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.middleware.request_verification import RequestVerification
 from slack_bolt.response import BoltResponse
+from structlog.testing import capture_logs
 
 from channels.base import DispatchingAdapter, RawRequest
 from gateway.errors import SignatureInvalid
@@ -112,3 +113,17 @@ async def test_slack_oauth_env_vars_leave_our_authorize_and_touch_no_file(monkey
     assert [m.external_id for m in result.messages] == ["Ev9"]
     stores = [Path(adapter.app.installation_store.base_dir), Path(adapter.app.oauth_flow.settings.state_store.base_dir)]
     assert all(store.name == "gateway-test-111.222" and not store.exists() for store in stores)
+
+
+async def test_slacks_app_rate_limited_notice_is_a_warning_naming_the_minute_whose_events_are_lost():
+    """Past 30,000 events an hour in a workspace Slack stops delivering the app's events and posts `app_rate_limited`
+    (no `event_callback`, never retried): the questions of that minute are never seen. It was one more info line,
+    "envelope type 'app_rate_limited' is not handled", among every ignored reaction and join."""
+    body = {"token": "x", "type": "app_rate_limited", "team_id": "T111", "minute_rate_limited": 1518467820,
+            "api_app_id": "A111"}
+    with capture_logs() as logs:
+        result = await make_adapter().dispatch(signed(json.dumps(body).encode()))
+    assert not result.messages and "Slack stopped delivering" in result.ignored[0]
+    (warning,) = [e for e in logs if e["event"] == "slack.app_rate_limited"]
+    assert warning["log_level"] == "warning" and warning["team"] == "T111"
+    assert warning["minute"] == "2018-02-12T20:37:00+00:00"
