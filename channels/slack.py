@@ -73,6 +73,7 @@ SLACK_MESSAGE_LIMIT = 3000
 SLACK_TEXT_MAX = 40_000
 """Slack truncates a message's `text` past this many characters (escapes included)."""
 _ESCAPE = re.compile("&(?:amp|lt|gt);")
+_TS = re.compile(r"\d{1,12}\.\d{1,9}")  # a Slack message ts
 REPLY_EVENT = "gateway_reply"
 """Message metadata event type on every part the gateway posts: {"reply": key, "part": n}."""
 
@@ -227,7 +228,7 @@ class SlackAdapter(SlackConnection):
         parts = self.render(message)
         with self._sent_parts.resume(message) as sent:
             if message.idempotency_key and message.attempt > 1:
-                landed = await self._landed_parts(conv, message.idempotency_key)
+                landed = await self._landed_parts(conv, message.idempotency_key, after=message.reply_to)
                 while len(sent) < len(parts) and len(sent) in landed:
                     sent.append(landed[len(sent)])
             for index in range(len(sent), len(parts)):
@@ -242,17 +243,20 @@ class SlackAdapter(SlackConnection):
         log.info("slack.sent", bot=self.bot, chat=conv.chat, thread=conv.thread, parts=len(sent))
         return sent
 
-    async def _landed_parts(self, conv: ConversationRef, reply: str) -> dict[int, str]:
+    async def _landed_parts(self, conv: ConversationRef, reply: str, *, after: str | None = None) -> dict[int, str]:
         """Part number → ts of this reply's parts Slack already holds (from their metadata).
 
-        Read from the thread, or from the latest 200 messages of an unthreaded chat. When Slack cannot
+        Read from the thread, after the question (`after`, its ts: conversations.replies lists a thread oldest
+        first, and in one of over 200 replies the parts were never in the page read, so they were posted again), or
+        from the latest 200 messages of an unthreaded chat. When Slack cannot
         be asked (a missing history scope, an outage), nothing is known and the parts are posted again. A rate
         limit is no such case: it is waited out as a post's is (`_call`), or the reply goes back to the outbox
         with its `retry_after`; posting blindly then showed the parts that had landed twice."""
         try:
             if conv.thread:
+                oldest = {"oldest": after} if after and _TS.fullmatch(after) else {}
                 response = await self._call("conversations_replies", channel=conv.chat, ts=conv.thread,
-                                            include_all_metadata=True, limit=200)
+                                            include_all_metadata=True, limit=200, **oldest)
             else:
                 response = await self._call("conversations_history", channel=conv.chat, include_all_metadata=True,
                                             limit=200)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from structlog.testing import capture_logs
@@ -277,3 +278,20 @@ async def test_slack_retry_whose_history_look_up_is_rate_limited_waits_instead_o
     ids = await make_adapter(fake, sleeps=sleeps).send(OutboundMessage(CONV, text, idempotency_key="m61", attempt=3))
     assert sleeps == [2.0] and [p["text"].split(".")[0] for p in fake.posted()] == ["Part 0", "Part 1"]
     assert ids == [p["ts"] for p in fake.posted()]
+
+
+async def test_slack_retry_in_a_long_thread_finds_the_part_that_landed_after_the_question(fake: FakeSlack):
+    """conversations.replies lists a thread oldest first, 200 at most: in a thread of more than 200 replies before the
+    question, the parts that had landed were never in the page read, and were posted again."""
+    for n in range(205):
+        fake.say(CONV.chat, f"chatter {n}", thread_ts=CONV.thread)
+    question = fake.say(CONV.chat, "how much is it?", user="U0CUSTOMER", thread_ts=CONV.thread)
+    text = "\n\n".join(f"Part {i}. " + "x " * 1400 for i in range(2))
+    fake.fail_call("chat.postMessage", 1, status=500, landed=True)  # part 0 landed, unknown to the adapter
+    reply = OutboundMessage(CONV, text, reply_to=question, idempotency_key="m71", attempt=1)
+    with pytest.raises(ChannelSendError):
+        await make_adapter(fake).send(reply)
+    ids = await make_adapter(fake).send(dataclasses.replace(reply, attempt=2))
+    assert [p["text"].split(".")[0] for p in fake.posted()] == ["Part 0", "Part 1"]
+    assert ids == [p["ts"] for p in fake.posted()]
+    assert fake.calls_to("conversations.replies")[-1].params["oldest"] == question

@@ -229,14 +229,18 @@ class FakeSlack:
         return {"ok": False, "error": "unknown_method"}
 
     def _history(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """Posted messages of a channel (or of one thread), newest first as Slack lists them; metadata
-        only with include_all_metadata."""
+        """Posted messages of a channel, newest first as conversations.history lists them, or of one thread, oldest
+        first as conversations.replies does; only those after `oldest` when given; metadata only with
+        include_all_metadata."""
         thread = params.get("ts") if "ts" in params else None
+        oldest = float(params.get("oldest") or 0)
         out = []
         # The app's posts carry its bot user and bot id, as Slack lists them; a person's only their user.
         mine = [{**posted, "user": BOT_USER_ID, "bot_id": BOT_ID} for posted in self.posted()]
-        for posted in sorted([*mine, *self.written], key=lambda m: float(m["ts"]), reverse=True):
+        for posted in sorted([*mine, *self.written], key=lambda m: float(m["ts"]), reverse=not thread):
             if posted.get("channel") != params.get("channel") or (thread and posted.get("thread_ts") != thread):
+                continue
+            if float(posted["ts"]) <= oldest:
                 continue
             message = {"type": "message", "text": posted.get("text"), "ts": posted["ts"], "thread_ts": posted.get("thread_ts"),
                        "user": posted["user"], **({"bot_id": posted["bot_id"]} if "bot_id" in posted else {})}
