@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from markdown_to_mrkdwn import SlackMarkdownConverter
 
-from channels.render import LITERAL_MARKS, outside
+from channels.render import LITERAL_MARKS, fence_spans, outside
 
 _HOLD = re.compile("\ue000(\\d+)\ue001")
 _FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
@@ -51,28 +51,42 @@ def safe_link_url(url: str | None) -> str | None:
 
 
 def markdown_to_mrkdwn(markdown: str) -> str:
-    """Convert the LLM's Markdown to Slack mrkdwn, escaping & < > everywhere except in real links."""
+    """Convert the LLM's Markdown to Slack mrkdwn, escaping & < > everywhere except in real links. Code blocks are
+    found as CommonMark reads them (`fence_spans`): one indented in a list item or in a block quote too, whose lines
+    were read as prose, so `__init__` showed as *init* in the customer's code."""
     pieces: list[str] = []
-    prose: list[str] = []
-    code: list[str] | None = None
-    marker = ""
-    for line in markdown.splitlines():
-        if code is None:
-            fence = _FENCE_LINE.match(line)
-            if fence and not (fence.group(1)[0] == "`" and "`" in fence.group(2)):
-                pieces.append(_prose_to_mrkdwn("\n".join(prose)))
-                prose, code, marker = [], [], fence.group(1)
-            else:
-                prose.append(line)
-        elif re.match(rf"^ {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}\s*$", line):
-            pieces.append("```\n" + escape_mrkdwn("\n".join(code)) + "\n```")  # Slack shows no language tag
-            code = None
-        else:
-            code.append(line)
-    if code is not None:  # an unclosed fence still renders as code
-        pieces.append("```\n" + escape_mrkdwn("\n".join(code)) + "\n```")
-    pieces.append(_prose_to_mrkdwn("\n".join(prose)))
-    return "\n".join(p for p in pieces if p is not None).strip("\n")
+    pos = 0
+    for start, end in fence_spans(markdown):
+        pieces.append(_prose_to_mrkdwn(markdown[pos:start]) or "")
+        pieces.append(_code_block(markdown[start:end]))
+        pos = end
+    pieces.append(_prose_to_mrkdwn(markdown[pos:]) or "")
+    return "".join(pieces).strip("\n")
+
+
+def _code_block(block: str) -> str:
+    """A fenced code block as Slack shows one: ``` lines (Slack shows no language tag), the code escaped, out of its
+    container (a list item's indent, a block quote's `>`); one left unclosed still renders as code."""
+    lines = block.split("\n")
+    opener = _FENCE_LINE.match(lines[0].lstrip(" >"))  # after its container's indent and `>`
+    marker = opener.group(1) if opener else "```"
+    prefix = lines[0][: len(lines[0]) - len(lines[0].lstrip(" >"))]
+    closing = _unprefixed(lines[-1], prefix).strip() if len(lines) > 1 else ""
+    closed = len(closing) >= len(marker) and set(closing) == {marker[0]}
+    body = [_unprefixed(line, prefix) for line in (lines[1:-1] if closed else lines[1:])]
+    return "```\n" + escape_mrkdwn("\n".join(body)) + "\n```"
+
+
+def _unprefixed(line: str, prefix: str) -> str:
+    """`line` without its container's part of `prefix` (a block quote's `>`, up to as many spaces of indent)."""
+    if ">" in prefix:
+        quote = len(line) - len(line.lstrip(" "))
+        if line[quote:quote + 1] == ">":
+            line = line[quote + 1:]
+            return line[1:] if line.startswith(" ") else line
+        return line
+    indent = len(line) - len(line.lstrip(" "))
+    return line[min(indent, len(prefix)):]
 
 
 def _prose_to_mrkdwn(text: str) -> str | None:

@@ -140,3 +140,14 @@ def test_slack_an_autolink_that_is_no_safe_url_is_text():
     brackets (`<https:x>`): a Slack link control to a URL never vetted. It is its text now, escaped."""
     assert markdown_to_mrkdwn("<https://> and <http:evil.io> or <https://x.io>") == (
         "&lt;https://&gt; and &lt;http:evil.io&gt; or <https://x.io>")
+
+
+def test_a_code_block_indented_in_a_list_item_stays_code():
+    """A fence indented four spaces under "1." (how models nest a step's code) is a code block to CommonMark, but was
+    read as prose: `__init__` became *init*, `a * b * c` became a _ b _ c, and `**note**` bold, in the customer's code."""
+    md = ("1. Define it:\n    ```python\n    def __init__(self, **kwargs):\n        x = a * b * c  # **note** <1>\n"
+          "    ```\n2. Done")
+    assert markdown_to_mrkdwn(md) == ("1. Define it:\n```\ndef __init__(self, **kwargs):\n    x = a * b * c  # **note** &lt;1&gt;\n"
+                                      "```\n2. Done")
+    quoted = markdown_to_mrkdwn("> Try:\n> ```\n> ls *.txt | grep __a__\n> ```")
+    assert "```\nls *.txt | grep __a__\n```" in quoted
