@@ -18,6 +18,7 @@ from channels.render import LITERAL_MARKS, fence_spans, outside
 _HOLD = re.compile("\ue000(\\d+)\ue001")
 _FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
+_TICKS = re.compile(r"`{3,}")
 # Any ASCII punctuation may be backslash-escaped, as in CommonMark: `\<!channel>` is the text "<!channel>".
 _MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 # The URL may be empty ("[a]( )"): such a link becomes its label like any unsafe one (the converter made it `< |a>`).
@@ -66,7 +67,8 @@ def markdown_to_mrkdwn(markdown: str) -> str:
 
 def _code_block(block: str) -> str:
     """A fenced code block as Slack shows one: ``` lines (Slack shows no language tag), the code escaped, out of its
-    container (a list item's indent, a block quote's `>`); one left unclosed still renders as code."""
+    container (a list item's indent, a block quote's `>`), a ``` in it broken by zero-width spaces; one left unclosed
+    still renders as code."""
     lines = block.split("\n")
     opener = _FENCE_LINE.match(lines[0].lstrip(" >"))  # after its container's indent and `>`
     marker = opener.group(1) if opener else "```"
@@ -74,7 +76,9 @@ def _code_block(block: str) -> str:
     closing = _unprefixed(lines[-1], prefix).strip() if len(lines) > 1 else ""
     closed = len(closing) >= len(marker) and set(closing) == {marker[0]}
     body = [_unprefixed(line, prefix) for line in (lines[1:-1] if closed else lines[1:])]
-    return "```\n" + escape_mrkdwn("\n".join(body)) + "\n```"
+    # Slack ends a block at the first ``` in it: a run of backticks keeps its look with zero-width spaces between them.
+    code = _TICKS.sub(lambda run: "\u200b".join(run.group(0)), "\n".join(body))
+    return "```\n" + escape_mrkdwn(code) + "\n```"
 
 
 def _unprefixed(line: str, prefix: str) -> str:

@@ -151,3 +151,11 @@ def test_a_code_block_indented_in_a_list_item_stays_code():
                                       "```\n2. Done")
     quoted = markdown_to_mrkdwn("> Try:\n> ```\n> ls *.txt | grep __a__\n> ```")
     assert "```\nls *.txt | grep __a__\n```" in quoted
+
+
+def test_backticks_inside_a_code_block_do_not_end_it_on_slack():
+    """Slack ends a code block at the first ``` in it and knows no longer fence: a ````-fenced block showing ``` (how
+    to write a code block) ended there, and the rest showed as text. They keep their look with zero-width spaces."""
+    out = markdown_to_mrkdwn("Write:\n````md\n```python\nprint(1)\n```\n````\nDone")
+    assert out.count("```") == 2 and out.startswith("Write:\n```\n") and out.endswith("\n```\nDone")
+    assert out.replace("\u200b", "") == "Write:\n```\n```python\nprint(1)\n```\n```\nDone"
