@@ -40,8 +40,11 @@ class SlackConnection:
             return
         try:
             self._socket = await _open_socket_mode(self, deliver)
-        except ChannelSendError as exc:
-            if exc.permanent:  # a rejected app token: no retry fixes it
+        except BaseException as exc:
+            if not isinstance(exc, ChannelSendError) or exc.permanent:  # a rejected app token: no retry fixes it
+                # A channel that did not start asks auth.test no more: left running, its retry went on for the
+                # process's life (`channel.start_failed` lists the channel as not started).
+                await self._stop_learning_identity()
                 raise
             # Slack unreachable at start: opened again in the background, as Discord's login is, so a blip
             # at boot does not leave the channel deaf until a restart (/readyz's `connections` says so meanwhile).
@@ -121,11 +124,14 @@ class SlackConnection:
             return None
         return "connected" if self._socket is not None else "not started"
 
-    async def stop(self) -> None:
-        """Stop asking auth.test again; close Socket Mode, if open."""
+    async def _stop_learning_identity(self) -> None:
         if self._identity_task is not None:
             await cancel([self._identity_task])
             self._identity_task = None
+
+    async def stop(self) -> None:
+        """Stop asking auth.test again; close Socket Mode, if open."""
+        await self._stop_learning_identity()
         if self._socket_task is not None:
             await cancel([self._socket_task])
             self._socket_task = None

@@ -113,3 +113,22 @@ async def test_slack_bot_token_refused_at_start_fails_the_channel_at_once(fake):
     await asyncio.sleep(0.05)
     assert fake.count("auth.test") == 1 and sleeps == []  # not asked again: no retry fixes it
     await adapter.stop()
+
+
+async def test_a_start_that_fails_after_auth_test_failed_asks_auth_test_no_more(fake):
+    """auth.test failing (a 5xx) left its background retry running when the start then failed (a refused app token):
+    a channel `channel.start_failed` reported as not started went on asking auth.test, and logging
+    slack.auth_test_failed, for the process's life."""
+    fake.fail("auth.test", status=500, error="internal_error", times=1000)
+    sleeps = Sleeps()  # no wait: a retry left running would ask again at once
+    adapter = SlackAdapter("demo", SlackChannel(bot_token=BOT_TOKEN, signing_secret=SECRET, api_base=fake.api_base,
+                                                app_token="xapp-wrong"), sleep=sleeps)
+    try:
+        with capture_logs() as logs:
+            with pytest.raises(ChannelSendError, match="app_token"):
+                await asyncio.wait_for(adapter.start(lambda message: None), timeout=30)
+            asked, said = fake.count("auth.test"), len(logs)  # a retry or two while the start went on
+            await asyncio.sleep(0.3)
+        assert fake.count("auth.test") == asked and len(logs) == said
+    finally:
+        await adapter.stop()
