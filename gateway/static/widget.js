@@ -259,6 +259,14 @@
       .filter(function (b) { return b && typeof b.name === "string" && b.name; });
   }
 
+  /** No chat to offer: `text` says why, and the composer is closed. Left open, the first letter typed cleared
+   * the notice (as a fixed mistake clears its error) and Send then did nothing, with nothing left saying why. */
+  function offerNoChat(text) {
+    showError(text);
+    ui.input.disabled = true;
+    ui.send.disabled = true;
+  }
+
   async function start() {
     try {
       var res = await fetch(API, { headers: { Accept: "application/json" } });
@@ -271,14 +279,14 @@
       setTimeout(start, 5000);
       return;
     }
-    if (!state.bots.length) { showError("No assistant is configured on this server."); return; }
+    if (!state.bots.length) { offerNoChat("No assistant is configured on this server."); return; }
     clearError();
     var names = state.bots.map(function (b) { return b.name; });
     var asked = new URLSearchParams(window.location.search).get("bot");
     // A page's ?bot= naming no bot with a web chat (a typo in an embed, a bot whose web chat is off) is said,
     // not swapped for the first bot, which may answer for another business. A remembered one just falls back.
     if (asked && names.indexOf(asked) < 0) {
-      showError("There is no assistant named \u201c" + asked + "\u201d here.");
+      offerNoChat("There is no assistant named \u201c" + asked + "\u201d here.");
       return;
     }
     var wanted = asked || store.get("bot");

@@ -254,3 +254,17 @@ def test_widget_says_so_when_its_bot_parameter_names_no_bot(page, live_server):
     page.goto(live_server.url + "/?bot=acme")  # the right name still opens its chat
     page.wait_for_selector("#gw-chat[data-ready='true']")
     assert page.locator("#gw-error").is_hidden()
+
+
+def test_widget_naming_no_bot_keeps_saying_so_and_takes_no_message(page, live_server):
+    """The notice of a `?bot=` naming no bot was the only word on the page, and the composer stayed open: the first
+    letter typed cleared the notice, and Send then did nothing at all, with nothing left to say why."""
+    page.goto(live_server.url + "/?bot=acme-typo")
+    page.wait_for_selector("#gw-error:not([hidden])")
+    page.focus("#gw-input")
+    page.keyboard.type("Hello, is anyone there?")
+    page.keyboard.press("Enter")
+    assert page.locator("#gw-error").is_visible()
+    assert page.locator("#gw-error").inner_text() == "There is no assistant named \u201cacme-typo\u201d here."
+    assert not page.locator("#gw-input").is_editable() and page.locator("#gw-send").is_disabled()
+    assert page.errors == []
