@@ -148,7 +148,8 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
                 secret_vars: dict[str, str] | None = None, keys: frozenset[str] | None = None) -> dict[str, Any]:
     """The config file's mapping, interpolated, with `config_path` set; `unset` gets the keys whose
     `${VAR}` is not set (key -> VAR), `secret_vars` each secret key's `${VAR}` (key -> VAR). With `keys`,
-    only those top-level keys, the rest neither interpolated nor checked. Raises `ConfigError`."""
+    only those top-level keys, the rest neither interpolated nor checked, but for a key that reads as one of
+    them misspelt. Raises `ConfigError`."""
     config_path = resolve_config_path(path)
     environ = dict(os.environ)
     try:
@@ -174,6 +175,12 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
     if not isinstance(raw, dict):
         raise ConfigError("", f"{config_path} must hold a mapping at the top level")
     if keys is not None:
+        import difflib
+
+        for key in raw:  # a misspelt wanted key was not read at all: its default (SQLite) was taken for it
+            near = difflib.get_close_matches(str(key), sorted(keys.difference(raw)), n=1, cutoff=0.75)
+            if key not in keys and near:
+                raise ConfigError(str(key), f"unknown key; did you mean {near[0]}?")
         raw = {key: value for key, value in raw.items() if key in keys}
     defaulted: list[str] = []
     data = _interpolate(raw, environ, defaulted=defaulted, unset=unset, secret_vars=secret_vars)

@@ -44,3 +44,15 @@ def test_db_upgrade_still_checks_the_database_url_and_takes_the_environments(tmp
     monkeypatch.setenv("DATABASE_URL", "")
     assert main(["db", "upgrade", "--config", str(config)]) == 2
     assert capsys.readouterr().err.startswith("config error: database_url: is empty")
+
+
+def test_db_upgrade_refuses_a_misspelt_database_url_rather_than_migrate_the_default(tmp_path, capsys, monkeypatch):
+    """Reading `database_url` alone, a misspelt one (`databse_url`) was a key it never looked at: it migrated the
+    default SQLite file instead, said so as a success, and only `serve` then told the misspelling."""
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"databse_url: sqlite+aiosqlite:///{tmp_path / 'meant.db'}\nno_such_key: 1\n")
+    assert main(["db", "upgrade", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.strip() == "config error: databse_url: unknown key; did you mean database_url?"
+    assert not (tmp_path / "var").exists() and not (tmp_path / "meant.db").exists()
