@@ -195,9 +195,13 @@ def read_config(path: str | os.PathLike[str] | None = None, *, unset: dict[str, 
     return data
 
 
-def name_unset_variable(error: ConfigError, unset: dict[str, str]) -> ConfigError:
-    """`error`, naming the unset `${VAR}` that left its key (a key under it its problem names, one above) empty."""
+def name_unset_variable(error: ConfigError, unset: dict[str, str],
+                        overrides: frozenset[str] = frozenset()) -> ConfigError:
+    """`error`, naming the unset `${VAR}` that left its key (a key under it its problem names, one above) empty; not of
+    a key the environment gave (one of `overrides`), whose value is neither empty nor the file's."""
     if error.problem.startswith("unknown key") or not error.key:  # a misspelt key's value is not what is wrong
+        return error
+    if _env_override(error.key, overrides) is not None:
         return error
     for key, name in unset.items():
         under = key.startswith((f"{error.key}.", f"{error.key}[")) and key[len(error.key):].lstrip(".") in error.problem
@@ -212,12 +216,18 @@ def name_env_override(error: ConfigError, overrides: frozenset[str]) -> ConfigEr
     """`error`, saying the value came from the environment when a variable of an overridable key's name
     (any case) gave it: a stray ENVIRONMENT=prod read as "environment: Input should be …" of a file that
     has no such key."""
-    if error.key in overrides:
-        for name in os.environ:
-            if name.lower() == error.key:
-                return ConfigError(error.key, f"{error.problem} (from the environment variable {name}, which "
-                                              "overrides the file)")
+    if (name := _env_override(error.key, overrides)) is not None:
+        return ConfigError(error.key, f"{error.problem} (from the environment variable {name}, which overrides the file)")
     return error
+
+
+def _env_override(key: str, overrides: frozenset[str]) -> str | None:
+    """The environment variable (its name in any case) that gives `key`, one of `overrides`, or None."""
+    if key in overrides:
+        for name in os.environ:
+            if name.lower() == key:
+                return name
+    return None
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

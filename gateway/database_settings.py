@@ -76,5 +76,6 @@ def load_database_settings(path: str | os.PathLike[str] | None = None) -> Databa
     try:
         return DatabaseSettings(**data)
     except ValidationError as exc:
-        error = name_unset_variable(config_error(exc, DatabaseSettings), unset)
-        raise name_env_override(error, frozenset({"database_url"})) from None
+        overrides = frozenset({"database_url"})
+        raise name_env_override(name_unset_variable(config_error(exc, DatabaseSettings), unset, overrides),
+                                overrides) from None

@@ -370,8 +370,9 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     try:
         settings = Settings(**data)
     except ValidationError as exc:
-        raise name_env_override(name_unset_variable(config_error(exc, Settings), unset), ENV_OVERRIDES) from None
+        raise name_env_override(name_unset_variable(config_error(exc, Settings), unset, ENV_OVERRIDES),
+                                ENV_OVERRIDES) from None
     except ConfigError as exc:
-        raise name_env_override(name_unset_variable(exc, unset), ENV_OVERRIDES) from None
+        raise name_env_override(name_unset_variable(exc, unset, ENV_OVERRIDES), ENV_OVERRIDES) from None
     settings._secret_vars = {key: (name, name in os.environ) for key, name in secret_vars.items()}
     return settings

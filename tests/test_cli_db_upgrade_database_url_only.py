@@ -56,3 +56,23 @@ def test_db_upgrade_refuses_a_misspelt_database_url_rather_than_migrate_the_defa
     assert main(["db", "upgrade", "--config", str(config)]) == 2
     assert capsys.readouterr().err.strip() == "config error: databse_url: unknown key; did you mean database_url?"
     assert not (tmp_path / "var").exists() and not (tmp_path / "meant.db").exists()
+
+
+def test_a_bad_database_url_from_the_environment_is_not_blamed_on_the_files_unset_variable(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """`database_url: ${DB_URL}` with DB_URL unset and a bad DATABASE_URL: the error said `(${DB_URL} is not set, so
+    database_url is empty)` of a value that was neither empty nor the file's, and then that the environment gave it."""
+    monkeypatch.delenv("DB_URL", raising=False)
+    monkeypatch.setenv("DATABASE_URL", "mysql://u@h/db")
+    config = tmp_path / "config.yaml"
+    config.write_text("database_url: ${DB_URL}\n")
+    for command in (["db", "upgrade"], ["ingest-runs"]):
+        assert main([*command, "--config", str(config)]) == 2
+        assert capsys.readouterr().err.strip() == (
+            "config error: database_url: unsupported database driver 'mysql'; use SQLite (sqlite:// or "
+            "sqlite+aiosqlite://) or PostgreSQL (postgresql:// or postgresql+asyncpg://) (from the environment variable "
+            "DATABASE_URL, which overrides the file)"), command
+    monkeypatch.delenv("DATABASE_URL")  # the file's own empty value still names its variable
+    assert main(["db", "upgrade", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.strip() == "config error: database_url: is empty; use sqlite+aiosqlite:///path/to.db " \
+                                              "or postgresql://user@host/db (${DB_URL} is not set, so database_url is empty)"
