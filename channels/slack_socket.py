@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 # Same logger name as the adapter: these events are the Slack channel's, wherever the code lives.
 log = structlog.get_logger("channels.slack")
+WSS_CONNECT_TIMEOUT_S = 10.0
+"""How long the websocket Slack handed out may take to open: a host that takes the connection and never answers
+held the channel's start, and every channel and the server after it, for aiohttp's 5 minutes."""
 PING_INTERVAL_S = 5  # how often the socket is pinged: a connection that stops answering is opened again
 _SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError)
 
@@ -141,7 +144,7 @@ async def _connect_once(client: SocketModeClient) -> None:
     said.wss, said.first = client.wss_uri or "", asyncio.get_running_loop().create_future()
     connecting = asyncio.ensure_future(client.connect())
     try:
-        await asyncio.wait({connecting, said.first}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({connecting, said.first}, timeout=WSS_CONNECT_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
     finally:
         first, said.first = said.first, None
         if not connecting.done():
@@ -149,4 +152,6 @@ async def _connect_once(client: SocketModeClient) -> None:
             await asyncio.gather(connecting, return_exceptions=True)
     if first.done():
         raise ChannelSendError(first.result())
+    if connecting.cancelled():  # neither opened nor failed in time
+        raise ChannelSendError(f"slack socket mode: {wss_failure(said.wss, asyncio.TimeoutError())}")
     connecting.result()

@@ -47,3 +47,36 @@ async def test_slack_socket_mode_websocket_refused_is_one_line_and_start_goes_on
                 await asyncio.sleep(0.01)
     finally:
         await adapter.stop()
+
+
+async def test_slack_socket_mode_websocket_that_never_answers_does_not_hold_up_the_start(fake: FakeSlack, monkeypatch):
+    """A websocket host that takes the connection and never answers (a firewall that lets HTTPS to slack.com through
+    but holds wss-primary.slack.com) held the channel's start, and every channel and the server after it, for
+    aiohttp's 5 minutes; the open is now bounded, said as a timeout, and tried again with backoff."""
+    import channels.slack_socket
+
+    monkeypatch.setattr(channels.slack_socket, "WSS_CONNECT_TIMEOUT_S", 0.5, raising=False)
+    held: list[asyncio.StreamWriter] = []
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # reads nothing back: the upgrade request waits for ever
+
+    silent = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    fake.socket_url = f"ws://127.0.0.1:{port}/link?ticket=t"
+    adapter = make_adapter(fake, app_token=APP_TOKEN, sleeps=_ShortSleeps())
+    try:
+        with capture_logs() as logs:
+            await asyncio.wait_for(adapter.start(lambda message: None), timeout=10)
+        [failed] = [e for e in logs if e["event"] == "slack.socket_mode_failed"]
+        assert failed["error"] == (f"slack socket mode: cannot open the websocket Slack handed out (127.0.0.1:{port}): "
+                                   "timeout")
+        fake.socket_url = None  # Slack hands out a working one: the retry opens it
+        async with asyncio.timeout(10):
+            while adapter.connection_status != "connected":
+                await asyncio.sleep(0.01)
+    finally:
+        await adapter.stop()
+        for writer in held:
+            writer.close()
+        silent.close()
