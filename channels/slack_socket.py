@@ -133,6 +133,9 @@ async def open_socket_mode(adapter: SlackAdapter, deliver: Deliver) -> SocketMod
         # Slack unreachable: the caller tries again. Closed here, or its session and task were left behind.
         await client.close()
         raise ChannelSendError(f"slack socket mode: Slack unreachable ({type(exc).__name__})") from exc
+    except BaseException:  # a stop that came while it opened (the background retry cancelled): closed all the same
+        await client.close()
+        raise
     log.info("slack.socket_mode_connected", bot=adapter.bot)
     return client
 

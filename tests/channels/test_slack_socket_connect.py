@@ -80,3 +80,35 @@ async def test_slack_socket_mode_websocket_that_never_answers_does_not_hold_up_t
         for writer in held:
             writer.close()
         silent.close()
+
+
+async def test_stop_while_socket_mode_is_being_opened_again_leaves_no_client_behind(fake: FakeSlack):
+    """A stop that came while the background retry was opening Socket Mode cancelled it past its `client.close()`:
+    slack_sdk's client was left with its message task and HTTP session open, pending until the process ended."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    silent = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    fake.fail("apps.connections.open", status=503, error="service_unavailable")  # the start's open: retried
+    fake.socket_url = f"ws://127.0.0.1:{silent.sockets[0].getsockname()[1]}/link?ticket=t"
+    adapter = make_adapter(fake, app_token=APP_TOKEN, sleeps=_ShortSleeps())
+
+    def processors() -> list[asyncio.Task]:
+        return [t for t in asyncio.all_tasks() if "process_messages" in repr(t.get_coro()) and not t.done()]
+
+    try:
+        await asyncio.wait_for(adapter.start(lambda message: None), timeout=10)
+        async with asyncio.timeout(10):
+            while not held:  # the retry is opening the websocket now
+                await asyncio.sleep(0.01)
+        assert processors()
+    finally:
+        await asyncio.wait_for(adapter.stop(), timeout=10)
+        await asyncio.sleep(0.05)
+        left = processors()
+        for writer in held:
+            writer.close()
+        silent.close()
+    assert left == []
