@@ -51,18 +51,24 @@ class _SocketLog(logging.LoggerAdapter):
         self.first: asyncio.Future | None = None  # set while `open_socket_mode` waits for the first connect
         self.failures = 0
         self.wss = ""  # the websocket URL being opened, for the message
+        self.client: SocketModeClient | None = None  # whose URL a failed reconnect drops
 
     def log(self, level, msg, *args, **kwargs) -> None:  # type: ignore[override]
         if not (isinstance(msg, str) and msg.startswith("Failed to connect")):
             super().log(level, msg, *args, **kwargs)
             return
-        error = f"slack socket mode: {wss_failure(self.wss, sys.exc_info()[1])}"
+        wss = (self.client.wss_uri if self.client is not None else None) or self.wss
+        error = f"slack socket mode: {wss_failure(wss, sys.exc_info()[1])}"
         if self.first is not None and not self.first.done():
             self.first.set_result(error)
             return
         self.failures += 1
         log.warning("slack.socket_mode_failed", bot=self.bot, error=error[:200], failures=self.failures,
-                    next="slack_sdk connects again every few seconds")
+                    next="slack_sdk connects again every few seconds, with a new URL")
+        if self.client is not None:
+            # Its next try asks Slack for a new URL (connect() does when there is none): it tried the same one every
+            # 5 s for ever, and one that expired, or whose host was down, while the network was out never opened.
+            self.client.wss_uri = None
 
 
 def wss_failure(url: str, exc: BaseException | None) -> str:
@@ -79,8 +85,10 @@ class GatewaySocketModeHandler(AsyncSocketModeHandler):
         web = AsyncWebClient(base_url=adapter.api_base, session=adapter._http, retry_handlers=[])
         # slack_sdk's own logger and ping interval (bolt's handler would take the app's logger, and 10 s).
         # Its failed connects said as the channel's (`_SocketLog`).
-        super().__init__(adapter.app, app_token=adapter.settings.app_token, web_client=web,
-                         logger=_SocketLog(adapter.bot), ping_interval=PING_INTERVAL_S)
+        said = _SocketLog(adapter.bot)
+        super().__init__(adapter.app, app_token=adapter.settings.app_token, web_client=web, logger=said,
+                         ping_interval=PING_INTERVAL_S)
+        said.client = self.client
         self.adapter, self.deliver = adapter, deliver
 
     async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]

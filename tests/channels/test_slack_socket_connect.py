@@ -112,3 +112,28 @@ async def test_stop_while_socket_mode_is_being_opened_again_leaves_no_client_beh
             writer.close()
         silent.close()
     assert left == []
+
+
+async def test_a_reconnect_whose_websocket_cannot_be_opened_asks_slack_for_a_new_one(fake: FakeSlack):
+    """After a session dropped, slack_sdk asked Slack for one URL and then tried that same URL every 5 s for ever: a
+    ticket that expired (or a host that was down) while the network was out left the channel deaf for good, with
+    /readyz saying `connected`. Each try after a failure now asks Slack for a new URL."""
+    adapter = make_adapter(fake, app_token=APP_TOKEN, sleeps=_ShortSleeps())
+    try:
+        with capture_logs() as logs:
+            await asyncio.wait_for(adapter.start(lambda message: None), timeout=10)
+            async with asyncio.timeout(10):
+                while not fake.sockets:
+                    await asyncio.sleep(0.01)
+            fake.socket_url = f"ws://127.0.0.1:{free_port()}/link?ticket=expired"  # the reconnect's URL fails
+            await fake.sockets[0].close()
+            async with asyncio.timeout(20):
+                while not [e for e in logs if e["event"] == "slack.socket_mode_failed"]:
+                    await asyncio.sleep(0.05)
+            fake.socket_url = None  # Slack hands out a working URL again
+            async with asyncio.timeout(20):  # slack_sdk tries again every 5 s (PING_INTERVAL_S)
+                while not fake.sockets:
+                    await asyncio.sleep(0.05)
+        assert fake.count("apps.connections.open") >= 3
+    finally:
+        await adapter.stop()
