@@ -42,6 +42,7 @@ from storage.models import ESCALATION_STATES, Contact, Conversation, Escalation
 
 UNAUTHORIZED = "a valid operator token is required (Authorization: Bearer <token>)"
 TRANSCRIPT_PAGE = 200  # messages per page of GET /v1/escalations/{id}, newest first
+LIST_PAGE = 200  # open escalations (the longest waiting) and resolved ones (the newest) in GET /v1/escalations
 
 
 class OperatorRoute(JsonRoute):
@@ -113,7 +114,8 @@ def escalation_dict(escalation: Escalation, conversation: Conversation | None = 
 
 @router.get("/v1/escalations")
 async def list_escalations(request: Request, state: str | None = None, bot: str | None = None) -> Response:
-    """Escalations the operator may serve, newest first; filter by `state` (comma-separated) and `bot`."""
+    """Escalations the operator may serve, newest first; filter by `state` (comma-separated) and `bot`. Every
+    claimed one, the LIST_PAGE open ones waiting longest and the newest LIST_PAGE resolved; `counts` has them all."""
     svc = services(request)
 
     async def action(op: Operator) -> dict[str, Any]:
@@ -129,7 +131,9 @@ async def list_escalations(request: Request, state: str | None = None, bot: str 
             # longer configured): whether another team's bot exists is not theirs to learn here. Named
             # with the bots they do serve, so a typo ("acmee") is seen at once.
             raise NotFound(f"no bot {bot!r} among the bots you serve ({', '.join(sorted(served)) or 'none'})")
-        rows = await svc.escalations.find(bots=op.bots, state=",".join(states) or None, bot=bot)
+        asked = ",".join(states) or None
+        rows = await svc.escalations.find(bots=op.bots, state=asked, bot=bot, limit=LIST_PAGE)
+        counts = await svc.escalations.counts(bots=op.bots, state=asked, bot=bot)
         async with svc.sessions() as session:
             conversations = {c.id: c for c in (await session.execute(select(Conversation).where(
                 Conversation.id.in_([r.conversation_id for r in rows])))).scalars()}
@@ -148,7 +152,8 @@ async def list_escalations(request: Request, state: str | None = None, bot: str 
                 "text": (said.text or "")[:200], "at": utc_iso(said.created_at),
                 "attachments": kinds(said.attachments)} if said else None})
         # One call for every bot's: bot after bot, a slow Slack made the list wait 2 s per bot.
-        return {"escalations": out, "operator_names": await operator_names(request, [(r.bot, r.operator) for r in rows])}
+        return {"escalations": out, "counts": counts,
+                "operator_names": await operator_names(request, [(r.bot, r.operator) for r in rows])}
 
     return await _guarded(request, action)
 

@@ -29,6 +29,7 @@
       if ($("op-list-error").dataset.kind === "list") showError("op-list-error", state.pickError || "", "pick");  // a pick's stays (back after the list's own): every live event reads the list
       learnNames(body.operator_names);
       state.escalations = body.escalations;
+      state.counts = body.counts || {};
       drawList(list, body.escalations);
     }
 
@@ -69,10 +70,19 @@
         if (items[i].parentNode !== list || items[i].nextSibling !== next) list.insertBefore(items[i], next);
       }
       // Read from another tab or window: the tab's title says someone waits, or wrote, without opening it.
-      var waitingNow = escalations.filter(function (e) { return e.state === "open"; }).length;
+      // In a backlog the API lists the longest waiting alone (`counts` has them all): the title counts every one.
+      var openShown = escalations.filter(function (e) { return e.state === "open"; }).length;
+      var waitingNow = Math.max(openShown, (state.counts || {}).open || 0);
       var unread = escalations.filter(function (e) { return state.unread[e.id]; }).length;
       var counts = [waitingNow ? waitingNow + " waiting" : "", unread ? unread + " new" : ""].filter(Boolean);
       document.title = (counts.length ? "(" + counts.join(", ") + ") " : "") + "Operator console";
+      var more = $("op-list-more"), resolvedShown = escalations.length - openShown - escalations.filter(function (e) {
+        return e.state === "claimed"; }).length;
+      var left = [waitingNow > openShown ? "the " + openShown + " who have waited longest of " + waitingNow + " waiting" : "",
+                  (state.counts || {}).resolved > resolvedShown ? "the newest " + resolvedShown + " of " +
+                  state.counts.resolved + " resolved" : ""].filter(Boolean);
+      more.textContent = left.length ? "Showing " + left.join(", and ") + "." : "";
+      more.hidden = !left.length;
       showNewer();
     }
 

@@ -132,11 +132,12 @@
     document.title = "Operator console";
     // Nothing of this operator's session stays for the next one to sign in at this screen: the
     // escalation open (of bots the next may not serve), its draft reply, the list and its notices.
-    Object.assign(state, { selected: null, detail: null, unsent: {}, escalations: [], unread: {}, names: {},
+    Object.assign(state, { selected: null, detail: null, unsent: {}, escalations: [], counts: {}, unread: {}, names: {},
                            actionError: null });
     state.listLoads++;  // a list or an escalation still loading is not drawn
     state.detailReadings++;
     $("op-escalations").replaceChildren();
+    $("op-list-more").hidden = true;
     $("op-transcript").replaceChildren();
     $("op-announce").textContent = "";
     $("op-detail").hidden = true;
