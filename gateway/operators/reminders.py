@@ -78,17 +78,18 @@ class HandoffReminders:
 
     async def _tell_closed(self, bot: BotSettings, *, deadline: datetime, now: datetime) -> None:
         """Closed now: the customer of an escalation whose wait began within business hours (so they heard
-        "a person will reply shortly", no off-hours note) and passed the claim timeout is told when a person
+        "a person will reply shortly", no off-hours note), or with a release (told nothing: a holder who signs
+        out on their way home releases theirs), and passed the claim timeout is told when a person
         is back (`replies.after_hours`), once per wait (`after_hours` in the history). Operators are pinged
         after the next opening, as before: nobody is there to read it now."""
         hours = bot.escalation.business_hours
         async with self._sessions() as session:
-            rows = (await session.execute(select(Escalation.id, _WAIT_START).where(
+            rows = (await session.execute(select(Escalation.id, _WAIT_START, Escalation.waiting_since).where(
                 Escalation.bot == bot.name, Escalation.state == "open", _not_reminded_since(_WAIT_START),
                 _WAIT_START < deadline))).all()
-        for escalation_id, began in rows:
-            if not is_open(hours, as_utc(began)):
-                continue  # opened (or released) off hours: the acknowledgement said when already
+        for escalation_id, began, released in rows:
+            if released is None and not is_open(hours, as_utc(began)):
+                continue  # opened off hours: the acknowledgement said when already (a release says nothing to them)
             async with self._sessions() as session, session.begin():
                 escalation = await session.get(Escalation, escalation_id, with_for_update=True)
                 if escalation is None or escalation.state != "open":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from gateway.escalation.handoff import Escalations
 from gateway.events import EventBus
@@ -16,7 +16,7 @@ from gateway.operators.reminders import HandoffReminders
 from gateway.settings import Settings
 from storage import repositories as repo
 from storage.engine import create_engine, session_factory
-from storage.models import EscalationEvent, Message
+from storage.models import Escalation, EscalationEvent, Message
 
 HOURS = {"timezone": "UTC", "days": [0, 1, 2, 3, 4], "start": "09:00", "end": "17:00"}
 
@@ -55,6 +55,39 @@ async def test_an_escalation_unclaimed_at_closing_tells_the_customer_when_a_pers
             kinds = (await session.execute(select(EscalationEvent.kind).where(
                 EscalationEvent.escalation_id == opened.id).order_by(EscalationEvent.id))).scalars().all()
         assert kinds == ["opened", "after_hours", "reminded"]
+    finally:
+        await escalations.drain()
+        await engine.dispose()
+
+
+async def test_a_claim_released_after_closing_tells_the_customer_when_a_person_is_back(migrated_url):
+    """Released after closing (the holder signs out on their way home: Sign out asks to release their claims), the
+    customer, told a person had joined, heard nothing: the wait began off hours, which was taken to mean the
+    escalation's acknowledgement had said when a person is back; a release says nothing to the customer."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(bots=[{"name": "acme", "escalation": {"claim_timeout_seconds": 600, "business_hours": HOURS}}])
+    escalations = Escalations(sessions, settings=settings, bus=EventBus())
+    reminders = HandoffReminders(sessions, settings=settings, escalations=escalations)
+    try:
+        async with sessions() as session, session.begin():
+            conversation = await repo.get_or_create_conversation(
+                session, bot="acme", ref=ConversationRef(channel="web", chat="signed-out"), contact_id=None)
+            opened = await escalations.open_in(session, conversation=conversation, reason="customer asked")
+            opened.created_at = datetime(2025, 6, 6, 15, 0, tzinfo=timezone.utc)  # Friday, within hours
+        await escalations.claim(opened.id, operator="sam", bots=None)
+        await escalations.release(opened.id, operator="sam", bots=None, reason="signed out")
+        async with sessions() as session, session.begin():  # at 17:20, after closing
+            (await session.get(Escalation, opened.id)).waiting_since = datetime(2025, 6, 6, 17, 20, tzinfo=timezone.utc)
+            before = (await session.execute(select(func.count(Message.id)).where(
+                Message.conversation_id == conversation.id))).scalar_one()
+
+        await reminders.run_once(now=datetime(2025, 6, 6, 17, 31, tzinfo=timezone.utc))
+        await reminders.run_once(now=datetime(2025, 6, 7, 12, 0, tzinfo=timezone.utc))
+        async with sessions() as session:
+            told = (await session.execute(select(Message.text).where(
+                Message.conversation_id == conversation.id).order_by(Message.id).offset(before))).scalars().all()
+        assert len(told) == 1 and "Monday at 09:00" in told[0]
     finally:
         await escalations.drain()
         await engine.dispose()
