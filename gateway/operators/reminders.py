@@ -86,7 +86,7 @@ class HandoffReminders:
         async with self._sessions() as session:
             rows = (await session.execute(select(Escalation.id, _WAIT_START, Escalation.waiting_since).where(
                 Escalation.bot == bot.name, Escalation.state == "open", _not_reminded_since(_WAIT_START),
-                _WAIT_START < deadline))).all()
+                _WAIT_START < deadline, ~_told_after_hours()))).all()  # not locked again each run, all weekend
         for escalation_id, began, released in rows:
             if released is None and not is_open(hours, as_utc(began)):
                 continue  # opened off hours: the acknowledgement said when already (a release says nothing to them)
@@ -94,7 +94,7 @@ class HandoffReminders:
                 escalation = await session.get(Escalation, escalation_id, with_for_update=True)
                 if escalation is None or escalation.state != "open":
                     continue
-                told = (await session.execute(select(EscalationEvent.id).where(  # in this wait (a release begins one)
+                told = (await session.execute(select(EscalationEvent.id).where(  # by another replica meanwhile
                     EscalationEvent.escalation_id == escalation_id, EscalationEvent.kind == "after_hours",
                     EscalationEvent.created_at >= (escalation.waiting_since or escalation.created_at)).limit(1))).first()
                 if told is not None:
@@ -183,6 +183,13 @@ class HandoffReminders:
 
 
 _WAIT_START = func.coalesce(Escalation.waiting_since, Escalation.created_at)
+
+
+def _told_after_hours():
+    """SQL: the escalation's customer got the after_hours note in its current wait (a release begins one)."""
+    return select(EscalationEvent.id).where(
+        EscalationEvent.escalation_id == Escalation.id, EscalationEvent.kind == "after_hours",
+        EscalationEvent.created_at >= _WAIT_START).exists()
 
 
 def _not_reminded_since(start):

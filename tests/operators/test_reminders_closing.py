@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from sqlalchemy import event as sa_event
 from sqlalchemy import func, select
 
 from gateway.escalation.handoff import Escalations
@@ -88,6 +89,44 @@ async def test_a_claim_released_after_closing_tells_the_customer_when_a_person_i
             told = (await session.execute(select(Message.text).where(
                 Message.conversation_id == conversation.id).order_by(Message.id).offset(before))).scalars().all()
         assert len(told) == 1 and "Monday at 09:00" in told[0]
+    finally:
+        await escalations.drain()
+        await engine.dispose()
+
+
+async def test_escalations_told_at_closing_are_not_locked_again_every_run(migrated_url):
+    """Once told, each escalation was read under its row lock again by every run (every 30 s) all weekend, to find
+    its note sent already: a backlog at closing (a model outage hands every conversation over) cost thousands of
+    write transactions (SQLite: BEGIN IMMEDIATE, each holding the database's one write lock) each run. The told
+    ones are now left out by the query itself."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(bots=[{"name": "acme", "escalation": {"claim_timeout_seconds": 600, "business_hours": HOURS}}])
+    escalations = Escalations(sessions, settings=settings, bus=EventBus())
+    reminders = HandoffReminders(sessions, settings=settings, escalations=escalations)
+    try:
+        async with sessions() as session, session.begin():
+            for i in range(3):
+                conversation = await repo.get_or_create_conversation(
+                    session, bot="acme", ref=ConversationRef(channel="web", chat=f"backlog-{i}"), contact_id=None)
+                opened = await escalations.open_in(session, conversation=conversation, reason="model outage")
+                opened.created_at = datetime(2025, 6, 6, 16, 50, tzinfo=timezone.utc)  # Friday, within hours
+        await reminders.run_once(now=datetime(2025, 6, 6, 17, 6, tzinfo=timezone.utc))
+        async with sessions() as session:
+            told = (await session.execute(select(func.count()).where(EscalationEvent.kind == "after_hours"))).scalar_one()
+        assert told == 3
+
+        statements: list[str] = []
+
+        def seen(conn, cursor, statement, parameters, context, executemany):
+            statements.append(statement)
+
+        sa_event.listen(engine.sync_engine, "before_cursor_execute", seen)
+        try:
+            await reminders.run_once(now=datetime(2025, 6, 6, 17, 36, tzinfo=timezone.utc))
+        finally:
+            sa_event.remove(engine.sync_engine, "before_cursor_execute", seen)
+        assert len(statements) == 1, statements  # the one query, none of them read again
     finally:
         await escalations.drain()
         await engine.dispose()
