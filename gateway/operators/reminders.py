@@ -79,13 +79,15 @@ class HandoffReminders:
     async def _tell_closed(self, bot: BotSettings, *, deadline: datetime, now: datetime) -> None:
         """Closed now: the customer of an escalation whose wait began within business hours (so they heard
         "a person will reply shortly", no off-hours note), or with a release (told nothing: a holder who signs
-        out on their way home releases theirs), and passed the claim timeout is told when a person
+        out on their way home releases theirs), and passed the claim timeout (reminded before closing or not: "everyone
+        is busy" did not say nobody is there till the opening) is told when a person
         is back (`replies.after_hours`), once per wait (`after_hours` in the history). Operators are pinged
-        after the next opening, as before: nobody is there to read it now."""
+        after the next opening (those not reminded yet in this wait), as before: nobody is there to read it now."""
         hours = bot.escalation.business_hours
         async with self._sessions() as session:
             rows = (await session.execute(select(Escalation.id, _WAIT_START, Escalation.waiting_since).where(
-                Escalation.bot == bot.name, Escalation.state == "open", _not_reminded_since(_WAIT_START),
+                # Reminded before closing or not: "a person will reply here" said nothing of the weekend either.
+                Escalation.bot == bot.name, Escalation.state == "open",
                 _WAIT_START < deadline, ~_told_after_hours()))).all()  # not locked again each run, all weekend
         for escalation_id, began, released in rows:
             if released is None and not is_open(hours, as_utc(began)):

@@ -130,3 +130,33 @@ async def test_escalations_told_at_closing_are_not_locked_again_every_run(migrat
     finally:
         await escalations.drain()
         await engine.dispose()
+
+
+async def test_an_escalation_reminded_before_closing_is_told_when_a_person_is_back(migrated_url):
+    """Unclaimed for the timeout before closing, the customer heard "everyone is busy… a person will reply here",
+    and then, once closed, nothing all weekend: the after-hours note was kept for waits never reminded."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(bots=[{"name": "acme", "escalation": {"claim_timeout_seconds": 600, "business_hours": HOURS}}])
+    escalations = Escalations(sessions, settings=settings, bus=EventBus())
+    reminders = HandoffReminders(sessions, settings=settings, escalations=escalations)
+    try:
+        async with sessions() as session, session.begin():
+            conversation = await repo.get_or_create_conversation(
+                session, bot="acme", ref=ConversationRef(channel="web", chat="reminded"), contact_id=None)
+            opened = await escalations.open_in(session, conversation=conversation, reason="customer asked")
+            opened.created_at = datetime(2025, 6, 6, 16, 0, tzinfo=timezone.utc)  # Friday, within hours
+        async with sessions() as session:  # the acknowledgement (and the note of the real clock's hours)
+            before = (await session.execute(select(func.count(Message.id)).where(
+                Message.conversation_id == conversation.id))).scalar_one()
+        assert await reminders.run_once(now=datetime(2025, 6, 6, 16, 11, tzinfo=timezone.utc)) == [opened.id]
+        await reminders.run_once(now=datetime(2025, 6, 6, 17, 1, tzinfo=timezone.utc))
+        await reminders.run_once(now=datetime(2025, 6, 7, 12, 0, tzinfo=timezone.utc))
+        async with sessions() as session:
+            said = (await session.execute(select(Message.text).where(
+                Message.conversation_id == conversation.id).order_by(Message.id).offset(before))).scalars().all()
+        assert said[0] == settings.bot("acme").escalation.unclaimed_message
+        assert len(said) == 2 and "Monday at 09:00" in said[1]
+    finally:
+        await escalations.drain()
+        await engine.dispose()
