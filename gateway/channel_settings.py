@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway import models
 from gateway.config_file import SECRET_KEYS, secret_values
 
 _CHANNEL_SECRETS_NEEDED: ContextVar[bool] = ContextVar("channel_secrets_needed", default=True)
@@ -77,6 +78,14 @@ class WebChannel(ChannelBase):
     # Messages one client address may send to this bot's web chat per minute (None: no limit). The
     # web chat's contact is a session id the caller picks, so a per-contact limit alone bounds nobody.
     per_address_per_minute: int | None = Field(default=60, ge=1)
+    # The shortest session id the web chat takes (gateway.models.weak_session_id): a guessable one (`me-1`)
+    # would let anyone read that visitor's transcript and write as them. None: `models.SESSION_ID_MIN_LENGTH`.
+    min_session_id_length: int | None = Field(default=None, ge=1, le=128)
+
+    @property
+    def session_id_min_length(self) -> int:
+        """`min_session_id_length`, else the default (16), read when asked (the test suite's ids are short)."""
+        return self.min_session_id_length or models.SESSION_ID_MIN_LENGTH
 
 
 class TelegramChannel(ChannelBase):

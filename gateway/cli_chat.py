@@ -28,7 +28,7 @@ async def chat(args, settings) -> int:
     for warning in [*uncalibrated_gates(settings, [bot]), *models_missing_keys(settings),  # serve logs them
                     *unguarded_notes(settings)]:
         print(f"note: {warning}", file=sys.stderr)
-    session_id = f"terminal-{uuid.uuid4().hex[:12]}"
+    session_id = f"terminal-{uuid.uuid4().hex}"  # a bearer secret on a server: 128 random bits
     if folder_in_use(settings.qdrant):  # a running server holds the index: no model or index of ours is needed
         return await chat_via_server(settings, bot.name, session_id=session_id, converse=converse)
     from channels.web import WebAdapter

@@ -21,6 +21,23 @@ CLIENT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 """An id a client chooses: a web chat `session_id`, a web chat or operator reply `message_id`."""
 CLIENT_ID_RULE = "1-128 characters of letters, digits, '_', '-', '.', ':'"
 
+SESSION_ID_MIN_LENGTH = 16
+"""`channels.web.min_session_id_length`'s default. A session id is the whole proof of who a web visitor is (it
+reads the transcript and writes as them), so one a caller could guess (`me-1`, `user-42`) is refused: the widget
+makes `web-` and 32 random hex digits (128 bits)."""
+
+
+def weak_session_id(session_id: str, min_length: int) -> str | None:
+    """Why `session_id` is too easy to guess to be a web chat session, or None. At least `min_length`
+    characters, of which at least half (up to 8) are different ones: `aaaaaaaaaaaaaaaa` or `1212121212121212`
+    is as guessable as a short id."""
+    distinct = min(8, min_length // 2)
+    if len(session_id) >= min_length and len(set(session_id)) >= distinct:
+        return None
+    return (f"session_id must be at least {min_length} characters, at least {distinct} of them different "
+            "(a random id, as the widget's 'web-' and 32 hex digits): anyone who guesses a session id reads its "
+            "transcript and writes as its visitor (channels.web.min_session_id_length)")
+
 
 def is_blank(text: str) -> bool:
     """Nothing a reader would see: whitespace and invisible format characters (zero-width space,

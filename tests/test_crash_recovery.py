@@ -19,6 +19,8 @@ from tests.fakes.openai_server import FakeOpenAI, ToolCallSpec, Turn
 from tests.pipeline.sample_tools import TICKETS_FILE_ENV
 from tests.scale.replicas import free_port
 
+CRASH_SESSION = "crash-0f3b9a7c2e6d4815"  # a served gateway, so the real session id rule: 16+ characters
+
 
 def _serve(config, port: int, **env_vars: str) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env_vars}
@@ -65,7 +67,7 @@ def _post(port: int, message_id: str, text: str) -> None:
     """Send a chat message and do not wait for the answer (the server stores it before answering)."""
     try:  # a loaded machine may take more than 1.5 s to accept the connection: only the answer is not waited for
         httpx.post(f"http://127.0.0.1:{port}/v1/bots/acme/chat", timeout=httpx.Timeout(30, read=1.5),
-                   json={"session_id": "crash", "text": text, "message_id": message_id})
+                   json={"session_id": CRASH_SESSION, "text": text, "message_id": message_id})
     except httpx.ReadTimeout:
         pass
 
@@ -92,7 +94,7 @@ def test_crash_restart_answers_every_stored_message_exactly_once(tmp_path):
             _wait_until(lambda: len(fake.requests_for("slow")) == 1, timeout=60, what="the model call")
             _post(port, "m2", "second question")
             # Stored before the kill (1.5 s of waiting for its answer was not always enough on a loaded machine).
-            _wait_until(lambda: _stored(db, "crash/m2"), timeout=60, what="the second question stored")
+            _wait_until(lambda: _stored(db, f"{CRASH_SESSION}/m2"), timeout=60, what="the second question stored")
             _post(port, "m1", "first question")  # a client retry of m1: must not become a third message
             server.send_signal(signal.SIGKILL)
             server.wait(60)  # a loaded machine stops a server in more than 10 s
@@ -104,7 +106,8 @@ def test_crash_restart_answers_every_stored_message_exactly_once(tmp_path):
         with engine.connect() as conn:
             stored = conn.execute(select(Message.external_id, Message.status).where(Message.direction == "in")
                                   .order_by(Message.id)).all()
-        assert [tuple(r) for r in stored] == [("crash/m1", "pending"), ("crash/m2", "pending")]  # web ids are session/message_id
+        assert [tuple(r) for r in stored] == [(f"{CRASH_SESSION}/m1", "pending"),
+                                              (f"{CRASH_SESSION}/m2", "pending")]  # web ids are session/message_id
 
         server = _serve(config, port)
         try:

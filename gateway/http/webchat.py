@@ -23,7 +23,16 @@ from gateway.http.client_address import client_address
 from gateway.http.deps import AfterId, error, services, utc_iso
 from gateway.http.json_body import JsonRoute
 from gateway.inbox import storable
-from gateway.models import CHANNELS, CLIENT_ID, CLIENT_ID_RULE, ConversationRef, InboundMessage, Sender, is_blank
+from gateway.models import (
+    CHANNELS,
+    CLIENT_ID,
+    CLIENT_ID_RULE,
+    ConversationRef,
+    InboundMessage,
+    Sender,
+    is_blank,
+    weak_session_id,
+)
 from gateway.settings import BotSettings
 from storage import repositories as repo
 from storage.models import Conversation, Message
@@ -139,8 +148,8 @@ def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | N
     if (refused := _without_web_chat(request, bot)) is not None:
         return refused
     settings = services(request).settings.bot(bot)
-    if not CLIENT_ID.fullmatch(body.session_id):
-        return error(422, f"session_id must be {CLIENT_ID_RULE}")
+    if (refused := _bad_session_id(settings, body.session_id)) is not None:
+        return refused
     # As for an operator's reply: an id is a dedupe key, and "" or "bad id!" were stored as one.
     if body.message_id is not None and not CLIENT_ID.fullmatch(body.message_id):
         return error(422, f"message_id must be {CLIENT_ID_RULE}")
@@ -151,6 +160,15 @@ def _validate(request: Request, bot: str, body: ChatRequest) -> JSONResponse | N
         return error(413, settings.replies.web_too_long.format(chars=len(body.text), limit=limit), limit=limit)
     if "\x00" in body.text:
         return error(422, "text contains a NUL byte")
+    return None
+
+
+def _bad_session_id(settings: BotSettings, session_id: str) -> JSONResponse | None:
+    """422 for a session id that is malformed, or short or plain enough to guess (`min_session_id_length`)."""
+    if not CLIENT_ID.fullmatch(session_id):
+        return error(422, f"session_id must be {CLIENT_ID_RULE}")
+    if (weak := weak_session_id(session_id, settings.channels.web.session_id_min_length)) is not None:
+        return error(422, weak)
     return None
 
 
@@ -301,9 +319,11 @@ async def session_messages(bot: str, session_id: str, request: Request, after: A
     svc = services(request)
     if (refused := _without_web_chat(request, bot)) is not None:
         return refused
-    heading = svc.settings.bot(bot).replies.sources_heading
-    if not CLIENT_ID.fullmatch(session_id):
-        return error(422, f"session_id must be {CLIENT_ID_RULE}")
+    settings = svc.settings.bot(bot)
+    heading = settings.replies.sources_heading
+    # A session kept from before the rule (or from a lower `min_session_id_length`) is closed too: guessable.
+    if (refused := _bad_session_id(settings, session_id)) is not None:
+        return refused
     async with svc.sessions() as session:
         conversation = await repo.find_conversation(session, bot=bot, ref=ConversationRef(channel="web", chat=session_id))
         if conversation is None:

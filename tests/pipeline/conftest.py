@@ -66,7 +66,7 @@ class Rig:
     resets: int = 0
 
     def turn(self, text: str, *, history: list[dict[str, Any]] | None = None, stream: bool = False,
-             contact: str = "demo-alice", bot: BotSettings | None = None) -> Turn:
+             contact: str = "demo-alice-session", bot: BotSettings | None = None) -> Turn:
         """A turn from `contact` on the web channel."""
         bot = bot or self.bot
 

@@ -77,7 +77,7 @@ async def test_app_tool_calls_and_usage_stored_with_the_turn(client, fake):
                 Turn(text="I couldn't find invoice INV-2025-005530 on your account.", usage=(50, 9)))
 
     body = (await client.post("/v1/bots/acme/chat", json={
-        "session_id": "demo-alice", "text": "What's the status of invoice INV-2025-005530?"})).json()
+        "session_id": "demo-alice-session", "text": "What's the status of invoice INV-2025-005530?"})).json()
 
     assert body["reply"] == "I couldn't find invoice INV-2025-005530 on your account."
     [reply] = await _rows(client, Message, Message.reply_to_id == body["message_id"])

@@ -46,7 +46,7 @@ async def test_tools_model_sees_only_its_bots_tools(openai_fake) -> None:
 async def test_tools_invoice_of_another_customer_is_not_found(openai_fake) -> None:
     rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [INVOICE]}])
     # Bob's invoice, asked for in Alice's conversation; the model even claims to be Bob.
-    ask = ToolCallSpec("invoice_status", {"invoice_number": "INV-2025-005530", "contact_external_id": "demo-bob"},
+    ask = ToolCallSpec("invoice_status", {"invoice_number": "INV-2025-005530", "contact_external_id": "demo-bob-session"},
                        id="c1")
     retry = ToolCallSpec("invoice_status", {"invoice_number": "INV-2025-005530"}, id="c2")
     openai_fake.script("primary", Turn(tool_calls=(ask,)), Turn(tool_calls=(retry,)),
@@ -82,11 +82,11 @@ async def test_tools_own_invoice_is_found_with_identity_injected(openai_fake) ->
                                                    ToolCallSpec("whoami", {}))),
                        Turn(text="Invoice INV-2025-004217 is paid."))
 
-    result = await rig.pipeline.handle(rig.turn("Is INV-2025-004217 paid?", contact="demo-alice"))
+    result = await rig.pipeline.handle(rig.turn("Is INV-2025-004217 paid?", contact="demo-alice-session"))
 
     invoice, who = result.tool_calls
     assert invoice["result"]["found"] is True and invoice["result"]["invoice"]["status"] == "paid"
-    assert who["result"] == {"channel": "web", "contact": "demo-alice"}
+    assert who["result"] == {"channel": "web", "contact": "demo-alice-session"}
     # Grounded in a tool result: kept although it cites no extract.
     assert result.reply == "Invoice INV-2025-004217 is paid." and result.answered
 
@@ -94,7 +94,7 @@ async def test_tools_own_invoice_is_found_with_identity_injected(openai_fake) ->
 async def test_tools_round_limit_then_one_call_with_tool_choice_none(openai_fake) -> None:
     rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("whoami")], "max_tool_rounds": 2}])
     again = Turn(tool_calls=(ToolCallSpec("whoami", {}),))
-    openai_fake.script("primary", again, again, Turn(text="You are demo-alice on the web channel."))
+    openai_fake.script("primary", again, again, Turn(text="You are demo-alice-session on the web channel."))
 
     result = await rig.pipeline.handle(rig.turn("Who am I?"))
 
@@ -102,7 +102,7 @@ async def test_tools_round_limit_then_one_call_with_tool_choice_none(openai_fake
     assert [r.body["tool_choice"] for r in requests] == ["auto", "auto", "none"]
     assert all(_names(r) == ["whoami"] for r in requests)  # still listed: the history refers to them
     assert [c["round"] for c in result.tool_calls] == [1, 2]
-    assert result.reply == "You are demo-alice on the web channel." and result.answered
+    assert result.reply == "You are demo-alice-session on the web channel." and result.answered
 
 
 async def test_a_model_that_ignores_tool_choice_none_is_asked_once_more_with_no_tools(openai_fake) -> None:
@@ -110,7 +110,7 @@ async def test_a_model_that_ignores_tool_choice_none_is_asked_once_more_with_no_
     next call offers no tools at all, with the rounds' results folded into the prompt as data."""
     rig = make_rig(openai_fake, bots=[{"name": "acme", "tools": [_tool("whoami")], "max_tool_rounds": 2}])
     again = Turn(tool_calls=(ToolCallSpec("whoami", {}),))
-    openai_fake.script("primary", again, again, again, Turn(text="You are demo-alice on the web channel."))
+    openai_fake.script("primary", again, again, again, Turn(text="You are demo-alice-session on the web channel."))
 
     with capture_logs() as logs:
         result = await rig.pipeline.handle(rig.turn("Who am I?"))
@@ -121,10 +121,10 @@ async def test_a_model_that_ignores_tool_choice_none_is_asked_once_more_with_no_
     assert "tools" not in last.body
     assert [m["role"] for m in last.messages] == ["system", "user"] and last.messages[-1]["content"] == "Who am I?"
     results = last.messages[0]["content"].split("Extracts:", 1)[1]  # after the extracts, as data
-    assert results.count("<tool_result") == 2 and "demo-alice" in results and "no more tools" in results
+    assert results.count("<tool_result") == 2 and "demo-alice-session" in results and "no more tools" in results
     assert [c["round"] for c in result.tool_calls] == [1, 2, 3]
     assert result.tool_calls[-1]["result"] == {"error": NOT_RUN}
-    assert result.reply == "You are demo-alice on the web channel." and result.answered
+    assert result.reply == "You are demo-alice-session on the web channel." and result.answered
     assert [e["event"] for e in logs].count("tool.choice_ignored") == 1
 
 
@@ -163,7 +163,7 @@ async def test_tools_error_and_timeout_become_results_for_every_call(openai_fake
     assert by_id["t1"] == {"error": "RuntimeError: the tool failed"}
     assert by_id["t2"] == {"error": "tool timed out after 0.2s"}
     assert by_id["t3"] == {"error": "unknown tool 'nope'"}
-    assert by_id["t4"] == {"channel": "web", "contact": "demo-alice"}
+    assert by_id["t4"] == {"channel": "web", "contact": "demo-alice-session"}
     answered = [m for m in openai_fake.requests_for("primary")[1].messages if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in answered] == ["t1", "t2", "t3", "t4"]
     assert "RuntimeError: the tool failed" in answered[0]["content"]
@@ -340,7 +340,7 @@ async def test_a_tools_max_result_chars_bounds_its_result_marks_the_cut_and_logs
 
     cut, who = (c["result"] for c in result.tool_calls)
     assert cut["truncated"].startswith("the first 2,000 of ") and "the rest was cut" in cut["truncated"]
-    assert len(cut["text"]) == 2_000 and who == {"channel": "web", "contact": "demo-alice"}
+    assert len(cut["text"]) == 2_000 and who == {"channel": "web", "contact": "demo-alice-session"}
     sent = [m["content"] for m in openai_fake.requests_for("primary")[1].messages if m["role"] == "tool"]
     assert len(sent[0]) < 4_000 and "the rest was cut" in sent[0]
     [event] = [e for e in logs if e["event"] == "tool.result_truncated"]

@@ -16,8 +16,8 @@ def _who(channel: str, contact: str) -> CallerIdentity:
     return CallerIdentity(bot="acme", channel=channel, contact_external_id=contact)
 
 
-ALICE = _who("web", "demo-alice")
-BOB = _who("web", "demo-bob")
+ALICE = _who("web", "demo-alice-session")
+BOB = _who("web", "demo-bob-session")
 
 
 async def test_invoice_status_owner_reads_own_invoice():
@@ -33,7 +33,7 @@ async def test_invoice_status_result_never_includes_owner():
     result = await invoice_status(BOB, "INV-2025-006001")
     assert result["found"] is True
     assert "owner" not in result["invoice"]
-    assert "demo-bob" not in json.dumps(result)
+    assert "demo-bob-session" not in json.dumps(result)
 
 
 async def test_invoice_status_other_customers_invoice_is_indistinguishable_from_unknown():
@@ -44,13 +44,13 @@ async def test_invoice_status_other_customers_invoice_is_indistinguishable_from_
     assert {k: v for k, v in someone_elses.items() if k != "invoice_number"} == {
         k: v for k, v in made_up.items() if k != "invoice_number"
     }
-    assert "demo-alice" not in json.dumps(someone_elses)
+    assert "demo-alice-session" not in json.dumps(someone_elses)
     assert "60.00" not in json.dumps(someone_elses)
 
 
 async def test_invoice_status_same_contact_id_on_another_channel_is_refused():
     # A Telegram user whose id happens to equal a web session id must not read the web customer's invoice.
-    result = await invoice_status(_who("telegram", "demo-alice"), "INV-2025-004217")
+    result = await invoice_status(_who("telegram", "demo-alice-session"), "INV-2025-004217")
     assert result["found"] is False
 
 
