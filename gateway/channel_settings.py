@@ -81,6 +81,10 @@ class WebChannel(ChannelBase):
     # The shortest session id the web chat takes (gateway.models.weak_session_id): a guessable one (`me-1`)
     # would let anyone read that visitor's transcript and write as them. None: `models.SESSION_ID_MIN_LENGTH`.
     min_session_id_length: int | None = Field(default=None, ge=1, le=128)
+    # Reads of a session's answers a minute (transcript GETs, retries of a stored message_id), per session and
+    # per client address (None: no limit). The widget polls every 3 s, 20 a minute a tab: far below either.
+    transcript_per_session_per_minute: int | None = Field(default=120, ge=1)
+    transcript_per_address_per_minute: int | None = Field(default=600, ge=1)
 
     @property
     def session_id_min_length(self) -> int:

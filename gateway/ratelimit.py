@@ -17,6 +17,7 @@ storage reported unavailable.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -127,6 +128,30 @@ class RateLimiter:
             return True
         self._available()
         return allowed
+
+    async def allow_read(self, *, bot: str, session: str, address: str, per_session: int | None,
+                         per_address: int | None) -> float | None:
+        """Count one read of a web chat session's answers (a transcript GET, a retry of a stored message);
+        None when allowed, else the seconds until the window that refused it ends (for `Retry-After`).
+        A session over its own limit is not counted against its address. None when the storage fails."""
+        try:
+            wait = await self._answer(self._read(bot, session, address, per_session, per_address))
+        except Exception as exc:
+            self._unavailable(exc, bot=bot)
+            return None
+        self._available()
+        return wait
+
+    async def _read(self, bot: str, session: str, address: str, per_session: int | None,
+                    per_address: int | None) -> float | None:
+        for limit, keys in ((per_session, ("read-session", bot, session)), (per_address, ("read-address", bot, address))):
+            if not limit:
+                continue
+            item = RateLimitItemPerMinute(limit)
+            if not await self._strategy.hit(item, self._ns, *keys):
+                stats = await self._strategy.get_window_stats(item, self._ns, *keys)
+                return max(1.0, stats.reset_time - time.time())
+        return None
 
     async def ping(self) -> None:
         """Raise when the counter storage does not answer within the timeout (for /readyz)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import uuid
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ log = structlog.get_logger("gateway.webchat")
 router = APIRouter(tags=["web chat"], route_class=JsonRoute)  # bodies capped before parsing, JSON by default
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 MAX_DELIVERY_ID = 255  # messages.external_id is a VARCHAR(255) on PostgreSQL
+STORE_RECHECK_FIRST_S, STORE_RECHECK_MAX_S = 0.5, 4.0  # wait_for_reply's reads of the store, besides its events
+STOP_CHECK_S = 0.5  # how soon a waiting request sees the server stopping
 STREAM_SHUTDOWN_GRACE_S = 2.0
 """How long an open stream has, once the server stops, to end with its `done` event (`pending`). Why:
 sse-starlette cancels every open stream at once on shutdown, which cut the body before `done`. Shorter
@@ -174,14 +177,17 @@ def _bad_session_id(settings: BotSettings, session_id: str) -> JSONResponse | No
 
 async def _over_address_limit(request: Request, bot: str, body: ChatRequest) -> JSONResponse | None:
     """429 (nothing stored) once the client's address passed the bot's `per_address_per_minute`. A
-    retry of a message already stored (same `message_id`) is not counted: it adds nothing, and a 429
-    would tell the widget "not stored" about a message that will be answered."""
+    retry of a message already stored (same `message_id`) is not counted here: it adds nothing, and this
+    429 would tell the widget "not stored" about a message that will be answered. It is a read of the answer
+    instead (`_over_read_limit`), whose 429 says `"stored": true`."""
     svc = services(request)
     settings = svc.settings.bot(bot)
     per_minute = settings.channels.web.per_address_per_minute
-    if not per_minute or svc.rate_limiter is None or request.client is None:
+    if svc.rate_limiter is None or request.client is None:
         return None
-    if body.message_id and await _stored(svc, bot, _delivery_id(body)):
+    if body.message_id and await _stored(svc, bot, _delivery_id(body)):  # it waits for its answer: a read
+        return await _over_read_limit(request, bot, body.session_id, stored=True)
+    if not per_minute:
         return None
     try:
         allowed = await svc.rate_limiter.allow_address(bot=bot, address=client_address(request),
@@ -194,6 +200,29 @@ async def _over_address_limit(request: Request, bot: str, body: ChatRequest) -> 
     svc.metrics.rate_limited.labels(bot=bot, scope="address").inc()
     response = error(429, settings.replies.web_rate_limited.format(per_minute=per_minute))
     response.headers["Retry-After"] = "60"
+    return response
+
+
+async def _over_read_limit(request: Request, bot: str, session_id: str, *, stored: bool = False) -> JSONResponse | None:
+    """429 with `Retry-After` once a session, or a client address, read its answers (transcript GETs, retries of a
+    stored `message_id`, each of which waits for its answer) more often than the bot's `transcript_per_*`
+    limits allow. `"stored": true` on a retry's 429: the message is kept, and its answer comes by the transcript."""
+    svc = services(request)
+    web = svc.settings.bot(bot).channels.web
+    per_session, per_address = web.transcript_per_session_per_minute, web.transcript_per_address_per_minute
+    if not (per_session or per_address) or svc.rate_limiter is None or request.client is None:
+        return None
+    # The counter's key holds no session id: one is a bearer secret, and a Redis dump would give them away.
+    session_key = hashlib.sha256(session_id.encode()).hexdigest()[:32]
+    wait = await svc.rate_limiter.allow_read(bot=bot, session=session_key, address=client_address(request),
+                                             per_session=per_session, per_address=per_address)
+    if wait is None:
+        return None
+    svc.metrics.rate_limited.labels(bot=bot, scope="transcript").inc()
+    seconds = math.ceil(wait)
+    response = error(429, f"this conversation was read too often in the last minute; try again in {seconds} s",
+                     **({"stored": True} if stored else {}))
+    response.headers["Retry-After"] = str(seconds)
     return response
 
 
@@ -240,20 +269,26 @@ async def chat(bot: str, body: ChatRequest, request: Request):
 
 
 async def _stream(svc, message_id: int, *, shutdown: anyio.Event):
-    # Events first, the store only when none came for 0.5 s (an answer another replica wrote sends no
-    # event here): reading the status before each event cost a query per token, and once the answer
-    # was stored the tokens still queued were dropped.
+    # Events first, the store only when none came for a while (an answer whose event never came here), as
+    # wait_for_reply reads it: reading the status before each event cost a query per token, and once the
+    # answer was stored the tokens still queued were dropped.
     async with svc.bus.subscribe(message_topic(message_id)) as queue:
-        deadline = asyncio.get_running_loop().time() + svc.reply_timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + svc.reply_timeout
+        recheck = STORE_RECHECK_FIRST_S
+        next_read = loop.time() + recheck
         finished = await _status(svc, message_id) not in ("pending", None)
         while not finished:
-            remaining = deadline - asyncio.get_running_loop().time()
+            remaining = deadline - loop.time()
             if remaining <= 0 or svc.stopping.is_set() or shutdown.is_set():
                 break
             try:
-                event = await asyncio.wait_for(queue.get(), timeout=min(0.5, remaining))
+                event = await asyncio.wait_for(queue.get(), timeout=min(STOP_CHECK_S, remaining))
             except asyncio.TimeoutError:
-                finished = await _status(svc, message_id) not in ("pending", None)
+                if loop.time() >= next_read:
+                    finished = await _status(svc, message_id) not in ("pending", None)
+                    recheck = min(recheck * 2, STORE_RECHECK_MAX_S)
+                    next_read = loop.time() + recheck
                 continue
             if event.get("type") == "token":
                 yield {"event": "token", "data": json.dumps({"text": event["text"]})}
@@ -266,17 +301,26 @@ async def _stream(svc, message_id: int, *, shutdown: anyio.Event):
 
 async def wait_for_reply(svc, message_id: int, *, timeout: float) -> dict[str, Any]:
     """The reply to `message_id` once it is settled (or at `timeout`, still pending), as the web chat
-    returns it. Waits on the bus, and polls the store too, so an answer written by another replica is found."""
+    returns it. Waits on the bus, whose `done` event (LISTEN/NOTIFY carries it across replicas) wakes it at
+    once, and reads the store now and then too, for an answer whose event never came here: every
+    STORE_RECHECK_FIRST_S at first, twice as long each time up to STORE_RECHECK_MAX_S. Why not every 0.5 s:
+    each waiting request (a slow answer's, each retry of it) read the database twice a second."""
     async with svc.bus.subscribe(message_topic(message_id)) as queue:
-        deadline = asyncio.get_running_loop().time() + timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        recheck = STORE_RECHECK_FIRST_S
         while await _status(svc, message_id) == "pending":
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0 or svc.stopping.is_set():  # shutting down: `pending`, not a cut-off 500
+            next_read = min(deadline, loop.time() + recheck)
+            recheck = min(recheck * 2, STORE_RECHECK_MAX_S)
+            while (remaining := next_read - loop.time()) > 0 and not svc.stopping.is_set():
+                try:
+                    event = await asyncio.wait_for(queue.get(), timeout=min(remaining, STOP_CHECK_S))
+                except asyncio.TimeoutError:
+                    continue
+                if event.get("type") == "done":
+                    break
+            if loop.time() >= deadline or svc.stopping.is_set():  # shutting down: `pending`, not a cut-off 500
                 break
-            try:
-                await asyncio.wait_for(queue.get(), timeout=min(0.5, remaining))
-            except asyncio.TimeoutError:
-                pass
     return await _reply_for(svc, message_id)
 
 
@@ -322,7 +366,7 @@ async def session_messages(bot: str, session_id: str, request: Request, after: A
     settings = svc.settings.bot(bot)
     heading = settings.replies.sources_heading
     # A session kept from before the rule (or from a lower `min_session_id_length`) is closed too: guessable.
-    if (refused := _bad_session_id(settings, session_id)) is not None:
+    if (refused := _bad_session_id(settings, session_id) or await _over_read_limit(request, bot, session_id)) is not None:
         return refused
     async with svc.sessions() as session:
         conversation = await repo.find_conversation(session, bot=bot, ref=ConversationRef(channel="web", chat=session_id))
