@@ -88,10 +88,10 @@
       } catch (err) {
         if (frame !== null) draw();  // what streamed so far, all of it, stays on the page
         if (elsewhere()) return;
-        if (err.interrupted || err.timedOut) {
+        if (err.interrupted || err.timedOut || err.stored) {
           // Stored (or perhaps stored, when the request hung): keep what streamed and follow the transcript.
           if (state.awaiting) settleAwaiting();
-          startAwaiting({ userLi: userLi, botLi: botLi, inboundId: null, message: err.message,
+          startAwaiting({ userLi: userLi, botLi: botLi, inboundId: null, message: err.stored ? t("slow") : err.message,
                           unsure: err.timedOut && !botLi ? { text: text, clientId: clientId } : null });
         } else {
           if (botLi) botLi.remove();

@@ -28,6 +28,8 @@
       }
       var err = new Error(message || t("failed"));
       err.status = res.status;
+      // A retry refused (429: the session read its answers too often) of a message the server keeps and answers.
+      err.stored = !!(data && data.stored === true);
       return err;
     }
 
@@ -112,7 +114,7 @@
     }
 
     /** Send `text`: stream when the server can, else (or when streaming fails to start) plain JSON.
-     * Errors: `status` (the server answered), `interrupted` (stored, answer pending), `timedOut` (no answer
+     * Errors: `status` (the server answered; `stored` when it keeps the message all the same), `interrupted` (stored, answer pending), `timedOut` (no answer
      * to the request in time), `unreachable` (no answer at all: not sent). */
     async function chat(text, clientId, onToken) {
       var res = null;

@@ -18,6 +18,11 @@
 
   var API = "/v1/bots";
   var POLL_MS = 3000;
+  // A transcript read that has not answered in this long is given up (a half-open connection after a network
+  // change hung it, and the next poll waited on it for ever: no answer appeared until a reload).
+  var POLL_TIMEOUT_MS = 10000;
+  var POLL_BACKOFF_MAX_MS = 30000;  // polls that fail (offline, 5xx) wait twice as long each time, up to this
+  var RETRY_AFTER_MAX_MS = 60000;  // a 429's or 503's Retry-After is waited out, up to this
   var DEFAULT_MAX_CHARS = 4000;  // channels.web.max_message_chars; a 413 tells the bot's own (its `limit`)
   // The server ends a chat request after worker.reply_timeout (GET /v1/bots says it in the
   // Gateway-Reply-Timeout header; 60 s by default). A request silent for that long plus some slack is
@@ -54,7 +59,7 @@
     lastId: null, rendered: new Set(), unconfirmed: [],
     sourcesHeading: null,  // the bot's, from its replies and transcript (`replies.sources_heading`)
     texts: null,  // the bot's words (`replies.widget`), from GET /v1/bots
-    busy: false, polling: false, pollTimer: null, generation: 0, sends: 0,
+    busy: false, polling: false, pollTimer: null, pollFailures: 0, generation: 0, sends: 0,
     // An answer the server still works on (slow, or its stream broke): {userLi, botLi, inboundId, done}.
     awaiting: null,
   };
@@ -125,11 +130,20 @@
     if (data && typeof data.sources_heading === "string") state.sourcesHeading = data.sources_heading;
   }
 
+  /** The milliseconds a 429's or 503's `Retry-After` (seconds) asks for, or null. */
+  function retryAfterMs(res) {
+    var seconds = parseFloat(res.headers.get("Retry-After") || "");
+    return seconds > 0 && isFinite(seconds) ? Math.min(seconds * 1000, RETRY_AFTER_MAX_MS) : null;
+  }
+
+  /** Read the transcript once; returns how long to wait before the next read. */
   async function poll() {
-    if (state.polling || !state.bot) return;
+    if (state.polling || !state.bot) return POLL_MS;
     state.polling = true;
     var generation = state.generation;
     var sends = state.sends;
+    var controller = new AbortController();
+    var timer = setTimeout(function () { controller.abort(); }, POLL_TIMEOUT_MS);
     try {
       var url = botUrl("/sessions/" + encodeURIComponent(state.sessionId) + "/messages");
       var after = state.lastId;
@@ -137,28 +151,41 @@
       // Ask again from the awaited message, to learn when it is answered (its status leaves "pending").
       if (waitedFor !== null && (after === null || waitedFor - 1 < Number(after))) after = waitedFor - 1;
       if (after !== null) url += "?after=" + encodeURIComponent(after);
-      var res = await fetch(url, { headers: { Accept: "application/json" } });
-      if (!res.ok || generation !== state.generation) return;
+      var res = await fetch(url, { headers: { Accept: "application/json" }, signal: controller.signal });
+      if (!res.ok) {
+        // Too many reads (429) or a server that says when to come back (503): as long as it asks, not sooner.
+        var asked = (res.status === 429 || res.status === 503) ? retryAfterMs(res) : null;
+        return asked !== null ? Math.max(asked, POLL_MS) : failedPoll();
+      }
       var data = await res.json();
-      if (generation !== state.generation) return;
+      state.pollFailures = 0;
+      if (generation !== state.generation) return POLL_MS;
       keepSourcesHeading(data);
       ingest(Array.isArray(data) ? data : data.messages || []);
       notStoredAfterAll();
       // A reply that came while this poll was out is newer news about the state than the poll.
       if (data && typeof data.state === "string" && sends === state.sends) showHandoff(data.state);
+      return POLL_MS;
     } catch (e) {
-      /* offline for a moment: the next tick tries again */
+      return failedPoll();  // offline, or no answer in time: the next read comes later, and at once when online
     } finally {
+      clearTimeout(timer);
       state.polling = false;
     }
+  }
+
+  /** After a read that failed: wait longer each time (a server coming back is not met by every tab at once). */
+  function failedPoll() {
+    state.pollFailures += 1;
+    return Math.min(POLL_MS * Math.pow(2, state.pollFailures - 1), POLL_BACKOFF_MAX_MS);
   }
 
   function schedulePoll(delay) {
     clearTimeout(state.pollTimer);
     state.pollTimer = setTimeout(async function () {
       // While a reply streams, the poll would race it and show the same message twice.
-      if (!state.busy) await poll();
-      schedulePoll(POLL_MS);
+      var next = state.busy ? POLL_MS : await poll();
+      schedulePoll(next);
     }, delay === undefined ? POLL_MS : delay);
   }
 
@@ -199,9 +226,9 @@
     clearStatus();
     clearError();
     updateCount();
-    await poll();
+    var next = await poll();
     ui.root.dataset.ready = "true";
-    schedulePoll();
+    schedulePoll(next);
   }
 
   // ---- sending ----
@@ -268,8 +295,10 @@
   }
 
   async function start() {
+    var controller = new AbortController();
+    var timer = setTimeout(function () { controller.abort(); }, POLL_TIMEOUT_MS);  // a hung start is retried too
     try {
-      var res = await fetch(API, { headers: { Accept: "application/json" } });
+      var res = await fetch(API, { headers: { Accept: "application/json" }, signal: controller.signal });
       if (!res.ok) throw await errorFrom(res);
       var seconds = parseFloat(res.headers.get("Gateway-Reply-Timeout") || "");
       if (seconds > 0 && isFinite(seconds)) state.replyTimeoutMs = seconds * 1000;
@@ -278,6 +307,8 @@
       showError("The chat is not available right now. Retrying…");
       setTimeout(start, 5000);
       return;
+    } finally {
+      clearTimeout(timer);
     }
     if (!state.bots.length) { offerNoChat("No assistant is configured on this server."); return; }
     clearError();
@@ -326,6 +357,11 @@
     }
     describeComposer();
     coarse.addEventListener("change", describeComposer);
+    // Back online: read the transcript now (an answer that came meanwhile), not after the failed reads' wait.
+    window.addEventListener("online", function () {
+      state.pollFailures = 0;
+      if (state.bot) schedulePoll(0);
+    });
     start();
   }
 
