@@ -118,7 +118,7 @@ async def test_a_waiting_request_reads_the_store_seldom_and_wakes_on_the_answers
         try:
             pending = await wait_for_reply(svc, message_id, timeout=6)
             assert pending["pending"] is True
-            # It was 2 a second (13 in 6 s); now at 0, 0.5, 1.5, 3.5 and 6 s.
+            # It was 2 a second (14 in 6 s); now at 0, 0.5, 1.5, 3.5 and 6 s.
             assert 3 <= len(reads) <= 6, len(reads)
 
             waiter = asyncio.create_task(wait_for_reply(svc, message_id, timeout=20))
