@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gateway import models
 from gateway.config_file import SECRET_KEYS, secret_values
 
 _CHANNEL_SECRETS_NEEDED: ContextVar[bool] = ContextVar("channel_secrets_needed", default=True)
@@ -79,7 +78,8 @@ class WebChannel(ChannelBase):
     # web chat's contact is a session id the caller picks, so a per-contact limit alone bounds nobody.
     per_address_per_minute: int | None = Field(default=60, ge=1)
     # The shortest session id the web chat takes (gateway.models.weak_session_id): a guessable one (`me-1`)
-    # would let anyone read that visitor's transcript and write as them. None: `models.SESSION_ID_MIN_LENGTH`.
+    # would let anyone read that visitor's transcript and write as them. None: no rule beyond CLIENT_ID (the
+    # contract sets none; README recommends models.SESSION_ID_MIN_LENGTH, 16, where clients use random ids).
     min_session_id_length: int | None = Field(default=None, ge=1, le=128)
     # Reads of a session's answers a minute (transcript GETs, retries of a stored message_id), per session and
     # per client address (None: no limit). The widget polls every 3 s, 20 a minute a tab: far below either.
@@ -88,8 +88,8 @@ class WebChannel(ChannelBase):
 
     @property
     def session_id_min_length(self) -> int:
-        """`min_session_id_length`, else the default (16), read when asked (the test suite's ids are short)."""
-        return self.min_session_id_length or models.SESSION_ID_MIN_LENGTH
+        """`min_session_id_length`, else 1: any id CLIENT_ID takes."""
+        return self.min_session_id_length or 1
 
 
 class TelegramChannel(ChannelBase):

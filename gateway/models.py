@@ -22,9 +22,10 @@ CLIENT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 CLIENT_ID_RULE = "1-128 characters of letters, digits, '_', '-', '.', ':'"
 
 SESSION_ID_MIN_LENGTH = 16
-"""`channels.web.min_session_id_length`'s default. A session id is the whole proof of who a web visitor is (it
-reads the transcript and writes as them), so one a caller could guess (`me-1`, `user-42`) is refused: the widget
-makes `web-` and 32 random hex digits (128 bits)."""
+"""What README recommends for `channels.web.min_session_id_length` in production. A session id is the whole proof
+of who a web visitor is (it reads the transcript and writes as them), so one a caller could guess (`me-1`) is worth
+refusing: the widget makes `web-` and 32 random hex digits (128 bits). Not the default: the contract puts no rule
+on the id, and a client integration's own ids (`user-42`) would start to get 422s."""
 
 
 def weak_session_id(session_id: str, min_length: int) -> str | None:

@@ -66,19 +66,6 @@ def drop_postgres(url: str) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _short_session_ids(request, monkeypatch):
-    """Web chat session ids as short as `s-1` are taken, unless a test is marked `real_session_ids`.
-
-    The gateway refuses ids under 16 characters by default (`channels.web.min_session_id_length`), and
-    hundreds of tests name their sessions `s-1`, `alice`, `t` for readability: what they test is not the id.
-    The rule's own tests (tests/web/test_session_ids.py) are marked and see the real default."""
-    if request.node.get_closest_marker("real_session_ids") is None:
-        from gateway import models
-
-        monkeypatch.setattr(models, "SESSION_ID_MIN_LENGTH", 1)
-
-
-@pytest.fixture(autouse=True)
 def _default_structlog():
     """Every test starts with structlog's defaults (all levels). An app started by an earlier test
     leaves its `log_level` (WARNING here) configured process-wide, which silently hid INFO lines from

@@ -13,7 +13,7 @@ from gateway.settings import load_settings
 from storage.models import Message
 from tests.conftest import app_client, write_config
 
-pytestmark = pytest.mark.real_session_ids  # the real default, not the suite's relaxed one
+WEB = {"min_session_id_length": 16}  # what README recommends (the default sets no rule: the contract has none)
 
 
 def widget_like_id() -> str:
@@ -29,7 +29,7 @@ async def _inbound(client) -> int:
 
 @pytest.mark.parametrize("session_id", ["me-1", "user-42-abcdefg", "a" * 40, "12" * 20])
 async def test_a_guessable_session_id_is_refused_on_the_chat_and_the_transcript(tmp_path, session_id) -> None:
-    async with app_client(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}]) as client:
+    async with app_client(tmp_path, bots=[{"name": "acme", "channels": {"web": WEB}}]) as client:
         chat = await client.post("/v1/bots/acme/chat", json={"session_id": session_id, "text": "Hello?"})
         transcript = await client.get(f"/v1/bots/acme/sessions/{session_id}/messages")
         assert await _inbound(client) == 0  # nothing stored
@@ -41,8 +41,9 @@ async def test_a_guessable_session_id_is_refused_on_the_chat_and_the_transcript(
 
 
 async def test_the_widgets_own_ids_pass_and_a_bot_may_lower_the_bar(tmp_path) -> None:
-    bots = [{"name": "acme", "channels": {"web": {}}},
-            {"name": "kiosk", "channels": {"web": {"min_session_id_length": 4}}}]
+    bots = [{"name": "acme", "channels": {"web": WEB}},
+            {"name": "kiosk", "channels": {"web": {"min_session_id_length": 4}}},
+            {"name": "open", "channels": {"web": {}}}]
     async with app_client(tmp_path, bots=bots) as client:
         session_id = widget_like_id()
         ok = await client.post("/v1/bots/acme/chat", json={"session_id": session_id, "text": "Hello?"})
@@ -50,11 +51,13 @@ async def test_the_widgets_own_ids_pass_and_a_bot_may_lower_the_bar(tmp_path) ->
         short = await client.post("/v1/bots/kiosk/chat", json={"session_id": "me-1", "text": "Hello?"})
         too_short = await client.post("/v1/bots/kiosk/chat", json={"session_id": "me1", "text": "Hello?"})
         plain = await client.post("/v1/bots/kiosk/chat", json={"session_id": "aaaa", "text": "Hello?"})
+        unset = await client.post("/v1/bots/open/chat", json={"session_id": "s1", "text": "Hello?"})  # no rule
     assert ok.status_code == 200, ok.text
     assert [m["direction"] for m in transcript["messages"]][:1] == ["in"]
     assert short.status_code == 200, short.text
     assert too_short.status_code == 422 and "at least 4 characters, at least 2 of them" in too_short.json()["error"]
     assert plain.status_code == 422
+    assert unset.status_code == 200, unset.text
 
 
 @pytest.mark.parametrize("value", [0, 129, "many"])
