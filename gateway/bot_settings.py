@@ -232,6 +232,11 @@ class EscalationSettings(_Strict):
     claimed_message: str = "A person from our team has joined this conversation and will reply here."
     """Told to the customer when an operator claims the thread ("" says nothing)."""
     resolved_message: str = "Our team has handed this conversation back to the assistant. Ask me anything."
+    # Resolved before anyone ever claimed it: no person joined (the customer never heard `claimed_message`),
+    # so "handed back" would not be true. "" says nothing. (A claim released before the hand-back: `resolved_message`.)
+    resolved_unclaimed_message: str = ("Our team closed your request for a person without joining the conversation. "
+                                       "The assistant is answering here again: ask me anything, or ask for a person "
+                                       "if you still need one.")
     business_hours: BusinessHours | None = None
 
 

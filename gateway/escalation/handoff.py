@@ -282,7 +282,11 @@ class Escalations(ClaimTransitions):
             conversation.state, conversation.assigned_operator, conversation.unanswered_turns = "bot", None, 0
             record_event(session, escalation, kind="resolved", from_state=from_state, to_state="bot", actor=operator,
                     reason=reason)
-            said = self._settings.bot(escalation.bot).escalation.resolved_message
+            words = self._settings.bot(escalation.bot).escalation
+            # Nobody ever joined (no claim, ever): "Our team has handed this conversation back" would not be true.
+            joined = from_state == "operator" or (await session.execute(select(EscalationEvent.id).where(
+                EscalationEvent.escalation_id == escalation_id, EscalationEvent.kind == "claimed").limit(1))).first()
+            said = words.resolved_message if joined else words.resolved_unclaimed_message
             notice = await repo.add_outbound(session, conversation=conversation, author="system", text=said) \
                 if said.strip() else None  # "" says nothing, as for claimed_message
             # Stored before the hand-back and answered by nobody: the bot answers it now (the worker polls).

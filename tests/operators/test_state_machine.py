@@ -179,7 +179,8 @@ async def test_an_empty_unclaimed_or_resolved_message_tells_the_customer_nothing
 
     engine = create_engine(migrated_url)
     sessions = session_factory(engine)
-    quiet = {"claimed_message": "", "unclaimed_message": " ", "resolved_message": ""}
+    quiet = {"claimed_message": "", "unclaimed_message": " ", "resolved_message": "",
+             "resolved_unclaimed_message": ""}
     settings = Settings(bots=[{"name": "acme"}, {"name": "quiet", "escalation": quiet}])
     escalations = Escalations(sessions, settings=settings, bus=EventBus())
     reminders = HandoffReminders(sessions, settings=settings, escalations=escalations)
@@ -195,8 +196,33 @@ async def test_an_empty_unclaimed_or_resolved_message_tells_the_customer_nothing
         await engine.dispose()
     acknowledgement = "I've asked a person from our team to take over. They'll reply here shortly."
     assert notices[told][0] == acknowledgement and notices[told][1].startswith("Sorry, everyone on our team is busy")
-    assert notices[told][2].startswith("Our team has handed this conversation back") and len(notices[told]) == 3
+    assert notices[told][2].startswith("Our team closed your request for a person without joining") \
+        and len(notices[told]) == 3
     assert notices[silent] == [acknowledgement]
+
+
+async def test_handing_back_an_escalation_nobody_claimed_says_nobody_joined(migrated_url):
+    """Resolved while nobody had claimed it: the customer was never told a person joined, so "Our team has
+    handed this conversation back" was untrue; they get `resolved_unclaimed_message`. A claim released before
+    the hand-back was a person who joined (the customer heard `claimed_message`): `resolved_message`."""
+    engine = create_engine(migrated_url)
+    sessions = session_factory(engine)
+    settings = Settings(bots=[{"name": "acme", "escalation": {"claimed_message": "",
+                                                              "resolved_unclaimed_message": "Nobody joined."}}])
+    escalations = Escalations(sessions, settings=settings, bus=EventBus())
+    try:
+        never, released = await _conversation(sessions, chat="u1"), await _conversation(sessions, chat="u2")
+        first, second = await _open(sessions, escalations, never), await _open(sessions, escalations, released)
+        await escalations.claim(second, operator="sam", bots=None)
+        await escalations.release(second, operator="sam", bots=None)
+        for eid in (first, second):
+            await escalations.resolve(eid, operator="sam", bots=None)
+        notices = await _notices(sessions, never, released)
+    finally:
+        await escalations.drain()
+        await engine.dispose()
+    assert notices[never][1:] == ["Nobody joined."]
+    assert notices[released][1:] == [Settings(bots=[{"name": "x"}]).bots[0].escalation.resolved_message]
 
 
 async def test_taking_over_a_bot_conversation_tells_the_customer_unless_switched_off(migrated_url):
