@@ -36,6 +36,7 @@ from gateway.observability.logs import redact
 from gateway.operators.attachments import kinds, shown
 from gateway.operators.auth import Operator
 from gateway.operators.bodies import ClaimBody, NoBody, ReplyBody, ResolveBody, TextBody
+from gateway.operators.edits import replaced_words
 from gateway.operators.summary import summarize, summary_messages
 from storage import repositories as repo
 from storage.models import ESCALATION_STATES, Contact, Conversation, Escalation
@@ -221,6 +222,8 @@ async def get_escalation(escalation_id: RowId, request: Request,
             messages = messages[-limit:] if has_more else messages
             # The summary always reads the newest messages, whichever page is shown.
             recent = await summary_messages(session, conversation_id=conversation.id)
+            # A customer's edit of a held message (`meta.edit_of`): the words it replaces, shown with it.
+            replaces = {m.id: await replaced_words(session, m.id) for m in messages if (m.meta or {}).get("edit_of")}
         events = await svc.escalations.events(escalation_id)
         bot = svc.settings.bot(escalation.bot)  # configured: `get` finds no escalation of a removed bot
         return {
@@ -244,6 +247,7 @@ async def get_escalation(escalation_id: RowId, request: Request,
                 else None,
                 # Where the customer came from: a Telegram deep link's `/start order123`, whose text is empty.
                 **({"start_payload": (m.meta or {})["start_payload"]} if (m.meta or {}).get("start_payload") else {}),
+                **({"replaces": replaces[m.id]} if replaces.get(m.id) is not None else {}),
             } for m in messages],
             "events": [{"kind": e.kind, "from_state": e.from_state, "to_state": e.to_state, "actor": e.actor,
                         "reason": e.reason, "at": utc_iso(e.created_at)} for e in events],

@@ -32,6 +32,7 @@ from gateway.errors import Conflict, NotFound
 from gateway.escalation.handoff import Escalations
 from gateway.models import as_utc, utcnow
 from gateway.operators.attachments import kinds
+from gateway.operators.edits import replaced_words
 from gateway.operators.slack_access import mention_of, operator_of_member
 from gateway.operators.slack_relay import ThreadRelay
 from gateway.operators.slack_text import clip, customer_post, header_title, named, plain, quoted, slack_time
@@ -104,8 +105,11 @@ class SlackOperatorChannel(ThreadRelay):
                 return
         await self._thread_opened(escalation.id)
         if kind == "customer_message":
-            await self._post(bot, channel, customer_post("*Customer:*", event.get("text") or "", event.get("attachments") or []),
-                             thread_ts=escalation.slack_ts)
+            async with self._sessions() as session:
+                replaces = await replaced_words(session, event.get("message_id"))
+            label = "*Customer:*" if replaces is None else "*Customer (edited):*"
+            await self._post(bot, channel, customer_post(label, event.get("text") or "", event.get("attachments") or [],
+                                                         replaces=replaces), thread_ts=escalation.slack_ts)
         elif kind == "reply" and event.get("source") != "slack":
             await self._post(bot, channel, f"*{named(event.get('operator', ''))} replied:* "
                              f"{plain(clip(event.get('text', ''), 2000))}", thread_ts=escalation.slack_ts)
@@ -230,10 +234,12 @@ class SlackOperatorChannel(ThreadRelay):
             earlier = (await session.execute(select(Message).where(
                 Message.conversation_id == escalation.conversation_id, Message.direction == "in",
                 Message.created_at >= escalation.created_at).order_by(Message.id.desc()).limit(LATE_THREAD_MESSAGES))).scalars().all()
+            replaced = {m.id: await replaced_words(session, m.id) for m in earlier}
         for message in reversed(earlier):
-            await self._post(escalation.bot, channel, customer_post("*Customer (earlier):*", message.text or "",
-                                                                    kinds(message.attachments)),
-                             thread_ts=thread_ts)
+            replaces = replaced[message.id]
+            label = "*Customer (earlier):*" if replaces is None else "*Customer (earlier, edited):*"
+            await self._post(escalation.bot, channel, customer_post(label, message.text or "", kinds(message.attachments),
+                                                                    replaces=replaces), thread_ts=thread_ts)
 
     def _blocks(self, escalation: Escalation) -> tuple[str, list[dict[str, Any]]]:
         status = {"open": "waiting for someone", "claimed": f"claimed by {escalation.operator}",

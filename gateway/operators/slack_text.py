@@ -29,12 +29,16 @@ def quoted(text: str) -> str:
     return "\n".join(f"> {line}" for line in plain(text).splitlines() or [""])
 
 
-def customer_post(label: str, text: str, files: list[str]) -> str:
+def customer_post(label: str, text: str, files: list[str], *, replaces: str | None = None) -> str:
     """A customer's message in a thread: `label`, their words quoted, and their files named (`files_note`: the
-    files are not posted, and a photo alone has no words: it read "*Customer:*" and nothing)."""
+    files are not posted, and a photo alone has no words: it read "*Customer:*" and nothing). `replaces`: the
+    words of the message this one edits (an edit made while that one was handled, `meta.edit_of`), quoted
+    under "_It replaces:_", so the edit reads as one and not as a second message."""
     note = files_note(files)
     said = [quoted(clip(text, 2000))] if (text or "").strip() or not note else []
-    return "\n".join([label, *said, *([f"_{note}_"] if note else [])])
+    replaced = ["_It replaces:_", quoted(clip(replaces, 500))] if replaces is not None else []
+    return "\n".join([label, *said, *([f"_{note}_"] if note else []), *replaced])
+
 
 
 def slack_time(ts: str) -> float:

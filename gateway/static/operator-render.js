@@ -44,7 +44,9 @@
   function renderMessage(m) {
     var li = el("li", "op-msg op-msg--" + m.author);
     li.dataset.id = m.id;
-    var author = el("span", "op-author", AUTHORS[m.author] || m.author);
+    // A customer's edit of a message of theirs, made while it was handled: marked, with the words it replaces.
+    var edit = typeof m.replaces === "string";
+    var author = el("span", "op-author", (AUTHORS[m.author] || m.author) + (edit ? " (edited)" : ""));
     if (m.created_at) {
       var written = el("time", "op-time", " · " + when(m.created_at));
       written.dateTime = m.created_at;
@@ -54,6 +56,7 @@
     var said = el("span", "op-text", m.text);
     said.dir = "auto";  // an Arabic or Hebrew message reads right to left
     li.appendChild(said);
+    if (edit) li.appendChild(el("span", "op-start op-replaces", "It replaces: \u201c" + m.replaces + "\u201d"));
     var files = filesNote((m.attachments || []).map(function (a) { return a.kind; }));
     if (files) li.appendChild(el("span", "op-start op-files", files));  // a photo alone has no text
     if (m.start_payload) {  // a Telegram deep link's payload (t.me/<bot>?start=order123): where they came from
