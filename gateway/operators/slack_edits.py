@@ -126,6 +126,12 @@ class RevisionRelay:
         if changed:
             async with self._sessions() as session, session.begin():
                 stored = await session.get(Message, reply.id)
+                if stored is None:
+                    # Erased meanwhile (`gateway forget`, retention): no stored reply is left to take the change.
+                    log.info("slack_operator.revision_not_stored", escalation_id=escalation.id, message_id=reply.id,
+                             channel=reply.channel, change=what,
+                             reason="the reply was erased (gateway forget or retention) while the change was passed on")
+                    return
                 if deleted:
                     stored.meta = {**(stored.meta or {}), "deleted_by_operator": True}
                 else:
