@@ -316,7 +316,7 @@ class MessageHandler:
         `held`: the turn read the thread as a person's (`inbound` went to them, not to the model)."""
         outbound_ids: list[int] = []
         taken_over = False
-        dropped: dict[str, bool] = {}  # `meta.draft_dropped` (gateway/escalation/handback.py), or nothing
+        marks: dict[str, object] = {}  # `meta.draft_dropped` (escalation/handback.py), `meta.relay` (slack_backlog.py)
         async with self._sessions() as session, session.begin():
             # The conversation's row locked first (its state is read below): an operator's claim or take-over
             # committing between that read and this commit let the bot's reply out after the person joined.
@@ -340,15 +340,15 @@ class MessageHandler:
                 log.info("reply.dropped_operator_took_over", message_id=inbound.id,
                          conversation_id=conversation.id, state=conversation.state)
                 # A question, not a request for a person: the bot answers it if they hand back without a reply.
-                dropped = {} if result.escalate else {DRAFT_DROPPED: True}
+                marks = {} if result.escalate else {DRAFT_DROPPED: True}
                 result.reply = None
                 result.escalate = None
                 taken_over = True
             elif result is not None and result.reply is None and not result.escalate \
                     and (conversation.state != "bot" or held):
                 # Taken before the bot began: the same (not a request for a person). Also when handed back meanwhile.
-                dropped = await taken_over_before(session, message, self._settings.bot(inbound.bot),
-                                                  burst_seconds=self._settings.worker.burst_seconds)
+                marks = await taken_over_before(session, message, self._settings.bot(inbound.bot),
+                                                burst_seconds=self._settings.worker.burst_seconds)
             if result is not None:
                 for text in result.replies():
                     out = await repo.add_outbound(
@@ -368,15 +368,16 @@ class MessageHandler:
             message.status = status
             message.error = storable_text(redact(error)) if error else error  # an exception's words may quote a key
             message.updated_at = utcnow()
-            if TOOL_RUNS in (message.meta or {}) or dropped:
+            marks = {**marks, "relay": "owed"} if held or taken_over else marks  # held: a crash must not lose its relay
+            if TOOL_RUNS in (message.meta or {}) or marks:
                 # Finished, so never attempted again: its calls are stored with the reply, not twice.
                 message.meta = inbound.meta = {**{k: v for k, v in (message.meta or {}).items() if k != TOOL_RUNS},
-                                               **dropped}
+                                               **marks}
             for follower_id in followers:
                 piece = await session.get(Message, follower_id, with_for_update=True)
                 if piece is not None and piece.status == "pending":
                     piece.status, piece.updated_at = status, message.updated_at
-                    piece.meta = {**(piece.meta or {}), "answered_with": inbound.id, **dropped}
+                    piece.meta = {**(piece.meta or {}), "answered_with": inbound.id, **marks}
             edits = await queue_edits_made_meanwhile(session, answered, status=status, deleted=deleted)
         for piece_id, edit_id, change in edits:
             log.info("inbound.edit_queued", message_id=piece_id, edit_message_id=edit_id, change=change,

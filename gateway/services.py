@@ -286,7 +286,7 @@ def build_services(settings: Settings, *, poll_interval: float | None = None,
             adapter.on_interactive = interactive_handler(slack_clicks, bot_name)
     outbox.tell_escalation = escalations.emit  # built after the outbox, which it sends with
     reminders = HandoffReminders(sessions, settings=settings, escalations=escalations,
-                                 checks=[slack_operator.post_missing_headers])
+                                 checks=[slack_operator.post_missing_headers, slack_operator.relay_missed])
     worker = Worker(sessions, settings, pipeline=pipeline, outbox=outbox, bus=bus, metrics=metrics,
                     lease_seconds=settings.worker.lease_seconds, concurrency=settings.worker.concurrency,
                     poll_interval=poll_interval or settings.worker.poll_interval, on_escalate=escalations.open_in,

@@ -34,6 +34,7 @@ from gateway.models import as_utc, utcnow
 from gateway.operators.attachments import kinds
 from gateway.operators.edits import replaced_words
 from gateway.operators.slack_access import mention_of, operator_of_member
+from gateway.operators.slack_backlog import BacklogRelay, claim_for_post, mark, metadata
 from gateway.operators.slack_relay import ThreadRelay
 from gateway.operators.slack_text import clip, customer_post, header_title, named, plain, quoted, slack_time
 from gateway.operators.summary import summarize, summary_messages
@@ -56,7 +57,7 @@ RATE_LIMIT_WAIT_S = 2.0
 HEADER_CLOCK_SLACK_S = 60.0  # Slack's clock against ours, as `_find_header` reads the history from
 
 
-class SlackOperatorChannel(ThreadRelay):
+class SlackOperatorChannel(ThreadRelay, BacklogRelay):
     """Posts escalations to each bot's operator channel and relays its threads."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, settings: Settings, escalations: Escalations,
@@ -105,11 +106,14 @@ class SlackOperatorChannel(ThreadRelay):
                 return
         await self._thread_opened(escalation.id)
         if kind == "customer_message":
+            message_id = event.get("message_id")
+            if not await claim_for_post(self._sessions, message_id):
+                return  # posted already, or another relay has it (`slack_backlog`)
             async with self._sessions() as session:
-                replaces = await replaced_words(session, event.get("message_id"))
+                replaces = await replaced_words(session, message_id)
             label = "*Customer:*" if replaces is None else "*Customer (edited):*"
-            await self._post(bot, channel, customer_post(label, event.get("text") or "", event.get("attachments") or [],
-                                                         replaces=replaces), thread_ts=escalation.slack_ts)
+            await self._post_customer(bot, channel, customer_post(label, event.get("text") or "", event.get("attachments") or [],
+                                                                  replaces=replaces), escalation.slack_ts, message_id)
         elif kind == "reply" and event.get("source") != "slack":
             await self._post(bot, channel, f"*{named(event.get('operator', ''))} replied:* "
                              f"{plain(clip(event.get('text', ''), 2000))}", thread_ts=escalation.slack_ts)
@@ -236,10 +240,19 @@ class SlackOperatorChannel(ThreadRelay):
                 Message.created_at >= escalation.created_at).order_by(Message.id.desc()).limit(LATE_THREAD_MESSAGES))).scalars().all()
             replaced = {m.id: await replaced_words(session, m.id) for m in earlier}
         for message in reversed(earlier):
+            if not await claim_for_post(self._sessions, message.id):
+                continue
             replaces = replaced[message.id]
             label = "*Customer (earlier):*" if replaces is None else "*Customer (earlier, edited):*"
-            await self._post(escalation.bot, channel, customer_post(label, message.text or "", kinds(message.attachments),
-                                                                    replaces=replaces), thread_ts=thread_ts)
+            await self._post_customer(escalation.bot, channel, customer_post(label, message.text or "", kinds(message.attachments),
+                                                                             replaces=replaces), thread_ts, message.id)
+
+    async def _post_customer(self, bot: str, channel: str, text: str, thread_ts: str, message_id: object) -> None:
+        """Post a customer's message in its thread, named in the post's metadata, and mark it relayed (`slack_backlog`)."""
+        if not isinstance(message_id, int):
+            await self._post(bot, channel, text, thread_ts=thread_ts)
+        elif await self._post(bot, channel, text, thread_ts=thread_ts, metadata=metadata(message_id)) is not None:
+            await mark(self._sessions, message_id, "done")
 
     def _blocks(self, escalation: Escalation) -> tuple[str, list[dict[str, Any]]]:
         status = {"open": "waiting for someone", "claimed": f"claimed by {escalation.operator}",
