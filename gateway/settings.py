@@ -303,14 +303,15 @@ class Settings(BaseSettings):
                 if bot != "*" and bot not in names:
                     raise ValueError(f"operators[{i}].bots: unknown bot {bot!r}")
         if self.environment == "production":
-            # An operator without a token is disabled (logged at start); a polling bot is sent no webhook secret.
+            # An operator without a token is disabled (logged at start); a polling bot is sent no webhook secret;
+            # `forget` loads the channels' secrets but uses them only for Slack, where a placeholder is not sent.
             unused = secrets_allowed_empty(self.bots)  # a polling bot's webhook secret; see without_channel_secrets
             for path, value in secret_values(self.model_dump()):
                 if not value.strip():
                     if _OPERATOR_TOKEN.fullmatch(path) or path in unused:
                         continue
                     raise ValueError(f"{path}: empty in production (an unset ${{VAR}}?)")
-                if value.strip().lower() in PLACEHOLDER_SECRETS:
+                if value.strip().lower() in PLACEHOLDER_SECRETS and path not in unused:
                     demo = (" (the demo token `make run` sets when OPERATOR_TOKEN is unset; set your own, made with "
                             "`openssl rand -hex 24`)") if value.strip() == DEMO_OPERATOR_TOKEN else ""
                     raise ValueError(f"{path}: placeholder secret refused in production{demo}")
@@ -332,6 +333,17 @@ class Settings(BaseSettings):
         if name is None:
             return f"its `{key.rsplit('.', 1)[-1]}` is empty"
         return f"${{{name}}} is {'empty' if was_set else 'unset'}"
+
+    def unusable_secret_reason(self, key: str, value: str | None) -> str | None:
+        """Why the secret at `key` cannot be used, or None: empty, or a placeholder in production (which only a
+        command loaded `without_channel_secrets`, as `forget`, gets past the load with)."""
+        if not value or not value.strip():
+            return self.empty_secret_reason(key)
+        if self.environment == "production" and value.strip().lower() in PLACEHOLDER_SECRETS:
+            name, _ = self._secret_vars.get(key, (None, False))
+            said = f"${{{name}}}" if name else f"its `{key.rsplit('.', 1)[-1]}`"
+            return f"{said} is a placeholder ({value.strip()}) refused in production"
+        return None
 
     def ingest_fingerprint(self) -> str:
         """A hash of what an ingest depends on: the embedding settings and each bot's sources.

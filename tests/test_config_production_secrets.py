@@ -48,3 +48,5 @@ def test_telegram_in_polling_mode_needs_no_webhook_secret_in_production(tmp_path
     monkeypatch.setenv("TG_SECRET", "abc")
     polling["channels"]["telegram"]["webhook_secret"] = "${TG_SECRET}"
     assert load_settings(write_config(tmp_path, bots=[polling], environment="production")).bots[0].name == "acme"
+    monkeypatch.setenv("TG_SECRET", "changeme")  # nor is a placeholder
+    assert load_settings(write_config(tmp_path, bots=[polling], environment="production")).bots[0].name == "acme"

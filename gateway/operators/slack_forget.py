@@ -47,8 +47,8 @@ async def erase_operator_threads(settings: Settings, threads: list[OperatorThrea
             slack = settings.bot(bot).channels.slack
         except KeyError:
             slack = None
-        if slack is None or not slack.bot_token:
-            left += [(thread, _no_token(settings, bot, slack)) for thread in theirs]
+        if why := _no_token(settings, bot, slack):  # no token, or a placeholder: nothing sent to Slack
+            left += [(thread, why) for thread in theirs]
             continue
         client = AsyncWebClient(token=slack.bot_token, base_url=slack.web_api_base,
                                 retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=3)])
@@ -96,13 +96,16 @@ async def _erase(client: AsyncWebClient, channel: str, ts: str, me: Any) -> None
                 raise
 
 
-def _no_token(settings: Settings, bot: str, slack: Any) -> str:
-    """Why a thread was left for want of a token, naming the secret: `forget` and `db upgrade` load the config
-    without the channels' secrets, and this is the one part of `forget` that needs one."""
+def _no_token(settings: Settings, bot: str, slack: Any) -> str | None:
+    """Why a thread is left for want of a token (None: the bot has one), naming the secret: `forget` and
+    `db upgrade` load the config without the channels' secrets (empty, or a placeholder in production), and this
+    is the one part of `forget` that needs one."""
     if slack is None:
         return "the bot has no Slack token in the config"
     index = next(i for i, each in enumerate(settings.bots) if each.name == bot)
-    reason = settings.empty_secret_reason(f"bots[{index}].channels.slack.bot_token")
+    reason = settings.unusable_secret_reason(f"bots[{index}].channels.slack.bot_token", slack.bot_token)
+    if reason is None:
+        return None
     return (f"deleting the gateway's posts in the Slack operator channel needs bot {bot}'s slack.bot_token, "
             f"and {reason}")
 
