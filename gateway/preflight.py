@@ -77,14 +77,14 @@ def models_missing_keys(settings) -> list[str]:
 
 
 def redacted_db_url(url: str) -> str:
-    """The URL as it may be printed: its password hidden, and the client key's (`?sslpassword=`) too."""
+    """The URL as it may be printed: its password hidden, and the client key's (`?sslpassword=`) too, as
+    `[REDACTED]` (`redacted_url`, the form of every log and error line)."""
     from sqlalchemy.engine import make_url
 
+    from gateway.url_secrets import redacted_url
     from storage.engine import several_hosts_as_options
 
-    parsed = make_url(several_hosts_as_options(url))
-    secrets = {key: "***" for key in ("sslpassword", "password") if key in parsed.query}
-    return parsed.update_query_dict(secrets).render_as_string(hide_password=True)
+    return redacted_url(make_url(several_hosts_as_options(url)).render_as_string(hide_password=False))
 
 
 LOGIN_REFUSED = {"28P01", "28000"}  # PostgreSQL's invalid_password, invalid_authorization_specification

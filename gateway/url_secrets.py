@@ -12,6 +12,7 @@ import os
 import re
 from urllib.parse import SplitResult, parse_qsl, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
 
+REDACTED = "[REDACTED]"  # what a secret is replaced with wherever one is printed or logged
 _CREDENTIAL_WORDS = frozenset({"token", "secret", "password", "passwd", "pwd", "pass", "sig", "signature",
                                "credential", "credentials", "auth", "authorization", "apikey", "sas"})
 _KEY_OWNERS = frozenset({"api", "access", "private", "secret", "subscription", "license", "client", "app",
@@ -109,10 +110,35 @@ def masked_url(url: str) -> str:
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)
         user, colon, password = userinfo.partition(":")
-        netloc = f"{user}:[REDACTED]@{host}" if password else f"[REDACTED]{colon}@{host}"
+        netloc = f"{user}:{REDACTED}@{host}" if password else f"{REDACTED}{colon}@{host}"
     if query:
-        query = "&".join(f"{name}=[REDACTED]" if sep and _is_written_secret(name, value) else name + sep + value
+        query = "&".join(f"{name}={REDACTED}" if sep and _is_written_secret(name, value) else name + sep + value
                          for name, sep, value in _query_pairs(url))
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+_SERVICE_SECRETS = frozenset({"password", "sslpassword"})  # libpq's and redis-py's query options that are one
+
+
+def redacted_url(url: str) -> str:
+    """A database, Redis or Qdrant URL as `db upgrade`, an error line or a log line shows it: the password of its
+    userinfo (`user:password@`, Redis' `:password@`) and its query's credentials (`?password=`, libpq's
+    `sslpassword=`, `?api_key=`) as `[REDACTED]`, as the log's redaction masks any other URL; the rest as written."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    netloc, query = parts.netloc, parts.query
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user, colon, password = userinfo.partition(":")
+        netloc = f"{user}:{REDACTED}@{host}" if password else netloc
+    if query:
+        query = "&".join(f"{name}={REDACTED}" if sep and value and (unquote_plus(name).lower() in _SERVICE_SECRETS
+                                                                     or _is_written_secret(name, value))
+                         else name + sep + value for name, sep, value in _query_pairs(url))
     if (netloc, query) == (parts.netloc, parts.query):
         return url
     return urlunsplit(parts._replace(netloc=netloc, query=query))

@@ -223,6 +223,16 @@ def test_db_upgrade_against_an_unreachable_database_is_one_line(tmp_path):
     assert proc.stderr.startswith(f"error: cannot reach the database {url}: ")
 
 
+def test_db_upgrade_error_line_masks_the_password_as_its_success_line_does(tmp_path):
+    """The success line printed `gw:***@`, the error line `gw:[REDACTED]@` with `sslpassword=%2A%2A%2A`."""
+    url = f"postgresql://gw:s3cret@127.0.0.1:{free_port()}/x?sslmode=prefer&sslpassword=k3y-pass"
+    proc = _run("db", "upgrade", "--config", str(write_config(tmp_path, database_url=url)))
+    assert proc.returncode == 1
+    assert "s3cret" not in proc.stderr and "k3y-pass" not in proc.stderr and "***" not in proc.stderr
+    assert proc.stderr.startswith(f"error: cannot reach the database postgresql://gw:[REDACTED]@{url.split('@')[1]}"
+                                  .replace("k3y-pass", "[REDACTED]")), proc.stderr
+
+
 def test_serve_with_an_unknown_embedding_model_is_a_config_error_before_start(tmp_path):
     config = write_config(tmp_path, embedding={"model": "no-such-model"})
     proc = _run("serve", "--config", str(config), "--port", str(free_port()), timeout=120)

@@ -11,6 +11,7 @@ from typing import TextIO
 import structlog
 
 from gateway.errors import IN_RUN_ERRORS, SKIPPED_FILES
+from gateway.url_secrets import REDACTED
 
 _SECRET_PATTERNS: list[re.Pattern[str]] = []
 _SECRETS: list[str] = []
@@ -232,14 +233,14 @@ def redact(text: str) -> str:
     a phone number but its last 4 digits (`whatsapp:+…4567`: a WhatsApp chat, or Twilio's error text), and a
     Discord interaction's token in its follow-up's URL."""
     for pattern in _SECRET_PATTERNS:
-        text = pattern.sub("[REDACTED]", text)
+        text = pattern.sub(REDACTED, text)
     text = _without_cut_secret(text)
     if "+" in text:  # logs hold ids, not phone numbers (docs/data.md); the conversation id names the chat
         text = _PHONE.sub(r"\1…\2", text)
     text = without_session_ids(text)
     if "/webhooks/" in text:  # a Discord interaction's token, in its follow-up's URL: posts as the bot
-        text = _INTERACTION_TOKEN.sub(r"\1[REDACTED]", text)
-    return _URL_KEY_AS_USER.sub(r"\1[REDACTED]\2", _URL_PASSWORD.sub(r"\1[REDACTED]@", text)) if "://" in text else text
+        text = _INTERACTION_TOKEN.sub(rf"\1{REDACTED}", text)
+    return _URL_KEY_AS_USER.sub(rf"\1{REDACTED}\2", _URL_PASSWORD.sub(rf"\1{REDACTED}@", text)) if "://" in text else text
 
 
 def _without_cut_secret(text: str) -> str:
@@ -254,7 +255,7 @@ def _without_cut_secret(text: str) -> str:
     for secret in _SECRETS:
         start = body.rfind(secret[:CUT_SECRET_CHARS], max(0, len(body) - len(secret)))
         if start > 0 and secret.startswith(body[start:]) and not (secret in _PASSWORDS and body[start:].isalpha()):
-            return body[:start] + "[REDACTED]" + text[len(body):]
+            return body[:start] + REDACTED + text[len(body):]
     return text
 
 

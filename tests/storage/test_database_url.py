@@ -155,7 +155,24 @@ def test_a_printed_database_url_hides_the_client_keys_password_too():
 
     shown = redacted_db_url("postgresql://gw:s3cret@db/gw?sslmode=verify-full&sslkey=/k.pem&sslpassword=k3y-pass")
     assert "s3cret" not in shown and "k3y-pass" not in shown
-    assert shown == "postgresql://gw:***@db/gw?sslkey=%2Fk.pem&sslmode=verify-full&sslpassword=%2A%2A%2A"
+    # As every log line and error line masks a URL's password (not SQLAlchemy's `***`, which `db upgrade` printed).
+    assert shown == "postgresql://gw:[REDACTED]@db/gw?sslkey=%2Fk.pem&sslmode=verify-full&sslpassword=[REDACTED]"
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://:r3dis-pw@cache:6379/0", "redis://:[REDACTED]@cache:6379/0"),
+    ("rediss://default:r3dis-pw@cache:6380/1", "rediss://default:[REDACTED]@cache:6380/1"),
+    ("redis://cache:6379/0?password=r3dis-pw", "redis://cache:6379/0?password=[REDACTED]"),
+    ("https://qdrant.example:6333?api_key=qd-k3y", "https://qdrant.example:6333?api_key=[REDACTED]"),
+    ("redis://cache:6379/0", "redis://cache:6379/0"),
+])
+def test_a_redis_or_qdrant_url_is_shown_with_the_same_mask(url, shown):
+    from gateway.observability.logs import redact
+    from gateway.url_secrets import REDACTED, redacted_url
+
+    assert redacted_url(url) == shown
+    assert redact(redacted_url(url)) == shown  # the log's redaction leaves the mask as it is
+    assert REDACTED == "[REDACTED]"
 
 
 async def test_a_url_for_a_connection_pooler_connects_the_bridge_too(postgres_url):
