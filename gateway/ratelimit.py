@@ -157,6 +157,18 @@ class RateLimiter:
         """Raise when the counter storage does not answer within the timeout (for /readyz)."""
         await self._answer(self._storage.get(f"{self._ns}/ping"))  # a plain read: raises as the client does
 
+    async def check_at_start(self) -> None:
+        """Ask the Redis once as the server starts, so one that is down is said then (`ratelimit.unavailable`,
+        `at: start`), not at the first message's check; a warning, not a failure, as every check fails open. The
+        first checks of the same outage are not logged again (`LOG_EVERY_S`); an answer later logs it back."""
+        if self.backend != "redis":
+            return
+        try:
+            await self.ping()
+        except Exception as exc:
+            if self._outage.failed():
+                self._log_unavailable(exc, at="start")
+
     async def _answer(self, call: Awaitable[T]) -> T:
         """`call`'s result; TimeoutError when the storage has not answered within `timeout`. Why not
         `asyncio.timeout`: when other work held this process's event loop past the deadline (a turn's
@@ -183,8 +195,11 @@ class RateLimiter:
         if self.metrics is not None:
             self.metrics.ratelimit_errors.inc()
         if self._outage.failed():
-            log.warning("ratelimit.unavailable", backend=self.backend, bot=bot, error=type(exc).__name__,
-                        detail=str(exc)[:200], action="messages pass uncounted until the storage answers")
+            self._log_unavailable(exc, bot=bot)
+
+    def _log_unavailable(self, exc: Exception, **where: str) -> None:
+        log.warning("ratelimit.unavailable", backend=self.backend, **where, error=type(exc).__name__,
+                    detail=str(exc)[:200], action="messages pass uncounted until the storage answers")
 
     def _available(self) -> None:
         """After a logged outage, say once that the storage answers again."""

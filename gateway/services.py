@@ -144,6 +144,8 @@ class Services:
     async def start(self, *, worker: bool = True, scheduler: bool = True, channels: bool = True) -> None:
         """Open the index, start the worker, the scheduler and the channels' long-lived connections.
         With `role == "web"` only the receiving side runs: webhooks, web chat, operators (README)."""
+        if self.rate_limiter is not None:  # a Redis down is said now, not at the first message (fails open)
+            await self.rate_limiter.check_at_start()
         if PgBridge.applies_to(self.settings.database_url):
             wake = self.worker.notify if worker and self.role != "web" else None
             self.pg_bridge = PgBridge(self.settings.database_url, sessions=self.sessions, bus=self.bus, wake=wake)

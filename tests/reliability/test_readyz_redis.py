@@ -139,3 +139,24 @@ async def test_a_redis_down_is_said_once_in_the_log_not_by_its_client_per_retry(
     said = capsys.readouterr().err
     assert said.count("ratelimit.unavailable") == 1
     assert "coredis" not in said and "Retry attempt" not in said, said
+
+
+async def test_a_redis_down_at_start_is_logged_at_start_and_readyz_says_so_before_any_message(tmp_path,
+                                                                                               capsys) -> None:
+    """Nothing said Redis was down until the first message's rate limit check: a `serve` started against a
+    wrong redis_url looked healthy in its log. It is now one warning at start (not a failure: checks fail open),
+    not said again by the first checks of the same outage, and /readyz names it before any message."""
+    closed = "redis://127.0.0.1:18517/5"  # a port of this test's range nothing listens on
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", 18517)) != 0
+    async with running_app(tmp_path, bots=[LIMITED_BOT], redis_url=closed) as (client, services):
+        at_start = [line for line in capsys.readouterr().err.splitlines() if "ratelimit.unavailable" in line]
+        assert len(at_start) == 1, at_start
+        assert "warning" in at_start[0] and "at=start" in at_start[0] and "backend=redis" in at_start[0]
+        assert "error=ConnectionError" in at_start[0] or "error=TimeoutError" in at_start[0]
+        body = (await client.get("/readyz")).json()
+        assert body["status"] == "ready" and body["redis"] in ("error: ConnectionError", "error: TimeoutError")
+        reply = await client.post("/v1/bots/acme/chat", json={"session_id": "redis-down-2", "text": "Hello?"})
+        assert reply.status_code == 200 and reply.json()["reply"]  # fail open, as documented
+        assert _errors(services.metrics) == 2  # the start's ask is no message let through uncounted
+    assert "ratelimit.unavailable" not in capsys.readouterr().err  # the same outage, said once
