@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import json
 import re
 from collections.abc import Mapping
@@ -53,11 +52,13 @@ from channels.citations import render_citations
 from channels.render import split_text
 from channels.sent_parts import SentParts
 from channels.whatsapp_form import FormFields
+from channels.whatsapp_http import HeaderAwareHttpClient
+from channels.whatsapp_http import retry_after as _retry_after
 from channels.whatsapp_media import attachments as media_of
 from channels.whatsapp_media import missing as missing_media
 from channels.whatsapp_media import readable
 from channels.whatsapp_render import to_whatsapp
-from gateway.backoff import asked_wait, doubling
+from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientOptedOut, RecipientUnreachable, SignatureInvalid
 from gateway.models import (
     HELP_ANSWERED,
@@ -87,8 +88,6 @@ WINDOW = timedelta(hours=24)
 WINDOW_MARGIN = timedelta(minutes=10)
 """Free-form text stops this long before the window closes: the send is queued at Twilio and reaches
 WhatsApp a little later, which judges it by when it arrives."""
-REQUEST_TIMEOUT_S = 30.0
-"""A request to Twilio unanswered after this long has an unknown outcome (a create is then looked up)."""
 OUTSIDE_WINDOW = 63016
 # Codes meaning "this person cannot be reached right now", not "try again": outside the window,
 # opted out (STOP), invalid or unknown WhatsApp address, not a WhatsApp user.
@@ -109,9 +108,6 @@ _KEYWORDS = {"stop": OPT_OUT, "stopall": OPT_OUT, "unsubscribe": OPT_OUT, "optou
              "start": OPT_IN, "unstop": OPT_IN, "help": "help"}
 _OPT_OUT_TYPES = {"STOP": OPT_OUT_ANSWERED, "START": OPT_IN_ANSWERED, "HELP": HELP_ANSWERED}
 
-_retry_after: contextvars.ContextVar[float | None] = contextvars.ContextVar("twilio_retry_after", default=None)
-
-
 def within_window(last_inbound_at: datetime | None, now: datetime) -> bool:
     """Whether free-form messages are allowed: the customer wrote within the last 24 hours.
 
@@ -120,21 +116,6 @@ def within_window(last_inbound_at: datetime | None, now: datetime) -> bool:
     if last_inbound_at is None:
         return False
     return timedelta(0) <= as_utc(now) - as_utc(last_inbound_at) < WINDOW - WINDOW_MARGIN
-
-
-class _HeaderAwareHttpClient(AsyncTwilioHttpClient):
-    """Twilio's async client, remembering `Retry-After`: TwilioRestException does not carry headers.
-
-    A context variable keeps concurrent sends apart: the request runs in the caller's task.
-    """
-
-    async def request(self, *args: Any, **kwargs: Any):  # type: ignore[override]
-        # Twilio's client hands aiohttp the call's timeout, None unless given, which aiohttp takes for none at all.
-        kwargs["timeout"] = kwargs.get("timeout") or REQUEST_TIMEOUT_S
-        response = await super().request(*args, **kwargs)
-        value = (response.headers or {}).get("Retry-After")
-        _retry_after.set(asked_wait(value) if value is not None else None)  # "nan": no wait, nor a 500 later
-        return response
 
 
 class WhatsAppAdapter:
@@ -300,7 +281,7 @@ class WhatsAppAdapter:
     def _rest(self) -> Client:
         # Built lazily, inside the running loop: aiohttp sessions belong to the loop that made them.
         if self._client is None:
-            http = self._http or _HeaderAwareHttpClient()
+            http = self._http or HeaderAwareHttpClient()
             client = Client(self.settings.account_sid, self.settings.auth_token, http_client=http, environment={})
             if self.settings.api_base:
                 client.api.base_url = self.settings.api_base.rstrip("/")
@@ -328,7 +309,7 @@ class WhatsAppAdapter:
                 if wait is None:
                     raise _translate(exc) from exc
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-                # The connection never opened (refused, or not open by REQUEST_TIMEOUT_S), so nothing was sent: safe to retry.
+                # The connection never opened (refused, or not open by whatsapp_http.REQUEST_TIMEOUT_S), so nothing was sent: safe to retry.
                 wait = doubling(attempt, first=self.backoff)
                 if attempt == self.max_attempts:
                     raise ChannelSendError(f"Twilio unreachable: {exc}") from exc

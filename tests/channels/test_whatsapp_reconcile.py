@@ -102,9 +102,9 @@ async def test_a_create_twilio_never_answers_ends_at_the_request_timeout_and_is_
     # never answered held the send (and its worker slot) until the connection died, and the lookup after it too.
     import asyncio
 
-    from channels import whatsapp
+    from channels import whatsapp_http
 
-    monkeypatch.setattr(whatsapp, "REQUEST_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(whatsapp_http, "REQUEST_TIMEOUT_S", 0.5)
     fake.script(Reply(delay=5, created=False))
     ids = await asyncio.wait_for(_send(live), timeout=3)
     assert ids == [fake.delivered[0].sid] and len(fake.delivered) == 1 and len(fake.lists) == 1
@@ -116,9 +116,9 @@ async def test_a_connection_to_twilio_that_times_out_opening_is_retried_not_left
     # as a refused connection is, not reported 'outcome unknown' and never sent.
     import aiohttp
 
-    from channels.whatsapp import _HeaderAwareHttpClient
+    from channels.whatsapp_http import HeaderAwareHttpClient
 
-    class FirstConnectTimesOut(_HeaderAwareHttpClient):
+    class FirstConnectTimesOut(HeaderAwareHttpClient):
         calls = 0
 
         async def request(self, *args, **kwargs):
