@@ -51,6 +51,7 @@ from channels.base import Capabilities, Deliver, ImmediateResponse, RawRequest, 
 from channels.citations import render_citations
 from channels.render import split_text
 from channels.sent_parts import SentParts
+from channels.whatsapp_account import check_account, check_account_later
 from channels.whatsapp_form import FormFields
 from channels.whatsapp_http import HeaderAwareHttpClient
 from channels.whatsapp_http import retry_after as _retry_after
@@ -58,6 +59,7 @@ from channels.whatsapp_media import attachments as media_of
 from channels.whatsapp_media import missing as missing_media
 from channels.whatsapp_media import readable
 from channels.whatsapp_render import to_whatsapp
+from gateway.background import cancel
 from gateway.backoff import doubling
 from gateway.errors import BadRequest, ChannelSendError, RecipientOptedOut, RecipientUnreachable, SignatureInvalid
 from gateway.models import (
@@ -133,8 +135,11 @@ class WhatsAppAdapter:
         max_attempts: int = 3,
         backoff: float = 0.5,
         max_wait: float = 30.0,
+        identity_retry_s: float = 5.0,
     ) -> None:
         self.bot = bot
+        self.identity_retry_s = identity_retry_s  # the first wait before fetching the account again; doubles
+        self._account_check: asyncio.Task | None = None
         self.settings = settings
         self.webhook_url = settings.public_url.rstrip("/") + f"/webhooks/{bot}/whatsapp"
         self._validator = RequestValidator(settings.auth_token)
@@ -270,10 +275,18 @@ class WhatsAppAdapter:
         """No-op: Twilio's Messages API has no typing indicator for WhatsApp."""
 
     async def start(self, deliver: Deliver) -> None:
-        """Nothing to start: Twilio only uses webhooks."""
+        """Check the credentials (channels/whatsapp_account.py); Twilio only calls the webhook otherwise."""
+        where = {"bot": self.bot, "account_sid": self.settings.account_sid,
+                 "api_base": self.settings.api_base or "https://api.twilio.com"}
+        if self._account_check is None and not await check_account(self._rest(), failures=0, **where):
+            self._account_check = asyncio.create_task(
+                check_account_later(self._rest, first_s=self.identity_retry_s, **where), name=f"twilio-account-{self.bot}")
 
     async def stop(self) -> None:
-        """Close the HTTP session."""
+        """Stop asking for the account, close the HTTP session."""
+        if self._account_check is not None:
+            await cancel([self._account_check])
+            self._account_check = None
         if self._client is not None and isinstance(self._client.http_client, AsyncTwilioHttpClient):
             await self._client.http_client.close()
         self._client = None

@@ -7,6 +7,9 @@ recorded; replies can be scripted (429 with `Retry-After`, 5xx, error 63016 outs
 window...) and are consumed in order, after which requests succeed. A Body over 1,600 UTF-16 units is
 refused with 21617, as Twilio does. `GET …/Messages.json?To=&From=&PageSize=` lists the messages
 created, newest first, as Twilio's list does; `fail_lists` answers that many lists with a 500.
+`GET /2010-04-01/Accounts/{AccountSid}.json` (the Account fetch a channel checks its credentials with at start)
+answers the account, 401 (20003) to wrong credentials, or the next scripted reply; it is recorded in
+`account_fetches`, not in `requests`.
 
     fake = FakeTwilio(account_sid="AC...", auth_token="...").start()
     fake.script(Reply(status=429, code=20429, retry_after=0))
@@ -35,6 +38,7 @@ from urllib.parse import parse_qsl
 BODY_LIMIT = 1600
 """Twilio refuses a longer Body (21617). Counted in UTF-16 units: an emoji counts twice."""
 _MESSAGES = re.compile(r"^/2010-04-01/Accounts/(?P<sid>[^/]+)/Messages\.json$")
+_ACCOUNT = re.compile(r"^/2010-04-01/Accounts/(?P<sid>[^/]+)\.json$")
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class _State:
     replies: deque[Reply] = field(default_factory=deque)
     requests: list[RecordedRequest] = field(default_factory=list)
     messages: list[RecordedRequest] = field(default_factory=list)
+    accounts: list[RecordedRequest] = field(default_factory=list)
     fail_lists: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -127,6 +132,12 @@ class FakeTwilio:
         """Every request received, in order."""
         with self.state.lock:
             return list(self.state.requests)
+
+    @property
+    def account_fetches(self) -> list[RecordedRequest]:
+        """The Account fetches (`GET /2010-04-01/Accounts/{sid}.json`) received, in order."""
+        with self.state.lock:
+            return list(self.state.accounts)
 
     @property
     def delivered(self) -> list[RecordedRequest]:
@@ -202,6 +213,8 @@ class _Handler(BaseHTTPRequestHandler):
         params = dict(parse_qsl(query, keep_blank_values=True))
         record = RecordedRequest("GET", self.path, {k.lower(): v for k, v in self.headers.items()}, params,
                                  self._authorized())
+        if (account := _ACCOUNT.match(path)) is not None:
+            return self._account(record, account.group("sid"))
         with self.state.lock:
             self.state.requests.append(record)
             failing, self.state.fail_lists = self.state.fail_lists > 0, max(0, self.state.fail_lists - 1)
@@ -221,6 +234,22 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, {"messages": [self._resource(m) for m in found[:size]], "end": min(size, len(found)) - 1,
                          "first_page_uri": uri, "next_page_uri": None, "page": 0, "page_size": size,
                          "previous_page_uri": None, "start": 0, "uri": uri})
+
+    def _account(self, record: RecordedRequest, sid: str) -> None:
+        """The Account resource, as Twilio answers its fetch: the cheapest call that proves the credentials."""
+        with self.state.lock:
+            self.state.accounts.append(record)
+            reply = self.state.replies.popleft() if self.state.replies else Reply()
+        if not record.authorized or sid != self.state.account_sid:
+            return self._error(record, Reply(status=401, code=20003, message="Authenticate"))
+        if reply.status >= 300:
+            return self._error(record, reply)
+        record.status = 200
+        self._json(200, {"sid": sid, "friendly_name": "Fake account", "status": "active", "type": "Full",
+                         "owner_account_sid": sid, "auth_token": self.state.auth_token,
+                         "date_created": format_datetime(datetime.now(timezone.utc), usegmt=True),
+                         "date_updated": format_datetime(datetime.now(timezone.utc), usegmt=True),
+                         "uri": f"/2010-04-01/Accounts/{sid}.json"})
 
     def _resource(self, record: RecordedRequest) -> dict[str, object]:
         created = format_datetime(record.created_at or datetime.now(timezone.utc), usegmt=True)
