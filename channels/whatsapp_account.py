@@ -2,10 +2,12 @@
 
 Twilio only calls the gateway's webhook, so nothing proved the `account_sid` and `auth_token` until the first
 reply's send failed with them. The channel now fetches its Account resource
-(`GET /2010-04-01/Accounts/{AccountSid}.json`, the cheapest authenticated call) as it starts: refused (401, 403,
-404: a wrong token, another account's SID, a closed account), the channel does not start (`channel.start_failed`);
+(`GET /2010-04-01/Accounts/{AccountSid}.json`, the cheapest authenticated call) as it starts: refused (401, 403:
+a wrong token, another account's SID, a closed account), the channel does not start (`channel.start_failed`);
 failed otherwise (a 5xx, a 429, no route to Twilio, a timeout), it starts, and asks again in the background
-(`whatsapp.account_check_failed` each time, `whatsapp.account_checked` once Twilio answers).
+(`whatsapp.account_check_failed` each time, `whatsapp.account_checked` once Twilio answers). A 404 is an
+`api_base` that does not serve the Account resource (a stand-in that speaks only Messages.json): the channel
+starts, warned once, and is not asked again; Twilio itself answers a wrong SID with 401.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from gateway.observability.logs import redact
 
 log = structlog.get_logger("channels.whatsapp")
 
-REFUSED = frozenset({401, 403, 404})  # the credentials or the account: no retry changes the answer
+REFUSED = frozenset({401, 403})  # the credentials or the account: no retry changes the answer
+NOT_SERVED = 404  # the api_base has no Account resource: nothing to check, and asking again changes nothing
 CHECK_TIMEOUT_S = 10.0  # an unreachable Twilio cannot hold up the start longer
 RETRY_CAP_S = 300.0
 
@@ -40,6 +43,10 @@ async def check_account(client: Client, *, bot: str, account_sid: str, api_base:
                                    f"{exc.msg}) when the Account {account_sid} was fetched"[:200],
                                    permanent=True) from exc
         why = f"Twilio answered {exc.status} (error {exc.code}: {exc.msg})"
+        if exc.status == NOT_SERVED:
+            log.warning("whatsapp.account_check_failed", bot=bot, error=redact(why)[:200], failures=failures + 1,
+                        next=f"not asked again: {api_base} does not serve the Account resource")
+            return True
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         why = f"cannot reach Twilio at {api_base}: {type(exc).__name__}: {exc}" if str(exc) else \
             f"cannot reach Twilio at {api_base}: {type(exc).__name__}"

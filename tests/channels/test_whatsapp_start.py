@@ -74,3 +74,19 @@ async def test_twilio_unreachable_at_start_does_not_stop_the_channel() -> None:
         assert failed["error"].startswith("cannot reach Twilio at http://127.0.0.1:18521") and failed["failures"] == 1
     finally:
         await adapter.stop()  # the background ask is cancelled
+
+
+async def test_an_api_base_without_the_account_resource_starts_the_channel_warned_once(fake: FakeTwilio) -> None:
+    # A stand-in for Twilio that speaks only Messages.json answers the Account fetch 404: taken for a refused
+    # account, the channel did not start, though its sends would have worked.
+    fake.script(Reply(status=404, code=20404, message="The requested resource was not found"))
+    adapter = WhatsAppAdapter("support", _settings(fake.base_url), identity_retry_s=0.05)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            await adapter.start(_nothing)
+            await asyncio.sleep(0.3)  # a background ask would have come by now
+        [failed] = [e for e in logs if e["event"] == "whatsapp.account_check_failed"]
+        assert failed["next"].startswith("not asked again") and "404" in failed["error"]
+        assert [f.status for f in fake.account_fetches] == [404]
+    finally:
+        await adapter.stop()
