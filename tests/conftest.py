@@ -45,12 +45,13 @@ async def _pg_exec(sql: str) -> None:
         await conn.close()
 
 
-def fresh_postgres_url(prefix: str = os.environ.get("TEST_POSTGRES_PREFIX", "gw_test")) -> str | None:
-    """A new empty PostgreSQL database (None when the server is unreachable outside CI; under CI=true
-    an unreachable server fails the test)."""
+def fresh_postgres_url(prefix: str = os.environ.get("TEST_POSTGRES_PREFIX", "gw_test"), *,
+                       template: str | None = None) -> str | None:
+    """A new empty PostgreSQL database, or a copy of database `template` (None when the server is
+    unreachable outside CI; under CI=true an unreachable server fails the test)."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     try:
-        asyncio.run(_pg_exec(f'CREATE DATABASE "{name}"'))
+        asyncio.run(_pg_exec(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
     except Exception as exc:
         if IN_CI:
             pytest.fail(f"PostgreSQL is required under CI=true but unreachable at {POSTGRES_ADMIN_URL}: {exc}")
@@ -97,10 +98,16 @@ def postgres_url():
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request, tmp_path):
-    """Each storage test runs on SQLite and on PostgreSQL."""
+    """Each storage test runs on SQLite and on PostgreSQL. For a test that uses `migrated_url`, the
+    PostgreSQL database is made as a copy of the process's migrated one (`upgrade_new`) from the start."""
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
-    return request.getfixturevalue("postgres_url")
+    if "migrated_url" not in request.fixturenames:
+        return request.getfixturevalue("postgres_url")
+    url = fresh_postgres_url(template=_template("postgres"))
+    request.addfinalizer(lambda: drop_postgres(url))
+    _migrated.add(url)
+    return url
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
@@ -112,10 +119,86 @@ def upgrade(database_url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(database_url), revision)
 
 
+_migrated: set[str] = set()  # PostgreSQL databases made as copies of the migrated template
+_templates: dict[str, str] = {}  # "sqlite" → a migrated file, "postgres" → a migrated database; one per process
+
+
+def _template(kind: str) -> str:
+    """A database this process brought to the latest migration with `upgrade`, once: copied for every new one."""
+    if kind not in _templates:
+        if kind == "sqlite":
+            import atexit
+            import tempfile
+
+            folder = tempfile.mkdtemp(prefix="gw-migrated-")
+            atexit.register(shutil.rmtree, folder, True)
+            path = Path(folder) / "template.db"
+            upgrade(f"sqlite+aiosqlite:///{path}")
+            import sqlite3
+
+            with sqlite3.connect(path) as conn:  # everything in the main file: a copy needs no -wal beside it
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            _templates[kind] = str(path)
+        else:
+            url = fresh_postgres_url(f"{os.environ.get('TEST_POSTGRES_PREFIX', 'gw_test')}_tpl")
+            if url is None:
+                raise RuntimeError(f"PostgreSQL unreachable at {POSTGRES_ADMIN_URL}")
+            import atexit
+
+            atexit.register(drop_postgres, url)
+            upgrade(url)
+            _templates[kind] = url.rsplit("/", 1)[1]
+    return _templates[kind]
+
+
+async def _pg_empty(name: str) -> bool:
+    import asyncpg
+
+    conn = await asyncpg.connect(_pg_admin_dsn().rsplit("/", 1)[0] + f"/{name}", timeout=5)
+    try:
+        return not await conn.fetchval("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+    finally:
+        await conn.close()
+
+
+def upgrade_new(database_url: str) -> None:
+    """`upgrade` to the latest migration, for a database no one has used yet (an app or a fixture about to
+    start on it): a copy of the one this process migrated with `upgrade`, the same tables, indexes and
+    `alembic_version`, in a fraction of the time (the 22 migrations took 3 to 5 s per test on PostgreSQL,
+    0.4 to 6 s on SQLite, on 2 busy cores). A database that already holds anything is upgraded for real.
+    The migrations' own tests call `upgrade`."""
+    from storage.engine import is_sqlite, sqlite_file
+
+    if is_sqlite(database_url):
+        path = sqlite_file(database_url)
+        if path is None or path.exists():
+            return upgrade(database_url)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = Path(_template("sqlite")).read_bytes()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # owner only, as the engine makes it
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        return None
+    if database_url in _migrated:
+        return None
+    name = database_url.rsplit("/", 1)[1]
+    if not name.isidentifier():  # a URL with options, or not one of fresh_postgres_url's
+        return upgrade(database_url)
+    template = _template("postgres")
+    if not asyncio.run(_pg_empty(name)):
+        return upgrade(database_url)
+    try:  # not WITH (FORCE): a database someone holds open is theirs, and is upgraded for real
+        asyncio.run(_pg_exec(f'DROP DATABASE "{name}"'))
+    except Exception:
+        return upgrade(database_url)
+    asyncio.run(_pg_exec(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+    return None
+
+
 @pytest.fixture
 async def migrated_url(database_url):
     """A database URL at the latest migration."""
-    await asyncio.to_thread(upgrade, database_url)
+    await asyncio.to_thread(upgrade_new, database_url)
     return database_url
 
 
@@ -224,7 +307,7 @@ async def app_client(tmp_path: Path, *, bots: list[dict[str, Any]], env: dict[st
         for key, value in (env or {}).items():
             patch.setenv(key, value)
         settings = load_settings(write_config(tmp_path, bots=bots, database_url=database_url, **top))
-    await asyncio.to_thread(upgrade, settings.database_url)
+    await asyncio.to_thread(upgrade_new, settings.database_url)
     app = create_app(settings, start_worker=start_worker, start_scheduler=False, start_channels=False)
     async with app.router.lifespan_context(app):
         if ingest:

@@ -26,7 +26,7 @@ from gateway.services import Services
 from gateway.settings import load_settings
 from storage import repositories as repo
 from storage.models import Conversation, Delivery, EarlyReceipt, Message
-from tests.conftest import ROOT, upgrade, write_config
+from tests.conftest import ROOT, upgrade_new, write_config
 
 KB_FILES = ("plans-and-pricing.md",)
 QUESTION = "How much does the Plus plan cost?"
@@ -57,7 +57,7 @@ async def gateway_app(tmp_path: Path, *, channels: dict[str, Any], env: dict[str
             patch.setenv(key, value)
         settings = load_settings(write_config(tmp_path, bots=[bot_config(tmp_path, channels) | (bot or {})],
                                               database_url=database_url, **(top or {})))
-    await asyncio.to_thread(upgrade, settings.database_url)
+    await asyncio.to_thread(upgrade_new, settings.database_url)
     app = create_app(settings, start_scheduler=False, start_channels=start_channels)
     services: Services = app.state.services
     async with app.router.lifespan_context(app):

@@ -15,7 +15,7 @@ from gateway.knowledge import Knowledge
 from gateway.settings import load_settings
 from storage.engine import create_engine, session_factory
 from storage.models import IngestRun
-from tests.conftest import upgrade, write_config
+from tests.conftest import upgrade_new, write_config
 from tests.fakes.web_server import serving
 
 
@@ -23,7 +23,7 @@ from tests.fakes.web_server import serving
 async def open_knowledge(tmp_path, bot: dict):
     """(settings, store sessions, an open Knowledge) for `bot` over a migrated SQLite store; closed after."""
     settings = load_settings(write_config(tmp_path, bots=[bot]))
-    await asyncio.to_thread(upgrade, settings.database_url)
+    await asyncio.to_thread(upgrade_new, settings.database_url)
     engine = create_engine(settings.database_url)
     sessions = session_factory(engine)
     knowledge = Knowledge(settings, sessions=sessions)
