@@ -143,9 +143,6 @@ def _template(kind: str) -> str:
             url = fresh_postgres_url(f"{os.environ.get('TEST_POSTGRES_PREFIX', 'gw_test')}_tpl")
             if url is None:
                 raise RuntimeError(f"PostgreSQL unreachable at {POSTGRES_ADMIN_URL}")
-            import atexit
-
-            atexit.register(drop_postgres, url)
             upgrade(url)
             _templates[kind] = url.rsplit("/", 1)[1]
     return _templates[kind]
@@ -357,3 +354,10 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         if "exclusive" not in collection_path.read_text(encoding="utf-8", errors="replace"):
             return True
     return None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The migrated PostgreSQL template goes with the session (an xdist worker runs no atexit handlers)."""
+    if "postgres" in _templates:
+        base = _pg_admin_dsn().rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
+        drop_postgres(f"{base}/{_templates.pop('postgres')}")
