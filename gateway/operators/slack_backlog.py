@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
+from slack_sdk.errors import SlackApiError
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -129,19 +130,34 @@ class BacklogRelay:
 
     async def _absent_from_thread(self, bot: str, channel: str, escalation: Escalation, message_id: int) -> bool:
         """Whether the thread holds no post of message `message_id` (a relay that died after Slack took its post):
-        False when it does (marked done) or the thread cannot be read (marked `unverified`: never posted twice)."""
+        False when it does (marked done), when Slack refuses to show it (marked `unverified`: never posted twice),
+        or when the read failed for now (a 5xx, a 429, a timeout: left `posting`, read again at the next check)."""
         try:
             response = await self._adapters[(bot, "slack")].client.conversations_replies(
                 channel=escalation.slack_channel or channel, ts=escalation.slack_ts, include_all_metadata=True, limit=1000)
         except Exception as exc:
+            passing = _passing(exc)
             log.warning("slack_operator.relay_unverified", escalation_id=escalation.id, message_id=message_id,
-                        error=str(exc)[:200])
-            await mark(self._sessions, message_id, "unverified")
+                        error=str(exc)[:200], retry=passing)
+            if not passing:
+                await mark(self._sessions, message_id, "unverified")
             return False
         if message_id in relayed_ids(response.get("messages") or []):
             await mark(self._sessions, message_id, "done")
             return False
         return True
+
+
+_PASSING_ERRORS = {"ratelimited", "internal_error", "fatal_error", "request_timeout", "service_unavailable"}
+
+
+def _passing(exc: Exception) -> bool:
+    """Whether a failed thread read may answer next time: anything but Slack's lasting refusal (`missing_scope`,
+    `channel_not_found`, `not_in_channel`, ...), which leaves the message `unverified`."""
+    if not isinstance(exc, SlackApiError):
+        return True  # no answer: a timeout, a dropped connection
+    status = getattr(exc.response, "status_code", 200)
+    return status >= 500 or status == 429 or (exc.response.get("error") if exc.response else None) in _PASSING_ERRORS
 
 
 def _parsed(value: object) -> datetime | None:

@@ -92,3 +92,37 @@ async def test_a_relay_slack_refused_is_posted_once_by_the_periodic_check(client
     await _check(client)
     posted = await wait_until(lambda: _relays(slack, thread_ts, "invoice 12"))
     assert len(posted) == 1 and posted[0]["metadata"]["event_payload"] == {"message_id": message.id}
+
+
+async def test_a_thread_slack_could_not_read_once_is_read_again_and_the_message_relayed(client, slack):
+    """A 5xx (or a timeout, a 429) reading the thread says nothing about the post: the message stays taken and the
+    next check reads the thread again. Marked `unverified` at once, it was never relayed, for good."""
+    _, thread_ts = await _escalated_and_claimed(client, slack, "DREADFAIL")
+    slack.fail("chat.postMessage", status=500, channel=OPS_CHANNEL)
+    message = await _held(client, slack, "DREADFAIL", "Refund for order 31?")
+    assert message.meta["relay"] == "posting" and not _relays(slack, thread_ts, "order 31")
+    slack.fail("conversations.replies", status=500)
+    await _check(client)
+    assert not _relays(slack, thread_ts, "order 31")
+    async with client.services.sessions() as session:
+        assert (await session.get(Message, message.id)).meta["relay"] == "posting"
+    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=2 * RELAY_STALE_SECONDS + 10))
+    posted = await wait_until(lambda: _relays(slack, thread_ts, "order 31"))
+    assert len(posted) == 1
+    async with client.services.sessions() as session:
+        assert (await session.get(Message, message.id)).meta["relay"] == "done"
+
+
+async def test_a_thread_slack_refuses_to_show_leaves_the_message_unverified(client, slack):
+    """A refusal that stays (missing_scope: the app may not read the channel's history) cannot tell a post that
+    landed from one that did not: marked `unverified`, never posted twice, and not read again every minute."""
+    _, thread_ts = await _escalated_and_claimed(client, slack, "DNOSCOPE")
+    slack.fail("chat.postMessage", status=500, channel=OPS_CHANNEL)
+    message = await _held(client, slack, "DNOSCOPE", "Cancel order 45")
+    slack.fail("conversations.replies", error="missing_scope")
+    reads = slack.count("conversations.replies")
+    await _check(client)
+    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=2 * RELAY_STALE_SECONDS + 10))
+    assert not _relays(slack, thread_ts, "order 45") and slack.count("conversations.replies") == reads + 1
+    async with client.services.sessions() as session:
+        assert (await session.get(Message, message.id)).meta["relay"] == "unverified"
