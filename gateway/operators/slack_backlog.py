@@ -6,7 +6,8 @@ the transaction that marks it done (`MessageHandler._finish`); the worker then r
 UPDATE: one relay, one replica wins), posts it with Slack message metadata naming it, and marks it `done`;
 a failed post leaves it `posting` (Slack may have taken it though its answer was lost). The periodic check
 (`SlackOperatorChannel.relay_missed`, with the reminders) posts those left `owed` for `RELAY_STALE_SECONDS`
-(the process died between the store and the relay), and for those left `posting` that long first looks in
+(the process died between the store and the relay), and for those left `posting` `POSTING_STALE_SECONDS` (past
+any post still under way) first looks in
 the thread for a post naming them: there already, it is marked done. So each is posted once. Messages
 stored without the mark (before it existed, or of a bot without an operator channel) are relayed as before.
 """
@@ -35,7 +36,11 @@ RELAY = "relay"
 RELAY_EVENT = "gateway_customer_message"
 """The Slack message metadata `event_type` of a relayed customer message; `event_payload.message_id` names it."""
 RELAY_STALE_SECONDS = 60.0
-"""How long a mark stays before the periodic check takes the message: the worker's relay is over by then."""
+"""How long an `owed` mark stays before the periodic check takes the message: the worker's relay is over by then."""
+POSTING_STALE_SECONDS = 300.0
+"""How long a `posting` mark stays before the check reads the thread and posts it if absent: past any post still
+under way (the Slack client waits 30 s for an answer, a 429 of up to 2 s is tried again: over 60 s), which a
+thread read would not find yet, and would post a second time."""
 
 
 def metadata(message_id: int) -> dict[str, Any]:
@@ -92,7 +97,8 @@ class BacklogRelay:
         """Post each held customer message of a live escalation's thread left `owed` or `posting` for
         `RELAY_STALE_SECONDS` (see the module), once; returns their ids. A periodic check (`HandoffReminders`)."""
         now = now or utcnow()
-        cutoff = now - timedelta(seconds=RELAY_STALE_SECONDS)
+        cutoffs = {"owed": now - timedelta(seconds=RELAY_STALE_SECONDS),
+                   "posting": now - timedelta(seconds=POSTING_STALE_SECONDS)}
         posted: list[int] = []
         for bot in self._settings.bots:
             channel = self.channel_for(bot.name)
@@ -107,7 +113,7 @@ class BacklogRelay:
             for message, escalation in rows:
                 state, relay_at = (message.meta or {}).get(RELAY), (message.meta or {}).get("relay_at")
                 since = as_utc(message.updated_at) if state == "owed" else _parsed(relay_at)
-                if since is None or since >= cutoff:
+                if since is None or since >= cutoffs[state]:
                     continue  # the worker's relay may still be under way
                 async with self._opening_thread(escalation.id):
                     if not await take(self._sessions, message.id, state=state, relay_at=relay_at if state == "posting" else None,

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from gateway.models import utcnow
-from gateway.operators.slack_backlog import RELAY_STALE_SECONDS
+from gateway.operators.slack_backlog import POSTING_STALE_SECONDS, RELAY_STALE_SECONDS
 from storage.models import Message
 from tests.gateway_channels.conftest import wait_until
 from tests.operators.conftest import OPS_CHANNEL
@@ -47,8 +47,8 @@ async def _held(client, slack, customer: str, text: str, *, relay_expected: bool
 
 
 async def _check(client) -> None:
-    """The periodic check, once the worker's relay would be long over."""
-    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=RELAY_STALE_SECONDS + 5))
+    """The periodic check, once the worker's relay (its post included) would be long over."""
+    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=POSTING_STALE_SECONDS + 5))
 
 
 async def test_a_held_message_stored_before_a_crash_is_relayed_once_by_the_periodic_check(client, slack):
@@ -106,7 +106,7 @@ async def test_a_thread_slack_could_not_read_once_is_read_again_and_the_message_
     assert not _relays(slack, thread_ts, "order 31")
     async with client.services.sessions() as session:
         assert (await session.get(Message, message.id)).meta["relay"] == "posting"
-    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=2 * RELAY_STALE_SECONDS + 10))
+    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=2 * POSTING_STALE_SECONDS + 10))
     posted = await wait_until(lambda: _relays(slack, thread_ts, "order 31"))
     assert len(posted) == 1
     async with client.services.sessions() as session:
@@ -122,7 +122,23 @@ async def test_a_thread_slack_refuses_to_show_leaves_the_message_unverified(clie
     slack.fail("conversations.replies", error="missing_scope")
     reads = slack.count("conversations.replies")
     await _check(client)
-    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=2 * RELAY_STALE_SECONDS + 10))
+    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=2 * POSTING_STALE_SECONDS + 10))
     assert not _relays(slack, thread_ts, "order 45") and slack.count("conversations.replies") == reads + 1
     async with client.services.sessions() as session:
         assert (await session.get(Message, message.id)).meta["relay"] == "unverified"
+
+
+async def test_a_relay_whose_post_is_still_under_way_after_a_minute_is_not_posted_again(client, slack):
+    """The worker's post may take past 60 s (Slack's client waits 30 s for an answer, and a 429 is tried again):
+    taken then, a thread read finds no post yet and posted it a second time as the first one landed. A `posting`
+    mark is taken only once no post can still be under way (`POSTING_STALE_SECONDS`)."""
+    assert POSTING_STALE_SECONDS >= 2 * 30 + 2 + 60  # two client timeouts, the 429 wait, and room to spare
+    _, thread_ts = await _escalated_and_claimed(client, slack, "DSLOW")
+    slack.fail("chat.postMessage", status=500, channel=OPS_CHANNEL)  # stands for the post not answered yet
+    message = await _held(client, slack, "DSLOW", "Track order 58")
+    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=RELAY_STALE_SECONDS + 25))
+    assert not _relays(slack, thread_ts, "order 58")
+    async with client.services.sessions() as session:
+        assert (await session.get(Message, message.id)).meta["relay"] == "posting"
+    await client.services.reminders.run_once(now=utcnow() + timedelta(seconds=POSTING_STALE_SECONDS + 5))
+    assert len(await wait_until(lambda: _relays(slack, thread_ts, "order 58"))) == 1
