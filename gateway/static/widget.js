@@ -130,10 +130,12 @@
     if (data && typeof data.sources_heading === "string") state.sourcesHeading = data.sources_heading;
   }
 
-  /** The milliseconds a 429's or 503's `Retry-After` (seconds) asks for, or null. */
+  /** The milliseconds a 429's or 503's `Retry-After` asks for, or null: seconds (the gateway's), or an HTTP date
+   * (RFC 9110 allows either; a proxy or load balancer in front may send one). */
   function retryAfterMs(res) {
-    var seconds = parseFloat(res.headers.get("Retry-After") || "");
-    return seconds > 0 && isFinite(seconds) ? Math.min(seconds * 1000, RETRY_AFTER_MAX_MS) : null;
+    var value = (res.headers.get("Retry-After") || "").trim();
+    var ms = /^\d+(\.\d+)?$/.test(value) ? parseFloat(value) * 1000 : Date.parse(value) - Date.now();
+    return ms > 0 && isFinite(ms) ? Math.min(ms, RETRY_AFTER_MAX_MS) : null;
   }
 
   /** Read the transcript once; returns how long to wait before the next read. */

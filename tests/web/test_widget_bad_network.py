@@ -8,6 +8,7 @@ bot cannot give; the page's clock is driven where a test needs minutes to pass.
 from __future__ import annotations
 
 import json
+from email.utils import formatdate
 
 import pytest
 
@@ -148,4 +149,26 @@ def test_a_double_click_on_send_sends_once(page, live_server):
     _idle(page)
     assert asked(page, r"/v1/bots/acme/chat", "POST") == 1
     assert page.locator(".gw-msg--contact").count() == 1
+    assert page.errors == []
+
+
+def test_a_503_whose_retry_after_is_an_http_date_is_waited_out_until_then(page, live_server):
+    # RFC 9110 lets Retry-After be a date as well as seconds; a proxy or load balancer in front sends one.
+    page.clock.install()
+    transcript = _flaky(page)
+    _open(page, live_server)
+    now_s = page.evaluate("Date.now()") / 1000
+    transcript.refuse = (503, {"retry-after": formatdate(now_s + 30, usegmt=True)})
+    before = transcript.reads
+    _tick(page, 3_500, 1)
+    assert transcript.reads == before + 1
+    transcript.refuse = None
+    _tick(page, 3_500, 6)  # 21 s: failed reads backing off would have come at 3, 6 and 12 s after
+    assert transcript.reads == before + 1
+    transcript.add(3, "operator", "Back with you now.")
+    for _ in range(POLL_WAIT_MS // 200):
+        _tick(page, 3_500, 1)
+        if page.locator(".gw-msg--operator").count():
+            break
+    assert _bubbles(page) == ["Back with you now."]
     assert page.errors == []
