@@ -15,7 +15,7 @@ from sqlalchemy import event, update
 
 from gateway.channel_settings import WebChannel
 from gateway.events import message_topic
-from gateway.http.webchat import wait_for_reply
+from gateway.http.webchat import STORE_RECHECK_MAX_S, wait_for_reply
 from storage.models import Message
 from tests.conftest import ROOT, app_client
 
@@ -132,3 +132,23 @@ async def test_a_waiting_request_reads_the_store_seldom_and_wakes_on_the_answers
             assert "pending" not in answer
         finally:
             event.remove(svc.engine.sync_engine, "before_cursor_execute", count)
+
+
+async def test_an_answer_whose_event_never_comes_here_is_found_by_the_store_reads_within_their_4_s(tmp_path) -> None:
+    # Another replica's worker wrote it and its event was lost (a PostgreSQL LISTEN connection that dropped):
+    # only the store reads find it, at most STORE_RECHECK_MAX_S apart however long the request has waited.
+    async with app_client(tmp_path, bots=[{"name": "acme", "channels": {"web": {}}}], start_worker=False,
+                          worker={**FAST_WORKER, "reply_timeout": 0.2}) as client:
+        svc = client.services
+        stored = (await client.post("/v1/bots/acme/chat",
+                                    json={"session_id": session(), "text": "Do you ship to Norway?"})).json()
+        message_id = stored["message_id"]
+        waiter = asyncio.create_task(wait_for_reply(svc, message_id, timeout=30))
+        await asyncio.sleep(8.0)  # its reads are 4 s apart by now
+        async with svc.sessions() as db, db.begin():
+            await db.execute(update(Message).where(Message.id == message_id).values(status="answered"))
+        answered_at = asyncio.get_running_loop().time()
+        answer = await asyncio.wait_for(waiter, timeout=10)
+        assert asyncio.get_running_loop().time() - answered_at <= STORE_RECHECK_MAX_S + 0.5
+        assert "pending" not in answer
+        assert not svc.bus._subscribers  # the wait's subscription is gone with it
