@@ -59,7 +59,7 @@
     lastId: null, rendered: new Set(), unconfirmed: [],
     sourcesHeading: null,  // the bot's, from its replies and transcript (`replies.sources_heading`)
     texts: null,  // the bot's words (`replies.widget`), from GET /v1/bots
-    busy: false, polling: false, pollTimer: null, pollFailures: 0, generation: 0, sends: 0,
+    busy: false, polling: false, pollTimer: null, pollController: null, pollFailures: 0, generation: 0, sends: 0,
     // An answer the server still works on (slow, or its stream broke): {userLi, botLi, inboundId, done}.
     awaiting: null,
   };
@@ -145,6 +145,7 @@
     var generation = state.generation;
     var sends = state.sends;
     var controller = new AbortController();
+    state.pollController = controller;  // the `online` handler gives it up: sent on the old network, it may hang
     var timer = setTimeout(function () { controller.abort(); }, POLL_TIMEOUT_MS);
     try {
       var url = botUrl("/sessions/" + encodeURIComponent(state.sessionId) + "/messages");
@@ -169,9 +170,11 @@
       if (data && typeof data.state === "string" && sends === state.sends) showHandoff(data.state);
       return POLL_MS;
     } catch (e) {
+      if (controller.backOnline) return 0;  // given up as the network came back: read again now
       return failedPoll();  // offline, or no answer in time: the next read comes later, and at once when online
     } finally {
       clearTimeout(timer);
+      state.pollController = null;
       state.polling = false;
     }
   }
@@ -362,7 +365,16 @@
     // Back online: read the transcript now (an answer that came meanwhile), not after the failed reads' wait.
     window.addEventListener("online", function () {
       state.pollFailures = 0;
-      if (state.bot) schedulePoll(0);
+      var hanging = state.pollController;
+      if (hanging) {
+        // A read still out was sent before the change, maybe on a connection now dead that would hold it for
+        // POLL_TIMEOUT_MS, and a read scheduled now would find it out and be skipped: give it up, and its
+        // caller reads again at once.
+        hanging.backOnline = true;
+        hanging.abort();
+      } else if (state.bot) {
+        schedulePoll(0);
+      }
     });
     start();
   }

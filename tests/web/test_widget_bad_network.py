@@ -172,3 +172,22 @@ def test_a_503_whose_retry_after_is_an_http_date_is_waited_out_until_then(page, 
             break
     assert _bubbles(page) == ["Back with you now."]
     assert page.errors == []
+
+
+def test_back_online_a_read_left_hanging_by_the_network_change_is_given_up_and_the_transcript_read_at_once(
+        page, live_server):
+    page.clock.install()
+    transcript = _flaky(page)
+    _open(page, live_server)
+    transcript.hang = True  # the read goes out on the old network's connection, and nothing answers it
+    before = transcript.reads
+    _tick(page, 3_500, 1)
+    assert transcript.reads == before + 1
+
+    transcript.hang = False
+    transcript.add(5, "operator", "Sorry for the wait, I'm here now.")
+    page.evaluate("window.dispatchEvent(new Event('online'))")
+    # No clock moved: the read that hangs is not waited out for its 10 s, the transcript is read now.
+    page.wait_for_selector(".gw-msg--operator", timeout=5_000)
+    assert _bubbles(page) == ["Sorry for the wait, I'm here now."]
+    assert page.errors == []
