@@ -80,7 +80,8 @@ class WebChannel(ChannelBase):
     # The shortest session id the web chat takes (gateway.models.weak_session_id): a guessable one (`me-1`)
     # would let anyone read that visitor's transcript and write as them. None: no rule beyond CLIENT_ID (the
     # contract sets none; README recommends models.SESSION_ID_MIN_LENGTH, 16, where clients use random ids).
-    min_session_id_length: int | None = Field(default=None, ge=1, le=128)
+    # At most 36: the widget's own ids ('web-' and 32 hex digits); above, every widget request would be a 422.
+    min_session_id_length: int | None = Field(default=None, ge=1, le=36)
     # Reads of a session's answers a minute (transcript GETs, retries of a stored message_id), per session and
     # per client address (None: no limit). The widget polls every 3 s, 20 a minute a tab: far below either.
     transcript_per_session_per_minute: int | None = Field(default=120, ge=1)
