@@ -77,7 +77,7 @@ class FakeSlack:
     identity: dict[str, Any] = field(default_factory=dict)
     # The websocket URL apps.connections.open hands out, when not this server's own (one nothing listens on).
     socket_url: str | None = None
-    _ts: int = 0
+    _ts: float = 0.0
 
     @classmethod
     async def start(cls) -> "FakeSlack":
@@ -128,12 +128,18 @@ class FakeSlack:
         """How many times a method was called."""
         return len(self.calls_to(method))
 
+    def _next_ts(self) -> str:
+        """A message ts as Slack makes one: the time it was posted (the app's `oldest=` reads compare it with real
+        times: a fixed 2023 base hid every post from them), one clock with the app's posts and the members' messages,
+        strictly increasing, so the history keeps their order."""
+        self._ts = max(time.time(), self._ts + 0.000001)
+        return f"{self._ts:.6f}"
+
     def say(self, channel: str, text: str, *, user: str = "UMEMBER", thread_ts: str | None = None,
             bot_id: str | None = None, metadata: dict[str, Any] | None = None) -> str:
         """A message in `channel` written by someone else than this app (a person, or another app with
         `bot_id` and maybe `metadata`); returns its ts."""
-        self._ts += 1
-        ts = f"1700000000.{self._ts:06d}"  # one counter with the app's posts, so the history keeps their order
+        ts = self._next_ts()
         self.written.append({"channel": channel, "text": text, "ts": ts, "user": user, "thread_ts": thread_ts,
                              **({"bot_id": bot_id} if bot_id else {}), **({"metadata": metadata} if metadata else {})})
         return ts
@@ -204,8 +210,7 @@ class FakeSlack:
                 return {"ok": False, "error": "channel_not_found"}
             if len(call.params.get("text") or "") > 40000:
                 return {"ok": False, "error": "msg_too_long"}
-            self._ts += 1
-            ts = f"1700000000.{self._ts:06d}"
+            ts = self._next_ts()
             call.params["_ts"] = ts
             return {"ok": True, "channel": call.params["channel"], "ts": ts,
                     "message": {"text": call.params.get("text"), "ts": ts, "thread_ts": call.params.get("thread_ts")}}
